@@ -1,0 +1,67 @@
+"""Deployment settings, read from the environment once (pydantic-settings).
+
+Per-queue settings stored in Postgres (``tierq_queues``) override the defaults here.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything tierq reads from the environment."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    # On AWS the database URL is built from a Secrets Manager secret and the proxy endpoint.
+    db_secret_arn: str | None = Field(default=None, alias="DB_SECRET_ARN")
+    db_host: str | None = Field(default=None, alias="DB_HOST")
+    db_port: int = Field(default=5432, alias="DB_PORT")
+    db_name: str = Field(default="tierq", alias="DB_NAME")
+    db_pool_max: int = Field(default=10, ge=1, alias="TIERQ_DB_POOL_MAX")
+
+    valkey_url: str | None = Field(default=None, alias="VALKEY_URL")
+    valkey_cluster: bool = Field(default=False, alias="VALKEY_CLUSTER")
+
+    warm_max: int = Field(default=5000, ge=1, alias="TIERQ_WARM_MAX")
+    lease_seconds: int = Field(default=300, ge=1, le=43_200, alias="TIERQ_LEASE_SECONDS")
+    max_attempts: int = Field(default=5, ge=1, le=1000, alias="TIERQ_MAX_ATTEMPTS")
+    backoff_kind: Literal["fixed", "linear", "exponential"] = Field(
+        default="exponential", alias="TIERQ_BACKOFF_KIND"
+    )
+    backoff_base_seconds: float = Field(default=2.0, ge=0, alias="TIERQ_BACKOFF_BASE_SECONDS")
+    backoff_cap_seconds: float = Field(default=3600.0, ge=0, alias="TIERQ_BACKOFF_CAP_SECONDS")
+    backoff_jitter: float = Field(default=0.1, ge=0, le=1, alias="TIERQ_BACKOFF_JITTER")
+    retention_seconds: int = Field(default=7 * 86_400, ge=0, alias="TIERQ_RETENTION_SECONDS")
+    max_payload_bytes: int = Field(default=256 * 1024, ge=1, alias="TIERQ_MAX_PAYLOAD_BYTES")
+
+    reconcile_grace_seconds: float = Field(
+        default=60.0, ge=0, alias="TIERQ_RECONCILE_GRACE_SECONDS"
+    )
+    # An admission registered in Valkey for longer than this belonged to a crashed caller.
+    admission_stale_seconds: float = Field(
+        default=60.0, gt=0, alias="TIERQ_ADMISSION_STALE_SECONDS"
+    )
+    cold_to_warm_every: float = Field(default=5.0, gt=0, alias="TIERQ_COLD_TO_WARM_EVERY")
+    delayed_every: float = Field(default=1.0, gt=0, alias="TIERQ_DELAYED_EVERY")
+    reaper_every: float = Field(default=5.0, gt=0, alias="TIERQ_REAPER_EVERY")
+    cron_every: float = Field(default=10.0, gt=0, alias="TIERQ_CRON_EVERY")
+    # How long in-process caches of queue settings and tenant lists may be stale.
+    settings_cache_seconds: float = Field(default=1.0, ge=0, alias="TIERQ_SETTINGS_CACHE_SECONDS")
+
+    @model_validator(mode="after")
+    def _backoff_cap_not_below_base(self) -> Settings:
+        if self.backoff_cap_seconds < self.backoff_base_seconds:
+            raise ValueError("TIERQ_BACKOFF_CAP_SECONDS must be >= TIERQ_BACKOFF_BASE_SECONDS")
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

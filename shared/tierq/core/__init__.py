@@ -1,0 +1,1 @@
+"""Pure logic: no I/O. Property-tested (tests/unit)."""

@@ -1,0 +1,52 @@
+"""Time-ordered task ids (UUIDv7, RFC 9562) and lease tokens."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+import uuid
+
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def uuid7(now_ms: int | None = None) -> uuid.UUID:
+    """A UUIDv7: 48-bit unix ms, then a 12-bit counter that keeps ids from one process
+    strictly increasing within a millisecond, then 62 random bits."""
+    global _last_ms, _counter
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    with _lock:
+        if ms <= _last_ms:
+            ms = _last_ms
+            _counter += 1
+            if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                ms += 1
+                _counter = 0
+        else:
+            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF  # leave room to count up
+        _last_ms = ms
+        counter = _counter
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= counter << 64
+    value |= 0b10 << 62
+    value |= rand
+    return uuid.UUID(int=value)
+
+
+def new_token_prefix(tenant: str) -> str:
+    """A claim's lease-token prefix. Tokens carry their tenant (``<tenant>~<random>~<n>``)
+    so acks, nacks and heartbeats find the right (queue, tenant) without a lookup."""
+    return f"{tenant}~{secrets.token_hex(12)}~"
+
+
+def tenant_of_token(token: str) -> str | None:
+    """The tenant a lease token was issued for, or None when the token is malformed."""
+    tenant, sep, rest = token.partition("~")
+    if not sep or not tenant or "~" not in rest:
+        return None
+    return tenant

@@ -1,0 +1,1 @@
+"""Data access: PostgreSQL (system of record) and Valkey (warm tier). No business rules here."""

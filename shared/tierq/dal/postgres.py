@@ -1,0 +1,109 @@
+"""PostgreSQL access: a connection pool (autocommit; explicit transactions where a
+transition needs more than one statement) and named queries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from tierq.dal.sql_files import query
+from tierq.errors import Unavailable
+
+Row = dict[str, Any]
+
+
+class JsonTextLoader(Loader):
+    """Load json/jsonb as its text: payloads pass through to Valkey and HTTP unparsed."""
+
+    def load(self, data: Any) -> str:
+        return bytes(data).decode("utf-8")
+
+
+class JsonbBinaryTextLoader(Loader):
+    format = psycopg.pq.Format.BINARY
+
+    def load(self, data: Any) -> str:
+        # binary jsonb starts with a version byte (1)
+        return bytes(data)[1:].decode("utf-8")
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.adapters.register_loader("jsonb", JsonTextLoader)
+    conn.adapters.register_loader("json", JsonTextLoader)
+    conn.adapters.register_loader("jsonb", JsonbBinaryTextLoader)
+
+
+class Database:
+    """A pool of autocommit connections to the system of record."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
+                 timeout: float = 10.0) -> None:
+        self.url = url
+        self.pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_configure,
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="tierq",
+        )
+        self.pool.open(wait=False)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Row]]:
+        """A pooled connection; store errors become ``Unavailable`` (HTTP 503)."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise Unavailable("PostgreSQL is not answering (no connection)") from exc
+        except psycopg.OperationalError as exc:
+            raise Unavailable(f"PostgreSQL is not answering: {exc}".strip()) from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Row]]:
+        """One transaction on one pooled connection: committed on success."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    def fetch(self, name: str, params: Mapping[str, Any] | None = None,
+              conn: psycopg.Connection[Row] | None = None) -> list[Row]:
+        """Run a named query and return its rows (empty when it returns none)."""
+        if conn is not None:
+            return run(conn, name, params)
+        with self.connection() as own:
+            return run(own, name, params)
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run a named statement that returns no rows; returns the affected row count."""
+        with self.connection() as conn:
+            return conn.execute(query(name), params or {}).rowcount  # type: ignore[arg-type]
+
+    def fetch_one(self, name: str, params: Mapping[str, Any] | None = None,
+                  conn: psycopg.Connection[Row] | None = None) -> Row | None:
+        rows = self.fetch(name, params, conn)
+        return rows[0] if rows else None
+
+    def fetch_value(self, name: str, params: Mapping[str, Any] | None = None,
+                    conn: psycopg.Connection[Row] | None = None) -> Any:
+        row = self.fetch_one(name, params, conn)
+        return None if row is None else next(iter(row.values()))
+
+
+def run(conn: psycopg.Connection[Row], name: str,
+        params: Mapping[str, Any] | None = None) -> list[Row]:
+    """Execute a named query on a connection."""
+    cur = conn.execute(query(name), params or {})  # type: ignore[arg-type]
+    return cur.fetchall() if cur.description is not None else []

@@ -1,0 +1,265 @@
+-- Named queries of the engine. Placeholders are psycopg's %(name)s; arrays are passed whole
+-- and unnested, so every batch is one statement.
+
+-- name: insert_tasks
+-- New tasks, one statement per batch. A live task with the same key wins (DO NOTHING);
+-- the caller reads the rows that were not returned as conflicts.
+INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                         run_at_initially, max_attempts, seq, created_at, ready_since,
+                         state_since)
+SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state, v.run_at, v.run_at,
+       v.max_attempts, nextval('tierq_task_seq'), %(now)s,
+       CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(keys)s::text[], %(priorities)s::smallint[],
+            %(payloads)s::jsonb[], %(states)s::text[], %(run_ats)s::timestamptz[],
+            %(max_attempts)s::int[])
+     AS v(id, tenant, key, priority, payload, state, run_at, max_attempts)
+ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+DO NOTHING
+RETURNING id, tenant, seq, state;
+
+-- name: live_by_keys
+SELECT t.id, t.tenant, t.key, t.state
+FROM tierq_tasks t
+JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS v(tenant, key)
+  ON t.tenant = v.tenant AND t.key = v.key
+WHERE t.queue = %(queue)s AND t.state IN ('delayed', 'cold', 'warm');
+
+-- name: replace_tasks
+-- on_conflict = replace: update live tasks in place; seq is untouched, so a task never moves
+-- back in line. A new schedule in the future turns a ready task delayed. Unchanged rows are
+-- not returned (outcome "ignored").
+UPDATE tierq_tasks t
+SET payload = v.payload,
+    priority = v.priority,
+    max_attempts = v.max_attempts,
+    run_at = COALESCE(v.run_at, t.run_at),
+    run_at_initially = COALESCE(v.run_at, t.run_at_initially),
+    state = CASE WHEN t.state IN ('cold', 'warm') AND v.run_at > %(now)s THEN 'delayed'
+                 ELSE t.state END,
+    state_since = CASE WHEN t.state IN ('cold', 'warm') AND v.run_at > %(now)s
+                       THEN %(now)s::timestamptz ELSE t.state_since END,
+    ready_since = CASE WHEN t.state IN ('cold', 'warm') AND v.run_at > %(now)s THEN NULL
+                       ELSE t.ready_since END
+FROM unnest(%(ids)s::uuid[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
+            %(run_ats)s::timestamptz[], %(max_attempts)s::int[])
+     AS v(id, payload, priority, run_at, max_attempts)
+WHERE t.id = v.id
+  AND t.state IN ('delayed', 'cold', 'warm')
+  AND (t.payload, t.priority, t.max_attempts, t.run_at)
+      IS DISTINCT FROM (v.payload, v.priority, v.max_attempts, COALESCE(v.run_at, t.run_at))
+RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
+          t.max_attempts, t.created_at, t.run_at;
+
+-- name: mark_cold
+-- Rows the warm tier refused go (or go back) to the cold line, keeping their seq.
+UPDATE tierq_tasks SET state = 'cold', state_since = %(now)s
+WHERE id = ANY(%(ids)s::uuid[]) AND state = 'warm';
+
+-- name: lock_due
+-- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due).
+SELECT id, queue, tenant
+FROM tierq_tasks
+WHERE state = 'delayed' AND run_at <= %(now)s
+ORDER BY run_at, seq
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: make_ready
+-- Tasks becoming ready (due, retried, re-queued, replayed) take a new seq, in the order
+-- given: the back of their line. The CTE is not inlined (nextval is volatile), so seqs
+-- follow the array order.
+WITH s AS (
+    SELECT v.id, v.state, nextval('tierq_task_seq') AS seq
+    FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS v(id, state)
+)
+UPDATE tierq_tasks t
+SET state = s.state, seq = s.seq, ready_since = %(now)s, state_since = %(now)s
+FROM s
+WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
+RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
+          t.max_attempts, t.created_at;
+
+-- name: lock_ids
+SELECT id FROM tierq_tasks
+WHERE id = ANY(%(ids)s::uuid[]) AND state = ANY(%(states)s::text[])
+FOR UPDATE SKIP LOCKED;
+
+-- name: lease_outcomes
+-- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
+UPDATE tierq_tasks t
+SET attempts = v.attempt,
+    last_error = v.error,
+    state = CASE WHEN v.dead OR v.attempt >= t.max_attempts THEN 'dead' ELSE 'delayed' END,
+    run_at = CASE WHEN v.dead OR v.attempt >= t.max_attempts THEN t.run_at ELSE v.retry_at END,
+    finished_at = CASE WHEN v.dead OR v.attempt >= t.max_attempts
+                       THEN %(now)s::timestamptz ELSE NULL END,
+    ready_since = NULL,
+    state_since = %(now)s
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(errors)s::text[],
+            %(retry_ats)s::timestamptz[], %(deads)s::bool[])
+     AS v(id, attempt, error, retry_at, dead)
+WHERE t.id = v.id AND t.queue = %(queue)s AND t.state = 'warm'
+RETURNING t.id, t.tenant, t.state, t.run_at;
+
+-- name: ack_delete
+DELETE FROM tierq_tasks
+WHERE queue = %(queue)s AND id = ANY(%(ids)s::uuid[]) AND state = 'warm'
+RETURNING id;
+
+-- name: ack_keep
+-- An ack with a result keeps the task (state done) until the queue's retention ends.
+UPDATE tierq_tasks t
+SET state = 'done', result = v.result, attempts = v.attempt, finished_at = %(now)s,
+    state_since = %(now)s, ready_since = NULL
+FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
+     AS v(id, result, attempt)
+WHERE t.id = v.id AND t.queue = %(queue)s AND t.state = 'warm'
+RETURNING t.id;
+
+-- name: try_pair_lock
+-- One promoter per (queue, tenant) at a time: a session lock, held from selecting a batch
+-- until it is pushed, so two movers never interleave their batches.
+SELECT pg_try_advisory_lock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) AS locked;
+
+-- name: release_pair_lock
+SELECT pg_advisory_unlock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) AS released;
+
+-- name: promote_cold
+-- Cold -> warm: the oldest of the line (priority desc, seq), in one large batch.
+WITH picked AS (
+    SELECT id FROM tierq_tasks
+    WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'cold'
+    ORDER BY priority DESC, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE tierq_tasks t
+SET state = 'warm', state_since = %(now)s
+FROM picked
+WHERE t.id = picked.id
+RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts, t.created_at;
+
+-- name: has_cold
+SELECT EXISTS (
+    SELECT 1 FROM tierq_tasks WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'cold'
+) AS has_cold;
+
+-- name: warm_suspects
+-- Warm rows old enough that Valkey should know them (the reconciler checks which it lost).
+SELECT id FROM tierq_tasks
+WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'warm' AND state_since < %(before)s
+ORDER BY state_since
+LIMIT %(limit)s;
+
+-- name: lock_warm_for_restore
+SELECT id, key, seq, priority, payload, attempts, max_attempts, created_at
+FROM tierq_tasks
+WHERE id = ANY(%(ids)s::uuid[]) AND state = 'warm'
+ORDER BY seq
+FOR UPDATE SKIP LOCKED;
+
+-- name: purge_finished
+-- Retention: done and dead rows of one queue, in bounded batches.
+DELETE FROM tierq_tasks
+WHERE id IN (
+    SELECT id FROM tierq_tasks
+    WHERE queue = %(queue)s AND state IN ('done', 'dead') AND finished_at < %(before)s
+    LIMIT %(limit)s
+);
+
+-- name: register_pairs
+INSERT INTO tierq_queue_tenants (queue, tenant)
+SELECT %(queue)s, t FROM unnest(%(tenants)s::text[]) AS t
+ON CONFLICT DO NOTHING;
+
+-- name: all_pairs
+SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
+
+-- name: tenants_of_queue
+SELECT tenant FROM tierq_queue_tenants WHERE queue = %(queue)s ORDER BY tenant;
+
+-- name: queue_settings_row
+SELECT * FROM tierq_queues WHERE queue = %(queue)s;
+
+-- name: all_queue_settings_rows
+SELECT * FROM tierq_queues ORDER BY queue;
+
+-- name: upsert_queue_settings
+INSERT INTO tierq_queues AS q (queue, warm_max, lease_seconds, max_attempts, backoff_kind,
+                               backoff_base_seconds, backoff_cap_seconds, backoff_jitter,
+                               retention_seconds, paused)
+VALUES (%(queue)s, %(warm_max)s, %(lease_seconds)s, %(max_attempts)s, %(backoff_kind)s,
+        %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(backoff_jitter)s,
+        %(retention_seconds)s, COALESCE(%(paused)s, false))
+ON CONFLICT (queue) DO UPDATE SET
+    warm_max = COALESCE(EXCLUDED.warm_max, q.warm_max),
+    lease_seconds = COALESCE(EXCLUDED.lease_seconds, q.lease_seconds),
+    max_attempts = COALESCE(EXCLUDED.max_attempts, q.max_attempts),
+    backoff_kind = COALESCE(EXCLUDED.backoff_kind, q.backoff_kind),
+    backoff_base_seconds = COALESCE(EXCLUDED.backoff_base_seconds, q.backoff_base_seconds),
+    backoff_cap_seconds = COALESCE(EXCLUDED.backoff_cap_seconds, q.backoff_cap_seconds),
+    backoff_jitter = COALESCE(EXCLUDED.backoff_jitter, q.backoff_jitter),
+    retention_seconds = COALESCE(EXCLUDED.retention_seconds, q.retention_seconds),
+    paused = COALESCE(%(paused)s, q.paused),
+    updated_at = now()
+RETURNING *;
+
+-- name: known_queues
+SELECT queue FROM tierq_queues
+UNION
+SELECT queue FROM tierq_queue_tenants
+ORDER BY queue;
+
+-- name: state_counts
+-- Per (tenant, state) counts of one queue, for the states that live only in Postgres.
+SELECT tenant, state, count(*) AS n
+FROM tierq_tasks
+WHERE queue = %(queue)s AND state IN ('cold', 'delayed', 'dead')
+GROUP BY tenant, state;
+
+-- name: oldest_ready
+-- When the longest-waiting ready task of each tenant became ready; leased rows excluded.
+SELECT tenant, min(ready_since) AS oldest
+FROM tierq_tasks
+WHERE queue = %(queue)s AND state IN ('cold', 'warm') AND NOT (id = ANY(%(leased)s::uuid[]))
+GROUP BY tenant;
+
+-- name: task_by_id
+SELECT * FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
+
+-- name: cancel_task
+DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s RETURNING *;
+
+-- name: dlq_page
+SELECT * FROM tierq_tasks
+WHERE queue = %(queue)s AND state = 'dead'
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND (%(after)s::timestamptz IS NULL OR (finished_at, id) < (%(after)s, %(after_id)s::uuid))
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: lock_dead
+-- DLQ replay: dead rows of a queue (all, or the ids given) whose key is not taken by a live
+-- task (a replay must not create a second live task with the same key).
+SELECT d.id, d.tenant
+FROM tierq_tasks d
+WHERE d.queue = %(queue)s AND d.state = 'dead'
+  AND (%(all)s OR d.id = ANY(%(ids)s::uuid[]))
+  AND (d.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM tierq_tasks l
+        WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
+          AND l.state IN ('delayed', 'cold', 'warm')))
+ORDER BY d.finished_at, d.seq
+LIMIT %(limit)s
+FOR UPDATE OF d SKIP LOCKED;
+
+-- name: reset_dead
+UPDATE tierq_tasks
+SET attempts = 0, finished_at = NULL, state = 'delayed', run_at = %(now)s, state_since = %(now)s
+WHERE id = ANY(%(ids)s::uuid[]) AND state = 'dead';
+
+-- name: purge_dead
+DELETE FROM tierq_tasks
+WHERE queue = %(queue)s AND state = 'dead' AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
+RETURNING id;

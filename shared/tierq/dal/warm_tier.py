@@ -1,0 +1,258 @@
+"""Valkey access: the warm tier's keys and its Lua scripts (``lua/*.lua``), loaded once and
+run with EVALSHA (redis-py reloads a script on NOSCRIPT)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from tierq.errors import Unavailable
+
+SCRIPTS = (
+    "push_ready",
+    "admission_begin",
+    "admission_end",
+    "admission_mode",
+    "claim",
+    "lease_verify",
+    "lease_release",
+    "lease_extend",
+    "lease_expired",
+    "missing",
+    "remove",
+    "update_ready",
+    "tier_stats",
+)
+
+
+@dataclass(frozen=True)
+class PairKeys:
+    """The keys of one (queue, tenant); all share the hash tag ``{queue|tenant}``."""
+
+    ready: str
+    data: str
+    leased: str
+    leases: str
+    meta: str
+    inflight: str
+
+    @classmethod
+    def of(cls, queue: str, tenant: str) -> PairKeys:
+        tag = f"tq:{{{queue}|{tenant}}}:"
+        return cls(tag + "ready", tag + "data", tag + "leased", tag + "leases", tag + "meta",
+                   tag + "inflight")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: str
+    attempt: int
+    token: str
+    blob: bytes
+
+
+@dataclass(frozen=True)
+class ModeObservation:
+    mode: str
+    epoch: str
+    inflight: int
+    ready: int
+    flipped: bool
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    id: str
+    token: str
+    attempt: int
+    started_ms: int
+    worker: str | None
+    deadline_ms: int
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@contextmanager
+def _available() -> Iterator[None]:
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise Unavailable(f"Valkey is not answering: {exc}") from exc
+
+
+class WarmTier:
+    """The warm tier of every (queue, tenant), over one Valkey client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        folder = resources.files("tierq.dal").joinpath("lua")
+        self.scripts: dict[str, Script] = {
+            name: client.register_script(folder.joinpath(f"{name}.lua").read_text("utf-8"))
+            for name in SCRIPTS
+        }
+
+    @classmethod
+    def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            return cls(RedisCluster.from_url(url))  # type: ignore[arg-type]
+        return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
+                                        health_check_interval=30))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with _available():
+            return self.scripts[name](keys=list(keys), args=list(args))
+
+    # -- admission ---------------------------------------------------------------------
+
+    def push(self, queue: str, tenant: str, *, warm_max: int, kind: str, now_ms: int,
+             token: str, items: Sequence[tuple[str, int, bytes]]) -> tuple[str, list[str]]:
+        """Push (id, score, blob) items; returns (mode after, refused ids)."""
+        k = PairKeys.of(queue, tenant)
+        args: list[Any] = [warm_max, kind, now_ms, token]
+        for item in items:
+            args.extend(item)
+        out = self._run("push_ready", (k.ready, k.data, k.meta, k.inflight), args)
+        return _s(out[0]), [_s(x) for x in out[1:]]
+
+    def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str) -> str:
+        k = PairKeys.of(queue, tenant)
+        return _s(self._run("admission_begin", (k.meta, k.inflight), (now_ms, token)))
+
+    def admission_end(self, queue: str, tenant: str, token: str) -> None:
+        k = PairKeys.of(queue, tenant)
+        self._run("admission_end", (k.inflight,), (token,))
+
+    def mode(self, queue: str, tenant: str, *, op: str, now_ms: int, stale_ms: int,
+             warm_max: int, expected_epoch: str = "") -> ModeObservation:
+        k = PairKeys.of(queue, tenant)
+        out = self._run("admission_mode", (k.ready, k.meta, k.inflight),
+                        (op, now_ms, stale_ms, warm_max, expected_epoch))
+        return ModeObservation(_s(out[0]), _s(out[1]), int(out[2]), int(out[3]), bool(out[4]))
+
+    # -- claims and leases -------------------------------------------------------------
+
+    def claim(self, queue: str, tenant: str, *, n: int, now_ms: int, lease_ms: int,
+              token_prefix: str, worker: str) -> tuple[int, str, list[Claimed]]:
+        """Returns (ready left, mode, claimed)."""
+        k = PairKeys.of(queue, tenant)
+        out = self._run("claim", (k.ready, k.data, k.leased, k.leases, k.meta),
+                        (n, now_ms, lease_ms, token_prefix, worker))
+        claimed = [
+            Claimed(_s(out[i]), int(out[i + 1]), _s(out[i + 2]), out[i + 3])
+            for i in range(2, len(out), 4)
+        ]
+        return int(out[0]), _s(out[1]), claimed
+
+    def verify(self, queue: str, tenant: str, *, now_ms: int,
+               leases: Sequence[tuple[str, str]]) -> list[int]:
+        """The attempt of each (id, token) lease, or 0 when it is not owned / expired."""
+        k = PairKeys.of(queue, tenant)
+        args: list[Any] = [now_ms]
+        for lease in leases:
+            args.extend(lease)
+        return [int(x) for x in self._run("lease_verify", (k.leased, k.leases), args)]
+
+    def release(self, queue: str, tenant: str, leases: Sequence[tuple[str, str]]) -> int:
+        if not leases:
+            return 0
+        k = PairKeys.of(queue, tenant)
+        args: list[Any] = []
+        for lease in leases:
+            args.extend(lease)
+        return int(self._run("lease_release", (k.leased, k.leases, k.data), args))
+
+    def extend(self, queue: str, tenant: str, *, now_ms: int,
+               leases: Sequence[tuple[str, str, int]]) -> list[int]:
+        """New deadline (ms) per (id, token, extend_ms), or 0 when not owned / expired."""
+        k = PairKeys.of(queue, tenant)
+        args: list[Any] = [now_ms]
+        for lease in leases:
+            args.extend(lease)
+        return [int(x) for x in self._run("lease_extend", (k.leased, k.leases), args)]
+
+    def expired(self, queue: str, tenant: str, *, now_ms: int,
+                limit: int) -> list[tuple[str, str, int]]:
+        k = PairKeys.of(queue, tenant)
+        out = self._run("lease_expired", (k.leased, k.leases), (now_ms, limit))
+        return [(_s(out[i]), _s(out[i + 1]), int(out[i + 2])) for i in range(0, len(out), 3)]
+
+    def missing(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
+        if not ids:
+            return []
+        k = PairKeys.of(queue, tenant)
+        return [_s(x) for x in self._run("missing", (k.ready, k.leased), ids)]
+
+    def remove(self, queue: str, tenant: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        k = PairKeys.of(queue, tenant)
+        return int(self._run("remove", (k.ready, k.data, k.leased, k.leases), ids))
+
+    def update_ready(self, queue: str, tenant: str,
+                     items: Sequence[tuple[str, int, bytes]]) -> int:
+        if not items:
+            return 0
+        k = PairKeys.of(queue, tenant)
+        args: list[Any] = []
+        for item in items:
+            args.extend(item)
+        return int(self._run("update_ready", (k.ready, k.data), args))
+
+    def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
+        """(ready, leased, mode) of one (queue, tenant)."""
+        k = PairKeys.of(queue, tenant)
+        out = self._run("tier_stats", (k.ready, k.leased, k.meta), ())
+        return int(out[0]), int(out[1]), _s(out[2])
+
+    def leases(self, queue: str, tenant: str) -> list[LeaseInfo]:
+        """Every current lease of one (queue, tenant)."""
+        k = PairKeys.of(queue, tenant)
+        with _available():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(k.leases)
+            pipe.zrange(k.leased, 0, -1, withscores=True)
+            infos, deadlines = pipe.execute()
+        by_id = {_s(member): int(score) for member, score in deadlines}
+        out = []
+        for raw_id, raw in infos.items():
+            task_id = _s(raw_id)
+            if task_id not in by_id:
+                continue
+            token, attempt, started, worker = _s(raw).split("|", 3)
+            out.append(LeaseInfo(task_id, token, int(attempt), int(started), worker or None,
+                                 by_id[task_id]))
+        return out
+
+    def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
+        k = PairKeys.of(queue, tenant)
+        with _available():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(k.leases, task_id)
+            pipe.zscore(k.leased, task_id)
+            raw, deadline = pipe.execute()
+        if raw is None or deadline is None:
+            return None
+        token, attempt, started, worker = _s(raw).split("|", 3)
+        return LeaseInfo(task_id, token, int(attempt), int(started), worker or None,
+                         int(deadline))
+
+    def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
+        with _available():
+            return self.client.zscore(PairKeys.of(queue, tenant).ready, task_id) is not None
+
+    def ping(self) -> bool:
+        with _available():
+            return bool(self.client.ping())

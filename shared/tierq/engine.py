@@ -1,0 +1,164 @@
+"""``Tierq``: the engine every Lambda function, CLI command and Spark job calls.
+
+    tq = Tierq.from_env()                      # DATABASE_URL, VALKEY_URL, TIERQ_*
+    tq.enqueue("emails", [TaskIn(payload={"to": "a@b.c"})])
+    for task in tq.claim("emails", ClaimRequest(max=10)):
+        ...
+        tq.ack("emails", [AckItem(id=task.id, lease_token=task.lease_token)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from tierq.config import Settings, get_settings
+from tierq.dal import connect, migrate
+from tierq.dal.postgres import Database
+from tierq.dal.warm_tier import WarmTier
+from tierq.logic import claim as claim_logic
+from tierq.logic import dlq, enqueue, leases, queues, tasks
+from tierq.logic.context import Clock, Context, SystemClock
+from tierq.maintenance import cold_to_warm, delayed_mover, reaper
+from tierq.models import (
+    AckItem,
+    AckResult,
+    ClaimedTask,
+    ClaimRequest,
+    EnqueueOutcome,
+    HeartbeatItem,
+    HeartbeatResult,
+    NackItem,
+    NackResult,
+    QueueSettings,
+    QueueSettingsUpdate,
+    QueueView,
+    RunningLease,
+    TaskIn,
+    TaskView,
+    TenantCounts,
+)
+
+
+def _models(cls: type[Any], items: Sequence[Any]) -> list[Any]:
+    return [i if isinstance(i, cls) else cls.model_validate(i) for i in items]
+
+
+class Tierq:
+    """The two-tier queue over one PostgreSQL and one Valkey."""
+
+    def __init__(self, *, database_url: str | None = None, valkey_url: str | None = None,
+                 settings: Settings | None = None, clock: Clock | None = None,
+                 db: Database | None = None, warm: WarmTier | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.db = db or Database(database_url or connect.database_url(self.settings),
+                                 max_size=self.settings.db_pool_max)
+        self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
+                                              cluster=self.settings.valkey_cluster)
+        self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())
+
+    @classmethod
+    def from_env(cls) -> Tierq:
+        return cls()
+
+    def close(self) -> None:
+        self.db.close()
+        self.warm.close()
+
+    def __enter__(self) -> Tierq:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def migrate(self) -> list[str]:
+        """Apply pending SQL migrations; returns the versions applied now."""
+        return migrate.migrate(self.db.url)
+
+    # -- producers -----------------------------------------------------------------------
+
+    def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
+                tenant: str | None = None) -> list[EnqueueOutcome]:
+        """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none."""
+        return enqueue.enqueue(self.ctx, queue, _models(TaskIn, items), tenant)
+
+    def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
+        return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
+
+    # -- workers -------------------------------------------------------------------------
+
+    def claim(self, queue: str, request: ClaimRequest | None = None,
+              **fields: Any) -> list[ClaimedTask]:
+        return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields))
+
+    def ack(self, queue: str, items: Sequence[AckItem | Mapping[str, Any]]) -> AckResult:
+        return leases.ack(self.ctx, queue, _models(AckItem, items))
+
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
+        return leases.nack(self.ctx, queue, _models(NackItem, items))
+
+    def heartbeat(self, queue: str,
+                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
+        return leases.heartbeat(self.ctx, queue, _models(HeartbeatItem, items))
+
+    # -- tasks and dead letters ----------------------------------------------------------
+
+    def get_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        return tasks.get_task(self.ctx, queue, UUID(str(task_id)))
+
+    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        return tasks.cancel_task(self.ctx, queue, UUID(str(task_id)))
+
+    def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
+                 after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
+        return dlq.list_dead(self.ctx, queue, tenant=tenant, limit=limit, after=after)
+
+    def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
+        return dlq.replay(self.ctx, queue, ids=[UUID(str(i)) for i in ids], all_dead=all_dead)
+
+    def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                  all_dead: bool = False) -> list[UUID]:
+        return dlq.purge(self.ctx, queue, ids=[UUID(str(i)) for i in ids], all_dead=all_dead)
+
+    # -- queues and metrics --------------------------------------------------------------
+
+    def queue_settings(self, queue: str) -> QueueSettings:
+        return self.ctx.queue_settings.get(queue)
+
+    def put_queue(self, queue: str,
+                  update: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings:
+        model = update if isinstance(update, QueueSettingsUpdate) else \
+            QueueSettingsUpdate.model_validate(update)
+        return queues.put_settings(self.ctx, queue, model)
+
+    def pause(self, queue: str) -> QueueSettings:
+        return self.put_queue(queue, QueueSettingsUpdate(paused=True))
+
+    def resume(self, queue: str) -> QueueSettings:
+        return self.put_queue(queue, QueueSettingsUpdate(paused=False))
+
+    def get_queue(self, queue: str) -> QueueView:
+        return queues.queue_view(self.ctx, queue)
+
+    def list_queues(self) -> list[QueueView]:
+        return [queues.queue_view(self.ctx, q) for q in queues.known_queues(self.ctx)]
+
+    def detailed_counts(self) -> list[TenantCounts]:
+        return queues.detailed(self.ctx)
+
+    def running(self, queue: str | None = None) -> list[RunningLease]:
+        return queues.running(self.ctx, queue)
+
+    # -- maintenance (one pass each) -----------------------------------------------------
+
+    def run_cold_to_warm(self) -> cold_to_warm.ColdToWarmSummary:
+        return cold_to_warm.run(self.ctx)
+
+    def run_delayed_mover(self) -> delayed_mover.DelayedMoverSummary:
+        return delayed_mover.run(self.ctx)
+
+    def run_reaper(self) -> reaper.ReaperSummary:
+        return reaper.run(self.ctx)

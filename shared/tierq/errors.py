@@ -1,0 +1,69 @@
+"""Typed errors. Each maps to one HTTP status and one stable ``code``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TierqError(Exception):
+    """Base of every error tierq raises on purpose."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, *, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+class InvalidInput(TierqError):
+    """Bad input; nothing was written. ``details`` name each offending field."""
+
+    status = 422
+    code = "invalid_input"
+
+    @classmethod
+    def field(cls, field: str, message: str) -> InvalidInput:
+        return cls(f"{field}: {message}", details=[{"field": field, "message": message}])
+
+
+class MalformedRequest(TierqError):
+    """The request could not be parsed at all (not JSON, wrong content)."""
+
+    status = 400
+    code = "malformed_request"
+
+
+class PayloadTooLarge(TierqError):
+    status = 413
+    code = "payload_too_large"
+
+
+class NotFound(TierqError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(TierqError):
+    status = 409
+    code = "conflict"
+
+
+class Forbidden(TierqError):
+    status = 403
+    code = "forbidden"
+
+
+class Unavailable(TierqError):
+    """A backing store does not answer; the caller should retry after ``retry_after``."""
+
+    status = 503
+    code = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

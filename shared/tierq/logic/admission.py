@@ -1,0 +1,200 @@
+"""Admission: tasks that become ready (new, due, retried, re-queued, replayed, promoted,
+restored) enter the warm tier or the cold line, never out of order.
+
+Protocol (DESIGN §3, hysteresis of seed 000):
+
+1. ``begin``: per (queue, tenant), learn the tier mode; in cold mode register the admission
+   as in flight (Valkey ``inflight``), so the queue cannot return to warm mode until these
+   cold rows are committed.
+2. The caller writes Postgres with each ready row's state (``warm`` or ``cold``) and commits.
+3. ``dispatch``: push the warm rows (one Lua script per pair, enforcing warm_max
+   atomically, ``ZADD NX``); what it refuses is marked cold (keeping its seq); then the
+   registrations end.
+
+A crash between 2 and 3 leaves ``warm`` rows that Valkey does not know: the reaper's
+reconciler re-pushes them after the grace period (at-least-once, nothing lost).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psycopg
+
+from tierq.core.ordering import score
+from tierq.dal.postgres import Row, run
+from tierq.logic.context import Context, Pair, to_datetime, to_ms
+
+PUSH_CHUNK = 1000
+
+
+def task_blob(attempts: int, payload_json: str, key: str | None, priority: int,
+              max_attempts: int, created_ms: int) -> bytes:
+    """What the warm tier keeps of a ready task: enough to hand it out without Postgres."""
+    body = orjson.dumps({"p": orjson.Fragment(payload_json), "k": key, "pr": priority,
+                         "m": max_attempts, "c": created_ms})
+    return b"%d|%s" % (attempts, body)
+
+
+def row_push_item(row: Row) -> tuple[str, int, bytes]:
+    """(id, score, blob) of a task row read back from Postgres."""
+    created_ms = int(row["created_at"].timestamp() * 1000)
+    return (
+        str(row["id"]),
+        score(row["priority"], row["seq"]),
+        task_blob(row["attempts"], row["payload"], row["key"], row["priority"],
+                  row["max_attempts"], created_ms),
+    )
+
+
+@dataclass
+class Ticket:
+    """One admission across one or more (queue, tenant) pairs."""
+
+    token: str
+    modes: dict[Pair, str] = field(default_factory=dict)
+    registered: set[Pair] = field(default_factory=set)
+
+    def state_for(self, pair: Pair) -> str:
+        return "warm" if self.modes.get(pair) == "warm" else "cold"
+
+
+def begin(ctx: Context, pairs: Iterable[Pair]) -> Ticket:
+    ticket = Ticket(token=uuid.uuid4().hex)
+    now_ms = to_ms(ctx.now())
+    for pair in sorted(set(pairs)):
+        if ctx.modes.get(pair) == "warm":
+            ticket.modes[pair] = "warm"
+            continue
+        mode = ctx.warm.admission_begin(pair[0], pair[1], now_ms=now_ms, token=ticket.token)
+        ticket.modes[pair] = mode
+        ctx.modes[pair] = mode
+        if mode == "cold":
+            ticket.registered.add(pair)
+    return ticket
+
+
+def close(ctx: Context, ticket: Ticket) -> None:
+    for queue, tenant in sorted(ticket.registered):
+        ctx.warm.admission_end(queue, tenant, ticket.token)
+    ticket.registered.clear()
+
+
+def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[tuple[str, int, bytes]],
+         *, kind: str) -> list[str]:
+    """Push items of one pair; returns the ids refused (to be marked cold by the caller)."""
+    queue, tenant = pair
+    warm_max = ctx.queue_settings.get(queue).warm_max
+    now_ms = to_ms(ctx.now())
+    refused: list[str] = []
+    for start in range(0, len(items), PUSH_CHUNK):
+        chunk = items[start:start + PUSH_CHUNK]
+        mode, refused_now = ctx.warm.push(queue, tenant, warm_max=warm_max, kind=kind,
+                                          now_ms=now_ms, token=ticket.token, items=chunk)
+        ctx.modes[pair] = mode
+        if refused_now:
+            ticket.registered.add(pair)
+            refused.extend(refused_now)
+    return refused
+
+
+def mark_cold(ctx: Context, ids: Sequence[str],
+              conn: psycopg.Connection[Row] | None = None) -> None:
+    if ids:
+        ctx.db.fetch("mark_cold", {"ids": list(ids), "now": to_datetime(ctx.now())}, conn)
+
+
+def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: dict[Pair, list[tuple[str, int, bytes]]],
+             *, kind: str = "enqueue") -> set[str]:
+    """Push committed warm rows, mark what the warm tier refused cold, end the admission.
+    Returns the refused ids."""
+    refused: set[str] = set()
+    try:
+        for pair, items in rows_by_pair.items():
+            if items:
+                refused.update(push(ctx, ticket, pair, items, kind=kind))
+        mark_cold(ctx, sorted(refused))
+    finally:
+        close(ctx, ticket)
+    return refused
+
+
+@dataclass(frozen=True)
+class Target:
+    """A task about to become ready."""
+
+    id: str
+    queue: str
+    tenant: str
+
+
+@dataclass
+class Pending:
+    """Rows made ready in an open transaction, to dispatch once it commits."""
+
+    ticket: Ticket
+    rows: list[Row]
+
+    def warm_items(self) -> dict[Pair, list[tuple[str, int, bytes]]]:
+        by_pair: dict[Pair, list[tuple[str, int, bytes]]] = defaultdict(list)
+        for row in self.rows:
+            if row["state"] == "warm":
+                by_pair[(row["queue"], row["tenant"])].append(row_push_item(row))
+        return by_pair
+
+
+def make_ready(ctx: Context, conn: psycopg.Connection[Row], targets: Sequence[Target],
+               *, from_states: Sequence[str] = ("delayed",)) -> Pending:
+    """Give each target a new seq (the back of its line, in the order given) and its tier.
+    Call ``finish`` after the transaction commits."""
+    ticket = begin(ctx, ((t.queue, t.tenant) for t in targets))
+    try:
+        rows = run(conn, "make_ready", {
+            "ids": [t.id for t in targets],
+            "states": [ticket.state_for((t.queue, t.tenant)) for t in targets],
+            "from_states": list(from_states),
+            "now": to_datetime(ctx.now()),
+        })
+    except BaseException:
+        close(ctx, ticket)
+        raise
+    return Pending(ticket, rows)
+
+
+def finish(ctx: Context, pending: Pending) -> set[str]:
+    """After commit: push the warm rows; returns the ids that went cold instead."""
+    return dispatch(ctx, pending.ticket, pending.warm_items())
+
+
+def abandon(ctx: Context, pending: Pending | None) -> None:
+    """The transaction failed: only end the registrations."""
+    if pending is not None:
+        close(ctx, pending.ticket)
+
+
+def ready_now(ctx: Context, targets: Sequence[Target],
+              *, from_states: Sequence[str] = ("delayed",)) -> list[Row]:
+    """Make these tasks ready right away, in one short transaction."""
+    if not targets:
+        return []
+    pending: Pending | None = None
+    try:
+        with ctx.db.transaction() as conn:
+            pending = make_ready(ctx, conn, targets, from_states=from_states)
+    except BaseException:
+        abandon(ctx, pending)
+        raise
+    refused = finish(ctx, pending)
+    for row in pending.rows:
+        if str(row["id"]) in refused:
+            row["state"] = "cold"
+    return pending.rows
+
+
+def decode_blob(blob: bytes) -> dict[str, Any]:
+    return orjson.loads(blob)

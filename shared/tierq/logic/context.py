@@ -1,0 +1,161 @@
+"""What every operation needs: the two stores, settings, a clock and a few short-lived
+in-process caches (queue settings, known tenants, last seen tier modes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from tierq.config import Settings
+from tierq.dal.postgres import Database
+from tierq.dal.warm_tier import WarmTier
+from tierq.models.queues import BackoffSettings, QueueSettings
+
+Pair = tuple[str, str]  # (queue, tenant)
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+
+class OffsetClock:
+    """The system clock shifted by a settable offset (tests move time forward with it)."""
+
+    def __init__(self, offset: float = 0.0) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def to_datetime(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def to_ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+class QueueSettingsCache:
+    """Effective per-queue settings (stored row over deployment defaults), cached briefly."""
+
+    def __init__(self, db: Database, defaults: Settings) -> None:
+        self.db = db
+        self.defaults = defaults
+        self._cache: dict[str, tuple[float, QueueSettings]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, queue: str) -> QueueSettings:
+        ttl = self.defaults.settings_cache_seconds
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(queue)
+        if hit is not None and now - hit[0] < ttl:
+            return hit[1]
+        row = self.db.fetch_one("queue_settings_row", {"queue": queue})
+        value = self.effective(row)
+        with self._lock:
+            self._cache[queue] = (now, value)
+        return value
+
+    def effective(self, row: dict[str, Any] | None) -> QueueSettings:
+        d = self.defaults
+        r = row or {}
+
+        def pick(column: str, default: Any) -> Any:
+            value = r.get(column)
+            return default if value is None else value
+
+        return QueueSettings(
+            warm_max=pick("warm_max", d.warm_max),
+            lease_seconds=pick("lease_seconds", d.lease_seconds),
+            max_attempts=pick("max_attempts", d.max_attempts),
+            backoff=BackoffSettings(
+                kind=pick("backoff_kind", d.backoff_kind),
+                base_seconds=pick("backoff_base_seconds", d.backoff_base_seconds),
+                cap_seconds=pick("backoff_cap_seconds", d.backoff_cap_seconds),
+                jitter=pick("backoff_jitter", d.backoff_jitter),
+            ),
+            retention_seconds=pick("retention_seconds", d.retention_seconds),
+            paused=bool(r.get("paused", False)),
+        )
+
+    def invalidate(self, queue: str) -> None:
+        with self._lock:
+            self._cache.pop(queue, None)
+
+
+class PairRegistry:
+    """The (queue, tenant) pairs that have had work, as registered in Postgres."""
+
+    def __init__(self, db: Database, ttl: float) -> None:
+        self.db = db
+        self.ttl = ttl
+        self._known: set[Pair] = set()
+        self._tenants: dict[str, tuple[float, list[str]]] = {}
+        self._lock = threading.Lock()
+
+    def ensure(self, queue: str, tenants: Iterable[str]) -> list[str]:
+        """Register pairs; returns the tenants this process had not seen before."""
+        with self._lock:
+            new = sorted({t for t in tenants if (queue, t) not in self._known})
+        if not new:
+            return []
+        self.db.fetch("register_pairs", {"queue": queue, "tenants": new})
+        with self._lock:
+            self._known.update((queue, t) for t in new)
+            self._tenants.pop(queue, None)
+        return new
+
+    def tenants(self, queue: str) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._tenants.get(queue)
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        tenants = [r["tenant"] for r in self.db.fetch("tenants_of_queue", {"queue": queue})]
+        with self._lock:
+            self._tenants[queue] = (now, tenants)
+        return tenants
+
+    def all(self) -> list[Pair]:
+        return [(r["queue"], r["tenant"]) for r in self.db.fetch("all_pairs")]
+
+
+@dataclass
+class Context:
+    db: Database
+    warm: WarmTier
+    settings: Settings
+    clock: Clock = field(default_factory=SystemClock)
+    queue_settings: QueueSettingsCache = field(init=False)
+    pairs: PairRegistry = field(init=False)
+    # last mode each (queue, tenant) was seen in; only "warm" lets an admission skip a round
+    # trip, and a wrong guess is caught by push_ready (it refuses, and the rows go cold).
+    modes: dict[Pair, str] = field(default_factory=dict)
+    rotation: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.queue_settings = QueueSettingsCache(self.db, self.settings)
+        self.pairs = PairRegistry(self.db, self.settings.settings_cache_seconds)
+
+    def now(self) -> float:
+        return self.clock.now()

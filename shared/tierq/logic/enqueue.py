@@ -1,0 +1,254 @@
+"""Enqueue: validate, one multi-row INSERT … ON CONFLICT per batch, then admission of the
+ready tasks (warm tier or cold line). Outcome per task: created / updated / ignored."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from tierq.core.ids import uuid7
+from tierq.core.ordering import score
+from tierq.errors import InvalidInput, PayloadTooLarge
+from tierq.logic import admission, tiering
+from tierq.logic.admission import Target, task_blob
+from tierq.logic.context import Context, Pair, to_datetime
+from tierq.models.names import DEFAULT_TENANT
+from tierq.models.tasks import MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
+
+MAX_BATCH = 500
+INSERT_RETRIES = 3
+
+
+@dataclass
+class Prepared:
+    index: int
+    id: str
+    tenant: str
+    key: str | None
+    priority: int
+    payload_json: str
+    run_at_explicit: bool
+    run_at_s: float
+    max_attempts: int
+    on_conflict: str
+    ready: bool
+    state: str = ""
+
+
+def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
+            default_tenant: str | None = None) -> list[Prepared]:
+    """Turn validated models into rows; raises (writing nothing) on what pydantic cannot see:
+    payload size, schedules beyond a year."""
+    if len(tasks) > MAX_BATCH:
+        raise InvalidInput.field(
+            "tasks", f"at most {MAX_BATCH} tasks per request, got {len(tasks)}"
+        )
+    qs = ctx.queue_settings.get(queue)
+    limit = ctx.settings.max_payload_bytes
+    out: list[Prepared] = []
+    for i, task in enumerate(tasks):
+        where = f"tasks[{i}]" if len(tasks) > 1 else "task"
+        try:
+            payload_json = orjson.dumps(task.payload).decode()
+        except TypeError as exc:
+            raise InvalidInput.field(f"{where}.payload", f"not JSON-serialisable: {exc}") from exc
+        if "\\u0000" in payload_json:
+            raise InvalidInput.field(
+                f"{where}.payload", "contains a NUL character (\\u0000), which cannot be stored"
+            )
+        if len(payload_json) > limit:
+            raise PayloadTooLarge(
+                f"{where}.payload is {len(payload_json)} bytes once serialised; "
+                f"the limit is {limit}",
+                details=[{"field": f"{where}.payload", "message": "too large"}],
+            )
+        if task.run_at is not None:
+            run_at = task.run_at.timestamp()
+            if run_at - now > MAX_DELAY_SECONDS:
+                raise InvalidInput.field(f"{where}.run_at", "must be within a year from now")
+        else:
+            run_at = now + (task.delay_seconds or 0.0)
+        out.append(Prepared(
+            index=i,
+            id=str(uuid7()),
+            tenant=task.tenant or default_tenant or DEFAULT_TENANT,
+            key=task.key,
+            priority=task.priority,
+            payload_json=payload_json,
+            run_at_explicit=task.run_at is not None or task.delay_seconds is not None,
+            run_at_s=run_at,
+            max_attempts=task.max_attempts or qs.max_attempts,
+            on_conflict=task.on_conflict,
+            ready=run_at <= now,
+        ))
+    return out
+
+
+def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
+            default_tenant: str | None = None) -> list[EnqueueOutcome]:
+    now = ctx.now()
+    prepared = prepare(ctx, queue, tasks, now, default_tenant)
+    if not prepared:
+        return []
+    outcomes: dict[int, EnqueueOutcome] = {}
+
+    # Duplicates inside one request: the first occurrence is the task; a later "replace"
+    # overrides its content, a later "ignore" is ignored.
+    primary: dict[tuple[str, str], Prepared] = {}
+    unique: list[Prepared] = []
+    followers: list[tuple[Prepared, Prepared]] = []
+    for p in prepared:
+        if p.key is None:
+            unique.append(p)
+            continue
+        first = primary.get((p.tenant, p.key))
+        if first is None:
+            primary[(p.tenant, p.key)] = p
+            unique.append(p)
+            continue
+        followers.append((p, first))
+        if p.on_conflict == "replace":
+            first.payload_json, first.priority = p.payload_json, p.priority
+            first.max_attempts, first.on_conflict = p.max_attempts, "replace"
+            if p.run_at_explicit:
+                first.run_at_s, first.ready, first.run_at_explicit = p.run_at_s, p.ready, True
+
+    for tenant in ctx.pairs.ensure(queue, {p.tenant for p in unique}):
+        # first sight of this (queue, tenant) in this process: a queue without cold work
+        # starts (or, after Valkey lost its data, returns) in warm mode
+        tiering.refill(ctx, queue, tenant)
+    pending = list(unique)
+    for _ in range(INSERT_RETRIES):
+        if not pending:
+            break
+        pending = _insert_round(ctx, queue, pending, now, outcomes)
+
+    for p in pending:  # conflicted each round yet never found live: report as ignored
+        outcomes[p.index] = EnqueueOutcome(id=p.id, outcome="ignored", state="cold",
+                                           tenant=p.tenant, key=p.key)
+    for follower, first in followers:
+        base = outcomes[first.index]
+        outcome = "updated" if follower.on_conflict == "replace" else "ignored"
+        outcomes[follower.index] = base.model_copy(update={"outcome": outcome})
+    return [outcomes[p.index] for p in prepared]
+
+
+def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
+                  outcomes: dict[int, EnqueueOutcome]) -> list[Prepared]:
+    """Insert; admit the created ready rows; resolve conflicts. Returns the tasks to retry
+    (their conflicting task finished in between)."""
+    ready_pairs = {(queue, p.tenant) for p in batch if p.ready}
+    ticket = admission.begin(ctx, ready_pairs)
+    warm_items: dict[Pair, list[tuple[str, int, bytes]]] = defaultdict(list)
+    try:
+        for p in batch:
+            p.state = ticket.state_for((queue, p.tenant)) if p.ready else "delayed"
+        created = ctx.db.fetch("insert_tasks", {
+            "queue": queue,
+            "now": to_datetime(now),
+            "ids": [p.id for p in batch],
+            "tenants": [p.tenant for p in batch],
+            "keys": [p.key for p in batch],
+            "priorities": [p.priority for p in batch],
+            "payloads": [p.payload_json for p in batch],
+            "states": [p.state for p in batch],
+            "run_ats": [to_datetime(p.run_at_s) for p in batch],
+            "max_attempts": [p.max_attempts for p in batch],
+        })
+    except BaseException:
+        admission.close(ctx, ticket)
+        raise
+    seqs = {str(r["id"]): r["seq"] for r in created}
+    created_ms = int(now * 1000)
+    conflicts: list[Prepared] = []
+    for p in batch:
+        seq = seqs.get(p.id)
+        if seq is None:
+            conflicts.append(p)
+            continue
+        if p.state == "warm":
+            warm_items[(queue, p.tenant)].append((
+                p.id, score(p.priority, seq),
+                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
+            ))
+        outcomes[p.index] = EnqueueOutcome(id=p.id, outcome="created", state=p.state,  # type: ignore[arg-type]
+                                           tenant=p.tenant, key=p.key)
+    refused = admission.dispatch(ctx, ticket, warm_items)
+    for p in batch:
+        if p.id in refused:
+            outcomes[p.index].state = "cold"
+    if not conflicts:
+        return []
+    return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
+
+
+def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now: float,
+                       outcomes: dict[int, EnqueueOutcome]) -> list[Prepared]:
+    live = {
+        (r["tenant"], r["key"]): r
+        for r in ctx.db.fetch("live_by_keys", {
+            "queue": queue,
+            "tenants": [p.tenant for p in conflicts],
+            "keys": [p.key for p in conflicts],
+        })
+    }
+    retry: list[Prepared] = []
+    to_replace: list[tuple[Prepared, dict[str, Any]]] = []
+    for p in conflicts:
+        existing = live.get((p.tenant, p.key or ""))
+        if existing is None:
+            retry.append(p)
+        elif p.on_conflict == "replace":
+            to_replace.append((p, existing))
+        else:
+            outcomes[p.index] = EnqueueOutcome(id=existing["id"], outcome="ignored",
+                                               state=existing["state"], tenant=p.tenant, key=p.key)
+    if to_replace:
+        _replace(ctx, queue, to_replace, now, outcomes)
+    return retry
+
+
+def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, dict[str, Any]]],
+             now: float, outcomes: dict[int, EnqueueOutcome]) -> None:
+    """Update live tasks in place (seed 001's canUpdate): same id, same seq."""
+    rows = ctx.db.fetch("replace_tasks", {
+        "now": to_datetime(now),
+        "ids": [str(e["id"]) for _, e in items],
+        "payloads": [p.payload_json for p, _ in items],
+        "priorities": [p.priority for p, _ in items],
+        "run_ats": [to_datetime(p.run_at_s) if p.run_at_explicit else None for p, _ in items],
+        "max_attempts": [p.max_attempts for p, _ in items],
+    })
+    updated = {str(r["id"]): r for r in rows}
+    now_ready: list[Target] = []
+    warm_updates: dict[str, list[tuple[str, int, bytes]]] = defaultdict(list)
+    to_remove: dict[str, list[str]] = defaultdict(list)
+    for p, existing in items:
+        row = updated.get(str(existing["id"]))
+        if row is None:
+            outcomes[p.index] = EnqueueOutcome(id=existing["id"], outcome="ignored",
+                                               state=existing["state"], tenant=p.tenant, key=p.key)
+            continue
+        state = row["state"]
+        if state == "delayed" and existing["state"] in ("warm", "cold"):
+            to_remove[p.tenant].append(str(row["id"]))  # rescheduled into the future
+        elif state == "delayed" and row["run_at"].timestamp() <= now:
+            now_ready.append(Target(str(row["id"]), queue, p.tenant))
+        elif state == "warm":
+            warm_updates[p.tenant].append(admission.row_push_item(row))
+        outcomes[p.index] = EnqueueOutcome(id=row["id"], outcome="updated", state=state,
+                                           tenant=p.tenant, key=p.key)
+    for tenant, ids in to_remove.items():
+        ctx.warm.remove(queue, tenant, ids)
+    for tenant, pushes in warm_updates.items():
+        ctx.warm.update_ready(queue, tenant, pushes)
+    if now_ready:
+        states = {str(r["id"]): r["state"] for r in admission.ready_now(ctx, now_ready)}
+        for p, existing in items:
+            state = states.get(str(existing["id"]))
+            if state is not None:
+                outcomes[p.index].state = state  # type: ignore[assignment]

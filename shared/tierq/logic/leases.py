@@ -1,0 +1,176 @@
+"""Ack, nack and heartbeat. Tokens are checked in Valkey first; Postgres records the outcome;
+only then are the leases dropped — so a store failure in between loses nothing and the
+worker may simply retry."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import orjson
+
+from tierq.core.ids import tenant_of_token
+from tierq.logic import admission
+from tierq.logic.admission import Target
+from tierq.logic.context import Context, from_ms, to_datetime, to_ms
+from tierq.models.leases import (
+    AckItem,
+    AckResult,
+    HeartbeatItem,
+    HeartbeatResult,
+    LeaseExtended,
+    NackItem,
+    NackResult,
+    Rejection,
+)
+
+
+@dataclass
+class Verified:
+    tenant: str
+    id: str
+    token: str
+    attempt: int
+    index: int
+
+
+def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem],
+           rejected: list[Rejection]) -> list[Verified]:
+    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
+    by_tenant: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        tenant = tenant_of_token(item.lease_token)
+        task_id = str(item.id)
+        if tenant is None or task_id in seen:
+            rejected.append(Rejection(id=item.id, reason="not_owner"))
+            continue
+        seen.add(task_id)
+        by_tenant[tenant].append((i, task_id, item.lease_token))
+    now_ms = to_ms(ctx.now())
+    valid: list[Verified] = []
+    for tenant, entries in by_tenant.items():
+        attempts = ctx.warm.verify(queue, tenant, now_ms=now_ms,
+                                   leases=[(task_id, token) for _, task_id, token in entries])
+        for (i, task_id, token), attempt in zip(entries, attempts, strict=True):
+            if attempt > 0:
+                valid.append(Verified(tenant, task_id, token, attempt, i))
+            else:
+                rejected.append(Rejection(id=UUID(task_id), reason="not_owner"))
+    return valid
+
+
+def release(ctx: Context, queue: str, verified: Sequence[Verified]) -> None:
+    by_tenant: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for v in verified:
+        by_tenant[v.tenant].append((v.id, v.token))
+    for tenant, leases in by_tenant.items():
+        ctx.warm.release(queue, tenant, leases)
+
+
+def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
+    result = AckResult()
+    valid = verify(ctx, queue, items, result.rejected)
+    if not valid:
+        return result
+    now = to_datetime(ctx.now())
+    plain = [v for v in valid if items[v.index].result is None]
+    keep = [v for v in valid if items[v.index].result is not None]
+    done: set[str] = set()
+    if plain:
+        rows = ctx.db.fetch("ack_delete", {"queue": queue, "ids": [v.id for v in plain]})
+        done.update(str(r["id"]) for r in rows)
+    if keep:
+        rows = ctx.db.fetch("ack_keep", {
+            "queue": queue, "now": now,
+            "ids": [v.id for v in keep],
+            "results": [orjson.dumps(items[v.index].result).decode() for v in keep],
+            "attempts": [v.attempt for v in keep],
+        })
+        done.update(str(r["id"]) for r in rows)
+    release(ctx, queue, valid)
+    for v in valid:
+        if v.id in done:
+            result.acked.append(UUID(v.id))
+        else:  # cancelled or rescheduled while it ran
+            result.rejected.append(Rejection(id=UUID(v.id), reason="not_found"))
+    return result
+
+
+def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
+    result = NackResult()
+    valid = verify(ctx, queue, items, result.rejected)
+    if not valid:
+        return result
+    now = ctx.now()
+    policy = ctx.queue_settings.get(queue).backoff.policy()
+    retry_ats = []
+    for v in valid:
+        item = items[v.index]
+        delay = item.retry_in_seconds
+        retry_ats.append(now + (policy.delay(v.attempt) if delay is None else delay))
+    outcomes = record_outcomes(
+        ctx, queue, valid,
+        errors=[items[v.index].error for v in valid],
+        retry_ats=retry_ats,
+        deads=[items[v.index].dead for v in valid],
+    )
+    release(ctx, queue, valid)
+    for v in valid:
+        state = outcomes.get(v.id)
+        if state == "dead":
+            result.dead.append(UUID(v.id))
+        elif state == "delayed":
+            result.retried.append(UUID(v.id))
+        else:
+            result.rejected.append(Rejection(id=UUID(v.id), reason="not_found"))
+    return result
+
+
+def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
+                    errors: Sequence[str], retry_ats: Sequence[float],
+                    deads: Sequence[bool]) -> dict[str, str]:
+    """Record failed attempts (nack, lease expiry): dead at max_attempts or when asked,
+    otherwise delayed until the retry time; retries due now are made ready at once (the
+    back of the line). Returns id -> 'dead' | 'delayed' for the rows found."""
+    now = ctx.now()
+    rows = ctx.db.fetch("lease_outcomes", {
+        "queue": queue,
+        "now": to_datetime(now),
+        "ids": [v.id for v in leases],
+        "attempts": [v.attempt for v in leases],
+        "errors": list(errors),
+        "retry_ats": [to_datetime(t) for t in retry_ats],
+        "deads": list(deads),
+    })
+    due = [Target(str(r["id"]), queue, r["tenant"]) for r in rows
+           if r["state"] == "delayed" and r["run_at"].timestamp() <= now]
+    admission.ready_now(ctx, due)
+    return {str(r["id"]): r["state"] for r in rows}
+
+
+def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> HeartbeatResult:
+    result = HeartbeatResult()
+    qs = ctx.queue_settings.get(queue)
+    by_tenant: dict[str, list[HeartbeatItem]] = defaultdict(list)
+    for item in items:
+        tenant = tenant_of_token(item.lease_token)
+        if tenant is None:
+            result.rejected.append(Rejection(id=item.id, reason="not_owner"))
+        else:
+            by_tenant[tenant].append(item)
+    now_ms = to_ms(ctx.now())
+    for tenant, group in by_tenant.items():
+        deadlines = ctx.warm.extend(queue, tenant, now_ms=now_ms, leases=[
+            (str(i.id), i.lease_token, (i.extend_seconds or qs.lease_seconds) * 1000)
+            for i in group
+        ])
+        for item, deadline in zip(group, deadlines, strict=True):
+            if deadline:
+                result.extended.append(LeaseExtended(id=item.id,
+                                                     lease_expires_at=from_ms(deadline)))
+            else:
+                result.rejected.append(Rejection(id=item.id, reason="not_owner"))
+    return result

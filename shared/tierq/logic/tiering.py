@@ -1,0 +1,80 @@
+"""Cold -> warm for one (queue, tenant): promotion with headroom, and the return to warm
+mode once the cold line has drained (DESIGN §3, seed 000). Used by the scheduled
+``cold_to_warm`` job and inline by a claim that finds the warm set empty."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tierq.core import hysteresis
+from tierq.dal.postgres import run
+from tierq.logic import admission
+from tierq.logic.context import Context, to_datetime, to_ms
+
+PROMOTE_BATCH = 2000
+
+
+@dataclass
+class RefillResult:
+    promoted: int = 0
+    returned_to_warm: bool = False
+    skipped_busy: bool = False
+
+
+def refill(ctx: Context, queue: str, tenant: str) -> RefillResult:
+    result = RefillResult()
+    warm_max = ctx.queue_settings.get(queue).warm_max
+    stale_ms = int(ctx.settings.admission_stale_seconds * 1000)
+    seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
+                         stale_ms=stale_ms, warm_max=warm_max)
+    if seen.mode == "warm":
+        ctx.modes[(queue, tenant)] = "warm"
+        return result
+    room = hysteresis.promotion_room(seen.ready, warm_max)
+    if room > 0:
+        moved, busy = _promote(ctx, queue, tenant, room)
+        result.promoted, result.skipped_busy = moved, busy
+    # Return to warm mode: observe (epoch e), see no cold rows in Postgres, flip iff still e.
+    seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
+                         stale_ms=stale_ms, warm_max=warm_max)
+    if seen.mode == "cold" and hysteresis.may_return_warm(seen.ready, warm_max, 0, seen.inflight):
+        has_cold = ctx.db.fetch_value("has_cold", {"queue": queue, "tenant": tenant})
+        if not has_cold:
+            flip = ctx.warm.mode(queue, tenant, op="flip", now_ms=to_ms(ctx.now()),
+                                 stale_ms=stale_ms, warm_max=warm_max,
+                                 expected_epoch=seen.epoch)
+            result.returned_to_warm = flip.flipped
+            if flip.flipped:
+                ctx.modes[(queue, tenant)] = "warm"
+    return result
+
+
+def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, bool]:
+    """Move up to ``room`` of the oldest cold tasks into the warm set, holding the
+    (queue, tenant) promotion lock so two movers never interleave their batches.
+    Returns (moved, another mover held the lock)."""
+    moved = 0
+    params = {"queue": queue, "tenant": tenant}
+    with ctx.db.connection() as conn:
+        if not run(conn, "try_pair_lock", params)[0]["locked"]:
+            return 0, True
+        try:
+            while room > 0:
+                rows = run(conn, "promote_cold", {
+                    **params, "limit": min(room, PROMOTE_BATCH), "now": to_datetime(ctx.now()),
+                })
+                if not rows:
+                    break
+                rows.sort(key=lambda r: (-r["priority"], r["seq"]))
+                ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}")
+                refused = admission.dispatch(
+                    ctx, ticket, {(queue, tenant): [admission.row_push_item(r) for r in rows]},
+                    kind="promote",
+                )
+                moved += len(rows) - len(refused)
+                room -= len(rows)
+                if refused or len(rows) < PROMOTE_BATCH:
+                    break
+        finally:
+            run(conn, "release_pair_lock", params)
+    return moved, False

@@ -1,0 +1,93 @@
+"""reaper: expired leases go to the back of their line with the attempt counted, or to the
+dead letters at max_attempts; warm rows that Valkey lost (older than the grace period) are
+re-pushed; done and dead rows past their queue's retention are purged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tierq.dal.postgres import run as run_query
+from tierq.logic import admission, leases
+from tierq.logic.admission import Ticket
+from tierq.logic.context import Context, to_datetime, to_ms
+from tierq.logic.leases import Verified
+from tierq.logic.queues import known_queues
+
+EXPIRED_BATCH = 500
+RECONCILE_BATCH = 5000
+PURGE_BATCH = 5000
+
+
+@dataclass
+class ReaperSummary:
+    expired: int = 0
+    requeued: int = 0
+    dead: int = 0
+    restored: int = 0
+    purged: int = 0
+
+
+def run(ctx: Context) -> ReaperSummary:
+    summary = ReaperSummary()
+    for queue, tenant in ctx.pairs.all():
+        expire_leases(ctx, queue, tenant, summary)
+        reconcile(ctx, queue, tenant, summary)
+    for queue in known_queues(ctx):
+        purge(ctx, queue, summary)
+    return summary
+
+
+def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
+    while True:
+        now = ctx.now()
+        expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(now), limit=EXPIRED_BATCH)
+        if not expired:
+            return
+        held = [Verified(tenant, task_id, token, attempt, i)
+                for i, (task_id, token, attempt) in enumerate(expired)]
+        states = leases.record_outcomes(
+            ctx, queue, held,
+            errors=[f"lease expired (attempt {v.attempt})" for v in held],
+            retry_ats=[now] * len(held),
+            deads=[False] * len(held),
+        )
+        leases.release(ctx, queue, held)
+        summary.expired += len(held)
+        summary.dead += sum(1 for s in states.values() if s == "dead")
+        summary.requeued += sum(1 for s in states.values() if s == "delayed")
+        if len(expired) < EXPIRED_BATCH:
+            return
+
+
+def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
+    """Re-push warm rows that neither the ready set nor the lease set knows. The rows are
+    locked while checked and pushed, so an ack deleting one at that moment cannot race."""
+    before = to_datetime(ctx.now() - ctx.settings.reconcile_grace_seconds)
+    suspects = [str(r["id"]) for r in ctx.db.fetch("warm_suspects", {
+        "queue": queue, "tenant": tenant, "before": before, "limit": RECONCILE_BATCH,
+    })]
+    lost = ctx.warm.missing(queue, tenant, suspects)
+    if not lost:
+        return
+    ticket = Ticket(token=f"restore-{queue}-{tenant}-{to_ms(ctx.now())}")
+    try:
+        with ctx.db.transaction() as conn:
+            rows = run_query(conn, "lock_warm_for_restore", {"ids": lost})
+            still_lost = set(ctx.warm.missing(queue, tenant, [str(r["id"]) for r in rows]))
+            items = [admission.row_push_item(r) for r in rows if str(r["id"]) in still_lost]
+            refused = admission.push(ctx, ticket, (queue, tenant), items, kind="restore")
+            admission.mark_cold(ctx, refused, conn)
+    finally:
+        admission.close(ctx, ticket)
+    summary.restored += len(items)
+
+
+def purge(ctx: Context, queue: str, summary: ReaperSummary) -> None:
+    retention = ctx.queue_settings.get(queue).retention_seconds
+    before = to_datetime(ctx.now() - retention)
+    while True:
+        deleted = ctx.db.execute("purge_finished",
+                                 {"queue": queue, "before": before, "limit": PURGE_BATCH})
+        summary.purged += max(0, deleted)
+        if deleted < PURGE_BATCH:
+            return

@@ -1,0 +1,110 @@
+"""Claims, leases and their outcomes: ack, nack, heartbeat."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tierq.models.names import TenantName
+
+MAX_LEASE_SECONDS = 43_200  # 12 hours, as SQS's visibility timeout
+MAX_CLAIM = 500
+
+
+class ClaimRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max: int = Field(default=1, ge=1, le=MAX_CLAIM, description="How many tasks at most.")
+    lease_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
+    tenant: TenantName | None = Field(
+        default=None, description="Only this tenant; without it claims rotate across tenants."
+    )
+    worker: str | None = Field(default=None, max_length=128)
+    wait_seconds: float = Field(default=0, ge=0, le=20, description="Long-poll up to this long.")
+
+
+class ClaimedTask(BaseModel):
+    id: UUID
+    queue: str
+    tenant: str
+    key: str | None
+    priority: int
+    payload: Any
+    attempt: int
+    max_attempts: int
+    lease_token: str
+    lease_expires_at: datetime
+    redelivered: bool
+    enqueued_at: datetime
+
+
+class AckItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    lease_token: str = Field(min_length=1, max_length=200)
+    result: Any = Field(default=None, description="Kept with the task until retention ends.")
+
+
+class NackItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    lease_token: str = Field(min_length=1, max_length=200)
+    error: str = Field(default="", max_length=10_000)
+    retry_in_seconds: float | None = Field(default=None, ge=0, le=366 * 86_400)
+    dead: bool = Field(default=False, description="Dead-letter now, whatever the attempts left.")
+
+
+class HeartbeatItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    lease_token: str = Field(min_length=1, max_length=200)
+    extend_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
+
+
+RejectReason = Literal["not_owner", "not_found"]
+
+
+class Rejection(BaseModel):
+    id: UUID
+    reason: RejectReason
+
+
+class AckResult(BaseModel):
+    acked: list[UUID] = Field(default_factory=list)
+    rejected: list[Rejection] = Field(default_factory=list)
+
+
+class NackResult(BaseModel):
+    retried: list[UUID] = Field(default_factory=list)
+    dead: list[UUID] = Field(default_factory=list)
+    rejected: list[Rejection] = Field(default_factory=list)
+
+
+class LeaseExtended(BaseModel):
+    id: UUID
+    lease_expires_at: datetime
+
+
+class HeartbeatResult(BaseModel):
+    extended: list[LeaseExtended] = Field(default_factory=list)
+    rejected: list[Rejection] = Field(default_factory=list)
+
+
+class RunningLease(BaseModel):
+    queue: str
+    tenant: str
+    id: UUID
+    worker: str | None
+    attempt: int
+    started_at: datetime
+    running_for_ms: int
+    lease_expires_at: datetime
+
+
+OutcomeKind = Literal["acked", "retried", "dead"]

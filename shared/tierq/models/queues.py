@@ -1,0 +1,81 @@
+"""Per-queue settings, counts and views."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tierq.core.backoff import BackoffPolicy
+
+
+class BackoffSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["fixed", "linear", "exponential"] = "exponential"
+    base_seconds: float = Field(default=2.0, ge=0, le=86_400)
+    cap_seconds: float = Field(default=3600.0, ge=0, le=366 * 86_400)
+    jitter: float = Field(default=0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _cap_not_below_base(self) -> BackoffSettings:
+        if self.cap_seconds < self.base_seconds:
+            raise ValueError("cap_seconds must be >= base_seconds")
+        return self
+
+    def policy(self) -> BackoffPolicy:
+        return BackoffPolicy(self.kind, self.base_seconds, self.cap_seconds, self.jitter)
+
+
+class QueueSettings(BaseModel):
+    """A queue's effective settings (stored values over the deployment defaults)."""
+
+    warm_max: int = Field(ge=1, le=1_000_000)
+    lease_seconds: int = Field(ge=1, le=43_200)
+    max_attempts: int = Field(ge=1, le=1000)
+    backoff: BackoffSettings
+    retention_seconds: int = Field(ge=0, le=10 * 366 * 86_400)
+    paused: bool = False
+
+
+class QueueSettingsUpdate(BaseModel):
+    """PUT /v1/queues/{queue}: only the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    warm_max: int | None = Field(default=None, ge=1, le=1_000_000)
+    lease_seconds: int | None = Field(default=None, ge=1, le=43_200)
+    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    backoff: BackoffSettings | None = None
+    retention_seconds: int | None = Field(default=None, ge=0, le=10 * 366 * 86_400)
+    paused: bool | None = None
+
+
+class QueueCounts(BaseModel):
+    warm: int = 0  # ready in the warm tier
+    cold: int = 0
+    delayed: int = 0
+    leased: int = 0
+    dead: int = 0
+
+
+class QueueView(BaseModel):
+    queue: str
+    settings: QueueSettings
+    counts: QueueCounts
+    mode: Literal["warm", "cold"]
+    tenants: list[str] = Field(default_factory=list)
+
+
+class TenantCounts(BaseModel):
+    queue: str
+    tenant: str
+    warm: int
+    cold: int
+    delayed: int
+    leased: int
+    dead: int
+    mode: Literal["warm", "cold"] = "warm"
+    oldest_ready_at: datetime | None = None
+    oldest_ready_age_seconds: float | None = None

@@ -1,0 +1,80 @@
+"""Tasks: what producers enqueue, and how a task looks when asked for."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tierq.models.names import TaskKey, TenantName
+
+MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
+
+TaskState = Literal["delayed", "cold", "warm", "leased", "dead", "done"]
+Outcome = Literal["created", "updated", "ignored"]
+
+
+class TaskIn(BaseModel):
+    """One task to enqueue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payload: Any = Field(description="Any JSON value; at most 256 KiB once serialised.")
+    key: TaskKey | None = Field(
+        default=None, description="Idempotency key, unique per (queue, tenant) among live tasks."
+    )
+    priority: int = Field(default=0, ge=0, le=9, description="0..9; 9 is claimed first.")
+    delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
+    run_at: datetime | None = Field(default=None, description="When it becomes claimable.")
+    tenant: TenantName | None = None
+    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    on_conflict: Literal["ignore", "replace"] = Field(
+        default="ignore",
+        description="When a live task has the same key: keep it as it is, or update it in place.",
+    )
+
+    @field_validator("run_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> TaskIn:
+        if self.delay_seconds is not None and self.run_at is not None:
+            raise ValueError("give delay_seconds or run_at, not both")
+        return self
+
+
+class EnqueueOutcome(BaseModel):
+    id: UUID
+    outcome: Outcome
+    state: TaskState
+    tenant: str
+    key: str | None = None
+
+
+class TaskView(BaseModel):
+    """A task as stored (GET /v1/queues/{queue}/tasks/{id})."""
+
+    id: UUID
+    queue: str
+    tenant: str
+    key: str | None
+    priority: int
+    payload: Any
+    state: TaskState
+    run_at: datetime
+    run_at_initially: datetime
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    ready_since: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    result: Any = None
+    worker: str | None = None
+    lease_expires_at: datetime | None = None
