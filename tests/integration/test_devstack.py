@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 import redis
+
 from tierq.devstack import (
     DevstackError,
     PrivatePostgres,

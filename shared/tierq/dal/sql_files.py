@@ -1,5 +1,5 @@
-"""Named SQL queries, kept in ``sql/queries.sql`` as ``-- name: <name>`` blocks
-(procrastinate's layout), loaded once."""
+"""Named SQL queries, kept in ``sql/queries/*.sql`` as ``-- name: <name>`` blocks
+(procrastinate's layout), loaded once. Names are unique across the files."""
 
 from __future__ import annotations
 
@@ -26,8 +26,16 @@ def parse_named_queries(text: str) -> dict[str, str]:
 
 @cache
 def queries() -> dict[str, str]:
-    text = resources.files("tierq.dal").joinpath("sql/queries.sql").read_text("utf-8")
-    return parse_named_queries(text)
+    folder = resources.files("tierq.dal").joinpath("sql/queries")
+    merged: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, sql in parse_named_queries(entry.read_text("utf-8")).items():
+            if name in merged:
+                raise ValueError(f"query {name!r} is defined in two files (second: {entry.name})")
+            merged[name] = sql
+    return merged
 
 
 def query(name: str) -> str:
@@ -35,4 +43,4 @@ def query(name: str) -> str:
     try:
         return queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
+        raise KeyError(f"no query named {name!r} in sql/queries/*.sql") from None

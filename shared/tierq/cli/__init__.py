@@ -1,0 +1,30 @@
+"""The ``tierq`` command. Each command group lives in its own module with a
+``register(app)`` function; add a module to ``COMMAND_MODULES`` to expose it."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="tierq",
+    help="tierq: a durable, serverless task queue (Valkey warm tier over PostgreSQL).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "tierq.cli.database",
+)
+
+
+
+@app.callback()
+def main() -> None:
+    """tierq: a durable, serverless task queue (Valkey warm tier over PostgreSQL)."""
+
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module).register(app)

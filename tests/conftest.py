@@ -1,0 +1,142 @@
+"""Shared fixtures: real PostgreSQL and real Valkey/Redis, never mocks.
+
+Each test session gets its own servers: when DATABASE_URL / VALKEY_URL are set and answer,
+they are reused (with a fresh database, and the Valkey db of the URL flushed between tests);
+otherwise private servers start under a per-session folder in /tmp (about a second) and stop
+at the end. Concurrent test sessions therefore never flush each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import redis
+
+from tierq.config import Settings
+from tierq.dal.migrate import migrate
+from tierq.devstack import LocalServices, ensure_services
+from tierq.engine import Tierq
+from tierq.logic.context import OffsetClock
+
+TABLES = ("tierq_tasks", "tierq_queues", "tierq_queue_tenants")
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[LocalServices]:
+    base = Path(tempfile.mkdtemp(prefix="tierq-tests-", dir="/tmp"))
+    base.chmod(0o755)  # the postgres system user must be able to enter it when we are root
+    try:
+        with ensure_services(base / "services") as local:
+            yield local
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def database_url(services: LocalServices) -> Iterator[str]:
+    """A fresh, migrated database for this test session."""
+    admin = services.postgres.url
+    name = f"tierq_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(admin, name)
+    migrate(url)
+    yield url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def valkey_url(services: LocalServices) -> str:
+    return services.valkey.url
+
+
+@pytest.fixture(scope="session")
+def valkey_private(services: LocalServices) -> bool:
+    return services.valkey.private
+
+
+def flush_valkey(url: str, private: bool) -> None:
+    """Wipe the warm tier: the whole private server, or only the db of a shared one."""
+    client = redis.Redis.from_url(url)
+    try:
+        if private:
+            client.flushall()
+        else:
+            client.flushdb()
+    finally:
+        client.close()
+
+
+def truncate(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join(TABLES)}")
+
+
+@pytest.fixture
+def clean_stores(database_url: str, valkey_url: str, valkey_private: bool) -> None:
+    truncate(database_url)
+    flush_valkey(valkey_url, valkey_private)
+
+
+TierqFactory = Callable[..., Tierq]
+
+
+@pytest.fixture
+def make_tq(database_url: str, valkey_url: str, clean_stores: None) -> Iterator[TierqFactory]:
+    """Build engines over the session's stores (empty at the start of each test).
+    Keyword arguments are TIERQ_* settings by field name (e.g. ``warm_max=50``)."""
+    made: list[Tierq] = []
+
+    def factory(clock: Any = None, **overrides: Any) -> Tierq:
+        fields: dict[str, Any] = {"settings_cache_seconds": 0.0, **overrides}
+        settings = Settings(database_url=database_url, valkey_url=valkey_url, **fields)
+        tq = Tierq(settings=settings, clock=clock or OffsetClock())
+        made.append(tq)
+        return tq
+
+    yield factory
+    for tq in made:
+        tq.close()
+
+
+@pytest.fixture
+def tq(make_tq: TierqFactory) -> Tierq:
+    """An engine with default settings and a clock tests can move forward
+    (``tq.ctx.clock.advance(seconds)``)."""
+    return make_tq()
+
+
+@pytest.fixture
+def pg(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A plain connection for assertions on the system of record."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def valkey(valkey_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(valkey_url)
+    yield client
+    client.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    given = [name for name in ("DATABASE_URL", "VALKEY_URL") if os.environ.get(name)]
+    if given:
+        return [f"tierq: reusing {', '.join(given)} when they answer (fresh database per session)"]
+    return ["tierq: private PostgreSQL and Redis per test session (under /tmp)"]
