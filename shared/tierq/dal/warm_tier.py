@@ -127,9 +127,11 @@ class WarmTier:
         out = self._run("push_ready", (k.ready, k.data, k.meta, k.inflight), args)
         return _s(out[0]), [_s(x) for x in out[1:]]
 
-    def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str) -> str:
+    def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str,
+                        force_cold: bool = False) -> str:
         k = PairKeys.of(queue, tenant)
-        return _s(self._run("admission_begin", (k.meta, k.inflight), (now_ms, token)))
+        return _s(self._run("admission_begin", (k.meta, k.inflight),
+                            (now_ms, token, "force_cold" if force_cold else "")))
 
     def admission_end(self, queue: str, tenant: str, token: str) -> None:
         k = PairKeys.of(queue, tenant)

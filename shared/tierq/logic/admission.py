@@ -64,14 +64,18 @@ class Ticket:
         return "warm" if self.modes.get(pair) == "warm" else "cold"
 
 
-def begin(ctx: Context, pairs: Iterable[Pair]) -> Ticket:
+def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False) -> Ticket:
+    """Start an admission. ``force_cold`` (bulk loads) turns each queue cold first, so the
+    rows land in the cold line and nothing enqueued later can jump ahead of them; the
+    caller writes them with state 'cold' and calls ``close`` after its commit."""
     ticket = Ticket(token=uuid.uuid4().hex)
     now_ms = to_ms(ctx.now())
     for pair in sorted(set(pairs)):
-        if ctx.modes.get(pair) == "warm":
+        if ctx.modes.get(pair) == "warm" and not force_cold:
             ticket.modes[pair] = "warm"
             continue
-        mode = ctx.warm.admission_begin(pair[0], pair[1], now_ms=now_ms, token=ticket.token)
+        mode = ctx.warm.admission_begin(pair[0], pair[1], now_ms=now_ms, token=ticket.token,
+                                        force_cold=force_cold)
         ticket.modes[pair] = mode
         ctx.modes[pair] = mode
         if mode == "cold":
