@@ -174,7 +174,7 @@ class WarmTier:
         args: list[Any] = []
         for lease in leases:
             args.extend(lease)
-        return int(self._run("lease_release", (k.leased, k.leases, k.data), args))
+        return int(self._run("lease_release", (k.leased, k.leases), args))
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
                leases: Sequence[tuple[str, str, int]]) -> list[int]:

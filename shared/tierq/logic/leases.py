@@ -117,7 +117,6 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
         retry_ats=retry_ats,
         deads=[items[v.index].dead for v in valid],
     )
-    release(ctx, queue, valid)
     for v in valid:
         state = outcomes.get(v.id)
         if state == "dead":
@@ -133,8 +132,9 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
                     errors: Sequence[str], retry_ats: Sequence[float],
                     deads: Sequence[bool]) -> dict[str, str]:
     """Record failed attempts (nack, lease expiry): dead at max_attempts or when asked,
-    otherwise delayed until the retry time; retries due now are made ready at once (the
-    back of the line). Returns id -> 'dead' | 'delayed' for the rows found."""
+    otherwise delayed until the retry time. Then drop the leases, and only then make the
+    retries due now ready (the back of the line). Returns id -> 'dead' | 'delayed' for the
+    rows found."""
     now = ctx.now()
     rows = ctx.db.fetch("lease_outcomes", {
         "queue": queue,
@@ -145,6 +145,7 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
         "retry_ats": [to_datetime(t) for t in retry_ats],
         "deads": list(deads),
     })
+    release(ctx, queue, leases)
     due = [Target(str(r["id"]), queue, r["tenant"]) for r in rows
            if r["state"] == "delayed" and r["run_at"].timestamp() <= now]
     admission.ready_now(ctx, due)

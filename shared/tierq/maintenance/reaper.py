@@ -51,7 +51,6 @@ def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary)
             retry_ats=[now] * len(held),
             deads=[False] * len(held),
         )
-        leases.release(ctx, queue, held)
         summary.expired += len(held)
         summary.dead += sum(1 for s in states.values() if s == "dead")
         summary.requeued += sum(1 for s in states.values() if s == "delayed")

@@ -1,0 +1,215 @@
+"""Enqueue, claim, ack on the warm path; keys (ignore / replace); validation writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.helpers import count_rows, drain
+from tierq import InvalidInput, PayloadTooLarge, TaskIn
+from tierq.errors import NotFound
+
+
+def test_enqueue_commits_in_postgres_before_returning(tq, pg):
+    out = tq.enqueue("emails", [{"payload": {"n": i}} for i in range(10)])
+    assert [o.outcome for o in out] == ["created"] * 10
+    ids = {str(o.id) for o in out}
+    rows = pg.execute("SELECT id::text, state, attempts FROM tierq_tasks").fetchall()
+    assert {r[0] for r in rows} == ids
+    assert {r[1] for r in rows} == {"warm"}
+
+
+def test_claim_returns_payload_and_lease_then_ack_deletes(tq, pg):
+    created = tq.enqueue_one("emails", {"to": "a@example.com"}, key="k1", priority=3)
+    [task] = tq.claim("emails", max=10, worker="w1")
+    assert task.id == created.id
+    assert task.payload == {"to": "a@example.com"}
+    assert (task.key, task.priority, task.attempt, task.redelivered) == ("k1", 3, 1, False)
+    assert task.lease_token.startswith("_~")
+    view = tq.get_task("emails", task.id)
+    assert view.state == "leased" and view.worker == "w1"
+    result = tq.ack("emails", [{"id": task.id, "lease_token": task.lease_token}])
+    assert result.acked == [task.id] and not result.rejected
+    assert count_rows(pg) == 0
+    with pytest.raises(NotFound):
+        tq.get_task("emails", task.id)
+
+
+def test_ack_with_result_keeps_the_task_done(tq):
+    tq.enqueue_one("jobs", {"x": 1})
+    [task] = tq.claim("jobs")
+    tq.ack("jobs", [{"id": task.id, "lease_token": task.lease_token, "result": {"ok": True}}])
+    view = tq.get_task("jobs", task.id)
+    assert view.state == "done" and view.result == {"ok": True} and view.attempts == 1
+
+
+def test_wrong_token_is_rejected_as_not_owner(tq):
+    tq.enqueue_one("jobs", {})
+    [task] = tq.claim("jobs")
+    bad = tq.ack("jobs", [{"id": task.id, "lease_token": task.lease_token + "x"},
+                          {"id": task.id, "lease_token": "garbage"}])
+    assert not bad.acked
+    assert [r.reason for r in bad.rejected] == ["not_owner", "not_owner"]
+    good = tq.ack("jobs", [{"id": task.id, "lease_token": task.lease_token}])
+    assert good.acked == [task.id]
+    again = tq.ack("jobs", [{"id": task.id, "lease_token": task.lease_token}])
+    assert again.rejected[0].reason == "not_owner"
+
+
+def test_priority_first_then_fifo(tq):
+    out = tq.enqueue("q", [{"payload": i, "priority": p} for i, p in
+                           enumerate([0, 5, 9, 5, 0, 9])])
+    order = [t.payload for t in drain(tq, "q", batch=2)]
+    assert order == [2, 5, 1, 3, 0, 4]
+    assert len(out) == 6
+
+
+def test_ignore_keeps_the_task_where_it_is(tq, pg):
+    first = tq.enqueue("q", [{"payload": "a", "key": "A"}, {"payload": "b", "key": "B"}])
+    again = tq.enqueue("q", [{"payload": "a2", "key": "A"}])
+    assert again[0].outcome == "ignored" and again[0].id == first[0].id
+    order = [t.payload for t in drain(tq, "q")]
+    assert order == ["a", "b"]  # not moved to the back, payload unchanged
+
+
+def test_replace_updates_in_place_without_moving(tq, pg):
+    first = tq.enqueue("q", [{"payload": "a", "key": "A"}, {"payload": "b", "key": "B"}])
+    seq_before = pg.execute("SELECT seq FROM tierq_tasks WHERE key = 'A'").fetchone()[0]
+    out = tq.enqueue("q", [{"payload": "a2", "key": "A", "on_conflict": "replace"}])
+    assert out[0].outcome == "updated" and out[0].id == first[0].id
+    seq_after = pg.execute("SELECT seq FROM tierq_tasks WHERE key = 'A'").fetchone()[0]
+    assert seq_after == seq_before
+    same = tq.enqueue("q", [{"payload": "a2", "key": "A", "on_conflict": "replace"}])
+    assert same[0].outcome == "ignored"  # identical content: nothing to update
+    order = [t.payload for t in drain(tq, "q")]
+    assert order == ["a2", "b"]
+
+
+def test_replace_of_a_cold_task_keeps_its_place(make_tq, pg):
+    tq = make_tq(warm_max=2)
+    tq.enqueue("q", [{"payload": i, "key": f"k{i}"} for i in range(5)])
+    out = tq.enqueue("q", [{"payload": "three", "key": "k3", "on_conflict": "replace"}])
+    assert out[0].outcome == "updated" and out[0].state == "cold"
+    order = [t.payload for t in drain(tq, "q", batch=1)]
+    assert order == [0, 1, 2, "three", 4]
+
+
+def test_replace_into_the_future_makes_a_ready_task_delayed(tq):
+    tq.enqueue("q", [{"payload": "a", "key": "A"}, {"payload": "b", "key": "B"}])
+    out = tq.enqueue("q", [{"payload": "a", "key": "A", "delay_seconds": 60,
+                            "on_conflict": "replace"}])
+    assert out[0].state == "delayed"
+    assert [t.payload for t in drain(tq, "q")] == ["b"]
+    tq.ctx.clock.advance(61)
+    tq.run_delayed_mover()
+    assert [t.payload for t in drain(tq, "q")] == ["a"]
+
+
+def test_duplicate_keys_inside_one_request(tq):
+    out = tq.enqueue("q", [{"payload": 1, "key": "K"}, {"payload": 2, "key": "K"},
+                           {"payload": 3, "key": "K", "on_conflict": "replace"}])
+    assert [o.outcome for o in out] == ["created", "ignored", "updated"]
+    assert len({o.id for o in out}) == 1
+    assert [t.payload for t in drain(tq, "q")] == [3]
+
+
+def test_a_key_is_free_again_once_the_task_finished(tq):
+    a = tq.enqueue_one("q", 1, key="K")
+    drain(tq, "q")
+    b = tq.enqueue_one("q", 2, key="K")
+    assert b.outcome == "created" and b.id != a.id
+
+
+def test_keys_are_per_tenant(tq):
+    out = tq.enqueue("q", [{"payload": 1, "key": "K", "tenant": "a"},
+                           {"payload": 2, "key": "K", "tenant": "b"}])
+    assert [o.outcome for o in out] == ["created", "created"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"payload": 1, "priority": 10},
+    {"payload": 1, "priority": -1},
+    {"payload": 1, "tenant": "has space"},
+    {"payload": 1, "tenant": "a|b"},
+    {"payload": 1, "delay_seconds": -1},
+    {"payload": 1, "delay_seconds": 10 ** 9},
+    {"payload": 1, "max_attempts": 0},
+    {"payload": 1, "on_conflict": "overwrite"},
+    {"payload": 1, "unknown_field": True},
+    {"payload": 1, "delay_seconds": 5, "run_at": "2030-01-01T00:00:00Z"},
+    {"priority": 1},
+])
+def test_invalid_task_fields_are_refused_before_any_write(tq, pg, bad):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        tq.enqueue("q", [{"payload": "fine"}, bad])
+    assert count_rows(pg) == 0
+
+
+def test_oversized_payload_is_refused_and_nothing_written(make_tq, pg):
+    tq = make_tq(max_payload_bytes=1024)
+    with pytest.raises(PayloadTooLarge) as err:
+        tq.enqueue("q", [{"payload": "ok"}, {"payload": "x" * 2000}])
+    assert "tasks[1].payload" in err.value.message
+    assert count_rows(pg) == 0
+
+
+def test_nul_characters_and_far_schedules_are_refused(tq, pg):
+    with pytest.raises(InvalidInput, match="payload"):
+        tq.enqueue("q", [TaskIn(payload={"s": "a\x00b"})])
+    with pytest.raises(InvalidInput, match="run_at"):
+        tq.enqueue("q", [TaskIn(payload=1, run_at="2999-01-01T00:00:00Z")])
+    with pytest.raises(InvalidInput, match="at most 500"):
+        tq.enqueue("q", [TaskIn(payload=i) for i in range(501)])
+    assert count_rows(pg) == 0
+
+
+def test_a_failing_batch_insert_writes_nothing(tq, pg):
+    """Invariant 6: one statement per batch, so a row the database refuses takes the whole
+    batch with it."""
+    import psycopg
+
+    from tierq.logic.context import to_datetime
+
+    now = to_datetime(tq.ctx.now())
+    with pytest.raises(psycopg.errors.CheckViolation):
+        tq.db.fetch("insert_tasks", {
+            "queue": "q", "now": now,
+            "ids": ["018f0000-0000-7000-8000-000000000001", "018f0000-0000-7000-8000-000000000002"],
+            "tenants": ["_", "_"], "keys": [None, None], "priorities": [1, 12],
+            "payloads": ["1", "2"], "states": ["cold", "cold"], "run_ats": [now, now],
+            "max_attempts": [3, 3],
+        })
+    assert count_rows(pg) == 0
+
+
+def test_paused_queue_hands_out_nothing_until_resumed(tq):
+    tq.enqueue_one("q", 1)
+    tq.pause("q")
+    assert tq.claim("q", max=5) == []
+    tq.resume("q")
+    assert len(tq.claim("q", max=5)) == 1
+
+
+def test_cancel_removes_a_task_from_both_tiers(tq, valkey, pg):
+    a = tq.enqueue_one("q", "a")
+    b = tq.enqueue_one("q", "b")
+    tq.cancel_task("q", a.id)
+    with pytest.raises(NotFound):
+        tq.cancel_task("q", a.id)
+    assert [t.payload for t in drain(tq, "q")] == ["b"]
+    assert b.outcome == "created" and count_rows(pg) == 0
+
+
+def test_cancel_of_a_leased_task_rejects_its_ack(tq):
+    tq.enqueue_one("q", "a")
+    [task] = tq.claim("q")
+    tq.cancel_task("q", task.id)
+    result = tq.ack("q", [{"id": task.id, "lease_token": task.lease_token}])
+    assert not result.acked and result.rejected[0].reason == "not_owner"
+
+
+def test_scripts_reload_after_script_flush(tq, valkey):
+    tq.enqueue_one("q", 1)
+    valkey.script_flush()
+    assert len(tq.claim("q")) == 1  # EVALSHA → NOSCRIPT → loaded again

@@ -1,0 +1,170 @@
+"""Delays, lease expiry, nack with backoff, heartbeats, dead letters and replay."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tests.integration.helpers import count_state, drain
+
+
+def test_a_delayed_task_is_claimable_only_after_run_at(tq, pg):
+    out = tq.enqueue_one("d", "later", delay_seconds=30)
+    assert out.state == "delayed"
+    assert tq.claim("d", max=5) == []
+    tq.ctx.clock.advance(29)
+    assert tq.run_delayed_mover().moved == 0
+    assert tq.claim("d", max=5) == []
+    tq.ctx.clock.advance(2)
+    assert tq.run_delayed_mover().moved == 1
+    [task] = tq.claim("d", max=5)
+    assert task.payload == "later"
+
+
+def test_run_at_in_the_past_is_ready_at_once(tq):
+    past = datetime.now(UTC) - timedelta(hours=1)
+    assert tq.enqueue_one("d", 1, run_at=past).state == "warm"
+
+
+def test_delayed_mover_puts_due_tasks_at_the_back_of_their_line(tq):
+    tq.enqueue_one("d", "delayed-first", delay_seconds=5)
+    tq.enqueue("d", [{"payload": "ready-1"}, {"payload": "ready-2"}])
+    tq.ctx.clock.advance(6)
+    tq.run_delayed_mover()
+    tq.enqueue_one("d", "ready-3")
+    assert [t.payload for t in drain(tq, "d")] == ["ready-1", "ready-2", "delayed-first",
+                                                  "ready-3"]
+
+
+def test_delayed_mover_cost_follows_what_is_due(tq):
+    tq.enqueue("d", [{"payload": i, "delay_seconds": 3600} for i in range(300)])
+    tq.enqueue("d", [{"payload": "soon", "delay_seconds": 1}])
+    tq.ctx.clock.advance(2)
+    summary = tq.run_delayed_mover()
+    assert summary.moved == 1 and summary.batches == 1
+
+
+def test_expired_lease_is_redelivered_at_the_back_with_attempt_plus_one(make_tq, pg):
+    tq = make_tq(lease_seconds=30, max_attempts=3)
+    tq.enqueue("l", [{"payload": "a"}, {"payload": "b"}, {"payload": "c"}])
+    [first] = tq.claim("l", max=1)
+    assert first.payload == "a" and first.attempt == 1
+    tq.ctx.clock.advance(31)  # no heartbeat: the lease expires
+    late = tq.ack("l", [{"id": first.id, "lease_token": first.lease_token}])
+    assert late.rejected[0].reason == "not_owner"
+    summary = tq.run_reaper()
+    assert summary.expired == 1 and summary.requeued == 1
+    order = drain(tq, "l", batch=1)
+    assert [t.payload for t in order] == ["b", "c", "a"]  # codeQ: to the back, not the front
+    assert order[-1].attempt == 2 and order[-1].redelivered
+
+
+def test_lease_expiry_at_max_attempts_dead_letters_with_last_error(make_tq, pg):
+    tq = make_tq(lease_seconds=10, max_attempts=2)
+    created = tq.enqueue_one("l", "doomed")
+    for attempt in (1, 2):
+        [task] = tq.claim("l")
+        assert task.attempt == attempt
+        tq.ctx.clock.advance(11)
+        tq.run_reaper()
+    assert tq.claim("l") == []
+    view = tq.get_task("l", created.id)
+    assert view.state == "dead" and view.attempts == 2
+    assert "lease expired" in (view.last_error or "")
+    [dead] = tq.dlq_list("l")
+    assert dead.id == created.id
+    replayed, skipped = tq.dlq_replay("l", ids=[created.id])
+    assert replayed == [created.id] and skipped == []
+    [again] = tq.claim("l")
+    assert again.id == created.id and again.attempt == 1
+    assert tq.dlq_list("l") == []
+
+
+def test_heartbeat_keeps_a_long_task_leased(make_tq):
+    tq = make_tq(lease_seconds=10)
+    tq.enqueue_one("h", "long")
+    [task] = tq.claim("h")
+    for _ in range(5):
+        tq.ctx.clock.advance(8)
+        beat = tq.heartbeat("h", [{"id": task.id, "lease_token": task.lease_token}])
+        assert len(beat.extended) == 1
+        assert tq.run_reaper().expired == 0
+    assert tq.ack("h", [{"id": task.id, "lease_token": task.lease_token}]).acked == [task.id]
+    stale = tq.heartbeat("h", [{"id": task.id, "lease_token": task.lease_token}])
+    assert stale.rejected[0].reason == "not_owner"
+
+
+def test_heartbeat_after_expiry_is_refused(make_tq):
+    tq = make_tq(lease_seconds=5)
+    tq.enqueue_one("h", 1)
+    [task] = tq.claim("h")
+    tq.ctx.clock.advance(6)
+    beat = tq.heartbeat("h", [{"id": task.id, "lease_token": task.lease_token}])
+    assert not beat.extended and beat.rejected[0].reason == "not_owner"
+
+
+def test_nack_retries_with_backoff_then_dead_letters(make_tq, pg):
+    tq = make_tq(max_attempts=3)
+    tq.put_queue("n", {"backoff": {"kind": "exponential", "base_seconds": 10,
+                                   "cap_seconds": 100, "jitter": 0}})
+    created = tq.enqueue_one("n", "flaky")
+    [task] = tq.claim("n")
+    result = tq.nack("n", [{"id": task.id, "lease_token": task.lease_token, "error": "boom 1"}])
+    assert result.retried == [task.id]
+    assert tq.claim("n") == []
+    tq.ctx.clock.advance(9)
+    tq.run_delayed_mover()
+    assert tq.claim("n") == []
+    tq.ctx.clock.advance(2)  # 10 s after the first failure
+    tq.run_delayed_mover()
+    [task] = tq.claim("n")
+    assert task.attempt == 2
+    tq.nack("n", [{"id": task.id, "lease_token": task.lease_token, "error": "boom 2"}])
+    tq.ctx.clock.advance(21)  # 20 s after the second
+    tq.run_delayed_mover()
+    [task] = tq.claim("n")
+    assert task.attempt == 3
+    result = tq.nack("n", [{"id": task.id, "lease_token": task.lease_token, "error": "boom 3"}])
+    assert result.dead == [task.id]
+    view = tq.get_task("n", created.id)
+    assert (view.state, view.attempts, view.last_error) == ("dead", 3, "boom 3")
+
+
+def test_nack_with_retry_in_zero_requeues_at_once_at_the_back(tq):
+    tq.enqueue("n", [{"payload": "a"}, {"payload": "b"}])
+    [a] = tq.claim("n")
+    tq.nack("n", [{"id": a.id, "lease_token": a.lease_token, "retry_in_seconds": 0}])
+    assert [t.payload for t in drain(tq, "n")] == ["b", "a"]
+
+
+def test_explicit_dead_letter_and_purge(tq, pg):
+    tq.enqueue("n", [{"payload": i} for i in range(3)])
+    got = tq.claim("n", max=3)
+    result = tq.nack("n", [{"id": t.id, "lease_token": t.lease_token, "error": "bad input",
+                            "dead": True} for t in got])
+    assert len(result.dead) == 3
+    assert count_state(pg, "n", "dead") == 3
+    assert len(tq.dlq_purge("n", ids=[got[0].id])) == 1
+    replayed, _ = tq.dlq_replay("n", all_dead=True)
+    assert len(replayed) == 2
+    assert sorted(t.payload for t in drain(tq, "n")) == [1, 2]
+
+
+def test_replay_skips_a_dead_task_whose_key_is_live_again(tq):
+    created = tq.enqueue_one("n", "old", key="K")
+    [task] = tq.claim("n")
+    tq.nack("n", [{"id": task.id, "lease_token": task.lease_token, "dead": True}])
+    tq.enqueue_one("n", "new", key="K")
+    replayed, skipped = tq.dlq_replay("n", ids=[created.id])
+    assert replayed == [] and skipped == [created.id]
+
+
+def test_retention_purges_finished_rows(make_tq, pg):
+    tq = make_tq(retention_seconds=60)
+    tq.enqueue("p", [{"payload": 1}, {"payload": 2}])
+    a, b = tq.claim("p", max=2)
+    tq.ack("p", [{"id": a.id, "lease_token": a.lease_token, "result": "kept"}])
+    tq.nack("p", [{"id": b.id, "lease_token": b.lease_token, "dead": True}])
+    assert tq.run_reaper().purged == 0
+    tq.ctx.clock.advance(61)
+    assert tq.run_reaper().purged == 2
+    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 0

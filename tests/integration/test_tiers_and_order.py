@@ -1,0 +1,158 @@
+"""Invariants 3 and 4: bounded warm set, hysteresis, and enqueue order across both tiers."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+
+from tests.integration.helpers import count_state, drain, mode_of, ready_size
+from tierq.core import hysteresis
+
+
+def test_burst_above_warm_max_keeps_order_within_each_priority(make_tq, valkey, pg):
+    """warm_max = 50, 5,000 tasks across priorities: the warm set never exceeds 50; within
+    each priority, claims follow enqueue order across both tiers; the queue returns to warm
+    mode only after the cold backlog drained."""
+    tq = make_tq(warm_max=50)
+    rng = random.Random(7)
+    enqueued: dict[int, list[int]] = defaultdict(list)
+    n = 0
+    claimed: list[tuple[int, int]] = []
+    returned_to_warm_with_cold = 0
+    while n < 5000 or (claimed and len(claimed) < 5000):
+        if n < 5000:
+            batch = []
+            for _ in range(100):
+                p = rng.choice([0, 3, 9])
+                batch.append({"payload": {"n": n, "p": p}, "priority": p})
+                enqueued[p].append(n)
+                n += 1
+            tq.enqueue("burst", batch)
+            assert ready_size(valkey, "burst") <= 50
+        got = tq.claim("burst", max=rng.randint(1, 40))
+        assert ready_size(valkey, "burst") <= 50
+        claimed.extend((t.payload["p"], t.payload["n"]) for t in got)
+        tq.ack("burst", [{"id": t.id, "lease_token": t.lease_token} for t in got])
+        if rng.random() < 0.2:
+            tq.run_cold_to_warm()
+            assert ready_size(valkey, "burst") <= 50
+        if mode_of(valkey, "burst") == "warm" and count_state(pg, "burst", "cold") > 0:
+            returned_to_warm_with_cold += 1
+        if not got and n >= 5000:
+            break
+    claimed.extend((t.payload["p"], t.payload["n"]) for t in drain(tq, "burst"))
+    assert len(claimed) == 5000
+    per_priority: dict[int, list[int]] = defaultdict(list)
+    for p, i in claimed:
+        per_priority[p].append(i)
+    for p, order in per_priority.items():
+        assert order == enqueued[p], f"priority {p} out of enqueue order"
+    assert returned_to_warm_with_cold == 0
+    assert count_state(pg, "burst", "cold") == 0
+    tq.run_cold_to_warm()
+    assert mode_of(valkey, "burst") == "warm"
+
+
+def test_queue_goes_cold_at_100_percent_and_stays_cold_until_80_percent_and_drained(
+        make_tq, valkey, pg):
+    tq = make_tq(warm_max=10)
+    out = tq.enqueue("h", [{"payload": i} for i in range(15)])
+    assert [o.state for o in out] == ["warm"] * 10 + ["cold"] * 5
+    assert mode_of(valkey, "h") == "cold"
+    # new work while cold goes cold even once there is room (hysteresis)
+    got = tq.claim("h", max=3)
+    assert [t.payload for t in got] == [0, 1, 2]
+    assert tq.enqueue_one("h", 15).state == "cold"
+    # 7 ready (70%) < 90%: promotion fills up to warm_max with the oldest cold tasks
+    summary = tq.run_cold_to_warm()
+    assert summary.promoted == 3 and ready_size(valkey, "h") == 10
+    assert mode_of(valkey, "h") == "cold"  # cold rows remain
+    for _ in range(2):
+        tq.ack("h", [{"id": t.id, "lease_token": t.lease_token} for t in tq.claim("h", max=2)])
+    # 8 ready (80%), 3 cold: still cold, promotion tops up
+    tq.run_cold_to_warm()
+    assert count_state(pg, "h", "cold") == 0 and ready_size(valkey, "h") == 9
+    # drained, but 9 ready = 90% > 80%: stays cold until the warm set drops to 80%
+    assert not tq.run_cold_to_warm().returned_to_warm
+    assert mode_of(valkey, "h") == "cold"
+    tq.claim("h", max=1)
+    assert tq.run_cold_to_warm().returned_to_warm
+    assert mode_of(valkey, "h") == "warm"
+    assert tq.enqueue_one("h", 16).state == "warm"
+
+
+def test_claim_refills_inline_when_warm_is_empty_but_cold_work_waits(make_tq, valkey):
+    tq = make_tq(warm_max=5)
+    tq.enqueue("r", [{"payload": i} for i in range(12)])
+    seen = []
+    for _ in range(12):
+        got = tq.claim("r", max=1)  # no scheduled tick in between
+        assert len(got) == 1, "a claim must never stall while cold work exists"
+        seen.append(got[0].payload)
+        tq.ack("r", [{"id": got[0].id, "lease_token": got[0].lease_token}])
+    assert seen == list(range(12))
+
+
+def test_concurrent_enqueuers_never_overfill_the_warm_set(make_tq, valkey, database_url,
+                                                          valkey_url):
+    warm_max = 40
+    tq = make_tq(warm_max=warm_max)
+    tq.enqueue_one("c", "prime")
+    stop = threading.Event()
+    peak = [0]
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], ready_size(valkey, "c"))
+
+    def produce(k: int) -> None:
+        local = make_tq(warm_max=warm_max)
+        for b in range(20):
+            local.enqueue("c", [{"payload": [k, b, i]} for i in range(10)])
+
+    def consume() -> None:
+        local = make_tq(warm_max=warm_max)
+        for _ in range(60):
+            got = local.claim("c", max=7)
+            local.ack("c", [{"id": t.id, "lease_token": t.lease_token} for t in got])
+            local.run_cold_to_warm()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+    threads += [threading.Thread(target=consume) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watcher.join()
+    assert peak[0] <= warm_max
+    drained = drain(tq, "c")
+    # per producer, enqueue order is claim order
+    from collections import defaultdict as dd
+
+    by_producer = dd(list)
+    for t in drained:
+        if isinstance(t.payload, list):
+            by_producer[t.payload[0]].append((t.payload[1], t.payload[2]))
+    for order in by_producer.values():
+        assert order == sorted(order)
+
+
+def test_hysteresis_thresholds_match_the_pure_functions(make_tq, valkey):
+    tq = make_tq(warm_max=20)
+    tq.enqueue("t", [{"payload": i} for i in range(30)])
+    for _ in range(30):
+        ready = ready_size(valkey, "t")
+        before = mode_of(valkey, "t")
+        summary = tq.run_cold_to_warm()
+        if summary.promoted:
+            assert hysteresis.may_promote(ready, 20)
+        if summary.returned_to_warm:
+            assert before == "cold" and ready <= 16
+        got = tq.claim("t", max=1)
+        if not got:
+            break
+        tq.ack("t", [{"id": got[0].id, "lease_token": got[0].lease_token}])

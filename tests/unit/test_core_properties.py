@@ -1,0 +1,136 @@
+"""Property-based tests of the pure parts: backoff, the ordering score, hysteresis."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from tierq.core import hysteresis
+from tierq.core.backoff import BackoffPolicy
+from tierq.core.ids import new_token_prefix, tenant_of_token, uuid7
+from tierq.core.ordering import PRIORITY_MAX, SEQ_LIMIT, score, unpack
+
+kinds = st.sampled_from(["fixed", "linear", "exponential"])
+bases = st.floats(min_value=0, max_value=1e4, allow_nan=False)
+caps = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+jitters = st.floats(min_value=0, max_value=1, allow_nan=False)
+attempts = st.integers(min_value=1, max_value=5000)
+unit = st.floats(min_value=0, max_value=1, exclude_max=True, allow_nan=False)
+
+
+@given(kinds, bases, caps, jitters, attempts, unit)
+def test_backoff_stays_within_jitter_band_and_cap(kind, base, cap, jitter, attempt, r):
+    assume(cap >= base)
+    policy = BackoffPolicy(kind, base, cap, jitter)
+    raw = policy.raw_delay(attempt)
+    delay = policy.delay(attempt, rand=lambda: r)
+    assert 0 <= delay <= cap
+    assert raw * (1 - jitter) - 1e-9 <= delay <= min(cap, raw * (1 + jitter)) + 1e-9
+
+
+@given(kinds, bases, caps, attempts)
+def test_backoff_without_jitter_never_decreases(kind, base, cap, attempt):
+    assume(cap >= base)
+    policy = BackoffPolicy(kind, base, cap, 0.0)
+    assert policy.raw_delay(attempt) <= policy.raw_delay(attempt + 1)
+    assert policy.delay(attempt) == policy.raw_delay(attempt)
+
+
+def test_backoff_shapes():
+    assert BackoffPolicy("fixed", 3, 100, 0).raw_delay(7) == 3
+    assert BackoffPolicy("linear", 3, 100, 0).raw_delay(7) == 21
+    assert BackoffPolicy("exponential", 3, 100, 0).raw_delay(3) == 12
+    assert BackoffPolicy("exponential", 3, 100, 0).raw_delay(30) == 100
+    with pytest.raises(ValueError):
+        BackoffPolicy().raw_delay(0)
+
+
+priorities = st.integers(min_value=0, max_value=PRIORITY_MAX)
+seqs = st.integers(min_value=0, max_value=SEQ_LIMIT - 1)
+
+
+@given(priorities, seqs, priorities, seqs)
+def test_score_orders_priority_first_then_fifo(p1, s1, p2, s2):
+    a, b = score(p1, s1), score(p2, s2)
+    if p1 != p2:
+        assert (a < b) == (p1 > p2)  # higher priority pops first
+    else:
+        assert (a < b) == (s1 < s2)  # then enqueue order
+
+
+@given(priorities, seqs)
+def test_score_is_exact_in_a_double_and_round_trips(p, s):
+    value = score(p, s)
+    assert float(value) == value  # Valkey stores scores as doubles
+    assert unpack(float(value)) == (p, s)
+
+
+def test_score_rejects_out_of_range():
+    with pytest.raises(ValueError):
+        score(10, 1)
+    with pytest.raises(ValueError):
+        score(0, SEQ_LIMIT)
+
+
+sizes = st.integers(min_value=0, max_value=100_000)
+maxes = st.integers(min_value=1, max_value=100_000)
+
+
+@given(sizes, maxes)
+def test_promotion_only_below_ninety_percent_and_never_overfills(ready, warm_max):
+    room = hysteresis.promotion_room(ready, warm_max)
+    if ready >= 0.9 * warm_max:
+        assert room == 0
+    else:
+        assert room > 0
+        assert ready + room == warm_max
+
+
+@given(sizes, maxes, st.integers(min_value=0, max_value=10), st.integers(0, 3))
+def test_return_to_warm_needs_drained_cold_and_eighty_percent(ready, warm_max, cold, inflight):
+    ok = hysteresis.may_return_warm(ready, warm_max, cold, inflight)
+    assert ok == (cold == 0 and inflight == 0 and ready <= 0.8 * warm_max)
+
+
+@given(st.sampled_from(["warm", "cold"]), sizes, maxes, st.integers(min_value=0, max_value=10_000))
+def test_admission_never_exceeds_warm_max(mode, ready, warm_max, n):
+    assume(ready <= warm_max)
+    decision = hysteresis.admit(mode, ready, warm_max, n)
+    assert decision.warm + decision.cold == n
+    assert ready + decision.warm <= warm_max
+    if mode == "cold":
+        assert decision.warm == 0 and decision.mode_after == "cold"
+    if decision.cold:
+        assert decision.mode_after == "cold"
+    if ready + decision.warm >= warm_max:
+        assert decision.mode_after == "cold"
+
+
+@given(st.integers(min_value=0, max_value=1000), st.integers(min_value=10, max_value=1000))
+def test_hysteresis_has_a_dead_band(ready, warm_max):
+    """Between 80% and 100% a cold queue stays cold and a warm one stays warm: no thrash."""
+    if 0.8 * warm_max < ready < warm_max:
+        assert not hysteresis.may_return_warm(ready, warm_max, 0, 0)
+        assert not hysteresis.goes_cold(ready, warm_max)
+
+
+def test_uuid7_is_time_ordered_and_version_7():
+    ids = [uuid7() for _ in range(5000)]
+    assert all(i.version == 7 for i in ids)
+    assert ids == sorted(ids, key=lambda u: u.bytes)
+    assert len(set(ids)) == len(ids)
+    assert uuid7(now_ms=2_000_000_000_000) > uuid.UUID(int=0)
+
+
+@given(st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", fullmatch=True))
+def test_lease_tokens_carry_their_tenant(tenant):
+    token = new_token_prefix(tenant) + "3"
+    assert tenant_of_token(token) == tenant
+
+
+@pytest.mark.parametrize("token", ["", "abc", "~x~1", "acme~"])
+def test_malformed_tokens_have_no_tenant(token):
+    assert tenant_of_token(token) is None

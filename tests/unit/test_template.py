@@ -1,0 +1,333 @@
+"""template.yaml: lint it with the real AWS tools and check the wiring the team relies on.
+
+The linters run from the separate tools venv (`.local/tools-venv`, created by
+`infra/tools/install-aws-tools.sh`); those two tests skip when it is absent. The structural
+checks only need PyYAML and always run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "template.yaml"
+TOOLS_BIN = REPO / ".local" / "tools-venv" / "bin"
+LAYER_IDS = ("TierqLayerArm64", "TierqLayerX8664")
+
+# (method, path) -> function logical id. Every route, exactly once.
+ROUTES: dict[tuple[str, str], str] = {
+    ("POST", "/v1/queues/{queue}/tasks"): "EnqueueFunction",
+    ("POST", "/v1/queues/{queue}/claims"): "ClaimFunction",
+    ("POST", "/v1/queues/{queue}/acks"): "AckFunction",
+    ("POST", "/v1/queues/{queue}/nacks"): "AckFunction",
+    ("POST", "/v1/queues/{queue}/heartbeats"): "AckFunction",
+    ("GET", "/v1/queues"): "AdminFunction",
+    ("GET", "/v1/queues/{queue}"): "AdminFunction",
+    ("PUT", "/v1/queues/{queue}"): "AdminFunction",
+    ("GET", "/v1/queues/{queue}/tasks/{id}"): "AdminFunction",
+    ("DELETE", "/v1/queues/{queue}/tasks/{id}"): "AdminFunction",
+    ("GET", "/v1/queues/{queue}/dlq"): "AdminFunction",
+    ("DELETE", "/v1/queues/{queue}/dlq"): "AdminFunction",
+    ("POST", "/v1/queues/{queue}/dlq/replay"): "AdminFunction",
+    ("GET", "/v1/metrics/queues/detailed"): "AdminFunction",
+    ("GET", "/v1/metrics/queues/running"): "AdminFunction",
+    ("GET", "/v1/schedules"): "AdminFunction",
+    ("PUT", "/v1/schedules/{name}"): "AdminFunction",
+    ("GET", "/v1/schedules/{name}"): "AdminFunction",
+    ("DELETE", "/v1/schedules/{name}"): "AdminFunction",
+    ("GET", "/v1/openapi.json"): "AdminFunction",
+    ("GET", "/dashboard"): "AdminFunction",
+}
+PUBLIC_ROUTES = {("GET", "/v1/openapi.json"), ("GET", "/dashboard")}
+
+# logical id -> (code folder, tick env var or None)
+FUNCTIONS: dict[str, tuple[str, str | None]] = {
+    "EnqueueFunction": ("enqueue", None),
+    "ClaimFunction": ("claim", None),
+    "AckFunction": ("ack", None),
+    "AdminFunction": ("admin", None),
+    "ColdToWarmFunction": ("cold_to_warm", "TIERQ_COLD_TO_WARM_EVERY"),
+    "DelayedMoverFunction": ("delayed_mover", "TIERQ_DELAYED_EVERY"),
+    "ReaperFunction": ("reaper", "TIERQ_REAPER_EVERY"),
+    "CronTickFunction": ("cron_tick", "TIERQ_CRON_EVERY"),
+    "MigrateFunction": ("migrate", None),
+}
+SCHEDULED = [name for name, (_, tick) in FUNCTIONS.items() if tick]
+
+SHARED_ENV = {
+    "DB_SECRET_ARN",
+    "DB_HOST",
+    "DB_PORT",
+    "DB_NAME",
+    "VALKEY_URL",
+    "TIERQ_WARM_MAX",
+    "TIERQ_LEASE_SECONDS",
+    "TIERQ_MAX_ATTEMPTS",
+    "TIERQ_RECONCILE_GRACE_SECONDS",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+}
+
+
+# ---------------------------------------------------------------- loading
+class CfnLoader(yaml.SafeLoader):
+    """SafeLoader that turns CloudFormation short tags into their long JSON form."""
+
+
+def _cfn_tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    if suffix == "Condition":
+        return {"Condition": value}
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+
+
+@pytest.fixture(scope="module")
+def resources(template: dict[str, Any]) -> dict[str, Any]:
+    return template["Resources"]
+
+
+def functions(resources: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"}
+
+
+def http_events(resources: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
+    found = []
+    for fn_id, fn in functions(resources).items():
+        for event in (fn["Properties"].get("Events") or {}).values():
+            if event["Type"] in ("HttpApi", "Api"):
+                props = event["Properties"]
+                found.append((props["Method"].upper(), props["Path"], fn_id, props))
+    return found
+
+
+# ---------------------------------------------------------------- the real linters
+def _tools_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    env.setdefault("AWS_REGION", env["AWS_DEFAULT_REGION"])
+    # sam validate builds a boto session; offline dummy credentials are enough.
+    env.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    env.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    env["SAM_CLI_TELEMETRY"] = "0"
+    return env
+
+
+def _tool(name: str) -> Path:
+    path = TOOLS_BIN / name
+    if not path.exists():
+        pytest.skip(
+            f"{path} not found: run `bash infra/tools/install-aws-tools.sh` to create the AWS "
+            "tools venv (.local/tools-venv) with aws-sam-cli and cfn-lint"
+        )
+    return path
+
+
+def test_cfn_lint_passes_with_no_findings() -> None:
+    proc = subprocess.run(
+        [str(_tool("cfn-lint")), str(TEMPLATE)],
+        cwd=REPO,
+        env=_tools_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"cfn-lint found problems:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_sam_validate_lint_passes() -> None:
+    proc = subprocess.run(
+        [str(_tool("sam")), "validate", "--lint", "--template", str(TEMPLATE)],
+        cwd=REPO,
+        env=_tools_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"sam validate --lint failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+# ---------------------------------------------------------------- HTTP routes
+def test_every_route_is_declared_exactly_once_on_the_right_function(resources: dict) -> None:
+    events = http_events(resources)
+    counts = Counter((method, path) for method, path, _, _ in events)
+    duplicates = {route: n for route, n in counts.items() if n > 1}
+    assert not duplicates, f"routes declared more than once: {duplicates}"
+    declared = {(method, path): fn for method, path, fn, _ in events}
+    assert declared == ROUTES
+
+
+def test_routes_are_explicit_http_api_v2_routes(resources: dict) -> None:
+    for method, path, fn, props in http_events(resources):
+        assert "proxy+" not in path and method != "ANY", (fn, method, path)
+        assert props.get("ApiId") == {"Ref": "HttpApi"}, (fn, method, path)
+        assert str(props.get("PayloadFormatVersion", "2.0")) == "2.0", (fn, method, path)
+
+
+def test_jwt_is_the_default_and_only_static_pages_are_public(resources: dict) -> None:
+    api = resources["HttpApi"]
+    assert api["Type"] == "AWS::Serverless::HttpApi"
+    auth = api["Properties"]["Auth"]
+    default = auth["DefaultAuthorizer"]
+    assert "JwtConfiguration" in auth["Authorizers"][default]
+    for method, path, _, props in http_events(resources):
+        public = (props.get("Auth") or {}).get("Authorizer") == "NONE"
+        assert public == ((method, path) in PUBLIC_ROUTES), (method, path)
+
+
+# ---------------------------------------------------------------- functions
+def test_functions_are_the_declared_set_with_their_code_folders(
+    template: dict, resources: dict
+) -> None:
+    fns = functions(resources)
+    assert set(fns) == set(FUNCTIONS)
+    glob = template["Globals"]["Function"]
+    assert glob["Runtime"] == "python3.11"
+    assert glob["Handler"] == "app.lambda_handler"
+    for fn_id, (folder, _) in FUNCTIONS.items():
+        props = fns[fn_id]["Properties"]
+        assert props["CodeUri"].rstrip("/") == f"functions/{folder}"
+        assert props.get("Handler", glob["Handler"]) == "app.lambda_handler"
+        assert props.get("Runtime", glob["Runtime"]) == "python3.11"
+
+
+def test_every_function_gets_the_layer_for_its_architecture(
+    template: dict, resources: dict
+) -> None:
+    expected = {"Fn::If": ["IsArm64", {"Ref": LAYER_IDS[0]}, {"Ref": LAYER_IDS[1]}]}
+    global_layers = template["Globals"]["Function"].get("Layers", [])
+    for fn_id, fn in functions(resources).items():
+        layers = global_layers + fn["Properties"].get("Layers", [])
+        assert expected in layers, fn_id
+    assert template["Globals"]["Function"]["Architectures"] == [{"Ref": "Architecture"}]
+    for layer_id, arch in zip(LAYER_IDS, ("arm64", "x86_64"), strict=True):
+        layer = resources[layer_id]
+        assert layer["Type"] == "AWS::Serverless::LayerVersion"
+        assert layer["Properties"]["ContentUri"].rstrip("/") == "layers/tierq"
+        assert layer["Properties"]["CompatibleArchitectures"] == [arch]
+        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.11"]
+        assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": arch}
+
+
+def test_makefile_has_a_target_per_layer() -> None:
+    makefile = (REPO / "layers" / "tierq" / "Makefile").read_text()
+    for layer_id in LAYER_IDS:
+        assert re.search(rf"^build-{layer_id}:", makefile, re.M), layer_id
+
+
+def test_shared_environment_lives_in_globals(template: dict, resources: dict) -> None:
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert set(env) >= SHARED_ENV
+    assert env["POWERTOOLS_SERVICE_NAME"] == "tierq"
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Tierq"
+    assert env["VALKEY_URL"]["Fn::Sub"].startswith("rediss://")
+    fns = functions(resources)
+    for fn_id, (_, tick) in FUNCTIONS.items():
+        own = fns[fn_id]["Properties"].get("Environment", {}).get("Variables", {})
+        if tick:
+            assert tick in own, fn_id
+
+
+# ---------------------------------------------------------------- scheduled functions
+@pytest.mark.parametrize("fn_id", SCHEDULED)
+def test_scheduled_function_runs_alone_without_retries(
+    template: dict, resources: dict, fn_id: str
+) -> None:
+    props = resources[fn_id]["Properties"]
+    assert props["ReservedConcurrentExecutions"] == 1
+    timeout = props["Timeout"]
+    if isinstance(timeout, dict):  # a parameter: check its default
+        timeout = template["Parameters"][timeout["Ref"]]["Default"]
+    assert 60 < int(timeout) <= 120
+    invoke = props["EventInvokeConfig"]
+    assert invoke["MaximumRetryAttempts"] == 0
+    on_failure = invoke["DestinationConfig"]["OnFailure"]
+    assert on_failure["Type"] == "SQS"
+    assert on_failure["Destination"] == {"Fn::GetAtt": ["ScheduledFailureQueue", "Arn"]}
+    assert not props.get("Events"), "scheduled by an AWS::Scheduler::Schedule, not an event"
+
+
+def test_each_scheduled_function_has_one_schedule(resources: dict) -> None:
+    schedules = {k: v for k, v in resources.items() if v["Type"] == "AWS::Scheduler::Schedule"}
+    targets: Counter[str] = Counter()
+    for sched in schedules.values():
+        props = sched["Properties"]
+        assert props["FlexibleTimeWindow"] == {"Mode": "OFF"}
+        target = props["Target"]
+        assert target["RoleArn"] == {"Fn::GetAtt": ["SchedulerRole", "Arn"]}
+        assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0
+        fn_id, attr = target["Arn"]["Fn::GetAtt"]
+        assert attr == "Arn"
+        targets[fn_id] += 1
+    assert targets == Counter({fn_id: 1 for fn_id in SCHEDULED})
+
+
+def test_scheduler_role_invokes_exactly_the_scheduled_functions(resources: dict) -> None:
+    statements = [
+        st
+        for policy in resources["SchedulerRole"]["Properties"]["Policies"]
+        for st in policy["PolicyDocument"]["Statement"]
+    ]
+    invoke = [st for st in statements if st["Action"] == "lambda:InvokeFunction"]
+    assert len(invoke) == 1
+    arns = invoke[0]["Resource"]
+    assert sorted(a["Fn::GetAtt"][0] for a in arns) == sorted(SCHEDULED)
+
+
+# ---------------------------------------------------------------- the rest
+def test_migrations_custom_resource_reruns_on_version_change(resources: dict) -> None:
+    res = resources["DbMigrations"]
+    assert res["Type"].startswith("Custom::")
+    props = res["Properties"]
+    assert props["ServiceToken"] == {"Fn::GetAtt": ["MigrateFunction", "Arn"]}
+    assert props["MigrationsVersion"] == {"Ref": "MigrationsVersion"}
+
+
+def test_no_wildcard_resources_in_inline_policies(resources: dict) -> None:
+    for res_id, res in resources.items():
+        props = res.get("Properties", {})
+        docs = [p["PolicyDocument"] for p in props.get("Policies", []) if "PolicyDocument" in p]
+        docs += [p for p in props.get("Policies", []) if isinstance(p, dict) and "Statement" in p]
+        for doc in docs:
+            for st in doc["Statement"]:
+                if st["Effect"] == "Allow":
+                    assert st["Resource"] != "*", (res_id, st)
+
+
+def test_dashboard_body_matches_infra_dashboard_json(resources: dict) -> None:
+    body = resources["TierqDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    reference = (REPO / "infra" / "dashboard.json").read_text()
+    assert json.loads(body) == json.loads(reference), (
+        "TierqDashboard's body and infra/dashboard.json differ: edit both"
+    )
+
+
+def test_outputs_the_team_documents(template: dict) -> None:
+    assert {"ApiUrl", "CacheEndpoint", "ProxyEndpoint", "DbSecretArn"} <= set(template["Outputs"])
