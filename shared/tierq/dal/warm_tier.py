@@ -26,6 +26,7 @@ SCRIPTS = (
     "lease_expired",
     "missing",
     "remove",
+    "remove_ready",
     "update_ready",
     "tier_stats",
 )
@@ -202,6 +203,14 @@ class WarmTier:
             return 0
         k = PairKeys.of(queue, tenant)
         return int(self._run("remove", (k.ready, k.data, k.leased, k.leases), ids))
+
+    def remove_ready(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
+        """Remove these tasks only while they wait in the ready set (claimed ones are left
+        alone); returns the ids removed."""
+        if not ids:
+            return []
+        k = PairKeys.of(queue, tenant)
+        return [_s(x) for x in self._run("remove_ready", (k.ready, k.data), ids)]
 
     def update_ready(self, queue: str, tenant: str,
                      items: Sequence[tuple[str, int, bytes]]) -> int:
