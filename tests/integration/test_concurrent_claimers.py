@@ -3,6 +3,7 @@ lease is valid, and every task acked exactly once in total."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import time
 from collections import Counter
@@ -66,7 +67,7 @@ def test_eight_claimer_processes_over_twenty_thousand_tasks(make_tq, database_ur
     doubles = [i for i, n in per_task.items() if n > 1]
     for task_id in doubles:  # a second delivery is only allowed after the first lease ended
         times = sorted((d[2], d[3]) for d in deliveries if d[0] == task_id)
-        for (_, first_expiry), (second_at, _) in zip(times, times[1:], strict=False):
+        for (_, first_expiry), (second_at, _) in itertools.pairwise(times):
             assert second_at >= first_expiry, f"{task_id} handed out twice within a lease"
     assert doubles == []  # leases are long: no redelivery at all in this run
     assert Counter(acked) == Counter(ids)  # every task acked exactly once
