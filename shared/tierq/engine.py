@@ -54,7 +54,8 @@ class Tierq:
                  db: Database | None = None, warm: WarmTier | None = None) -> None:
         self.settings = settings or get_settings()
         self.db = db or Database(database_url or connect.database_url(self.settings),
-                                 max_size=self.settings.db_pool_max)
+                                 max_size=self.settings.db_pool_max,
+                                 prepare=not self.settings.db_secret_arn)  # RDS Proxy on AWS
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)
         self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())
@@ -139,6 +140,10 @@ class Tierq:
 
     def resume(self, queue: str) -> QueueSettings:
         return self.put_queue(queue, QueueSettingsUpdate(paused=False))
+
+    def purge_queue(self, queue: str) -> int:
+        """Delete every task of a queue, in every state; returns how many."""
+        return queues.purge_tasks(self.ctx, queue)
 
     def get_queue(self, queue: str) -> QueueView:
         return queues.queue_view(self.ctx, queue)

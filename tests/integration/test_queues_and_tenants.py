@@ -114,3 +114,18 @@ def test_two_migration_runners_at_once_apply_each_migration_once(services):
     assert migrate(url) == []
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_purge_queue_deletes_every_task_in_every_state(make_tq, valkey):
+    from tests.integration.helpers import ready_size
+
+    tq = make_tq(warm_max=3)
+    tq.enqueue("x", [{"payload": i} for i in range(5)] + [{"payload": "d", "delay_seconds": 9}])
+    [leased] = tq.claim("x")
+    tq.enqueue_one("y", "other queue")
+    assert tq.purge_queue("x") == 6
+    assert tq.claim("x", max=10) == []
+    assert ready_size(valkey, "x") == 0
+    assert tq.ack("x", [{"id": leased.id, "lease_token": leased.lease_token}]).rejected
+    assert tq.enqueue_one("x", "fresh").state == "warm"
+    assert len(tq.claim("y")) == 1

@@ -43,14 +43,17 @@ class Database:
     """A pool of autocommit connections to the system of record."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, prepare: bool = True) -> None:
+        """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
+        RDS Proxy, where a prepared statement pins the client to one database connection."""
         self.url = url
         self.pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row,
+                    "prepare_threshold": 5 if prepare else None},
             configure=_configure,
             check=ConnectionPool.check_connection,
             open=False,

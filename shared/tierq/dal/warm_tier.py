@@ -260,6 +260,12 @@ class WarmTier:
         return LeaseInfo(task_id, token, int(attempt), int(started), worker or None,
                          int(deadline))
 
+    def drop_pair(self, queue: str, tenant: str) -> None:
+        """Delete every warm-tier key of one (queue, tenant)."""
+        k = PairKeys.of(queue, tenant)
+        with _available():
+            self.client.delete(k.ready, k.data, k.leased, k.leases, k.meta, k.inflight)
+
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         with _available():
             return self.client.zscore(PairKeys.of(queue, tenant).ready, task_id) is not None

@@ -34,6 +34,16 @@ def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> Queue
     return ctx.queue_settings.get(queue)
 
 
+def purge_tasks(ctx: Context, queue: str) -> int:
+    """Delete every task of a queue (all states) and its warm tier. Workers holding leases get
+    ``not_owner`` on ack. Returns how many tasks were deleted."""
+    deleted = ctx.db.execute("purge_queue_tasks", {"queue": queue})
+    for tenant in ctx.pairs.tenants(queue):
+        ctx.warm.drop_pair(queue, tenant)
+        ctx.modes.pop((queue, tenant), None)
+    return deleted
+
+
 def tenant_counts(ctx: Context, queue: str) -> list[TenantCounts]:
     """Live counts per tenant of one queue: warm and leased from Valkey, the rest from
     Postgres, and the oldest ready task's age (leased tasks excluded)."""

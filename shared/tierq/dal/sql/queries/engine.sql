@@ -263,3 +263,7 @@ WHERE id = ANY(%(ids)s::uuid[]) AND state = 'dead';
 DELETE FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead' AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
 RETURNING id;
+
+-- name: purge_queue_tasks
+-- Every task of a queue, whatever its state (SQS's PurgeQueue).
+DELETE FROM tierq_tasks WHERE queue = %(queue)s;

@@ -1,0 +1,102 @@
+-- Named queries of cron schedules (tierq.logic.schedules, tierq.maintenance.cron_tick).
+-- Occurrences are ordinary tasks inserted with the engine's insert_tasks query.
+
+-- name: schedule_lock
+-- Everything that writes one schedule's occurrences holds this transaction lock: a PUT or a
+-- DELETE waits for it, a tick that finds it taken leaves the schedule to whoever holds it.
+SELECT pg_advisory_xact_lock(hashtextextended('tierq-schedule|' || %(name)s, 11));
+
+-- name: schedule_try_lock
+SELECT pg_try_advisory_xact_lock(hashtextextended('tierq-schedule|' || %(name)s, 11)) AS locked;
+
+-- name: upsert_schedule
+-- PUT replaces the whole schedule; created_at survives. created tells a new row from a
+-- replaced one (xmax is 0 only for a row this statement inserted).
+INSERT INTO tierq_schedules AS s (name, queue, tenant, payload, priority, cron, every_ms,
+                                  daily_times, timezone, horizon, enabled, config_hash,
+                                  created_at, updated_at)
+VALUES (%(name)s, %(queue)s, %(tenant)s, %(payload)s::jsonb, %(priority)s, %(cron)s,
+        %(every_ms)s, %(daily_times)s::text[], %(timezone)s, %(horizon)s, %(enabled)s,
+        %(config_hash)s, %(now)s, %(now)s)
+ON CONFLICT (name) DO UPDATE SET
+    queue = EXCLUDED.queue,
+    tenant = EXCLUDED.tenant,
+    payload = EXCLUDED.payload,
+    priority = EXCLUDED.priority,
+    cron = EXCLUDED.cron,
+    every_ms = EXCLUDED.every_ms,
+    daily_times = EXCLUDED.daily_times,
+    timezone = EXCLUDED.timezone,
+    horizon = EXCLUDED.horizon,
+    enabled = EXCLUDED.enabled,
+    config_hash = EXCLUDED.config_hash,
+    updated_at = EXCLUDED.updated_at
+RETURNING *, (xmax = 0) AS created;
+
+-- name: schedule_by_name
+SELECT * FROM tierq_schedules WHERE name = %(name)s;
+
+-- name: all_schedules
+SELECT * FROM tierq_schedules ORDER BY name;
+
+-- name: schedules_to_tick
+-- Enabled schedules, and any schedule (even disabled or removed) that still has live
+-- occurrences in the ledger: a tick withdraws what should no longer run.
+SELECT name FROM tierq_schedules WHERE enabled
+UNION
+SELECT DISTINCT schedule FROM tierq_schedule_occurrences
+ORDER BY 1;
+
+-- name: lock_pending_occurrences
+-- Occurrences never claimed (attempts = 0 and delayed, cold or warm; a warm one is only
+-- withdrawn if it still waits in the Valkey ready set), of every config hash but keep_hash
+-- (NULL: all of them). Rows another transaction holds (e.g. the delayed mover making them
+-- ready) are skipped; a later tick finds them again.
+SELECT t.id, t.queue, t.tenant, t.state
+FROM tierq_schedule_occurrences o
+JOIN tierq_tasks t ON t.id = o.task_id
+WHERE o.schedule = %(name)s
+  AND (%(keep_hash)s::text IS NULL OR o.config_hash <> %(keep_hash)s)
+  AND t.state IN ('delayed', 'cold', 'warm')
+  AND t.attempts = 0
+ORDER BY t.id
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: delete_occurrence_tasks
+DELETE FROM tierq_tasks
+WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('delayed', 'cold', 'warm') AND attempts = 0
+RETURNING id;
+
+-- name: prune_occurrences
+-- Forget occurrences whose task is no longer live (acked, dead, cancelled or withdrawn).
+DELETE FROM tierq_schedule_occurrences o
+WHERE o.schedule = %(name)s
+  AND NOT EXISTS (
+      SELECT 1 FROM tierq_tasks t
+      WHERE t.id = o.task_id AND t.state IN ('delayed', 'cold', 'warm'));
+
+-- name: record_occurrences
+INSERT INTO tierq_schedule_occurrences (schedule, config_hash, fire_at_ms, task_id, queue,
+                                        tenant)
+SELECT %(name)s, %(config_hash)s, v.fire_at_ms, v.task_id, %(queue)s, %(tenant)s
+FROM unnest(%(fire_at_ms)s::bigint[], %(task_ids)s::uuid[]) AS v(fire_at_ms, task_id)
+ON CONFLICT DO NOTHING;
+
+-- name: mark_installed
+UPDATE tierq_schedules
+SET installed_hash = %(installed_hash)s,
+    installed_through_ms = %(installed_through_ms)s,
+    last_tick_at = %(now)s
+WHERE name = %(name)s;
+
+-- name: delete_schedule_row
+DELETE FROM tierq_schedules WHERE name = %(name)s RETURNING name;
+
+-- name: live_occurrences
+-- The installed occurrences of some schedules whose task is still live, soonest first.
+SELECT o.schedule, o.config_hash, o.fire_at_ms, o.task_id, t.key, t.state, t.attempts,
+       t.queue, t.tenant
+FROM tierq_schedule_occurrences o
+JOIN tierq_tasks t ON t.id = o.task_id
+WHERE o.schedule = ANY(%(names)s::text[]) AND t.state IN ('delayed', 'cold', 'warm')
+ORDER BY o.schedule, o.fire_at_ms, o.config_hash;
