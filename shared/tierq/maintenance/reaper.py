@@ -4,7 +4,7 @@ re-pushed; done and dead rows past their queue's retention are purged."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tierq.dal.postgres import run as run_query
 from tierq.logic import admission, leases
@@ -25,6 +25,7 @@ class ReaperSummary:
     dead: int = 0
     restored: int = 0
     purged: int = 0
+    dead_by_queue: dict[str, int] = field(default_factory=dict)  # lease expiries that died
 
 
 def run(ctx: Context) -> ReaperSummary:
@@ -52,7 +53,10 @@ def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary)
             deads=[False] * len(held),
         )
         summary.expired += len(held)
-        summary.dead += sum(1 for s in states.values() if s == "dead")
+        dead = sum(1 for s in states.values() if s == "dead")
+        summary.dead += dead
+        if dead:
+            summary.dead_by_queue[queue] = summary.dead_by_queue.get(queue, 0) + dead
         summary.requeued += sum(1 for s in states.values() if s == "delayed")
         if len(expired) < EXPIRED_BATCH:
             return
