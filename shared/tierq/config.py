@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     db_host: str | None = Field(default=None, alias="DB_HOST")
     db_port: int = Field(default=5432, alias="DB_PORT")
     db_name: str = Field(default="tierq", alias="DB_NAME")
+    # TLS towards RDS Proxy; only tests against a local server without TLS lower it.
+    db_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = \
+        Field(default="require", alias="DB_SSLMODE")
     db_pool_max: int = Field(default=10, ge=1, alias="TIERQ_DB_POOL_MAX")
 
     valkey_url: str | None = Field(default=None, alias="VALKEY_URL")

@@ -26,7 +26,7 @@ def database_url(settings: Settings) -> str:
         name = settings.db_name or secret.get("dbname") or "tierq"
         user = quote(str(secret["username"]), safe="")
         password = quote(str(secret["password"]), safe="")
-        return f"postgresql://{user}:{password}@{host}:{port}/{name}?sslmode=require"
+        return f"postgresql://{user}:{password}@{host}:{port}/{name}?sslmode={settings.db_sslmode}"
     if settings.database_url:
         return settings.database_url
     raise RuntimeError("set DATABASE_URL (or DB_SECRET_ARN and DB_HOST on AWS)")
