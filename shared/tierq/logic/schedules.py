@@ -1,0 +1,468 @@
+"""Cron schedules (seed 001's CronService): each schedule keeps its next occurrences
+installed as ordinary keyed delayed tasks, key ``<name>/<config_hash>/<epoch_ms>``; the
+delayed mover makes each one ready at its time and workers claim it like any task (the
+claimed task's ``key`` tells which occurrence it is).
+
+Installing (a ``PUT`` and every ``cron_tick``), in one transaction per schedule:
+
+1. Withdraw the occurrences of older config hashes that were never claimed: delayed and cold
+   ones, and warm ones still waiting in the Valkey ready set (taken out with
+   ``WarmTier.remove_ready``, which leaves a claimed task alone). An occurrence a worker has
+   claimed, or one that is retrying after a failed attempt, runs to its end. A disabled or
+   removed schedule withdraws all of its pending occurrences this way.
+2. Insert the next occurrences in chunks with ``ON CONFLICT DO NOTHING`` on the live-key
+   index: ``horizon`` of them at least, and every occurrence due within the next few ticks
+   (so a period shorter than the tick interval loses nothing). Two installs at once create
+   no duplicate: the second finds the first's keys and inserts nothing for them.
+3. Remember how far the current hash is installed: a later tick installs only later
+   instants, so an occurrence that already ran and left the table is never installed again.
+
+A config hash covers everything that decides the occurrences: when (cron, period or daily
+times, and the time zone), where (queue, tenant) and what (payload, priority). Changing any
+of them replaces the pending occurrences; changing ``horizon`` only adds or keeps some.
+
+Time zones and daylight saving (cron and daily; ``every_seconds`` is a fixed grid of UTC
+instants anchored at the Unix epoch). Times are wall-clock times in ``timezone``:
+
+- a local time that does not exist (spring forward: in Europe/Berlin the clocks jump from
+  02:00 to 03:00 on the last Sunday of March) fires once, at the first valid instant after
+  the gap: the moment the clocks jump (03:00 local). Several times of one schedule inside
+  the same gap collapse into that one run;
+- a local time that happens twice (fall back: in Europe/Berlin 02:00-03:00 repeats on the
+  last Sunday of October) fires once, at its first occurrence (summer time); the repeated
+  hour does not fire it again;
+- on every other day a time fires at its wall-clock time (a daily 02:30 stays at 02:30 local
+  all year; its UTC instant moves by an hour twice a year).
+
+Missed occurrences are not made up: a tick installs instants after "now". If no tick runs for
+longer than what was installed ahead (an outage), the instants in between are skipped; the
+ones already installed run late, when the delayed mover next runs.
+
+If an install transaction fails after warm occurrences were taken out of Valkey, their rows
+are still ``warm`` in Postgres and the reaper's reconciler re-dispatches them after its grace
+period (at-least-once, nothing lost).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+import psycopg
+from croniter import CroniterError
+from pydantic import ValidationError
+
+from tierq.core.ids import uuid7
+from tierq.dal.postgres import Row, run
+from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
+from tierq.logic import tiering
+from tierq.logic.context import Context, from_ms, to_datetime, to_ms
+from tierq.models.names import DEFAULT_TENANT
+from tierq.models.schedules import (
+    DEFAULT_TIMEZONE,
+    SCHEDULE_NAME_PATTERN,
+    InstalledOccurrence,
+    ScheduleIn,
+    ScheduleRemoved,
+    ScheduleView,
+    cron_iterator,
+    parse_daily_time,
+    zone,
+)
+
+INSERT_CHUNK = 200
+# Ticks install every occurrence due within max(LOOKAHEAD_TICKS ticks, MIN_LOOKAHEAD_SECONDS)
+# besides the `horizon` next ones, at most MAX_OCCURRENCES_PER_INSTALL at a time.
+LOOKAHEAD_TICKS = 3
+MIN_LOOKAHEAD_SECONDS = 120.0
+MAX_OCCURRENCES_PER_INSTALL = 1000
+HASH_VERSION = 1
+_NAME = re.compile(SCHEDULE_NAME_PATTERN)
+
+
+# -- when: timing and the daylight-saving rule ---------------------------------------------
+
+
+def local_to_instant(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The UTC instant a naive wall-clock time of ``tz`` fires at (module docstring: a
+    nonexistent time fires when the clocks jump, an ambiguous one at its first occurrence)."""
+    first = wall.replace(tzinfo=tz, fold=0).timestamp()
+    second = wall.replace(tzinfo=tz, fold=1).timestamp()
+    if first <= second:  # exists (equal), or happens twice (fold 0 is the earlier)
+        return datetime.fromtimestamp(first, UTC)
+    # In a gap fold 0 reads the wall with the offset before the jump (the later instant),
+    # fold 1 with the offset after it (the earlier). The jump lies between: the first
+    # instant whose wall-clock reading has reached `wall`.
+    lo, hi = int(second), int(first)  # the jump is in (lo, hi]; transitions are whole seconds
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, tz).replace(tzinfo=None) >= wall:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, UTC)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a schedule fires: exactly one of cron, every_ms or daily."""
+
+    cron: str | None = None
+    every_ms: int | None = None
+    daily: tuple[time, ...] = ()
+    timezone: str = DEFAULT_TIMEZONE
+
+    @classmethod
+    def of_body(cls, body: ScheduleIn) -> Timing:
+        return cls(
+            cron=body.cron,
+            every_ms=None if body.every_seconds is None else round(body.every_seconds * 1000),
+            daily=tuple(parse_daily_time(t) for t in body.daily or ()),
+            timezone=DEFAULT_TIMEZONE if body.every_seconds is not None
+            else body.timezone or DEFAULT_TIMEZONE,
+        )
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> Timing:
+        return cls(
+            cron=row["cron"],
+            every_ms=row["every_ms"],
+            daily=tuple(parse_daily_time(t) for t in row["daily_times"] or ()),
+            timezone=row["timezone"],
+        )
+
+    def _instant_ms(self, wall: datetime, tz: ZoneInfo) -> int:
+        if self.timezone == "UTC":
+            return int(wall.replace(tzinfo=UTC).timestamp() * 1000)
+        return int(local_to_instant(wall, tz).timestamp() * 1000)
+
+    def candidates(self, after_ms: int) -> Iterator[int]:
+        """Instants (epoch ms) in non-decreasing order, from around ``after_ms`` on; the
+        caller filters what is not strictly after it and repeats (collapsed gap times)."""
+        if self.every_ms is not None:
+            k = after_ms // self.every_ms + 1
+            while True:
+                yield k * self.every_ms
+                k += 1
+        tz = zone(self.timezone)
+        wall_start = datetime.fromtimestamp(after_ms / 1000, tz).replace(tzinfo=None)
+        if self.cron is not None:
+            walls = cron_iterator(self.cron, wall_start)
+            while True:
+                try:
+                    wall = walls.get_next()
+                except CroniterError:  # no further match (within croniter's search window)
+                    return
+                yield self._instant_ms(wall, tz)
+        day = wall_start.date()
+        while True:
+            for at in self.daily:
+                yield self._instant_ms(datetime.combine(day, at), tz)
+            day += timedelta(days=1)
+
+
+def occurrences(timing: Timing, after_ms: int, *, at_least: int, through_ms: int | None = None,
+                limit: int = MAX_OCCURRENCES_PER_INSTALL) -> list[int]:
+    """The instants (epoch ms) strictly after ``after_ms``: at least ``at_least`` of them and
+    every one up to ``through_ms``, at most ``limit``."""
+    out: list[int] = []
+    for instant in timing.candidates(after_ms):
+        if instant <= after_ms or (out and instant == out[-1]):
+            continue
+        if len(out) >= at_least and (through_ms is None or instant > through_ms):
+            break
+        out.append(instant)
+        if len(out) >= limit:
+            break
+    return out
+
+
+# -- what: validation and the config hash ----------------------------------------------------
+
+
+def check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise InvalidInput.field(
+            "name", f"{name!r} is not a schedule name: 1-64 of A-Z a-z 0-9 _ . -"
+        )
+
+
+def parse_body(body: ScheduleIn | Mapping[str, Any]) -> ScheduleIn:
+    """The PUT body as a model; InvalidInput naming each offending field."""
+    if isinstance(body, ScheduleIn):
+        return body
+    try:
+        return ScheduleIn.model_validate(body)
+    except ValidationError as exc:
+        details = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "body"
+            message = str(err["msg"]).removeprefix("Value error, ")
+            details.append({"field": field, "message": message})
+        summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+        raise InvalidInput(summary, details=details) from None
+
+
+def encode_payload(ctx: Context, payload: Any) -> str:
+    """The payload as canonical JSON text (sorted keys), checked like an enqueued task's."""
+    try:
+        text = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError as exc:
+        raise InvalidInput.field("payload", f"not JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text:
+        raise InvalidInput.field(
+            "payload", "contains a NUL character (\\u0000), which cannot be stored"
+        )
+    limit = ctx.settings.max_payload_bytes
+    if len(text) > limit:
+        raise PayloadTooLarge(
+            f"payload is {len(text)} bytes once serialised; the limit is {limit}",
+            details=[{"field": "payload", "message": "too large"}],
+        )
+    return text
+
+
+def config_hash(body: ScheduleIn, timing: Timing, payload_json: str) -> str:
+    """16 hex digits over everything that decides the occurrences (not horizon, not
+    enabled)."""
+    canonical = orjson.dumps({
+        "v": HASH_VERSION,
+        "queue": body.queue,
+        "tenant": body.tenant or DEFAULT_TENANT,
+        "payload": orjson.Fragment(payload_json),
+        "priority": body.priority,
+        "cron": timing.cron,
+        "every_ms": timing.every_ms,
+        "daily": [t.isoformat() for t in timing.daily],
+        "timezone": None if timing.every_ms is not None else timing.timezone,
+    }, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def occurrence_key(name: str, hash_: str, fire_at_ms: int) -> str:
+    return f"{name}/{hash_}/{fire_at_ms}"
+
+
+# -- install, withdraw ------------------------------------------------------------------------
+
+
+@dataclass
+class InstallResult:
+    installed: int = 0
+    withdrawn: int = 0
+    installed_through_ms: int | None = None
+
+
+def withdraw(ctx: Context, conn: psycopg.Connection[Row], name: str,
+             keep_hash: str | None) -> int:
+    """Delete the never-claimed occurrences of ``name`` of every hash but ``keep_hash``
+    (None: all). Returns how many were withdrawn."""
+    rows = run(conn, "lock_pending_occurrences", {"name": name, "keep_hash": keep_hash})
+    ids: list[str] = []
+    warm: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in rows:
+        if r["state"] == "warm":
+            warm[(r["queue"], r["tenant"])].append(str(r["id"]))
+        else:
+            ids.append(str(r["id"]))
+    for (queue, tenant), warm_ids in warm.items():
+        # only those still waiting: a claimed one is running and stays
+        ids.extend(ctx.warm.remove_ready(queue, tenant, warm_ids))
+    if not ids:
+        return 0
+    return len(run(conn, "delete_occurrence_tasks", {"ids": ids}))
+
+
+def _insert(ctx: Context, conn: psycopg.Connection[Row], row: Row, instants: Sequence[int],
+            now: float) -> int:
+    """Insert occurrences as delayed tasks, in chunks; existing live keys win."""
+    name, hash_, queue, tenant = row["name"], row["config_hash"], row["queue"], row["tenant"]
+    max_attempts = ctx.queue_settings.get(queue).max_attempts
+    created_total = 0
+    for start in range(0, len(instants), INSERT_CHUNK):
+        chunk = list(instants[start:start + INSERT_CHUNK])
+        ids = [str(uuid7()) for _ in chunk]
+        n = len(chunk)
+        created = {str(r["id"]) for r in run(conn, "insert_tasks", {
+            "queue": queue,
+            "now": to_datetime(now),
+            "ids": ids,
+            "tenants": [tenant] * n,
+            "keys": [occurrence_key(name, hash_, ms) for ms in chunk],
+            "priorities": [row["priority"]] * n,
+            "payloads": [row["payload"]] * n,
+            "states": ["delayed"] * n,
+            "run_ats": [from_ms(ms) for ms in chunk],
+            "max_attempts": [max_attempts] * n,
+        })}
+        fresh = [(ms, task_id) for ms, task_id in zip(chunk, ids, strict=True)
+                 if task_id in created]
+        if fresh:
+            run(conn, "record_occurrences", {
+                "name": name, "config_hash": hash_, "queue": queue, "tenant": tenant,
+                "fire_at_ms": [ms for ms, _ in fresh], "task_ids": [i for _, i in fresh],
+            })
+        created_total += len(fresh)
+    return created_total
+
+
+def lookahead_ms(ctx: Context) -> int:
+    return int(max(LOOKAHEAD_TICKS * ctx.settings.cron_every, MIN_LOOKAHEAD_SECONDS) * 1000)
+
+
+def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -> InstallResult:
+    """Bring one schedule's installed occurrences up to date, inside the caller's
+    transaction (which holds the schedule's lock)."""
+    name, hash_ = row["name"], row["config_hash"]
+    result = InstallResult()
+    result.withdrawn = withdraw(ctx, conn, name, hash_ if row["enabled"] else None)
+    through = row["installed_through_ms"] if row["installed_hash"] == hash_ else None
+    if row["enabled"]:
+        now_ms = to_ms(now)
+        wanted = occurrences(Timing.of_row(row), now_ms, at_least=row["horizon"],
+                             through_ms=now_ms + lookahead_ms(ctx))
+        new = [ms for ms in wanted if through is None or ms > through]
+        result.installed = _insert(ctx, conn, row, new, now)
+        if wanted:
+            through = wanted[-1] if through is None else max(through, wanted[-1])
+        installed_hash: str | None = hash_
+    else:
+        installed_hash, through = None, None
+    run(conn, "prune_occurrences", {"name": name})
+    run(conn, "mark_installed", {"name": name, "installed_hash": installed_hash,
+                                 "installed_through_ms": through, "now": to_datetime(now)})
+    result.installed_through_ms = through
+    return result
+
+
+def _register_pair(ctx: Context, queue: str, tenant: str) -> None:
+    """Register (queue, tenant) as enqueue does; a pair new to this process starts (or,
+    after Valkey lost its data, returns) in warm mode when it has no cold work."""
+    for new_tenant in ctx.pairs.ensure(queue, [tenant]):
+        tiering.refill(ctx, queue, new_tenant)
+
+
+# -- operations -------------------------------------------------------------------------------
+
+
+def put_schedule(ctx: Context, name: str,
+                 body: ScheduleIn | Mapping[str, Any]) -> tuple[ScheduleView, bool]:
+    """Create or replace a schedule and install its occurrences now. Returns the view and
+    whether it was created. Bad input raises InvalidInput and writes nothing."""
+    check_name(name)
+    model = parse_body(body)
+    payload_json = encode_payload(ctx, model.payload)
+    timing = Timing.of_body(model)
+    tenant = model.tenant or DEFAULT_TENANT
+    _register_pair(ctx, model.queue, tenant)
+    now = ctx.now()
+    with ctx.db.transaction() as conn:
+        run(conn, "schedule_lock", {"name": name})
+        row = run(conn, "upsert_schedule", {
+            "name": name,
+            "queue": model.queue,
+            "tenant": tenant,
+            "payload": payload_json,
+            "priority": model.priority,
+            "cron": timing.cron,
+            "every_ms": timing.every_ms,
+            "daily_times": model.daily,
+            "timezone": timing.timezone,
+            "horizon": model.horizon,
+            "enabled": model.enabled,
+            "config_hash": config_hash(model, timing, payload_json),
+            "now": to_datetime(now),
+        })[0]
+        install(ctx, conn, row, now)
+        created = bool(row["created"])
+    return get_schedule(ctx, name), created
+
+
+def tick_schedule(ctx: Context, name: str) -> InstallResult | None:
+    """One tick of one schedule (or of the leftovers of a removed one). None when another
+    tick or a PUT holds it right now (that one does the work)."""
+    peek = ctx.db.fetch_one("schedule_by_name", {"name": name})
+    if peek is not None and peek["enabled"]:
+        _register_pair(ctx, peek["queue"], peek["tenant"])
+    with ctx.db.transaction() as conn:
+        if not run(conn, "schedule_try_lock", {"name": name})[0]["locked"]:
+            return None
+        rows = run(conn, "schedule_by_name", {"name": name})
+        if rows:
+            return install(ctx, conn, rows[0], ctx.now())
+        # removed: withdraw what was locked (and so skipped) when it was removed
+        result = InstallResult(withdrawn=withdraw(ctx, conn, name, None))
+        run(conn, "prune_occurrences", {"name": name})
+        return result
+
+
+def delete_schedule(ctx: Context, name: str) -> ScheduleRemoved:
+    """Remove a schedule and withdraw its pending occurrences (a claimed one finishes)."""
+    check_name(name)
+    with ctx.db.transaction() as conn:
+        run(conn, "schedule_lock", {"name": name})
+        if not run(conn, "schedule_by_name", {"name": name}):
+            raise NotFound(f"no schedule named {name!r}")
+        withdrawn = withdraw(ctx, conn, name, None)
+        run(conn, "prune_occurrences", {"name": name})
+        run(conn, "delete_schedule_row", {"name": name})
+    return ScheduleRemoved(name=name, removed_occurrences=withdrawn)
+
+
+def _views(ctx: Context, rows: Sequence[Row]) -> list[ScheduleView]:
+    now_ms = to_ms(ctx.now())
+    live: dict[str, list[Row]] = defaultdict(list)
+    if rows:
+        for r in ctx.db.fetch("live_occurrences", {"names": [row["name"] for row in rows]}):
+            live[r["schedule"]].append(r)
+    out = []
+    for row in rows:
+        timing = Timing.of_row(row)
+        upcoming = occurrences(timing, now_ms, at_least=row["horizon"]) if row["enabled"] \
+            else []
+        out.append(ScheduleView(
+            name=row["name"],
+            queue=row["queue"],
+            tenant=row["tenant"],
+            payload=orjson.loads(row["payload"]),
+            priority=row["priority"],
+            cron=row["cron"],
+            every_seconds=None if row["every_ms"] is None else row["every_ms"] / 1000,
+            daily=row["daily_times"],
+            timezone=None if row["every_ms"] is not None else row["timezone"],
+            horizon=row["horizon"],
+            enabled=row["enabled"],
+            config_hash=row["config_hash"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            last_tick_at=row["last_tick_at"],
+            next_occurrences=[from_ms(ms) for ms in upcoming],
+            installed=[
+                InstalledOccurrence(
+                    at=from_ms(o["fire_at_ms"]), key=o["key"], task_id=o["task_id"],
+                    queue=o["queue"], tenant=o["tenant"], state=o["state"],
+                    current=o["config_hash"] == row["config_hash"],
+                )
+                for o in live.get(row["name"], [])
+            ],
+        ))
+    return out
+
+
+def get_schedule(ctx: Context, name: str) -> ScheduleView:
+    check_name(name)
+    row = ctx.db.fetch_one("schedule_by_name", {"name": name})
+    if row is None:
+        raise NotFound(f"no schedule named {name!r}")
+    return _views(ctx, [row])[0]
+
+
+def list_schedules(ctx: Context) -> list[ScheduleView]:
+    return _views(ctx, ctx.db.fetch("all_schedules"))

@@ -1,0 +1,47 @@
+"""cron_tick: keep every schedule's next occurrences installed as keyed delayed tasks, and
+withdraw the pending occurrences of outdated, disabled or removed schedules (seed 001's
+CronService; the rules are in :mod:`tierq.logic.schedules`). One transaction per schedule;
+a schedule another tick (or a PUT) is installing right now is left to that one, and two
+ticks at once never install an occurrence twice."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from tierq.errors import Unavailable
+from tierq.logic import schedules
+from tierq.logic.context import Context
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CronTickSummary:
+    schedules: int = 0  # schedules visited (enabled ones, and any with live occurrences)
+    installed: int = 0  # occurrences inserted
+    withdrawn: int = 0  # pending occurrences of outdated, disabled or removed schedules
+    busy: int = 0  # schedules another tick or a PUT held at that moment
+    failed: list[str] = field(default_factory=list)  # schedules whose install raised
+
+
+def run(ctx: Context) -> CronTickSummary:
+    summary = CronTickSummary()
+    for row in ctx.db.fetch("schedules_to_tick"):
+        name = row["name"]
+        summary.schedules += 1
+        try:
+            result = schedules.tick_schedule(ctx, name)
+        except Unavailable:
+            raise  # a store is down: every schedule would fail; let the caller retry
+        except Exception:
+            # one broken schedule must not stop the others; it is retried next tick
+            logger.exception("cron tick failed for schedule %r", name)
+            summary.failed.append(name)
+            continue
+        if result is None:
+            summary.busy += 1
+            continue
+        summary.installed += result.installed
+        summary.withdrawn += result.withdrawn
+    return summary
