@@ -19,9 +19,9 @@ from tierq.dal import connect, migrate
 from tierq.dal.postgres import Database
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import claim as claim_logic
-from tierq.logic import dlq, enqueue, leases, queues, tasks
+from tierq.logic import dlq, enqueue, leases, queues, schedules, tasks
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.maintenance import cold_to_warm, delayed_mover, reaper
+from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper
 from tierq.models import (
     AckItem,
     AckResult,
@@ -40,6 +40,7 @@ from tierq.models import (
     TaskView,
     TenantCounts,
 )
+from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 
 
 def _models(cls: type[Any], items: Sequence[Any]) -> list[Any]:
@@ -167,3 +168,22 @@ class Tierq:
 
     def run_reaper(self) -> reaper.ReaperSummary:
         return reaper.run(self.ctx)
+
+    def run_cron_tick(self) -> cron_tick.CronTickSummary:
+        return cron_tick.run(self.ctx)
+
+    # -- cron schedules ------------------------------------------------------------------
+
+    def put_schedule(self, name: str, body: ScheduleIn | Mapping[str, Any]) -> ScheduleView:
+        """Create or replace a schedule and install its next occurrences now."""
+        return schedules.put_schedule(self.ctx, name, body)[0]
+
+    def get_schedule(self, name: str) -> ScheduleView:
+        return schedules.get_schedule(self.ctx, name)
+
+    def delete_schedule(self, name: str) -> ScheduleRemoved:
+        """Remove a schedule and its pending occurrences (a claimed one finishes)."""
+        return schedules.delete_schedule(self.ctx, name)
+
+    def list_schedules(self) -> list[ScheduleView]:
+        return schedules.list_schedules(self.ctx)
