@@ -27,7 +27,8 @@ from tierq.devstack import LocalServices, ensure_services
 from tierq.engine import Tierq
 from tierq.logic.context import OffsetClock
 
-TABLES = ("tierq_tasks", "tierq_queues", "tierq_queue_tenants")
+TABLES = ("tierq_tasks", "tierq_queues", "tierq_queue_tenants", "tierq_schedules",
+          "tierq_schedule_occurrences")
 
 
 @pytest.fixture(scope="session")
