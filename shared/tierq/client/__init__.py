@@ -1,0 +1,60 @@
+"""The Python client of the tierq HTTP API, and the errors it raises.
+
+    from tierq.client import Client
+
+    api = Client("http://127.0.0.1:8000")          # or Client.from_env(): TIERQ_URL, …
+    api.enqueue_one("emails", {"to": "a@example.com"}, key="welcome-42")
+
+Workers: :class:`tierq.worker.Worker` runs a handler over a client.
+"""
+
+from tierq.client.auth import BearerAuth, SigV4Auth
+from tierq.client.errors import (
+    ApiError,
+    AuthConfigError,
+    ConflictError,
+    ConnectionFailed,
+    ForbiddenError,
+    InvalidInputError,
+    MalformedRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServerError,
+    TooManyRequestsError,
+    UnavailableError,
+)
+from tierq.client.http import DEFAULT_URL, Client
+from tierq.client.models import (
+    DeadLetterPage,
+    DetailedMetrics,
+    PurgeResult,
+    ReplayResult,
+    RunningMetrics,
+)
+from tierq.client.retry import NO_RETRIES, RetryPolicy
+
+__all__ = [
+    "DEFAULT_URL",
+    "NO_RETRIES",
+    "ApiError",
+    "AuthConfigError",
+    "BearerAuth",
+    "Client",
+    "ConflictError",
+    "ConnectionFailed",
+    "DeadLetterPage",
+    "DetailedMetrics",
+    "ForbiddenError",
+    "InvalidInputError",
+    "MalformedRequestError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PurgeResult",
+    "ReplayResult",
+    "RetryPolicy",
+    "RunningMetrics",
+    "ServerError",
+    "SigV4Auth",
+    "TooManyRequestsError",
+    "UnavailableError",
+]

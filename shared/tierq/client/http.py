@@ -1,0 +1,392 @@
+"""``Client``: a typed, synchronous HTTP client for every route of the tierq API.
+
+    from tierq.client import Client
+
+    with Client("http://127.0.0.1:8000") as api:
+        api.enqueue("emails", [{"payload": {"to": "a@example.com"}, "key": "welcome-42"}])
+        for task in api.claim("emails", max=10, wait_seconds=5):
+            ...
+            api.ack("emails", [{"id": task.id, "lease_token": task.lease_token}])
+
+Requests are retried with exponential backoff and jitter on 429, 5xx and connection errors,
+honouring ``Retry-After`` (:class:`~tierq.client.retry.RetryPolicy`). Authentication: a
+bearer token (``token=``) for a JWT-authorised API, or AWS SigV4 (``sigv4=True``, with
+``aws_region=`` or the region in an ``execute-api`` URL) for an IAM-authorised one.
+Input is validated with the API's own models before sending, so bad input raises
+:class:`~tierq.client.errors.InvalidInputError` naming the field and sends nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+from uuid import UUID
+
+import httpx
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from tierq import __version__
+from tierq.client.auth import BearerAuth, SigV4Auth, region_from_url
+from tierq.client.errors import (
+    ConnectionFailed,
+    InvalidInputError,
+    error_from_response,
+    invalid_input,
+)
+from tierq.client.models import (
+    ClaimResults,
+    DeadLetterPage,
+    DetailedMetrics,
+    EnqueueResults,
+    PurgeResult,
+    QueueList,
+    ReplayResult,
+    RunningMetrics,
+)
+from tierq.client.retry import RetryPolicy
+from tierq.models import (
+    AckItem,
+    AckResult,
+    ClaimedTask,
+    ClaimRequest,
+    EnqueueOutcome,
+    HeartbeatItem,
+    HeartbeatResult,
+    NackItem,
+    NackResult,
+    QueueSettings,
+    QueueSettingsUpdate,
+    QueueView,
+    RunningLease,
+    TaskIn,
+    TaskView,
+    TenantCounts,
+)
+from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def _segment(value: str | UUID) -> str:
+    return quote(str(value), safe="")
+
+
+def _validated(cls: type[Model], item: Model | Mapping[str, Any], field: str) -> Model:
+    if isinstance(item, cls):
+        return item
+    try:
+        return cls.model_validate(item)
+    except ValidationError as exc:
+        raise invalid_input(exc, field) from None
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    """The JSON body of a model: the fields that were set, payloads as given."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+def _items(cls: type[Model], items: Iterable[Model | Mapping[str, Any]],
+           field: str) -> list[Model]:
+    out = [_validated(cls, item, f"{field}[{i}]") for i, item in enumerate(items)]
+    if not out:
+        raise InvalidInputError(f"{field}: give at least one item", status=422,
+                                code="invalid_input",
+                                details=[{"field": field, "message": "give at least one item"}])
+    return out
+
+
+def _chunks(items: Sequence[Model], size: int = MAX_BATCH) -> Iterator[Sequence[Model]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class Client:
+    """A client for one tierq API (``base_url`` like ``http://127.0.0.1:8000`` or
+    ``https://<id>.execute-api.<region>.amazonaws.com``). Thread-safe: one client can be
+    shared by a worker's threads."""
+
+    def __init__(self, base_url: str | None = None, *, token: str | None = None,
+                 sigv4: bool = False, aws_region: str | None = None,
+                 aws_credentials: Any = None, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
+                 transport: httpx.BaseTransport | None = None,
+                 max_connections: int = 20) -> None:
+        self.base_url = (base_url or os.environ.get("TIERQ_URL") or DEFAULT_URL).rstrip("/")
+        if token and sigv4:
+            raise ValueError("give token= (JWT) or sigv4=True (IAM), not both")
+        auth: httpx.Auth | None = None
+        if token:
+            auth = BearerAuth(token)
+        elif sigv4:
+            auth = SigV4Auth(aws_region or region_from_url(self.base_url),
+                             credentials=aws_credentials)
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.base_url, auth=auth, timeout=timeout, transport=transport,
+            headers={"User-Agent": f"tierq-client/{__version__}",
+                     "Accept": "application/json", **dict(headers or {})},
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections),
+        )
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Client:
+        """A client configured by ``TIERQ_URL``, ``TIERQ_TOKEN`` (bearer) or
+        ``TIERQ_SIGV4=1`` (with ``AWS_REGION`` and the usual AWS credentials)."""
+        options: dict[str, Any] = {
+            "base_url": os.environ.get("TIERQ_URL"),
+            "token": os.environ.get("TIERQ_TOKEN") or None,
+            "sigv4": os.environ.get("TIERQ_SIGV4", "").lower() in ("1", "true", "yes"),
+        }
+        options.update(overrides)
+        return cls(**options)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    # -- transport ---------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, body: Any = None,
+                params: Mapping[str, Any] | None = None,
+                timeout: float | None = None) -> Any:
+        """Send one request (retrying as the policy says) and return its decoded JSON body
+        (None when empty). Raises an :class:`ApiError` subclass for error responses and
+        :class:`ConnectionFailed` when the API cannot be reached."""
+        content = None if body is None else orjson.dumps(body)
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        retry = 0
+        while True:
+            try:
+                response = self._http.request(
+                    method, path, content=content, headers=headers, params=query or None,
+                    timeout=timeout if timeout is not None else self.timeout)
+            except httpx.TransportError as exc:
+                if retry >= self.retry.max_retries:
+                    raise ConnectionFailed(
+                        f"cannot reach the tierq API at {self.base_url}: "
+                        f"{type(exc).__name__}: {exc or 'no answer'}",
+                        method=method, url=f"{self.base_url}{path}") from exc
+                time.sleep(self.retry.delay(retry))
+                retry += 1
+                continue
+            if response.status_code in self.retry.statuses and retry < self.retry.max_retries:
+                error = error_from_response(response)
+                time.sleep(self.retry.delay(retry, error.retry_after))
+                retry += 1
+                continue
+            if response.is_error:
+                raise error_from_response(response)
+            if not response.content:
+                return None
+            return response.json()
+
+    # -- producers ---------------------------------------------------------------------
+
+    def enqueue(self, queue: str, tasks: Iterable[TaskIn | Mapping[str, Any]], *,
+                tenant: str | None = None) -> list[EnqueueOutcome]:
+        """Enqueue tasks (any number: sent in batches of 500, each one transaction).
+        ``tenant`` applies to tasks that name none. Returns one outcome per task, in order."""
+        items = _items(TaskIn, tasks, "tasks")
+        outcomes: list[EnqueueOutcome] = []
+        for batch in _chunks(items):
+            bodies = []
+            for task in batch:
+                body = _dump(task)
+                if tenant is not None and task.tenant is None:
+                    body["tenant"] = tenant
+                bodies.append(body)
+            data = self.request("POST", f"/v1/queues/{_segment(queue)}/tasks",
+                                body={"tasks": bodies})
+            outcomes.extend(EnqueueResults.model_validate(data).tasks)
+        return outcomes
+
+    def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
+        """Enqueue one task: ``enqueue_one("emails", {"to": …}, key="k", delay_seconds=5)``."""
+        return self.enqueue(queue, [{"payload": payload, **fields}])[0]
+
+    # -- workers -----------------------------------------------------------------------
+
+    def claim(self, queue: str, *, max: int = 1, lease_seconds: int | None = None,
+              tenant: str | None = None, worker: str | None = None,
+              wait_seconds: float = 0) -> list[ClaimedTask]:
+        """Claim up to ``max`` tasks, each with a lease; long-polls up to ``wait_seconds``
+        (≤ 20) when none is ready."""
+        request = _validated(ClaimRequest, {
+            "max": max, "lease_seconds": lease_seconds, "tenant": tenant, "worker": worker,
+            "wait_seconds": wait_seconds}, "")
+        body = request.model_dump(mode="json", exclude_none=True)
+        data = self.request("POST", f"/v1/queues/{_segment(queue)}/claims", body=body,
+                            timeout=self.timeout + request.wait_seconds)
+        return ClaimResults.model_validate(data).tasks
+
+    def ack(self, queue: str, acks: Iterable[AckItem | Mapping[str, Any]]) -> AckResult:
+        """Finish tasks: ``[{"id", "lease_token", "result"?}]``. A task with a result is
+        kept (state ``done``) until the queue's retention ends."""
+        items = _items(AckItem, acks, "acks")
+        out = AckResult()
+        for batch in _chunks(items):
+            data = self.request("POST", f"/v1/queues/{_segment(queue)}/acks",
+                                body={"acks": [_dump(i) for i in batch]})
+            part = AckResult.model_validate(data)
+            out.acked.extend(part.acked)
+            out.rejected.extend(part.rejected)
+        return out
+
+    def nack(self, queue: str, nacks: Iterable[NackItem | Mapping[str, Any]]) -> NackResult:
+        """Fail tasks: ``[{"id", "lease_token", "error", "retry_in_seconds"?, "dead"?}]``.
+        Retried with the queue's backoff (or after ``retry_in_seconds``), or dead-lettered
+        at ``max_attempts`` or when ``dead`` is true."""
+        items = _items(NackItem, nacks, "nacks")
+        out = NackResult()
+        for batch in _chunks(items):
+            data = self.request("POST", f"/v1/queues/{_segment(queue)}/nacks",
+                                body={"nacks": [_dump(i) for i in batch]})
+            part = NackResult.model_validate(data)
+            out.retried.extend(part.retried)
+            out.dead.extend(part.dead)
+            out.rejected.extend(part.rejected)
+        return out
+
+    def heartbeat(self, queue: str,
+                  leases: Iterable[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
+        """Extend leases: ``[{"id", "lease_token", "extend_seconds"?}]`` (default: the
+        queue's lease_seconds from now)."""
+        items = _items(HeartbeatItem, leases, "leases")
+        out = HeartbeatResult()
+        for batch in _chunks(items):
+            data = self.request("POST", f"/v1/queues/{_segment(queue)}/heartbeats",
+                                body={"leases": [_dump(i) for i in batch]})
+            part = HeartbeatResult.model_validate(data)
+            out.extended.extend(part.extended)
+            out.rejected.extend(part.rejected)
+        return out
+
+    # -- tasks -------------------------------------------------------------------------
+
+    def get_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        data = self.request("GET", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}")
+        return TaskView.model_validate(data)
+
+    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        """Withdraw a task that has not finished; returns it as it was."""
+        data = self.request("DELETE",
+                            f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}")
+        return TaskView.model_validate(data)
+
+    # -- queues ------------------------------------------------------------------------
+
+    def list_queues(self) -> list[QueueView]:
+        return QueueList.model_validate(self.request("GET", "/v1/queues")).queues
+
+    def get_queue(self, queue: str) -> QueueView:
+        return QueueView.model_validate(self.request("GET", f"/v1/queues/{_segment(queue)}"))
+
+    def put_queue(self, queue: str,
+                  settings: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings:
+        """Change a queue's settings (only the fields given); returns the effective ones."""
+        update = _validated(QueueSettingsUpdate, settings, "")
+        data = self.request("PUT", f"/v1/queues/{_segment(queue)}", body=_dump(update))
+        if isinstance(data, dict) and isinstance(data.get("settings"), dict):
+            data = data["settings"]
+        return QueueSettings.model_validate(data)
+
+    # -- dead letters ------------------------------------------------------------------
+
+    def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
+                 after: str | None = None) -> DeadLetterPage:
+        """One page of dead letters, oldest first; pass ``page.next_cursor`` as ``after``."""
+        data = self.request("GET", f"/v1/queues/{_segment(queue)}/dlq",
+                            params={"tenant": tenant, "limit": limit, "after": after})
+        return DeadLetterPage.model_validate(data)
+
+    def dlq_iter(self, queue: str, *, tenant: str | None = None,
+                 page_size: int = 100) -> Iterator[TaskView]:
+        """Every dead letter of a queue, page by page."""
+        after: str | None = None
+        while True:
+            page = self.dlq_list(queue, tenant=tenant, limit=page_size, after=after)
+            yield from page.tasks
+            if not page.next_cursor or not page.tasks:
+                return
+            after = page.next_cursor
+
+    @staticmethod
+    def _selection(ids: Sequence[UUID | str] | None, all: bool) -> dict[str, Any]:
+        if all and ids:
+            raise ValueError("give ids or all=True, not both")
+        if all:
+            return {"all": True}
+        if not ids:
+            raise ValueError("give ids (a non-empty list) or all=True")
+        return {"ids": [str(i) for i in ids]}
+
+    def dlq_replay(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
+                   all: bool = False) -> ReplayResult:
+        """Make dead letters ready again (attempts reset, at the back of their line)."""
+        data = self.request("POST", f"/v1/queues/{_segment(queue)}/dlq/replay",
+                            body=self._selection(ids, all))
+        return ReplayResult.model_validate(data)
+
+    def dlq_purge(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
+                  all: bool = False) -> PurgeResult:
+        """Delete dead letters for good."""
+        data = self.request("DELETE", f"/v1/queues/{_segment(queue)}/dlq",
+                            body=self._selection(ids, all))
+        return PurgeResult.model_validate(data)
+
+    # -- metrics -----------------------------------------------------------------------
+
+    def metrics_detailed(self) -> list[TenantCounts]:
+        """Per (queue, tenant): warm, cold, delayed, leased, dead and the oldest ready."""
+        return self.metrics_detailed_page().queues
+
+    def metrics_detailed_page(self) -> DetailedMetrics:
+        return DetailedMetrics.model_validate(self.request("GET", "/v1/metrics/queues/detailed"))
+
+    def running(self) -> list[RunningLease]:
+        """Current leases, oldest first."""
+        data = self.request("GET", "/v1/metrics/queues/running")
+        return RunningMetrics.model_validate(data).running
+
+    # -- schedules ---------------------------------------------------------------------
+
+    def put_schedule(self, name: str, schedule: ScheduleIn | Mapping[str, Any]) -> ScheduleView:
+        """Create or replace a schedule (``cron``, ``every_seconds`` or ``daily``)."""
+        model = _validated(ScheduleIn, schedule, "")
+        data = self.request("PUT", f"/v1/schedules/{_segment(name)}", body=_dump(model))
+        return ScheduleView.model_validate(data)
+
+    def get_schedule(self, name: str) -> ScheduleView:
+        return ScheduleView.model_validate(self.request("GET",
+                                                        f"/v1/schedules/{_segment(name)}"))
+
+    def list_schedules(self) -> list[ScheduleView]:
+        return ScheduleList.model_validate(self.request("GET", "/v1/schedules")).schedules
+
+    def delete_schedule(self, name: str) -> ScheduleRemoved:
+        data = self.request("DELETE", f"/v1/schedules/{_segment(name)}")
+        return ScheduleRemoved.model_validate(data)
+
+    # -- service -----------------------------------------------------------------------
+
+    def openapi(self) -> dict[str, Any]:
+        """The API's OpenAPI document."""
+        data = self.request("GET", "/v1/openapi.json")
+        return data if isinstance(data, dict) else {}

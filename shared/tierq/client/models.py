@@ -1,0 +1,56 @@
+"""Response bodies of the HTTP API as the client reads them. The items inside (tasks,
+claims, outcomes, counts, leases, schedules) are the engine's own models from
+:mod:`tierq.models`; these wrappers mirror DESIGN §4's envelopes. Unknown fields are ignored,
+so a newer server does not break an older client."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel, Field
+
+from tierq.models import (
+    ClaimedTask,
+    EnqueueOutcome,
+    QueueView,
+    RunningLease,
+    TaskView,
+    TenantCounts,
+)
+
+
+class EnqueueResults(BaseModel):
+    tasks: list[EnqueueOutcome]
+
+
+class ClaimResults(BaseModel):
+    tasks: list[ClaimedTask]
+
+
+class QueueList(BaseModel):
+    queues: list[QueueView]
+
+
+class DeadLetterPage(BaseModel):
+    tasks: list[TaskView]
+    next_cursor: str | None = Field(default=None, description="Pass as after= for the next page.")
+
+
+class ReplayResult(BaseModel):
+    replayed: list[UUID] = Field(default_factory=list)
+    skipped: list[UUID] = Field(default_factory=list)
+
+
+class PurgeResult(BaseModel):
+    purged: list[UUID] = Field(default_factory=list)
+
+
+class DetailedMetrics(BaseModel):
+    queues: list[TenantCounts]
+    timestamp: datetime | None = None
+
+
+class RunningMetrics(BaseModel):
+    running: list[RunningLease]
+    timestamp: datetime | None = None

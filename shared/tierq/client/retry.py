@@ -1,0 +1,42 @@
+"""When and how long the client waits before retrying a request."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter (the n-th retry waits a random time in
+    ``[0, min(cap, base * 2**n)]``), on 429, 5xx and connection errors. A ``Retry-After``
+    header is honoured (up to ``max_retry_after_seconds``) and replaces the computed delay.
+
+    Retries include POSTs: delivery is at-least-once anyway, an enqueue with a ``key`` is
+    idempotent, and a repeated ack or nack of a settled lease is answered as ``rejected``.
+    """
+
+    max_retries: int = 5
+    base_seconds: float = 0.2
+    cap_seconds: float = 10.0
+    max_retry_after_seconds: float = 60.0
+    statuses: frozenset[int] = field(default=RETRY_STATUSES)
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if self.base_seconds < 0 or self.cap_seconds < self.base_seconds:
+            raise ValueError("need 0 <= base_seconds <= cap_seconds")
+
+    def delay(self, retry: int, retry_after: float | None = None,
+              rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after_seconds)
+        ceiling = min(self.cap_seconds, self.base_seconds * (2 ** retry))
+        return (rng or random).uniform(0, ceiling)
+
+
+NO_RETRIES = RetryPolicy(max_retries=0)
