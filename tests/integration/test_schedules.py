@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
 import psycopg
 import pytest
 import redis
@@ -460,3 +461,94 @@ def test_bad_name_and_oversized_payload_write_nothing(make_tq: Factory,
         tq.get_schedule("missing")
     assert pg.execute("SELECT count(*) FROM tierq_schedules").fetchone() == (0,)
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
+
+
+# -- the admin function's routes (API Gateway HTTP API events, real stores) ---------------------
+
+
+def http_event(method: str, path: str, body: Any = None,
+               claims: dict[str, str] | None = None) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "accountId": "123456789012", "apiId": "local", "domainName": "localhost",
+        "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                 "sourceIp": "127.0.0.1", "userAgent": "pytest"},
+        "requestId": "test", "routeKey": "$default", "stage": "$default",
+        "time": "01/May/2026:09:00:00 +0000", "timeEpoch": 0,
+    }
+    if claims is not None:
+        context["authorizer"] = {"jwt": {"claims": claims, "scopes": []}}
+    return {
+        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+        "headers": {"content-type": "application/json"}, "requestContext": context,
+        "body": None if body is None else orjson.dumps(body).decode(),
+        "isBase64Encoded": False,
+    }
+
+
+@pytest.fixture
+def admin(tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, Any]]:
+    from tierq.api import runtime
+    from tierq.api.resolver import build_resolver
+
+    monkeypatch.setattr(runtime, "_engine", tq)
+    app = build_resolver("admin")
+
+    def call(method: str, path: str, body: Any = None,
+             claims: dict[str, str] | None = None) -> tuple[int, Any]:
+        response = app.resolve(http_event(method, path, body, claims), None)  # type: ignore[arg-type]
+        return response["statusCode"], orjson.loads(response["body"])
+
+    return call
+
+
+def test_schedule_routes(admin: Callable[..., tuple[int, Any]],
+                         pg: psycopg.Connection[Any]) -> None:
+    status, body = admin("PUT", "/v1/schedules/nightly",
+                         {"queue": "night", "payload": {"a": 1}, "daily": ["02:30", "14:00"],
+                          "timezone": "Europe/Berlin", "horizon": 3})
+    assert status == 200, body
+    assert body["daily"] == ["02:30", "14:00"] and len(body["next_occurrences"]) == 3
+    assert [o["key"].split("/")[0] for o in body["installed"]] == ["nightly"] * 3
+    status, listed = admin("GET", "/v1/schedules")
+    assert status == 200 and [s["name"] for s in listed["schedules"]] == ["nightly"]
+    assert listed["schedules"][0]["next_occurrences"] == body["next_occurrences"]
+    assert admin("GET", "/v1/schedules/nightly")[1]["config_hash"] == body["config_hash"]
+    status, removed = admin("DELETE", "/v1/schedules/nightly")
+    assert (status, removed) == (200, {"name": "nightly", "removed_occurrences": 3})
+    status, missing = admin("GET", "/v1/schedules/nightly")
+    assert status == 404 and missing["error"]["code"] == "not_found"
+    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(("body", "field", "words"), [
+    ({"queue": "q", "payload": 1, "cron": "61 * * * *"}, "cron", "'61 * * * *'"),
+    ({"queue": "q", "payload": 1, "every_seconds": 0.5}, "every_seconds", "at least 1"),
+    ({"queue": "q", "payload": 1}, "body", "exactly one of cron"),
+])
+def test_schedule_routes_reject_bad_input(admin: Callable[..., tuple[int, Any]],
+                                          pg: psycopg.Connection[Any], body: dict[str, Any],
+                                          field: str, words: str) -> None:
+    status, error = admin("PUT", "/v1/schedules/bad", body)
+    assert status == 422, error
+    assert error["error"]["code"] == "invalid_input"
+    assert field in [d["field"] for d in error["error"]["details"]]
+    assert words in error["error"]["message"]
+    assert pg.execute("SELECT count(*) FROM tierq_schedules").fetchone() == (0,)
+    status, error = admin("PUT", "/v1/schedules/no%20spaces", body)
+    assert status == 422, error
+    assert error["error"]["details"][0]["field"] == "name"
+
+
+def test_schedule_routes_pin_the_tenant(admin: Callable[..., tuple[int, Any]]) -> None:
+    body = {"queue": "q", "payload": 1, "every_seconds": 60}
+    assert admin("PUT", "/v1/schedules/mine", body, {"tenant": "acme"})[1]["tenant"] == "acme"
+    assert admin("PUT", "/v1/schedules/theirs", {**body, "tenant": "other"})[0] == 200
+    status, error = admin("PUT", "/v1/schedules/x", {**body, "tenant": "other"},
+                          {"tenant": "acme"})
+    assert status == 403 and error["error"]["details"][0]["field"] == "tenant"
+    assert admin("PUT", "/v1/schedules/theirs", body, {"tenant": "acme"})[0] == 403
+    listed = admin("GET", "/v1/schedules", claims={"tenant": "acme"})[1]
+    assert [s["name"] for s in listed["schedules"]] == ["mine"]
+    assert admin("GET", "/v1/schedules/theirs", claims={"tenant": "acme"})[0] == 404
+    assert admin("DELETE", "/v1/schedules/theirs", claims={"tenant": "acme"})[0] == 404
+    assert admin("GET", "/v1/schedules/theirs")[0] == 200

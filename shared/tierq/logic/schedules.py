@@ -282,35 +282,27 @@ def withdraw(ctx: Context, conn: psycopg.Connection[Row], name: str,
 
 def _insert(ctx: Context, conn: psycopg.Connection[Row], row: Row, instants: Sequence[int],
             now: float) -> int:
-    """Insert occurrences as delayed tasks, in chunks; existing live keys win."""
-    name, hash_, queue, tenant = row["name"], row["config_hash"], row["queue"], row["tenant"]
-    max_attempts = ctx.queue_settings.get(queue).max_attempts
-    created_total = 0
+    """Insert occurrences as delayed tasks (with their ledger rows), in chunks; existing
+    live keys win. Returns how many were created."""
+    name, hash_ = row["name"], row["config_hash"]
+    max_attempts = ctx.queue_settings.get(row["queue"]).max_attempts
+    created = 0
     for start in range(0, len(instants), INSERT_CHUNK):
         chunk = list(instants[start:start + INSERT_CHUNK])
-        ids = [str(uuid7()) for _ in chunk]
-        n = len(chunk)
-        created = {str(r["id"]) for r in run(conn, "insert_tasks", {
-            "queue": queue,
+        created += len(run(conn, "insert_occurrences", {
+            "name": name,
+            "config_hash": hash_,
+            "queue": row["queue"],
+            "tenant": row["tenant"],
+            "priority": row["priority"],
+            "payload": row["payload"],
+            "max_attempts": max_attempts,
             "now": to_datetime(now),
-            "ids": ids,
-            "tenants": [tenant] * n,
+            "task_ids": [str(uuid7()) for _ in chunk],
             "keys": [occurrence_key(name, hash_, ms) for ms in chunk],
-            "priorities": [row["priority"]] * n,
-            "payloads": [row["payload"]] * n,
-            "states": ["delayed"] * n,
-            "run_ats": [from_ms(ms) for ms in chunk],
-            "max_attempts": [max_attempts] * n,
-        })}
-        fresh = [(ms, task_id) for ms, task_id in zip(chunk, ids, strict=True)
-                 if task_id in created]
-        if fresh:
-            run(conn, "record_occurrences", {
-                "name": name, "config_hash": hash_, "queue": queue, "tenant": tenant,
-                "fire_at_ms": [ms for ms, _ in fresh], "task_ids": [i for _, i in fresh],
-            })
-        created_total += len(fresh)
-    return created_total
+            "fire_at_ms": chunk,
+        }))
+    return created
 
 
 def lookahead_ms(ctx: Context) -> int:
@@ -324,6 +316,8 @@ def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -
     result = InstallResult()
     result.withdrawn = withdraw(ctx, conn, name, hash_ if row["enabled"] else None)
     through = row["installed_through_ms"] if row["installed_hash"] == hash_ else None
+    # forget finished occurrences first: a ledger row must never outlive its task's key
+    run(conn, "prune_occurrences", {"name": name})
     if row["enabled"]:
         now_ms = to_ms(now)
         wanted = occurrences(Timing.of_row(row), now_ms, at_least=row["horizon"],
@@ -335,7 +329,6 @@ def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -
         installed_hash: str | None = hash_
     else:
         installed_hash, through = None, None
-    run(conn, "prune_occurrences", {"name": name})
     run(conn, "mark_installed", {"name": name, "installed_hash": installed_hash,
                                  "installed_through_ms": through, "now": to_datetime(now)})
     result.installed_through_ms = through

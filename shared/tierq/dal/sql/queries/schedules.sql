@@ -1,5 +1,4 @@
 -- Named queries of cron schedules (tierq.logic.schedules, tierq.maintenance.cron_tick).
--- Occurrences are ordinary tasks inserted with the engine's insert_tasks query.
 
 -- name: schedule_lock
 -- Everything that writes one schedule's occurrences holds this transaction lock: a PUT or a
@@ -75,12 +74,33 @@ WHERE o.schedule = %(name)s
       SELECT 1 FROM tierq_tasks t
       WHERE t.id = o.task_id AND t.state IN ('delayed', 'cold', 'warm'));
 
--- name: record_occurrences
+-- name: insert_occurrences
+-- Occurrences as ordinary delayed tasks (the row shape of the engine's insert_tasks) and
+-- their ledger rows, one statement per chunk. A live task with the same key wins
+-- (ON CONFLICT DO NOTHING): a concurrent install, or a claimed occurrence of this config
+-- still running. Returns the ids of the tasks this statement created.
+WITH v AS (
+    SELECT * FROM unnest(%(task_ids)s::uuid[], %(keys)s::text[], %(fire_at_ms)s::bigint[])
+        AS v(id, key, fire_at_ms)
+), created AS (
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since)
+    SELECT v.id, %(queue)s, %(tenant)s, v.key, %(priority)s, %(payload)s::jsonb, 'delayed',
+           to_timestamp(v.fire_at_ms / 1000.0), to_timestamp(v.fire_at_ms / 1000.0),
+           %(max_attempts)s, nextval('tierq_task_seq'), %(now)s, NULL, %(now)s
+    FROM v
+    ORDER BY v.fire_at_ms
+    ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+    DO NOTHING
+    RETURNING id
+)
 INSERT INTO tierq_schedule_occurrences (schedule, config_hash, fire_at_ms, task_id, queue,
                                         tenant)
-SELECT %(name)s, %(config_hash)s, v.fire_at_ms, v.task_id, %(queue)s, %(tenant)s
-FROM unnest(%(fire_at_ms)s::bigint[], %(task_ids)s::uuid[]) AS v(fire_at_ms, task_id)
-ON CONFLICT DO NOTHING;
+SELECT %(name)s, %(config_hash)s, v.fire_at_ms, created.id, %(queue)s, %(tenant)s
+FROM created JOIN v ON v.id = created.id
+ON CONFLICT DO NOTHING
+RETURNING task_id;
 
 -- name: mark_installed
 UPDATE tierq_schedules
