@@ -172,14 +172,15 @@ def test_a_failing_batch_insert_writes_nothing(tq, pg):
     from tierq.logic.context import to_datetime
 
     now = to_datetime(tq.ctx.now())
+    import orjson
+
+    rows = [{"id": "018f0000-0000-7000-8000-000000000001", "tenant": "_", "key": None,
+             "priority": 1, "payload": 1, "state": "cold", "run_at": 0, "max_attempts": 3},
+            {"id": "018f0000-0000-7000-8000-000000000002", "tenant": "_", "key": None,
+             "priority": 12, "payload": 2, "state": "cold", "run_at": 0, "max_attempts": 3}]
     with pytest.raises(psycopg.errors.CheckViolation):
-        tq.db.fetch("insert_tasks", {
-            "queue": "q", "now": now,
-            "ids": ["018f0000-0000-7000-8000-000000000001", "018f0000-0000-7000-8000-000000000002"],
-            "tenants": ["_", "_"], "keys": [None, None], "priorities": [1, 12],
-            "payloads": ["1", "2"], "states": ["cold", "cold"], "run_ats": [now, now],
-            "max_attempts": [3, 3],
-        })
+        tq.db.fetch("insert_tasks", {"queue": "q", "now": now,
+                                     "rows": orjson.dumps(rows).decode()})
     assert count_rows(pg) == 0
 
 

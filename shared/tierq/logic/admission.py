@@ -27,7 +27,7 @@ import orjson
 import psycopg
 
 from tierq.core.ordering import score
-from tierq.dal.postgres import Row, run
+from tierq.dal.postgres import Row, run, uuid_array
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 PUSH_CHUNK = 1000
@@ -110,7 +110,8 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[tuple[str, in
 def mark_cold(ctx: Context, ids: Sequence[str],
               conn: psycopg.Connection[Row] | None = None) -> None:
     if ids:
-        ctx.db.fetch("mark_cold", {"ids": list(ids), "now": to_datetime(ctx.now())}, conn)
+        ctx.db.fetch("mark_cold", {"ids": uuid_array(ids), "now": to_datetime(ctx.now())},
+                     conn)
 
 
 def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: dict[Pair, list[tuple[str, int, bytes]]],
@@ -159,7 +160,7 @@ def make_ready(ctx: Context, conn: psycopg.Connection[Row], targets: Sequence[Ta
     ticket = begin(ctx, ((t.queue, t.tenant) for t in targets))
     try:
         rows = run(conn, "make_ready", {
-            "ids": [t.id for t in targets],
+            "ids": uuid_array(t.id for t in targets),
             "states": [ticket.state_for((t.queue, t.tenant)) for t in targets],
             "from_states": list(from_states),
             "now": to_datetime(ctx.now()),

@@ -150,14 +150,12 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         created = ctx.db.fetch("insert_tasks", {
             "queue": queue,
             "now": to_datetime(now),
-            "ids": [p.id for p in batch],
-            "tenants": [p.tenant for p in batch],
-            "keys": [p.key for p in batch],
-            "priorities": [p.priority for p in batch],
-            "payloads": [p.payload_json for p in batch],
-            "states": [p.state for p in batch],
-            "run_ats": [to_datetime(p.run_at_s) for p in batch],
-            "max_attempts": [p.max_attempts for p in batch],
+            "rows": orjson.dumps([
+                {"id": p.id, "tenant": p.tenant, "key": p.key, "priority": p.priority,
+                 "payload": orjson.Fragment(p.payload_json), "state": p.state,
+                 "run_at": p.run_at_s, "max_attempts": p.max_attempts}
+                for p in batch
+            ]).decode(),
         })
     except BaseException:
         admission.close(ctx, ticket)

@@ -12,6 +12,7 @@ from uuid import UUID
 import orjson
 
 from tierq.core.ids import tenant_of_token
+from tierq.dal.postgres import uuid_array
 from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
@@ -80,12 +81,13 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
     keep = [v for v in valid if items[v.index].result is not None]
     done: set[str] = set()
     if plain:
-        rows = ctx.db.fetch("ack_delete", {"queue": queue, "ids": [v.id for v in plain]})
+        rows = ctx.db.fetch("ack_delete", {"queue": queue,
+                                            "ids": uuid_array(v.id for v in plain)})
         done.update(str(r["id"]) for r in rows)
     if keep:
         rows = ctx.db.fetch("ack_keep", {
             "queue": queue, "now": now,
-            "ids": [v.id for v in keep],
+            "ids": uuid_array(v.id for v in keep),
             "results": [orjson.dumps(items[v.index].result).decode() for v in keep],
             "attempts": [v.attempt for v in keep],
         })
@@ -139,7 +141,7 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     rows = ctx.db.fetch("lease_outcomes", {
         "queue": queue,
         "now": to_datetime(now),
-        "ids": [v.id for v in leases],
+        "ids": uuid_array(v.id for v in leases),
         "attempts": [v.attempt for v in leases],
         "errors": list(errors),
         "retry_ats": [to_datetime(t) for t in retry_ats],

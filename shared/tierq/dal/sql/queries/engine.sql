@@ -2,18 +2,19 @@
 -- and unnested, so every batch is one statement.
 
 -- name: insert_tasks
--- New tasks, one statement per batch. A live task with the same key wins (DO NOTHING);
--- the caller reads the rows that were not returned as conflicts.
+-- New tasks, one statement per batch, rows passed as one JSON array (fast to build, and the
+-- function scan keeps its order, so seqs follow the batch). A live task with the same key
+-- wins (DO NOTHING); the caller reads the rows that were not returned as conflicts.
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
                          state_since)
-SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state, v.run_at, v.run_at,
-       v.max_attempts, nextval('tierq_task_seq'), %(now)s,
+SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state,
+       to_timestamp(v.run_at), to_timestamp(v.run_at), v.max_attempts,
+       nextval('tierq_task_seq'), %(now)s,
        CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
-FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(keys)s::text[], %(priorities)s::smallint[],
-            %(payloads)s::jsonb[], %(states)s::text[], %(run_ats)s::timestamptz[],
-            %(max_attempts)s::int[])
-     AS v(id, tenant, key, priority, payload, state, run_at, max_attempts)
+FROM json_to_recordset(%(rows)s::json)
+     AS v(id uuid, tenant text, key text, priority smallint, payload jsonb, state text,
+          run_at double precision, max_attempts int)
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
 DO NOTHING
 RETURNING id, tenant, seq, state;
