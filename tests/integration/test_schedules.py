@@ -22,7 +22,6 @@ from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
 from tierq.logic import schedules
-from tierq.logic.context import OffsetClock
 from tierq.logic.schedules import Timing, local_to_instant, occurrences
 from tierq.models.schedules import parse_daily_time
 
@@ -38,14 +37,28 @@ def ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def clock_at(moment: datetime) -> OffsetClock:
-    return OffsetClock(moment.timestamp() - time.time())
+class FrozenClock:
+    """Time that moves only when a test moves it, so how many occurrences fall inside a
+    window never depends on how fast the machine is."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def now(self) -> float:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += seconds
+
+
+def clock_at(moment: datetime) -> FrozenClock:
+    return FrozenClock(moment.timestamp())
 
 
 def move_to(tq: Tierq, moment: datetime) -> None:
     clock = tq.ctx.clock
-    assert isinstance(clock, OffsetClock)
-    clock.advance(moment.timestamp() - clock.now())
+    assert isinstance(clock, FrozenClock)
+    clock.at = moment.timestamp()
 
 
 def occurrence_rows(pg: psycopg.Connection[Any], name: str) -> list[tuple[Any, ...]]:
@@ -552,3 +565,48 @@ def test_schedule_routes_pin_the_tenant(admin: Callable[..., tuple[int, Any]]) -
     assert admin("GET", "/v1/schedules/theirs", claims={"tenant": "acme"})[0] == 404
     assert admin("DELETE", "/v1/schedules/theirs", claims={"tenant": "acme"})[0] == 404
     assert admin("GET", "/v1/schedules/theirs")[0] == 200
+
+
+# -- the scheduled function ---------------------------------------------------------------------
+
+
+class FakeLambdaContext:
+    function_name = "tierq-cron-tick"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 256
+    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:tierq-cron-tick"
+    aws_request_id = "test-request"
+
+    def __init__(self, seconds_left: float) -> None:
+        self.deadline = time.monotonic() + seconds_left
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self.deadline - time.monotonic()) * 1000)
+
+
+def test_cron_tick_function_ticks_inside_one_invocation(
+        make_tq: Factory, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from tierq.api import runtime
+
+    start = utc(2026, 5, 1, 9, 0, 0)
+    tq = make_tq(clock=clock_at(start))
+    monkeypatch.setattr(runtime, "_engine", tq)
+    tq.put_schedule("fast", {"queue": "q", "payload": 1, "every_seconds": 1})
+    move_to(tq, start + timedelta(seconds=30))
+    path = Path(__file__).parents[2] / "functions" / "cron_tick" / "app.py"
+    spec = importlib.util.spec_from_file_location("cron_tick_app", path)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    report = app.lambda_handler({"source": "tierq.scheduler", "job": "cron_tick",
+                                 "max_seconds": 0.6, "every_seconds": 0.2},
+                                FakeLambdaContext(seconds_left=60))
+    assert report["job"] == "cron_tick" and report["ticks"] >= 2
+    assert report["failed_ticks"] == 0
+    assert report["totals"]["installed"] == 30  # the first tick; the others find it done
+    assert len(occurrence_rows(pg, "fast")) == 150
+    with pytest.raises(ValueError, match="names 'reaper'"):
+        app.lambda_handler({"job": "reaper"}, FakeLambdaContext(seconds_left=60))
