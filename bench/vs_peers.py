@@ -1,0 +1,193 @@
+"""tierq side by side with PGQueuer and procrastinate, in one run, on the same PostgreSQL
+(each in its own fresh database) and the same Valkey/Redis.
+
+    .venv/bin/python -m bench.vs_peers            # 20,000 tasks, 1/2/4 worker processes
+    .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, well under two minutes
+
+Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
+when this environment has it), PGQueuer and procrastinate (see bench/systems.py for the
+settings of each). For every worker count, every system runs the same three phases with
+the same number of no-op tasks and the same number of processes: enqueue/s, drain/s and
+end-to-end/s (bench/runs.py). Systems alternate inside each worker count so that drifts
+of the machine (the disk's fsync rate varies) hit all of them alike.
+
+The last line is always ``ratio_vs_best_peer=X.XX``: tierq's engine path end-to-end rate
+over the best peer's, at the largest worker count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bench.common import (
+    PhaseFailed,
+    add_store_arguments,
+    enable_pg_stat_statements,
+    fmt_cpu,
+    fmt_ms,
+    fmt_rate,
+    machine_info,
+    open_stores,
+    print_machine,
+    print_table,
+    say,
+)
+from bench.runs import SystemRun, run_system
+from bench.systems import PgQueuer, Procrastinate, System, TierqEngine, TierqHttp, tierq_cli
+
+PEERS = ("pgqueuer", "procrastinate")
+TIERQ_PATHS = ("tierq-engine", "tierq-http")
+PHASES = ("enqueue", "drain", "e2e")
+PHASE_TITLES = {"enqueue": "enqueue/s", "drain": "drain/s", "e2e": "end-to-end/s"}
+
+
+def rate(run: SystemRun | None, phase: str) -> float | None:
+    if run is None:
+        return None
+    measured = getattr(run, phase)
+    if measured is None or measured.left or measured.phase.timed_out:
+        return None
+    return float(measured.rate)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b <= 0:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def print_results(results: dict[int, dict[str, SystemRun]]) -> None:
+    rows = []
+    for workers, by_system in results.items():
+        for name, run in by_system.items():
+            drain, e2e = run.drain, run.e2e
+            claims = "-"
+            if e2e is not None and e2e.phase.values("claim_latency"):
+                claims = (f"{fmt_ms(e2e.latency('claim_latency', 50))}/"
+                          f"{fmt_ms(e2e.latency('claim_latency', 99))}")
+            rows.append([
+                name, str(workers),
+                *(fmt_rate(rate(run, p)) for p in PHASES),
+                claims,
+                fmt_cpu(e2e.cpu_us_per_task()) if e2e is not None else "-",
+                str(run.left) if drain is not None or e2e is not None else "-",
+                "; ".join(run.notes) or "",
+            ])
+    print_table(["system", "workers", *PHASE_TITLES.values(), "claim ms p50/p99",
+                 "CPU us/task client/pg/valkey", "left", "notes"], rows)
+
+
+def print_ratios(results: dict[int, dict[str, SystemRun]]) -> None:
+    rows = []
+    for workers, by_system in results.items():
+        for mine in TIERQ_PATHS:
+            if mine not in by_system:
+                continue
+            for peer in PEERS:
+                if peer not in by_system:
+                    continue
+                rows.append([f"{mine} / {peer}", str(workers), *(
+                    ratio(rate(by_system[mine], p), rate(by_system[peer], p)) for p in PHASES)])
+    if rows:
+        print_table(["ratio", "workers", *PHASE_TITLES.values()], rows)
+
+
+def best_peer_ratio(results: dict[int, dict[str, SystemRun]]) -> tuple[float, str]:
+    largest = max(results)
+    by_system = results[largest]
+    mine = rate(by_system.get("tierq-engine"), "e2e")
+    peers = {p: rate(by_system.get(p), "e2e") for p in PEERS if p in by_system}
+    measured = {p: r for p, r in peers.items() if r}
+    if mine is None or not measured:
+        return float("nan"), "-"
+    best = max(measured, key=lambda p: measured[p])
+    return mine / measured[best], best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.vs_peers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=None, help="tasks per phase (20000)")
+    parser.add_argument("--quick", action="store_true", help="2,000 tasks per phase")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4],
+                        help="worker process counts (1 2 4)")
+    parser.add_argument("--systems", nargs="+",
+                        default=["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"],
+                        choices=["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"])
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds per phase before a system is stopped (600; 60 --quick)")
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    add_store_arguments(parser)
+    args = parser.parse_args(argv)
+    total = args.tasks or (2_000 if args.quick else 20_000)
+    timeout = args.timeout or (60.0 if args.quick else 600.0)
+    if total < 1 or any(w < 1 for w in args.workers):
+        parser.error("--tasks and --workers must be positive")
+
+    systems: list[System] = []
+    skipped: list[str] = []
+    for name in args.systems:
+        if name == "tierq-engine":
+            systems.append(TierqEngine())
+        elif name == "tierq-http":
+            exe = tierq_cli()
+            if exe is None:
+                skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
+            else:
+                systems.append(TierqHttp(exe))
+        elif name == "pgqueuer":
+            systems.append(PgQueuer())
+        else:
+            systems.append(Procrastinate())
+
+    stores = open_stores(args)
+    try:
+        statements = enable_pg_stat_statements(stores)
+        info = machine_info(stores)
+        print_machine(info)
+        say(f"side by side: {total:,} no-op tasks per phase, workers {args.workers}, "
+            f"systems {[s.name for s in systems]}")
+        for note in skipped:
+            say(f"  skipped: {note}")
+        results: dict[int, dict[str, SystemRun]] = {}
+        for workers in args.workers:
+            results[workers] = {}
+            for system in systems:
+                say(f"-- {system.name}, {workers} worker process(es)")
+                try:
+                    results[workers][system.name] = run_system(
+                        system, stores, workers=workers, total=total, timeout=timeout,
+                        statements=statements)
+                except PhaseFailed as exc:
+                    say(f"  {system.name} failed: {exc}")
+                    failed = SystemRun(system.name, workers, total)
+                    failed.notes.append("failed: " + str(exc).splitlines()[0])
+                    results[workers][system.name] = failed
+        say("")
+        say(f"rates in tasks/s, {total:,} tasks per phase; claim latency (tierq claim calls "
+            "that returned tasks) and CPU microseconds per task (worker processes, PostgreSQL "
+            "server, Valkey server) in the end-to-end phase")
+        print_results(results)
+        say("")
+        print_ratios(results)
+        value, best = best_peer_ratio(results)
+        say("")
+        say(f"best peer at {max(results)} workers, end-to-end: {best}")
+        for note in skipped:
+            say(f"not measured: {note}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({
+                "machine": info, "tasks": total, "skipped": skipped,
+                "runs": [r.summary() for by in results.values() for r in by.values()],
+                "ratio_vs_best_peer": value, "best_peer": best}, indent=2))
+        say(f"ratio_vs_best_peer={value:.2f}")
+        return 0
+    finally:
+        stores.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
