@@ -610,3 +610,50 @@ def test_cron_tick_function_ticks_inside_one_invocation(
     assert len(occurrence_rows(pg, "fast")) == 150
     with pytest.raises(ValueError, match="names 'reaper'"):
         app.lambda_handler({"job": "reaper"}, FakeLambdaContext(seconds_left=60))
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+
+def test_cli_schedules(database_url: str, valkey_url: str, clean_stores: None,
+                       monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                       pg: psycopg.Connection[Any]) -> None:
+    from typer.testing import CliRunner
+
+    from tierq.cli import app
+    from tierq.config import get_settings
+
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("VALKEY_URL", valkey_url)
+    monkeypatch.setenv("COLUMNS", "200")  # the table on one line per schedule
+    get_settings.cache_clear()
+    runner = CliRunner()
+    try:
+        put = runner.invoke(app, ["schedules", "put", "nightly", "--queue", "reports",
+                                  "--daily", "14:00", "--daily", "02:30", "--timezone",
+                                  "Europe/Berlin", "--payload", '{"report": "sales"}'])
+        assert put.exit_code == 0, put.output
+        view = orjson.loads(put.stdout)
+        assert view["daily"] == ["02:30", "14:00"] and len(view["installed"]) == 4
+        body = tmp_path / "fast.json"
+        body.write_text('{"queue": "q", "payload": null, "every_seconds": 3600, "horizon": 2}')
+        from_file = runner.invoke(app, ["schedules", "put", "hourly", "-f", str(body),
+                                        "--priority", "5"])
+        assert from_file.exit_code == 0, from_file.output
+        assert orjson.loads(from_file.stdout)["priority"] == 5
+        listed = runner.invoke(app, ["schedules", "list", "--json"])
+        assert [s["name"] for s in orjson.loads(listed.stdout)["schedules"]] == \
+            ["hourly", "nightly"]
+        table = runner.invoke(app, ["schedules", "list"])
+        assert "nightly" in table.stdout and "daily 02:30, 14:00" in table.stdout
+        tick = runner.invoke(app, ["schedules", "tick"])
+        assert tick.exit_code == 0 and orjson.loads(tick.stdout)["schedules"] == 2
+        bad = runner.invoke(app, ["schedules", "put", "bad", "--queue", "q", "--payload", "1",
+                                  "--cron", "61 * * * *"])
+        assert bad.exit_code == 1 and "'61 * * * *' is not a valid cron" in bad.output
+        removed = runner.invoke(app, ["schedules", "delete", "nightly"])
+        assert orjson.loads(removed.stdout) == {"name": "nightly", "removed_occurrences": 4}
+        assert runner.invoke(app, ["schedules", "get", "nightly"]).exit_code == 1
+        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (2,)
+    finally:
+        get_settings.cache_clear()

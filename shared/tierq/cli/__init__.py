@@ -18,6 +18,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.database",
     "tierq.cli.demo",
+    "tierq.cli.schedules",
 )
 
 
