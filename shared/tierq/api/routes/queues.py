@@ -1,0 +1,94 @@
+"""Queues: ``GET /v1/queues``, ``GET /v1/queues/{queue}`` (settings, live counts, mode) and
+``PUT /v1/queues/{queue}`` (change settings; only the fields given change).
+
+A caller pinned to a tenant sees only its own tenant's counts and may not change settings,
+which every tenant of the queue shares."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from tierq.api import request
+from tierq.api.errors import responses
+from tierq.api.models import QueueList
+from tierq.api.params import QueuePath
+from tierq.api.runtime import engine
+from tierq.errors import Forbidden, NotFound
+from tierq.logic import queues as queue_logic
+from tierq.models import QueueCounts, QueueSettingsUpdate, QueueView
+
+router = Router()
+
+
+def tenant_view(queue: str, tenant: str) -> QueueView:
+    """A queue as one tenant sees it: its own counts only."""
+    tq = engine()
+    rows = [r for r in queue_logic.tenant_counts(tq.ctx, queue) if r.tenant == tenant]
+    counts = QueueCounts()
+    for row in rows:
+        counts.warm += row.warm
+        counts.cold += row.cold
+        counts.delayed += row.delayed
+        counts.leased += row.leased
+        counts.dead += row.dead
+    cold = any(r.mode == "cold" and (r.cold or r.warm) for r in rows)
+    return QueueView(queue=queue, settings=tq.queue_settings(queue), counts=counts,
+                     mode="cold" if cold else "warm", tenants=[r.tenant for r in rows])
+
+
+def view(queue: str) -> QueueView:
+    pinned = request.pinned_tenant()
+    return engine().get_queue(queue) if pinned is None else tenant_view(queue, pinned)
+
+
+def known(queue: str) -> bool:
+    return queue in queue_logic.known_queues(engine().ctx)
+
+
+@router.get(
+    "/v1/queues",
+    summary="List queues",
+    operation_id="listQueues",
+    tags=["queues"],
+    responses=responses("Every queue that has settings or has had tasks."),
+)
+def list_queues() -> QueueList:
+    pinned = request.pinned_tenant()
+    if pinned is None:
+        return QueueList(queues=engine().list_queues())
+    mine = sorted({q for q, t in engine().ctx.pairs.all() if t == pinned})
+    return QueueList(queues=[tenant_view(q, pinned) for q in mine])
+
+
+@router.get(
+    "/v1/queues/<queue>",
+    summary="A queue's settings and live counts",
+    operation_id="getQueue",
+    tags=["queues"],
+    responses=responses("Settings, counts (warm, cold, delayed, leased, dead) and mode.", 404),
+)
+def get_queue(queue: QueuePath) -> QueueView:
+    if not known(queue):
+        raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
+    return view(queue)
+
+
+@router.put(
+    "/v1/queues/<queue>",
+    summary="Create a queue or change its settings",
+    description="Fields: warm_max, lease_seconds, max_attempts, backoff {kind fixed|linear|"
+                "exponential, base_seconds, cap_seconds, jitter}, retention_seconds, paused. "
+                "Fields left out keep their value.",
+    operation_id="putQueue",
+    tags=["queues"],
+    responses=responses("The queue with its new settings.", 403),
+)
+def put_queue(queue: QueuePath, body: Annotated[QueueSettingsUpdate, Body()]) -> QueueView:
+    if request.pinned_tenant() is not None:
+        raise Forbidden("a caller pinned to a tenant cannot change queue settings, which all "
+                        "tenants of the queue share")
+    engine().put_queue(queue, body)
+    return view(queue)

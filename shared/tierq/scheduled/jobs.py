@@ -1,0 +1,73 @@
+"""The scheduled maintenance functions: what one tick of each does, and the Lambda entry
+point they share (``handle``). The ``cron_tick`` function uses ``run_ticks`` the same way."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tierq.api import metrics
+from tierq.api.runtime import engine
+from tierq.scheduled import RemainingTime, run_ticks
+
+GAUGES_EVERY_SECONDS = 60.0
+
+
+def cold_to_warm_tick() -> Any:
+    return engine().run_cold_to_warm()
+
+
+def delayed_mover_tick() -> Any:
+    return engine().run_delayed_mover()
+
+
+class ReaperTick:
+    """Expire leases, reconcile, purge; count dead letters per queue; and, at most once a
+    minute, emit the per-queue gauges the alarms and the dashboard read."""
+
+    def __init__(self, gauges_every: float = GAUGES_EVERY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.gauges_every = gauges_every
+        self.clock = clock
+        self.gauges_at: float | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        tq = engine()
+        summary = tq.run_reaper()
+        for queue, dead in summary.dead_by_queue.items():
+            metrics.count(queue, {"DeadLettered": dead})
+        out: dict[str, Any] = {
+            "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
+            "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
+        }
+        now = self.clock()
+        if self.gauges_at is None or now - self.gauges_at >= self.gauges_every:
+            self.gauges_at = now
+            out["gauged_queues"] = metrics.gauges(tq.detailed_counts())
+        return out
+
+
+def _every(job: str) -> float:
+    settings = engine().settings
+    return {
+        "cold_to_warm": settings.cold_to_warm_every,
+        "delayed_mover": settings.delayed_every,
+        "reaper": settings.reaper_every,
+    }[job]
+
+
+TICKS: dict[str, Callable[[], Callable[[], Any]]] = {
+    "cold_to_warm": lambda: cold_to_warm_tick,
+    "delayed_mover": lambda: delayed_mover_tick,
+    "reaper": ReaperTick,
+}
+
+
+def handle(job: str, event: Mapping[str, Any] | None,
+           context: RemainingTime | None) -> dict[str, Any]:
+    """One scheduled invocation of ``job``: ticks until it is time to return."""
+    if job not in TICKS:
+        raise KeyError(f"unknown scheduled job {job!r}; known: {sorted(TICKS)}")
+    report = run_ticks(job, TICKS[job](), every=_every(job), event=event, context=context)
+    return report.as_dict()
