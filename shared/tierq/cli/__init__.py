@@ -17,6 +17,7 @@ app = typer.Typer(
 
 COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.database",
+    "tierq.cli.dev",
     "tierq.cli.demo",
     "tierq.cli.schedules",
 )

@@ -1,0 +1,16 @@
+"""The local stack (``tierq dev``): the HTTP API and the scheduled functions of template.yaml
+served from this machine, invoking the same handlers (``functions/*/app.py``) in-process
+with the events API Gateway and EventBridge Scheduler would send.
+
+* :mod:`tierq.devserver.template`: routes, functions and schedules read from template.yaml.
+* :mod:`tierq.devserver.events`: payload v2 events and API Gateway's reading of results.
+* :mod:`tierq.devserver.lambdas`: loading a function's handler; the Lambda context.
+* :mod:`tierq.devserver.http`: the HTTP server (404/405/413 like API Gateway; the local-only
+  ``x-tierq-jwt-claims`` header to try tenant pinning).
+* :mod:`tierq.devserver.scheduler`: schedules run on their rate.
+* :mod:`tierq.devserver.stack`: all of it, with PostgreSQL, Valkey and migrations.
+"""
+
+from tierq.devserver.stack import DevOptions, DevStack, DevStackError
+
+__all__ = ["DevOptions", "DevStack", "DevStackError"]

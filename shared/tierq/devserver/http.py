@@ -1,0 +1,221 @@
+"""The local HTTP API: routes each request to the function template.yaml gives its route,
+with the payload v2 event API Gateway would build, and answers with what API Gateway would
+make of the result. Unknown path → 404; known path, other method → 405; body over 10 MiB →
+413; a function that raises → 500 ``{"message": "Internal Server Error"}``.
+
+Local only: a request header ``x-tierq-jwt-claims: {"tenant": "acme"}`` becomes the JWT
+claims of ``requestContext.authorizer.jwt`` (as API Gateway's JWT authoriser would put them),
+so tenant pinning can be tried without an identity provider. The header is not passed on.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from tierq.devserver.events import HttpResponse, build_event, to_http_response
+from tierq.devserver.lambdas import LocalFunction
+from tierq.devserver.template import HttpRoute
+
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+INTEGRATION_TIMEOUT_SECONDS = 30.0  # HTTP API's maximum integration timeout
+CLAIMS_HEADER = "x-tierq-jwt-claims"
+
+
+def _json_response(status: int, body: Mapping[str, Any],
+                   extra: list[tuple[str, str]] | None = None) -> HttpResponse:
+    return HttpResponse(status, [("Content-Type", "application/json"), *(extra or [])],
+                        json.dumps(body).encode())
+
+
+def _error(status: int, code: str, message: str,
+           extra: list[tuple[str, str]] | None = None) -> HttpResponse:
+    return _json_response(status, {"message": message,
+                                   "error": {"code": code, "message": message, "details": []}},
+                          extra)
+
+
+@dataclass
+class Match:
+    route: HttpRoute
+    path_parameters: dict[str, str]
+
+
+class Router:
+    """Which route (and so which function) a method and raw path go to."""
+
+    def __init__(self, routes: list[HttpRoute]) -> None:
+        # literal paths first, then fewer parameters first (API Gateway prefers the most
+        # specific route)
+        self.routes = sorted(routes, key=lambda r: (r.path.count("{"), -len(r.path)))
+
+    def match(self, method: str, raw_path: str) -> Match | list[str]:
+        """The matching route, or the methods the path allows (empty: unknown path)."""
+        allowed: list[str] = []
+        for route in self.routes:
+            params = route.match(raw_path)
+            if params is None:
+                continue
+            if route.method in (method, "ANY"):
+                return Match(route, params)
+            allowed.append(route.method)
+        return sorted(set(allowed))
+
+
+class LocalApi:
+    """Turns HTTP requests into invocations of the local functions."""
+
+    def __init__(self, routes: list[HttpRoute], functions: Mapping[str, LocalFunction],
+                 log: Callable[[str], None] | None = None) -> None:
+        self.router = Router(routes)
+        self.functions = functions
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
+               source_ip: str) -> tuple[HttpResponse, str]:
+        """(response, name of the function that served it or a reason)."""
+        parts = urlsplit(target)
+        raw_path = parts.path or "/"
+        found = self.router.match(method, raw_path)
+        if isinstance(found, list):
+            if found:
+                return _error(405, "method_not_allowed",
+                              f"{method} is not allowed on {raw_path}; allowed: "
+                              f"{', '.join(found)}", [("Allow", ", ".join(found))]), "-"
+            return _error(404, "not_found", f"no route for {method} {raw_path}"), "-"
+        claims: dict[str, Any] | None = None
+        passed: list[tuple[str, str]] = []
+        for name, value in headers:
+            if name.lower() != CLAIMS_HEADER:
+                passed.append((name, value))
+                continue
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                return _error(400, "malformed_request",
+                              f"{CLAIMS_HEADER} must be a JSON object of claims"), "-"
+            claims = parsed
+        function = self.functions[found.route.function]
+        event = build_event(
+            method=method, raw_path=raw_path, raw_query=parts.query, headers=passed, body=body,
+            route_key=found.route.route_key, path_parameters=found.path_parameters,
+            source_ip=source_ip, claims=None if found.route.public else claims,
+        )
+        started = time.monotonic()
+        try:
+            result = function.invoke(event)
+        except Exception as exc:
+            self.log(f"[tierq dev] {function.spec.logical_id} failed: {exc!r}")
+            if function.error:
+                self.log(function.error)
+            else:
+                import traceback
+
+                self.log(traceback.format_exc())
+            return _json_response(500, {"message": "Internal Server Error"}), function.spec.name
+        if time.monotonic() - started > min(INTEGRATION_TIMEOUT_SECONDS, function.spec.timeout):
+            return _json_response(503, {"message": "Service Unavailable"}), function.spec.name
+        try:
+            return to_http_response(result), function.spec.name
+        except (TypeError, ValueError) as exc:
+            self.log(f"[tierq dev] {function.spec.logical_id} returned a malformed response: "
+                     f"{exc!r}")
+            return _json_response(500, {"message": "Internal Server Error"}), function.spec.name
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: LocalHttpServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # one line per request is written by _serve
+
+    def _read_body(self) -> bytes | None:
+        """The body, or None when it is over the limit (the connection is then closed)."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = bytearray()
+            while True:
+                size_line = self.rfile.readline(65537).split(b";")[0].strip()
+                size = int(size_line or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537).strip():
+                        pass  # trailers
+                    return bytes(chunks)
+                if len(chunks) + size > MAX_BODY_BYTES:
+                    self.close_connection = True
+                    return None
+                chunks += self.rfile.read(size)
+                self.rfile.readline(3)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return None
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _serve(self) -> None:
+        started = time.monotonic()
+        served_by = "-"
+        try:
+            body = self._read_body()
+        except ValueError:
+            response = _error(400, "malformed_request", "malformed chunked body")
+            body = b""
+            self.close_connection = True
+        else:
+            if body is None:
+                response = _json_response(413, {"message": "Request Entity Too Large"})
+            else:
+                headers = [(k, v) for k, v in self.headers.items()]
+                response, served_by = self.server.api.handle(
+                    self.command, self.path, headers, body, self.client_address[0])
+        payload = b"" if self.command == "HEAD" else response.body
+        self.send_response(response.status)
+        names = {name.lower() for name, _ in response.headers}
+        for name, value in response.headers:
+            if name.lower() not in ("content-length", "connection", "transfer-encoding"):
+                self.send_header(name, value)
+        if "content-type" not in names and response.body:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(response.body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if payload:
+            self.wfile.write(payload)
+        if self.server.access_log:
+            elapsed = (time.monotonic() - started) * 1000
+            print(f"[tierq dev] {self.command} {self.path} -> {response.status} "
+                  f"({served_by}, {elapsed:.0f} ms)", file=sys.stderr, flush=True)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+
+class LocalHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, host: str, port: int, api: LocalApi, *, access_log: bool = True) -> None:
+        self.api = api
+        self.access_log = access_log
+        super().__init__((host, port), _RequestHandler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+                                  name="tierq-dev-http", daemon=True)
+        thread.start()
+        return thread
