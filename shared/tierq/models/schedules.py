@@ -86,7 +86,7 @@ def normalize_cron(expression: str) -> str:
                          "(second minute hour day month weekday)")
     try:
         cron_iterator(text, datetime(2000, 1, 1)).get_next()
-    except CroniterError as exc:
+    except (CroniterError, ValueError, OverflowError) as exc:
         reason = re.sub(r"^\[.*?\]\s*", "", str(exc)).removeprefix("is not acceptable").strip(" ,")
         if "failed to find" in reason:
             reason = "it never matches a date"
@@ -133,10 +133,13 @@ class ScheduleIn(BaseModel):
     )
     every_seconds: float | None = Field(
         default=None, description="A fixed period, at least 1 second, e.g. 60.",
+        json_schema_extra={"minimum": MIN_EVERY_SECONDS, "maximum": MAX_EVERY_SECONDS},
     )
     daily: list[str] | None = Field(
         default=None, description="Times of day on the wall clock of timezone, e.g. "
                                   "['02:30', '14:00'].",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_DAILY_TIMES,
+                           "items": {"type": "string", "pattern": _DAILY_TIME.pattern}},
     )
     timezone: str | None = Field(
         default=None, max_length=64,
