@@ -19,6 +19,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.database",
     "tierq.cli.dev",
     "tierq.cli.demo",
+    "tierq.cli.enqueue",
+    "tierq.cli.leases",
+    "tierq.cli.stats",
+    "tierq.cli.dlq",
+    "tierq.cli.worker",
+    "tierq.cli.bench",
     "tierq.cli.schedules",
 )
 

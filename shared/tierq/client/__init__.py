@@ -2,7 +2,7 @@
 
     from tierq.client import Client
 
-    api = Client("http://127.0.0.1:8000")          # or Client.from_env(): TIERQ_URL, …
+    api = Client("http://127.0.0.1:3000")          # or Client.from_env(): TIERQ_URL, …
     api.enqueue_one("emails", {"to": "a@example.com"}, key="welcome-42")
 
 Workers: :class:`tierq.worker.Worker` runs a handler over a client.

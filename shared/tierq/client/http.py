@@ -2,7 +2,7 @@
 
     from tierq.client import Client
 
-    with Client("http://127.0.0.1:8000") as api:
+    with Client("http://127.0.0.1:3000") as api:
         api.enqueue("emails", [{"payload": {"to": "a@example.com"}, "key": "welcome-42"}])
         for task in api.claim("emails", max=10, wait_seconds=5):
             ...
@@ -58,7 +58,6 @@ from tierq.models import (
     HeartbeatResult,
     NackItem,
     NackResult,
-    QueueSettings,
     QueueSettingsUpdate,
     QueueView,
     RunningLease,
@@ -68,7 +67,7 @@ from tierq.models import (
 )
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -107,7 +106,7 @@ def _chunks(items: Sequence[Model], size: int = MAX_BATCH) -> Iterator[Sequence[
 
 
 class Client:
-    """A client for one tierq API (``base_url`` like ``http://127.0.0.1:8000`` or
+    """A client for one tierq API (``base_url`` like ``http://127.0.0.1:3000`` or
     ``https://<id>.execute-api.<region>.amazonaws.com``). Thread-safe: one client can be
     shared by a worker's threads."""
 
@@ -299,13 +298,12 @@ class Client:
         return QueueView.model_validate(self.request("GET", f"/v1/queues/{_segment(queue)}"))
 
     def put_queue(self, queue: str,
-                  settings: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings:
-        """Change a queue's settings (only the fields given); returns the effective ones."""
+                  settings: QueueSettingsUpdate | Mapping[str, Any]) -> QueueView:
+        """Create a queue or change its settings (only the fields given); returns the queue
+        with its effective settings and counts."""
         update = _validated(QueueSettingsUpdate, settings, "")
         data = self.request("PUT", f"/v1/queues/{_segment(queue)}", body=_dump(update))
-        if isinstance(data, dict) and isinstance(data.get("settings"), dict):
-            data = data["settings"]
-        return QueueSettings.model_validate(data)
+        return QueueView.model_validate(data)
 
     # -- dead letters ------------------------------------------------------------------
 
@@ -360,9 +358,9 @@ class Client:
     def metrics_detailed_page(self) -> DetailedMetrics:
         return DetailedMetrics.model_validate(self.request("GET", "/v1/metrics/queues/detailed"))
 
-    def running(self) -> list[RunningLease]:
-        """Current leases, oldest first."""
-        data = self.request("GET", "/v1/metrics/queues/running")
+    def running(self, queue: str | None = None) -> list[RunningLease]:
+        """Current leases (of every queue, or of one), oldest first."""
+        data = self.request("GET", "/v1/metrics/queues/running", params={"queue": queue})
         return RunningMetrics.model_validate(data).running
 
     # -- schedules ---------------------------------------------------------------------

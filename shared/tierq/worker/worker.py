@@ -10,7 +10,7 @@ alive while it runs, and report each outcome.
         deliver(task.payload)                       # any other exception: retried
         return {"sent": True}                       # kept as the task's result
 
-    Worker(Client("http://127.0.0.1:8000"), "emails", send_email, concurrency=8).run()
+    Worker(Client("http://127.0.0.1:3000"), "emails", send_email, concurrency=8).run()
 
 The loop, per worker:
 

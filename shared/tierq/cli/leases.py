@@ -1,0 +1,129 @@
+"""``tierq claim``, ``tierq ack`` and ``tierq nack``: take and settle tasks by hand over the
+HTTP API, for debugging (a worker does this in a loop: ``tierq worker``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tierq.cli.api_options import (
+    JsonOption,
+    RegionOption,
+    SigV4Option,
+    TokenOption,
+    UrlOption,
+    api_client,
+    console,
+    fail,
+    out,
+    parse_json,
+    print_json,
+    short_json,
+)
+from tierq.models import ClaimedTask, Rejection
+
+
+def claims_table(tasks: list[ClaimedTask]) -> Table:
+    table = Table()
+    for column in ("id", "tenant", "priority", "attempt", "lease until", "lease_token",
+                   "payload"):
+        table.add_column(column, overflow="fold")
+    for t in tasks:
+        table.add_row(str(t.id), t.tenant, str(t.priority), f"{t.attempt}/{t.max_attempts}",
+                      t.lease_expires_at.strftime("%H:%M:%S"), t.lease_token,
+                      short_json(t.payload))
+    return table
+
+
+def refused(rejected: list[Rejection], what: str) -> None:
+    for r in rejected:
+        reason = ("the lease token is wrong or the lease expired" if r.reason == "not_owner"
+                  else "the task no longer exists (cancelled, or already settled)")
+        console.print(f"[red]{what} refused[/] for {r.id}: {r.reason} ({reason})",
+                      highlight=False)
+    fail(f"{len(rejected)} {what}(s) refused")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def claim(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        max_tasks: Annotated[int, typer.Option("--max", min=1, max=500,
+                                               help="How many tasks at most.")] = 1,
+        lease_seconds: Annotated[int | None, typer.Option(
+            help="Lease length (default: the queue's).", show_default=False)] = None,
+        wait: Annotated[float, typer.Option(
+            min=0, max=20, help="Long-poll up to this many seconds when none is ready.")] = 0,
+        tenant: Annotated[str | None, typer.Option(
+            help="Only this tenant's tasks.", show_default=False)] = None,
+        worker: Annotated[str, typer.Option(help="Worker name shown on the lease.")] = "cli",
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Claim tasks with a lease and print them with their lease tokens (for `tierq ack`
+        / `tierq nack`). Exit 0 also when nothing was ready (an empty list)."""
+        with api_client(url, token, sigv4, aws_region) as api:
+            tasks = api.claim(queue, max=max_tasks, lease_seconds=lease_seconds,
+                              tenant=tenant, worker=worker, wait_seconds=wait)
+        if as_json:
+            print_json([t.model_dump(mode="json") for t in tasks])
+        elif tasks:
+            out.print(claims_table(tasks))
+        else:
+            console.print(f"no task ready in {queue!r}", highlight=False)
+
+    @app.command()
+    def ack(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        task_id: Annotated[str, typer.Argument(help="The task's id.")],
+        lease_token: Annotated[str, typer.Argument(help="The lease token from the claim.")],
+        result: Annotated[str | None, typer.Option(
+            help="A result to keep with the task (JSON).", show_default=False)] = None,
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+    ) -> None:
+        """Finish a claimed task. Exit 1 when the API refuses it (lease lost or expired)."""
+        item = {"id": task_id, "lease_token": lease_token}
+        if result is not None:
+            item["result"] = parse_json(result, "--result")
+        with api_client(url, token, sigv4, aws_region) as api:
+            outcome = api.ack(queue, [item])
+        if outcome.rejected:
+            refused(outcome.rejected, "ack")
+        console.print(f"acked {task_id}", highlight=False)
+
+    @app.command()
+    def nack(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        task_id: Annotated[str, typer.Argument(help="The task's id.")],
+        lease_token: Annotated[str, typer.Argument(help="The lease token from the claim.")],
+        error: Annotated[str, typer.Option(help="Why it failed (kept as last_error).")]
+            = "failed (tierq nack)",
+        retry_in: Annotated[float | None, typer.Option(
+            "--retry-in", min=0, help="Retry after this many seconds (default: the queue's "
+                                      "backoff).", show_default=False)] = None,
+        dead: Annotated[bool, typer.Option("--dead", help="Dead-letter it now.")] = False,
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+    ) -> None:
+        """Fail a claimed task: retried later, or dead at its last attempt (or with --dead).
+        Exit 1 when the API refuses it."""
+        item: dict[str, object] = {"id": task_id, "lease_token": lease_token, "error": error,
+                                   "dead": dead}
+        if retry_in is not None:
+            item["retry_in_seconds"] = retry_in
+        with api_client(url, token, sigv4, aws_region) as api:
+            outcome = api.nack(queue, [item])
+        if outcome.rejected:
+            refused(outcome.rejected, "nack")
+        state = "dead-lettered" if outcome.dead else "will be retried"
+        console.print(f"nacked {task_id}: {state}", highlight=False)

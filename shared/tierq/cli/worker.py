@@ -1,0 +1,88 @@
+"""``tierq worker QUEUE module:function``: run a handler over a queue with
+:class:`tierq.worker.Worker` until SIGTERM / Ctrl-C (or, with --burst, until the queue is
+empty)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.logging import RichHandler
+from rich.table import Table
+
+from tierq.cli.api_options import (
+    RegionOption,
+    SigV4Option,
+    TokenOption,
+    UrlOption,
+    api_client,
+    console,
+    usage_error,
+)
+from tierq.worker import Worker
+from tierq.worker.loading import HandlerNotFound, load_handler
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def worker(
+        queue: Annotated[str, typer.Argument(help="The queue to work on.")],
+        handler: Annotated[str, typer.Argument(
+            help="The handler as module:function; it gets a ClaimedTask (payload, id, "
+                 "attempt, …) and returns the result, or raises.")],
+        concurrency: Annotated[int, typer.Option(
+            "--concurrency", "-c", min=1, max=500, help="Handler threads.")] = 4,
+        tenant: Annotated[str | None, typer.Option(
+            help="Only this tenant's tasks (default: fairly across tenants).",
+            show_default=False)] = None,
+        lease_seconds: Annotated[int | None, typer.Option(
+            min=1, help="Lease length (default: the queue's).", show_default=False)] = None,
+        wait: Annotated[float, typer.Option(
+            min=0, max=20, help="Long-poll seconds per claim.")] = 5.0,
+        grace: Annotated[float, typer.Option(
+            min=0, help="On SIGTERM/Ctrl-C, seconds running tasks may finish before they "
+                        "are given back.")] = 25.0,
+        burst: Annotated[bool, typer.Option(
+            "--burst", help="Exit once no task is ready (delayed retries are not waited "
+                            "for).")] = False,
+        name: Annotated[str | None, typer.Option(
+            help="Worker name shown on its leases (default host-pid-random).",
+            show_default=False)] = None,
+        app_dir: Annotated[Path, typer.Option(
+            help="Directory to import the handler's module from.")] = Path("."),
+        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")]
+            = "INFO",
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+    ) -> None:
+        """Claim tasks of QUEUE and run HANDLER on them: its return value acks the task
+        (kept as the result), RetryableError or any exception retries it, PermanentError
+        dead-letters it. SIGTERM or Ctrl-C: stop claiming, let running tasks finish for
+        --grace seconds, give back the rest, exit 0 (a second Ctrl-C gives back at once).
+        Exit 2 when the handler cannot be loaded, 1 when the API refuses the worker."""
+        level = logging.getLevelName(log_level.upper())
+        if not isinstance(level, int):
+            usage_error(f"--log-level: unknown level {log_level!r}")
+        try:
+            function = load_handler(handler, search_path=str(app_dir))
+        except HandlerNotFound as exc:
+            usage_error(str(exc))
+        logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]", force=True,
+                            handlers=[RichHandler(console=console, show_path=False)])
+        for noisy in ("httpx", "httpcore"):  # one line per request otherwise
+            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+        with api_client(url, token, sigv4, aws_region) as api:
+            runner = Worker(api, queue, function, concurrency=concurrency, tenant=tenant,
+                            lease_seconds=lease_seconds, wait_seconds=wait,
+                            grace_seconds=grace, name=name, burst=burst)
+            stats = runner.run()
+        table = Table(title=f"worker {runner.name}")
+        table.add_column("what")
+        table.add_column("tasks", justify="right")
+        for what, value in stats.as_dict().items():
+            table.add_row(what.replace("_", " "), f"{value:,}")
+        console.print(table)

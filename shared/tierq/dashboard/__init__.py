@@ -1,0 +1,1 @@
+"""The live dashboard page (index.html), served by GET /dashboard."""
