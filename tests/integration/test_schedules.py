@@ -171,13 +171,16 @@ def test_ticks_top_up_and_never_reinstall(make_tq: Factory,
     tq.put_schedule("hourly", {"queue": "q", "payload": 1, "every_seconds": 3600,
                                "horizon": 3})
     assert len(occurrence_rows(pg, "hourly")) == 3
-    summary = tq.run_cron_tick()
-    assert (summary.schedules, summary.installed, summary.withdrawn) == (1, 0, 0)
+    assert tq.run_cron_tick().schedules == 0  # nothing to do: no write at all
+    move_to(tq, utc(2026, 5, 1, 9, 59, 59))
+    assert tq.run_cron_tick().schedules == 0
     # an hour and a bit later the first has run: one more is installed, the ran one is not
     move_to(tq, utc(2026, 5, 1, 10, 0, 5))
     assert drain(tq, "q") == [f"hourly/{tq.get_schedule('hourly').config_hash}/"
                               f"{ms(utc(2026, 5, 1, 10))}"]
-    assert tq.run_cron_tick().installed == 1
+    summary = tq.run_cron_tick()
+    assert (summary.schedules, summary.installed, summary.withdrawn) == (1, 1, 0)
+    assert tq.run_cron_tick().schedules == 0
     assert [r[2] for r in occurrence_rows(pg, "hourly")] == \
         [utc(2026, 5, 1, h) for h in (11, 12, 13)]
 
@@ -647,7 +650,7 @@ def test_cli_schedules(database_url: str, valkey_url: str, clean_stores: None,
         table = runner.invoke(app, ["schedules", "list"])
         assert "nightly" in table.stdout and "daily 02:30, 14:00" in table.stdout
         tick = runner.invoke(app, ["schedules", "tick"])
-        assert tick.exit_code == 0 and orjson.loads(tick.stdout)["schedules"] == 2
+        assert tick.exit_code == 0 and orjson.loads(tick.stdout)["installed"] == 0
         bad = runner.invoke(app, ["schedules", "put", "bad", "--queue", "q", "--payload", "1",
                                   "--cron", "61 * * * *"])
         assert bad.exit_code == 1 and "'61 * * * *' is not a valid cron" in bad.output

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 
 from tierq.errors import Unavailable
 from tierq.logic import schedules
-from tierq.logic.context import Context
+from tierq.logic.context import Context, to_ms
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class CronTickSummary:
-    schedules: int = 0  # schedules visited (enabled ones, and any with live occurrences)
+    schedules: int = 0  # schedules with work to do (see the schedules_to_tick query)
     installed: int = 0  # occurrences inserted
     withdrawn: int = 0  # pending occurrences of outdated, disabled or removed schedules
     busy: int = 0  # schedules another tick or a PUT held at that moment
@@ -27,7 +27,9 @@ class CronTickSummary:
 
 def run(ctx: Context) -> CronTickSummary:
     summary = CronTickSummary()
-    for row in ctx.db.fetch("schedules_to_tick"):
+    due = ctx.db.fetch("schedules_to_tick", {"now_ms": to_ms(ctx.now()),
+                                             "lookahead_ms": schedules.lookahead_ms(ctx)})
+    for row in due:
         name = row["name"]
         summary.schedules += 1
         try:

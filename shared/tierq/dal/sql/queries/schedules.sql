@@ -39,11 +39,22 @@ SELECT * FROM tierq_schedules WHERE name = %(name)s;
 SELECT * FROM tierq_schedules ORDER BY name;
 
 -- name: schedules_to_tick
--- Enabled schedules, and any schedule (even disabled or removed) that still has live
--- occurrences in the ledger: a tick withdraws what should no longer run.
-SELECT name FROM tierq_schedules WHERE enabled
+-- The schedules a tick has work for: enabled ones whose config is not installed yet, whose
+-- installed occurrences end within the lookahead, or that have an occurrence now due (the
+-- horizon needs topping up; finished ones get pruned); and any schedule, even disabled or
+-- removed, with ledger rows of another config (pending ones left to withdraw, or claimed
+-- ones to forget once they finish). The others are left alone: no write per tick for them.
+SELECT s.name FROM tierq_schedules s
+WHERE s.enabled
+  AND (s.installed_hash IS DISTINCT FROM s.config_hash
+       OR s.installed_through_ms IS NULL
+       OR s.installed_through_ms - %(lookahead_ms)s <= %(now_ms)s
+       OR EXISTS (SELECT 1 FROM tierq_schedule_occurrences o
+                  WHERE o.schedule = s.name AND o.fire_at_ms <= %(now_ms)s))
 UNION
-SELECT DISTINCT schedule FROM tierq_schedule_occurrences
+SELECT o.schedule FROM tierq_schedule_occurrences o
+LEFT JOIN tierq_schedules s ON s.name = o.schedule
+WHERE s.name IS NULL OR NOT s.enabled OR o.config_hash <> s.config_hash
 ORDER BY 1;
 
 -- name: lock_pending_occurrences
