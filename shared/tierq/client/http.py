@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 from uuid import UUID
@@ -126,6 +126,7 @@ class Client:
             auth = SigV4Auth(aws_region or region_from_url(self.base_url),
                              credentials=aws_credentials)
         self.retry = retry or RetryPolicy()
+        self._sleep: Callable[[float], None] = time.sleep
         self.timeout = timeout
         self._http = httpx.Client(
             base_url=self.base_url, auth=auth, timeout=timeout, transport=transport,
@@ -182,12 +183,12 @@ class Client:
                         f"cannot reach the tierq API at {self.base_url}: "
                         f"{type(exc).__name__}: {exc or 'no answer'}",
                         method=method, url=f"{self.base_url}{path}") from exc
-                time.sleep(self.retry.delay(retry))
+                self._sleep(self.retry.delay(retry))
                 retry += 1
                 continue
             if response.status_code in self.retry.statuses and retry < self.retry.max_retries:
                 error = error_from_response(response)
-                time.sleep(self.retry.delay(retry, error.retry_after))
+                self._sleep(self.retry.delay(retry, error.retry_after))
                 retry += 1
                 continue
             if response.is_error:
