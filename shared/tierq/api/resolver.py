@@ -3,8 +3,9 @@ routers that function serves (:mod:`tierq.api.routes`), with request validation,
 mapping of :mod:`tierq.api.errors` and strict JSON parsing.
 
 Bodies are parsed strictly before any route sees them: not JSON, NaN/Infinity, lone UTF-16
-surrogates, nesting deeper than 1024 → 400; a NUL character anywhere or an integer beyond
-64 bits → 422 naming the field. A body with another content type than JSON → 400.
+surrogates, nesting deeper than 1024 → 400; not an object, a NUL character anywhere or an
+integer beyond 64 bits → 422 naming the field. A body with another content type than JSON
+→ 400.
 
 ``TierqResolver`` keeps the request state Powertools stores on the resolver (the event, the
 Lambda context, the route context) per thread: on AWS an execution environment handles one
@@ -71,6 +72,20 @@ def _nul_path(value: Any) -> tuple[Any, ...] | None:
     return None
 
 
+def _huge_number_path(value: Any) -> tuple[Any, ...]:
+    """Where the first number beyond 64-bit integers is (orjson read it as a float)."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not INT_MIN <= item <= INT_MAX:
+            return path
+        if isinstance(item, dict):
+            stack.extend(((*path, k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(item))))
+    return ()
+
+
 def _check_int(text: str) -> int:
     number = int(text)
     if not INT_MIN <= number <= INT_MAX:
@@ -92,10 +107,13 @@ def parse_json_body(text: str) -> Any:
         try:
             json.loads(text, parse_int=_check_int)
         except OverflowError as exc:
-            raise _reject("int_out_of_range", (),
+            raise _reject("int_out_of_range", _huge_number_path(value),
                           f"integer {str(exc)[:40]} is out of range (64 bits at most)") from exc
         except RecursionError as exc:
             raise _reject("too_deep", (), "nested too deeply") from exc
+    if not isinstance(value, dict):
+        # Powertools would read the first element of an array as the body: refuse arrays
+        raise _reject("object_expected", (), "the body must be a JSON object")
     where = _nul_path(value)
     if where is not None:
         raise _reject("nul_character", where,

@@ -1,0 +1,78 @@
+"""Helpers of the handler tests: events, a Lambda context, loading functions by path,
+decoding responses."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = Path(__file__).parent / "events"
+
+
+def load_event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+@dataclass
+class Context:
+    """The parts of Lambda's context object the handlers and Powertools read."""
+
+    function_name: str = "tierq-test"
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_stream_name: str = "2026/11/22/[$LATEST]test"
+    timeout_seconds: float = 29.0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.started + self.timeout_seconds - time.monotonic()) * 1000))
+
+
+_modules: dict[str, ModuleType] = {}
+
+
+def function_module(name: str) -> ModuleType:
+    """``functions/<name>/app.py``, imported by path once per test session (as Lambda
+    imports it once per execution environment)."""
+    if name not in _modules:
+        path = REPO / "functions" / name / "app.py"
+        spec = importlib.util.spec_from_file_location(f"tierq_test_fn_{name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        _modules[name] = module
+    return _modules[name]
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: Any
+    raw: dict[str, Any]
+
+
+def reply_of(result: dict[str, Any]) -> Reply:
+    text = result.get("body") or ""
+    if result.get("isBase64Encoded"):
+        text = base64.b64decode(text).decode()
+    headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
+    is_json = headers.get("content-type", "").startswith("application/json")
+    return Reply(int(result["statusCode"]), headers, json.loads(text) if is_json and text
+                 else text, result)
+
+
