@@ -1,0 +1,148 @@
+"""Every typed method of the client against the local API (real HTTP, real PostgreSQL and
+Redis behind it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from tests.client.conftest import QueueNames
+from tierq.client import Client, InvalidInputError, NotFoundError
+from tierq.models import TaskView
+
+
+def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.1)
+
+
+def test_queue_settings_and_counts(api: Client, names: QueueNames) -> None:
+    emails = names["emails"]
+    nothing_here = names["nothing-here"]
+    queue = api.put_queue(emails, {"warm_max": 3, "max_attempts": 2,
+                                     "backoff": {"kind": "fixed", "base_seconds": 0,
+                                                 "cap_seconds": 0, "jitter": 0}})
+    assert (queue.settings.warm_max, queue.settings.max_attempts) == (3, 2)
+    outcomes = api.enqueue(emails, [{"payload": i} for i in range(5)])
+    assert [o.outcome for o in outcomes] == ["created"] * 5
+    assert [o.state for o in outcomes] == ["warm"] * 3 + ["cold"] * 2
+    view = api.get_queue(emails)
+    assert (view.counts.warm, view.counts.cold, view.mode) == (3, 2, "cold")
+    assert [q.queue for q in api.list_queues()] == [emails]
+    with pytest.raises(NotFoundError) as missing:
+        api.get_queue(nothing_here)
+    assert missing.value.code == "not_found"
+
+
+def test_enqueue_keys_and_task_status(api: Client, names: QueueNames) -> None:
+    emails = names["emails"]
+    first = api.enqueue_one(emails, {"to": "a@example.com"}, key="welcome-1", priority=5)
+    again = api.enqueue_one(emails, {"to": "b@example.com"}, key="welcome-1")
+    replaced = api.enqueue_one(emails, {"to": "c@example.com"}, key="welcome-1",
+                               on_conflict="replace")
+    assert (first.outcome, again.outcome, replaced.outcome) == ("created", "ignored", "updated")
+    assert first.id == again.id == replaced.id
+    task = api.get_task(emails, first.id)
+    assert isinstance(task, TaskView)
+    # replace takes the new task as given (priority back to the default 0), in place
+    assert (task.payload, task.priority, task.key) == ({"to": "c@example.com"}, 0, "welcome-1")
+    delayed = api.enqueue_one(emails, "later", delay_seconds=3600, tenant="acme")
+    assert (delayed.state, delayed.tenant) == ("delayed", "acme")
+    cancelled = api.cancel_task(emails, delayed.id)
+    assert cancelled.id == delayed.id
+    with pytest.raises(NotFoundError):
+        api.get_task(emails, delayed.id)
+
+
+def test_claim_heartbeat_ack_with_result(api: Client, names: QueueNames) -> None:
+    other = names["other"]
+    work = names["work"]
+    made = api.enqueue_one(work, {"n": 1})
+    [task] = api.claim(work, max=5, lease_seconds=30, worker="test-worker")
+    assert (task.id, task.payload, task.attempt) == (made.id, {"n": 1}, 1)
+    running = api.running()
+    assert [(r.id, r.worker, r.queue) for r in running] == [(task.id, "test-worker", work)]
+    assert api.running(queue=other) == []
+    beat = api.heartbeat(work, [{"id": task.id, "lease_token": task.lease_token,
+                                   "extend_seconds": 120}])
+    assert [e.id for e in beat.extended] == [task.id]
+    assert beat.extended[0].lease_expires_at > task.lease_expires_at
+    wrong = api.ack(work, [{"id": task.id, "lease_token": "_~0000~1"}])
+    assert [(r.id, r.reason) for r in wrong.rejected] == [(task.id, "not_owner")]
+    done = api.ack(work, [{"id": task.id, "lease_token": task.lease_token,
+                             "result": {"sent": True}}])
+    assert done.acked == [task.id]
+    stored = api.get_task(work, task.id)
+    assert (stored.state, stored.result) == ("done", {"sent": True})
+    assert api.claim(work, max=1) == []
+
+
+def test_nack_retry_dead_letters_replay_and_purge(api: Client, names: QueueNames) -> None:
+    jobs = names["jobs"]
+    api.put_queue(jobs, {"max_attempts": 1})
+    ids = [o.id for o in api.enqueue(jobs, [{"payload": i} for i in range(3)])]
+    claimed = api.claim(jobs, max=3)
+    result = api.nack(jobs, [{"id": t.id, "lease_token": t.lease_token, "error": "boom"}
+                               for t in claimed])
+    assert sorted(result.dead) == sorted(ids) and result.retried == []
+    page = api.dlq_list(jobs, limit=2)
+    assert len(page.tasks) == 2 and page.next_cursor
+    rest = api.dlq_list(jobs, limit=2, after=page.next_cursor)
+    assert {t.id for t in page.tasks + rest.tasks} == set(ids)
+    assert all(t.last_error == "boom" for t in page.tasks)
+    assert {t.id for t in api.dlq_iter(jobs, page_size=1)} == set(ids)
+    replayed = api.dlq_replay(jobs, [ids[0]])
+    assert replayed.replayed == [ids[0]]
+    assert api.get_task(jobs, ids[0]).state in ("warm", "cold")
+    purged = api.dlq_purge(jobs, [ids[1]])
+    assert purged.purged == [ids[1]]
+    everything = api.dlq_replay(jobs, all=True)
+    assert everything.replayed == [ids[2]]
+    with pytest.raises(ValueError):
+        api.dlq_replay(jobs)
+
+
+def test_detailed_metrics(api: Client, names: QueueNames) -> None:
+    emails = names["emails"]
+    api.enqueue(emails, [{"payload": 1, "tenant": "acme"}, {"payload": 2, "tenant": "acme"},
+                           {"payload": 3, "tenant": "globex", "delay_seconds": 600}])
+    rows = {(r.queue, r.tenant): r for r in api.metrics_detailed()}
+    assert (rows[emails, "acme"].warm, rows[emails, "acme"].delayed) == (2, 0)
+    assert (rows[emails, "globex"].warm, rows[emails, "globex"].delayed) == (0, 1)
+    assert rows[emails, "acme"].oldest_ready_at is not None
+    assert api.metrics_detailed_page().timestamp is not None
+
+
+def test_schedules(api: Client, names: QueueNames) -> None:
+    cron = names["cron"]
+    view = api.put_schedule("tick", {"queue": cron, "payload": {"kind": "tick"},
+                                     "every_seconds": 1, "horizon": 2})
+    assert view.name == "tick" and view.every_seconds == 1
+    assert [s.name for s in api.list_schedules()] == ["tick"]
+    assert api.get_schedule("tick").queue == cron
+    eventually(lambda: any(t.payload == {"kind": "tick"}
+                           for t in api.claim(cron, max=5, wait_seconds=1)))
+    removed = api.delete_schedule("tick")
+    assert removed.name == "tick"
+    with pytest.raises(NotFoundError):
+        api.get_schedule("tick")
+
+
+def test_openapi_and_server_side_validation(api: Client, names: QueueNames) -> None:
+    emails = names["emails"]
+    spec = api.openapi()
+    assert "/v1/queues/{queue}/tasks" in spec["paths"]
+    # bypass the client's own checks: the API names the field too
+    with pytest.raises(InvalidInputError) as caught:
+        api.request("POST", f"/v1/queues/{emails}/tasks",
+                    body={"tasks": [{"payload": 1}, {"payload": 2, "priority": 10}]})
+    assert caught.value.details[0]["field"] == "tasks[1].priority"
+    assert caught.value.url is not None
+    with pytest.raises(NotFoundError):
+        api.get_task(emails, uuid.uuid4())
