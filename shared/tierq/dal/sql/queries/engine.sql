@@ -8,8 +8,9 @@
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
                          state_since)
-SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state,
-       to_timestamp(v.run_at), to_timestamp(v.run_at), v.max_attempts,
+SELECT v.id, %(queue)s, v.tenant, v.key, v.priority,
+       COALESCE(v.payload, 'null'::jsonb),  -- json_to_recordset reads a JSON null as NULL
+       v.state, to_timestamp(v.run_at), to_timestamp(v.run_at), v.max_attempts,
        nextval('tierq_task_seq'), %(now)s,
        CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
 FROM json_to_recordset(%(rows)s::json)
