@@ -1,0 +1,29 @@
+"""Handlers that ``tierq worker`` runs in the worker tests (as ``tests.worker.handlers:…``).
+
+``slow`` sleeps ``payload["seconds"]`` and records each start and finish as a line in the
+file named by ``TIERQ_TEST_JOURNAL`` ("start <id>" / "finish <id>"), so a test can tell what
+ran, what finished and what was interrupted."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from tierq.models import ClaimedTask
+
+_lock = threading.Lock()
+
+
+def journal(event: str, task: ClaimedTask) -> None:
+    path = os.environ["TIERQ_TEST_JOURNAL"]
+    with _lock, open(path, "a") as out:
+        out.write(f"{event} {task.id} {task.attempt}\n")
+
+
+def slow(task: ClaimedTask) -> dict[str, Any]:
+    journal("start", task)
+    time.sleep(float(task.payload["seconds"]))
+    journal("finish", task)
+    return {"slept": task.payload["seconds"]}
