@@ -2,7 +2,9 @@
 withdraw the pending occurrences of outdated, disabled or removed schedules (seed 001's
 CronService; the rules are in :mod:`tierq.logic.schedules`). One transaction per schedule;
 a schedule another tick (or a PUT) is installing right now is left to that one, and two
-ticks at once never install an occurrence twice."""
+ticks at once never install an occurrence twice. Only schedules with work to do are visited
+(an occurrence became due, the installed ones end within the lookahead, or occurrences of
+another config remain), so an idle schedule costs no write per tick."""
 
 from __future__ import annotations
 
