@@ -27,9 +27,11 @@ from tierq.models import ClaimedTask, Rejection
 
 def claims_table(tasks: list[ClaimedTask]) -> Table:
     table = Table()
-    for column in ("id", "tenant", "priority", "attempt", "lease until", "lease_token",
-                   "payload"):
-        table.add_column(column, overflow="fold")
+    table.add_column("id", no_wrap=True)
+    for column in ("tenant", "priority", "attempt", "lease until"):
+        table.add_column(column)
+    table.add_column("lease_token", no_wrap=True)
+    table.add_column("payload", overflow="fold")
     for t in tasks:
         table.add_row(str(t.id), t.tenant, str(t.priority), f"{t.attempt}/{t.max_attempts}",
                       t.lease_expires_at.strftime("%H:%M:%S"), t.lease_token,

@@ -84,8 +84,8 @@ def rows_of(counts: list[TenantCounts], now: datetime | None, *, by_queue: bool,
 
 def table_of(rows: list[Row], *, by_queue: bool, caption: str | None = None) -> Table:
     table = Table(title="tierq queues", caption=caption)
-    table.add_column("queue")
-    table.add_column("tenants" if by_queue else "tenant")
+    table.add_column("queue", no_wrap=True)
+    table.add_column("tenants" if by_queue else "tenant", no_wrap=True)
     table.add_column("mode")
     for name in (*COUNTS, "total"):
         table.add_column(name, justify="right")

@@ -1,0 +1,308 @@
+"""The ``tierq`` commands that talk to the HTTP API, against the local API: each command's
+success and its error exit codes (1: the API refused or could not be reached; 2: bad usage
+or input, refused before sending anything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from tests.client.conftest import QueueNames
+from tierq.cli import app
+from tierq.client import Client, NotFoundError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tierq(api_url: str):
+    runner = CliRunner()
+
+    def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
+            url: str | None = api_url) -> Result:
+        extra = ["--url", url] if url and "--" not in args else []
+        return runner.invoke(app, [*args, *extra], input=input, env=env,
+                             catch_exceptions=False)
+
+    return run
+
+
+def dead_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def json_of(result: Result) -> Any:
+    return json.loads(result.stdout)
+
+
+def nothing_in(api: Client, queue: str) -> bool:
+    try:
+        api.get_queue(queue)
+    except NotFoundError:
+        return True
+    return False
+
+
+# -- enqueue ---------------------------------------------------------------------------
+
+
+def test_enqueue_arguments(tierq, api: Client, names: QueueNames) -> None:
+    queue = names["emails"]
+    result = tierq("enqueue", queue, '{"to": "a@example.com"}', '"plain text"', "--priority",
+                   "3", "--tenant", "acme", "--json")
+    assert result.exit_code == 0, result.output
+    outcomes = json_of(result)
+    assert [(o["outcome"], o["state"], o["tenant"]) for o in outcomes] == [
+        ("created", "warm", "acme")] * 2
+    task = api.get_task(queue, outcomes[1]["id"])
+    assert (task.payload, task.priority) == ("plain text", 3)
+    keyed = tierq("enqueue", queue, "1", "--key", "k-1", "--delay", "60")
+    assert keyed.exit_code == 0, keyed.output
+    assert "delayed" in keyed.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["not json"], "payload #1 is not valid JSON"),
+    (["{}", "--priority", "12"], "priority"),
+    (["1", "2", "--key", "k"], "--key names one task"),
+    ([], "give PAYLOADS or --file"),
+    (["1", "--delay", "1", "--run-at", "2030-01-01"], "delay_seconds or run_at"),
+])
+def test_enqueue_bad_input_exits_2_and_writes_nothing(tierq, api: Client, names: QueueNames,
+                                                      args: list[str], message: str) -> None:
+    result = tierq("enqueue", names["emails"], *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert nothing_in(api, names["emails"])
+
+
+def test_enqueue_refused_by_the_api_exits_1(tierq) -> None:
+    result = tierq("enqueue", "not a valid queue name!", "1")
+    assert result.exit_code == 1
+    assert "invalid_input" in result.stderr and "queue" in result.stderr
+
+
+def test_enqueue_without_the_api_exits_1(tierq) -> None:
+    result = tierq("enqueue", "emails", "1", url=dead_port_url())
+    assert result.exit_code == 1
+    assert "cannot reach the tierq API" in result.stderr
+
+
+def test_enqueue_a_json_lines_file(tierq, api: Client, names: QueueNames,
+                                   tmp_path: Path) -> None:
+    queue = names["bulk"]
+    lines = [json.dumps({"payload": {"n": i}, "key": f"k-{i}"}) for i in range(1200)]
+    lines.insert(10, "")  # blank lines are skipped
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = tierq("enqueue", queue, "--file", str(path), "--priority", "2")
+    assert result.exit_code == 0, result.output
+    assert "1,200 task(s)" in result.stdout
+    counts = api.get_queue(queue).counts
+    assert counts.warm + counts.cold == 1200
+    again = tierq("enqueue", queue, "--file", str(path), "--json")
+    assert again.exit_code == 0
+    assert {o["outcome"] for o in json_of(again)} == {"ignored"}  # the keys are taken
+    task = api.get_task(queue, json_of(again)[0]["id"])
+    assert task.priority == 2
+
+
+def test_enqueue_payload_lines_from_stdin(tierq, api: Client, names: QueueNames) -> None:
+    queue = names["stdin"]
+    result = tierq("enqueue", queue, "--file", "-", "--payloads", "--json",
+                   input='{"a": 1}\n[1, 2]\n"text"\n')
+    assert result.exit_code == 0, result.output
+    payloads = [api.get_task(queue, o["id"]).payload for o in json_of(result)]
+    assert payloads == [{"a": 1}, [1, 2], "text"]
+
+
+def test_a_file_with_bad_lines_enqueues_nothing(tierq, api: Client, names: QueueNames,
+                                                tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"payload": 1}\n{"payload": 2}\n{"payload": 3, "priority": 42}\n'
+                    '{"payload": 4}\n{not json\n[1, 2]\n')
+    result = tierq("enqueue", names["bulk"], "--file", str(path))
+    assert result.exit_code == 2
+    assert "line 3: priority" in result.stderr
+    assert "line 5: not valid JSON" in result.stderr
+    assert "line 6: expected a task object" in result.stderr
+    assert nothing_in(api, names["bulk"])
+    missing = tierq("enqueue", names["bulk"], "--file", str(tmp_path / "nope.jsonl"))
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+
+
+# -- claim, ack, nack --------------------------------------------------------------------
+
+
+def test_claim_ack_and_nack(tierq, api: Client, names: QueueNames) -> None:
+    queue = names["jobs"]
+    empty = tierq("claim", queue)
+    assert empty.exit_code == 0 and "no task ready" in empty.stderr
+    api.enqueue(queue, [{"payload": {"n": i}} for i in range(3)])
+    result = tierq("claim", queue, "--max", "2", "--worker", "me", "--json")
+    assert result.exit_code == 0, result.output
+    first, second = json_of(result)
+    table = tierq("claim", queue)
+    [third] = [t for t in api.running(queue) if str(t.id) not in (first["id"], second["id"])]
+    assert table.exit_code == 0 and str(third.id) in table.stdout
+
+    acked = tierq("ack", queue, first["id"], first["lease_token"], "--result", '{"ok": true}')
+    assert acked.exit_code == 0, acked.output
+    assert api.get_task(queue, first["id"]).result == {"ok": True}
+    again = tierq("ack", queue, first["id"], first["lease_token"])
+    assert again.exit_code == 1 and "not_owner" in again.stderr
+
+    nacked = tierq("nack", queue, second["id"], second["lease_token"], "--error", "broken",
+                   "--dead")
+    assert nacked.exit_code == 0 and "dead-lettered" in nacked.stderr
+    dead = api.get_task(queue, second["id"])
+    assert (dead.state, dead.last_error) == ("dead", "broken")
+    wrong = tierq("nack", queue, second["id"], "_~bad~1")
+    assert wrong.exit_code == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["claim", "q", "--max", "0"],
+    ["claim", "q", "--wait", "30"],
+    ["ack", "q", "not-a-uuid", "token"],
+    ["ack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--result", "{oops"],
+    ["nack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--retry-in", "-1"],
+])
+def test_lease_commands_bad_input_exits_2(tierq, args: list[str]) -> None:
+    assert tierq(*args).exit_code == 2
+
+
+# -- stats -----------------------------------------------------------------------------
+
+
+def test_stats(tierq, api: Client, names: QueueNames) -> None:
+    queue = names["stats"]
+    api.enqueue(queue, [{"payload": 1, "tenant": "acme"}, {"payload": 2, "tenant": "acme"},
+                        {"payload": 3, "tenant": "globex", "delay_seconds": 600}])
+    rows = json_of(tierq("stats", "--json", "--queue", queue))
+    assert [(r["tenant"], r["warm"], r["delayed"]) for r in rows] == [
+        ("acme", 2, 0), ("globex", 0, 1)]
+    grouped = json_of(tierq("stats", "--json", "--queue", queue, "--group-by-queue"))
+    assert [(r["tenant"], r["warm"], r["delayed"], r["total"]) for r in grouped] == [
+        ("2 tenants", 2, 1, 3)]
+    table = tierq("stats", "--once", "--queue", queue)
+    assert table.exit_code == 0 and queue in table.stdout and "acme" in table.stdout
+    down = tierq("stats", "--once", url=dead_port_url())
+    assert down.exit_code == 1
+
+
+def test_stats_refreshes_live_until_interrupted(api_url: str, api: Client,
+                                                names: QueueNames) -> None:
+    queue = names["live"]
+    api.enqueue_one(queue, 1)
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from tierq.cli import app; app()", "stats", "--url", api_url,
+         "--interval", "0.3", "--queue", queue],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO,
+        env={**os.environ, "COLUMNS": "150"})
+    try:
+        time.sleep(3)  # a few refreshes
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    assert queue in output.decode()
+
+
+# -- dead letters ----------------------------------------------------------------------
+
+
+def test_dlq_list_replay_purge(tierq, api: Client, names: QueueNames) -> None:
+    queue = names["dlq"]
+    none = tierq("dlq", "list", queue)
+    assert none.exit_code == 0 and "no dead letters" in none.stderr
+    ids = [o.id for o in api.enqueue(queue, [{"payload": i} for i in range(3)])]
+    claimed = api.claim(queue, max=3)
+    api.nack(queue, [{"id": t.id, "lease_token": t.lease_token, "error": "kaput",
+                      "dead": True} for t in claimed])
+    listed = tierq("dlq", "list", queue, "--json")
+    assert listed.exit_code == 0
+    assert {t["id"] for t in json_of(listed)["tasks"]} == {str(i) for i in ids}
+    assert "kaput" in tierq("dlq", "list", queue).stdout
+
+    assert tierq("dlq", "replay", queue).exit_code == 2
+    assert tierq("dlq", "replay", queue, str(ids[0]), "--all").exit_code == 2
+    one = tierq("dlq", "replay", queue, str(ids[0]))
+    assert one.exit_code == 0 and "replayed 1" in one.stderr
+    assert api.get_task(queue, ids[0]).state == "warm"
+    skipped = tierq("dlq", "replay", queue, str(ids[0]))  # not dead any more
+    assert skipped.exit_code == 1 and "skipped" in skipped.stderr
+
+    declined = tierq("dlq", "purge", queue, "--all", input="n\n")
+    assert declined.exit_code == 1
+    assert len(api.dlq_list(queue).tasks) == 2
+    purged = tierq("dlq", "purge", queue, "--all", "--yes")
+    assert purged.exit_code == 0 and "deleted 2" in purged.stderr
+    assert api.dlq_list(queue).tasks == []
+    assert tierq("dlq", "replay", queue, "--all").exit_code == 0
+
+
+# -- worker ----------------------------------------------------------------------------
+
+
+def test_worker_runs_a_handler_by_name(tierq, api: Client, names: QueueNames,
+                                       tmp_path: Path) -> None:
+    queue = names["work"]
+    ids = [o.id for o in api.enqueue(queue, [{"payload": {"seconds": 0}} for _ in range(5)])]
+    journal = tmp_path / "journal"
+    result = tierq("worker", queue, "tests.worker.handlers:slow", "--burst", "--wait", "0.5",
+                   "--app-dir", str(REPO), env={"TIERQ_TEST_JOURNAL": str(journal)})
+    assert result.exit_code == 0, result.output
+    assert all(api.get_task(queue, i).state == "done" for i in ids)
+    assert len(journal.read_text().splitlines()) == 10  # a start and a finish each
+
+
+@pytest.mark.parametrize(("handler", "message"), [
+    ("tests.worker.handlers", "module:function"),
+    ("tests.worker.nope:slow", "cannot import module"),
+    ("tests.worker.handlers:missing", "has no attribute"),
+    ("tests.worker.handlers:_lock", "is not callable"),
+])
+def test_worker_with_a_bad_handler_exits_2(tierq, handler: str, message: str) -> None:
+    result = tierq("worker", "q", handler, "--app-dir", str(REPO))
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_worker_refused_by_the_api_exits_1(tierq) -> None:
+    result = tierq("worker", "bad queue!", "tests.worker.handlers:slow", "--app-dir",
+                   str(REPO), "--lease-seconds", "5", "--burst")
+    assert result.exit_code == 1
+    assert "invalid_input" in result.stderr
+
+
+# -- bench -----------------------------------------------------------------------------
+
+
+def test_bench_passes_its_options_on(tierq) -> None:
+    unknown = tierq("bench", "--suite", "nope", url=None)
+    assert unknown.exit_code == 2 and "no benchmark 'nope'" in unknown.stderr
+    result = subprocess.run([sys.executable, "-c", "from tierq.cli import app; app()", "bench",
+                             "--", "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m bench.engine" in result.stdout
+    bad = subprocess.run([sys.executable, "-c", "from tierq.cli import app; app()", "bench",
+                          "--", "--workers", "many"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2  # argparse's usage error, passed through
