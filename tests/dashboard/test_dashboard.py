@@ -1,0 +1,171 @@
+"""The /dashboard page in headless Chromium against the local API: it loads, shows what was
+enqueued, groups by queue, highlights long-running tasks, sends a bearer token, and its
+replay buttons empty the dead letters."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from tests.client.conftest import QueueNames
+from tierq.client import Client
+from tierq.dal.warm_tier import PairKeys
+
+pytestmark = pytest.mark.browser
+NO_VALUE = "\u2013"  # what the page shows for "none" (an en dash)
+
+
+def open_dashboard(page: Any, api_url: str) -> None:
+    page.goto(f"{api_url}/dashboard")
+    page.wait_for_function(
+        "document.getElementById('status').textContent.startsWith('updated')")
+
+
+def row(page: Any, queue: str, tenant: str | None = None) -> Any:
+    selector = f'tr[data-testid="count-row"][data-queue="{queue}"]'
+    if tenant is not None:
+        selector += f'[data-tenant="{tenant}"]'
+    return page.locator(selector)
+
+
+def cells(locator: Any) -> dict[str, str]:
+    return locator.evaluate(
+        "tr => Object.fromEntries([...tr.querySelectorAll('td[data-col]')]"
+        ".map(td => [td.dataset.col, td.textContent.trim()]))")
+
+
+def make_dead(api: Client, queue: str, n: int) -> list[str]:
+    ids = [str(o.id) for o in api.enqueue(queue, [{"payload": {"n": i}} for i in range(n)])]
+    claimed = api.claim(queue, max=n)
+    api.nack(queue, [{"id": t.id, "lease_token": t.lease_token, "error": f"boom {t.id}",
+                      "dead": True} for t in claimed])
+    return ids
+
+
+def test_the_page_shows_the_counts_and_groups_by_queue(page: Any, api: Client, api_url: str,
+                                                       names: QueueNames) -> None:
+    emails, reports = names["emails"], names["reports"]
+    api.enqueue(emails, [{"payload": i, "tenant": "acme"} for i in range(3)])
+    api.enqueue(emails, [{"payload": i, "tenant": "globex", "delay_seconds": 600}
+                         for i in range(2)])
+    api.put_queue(reports, {"warm_max": 2})
+    api.enqueue(reports, [{"payload": i} for i in range(5)])
+    open_dashboard(page, api_url)
+
+    acme = cells(row(page, emails, "acme"))
+    assert {k: acme[k] for k in ("tenant", "mode", "warm", "cold", "delayed", "leased",
+                                 "dead", "total")} == {
+        "tenant": "acme", "mode": "warm", "warm": "3", "cold": "0", "delayed": "0",
+        "leased": "0", "dead": "0", "total": "3"}
+    assert acme["oldest"] != NO_VALUE
+    globex = cells(row(page, emails, "globex"))
+    assert (globex["warm"], globex["delayed"], globex["oldest"]) == ("0", "2", NO_VALUE)
+    overflow = cells(row(page, reports, "_"))
+    assert (overflow["mode"], overflow["warm"], overflow["cold"]) == ("cold", "2", "3")
+
+    page.get_by_test_id("group-by-queue").check()
+    assert row(page, emails).count() == 1
+    grouped = cells(row(page, emails))
+    assert (grouped["tenant"], grouped["warm"], grouped["delayed"], grouped["total"]) == (
+        "2 tenants", "3", "2", "5")
+    assert cells(row(page, reports))["mode"] == "cold"
+    page.reload()
+    page.wait_for_function(
+        "document.getElementById('status').textContent.startsWith('updated')")
+    assert page.get_by_test_id("group-by-queue").is_checked()  # remembered
+    assert row(page, emails).count() == 1
+    page.get_by_test_id("group-by-queue").uncheck()
+    assert row(page, emails).count() == 2
+
+
+def test_the_page_follows_new_work_on_its_own(page: Any, api: Client, api_url: str,
+                                              names: QueueNames) -> None:
+    queue = names["later"]
+    api.enqueue_one(queue, 1)
+    open_dashboard(page, api_url)
+    assert cells(row(page, queue, "_"))["warm"] == "1"
+    api.enqueue(queue, [{"payload": i} for i in range(4)])
+    # the page polls every 5 seconds
+    page.wait_for_function(
+        f"""() => {{
+            const td = document.querySelector(
+                'tr[data-queue="{queue}"][data-tenant="_"] td[data-col="warm"]');
+            return td && td.textContent.trim() === "5";
+        }}""", timeout=12_000)
+
+
+def test_running_tasks_panel_highlights_tasks_over_five_minutes(
+        page: Any, api: Client, api_url: str, names: QueueNames, valkey_url: str) -> None:
+    queue = names["busy"]
+    api.enqueue(queue, [{"payload": i} for i in range(2)])
+    long_task, short_task = api.claim(queue, max=2, worker="worker-7", lease_seconds=3600)
+    # the long one started six minutes ago, as its lease record says
+    store = redis.Redis.from_url(valkey_url)
+    try:
+        key = PairKeys.of(queue, "_").leases
+        token, attempt, started, worker = store.hget(key, str(long_task.id)).decode().split(
+            "|", 3)
+        store.hset(key, str(long_task.id),
+                   f"{token}|{attempt}|{int(started) - 6 * 60 * 1000}|{worker}")
+    finally:
+        store.close()
+    open_dashboard(page, api_url)
+    panel = page.get_by_test_id("running-panel")
+    assert panel.get_attribute("open") is None  # collapsed by default
+    assert page.get_by_test_id("running-summary").text_content() == (
+        "Running tasks (2) · 1 over 5 min")
+    page.get_by_test_id("running-summary").click()
+    assert panel.get_attribute("open") is not None
+    long_row = page.locator(f'tr[data-testid="running-row"][data-task="{long_task.id}"]')
+    short_row = page.locator(f'tr[data-testid="running-row"][data-task="{short_task.id}"]')
+    assert long_row.get_attribute("class") == "long-running"
+    assert short_row.get_attribute("class") is None
+    assert "worker-7" in long_row.text_content()
+    assert "6m" in long_row.text_content()
+
+
+def test_replay_empties_the_dead_letters(page: Any, api: Client, api_url: str,
+                                         names: QueueNames) -> None:
+    queue = names["payments"]
+    api.enqueue_one(names["other"], 1)  # another queue, without dead letters
+    ids = make_dead(api, queue, 3)
+    open_dashboard(page, api_url)
+    select = page.get_by_test_id("dlq-queue")
+    assert select.input_value() == queue  # the queue with dead letters is chosen
+    rows = page.get_by_test_id("dlq-row")
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.task)")) == sorted(ids)
+    assert f"boom {ids[0]}" in page.locator(f'tr[data-task="{ids[0]}"]').text_content()
+
+    page.locator(f'tr[data-task="{ids[0]}"]').get_by_test_id("dlq-replay").click()
+    page.wait_for_function("document.querySelectorAll('[data-testid=dlq-row]').length === 2")
+    assert "replayed 1" in page.get_by_test_id("dlq-message").text_content()
+    assert api.get_task(queue, ids[0]).state == "warm"
+
+    page.get_by_test_id("dlq-replay-all").click()
+    page.get_by_test_id("dlq-empty").wait_for(state="visible")
+    assert page.get_by_test_id("dlq-row").count() == 0
+    assert page.get_by_test_id("dlq-replay-all").is_disabled()
+    assert api.dlq_list(queue).tasks == []
+    assert {api.get_task(queue, i).state for i in ids} == {"warm"}
+    assert cells(row(page, queue, "_"))["dead"] == "0"
+
+
+def test_a_bearer_token_is_kept_and_sent(page: Any, api: Client, api_url: str) -> None:
+    seen: list[str | None] = []
+    page.on("request", lambda request: seen.append(request.headers.get("authorization"))
+            if "/v1/" in request.url else None)
+    open_dashboard(page, api_url)
+    assert seen and all(header is None for header in seen)
+    page.get_by_test_id("token").fill("eyJ.test.token")
+    page.get_by_test_id("token").dispatch_event("change")
+    seen.clear()
+    page.reload()
+    open_dashboard(page, api_url)
+    assert page.get_by_test_id("token").input_value() == "eyJ.test.token"
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert seen and all(header == "Bearer eyJ.test.token" for header in seen)
