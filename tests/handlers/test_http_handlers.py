@@ -445,3 +445,13 @@ def test_valkey_down_is_503_with_retry_after(call: Invoke, monkeypatch: pytest.M
     assert reply.body["error"]["code"] == "unavailable"
     assert int(reply.headers["retry-after"]) > 0
     assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("payload", [None, 0, "", [], {}, False])
+def test_any_json_payload_round_trips(call: Invoke, payload: Any) -> None:
+    made = call("POST", "/v1/queues/jobs/tasks", {"tasks": [{"payload": payload}]})
+    assert made.status == 200, made.body
+    task_id = made.body["tasks"][0]["id"]
+    assert call("GET", f"/v1/queues/jobs/tasks/{task_id}").body["payload"] == payload
+    [task] = claim(call, "jobs")
+    assert task["payload"] == payload
