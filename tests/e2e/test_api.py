@@ -336,3 +336,23 @@ def test_tenant_pinning_over_http(http: httpx.Client, queue: str,
                      headers={"x-tierq-jwt-claims": "not json"}).status_code == 400
     # the public routes get no authorizer context at all
     assert http.get("/v1/openapi.json", headers=ACME).status_code == 200
+
+
+def test_concurrent_requests_to_one_function_each_get_their_own_answer(
+        http: httpx.Client, base_url: str) -> None:
+    """The local stack serves one function from many threads; no request may see another's
+    event (path, body, claims)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"c-{uuid.uuid4().hex[:8]}-{i}" for i in range(200)]
+
+    def put_then_get(i: int) -> tuple[str, int, str, int]:
+        with httpx.Client(base_url=base_url, timeout=30) as client:
+            put = client.put(f"/v1/queues/{names[i]}", json={"warm_max": 100 + i}).json()
+            got = client.get(f"/v1/queues/{names[i]}").json()
+            return put["queue"], put["settings"]["warm_max"], got["queue"], \
+                got["settings"]["warm_max"]
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(put_then_get, range(len(names))))
+    assert answers == [(n, 100 + i, n, 100 + i) for i, n in enumerate(names)]
