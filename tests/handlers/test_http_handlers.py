@@ -267,6 +267,8 @@ def test_openapi_route_and_dashboard(call: Invoke, monkeypatch: pytest.MonkeyPat
     ({"payload": {"text": "nul \u0000 here"}}, 422, "payload.text"),
     ({"tasks": [{"payload": 1}, {"payload": [1, {"\u0000": 2}]}]}, 422, "tasks[1].payload[1]"),
     ({"payload": 1, "max_attempts": 0}, 422, "max_attempts"),
+    ({"task": "\u0000", "payload": 1}, 422, "task"),
+    ({"batch": {"x": 10**20}, "payload": 1}, 422, "batch.x"),
     ({"payload": 1, "on_conflict": "merge"}, 422, "on_conflict"),
     ([{"payload": 1}], 422, "body"),
     ([{"payload": 1}, {"payload": 2}], 422, "body"),

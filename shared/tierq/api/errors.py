@@ -32,6 +32,8 @@ _SOURCES = ("body", "query", "path", "header", "cookie")
 # Tags of the enqueue body's two shapes (see tierq.api.models.EnqueueBody).
 UNION_TAGS = frozenset({"batch", "task"})
 MAX_DETAILS = 50
+# Errors found while parsing the body (tierq.api.resolver): their location is the JSON path.
+RAW_JSON_ERRORS = frozenset({"nul_character", "int_out_of_range", "object_expected", "too_deep"})
 
 
 class ErrorDetail(BaseModel):
@@ -104,14 +106,15 @@ def error_response(exc: TierqError) -> Response:
     return json_response(exc.status, exc.to_body(), headers)
 
 
-def field_name(loc: Iterable[Any]) -> str:
+def field_name(loc: Iterable[Any], *, tagged: bool = True) -> str:
     """A pydantic error location as a client writes it: ('body', 'batch', 'tasks', 3,
-    'priority') -> 'tasks[3].priority'; ('query', 'limit') -> 'limit'."""
+    'priority') -> 'tasks[3].priority'; ('query', 'limit') -> 'limit'. ``tagged``: the
+    location may hold a union tag after 'body' (pydantic's, not a raw JSON path)."""
     parts = list(loc)
     source = None
     if parts and parts[0] in _SOURCES:
         source = parts.pop(0)
-    if source == "body" and parts and parts[0] in UNION_TAGS:
+    if tagged and source == "body" and parts and parts[0] in UNION_TAGS:
         parts.pop(0)
     out = ""
     for part in parts:
@@ -132,7 +135,8 @@ def validation_details(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     details = []
     seen: set[tuple[str, str]] = set()
     for error in errors:
-        field = field_name(error.get("loc", ()))
+        field = field_name(error.get("loc", ()),
+                           tagged=error.get("type") not in RAW_JSON_ERRORS)
         message = _clean_message(error)
         if (field, message) in seen:
             continue
