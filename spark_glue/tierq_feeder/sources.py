@@ -1,0 +1,227 @@
+"""Reading sources and giving every remaining row its place: ``part`` (file), ``row`` (its
+index in the part) and ``j`` (its index among the rows the source still has).
+
+Source order:
+
+* files: by file path, then by row within the file. Parquet reports the row index
+  (``_metadata.row_index``); CSV and JSON rows are counted per file split — Spark reads
+  each split in order inside one task, so the split's start and the row's position in
+  that task give the row's index in its file whatever the split sizes are.
+* JDBC: by the order column (unique and increasing, e.g. a serial id).
+
+Progress (``tierq_feeder_offsets``) is kept per file (rows done) and per JDBC source (last
+order value), so files that appear later — whatever their names — are still read in full,
+and nothing already fed is read as new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from tierq_feeder.config import FeedConfigError, SourceSpec
+from tierq_feeder.schedule import PartProgress, part_bases
+
+# internal columns (prefixed so they cannot collide with a source's own columns)
+PART = "__tq_part"
+ROW = "__tq_row"
+J = "__tq_j"
+CURSOR = "__tq_cursor"
+_BLOCK = "__tq_block"
+_MONO = "__tq_mono"
+
+DEFAULT_OPTIONS: dict[str, dict[str, str]] = {
+    "csv": {"header": "true"},
+    "json": {},
+    "parquet": {},
+}
+POSTGRES_DRIVER = "org.postgresql.Driver"
+
+
+def col(name: str) -> Column:
+    """A source column by its exact name (dots and spaces included)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+@dataclass(frozen=True)
+class Offset:
+    rows_done: int
+    last_value: str | None = None
+
+
+Offsets = Mapping[tuple[str, str], Offset]  # (source, part) -> where it stopped
+
+
+class Loader(Protocol):
+    """Gives the raw rows of a source. Files must come from a file scan (Spark's
+    ``_metadata`` column is used to place rows)."""
+
+    def load(self, spark: SparkSession, spec: SourceSpec, offsets: Offsets) -> DataFrame | None:
+        ...
+
+
+class SparkLoader:
+    """Plain Spark readers: local runs, and Glue runs without bookmarks."""
+
+    def load(self, spark: SparkSession, spec: SourceSpec, offsets: Offsets) -> DataFrame | None:
+        if spec.is_jdbc:
+            return read_jdbc(spark, spec)
+        return read_files(spark, spec)
+
+
+def read_files(spark: SparkSession, spec: SourceSpec,
+               files: list[str] | None = None) -> DataFrame:
+    reader = spark.read.format(spec.format).options(**DEFAULT_OPTIONS[spec.format])
+    reader = reader.options(**spec.options)
+    try:
+        return reader.load(files if files is not None else spec.path)
+    except Exception as exc:  # AnalysisException: path missing, schema not inferable, …
+        raise FeedConfigError("--source", f"{spec.name}: cannot read {spec.path!r} as "
+                                          f"{spec.format}: {_first_line(exc)}") from exc
+
+
+def read_jdbc(spark: SparkSession, spec: SourceSpec) -> DataFrame:
+    reader = spark.read.format("jdbc").option("url", spec.url)
+    if spec.url.startswith("jdbc:postgresql:"):
+        reader = reader.option("driver", POSTGRES_DRIVER)
+    if spec.table is not None:
+        reader = reader.option("dbtable", spec.table)
+    else:
+        reader = reader.option("query", spec.query or "")
+    try:
+        return reader.options(**spec.options).load()
+    except Exception as exc:
+        raise FeedConfigError("--source", f"{spec.name}: cannot read from JDBC: "
+                                          f"{_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass
+class PositionedSource:
+    """A source's remaining rows with PART, ROW, J (and CURSOR for JDBC), persisted."""
+
+    spec: SourceSpec
+    frame: DataFrame | None      # None when the source has nothing left
+    columns: list[str]           # the source's own columns
+    parts: list[PartProgress]    # in source order
+    cached: DataFrame | None = None  # what ``frame`` is computed from, held in memory/disk
+
+    @property
+    def remaining(self) -> int:
+        return sum(p.remaining for p in self.parts)
+
+    def unpersist(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
+            self.cached = None
+
+
+def position(spark: SparkSession, spec: SourceSpec, raw: DataFrame | None,
+             offsets: Offsets) -> PositionedSource:
+    if raw is None:
+        return PositionedSource(spec, None, [], [])
+    if spec.is_jdbc:
+        return _position_jdbc(spec, raw, offsets)
+    return _position_files(spark, spec, raw, offsets)
+
+
+def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
+                    offsets: Offsets) -> PositionedSource:
+    columns = list(raw.columns)
+    data = [col(c) for c in columns]
+    cached: DataFrame | None = None
+    blocks: dict[str, list[tuple[int, int, int]]] = {}
+    if spec.format == "parquet":
+        # parquet knows each row's index in its file: nothing to hold, one cheap count
+        scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
+                             F.col("_metadata.row_index").alias(ROW))
+        totals = {r[PART]: r["n"] for r in raw.select(F.col("_metadata.file_path").alias(PART))
+                  .groupBy(PART).agg(F.count("*").alias("n")).collect()}
+    else:
+        # the position inside a split's task is only stable while the scan is held
+        scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
+                             F.col("_metadata.file_block_start").alias(_BLOCK),
+                             F.monotonically_increasing_id().alias(_MONO))
+        cached = scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
+        for r in (scanned.groupBy(PART, _BLOCK)
+                  .agg(F.count("*").alias("n"), F.min(_MONO).alias("first")).collect()):
+            blocks.setdefault(r[PART], []).append((r[_BLOCK], r["n"], r["first"]))
+        totals = {part: sum(n for _, n, _ in bs) for part, bs in blocks.items()}
+
+    parts = [PartProgress(part, offsets.get((spec.name, part), Offset(0)).rows_done, n)
+             for part, n in sorted(totals.items())]
+    bases = part_bases(parts)
+    live = [p for p in parts if p.remaining > 0]
+    if not live:
+        if cached is not None:
+            cached.unpersist()
+        return PositionedSource(spec, None, columns, parts)
+
+    if spec.format == "parquet":
+        # j = base(part) + (row - done(part)), for rows at or after done(part)
+        lookup = spark.createDataFrame(
+            [(p.part, p.done, bases[p.part] - p.done) for p in live],
+            T.StructType([T.StructField(PART, T.StringType()),
+                          T.StructField("__tq_done", T.LongType()),
+                          T.StructField("__tq_shift", T.LongType())]))
+        joined = scanned.join(F.broadcast(lookup), on=PART, how="inner")
+        row = F.col(ROW)
+    else:
+        # a split's rows are consecutive in its task: row = rows of earlier splits of the
+        # file + (position in the task - position of the split's first row)
+        entries = []
+        for p in live:
+            before = 0
+            for start, n, first in sorted(blocks[p.part]):
+                entries.append((p.part, start, before - first, p.done, bases[p.part] - p.done))
+                before += n
+        lookup = spark.createDataFrame(
+            entries,
+            T.StructType([T.StructField(PART, T.StringType()),
+                          T.StructField(_BLOCK, T.LongType()),
+                          T.StructField("__tq_row_shift", T.LongType()),
+                          T.StructField("__tq_done", T.LongType()),
+                          T.StructField("__tq_shift", T.LongType())]))
+        joined = scanned.join(F.broadcast(lookup), on=[PART, _BLOCK], how="inner")
+        row = F.col(_MONO) + F.col("__tq_row_shift")
+    frame = (joined.withColumn(ROW, row)
+             .where(F.col(ROW) >= F.col("__tq_done"))
+             .select(*data, PART, ROW, (F.col("__tq_shift") + F.col(ROW)).alias(J),
+                     F.lit(None).cast("string").alias(CURSOR)))
+    return PositionedSource(spec, frame, columns, parts, cached=cached)
+
+
+def _position_jdbc(spec: SourceSpec, raw: DataFrame, offsets: Offsets) -> PositionedSource:
+    order = spec.order_column or ""
+    if order not in raw.columns:
+        raise FeedConfigError("--order-column", f"{spec.name}: no column {order!r} "
+                                                f"(columns: {', '.join(raw.columns)})")
+    columns = list(raw.columns)
+    previous = offsets.get((spec.name, ""), Offset(0))
+    rows = raw
+    if previous.last_value is not None:
+        kind = raw.schema[order].dataType
+        rows = rows.where(col(order) > F.lit(previous.last_value).cast(kind))
+    # one line in order-column order (a JDBC result is usually one partition anyway)
+    j = F.row_number().over(Window.orderBy(col(order))) - 1
+    frame = (rows.select(*[col(c) for c in columns], F.lit("").alias(PART), j.alias(J),
+                         col(order).cast("string").alias(CURSOR))
+             .withColumn(ROW, F.col(J) + F.lit(previous.rows_done))
+             .persist(StorageLevel.MEMORY_AND_DISK))
+    n = frame.count()
+    parts = [PartProgress("", previous.rows_done, previous.rows_done + n)]
+    if n == 0:
+        frame.unpersist()
+        return PositionedSource(spec, None, columns, parts)
+    return PositionedSource(spec, frame.select(*[col(c) for c in columns], PART, ROW, J, CURSOR),
+                            columns, parts, cached=frame)
