@@ -138,6 +138,9 @@ def test_replay_empties_the_dead_letters(page: Any, api: Client, api_url: str,
     rows = page.get_by_test_id("dlq-row")
     assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.task)")) == sorted(ids)
     assert f"boom {ids[0]}" in page.locator(f'tr[data-task="{ids[0]}"]').text_content()
+    link = page.locator(f'tr[data-task="{ids[0]}"] a').get_attribute("href")
+    shown = page.request.get(f"{api_url}{link}" if link.startswith("/") else link)
+    assert (shown.status, shown.json()["id"], shown.json()["state"]) == (200, ids[0], "dead")
 
     page.locator(f'tr[data-task="{ids[0]}"]').get_by_test_id("dlq-replay").click()
     page.wait_for_function("document.querySelectorAll('[data-testid=dlq-row]').length === 2")
