@@ -19,6 +19,6 @@ app = build_resolver("ack")
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler
+@tracer.capture_lambda_handler(capture_response=False)  # task payloads stay out of traces
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)
