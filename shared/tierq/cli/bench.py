@@ -34,9 +34,10 @@ def register(app: typer.Typer) -> None:
             help="Which benchmark: a module of bench/ (engine, vs_peers, scale, …).")]
             = "engine",
     ) -> None:
-        """Run a benchmark from bench/ (the repository's; run from a checkout). Arguments
-        after `--` are passed on: `tierq bench -- --quick`, `tierq bench --suite vs_peers
-        -- --help`. Exits with the benchmark's status."""
+        """Run a benchmark from the repository's bench/.
+
+        Arguments after `--` are passed on: `tierq bench -- --quick`, `tierq bench --suite
+        vs_peers -- --help`. Run from a checkout. Exits with the benchmark's status."""
         root = bench_root()
         if root is None:
             usage_error("bench/ not found: run `tierq bench` from a tierq repository checkout")

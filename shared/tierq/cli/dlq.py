@@ -87,9 +87,10 @@ def replay(
     aws_region: RegionOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Make dead letters ready again, at the back of their line, with fresh attempts.
-    Exit 1 when some of the given ids were skipped (not dead, or a live task holds the
-    key)."""
+    """Make dead letters ready again.
+
+    They go to the back of their line with fresh attempts. Exit 1 when some of the given
+    ids were skipped (not dead, or a live task holds the key)."""
     chosen, everything = selection(ids, everything)
     with api_client(url, token, sigv4, aws_region) as api:
         result = api.dlq_replay(queue, chosen, all=everything)

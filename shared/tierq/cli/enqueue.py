@@ -154,10 +154,12 @@ def register(app: typer.Typer) -> None:
         aws_region: RegionOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """Enqueue tasks: from PAYLOADS arguments, or from a JSON-lines --file (validated
-        entirely first: a bad line enqueues nothing). Options apply to every task (for a
-        file, to the lines that do not set them). Exit 0 when all were accepted, 1 when the
-        API refused them, 2 for bad input."""
+        """Enqueue tasks from JSON arguments or a JSON-lines file.
+
+        PAYLOADS are JSON values, one task each; --file takes one task object per line
+        (validated entirely first: a bad line enqueues nothing) and shows a progress bar.
+        Options apply to every task (for a file, to the lines that do not set them).
+        Exit 0 when all were accepted, 1 when the API refused them, 2 for bad input."""
         if bool(payloads) == (file is not None):
             usage_error("give PAYLOADS or --file (one of them)")
         defaults: dict[str, Any] = {

@@ -67,8 +67,10 @@ def register(app: typer.Typer) -> None:
         aws_region: RegionOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """Claim tasks with a lease and print them with their lease tokens (for `tierq ack`
-        / `tierq nack`). Exit 0 also when nothing was ready (an empty list)."""
+        """Claim tasks with a lease (for debugging).
+
+        Prints them with their lease tokens, for `tierq ack` / `tierq nack`. Exit 0 also
+        when nothing was ready."""
         with api_client(url, token, sigv4, aws_region) as api:
             tasks = api.claim(queue, max=max_tasks, lease_seconds=lease_seconds,
                               tenant=tenant, worker=worker, wait_seconds=wait)
@@ -91,7 +93,9 @@ def register(app: typer.Typer) -> None:
         sigv4: SigV4Option = False,
         aws_region: RegionOption = None,
     ) -> None:
-        """Finish a claimed task. Exit 1 when the API refuses it (lease lost or expired)."""
+        """Finish a claimed task.
+
+        Exit 1 when the API refuses it (lease lost or expired)."""
         item = {"id": task_id, "lease_token": lease_token}
         if result is not None:
             item["result"] = parse_json(result, "--result")
@@ -117,8 +121,10 @@ def register(app: typer.Typer) -> None:
         sigv4: SigV4Option = False,
         aws_region: RegionOption = None,
     ) -> None:
-        """Fail a claimed task: retried later, or dead at its last attempt (or with --dead).
-        Exit 1 when the API refuses it."""
+        """Fail a claimed task.
+
+        It is retried later, or dead at its last attempt (or with --dead). Exit 1 when the
+        API refuses it."""
         item: dict[str, object] = {"id": task_id, "lease_token": lease_token, "error": error,
                                    "dead": dead}
         if retry_in is not None:

@@ -122,9 +122,11 @@ def register(app: typer.Typer) -> None:
         aws_region: RegionOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """Counts per (queue, tenant): warm, cold, delayed, leased, dead, and the age of the
-        oldest ready task. Refreshes in place until Ctrl-C (an unreachable API is shown and
-        retried); --once or --json print once (exit 1 when the API cannot answer)."""
+        """Live counts per queue and tenant.
+
+        Warm, cold, delayed, leased and dead counts and the age of the oldest ready task,
+        refreshed in place until Ctrl-C (an unreachable API is shown and retried). --once or
+        --json print once (exit 1 when the API cannot answer)."""
         with api_client(url, token, sigv4, aws_region) as api:
             if once or as_json:
                 rows = fetch(api, by_queue=by_queue, queues=queue)

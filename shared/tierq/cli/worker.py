@@ -59,11 +59,13 @@ def register(app: typer.Typer) -> None:
         sigv4: SigV4Option = False,
         aws_region: RegionOption = None,
     ) -> None:
-        """Claim tasks of QUEUE and run HANDLER on them: its return value acks the task
-        (kept as the result), RetryableError or any exception retries it, PermanentError
-        dead-letters it. SIGTERM or Ctrl-C: stop claiming, let running tasks finish for
-        --grace seconds, give back the rest, exit 0 (a second Ctrl-C gives back at once).
-        Exit 2 when the handler cannot be loaded, 1 when the API refuses the worker."""
+        """Run a handler (module:function) on the tasks of a queue.
+
+        The handler's return value acks the task (kept as its result); RetryableError or
+        any other exception retries it; PermanentError dead-letters it. SIGTERM or Ctrl-C:
+        stop claiming, let running tasks finish for --grace seconds, give back the rest,
+        exit 0 (a second Ctrl-C gives back at once). Exit 2 when the handler cannot be
+        loaded, 1 when the API refuses the worker."""
         level = logging.getLevelName(log_level.upper())
         if not isinstance(level, int):
             usage_error(f"--log-level: unknown level {log_level!r}")
