@@ -392,12 +392,14 @@ class Cpu:
                    minus(self.valkey, other.valkey))
 
 
-def cpu_now(stores: Stores) -> Cpu:
-    """Only private servers are measured (their pids are known and local)."""
+def cpu_now(stores: Stores, extra_pids: Sequence[int] = ()) -> Cpu:
+    """Only private servers are measured (their pids are known and local). ``extra_pids``
+    (e.g. a local API server) count as client."""
     import resource
 
     me = resource.getrusage(resource.RUSAGE_SELF)
     client = me.ru_utime + me.ru_stime  # the workers add their own (see run_phase)
+    client += sum(_proc_cpu(pid, reaped_children=True) for pid in extra_pids)
     postgres = valkey = None
     if stores.services is not None and stores.services.postgres.private:
         pm = stores.services.postgres.pid  # type: ignore[attr-defined]
@@ -504,11 +506,14 @@ class PhaseFailed(RuntimeError):
 
 def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
               progress_every: float = 2.0,
-              at_start: Callable[[], Any] | None = None) -> PhaseResult:
+              at_start: Callable[[], Any] | None = None,
+              duration: float | None = None) -> PhaseResult:
     """Start one process per role, wait until all are set up, start them together and wait
     until all are done. The phase takes from the start signal to the latest ``t_end`` of
     the consumers (of the producers when there are none). Prints progress.
-    ``at_start`` runs right before the start signal; its value is ``PhaseResult.start_mark``."""
+    ``at_start`` runs right before the start signal; its value is ``PhaseResult.start_mark``.
+    With ``duration``, the processes are asked to stop after that many seconds and the
+    phase's total is what they finished by then."""
     ctx = mp.get_context("spawn")
     sync = Sync(ctx, total)
     procs = [ctx.Process(target=_child, args=(r.target, r.spec, sync, i), daemon=True,
@@ -555,6 +560,8 @@ def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
                 sync.stop.set()
                 break
             now = time.monotonic()
+            if duration is not None and not sync.stop.is_set() and time.time() - t0 >= duration:
+                sync.stop.set()
             if now >= end_at:
                 timed_out = True
                 sync.stop.set()
@@ -588,6 +595,8 @@ def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
     consumers = [results[i] for i, r in enumerate(roles) if r.kind == "consumer" and i in results]
     ends = [r["t_end"] for r in (consumers or ordered)]
     seconds = max(ends) - t0 if ends else float("nan")
+    if duration is not None:
+        total = int(sync.finished.value)
     return PhaseResult(label, total, seconds, ordered, timed_out, start_mark)
 
 

@@ -102,17 +102,18 @@ class SystemRun:
 def _measure(system: System, stores: Stores, prepared: Any, label: str, *, producers: int,
              consumers: int, total: int, timeout: float, statements: bool) -> Measured:
     memory = ValkeyMemory(stores.valkey_url) if system.uses_valkey else None
+    pids = [prepared.spec["server_pid"]] if prepared.spec.get("server_pid") else []
     before = pg_work(stores, prepared.database_url, statements=statements)
     if memory is not None:
         memory.start()
     try:
         phase = run_phase(label, system.roles(prepared, producers=producers,
                                               consumers=consumers, total=total),
-                          total=total, timeout=timeout, at_start=lambda: cpu_now(stores))
+                          total=total, timeout=timeout, at_start=lambda: cpu_now(stores, pids))
     finally:
         if memory is not None:
             memory.stop()
-    cpu = cpu_now(stores) - phase.start_mark
+    cpu = cpu_now(stores, pids) - phase.start_mark
     cpu.client += phase.worker_cpu
     time.sleep(STATS_FLUSH_WAIT)
     after = pg_work(stores, prepared.database_url, statements=statements)

@@ -167,6 +167,43 @@ def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
             "claim_latency": claim_latency, "ack_latency": ack_latency}
 
 
+def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    """A worker that keeps the backlog constant: claim a batch, ack it, enqueue as many new
+    tasks (they join the back of the line). Counts acks."""
+    from tierq import AckItem, ClaimRequest, TaskIn
+
+    quiet_logs()
+    tq = tierq_engine(spec)
+    queue = spec["queue"]
+    tq.queue_settings(queue)
+    request = ClaimRequest(max=spec.get("batch", TIERQ_BATCH), lease_seconds=300)
+    claim_latency: list[float] = []
+    acked = empty = 0
+    next_payload = spec["index"] * 1_000_000_000
+    sync.ready_and_wait(spec["index"])
+    t_end = time.time()
+    while not sync.all_finished():
+        began = time.perf_counter()
+        got = tq.claim(queue, request)
+        took = time.perf_counter() - began
+        if not got:
+            empty += 1
+            time.sleep(EMPTY_CLAIM_SLEEP)
+            continue
+        claim_latency.append(took)
+        result = tq.ack(queue, [AckItem(id=t.id, lease_token=t.lease_token) for t in got])
+        tq.enqueue(queue, [TaskIn(payload={"i": next_payload + i})
+                           for i in range(len(result.acked))])
+        next_payload += len(result.acked)
+        acked += len(result.acked)
+        t_end = time.time()
+        sync.add_finished(len(result.acked))
+        sync.add_enqueued(len(result.acked))
+    tq.close()
+    return {"t_end": t_end, "acked": acked, "empty_claims": empty,
+            "claim_latency": claim_latency}
+
+
 class Maintenance:
     """The scheduled jobs of a deployment, in a thread: delayed mover every second,
     cold -> warm and the reaper every 5 s (the defaults of TIERQ_*_EVERY)."""
@@ -370,7 +407,7 @@ class TierqHttp(System):
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("wb") as out:
             proc = subprocess.Popen([self.exe, "dev", "--no-services", "--port", str(port),
-                                     *self.server_args], env=env, stdout=out,
+                                     "--quiet", *self.server_args], env=env, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
         try:
@@ -385,8 +422,10 @@ class TierqHttp(System):
                     raise RuntimeError(f"tierq dev did not answer within 60 s; see {log}")
                 time.sleep(0.2)
             prepared.spec["base_url"] = base
+            prepared.spec["server_pid"] = proc.pid  # its CPU counts as the client's
             yield
         finally:
+            prepared.spec.pop("server_pid", None)
             proc.terminate()
             try:
                 proc.wait(timeout=20)

@@ -1,0 +1,294 @@
+"""Scale benchmark: throughput with a cold backlog of 10k, 100k and 1M tasks, Valkey memory
+through the run, and PostgreSQL's dead tuples and table size after a sustained run.
+
+    .venv/bin/python -m bench.scale            # backlogs 10k, 100k, 1M; 2 worker processes
+    .venv/bin/python -m bench.scale --quick    # backlogs 10k, 100k; shorter phases
+
+One queue in one fresh database, default settings (warm_max 5000), the scheduled
+maintenance jobs running beside the workers. For each backlog size:
+
+1. **fill**: producer processes grow the backlog to the size (batches of 500); past
+   warm_max the queue is in cold mode and new tasks wait in PostgreSQL;
+2. **measure**: W worker processes each loop claim 100 -> ack -> enqueue 100 new tasks,
+   so the backlog stays at its size while tasks flow through cold -> warm -> acked;
+   tasks/s is acks per second (claim latency p50/p99 too).
+
+Then a **sustained** run of the same loop for ``--sustain`` seconds on the largest backlog,
+sampling ``pg_stat_user_tables`` every 2 s: dead tuples (peak and at the end), autovacuum
+runs, table and index size before and after (growth is bloat autovacuum did not reclaim).
+Valkey's ``used_memory`` is sampled every 100 ms for the whole run.
+
+Verdicts: throughput within 20% of the smallest backlog's; Valkey memory flat (the largest
+backlog's peak within 20% or 1 MiB of the smallest's). The last line is
+``throughput_ratio_largest_vs_smallest=X.XX``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.common import (
+    PhaseResult,
+    Role,
+    ValkeyMemory,
+    add_store_arguments,
+    fmt_bytes,
+    fmt_ms,
+    fmt_rate,
+    machine_info,
+    open_stores,
+    percentile,
+    print_machine,
+    print_table,
+    run_phase,
+    say,
+    split,
+)
+from bench.systems import QUEUE, Maintenance, tierq_produce, tierq_recycle
+
+FILL_BATCH = 500
+TABLE_STATS = """
+SELECT s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.vacuum_count,
+       s.last_autovacuum, pg_relation_size('tierq_tasks') AS heap_bytes,
+       pg_indexes_size('tierq_tasks') AS index_bytes
+FROM pg_stat_user_tables s WHERE s.relname = 'tierq_tasks'
+"""
+
+
+@dataclass
+class TableSample:
+    at: float
+    live: int
+    dead: int
+    autovacuums: int
+    heap_bytes: int
+    index_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.heap_bytes + self.index_bytes
+
+
+def table_sample(database_url: str) -> TableSample:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(TABLE_STATS).fetchone()
+    assert row is not None, "tierq_tasks not found"
+    return TableSample(time.time(), int(row[0]), int(row[1]), int(row[2]) + int(row[3]),
+                       int(row[5]), int(row[6]))
+
+
+class TableMonitor:
+    """Samples the task table's statistics every ``every`` seconds in a thread."""
+
+    def __init__(self, database_url: str, every: float = 2.0) -> None:
+        self.url = database_url
+        self.every = every
+        self.samples: list[TableSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="table-monitor", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(psycopg.Error):
+                self.samples.append(table_sample(self.url))
+            self._stop.wait(self.every)
+
+    def between(self, start: float, end: float) -> list[TableSample]:
+        return [s for s in self.samples if start <= s.at <= end]
+
+    def __enter__(self) -> TableMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@dataclass
+class Step:
+    backlog: int
+    fill_rate: float = float("nan")
+    measured: PhaseResult | None = None
+    memory_min: int = 0
+    memory_max: int = 0
+    table: TableSample | None = None
+    states: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.measured.rate if self.measured else float("nan")
+
+
+def states(database_url: str) -> dict[str, int]:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT state, count(*) FROM tierq_tasks GROUP BY state").fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def memory_between(memory: ValkeyMemory, start: float, end: float) -> tuple[int, int]:
+    values = [m for t, m in memory.samples if start <= t <= end] or [memory.used()]
+    return min(values), max(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backlogs", type=int, nargs="+", default=None,
+                        help="backlog sizes, ascending (10000 100000 1000000)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    parser.add_argument("--measure", type=int, default=None,
+                        help="acks measured per backlog size (60000; 20000 --quick)")
+    parser.add_argument("--sustain", type=float, default=None,
+                        help="seconds of the sustained run (60; 15 --quick)")
+    parser.add_argument("--quick", action="store_true", help="backlogs 10k and 100k")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per phase")
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    add_store_arguments(parser)
+    args = parser.parse_args(argv)
+    backlogs = args.backlogs or ([10_000, 100_000] if args.quick
+                                 else [10_000, 100_000, 1_000_000])
+    measure = args.measure or (20_000 if args.quick else 60_000)
+    sustain = args.sustain or (15.0 if args.quick else 60.0)
+    if backlogs != sorted(backlogs) or backlogs[0] < 1 or args.workers < 1 or measure < 1:
+        parser.error("--backlogs must be positive and ascending; --workers/--measure positive")
+
+    from tierq.dal.migrate import migrate
+
+    stores = open_stores(args)
+    try:
+        info = machine_info(stores)
+        print_machine(info)
+        say(f"scale bench: backlogs {backlogs}, {args.workers} worker process(es), "
+            f"{measure:,} acks measured per backlog, sustained run {sustain:.0f}s")
+        url = stores.fresh_database("bench_scale")
+        migrate(url)
+        stores.clear_valkey()
+        spec: dict[str, Any] = {"database_url": url, "valkey_url": stores.valkey_url,
+                                "queue": QUEUE, "settings": {}}
+        steps: list[Step] = []
+        sustained: PhaseResult | None = None
+        before_sustain = after_sustain = settled = None
+        samples: list[TableSample] = []
+        memory = ValkeyMemory(stores.valkey_url)
+        with memory, TableMonitor(url) as table, Maintenance(spec) as jobs:
+            current = 0
+            for backlog in backlogs:
+                step = Step(backlog)
+                say(f"-- backlog {backlog:,}: filling {backlog - current:,} tasks")
+                roles = [Role("producer", tierq_produce,
+                              {**spec, "index": i, "range": (current + lo, current + hi),
+                               "batch": FILL_BATCH})
+                         for i, (lo, hi) in enumerate(split(backlog - current, args.workers))]
+                fill = run_phase(f"fill {backlog:,}", roles, total=backlog - current,
+                                 timeout=args.timeout)
+                step.fill_rate = fill.rate
+                current = backlog
+                step.states = states(url)
+                say(f"  filled at {fill.rate:,.0f} tasks/s; states {step.states}")
+                roles = [Role("consumer", tierq_recycle, {**spec, "index": i})
+                         for i in range(args.workers)]
+                started = time.time()
+                step.measured = run_phase(f"backlog {backlog:,}", roles, total=measure,
+                                          timeout=args.timeout)
+                step.memory_min, step.memory_max = memory_between(memory, started, time.time())
+                step.table = table_sample(url)
+                say(f"  backlog {backlog:,}: {step.rate:,.0f} tasks/s, claim p50/p99 "
+                    f"{fmt_ms(percentile(step.measured.values('claim_latency'), 50))}/"
+                    f"{fmt_ms(percentile(step.measured.values('claim_latency'), 99))} ms, "
+                    f"valkey used_memory {fmt_bytes(step.memory_max)}, "
+                    f"dead tuples {step.table.dead:,}")
+                steps.append(step)
+
+            say(f"-- sustained run: {sustain:.0f}s at backlog {current:,}")
+            before_sustain = table_sample(url)
+            roles = [Role("consumer", tierq_recycle, {**spec, "index": i})
+                     for i in range(args.workers)]
+            started = time.time()
+            sustained = run_phase("sustained", roles, total=10**12, timeout=sustain + 600,
+                                  duration=sustain, progress_every=10.0)
+            after_sustain = table_sample(url)
+            samples = table.between(started, time.time())
+            say("  waiting 20s for autovacuum to settle...")
+            time.sleep(20)
+            settled = table_sample(url)
+        if jobs.errors:
+            say(f"maintenance errors: {jobs.errors[:5]}")
+
+        say("")
+        say(f"tierq, {args.workers} worker process(es), claim 100 -> ack -> enqueue 100 "
+            "at a constant backlog")
+        rows = []
+        for s in steps:
+            assert s.measured is not None and s.table is not None
+            rows.append([
+                f"{s.backlog:,}", fmt_rate(s.fill_rate), fmt_rate(s.rate),
+                f"{s.rate / steps[0].rate:.2f}",
+                f"{fmt_ms(percentile(s.measured.values('claim_latency'), 50))}/"
+                f"{fmt_ms(percentile(s.measured.values('claim_latency'), 99))}",
+                f"{fmt_bytes(s.memory_min)} - {fmt_bytes(s.memory_max)}",
+                f"{s.table.dead:,}", fmt_bytes(s.table.heap_bytes),
+                fmt_bytes(s.table.index_bytes),
+            ])
+        print_table(["backlog", "fill/s", "tasks/s", "vs first", "claim ms p50/p99",
+                     "valkey used_memory", "dead tuples", "heap", "indexes"], rows)
+        say("")
+        assert sustained is not None and before_sustain and after_sustain and settled
+        peak_dead = max((s.dead for s in samples), default=after_sustain.dead)
+        say(f"sustained run: {sustained.total:,} tasks in {sustained.seconds:.0f}s "
+            f"({sustained.rate:,.0f}/s) at a backlog of {current:,}")
+        say(f"  autovacuum/vacuum runs on tierq_tasks during it: "
+            f"{after_sustain.autovacuums - before_sustain.autovacuums}")
+        say(f"  dead tuples: peak {peak_dead:,} (sampled every 2s), at the end "
+            f"{after_sustain.dead:,}, 20s later {settled.dead:,}; live {settled.live:,}")
+        say(f"  table: heap {fmt_bytes(before_sustain.heap_bytes)} -> "
+            f"{fmt_bytes(after_sustain.heap_bytes)}, indexes "
+            f"{fmt_bytes(before_sustain.index_bytes)} -> {fmt_bytes(after_sustain.index_bytes)}"
+            f" (growth {100 * (after_sustain.total_bytes / before_sustain.total_bytes - 1):.1f}"
+            f"% while {sustained.total:,} tasks went through)")
+        ratio = steps[-1].rate / steps[0].rate
+        flat = abs(1 - ratio) <= 0.20
+        memory_growth = steps[-1].memory_max - steps[0].memory_max
+        memory_flat = memory_growth <= max(0.2 * steps[0].memory_max, 1024 * 1024)
+        say(f"throughput at {steps[-1].backlog:,} vs {steps[0].backlog:,}: {ratio:.2f} "
+            f"({'flat within 20%' if flat else 'NOT within 20%'})")
+        say(f"valkey used_memory peak at {steps[-1].backlog:,} vs {steps[0].backlog:,}: "
+            f"{fmt_bytes(steps[-1].memory_max)} vs {fmt_bytes(steps[0].memory_max)} "
+            f"({'flat' if memory_flat else 'NOT flat'})")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({
+                "machine": info, "workers": args.workers, "measure": measure,
+                "steps": [{"backlog": s.backlog, "fill_rate": s.fill_rate, "rate": s.rate,
+                           "claim_p50_ms": percentile(s.measured.values("claim_latency"), 50)
+                           * 1000 if s.measured else None,
+                           "claim_p99_ms": percentile(s.measured.values("claim_latency"), 99)
+                           * 1000 if s.measured else None,
+                           "valkey_used_memory_max": s.memory_max,
+                           "dead_tuples": s.table.dead if s.table else None,
+                           "states": s.states} for s in steps],
+                "sustained": {"tasks": sustained.total, "seconds": sustained.seconds,
+                              "peak_dead": peak_dead, "dead_end": after_sustain.dead,
+                              "dead_settled": settled.dead,
+                              "bytes_before": before_sustain.total_bytes,
+                              "bytes_after": after_sustain.total_bytes},
+                "valkey_samples": memory.samples[:: max(1, len(memory.samples) // 500)],
+            }, indent=2))
+        say(f"throughput_ratio_largest_vs_smallest={ratio:.2f}")
+        return 0
+    finally:
+        stores.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
