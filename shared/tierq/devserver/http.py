@@ -25,6 +25,7 @@ from tierq.devserver.lambdas import LocalFunction
 from tierq.devserver.template import HttpRoute
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024  # larger bodies are refused by closing the connection
 INTEGRATION_TIMEOUT_SECONDS = 30.0  # HTTP API's maximum integration timeout
 CLAIMS_HEADER = "x-tierq-jwt-claims"
 
@@ -157,7 +158,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 self.rfile.readline(3)
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY_BYTES:
-            self.close_connection = True
+            if length <= DRAIN_LIMIT_BYTES:  # read it away, so the client sees the 413
+                left = length
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+            else:
+                self.close_connection = True
             return None
         return self.rfile.read(length) if length > 0 else b""
 
