@@ -44,7 +44,7 @@ def get_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
 
 
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
-    """Delete a task whatever its state; a worker holding its lease gets ``not_found`` on
+    """Delete a task whatever its state; a worker holding its lease gets ``not_owner`` on
     ack. Postgres first, then the warm tier."""
     row = ctx.db.fetch_one("cancel_task", {"queue": queue, "id": task_id})
     if row is None:
