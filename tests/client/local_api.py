@@ -13,8 +13,11 @@ from pathlib import Path
 
 from tests.e2e.conftest import DevServer, start_dev_server
 
-# Settings never cached, lost warm rows re-pushed soon: tests see effects at once.
-EXTRA_ENV = {"TIERQ_SETTINGS_CACHE_SECONDS": "0", "TIERQ_RECONCILE_GRACE_SECONDS": "5"}
+# Settings never cached, lost warm rows re-pushed soon: tests see effects at once. One
+# process serves every function at once: a database pool to match (template.yaml sizes it
+# for a Lambda environment, which serves one request at a time).
+EXTRA_ENV = {"TIERQ_SETTINGS_CACHE_SECONDS": "0", "TIERQ_RECONCILE_GRACE_SECONDS": "5",
+             "TIERQ_DB_POOL_MAX": "16"}
 
 _lock = threading.Lock()
 _server: DevServer | None = None

@@ -54,20 +54,22 @@ SCHEDULE_EVERY = 5.0
 DELAY_SECONDS = 8.0
 FLAKY_ATTEMPTS = 2
 STACK_START_TIMEOUT = 90.0
-# Maintenance ticks of the local stack during the demo (seconds), so the hysteresis, the
-# delayed task and the schedule show within a minute.
-DEMO_TICKS = {"TIERQ_COLD_TO_WARM_EVERY": "0.5", "TIERQ_DELAYED_EVERY": "0.5",
-              "TIERQ_REAPER_EVERY": "1", "TIERQ_CRON_EVERY": "1"}
+# The local stack's settings during the demo: maintenance ticks every fraction of a second
+# so the hysteresis, the delayed task and the schedule show within a minute, and a database
+# pool for one process serving every function at once (template.yaml sizes it for a Lambda
+# environment, which serves one request at a time).
+DEMO_ENV = {"TIERQ_COLD_TO_WARM_EVERY": "0.5", "TIERQ_DELAYED_EVERY": "0.5",
+            "TIERQ_REAPER_EVERY": "1", "TIERQ_CRON_EVERY": "1", "TIERQ_DB_POOL_MAX": "16"}
 
 
 @dataclass
 class DemoPlan:
-    tasks: int = 10_000
+    tasks: int = 20_000
     warm_max: int = 1_000
     workers: int = 2
     concurrency: int = 32
     work_ms: float = 1.0
-    timeout: float = 120.0
+    timeout: float = 180.0
 
 
 @dataclass
@@ -269,12 +271,14 @@ def run_demo(api: Client, plan: DemoPlan, *, out: Console = console,
             else:
                 progress.event("[red]timed out[/] before everything ran")
         finally:
+            # the schedule first (its pending occurrences go with it), then the workers,
+            # which finish what they hold
+            with suppress(TierqError):  # the summary matters more than this cleanup
+                api.delete_schedule(SCHEDULE)
             for worker in workers:
                 worker.stop()
             for thread in threads:
                 thread.join(timeout=30)
-            with suppress(TierqError):  # the summary matters more than this cleanup
-                api.delete_schedule(SCHEDULE)
             refresh()
     return progress, stats
 
@@ -396,7 +400,7 @@ def local_stack(port: int, log_path: Path) -> Iterator[str]:
                                      valkey_url=services.valkey.url)) as tq:
             tq.migrate()
             tq.purge_queue(QUEUE)  # a fresh start on every run
-        env = {**os.environ, **services.env(), **DEMO_TICKS}
+        env = {**os.environ, **services.env(), **DEMO_ENV}
         command = [sys.executable, "-c", "from tierq.cli import app; app()", "dev",
                    "--no-services", "--port", str(port), "--quiet", "--schedule-period", "1",
                    "--template", str(root / "template.yaml")]
@@ -422,7 +426,7 @@ def local_stack(port: int, log_path: Path) -> Iterator[str]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
-        tasks: Annotated[int, typer.Option(min=1, help="Tasks in the burst.")] = 10_000,
+        tasks: Annotated[int, typer.Option(min=1, help="Tasks in the burst.")] = 20_000,
         warm_max: Annotated[int, typer.Option(min=1, help="The demo queue's warm tier cap.")]
             = 1_000,
         workers: Annotated[int, typer.Option(min=1, max=16, help="Worker processes' worth "
@@ -432,7 +436,7 @@ def register(app: typer.Typer) -> None:
         work_ms: Annotated[float, typer.Option(min=0, help="Pretend work per burst task.")]
             = 1.0,
         timeout: Annotated[float, typer.Option(min=10, help="Give up after this many "
-                                                            "seconds.")] = 120.0,
+                                                            "seconds.")] = 180.0,
         port: Annotated[int | None, typer.Option(help="Port of the local API (default: a "
                                                       "free one).", show_default=False)]
             = None,

@@ -311,8 +311,7 @@ class Worker:
                     self._held[lease.task.id] = lease
                 self._stats.claimed += len(held)
                 empty = not self._held
-            if self._stopping.is_set():
-                break  # claimed while stopping: the shutdown gives them back
+            # claimed while a stop was asked for: they run all the same, within the grace
             for lease in held:
                 self._work.put(lease)
             if self.burst and not tasks and empty:
