@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,13 @@ from tierq.client import Client, NotFoundError
 REPO = Path(__file__).resolve().parents[2]
 
 
+Tierq = Callable[..., Result]
+
+
 @pytest.fixture
-def tierq(api_url: str):
+def tierq(api_url: str) -> Tierq:
+    """Run a command in-process; commands that talk to the API get ``--url`` of the local
+    API unless ``url`` says otherwise."""
     runner = CliRunner()
 
     def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
@@ -59,7 +65,7 @@ def nothing_in(api: Client, queue: str) -> bool:
 # -- enqueue ---------------------------------------------------------------------------
 
 
-def test_enqueue_arguments(tierq, api: Client, names: QueueNames) -> None:
+def test_enqueue_arguments(tierq: Tierq, api: Client, names: QueueNames) -> None:
     queue = names["emails"]
     result = tierq("enqueue", queue, '{"to": "a@example.com"}', '"plain text"', "--priority",
                    "3", "--tenant", "acme", "--json")
@@ -81,7 +87,7 @@ def test_enqueue_arguments(tierq, api: Client, names: QueueNames) -> None:
     ([], "give PAYLOADS or --file"),
     (["1", "--delay", "1", "--run-at", "2030-01-01"], "delay_seconds or run_at"),
 ])
-def test_enqueue_bad_input_exits_2_and_writes_nothing(tierq, api: Client, names: QueueNames,
+def test_enqueue_bad_input_exits_2_and_writes_nothing(tierq: Tierq, api: Client, names: QueueNames,
                                                       args: list[str], message: str) -> None:
     result = tierq("enqueue", names["emails"], *args)
     assert result.exit_code == 2
@@ -89,19 +95,19 @@ def test_enqueue_bad_input_exits_2_and_writes_nothing(tierq, api: Client, names:
     assert nothing_in(api, names["emails"])
 
 
-def test_enqueue_refused_by_the_api_exits_1(tierq) -> None:
+def test_enqueue_refused_by_the_api_exits_1(tierq: Tierq) -> None:
     result = tierq("enqueue", "not a valid queue name!", "1")
     assert result.exit_code == 1
     assert "invalid_input" in result.stderr and "queue" in result.stderr
 
 
-def test_enqueue_without_the_api_exits_1(tierq) -> None:
+def test_enqueue_without_the_api_exits_1(tierq: Tierq) -> None:
     result = tierq("enqueue", "emails", "1", url=dead_port_url())
     assert result.exit_code == 1
     assert "cannot reach the tierq API" in result.stderr
 
 
-def test_enqueue_a_json_lines_file(tierq, api: Client, names: QueueNames,
+def test_enqueue_a_json_lines_file(tierq: Tierq, api: Client, names: QueueNames,
                                    tmp_path: Path) -> None:
     queue = names["bulk"]
     lines = [json.dumps({"payload": {"n": i}, "key": f"k-{i}"}) for i in range(1200)]
@@ -120,7 +126,7 @@ def test_enqueue_a_json_lines_file(tierq, api: Client, names: QueueNames,
     assert task.priority == 2
 
 
-def test_enqueue_payload_lines_from_stdin(tierq, api: Client, names: QueueNames) -> None:
+def test_enqueue_payload_lines_from_stdin(tierq: Tierq, api: Client, names: QueueNames) -> None:
     queue = names["stdin"]
     result = tierq("enqueue", queue, "--file", "-", "--payloads", "--json",
                    input='{"a": 1}\n[1, 2]\n"text"\n')
@@ -129,7 +135,7 @@ def test_enqueue_payload_lines_from_stdin(tierq, api: Client, names: QueueNames)
     assert payloads == [{"a": 1}, [1, 2], "text"]
 
 
-def test_a_file_with_bad_lines_enqueues_nothing(tierq, api: Client, names: QueueNames,
+def test_a_file_with_bad_lines_enqueues_nothing(tierq: Tierq, api: Client, names: QueueNames,
                                                 tmp_path: Path) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_text('{"payload": 1}\n{"payload": 2}\n{"payload": 3, "priority": 42}\n'
@@ -147,7 +153,7 @@ def test_a_file_with_bad_lines_enqueues_nothing(tierq, api: Client, names: Queue
 # -- claim, ack, nack --------------------------------------------------------------------
 
 
-def test_claim_ack_and_nack(tierq, api: Client, names: QueueNames) -> None:
+def test_claim_ack_and_nack(tierq: Tierq, api: Client, names: QueueNames) -> None:
     queue = names["jobs"]
     empty = tierq("claim", queue)
     assert empty.exit_code == 0 and "no task ready" in empty.stderr
@@ -181,14 +187,14 @@ def test_claim_ack_and_nack(tierq, api: Client, names: QueueNames) -> None:
     ["ack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--result", "{oops"],
     ["nack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--retry-in", "-1"],
 ])
-def test_lease_commands_bad_input_exits_2(tierq, args: list[str]) -> None:
+def test_lease_commands_bad_input_exits_2(tierq: Tierq, args: list[str]) -> None:
     assert tierq(*args).exit_code == 2
 
 
 # -- stats -----------------------------------------------------------------------------
 
 
-def test_stats(tierq, api: Client, names: QueueNames) -> None:
+def test_stats(tierq: Tierq, api: Client, names: QueueNames) -> None:
     queue = names["stats"]
     api.enqueue(queue, [{"payload": 1, "tenant": "acme"}, {"payload": 2, "tenant": "acme"},
                         {"payload": 3, "tenant": "globex", "delay_seconds": 600}])
@@ -227,7 +233,7 @@ def test_stats_refreshes_live_until_interrupted(api_url: str, api: Client,
 # -- dead letters ----------------------------------------------------------------------
 
 
-def test_dlq_list_replay_purge(tierq, api: Client, names: QueueNames) -> None:
+def test_dlq_list_replay_purge(tierq: Tierq, api: Client, names: QueueNames) -> None:
     queue = names["dlq"]
     none = tierq("dlq", "list", queue)
     assert none.exit_code == 0 and "no dead letters" in none.stderr
@@ -260,7 +266,7 @@ def test_dlq_list_replay_purge(tierq, api: Client, names: QueueNames) -> None:
 # -- worker ----------------------------------------------------------------------------
 
 
-def test_worker_runs_a_handler_by_name(tierq, api: Client, names: QueueNames,
+def test_worker_runs_a_handler_by_name(tierq: Tierq, api: Client, names: QueueNames,
                                        tmp_path: Path) -> None:
     queue = names["work"]
     ids = [o.id for o in api.enqueue(queue, [{"payload": {"seconds": 0}} for _ in range(5)])]
@@ -278,13 +284,13 @@ def test_worker_runs_a_handler_by_name(tierq, api: Client, names: QueueNames,
     ("tests.worker.handlers:missing", "has no attribute"),
     ("tests.worker.handlers:_lock", "is not callable"),
 ])
-def test_worker_with_a_bad_handler_exits_2(tierq, handler: str, message: str) -> None:
+def test_worker_with_a_bad_handler_exits_2(tierq: Tierq, handler: str, message: str) -> None:
     result = tierq("worker", "q", handler, "--app-dir", str(REPO))
     assert result.exit_code == 2
     assert message in result.stderr
 
 
-def test_worker_refused_by_the_api_exits_1(tierq) -> None:
+def test_worker_refused_by_the_api_exits_1(tierq: Tierq) -> None:
     result = tierq("worker", "bad queue!", "tests.worker.handlers:slow", "--app-dir",
                    str(REPO), "--lease-seconds", "5", "--burst")
     assert result.exit_code == 1
@@ -294,7 +300,7 @@ def test_worker_refused_by_the_api_exits_1(tierq) -> None:
 # -- bench -----------------------------------------------------------------------------
 
 
-def test_bench_passes_its_options_on(tierq) -> None:
+def test_bench_passes_its_options_on(tierq: Tierq) -> None:
     unknown = tierq("bench", "--suite", "nope", url=None)
     assert unknown.exit_code == 2 and "no benchmark 'nope'" in unknown.stderr
     result = subprocess.run([sys.executable, "-c", "from tierq.cli import app; app()", "bench",

@@ -429,8 +429,8 @@ def register(app: typer.Typer) -> None:
         tasks: Annotated[int, typer.Option(min=1, help="Tasks in the burst.")] = 20_000,
         warm_max: Annotated[int, typer.Option(min=1, help="The demo queue's warm tier cap.")]
             = 1_000,
-        workers: Annotated[int, typer.Option(min=1, max=16, help="Worker processes' worth "
-                                                                  "of Workers.")] = 2,
+        workers: Annotated[int, typer.Option(min=1, max=16, help="Workers, each with its "
+                                                                  "own threads.")] = 2,
         concurrency: Annotated[int, typer.Option(min=1, max=256, help="Threads per worker.")]
             = 32,
         work_ms: Annotated[float, typer.Option(min=0, help="Pretend work per burst task.")]
