@@ -25,8 +25,9 @@ The loop, per worker:
    ``retry_in_seconds``, or the queue's backoff); :class:`PermanentError` → nack as dead;
    any other exception → nack for a retry with the queue's backoff. The error text (type,
    message, traceback) becomes the task's ``last_error``.
-5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more, let the
-   running tasks finish for up to ``grace_seconds``, then give back what is still running
+5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more (tasks a
+   long poll already under way brings back still run), let the running tasks finish for up
+   to ``grace_seconds``, then give back what is still running
    with a nack ``retry_in_seconds=0`` so it is ready again at once instead of waiting for
    its lease to expire (the attempt counts, as with SQS or a lease expiry), report
    everything, and return. A second signal gives back at once.
