@@ -20,6 +20,7 @@ Python client and :class:`~tierq.worker.Worker` s:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -477,4 +478,6 @@ def register(app: typer.Typer) -> None:
             console.print("interrupted; stopping the local stack")
             raise typer.Exit(130) from None
         if not succeeded(progress, plan):
+            console.print(f"the local stack's log: {log_path}")
             raise typer.Exit(1)
+        shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something went wrong
