@@ -19,12 +19,12 @@ if str(SPARK_GLUE) not in sys.path:
     sys.path.insert(0, str(SPARK_GLUE))
 
 from pyspark.sql import SparkSession  # noqa: E402
-
-from tierq.engine import Tierq  # noqa: E402
 from tierq_feeder.config import FeedConfig, config_from_args  # noqa: E402
 from tierq_feeder.feeder import run_feed  # noqa: E402
 from tierq_feeder.metrics import FeedResult  # noqa: E402
 from tierq_feeder.writer import StoreConfig  # noqa: E402
+
+from tierq.engine import Tierq  # noqa: E402
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 

@@ -1,0 +1,137 @@
+"""Dedup by key (inside a batch: the first occurrence wins; against live tasks: ON CONFLICT
+DO NOTHING) without reordering anything, and rows that cannot be mapped going to the
+rejects output with their reason while the job goes on."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.spark.data import write_csv, write_json, write_parquet
+from tierq.engine import Tierq
+from tierq.models import TaskIn
+
+pytestmark = pytest.mark.spark
+
+
+def line(database_url: str, queue: str) -> list[tuple[str, Any, int]]:
+    """(key, payload, seq) in line order."""
+    with psycopg.connect(database_url) as conn:
+        return [(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT key, payload, seq FROM tierq_tasks WHERE queue = %s ORDER BY seq",
+            (queue,))]
+
+
+def test_duplicates_inside_a_run_and_against_live_tasks(
+        feed: Any, spark: Any, tmp_path: Path, database_url: str, engine: Tierq) -> None:
+    # k3 is already queued: it keeps its place and payload
+    engine.enqueue("d", [TaskIn(payload={"from": "http"}, key="k3")])
+    ids = ["k0", "k1", "k0", "k2", "k3", "k1", "k4", "k0"]
+    rows = [{"id": k, "n": i} for i, k in enumerate(ids)]
+    folder = write_parquet(spark, tmp_path / "rows", rows)
+    # batch_rows=3: rounds [k0 k1 k0] [k2 k3 k1] [k4 k0]: the second k0 is a duplicate in
+    # its round; the later k1 and k0 meet live tasks written by earlier rounds
+    result = feed("--queue", "d", "--source", f"rows={folder}", "--key-column", "id",
+                  "--batch-rows", "3")
+    assert (result.created, result.ignored, result.rejected) == (4, 4, 0)
+    got = line(database_url, "d")
+    assert [(k, p) for k, p, _ in got] == [
+        ("k3", {"from": "http"}),
+        ("k0", {"id": "k0", "n": 0}),
+        ("k1", {"id": "k1", "n": 1}),
+        ("k2", {"id": "k2", "n": 3}),
+        ("k4", {"id": "k4", "n": 6}),
+    ]
+    # the same rows fed again under another feed name: all ignored, nothing moves
+    again = feed("--queue", "d", "--source", f"rows={folder}", "--key-column", "id",
+                 "--feed", "replay")
+    assert (again.created, again.ignored) == (0, 8)
+    assert line(database_url, "d") == got
+
+
+def test_duplicates_in_one_round_keep_the_first_occurrence(
+        feed: Any, tmp_path: Path, database_url: str) -> None:
+    rows = [{"id": "b", "v": 1}, {"id": "a", "v": 2}, {"id": "b", "v": 3},
+            {"id": "c", "v": 4}, {"id": "a", "v": 5}]
+    path = write_json(tmp_path / "rows.json", rows)
+    result = feed("--queue", "one", "--source", f"rows={path}", "--key-column", "id",
+                  "--write-partitions", "3", "--chunk-rows", "1")
+    assert (result.created, result.ignored) == (3, 2)
+    assert [(k, p["v"]) for k, p, _ in line(database_url, "one")] == [("b", 1), ("a", 2),
+                                                                       ("c", 4)]
+
+
+def test_the_same_key_in_two_tenants_is_two_tasks(feed: Any, tmp_path: Path,
+                                                   database_url: str) -> None:
+    path = write_csv(tmp_path / "t.csv", [{"id": "x", "t": "acme"}, {"id": "x", "t": "beta"},
+                                          {"id": "x", "t": "acme"}])
+    result = feed("--queue", "t", "--source", f"t={path}", "--key-column", "id",
+                  "--tenant-column", "t")
+    assert (result.created, result.ignored) == (2, 1)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT tenant FROM tierq_tasks ORDER BY seq").fetchall() == [
+            ("acme",), ("beta",)]
+        assert conn.execute("SELECT tenant FROM tierq_queue_tenants WHERE queue = 't' "
+                            "ORDER BY tenant").fetchall() == [("acme",), ("beta",)]
+
+
+def read_rejects(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for part in sorted(path.glob("part-*.json")):
+        out += [json.loads(x) for x in part.read_text().splitlines() if x.strip()]
+    return sorted(out, key=lambda r: (r["source"], r["row"]))
+
+
+def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
+        feed: Any, tmp_path: Path, database_url: str, make_tq: Any) -> None:
+    soon = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S")
+    far = (datetime.now(UTC) + timedelta(days=800)).strftime("%Y-%m-%d %H:%M:%S")
+    rows = [
+        {"id": "ok1", "prio": "7", "tenant": "acme", "when": "", "text": "fine"},
+        {"id": "", "prio": "1", "tenant": "", "when": "", "text": "no key"},
+        {"id": "p1", "prio": "high", "tenant": "", "when": "", "text": "priority text"},
+        {"id": "p2", "prio": "12", "tenant": "", "when": "", "text": "priority too big"},
+        {"id": "p3", "prio": "2.5", "tenant": "", "when": "", "text": "priority fraction"},
+        {"id": "t1", "prio": "", "tenant": "bad tenant!", "when": "", "text": "tenant"},
+        {"id": "r1", "prio": "", "tenant": "", "when": "someday", "text": "run_at"},
+        {"id": "r2", "prio": "", "tenant": "", "when": far, "text": "run_at far"},
+        {"id": "big", "prio": "", "tenant": "", "when": "", "text": "x" * 400},
+        {"id": "ok2", "prio": "", "tenant": "", "when": soon, "text": "later"},
+    ]
+    path = write_csv(tmp_path / "mixed.csv", rows)
+    rejects = tmp_path / "rejects"
+    small_payloads = make_tq(max_payload_bytes=300)
+    result = feed("--queue", "m", "--source", f"mixed={path}", "--key-column", "id",
+                  "--priority-column", "prio", "--tenant-column", "tenant",
+                  "--run-at-column", "when", "--payload-columns", "text",
+                  "--rejects", str(rejects), "--batch-rows", "4", "--no-warm",
+                  engine=small_payloads)
+    assert (result.created, result.ignored, result.rejected, result.deferred) == (2, 0, 8, 0)
+
+    got = read_rejects(rejects)
+    assert [(r["row"], r["reason"]) for r in got] == [
+        (1, "key: missing"),
+        (2, "priority: must be an integer from 0 to 9, got high"),
+        (3, "priority: must be an integer from 0 to 9, got 12"),
+        (4, "priority: must be an integer from 0 to 9, got 2.5"),
+        (5, "tenant: letters, digits, _ . - only, at most 64, not starting with . or -"),
+        (6, "run_at: not a timestamp: someday"),
+        (7, "run_at: must be within a year from now"),
+        (8, "payload: 411 characters once serialised; the limit is 300"),
+    ]
+    assert all(r["source"] == "mixed" and r["feed"] == "m" and r["part"].endswith("mixed.csv")
+               for r in got)
+    assert json.loads(got[1]["row_json"]) == {"id": "p1", "prio": "high", "tenant": None,
+                                              "when": None, "text": "priority text"}
+
+    with psycopg.connect(database_url) as conn:
+        tasks = conn.execute(
+            "SELECT key, tenant, priority, payload, state, ready_since IS NULL "
+            "FROM tierq_tasks WHERE queue = 'm' ORDER BY seq").fetchall()
+    assert tasks == [("ok1", "acme", 7, {"text": "fine"}, "cold", False),
+                     ("ok2", "_", 0, {"text": "later"}, "delayed", True)]
