@@ -418,7 +418,7 @@ def cpu_now(stores: Stores, extra_pids: Sequence[int] = ()) -> Cpu:
 
 class Sync:
     """What the parent shares with the processes of one phase: a start line, counters of
-    tasks enqueued and finished, and a stop flag. Picklable (spawn)."""
+    tasks enqueued and finished, and a stop flag. Passed to the processes at their start."""
 
     def __init__(self, ctx: Any, total: int) -> None:
         self.total = total
@@ -504,6 +504,22 @@ class PhaseFailed(RuntimeError):
     pass
 
 
+PRELOAD = ["bench.systems", "tierq.engine", "tierq.config", "tierq.models", "psycopg", "redis",
+           "httpx", "asyncpg", "pgqueuer.qm", "pgqueuer.queries", "pgqueuer.db",
+           "procrastinate"]
+_mp_context: Any = None
+
+
+def process_context() -> Any:
+    """A fork server with the benchmarks' modules imported once: worker processes start in
+    milliseconds, and never inherit the parent's threads or connections."""
+    global _mp_context
+    if _mp_context is None:
+        _mp_context = mp.get_context("forkserver")
+        _mp_context.set_forkserver_preload(PRELOAD)
+    return _mp_context
+
+
 def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
               progress_every: float = 2.0,
               at_start: Callable[[], Any] | None = None,
@@ -514,7 +530,7 @@ def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
     ``at_start`` runs right before the start signal; its value is ``PhaseResult.start_mark``.
     With ``duration``, the processes are asked to stop after that many seconds and the
     phase's total is what they finished by then."""
-    ctx = mp.get_context("spawn")
+    ctx = process_context()
     sync = Sync(ctx, total)
     procs = [ctx.Process(target=_child, args=(r.target, r.spec, sync, i), daemon=True,
                          name=f"{label}-{r.kind}-{i}") for i, r in enumerate(roles)]

@@ -11,12 +11,15 @@ maintenance jobs running beside the workers. For each backlog size:
    warm_max the queue is in cold mode and new tasks wait in PostgreSQL;
 2. **measure**: W worker processes each loop claim 100 -> ack -> enqueue 100 new tasks,
    so the backlog stays at its size while tasks flow through cold -> warm -> acked;
-   tasks/s is acks per second (claim latency p50/p99 too).
+   tasks/s is acks per second, the median of ``--rounds`` rounds (claim latency p50/p99
+   over all of them).
 
-Then a **sustained** run of the same loop for ``--sustain`` seconds on the largest backlog,
-sampling ``pg_stat_user_tables`` every 2 s: dead tuples (peak and at the end), autovacuum
-runs, table and index size before and after (growth is bloat autovacuum did not reclaim).
-Valkey's ``used_memory`` is sampled every 100 ms for the whole run.
+Then a **sustained** run of the same loop for ``--sustain`` seconds (180 s: three of
+PostgreSQL's default 60 s autovacuum_naptime) on the largest backlog, sampling
+``pg_stat_user_tables`` every 2 s: dead tuples (peak, at the end, and once autovacuum had
+another turn), autovacuum runs, heap and index size through the run (a plateau means
+autovacuum keeps up; steady growth means it does not). Valkey's ``used_memory`` is sampled
+every 100 ms for the whole run.
 
 Verdicts: throughput within 20% of the smallest backlog's; Valkey memory flat (the largest
 backlog's peak within 20% or 1 MiB of the smallest's). The last line is
@@ -119,21 +122,36 @@ class TableMonitor:
 class Step:
     backlog: int
     fill_rate: float = float("nan")
-    measured: PhaseResult | None = None
+    rounds: list[PhaseResult] = field(default_factory=list)
     memory_min: int = 0
     memory_max: int = 0
     table: TableSample | None = None
     states: dict[str, int] = field(default_factory=dict)
 
     @property
+    def rates(self) -> list[float]:
+        return sorted(r.rate for r in self.rounds)
+
+    @property
     def rate(self) -> float:
-        return self.measured.rate if self.measured else float("nan")
+        """The median round."""
+        return percentile(self.rates, 50) if self.rounds else float("nan")
+
+    def claim_latency(self, q: float) -> float:
+        return percentile([v for r in self.rounds for v in r.values("claim_latency")], q)
 
 
 def states(database_url: str) -> dict[str, int]:
     with psycopg.connect(database_url, autocommit=True) as conn:
         rows = conn.execute("SELECT state, count(*) FROM tierq_tasks GROUP BY state").fetchall()
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+def autovacuum_naptime(database_url: str) -> float:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT setting::float FROM pg_settings "
+                           "WHERE name = 'autovacuum_naptime'").fetchone()
+    return float(row[0]) if row else 60.0
 
 
 def memory_between(memory: ValkeyMemory, start: float, end: float) -> tuple[int, int]:
@@ -149,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (2)")
     parser.add_argument("--measure", type=int, default=None,
                         help="acks measured per backlog size (60000; 20000 --quick)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="measured rounds per backlog (the median is reported; 3)")
     parser.add_argument("--sustain", type=float, default=None,
-                        help="seconds of the sustained run (60; 15 --quick)")
+                        help="seconds of the sustained run (180; 20 --quick)")
     parser.add_argument("--quick", action="store_true", help="backlogs 10k and 100k")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per phase")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
@@ -159,9 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     backlogs = args.backlogs or ([10_000, 100_000] if args.quick
                                  else [10_000, 100_000, 1_000_000])
     measure = args.measure or (20_000 if args.quick else 60_000)
-    sustain = args.sustain or (15.0 if args.quick else 60.0)
-    if backlogs != sorted(backlogs) or backlogs[0] < 1 or args.workers < 1 or measure < 1:
-        parser.error("--backlogs must be positive and ascending; --workers/--measure positive")
+    sustain = args.sustain or (20.0 if args.quick else 180.0)
+    if backlogs != sorted(backlogs) or backlogs[0] < 1 or args.workers < 1 or measure < 1 \
+            or args.rounds < 1:
+        parser.error("--backlogs must be positive and ascending; --workers, --measure and "
+                     "--rounds positive")
 
     from tierq.dal.migrate import migrate
 
@@ -173,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{measure:,} acks measured per backlog, sustained run {sustain:.0f}s")
         url = stores.fresh_database("bench_scale")
         migrate(url)
+        naptime = autovacuum_naptime(url)
+        say(f"autovacuum_naptime {naptime:.0f}s (the server's setting)")
         stores.clear_valkey()
         spec: dict[str, Any] = {"database_url": url, "valkey_url": stores.valkey_url,
                                 "queue": QUEUE, "settings": {}}
@@ -199,13 +223,15 @@ def main(argv: list[str] | None = None) -> int:
                 roles = [Role("consumer", tierq_recycle, {**spec, "index": i})
                          for i in range(args.workers)]
                 started = time.time()
-                step.measured = run_phase(f"backlog {backlog:,}", roles, total=measure,
-                                          timeout=args.timeout)
+                for round_no in range(args.rounds):
+                    step.rounds.append(run_phase(
+                        f"backlog {backlog:,} round {round_no + 1}", roles,
+                        total=max(1, measure // args.rounds), timeout=args.timeout))
+                    say(f"  round {round_no + 1}: {step.rounds[-1].rate:,.0f} tasks/s")
                 step.memory_min, step.memory_max = memory_between(memory, started, time.time())
                 step.table = table_sample(url)
-                say(f"  backlog {backlog:,}: {step.rate:,.0f} tasks/s, claim p50/p99 "
-                    f"{fmt_ms(percentile(step.measured.values('claim_latency'), 50))}/"
-                    f"{fmt_ms(percentile(step.measured.values('claim_latency'), 99))} ms, "
+                say(f"  backlog {backlog:,}: {step.rate:,.0f} tasks/s (median), claim p50/p99 "
+                    f"{fmt_ms(step.claim_latency(50))}/{fmt_ms(step.claim_latency(99))} ms, "
                     f"valkey used_memory {fmt_bytes(step.memory_max)}, "
                     f"dead tuples {step.table.dead:,}")
                 steps.append(step)
@@ -219,43 +245,54 @@ def main(argv: list[str] | None = None) -> int:
                                   duration=sustain, progress_every=10.0)
             after_sustain = table_sample(url)
             samples = table.between(started, time.time())
-            say("  waiting 20s for autovacuum to settle...")
-            time.sleep(20)
+            settle = min(naptime + 5, 90.0)
+            say(f"  waiting {settle:.0f}s (autovacuum_naptime + 5s) for autovacuum to settle...")
+            time.sleep(settle)
             settled = table_sample(url)
         if jobs.errors:
             say(f"maintenance errors: {jobs.errors[:5]}")
 
         say("")
         say(f"tierq, {args.workers} worker process(es), claim 100 -> ack -> enqueue 100 "
-            "at a constant backlog")
+            f"at a constant backlog; tasks/s is the median of {args.rounds} rounds")
         rows = []
         for s in steps:
-            assert s.measured is not None and s.table is not None
+            assert s.table is not None
             rows.append([
                 f"{s.backlog:,}", fmt_rate(s.fill_rate), fmt_rate(s.rate),
+                f"{fmt_rate(s.rates[0])}-{fmt_rate(s.rates[-1])}",
                 f"{s.rate / steps[0].rate:.2f}",
-                f"{fmt_ms(percentile(s.measured.values('claim_latency'), 50))}/"
-                f"{fmt_ms(percentile(s.measured.values('claim_latency'), 99))}",
+                f"{fmt_ms(s.claim_latency(50))}/{fmt_ms(s.claim_latency(99))}",
                 f"{fmt_bytes(s.memory_min)} - {fmt_bytes(s.memory_max)}",
                 f"{s.table.dead:,}", fmt_bytes(s.table.heap_bytes),
                 fmt_bytes(s.table.index_bytes),
             ])
-        print_table(["backlog", "fill/s", "tasks/s", "vs first", "claim ms p50/p99",
+        print_table(["backlog", "fill/s", "tasks/s", "rounds", "vs first", "claim ms p50/p99",
                      "valkey used_memory", "dead tuples", "heap", "indexes"], rows)
         say("")
         assert sustained is not None and before_sustain and after_sustain and settled
         peak_dead = max((s.dead for s in samples), default=after_sustain.dead)
         say(f"sustained run: {sustained.total:,} tasks in {sustained.seconds:.0f}s "
             f"({sustained.rate:,.0f}/s) at a backlog of {current:,}")
+        say("  timeline (sampled every 2s):")
+        step_every = max(1, len(samples) // 8)
+        shown = samples[::step_every]
+        if samples and shown[-1] is not samples[-1]:
+            shown.append(samples[-1])
+        for sample in shown:
+            say(f"    +{sample.at - samples[0].at:5.0f}s  live {sample.live:>9,}  dead "
+                f"{sample.dead:>9,}  heap {fmt_bytes(sample.heap_bytes):>10}  indexes "
+                f"{fmt_bytes(sample.index_bytes):>10}  vacuums {sample.autovacuums}")
         say(f"  autovacuum/vacuum runs on tierq_tasks during it: "
             f"{after_sustain.autovacuums - before_sustain.autovacuums}")
         say(f"  dead tuples: peak {peak_dead:,} (sampled every 2s), at the end "
-            f"{after_sustain.dead:,}, 20s later {settled.dead:,}; live {settled.live:,}")
+            f"{after_sustain.dead:,}, {settle:.0f}s later {settled.dead:,}; live {settled.live:,}")
         say(f"  table: heap {fmt_bytes(before_sustain.heap_bytes)} -> "
             f"{fmt_bytes(after_sustain.heap_bytes)}, indexes "
             f"{fmt_bytes(before_sustain.index_bytes)} -> {fmt_bytes(after_sustain.index_bytes)}"
             f" (growth {100 * (after_sustain.total_bytes / before_sustain.total_bytes - 1):.1f}"
-            f"% while {sustained.total:,} tasks went through)")
+            f"% while {sustained.total:,} tasks went through; {settle:.0f}s later heap "
+            f"{fmt_bytes(settled.heap_bytes)}, indexes {fmt_bytes(settled.index_bytes)})")
         ratio = steps[-1].rate / steps[0].rate
         flat = abs(1 - ratio) <= 0.20
         memory_growth = steps[-1].memory_max - steps[0].memory_max
@@ -270,10 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps({
                 "machine": info, "workers": args.workers, "measure": measure,
                 "steps": [{"backlog": s.backlog, "fill_rate": s.fill_rate, "rate": s.rate,
-                           "claim_p50_ms": percentile(s.measured.values("claim_latency"), 50)
-                           * 1000 if s.measured else None,
-                           "claim_p99_ms": percentile(s.measured.values("claim_latency"), 99)
-                           * 1000 if s.measured else None,
+                           "round_rates": s.rates,
+                           "claim_p50_ms": s.claim_latency(50) * 1000,
+                           "claim_p99_ms": s.claim_latency(99) * 1000,
                            "valkey_used_memory_max": s.memory_max,
                            "dead_tuples": s.table.dead if s.table else None,
                            "states": s.states} for s in steps],

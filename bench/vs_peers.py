@@ -2,7 +2,7 @@
 (each in its own fresh database) and the same Valkey/Redis.
 
     .venv/bin/python -m bench.vs_peers            # 20,000 tasks, 1/2/4 worker processes
-    .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, well under two minutes
+    .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, 1/4 processes: < 2 minutes
 
 Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
 when this environment has it), PGQueuer and procrastinate (see bench/systems.py for the
@@ -30,6 +30,7 @@ from bench.common import (
     fmt_rate,
     machine_info,
     open_stores,
+    percentile,
     print_machine,
     print_table,
     say,
@@ -43,13 +44,27 @@ PHASES = ("enqueue", "drain", "e2e")
 PHASE_TITLES = {"enqueue": "enqueue/s", "drain": "drain/s", "e2e": "end-to-end/s"}
 
 
-def rate(run: SystemRun | None, phase: str) -> float | None:
-    if run is None:
-        return None
+Runs = list[SystemRun]
+
+
+def one_rate(run: SystemRun, phase: str) -> float | None:
     measured = getattr(run, phase)
     if measured is None or measured.left or measured.phase.timed_out:
         return None
     return float(measured.rate)
+
+
+def rate(runs: Runs | None, phase: str) -> float | None:
+    """The median over the repeats (a run that left tasks behind or timed out has none)."""
+    values = [r for r in (one_rate(run, phase) for run in runs or []) if r is not None]
+    if not values or len(values) < len(runs or []):
+        return None
+    return percentile(values, 50)
+
+
+def representative(runs: Runs) -> SystemRun:
+    """The repeat whose end-to-end rate is the median one (for latency and CPU columns)."""
+    return sorted(runs, key=lambda r: one_rate(r, "e2e") or 0.0)[len(runs) // 2]
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -58,10 +73,11 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x"
 
 
-def print_results(results: dict[int, dict[str, SystemRun]]) -> None:
+def print_results(results: dict[int, dict[str, Runs]]) -> None:
     rows = []
     for workers, by_system in results.items():
-        for name, run in by_system.items():
+        for name, runs in by_system.items():
+            run = representative(runs)
             drain, e2e = run.drain, run.e2e
             claims = "-"
             if e2e is not None and e2e.phase.values("claim_latency"):
@@ -69,17 +85,18 @@ def print_results(results: dict[int, dict[str, SystemRun]]) -> None:
                           f"{fmt_ms(e2e.latency('claim_latency', 99))}")
             rows.append([
                 name, str(workers),
-                *(fmt_rate(rate(run, p)) for p in PHASES),
+                *(fmt_rate(rate(runs, p)) for p in PHASES),
                 claims,
                 fmt_cpu(e2e.cpu_us_per_task()) if e2e is not None else "-",
-                str(run.left) if drain is not None or e2e is not None else "-",
-                "; ".join(run.notes) or "",
+                str(sum(r.left for r in runs)) if drain is not None or e2e is not None
+                else "-",
+                "; ".join(n for r in runs for n in r.notes) or "",
             ])
     print_table(["system", "workers", *PHASE_TITLES.values(), "claim ms p50/p99",
                  "CPU us/task client/pg/valkey", "left", "notes"], rows)
 
 
-def print_ratios(results: dict[int, dict[str, SystemRun]]) -> None:
+def print_ratios(results: dict[int, dict[str, Runs]]) -> None:
     rows = []
     for workers, by_system in results.items():
         for mine in TIERQ_PATHS:
@@ -94,7 +111,7 @@ def print_ratios(results: dict[int, dict[str, SystemRun]]) -> None:
         print_table(["ratio", "workers", *PHASE_TITLES.values()], rows)
 
 
-def best_peer_ratio(results: dict[int, dict[str, SystemRun]]) -> tuple[float, str]:
+def best_peer_ratio(results: dict[int, dict[str, Runs]]) -> tuple[float, str]:
     largest = max(results)
     by_system = results[largest]
     mine = rate(by_system.get("tierq-engine"), "e2e")
@@ -110,21 +127,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.vs_peers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=None, help="tasks per phase (20000)")
-    parser.add_argument("--quick", action="store_true", help="2,000 tasks per phase")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4],
-                        help="worker process counts (1 2 4)")
+    parser.add_argument("--quick", action="store_true",
+                        help="2,000 tasks per phase, 1 and 4 worker processes")
+    parser.add_argument("--workers", type=int, nargs="+", default=None,
+                        help="worker process counts (1 2 4; 1 4 with --quick)")
     parser.add_argument("--systems", nargs="+",
                         default=["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"],
                         choices=["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per system and worker count, alternating; medians are "
+                             "reported (1)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per phase before a system is stopped (600; 60 --quick)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
+    args.workers = args.workers or ([1, 4] if args.quick else [1, 2, 4])
     timeout = args.timeout or (60.0 if args.quick else 600.0)
-    if total < 1 or any(w < 1 for w in args.workers):
-        parser.error("--tasks and --workers must be positive")
+    if total < 1 or any(w < 1 for w in args.workers) or args.repeat < 1:
+        parser.error("--tasks, --workers and --repeat must be positive")
 
     systems: list[System] = []
     skipped: list[str] = []
@@ -151,22 +173,24 @@ def main(argv: list[str] | None = None) -> int:
             f"systems {[s.name for s in systems]}")
         for note in skipped:
             say(f"  skipped: {note}")
-        results: dict[int, dict[str, SystemRun]] = {}
+        results: dict[int, dict[str, Runs]] = {}
         for workers in args.workers:
-            results[workers] = {}
-            for system in systems:
-                say(f"-- {system.name}, {workers} worker process(es)")
-                try:
-                    results[workers][system.name] = run_system(
-                        system, stores, workers=workers, total=total, timeout=timeout,
-                        statements=statements)
-                except PhaseFailed as exc:
-                    say(f"  {system.name} failed: {exc}")
-                    failed = SystemRun(system.name, workers, total)
-                    failed.notes.append("failed: " + str(exc).splitlines()[0])
-                    results[workers][system.name] = failed
+            results[workers] = {s.name: [] for s in systems}
+            for repeat in range(args.repeat):
+                for system in systems:
+                    say(f"-- {system.name}, {workers} worker process(es)"
+                        + (f", run {repeat + 1}/{args.repeat}" if args.repeat > 1 else ""))
+                    try:
+                        run = run_system(system, stores, workers=workers, total=total,
+                                         timeout=timeout, statements=statements)
+                    except PhaseFailed as exc:
+                        say(f"  {system.name} failed: {exc}")
+                        run = SystemRun(system.name, workers, total)
+                        run.notes.append("failed: " + str(exc).splitlines()[0])
+                    results[workers][system.name].append(run)
         say("")
-        say(f"rates in tasks/s, {total:,} tasks per phase; claim latency (tierq claim calls "
+        say(f"rates in tasks/s, {total:,} tasks per phase, median of {args.repeat} run(s); "
+            "claim latency (tierq claim calls "
             "that returned tasks) and CPU microseconds per task (worker processes, PostgreSQL "
             "server, Valkey server) in the end-to-end phase")
         print_results(results)
@@ -181,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({
                 "machine": info, "tasks": total, "skipped": skipped,
-                "runs": [r.summary() for by in results.values() for r in by.values()],
+                "runs": [r.summary() for by in results.values() for runs in by.values()
+                         for r in runs],
                 "ratio_vs_best_peer": value, "best_peer": best}, indent=2))
         say(f"ratio_vs_best_peer={value:.2f}")
         return 0
