@@ -38,6 +38,32 @@ def uuid7(now_ms: int | None = None) -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+def uuid7_strings(n: int, now_ms: int | None = None) -> list[str]:
+    """``n`` UUIDv7s as strings, for bulk writers: the layout of ``uuid7`` and its
+    per-process order (each id greater than the one before), about twice as fast."""
+    global _last_ms, _counter
+    if n <= 0:
+        return []
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    with _lock:
+        if ms <= _last_ms:
+            ms, first = _last_ms, _counter + 1
+        else:
+            first = int.from_bytes(os.urandom(2), "big") & 0x3FF
+        last = first + n - 1  # the counter carries into the next milliseconds
+        _last_ms, _counter = ms + (last >> 12), last & 0xFFF
+    rand = os.urandom(8 * n)
+    low_mask = (1 << 62) - 1
+    out = []
+    for i in range(n):
+        c = first + i
+        high = (((ms + (c >> 12)) & ((1 << 48) - 1)) << 16) | 0x7000 | (c & 0xFFF)
+        low = (int.from_bytes(rand[8 * i:8 * i + 8], "big") & low_mask) | (0b10 << 62)
+        h = f"{high:016x}{low:016x}"
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
+
+
 def new_token_prefix(tenant: str) -> str:
     """A claim's lease-token prefix. Tokens carry their tenant (``<tenant>~<random>~<n>``)
     so acks, nacks and heartbeats find the right (queue, tenant) without a lookup."""
