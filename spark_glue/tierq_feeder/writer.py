@@ -22,7 +22,7 @@ from itertools import islice
 from typing import Any
 
 from tierq.config import Settings
-from tierq.core.ids import uuid7
+from tierq.core.ids import uuid7_strings
 from tierq.dal.sql_files import query
 from tierq.engine import Tierq
 from tierq.logic import admission
@@ -76,7 +76,8 @@ def copy_lines(rows: Sequence[Any], seqs: Sequence[int], first_rank: int,
     lines: list[str] = []
     ready: set[str] = set()
     tenants: set[str] = set()
-    for rank, tenant, run_at_us, text in rows:
+    ids = uuid7_strings(len(rows))
+    for task_id, (rank, tenant, run_at_us, text) in zip(ids, rows, strict=True):
         if run_at_us is None:
             tail = "cold\t\\N\n"
             ready.add(tenant)
@@ -86,7 +87,7 @@ def copy_lines(rows: Sequence[Any], seqs: Sequence[int], first_rank: int,
             tail = f"cold\t{_timestamp(run_at_us)}\n"
             ready.add(tenant)
         tenants.add(tenant)
-        lines.append(f"{uuid7()}\t{seqs[rank - first_rank]}\t{text}\t{tail}")
+        lines.append(f"{task_id}\t{seqs[rank - first_rank]}\t{text}\t{tail}")
     return "".join(lines), ready, tenants
 
 
