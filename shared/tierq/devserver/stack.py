@@ -29,11 +29,15 @@ DEV_DEFAULTS = {
     "POWERTOOLS_LOG_LEVEL": "WARNING",
     "POWERTOOLS_SERVICE_NAME": "tierq",
     "POWERTOOLS_METRICS_NAMESPACE": "Tierq",
+    # every function shares one process (and one engine) here, unlike on Lambda where each
+    # execution environment has its own small pool
+    "TIERQ_DB_POOL_MAX": "16",
 }
 # Template variables that name AWS resources: locally the stores come from the services.
 NOT_FROM_TEMPLATE = frozenset({
     "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER", "DB_SECRET_ARN", "DB_HOST", "DB_PORT",
     "DB_NAME", "DB_SSLMODE", "POWERTOOLS_LOG_LEVEL", "POWERTOOLS_METRICS_DISABLED",
+    "TIERQ_DB_POOL_MAX",
 })
 
 

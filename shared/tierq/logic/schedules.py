@@ -285,7 +285,10 @@ def _insert(ctx: Context, conn: psycopg.Connection[Row], row: Row, instants: Seq
     """Insert occurrences as delayed tasks (with their ledger rows), in chunks; existing
     live keys win. Returns how many were created."""
     name, hash_ = row["name"], row["config_hash"]
-    max_attempts = ctx.queue_settings.get(row["queue"]).max_attempts
+    # read on this transaction's connection: taking a second pooled connection while the
+    # transaction is open can starve a small pool
+    stored = run(conn, "queue_settings_row", {"queue": row["queue"]})
+    max_attempts = ctx.queue_settings.effective(stored[0] if stored else None).max_attempts
     created = 0
     for start in range(0, len(instants), INSERT_CHUNK):
         chunk = list(instants[start:start + INSERT_CHUNK])
