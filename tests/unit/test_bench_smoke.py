@@ -1,0 +1,49 @@
+"""Smoke runs of the benchmarks (seconds): they start, measure, finish every task, write
+their JSON and end with the line a caller reads. Numbers are not judged here."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tierq.devstack import LocalServices
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(module: str, services: LocalServices, out: Path, *args: str
+              ) -> tuple[list[str], dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--database-url", services.postgres.url,
+         "--valkey-url", services.valkey.url, "--json", str(out), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout.strip().splitlines(), json.loads(out.read_text())
+
+
+def test_engine_bench_finishes_every_task_and_prints_tasks_per_s(
+        services: LocalServices, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.engine", services, tmp_path / "engine.json",
+                              "--tasks", "300", "--workers", "1")
+    assert re.fullmatch(r"tasks_per_s=\d+", lines[-1]), lines[-1]
+    (run,) = result["runs"]
+    for phase in ("enqueue", "drain", "e2e"):
+        assert run[phase]["rate"] > 0
+    assert run["drain"]["left"] == 0 and run["e2e"]["left"] == 0
+    assert run["e2e"]["claim_p50_ms"] > 0
+
+
+def test_side_by_side_bench_runs_every_system_and_ends_with_the_ratio(
+        services: LocalServices, tmp_path: Path) -> None:
+    systems = ["tierq-engine", "pgqueuer", "procrastinate"]
+    lines, result = run_bench("bench.vs_peers", services, tmp_path / "peers.json",
+                              "--tasks", "200", "--workers", "1", "--systems", *systems)
+    assert re.fullmatch(r"ratio_vs_best_peer=\d+\.\d\d", lines[-1]), lines[-1]
+    assert sorted(r["system"] for r in result["runs"]) == sorted(systems)
+    for run in result["runs"]:
+        assert run["drain"]["left"] == 0 and run["e2e"]["left"] == 0, run
+    assert result["best_peer"] in ("pgqueuer", "procrastinate")
