@@ -167,8 +167,7 @@ def machine_info(stores: Stores) -> dict[str, str]:
             if line.startswith("MemTotal:"):
                 info["ram"] = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
                 break
-    with contextlib.suppress(OSError):
-        info["load"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    info["load"] = load_average() + " (1/5/15 min, at the start)"
     info["python"] = platform.python_version()
     with psycopg.connect(stores.postgres_url, autocommit=True) as conn:
         def show(name: str) -> str:
@@ -189,6 +188,14 @@ def machine_info(stores: Stores) -> dict[str, str]:
         client.close()
     info["servers"] = "private (tierq.devstack)" if stores.private else "given by URL"
     return info
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages: how busy the machine was besides the benchmark."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 def print_machine(info: dict[str, str]) -> None:

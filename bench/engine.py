@@ -23,6 +23,7 @@ from bench.common import (
     fmt_cpu,
     fmt_ms,
     fmt_rate,
+    load_average,
     machine_info,
     open_stores,
     print_machine,
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"WARNING: {lost} tasks were left unfinished")
         largest = max(runs, key=lambda r: r.workers)
         e2e: Measured | None = largest.e2e
+        say(f"load average at the end: {load_average()}")
         say(f"tasks_per_s={e2e.rate if e2e else float('nan'):.0f}")
         return 1 if lost else 0
     finally:

@@ -47,6 +47,7 @@ from bench.common import (
     fmt_bytes,
     fmt_ms,
     fmt_rate,
+    load_average,
     machine_info,
     open_stores,
     percentile,
@@ -320,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                               "bytes_after": after_sustain.total_bytes},
                 "valkey_samples": memory.samples[:: max(1, len(memory.samples) // 500)],
             }, indent=2))
+        say(f"load average at the end: {load_average()}")
         say(f"throughput_ratio_largest_vs_smallest={ratio:.2f}")
         return 0
     finally:

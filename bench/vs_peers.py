@@ -28,6 +28,7 @@ from bench.common import (
     fmt_cpu,
     fmt_ms,
     fmt_rate,
+    load_average,
     machine_info,
     open_stores,
     percentile,
@@ -208,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 "runs": [r.summary() for by in results.values() for runs in by.values()
                          for r in runs],
                 "ratio_vs_best_peer": value, "best_peer": best}, indent=2))
+        say(f"load average at the end: {load_average()}")
         say(f"ratio_vs_best_peer={value:.2f}")
         return 0
     finally:
