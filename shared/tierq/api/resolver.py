@@ -20,7 +20,7 @@ import importlib
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -285,3 +285,21 @@ def openapi_document() -> dict[str, Any]:
         if _document is None:
             _document = _generate_document()
         return _document
+
+
+def http_handler(function: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
+    """The Lambda handler of an HTTP function (``functions/<function>/app.py``): its resolver
+    is built once per execution environment and handed each API Gateway (payload v2) event."""
+    from aws_lambda_powertools.logging import correlation_paths
+
+    from tierq.api.runtime import logger, tracer
+
+    app = build_resolver(function)
+
+    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+    @tracer.capture_lambda_handler(capture_response=False)  # task payloads stay out of traces
+    def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        return app.resolve(event, context)
+
+    lambda_handler.app = app  # type: ignore[attr-defined]
+    return lambda_handler

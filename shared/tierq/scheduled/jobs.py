@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from tierq.api import metrics
-from tierq.api.runtime import engine
+from tierq.api.runtime import engine, logger, tracer
 from tierq.scheduled import RemainingTime, run_ticks
 
 GAUGES_EVERY_SECONDS = 60.0
@@ -20,6 +22,13 @@ def cold_to_warm_tick() -> Any:
 
 def delayed_mover_tick() -> Any:
     return engine().run_delayed_mover()
+
+
+def cron_tick() -> Any:
+    summary = engine().run_cron_tick()
+    if summary.failed:
+        logger.warning("cron tick: some schedules failed", extra={"failed": summary.failed})
+    return summary
 
 
 class ReaperTick:
@@ -54,6 +63,7 @@ def _every(job: str) -> float:
         "cold_to_warm": settings.cold_to_warm_every,
         "delayed_mover": settings.delayed_every,
         "reaper": settings.reaper_every,
+        "cron_tick": settings.cron_every,
     }[job]
 
 
@@ -61,6 +71,7 @@ TICKS: dict[str, Callable[[], Callable[[], Any]]] = {
     "cold_to_warm": lambda: cold_to_warm_tick,
     "delayed_mover": lambda: delayed_mover_tick,
     "reaper": ReaperTick,
+    "cron_tick": lambda: cron_tick,
 }
 
 
@@ -71,3 +82,16 @@ def handle(job: str, event: Mapping[str, Any] | None,
         raise KeyError(f"unknown scheduled job {job!r}; known: {sorted(TICKS)}")
     report = run_ticks(job, TICKS[job](), every=_every(job), event=event, context=context)
     return report.as_dict()
+
+
+def scheduled_handler(job: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
+    """The Lambda handler of a scheduled function (``functions/<job>/app.py``)."""
+    if job not in TICKS:
+        raise KeyError(f"unknown scheduled job {job!r}; known: {sorted(TICKS)}")
+
+    @logger.inject_lambda_context
+    @tracer.capture_lambda_handler
+    def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        return handle(job, event, context)
+
+    return lambda_handler
