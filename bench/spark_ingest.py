@@ -17,6 +17,7 @@ The last line is ``ratio=X.XX`` (feeder rows/s ÷ raw COPY rows/s; the target is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ import psycopg  # noqa: E402
 
 from bench.common import (  # noqa: E402
     add_store_arguments,
+    cpu_now,
     machine_info,
     open_stores,
     print_machine,
@@ -43,6 +45,27 @@ from tierq.dal.migrate import migrate  # noqa: E402
 
 QUEUE = "bench_ingest"
 PRIORITIES = 10
+STATE_DIR = Path(f"/tmp/tierq-bench-spark-{os.getuid()}")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of a process tree (Spark's JVM and its Python workers), live processes."""
+    total, todo, seen = 0.0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICKS
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, IndexError):
+            continue
+    return total
 
 
 def row_values(i: int) -> tuple[str, int, str, float, int]:
@@ -86,6 +109,10 @@ def raw_copy(database_url: str, rows: int) -> float:
     return seconds
 
 
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def spark_session() -> object:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -108,13 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--quick", action="store_true", help="20,000 rows: a smoke run")
     parser.add_argument("--files", type=int, default=8, help="parquet files to spread rows over")
-    parser.add_argument("--batch-rows", type=int, default=250_000,
-                        help="feeder rows per round (the backlog is checked before each)")
-    parser.add_argument("--chunk-rows", type=int, default=50_000,
-                        help="feeder rows per writer transaction")
+    parser.add_argument("--batch-rows", type=int, default=None,
+                        help="feeder rows per round (default: the job's, 250,000)")
+    parser.add_argument("--chunk-rows", type=int, default=None,
+                        help="feeder rows per writer transaction (default: the job's, 50,000)")
     parser.add_argument("--write-partitions", type=int, default=None,
                         help="parallel writers (default: Spark's parallelism)")
     add_store_arguments(parser)
+    # servers of its own: other benchmarks' load stays out of its CPU figures
+    parser.set_defaults(state_dir=STATE_DIR)
     args = parser.parse_args(argv)
     rows = 20_000 if args.quick else args.rows
 
@@ -137,28 +166,38 @@ def main(argv: list[str] | None = None) -> int:
         write_parquet(spark, scratch / "rows", rows, args.files)
 
         say(f"raw COPY of {rows:,} rows into a plain table …")
+        before = cpu_now(stores)
         raw_seconds = raw_copy(database_url, rows)
+        raw_cpu = cpu_now(stores) - before
         raw_rate = rows / raw_seconds
         say(f"raw COPY: {raw_seconds:.2f} s, {raw_rate:,.0f} rows/s")
 
         say(f"feeder: {rows:,} rows into queue {QUEUE!r} …")
         feed_args = ["--queue", QUEUE, "--source", f"rows={scratch / 'rows'}:parquet",
                      "--key-column", "key", "--priority-column", "priority",
-                     "--max-backlog", str(rows * 2), "--batch-rows", str(args.batch_rows),
-                     "--chunk-rows", str(args.chunk_rows)]
-        if args.write_partitions:
-            feed_args += ["--write-partitions", str(args.write_partitions)]
+                     "--max-backlog", str(rows * 2)]
+        for option in ("batch_rows", "chunk_rows", "write_partitions"):
+            if getattr(args, option):
+                feed_args += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
+        jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
+        before, spark_before = cpu_now(stores), tree_cpu(jvm)
         result = run_feed(spark, config_from_args(feed_args),  # type: ignore[arg-type]
                           StoreConfig(database_url, stores.valkey_url),
                           rejects_path=str(scratch / "rejects"))
+        feed_cpu, spark_cpu = cpu_now(stores) - before, tree_cpu(jvm) - spark_before
         if result.created != rows:
             raise SystemExit(f"feeder created {result.created} tasks, expected {rows}")
         feed_rate = rows / result.seconds
         say(f"feeder: {result.seconds:.2f} s, {feed_rate:,.0f} rows/s ({result.line()})")
         say("")
-        say(f"{'':<10}{'seconds':>10}{'rows/s':>12}")
-        say(f"{'raw COPY':<10}{raw_seconds:>10.2f}{raw_rate:>12,.0f}")
-        say(f"{'feeder':<10}{result.seconds:>10.2f}{feed_rate:>12,.0f}")
+        say(f"{'':<10}{'seconds':>9}{'rows/s':>10}   CPU seconds: "
+            f"{'postgres':>8}{'client':>8}{'spark':>8}")
+        say(f"{'raw COPY':<10}{raw_seconds:>9.2f}{raw_rate:>10,.0f}   {'':>13}"
+            f"{fmt(raw_cpu.postgres):>8}{raw_cpu.client:>8.1f}{'-':>8}")
+        say(f"{'feeder':<10}{result.seconds:>9.2f}{feed_rate:>10,.0f}   {'':>13}"
+            f"{fmt(feed_cpu.postgres):>8}{feed_cpu.client:>8.1f}{spark_cpu:>8.1f}")
+        say("(client: this process — the COPY loop, or Spark's driver; spark: the JVM and "
+            "its Python workers)")
         say(f"ratio={feed_rate / raw_rate:.2f}")
         spark.stop()  # type: ignore[attr-defined]
     finally:

@@ -27,6 +27,8 @@ from functools import partial, reduce
 from pathlib import Path
 
 from pyspark import StorageLevel
+from pyspark.rdd import RDD
+from pyspark.serializers import UTF8Deserializer
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -58,10 +60,12 @@ from tierq_feeder.sources import (
     SparkLoader,
     position,
 )
-from tierq_feeder.writer import PartitionStats, RoundWrite, StoreConfig, write_partition
+from tierq_feeder.writer import FIELD, PartitionStats, RoundWrite, StoreConfig, write_partition
 
 log = logging.getLogger("tierq.feeder")
 
+RUN_CONF = {"spark.sql.session.timeZone": "UTC",
+            "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 SOURCE = "__tq_source"
 RANK = "__tq_rank"
 
@@ -81,6 +85,15 @@ def _fair_column(counts: Sequence[int], source: int, j: Column) -> Column:
     terms = [F.least(F.lit(n).cast("long"), j) for n in counts]
     terms += [(F.lit(n).cast("long") > j).cast("long") for n in counts[:source]]
     return reduce(lambda a, b: a + b, terms, F.lit(0).cast("long"))
+
+
+def strings(frame: DataFrame) -> RDD[str]:
+    """A one-column string DataFrame as Python strings, decoded straight from UTF-8 (the
+    way ``DataFrame.toJSON`` hands its strings over): no Row object per row."""
+    jvm = frame.sparkSession.sparkContext._jvm
+    assert jvm is not None
+    typed = getattr(frame._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+    return RDD(typed.toJavaRDD(), frame.sparkSession.sparkContext, UTF8Deserializer())
 
 
 _shipped: set[str] = set()
@@ -146,14 +159,16 @@ def summarize(spark: SparkSession, line: DataFrame) -> LineSummary:
     spans = {r[TENANT]: (r["lo"], r["hi"]) for r in valid.groupBy(TENANT)
              .agg(F.min(RANK).alias("lo"), F.max(RANK).alias("hi")).collect()}
     rejects = sorted(r[0] for r in line.where(F.col(REASON).isNotNull()).select(RANK).collect())
-    # keys that occur more than once: a narrow aggregation (usually empty), then their rows
-    repeated = [(r[TENANT], r[KEY]) for r in valid.groupBy(TENANT, KEY).count()
-                .where(F.col("count") > 1).select(TENANT, KEY).collect()]
+    # keys that may occur more than once: a 64-bit hash of (tenant, key) seen twice (a narrow
+    # aggregation, usually empty); then the exact keys of those rows, on the driver
+    hashed = valid.select(F.xxhash64(TENANT, KEY).alias("__tq_hash"), TENANT, KEY, RANK)
+    candidates = [r[0] for r in hashed.groupBy("__tq_hash").count()
+                  .where(F.col("count") > 1).select("__tq_hash").collect()]
     repeats: dict[int, int] = {}
-    if repeated:
-        keys = spark.createDataFrame(repeated, [TENANT, KEY])
+    if candidates:
+        wanted = spark.createDataFrame([(h,) for h in candidates], "__tq_hash long")
         occurrences: dict[tuple[str, str], list[int]] = {}
-        for r in valid.join(F.broadcast(keys), on=[TENANT, KEY]).select(TENANT, KEY, RANK) \
+        for r in hashed.join(F.broadcast(wanted), on="__tq_hash").select(TENANT, KEY, RANK) \
                 .collect():
             occurrences.setdefault((r[TENANT], r[KEY]), []).append(r[RANK])
         for ranks in occurrences.values():
@@ -199,7 +214,11 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     built from ``stores``."""
     started = time.monotonic()
     ship_package(spark)
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    # the run's line is held once and read by every round: keep it in the cache as is
+    # (compressing a million payloads costs more CPU than the whole mapping)
+    session_conf = {name: spark.conf.get(name, None) for name in RUN_CONF}
+    for name, value in RUN_CONF.items():
+        spark.conf.set(name, value)
     rejects = rejects_path or config.rejects_path or os.path.abspath(
         os.path.join("tierq-rejects", config.feed_name))
     result = FeedResult(queue=config.queue, feed=config.feed_name, rejects_path=rejects)
@@ -217,6 +236,11 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     finally:
         if engine is None:
             tq.close()
+        for name, previous in session_conf.items():
+            if previous is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, previous)
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     for sink in metrics:
@@ -337,13 +361,15 @@ def _write_round(spark: SparkSession, tq: Tierq, line: DataFrame, stores: StoreC
         seqs = [r["seq"] for r in tq.db.fetch("feeder_reserve_seqs", {"n": end - start})]
         shared = spark.sparkContext.broadcast((seqs, skipped))
         try:
+            record = F.concat_ws(FIELD, F.col(RANK).cast("string"), F.col(TENANT),
+                                 F.coalesce(F.col(RUN_AT_US).cast("string"), F.lit("")),
+                                 F.col(COPY_TEXT))
             rows = (line.where((F.col(RANK) >= start) & (F.col(RANK) < end)
                                & F.col(REASON).isNull())
-                    .select(RANK, TENANT, RUN_AT_US, COPY_TEXT)
-                    .coalesce(partitions))
+                    .select(record).coalesce(partitions))
             job = RoundWrite(stores=stores, queue=queue, max_attempts=max_attempts,
                              first_rank=start, chunk_rows=chunk_rows)
-            return rows.rdd.mapPartitions(partial(write_partition, job, shared)).collect()
+            return strings(rows).mapPartitions(partial(write_partition, job, shared)).collect()
         finally:
             shared.destroy()
     finally:

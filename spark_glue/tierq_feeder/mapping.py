@@ -58,7 +58,7 @@ def _run_at(frame: DataFrame, column: str) -> Column:
 def copy_escaped(value: Column) -> Column:
     """A text value for COPY's text format: backslashes doubled (keys, tenants and JSON
     text never hold a raw tab, newline or carriage return)."""
-    return F.regexp_replace(value, r"\\", r"\\\\")
+    return F.replace(value, F.lit("\\"), F.lit("\\\\"))
 
 
 def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, *,

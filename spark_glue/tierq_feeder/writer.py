@@ -64,6 +64,17 @@ class PartitionStats:
     ready_tenants: tuple[str, ...] = ()
 
 
+# Between a record's fields (rank, tenant, run_at, COPY text): validated keys and tenants
+# hold no control character, and JSON text escapes them all.
+FIELD = "\x1f"
+
+
+def parse_record(record: str) -> tuple[int, str, int | None, str]:
+    """(rank, tenant, run_at in epoch microseconds or None, COPY text) of one record."""
+    rank, tenant, run_at, text = record.split(FIELD, 3)
+    return int(rank), tenant, int(run_at) if run_at else None, text
+
+
 def _timestamp(us: int) -> str:
     return (EPOCH + timedelta(microseconds=us)).isoformat()
 
@@ -109,13 +120,14 @@ def write_chunk(ctx: Context, conn: Any, job: RoundWrite, seqs: Sequence[int],
     return PartitionStats(staged=len(rows), created=created, ready_tenants=tuple(sorted(ready)))
 
 
-def write_partition(job: RoundWrite, shared: Any, rows: Iterable[Any]
+def write_partition(job: RoundWrite, shared: Any, records: Iterable[str]
                     ) -> Iterator[PartitionStats]:
-    """Spark ``mapPartitions`` body: yields one PartitionStats for the partition.
-    ``shared`` is a broadcast of the round's reserved places in line and the ranks to
-    skip (later occurrences of a key inside the round)."""
+    """Spark ``mapPartitions`` body over the partition's records (see ``FIELD``): yields
+    one PartitionStats. ``shared`` is a broadcast of the round's reserved places in line
+    and the ranks to skip (later occurrences of a key inside the round)."""
     values, skip = shared.value
-    it = iter(rows) if not skip else (r for r in rows if r[0] not in skip)
+    rows = map(parse_record, records)
+    it = rows if not skip else (r for r in rows if r[0] not in skip)
     first = list(islice(it, job.chunk_rows))
     if not first:
         yield PartitionStats()

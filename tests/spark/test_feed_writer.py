@@ -7,7 +7,7 @@ import itertools
 import uuid
 
 import pytest
-from tierq_feeder.writer import copy_lines
+from tierq_feeder.writer import FIELD, copy_lines, parse_record
 
 from tierq.core.ids import uuid7, uuid7_strings
 
@@ -42,3 +42,10 @@ def test_uuid7_strings_continue_the_process_order() -> None:
     assert all(a < b for a, b in itertools.pairwise(every))
     assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in batch)
     assert uuid7_strings(0) == []
+
+
+def test_records_carry_rank_tenant_run_at_and_text() -> None:
+    text = "acme\tk\t3\t{\"note\":\"a\\u001fb\"}"
+    assert parse_record(FIELD.join(["42", "acme", "", text])) == (42, "acme", None, text)
+    assert parse_record(FIELD.join(["7", "_", "1700000000000000", "x"])) == (
+        7, "_", 1_700_000_000_000_000, "x")
