@@ -35,7 +35,7 @@ class FeedResult:
 
     def summary(self) -> str:
         return (f"feed {self.feed!r} -> queue {self.queue!r}: {self.line()} in {self.rounds} "
-                f"round(s), {self.seconds:.1f} s, {self.rows_per_second:,.0f} rows/s "
+                f"round(s), {self.seconds:.1f} s, {self.rows_per_second:,.1f} rows/s "
                 f"(stopped: {self.stopped_by})")
 
 
@@ -48,7 +48,7 @@ class LogMetrics:
 
     def emit(self, result: FeedResult) -> None:
         log.info("metrics queue=%s feed=%s created=%d ignored=%d deferred=%d rejected=%d "
-                 "rows_per_second=%.0f", result.queue, result.feed, result.created,
+                 "rows_per_second=%.1f", result.queue, result.feed, result.created,
                  result.ignored, result.deferred, result.rejected, result.rows_per_second)
 
 
@@ -89,5 +89,5 @@ class Progress:
               ignored: int, rejected: int, rows_per_second: float) -> None:
         share = 100.0 * end / self.total if self.total else 100.0
         log.info("round %d: %s/%s rows (%.1f%%) backlog=%s room=%d created=%d ignored=%d "
-                 "rejected=%d %.0f rows/s", number, f"{end:,}", f"{self.total:,}", share,
+                 "rejected=%d %.1f rows/s", number, f"{end:,}", f"{self.total:,}", share,
                  backlog, room, created, ignored, rejected, rows_per_second)
