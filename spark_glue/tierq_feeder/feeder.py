@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import logging
 import os
+import shutil
 import tempfile
 import time
 import zipfile
@@ -107,7 +109,9 @@ def ship_package(spark: SparkSession) -> None:
     sc = spark.sparkContext
     if not folder.is_dir() or sc.applicationId in _shipped:
         return
-    target = Path(tempfile.mkdtemp(prefix="tierq-feeder-")) / "tierq_feeder.zip"
+    scratch = tempfile.mkdtemp(prefix="tierq-feeder-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    target = Path(scratch) / "tierq_feeder.zip"
     with zipfile.ZipFile(target, "w") as bundle:
         for path in sorted(folder.rglob("*.py")):
             bundle.write(path, Path("tierq_feeder") / path.relative_to(folder))
