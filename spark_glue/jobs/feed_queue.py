@@ -20,6 +20,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _HERE = Path(__file__).resolve().parent.parent
 if (_HERE / "tierq_feeder").is_dir() and str(_HERE) not in sys.path:
@@ -34,7 +38,7 @@ def _logging() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def local_session() -> object:
+def local_session() -> SparkSession:
     """The active Spark session, or a new local one (executors run this interpreter)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -66,8 +70,7 @@ def main_local(argv: Sequence[str]) -> int:
     try:
         config = config_from_args(argv)
         stores = stores_from_options(dict(os.environ))
-        result = run_feed(local_session(), config, stores,  # type: ignore[arg-type]
-                          metrics=[LogMetrics()])
+        result = run_feed(local_session(), config, stores, metrics=[LogMetrics()])
     except (FeedConfigError, FeedBusy, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
