@@ -71,6 +71,7 @@ RUN_CONF = {"spark.sql.session.timeZone": "UTC",
 SOURCE = "__tq_source"
 RANK = "__tq_rank"
 
+
 def rank_column(schedule: Schedule, source: int, j: Column) -> Column:
     """Spark form of ``Schedule.rank`` for the rows of one source."""
     counts = schedule.counts
