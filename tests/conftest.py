@@ -28,7 +28,7 @@ from tierq.engine import Tierq
 from tierq.logic.context import OffsetClock
 
 TABLES = ("tierq_tasks", "tierq_queues", "tierq_queue_tenants", "tierq_schedules",
-          "tierq_schedule_occurrences")
+          "tierq_schedule_occurrences", "tierq_feeder_offsets")
 
 
 @pytest.fixture(scope="session")
