@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="worker process counts (1 2 4)")
     parser.add_argument("--quick", action="store_true", help="10,000 tasks")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per phase")
+    parser.add_argument("--warm-max", type=int, default=None,
+                        help="the queue's warm_max (default: the deployment default, 5000)")
     parser.add_argument("--no-maintenance", action="store_true",
                         help="do not run the scheduled maintenance jobs beside the workers")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"engine bench: {total:,} no-op tasks, batches of 100, workers {args.workers}, "
             f"maintenance {'off' if args.no_maintenance else 'on'}, statements counted by "
             f"{'pg_stat_statements' if statements else '(unavailable)'}")
-        system = TierqEngine(maintenance=not args.no_maintenance)
+        overrides = {} if args.warm_max is None else {"warm_max": args.warm_max}
+        system = TierqEngine(overrides, maintenance=not args.no_maintenance)
         runs = []
         for workers in args.workers:
             say(f"-- {workers} worker process(es)")
