@@ -214,3 +214,16 @@ def test_scripts_reload_after_script_flush(tq, valkey):
     tq.enqueue_one("q", 1)
     valkey.script_flush()
     assert len(tq.claim("q")) == 1  # EVALSHA → NOSCRIPT → loaded again
+
+
+def test_acks_commit_without_waiting_for_the_flush_unless_asked(make_tq):
+    relaxed = make_tq()
+    with relaxed.db.connection(relaxed=True) as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
+    with relaxed.db.connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
+    strict = make_tq(ack_synchronous_commit=True)
+    strict.enqueue_one("s", 1)
+    [task] = strict.claim("s")
+    assert strict.ack("s", [{"id": task.id, "lease_token": task.lease_token}]).acked
+    assert strict.db._relaxed is None  # never opened

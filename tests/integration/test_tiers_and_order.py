@@ -156,3 +156,24 @@ def test_hysteresis_thresholds_match_the_pure_functions(make_tq, valkey):
         if not got:
             break
         tq.ack("t", [{"id": got[0].id, "lease_token": got[0].lease_token}])
+
+
+def test_an_inline_refill_moves_one_batch_and_the_scheduled_job_fills_up(make_tq, valkey):
+    from tierq.logic.claim import INLINE_REFILL
+
+    tq = make_tq(warm_max=5000)
+    for start in range(0, 12_000, 500):
+        tq.enqueue("big", [{"payload": start + i} for i in range(500)])
+    first = tq.claim("big", max=500)
+    assert len(first) == 500
+    tq.ack("big", [{"id": t.id, "lease_token": t.lease_token} for t in first])
+    drained = 500
+    while ready_size(valkey, "big") > 0:
+        got = tq.claim("big", max=500)
+        drained += len(got)
+        tq.ack("big", [{"id": t.id, "lease_token": t.lease_token} for t in got])
+    got = tq.claim("big", max=10)  # dry: refills one batch inline
+    assert len(got) == 10
+    assert ready_size(valkey, "big") == INLINE_REFILL - 10
+    tq.run_cold_to_warm()
+    assert ready_size(valkey, "big") == 5000

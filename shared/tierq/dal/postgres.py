@@ -3,6 +3,7 @@ transition needs more than one statement) and named queries."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -40,36 +41,65 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 
 class Database:
-    """A pool of autocommit connections to the system of record."""
+    """Pools of autocommit connections to the system of record.
+
+    ``relaxed`` statements run on a second pool whose sessions commit without waiting for the
+    WAL flush (``synchronous_commit = off``). Only outcomes whose loss in a database crash
+    means *redelivery*, never loss, go there: acks (a lost ack makes the reconciler dispatch
+    the task again — at-least-once, as documented). Enqueues and every other transition wait
+    for the flush."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
                  timeout: float = 10.0, prepare: bool = True) -> None:
         """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
         RDS Proxy, where a prepared statement pins the client to one database connection."""
         self.url = url
-        self.pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+        self.pool = self._pool(url, min_size, max_size, timeout, prepare, "tierq")
+        self._relaxed: ConnectionPool[psycopg.Connection[Row]] | None = None
+        self._relaxed_args = (url, max_size, timeout, prepare)
+        self._relaxed_lock = threading.Lock()
+
+    @staticmethod
+    def _pool(url: str, min_size: int, max_size: int, timeout: float, prepare: bool,
+              name: str, options: str | None = None) -> ConnectionPool[psycopg.Connection[Row]]:
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row,
+                                  "prepare_threshold": 5 if prepare else None}
+        if options:
+            kwargs["options"] = options
+        pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
-            kwargs={"autocommit": True, "row_factory": dict_row,
-                    "prepare_threshold": 5 if prepare else None},
+            kwargs=kwargs,
             configure=_configure,
             # no check on checkout (a round trip per statement); a broken connection
             # raises OperationalError (-> Unavailable) and the pool replaces it
             open=False,
-            name="tierq",
+            name=name,
         )
-        self.pool.open(wait=False)
+        pool.open(wait=False)
+        return pool
+
+    def relaxed_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+        with self._relaxed_lock:
+            if self._relaxed is None:
+                url, max_size, timeout, prepare = self._relaxed_args
+                self._relaxed = self._pool(url, 1, max_size, timeout, prepare, "tierq-relaxed",
+                                           options="-c synchronous_commit=off")
+            return self._relaxed
 
     def close(self) -> None:
         self.pool.close()
+        if self._relaxed is not None:
+            self._relaxed.close()
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Row]]:
+    def connection(self, *, relaxed: bool = False) -> Iterator[psycopg.Connection[Row]]:
         """A pooled connection; store errors become ``Unavailable`` (HTTP 503)."""
+        pool = self.relaxed_pool() if relaxed else self.pool
         try:
-            with self.pool.connection() as conn:
+            with pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
             raise Unavailable("PostgreSQL is not answering (no connection)") from exc
@@ -83,11 +113,12 @@ class Database:
             yield conn
 
     def fetch(self, name: str, params: Mapping[str, Any] | None = None,
-              conn: psycopg.Connection[Row] | None = None) -> list[Row]:
+              conn: psycopg.Connection[Row] | None = None, *,
+              relaxed: bool = False) -> list[Row]:
         """Run a named query and return its rows (empty when it returns none)."""
         if conn is not None:
             return run(conn, name, params)
-        with self.connection() as own:
+        with self.connection(relaxed=relaxed) as own:
             return run(own, name, params)
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:

@@ -15,6 +15,9 @@ from tierq.models.leases import ClaimedTask, ClaimRequest
 
 POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
+# a claim that finds the warm set dry promotes one batch and returns (the other claimers are
+# not held up for long); the scheduled cold_to_warm fills the rest of the room
+INLINE_REFILL = 1000
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
@@ -79,7 +82,7 @@ def _claim_pair(ctx: Context, queue: str, tenant: str, n: int, lease_ms: int,
                                          token_prefix=new_token_prefix(tenant), worker=worker)
     # the warm set ran dry while the queue is in cold mode: refill now, not at the next tick
     if (len(claimed) < n and left == 0 and mode == "cold"
-            and tiering.refill(ctx, queue, tenant).promoted):
+            and tiering.refill(ctx, queue, tenant, limit=INLINE_REFILL).promoted):
             now_ms = to_ms(ctx.now())
             _, _, more = ctx.warm.claim(queue, tenant, n=n - len(claimed), now_ms=now_ms,
                                         lease_ms=lease_ms, token_prefix=new_token_prefix(tenant),

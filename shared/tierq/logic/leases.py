@@ -82,7 +82,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
     done: set[str] = set()
     if plain:
         rows = ctx.db.fetch("ack_delete", {"queue": queue,
-                                            "ids": uuid_array(v.id for v in plain)})
+                                            "ids": uuid_array(v.id for v in plain)},
+                            relaxed=not ctx.settings.ack_synchronous_commit)
         done.update(str(r["id"]) for r in rows)
     if keep:
         rows = ctx.db.fetch("ack_keep", {
@@ -90,7 +91,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
             "ids": uuid_array(v.id for v in keep),
             "results": [orjson.dumps(items[v.index].result).decode() for v in keep],
             "attempts": [v.attempt for v in keep],
-        })
+        }, relaxed=not ctx.settings.ack_synchronous_commit)
         done.update(str(r["id"]) for r in rows)
     release(ctx, queue, valid)
     for v in valid:

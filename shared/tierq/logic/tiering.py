@@ -21,7 +21,9 @@ class RefillResult:
     skipped_busy: bool = False
 
 
-def refill(ctx: Context, queue: str, tenant: str) -> RefillResult:
+def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -> RefillResult:
+    """One pass for one (queue, tenant). ``limit`` caps how many tasks this pass promotes
+    (a claim refilling inline moves one batch and returns; the scheduled job fills up)."""
     result = RefillResult()
     warm_max = ctx.queue_settings.get(queue).warm_max
     stale_ms = int(ctx.settings.admission_stale_seconds * 1000)
@@ -31,6 +33,8 @@ def refill(ctx: Context, queue: str, tenant: str) -> RefillResult:
         ctx.modes[(queue, tenant)] = "warm"
         return result
     room = hysteresis.promotion_room(seen.ready, warm_max)
+    if limit is not None:
+        room = min(room, limit)
     if room > 0:
         moved, busy = _promote(ctx, queue, tenant, room)
         result.promoted, result.skipped_busy = moved, busy
