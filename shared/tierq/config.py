@@ -28,9 +28,10 @@ class Settings(BaseSettings):
         Field(default="require", alias="DB_SSLMODE")
     db_pool_max: int = Field(default=10, ge=1, alias="TIERQ_DB_POOL_MAX")
 
-    # Acks commit without waiting for the WAL flush (a database crash can forget the last
-    # few milliseconds of acks: those tasks are delivered again, never lost). True: wait.
-    ack_synchronous_commit: bool = Field(default=False, alias="TIERQ_ACK_SYNCHRONOUS_COMMIT")
+    # False lets acks commit without waiting for the WAL flush: faster, but a database crash
+    # can forget the last few milliseconds of acks, and those tasks are delivered again
+    # (never lost). The default waits: an ack that returned success is durable.
+    ack_synchronous_commit: bool = Field(default=True, alias="TIERQ_ACK_SYNCHRONOUS_COMMIT")
 
     valkey_url: str | None = Field(default=None, alias="VALKEY_URL")
     valkey_cluster: bool = Field(default=False, alias="VALKEY_CLUSTER")

@@ -34,9 +34,11 @@ def scripted() -> Iterator[ScriptedServer]:
     yield from serve()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api_url(database_url: str, valkey_url: str) -> Iterator[str]:
-    """URL of a running local API (`tierq dev --no-services`) over this session's stores."""
+    """URL of a running local API (`tierq dev --no-services`) over this session's stores.
+    Package-scoped: the server (and its scheduled maintenance, which touches every queue)
+    stops when the package's tests are done, so it never runs under other packages' tests."""
     yield from shared_local_api(database_url, valkey_url)
 
 

@@ -1,7 +1,8 @@
 """End-to-end fixtures: ``tierq dev --no-services`` running as a subprocess over this test
 session's PostgreSQL and Valkey, spoken to over real HTTP.
 
-* ``base_url``: the local stack's URL (started once per session, stopped at the end).
+* ``base_url``: the local stack's URL (started once per package, stopped after its tests:
+  its scheduled maintenance touches every queue and must not run under other tests).
 * ``http``: an ``httpx.Client`` on that URL.
 * ``queue``: a queue name no other test uses. The stack's engine keeps per-process caches
   of known (queue, tenant) pairs, so tests that empty the stores between them
@@ -97,7 +98,7 @@ def start_dev_server(database_url: str, valkey_url: str, log_path: Path, *,
     raise RuntimeError(f"tierq dev did not answer within {START_TIMEOUT:.0f}s:\n{server.log()}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def dev_server(database_url: str, valkey_url: str,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     server = start_dev_server(database_url, valkey_url,
@@ -108,7 +109,7 @@ def dev_server(database_url: str, valkey_url: str,
         print(f"tierq dev exited with {code}:\n{server.log()[-5000:]}", file=sys.stderr)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def base_url(dev_server: DevServer) -> str:
     return dev_server.url
 

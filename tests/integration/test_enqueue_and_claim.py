@@ -216,14 +216,17 @@ def test_scripts_reload_after_script_flush(tq, valkey):
     assert len(tq.claim("q")) == 1  # EVALSHA → NOSCRIPT → loaded again
 
 
-def test_acks_commit_without_waiting_for_the_flush_unless_asked(make_tq):
-    relaxed = make_tq()
+def test_acks_wait_for_the_flush_unless_told_otherwise(make_tq):
+    strict = make_tq()
+    strict.enqueue_one("s", 1)
+    [task] = strict.claim("s")
+    assert strict.ack("s", [{"id": task.id, "lease_token": task.lease_token}]).acked
+    assert strict.db._relaxed is None  # the relaxed pool was never opened
+    relaxed = make_tq(ack_synchronous_commit=False)
+    relaxed.enqueue_one("s", 2)
+    [task] = relaxed.claim("s")
+    assert relaxed.ack("s", [{"id": task.id, "lease_token": task.lease_token}]).acked
     with relaxed.db.connection(relaxed=True) as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
     with relaxed.db.connection() as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
-    strict = make_tq(ack_synchronous_commit=True)
-    strict.enqueue_one("s", 1)
-    [task] = strict.claim("s")
-    assert strict.ack("s", [{"id": task.id, "lease_token": task.lease_token}]).acked
-    assert strict.db._relaxed is None  # never opened

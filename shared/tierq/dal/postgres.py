@@ -43,11 +43,11 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 class Database:
     """Pools of autocommit connections to the system of record.
 
-    ``relaxed`` statements run on a second pool whose sessions commit without waiting for the
-    WAL flush (``synchronous_commit = off``). Only outcomes whose loss in a database crash
-    means *redelivery*, never loss, go there: acks (a lost ack makes the reconciler dispatch
-    the task again — at-least-once, as documented). Enqueues and every other transition wait
-    for the flush."""
+    ``relaxed`` statements run on a second pool (opened on first use) whose sessions commit
+    without waiting for the WAL flush (``synchronous_commit = off``). Only outcomes whose loss
+    in a database crash means *redelivery*, never loss, may go there: acks, when
+    ``TIERQ_ACK_SYNCHRONOUS_COMMIT=false`` (a forgotten ack makes the reconciler dispatch the
+    task again). Enqueues and every other transition always wait for the flush."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
                  timeout: float = 10.0, prepare: bool = True) -> None:
