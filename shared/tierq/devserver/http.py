@@ -136,6 +136,9 @@ class LocalApi:
 class _RequestHandler(BaseHTTPRequestHandler):
     server: LocalHttpServer
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm holds
+    # the body until the client's delayed ACK (~40 ms per keep-alive request)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per request is written by _serve

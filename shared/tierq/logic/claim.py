@@ -17,7 +17,7 @@ POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
 # a claim that finds the warm set dry promotes one batch and returns (the other claimers are
 # not held up for long); the scheduled cold_to_warm fills the rest of the room
-INLINE_REFILL = 1000
+INLINE_REFILL = 2000
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,

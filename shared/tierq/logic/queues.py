@@ -79,8 +79,10 @@ def tenant_counts(ctx: Context, queue: str) -> list[TenantCounts]:
     return out
 
 
-def queue_view(ctx: Context, queue: str) -> QueueView:
-    per_tenant = tenant_counts(ctx, queue)
+def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView:
+    """A queue's settings, counts and mode; with ``tenant``, as that tenant sees it (its own
+    counts only)."""
+    per_tenant = [t for t in tenant_counts(ctx, queue) if tenant is None or t.tenant == tenant]
     counts = QueueCounts()
     for t in per_tenant:
         counts.warm += t.warm

@@ -18,25 +18,14 @@ from tierq.api.params import QueuePath
 from tierq.api.runtime import engine
 from tierq.errors import Forbidden, NotFound
 from tierq.logic import queues as queue_logic
-from tierq.models import QueueCounts, QueueSettingsUpdate, QueueView
+from tierq.models import QueueSettingsUpdate, QueueView
 
 router = Router()
 
 
 def tenant_view(queue: str, tenant: str) -> QueueView:
     """A queue as one tenant sees it: its own counts only."""
-    tq = engine()
-    rows = [r for r in queue_logic.tenant_counts(tq.ctx, queue) if r.tenant == tenant]
-    counts = QueueCounts()
-    for row in rows:
-        counts.warm += row.warm
-        counts.cold += row.cold
-        counts.delayed += row.delayed
-        counts.leased += row.leased
-        counts.dead += row.dead
-    cold = any(r.mode == "cold" and (r.cold or r.warm) for r in rows)
-    return QueueView(queue=queue, settings=tq.queue_settings(queue), counts=counts,
-                     mode="cold" if cold else "warm", tenants=[r.tenant for r in rows])
+    return queue_logic.queue_view(engine().ctx, queue, tenant)
 
 
 def view(queue: str) -> QueueView:
