@@ -91,9 +91,11 @@ class Tierq:
 
     # -- workers -------------------------------------------------------------------------
 
-    def claim(self, queue: str, request: ClaimRequest | None = None,
+    def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
               **fields: Any) -> list[ClaimedTask]:
-        return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields))
+        """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps the task data returned."""
+        return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
+                                 max_bytes=max_bytes)
 
     def ack(self, queue: str, items: Sequence[AckItem | Mapping[str, Any]]) -> AckResult:
         return leases.ack(self.ctx, queue, _models(AckItem, items))

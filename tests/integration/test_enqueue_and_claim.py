@@ -230,3 +230,22 @@ def test_acks_wait_for_the_flush_unless_told_otherwise(make_tq):
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
     with relaxed.db.connection() as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
+
+
+def test_a_byte_budget_caps_a_claim_and_the_rest_keep_their_places(tq):
+    big = "x" * 100_000
+    tq.enqueue("b", [{"payload": {"n": i, "blob": big}} for i in range(5)])
+    first = tq.claim("b", max=5, max_bytes=250_000)
+    assert [t.payload["n"] for t in first] == [0, 1]
+    tiny = tq.claim("b", max=5, max_bytes=10)  # the first task always comes
+    assert [t.payload["n"] for t in tiny] == [2]
+    rest = tq.claim("b", max=5)
+    assert [t.payload["n"] for t in rest] == [3, 4]
+
+
+def test_a_byte_budget_spans_tenants(tq):
+    big = "y" * 100_000
+    tq.enqueue("b", [{"payload": {"t": t, "blob": big}, "tenant": t} for t in ("a", "b", "c")])
+    got = tq.claim("b", max=9, max_bytes=150_000)
+    assert len(got) == 1
+    assert len(tq.claim("b", max=9)) == 2

@@ -148,11 +148,14 @@ class WarmTier:
     # -- claims and leases -------------------------------------------------------------
 
     def claim(self, queue: str, tenant: str, *, n: int, now_ms: int, lease_ms: int,
-              token_prefix: str, worker: str) -> tuple[int, str, list[Claimed]]:
-        """Returns (ready left, mode, claimed)."""
+              token_prefix: str, worker: str, max_bytes: int = 0,
+              strict: bool = False) -> tuple[int, str, list[Claimed]]:
+        """Returns (ready left, mode, claimed). ``max_bytes`` caps the task data handed out
+        (0: no cap); the first task always comes unless ``strict``."""
         k = PairKeys.of(queue, tenant)
         out = self._run("claim", (k.ready, k.data, k.leased, k.leases, k.meta),
-                        (n, now_ms, lease_ms, token_prefix, worker))
+                        (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
+                         "strict" if strict else ""))
         claimed = [
             Claimed(_s(out[i]), int(out[i + 1]), _s(out[i + 2]), out[i + 3])
             for i in range(2, len(out), 4)

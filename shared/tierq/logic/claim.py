@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tierq.core.ids import new_token_prefix
+from tierq.dal.warm_tier import Claimed
 from tierq.logic import admission, tiering
 from tierq.logic.context import Context, from_ms, to_ms
 from tierq.models.leases import ClaimedTask, ClaimRequest
@@ -21,13 +23,15 @@ INLINE_REFILL = 2000
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
-          tenants: Sequence[str] | None = None) -> list[ClaimedTask]:
+          tenants: Sequence[str] | None = None, *, max_bytes: int = 0) -> list[ClaimedTask]:
     """Claim up to ``request.max`` tasks; long-polls up to ``request.wait_seconds``.
-    ``tenants`` restricts the rotation (a caller pinned to one tenant passes it)."""
+    ``tenants`` restricts the rotation (a caller pinned to one tenant passes it).
+    ``max_bytes`` caps the task data handed out (a Lambda response must stay under 6 MB):
+    tasks beyond it stay in their places; the first task always comes."""
     deadline = time.monotonic() + request.wait_seconds
     sleep = POLL_FIRST_SLEEP
     while True:
-        got = claim_once(ctx, queue, request, tenants)
+        got = claim_once(ctx, queue, request, tenants, max_bytes=max_bytes)
         remaining = deadline - time.monotonic()
         if got or remaining <= 0:
             return got
@@ -35,13 +39,73 @@ def claim(ctx: Context, queue: str, request: ClaimRequest,
         sleep = min(sleep * 2, POLL_MAX_SLEEP)
 
 
+@dataclass
+class _Claimer:
+    """One claim call: its lease, its worker, and what is left of its byte budget."""
+
+    ctx: Context
+    queue: str
+    lease_ms: int
+    worker: str
+    max_bytes: int  # 0: no cap
+    used_bytes: int = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.max_bytes > 0 and self.used_bytes >= self.max_bytes
+
+    def _budget(self) -> int:
+        return 0 if self.max_bytes == 0 else max(1, self.max_bytes - self.used_bytes)
+
+    def _pop(self, tenant: str, n: int) -> tuple[int, str, list[Claimed], int]:
+        now_ms = to_ms(self.ctx.now())
+        left, mode, claimed = self.ctx.warm.claim(
+            self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
+            token_prefix=new_token_prefix(tenant), worker=self.worker,
+            max_bytes=self._budget(), strict=self.used_bytes > 0)
+        self.used_bytes += sum(len(c.blob) for c in claimed)
+        return left, mode, claimed, now_ms
+
+    def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
+        left, mode, claimed, now_ms = self._pop(tenant, n)
+        out = self._tasks(tenant, claimed, now_ms)
+        # the warm set ran dry while the queue is in cold mode: refill now, not at the tick
+        if (len(claimed) < n and left == 0 and mode == "cold" and not self.exhausted
+                and tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL).promoted):
+            _, _, more, now_ms = self._pop(tenant, n - len(claimed))
+            out.extend(self._tasks(tenant, more, now_ms))
+        return out
+
+    def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
+        expires = from_ms(now_ms + self.lease_ms)
+        out = []
+        for c in claimed:
+            body = admission.decode_blob(c.blob)
+            out.append(ClaimedTask(
+                id=c.id,  # type: ignore[arg-type]
+                queue=self.queue,
+                tenant=tenant,
+                key=body["k"],
+                priority=body["pr"],
+                payload=body["p"],
+                attempt=c.attempt,
+                max_attempts=body["m"],
+                lease_token=c.token,
+                lease_expires_at=expires,
+                redelivered=c.attempt > 1,
+                enqueued_at=from_ms(body["c"]),
+            ))
+        return out
+
+
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,
-               tenants: Sequence[str] | None = None) -> list[ClaimedTask]:
+               tenants: Sequence[str] | None = None, *,
+               max_bytes: int = 0) -> list[ClaimedTask]:
     qs = ctx.queue_settings.get(queue)
     if qs.paused:
         return []
-    lease_ms = (request.lease_seconds or qs.lease_seconds) * 1000
-    worker = request.worker or ""
+    claimer = _Claimer(ctx, queue, (request.lease_seconds or qs.lease_seconds) * 1000,
+                       request.worker or "", max_bytes)
     if request.tenant is not None:
         candidates = [request.tenant]
     else:
@@ -49,7 +113,7 @@ def claim_once(ctx: Context, queue: str, request: ClaimRequest,
     if not candidates:
         return []
     if len(candidates) == 1:
-        return _claim_pair(ctx, queue, candidates[0], request.max, lease_ms, worker)
+        return claimer.pair(candidates[0], request.max)
 
     # Fair rotation: start one tenant further each call; a first pass gives every tenant an
     # equal share, a second pass fills what is left from tenants that still had work.
@@ -61,49 +125,15 @@ def claim_once(ctx: Context, queue: str, request: ClaimRequest,
     had_more: list[str] = []
     for tenant in rotated:
         want = min(share, request.max - len(out))
-        if want <= 0:
+        if want <= 0 or claimer.exhausted:
             break
-        got = _claim_pair(ctx, queue, tenant, want, lease_ms, worker)
+        got = claimer.pair(tenant, want)
         out.extend(got)
         if len(got) == want:
             had_more.append(tenant)
     for tenant in had_more:
         want = request.max - len(out)
-        if want <= 0:
+        if want <= 0 or claimer.exhausted:
             break
-        out.extend(_claim_pair(ctx, queue, tenant, want, lease_ms, worker))
-    return out
-
-
-def _claim_pair(ctx: Context, queue: str, tenant: str, n: int, lease_ms: int,
-                worker: str) -> list[ClaimedTask]:
-    now_ms = to_ms(ctx.now())
-    left, mode, claimed = ctx.warm.claim(queue, tenant, n=n, now_ms=now_ms, lease_ms=lease_ms,
-                                         token_prefix=new_token_prefix(tenant), worker=worker)
-    # the warm set ran dry while the queue is in cold mode: refill now, not at the next tick
-    if (len(claimed) < n and left == 0 and mode == "cold"
-            and tiering.refill(ctx, queue, tenant, limit=INLINE_REFILL).promoted):
-            now_ms = to_ms(ctx.now())
-            _, _, more = ctx.warm.claim(queue, tenant, n=n - len(claimed), now_ms=now_ms,
-                                        lease_ms=lease_ms, token_prefix=new_token_prefix(tenant),
-                                        worker=worker)
-            claimed.extend(more)
-    expires = from_ms(now_ms + lease_ms)
-    out = []
-    for c in claimed:
-        body = admission.decode_blob(c.blob)
-        out.append(ClaimedTask(
-            id=c.id,  # type: ignore[arg-type]
-            queue=queue,
-            tenant=tenant,
-            key=body["k"],
-            priority=body["pr"],
-            payload=body["p"],
-            attempt=c.attempt,
-            max_attempts=body["m"],
-            lease_token=c.token,
-            lease_expires_at=expires,
-            redelivered=c.attempt > 1,
-            enqueued_at=from_ms(body["c"]),
-        ))
+        out.extend(claimer.pair(tenant, want))
     return out

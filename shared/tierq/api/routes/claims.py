@@ -18,6 +18,10 @@ from tierq.models import ClaimRequest
 
 router = Router()
 
+# Lambda caps a response at 6 MB: the task data of one claim stays under 4 MiB, leaving room
+# for the JSON around it (and its escapes). Tasks beyond it stay in line for the next claim.
+CLAIM_RESPONSE_BUDGET = 4 * 1024 * 1024
+
 
 @router.post(
     "/v1/queues/<queue>/claims",
@@ -37,6 +41,6 @@ def claim_tasks(
     tenant = request.check_tenant(claim.tenant)
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
-    tasks = engine().claim(queue, claim)
+    tasks = engine().claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET)
     metrics.count(queue, {"Claimed": len(tasks)})
     return ClaimResults(tasks=tasks)
