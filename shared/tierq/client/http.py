@@ -70,6 +70,7 @@ from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, Sc
 DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
 Model = TypeVar("Model", bound=BaseModel)
+ResultT = TypeVar("ResultT", AckResult, NackResult, HeartbeatResult)
 
 
 def _segment(value: str | UUID) -> str:
@@ -239,43 +240,31 @@ class Client:
     def ack(self, queue: str, acks: Iterable[AckItem | Mapping[str, Any]]) -> AckResult:
         """Finish tasks: ``[{"id", "lease_token", "result"?}]``. A task with a result is
         kept (state ``done``) until the queue's retention ends."""
-        items = _items(AckItem, acks, "acks")
-        out = AckResult()
-        for batch in _chunks(items):
-            data = self.request("POST", f"/v1/queues/{_segment(queue)}/acks",
-                                body={"acks": [_dump(i) for i in batch]})
-            part = AckResult.model_validate(data)
-            out.acked.extend(part.acked)
-            out.rejected.extend(part.rejected)
-        return out
+        return self._settle(queue, "acks", _items(AckItem, acks, "acks"), AckResult())
 
     def nack(self, queue: str, nacks: Iterable[NackItem | Mapping[str, Any]]) -> NackResult:
         """Fail tasks: ``[{"id", "lease_token", "error", "retry_in_seconds"?, "dead"?}]``.
         Retried with the queue's backoff (or after ``retry_in_seconds``), or dead-lettered
         at ``max_attempts`` or when ``dead`` is true."""
-        items = _items(NackItem, nacks, "nacks")
-        out = NackResult()
-        for batch in _chunks(items):
-            data = self.request("POST", f"/v1/queues/{_segment(queue)}/nacks",
-                                body={"nacks": [_dump(i) for i in batch]})
-            part = NackResult.model_validate(data)
-            out.retried.extend(part.retried)
-            out.dead.extend(part.dead)
-            out.rejected.extend(part.rejected)
-        return out
+        return self._settle(queue, "nacks", _items(NackItem, nacks, "nacks"), NackResult())
 
     def heartbeat(self, queue: str,
                   leases: Iterable[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
         """Extend leases: ``[{"id", "lease_token", "extend_seconds"?}]`` (default: the
         queue's lease_seconds from now)."""
-        items = _items(HeartbeatItem, leases, "leases")
-        out = HeartbeatResult()
+        return self._settle(queue, "heartbeats", _items(HeartbeatItem, leases, "leases"),
+                            HeartbeatResult())
+
+    def _settle(self, queue: str, route: str, items: list[Any], out: ResultT) -> ResultT:
+        """POST lease outcomes in batches of the API's limit; the results' lists are merged
+        into ``out``. The body key is ``leases`` for heartbeats, else the route's name."""
+        key = "leases" if route == "heartbeats" else route
         for batch in _chunks(items):
-            data = self.request("POST", f"/v1/queues/{_segment(queue)}/heartbeats",
-                                body={"leases": [_dump(i) for i in batch]})
-            part = HeartbeatResult.model_validate(data)
-            out.extended.extend(part.extended)
-            out.rejected.extend(part.rejected)
+            data = self.request("POST", f"/v1/queues/{_segment(queue)}/{route}",
+                                body={key: [_dump(i) for i in batch]})
+            part = type(out).model_validate(data)
+            for name in type(out).model_fields:
+                getattr(out, name).extend(getattr(part, name))
         return out
 
     # -- tasks -------------------------------------------------------------------------
