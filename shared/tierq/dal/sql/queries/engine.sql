@@ -10,12 +10,17 @@ INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_a
                          state_since)
 SELECT v.id, %(queue)s, v.tenant, v.key, v.priority,
        COALESCE(v.payload, 'null'::jsonb),  -- json_to_recordset reads a JSON null as NULL
-       v.state, to_timestamp(v.run_at), to_timestamp(v.run_at), v.max_attempts,
+       v.state, r.run_at, r.run_at, v.max_attempts,
        nextval('tierq_task_seq'), %(now)s,
        CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
 FROM json_to_recordset(%(rows)s::json)
      AS v(id uuid, tenant text, key text, priority smallint, payload jsonb, state text,
-          run_at double precision, max_attempts int)
+          run_at double precision, max_attempts int),
+     -- a ready task's run_at is never after its ready_since: the float seconds may round
+     -- a microsecond past "now"
+     LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
+                          ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
+                     END AS run_at) AS r
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
 DO NOTHING
 RETURNING id, tenant, seq, state;
