@@ -60,8 +60,13 @@ RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attemp
 
 -- name: mark_cold
 -- Rows the warm tier refused go (or go back) to the cold line, keeping their seq.
+-- By primary key only: `(state = 'warm') IS TRUE` means `state = 'warm'` (state is NOT NULL)
+-- but implies no partial index's predicate, so the planner cannot scan
+-- tierq_tasks_warm_since by queue instead (a fresh table's missing statistics make it
+-- guess one warm row; it would read every warm row of the queue per call). A join with
+-- unnest() also names the ids with = ANY, so that the table side is a primary-key lookup.
 UPDATE tierq_tasks SET state = 'cold', state_since = %(now)s
-WHERE id = ANY(%(ids)s::uuid[]) AND state = 'warm';
+WHERE id = ANY(%(ids)s::uuid[]) AND (state = 'warm') IS TRUE;
 
 -- name: lock_due
 -- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due).
@@ -94,6 +99,7 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
+-- By primary key only (see mark_cold).
 UPDATE tierq_tasks t
 SET attempts = v.attempt,
     last_error = v.error,
@@ -106,22 +112,26 @@ SET attempts = v.attempt,
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(errors)s::text[],
             %(retry_ats)s::timestamptz[], %(deads)s::bool[])
      AS v(id, attempt, error, retry_at, dead)
-WHERE t.id = v.id AND t.queue = %(queue)s AND t.state = 'warm'
+WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+  AND (t.state = 'warm') IS TRUE
 RETURNING t.id, t.tenant, t.state, t.run_at;
 
 -- name: ack_delete
+-- By primary key only (see mark_cold).
 DELETE FROM tierq_tasks
-WHERE queue = %(queue)s AND id = ANY(%(ids)s::uuid[]) AND state = 'warm'
+WHERE id = ANY(%(ids)s::uuid[]) AND queue = %(queue)s AND (state = 'warm') IS TRUE
 RETURNING id;
 
 -- name: ack_keep
 -- An ack with a result keeps the task (state done) until the queue's retention ends.
+-- By primary key only (see mark_cold).
 UPDATE tierq_tasks t
 SET state = 'done', result = v.result, attempts = v.attempt, finished_at = %(now)s,
     state_since = %(now)s, ready_since = NULL
 FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
      AS v(id, result, attempt)
-WHERE t.id = v.id AND t.queue = %(queue)s AND t.state = 'warm'
+WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+  AND (t.state = 'warm') IS TRUE
 RETURNING t.id;
 
 -- name: try_pair_lock
@@ -160,9 +170,10 @@ ORDER BY state_since
 LIMIT %(limit)s;
 
 -- name: lock_warm_for_restore
+-- By primary key only (see mark_cold).
 SELECT id, key, seq, priority, payload, attempts, max_attempts, created_at
 FROM tierq_tasks
-WHERE id = ANY(%(ids)s::uuid[]) AND state = 'warm'
+WHERE id = ANY(%(ids)s::uuid[]) AND (state = 'warm') IS TRUE
 ORDER BY seq
 FOR UPDATE SKIP LOCKED;
 
