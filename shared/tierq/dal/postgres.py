@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 from psycopg.adapt import Loader
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tierq.dal.sql_files import query
@@ -120,6 +120,15 @@ class Database:
             return run(conn, name, params)
         with self.connection(relaxed=relaxed) as own:
             return run(own, name, params)
+
+    def fetch_tuples(self, name: str, params: Mapping[str, Any] | None = None, *,
+                     relaxed: bool = False) -> list[tuple[Any, ...]]:
+        """Run a named query and return its rows as tuples: for the hot paths, where a dict
+        per row is measurable."""
+        with self.connection(relaxed=relaxed) as conn, \
+                conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(query(name), params or {})  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description is not None else []
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
         """Run a named statement that returns no rows; returns the affected row count."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from tierq.core.ids import uuid7
+from tierq.core.ids import uuid7_strings
 from tierq.core.ordering import score
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, tiering
@@ -50,6 +50,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
     qs = ctx.queue_settings.get(queue)
     limit = ctx.settings.max_payload_bytes
     out: list[Prepared] = []
+    ids = uuid7_strings(len(tasks))
     for i, task in enumerate(tasks):
         where = f"tasks[{i}]" if len(tasks) > 1 else "task"
         try:
@@ -74,7 +75,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             run_at = now + (task.delay_seconds or 0.0)
         out.append(Prepared(
             index=i,
-            id=str(uuid7()),
+            id=ids[i],
             tenant=task.tenant or default_tenant or DEFAULT_TENANT,
             key=task.key,
             priority=task.priority,
@@ -147,7 +148,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     try:
         for p in batch:
             p.state = ticket.state_for((queue, p.tenant)) if p.ready else "delayed"
-        created = ctx.db.fetch("insert_tasks", {
+        created = ctx.db.fetch_tuples("insert_tasks", {
             "queue": queue,
             "now": to_datetime(now),
             "rows": orjson.dumps([
@@ -160,7 +161,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    seqs = {str(r["id"]): r["seq"] for r in created}
+    seqs: dict[str, int] = dict(created)  # type: ignore[arg-type]  # (id, seq) rows
     created_ms = int(now * 1000)
     conflicts: list[Prepared] = []
     for p in batch:

@@ -81,10 +81,10 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
     keep = [v for v in valid if items[v.index].result is not None]
     done: set[str] = set()
     if plain:
-        rows = ctx.db.fetch("ack_delete", {"queue": queue,
-                                            "ids": uuid_array(v.id for v in plain)},
-                            relaxed=not ctx.settings.ack_synchronous_commit)
-        done.update(str(r["id"]) for r in rows)
+        rows = ctx.db.fetch_tuples("ack_delete", {"queue": queue,
+                                                   "ids": uuid_array(v.id for v in plain)},
+                                   relaxed=not ctx.settings.ack_synchronous_commit)
+        done.update(r[0] for r in rows)
     if keep:
         rows = ctx.db.fetch("ack_keep", {
             "queue": queue, "now": now,
@@ -96,9 +96,9 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
     release(ctx, queue, valid)
     for v in valid:
         if v.id in done:
-            result.acked.append(UUID(v.id))
+            result.acked.append(items[v.index].id)
         else:  # cancelled or rescheduled while it ran
-            result.rejected.append(Rejection(id=UUID(v.id), reason="not_found"))
+            result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
     return result
 
 

@@ -23,7 +23,7 @@ FROM json_to_recordset(%(rows)s::json)
                      END AS run_at) AS r
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
 DO NOTHING
-RETURNING id, tenant, seq, state;
+RETURNING id::text, seq;
 
 -- name: live_by_keys
 SELECT t.id, t.tenant, t.key, t.state
@@ -120,7 +120,7 @@ RETURNING t.id, t.tenant, t.state, t.run_at;
 -- By primary key only (see mark_cold).
 DELETE FROM tierq_tasks
 WHERE id = ANY(%(ids)s::uuid[]) AND queue = %(queue)s AND (state = 'warm') IS TRUE
-RETURNING id;
+RETURNING id::text;
 
 -- name: ack_keep
 -- An ack with a result keeps the task (state done) until the queue's retention ends.
@@ -132,7 +132,7 @@ FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
      AS v(id, result, attempt)
 WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE
-RETURNING t.id;
+RETURNING t.id::text;
 
 -- name: try_pair_lock
 -- One promoter per (queue, tenant) at a time: a session lock, held from selecting a batch
