@@ -1,8 +1,9 @@
 """The queues under test, each behind the same small interface: prepare a fresh store,
 producer and consumer process targets, count what is left, clean up.
 
-* ``tierq-engine``: the ``Tierq`` engine in each process (enqueue in batches of 100, claim
-  up to 100, ack the batch), with the scheduled maintenance jobs running beside it.
+* ``tierq-engine``: the ``Tierq`` engine in each process (enqueue in batches of 500, the
+  largest request, claim up to 100, ack the batch), with the scheduled maintenance jobs
+  running beside it.
 * ``tierq-http``: the same through the HTTP API of the local stack (``tierq dev``).
 * ``pgqueuer``: PGQueuer 1.6 on asyncpg, installed with ``pgq install`` + ``pgq autovac``;
   producers enqueue lists of 1000; each worker process runs 4 queue managers (one asyncpg
@@ -36,7 +37,8 @@ import psycopg
 from bench.common import Role, Stores, Sync, Target, split
 
 QUEUE = "bench"
-TIERQ_BATCH = 100
+TIERQ_ENQUEUE_BATCH = 500  # the largest enqueue request (engine and API)
+TIERQ_CLAIM_BATCH = 100  # as PGQueuer's batch_size
 PEER_ENQUEUE_BATCH = 1000
 PEER_DEQUEUE_BATCH = 100
 PGQUEUER_MANAGERS_PER_PROCESS = 4
@@ -115,7 +117,7 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     tq = tierq_engine(spec)
     tq.queue_settings(spec["queue"])  # connect and warm the settings cache before the start
     lo, hi = spec["range"]
-    batch = spec.get("batch", TIERQ_BATCH)
+    batch = spec.get("batch", TIERQ_ENQUEUE_BATCH)
     latencies: list[float] = []
     sync.ready_and_wait(spec["index"])
     for start in range(lo, hi, batch):
@@ -139,7 +141,7 @@ def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     queue = spec["queue"]
     tq.queue_settings(queue)
     tq.warm.ping()
-    request = ClaimRequest(max=spec.get("batch", TIERQ_BATCH),
+    request = ClaimRequest(max=spec.get("claim_batch", TIERQ_CLAIM_BATCH),
                            lease_seconds=spec.get("lease_seconds", 300))
     claim_latency: list[float] = []
     ack_latency: list[float] = []
@@ -176,7 +178,7 @@ def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     tq = tierq_engine(spec)
     queue = spec["queue"]
     tq.queue_settings(queue)
-    request = ClaimRequest(max=spec.get("batch", TIERQ_BATCH), lease_seconds=300)
+    request = ClaimRequest(max=spec.get("claim_batch", TIERQ_CLAIM_BATCH), lease_seconds=300)
     claim_latency: list[float] = []
     acked = empty = 0
     next_payload = spec["index"] * 1_000_000_000
@@ -298,7 +300,7 @@ def http_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     quiet_logs()
     base = spec["base_url"]
     lo, hi = spec["range"]
-    batch = spec.get("batch", TIERQ_BATCH)
+    batch = spec.get("batch", TIERQ_ENQUEUE_BATCH)
     path = f"/v1/queues/{spec['queue']}/tasks"
     latencies: list[float] = []
     with httpx.Client(base_url=base, timeout=60) as client:
@@ -324,7 +326,7 @@ def http_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 
     quiet_logs()
     queue = spec["queue"]
-    claim_body = {"max": spec.get("batch", TIERQ_BATCH), "lease_seconds": 300}
+    claim_body = {"max": spec.get("claim_batch", TIERQ_CLAIM_BATCH), "lease_seconds": 300}
     claim_latency: list[float] = []
     ack_latency: list[float] = []
     acked = rejected = empty = 0
