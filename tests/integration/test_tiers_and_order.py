@@ -158,22 +158,37 @@ def test_hysteresis_thresholds_match_the_pure_functions(make_tq, valkey):
         tq.ack("t", [{"id": got[0].id, "lease_token": got[0].lease_token}])
 
 
-def test_an_inline_refill_moves_one_batch_and_the_scheduled_job_fills_up(make_tq, valkey):
-    from tierq.logic.claim import INLINE_REFILL
+def test_a_claim_below_the_low_water_mark_refills_one_batch_before_the_set_runs_dry(
+        make_tq, valkey):
+    from tierq.logic.claim import LOW_WATER_REFILL, low_water
 
     tq = make_tq(warm_max=5000)
     for start in range(0, 12_000, 500):
         tq.enqueue("big", [{"payload": start + i} for i in range(500)])
-    first = tq.claim("big", max=500)
-    assert len(first) == 500
-    tq.ack("big", [{"id": t.id, "lease_token": t.lease_token} for t in first])
-    drained = 500
-    while ready_size(valkey, "big") > 0:
+    assert ready_size(valkey, "big") == 5000  # 7000 wait cold
+    mark = low_water(5000)
+    delivered: list[int] = []
+    while ready_size(valkey, "big") - 500 >= mark:  # these claims stay above the mark
         got = tq.claim("big", max=500)
-        drained += len(got)
+        delivered.extend(t.payload for t in got)
         tq.ack("big", [{"id": t.id, "lease_token": t.lease_token} for t in got])
-    got = tq.claim("big", max=10)  # dry: refills one batch inline
-    assert len(got) == 10
-    assert ready_size(valkey, "big") == INLINE_REFILL - 10
-    tq.run_cold_to_warm()
+    left_after = ready_size(valkey, "big") - 500
+    got = tq.claim("big", max=500)  # leaves fewer than the mark: a small batch comes up now
+    assert len(got) == 500
+    delivered.extend(t.payload for t in got)
+    assert ready_size(valkey, "big") == left_after + LOW_WATER_REFILL
+    tq.run_cold_to_warm()  # the scheduled job fills the rest of the room
     assert ready_size(valkey, "big") == 5000
+    tq.ack("big", [{"id": t.id, "lease_token": t.lease_token} for t in got])
+    delivered.extend(t.payload for t in drain(tq, "big", batch=500))
+    assert delivered == list(range(12_000))  # nothing jumped ahead, nothing lost
+
+
+def test_a_claim_that_finds_the_set_dry_refills_and_takes_the_rest_of_its_batch(
+        make_tq, valkey):
+    tq = make_tq(warm_max=400)
+    for start in (0, 500):  # 400 warm, 600 cold
+        tq.enqueue("dry", [{"payload": start + i} for i in range(500)])
+    got = tq.claim("dry", max=500)  # takes the 400, refills 400, takes 100 more
+    assert [t.payload for t in got] == list(range(500))
+    assert ready_size(valkey, "dry") == 300

@@ -1,6 +1,8 @@
 """Claim: pop ready tasks in order from the warm tier and lease them, with no Postgres round
 trip on the warm path. Without a tenant, claims rotate fairly across the queue's tenants.
-A claim that finds the warm set empty while cold work waits refills it inline."""
+While cold work waits, a claim that leaves the warm set below its low-water mark refills it
+inline (at most every LOW_WATER_EVERY seconds per process), so that the other claimers keep
+finding work; one that finds it dry refills at once and takes what it still wants."""
 
 from __future__ import annotations
 
@@ -20,6 +22,14 @@ POLL_MAX_SLEEP = 0.5
 # a claim that finds the warm set dry promotes one batch and returns (the other claimers are
 # not held up for long); the scheduled cold_to_warm fills the rest of the room
 INLINE_REFILL = 2000
+# refill before the warm set runs dry: below a quarter of warm_max (at most 1000 tasks)
+LOW_WATER_FRACTION = 4
+LOW_WATER_EVERY = 0.05
+LOW_WATER_REFILL = 500  # small: the claim that tops up returns soon
+
+
+def low_water(warm_max: int) -> int:
+    return min(INLINE_REFILL // 2, warm_max // LOW_WATER_FRACTION)
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
@@ -69,12 +79,26 @@ class _Claimer:
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
         left, mode, claimed, now_ms = self._pop(tenant, n)
         out = self._tasks(tenant, claimed, now_ms)
-        # the warm set ran dry while the queue is in cold mode: refill now, not at the tick
-        if (len(claimed) < n and left == 0 and mode == "cold" and not self.exhausted
-                and tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL).promoted):
-            _, _, more, now_ms = self._pop(tenant, n - len(claimed))
-            out.extend(self._tasks(tenant, more, now_ms))
+        if mode != "cold":
+            return out
+        if len(claimed) < n and left == 0 and not self.exhausted:
+            # the warm set ran dry while cold work may wait: refill now, not at the tick
+            if tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL).promoted:
+                _, _, more, now_ms = self._pop(tenant, n - len(claimed))
+                out.extend(self._tasks(tenant, more, now_ms))
+        elif left < low_water(self.ctx.queue_settings.get(self.queue).warm_max):
+            self._refill_before_dry(tenant)
         return out
+
+    def _refill_before_dry(self, tenant: str) -> None:
+        """Top the warm set up while it still holds work (one batch; a concurrent mover
+        makes this a no-op), at most every LOW_WATER_EVERY seconds per process and pair."""
+        now = self.ctx.now()
+        pair = (self.queue, tenant)
+        if now - self.ctx.low_water_refills.get(pair, float("-inf")) < LOW_WATER_EVERY:
+            return
+        self.ctx.low_water_refills[pair] = now
+        tiering.refill(self.ctx, self.queue, tenant, limit=LOW_WATER_REFILL)
 
     def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
         expires = from_ms(now_ms + self.lease_ms)

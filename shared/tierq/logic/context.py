@@ -152,6 +152,8 @@ class Context:
     # trip, and a wrong guess is caught by push_ready (it refuses, and the rows go cold).
     modes: dict[Pair, str] = field(default_factory=dict)
     rotation: dict[str, int] = field(default_factory=dict)
+    # when this process last topped up each (queue, tenant) at the claim's low-water mark
+    low_water_refills: dict[Pair, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queue_settings = QueueSettingsCache(self.db, self.settings)
