@@ -6,19 +6,55 @@
 --       (the first task is always handed out unless 7 is 'strict': the caller already
 --       holds tasks of this claim)
 -- Returns { ready_left, mode, then per task: id, attempt, lease_token, json }
+-- Valkey work is a fixed handful of variadic commands per claim, not several per task:
+-- ZPOPMIN, one HMGET of the data, then at most one ZADD (back to ready), HDEL, ZADD
+-- (leased) and HSET (leases) each.
+
+-- unpack() puts every value on the Lua C stack (~8000 slots): feed variadic commands at
+-- most CHUNK values at a time. CHUNK is even, so a score/member or field/value pair never
+-- straddles two calls. Returns the array replies concatenated (for HMGET).
+local CHUNK = 4000
+local function call_chunked(command, key, args)
+  local replies = {}
+  for first = 1, #args, CHUNK do
+    local reply = redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, #args)))
+    if type(reply) == 'table' then
+      for _, value in ipairs(reply) do replies[#replies + 1] = value end
+    end
+  end
+  return replies
+end
+
 local now = tonumber(ARGV[2])
 local deadline = now + tonumber(ARGV[3])
 local budget = tonumber(ARGV[6] or '0')
+local strict = ARGV[7] == 'strict'
 local used = 0
+-- Formatted once per claim rather than once per task (number -> string is not cheap here).
+-- '%.17g' is how Redis itself formats a Lua number argument, so ZADD gets the same score.
+local deadline_arg = string.format('%.17g', deadline)
+local lease_suffix = '|' .. now .. '|' .. ARGV[5]    -- '|<started_ms>|<worker>'
 local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
-for i = 1, #popped, 2 do
-  local id = popped[i]
-  local blob = redis.call('HGET', KEYS[2], id)
-  if blob and budget > 0 and (#out > 2 or ARGV[7] == 'strict') and used + #blob > budget then
-    -- over the budget: this one and the rest keep their places in line
-    for j = i, #popped, 2 do
-      redis.call('ZADD', KEYS[1], popped[j + 1], popped[j])
+
+local popped_ids = {}
+for i = 1, #popped, 2 do popped_ids[#popped_ids + 1] = popped[i] end
+-- HMGET keeps the order of its fields: blobs[k] belongs to popped_ids[k]
+local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
+
+local put_back = {}      -- score, id, ...: over the budget, back in their places in line
+local handed_ids = {}    -- for the variadic HDEL of their data
+local leased_args = {}   -- deadline, id, ...
+local lease_args = {}    -- id, '<token>|<attempt>|<started_ms>|<worker>', ...
+for k = 1, #popped_ids do
+  local id = popped_ids[k]
+  local blob = blobs[k]
+  if blob and budget > 0 and (#out > 2 or strict) and used + #blob > budget then
+    -- over the budget: this one and the rest (even those without data, as before) keep
+    -- their places in line
+    for j = k, #popped_ids do
+      put_back[#put_back + 1] = popped[2 * j]
+      put_back[#put_back + 1] = popped_ids[j]
     end
     break
   end
@@ -26,10 +62,13 @@ for i = 1, #popped, 2 do
     used = used + #blob
     local sep = string.find(blob, '|', 1, true)
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
-    local token = ARGV[4] .. ((i + 1) / 2)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('ZADD', KEYS[3], deadline, id)
-    redis.call('HSET', KEYS[4], id, token .. '|' .. attempt .. '|' .. now .. '|' .. ARGV[5])
+    -- numbered by position in the popped batch, so ids without data leave gaps
+    local token = ARGV[4] .. k
+    handed_ids[#handed_ids + 1] = id
+    leased_args[#leased_args + 1] = deadline_arg
+    leased_args[#leased_args + 1] = id
+    lease_args[#lease_args + 1] = id
+    lease_args[#lease_args + 1] = token .. '|' .. attempt .. lease_suffix
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = token
@@ -37,5 +76,10 @@ for i = 1, #popped, 2 do
   end
   -- an id without data is a leftover of a partial loss; the reconciler re-dispatches it
 end
+
+call_chunked('ZADD', KEYS[1], put_back)
+call_chunked('HDEL', KEYS[2], handed_ids)
+call_chunked('ZADD', KEYS[3], leased_args)
+call_chunked('HSET', KEYS[4], lease_args)
 out[1] = redis.call('ZCARD', KEYS[1])
 return out

@@ -5,10 +5,29 @@
 --   enqueue: new ready work; refused outright while the queue is in cold mode (hysteresis).
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
--- A task already in the ready set keeps its place (ZADD NX semantics).
+-- A task already in the ready set keeps its place (ZADD NX semantics); so does the second
+-- copy of an id listed twice (the first copy is the one accepted).
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- Returns { mode_after, refused_id, ... }
+-- Valkey work for the tasks: one ZMSCORE (Redis >= 6.2), then one ZADD and one HSET of the
+-- accepted ones, however many triples.
+
+-- unpack() puts every value on the Lua C stack (~8000 slots): feed variadic commands at
+-- most CHUNK values at a time. CHUNK is even, so a score/member or field/value pair never
+-- straddles two calls. Returns the array replies concatenated (for ZMSCORE).
+local CHUNK = 4000
+local function call_chunked(command, key, args)
+  local replies = {}
+  for first = 1, #args, CHUNK do
+    local reply = redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, #args)))
+    if type(reply) == 'table' then
+      for _, value in ipairs(reply) do replies[#replies + 1] = value end
+    end
+  end
+  return replies
+end
+
 local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
 local mode = redis.call('HGET', KEYS[3], 'mode')
@@ -19,19 +38,33 @@ end
 local size = redis.call('ZCARD', KEYS[1])
 local refuse_all = (kind == 'enqueue' and mode == 'cold')
 local refused = {}
-for i = 5, #ARGV, 3 do
-  local id = ARGV[i]
-  if refuse_all then
-    refused[#refused + 1] = id
-  elseif redis.call('ZSCORE', KEYS[1], id) then
-    -- already waiting in line: it keeps its place
-  elseif size < warm_max then
-    redis.call('ZADD', KEYS[1], ARGV[i + 1], id)
-    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
-    size = size + 1
-  else
-    refused[#refused + 1] = id
+if refuse_all then
+  for i = 5, #ARGV, 3 do refused[#refused + 1] = ARGV[i] end
+else
+  local ids = {}
+  for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+  local in_line = call_chunked('ZMSCORE', KEYS[1], ids)   -- in the order of ids
+  local accepted = {}      -- id -> true: a later copy in this batch finds it in line
+  local ready_args = {}    -- score, id, ...
+  local data_args = {}     -- id, blob, ...
+  for k = 1, #ids do
+    local id = ids[k]
+    if in_line[k] or accepted[id] then
+      -- already waiting in line: it keeps its place
+    elseif size < warm_max then
+      local i = 5 + 3 * (k - 1)
+      accepted[id] = true
+      ready_args[#ready_args + 1] = ARGV[i + 1]
+      ready_args[#ready_args + 1] = id
+      data_args[#data_args + 1] = id
+      data_args[#data_args + 1] = ARGV[i + 2]
+      size = size + 1
+    else
+      refused[#refused + 1] = id
+    end
   end
+  call_chunked('ZADD', KEYS[1], ready_args)
+  call_chunked('HSET', KEYS[2], data_args)
 end
 if #refused > 0 then
   mode = 'cold'
