@@ -3,6 +3,7 @@ run with EVALSHA (redis-py reloads a script on NOSCRIPT)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,6 +82,20 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_INCLUDE = re.compile(r"^-- include: (\w+)", re.MULTILINE)
+
+
+def script_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``, with the shared pieces it names on a line
+    ``-- include: <piece>`` (``lua/<piece>.lua``) put before it: scripts cannot call each
+    other, so what several of them need is shared at load time."""
+    folder = resources.files("tierq.dal").joinpath("lua")
+    body = folder.joinpath(f"{name}.lua").read_text("utf-8")
+    pieces = [folder.joinpath(f"{piece}.lua").read_text("utf-8")
+              for piece in dict.fromkeys(_INCLUDE.findall(body))]
+    return "\n".join([*pieces, body])
+
+
 @contextmanager
 def _available() -> Iterator[None]:
     try:
@@ -94,10 +109,8 @@ class WarmTier:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        folder = resources.files("tierq.dal").joinpath("lua")
         self.scripts: dict[str, Script] = {
-            name: client.register_script(folder.joinpath(f"{name}.lua").read_text("utf-8"))
-            for name in SCRIPTS
+            name: client.register_script(script_source(name)) for name in SCRIPTS
         }
 
     @classmethod

@@ -10,20 +10,7 @@
 -- ZPOPMIN, one HMGET of the data, then at most one ZADD (back to ready), HDEL, ZADD
 -- (leased) and HSET (leases) each.
 
--- unpack() puts every value on the Lua C stack (~8000 slots): feed variadic commands at
--- most CHUNK values at a time. CHUNK is even, so a score/member or field/value pair never
--- straddles two calls. Returns the array replies concatenated (for HMGET).
-local CHUNK = 4000
-local function call_chunked(command, key, args)
-  local replies = {}
-  for first = 1, #args, CHUNK do
-    local reply = redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, #args)))
-    if type(reply) == 'table' then
-      for _, value in ipairs(reply) do replies[#replies + 1] = value end
-    end
-  end
-  return replies
-end
+-- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 
 local now = tonumber(ARGV[2])
 local deadline = now + tonumber(ARGV[3])

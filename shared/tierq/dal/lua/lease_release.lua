@@ -7,19 +7,7 @@
 -- Valkey work: one HMGET of the leases, then one ZREM and one HDEL of the matching ids,
 -- however many pairs.
 
--- unpack() puts every value on the Lua C stack (~8000 slots): feed variadic commands at
--- most CHUNK values at a time. Returns the array replies concatenated (for HMGET).
-local CHUNK = 4000
-local function call_chunked(command, key, args)
-  local replies = {}
-  for first = 1, #args, CHUNK do
-    local reply = redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, #args)))
-    if type(reply) == 'table' then
-      for _, value in ipairs(reply) do replies[#replies + 1] = value end
-    end
-  end
-  return replies
-end
+-- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 
 local ids = {}
 for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end

@@ -13,20 +13,7 @@
 -- Valkey work for the tasks: one ZMSCORE (Redis >= 6.2), then one ZADD and one HSET of the
 -- accepted ones, however many triples.
 
--- unpack() puts every value on the Lua C stack (~8000 slots): feed variadic commands at
--- most CHUNK values at a time. CHUNK is even, so a score/member or field/value pair never
--- straddles two calls. Returns the array replies concatenated (for ZMSCORE).
-local CHUNK = 4000
-local function call_chunked(command, key, args)
-  local replies = {}
-  for first = 1, #args, CHUNK do
-    local reply = redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, #args)))
-    if type(reply) == 'table' then
-      for _, value in ipairs(reply) do replies[#replies + 1] = value end
-    end
-  end
-  return replies
-end
+-- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 
 local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
