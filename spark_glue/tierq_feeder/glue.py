@@ -19,12 +19,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from tierq_feeder.config import SourceSpec
-from tierq_feeder.sources import Offsets, SparkLoader, read_files, read_jdbc
-from tierq_feeder.writer import StoreConfig
 
 from tierq.config import Settings
 from tierq.dal import connect
+from tierq_feeder.config import SourceSpec
+from tierq_feeder.sources import Offsets, SparkLoader, read_files, read_jdbc
+from tierq_feeder.writer import StoreConfig
 
 log = logging.getLogger("tierq.feeder")
 

@@ -6,9 +6,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tierq_feeder.sources import Offset
-
 from tierq.dal.postgres import Database, run
+from tierq_feeder.sources import Offset
 
 
 class FeedBusy(RuntimeError):
