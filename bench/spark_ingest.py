@@ -11,6 +11,9 @@ real feed does: reads the parquet files, places and ranks every row, dedups keys
 the backlog before each round, reserves places in line, COPYs into staging tables and
 ``INSERT … SELECT … ON CONFLICT`` into ``tierq_tasks`` (primary key, live-key unique index,
 cold-line index), records offsets, warms the first batch. Spark's start-up is not counted.
+Between the two, the feeder's write path alone (its COPY → staging → ``INSERT … ON
+CONFLICT``, one connection per core, the COPY text built before the clock starts) shows the
+most any feeder can reach on this machine.
 The last line is ``ratio=X.XX`` (feeder rows/s ÷ raw COPY rows/s; the target is ≥ 0.5).
 """
 
@@ -22,8 +25,10 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for entry in (ROOT, ROOT / "spark_glue"):
@@ -109,6 +114,63 @@ def raw_copy(database_url: str, rows: int) -> float:
     return seconds
 
 
+def write_path_alone(database_url: str, rows: int, writers: int, chunk_rows: int) -> float:
+    """The feeder's write path without Spark: ``writers`` connections in parallel, each
+    COPYing its share into the staging table and moving it with the feeder's own
+    ``INSERT … SELECT … ON CONFLICT``, one transaction per chunk of ``chunk_rows``. The COPY
+    text is built before the clock starts. The ceiling of any feeder on this machine.
+    Returns seconds."""
+    from datetime import UTC, datetime
+
+    from tierq.core.ids import uuid7_strings
+    from tierq.dal.sql_files import query
+
+    ids = uuid7_strings(rows)
+    chunks: list[list[bytes]] = [[] for _ in range(writers)]
+    for start in range(0, rows, chunk_rows):
+        lines = []
+        for i in range(start, min(start + chunk_rows, rows)):
+            key, priority, name, amount, batch = row_values(i)
+            payload = orjson.dumps({"key": key, "priority": priority, "name": name,
+                                    "amount": amount, "batch": batch}).decode()
+            payload = payload.replace("\\", "\\\\")  # COPY text escapes its backslashes
+            lines.append(f"{ids[i]}\t{i + 1}\t_\t{key}\t{priority}\t{payload}\tcold\t\\N\n")
+        chunks[(start // chunk_rows) % writers].append("".join(lines).encode())
+    connections = [psycopg.connect(database_url, autocommit=True) for _ in range(writers)]
+    for conn in connections:
+        conn.execute(query("feeder_create_stage"))
+    errors: list[BaseException] = []
+
+    def write(conn: psycopg.Connection[Any], texts: list[bytes]) -> None:
+        try:
+            for text in texts:
+                with conn.transaction():
+                    with conn.cursor() as cur, cur.copy(query("feeder_copy_stage")) as copy:
+                        copy.write(text)
+                    conn.execute(query("feeder_insert_from_stage"), {
+                        "queue": QUEUE, "now": datetime.now(UTC), "max_attempts": 5})
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(conn, texts))
+               for conn, texts in zip(connections, chunks, strict=True)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    for conn in connections:
+        conn.close()
+    if errors:
+        raise errors[0]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        count = conn.execute("SELECT count(*) FROM tierq_tasks").fetchone()
+    if count is None or count[0] != rows:
+        raise SystemExit(f"the write path alone wrote {count} rows, expected {rows}")
+    return seconds
+
+
 def fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -172,6 +234,18 @@ def main(argv: list[str] | None = None) -> int:
         raw_rate = rows / raw_seconds
         say(f"raw COPY: {raw_seconds:.2f} s, {raw_rate:,.0f} rows/s")
 
+        writers = args.write_partitions or os.cpu_count() or 2
+        chunk = args.chunk_rows or 50_000
+        say(f"the write path alone (no Spark): {rows:,} rows, {writers} connection(s), "
+            f"chunks of {chunk:,} …")
+        ceiling_url = stores.fresh_database("tierq_bench_ingest_ceiling")
+        migrate(ceiling_url)
+        before = cpu_now(stores)
+        alone_seconds = write_path_alone(ceiling_url, rows, writers, chunk)
+        alone_cpu = cpu_now(stores) - before
+        alone_rate = rows / alone_seconds
+        say(f"write path alone: {alone_seconds:.2f} s, {alone_rate:,.0f} rows/s")
+
         say(f"feeder: {rows:,} rows into queue {QUEUE!r} …")
         feed_args = ["--queue", QUEUE, "--source", f"rows={scratch / 'rows'}:parquet",
                      "--key-column", "key", "--priority-column", "priority",
@@ -194,10 +268,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{'postgres':>8}{'client':>8}{'spark':>8}")
         say(f"{'raw COPY':<10}{raw_seconds:>9.2f}{raw_rate:>10,.0f}   {'':>13}"
             f"{fmt(raw_cpu.postgres):>8}{raw_cpu.client:>8.1f}{'-':>8}")
+        say(f"{'alone':<10}{alone_seconds:>9.2f}{alone_rate:>10,.0f}   {'':>13}"
+            f"{fmt(alone_cpu.postgres):>8}{alone_cpu.client:>8.1f}{'-':>8}")
         say(f"{'feeder':<10}{result.seconds:>9.2f}{feed_rate:>10,.0f}   {'':>13}"
             f"{fmt(feed_cpu.postgres):>8}{feed_cpu.client:>8.1f}{spark_cpu:>8.1f}")
         say("(client: this process — the COPY loop, or Spark's driver; spark: the JVM and "
-            "its Python workers)")
+            "its Python workers; alone: the feeder's COPY -> staging -> INSERT … ON CONFLICT "
+            "without Spark, its text built beforehand)")
+        say(f"write path alone / raw COPY = {alone_rate / raw_rate:.2f} (the most any feeder "
+            f"can reach here); feeder / write path alone = {feed_rate / alone_rate:.2f}")
         say(f"ratio={feed_rate / raw_rate:.2f}")
         spark.stop()  # type: ignore[attr-defined]
     finally:
