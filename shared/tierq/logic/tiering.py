@@ -38,6 +38,10 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
     if room > 0:
         moved, busy = _promote(ctx, queue, tenant, room)
         result.promoted, result.skipped_busy = moved, busy
+        if busy or moved == room:
+            # another mover is at work (it checks), or this pass filled all the room it was
+            # given: the cold line still has rows, so asking Postgres would be wasted
+            return result
     # Return to warm mode: observe (epoch e), see no cold rows in Postgres, flip iff still e.
     seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
                          stale_ms=stale_ms, warm_max=warm_max)
