@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -47,18 +48,26 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-@pytest.fixture(scope="session")
-def database_url(services: LocalServices) -> Iterator[str]:
-    """A fresh, migrated database for this test session."""
-    admin = services.postgres.url
-    name = f"tierq_test_{uuid.uuid4().hex[:10]}"
+@contextmanager
+def migrated_database(admin: str, prefix: str) -> Iterator[str]:
+    """A fresh database on the server of ``admin``, migrated; dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = with_database(admin, name)
-    migrate(url)
-    yield url
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        migrate(url)
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url(services: LocalServices) -> Iterator[str]:
+    """A fresh, migrated database for this test session."""
+    with migrated_database(services.postgres.url, "tierq_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

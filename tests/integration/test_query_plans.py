@@ -16,8 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.conftest import with_database
-from tierq.dal.migrate import migrate
+from tests.conftest import migrated_database
 from tierq.dal.sql_files import query
 
 WARM_ROWS = 20_000
@@ -28,24 +27,15 @@ PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 @pytest.fixture(scope="module")
 def unanalyzed(services: Any) -> Iterator[psycopg.Connection[Any]]:
     """A database of its own: WARM_ROWS warm tasks of queue 'q', autovacuum off, no stats."""
-    admin = services.postgres.url
-    name = f"tierq_plans_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = with_database(admin, name)
-    migrate(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
-            conn.execute(
-                "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
-                " run_at_initially, max_attempts, seq, created_at, ready_since, state_since)"
-                " SELECT gen_random_uuid(), 'q', '_', 0, '{}', 'warm', now(), now(), 5, g,"
-                " now(), now(), now() FROM generate_series(1, %s) AS g", (WARM_ROWS,))
-            yield conn
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with migrated_database(services.postgres.url, "tierq_plans") as url, \
+            psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
+        conn.execute(
+            "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+            " run_at_initially, max_attempts, seq, created_at, ready_since, state_since)"
+            " SELECT gen_random_uuid(), 'q', '_', 0, '{}', 'warm', now(), now(), 5, g,"
+            " now(), now(), now() FROM generate_series(1, %s) AS g", (WARM_ROWS,))
+        yield conn
 
 
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
