@@ -51,12 +51,9 @@ class PairKeys:
                    tag + "inflight")
 
 
-@dataclass(frozen=True)
-class Claimed:
-    id: str
-    attempt: int
-    token: str
-    blob: bytes
+# One claimed task as the claim script returns it: (id, attempt, lease token, task JSON), the
+# strings undecoded (bytes). A tuple, not an object: a claim hands out hundreds of them.
+Claimed = tuple[bytes, int, bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -169,10 +166,8 @@ class WarmTier:
         out = self._run("claim", (k.ready, k.data, k.leased, k.leases, k.meta),
                         (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
                          "strict" if strict else ""))
-        claimed = [
-            Claimed(_s(out[i]), int(out[i + 1]), _s(out[i + 2]), out[i + 3])
-            for i in range(2, len(out), 4)
-        ]
+        claimed: list[Claimed] = list(zip(out[2::4], out[3::4], out[4::4], out[5::4],
+                                          strict=True))
         return int(out[0]), _s(out[1]), claimed
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,

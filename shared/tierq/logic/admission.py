@@ -21,7 +21,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 import psycopg
@@ -199,7 +198,3 @@ def ready_now(ctx: Context, targets: Sequence[Target],
         if str(row["id"]) in refused:
             row["state"] = "cold"
     return pending.rows
-
-
-def decode_blob(blob: bytes) -> dict[str, Any]:
-    return orjson.loads(blob)

@@ -10,12 +10,16 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+
+import orjson
 
 from tierq.core.ids import new_token_prefix
 from tierq.dal.warm_tier import Claimed
-from tierq.logic import admission, tiering
+from tierq.logic import tiering
 from tierq.logic.context import Context, from_ms, to_ms
 from tierq.models.leases import ClaimedTask, ClaimRequest
+from tierq.models.trusted import trusted, uuid_of
 
 POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
@@ -73,7 +77,7 @@ class _Claimer:
             self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
             token_prefix=new_token_prefix(tenant), worker=self.worker,
             max_bytes=self._budget(), strict=self.used_bytes > 0)
-        self.used_bytes += sum(len(c.blob) for c in claimed)
+        self.used_bytes += sum(len(c[3]) for c in claimed)
         return left, mode, claimed, now_ms
 
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
@@ -101,24 +105,32 @@ class _Claimer:
         tiering.refill(self.ctx, self.queue, tenant, limit=LOW_WATER_REFILL)
 
     def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
+        """The claimed tasks as models, built without validation: every value comes from a
+        task tierq itself wrote (see tierq.models.trusted)."""
         expires = from_ms(now_ms + self.lease_ms)
+        queue = self.queue
+        enqueued: dict[int, datetime] = {}  # tasks enqueued together share one instant
         out = []
-        for c in claimed:
-            body = admission.decode_blob(c.blob)
-            out.append(ClaimedTask(
-                id=c.id,  # type: ignore[arg-type]
-                queue=self.queue,
-                tenant=tenant,
-                key=body["k"],
-                priority=body["pr"],
-                payload=body["p"],
-                attempt=c.attempt,
-                max_attempts=body["m"],
-                lease_token=c.token,
-                lease_expires_at=expires,
-                redelivered=c.attempt > 1,
-                enqueued_at=from_ms(body["c"]),
-            ))
+        for raw_id, attempt, raw_token, task_json in claimed:
+            body = orjson.loads(task_json)
+            created_ms = body["c"]
+            enqueued_at = enqueued.get(created_ms)
+            if enqueued_at is None:
+                enqueued_at = enqueued[created_ms] = from_ms(created_ms)
+            out.append(trusted(ClaimedTask, {
+                "id": uuid_of(raw_id.decode()),
+                "queue": queue,
+                "tenant": tenant,
+                "key": body["k"],
+                "priority": body["pr"],
+                "payload": body["p"],
+                "attempt": attempt,
+                "max_attempts": body["m"],
+                "lease_token": raw_token.decode(),
+                "lease_expires_at": expires,
+                "redelivered": attempt > 1,
+                "enqueued_at": enqueued_at,
+            }))
         return out
 
 
