@@ -52,16 +52,24 @@ def uuid7_strings(n: int, now_ms: int | None = None) -> list[str]:
             first = int.from_bytes(os.urandom(2), "big") & 0x3FF
         last = first + n - 1  # the counter carries into the next milliseconds
         _last_ms, _counter = ms + (last >> 12), last & 0xFFF
-    rand = os.urandom(8 * n)
-    low_mask = (1 << 62) - 1
+    rand = os.urandom(8 * n).hex()  # 16 random hex digits per id
     out = []
+    last_ms, ms_hex = -1, ""
     for i in range(n):
         c = first + i
-        high = (((ms + (c >> 12)) & ((1 << 48) - 1)) << 16) | 0x7000 | (c & 0xFFF)
-        low = (int.from_bytes(rand[8 * i:8 * i + 8], "big") & low_mask) | (0b10 << 62)
-        h = f"{high:016x}{low:016x}"
-        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+        id_ms = (ms + (c >> 12)) & _MS_MASK
+        if id_ms != last_ms:  # once per millisecond the counter carries into
+            last_ms, ms_hex = id_ms, f"{id_ms:012x}"
+        low = rand[16 * i:16 * i + 16]
+        # version 7 and the 12-bit counter; then the variant (10) over 62 random bits
+        out.append(f"{ms_hex[:8]}-{ms_hex[8:]}-7{c & 0xFFF:03x}-"
+                   f"{_VARIANT[low[0]]}{low[1:4]}-{low[4:]}")
     return out
+
+
+_MS_MASK = (1 << 48) - 1
+# the first hex digit of the random half, with its top two bits set to the variant 0b10
+_VARIANT = {f"{v:x}": f"{0x8 | (v & 0x3):x}" for v in range(16)}
 
 
 def new_token_prefix(tenant: str) -> str:

@@ -11,8 +11,10 @@ from importlib import resources
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
+from tierq.dal.script_calls import ScriptCalls
 from tierq.errors import Unavailable
 
 SCRIPTS = (
@@ -109,21 +111,25 @@ class WarmTier:
         self.scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPTS
         }
+        # cluster clients route each call by its key slot themselves
+        self.calls = None if isinstance(client, RedisCluster) else ScriptCalls(client)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
         if cluster:
-            from redis.cluster import RedisCluster
-
             return cls(RedisCluster.from_url(url))  # type: ignore[arg-type]
         return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
                                         health_check_interval=30))
 
     def close(self) -> None:
+        if self.calls is not None:
+            self.calls.close()
         self.client.close()
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with _available():
+            if self.calls is not None:
+                return self.calls.run(self.scripts[name], keys, args)
             return self.scripts[name](keys=list(keys), args=list(args))
 
     # -- admission ---------------------------------------------------------------------

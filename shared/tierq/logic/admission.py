@@ -32,12 +32,16 @@ from tierq.logic.context import Context, Pair, to_datetime, to_ms
 PUSH_CHUNK = 1000
 
 
-def task_blob(attempts: int, payload_json: str, key: str | None, priority: int,
+def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priority: int,
               max_attempts: int, created_ms: int) -> bytes:
-    """What the warm tier keeps of a ready task: enough to hand it out without Postgres."""
-    body = orjson.dumps({"p": orjson.Fragment(payload_json), "k": key, "pr": priority,
-                         "m": max_attempts, "c": created_ms})
-    return b"%d|%s" % (attempts, body)
+    """What the warm tier keeps of a ready task: enough to hand it out without Postgres.
+    ``<attempts>|{"p":<payload>,"k":<key>,"pr":<priority>,"m":<max_attempts>,"c":<ms>}``,
+    formatted directly (one per task on the enqueue path)."""
+    if isinstance(payload_json, str):
+        payload_json = payload_json.encode()
+    key_json = b"null" if key is None else orjson.dumps(key)
+    return b'%d|{"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d}' % (
+        attempts, payload_json, key_json, priority, max_attempts, created_ms)
 
 
 def row_push_item(row: Row) -> tuple[str, int, bytes]:

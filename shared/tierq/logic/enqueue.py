@@ -18,19 +18,20 @@ from tierq.logic.admission import Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.tasks import MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
+from tierq.models.trusted import trusted, uuid_of
 
 MAX_BATCH = 500
 INSERT_RETRIES = 3
 
 
-@dataclass
+@dataclass(slots=True)
 class Prepared:
     index: int
     id: str
     tenant: str
     key: str | None
     priority: int
-    payload_json: str
+    payload_json: bytes
     run_at_explicit: bool
     run_at_s: float
     max_attempts: int
@@ -39,52 +40,54 @@ class Prepared:
     state: str = ""
 
 
+def _where(i: int, n: int) -> str:
+    return f"tasks[{i}]" if n > 1 else "task"
+
+
 def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             default_tenant: str | None = None) -> list[Prepared]:
     """Turn validated models into rows; raises (writing nothing) on what pydantic cannot see:
     payload size, schedules beyond a year."""
-    if len(tasks) > MAX_BATCH:
-        raise InvalidInput.field(
-            "tasks", f"at most {MAX_BATCH} tasks per request, got {len(tasks)}"
-        )
-    qs = ctx.queue_settings.get(queue)
+    n = len(tasks)
+    if n > MAX_BATCH:
+        raise InvalidInput.field("tasks", f"at most {MAX_BATCH} tasks per request, got {n}")
+    max_attempts = ctx.queue_settings.get(queue).max_attempts
     limit = ctx.settings.max_payload_bytes
+    tenant_default = default_tenant or DEFAULT_TENANT
+    dumps = orjson.dumps
     out: list[Prepared] = []
-    ids = uuid7_strings(len(tasks))
+    ids = uuid7_strings(n)
     for i, task in enumerate(tasks):
-        where = f"tasks[{i}]" if len(tasks) > 1 else "task"
         try:
-            payload_json = orjson.dumps(task.payload).decode()
+            payload_json = dumps(task.payload)
         except TypeError as exc:
-            raise InvalidInput.field(f"{where}.payload", f"not JSON-serialisable: {exc}") from exc
-        if "\\u0000" in payload_json:
+            raise InvalidInput.field(f"{_where(i, n)}.payload",
+                                     f"not JSON-serialisable: {exc}") from exc
+        if b"\\u0000" in payload_json:
             raise InvalidInput.field(
-                f"{where}.payload", "contains a NUL character (\\u0000), which cannot be stored"
-            )
+                f"{_where(i, n)}.payload",
+                "contains a NUL character (\\u0000), which cannot be stored")
         if len(payload_json) > limit:
+            where = _where(i, n)
             raise PayloadTooLarge(
                 f"{where}.payload is {len(payload_json)} bytes once serialised; "
                 f"the limit is {limit}",
                 details=[{"field": f"{where}.payload", "message": "too large"}],
             )
-        if task.run_at is not None:
-            run_at = task.run_at.timestamp()
+        run_at_given, delay = task.run_at, task.delay_seconds
+        if run_at_given is not None:
+            run_at = run_at_given.timestamp()
             if run_at - now > MAX_DELAY_SECONDS:
-                raise InvalidInput.field(f"{where}.run_at", "must be within a year from now")
+                raise InvalidInput.field(f"{_where(i, n)}.run_at",
+                                         "must be within a year from now")
+        elif delay:
+            run_at = now + delay
         else:
-            run_at = now + (task.delay_seconds or 0.0)
+            run_at = now
         out.append(Prepared(
-            index=i,
-            id=ids[i],
-            tenant=task.tenant or default_tenant or DEFAULT_TENANT,
-            key=task.key,
-            priority=task.priority,
-            payload_json=payload_json,
-            run_at_explicit=task.run_at is not None or task.delay_seconds is not None,
-            run_at_s=run_at,
-            max_attempts=task.max_attempts or qs.max_attempts,
-            on_conflict=task.on_conflict,
-            ready=run_at <= now,
+            i, ids[i], task.tenant or tenant_default, task.key, task.priority, payload_json,
+            run_at_given is not None or delay is not None, run_at,
+            task.max_attempts or max_attempts, task.on_conflict, run_at <= now,
         ))
     return out
 
@@ -174,12 +177,16 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                 p.id, score(p.priority, seq),
                 task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
             ))
-        outcomes[p.index] = EnqueueOutcome(id=p.id, outcome="created", state=p.state,  # type: ignore[arg-type]
-                                           tenant=p.tenant, key=p.key)
+        # built without validation: the values are the ones just written (models.trusted)
+        outcomes[p.index] = trusted(EnqueueOutcome, {
+            "id": uuid_of(p.id), "outcome": "created", "state": p.state, "tenant": p.tenant,
+            "key": p.key,
+        })
     refused = admission.dispatch(ctx, ticket, warm_items)
-    for p in batch:
-        if p.id in refused:
-            outcomes[p.index].state = "cold"
+    if refused:
+        for p in batch:
+            if p.id in refused:
+                outcomes[p.index].state = "cold"
     if not conflicts:
         return []
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
@@ -217,7 +224,7 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, dict[str, Any
     rows = ctx.db.fetch("replace_tasks", {
         "now": to_datetime(now),
         "ids": [str(e["id"]) for _, e in items],
-        "payloads": [p.payload_json for p, _ in items],
+        "payloads": [p.payload_json.decode() for p, _ in items],
         "priorities": [p.priority for p, _ in items],
         "run_ats": [to_datetime(p.run_at_s) if p.run_at_explicit else None for p, _ in items],
         "max_attempts": [p.max_attempts for p, _ in items],
