@@ -249,3 +249,19 @@ def test_a_byte_budget_spans_tenants(tq):
     got = tq.claim("b", max=9, max_bytes=150_000)
     assert len(got) == 1
     assert len(tq.claim("b", max=9)) == 2
+
+
+def test_a_batch_takes_consecutive_places_in_its_own_order_with_or_without_keys(tq, pg):
+    keyless = tq.enqueue("q", [{"payload": i} for i in range(300)])
+    keyed = tq.enqueue("q", [{"payload": i, "key": f"k{i}" if i % 2 else None}
+                             for i in range(300)])
+    seq_of = dict(pg.execute("SELECT id, seq FROM tierq_tasks").fetchall())
+    for batch in (keyless, keyed):
+        seqs = [seq_of[o.id] for o in batch]
+        assert seqs == list(range(seqs[0], seqs[0] + len(batch)))  # no gaps, batch order
+    assert max(seq_of[o.id] for o in keyless) < min(seq_of[o.id] for o in keyed)
+    # a task made ready again takes a place after both batches (the back of the line)
+    [task] = tq.claim("q", max=1)
+    tq.nack("q", [{"id": task.id, "lease_token": task.lease_token, "retry_in_seconds": 0}])
+    assert pg.execute("SELECT seq FROM tierq_tasks WHERE id = %s",
+                      (task.id,)).fetchone()[0] > max(seq_of.values())

@@ -21,6 +21,10 @@ from tierq.models.tasks import MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
 from tierq.models.trusted import trusted, uuid_of
 
 MAX_BATCH = 500
+# insert_tasks numbers a batch's rows from one value of tierq_task_seq, which steps by 512
+# (migration 0004): a batch must not be longer
+SEQ_BLOCK = 512
+assert MAX_BATCH <= SEQ_BLOCK
 INSERT_RETRIES = 3
 
 
@@ -151,7 +155,8 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     try:
         for p in batch:
             p.state = ticket.state_for((queue, p.tenant)) if p.ready else "delayed"
-        created = ctx.db.fetch_tuples("insert_tasks", {
+        keyed = any(p.key is not None for p in batch)
+        created = ctx.db.fetch_tuples("insert_tasks" if keyed else "insert_tasks_keyless", {
             "queue": queue,
             "now": to_datetime(now),
             "rows": orjson.dumps([

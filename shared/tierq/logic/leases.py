@@ -28,7 +28,7 @@ from tierq.models.leases import (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Verified:
     tenant: str
     id: str
@@ -43,13 +43,14 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem],
     by_tenant: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
     seen: set[str] = set()
     for i, item in enumerate(items):
-        tenant = tenant_of_token(item.lease_token)
+        token = item.lease_token
+        tenant = tenant_of_token(token)
         task_id = str(item.id)
         if tenant is None or task_id in seen:
             rejected.append(Rejection(id=item.id, reason="not_owner"))
             continue
         seen.add(task_id)
-        by_tenant[tenant].append((i, task_id, item.lease_token))
+        by_tenant[tenant].append((i, task_id, token))
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
     for tenant, entries in by_tenant.items():
@@ -59,7 +60,7 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem],
             if attempt > 0:
                 valid.append(Verified(tenant, task_id, token, attempt, i))
             else:
-                rejected.append(Rejection(id=UUID(task_id), reason="not_owner"))
+                rejected.append(Rejection(id=items[i].id, reason="not_owner"))
     return valid
 
 

@@ -3,19 +3,23 @@
 
 -- name: insert_tasks
 -- New tasks, one statement per batch, rows passed as one JSON array (fast to build, and the
--- function scan keeps its order, so seqs follow the batch). A live task with the same key
--- wins (DO NOTHING); the caller reads the rows that were not returned as conflicts.
+-- function scan keeps its order). The batch takes one value of tierq_task_seq (it steps by
+-- 512, migration 0004) and numbers its rows from it in batch order. A live task with the
+-- same key wins (DO NOTHING); the caller reads the rows that were not returned as
+-- conflicts. A batch without keys uses insert_tasks_keyless: ON CONFLICT costs a
+-- speculative insertion per row even where no key can conflict.
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
                          state_since)
 SELECT v.id, %(queue)s, v.tenant, v.key, v.priority,
        COALESCE(v.payload, 'null'::jsonb),  -- json_to_recordset reads a JSON null as NULL
-       v.state, r.run_at, r.run_at, v.max_attempts,
-       nextval('tierq_task_seq'), %(now)s,
+       v.state, r.run_at, r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
        CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
-FROM json_to_recordset(%(rows)s::json)
-     AS v(id uuid, tenant text, key text, priority smallint, payload jsonb, state text,
-          run_at double precision, max_attempts int),
+FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
+     ROWS FROM (json_to_recordset(%(rows)s::json)
+                AS (id uuid, tenant text, key text, priority smallint, payload jsonb,
+                    state text, run_at double precision, max_attempts int))
+     WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts, n),
      -- a ready task's run_at is never after its ready_since: the float seconds may round
      -- a microsecond past "now"
      LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
@@ -23,6 +27,24 @@ FROM json_to_recordset(%(rows)s::json)
                      END AS run_at) AS r
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
 DO NOTHING
+RETURNING id::text, seq;
+
+-- name: insert_tasks_keyless
+-- insert_tasks for a batch in which no task has a key: the same rows, no ON CONFLICT.
+INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                         run_at_initially, max_attempts, seq, created_at, ready_since,
+                         state_since)
+SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, COALESCE(v.payload, 'null'::jsonb),
+       v.state, r.run_at, r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
+       CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
+FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
+     ROWS FROM (json_to_recordset(%(rows)s::json)
+                AS (id uuid, tenant text, priority smallint, payload jsonb, state text,
+                    run_at double precision, max_attempts int))
+     WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts, n),
+     LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
+                          ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
+                     END AS run_at) AS r
 RETURNING id::text, seq;
 
 -- name: live_by_keys
