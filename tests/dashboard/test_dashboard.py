@@ -12,7 +12,7 @@ import redis
 
 from tests.client.conftest import QueueNames
 from tierq.client import Client
-from tierq.dal.warm_tier import PairKeys
+from tierq.dal.warm_tier import PairKeys, claim_prefix
 
 pytestmark = pytest.mark.browser
 NO_VALUE = "\u2013"  # what the page shows for "none" (an en dash)
@@ -101,15 +101,15 @@ def test_running_tasks_panel_highlights_tasks_over_five_minutes(
         page: Any, api: Client, api_url: str, names: QueueNames, valkey_url: str) -> None:
     queue = names["busy"]
     api.enqueue(queue, [{"payload": i} for i in range(2)])
-    long_task, short_task = api.claim(queue, max=2, worker="worker-7", lease_seconds=3600)
-    # the long one started six minutes ago, as its lease record says
+    [long_task] = api.claim(queue, max=1, worker="worker-7", lease_seconds=3600)
+    [short_task] = api.claim(queue, max=1, worker="worker-7", lease_seconds=3600)
+    # the long one's claim was made six minutes ago, as its claim record says
     store = redis.Redis.from_url(valkey_url)
     try:
-        key = PairKeys.of(queue, "_").leases
-        token, attempt, started, worker = store.hget(key, str(long_task.id)).decode().split(
-            "|", 3)
-        store.hset(key, str(long_task.id),
-                   f"{token}|{attempt}|{int(started) - 6 * 60 * 1000}|{worker}")
+        key = PairKeys.of(queue, "_").claims
+        prefix = claim_prefix(long_task.lease_token)
+        started, worker = store.hget(key, prefix).decode().split("|", 1)
+        store.hset(key, prefix, f"{int(started) - 6 * 60 * 1000}|{worker}")
     finally:
         store.close()
     open_dashboard(page, api_url)

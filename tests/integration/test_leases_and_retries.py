@@ -168,3 +168,50 @@ def test_retention_purges_finished_rows(make_tq, pg):
     tq.ctx.clock.advance(61)
     assert tq.run_reaper().purged == 2
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 0
+
+
+def test_a_token_is_only_good_for_the_task_and_attempt_it_was_issued_for(make_tq):
+    tq = make_tq(lease_seconds=30)
+    tq.enqueue("t", [{"payload": "a"}, {"payload": "b"}])
+    a, b = tq.claim("t", max=2)
+    swapped = tq.ack("t", [{"id": a.id, "lease_token": b.lease_token},
+                           {"id": b.id, "lease_token": a.lease_token}])
+    assert not swapped.acked and {r.reason for r in swapped.rejected} == {"not_owner"}
+    # the same token with another attempt number names no lease either
+    prefix, attempt, n = a.lease_token.rsplit("~", 2)
+    forged = f"{prefix}~{int(attempt) + 1}~{n}"
+    assert tq.ack("t", [{"id": a.id, "lease_token": forged}]).rejected[0].reason == "not_owner"
+    assert tq.heartbeat("t", [{"id": a.id, "lease_token": forged}]).rejected
+    # a lease that expired and was issued again has a new token: the old one drops nothing
+    tq.ctx.clock.advance(31)
+    tq.run_reaper()
+    again = {t.id: t for t in tq.claim("t", max=2)}
+    assert again[a.id].attempt == 2 and again[a.id].lease_token != a.lease_token
+    assert tq.ack("t", [{"id": a.id, "lease_token": a.lease_token}]).rejected
+    assert tq.get_task("t", a.id).state == "leased"
+    done = tq.ack("t", [{"id": t.id, "lease_token": t.lease_token} for t in again.values()])
+    assert sorted(done.acked) == sorted(again)
+
+
+def test_running_leases_show_worker_and_start_until_the_reaper_forgets_their_claim(
+        make_tq, valkey):
+    from tierq.dal.warm_tier import PairKeys
+
+    tq = make_tq(lease_seconds=30)
+    tq.enqueue("r", [{"payload": i} for i in range(3)])
+    before = tq.ctx.now()
+    first = tq.claim("r", max=2, worker="w-1")
+    [second] = tq.claim("r", max=1, worker="w-2")
+    running = {lease.id: lease for lease in tq.running("r")}
+    assert {str(k): v.worker for k, v in running.items()} == {
+        str(first[0].id): "w-1", str(first[1].id): "w-1", str(second.id): "w-2"}
+    assert all(abs(v.started_at.timestamp() - before) < 5 for v in running.values())
+    assert tq.get_task("r", second.id).worker == "w-2"
+    claims = PairKeys.of("r", "_").claims
+    assert valkey.hlen(claims) == 2
+    tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in first])
+    tq.run_reaper()
+    assert valkey.hlen(claims) == 1  # the first claim has no lease left
+    tq.ack("r", [{"id": second.id, "lease_token": second.lease_token}])
+    tq.run_reaper()
+    assert valkey.hlen(claims) == 0 and tq.running("r") == []

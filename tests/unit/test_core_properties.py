@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from tierq.core import hysteresis
 from tierq.core.backoff import BackoffPolicy
-from tierq.core.ids import new_token_prefix, tenant_of_token, uuid7
+from tierq.core.ids import attempt_of_token, new_token_prefix, tenant_of_token, uuid7
 from tierq.core.ordering import PRIORITY_MAX, SEQ_LIMIT, score, unpack
+from tierq.dal.warm_tier import claim_prefix, lease_member, split_member
 
 kinds = st.sampled_from(["fixed", "linear", "exponential"])
 bases = st.floats(min_value=0, max_value=1e4, allow_nan=False)
@@ -125,12 +126,22 @@ def test_uuid7_is_time_ordered_and_version_7():
     assert uuid7(now_ms=2_000_000_000_000) > uuid.UUID(int=0)
 
 
-@given(st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", fullmatch=True))
-def test_lease_tokens_carry_their_tenant(tenant):
-    token = new_token_prefix(tenant) + "3"
+@given(st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", fullmatch=True),
+       st.integers(min_value=1, max_value=10_000), st.integers(min_value=1, max_value=500))
+def test_lease_tokens_carry_their_tenant_attempt_and_claim(tenant, attempt, n):
+    prefix = new_token_prefix(tenant)
+    token = f"{prefix}{attempt}~{n}"
     assert tenant_of_token(token) == tenant
+    assert attempt_of_token(token) == attempt
+    assert claim_prefix(token) == prefix
+    assert split_member(lease_member("some-id", token)) == ("some-id", token, attempt)
 
 
 @pytest.mark.parametrize("token", ["", "abc", "~x~1", "acme~"])
 def test_malformed_tokens_have_no_tenant(token):
     assert tenant_of_token(token) is None
+
+
+@pytest.mark.parametrize("token", ["", "acme~x~1", "acme~x~a~1", "acme~x~²~1"])
+def test_malformed_tokens_have_no_attempt(token):
+    assert attempt_of_token(token) is None

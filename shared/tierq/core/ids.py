@@ -73,9 +73,19 @@ _VARIANT = {f"{v:x}": f"{0x8 | (v & 0x3):x}" for v in range(16)}
 
 
 def new_token_prefix(tenant: str) -> str:
-    """A claim's lease-token prefix. Tokens carry their tenant (``<tenant>~<random>~<n>``)
-    so acks, nacks and heartbeats find the right (queue, tenant) without a lookup."""
+    """A claim's lease-token prefix. Tokens carry their tenant and the attempt they lease
+    (``<tenant>~<random>~<attempt>~<n>``) so acks, nacks and heartbeats find the right
+    (queue, tenant) and attempt without a lookup (a token is only accepted for the task it
+    was issued for: see lua/claim.lua)."""
     return f"{tenant}~{secrets.token_hex(12)}~"
+
+
+def attempt_of_token(token: str) -> int | None:
+    """The attempt a lease token was issued for, or None when the token is malformed."""
+    parts = token.rsplit("~", 3)
+    if len(parts) != 4 or not (parts[2].isascii() and parts[2].isdigit()):
+        return None
+    return int(parts[2])
 
 
 def tenant_of_token(token: str) -> str | None:

@@ -14,7 +14,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
-from tierq.dal.script_calls import ScriptCalls
+from tierq.core.ids import attempt_of_token
+from tierq.dal.direct_calls import DirectCalls
 from tierq.errors import Unavailable
 
 SCRIPTS = (
@@ -23,8 +24,6 @@ SCRIPTS = (
     "admission_end",
     "admission_mode",
     "claim",
-    "lease_verify",
-    "lease_release",
     "lease_extend",
     "lease_expired",
     "missing",
@@ -42,15 +41,31 @@ class PairKeys:
     ready: str
     data: str
     leased: str
-    leases: str
+    claims: str
     meta: str
     inflight: str
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
-        return cls(tag + "ready", tag + "data", tag + "leased", tag + "leases", tag + "meta",
+        return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight")
+
+
+def lease_member(task_id: str, token: str) -> str:
+    """A lease as the leased set holds it (see lua/claim.lua)."""
+    return f"{task_id}|{token}"
+
+
+def split_member(member: str) -> tuple[str, str, int]:
+    """(id, token, attempt) of a leased-set member."""
+    task_id, _, token = member.partition("|")
+    return task_id, token, attempt_of_token(token) or 0
+
+
+def claim_prefix(token: str) -> str:
+    """The claim a token was issued by: the token up to its attempt."""
+    return token[:token.rfind("~", 0, token.rfind("~")) + 1]
 
 
 # One claimed task as the claim script returns it: (id, attempt, lease token, task JSON), the
@@ -112,7 +127,7 @@ class WarmTier:
             name: client.register_script(script_source(name)) for name in SCRIPTS
         }
         # cluster clients route each call by its key slot themselves
-        self.calls = None if isinstance(client, RedisCluster) else ScriptCalls(client)
+        self.calls = None if isinstance(client, RedisCluster) else DirectCalls(client)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
@@ -129,8 +144,14 @@ class WarmTier:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with _available():
             if self.calls is not None:
-                return self.calls.run(self.scripts[name], keys, args)
+                return self.calls.script(self.scripts[name], keys, args)
             return self.scripts[name](keys=list(keys), args=list(args))
+
+    def _command(self, *args: Any) -> Any:
+        with _available():
+            if self.calls is not None:
+                return self.calls.command(*args)
+            return self.client.execute_command(*args)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -169,7 +190,7 @@ class WarmTier:
         """Returns (ready left, mode, claimed). ``max_bytes`` caps the task data handed out
         (0: no cap); the first task always comes unless ``strict``."""
         k = PairKeys.of(queue, tenant)
-        out = self._run("claim", (k.ready, k.data, k.leased, k.leases, k.meta),
+        out = self._run("claim", (k.ready, k.data, k.leased, k.claims, k.meta),
                         (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
                          "strict" if strict else ""))
         claimed: list[Claimed] = list(zip(out[2::4], out[3::4], out[4::4], out[5::4],
@@ -178,36 +199,42 @@ class WarmTier:
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,
                leases: Sequence[tuple[str, str]]) -> list[int]:
-        """The attempt of each (id, token) lease, or 0 when it is not owned / expired."""
+        """The attempt of each (id, token) lease, or 0 when it is not owned / expired: one
+        ZMSCORE of the lease members (a wrong token names no member)."""
+        if not leases:
+            return []
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = [now_ms]
-        for lease in leases:
-            args.extend(lease)
-        return [int(x) for x in self._run("lease_verify", (k.leased, k.leases), args)]
+        deadlines = self._command("ZMSCORE", k.leased,
+                                  *[lease_member(i, t) for i, t in leases])
+        return [
+            (attempt_of_token(token) or 0) if d is not None and float(d) > now_ms else 0
+            for (_, token), d in zip(leases, deadlines, strict=True)
+        ]
 
     def release(self, queue: str, tenant: str, leases: Sequence[tuple[str, str]]) -> int:
+        """Drop these (id, token) leases; a lease that was re-issued since has another token
+        and is left alone. Returns how many were dropped."""
         if not leases:
             return 0
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = []
-        for lease in leases:
-            args.extend(lease)
-        return int(self._run("lease_release", (k.leased, k.leases), args))
+        return int(self._command("ZREM", k.leased,
+                                 *dict.fromkeys(lease_member(i, t) for i, t in leases)))
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
                leases: Sequence[tuple[str, str, int]]) -> list[int]:
         """New deadline (ms) per (id, token, extend_ms), or 0 when not owned / expired."""
         k = PairKeys.of(queue, tenant)
         args: list[Any] = [now_ms]
-        for lease in leases:
-            args.extend(lease)
-        return [int(x) for x in self._run("lease_extend", (k.leased, k.leases), args)]
+        for task_id, token, extend_ms in leases:
+            args.extend((lease_member(task_id, token), extend_ms))
+        return [int(x) for x in self._run("lease_extend", (k.leased,), args)]
 
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
+        """(id, token, attempt) of leases past their deadline, oldest first."""
         k = PairKeys.of(queue, tenant)
-        out = self._run("lease_expired", (k.leased, k.leases), (now_ms, limit))
-        return [(_s(out[i]), _s(out[i + 1]), int(out[i + 2])) for i in range(0, len(out), 3)]
+        out = self._run("lease_expired", (k.leased, k.claims), (now_ms, limit))
+        return [split_member(_s(m)) for m in out]
 
     def missing(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
         if not ids:
@@ -219,7 +246,7 @@ class WarmTier:
         if not ids:
             return 0
         k = PairKeys.of(queue, tenant)
-        return int(self._run("remove", (k.ready, k.data, k.leased, k.leases), ids))
+        return int(self._run("remove", (k.ready, k.data, k.leased), ids))
 
     def remove_ready(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
         """Remove these tasks only while they wait in the ready set (claimed ones are left
@@ -250,38 +277,36 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         with _available():
             pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(k.leases)
             pipe.zrange(k.leased, 0, -1, withscores=True)
-            infos, deadlines = pipe.execute()
-        by_id = {_s(member): int(score) for member, score in deadlines}
-        out = []
-        for raw_id, raw in infos.items():
-            task_id = _s(raw_id)
-            if task_id not in by_id:
-                continue
-            token, attempt, started, worker = _s(raw).split("|", 3)
-            out.append(LeaseInfo(task_id, token, int(attempt), int(started), worker or None,
-                                 by_id[task_id]))
-        return out
+            pipe.hgetall(k.claims)
+            members, claims = pipe.execute()
+        made = {_s(prefix): _s(raw) for prefix, raw in claims.items()}
+        return [self._lease_info(_s(m), int(deadline), made) for m, deadline in members]
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         k = PairKeys.of(queue, tenant)
         with _available():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(k.leases, task_id)
-            pipe.zscore(k.leased, task_id)
-            raw, deadline = pipe.execute()
-        if raw is None or deadline is None:
-            return None
-        token, attempt, started, worker = _s(raw).split("|", 3)
-        return LeaseInfo(task_id, token, int(attempt), int(started), worker or None,
-                         int(deadline))
+            for member, deadline in self.client.zscan_iter(k.leased, match=f"{task_id}|*",
+                                                           count=1000):
+                info = self._lease_info(_s(member), int(deadline), {})
+                raw = self.client.hget(k.claims, claim_prefix(info.token))
+                if raw is None:
+                    return info
+                return self._lease_info(_s(member), int(deadline),
+                                        {claim_prefix(info.token): _s(raw)})
+        return None
+
+    @staticmethod
+    def _lease_info(member: str, deadline_ms: int, claims: dict[str, str]) -> LeaseInfo:
+        task_id, token, attempt = split_member(member)
+        started, _, worker = claims.get(claim_prefix(token), "0|").partition("|")
+        return LeaseInfo(task_id, token, attempt, int(started), worker or None, deadline_ms)
 
     def drop_pair(self, queue: str, tenant: str) -> None:
         """Delete every warm-tier key of one (queue, tenant)."""
         k = PairKeys.of(queue, tenant)
         with _available():
-            self.client.delete(k.ready, k.data, k.leased, k.leases, k.meta, k.inflight)
+            self.client.delete(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         with _available():

@@ -1,26 +1,29 @@
 -- Claim up to N ready tasks of one (queue, tenant), in order, and lease each one.
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
--- KEYS: 1 ready, 2 data, 3 leased, 4 leases, 5 meta
--- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix, 5 worker, 6 byte budget (0: none) —
---       once the task data handed out would exceed it, the rest go back in their places
---       (the first task is always handed out unless 7 is 'strict': the caller already
---       holds tasks of this claim)
+-- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta
+-- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix ('<tenant>~<random>~'), 5 worker,
+--       6 byte budget (0: none) — once the task data handed out would exceed it, the rest
+--       go back in their places (the first task is always handed out unless 7 is 'strict':
+--       the caller already holds tasks of this claim)
 -- Returns { ready_left, mode, then per task: id, attempt, lease_token, json }
+-- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
+-- is '<prefix><attempt>~<k>'. Checking or dropping a lease is then one ZMSCORE or ZREM of
+-- that member (no script): a token that was not issued for this id names no member. When
+-- and by whom the claim was made is kept once per claim: claims[prefix] = '<now>|<worker>'.
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
--- ZPOPMIN, one HMGET of the data, then at most one ZADD (back to ready), HDEL, ZADD
--- (leased) and HSET (leases) each.
+-- ZPOPMIN, one HMGET of the data, then at most one ZADD (back to ready), HDEL and ZADD
+-- (leased), and one HSET of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 
 local now = tonumber(ARGV[2])
-local deadline = now + tonumber(ARGV[3])
+local prefix = ARGV[4]
 local budget = tonumber(ARGV[6] or '0')
 local strict = ARGV[7] == 'strict'
 local used = 0
 -- Formatted once per claim rather than once per task (number -> string is not cheap here).
 -- '%.17g' is how Redis itself formats a Lua number argument, so ZADD gets the same score.
-local deadline_arg = string.format('%.17g', deadline)
-local lease_suffix = '|' .. now .. '|' .. ARGV[5]    -- '|<started_ms>|<worker>'
+local deadline_arg = string.format('%.17g', now + tonumber(ARGV[3]))
 local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
 
@@ -31,8 +34,7 @@ local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
 
 local put_back = {}      -- score, id, ...: over the budget, back in their places in line
 local handed_ids = {}    -- for the variadic HDEL of their data
-local leased_args = {}   -- deadline, id, ...
-local lease_args = {}    -- id, '<token>|<attempt>|<started_ms>|<worker>', ...
+local leased_args = {}   -- deadline, '<id>|<token>', ...
 for k = 1, #popped_ids do
   local id = popped_ids[k]
   local blob = blobs[k]
@@ -50,12 +52,10 @@ for k = 1, #popped_ids do
     local sep = string.find(blob, '|', 1, true)
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
     -- numbered by position in the popped batch, so ids without data leave gaps
-    local token = ARGV[4] .. k
+    local token = prefix .. attempt .. '~' .. k
     handed_ids[#handed_ids + 1] = id
     leased_args[#leased_args + 1] = deadline_arg
-    leased_args[#leased_args + 1] = id
-    lease_args[#lease_args + 1] = id
-    lease_args[#lease_args + 1] = token .. '|' .. attempt .. lease_suffix
+    leased_args[#leased_args + 1] = id .. '|' .. token
     out[#out + 1] = id
     out[#out + 1] = attempt
     out[#out + 1] = token
@@ -67,6 +67,8 @@ end
 call_chunked('ZADD', KEYS[1], put_back)
 call_chunked('HDEL', KEYS[2], handed_ids)
 call_chunked('ZADD', KEYS[3], leased_args)
-call_chunked('HSET', KEYS[4], lease_args)
+if #handed_ids > 0 then
+  redis.call('HSET', KEYS[4], prefix, now .. '|' .. ARGV[5])
+end
 out[1] = redis.call('ZCARD', KEYS[1])
 return out

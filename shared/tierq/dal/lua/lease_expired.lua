@@ -1,20 +1,22 @@
--- List leases whose deadline has passed (read only; the reaper records the outcome in
--- Postgres first, then drops them with lease_release).
--- KEYS: 1 leased, 2 leases
+-- List leases whose deadline has passed (the reaper records the outcome in Postgres first,
+-- then drops them), and forget the claim records none of whose leases is left.
+-- KEYS: 1 leased, 2 claims
 -- ARGV: 1 now_ms, 2 limit
--- Returns flat triples: id, token, attempt
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for _, id in ipairs(ids) do
-  local info = redis.call('HGET', KEYS[2], id)
-  if info then
-    local sep = string.find(info, '|', 1, true)
-    local rest = string.sub(info, sep + 1)
-    out[#out + 1] = id
-    out[#out + 1] = string.sub(info, 1, sep - 1)
-    out[#out + 1] = string.sub(rest, 1, string.find(rest, '|', 1, true) - 1)
-  else
-    redis.call('ZREM', KEYS[1], id)
-  end
+-- Returns the expired lease members ('<id>|<token>'), oldest deadline first.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0,
+                           tonumber(ARGV[2]))
+-- A claim record is kept while any lease of that claim is: the token prefix is the member
+-- up to (and with) the '~' before the attempt: '<id>|<tenant>~<random>~'.
+local live = {}
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local prefix = string.match(member, '|(.*~)%d+~%d+$')
+  if prefix then live[prefix] = true end
 end
-return out
+local gone = {}
+for _, prefix in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not live[prefix] then gone[#gone + 1] = prefix end
+end
+for first = 1, #gone, 4000 do
+  redis.call('HDEL', KEYS[2], unpack(gone, first, math.min(first + 3999, #gone)))
+end
+return expired

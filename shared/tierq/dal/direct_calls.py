@@ -1,11 +1,11 @@
-"""Calling the warm tier's Lua scripts with little client work per call.
+"""Calling Valkey on the hot paths with little client work per call.
 
-A claim, an ack or an enqueue batch is one or two EVALSHA calls. Through ``Redis`` and
-``Script`` each call also takes a connection from the pool and gives it back, goes through
-the retry wrapper and records client metrics: about 50 µs of client CPU per call, more
-than the script's own work for a small batch. ``ScriptCalls`` sends EVALSHA on a connection
-kept per thread (and per process: a forked child opens its own), built by the client's own
-pool settings (TLS, AUTH and database included).
+A claim, an ack or an enqueue batch is one or two calls (a Lua script, or a single variadic
+command). Through ``Redis`` and ``Script`` each call also takes a connection from the pool
+and gives it back, goes through the retry wrapper and records client metrics: about 50 µs
+of client CPU per call, more than the server's own work for a small batch. ``DirectCalls``
+sends on a connection kept per thread (and per process: a forked child opens its own),
+built by the client's own pool settings (TLS, AUTH and database included).
 
 Failure handling is what the pool's default gives: a connection that fails is dropped and
 the call is tried once more on a fresh one (a server that restarted leaves every kept
@@ -30,8 +30,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 
-class ScriptCalls:
-    """EVALSHA over one connection per thread of ``client``'s connection pool."""
+class DirectCalls:
+    """Scripts and commands over one connection per thread of ``client``'s pool."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
@@ -56,17 +56,21 @@ class ScriptCalls:
             if conn in self._open:
                 self._open.remove(conn)
 
-    def run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """The script's reply; raises redis.ConnectionError / TimeoutError when Valkey does
-        not answer on a fresh connection either."""
+    def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The script's reply (EVALSHA; loaded again when the server does not know it)."""
+        try:
+            return self.command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            script.sha = self.client.script_load(script.script)
+            return self.command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def command(self, *args: Any) -> Any:
+        """The reply of one command; raises redis.ConnectionError / TimeoutError when Valkey
+        does not answer on a fresh connection either."""
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                return conn.read_response()
-            except NoScriptError:
-                script.sha = self.client.script_load(script.script)
-                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                conn.send_command(*args)
                 return conn.read_response()
             except redis.ResponseError:
                 raise  # an error reply: the connection is still in step
