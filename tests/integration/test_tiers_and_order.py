@@ -192,3 +192,34 @@ def test_a_claim_that_finds_the_set_dry_refills_and_takes_the_rest_of_its_batch(
     got = tq.claim("dry", max=500)  # takes the 400, refills 400, takes 100 more
     assert [t.payload for t in got] == list(range(500))
     assert ready_size(valkey, "dry") == 300
+
+
+def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
+    """promote_cold builds each task's score and blob in SQL; they must be exactly what
+    logic/admission builds from the same row (row_push_item): a claim decodes either."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from tierq.dal.sql_files import query
+    from tierq.logic.admission import row_push_item
+    from tierq.logic.context import to_datetime
+
+    tq = make_tq(warm_max=1)
+    odd = ['quote " and \\ backslash', "non-ascii é ✓", "del\u007f and /", None, "k"]
+    tq.enqueue("p", [{"payload": {"n": i, "text": odd[i % 4] or "", "nested": [1.5, None]},
+                      "key": odd[i % len(odd)] and f"{odd[i % len(odd)]}-{i}",
+                      "priority": i % 10, "max_attempts": 1 + i} for i in range(40)])
+    assert count_state(pg, "p", "cold") == 39
+    with pg.transaction(), pg.cursor(row_factory=dict_row) as cur:
+        items = cur.execute(query("promote_cold"), {
+            "queue": "p", "tenant": "_", "limit": 100, "now": to_datetime(tq.ctx.now()),
+        }).fetchall()
+        promoted = {r["id"]: r for r in cur.execute(
+            "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
+            "max_attempts, created_at FROM tierq_tasks WHERE state = 'warm'").fetchall()}
+        raise psycopg.Rollback
+    assert len(items) == 39
+    for item in items:
+        task_id, score, blob = item.values()
+        assert (task_id, score, blob.encode()) == row_push_item(promoted[task_id])
+    assert count_state(pg, "p", "cold") == 39  # rolled back

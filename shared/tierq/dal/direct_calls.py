@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -70,7 +71,9 @@ class DirectCalls:
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                conn.send_command(*args)
+                # hiredis packs every argument in C (redis-py's packer first walks them in
+                # Python); the health check is the connection's own, as on any send
+                conn.send_packed_command([pack_command(args)])
                 return conn.read_response()
             except redis.ResponseError:
                 raise  # an error reply: the connection is still in step

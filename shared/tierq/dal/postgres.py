@@ -125,10 +125,8 @@ class Database:
                      relaxed: bool = False) -> list[tuple[Any, ...]]:
         """Run a named query and return its rows as tuples: for the hot paths, where a dict
         per row is measurable."""
-        with self.connection(relaxed=relaxed) as conn, \
-                conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(query(name), params or {})  # type: ignore[arg-type]
-            return cur.fetchall() if cur.description is not None else []
+        with self.connection(relaxed=relaxed) as conn:
+            return run_tuples(conn, name, params)
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
         """Run a named statement that returns no rows; returns the affected row count."""
@@ -156,3 +154,11 @@ def run(conn: psycopg.Connection[Row], name: str,
     """Execute a named query on a connection."""
     cur = conn.execute(query(name), params or {})  # type: ignore[arg-type]
     return cur.fetchall() if cur.description is not None else []
+
+
+def run_tuples(conn: psycopg.Connection[Row], name: str,
+               params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    """Execute a named query on a connection; rows as tuples (the hot paths)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query(name), params or {})  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description is not None else []

@@ -5,9 +5,10 @@ mode once the cold line has drained (DESIGN §3, seed 000). Used by the schedule
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from tierq.core import hysteresis
-from tierq.dal.postgres import run
+from tierq.dal.postgres import run, run_tuples
 from tierq.logic import admission
 from tierq.logic.context import Context, to_datetime, to_ms
 
@@ -68,20 +69,19 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, boo
             return 0, True
         try:
             while room > 0:
-                rows = run(conn, "promote_cold", {
+                # (id, score, blob) rows, ready to push (see the query)
+                items = run_tuples(conn, "promote_cold", {
                     **params, "limit": min(room, PROMOTE_BATCH), "now": to_datetime(ctx.now()),
                 })
-                if not rows:
+                if not items:
                     break
-                rows.sort(key=lambda r: (-r["priority"], r["seq"]))
+                items.sort(key=itemgetter(1))  # line order: priority first, then seq
                 ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}")
-                refused = admission.dispatch(
-                    ctx, ticket, {(queue, tenant): [admission.row_push_item(r) for r in rows]},
-                    kind="promote",
-                )
-                moved += len(rows) - len(refused)
-                room -= len(rows)
-                if refused or len(rows) < PROMOTE_BATCH:
+                refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
+                                             kind="promote")
+                moved += len(items) - len(refused)
+                room -= len(items)
+                if refused or len(items) < PROMOTE_BATCH:
                     break
         finally:
             run(conn, "release_pair_lock", params)

@@ -165,7 +165,12 @@ SELECT pg_try_advisory_lock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7))
 SELECT pg_advisory_unlock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) AS released;
 
 -- name: promote_cold
--- Cold -> warm: the oldest of the line (priority desc, seq), in one large batch.
+-- Cold -> warm: the oldest of the line (priority desc, seq), in one large batch. Returns
+-- what the warm tier takes of each task, ready to push: the id, the ready-set score
+-- (core/ordering.py: (9 - priority) * 2^49 + seq) and the task's blob in the layout of
+-- logic/admission.task_blob (`<attempts>|{"p":…,"k":…,"pr":…,"m":…,"c":<created ms>}`),
+-- built here rather than row by row in Python (tests/integration/test_tiers_and_order.py
+-- checks the two agree).
 WITH picked AS (
     SELECT id FROM tierq_tasks
     WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'cold'
@@ -177,7 +182,13 @@ UPDATE tierq_tasks t
 SET state = 'warm', state_since = %(now)s
 FROM picked
 WHERE t.id = picked.id
-RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts, t.created_at;
+RETURNING t.id::text AS id,
+          (9 - t.priority) * 562949953421312 + t.seq AS score,
+          t.attempts || '|{"p":' || t.payload::text
+              || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
+              || ',"pr":' || t.priority || ',"m":' || t.max_attempts
+              || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint || '}'
+              AS blob;
 
 -- name: has_cold
 SELECT EXISTS (
