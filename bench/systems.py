@@ -135,7 +135,7 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 
 
 def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
-    from tierq import AckItem, ClaimRequest
+    from tierq import ClaimRequest
 
     quiet_logs()
     tq = tierq_engine(spec)
@@ -159,7 +159,7 @@ def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
             continue
         claim_latency.append(took)
         began = time.perf_counter()
-        result = tq.ack(queue, [AckItem(id=t.id, lease_token=t.lease_token) for t in got])
+        result = tq.ack(queue, got)  # the claimed tasks themselves, acked without a result
         ack_latency.append(time.perf_counter() - began)
         acked += len(result.acked)
         rejected += len(result.rejected)
@@ -173,7 +173,7 @@ def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     """A worker that keeps the backlog constant: claim a batch, ack it, enqueue as many new
     tasks (they join the back of the line). Counts acks."""
-    from tierq import AckItem, ClaimRequest, TaskIn
+    from tierq import ClaimRequest, TaskIn
 
     quiet_logs()
     tq = tierq_engine(spec)
@@ -194,7 +194,7 @@ def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
             time.sleep(EMPTY_CLAIM_SLEEP)
             continue
         claim_latency.append(took)
-        result = tq.ack(queue, [AckItem(id=t.id, lease_token=t.lease_token) for t in got])
+        result = tq.ack(queue, got)
         tq.enqueue(queue, [TaskIn(payload={"i": next_payload + i})
                            for i in range(len(result.acked))])
         next_payload += len(result.acked)

@@ -4,7 +4,7 @@
     tq.enqueue("emails", [TaskIn(payload={"to": "a@b.c"})])
     for task in tq.claim("emails", ClaimRequest(max=10)):
         ...
-        tq.ack("emails", [AckItem(id=task.id, lease_token=task.lease_token)])
+        tq.ack("emails", [task])   # or AckItem(id=..., lease_token=..., result=...)
 """
 
 from __future__ import annotations
@@ -97,8 +97,14 @@ class Tierq:
         return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
                                  max_bytes=max_bytes)
 
-    def ack(self, queue: str, items: Sequence[AckItem | Mapping[str, Any]]) -> AckResult:
-        return leases.ack(self.ctx, queue, _models(AckItem, items))
+    def ack(self, queue: str,
+            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
+        """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
+        themselves (``tq.ack(queue, tasks)``: acked without a result)."""
+        return leases.ack(self.ctx, queue, [
+            i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
+            for i in items
+        ])
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
         return leases.nack(self.ctx, queue, _models(NackItem, items))

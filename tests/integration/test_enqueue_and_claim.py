@@ -265,3 +265,13 @@ def test_a_batch_takes_consecutive_places_in_its_own_order_with_or_without_keys(
     tq.nack("q", [{"id": task.id, "lease_token": task.lease_token, "retry_in_seconds": 0}])
     assert pg.execute("SELECT seq FROM tierq_tasks WHERE id = %s",
                       (task.id,)).fetchone()[0] > max(seq_of.values())
+
+
+def test_claimed_tasks_can_be_acked_as_they_are(tq, pg):
+    tq.enqueue("q", [{"payload": i} for i in range(3)])
+    a, b, c = tq.claim("q", max=3)
+    out = tq.ack("q", [a, {"id": b.id, "lease_token": b.lease_token, "result": {"ok": 1}}, c])
+    assert sorted(out.acked) == sorted([a.id, b.id, c.id]) and not out.rejected
+    assert pg.execute("SELECT id, state FROM tierq_tasks").fetchall() == [(b.id, "done")]
+    again = tq.ack("q", [a])
+    assert [r.reason for r in again.rejected] == ["not_owner"]

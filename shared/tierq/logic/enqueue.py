@@ -187,7 +187,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
             "id": uuid_of(p.id), "outcome": "created", "state": p.state, "tenant": p.tenant,
             "key": p.key,
         })
-    refused = admission.dispatch(ctx, ticket, warm_items)
+    refused = admission.dispatch(ctx, ticket, warm_items, kind="new")  # ids made just now
     if refused:
         for p in batch:
             if p.id in refused:

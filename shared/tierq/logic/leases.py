@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import orjson
@@ -19,6 +20,7 @@ from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.leases import (
     AckItem,
     AckResult,
+    ClaimedTask,
     HeartbeatItem,
     HeartbeatResult,
     LeaseExtended,
@@ -37,7 +39,7 @@ class Verified:
     index: int
 
 
-def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem],
+def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
            rejected: list[Rejection]) -> list[Verified]:
     """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
     by_tenant: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
@@ -72,32 +74,41 @@ def release(ctx: Context, queue: str, verified: Sequence[Verified]) -> None:
         ctx.warm.release(queue, tenant, leases)
 
 
-def ack(ctx: Context, queue: str, items: Sequence[AckItem]) -> AckResult:
+def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
+    """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
+    one statement, then their leases dropped. A claimed task passed as it is has no result."""
     result = AckResult()
     valid = verify(ctx, queue, items, result.rejected)
     if not valid:
         return result
-    now = to_datetime(ctx.now())
-    plain = [v for v in valid if items[v.index].result is None]
-    keep = [v for v in valid if items[v.index].result is not None]
+    relaxed = not ctx.settings.ack_synchronous_commit
+    plain: list[Verified] = []
+    keep: list[tuple[Verified, Any]] = []
+    for v in valid:
+        value = getattr(items[v.index], "result", None)
+        if value is None:
+            plain.append(v)
+        else:
+            keep.append((v, value))
     done: set[str] = set()
     if plain:
         rows = ctx.db.fetch_tuples("ack_delete", {"queue": queue,
-                                                   "ids": uuid_array(v.id for v in plain)},
-                                   relaxed=not ctx.settings.ack_synchronous_commit)
+                                                   "ids": uuid_array([v.id for v in plain])},
+                                   relaxed=relaxed)
         done.update(r[0] for r in rows)
     if keep:
         rows = ctx.db.fetch("ack_keep", {
-            "queue": queue, "now": now,
-            "ids": uuid_array(v.id for v in keep),
-            "results": [orjson.dumps(items[v.index].result).decode() for v in keep],
-            "attempts": [v.attempt for v in keep],
-        }, relaxed=not ctx.settings.ack_synchronous_commit)
+            "queue": queue, "now": to_datetime(ctx.now()),
+            "ids": uuid_array([v.id for v, _ in keep]),
+            "results": [orjson.dumps(value).decode() for _, value in keep],
+            "attempts": [v.attempt for v, _ in keep],
+        }, relaxed=relaxed)
         done.update(str(r["id"]) for r in rows)
     release(ctx, queue, valid)
+    acked = result.acked
     for v in valid:
         if v.id in done:
-            result.acked.append(items[v.index].id)
+            acked.append(items[v.index].id)
         else:  # cancelled or rescheduled while it ran
             result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
     return result

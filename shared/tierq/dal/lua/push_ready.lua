@@ -1,8 +1,11 @@
 -- Push ready tasks into the warm set of one (queue, tenant), never beyond warm_max.
 -- KEYS: 1 ready, 2 data, 3 meta, 4 inflight
--- ARGV: 1 warm_max, 2 kind ('enqueue' | 'promote' | 'restore'), 3 now_ms, 4 admission token,
---       then triples: id, score, blob
---   enqueue: new ready work; refused outright while the queue is in cold mode (hysteresis).
+-- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
+--       4 admission token, then triples: id, score, blob
+--   enqueue: work that became ready (due, retried, replayed); refused outright while the
+--            queue is in cold mode (hysteresis).
+--   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
+--        copy can be in line already and the ZMSCORE look-up is skipped.
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
 -- A task already in the ready set keeps its place (ZADD NX semantics); so does the second
@@ -23,14 +26,18 @@ if not mode then
   redis.call('HSET', KEYS[3], 'mode', 'cold', 'epoch', 0)
 end
 local size = redis.call('ZCARD', KEYS[1])
-local refuse_all = (kind == 'enqueue' and mode == 'cold')
+local admits = (kind == 'enqueue' or kind == 'new')
+local refuse_all = (admits and mode == 'cold')
 local refused = {}
 if refuse_all then
   for i = 5, #ARGV, 3 do refused[#refused + 1] = ARGV[i] end
 else
   local ids = {}
   for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
-  local in_line = call_chunked('ZMSCORE', KEYS[1], ids)   -- in the order of ids
+  local in_line = {}
+  if kind ~= 'new' then
+    in_line = call_chunked('ZMSCORE', KEYS[1], ids)   -- in the order of ids
+  end
   local accepted = {}      -- id -> true: a later copy in this batch finds it in line
   local ready_args = {}    -- score, id, ...
   local data_args = {}     -- id, blob, ...
@@ -58,7 +65,7 @@ if #refused > 0 then
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[4])
-elseif kind == 'enqueue' and mode == 'warm' and size >= warm_max then
+elseif admits and mode == 'warm' and size >= warm_max then
   -- the warm set reached 100% of warm_max: what comes next goes cold
   mode = 'cold'
   redis.call('HSET', KEYS[3], 'mode', 'cold')
