@@ -2,7 +2,7 @@
 producer and consumer process targets, count what is left, clean up.
 
 * ``tierq-engine``: the ``Tierq`` engine in each process (enqueue in batches of 100, claim
-  up to 100, ack the batch), with the scheduled maintenance jobs running beside it.
+  up to 400, ack the claimed tasks), with the scheduled maintenance jobs running beside it.
 * ``tierq-http``: the same through the HTTP API of the local stack (``tierq dev``).
 * ``pgqueuer``: PGQueuer 1.6 on asyncpg, installed with ``pgq install`` + ``pgq autovac``;
   producers enqueue lists of 1000; each worker process runs 4 queue managers (one asyncpg
@@ -39,10 +39,14 @@ QUEUE = "bench"
 # Batches of 500 (the largest request) enqueue faster but end-to-end is slower: producers
 # outrun the consumers sooner and more of the run goes through the cold tier.
 TIERQ_ENQUEUE_BATCH = 100
-TIERQ_CLAIM_BATCH = 100  # as PGQueuer's batch_size
+
 PEER_ENQUEUE_BATCH = 1000
 PEER_DEQUEUE_BATCH = 100
 PGQUEUER_MANAGERS_PER_PROCESS = 4
+# Tasks one tierq worker process holds at a time: as many as a PGQueuer worker process holds
+# (its 4 queue managers x batch_size 100). PGQueuer itself is no faster with batch_size 300
+# (measured side by side, bench/README.md), so it keeps 100.
+TIERQ_CLAIM_BATCH = PGQUEUER_MANAGERS_PER_PROCESS * 100
 PROCRASTINATE_CONCURRENCY = 10
 EMPTY_CLAIM_SLEEP = 0.002
 
@@ -507,7 +511,7 @@ async def _pgqueuer_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 
     sync.ready_and_wait(spec["index"])
     watcher = asyncio.create_task(stop_when_finished())
-    await asyncio.gather(*(qm.run(batch_size=PEER_DEQUEUE_BATCH,
+    await asyncio.gather(*(qm.run(batch_size=spec.get("claim_batch", PEER_DEQUEUE_BATCH),
                                   dequeue_timeout=_seconds(5)) for qm in managers))
     t_end = time.time()  # completions are flushed when run() returns
     watcher.cancel()
