@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import multiprocessing as mp
 import os
 import platform
@@ -496,6 +497,13 @@ class PhaseResult:
 
 
 def _child(target: Target, spec: dict[str, Any], sync: Sync, index: int) -> None:
+    # Every worker process, whatever the system, starts from the fork server holding the
+    # preloaded modules of all systems. Like any long-running pre-forked worker, it freezes
+    # them (gc.freeze) so that the cycle collector's full passes stop walking them again and
+    # again: in development that walk cost tierq's and PGQueuer's workers alike about a
+    # fifth of their CPU (bench/README.md).
+    gc.collect()
+    gc.freeze()
     try:
         out = target(spec, sync)
         if sync.cpu_at_start is not None:  # CPU of the measured part only, not the set-up

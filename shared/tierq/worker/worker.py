@@ -38,6 +38,7 @@ logged; the lease then expires and the task is delivered again: at-least-once, n
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue as queue_module
@@ -139,7 +140,10 @@ class Worker:
     stop takes to be noticed while idle). ``grace_seconds``: how long running tasks may
     finish after a stop. ``burst``: return once the queue is empty instead of waiting for
     more. ``install_signal_handlers``: handle SIGTERM/SIGINT while :meth:`run` runs (only
-    possible on the main thread).
+    possible on the main thread). ``freeze_gc``: when :meth:`run` starts, move the objects
+    the process has made so far (its modules, its set-up) out of the cycle collector's way
+    with ``gc.freeze()``: a long-running worker's full collections otherwise walk them again
+    and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
     """
 
     def __init__(self, client: Client, queue: str, handler: Handler, *,
@@ -147,7 +151,7 @@ class Worker:
                  lease_seconds: int | None = None, wait_seconds: float = 5.0,
                  grace_seconds: float = 25.0, name: str | None = None, burst: bool = False,
                  heartbeat_fraction: float = 1 / 3, install_signal_handlers: bool = True,
-                 report_linger_seconds: float = 0.01) -> None:
+                 report_linger_seconds: float = 0.01, freeze_gc: bool = True) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if not 0 < heartbeat_fraction < 1:
@@ -169,6 +173,7 @@ class Worker:
         self.heartbeat_fraction = heartbeat_fraction
         self.install_signal_handlers = install_signal_handlers
         self.report_linger_seconds = report_linger_seconds
+        self.freeze_gc = freeze_gc
 
         self._stats = WorkerStats()
         self._held: dict[UUID, HeldLease] = {}
@@ -222,6 +227,9 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker runs once; make a new one")
         self._started = True
+        if self.freeze_gc:
+            gc.collect()
+            gc.freeze()
         restore_signals = self._install_signals()
         threads: list[threading.Thread] = []
         try:
