@@ -198,18 +198,15 @@ class WarmTier:
         return int(out[0]), _s(out[1]), claimed
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,
-               leases: Sequence[tuple[str, str]]) -> list[int]:
-        """The attempt of each (id, token) lease, or 0 when it is not owned / expired: one
-        ZMSCORE of the lease members (a wrong token names no member)."""
+               leases: Sequence[tuple[str, str]]) -> list[bool]:
+        """Whether each (id, token) lease is held and unexpired: one ZMSCORE of the lease
+        members (a token not issued for that id names no member)."""
         if not leases:
             return []
         k = PairKeys.of(queue, tenant)
         deadlines = self._command("ZMSCORE", k.leased,
                                   *[lease_member(i, t) for i, t in leases])
-        return [
-            (attempt_of_token(token) or 0) if d is not None and float(d) > now_ms else 0
-            for (_, token), d in zip(leases, deadlines, strict=True)
-        ]
+        return [d is not None and float(d) > now_ms for d in deadlines]
 
     def release(self, queue: str, tenant: str, leases: Sequence[tuple[str, str]]) -> int:
         """Drop these (id, token) leases; a lease that was re-issued since has another token

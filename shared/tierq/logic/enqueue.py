@@ -153,8 +153,9 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     ticket = admission.begin(ctx, ready_pairs)
     warm_items: dict[Pair, list[tuple[str, int, bytes]]] = defaultdict(list)
     try:
+        ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
         for p in batch:
-            p.state = ticket.state_for((queue, p.tenant)) if p.ready else "delayed"
+            p.state = ready_state[p.tenant] if p.ready else "delayed"
         keyed = any(p.key is not None for p in batch)
         created = ctx.db.fetch_tuples("insert_tasks" if keyed else "insert_tasks_keyless", {
             "queue": queue,

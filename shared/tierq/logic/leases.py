@@ -12,7 +12,7 @@ from uuid import UUID
 
 import orjson
 
-from tierq.core.ids import tenant_of_token
+from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.dal.postgres import uuid_array
 from tierq.logic import admission
 from tierq.logic.admission import Target
@@ -42,24 +42,31 @@ class Verified:
 def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
            rejected: list[Rejection]) -> list[Verified]:
     """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
-    by_tenant: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+    by_tenant: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
     seen: set[str] = set()
     for i, item in enumerate(items):
         token = item.lease_token
-        tenant = tenant_of_token(token)
+        if isinstance(item, ClaimedTask):
+            # a claimed task names its tenant and attempt; its token is still checked
+            # against that tenant's leases, so a changed token only fails
+            tenant: str | None = item.tenant
+            attempt = item.attempt
+        else:
+            tenant = tenant_of_token(token)
+            attempt = attempt_of_token(token) or 0
         task_id = str(item.id)
         if tenant is None or task_id in seen:
             rejected.append(Rejection(id=item.id, reason="not_owner"))
             continue
         seen.add(task_id)
-        by_tenant[tenant].append((i, task_id, token))
+        by_tenant[tenant].append((i, task_id, token, attempt))
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
     for tenant, entries in by_tenant.items():
-        attempts = ctx.warm.verify(queue, tenant, now_ms=now_ms,
-                                   leases=[(task_id, token) for _, task_id, token in entries])
-        for (i, task_id, token), attempt in zip(entries, attempts, strict=True):
-            if attempt > 0:
+        held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
+                               leases=[(task_id, token) for _, task_id, token, _ in entries])
+        for (i, task_id, token, attempt), ok in zip(entries, held, strict=True):
+            if ok:
                 valid.append(Verified(tenant, task_id, token, attempt, i))
             else:
                 rejected.append(Rejection(id=items[i].id, reason="not_owner"))
