@@ -157,7 +157,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         for p in batch:
             p.state = ready_state[p.tenant] if p.ready else "delayed"
         keyed = any(p.key is not None for p in batch)
-        created = ctx.db.fetch_tuples("insert_tasks" if keyed else "insert_tasks_keyless", {
+        params = {
             "queue": queue,
             "now": to_datetime(now),
             "rows": orjson.dumps([
@@ -166,11 +166,17 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                  "run_at": p.run_at_s, "max_attempts": p.max_attempts}
                 for p in batch
             ]).decode(),
-        })
+        }
+        if keyed:  # (id, seq) of the rows inserted; the others met a live task's key
+            seqs: dict[str, int] = dict(ctx.db.fetch_tuples("insert_tasks", params))  # type: ignore[arg-type]
+        else:  # every row is inserted, numbered in batch order from the first seq
+            [(first, count)] = ctx.db.fetch_tuples("insert_tasks_keyless", params)
+            if count != len(batch):
+                raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
+            seqs = {p.id: first + i for i, p in enumerate(batch)}
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    seqs: dict[str, int] = dict(created)  # type: ignore[arg-type]  # (id, seq) rows
     created_ms = int(now * 1000)
     conflicts: list[Prepared] = []
     for p in batch:

@@ -30,22 +30,27 @@ DO NOTHING
 RETURNING id::text, seq;
 
 -- name: insert_tasks_keyless
--- insert_tasks for a batch in which no task has a key: the same rows, no ON CONFLICT.
-INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
-                         run_at_initially, max_attempts, seq, created_at, ready_since,
-                         state_since)
-SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, COALESCE(v.payload, 'null'::jsonb),
-       v.state, r.run_at, r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
-       CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
-FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
-     ROWS FROM (json_to_recordset(%(rows)s::json)
-                AS (id uuid, tenant text, priority smallint, payload jsonb, state text,
-                    run_at double precision, max_attempts int))
-     WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts, n),
-     LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
-                          ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
-                     END AS run_at) AS r
-RETURNING id::text, seq;
+-- insert_tasks for a batch in which no task has a key: the same rows, no ON CONFLICT. No
+-- row can be refused, so it returns only the batch's first seq: the n-th row of the batch
+-- has that seq + n - 1.
+WITH inserted AS (
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since)
+    SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, COALESCE(v.payload, 'null'::jsonb),
+           v.state, r.run_at, r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
+           CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
+    FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
+         ROWS FROM (json_to_recordset(%(rows)s::json)
+                    AS (id uuid, tenant text, priority smallint, payload jsonb, state text,
+                        run_at double precision, max_attempts int))
+         WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts, n),
+         LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
+                              ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
+                         END AS run_at) AS r
+    RETURNING seq
+)
+SELECT min(seq), count(*) FROM inserted;
 
 -- name: live_by_keys
 SELECT t.id, t.tenant, t.key, t.state
