@@ -18,8 +18,7 @@ from tierq.core.ids import new_token_prefix
 from tierq.dal.warm_tier import Claimed
 from tierq.logic import tiering
 from tierq.logic.context import Context, from_ms, to_ms
-from tierq.models.leases import ClaimedTask, ClaimRequest
-from tierq.models.trusted import trusted, uuid_of
+from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
 POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
@@ -105,20 +104,19 @@ class _Claimer:
         tiering.refill(self.ctx, self.queue, tenant, limit=LOW_WATER_REFILL)
 
     def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
-        """The claimed tasks as models, built without validation: every value comes from a
-        task tierq itself wrote (see tierq.models.trusted)."""
+        """The claimed tasks as models, validated as one list (see models.CLAIMED_TASKS)."""
         expires = from_ms(now_ms + self.lease_ms)
         queue = self.queue
         enqueued: dict[int, datetime] = {}  # tasks enqueued together share one instant
-        out = []
+        fields = []
         for raw_id, attempt, raw_token, task_json in claimed:
             body = orjson.loads(task_json)
             created_ms = body["c"]
             enqueued_at = enqueued.get(created_ms)
             if enqueued_at is None:
                 enqueued_at = enqueued[created_ms] = from_ms(created_ms)
-            out.append(trusted(ClaimedTask, {
-                "id": uuid_of(raw_id.decode()),
+            fields.append({
+                "id": raw_id.decode(),
                 "queue": queue,
                 "tenant": tenant,
                 "key": body["k"],
@@ -130,8 +128,8 @@ class _Claimer:
                 "lease_expires_at": expires,
                 "redelivered": attempt > 1,
                 "enqueued_at": enqueued_at,
-            }))
-        return out
+            })
+        return CLAIMED_TASKS.validate_python(fields)
 
 
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,

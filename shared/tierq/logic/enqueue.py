@@ -17,8 +17,7 @@ from tierq.logic import admission, tiering
 from tierq.logic.admission import Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.models.names import DEFAULT_TENANT
-from tierq.models.tasks import MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
-from tierq.models.trusted import trusted, uuid_of
+from tierq.models.tasks import ENQUEUE_OUTCOMES, MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
 
 MAX_BATCH = 500
 # insert_tasks numbers a batch's rows from one value of tierq_task_seq, which steps by 512
@@ -179,21 +178,23 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         raise
     created_ms = int(now * 1000)
     conflicts: list[Prepared] = []
+    created: list[Prepared] = []
     for p in batch:
         seq = seqs.get(p.id)
         if seq is None:
             conflicts.append(p)
             continue
+        created.append(p)
         if p.state == "warm":
             warm_items[(queue, p.tenant)].append((
                 p.id, score(p.priority, seq),
                 task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
             ))
-        # built without validation: the values are the ones just written (models.trusted)
-        outcomes[p.index] = trusted(EnqueueOutcome, {
-            "id": uuid_of(p.id), "outcome": "created", "state": p.state, "tenant": p.tenant,
-            "key": p.key,
-        })
+    for p, outcome in zip(created, ENQUEUE_OUTCOMES.validate_python([
+        {"id": p.id, "outcome": "created", "state": p.state, "tenant": p.tenant, "key": p.key}
+        for p in created
+    ]), strict=True):
+        outcomes[p.index] = outcome
     refused = admission.dispatch(ctx, ticket, warm_items, kind="new")  # ids made just now
     if refused:
         for p in batch:

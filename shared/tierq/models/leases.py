@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from tierq.models.names import TenantName
 
@@ -39,6 +39,11 @@ class ClaimedTask(BaseModel):
     lease_expires_at: datetime
     redelivered: bool
     enqueued_at: datetime
+
+
+# A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than
+# Python builds the models one by one.
+CLAIMED_TASKS: TypeAdapter[list[ClaimedTask]] = TypeAdapter(list[ClaimedTask])
 
 
 class AckItem(BaseModel):
