@@ -116,7 +116,6 @@ def tierq_engine(spec: dict[str, Any]) -> Any:
 
 
 def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
-    from tierq import TaskIn
 
     quiet_logs()
     tq = tierq_engine(spec)
@@ -128,7 +127,8 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     for start in range(lo, hi, batch):
         if sync.stop.is_set():
             break
-        items = [TaskIn(payload={"i": i}) for i in range(start, min(start + batch, hi))]
+        # plain mappings: validated by the engine as one list
+        items = [{"payload": {"i": i}} for i in range(start, min(start + batch, hi))]
         began = time.perf_counter()
         tq.enqueue(spec["queue"], items)
         latencies.append(time.perf_counter() - began)
@@ -177,7 +177,7 @@ def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     """A worker that keeps the backlog constant: claim a batch, ack it, enqueue as many new
     tasks (they join the back of the line). Counts acks."""
-    from tierq import ClaimRequest, TaskIn
+    from tierq import ClaimRequest
 
     quiet_logs()
     tq = tierq_engine(spec)
@@ -199,7 +199,7 @@ def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
             continue
         claim_latency.append(took)
         result = tq.ack(queue, got)
-        tq.enqueue(queue, [TaskIn(payload={"i": next_payload + i})
+        tq.enqueue(queue, [{"payload": {"i": next_payload + i}}
                            for i in range(len(result.acked))])
         next_payload += len(result.acked)
         acked += len(result.acked)
