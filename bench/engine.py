@@ -1,5 +1,6 @@
 """Engine benchmark: N no-op tasks enqueued -> claimed -> acked through the ``Tierq`` engine
-in batches of 100, with 1, 2 and 4 worker processes.
+(enqueue batches of 100, claims of up to 400, as bench.vs_peers), with 1, 2 and 4 worker
+processes.
 
     .venv/bin/python -m bench.engine            # 100,000 tasks, 1/2/4 processes
     .venv/bin/python -m bench.engine --quick    # 10,000 tasks
@@ -31,7 +32,7 @@ from bench.common import (
     say,
 )
 from bench.runs import Measured, SystemRun, run_system
-from bench.systems import TierqEngine
+from bench.systems import TIERQ_CLAIM_BATCH, TIERQ_ENQUEUE_BATCH, TierqEngine
 
 
 def per_task(value: float | None) -> str:
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         statements = enable_pg_stat_statements(stores)
         info = machine_info(stores)
         print_machine(info)
-        say(f"engine bench: {total:,} no-op tasks, batches of 100, workers {args.workers}, "
+        say(f"engine bench: {total:,} no-op tasks, enqueue batches of {TIERQ_ENQUEUE_BATCH}, "
+            f"claims of up to {TIERQ_CLAIM_BATCH}, workers {args.workers}, "
             f"maintenance {'off' if args.no_maintenance else 'on'}, statements counted by "
             f"{'pg_stat_statements' if statements else '(unavailable)'}")
         overrides = {} if args.warm_max is None else {"warm_max": args.warm_max}

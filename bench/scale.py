@@ -9,8 +9,9 @@ maintenance jobs running beside the workers. For each backlog size:
 
 1. **fill**: producer processes grow the backlog to the size (batches of 500); past
    warm_max the queue is in cold mode and new tasks wait in PostgreSQL;
-2. **measure**: W worker processes each loop claim 100 -> ack -> enqueue 100 new tasks,
-   so the backlog stays at its size while tasks flow through cold -> warm -> acked;
+2. **measure**: W worker processes each loop claim (up to 400, as in bench.vs_peers) ->
+   ack -> enqueue as many new tasks, so the backlog stays at its size while tasks flow
+   through cold -> warm -> acked;
    tasks/s is acks per second, the median of ``--rounds`` rounds (claim latency p50/p99
    over all of them).
 
@@ -58,7 +59,13 @@ from bench.common import (
     say,
     split,
 )
-from bench.systems import QUEUE, Maintenance, tierq_produce, tierq_recycle
+from bench.systems import (
+    QUEUE,
+    TIERQ_CLAIM_BATCH,
+    Maintenance,
+    tierq_produce,
+    tierq_recycle,
+)
 
 FILL_BATCH = 500
 TABLE_STATS = """
@@ -255,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"maintenance errors: {jobs.errors[:5]}")
 
         say("")
-        say(f"tierq, {args.workers} worker process(es), claim 100 -> ack -> enqueue 100 "
-            f"at a constant backlog; tasks/s is the median of {args.rounds} rounds")
+        say(f"tierq, {args.workers} worker process(es), claim {TIERQ_CLAIM_BATCH} -> ack -> "
+            f"enqueue as many at a constant backlog; tasks/s is the median of {args.rounds} "
+            "rounds")
         rows = []
         for s in steps:
             assert s.table is not None
