@@ -6,9 +6,10 @@ Journals (one file per process; a SIGKILLed process may leave a torn last line):
 
 * producer: ``{"e": "enq", "n": n, "id": id}`` for each task whose enqueue returned success
   (tasks carry the key ``n<n>``, so a retried batch never duplicates them);
-* worker: ``{"e": "claim", "id", "n", "t1", "exp", "w"}`` per delivered task, written right
-  after the claim returned (``t1``) and before any work; ``{"e": "ack", "id", "t"}`` per
-  accepted ack; ``{"e": "rej", "id", "r"}`` per rejected one.
+* worker: ``{"e": "claim", "id", "n", "t0", "t1", "exp", "w"}`` per delivered task, written
+  right after the claim returned (``t1``; ``t0``: when it was sent) and before any work;
+  ``{"e": "ack", "id", "t"}`` per accepted ack; ``{"e": "rej", "id", "r"}`` per rejected
+  one.
 
 Accounting (``Report``): a task is *acked* when its row is gone from PostgreSQL (only an ack
 deletes a row here); a number ``n`` whose enqueue succeeded is *lost* when none of its task
@@ -277,6 +278,7 @@ def worker_main(cfg: dict[str, Any], journal_path: str, stop: Any) -> None:
     stall = cfg.get("stall", 0.0)
     rng = random.Random(os.getpid())
     while not stop.is_set():
+        t0 = time.time()
         try:
             got = queue.claim(batch, lease, name)
         except Unavailable:
@@ -286,8 +288,8 @@ def worker_main(cfg: dict[str, Any], journal_path: str, stop: Any) -> None:
         if not got:
             time.sleep(0.01)
             continue
-        journal.write([{"e": "claim", "id": d.id, "n": d.n, "t1": t1, "exp": d.expires,
-                        "w": name} for d in got])
+        journal.write([{"e": "claim", "id": d.id, "n": d.n, "t0": t0, "t1": t1,
+                        "exp": d.expires, "w": name} for d in got])
         if work:
             time.sleep(work)
         to_ack = [d for d in got if rng.random() >= stall]
@@ -522,9 +524,11 @@ def analyze(events: list[dict[str, Any]], rows: list[tuple[str, str, str | None]
         ordered = sorted(delivered, key=lambda d: d["t1"])
         for first, second in itertools.pairwise(ordered):
             lease_end = first["exp"]
-            # Valkey lost every lease at a wipe: a lease taken before it ends there.
+            # Valkey lost every lease at a wipe: a lease that may have been taken before it
+            # ends there. That is any claim sent before the wipe was over: one that the old
+            # server answered just before it died can return (t1) after the wipe's moment.
             for wiped_at in wipes:
-                if first["t1"] <= wiped_at:
+                if first.get("t0", first["t1"]) <= wiped_at:
                     lease_end = min(lease_end, wiped_at)
                     break
             if second["t1"] < lease_end:

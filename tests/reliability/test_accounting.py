@@ -52,6 +52,15 @@ def test_a_wipe_ends_the_leases_taken_before_it_only() -> None:
     assert [d.split(":")[0] for d in report.double_dispatch] == ["b"]
 
 
+def test_a_claim_sent_before_a_wipe_but_answered_after_it_ended_there() -> None:
+    sent_before = {**claim("a", 1, 15.2, 45.0, "w1"), "t0": 14.9}  # answered by the old server
+    events = [enq(1, "a"), sent_before, claim("a", 1, 20.0, 50.0, "w2")]
+    assert analyze(events, [], wipes=[15.0]).double_dispatch == []
+    sent_after = {**claim("b", 2, 15.2, 45.0, "w1"), "t0": 15.1}
+    events = [enq(2, "b"), sent_after, claim("b", 2, 20.0, 50.0, "w2")]
+    assert len(analyze(events, [], wipes=[15.0]).double_dispatch) == 1
+
+
 def test_a_delivery_after_an_accepted_ack_is_flagged() -> None:
     events = [enq(1, "a"), claim("a", 1, 10.0, 12.0), {"e": "ack", "id": "a", "t": 10.5},
               claim("a", 1, 13.0, 15.0, "w2")]
