@@ -71,3 +71,23 @@ def test_reconciler_never_resurrects_an_acked_task(make_tq, pg):
         tq.run_reaper()
     assert tq.claim("a", max=10) == []
     assert count_rows(pg) == 0
+
+
+def test_a_lease_left_by_an_older_tierq_is_dropped_and_its_task_dispatched_again(
+        make_tq, valkey, pg):
+    """Leases used to be bare ids in the leased set; one left by an older version expires
+    like any other, and its task comes back through the reconciler (nothing spins on it)."""
+    from tierq.dal.warm_tier import PairKeys
+
+    tq = make_tq(lease_seconds=5, reconcile_grace_seconds=0.0)
+    created = tq.enqueue_one("old", "x")
+    [task] = tq.claim("old", max=1)
+    keys = PairKeys.of("old", "_")
+    valkey.delete(keys.leased)
+    valkey.zadd(keys.leased, {str(task.id): 0})  # as an older tierq wrote it, long expired
+    tq.run_reaper()
+    assert valkey.zcard(keys.leased) == 0
+    tq.run_reaper()  # the reconciler finds the warm row that Valkey no longer holds
+    [again] = tq.claim("old", max=1)
+    assert again.id == created.id
+    assert tq.ack("old", [again]).acked == [again.id]

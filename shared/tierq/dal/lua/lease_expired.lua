@@ -3,8 +3,19 @@
 -- KEYS: 1 leased, 2 claims
 -- ARGV: 1 now_ms, 2 limit
 -- Returns the expired lease members ('<id>|<token>'), oldest deadline first.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0,
+local listed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0,
                            tonumber(ARGV[2]))
+-- A member without '|' is a lease written by a tierq from before leases named their token
+-- (a bare id): no token can release it, so it is dropped here. Its task's row is still
+-- warm and no longer in Valkey: the reconciler re-dispatches it after its grace period.
+local expired = {}
+for _, member in ipairs(listed) do
+  if string.find(member, '|', 1, true) then
+    expired[#expired + 1] = member
+  else
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
 -- A claim record is kept while any lease of that claim is: the token prefix is the member
 -- up to (and with) the '~' before the attempt: '<id>|<tenant>~<random>~'.
 local live = {}
