@@ -198,24 +198,23 @@ class WarmTier:
         return int(out[0]), _s(out[1]), claimed
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,
-               leases: Sequence[tuple[str, str]]) -> list[bool]:
-        """Whether each (id, token) lease is held and unexpired: one ZMSCORE of the lease
-        members (a token not issued for that id names no member)."""
-        if not leases:
+               members: Sequence[str]) -> list[bool]:
+        """Whether each lease (a member ``lease_member(id, token)``) is held and unexpired:
+        one ZMSCORE (a token not issued for that id names no member)."""
+        if not members:
             return []
         k = PairKeys.of(queue, tenant)
-        deadlines = self._command("ZMSCORE", k.leased,
-                                  *[lease_member(i, t) for i, t in leases])
+        deadlines = self._command("ZMSCORE", k.leased, *members)
         return [d is not None and float(d) > now_ms for d in deadlines]
 
-    def release(self, queue: str, tenant: str, leases: Sequence[tuple[str, str]]) -> int:
-        """Drop these (id, token) leases; a lease that was re-issued since has another token
-        and is left alone. Returns how many were dropped."""
-        if not leases:
+    def release(self, queue: str, tenant: str, members: Sequence[str]) -> int:
+        """Drop these leases (members ``lease_member(id, token)``); a lease that was
+        re-issued since has another token and is left alone. Returns how many were
+        dropped."""
+        if not members:
             return 0
         k = PairKeys.of(queue, tenant)
-        return int(self._command("ZREM", k.leased,
-                                 *dict.fromkeys(lease_member(i, t) for i, t in leases)))
+        return int(self._command("ZREM", k.leased, *dict.fromkeys(members)))
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
                leases: Sequence[tuple[str, str, int]]) -> list[int]:
@@ -283,14 +282,13 @@ class WarmTier:
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         k = PairKeys.of(queue, tenant)
         with _available():
-            for member, deadline in self.client.zscan_iter(k.leased, match=f"{task_id}|*",
-                                                           count=1000):
-                info = self._lease_info(_s(member), int(deadline), {})
-                raw = self.client.hget(k.claims, claim_prefix(info.token))
-                if raw is None:
-                    return info
-                return self._lease_info(_s(member), int(deadline),
-                                        {claim_prefix(info.token): _s(raw)})
+            for raw_member, deadline in self.client.zscan_iter(
+                    k.leased, match=f"{task_id}|*", count=1000):
+                member = _s(raw_member)
+                prefix = claim_prefix(split_member(member)[1])
+                raw = self.client.hget(k.claims, prefix)
+                made = {} if raw is None else {prefix: _s(raw)}
+                return self._lease_info(member, int(deadline), made)
         return None
 
     @staticmethod

@@ -14,6 +14,7 @@ import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.dal.postgres import uuid_array
+from tierq.dal.warm_tier import lease_member
 from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
@@ -37,12 +38,13 @@ class Verified:
     token: str
     attempt: int
     index: int
+    member: str  # the lease as the warm tier holds it (warm_tier.lease_member)
 
 
 def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
            rejected: list[Rejection]) -> list[Verified]:
     """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
-    by_tenant: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
+    by_tenant: dict[str, list[Verified]] = defaultdict(list)
     seen: set[str] = set()
     for i, item in enumerate(items):
         token = item.lease_token
@@ -59,26 +61,27 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
             rejected.append(Rejection(id=item.id, reason="not_owner"))
             continue
         seen.add(task_id)
-        by_tenant[tenant].append((i, task_id, token, attempt))
+        by_tenant[tenant].append(
+            Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token)))
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
     for tenant, entries in by_tenant.items():
         held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
-                               leases=[(task_id, token) for _, task_id, token, _ in entries])
-        for (i, task_id, token, attempt), ok in zip(entries, held, strict=True):
+                               members=[v.member for v in entries])
+        for v, ok in zip(entries, held, strict=True):
             if ok:
-                valid.append(Verified(tenant, task_id, token, attempt, i))
+                valid.append(v)
             else:
-                rejected.append(Rejection(id=items[i].id, reason="not_owner"))
+                rejected.append(Rejection(id=items[v.index].id, reason="not_owner"))
     return valid
 
 
 def release(ctx: Context, queue: str, verified: Sequence[Verified]) -> None:
-    by_tenant: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    by_tenant: dict[str, list[str]] = defaultdict(list)
     for v in verified:
-        by_tenant[v.tenant].append((v.id, v.token))
-    for tenant, leases in by_tenant.items():
-        ctx.warm.release(queue, tenant, leases)
+        by_tenant[v.tenant].append(v.member)
+    for tenant, members in by_tenant.items():
+        ctx.warm.release(queue, tenant, members)
 
 
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:

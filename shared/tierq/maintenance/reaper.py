@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tierq.dal.postgres import run as run_query
+from tierq.dal.warm_tier import lease_member
 from tierq.logic import admission, leases
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
@@ -44,7 +45,7 @@ def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary)
         expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(now), limit=EXPIRED_BATCH)
         if not expired:
             return
-        held = [Verified(tenant, task_id, token, attempt, i)
+        held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
                 for i, (task_id, token, attempt) in enumerate(expired)]
         states = leases.record_outcomes(
             ctx, queue, held,
