@@ -89,6 +89,8 @@ class SystemRun:
                 "timed_out": m.phase.timed_out,
                 "claim_p50_ms": m.latency("claim_latency", 50) * 1000,
                 "claim_p99_ms": m.latency("claim_latency", 99) * 1000,
+                "claims": len(m.phase.values("claim_latency")),
+                "empty_claims": sum(r.get("empty_claims", 0) for r in m.phase.results),
                 "statements_per_task": m.statements_per_task(),
                 "commits_per_task": m.commits_per_task(),
                 "valkey_peak_bytes": m.valkey_peak,

@@ -275,3 +275,26 @@ def test_claimed_tasks_can_be_acked_as_they_are(tq, pg):
     assert pg.execute("SELECT id, state FROM tierq_tasks").fetchall() == [(b.id, "done")]
     again = tq.ack("q", [a])
     assert [r.reason for r in again.rejected] == ["not_owner"]
+
+
+@pytest.mark.parametrize("refill", ["by the claims", "by the mover"])
+def test_the_data_hash_stays_a_hashtable_however_small(make_tq, valkey, refill):
+    """A small hash would be a listpack, where every field is found by scanning: the push
+    keeps one long field in it (lua/push_ready.lua). That field is never handed out, and the
+    hash stays a hashtable while the warm set empties and fills again."""
+    tq = make_tq(warm_max=3)
+    data = "tq:{enc|_}:data"
+    tq.enqueue("enc", [{"payload": i} for i in range(5)])  # 3 warm, 2 cold
+    assert valkey.object("encoding", data) == b"hashtable"
+    assert valkey.hlen(data) == 3 + 1
+    seen = []
+    for _ in range(3):
+        got = tq.claim("enc", max=10)
+        seen.extend(t.payload for t in got)
+        tq.ack("enc", got)
+        if refill == "by the mover":
+            tq.run_cold_to_warm()
+        assert valkey.object("encoding", data) == b"hashtable"
+    seen.extend(t.payload for t in drain(tq, "enc"))
+    assert sorted(seen) == list(range(5))
+    assert valkey.hkeys(data) == [b"~encoding"]

@@ -160,8 +160,10 @@ class WarmTier:
         """Push (id, score, blob) items; returns (mode after, refused ids)."""
         k = PairKeys.of(queue, tenant)
         args: list[Any] = [warm_max, kind, now_ms, token]
-        for item in items:
-            args.extend(item)
+        for task_id, score, _ in items:  # score, id pairs (for ZADD), then id, blob (HSET)
+            args += (score, task_id)
+        for task_id, _, blob in items:
+            args += (task_id, blob)
         out = self._run("push_ready", (k.ready, k.data, k.meta, k.inflight), args)
         return _s(out[0]), [_s(x) for x in out[1:]]
 

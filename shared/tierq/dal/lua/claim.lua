@@ -28,22 +28,28 @@ local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
 
 local popped_ids = {}
-for i = 1, #popped, 2 do popped_ids[#popped_ids + 1] = popped[i] end
+local n_popped = #popped / 2
+for k = 1, n_popped do popped_ids[k] = popped[2 * k - 1] end
 -- HMGET keeps the order of its fields: blobs[k] belongs to popped_ids[k]
 local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
 
+-- (tables are filled by counters: Lua's # operator searches for the border each time)
 local put_back = {}      -- score, id, ...: over the budget, back in their places in line
 local handed_ids = {}    -- for the variadic HDEL of their data
+local n_handed = 0
 local leased_args = {}   -- deadline, '<id>|<token>', ...
-for k = 1, #popped_ids do
+local n_out = 2
+for k = 1, n_popped do
   local id = popped_ids[k]
   local blob = blobs[k]
-  if blob and budget > 0 and (#out > 2 or strict) and used + #blob > budget then
+  if blob and budget > 0 and (n_out > 2 or strict) and used + #blob > budget then
     -- over the budget: this one and the rest (even those without data, as before) keep
     -- their places in line
-    for j = k, #popped_ids do
-      put_back[#put_back + 1] = popped[2 * j]
-      put_back[#put_back + 1] = popped_ids[j]
+    local n_back = 0
+    for j = k, n_popped do
+      put_back[n_back + 1] = popped[2 * j]
+      put_back[n_back + 2] = popped_ids[j]
+      n_back = n_back + 2
     end
     break
   end
@@ -53,13 +59,15 @@ for k = 1, #popped_ids do
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
     -- numbered by position in the popped batch, so ids without data leave gaps
     local token = prefix .. attempt .. '~' .. k
-    handed_ids[#handed_ids + 1] = id
-    leased_args[#leased_args + 1] = deadline_arg
-    leased_args[#leased_args + 1] = id .. '|' .. token
-    out[#out + 1] = id
-    out[#out + 1] = attempt
-    out[#out + 1] = token
-    out[#out + 1] = string.sub(blob, sep + 1)
+    n_handed = n_handed + 1
+    handed_ids[n_handed] = id
+    leased_args[2 * n_handed - 1] = deadline_arg
+    leased_args[2 * n_handed] = id .. '|' .. token
+    out[n_out + 1] = id
+    out[n_out + 2] = attempt
+    out[n_out + 3] = token
+    out[n_out + 4] = string.sub(blob, sep + 1)
+    n_out = n_out + 4
   end
   -- an id without data is a leftover of a partial loss; the reconciler re-dispatches it
 end
@@ -67,7 +75,7 @@ end
 call_chunked('ZADD', KEYS[1], put_back)
 call_chunked('HDEL', KEYS[2], handed_ids)
 call_chunked('ZADD', KEYS[3], leased_args)
-if #handed_ids > 0 then
+if n_handed > 0 then
   redis.call('HSET', KEYS[4], prefix, now .. '|' .. ARGV[5])
 end
 out[1] = redis.call('ZCARD', KEYS[1])

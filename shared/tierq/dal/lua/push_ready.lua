@@ -1,11 +1,13 @@
 -- Push ready tasks into the warm set of one (queue, tenant), never beyond warm_max.
 -- KEYS: 1 ready, 2 data, 3 meta, 4 inflight
 -- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
---       4 admission token, then triples: id, score, blob
+--       4 admission token, then for n tasks: n pairs score, id (as ZADD takes them), then
+--       n pairs id, blob (as HSET takes them), both in the same order
 --   enqueue: work that became ready (due, retried, replayed); refused outright while the
 --            queue is in cold mode (hysteresis).
 --   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
---        copy can be in line already and the ZMSCORE look-up is skipped.
+--        copy can be in line already: the ZMSCORE look-up is skipped, and the pairs go to
+--        ZADD and HSET as they came (no table built per task).
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
 -- A task already in the ready set keeps its place (ZADD NX semantics); so does the second
@@ -13,13 +15,26 @@
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- Returns { mode_after, refused_id, ... }
--- Valkey work for the tasks: one ZMSCORE (Redis >= 6.2), then one ZADD and one HSET of the
--- accepted ones, however many triples.
+-- Valkey work for the tasks: one ZMSCORE (Redis >= 6.2, not for 'new'), then one ZADD and
+-- one HSET of the accepted ones, however many tasks.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 
+-- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
+-- the data hash in hashtable encoding even while it is small. A listpack finds a field by
+-- scanning, and up to hash-max-listpack-entries (512) fields that made every HSET and HMGET
+-- of a batch a scan per task. It also keeps the hash from being deleted and made again each
+-- time the warm set runs empty. No task id looks like it.
+local ENCODING_FIELD = '~encoding'
+local ENCODING_VALUE = 'kept by tierq so that this hash stays in hashtable encoding '
+  .. '(O(1) field access); see tierq/dal/lua/README.md'
+
 local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
+local n = (#ARGV - 4) / 4
+local ZS = 5              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = its id
+local HS = 5 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
+
 local mode = redis.call('HGET', KEYS[3], 'mode')
 if not mode then
   mode = 'cold'
@@ -27,40 +42,66 @@ if not mode then
 end
 local size = redis.call('ZCARD', KEYS[1])
 local admits = (kind == 'enqueue' or kind == 'new')
-local refuse_all = (admits and mode == 'cold')
 local refused = {}
-if refuse_all then
-  for i = 5, #ARGV, 3 do refused[#refused + 1] = ARGV[i] end
+local n_refused = 0
+
+-- ARGV[first..last] to a variadic command, in chunks (see call_chunked.lua)
+local function call_argv(command, key, first, last)
+  for from = first, last, CHUNK do
+    redis.call(command, key, unpack(ARGV, from, math.min(from + CHUNK - 1, last)))
+  end
+end
+
+if admits and mode == 'cold' then
+  for k = 1, n do
+    refused[k] = ARGV[HS + 2 * k - 2]
+  end
+  n_refused = n
+elseif kind == 'new' then
+  -- the first tasks that fit are accepted, the rest refused
+  local take = math.max(0, math.min(n, warm_max - size))
+  if take > 0 then
+    redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
+    call_argv('ZADD', KEYS[1], ZS, ZS + 2 * take - 1)
+    call_argv('HSET', KEYS[2], HS, HS + 2 * take - 1)
+    size = size + take
+  end
+  for k = take + 1, n do
+    n_refused = n_refused + 1
+    refused[n_refused] = ARGV[HS + 2 * k - 2]
+  end
 else
   local ids = {}
-  for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
-  local in_line = {}
-  if kind ~= 'new' then
-    in_line = call_chunked('ZMSCORE', KEYS[1], ids)   -- in the order of ids
-  end
+  for k = 1, n do ids[k] = ARGV[HS + 2 * k - 2] end
+  local in_line = call_chunked('ZMSCORE', KEYS[1], ids)   -- in the order of ids
   local accepted = {}      -- id -> true: a later copy in this batch finds it in line
   local ready_args = {}    -- score, id, ...
   local data_args = {}     -- id, blob, ...
-  for k = 1, #ids do
+  local n_args = 0
+  for k = 1, n do
     local id = ids[k]
     if in_line[k] or accepted[id] then
       -- already waiting in line: it keeps its place
     elseif size < warm_max then
-      local i = 5 + 3 * (k - 1)
       accepted[id] = true
-      ready_args[#ready_args + 1] = ARGV[i + 1]
-      ready_args[#ready_args + 1] = id
-      data_args[#data_args + 1] = id
-      data_args[#data_args + 1] = ARGV[i + 2]
+      ready_args[n_args + 1] = ARGV[ZS + 2 * k - 2]
+      ready_args[n_args + 2] = id
+      data_args[n_args + 1] = id
+      data_args[n_args + 2] = ARGV[HS + 2 * k - 1]
+      n_args = n_args + 2
       size = size + 1
     else
-      refused[#refused + 1] = id
+      n_refused = n_refused + 1
+      refused[n_refused] = id
     end
+  end
+  if n_args > 0 then
+    redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
   end
   call_chunked('ZADD', KEYS[1], ready_args)
   call_chunked('HSET', KEYS[2], data_args)
 end
-if #refused > 0 then
+if n_refused > 0 then
   mode = 'cold'
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
