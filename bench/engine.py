@@ -1,5 +1,5 @@
 """Engine benchmark: N no-op tasks enqueued -> claimed -> acked through the ``Tierq`` engine
-(enqueue batches of 100, claims of up to 400, as bench.vs_peers), with 1, 2 and 4 worker
+(enqueue batches of 500, claims of up to 400, as bench.vs_peers), with 1, 2 and 4 worker
 processes.
 
     .venv/bin/python -m bench.engine            # 100,000 tasks, 1/2/4 processes
