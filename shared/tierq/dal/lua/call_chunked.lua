@@ -3,20 +3,22 @@
 -- unpack() puts every value on the Lua C stack (~8000 slots): feed a variadic command at
 -- most CHUNK values at a time. CHUNK is even, so a score/member or field/value pair never
 -- straddles two calls. Returns the array replies concatenated, in order (HMGET, ZMSCORE);
--- an empty args list sends nothing.
+-- an empty args list sends nothing. ``first`` and ``last`` (optional) send only
+-- args[first..last], e.g. a range of ARGV as the caller received it.
 local CHUNK = 4000
-local function call_chunked(command, key, args)
-  local n = #args
-  if n == 0 then return {} end
-  if n <= CHUNK then  -- the common case: one call, its reply as it is
-    local reply = redis.call(command, key, unpack(args))
+local function call_chunked(command, key, args, first, last)
+  first = first or 1
+  last = last or #args
+  if last < first then return {} end
+  if last - first < CHUNK then  -- the common case: one call, its reply as it is
+    local reply = redis.call(command, key, unpack(args, first, last))
     if type(reply) == 'table' then return reply end
     return {}
   end
   local replies = {}
   local n_replies = 0
-  for first = 1, n, CHUNK do
-    local reply = redis.call(command, key, unpack(args, first, math.min(first + CHUNK - 1, n)))
+  for from = first, last, CHUNK do
+    local reply = redis.call(command, key, unpack(args, from, math.min(from + CHUNK - 1, last)))
     if type(reply) == 'table' then
       for _, value in ipairs(reply) do
         n_replies = n_replies + 1

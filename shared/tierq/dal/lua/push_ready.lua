@@ -45,13 +45,6 @@ local admits = (kind == 'enqueue' or kind == 'new')
 local refused = {}
 local n_refused = 0
 
--- ARGV[first..last] to a variadic command, in chunks (see call_chunked.lua)
-local function call_argv(command, key, first, last)
-  for from = first, last, CHUNK do
-    redis.call(command, key, unpack(ARGV, from, math.min(from + CHUNK - 1, last)))
-  end
-end
-
 if admits and mode == 'cold' then
   for k = 1, n do
     refused[k] = ARGV[HS + 2 * k - 2]
@@ -62,8 +55,8 @@ elseif kind == 'new' then
   local take = math.max(0, math.min(n, warm_max - size))
   if take > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
-    call_argv('ZADD', KEYS[1], ZS, ZS + 2 * take - 1)
-    call_argv('HSET', KEYS[2], HS, HS + 2 * take - 1)
+    call_chunked('ZADD', KEYS[1], ARGV, ZS, ZS + 2 * take - 1)
+    call_chunked('HSET', KEYS[2], ARGV, HS, HS + 2 * take - 1)
     size = size + take
   end
   for k = take + 1, n do
