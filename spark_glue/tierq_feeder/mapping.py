@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from tierq.core.json_text import NUL_ESCAPE_PATTERN
 from tierq.models.names import DEFAULT_TENANT, KEY_PATTERN, NAME_PATTERN
 from tierq.models.tasks import MAX_DELAY_SECONDS
 from tierq_feeder.config import ColumnMapping, FeedConfigError
@@ -128,7 +129,7 @@ def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, 
               F.concat(F.lit("payload: "), F.length(pl).cast("string"),
                        F.lit(" characters once serialised; the limit is "),
                        limit.cast("string")))
-        .when(pl.contains("\\u0000"),
+        .when(pl.contains("\\u0000") & pl.rlike(NUL_ESCAPE_PATTERN),
               F.lit("payload: contains a NUL character (\\u0000), which cannot be stored"))
     )
     checked = fields.select("*", reason.alias(REASON))

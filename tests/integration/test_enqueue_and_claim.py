@@ -18,6 +18,41 @@ def test_enqueue_commits_in_postgres_before_returning(tq, pg):
     assert {r[1] for r in rows} == {"warm"}
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+def test_every_field_reaches_postgres_as_given(tq, pg, keyed):
+    """The batch goes to Postgres as one array per column: names, keys and payloads that
+    look like array syntax, JSON or SQL NULL must arrive unchanged, in batch order."""
+    from datetime import UTC, datetime, timedelta
+
+    odd_keys = ["NULL", "null", '{a,"b"}', 'quote " and \\ backslash', "non-ascii é ✓",
+                "del\u007f and /", " spaced ", "[1, 2]"]
+    odd_payloads = [None, "NULL", '{"a": 1}', {"nested": [1.5, None, "\\"]}, [], 0, -1.25,
+                    "é ✓ \u007f"]
+    tenants = ["_", "NULL", "null", "t.1-x"]
+    at = datetime.now(UTC) + timedelta(hours=1)
+    tasks = [{"payload": odd_payloads[i % len(odd_payloads)], "tenant": tenants[i % 4],
+              "priority": i % 10, "max_attempts": 1 + i % 7,
+              "key": odd_keys[i % len(odd_keys)] + f"-{i}" if keyed and i % 3 else None,
+              **({"run_at": at} if i % 5 == 0 else {})} for i in range(40)]
+    out = tq.enqueue("cols", tasks)
+    assert [o.outcome for o in out] == ["created"] * 40
+    rows = {r[0]: r[1:] for r in pg.execute(
+        "SELECT id::text, tenant, key, priority, payload, max_attempts, state, run_at, seq"
+        " FROM tierq_tasks").fetchall()}
+    seqs = []
+    for task, outcome in zip(tasks, out, strict=True):
+        tenant, key, priority, payload, max_attempts, state, run_at, seq = rows[str(outcome.id)]
+        assert (tenant, key, priority, payload, max_attempts) == (
+            task["tenant"], task["key"], task["priority"], task["payload"],
+            task["max_attempts"])
+        if "run_at" in task:
+            assert state == "delayed" and abs((run_at - at).total_seconds()) < 1e-3
+        else:
+            assert state == "warm"
+        seqs.append(seq)
+    assert seqs == list(range(seqs[0], seqs[0] + 40))
+
+
 def test_claim_returns_payload_and_lease_then_ack_deletes(tq, pg):
     created = tq.enqueue_one("emails", {"to": "a@example.com"}, key="k1", priority=3)
     [task] = tq.claim("emails", max=10, worker="w1")
@@ -157,11 +192,24 @@ def test_oversized_payload_is_refused_and_nothing_written(make_tq, pg):
 def test_nul_characters_and_far_schedules_are_refused(tq, pg):
     with pytest.raises(InvalidInput, match="payload"):
         tq.enqueue("q", [TaskIn(payload={"s": "a\x00b"})])
+    with pytest.raises(InvalidInput, match=r"tasks\[1\]\.payload"):
+        tq.enqueue("q", [TaskIn(payload=1), TaskIn(payload={"key \x00": 1})])
+    with pytest.raises(InvalidInput, match="payload"):
+        tq.enqueue("q", [TaskIn(payload="backslash then NUL: \\\x00")])
     with pytest.raises(InvalidInput, match="run_at"):
         tq.enqueue("q", [TaskIn(payload=1, run_at="2999-01-01T00:00:00Z")])
     with pytest.raises(InvalidInput, match="at most 500"):
         tq.enqueue("q", [TaskIn(payload=i) for i in range(501)])
     assert count_rows(pg) == 0
+
+
+def test_the_text_of_a_nul_escape_is_not_a_nul(tq):
+    """A payload may hold the six characters \\u0000 (a regular expression, source code):
+    JSON text writes them with the backslash escaped, which is not the NUL escape."""
+    text = {"pattern": "\\u0000", "path": "C:\\\\u0000", "\\u0000 key": "x"}
+    tq.enqueue("q", [TaskIn(payload=text)])
+    [task] = tq.claim("q")
+    assert task.payload == text
 
 
 def test_a_failing_batch_insert_writes_nothing(tq, pg):
@@ -170,17 +218,16 @@ def test_a_failing_batch_insert_writes_nothing(tq, pg):
     import psycopg
 
     from tierq.logic.context import to_datetime
+    from tierq.logic.enqueue import Prepared, row_columns
 
     now = to_datetime(tq.ctx.now())
-    import orjson
-
-    rows = [{"id": "018f0000-0000-7000-8000-000000000001", "tenant": "_", "key": None,
-             "priority": 1, "payload": 1, "state": "cold", "run_at": 0, "max_attempts": 3},
-            {"id": "018f0000-0000-7000-8000-000000000002", "tenant": "_", "key": None,
-             "priority": 12, "payload": 2, "state": "cold", "run_at": 0, "max_attempts": 3}]
+    rows = [Prepared(0, "018f0000-0000-7000-8000-000000000001", "_", None, 1, b"1", False,
+                     0.0, 3, "ignore", True, "cold"),
+            Prepared(1, "018f0000-0000-7000-8000-000000000002", "_", None, 12, b"2", False,
+                     0.0, 3, "ignore", True, "cold")]
     with pytest.raises(psycopg.errors.CheckViolation):
         tq.db.fetch("insert_tasks", {"queue": "q", "now": now,
-                                     "rows": orjson.dumps(rows).decode()})
+                                     **row_columns(rows, keyed=True)})
     assert count_rows(pg) == 0
 
 

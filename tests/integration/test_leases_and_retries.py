@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.integration.helpers import count_state, drain
+from tierq.dal.postgres import uuid_array
+from tierq.maintenance import reaper
 
 
 def test_a_delayed_task_is_claimable_only_after_run_at(tq, pg):
@@ -211,7 +215,95 @@ def test_running_leases_show_worker_and_start_until_the_reaper_forgets_their_cla
     assert valkey.hlen(claims) == 2
     tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in first])
     tq.run_reaper()
-    assert valkey.hlen(claims) == 1  # the first claim has no lease left
+    # one finished claim beside one lease: not yet worth reading every lease to find it
+    assert valkey.hlen(claims) == 2
+    assert [(str(v.id), v.worker) for v in tq.running("r")] == [(str(second.id), "w-2")]
     tq.ack("r", [{"id": second.id, "lease_token": second.lease_token}])
     tq.run_reaper()
     assert valkey.hlen(claims) == 0 and tq.running("r") == []
+
+
+def test_the_reaper_forgets_finished_claims_once_they_outnumber_the_leases(make_tq, valkey):
+    """Finding finished claims reads every lease of the pair, so the reaper does it only
+    when the claim records outnumber the leases twice over; then it keeps exactly the
+    claims that still hold a lease."""
+    from tierq.dal.warm_tier import PairKeys
+
+    tq = make_tq(lease_seconds=60)
+    tq.enqueue("r", [{"payload": i} for i in range(50)])
+    held = [tq.claim("r", max=1, worker=f"w-{i}")[0] for i in range(50)]
+    claims = PairKeys.of("r", "_").claims
+    tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in held[:15]])
+    tq.run_reaper()
+    assert valkey.hlen(claims) == 50  # 50 records, 35 leases: left alone
+    tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in held[15:40]])
+    tq.run_reaper()
+    assert valkey.hlen(claims) == 10  # 50 records, 10 leases: the 40 finished ones go
+    assert {(str(v.id), v.worker) for v in tq.running("r")} == {
+        (str(t.id), f"w-{i}") for i, t in enumerate(held) if i >= 40}
+
+
+def test_a_reaper_pass_that_listed_a_lease_late_changes_nothing(make_tq, pg):
+    """Two reaper passes at once (overlapping scheduled runs) can both list one expired
+    lease. Whichever records it second must find that attempt already recorded: else it
+    would put the task back in line while its next lease is running (a double dispatch)
+    and count the expiry twice."""
+    tq = make_tq(lease_seconds=10, max_attempts=5)
+    created = tq.enqueue_one("r", "once")
+    [first] = tq.claim("r")
+    tq.ctx.clock.advance(11)
+    listed_by_the_slower_pass = tq.ctx.warm.expired(
+        "r", first.tenant, now_ms=int(tq.ctx.now() * 1000), limit=reaper.EXPIRED_BATCH)
+    assert [e[0] for e in listed_by_the_slower_pass] == [str(created.id)]
+    assert tq.run_reaper().expired == 1  # the faster pass
+    [second] = tq.claim("r")
+    assert second.id == created.id and second.attempt == 2
+
+    late = reaper.ReaperSummary()
+    reaper.record_expired(tq.ctx, "r", first.tenant, listed_by_the_slower_pass, late)
+    assert late.expired == 0 and late.requeued == 0
+    assert tq.claim("r") == []  # not in line again while the second lease holds
+    assert count_state(pg, "r", "warm") == 1
+    assert tq.get_task("r", created.id).attempts == 1
+    acked = tq.ack("r", [{"id": second.id, "lease_token": second.lease_token}])
+    assert acked.acked == [second.id]
+
+
+@pytest.mark.parametrize("statement", ["ack_delete", "ack_delete_by_attempt"])
+def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq, pg,
+                                                                         statement):
+    """An ack checks its lease in Valkey, then deletes the row. If the reaper expires that
+    lease in between (the ack was checked just before the deadline), the task is already in
+    line again for its next attempt: deleting its row then would leave it in line without
+    one, delivered again after an accepted ack. The delete only takes an attempt not
+    recorded yet, so the ack is refused and the task runs again (at least once)."""
+    tq = make_tq(lease_seconds=10, max_attempts=5)
+    created = tq.enqueue_one("r", "once")
+    [first] = tq.claim("r")
+    tq.ctx.clock.advance(11)
+    assert tq.run_reaper().requeued == 1
+    # the late ack's own statement, as leases.ack sends it after its lease check passed
+    deleted = tq.ctx.db.fetch_tuples(statement, {
+        "queue": "r", "ids": uuid_array([str(first.id)]), "attempt": first.attempt,
+        "attempts": [first.attempt]})
+    assert deleted == []
+    [second] = tq.claim("r")
+    assert second.id == created.id and second.attempt == 2
+    acked = tq.ack("r", [{"id": second.id, "lease_token": second.lease_token}])
+    assert acked.acked == [second.id]
+    assert count_state(pg, "r", "warm") == 0
+
+
+def test_one_ack_for_leases_of_different_attempts(make_tq, pg):
+    tq = make_tq(lease_seconds=10, max_attempts=5)
+    retried = tq.enqueue_one("r", "retried")
+    assert tq.claim("r")[0].attempt == 1
+    tq.ctx.clock.advance(11)
+    tq.run_reaper()
+    fresh = tq.enqueue_one("r", "fresh")
+    claimed = tq.claim("r", max=2)
+    assert {(t.id, t.attempt) for t in claimed} == {(retried.id, 2), (fresh.id, 1)}
+    acked = tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in claimed])
+    assert sorted(map(str, acked.acked)) == sorted([str(retried.id), str(fresh.id)])
+    assert acked.rejected == []
+    assert count_state(pg, "r", "warm") == 0

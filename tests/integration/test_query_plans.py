@@ -41,7 +41,7 @@ def unanalyzed(services: Any) -> Iterator[psycopg.Connection[Any]]:
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
     n = len(ids)
     return {"queue": "q", "ids": ids, "now": "2026-01-01T00:00:00Z",
-            "attempts": [1] * n, "errors": ["boom"] * n,
+            "attempt": 1, "attempts": [1] * n, "errors": ["boom"] * n,
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
             "results": ['{"ok": true}'] * n}
 
@@ -52,24 +52,22 @@ def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from plan_nodes(child)
 
 
-@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-@pytest.mark.parametrize("name", ["ack_delete", "ack_keep", "lease_outcomes", "mark_cold",
-                                  "lock_warm_for_restore"])
-def test_settling_statements_use_the_primary_key_only(unanalyzed, name, mode):
-    conn = unanalyzed
-    ids = [r[0] for r in conn.execute(
-        "SELECT id FROM tierq_tasks ORDER BY random() LIMIT %s", (BATCH,))]
+def explain(conn: psycopg.Connection[Any], name: str, values: dict[str, Any], mode: str,
+            setup: str | None = None) -> list[dict[str, Any]]:
+    """The nodes of a named query's executed plan, prepared as the engine's connections
+    prepare it, in a transaction rolled back afterwards (with ``setup`` run first in it)."""
     text = query(name)
     order: list[str] = []
     for placeholder in PLACEHOLDER.findall(text):
         if placeholder not in order:
             order.append(placeholder)
     numbered = PLACEHOLDER.sub(lambda m: f"${order.index(m.group(1)) + 1}", text)
-    values = arguments(ids)
     statement = f"plan_{name}"
     conn.execute(f"SET plan_cache_mode = {mode}")
     conn.execute("BEGIN")
     try:
+        if setup:
+            conn.execute(setup)
         conn.execute(f"PREPARE {statement} AS {numbered}")
         explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
             sql.Identifier(statement),
@@ -79,11 +77,43 @@ def test_settling_statements_use_the_primary_key_only(unanalyzed, name, mode):
         conn.execute("ROLLBACK")
         conn.execute(f"DEALLOCATE {statement}")  # prepared statements outlive a rollback
     assert row is not None
-    nodes = list(plan_nodes(row[0][0]["Plan"]))
-    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
-    assert indexes == {"tierq_tasks_pkey"}, (name, mode, indexes)
+    return list(plan_nodes(row[0][0]["Plan"]))
+
+
+def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str, ...]) -> None:
     for node in nodes:
         if node.get("Relation Name") == "tierq_tasks" or "Index Name" in node:
             read = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
-            # (a few more than BATCH: index entries of the row versions earlier cases rolled back)
-            assert read <= 2 * BATCH, (name, mode, node["Node Type"], read)
+            # (a few more than asked: index entries of the row versions earlier cases rolled
+            # back)
+            assert read <= 2 * rows, (*label, node["Node Type"], read)
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize("name", ["ack_delete", "ack_delete_by_attempt", "ack_keep",
+                                  "lease_outcomes", "mark_cold", "lock_warm_for_restore"])
+def test_settling_statements_use_the_primary_key_only(unanalyzed, name, mode):
+    ids = [r[0] for r in unanalyzed.execute(
+        "SELECT id FROM tierq_tasks ORDER BY random() LIMIT %s", (BATCH,))]
+    nodes = explain(unanalyzed, name, arguments(ids), mode)
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes == {"tierq_tasks_pkey"}, (name, mode, indexes)
+    assert_reads_about(nodes, BATCH, (name, mode))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mode):
+    """promote_cold once joined its picked rows to the table by a hash join over a scan of
+    every row of the table, for each batch."""
+    cold_rows = 5 * BATCH
+    setup = ("INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+             " run_at_initially, max_attempts, seq, created_at, ready_since, state_since)"
+             " SELECT gen_random_uuid(), 'q', '_', 0, '{}', 'cold', now(), now(), 5,"
+             f" {WARM_ROWS} + g, now(), now(), now() FROM generate_series(1, {cold_rows}) g")
+    values = {"queue": "q", "tenant": "_", "limit": BATCH, "now": "2026-01-01T00:00:00Z"}
+    nodes = explain(unanalyzed, "promote_cold", values, mode, setup)
+    assert nodes[0]["Node Type"] == "ModifyTable" and nodes[0]["Actual Rows"] == BATCH
+    assert [n for n in nodes if n["Node Type"] == "Seq Scan"] == [], mode
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes == {"tierq_tasks_pkey", "tierq_tasks_cold_line"}, (mode, indexes)
+    assert_reads_about(nodes, BATCH, ("promote_cold", mode))

@@ -451,6 +451,7 @@ def test_daily_berlin_0230_across_fall_back(make_tq: Factory) -> None:
     ({"cron": "* * * * *", "priority": 10}, "priority", "less than or equal to 9"),
     ({"cron": "* * * * *", "horizon": 0}, "horizon", "greater than or equal to 1"),
     ({"cron": "* * * * *", "colour": "red"}, "colour", "Extra inputs"),
+    ({"cron": "* * * * *", "payload": {"s": "a\x00"}}, "payload", "NUL character"),
 ])
 def test_bad_input_is_rejected_naming_the_field(make_tq: Factory, pg: psycopg.Connection[Any],
                                                 body: dict[str, Any], field: str,
@@ -477,6 +478,13 @@ def test_bad_name_and_oversized_payload_write_nothing(make_tq: Factory,
         tq.get_schedule("missing")
     assert pg.execute("SELECT count(*) FROM tierq_schedules").fetchone() == (0,)
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
+
+
+def test_a_payload_may_hold_the_text_of_a_nul_escape(make_tq: Factory) -> None:
+    tq = make_tq()
+    view = tq.put_schedule("regex", {"queue": "q", "payload": {"re": "\\u0000"},
+                                     "every_seconds": 3600})
+    assert view.payload == {"re": "\\u0000"}
 
 
 # -- the admin function's routes (API Gateway HTTP API events, real stores) ---------------------

@@ -223,3 +223,32 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
         task_id, score, blob = item.values()
         assert (task_id, score, blob.encode()) == row_push_item(promoted[task_id])
     assert count_state(pg, "p", "cold") == 39  # rolled back
+
+
+def test_promotion_gives_up_a_batch_whose_row_another_writer_holds(make_tq, valkey, pg):
+    """promote_cold takes no row locks ahead of its update: while another transaction holds
+    one of the oldest cold rows (a task being replaced), the batch gives up after
+    PROMOTE_LOCK_TIMEOUT, never deadlocks the writer, and the next pass moves the rows,
+    the held one with what the writer committed."""
+    import time
+
+    tq = make_tq(warm_max=10)
+    tq.enqueue("held", [{"payload": i} for i in range(15)])  # 10 warm, 5 cold
+    got = tq.claim("held", max=3)  # 7 left warm: room for 3, above the low-water mark
+    assert [t.payload for t in got] == [0, 1, 2]
+    tq.ack("held", got)
+    oldest_cold = pg.execute("SELECT id FROM tierq_tasks WHERE queue = 'held' AND state = 'cold' "
+                             "ORDER BY seq LIMIT 1").fetchone()[0]
+    with pg.transaction():
+        pg.execute("UPDATE tierq_tasks SET payload = '\"replaced\"' WHERE id = %s",
+                   (oldest_cold,))
+        began = time.monotonic()
+        summary = tq.run_cold_to_warm()
+        waited = time.monotonic() - began
+        assert summary.promoted == 0 and summary.busy == 1
+        assert waited < 1.0, "the promotion must give up well before deadlock_timeout"
+    assert count_state(pg, "held", "cold") == 5  # the batch rolled back whole
+    assert ready_size(valkey, "held") == 7
+    assert tq.run_cold_to_warm().promoted == 3
+    got = tq.claim("held", max=10)
+    assert [t.payload for t in got] == [3, 4, 5, 6, 7, 8, 9, "replaced", 11, 12]

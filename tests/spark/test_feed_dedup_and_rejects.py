@@ -102,6 +102,8 @@ def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
         {"id": "r2", "prio": "", "tenant": "", "when": far, "text": "run_at far"},
         {"id": "big", "prio": "", "tenant": "", "when": "", "text": "x" * 400},
         {"id": "ok2", "prio": "", "tenant": "", "when": soon, "text": "later"},
+        {"id": "ok3", "prio": "", "tenant": "", "when": "", "text": "the text \\u0000"},
+        {"id": "nul", "prio": "", "tenant": "", "when": "", "text": "a NUL: \x00"},
     ]
     path = write_csv(tmp_path / "mixed.csv", rows)
     rejects = tmp_path / "rejects"
@@ -111,7 +113,7 @@ def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
                   "--run-at-column", "when", "--payload-columns", "text",
                   "--rejects", str(rejects), "--batch-rows", "4", "--no-warm",
                   engine=small_payloads)
-    assert (result.created, result.ignored, result.rejected, result.deferred) == (2, 0, 8, 0)
+    assert (result.created, result.ignored, result.rejected, result.deferred) == (3, 0, 9, 0)
 
     got = read_rejects(rejects)
     assert [(r["row"], r["reason"]) for r in got] == [
@@ -123,6 +125,7 @@ def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
         (6, "run_at: not a timestamp: someday"),
         (7, "run_at: must be within a year from now"),
         (8, "payload: 411 characters once serialised; the limit is 300"),
+        (11, "payload: contains a NUL character (\\u0000), which cannot be stored"),
     ]
     assert all(r["source"] == "mixed" and r["feed"] == "m" and r["part"].endswith("mixed.csv")
                for r in got)
@@ -134,4 +137,5 @@ def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
             "SELECT key, tenant, priority, payload, state, ready_since IS NULL "
             "FROM tierq_tasks WHERE queue = 'm' ORDER BY seq").fetchall()
     assert tasks == [("ok1", "acme", 7, {"text": "fine"}, "cold", False),
-                     ("ok2", "_", 0, {"text": "later"}, "delayed", True)]
+                     ("ok2", "_", 0, {"text": "later"}, "delayed", True),
+                     ("ok3", "_", 0, {"text": "the text \\u0000"}, "cold", False)]

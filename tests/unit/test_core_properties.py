@@ -1,9 +1,11 @@
-"""Property-based tests of the pure parts: backoff, the ordering score, hysteresis."""
+"""Property-based tests of the pure parts: backoff, the ordering score, hysteresis, the NUL
+check on JSON text."""
 
 from __future__ import annotations
 
 import uuid
 
+import orjson
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from tierq.core import hysteresis
 from tierq.core.backoff import BackoffPolicy
 from tierq.core.ids import attempt_of_token, new_token_prefix, tenant_of_token, uuid7
+from tierq.core.json_text import has_nul
 from tierq.core.ordering import PRIORITY_MAX, SEQ_LIMIT, score, unpack
 from tierq.dal.warm_tier import claim_prefix, lease_member, split_member
 
@@ -145,3 +148,25 @@ def test_malformed_tokens_have_no_tenant(token):
 @pytest.mark.parametrize("token", ["", "acme~x~1", "acme~x~a~1", "acme~x~²~1"])
 def test_malformed_tokens_have_no_attempt(token):
     assert attempt_of_token(token) is None
+
+
+# strings made of the pieces that matter: backslashes, the escape's letters, NUL
+tricky_text = st.lists(st.sampled_from(["\\", "u0000", "\x00", "a", '"']),
+                       max_size=8).map("".join)
+
+
+@given(st.recursive(tricky_text | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(tricky_text, inner, max_size=3), max_leaves=8))
+def test_the_nul_check_finds_exactly_the_nul_characters(value):
+    assert has_nul(orjson.dumps(value)) == _holds_nul(value)
+
+
+def _holds_nul(value):
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    return False

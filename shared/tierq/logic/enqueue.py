@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from tierq.core.ids import uuid7_strings
+from tierq.core.json_text import has_nul
 from tierq.core.ordering import score
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, tiering
@@ -66,7 +67,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
         except TypeError as exc:
             raise InvalidInput.field(f"{_where(i, n)}.payload",
                                      f"not JSON-serialisable: {exc}") from exc
-        if b"\\u0000" in payload_json:
+        if has_nul(payload_json):
             raise InvalidInput.field(
                 f"{_where(i, n)}.payload",
                 "contains a NUL character (\\u0000), which cannot be stored")
@@ -144,6 +145,23 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
     return [outcomes[p.index] for p in prepared]
 
 
+def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> dict[str, str]:
+    """The batch's columns as insert_tasks takes them: array literals where every value is a
+    number, a uuid or a state word; JSON arrays for names, keys and payloads."""
+    columns = {
+        "ids": "{" + ",".join([p.id for p in batch]) + "}",
+        "tenants": orjson.dumps([p.tenant for p in batch]).decode(),
+        "priorities": "{" + ",".join([str(p.priority) for p in batch]) + "}",
+        "payloads": (b"[" + b",".join([p.payload_json for p in batch]) + b"]").decode(),
+        "states": "{" + ",".join([p.state for p in batch]) + "}",
+        "run_ats": "{" + ",".join([repr(p.run_at_s) for p in batch]) + "}",
+        "max_attempts": "{" + ",".join([str(p.max_attempts) for p in batch]) + "}",
+    }
+    if keyed:
+        columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
+    return columns
+
+
 def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                   outcomes: dict[int, EnqueueOutcome]) -> list[Prepared]:
     """Insert; admit the created ready rows; resolve conflicts. Returns the tasks to retry
@@ -156,16 +174,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         for p in batch:
             p.state = ready_state[p.tenant] if p.ready else "delayed"
         keyed = any(p.key is not None for p in batch)
-        params = {
-            "queue": queue,
-            "now": to_datetime(now),
-            "rows": orjson.dumps([
-                {"id": p.id, "tenant": p.tenant, "key": p.key, "priority": p.priority,
-                 "payload": orjson.Fragment(p.payload_json), "state": p.state,
-                 "run_at": p.run_at_s, "max_attempts": p.max_attempts}
-                for p in batch
-            ]).decode(),
-        }
+        params = {"queue": queue, "now": to_datetime(now), **row_columns(batch, keyed=keyed)}
         if keyed:  # (id, seq) of the rows inserted; the others met a live task's key
             seqs: dict[str, int] = dict(ctx.db.fetch_tuples("insert_tasks", params))  # type: ignore[arg-type]
         else:  # every row is inserted, numbered in batch order from the first seq

@@ -104,9 +104,15 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             keep.append((v, value))
     done: set[str] = set()
     if plain:
-        rows = ctx.db.fetch_tuples("ack_delete", {"queue": queue,
-                                                   "ids": uuid_array([v.id for v in plain])},
-                                   relaxed=relaxed)
+        attempts = [v.attempt for v in plain]
+        params: dict[str, Any] = {"queue": queue, "ids": uuid_array([v.id for v in plain])}
+        if min(attempts) == max(attempts):
+            statement = "ack_delete"
+            params["attempt"] = attempts[0]
+        else:
+            statement = "ack_delete_by_attempt"
+            params["attempts"] = attempts
+        rows = ctx.db.fetch_tuples(statement, params, relaxed=relaxed)
         done.update(r[0] for r in rows)
     if keep:
         rows = ctx.db.fetch("ack_keep", {

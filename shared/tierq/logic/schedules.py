@@ -60,6 +60,7 @@ from croniter import CroniterError
 from pydantic import ValidationError
 
 from tierq.core.ids import uuid7
+from tierq.core.json_text import has_nul
 from tierq.dal.postgres import Row, run
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
 from tierq.logic import tiering
@@ -216,7 +217,7 @@ def encode_payload(ctx: Context, payload: Any) -> str:
         text = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError as exc:
         raise InvalidInput.field("payload", f"not JSON-serialisable: {exc}") from exc
-    if "\\u0000" in text:
+    if has_nul(text.encode()):
         raise InvalidInput.field(
             "payload", "contains a NUL character (\\u0000), which cannot be stored"
         )

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Any
+
+import psycopg
 
 from tierq.core import hysteresis
-from tierq.dal.postgres import run, run_tuples
+from tierq.dal.postgres import Row, run, run_tuples
 from tierq.logic import admission
 from tierq.logic.context import Context, to_datetime, to_ms
 
 PROMOTE_BATCH = 2000
+# How long one promotion batch waits for a row another writer holds (a task being replaced
+# or cancelled) before it gives the batch up for the next pass; well under PostgreSQL's
+# deadlock_timeout, so the other writer never meets a deadlock error.
+PROMOTE_LOCK_TIMEOUT = "200ms"
 
 
 @dataclass
@@ -61,7 +68,8 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
 def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, bool]:
     """Move up to ``room`` of the oldest cold tasks into the warm set, holding the
     (queue, tenant) promotion lock so two movers never interleave their batches.
-    Returns (moved, another mover held the lock)."""
+    Returns (moved, busy): busy when another mover held the lock, or when a batch gave up
+    waiting for a row another writer held (PROMOTE_LOCK_TIMEOUT)."""
     moved = 0
     params = {"queue": queue, "tenant": tenant}
     with ctx.db.connection() as conn:
@@ -69,10 +77,10 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, boo
             return 0, True
         try:
             while room > 0:
-                # (id, score, blob) rows, ready to push (see the query)
-                items = run_tuples(conn, "promote_cold", {
-                    **params, "limit": min(room, PROMOTE_BATCH), "now": to_datetime(ctx.now()),
-                })
+                try:
+                    items = _promote_batch(ctx, conn, params, min(room, PROMOTE_BATCH))
+                except psycopg.errors.LockNotAvailable:
+                    return moved, True  # a writer holds one of the rows: the next pass
                 if not items:
                     break
                 items.sort(key=itemgetter(1))  # line order: priority first, then seq
@@ -86,3 +94,12 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, boo
         finally:
             run(conn, "release_pair_lock", params)
     return moved, False
+
+
+def _promote_batch(ctx: Context, conn: psycopg.Connection[Row], params: dict[str, str],
+                   limit: int) -> list[tuple[Any, ...]]:
+    """Mark one batch of the oldest cold rows warm; (id, score, blob) rows, ready to push."""
+    with conn.transaction():
+        run(conn, "promote_lock_timeout", {"timeout": PROMOTE_LOCK_TIMEOUT})
+        return run_tuples(conn, "promote_cold", {
+            **params, "limit": limit, "now": to_datetime(ctx.now())})

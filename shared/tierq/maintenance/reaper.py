@@ -4,6 +4,7 @@ re-pushed; done and dead rows past their queue's retention are purged."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tierq.dal.postgres import run as run_query
@@ -41,26 +42,34 @@ def run(ctx: Context) -> ReaperSummary:
 
 def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
     while True:
-        now = ctx.now()
-        expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(now), limit=EXPIRED_BATCH)
+        expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(ctx.now()), limit=EXPIRED_BATCH)
         if not expired:
             return
-        held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
-                for i, (task_id, token, attempt) in enumerate(expired)]
-        states = leases.record_outcomes(
-            ctx, queue, held,
-            errors=[f"lease expired (attempt {v.attempt})" for v in held],
-            retry_ats=[now] * len(held),
-            deads=[False] * len(held),
-        )
-        summary.expired += len(held)
-        dead = sum(1 for s in states.values() if s == "dead")
-        summary.dead += dead
-        if dead:
-            summary.dead_by_queue[queue] = summary.dead_by_queue.get(queue, 0) + dead
-        summary.requeued += sum(1 for s in states.values() if s == "delayed")
+        record_expired(ctx, queue, tenant, expired, summary)
         if len(expired) < EXPIRED_BATCH:
             return
+
+
+def record_expired(ctx: Context, queue: str, tenant: str,
+                   expired: Sequence[tuple[str, str, int]], summary: ReaperSummary) -> None:
+    """Record the expired leases ``(id, token, attempt)`` as failed attempts, then drop
+    them. Another pass may have listed the same leases: the outcome statement only takes an
+    attempt not recorded yet, so only one pass counts and re-queues each expiry."""
+    now = ctx.now()
+    held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+            for i, (task_id, token, attempt) in enumerate(expired)]
+    states = leases.record_outcomes(
+        ctx, queue, held,
+        errors=[f"lease expired (attempt {v.attempt})" for v in held],
+        retry_ats=[now] * len(held),
+        deads=[False] * len(held),
+    )
+    summary.expired += len(states)
+    dead = sum(1 for s in states.values() if s == "dead")
+    summary.dead += dead
+    if dead:
+        summary.dead_by_queue[queue] = summary.dead_by_queue.get(queue, 0) + dead
+    summary.requeued += sum(1 for s in states.values() if s == "delayed")
 
 
 def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
