@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     db_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = \
         Field(default="require", alias="DB_SSLMODE")
     db_pool_max: int = Field(default=10, ge=1, alias="TIERQ_DB_POOL_MAX")
+    # How long a request waits for a pooled connection before it is answered 503. Once a
+    # wait has run out, later ones wait at most a second until a checkout succeeds again.
+    db_pool_timeout: float = Field(default=10.0, gt=0, alias="TIERQ_DB_POOL_TIMEOUT")
 
     # False lets acks commit without waiting for the WAL flush: faster, but a database crash
     # can forget the last few milliseconds of acks, and those tasks are delivered again

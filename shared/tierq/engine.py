@@ -68,6 +68,7 @@ class Tierq:
         self.settings = settings or get_settings()
         self.db = db or Database(database_url or connect.database_url(self.settings),
                                  max_size=self.settings.db_pool_max,
+                                 timeout=self.settings.db_pool_timeout,
                                  prepare=not self.settings.db_secret_arn)  # RDS Proxy on AWS
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)

@@ -63,6 +63,33 @@ def test_postgres_killed_and_restarted_loses_nothing(clean: Stack, journal_dir: 
     assert stale <= settings["db_pool_max"]
 
 
+@pytest.mark.slow
+def test_an_outage_is_answered_fast_after_the_first_full_wait(clean: Stack) -> None:
+    """While PostgreSQL is down, one request waits the whole pool timeout; after it, each
+    is refused within about a second (not the full timeout, request after request), and
+    the engine answers again by itself once PostgreSQL is back."""
+    settings = clean.settings(db_pool_timeout=4.0)
+    tq = engine({"settings": settings})
+    try:
+        tq.enqueue(QUEUE, [{"payload": {"n": -1}}])  # pooled connections, soon broken ones
+        clean.services.postgres.kill()
+        waits = []
+        for _ in range(settings["db_pool_max"] + 4):
+            started = time.monotonic()
+            with pytest.raises(Unavailable):
+                tq.enqueue(QUEUE, [{"payload": {"n": -2}}])
+            waits.append(round(time.monotonic() - started, 2))
+        full = [i for i, w in enumerate(waits) if w >= 3.5]
+        assert len(full) == 1, waits  # the broken connections fail at once, then one wait
+        assert all(w < 2.5 for w in waits[full[0] + 1:]), waits
+        clean.services.postgres.start()
+        failed = _errors_until_it_answers(tq, attempts=90)
+    finally:
+        tq.close()
+    print(f"\nPostgreSQL down under the engine: waits before each 503 {waits}; "
+          f"{failed} more after the restart")
+
+
 def _until_the_api_answers(base_url: str, deadline: float) -> tuple[float, int]:
     """Seconds until an enqueue (it needs PostgreSQL) succeeds again, and the 503s met on
     the way; fails when the API has not recovered by itself within ``deadline`` seconds."""

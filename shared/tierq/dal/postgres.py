@@ -18,6 +18,12 @@ from tierq.errors import Unavailable
 
 Row = dict[str, Any]
 
+# Once a checkout has waited the whole pool timeout in vain (PostgreSQL down, or every
+# connection stuck), checkouts wait at most this long until one succeeds again: a request
+# is answered 503 in about a second instead of holding its caller (and a Lambda's billed
+# time) for the full timeout, request after request, through an outage.
+UNREACHABLE_CHECKOUT_TIMEOUT = 1.0
+
 
 class JsonTextLoader(Loader):
     """Load json/jsonb as its text: payloads pass through to Valkey and HTTP unparsed."""
@@ -54,10 +60,12 @@ class Database:
         """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
         RDS Proxy, where a prepared statement pins the client to one database connection."""
         self.url = url
+        self._fail_fast_timeout = min(UNREACHABLE_CHECKOUT_TIMEOUT, timeout)
         self.pool = self._pool(url, min_size, max_size, timeout, prepare, "tierq")
         self._relaxed: ConnectionPool[psycopg.Connection[Row]] | None = None
         self._relaxed_args = (url, max_size, timeout, prepare)
         self._relaxed_lock = threading.Lock()
+        self._checkout_timed_out = False  # the last checkout waited the pool timeout in vain
 
     @staticmethod
     def _pool(url: str, min_size: int, max_size: int, timeout: float, prepare: bool,
@@ -98,11 +106,18 @@ class Database:
     def connection(self, *, relaxed: bool = False) -> Iterator[psycopg.Connection[Row]]:
         """A pooled connection; store errors become ``Unavailable`` (HTTP 503)."""
         pool = self.relaxed_pool() if relaxed else self.pool
+        failing_fast = self._checkout_timed_out
         try:
-            with pool.connection() as conn:
+            with pool.connection(
+                    timeout=self._fail_fast_timeout if failing_fast else None) as conn:
+                if failing_fast:
+                    self._checkout_timed_out = False
                 yield conn
         except PoolTimeout as exc:
-            raise Unavailable("PostgreSQL is not answering (no connection)") from exc
+            self._checkout_timed_out = True
+            waited = self._fail_fast_timeout if failing_fast else pool.timeout
+            raise Unavailable(f"PostgreSQL is not answering (no connection within "
+                              f"{waited:g}s)") from exc
         except psycopg.OperationalError as exc:
             raise Unavailable(f"PostgreSQL is not answering: {exc}".strip()) from exc
 
