@@ -4,12 +4,17 @@ or input, refused before sending anything)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -210,24 +215,53 @@ def test_stats(tierq: Tierq, api: Client, names: QueueNames) -> None:
     assert down.exit_code == 1
 
 
+def _read_terminal(leader: int, output: bytearray, until: Callable[[bytes], bool],
+                   timeout: float) -> bool:
+    """Read what a process writes to its terminal into ``output`` until ``until(output)``
+    holds (True), the process closes it or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not until(bytes(output)):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([leader], [], [], left)[0]:
+            return False
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            return False
+        if not chunk:
+            return False
+        output += chunk
+    return True
+
+
 def test_stats_refreshes_live_until_interrupted(api_url: str, api: Client,
                                                 names: QueueNames) -> None:
+    """On a terminal the table is redrawn every interval; Ctrl-C (sent once it has been
+    drawn twice, so not while Python is still starting) ends it with exit code 0."""
     queue = names["live"]
     api.enqueue_one(queue, 1)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 150, 0, 0))
     process = subprocess.Popen(
         [sys.executable, "-c", "from tierq.cli import app; app()", "stats", "--url", api_url,
          "--interval", "0.3", "--queue", queue],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO,
-        env={**os.environ, "COLUMNS": "150"})
+        stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, cwd=REPO,
+        env={**os.environ, "COLUMNS": "150", "TERM": "xterm-256color"})
+    os.close(follower)
+    output = bytearray()
     try:
-        time.sleep(3)  # a few refreshes
+        redrawn = _read_terminal(leader, output, lambda o: o.count(b"Ctrl-C to quit") >= 2,
+                                 timeout=90)
+        assert redrawn, f"not redrawn twice within 90 s: {output.decode(errors='replace')}"
         process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=20)
+        _read_terminal(leader, output, lambda o: False, timeout=20)
+        returncode = process.wait(timeout=5)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0
-    assert queue in output.decode()
+        os.close(leader)
+    assert returncode == 0, output.decode(errors="replace")[-3000:]
+    assert queue in output.decode(errors="replace")
 
 
 # -- dead letters ----------------------------------------------------------------------

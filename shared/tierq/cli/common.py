@@ -6,12 +6,15 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from tierq.engine import Tierq
 from tierq.errors import TierqError
+
+if TYPE_CHECKING:
+    from tierq.engine import Tierq
 
 console = Console(stderr=True)
 
@@ -27,6 +30,8 @@ def require_env(*names: str) -> None:
 @contextmanager
 def engine() -> Iterator[Tierq]:
     """An engine over DATABASE_URL / VALKEY_URL; a TierqError exits with status 1."""
+    from tierq.engine import Tierq  # imported here: the commands that need none start faster
+
     require_env("DATABASE_URL", "VALKEY_URL")
     try:
         with Tierq.from_env() as tq:

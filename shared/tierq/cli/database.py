@@ -7,13 +7,14 @@ import os
 import typer
 
 from tierq.cli.common import console, require_env
-from tierq.dal.migrate import migrate as apply_migrations
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def migrate() -> None:
         """Apply pending SQL migrations to DATABASE_URL (safe to run concurrently)."""
+        from tierq.dal.migrate import migrate as apply_migrations  # psycopg: only here
+
         require_env("DATABASE_URL")
         applied = apply_migrations(os.environ["DATABASE_URL"])
         if applied:

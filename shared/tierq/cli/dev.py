@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from tierq.cli.common import console
-from tierq.devstack import DevstackError
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +43,7 @@ def register(app: typer.Typer) -> None:
         `x-tierq-jwt-claims: {"tenant": "acme"}` acts as a JWT's claims (tenant pinning).
         """
         from tierq.devserver import DevOptions, DevStack, DevStackError
+        from tierq.devstack import DevstackError
 
         stack = DevStack(DevOptions(
             host=host, port=port, services=not no_services, schedules=schedules,
