@@ -8,8 +8,9 @@ Journals (one file per process; a SIGKILLed process may leave a torn last line):
   (tasks carry the key ``n<n>``, so a retried batch never duplicates them);
 * worker: ``{"e": "claim", "id", "n", "t0", "t1", "exp", "w"}`` per delivered task, written
   right after the claim returned (``t1``; ``t0``: when it was sent) and before any work;
-  ``{"e": "ack", "id", "t"}`` per accepted ack; ``{"e": "rej", "id", "r"}`` per rejected
-  one.
+  ``{"e": "acking", "n"}`` before it sends an ack (so a worker killed without one at its
+  tail had not begun to ack); ``{"e": "ack", "id", "t"}`` per accepted ack;
+  ``{"e": "rej", "id", "r"}`` per rejected one.
 
 Accounting (``Report``): a task is *acked* when its row is gone from PostgreSQL (only an ack
 deletes a row here); a number ``n`` whose enqueue succeeded is *lost* when none of its task
@@ -29,6 +30,7 @@ import logging
 import multiprocessing as mp
 import os
 import random
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -294,6 +296,10 @@ def worker_main(cfg: dict[str, Any], journal_path: str, stop: Any) -> None:
             time.sleep(work)
         to_ack = [d for d in got if rng.random() >= stall]
         expires = min(d.expires for d in got)
+        if to_ack:
+            # before the ack can reach the queue: a worker killed after this line may or may
+            # not have acked, so kill_worker_mid_lease never counts its tasks as held
+            journal.write([{"e": "acking", "n": len(to_ack)}])
         while to_ack and time.time() < expires:
             try:
                 acked, rejected = queue.ack(to_ack)
@@ -382,17 +388,23 @@ class Fleet:
                                                           **cfg}, "worker"))
 
     def kill_worker_mid_lease(self, index: int, timeout: float = 30.0) -> list[str]:
-        """SIGKILL a worker at a moment it holds leases (its journal ends with claims it has
-        not acked yet); returns the ids it held."""
+        """SIGKILL a worker at a moment it holds leases it has not begun to ack; returns the
+        ids it held. The worker is frozen (SIGSTOP) before its journal is read, so what the
+        journal says is where the worker stopped: claims at its tail, with no ``acking``
+        after them, were never acked. Otherwise it is let go on and tried again."""
         proc = self.workers[index]
         path = self.journals[id(proc)]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            held = _unacked_tail(path)
-            if held:
-                proc.kill()
-                proc.join(timeout=10)
-                return held
+            if _unacked_tail(path):
+                os.kill(proc.pid, signal.SIGSTOP)
+                _wait_stopped(proc.pid)
+                held = _unacked_tail(path)
+                if held:
+                    proc.kill()
+                    proc.join(timeout=10)
+                    return held
+                os.kill(proc.pid, signal.SIGCONT)
             time.sleep(0.002)
         raise AssertionError(f"worker {index} never held a lease within {timeout}s")
 
@@ -411,8 +423,20 @@ class Fleet:
                 p.join(timeout=5)
 
 
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Wait until a process that was sent SIGSTOP is stopped (state T in /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rpartition(")")[2].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop within {timeout}s of SIGSTOP")
+
+
 def _unacked_tail(path: Path) -> list[str]:
-    """The ids of the last claim in a journal when no ack/rejection followed it."""
+    """The ids of the last claim in a journal when nothing followed it (no ``acking``, ack
+    or rejection)."""
     try:
         lines = path.read_text().splitlines()
     except OSError:
