@@ -252,3 +252,22 @@ def test_promotion_gives_up_a_batch_whose_row_another_writer_holds(make_tq, valk
     assert tq.run_cold_to_warm().promoted == 3
     got = tq.claim("held", max=10)
     assert [t.payload for t in got] == [3, 4, 5, 6, 7, 8, 9, "replaced", 11, 12]
+
+
+def test_a_new_queue_starts_warm_while_another_mover_holds_its_promotion_lock(make_tq, valkey,
+                                                                               pg):
+    """An enqueue's first sight of a (queue, tenant) returns it to warm mode when it has no
+    cold work, even while a scheduled mover holds the pair's promotion lock: the first task
+    of a new queue is dispatched at once, not a mover's pass later."""
+    tq = make_tq()
+    locked = pg.execute("SELECT pg_try_advisory_lock(hashtextextended('fresh|_', 7))"
+                        ).fetchone()[0]
+    assert locked
+    try:
+        [outcome] = tq.enqueue("fresh", [{"payload": 1}])
+    finally:
+        pg.execute("SELECT pg_advisory_unlock(hashtextextended('fresh|_', 7))")
+    assert outcome.state == "warm"
+    assert mode_of(valkey, "fresh") == "warm"
+    assert ready_size(valkey, "fresh") == 1
+    assert count_state(pg, "fresh", "cold") == 0

@@ -4,6 +4,7 @@ mode once the cold line has drained (DESIGN §3, seed 000). Used by the schedule
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -20,6 +21,13 @@ PROMOTE_BATCH = 2000
 # or cancelled) before it gives the batch up for the next pass; well under PostgreSQL's
 # deadlock_timeout, so the other writer never meets a deadlock error.
 PROMOTE_LOCK_TIMEOUT = "200ms"
+
+
+class Busy(enum.Enum):
+    """Why a promotion pass moved less than it could."""
+
+    PAIR_LOCKED = "pair_locked"  # another mover holds the (queue, tenant) promotion lock
+    ROW_HELD = "row_held"  # a batch met a cold row another writer holds (lock timeout)
 
 
 @dataclass
@@ -45,11 +53,16 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
         room = min(room, limit)
     if room > 0:
         moved, busy = _promote(ctx, queue, tenant, room)
-        result.promoted, result.skipped_busy = moved, busy
-        if busy or moved == room:
-            # another mover is at work (it checks), or this pass filled all the room it was
-            # given: the cold line still has rows, so asking Postgres would be wasted
+        result.promoted, result.skipped_busy = moved, busy is not None
+        if moved == room or busy is Busy.ROW_HELD:
+            # this pass filled all the room it was given, or a batch met a row another
+            # writer holds: the cold line still has rows, so asking Postgres would be wasted
             return result
+        if busy is Busy.PAIR_LOCKED and limit is not None:
+            return result  # a claim refilling inline: the mover at work checks for itself
+        # Another mover holding the pair lock cannot always return the queue to warm mode
+        # itself: an admission that began in cold mode meanwhile (the first enqueue to a
+        # new queue) blocks its flip. The check below is safe to run beside it.
     # Return to warm mode: observe (epoch e), see no cold rows in Postgres, flip iff still e.
     seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
                          stale_ms=stale_ms, warm_max=warm_max)
@@ -65,22 +78,23 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
     return result
 
 
-def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, bool]:
+def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, Busy | None]:
     """Move up to ``room`` of the oldest cold tasks into the warm set, holding the
     (queue, tenant) promotion lock so two movers never interleave their batches.
-    Returns (moved, busy): busy when another mover held the lock, or when a batch gave up
-    waiting for a row another writer held (PROMOTE_LOCK_TIMEOUT)."""
+    Returns (moved, busy): busy says why the pass stopped early, if it did: another mover
+    held the lock, or a batch gave up waiting for a row another writer held
+    (PROMOTE_LOCK_TIMEOUT)."""
     moved = 0
     params = {"queue": queue, "tenant": tenant}
     with ctx.db.connection() as conn:
         if not run(conn, "try_pair_lock", params)[0]["locked"]:
-            return 0, True
+            return 0, Busy.PAIR_LOCKED
         try:
             while room > 0:
                 try:
                     items = _promote_batch(ctx, conn, params, min(room, PROMOTE_BATCH))
                 except psycopg.errors.LockNotAvailable:
-                    return moved, True  # a writer holds one of the rows: the next pass
+                    return moved, Busy.ROW_HELD  # a writer holds one of the rows: next pass
                 if not items:
                     break
                 items.sort(key=itemgetter(1))  # line order: priority first, then seq
@@ -93,7 +107,7 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, boo
                     break
         finally:
             run(conn, "release_pair_lock", params)
-    return moved, False
+    return moved, None
 
 
 def _promote_batch(ctx: Context, conn: psycopg.Connection[Row], params: dict[str, str],
