@@ -38,6 +38,8 @@ from tierq.models import (
     QueueSettings,
     QueueSettingsUpdate,
     QueueView,
+    ReleaseItem,
+    ReleaseResult,
     RunningLease,
     TaskIn,
     TaskView,
@@ -121,6 +123,16 @@ class Tierq:
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
         return leases.nack(self.ctx, queue, _models(NackItem, items))
+
+    def release(self, queue: str,
+                items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
+        """Give leased tasks back unfinished, without counting an attempt: each returns to
+        its old place in line. ``ReleaseItem``s / ``{"id", "lease_token"}``, or the claimed
+        tasks themselves."""
+        return leases.release(self.ctx, queue, [
+            i if isinstance(i, ReleaseItem | ClaimedTask) else ReleaseItem.model_validate(i)
+            for i in items
+        ])
 
     def heartbeat(self, queue: str,
                   items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:

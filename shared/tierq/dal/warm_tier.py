@@ -26,6 +26,7 @@ SCRIPTS = (
     "claim",
     "lease_extend",
     "lease_expired",
+    "release_leases",
     "missing",
     "remove",
     "remove_ready",
@@ -218,6 +219,17 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         return int(self._command("ZREM", k.leased, *dict.fromkeys(members)))
 
+    def take_back(self, queue: str, tenant: str, *, now_ms: int,
+                  members: Sequence[str]) -> set[str]:
+        """Drop those of these leases whose deadline is still ahead, atomically with the
+        check (release_leases.lua); returns the members dropped. A lease the reaper has
+        listed is never among them."""
+        if not members:
+            return set()
+        k = PairKeys.of(queue, tenant)
+        return {_s(m) for m in self._run("release_leases", (k.leased,),
+                                         (now_ms, *dict.fromkeys(members)))}
+
     def extend(self, queue: str, tenant: str, *, now_ms: int,
                leases: Sequence[tuple[str, str, int]]) -> list[int]:
         """New deadline (ms) per (id, token, extend_ms), or 0 when not owned / expired."""
@@ -279,13 +291,17 @@ class WarmTier:
             pipe.hgetall(k.claims)
             members, claims = pipe.execute()
         made = {_s(prefix): _s(raw) for prefix, raw in claims.items()}
-        return [self._lease_info(_s(m), int(deadline), made) for m, deadline in members]
+        # (a deadline of 0 marks a lease the reaper is expiring: no longer current)
+        return [self._lease_info(_s(m), int(deadline), made) for m, deadline in members
+                if deadline > 0]
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         k = PairKeys.of(queue, tenant)
         with _available():
             for raw_member, deadline in self.client.zscan_iter(
                     k.leased, match=f"{task_id}|*", count=1000):
+                if deadline <= 0:
+                    continue  # being expired by the reaper
                 member = _s(raw_member)
                 prefix = claim_prefix(split_member(member)[1])
                 raw = self.client.hget(k.claims, prefix)

@@ -1,9 +1,11 @@
-"""Ack, nack and heartbeat. Tokens are checked in Valkey first; Postgres records the outcome;
-only then are the leases dropped — so a store failure in between loses nothing and the
-worker may simply retry."""
+"""Ack, nack, release and heartbeat. Tokens are checked in Valkey first; Postgres records the
+outcome; only then are the leases dropped — so a store failure in between loses nothing and
+the worker may simply retry. A release is the exception: it takes its leases first (see
+``release``)."""
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ from tierq.models.leases import (
     NackItem,
     NackResult,
     Rejection,
+    ReleaseItem,
+    ReleaseResult,
 )
 
 
@@ -41,10 +45,11 @@ class Verified:
     member: str  # the lease as the warm tier holds it (warm_tier.lease_member)
 
 
-def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
-           rejected: list[Rejection]) -> list[Verified]:
-    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
-    by_tenant: dict[str, list[Verified]] = defaultdict(list)
+def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
+              rejected: list[Rejection]) -> dict[str, list[Verified]]:
+    """The leases the items name, by tenant (from their tokens), not checked yet; an item
+    whose token names no tenant, or a task named twice, is added to ``rejected``."""
+    out: dict[str, list[Verified]] = defaultdict(list)
     seen: set[str] = set()
     for i, item in enumerate(items):
         token = item.lease_token
@@ -61,11 +66,17 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
             rejected.append(Rejection(id=item.id, reason="not_owner"))
             continue
         seen.add(task_id)
-        by_tenant[tenant].append(
-            Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token)))
+        out[tenant].append(Verified(tenant, task_id, token, attempt, i,
+                                    lease_member(task_id, token)))
+    return out
+
+
+def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
+           rejected: list[Rejection]) -> list[Verified]:
+    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
-    for tenant, entries in by_tenant.items():
+    for tenant, entries in by_tenant(items, rejected).items():
         held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
                                members=[v.member for v in entries])
         for v, ok in zip(entries, held, strict=True):
@@ -76,7 +87,7 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
     return valid
 
 
-def release(ctx: Context, queue: str, verified: Sequence[Verified]) -> None:
+def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified]) -> None:
     by_tenant: dict[str, list[str]] = defaultdict(list)
     for v in verified:
         by_tenant[v.tenant].append(v.member)
@@ -122,7 +133,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             "attempts": [v.attempt for v, _ in keep],
         }, relaxed=relaxed)
         done.update(str(r["id"]) for r in rows)
-    release(ctx, queue, valid)
+    drop_leases(ctx, queue, valid)
     acked = result.acked
     for v in valid:
         if v.id in done:
@@ -161,6 +172,53 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
     return result
 
 
+def release(ctx: Context, queue: str,
+            items: Sequence[ReleaseItem | ClaimedTask]) -> ReleaseResult:
+    """Give leased tasks back unfinished: each returns to its old place in line (the front
+    of its priority, as if never claimed), ready at once, and no attempt is counted, so a
+    task given back at its last attempt is not dead-lettered. For work a worker took but
+    did not start (shutting down, or claimed more than it could run); a task that failed
+    is nacked instead.
+
+    The leases are taken from Valkey first, atomically with their deadline check: the
+    reaper marks every lease it lists, so a release and an expiry of one lease never both
+    happen (the expiry would re-queue a task already released and claimed again). If
+    Postgres then fails, the row is still warm and out of Valkey: the reconciler puts it
+    back in line after its grace period, and the caller's retry is answered not_owner."""
+    result = ReleaseResult()
+    now = ctx.now()
+    taken: list[Verified] = []
+    for tenant, group in by_tenant(items, result.rejected).items():
+        dropped = ctx.warm.take_back(queue, tenant, now_ms=to_ms(now),
+                                     members=[v.member for v in group])
+        for v in group:
+            if v.member in dropped:
+                taken.append(v)
+            else:  # not held, expired, or listed by the reaper
+                result.rejected.append(Rejection(id=items[v.index].id, reason="not_owner"))
+    if not taken:
+        return result
+    rows = ctx.db.fetch("release_leased", {
+        "queue": queue, "now": to_datetime(now),
+        "ids": uuid_array(v.id for v in taken), "attempts": [v.attempt for v in taken],
+    })
+    # Back in line as the oldest work of their line (they were at its front when claimed),
+    # like rows the reconciler restores: into the warm set while it has room, whatever the
+    # mode; what it refuses goes to the front of the cold line (its seq is kept).
+    by_pair: dict[tuple[str, str], list[tuple[str, int, bytes]]] = defaultdict(list)
+    for row in rows:
+        by_pair[(queue, row["tenant"])].append(admission.row_push_item(row))
+    ticket = admission.Ticket(token=f"release-{uuid.uuid4().hex}")
+    admission.dispatch(ctx, ticket, by_pair, kind="restore")
+    found = {str(r["id"]) for r in rows}
+    for v in taken:
+        if v.id in found:
+            result.released.append(UUID(v.id))
+        else:  # cancelled (or its attempt recorded) while it was leased
+            result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
+    return result
+
+
 def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
                     errors: Sequence[str], retry_ats: Sequence[float],
                     deads: Sequence[bool]) -> dict[str, str]:
@@ -178,7 +236,7 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
         "retry_ats": [to_datetime(t) for t in retry_ats],
         "deads": list(deads),
     })
-    release(ctx, queue, leases)
+    drop_leases(ctx, queue, leases)
     due = [Target(str(r["id"]), queue, r["tenant"]) for r in rows
            if r["state"] == "delayed" and r["run_at"].timestamp() <= now]
     admission.ready_now(ctx, due)

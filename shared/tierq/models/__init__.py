@@ -11,6 +11,8 @@ from tierq.models.leases import (
     NackItem,
     NackResult,
     Rejection,
+    ReleaseItem,
+    ReleaseResult,
     RunningLease,
 )
 from tierq.models.names import KEY_PATTERN, NAME_PATTERN, QueueName, TenantName
@@ -44,6 +46,8 @@ __all__ = [
     "QueueSettingsUpdate",
     "QueueView",
     "Rejection",
+    "ReleaseItem",
+    "ReleaseResult",
     "RunningLease",
     "TaskIn",
     "TaskView",

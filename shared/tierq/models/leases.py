@@ -1,4 +1,4 @@
-"""Claims, leases and their outcomes: ack, nack, heartbeat."""
+"""Claims, leases and their outcomes: ack, nack, release, heartbeat."""
 
 from __future__ import annotations
 
@@ -64,6 +64,13 @@ class NackItem(BaseModel):
     dead: bool = Field(default=False, description="Dead-letter now, whatever the attempts left.")
 
 
+class ReleaseItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    lease_token: str = Field(min_length=1, max_length=200)
+
+
 class HeartbeatItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,6 +95,11 @@ class AckResult(BaseModel):
 class NackResult(BaseModel):
     retried: list[UUID] = Field(default_factory=list)
     dead: list[UUID] = Field(default_factory=list)
+    rejected: list[Rejection] = Field(default_factory=list)
+
+
+class ReleaseResult(BaseModel):
+    released: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 

@@ -157,6 +157,18 @@ WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.tenant, t.state, t.run_at;
 
+-- name: release_leased
+-- Release: tasks whose leases the caller gave back (taken from Valkey first) return to line
+-- in their old place (their seq); no attempt is recorded. By primary key only (see
+-- mark_cold); not an attempt already recorded.
+UPDATE tierq_tasks t
+SET state_since = %(now)s
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
+RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
+          t.max_attempts, t.created_at;
+
 -- name: ack_delete
 -- Acks whose leases all have one attempt number (the usual batch). By primary key only
 -- (see mark_cold). Not an attempt already recorded as failed: an ack checked just before
