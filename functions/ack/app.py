@@ -1,4 +1,4 @@
-"""The `ack` function: POST /v1/queues/{queue}/acks, …/nacks and …/heartbeats
+"""The `ack` function: POST /v1/queues/{queue}/acks, …/nacks, …/releases and …/heartbeats
 (tierq.api.routes.leases).
 
 The route code lives in the tierq package (the Lambda layer).

@@ -83,6 +83,18 @@ def test_claim_heartbeat_ack_with_result(api: Client, names: QueueNames) -> None
     assert api.claim(work, max=1) == []
 
 
+def test_release_puts_tasks_back_in_their_places(api: Client, names: QueueNames) -> None:
+    work = names["work"]
+    api.put_queue(work, {"max_attempts": 1})
+    made = api.enqueue(work, [{"payload": i} for i in range(3)])
+    claimed = api.claim(work, max=2)
+    result = api.release(work, claimed)  # the claimed tasks, or {"id", "lease_token"}
+    assert result.released == [t.id for t in claimed] and result.rejected == []
+    again = api.claim(work, max=3)
+    assert [(t.id, t.attempt) for t in again] == [(o.id, 1) for o in made]
+    assert api.release(work, claimed).rejected[0].reason == "not_owner"
+
+
 def test_nack_retry_dead_letters_replay_and_purge(api: Client, names: QueueNames) -> None:
     jobs = names["jobs"]
     api.put_queue(jobs, {"max_attempts": 1})

@@ -97,6 +97,23 @@ def test_nack_retries_then_dead_letters(call: Invoke, pg: psycopg.Connection[Any
     assert dead["attempts"] == 2
 
 
+def test_release_gives_back_without_counting_an_attempt(call: Invoke,
+                                                       pg: psycopg.Connection[Any]) -> None:
+    call("POST", "/v1/queues/jobs/tasks", {"tasks": [
+        {"payload": "first", "max_attempts": 1}, {"payload": "second"}]})
+    [task] = claim(call, "jobs")
+    assert task["payload"] == "first"
+    reply = call("POST", "/v1/queues/jobs/releases", {"releases": [
+        {"id": task["id"], "lease_token": task["lease_token"]},
+        {"id": task["id"], "lease_token": "_~forged~1~1"},
+    ]})
+    assert reply.status == 200
+    assert reply.body == {"released": [task["id"]],
+                          "rejected": [{"id": task["id"], "reason": "not_owner"}]}
+    [again] = claim(call, "jobs")  # its old place: before "second"
+    assert (again["id"], again["attempt"], again["redelivered"]) == (task["id"], 1, False)
+
+
 def test_heartbeat_extends_and_rejects_a_wrong_token(call: Invoke) -> None:
     call("POST", "/v1/queues/jobs/tasks", {"payload": "x"})
     [task] = claim(call, "jobs", lease_seconds=30)
@@ -343,6 +360,10 @@ def test_payload_over_256_kib_is_413(call: Invoke, pg: psycopg.Connection[Any],
                                                    "error": "\u0000"}]}, "nacks[0].error"),
     ("POST", "/v1/queues/jobs/heartbeats", {"leases": [{"id": str(uuid.uuid4())}]},
      "leases[0].lease_token"),
+    ("POST", "/v1/queues/jobs/releases", {"releases": []}, "releases"),
+    ("POST", "/v1/queues/jobs/releases", {"releases": [{"id": str(uuid.uuid4()),
+                                                        "lease_token": ""}]},
+     "releases[0].lease_token"),
     ("PUT", "/v1/queues/jobs", {"warm_max": 0}, "warm_max"),
     ("PUT", "/v1/queues/jobs", {"backoff": {"kind": "cubic"}}, "backoff.kind"),
     ("PUT", "/v1/queues/bad%7Cname", {}, "queue"),

@@ -30,6 +30,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue}/claims"): "ClaimFunction",
     ("POST", "/v1/queues/{queue}/acks"): "AckFunction",
     ("POST", "/v1/queues/{queue}/nacks"): "AckFunction",
+    ("POST", "/v1/queues/{queue}/releases"): "AckFunction",
     ("POST", "/v1/queues/{queue}/heartbeats"): "AckFunction",
     ("GET", "/v1/queues"): "AdminFunction",
     ("GET", "/v1/queues/{queue}"): "AdminFunction",

@@ -18,6 +18,7 @@ from tierq.models import (
     HeartbeatItem,
     NackItem,
     QueueView,
+    ReleaseItem,
     RunningLease,
     TaskIn,
     TaskView,
@@ -72,6 +73,12 @@ class NackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nacks: list[NackItem] = Field(min_length=1, max_length=MAX_CLAIM)
+
+
+class ReleaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    releases: list[ReleaseItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
 class HeartbeatRequest(BaseModel):

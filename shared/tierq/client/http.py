@@ -60,6 +60,8 @@ from tierq.models import (
     NackResult,
     QueueSettingsUpdate,
     QueueView,
+    ReleaseItem,
+    ReleaseResult,
     RunningLease,
     TaskIn,
     TaskView,
@@ -247,6 +249,16 @@ class Client:
         Retried with the queue's backoff (or after ``retry_in_seconds``), or dead-lettered
         at ``max_attempts`` or when ``dead`` is true."""
         return self._settle(queue, "nacks", _items(NackItem, nacks, "nacks"), NackResult())
+
+    def release(self, queue: str, leases: Iterable[ReleaseItem | ClaimedTask | Mapping[str, Any]]
+                ) -> ReleaseResult:
+        """Give leased tasks back unfinished: ``[{"id", "lease_token"}]`` or the claimed
+        tasks. Each returns to its old place in line, ready at once, without counting an
+        attempt (a task that failed is nacked instead)."""
+        items = [ReleaseItem(id=i.id, lease_token=i.lease_token)
+                 if isinstance(i, ClaimedTask) else i for i in leases]
+        return self._settle(queue, "releases", _items(ReleaseItem, items, "releases"),
+                            ReleaseResult())
 
     def heartbeat(self, queue: str,
                   leases: Iterable[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:

@@ -1,7 +1,8 @@
-"""Finishing and extending leases: ``POST /v1/queues/{queue}/acks``, ``…/nacks`` and
-``…/heartbeats``. Each item carries the task id and the lease token its claim returned; an
-item whose lease is not (or no longer) the caller's comes back in ``rejected``
-(``not_owner``, or ``not_found`` when the task was cancelled meanwhile)."""
+"""Finishing, giving back and extending leases: ``POST /v1/queues/{queue}/acks``,
+``…/nacks``, ``…/releases`` and ``…/heartbeats``. Each item carries the task id and the
+lease token its claim returned; an item whose lease is not (or no longer) the caller's comes
+back in ``rejected`` (``not_owner``, or ``not_found`` when the task was cancelled
+meanwhile)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from tierq.api import metrics, request
 from tierq.api.errors import responses
-from tierq.api.models import AckRequest, HeartbeatRequest, NackRequest
+from tierq.api.models import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
 from tierq.api.params import QueuePath
 from tierq.api.runtime import engine
 from tierq.core.ids import tenant_of_token
@@ -27,11 +28,13 @@ from tierq.models import (
     NackItem,
     NackResult,
     Rejection,
+    ReleaseItem,
+    ReleaseResult,
 )
 
 router = Router()
 
-Item = TypeVar("Item", AckItem, NackItem, HeartbeatItem)
+Item = TypeVar("Item", AckItem, NackItem, ReleaseItem, HeartbeatItem)
 
 
 def pinned_items(items: Sequence[Item]) -> tuple[list[Item], list[Rejection]]:
@@ -99,6 +102,25 @@ def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()]) -> NackRe
         "Nacked": len(result.retried) + len(result.dead),
         "DeadLettered": len(result.dead),
     })
+    return result
+
+
+@router.post(
+    "/v1/queues/<queue>/releases",
+    summary="Give leased tasks back unfinished",
+    description="{\"releases\": [{id, lease_token}]} (1 to 500). Each task returns to its "
+                "old place in line, ready at once, and no attempt is counted: for tasks a "
+                "worker took but did not start (shutting down, or claimed more than it can "
+                "run). A task that failed is nacked instead.",
+    operation_id="releaseTasks",
+    tags=["leases"],
+    responses=responses("Which tasks were given back and which were rejected."),
+)
+def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()]) -> ReleaseResult:
+    mine, rejected = pinned_items(body.releases)
+    result = engine().release(queue, mine) if mine else ReleaseResult()
+    result.rejected.extend(rejected)
+    metrics.count(queue, {"Released": len(result.released)})
     return result
 
 
