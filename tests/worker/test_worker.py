@@ -20,6 +20,7 @@ from tests.client.conftest import QueueNames
 from tierq.client import Client, NotFoundError
 from tierq.models import ClaimedTask
 from tierq.worker import PermanentError, RetryableError, Worker
+from tierq.worker.worker import HeldLease
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -218,3 +219,28 @@ def test_sigterm_past_the_grace_gives_running_tasks_back_at_once(
     assert stats.acked == 5
     assert sorted(finished) == sorted(str(i) for i in ids)
     assert unfinished(api, queue) == 0
+
+
+def test_give_back_releases_tasks_not_started_and_nacks_running_ones(
+        api: Client, names: QueueNames) -> None:
+    """At shutdown a task whose handler never started goes back to its place in line
+    without counting an attempt (so a last attempt is not dead-lettered); a task whose
+    handler was still running is nacked, and that attempt counts."""
+    queue = names["giveback"]
+    api.put_queue(queue, {"max_attempts": 1})
+    made = api.enqueue(queue, [{"payload": i} for i in range(3)])
+    worker = Worker(api, queue, lambda task: None, concurrency=2, name="giveback-test",
+                    install_signal_handlers=False)
+    not_started, running = api.claim(queue, max=2)
+    now = time.monotonic()
+    leases = [HeldLease(not_started, extended_at=now),
+              HeldLease(running, extended_at=now, started_at=now)]
+    worker._release(leases)
+    assert worker.stats.released == 2 and worker.stats.dead == 1
+    assert (api.get_task(queue, not_started.id).state,
+            api.get_task(queue, not_started.id).attempts) == ("warm", 0)
+    dead = api.get_task(queue, running.id)
+    assert (dead.state, dead.attempts) == ("dead", 1)
+    assert "released: worker giveback-test stopped" in (dead.last_error or "")
+    again = api.claim(queue, max=5)
+    assert [(t.id, t.attempt) for t in again] == [(not_started.id, 1), (made[2].id, 1)]

@@ -27,10 +27,11 @@ The loop, per worker:
    message, traceback) becomes the task's ``last_error``.
 5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more (tasks a
    long poll already under way brings back still run), let the running tasks finish for up
-   to ``grace_seconds``, then give back what is still running
-   with a nack ``retry_in_seconds=0`` so it is ready again at once instead of waiting for
-   its lease to expire (the attempt counts, as with SQS or a lease expiry), report
-   everything, and return. A second signal gives back at once.
+   to ``grace_seconds``, then give back what is unfinished so it is ready again at once
+   instead of waiting for its lease to expire: a task not started yet is *released* (back
+   in its place in line, no attempt counted); a task whose handler is still running is
+   nacked with ``retry_in_seconds=0`` (the attempt counts, as with SQS or a lease expiry).
+   Then report everything and return. A second signal gives back at once.
 
 A report that cannot be delivered (the API unreachable after the client's retries) is
 logged; the lease then expires and the task is delivered again: at-least-once, never lost.
@@ -79,7 +80,7 @@ class WorkerStats:
     acked: int = 0
     retried: int = 0  # nacked for a retry
     dead: int = 0  # nacked into the dead letters
-    released: int = 0  # given back unfinished at shutdown
+    released: int = 0  # given back unfinished at shutdown (released or nacked)
     rejected: int = 0  # reports the API refused: the lease had been lost
     heartbeats: int = 0  # lease extensions granted
     leases_lost: int = 0  # heartbeats refused
@@ -526,21 +527,38 @@ class Worker:
             thread.join(timeout=0.05)  # a handler still running is left to its daemon thread
 
     def _release(self, leases: list[HeldLease]) -> None:
-        running = sum(1 for lease in leases if lease.started_at is not None)
+        """Give back what is unfinished at shutdown. A task its handler never started is
+        released: back in its place in line, no attempt counted. A task whose handler was
+        still running is nacked for a retry at once: that attempt counts (as with SQS or a
+        lease expiry), so a task that hangs every time ends in the dead letters instead of
+        outliving every deploy."""
+        waiting = [lease for lease in leases if lease.started_at is None]
+        running = [lease for lease in leases if lease.started_at is not None]
         log.warning("worker %s: giving back %d unfinished task(s) (%d running, %d not "
-                    "started)", self.name, len(leases), running, len(leases) - running)
-        error = (f"released: worker {self.name} stopped before the task finished "
-                 f"(grace {self.grace_seconds:g}s)")
-        try:
-            result = self.client.nack(self.queue, [
-                {**lease.item(), "error": error, "retry_in_seconds": 0} for lease in leases])
-        except TierqError as exc:
-            self._report_failed("give back", leases, exc)
-        else:
-            with self._cond:
-                self._stats.released += len(result.retried) + len(result.dead)
-                self._stats.dead += len(result.dead)
-                self._stats.rejected += len(result.rejected)
+                    "started)", self.name, len(leases), len(running), len(waiting))
+        if waiting:
+            try:
+                released = self.client.release(self.queue, [lease.item() for lease in waiting])
+            except TierqError as exc:
+                self._report_failed("give back", waiting, exc)
+            else:
+                with self._cond:
+                    self._stats.released += len(released.released)
+                    self._stats.rejected += len(released.rejected)
+        if running:
+            error = (f"released: worker {self.name} stopped before the task finished "
+                     f"(grace {self.grace_seconds:g}s)")
+            try:
+                result = self.client.nack(self.queue, [
+                    {**lease.item(), "error": error, "retry_in_seconds": 0}
+                    for lease in running])
+            except TierqError as exc:
+                self._report_failed("give back", running, exc)
+            else:
+                with self._cond:
+                    self._stats.released += len(result.retried) + len(result.dead)
+                    self._stats.dead += len(result.dead)
+                    self._stats.rejected += len(result.rejected)
         with self._cond:
             for lease in leases:
                 self._held.pop(lease.task.id, None)
