@@ -155,7 +155,7 @@ def test_a_file_with_bad_lines_enqueues_nothing(tierq: Tierq, api: Client, names
     assert missing.exit_code == 2 and "no such file" in missing.stderr
 
 
-# -- claim, ack, nack --------------------------------------------------------------------
+# -- claim, ack, nack, release -----------------------------------------------------------
 
 
 def test_claim_ack_and_nack(tierq: Tierq, api: Client, names: QueueNames) -> None:
@@ -185,12 +185,27 @@ def test_claim_ack_and_nack(tierq: Tierq, api: Client, names: QueueNames) -> Non
     assert wrong.exit_code == 1
 
 
+def test_release_gives_a_claimed_task_back(tierq: Tierq, api: Client,
+                                           names: QueueNames) -> None:
+    queue = names["jobs"]
+    api.enqueue(queue, [{"payload": {"n": i}} for i in range(2)])
+    [task] = json_of(tierq("claim", queue, "--json"))
+    released = tierq("release", queue, task["id"], task["lease_token"])
+    assert released.exit_code == 0, released.output
+    assert "back in its place in line" in released.stderr
+    [again] = api.claim(queue)
+    assert (str(again.id), again.attempt) == (task["id"], 1)
+    twice = tierq("release", queue, task["id"], task["lease_token"])
+    assert twice.exit_code == 1 and "not_owner" in twice.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["claim", "q", "--max", "0"],
     ["claim", "q", "--wait", "30"],
     ["ack", "q", "not-a-uuid", "token"],
     ["ack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--result", "{oops"],
     ["nack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--retry-in", "-1"],
+    ["release", "q", "not-a-uuid", "token"],
 ])
 def test_lease_commands_bad_input_exits_2(tierq: Tierq, args: list[str]) -> None:
     assert tierq(*args).exit_code == 2

@@ -135,3 +135,23 @@ def register(app: typer.Typer) -> None:
             refused(outcome.rejected, "nack")
         state = "dead-lettered" if outcome.dead else "will be retried"
         console.print(f"nacked {task_id}: {state}", highlight=False)
+
+    @app.command()
+    def release(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        task_id: Annotated[str, typer.Argument(help="The task's id.")],
+        lease_token: Annotated[str, typer.Argument(help="The lease token from the claim.")],
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+    ) -> None:
+        """Give a claimed task back unfinished.
+
+        It returns to its old place in line, ready at once, and no attempt is counted.
+        Exit 1 when the API refuses it (lease lost or expired)."""
+        with api_client(url, token, sigv4, aws_region) as api:
+            outcome = api.release(queue, [{"id": task_id, "lease_token": lease_token}])
+        if outcome.rejected:
+            refused(outcome.rejected, "release")
+        console.print(f"released {task_id}: back in its place in line", highlight=False)
