@@ -2,7 +2,8 @@
 blob per queue with the dimension ``queue`` (Powertools adds ``service``).
 
 * Counts, per request: ``Enqueued``, ``Claimed``, ``Acked``, ``Nacked`` (retried or dead),
-  ``DeadLettered`` (by a nack or by lease expiry in the reaper).
+  ``Released`` (given back unfinished), ``DeadLettered`` (by a nack or by lease expiry in
+  the reaper).
 * Gauges, from the reaper's invocations: ``Warm``, ``Cold``, ``Delayed``, ``Leased``,
   ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
   ``DeadLettered``, grouped by ``queue``).
