@@ -28,8 +28,13 @@ from tierq.devstack import LocalServices, ensure_services
 from tierq.engine import Tierq
 from tierq.logic.context import OffsetClock
 
-TABLES = ("tierq_tasks", "tierq_queues", "tierq_queue_tenants", "tierq_schedules",
-          "tierq_schedule_occurrences", "tierq_feeder_offsets")
+# Every tierq table but the migrations' own record is emptied between tests; the list is
+# read from the catalog, so a table a migration adds needs no change here.
+TABLES_QUERY = """
+    SELECT quote_ident(tablename) FROM pg_tables
+    WHERE schemaname = current_schema() AND tablename LIKE 'tierq\\_%'
+      AND tablename <> 'tierq_schema_migrations'
+    ORDER BY tablename"""
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +99,8 @@ def flush_valkey(url: str, private: bool) -> None:
 
 def truncate(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {', '.join(TABLES)}")
+        tables = [row[0] for row in conn.execute(TABLES_QUERY).fetchall()]
+        conn.execute(f"TRUNCATE {', '.join(tables)}")
 
 
 @pytest.fixture
