@@ -4,8 +4,9 @@
 Steps:
 1. Build a wheel of the repo's `tierq` package from a temporary copy of the sources (so the
    build leaves no `build/` or `*.egg-info` behind in the work tree).
-2. Resolve the full dependency set *for Lambda's platform* (manylinux2014 on the chosen
-   architecture, CPython 3.11, binary wheels only) with `pip install --dry-run --report`.
+2. Resolve the full dependency set *for Lambda's platform* (manylinux up to glibc 2.34 on
+   the chosen architecture, CPython 3.13, binary wheels only) with
+   `pip install --dry-run --report`.
 3. Install that exact set, minus the packages the Lambda Python runtime already ships
    (boto3 and friends, see RUNTIME_PROVIDED), with `--no-deps` into `<out>` (`python/` of
    the layer).
@@ -25,15 +26,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-PYTHON_VERSION = "3.11"  # Lambda runtime python3.11 (same as Glue 5.0)
+# Lambda runtime python3.13 (template.yaml). The package itself still supports 3.11, the
+# Python of Glue 5.0.
+PYTHON_VERSION = "3.13"
 PLATFORMS = {
-    # The python3.11 Lambda runtime runs on Amazon Linux 2 (glibc 2.26): manylinux2014
-    # (glibc 2.17) wheels load there, manylinux_2_28+ wheels do not. pip also accepts the
-    # older manylinux2010/manylinux1 tags for this platform.
-    "x86_64": ["manylinux2014_x86_64"],
-    "arm64": ["manylinux2014_aarch64"],
+    # The python3.13 Lambda runtime runs on Amazon Linux 2023 (glibc 2.34): manylinux wheels
+    # up to manylinux_2_34 load there; manylinux2014 (glibc 2.17) is the oldest tag taken.
+    "x86_64": ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64"],
+    "arm64": ["manylinux_2_34_aarch64", "manylinux_2_28_aarch64", "manylinux2014_aarch64"],
 }
-# The AWS SDK itself, shipped by the Lambda python3.11 runtime (in /var/runtime) and needed
+# The AWS SDK itself, shipped by the Lambda python3.13 runtime (in /var/runtime) and needed
 # by tierq only through botocore. Leaving it out saves ~35 MB unzipped of the 250 MB
 # function+layers limit. Its small dependencies (jmespath, urllib3, python-dateutil) stay in
 # the layer: other packages import them directly (Powertools imports jmespath). Remove a

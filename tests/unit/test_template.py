@@ -210,13 +210,13 @@ def test_functions_are_the_declared_set_with_their_code_folders(
     fns = functions(resources)
     assert set(fns) == set(FUNCTIONS)
     glob = template["Globals"]["Function"]
-    assert glob["Runtime"] == "python3.11"
+    assert glob["Runtime"] == "python3.13"
     assert glob["Handler"] == "app.lambda_handler"
     for fn_id, (folder, _) in FUNCTIONS.items():
         props = fns[fn_id]["Properties"]
         assert props["CodeUri"].rstrip("/") == f"functions/{folder}"
         assert props.get("Handler", glob["Handler"]) == "app.lambda_handler"
-        assert props.get("Runtime", glob["Runtime"]) == "python3.11"
+        assert props.get("Runtime", glob["Runtime"]) == "python3.13"
 
 
 def test_every_function_gets_the_layer_for_its_architecture(
@@ -233,7 +233,7 @@ def test_every_function_gets_the_layer_for_its_architecture(
         assert layer["Type"] == "AWS::Serverless::LayerVersion"
         assert layer["Properties"]["ContentUri"].rstrip("/") == "layers/tierq"
         assert layer["Properties"]["CompatibleArchitectures"] == [arch]
-        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.11"]
+        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
         assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": arch}
 
 
