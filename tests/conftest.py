@@ -21,10 +21,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from tierq.config import Settings
 from tierq.dal.migrate import migrate
-from tierq.devstack import LocalServices, ensure_services
+from tierq.devstack import LocalServices, ensure_services, flush_all_nodes
+from tierq.devstack.valkey_cluster import cluster_enabled
 from tierq.engine import Tierq
 from tierq.logic.context import OffsetClock
 
@@ -38,14 +40,20 @@ TABLES_QUERY = """
 
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[LocalServices]:
+def session_dir() -> Iterator[Path]:
+    """This session's folder under /tmp (private servers live below it), removed at the end."""
     base = Path(tempfile.mkdtemp(prefix="tierq-tests-", dir="/tmp"))
     base.chmod(0o755)  # the postgres system user must be able to enter it when we are root
     try:
-        with ensure_services(base / "services") as local:
-            yield local
+        yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def services(session_dir: Path) -> Iterator[LocalServices]:
+    with ensure_services(session_dir / "services") as local:
+        yield local
 
 
 def with_database(url: str, name: str) -> str:
@@ -85,8 +93,18 @@ def valkey_private(services: LocalServices) -> bool:
     return services.valkey.private
 
 
+@pytest.fixture(scope="session")
+def valkey_cluster() -> bool:
+    """Whether ``valkey_url`` names a cluster (tests/cluster overrides this and the URL)."""
+    return False
+
+
 def flush_valkey(url: str, private: bool) -> None:
-    """Wipe the warm tier: the whole private server, or only the db of a shared one."""
+    """Wipe the warm tier: the whole private server, or only the db of a shared one; on a
+    cluster, every master."""
+    if cluster_enabled(url):
+        flush_all_nodes(url)
+        return
     client = redis.Redis.from_url(url)
     try:
         if private:
@@ -113,13 +131,15 @@ TierqFactory = Callable[..., Tierq]
 
 
 @pytest.fixture
-def make_tq(database_url: str, valkey_url: str, clean_stores: None) -> Iterator[TierqFactory]:
+def make_tq(database_url: str, valkey_url: str, valkey_cluster: bool,
+            clean_stores: None) -> Iterator[TierqFactory]:
     """Build engines over the session's stores (empty at the start of each test).
     Keyword arguments are TIERQ_* settings by field name (e.g. ``warm_max=50``)."""
     made: list[Tierq] = []
 
     def factory(clock: Any = None, **overrides: Any) -> Tierq:
-        fields: dict[str, Any] = {"settings_cache_seconds": 0.0, **overrides}
+        fields: dict[str, Any] = {"settings_cache_seconds": 0.0,
+                                  "valkey_cluster": valkey_cluster, **overrides}
         settings = Settings(database_url=database_url, valkey_url=valkey_url, **fields)
         tq = Tierq(settings=settings, clock=clock or OffsetClock())
         made.append(tq)
@@ -145,9 +165,11 @@ def pg(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-def valkey(valkey_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(valkey_url)
-    yield client
+def valkey(valkey_url: str, valkey_cluster: bool) -> Iterator[redis.Redis]:
+    """A client of the warm tier's server (a cluster client under tests/cluster)."""
+    client = RedisCluster.from_url(valkey_url) if valkey_cluster else redis.Redis.from_url(
+        valkey_url)
+    yield client  # type: ignore[misc]
     client.close()
 
 

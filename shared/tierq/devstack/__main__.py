@@ -1,4 +1,4 @@
-"""``python -m tierq.devstack up|down|status [--state-dir D]``.
+"""``python -m tierq.devstack up [--private] [--valkey-cluster]|down|status [--state-dir D]``.
 
 ``up`` prints only ``export …`` lines on stdout, so ``eval "$(python -m tierq.devstack up)"``
 works; progress and errors go to stderr.
@@ -25,10 +25,12 @@ from tierq.devstack.services import (
     say,
     stop_private_services,
 )
+from tierq.devstack.valkey_cluster import PrivateValkeyCluster
 
 
-def _up(state_dir: Path, *, private: bool) -> int:
-    services = ensure_services(state_dir, want_private=True if private else None)
+def _up(state_dir: Path, *, private: bool, valkey_cluster: bool) -> int:
+    services = ensure_services(state_dir, want_private=True if private else None,
+                               valkey_cluster=valkey_cluster)
     services.keep_running()
     for name, value in services.env().items():
         print(f"export {name}={shlex.quote(value)}")
@@ -58,17 +60,20 @@ def _status(state_dir: Path) -> int:
             print(f"{env_name:<13} {redact(url)}  {state}")
         else:
             print(f"{env_name:<13} (unset)")
-    for service in (PrivatePostgres(state_dir), PrivateValkey(state_dir)):
+    for service in (PrivatePostgres(state_dir), PrivateValkey(state_dir),
+                    PrivateValkeyCluster(state_dir)):
         pid = service.pid
+        label = "valkey-cluster" if service.cluster else service.kind
         if pid is None:
-            print(f"{service.kind:<13} private  stopped  ({service.root})")
+            if not service.cluster or service.root.exists():
+                print(f"{label:<13} private  stopped  ({service.root})")
             continue
         up = service.is_up()
         if up:
             answering.add(service.kind)
         kept = "  kept by `up`" if service.keep_marker.exists() else ""
         health = "up" if up else "NOT ANSWERING"
-        print(f"{service.kind:<13} private  {health}  pid {pid}  {service.url}{kept}")
+        print(f"{label:<13} private  {health}  pid {pid}  {service.url}{kept}")
     return 0 if answering == {"postgres", "valkey"} else 1
 
 
@@ -95,13 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="ignore DATABASE_URL/VALKEY_URL and always use private servers",
     )
+    up.add_argument(
+        "--valkey-cluster",
+        action="store_true",
+        help="Valkey as a 3-master cluster, like ElastiCache Serverless (exports "
+        "VALKEY_CLUSTER=true)",
+    )
     commands.add_parser("down", parents=[common], help="stop private servers in the state dir")
     commands.add_parser("status", parents=[common], help="show what runs and answers")
     args = parser.parse_args(argv)
     state_dir: Path = (args.state_dir or default_state_dir()).absolute()
     try:
         if args.command == "up":
-            return _up(state_dir, private=args.private)
+            return _up(state_dir, private=args.private, valkey_cluster=args.valkey_cluster)
         if args.command == "down":
             return _down(state_dir)
         return _status(state_dir)

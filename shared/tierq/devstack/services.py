@@ -356,6 +356,7 @@ class Service(ABC):
 
     kind: Kind
     private: bool
+    cluster: bool = False  # a Valkey/Redis Cluster (clients need VALKEY_CLUSTER=true)
 
     @property
     @abstractmethod
@@ -388,9 +389,10 @@ class ExternalService(Service):
 
     private = False
 
-    def __init__(self, kind: Kind, url: str) -> None:
+    def __init__(self, kind: Kind, url: str, *, cluster: bool = False) -> None:
         self.kind = kind
         self._url = url
+        self.cluster = cluster
 
     @property
     def url(self) -> str:
@@ -815,20 +817,7 @@ class PrivateValkey(_PrivateService):
 
     def _binary(self) -> Path:
         if self.binary is None:
-            found = find_valkey_binary()
-            if found is None:
-                if not _is_debian_root():
-                    raise DevstackError(
-                        "neither valkey-server nor redis-server found on PATH. Install one "
-                        "(Debian/Ubuntu: `sudo apt-get install redis-server`; macOS: `brew "
-                        "install valkey`; Fedora: `sudo dnf install valkey`), or set "
-                        "VALKEY_URL to a server that answers."
-                    )
-                apt_install(["redis-server"])
-                found = find_valkey_binary()
-                if found is None:
-                    raise DevstackError("installed redis-server but still no binary found")
-            self.binary = found
+            self.binary = require_valkey_binary()
         return self.binary
 
     def _start(self) -> None:
@@ -968,6 +957,24 @@ def find_valkey_binary() -> Path | None:
     return None
 
 
+def require_valkey_binary() -> Path:
+    """valkey-server or redis-server, installed with apt-get when missing and allowed."""
+    found = find_valkey_binary()
+    if found is None:
+        if not _is_debian_root():
+            raise DevstackError(
+                "neither valkey-server nor redis-server found on PATH. Install one "
+                "(Debian/Ubuntu: `sudo apt-get install redis-server`; macOS: `brew "
+                "install valkey`; Fedora: `sudo dnf install valkey`), or set "
+                "VALKEY_URL to a server that answers."
+            )
+        apt_install(["redis-server"])
+        found = find_valkey_binary()
+        if found is None:
+            raise DevstackError("installed redis-server but still no binary found")
+    return found
+
+
 def ensure_system_user(name: str) -> RunAs:
     """The system user `name`, created (no login, no home) when missing."""
     try:
@@ -1048,8 +1055,12 @@ class LocalServices:
         return [s for s in (self.postgres, self.valkey) if isinstance(s, _PrivateService)]
 
     def env(self) -> dict[str, str]:
-        """``DATABASE_URL`` and ``VALKEY_URL`` for child processes."""
-        return {"DATABASE_URL": self.postgres.url, "VALKEY_URL": self.valkey.url}
+        """``DATABASE_URL`` and ``VALKEY_URL`` for child processes (and
+        ``VALKEY_CLUSTER=true`` when Valkey is a cluster)."""
+        env = {"DATABASE_URL": self.postgres.url, "VALKEY_URL": self.valkey.url}
+        if self.valkey.cluster:
+            env["VALKEY_CLUSTER"] = "true"
+        return env
 
     def keep_running(self) -> None:
         """Leave the private servers running after this process (until `devstack down`)."""
@@ -1130,27 +1141,54 @@ def _start_or_reuse(service: _PrivateService) -> _PrivateService:
     return service
 
 
+def _cluster_or_none(external: ExternalService | None, want_cluster: bool,
+                     want_private: bool | None) -> ExternalService | None:
+    """The external Valkey marked as a cluster when it is one; None when a cluster is wanted
+    and it is not (a private cluster is started instead)."""
+    if external is None:
+        return None
+    from tierq.devstack.valkey_cluster import cluster_enabled
+
+    if cluster_enabled(external.url):
+        external.cluster = True
+        return external
+    if not want_cluster:
+        return external
+    if want_private is False:
+        raise DevstackError(f"VALKEY_URL={redact(external.url)} is not a cluster")
+    say(f"VALKEY_URL={redact(external.url)} is not a cluster; using a private cluster")
+    return None
+
+
 def ensure_services(
-    state_dir: Path | None = None, *, want_private: bool | None = None
+    state_dir: Path | None = None, *, want_private: bool | None = None,
+    valkey_cluster: bool = False,
 ) -> LocalServices:
     """A PostgreSQL and a Valkey/Redis that answer.
 
     ``want_private``: None (default) uses DATABASE_URL / VALKEY_URL when set and answering
     and starts private servers otherwise; True always uses private servers; False never
-    does (raises unless both variables name answering servers).
+    does (raises unless both variables name answering servers). ``valkey_cluster``: Valkey
+    must be a cluster (a private one has three masters, see ``valkey_cluster.py``).
     """
     state = Path(state_dir) if state_dir is not None else default_state_dir()
     state = state.absolute()
     started = time.monotonic()
     pg: Service | None = _external_or_none("postgres", "DATABASE_URL", want_private)
-    kv: Service | None = _external_or_none("valkey", "VALKEY_URL", want_private)
+    kv: Service | None = _cluster_or_none(
+        _external_or_none("valkey", "VALKEY_URL", want_private), valkey_cluster, want_private)
     if pg is not None and kv is not None:
         return LocalServices(pg, kv, state)
     with _state_lock(state):
         if pg is None:
             pg = _start_or_reuse(PrivatePostgres(state))
         if kv is None:
-            kv = _start_or_reuse(PrivateValkey(state))
+            if valkey_cluster:
+                from tierq.devstack.valkey_cluster import PrivateValkeyCluster
+
+                kv = _start_or_reuse(PrivateValkeyCluster(state))
+            else:
+                kv = _start_or_reuse(PrivateValkey(state))
         services = LocalServices(pg, kv, state)
     elapsed = time.monotonic() - started
     if elapsed > 1:
@@ -1165,9 +1203,12 @@ def stop_private_services(state_dir: Path | None = None) -> list[str]:
     state = (Path(state_dir) if state_dir is not None else default_state_dir()).absolute()
     if not state.is_dir():
         return []
+    from tierq.devstack.valkey_cluster import PrivateValkeyCluster
+
     stopped: list[str] = []
     with _state_lock(state):
-        for service in (PrivatePostgres(state), PrivateValkey(state)):
+        for service in (PrivatePostgres(state), PrivateValkey(state),
+                        PrivateValkeyCluster(state)):
             pid = service.pid
             if pid is not None:
                 service._stop()
