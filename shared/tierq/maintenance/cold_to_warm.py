@@ -1,30 +1,64 @@
 """cold_to_warm: promote the oldest cold tasks while the warm set has headroom (< 90% of
 warm_max), and return a queue to warm mode once its cold line has drained and the warm set
-is at or below 80% (DESIGN §3)."""
+is at or below 80%.
+
+Only pairs with cold rows, or that a pass left in cold mode (recorded in the registry until
+a visit finds them warm again), are visited: idle pairs cost nothing. The walk goes in
+slices in (queue, tenant) order and stops once the pass's time budget is spent; the next
+pass goes on after the last pair visited (``tierq.logic.pairs.walk``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tierq.logic import tiering
-from tierq.logic.context import Context
+from tierq.logic import pairs, tiering
+from tierq.logic.context import Context, to_datetime
+
+WALK = "cold_to_warm"
 
 
 @dataclass
 class ColdToWarmSummary:
-    pairs: int = 0
+    pairs: int = 0  # pairs visited
     promoted: int = 0
     returned_to_warm: list[str] = field(default_factory=list)
     busy: int = 0
+    slices: int = 0
+    completed: bool = False  # the pass got round every pair with work
 
 
-def run(ctx: Context) -> ColdToWarmSummary:
+def run(ctx: Context, *, budget_seconds: float | None = None,
+        slice_size: int | None = None) -> ColdToWarmSummary:
     summary = ColdToWarmSummary()
-    for queue, tenant in ctx.pairs.all():
-        summary.pairs += 1
-        result = tiering.refill(ctx, queue, tenant)
-        summary.promoted += result.promoted
-        summary.busy += int(result.skipped_busy)
-        if result.returned_to_warm:
-            summary.returned_to_warm.append(f"{queue}|{tenant}")
+    budget = pairs.Budget(budget_seconds if budget_seconds is not None
+                          else ctx.settings.maintenance_budget_seconds)
+    limit = slice_size or ctx.settings.maintenance_slice
+    stats = pairs.WalkStats()
+
+    def fetch(after: pairs.Pair) -> list[tuple[str, str, bool]]:
+        return [(r["queue"], r["tenant"], r["marked"]) for r in ctx.db.fetch(
+            "pairs_for_cold_to_warm",
+            {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
+
+    cursors = pairs.load_cursors(ctx.db)
+    for chunk in pairs.walk(ctx.db, WALK, fetch, lambda item: (item[0], item[1]), budget,
+                            stats, cursors):
+        changed: list[tuple[str, str, bool]] = []
+        for queue, tenant, marked in chunk:
+            result = tiering.refill(ctx, queue, tenant)
+            stats.items.append((queue, tenant))
+            summary.promoted += result.promoted
+            summary.busy += int(result.skipped_busy)
+            if result.returned_to_warm:
+                summary.returned_to_warm.append(f"{queue}|{tenant}")
+            if result.cold_mode != marked:
+                changed.append((queue, tenant, result.cold_mode))
+            if budget.spent:
+                break
+        if changed:
+            ctx.db.execute("mark_cold_mode", {
+                "queues": [c[0] for c in changed], "tenants": [c[1] for c in changed],
+                "cold": [c[2] for c in changed], "now": to_datetime(ctx.now())})
+    summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
+        stats.completed
     return summary

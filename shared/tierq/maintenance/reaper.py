@@ -1,6 +1,13 @@
 """reaper: expired leases go to the back of their line with the attempt counted, or to the
 dead letters at max_attempts; warm rows that Valkey lost (older than the grace period) are
-re-pushed; done and dead rows past their queue's retention are purged."""
+re-pushed; done and dead rows past their queue's retention are purged; pairs idle past the
+pair retention, with no row left, are forgotten.
+
+Each part walks only what has work: pairs with warm rows (every ready task and every lease
+in Valkey has one), queues with done or dead rows, and one slice of the registry for the
+idle pairs. Walks go in slices after a cursor saved in PostgreSQL and stop once the pass's
+time budget is spent (each part makes progress every pass); the next pass goes on after
+the last item visited, so nothing starves (``tierq.logic.pairs.walk``)."""
 
 from __future__ import annotations
 
@@ -9,15 +16,19 @@ from dataclasses import dataclass, field
 
 from tierq.dal.postgres import run as run_query
 from tierq.dal.warm_tier import lease_member
-from tierq.logic import admission, leases
+from tierq.logic import admission, leases, pairs
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
-from tierq.logic.queues import known_queues
 
 EXPIRED_BATCH = 500
 RECONCILE_BATCH = 5000
 PURGE_BATCH = 5000
+FORGET_SLICE = 1000  # registry rows read per pass for idle pairs
+
+LEASES_WALK = "reaper.pairs"
+PURGE_WALK = "reaper.purge"
+FORGET_WALK = "reaper.forget"
 
 
 @dataclass
@@ -28,16 +39,100 @@ class ReaperSummary:
     restored: int = 0
     purged: int = 0
     dead_by_queue: dict[str, int] = field(default_factory=dict)  # lease expiries that died
+    pairs: int = 0  # pairs with warm rows visited (leases, reconciliation)
+    slices: int = 0  # slices read by the pair walk
+    completed: bool = False  # the pair walk got round every pair with warm rows
+    purge_queues: int = 0  # queues with finished rows visited
+    forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
 
 
-def run(ctx: Context) -> ReaperSummary:
+def run(ctx: Context, *, budget_seconds: float | None = None,
+        slice_size: int | None = None, forget_slice: int = FORGET_SLICE) -> ReaperSummary:
     summary = ReaperSummary()
-    for queue, tenant in ctx.pairs.all():
-        expire_leases(ctx, queue, tenant, summary)
-        reconcile(ctx, queue, tenant, summary)
-    for queue in known_queues(ctx):
-        purge(ctx, queue, summary)
+    budget = pairs.Budget(budget_seconds if budget_seconds is not None
+                          else ctx.settings.maintenance_budget_seconds)
+    limit = slice_size or ctx.settings.maintenance_slice
+    cursors = pairs.load_cursors(ctx.db)
+    reap_pairs(ctx, summary, budget, limit, cursors)
+    purge_queues(ctx, summary, budget, limit, cursors)
+    forget_idle(ctx, summary, forget_slice, cursors)
     return summary
+
+
+def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit: int,
+               cursors: dict[str, pairs.Pair]) -> None:
+    """Expire leases and reconcile, pair by pair, over the pairs with warm rows."""
+    stats = pairs.WalkStats()
+
+    def fetch(after: pairs.Pair) -> list[pairs.Pair]:
+        return [(r["queue"], r["tenant"]) for r in ctx.db.fetch(
+            "pairs_with_warm_rows",
+            {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
+
+    for chunk in pairs.walk(ctx.db, LEASES_WALK, fetch, lambda pair: pair, budget, stats,
+                            cursors):
+        visited: list[pairs.Pair] = []
+        for queue, tenant in chunk:
+            expire_leases(ctx, queue, tenant, summary)
+            reconcile(ctx, queue, tenant, summary)
+            visited.append((queue, tenant))
+            if budget.spent:
+                break
+        stats.items.extend(visited)
+        touch(ctx, visited)
+    summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
+        stats.completed
+
+
+def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
+    """Record that these pairs were busy now (at most once per refresh interval each), so
+    that a pair's idle time counts from its last work, not from its last registration."""
+    if not busy:
+        return
+    now = ctx.now()
+    ctx.db.execute("touch_pairs", {
+        "queues": [p[0] for p in busy], "tenants": [p[1] for p in busy],
+        "now": to_datetime(now),
+        "stale": to_datetime(now - pairs.refresh_seconds(ctx.settings))})
+
+
+def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit: int,
+                 cursors: dict[str, pairs.Pair]) -> None:
+    """Retention: only the queues that have done or dead rows."""
+    stats = pairs.WalkStats()
+
+    def fetch(after: pairs.Pair) -> list[pairs.Pair]:
+        return [(r["queue"], "") for r in ctx.db.fetch(
+            "queues_with_finished_rows", {"after_queue": after[0], "limit": limit})]
+
+    for chunk in pairs.walk(ctx.db, PURGE_WALK, fetch, lambda item: item, budget, stats,
+                            cursors):
+        for queue, _ in chunk:
+            purge(ctx, queue, summary)
+            stats.items.append((queue, ""))
+            if budget.spent:
+                break
+    summary.purge_queues = stats.visited
+
+
+def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
+                cursors: dict[str, pairs.Pair]) -> None:
+    """One slice of the registry per pass: pairs nobody registered or saw busy for the pair
+    retention, with no row of any kind left, are deleted. The walk wraps round at the end."""
+    after = cursors.get(FORGET_WALK, pairs.START)
+    before = to_datetime(ctx.now() - ctx.settings.pair_retention_seconds)
+    rows = ctx.db.fetch("forget_idle_pairs", {
+        "after_queue": after[0], "after_tenant": after[1], "limit": forget_slice,
+        "before": before})
+    gone = [(r["queue"], r["tenant"]) for r in rows if r["forgotten"]]
+    summary.forgotten.extend(f"{q}|{t}" for q, t in gone)
+    ctx.pairs.forget_local(gone)
+    for pair in gone:
+        ctx.modes.pop(pair, None)
+    last = (rows[-1]["queue"], rows[-1]["tenant"]) if len(rows) == forget_slice \
+        else pairs.START
+    if last != after:
+        pairs.save_cursor(ctx.db, FORGET_WALK, last)
 
 
 def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
@@ -98,9 +193,10 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> 
 def purge(ctx: Context, queue: str, summary: ReaperSummary) -> None:
     retention = ctx.queue_settings.get(queue).retention_seconds
     before = to_datetime(ctx.now() - retention)
-    while True:
-        deleted = ctx.db.execute("purge_finished",
-                                 {"queue": queue, "before": before, "limit": PURGE_BATCH})
-        summary.purged += max(0, deleted)
-        if deleted < PURGE_BATCH:
-            return
+    for statement in ("purge_done_before", "purge_dead_before"):
+        while True:
+            deleted = ctx.db.execute(statement,
+                                     {"queue": queue, "before": before, "limit": PURGE_BATCH})
+            summary.purged += max(0, deleted)
+            if deleted < PURGE_BATCH:
+                break
