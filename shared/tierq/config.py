@@ -64,6 +64,13 @@ class Settings(BaseSettings):
     cron_every: float = Field(default=10.0, gt=0, alias="TIERQ_CRON_EVERY")
     # How long in-process caches of queue settings and tenant lists may be stale.
     settings_cache_seconds: float = Field(default=1.0, ge=0, alias="TIERQ_SETTINGS_CACHE_SECONDS")
+    # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in
+    # PostgreSQL; the reaper purges it after), and one of an ack, nack, release or heartbeat
+    # (in Valkey, where a busy worker fleet's keys would otherwise fill the cache).
+    idempotency_ttl_seconds: int = Field(default=86_400, ge=60,
+                                         alias="TIERQ_IDEMPOTENCY_TTL_SECONDS")
+    idempotency_valkey_ttl_seconds: int = Field(default=900, ge=60,
+                                                alias="TIERQ_IDEMPOTENCY_VALKEY_TTL_SECONDS")
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> Settings:

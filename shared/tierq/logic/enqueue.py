@@ -4,15 +4,17 @@ ready tasks (warm tier or cold line). Outcome per task: created / updated / igno
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import psycopg
 
 from tierq.core.ids import uuid7_strings
 from tierq.core.json_text import has_nul
 from tierq.core.ordering import score
+from tierq.dal.postgres import Row, run_tuples
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, tiering
 from tierq.logic.admission import Target, task_blob
@@ -26,6 +28,9 @@ MAX_BATCH = 500
 SEQ_BLOCK = 512
 assert MAX_BATCH <= SEQ_BLOCK
 INSERT_RETRIES = 3
+
+# Called in the transaction that inserts a round of tasks, with their outcomes by index.
+RoundRecorder = Callable[[psycopg.Connection[Row], dict[int, dict[str, Any]]], None]
 
 
 @dataclass(slots=True)
@@ -97,7 +102,10 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
 
 
 def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
-            default_tenant: str | None = None) -> list[EnqueueOutcome]:
+            default_tenant: str | None = None, *,
+            record: RoundRecorder | None = None) -> list[EnqueueOutcome]:
+    """``record``, when given, is called in each transaction that inserts tasks, with their
+    outcomes by index in ``tasks`` (an idempotency record is written there)."""
     now = ctx.now()
     prepared = prepare(ctx, queue, tasks, now, default_tenant)
     if not prepared:
@@ -133,7 +141,7 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
     for _ in range(INSERT_RETRIES):
         if not pending:
             break
-        pending = _insert_round(ctx, queue, pending, now, outcomes)
+        pending = _insert_round(ctx, queue, pending, now, outcomes, record)
 
     for p in pending:  # conflicted each round yet never found live: report as ignored
         outcomes[p.index] = EnqueueOutcome(id=p.id, outcome="ignored", state="cold",
@@ -163,7 +171,8 @@ def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> dict[str, str]:
 
 
 def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
-                  outcomes: dict[int, EnqueueOutcome]) -> list[Prepared]:
+                  outcomes: dict[int, EnqueueOutcome],
+                  record: RoundRecorder | None = None) -> list[Prepared]:
     """Insert; admit the created ready rows; resolve conflicts. Returns the tasks to retry
     (their conflicting task finished in between)."""
     ready_pairs = {(queue, p.tenant) for p in batch if p.ready}
@@ -175,7 +184,9 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
             p.state = ready_state[p.tenant] if p.ready else "delayed"
         keyed = any(p.key is not None for p in batch)
         params = {"queue": queue, "now": to_datetime(now), **row_columns(batch, keyed=keyed)}
-        if keyed:  # (id, seq) of the rows inserted; the others met a live task's key
+        if record is not None:
+            seqs = _insert_recorded(ctx, batch, params, keyed, record)
+        elif keyed:  # (id, seq) of the rows inserted; the others met a live task's key
             seqs: dict[str, int] = dict(ctx.db.fetch_tuples("insert_tasks", params))  # type: ignore[arg-type]
         else:  # every row is inserted, numbered in batch order from the first seq
             [(first, count)] = ctx.db.fetch_tuples("insert_tasks_keyless", params)
@@ -212,6 +223,23 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     if not conflicts:
         return []
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
+
+
+def _insert_recorded(ctx: Context, batch: list[Prepared], params: dict[str, Any],
+                     keyed: bool, record: RoundRecorder) -> dict[str, int]:
+    """The round's insert and the caller's record of it, in one transaction."""
+    with ctx.db.transaction() as conn:
+        if keyed:
+            seqs: dict[str, int] = dict(run_tuples(conn, "insert_tasks", params))  # type: ignore[arg-type]
+        else:
+            [(first, count)] = run_tuples(conn, "insert_tasks_keyless", params)
+            if count != len(batch):
+                raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
+            seqs = {p.id: first + i for i, p in enumerate(batch)}
+        record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
+                                "tenant": p.tenant, "key": p.key}
+                      for p in batch if p.id in seqs})
+    return seqs
 
 
 def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now: float,
@@ -273,7 +301,7 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, dict[str, Any
     for tenant, ids in to_remove.items():
         ctx.warm.remove(queue, tenant, ids)
     for tenant, pushes in warm_updates.items():
-        ctx.warm.update_ready(queue, tenant, pushes)
+        admission.update_warm(ctx, (queue, tenant), pushes)
     if now_ready:
         states = {str(r["id"]): r["state"] for r in admission.ready_now(ctx, now_ready)}
         for p, existing in items:

@@ -5,17 +5,23 @@ a batch ``{"tasks": [outcome, ...]}`` in request order."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
+import psycopg
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from tierq.api import metrics, request
+from tierq.api import idempotency, metrics, request
 from tierq.api.errors import responses
+from tierq.api.idempotency import IdempotencyKeyHeader
 from tierq.api.models import EnqueueBody, EnqueueResults, TaskBatch
 from tierq.api.params import QueuePath
 from tierq.api.runtime import engine
+from tierq.dal.postgres import Row
 from tierq.errors import InvalidInput, TierqError
+from tierq.logic import enqueue as enqueue_logic
+from tierq.logic.idempotency import PgClaim
 from tierq.models import EnqueueOutcome, TaskIn
 
 router = Router()
@@ -66,18 +72,48 @@ def _single_names(exc: TierqError) -> TierqError:
     operation_id="enqueueTasks",
     tags=["tasks"],
     responses=responses("Outcome per task: created, updated or ignored (a live task holds "
-                        "the key), and the state it is in.", 403, 413),
+                        "the key), and the state it is in.", 403, 409, 413),
 )
 def enqueue_tasks(
     queue: QueuePath,
     body: Annotated[EnqueueBody, Body(description="One task, or {\"tasks\": [...]}.")],
-) -> EnqueueOutcome | EnqueueResults:
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response[EnqueueOutcome | EnqueueResults]:
     single = not isinstance(body, TaskBatch)
     tasks = [body] if isinstance(body, TaskIn) else body.tasks
     check_tasks(tasks, single)
-    try:
-        outcomes = engine().enqueue(queue, tasks, tenant=request.pinned_tenant())
-    except TierqError as exc:
-        raise _single_names(exc) if single else exc from None
-    metrics.count(queue, {"Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
-    return outcomes[0] if single else EnqueueResults(tasks=outcomes)
+    tenant = request.pinned_tenant()
+
+    def work(claim: PgClaim | None) -> EnqueueOutcome | EnqueueResults:
+        try:
+            outcomes = enqueue_once(queue, tasks, tenant, claim)
+        except TierqError as exc:
+            raise _single_names(exc) if single else exc from None
+        metrics.count(queue, {"Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
+        return outcomes[0] if single else EnqueueResults(tasks=outcomes)
+
+    return idempotency.in_postgres("enqueue", queue, idempotency_key, work)
+
+
+def enqueue_once(queue: str, tasks: list[TaskIn], tenant: str | None,
+                 claim: PgClaim | None) -> list[EnqueueOutcome]:
+    """Enqueue; with an idempotency claim, each transaction that inserts tasks records their
+    outcomes under the key, and the tasks an earlier owner of the key committed (it died
+    before it answered) are not enqueued again."""
+    if claim is None:
+        return engine().enqueue(queue, tasks, tenant=tenant)
+    earlier = (claim.committed or {}).get("outcomes") or {}
+    recorded: dict[int, dict[str, Any]] = {int(i): o for i, o in earlier.items()}
+    todo = [i for i in range(len(tasks)) if i not in recorded]
+
+    def record(conn: psycopg.Connection[Row], created: dict[int, dict[str, Any]]) -> None:
+        recorded.update({todo[i]: outcome for i, outcome in created.items()})
+        claim.record(conn, {"outcomes": {str(i): o for i, o in recorded.items()}})
+
+    outcomes: dict[int, EnqueueOutcome] = {
+        i: EnqueueOutcome.model_validate(o) for i, o in recorded.items()}
+    if todo:
+        fresh = enqueue_logic.enqueue(engine().ctx, queue, [tasks[i] for i in todo], tenant,
+                                      record=record)
+        outcomes.update(zip(todo, fresh, strict=True))
+    return [outcomes[i] for i in range(len(tasks))]

@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from typing import Annotated, TypeVar
 
 import orjson
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from tierq.api import metrics, request
+from tierq.api import idempotency, metrics, request
 from tierq.api.errors import responses
+from tierq.api.idempotency import IdempotencyKeyHeader
 from tierq.api.models import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
 from tierq.api.params import QueuePath
 from tierq.api.runtime import engine
@@ -73,15 +75,20 @@ def check_results(acks: Sequence[AckItem]) -> None:
                 "or kept with its result until the queue's retention ends.",
     operation_id="ackTasks",
     tags=["leases"],
-    responses=responses("Which tasks were acked and which were rejected.", 413),
+    responses=responses("Which tasks were acked and which were rejected.", 409, 413),
 )
-def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()]) -> AckResult:
+def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()],
+              idempotency_key: IdempotencyKeyHeader = None) -> Response[AckResult]:
     check_results(body.acks)
-    mine, rejected = pinned_items(body.acks)
-    result = engine().ack(queue, mine) if mine else AckResult()
-    result.rejected.extend(rejected)
-    metrics.count(queue, {"Acked": len(result.acked)})
-    return result
+
+    def work() -> AckResult:
+        mine, rejected = pinned_items(body.acks)
+        result = engine().ack(queue, mine) if mine else AckResult()
+        result.rejected.extend(rejected)
+        metrics.count(queue, {"Acked": len(result.acked)})
+        return result
+
+    return idempotency.in_valkey("ack", queue, idempotency_key, work)
 
 
 @router.post(
@@ -92,17 +99,21 @@ def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()]) -> AckResul
                 "to the dead letters at max_attempts or when dead is true.",
     operation_id="nackTasks",
     tags=["leases"],
-    responses=responses("Which tasks will be retried, which are dead, which were rejected."),
+    responses=responses("Which tasks will be retried, which are dead, which were rejected.", 409),
 )
-def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()]) -> NackResult:
-    mine, rejected = pinned_items(body.nacks)
-    result = engine().nack(queue, mine) if mine else NackResult()
-    result.rejected.extend(rejected)
-    metrics.count(queue, {
-        "Nacked": len(result.retried) + len(result.dead),
-        "DeadLettered": len(result.dead),
-    })
-    return result
+def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()],
+               idempotency_key: IdempotencyKeyHeader = None) -> Response[NackResult]:
+    def work() -> NackResult:
+        mine, rejected = pinned_items(body.nacks)
+        result = engine().nack(queue, mine) if mine else NackResult()
+        result.rejected.extend(rejected)
+        metrics.count(queue, {
+            "Nacked": len(result.retried) + len(result.dead),
+            "DeadLettered": len(result.dead),
+        })
+        return result
+
+    return idempotency.in_valkey("nack", queue, idempotency_key, work)
 
 
 @router.post(
@@ -114,14 +125,18 @@ def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()]) -> NackRe
                 "run). A task that failed is nacked instead.",
     operation_id="releaseTasks",
     tags=["leases"],
-    responses=responses("Which tasks were given back and which were rejected."),
+    responses=responses("Which tasks were given back and which were rejected.", 409),
 )
-def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()]) -> ReleaseResult:
-    mine, rejected = pinned_items(body.releases)
-    result = engine().release(queue, mine) if mine else ReleaseResult()
-    result.rejected.extend(rejected)
-    metrics.count(queue, {"Released": len(result.released)})
-    return result
+def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()],
+                  idempotency_key: IdempotencyKeyHeader = None) -> Response[ReleaseResult]:
+    def work() -> ReleaseResult:
+        mine, rejected = pinned_items(body.releases)
+        result = engine().release(queue, mine) if mine else ReleaseResult()
+        result.rejected.extend(rejected)
+        metrics.count(queue, {"Released": len(result.released)})
+        return result
+
+    return idempotency.in_valkey("release", queue, idempotency_key, work)
 
 
 @router.post(
@@ -131,10 +146,14 @@ def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()]) -> 
                 "extended to now + extend_seconds (default: the queue's lease_seconds).",
     operation_id="extendLeases",
     tags=["leases"],
-    responses=responses("New lease deadlines, and the leases that were rejected."),
+    responses=responses("New lease deadlines, and the leases that were rejected.", 409),
 )
-def extend_leases(queue: QueuePath, body: Annotated[HeartbeatRequest, Body()]) -> HeartbeatResult:
-    mine, rejected = pinned_items(body.leases)
-    result = engine().heartbeat(queue, mine) if mine else HeartbeatResult()
-    result.rejected.extend(rejected)
-    return result
+def extend_leases(queue: QueuePath, body: Annotated[HeartbeatRequest, Body()],
+                  idempotency_key: IdempotencyKeyHeader = None) -> Response[HeartbeatResult]:
+    def work() -> HeartbeatResult:
+        mine, rejected = pinned_items(body.leases)
+        result = engine().heartbeat(queue, mine) if mine else HeartbeatResult()
+        result.rejected.extend(rejected)
+        return result
+
+    return idempotency.in_valkey("heartbeat", queue, idempotency_key, work)

@@ -1,0 +1,258 @@
+"""The Idempotency-Key header on the POST routes, through the Lambda handlers over real
+PostgreSQL and Valkey."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from tests.handlers.conftest import Invoke
+from tierq.api.runtime import engine
+from tierq.logic import idempotency
+
+TENANT_A = {"sub": "a", "tenant": "acme"}
+TENANT_B = {"sub": "b", "tenant": "bolt"}
+
+
+def key() -> dict[str, str]:
+    return {"Idempotency-Key": str(uuid.uuid4())}
+
+
+def task_count(pg: psycopg.Connection[Any], queue: str) -> int:
+    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def records(pg: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return pg.execute("SELECT done, status, response FROM tierq_idempotency").fetchall()
+
+
+# ----------------------------------------------------------------------- enqueue
+
+
+def test_retried_keyless_enqueue_with_the_same_key_leaves_one_task(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    first = call("POST", "/v1/queues/jobs/tasks", {"payload": {"n": 1}}, headers=headers)
+    again = call("POST", "/v1/queues/jobs/tasks", {"payload": {"n": 1}}, headers=headers)
+    assert first.status == again.status == 200
+    assert again.body == first.body
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert task_count(pg, "jobs") == 1
+    # without a key the same request is a new task, as before
+    call("POST", "/v1/queues/jobs/tasks", {"payload": {"n": 1}})
+    assert task_count(pg, "jobs") == 2
+
+
+def test_a_batch_replays_its_outcomes_in_order(call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    body = {"tasks": [{"payload": i, "priority": i % 3} for i in range(20)]}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers)
+    # key order and layout of the body do not make it another request
+    reordered = {"tasks": [{"priority": i % 3, "payload": i} for i in range(20)]}
+    again = call("POST", "/v1/queues/jobs/tasks", reordered, headers=headers)
+    assert first.status == again.status == 200
+    assert again.body == first.body
+    assert task_count(pg, "jobs") == 20
+    [(done, status, _)] = records(pg)
+    assert done and status == 200
+
+
+def test_same_key_with_another_body_is_422_and_writes_nothing(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, headers=headers).status == 200
+    other = call("POST", "/v1/queues/jobs/tasks", {"payload": 2}, headers=headers)
+    assert other.status == 422
+    assert other.body["error"]["code"] == "idempotency_key_reused"
+    assert other.body["error"]["details"][0]["field"] == "Idempotency-Key"
+    assert task_count(pg, "jobs") == 1
+
+
+def test_the_key_is_scoped_by_caller_route_and_queue(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    body = {"payload": "same"}
+    a = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=TENANT_A)
+    b = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=TENANT_B)
+    admin = call("POST", "/v1/queues/jobs/tasks", body, headers=headers)
+    other_queue = call("POST", "/v1/queues/mails/tasks", body, headers=headers,
+                       claims=TENANT_A)
+    assert {a.status, b.status, admin.status, other_queue.status} == {200}
+    # tenant B does not get tenant A's answer (nor its task id): each made its own task
+    assert a.body["tenant"] == "acme" and b.body["tenant"] == "bolt"
+    assert len({a.body["id"], b.body["id"], admin.body["id"], other_queue.body["id"]}) == 4
+    assert "idempotent-replayed" not in b.headers
+    assert task_count(pg, "jobs") == 3 and task_count(pg, "mails") == 1
+    # and each caller's own retry replays its own answer
+    again = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=TENANT_B)
+    assert again.body == b.body and again.headers.get("idempotent-replayed") == "true"
+
+
+def test_invalid_keys_are_refused_naming_the_header(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    for bad in ("x" * 256, "has space", "naïve"):
+        reply = call("POST", "/v1/queues/jobs/tasks", {"payload": 1},
+                     headers={"Idempotency-Key": bad})
+        assert reply.status == 422, bad
+        assert reply.body["error"]["details"][0]["field"].lower() == "idempotency-key"
+    assert task_count(pg, "jobs") == 0
+
+
+def test_concurrent_requests_with_one_key_one_runs_the_other_is_409(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    """Two requests with the same key at the same time: while the first is inside its insert
+    (held there by a lock on the table that the test releases), the second is 409."""
+    headers = key()
+    body = {"tasks": [{"payload": i} for i in range(10)]}
+    replies: list[Any] = []
+    with psycopg.connect(pg.info.dsn, password=pg.info.password, autocommit=True) as blocker:
+        with blocker.transaction():
+            blocker.execute("LOCK TABLE tierq_tasks IN EXCLUSIVE MODE")
+            first = threading.Thread(target=lambda: replies.append(
+                call("POST", "/v1/queues/jobs/tasks", body, headers=headers)))
+            first.start()
+            deadline = time.monotonic() + 30
+            while not records(pg) and time.monotonic() < deadline:
+                time.sleep(0.02)  # the first request has claimed the key
+            second = call("POST", "/v1/queues/jobs/tasks", body, headers=headers)
+        first.join(30)
+    assert second.status == 409
+    assert second.body["error"]["code"] == "idempotency_in_progress"
+    [done] = replies
+    assert done.status == 200
+    third = call("POST", "/v1/queues/jobs/tasks", body, headers=headers)
+    assert third.status == 200 and third.body == done.body
+    assert task_count(pg, "jobs") == 10
+
+
+def test_a_503_is_not_kept_and_the_retry_runs(
+        call: Invoke, pg: psycopg.Connection[Any], valkey: redis.Redis) -> None:
+    """Valkey stops answering (its client points at a closed port) while an enqueue admits
+    its tasks: 503, nothing kept; the retry with the same key then runs and creates the task."""
+    headers = key()
+    call("PUT", "/v1/queues/jobs", {})  # the queue exists: its first task goes warm
+    warm = engine().warm
+    working = warm.client.connection_pool.connection_kwargs["port"]
+    warm.client.connection_pool.disconnect()
+    warm.client.connection_pool.connection_kwargs["port"] = _closed_port()
+    if warm.calls is not None:
+        warm.calls.close()
+        warm.calls.client.connection_pool.connection_kwargs["port"] = \
+            warm.client.connection_pool.connection_kwargs["port"]
+    try:
+        engine().ctx.modes.clear()
+        failed = call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, headers=headers)
+    finally:
+        warm.client.connection_pool.connection_kwargs["port"] = working
+        warm.client.connection_pool.disconnect()
+        if warm.calls is not None:
+            warm.calls.client.connection_pool.connection_kwargs["port"] = working
+            warm.calls.close()
+    assert failed.status == 503, failed.body
+    assert records(pg) == []
+    retried = call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, headers=headers)
+    assert retried.status == 200, retried.body
+    assert "idempotent-replayed" not in retried.headers
+    assert task_count(pg, "jobs") == 1
+
+
+def _closed_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ----------------------------------------------------------------------- leases
+
+
+def _claimed(call: Invoke, n: int = 2) -> list[dict[str, Any]]:
+    call("POST", "/v1/queues/jobs/tasks", {"tasks": [{"payload": i} for i in range(n)]})
+    reply = call("POST", "/v1/queues/jobs/claims", {"max": n})
+    assert reply.status == 200
+    return reply.body["tasks"]
+
+
+def test_ack_retry_with_the_key_gets_the_first_answer(
+        call: Invoke, pg: psycopg.Connection[Any], valkey: redis.Redis) -> None:
+    tasks = _claimed(call)
+    body = {"acks": [{"id": t["id"], "lease_token": t["lease_token"]} for t in tasks]}
+    headers = key()
+    first = call("POST", "/v1/queues/jobs/acks", body, headers=headers)
+    again = call("POST", "/v1/queues/jobs/acks", body, headers=headers)
+    assert first.status == again.status == 200
+    assert sorted(first.body["acked"]) == sorted(t["id"] for t in tasks)
+    assert again.body == first.body  # not "rejected": the first answer
+    assert again.headers.get("idempotent-replayed") == "true"
+    # without the key, a repeat finds the leases settled
+    plain = call("POST", "/v1/queues/jobs/acks", body)
+    assert plain.body["acked"] == [] and len(plain.body["rejected"]) == 2
+    # the record lives in Valkey, with a time to live
+    [stored] = list(valkey.scan_iter("tq:idem:*"))
+    assert 0 < valkey.ttl(stored) <= 900
+    other = call("POST", "/v1/queues/jobs/acks", {"acks": body["acks"][:1]}, headers=headers)
+    assert other.status == 422
+
+
+def test_nack_release_heartbeat_replay_with_their_keys(call: Invoke,
+                                                       pg: psycopg.Connection[Any]) -> None:
+    first_task, second_task = _claimed(call)
+    lease = {"id": first_task["id"], "lease_token": first_task["lease_token"]}
+    heartbeat_key = key()
+    beat = call("POST", "/v1/queues/jobs/heartbeats", {"leases": [lease]}, headers=heartbeat_key)
+    beat_again = call("POST", "/v1/queues/jobs/heartbeats", {"leases": [lease]},
+                      headers=heartbeat_key)
+    assert beat.status == 200 and beat_again.body == beat.body
+    assert beat_again.headers.get("idempotent-replayed") == "true"
+
+    nack_key = key()
+    nack = {"nacks": [{**lease, "error": "boom"}]}
+    failed = call("POST", "/v1/queues/jobs/nacks", nack, headers=nack_key)
+    failed_again = call("POST", "/v1/queues/jobs/nacks", nack, headers=nack_key)
+    assert len(failed.body["retried"]) == 1 and failed_again.body == failed.body
+    attempts = pg.execute("SELECT attempts FROM tierq_tasks WHERE id = %s",
+                          (first_task["id"],)).fetchone()
+    assert attempts == (1,)  # counted once
+
+    release_key = key()
+    release = {"releases": [{"id": second_task["id"],
+                             "lease_token": second_task["lease_token"]}]}
+    given = call("POST", "/v1/queues/jobs/releases", release, headers=release_key)
+    given_again = call("POST", "/v1/queues/jobs/releases", release, headers=release_key)
+    assert len(given.body["released"]) == 1 and given_again.body == given.body
+    # the same key on another route is another record
+    other_route = call("POST", "/v1/queues/jobs/nacks", {"nacks": [{
+        "id": second_task["id"], "lease_token": second_task["lease_token"], "error": "x"}]},
+        headers=release_key)
+    assert other_route.status == 200 and "idempotent-replayed" not in other_route.headers
+
+
+def test_lease_route_in_progress_is_409(call: Invoke, valkey: redis.Redis) -> None:
+    """A record left in progress (its request still running) answers a repeat with 409."""
+    [task] = _claimed(call, 1)
+    body = {"acks": [{"id": task["id"], "lease_token": task["lease_token"]}]}
+    headers = key()
+    scope = idempotency.scope_key("admin", "ack", "jobs", headers["Idempotency-Key"])
+    reply = call("POST", "/v1/queues/jobs/acks", body, headers=headers)
+    assert reply.status == 200
+    stored = idempotency.valkey_key(scope)
+    valkey.hdel(stored, "s", "b")  # as it was while the first request ran
+    busy = call("POST", "/v1/queues/jobs/acks", body, headers=headers)
+    assert busy.status == 409 and busy.body["error"]["code"] == "idempotency_in_progress"
+
+
+@pytest.mark.parametrize("route", ["acks", "nacks", "releases", "heartbeats"])
+def test_lease_routes_document_the_header(route: str) -> None:
+    from tierq.api.resolver import openapi_document
+    operation = openapi_document()["paths"]["/v1/queues/{queue}/" + route]["post"]
+    assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header"
+               for p in operation["parameters"])
