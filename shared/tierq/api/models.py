@@ -27,6 +27,9 @@ from tierq.models import (
 from tierq.models.leases import MAX_CLAIM
 
 MAX_IDS = 1000
+NEXT_DESCRIPTION = ("Opaque cursor: pass it as ?after= to get the next page; null on the last "
+                    "page. A page ends at its limit or before it would overrun a Lambda "
+                    "response (6 MB), so it may hold fewer items than asked for.")
 
 
 class TaskBatch(BaseModel):
@@ -89,12 +92,14 @@ class HeartbeatRequest(BaseModel):
 
 class QueueList(BaseModel):
     queues: list[QueueView]
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
 
 
 class DeadLetterPage(BaseModel):
     tasks: list[TaskView]
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
     next_cursor: str | None = Field(
-        default=None, description="Pass as ?after= to get the next page; null on the last page."
+        default=None, description="The same cursor as `next` (the name of earlier versions)."
     )
 
 
@@ -130,8 +135,10 @@ class PurgeResult(BaseModel):
 class DetailedMetrics(BaseModel):
     queues: list[TenantCounts] = Field(description="One row per (queue, tenant).")
     timestamp: datetime
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
 
 
 class RunningMetrics(BaseModel):
     running: list[RunningLease]
     timestamp: datetime
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)

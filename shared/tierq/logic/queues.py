@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tierq.logic.context import Context, from_ms, to_ms
+from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
 from tierq.models.queues import (
     QueueCounts,
@@ -44,33 +44,59 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     return deleted
 
 
-def tenant_counts(ctx: Context, queue: str) -> list[TenantCounts]:
-    """Live counts per tenant of one queue: warm and leased from Valkey, the rest from
-    Postgres, and the oldest ready task's age (leased tasks excluded)."""
+# How many pairs one statement of a listing reads at a time.
+PAIR_CHUNK = 500
+
+
+def pairs_after(ctx: Context, after: Pair = ("", ""), *, limit: int = PAIR_CHUNK,
+                tenant: str | None = None, queue: str | None = None,
+                with_warm_rows: bool = False) -> list[Pair]:
+    """Registered (queue, tenant) pairs after ``after`` in (queue, tenant) order, of one
+    tenant and/or one queue if given (filtered in SQL); ``with_warm_rows``: only pairs with
+    ready or leased tasks (the only ones that can hold leases)."""
+    rows = ctx.db.fetch("pairs_with_warm_rows_page" if with_warm_rows else "pairs_page", {
+        "after_queue": after[0], "after_tenant": after[1], "limit": limit,
+        "tenant": tenant, "queue": queue,
+    })
+    return [(r["queue"], r["tenant"]) for r in rows]
+
+
+def iter_pairs(ctx: Context, after: Pair = ("", ""), *, tenant: str | None = None,
+               queue: str | None = None, with_warm_rows: bool = False,
+               chunk: int = PAIR_CHUNK) -> Iterator[Pair]:
+    """Every pair :func:`pairs_after` selects, read ``chunk`` at a time."""
+    while True:
+        pairs = pairs_after(ctx, after, limit=chunk, tenant=tenant, queue=queue,
+                            with_warm_rows=with_warm_rows)
+        yield from pairs
+        if len(pairs) < chunk:
+            return
+        after = pairs[-1]
+
+
+def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
+    """Live counts of the pairs given, in their order: warm and leased from Valkey, the rest
+    from PostgreSQL, and the oldest ready task's age (leased tasks excluded)."""
+    if not pairs:
+        return []
     now = ctx.now()
-    tenants = set(ctx.pairs.tenants(queue))
-    pg: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in ctx.db.fetch("state_counts", {"queue": queue}):
-        pg[r["tenant"]][r["state"]] = r["n"]
-        tenants.add(r["tenant"])
-    warm: dict[str, tuple[int, int, str]] = {}
-    leased_ids: list[str] = []
-    for tenant in tenants:
-        warm[tenant] = ctx.warm.stats(queue, tenant)
-        if warm[tenant][1]:
-            leased_ids.extend(lease.id for lease in ctx.warm.leases(queue, tenant))
-    oldest: dict[str, Any] = {
-        r["tenant"]: r["oldest"]
-        for r in ctx.db.fetch("oldest_ready", {"queue": queue, "leased": leased_ids})
+    columns = {"queues": [q for q, _ in pairs], "tenants": [t for _, t in pairs]}
+    pg = {(r["queue"], r["tenant"]): r for r in ctx.db.fetch("pair_state_counts", columns)}
+    warm = {pair: ctx.warm.stats(*pair) for pair in pairs}
+    leased_ids = [lease.id for pair in pairs if warm[pair][1]
+                  for lease in ctx.warm.leases(*pair)]
+    oldest: dict[Pair, Any] = {
+        (r["queue"], r["tenant"]): r["oldest"]
+        for r in ctx.db.fetch("pair_oldest_ready", {**columns, "leased": leased_ids})
     }
     out = []
-    for tenant in sorted(tenants):
-        ready, leased, mode = warm[tenant]
-        counts = pg.get(tenant, {})
-        oldest_at = oldest.get(tenant)
+    for pair in pairs:
+        ready, leased, mode = warm[pair]
+        counts = pg.get(pair) or {}
+        oldest_at = oldest.get(pair)
         out.append(TenantCounts(
-            queue=queue, tenant=tenant, warm=ready, cold=counts.get("cold", 0),
-            delayed=counts.get("delayed", 0), leased=leased, dead=counts.get("dead", 0),
+            queue=pair[0], tenant=pair[1], warm=ready, cold=counts.get("cold") or 0,
+            delayed=counts.get("delayed") or 0, leased=leased, dead=counts.get("dead") or 0,
             mode="warm" if mode == "warm" else "cold",
             oldest_ready_at=oldest_at,
             oldest_ready_age_seconds=None if oldest_at is None
@@ -79,10 +105,27 @@ def tenant_counts(ctx: Context, queue: str) -> list[TenantCounts]:
     return out
 
 
+def iter_counts(ctx: Context, after: Pair = ("", ""), *, tenant: str | None = None,
+                queue: str | None = None, chunk: int = 100) -> Iterator[TenantCounts]:
+    """Counts of every pair after ``after`` (of one tenant and/or queue if given), computed
+    ``chunk`` pairs at a time as they are consumed."""
+    while True:
+        pairs = pairs_after(ctx, after, limit=chunk, tenant=tenant, queue=queue)
+        yield from pair_counts(ctx, pairs)
+        if len(pairs) < chunk:
+            return
+        after = pairs[-1]
+
+
+def tenant_counts(ctx: Context, queue: str, tenant: str | None = None) -> list[TenantCounts]:
+    """Live counts per tenant of one queue (only ``tenant``'s if given)."""
+    return list(iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK))
+
+
 def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView:
     """A queue's settings, counts and mode; with ``tenant``, as that tenant sees it (its own
-    counts only)."""
-    per_tenant = [t for t in tenant_counts(ctx, queue) if tenant is None or t.tenant == tenant]
+    counts only, read for that tenant alone)."""
+    per_tenant = tenant_counts(ctx, queue, tenant)
     counts = QueueCounts()
     for t in per_tenant:
         counts.warm += t.warm
@@ -100,27 +143,64 @@ def known_queues(ctx: Context) -> list[str]:
     return [r["queue"] for r in ctx.db.fetch("known_queues")]
 
 
+def queue_known(ctx: Context, queue: str, tenant: str | None = None) -> bool:
+    """Whether a queue has settings or has had tasks (of ``tenant``, if given)."""
+    row = ctx.db.fetch_one("queue_known", {"queue": queue, "tenant": tenant})
+    return bool(row and row["known"])
+
+
+def queue_names_after(ctx: Context, after: str = "", *, limit: int = PAIR_CHUNK,
+                      tenant: str | None = None) -> list[str]:
+    """Queue names after ``after`` in name order; with ``tenant``, only the queues that tenant
+    has had tasks in (filtered in SQL)."""
+    rows = ctx.db.fetch("queue_names_page", {"after": after, "limit": limit, "tenant": tenant})
+    return [r["queue"] for r in rows]
+
+
+def iter_queue_views(ctx: Context, after: str = "", *, tenant: str | None = None,
+                     chunk: int = 20) -> Iterator[QueueView]:
+    """Views of every queue after ``after`` (as ``tenant`` sees them, if given), read as they
+    are consumed."""
+    while True:
+        names = queue_names_after(ctx, after, limit=chunk, tenant=tenant)
+        for name in names:
+            yield queue_view(ctx, name, tenant)
+        if len(names) < chunk:
+            return
+        after = names[-1]
+
+
 def detailed(ctx: Context) -> list[TenantCounts]:
-    out: list[TenantCounts] = []
-    for queue in known_queues(ctx):
-        out.extend(tenant_counts(ctx, queue))
+    return list(iter_counts(ctx, chunk=PAIR_CHUNK))
+
+
+def lease_key(lease: RunningLease) -> tuple[int, str]:
+    """Order of the leases of one pair: started (ms), then id."""
+    return round(lease.started_at.timestamp() * 1000), str(lease.id)
+
+
+def pair_leases(ctx: Context, pair: Pair) -> list[RunningLease]:
+    """The current leases of one pair, oldest first (:func:`lease_key`)."""
+    now_ms = to_ms(ctx.now())
+    queue, tenant = pair
+    out = [
+        RunningLease(
+            queue=queue, tenant=tenant, id=lease.id,  # type: ignore[arg-type]
+            worker=lease.worker, attempt=lease.attempt,
+            started_at=from_ms(lease.started_ms),
+            running_for_ms=max(0, now_ms - lease.started_ms),
+            lease_expires_at=from_ms(lease.deadline_ms),
+        )
+        for lease in ctx.warm.leases(queue, tenant)
+    ]
+    out.sort(key=lease_key)
     return out
 
 
-def running(ctx: Context, queue: str | None = None) -> list[RunningLease]:
-    now_ms = to_ms(ctx.now())
-    pairs = ctx.pairs.all()
-    out = []
-    for q, tenant in pairs:
-        if queue is not None and q != queue:
-            continue
-        for lease in ctx.warm.leases(q, tenant):
-            out.append(RunningLease(
-                queue=q, tenant=tenant, id=lease.id,  # type: ignore[arg-type]
-                worker=lease.worker, attempt=lease.attempt,
-                started_at=from_ms(lease.started_ms),
-                running_for_ms=max(0, now_ms - lease.started_ms),
-                lease_expires_at=from_ms(lease.deadline_ms),
-            ))
+def running(ctx: Context, queue: str | None = None, tenant: str | None = None,
+            ) -> list[RunningLease]:
+    """Every current lease (of one queue and/or tenant if given), oldest first."""
+    out = [lease for pair in iter_pairs(ctx, queue=queue, tenant=tenant, with_warm_rows=True)
+           for lease in pair_leases(ctx, pair)]
     out.sort(key=lambda r: r.started_at)
     return out

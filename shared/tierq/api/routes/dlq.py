@@ -5,8 +5,6 @@ purges them all). A pinned caller sees and touches only its own tenant's dead le
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated
@@ -15,33 +13,57 @@ from uuid import UUID
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
-from tierq.api import request
+from tierq.api import paging, request
 from tierq.api.errors import responses
 from tierq.api.models import MAX_IDS, DeadLetterPage, DeadLetterSelection, PurgeResult, ReplayResult
 from tierq.api.params import QueuePath, TenantQuery
 from tierq.api.runtime import engine
 from tierq.errors import InvalidInput, NotFound
+from tierq.logic import dlq as dlq_logic
+from tierq.models.tasks import TaskView
 
 router = Router()
 
 MAX_PAGE = 1000
 
 
+# Dead letters read per statement while a page fills (payloads may be up to 256 KiB each).
+READ_CHUNK = 50
+CURSOR_KIND = "dlq"
+
+
 def encode_cursor(finished_at: datetime, task_id: UUID) -> str:
-    raw = f"{finished_at.isoformat()}|{task_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return paging.encode_cursor(CURSOR_KIND, finished_at.isoformat(), str(task_id))
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    when, task_id = paging.decode_cursor(cursor, CURSOR_KIND, (str, str))
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        when, _, task_id = raw.partition("|")
         at = datetime.fromisoformat(when)
         if at.tzinfo is None:
             raise ValueError("naive time")
         return at, UUID(task_id)
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidInput.field("after", "not a cursor returned by a previous page") from exc
+    except ValueError as exc:
+        raise InvalidInput.field(paging.CURSOR_FIELD,
+                                 "not a cursor returned by a previous page of this list "
+                                 f"({CURSOR_KIND})") from exc
+
+
+def position_of(task: TaskView) -> tuple[datetime, UUID]:
+    return task.finished_at or task.created_at, task.id
+
+
+def dead_letters_after(queue: str, tenant: str | None, after: tuple[datetime, UUID] | None,
+                       chunk: int) -> Iterator[TaskView]:
+    """Dead letters of a queue (of one tenant, in SQL), newest first, after a position, read
+    ``chunk`` at a time as they are consumed."""
+    ctx = engine().ctx
+    while True:
+        batch = dlq_logic.list_dead(ctx, queue, tenant=tenant, limit=chunk, after=after)
+        yield from batch
+        if len(batch) < chunk:
+            return
+        after = position_of(batch[-1])
 
 
 def dead_ids_of(queue: str, tenant: str) -> Iterator[UUID]:
@@ -82,6 +104,9 @@ def chunks(ids: list[UUID]) -> Iterator[list[UUID]]:
 @router.get(
     "/v1/queues/<queue>/dlq",
     summary="List dead letters",
+    description="Most recently dead first, at most `limit` per page and never more than fits "
+                "a Lambda response (6 MB as the runtime writes it): a page may hold fewer. "
+                "`next` (also `next_cursor`) is the cursor of the next page, null on the last.",
     operation_id="listDeadLetters",
     tags=["dead letters"],
     responses=responses("Dead tasks, most recently dead first, with last_error and attempts.",
@@ -91,17 +116,15 @@ def list_dead_letters(
     queue: QueuePath,
     tenant: TenantQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 100,
-    after: Annotated[str | None, Query(max_length=300, description="next_cursor of the "
-                                       "previous page.")] = None,
+    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
+                                       description="`next` of the previous page.")] = None,
 ) -> DeadLetterPage:
     tenant = request.check_tenant(tenant)
     position = decode_cursor(after) if after else None
-    tasks = engine().dlq_list(queue, tenant=tenant, limit=limit, after=position)
-    cursor = None
-    if len(tasks) == limit:
-        last = tasks[-1]
-        cursor = encode_cursor(last.finished_at or last.created_at, last.id)
-    return DeadLetterPage(tasks=tasks, next_cursor=cursor)
+    source = dead_letters_after(queue, tenant, position, min(limit + 1, READ_CHUNK))
+    tasks, last = paging.fill(source, position_of, limit=limit)
+    cursor = None if last is None else encode_cursor(*last)
+    return DeadLetterPage(tasks=tasks, next=cursor, next_cursor=cursor)
 
 
 @router.post(

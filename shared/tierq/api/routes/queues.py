@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
-from tierq.api import request
+from tierq.api import paging, request
 from tierq.api.errors import responses
 from tierq.api.models import QueueList
 from tierq.api.params import QueuePath
@@ -21,6 +21,12 @@ from tierq.logic import queues as queue_logic
 from tierq.models import QueueSettingsUpdate, QueueView
 
 router = Router()
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+# Queues whose counts are read per statement while a page fills.
+READ_CHUNK = 20
+CURSOR_KIND = "queues"
 
 
 def tenant_view(queue: str, tenant: str) -> QueueView:
@@ -34,22 +40,32 @@ def view(queue: str) -> QueueView:
 
 
 def known(queue: str) -> bool:
-    return queue in queue_logic.known_queues(engine().ctx)
+    return queue_logic.queue_known(engine().ctx, queue)
 
 
 @router.get(
     "/v1/queues",
     summary="List queues",
+    description="In name order, at most `limit` per page and never more than fits a Lambda "
+                "response (6 MB as the runtime writes it): a page may hold fewer. `next` is "
+                "the cursor of the next page, null on the last. A caller pinned to a tenant "
+                "gets only the queues its tenant has had tasks in, with its own counts.",
     operation_id="listQueues",
     tags=["queues"],
     responses=responses("Every queue that has settings or has had tasks."),
 )
-def list_queues() -> QueueList:
+def list_queues(
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = DEFAULT_PAGE,
+    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
+                                       description="`next` of the previous page.")] = None,
+) -> QueueList:
     pinned = request.pinned_tenant()
-    if pinned is None:
-        return QueueList(queues=engine().list_queues())
-    mine = sorted({q for q, t in engine().ctx.pairs.all() if t == pinned})
-    return QueueList(queues=[tenant_view(q, pinned) for q in mine])
+    start = paging.decoded_or_none(after, CURSOR_KIND, (str,))
+    source = queue_logic.iter_queue_views(engine().ctx, start[0] if start else "",
+                                          tenant=pinned, chunk=min(limit + 1, READ_CHUNK))
+    views, last = paging.fill(source, lambda view: view.queue, limit=limit)
+    return QueueList(queues=views,
+                     next=None if last is None else paging.encode_cursor(CURSOR_KIND, last))
 
 
 @router.get(

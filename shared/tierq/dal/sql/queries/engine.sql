@@ -373,3 +373,71 @@ RETURNING id;
 -- name: purge_queue_tasks
 -- Every task of a queue, whatever its state (SQS's PurgeQueue).
 DELETE FROM tierq_tasks WHERE queue = %(queue)s;
+
+-- ============================================================================================
+-- Listings of the HTTP API (queues, metrics, running leases): keyset pages in (queue, tenant)
+-- order after a cursor, filtered by tenant (and queue) here, never after reading all. The
+-- route fills a page until it would overrun a Lambda response (tierq.api.paging).
+-- ============================================================================================
+
+-- name: queue_known
+-- Whether a queue has settings or has had tasks (of the tenant given, or of any).
+SELECT EXISTS (SELECT 1 FROM tierq_queues
+               WHERE queue = %(queue)s AND %(tenant)s::text IS NULL)
+    OR EXISTS (SELECT 1 FROM tierq_queue_tenants
+               WHERE queue = %(queue)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s))
+    AS known;
+
+-- name: queue_names_page
+-- Queue names after `after` in name order: every queue with settings or tasks, or (with a
+-- tenant) only the queues that tenant has had tasks in (tierq_queue_tenants_by_tenant).
+SELECT queue FROM (
+    (SELECT queue FROM tierq_queues
+     WHERE %(tenant)s::text IS NULL AND queue > %(after)s
+     ORDER BY queue LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT queue FROM tierq_queue_tenants
+     WHERE queue > %(after)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+     ORDER BY queue LIMIT %(limit)s)
+) AS q
+ORDER BY queue
+LIMIT %(limit)s;
+
+-- name: pairs_page
+-- Registered (queue, tenant) pairs after the cursor, of one tenant and/or one queue if given.
+SELECT queue, tenant FROM tierq_queue_tenants
+WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY queue, tenant
+LIMIT %(limit)s;
+
+-- name: pairs_with_warm_rows_page
+-- As pairs_page, only pairs with warm rows (ready in Valkey or leased): where leases can be.
+SELECT p.queue, p.tenant FROM tierq_queue_tenants p
+WHERE (p.queue, p.tenant) > (%(after_queue)s, %(after_tenant)s)
+  AND (%(tenant)s::text IS NULL OR p.tenant = %(tenant)s)
+  AND (%(queue)s::text IS NULL OR p.queue = %(queue)s)
+  AND EXISTS (SELECT 1 FROM tierq_tasks t
+              WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
+ORDER BY p.queue, p.tenant
+LIMIT %(limit)s;
+
+-- name: pair_state_counts
+-- Cold, delayed and dead counts of the pairs given (one partial index each).
+SELECT p.queue, p.tenant,
+       (SELECT count(*) FROM tierq_tasks t
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold') AS cold,
+       (SELECT count(*) FROM tierq_tasks t
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'delayed') AS delayed,
+       (SELECT count(*) FROM tierq_tasks t
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'dead') AS dead
+FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
+
+-- name: pair_oldest_ready
+-- When the longest-waiting ready task of each pair given became ready; leased rows excluded.
+SELECT p.queue, p.tenant,
+       (SELECT min(t.ready_since) FROM tierq_tasks t
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state IN ('cold', 'warm')
+          AND NOT (t.id = ANY(%(leased)s::uuid[]))) AS oldest
+FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
