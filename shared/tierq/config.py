@@ -5,10 +5,11 @@ Per-queue settings stored in Postgres (``tierq_queues``) override the defaults h
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,6 +36,11 @@ class Settings(BaseSettings):
     # can forget the last few milliseconds of acks, and those tasks are delivered again
     # (never lost). The default waits: an ack that returned success is durable.
     ack_synchronous_commit: bool = Field(default=True, alias="TIERQ_ACK_SYNCHRONOUS_COMMIT")
+
+    # Who a JWT caller is (tierq.api.access): the claim naming its tenant, and the scope
+    # that makes it an administrator (one whole word of the `scope` claim).
+    tenant_claim: str = Field(default="tenant", max_length=128, alias="TIERQ_TENANT_CLAIM")
+    admin_scope: str = Field(default="tierq/admin", max_length=256, alias="TIERQ_ADMIN_SCOPE")
 
     valkey_url: str | None = Field(default=None, alias="VALKEY_URL")
     valkey_cluster: bool = Field(default=False, alias="VALKEY_CLUSTER")
@@ -71,6 +77,16 @@ class Settings(BaseSettings):
                                          alias="TIERQ_IDEMPOTENCY_TTL_SECONDS")
     idempotency_valkey_ttl_seconds: int = Field(default=900, ge=60,
                                                 alias="TIERQ_IDEMPOTENCY_VALKEY_TTL_SECONDS")
+
+    @field_validator("tenant_claim", "admin_scope")
+    @classmethod
+    def _one_word(cls, value: str, info: ValidationInfo) -> str:
+        # a claim name or a scope is one word: blank or spaced values would match nothing
+        # (or, for a scope, several words of the scope claim)
+        if re.fullmatch(r"\S+", value) is None:
+            raise ValueError(f"{info.field_name} must be one word without spaces, got "
+                             f"{value!r}")
+        return value
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> Settings:

@@ -50,6 +50,8 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch, database_url: str, valkey_url: s
 
 
 ApiEvent = Callable[..., dict[str, Any]]
+# The claims of an admin's token as API Gateway hands them over (default TIERQ_ADMIN_SCOPE).
+ADMIN_CLAIMS = {"sub": "admin-client", "scope": "tierq/admin"}
 
 
 def route_key_for(template: Template, method: str, path: str) -> tuple[str, dict[str, str]]:
@@ -67,7 +69,7 @@ def api_event(template: Template) -> ApiEvent:
     base = load_event("http_api_proxy.json")
 
     def make(method: str, path: str, body: Any = None, *, query: Mapping[str, str] | None = None,
-             claims: Mapping[str, str] | None = None, raw_body: str | None = None,
+             claims: Mapping[str, Any] | None = None, raw_body: str | None = None,
              content_type: str | None = "application/json", base64_body: bool = False,
              headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         event = copy.deepcopy(base)
@@ -91,11 +93,11 @@ def api_event(template: Template) -> ApiEvent:
         event["headers"] = {"content-type": content_type} if content_type else {}
         event["headers"].update({k.lower(): v for k, v in (headers or {}).items()})
         event.pop("cookies", None)
-        if claims is None:
-            event["requestContext"].pop("authorizer", None)
-        else:
-            event["requestContext"]["authorizer"] = {"jwt": {"claims": dict(claims),
-                                                             "scopes": None}}
+        # no claims given: an admin's token (a caller without claims is refused; pass
+        # claims={} for that)
+        event["requestContext"]["authorizer"] = {
+            "jwt": {"claims": dict(ADMIN_CLAIMS if claims is None else claims),
+                    "scopes": None}}
         text = raw_body if raw_body is not None else None if body is None else json.dumps(body)
         if text is None:
             event.pop("body", None)

@@ -38,8 +38,15 @@ def claim(call: Invoke, queue: str, **body: Any) -> list[dict[str, Any]]:
 
 def test_sam_generated_enqueue_event_as_is(lambda_env: None, pg: psycopg.Connection[Any]) -> None:
     """The event exactly as `sam local generate-event` makes it: base64 body, no
-    content-type header, a JWT authorizer without a tenant claim, mixed-case headers."""
+    content-type header, a JWT authorizer without a tenant claim, mixed-case headers. Its
+    claims name neither a tenant nor the admin scope: refused, nothing written. With a
+    tenant claim added it goes through."""
     event = load_event("http_api_enqueue.json")
+    refused = reply_of(function_module("enqueue").lambda_handler(event, Context()))
+    assert refused.status == 403, refused.body
+    assert refused.body["error"]["code"] == "forbidden"
+    assert rows(pg, "emails") == []
+    event["requestContext"]["authorizer"]["jwt"]["claims"]["tenant"] = "acme"
     reply = reply_of(function_module("enqueue").lambda_handler(event, Context()))
     assert reply.status == 200, reply.body
     assert reply.body["outcome"] == "created"

@@ -1,36 +1,34 @@
-"""The request being handled (per thread) and tenant pinning.
+"""The request being handled (per thread), its caller and tenant pinning.
 
 Route code reads the event through :func:`current_event` rather than ``router.current_event``:
 the local stack serves requests of one function concurrently from several threads, and this
 binding is per thread.
 
-Tenant pinning: API Gateway's JWT authoriser puts the token's claims in
-``requestContext.authorizer.jwt.claims``. When a ``tenant`` claim is present, the caller may
-only touch that tenant: naming another (``tenant`` in the body, in a task or in the query)
-is 403 ``forbidden``, enqueues without a tenant get the pinned one, claims without a tenant
-claim only from it, and another tenant's tasks are reported as not found. Without the claim
-(IAM authorisation, the local stack) nothing is pinned.
+The caller is decided once per request by :func:`tierq.api.access.authorize` (the resolver
+binds it here before any route runs): an admin, a tenant, or the local gateway of
+``tierq dev``. A tenant caller is pinned: naming another tenant (``tenant`` in the body, in
+a task or in the query) is 403 ``forbidden``, enqueues without a tenant get the pinned one,
+claims without a tenant claim only from it, and another tenant's tasks are reported as not
+found. Admin and local callers are not pinned. Asking who the caller is on a thread that
+handles no authorised request raises, so nothing defaults to an unpinned caller.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
+from tierq.api.access import Caller
 from tierq.errors import Forbidden
-from tierq.models.names import NAME_PATTERN
 
-TENANT_CLAIM = "tenant"
-_NAME = re.compile(NAME_PATTERN)
 _local = threading.local()
 
 
-def bind(event: APIGatewayProxyEventV2 | None) -> None:
+def bind(event: APIGatewayProxyEventV2 | None, caller: Caller | None = None) -> None:
     _local.event = event
+    _local.caller = caller
 
 
 def current_event() -> APIGatewayProxyEventV2:
@@ -40,25 +38,16 @@ def current_event() -> APIGatewayProxyEventV2:
     return event
 
 
-def jwt_claims() -> dict[str, Any]:
-    context = current_event().raw_event.get("requestContext") or {}
-    authorizer = context.get("authorizer") or {}
-    jwt = authorizer.get("jwt") or {}
-    claims = jwt.get("claims") or {}
-    return claims if isinstance(claims, dict) else {}
+def current_caller() -> Caller:
+    caller = getattr(_local, "caller", None)
+    if caller is None:
+        raise RuntimeError("no authorised request is being handled on this thread")
+    return caller
 
 
 def pinned_tenant() -> str | None:
-    """The tenant the caller's token pins, or None when the request is not pinned."""
-    value = jwt_claims().get(TENANT_CLAIM)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise Forbidden(
-            "the token's tenant claim is not a valid tenant name",
-            details=[{"field": "tenant", "message": "invalid tenant claim in the token"}],
-        )
-    return value
+    """The tenant the caller is pinned to, or None for an admin (or local) caller."""
+    return current_caller().pinned
 
 
 def check_tenant(named: str | None, field: str = "tenant") -> str | None:

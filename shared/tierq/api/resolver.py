@@ -31,9 +31,9 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 import tierq
-from tierq.api import errors, request
+from tierq.api import access, errors, request
 from tierq.api.routes import FUNCTION_ROUTERS
-from tierq.errors import MalformedRequest
+from tierq.errors import Forbidden, MalformedRequest
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
@@ -45,8 +45,13 @@ OPENAPI_DESCRIPTION = (
     "PostgreSQL. Producers enqueue tasks; workers claim them with a lease, then ack or nack "
     "them. Errors always have the shape "
     '{"error": {"code": "...", "message": "...", "details": [...]}}. On AWS every route '
-    "but this document and /dashboard needs a JWT (Authorization: Bearer …); a `tenant` "
-    "claim in it pins the tenant the caller may touch."
+    "but this document and /dashboard needs a JWT (Authorization: Bearer …) whose claims "
+    "carry either the tenant claim (`tenant` by default, e.g. `custom:tenant` with Cognito), "
+    "which pins the one tenant the caller may touch, or the admin scope (`tierq/admin` by "
+    "default) as a word of its `scope` claim; any other caller, IAM-signed requests "
+    "included, is 403. Admin routes (the admin scope only): "
+    + ", ".join(route for route, kind in access.ROUTE_ACCESS.items() if kind == "admin")
+    + "; every other route is open to tenant callers, scoped to their tenant."
 )
 PUBLIC_PATHS = ("/v1/openapi.json", "/dashboard")
 
@@ -199,7 +204,12 @@ class TierqResolver(APIGatewayHttpResolver):
         proxy = APIGatewayProxyEventV2(data, self._json_body_deserializer)
         self.current_event = proxy
         self.lambda_context = context
-        request.bind(proxy)
+        try:
+            # who may call what is decided here, once, before any route runs
+            caller = access.authorize(data, proxy.http_method, proxy.path)
+        except Forbidden as exc:
+            return _raw_response(exc.status, exc.to_body())
+        request.bind(proxy, caller)
         try:
             rejected = precheck_body(proxy)
             if rejected is not None:
@@ -261,7 +271,10 @@ def _generate_document() -> dict[str, Any]:
     components = document.setdefault("components", {})
     components.setdefault("securitySchemes", {})["jwt"] = {
         "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-        "description": "API Gateway's JWT authoriser; a `tenant` claim pins the tenant.",
+        "description": "API Gateway's JWT authoriser. The tenant claim (TIERQ_TENANT_CLAIM, "
+                       "default `tenant`) pins the caller to its tenant; the admin scope "
+                       "(TIERQ_ADMIN_SCOPE, default `tierq/admin`) in the `scope` claim "
+                       "makes it an admin; a token with neither is refused (403).",
     }
     document["security"] = [{"jwt": []}]
     for path in PUBLIC_PATHS:

@@ -19,7 +19,11 @@ def register(app: typer.Typer) -> None:
             "--no-services",
             help="Use DATABASE_URL and VALKEY_URL as given instead of starting servers.",
         )] = False,
-        host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+        host: Annotated[str, typer.Option(
+            help="Address to listen on. On a loopback address requests without the "
+                 "x-tierq-jwt-claims header act as an admin; on any other (e.g. 0.0.0.0) "
+                 "every API route requires the header (401 without it).",
+        )] = "127.0.0.1",
         template: Annotated[Path | None, typer.Option(
             help="The SAM template to serve (default: template.yaml of the repository).",
         )] = None,
@@ -40,7 +44,10 @@ def register(app: typer.Typer) -> None:
         VALKEY_URL when they answer), applies migrations, routes each request to the
         function template.yaml declares for it, and invokes the scheduled functions on their
         schedules. Ctrl-C stops everything it started. Local only: a request header
-        `x-tierq-jwt-claims: {"tenant": "acme"}` acts as a JWT's claims (tenant pinning).
+        `x-tierq-jwt-claims: {"tenant": "acme"}` acts as a JWT's claims (tenant pinning;
+        `{"scope": "tierq/admin"}` for an admin); claims with neither are refused (403) as on
+        AWS. Without the header a request is unauthenticated and acts as an admin, but only
+        while the API listens on a loopback address.
         """
         from tierq.devserver import DevOptions, DevStack, DevStackError
         from tierq.devstack import DevstackError

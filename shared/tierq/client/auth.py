@@ -1,6 +1,14 @@
 """How the client authenticates: a bearer token (a JWT-authorised API) or AWS Signature
 Version 4 (an IAM-authorised API, service ``execute-api``), as httpx ``Auth`` flows.
 
+What the API makes of each: a JWT is the way in. Its claims say who the caller is — a
+tenant (the tenant claim) or an admin (the admin scope) — and a token with neither is 403.
+An IAM-authorised (SigV4) request reaches tierq's functions without any JWT claims, so tierq
+refuses it (403) on every route but the public ones: there is no mapping from IAM principals
+to tenants, and an IAM identity is never taken for an admin. (template.yaml's API has only
+the JWT authoriser, so API Gateway itself turns SigV4 requests away with 401.) Use a bearer
+token with tierq's API; the SigV4 signer serves IAM-authorised endpoints of your own.
+
 Each attempt of a request is signed afresh (the client's retries go through the flow again),
 so a retried request never carries a stale ``X-Amz-Date``, and refreshable credentials (an
 assumed role, instance or container credentials) are read at signing time.

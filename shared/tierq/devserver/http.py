@@ -1,15 +1,24 @@
 """The local HTTP API: routes each request to the function template.yaml gives its route,
 with the payload v2 event API Gateway would build, and answers with what API Gateway would
-make of the result. Unknown path → 404; known path, other method → 405; body over 10 MiB →
-413; a function that raises → 500 ``{"message": "Internal Server Error"}``.
+make of the result. Unknown path → 404; known path, other method → 405; body over Lambda's
+request limit → 413 in the API's error shape; a function that raises → 500
+``{"message": "Internal Server Error"}``.
 
 Local only: a request header ``x-tierq-jwt-claims: {"tenant": "acme"}`` becomes the JWT
 claims of ``requestContext.authorizer.jwt`` (as API Gateway's JWT authoriser would put them),
-so tenant pinning can be tried without an identity provider. The header is not passed on.
+so tenant pinning and the admin scope can be tried without an identity provider; the
+functions then treat the request exactly as on AWS. The header is not passed on.
+
+Without the header: while the server listens on a loopback address, the request reaches
+the function marked as coming from this gateway (:data:`tierq.api.access.LOCAL_GATEWAY`, an
+in-process object no request can carry), which gives it an admin's reach. Listening on any
+other address (``tierq dev --host 0.0.0.0``), every route but the public ones requires the
+header: without it the gateway answers 401 ``unauthorized`` and invokes nothing.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import sys
 import threading
@@ -20,11 +29,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from tierq.api import sizing
+from tierq.api.access import LOCAL_GATEWAY, LOCAL_GATEWAY_KEY
 from tierq.devserver.events import HttpResponse, build_event, to_http_response
 from tierq.devserver.lambdas import LocalFunction
 from tierq.devserver.template import HttpRoute
 
-MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+# Lambda's request limit (the function would never be invoked with more), not API Gateway's
+# 10 MB: bodies between the two are refused here as the function refuses them, 413.
+MAX_BODY_BYTES = sizing.REQUEST_BODY_LIMIT
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024  # larger bodies are refused by closing the connection
 INTEGRATION_TIMEOUT_SECONDS = 30.0  # HTTP API's maximum integration timeout
 CLAIMS_HEADER = "x-tierq-jwt-claims"
@@ -70,14 +83,28 @@ class Router:
         return sorted(set(allowed))
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address a server is bound to) is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 class LocalApi:
-    """Turns HTTP requests into invocations of the local functions."""
+    """Turns HTTP requests into invocations of the local functions.
+
+    ``open_without_claims``: whether a request without the claims header may go on (as the
+    local, admin-like caller). False until the server knows it is bound to a loopback
+    address (:class:`LocalHttpServer` sets it)."""
 
     def __init__(self, routes: list[HttpRoute], functions: Mapping[str, LocalFunction],
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, *,
+                 open_without_claims: bool = False) -> None:
         self.router = Router(routes)
         self.functions = functions
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.open_without_claims = open_without_claims
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
                source_ip: str) -> tuple[HttpResponse, str]:
@@ -105,12 +132,19 @@ class LocalApi:
                 return _error(400, "malformed_request",
                               f"{CLAIMS_HEADER} must be a JSON object of claims"), "-"
             claims = parsed
+        if claims is None and not found.route.public and not self.open_without_claims:
+            return _error(401, "unauthorized",
+                          f"this local API does not listen on a loopback address: send the "
+                          f"{CLAIMS_HEADER} header (a JSON object of JWT claims with a tenant "
+                          f"claim or the admin scope)"), "-"
         function = self.functions[found.route.function]
         event = build_event(
             method=method, raw_path=raw_path, raw_query=parts.query, headers=passed, body=body,
             route_key=found.route.route_key, path_parameters=found.path_parameters,
             source_ip=source_ip, claims=None if found.route.public else claims,
         )
+        if claims is None and not found.route.public:
+            event[LOCAL_GATEWAY_KEY] = LOCAL_GATEWAY
         started = time.monotonic()
         try:
             result = function.invoke(event)
@@ -184,7 +218,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             if body is None:
-                response = _json_response(413, {"message": "Request Entity Too Large"})
+                response = _error(413, "payload_too_large",
+                                  f"the request body is over {MAX_BODY_BYTES:,} bytes, more "
+                                  "than a Lambda request may carry")
             else:
                 headers = [(k, v) for k, v in self.headers.items()]
                 response, served_by = self.server.api.handle(
@@ -220,6 +256,12 @@ class LocalHttpServer(ThreadingHTTPServer):
         self.api = api
         self.access_log = access_log
         super().__init__((host, port), _RequestHandler)
+        # decided on the address actually bound, not on the name asked for
+        api.open_without_claims = self.loopback
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(str(self.server_address[0]))
 
     @property
     def url(self) -> str:

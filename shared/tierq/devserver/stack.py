@@ -1,6 +1,10 @@
 """The whole local stack behind ``tierq dev``: PostgreSQL and Valkey (private servers unless
 told otherwise), migrations, the HTTP API on 127.0.0.1 and the scheduled functions — all
-from template.yaml, running the same handler code as on AWS, without Docker."""
+from template.yaml, running the same handler code as on AWS, without Docker.
+
+Bound to a loopback address the API lets requests without the ``x-tierq-jwt-claims`` header
+through as an admin-like local caller; bound elsewhere it requires the header (see
+:mod:`tierq.devserver.http`)."""
 
 from __future__ import annotations
 
@@ -136,6 +140,13 @@ class DevStack:
                 self.say(f"schedule {run.spec.name}: {run.function.spec.name} every "
                          f"{run.period:g}s ({run.spec.expression}){state}")
         self.say(f"API        {self.server.url}")
+        if self.server.loopback:
+            self.say("access     requests without the x-tierq-jwt-claims header act as an "
+                     "admin (loopback only)")
+        else:
+            self.say(f"access     {self.options.host} is not a loopback address: every API "
+                     "route requires the x-tierq-jwt-claims header (tenant claim or admin "
+                     "scope); without it 401")
         self.say(f"dashboard  {self.server.url}/dashboard")
         self.say(f"OpenAPI    {self.server.url}/v1/openapi.json")
 

@@ -1,0 +1,193 @@
+"""Who the caller is, and which routes it may use: the one place tierq decides access.
+
+Every request of the HTTP API passes :func:`authorize` (called by the resolver's
+``resolve()`` before any route runs). A route is one of three kinds (``ROUTE_ACCESS``):
+
+- ``public``: the OpenAPI document and the dashboard page (static content; no token);
+- ``tenant``: a tenant caller may use it, scoped to its tenant; an admin too, for any tenant;
+- ``admin``: only an admin caller.
+
+The caller, from the claims API Gateway's JWT authoriser puts in
+``requestContext.authorizer.jwt.claims``:
+
+- **admin**: the ``scope`` claim holds the admin scope (``TIERQ_ADMIN_SCOPE``, default
+  ``tierq/admin``) as one whole word. The HTTP API hands claims over as strings: a scope
+  string is space-separated, an array claim arrives as ``"[a b]"``; both are split into
+  words and compared whole, never by substring. An admin acts for any tenant (a tenant
+  claim beside the scope is ignored).
+- **tenant**: otherwise, the tenant claim (``TIERQ_TENANT_CLAIM``, default ``tenant``;
+  Cognito: ``custom:tenant``) names the one tenant the caller may touch. It must be a valid
+  tenant name in full.
+- anything else — no claims at all (an IAM/SigV4-authorised request carries none), claims
+  with neither the tenant claim nor the admin scope, an invalid tenant claim — is **403 on
+  every route** but the public ones.
+
+The one exception is the local gateway of ``tierq dev``: a request it received without the
+``x-tierq-jwt-claims`` header while listening on a loopback address is a ``local`` caller
+with an admin's reach. The gateway says so by putting :data:`LOCAL_GATEWAY` — an object
+that exists only inside this process — into the event it builds; an event that reached a
+function from API Gateway is decoded JSON and can never hold it, so no request can claim it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tierq.config import get_settings
+from tierq.errors import Forbidden
+from tierq.models.names import NAME_PATTERN
+
+RouteKind = Literal["public", "tenant", "admin"]
+CallerKind = Literal["admin", "tenant", "local"]
+
+# Every route of template.yaml (method and path as API Gateway writes its route keys).
+# tests/handlers/test_access.py checks that this covers exactly the template's routes; a
+# route missing here is treated as an admin route.
+ROUTE_ACCESS: dict[str, RouteKind] = {
+    "POST /v1/queues/{queue}/tasks": "tenant",
+    "POST /v1/queues/{queue}/claims": "tenant",
+    "POST /v1/queues/{queue}/acks": "tenant",
+    "POST /v1/queues/{queue}/nacks": "tenant",
+    "POST /v1/queues/{queue}/releases": "tenant",
+    "POST /v1/queues/{queue}/heartbeats": "tenant",
+    "GET /v1/queues": "tenant",
+    "GET /v1/queues/{queue}": "tenant",
+    "PUT /v1/queues/{queue}": "admin",
+    "GET /v1/queues/{queue}/tasks/{id}": "tenant",
+    "DELETE /v1/queues/{queue}/tasks/{id}": "tenant",
+    "GET /v1/queues/{queue}/dlq": "tenant",
+    "POST /v1/queues/{queue}/dlq/replay": "tenant",
+    "DELETE /v1/queues/{queue}/dlq": "tenant",
+    "GET /v1/metrics/queues/detailed": "tenant",
+    "GET /v1/metrics/queues/running": "tenant",
+    "GET /v1/schedules": "tenant",
+    "PUT /v1/schedules/{name}": "tenant",
+    "GET /v1/schedules/{name}": "tenant",
+    "DELETE /v1/schedules/{name}": "tenant",
+    "GET /v1/openapi.json": "public",
+    "GET /dashboard": "public",
+}
+
+# Where the local gateway puts LOCAL_GATEWAY in the events it builds.
+LOCAL_GATEWAY_KEY = "tierq.local_gateway"
+
+
+class _LocalGateway:
+    """The type of LOCAL_GATEWAY (one instance per process)."""
+
+    def __repr__(self) -> str:
+        return "<tierq local gateway, loopback, no claims header>"
+
+
+LOCAL_GATEWAY = _LocalGateway()
+
+_TENANT_NAME = re.compile(NAME_PATTERN)
+_PARAMETER = re.compile(r"\{[^/{}]+\}")
+
+
+def _path_pattern(path: str) -> re.Pattern[str]:
+    literal = _PARAMETER.split(path)
+    return re.compile("[^/]+".join(re.escape(part) for part in literal))
+
+
+_ROUTES: list[tuple[str, re.Pattern[str], RouteKind]] = [
+    (key.split(" ", 1)[0], _path_pattern(key.split(" ", 1)[1]), kind)
+    for key, kind in ROUTE_ACCESS.items()
+]
+_STRICTNESS: dict[RouteKind, int] = {"public": 0, "tenant": 1, "admin": 2}
+
+
+def route_kind(method: str, path: str) -> RouteKind:
+    """The kind of the route a request goes to; the strictest when several patterns match,
+    ``admin`` when none does (an unlisted route is closed to tenants)."""
+    kinds = [kind for m, pattern, kind in _ROUTES
+             if m == method.upper() and pattern.fullmatch(path)]
+    return max(kinds, key=_STRICTNESS.__getitem__) if kinds else "admin"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: an admin, a tenant (``tenant`` names it) or the local gateway."""
+
+    kind: CallerKind
+    tenant: str | None = None
+
+    @property
+    def pinned(self) -> str | None:
+        """The tenant the caller is limited to; None for admin and local callers."""
+        return self.tenant if self.kind == "tenant" else None
+
+
+def claim_words(value: Any) -> list[str]:
+    """The words of a claim as the HTTP API delivers it: a space-separated string, or an
+    array rendered as ``"[a b]"`` (a real list, as some test events carry, is taken too)."""
+    if isinstance(value, list):
+        return [word for item in value if isinstance(item, str) for word in item.split()]
+    if not isinstance(value, str):
+        return []
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    return text.split()
+
+
+def _member(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def authorizer_of(event: dict[str, Any]) -> dict[str, Any]:
+    """``requestContext.authorizer`` of an event ({} when absent)."""
+    authorizer = _member(_member(event, "requestContext"), "authorizer")
+    return authorizer if isinstance(authorizer, dict) else {}
+
+
+def jwt_claims(event: dict[str, Any]) -> dict[str, Any]:
+    """The JWT claims API Gateway's authoriser put in the event ({} when none)."""
+    claims = _member(_member(authorizer_of(event), "jwt"), "claims")
+    return claims if isinstance(claims, dict) else {}
+
+
+def _refuse(message: str, reason: str) -> Forbidden:
+    return Forbidden(message, details=[{"field": "authorization", "message": reason}])
+
+
+def identify(event: dict[str, Any]) -> Caller:
+    """The caller of a request; Forbidden when it is neither a tenant nor an admin."""
+    claims = jwt_claims(event)
+    if not claims and event.get(LOCAL_GATEWAY_KEY) is LOCAL_GATEWAY:
+        return Caller("local")
+    settings = get_settings()
+    if not claims:
+        if "iam" in authorizer_of(event):
+            raise _refuse(
+                "IAM (SigV4) requests carry no tenant claim and no admin scope; call with a "
+                "JWT (Authorization: Bearer …)", "IAM callers are refused")
+        raise _refuse("the request carries no JWT claims; call with a JWT "
+                      "(Authorization: Bearer …)", "no claims")
+    if settings.admin_scope in claim_words(claims.get("scope")):
+        return Caller("admin")
+    tenant = claims.get(settings.tenant_claim)
+    if tenant is None or tenant == "":
+        raise _refuse(
+            f"the token has neither a {settings.tenant_claim!r} claim nor the "
+            f"{settings.admin_scope!r} scope",
+            f"needs the {settings.tenant_claim!r} claim or the {settings.admin_scope!r} scope")
+    if not isinstance(tenant, str) or _TENANT_NAME.fullmatch(tenant) is None:
+        raise _refuse(f"the token's {settings.tenant_claim!r} claim is not a valid tenant name",
+                      "invalid tenant claim")
+    return Caller("tenant", tenant)
+
+
+def authorize(event: dict[str, Any], method: str, path: str) -> Caller | None:
+    """The caller allowed to make this request (None for a public route); Forbidden when it
+    may not."""
+    kind = route_kind(method, path)
+    if kind == "public":
+        return None
+    caller = identify(event)
+    if kind == "admin" and caller.kind == "tenant":
+        raise _refuse(f"{method.upper()} {path} is an admin route: it needs the "
+                      f"{get_settings().admin_scope!r} scope", "admin route")
+    return caller

@@ -1,0 +1,72 @@
+"""The local gateway's access rules over real HTTP: on a loopback address a request without
+the x-tierq-jwt-claims header acts as an admin; with the header the claims are judged as on
+AWS (tenant-less claims are 403); bound to a non-loopback address (``--host 0.0.0.0``) the
+header is required (401 without it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import DevServer, start_dev_server
+
+CLAIMS = "x-tierq-jwt-claims"
+ADMIN = {CLAIMS: json.dumps({"scope": ["openid", "tierq/admin"]})}  # an array claim
+ACME = {CLAIMS: json.dumps({"tenant": "acme"})}
+NOBODY = {CLAIMS: json.dumps({"sub": "user-1", "scope": "openid"})}
+
+
+def test_loopback_without_header_acts_as_admin(http: httpx.Client, queue: str) -> None:
+    assert http.put(f"/v1/queues/{queue}", json={"paused": False}).status_code == 200
+    reply = http.post(f"/v1/queues/{queue}/tasks", json={"payload": 1, "tenant": "globex"})
+    assert reply.status_code == 200, reply.text
+
+
+def test_with_the_header_claims_are_judged_as_on_aws(http: httpx.Client, queue: str) -> None:
+    refused = http.post(f"/v1/queues/{queue}/tasks", json={"payload": 1}, headers=NOBODY)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "forbidden"
+    assert http.get("/v1/queues", headers=NOBODY).status_code == 403
+    assert http.post(f"/v1/queues/{queue}/tasks", json={"payload": 1},
+                     headers=ACME).status_code == 200
+    assert http.put(f"/v1/queues/{queue}", json={"paused": False},
+                    headers=ACME).status_code == 403
+    assert http.put(f"/v1/queues/{queue}", json={"paused": False},
+                    headers=ADMIN).status_code == 200
+    # the public routes need nothing
+    assert http.get("/v1/openapi.json", headers=NOBODY).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def open_server(database_url: str, valkey_url: str,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = start_dev_server(database_url, valkey_url,
+                              tmp_path_factory.mktemp("tierq-dev-any") / "tierq-dev.log",
+                              args=("--host", "0.0.0.0", "--no-schedules"))
+    yield server
+    code = server.stop()
+    if code != 0:
+        print(f"tierq dev exited with {code}:\n{server.log()[-5000:]}", file=sys.stderr)
+
+
+def test_off_loopback_every_api_route_needs_the_header(open_server: DevServer,
+                                                       clean_stores: None) -> None:
+    assert "every API route requires the x-tierq-jwt-claims header" in open_server.log()
+    with httpx.Client(base_url=open_server.url, timeout=30) as http:
+        for method, path in (("GET", "/v1/queues"), ("POST", "/v1/queues/jobs/tasks"),
+                             ("GET", "/v1/metrics/queues/detailed"),
+                             ("PUT", "/v1/schedules/nightly"), ("GET", "/v1/schedules")):
+            reply = http.request(method, path, json={"payload": 1})
+            assert reply.status_code == 401, (method, path, reply.text)
+            assert reply.json()["error"]["code"] == "unauthorized"
+        assert http.get("/v1/openapi.json").status_code == 200
+        assert http.get("/dashboard").status_code == 200
+        assert http.post("/v1/queues/jobs/tasks", json={"payload": 1},
+                         headers=NOBODY).status_code == 403
+        assert http.post("/v1/queues/jobs/tasks", json={"payload": 1},
+                         headers=ACME).status_code == 200
+        assert http.get("/v1/queues", headers=ADMIN).json()["queues"][0]["queue"] == "jobs"

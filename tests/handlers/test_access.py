@@ -1,0 +1,249 @@
+"""Who may call what (tierq.api.access), through the real handlers and stores: tenancy fails
+closed on every route, the admin scope is a whole word of the `scope` claim as API Gateway
+delivers it, the tenant claim's name is a setting matched in full, the admin route refuses
+tenants, and only the local gateway's in-process marker stands in for missing claims."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.handlers.conftest import ADMIN_CLAIMS, ApiEvent, Invoke
+from tests.handlers.support import REPO, Context, function_module, reply_of
+from tierq.api import access
+from tierq.api.routes import FUNCTION_ROUTERS
+from tierq.config import get_settings
+from tierq.devserver.template import Template
+
+SAMPLE_ID = "0190b8a0-0000-7000-8000-000000000001"
+
+
+def _sample_path(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", lambda m: SAMPLE_ID if m[0] == "{id}" else "jobs", path)
+
+
+def _routes(template: Template, kinds: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(r.method, _sample_path(r.path)) for r in template.routes
+            if access.ROUTE_ACCESS.get(f"{r.method} {r.path}") in kinds]
+
+
+TEMPLATE = Template.load(REPO / "template.yaml")
+PROTECTED = _routes(TEMPLATE, ("tenant", "admin"))
+ADMIN_ONLY = _routes(TEMPLATE, ("admin",))
+
+
+def tasks_of(pg: psycopg.Connection[Any]) -> int:
+    return int(pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0])  # type: ignore[index]
+
+
+def body_for(method: str) -> dict[str, Any] | None:
+    return {"payload": 1} if method in ("POST", "PUT") else None
+
+
+# ------------------------------------------------------------------- the route table
+
+
+def test_every_route_of_the_template_is_classified_once() -> None:
+    template_routes = {f"{r.method} {r.path}" for r in TEMPLATE.routes}
+    assert set(access.ROUTE_ACCESS) == template_routes
+    assert {r for r, k in access.ROUTE_ACCESS.items() if k == "public"} == {
+        "GET /v1/openapi.json", "GET /dashboard"}
+    assert {r for r, k in access.ROUTE_ACCESS.items() if k == "admin"} == {
+        "PUT /v1/queues/{queue}"}
+    assert FUNCTION_ROUTERS  # every function's routes are template routes (test_routes.py)
+
+
+def test_an_unlisted_route_counts_as_an_admin_route() -> None:
+    assert access.route_kind("POST", "/v1/queues/jobs/unknown") == "admin"
+    assert access.route_kind("PATCH", "/v1/queues/jobs") == "admin"
+    assert access.route_kind("GET", "/v1/queues/jobs/tasks/x") == "tenant"
+    assert access.route_kind("GET", "/v1/openapi.json") == "public"
+
+
+# ------------------------------------------------------------------- failing closed
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+@pytest.mark.parametrize("claims", [
+    {"sub": "user-1", "scope": "openid email"},  # neither tenant claim nor admin scope
+    {},  # an authoriser context without claims
+    {"sub": "user-1", "tenant": ""},
+], ids=["no-tenant-claim", "no-claims", "empty-tenant"])
+def test_a_caller_without_tenant_or_admin_scope_is_403_on_every_route(
+        call: Invoke, pg: psycopg.Connection[Any], method: str, path: str,
+        claims: dict[str, str]) -> None:
+    reply = call(method, path, body_for(method), claims=claims)
+    assert reply.status == 403, reply.body
+    assert reply.body["error"]["code"] == "forbidden"
+    assert reply.body["error"]["details"][0]["field"] == "authorization"
+    assert tasks_of(pg) == 0
+
+
+def test_tenantless_claims_are_refused_before_anything_is_written(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    nobody = {"sub": "user-1"}
+    assert call("POST", "/v1/queues/jobs/tasks", {"tasks": [{"payload": i} for i in range(3)]},
+                claims=nobody).status == 403
+    assert call("PUT", "/v1/schedules/nightly", {"queue": "jobs", "payload": 1,
+                                                 "every_seconds": 60},
+                claims=nobody).status == 403
+    assert tasks_of(pg) == 0
+    assert pg.execute("SELECT count(*) FROM tierq_schedules").fetchone()[0] == 0  # type: ignore[index]
+    # the admin's view confirms it: nothing is there
+    assert call("GET", "/v1/queues/jobs/dlq").status == 200
+
+
+def test_an_iam_authorised_request_is_403(api_event: ApiEvent, lambda_env: None,
+                                         pg: psycopg.Connection[Any]) -> None:
+    event = api_event("POST", "/v1/queues/jobs/tasks", {"payload": 1})
+    event["requestContext"]["authorizer"] = {"iam": {
+        "accessKey": "AKIAEXAMPLE", "accountId": "123456789012",
+        "callerId": "AROAEXAMPLE:worker", "principalOrgId": None,
+        "userArn": "arn:aws:sts::123456789012:assumed-role/admin/worker",
+        "userId": "AROAEXAMPLE:worker"}}
+    reply = reply_of(function_module("enqueue").lambda_handler(event, Context()))
+    assert reply.status == 403
+    assert "IAM" in reply.body["error"]["message"]
+    assert tasks_of(pg) == 0
+
+
+def test_an_event_without_any_authoriser_is_403(api_event: ApiEvent, lambda_env: None) -> None:
+    event = api_event("GET", "/v1/queues")
+    del event["requestContext"]["authorizer"]
+    reply = reply_of(function_module("admin").lambda_handler(event, Context()))
+    assert reply.status == 403
+
+
+def test_public_routes_need_no_claims(api_event: ApiEvent, lambda_env: None) -> None:
+    for path in ("/v1/openapi.json", "/dashboard"):
+        event = api_event("GET", path)
+        del event["requestContext"]["authorizer"]
+        assert reply_of(function_module("admin").lambda_handler(event, Context())).status == 200
+
+
+# ------------------------------------------------------------------- the admin scope
+
+
+@pytest.mark.parametrize("scope", [
+    "tierq/admin",
+    "openid tierq/admin email",
+    "[tierq/admin other]",  # an array claim, as the HTTP API renders it
+    "[other tierq/admin]",
+    ["tierq/admin"],
+])
+def test_the_admin_scope_is_a_whole_word_of_the_scope_claim(call: Invoke, scope: Any) -> None:
+    reply = call("PUT", "/v1/queues/jobs", {"paused": True}, claims={"scope": scope})
+    assert reply.status == 200, reply.body
+    assert reply.body["settings"]["paused"] is True
+
+
+@pytest.mark.parametrize("scope", [
+    "tierq/administrator", "xtierq/admin", "tierq/admin2", "tierq", "admin",
+    "[tierq/admin2 other]", "tierq/admin,other", "https://api/tierq/admin", "",
+])
+def test_a_scope_that_only_contains_the_admin_scope_as_a_substring_is_not_admin(
+        call: Invoke, scope: str) -> None:
+    reply = call("PUT", "/v1/queues/jobs", {"paused": True}, claims={"scope": scope})
+    assert reply.status == 403, (scope, reply.body)
+    assert call("GET", "/v1/queues", claims={"scope": scope}).status == 403
+
+
+def test_the_admin_scope_is_a_setting(call: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERQ_ADMIN_SCOPE", "https://queues.example.com/admin")
+    get_settings.cache_clear()
+    try:
+        assert call("PUT", "/v1/queues/jobs", {"paused": True},
+                    claims={"scope": "tierq/admin"}).status == 403
+        assert call("PUT", "/v1/queues/jobs", {"paused": True},
+                    claims={"scope": "openid https://queues.example.com/admin"}).status == 200
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ONLY)
+def test_admin_routes_refuse_tenant_callers(call: Invoke, method: str, path: str) -> None:
+    reply = call(method, path, {"paused": True}, claims={"tenant": "acme"})
+    assert reply.status == 403
+    assert "admin" in reply.body["error"]["message"]
+    assert call(method, path, {"paused": True}, claims=ADMIN_CLAIMS).status == 200
+
+
+def test_an_admin_with_a_tenant_claim_is_an_admin(call: Invoke) -> None:
+    both = {"tenant": "acme", "scope": "tierq/admin"}
+    assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1, "tenant": "globex"},
+                claims=both).status == 200
+    assert call("PUT", "/v1/queues/jobs", {"paused": False}, claims=both).status == 200
+
+
+# ------------------------------------------------------------------- the tenant claim
+
+
+def test_the_tenant_claim_must_match_in_full(call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    for bad in ("acme\n", "acme ", "ac|me", "x" * 65, "-acme"):
+        reply = call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, claims={"tenant": bad})
+        assert reply.status == 403, bad
+    assert tasks_of(pg) == 0
+    assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1},
+                claims={"tenant": "acme"}).status == 200
+
+
+def test_the_tenant_claim_name_is_a_setting(call: Invoke, monkeypatch: pytest.MonkeyPatch,
+                                            pg: psycopg.Connection[Any]) -> None:
+    monkeypatch.setenv("TIERQ_TENANT_CLAIM", "custom:tenant")
+    get_settings.cache_clear()
+    try:
+        # Cognito's custom attribute pins the caller...
+        cognito = {"sub": "u1", "custom:tenant": "acme", "token_use": "id"}
+        assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, claims=cognito).status == 200
+        assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1, "tenant": "globex"},
+                    claims=cognito).status == 403
+        # ...and a plain `tenant` claim means nothing any more
+        assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1},
+                    claims={"tenant": "acme"}).status == 403
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    tenants = [r[0] for r in pg.execute("SELECT tenant FROM tierq_tasks")]
+    assert tenants == ["acme"]
+
+
+# ------------------------------------------------------------------- the local gateway
+
+
+def test_only_the_in_process_marker_stands_in_for_claims(api_event: ApiEvent,
+                                                         lambda_env: None) -> None:
+    event = api_event("GET", "/v1/queues")
+    del event["requestContext"]["authorizer"]
+    event[access.LOCAL_GATEWAY_KEY] = access.LOCAL_GATEWAY
+    handler = function_module("admin").lambda_handler
+    assert reply_of(handler(event, Context())).status == 200
+    # the same event as it would arrive from API Gateway (JSON): the marker cannot survive
+    spoofed = json.loads(json.dumps(event, default=repr))
+    assert spoofed[access.LOCAL_GATEWAY_KEY] == repr(access.LOCAL_GATEWAY)
+    assert reply_of(handler(spoofed, Context())).status == 403
+    # nor can a header of that name
+    forged = api_event("GET", "/v1/queues", headers={access.LOCAL_GATEWAY_KEY: "1",
+                                                     "x-tierq-jwt-claims": '{"scope": '
+                                                     '"tierq/admin"}'})
+    del forged["requestContext"]["authorizer"]
+    assert reply_of(handler(forged, Context())).status == 403
+
+
+def test_claims_beside_the_marker_are_judged_as_claims(api_event: ApiEvent,
+                                                       lambda_env: None) -> None:
+    event = api_event("GET", "/v1/queues", claims={"sub": "nobody"})
+    event[access.LOCAL_GATEWAY_KEY] = access.LOCAL_GATEWAY
+    assert reply_of(function_module("admin").lambda_handler(event, Context())).status == 403
+
+
+def test_claim_words() -> None:
+    assert access.claim_words("a b  c") == ["a", "b", "c"]
+    assert access.claim_words("[a b]") == ["a", "b"]
+    assert access.claim_words(["a b", "c", 3]) == ["a", "b", "c"]
+    assert access.claim_words(None) == []
+    assert access.claim_words(7) == []
