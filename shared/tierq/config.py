@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     reconcile_grace_seconds: float = Field(
         default=60.0, ge=0, alias="TIERQ_RECONCILE_GRACE_SECONDS"
     )
+    # Bytes of task data (payload, key and a small envelope) the warm tier holds per
+    # (queue, tenant); past it, tasks wait cold like past warm_max.
+    warm_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=1 << 40,
+                                alias="TIERQ_WARM_MAX_BYTES")
     # An admission registered in Valkey for longer than this belonged to a crashed caller.
     admission_stale_seconds: float = Field(
         default=60.0, gt=0, alias="TIERQ_ADMISSION_STALE_SECONDS"

@@ -67,3 +67,13 @@ class Unavailable(TierqError):
     def __init__(self, message: str, *, retry_after: int = 2) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.detail = detail
+
+
+class WarmTierFull(Unavailable):
+    """Valkey answered out-of-memory (its ``maxmemory`` is reached): work it would take waits
+    cold where it can; where it cannot (a claim with nothing to hand out), retry later."""
+
+    def __init__(self, message: str = "the warm tier is full; retry later", *,
+                 retry_after: int = 5) -> None:
+        super().__init__(message, retry_after=retry_after)

@@ -4,6 +4,11 @@
 * stay cold: until the warm set is at or below 80% AND the cold backlog is drained;
 * promote (cold -> warm): only while the warm set is below 90%, oldest first.
 
+The same thresholds apply to the bytes of task data the warm set holds, against
+warm_max_bytes (``*_bytes`` functions): a pair goes cold when either count or bytes reaches
+100%, promotes only while both are below 90% and returns to warm only when both are at or
+below 80%.
+
 The Lua scripts enforce the same thresholds atomically; these functions are what the
 maintenance jobs decide with, and what the property tests pin down.
 """
@@ -62,3 +67,26 @@ def admit(mode: Mode, ready: int, warm_max: int, n: int) -> Admission:
     fits = max(0, min(n, warm_max - ready))
     after = "cold" if fits < n or goes_cold(ready + fits, warm_max) else "warm"
     return Admission(warm=fits, cold=n - fits, mode_after=after)
+
+
+def goes_cold_bytes(ready_bytes: int, warm_max_bytes: int) -> bool:
+    """True when the warm set's data reached warm_max_bytes: new ready work must go cold."""
+    return ready_bytes >= warm_max_bytes * GO_COLD_AT
+
+
+def may_promote_bytes(ready_bytes: int, warm_max_bytes: int) -> bool:
+    """Promotion runs only while the warm set's data is below 90% of warm_max_bytes."""
+    return ready_bytes * 10 < warm_max_bytes * 9
+
+
+def promotion_room_bytes(ready_bytes: int, warm_max_bytes: int) -> int:
+    """How many bytes of task data one promotion may move: up to warm_max_bytes, and none
+    without headroom. (An empty warm set always takes one task, however large: push_ready.)"""
+    if not may_promote_bytes(ready_bytes, warm_max_bytes):
+        return 0
+    return warm_max_bytes - ready_bytes
+
+
+def may_return_warm_bytes(ready_bytes: int, warm_max_bytes: int) -> bool:
+    """The byte half of ``may_return_warm``: the data at or below 80% of warm_max_bytes."""
+    return ready_bytes * 10 <= warm_max_bytes * 8

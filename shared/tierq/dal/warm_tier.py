@@ -16,13 +16,14 @@ from redis.commands.core import Script
 
 from tierq.core.ids import attempt_of_token
 from tierq.dal.direct_calls import DirectCalls
-from tierq.errors import Unavailable
+from tierq.errors import Unavailable, WarmTierFull
 
 SCRIPTS = (
     "push_ready",
     "admission_begin",
     "admission_end",
     "admission_mode",
+    "go_cold",
     "claim",
     "lease_extend",
     "lease_expired",
@@ -81,6 +82,7 @@ class ModeObservation:
     inflight: int
     ready: int
     flipped: bool
+    ready_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,13 +104,21 @@ _INCLUDE = re.compile(r"^-- include: (\w+)", re.MULTILINE)
 
 def script_source(name: str) -> str:
     """The text of ``lua/<name>.lua``, with the shared pieces it names on a line
-    ``-- include: <piece>`` (``lua/<piece>.lua``) put before it: scripts cannot call each
-    other, so what several of them need is shared at load time."""
+    ``-- include: <piece>`` (``lua/<piece>.lua``) put before it (after its shebang line,
+    if it has one): scripts cannot call each other, so what several of them need is shared
+    at load time."""
     folder = resources.files("tierq.dal").joinpath("lua")
     body = folder.joinpath(f"{name}.lua").read_text("utf-8")
     pieces = [folder.joinpath(f"{piece}.lua").read_text("utf-8")
               for piece in dict.fromkeys(_INCLUDE.findall(body))]
-    return "\n".join([*pieces, body])
+    if not pieces:
+        return body
+    # A shebang line (``#!lua flags=...``) must stay the script's first line.
+    shebang = ""
+    if body.startswith("#!"):
+        shebang, _, body = body.partition("\n")
+        shebang += "\n"
+    return shebang + "\n".join([*pieces, body])
 
 
 @contextmanager
@@ -117,6 +127,10 @@ def _available() -> Iterator[None]:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise Unavailable(f"Valkey is not answering: {exc}") from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
+        # can (admission) send the work cold instead
+        raise WarmTierFull() from exc
 
 
 class WarmTier:
@@ -156,11 +170,13 @@ class WarmTier:
 
     # -- admission ---------------------------------------------------------------------
 
-    def push(self, queue: str, tenant: str, *, warm_max: int, kind: str, now_ms: int,
-             token: str, items: Sequence[tuple[str, int, bytes]]) -> tuple[str, list[str]]:
-        """Push (id, score, blob) items; returns (mode after, refused ids)."""
+    def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
+             now_ms: int, token: str,
+             items: Sequence[tuple[str, int, bytes]]) -> tuple[str, list[str]]:
+        """Push (id, score, blob) items; returns (mode after, refused ids). Raises
+        ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = [warm_max, kind, now_ms, token]
+        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes]
         for task_id, score, _ in items:  # score, id pairs (for ZADD), then id, blob (HSET)
             args += (score, task_id)
         for task_id, _, blob in items:
@@ -174,16 +190,23 @@ class WarmTier:
         return _s(self._run("admission_begin", (k.meta, k.inflight),
                             (now_ms, token, "force_cold" if force_cold else "")))
 
+    def go_cold(self, queue: str, tenant: str, *, now_ms: int, token: str) -> None:
+        """Turn the pair cold and register the admission ``token`` as in flight, even while
+        Valkey is out of memory (go_cold.lua); end it with ``admission_end``."""
+        k = PairKeys.of(queue, tenant)
+        self._run("go_cold", (k.meta, k.inflight), (now_ms, token))
+
     def admission_end(self, queue: str, tenant: str, token: str) -> None:
         k = PairKeys.of(queue, tenant)
         self._run("admission_end", (k.inflight,), (token,))
 
     def mode(self, queue: str, tenant: str, *, op: str, now_ms: int, stale_ms: int,
-             warm_max: int, expected_epoch: str = "") -> ModeObservation:
+             warm_max: int, warm_max_bytes: int, expected_epoch: str = "") -> ModeObservation:
         k = PairKeys.of(queue, tenant)
-        out = self._run("admission_mode", (k.ready, k.meta, k.inflight),
-                        (op, now_ms, stale_ms, warm_max, expected_epoch))
-        return ModeObservation(_s(out[0]), _s(out[1]), int(out[2]), int(out[3]), bool(out[4]))
+        out = self._run("admission_mode", (k.ready, k.meta, k.inflight, k.data),
+                        (op, now_ms, stale_ms, warm_max, expected_epoch, warm_max_bytes))
+        return ModeObservation(_s(out[0]), _s(out[1]), int(out[2]), int(out[3]), bool(out[4]),
+                               int(out[5]))
 
     # -- claims and leases -------------------------------------------------------------
 
@@ -256,7 +279,7 @@ class WarmTier:
         if not ids:
             return 0
         k = PairKeys.of(queue, tenant)
-        return int(self._run("remove", (k.ready, k.data, k.leased), ids))
+        return int(self._run("remove", (k.ready, k.data, k.leased, k.meta), ids))
 
     def remove_ready(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
         """Remove these tasks only while they wait in the ready set (claimed ones are left
@@ -264,14 +287,17 @@ class WarmTier:
         if not ids:
             return []
         k = PairKeys.of(queue, tenant)
-        return [_s(x) for x in self._run("remove_ready", (k.ready, k.data), ids)]
+        return [_s(x) for x in self._run("remove_ready", (k.ready, k.data, k.meta), ids)]
 
-    def update_ready(self, queue: str, tenant: str,
-                     items: Sequence[tuple[str, int, bytes]]) -> int:
+    def update_ready(self, queue: str, tenant: str, items: Sequence[tuple[str, int, bytes]],
+                     *, warm_max_bytes: int) -> int:
+        """Replace the data of (id, score, blob) items already in the warm tier; returns how
+        many were found. Raises ``WarmTierFull`` when Valkey is out of memory (nothing was
+        changed)."""
         if not items:
             return 0
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = []
+        args: list[Any] = [warm_max_bytes]
         for item in items:
             args.extend(item)
         return int(self._run("update_ready", (k.ready, k.data), args))
@@ -285,6 +311,22 @@ class WarmTier:
     def leases(self, queue: str, tenant: str) -> list[LeaseInfo]:
         """Every current lease of one (queue, tenant)."""
         k = PairKeys.of(queue, tenant)
+    def ready_bytes(self, queue: str, tenant: str) -> int:
+        """The bytes of task data the pair's warm set holds, as counted (the meta field
+        ``bytes``, lua/warm_bytes.lua; 0 when missing)."""
+        k = PairKeys.of(queue, tenant)
+        return int(self._run("tier_stats", (k.ready, k.leased, k.meta), ())[3])
+
+    def count_ready_bytes(self, queue: str, tenant: str) -> int:
+        """The same, counted from the data hash itself (O(tasks); checks and tests)."""
+        k = PairKeys.of(queue, tenant)
+        with _available():
+            fields = [f for f in self.client.hkeys(k.data) if f != b"~encoding"]
+            pipe = self.client.pipeline(transaction=False)
+            for field in fields:
+                pipe.hstrlen(k.data, field)
+            return sum(pipe.execute()) if fields else 0
+
         with _available():
             pipe = self.client.pipeline(transaction=False)
             pipe.zrange(k.leased, 0, -1, withscores=True)

@@ -7,9 +7,11 @@ Protocol (DESIGN §3, hysteresis of seed 000):
    as in flight (Valkey ``inflight``), so the queue cannot return to warm mode until these
    cold rows are committed.
 2. The caller writes Postgres with each ready row's state (``warm`` or ``cold``) and commits.
-3. ``dispatch``: push the warm rows (one Lua script per pair, enforcing warm_max
-   atomically, ``ZADD NX``); what it refuses is marked cold (keeping its seq); then the
-   registrations end.
+3. ``dispatch``: push the warm rows (one Lua script per pair, enforcing warm_max and
+   warm_max_bytes atomically, ``ZADD NX``); what it refuses is marked cold (keeping its
+   seq); then the registrations end. When Valkey is out of memory (``WarmTierFull``), the
+   pair is turned cold (go_cold.lua, allowed at maxmemory) and every row of the push is
+   refused: the rows are committed, so they wait cold and the mover promotes them later.
 
 A crash between 2 and 3 leaves ``warm`` rows that Valkey does not know: the reaper's
 reconciler re-pushes them after the grace period (at-least-once, nothing lost).
@@ -27,6 +29,7 @@ import psycopg
 
 from tierq.core.ordering import score
 from tierq.dal.postgres import Row, run, uuid_array
+from tierq.errors import WarmTierFull
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 PUSH_CHUNK = 1000
@@ -68,6 +71,8 @@ class Ticket:
 
 
 def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False) -> Ticket:
+    # pairs whose push Valkey refused for want of memory (their rows went cold)
+    full: set[Pair] = field(default_factory=set)
     """Start an admission. ``force_cold`` (bulk loads) turns each queue cold first, so the
     rows land in the cold line and nothing enqueued later can jump ahead of them; the
     caller writes them with state 'cold' and calls ``close`` after its commit."""
@@ -94,15 +99,23 @@ def close(ctx: Context, ticket: Ticket) -> None:
 
 def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[tuple[str, int, bytes]],
          *, kind: str) -> list[str]:
-    """Push items of one pair; returns the ids refused (to be marked cold by the caller)."""
+    """Push items of one pair; returns the ids refused (to be marked cold by the caller).
+    Valkey out of memory refuses the rest of the items: see ``go_cold``."""
     queue, tenant = pair
     warm_max = ctx.queue_settings.get(queue).warm_max
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     for start in range(0, len(items), PUSH_CHUNK):
         chunk = items[start:start + PUSH_CHUNK]
-        mode, refused_now = ctx.warm.push(queue, tenant, warm_max=warm_max, kind=kind,
-                                          now_ms=now_ms, token=ticket.token, items=chunk)
+        try:
+            mode, refused_now = ctx.warm.push(
+                queue, tenant, warm_max=settings.warm_max,
+                warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
+                token=ticket.token, items=chunk)
+        except WarmTierFull:
+            go_cold(ctx, ticket, pair)
+            refused.extend(item[0] for item in items[start:])
+            break
         ctx.modes[pair] = mode
         if refused_now:
             ticket.registered.add(pair)
@@ -115,6 +128,35 @@ def mark_cold(ctx: Context, ids: Sequence[str],
     if ids:
         ctx.db.fetch("mark_cold", {"ids": uuid_array(ids), "now": to_datetime(ctx.now())},
                      conn)
+
+def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
+    """Valkey is out of memory: turn the pair cold and register the ticket's admission (as
+    push_ready does when it refuses), so the rows the caller now marks cold keep their place
+    ahead of later work and the mover promotes them once memory is free."""
+    ctx.warm.go_cold(pair[0], pair[1], now_ms=to_ms(ctx.now()), token=ticket.token)
+    ctx.modes[pair] = "cold"
+    ticket.registered.add(pair)
+    ticket.full.add(pair)
+
+
+def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, int, bytes]]) -> None:
+    """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace).
+    When Valkey is out of memory, the tasks leave the warm tier (removing only frees memory)
+    and wait cold instead, so that no claim hands out their old data."""
+    queue, tenant = pair
+    try:
+        ctx.warm.update_ready(queue, tenant, items,
+                              warm_max_bytes=ctx.queue_settings.get(queue).warm_max_bytes)
+    except WarmTierFull:
+        ticket = Ticket(token=f"update-{uuid.uuid4().hex}")
+        try:
+            go_cold(ctx, ticket, pair)
+            # only those still waiting: a claimed task's row is warm too, and stays so
+            removed = ctx.warm.remove_ready(queue, tenant, [item[0] for item in items])
+            mark_cold(ctx, removed)
+        finally:
+            close(ctx, ticket)
+
 
 
 def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: dict[Pair, list[tuple[str, int, bytes]]],

@@ -21,6 +21,7 @@ def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> Queue
     ctx.db.fetch("upsert_queue_settings", {
         "queue": queue,
         "warm_max": update.warm_max,
+        "warm_max_bytes": update.warm_max_bytes,
         "lease_seconds": update.lease_seconds,
         "max_attempts": update.max_attempts,
         "backoff_kind": backoff.kind if backoff else None,

@@ -17,6 +17,8 @@ from tierq.logic import admission
 from tierq.logic.context import Context, to_datetime, to_ms
 
 PROMOTE_BATCH = 2000
+# bytes per task assumed for a promotion's first batch when the warm set is empty
+BLOB_ESTIMATE = 1024
 # How long one promotion batch waits for a row another writer holds (a task being replaced
 # or cancelled) before it gives the batch up for the next pass; well under PostgreSQL's
 # deadlock_timeout, so the other writer never meets a deadlock error.
@@ -28,6 +30,8 @@ class Busy(enum.Enum):
 
     PAIR_LOCKED = "pair_locked"  # another mover holds the (queue, tenant) promotion lock
     ROW_HELD = "row_held"  # a batch met a cold row another writer holds (lock timeout)
+    WARM_FULL = "warm_full"  # the warm set reached warm_max_bytes (push_ready refused rows)
+    OUT_OF_MEMORY = "out_of_memory"  # Valkey refused the push: maxmemory reached
 
 
 @dataclass
@@ -35,26 +39,35 @@ class RefillResult:
     promoted: int = 0
     returned_to_warm: bool = False
     skipped_busy: bool = False
+    # Valkey was out of memory: the rows this pass took went back to the cold line
+    out_of_memory: bool = False
 
 
 def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -> RefillResult:
     """One pass for one (queue, tenant). ``limit`` caps how many tasks this pass promotes
     (a claim refilling inline moves one batch and returns; the scheduled job fills up)."""
     result = RefillResult()
-    warm_max = ctx.queue_settings.get(queue).warm_max
+    settings = ctx.queue_settings.get(queue)
+    warm_max, warm_max_bytes = settings.warm_max, settings.warm_max_bytes
     stale_ms = int(ctx.settings.admission_stale_seconds * 1000)
     seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
-                         stale_ms=stale_ms, warm_max=warm_max)
+                         stale_ms=stale_ms, warm_max=warm_max, warm_max_bytes=warm_max_bytes)
     if seen.mode == "warm":
         ctx.modes[(queue, tenant)] = "warm"
         return result
     room = hysteresis.promotion_room(seen.ready, warm_max)
+    room_bytes = hysteresis.promotion_room_bytes(seen.ready_bytes, warm_max_bytes)
+    if room_bytes == 0:
+        room = 0
     if limit is not None:
         room = min(room, limit)
     if room > 0:
-        moved, busy = _promote(ctx, queue, tenant, room)
+        # the warm set's own tasks tell the likely size of the next ones
+        blob_estimate = seen.ready_bytes // seen.ready if seen.ready else BLOB_ESTIMATE
+        moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate)
+        result.out_of_memory = busy is Busy.OUT_OF_MEMORY
         result.promoted, result.skipped_busy = moved, busy is not None
-        if moved == room or busy is Busy.ROW_HELD:
+        if moved == room or busy in (Busy.ROW_HELD, Busy.WARM_FULL, Busy.OUT_OF_MEMORY):
             # this pass filled all the room it was given, or a batch met a row another
             # writer holds: the cold line still has rows, so asking Postgres would be wasted
             return result
@@ -65,25 +78,30 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
         # new queue) blocks its flip. The check below is safe to run beside it.
     # Return to warm mode: observe (epoch e), see no cold rows in Postgres, flip iff still e.
     seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
-                         stale_ms=stale_ms, warm_max=warm_max)
-    if seen.mode == "cold" and hysteresis.may_return_warm(seen.ready, warm_max, 0, seen.inflight):
+                         stale_ms=stale_ms, warm_max=warm_max, warm_max_bytes=warm_max_bytes)
+    if (seen.mode == "cold" and hysteresis.may_return_warm(seen.ready, warm_max, 0, seen.inflight)
+            and hysteresis.may_return_warm_bytes(seen.ready_bytes, warm_max_bytes)):
         has_cold = ctx.db.fetch_value("has_cold", {"queue": queue, "tenant": tenant})
         if not has_cold:
             flip = ctx.warm.mode(queue, tenant, op="flip", now_ms=to_ms(ctx.now()),
                                  stale_ms=stale_ms, warm_max=warm_max,
-                                 expected_epoch=seen.epoch)
+                                 warm_max_bytes=warm_max_bytes, expected_epoch=seen.epoch)
             result.returned_to_warm = flip.flipped
             if flip.flipped:
                 ctx.modes[(queue, tenant)] = "warm"
     return result
 
 
-def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, Busy | None]:
-    """Move up to ``room`` of the oldest cold tasks into the warm set, holding the
-    (queue, tenant) promotion lock so two movers never interleave their batches.
+def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
+             blob_estimate: int) -> tuple[int, Busy | None]:
+    """Move up to ``room`` of the oldest cold tasks, about ``room_bytes`` of task data,
+    into the warm set, holding the (queue, tenant) promotion lock so two movers never
+    interleave their batches. Batches are sized by bytes too, from ``blob_estimate`` and
+    then from what each batch held (push_ready enforces warm_max_bytes exactly; what it
+    refuses goes back to the cold line in its place).
     Returns (moved, busy): busy says why the pass stopped early, if it did: another mover
-    held the lock, or a batch gave up waiting for a row another writer held
-    (PROMOTE_LOCK_TIMEOUT)."""
+    held the lock, a batch gave up waiting for a row another writer held
+    (PROMOTE_LOCK_TIMEOUT), the warm set's bytes are full, or Valkey is out of memory."""
     moved = 0
     params = {"queue": queue, "tenant": tenant}
     with ctx.db.connection() as conn:
@@ -91,8 +109,9 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, Bus
             return 0, Busy.PAIR_LOCKED
         try:
             while room > 0:
+                want = min(room, PROMOTE_BATCH, room_bytes // max(1, blob_estimate) + 1)
                 try:
-                    items = _promote_batch(ctx, conn, params, min(room, PROMOTE_BATCH))
+                    items = _promote_batch(ctx, conn, params, want)
                 except psycopg.errors.LockNotAvailable:
                     return moved, Busy.ROW_HELD  # a writer holds one of the rows: next pass
                 if not items:
@@ -101,10 +120,16 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int) -> tuple[int, Bus
                 ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}")
                 refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
                                              kind="promote")
+                if ticket.full:
+                    return moved, Busy.OUT_OF_MEMORY
                 moved += len(items) - len(refused)
                 room -= len(items)
-                if refused or len(items) < PROMOTE_BATCH:
-                    break
+                room_bytes -= sum(len(item[2]) for item in items if item[0] not in refused)
+                blob_estimate = sum(len(item[2]) for item in items) // len(items)
+                if refused or room_bytes <= 0:
+                    return moved, Busy.WARM_FULL
+                if len(items) < want:
+                    break  # the cold line is drained
         finally:
             run(conn, "release_pair_lock", params)
     return moved, None

@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tierq.core.backoff import BackoffPolicy
 
+# warm_max_bytes: from 1 KiB (tests, tiny queues) to 1 TiB
+WARM_MAX_BYTES_MIN = 1024
+WARM_MAX_BYTES_MAX = 1 << 40
+
 
 class BackoffSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -32,6 +36,7 @@ class QueueSettings(BaseModel):
     """A queue's effective settings (stored values over the deployment defaults)."""
 
     warm_max: int = Field(ge=1, le=1_000_000)
+    warm_max_bytes: int = Field(ge=WARM_MAX_BYTES_MIN, le=WARM_MAX_BYTES_MAX)
     lease_seconds: int = Field(ge=1, le=43_200)
     max_attempts: int = Field(ge=1, le=1000)
     backoff: BackoffSettings
@@ -45,6 +50,10 @@ class QueueSettingsUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     warm_max: int | None = Field(default=None, ge=1, le=1_000_000)
+    # bytes of task data held warm per (queue, tenant); an empty warm set still takes one
+    # task, however large
+    warm_max_bytes: int | None = Field(default=None, ge=WARM_MAX_BYTES_MIN,
+                                       le=WARM_MAX_BYTES_MAX)
     lease_seconds: int | None = Field(default=None, ge=1, le=43_200)
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
     backoff: BackoffSettings | None = None

@@ -1,12 +1,19 @@
+#!lua flags=allow-oom
 -- Observe a (queue, tenant)'s tier mode, or flip it back to warm.
--- KEYS: 1 ready, 2 meta, 3 inflight
--- ARGV: 1 op ('observe' | 'flip'), 2 now_ms, 3 stale_ms, 4 warm_max, 5 expected epoch (flip)
+-- KEYS: 1 ready, 2 meta, 3 inflight, 4 data
+-- ARGV: 1 op ('observe' | 'flip'), 2 now_ms, 3 stale_ms, 4 warm_max, 5 expected epoch (flip),
+--       6 warm_max_bytes
 -- Admissions in flight for longer than stale_ms belonged to a crashed caller: dropped (the
 -- reconciler re-dispatches whatever rows they left behind).
 -- flip succeeds only if the mode is cold, no admission is in flight, the epoch is the one
 -- observed before the caller checked Postgres for cold rows, and the warm set is at or
--- below 80% of warm_max.
--- Returns { mode, epoch, inflight, ready_size, flipped (0|1) }
+-- below 80% of warm_max and of warm_max_bytes.
+-- Allowed while Valkey is out of memory: it writes a few bytes of meta at most, and the
+-- cold -> warm mover must still see the mode.
+-- Returns { mode, epoch, inflight, ready_size, flipped (0|1), ready_bytes }
+
+-- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
+
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
 local mode = redis.call('HGET', KEYS[2], 'mode')
 if not mode then
@@ -16,11 +23,12 @@ end
 local epoch = redis.call('HGET', KEYS[2], 'epoch') or '0'
 local inflight = redis.call('ZCARD', KEYS[3])
 local size = redis.call('ZCARD', KEYS[1])
+local bytes = warm_bytes(KEYS[2], KEYS[4], size)
 local flipped = 0
 if ARGV[1] == 'flip' and mode == 'cold' and epoch == ARGV[5] and inflight == 0
-    and size * 10 <= tonumber(ARGV[4]) * 8 then
+    and size * 10 <= tonumber(ARGV[4]) * 8 and bytes * 10 <= tonumber(ARGV[6]) * 8 then
   mode = 'warm'
   redis.call('HSET', KEYS[2], 'mode', 'warm')
   flipped = 1
 end
-return { mode, epoch, inflight, size, flipped }
+return { mode, epoch, inflight, size, flipped, bytes }

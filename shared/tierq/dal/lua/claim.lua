@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Claim up to N ready tasks of one (queue, tenant), in order, and lease each one.
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
 -- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta
@@ -29,6 +30,7 @@ local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
 
 local popped_ids = {}
 local n_popped = #popped / 2
+local freed = 0  -- bytes of the data handed out: the meta field 'bytes' (lua/warm_bytes.lua)
 for k = 1, n_popped do popped_ids[k] = popped[2 * k - 1] end
 -- HMGET keeps the order of its fields: blobs[k] belongs to popped_ids[k]
 local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
@@ -80,3 +82,4 @@ if n_handed > 0 then
 end
 out[1] = redis.call('ZCARD', KEYS[1])
 return out
+if freed > 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -freed) end

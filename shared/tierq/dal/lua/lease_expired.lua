@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- List leases whose deadline has passed (the reaper records the outcome in Postgres first,
 -- then drops them) and mark them as being reaped (deadline 0: REAPING). The mark makes the
 -- expiry final whatever clock another caller compares with: no heartbeat can extend a
@@ -11,6 +12,7 @@
 -- claim holds at least one lease, so by then at least half the records are finished ones:
 -- the reading is paid for by the claims that made them, and between passes the hash holds
 -- about twice the leases at most.
+-- Allowed while Valkey is out of memory: it only changes scores and deletes.
 -- KEYS: 1 leased, 2 claims
 -- ARGV: 1 now_ms, 2 limit
 -- Returns the expired lease members ('<id>|<token>'), marked ones first, then by deadline.

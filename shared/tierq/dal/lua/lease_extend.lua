@@ -1,4 +1,6 @@
+#!lua flags=allow-oom
 -- Heartbeat: extend valid leases. Valkey only.
+-- Allowed while Valkey is out of memory: it only changes the scores of existing members.
 -- KEYS: 1 leased
 -- ARGV: 1 now_ms, then pairs: lease member ('<id>|<token>'), extend_ms
 -- Returns one number per pair: the new deadline (epoch ms), or 0 (not_owner / expired).

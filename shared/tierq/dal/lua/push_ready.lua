@@ -1,8 +1,10 @@
--- Push ready tasks into the warm set of one (queue, tenant), never beyond warm_max.
+-- Push ready tasks into the warm set of one (queue, tenant), never beyond warm_max tasks
+-- nor warm_max_bytes bytes of task data (an empty warm set takes one task whatever its size,
+-- so that no task is too large to ever be delivered).
 -- KEYS: 1 ready, 2 data, 3 meta, 4 inflight
 -- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
---       4 admission token, then for n tasks: n pairs score, id (as ZADD takes them), then
---       n pairs id, blob (as HSET takes them), both in the same order
+--       4 admission token, 5 warm_max_bytes, then for n tasks: n pairs score, id (as ZADD
+--       takes them), then n pairs id, blob (as HSET takes them), both in the same order
 --   enqueue: work that became ready (due, retried, replayed); refused outright while the
 --            queue is in cold mode (hysteresis).
 --   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
@@ -11,14 +13,17 @@
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
 -- A task already in the ready set keeps its place (ZADD NX semantics); so does the second
--- copy of an id listed twice (the first copy is the one accepted).
+-- copy of an id listed twice (the first copy is the one accepted). Once one task is
+-- refused, every later one is too (a smaller one that would still fit must not pass it).
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
+-- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
 -- Returns { mode_after, refused_id, ... }
 -- Valkey work for the tasks: one ZMSCORE (Redis >= 6.2, not for 'new'), then one ZADD and
 -- one HSET of the accepted ones, however many tasks.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
+-- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 
 -- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
 -- the data hash in hashtable encoding even while it is small. A listpack finds a field by
@@ -31,9 +36,10 @@ local ENCODING_VALUE = 'kept by tierq so that this hash stays in hashtable encod
 
 local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
-local n = (#ARGV - 4) / 4
-local ZS = 5              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = its id
-local HS = 5 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
+local max_bytes = tonumber(ARGV[5])
+local n = (#ARGV - 5) / 4
+local ZS = 6              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = its id
+local HS = 6 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
 
 local mode = redis.call('HGET', KEYS[3], 'mode')
 if not mode then
@@ -41,6 +47,12 @@ if not mode then
   redis.call('HSET', KEYS[3], 'mode', 'cold', 'epoch', 0)
 end
 local size = redis.call('ZCARD', KEYS[1])
+local bytes = warm_bytes(KEYS[3], KEYS[2], size)
+local bytes_before = bytes
+-- whether one more task of this many bytes fits (count and bytes)
+local function fits(blob_bytes)
+  return size < warm_max and (size == 0 or bytes + blob_bytes <= max_bytes)
+end
 local admits = (kind == 'enqueue' or kind == 'new')
 local refused = {}
 local n_refused = 0
@@ -52,12 +64,18 @@ if admits and mode == 'cold' then
   n_refused = n
 elseif kind == 'new' then
   -- the first tasks that fit are accepted, the rest refused
-  local take = math.max(0, math.min(n, warm_max - size))
+  local take = 0
+  while take < n do
+    local blob_bytes = #ARGV[HS + 2 * take + 1]
+    if not fits(blob_bytes) then break end
+    take = take + 1
+    size = size + 1
+    bytes = bytes + blob_bytes
+  end
   if take > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
     call_chunked('ZADD', KEYS[1], ARGV, ZS, ZS + 2 * take - 1)
     call_chunked('HSET', KEYS[2], ARGV, HS, HS + 2 * take - 1)
-    size = size + take
   end
   for k = take + 1, n do
     n_refused = n_refused + 1
@@ -73,16 +91,18 @@ else
   local n_args = 0
   for k = 1, n do
     local id = ids[k]
+    local blob = ARGV[HS + 2 * k - 1]
     if in_line[k] or accepted[id] then
       -- already waiting in line: it keeps its place
-    elseif size < warm_max then
+    elseif n_refused == 0 and fits(#blob) then
       accepted[id] = true
       ready_args[n_args + 1] = ARGV[ZS + 2 * k - 2]
       ready_args[n_args + 2] = id
       data_args[n_args + 1] = id
-      data_args[n_args + 2] = ARGV[HS + 2 * k - 1]
+      data_args[n_args + 2] = blob
       n_args = n_args + 2
       size = size + 1
+      bytes = bytes + #blob
     else
       n_refused = n_refused + 1
       refused[n_refused] = id
@@ -94,13 +114,14 @@ else
   call_chunked('ZADD', KEYS[1], ready_args)
   call_chunked('HSET', KEYS[2], data_args)
 end
+add_warm_bytes(KEYS[3], bytes - bytes_before)
 if n_refused > 0 then
   mode = 'cold'
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[4])
-elseif admits and mode == 'warm' and size >= warm_max then
-  -- the warm set reached 100% of warm_max: what comes next goes cold
+elseif admits and mode == 'warm' and (size >= warm_max or bytes >= max_bytes) then
+  -- the warm set reached 100% of warm_max or warm_max_bytes: what comes next goes cold
   mode = 'cold'
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)

@@ -292,14 +292,15 @@ SELECT * FROM tierq_queues WHERE queue = %(queue)s;
 SELECT * FROM tierq_queues ORDER BY queue;
 
 -- name: upsert_queue_settings
-INSERT INTO tierq_queues AS q (queue, warm_max, lease_seconds, max_attempts, backoff_kind,
-                               backoff_base_seconds, backoff_cap_seconds, backoff_jitter,
-                               retention_seconds, paused)
-VALUES (%(queue)s, %(warm_max)s, %(lease_seconds)s, %(max_attempts)s, %(backoff_kind)s,
-        %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(backoff_jitter)s,
-        %(retention_seconds)s, COALESCE(%(paused)s, false))
+INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds, max_attempts,
+                               backoff_kind, backoff_base_seconds, backoff_cap_seconds,
+                               backoff_jitter, retention_seconds, paused)
+VALUES (%(queue)s, %(warm_max)s, %(warm_max_bytes)s, %(lease_seconds)s, %(max_attempts)s,
+        %(backoff_kind)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s,
+        %(backoff_jitter)s, %(retention_seconds)s, COALESCE(%(paused)s, false))
 ON CONFLICT (queue) DO UPDATE SET
     warm_max = COALESCE(EXCLUDED.warm_max, q.warm_max),
+    warm_max_bytes = COALESCE(EXCLUDED.warm_max_bytes, q.warm_max_bytes),
     lease_seconds = COALESCE(EXCLUDED.lease_seconds, q.lease_seconds),
     max_attempts = COALESCE(EXCLUDED.max_attempts, q.max_attempts),
     backoff_kind = COALESCE(EXCLUDED.backoff_kind, q.backoff_kind),

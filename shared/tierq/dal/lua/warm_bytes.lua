@@ -1,0 +1,26 @@
+-- Shared by the scripts that say `-- include: warm_bytes` (see lua/README.md).
+-- The bytes of task data a (queue, tenant)'s warm tier holds are counted in the field
+-- `bytes` of its meta hash: the sum of the lengths of the data hash's values (the
+-- ~encoding field aside), kept by every script that adds or removes a value, so that
+-- push_ready can enforce warm_max_bytes atomically without reading the data.
+-- warm_bytes() heals the counter: an empty ready set holds no data (0); a missing field
+-- (a warm tier written before the counter existed) or a negative one (drift) is recounted
+-- from the data hash, once.
+local BYTES_FIELD = 'bytes'
+local function warm_bytes(meta, data, ready_size)
+  local stored = tonumber(redis.call('HGET', meta, BYTES_FIELD) or '')
+  if ready_size == 0 then
+    if stored and stored ~= 0 then redis.call('HSET', meta, BYTES_FIELD, 0) end
+    return 0
+  end
+  if stored and stored >= 0 then return stored end
+  local total = 0
+  for _, field in ipairs(redis.call('HKEYS', data)) do
+    if field ~= '~encoding' then total = total + redis.call('HSTRLEN', data, field) end
+  end
+  redis.call('HSET', meta, BYTES_FIELD, total)
+  return total
+end
+local function add_warm_bytes(meta, delta)
+  if delta ~= 0 then redis.call('HINCRBY', meta, BYTES_FIELD, delta) end
+end
