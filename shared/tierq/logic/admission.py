@@ -158,6 +158,12 @@ def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, int, bytes]
             close(ctx, ticket)
 
 
+def mark_cold(ctx: Context, ids: Sequence[str],
+              conn: psycopg.Connection[Row] | None = None) -> None:
+    if ids:
+        ctx.db.fetch("mark_cold", {"ids": uuid_array(ids), "now": to_datetime(ctx.now())},
+                     conn)
+
 
 def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: dict[Pair, list[tuple[str, int, bytes]]],
              *, kind: str = "enqueue") -> set[str]:
