@@ -16,15 +16,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import pytest
 import redis
+from psycopg import sql
 from redis.cluster import RedisCluster
 
 from tierq.config import Settings
-from tierq.dal.migrate import migrate
+from tierq.dal.migrate import app_group, ensure_app_login, migrate
 from tierq.devstack import LocalServices, ensure_services, flush_all_nodes
 from tierq.devstack.valkey_cluster import cluster_enabled
 from tierq.engine import Tierq
@@ -68,12 +69,47 @@ def migrated_database(admin: str, prefix: str) -> Iterator[str]:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = with_database(admin, name)
+    group = None
     try:
         migrate(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            group = app_group(conn)
         yield url
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if group:  # roles are cluster-wide: the database's group outlives it
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(group)))
+
+
+def with_login(url: str, user: str, password: str) -> str:
+    parts = urlsplit(url)
+    host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+    return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}:"
+                                            f"{quote(password, safe='')}@{host}"))
+
+
+@contextmanager
+def app_login(url: str) -> Iterator[str]:
+    """A fresh login in the application's group role of the database at ``url`` (the
+    owner's): the URL it connects with. Dropped afterwards."""
+    login = f"tierq_login_{uuid.uuid4().hex[:12]}"
+    password = uuid.uuid4().hex
+    ensure_app_login(url, login, password)
+    try:
+        yield with_login(url, login, password)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(login)))
+
+
+@pytest.fixture(scope="session")
+def app_database_url(database_url: str) -> Iterator[str]:
+    """The session's database as the application connects to it: a login in the
+    application's group role, as every function but migrate (and the Glue job) on AWS.
+    Engines from ``make_tq`` use it, so every engine test checks the role's grants too."""
+    with app_login(database_url) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -131,16 +167,17 @@ TierqFactory = Callable[..., Tierq]
 
 
 @pytest.fixture
-def make_tq(database_url: str, valkey_url: str, valkey_cluster: bool,
+def make_tq(app_database_url: str, valkey_url: str, valkey_cluster: bool,
             clean_stores: None) -> Iterator[TierqFactory]:
-    """Build engines over the session's stores (empty at the start of each test).
-    Keyword arguments are TIERQ_* settings by field name (e.g. ``warm_max=50``)."""
+    """Build engines over the session's stores (empty at the start of each test), logged
+    in as the application role. Keyword arguments are TIERQ_* settings by field name
+    (e.g. ``warm_max=50``)."""
     made: list[Tierq] = []
 
     def factory(clock: Any = None, **overrides: Any) -> Tierq:
         fields: dict[str, Any] = {"settings_cache_seconds": 0.0,
                                   "valkey_cluster": valkey_cluster, **overrides}
-        settings = Settings(database_url=database_url, valkey_url=valkey_url, **fields)
+        settings = Settings(database_url=app_database_url, valkey_url=valkey_url, **fields)
         tq = Tierq(settings=settings, clock=clock or OffsetClock())
         made.append(tq)
         return tq

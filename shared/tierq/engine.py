@@ -71,7 +71,9 @@ class Tierq:
         self.db = db or Database(database_url or connect.database_url(self.settings),
                                  max_size=self.settings.db_pool_max,
                                  timeout=self.settings.db_pool_timeout,
-                                 prepare=not self.settings.db_secret_arn)  # RDS Proxy on AWS
+                                 prepare=not self.settings.db_secret_arn,  # RDS Proxy on AWS
+                                 statement_timeout_ms=self.settings.statement_timeout_ms,
+                                 lock_timeout_ms=self.settings.lock_timeout_ms)
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)
         self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())

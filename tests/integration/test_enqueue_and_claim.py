@@ -6,6 +6,7 @@ import pytest
 
 from tests.integration.helpers import count_rows, drain
 from tierq import InvalidInput, PayloadTooLarge, TaskIn
+from tierq.dal.postgres import execute_text
 from tierq.errors import NotFound
 
 
@@ -273,10 +274,14 @@ def test_acks_wait_for_the_flush_unless_told_otherwise(make_tq):
     relaxed.enqueue_one("s", 2)
     [task] = relaxed.claim("s")
     assert relaxed.ack("s", [{"id": task.id, "lease_token": task.lease_token}]).acked
+    # SET LOCAL in the ack's own transaction (a startup option would be refused by RDS
+    # Proxy): the session itself keeps the server's setting
+    show = "SHOW synchronous_commit"
     with relaxed.db.connection(relaxed=True) as conn:
-        assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
+        assert execute_text(conn, show).fetchone()["synchronous_commit"] == "off"
+        assert conn.execute(show).fetchone()["synchronous_commit"] == "on"
     with relaxed.db.connection() as conn:
-        assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
+        assert execute_text(conn, show).fetchone()["synchronous_commit"] == "on"
 
 
 def test_a_byte_budget_caps_a_claim_and_the_rest_keep_their_places(tq):

@@ -3,7 +3,8 @@ template.yaml, backed by the ``migrate`` function).
 
 CloudFormation sends Create / Update / Delete and waits for an answer on the request's
 pre-signed ``ResponseURL`` (an HTTP PUT of a JSON document with an empty Content-Type).
-Create and Update apply every pending migration; Delete answers SUCCESS and leaves the
+Create and Update apply every pending migration (as the owner) and make the application's
+login a member of the application group; Delete answers SUCCESS and leaves the
 database alone (the data outlives the stack's custom resource). Whatever happens, an
 answer is sent — a missing answer would leave the stack waiting for an hour — and it is
 sent before the function's own timeout: a migration still running then is reported FAILED.
@@ -23,7 +24,7 @@ import orjson
 from tierq.api.runtime import logger
 from tierq.config import get_settings
 from tierq.dal import connect
-from tierq.dal.migrate import migrate
+from tierq.dal.migrate import ensure_app_login, migrate
 
 PHYSICAL_RESOURCE_ID = "tierq-db-migrations"
 ANSWER_MARGIN_SECONDS = 15.0  # keep this much of the invocation for sending the answer
@@ -95,7 +96,17 @@ def _run_with_deadline(work: Callable[[], Any], seconds: float) -> Any:
 
 
 def apply_migrations() -> list[str]:
-    return migrate(connect.database_url(get_settings()))
+    """As the owner (DB_SECRET_ARN): apply the migrations, then make the application's
+    login (DB_APP_SECRET_ARN) a member of the application group."""
+    settings = get_settings()
+    url = connect.database_url(settings)
+    applied = migrate(url)
+    if settings.db_app_secret_arn:
+        login = connect.fetch_secret(settings.db_app_secret_arn)
+        group = ensure_app_login(url, str(login["username"]), str(login["password"]))
+        logger.info("application login ready", extra={"login": login["username"],
+                                                      "group": group})
+    return applied
 
 
 def handle(event: Mapping[str, Any], context: InvocationContext,

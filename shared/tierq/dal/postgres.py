@@ -1,15 +1,25 @@
 """PostgreSQL access: a connection pool (autocommit; explicit transactions where a
-transition needs more than one statement) and named queries."""
+transition needs more than one statement) and named queries.
+
+Timeouts: every statement tierq runs through this module, and every transaction
+``Database.transaction`` opens, carries ``statement_timeout`` and ``lock_timeout`` as
+``SET LOCAL`` (``set_config(..., true)``) of its own transaction. Not as libpq startup
+``options`` (RDS Proxy refuses those), not as per-login settings (an alternating-user
+rotation creates a new login without them), not as session ``SET`` (it would pin every
+proxy connection). No round trip is added: an autocommit statement goes out in one pipeline
+with its ``set_config`` (one sync, one implicit transaction), and a transaction's ``BEGIN``
+and its settings are one simple query."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 from psycopg.adapt import Loader
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -53,6 +63,38 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("jsonb", JsonbBinaryTextLoader)
 
 
+def local_settings(statement_timeout_ms: int, lock_timeout_ms: int, *,
+                   synchronous_commit: bool = True) -> dict[str, str]:
+    """The settings tierq gives each of its transactions (0 ms: no limit)."""
+    settings = {"statement_timeout": f"{int(statement_timeout_ms)}ms",
+                "lock_timeout": f"{int(lock_timeout_ms)}ms"}
+    if not synchronous_commit:
+        settings["synchronous_commit"] = "off"
+    return settings
+
+
+class TierqConnection(psycopg.Connection[Row]):
+    """A pooled connection that knows the settings its transactions carry.
+
+    ``set_local`` is one constant statement (prepared like any other after a few uses);
+    ``begin`` opens a transaction with the same settings in one simple query."""
+
+    set_local: str | None = None
+    begin: str = "BEGIN"
+
+    def use_local_settings(self, settings: Mapping[str, str]) -> None:
+        if not settings:
+            self.set_local, self.begin = None, "BEGIN"
+            return
+        for name, value in settings.items():
+            if not name.replace("_", "").isalnum() or not value.replace("_", "").isalnum():
+                raise ValueError(f"not a plain setting: {name}={value}")
+        self.set_local = "SELECT " + ", ".join(
+            f"set_config('{name}', '{value}', true)" for name, value in settings.items())
+        self.begin = "BEGIN; " + "; ".join(
+            f"SET LOCAL {name} = '{value}'" for name, value in settings.items())
+
+
 class Database:
     """Pools of autocommit connections to the system of record.
 
@@ -63,31 +105,39 @@ class Database:
     task again). Enqueues and every other transition always wait for the flush."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
-                 timeout: float = 10.0, prepare: bool = True) -> None:
+                 timeout: float = 10.0, prepare: bool = True,
+                 statement_timeout_ms: int = 15_000, lock_timeout_ms: int = 5_000) -> None:
         """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
-        RDS Proxy, where a prepared statement pins the client to one database connection."""
+        RDS Proxy, where a prepared statement pins the client to one database connection.
+        The timeouts go with every statement and transaction (see the module's doc)."""
         self.url = url
         self._fail_fast_timeout = min(UNREACHABLE_CHECKOUT_TIMEOUT, timeout)
-        self.pool = self._pool(url, min_size, max_size, timeout, prepare, "tierq")
-        self._relaxed: ConnectionPool[psycopg.Connection[Row]] | None = None
+        self.local_settings = local_settings(statement_timeout_ms, lock_timeout_ms)
+        self.pool = self._pool(url, min_size, max_size, timeout, prepare, "tierq",
+                               self.local_settings)
+        self._relaxed: ConnectionPool[TierqConnection] | None = None
         self._relaxed_args = (url, max_size, timeout, prepare)
         self._relaxed_lock = threading.Lock()
         self._checkout_timed_out = False  # the last checkout waited the pool timeout in vain
 
     @staticmethod
     def _pool(url: str, min_size: int, max_size: int, timeout: float, prepare: bool,
-              name: str, options: str | None = None) -> ConnectionPool[psycopg.Connection[Row]]:
+              name: str, settings: Mapping[str, str]) -> ConnectionPool[TierqConnection]:
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row,
                                   "prepare_threshold": 5 if prepare else None}
-        if options:
-            kwargs["options"] = options
-        pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+
+        def configure(conn: TierqConnection) -> None:
+            _configure(conn)
+            conn.use_local_settings(settings)
+
+        pool: ConnectionPool[TierqConnection] = ConnectionPool(
             url,
+            connection_class=TierqConnection,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
             kwargs=kwargs,
-            configure=_configure,
+            configure=configure,
             # no check on checkout (a round trip per statement); a broken connection
             # raises OperationalError (-> Unavailable) and the pool replaces it
             open=False,
@@ -97,12 +147,15 @@ class Database:
         pool.open(wait=False)
         return pool
 
-    def relaxed_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+    def relaxed_pool(self) -> ConnectionPool[TierqConnection]:
+        """Its transactions carry ``synchronous_commit = off`` beside the timeouts (SET LOCAL
+        too: a startup option would be refused by RDS Proxy)."""
         with self._relaxed_lock:
             if self._relaxed is None:
                 url, max_size, timeout, prepare = self._relaxed_args
                 self._relaxed = self._pool(url, 1, max_size, timeout, prepare, "tierq-relaxed",
-                                           options="-c synchronous_commit=off")
+                                           {**self.local_settings,
+                                            "synchronous_commit": "off"})
             return self._relaxed
 
     def close(self) -> None:
@@ -111,7 +164,7 @@ class Database:
             self._relaxed.close()
 
     @contextmanager
-    def connection(self, *, relaxed: bool = False) -> Iterator[psycopg.Connection[Row]]:
+    def connection(self, *, relaxed: bool = False) -> Iterator[TierqConnection]:
         """A pooled connection; store errors become ``Unavailable`` (HTTP 503)."""
         pool = self.relaxed_pool() if relaxed else self.pool
         failing_fast = self._checkout_timed_out
@@ -130,9 +183,10 @@ class Database:
             raise Unavailable(f"PostgreSQL is not answering: {exc}".strip()) from exc
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Row]]:
-        """One transaction on one pooled connection: committed on success."""
-        with self.connection() as conn, conn.transaction():
+    def transaction(self) -> Iterator[TierqConnection]:
+        """One transaction on one pooled connection, with tierq's timeouts: committed on
+        success, rolled back on an error."""
+        with self.connection() as conn, transaction(conn):
             yield conn
 
     def fetch(self, name: str, params: Mapping[str, Any] | None = None,
@@ -154,7 +208,7 @@ class Database:
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
         """Run a named statement that returns no rows; returns the affected row count."""
         with self.connection() as conn:
-            return conn.execute(query(name), params or {}).rowcount  # type: ignore[arg-type]
+            return execute_text(conn, query(name), params).rowcount
 
     def fetch_one(self, name: str, params: Mapping[str, Any] | None = None,
                   conn: psycopg.Connection[Row] | None = None) -> Row | None:
@@ -172,16 +226,66 @@ def uuid_array(ids: Iterable[object]) -> str:
     return "{" + ",".join(map(str, ids)) + "}"
 
 
+def _set_local_for(conn: psycopg.Connection[Any]) -> str | None:
+    """The ``set_config`` statement to send before a statement on ``conn``: None inside a
+    transaction (the one who opened it chose its settings; ``transaction`` sets tierq's,
+    and a caller may have set a shorter lock timeout of its own) and on connections that
+    are not tierq's."""
+    set_local = getattr(conn, "set_local", None)
+    if set_local is None or conn.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    return str(set_local)
+
+
+def execute_text(conn: psycopg.Connection[Any], text: str,
+                 params: Mapping[str, Any] | None = None, *,
+                 row_factory: Any = None) -> psycopg.Cursor[Any]:
+    """Execute one statement on a connection with tierq's timeouts; returns its cursor
+    (results fetched). In autocommit, the ``set_config`` and the statement share one
+    pipeline: one round trip, one implicit transaction, so the settings are LOCAL to it."""
+    cur = conn.cursor(row_factory=row_factory) if row_factory else conn.cursor()
+    set_local = _set_local_for(conn)
+    if set_local is None:
+        cur.execute(text, params or {})  # type: ignore[arg-type]
+        return cur
+    with conn.pipeline():
+        conn.execute(set_local)  # type: ignore[arg-type]
+        cur.execute(text, params or {})  # type: ignore[arg-type]
+    return cur
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A transaction on an idle autocommit connection that carries tierq's timeouts:
+    ``BEGIN`` and the ``SET LOCAL``s go as one simple query (one round trip, as a plain
+    BEGIN). Inside a transaction already, or on a connection that is not tierq's, it is
+    psycopg's ``conn.transaction()`` (a savepoint when nested)."""
+    begin = getattr(conn, "begin", None)
+    if (begin is None or getattr(conn, "set_local", None) is None
+            or conn.info.transaction_status != TransactionStatus.IDLE):
+        with conn.transaction():
+            yield conn
+        return
+    conn.execute(begin, prepare=False)  # type: ignore[call-overload]
+    try:
+        yield conn
+    except BaseException:
+        if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
+            with suppress(psycopg.Error):  # a broken connection: the pool discards it
+                conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def run(conn: psycopg.Connection[Row], name: str,
         params: Mapping[str, Any] | None = None) -> list[Row]:
     """Execute a named query on a connection."""
-    cur = conn.execute(query(name), params or {})  # type: ignore[arg-type]
+    cur = execute_text(conn, query(name), params)
     return cur.fetchall() if cur.description is not None else []
 
 
 def run_tuples(conn: psycopg.Connection[Row], name: str,
                params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
     """Execute a named query on a connection; rows as tuples (the hot paths)."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query(name), params or {})  # type: ignore[arg-type]
+    with execute_text(conn, query(name), params, row_factory=tuple_row) as cur:
         return cur.fetchall() if cur.description is not None else []
