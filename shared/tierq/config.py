@@ -24,9 +24,23 @@ class Settings(BaseSettings):
     db_host: str | None = Field(default=None, alias="DB_HOST")
     db_port: int = Field(default=5432, alias="DB_PORT")
     db_name: str = Field(default="tierq", alias="DB_NAME")
-    # TLS towards RDS Proxy; only tests against a local server without TLS lower it.
+    # The application's login (every function but migrate, and the Glue job) comes from
+    # DB_SECRET_ARN; the migrate function reads the owner's there and, from this one, the
+    # application login it creates (see tierq.dal.migrate.ensure_app_login).
+    db_app_secret_arn: str | None = Field(default=None, alias="DB_APP_SECRET_ARN")
+    # TLS towards RDS Proxy, verifying its certificate and host name. The proxy presents an
+    # ACM certificate, so the roots are the system's trust store (``system``), not the RDS
+    # CA bundle; only tests against a local server without TLS lower the mode.
     db_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = \
-        Field(default="require", alias="DB_SSLMODE")
+        Field(default="verify-full", alias="DB_SSLMODE")
+    db_sslrootcert: str = Field(default="system", min_length=1, alias="DB_SSLROOTCERT")
+    # Set per transaction (SET LOCAL), never per login or as a startup option: a statement
+    # running longer, or waiting longer for a lock, is cancelled (HTTP 503). Both stay well
+    # below the HTTP functions' 29 s timeout; 0 means no limit.
+    statement_timeout_ms: int = Field(default=15_000, ge=0, le=3_600_000,
+                                      alias="TIERQ_STATEMENT_TIMEOUT_MS")
+    lock_timeout_ms: int = Field(default=5_000, ge=0, le=3_600_000,
+                                 alias="TIERQ_LOCK_TIMEOUT_MS")
     db_pool_max: int = Field(default=10, ge=1, alias="TIERQ_DB_POOL_MAX")
     # How long a request waits for a pooled connection before it is answered 503. Once a
     # wait has run out, later ones wait at most a second until a checkout succeeds again.
@@ -91,6 +105,23 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name} must be one word without spaces, got "
                              f"{value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _system_roots_verify_host(self) -> Settings:
+        # libpq accepts sslrootcert=system only with verify-full (a public CA signs for
+        # anyone's host names, so checking the chain alone would prove nothing)
+        if self.db_sslrootcert == "system" and self.db_sslmode == "verify-ca":
+            raise ValueError("DB_SSLROOTCERT=system needs DB_SSLMODE=verify-full")
+        return self
+
+    @model_validator(mode="after")
+    def _lock_timeout_within_statement_timeout(self) -> Settings:
+        # (a lock wait is part of its statement: a longer lock timeout would never fire)
+        if self.statement_timeout_ms and self.lock_timeout_ms > self.statement_timeout_ms:
+            raise ValueError(
+                f"TIERQ_LOCK_TIMEOUT_MS ({self.lock_timeout_ms}) must not exceed "
+                f"TIERQ_STATEMENT_TIMEOUT_MS ({self.statement_timeout_ms})")
+        return self
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> Settings:
