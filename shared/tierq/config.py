@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     valkey_cluster: bool = Field(default=False, alias="VALKEY_CLUSTER")
 
     warm_max: int = Field(default=5000, ge=1, alias="TIERQ_WARM_MAX")
+    # Bytes of task data (payload, key and a small envelope) the warm tier holds per
+    # (queue, tenant); past it, tasks wait cold like past warm_max.
+    warm_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=1 << 40,
+                                alias="TIERQ_WARM_MAX_BYTES")
     lease_seconds: int = Field(default=300, ge=1, le=43_200, alias="TIERQ_LEASE_SECONDS")
     max_attempts: int = Field(default=5, ge=1, le=1000, alias="TIERQ_MAX_ATTEMPTS")
     backoff_kind: Literal["fixed", "linear", "exponential"] = Field(
@@ -74,10 +78,6 @@ class Settings(BaseSettings):
     reconcile_grace_seconds: float = Field(
         default=60.0, ge=0, alias="TIERQ_RECONCILE_GRACE_SECONDS"
     )
-    # Bytes of task data (payload, key and a small envelope) the warm tier holds per
-    # (queue, tenant); past it, tasks wait cold like past warm_max.
-    warm_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=1 << 40,
-                                alias="TIERQ_WARM_MAX_BYTES")
     # An admission registered in Valkey for longer than this belonged to a crashed caller.
     admission_stale_seconds: float = Field(
         default=60.0, gt=0, alias="TIERQ_ADMISSION_STALE_SECONDS"

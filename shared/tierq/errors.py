@@ -67,7 +67,6 @@ class Unavailable(TierqError):
     def __init__(self, message: str, *, retry_after: int = 2) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-        self.detail = detail
 
 
 class WarmTierFull(Unavailable):

@@ -300,7 +300,7 @@ class WarmTier:
         args: list[Any] = [warm_max_bytes]
         for item in items:
             args.extend(item)
-        return int(self._run("update_ready", (k.ready, k.data), args))
+        return int(self._run("update_ready", (k.ready, k.data, k.meta), args))
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""
@@ -308,9 +308,6 @@ class WarmTier:
         out = self._run("tier_stats", (k.ready, k.leased, k.meta), ())
         return int(out[0]), int(out[1]), _s(out[2])
 
-    def leases(self, queue: str, tenant: str) -> list[LeaseInfo]:
-        """Every current lease of one (queue, tenant)."""
-        k = PairKeys.of(queue, tenant)
     def ready_bytes(self, queue: str, tenant: str) -> int:
         """The bytes of task data the pair's warm set holds, as counted (the meta field
         ``bytes``, lua/warm_bytes.lua; 0 when missing)."""
@@ -327,6 +324,9 @@ class WarmTier:
                 pipe.hstrlen(k.data, field)
             return sum(pipe.execute()) if fields else 0
 
+    def leases(self, queue: str, tenant: str) -> list[LeaseInfo]:
+        """Every current lease of one (queue, tenant)."""
+        k = PairKeys.of(queue, tenant)
         with _available():
             pipe = self.client.pipeline(transaction=False)
             pipe.zrange(k.leased, 0, -1, withscores=True)

@@ -65,14 +65,14 @@ class Ticket:
     token: str
     modes: dict[Pair, str] = field(default_factory=dict)
     registered: set[Pair] = field(default_factory=set)
+    # pairs whose push Valkey refused for want of memory (their rows went cold)
+    full: set[Pair] = field(default_factory=set)
 
     def state_for(self, pair: Pair) -> str:
         return "warm" if self.modes.get(pair) == "warm" else "cold"
 
 
 def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False) -> Ticket:
-    # pairs whose push Valkey refused for want of memory (their rows went cold)
-    full: set[Pair] = field(default_factory=set)
     """Start an admission. ``force_cold`` (bulk loads) turns each queue cold first, so the
     rows land in the cold line and nothing enqueued later can jump ahead of them; the
     caller writes them with state 'cold' and calls ``close`` after its commit."""
@@ -102,7 +102,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[tuple[str, in
     """Push items of one pair; returns the ids refused (to be marked cold by the caller).
     Valkey out of memory refuses the rest of the items: see ``go_cold``."""
     queue, tenant = pair
-    warm_max = ctx.queue_settings.get(queue).warm_max
+    settings = ctx.queue_settings.get(queue)
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     for start in range(0, len(items), PUSH_CHUNK):
@@ -122,12 +122,6 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[tuple[str, in
             refused.extend(refused_now)
     return refused
 
-
-def mark_cold(ctx: Context, ids: Sequence[str],
-              conn: psycopg.Connection[Row] | None = None) -> None:
-    if ids:
-        ctx.db.fetch("mark_cold", {"ids": uuid_array(ids), "now": to_datetime(ctx.now())},
-                     conn)
 
 def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
     """Valkey is out of memory: turn the pair cold and register the ticket's admission (as

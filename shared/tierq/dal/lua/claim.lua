@@ -22,6 +22,7 @@ local prefix = ARGV[4]
 local budget = tonumber(ARGV[6] or '0')
 local strict = ARGV[7] == 'strict'
 local used = 0
+local freed = 0  -- bytes of the data handed out: the meta field 'bytes' (lua/warm_bytes.lua)
 -- Formatted once per claim rather than once per task (number -> string is not cheap here).
 -- '%.17g' is how Redis itself formats a Lua number argument, so ZADD gets the same score.
 local deadline_arg = string.format('%.17g', now + tonumber(ARGV[3]))
@@ -30,7 +31,6 @@ local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
 
 local popped_ids = {}
 local n_popped = #popped / 2
-local freed = 0  -- bytes of the data handed out: the meta field 'bytes' (lua/warm_bytes.lua)
 for k = 1, n_popped do popped_ids[k] = popped[2 * k - 1] end
 -- HMGET keeps the order of its fields: blobs[k] belongs to popped_ids[k]
 local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
@@ -57,6 +57,7 @@ for k = 1, n_popped do
   end
   if blob then
     used = used + #blob
+    freed = freed + #blob
     local sep = string.find(blob, '|', 1, true)
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
     -- numbered by position in the popped batch, so ids without data leave gaps
@@ -76,10 +77,10 @@ end
 
 call_chunked('ZADD', KEYS[1], put_back)
 call_chunked('HDEL', KEYS[2], handed_ids)
+if freed > 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -freed) end
 call_chunked('ZADD', KEYS[3], leased_args)
 if n_handed > 0 then
   redis.call('HSET', KEYS[4], prefix, now .. '|' .. ARGV[5])
 end
 out[1] = redis.call('ZCARD', KEYS[1])
 return out
-if freed > 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -freed) end
