@@ -21,6 +21,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -29,11 +30,12 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
 
 import tierq
-from tierq.api import access, errors, request
+from tierq.api import access, errors, request, sizing
 from tierq.api.routes import FUNCTION_ROUTERS
-from tierq.errors import Forbidden, MalformedRequest
+from tierq.errors import Forbidden, MalformedRequest, PayloadTooLarge
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
@@ -136,9 +138,45 @@ def _raw_response(status: int, body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def serialize_body(value: Any) -> str:
+    """Response bodies as UTF-8 JSON (orjson): a non-ASCII character costs its UTF-8 bytes
+    on the wire, not a ``\\uXXXX`` escape per UTF-16 unit (see :mod:`tierq.api.sizing`)."""
+    return orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def request_body_cost(event: APIGatewayProxyEventV2) -> int:
+    """What the request's body weighs in the event Lambda receives: as a JSON string, each
+    quote and backslash escaped (base64 text has none)."""
+    body = event.body or ""
+    if event.is_base64_encoded:
+        return len(body)
+    return sizing.body_cost(body.encode("utf-8", "surrogatepass"))
+
+
 def precheck_body(event: APIGatewayProxyEventV2) -> dict[str, Any] | None:
-    """A ready response rejecting the request's body (400), or None when it may go on."""
-    if event.http_method.upper() not in BODY_METHODS or not event.body:
+    """A ready response rejecting the request's body (400, or 413 over Lambda's request
+    limit), or None when it may go on."""
+    if not event.body:
+        return None
+    cost = request_body_cost(event)
+    if cost > sizing.REQUEST_BODY_LIMIT:
+        exc = PayloadTooLarge(
+            f"the request body weighs {cost:,} bytes as a Lambda request; at most "
+            f"{sizing.REQUEST_BODY_LIMIT:,} fit (send fewer or smaller tasks per request)",
+            details=[{"field": "body", "message": "larger than a Lambda request may be"}],
+        )
+        return _raw_response(exc.status, exc.to_body())
+    if event.http_method.upper() not in BODY_METHODS:
         return None
     content_type = (event.headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type and content_type != "application/json" and not content_type.endswith("+json"):
@@ -168,7 +206,8 @@ class TierqResolver(APIGatewayHttpResolver):
 
     def __init__(self, function: str) -> None:
         self._tierq_local = threading.local()
-        super().__init__(enable_validation=True, json_body_deserializer=parse_json_body)
+        super().__init__(enable_validation=True, json_body_deserializer=parse_json_body,
+                         serializer=serialize_body)
         self.function = function
 
     # Powertools keeps these on the resolver (and on BaseRouter): per thread here.
