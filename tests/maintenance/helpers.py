@@ -1,0 +1,38 @@
+"""Helpers of the maintenance tests: idle pairs written straight into the registry, and
+what the registry and the walk cursors hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tierq.engine import Tierq
+
+TINY_BUDGET = 1e-9  # spent at once: each part of a pass visits exactly one item
+
+
+def seed_idle_pairs(pg: psycopg.Connection[Any], n: int, *, prefix: str = "idle") -> None:
+    """``n`` registered pairs without any row (as pairs that once held a task)."""
+    pg.execute("INSERT INTO tierq_queue_tenants (queue, tenant)"
+               " SELECT %s || '-' || lpad(g::text, 6, '0'), '_'"
+               " FROM generate_series(1, %s) AS g", (prefix, n))
+
+
+def registered(pg: psycopg.Connection[Any], queue: str, tenant: str = "_") -> bool:
+    return pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = %s AND tenant = %s",
+                      (queue, tenant)).fetchone() is not None
+
+
+def cursor_of(pg: psycopg.Connection[Any], walk: str) -> tuple[str, str] | None:
+    row = pg.execute("SELECT queue, tenant FROM tierq_maintenance_cursors WHERE walk = %s",
+                     (walk,)).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def lease_and_expire(tq: Tierq, queue: str, *, tenant: str = "_", ready: int = 0) -> None:
+    """One task of (queue, tenant) leased for 1 s, plus ``ready`` more left in line; the
+    caller moves the clock past the lease."""
+    tq.enqueue(queue, [{"payload": i, "tenant": tenant} for i in range(1 + ready)])
+    [task] = tq.claim(queue, max=1, tenant=tenant, lease_seconds=1)
+    assert task.tenant == tenant

@@ -1,0 +1,279 @@
+"""The reaper visits only pairs with work, in budgeted slices whose cursor carries over, and
+forgets pairs idle past the pair retention (never while a row of theirs remains, and
+race-free against a process that still remembers them)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+
+from tests.integration.helpers import count_rows
+from tests.maintenance.helpers import (
+    TINY_BUDGET,
+    cursor_of,
+    lease_and_expire,
+    registered,
+    seed_idle_pairs,
+)
+from tierq.logic import pairs
+from tierq.logic.context import OffsetClock, to_datetime
+from tierq.maintenance import reaper
+
+RETENTION = 600.0  # the pair retention these tests set (the refresh interval is 150 s)
+
+
+def test_idle_pairs_are_not_visited_and_an_expired_lease_is_reaped(make_tq, pg):
+    tq = make_tq()
+    seed_idle_pairs(pg, 300)
+    lease_and_expire(tq, "live")
+    tq.ctx.clock.advance(2)
+    summary = reaper.run(tq.ctx)
+    assert summary.pairs == 1 and summary.expired == 1 and summary.requeued == 1
+    assert summary.completed and summary.purge_queues == 0 and summary.forgotten == []
+    # the task is back in line and claimed again, attempt 2
+    tq.run_delayed_mover()
+    [again] = tq.claim("live", max=5)
+    assert again.attempt == 2
+
+
+def test_a_tiny_budget_visits_one_pair_per_pass_and_the_cursor_goes_round(make_tq, pg):
+    tq = make_tq()
+    seed_idle_pairs(pg, 50)
+    queues = [f"q{i}" for i in range(5)]
+    for queue in queues:
+        lease_and_expire(tq, queue, ready=1)  # a ready task keeps the pair in the walk
+    tq.ctx.clock.advance(2)
+    reaped: list[str] = []
+    for i, queue in enumerate(queues):
+        summary = reaper.run(tq.ctx, budget_seconds=TINY_BUDGET)
+        assert (summary.pairs, summary.slices, summary.expired) == (1, 1, 1), i
+        assert cursor_of(pg, reaper.LEASES_WALK) == (queue, "_")
+        reaped.append(queue)
+        expired_so_far = pg.execute(
+            "SELECT array_agg(DISTINCT queue ORDER BY queue) FROM tierq_tasks"
+            " WHERE attempts = 1").fetchone()
+        assert expired_so_far is not None and expired_so_far[0] == reaped
+    # round again from the start: nobody starves, nothing is expired twice
+    summary = reaper.run(tq.ctx, budget_seconds=TINY_BUDGET)
+    assert (summary.pairs, summary.expired) == (1, 0)
+    assert cursor_of(pg, reaper.LEASES_WALK) == ("q0", "_")
+
+
+def test_small_slices_cover_every_pair_in_one_pass_with_time_to_spare(make_tq, pg):
+    tq = make_tq()
+    for queue in ("a", "b", "c", "d", "e"):
+        lease_and_expire(tq, queue)
+    tq.ctx.clock.advance(2)
+    summary = reaper.run(tq.ctx, slice_size=2, budget_seconds=60)
+    assert (summary.pairs, summary.slices, summary.expired) == (5, 3, 5)
+    assert summary.completed
+    # the expired tasks are back in line (warm rows): visited again, nothing to expire
+    again = reaper.run(tq.ctx, slice_size=2)
+    assert (again.pairs, again.expired) == (5, 0)
+    # once they are done, no pair has work: nothing is visited
+    for queue in ("a", "b", "c", "d", "e"):
+        tq.ack(queue, tq.claim(queue, max=5))
+    assert reaper.run(tq.ctx, slice_size=2).pairs == 0
+
+
+def test_a_pass_that_stops_early_resumes_after_the_last_pair_it_visited(make_tq, pg):
+    tq = make_tq()
+    for queue in ("a", "b", "c", "d", "e"):
+        lease_and_expire(tq, queue, ready=1)
+    tq.ctx.clock.advance(2)
+    pg.execute("INSERT INTO tierq_maintenance_cursors (walk, queue, tenant)"
+               " VALUES (%s, 'c', '_')", (reaper.LEASES_WALK,))
+    first = reaper.run(tq.ctx, budget_seconds=TINY_BUDGET)
+    assert first.expired == 1 and cursor_of(pg, reaper.LEASES_WALK) == ("d", "_")
+    rest = reaper.run(tq.ctx, slice_size=2, budget_seconds=60)
+    # e, then round to a, b, c, d: every pair once, d's lease already taken
+    assert (rest.pairs, rest.expired, rest.completed) == (5, 4, True)
+    assert cursor_of(pg, reaper.LEASES_WALK) == ("d", "_")
+
+
+def test_idle_pairs_are_forgotten_after_the_retention_but_not_while_rows_remain(make_tq, pg):
+    tq = make_tq(pair_retention_seconds=RETENTION)
+    for queue in ("gone", "dead", "kept", "scheduled", "later"):
+        tq.enqueue(queue, [{"payload": 1}])
+    done = {q: tq.claim(q, max=1)[0] for q in ("gone", "dead", "kept")}
+    tq.ack("gone", [done["gone"]])
+    tq.nack("dead", [{"id": done["dead"].id, "lease_token": done["dead"].lease_token,
+                      "dead": True}])
+    tq.ack("kept", [{"id": done["kept"].id, "lease_token": done["kept"].lease_token,
+                     "result": {"ok": True}}])
+    tq.put_schedule("nightly", {"queue": "scheduled", "payload": {}, "cron": "0 3 * * *"})
+    pg.execute("DELETE FROM tierq_tasks WHERE queue = 'scheduled'")  # only the schedule row
+    pg.execute("DELETE FROM tierq_tasks WHERE queue = 'later'")
+
+    assert reaper.run(tq.ctx).forgotten == []  # within the retention: kept
+    tq.ctx.clock.advance(RETENTION + 1)
+    tq.enqueue("later", [{"payload": 2}])  # used again just now: kept
+    summary = reaper.run(tq.ctx)
+    assert summary.forgotten == ["gone|_"]
+    for queue in ("dead", "kept", "scheduled", "later"):
+        assert registered(pg, queue), queue
+    # once the rows are gone, their pairs go too
+    pg.execute("DELETE FROM tierq_tasks WHERE queue IN ('dead', 'kept')")
+    tq.delete_schedule("nightly")
+    assert sorted(reaper.run(tq.ctx).forgotten) == ["dead|_", "kept|_", "scheduled|_"]
+    assert registered(pg, "later")
+
+
+def test_the_forget_walk_reads_one_slice_per_pass_and_wraps(make_tq, pg):
+    tq = make_tq(pair_retention_seconds=RETENTION)
+    seed_idle_pairs(pg, 25)
+    tq.ctx.clock.advance(RETENTION + 1)
+    first = reaper.run(tq.ctx, forget_slice=10)
+    assert len(first.forgotten) == 10
+    assert cursor_of(pg, reaper.FORGET_WALK) == ("idle-000010", "_")
+    assert len(reaper.run(tq.ctx, forget_slice=10).forgotten) == 10
+    last = reaper.run(tq.ctx, forget_slice=10)
+    assert len(last.forgotten) == 5 and cursor_of(pg, reaper.FORGET_WALK) == ("", "")
+    assert pg.execute("SELECT count(*) FROM tierq_queue_tenants").fetchone() == (0,)
+
+
+def test_a_process_that_remembers_a_forgotten_pair_registers_it_again(make_tq, pg):
+    clock = OffsetClock()
+    reaper_side = make_tq(clock=clock, pair_retention_seconds=RETENTION)
+    producer = make_tq(clock=clock, pair_retention_seconds=RETENTION)
+    producer.enqueue("jobs", [{"payload": 0, "tenant": "t1"}])
+    reaper_side.ack("jobs", reaper_side.claim("jobs", max=1))
+    clock.advance(RETENTION + 1)
+    assert reaper.run(reaper_side.ctx).forgotten == ["jobs|t1"]
+    assert not registered(pg, "jobs", "t1")
+    # the producer still has the pair in memory; its next enqueue registers it again
+    producer.enqueue("jobs", [{"payload": 1, "tenant": "t1"}])
+    assert registered(pg, "jobs", "t1")
+    # so a claim across the queue's tenants finds the task, and maintenance keeps it
+    [task] = reaper_side.claim("jobs", max=5, lease_seconds=1)
+    assert task.tenant == "t1" and task.payload == 1
+    clock.advance(2)
+    summary = reaper.run(reaper_side.ctx)
+    assert summary.expired == 1 and summary.forgotten == []
+    reaper_side.run_delayed_mover()
+    [again] = reaper_side.claim("jobs", max=5)
+    assert again.id == task.id and again.attempt == 2
+
+
+def test_a_registration_racing_with_the_forget_keeps_the_pair(make_tq, database_url, pg):
+    tq = make_tq(pair_retention_seconds=RETENTION)
+    tq.enqueue("race", [{"payload": 0}])
+    tq.ack("race", tq.claim("race", max=1))
+    tq.ctx.clock.advance(RETENTION + 1)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(database_url) as other:
+        with other.transaction():
+            # another process registers the pair again (last_seen now), not committed yet
+            other.execute("UPDATE tierq_queue_tenants SET last_seen = %s"
+                          " WHERE queue = 'race'", (to_datetime(tq.ctx.now()),))
+            walker = threading.Thread(
+                target=lambda: outcome.update(summary=reaper.run(tq.ctx)))
+            walker.start()
+            walker.join(0.5)  # the forget waits for the registration's row lock
+        walker.join(30)
+    assert not walker.is_alive()
+    assert outcome["summary"].forgotten == [] and registered(pg, "race")
+
+
+def test_quota_counts_distinct_queues_per_tenant_and_writes_nothing_beyond_it(make_tq, pg):
+    from tierq.errors import QuotaExceeded
+
+    tq = make_tq(max_queues_per_tenant=2)
+    tq.enqueue("one", [{"payload": 1, "tenant": "a"}])
+    tq.enqueue("two", [{"payload": 1, "tenant": "a"}])
+    tq.enqueue("one", [{"payload": 2, "tenant": "a"}])  # a known queue: fine
+    try:
+        tq.enqueue("three", [{"payload": 1, "tenant": "a"}])
+    except QuotaExceeded as exc:
+        assert exc.status == 409 and exc.to_body()["error"]["code"] == "quota_exceeded"
+        assert "three" in exc.message
+    else:
+        raise AssertionError("a third queue of tenant a was accepted")
+    assert count_rows(pg, "three") == 0 and not registered(pg, "three", "a")
+    # a batch with one tenant over the cap writes nothing for any tenant
+    try:
+        tq.enqueue("three", [{"payload": 1, "tenant": "b"}, {"payload": 2, "tenant": "a"}])
+    except QuotaExceeded:
+        pass
+    else:
+        raise AssertionError("the batch was accepted")
+    assert count_rows(pg, "three") == 0 and not registered(pg, "three", "b")
+    tq.enqueue("three", [{"payload": 1, "tenant": "b"}])  # another tenant: its own count
+    # schedules register their pair the same way
+    try:
+        tq.put_schedule("s", {"queue": "four", "tenant": "a", "payload": {},
+                              "every_seconds": 60})
+    except QuotaExceeded:
+        pass
+    else:
+        raise AssertionError("a schedule on a third queue of tenant a was accepted")
+    assert pg.execute("SELECT count(*) FROM tierq_schedules").fetchone() == (0,)
+
+
+def test_quota_holds_for_the_feeders_registration_and_for_racing_registrations(
+        make_tq, database_url, pg):
+    from tierq.errors import QuotaExceeded
+
+    tq = make_tq(max_queues_per_tenant=3)
+    now = tq.ctx.now()
+    # the feeder registers inside its chunk's transaction (spark_glue writer.write_chunk)
+    with psycopg.connect(database_url, row_factory=psycopg.rows.dict_row) as conn, \
+            conn.transaction():
+        pairs.register(conn, "fed", ["a", "b"], now=now, cap=3)
+    assert registered(pg, "fed", "a") and registered(pg, "fed", "b")
+    # eight processes add a queue each for tenant a at once: exactly two more fit
+    results: list[str] = []
+
+    def add(i: int) -> None:
+        try:
+            pairs.register_pairs(tq.db, f"race-{i}", ["a"], now=now, cap=3)
+            results.append("ok")
+        except QuotaExceeded:
+            results.append("refused")
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == ["ok"] * 2 + ["refused"] * 6
+    assert pg.execute("SELECT count(*) FROM tierq_queue_tenants WHERE tenant = 'a'"
+                      ).fetchone() == (3,)
+
+
+def test_no_cap_when_the_setting_is_zero(make_tq, pg):
+    tq = make_tq(max_queues_per_tenant=0)
+    for i in range(5):
+        tq.enqueue(f"q{i}", [{"payload": i}])
+    assert pg.execute("SELECT count(*) FROM tierq_queue_tenants").fetchone() == (5,)
+
+
+def test_forgetting_frees_quota(make_tq, pg):
+    tq = make_tq(max_queues_per_tenant=1, pair_retention_seconds=RETENTION)
+    tq.enqueue("old", [{"payload": 1}])
+    tq.ack("old", tq.claim("old", max=1))
+    tq.ctx.clock.advance(RETENTION + 1)
+    assert reaper.run(tq.ctx).forgotten == ["old|_"]
+    tq.enqueue("new", [{"payload": 1}])
+    assert registered(pg, "new") and not registered(pg, "old")
+
+
+def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
+    tq = make_tq()
+    seed_idle_pairs(pg, 100)
+    for queue in ("dead", "kept"):
+        tq.put_queue(queue, {"retention_seconds": 10})
+        tq.enqueue(queue, [{"payload": 1}, {"payload": 2}])
+    for task in tq.claim("dead", max=2):
+        tq.nack("dead", [{"id": task.id, "lease_token": task.lease_token, "dead": True}])
+    tq.ack("kept", [{"id": t.id, "lease_token": t.lease_token, "result": {"n": 1}}
+                    for t in tq.claim("kept", max=2)])
+    first = reaper.run(tq.ctx)
+    assert (first.purge_queues, first.purged) == (2, 0)
+    tq.ctx.clock.advance(11)
+    second = reaper.run(tq.ctx)
+    assert (second.purge_queues, second.purged) == (2, 4)
+    assert count_rows(pg) == 0
+    assert reaper.run(tq.ctx).purge_queues == 0
