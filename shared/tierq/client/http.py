@@ -73,6 +73,7 @@ DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
 Model = TypeVar("Model", bound=BaseModel)
 ResultT = TypeVar("ResultT", AckResult, NackResult, HeartbeatResult)
+PageT = TypeVar("PageT", QueueList, DetailedMetrics, RunningMetrics)
 
 
 def _segment(value: str | UUID) -> str:
@@ -293,8 +294,28 @@ class Client:
 
     # -- queues ------------------------------------------------------------------------
 
-    def list_queues(self) -> list[QueueView]:
-        return QueueList.model_validate(self.request("GET", "/v1/queues")).queues
+    def list_queues(self, *, page_size: int | None = None) -> list[QueueView]:
+        """Every queue (only the caller's tenant's when it is pinned), page by page."""
+        return [view for page in self._pages(self.list_queues_page, limit=page_size)
+                for view in page.queues]
+
+    def list_queues_page(self, *, after: str | None = None,
+                         limit: int | None = None) -> QueueList:
+        """One page of queues in name order; pass ``page.next`` as ``after``."""
+        return QueueList.model_validate(self.request(
+            "GET", "/v1/queues", params={"after": after, "limit": limit}))
+
+    @staticmethod
+    def _pages(fetch: Callable[..., PageT], **kwargs: Any) -> Iterator[PageT]:
+        """Every page of a list route, following its ``next`` cursor. A page may be short
+        (it ends before it would overrun a Lambda response), even empty, while more follow."""
+        after: str | None = None
+        while True:
+            page = fetch(after=after, **kwargs)
+            yield page
+            after = page.next
+            if not after:
+                return
 
     def get_queue(self, queue: str) -> QueueView:
         return QueueView.model_validate(self.request("GET", f"/v1/queues/{_segment(queue)}"))
@@ -311,7 +332,9 @@ class Client:
 
     def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
                  after: str | None = None) -> DeadLetterPage:
-        """One page of dead letters, oldest first; pass ``page.next_cursor`` as ``after``."""
+        """One page of dead letters, most recently dead first; pass ``page.next`` as
+        ``after``. A page holds at most ``limit``, fewer when more would not fit a Lambda
+        response."""
         data = self.request("GET", f"/v1/queues/{_segment(queue)}/dlq",
                             params={"tenant": tenant, "limit": limit, "after": after})
         return DeadLetterPage.model_validate(data)
@@ -323,9 +346,9 @@ class Client:
         while True:
             page = self.dlq_list(queue, tenant=tenant, limit=page_size, after=after)
             yield from page.tasks
-            if not page.next_cursor or not page.tasks:
+            after = page.next or page.next_cursor
+            if not after:
                 return
-            after = page.next_cursor
 
     @staticmethod
     def _selection(ids: Sequence[UUID | str] | None, all: bool) -> dict[str, Any]:
@@ -353,17 +376,36 @@ class Client:
 
     # -- metrics -----------------------------------------------------------------------
 
-    def metrics_detailed(self) -> list[TenantCounts]:
-        """Per (queue, tenant): warm, cold, delayed, leased, dead and the oldest ready."""
-        return self.metrics_detailed_page().queues
+    def metrics_detailed(self, queue: str | None = None, *,
+                         page_size: int | None = None) -> list[TenantCounts]:
+        """Per (queue, tenant): warm, cold, delayed, leased, dead and the oldest ready; every
+        page."""
+        return [row for page in self._pages(self.metrics_detailed_page, queue=queue,
+                                            limit=page_size)
+                for row in page.queues]
 
-    def metrics_detailed_page(self) -> DetailedMetrics:
-        return DetailedMetrics.model_validate(self.request("GET", "/v1/metrics/queues/detailed"))
+    def metrics_detailed_page(self, *, after: str | None = None, queue: str | None = None,
+                              limit: int | None = None) -> DetailedMetrics:
+        """One page of counts in (queue, tenant) order; pass ``page.next`` as ``after``."""
+        return DetailedMetrics.model_validate(self.request(
+            "GET", "/v1/metrics/queues/detailed",
+            params={"queue": queue, "after": after, "limit": limit}))
 
-    def running(self, queue: str | None = None) -> list[RunningLease]:
-        """Current leases (of every queue, or of one), oldest first."""
-        data = self.request("GET", "/v1/metrics/queues/running", params={"queue": queue})
-        return RunningMetrics.model_validate(data).running
+    def running(self, queue: str | None = None, *,
+                page_size: int | None = None) -> list[RunningLease]:
+        """Current leases (of every queue, or of one), oldest first; every page."""
+        leases = [lease for page in self._pages(self.running_page, queue=queue,
+                                                limit=page_size)
+                  for lease in page.running]
+        leases.sort(key=lambda lease: lease.started_at)
+        return leases
+
+    def running_page(self, *, after: str | None = None, queue: str | None = None,
+                     limit: int | None = None) -> RunningMetrics:
+        """One page of current leases, by (queue, tenant) and oldest first within each."""
+        return RunningMetrics.model_validate(self.request(
+            "GET", "/v1/metrics/queues/running",
+            params={"queue": queue, "after": after, "limit": limit}))
 
     # -- schedules ---------------------------------------------------------------------
 

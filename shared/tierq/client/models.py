@@ -19,6 +19,8 @@ from tierq.models import (
     TenantCounts,
 )
 
+NEXT = "Pass as after= for the next page; None on the last."
+
 
 class EnqueueResults(BaseModel):
     tasks: list[EnqueueOutcome]
@@ -30,11 +32,13 @@ class ClaimResults(BaseModel):
 
 class QueueList(BaseModel):
     queues: list[QueueView]
+    next: str | None = Field(default=None, description=NEXT)
 
 
 class DeadLetterPage(BaseModel):
     tasks: list[TaskView]
     next_cursor: str | None = Field(default=None, description="Pass as after= for the next page.")
+    next: str | None = Field(default=None, description="The same cursor as next_cursor.")
 
 
 class ReplayResult(BaseModel):
@@ -49,8 +53,10 @@ class PurgeResult(BaseModel):
 class DetailedMetrics(BaseModel):
     queues: list[TenantCounts]
     timestamp: datetime | None = None
+    next: str | None = Field(default=None, description=NEXT)
 
 
 class RunningMetrics(BaseModel):
     running: list[RunningLease]
     timestamp: datetime | None = None
+    next: str | None = Field(default=None, description=NEXT)
