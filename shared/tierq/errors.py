@@ -59,14 +59,18 @@ class Forbidden(TierqError):
 
 
 class Unavailable(TierqError):
-    """A backing store does not answer; the caller should retry after ``retry_after``."""
+    """A backing store does not answer; the caller should retry after ``retry_after``.
+
+    ``message`` is what the caller sees: it names the store and never says where it is.
+    ``detail`` — the driver's own text, with hosts, ports and URLs — goes to the log only."""
 
     status = 503
     code = "unavailable"
 
-    def __init__(self, message: str, *, retry_after: int = 2) -> None:
+    def __init__(self, message: str, *, retry_after: int = 2, detail: str | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.detail = detail
 
 
 class WarmTierFull(Unavailable):

@@ -10,6 +10,7 @@ with one detail per offending field named as a client would write it (``tasks[3]
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -99,10 +100,28 @@ def json_response(status: int, body: Any, headers: Mapping[str, str] | None = No
     )
 
 
+# What gives a store's whereabouts or a driver's words away: a URL, an IP address, a
+# host:port, libpq's `host=`/`port N` wording.
+_INTERNALS = re.compile(
+    r"[a-z][a-z0-9+.-]*://|\b\d{1,3}(?:\.\d{1,3}){3}\b|\[?[0-9a-f]*:[0-9a-f:]+\]?:\d+"
+    r"|\b[\w.-]+:\d{2,5}\b|\bhost\s*=|\bport\s+\d+|server at|connection to|socket",
+    re.IGNORECASE)
+UNAVAILABLE_FALLBACK = "a backing store is not answering; retry later"
+
+
+def public_unavailable(exc: Unavailable) -> Unavailable:
+    """``exc`` as the caller may see it: its message, unless that gives internals away
+    (then a generic one); the detail never."""
+    if _INTERNALS.search(exc.message) is None:
+        return exc
+    return Unavailable(UNAVAILABLE_FALLBACK, retry_after=exc.retry_after)
+
+
 def error_response(exc: TierqError) -> Response:
     headers = {}
     if isinstance(exc, Unavailable):
         headers["Retry-After"] = str(exc.retry_after)
+        exc = public_unavailable(exc)
     return json_response(exc.status, exc.to_body(), headers)
 
 
@@ -176,7 +195,13 @@ def register(app: ApiGatewayResolver) -> None:
     @app.exception_handler(TierqError)
     def _tierq_error(exc: TierqError) -> Response:
         if exc.status >= 500:
-            logger.warning("store unavailable", extra={"error": exc.message})
+            # the whole story for the operator; the caller gets the public message only
+            cause = exc.__cause__
+            logger.warning("store unavailable", extra={
+                "error": exc.message,
+                "detail": getattr(exc, "detail", None),
+                "cause": None if cause is None else f"{type(cause).__name__}: {cause}",
+            })
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)

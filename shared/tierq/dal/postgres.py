@@ -180,7 +180,7 @@ class Database:
             raise Unavailable(f"PostgreSQL is not answering (no connection within "
                               f"{waited:g}s)") from exc
         except psycopg.OperationalError as exc:
-            raise Unavailable(f"PostgreSQL is not answering: {exc}".strip()) from exc
+            raise Unavailable("PostgreSQL is not answering", detail=str(exc).strip()) from exc
 
     @contextmanager
     def transaction(self) -> Iterator[TierqConnection]:

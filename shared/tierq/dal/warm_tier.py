@@ -126,7 +126,7 @@ def _available() -> Iterator[None]:
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise Unavailable(f"Valkey is not answering: {exc}") from exc
+        raise Unavailable("Valkey is not answering", detail=str(exc)) from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
         # can (admission) send the work cold instead
