@@ -1,0 +1,122 @@
+"""statement_timeout and lock_timeout, set by tierq per transaction (SET LOCAL) on a real
+PostgreSQL: a statement over the limit is cancelled, a lock wait over the limit fails, and
+nothing is sent as a startup option or left on the session (RDS Proxy refuses startup
+options; an alternating-user rotation's new login would not carry per-login settings)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from tierq.dal.postgres import Database, execute_text, run, transaction
+from tierq.engine import Tierq
+from tierq.errors import Unavailable
+
+SHOW = ("SELECT current_setting('statement_timeout') AS statement_timeout,"
+        " current_setting('lock_timeout') AS lock_timeout,"
+        " current_setting('synchronous_commit') AS synchronous_commit")
+
+
+@pytest.fixture
+def db(app_database_url: str, clean_stores: None) -> Iterator[Database]:
+    database = Database(app_database_url, max_size=2, statement_timeout_ms=300,
+                        lock_timeout_ms=150)
+    yield database
+    database.close()
+
+
+def test_no_startup_options_and_nothing_left_on_the_session(db: Database) -> None:
+    for relaxed in (False, True):
+        with db.connection(relaxed=relaxed) as conn:
+            assert "options" not in conn.info.get_parameters()
+            assert "options=" not in conn.info.dsn
+            # inside tierq's statements: its settings; on the session: the server's
+            inside = execute_text(conn, SHOW).fetchone()
+            assert inside == {"statement_timeout": "300ms", "lock_timeout": "150ms",
+                              "synchronous_commit": "off" if relaxed else "on"}
+            assert conn.execute(SHOW).fetchone() == {
+                "statement_timeout": "0", "lock_timeout": "0", "synchronous_commit": "on"}
+
+
+def test_a_statement_over_the_statement_timeout_is_cancelled(db: Database) -> None:
+    with db.connection() as conn:
+        started = time.monotonic()
+        with pytest.raises(errors.QueryCanceled, match="statement timeout"):
+            execute_text(conn, "SELECT pg_sleep(5)")
+        assert time.monotonic() - started < 4
+        # the connection is usable at once, and the limit went with the statement
+        assert conn.execute("SELECT current_setting('statement_timeout') AS t"
+                            ).fetchone() == {"t": "0"}
+    # in a transaction opened by the engine: the same limit, answered as 503 (Unavailable)
+    with pytest.raises(Unavailable), db.transaction() as conn:
+        assert conn.execute(SHOW).fetchone()["statement_timeout"] == "300ms"
+        conn.execute("SELECT pg_sleep(5)")
+
+
+def test_a_lock_wait_over_the_lock_timeout_fails(db: Database, database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as owner:
+        owner.execute("INSERT INTO tierq_queues (queue) VALUES ('locked')")
+        with owner.transaction():
+            owner.execute("SELECT * FROM tierq_queues WHERE queue = 'locked' FOR UPDATE")
+            with db.connection() as conn:
+                started = time.monotonic()
+                with pytest.raises(errors.LockNotAvailable):
+                    execute_text(conn, "UPDATE tierq_queues SET paused = true"
+                                       " WHERE queue = 'locked'")
+                waited = time.monotonic() - started
+            assert 0.1 < waited < 3
+            with pytest.raises(Unavailable), db.transaction() as conn:
+                conn.execute("UPDATE tierq_queues SET paused = true WHERE queue = 'locked'")
+
+
+def test_an_engine_answers_503_when_a_row_stays_locked(make_tq: Any, database_url: str) -> None:
+    tq: Tierq = make_tq(statement_timeout_ms=2000, lock_timeout_ms=200)
+    tq.put_queue("held", {"warm_max": 10})
+    with psycopg.connect(database_url, autocommit=True) as owner, owner.transaction():
+        owner.execute("SELECT * FROM tierq_queues WHERE queue = 'held' FOR UPDATE")
+        with pytest.raises(Unavailable):
+            tq.put_queue("held", {"warm_max": 20})
+    assert tq.put_queue("held", {"warm_max": 20}).warm_max == 20
+
+
+def test_a_lock_timeout_the_caller_set_in_its_transaction_is_kept(db: Database) -> None:
+    """The cold -> warm mover sets a shorter lock timeout of its own (promote_lock_timeout)
+    in a transaction it opened: statements run inside it do not override that."""
+    with db.connection() as conn:
+        with conn.transaction():
+            run(conn, "promote_lock_timeout", {"timeout": "25ms"})
+            assert run(conn, "known_queues") == []  # a named query inside the transaction
+            assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "25ms"
+        with transaction(conn):  # tierq's own: BEGIN and the settings in one query
+            assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "150ms"
+            run(conn, "promote_lock_timeout", {"timeout": "25ms"})
+            assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "25ms"
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_transactions_commit_on_success_and_roll_back_on_errors(db: Database,
+                                                                pg: Any) -> None:
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO tierq_queues (queue) VALUES ('kept')")
+    with pytest.raises(RuntimeError), db.transaction() as conn:
+        conn.execute("INSERT INTO tierq_queues (queue) VALUES ('dropped')")
+        raise RuntimeError("the caller failed")
+    queues = [r[0] for r in pg.execute("SELECT queue FROM tierq_queues ORDER BY 1")]
+    assert queues == ["kept"]
+    with db.connection() as conn:  # the connection went back clean
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_zero_means_no_limit(app_database_url: str, clean_stores: None) -> None:
+    unlimited = Database(app_database_url, max_size=1, statement_timeout_ms=0,
+                         lock_timeout_ms=0)
+    try:
+        with unlimited.connection() as conn:
+            assert execute_text(conn, SHOW).fetchone()["statement_timeout"] == "0"
+    finally:
+        unlimited.close()
