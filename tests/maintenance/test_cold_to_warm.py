@@ -1,0 +1,78 @@
+"""The cold -> warm mover visits only pairs with cold work or that it left in cold mode, in
+budgeted slices whose cursor carries over; a pair whose cold line drained gets the visit
+that returns it to warm mode, and then no more."""
+
+from __future__ import annotations
+
+from tests.integration.helpers import mode_of, ready_size
+from tests.maintenance.helpers import TINY_BUDGET, cursor_of, seed_idle_pairs
+from tierq.maintenance import cold_to_warm
+
+
+def cold_work(tq, queue: str, *, tasks: int = 8) -> None:
+    """A pair in cold mode with ``tasks - 4`` cold tasks: warm_max 4 at the enqueue, then
+    raised to 100, so the mover has room (a claim would refill inline)."""
+    tq.put_queue(queue, {"warm_max": 4})
+    tq.enqueue(queue, [{"payload": i} for i in range(tasks)])
+    tq.put_queue(queue, {"warm_max": 100})
+
+
+def marked(pg) -> list[str]:
+    return [r[0] for r in pg.execute("SELECT queue FROM tierq_queue_tenants"
+                                     " WHERE cold_mode_since IS NOT NULL ORDER BY queue")]
+
+
+def test_idle_pairs_are_not_visited_and_cold_work_is_promoted(make_tq, pg):
+    tq = make_tq()
+    seed_idle_pairs(pg, 300)
+    tq.enqueue("warm-only", [{"payload": 1}])
+    cold_work(tq, "busy")
+    summary = cold_to_warm.run(tq.ctx)
+    assert summary.pairs == 1 and summary.promoted == 4 and summary.completed
+    assert summary.returned_to_warm == ["busy|_"]
+    assert cold_to_warm.run(tq.ctx).pairs == 0
+
+
+def test_a_drained_cold_line_gets_the_visit_that_returns_the_pair_to_warm(make_tq, valkey, pg):
+    tq = make_tq()
+    tq.put_queue("q", {"warm_max": 10})
+    tq.enqueue("q", [{"payload": i} for i in range(12)])  # 10 warm, 2 cold: cold mode
+    tq.ack("q", tq.claim("q", max=3))  # 7 warm: room for 2 (90%)
+    first = cold_to_warm.run(tq.ctx)
+    assert (first.pairs, first.promoted) == (1, 2)
+    # no cold row is left, but the warm set (9) is above 80%: still cold, and recorded
+    assert ready_size(valkey, "q") == 9 and mode_of(valkey, "q") == "cold"
+    assert marked(pg) == ["q"]
+    second = cold_to_warm.run(tq.ctx)
+    assert (second.pairs, second.promoted, second.returned_to_warm) == (1, 0, [])
+    tq.ack("q", tq.claim("q", max=2))  # 7 warm: at or below 80%
+    third = cold_to_warm.run(tq.ctx)
+    assert third.pairs == 1 and third.returned_to_warm == ["q|_"]
+    assert mode_of(valkey, "q") == "warm" and marked(pg) == []
+    assert cold_to_warm.run(tq.ctx).pairs == 0
+
+
+def test_a_tiny_budget_visits_one_pair_per_pass_and_the_cursor_goes_round(make_tq, pg):
+    tq = make_tq()
+    seed_idle_pairs(pg, 50)
+    queues = ["c0", "c1", "c2", "c3"]
+    for queue in queues:
+        cold_work(tq, queue, tasks=20)
+    for queue in queues:
+        summary = cold_to_warm.run(tq.ctx, budget_seconds=TINY_BUDGET)
+        assert (summary.pairs, summary.slices, summary.promoted) == (1, 1, 16)
+        assert cursor_of(pg, cold_to_warm.WALK) == (queue, "_")
+    # c0 gets cold work again: the next pass goes round to it
+    tq.put_queue("c0", {"warm_max": 4})
+    tq.enqueue("c0", [{"payload": "late"}])
+    summary = cold_to_warm.run(tq.ctx, budget_seconds=TINY_BUDGET)
+    assert summary.pairs == 1 and cursor_of(pg, cold_to_warm.WALK) == ("c0", "_")
+
+
+def test_small_slices_cover_every_pair_in_one_pass(make_tq, pg):
+    tq = make_tq()
+    for queue in ("a", "b", "c", "d", "e"):
+        cold_work(tq, queue)
+    summary = cold_to_warm.run(tq.ctx, slice_size=2, budget_seconds=60)
+    assert (summary.pairs, summary.slices, summary.promoted) == (5, 3, 20)
+    assert summary.completed
