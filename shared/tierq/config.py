@@ -88,6 +88,18 @@ class Settings(BaseSettings):
     cron_every: float = Field(default=10.0, gt=0, alias="TIERQ_CRON_EVERY")
     # How long in-process caches of queue settings and tenant lists may be stale.
     settings_cache_seconds: float = Field(default=1.0, ge=0, alias="TIERQ_SETTINGS_CACHE_SECONDS")
+
+    # Maintenance by activity: each pass of the reaper and of the cold -> warm mover visits
+    # the pairs with work in slices of this many, and stops starting new work once its time
+    # budget is spent (the next pass goes on from there); below the 5 s ticks.
+    maintenance_budget_seconds: float = Field(
+        default=2.5, gt=0, alias="TIERQ_MAINTENANCE_BUDGET_SECONDS")
+    maintenance_slice: int = Field(default=200, ge=1, le=10_000, alias="TIERQ_MAINTENANCE_SLICE")
+    # A (queue, tenant) without any row that nobody used for this long is forgotten.
+    pair_retention_seconds: float = Field(
+        default=30 * 86_400, ge=60, alias="TIERQ_PAIR_RETENTION_SECONDS")
+    # Distinct queues a tenant may have (0: no cap); one more is 409 quota_exceeded.
+    max_queues_per_tenant: int = Field(default=1000, ge=0, alias="TIERQ_MAX_QUEUES_PER_TENANT")
     # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in
     # PostgreSQL; the reaper purges it after), and one of an ack, nack, release or heartbeat
     # (in Valkey, where a busy worker fleet's keys would otherwise fill the cache).

@@ -109,10 +109,12 @@ class Tierq:
     # -- workers -------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              **fields: Any) -> list[ClaimedTask]:
-        """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps the task data returned."""
+              time_limit: float | None = None, **fields: Any) -> list[ClaimedTask]:
+        """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps what the tasks cost in a
+        Lambda response (logic/claim.py); ``time_limit`` (a ``time.monotonic()`` instant) is
+        when the caller is cut off: the claim answers before it."""
         return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
-                                 max_bytes=max_bytes)
+                                 max_bytes=max_bytes, time_limit=time_limit)
 
     def ack(self, queue: str,
             items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:

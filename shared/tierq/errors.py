@@ -53,6 +53,13 @@ class Conflict(TierqError):
     code = "conflict"
 
 
+class QuotaExceeded(Conflict):
+    """A per-tenant limit would be passed (a new queue beyond TIERQ_MAX_QUEUES_PER_TENANT);
+    nothing was written. 409, not 429: retrying does not help until something is freed."""
+
+    code = "quota_exceeded"
+
+
 class Forbidden(TierqError):
     status = 403
     code = "forbidden"

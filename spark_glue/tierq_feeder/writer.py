@@ -25,7 +25,7 @@ from tierq.config import Settings
 from tierq.core.ids import uuid7_strings
 from tierq.dal.sql_files import query
 from tierq.engine import Tierq
-from tierq.logic import admission
+from tierq.logic import admission, pairs
 from tierq.logic.context import Context, to_datetime
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -109,7 +109,10 @@ def write_chunk(ctx: Context, conn: Any, job: RoundWrite, seqs: Sequence[int],
     ticket = admission.begin(ctx, {(job.queue, t) for t in ready}, force_cold=True)
     try:
         with conn.transaction():
-            conn.execute(query("register_pairs"), {"queue": job.queue, "tenants": sorted(tenants)})
+            # as an enqueue registers them: a new queue beyond the tenant's cap fails the
+            # chunk (QuotaExceeded) before anything is written
+            pairs.register(conn, job.queue, tenants, now=now,
+                           cap=ctx.settings.max_queues_per_tenant)
             with conn.cursor() as cur, cur.copy(query("feeder_copy_stage")) as copy:
                 copy.write(text.encode("utf-8"))
             created = conn.execute(query("feeder_insert_from_stage"), {

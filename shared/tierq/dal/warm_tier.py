@@ -212,13 +212,16 @@ class WarmTier:
 
     def claim(self, queue: str, tenant: str, *, n: int, now_ms: int, lease_ms: int,
               token_prefix: str, worker: str, max_bytes: int = 0,
-              strict: bool = False) -> tuple[int, str, list[Claimed]]:
-        """Returns (ready left, mode, claimed). ``max_bytes`` caps the task data handed out
-        (0: no cap); the first task always comes unless ``strict``."""
+              strict: bool = False, per_task_bytes: int = 0) -> tuple[int, str, list[Claimed]]:
+        """Returns (ready left, mode, claimed). ``max_bytes`` (0: no cap) caps what the
+        tasks handed out cost in a Lambda response: each task's JSON text with one more
+        byte per quote and backslash, plus ``per_task_bytes`` for the fields around it
+        (lua/claim.lua). The first task always comes unless ``strict``; tasks past the cap
+        stay in their places in line."""
         k = PairKeys.of(queue, tenant)
         out = self._run("claim", (k.ready, k.data, k.leased, k.claims, k.meta),
                         (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
-                         "strict" if strict else ""))
+                         "strict" if strict else "", per_task_bytes))
         claimed: list[Claimed] = list(zip(out[2::4], out[3::4], out[4::4], out[5::4],
                                           strict=True))
         return int(out[0]), _s(out[1]), claimed

@@ -2,23 +2,34 @@
 trip on the warm path. Without a tenant, claims rotate fairly across the queue's tenants.
 While cold work waits, a claim that leaves the warm set below its low-water mark refills it
 inline (at most every LOW_WATER_EVERY seconds per process), so that the other claimers keep
-finding work; one that finds it dry refills at once and takes what it still wants."""
+finding work; one that finds it dry refills at once and takes what it still wants.
+
+A claim never holds leases it will not answer with: a byte budget (``max_bytes``) sizes the
+tasks as the response will carry them, and the warm tier puts back what is past it; a claim
+that fails after it popped tasks gives them back through the release path before the error
+goes up; and with a time limit (the Lambda function's and the HTTP API's), it stops polling,
+refilling and popping early enough to answer in time."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
 
+from tierq.api.sizing import body_cost
 from tierq.core.ids import new_token_prefix
 from tierq.dal.warm_tier import Claimed
-from tierq.logic import tiering
+from tierq.errors import WarmTierFull
+from tierq.logic import leases, tiering
 from tierq.logic.context import Context, from_ms, to_ms
-from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
+from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest, ReleaseItem
+
+log = logging.getLogger(__name__)
 
 POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
@@ -31,37 +42,110 @@ LOW_WATER_EVERY = 0.05
 LOW_WATER_REFILL = 500  # small: the claim that tops up returns soon
 
 
+# Time limits (seconds). A claim with a time limit (the instant the platform cuts the
+# request off: the function's timeout, the HTTP API's 30 s) pops nothing later than
+# ANSWER_MARGIN before it: that much is kept to turn up to 6 MB of tasks into the response,
+# serialize it, and for the runtime to encode and send it, on a function with a fraction of
+# a vCPU (here the whole step takes well under 0.2 s for 6 MB). An inline refill starts
+# only while it can run to its end before that point: it may wait the pool timeout
+# (TIERQ_DB_POOL_TIMEOUT) for a connection, then REFILL_WORK_ALLOWANCE for its statements
+# (one promotion batch, whose row locks it waits for 200 ms at most) and pushes. A refill
+# skipped here is done by the scheduled cold -> warm mover.
+ANSWER_MARGIN = 1.0
+REFILL_WORK_ALLOWANCE = 2.0
+# the longest queue or tenant name (models.names.NAME_PATTERN)
+LONGEST_NAME = 64
+
+
 def low_water(warm_max: int) -> int:
     return min(INLINE_REFILL // 2, warm_max // LOW_WATER_FRACTION)
 
 
+def _task_fields_cost() -> int:
+    """What a claimed task costs in a response beyond its blob's JSON text (which holds its
+    payload and key, lua/claim.lua): the other fields at their longest (names of 64
+    characters, a lease token with 20-digit numbers, 40-character timestamps, 20-digit
+    numbers), as the runtime sends them (body_cost), and the comma between two tasks."""
+    name = "n" * LONGEST_NAME
+    number = -(2**63)
+    longest = {
+        "id": "00000000-0000-0000-0000-000000000000",
+        "queue": name,
+        "tenant": name,
+        "key": None,  # the key's JSON text is in the blob
+        "priority": number,
+        "payload": None,  # so is the payload's
+        "attempt": number,
+        "max_attempts": number,
+        "lease_token": f"{new_token_prefix(name)}{number}~{number}",
+        "lease_expires_at": "0" * 40,
+        "redelivered": False,
+        "enqueued_at": "0" * 40,
+    }
+    return body_cost(orjson.dumps(longest)) + 1
+
+
+# Per task, on top of its blob's JSON text (see _task_fields_cost).
+TASK_FIELDS_COST = _task_fields_cost()
+
+
 def claim(ctx: Context, queue: str, request: ClaimRequest,
-          tenants: Sequence[str] | None = None, *, max_bytes: int = 0) -> list[ClaimedTask]:
+          tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
+          time_limit: float | None = None) -> list[ClaimedTask]:
     """Claim up to ``request.max`` tasks; long-polls up to ``request.wait_seconds``.
     ``tenants`` restricts the rotation (a caller pinned to one tenant passes it).
-    ``max_bytes`` caps the task data handed out (a Lambda response must stay under 6 MB):
-    tasks beyond it stay in their places; the first task always comes."""
-    deadline = time.monotonic() + request.wait_seconds
+    ``max_bytes`` caps what the tasks cost in a Lambda response as the runtime sends it
+    (``api.sizing.body_cost`` of their JSON): tasks beyond it stay in their places; the
+    first task always comes. ``time_limit`` (a ``time.monotonic()`` instant) is when the
+    caller is cut off: polling, refilling and popping stop early enough to answer before it
+    (ANSWER_MARGIN, REFILL_WORK_ALLOWANCE)."""
+    answer_by = None if time_limit is None else time_limit - ANSWER_MARGIN
+    poll_until = time.monotonic() + request.wait_seconds
+    if answer_by is not None:
+        poll_until = min(poll_until, answer_by)
     sleep = POLL_FIRST_SLEEP
     while True:
-        got = claim_once(ctx, queue, request, tenants, max_bytes=max_bytes)
-        remaining = deadline - time.monotonic()
+        got = claim_once(ctx, queue, request, tenants, max_bytes=max_bytes,
+                         answer_by=answer_by)
+        remaining = poll_until - time.monotonic()
         if got or remaining <= 0:
             return got
         time.sleep(min(sleep, remaining))
         sleep = min(sleep * 2, POLL_MAX_SLEEP)
 
 
+def give_back(ctx: Context, queue: str, popped: Sequence[tuple[str, str]]) -> None:
+    """Return tasks a failing claim popped, (id, lease token) each, through the release
+    path: the leases are taken back at once, each task returns to its place in line and no
+    attempt is counted. Should the release fail past taking the leases (Postgres down), the
+    tasks are out of Valkey but their rows still warm: the reconciler puts them back in line
+    after its grace period, again without an attempt. A failure of the release is logged,
+    not raised: the claim's own error is the one to answer with."""
+    if not popped:
+        return
+    try:
+        leases.release(ctx, queue, [ReleaseItem(id=task_id, lease_token=token)
+                                    for task_id, token in popped])
+    except Exception:
+        log.exception("giving back %d tasks of a failed claim on %r failed; the reconciler "
+                      "returns what left Valkey", len(popped), queue)
+
+
 @dataclass
 class _Claimer:
-    """One claim call: its lease, its worker, and what is left of its byte budget."""
+    """One claim call: its lease, its worker, what is left of its byte budget and of its
+    time, and every lease it popped (to give them back should the claim fail)."""
 
     ctx: Context
     queue: str
     lease_ms: int
     worker: str
     max_bytes: int  # 0: no cap
+    answer_by: float | None = None  # time.monotonic(): no pop at or after it
     used_bytes: int = 0
+    popped: list[tuple[str, str]] = field(default_factory=list)  # (id, lease token)
+    # an inline refill found Valkey out of memory (the cold work could not be moved warm)
+    out_of_memory: bool = False
 
     @property
     def exhausted(self) -> bool:
@@ -70,26 +154,59 @@ class _Claimer:
     def _budget(self) -> int:
         return 0 if self.max_bytes == 0 else max(1, self.max_bytes - self.used_bytes)
 
+    def _time_left(self) -> float:
+        return math.inf if self.answer_by is None else self.answer_by - time.monotonic()
+
+    def may_pop(self) -> bool:
+        return self._time_left() > 0
+
+    def may_refill(self, *, holding: bool) -> bool:
+        """Whether an inline refill started now ends before ``answer_by``. It may wait the
+        pool timeout for a connection, then runs its statements. While it holds popped
+        tasks, it must end in time whatever PostgreSQL does: its long statement (the
+        promotion batch) is bounded by the statement timeout, which PostgreSQL enforces;
+        holding none, REFILL_WORK_ALLOWANCE will do (should it overrun, nothing is
+        stranded: no pop follows a refill once the time is up)."""
+        if self.answer_by is None:
+            return True
+        settings = self.ctx.settings
+        work = REFILL_WORK_ALLOWANCE
+        if holding:
+            if not settings.statement_timeout_ms:
+                return False  # no bound on the statements
+            work = max(work, settings.statement_timeout_ms / 1000)
+        return self._time_left() > settings.db_pool_timeout + work
+
     def _pop(self, tenant: str, n: int) -> tuple[int, str, list[Claimed], int]:
         now_ms = to_ms(self.ctx.now())
         left, mode, claimed = self.ctx.warm.claim(
             self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
             token_prefix=new_token_prefix(tenant), worker=self.worker,
-            max_bytes=self._budget(), strict=self.used_bytes > 0)
-        self.used_bytes += sum(len(c[3]) for c in claimed)
+            max_bytes=self._budget(), strict=self.used_bytes > 0,
+            per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0)
+        self.popped.extend((c[0].decode(), c[2].decode()) for c in claimed)
+        if self.max_bytes:
+            self.used_bytes += sum(body_cost(c[3]) for c in claimed)
+            self.used_bytes += TASK_FIELDS_COST * len(claimed)
         return left, mode, claimed, now_ms
 
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
+        if not self.may_pop():
+            return []
         left, mode, claimed, now_ms = self._pop(tenant, n)
         out = self._tasks(tenant, claimed, now_ms)
         if mode != "cold":
             return out
         if len(claimed) < n and left == 0 and not self.exhausted:
             # the warm set ran dry while cold work may wait: refill now, not at the tick
-            if tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL).promoted:
-                _, _, more, now_ms = self._pop(tenant, n - len(claimed))
-                out.extend(self._tasks(tenant, more, now_ms))
-        elif left < low_water(self.ctx.queue_settings.get(self.queue).warm_max):
+            if self.may_refill(holding=bool(self.popped)):
+                refilled = tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL)
+                self.out_of_memory |= refilled.out_of_memory
+                if refilled.promoted and self.may_pop():
+                    _, _, more, now_ms = self._pop(tenant, n - len(claimed))
+                    out.extend(self._tasks(tenant, more, now_ms))
+        elif (left < low_water(self.ctx.queue_settings.get(self.queue).warm_max)
+              and self.may_refill(holding=bool(self.popped))):
             self._refill_before_dry(tenant)
         return out
 
@@ -133,13 +250,30 @@ class _Claimer:
 
 
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,
-               tenants: Sequence[str] | None = None, *,
-               max_bytes: int = 0) -> list[ClaimedTask]:
+               tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
+               answer_by: float | None = None) -> list[ClaimedTask]:
+    """One pass of a claim (no waiting); ``answer_by`` (``time.monotonic()``): no pop or
+    refill that could end after it starts. Whatever fails after a pop gives the popped
+    tasks back (``give_back``) before the error goes up."""
     qs = ctx.queue_settings.get(queue)
     if qs.paused:
         return []
     claimer = _Claimer(ctx, queue, (request.lease_seconds or qs.lease_seconds) * 1000,
-                       request.worker or "", max_bytes)
+                       request.worker or "", max_bytes, answer_by)
+    try:
+        got = _claim_pairs(claimer, ctx, queue, request, tenants)
+    except BaseException:
+        give_back(ctx, queue, claimer.popped)
+        raise
+    if not got and claimer.out_of_memory:
+        # cold work waits but Valkey is full: 503 with Retry-After rather than an empty
+        # answer (a claim that got tasks returns them: claims free Valkey memory)
+        raise WarmTierFull()
+    return got
+
+
+def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequest,
+                 tenants: Sequence[str] | None) -> list[ClaimedTask]:
     if request.tenant is not None:
         candidates = [request.tenant]
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from tierq.config import Settings
 from tierq.dal.postgres import Database
 from tierq.dal.warm_tier import WarmTier
+from tierq.logic.pairs import refresh_seconds, register_pairs
 from tierq.models.queues import BackoffSettings, QueueSettings
 
 Pair = tuple[str, str]  # (queue, tenant)
@@ -105,26 +106,54 @@ class QueueSettingsCache:
 
 
 class PairRegistry:
-    """The (queue, tenant) pairs that have had work, as registered in Postgres."""
+    """The (queue, tenant) pairs that have had work, as registered in Postgres.
 
-    def __init__(self, db: Database, ttl: float) -> None:
+    A pair this process registered is taken as registered for ``refresh`` seconds, then
+    registered again on its next use (one statement): the reaper forgets only pairs nobody
+    registered for much longer than that (``tierq.logic.pairs``), so a pair forgotten while
+    this process still remembered it is registered anew before new work is written."""
+
+    def __init__(self, db: Database, ttl: float, *, refresh: float = 3600.0,
+                 max_queues_per_tenant: int = 0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.ttl = ttl
-        self._known: set[Pair] = set()
+        self.refresh = refresh
+        self.max_queues_per_tenant = max_queues_per_tenant
+        self.clock = clock
+        self._known: dict[Pair, float] = {}  # pair -> when this process registered it
+        # The reaper's round over the pairs with warm rows: pairs visited in the last full
+        # round and in the current one. A pair of the last round missing from this one lost
+        # its warm rows; it gets one more visit for what Valkey still keeps of it (claim
+        # records of acked leases). Only in this process: a pair missed after a restart
+        # keeps a few claim records until its next work.
+        self.warm_round_before: set[Pair] = set()
+        self.warm_round_now: set[Pair] = set()
         self._tenants: dict[str, tuple[float, list[str]]] = {}
         self._lock = threading.Lock()
 
     def ensure(self, queue: str, tenants: Iterable[str]) -> list[str]:
-        """Register pairs; returns the tenants this process had not seen before."""
+        """Register pairs (QuotaExceeded, writing nothing, if a new one is over its tenant's
+        cap); returns the tenants this process had not registered lately."""
+        now = self.clock()
+        stale_before = now - self.refresh
         with self._lock:
-            new = sorted({t for t in tenants if (queue, t) not in self._known})
-        if not new:
+            due = sorted({t for t in tenants
+                          if self._known.get((queue, t), float("-inf")) <= stale_before})
+        if not due:
             return []
-        self.db.fetch("register_pairs", {"queue": queue, "tenants": new})
+        register_pairs(self.db, queue, due, now=now, cap=self.max_queues_per_tenant)
         with self._lock:
-            self._known.update((queue, t) for t in new)
+            self._known.update(((queue, t), now) for t in due)
             self._tenants.pop(queue, None)
-        return new
+        return due
+
+    def forget_local(self, pairs: Iterable[Pair]) -> None:
+        """Drop pairs from this process's memory (they were forgotten in Postgres)."""
+        with self._lock:
+            for pair in pairs:
+                self._known.pop(pair, None)
+                self._tenants.pop(pair[0], None)
 
     def tenants(self, queue: str) -> list[str]:
         now = time.monotonic()
@@ -158,7 +187,10 @@ class Context:
 
     def __post_init__(self) -> None:
         self.queue_settings = QueueSettingsCache(self.db, self.settings)
-        self.pairs = PairRegistry(self.db, self.settings.settings_cache_seconds)
+        self.pairs = PairRegistry(
+            self.db, self.settings.settings_cache_seconds,
+            refresh=refresh_seconds(self.settings),
+            max_queues_per_tenant=self.settings.max_queues_per_tenant, clock=self.now)
 
     def now(self) -> float:
         return self.clock.now()

@@ -49,6 +49,7 @@ class ReaperTick:
         out: dict[str, Any] = {
             "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
             "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
+            "pairs": summary.pairs, "forgotten": len(summary.forgotten),
         }
         now = self.clock()
         if self.gauges_at is None or now - self.gauges_at >= self.gauges_every:

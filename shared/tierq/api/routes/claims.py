@@ -1,10 +1,15 @@
 """``POST /v1/queues/{queue}/claims``: lease up to ``max`` ready tasks (optionally waiting up
 to ``wait_seconds`` for some). Without a tenant, claims rotate fairly across the queue's
-tenants; a caller pinned to a tenant claims only from it."""
+tenants; a caller pinned to a tenant claims only from it.
+
+The answer fits Lambda's 6 MB response limit as the runtime sends it (CLAIM_RESPONSE_BUDGET,
+sized in lua/claim.lua), and it is given before the function's or the HTTP API's timeout
+(``claim_time_limit``): a claim never leases tasks it does not hand out."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import time
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
@@ -14,13 +19,36 @@ from tierq.api.errors import responses
 from tierq.api.models import ClaimResults
 from tierq.api.params import QueuePath
 from tierq.api.runtime import engine
+from tierq.api.sizing import RESPONSE_BODY_BUDGET, body_cost
+from tierq.logic.claim import give_back
 from tierq.models import ClaimRequest
 
 router = Router()
 
-# Lambda caps a response at 6 MB: the task data of one claim stays under 4 MiB, leaving room
-# for the JSON around it (and its escapes). Tasks beyond it stay in line for the next claim.
-CLAIM_RESPONSE_BUDGET = 4 * 1024 * 1024
+# What the tasks of one claim may cost in the response body as the Lambda runtime sends it
+# (api.sizing.body_cost; the envelope around the body is reserved in RESPONSE_BODY_BUDGET),
+# less the body's own wrapper around the list. Tasks beyond it stay in line for the next
+# claim; the first task always comes (a payload is at most 256 KiB: ~0.5 MB at most here).
+CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(b'{"tasks":[]}')
+# API Gateway's HTTP API answers 503 to a request its integration has not answered in 30 s.
+HTTP_API_TIMEOUT = 30.0
+
+
+def claim_time_limit(lambda_context: Any, event: dict[str, Any]) -> float | None:
+    """When this request is cut off, as a ``time.monotonic()`` instant: the function's
+    remaining time (``get_remaining_time_in_millis``), and the HTTP API's 30 s counted from
+    when the gateway received the request (``requestContext.timeEpoch``; a time outside the
+    last 30 s, from a skewed clock or a stored event, counts as now). None without either."""
+    now = time.monotonic()
+    limits: list[float] = []
+    remaining_ms = getattr(lambda_context, "get_remaining_time_in_millis", None)
+    if callable(remaining_ms):
+        limits.append(now + remaining_ms() / 1000)
+    received_ms = (event.get("requestContext") or {}).get("timeEpoch")
+    if isinstance(received_ms, int | float) and not isinstance(received_ms, bool):
+        age = time.time() - received_ms / 1000
+        limits.append(now + HTTP_API_TIMEOUT - (age if 0 <= age < HTTP_API_TIMEOUT else 0))
+    return min(limits) if limits else None
 
 
 @router.post(
@@ -28,7 +56,9 @@ CLAIM_RESPONSE_BUDGET = 4 * 1024 * 1024
     summary="Claim tasks with a lease",
     description="Body (all optional): max (1 to 500), lease_seconds, tenant, worker, "
                 "wait_seconds (long-poll, ≤ 20). Each task comes with a lease_token to ack, "
-                "nack or heartbeat it; an empty list means nothing was ready.",
+                "nack or heartbeat it; an empty list means nothing was ready. A claim hands "
+                "out fewer than max tasks when more would not fit one Lambda response "
+                "(6 MB); the others keep their places in line.",
     operation_id="claimTasks",
     tags=["leases"],
     responses=responses("The claimed tasks, in claim order.", 403),
@@ -41,6 +71,13 @@ def claim_tasks(
     tenant = request.check_tenant(claim.tenant)
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
-    tasks = engine().claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET)
-    metrics.count(queue, {"Claimed": len(tasks)})
-    return ClaimResults(tasks=tasks)
+    time_limit = claim_time_limit(router.lambda_context, request.current_event().raw_event)
+    tierq = engine()
+    tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET, time_limit=time_limit)
+    try:
+        metrics.count(queue, {"Claimed": len(tasks)})
+        return ClaimResults(tasks=tasks)
+    except BaseException:
+        # leased but not answered: back to their places, no attempt counted
+        give_back(tierq.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
+        raise

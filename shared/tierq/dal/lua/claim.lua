@@ -3,9 +3,16 @@
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
 -- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta
 -- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix ('<tenant>~<random>~'), 5 worker,
---       6 byte budget (0: none) — once the task data handed out would exceed it, the rest
---       go back in their places (the first task is always handed out unless 7 is 'strict':
---       the caller already holds tasks of this claim)
+--       6 budget (0: none): what the tasks handed out may cost in the response, in bytes
+--       as the Lambda runtime sends it — once the next task would exceed it, it and the
+--       rest go back in their places (the first task is always handed out unless 7 is
+--       'strict': the caller already holds tasks of this claim), 8 per-task cost of the
+--       response's fields around the task data (id, lease token, timestamps, names ...)
+-- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
+-- response body is a JSON string inside the runtime's JSON: each of those is escaped once
+-- more), plus ARGV 8. The count of quotes and backslashes comes with the blob
+-- ('<attempts>|{"e":<count>,...', logic/admission.task_blob); a blob written without it
+-- is counted here.
 -- Returns { ready_left, mode, then per task: id, attempt, lease_token, json }
 -- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
 -- is '<prefix><attempt>~<k>'. Checking or dropping a lease is then one ZMSCORE or ZREM of
@@ -21,11 +28,32 @@ local now = tonumber(ARGV[2])
 local prefix = ARGV[4]
 local budget = tonumber(ARGV[6] or '0')
 local strict = ARGV[7] == 'strict'
+local per_task = tonumber(ARGV[8] or '0')
 local used = 0
 local freed = 0  -- bytes of the data handed out: the meta field 'bytes' (lua/warm_bytes.lua)
 -- Formatted once per claim rather than once per task (number -> string is not cheap here).
 -- '%.17g' is how Redis itself formats a Lua number argument, so ZADD gets the same score.
 local deadline_arg = string.format('%.17g', now + tonumber(ARGV[3]))
+local find = string.find
+
+-- What a task costs in the response (see above); sep is the position of the blob's '|'.
+local function response_cost(blob, sep)
+  local count = string.match(blob, '^{"e":(%d+),', sep + 1)
+  if count then
+    count = tonumber(count)
+  else
+    count = 0
+    for _, char in ipairs({ '"', '\\' }) do
+      local at = find(blob, char, sep + 1, true)
+      while at do
+        count = count + 1
+        at = find(blob, char, at + 1, true)
+      end
+    end
+  end
+  return #blob - sep + count + per_task
+end
+
 local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
 local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
 
@@ -44,21 +72,25 @@ local n_out = 2
 for k = 1, n_popped do
   local id = popped_ids[k]
   local blob = blobs[k]
-  if blob and budget > 0 and (n_out > 2 or strict) and used + #blob > budget then
-    -- over the budget: this one and the rest (even those without data, as before) keep
-    -- their places in line
-    local n_back = 0
-    for j = k, n_popped do
-      put_back[n_back + 1] = popped[2 * j]
-      put_back[n_back + 2] = popped_ids[j]
-      n_back = n_back + 2
+  local sep = blob and find(blob, '|', 1, true)
+  local cost = 0
+  if blob and budget > 0 then
+    cost = response_cost(blob, sep)
+    if (n_out > 2 or strict) and used + cost > budget then
+      -- over the budget: this one and the rest (even those without data, as before) keep
+      -- their places in line
+      local n_back = 0
+      for j = k, n_popped do
+        put_back[n_back + 1] = popped[2 * j]
+        put_back[n_back + 2] = popped_ids[j]
+        n_back = n_back + 2
+      end
+      break
     end
-    break
   end
   if blob then
-    used = used + #blob
+    used = used + cost
     freed = freed + #blob
-    local sep = string.find(blob, '|', 1, true)
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
     -- numbered by position in the popped batch, so ids without data leave gaps
     local token = prefix .. attempt .. '~' .. k

@@ -214,7 +214,7 @@ SELECT pg_advisory_unlock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) A
 -- Cold -> warm: the oldest of the line (priority desc, seq), in one large batch. Returns
 -- what the warm tier takes of each task, ready to push: the id, the ready-set score
 -- (core/ordering.py: (9 - priority) * 2^49 + seq) and the task's blob in the layout of
--- logic/admission.task_blob (`<attempts>|{"p":…,"k":…,"pr":…,"m":…,"c":<created ms>}`),
+-- logic/admission.task_blob (`<attempts>|{"e":…,"p":…,"k":…,"pr":…,"m":…,"c":<created ms>}`),
 -- built here rather than row by row in Python (tests/integration/test_tiers_and_order.py
 -- checks the two agree).
 -- No FOR UPDATE: locking the picked rows first wrote each row twice (a lock record, then
@@ -235,7 +235,12 @@ WHERE t.id = ANY(ARRAY(
   AND (t.state = 'cold') IS TRUE  -- implies no partial index (see ack_delete)
 RETURNING t.id::text AS id,
           (9 - t.priority) * 562949953421312 + t.seq AS score,
-          t.attempts || '|{"p":' || t.payload::text
+          t.attempts || '|{"e":'
+              -- the quotes and backslashes of the JSON text (task_blob's `e`): 12 of its keys
+              || (12 + length(t.payload::text) - length(translate(t.payload::text, '"\', ''))
+                  + length(COALESCE(to_json(t.key)::text, ''))
+                  - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', '')))
+              || ',"p":' || t.payload::text
               || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
               || ',"pr":' || t.priority || ',"m":' || t.max_attempts
               || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint || '}'
