@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -47,3 +50,21 @@ def count_rows(pg: psycopg.Connection[Any], queue: str | None = None) -> int:
         row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# One delivery as a claimer process records it: (task id, attempt, claimed at, lease expiry)
+Delivery = tuple[str, int, float, float]
+
+
+def assert_each_delivered_once(deliveries: Sequence[Delivery], acked: Sequence[str],
+                               ids: Sequence[str]) -> None:
+    """No task handed to two workers while its lease was valid, none handed out twice at
+    all (the claimers' leases are long), and every task acked exactly once."""
+    per_task = Counter(d[0] for d in deliveries)
+    doubles = [i for i, n in per_task.items() if n > 1]
+    for task_id in doubles:  # a second delivery is only allowed after the first lease ended
+        times = sorted((d[2], d[3]) for d in deliveries if d[0] == task_id)
+        for (_, first_expiry), (second_at, _) in itertools.pairwise(times):
+            assert second_at >= first_expiry, f"{task_id} handed out twice within a lease"
+    assert doubles == []
+    assert Counter(acked) == Counter(ids)

@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 
 from tierq.core.ids import attempt_of_token
 from tierq.dal.direct_calls import DirectCalls
@@ -121,11 +122,18 @@ def script_source(name: str) -> str:
     return shebang + "\n".join([*pieces, body])
 
 
+# A Valkey that cannot serve: no connection or no reply in time, or in cluster mode a master
+# down (CLUSTERDOWN once the others notice), a slot no master serves, a slot being moved.
+VALKEY_DOWN: tuple[type[Exception], ...] = (
+    redis.ConnectionError, redis.TimeoutError, ClusterError, SlotNotCoveredError,
+    TryAgainError)
+
+
 @contextmanager
 def _available() -> Iterator[None]:
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except VALKEY_DOWN as exc:
         raise Unavailable("Valkey is not answering", detail=str(exc)) from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
@@ -147,7 +155,8 @@ class WarmTier:
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
         if cluster:
-            return cls(RedisCluster.from_url(url))  # type: ignore[arg-type]
+            return cls(RedisCluster.from_url(  # type: ignore[arg-type]
+                url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30))
         return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
                                         health_check_interval=30))
 

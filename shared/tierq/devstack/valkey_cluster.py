@@ -157,11 +157,14 @@ class PrivateValkeyCluster(_PrivateService):
     kind: Kind = "valkey"
     cluster = True
 
-    def __init__(self, state_dir: Path, masters: int = MASTERS) -> None:
+    def __init__(self, state_dir: Path, masters: int = MASTERS,
+                 node_timeout_ms: int = NODE_TIMEOUT_MS) -> None:
         super().__init__(state_dir)
         if masters < 1:
             raise DevstackError(f"a cluster needs at least one master, not {masters}")
         self.masters = masters
+        # how long the others wait before they call a silent master failed (CLUSTERDOWN)
+        self.node_timeout_ms = node_timeout_ms
         self.root = state_dir / "valkey-cluster"
         self.nodes = [_Node(self.root, i) for i in range(masters)]
         self.ports: list[int] = self._saved_ports()
@@ -275,7 +278,7 @@ class PrivateValkeyCluster(_PrivateService):
         code, out = run(
             [binary, "--port", str(port), "--bind", "127.0.0.1",
              "--cluster-enabled", "yes", "--cluster-config-file", node.config_file,
-             "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+             "--cluster-node-timeout", str(self.node_timeout_ms),
              "--save", "", "--appendonly", "no", "--dir", node.dir,
              "--daemonize", "yes", "--pidfile", node.pid_file, "--logfile", node.log_file],
             what=binary.name, check=False, cwd=node.dir, timeout=self.start_timeout)
