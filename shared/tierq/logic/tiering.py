@@ -41,6 +41,9 @@ class RefillResult:
     skipped_busy: bool = False
     # Valkey was out of memory: the rows this pass took went back to the cold line
     out_of_memory: bool = False
+    # the pair was left in cold mode: the scheduled mover keeps visiting it (even after its
+    # cold line drains) until it returns to warm mode
+    cold_mode: bool = True
 
 
 def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -> RefillResult:
@@ -54,6 +57,7 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
                          stale_ms=stale_ms, warm_max=warm_max, warm_max_bytes=warm_max_bytes)
     if seen.mode == "warm":
         ctx.modes[(queue, tenant)] = "warm"
+        result.cold_mode = False
         return result
     room = hysteresis.promotion_room(seen.ready, warm_max)
     room_bytes = hysteresis.promotion_room_bytes(seen.ready_bytes, warm_max_bytes)
@@ -61,11 +65,13 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
         room = 0
     if limit is not None:
         room = min(room, limit)
+    drained = False  # this call's promotion emptied the cold line
     if room > 0:
         # the warm set's own tasks tell the likely size of the next ones
         blob_estimate = seen.ready_bytes // seen.ready if seen.ready else BLOB_ESTIMATE
         moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate)
         result.out_of_memory = busy is Busy.OUT_OF_MEMORY
+        drained = moved < room and busy is None
         result.promoted, result.skipped_busy = moved, busy is not None
         if moved == room or busy in (Busy.ROW_HELD, Busy.WARM_FULL, Busy.OUT_OF_MEMORY):
             # this pass filled all the room it was given, or a batch met a row another
@@ -89,7 +95,21 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
             result.returned_to_warm = flip.flipped
             if flip.flipped:
                 ctx.modes[(queue, tenant)] = "warm"
+                result.cold_mode = False
+    elif seen.mode == "warm":
+        result.cold_mode = False
+    elif drained and limit is not None:
+        # a claim's inline refill drained the cold line while the warm set stays above 80%:
+        # no cold row shows the scheduled mover this pair any more, so it is recorded for
+        # the visit that returns it to warm mode (rare: a later low-water refill or the
+        # mover's own record usually does it)
+        _remember_cold_mode(ctx, queue, tenant)
     return result
+
+
+def _remember_cold_mode(ctx: Context, queue: str, tenant: str) -> None:
+    ctx.db.execute("mark_cold_mode", {"queues": [queue], "tenants": [tenant], "cold": [True],
+                                      "now": to_datetime(ctx.now())})
 
 
 def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
