@@ -279,11 +279,6 @@ WHERE id IN (
     LIMIT %(limit)s
 );
 
--- name: register_pairs
-INSERT INTO tierq_queue_tenants (queue, tenant)
-SELECT %(queue)s, t FROM unnest(%(tenants)s::text[]) AS t
-ON CONFLICT DO NOTHING;
-
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
 
@@ -447,3 +442,185 @@ SELECT p.queue, p.tenant,
         WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state IN ('cold', 'warm')
           AND NOT (t.id = ANY(%(leased)s::uuid[]))) AS oldest
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
+
+-- ============================================================================================
+-- Maintenance by activity (migration 0006): the pairs and queues with work, in slices after
+-- a cursor; the pair registry with its per-tenant cap on queues; forgetting idle pairs.
+-- The skip scans below jump from one (queue, tenant) of a partial index to the next with one
+-- index descent each (a recursive CTE, LIMIT 1 per step): their cost follows the pairs that
+-- have rows in that state, never the pairs ever seen.
+-- ============================================================================================
+
+-- name: pairs_with_warm_rows
+-- The reaper's walk: pairs with warm rows (ready tasks or leases in Valkey, rows to
+-- reconcile), in (queue, tenant) order after the cursor.
+WITH RECURSIVE walk AS (
+    (SELECT queue, tenant FROM tierq_tasks
+     WHERE state = 'warm' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM walk, LATERAL (
+        SELECT t.queue, t.tenant FROM tierq_tasks t
+        WHERE t.state = 'warm' AND (t.queue, t.tenant) > (walk.queue, walk.tenant)
+        ORDER BY t.queue, t.tenant LIMIT 1) AS step
+)
+SELECT queue, tenant FROM walk LIMIT %(limit)s;
+
+-- name: pairs_for_cold_to_warm
+-- The mover's walk: pairs with cold rows, and pairs it left in cold mode (their cold line
+-- may have drained since; one more visit returns them to warm mode). `marked` says whether
+-- the pair is recorded in cold mode.
+WITH RECURSIVE walk AS (
+    (SELECT queue, tenant FROM tierq_tasks
+     WHERE state = 'cold' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM walk, LATERAL (
+        SELECT t.queue, t.tenant FROM tierq_tasks t
+        WHERE t.state = 'cold' AND (t.queue, t.tenant) > (walk.queue, walk.tenant)
+        ORDER BY t.queue, t.tenant LIMIT 1) AS step
+), cold AS (
+    SELECT queue, tenant, false AS marked FROM walk LIMIT %(limit)s
+), marked AS (
+    SELECT queue, tenant, true AS marked FROM tierq_queue_tenants
+    WHERE cold_mode_since IS NOT NULL AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+    ORDER BY queue, tenant LIMIT %(limit)s
+)
+SELECT queue, tenant, bool_or(marked) AS marked
+FROM (SELECT * FROM cold UNION ALL SELECT * FROM marked) AS both_walks
+GROUP BY queue, tenant
+ORDER BY queue, tenant
+LIMIT %(limit)s;
+
+-- name: queues_with_finished_rows
+-- The retention purge's walk: queues with done or dead rows, after the cursor.
+WITH RECURSIVE done_walk AS (
+    SELECT (SELECT queue FROM tierq_tasks
+            WHERE state = 'done' AND queue > %(after_queue)s ORDER BY queue LIMIT 1) AS queue
+    UNION ALL
+    SELECT (SELECT t.queue FROM tierq_tasks t
+            WHERE t.state = 'done' AND t.queue > d.queue ORDER BY t.queue LIMIT 1)
+    FROM done_walk d WHERE d.queue IS NOT NULL
+), dead_walk AS (
+    SELECT (SELECT queue FROM tierq_tasks
+            WHERE state = 'dead' AND queue > %(after_queue)s ORDER BY queue LIMIT 1) AS queue
+    UNION ALL
+    SELECT (SELECT t.queue FROM tierq_tasks t
+            WHERE t.state = 'dead' AND t.queue > d.queue ORDER BY t.queue LIMIT 1)
+    FROM dead_walk d WHERE d.queue IS NOT NULL
+)
+SELECT queue FROM (
+    (SELECT queue FROM done_walk WHERE queue IS NOT NULL LIMIT %(limit)s)
+    UNION
+    (SELECT queue FROM dead_walk WHERE queue IS NOT NULL LIMIT %(limit)s)
+) AS q
+ORDER BY queue
+LIMIT %(limit)s;
+
+-- name: purge_done_before
+-- Retention of acked tasks kept with a result, one queue, bounded (tierq_tasks_done_since).
+DELETE FROM tierq_tasks
+WHERE id = ANY(ARRAY(
+    SELECT id FROM tierq_tasks
+    WHERE queue = %(queue)s AND state = 'done' AND finished_at < %(before)s
+    LIMIT %(limit)s))
+  AND (state = 'done') IS TRUE;
+
+-- name: purge_dead_before
+-- Retention of dead letters, one queue, bounded (tierq_tasks_dead_line).
+DELETE FROM tierq_tasks
+WHERE id = ANY(ARRAY(
+    SELECT id FROM tierq_tasks
+    WHERE queue = %(queue)s AND state = 'dead' AND finished_at < %(before)s
+    LIMIT %(limit)s))
+  AND (state = 'dead') IS TRUE;
+
+-- name: maintenance_cursors
+SELECT walk, queue, tenant FROM tierq_maintenance_cursors;
+
+-- name: save_maintenance_cursor
+INSERT INTO tierq_maintenance_cursors (walk, queue, tenant, updated_at)
+VALUES (%(walk)s, %(queue)s, %(tenant)s, now())
+ON CONFLICT (walk) DO UPDATE
+SET queue = EXCLUDED.queue, tenant = EXCLUDED.tenant, updated_at = EXCLUDED.updated_at;
+
+-- name: refresh_pairs
+-- A process that uses known pairs registers them again now and then: last_seen stays
+-- recent while a pair is in use, so it is never forgotten under a process that remembers
+-- it. Returns the tenants that were registered (the others are new, or were forgotten).
+UPDATE tierq_queue_tenants SET last_seen = %(now)s
+WHERE queue = %(queue)s AND tenant = ANY(%(tenants)s::text[])
+RETURNING tenant;
+
+-- name: lock_tenant_quota
+-- Taken before adding pairs: two new queues of one tenant at once cannot both pass the cap.
+-- Tenants in order, so that two registrations never wait on each other crosswise.
+SELECT count(pg_advisory_xact_lock(hashtextextended(t, 8)))
+FROM (SELECT DISTINCT t FROM unnest(%(tenants)s::text[]) AS t ORDER BY t) AS sorted;
+
+-- name: insert_pairs_within_quota
+-- New pairs, each only while its tenant has fewer than `cap` queues (cap 0: no cap); a pair
+-- registered meanwhile by another process is refreshed. Runs after lock_tenant_quota, in
+-- its transaction (a statement of its own: it sees the pairs other holders of the lock
+-- added). Returns the tenants registered; the missing ones are over the cap.
+INSERT INTO tierq_queue_tenants AS p (queue, tenant, created_at, last_seen)
+SELECT %(queue)s, w.tenant, %(now)s, %(now)s
+FROM unnest(%(tenants)s::text[]) AS w(tenant)
+WHERE %(cap)s <= 0
+   OR EXISTS (SELECT 1 FROM tierq_queue_tenants e
+              WHERE e.queue = %(queue)s AND e.tenant = w.tenant)
+   OR (SELECT count(*) FROM tierq_queue_tenants c WHERE c.tenant = w.tenant) < %(cap)s
+ON CONFLICT (queue, tenant) DO UPDATE SET last_seen = EXCLUDED.last_seen
+RETURNING p.tenant;
+
+-- name: touch_pairs
+-- Pairs maintenance found busy: seen now (written at most once per `stale` interval).
+UPDATE tierq_queue_tenants p SET last_seen = %(now)s
+FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS v(queue, tenant)
+WHERE p.queue = v.queue AND p.tenant = v.tenant AND p.last_seen < %(stale)s;
+
+-- name: mark_cold_mode
+-- Pairs the mover left in cold mode (`cold`), or found warm again (not `cold`).
+UPDATE tierq_queue_tenants p
+SET cold_mode_since = CASE WHEN v.cold THEN COALESCE(p.cold_mode_since, %(now)s) END
+FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(cold)s::bool[]) AS v(queue, tenant, cold)
+WHERE p.queue = v.queue AND p.tenant = v.tenant
+  AND (p.cold_mode_since IS NOT NULL) IS DISTINCT FROM v.cold;
+
+-- name: forget_idle_pairs
+-- One slice of the registry after the cursor: pairs not seen since `before` and without any
+-- row left (tasks in any state, schedules, feeder offsets of a feed named after the queue)
+-- are deleted (an installed occurrence is a task). Returns every pair of the slice (the last one is the
+-- next cursor) and whether it was forgotten. A registration racing with this waits for the
+-- row lock and then either re-creates the pair or, having refreshed last_seen first, keeps
+-- it (the DELETE re-checks the row it waited for).
+WITH slice AS (
+    SELECT queue, tenant, last_seen FROM tierq_queue_tenants
+    WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+    ORDER BY queue, tenant
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM tierq_queue_tenants p
+    USING slice s
+    WHERE s.last_seen < %(before)s AND p.queue = s.queue AND p.tenant = s.tenant
+      AND p.last_seen < %(before)s
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
+                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
+                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold')
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
+                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'delayed')
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
+                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'dead')
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
+                      WHERE t.queue = p.queue AND t.state = 'done' AND t.tenant = p.tenant)
+      AND NOT EXISTS (SELECT 1 FROM tierq_schedules s
+                      WHERE s.queue = p.queue AND s.tenant = p.tenant)
+      AND NOT EXISTS (SELECT 1 FROM tierq_feeder_offsets f WHERE f.feed = p.queue)
+    RETURNING p.queue, p.tenant
+)
+SELECT s.queue, s.tenant, (g.queue IS NOT NULL) AS forgotten
+FROM slice s LEFT JOIN gone g ON g.queue = s.queue AND g.tenant = s.tenant
+ORDER BY s.queue, s.tenant;
