@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tierq.dal.postgres import run as run_query
 from tierq.dal.warm_tier import lease_member
-from tierq.logic import admission, leases, pairs
+from tierq.logic import admission, idempotency, leases, pairs
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
@@ -56,6 +56,7 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
     reap_pairs(ctx, summary, budget, limit, cursors)
     purge_queues(ctx, summary, budget, limit, cursors)
     forget_idle(ctx, summary, forget_slice, cursors)
+    idempotency.purge_expired(ctx)  # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
     return summary
 
 
@@ -79,9 +80,16 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
             if budget.spent:
                 break
         stats.items.extend(visited)
+        ctx.pairs.warm_round_now.update(visited)
         touch(ctx, visited)
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
+    if stats.completed:
+        # pairs whose warm rows are all gone since the last round: one last visit
+        for queue, tenant in sorted(ctx.pairs.warm_round_before - ctx.pairs.warm_round_now):
+            expire_leases(ctx, queue, tenant, summary)
+        ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
+        ctx.pairs.warm_round_now = set()
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
