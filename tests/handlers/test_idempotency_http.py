@@ -256,3 +256,86 @@ def test_lease_routes_document_the_header(route: str) -> None:
     operation = openapi_document()["paths"]["/v1/queues/{queue}/" + route]["post"]
     assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header"
                for p in operation["parameters"])
+
+
+# ----------------------------------------------------------------------- dead letters
+
+
+def _dead(call: Invoke, n: int, claims: dict[str, str] | None = None) -> list[str]:
+    call("POST", "/v1/queues/jobs/tasks",
+         {"tasks": [{"payload": i, "max_attempts": 1} for i in range(n)]}, claims=claims)
+    ids: list[str] = []
+    while True:
+        got = call("POST", "/v1/queues/jobs/claims", {"max": 100}, claims=claims).body["tasks"]
+        if not got:
+            return ids
+        call("POST", "/v1/queues/jobs/nacks", {"nacks": [
+            {"id": t["id"], "lease_token": t["lease_token"], "error": "x"} for t in got]},
+            claims=claims)
+        ids.extend(t["id"] for t in got)
+
+
+def _state_count(pg: psycopg.Connection[Any], state: str) -> int:
+    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE state = %s", (state,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_dlq_replay_with_a_key_replays_once(call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    dead = _dead(call, 3)
+    headers = key()
+    first = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": dead}, headers=headers)
+    assert first.status == 200 and sorted(first.body["replayed"]) == sorted(dead)
+    assert first.body["more"] is False
+    # the tasks die again; a retry of the first replay must not bring them back
+    assert len(_dead(call, 0)) == 3
+    again = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": dead}, headers=headers)
+    assert again.body == first.body and again.headers.get("idempotent-replayed") == "true"
+    assert _state_count(pg, "dead") == 3
+    [(done, status, _)] = records(pg)
+    assert done and status == 200
+
+
+def test_dlq_replay_and_purge_all_answer_in_slices_with_more(
+        call: Invoke, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tierq.logic import dlq
+    monkeypatch.setattr(dlq, "SLICE_MAX_ITEMS", 4)
+    monkeypatch.setattr(dlq, "REPLAY_BATCH", 4)
+    monkeypatch.setattr(dlq, "PURGE_BATCH", 4)
+    dead = _dead(call, 10)
+    replayed: list[str] = []
+    answers = []
+    while True:
+        reply = call("POST", "/v1/queues/jobs/dlq/replay", {"all": True}, headers=key())
+        assert reply.status == 200
+        answers.append(reply.body["more"])
+        replayed.extend(reply.body["replayed"])
+        if not reply.body["more"]:
+            break
+    assert answers == [True, True, False]
+    assert sorted(replayed) == sorted(dead)
+    _dead(call, 0)
+    purged: list[str] = []
+    rounds = 0
+    while True:
+        reply = call("DELETE", "/v1/queues/jobs/dlq")  # no body: all
+        assert reply.status == 200
+        purged.extend(reply.body["purged"])
+        rounds += 1
+        if not reply.body["more"]:
+            break
+    assert rounds == 3 and sorted(purged) == sorted(dead)
+    assert _state_count(pg, "dead") == 0
+
+
+def test_dlq_all_of_a_pinned_caller_touches_only_its_tenant(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    mine = _dead(call, 2, claims=TENANT_A)
+    theirs = _dead(call, 2, claims=TENANT_B)
+    replay = call("POST", "/v1/queues/jobs/dlq/replay", {"all": True}, claims=TENANT_A)
+    assert sorted(replay.body["replayed"]) == sorted(mine)
+    refused = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": theirs}, claims=TENANT_A)
+    assert refused.body["replayed"] == [] and sorted(refused.body["skipped"]) == sorted(theirs)
+    purge = call("DELETE", "/v1/queues/jobs/dlq", {"ids": theirs}, claims=TENANT_A)
+    assert purge.body["purged"] == []
+    assert _state_count(pg, "dead") == 2

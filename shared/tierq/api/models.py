@@ -120,16 +120,23 @@ class DeadLetterSelection(BaseModel):
         return self
 
 
+MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at most 10,000 '
+                    'dead letters, about 5 seconds): true when some may be left, so repeat the '
+                    'request until it is false.')
+
+
 class ReplayResult(BaseModel):
     replayed: list[UUID] = Field(description="Ready again, at the back of their line.")
     skipped: list[UUID] = Field(
         description="Not dead (any more), not visible to the caller, or their key is taken "
                     "by a live task."
     )
+    more: bool = Field(default=False, description=MORE_DESCRIPTION)
 
 
 class PurgeResult(BaseModel):
     purged: list[UUID]
+    more: bool = Field(default=False, description=MORE_DESCRIPTION)
 
 
 class DetailedMetrics(BaseModel):

@@ -20,6 +20,7 @@ from tierq.cli.api_options import (
     print_json,
     usage_error,
 )
+from tierq.client.models import PurgeResult, ReplayResult
 from tierq.models import TaskView
 
 dlq_app = typer.Typer(help="Dead letters: list, replay, purge.", no_args_is_help=True)
@@ -89,11 +90,17 @@ def replay(
 ) -> None:
     """Make dead letters ready again.
 
-    They go to the back of their line with fresh attempts. Exit 1 when some of the given
-    ids were skipped (not dead, or a live task holds the key)."""
+    They go to the back of their line with fresh attempts. With --all the API answers a
+    bounded slice per request; the command repeats it until none is left. Exit 1 when some
+    of the given ids were skipped (not dead, or a live task holds the key)."""
     chosen, everything = selection(ids, everything)
+    result = ReplayResult()
     with api_client(url, token, sigv4, aws_region) as api:
-        result = api.dlq_replay(queue, chosen, all=everything)
+        for part in api.dlq_replay_slices(queue, chosen, all=everything):
+            result.replayed.extend(part.replayed)
+            result.skipped.extend(part.skipped)
+            if part.more and not as_json:
+                console.print(f"  replayed {len(result.replayed)} so far...", highlight=False)
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
@@ -126,8 +133,12 @@ def purge(
     if everything and not yes and not typer.confirm(
             f"delete every dead letter of {queue!r}?", err=True):
         fail("nothing deleted", 1)
+    result = PurgeResult()
     with api_client(url, token, sigv4, aws_region) as api:
-        result = api.dlq_purge(queue, chosen, all=everything)
+        for part in api.dlq_purge_slices(queue, chosen, all=everything):
+            result.purged.extend(part.purged)
+            if part.more and not as_json:
+                console.print(f"  deleted {len(result.purged)} so far...", highlight=False)
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:

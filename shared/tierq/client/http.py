@@ -9,9 +9,13 @@
             api.ack("emails", [{"id": task.id, "lease_token": task.lease_token}])
 
 Requests are retried with exponential backoff and jitter on 429, 5xx and connection errors,
-honouring ``Retry-After`` (:class:`~tierq.client.retry.RetryPolicy`). Authentication: a
-bearer token (``token=``) for a JWT-authorised API, or AWS SigV4 (``sigv4=True``, with
-``aws_region=`` or the region in an ``execute-api`` URL) for an IAM-authorised one.
+honouring ``Retry-After`` (:class:`~tierq.client.retry.RetryPolicy`). Each enqueue,
+dead-letter replay, ack, nack, release and heartbeat request carries a fresh
+``Idempotency-Key`` that its retries reuse: a retry never creates a second task. Enqueues
+are split into requests of at most 500 tasks that each fit Lambda's request limit.
+Authentication: a bearer token (``token=``) for a JWT-authorised API, or AWS SigV4
+(``sigv4=True``, with ``aws_region=`` or the region in an ``execute-api`` URL) for an
+IAM-authorised one.
 Input is validated with the API's own models before sending, so bad input raises
 :class:`~tierq.client.errors.InvalidInputError` naming the field and sends nothing.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -30,6 +35,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from tierq import __version__
+from tierq.api.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.client.auth import BearerAuth, SigV4Auth, region_from_url
 from tierq.client.errors import (
     ConnectionFailed,
@@ -71,6 +77,9 @@ from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, Sc
 
 DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# The JSON around an enqueue batch's tasks: {"tasks":[ ... ]}
+_BATCH_ENVELOPE = body_cost(b'{"tasks":[]}')
 Model = TypeVar("Model", bound=BaseModel)
 ResultT = TypeVar("ResultT", AckResult, NackResult, HeartbeatResult)
 PageT = TypeVar("PageT", QueueList, DetailedMetrics, RunningMetrics)
@@ -107,6 +116,33 @@ def _items(cls: type[Model], items: Iterable[Model | Mapping[str, Any]],
 def _chunks(items: Sequence[Model], size: int = MAX_BATCH) -> Iterator[Sequence[Model]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
+
+
+def enqueue_batches(bodies: Sequence[bytes], *, max_count: int = MAX_BATCH,
+                    max_bytes: int = REQUEST_BODY_LIMIT) -> Iterator[tuple[int, int]]:
+    """Split serialised tasks into request bodies ``{"tasks": [...]}`` of at most
+    ``max_count`` tasks whose weight inside the Lambda event (each quote and backslash
+    escaped once more) stays within ``max_bytes``: (start, stop) index ranges. A task too
+    large for any request raises :class:`InvalidInputError` naming it."""
+    start, weight = 0, _BATCH_ENVELOPE
+    for i, body in enumerate(bodies):
+        cost = body_cost(body) + 1  # and its comma
+        if _BATCH_ENVELOPE + cost > max_bytes:
+            message = (f"{cost} bytes once serialised and escaped, more than one request may "
+                       f"carry ({max_bytes})")
+            raise InvalidInputError(f"tasks[{i}]: {message}", status=413,
+                                    code="payload_too_large",
+                                    details=[{"field": f"tasks[{i}]", "message": message}])
+        if i - start >= max_count or weight + cost > max_bytes:
+            yield start, i
+            start, weight = i, _BATCH_ENVELOPE
+        weight += cost
+    if start < len(bodies):
+        yield start, len(bodies)
 
 
 class Client:
@@ -168,18 +204,25 @@ class Client:
 
     def request(self, method: str, path: str, *, body: Any = None,
                 params: Mapping[str, Any] | None = None,
-                timeout: float | None = None) -> Any:
+                timeout: float | None = None, idempotency_key: str | None = None,
+                content: bytes | None = None) -> Any:
         """Send one request (retrying as the policy says) and return its decoded JSON body
-        (None when empty). Raises an :class:`ApiError` subclass for error responses and
+        (None when empty). ``content``: the body already serialised (instead of ``body``).
+        ``idempotency_key`` is sent as the ``Idempotency-Key`` header, the same on every
+        retry. Raises an :class:`ApiError` subclass for error responses and
         :class:`ConnectionFailed` when the API cannot be reached."""
-        content = None if body is None else orjson.dumps(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        if content is None and body is not None:
+            content = orjson.dumps(body)
+        headers = {"Content-Type": "application/json"} if content is not None else {}
+        if idempotency_key is not None:
+            headers[IDEMPOTENCY_HEADER] = idempotency_key
         query = {k: v for k, v in (params or {}).items() if v is not None}
         retry = 0
         while True:
             try:
                 response = self._http.request(
-                    method, path, content=content, headers=headers, params=query or None,
+                    method, path, content=content, headers=headers or None,
+                    params=query or None,
                     timeout=timeout if timeout is not None else self.timeout)
             except httpx.TransportError as exc:
                 if retry >= self.retry.max_retries:
@@ -190,13 +233,14 @@ class Client:
                 self._sleep(self.retry.delay(retry))
                 retry += 1
                 continue
-            if response.status_code in self.retry.statuses and retry < self.retry.max_retries:
-                error = error_from_response(response)
-                self._sleep(self.retry.delay(retry, error.retry_after))
-                retry += 1
-                continue
             if response.is_error:
-                raise error_from_response(response)
+                error = error_from_response(response)
+                if (retry < self.retry.max_retries
+                        and self.retry.retries(response.status_code, error.code)):
+                    self._sleep(self.retry.delay(retry, error.retry_after))
+                    retry += 1
+                    continue
+                raise error
             if not response.content:
                 return None
             return response.json()
@@ -205,19 +249,21 @@ class Client:
 
     def enqueue(self, queue: str, tasks: Iterable[TaskIn | Mapping[str, Any]], *,
                 tenant: str | None = None) -> list[EnqueueOutcome]:
-        """Enqueue tasks (any number: sent in batches of 500, each one transaction).
+        """Enqueue tasks (any number: sent in requests of at most 500 tasks that each fit
+        Lambda's request limit, each one transaction with its own idempotency key).
         ``tenant`` applies to tasks that name none. Returns one outcome per task, in order."""
         items = _items(TaskIn, tasks, "tasks")
+        bodies: list[bytes] = []
+        for task in items:
+            body = _dump(task)
+            if tenant is not None and task.tenant is None:
+                body["tenant"] = tenant
+            bodies.append(orjson.dumps(body))
         outcomes: list[EnqueueOutcome] = []
-        for batch in _chunks(items):
-            bodies = []
-            for task in batch:
-                body = _dump(task)
-                if tenant is not None and task.tenant is None:
-                    body["tenant"] = tenant
-                bodies.append(body)
+        for start, stop in enqueue_batches(bodies):
+            content = b'{"tasks":[' + b",".join(bodies[start:stop]) + b"]}"
             data = self.request("POST", f"/v1/queues/{_segment(queue)}/tasks",
-                                body={"tasks": bodies})
+                                content=content, idempotency_key=new_idempotency_key())
             outcomes.extend(EnqueueResults.model_validate(data).tasks)
         return outcomes
 
@@ -274,7 +320,8 @@ class Client:
         key = "leases" if route == "heartbeats" else route
         for batch in _chunks(items):
             data = self.request("POST", f"/v1/queues/{_segment(queue)}/{route}",
-                                body={key: [_dump(i) for i in batch]})
+                                body={key: [_dump(i) for i in batch]},
+                                idempotency_key=new_idempotency_key())
             part = type(out).model_validate(data)
             for name in type(out).model_fields:
                 getattr(out, name).extend(getattr(part, name))
@@ -362,17 +409,46 @@ class Client:
 
     def dlq_replay(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
                    all: bool = False) -> ReplayResult:
-        """Make dead letters ready again (attempts reset, at the back of their line)."""
-        data = self.request("POST", f"/v1/queues/{_segment(queue)}/dlq/replay",
-                            body=self._selection(ids, all))
-        return ReplayResult.model_validate(data)
+        """Make dead letters ready again (attempts reset, at the back of their line). With
+        ``all=True`` the API replays a bounded slice per request: this repeats the request
+        until none is left and returns every id replayed."""
+        total = ReplayResult()
+        for part in self.dlq_replay_slices(queue, ids, all=all):
+            total.replayed.extend(part.replayed)
+            total.skipped.extend(part.skipped)
+        return total
+
+    def dlq_replay_slices(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
+                          all: bool = False) -> Iterator[ReplayResult]:
+        """The answer of each replay request, as it comes (see :meth:`dlq_replay`)."""
+        body = self._selection(ids, all)
+        while True:
+            data = self.request("POST", f"/v1/queues/{_segment(queue)}/dlq/replay",
+                                body=body, idempotency_key=new_idempotency_key())
+            part = ReplayResult.model_validate(data)
+            yield part
+            if not part.more:
+                return
 
     def dlq_purge(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
                   all: bool = False) -> PurgeResult:
-        """Delete dead letters for good."""
-        data = self.request("DELETE", f"/v1/queues/{_segment(queue)}/dlq",
-                            body=self._selection(ids, all))
-        return PurgeResult.model_validate(data)
+        """Delete dead letters for good. With ``all=True`` the API purges a bounded slice
+        per request: this repeats the request until none is left."""
+        total = PurgeResult()
+        for part in self.dlq_purge_slices(queue, ids, all=all):
+            total.purged.extend(part.purged)
+        return total
+
+    def dlq_purge_slices(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
+                         all: bool = False) -> Iterator[PurgeResult]:
+        """The answer of each purge request, as it comes (see :meth:`dlq_purge`)."""
+        body = self._selection(ids, all)
+        while True:
+            data = self.request("DELETE", f"/v1/queues/{_segment(queue)}/dlq", body=body)
+            part = PurgeResult.model_validate(data)
+            yield part
+            if not part.more:
+                return
 
     # -- metrics -----------------------------------------------------------------------
 

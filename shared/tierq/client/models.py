@@ -44,10 +44,12 @@ class DeadLetterPage(BaseModel):
 class ReplayResult(BaseModel):
     replayed: list[UUID] = Field(default_factory=list)
     skipped: list[UUID] = Field(default_factory=list)
+    more: bool = Field(default=False, description="An \"all\" slice left some behind.")
 
 
 class PurgeResult(BaseModel):
     purged: list[UUID] = Field(default_factory=list)
+    more: bool = Field(default=False, description="An \"all\" slice left some behind.")
 
 
 class DetailedMetrics(BaseModel):

@@ -6,6 +6,9 @@ import random
 from dataclasses import dataclass, field
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Error codes retried whatever their status: 409 idempotency_in_progress means the first
+# attempt of this very request (same Idempotency-Key) is still running on the server.
+RETRY_CODES = frozenset({"idempotency_in_progress"})
 
 
 @dataclass(frozen=True)
@@ -14,8 +17,11 @@ class RetryPolicy:
     ``[0, min(cap, base * 2**n)]``), on 429, 5xx and connection errors. A ``Retry-After``
     header is honoured (up to ``max_retry_after_seconds``) and replaces the computed delay.
 
-    Retries include POSTs: delivery is at-least-once anyway, an enqueue with a ``key`` is
-    idempotent, and a repeated ack or nack of a settled lease is answered as ``rejected``.
+    Retries include POSTs: the client sends each enqueue, dead-letter replay, ack, nack,
+    release and heartbeat request with an ``Idempotency-Key`` it reuses on that request's
+    retries, so a retry after a timeout or a 503 never creates a second task and gets the
+    first answer. A 409 ``idempotency_in_progress`` (the first attempt still runs) is retried
+    too (``codes``).
     """
 
     max_retries: int = 5
@@ -23,6 +29,7 @@ class RetryPolicy:
     cap_seconds: float = 10.0
     max_retry_after_seconds: float = 60.0
     statuses: frozenset[int] = field(default=RETRY_STATUSES)
+    codes: frozenset[str] = field(default=RETRY_CODES)
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -37,6 +44,10 @@ class RetryPolicy:
             return min(retry_after, self.max_retry_after_seconds)
         ceiling = min(self.cap_seconds, self.base_seconds * (2 ** retry))
         return (rng or random).uniform(0, ceiling)
+
+    def retries(self, status: int, code: str) -> bool:
+        """Whether an error response of this status and code is worth another attempt."""
+        return status in self.statuses or code in self.codes
 
 
 NO_RETRIES = RetryPolicy(max_retries=0)

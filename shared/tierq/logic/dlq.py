@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from tierq.dal.postgres import run
+import psycopg
+
+from tierq.dal.postgres import Row, run
 from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
@@ -14,6 +18,12 @@ from tierq.logic.tasks import view
 from tierq.models.tasks import TaskView
 
 REPLAY_BATCH = 1000
+PURGE_BATCH = 1000
+# What one request over every dead letter ("all") does at most before it answers with
+# "more": its ids stay far inside a Lambda response (about 41 bytes each as the runtime
+# writes them: 410 KB), and it answers long before the function's timeout.
+SLICE_MAX_ITEMS = 10_000
+SLICE_SECONDS = 5.0
 
 
 def list_dead(ctx: Context, queue: str, *, tenant: str | None = None, limit: int = 100,
@@ -25,18 +35,41 @@ def list_dead(ctx: Context, queue: str, *, tenant: str | None = None, limit: int
     return [view(r) for r in rows]
 
 
-def replay(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool = False,
-           ) -> tuple[list[UUID], list[UUID]]:
-    """Make dead tasks ready again with attempts reset. Returns (replayed, skipped): a task
-    is skipped when it is not dead (anymore) or a live task holds its key."""
+@dataclass
+class Slice:
+    """What one bounded pass over dead letters did: the ids acted on, the ids asked for but
+    not acted on, and whether an "all" pass left some for the next one."""
+
+    done: list[UUID]
+    skipped: list[UUID]
+    more: bool
+
+
+# Called in each transaction that replays dead letters, with what the pass has done so far
+# (an idempotency record is written there).
+SliceRecorder = Callable[[psycopg.Connection[Row], Slice], None]
+
+
+def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool = False,
+                 tenant: str | None = None, max_items: int | None = SLICE_MAX_ITEMS,
+                 seconds: float | None = SLICE_SECONDS,
+                 record: SliceRecorder | None = None) -> Slice:
+    """Make dead tasks (of ``tenant`` only, when given) ready again with attempts reset, in
+    transactions of at most REPLAY_BATCH. An "all" pass stops after ``max_items`` or
+    ``seconds`` (None: no bound) with ``more`` set. A task is skipped when it is not dead
+    (anymore), not the tenant's, or a live task holds its key."""
     wanted = [str(i) for i in ids]
     replayed: list[UUID] = []
+    started = time.monotonic()
+    more = False
     while True:
+        limit = REPLAY_BATCH if max_items is None else min(REPLAY_BATCH, max_items - len(replayed))
         pending = None
         try:
             with ctx.db.transaction() as conn:
                 locked = run(conn, "lock_dead", {
-                    "queue": queue, "all": all_dead, "ids": wanted, "limit": REPLAY_BATCH,
+                    "queue": queue, "tenant": tenant, "all": all_dead, "ids": wanted,
+                    "limit": limit,
                 })
                 if not locked:
                     break
@@ -44,20 +77,62 @@ def replay(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool
                 run(conn, "reset_dead", {"ids": [t.id for t in targets],
                                          "now": to_datetime(ctx.now())})
                 pending = admission.make_ready(ctx, conn, targets)
+                if record is not None:
+                    so_far = replayed + [UUID(str(r["id"])) for r in pending.rows]
+                    record(conn, Slice(so_far, _skipped(wanted, so_far), more=all_dead))
         except BaseException:
             admission.abandon(ctx, pending)
             raise
         admission.finish(ctx, pending)
         replayed.extend(UUID(str(r["id"])) for r in pending.rows)
-        if not all_dead or len(locked) < REPLAY_BATCH:
+        if not all_dead or len(locked) < limit:
             break
-    done = {str(i) for i in replayed}
-    skipped = [UUID(i) for i in wanted if i not in done]
-    return replayed, skipped
+        if _spent(len(replayed), max_items, started, seconds):
+            more = True
+            break
+    return Slice(replayed, _skipped(wanted, replayed), more)
+
+
+def replay(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool = False,
+           ) -> tuple[list[UUID], list[UUID]]:
+    """Replay every dead letter asked for, however many. Returns (replayed, skipped)."""
+    done = replay_slice(ctx, queue, ids=ids, all_dead=all_dead, max_items=None, seconds=None)
+    return done.done, done.skipped
+
+
+def purge_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool = False,
+                tenant: str | None = None, max_items: int | None = SLICE_MAX_ITEMS,
+                seconds: float | None = SLICE_SECONDS) -> Slice:
+    """Delete dead tasks (of ``tenant`` only, when given), bounded like :func:`replay_slice`."""
+    wanted = [str(i) for i in ids]
+    purged: list[UUID] = []
+    started = time.monotonic()
+    more = False
+    while True:
+        limit = PURGE_BATCH if max_items is None else min(PURGE_BATCH, max_items - len(purged))
+        rows = ctx.db.fetch("purge_dead", {"queue": queue, "tenant": tenant, "all": all_dead,
+                                           "ids": wanted, "limit": limit})
+        purged.extend(UUID(str(r["id"])) for r in rows)
+        if not all_dead or len(rows) < limit:
+            break
+        if _spent(len(purged), max_items, started, seconds):
+            more = True
+            break
+    return Slice(purged, _skipped(wanted, purged), more)
 
 
 def purge(ctx: Context, queue: str, *, ids: Sequence[UUID] = (),
           all_dead: bool = False) -> list[UUID]:
-    rows = ctx.db.fetch("purge_dead", {"queue": queue, "all": all_dead,
-                                       "ids": [str(i) for i in ids]})
-    return [UUID(str(r["id"])) for r in rows]
+    """Delete every dead letter asked for, however many."""
+    return purge_slice(ctx, queue, ids=ids, all_dead=all_dead, max_items=None,
+                       seconds=None).done
+
+
+def _skipped(wanted: Sequence[str], done: Sequence[UUID]) -> list[UUID]:
+    acted = {str(i) for i in done}
+    return [UUID(i) for i in wanted if i not in acted]
+
+
+def _spent(count: int, max_items: int | None, started: float, seconds: float | None) -> bool:
+    return ((max_items is not None and count >= max_items)
+            or (seconds is not None and time.monotonic() - started >= seconds))

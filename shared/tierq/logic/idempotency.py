@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 # owner is still alive: its commit checks the owner in the tasks' transaction and rolls back.
 IN_PROGRESS_LEASE_SECONDS = 60.0
 PURGE_BATCH = 5000
+PURGE_BATCHES_PER_PASS = 4
 CLAIM_ATTEMPTS = 3
 VALKEY_PREFIX = "tq:idem:"
 
@@ -111,7 +112,7 @@ class PgClaim:
         now = self.ctx.now()
         return {
             "scope_key": self.scope_key, "fingerprint": self.fingerprint,
-            "owner": self.owner, "done": done, "status": status,
+            "owner": self.owner, "done": done, "status": status if done else None,
             "response": orjson.dumps(response).decode(),
             "now": to_datetime(now),
             "lease_until": to_datetime(now + IN_PROGRESS_LEASE_SECONDS),
@@ -189,15 +190,17 @@ def claim_in_postgres(ctx: Context, scope: bytes, body_fingerprint: bytes) -> Pg
     raise _in_progress()
 
 
-def purge_expired(ctx: Context) -> int:
-    """Delete the records past their expiry (the reaper's job); returns how many."""
+def purge_expired(ctx: Context, max_batches: int = PURGE_BATCHES_PER_PASS) -> int:
+    """Delete records past their expiry (the reaper's job, a bounded amount per pass: the
+    rest waits for the next); returns how many."""
     before = to_datetime(ctx.now())
     total = 0
-    while True:
+    for _ in range(max_batches):
         deleted = ctx.db.execute("idempotency_purge", {"before": before, "limit": PURGE_BATCH})
         total += max(0, deleted)
         if deleted < PURGE_BATCH:
-            return total
+            break
+    return total
 
 
 # --------------------------------------------------------------------------- Valkey

@@ -1,7 +1,8 @@
 """Dead letters of a queue: ``GET /v1/queues/{queue}/dlq`` (newest first, paged),
 ``POST …/dlq/replay`` (``{"ids": [...]}`` or ``{"all": true}``: ready again at the back of
 the line with fresh attempts) and ``DELETE …/dlq`` (purge the same selection; no body
-purges them all). A pinned caller sees and touches only its own tenant's dead letters."""
+purges them all). "all" acts on a bounded slice per request and answers ``"more"``. A pinned
+caller sees and touches only its own tenant's dead letters."""
 
 from __future__ import annotations
 
@@ -10,16 +11,21 @@ from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
+import psycopg
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
-from tierq.api import paging, request
+from tierq.api import idempotency, paging, request
 from tierq.api.errors import responses
-from tierq.api.models import MAX_IDS, DeadLetterPage, DeadLetterSelection, PurgeResult, ReplayResult
+from tierq.api.idempotency import IdempotencyKeyHeader
+from tierq.api.models import DeadLetterPage, DeadLetterSelection, PurgeResult, ReplayResult
 from tierq.api.params import QueuePath, TenantQuery
 from tierq.api.runtime import engine
-from tierq.errors import InvalidInput, NotFound
+from tierq.dal.postgres import Row
+from tierq.errors import InvalidInput
 from tierq.logic import dlq as dlq_logic
+from tierq.logic.idempotency import PgClaim
 from tierq.models.tasks import TaskView
 
 router = Router()
@@ -66,41 +72,6 @@ def dead_letters_after(queue: str, tenant: str | None, after: tuple[datetime, UU
         after = position_of(batch[-1])
 
 
-def dead_ids_of(queue: str, tenant: str) -> Iterator[UUID]:
-    after = None
-    while True:
-        page = engine().dlq_list(queue, tenant=tenant, limit=MAX_PAGE, after=after)
-        yield from (t.id for t in page)
-        if len(page) < MAX_PAGE:
-            return
-        last = page[-1]
-        after = (last.finished_at or last.created_at, last.id)
-
-
-def selected(queue: str, selection: DeadLetterSelection) -> tuple[list[UUID], list[UUID], bool]:
-    """(ids to act on, ids refused, whether to act on all) for the caller."""
-    pinned = request.pinned_tenant()
-    if pinned is None:
-        return list(selection.ids or []), [], selection.all
-    if selection.all:
-        return list(dead_ids_of(queue, pinned)), [], False
-    mine: list[UUID] = []
-    refused: list[UUID] = []
-    for task_id in selection.ids or []:
-        try:
-            task = engine().get_task(queue, task_id)
-        except NotFound:
-            refused.append(task_id)
-            continue
-        (mine if task.tenant == pinned else refused).append(task_id)
-    return mine, refused, False
-
-
-def chunks(ids: list[UUID]) -> Iterator[list[UUID]]:
-    for start in range(0, len(ids), MAX_IDS):
-        yield ids[start:start + MAX_IDS]
-
-
 @router.get(
     "/v1/queues/<queue>/dlq",
     summary="List dead letters",
@@ -131,44 +102,57 @@ def list_dead_letters(
     "/v1/queues/<queue>/dlq/replay",
     summary="Replay dead letters",
     description="{\"ids\": [...]} (≤ 1000) or {\"all\": true}. Replayed tasks are ready "
-                "again at the back of their line with their attempts reset.",
+                "again at the back of their line with their attempts reset. With \"all\" "
+                "each request replays a bounded slice, oldest first, and answers \"more\": "
+                "repeat it while that is true.",
     operation_id="replayDeadLetters",
     tags=["dead letters"],
-    responses=responses("Which tasks were replayed and which were skipped."),
+    responses=responses("Which tasks were replayed and which were skipped, and whether more "
+                        "may be left.", 409),
 )
-def replay_dead_letters(queue: QueuePath,
-                        body: Annotated[DeadLetterSelection, Body()]) -> ReplayResult:
-    ids, refused, everything = selected(queue, body)
-    tq = engine()
-    if everything:
-        replayed, skipped = tq.dlq_replay(queue, all_dead=True)
-        return ReplayResult(replayed=replayed, skipped=skipped)
-    replayed, skipped = [], list(refused)
-    for chunk in chunks(ids):
-        done, not_done = tq.dlq_replay(queue, ids=chunk)
-        replayed.extend(done)
-        skipped.extend(not_done)
-    return ReplayResult(replayed=replayed, skipped=skipped)
+def replay_dead_letters(queue: QueuePath, body: Annotated[DeadLetterSelection, Body()],
+                        idempotency_key: IdempotencyKeyHeader = None) -> Response[ReplayResult]:
+    tenant = request.pinned_tenant()
+
+    def work(claim: PgClaim | None) -> ReplayResult:
+        if claim is not None and claim.committed is not None:
+            # an earlier request with this key replayed these, then died before it answered
+            return ReplayResult.model_validate(claim.committed)
+
+        def record(conn: psycopg.Connection[Row], part: dlq_logic.Slice) -> None:
+            if claim is not None:
+                claim.record(conn, replay_result(part).model_dump(mode="json"))
+
+        part = dlq_logic.replay_slice(
+            engine().ctx, queue, ids=body.ids or [], all_dead=body.all, tenant=tenant,
+            max_items=dlq_logic.SLICE_MAX_ITEMS, seconds=dlq_logic.SLICE_SECONDS,
+            record=None if claim is None else record)
+        return replay_result(part)
+
+    return idempotency.in_postgres("dlq_replay", queue, idempotency_key, work)
+
+
+def replay_result(part: dlq_logic.Slice) -> ReplayResult:
+    return ReplayResult(replayed=part.done, skipped=part.skipped, more=part.more)
 
 
 @router.delete(
     "/v1/queues/<queue>/dlq",
     summary="Purge dead letters",
-    description="Without a body every dead letter of the queue (or of the caller's tenant) "
-                "is deleted; {\"ids\": [...]} deletes only those.",
+    description="Without a body (or with {\"all\": true}) the dead letters of the queue (or "
+                "of the caller's tenant) are deleted, a bounded slice per request: repeat it "
+                "while \"more\" is true. {\"ids\": [...]} deletes only those.",
     operation_id="purgeDeadLetters",
     tags=["dead letters"],
-    responses=responses("The ids deleted."),
+    responses=responses("The ids deleted, and whether more may be left."),
 )
 def purge_dead_letters(
     queue: QueuePath,
     body: Annotated[DeadLetterSelection | None, Body()] = None,
 ) -> PurgeResult:
-    ids, _, everything = selected(queue, body or DeadLetterSelection(all=True))
-    tq = engine()
-    if everything:
-        return PurgeResult(purged=tq.dlq_purge(queue, all_dead=True))
-    purged: list[UUID] = []
-    for chunk in chunks(ids):
-        purged.extend(tq.dlq_purge(queue, ids=chunk))
-    return PurgeResult(purged=purged)
+    selection = body or DeadLetterSelection(all=True)
+    part = dlq_logic.purge_slice(
+        engine().ctx, queue, ids=selection.ids or [], all_dead=selection.all,
+        tenant=request.pinned_tenant(), max_items=dlq_logic.SLICE_MAX_ITEMS,
+        seconds=dlq_logic.SLICE_SECONDS)
+    return PurgeResult(purged=part.done, more=part.more)

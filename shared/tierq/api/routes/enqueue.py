@@ -21,6 +21,7 @@ from tierq.api.runtime import engine
 from tierq.dal.postgres import Row
 from tierq.errors import InvalidInput, TierqError
 from tierq.logic import enqueue as enqueue_logic
+from tierq.logic.context import Context
 from tierq.logic.idempotency import PgClaim
 from tierq.models import EnqueueOutcome, TaskIn
 
@@ -86,7 +87,10 @@ def enqueue_tasks(
 
     def work(claim: PgClaim | None) -> EnqueueOutcome | EnqueueResults:
         try:
-            outcomes = enqueue_once(queue, tasks, tenant, claim)
+            if claim is None:
+                outcomes = engine().enqueue(queue, tasks, tenant=tenant)
+            else:
+                outcomes = enqueue_once(engine().ctx, queue, tasks, tenant, claim)
         except TierqError as exc:
             raise _single_names(exc) if single else exc from None
         metrics.count(queue, {"Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
@@ -95,13 +99,11 @@ def enqueue_tasks(
     return idempotency.in_postgres("enqueue", queue, idempotency_key, work)
 
 
-def enqueue_once(queue: str, tasks: list[TaskIn], tenant: str | None,
-                 claim: PgClaim | None) -> list[EnqueueOutcome]:
-    """Enqueue; with an idempotency claim, each transaction that inserts tasks records their
+def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | None,
+                 claim: PgClaim) -> list[EnqueueOutcome]:
+    """Enqueue under an idempotency claim: each transaction that inserts tasks records their
     outcomes under the key, and the tasks an earlier owner of the key committed (it died
     before it answered) are not enqueued again."""
-    if claim is None:
-        return engine().enqueue(queue, tasks, tenant=tenant)
     earlier = (claim.committed or {}).get("outcomes") or {}
     recorded: dict[int, dict[str, Any]] = {int(i): o for i, o in earlier.items()}
     todo = [i for i in range(len(tasks)) if i not in recorded]
@@ -113,7 +115,7 @@ def enqueue_once(queue: str, tasks: list[TaskIn], tenant: str | None,
     outcomes: dict[int, EnqueueOutcome] = {
         i: EnqueueOutcome.model_validate(o) for i, o in recorded.items()}
     if todo:
-        fresh = enqueue_logic.enqueue(engine().ctx, queue, [tasks[i] for i in todo], tenant,
+        fresh = enqueue_logic.enqueue(ctx, queue, [tasks[i] for i in todo], tenant,
                                       record=record)
         outcomes.update(zip(todo, fresh, strict=True))
     return [outcomes[i] for i in range(len(tasks))]

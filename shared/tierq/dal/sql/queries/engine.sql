@@ -347,11 +347,13 @@ ORDER BY finished_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: lock_dead
--- DLQ replay: dead rows of a queue (all, or the ids given) whose key is not taken by a live
--- task (a replay must not create a second live task with the same key).
+-- DLQ replay: dead rows of a queue (all, or the ids given; of one tenant when given) whose
+-- key is not taken by a live task (a replay must not create a second live task with the
+-- same key).
 SELECT d.id, d.tenant
 FROM tierq_tasks d
 WHERE d.queue = %(queue)s AND d.state = 'dead'
+  AND (%(tenant)s::text IS NULL OR d.tenant = %(tenant)s)
   AND (%(all)s OR d.id = ANY(%(ids)s::uuid[]))
   AND (d.key IS NULL OR NOT EXISTS (
         SELECT 1 FROM tierq_tasks l
@@ -367,9 +369,21 @@ SET attempts = 0, finished_at = NULL, state = 'delayed', run_at = %(now)s, state
 WHERE id = ANY(%(ids)s::uuid[]) AND state = 'dead';
 
 -- name: purge_dead
-DELETE FROM tierq_tasks
-WHERE queue = %(queue)s AND state = 'dead' AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
-RETURNING id;
+-- DLQ purge: at most %(limit)s dead rows of a queue (all, or the ids given; of one tenant
+-- when given). The rows are picked once (MATERIALIZED): a LIMIT in an IN (...) subquery may
+-- be evaluated again and delete more.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM tierq_tasks
+    WHERE queue = %(queue)s AND state = 'dead'
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+      AND (%(all)s OR id = ANY(%(ids)s::uuid[]))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tierq_tasks t
+USING picked
+WHERE t.id = picked.id AND t.state = 'dead'
+RETURNING t.id;
 
 -- name: purge_queue_tasks
 -- Every task of a queue, whatever its state (SQS's PurgeQueue).

@@ -60,11 +60,13 @@ WHERE scope_key = %(scope_key)s AND owner = %(owner)s AND NOT done
   AND response IS NOT NULL;
 
 -- name: idempotency_purge
-DELETE FROM tierq_idempotency
-WHERE scope_key IN (
+WITH picked AS MATERIALIZED (
     SELECT scope_key FROM tierq_idempotency
     WHERE expires_at <= %(before)s
     ORDER BY expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-);
+)
+DELETE FROM tierq_idempotency r
+USING picked
+WHERE r.scope_key = picked.scope_key;
