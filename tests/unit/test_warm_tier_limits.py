@@ -1,0 +1,57 @@
+"""The deployment side of a bounded warm tier: no TTL on tierq's keys (a cache at its maximum
+evicts keys with a TTL first under volatile-* policies), the alarm on the cache's used bytes
+against CacheMaxDataStorageGB, and the byte bound's deployment default."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from tests.unit.test_template import TEMPLATE, CfnLoader
+
+# commands and options that give a key a time to live
+TTL = re.compile(r"\b(P?EXPIRE(AT)?|SETEX|PSETEX|GETEX)\b|['\"](EX|PX|EXAT|PXAT)['\"]"
+                 r"|\.(p?expire(at)?|setex|psetex|getex)\(|\b(ex|px)=", re.IGNORECASE)
+
+
+def test_tierq_keys_carry_no_ttl() -> None:
+    dal = resources.files("tierq.dal")
+    sources = {entry.name: entry.read_text("utf-8")
+               for entry in dal.joinpath("lua").iterdir() if entry.name.endswith(".lua")}
+    sources["warm_tier.py"] = dal.joinpath("warm_tier.py").read_text("utf-8")
+    assert len(sources) > 10
+    for name, text in sources.items():
+        code = "\n".join(line.split("--")[0] if name.endswith(".lua") else line.split("#")[0]
+                         for line in text.splitlines())
+        assert TTL.search(code) is None, (name, TTL.search(code))
+
+
+def test_the_cache_storage_alarm_watches_bytes_used_against_the_cache_maximum() -> None:
+    template: dict[str, Any] = yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+    alarm = template["Resources"]["CacheStorageAlarm"]
+    assert alarm["Type"] == "AWS::CloudWatch::Alarm"
+    props = alarm["Properties"]
+    used, percent = props["Metrics"]
+    stat = used["MetricStat"]
+    assert stat["Metric"]["Namespace"] == "AWS/ElastiCache"
+    assert stat["Metric"]["MetricName"] == "BytesUsedForCache"
+    assert stat["Metric"]["Dimensions"] == [{"Name": "clusterId",
+                                             "Value": {"Ref": "ValkeyCache"}}]
+    assert stat["Stat"] == "Maximum"
+    assert "${CacheMaxDataStorageGB}" in percent["Expression"]["Fn::Sub"]
+    assert percent["ReturnData"] is True and used["ReturnData"] is False
+    assert props["Threshold"] == {"Ref": "CacheStorageAlarmPercent"}
+    assert props["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+    cache = template["Resources"]["ValkeyCache"]["Properties"]
+    assert cache["CacheUsageLimits"]["DataStorage"]["Maximum"] == {"Ref": "CacheMaxDataStorageGB"}
+    assert 0 < template["Parameters"]["CacheStorageAlarmPercent"]["Default"] < 100
+
+
+def test_the_byte_bound_is_a_deployment_setting() -> None:
+    template: dict[str, Any] = yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["TIERQ_WARM_MAX_BYTES"] == {"Ref": "WarmMaxBytes"}
+    assert template["Parameters"]["WarmMaxBytes"]["Default"] == 64 * 1024 * 1024
