@@ -117,3 +117,92 @@ def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mo
     indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
     assert indexes == {"tierq_tasks_pkey", "tierq_tasks_cold_line"}, (mode, indexes)
     assert_reads_about(nodes, BATCH, ("promote_cold", mode))
+
+
+# -- maintenance by activity: the walks read what has work, never the pairs ever seen ----------
+
+IDLE_PAIRS = 2_000
+FINISHED_ROWS = 500
+
+
+def rows_setup(queue: str, state: str, n: int = FINISHED_ROWS) -> str:
+    """``n`` rows of ``queue`` in ``state``, finished a day ago (for the states that are)."""
+    return ("INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+            " run_at_initially, max_attempts, seq, created_at, ready_since, state_since,"
+            " finished_at)"
+            f" SELECT gen_random_uuid(), '{queue}', '_', 0, '{{}}', '{state}', now(), now(), 5,"
+            " 100000 + g, now(), now(), now(), now() - interval '1 day'"
+            f" FROM generate_series(1, {n}) AS g")
+
+
+PAIRS_SETUP = ("INSERT INTO tierq_queue_tenants (queue, tenant, last_seen)"
+               " SELECT 'idle-' || g, '_', now() - interval '400 days'"
+               f" FROM generate_series(1, {IDLE_PAIRS}) AS g")
+
+
+def seq_scans_of_tasks(nodes: list[dict[str, Any]]) -> list[str]:
+    return [n["Node Type"] for n in nodes
+            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "tierq_tasks"]
+
+
+def rows_read(nodes: list[dict[str, Any]]) -> int:
+    return max((n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)) * n.get(
+        "Actual Loops", 1) for n in nodes if n.get("Relation Name") == "tierq_tasks")
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_warm_walk_skips_over_each_pairs_rows(unanalyzed, mode):
+    """20,000 warm rows of one pair: the walk reads one index entry per pair, not the rows."""
+    values = {"after_queue": "", "after_tenant": "", "limit": 100}
+    nodes = explain(unanalyzed, "pairs_with_warm_rows", values, mode)
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {"tierq_tasks_warm_since"}
+    assert rows_read(nodes) <= 4, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_cold_walk_skips_over_each_pairs_rows(unanalyzed, mode):
+    setup = ";".join([rows_setup("c", "cold"), rows_setup("d", "cold"), PAIRS_SETUP])
+    values = {"after_queue": "", "after_tenant": "", "limit": 100}
+    nodes = explain(unanalyzed, "pairs_for_cold_to_warm", values, mode, setup)
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert "tierq_tasks_cold_line" in {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert nodes[0]["Actual Rows"] == 2
+    assert rows_read(nodes) <= 4, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_purge_walk_reads_one_entry_per_queue_with_finished_rows(unanalyzed, mode):
+    setup = ";".join([rows_setup("done-q", "done"), rows_setup("dead-q", "dead")])
+    nodes = explain(unanalyzed, "queues_with_finished_rows",
+                    {"after_queue": "", "limit": 100}, mode, setup)
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert {"tierq_tasks_done_since", "tierq_tasks_dead_line"} <= {
+        n["Index Name"] for n in nodes if "Index Name" in n}
+    assert nodes[0]["Actual Rows"] == 2
+    assert rows_read(nodes) <= 4, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize(("name", "state", "index"), [
+    ("purge_done_before", "done", "tierq_tasks_done_since"),
+    ("purge_dead_before", "dead", "tierq_tasks_dead_line")])
+def test_the_retention_purge_reads_its_partial_index(unanalyzed, name, state, index, mode):
+    setup = rows_setup("p", state)
+    values = {"queue": "p", "before": "2999-01-01T00:00:00Z", "limit": BATCH}
+    nodes = explain(unanalyzed, name, values, mode, setup)
+    assert nodes[0]["Node Type"] == "ModifyTable"
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert_reads_about(nodes, BATCH, (name, mode))
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {index, "tierq_tasks_pkey"}
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_forgetting_probes_the_tasks_by_index_per_idle_pair(unanalyzed, mode):
+    """Each idle pair of the slice is checked for rows by index look-ups (20,000 warm rows of
+    another queue are never read)."""
+    values = {"after_queue": "", "after_tenant": "", "limit": 1000,
+              "before": "2999-01-01T00:00:00Z"}
+    nodes = explain(unanalyzed, "forget_idle_pairs", values, mode, PAIRS_SETUP)
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert nodes[0]["Actual Rows"] == 1000
