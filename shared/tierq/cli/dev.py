@@ -37,6 +37,11 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option(
             "--quiet", help="No access log line per request.",
         )] = False,
+        valkey_cluster: Annotated[bool, typer.Option(
+            "--valkey-cluster",
+            help="Valkey as a cluster of three masters, the shape of ElastiCache Serverless "
+                 "(a private one unless VALKEY_URL names a cluster); sets VALKEY_CLUSTER=true.",
+        )] = False,
     ) -> None:
         """Serve the HTTP API and run the scheduled functions locally, from template.yaml.
 
@@ -55,6 +60,7 @@ def register(app: typer.Typer) -> None:
         stack = DevStack(DevOptions(
             host=host, port=port, services=not no_services, schedules=schedules,
             schedule_period=schedule_period, template=template, access_log=not quiet,
+            valkey_cluster=valkey_cluster,
         ))
         try:
             stack.start()

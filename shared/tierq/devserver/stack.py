@@ -58,6 +58,7 @@ class DevOptions:
     schedule_period: float | None = None  # None: each schedule's own rate
     template: Path | None = None
     access_log: bool = True
+    valkey_cluster: bool = False  # Valkey as a cluster, like ElastiCache Serverless
 
 
 def say(message: str) -> None:
@@ -82,16 +83,22 @@ class DevStack:
 
     def _stores(self) -> None:
         if self.options.services:
-            self.services = ensure_services()
+            self.services = ensure_services(valkey_cluster=self.options.valkey_cluster)
             os.environ.update(self.services.env())
+            if not self.services.valkey.cluster:  # whatever the shell said
+                os.environ.pop("VALKEY_CLUSTER", None)
         else:
             missing = [n for n in ("DATABASE_URL", "VALKEY_URL") if not os.environ.get(n)]
             if missing:
                 raise DevStackError(f"--no-services needs {' and '.join(missing)} set")
+            if self.options.valkey_cluster:
+                os.environ["VALKEY_CLUSTER"] = "true"
         if os.environ.pop("DB_SECRET_ARN", None):
             self.say("ignoring DB_SECRET_ARN: the local stack uses DATABASE_URL")
         self.say(f"PostgreSQL {redact(os.environ['DATABASE_URL'])}")
-        self.say(f"Valkey     {redact(os.environ['VALKEY_URL'])}")
+        cluster = " (cluster)" if os.environ.get("VALKEY_CLUSTER", "").lower() in (
+            "true", "1", "yes", "on") else ""
+        self.say(f"Valkey     {redact(os.environ['VALKEY_URL'])}{cluster}")
         applied = migrate(os.environ["DATABASE_URL"])
         self.say(f"migrations applied: {', '.join(applied)}" if applied
                  else "database schema is up to date")
