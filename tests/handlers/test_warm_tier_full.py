@@ -71,3 +71,15 @@ def test_enqueue_is_accepted_cold_and_a_claim_is_503_while_valkey_is_full(
     claimed = call("POST", "/v1/queues/full/claims", {"max": 10}, claims=TENANT)
     assert claimed.status == 200, claimed.body
     assert [t["payload"] for t in claimed.body["tasks"]] == [1, 2, 3, 4, 5]
+
+
+def test_warm_max_bytes_is_set_and_shown_over_http(call: Invoke) -> None:
+    put = call("PUT", "/v1/queues/sized", {"warm_max_bytes": 8192})  # an admin's token
+    assert put.status == 200, put.body
+    assert put.body["settings"]["warm_max_bytes"] == 8192
+    got = call("GET", "/v1/queues/sized")
+    assert got.status == 200 and got.body["settings"]["warm_max_bytes"] == 8192
+    bad = call("PUT", "/v1/queues/sized", {"warm_max_bytes": 10})
+    assert bad.status == 422, bad.body
+    assert [d["field"] for d in bad.body["error"]["details"]] == ["warm_max_bytes"]
+    assert call("GET", "/v1/queues/sized").body["settings"]["warm_max_bytes"] == 8192

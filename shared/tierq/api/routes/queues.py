@@ -84,8 +84,9 @@ def get_queue(queue: QueuePath) -> QueueView:
 @router.put(
     "/v1/queues/<queue>",
     summary="Create a queue or change its settings",
-    description="Fields: warm_max, lease_seconds, max_attempts, backoff {kind fixed|linear|"
-                "exponential, base_seconds, cap_seconds, jitter}, retention_seconds, paused. "
+    description="Fields: warm_max, warm_max_bytes, lease_seconds, max_attempts, backoff "
+                "{kind fixed|linear|exponential, base_seconds, cap_seconds, jitter}, "
+                "retention_seconds, paused. "
                 "Fields left out keep their value.",
     operation_id="putQueue",
     tags=["queues"],
