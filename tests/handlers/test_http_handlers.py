@@ -243,9 +243,9 @@ def test_dlq_pages_replay_and_purge(call: Invoke) -> None:
     replay = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": ids[:2]}).body
     assert sorted(replay["replayed"]) == sorted(ids[:2]) and replay["skipped"] == []
     again = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": ids[:1]}).body
-    assert again == {"replayed": [], "skipped": ids[:1]}
+    assert again == {"replayed": [], "skipped": ids[:1], "more": False}
     purged = call("DELETE", "/v1/queues/jobs/dlq", {"ids": ids[2:3]}).body
-    assert purged == {"purged": ids[2:3]}
+    assert purged == {"purged": ids[2:3], "more": False}
     rest = call("DELETE", "/v1/queues/jobs/dlq").body  # no body: all of them
     assert sorted(rest["purged"]) == sorted(ids[3:])
     assert call("GET", "/v1/queues/jobs").body["counts"]["warm"] == 2
@@ -450,7 +450,7 @@ def test_pinned_dlq_touches_only_its_tenant(call: Invoke) -> None:
     assert sorted(t["id"] for t in listed) == sorted(mine)
     replay = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": [mine[0], theirs[0]]},
                   claims=acme).body
-    assert replay == {"replayed": [mine[0]], "skipped": [theirs[0]]}
+    assert replay == {"replayed": [mine[0]], "skipped": [theirs[0]], "more": False}
     purged = call("DELETE", "/v1/queues/jobs/dlq", claims=acme).body["purged"]
     assert purged == [mine[1]]
     everything = call("POST", "/v1/queues/jobs/dlq/replay", {"all": True}, claims=acme).body
