@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -73,10 +73,19 @@ class Tierq:
                                  timeout=self.settings.db_pool_timeout,
                                  prepare=not self.settings.db_secret_arn,  # RDS Proxy on AWS
                                  statement_timeout_ms=self.settings.statement_timeout_ms,
-                                 lock_timeout_ms=self.settings.lock_timeout_ms)
+                                 lock_timeout_ms=self.settings.lock_timeout_ms,
+                                 resolve_url=None if database_url else self._secret_url())
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)
         self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())
+
+    def _secret_url(self) -> Callable[[bool], str] | None:
+        """On AWS, each new connection takes its login from the secret (a rotation changes
+        it; see Database)."""
+        settings = self.settings
+        if not settings.db_secret_arn:
+            return None
+        return lambda fresh: connect.database_url(settings, fresh=fresh)
 
     @classmethod
     def from_env(cls) -> Tierq:

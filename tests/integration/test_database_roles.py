@@ -22,7 +22,7 @@ from psycopg import errors, sql
 from tests.conftest import app_login, migrated_database, with_database, with_login
 from tierq.config import Settings
 from tierq.dal.migrate import app_group, ensure_app_login, migrate
-from tierq.dal.postgres import execute_text
+from tierq.dal.postgres import Database, execute_text
 from tierq.devstack import LocalServices
 from tierq.engine import Tierq
 from tierq.logic.context import OffsetClock
@@ -274,3 +274,25 @@ def test_ensure_app_login_refuses_the_owner_and_empty_credentials(database_url: 
         ensure_app_login(database_url, group, "secret")
     with pytest.raises(ValueError, match="username and a password"):
         ensure_app_login(database_url, "tierq_nobody", "")
+
+
+def test_a_connection_refused_after_a_rotation_retries_with_the_secret_fetched_fresh(
+        app_database_url: str) -> None:
+    """After an alternating-user rotation RDS Proxy knows only the new login: a container
+    whose cached secret still names the old one fails to connect, gives up, and the next
+    attempt asks for the secret fresh."""
+    asked: list[bool] = []
+    stale = with_login(app_database_url, "tierq_rotated_away", "old-password")
+
+    def resolve(fresh: bool) -> str:
+        asked.append(fresh)
+        return app_database_url if fresh else stale
+
+    db = Database("postgresql://unused", min_size=1, max_size=1, timeout=10,
+                  resolve_url=resolve)
+    try:
+        with db.connection() as conn:
+            assert execute_text(conn, "SELECT 1 AS one").fetchone() == {"one": 1}
+    finally:
+        db.close()
+    assert asked[0] is False and True in asked

@@ -24,22 +24,25 @@ SYSTEM_CA_BUNDLES = (
 )
 
 
-def database_url(settings: Settings) -> str:
-    """The URL of the database: built from the secret DB_SECRET_ARN names (on AWS), or
-    DATABASE_URL as it is."""
+def database_url(settings: Settings, *, fresh: bool = False) -> str:
+    """The URL of the database: built from the secret DB_SECRET_ARN names (on AWS; cached,
+    or ``fresh`` from Secrets Manager), or DATABASE_URL as it is."""
     if settings.db_secret_arn:
-        return secret_database_url(settings, fetch_secret(settings.db_secret_arn))
+        return secret_database_url(settings, fetch_secret(settings.db_secret_arn, fresh=fresh))
     if settings.database_url:
         return settings.database_url
     raise RuntimeError("set DATABASE_URL (or DB_SECRET_ARN and DB_HOST on AWS)")
 
 
-def fetch_secret(arn: str) -> dict[str, Any]:
-    """A Secrets Manager secret's JSON (cached for a few minutes, so a rotated password is
-    picked up by the next connection made after that)."""
+def fetch_secret(arn: str, *, fresh: bool = False) -> dict[str, Any]:
+    """A Secrets Manager secret's JSON, cached for a few minutes (``fresh``: fetched now).
+
+    An alternating-user rotation changes the username as well: RDS Proxy then knows only
+    the new login, so a connection that failed is retried with the secret fetched fresh
+    (``Database(resolve_url=...)``)."""
     from aws_lambda_powertools.utilities import parameters
 
-    raw: Any = parameters.get_secret(arn, max_age=SECRET_MAX_AGE_SECONDS)
+    raw: Any = parameters.get_secret(arn, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=fresh)
     secret = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
     if not isinstance(secret, dict) or "username" not in secret or "password" not in secret:
         raise RuntimeError(f"the secret {arn} is not a JSON object with username and password")

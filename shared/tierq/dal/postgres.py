@@ -13,7 +13,7 @@ and its settings are one simple query."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -106,32 +106,52 @@ class Database:
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
                  timeout: float = 10.0, prepare: bool = True,
-                 statement_timeout_ms: int = 15_000, lock_timeout_ms: int = 5_000) -> None:
+                 statement_timeout_ms: int = 15_000, lock_timeout_ms: int = 5_000,
+                 resolve_url: Callable[[bool], str] | None = None) -> None:
         """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
         RDS Proxy, where a prepared statement pins the client to one database connection.
-        The timeouts go with every statement and transaction (see the module's doc)."""
+        The timeouts go with every statement and transaction (see the module's doc).
+
+        ``resolve_url(fresh)`` (on AWS: the URL from the login's secret, cached) is asked
+        for each new connection instead of ``url``; an attempt that follows a failed one
+        asks with ``fresh=True``, so a rotated secret is picked up by the pool's next retry
+        (about a second) instead of when its cache expires."""
         self.url = url
         self._fail_fast_timeout = min(UNREACHABLE_CHECKOUT_TIMEOUT, timeout)
         self.local_settings = local_settings(statement_timeout_ms, lock_timeout_ms)
-        self.pool = self._pool(url, min_size, max_size, timeout, prepare, "tierq",
-                               self.local_settings)
+        self._resolve_url = resolve_url
+        self._unconfirmed_attempts = 0  # connection attempts since the last that succeeded
+        self.pool = self._pool(self._conninfo, min_size, max_size, timeout, prepare, "tierq",
+                               self.local_settings, self._connected)
         self._relaxed: ConnectionPool[TierqConnection] | None = None
-        self._relaxed_args = (url, max_size, timeout, prepare)
+        self._relaxed_args = (max_size, timeout, prepare)
         self._relaxed_lock = threading.Lock()
         self._checkout_timed_out = False  # the last checkout waited the pool timeout in vain
 
+    def _conninfo(self) -> str:
+        if self._resolve_url is None:
+            return self.url
+        fresh = self._unconfirmed_attempts > 0
+        self._unconfirmed_attempts += 1
+        return self._resolve_url(fresh)
+
+    def _connected(self) -> None:
+        self._unconfirmed_attempts = 0
+
     @staticmethod
-    def _pool(url: str, min_size: int, max_size: int, timeout: float, prepare: bool,
-              name: str, settings: Mapping[str, str]) -> ConnectionPool[TierqConnection]:
+    def _pool(conninfo: Callable[[], str], min_size: int, max_size: int, timeout: float,
+              prepare: bool, name: str, settings: Mapping[str, str],
+              connected: Callable[[], None]) -> ConnectionPool[TierqConnection]:
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row,
                                   "prepare_threshold": 5 if prepare else None}
 
         def configure(conn: TierqConnection) -> None:
             _configure(conn)
             conn.use_local_settings(settings)
+            connected()
 
         pool: ConnectionPool[TierqConnection] = ConnectionPool(
-            url,
+            conninfo,
             connection_class=TierqConnection,
             min_size=min_size,
             max_size=max_size,
@@ -152,10 +172,11 @@ class Database:
         too: a startup option would be refused by RDS Proxy)."""
         with self._relaxed_lock:
             if self._relaxed is None:
-                url, max_size, timeout, prepare = self._relaxed_args
-                self._relaxed = self._pool(url, 1, max_size, timeout, prepare, "tierq-relaxed",
-                                           {**self.local_settings,
-                                            "synchronous_commit": "off"})
+                max_size, timeout, prepare = self._relaxed_args
+                self._relaxed = self._pool(self._conninfo, 1, max_size, timeout, prepare,
+                                           "tierq-relaxed",
+                                           {**self.local_settings, "synchronous_commit": "off"},
+                                           self._connected)
             return self._relaxed
 
     def close(self) -> None:
