@@ -220,16 +220,20 @@ class Tierq:
 
     # -- cron schedules ------------------------------------------------------------------
 
+    # Names are scoped per tenant: a schedule is (tenant, name), the tenant '_' by default.
+
     def put_schedule(self, name: str, body: ScheduleIn | Mapping[str, Any]) -> ScheduleView:
-        """Create or replace a schedule and install its next occurrences now."""
+        """Create or replace the schedule ``name`` of the body's tenant and install its next
+        occurrences now."""
         return schedules.put_schedule(self.ctx, name, body)[0]
 
-    def get_schedule(self, name: str) -> ScheduleView:
-        return schedules.get_schedule(self.ctx, name)
+    def get_schedule(self, name: str, tenant: str | None = None) -> ScheduleView:
+        return schedules.get_schedule(self.ctx, name, tenant)
 
-    def delete_schedule(self, name: str) -> ScheduleRemoved:
+    def delete_schedule(self, name: str, tenant: str | None = None) -> ScheduleRemoved:
         """Remove a schedule and its pending occurrences (a claimed one finishes)."""
-        return schedules.delete_schedule(self.ctx, name)
+        return schedules.delete_schedule(self.ctx, name, tenant)
 
-    def list_schedules(self) -> list[ScheduleView]:
-        return schedules.list_schedules(self.ctx)
+    def list_schedules(self, tenant: str | None = None) -> list[ScheduleView]:
+        """Every schedule, or those of one tenant, in (tenant, name) order."""
+        return schedules.list_schedules(self.ctx, tenant)

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qsl
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -259,7 +260,7 @@ def test_concurrent_installs_without_the_schedule_lock_insert_each_key_once(
 
     def install() -> None:
         with tq.db.transaction() as conn:
-            row = run(conn, "schedule_by_name", {"name": "racy"})[0]
+            row = run(conn, "schedule_by_name", {"tenant": "_", "name": "racy"})[0]
             barrier.wait()
             results.append(schedules.install(tq.ctx, conn, row, tq.ctx.now()))
 
@@ -490,8 +491,9 @@ def test_a_payload_may_hold_the_text_of_a_nul_escape(make_tq: Factory) -> None:
 # -- the admin function's routes (API Gateway HTTP API events, real stores) ---------------------
 
 
-def http_event(method: str, path: str, body: Any = None,
+def http_event(method: str, target: str, body: Any = None,
                claims: dict[str, str] | None = None) -> dict[str, Any]:
+    path, _, query = target.partition("?")
     context: dict[str, Any] = {
         "accountId": "123456789012", "apiId": "local", "domainName": "localhost",
         "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
@@ -499,14 +501,18 @@ def http_event(method: str, path: str, body: Any = None,
         "requestId": "test", "routeKey": "$default", "stage": "$default",
         "time": "01/May/2026:09:00:00 +0000", "timeEpoch": 0,
     }
-    if claims is not None:
-        context["authorizer"] = {"jwt": {"claims": claims, "scopes": []}}
-    return {
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+    # without claims given: an admin's token (see tierq.api.access)
+    context["authorizer"] = {"jwt": {"claims": claims if claims is not None
+                                     else {"scope": "tierq/admin"}, "scopes": []}}
+    event = {
+        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": query,
         "headers": {"content-type": "application/json"}, "requestContext": context,
         "body": None if body is None else orjson.dumps(body).decode(),
         "isBase64Encoded": False,
     }
+    if query:
+        event["queryStringParameters"] = dict(parse_qsl(query))
+    return event
 
 
 @pytest.fixture
@@ -538,7 +544,8 @@ def test_schedule_routes(admin: Callable[..., tuple[int, Any]],
     assert listed["schedules"][0]["next_occurrences"] == body["next_occurrences"]
     assert admin("GET", "/v1/schedules/nightly")[1]["config_hash"] == body["config_hash"]
     status, removed = admin("DELETE", "/v1/schedules/nightly")
-    assert (status, removed) == (200, {"name": "nightly", "removed_occurrences": 3})
+    assert (status, removed) == (200, {"name": "nightly", "tenant": "_",
+                                       "removed_occurrences": 3})
     status, missing = admin("GET", "/v1/schedules/nightly")
     assert status == 404 and missing["error"]["code"] == "not_found"
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
@@ -570,12 +577,18 @@ def test_schedule_routes_pin_the_tenant(admin: Callable[..., tuple[int, Any]]) -
     status, error = admin("PUT", "/v1/schedules/x", {**body, "tenant": "other"},
                           {"tenant": "acme"})
     assert status == 403 and error["error"]["details"][0]["field"] == "tenant"
-    assert admin("PUT", "/v1/schedules/theirs", body, {"tenant": "acme"})[0] == 403
     listed = admin("GET", "/v1/schedules", claims={"tenant": "acme"})[1]
     assert [s["name"] for s in listed["schedules"]] == ["mine"]
     assert admin("GET", "/v1/schedules/theirs", claims={"tenant": "acme"})[0] == 404
     assert admin("DELETE", "/v1/schedules/theirs", claims={"tenant": "acme"})[0] == 404
-    assert admin("GET", "/v1/schedules/theirs")[0] == 200
+    assert admin("GET", "/v1/schedules?tenant=other", claims={"tenant": "acme"})[0] == 403
+    # names are per tenant: acme's own "theirs" is another schedule, other's stays as it was
+    status, own = admin("PUT", "/v1/schedules/theirs", {**body, "every_seconds": 30},
+                        {"tenant": "acme"})
+    assert (status, own["tenant"], own["every_seconds"]) == (200, "acme", 30)
+    status, others = admin("GET", "/v1/schedules/theirs?tenant=other")
+    assert (status, others["tenant"], others["every_seconds"]) == (200, "other", 60)
+    assert admin("GET", "/v1/schedules/theirs")[0] == 404  # the admin's default tenant is _
 
 
 # -- the scheduled function ---------------------------------------------------------------------
@@ -663,7 +676,8 @@ def test_cli_schedules(database_url: str, valkey_url: str, clean_stores: None,
                                   "--cron", "61 * * * *"])
         assert bad.exit_code == 1 and "'61 * * * *' is not a valid cron" in bad.output
         removed = runner.invoke(app, ["schedules", "delete", "nightly"])
-        assert orjson.loads(removed.stdout) == {"name": "nightly", "removed_occurrences": 4}
+        assert orjson.loads(removed.stdout) == {"name": "nightly", "tenant": "_",
+                                                "removed_occurrences": 4}
         assert runner.invoke(app, ["schedules", "get", "nightly"]).exit_code == 1
         assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (2,)
     finally:

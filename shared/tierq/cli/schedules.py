@@ -101,18 +101,22 @@ def register(app: typer.Typer) -> None:
         _print_json(view.model_dump(mode="json"))
 
     @group.command("get")
-    def get(name: Annotated[str, typer.Argument(help="Schedule name.")]) -> None:
+    def get(name: Annotated[str, typer.Argument(help="Schedule name.")],
+            tenant: Annotated[str | None, typer.Option(
+                help="Whose schedule (names are per tenant; default _).")] = None) -> None:
         """A schedule, its next occurrences and the occurrences installed as tasks."""
         with engine() as tq:
-            view = tq.get_schedule(name)
+            view = tq.get_schedule(name, tenant)
         _print_json(view.model_dump(mode="json"))
 
     @group.command("list")
     def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+              tenant: Annotated[str | None, typer.Option(
+                  help="Only this tenant's schedules.")] = None,
               ) -> None:
         """Every schedule with its next occurrence (a table, or --json)."""
         with engine() as tq:
-            views = tq.list_schedules()
+            views = tq.list_schedules(tenant)
         if as_json:
             _print_json({"schedules": [v.model_dump(mode="json") for v in views]})
             return
@@ -128,10 +132,12 @@ def register(app: typer.Typer) -> None:
         Console().print(table)
 
     @group.command("delete")
-    def delete(name: Annotated[str, typer.Argument(help="Schedule name.")]) -> None:
+    def delete(name: Annotated[str, typer.Argument(help="Schedule name.")],
+               tenant: Annotated[str | None, typer.Option(
+                   help="Whose schedule (names are per tenant; default _).")] = None) -> None:
         """Remove a schedule and withdraw its pending occurrences (claimed ones finish)."""
         with engine() as tq:
-            removed = tq.delete_schedule(name)
+            removed = tq.delete_schedule(name, tenant)
         _print_json(removed.model_dump(mode="json"))
 
     @group.command("tick")

@@ -1,7 +1,13 @@
-"""Cron schedules (seed 001's CronService): each schedule keeps its next occurrences
-installed as ordinary keyed delayed tasks, key ``<name>/<config_hash>/<epoch_ms>``; the
-delayed mover makes each one ready at its time and workers claim it like any task (the
-claimed task's ``key`` tells which occurrence it is).
+"""Cron schedules: each schedule keeps its next occurrences installed as ordinary keyed
+delayed tasks, key ``<name>/<config_hash>/<epoch_ms>``; the delayed mover makes each one
+ready at its time and workers claim it like any task (the claimed task's ``key`` tells which
+occurrence it is).
+
+A schedule is named per tenant: its key is (tenant, name), and its occurrences are tasks of
+that tenant. A PUT writes the row of the tenant it is for (the upsert's conflict target is
+the whole key) while holding that schedule's lock, so who owns a schedule is decided by the
+same statement that writes it: there is no separate check a concurrent PUT could slip past,
+and no caller can replace, read or remove another tenant's schedule of the same name.
 
 Installing (a ``PUT`` and every ``cron_tick``), in one transaction per schedule:
 
@@ -189,7 +195,7 @@ def occurrences(timing: Timing, after_ms: int, *, at_least: int, through_ms: int
 
 
 def check_name(name: str) -> None:
-    if not _NAME.match(name):
+    if _NAME.fullmatch(name) is None:
         raise InvalidInput.field(
             "name", f"{name!r} is not a schedule name: 1-64 of A-Z a-z 0-9 _ . -"
         )
@@ -222,9 +228,10 @@ def encode_payload(ctx: Context, payload: Any) -> str:
             "payload", "contains a NUL character (\\u0000), which cannot be stored"
         )
     limit = ctx.settings.max_payload_bytes
-    if len(text) > limit:
+    size = len(text.encode())  # bytes, as an enqueued task's payload is counted
+    if size > limit:
         raise PayloadTooLarge(
-            f"payload is {len(text)} bytes once serialised; the limit is {limit}",
+            f"payload is {size} bytes once serialised; the limit is {limit}",
             details=[{"field": "payload", "message": "too large"}],
         )
     return text
@@ -261,11 +268,12 @@ class InstallResult:
     installed_through_ms: int | None = None
 
 
-def withdraw(ctx: Context, conn: psycopg.Connection[Row], name: str,
+def withdraw(ctx: Context, conn: psycopg.Connection[Row], tenant: str, name: str,
              keep_hash: str | None) -> int:
-    """Delete the never-claimed occurrences of ``name`` of every hash but ``keep_hash``
-    (None: all). Returns how many were withdrawn."""
-    rows = run(conn, "lock_pending_occurrences", {"name": name, "keep_hash": keep_hash})
+    """Delete the never-claimed occurrences of schedule (tenant, name) of every hash but
+    ``keep_hash`` (None: all). Returns how many were withdrawn."""
+    rows = run(conn, "lock_pending_occurrences",
+               {"tenant": tenant, "name": name, "keep_hash": keep_hash})
     ids: list[str] = []
     warm: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in rows:
@@ -316,12 +324,12 @@ def lookahead_ms(ctx: Context) -> int:
 def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -> InstallResult:
     """Bring one schedule's installed occurrences up to date, inside the caller's
     transaction (which holds the schedule's lock)."""
-    name, hash_ = row["name"], row["config_hash"]
+    name, tenant, hash_ = row["name"], row["tenant"], row["config_hash"]
     result = InstallResult()
-    result.withdrawn = withdraw(ctx, conn, name, hash_ if row["enabled"] else None)
+    result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row["enabled"] else None)
     through = row["installed_through_ms"] if row["installed_hash"] == hash_ else None
     # forget finished occurrences first: a ledger row must never outlive its task's key
-    run(conn, "prune_occurrences", {"name": name})
+    run(conn, "prune_occurrences", {"tenant": tenant, "name": name})
     if row["enabled"]:
         now_ms = to_ms(now)
         wanted = occurrences(Timing.of_row(row), now_ms, at_least=row["horizon"],
@@ -333,7 +341,8 @@ def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -
         installed_hash: str | None = hash_
     else:
         installed_hash, through = None, None
-    run(conn, "mark_installed", {"name": name, "installed_hash": installed_hash,
+    run(conn, "mark_installed", {"tenant": tenant, "name": name,
+                                 "installed_hash": installed_hash,
                                  "installed_through_ms": through, "now": to_datetime(now)})
     result.installed_through_ms = through
     return result
@@ -351,8 +360,9 @@ def _register_pair(ctx: Context, queue: str, tenant: str) -> None:
 
 def put_schedule(ctx: Context, name: str,
                  body: ScheduleIn | Mapping[str, Any]) -> tuple[ScheduleView, bool]:
-    """Create or replace a schedule and install its occurrences now. Returns the view and
-    whether it was created. Bad input raises InvalidInput and writes nothing."""
+    """Create or replace the schedule ``name`` of the body's tenant (default ``_``) and
+    install its occurrences now. Returns the view and whether it was created. Bad input
+    raises InvalidInput and writes nothing."""
     check_name(name)
     model = parse_body(body)
     payload_json = encode_payload(ctx, model.payload)
@@ -361,7 +371,7 @@ def put_schedule(ctx: Context, name: str,
     _register_pair(ctx, model.queue, tenant)
     now = ctx.now()
     with ctx.db.transaction() as conn:
-        run(conn, "schedule_lock", {"name": name})
+        run(conn, "schedule_lock", {"tenant": tenant, "name": name})
         row = run(conn, "upsert_schedule", {
             "name": name,
             "queue": model.queue,
@@ -379,46 +389,54 @@ def put_schedule(ctx: Context, name: str,
         })[0]
         install(ctx, conn, row, now)
         created = bool(row["created"])
-    return get_schedule(ctx, name), created
+    return get_schedule(ctx, name, tenant), created
 
 
-def tick_schedule(ctx: Context, name: str) -> InstallResult | None:
+def tick_schedule(ctx: Context, tenant: str, name: str) -> InstallResult | None:
     """One tick of one schedule (or of the leftovers of a removed one). None when another
     tick or a PUT holds it right now (that one does the work)."""
-    peek = ctx.db.fetch_one("schedule_by_name", {"name": name})
+    key = {"tenant": tenant, "name": name}
+    peek = ctx.db.fetch_one("schedule_by_name", key)
     if peek is not None and peek["enabled"]:
         _register_pair(ctx, peek["queue"], peek["tenant"])
     with ctx.db.transaction() as conn:
-        if not run(conn, "schedule_try_lock", {"name": name})[0]["locked"]:
+        if not run(conn, "schedule_try_lock", key)[0]["locked"]:
             return None
-        rows = run(conn, "schedule_by_name", {"name": name})
+        rows = run(conn, "schedule_by_name", key)
         if rows:
             return install(ctx, conn, rows[0], ctx.now())
         # removed: withdraw what was locked (and so skipped) when it was removed
-        result = InstallResult(withdrawn=withdraw(ctx, conn, name, None))
-        run(conn, "prune_occurrences", {"name": name})
+        result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
+        run(conn, "prune_occurrences", key)
         return result
 
 
-def delete_schedule(ctx: Context, name: str) -> ScheduleRemoved:
-    """Remove a schedule and withdraw its pending occurrences (a claimed one finishes)."""
+def _not_found(name: str, tenant: str) -> NotFound:
+    return NotFound(f"no schedule named {name!r} in tenant {tenant!r}")
+
+
+def delete_schedule(ctx: Context, name: str, tenant: str | None = None) -> ScheduleRemoved:
+    """Remove the schedule ``name`` of ``tenant`` (default ``_``) and withdraw its pending
+    occurrences (a claimed one finishes)."""
     check_name(name)
+    key = {"tenant": tenant or DEFAULT_TENANT, "name": name}
     with ctx.db.transaction() as conn:
-        run(conn, "schedule_lock", {"name": name})
-        if not run(conn, "schedule_by_name", {"name": name}):
-            raise NotFound(f"no schedule named {name!r}")
-        withdrawn = withdraw(ctx, conn, name, None)
-        run(conn, "prune_occurrences", {"name": name})
-        run(conn, "delete_schedule_row", {"name": name})
-    return ScheduleRemoved(name=name, removed_occurrences=withdrawn)
+        run(conn, "schedule_lock", key)
+        if not run(conn, "schedule_by_name", key):
+            raise _not_found(name, key["tenant"])
+        withdrawn = withdraw(ctx, conn, key["tenant"], name, None)
+        run(conn, "prune_occurrences", key)
+        run(conn, "delete_schedule_row", key)
+    return ScheduleRemoved(name=name, tenant=key["tenant"], removed_occurrences=withdrawn)
 
 
 def _views(ctx: Context, rows: Sequence[Row]) -> list[ScheduleView]:
     now_ms = to_ms(ctx.now())
-    live: dict[str, list[Row]] = defaultdict(list)
+    live: dict[tuple[str, str], list[Row]] = defaultdict(list)
     if rows:
-        for r in ctx.db.fetch("live_occurrences", {"names": [row["name"] for row in rows]}):
-            live[r["schedule"]].append(r)
+        for r in ctx.db.fetch("live_occurrences", {"tenants": [row["tenant"] for row in rows],
+                                                   "names": [row["name"] for row in rows]}):
+            live[(r["schedule_tenant"], r["schedule"])].append(r)
     out = []
     for row in rows:
         timing = Timing.of_row(row)
@@ -447,19 +465,37 @@ def _views(ctx: Context, rows: Sequence[Row]) -> list[ScheduleView]:
                     queue=o["queue"], tenant=o["tenant"], state=o["state"],
                     current=o["config_hash"] == row["config_hash"],
                 )
-                for o in live.get(row["name"], [])
+                for o in live.get((row["tenant"], row["name"]), [])
             ],
         ))
     return out
 
 
-def get_schedule(ctx: Context, name: str) -> ScheduleView:
+def get_schedule(ctx: Context, name: str, tenant: str | None = None) -> ScheduleView:
+    """The schedule ``name`` of ``tenant`` (default ``_``)."""
     check_name(name)
-    row = ctx.db.fetch_one("schedule_by_name", {"name": name})
+    tenant = tenant or DEFAULT_TENANT
+    row = ctx.db.fetch_one("schedule_by_name", {"tenant": tenant, "name": name})
     if row is None:
-        raise NotFound(f"no schedule named {name!r}")
+        raise _not_found(name, tenant)
     return _views(ctx, [row])[0]
 
 
-def list_schedules(ctx: Context) -> list[ScheduleView]:
-    return _views(ctx, ctx.db.fetch("all_schedules"))
+def list_schedules(ctx: Context, tenant: str | None = None) -> list[ScheduleView]:
+    """Every schedule (of ``tenant`` only, when given), in (tenant, name) order."""
+    return list(iter_schedules(ctx, tenant=tenant))
+
+
+def iter_schedules(ctx: Context, *, tenant: str | None = None,
+                   after: tuple[str, str] | None = None,
+                   chunk: int = 50) -> Iterator[ScheduleView]:
+    """Schedules after ``after`` (tenant, name) in (tenant, name) order, of one tenant or
+    of all, read ``chunk`` at a time (a page that fills up early reads little more)."""
+    after_tenant, after_name = after or ("", "")
+    while True:
+        rows = ctx.db.fetch("schedules_page", {"tenant": tenant, "after_tenant": after_tenant,
+                                               "after_name": after_name, "limit": chunk})
+        yield from _views(ctx, rows)
+        if len(rows) < chunk:
+            return
+        after_tenant, after_name = rows[-1]["tenant"], rows[-1]["name"]

@@ -1,6 +1,6 @@
 """cron_tick: keep every schedule's next occurrences installed as keyed delayed tasks, and
-withdraw the pending occurrences of outdated, disabled or removed schedules (seed 001's
-CronService; the rules are in :mod:`tierq.logic.schedules`). One transaction per schedule;
+withdraw the pending occurrences of outdated, disabled or removed schedules (the rules are
+in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per schedule;
 a schedule another tick (or a PUT) is installing right now is left to that one, and two
 ticks at once never install an occurrence twice. Only schedules with work to do are visited
 (an occurrence became due, the installed ones end within the lookahead, or occurrences of
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tierq.errors import Unavailable
 from tierq.logic import schedules
 from tierq.logic.context import Context, to_ms
+from tierq.models.names import DEFAULT_TENANT
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +33,16 @@ def run(ctx: Context) -> CronTickSummary:
     due = ctx.db.fetch("schedules_to_tick", {"now_ms": to_ms(ctx.now()),
                                              "lookahead_ms": schedules.lookahead_ms(ctx)})
     for row in due:
-        name = row["name"]
+        tenant, name = row["tenant"], row["name"]
         summary.schedules += 1
         try:
-            result = schedules.tick_schedule(ctx, name)
+            result = schedules.tick_schedule(ctx, tenant, name)
         except Unavailable:
             raise  # a store is down: every schedule would fail; let the caller retry
         except Exception:
             # one broken schedule must not stop the others; it is retried next tick
-            logger.exception("cron tick failed for schedule %r", name)
-            summary.failed.append(name)
+            logger.exception("cron tick failed for schedule %r of tenant %r", name, tenant)
+            summary.failed.append(name if tenant == DEFAULT_TENANT else f"{tenant}/{name}")
             continue
         if result is None:
             summary.busy += 1

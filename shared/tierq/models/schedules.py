@@ -1,4 +1,5 @@
 """Cron schedules: the body of ``PUT /v1/schedules/{name}`` and how a schedule is shown.
+A schedule is (tenant, name): names are scoped per tenant.
 
 A schedule says *when* in exactly one of three ways:
 
@@ -119,7 +120,10 @@ class ScheduleIn(BaseModel):
 
     queue: QueueName = Field(description="The queue its occurrences are enqueued to.")
     payload: Any = Field(description="The payload of every occurrence (any JSON value).")
-    tenant: TenantName | None = Field(default=None, description="Default '_'.")
+    tenant: TenantName | None = Field(
+        default=None, description="The tenant the schedule belongs to and its occurrences "
+                                  "run for (default '_'). Names are scoped per tenant: "
+                                  "(tenant, name) is the schedule.")
     priority: int = Field(default=0, ge=0, le=9, description="0..9; 9 is claimed first.")
     horizon: int = Field(
         default=4, ge=1, le=MAX_HORIZON,
@@ -243,9 +247,15 @@ class ScheduleRemoved(BaseModel):
     """``DELETE /v1/schedules/{name}``."""
 
     name: str
+    tenant: str = Field(default="_", description="The tenant whose schedule it was.")
     removed_occurrences: int = Field(description="Pending occurrences withdrawn; a claimed "
                                                  "one is left to finish.")
 
 
 class ScheduleList(BaseModel):
+    """``GET /v1/schedules``: one page, in (tenant, name) order."""
+
     schedules: list[ScheduleView]
+    next: str | None = Field(
+        default=None, description="Cursor of the next page (pass it as `after`); null on the "
+                                  "last page.")

@@ -1,25 +1,30 @@
 -- Named queries of cron schedules (tierq.logic.schedules, tierq.maintenance.cron_tick).
+-- A schedule is (tenant, name): names are scoped per tenant (migration 0009), and every
+-- statement here names both.
 
 -- name: schedule_lock
 -- Everything that writes one schedule's occurrences holds this transaction lock: a PUT or a
 -- DELETE waits for it, a tick that finds it taken leaves the schedule to whoever holds it.
-SELECT pg_advisory_xact_lock(hashtextextended('tierq-schedule|' || %(name)s, 11));
+-- (Tenant names cannot hold '|', so the text names one schedule.)
+SELECT pg_advisory_xact_lock(
+    hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11));
 
 -- name: schedule_try_lock
-SELECT pg_try_advisory_xact_lock(hashtextextended('tierq-schedule|' || %(name)s, 11)) AS locked;
+SELECT pg_try_advisory_xact_lock(
+    hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11)) AS locked;
 
 -- name: upsert_schedule
 -- PUT replaces the whole schedule; created_at survives. created tells a new row from a
--- replaced one (xmax is 0 only for a row this statement inserted).
+-- replaced one (xmax is 0 only for a row this statement inserted). The conflict target is
+-- the whole key (tenant, name): a PUT can only ever replace its own tenant's schedule.
 INSERT INTO tierq_schedules AS s (name, queue, tenant, payload, priority, cron, every_ms,
                                   daily_times, timezone, horizon, enabled, config_hash,
                                   created_at, updated_at)
 VALUES (%(name)s, %(queue)s, %(tenant)s, %(payload)s::jsonb, %(priority)s, %(cron)s,
         %(every_ms)s, %(daily_times)s::text[], %(timezone)s, %(horizon)s, %(enabled)s,
         %(config_hash)s, %(now)s, %(now)s)
-ON CONFLICT (name) DO UPDATE SET
+ON CONFLICT (tenant, name) DO UPDATE SET
     queue = EXCLUDED.queue,
-    tenant = EXCLUDED.tenant,
     payload = EXCLUDED.payload,
     priority = EXCLUDED.priority,
     cron = EXCLUDED.cron,
@@ -33,10 +38,19 @@ ON CONFLICT (name) DO UPDATE SET
 RETURNING *, (xmax = 0) AS created;
 
 -- name: schedule_by_name
-SELECT * FROM tierq_schedules WHERE name = %(name)s;
+SELECT * FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: all_schedules
-SELECT * FROM tierq_schedules ORDER BY name;
+SELECT * FROM tierq_schedules ORDER BY tenant, name;
+
+-- name: schedules_page
+-- Schedules after (after_tenant, after_name) in (tenant, name) order, of one tenant or
+-- (tenant NULL) of all; a keyset page on the primary key.
+SELECT * FROM tierq_schedules
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND (tenant, name) > (%(after_tenant)s::text, %(after_name)s::text)
+ORDER BY tenant, name
+LIMIT %(limit)s;
 
 -- name: schedules_to_tick
 -- The schedules a tick has work for: enabled ones whose config is not installed yet, whose
@@ -44,18 +58,19 @@ SELECT * FROM tierq_schedules ORDER BY name;
 -- horizon needs topping up; finished ones get pruned); and any schedule, even disabled or
 -- removed, with ledger rows of another config (pending ones left to withdraw, or claimed
 -- ones to forget once they finish). The others are left alone: no write per tick for them.
-SELECT s.name FROM tierq_schedules s
+SELECT s.tenant, s.name FROM tierq_schedules s
 WHERE s.enabled
   AND (s.installed_hash IS DISTINCT FROM s.config_hash
        OR s.installed_through_ms IS NULL
        OR s.installed_through_ms - %(lookahead_ms)s <= %(now_ms)s
        OR EXISTS (SELECT 1 FROM tierq_schedule_occurrences o
-                  WHERE o.schedule = s.name AND o.fire_at_ms <= %(now_ms)s))
+                  WHERE o.tenant = s.tenant AND o.schedule = s.name
+                    AND o.fire_at_ms <= %(now_ms)s))
 UNION
-SELECT o.schedule FROM tierq_schedule_occurrences o
-LEFT JOIN tierq_schedules s ON s.name = o.schedule
+SELECT o.tenant, o.schedule FROM tierq_schedule_occurrences o
+LEFT JOIN tierq_schedules s ON s.tenant = o.tenant AND s.name = o.schedule
 WHERE s.name IS NULL OR NOT s.enabled OR o.config_hash <> s.config_hash
-ORDER BY 1;
+ORDER BY 1, 2;
 
 -- name: lock_pending_occurrences
 -- Occurrences never claimed (attempts = 0 and delayed, cold or warm; a warm one is only
@@ -65,7 +80,7 @@ ORDER BY 1;
 SELECT t.id, t.queue, t.tenant, t.state
 FROM tierq_schedule_occurrences o
 JOIN tierq_tasks t ON t.id = o.task_id
-WHERE o.schedule = %(name)s
+WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
   AND (%(keep_hash)s::text IS NULL OR o.config_hash <> %(keep_hash)s)
   AND t.state IN ('delayed', 'cold', 'warm')
   AND t.attempts = 0
@@ -80,7 +95,7 @@ RETURNING id;
 -- name: prune_occurrences
 -- Forget occurrences whose task is no longer live (acked, dead, cancelled or withdrawn).
 DELETE FROM tierq_schedule_occurrences o
-WHERE o.schedule = %(name)s
+WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
   AND NOT EXISTS (
       SELECT 1 FROM tierq_tasks t
       WHERE t.id = o.task_id AND t.state IN ('delayed', 'cold', 'warm'));
@@ -118,16 +133,18 @@ UPDATE tierq_schedules
 SET installed_hash = %(installed_hash)s,
     installed_through_ms = %(installed_through_ms)s,
     last_tick_at = %(now)s
-WHERE name = %(name)s;
+WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: delete_schedule_row
-DELETE FROM tierq_schedules WHERE name = %(name)s RETURNING name;
+DELETE FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s RETURNING name;
 
 -- name: live_occurrences
--- The installed occurrences of some schedules whose task is still live, soonest first.
-SELECT o.schedule, o.config_hash, o.fire_at_ms, o.task_id, t.key, t.state, t.attempts,
-       t.queue, t.tenant
+-- The installed occurrences of some schedules (tenants[i], names[i]) whose task is still
+-- live, soonest first.
+SELECT o.tenant AS schedule_tenant, o.schedule, o.config_hash, o.fire_at_ms, o.task_id, t.key,
+       t.state, t.attempts, t.queue, t.tenant
 FROM tierq_schedule_occurrences o
 JOIN tierq_tasks t ON t.id = o.task_id
-WHERE o.schedule = ANY(%(names)s::text[]) AND t.state IN ('delayed', 'cold', 'warm')
-ORDER BY o.schedule, o.fire_at_ms, o.config_hash;
+WHERE (o.tenant, o.schedule) IN (SELECT * FROM unnest(%(tenants)s::text[], %(names)s::text[]))
+  AND t.state IN ('delayed', 'cold', 'warm')
+ORDER BY o.tenant, o.schedule, o.fire_at_ms, o.config_hash;
