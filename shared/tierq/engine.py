@@ -118,12 +118,12 @@ class Tierq:
     # -- workers -------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              time_limit: float | None = None, **fields: Any) -> list[ClaimedTask]:
+              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
         """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps what the tasks cost in a
-        Lambda response (logic/claim.py); ``time_limit`` (a ``time.monotonic()`` instant) is
-        when the caller is cut off: the claim answers before it."""
+        Lambda response (logic/claim.py); ``answer_by`` (a ``time.monotonic()`` instant) is
+        when the claim must return: it polls, refills and pops only while it can."""
         return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
-                                 max_bytes=max_bytes, time_limit=time_limit)
+                                 max_bytes=max_bytes, answer_by=answer_by)
 
     def ack(self, queue: str,
             items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:

@@ -42,16 +42,14 @@ LOW_WATER_EVERY = 0.05
 LOW_WATER_REFILL = 500  # small: the claim that tops up returns soon
 
 
-# Time limits (seconds). A claim with a time limit (the instant the platform cuts the
-# request off: the function's timeout, the HTTP API's 30 s) pops nothing later than
-# ANSWER_MARGIN before it: that much is kept to turn up to 6 MB of tasks into the response,
-# serialize it, and for the runtime to encode and send it, on a function with a fraction of
-# a vCPU (here the whole step takes well under 0.2 s for 6 MB). An inline refill starts
-# only while it can run to its end before that point: it may wait the pool timeout
-# (TIERQ_DB_POOL_TIMEOUT) for a connection, then REFILL_WORK_ALLOWANCE for its statements
-# (one promotion batch, whose row locks it waits for 200 ms at most) and pushes. A refill
-# skipped here is done by the scheduled cold -> warm mover.
-ANSWER_MARGIN = 1.0
+# A claim with a time limit (``answer_by``: the platform's cut-off less the time its caller
+# needs to turn the tasks into the response and send it, see api/routes/claims.py) pops
+# nothing at or after it, and starts an inline refill only while the refill can end before
+# it: a refill may wait the pool timeout (TIERQ_DB_POOL_TIMEOUT) for a connection, then run
+# its statements — REFILL_WORK_ALLOWANCE (seconds) for one promotion batch, whose row locks
+# it waits for 200 ms at most, and its pushes; while the claim holds popped tasks, the
+# statement timeout instead (TIERQ_STATEMENT_TIMEOUT_MS), which PostgreSQL enforces. A
+# refill skipped so is done by the scheduled cold -> warm mover.
 REFILL_WORK_ALLOWANCE = 2.0
 # the longest queue or tenant name (models.names.NAME_PATTERN)
 LONGEST_NAME = 64
@@ -91,15 +89,14 @@ TASK_FIELDS_COST = _task_fields_cost()
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
           tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
-          time_limit: float | None = None) -> list[ClaimedTask]:
+          answer_by: float | None = None) -> list[ClaimedTask]:
     """Claim up to ``request.max`` tasks; long-polls up to ``request.wait_seconds``.
     ``tenants`` restricts the rotation (a caller pinned to one tenant passes it).
     ``max_bytes`` caps what the tasks cost in a Lambda response as the runtime sends it
     (``api.sizing.body_cost`` of their JSON): tasks beyond it stay in their places; the
-    first task always comes. ``time_limit`` (a ``time.monotonic()`` instant) is when the
-    caller is cut off: polling, refilling and popping stop early enough to answer before it
-    (ANSWER_MARGIN, REFILL_WORK_ALLOWANCE)."""
-    answer_by = None if time_limit is None else time_limit - ANSWER_MARGIN
+    first task always comes. ``answer_by`` (a ``time.monotonic()`` instant) is when the
+    claim must return: polling and popping stop then, and no refill starts that could end
+    after it (REFILL_WORK_ALLOWANCE)."""
     poll_until = time.monotonic() + request.wait_seconds
     if answer_by is not None:
         poll_until = min(poll_until, answer_by)

@@ -4,7 +4,7 @@ tenants; a caller pinned to a tenant claims only from it.
 
 The answer fits Lambda's 6 MB response limit as the runtime sends it (CLAIM_RESPONSE_BUDGET,
 sized in lua/claim.lua), and it is given before the function's or the HTTP API's timeout
-(``claim_time_limit``): a claim never leases tasks it does not hand out."""
+(``claim_cut_off``, ``answer_margin``): a claim never leases tasks it does not hand out."""
 
 from __future__ import annotations
 
@@ -32,9 +32,27 @@ router = Router()
 CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(b'{"tasks":[]}')
 # API Gateway's HTTP API answers 503 to a request its integration has not answered in 30 s.
 HTTP_API_TIMEOUT = 30.0
+# Seconds kept between a claim's last pop and the cut-off, to turn up to 6 MB of tasks into
+# the response (models, Powertools' encoder, orjson) and for the runtime to encode and send
+# it: measured at ~0.25 s on one core of the development machine, taken twice, and scaled
+# to the function's share of a vCPU (Lambda gives one vCPU at 1769 MB, 0.29 at the
+# template's 512 MB: 2.2 s then), plus a fixed part for sending 6 MB.
+ANSWER_SECONDS_PER_VCPU = 0.5
+ANSWER_SECONDS_FIXED = 0.5
+ONE_VCPU_MB = 1769
 
 
-def claim_time_limit(lambda_context: Any, event: dict[str, Any]) -> float | None:
+def answer_margin(lambda_context: Any) -> float:
+    """How long before the cut-off a claim stops popping (the margin documented above)."""
+    memory_mb = getattr(lambda_context, "memory_limit_in_mb", None)
+    try:
+        share = min(1.0, int(memory_mb) / ONE_VCPU_MB) if memory_mb else 1.0
+    except (TypeError, ValueError):
+        share = 1.0
+    return ANSWER_SECONDS_FIXED + ANSWER_SECONDS_PER_VCPU / max(share, 0.01)
+
+
+def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
     """When this request is cut off, as a ``time.monotonic()`` instant: the function's
     remaining time (``get_remaining_time_in_millis``), and the HTTP API's 30 s counted from
     when the gateway received the request (``requestContext.timeEpoch``; a time outside the
@@ -71,9 +89,11 @@ def claim_tasks(
     tenant = request.check_tenant(claim.tenant)
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
-    time_limit = claim_time_limit(router.lambda_context, request.current_event().raw_event)
+    lambda_context = router.lambda_context
+    cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
+    answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
     tierq = engine()
-    tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET, time_limit=time_limit)
+    tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET, answer_by=answer_by)
     try:
         metrics.count(queue, {"Claimed": len(tasks)})
         return ClaimResults(tasks=tasks)
