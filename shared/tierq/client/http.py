@@ -491,15 +491,29 @@ class Client:
         data = self.request("PUT", f"/v1/schedules/{_segment(name)}", body=_dump(model))
         return ScheduleView.model_validate(data)
 
-    def get_schedule(self, name: str) -> ScheduleView:
-        return ScheduleView.model_validate(self.request("GET",
-                                                        f"/v1/schedules/{_segment(name)}"))
+    # Schedule names are scoped per tenant: ``tenant`` says whose (a pinned caller's own by
+    # default, else '_'); a pinned caller may only name its own.
 
-    def list_schedules(self) -> list[ScheduleView]:
-        return ScheduleList.model_validate(self.request("GET", "/v1/schedules")).schedules
+    def get_schedule(self, name: str, *, tenant: str | None = None) -> ScheduleView:
+        return ScheduleView.model_validate(self.request(
+            "GET", f"/v1/schedules/{_segment(name)}", params={"tenant": tenant}))
 
-    def delete_schedule(self, name: str) -> ScheduleRemoved:
-        data = self.request("DELETE", f"/v1/schedules/{_segment(name)}")
+    def list_schedules(self, *, tenant: str | None = None,
+                       page_size: int | None = None) -> list[ScheduleView]:
+        """Every schedule (only the caller's tenant's when it is pinned), page by page."""
+        return [view for page in self._pages(self.list_schedules_page, tenant=tenant,
+                                             limit=page_size)
+                for view in page.schedules]
+
+    def list_schedules_page(self, *, after: str | None = None, tenant: str | None = None,
+                            limit: int | None = None) -> ScheduleList:
+        """One page of schedules in (tenant, name) order; pass ``page.next`` as ``after``."""
+        return ScheduleList.model_validate(self.request(
+            "GET", "/v1/schedules", params={"tenant": tenant, "after": after, "limit": limit}))
+
+    def delete_schedule(self, name: str, *, tenant: str | None = None) -> ScheduleRemoved:
+        data = self.request("DELETE", f"/v1/schedules/{_segment(name)}",
+                            params={"tenant": tenant})
         return ScheduleRemoved.model_validate(data)
 
     # -- service -----------------------------------------------------------------------
