@@ -465,7 +465,7 @@ FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 -- have rows in that state, never the pairs ever seen.
 -- ============================================================================================
 
--- name: pairs_with_warm_rows
+-- name: walk_warm_pairs
 -- The reaper's walk: pairs with warm rows (ready tasks or leases in Valkey, rows to
 -- reconcile), in (queue, tenant) order after the cursor.
 WITH RECURSIVE walk AS (
@@ -481,7 +481,7 @@ WITH RECURSIVE walk AS (
 )
 SELECT queue, tenant FROM walk LIMIT %(limit)s;
 
--- name: pairs_for_cold_to_warm
+-- name: walk_cold_to_warm_pairs
 -- The mover's walk: pairs with cold rows, and pairs it left in cold mode (their cold line
 -- may have drained since; one more visit returns them to warm mode). `marked` says whether
 -- the pair is recorded in cold mode.
@@ -508,7 +508,7 @@ GROUP BY queue, tenant
 ORDER BY queue, tenant
 LIMIT %(limit)s;
 
--- name: queues_with_finished_rows
+-- name: walk_finished_queues
 -- The retention purge's walk: queues with done or dead rows, after the cursor.
 WITH RECURSIVE done_walk AS (
     SELECT (SELECT queue FROM tierq_tasks
@@ -606,35 +606,41 @@ WHERE p.queue = v.queue AND p.tenant = v.tenant
 -- name: forget_idle_pairs
 -- One slice of the registry after the cursor: pairs not seen since `before` and without any
 -- row left (tasks in any state, schedules, feeder offsets of a feed named after the queue)
--- are deleted (an installed occurrence is a task). Returns every pair of the slice (the last one is the
--- next cursor) and whether it was forgotten. A registration racing with this waits for the
--- row lock and then either re-creates the pair or, having refreshed last_seen first, keeps
--- it (the DELETE re-checks the row it waited for).
-WITH slice AS (
+-- are deleted (an installed occurrence is a task). Returns the pairs forgotten, then the
+-- slice's last pair (the next cursor) with the number of pairs the slice read. Only the slice's idle pairs are
+-- checked for rows, one index probe per state and pair (OFFSET 0 keeps each NOT EXISTS a
+-- correlated probe: as an anti join it could read a whole partial index), and deleted by
+-- primary key. A registration racing with this holds the row: the DELETE waits, then
+-- re-checks last_seen on the row it waited for, and keeps a pair registered again meanwhile
+-- (or one re-created after it is committed).
+WITH slice AS MATERIALIZED (
     SELECT queue, tenant, last_seen FROM tierq_queue_tenants
     WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
     ORDER BY queue, tenant
     LIMIT %(limit)s
+), idle AS MATERIALIZED (
+    SELECT s.queue, s.tenant FROM slice s
+    WHERE s.last_seen < %(before)s
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'warm'
+                      AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'cold'
+                      AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'delayed'
+                      AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'dead'
+                      AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'done'
+                      AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_schedules c
+                      WHERE c.queue = s.queue AND c.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_feeder_offsets f WHERE f.feed = s.queue OFFSET 0)
 ), gone AS (
     DELETE FROM tierq_queue_tenants p
-    USING slice s
-    WHERE s.last_seen < %(before)s AND p.queue = s.queue AND p.tenant = s.tenant
+    WHERE (p.queue, p.tenant) IN (SELECT queue, tenant FROM idle)
       AND p.last_seen < %(before)s
-      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
-                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
-      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
-                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold')
-      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
-                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'delayed')
-      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
-                      WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'dead')
-      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t
-                      WHERE t.queue = p.queue AND t.state = 'done' AND t.tenant = p.tenant)
-      AND NOT EXISTS (SELECT 1 FROM tierq_schedules s
-                      WHERE s.queue = p.queue AND s.tenant = p.tenant)
-      AND NOT EXISTS (SELECT 1 FROM tierq_feeder_offsets f WHERE f.feed = p.queue)
     RETURNING p.queue, p.tenant
 )
-SELECT s.queue, s.tenant, (g.queue IS NOT NULL) AS forgotten
-FROM slice s LEFT JOIN gone g ON g.queue = s.queue AND g.tenant = s.tenant
-ORDER BY s.queue, s.tenant;
+SELECT queue, tenant, true AS forgotten, NULL::bigint AS slice_rows FROM gone
+UNION ALL
+SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
+               FROM slice ORDER BY queue DESC, tenant DESC LIMIT 1) AS last_of_slice;
