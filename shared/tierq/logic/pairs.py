@@ -133,8 +133,9 @@ def walk(db: Database, name: str, fetch_slice: Callable[[Pair], Sequence[Any]],
         stats.visited += len(done)
         if done:
             position = key(done[-1])
-            stats.cursor = position
-            save_cursor(db, name, position)
+            if position != stats.cursor:  # a walk round the same pairs writes nothing
+                stats.cursor = position
+                save_cursor(db, name, position)
         if len(done) < len(items) or budget.spent:
             return
         if wrapped and begin != START and position >= begin:

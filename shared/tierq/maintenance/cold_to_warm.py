@@ -37,7 +37,7 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
 
     def fetch(after: pairs.Pair) -> list[tuple[str, str, bool]]:
         return [(r["queue"], r["tenant"], r["marked"]) for r in ctx.db.fetch(
-            "pairs_for_cold_to_warm",
+            "walk_cold_to_warm_pairs",
             {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
 
     cursors = pairs.load_cursors(ctx.db)

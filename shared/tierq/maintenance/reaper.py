@@ -67,7 +67,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
         return [(r["queue"], r["tenant"]) for r in ctx.db.fetch(
-            "pairs_with_warm_rows",
+            "walk_warm_pairs",
             {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
 
     for chunk in pairs.walk(ctx.db, LEASES_WALK, fetch, lambda pair: pair, budget, stats,
@@ -111,7 +111,7 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, lim
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
         return [(r["queue"], "") for r in ctx.db.fetch(
-            "queues_with_finished_rows", {"after_queue": after[0], "limit": limit})]
+            "walk_finished_queues", {"after_queue": after[0], "limit": limit})]
 
     for chunk in pairs.walk(ctx.db, PURGE_WALK, fetch, lambda item: item, budget, stats,
                             cursors):
@@ -137,8 +137,9 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
     ctx.pairs.forget_local(gone)
     for pair in gone:
         ctx.modes.pop(pair, None)
-    last = (rows[-1]["queue"], rows[-1]["tenant"]) if len(rows) == forget_slice \
-        else pairs.START
+    ends = [r for r in rows if not r["forgotten"]]  # the slice's last pair, if it read any
+    last = (ends[0]["queue"], ends[0]["tenant"]) \
+        if ends and ends[0]["slice_rows"] == forget_slice else pairs.START
     if last != after:
         pairs.save_cursor(ctx.db, FORGET_WALK, last)
 
