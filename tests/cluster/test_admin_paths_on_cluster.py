@@ -1,0 +1,43 @@
+"""The warm tier's calls that are not scripts, on a cluster with tenants on every master:
+pipelines (running leases, queue counts), a scan (a task's lease), multi-key deletes (a
+purge drops every pair's keys) and the lease scripts that settle several tenants' tasks in
+one call (one script per pair)."""
+
+from __future__ import annotations
+
+from tests.cluster.conftest import keys_per_master, tenants_on_every_node
+from tests.integration.helpers import count_rows
+
+QUEUE = "admin"
+
+
+def test_leases_counts_cancel_and_purge_across_masters(make_tq, valkey, pg):
+    tq = make_tq(warm_max=4)
+    tenants = tenants_on_every_node(valkey, QUEUE)
+    tq.enqueue(QUEUE, [{"payload": [t, i], "tenant": t} for i in range(6) for t in tenants])
+    leased = tq.claim(QUEUE, max=len(tenants) * 2, worker="w-1")  # rotates: 2 per tenant
+    assert sorted(t.tenant for t in leased) == sorted(tenants * 2)
+
+    running = tq.running(QUEUE)  # a pipeline per pair
+    assert sorted(r.id for r in running) == sorted(t.id for t in leased)
+    assert {r.worker for r in running} == {"w-1"}
+    view = tq.get_queue(QUEUE)
+    assert view.counts.leased == len(leased) and view.counts.cold == len(tenants) * 2
+
+    first = leased[0]
+    seen = tq.get_task(QUEUE, first.id)  # the lease found by a scan of its pair's leases
+    assert seen.state == "leased" and seen.worker == "w-1"
+    assert tq.cancel_task(QUEUE, leased[1].id).id == leased[1].id
+
+    # one call settling tasks of every tenant: one script per pair, on its own master
+    beat = tq.heartbeat(QUEUE, [{"id": t.id, "lease_token": t.lease_token,
+                                 "extend_seconds": 60} for t in leased[2:]])
+    assert len(beat.extended) == len(leased) - 2
+    acked = tq.ack(QUEUE, [first, *leased[2:]])
+    assert sorted(acked.acked) == sorted(t.id for t in [first, *leased[2:]])
+
+    assert all(n > 0 for n in keys_per_master(valkey).values())
+    purged = tq.purge_queue(QUEUE)  # every pair's keys deleted on its master
+    assert purged == len(tenants) * 6 - len(leased)
+    assert count_rows(pg, QUEUE) == 0
+    assert set(keys_per_master(valkey).values()) == {0}
