@@ -47,3 +47,17 @@ def test_side_by_side_bench_runs_every_system_and_ends_with_the_ratio(
     for run in result["runs"]:
         assert run["drain"]["left"] == 0 and run["e2e"]["left"] == 0, run
     assert result["best_peer"] in ("pgqueuer", "procrastinate")
+
+
+def test_maintenance_bench_reaps_and_promotes_the_live_work_and_prints_the_idle_pass(
+        services: LocalServices, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.maintenance", services, tmp_path / "maintenance.json",
+                              "--quick", "--sizes", "200", "1000", "--repeat", "1")
+    assert re.fullmatch(r"idle_pass_ms_at_1k=\d+", lines[-1]), lines[-1]
+    assert [s["pairs"] for s in result["sizes"]] == [200, 1000]
+    for size in result["sizes"]:
+        (repeat,) = size["repeats"]
+        # the benchmark itself fails unless the lease is reaped and the cold work promoted;
+        # the idle pairs are never visited: only the live ones are
+        assert repeat["expired"] == 1 and repeat["promoted"] >= 1
+        assert repeat["reaper_pairs"] <= 2 and repeat["cold_to_warm_pairs"] == 1
