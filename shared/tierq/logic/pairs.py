@@ -105,26 +105,29 @@ class WalkStats:
 
 def walk(db: Database, name: str, fetch_slice: Callable[[Pair], Sequence[Any]],
          key: Callable[[Any], Pair], budget: Budget, stats: WalkStats,
-         cursors: dict[str, Pair]) -> Iterator[Sequence[Any]]:
+         cursors: dict[str, Pair], limit: int) -> Iterator[Sequence[Any]]:
     """Yield slices of items (in key order) starting after the walk's saved cursor, going
     round to the start once, until every item with work was visited once or the budget is
     spent. The caller visits each item of a slice and appends the ones it visited to
     ``stats.items`` (it may stop early when the budget is spent; at least one item of each
     pass is visited, so a tiny budget still moves on). The cursor saved after each slice is
-    the last item visited: the next pass starts after it."""
+    the last item visited: the next pass starts after it. ``fetch_slice`` returns at most
+    ``limit`` items; fewer means the end was reached."""
     begin = cursors.get(name, START)
     position = begin
     wrapped = begin == START  # a walk from the start has nothing to come back round to
     stats.cursor = begin
+    at_end = False  # the last slice was short: nothing lies after it
     while True:
-        items = list(fetch_slice(position))
+        items = [] if at_end else list(fetch_slice(position))
+        at_end = len(items) < limit
         if wrapped:
             items = [i for i in items if key(i) <= begin] if begin != START else items
         if not items:
             if wrapped:
                 stats.completed = True
                 return
-            wrapped, position = True, START
+            wrapped, position, at_end = True, START, False
             continue
         before = len(stats.items)
         stats.slices += 1

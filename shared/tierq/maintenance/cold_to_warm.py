@@ -42,7 +42,7 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
 
     cursors = pairs.load_cursors(ctx.db)
     for chunk in pairs.walk(ctx.db, WALK, fetch, lambda item: (item[0], item[1]), budget,
-                            stats, cursors):
+                            stats, cursors, limit):
         changed: list[tuple[str, str, bool]] = []
         for queue, tenant, marked in chunk:
             result = tiering.refill(ctx, queue, tenant)

@@ -71,7 +71,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
             {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
 
     for chunk in pairs.walk(ctx.db, LEASES_WALK, fetch, lambda pair: pair, budget, stats,
-                            cursors):
+                            cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
             expire_leases(ctx, queue, tenant, summary)
@@ -114,7 +114,7 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, lim
             "walk_finished_queues", {"after_queue": after[0], "limit": limit})]
 
     for chunk in pairs.walk(ctx.db, PURGE_WALK, fetch, lambda item: item, budget, stats,
-                            cursors):
+                            cursors, limit):
         for queue, _ in chunk:
             purge(ctx, queue, summary)
             stats.items.append((queue, ""))
