@@ -22,6 +22,7 @@ from tierq.devstack.services import wait_pid_gone
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.logic.context import OffsetClock
+from tierq.logic.idempotency import claim_in_valkey
 
 QUEUE = "crash"
 PER_TENANT = 30
@@ -50,7 +51,8 @@ def _cluster_down(port: int) -> bool:
 def _claim_refused(tq: Tierq, tenant: str) -> bool:
     try:
         tq.claim(QUEUE, tenant=tenant, max=1)
-    except Unavailable:
+    except Unavailable as exc:
+        assert "127.0.0.1" not in str(exc)  # where the cache lives goes to the log only
         return True
     return False
 
@@ -86,6 +88,8 @@ def test_a_crashed_master_answers_unavailable_and_loses_nothing(crashing_cluster
             time.sleep(0.1)
         for tenant in tenants:
             assert _claim_refused(tq, tenant), tenant
+        with pytest.raises(Unavailable):  # an ack's Idempotency-Key record: 503, not a 500
+            claim_in_valkey(tq.ctx, b"ack|admin|crash|key", b"fingerprint")
 
         crashing_cluster.restart()  # every master back, empty, on the same ports
         assert crashing_cluster.url == settings.valkey_url

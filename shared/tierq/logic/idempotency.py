@@ -29,6 +29,7 @@ import redis
 from redis.commands.core import Script
 
 from tierq.dal.postgres import Row, run
+from tierq.dal.warm_tier import VALKEY_DOWN
 from tierq.errors import TierqError, Unavailable
 from tierq.logic.context import Context, to_datetime
 
@@ -252,14 +253,14 @@ class ValkeyClaim:
             _script(self.ctx.warm.client, _FINISH)(
                 keys=[self.key], args=[self.owner, status, orjson.dumps(response), ttl_ms],
                 client=self.ctx.warm.client)
-        except redis.RedisError as exc:
+        except (redis.RedisError, *VALKEY_DOWN) as exc:
             log.warning("idempotency record not kept in Valkey: %s", exc)
 
     def abandon(self) -> None:
         try:
             _script(self.ctx.warm.client, _ABANDON)(keys=[self.key], args=[self.owner],
                                                    client=self.ctx.warm.client)
-        except redis.RedisError as exc:
+        except (redis.RedisError, *VALKEY_DOWN) as exc:
             log.warning("idempotency record not released in Valkey: %s", exc)
 
 
@@ -275,8 +276,8 @@ def claim_in_valkey(ctx: Context, scope: bytes,
     try:
         reply = _script(client, _CLAIM)(keys=[key], args=[body_fingerprint, owner, lease_ms],
                                         client=client)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise Unavailable(f"Valkey is not answering: {exc}") from exc
+    except VALKEY_DOWN as exc:  # (in cluster mode, CLUSTERDOWN too: not an out-of-memory)
+        raise Unavailable("Valkey is not answering", detail=str(exc)) from exc
     except redis.ResponseError as exc:
         log.warning("idempotency record not kept in Valkey: %s", exc)
         return None
