@@ -1,0 +1,63 @@
+"""How claim.lua charges a task against a claim's byte budget: its JSON text, one more byte
+per quote and backslash (counted when the blob is built: its "e"; counted by the script for
+a blob written without it), and a bound on the response's fields around it."""
+
+from __future__ import annotations
+
+import orjson
+import redis
+
+from tierq.api.sizing import body_cost
+from tierq.core.ordering import score
+from tierq.dal.warm_tier import PairKeys
+from tierq.engine import Tierq
+from tierq.logic.claim import TASK_FIELDS_COST
+
+ODD = ['quote " and \\ backslash', "non-ascii é ✓ \U0001F600", "del\u007f and / \n\t\x01", ""]
+
+
+def blobs(valkey: redis.Redis, queue: str, tenant: str = "_") -> dict[str, bytes]:
+    data = valkey.hgetall(PairKeys.of(queue, tenant).data)
+    return {k.decode(): v for k, v in data.items() if not k.startswith(b"~")}
+
+
+def test_each_blob_carries_the_count_of_its_quotes_and_backslashes(tq: Tierq, valkey):
+    tq.enqueue("q", [{"payload": {"text": ODD[i % 4], 'k"\\': [ODD[(i + 1) % 4]]},
+                      "key": f"{ODD[i % 2]}-{i}" if i % 3 else None} for i in range(12)])
+    found = blobs(valkey, "q")
+    assert len(found) == 12
+    for blob in found.values():
+        json_text = blob.partition(b"|")[2]
+        escapes = orjson.loads(json_text)["e"]
+        assert escapes == json_text.count(b'"') + json_text.count(b"\\"), blob
+        assert body_cost(json_text) == len(json_text) + escapes
+
+
+def test_a_task_is_charged_its_escapes_and_its_fields(tq: Tierq, valkey):
+    quotes = '"' * 100_000  # 200,002 bytes of JSON, 400,004 in the response
+    tq.enqueue("q", [{"payload": quotes} for _ in range(3)])
+    [cost] = {body_cost(blob.partition(b"|")[2]) + TASK_FIELDS_COST
+              for blob in blobs(valkey, "q").values()}
+    assert cost > 400_004 + TASK_FIELDS_COST
+    assert len(tq.claim("q", max=3, max_bytes=2 * cost - 1)) == 1  # stored bytes: ~400 kB
+    assert len(tq.claim("q", max=3, max_bytes=2 * cost)) == 2
+
+
+def test_a_blob_without_its_count_is_counted_by_the_script(tq: Tierq, valkey):
+    """A warm tier written by a tierq that did not store the count: the script counts."""
+    tq.enqueue("q", [{"payload": 0}])  # creates the pair (mode warm)
+    assert len(tq.claim("q")) == 1
+    quotes = orjson.dumps('"' * 100_000)
+    old_blob = b'0|{"p":%b,"k":null,"pr":0,"m":5,"c":1700000000000}' % quotes
+    ids = [f"01000000-0000-7000-8000-00000000000{i}" for i in range(3)]
+    tq.warm.push("q", "_", warm_max=100, warm_max_bytes=10**9, kind="restore", now_ms=0,
+                 token="t", items=[(task_id, score(0, i), old_blob)
+                                   for i, task_id in enumerate(ids)])
+    cost = body_cost(old_blob.partition(b"|")[2]) + TASK_FIELDS_COST
+    claimed = tq.ctx.warm.claim("q", "_", n=3, now_ms=1, lease_ms=60_000, token_prefix="_~x~",
+                                worker="", max_bytes=2 * cost - 1,
+                                per_task_bytes=TASK_FIELDS_COST)[2]
+    assert [c[0].decode() for c in claimed] == ids[:1]  # a second would not fit
+    claimed = tq.ctx.warm.claim("q", "_", n=3, now_ms=1, lease_ms=60_000, token_prefix="_~y~",
+                                worker="", max_bytes=2 * cost, per_task_bytes=TASK_FIELDS_COST)[2]
+    assert [c[0].decode() for c in claimed] == ids[1:3]
