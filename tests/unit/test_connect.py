@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from tierq.config import Settings
 from tierq.dal import connect
+from tierq.dal.postgres import Database
 
 REGION = "us-east-1"
 
@@ -95,3 +96,15 @@ def test_the_system_trust_store_is_found_or_left_alone(tmp_path: Path) -> None:
     chosen = {"SSL_CERT_DIR": "/opt/roots"}
     assert connect.use_system_trust_store(chosen, (str(bundle),)) == "/opt/roots"
     assert chosen == {"SSL_CERT_DIR": "/opt/roots"}  # the operator's choice wins
+
+
+def test_a_process_given_a_ready_url_finds_the_system_roots_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark executor gets the URL the driver built: opening the pool points OpenSSL at
+    the system's roots there as well."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    db = Database("postgresql://u:p@127.0.0.1:1/d?sslmode=verify-full&sslrootcert=system",
+                  min_size=1, max_size=1)
+    db.close()
+    assert os.environ.get("SSL_CERT_FILE") and Path(os.environ["SSL_CERT_FILE"]).is_file()

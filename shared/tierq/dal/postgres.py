@@ -23,6 +23,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from tierq.dal import connect
 from tierq.dal.sql_files import query
 from tierq.errors import Unavailable
 
@@ -117,6 +118,9 @@ class Database:
         asks with ``fresh=True``, so a rotated secret is picked up by the pool's next retry
         (about a second) instead of when its cache expires."""
         self.url = url
+        if _trusts_system_roots(url):
+            # (also in a process that got the URL ready-made, e.g. a Spark executor)
+            connect.use_system_trust_store()
         self._fail_fast_timeout = min(UNREACHABLE_CHECKOUT_TIMEOUT, timeout)
         self.local_settings = local_settings(statement_timeout_ms, lock_timeout_ms)
         self._resolve_url = resolve_url
@@ -240,6 +244,13 @@ class Database:
                     conn: psycopg.Connection[Row] | None = None) -> Any:
         row = self.fetch_one(name, params, conn)
         return None if row is None else next(iter(row.values()))
+
+
+def _trusts_system_roots(url: str) -> bool:
+    try:
+        return psycopg.conninfo.conninfo_to_dict(url).get("sslrootcert") == "system"
+    except psycopg.ProgrammingError:
+        return False  # not a URL libpq reads: the connection attempt will say why
 
 
 def uuid_array(ids: Iterable[object]) -> str:
