@@ -50,29 +50,43 @@ PAIR_CHUNK = 500
 
 
 def pairs_after(ctx: Context, after: Pair = ("", ""), *, limit: int = PAIR_CHUNK,
-                tenant: str | None = None, queue: str | None = None,
-                with_warm_rows: bool = False) -> list[Pair]:
+                tenant: str | None = None, queue: str | None = None) -> list[Pair]:
     """Registered (queue, tenant) pairs after ``after`` in (queue, tenant) order, of one
-    tenant and/or one queue if given (filtered in SQL); ``with_warm_rows``: only pairs with
-    ready or leased tasks (the only ones that can hold leases)."""
-    rows = ctx.db.fetch("pairs_with_warm_rows_page" if with_warm_rows else "pairs_page", {
-        "after_queue": after[0], "after_tenant": after[1], "limit": limit,
-        "tenant": tenant, "queue": queue,
-    })
-    return [(r["queue"], r["tenant"]) for r in rows]
+    tenant and/or one queue if given (selected in SQL, each filter by its own index)."""
+    params = {"after_queue": after[0], "after_tenant": after[1], "limit": limit,
+              "tenant": tenant, "queue": queue}
+    if tenant is not None and queue is not None:
+        name = "pair_of_queue_and_tenant_page"
+    elif tenant is not None:
+        name = "pairs_of_tenant_page"
+    elif queue is not None:
+        name = "pairs_of_queue_page"
+        if after[0] < queue:
+            params["after_tenant"] = ""  # the cursor is before this queue: all its tenants
+        elif after[0] > queue:
+            return []
+    else:
+        name = "pairs_page"
+    return [(r["queue"], r["tenant"]) for r in ctx.db.fetch(name, params)]
 
 
 def iter_pairs(ctx: Context, after: Pair = ("", ""), *, tenant: str | None = None,
                queue: str | None = None, with_warm_rows: bool = False,
                chunk: int = PAIR_CHUNK) -> Iterator[Pair]:
-    """Every pair :func:`pairs_after` selects, read ``chunk`` at a time."""
+    """Every pair :func:`pairs_after` selects, read ``chunk`` registered pairs at a time;
+    ``with_warm_rows``: only those with ready or leased tasks (the only ones that can hold
+    leases)."""
     while True:
-        pairs = pairs_after(ctx, after, limit=chunk, tenant=tenant, queue=queue,
-                            with_warm_rows=with_warm_rows)
-        yield from pairs
-        if len(pairs) < chunk:
+        registered = pairs_after(ctx, after, limit=chunk, tenant=tenant, queue=queue)
+        if with_warm_rows and registered:
+            rows = ctx.db.fetch("pairs_with_warm_rows", {
+                "queues": [q for q, _ in registered], "tenants": [t for _, t in registered]})
+            yield from ((r["queue"], r["tenant"]) for r in rows)
+        else:
+            yield from registered
+        if len(registered) < chunk:
             return
-        after = pairs[-1]
+        after = registered[-1]
 
 
 def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
@@ -154,7 +168,8 @@ def queue_names_after(ctx: Context, after: str = "", *, limit: int = PAIR_CHUNK,
                       tenant: str | None = None) -> list[str]:
     """Queue names after ``after`` in name order; with ``tenant``, only the queues that tenant
     has had tasks in (filtered in SQL)."""
-    rows = ctx.db.fetch("queue_names_page", {"after": after, "limit": limit, "tenant": tenant})
+    rows = ctx.db.fetch("queue_names_page" if tenant is None else "queue_names_of_tenant_page",
+                        {"after": after, "limit": limit, "tenant": tenant})
     return [r["queue"] for r in rows]
 
 

@@ -403,40 +403,66 @@ SELECT EXISTS (SELECT 1 FROM tierq_queues
                WHERE queue = %(queue)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s))
     AS known;
 
+-- Each filter has a statement of its own, so that a cached generic plan still walks the
+-- index that matches it (a "tenant IS NULL OR …" condition would not be an index bound).
+
 -- name: queue_names_page
--- Queue names after `after` in name order: every queue with settings or tasks, or (with a
--- tenant) only the queues that tenant has had tasks in (tierq_queue_tenants_by_tenant).
+-- Queue names after `after` in name order: every queue with settings or tasks.
 SELECT queue FROM (
     (SELECT queue FROM tierq_queues
-     WHERE %(tenant)s::text IS NULL AND queue > %(after)s
+     WHERE queue > %(after)s
      ORDER BY queue LIMIT %(limit)s)
     UNION
     (SELECT DISTINCT queue FROM tierq_queue_tenants
-     WHERE queue > %(after)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+     WHERE queue > %(after)s
      ORDER BY queue LIMIT %(limit)s)
 ) AS q
 ORDER BY queue
 LIMIT %(limit)s;
 
+-- name: queue_names_of_tenant_page
+-- The queues one tenant has had tasks in, after `after` (tierq_queue_tenants_by_tenant).
+SELECT queue FROM tierq_queue_tenants
+WHERE tenant = %(tenant)s AND queue > %(after)s
+ORDER BY tenant, queue
+LIMIT %(limit)s;
+
 -- name: pairs_page
--- Registered (queue, tenant) pairs after the cursor, of one tenant and/or one queue if given.
+-- Registered (queue, tenant) pairs after the cursor.
 SELECT queue, tenant FROM tierq_queue_tenants
 WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
-  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 ORDER BY queue, tenant
 LIMIT %(limit)s;
 
--- name: pairs_with_warm_rows_page
--- As pairs_page, only pairs with warm rows (ready in Valkey or leased): where leases can be.
-SELECT p.queue, p.tenant FROM tierq_queue_tenants p
-WHERE (p.queue, p.tenant) > (%(after_queue)s, %(after_tenant)s)
-  AND (%(tenant)s::text IS NULL OR p.tenant = %(tenant)s)
-  AND (%(queue)s::text IS NULL OR p.queue = %(queue)s)
-  AND EXISTS (SELECT 1 FROM tierq_tasks t
-              WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
-ORDER BY p.queue, p.tenant
+-- name: pairs_of_queue_page
+-- One queue's pairs after the cursor's tenant.
+SELECT queue, tenant FROM tierq_queue_tenants
+WHERE queue = %(queue)s AND tenant > %(after_tenant)s
+ORDER BY queue, tenant
 LIMIT %(limit)s;
+
+-- name: pairs_of_tenant_page
+-- One tenant's pairs after the cursor's queue (tierq_queue_tenants_by_tenant).
+SELECT queue, tenant FROM tierq_queue_tenants
+WHERE tenant = %(tenant)s AND queue >= %(after_queue)s
+  AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+ORDER BY tenant, queue
+LIMIT %(limit)s;
+
+-- name: pair_of_queue_and_tenant_page
+-- The one pair of a queue and a tenant, if registered and after the cursor.
+SELECT queue, tenant FROM tierq_queue_tenants
+WHERE queue = %(queue)s AND tenant = %(tenant)s
+  AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+LIMIT %(limit)s;
+
+-- name: pairs_with_warm_rows
+-- Which of the pairs given have warm rows (ready in Valkey or leased): where leases can be.
+SELECT p.queue, p.tenant
+FROM unnest(%(queues)s::text[], %(tenants)s::text[]) WITH ORDINALITY AS p(queue, tenant, n)
+WHERE EXISTS (SELECT 1 FROM tierq_tasks t
+              WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
+ORDER BY p.n;
 
 -- name: pair_state_counts
 -- Cold, delayed and dead counts of the pairs given (one partial index each).
@@ -451,10 +477,13 @@ FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- name: pair_oldest_ready
 -- When the longest-waiting ready task of each pair given became ready; leased rows excluded.
+-- One subquery per state, so each reads its own partial index (LEAST ignores NULLs).
 SELECT p.queue, p.tenant,
-       (SELECT min(t.ready_since) FROM tierq_tasks t
-        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state IN ('cold', 'warm')
-          AND NOT (t.id = ANY(%(leased)s::uuid[]))) AS oldest
+       LEAST((SELECT min(t.ready_since) FROM tierq_tasks t
+              WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold'),
+             (SELECT min(t.ready_since) FROM tierq_tasks t
+              WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm'
+                AND NOT (t.id = ANY(%(leased)s::uuid[])))) AS oldest
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- ============================================================================================
