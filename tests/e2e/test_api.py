@@ -140,12 +140,12 @@ def test_task_routes_and_dlq_routes(http: httpx.Client, queue: str) -> None:
     rest = http.get(f"/v1/queues/{queue}/dlq", params={"after": dlq["next_cursor"]}).json()
     assert len(rest["tasks"]) == 1 and rest["next_cursor"] is None
     replay = http.post(f"/v1/queues/{queue}/dlq/replay", json={"ids": ids[1:2]}).json()
-    assert replay == {"replayed": ids[1:2], "skipped": []}
+    assert replay == {"replayed": ids[1:2], "skipped": [], "more": False}
     purged = http.request("DELETE", f"/v1/queues/{queue}/dlq", json={"ids": ids[2:3]}).json()
-    assert purged == {"purged": ids[2:3]}
+    assert purged == {"purged": ids[2:3], "more": False}
     replay_all = http.post(f"/v1/queues/{queue}/dlq/replay", json={"all": True}).json()
     assert replay_all["replayed"] == ids[3:4]
-    assert http.delete(f"/v1/queues/{queue}/dlq").json() == {"purged": []}
+    assert http.delete(f"/v1/queues/{queue}/dlq").json() == {"purged": [], "more": False}
 
 
 def test_openapi_and_dashboard_are_served(http: httpx.Client) -> None:
