@@ -86,7 +86,7 @@ def test_a_crashed_master_answers_unavailable_and_loses_nothing(crashing_cluster
         while not all(_cluster_down(p) for p in survivors):  # CLUSTERDOWN from now on
             assert time.monotonic() < deadline, "the other masters never noticed"
             time.sleep(0.1)
-        for tenant in tenants:
+        for tenant in tenants[:2]:  # the crashed master's, and another's
             assert _claim_refused(tq, tenant), tenant
         with pytest.raises(Unavailable):  # an ack's Idempotency-Key record: 503, not a 500
             claim_in_valkey(tq.ctx, b"ack|admin|crash|key", b"fingerprint")
