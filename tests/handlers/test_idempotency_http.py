@@ -66,6 +66,22 @@ def test_a_batch_replays_its_outcomes_in_order(call: Invoke, pg: psycopg.Connect
     assert done and status == 200
 
 
+def test_a_keyed_batch_meeting_live_keys_replays_its_mixed_outcomes(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    call("POST", "/v1/queues/jobs/tasks", {"tasks": [{"payload": "live", "key": "k1"},
+                                                      {"payload": "live", "key": "k3"}]})
+    headers = key()
+    body = {"tasks": [{"payload": "a", "key": "k1"}, {"payload": "b", "key": "k2"},
+                      {"payload": "c", "key": "k3", "on_conflict": "replace"},
+                      {"payload": "d"}]}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers)
+    assert [o["outcome"] for o in first.body["tasks"]] == \
+        ["ignored", "created", "updated", "created"]
+    again = call("POST", "/v1/queues/jobs/tasks", body, headers=headers)
+    assert again.body == first.body
+    assert task_count(pg, "jobs") == 4
+
+
 def test_same_key_with_another_body_is_422_and_writes_nothing(
         call: Invoke, pg: psycopg.Connection[Any]) -> None:
     headers = key()
