@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     # (in Valkey, where a busy worker fleet's keys would otherwise fill the cache).
     idempotency_ttl_seconds: int = Field(default=86_400, ge=60,
                                          alias="TIERQ_IDEMPOTENCY_TTL_SECONDS")
-    idempotency_valkey_ttl_seconds: int = Field(default=900, ge=60,
+    idempotency_valkey_ttl_seconds: int = Field(default=300, ge=60,
                                                 alias="TIERQ_IDEMPOTENCY_VALKEY_TTL_SECONDS")
 
     @field_validator("tenant_claim", "admin_scope")
