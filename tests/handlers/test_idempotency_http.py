@@ -266,12 +266,30 @@ def test_lease_route_in_progress_is_409(call: Invoke, valkey: redis.Redis) -> No
     assert busy.status == 409 and busy.body["error"]["code"] == "idempotency_in_progress"
 
 
-@pytest.mark.parametrize("route", ["acks", "nacks", "releases", "heartbeats"])
-def test_lease_routes_document_the_header(route: str) -> None:
+@pytest.mark.parametrize("route", ["tasks", "dlq/replay", "acks", "nacks", "releases",
+                                   "heartbeats"])
+def test_post_routes_document_the_header_and_409(route: str) -> None:
     from tierq.api.resolver import openapi_document
     operation = openapi_document()["paths"]["/v1/queues/{queue}/" + route]["post"]
     assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header"
                for p in operation["parameters"])
+    assert "409" in operation["responses"]
+
+
+def test_a_full_all_slice_fits_a_lambda_response() -> None:
+    """The most one "all" request answers: SLICE_MAX_ITEMS ids, as the python3.11 runtime
+    would even escape them."""
+    import orjson
+
+    from tierq.api.models import MAX_IDS, ReplayResult
+    from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
+    from tierq.logic import dlq
+    ids = [uuid.uuid4() for _ in range(dlq.SLICE_MAX_ITEMS)]
+    body = ReplayResult(replayed=ids, skipped=ids[:MAX_IDS], more=True)
+    response = {"statusCode": 200, "headers": {"Content-Type": "application/json"},
+                "body": orjson.dumps(body.model_dump(mode="json")).decode(),
+                "isBase64Encoded": False, "cookies": []}
+    assert runtime_encoded_size(response, ascii_escapes=True) < LAMBDA_PAYLOAD_LIMIT // 10
 
 
 # ----------------------------------------------------------------------- dead letters
