@@ -6,7 +6,8 @@ with the events API Gateway and EventBridge Scheduler would send.
 * :mod:`tierq.devserver.events`: payload v2 events and API Gateway's reading of results.
 * :mod:`tierq.devserver.lambdas`: loading a function's handler; the Lambda context.
 * :mod:`tierq.devserver.http`: the HTTP server (404/405/413 like API Gateway; the local-only
-  ``x-tierq-jwt-claims`` header to try tenant pinning).
+  ``x-tierq-jwt-claims`` header standing in for a JWT's claims, required on every API route
+  unless the server listens on a loopback address).
 * :mod:`tierq.devserver.scheduler`: schedules run on their rate.
 * :mod:`tierq.devserver.stack`: all of it, with PostgreSQL, Valkey and migrations.
 """
