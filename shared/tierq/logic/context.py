@@ -87,8 +87,8 @@ class QueueSettingsCache:
 
         return QueueSettings(
             warm_max=pick("warm_max", d.warm_max),
-            lease_seconds=pick("lease_seconds", d.lease_seconds),
             warm_max_bytes=pick("warm_max_bytes", d.warm_max_bytes),
+            lease_seconds=pick("lease_seconds", d.lease_seconds),
             max_attempts=pick("max_attempts", d.max_attempts),
             backoff=BackoffSettings(
                 kind=pick("backoff_kind", d.backoff_kind),
