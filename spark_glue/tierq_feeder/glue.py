@@ -29,8 +29,10 @@ from tierq_feeder.writer import StoreConfig
 log = logging.getLogger("tierq.feeder")
 
 # Job parameters the template passes with the Lambda functions' names (see template.yaml).
-STORE_PARAMETERS = ("DB_SECRET_ARN", "DB_HOST", "DB_PORT", "DB_NAME", "DATABASE_URL",
-                    "VALKEY_URL", "VALKEY_CLUSTER")
+# DB_SECRET_ARN is the application's login; DB_SSLMODE / DB_SSLROOTCERT default to
+# verify-full with the system's roots, as on Lambda.
+STORE_PARAMETERS = ("DB_SECRET_ARN", "DB_HOST", "DB_PORT", "DB_NAME", "DB_SSLMODE",
+                    "DB_SSLROOTCERT", "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER")
 _GLUE_FILE = "__tq_glue_file"
 _GLUE_JDBC = {"jdbc:postgresql:": "postgresql", "jdbc:mysql:": "mysql",
               "jdbc:sqlserver:": "sqlserver", "jdbc:oracle:": "oracle",

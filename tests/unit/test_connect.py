@@ -108,3 +108,18 @@ def test_a_process_given_a_ready_url_finds_the_system_roots_too(
                   min_size=1, max_size=1)
     db.close()
     assert os.environ.get("SSL_CERT_FILE") and Path(os.environ["SSL_CERT_FILE"]).is_file()
+
+
+def test_the_glue_job_builds_the_same_verified_url(secrets: object,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The feeder's driver resolves the application's secret from its job parameters, with
+    the same TLS as the functions (or what the parameters say)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "spark_glue"))
+    glue = pytest.importorskip("tierq_feeder.glue")
+    arn = put_secret(secrets, {"username": "tierq_app", "password": "pw"})
+    options = {"DB_SECRET_ARN": arn, "DB_HOST": "proxy.example", "DB_NAME": "tierq",
+               "VALKEY_URL": "rediss://cache.example:6379/0"}
+    query = parse_qs(urlsplit(glue.stores_from_options(options).database_url).query)
+    assert query == {"sslmode": ["verify-full"], "sslrootcert": ["system"]}
+    custom = glue.stores_from_options({**options, "DB_SSLROOTCERT": "/opt/ca.pem"})
+    assert parse_qs(urlsplit(custom.database_url).query)["sslrootcert"] == ["/opt/ca.pem"]
