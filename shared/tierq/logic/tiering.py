@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from tierq.core import hysteresis
-from tierq.dal.postgres import Row, run, run_tuples
+from tierq.dal.postgres import Row, run, run_tuples, transaction
 from tierq.logic import admission
 from tierq.logic.context import Context, to_datetime, to_ms
 
@@ -158,7 +158,7 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
 def _promote_batch(ctx: Context, conn: psycopg.Connection[Row], params: dict[str, str],
                    limit: int) -> list[tuple[Any, ...]]:
     """Mark one batch of the oldest cold rows warm; (id, score, blob) rows, ready to push."""
-    with conn.transaction():
+    with transaction(conn):  # tierq's timeouts; then a shorter lock timeout of its own
         run(conn, "promote_lock_timeout", {"timeout": PROMOTE_LOCK_TIMEOUT})
         return run_tuples(conn, "promote_cold", {
             **params, "limit": limit, "now": to_datetime(ctx.now())})
