@@ -16,6 +16,7 @@ from tests.integration.test_query_plans import explain
 
 QUEUES, TENANTS = 200, 100  # 20,000 registered pairs
 PAGE = 50
+DEAD_ROWS = 20 * TENANTS  # in queue 'deadq', 20 per tenant
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,13 @@ def registry(services: Any) -> Iterator[psycopg.Connection[Any]]:
             " CASE WHEN s = 'dead' THEN now() END"
             " FROM generate_series(1, %s) AS q, unnest(ARRAY['warm', 'dead']) AS s",
             (QUEUES,))
+        conn.execute(
+            "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+            " run_at_initially, max_attempts, seq, created_at, state_since, finished_at)"
+            " SELECT gen_random_uuid(), 'deadq', 't' || lpad((g %% %s + 1)::text, 3, '0'), 0,"
+            " '{}', 'dead', now(), now(), 5, 1000 + g, now(), now(),"
+            " now() - g * interval '1 second'"
+            " FROM generate_series(1, %s) AS g", (TENANTS, DEAD_ROWS))
         yield conn
 
 
@@ -95,3 +103,13 @@ def test_counts_of_a_page_of_pairs_use_the_state_indexes(registry, mode):
                          ("pairs_with_warm_rows", pairs)]:
         reads = index_reads(explain(registry, name, values, mode), name, mode)
         assert reads and sum(reads.values()) <= 4 * PAGE, (name, mode, reads)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tenants_dead_letters_page_reads_its_own_part_of_the_dead_line(registry, mode):
+    first = {"queue": "deadq", "tenant": "t042", "limit": 10, "after": "infinity",
+             "after_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"}
+    reads = index_reads(explain(registry, "dlq_page_of_tenant", first, mode),
+                        "dlq_page_of_tenant", mode)
+    assert set(reads) == {"tierq_tasks_dead_line"}, (mode, reads)
+    assert reads["tierq_tasks_dead_line"] <= DEAD_ROWS // TENANTS, (mode, reads)

@@ -26,11 +26,18 @@ SLICE_MAX_ITEMS = 10_000
 SLICE_SECONDS = 5.0
 
 
+# The greatest id: with finished_at 'infinity', a position after every dead letter.
+LAST_ID = UUID(int=2**128 - 1)
+
+
 def list_dead(ctx: Context, queue: str, *, tenant: str | None = None, limit: int = 100,
               after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
-    rows = ctx.db.fetch("dlq_page", {
+    """Dead letters of a queue (of one tenant if given, selected in SQL), most recently dead
+    first, before the position ``after`` (finished_at, id) of the previous page's last."""
+    start = after or ("infinity", LAST_ID)
+    rows = ctx.db.fetch("dlq_page" if tenant is None else "dlq_page_of_tenant", {
         "queue": queue, "tenant": tenant, "limit": limit,
-        "after": after[0] if after else None, "after_id": after[1] if after else None,
+        "after": start[0], "after_id": str(start[1]),
     })
     return [view(r) for r in rows]
 

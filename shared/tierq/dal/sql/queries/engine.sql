@@ -339,10 +339,20 @@ SELECT * FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s RETURNING *;
 
 -- name: dlq_page
+-- A queue's dead letters, newest first, before the cursor (the first page passes the
+-- greatest position: 'infinity' and the greatest id).
 SELECT * FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead'
-  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND (%(after)s::timestamptz IS NULL OR (finished_at, id) < (%(after)s, %(after_id)s::uuid))
+  AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: dlq_page_of_tenant
+-- One tenant's dead letters of a queue, newest first, before the cursor: a statement of its
+-- own so that even a generic plan walks that tenant's part of tierq_tasks_dead_line.
+SELECT * FROM tierq_tasks
+WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'dead'
+  AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
 ORDER BY finished_at DESC, id DESC
 LIMIT %(limit)s;
 
