@@ -247,3 +247,15 @@ def test_claim_words() -> None:
     assert access.claim_words(["a b", "c", 3]) == ["a", "b", "c"]
     assert access.claim_words(None) == []
     assert access.claim_words(7) == []
+
+
+def test_the_openapi_document_says_who_may_call_each_operation() -> None:
+    from tierq.api.resolver import openapi_document
+
+    documented = {f"{method.upper()} {path}": operation
+                  for path, operations in openapi_document()["paths"].items()
+                  for method, operation in operations.items()}
+    assert {route: op["x-tierq-access"] for route, op in documented.items()} == \
+        access.ROUTE_ACCESS
+    for route, operation in documented.items():
+        assert ("403" in operation["responses"]) == (access.ROUTE_ACCESS[route] != "public")

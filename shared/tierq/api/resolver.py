@@ -319,6 +319,18 @@ def _generate_document() -> dict[str, Any]:
     for path in PUBLIC_PATHS:
         for operation in document.get("paths", {}).get(path, {}).values():
             operation["security"] = []
+    # who may call each operation (tierq.api.access), and the 403 a caller without the tenant
+    # claim or the admin scope gets from every operation but the public ones
+    for path, operations in document.get("paths", {}).items():
+        for method, operation in operations.items():
+            kind = access.ROUTE_ACCESS.get(f"{method.upper()} {path}", "admin")
+            operation["x-tierq-access"] = kind
+            answers = operation.get("responses", {})
+            if kind != "public" and "403" not in answers and "422" in answers:
+                answers["403"] = {**answers["422"], "description": (
+                    "The token has neither the tenant claim nor the admin scope"
+                    + (", or the caller is not an admin" if kind == "admin" else "")
+                    + ", or names another tenant than the caller's")}
     # Powertools adds its own 422 schemas; every error here has tierq's shape instead. Drop
     # them when nothing refers to them any more.
     schemas = components.get("schemas", {})
