@@ -17,8 +17,13 @@ from tierq.logic import admission
 from tierq.logic.context import Context, to_datetime, to_ms
 
 PROMOTE_BATCH = 2000
-# bytes per task assumed for a promotion's first batch when the warm set is empty
+# bytes per task assumed for a promotion's first batch when the warm set is empty and this
+# process has not promoted the pair's tasks before
 BLOB_ESTIMATE = 1024
+# the average task of each pair's last promotion batch, by (queue, tenant): sizes the first
+# batch of the next promotion into an empty warm set (forgotten wholesale past this many)
+_last_blob_sizes: dict[tuple[str, str], int] = {}
+LAST_BLOB_SIZES_KEPT = 10_000
 # How long one promotion batch waits for a row another writer holds (a task being replaced
 # or cancelled) before it gives the batch up for the next pass; well under PostgreSQL's
 # deadlock_timeout, so the other writer never meets a deadlock error.
@@ -68,7 +73,8 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
     drained = False  # this call's promotion emptied the cold line
     if room > 0:
         # the warm set's own tasks tell the likely size of the next ones
-        blob_estimate = seen.ready_bytes // seen.ready if seen.ready else BLOB_ESTIMATE
+        blob_estimate = (seen.ready_bytes // seen.ready if seen.ready
+                         else _last_blob_sizes.get((queue, tenant), BLOB_ESTIMATE))
         moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate)
         result.out_of_memory = busy is Busy.OUT_OF_MEMORY
         drained = moved < room and busy is None
@@ -146,6 +152,9 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
                 room -= len(items)
                 room_bytes -= sum(len(item[2]) for item in items if item[0] not in refused)
                 blob_estimate = sum(len(item[2]) for item in items) // len(items)
+                if len(_last_blob_sizes) >= LAST_BLOB_SIZES_KEPT:
+                    _last_blob_sizes.clear()
+                _last_blob_sizes[(queue, tenant)] = blob_estimate
                 if refused or room_bytes <= 0:
                     return moved, Busy.WARM_FULL
                 if len(items) < want:
