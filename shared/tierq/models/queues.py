@@ -36,7 +36,9 @@ class QueueSettings(BaseModel):
     """A queue's effective settings (stored values over the deployment defaults)."""
 
     warm_max: int = Field(ge=1, le=1_000_000)
-    warm_max_bytes: int = Field(ge=WARM_MAX_BYTES_MIN, le=WARM_MAX_BYTES_MAX)
+    # (a default, so that a client still reads the settings of a server without it)
+    warm_max_bytes: int = Field(default=64 * 1024 * 1024, ge=WARM_MAX_BYTES_MIN,
+                                le=WARM_MAX_BYTES_MAX)
     lease_seconds: int = Field(ge=1, le=43_200)
     max_attempts: int = Field(ge=1, le=1000)
     backoff: BackoffSettings
