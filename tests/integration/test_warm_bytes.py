@@ -169,6 +169,9 @@ def test_a_missing_or_drifted_counter_heals(make_tq: Callable[..., Tierq],
     valkey.hset(meta, "bytes", -7)
     tiering.refill(tq.ctx, "h", "_")  # observes the pair: admission_mode heals too
     assert_exact(tq, valkey, "h")
+    valkey.hset(meta, "bytes", 10**9)  # drifted upwards: healed once the set is small
+    tiering.refill(tq.ctx, "h", "_")
+    assert_exact(tq, valkey, "h")
     tq.claim("h", max=6)  # the set empties: the counter is 0, whatever it said
     valkey.hset(meta, "bytes", 123)
     tq.enqueue("h", [{"payload": 1}])

@@ -23,7 +23,7 @@ end
 local epoch = redis.call('HGET', KEYS[2], 'epoch') or '0'
 local inflight = redis.call('ZCARD', KEYS[3])
 local size = redis.call('ZCARD', KEYS[1])
-local bytes = warm_bytes(KEYS[2], KEYS[4], size)
+local bytes = warm_bytes(KEYS[2], KEYS[4], size, true)
 local flipped = 0
 if ARGV[1] == 'flip' and mode == 'cold' and epoch == ARGV[5] and inflight == 0
     and size * 10 <= tonumber(ARGV[4]) * 8 and bytes * 10 <= tonumber(ARGV[6]) * 8 then

@@ -5,20 +5,25 @@
 -- push_ready can enforce warm_max_bytes atomically without reading the data.
 -- warm_bytes() heals the counter: an empty ready set holds no data (0); a missing field
 -- (a warm tier written before the counter existed) or a negative one (drift) is recounted
--- from the data hash, once.
+-- from the data hash, once; with ``recount_small``, so is any counter of a warm set of at
+-- most RECOUNT_AT_MOST tasks (cheap; the mover's observations pass it, so a counter that
+-- drifted upwards heals when the set runs low, not only once it is empty).
 local BYTES_FIELD = 'bytes'
-local function warm_bytes(meta, data, ready_size)
+local RECOUNT_AT_MOST = 64
+local function warm_bytes(meta, data, ready_size, recount_small)
   local stored = tonumber(redis.call('HGET', meta, BYTES_FIELD) or '')
   if ready_size == 0 then
     if stored and stored ~= 0 then redis.call('HSET', meta, BYTES_FIELD, 0) end
     return 0
   end
-  if stored and stored >= 0 then return stored end
+  if stored and stored >= 0 and not (recount_small and ready_size <= RECOUNT_AT_MOST) then
+    return stored
+  end
   local total = 0
   for _, field in ipairs(redis.call('HKEYS', data)) do
     if field ~= '~encoding' then total = total + redis.call('HSTRLEN', data, field) end
   end
-  redis.call('HSET', meta, BYTES_FIELD, total)
+  if total ~= stored then redis.call('HSET', meta, BYTES_FIELD, total) end
   return total
 end
 local function add_warm_bytes(meta, delta)
