@@ -247,6 +247,10 @@ class TierqResolver(APIGatewayHttpResolver):
             # who may call what is decided here, once, before any route runs
             caller = access.authorize(data, proxy.http_method, proxy.path)
         except Forbidden as exc:
+            # the reason, never the claims' values (they may identify a person)
+            errors.logger.info("request refused", extra={
+                "route": f"{proxy.http_method} {proxy.path}",
+                "reason": exc.details[0]["message"] if exc.details else exc.message})
             return _raw_response(exc.status, exc.to_body())
         request.bind(proxy, caller)
         try:
