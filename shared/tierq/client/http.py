@@ -10,8 +10,9 @@
 
 Requests are retried with exponential backoff and jitter on 429, 5xx and connection errors,
 honouring ``Retry-After`` (:class:`~tierq.client.retry.RetryPolicy`). Each enqueue,
-dead-letter replay, ack, nack, release and heartbeat request carries a fresh
-``Idempotency-Key`` that its retries reuse: a retry never creates a second task. Enqueues
+dead-letter replay, claim, ack, nack, release and heartbeat request carries a fresh
+``Idempotency-Key`` that its retries reuse: a retry never creates a second task, nor leases
+more tasks for a claim whose answer was lost. Enqueues
 are split into requests of at most 500 tasks that each fit Lambda's request limit.
 Authentication: a bearer token (``token=``) for a JWT-authorised API, or AWS SigV4
 (``sigv4=True``, with ``aws_region=`` or the region in an ``execute-api`` URL) for an
@@ -277,13 +278,15 @@ class Client:
               tenant: str | None = None, worker: str | None = None,
               wait_seconds: float = 0) -> list[ClaimedTask]:
         """Claim up to ``max`` tasks, each with a lease; long-polls up to ``wait_seconds``
-        (≤ 20) when none is ready."""
+        (≤ 20) when none is ready. The call's retries reuse one ``Idempotency-Key``: a claim
+        whose answer was lost is answered again with the same leases, not new ones."""
         request = _validated(ClaimRequest, {
             "max": max, "lease_seconds": lease_seconds, "tenant": tenant, "worker": worker,
             "wait_seconds": wait_seconds}, "")
         body = request.model_dump(mode="json", exclude_none=True)
         data = self.request("POST", f"/v1/queues/{_segment(queue)}/claims", body=body,
-                            timeout=self.timeout + request.wait_seconds)
+                            timeout=self.timeout + request.wait_seconds,
+                            idempotency_key=new_idempotency_key())
         return ClaimResults.model_validate(data).tasks
 
     def ack(self, queue: str, acks: Iterable[AckItem | Mapping[str, Any]]) -> AckResult:

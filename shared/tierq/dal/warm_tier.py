@@ -245,6 +245,16 @@ class WarmTier:
         deadlines = self._command("ZMSCORE", k.leased, *members)
         return [d is not None and float(d) > now_ms for d in deadlines]
 
+    def lease_deadlines(self, queue: str, tenant: str,
+                        members: Sequence[str]) -> list[int | None]:
+        """The deadline (epoch ms) of each lease (a member ``lease_member(id, token)``),
+        None when it is not held; 0 marks one the reaper is expiring. One ZMSCORE."""
+        if not members:
+            return []
+        k = PairKeys.of(queue, tenant)
+        deadlines = self._command("ZMSCORE", k.leased, *members)
+        return [None if d is None else int(float(d)) for d in deadlines]
+
     def release(self, queue: str, tenant: str, members: Sequence[str]) -> int:
         """Drop these leases (members ``lease_member(id, token)``); a lease that was
         re-issued since has another token and is left alone. Returns how many were

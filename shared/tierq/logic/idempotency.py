@@ -247,8 +247,14 @@ class ValkeyClaim:
     key: str
     owner: str
 
-    def finish(self, response: Any, status: int = 200) -> None:
-        ttl_ms = int(self.ctx.settings.idempotency_valkey_ttl_seconds * 1000)
+    def finish(self, response: Any, status: int = 200, *,
+               ttl_seconds: float | None = None) -> None:
+        """Keep the response for the settings' time, or ``ttl_seconds`` when shorter (a
+        claim's record lives no longer than its leases)."""
+        ttl = self.ctx.settings.idempotency_valkey_ttl_seconds
+        if ttl_seconds is not None:
+            ttl = min(ttl, ttl_seconds)
+        ttl_ms = max(1, int(ttl * 1000))
         try:
             _script(self.ctx.warm.client, _FINISH)(
                 keys=[self.key], args=[self.owner, status, orjson.dumps(response), ttl_ms],

@@ -11,16 +11,21 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from tierq.api import metrics, request
+from tierq.api import idempotency, metrics, request
 from tierq.api.errors import responses
+from tierq.api.idempotency import IdempotencyKeyHeader
 from tierq.api.models import ClaimResults
 from tierq.api.params import QueuePath
 from tierq.api.runtime import engine
 from tierq.api.sizing import RESPONSE_BODY_BUDGET, body_cost
+from tierq.logic import claim_replay
+from tierq.logic import idempotency as keys
 from tierq.logic.claim import give_back
+from tierq.logic.idempotency import Kept, ValkeyClaim
 from tierq.models import ClaimRequest
 
 router = Router()
@@ -76,28 +81,58 @@ def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
                 "wait_seconds (long-poll, ≤ 20). Each task comes with a lease_token to ack, "
                 "nack or heartbeat it; an empty list means nothing was ready. A claim hands "
                 "out fewer than max tasks when more would not fit one Lambda response "
-                "(6 MB); the others keep their places in line.",
+                "(6 MB); the others keep their places in line. With an Idempotency-Key, a "
+                "repeat (kept no longer than the lease) answers the first claim's tasks whose "
+                "leases are still held, with the same tokens, and leases nothing more.",
     operation_id="claimTasks",
     tags=["leases"],
-    responses=responses("The claimed tasks, in claim order.", 403),
+    responses=responses("The claimed tasks, in claim order.", 403, 409),
 )
 def claim_tasks(
     queue: QueuePath,
     body: Annotated[ClaimRequest | None, Body(description="Claim options.")] = None,
-) -> ClaimResults:
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response[ClaimResults]:
     claim = body or ClaimRequest()
     tenant = request.check_tenant(claim.tenant)
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
+    tierq = engine()
+    record: ValkeyClaim | None = None
+    if idempotency_key is not None:
+        # the claim's record keeps only its leases (claim_replay); a repeat rebuilds the
+        # answer from them and the task rows
+        event = request.current_event()
+        kept = keys.claim_in_valkey(
+            tierq.ctx, keys.scope_key(idempotency.caller_scope(), "claim", queue,
+                                      idempotency_key),
+            keys.fingerprint(event.json_body if event.body else None))
+        if isinstance(kept, Kept):
+            replayed = claim_replay.replay(tierq.ctx, queue, kept.body)
+            return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
+                            body=ClaimResults(tasks=replayed),
+                            headers={idempotency.REPLAYED_HEADER: "true"})
+        record = kept  # None: Valkey out of memory, the claim runs without a record
     lambda_context = router.lambda_context
     cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
     answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
-    tierq = engine()
-    tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET, answer_by=answer_by)
+    try:
+        tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,
+                            answer_by=answer_by)
+    except BaseException:
+        if record is not None:
+            record.abandon()  # nothing leased (the claim gave back what it popped)
+        raise
     try:
         metrics.count(queue, {"Claimed": len(tasks)})
-        return ClaimResults(tasks=tasks)
+        results = ClaimResults(tasks=tasks)
+        if record is not None:
+            record.finish(claim_replay.record_of(tasks),
+                          ttl_seconds=claim_replay.record_seconds(tierq.ctx, queue, claim, tasks))
+        return idempotency.fresh_response(results)
     except BaseException:
         # leased but not answered: back to their places, no attempt counted
         give_back(tierq.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
+        if record is not None:
+            record.abandon()
         raise

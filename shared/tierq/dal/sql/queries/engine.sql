@@ -683,3 +683,14 @@ SELECT queue, tenant, true AS forgotten, NULL::bigint AS slice_rows FROM gone
 UNION ALL
 SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
                FROM slice ORDER BY queue DESC, tenant DESC LIMIT 1) AS last_of_slice;
+
+-- ------------------------------------------------------------------- idempotent claims
+
+-- name: claimed_tasks_by_ids
+-- What a replayed claim (logic/claim_replay.py) rebuilds its tasks from: the fields of a
+-- claimed task that PostgreSQL keeps (the lease's own fields come from the key's record and
+-- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key.
+SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
+       t.max_attempts, t.state
+FROM tierq_tasks t
+WHERE t.id = ANY(%(ids)s::uuid[]) AND t.queue = %(queue)s;

@@ -1,0 +1,128 @@
+"""Idempotent claims: a claim repeated with the same ``Idempotency-Key`` gets the tasks of the
+first answer again, without leasing more.
+
+A claim's answer can weigh up to 6 MB, so its key's record (in Valkey, in the key's own slot,
+see :mod:`tierq.logic.idempotency`) keeps only what the answer needs that PostgreSQL does not
+hold (:func:`record_of`): per task its id, tenant, lease token, attempt and enqueue instant,
+and a digest of the content it was handed out with. A repeat rebuilds the answer
+(:func:`replay`) from the task rows and the leased sets:
+
+- only the tasks whose lease is still held with that token come back: one acked, nacked,
+  released or expired since (or cancelled) is left out;
+- each comes as the first answer gave it: same lease token, attempt, payload, key,
+  priority, max_attempts and enqueued_at (the payload is the same JSON value, though an
+  object's keys may come in PostgreSQL's jsonb order, as they do for any task that waited
+  cold); ``lease_expires_at`` is the lease's current
+  deadline — the first answer's, unless a heartbeat extended it since (the worker then
+  learns the deadline that holds);
+- a task whose content was replaced since (an enqueue with ``on_conflict: replace`` while it
+  was leased) cannot be answered as it was: it is left out and given back through the
+  release path (its place in line, no attempt counted), so it is not stranded either.
+
+The rebuilt tasks are a subset of the first answer's with the same content, so the answer
+stays within the claim's response budget: the first was charged each task's JSON text plus
+a bound on its fields at their longest (logic/claim.TASK_FIELDS_COST), which covers a
+deadline written with more digits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from tierq.dal.postgres import uuid_array
+from tierq.dal.warm_tier import lease_member
+from tierq.logic.claim import give_back
+from tierq.logic.context import Context, from_ms, to_ms
+from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
+
+RECORD_VERSION = 1
+DIGEST_BYTES = 8
+
+
+def content_digest(key: str | None, priority: int, max_attempts: int, payload: Any) -> str:
+    """What a task was handed out with, hashed: its payload in canonical JSON (object keys
+    sorted, as PostgreSQL's jsonb may reorder them) with its key, priority and max_attempts."""
+    canonical = orjson.dumps([key, priority, max_attempts, payload],
+                             option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(canonical, digest_size=DIGEST_BYTES).hexdigest()
+
+
+def record_of(tasks: Sequence[ClaimedTask]) -> dict[str, Any]:
+    """The small part of a claim's answer kept with its key: per task, in answer order,
+    [id, tenant, lease token, attempt, enqueued_at (epoch ms), content digest]."""
+    return {"v": RECORD_VERSION, "tasks": [
+        [str(t.id), t.tenant, t.lease_token, t.attempt, to_ms_exact(t.enqueued_at.timestamp()),
+         content_digest(t.key, t.priority, t.max_attempts, t.payload)]
+        for t in tasks
+    ]}
+
+
+def record_seconds(ctx: Context, queue: str, request: ClaimRequest,
+                   tasks: Sequence[ClaimedTask]) -> float:
+    """How long a claim's record is kept: no longer than its leases (past them a repeat is
+    a new claim); an empty answer, for the lease the claim would have given."""
+    if tasks:
+        last = max(t.lease_expires_at for t in tasks).timestamp()
+        return max(0.001, last - ctx.now())
+    return float(request.lease_seconds or ctx.queue_settings.get(queue).lease_seconds)
+
+
+def to_ms_exact(seconds: float) -> int:
+    # enqueued_at is from_ms(<ms>): rounding (not truncation) gives those ms back exactly
+    return round(seconds * 1000)
+
+
+def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
+    """The first answer's tasks still leased with its tokens, rebuilt (see the module)."""
+    entries: list[list[Any]] = record["tasks"]
+    if not entries:
+        return []
+    now_ms = to_ms(ctx.now())
+    deadlines: dict[str, int] = {}
+    by_tenant: dict[str, list[list[Any]]] = defaultdict(list)
+    for entry in entries:
+        by_tenant[entry[1]].append(entry)
+    for tenant, of_tenant in by_tenant.items():
+        found = ctx.warm.lease_deadlines(
+            queue, tenant, [lease_member(e[0], e[2]) for e in of_tenant])
+        for entry, deadline in zip(of_tenant, found, strict=True):
+            # 0: the reaper is expiring it; at or before now: expired
+            if deadline is not None and deadline > now_ms:
+                deadlines[entry[0]] = deadline
+    if not deadlines:
+        return []
+    rows = {r["id"]: r for r in ctx.db.fetch("claimed_tasks_by_ids", {
+        "queue": queue, "ids": uuid_array(deadlines)})}
+    fields: list[dict[str, Any]] = []
+    changed: list[tuple[str, str]] = []
+    for task_id, tenant, token, attempt, created_ms, digest in entries:
+        deadline = deadlines.get(task_id)
+        row = rows.get(task_id)
+        if deadline is None or row is None or row["tenant"] != tenant or row["state"] != "warm":
+            continue  # settled, expired or cancelled since: no longer this claim's
+        payload = orjson.loads(row["payload"])
+        if content_digest(row["key"], row["priority"], row["max_attempts"], payload) != digest:
+            changed.append((task_id, token))
+            continue
+        fields.append({
+            "id": task_id,
+            "queue": queue,
+            "tenant": tenant,
+            "key": row["key"],
+            "priority": row["priority"],
+            "payload": payload,
+            "attempt": attempt,
+            "max_attempts": row["max_attempts"],
+            "lease_token": token,
+            "lease_expires_at": from_ms(deadline),
+            "redelivered": attempt > 1,
+            "enqueued_at": from_ms(created_ms),
+        })
+    # replaced while leased: not answerable as first given, so back in line (no attempt)
+    give_back(ctx, queue, changed)
+    return CLAIMED_TASKS.validate_python(fields)
