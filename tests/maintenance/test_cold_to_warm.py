@@ -53,19 +53,19 @@ def test_a_drained_cold_line_gets_the_visit_that_returns_the_pair_to_warm(make_t
 
 
 def test_a_tiny_budget_visits_one_pair_per_pass_and_the_cursor_goes_round(make_tq, pg):
-    tq = make_tq()
+    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)  # TIERQ_MAINTENANCE_BUDGET_SECONDS
     seed_idle_pairs(pg, 50)
     queues = ["c0", "c1", "c2", "c3"]
     for queue in queues:
         cold_work(tq, queue, tasks=20)
     for queue in queues:
-        summary = cold_to_warm.run(tq.ctx, budget_seconds=TINY_BUDGET)
+        summary = tq.run_cold_to_warm()
         assert (summary.pairs, summary.slices, summary.promoted) == (1, 1, 16)
         assert cursor_of(pg, cold_to_warm.WALK) == (queue, "_")
     # c0 gets cold work again: the next pass goes round to it
     tq.put_queue("c0", {"warm_max": 4})
     tq.enqueue("c0", [{"payload": "late"}])
-    summary = cold_to_warm.run(tq.ctx, budget_seconds=TINY_BUDGET)
+    summary = tq.run_cold_to_warm()
     assert summary.pairs == 1 and cursor_of(pg, cold_to_warm.WALK) == ("c0", "_")
 
 

@@ -39,7 +39,7 @@ def test_idle_pairs_are_not_visited_and_an_expired_lease_is_reaped(make_tq, pg):
 
 
 def test_a_tiny_budget_visits_one_pair_per_pass_and_the_cursor_goes_round(make_tq, pg):
-    tq = make_tq()
+    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)  # TIERQ_MAINTENANCE_BUDGET_SECONDS
     seed_idle_pairs(pg, 50)
     queues = [f"q{i}" for i in range(5)]
     for queue in queues:
@@ -47,7 +47,7 @@ def test_a_tiny_budget_visits_one_pair_per_pass_and_the_cursor_goes_round(make_t
     tq.ctx.clock.advance(2)
     reaped: list[str] = []
     for i, queue in enumerate(queues):
-        summary = reaper.run(tq.ctx, budget_seconds=TINY_BUDGET)
+        summary = tq.run_reaper()
         assert (summary.pairs, summary.slices, summary.expired) == (1, 1, 1), i
         assert cursor_of(pg, reaper.LEASES_WALK) == (queue, "_")
         reaped.append(queue)
@@ -56,7 +56,7 @@ def test_a_tiny_budget_visits_one_pair_per_pass_and_the_cursor_goes_round(make_t
             " WHERE attempts = 1").fetchone()
         assert expired_so_far is not None and expired_so_far[0] == reaped
     # round again from the start: nobody starves, nothing is expired twice
-    summary = reaper.run(tq.ctx, budget_seconds=TINY_BUDGET)
+    summary = tq.run_reaper()
     assert (summary.pairs, summary.expired) == (1, 0)
     assert cursor_of(pg, reaper.LEASES_WALK) == ("q0", "_")
 
