@@ -99,8 +99,10 @@ def alarm_selections() -> list[tuple[str, str, str]]:
         if resource.get("Type") != "AWS::CloudWatch::Alarm":
             continue
         for query in resource["Properties"].get("Metrics") or []:
-            match = re.search(r"SELECT \w+\((\w+)\) FROM (\w+) GROUP BY (\w+)",
-                              query.get("Expression", ""))
+            expression = query.get("Expression", "")
+            if not isinstance(expression, str):  # a math expression built with Fn::Sub
+                continue
+            match = re.search(r"SELECT \w+\((\w+)\) FROM (\w+) GROUP BY (\w+)", expression)
             if match:
                 found.append((match[1], match[2], match[3]))
     return found
