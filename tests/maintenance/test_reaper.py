@@ -277,3 +277,19 @@ def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
     assert (second.purge_queues, second.purged) == (2, 4)
     assert count_rows(pg) == 0
     assert reaper.run(tq.ctx).purge_queues == 0
+
+
+def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
+        make_tq, pg, monkeypatch):
+    monkeypatch.setattr(reaper, "EXPIRED_BATCH", 10)
+    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
+    tq.enqueue("a", [{"payload": i} for i in range(25)])
+    assert len(tq.claim("a", max=25, lease_seconds=1)) == 25
+    lease_and_expire(tq, "b")
+    tq.ctx.clock.advance(2)
+    progress = []
+    for _ in range(4):
+        summary = tq.run_reaper()
+        progress.append((summary.expired, summary.pairs, cursor_of(pg, reaper.LEASES_WALK)))
+    # one batch per pass while "a" has more; the cursor moves past it only once it is done
+    assert progress == [(10, 0, None), (10, 0, None), (5, 1, ("a", "_")), (1, 1, ("b", "_"))]

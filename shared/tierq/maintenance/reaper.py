@@ -74,7 +74,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            expire_leases(ctx, queue, tenant, summary)
+            if not expire_leases(ctx, queue, tenant, summary, budget):
+                break  # out of time inside this pair: the next pass starts with it again
             reconcile(ctx, queue, tenant, summary)
             visited.append((queue, tenant))
             if budget.spent:
@@ -116,7 +117,8 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, lim
     for chunk in pairs.walk(ctx.db, PURGE_WALK, fetch, lambda item: item, budget, stats,
                             cursors, limit):
         for queue, _ in chunk:
-            purge(ctx, queue, summary)
+            if not purge(ctx, queue, summary, budget):
+                break  # out of time inside this queue: the next pass starts with it again
             stats.items.append((queue, ""))
             if budget.spent:
                 break
@@ -144,14 +146,19 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
         pairs.save_cursor(ctx.db, FORGET_WALK, last)
 
 
-def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
+def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
+                  budget: pairs.Budget | None = None) -> bool:
+    """Expire the pair's leases past their deadline, in batches; returns False when the
+    budget ran out with more batches to go (at least one batch is done)."""
     while True:
         expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(ctx.now()), limit=EXPIRED_BATCH)
         if not expired:
-            return
+            return True
         record_expired(ctx, queue, tenant, expired, summary)
         if len(expired) < EXPIRED_BATCH:
-            return
+            return True
+        if budget is not None and budget.spent:
+            return False
 
 
 def record_expired(ctx: Context, queue: str, tenant: str,
@@ -199,7 +206,10 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> 
     summary.restored += len(items)
 
 
-def purge(ctx: Context, queue: str, summary: ReaperSummary) -> None:
+def purge(ctx: Context, queue: str, summary: ReaperSummary,
+          budget: pairs.Budget | None = None) -> bool:
+    """Delete the queue's done and dead rows past its retention, in batches; returns False
+    when the budget ran out with more to delete (at least one batch is done)."""
     retention = ctx.queue_settings.get(queue).retention_seconds
     before = to_datetime(ctx.now() - retention)
     for statement in ("purge_done_before", "purge_dead_before"):
@@ -209,3 +219,6 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary) -> None:
             summary.purged += max(0, deleted)
             if deleted < PURGE_BATCH:
                 break
+            if budget is not None and budget.spent:
+                return False
+    return True
