@@ -207,3 +207,18 @@ def test_forgetting_probes_the_tasks_by_index_per_idle_pair(unanalyzed, mode):
     assert seq_scans_of_tasks(nodes) == [], mode
     assert nodes[0]["Actual Rows"] == 1000 + 1  # every pair of the slice, then its last
     assert rows_read(nodes) <= 2 * 1000, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize(("name", "indexes"), [
+    ("refresh_pairs", {"tierq_queue_tenants_pkey", "tierq_queue_tenants_by_tenant"}),
+    ("insert_pairs_within_quota", {"tierq_queue_tenants_by_tenant"})])
+def test_registration_reads_the_registry_by_index(unanalyzed, name, indexes, mode):
+    """A refresh finds its pairs by (queue, tenant) on either index; the cap counts one
+    tenant's queues on the tenant index, never the whole registry."""
+    setup = ";".join([PAIRS_SETUP, PAIRS_SETUP.replace("'_'", "'other'")])
+    values = {"queue": "new-queue", "tenants": ["other"], "now": "2026-01-01T00:00:00Z",
+              "cap": 1_000_000}
+    nodes = explain(unanalyzed, name, values, mode, setup)
+    assert [n for n in nodes if n["Node Type"] == "Seq Scan"] == [], (name, mode)
+    assert indexes & {n["Index Name"] for n in nodes if "Index Name" in n}, (name, mode)
