@@ -17,7 +17,10 @@ and a digest of the content it was handed out with. A repeat rebuilds the answer
   learns the deadline that holds);
 - a task whose content was replaced since (an enqueue with ``on_conflict: replace`` while it
   was leased) cannot be answered as it was: it is left out and given back through the
-  release path (its place in line, no attempt counted), so it is not stranded either.
+  release path (its place in line, no attempt counted), so it is not stranded either. The
+  comparison is of JSON values (a digest of the canonical JSON, object keys sorted); one
+  case reads as a change although nothing changed: a float of 1e16 or more that was never
+  cold (jsonb writes it out as an integer), whose task is then given back the same way.
 
 The rebuilt tasks are a subset of the first answer's with the same content, so the answer
 stays within the claim's response budget: the first was charged each task's JSON text plus
@@ -40,7 +43,6 @@ from tierq.logic.claim import give_back
 from tierq.logic.context import Context, from_ms, to_ms
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
-RECORD_VERSION = 1
 DIGEST_BYTES = 8
 
 
@@ -55,7 +57,7 @@ def content_digest(key: str | None, priority: int, max_attempts: int, payload: A
 def record_of(tasks: Sequence[ClaimedTask]) -> dict[str, Any]:
     """The small part of a claim's answer kept with its key: per task, in answer order,
     [id, tenant, lease token, attempt, enqueued_at (epoch ms), content digest]."""
-    return {"v": RECORD_VERSION, "tasks": [
+    return {"tasks": [
         [str(t.id), t.tenant, t.lease_token, t.attempt, to_ms_exact(t.enqueued_at.timestamp()),
          content_digest(t.key, t.priority, t.max_attempts, t.payload)]
         for t in tasks
