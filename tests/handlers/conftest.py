@@ -33,11 +33,12 @@ def template() -> Template:
 
 
 @pytest.fixture
-def lambda_env(monkeypatch: pytest.MonkeyPatch, database_url: str, valkey_url: str,
+def lambda_env(monkeypatch: pytest.MonkeyPatch, app_database_url: str, valkey_url: str,
                clean_stores: None) -> Iterator[None]:
-    """The environment a function sees (stores of this test session), a fresh engine per
-    test, empty stores."""
-    monkeypatch.setenv("DATABASE_URL", database_url)
+    """The environment a function sees (stores of this test session, the database as the
+    application role, as every function but migrate on AWS), a fresh engine per test,
+    empty stores."""
+    monkeypatch.setenv("DATABASE_URL", app_database_url)
     monkeypatch.setenv("VALKEY_URL", valkey_url)
     monkeypatch.delenv("DB_SECRET_ARN", raising=False)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
