@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -151,10 +152,20 @@ def flush_valkey(url: str, private: bool) -> None:
         client.close()
 
 
-def truncate(database_url: str) -> None:
+def truncate(database_url: str, attempts: int = 5) -> None:
+    """Empty every tierq table. A local stack's maintenance may still be running against
+    the database (e2e tests): a TRUNCATE that meets its locks in the other order is a
+    deadlock victim, and is simply tried again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         tables = [row[0] for row in conn.execute(TABLES_QUERY).fetchall()]
-        conn.execute(f"TRUNCATE {', '.join(tables)}")
+        for attempt in range(1, attempts + 1):
+            try:
+                conn.execute(f"TRUNCATE {', '.join(tables)}")
+                return
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+                if attempt == attempts:
+                    raise
+                time.sleep(0.1 * attempt)
 
 
 @pytest.fixture

@@ -73,7 +73,10 @@ class Settings(BaseSettings):
     backoff_cap_seconds: float = Field(default=3600.0, ge=0, alias="TIERQ_BACKOFF_CAP_SECONDS")
     backoff_jitter: float = Field(default=0.1, ge=0, le=1, alias="TIERQ_BACKOFF_JITTER")
     retention_seconds: int = Field(default=7 * 86_400, ge=0, alias="TIERQ_RETENTION_SECONDS")
-    max_payload_bytes: int = Field(default=256 * 1024, ge=1, alias="TIERQ_MAX_PAYLOAD_BYTES")
+    # At most 1 MiB: a claim always hands out its first task, and one task whose payload is
+    # all quotes doubles on the wire — 1 MiB keeps any single task far inside Lambda's 6 MB.
+    max_payload_bytes: int = Field(default=256 * 1024, ge=1, le=1024 * 1024,
+                                   alias="TIERQ_MAX_PAYLOAD_BYTES")
 
     reconcile_grace_seconds: float = Field(
         default=60.0, ge=0, alias="TIERQ_RECONCILE_GRACE_SECONDS"
@@ -88,6 +91,13 @@ class Settings(BaseSettings):
     cron_every: float = Field(default=10.0, gt=0, alias="TIERQ_CRON_EVERY")
     # How long in-process caches of queue settings and tenant lists may be stale.
     settings_cache_seconds: float = Field(default=1.0, ge=0, alias="TIERQ_SETTINGS_CACHE_SECONDS")
+    # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in
+    # PostgreSQL; the reaper purges it after), and one of an ack, nack, release or heartbeat
+    # (in Valkey, where a busy worker fleet's keys would otherwise fill the cache).
+    idempotency_ttl_seconds: int = Field(default=86_400, ge=60,
+                                         alias="TIERQ_IDEMPOTENCY_TTL_SECONDS")
+    idempotency_valkey_ttl_seconds: int = Field(default=300, ge=60,
+                                                alias="TIERQ_IDEMPOTENCY_VALKEY_TTL_SECONDS")
 
     # Maintenance by activity: each pass of the reaper and of the cold -> warm mover visits
     # the pairs with work in slices of this many, and stops starting new work once its time
@@ -100,13 +110,6 @@ class Settings(BaseSettings):
         default=30 * 86_400, ge=60, alias="TIERQ_PAIR_RETENTION_SECONDS")
     # Distinct queues a tenant may have (0: no cap); one more is 409 quota_exceeded.
     max_queues_per_tenant: int = Field(default=1000, ge=0, alias="TIERQ_MAX_QUEUES_PER_TENANT")
-    # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in
-    # PostgreSQL; the reaper purges it after), and one of an ack, nack, release or heartbeat
-    # (in Valkey, where a busy worker fleet's keys would otherwise fill the cache).
-    idempotency_ttl_seconds: int = Field(default=86_400, ge=60,
-                                         alias="TIERQ_IDEMPOTENCY_TTL_SECONDS")
-    idempotency_valkey_ttl_seconds: int = Field(default=300, ge=60,
-                                                alias="TIERQ_IDEMPOTENCY_VALKEY_TTL_SECONDS")
 
     @field_validator("tenant_claim", "admin_scope")
     @classmethod
