@@ -141,6 +141,17 @@ def _available() -> Iterator[None]:
         raise WarmTierFull() from exc
 
 
+def client_options(url: str) -> dict[str, Any]:
+    """Connection options of the Valkey client for ``url``."""
+    options: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5,
+                               "health_check_interval": 30}
+    if url.startswith("rediss://"):
+        # TLS (ElastiCache Serverless always): verify the chain and the host name, whatever
+        # the installed redis-py's defaults (before 6.0 it skipped the host name)
+        options.update(ssl_cert_reqs="required", ssl_check_hostname=True)
+    return options
+
+
 class WarmTier:
     """The warm tier of every (queue, tenant), over one Valkey client."""
 
@@ -154,11 +165,10 @@ class WarmTier:
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
+        options = client_options(url)
         if cluster:
-            return cls(RedisCluster.from_url(  # type: ignore[arg-type]
-                url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30))
-        return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5,
-                                        health_check_interval=30))
+            return cls(RedisCluster.from_url(url, **options))  # type: ignore[arg-type]
+        return cls(redis.Redis.from_url(url, **options))
 
     def close(self) -> None:
         if self.calls is not None:
