@@ -113,3 +113,16 @@ def test_a_tenants_dead_letters_page_reads_its_own_part_of_the_dead_line(registr
                         "dlq_page_of_tenant", mode)
     assert set(reads) == {"tierq_tasks_dead_line"}, (mode, reads)
     assert reads["tierq_tasks_dead_line"] <= DEAD_ROWS // TENANTS, (mode, reads)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_queues_dead_letters_page_reads_about_a_page(registry, mode):
+    # an admin's page names no tenant: it walks the queue's dead letters in page order
+    # instead of sorting all of them
+    first = {"queue": "deadq", "limit": 10, "after": "infinity",
+             "after_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"}
+    nodes = explain(registry, "dlq_page", first, mode)
+    assert not any(node["Node Type"] == "Sort" for node in nodes), (mode, nodes)
+    reads = index_reads(nodes, "dlq_page", mode)
+    assert set(reads) == {"tierq_tasks_dead_by_queue"}, (mode, reads)
+    assert reads["tierq_tasks_dead_by_queue"] <= 10, (mode, reads)

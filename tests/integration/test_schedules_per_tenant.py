@@ -206,7 +206,7 @@ def test_migration_0009_keeps_existing_schedules_and_their_occurrences(
             # an occurrence of an older config whose tenant was another (before 0009 a PUT
             # could move a schedule to another tenant)
             "('nightly', 'h0', 1, gen_random_uuid(), 'q', 'globex')")
-        assert migrations.migrate(url) == ["0009"]
+        assert migrations.migrate(url)[0] == "0009"  # and any later ones
         keys = conn.execute(
             "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint "
             "WHERE contype = 'p' AND conrelid::regclass::text LIKE 'tierq_schedule%' "
