@@ -184,6 +184,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             while True:
                 size_line = self.rfile.readline(65537).split(b";")[0].strip()
                 size = int(size_line or b"0", 16)
+                if size < 0:  # read(-n) would read to the end of the stream, unbounded
+                    raise ValueError(f"negative chunk size {size_line!r}")
                 if size == 0:
                     while self.rfile.readline(65537).strip():
                         pass  # trailers
