@@ -80,7 +80,8 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
                 })
                 if not locked:
                     break
-                targets = [Target(str(r["id"]), queue, r["tenant"]) for r in locked]
+                targets = [Target(str(r["id"]), queue, r["tenant"])
+                           for r in first_of_each_key(locked)]
                 run(conn, "reset_dead", {"ids": [t.id for t in targets],
                                          "now": to_datetime(ctx.now())})
                 pending = admission.make_ready(ctx, conn, targets)
@@ -98,6 +99,20 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             more = True
             break
     return Slice(replayed, _skipped(wanted, replayed), more)
+
+
+def first_of_each_key(locked: Sequence[Row]) -> list[Row]:
+    """The dead rows to replay: of rows sharing a key, only the first (one live task per
+    key); the others are skipped, and a later replay finds their key live."""
+    keys: set[tuple[str, str]] = set()
+    out: list[Row] = []
+    for row in locked:
+        if row["key"] is not None:
+            if (row["tenant"], row["key"]) in keys:
+                continue
+            keys.add((row["tenant"], row["key"]))
+        out.append(row)
+    return out
 
 
 def replay(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool = False,

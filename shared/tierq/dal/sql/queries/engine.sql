@@ -359,8 +359,9 @@ LIMIT %(limit)s;
 -- name: lock_dead
 -- DLQ replay: dead rows of a queue (all, or the ids given; of one tenant when given) whose
 -- key is not taken by a live task (a replay must not create a second live task with the
--- same key).
-SELECT d.id, d.tenant
+-- same key). Two dead rows may share a key (it died, was enqueued again and died again):
+-- the caller replays only the first of them per key.
+SELECT d.id, d.tenant, d.key
 FROM tierq_tasks d
 WHERE d.queue = %(queue)s AND d.state = 'dead'
   AND (%(tenant)s::text IS NULL OR d.tenant = %(tenant)s)
