@@ -1,7 +1,8 @@
 """The local HTTP API: routes each request to the function template.yaml gives its route,
 with the payload v2 event API Gateway would build, and answers with what API Gateway would
 make of the result. Unknown path → 404; known path, other method → 405; body over Lambda's
-request limit → 413 in the API's error shape; a function that raises → 500
+request limit → 413 in the API's error shape; a function that raises, or returns more than
+Lambda's response limit as its runtime encodes it (:mod:`tierq.api.sizing`) → 500
 ``{"message": "Internal Server Error"}``.
 
 Local only: a request header ``x-tierq-jwt-claims: {"tenant": "acme"}`` becomes the JWT
@@ -83,6 +84,20 @@ class Router:
         return sorted(set(allowed))
 
 
+# The runtime escapes a body character into at most 6 bytes (\uXXXX): a body this short,
+# with its envelope, cannot reach the limit, so its exact size is not worth computing.
+_SURELY_FITS_BODY_CHARS = (sizing.LAMBDA_PAYLOAD_LIMIT - 64 * 1024) // 6
+
+
+def response_size(result: Any) -> int | None:
+    """A function's result as the Lambda runtime writes it (bytes), or None when it is
+    clearly far within Lambda's response limit."""
+    body = result.get("body") if isinstance(result, dict) else None
+    if isinstance(body, str) and len(body) <= _SURELY_FITS_BODY_CHARS:
+        return None
+    return sizing.runtime_encoded_size(result)
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (an address a server is bound to) is a loopback address."""
     try:
@@ -160,6 +175,15 @@ class LocalApi:
         if time.monotonic() - started > min(INTEGRATION_TIMEOUT_SECONDS, function.spec.timeout):
             return _json_response(503, {"message": "Service Unavailable"}), function.spec.name
         try:
+            size = response_size(result)
+            if size is not None and size > sizing.LAMBDA_PAYLOAD_LIMIT:
+                # Lambda refuses the response (Function.ResponseSizeTooLarge) and the HTTP
+                # API answers 500: the oversized body never reaches the client on AWS
+                self.log(f"[tierq dev] {function.spec.logical_id} returned a response of "
+                         f"{size:,} bytes as the Lambda runtime encodes it, more than the "
+                         f"{sizing.LAMBDA_PAYLOAD_LIMIT:,} a response may carry")
+                return (_json_response(500, {"message": "Internal Server Error"}),
+                        function.spec.name)
             return to_http_response(result), function.spec.name
         except (TypeError, ValueError) as exc:
             self.log(f"[tierq dev] {function.spec.logical_id} returned a malformed response: "
