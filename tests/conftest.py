@@ -34,6 +34,8 @@ from tierq.logic.context import OffsetClock
 
 # Every tierq table but the migrations' own record is emptied between tests; the list is
 # read from the catalog, so a table a migration adds needs no change here.
+AWS_REGION = "us-east-1"  # where moto plays AWS in tests
+
 TABLES_QUERY = """
     SELECT quote_ident(tablename) FROM pg_tables
     WHERE schemaname = current_schema() AND tablename LIKE 'tierq\\_%'
@@ -64,23 +66,34 @@ def with_database(url: str, name: str) -> str:
 
 
 @contextmanager
-def migrated_database(admin: str, prefix: str) -> Iterator[str]:
-    """A fresh database on the server of ``admin``, migrated; dropped afterwards."""
+def scratch_database(admin: str, prefix: str) -> Iterator[str]:
+    """A fresh, empty database on the server of ``admin``. Dropped afterwards, with the
+    application group role its migrations may have created (roles are cluster-wide, so the
+    database's group would outlive it)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = with_database(admin, name)
-    group = None
     try:
-        migrate(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            group = app_group(conn)
         yield url
     finally:
+        group = None
+        with psycopg.connect(url, autocommit=True) as conn:
+            if conn.execute("SELECT to_regprocedure('tierq_app_group()') IS NOT NULL"
+                            ).fetchone() == (True,):
+                group = app_group(conn)
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            if group:  # roles are cluster-wide: the database's group outlives it
+            if group:
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(group)))
+
+
+@contextmanager
+def migrated_database(admin: str, prefix: str) -> Iterator[str]:
+    """A fresh database on the server of ``admin``, migrated; dropped afterwards."""
+    with scratch_database(admin, prefix) as url:
+        migrate(url)
+        yield url
 
 
 def with_login(url: str, user: str, password: str) -> str:
@@ -111,6 +124,20 @@ def app_database_url(database_url: str) -> Iterator[str]:
     Engines from ``make_tq`` use it, so every engine test checks the role's grants too."""
     with app_login(database_url) as url:
         yield url
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fake credentials and moto's in-process AWS (the only mocks the suite allows: AWS
+    service APIs)."""
+    from moto import mock_aws
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": AWS_REGION,
+                        "AWS_REGION": AWS_REGION}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        yield
 
 
 @pytest.fixture(scope="session")

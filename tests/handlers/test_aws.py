@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from tests.handlers.conftest import ApiEvent
 from tests.handlers.support import Context, function_module, reply_of
@@ -24,13 +22,8 @@ REGION = "us-east-1"
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
-                        "AWS_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield
+def aws(aws_credentials: None) -> None:
+    """moto's AWS, under the name these tests use."""
 
 
 def test_database_credentials_come_from_secrets_manager(

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import with_database
+from tests.conftest import scratch_database, with_database
 from tests.handlers.support import Context, function_module, load_event
 from tierq.api.runtime import reset_engine
 from tierq.dal.migrate import LOCK_KEY, available
@@ -64,13 +64,8 @@ def bucket() -> Iterator[ResponseBucket]:
 
 @pytest.fixture
 def fresh_database(services: LocalServices) -> Iterator[str]:
-    admin = services.postgres.url
-    name = f"tierq_migrate_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield with_database(admin, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(services.postgres.url, "tierq_migrate") as url:
+        yield url
 
 
 def request(kind: str, bucket: ResponseBucket, **extra: Any) -> dict[str, Any]:

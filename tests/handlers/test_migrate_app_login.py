@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import boto3
 import psycopg
 import pytest
-from moto import mock_aws
 from psycopg import sql
 
-from tests.conftest import with_database, with_login
+from tests.conftest import scratch_database, with_login
 from tierq.api.custom_resource import apply_migrations
 from tierq.config import get_settings
 from tierq.devstack import LocalServices
@@ -27,25 +25,17 @@ REGION = "us-east-1"
 
 @pytest.fixture
 def fresh_database(services: LocalServices) -> Iterator[str]:
-    admin = services.postgres.url
-    name = f"tierq_migrate_login_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield with_database(admin, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        for role in (f"tierq_app_{name}", f"login_{name}"):
-            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    with scratch_database(services.postgres.url, "tierq_migrate_login") as url:
+        yield url
+    # the login the test makes outlives the database (roles are cluster-wide)
+    login = f"login_{urlsplit(url).path.lstrip('/')}"
+    with psycopg.connect(services.postgres.url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(login)))
 
 
 @pytest.fixture
-def secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
-                        "AWS_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield boto3.client("secretsmanager", region_name=REGION)
+def secrets(aws_credentials: None) -> Iterator[object]:
+    yield boto3.client("secretsmanager", region_name=REGION)
     get_settings.cache_clear()
 
 

@@ -6,7 +6,6 @@ race), schedules of existing databases keep working after the migration, and
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +15,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.conftest import with_database
+from tests.conftest import scratch_database
 from tests.integration.test_schedules import http_event
 from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
 from tierq.dal import migrate as migrations
@@ -174,20 +173,11 @@ def test_a_pinned_caller_cannot_name_another_tenant(api: Call,
 
 @pytest.fixture
 def database_before_0009(services: LocalServices) -> Iterator[str]:
-    admin = services.postgres.url
-    name = f"tierq_m9_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = with_database(admin, name)
-    before = [m for m in migrations.available() if m.version < "0009"]
-    with mock.patch.object(migrations, "available", return_value=before):
-        migrations.migrate(url)
-    try:
+    with scratch_database(services.postgres.url, "tierq_m9") as url:
+        before = [m for m in migrations.available() if m.version < "0009"]
+        with mock.patch.object(migrations, "available", return_value=before):
+            migrations.migrate(url)
         yield url
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_migration_0009_keeps_existing_schedules_and_their_occurrences(

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import psycopg
 import pytest
-from moto import mock_aws
 from pydantic import ValidationError
 
 from tierq.config import Settings
@@ -25,13 +23,8 @@ REGION = "us-east-1"
 
 
 @pytest.fixture
-def secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION,
-                        "AWS_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield boto3.client("secretsmanager", region_name=REGION)
+def secrets(aws_credentials: None) -> object:
+    return boto3.client("secretsmanager", region_name=REGION)
 
 
 def put_secret(client: object, value: dict[str, object]) -> str:
