@@ -6,7 +6,8 @@ blob per queue with the dimension ``queue`` (Powertools adds ``service``).
   the reaper).
 * Gauges, from the reaper's invocations: ``Warm``, ``Cold``, ``Delayed``, ``Leased``,
   ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
-  ``DeadLettered``, grouped by ``queue``).
+  ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has
+  tasks, and zeros once for a queue that has just emptied.
 
 Each call builds its own ``EphemeralMetrics``, so concurrent requests for different queues
 (the local stack serves them from threads) never mix their dimensions.
@@ -56,14 +57,20 @@ def queue_gauges(rows: Iterable[TenantCounts]) -> dict[str, dict[str, float]]:
     return dict(per_queue)
 
 
+def queue_gauge(queue: str, values: Mapping[str, float]) -> None:
+    """Emit one queue's gauges (``warm`` … ``dead`` and ``oldest_ready_age_seconds``)."""
+    blob = _blob(queue)
+    for name in GAUGES:
+        blob.add_metric(name=name.capitalize(), unit=MetricUnit.Count, value=values[name])
+    blob.add_metric(name="OldestReadyAgeSeconds", unit=MetricUnit.Seconds,
+                    value=values.get("oldest_ready_age_seconds", 0.0))
+    blob.flush_metrics()
+
+
 def gauges(rows: Iterable[TenantCounts]) -> int:
-    """Emit the gauges of every queue; returns how many queues were reported."""
+    """Emit the gauges of every queue of ``rows``; returns how many queues were reported.
+    (The reaper gauges only the queues with work: tierq.maintenance.gauges.)"""
     per_queue = queue_gauges(rows)
     for queue, values in per_queue.items():
-        blob = _blob(queue)
-        for name in GAUGES:
-            blob.add_metric(name=name.capitalize(), unit=MetricUnit.Count, value=values[name])
-        blob.add_metric(name="OldestReadyAgeSeconds", unit=MetricUnit.Seconds,
-                        value=values.get("oldest_ready_age_seconds", 0.0))
-        blob.flush_metrics()
+        queue_gauge(queue, values)
     return len(per_queue)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tierq.api import metrics
 from tierq.api.runtime import engine, logger, tracer
+from tierq.engine import Tierq
+from tierq.maintenance import gauges
 from tierq.scheduled import RemainingTime, run_ticks
 
 GAUGES_EVERY_SECONDS = 60.0
@@ -31,15 +34,30 @@ def cron_tick() -> Any:
     return summary
 
 
+_GAUGE_ROUNDS: WeakKeyDictionary[Tierq, gauges.GaugeRound] = WeakKeyDictionary()
+
+
+def gauge_round_of(tq: Tierq) -> gauges.GaugeRound:
+    """The gauge round of this process's engine: it outlives one invocation (a warm Lambda
+    keeps its engine), so a round cut by its budget goes on and an emptied queue gets its
+    zeros in the next invocation too."""
+    state = _GAUGE_ROUNDS.get(tq)
+    if state is None:
+        state = _GAUGE_ROUNDS.setdefault(tq, gauges.GaugeRound())
+    return state
+
+
 class ReaperTick:
-    """Expire leases, reconcile, purge; count dead letters per queue; and, at most once a
-    minute, emit the per-queue gauges the alarms and the dashboard read."""
+    """Expire leases, reconcile, purge; count dead letters per queue; and, about once a
+    minute, emit the per-queue gauges the alarms and the dashboard read: for the queues with
+    tasks only, plus zeros once for a queue that emptied since (tierq.maintenance.gauges)."""
 
     def __init__(self, gauges_every: float = GAUGES_EVERY_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 gauge_round: gauges.GaugeRound | None = None) -> None:
         self.gauges_every = gauges_every
         self.clock = clock
-        self.gauges_at: float | None = None
+        self.gauge_round = gauge_round
 
     def __call__(self) -> dict[str, Any]:
         tq = engine()
@@ -49,12 +67,13 @@ class ReaperTick:
         out: dict[str, Any] = {
             "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
             "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
-            "pairs": summary.pairs, "forgotten": len(summary.forgotten),
+            "zeroed_queues": 0, "pairs": summary.pairs, "forgotten": len(summary.forgotten),
         }
+        state = self.gauge_round if self.gauge_round is not None else gauge_round_of(tq)
         now = self.clock()
-        if self.gauges_at is None or now - self.gauges_at >= self.gauges_every:
-            self.gauges_at = now
-            out["gauged_queues"] = metrics.gauges(tq.detailed_counts())
+        if state.due(now, self.gauges_every):
+            gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now)
+            out["gauged_queues"], out["zeroed_queues"] = gauged.gauged, gauged.zeroed
         return out
 
 

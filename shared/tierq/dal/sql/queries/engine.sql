@@ -695,3 +695,65 @@ SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload
        t.max_attempts, t.state
 FROM tierq_tasks t
 WHERE t.id = ANY(%(ids)s::uuid[]) AND t.queue = %(queue)s;
+
+-- ============================================================================================
+-- Queue gauges of the reaper (maintenance/gauges.py): the pairs that have rows in a counted
+-- state (warm, which holds the leased ones too; cold; delayed; dead), by the same skip scans
+-- as the walks above, one per partial index: the cost follows the pairs with such rows,
+-- never the pairs ever seen (the registry is not read).
+-- ============================================================================================
+
+-- name: walk_gauge_pairs
+-- Pairs with warm, cold, delayed or dead rows, in (queue, tenant) order after the cursor.
+WITH RECURSIVE warm_walk AS (
+    (SELECT queue, tenant FROM tierq_tasks
+     WHERE state = 'warm' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM warm_walk w, LATERAL (
+        SELECT t.queue, t.tenant FROM tierq_tasks t
+        WHERE t.state = 'warm' AND (t.queue, t.tenant) > (w.queue, w.tenant)
+        ORDER BY t.queue, t.tenant LIMIT 1) AS step
+), cold_walk AS (
+    (SELECT queue, tenant FROM tierq_tasks
+     WHERE state = 'cold' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM cold_walk w, LATERAL (
+        SELECT t.queue, t.tenant FROM tierq_tasks t
+        WHERE t.state = 'cold' AND (t.queue, t.tenant) > (w.queue, w.tenant)
+        ORDER BY t.queue, t.tenant LIMIT 1) AS step
+), delayed_walk AS (
+    (SELECT queue, tenant FROM tierq_tasks
+     WHERE state = 'delayed' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM delayed_walk w, LATERAL (
+        SELECT t.queue, t.tenant FROM tierq_tasks t
+        WHERE t.state = 'delayed' AND (t.queue, t.tenant) > (w.queue, w.tenant)
+        ORDER BY t.queue, t.tenant LIMIT 1) AS step
+), dead_walk AS (
+    (SELECT queue, tenant FROM tierq_tasks
+     WHERE state = 'dead' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM dead_walk w, LATERAL (
+        SELECT t.queue, t.tenant FROM tierq_tasks t
+        WHERE t.state = 'dead' AND (t.queue, t.tenant) > (w.queue, w.tenant)
+        ORDER BY t.queue, t.tenant LIMIT 1) AS step
+)
+SELECT queue, tenant FROM (
+    (SELECT queue, tenant FROM warm_walk LIMIT %(limit)s)
+    UNION
+    (SELECT queue, tenant FROM cold_walk LIMIT %(limit)s)
+    UNION
+    (SELECT queue, tenant FROM delayed_walk LIMIT %(limit)s)
+    UNION
+    (SELECT queue, tenant FROM dead_walk LIMIT %(limit)s)
+) AS with_rows
+ORDER BY queue, tenant
+LIMIT %(limit)s;
