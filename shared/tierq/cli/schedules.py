@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
             upcoming = v.next_occurrences[0].strftime("%Y-%m-%d %H:%M:%S") \
                 if v.next_occurrences else "-"
             table.add_row(v.name, v.queue, v.tenant, _when(v), v.timezone or "-",
-                          "yes" if v.enabled else "no", upcoming, str(len(v.installed)))
+                          "yes" if v.enabled else "no", upcoming, str(v.installed_count))
         Console().print(table)
 
     @group.command("delete")

@@ -74,6 +74,7 @@ from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.schedules import (
     DEFAULT_TIMEZONE,
+    MIN_INSTALLED_SHOWN,
     SCHEDULE_NAME_PATTERN,
     InstalledOccurrence,
     ScheduleIn,
@@ -434,8 +435,11 @@ def _views(ctx: Context, rows: Sequence[Row]) -> list[ScheduleView]:
     now_ms = to_ms(ctx.now())
     live: dict[tuple[str, str], list[Row]] = defaultdict(list)
     if rows:
-        for r in ctx.db.fetch("live_occurrences", {"tenants": [row["tenant"] for row in rows],
-                                                   "names": [row["name"] for row in rows]}):
+        # bounded per schedule in SQL: with nobody claiming, every tick installs more
+        for r in ctx.db.fetch("live_occurrences", {
+                "tenants": [row["tenant"] for row in rows],
+                "names": [row["name"] for row in rows],
+                "limits": [max(row["horizon"], MIN_INSTALLED_SHOWN) for row in rows]}):
             live[(r["schedule_tenant"], r["schedule"])].append(r)
     out = []
     for row in rows:
@@ -467,6 +471,8 @@ def _views(ctx: Context, rows: Sequence[Row]) -> list[ScheduleView]:
                 )
                 for o in live.get((row["tenant"], row["name"]), [])
             ],
+            installed_count=(live[(row["tenant"], row["name"])][0]["total"]
+                             if live.get((row["tenant"], row["name"])) else 0),
         ))
     return out
 

@@ -38,6 +38,8 @@ from tierq.models.names import QueueName, TenantName
 
 SCHEDULE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 MAX_HORIZON = 1000
+# A view lists at most max(horizon, this) installed occurrences, soonest first.
+MIN_INSTALLED_SHOWN = 20
 MAX_DAILY_TIMES = 288
 MIN_EVERY_SECONDS = 1.0
 MAX_EVERY_SECONDS = 366 * 86_400.0
@@ -239,8 +241,14 @@ class ScheduleView(BaseModel):
         description="The next `horizon` instants it fires at (UTC); empty when disabled.",
     )
     installed: list[InstalledOccurrence] = Field(
-        default_factory=list, description="Occurrences installed as tasks and still live.",
+        default_factory=list,
+        description="Occurrences installed as tasks and still live, soonest first: at most "
+                    "the soonest max(horizon, 20) (a schedule nobody claims from gains more "
+                    "every tick); `installed_count` counts them all.",
     )
+    installed_count: int = Field(
+        default=0, description="How many occurrences are installed as tasks and still live "
+                               "(`installed` shows the soonest of them).")
 
 
 class ScheduleRemoved(BaseModel):

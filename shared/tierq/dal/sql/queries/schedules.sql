@@ -140,11 +140,20 @@ DELETE FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s RETURN
 
 -- name: live_occurrences
 -- The installed occurrences of some schedules (tenants[i], names[i]) whose task is still
--- live, soonest first.
-SELECT o.tenant AS schedule_tenant, o.schedule, o.config_hash, o.fire_at_ms, o.task_id, t.key,
-       t.state, t.attempts, t.queue, t.tenant
-FROM tierq_schedule_occurrences o
-JOIN tierq_tasks t ON t.id = o.task_id
-WHERE (o.tenant, o.schedule) IN (SELECT * FROM unnest(%(tenants)s::text[], %(names)s::text[]))
-  AND t.state IN ('delayed', 'cold', 'warm')
-ORDER BY o.tenant, o.schedule, o.fire_at_ms, o.config_hash;
+-- live: the soonest limits[i] of each, with how many there are in all (total). A schedule
+-- nobody claims from (workers down, queue paused) gains occurrences every tick, so what is
+-- shown is bounded here; total still counts every one. A schedule with none yields no row.
+SELECT s.tenant AS schedule_tenant, s.name AS schedule, o.config_hash, o.fire_at_ms,
+       o.task_id, o.key, o.state, o.attempts, o.queue, o.tenant, o.total
+FROM unnest(%(tenants)s::text[], %(names)s::text[], %(limits)s::int[]) AS s(tenant, name, lim)
+CROSS JOIN LATERAL (
+    SELECT o.config_hash, o.fire_at_ms, o.task_id, t.key, t.state, t.attempts, t.queue,
+           t.tenant, count(*) OVER () AS total
+    FROM tierq_schedule_occurrences o
+    JOIN tierq_tasks t ON t.id = o.task_id
+    WHERE o.tenant = s.tenant AND o.schedule = s.name
+      AND t.state IN ('delayed', 'cold', 'warm')
+    ORDER BY o.fire_at_ms, o.config_hash
+    LIMIT s.lim
+) o
+ORDER BY s.tenant, s.name, o.fire_at_ms, o.config_hash;
