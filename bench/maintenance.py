@@ -1,5 +1,6 @@
-"""Maintenance benchmark: what one pass of the reaper and of the cold -> warm mover costs
-against the number of (queue, tenant) pairs ever seen.
+"""Maintenance benchmark: what one pass of the reaper and of the cold -> warm mover, and one
+round of the reaper's queue gauges, cost against the number of (queue, tenant) pairs ever
+seen.
 
     .venv/bin/python -m bench.maintenance            # 1k, 10k and 100k idle pairs, 5 repeats
     .venv/bin/python -m bench.maintenance --quick    # 1k and 10k
@@ -11,9 +12,13 @@ expired, and one with cold work waiting (in cold mode, with room in the warm set
 repeat times one reaper pass and one cold -> warm pass; each must reap that lease and
 promote that work (the benchmark fails otherwise), and the live state is made again before
 the next repeat; five unmeasured repeats come first (connections, Lua scripts, prepared
-statements). It prints, per size, the medians of the repeats: the milliseconds of each
-pass, the pairs each visited and the registry rows the reaper's forget walk read. The last
-line is ``idle_pass_ms_at_<largest size>=N``: the two passes together at the largest size,
+statements). Right after the reaper pass, as in the reaper's scheduled tick when the
+minute's gauges are due, a round of the queue gauges is timed on its own: it must gauge
+the two live queues and no idle one (its blobs are counted, not printed). It prints, per
+size, the medians of the repeats: the milliseconds of each pass, the pairs each visited
+and the registry rows the reaper's forget walk read. The last two lines are
+``idle_gauge_ms_at_<largest size>=N`` (the gauge round) and
+``idle_pass_ms_at_<largest size>=N``: the two passes together at the largest size,
 ``idle_pass_ms_at_100k`` by default (the target is at most 200 ms).
 """
 
@@ -58,6 +63,8 @@ class Repeat:
     expired: int
     promoted: int
     forget_rows: int
+    gauge_ms: float
+    gauged_queues: int
 
 
 @dataclass
@@ -72,6 +79,10 @@ class SizeResult:
     @property
     def idle_pass_ms(self) -> float:
         return statistics.median(r.reaper_ms + r.cold_to_warm_ms for r in self.repeats)
+
+    @property
+    def idle_gauge_ms(self) -> float:
+        return self.median("gauge_ms")
 
 
 def label(n: int) -> str:
@@ -111,12 +122,20 @@ def clear_live_work(tq: Any) -> None:
 
 
 def one_repeat(tq: Any) -> Repeat:
-    from tierq.maintenance import cold_to_warm, reaper
+    from tierq.maintenance import cold_to_warm, gauges, reaper
 
     make_live_work(tq)
     started = time.perf_counter()
     reaped = reaper.run(tq.ctx)
     reaper_ms = (time.perf_counter() - started) * 1000
+    gauged: list[str] = []
+    started = time.perf_counter()
+    round_ = gauges.run(tq.ctx, gauges.GaugeRound(), lambda queue, _: gauged.append(queue),
+                        now=tq.ctx.now())
+    gauge_ms = (time.perf_counter() - started) * 1000
+    if sorted(gauged) != sorted([LEASE_QUEUE, COLD_QUEUE]) or not round_.completed:
+        raise RuntimeError(f"the gauge round gauged {gauged[:5]} (completed: "
+                           f"{round_.completed}), expected the two live queues")
     started = time.perf_counter()
     moved = cold_to_warm.run(tq.ctx)
     cold_to_warm_ms = (time.perf_counter() - started) * 1000
@@ -128,7 +147,7 @@ def one_repeat(tq: Any) -> Repeat:
         raise RuntimeError(f"pairs within the retention were forgotten: {reaped.forgotten[:5]}")
     clear_live_work(tq)
     return Repeat(reaper_ms, cold_to_warm_ms, reaped.pairs, moved.pairs, reaped.expired,
-                  moved.promoted, reaper.FORGET_SLICE)
+                  moved.promoted, reaper.FORGET_SLICE, gauge_ms, len(gauged))
 
 
 def run_size(stores: Any, n: int, repeats: int) -> SizeResult:
@@ -155,7 +174,8 @@ def run_size(stores: Any, n: int, repeats: int) -> SizeResult:
                 say(f"  repeat {i + 1}/{repeats}: reaper {r.reaper_ms:.1f} ms "
                     f"({r.reaper_pairs} pair(s) visited, {r.expired} lease reaped), "
                     f"cold -> warm {r.cold_to_warm_ms:.1f} ms ({r.cold_to_warm_pairs} pair(s) "
-                    f"visited, {r.promoted} promoted)")
+                    f"visited, {r.promoted} promoted), gauges {r.gauge_ms:.1f} ms "
+                    f"({r.gauged_queues} queue(s) gauged)")
         finally:
             tq.close()
         return result
@@ -191,25 +211,29 @@ def main(argv: list[str] | None = None) -> int:
             say(f"-- {n:,} idle pairs")
             results.append(run_size(stores, n, args.repeat))
         say("")
-        say("one pass each, medians (ms); pairs visited; registry rows read by the forget walk")
+        say("one pass each, medians (ms); pairs visited; registry rows read by the forget walk;"
+            " one round of the queue gauges (ms) and the queues it gauged")
         print_table(
             ["idle pairs", "reaper ms", "cold -> warm ms", "both ms", "reaper pairs visited",
-             "cold -> warm pairs visited", "forget rows read", "seed s"],
+             "cold -> warm pairs visited", "forget rows read", "gauges ms", "queues gauged",
+             "seed s"],
             [[f"{r.pairs:,}", f"{r.median('reaper_ms'):.1f}",
               f"{r.median('cold_to_warm_ms'):.1f}", f"{r.idle_pass_ms:.1f}",
               f"{r.median('reaper_pairs'):.0f}", f"{r.median('cold_to_warm_pairs'):.0f}",
-              f"{min(r.pairs + 2, r.repeats[0].forget_rows):,}", f"{r.seed_seconds:.2f}"]
+              f"{min(r.pairs + 2, r.repeats[0].forget_rows):,}", f"{r.idle_gauge_ms:.1f}",
+              f"{r.median('gauged_queues'):.0f}", f"{r.seed_seconds:.2f}"]
              for r in results])
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({
                 "machine": info, "repeat": args.repeat,
                 "sizes": [{"pairs": r.pairs, "seed_seconds": r.seed_seconds,
-                           "idle_pass_ms": r.idle_pass_ms,
+                           "idle_pass_ms": r.idle_pass_ms, "idle_gauge_ms": r.idle_gauge_ms,
                            "repeats": [asdict(x) for x in r.repeats]} for r in results],
             }, indent=2))
         largest = results[-1]
         say(f"load average at the end: {load_average()}")
+        say(f"idle_gauge_ms_at_{label(largest.pairs)}={largest.idle_gauge_ms:.0f}")
         say(f"idle_pass_ms_at_{label(largest.pairs)}={largest.idle_pass_ms:.0f}")
         return 0
     finally:
