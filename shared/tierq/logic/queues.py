@@ -137,21 +137,32 @@ def tenant_counts(ctx: Context, queue: str, tenant: str | None = None) -> list[T
     return list(iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK))
 
 
+# A queue's view names at most this many of its tenants (the detailed metrics page them all).
+TENANTS_SHOWN = 100
+
+
 def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView:
     """A queue's settings, counts and mode; with ``tenant``, as that tenant sees it (its own
-    counts only, read for that tenant alone)."""
-    per_tenant = tenant_counts(ctx, queue, tenant)
+    counts only, read for that tenant alone). Totals are summed as the pairs stream by,
+    ``PAIR_CHUNK`` at a time; only the first ``TENANTS_SHOWN`` tenants are named, since a
+    queue's tenants are unbounded and the view must fit one response."""
     counts = QueueCounts()
-    for t in per_tenant:
+    shown: list[str] = []
+    total = 0
+    cold_mode = False
+    for t in iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK):
         counts.warm += t.warm
         counts.cold += t.cold
         counts.delayed += t.delayed
         counts.leased += t.leased
         counts.dead += t.dead
-    cold_mode = any(t.mode == "cold" and (t.cold or t.warm) for t in per_tenant)
+        cold_mode = cold_mode or (t.mode == "cold" and bool(t.cold or t.warm))
+        total += 1
+        if len(shown) < TENANTS_SHOWN:
+            shown.append(t.tenant)
     return QueueView(queue=queue, settings=ctx.queue_settings.get(queue), counts=counts,
-                     mode="cold" if cold_mode else "warm",
-                     tenants=[t.tenant for t in per_tenant])
+                     mode="cold" if cold_mode else "warm", tenants=shown,
+                     tenants_total=total, tenants_truncated=total > len(shown))
 
 
 def known_queues(ctx: Context) -> list[str]:

@@ -76,7 +76,14 @@ class QueueView(BaseModel):
     settings: QueueSettings
     counts: QueueCounts
     mode: Literal["warm", "cold"]
-    tenants: list[str] = Field(default_factory=list)
+    tenants: list[str] = Field(
+        default_factory=list,
+        description="The queue's first tenants by name, at most 100 (a queue may have "
+                    "hundreds of thousands); `tenants_total` counts them all and "
+                    "`/v1/metrics/queues/detailed?queue=` pages through every one.")
+    tenants_total: int = Field(default=0, description="How many tenants the queue has.")
+    tenants_truncated: bool = Field(
+        default=False, description="Whether `tenants` lists only the first of them.")
 
 
 class TenantCounts(BaseModel):
