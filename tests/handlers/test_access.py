@@ -259,3 +259,30 @@ def test_the_openapi_document_says_who_may_call_each_operation() -> None:
         access.ROUTE_ACCESS
     for route, operation in documented.items():
         assert ("403" in operation["responses"]) == (access.ROUTE_ACCESS[route] != "public")
+
+
+def test_a_tenant_claim_of_the_default_tenant_is_refused(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    # an admin's tenant-less task and schedule land in the default tenant '_'
+    assert call("POST", "/v1/queues/jobs/tasks", {"payload": "admin's"}).status == 200
+    assert call("PUT", "/v1/schedules/nightly", {"queue": "jobs", "payload": 1,
+                                                 "every_seconds": 3600}).status == 200
+    before = tasks_of(pg)
+    underscore = {"sub": "someone", "tenant": "_"}
+    for method, path, body in [
+            ("GET", "/v1/queues/jobs", None),
+            ("POST", "/v1/queues/jobs/claims", {"max": 10}),
+            ("POST", "/v1/queues/jobs/tasks", {"payload": 1}),
+            ("GET", "/v1/schedules", None),
+            ("GET", "/v1/schedules/nightly", None),
+            ("DELETE", "/v1/schedules/nightly", None),
+            ("GET", "/v1/queues/jobs/dlq", None)]:
+        reply = call(method, path, body, claims=underscore)
+        assert reply.status == 403, (method, path, reply.body)
+        assert "'tenant' claim is not a valid tenant name" in reply.body["error"]["message"]
+        assert reply.body["error"]["details"] == [
+            {"field": "authorization", "message": "invalid tenant claim"}]
+    assert tasks_of(pg) == before
+    assert call("GET", "/v1/schedules/nightly").status == 200  # still there
+    # a tenant whose name merely starts with '_' is an ordinary tenant
+    assert call("GET", "/v1/schedules", claims={"tenant": "_acme"}).status == 200

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from tierq.config import get_settings
 from tierq.errors import Forbidden
-from tierq.models.names import NAME_PATTERN
+from tierq.models.names import DEFAULT_TENANT, NAME_PATTERN
 
 RouteKind = Literal["public", "tenant", "admin"]
 CallerKind = Literal["admin", "tenant", "local"]
@@ -176,6 +176,11 @@ def identify(event: dict[str, Any]) -> Caller:
             f"needs the {settings.tenant_claim!r} claim or the {settings.admin_scope!r} scope")
     if not isinstance(tenant, str) or _TENANT_NAME.fullmatch(tenant) is None:
         raise _refuse(f"the token's {settings.tenant_claim!r} claim is not a valid tenant name",
+                      "invalid tenant claim")
+    if tenant == DEFAULT_TENANT:
+        # where an admin's tenant-less tasks and schedules land: nobody's tenant to pin to
+        raise _refuse(f"the token's {settings.tenant_claim!r} claim is not a valid tenant name: "
+                      f"{DEFAULT_TENANT!r} is the default tenant, which only an admin reaches",
                       "invalid tenant claim")
     return Caller("tenant", tenant)
 
