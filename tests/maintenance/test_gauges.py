@@ -135,3 +135,13 @@ def test_a_round_cut_by_its_budget_goes_on_and_sums_a_queue_across_slices(make_t
     assert list(got) == ["wide", "zz"]
     assert got["wide"]["warm"] == 4 and got["zz"]["warm"] == 1
     assert not state.due(tq.ctx.now(), EVERY)
+
+
+def test_a_pass_leaves_a_round_under_way_in_another_thread_alone(make_tq):
+    tq = make_tq()
+    tq.enqueue("q", [{"payload": 1}])
+    state, emitted = GaugeRound(), Emitted()
+    with state.busy:  # another invocation of this process is counting
+        summary = gauge(tq, state, emitted)
+    assert (summary.slices, summary.gauged) == (0, 0) and emitted.take() == {}
+    assert gauge(tq, state, emitted).completed and list(emitted.take()) == ["q"]

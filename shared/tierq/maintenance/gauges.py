@@ -16,6 +16,7 @@ process starts with an empty one (it knows no previous round, so it has no zeros
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -49,6 +50,9 @@ class GaugeRound:
     partial: dict[str, QueueValues] = field(default_factory=dict)
     gauged_now: set[str] = field(default_factory=set)
     gauged_before: set[str] = field(default_factory=set)
+    # held by the pass under way: overlapping invocations in one process (the local stack
+    # runs them in threads) leave the round to the first
+    busy: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def due(self, now: float, every: float) -> bool:
         """A round under way goes on at every pass; a new one starts ``every`` seconds after
@@ -69,8 +73,21 @@ def run(ctx: Context, state: GaugeRound, emit: Emit, *, now: float,
         budget_seconds: float | None = None, slice_size: int | None = None) -> GaugeSummary:
     """One pass of the gauge round in ``state`` (a new round if none is under way): count
     the pairs with rows after the round's cursor, slice by slice, and ``emit`` each queue
-    whose pairs are all counted, until the walk ends or the budget is spent."""
+    whose pairs are all counted, until the walk ends or the budget is spent (at least one
+    slice is read). A pass that finds another under way on ``state`` does nothing."""
     summary = GaugeSummary()
+    if not state.busy.acquire(blocking=False):
+        return summary
+    try:
+        walk_round(ctx, state, emit, summary, now=now, budget_seconds=budget_seconds,
+                   slice_size=slice_size)
+    finally:
+        state.busy.release()
+    return summary
+
+
+def walk_round(ctx: Context, state: GaugeRound, emit: Emit, summary: GaugeSummary, *,
+               now: float, budget_seconds: float | None, slice_size: int | None) -> None:
     budget = pairs.Budget(budget_seconds if budget_seconds is not None
                           else ctx.settings.maintenance_budget_seconds)
     limit = slice_size or ctx.settings.maintenance_slice
@@ -97,9 +114,9 @@ def run(ctx: Context, state: GaugeRound, emit: Emit, *, now: float,
             summary.gauged += 1
         if at_end:
             finish(state, emit, summary)
-            return summary
+            return
         if budget.spent:
-            return summary
+            return
 
 
 def add(values: QueueValues, row: TenantCounts) -> None:

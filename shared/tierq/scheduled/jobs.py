@@ -61,6 +61,7 @@ class ReaperTick:
 
     def __call__(self) -> dict[str, Any]:
         tq = engine()
+        started = time.monotonic()
         summary = tq.run_reaper()
         for queue, dead in summary.dead_by_queue.items():
             metrics.count(queue, {"DeadLettered": dead})
@@ -72,7 +73,11 @@ class ReaperTick:
         state = self.gauge_round if self.gauge_round is not None else gauge_round_of(tq)
         now = self.clock()
         if state.due(now, self.gauges_every):
-            gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now)
+            # what the reaper's pass left of the tick's budget (a round cut short goes on
+            # at the next tick; at least one slice is counted each time)
+            left = tq.settings.maintenance_budget_seconds - (time.monotonic() - started)
+            gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now,
+                                budget_seconds=max(0.0, left))
             out["gauged_queues"], out["zeroed_queues"] = gauged.gauged, gauged.zeroed
         return out
 
