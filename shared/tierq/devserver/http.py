@@ -14,7 +14,11 @@ Without the header: while the server listens on a loopback address, the request 
 the function marked as coming from this gateway (:data:`tierq.api.access.LOCAL_GATEWAY`, an
 in-process object no request can carry), which gives it an admin's reach. Listening on any
 other address (``tierq dev --host 0.0.0.0``), every route but the public ones requires the
-header: without it the gateway answers 401 ``unauthorized`` and invokes nothing.
+header: without it the gateway answers 401 ``unauthorized`` and invokes nothing. On
+loopback, a request to a non-public route whose ``Host`` is not a loopback name (127.0.0.1,
+localhost, [::1], any port) or whose ``Origin`` is not a loopback origin is 403
+``forbidden``: a web page in the developer's browser must not act as the local admin, by a
+cross-site POST or by DNS rebinding.
 """
 
 from __future__ import annotations
@@ -106,6 +110,59 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+_LOCAL_HOST_NAMES = frozenset({"localhost"})
+
+
+def _host_part(authority: str) -> str | None:
+    """The host of ``host[:port]`` (``[v6]:port`` for IPv6), None when malformed."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0 or (authority[end + 1:] and not authority[end + 1:].startswith(":")):
+            return None
+        host, port = authority[1:end], authority[end + 2:]
+    else:
+        host, _, port = authority.partition(":")
+    if port and not port.isdigit():
+        return None
+    return host
+
+
+def is_loopback_authority(authority: str) -> bool:
+    """Whether a ``Host`` header (or an origin's host and port) names this machine by a
+    loopback name or address: 127.0.0.1, localhost, [::1], with any port. A DNS name that
+    merely resolves to a loopback address does not count (that is DNS rebinding)."""
+    host = _host_part(authority.strip())
+    if not host:
+        return False
+    return host.lower() in _LOCAL_HOST_NAMES or is_loopback(host)
+
+
+def is_loopback_origin(origin: str) -> bool:
+    """Whether an ``Origin`` header is a page served from this machine's loopback
+    (``http://localhost:3000``); ``null`` (sandboxed frames, files) is not."""
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or parts.path or parts.query:
+        return False
+    return is_loopback_authority(parts.netloc)
+
+
+def browser_refusal(headers: list[tuple[str, str]]) -> str | None:
+    """Why a request to the loopback gateway cannot be let in as its local caller, or None.
+    A web page the developer visits can make the browser send requests here (a typeless
+    POST needs no preflight), and DNS rebinding can make them same-origin: such requests
+    carry the page's Origin, or a Host that is not a loopback name. Clients that are not
+    browsers send a loopback Host (or none) and no foreign Origin."""
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == "host" and not is_loopback_authority(value):
+            return (f"the Host header {value!r} is not a loopback name (127.0.0.1, localhost "
+                    f"or [::1]): this local API answers only requests addressed to loopback")
+        if lowered == "origin" and not is_loopback_origin(value):
+            return (f"requests from the web origin {value!r} are refused: a web page may not "
+                    f"act as the local admin of tierq dev")
+    return None
+
+
 class LocalApi:
     """Turns HTTP requests into invocations of the local functions.
 
@@ -133,6 +190,11 @@ class LocalApi:
                               f"{method} is not allowed on {raw_path}; allowed: "
                               f"{', '.join(found)}", [("Allow", ", ".join(found))]), "-"
             return _error(404, "not_found", f"no route for {method} {raw_path}"), "-"
+        if self.open_without_claims and not found.route.public:
+            # on loopback the claims header is self-asserted as well: check both paths
+            refusal = browser_refusal(headers)
+            if refusal is not None:
+                return _error(403, "forbidden", refusal), "-"
         claims: dict[str, Any] | None = None
         passed: list[tuple[str, str]] = []
         for name, value in headers:
