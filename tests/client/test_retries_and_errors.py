@@ -193,3 +193,16 @@ def test_retry_after_parsing() -> None:
     assert policy.delay(0, retry_after=3600) == 10
     with pytest.raises(ValueError):
         RetryPolicy(base_seconds=5, cap_seconds=1)
+
+
+def test_a_response_too_large_for_lambda_is_not_retried(scripted: ScriptedServer) -> None:
+    # deterministic: the same request would be answered the same way every time
+    scripted.script(Reply(500, error(500, "response_too_large", "over 6 MB")),
+                    Reply(200, {"queues": [], "next": None}))
+    waits: list[float] = []
+    with client_for(scripted, waits) as client, pytest.raises(ServerError) as raised:
+        client.list_queues()
+    assert raised.value.code == "response_too_large" and raised.value.status == 500
+    assert len(scripted.received) == 1 and waits == []
+    assert not RetryPolicy().retries(500, "response_too_large")
+    assert RetryPolicy().retries(500, "internal_error")

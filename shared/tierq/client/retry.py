@@ -9,6 +9,9 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # Error codes retried whatever their status: 409 idempotency_in_progress means the first
 # attempt of this very request (same Idempotency-Key) is still running on the server.
 RETRY_CODES = frozenset({"idempotency_in_progress"})
+# Error codes never retried whatever their status: a 500 response_too_large is the same
+# answer on every attempt (the response would not fit Lambda's), so retrying only waits.
+NEVER_RETRY_CODES = frozenset({"response_too_large"})
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,8 @@ class RetryPolicy:
     release and heartbeat request with an ``Idempotency-Key`` it reuses on that request's
     retries, so a retry after a timeout or a 503 never creates a second task and gets the
     first answer. A 409 ``idempotency_in_progress`` (the first attempt still runs) is retried
-    too (``codes``).
+    too (``codes``); a 500 ``response_too_large`` never is (``never_codes``): it would be
+    answered the same every time.
     """
 
     max_retries: int = 5
@@ -30,6 +34,7 @@ class RetryPolicy:
     max_retry_after_seconds: float = 60.0
     statuses: frozenset[int] = field(default=RETRY_STATUSES)
     codes: frozenset[str] = field(default=RETRY_CODES)
+    never_codes: frozenset[str] = field(default=NEVER_RETRY_CODES)
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -47,6 +52,8 @@ class RetryPolicy:
 
     def retries(self, status: int, code: str) -> bool:
         """Whether an error response of this status and code is worth another attempt."""
+        if code in self.never_codes:
+            return False
         return status in self.statuses or code in self.codes
 
 
