@@ -78,6 +78,7 @@ from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, Sc
 
 DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
+MAX_IDS = 1000  # dead-letter ids per replay or purge request (the API's limit)
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # The JSON around an enqueue batch's tasks: {"tasks":[ ... ]}
 _BATCH_ENVELOPE = body_cost(b'{"tasks":[]}')
@@ -401,20 +402,24 @@ class Client:
                 return
 
     @staticmethod
-    def _selection(ids: Sequence[UUID | str] | None, all: bool) -> dict[str, Any]:
+    def _selections(ids: Sequence[UUID | str] | None, all: bool) -> list[dict[str, Any]]:
+        """The bodies of the requests a selection takes: ``{"all": true}``, or the ids in
+        slices of at most :data:`MAX_IDS` (the most one request may name)."""
         if all and ids:
             raise ValueError("give ids or all=True, not both")
         if all:
-            return {"all": True}
+            return [{"all": True}]
         if not ids:
             raise ValueError("give ids (a non-empty list) or all=True")
-        return {"ids": [str(i) for i in ids]}
+        named = [str(i) for i in ids]
+        return [{"ids": named[start:start + MAX_IDS]} for start in range(0, len(named), MAX_IDS)]
 
     def dlq_replay(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
                    all: bool = False) -> ReplayResult:
-        """Make dead letters ready again (attempts reset, at the back of their line). With
-        ``all=True`` the API replays a bounded slice per request: this repeats the request
-        until none is left and returns every id replayed."""
+        """Make dead letters ready again (attempts reset, at the back of their line). Ids
+        are sent 1000 per request, each request with its own idempotency key (reused on its
+        retries); with ``all=True`` the API replays a bounded slice per request: this
+        repeats the request until none is left. Returns every id replayed or skipped."""
         total = ReplayResult()
         for part in self.dlq_replay_slices(queue, ids, all=all):
             total.replayed.extend(part.replayed)
@@ -424,19 +429,20 @@ class Client:
     def dlq_replay_slices(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
                           all: bool = False) -> Iterator[ReplayResult]:
         """The answer of each replay request, as it comes (see :meth:`dlq_replay`)."""
-        body = self._selection(ids, all)
-        while True:
-            data = self.request("POST", f"/v1/queues/{_segment(queue)}/dlq/replay",
-                                body=body, idempotency_key=new_idempotency_key())
-            part = ReplayResult.model_validate(data)
-            yield part
-            if not part.more:
-                return
+        for body in self._selections(ids, all):
+            while True:
+                data = self.request("POST", f"/v1/queues/{_segment(queue)}/dlq/replay",
+                                    body=body, idempotency_key=new_idempotency_key())
+                part = ReplayResult.model_validate(data)
+                yield part
+                if not part.more:
+                    break
 
     def dlq_purge(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
                   all: bool = False) -> PurgeResult:
-        """Delete dead letters for good. With ``all=True`` the API purges a bounded slice
-        per request: this repeats the request until none is left."""
+        """Delete dead letters for good. Ids are sent 1000 per request (a purge repeated
+        deletes nothing more, so it needs no idempotency key); with ``all=True`` the API
+        purges a bounded slice per request: this repeats the request until none is left."""
         total = PurgeResult()
         for part in self.dlq_purge_slices(queue, ids, all=all):
             total.purged.extend(part.purged)
@@ -445,13 +451,13 @@ class Client:
     def dlq_purge_slices(self, queue: str, ids: Sequence[UUID | str] | None = None, *,
                          all: bool = False) -> Iterator[PurgeResult]:
         """The answer of each purge request, as it comes (see :meth:`dlq_purge`)."""
-        body = self._selection(ids, all)
-        while True:
-            data = self.request("DELETE", f"/v1/queues/{_segment(queue)}/dlq", body=body)
-            part = PurgeResult.model_validate(data)
-            yield part
-            if not part.more:
-                return
+        for body in self._selections(ids, all):
+            while True:
+                data = self.request("DELETE", f"/v1/queues/{_segment(queue)}/dlq", body=body)
+                part = PurgeResult.model_validate(data)
+                yield part
+                if not part.more:
+                    break
 
     # -- metrics -----------------------------------------------------------------------
 
