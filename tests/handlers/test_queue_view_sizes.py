@@ -54,6 +54,8 @@ def test_a_queue_with_thousands_of_tenants_names_the_first_and_counts_all(
     enqueued = call("POST", "/v1/queues/jobs/tasks", {"tasks": [
         {"payload": {"n": i}, "tenant": last} for i in range(2)]})
     assert enqueued.status in (200, 201), enqueued.body
+    claimed = call("POST", "/v1/queues/jobs/claims", {"max": 1, "tenant": last})
+    assert claimed.status == 200 and len(claimed.body["tasks"]) == 1
 
     one = call("GET", "/v1/queues/jobs")
     listed = call("GET", "/v1/queues")
@@ -66,7 +68,8 @@ def test_a_queue_with_thousands_of_tenants_names_the_first_and_counts_all(
         assert view["tenants_total"] == TENANTS and view["tenants_truncated"] is True
         counts = view["counts"]
         # every tenant's tasks are counted, not only the named ones'
-        assert (counts["cold"] + counts["warm"], counts["delayed"], counts["dead"]) == (5, 5, 7)
+        assert (counts["cold"] + counts["warm"], counts["leased"], counts["delayed"],
+                counts["dead"]) == (4, 1, 5, 7)
         # the view no longer grows with the tenants: 100 names of 64 characters and the rest
         assert sizing.runtime_encoded_size(one.raw) < 20_000
 
@@ -77,17 +80,20 @@ def test_a_queue_with_thousands_of_tenants_names_the_first_and_counts_all(
     assert mine["counts"]["dead"] == 7
 
     # the detailed metrics page through every tenant of the queue
-    seen: list[str] = []
+    rows: list[dict[str, Any]] = []
     after: str | None = None
     while True:
         query = {"queue": "jobs", "limit": "1000", **({"after": after} if after else {})}
         page = call("GET", "/v1/metrics/queues/detailed", query=query)
         assert page.status == 200, page.body
-        seen.extend(r["tenant"] for r in page.body["queues"])
+        rows.extend(page.body["queues"])
         after = page.body["next"]
         if after is None:
             break
-    assert seen == [tenant_name(i) for i in range(TENANTS)]
+    assert [r["tenant"] for r in rows] == [tenant_name(i) for i in range(TENANTS)]
+    # the view's totals are those of every tenant's counts
+    for field in ("warm", "cold", "delayed", "leased", "dead"):
+        assert one.body["counts"][field] == sum(r[field] for r in rows), field
 
 
 def test_a_queue_with_few_tenants_names_them_all(call: Invoke) -> None:

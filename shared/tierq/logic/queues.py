@@ -143,12 +143,31 @@ TENANTS_SHOWN = 100
 
 def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView:
     """A queue's settings, counts and mode; with ``tenant``, as that tenant sees it (its own
-    counts only, read for that tenant alone). Totals are summed as the pairs stream by,
-    ``PAIR_CHUNK`` at a time; only the first ``TENANTS_SHOWN`` tenants are named, since a
-    queue's tenants are unbounded and the view must fit one response."""
+    counts only, read for that tenant alone). Only the first ``TENANTS_SHOWN`` tenants are
+    named, since a queue's tenants are unbounded and the view must fit one response; the
+    totals of the whole queue are aggregates in SQL, plus the warm tier of the tenants with
+    ready work only (idle tenants cost nothing)."""
+    if tenant is not None:
+        return _tenant_queue_view(ctx, queue, tenant)
+    totals = ctx.db.fetch("queue_view_state_totals", {"queue": queue})[0]
+    counts = QueueCounts(cold=totals["cold"], delayed=totals["delayed"], dead=totals["dead"])
+    cold_mode = False
+    for row in ctx.db.fetch("queue_view_ready_tenants", {"queue": queue}):
+        ready, leased, mode = ctx.warm.stats(queue, row["tenant"])
+        counts.warm += ready
+        counts.leased += leased
+        cold_mode = cold_mode or (mode != "warm" and bool(row["cold"] or ready))
+    shown = [t for _, t in pairs_after(ctx, limit=TENANTS_SHOWN, queue=queue)]
+    total = int(ctx.db.fetch("queue_view_tenant_count", {"queue": queue})[0]["n"])
+    return QueueView(queue=queue, settings=ctx.queue_settings.get(queue), counts=counts,
+                     mode="cold" if cold_mode else "warm", tenants=shown,
+                     tenants_total=total, tenants_truncated=total > len(shown))
+
+
+def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
+    """The view of one tenant: its own pair alone."""
     counts = QueueCounts()
     shown: list[str] = []
-    total = 0
     cold_mode = False
     for t in iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK):
         counts.warm += t.warm
@@ -157,12 +176,10 @@ def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView
         counts.leased += t.leased
         counts.dead += t.dead
         cold_mode = cold_mode or (t.mode == "cold" and bool(t.cold or t.warm))
-        total += 1
-        if len(shown) < TENANTS_SHOWN:
-            shown.append(t.tenant)
+        shown.append(t.tenant)
     return QueueView(queue=queue, settings=ctx.queue_settings.get(queue), counts=counts,
                      mode="cold" if cold_mode else "warm", tenants=shown,
-                     tenants_total=total, tenants_truncated=total > len(shown))
+                     tenants_total=len(shown), tenants_truncated=False)
 
 
 def known_queues(ctx: Context) -> list[str]:
