@@ -80,7 +80,14 @@ class Unavailable(TierqError):
         self.detail = detail
 
 
-class WarmTierFull(Unavailable):
+class WarmTierUnavailable(Unavailable):
+    """Valkey does not answer for some keys: no connection or reply in time, or in cluster
+    mode the master serving their slot down (connection refused, CLUSTERDOWN, TRYAGAIN).
+    Maintenance passes skip the pair concerned and go on with the others; PostgreSQL's
+    ``Unavailable`` still ends a pass (every pair needs it)."""
+
+
+class WarmTierFull(WarmTierUnavailable):
     """Valkey answered out-of-memory (its ``maxmemory`` is reached): work it would take waits
     cold where it can; where it cannot (a claim with nothing to hand out), retry later."""
 

@@ -13,11 +13,16 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import (
+    ClusterError,
+    NoScriptError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from tierq.core.ids import attempt_of_token
 from tierq.dal.direct_calls import DirectCalls
-from tierq.errors import Unavailable, WarmTierFull
+from tierq.errors import WarmTierFull, WarmTierUnavailable
 
 SCRIPTS = (
     "push_ready",
@@ -134,7 +139,7 @@ def _available() -> Iterator[None]:
     try:
         yield
     except VALKEY_DOWN as exc:
-        raise Unavailable("Valkey is not answering", detail=str(exc)) from exc
+        raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
         # can (admission) send the work cold instead
@@ -179,7 +184,16 @@ class WarmTier:
         with _available():
             if self.calls is not None:
                 return self.calls.script(self.scripts[name], keys, args)
-            return self.scripts[name](keys=list(keys), args=list(args))
+            return self._cluster_script(self.scripts[name], keys, args)
+
+    def _cluster_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA on the master of the keys' slot; a master that does not know the script
+        yet gets it with EVAL, on that master alone. (redis-py's Script would send SCRIPT
+        LOAD to every master, so one master down would fail the pairs of all the others.)"""
+        try:
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self.client.eval(script.script, len(keys), *keys, *args)
 
     def _command(self, *args: Any) -> Any:
         with _available():

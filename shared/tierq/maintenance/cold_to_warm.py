@@ -5,14 +5,18 @@ is at or below 80%.
 Only pairs with cold rows, or that a pass left in cold mode (recorded in the registry until
 a visit finds them warm again), are visited: idle pairs cost nothing. The walk goes in
 slices in (queue, tenant) order and stops once the pass's time budget is spent; the next
-pass goes on after the last pair visited (``tierq.logic.pairs.walk``)."""
+pass goes on after the last pair visited (``tierq.logic.pairs.walk``). A pair whose Valkey
+master does not answer is logged, listed in ``failed`` and passed over
+(``tierq.maintenance.pair_failures``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tierq.errors import WarmTierUnavailable
 from tierq.logic import pairs, tiering
 from tierq.logic.context import Context, to_datetime
+from tierq.maintenance.pair_failures import record_failed_pair
 
 WALK = "cold_to_warm"
 
@@ -25,6 +29,7 @@ class ColdToWarmSummary:
     busy: int = 0
     slices: int = 0
     completed: bool = False  # the pass got round every pair with work
+    failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
 
 
 def run(ctx: Context, *, budget_seconds: float | None = None,
@@ -45,7 +50,14 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
                             stats, cursors, limit):
         changed: list[tuple[str, str, bool]] = []
         for queue, tenant, marked in chunk:
-            result = tiering.refill(ctx, queue, tenant)
+            try:
+                result = tiering.refill(ctx, queue, tenant)
+            except WarmTierUnavailable as exc:  # its master is down: the others go on
+                record_failed_pair("cold_to_warm", summary.failed, (queue, tenant), exc)
+                stats.items.append((queue, tenant))
+                if budget.spent:
+                    break
+                continue
             stats.items.append((queue, tenant))
             summary.promoted += result.promoted
             summary.busy += int(result.skipped_busy)

@@ -1,15 +1,28 @@
 """delayed_mover: delayed tasks whose run_at has come become ready (warm or cold) at the back
 of their line. Bounded batches selected with FOR UPDATE SKIP LOCKED from the due index, so
-the cost is proportional to what is due, not to the delayed backlog (codeQ)."""
+the cost is proportional to what is due, not to the delayed backlog (codeQ).
+
+A batch mixes pairs whose keys live on different Valkey masters (cluster mode), so each pair
+is admitted and pushed on its own: a pair whose master does not answer is left out of the
+batch before the commit (its rows stay delayed, in place, and later batches of the pass skip
+it), or, when its push fails after the commit, its rows stay warm in PostgreSQL for the
+reaper's reconciler to push (with their seq: their place in line). Either way the other
+pairs' tasks become ready, and the pass reports the failed pairs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
+from tierq.dal.postgres import Row, uuid_array
 from tierq.dal.postgres import run as run_query
+from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission
-from tierq.logic.admission import Target
-from tierq.logic.context import Context, to_datetime
+from tierq.logic.admission import Ticket
+from tierq.logic.context import Context, Pair, to_datetime
+from tierq.maintenance.pair_failures import record_failed_pair
+
+logger = logging.getLogger(__name__)
 
 BATCH = 1000
 MAX_BATCHES = 50
@@ -21,28 +34,72 @@ class DelayedMoverSummary:
     warm: int = 0
     cold: int = 0
     batches: int = 0
+    failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
 
 
 def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> DelayedMoverSummary:
     summary = DelayedMoverSummary()
+    failed: set[Pair] = set()  # left alone for the rest of this pass
     for _ in range(max_batches):
-        pending = None
+        tickets: dict[Pair, Ticket] = {}
+        rows: list[Row] = []
         try:
             with ctx.db.transaction() as conn:
-                due = run_query(conn, "lock_due", {"now": to_datetime(ctx.now()), "limit": batch})
+                skip = sorted(failed)
+                due = run_query(conn, "lock_due_skipping", {
+                    "now": to_datetime(ctx.now()), "limit": batch,
+                    "skip_queues": [p[0] for p in skip], "skip_tenants": [p[1] for p in skip]})
                 if not due:
                     break
-                targets = [Target(str(r["id"]), r["queue"], r["tenant"]) for r in due]
-                pending = admission.make_ready(ctx, conn, targets)
+                for pair in dict.fromkeys((r["queue"], r["tenant"]) for r in due):
+                    try:
+                        tickets[pair] = admission.begin(ctx, [pair])
+                    except WarmTierUnavailable as exc:
+                        _pair_failed(summary, failed, pair, exc, "before its rows moved")
+                ready = [r for r in due if (r["queue"], r["tenant"]) in tickets]
+                if ready:
+                    rows = run_query(conn, "make_ready", {
+                        "ids": uuid_array(str(r["id"]) for r in ready),
+                        "states": [tickets[(r["queue"], r["tenant"])].state_for(
+                            (r["queue"], r["tenant"])) for r in ready],
+                        "from_states": ["delayed"],
+                        "now": to_datetime(ctx.now()),
+                    })
         except BaseException:
-            admission.abandon(ctx, pending)
+            for ticket in tickets.values():
+                _close_quietly(ctx, ticket)
             raise
-        refused = admission.finish(ctx, pending)
         summary.batches += 1
-        summary.moved += len(pending.rows)
-        warm = sum(1 for r in pending.rows if r["state"] == "warm") - len(refused)
-        summary.warm += warm
-        summary.cold += len(pending.rows) - warm
+        summary.moved += len(rows)
+        summary.cold += sum(1 for r in rows if r["state"] != "warm")
+        for pair, ticket in tickets.items():
+            items = [admission.row_push_item(r) for r in rows
+                     if r["state"] == "warm" and (r["queue"], r["tenant"]) == pair]
+            try:
+                refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
+            except WarmTierUnavailable as exc:
+                # committed warm, not pushed: the reconciler pushes them after its grace
+                _pair_failed(summary, failed, pair, exc, "after its rows were made ready")
+                summary.warm += len(items)
+                continue
+            summary.warm += len(items) - len(refused)
+            summary.cold += len(refused)
         if len(due) < batch:
             break
     return summary
+
+
+def _pair_failed(summary: DelayedMoverSummary, failed: set[Pair], pair: Pair,
+                 exc: WarmTierUnavailable, when: str) -> None:
+    failed.add(pair)
+    record_failed_pair("delayed mover", summary.failed, pair, exc, when=when)
+
+
+def _close_quietly(ctx: Context, ticket: Ticket) -> None:
+    """End a ticket's admissions after a failed transaction; a master that does not answer
+    lets its registration go stale on its own (admission_stale_seconds)."""
+    try:
+        admission.close(ctx, ticket)
+    except WarmTierUnavailable as exc:
+        logger.warning("delayed mover: could not end an admission: %s",
+                       exc.detail or exc.message)

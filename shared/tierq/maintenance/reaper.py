@@ -7,7 +7,9 @@ Each part walks only what has work: pairs with warm rows (every ready task and e
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
 idle pairs. Walks go in slices after a cursor saved in PostgreSQL and stop once the pass's
 time budget is spent (each part makes progress every pass); the next pass goes on after
-the last item visited, so nothing starves (``tierq.logic.pairs.walk``)."""
+the last item visited, so nothing starves (``tierq.logic.pairs.walk``). A pair whose Valkey
+master does not answer is logged, listed in ``failed`` and passed over: the pairs after it
+are still served (``tierq.maintenance.pair_failures``)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ from dataclasses import dataclass, field
 
 from tierq.dal.postgres import run as run_query
 from tierq.dal.warm_tier import lease_member
+from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission, idempotency, leases, pairs
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
+from tierq.maintenance.pair_failures import record_failed_pair
 
 EXPIRED_BATCH = 500
 RECONCILE_BATCH = 5000
@@ -44,6 +48,7 @@ class ReaperSummary:
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
+    failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
 
 
 def run(ctx: Context, *, budget_seconds: float | None = None,
@@ -74,9 +79,12 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            if not expire_leases(ctx, queue, tenant, summary, budget):
-                break  # out of time inside this pair: the next pass starts with it again
-            reconcile(ctx, queue, tenant, summary)
+            try:
+                if not expire_leases(ctx, queue, tenant, summary, budget):
+                    break  # out of time inside this pair: the next pass starts with it again
+                reconcile(ctx, queue, tenant, summary)
+            except WarmTierUnavailable as exc:  # its master is down: the others go on
+                record_failed_pair("reaper", summary.failed, (queue, tenant), exc)
             visited.append((queue, tenant))
             if budget.spent:
                 break
@@ -88,7 +96,10 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
     if stats.completed:
         # pairs whose warm rows are all gone since the last round: one last visit
         for queue, tenant in sorted(ctx.pairs.warm_round_before - ctx.pairs.warm_round_now):
-            expire_leases(ctx, queue, tenant, summary)
+            try:
+                expire_leases(ctx, queue, tenant, summary)
+            except WarmTierUnavailable as exc:
+                record_failed_pair("reaper", summary.failed, (queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
 

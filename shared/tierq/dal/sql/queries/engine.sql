@@ -757,3 +757,18 @@ SELECT queue, tenant FROM (
 ) AS with_rows
 ORDER BY queue, tenant
 LIMIT %(limit)s;
+
+-- == Maintenance passes when one Valkey master is down ====================================
+
+-- name: lock_due_skipping
+-- lock_due, leaving out the pairs whose warm tier failed earlier in this pass (their master
+-- is down): their rows stay delayed, in place, for a later pass, and cannot fill every batch.
+SELECT t.id, t.queue, t.tenant
+FROM tierq_tasks t
+WHERE t.state = 'delayed' AND t.run_at <= %(now)s
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest(%(skip_queues)s::text[], %(skip_tenants)s::text[]) AS s(queue, tenant)
+      WHERE s.queue = t.queue AND s.tenant = t.tenant)
+ORDER BY t.run_at, t.seq
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED;

@@ -1,0 +1,176 @@
+"""One master of the cluster is down: the maintenance passes skip only the pairs it served.
+
+Each (queue, tenant) lives on one master. With the master of the first pair in walk order
+stopped for real (SIGKILL), a reaper pass still expires the leases of the pairs on the other
+masters, a cold -> warm pass still promotes their cold work, and a delayed-mover pass still
+makes their due tasks ready; each pass lists the failed pair in its summary, and a second
+pass does the same (the failing pair does not pin the walk). Once the cache is back (empty,
+the worst case), the failed pair is served again and every committed task is delivered.
+
+The surviving masters keep serving their own slots (``cluster-require-full-coverage no``,
+as a cache whose failed shard is being replaced keeps the others available); with full
+coverage required the whole cluster refuses, which test_master_crash_on_cluster covers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from tests.cluster.conftest import node_of, tenants_on_every_node
+from tierq.config import Settings
+from tierq.devstack import PrivateValkeyCluster
+from tierq.devstack.services import wait_pid_gone
+from tierq.engine import Tierq
+from tierq.errors import Unavailable
+from tierq.logic.context import OffsetClock
+
+QUEUE = "mfail"
+WARM_MAX = 5
+READY = 12  # per tenant: WARM_MAX warm, the rest cold
+DELAYED = 3  # per tenant, due after DELAY seconds
+DELAY = 60
+LEASE = 30
+CLAIMED = 4  # per tenant: the first ACKED acked, the rest left to expire
+ACKED = 2
+
+
+@pytest.fixture
+def partial_cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
+    """A cluster of its own (the session's stays whole)."""
+    nodes = PrivateValkeyCluster(session_dir / "partial", node_timeout_ms=1000)
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+def _states(pg: psycopg.Connection[Any], tenant: str) -> dict[str, int]:
+    rows = pg.execute("SELECT state, count(*) FROM tierq_tasks WHERE queue = %s AND tenant = %s"
+                      " GROUP BY state", (QUEUE, tenant)).fetchall()
+    return {state: int(n) for state, n in rows}
+
+
+def _expired_leases(pg: psycopg.Connection[Any], tenant: str) -> int:
+    return int(pg.execute(
+        "SELECT count(*) FROM tierq_tasks WHERE queue = %s AND tenant = %s AND attempts = 1"
+        " AND last_error LIKE 'lease expired%%'", (QUEUE, tenant)).fetchone()[0])
+
+
+def _serve_own_slots(ports: list[int]) -> None:
+    for port in ports:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        try:
+            client.config_set("cluster-require-full-coverage", "no")
+        finally:
+            client.close()
+
+
+def _refused(tq: Tierq, tenant: str) -> bool:
+    try:
+        tq.claim(QUEUE, tenant=tenant, max=1)
+    except Unavailable:
+        return True
+    return False
+
+
+def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_database_url,
+                                                          clean_stores, pg):
+    settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
+                        valkey_cluster=True, warm_max=WARM_MAX, reconcile_grace_seconds=30,
+                        settings_cache_seconds=0)
+    with Tierq(settings=settings, clock=OffsetClock()) as tq:
+        tenants = tenants_on_every_node(tq.warm.client, QUEUE, per_node=2)  # type: ignore[arg-type]
+        down = tenants[0]  # first in walk order: every pass meets it before the others
+        port = int(node_of(tq.warm.client, QUEUE, down).split(":")[1])  # type: ignore[arg-type]
+        on_down = {t for t in tenants
+                   if node_of(tq.warm.client, QUEUE, t) == f"127.0.0.1:{port}"}  # type: ignore[arg-type]
+        live = [t for t in tenants if t not in on_down]
+        assert len(on_down) == 2 and len(live) == 4
+        failed = [f"{QUEUE}|{t}" for t in tenants if t in on_down]  # in walk order
+        tq.enqueue(QUEUE, [{"payload": [t, i], "tenant": t}
+                           for t in tenants for i in range(READY)])
+        tq.enqueue(QUEUE, [{"payload": [t, READY + i], "tenant": t, "delay_seconds": DELAY}
+                           for t in tenants for i in range(DELAYED)])
+        acked: set[tuple[str, int]] = set()
+        for tenant in tenants:
+            claimed = tq.claim(QUEUE, tenant=tenant, max=CLAIMED, lease_seconds=LEASE)
+            assert len(claimed) == CLAIMED
+            tq.ack(QUEUE, claimed[:ACKED])
+            acked.update((t.payload[0], t.payload[1]) for t in claimed[:ACKED])
+        cold_before = {t: _states(pg, t).get("cold", 0) for t in tenants}
+        assert all(n > 0 for n in cold_before.values()), cold_before
+
+        _serve_own_slots(partial_cluster.ports)
+        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert wait_pid_gone(pid, 10)
+        deadline = time.monotonic() + 20
+        while not _refused(tq, down):
+            assert time.monotonic() < deadline, "the stopped master's pair still answers"
+            time.sleep(0.1)
+        tq.ctx.clock.advance(DELAY + 1)  # past the leases and the delays
+
+        reaped = tq.run_reaper()
+        assert reaped.failed == failed
+        assert reaped.expired == (CLAIMED - ACKED) * len(live)
+        again = tq.run_reaper()  # the next pass is not pinned to the failed pair either
+        assert again.failed == failed
+        assert again.pairs == reaped.pairs == len(tenants)
+        for tenant in tenants:  # the expired leases are back in line, attempt counted
+            assert _expired_leases(pg, tenant) == (0 if tenant in on_down
+                                                   else CLAIMED - ACKED), tenant
+
+        moved = tq.run_delayed_mover()
+        assert moved.failed == failed
+        assert moved.moved == DELAYED * len(live)
+        for tenant in live:
+            assert _states(pg, tenant).get("delayed", 0) == 0, tenant
+        for tenant in on_down:  # left in place for a later pass
+            assert _states(pg, tenant)["delayed"] == DELAYED, tenant
+
+        cold_before = {t: _states(pg, t).get("cold", 0) for t in tenants}
+        promoted = tq.run_cold_to_warm()
+        assert promoted.failed == failed
+        assert promoted.promoted > 0
+        for tenant in live:
+            assert _states(pg, tenant).get("cold", 0) < cold_before[tenant], tenant
+        for tenant in on_down:
+            assert _states(pg, tenant).get("cold", 0) == cold_before[tenant], tenant
+
+        for tenant in live:  # the live pairs serve right away
+            got = tq.claim(QUEUE, tenant=tenant, max=1)
+            assert got, tenant
+            tq.ack(QUEUE, got)
+            acked.update((t.payload[0], t.payload[1]) for t in got)
+
+        partial_cluster.restart()  # the master back, the cache empty, on the same ports
+        assert partial_cluster.url == settings.valkey_url
+        tq.ctx.clock.advance(31)  # past the reconcile grace period
+        delivered: list[tuple[str, int]] = []
+        for _ in range(20):
+            reaped = tq.run_reaper()
+            assert not reaped.failed
+            assert not tq.run_delayed_mover().failed
+            assert not tq.run_cold_to_warm().failed
+            while got := tq.claim(QUEUE, max=50):
+                delivered.extend((t.payload[0], t.payload[1]) for t in got)
+                assert not tq.ack(QUEUE, got).rejected
+            if not pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND state <> "
+                              "'done'", (QUEUE,)).fetchone()[0]:
+                break
+            tq.ctx.clock.advance(31)
+        expected = {(t, i) for t in tenants for i in range(READY + DELAYED)}
+        assert set(delivered) | acked == expected  # nothing lost
+        assert not set(delivered) & acked
+        assert len(delivered) == len(set(delivered))  # once each
