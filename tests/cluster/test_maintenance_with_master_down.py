@@ -32,6 +32,7 @@ from tierq.devstack.services import wait_pid_gone
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.logic.context import OffsetClock
+from tierq.maintenance import delayed_mover
 
 QUEUE = "mfail"
 WARM_MAX = 5
@@ -131,7 +132,8 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
             assert _expired_leases(pg, tenant) == (0 if tenant in on_down
                                                    else CLAIMED - ACKED), tenant
 
-        moved = tq.run_delayed_mover()
+        # batches of 2: the stopped master's due rows come first and would fill each batch
+        moved = delayed_mover.run(tq.ctx, batch=2)
         assert moved.failed == failed
         assert moved.moved == DELAYED * len(live)
         for tenant in live:
@@ -174,3 +176,48 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
         assert set(delivered) | acked == expected  # nothing lost
         assert not set(delivered) & acked
         assert len(delivered) == len(set(delivered))  # once each
+
+
+def test_a_push_that_fails_after_the_commit_leaves_the_rows_to_the_reconciler(
+        partial_cluster, app_database_url, clean_stores, pg):
+    """Pairs in warm mode need no Valkey call before the delayed mover's commit: the push
+    after it is what fails. The rows stay warm in PostgreSQL, the other pairs' tasks are
+    pushed, and once the cache is back the reconciler pushes the failed pair's rows in
+    their place in line."""
+    settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
+                        valkey_cluster=True, reconcile_grace_seconds=30,
+                        settings_cache_seconds=0)
+    with Tierq(settings=settings, clock=OffsetClock()) as tq:
+        tenants = tenants_on_every_node(tq.warm.client, QUEUE)  # type: ignore[arg-type]
+        down = tenants[0]
+        port = int(node_of(tq.warm.client, QUEUE, down).split(":")[1])  # type: ignore[arg-type]
+        tq.enqueue(QUEUE, [{"payload": [t, 0], "tenant": t} for t in tenants])
+        tq.enqueue(QUEUE, [{"payload": [t, 1 + i], "tenant": t, "delay_seconds": DELAY}
+                           for t in tenants for i in range(DELAYED)])
+        assert all(tq.ctx.modes.get((QUEUE, t)) == "warm" for t in tenants)
+
+        _serve_own_slots(partial_cluster.ports)
+        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert wait_pid_gone(pid, 10)
+        tq.ctx.clock.advance(DELAY + 1)
+
+        moved = tq.run_delayed_mover()
+        assert moved.failed == [f"{QUEUE}|{down}"]
+        assert moved.moved == DELAYED * len(tenants)
+        for tenant in tenants:  # committed ready: nothing waits delayed any more
+            assert _states(pg, tenant) == {"warm": 1 + DELAYED}, tenant
+        for tenant in tenants[1:]:
+            got = tq.claim(QUEUE, tenant=tenant, max=10)
+            assert [t.payload[1] for t in got] == list(range(1 + DELAYED)), tenant
+            tq.ack(QUEUE, got)
+
+        partial_cluster.restart()
+        tq.ctx.clock.advance(31)  # past the reconcile grace period
+        reaped = tq.run_reaper()
+        assert not reaped.failed
+        assert reaped.restored == 1 + DELAYED
+        got = tq.claim(QUEUE, tenant=down, max=10)
+        assert [t.payload[1] for t in got] == list(range(1 + DELAYED))  # in line, none lost
+        tq.ack(QUEUE, got)
