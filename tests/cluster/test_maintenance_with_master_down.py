@@ -85,7 +85,7 @@ def _refused(tq: Tierq, tenant: str) -> bool:
 
 
 def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_database_url,
-                                                          clean_stores, pg):
+                                                          clean_stores, pg, caplog):
     settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
                         valkey_cluster=True, warm_max=WARM_MAX, reconcile_grace_seconds=30,
                         settings_cache_seconds=0)
@@ -122,8 +122,14 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
             time.sleep(0.1)
         tq.ctx.clock.advance(DELAY + 1)  # past the leases and the delays
 
+        caplog.clear()
         reaped = tq.run_reaper()
         assert reaped.failed == failed
+        # one call found the master down; its other pair was passed over without a call
+        warned = [r for r in caplog.records if r.name == "tierq.maintenance.pair_failures"
+                  and r.levelname == "WARNING"]
+        assert len(warned) == 1
+        assert "127.0.0.1" in warned[0].getMessage()  # the detail is in the log
         assert reaped.expired == (CLAIMED - ACKED) * len(live)
         again = tq.run_reaper()  # the next pass is not pinned to the failed pair either
         assert again.failed == failed

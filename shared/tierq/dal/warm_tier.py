@@ -175,6 +175,17 @@ class WarmTier:
             return cls(RedisCluster.from_url(url, **options))  # type: ignore[arg-type]
         return cls(redis.Redis.from_url(url, **options))
 
+    def master_of(self, queue: str, tenant: str) -> str | None:
+        """``host:port`` of the cluster master serving the pair's keys (from the client's
+        slot map, no call); ``""`` for a single server; None when the map does not say."""
+        if not isinstance(self.client, RedisCluster):
+            return ""
+        try:
+            node = self.client.get_node_from_key(PairKeys.of(queue, tenant).ready)
+        except (*VALKEY_DOWN, redis.RedisError):
+            return None
+        return None if node is None else f"{node.host}:{node.port}"
+
     def close(self) -> None:
         if self.calls is not None:
             self.calls.close()

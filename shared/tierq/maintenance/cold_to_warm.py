@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tierq.errors import WarmTierUnavailable
 from tierq.logic import pairs, tiering
 from tierq.logic.context import Context, to_datetime
-from tierq.maintenance.pair_failures import record_failed_pair
+from tierq.maintenance.pair_failures import PairFailures
 
 WALK = "cold_to_warm"
 
@@ -39,6 +39,7 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
                           else ctx.settings.maintenance_budget_seconds)
     limit = slice_size or ctx.settings.maintenance_slice
     stats = pairs.WalkStats()
+    failures = PairFailures("cold_to_warm", ctx, summary.failed)
 
     def fetch(after: pairs.Pair) -> list[tuple[str, str, bool]]:
         return [(r["queue"], r["tenant"], r["marked"]) for r in ctx.db.fetch(
@@ -50,21 +51,15 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
                             stats, cursors, limit):
         changed: list[tuple[str, str, bool]] = []
         for queue, tenant, marked in chunk:
-            try:
-                result = tiering.refill(ctx, queue, tenant)
-            except WarmTierUnavailable as exc:  # its master is down: the others go on
-                record_failed_pair("cold_to_warm", summary.failed, (queue, tenant), exc)
-                stats.items.append((queue, tenant))
-                if budget.spent:
-                    break
-                continue
-            stats.items.append((queue, tenant))
-            summary.promoted += result.promoted
-            summary.busy += int(result.skipped_busy)
-            if result.returned_to_warm:
-                summary.returned_to_warm.append(f"{queue}|{tenant}")
-            if result.cold_mode != marked:
-                changed.append((queue, tenant, result.cold_mode))
+            result = _refill(ctx, failures, queue, tenant)
+            stats.items.append((queue, tenant))  # visited, even when its master failed
+            if result is not None:
+                summary.promoted += result.promoted
+                summary.busy += int(result.skipped_busy)
+                if result.returned_to_warm:
+                    summary.returned_to_warm.append(f"{queue}|{tenant}")
+                if result.cold_mode != marked:
+                    changed.append((queue, tenant, result.cold_mode))
             if budget.spent:
                 break
         if changed:
@@ -74,3 +69,15 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     return summary
+
+
+def _refill(ctx: Context, failures: PairFailures, queue: str,
+            tenant: str) -> tiering.RefillResult | None:
+    """One pair's refill; None when its master failed (in this call or earlier in the pass)."""
+    if failures.skip((queue, tenant)):
+        return None
+    try:
+        return tiering.refill(ctx, queue, tenant)
+    except WarmTierUnavailable as exc:  # its master is down: the others go on
+        failures.record((queue, tenant), exc)
+        return None

@@ -20,7 +20,7 @@ from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, Pair, to_datetime
-from tierq.maintenance.pair_failures import record_failed_pair
+from tierq.maintenance.pair_failures import PairFailures
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class DelayedMoverSummary:
 def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> DelayedMoverSummary:
     summary = DelayedMoverSummary()
     failed: set[Pair] = set()  # left alone for the rest of this pass
+    failures = PairFailures("delayed mover", ctx, summary.failed)
     for _ in range(max_batches):
         tickets: dict[Pair, Ticket] = {}
         rows: list[Row] = []
@@ -52,10 +53,14 @@ def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> 
                 if not due:
                     break
                 for pair in dict.fromkeys((r["queue"], r["tenant"]) for r in due):
+                    if failures.skip(pair):
+                        failed.add(pair)
+                        continue
                     try:
                         tickets[pair] = admission.begin(ctx, [pair])
                     except WarmTierUnavailable as exc:
-                        _pair_failed(summary, failed, pair, exc, "before its rows moved")
+                        failed.add(pair)
+                        failures.record(pair, exc, when="before its rows moved")
                 ready = [r for r in due if (r["queue"], r["tenant"]) in tickets]
                 if ready:
                     rows = run_query(conn, "make_ready", {
@@ -79,7 +84,8 @@ def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> 
                 refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
             except WarmTierUnavailable as exc:
                 # committed warm, not pushed: the reconciler pushes them after its grace
-                _pair_failed(summary, failed, pair, exc, "after its rows were made ready")
+                failed.add(pair)
+                failures.record(pair, exc, when="after its rows were made ready")
                 summary.warm += len(items)
                 continue
             summary.warm += len(items) - len(refused)
@@ -87,12 +93,6 @@ def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> 
         if len(due) < batch:
             break
     return summary
-
-
-def _pair_failed(summary: DelayedMoverSummary, failed: set[Pair], pair: Pair,
-                 exc: WarmTierUnavailable, when: str) -> None:
-    failed.add(pair)
-    record_failed_pair("delayed mover", summary.failed, pair, exc, when=when)
 
 
 def _close_quietly(ctx: Context, ticket: Ticket) -> None:

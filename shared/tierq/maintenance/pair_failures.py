@@ -4,27 +4,55 @@ In cluster mode each (queue, tenant) lives on one Valkey master; when that maste
 (connection refused, CLUSTERDOWN, TRYAGAIN), only its pairs fail. A pass records the pair as
 failed, counts it as visited (its walk's cursor moves past it) and goes on with the next
 pair, so the pairs on the other masters keep their lease expiry, reconciliation, promotion
-and due tasks; the failed pair is tried again on the next pass. A PostgreSQL failure still
-ends the pass: every pair needs it."""
+and due tasks; the failed pair is tried again on a later pass. The rest of the pass passes
+over the other pairs of the same master without calling it (a master that does not answer
+may cost the client's whole timeout per call, which would spend the pass's budget). A
+PostgreSQL failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
 import logging
 
 from tierq.errors import WarmTierUnavailable
-from tierq.logic.context import Pair
+from tierq.logic.context import Context, Pair
 
 logger = logging.getLogger(__name__)
 
 
-def record_failed_pair(job: str, failed: list[str], pair: Pair, exc: WarmTierUnavailable,
-                       *, when: str = "") -> None:
-    """Add ``"queue|tenant"`` to the pass's ``failed`` list (once) and log why; the driver's
-    detail (hosts, ports) goes to the log only."""
-    name = f"{pair[0]}|{pair[1]}"
-    if name not in failed:
-        failed.append(name)
-    logger.warning("%s: Valkey failed for queue %r tenant %r%s; skipped until the next "
-                   "pass: %s", job, pair[0], pair[1], f" {when}" if when else "",
-                   exc.detail or exc.message,
-                   extra={"job": job, "queue": pair[0], "tenant": pair[1]})
+class PairFailures:
+    """The pairs (``"queue|tenant"`` in ``failed``, the pass summary's list) and masters
+    whose warm tier failed in one pass of ``job``."""
+
+    def __init__(self, job: str, ctx: Context, failed: list[str]) -> None:
+        self.job = job
+        self.ctx = ctx
+        self.failed = failed
+        self.masters: set[str] = set()
+
+    def skip(self, pair: Pair) -> bool:
+        """Whether the pair's master already failed in this pass (the pair is then listed
+        as failed too): the caller passes over it, as visited."""
+        master = self.ctx.warm.master_of(*pair)
+        if master is None or master not in self.masters:
+            return False
+        self._list(pair)
+        logger.debug("%s: queue %r tenant %r passed over: its master failed in this pass",
+                     self.job, pair[0], pair[1])
+        return True
+
+    def record(self, pair: Pair, exc: WarmTierUnavailable, *, when: str = "") -> None:
+        """List the pair as failed and log why; the driver's detail (hosts, ports) goes to
+        the log only."""
+        self._list(pair)
+        master = self.ctx.warm.master_of(*pair)
+        if master is not None:
+            self.masters.add(master)
+        logger.warning("%s: Valkey failed for queue %r tenant %r%s; its master's pairs are "
+                       "passed over until the next pass: %s", self.job, pair[0], pair[1],
+                       f" {when}" if when else "", exc.detail or exc.message,
+                       extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
+
+    def _list(self, pair: Pair) -> None:
+        name = f"{pair[0]}|{pair[1]}"
+        if name not in self.failed:
+            self.failed.append(name)

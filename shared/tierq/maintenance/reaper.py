@@ -23,7 +23,7 @@ from tierq.logic import admission, idempotency, leases, pairs
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
-from tierq.maintenance.pair_failures import record_failed_pair
+from tierq.maintenance.pair_failures import PairFailures
 
 EXPIRED_BATCH = 500
 RECONCILE_BATCH = 5000
@@ -69,6 +69,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
                cursors: dict[str, pairs.Pair]) -> None:
     """Expire leases and reconcile, pair by pair, over the pairs with warm rows."""
     stats = pairs.WalkStats()
+    failures = PairFailures("reaper", ctx, summary.failed)
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
         return [(r["queue"], r["tenant"]) for r in ctx.db.fetch(
@@ -79,12 +80,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            try:
-                if not expire_leases(ctx, queue, tenant, summary, budget):
-                    break  # out of time inside this pair: the next pass starts with it again
-                reconcile(ctx, queue, tenant, summary)
-            except WarmTierUnavailable as exc:  # its master is down: the others go on
-                record_failed_pair("reaper", summary.failed, (queue, tenant), exc)
+            if not reap_pair(ctx, failures, queue, tenant, summary, budget):
+                break  # out of time inside this pair: the next pass starts with it again
             visited.append((queue, tenant))
             if budget.spent:
                 break
@@ -97,11 +94,27 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
         # pairs whose warm rows are all gone since the last round: one last visit
         for queue, tenant in sorted(ctx.pairs.warm_round_before - ctx.pairs.warm_round_now):
             try:
-                expire_leases(ctx, queue, tenant, summary)
+                if not failures.skip((queue, tenant)):
+                    expire_leases(ctx, queue, tenant, summary)
             except WarmTierUnavailable as exc:
-                record_failed_pair("reaper", summary.failed, (queue, tenant), exc)
+                failures.record((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
+
+
+def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
+              summary: ReaperSummary, budget: pairs.Budget) -> bool:
+    """Expire the pair's leases and reconcile it; False when out of time inside it. A pair
+    whose master fails (now or earlier in the pass) is listed as failed and done with."""
+    if failures.skip((queue, tenant)):
+        return True
+    try:
+        if not expire_leases(ctx, queue, tenant, summary, budget):
+            return False
+        reconcile(ctx, queue, tenant, summary)
+    except WarmTierUnavailable as exc:  # its master is down: the others go on
+        failures.record((queue, tenant), exc)
+    return True
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
