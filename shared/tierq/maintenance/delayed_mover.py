@@ -77,9 +77,13 @@ def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> 
         summary.batches += 1
         summary.moved += len(rows)
         summary.cold += sum(1 for r in rows if r["state"] != "warm")
+        warm_by_pair: dict[Pair, list[tuple[str, int, bytes]]] = {}
+        for r in rows:  # the push orders them by score (priority, seq)
+            if r["state"] == "warm":
+                warm_by_pair.setdefault((r["queue"], r["tenant"]), []).append(
+                    admission.row_push_item(r))
         for pair, ticket in tickets.items():
-            items = [admission.row_push_item(r) for r in rows
-                     if r["state"] == "warm" and (r["queue"], r["tenant"]) == pair]
+            items = warm_by_pair.get(pair, [])
             try:
                 refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
             except WarmTierUnavailable as exc:
