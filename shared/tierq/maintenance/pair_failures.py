@@ -32,6 +32,8 @@ class PairFailures:
     def skip(self, pair: Pair) -> bool:
         """Whether the pair's master already failed in this pass (the pair is then listed
         as failed too): the caller passes over it, as visited."""
+        if not self.masters:
+            return False
         master = self.ctx.warm.master_of(*pair)
         if master is None or master not in self.masters:
             return False
