@@ -192,10 +192,15 @@ class WarmTier:
         self.client.close()
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self.run_script(self.scripts[name], keys, args)
+
+    def run_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script registered on this tier's client, on the master of its keys' slot;
+        ``WarmTierUnavailable`` / ``WarmTierFull`` when Valkey cannot answer."""
         with _available():
             if self.calls is not None:
-                return self.calls.script(self.scripts[name], keys, args)
-            return self._cluster_script(self.scripts[name], keys, args)
+                return self.calls.script(script, keys, args)
+            return self._cluster_script(script, keys, args)
 
     def _cluster_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """EVALSHA on the master of the keys' slot; a master that does not know the script

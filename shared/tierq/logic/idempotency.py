@@ -29,8 +29,7 @@ import redis
 from redis.commands.core import Script
 
 from tierq.dal.postgres import Row, run
-from tierq.dal.warm_tier import VALKEY_DOWN
-from tierq.errors import TierqError, Unavailable
+from tierq.errors import TierqError, Unavailable, WarmTierFull
 from tierq.logic.context import Context, to_datetime
 
 log = logging.getLogger(__name__)
@@ -255,18 +254,18 @@ class ValkeyClaim:
         if ttl_seconds is not None:
             ttl = min(ttl, ttl_seconds)
         ttl_ms = max(1, int(ttl * 1000))
+        warm = self.ctx.warm
         try:
-            _script(self.ctx.warm.client, _FINISH)(
-                keys=[self.key], args=[self.owner, status, orjson.dumps(response), ttl_ms],
-                client=self.ctx.warm.client)
-        except (redis.RedisError, *VALKEY_DOWN) as exc:
+            warm.run_script(_script(warm.client, _FINISH), [self.key],
+                            [self.owner, status, orjson.dumps(response), ttl_ms])
+        except (redis.RedisError, Unavailable) as exc:
             log.warning("idempotency record not kept in Valkey: %s", exc)
 
     def abandon(self) -> None:
+        warm = self.ctx.warm
         try:
-            _script(self.ctx.warm.client, _ABANDON)(keys=[self.key], args=[self.owner],
-                                                   client=self.ctx.warm.client)
-        except (redis.RedisError, *VALKEY_DOWN) as exc:
+            warm.run_script(_script(warm.client, _ABANDON), [self.key], [self.owner])
+        except (redis.RedisError, Unavailable) as exc:
             log.warning("idempotency record not released in Valkey: %s", exc)
 
 
@@ -278,13 +277,14 @@ def claim_in_valkey(ctx: Context, scope: bytes,
     key = valkey_key(scope)
     owner = uuid.uuid4().hex
     lease_ms = int(IN_PROGRESS_LEASE_SECONDS * 1000)
-    client = ctx.warm.client
+    # run on the master of the key alone (in cluster mode: a master down elsewhere does not
+    # matter); Valkey down (CLUSTERDOWN too) is a 503 (WarmTierUnavailable), out of memory
+    # only means the request runs without a record
+    warm = ctx.warm
     try:
-        reply = _script(client, _CLAIM)(keys=[key], args=[body_fingerprint, owner, lease_ms],
-                                        client=client)
-    except VALKEY_DOWN as exc:  # (in cluster mode, CLUSTERDOWN too: not an out-of-memory)
-        raise Unavailable("Valkey is not answering", detail=str(exc)) from exc
-    except redis.ResponseError as exc:
+        reply = warm.run_script(_script(warm.client, _CLAIM), [key],
+                                [body_fingerprint, owner, lease_ms])
+    except (WarmTierFull, redis.ResponseError) as exc:
         log.warning("idempotency record not kept in Valkey: %s", exc)
         return None
     if reply[0] == 1:

@@ -69,6 +69,7 @@ class ReaperTick:
             "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
             "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
             "zeroed_queues": 0, "pairs": summary.pairs, "forgotten": len(summary.forgotten),
+            "failed_pairs": summary.failed,  # "queue|tenant" whose Valkey master failed
         }
         state = self.gauge_round if self.gauge_round is not None else gauge_round_of(tq)
         now = self.clock()
