@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import scratch_database, with_database
 from tests.handlers.support import Context, function_module, load_event
+from tests.support.stores import scratch_database, with_database
 from tierq.api.runtime import reset_engine
 from tierq.dal.migrate import LOCK_KEY, available
 from tierq.devstack import LocalServices

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.conftest import scratch_database, with_login
+from tests.support.stores import scratch_database, with_login
 from tierq.api.custom_resource import apply_migrations
 from tierq.config import get_settings
 from tierq.devstack import LocalServices

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 import redis
 
-from tests.conftest import TierqFactory
 from tests.integration.helpers import count_state, drain
+from tests.support.stores import TierqFactory
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import Unavailable

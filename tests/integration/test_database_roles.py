@@ -3,7 +3,7 @@ group role (migration 0007), may read and write tierq's tables, and cannot chang
 schema; each database on a server has its own group; a login cloned the way an
 alternating-user rotation clones it works with no settings of its own.
 
-``make_tq`` engines already log in as the application role (tests/conftest.py), so every
+``make_tq`` engines already log in as the application role (tests/support/stores.py), so every
 engine test exercises the grants; the tour here runs each kind of operation once more and
 the refusals prove the role is no more than that."""
 
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
-from tests.conftest import app_login, migrated_database, with_database, with_login
+from tests.support.stores import app_login, migrated_database, with_database, with_login
 from tierq.config import Settings
 from tierq.dal.migrate import app_group, ensure_app_login, migrate
 from tierq.dal.postgres import Database, execute_text

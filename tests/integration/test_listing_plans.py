@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import migrated_database
 from tests.integration.test_query_plans import explain
+from tests.support.stores import migrated_database
 
 QUEUES, TENANTS = 200, 100  # 20,000 registered pairs
 PAGE = 50

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.conftest import migrated_database
+from tests.support.stores import migrated_database
 from tierq.dal.sql_files import query
 
 WARM_ROWS = 20_000

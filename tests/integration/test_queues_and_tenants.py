@@ -97,7 +97,7 @@ def test_two_migration_runners_at_once_apply_each_migration_once(services):
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    from tests.conftest import with_database
+    from tests.support.stores import with_database
 
     url = with_database(admin, name)
     results: list[list[str]] = []

@@ -3,8 +3,8 @@ the reaper's reconciler re-dispatches every unfinished task."""
 
 from __future__ import annotations
 
-from tests.conftest import flush_valkey
 from tests.integration.helpers import count_rows, drain
+from tests.support.stores import flush_valkey
 
 
 def test_flushall_mid_run_then_reaper_delivers_every_unacked_task(make_tq, valkey_url,

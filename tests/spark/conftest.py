@@ -1,5 +1,5 @@
 """One local[2] Spark session for the whole test run, plus helpers to feed a queue with the
-real stores of tests/conftest.py (private PostgreSQL and Valkey/Redis per session)."""
+real stores of tests/support/stores.py (private PostgreSQL and Valkey/Redis per session)."""
 
 from __future__ import annotations
 
