@@ -171,6 +171,12 @@ def test_unknown_path_is_404_and_wrong_method_405(http: httpx.Client) -> None:
     assert wrong.status_code == 405
     assert wrong.headers["allow"] == "GET"
     assert http.patch("/v1/queues/q/tasks").status_code == 405
+    for method in ("TRACE", "PROPFIND"):  # methods http.server has no handler for
+        other = http.request(method, "/v1/queues/q")
+        assert other.status_code == 405, other.text
+        assert other.headers["allow"] == "GET, PUT"
+        assert other.json()["error"]["code"] == "method_not_allowed"
+    assert http.request("TRACE", "/v1/nothing/here").json()["error"]["code"] == "not_found"
 
 
 def test_a_body_over_10_mib_is_413(http: httpx.Client, queue: str,

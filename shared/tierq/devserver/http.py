@@ -1,6 +1,7 @@
 """The local HTTP API: routes each request to the function template.yaml gives its route,
 with the payload v2 event API Gateway would build, and answers with what API Gateway would
-make of the result. Unknown path → 404; known path, other method → 405; body over Lambda's
+make of the result. Unknown path → 404; known path, other method (any method name, TRACE
+included) → 405 with ``Allow`` in the API's error shape; body over Lambda's
 request limit → 413 in the API's error shape; a function that raises, or returns more than
 Lambda's response limit as its runtime encodes it (:mod:`tierq.api.sizing`) → 500
 ``{"message": "Internal Server Error"}``.
@@ -333,6 +334,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
                   f"({served_by}, {elapsed:.0f} ms)", file=sys.stderr, flush=True)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+    def __getattr__(self, name: str) -> Any:
+        # any other method (TRACE, CONNECT, PROPFIND, …) is routed like the rest: 405 with
+        # ``Allow`` on a known path, 404 elsewhere, never http.server's 501 HTML page
+        if name.startswith("do_") and name[3:].isalpha():
+            return self._serve
+        raise AttributeError(name)
 
 
 class LocalHttpServer(ThreadingHTTPServer):
