@@ -1,3 +1,3 @@
-from tests.client.conftest import QueueNames, api, api_url, names
+from tests.support.local_api import QueueNames, api, api_url, names
 
 __all__ = ["QueueNames", "api", "api_url", "names"]

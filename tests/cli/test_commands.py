@@ -24,7 +24,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from tests.client.conftest import QueueNames
+from tests.support.local_api import QueueNames
 from tierq.cli import app
 from tierq.client import Client, NotFoundError
 

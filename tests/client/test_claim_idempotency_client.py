@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.client.conftest import QueueNames
 from tests.client.scripted_server import Reply, ScriptedServer
 from tests.client.test_idempotency_client import DroppingProxy
+from tests.support.local_api import QueueNames
 from tierq.client import Client, RetryPolicy
 from tierq.dal.warm_tier import PairKeys
 

@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.client.conftest import QueueNames
 from tests.client.scripted_server import Reply, ScriptedServer
+from tests.support.local_api import QueueNames
 from tierq.api.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.client import Client, InvalidInputError, RetryPolicy
 from tierq.client.errors import ApiError

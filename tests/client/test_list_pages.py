@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.client.conftest import QueueNames
+from tests.support.local_api import QueueNames
 from tierq.client import Client
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.client.conftest import QueueNames
+from tests.support.local_api import QueueNames
 from tierq.client import Client, InvalidInputError, NotFoundError
 from tierq.models import TaskView
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from tests.cluster.conftest import tenants_on_every_node
-from tests.e2e.conftest import start_dev_server
+from tests.support.dev_server import start_dev_server
 
 pytestmark = pytest.mark.e2e
 

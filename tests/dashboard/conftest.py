@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.client.conftest import QueueNames, api, api_url, names
+from tests.support.local_api import QueueNames, api, api_url, names
 
 CHROMIUM = Path(os.environ.get("TIERQ_TEST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.client.conftest import QueueNames
+from tests.support.local_api import QueueNames
 from tierq.client import Client
 from tierq.dal.warm_tier import PairKeys, claim_prefix
 

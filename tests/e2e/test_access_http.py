@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.conftest import DevServer, start_dev_server
+from tests.support.dev_server import DevServer, start_dev_server
 
 CLAIMS = "x-tierq-jwt-claims"
 ADMIN = {CLAIMS: json.dumps({"scope": ["openid", "tierq/admin"]})}  # an array claim

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import REPO, start_dev_server, tierq_command
+from tests.support.dev_server import REPO, start_dev_server, tierq_command
 
 pytestmark = pytest.mark.e2e
 

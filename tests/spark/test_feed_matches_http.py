@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from tests.e2e.conftest import DevServer, start_dev_server
 from tests.spark.data import write_json
+from tests.support.dev_server import DevServer, start_dev_server
 from tierq.engine import Tierq
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.client.conftest import QueueNames
+from tests.support.local_api import QueueNames
 from tierq.client import Client, NotFoundError
 from tierq.models import ClaimedTask
 from tierq.worker import PermanentError, RetryableError, Worker
