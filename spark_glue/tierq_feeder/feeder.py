@@ -1,4 +1,4 @@
-"""One run of the feeder (DESIGN §5, seed 002).
+"""One run of the feeder (docs/architecture.md §11).
 
 1. Read every source once and place each remaining row (``sources``); map columns to task
    fields, rejecting what cannot be mapped (``mapping``).

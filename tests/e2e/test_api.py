@@ -1,6 +1,7 @@
-"""Every route of DESIGN §4 over real HTTP against ``tierq dev``: success and error cases,
-bad input (the documented 4xx, nothing written), tenant pinning, the local stack's own
-404/405/413, and the scheduled functions doing their work on their own."""
+"""Every route of the HTTP API (docs/architecture.md §10) over real HTTP against
+``tierq dev``: success and error cases, bad input (the documented 4xx, nothing written),
+tenant pinning, the local stack's own 404/405/413, and the scheduled functions doing their
+work on their own."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The HTTP API of DESIGN §4 over the engine, for the Lambda functions in ``functions/``.
+"""The HTTP API (docs/architecture.md §10) over the engine, for the Lambda functions in
+``functions/``.
 
 * :mod:`tierq.api.resolver`: one Powertools resolver per function (validation, strict JSON,
   errors), and the OpenAPI document of all routes.

@@ -1,4 +1,4 @@
-"""Every error the HTTP API returns has one shape (DESIGN §4):
+"""Every error the HTTP API returns has one shape (docs/architecture.md §10):
 
     {"error": {"code": "invalid_input", "message": "...",
                "details": [{"field": "tasks[3].priority", "message": "..."}]}}

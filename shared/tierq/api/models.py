@@ -1,6 +1,6 @@
 """Request and response bodies of the HTTP API. The items inside (tasks, claims, acks, …) are
 the engine's own models from :mod:`tierq.models`; this module only wraps them in the shapes
-of DESIGN §4."""
+of the HTTP API (docs/architecture.md §10)."""
 
 from __future__ import annotations
 

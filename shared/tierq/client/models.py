@@ -1,7 +1,7 @@
 """Response bodies of the HTTP API as the client reads them. The items inside (tasks,
 claims, outcomes, counts, leases, schedules) are the engine's own models from
-:mod:`tierq.models`; these wrappers mirror DESIGN §4's envelopes. Unknown fields are ignored,
-so a newer server does not break an older client."""
+:mod:`tierq.models`; these wrappers mirror the HTTP API's envelopes (docs/architecture.md
+§10). Unknown fields are ignored, so a newer server does not break an older client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The warm/cold decisions of DESIGN §3 (seed 000's thrash prevention), as pure functions.
+"""The warm/cold decisions of docs/architecture.md §3 (hysteresis: thrash prevention), as
+pure functions.
 
 * go cold: when the warm set reaches 100% of warm_max (or refuses anything);
 * stay cold: until the warm set is at or below 80% AND the cold backlog is drained;

@@ -1,1 +1,2 @@
-"""Queue operations: the rules of DESIGN §2-§3 over the data access of ``tierq.dal``."""
+"""Queue operations: the rules of docs/architecture.md §2-§4 over the data access of
+``tierq.dal``."""

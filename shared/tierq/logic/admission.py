@@ -1,7 +1,7 @@
 """Admission: tasks that become ready (new, due, retried, re-queued, replayed, promoted,
 restored) enter the warm tier or the cold line, never out of order.
 
-Protocol (DESIGN §3, hysteresis of seed 000):
+Protocol (docs/architecture.md §3, "Admission" and "The return to warm"):
 
 1. ``begin``: per (queue, tenant), learn the tier mode; in cold mode register the admission
    as in flight (Valkey ``inflight``), so the queue cannot return to warm mode until these

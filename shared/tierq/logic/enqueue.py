@@ -270,7 +270,7 @@ def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now:
 
 def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, dict[str, Any]]],
              now: float, outcomes: dict[int, EnqueueOutcome]) -> None:
-    """Update live tasks in place (seed 001's canUpdate): same id, same seq."""
+    """Update live tasks in place: same id, same seq (docs/architecture.md §8, guarantee 5)."""
     rows = ctx.db.fetch("replace_tasks", {
         "now": to_datetime(now),
         "ids": [str(e["id"]) for _, e in items],

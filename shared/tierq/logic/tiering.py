@@ -1,5 +1,5 @@
 """Cold -> warm for one (queue, tenant): promotion with headroom, and the return to warm
-mode once the cold line has drained (DESIGN §3, seed 000). Used by the scheduled
+mode once the cold line has drained (docs/architecture.md §3). Used by the scheduled
 ``cold_to_warm`` job and inline by a claim that finds the warm set empty."""
 
 from __future__ import annotations
