@@ -5,8 +5,8 @@ one call (one script per pair)."""
 
 from __future__ import annotations
 
-from tests.cluster.conftest import keys_per_master, tenants_on_every_node
 from tests.integration.helpers import count_rows
+from tests.support.cluster import keys_per_master, tenants_on_every_node
 
 QUEUE = "admin"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from redis.cluster import RedisCluster
 
-from tests.cluster.conftest import node_of, tenants_on_every_node
+from tests.support.cluster import node_of, tenants_on_every_node
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.logic import claim_replay, idempotency

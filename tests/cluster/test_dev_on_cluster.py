@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.cluster.conftest import tenants_on_every_node
+from tests.support.cluster import tenants_on_every_node
 from tests.support.dev_server import start_dev_server
 
 pytestmark = pytest.mark.e2e

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.cluster.conftest import node_of, tenants_on_every_node
+from tests.support.cluster import node_of, tenants_on_every_node
 from tierq.config import Settings
 from tierq.devstack import PrivateValkeyCluster
 from tierq.devstack.services import wait_pid_gone

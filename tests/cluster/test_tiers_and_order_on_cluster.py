@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from tests.cluster.conftest import node_of, tenants_on_every_node
 from tests.integration.helpers import count_state, drain, ready_size
 from tests.integration.test_tiers_and_order import (  # noqa: F401  (run here on the cluster)
     test_a_claim_below_the_low_water_mark_refills_one_batch_before_the_set_runs_dry,
@@ -17,6 +16,7 @@ from tests.integration.test_tiers_and_order import (  # noqa: F401  (run here on
     test_concurrent_enqueuers_never_overfill_the_warm_set,
     test_queue_goes_cold_at_100_percent_and_stays_cold_until_80_percent_and_drained,
 )
+from tests.support.cluster import node_of, tenants_on_every_node
 
 QUEUE = "fifo"
 WARM_MAX = 25

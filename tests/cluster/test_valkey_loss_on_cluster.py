@@ -8,13 +8,13 @@ from collections import Counter
 
 import redis
 
-from tests.cluster.conftest import keys_per_master, node_of, tenants_on_every_node
 from tests.integration.helpers import count_rows, drain
 from tests.integration.test_valkey_loss import (  # noqa: F401  (run here on the cluster)
     test_a_lost_meta_reads_as_cold_and_returns_to_warm,
     test_flushall_mid_run_then_reaper_delivers_every_unacked_task,
     test_reconciler_waits_for_the_grace_period,
 )
+from tests.support.cluster import keys_per_master, node_of, tenants_on_every_node
 from tests.support.stores import flush_valkey
 
 QUEUE = "lost"

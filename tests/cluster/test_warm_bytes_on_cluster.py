@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from tests.cluster.conftest import node_of, tenants_on_every_node
 from tests.integration.helpers import count_state, drain
 from tests.integration.test_warm_bytes import (  # noqa: F401  (run here on the cluster)
     PAD,
@@ -16,6 +15,7 @@ from tests.integration.test_warm_bytes import (  # noqa: F401  (run here on the 
     test_a_small_warm_max_bytes_bounds_the_warm_set_and_fifo_holds_across_tiers,
     test_the_counter_stays_exact_on_every_path,
 )
+from tests.support.cluster import node_of, tenants_on_every_node
 
 QUEUE = "bytes"
 LIMIT = 3000

@@ -9,15 +9,18 @@ import copy
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
 
 from tests.handlers.support import (
+    ADMIN_CLAIMS,
     REPO,
+    ApiEvent,
     Context,
+    Invoke,
     Reply,
     function_module,
     load_event,
@@ -48,11 +51,6 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch, app_database_url: str, valkey_ur
     reset_engine()
     yield
     reset_engine()
-
-
-ApiEvent = Callable[..., dict[str, Any]]
-# The claims of an admin's token as API Gateway hands them over (default TIERQ_ADMIN_SCOPE).
-ADMIN_CLAIMS = {"sub": "admin-client", "scope": "tierq/admin"}
 
 
 def route_key_for(template: Template, method: str, path: str) -> tuple[str, dict[str, str]]:
@@ -112,9 +110,6 @@ def api_event(template: Template) -> ApiEvent:
         return event
 
     return make
-
-
-Invoke = Callable[..., Reply]
 
 
 @pytest.fixture

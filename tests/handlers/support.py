@@ -9,6 +9,7 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +17,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = Path(__file__).parent / "events"
+# The claims of an admin's token as API Gateway hands them over (default TIERQ_ADMIN_SCOPE).
+ADMIN_CLAIMS = {"sub": "admin-client", "scope": "tierq/admin"}
 
 
 def load_event(name: str) -> dict[str, Any]:
@@ -76,3 +79,7 @@ def reply_of(result: dict[str, Any]) -> Reply:
                  else text, result)
 
 
+# What the fixtures of tests/handlers/conftest.py hand out: ``api_event(method, path, body,
+# …)`` -> an HTTP API event; ``call(method, path, body, …)`` -> the function's decoded reply.
+ApiEvent = Callable[..., dict[str, Any]]
+Invoke = Callable[..., Reply]

@@ -12,8 +12,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.conftest import ADMIN_CLAIMS, ApiEvent, Invoke
-from tests.handlers.support import REPO, Context, function_module, reply_of
+from tests.handlers.support import (
+    ADMIN_CLAIMS,
+    REPO,
+    ApiEvent,
+    Context,
+    Invoke,
+    function_module,
+    reply_of,
+)
 from tierq.api import access
 from tierq.api.routes import FUNCTION_ROUTERS
 from tierq.config import get_settings

@@ -13,8 +13,7 @@ from urllib.parse import urlsplit
 import boto3
 import pytest
 
-from tests.handlers.conftest import ApiEvent
-from tests.handlers.support import Context, function_module, reply_of
+from tests.handlers.support import ApiEvent, Context, function_module, reply_of
 from tierq.api.runtime import engine, reset_engine
 from tierq.devserver.template import load_yaml
 

@@ -12,8 +12,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.conftest import ApiEvent
-from tests.handlers.support import Context, Reply, function_module, reply_of
+from tests.handlers.support import ApiEvent, Context, Reply, function_module, reply_of
 from tierq.api.routes.claims import answer_margin
 from tierq.api.runtime import engine, reset_engine
 from tierq.dal.warm_tier import PairKeys

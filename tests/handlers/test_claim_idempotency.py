@@ -11,7 +11,7 @@ import orjson
 import psycopg
 import redis
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
 from tierq.dal.warm_tier import PairKeys
 from tierq.logic import idempotency

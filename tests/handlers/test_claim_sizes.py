@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 from tierq.api.routes.claims import CLAIM_RESPONSE_BUDGET
 from tierq.api.runtime import engine
 from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size

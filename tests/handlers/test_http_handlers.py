@@ -11,8 +11,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.conftest import Invoke
-from tests.handlers.support import Context, function_module, load_event, reply_of
+from tests.handlers.support import Context, Invoke, function_module, load_event, reply_of
 from tierq.api.routes import docs
 
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 from tierq.api.runtime import engine
 from tierq.logic import idempotency
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 from tierq.api import sizing
 from tierq.logic.queues import TENANTS_SHOWN
 

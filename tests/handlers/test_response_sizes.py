@@ -16,8 +16,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.conftest import Invoke
-from tests.handlers.support import Reply
+from tests.handlers.support import Invoke, Reply
 from tierq.api import paging, sizing
 from tierq.api.routes import metrics as metrics_routes
 from tierq.api.runtime import engine

@@ -8,8 +8,7 @@ import re
 import pytest
 from openapi_spec_validator import validate
 
-from tests.handlers.conftest import Invoke
-from tests.handlers.support import Context, function_module, reply_of
+from tests.handlers.support import Context, Invoke, function_module, reply_of
 from tierq.api.resolver import build_resolver, openapi_document
 from tierq.api.routes import FUNCTION_ROUTERS
 from tierq.devserver.template import Template

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 from tierq.api import sizing
 from tierq.models.schedules import MIN_INSTALLED_SHOWN
 

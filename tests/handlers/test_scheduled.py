@@ -13,8 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.conftest import Invoke
-from tests.handlers.support import Context, function_module, load_event
+from tests.handlers.support import Context, Invoke, function_module, load_event
 from tierq.scheduled import TickReport, run_ticks
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 from tierq.api.errors import UNAVAILABLE_FALLBACK, public_unavailable
 from tierq.api.runtime import engine, logger, reset_engine
 from tierq.errors import Unavailable

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.conftest import Invoke
+from tests.handlers.support import Invoke
 
 TENANT = {"tenant": "acme"}
 

@@ -12,21 +12,20 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.spark import JDBC_JAR, SPARK_GLUE
+
 os.environ["PYSPARK_PYTHON"] = sys.executable  # executors must run this interpreter
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-SPARK_GLUE = Path(__file__).resolve().parents[2] / "spark_glue"
 if str(SPARK_GLUE) not in sys.path:
     sys.path.insert(0, str(SPARK_GLUE))
 
-from pyspark.sql import SparkSession  # noqa: E402
-from tierq_feeder.config import FeedConfig, config_from_args  # noqa: E402
-from tierq_feeder.feeder import run_feed  # noqa: E402
-from tierq_feeder.metrics import FeedResult  # noqa: E402
-from tierq_feeder.writer import StoreConfig  # noqa: E402
+from pyspark.sql import SparkSession
+from tierq_feeder.config import FeedConfig, config_from_args
+from tierq_feeder.feeder import run_feed
+from tierq_feeder.metrics import FeedResult
+from tierq_feeder.writer import StoreConfig
 
-from tierq.engine import Tierq  # noqa: E402
-
-JDBC_JAR = "/usr/share/java/postgresql.jar"
+from tierq.engine import Tierq
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from tests.spark.conftest import JDBC_JAR
+from tests.support.spark import JDBC_JAR
 from tierq.engine import Tierq
 
 pytestmark = [

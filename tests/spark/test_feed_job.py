@@ -19,8 +19,8 @@ from tierq_feeder.metrics import CloudWatchMetrics, FeedResult
 from tierq_feeder.offsets import FeedBusy, feed_lock
 from tierq_feeder.writer import StoreConfig
 
-from tests.spark.conftest import SPARK_GLUE
 from tests.spark.data import write_csv
+from tests.support.spark import SPARK_GLUE
 
 pytestmark = pytest.mark.spark
 

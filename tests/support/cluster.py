@@ -1,0 +1,43 @@
+"""Helpers for tests on a Redis Cluster (the fixtures that start one and put it in place of
+the session's Valkey are tests/cluster/conftest.py)."""
+
+from __future__ import annotations
+
+import redis
+from redis.cluster import RedisCluster
+
+from tierq.dal.warm_tier import PairKeys
+
+
+def node_of(client: RedisCluster, queue: str, tenant: str) -> str:
+    """``host:port`` of the master holding the keys of (queue, tenant)."""
+    node = client.get_node_from_key(PairKeys.of(queue, tenant).ready)
+    return f"{node.host}:{node.port}"
+
+
+def tenants_on_every_node(client: RedisCluster, queue: str, per_node: int = 1) -> list[str]:
+    """Tenant names whose keys in ``queue`` lie on every master, ``per_node`` on each, in
+    name order (each pair has its own slot: its hash tag is ``{queue|tenant}``)."""
+    wanted = {f"{node.host}:{node.port}": per_node for node in client.get_primaries()}
+    chosen: list[str] = []
+    for i in range(10_000):
+        tenant = f"t{i}"
+        node = node_of(client, queue, tenant)
+        if wanted[node] > 0:
+            wanted[node] -= 1
+            chosen.append(tenant)
+            if not any(wanted.values()):
+                return chosen
+    raise AssertionError(f"no tenants found on every master for queue {queue!r}")
+
+
+def keys_per_master(client: RedisCluster) -> dict[str, int]:
+    """How many keys each master holds (DBSIZE of each)."""
+    sizes: dict[str, int] = {}
+    for node in client.get_primaries():
+        direct = redis.Redis(host=node.host, port=node.port)
+        try:
+            sizes[f"{node.host}:{node.port}"] = int(direct.dbsize())
+        finally:
+            direct.close()
+    return sizes
