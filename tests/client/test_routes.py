@@ -3,23 +3,14 @@ Redis behind it)."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 
 from tests.support.local_api import QueueNames
+from tests.support.polling import eventually
 from tierq.client import Client, InvalidInputError, NotFoundError
 from tierq.models import TaskView
-
-
-def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
 
 
 def test_queue_settings_and_counts(api: Client, names: QueueNames) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 import redis
 
 from tests.support.cluster import node_of, tenants_on_every_node
+from tests.support.polling import eventually
 from tierq.config import Settings
 from tierq.devstack import PrivateValkeyCluster
 from tierq.devstack.services import wait_pid_gone
@@ -116,10 +116,8 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         assert wait_pid_gone(pid, 10)
-        deadline = time.monotonic() + 20
-        while not _refused(tq, down):
-            assert time.monotonic() < deadline, "the stopped master's pair still answers"
-            time.sleep(0.1)
+        eventually(lambda: _refused(tq, down), timeout=20,
+                   what="the stopped master's pair still answers")
         tq.ctx.clock.advance(DELAY + 1)  # past the leases and the delays
 
         caplog.clear()

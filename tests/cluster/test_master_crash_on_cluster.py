@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import redis
 
 from tests.integration.helpers import count_rows, drain
 from tests.support.cluster import node_of, tenants_on_every_node
+from tests.support.polling import eventually
 from tierq.config import Settings
 from tierq.devstack import PrivateValkeyCluster
 from tierq.devstack.services import wait_pid_gone
@@ -82,10 +82,8 @@ def test_a_crashed_master_answers_unavailable_and_loses_nothing(crashing_cluster
             pass
         assert count_rows(pg, QUEUE) == len(expected)
         survivors = [p for p in crashing_cluster.ports if p != port]
-        deadline = time.monotonic() + 20
-        while not all(_cluster_down(p) for p in survivors):  # CLUSTERDOWN from now on
-            assert time.monotonic() < deadline, "the other masters never noticed"
-            time.sleep(0.1)
+        eventually(lambda: all(_cluster_down(p) for p in survivors),  # CLUSTERDOWN from now on
+                   timeout=20, what="the other masters never noticed")
         for tenant in tenants[:2]:  # the crashed master's, and another's
             assert _claim_refused(tq, tenant), tenant
         with pytest.raises(Unavailable):  # an ack's Idempotency-Key record: 503, not a 500

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 import redis
+
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -30,15 +31,6 @@ def untouched(pg: psycopg.Connection[Any], valkey: redis.Redis, queue: str) -> b
                           (queue,)).fetchone()[0]
     return rows(pg, queue) == 0 and settings == 0 and \
         not list(valkey.scan_iter(f"tq:{{{queue}|*"))
-
-
-def eventually(check: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def enqueue(http: httpx.Client, queue: str, body: Any, **kwargs: Any) -> httpx.Response:

@@ -10,27 +10,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.local_api import QueueNames
+from tests.support.polling import eventually
 from tierq.client import Client, NotFoundError
 from tierq.models import ClaimedTask
 from tierq.worker import PermanentError, RetryableError, Worker
 from tierq.worker.worker import HeldLease
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout:g}s: {what}")
-        time.sleep(0.1)
 
 
 def unfinished(api: Client, queue: str) -> int:
@@ -87,7 +79,7 @@ def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client,
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        eventually(lambda: unfinished(api, queue) == 0 and worker.held == 0,
+        eventually(lambda: unfinished(api, queue) == 0 and worker.held == 0, timeout=30,
                    what="every task settled")
     finally:
         worker.stop()
@@ -122,7 +114,8 @@ def test_heartbeats_keep_a_long_tasks_lease(api: Client, names: QueueNames) -> N
     control = api.enqueue_one(queue, "control").id
     [held] = api.claim(queue, lease_seconds=1)
     eventually(lambda: api.get_task(queue, control).state != "leased"
-               and not api.running(queue), what="the reaper expired the lease")
+               and not api.running(queue), timeout=30,
+               what="the reaper expired the lease")
     refused = api.ack(queue, [{"id": held.id, "lease_token": held.lease_token}])
     assert [r.reason for r in refused.rejected] == ["not_owner"]
     api.cancel_task(queue, control)
@@ -166,7 +159,8 @@ def test_sigterm_lets_running_tasks_finish_and_claims_nothing_more(
     journal = tmp_path / "journal"
     process = start_worker_process(api_url, queue, journal, grace=30, concurrency=2)
     try:
-        eventually(lambda: len(journal_lines(journal, "start")) == 2, what="two tasks running")
+        eventually(lambda: len(journal_lines(journal, "start")) == 2, timeout=30,
+                   what="two tasks running")
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
     finally:
@@ -191,7 +185,8 @@ def test_sigterm_past_the_grace_gives_running_tasks_back_at_once(
     journal = tmp_path / "journal"
     process = start_worker_process(api_url, queue, journal, grace=0.5, concurrency=2)
     try:
-        eventually(lambda: len(journal_lines(journal, "start")) == 2, what="two tasks running")
+        eventually(lambda: len(journal_lines(journal, "start")) == 2, timeout=30,
+                   what="two tasks running")
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
     finally:
