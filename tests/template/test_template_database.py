@@ -1,7 +1,7 @@
 """template.yaml, database side: who logs in with which secret, both secrets rotated by
 functions that can reach the cluster and Secrets Manager, the proxy knowing both logins,
 its borrow timeout below the functions' timeout, and TLS that verifies the proxy.
-(The linters run in tests/unit/test_template.py.)"""
+(The linters run in tests/template/test_template.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_template import FUNCTIONS, TEMPLATE, CfnLoader
+from tests.template.test_template import FUNCTIONS, TEMPLATE, CfnLoader
 
 yaml = pytest.importorskip("yaml")
 
