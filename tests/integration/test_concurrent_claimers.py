@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import Delivery, assert_each_delivered_once
+from tests.support.processes import Children
 from tierq.config import Settings
 from tierq.engine import Tierq
 
@@ -50,17 +51,15 @@ def run_claimers(database_url: str, valkey_url: str, queue: str, processes: int,
                  overrides: dict[str, Any] | None = None) -> tuple[list[Delivery], list[str]]:
     """Run ``claimer`` in that many processes until the queue is drained; returns every
     delivery and every acked id."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=claimer,
-                         args=(database_url, valkey_url, queue, results, overrides))
-             for _ in range(processes)]
-    for p in procs:
-        p.start()
-    collected = [results.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    children = Children()  # a claimer's failing assertion is raised here, with its message
+    try:
+        results = children.queue()
+        for _ in range(processes):
+            children.start(claimer, database_url, valkey_url, queue, results, overrides)
+        collected = children.get(results, processes, timeout=600)
+        children.join(timeout=60)
+    finally:
+        children.close()
     return ([d for ds, _ in collected for d in ds], [a for _, ack in collected for a in ack])
 
 

@@ -27,20 +27,20 @@ import contextlib
 import itertools
 import json
 import logging
-import multiprocessing as mp
 import os
 import random
 import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from tests.support.processes import Children
 from tierq.config import Settings
 from tierq.devstack import LocalServices, ensure_services
 from tierq.engine import Tierq
@@ -352,13 +352,14 @@ class Maintenance:
 
 
 class Fleet:
-    """Producer and worker processes (spawned), each with its own journal."""
+    """Producer and worker processes (spawned), each with its own journal. A child that
+    raises is reported with its traceback (``check``, ``wait_producers``, ``close``)."""
 
     def __init__(self, folder: Path, settings: dict[str, Any]) -> None:
         self.folder = folder
         self.settings = settings
-        self.ctx = mp.get_context("spawn")
-        self.stop = self.ctx.Event()
+        self.children = Children()
+        self.stop = self.children.ctx.Event()
         self.producers: list[Any] = []
         self.workers: list[Any] = []
         self.journals: dict[int, Path] = {}
@@ -367,9 +368,8 @@ class Fleet:
     def _start(self, target: Any, cfg: dict[str, Any], role: str) -> Any:
         self._count += 1
         path = self.folder / f"{role}-{self._count}.jsonl"
-        proc = self.ctx.Process(target=target, args=({**cfg, "settings": self.settings},
-                                                     str(path), self.stop), daemon=True)
-        proc.start()
+        proc = self.children.start(target, {**cfg, "settings": self.settings}, str(path),
+                                   self.stop, daemon=True)
         self.journals[id(proc)] = path
         return proc
 
@@ -412,7 +412,12 @@ class Fleet:
         deadline = time.monotonic() + timeout
         for p in self.producers:
             p.join(timeout=max(0.1, deadline - time.monotonic()))
+            self.children.check()
             assert p.exitcode == 0, f"producer exited with {p.exitcode}"
+
+    def check(self) -> None:
+        """ChildFailed when a producer or worker raised (a killed worker is no failure)."""
+        self.children.check()
 
     def close(self) -> None:
         self.stop.set()
@@ -421,6 +426,10 @@ class Fleet:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+        try:
+            self.children.check()
+        finally:
+            self.children.close()
 
 
 def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
@@ -460,11 +469,15 @@ def live_count(database_url: str) -> int:
     return int(row[0]) if row else 0
 
 
-def wait_until_finished(database_url: str, expected: int, timeout: float) -> float:
+def wait_until_finished(database_url: str, expected: int, timeout: float,
+                        check: Callable[[], None] | None = None) -> float:
     """Wait until every task is finished (no live row) once ``expected`` were enqueued;
-    returns the seconds waited."""
+    returns the seconds waited. ``check`` (e.g. ``Fleet.check``) is called in between, so
+    a failed child ends the wait at once."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
+        if check is not None:
+            check()
         with contextlib.suppress(psycopg.Error):
             if live_count(database_url) == 0:
                 return time.monotonic() - started

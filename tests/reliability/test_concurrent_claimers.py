@@ -30,7 +30,7 @@ def test_sixteen_claimers_no_double_dispatch_within_a_lease(clean: Stack,
             fleet.start_producers(TASKS, processes=2, batch=500)
             fleet.wait_producers(timeout=300)
             fleet.start_workers(CLAIMERS, batch=20, lease_seconds=2, stall=0.01)
-            wait_until_finished(clean.database_url, TASKS, timeout=300)
+            wait_until_finished(clean.database_url, TASKS, timeout=300, check=fleet.check)
         finally:
             fleet.close()
     report = account(journal_dir, clean.database_url)

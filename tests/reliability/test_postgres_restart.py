@@ -46,7 +46,7 @@ def test_postgres_killed_and_restarted_loses_nothing(clean: Stack, journal_dir: 
             time.sleep(DOWN_SECONDS)
             clean.services.postgres.start()
             fleet.wait_producers(timeout=180)
-            wait_until_finished(clean.database_url, TASKS, timeout=120)
+            wait_until_finished(clean.database_url, TASKS, timeout=120, check=fleet.check)
             stale = _errors_until_it_answers(probe, settings["db_pool_max"] + 1)
         finally:
             fleet.close()
@@ -157,7 +157,7 @@ def test_api_answers_503_with_retry_after_while_postgres_is_down(clean: Stack,
             up_at = time.time()
             answering_after, refused_after = _until_the_api_answers(base_url, deadline=60)
             fleet.wait_producers(timeout=180)
-            wait_until_finished(clean.database_url, HTTP_TASKS, timeout=120)
+            wait_until_finished(clean.database_url, HTTP_TASKS, timeout=120, check=fleet.check)
         finally:
             fleet.close()
     report = account(journal_dir, clean.database_url)

@@ -19,6 +19,7 @@ from tests.reliability.harness import (
     engine,
     wait_until_finished,
 )
+from tests.support.polling import eventually
 from tierq.errors import Unavailable
 
 TASKS = 8000
@@ -43,7 +44,7 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
             time.sleep(DOWN_SECONDS)
             clean.services.valkey.start()
             fleet.wait_producers(timeout=120)
-            wait_until_finished(clean.database_url, TASKS, timeout=90)
+            wait_until_finished(clean.database_url, TASKS, timeout=90, check=fleet.check)
         finally:
             fleet.close()
             probe.close()
@@ -59,10 +60,6 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
 
 def _wait_for_acks(folder: Path, count: int, timeout: float = 60) -> None:
     """Until the workers have acked ``count`` tasks: the fault then hits a running system."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        acks = sum(p.read_text().count('"e": "ack"') for p in folder.glob("worker-*.jsonl"))
-        if acks >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {count} acks within {timeout}s")
+    eventually(lambda: sum(p.read_text().count('"e": "ack"')
+                           for p in folder.glob("worker-*.jsonl")) >= count,
+               timeout=timeout, what=f"{count} acks", interval=0.05)

@@ -34,7 +34,7 @@ def test_workers_killed_mid_lease_lose_nothing(clean: Stack, journal_dir: Path) 
                 time.sleep(0.5)
             fleet.start_workers(2, batch=20, lease_seconds=LEASE_SECONDS, work_seconds=0.05)
             fleet.wait_producers(timeout=120)
-            wait_until_finished(clean.database_url, TASKS, timeout=90)
+            wait_until_finished(clean.database_url, TASKS, timeout=90, check=fleet.check)
         finally:
             fleet.close()
     report = account(journal_dir, clean.database_url)
