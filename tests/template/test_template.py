@@ -19,8 +19,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "template.yaml"
+from tests.support.template import FUNCTIONS, REPO, TEMPLATE, CfnLoader  # noqa: E402
+
 TOOLS_BIN = REPO / ".local" / "tools-venv" / "bin"
 LAYER_IDS = ("TierqLayerArm64", "TierqLayerX8664")
 
@@ -51,18 +51,6 @@ ROUTES: dict[tuple[str, str], str] = {
 }
 PUBLIC_ROUTES = {("GET", "/v1/openapi.json"), ("GET", "/dashboard")}
 
-# logical id -> (code folder, tick env var or None)
-FUNCTIONS: dict[str, tuple[str, str | None]] = {
-    "EnqueueFunction": ("enqueue", None),
-    "ClaimFunction": ("claim", None),
-    "AckFunction": ("ack", None),
-    "AdminFunction": ("admin", None),
-    "ColdToWarmFunction": ("cold_to_warm", "TIERQ_COLD_TO_WARM_EVERY"),
-    "DelayedMoverFunction": ("delayed_mover", "TIERQ_DELAYED_EVERY"),
-    "ReaperFunction": ("reaper", "TIERQ_REAPER_EVERY"),
-    "CronTickFunction": ("cron_tick", "TIERQ_CRON_EVERY"),
-    "MigrateFunction": ("migrate", None),
-}
 SCHEDULED = [name for name, (_, tick) in FUNCTIONS.items() if tick]
 
 SHARED_ENV = {
@@ -81,28 +69,6 @@ SHARED_ENV = {
 }
 
 
-# ---------------------------------------------------------------- loading
-class CfnLoader(yaml.SafeLoader):
-    """SafeLoader that turns CloudFormation short tags into their long JSON form."""
-
-
-def _cfn_tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if suffix == "Ref":
-        return {"Ref": value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    if suffix == "Condition":
-        return {"Condition": value}
-    return {f"Fn::{suffix}": value}
-
-
-CfnLoader.add_multi_constructor("!", _cfn_tag)
 
 
 @pytest.fixture(scope="module")

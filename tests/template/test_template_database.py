@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.template.test_template import FUNCTIONS, TEMPLATE, CfnLoader
+from tests.support.template import FUNCTIONS, TEMPLATE, CfnLoader
 
 yaml = pytest.importorskip("yaml")
 

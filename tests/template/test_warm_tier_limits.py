@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.template.test_template import TEMPLATE, CfnLoader
+from tests.support.template import TEMPLATE, CfnLoader
 
 # commands and options that give a key a time to live
 TTL = re.compile(r"\b(P?EXPIRE(AT)?|SETEX|PSETEX|GETEX)\b|['\"](EX|PX|EXAT|PXAT)['\"]"
