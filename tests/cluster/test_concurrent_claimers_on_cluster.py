@@ -5,7 +5,7 @@ no task is handed to two workers within a lease and each is acked exactly once."
 from __future__ import annotations
 
 from tests.integration.helpers import assert_each_delivered_once, count_rows
-from tests.integration.test_concurrent_claimers import run_claimers
+from tests.support.claimers import run_claimers
 from tests.support.cluster import node_of, tenants_on_every_node
 
 QUEUE = "race"

@@ -40,6 +40,7 @@ from typing import Any
 
 import psycopg
 
+from tests.support.polling import eventually
 from tests.support.processes import Children
 from tierq.config import Settings
 from tierq.devstack import LocalServices, ensure_services
@@ -467,6 +468,13 @@ def live_count(database_url: str) -> int:
         row = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND state IN "
                            "('delayed', 'cold', 'warm')", (QUEUE,)).fetchone()
     return int(row[0]) if row else 0
+
+
+def wait_for_acks(folder: Path, count: int, timeout: float = 60) -> None:
+    """Until the workers have acked ``count`` tasks: the fault then hits a running system."""
+    eventually(lambda: sum(p.read_text().count('"e": "ack"')
+                           for p in folder.glob("worker-*.jsonl")) >= count,
+               timeout=timeout, what=f"{count} acks", interval=0.05)
 
 
 def wait_until_finished(database_url: str, expected: int, timeout: float,

@@ -19,9 +19,9 @@ from tests.reliability.harness import (
     engine,
     local_api,
     read_journals,
+    wait_for_acks,
     wait_until_finished,
 )
-from tests.reliability.test_valkey_restart import _wait_for_acks
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 
@@ -39,7 +39,7 @@ def test_postgres_killed_and_restarted_loses_nothing(clean: Stack, journal_dir: 
         try:
             fleet.start_workers(4, batch=20, lease_seconds=5, work_seconds=0.02)
             fleet.start_producers(TASKS, rate=1200)
-            _wait_for_acks(journal_dir, 1000)
+            wait_for_acks(journal_dir, 1000)
             clean.services.postgres.kill()
             with pytest.raises(Unavailable):
                 probe.enqueue(QUEUE, [{"payload": {"n": -1}}])
@@ -147,7 +147,7 @@ def test_api_answers_503_with_retry_after_while_postgres_is_down(clean: Stack,
             fleet.start_workers(3, base_url=base_url, batch=20, lease_seconds=5,
                                 work_seconds=0.02)
             fleet.start_producers(HTTP_TASKS, rate=800, base_url=base_url)
-            _wait_for_acks(journal_dir, 800)
+            wait_for_acks(journal_dir, 800)
             clean.services.postgres.kill()
             down_at = time.time()
             probe = httpx.post(f"{base_url}/v1/queues/{QUEUE}/tasks",

@@ -17,9 +17,9 @@ from tests.reliability.harness import (
     Stack,
     account,
     engine,
+    wait_for_acks,
     wait_until_finished,
 )
-from tests.support.polling import eventually
 from tierq.errors import Unavailable
 
 TASKS = 8000
@@ -36,7 +36,7 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
         try:
             fleet.start_workers(4, batch=20, lease_seconds=30, work_seconds=0.02)
             fleet.start_producers(TASKS, rate=1200)
-            _wait_for_acks(journal_dir, 1000)
+            wait_for_acks(journal_dir, 1000)
             clean.services.valkey.kill()
             wiped_at = time.time()
             with pytest.raises(Unavailable):
@@ -56,10 +56,3 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
     assert report.stuck == 0 and report.dead == 0
     assert report.double_dispatch == [], report.double_dispatch[:5]
     assert jobs.restored > 0  # the reconciler did re-dispatch what Valkey lost
-
-
-def _wait_for_acks(folder: Path, count: int, timeout: float = 60) -> None:
-    """Until the workers have acked ``count`` tasks: the fault then hits a running system."""
-    eventually(lambda: sum(p.read_text().count('"e": "ack"')
-                           for p in folder.glob("worker-*.jsonl")) >= count,
-               timeout=timeout, what=f"{count} acks", interval=0.05)
