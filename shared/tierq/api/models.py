@@ -106,10 +106,16 @@ class DeadLetterPage(BaseModel):
 class DeadLetterSelection(BaseModel):
     """Which dead letters: ``{"ids": [...]}`` or ``{"all": true}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # exactly one of the two selections, as the validator below decides it
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["ids"], "properties": {"ids": {"type": "array"},
+                                             "all": {"const": False}}},
+        {"required": ["all"], "properties": {"all": {"const": True},
+                                             "ids": {"type": "null"}}},
+    ]})
 
     ids: list[UUID] | None = Field(default=None, min_length=1, max_length=MAX_IDS)
-    all: bool = False
+    all: bool = Field(default=False, strict=True)  # "true" or 1 is not a boolean
 
     @model_validator(mode="after")
     def _one_selection(self) -> DeadLetterSelection:

@@ -7,8 +7,11 @@ from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.json_schema import JsonDict
 
-from tierq.models.names import TenantName
+from tierq.models.names import NO_NUL_PATTERN, TenantName
+
+NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
 MAX_LEASE_SECONDS = 43_200  # 12 hours, as SQS's visibility timeout
 MAX_CLAIM = 500
@@ -22,7 +25,7 @@ class ClaimRequest(BaseModel):
     tenant: TenantName | None = Field(
         default=None, description="Only this tenant; without it claims rotate across tenants."
     )
-    worker: str | None = Field(default=None, max_length=128)
+    worker: str | None = Field(default=None, max_length=128, json_schema_extra=NO_NUL)
     wait_seconds: float = Field(default=0, ge=0, le=20, description="Long-poll up to this long.")
 
 
@@ -50,7 +53,7 @@ class AckItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
-    lease_token: str = Field(min_length=1, max_length=200)
+    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
     result: Any = Field(default=None, description="Kept with the task until retention ends.")
 
 
@@ -58,24 +61,25 @@ class NackItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
-    lease_token: str = Field(min_length=1, max_length=200)
-    error: str = Field(default="", max_length=10_000)
+    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
+    error: str = Field(default="", max_length=10_000, json_schema_extra=NO_NUL)
     retry_in_seconds: float | None = Field(default=None, ge=0, le=366 * 86_400)
-    dead: bool = Field(default=False, description="Dead-letter now, whatever the attempts left.")
+    dead: bool = Field(default=False, strict=True,
+                       description="Dead-letter now, whatever the attempts left.")
 
 
 class ReleaseItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
-    lease_token: str = Field(min_length=1, max_length=200)
+    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
 
 
 class HeartbeatItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
-    lease_token: str = Field(min_length=1, max_length=200)
+    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
     extend_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
 
 

@@ -60,7 +60,7 @@ class QueueSettingsUpdate(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
     backoff: BackoffSettings | None = None
     retention_seconds: int | None = Field(default=None, ge=0, le=10 * 366 * 86_400)
-    paused: bool | None = None
+    paused: bool | None = Field(default=None, strict=True)  # "true" or 1 is not a boolean
 
 
 class QueueCounts(BaseModel):

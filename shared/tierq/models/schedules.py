@@ -46,7 +46,9 @@ MAX_EVERY_SECONDS = 366 * 86_400.0
 DEFAULT_TIMEZONE = "UTC"
 CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight",
                 "@hourly")
-_DAILY_TIME = re.compile(r"^(\d{2}):(\d{2})(?::(\d{2}))?$")
+_DAILY_TIME = re.compile(r"([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?")  # whole string, ASCII
+# what the API document says of a time of day: exactly the strings parse_daily_time takes
+DAILY_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$"
 # names zoneinfo can load that are not zones: the host's own setting and a tzdata alias
 _NOT_ZONES = frozenset({"localtime", "posixrules"})
 
@@ -100,7 +102,7 @@ def normalize_cron(expression: str) -> str:
 
 def parse_daily_time(text: str) -> time:
     """``HH:MM`` or ``HH:MM:SS`` (24-hour clock); ValueError otherwise."""
-    match = _DAILY_TIME.match(text)
+    match = _DAILY_TIME.fullmatch(text)
     if match is None:
         raise ValueError(f"{text!r} is not a time of day; use 'HH:MM' or 'HH:MM:SS' "
                          "(24-hour clock, e.g. '02:30')")
@@ -115,10 +117,28 @@ def format_daily_time(value: time) -> str:
     return value.strftime("%H:%M:%S" if value.second else "%H:%M")
 
 
+def _zone_enum(schema: dict[str, Any]) -> None:
+    """The time zone names :func:`zone` takes, as an enum of the string branch."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "string":
+            branch.pop("maxLength", None)
+            branch["enum"] = sorted(_zone_names())
+
+
+# Exactly one way of saying when (the validator _one_timing), and a timezone only with cron
+# or daily (_timezone), in the API document's words.
+_ONE_TIMING: list[dict[str, Any]] = [
+    {"required": ["cron"], "properties": {"cron": {"type": "string"}}},
+    {"required": ["every_seconds"], "properties": {"every_seconds": {"type": "number"},
+                                                    "timezone": {"type": "null"}}},
+    {"required": ["daily"], "properties": {"daily": {"type": "array"}}},
+]
+
+
 class ScheduleIn(BaseModel):
     """``PUT /v1/schedules/{name}``: the whole schedule (a PUT replaces it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": _ONE_TIMING})
 
     queue: QueueName = Field(description="The queue its occurrences are enqueued to.")
     payload: Any = Field(description="The payload of every occurrence (any JSON value).")
@@ -132,7 +152,8 @@ class ScheduleIn(BaseModel):
         description="How many future occurrences to keep installed (at least; occurrences "
                     "due before the next few ticks are always installed).",
     )
-    enabled: bool = Field(default=True, description="A disabled schedule installs nothing.")
+    enabled: bool = Field(default=True, strict=True,
+                          description="A disabled schedule installs nothing.")
     cron: str | None = Field(
         default=None, max_length=200,
         description="Cron expression: 5 fields, or 6 with seconds first, e.g. '30 2 * * *'.",
@@ -145,11 +166,12 @@ class ScheduleIn(BaseModel):
         default=None, description="Times of day on the wall clock of timezone, e.g. "
                                   "['02:30', '14:00'].",
         json_schema_extra={"minItems": 1, "maxItems": MAX_DAILY_TIMES,
-                           "items": {"type": "string", "pattern": _DAILY_TIME.pattern}},
+                           "items": {"type": "string", "pattern": DAILY_TIME_PATTERN}},
     )
     timezone: str | None = Field(
         default=None, max_length=64,
         description="IANA time zone of cron and daily (default UTC).",
+        json_schema_extra=lambda schema: _zone_enum(schema),
     )
 
     @field_validator("cron")

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from tierq.models.names import TaskKey, TenantName
+from tierq.models.names import RUN_AT_PATTERN, TaskKey, TenantName
 
 MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
 
@@ -19,7 +19,11 @@ Outcome = Literal["created", "updated", "ignored"]
 class TaskIn(BaseModel):
     """One task to enqueue."""
 
-    model_config = ConfigDict(extra="forbid")
+    # delay_seconds or run_at, not both (the validator _one_schedule)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"properties": {"delay_seconds": {"type": "null"}}},
+        {"properties": {"run_at": {"type": "null"}}},
+    ]})
 
     payload: Any = Field(description="Any JSON value; at most 256 KiB once serialised.")
     key: TaskKey | None = Field(
@@ -27,7 +31,10 @@ class TaskIn(BaseModel):
     )
     priority: int = Field(default=0, ge=0, le=9, description="0..9; 9 is claimed first.")
     delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
-    run_at: datetime | None = Field(default=None, description="When it becomes claimable.")
+    run_at: datetime | None = Field(
+        default=None, json_schema_extra={"pattern": RUN_AT_PATTERN},
+        description="When it becomes claimable: an RFC 3339 date-time from the year 1970 on, "
+                    "at most a year ahead.")
     tenant: TenantName | None = None
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
     on_conflict: Literal["ignore", "replace"] = Field(

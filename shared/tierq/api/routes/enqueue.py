@@ -42,14 +42,15 @@ def check_tasks(tasks: list[TaskIn], single: bool) -> None:
     for i, task in enumerate(tasks):
         if task.run_at is None:
             continue
+        # the year as written (the document's pattern), before its offset applies
         try:
-            in_range = task.run_at >= EPOCH
+            in_range = task.run_at.year >= EPOCH.year
             task.run_at.timestamp()
         except (OverflowError, ValueError, OSError):
             in_range = False
         if not in_range:
             raise InvalidInput.field(_field(single, i, "run_at"),
-                                     "must be after 1970-01-01T00:00:00Z")
+                                     "must be in the year 1970 or later")
 
 
 def _single_names(exc: TierqError) -> TierqError:
