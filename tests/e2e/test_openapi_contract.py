@@ -138,3 +138,29 @@ def test_schemathesis_finds_nothing(base_url: str, clean_stores: None) -> None:
     assert calls >= len(operations) * MAX_EXAMPLES // 2
     print(f"schemathesis, every check: {calls} requests over {len(operations)} operations in "
           f"{time.monotonic() - started:.0f}s")
+
+
+@pytest.mark.parametrize("text", [
+    "00:00", "23:59", "23:59:59", "02:30", "24:00", "12:60", "12:00:60", "2:30", "02:30\n",
+    "\uff10\uff12:\uff13\uff10", "02:30:", "02:30:5", " 02:30", "",
+])
+def test_the_documents_time_of_day_is_exactly_what_the_parser_takes(text: str) -> None:
+    from tierq.models.schedules import DAILY_TIME_PATTERN, parse_daily_time
+
+    documented = re.fullmatch(DAILY_TIME_PATTERN.strip("^$"), text) is not None
+    try:
+        parse_daily_time(text)
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert documented is parsed
+
+
+def test_the_documents_time_zones_are_the_ones_taken() -> None:
+    from tierq.models.schedules import ScheduleIn, zone
+
+    schema = ScheduleIn.model_json_schema()["properties"]["timezone"]
+    names = next(b["enum"] for b in schema["anyOf"] if b.get("type") == "string")
+    assert "Europe/Berlin" in names and "UTC" in names and "localtime" not in names
+    for name in names:
+        zone(name)

@@ -376,6 +376,12 @@ def test_payload_over_256_kib_is_413(call: Invoke, pg: psycopg.Connection[Any],
     ("GET", "/v1/queues/jobs/tasks/not-a-uuid", None, "id"),
     ("GET", "/v1/queues/jobs/dlq?limit=0", None, "limit"),
     ("POST", "/v1/queues/jobs/dlq/replay", {"ids": ["x"]}, "ids[0]"),
+    # booleans are JSON booleans, as the API document says
+    ("POST", "/v1/queues/jobs/dlq/replay", {"all": "true"}, "all"),
+    ("DELETE", "/v1/queues/jobs/dlq", {"all": 1}, "all"),
+    ("PUT", "/v1/queues/jobs", {"paused": "yes"}, "paused"),
+    ("POST", "/v1/queues/jobs/nacks", {"nacks": [{"id": str(uuid.uuid4()), "lease_token": "t",
+                                                   "dead": "true"}]}, "nacks[0].dead"),
 ])
 def test_bad_input_on_other_routes(call: Invoke, pg: psycopg.Connection[Any],
                                    method: str, path: str, body: Any, field: str) -> None:
@@ -387,6 +393,19 @@ def test_bad_input_on_other_routes(call: Invoke, pg: psycopg.Connection[Any],
     assert reply.status == 422, reply.body
     assert field in [d["field"] for d in reply.body["error"]["details"]], reply.body
     assert pg.execute("SELECT count(*) FROM tierq_queues").fetchone()[0] == 0
+
+
+def test_run_at_counts_the_year_as_written(call: Invoke) -> None:
+    """The document's pattern takes years from 1970 on, whatever the offset: an instant
+    just before the epoch written in 1970 is a time in the past, due at once."""
+    reply = call("POST", "/v1/queues/jobs/tasks",
+                 {"payload": 1, "run_at": "1970-01-01T00:30:00+01:00"})
+    assert reply.status == 200, reply.body
+    assert reply.body["state"] in ("warm", "cold")
+    refused = call("POST", "/v1/queues/jobs/tasks",
+                   {"payload": 1, "run_at": "1969-12-31T23:59:59Z"})
+    assert refused.status == 422
+    assert refused.body["error"]["details"][0]["field"] == "run_at"
 
 
 def test_claim_without_a_body_uses_defaults(call: Invoke) -> None:
