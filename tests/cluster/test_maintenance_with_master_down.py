@@ -22,9 +22,8 @@ from typing import Any
 
 import psycopg
 import pytest
-import redis
 
-from tests.support.cluster import node_of, tenants_on_every_node
+from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node
 from tests.support.polling import eventually
 from tierq.config import Settings
 from tierq.devstack import PrivateValkeyCluster
@@ -67,15 +66,6 @@ def _expired_leases(pg: psycopg.Connection[Any], tenant: str) -> int:
         " AND last_error LIKE 'lease expired%%'", (QUEUE, tenant)).fetchone()[0])
 
 
-def _serve_own_slots(ports: list[int]) -> None:
-    for port in ports:
-        client = redis.Redis(host="127.0.0.1", port=port)
-        try:
-            client.config_set("cluster-require-full-coverage", "no")
-        finally:
-            client.close()
-
-
 def _refused(tq: Tierq, tenant: str) -> bool:
     try:
         tq.claim(QUEUE, tenant=tenant, max=1)
@@ -111,7 +101,7 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
         cold_before = {t: _states(pg, t).get("cold", 0) for t in tenants}
         assert all(n > 0 for n in cold_before.values()), cold_before
 
-        _serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster.ports)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -200,7 +190,7 @@ def test_a_push_that_fails_after_the_commit_leaves_the_rows_to_the_reconciler(
                            for t in tenants for i in range(DELAYED)])
         assert all(tq.ctx.modes.get((QUEUE, t)) == "warm" for t in tenants)
 
-        _serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster.ports)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

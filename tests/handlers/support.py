@@ -83,3 +83,25 @@ def reply_of(result: dict[str, Any]) -> Reply:
 # …)`` -> an HTTP API event; ``call(method, path, body, …)`` -> the function's decoded reply.
 ApiEvent = Callable[..., dict[str, Any]]
 Invoke = Callable[..., Reply]
+
+
+# The scheduled functions, invoked as EventBridge Scheduler invokes them; their metrics.
+def scheduler_event(job: str, **extra: Any) -> dict[str, Any]:
+    """What EventBridge Scheduler sends: the template's Input (see events/)."""
+    event = load_event("scheduler_reaper.json")
+    event["job"] = job
+    return {**event, **extra}
+
+
+def invoke(name: str, event: dict[str, Any], timeout: float = 70.0) -> dict[str, Any]:
+    context = Context(function_name=f"tierq-{name}", timeout_seconds=timeout)
+    return function_module(name).lambda_handler(event, context)
+
+
+def emf_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"_aws"' in line:
+            out.append(json.loads(line))
+    return out

@@ -4,7 +4,6 @@ with the events EventBridge sends it, over real stores."""
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.support import Context, Invoke, function_module, load_event
+from tests.handlers.support import (
+    Invoke,
+    emf_lines,
+    invoke,
+    load_event,
+    scheduler_event,
+)
 from tierq.scheduled import TickReport, run_ticks
 
 
@@ -130,27 +135,6 @@ def test_bad_events_are_refused(event: dict[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------- handlers
-
-
-def scheduler_event(job: str, **extra: Any) -> dict[str, Any]:
-    """What EventBridge Scheduler sends: the template's Input (see events/)."""
-    event = load_event("scheduler_reaper.json")
-    event["job"] = job
-    return {**event, **extra}
-
-
-def invoke(name: str, event: dict[str, Any], timeout: float = 70.0) -> dict[str, Any]:
-    context = Context(function_name=f"tierq-{name}", timeout_seconds=timeout)
-    return function_module(name).lambda_handler(event, context)
-
-
-def emf_lines(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{") and '"_aws"' in line:
-            out.append(json.loads(line))
-    return out
 
 
 def test_delayed_mover_with_an_eventbridge_rule_event(call: Invoke,

@@ -9,8 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.support import Invoke
-from tests.handlers.test_scheduled import emf_lines, invoke, scheduler_event
+from tests.handlers.support import Invoke, emf_lines, invoke, scheduler_event
 from tests.maintenance.helpers import seed_idle_pairs
 from tierq.api.runtime import engine
 from tierq.scheduled import jobs

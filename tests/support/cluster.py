@@ -41,3 +41,14 @@ def keys_per_master(client: RedisCluster) -> dict[str, int]:
         finally:
             direct.close()
     return sizes
+
+
+def serve_own_slots(ports: list[int]) -> None:
+    """Let each master answer for its own slots while another master is down
+    (``cluster-require-full-coverage no``)."""
+    for port in ports:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        try:
+            client.config_set("cluster-require-full-coverage", "no")
+        finally:
+            client.close()
