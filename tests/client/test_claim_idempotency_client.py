@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.client.scripted_server import Reply, ScriptedServer
-from tests.client.test_idempotency_client import DroppingProxy
+from tests.client.scripted_server import DroppingProxy, Reply, ScriptedServer
 from tests.support.local_api import QueueNames
 from tierq.client import Client, RetryPolicy
 from tierq.dal.warm_tier import PairKeys

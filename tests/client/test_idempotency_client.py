@@ -4,17 +4,14 @@ loses the first answer (a retried enqueue leaves one task)."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
-from tests.client.scripted_server import Reply, ScriptedServer
+from tests.client.scripted_server import DroppingProxy, Reply, ScriptedServer
 from tests.support.local_api import QueueNames
 from tierq.api.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.client import Client, InvalidInputError, RetryPolicy
@@ -138,54 +135,6 @@ def test_a_large_enqueue_is_sent_in_requests_that_fit(scripted: ScriptedServer) 
 
 
 # ----------------------------------------------------------------------- the real API
-
-
-class DroppingProxy:
-    """Forwards requests to the API; the first POST's answer is lost on the way back (the
-    connection closes without a response), as when a gateway times out after the work was
-    done."""
-
-    def __init__(self, target: str) -> None:
-        self.dropped = 0
-        self.forwarded: list[dict[str, str]] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "connection")}
-                proxy.forwarded.append({k.lower(): v for k, v in headers.items()})
-                reply = httpx.request(self.command, target + self.path, content=body,
-                                      headers=headers, timeout=30)
-                if self.command == "POST" and proxy.dropped == 0:
-                    proxy.dropped += 1
-                    self.close_connection = True
-                    return  # the work is done; the answer never arrives
-                self.send_response(reply.status_code)
-                for name in ("content-type", "idempotent-replayed", "retry-after"):
-                    if name in reply.headers:
-                        self.send_header(name, reply.headers[name])
-                self.send_header("Content-Length", str(len(reply.content)))
-                self.end_headers()
-                self.wfile.write(reply.content)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _forward
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import parse_qsl
 
+import orjson
 import psycopg
 import redis
 
@@ -68,3 +70,28 @@ def assert_each_delivered_once(deliveries: Sequence[Delivery], acked: Sequence[s
             assert second_at >= first_expiry, f"{task_id} handed out twice within a lease"
     assert doubles == []
     assert Counter(acked) == Counter(ids)
+
+
+def http_event(method: str, target: str, body: Any = None,
+               claims: dict[str, str] | None = None) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload 2.0) event for ``target`` (a path with its query)."""
+    path, _, query = target.partition("?")
+    context: dict[str, Any] = {
+        "accountId": "123456789012", "apiId": "local", "domainName": "localhost",
+        "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                 "sourceIp": "127.0.0.1", "userAgent": "pytest"},
+        "requestId": "test", "routeKey": "$default", "stage": "$default",
+        "time": "01/May/2026:09:00:00 +0000", "timeEpoch": 0,
+    }
+    # without claims given: an admin's token (see tierq.api.access)
+    context["authorizer"] = {"jwt": {"claims": claims if claims is not None
+                                     else {"scope": "tierq/admin"}, "scopes": []}}
+    event = {
+        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": query,
+        "headers": {"content-type": "application/json"}, "requestContext": context,
+        "body": None if body is None else orjson.dumps(body).decode(),
+        "isBase64Encoded": False,
+    }
+    if query:
+        event["queryStringParameters"] = dict(parse_qsl(query))
+    return event

@@ -10,7 +10,6 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -18,6 +17,7 @@ import psycopg
 import pytest
 import redis
 
+from tests.integration.helpers import http_event
 from tierq.dal.postgres import run
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
@@ -489,30 +489,6 @@ def test_a_payload_may_hold_the_text_of_a_nul_escape(make_tq: Factory) -> None:
 
 
 # -- the admin function's routes (API Gateway HTTP API events, real stores) ---------------------
-
-
-def http_event(method: str, target: str, body: Any = None,
-               claims: dict[str, str] | None = None) -> dict[str, Any]:
-    path, _, query = target.partition("?")
-    context: dict[str, Any] = {
-        "accountId": "123456789012", "apiId": "local", "domainName": "localhost",
-        "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
-                 "sourceIp": "127.0.0.1", "userAgent": "pytest"},
-        "requestId": "test", "routeKey": "$default", "stage": "$default",
-        "time": "01/May/2026:09:00:00 +0000", "timeEpoch": 0,
-    }
-    # without claims given: an admin's token (see tierq.api.access)
-    context["authorizer"] = {"jwt": {"claims": claims if claims is not None
-                                     else {"scope": "tierq/admin"}, "scopes": []}}
-    event = {
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": query,
-        "headers": {"content-type": "application/json"}, "requestContext": context,
-        "body": None if body is None else orjson.dumps(body).decode(),
-        "isBase64Encoded": False,
-    }
-    if query:
-        event["queryStringParameters"] = dict(parse_qsl(query))
-    return event
 
 
 @pytest.fixture

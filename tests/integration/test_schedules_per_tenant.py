@@ -15,7 +15,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.integration.test_schedules import http_event
+from tests.integration.helpers import http_event
 from tests.support.stores import scratch_database
 from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
 from tierq.dal import migrate as migrations
