@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_query_plans import (  # noqa: F401 (unanalyzed: a fixture)
+from tests.integration.plans import (
     PAIRS_SETUP,
     explain,
     rows_read,
     rows_setup,
     seq_scans_of_tasks,
-    unanalyzed,
 )
 
 STATE_INDEXES = {"tierq_tasks_warm_since", "tierq_tasks_cold_line", "tierq_tasks_delayed_pair",
@@ -21,7 +20,7 @@ STATE_INDEXES = {"tierq_tasks_warm_since", "tierq_tasks_cold_line", "tierq_tasks
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-def test_the_gauge_walk_reads_one_entry_per_pair_with_rows(unanalyzed, mode):  # noqa: F811
+def test_the_gauge_walk_reads_one_entry_per_pair_with_rows(unanalyzed, mode):
     setup = ";".join([rows_setup("c", "cold"), rows_setup("d", "delayed"),
                       rows_setup("x", "dead"), rows_setup("done-only", "done"), PAIRS_SETUP])
     values = {"after_queue": "", "after_tenant": "", "limit": 100}
@@ -36,7 +35,7 @@ def test_the_gauge_walk_reads_one_entry_per_pair_with_rows(unanalyzed, mode):  #
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-def test_the_gauge_walk_goes_on_after_its_cursor(unanalyzed, mode):  # noqa: F811
+def test_the_gauge_walk_goes_on_after_its_cursor(unanalyzed, mode):
     setup = ";".join([rows_setup("c", "cold"), rows_setup("x", "dead"), PAIRS_SETUP])
     values = {"after_queue": "c", "after_tenant": "_", "limit": 100}
     nodes = explain(unanalyzed, "walk_gauge_pairs", values, mode, setup)

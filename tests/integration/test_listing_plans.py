@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.integration.test_query_plans import explain
+from tests.integration.plans import explain
 from tests.support.stores import migrated_database
 
 QUEUES, TENANTS = 200, 100  # 20,000 registered pairs

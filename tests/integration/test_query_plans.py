@@ -7,35 +7,21 @@ benchmarks). Each plan here is checked generic and custom, on a table never anal
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from tests.support.stores import migrated_database
-from tierq.dal.sql_files import query
+from tests.integration.plans import (
+    PAIRS_SETUP,
+    WARM_ROWS,
+    explain,
+    rows_read,
+    rows_setup,
+    seq_scans_of_tasks,
+)
 
-WARM_ROWS = 20_000
 BATCH = 100
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-
-
-@pytest.fixture(scope="module")
-def unanalyzed(services: Any) -> Iterator[psycopg.Connection[Any]]:
-    """A database of its own: WARM_ROWS warm tasks of queue 'q', autovacuum off, no stats."""
-    with migrated_database(services.postgres.url, "tierq_plans") as url, \
-            psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
-        conn.execute(
-            "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
-            " run_at_initially, max_attempts, seq, created_at, ready_since, state_since)"
-            " SELECT gen_random_uuid(), 'q', '_', 0, '{}', 'warm', now(), now(), 5, g,"
-            " now(), now(), now() FROM generate_series(1, %s) AS g", (WARM_ROWS,))
-        yield conn
 
 
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
@@ -44,40 +30,6 @@ def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
             "attempt": 1, "attempts": [1] * n, "errors": ["boom"] * n,
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
             "results": ['{"ok": true}'] * n}
-
-
-def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from plan_nodes(child)
-
-
-def explain(conn: psycopg.Connection[Any], name: str, values: dict[str, Any], mode: str,
-            setup: str | None = None) -> list[dict[str, Any]]:
-    """The nodes of a named query's executed plan, prepared as the engine's connections
-    prepare it, in a transaction rolled back afterwards (with ``setup`` run first in it)."""
-    text = query(name)
-    order: list[str] = []
-    for placeholder in PLACEHOLDER.findall(text):
-        if placeholder not in order:
-            order.append(placeholder)
-    numbered = PLACEHOLDER.sub(lambda m: f"${order.index(m.group(1)) + 1}", text)
-    statement = f"plan_{name}"
-    conn.execute(f"SET plan_cache_mode = {mode}")
-    conn.execute("BEGIN")
-    try:
-        if setup:
-            conn.execute(setup)
-        conn.execute(f"PREPARE {statement} AS {numbered}")
-        explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
-            sql.Identifier(statement),
-            sql.SQL(", ").join(sql.Literal(values[p]) for p in order))
-        row = conn.execute(explain).fetchone()
-    finally:
-        conn.execute("ROLLBACK")
-        conn.execute(f"DEALLOCATE {statement}")  # prepared statements outlive a rollback
-    assert row is not None
-    return list(plan_nodes(row[0][0]["Plan"]))
 
 
 def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str, ...]) -> None:
@@ -120,35 +72,6 @@ def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mo
 
 
 # -- maintenance by activity: the walks read what has work, never the pairs ever seen ----------
-
-IDLE_PAIRS = 2_000
-FINISHED_ROWS = 500
-
-
-def rows_setup(queue: str, state: str, n: int = FINISHED_ROWS) -> str:
-    """``n`` rows of ``queue`` in ``state``, finished a day ago (for the states that are)."""
-    return ("INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
-            " run_at_initially, max_attempts, seq, created_at, ready_since, state_since,"
-            " finished_at)"
-            f" SELECT gen_random_uuid(), '{queue}', '_', 0, '{{}}', '{state}', now(), now(), 5,"
-            " 100000 + g, now(), now(), now(), now() - interval '1 day'"
-            f" FROM generate_series(1, {n}) AS g")
-
-
-PAIRS_SETUP = ("INSERT INTO tierq_queue_tenants (queue, tenant, last_seen)"
-               " SELECT 'idle-' || g, '_', now() - interval '400 days'"
-               f" FROM generate_series(1, {IDLE_PAIRS}) AS g")
-
-
-def seq_scans_of_tasks(nodes: list[dict[str, Any]]) -> list[str]:
-    return [n["Node Type"] for n in nodes
-            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "tierq_tasks"]
-
-
-def rows_read(nodes: list[dict[str, Any]]) -> int:
-    return max((n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)) * n.get(
-        "Actual Loops", 1) for n in nodes if n.get("Relation Name") == "tierq_tasks")
-
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 def test_the_warm_walk_skips_over_each_pairs_rows(unanalyzed, mode):
