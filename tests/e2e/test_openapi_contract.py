@@ -34,6 +34,7 @@ from schemathesis.checks import (
     unsupported_method,
 )
 
+from tierq.models.queues import BackoffSettings
 from tierq.models.schedules import normalize_cron
 from tierq.models.tasks import MAX_DELAY_SECONDS
 
@@ -84,12 +85,12 @@ def _within_unstatable_rules(case: Any) -> None:
             normalize_cron(body["cron"])
         except ValueError:
             body["cron"] = "*/5 * * * *"
-    # backoff: cap_seconds not below base_seconds
+    # backoff: cap_seconds (given, or its default) not below base_seconds
     backoff = body.get("backoff")
-    if isinstance(backoff, dict) and isinstance(backoff.get("base_seconds"), int | float) \
-            and isinstance(backoff.get("cap_seconds"), int | float) \
-            and backoff["cap_seconds"] < backoff["base_seconds"]:
-        backoff["cap_seconds"] = backoff["base_seconds"]
+    if isinstance(backoff, dict) and isinstance(backoff.get("base_seconds"), int | float):
+        cap = backoff.get("cap_seconds", BackoffSettings.model_fields["cap_seconds"].default)
+        if isinstance(cap, int | float) and cap < backoff["base_seconds"]:
+            backoff["cap_seconds"] = backoff["base_seconds"]
     # no 20 s long-polls here
     if isinstance(body.get("wait_seconds"), int | float) \
             and not isinstance(body.get("wait_seconds"), bool):

@@ -127,11 +127,15 @@ def _zone_enum(schema: dict[str, Any]) -> None:
 
 # Exactly one way of saying when (the validator _one_timing), and a timezone only with cron
 # or daily (_timezone), in the API document's words.
+_NULL = {"type": "null"}
 _ONE_TIMING: list[dict[str, Any]] = [
-    {"required": ["cron"], "properties": {"cron": {"type": "string"}}},
+    {"required": ["cron"], "properties": {"cron": {"type": "string"},
+                                          "every_seconds": _NULL, "daily": _NULL}},
     {"required": ["every_seconds"], "properties": {"every_seconds": {"type": "number"},
-                                                    "timezone": {"type": "null"}}},
-    {"required": ["daily"], "properties": {"daily": {"type": "array"}}},
+                                                    "cron": _NULL, "daily": _NULL,
+                                                    "timezone": _NULL}},
+    {"required": ["daily"], "properties": {"daily": {"type": "array"},
+                                           "cron": _NULL, "every_seconds": _NULL}},
 ]
 
 
