@@ -277,6 +277,7 @@ def test_openapi_route_and_dashboard(call: Invoke, monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize(("body", "status", "field"), [
     ({"tasks": [{"payload": 1}, {"payload": 2, "priority": 10}]}, 422, "tasks[1].priority"),
     ({"payload": 1, "priority": -1}, 422, "priority"),
+    ({"payload": 1, "priority": True}, 422, "priority"),
     ({"payload": 1, "bogus": True}, 422, "bogus"),
     ({"priority": 1}, 422, "payload"),
     ({"tasks": []}, 422, "tasks"),
@@ -380,6 +381,8 @@ def test_payload_over_256_kib_is_413(call: Invoke, pg: psycopg.Connection[Any],
     ("POST", "/v1/queues/jobs/dlq/replay", {"all": "true"}, "all"),
     ("DELETE", "/v1/queues/jobs/dlq", {"all": 1}, "all"),
     ("PUT", "/v1/queues/jobs", {"paused": "yes"}, "paused"),
+    ("PUT", "/v1/queues/jobs", {"warm_max": True}, "warm_max"),  # nor are they numbers
+    ("POST", "/v1/queues/jobs/claims", {"max": True}, "max"),
     ("POST", "/v1/queues/jobs/nacks", {"nacks": [{"id": str(uuid.uuid4()), "lease_token": "t",
                                                    "dead": "true"}]}, "nacks[0].dead"),
 ])

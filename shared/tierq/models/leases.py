@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.json_schema import JsonDict
 
 from tierq.models.names import NO_NUL_PATTERN, TenantName
+from tierq.models.strict import RequestModel
 
 NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
@@ -17,7 +18,7 @@ MAX_LEASE_SECONDS = 43_200  # 12 hours, as SQS's visibility timeout
 MAX_CLAIM = 500
 
 
-class ClaimRequest(BaseModel):
+class ClaimRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     max: int = Field(default=1, ge=1, le=MAX_CLAIM, description="How many tasks at most.")
@@ -49,7 +50,7 @@ class ClaimedTask(BaseModel):
 CLAIMED_TASKS: TypeAdapter[list[ClaimedTask]] = TypeAdapter(list[ClaimedTask])
 
 
-class AckItem(BaseModel):
+class AckItem(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
@@ -57,7 +58,7 @@ class AckItem(BaseModel):
     result: Any = Field(default=None, description="Kept with the task until retention ends.")
 
 
-class NackItem(BaseModel):
+class NackItem(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
@@ -68,14 +69,14 @@ class NackItem(BaseModel):
                        description="Dead-letter now, whatever the attempts left.")
 
 
-class ReleaseItem(BaseModel):
+class ReleaseItem(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID
     lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
 
 
-class HeartbeatItem(BaseModel):
+class HeartbeatItem(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     id: UUID

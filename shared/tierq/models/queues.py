@@ -8,13 +8,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tierq.core.backoff import BackoffPolicy
+from tierq.models.strict import RequestModel
 
 # warm_max_bytes: from 1 KiB (tests, tiny queues) to 1 TiB
 WARM_MAX_BYTES_MIN = 1024
 WARM_MAX_BYTES_MAX = 1 << 40
 
 
-class BackoffSettings(BaseModel):
+class BackoffSettings(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["fixed", "linear", "exponential"] = "exponential"
@@ -46,7 +47,7 @@ class QueueSettings(BaseModel):
     paused: bool = False
 
 
-class QueueSettingsUpdate(BaseModel):
+class QueueSettingsUpdate(RequestModel):
     """PUT /v1/queues/{queue}: only the fields given change."""
 
     model_config = ConfigDict(extra="forbid")

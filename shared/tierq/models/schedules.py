@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from tierq.models.names import QueueName, TenantName
+from tierq.models.strict import RequestModel
 
 SCHEDULE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 MAX_HORIZON = 1000
@@ -139,7 +140,7 @@ _ONE_TIMING: list[dict[str, Any]] = [
 ]
 
 
-class ScheduleIn(BaseModel):
+class ScheduleIn(RequestModel):
     """``PUT /v1/schedules/{name}``: the whole schedule (a PUT replaces it)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": _ONE_TIMING})

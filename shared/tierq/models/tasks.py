@@ -9,6 +9,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from tierq.models.names import RUN_AT_PATTERN, TaskKey, TenantName
+from tierq.models.strict import RequestModel
 
 MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
 
@@ -16,7 +17,7 @@ TaskState = Literal["delayed", "cold", "warm", "leased", "dead", "done"]
 Outcome = Literal["created", "updated", "ignored"]
 
 
-class TaskIn(BaseModel):
+class TaskIn(RequestModel):
     """One task to enqueue."""
 
     # delay_seconds or run_at, not both (the validator _one_schedule)

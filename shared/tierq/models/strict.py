@@ -1,0 +1,29 @@
+"""The base of request bodies: a JSON ``true`` or ``false`` is not a number. Pydantic's lax
+mode reads them as 1 and 0 for ``int`` and ``float`` fields, which the API document (JSON
+Schema's ``integer`` / ``number``) does not allow; strict mode would also refuse ``3.0`` for
+an integer, which JSON Schema allows. So booleans alone are refused, naming the field."""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationInfo, field_validator
+
+
+def _numeric(annotation: Any) -> bool:
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_numeric(arg) for arg in get_args(annotation))
+    return False
+
+
+class RequestModel(BaseModel):
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None \
+                and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError("must be a number, not true or false")
+        return value
