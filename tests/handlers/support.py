@@ -105,3 +105,21 @@ def emf_lines(text: str) -> list[dict[str, Any]]:
         if line.startswith("{") and '"_aws"' in line:
             out.append(json.loads(line))
     return out
+
+
+def stand_in_gateway(handler: Callable[[dict[str, Any], Any], dict[str, Any]], *,
+                     log: Callable[[str], None] | None = None,
+                     open_without_claims: bool | None = None) -> Any:
+    """The local gateway (``tierq.devserver.http.LocalApi``) over template.yaml's routes, with
+    ``handler`` standing in for every function: for tests of the gateway itself."""
+    from tierq.devserver.http import LocalApi
+    from tierq.devserver.lambdas import LocalFunction
+    from tierq.devserver.template import Template
+
+    template = Template.load(REPO / "template.yaml")
+    functions = {lid: LocalFunction(spec, REPO, handler=handler)
+                 for lid, spec in template.functions.items()}
+    api = LocalApi(template.routes, functions, log=log or (lambda line: None))
+    if open_without_claims is not None:
+        api.open_without_claims = open_without_claims
+    return api

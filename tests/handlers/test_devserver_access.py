@@ -9,13 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.handlers.support import REPO
+from tests.handlers.support import stand_in_gateway
 from tierq.api.access import LOCAL_GATEWAY, LOCAL_GATEWAY_KEY
 from tierq.devserver.http import LocalApi, LocalHttpServer, is_loopback
-from tierq.devserver.lambdas import LocalFunction
-from tierq.devserver.template import Template
-
-TEMPLATE = Template.load(REPO / "template.yaml")
 
 
 def recording_api(*, open_without_claims: bool | None = None) -> tuple[LocalApi, list[Any]]:
@@ -25,12 +21,7 @@ def recording_api(*, open_without_claims: bool | None = None) -> tuple[LocalApi,
         events.append(event)
         return {"statusCode": 200, "body": "{}"}
 
-    functions = {lid: LocalFunction(spec, REPO, handler=handler)
-                 for lid, spec in TEMPLATE.functions.items()}
-    api = LocalApi(TEMPLATE.routes, functions, log=lambda line: None)
-    if open_without_claims is not None:
-        api.open_without_claims = open_without_claims
-    return api, events
+    return stand_in_gateway(handler, open_without_claims=open_without_claims), events
 
 
 def test_until_told_it_is_on_loopback_the_gateway_requires_the_header() -> None:

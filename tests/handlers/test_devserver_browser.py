@@ -13,12 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.handlers.support import REPO
-from tierq.devserver.http import LocalApi, LocalHttpServer, is_loopback_authority
-from tierq.devserver.lambdas import LocalFunction
-from tierq.devserver.template import Template
-
-TEMPLATE = Template.load(REPO / "template.yaml")
+from tests.handlers.support import stand_in_gateway
+from tierq.devserver.http import LocalHttpServer, is_loopback_authority
 
 
 class Recorder:
@@ -36,10 +32,7 @@ def served() -> Iterator[tuple[LocalHttpServer, Recorder]]:
     """A real gateway bound to 127.0.0.1 (so open to the local caller), its functions
     recording the events they get."""
     recorder = Recorder()
-    functions = {lid: LocalFunction(spec, REPO, handler=recorder.handler)
-                 for lid, spec in TEMPLATE.functions.items()}
-    server = LocalHttpServer("127.0.0.1", 0, LocalApi(TEMPLATE.routes, functions,
-                                                      log=lambda line: None),
+    server = LocalHttpServer("127.0.0.1", 0, stand_in_gateway(recorder.handler),
                              access_log=False)
     server.start()
     try:
@@ -127,9 +120,7 @@ def test_public_routes_stay_readable(served: tuple[LocalHttpServer, Recorder]) -
 def test_off_loopback_the_claims_header_rule_applies_instead() -> None:
     # bound elsewhere the header is required and judged by the functions, whatever the Host
     recorder = Recorder()
-    functions = {lid: LocalFunction(spec, REPO, handler=recorder.handler)
-                 for lid, spec in TEMPLATE.functions.items()}
-    api = LocalApi(TEMPLATE.routes, functions, log=lambda line: None)
+    api = stand_in_gateway(recorder.handler)
     header = [("Host", "queue-box.internal:8000"), ("x-tierq-jwt-claims", '{"tenant": "a"}')]
     assert api.handle("GET", "/v1/queues", header, b"", "10.0.0.9")[0].status == 200
     assert api.handle("GET", "/v1/queues", header[:1], b"", "10.0.0.9")[0].status == 401

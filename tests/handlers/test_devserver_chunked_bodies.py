@@ -7,12 +7,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from tests.handlers.support import REPO
-from tierq.devserver.http import LocalApi, LocalHttpServer
-from tierq.devserver.lambdas import LocalFunction
-from tierq.devserver.template import Template
-
-TEMPLATE = Template.load(REPO / "template.yaml")
+from tests.handlers.support import stand_in_gateway
+from tierq.devserver.http import LocalHttpServer
 
 
 def recording_server() -> tuple[LocalHttpServer, list[dict[str, Any]]]:
@@ -22,10 +18,7 @@ def recording_server() -> tuple[LocalHttpServer, list[dict[str, Any]]]:
         events.append(event)
         return {"statusCode": 200, "body": "{}"}
 
-    functions = {lid: LocalFunction(spec, REPO, handler=handler)
-                 for lid, spec in TEMPLATE.functions.items()}
-    api = LocalApi(TEMPLATE.routes, functions, log=lambda line: None)
-    server = LocalHttpServer("127.0.0.1", 0, api, access_log=False)
+    server = LocalHttpServer("127.0.0.1", 0, stand_in_gateway(handler), access_log=False)
     server.start()
     return server, events
 

@@ -8,13 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.handlers.support import REPO
+from tests.handlers.support import stand_in_gateway
 from tierq.api import sizing
 from tierq.devserver.http import LocalApi
-from tierq.devserver.lambdas import LocalFunction
-from tierq.devserver.template import Template
-
-TEMPLATE = Template.load(REPO / "template.yaml")
 
 
 def api_answering(body: str) -> tuple[LocalApi, list[str]]:
@@ -23,10 +19,7 @@ def api_answering(body: str) -> tuple[LocalApi, list[str]]:
                 "body": body, "isBase64Encoded": False, "cookies": []}
 
     lines: list[str] = []
-    functions = {lid: LocalFunction(spec, REPO, handler=handler)
-                 for lid, spec in TEMPLATE.functions.items()}
-    return LocalApi(TEMPLATE.routes, functions, log=lines.append,
-                    open_without_claims=True), lines
+    return stand_in_gateway(handler, log=lines.append, open_without_claims=True), lines
 
 
 def get(api: LocalApi) -> int:
