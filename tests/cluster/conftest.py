@@ -10,12 +10,26 @@ masters: tests/support/cluster.py.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tierq.devstack import PrivateValkeyCluster
+
+
+@pytest.fixture
+def partial_cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
+    """A cluster of the test's own, for tests that stop one of its masters (the session's
+    stays whole); a master is declared failed after one second."""
+    nodes = PrivateValkeyCluster(session_dir / f"partial-{uuid.uuid4().hex[:8]}",
+                                 node_timeout_ms=1000)
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
 
 
 @pytest.fixture(scope="session")

@@ -9,29 +9,14 @@ import hashlib
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from tests.support.cluster import serve_own_slots
 from tierq.config import Settings
-from tierq.devstack import PrivateValkeyCluster
 from tierq.devstack.services import wait_pid_gone
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.logic import idempotency
 from tierq.logic.context import OffsetClock
-
-
-@pytest.fixture
-def partial_cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
-    nodes = PrivateValkeyCluster(session_dir / "idem-partial", node_timeout_ms=1000)
-    nodes.start()
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
 
 
 def test_records_on_surviving_masters_are_kept_while_one_master_is_down(

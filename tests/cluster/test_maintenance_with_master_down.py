@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node
 from tests.support.polling import eventually
 from tierq.config import Settings
-from tierq.devstack import PrivateValkeyCluster
 from tierq.devstack.services import wait_pid_gone
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
@@ -41,17 +37,6 @@ DELAY = 60
 LEASE = 30
 CLAIMED = 4  # per tenant: the first ACKED acked, the rest left to expire
 ACKED = 2
-
-
-@pytest.fixture
-def partial_cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
-    """A cluster of its own (the session's stays whole)."""
-    nodes = PrivateValkeyCluster(session_dir / "partial", node_timeout_ms=1000)
-    nodes.start()
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
 
 
 def _states(pg: psycopg.Connection[Any], tenant: str) -> dict[str, int]:
