@@ -56,6 +56,21 @@ OPENAPI_DESCRIPTION = (
     + "; every other route is open to tenant callers, scoped to their tenant."
 )
 PUBLIC_PATHS = ("/v1/openapi.json", "/dashboard")
+_NO_NUL = r"^[^\u0000]*$"
+_SELF = {"$ref": "#/components/schemas/JsonValue"}
+JSON_VALUE: dict[str, Any] = {
+    "description": "Any JSON value: no NUL character in a string or key, integers within "
+                   "64 bits (-2^63 to 2^64-1), nested at most 1024 deep.",
+    "anyOf": [
+        {"type": "null"}, {"type": "boolean"},
+        {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "string", "pattern": _NO_NUL},
+        {"type": "array", "items": _SELF},
+        {"type": "object", "propertyNames": {"pattern": _NO_NUL}, "additionalProperties": _SELF},
+    ],
+}
+ANY_JSON_FIELDS = (("TaskIn", "payload"), ("ScheduleIn", "payload"), ("AckItem", "result"))
 
 
 # --------------------------------------------------------------------------- JSON bodies
@@ -341,6 +356,14 @@ def _generate_document() -> dict[str, Any]:
         for operation in operations.values():
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 _drop_null_branch(media.get("schema", {}))
+    # "Any JSON value" (payloads, results) as the strict body parser takes it: no NUL in a
+    # string or key, integers within 64 bits (parse_json_body)
+    schemas = components.setdefault("schemas", {})
+    schemas["JsonValue"] = JSON_VALUE
+    for model, field in ANY_JSON_FIELDS:
+        prop = schemas.get(model, {}).get("properties", {}).get(field)
+        if prop is not None:
+            prop["$ref"] = "#/components/schemas/JsonValue"
     # Powertools adds its own 422 schemas; every error here has tierq's shape instead. Drop
     # them when nothing refers to them any more.
     schemas = components.get("schemas", {})
