@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,27 +20,29 @@ import pytest
 from tierq.devstack import PrivateValkeyCluster
 
 
+@contextmanager
+def running(nodes: PrivateValkeyCluster) -> Iterator[PrivateValkeyCluster]:
+    """The cluster started, and stopped afterwards."""
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
 @pytest.fixture
 def partial_cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
     """A cluster of the test's own, for tests that stop one of its masters (the session's
     stays whole); a master is declared failed after one second."""
-    nodes = PrivateValkeyCluster(session_dir / f"partial-{uuid.uuid4().hex[:8]}",
-                                 node_timeout_ms=1000)
-    nodes.start()
-    try:
+    with running(PrivateValkeyCluster(session_dir / f"partial-{uuid.uuid4().hex[:8]}",
+                                      node_timeout_ms=1000)) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
 
 
 @pytest.fixture(scope="session")
 def cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
-    nodes = PrivateValkeyCluster(session_dir / "cluster")
-    nodes.start()
-    try:
+    with running(PrivateValkeyCluster(session_dir / "cluster")) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
 
 
 @pytest.fixture(scope="session")
