@@ -2,7 +2,7 @@
 processes started together, and the measurements (rates, latency percentiles, Postgres
 statements, Valkey memory).
 
-Every benchmark runs against PRIVATE servers by default (``tierq.devstack`` under
+Every benchmark runs against PRIVATE servers by default (``tierq.local.services`` under
 ``/tmp/tierq-bench-<uid>``), so nobody else's load disturbs the numbers and nothing of
 anybody else's is wiped. ``--database-url``/``--valkey-url`` point it at given servers
 instead: it then creates and drops its own databases on that PostgreSQL and deletes only
@@ -32,7 +32,7 @@ import psycopg
 import redis
 from psycopg import sql
 
-from tierq.devstack import LocalServices, ensure_services
+from tierq.local.services import LocalServices, ensure_services
 
 DEFAULT_STATE_DIR = Path(f"/tmp/tierq-bench-{os.getuid()}")
 READY_TIMEOUT = 180.0
@@ -187,7 +187,7 @@ def machine_info(stores: Stores) -> dict[str, str]:
                           f"rdb saves={client.config_get('save').get('save') or 'off'})")
     finally:
         client.close()
-    info["servers"] = "private (tierq.devstack)" if stores.private else "given by URL"
+    info["servers"] = "private (tierq.local.services)" if stores.private else "given by URL"
     return info
 
 

@@ -406,7 +406,7 @@ class TierqHttp(System):
     def running(self, prepared: Prepared) -> Iterator[None]:
         import httpx
 
-        from tierq.devstack.services import free_port
+        from tierq.local.services.manager import free_port
 
         port = free_port()
         env = {**os.environ, "DATABASE_URL": prepared.spec["database_url"],

@@ -16,8 +16,8 @@ import time
 from typing import Any
 
 from tierq.client import Client
+from tierq.client.worker import PermanentError, RetryableError, Worker
 from tierq.models import ClaimedTask
-from tierq.worker import PermanentError, RetryableError, Worker
 
 log = logging.getLogger("examples.worker")
 

@@ -1,9 +1,9 @@
 """The `ack` function: POST /v1/queues/{queue}/acks, …/nacks, …/releases and …/heartbeats
-(tierq.api.routes.leases).
+(tierq.aws.http.routes.leases).
 
 The route code lives in the tierq package (the Lambda layer).
 """
 
-from tierq.api.resolver import http_handler
+from tierq.aws.http.resolver import http_handler
 
 lambda_handler = http_handler("ack")

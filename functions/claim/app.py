@@ -1,8 +1,8 @@
-"""The `claim` function: POST /v1/queues/{queue}/claims (tierq.api.routes.claims).
+"""The `claim` function: POST /v1/queues/{queue}/claims (tierq.aws.http.routes.claims).
 
 The route code lives in the tierq package (the Lambda layer).
 """
 
-from tierq.api.resolver import http_handler
+from tierq.aws.http.resolver import http_handler
 
 lambda_handler = http_handler("claim")

@@ -1,8 +1,8 @@
-"""The `enqueue` function: POST /v1/queues/{queue}/tasks (tierq.api.routes.enqueue).
+"""The `enqueue` function: POST /v1/queues/{queue}/tasks (tierq.aws.http.routes.enqueue).
 
 The route code lives in the tierq package (the Lambda layer).
 """
 
-from tierq.api.resolver import http_handler
+from tierq.aws.http.resolver import http_handler
 
 lambda_handler = http_handler("enqueue")

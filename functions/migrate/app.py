@@ -1,5 +1,5 @@
 """The `migrate` function: the CloudFormation custom resource that applies the SQL
-migrations on stack create and update (see tierq.api.custom_resource)."""
+migrations on stack create and update (see tierq.aws.custom_resource)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tierq.api.custom_resource import handle
-from tierq.api.runtime import logger, tracer
+from tierq.aws.custom_resource import handle
+from tierq.aws.runtime import logger, tracer
 
 
 @logger.inject_lambda_context

@@ -2,7 +2,7 @@
 # Prepare this checkout to run: a virtual environment in .venv with tierq and its packages.
 # Idempotent and quick when nothing changed. Usage: infra/local/bootstrap.sh [extras]
 #   extras: a comma-separated list of pyproject extras (default: dev)
-# Servers are not started here: tierq starts what it needs (see tierq.devstack).
+# Servers are not started here: tierq starts what it needs (see tierq.local.services).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 extras="${1:-dev}"

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     # (never lost). The default waits: an ack that returned success is durable.
     ack_synchronous_commit: bool = Field(default=True, alias="TIERQ_ACK_SYNCHRONOUS_COMMIT")
 
-    # Who a JWT caller is (tierq.api.access): the claim naming its tenant, and the scope
+    # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
     # that makes it an administrator (one whole word of the `scope` claim).
     tenant_claim: str = Field(default="tenant", max_length=128, alias="TIERQ_TENANT_CLAIM")
     admin_scope: str = Field(default="tierq/admin", max_length=256, alias="TIERQ_ADMIN_SCOPE")

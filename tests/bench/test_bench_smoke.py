@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tierq.devstack import LocalServices
+from tierq.local.services import LocalServices
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import psycopg
 
 from tests.client.scripted_server import Reply, ScriptedServer
 from tests.support.local_api import QueueNames
-from tierq.api.models import MAX_IDS as API_MAX_IDS
+from tierq.aws.http.models import MAX_IDS as API_MAX_IDS
 from tierq.client import Client, RetryPolicy
 from tierq.client.http import MAX_IDS
 

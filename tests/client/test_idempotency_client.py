@@ -13,10 +13,10 @@ import pytest
 
 from tests.client.scripted_server import DroppingProxy, Reply, ScriptedServer
 from tests.support.local_api import QueueNames
-from tierq.api.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.client import Client, InvalidInputError, RetryPolicy
 from tierq.client.errors import ApiError
 from tierq.client.http import enqueue_batches
+from tierq.core.sizing import REQUEST_BODY_LIMIT, body_cost
 
 OUTCOME = {"id": "01a2010d-0000-7000-8000-000000000001", "outcome": "created", "state": "warm",
            "tenant": "_", "key": None}

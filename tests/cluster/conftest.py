@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tierq.devstack import PrivateValkeyCluster
+from tierq.local.services import PrivateValkeyCluster
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""``python -m tierq.devstack up --valkey-cluster``: a private three-master cluster next to
+"""``python -m tierq.local.services up --valkey-cluster``: a private three-master cluster next to
 a private PostgreSQL, exported with VALKEY_CLUSTER=true, shown by ``status`` and stopped by
 ``down``."""
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tierq.devstack import stop_private_services
-from tierq.devstack.services import probe
-from tierq.devstack.valkey_cluster import MAX_NODE_PORT, cluster_nodes
+from tierq.local.services import stop_private_services
+from tierq.local.services.manager import probe
+from tierq.local.services.valkey_cluster import MAX_NODE_PORT, cluster_nodes
 
 ENV_VARS = ("DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER")
 
@@ -37,7 +37,7 @@ def state_dir() -> Iterator[Path]:
 @pytest.mark.slow
 def test_up_valkey_cluster_status_down(state_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
-    cmd = [sys.executable, "-m", "tierq.devstack"]
+    cmd = [sys.executable, "-m", "tierq.local.services"]
     up = subprocess.run([*cmd, "up", "--valkey-cluster", "--state-dir", str(state_dir)],
                         env=env, capture_output=True, text=True, timeout=180, check=True)
     exports = dict(shlex.split(line.removeprefix("export "))[0].split("=", 1)

@@ -11,9 +11,9 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.integration.helpers import count_rows
-from tierq.api.routes.enqueue import enqueue_once
-from tierq.devstack import flush_all_nodes
+from tierq.aws.http.routes.enqueue import enqueue_once
 from tierq.engine import Tierq
+from tierq.local.services import flush_all_nodes
 from tierq.logic import idempotency
 from tierq.logic.idempotency import (
     IdempotencyInProgress,

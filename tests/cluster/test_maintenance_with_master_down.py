@@ -23,9 +23,9 @@ import psycopg
 from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node
 from tests.support.polling import eventually
 from tierq.config import Settings
-from tierq.devstack.services import wait_pid_gone
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
+from tierq.local.services.manager import wait_pid_gone
 from tierq.logic.context import OffsetClock
 from tierq.maintenance import delayed_mover
 

@@ -17,10 +17,10 @@ from tests.integration.helpers import count_rows, drain
 from tests.support.cluster import node_of, tenants_on_every_node
 from tests.support.polling import eventually
 from tierq.config import Settings
-from tierq.devstack import PrivateValkeyCluster
-from tierq.devstack.services import wait_pid_gone
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
+from tierq.local.services import PrivateValkeyCluster
+from tierq.local.services.manager import wait_pid_gone
 from tierq.logic.context import OffsetClock
 from tierq.logic.idempotency import claim_in_valkey
 

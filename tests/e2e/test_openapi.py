@@ -8,7 +8,7 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from tierq.devserver.template import Template
+from tierq.local.gateway.template import Template
 
 pytestmark = pytest.mark.e2e
 

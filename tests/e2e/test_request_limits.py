@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from tests.e2e.test_api import untouched
-from tierq.api import sizing
+from tierq.core import sizing
 
 pytestmark = pytest.mark.e2e
 

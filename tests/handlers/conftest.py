@@ -26,8 +26,8 @@ from tests.handlers.support import (
     load_event,
     reply_of,
 )
-from tierq.api.runtime import reset_engine
-from tierq.devserver.template import Template
+from tierq.aws.runtime import reset_engine
+from tierq.local.gateway.template import Template
 
 
 @pytest.fixture(scope="session")

@@ -110,11 +110,11 @@ def emf_lines(text: str) -> list[dict[str, Any]]:
 def stand_in_gateway(handler: Callable[[dict[str, Any], Any], dict[str, Any]], *,
                      log: Callable[[str], None] | None = None,
                      open_without_claims: bool | None = None) -> Any:
-    """The local gateway (``tierq.devserver.http.LocalApi``) over template.yaml's routes, with
+    """The local gateway (``tierq.local.gateway.http.LocalApi``) over template.yaml's routes, with
     ``handler`` standing in for every function: for tests of the gateway itself."""
-    from tierq.devserver.http import LocalApi
-    from tierq.devserver.lambdas import LocalFunction
-    from tierq.devserver.template import Template
+    from tierq.local.gateway.http import LocalApi
+    from tierq.local.gateway.lambdas import LocalFunction
+    from tierq.local.gateway.template import Template
 
     template = Template.load(REPO / "template.yaml")
     functions = {lid: LocalFunction(spec, REPO, handler=handler)

@@ -1,4 +1,4 @@
-"""Who may call what (tierq.api.access), through the real handlers and stores: tenancy fails
+"""Who may call what (tierq.aws.http.access), through the real handlers and stores: tenancy fails
 closed on every route, the admin scope is a whole word of the `scope` claim as API Gateway
 delivers it, the tenant claim's name is a setting matched in full, the admin route refuses
 tenants, and only the local gateway's in-process marker stands in for missing claims."""
@@ -21,10 +21,10 @@ from tests.handlers.support import (
     function_module,
     reply_of,
 )
-from tierq.api import access
-from tierq.api.routes import FUNCTION_ROUTERS
+from tierq.aws.http import access
+from tierq.aws.http.routes import FUNCTION_ROUTERS
 from tierq.config import get_settings
-from tierq.devserver.template import Template
+from tierq.local.gateway.template import Template
 
 SAMPLE_ID = "0190b8a0-0000-7000-8000-000000000001"
 
@@ -257,7 +257,7 @@ def test_claim_words() -> None:
 
 
 def test_the_openapi_document_says_who_may_call_each_operation() -> None:
-    from tierq.api.resolver import openapi_document
+    from tierq.aws.http.resolver import openapi_document
 
     documented = {f"{method.upper()} {path}": operation
                   for path, operations in openapi_document()["paths"].items()

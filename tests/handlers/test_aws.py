@@ -14,8 +14,8 @@ import boto3
 import pytest
 
 from tests.handlers.support import ApiEvent, Context, function_module, reply_of
-from tierq.api.runtime import engine, reset_engine
-from tierq.devserver.template import load_yaml
+from tierq.aws.runtime import engine, reset_engine
+from tierq.local.gateway.template import load_yaml
 
 REGION = "us-east-1"
 

@@ -13,10 +13,10 @@ import pytest
 import redis
 
 from tests.handlers.support import ApiEvent, Context, Reply, function_module, reply_of
-from tierq.api.routes.claims import answer_margin
-from tierq.api.runtime import engine, reset_engine
+from tierq.aws.http.routes.claims import answer_margin
+from tierq.aws.runtime import engine, reset_engine
 from tierq.dal.warm_tier import PairKeys
-from tierq.devserver.template import Template
+from tierq.local.gateway.template import Template
 
 QUEUE = "deadlines"
 # the test context's memory (512 MB, the template's default) gives this margin

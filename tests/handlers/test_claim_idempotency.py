@@ -12,7 +12,7 @@ import psycopg
 import redis
 
 from tests.handlers.support import Invoke
-from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
+from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
 from tierq.dal.warm_tier import PairKeys
 from tierq.logic import idempotency
 
@@ -220,7 +220,7 @@ def test_a_replayed_full_claim_of_large_payloads_fits_as_the_first_did(
 
 
 def test_the_claims_route_documents_the_header_and_409() -> None:
-    from tierq.api.resolver import openapi_document
+    from tierq.aws.http.resolver import openapi_document
     operation = openapi_document()["paths"]["/v1/queues/{queue}/claims"]["post"]
     assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header"
                for p in operation["parameters"])

@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from tests.handlers.support import Invoke
-from tierq.api.routes.claims import CLAIM_RESPONSE_BUDGET
-from tierq.api.runtime import engine
-from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
+from tierq.aws.http.routes.claims import CLAIM_RESPONSE_BUDGET
+from tierq.aws.runtime import engine
+from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
 from tierq.dal.warm_tier import PairKeys
 
 QUEUE = "sizes"
@@ -138,7 +138,7 @@ def test_tasks_promoted_from_the_cold_tier_are_sized_alike(
     """Blobs built by PostgreSQL (promote_cold) carry the same count of quotes and
     backslashes as those built at enqueue: 20 tasks warm, 10 cold, promoted inline by the
     claims that find the warm set dry."""
-    from tierq.api.runtime import reset_engine
+    from tierq.aws.runtime import reset_engine
 
     monkeypatch.setenv("TIERQ_WARM_MAX", "20")
     reset_engine()

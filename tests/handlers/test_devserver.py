@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.handlers.support import load_event
-from tierq.devserver.events import build_event, to_http_response
-from tierq.devserver.http import Router
-from tierq.devserver.template import HttpRoute, Template, load_yaml, period_of
+from tierq.local.gateway.events import build_event, to_http_response
+from tierq.local.gateway.http import Router
+from tierq.local.gateway.template import HttpRoute, Template, load_yaml, period_of
 
 
 def test_template_routes_functions_and_schedules(template: Template) -> None:

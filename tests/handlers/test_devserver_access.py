@@ -1,4 +1,4 @@
-"""The local gateway's side of access (tierq.devserver.http): it lets a request without the
+"""The local gateway's side of access (tierq.local.gateway.http): it lets a request without the
 claims header through — marked with the in-process LOCAL_GATEWAY object — only once it knows
 it listens on a loopback address; otherwise such a request is 401 and no function runs."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.handlers.support import stand_in_gateway
-from tierq.api.access import LOCAL_GATEWAY, LOCAL_GATEWAY_KEY
-from tierq.devserver.http import LocalApi, LocalHttpServer, is_loopback
+from tierq.aws.http.access import LOCAL_GATEWAY, LOCAL_GATEWAY_KEY
+from tierq.local.gateway.http import LocalApi, LocalHttpServer, is_loopback
 
 
 def recording_api(*, open_without_claims: bool | None = None) -> tuple[LocalApi, list[Any]]:

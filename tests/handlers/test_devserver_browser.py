@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.handlers.support import stand_in_gateway
-from tierq.devserver.http import LocalHttpServer, is_loopback_authority
+from tierq.local.gateway.http import LocalHttpServer, is_loopback_authority
 
 
 class Recorder:

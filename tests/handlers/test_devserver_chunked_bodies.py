@@ -1,4 +1,4 @@
-"""The local gateway's reading of chunked request bodies (tierq.devserver.http): a chunk size
+"""The local gateway's reading of chunked request bodies (tierq.local.gateway.http): a chunk size
 that is not a non-negative hex number is a malformed body (400), never a way past the
 request limit (413) or a read without end."""
 
@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 from tests.handlers.support import stand_in_gateway
-from tierq.devserver.http import LocalHttpServer
+from tierq.local.gateway.http import LocalHttpServer
 
 
 def recording_server() -> tuple[LocalHttpServer, list[dict[str, Any]]]:

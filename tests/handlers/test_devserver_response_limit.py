@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from tests.handlers.support import stand_in_gateway
-from tierq.api import sizing
-from tierq.devserver.http import LocalApi
+from tierq.core import sizing
+from tierq.local.gateway.http import LocalApi
 
 
 def api_answering(body: str) -> tuple[LocalApi, list[str]]:

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from tests.handlers.support import Context, Invoke, function_module, load_event, reply_of
-from tierq.api.routes import docs
+from tierq.aws.http.routes import docs
 
 
 def rows(pg: psycopg.Connection[Any], queue: str) -> list[dict[str, Any]]:
@@ -484,8 +484,8 @@ def test_pinned_dlq_touches_only_its_tenant(call: Invoke) -> None:
 
 def test_valkey_down_is_503_with_retry_after(call: Invoke, monkeypatch: pytest.MonkeyPatch,
                                              ) -> None:
-    from tierq.api.runtime import reset_engine
-    from tierq.devstack.services import free_port
+    from tierq.aws.runtime import reset_engine
+    from tierq.local.services.manager import free_port
 
     assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1}).status == 200
     monkeypatch.setenv("VALKEY_URL", f"redis://127.0.0.1:{free_port()}/0")

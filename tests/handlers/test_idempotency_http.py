@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.handlers.support import Invoke
-from tierq.api.runtime import engine
+from tierq.aws.runtime import engine
 from tierq.logic import idempotency
 
 TENANT_A = {"sub": "a", "tenant": "acme"}
@@ -269,7 +269,7 @@ def test_lease_route_in_progress_is_409(call: Invoke, valkey: redis.Redis) -> No
 @pytest.mark.parametrize("route", ["tasks", "dlq/replay", "acks", "nacks", "releases",
                                    "heartbeats"])
 def test_post_routes_document_the_header_and_409(route: str) -> None:
-    from tierq.api.resolver import openapi_document
+    from tierq.aws.http.resolver import openapi_document
     operation = openapi_document()["paths"]["/v1/queues/{queue}/" + route]["post"]
     assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header"
                for p in operation["parameters"])
@@ -281,8 +281,8 @@ def test_a_full_all_slice_fits_a_lambda_response() -> None:
     would even escape them."""
     import orjson
 
-    from tierq.api.models import MAX_IDS, ReplayResult
-    from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
+    from tierq.aws.http.models import MAX_IDS, ReplayResult
+    from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
     from tierq.logic import dlq
     ids = [uuid.uuid4() for _ in range(dlq.SLICE_MAX_ITEMS)]
     body = ReplayResult(replayed=ids, skipped=ids[:MAX_IDS], more=True)

@@ -16,9 +16,9 @@ import pytest
 
 from tests.handlers.support import Context, function_module, load_event
 from tests.support.stores import scratch_database, with_database
-from tierq.api.runtime import reset_engine
+from tierq.aws.runtime import reset_engine
 from tierq.dal.migrate import LOCK_KEY, available
-from tierq.devstack import LocalServices
+from tierq.local.services import LocalServices
 
 
 @dataclass

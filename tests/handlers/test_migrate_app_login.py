@@ -16,9 +16,9 @@ import pytest
 from psycopg import sql
 
 from tests.support.stores import scratch_database, with_login
-from tierq.api.custom_resource import apply_migrations
+from tierq.aws.custom_resource import apply_migrations
 from tierq.config import get_settings
-from tierq.devstack import LocalServices
+from tierq.local.services import LocalServices
 
 REGION = "us-east-1"
 

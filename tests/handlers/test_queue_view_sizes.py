@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from tests.handlers.support import Invoke
-from tierq.api import sizing
+from tierq.core import sizing
 from tierq.logic.queues import TENANTS_SHOWN
 
 TENANTS = 3_000

@@ -17,9 +17,10 @@ import pytest
 import redis
 
 from tests.handlers.support import Invoke, Reply
-from tierq.api import paging, sizing
-from tierq.api.routes import metrics as metrics_routes
-from tierq.api.runtime import engine
+from tierq.aws.http import paging
+from tierq.aws.http.routes import metrics as metrics_routes
+from tierq.aws.runtime import engine
+from tierq.core import sizing
 from tierq.dal.postgres import Database
 from tierq.engine import Tierq
 from tierq.models import ClaimRequest, NackItem

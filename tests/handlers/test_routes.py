@@ -9,9 +9,9 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.handlers.support import Context, Invoke, function_module, reply_of
-from tierq.api.resolver import build_resolver, openapi_document
-from tierq.api.routes import FUNCTION_ROUTERS
-from tierq.devserver.template import Template
+from tierq.aws.http.resolver import build_resolver, openapi_document
+from tierq.aws.http.routes import FUNCTION_ROUTERS
+from tierq.local.gateway.template import Template
 
 METHODS = ("get", "put", "post", "delete", "patch")
 

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from tests.handlers.support import Invoke
-from tierq.api import sizing
+from tierq.core import sizing
 from tierq.models.schedules import MIN_INSTALLED_SHOWN
 
 LIMIT = sizing.LAMBDA_PAYLOAD_LIMIT  # 6,000,000

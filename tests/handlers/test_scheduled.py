@@ -19,7 +19,7 @@ from tests.handlers.support import (
     load_event,
     scheduler_event,
 )
-from tierq.scheduled import TickReport, run_ticks
+from tierq.aws.scheduled import TickReport, run_ticks
 
 
 class FakeTime:

@@ -11,8 +11,8 @@ import pytest
 
 from tests.handlers.support import Invoke, emf_lines, invoke, scheduler_event
 from tests.maintenance.helpers import seed_idle_pairs
-from tierq.api.runtime import engine
-from tierq.scheduled import jobs
+from tierq.aws.runtime import engine
+from tierq.aws.scheduled import jobs
 
 GAUGE_NAMES = {"Warm", "Cold", "Delayed", "Leased", "Dead", "OldestReadyAgeSeconds"}
 

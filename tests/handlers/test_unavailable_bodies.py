@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from tests.handlers.support import Invoke
-from tierq.api.errors import UNAVAILABLE_FALLBACK, public_unavailable
-from tierq.api.runtime import engine, logger, reset_engine
+from tierq.aws.http.errors import UNAVAILABLE_FALLBACK, public_unavailable
+from tierq.aws.runtime import engine, logger, reset_engine
 from tierq.errors import Unavailable
 
 # Anything a 503 body must not say.

@@ -83,7 +83,7 @@ def http_event(method: str, target: str, body: Any = None,
         "requestId": "test", "routeKey": "$default", "stage": "$default",
         "time": "01/May/2026:09:00:00 +0000", "timeEpoch": 0,
     }
-    # without claims given: an admin's token (see tierq.api.access)
+    # without claims given: an admin's token (see tierq.aws.http.access)
     context["authorizer"] = {"jwt": {"claims": claims if claims is not None
                                      else {"scope": "tierq/admin"}, "scopes": []}}
     event = {

@@ -7,8 +7,8 @@ from __future__ import annotations
 import orjson
 import redis
 
-from tierq.api.sizing import body_cost
 from tierq.core.ordering import score
+from tierq.core.sizing import body_cost
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.logic.claim import TASK_FIELDS_COST

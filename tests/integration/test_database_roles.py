@@ -23,8 +23,8 @@ from tests.support.stores import app_login, migrated_database, with_database, wi
 from tierq.config import Settings
 from tierq.dal.migrate import app_group, ensure_app_login, migrate
 from tierq.dal.postgres import Database, execute_text
-from tierq.devstack import LocalServices
 from tierq.engine import Tierq
+from tierq.local.services import LocalServices
 from tierq.logic.context import OffsetClock
 
 SPARK_GLUE = Path(__file__).resolve().parents[2] / "spark_glue"

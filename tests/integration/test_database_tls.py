@@ -26,7 +26,7 @@ from cryptography.x509.oid import NameOID
 from tierq.config import Settings
 from tierq.dal import connect
 from tierq.dal.postgres import Database, execute_text
-from tierq.devstack import LocalServices
+from tierq.local.services import LocalServices
 
 CERT, KEY = "tierq_test_server.crt", "tierq_test_server.key"
 

@@ -493,8 +493,8 @@ def test_a_payload_may_hold_the_text_of_a_nul_escape(make_tq: Factory) -> None:
 
 @pytest.fixture
 def admin(tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, Any]]:
-    from tierq.api import runtime
-    from tierq.api.resolver import build_resolver
+    from tierq.aws import runtime
+    from tierq.aws.http.resolver import build_resolver
 
     monkeypatch.setattr(runtime, "_engine", tq)
     app = build_resolver("admin")
@@ -589,7 +589,7 @@ def test_cron_tick_function_ticks_inside_one_invocation(
     import importlib.util
     from pathlib import Path
 
-    from tierq.api import runtime
+    from tierq.aws import runtime
 
     start = utc(2026, 5, 1, 9, 0, 0)
     tq = make_tq(clock=clock_at(start))

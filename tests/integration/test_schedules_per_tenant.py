@@ -17,10 +17,10 @@ import pytest
 
 from tests.integration.helpers import http_event
 from tests.support.stores import scratch_database
-from tierq.api.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
+from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
 from tierq.dal import migrate as migrations
-from tierq.devstack import LocalServices
 from tierq.engine import Tierq
+from tierq.local.services import LocalServices
 
 Call = Callable[..., tuple[int, Any]]
 EVERY_MINUTE = {"every_seconds": 60, "horizon": 2}
@@ -30,8 +30,8 @@ EVERY_MINUTE = {"every_seconds": 60, "horizon": 2}
 def api(tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> Call:
     """The admin function's resolver over this test's engine; ``claims`` default to an
     admin's. Thread-safe: the resolver keeps its request state per thread."""
-    from tierq.api import runtime
-    from tierq.api.resolver import build_resolver
+    from tierq.aws import runtime
+    from tierq.aws.http.resolver import build_resolver
 
     monkeypatch.setattr(runtime, "_engine", tq)
     app = build_resolver("admin")

@@ -1,2 +1,2 @@
-"""The local tooling: tierq.devstack's private servers and the reuse of DATABASE_URL /
+"""The local tooling: tierq.local.services's private servers and the reuse of DATABASE_URL /
 VALKEY_URL."""

@@ -1,4 +1,4 @@
-"""tierq.devstack: private PostgreSQL/Redis servers, and reuse of DATABASE_URL/VALKEY_URL."""
+"""tierq.local.services: private PostgreSQL/Redis servers, and reuse of DATABASE_URL/VALKEY_URL."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ import psycopg
 import pytest
 import redis
 
-from tierq.devstack import (
-    DevstackError,
+from tierq.local.services import (
+    LocalServicesError,
     PrivatePostgres,
     PrivateValkey,
     ensure_services,
     stop_private_services,
 )
-from tierq.devstack.services import probe
+from tierq.local.services.manager import probe
 
 ENV_VARS = ("DATABASE_URL", "VALKEY_URL")
 # Servers that answer on the team's machines; overridden by the environment when set.
@@ -146,7 +146,7 @@ def test_private_servers_start_restart_reuse_and_stop(state_dir: Path) -> None:
 @pytest.mark.usefixtures("no_env")
 def test_cli_up_status_down(state_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
-    cmd = [sys.executable, "-m", "tierq.devstack"]
+    cmd = [sys.executable, "-m", "tierq.local.services"]
     up = subprocess.run(
         [*cmd, "up", "--state-dir", str(state_dir)],
         env=env,
@@ -200,9 +200,9 @@ def test_answering_env_servers_are_reused(monkeypatch: pytest.MonkeyPatch, tmp_p
         assert services.valkey.url == valkey_url
         assert not services.postgres.private and not services.valkey.private
         assert services.postgres.is_up() and services.valkey.is_up()
-        with pytest.raises(DevstackError):
+        with pytest.raises(LocalServicesError):
             services.postgres.restart()
-        with pytest.raises(DevstackError):
+        with pytest.raises(LocalServicesError):
             services.valkey.kill()
         services.postgres.stop()  # not ours: does nothing
         services.valkey.stop()
@@ -216,9 +216,9 @@ def test_want_private_false_requires_answering_env(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:1/nothing")
     monkeypatch.setenv("VALKEY_URL", "redis://127.0.0.1:1/0")
-    with pytest.raises(DevstackError, match="DATABASE_URL"):
+    with pytest.raises(LocalServicesError, match="DATABASE_URL"):
         ensure_services(tmp_path / "services", want_private=False)
     monkeypatch.delenv("DATABASE_URL")
-    with pytest.raises(DevstackError, match="not set"):
+    with pytest.raises(LocalServicesError, match="not set"):
         ensure_services(tmp_path / "services", want_private=False)
     assert not (tmp_path / "services").exists()

@@ -43,9 +43,9 @@ import psycopg
 from tests.support.polling import eventually
 from tests.support.processes import Children
 from tierq.config import Settings
-from tierq.devstack import LocalServices, ensure_services
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
+from tierq.local.services import LocalServices, ensure_services
 
 QUEUE = "rel"
 RETRY_SLEEP = 0.1
@@ -106,7 +106,7 @@ def local_api(stack: Stack, env: dict[str, str] | None = None) -> Iterator[str]:
 
     import httpx
 
-    from tierq.devstack.services import free_port
+    from tierq.local.services.manager import free_port
 
     port = free_port()
     log = stack.folder / f"tierq-dev-{port}.log"

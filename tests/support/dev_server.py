@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tierq.devstack.services import free_port
+from tierq.local.services.manager import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TICKS = {

@@ -28,9 +28,9 @@ from redis.cluster import RedisCluster
 
 from tierq.config import Settings
 from tierq.dal.migrate import app_group, ensure_app_login, migrate
-from tierq.devstack import LocalServices, ensure_services, flush_all_nodes
-from tierq.devstack.valkey_cluster import cluster_enabled
 from tierq.engine import Tierq
+from tierq.local.services import LocalServices, ensure_services, flush_all_nodes
+from tierq.local.services.valkey_cluster import cluster_enabled
 from tierq.logic.context import OffsetClock
 
 # Every tierq table but the migrations' own record is emptied between tests; the list is

@@ -1,4 +1,4 @@
-"""tierq.api.paging: pages filled to the byte budget as the runtime counts the body, and
+"""tierq.aws.http.paging: pages filled to the byte budget as the runtime counts the body, and
 cursors that only decode for the list that made them."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from tierq.api import paging, sizing
+from tierq.aws.http import paging
+from tierq.core import sizing
 from tierq.errors import InvalidInput
 
 

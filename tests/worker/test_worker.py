@@ -18,9 +18,9 @@ import pytest
 from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
 from tierq.client import Client, NotFoundError
+from tierq.client.worker import PermanentError, RetryableError, Worker
+from tierq.client.worker.worker import HeldLease
 from tierq.models import ClaimedTask
-from tierq.worker import PermanentError, RetryableError, Worker
-from tierq.worker.worker import HeldLease
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from tierq.cli.api_options import console, usage_error
 def bench_root(start: Path | None = None) -> Path | None:
     """The repository holding ``bench/`` (at or above ``start``, default the current
     directory, then the repository this package was installed from)."""
-    from tierq.devstack import repo_root  # brings psycopg and redis: not at every start
+    from tierq.local.services import repo_root  # brings psycopg and redis: not at every start
 
     here = Path(__file__).resolve()
     for candidate in (repo_root(start), repo_root(here.parent)):

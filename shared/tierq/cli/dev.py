@@ -54,8 +54,8 @@ def register(app: typer.Typer) -> None:
         AWS. Without the header a request is unauthenticated and acts as an admin, but only
         while the API listens on a loopback address.
         """
-        from tierq.devserver import DevOptions, DevStack, DevStackError
-        from tierq.devstack import DevstackError
+        from tierq.local.gateway import DevOptions, DevStack, GatewayStackError
+        from tierq.local.services import LocalServicesError
 
         stack = DevStack(DevOptions(
             host=host, port=port, services=not no_services, schedules=schedules,
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         ))
         try:
             stack.start()
-        except (DevStackError, DevstackError) as exc:
+        except (GatewayStackError, LocalServicesError) as exc:
             stack.stop()
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(1) from None

@@ -1,5 +1,5 @@
 """``tierq worker QUEUE module:function``: run a handler over a queue with
-:class:`tierq.worker.Worker` until SIGTERM / Ctrl-C (or, with --burst, until the queue is
+:class:`tierq.client.worker.Worker` until SIGTERM / Ctrl-C (or, with --burst, until the queue is
 empty)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tierq.cli.api_options import (
     console,
     usage_error,
 )
-from tierq.worker import Worker
-from tierq.worker.loading import HandlerNotFound, load_handler
+from tierq.client.worker import Worker
+from tierq.client.worker.loading import HandlerNotFound, load_handler
 
 
 def register(app: typer.Typer) -> None:

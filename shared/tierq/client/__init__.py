@@ -5,7 +5,7 @@
     api = Client("http://127.0.0.1:3000")          # or Client.from_env(): TIERQ_URL, …
     api.enqueue_one("emails", {"to": "a@example.com"}, key="welcome-42")
 
-Workers: :class:`tierq.worker.Worker` runs a handler over a client.
+Workers: :class:`tierq.client.worker.Worker` runs a handler over a client.
 """
 
 from tierq.client.auth import BearerAuth, SigV4Auth

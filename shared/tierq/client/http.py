@@ -36,7 +36,6 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from tierq import __version__
-from tierq.api.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.client.auth import BearerAuth, SigV4Auth, region_from_url
 from tierq.client.errors import (
     ConnectionFailed,
@@ -55,6 +54,7 @@ from tierq.client.models import (
     RunningMetrics,
 )
 from tierq.client.retry import RetryPolicy
+from tierq.core.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.models import (
     AckItem,
     AckResult,

@@ -21,8 +21,8 @@ from datetime import datetime
 
 import orjson
 
-from tierq.api.sizing import body_cost
 from tierq.core.ids import new_token_prefix
+from tierq.core.sizing import body_cost
 from tierq.dal.warm_tier import Claimed
 from tierq.errors import WarmTierFull
 from tierq.logic import leases, tiering

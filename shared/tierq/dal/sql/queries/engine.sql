@@ -403,7 +403,7 @@ DELETE FROM tierq_tasks WHERE queue = %(queue)s;
 -- ============================================================================================
 -- Listings of the HTTP API (queues, metrics, running leases): keyset pages in (queue, tenant)
 -- order after a cursor, filtered by tenant (and queue) here, never after reading all. The
--- route fills a page until it would overrun a Lambda response (tierq.api.paging).
+-- route fills a page until it would overrun a Lambda response (tierq.aws.http.paging).
 -- ============================================================================================
 
 -- name: queue_known

@@ -1,0 +1,104 @@
+"""The ``Idempotency-Key`` header of the POST routes (see :mod:`tierq.logic.idempotency`).
+
+A route hands its work to :func:`in_postgres` (enqueues, dead-letter replays) or
+:func:`in_valkey` (acks, nacks, releases, heartbeats) with the key the request carried.
+Without a key the work simply runs. With one, the first request runs it and its 2xx
+response is kept; a repeat with the same body gets that response again (header
+``Idempotent-Replayed: true``) and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Header
+from pydantic import BaseModel
+
+from tierq.aws.http import request
+from tierq.aws.runtime import engine
+from tierq.logic import idempotency
+from tierq.logic.idempotency import Kept, PgClaim, ValkeyClaim
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(alias=HEADER, min_length=1, max_length=MAX_KEY_LENGTH, pattern=r"^[\x21-\x7e]+$",
+           description="Any unique string (a UUID, say; 1 to 255 visible ASCII characters) "
+                       "per logical request, the same on its retries. A retry with the same "
+                       "key and body gets the first 2xx response and changes nothing; the "
+                       "same key with another body is 422 idempotency_key_reused; while the "
+                       "first request still runs, 409 idempotency_in_progress. Kept per "
+                       "caller, route and queue."),
+]
+
+Result = TypeVar("Result", bound=BaseModel)
+
+
+def caller_scope() -> str:
+    """Whose keys these are: a pinned tenant's own, or the admin's (every unpinned caller)."""
+    pinned = request.pinned_tenant()
+    return "admin" if pinned is None else f"tenant:{pinned}"
+
+
+def _body() -> Any:
+    event = request.current_event()
+    return event.json_body if event.body else None
+
+
+def _scope_and_fingerprint(route: str, queue: str, key: str) -> tuple[bytes, bytes]:
+    return (idempotency.scope_key(caller_scope(), route, queue, key),
+            idempotency.fingerprint(_body()))
+
+
+def kept_response(kept: Kept) -> Response[Any]:
+    return Response(status_code=kept.status, content_type=content_types.APPLICATION_JSON,
+                    body=kept.body, headers={REPLAYED_HEADER: "true"})
+
+
+def fresh_response(result: BaseModel) -> Response[Any]:
+    return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=result)
+
+
+def in_postgres(route: str, queue: str, key: str | None,
+                work: Callable[[PgClaim | None], Result]) -> Response[Any]:
+    """Run ``work`` once per key. ``work`` gets the claim (None without a key) and must record
+    its response so far with ``claim.record(conn, ...)`` in each transaction that writes
+    tasks; ``claim.committed`` holds what a dead earlier owner recorded."""
+    if key is None:
+        return fresh_response(work(None))
+    scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
+    claimed = idempotency.claim_in_postgres(engine().ctx, scope, body_fingerprint)
+    if isinstance(claimed, Kept):
+        return kept_response(claimed)
+    try:
+        result = work(claimed)
+    except BaseException:
+        claimed.abandon()
+        raise
+    claimed.finish(result.model_dump(mode="json"))
+    return fresh_response(result)
+
+
+def in_valkey(route: str, queue: str, key: str | None,
+              work: Callable[[], Result]) -> Response[Any]:
+    """Run ``work`` once per key, the record kept in Valkey."""
+    if key is None:
+        return fresh_response(work())
+    scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
+    claimed = idempotency.claim_in_valkey(engine().ctx, scope, body_fingerprint)
+    if isinstance(claimed, Kept):
+        return kept_response(claimed)
+    try:
+        result = work()
+    except BaseException:
+        if isinstance(claimed, ValkeyClaim):
+            claimed.abandon()
+        raise
+    if claimed is not None:
+        claimed.finish(result.model_dump(mode="json"))
+    return fresh_response(result)

@@ -1,0 +1,157 @@
+"""Request and response bodies of the HTTP API. The items inside (tasks, claims, acks, …) are
+the engine's own models from :mod:`tierq.models`; this module only wraps them in the shapes
+of the HTTP API (docs/architecture.md §10)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from tierq.logic.enqueue import MAX_BATCH
+from tierq.models import (
+    AckItem,
+    ClaimedTask,
+    EnqueueOutcome,
+    HeartbeatItem,
+    NackItem,
+    QueueView,
+    ReleaseItem,
+    RunningLease,
+    TaskIn,
+    TaskView,
+    TenantCounts,
+)
+from tierq.models.leases import MAX_CLAIM
+
+MAX_IDS = 1000
+NEXT_DESCRIPTION = ("Opaque cursor: pass it as ?after= to get the next page; null on the last "
+                    "page. A page ends at its limit or before it would overrun a Lambda "
+                    "response (6 MB), so it may hold fewer items than asked for.")
+
+
+class TaskBatch(BaseModel):
+    """``{"tasks": [...]}``: up to 500 tasks, enqueued in one transaction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[TaskIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+def _enqueue_shape(value: Any) -> str:
+    if isinstance(value, dict) and "tasks" in value:
+        return "batch"
+    if isinstance(value, TaskBatch):
+        return "batch"
+    return "task"
+
+
+# One task object, or {"tasks": [...]}. The tag names are stripped from error locations
+# (tierq.aws.http.errors.UNION_TAGS), so errors read "priority" or "tasks[3].priority".
+EnqueueBody = Annotated[
+    Annotated[TaskBatch, Tag("batch")] | Annotated[TaskIn, Tag("task")],
+    Discriminator(_enqueue_shape),
+]
+
+
+class EnqueueResults(BaseModel):
+    """Outcome of a batch enqueue, one entry per task in request order."""
+
+    tasks: list[EnqueueOutcome]
+
+
+class ClaimResults(BaseModel):
+    tasks: list[ClaimedTask]
+
+
+class AckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    acks: list[AckItem] = Field(min_length=1, max_length=MAX_CLAIM)
+
+
+class NackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nacks: list[NackItem] = Field(min_length=1, max_length=MAX_CLAIM)
+
+
+class ReleaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    releases: list[ReleaseItem] = Field(min_length=1, max_length=MAX_CLAIM)
+
+
+class HeartbeatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    leases: list[HeartbeatItem] = Field(min_length=1, max_length=MAX_CLAIM)
+
+
+class QueueList(BaseModel):
+    queues: list[QueueView]
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+
+
+class DeadLetterPage(BaseModel):
+    tasks: list[TaskView]
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+    next_cursor: str | None = Field(
+        default=None, description="The same cursor as `next` (the name of earlier versions)."
+    )
+
+
+class DeadLetterSelection(BaseModel):
+    """Which dead letters: ``{"ids": [...]}`` or ``{"all": true}``."""
+
+    # exactly one of the two selections, as the validator below decides it
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["ids"], "properties": {"ids": {"type": "array"},
+                                             "all": {"const": False}}},
+        {"required": ["all"], "properties": {"all": {"const": True},
+                                             "ids": {"type": "null"}}},
+    ]})
+
+    ids: list[UUID] | None = Field(default=None, min_length=1, max_length=MAX_IDS)
+    all: bool = Field(default=False, strict=True)  # "true" or 1 is not a boolean
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> DeadLetterSelection:
+        if self.all and self.ids:
+            raise ValueError('give "ids" or "all": true, not both')
+        if not self.all and not self.ids:
+            raise ValueError('give "ids" (a non-empty list) or "all": true')
+        return self
+
+
+MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at most 10,000 '
+                    'dead letters, about 5 seconds): true when some may be left, so repeat the '
+                    'request until it is false.')
+
+
+class ReplayResult(BaseModel):
+    replayed: list[UUID] = Field(description="Ready again, at the back of their line.")
+    skipped: list[UUID] = Field(
+        description="Not dead (any more), not visible to the caller, or their key is taken "
+                    "by a live task."
+    )
+    more: bool = Field(default=False, description=MORE_DESCRIPTION)
+
+
+class PurgeResult(BaseModel):
+    purged: list[UUID]
+    more: bool = Field(default=False, description=MORE_DESCRIPTION)
+
+
+class DetailedMetrics(BaseModel):
+    queues: list[TenantCounts] = Field(description="One row per (queue, tenant).")
+    timestamp: datetime
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+
+
+class RunningMetrics(BaseModel):
+    running: list[RunningLease]
+    timestamp: datetime
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)

@@ -1,0 +1,139 @@
+"""``POST /v1/queues/{queue}/claims``: lease up to ``max`` ready tasks (optionally waiting up
+to ``wait_seconds`` for some). Without a tenant, claims rotate fairly across the queue's
+tenants; a caller pinned to a tenant claims only from it.
+
+The answer fits Lambda's 6 MB response limit as the runtime sends it (CLAIM_RESPONSE_BUDGET,
+sized in lua/claim.lua), and it is given before the function's or the HTTP API's timeout
+(``claim_cut_off``, ``answer_margin``): a claim never leases tasks it does not hand out."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from tierq.aws import metrics
+from tierq.aws.http import idempotency, request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.idempotency import IdempotencyKeyHeader
+from tierq.aws.http.models import ClaimResults
+from tierq.aws.http.params import QueuePath
+from tierq.aws.runtime import engine
+from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
+from tierq.logic import claim_replay
+from tierq.logic import idempotency as keys
+from tierq.logic.claim import give_back
+from tierq.logic.idempotency import Kept, ValkeyClaim
+from tierq.models import ClaimRequest
+
+router = Router()
+
+# What the tasks of one claim may cost in the response body as the Lambda runtime sends it
+# (api.sizing.body_cost; the envelope around the body is reserved in RESPONSE_BODY_BUDGET),
+# less the body's own wrapper around the list. Tasks beyond it stay in line for the next
+# claim; the first task always comes (a payload is at most 256 KiB: ~0.5 MB at most here).
+CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(b'{"tasks":[]}')
+# API Gateway's HTTP API answers 503 to a request its integration has not answered in 30 s.
+HTTP_API_TIMEOUT = 30.0
+# Seconds kept between a claim's last pop and the cut-off, to turn up to 6 MB of tasks into
+# the response (models, Powertools' encoder, orjson) and for the runtime to encode and send
+# it: measured at ~0.25 s on one core of the development machine, taken twice, and scaled
+# to the function's share of a vCPU (Lambda gives one vCPU at 1769 MB, 0.29 at the
+# template's 512 MB: 2.2 s then), plus a fixed part for sending 6 MB.
+ANSWER_SECONDS_PER_VCPU = 0.5
+ANSWER_SECONDS_FIXED = 0.5
+ONE_VCPU_MB = 1769
+
+
+def answer_margin(lambda_context: Any) -> float:
+    """How long before the cut-off a claim stops popping (the margin documented above)."""
+    memory_mb = getattr(lambda_context, "memory_limit_in_mb", None)
+    try:
+        share = min(1.0, int(memory_mb) / ONE_VCPU_MB) if memory_mb else 1.0
+    except (TypeError, ValueError):
+        share = 1.0
+    return ANSWER_SECONDS_FIXED + ANSWER_SECONDS_PER_VCPU / max(share, 0.01)
+
+
+def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
+    """When this request is cut off, as a ``time.monotonic()`` instant: the function's
+    remaining time (``get_remaining_time_in_millis``), and the HTTP API's 30 s counted from
+    when the gateway received the request (``requestContext.timeEpoch``; a time outside the
+    last 30 s, from a skewed clock or a stored event, counts as now). None without either."""
+    now = time.monotonic()
+    limits: list[float] = []
+    remaining_ms = getattr(lambda_context, "get_remaining_time_in_millis", None)
+    if callable(remaining_ms):
+        limits.append(now + remaining_ms() / 1000)
+    received_ms = (event.get("requestContext") or {}).get("timeEpoch")
+    if isinstance(received_ms, int | float) and not isinstance(received_ms, bool):
+        age = time.time() - received_ms / 1000
+        limits.append(now + HTTP_API_TIMEOUT - (age if 0 <= age < HTTP_API_TIMEOUT else 0))
+    return min(limits) if limits else None
+
+
+@router.post(
+    "/v1/queues/<queue>/claims",
+    summary="Claim tasks with a lease",
+    description="Body (all optional): max (1 to 500), lease_seconds, tenant, worker, "
+                "wait_seconds (long-poll, ≤ 20). Each task comes with a lease_token to ack, "
+                "nack or heartbeat it; an empty list means nothing was ready. A claim hands "
+                "out fewer than max tasks when more would not fit one Lambda response "
+                "(6 MB); the others keep their places in line. With an Idempotency-Key, a "
+                "repeat (kept no longer than the lease) answers the first claim's tasks whose "
+                "leases are still held, with the same tokens, and leases nothing more.",
+    operation_id="claimTasks",
+    tags=["leases"],
+    responses=responses("The claimed tasks, in claim order.", 403, 409),
+)
+def claim_tasks(
+    queue: QueuePath,
+    body: Annotated[ClaimRequest | None, Body(description="Claim options.")] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response[ClaimResults]:
+    claim = body or ClaimRequest()
+    tenant = request.check_tenant(claim.tenant)
+    if tenant != claim.tenant:
+        claim = claim.model_copy(update={"tenant": tenant})
+    tierq = engine()
+    record: ValkeyClaim | None = None
+    if idempotency_key is not None:
+        # the claim's record keeps only its leases (claim_replay); a repeat rebuilds the
+        # answer from them and the task rows
+        event = request.current_event()
+        kept = keys.claim_in_valkey(
+            tierq.ctx, keys.scope_key(idempotency.caller_scope(), "claim", queue,
+                                      idempotency_key),
+            keys.fingerprint(event.json_body if event.body else None))
+        if isinstance(kept, Kept):
+            replayed = claim_replay.replay(tierq.ctx, queue, kept.body)
+            return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
+                            body=ClaimResults(tasks=replayed),
+                            headers={idempotency.REPLAYED_HEADER: "true"})
+        record = kept  # None: Valkey out of memory, the claim runs without a record
+    lambda_context = router.lambda_context
+    cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
+    answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
+    try:
+        tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,
+                            answer_by=answer_by)
+    except BaseException:
+        if record is not None:
+            record.abandon()  # nothing leased (the claim gave back what it popped)
+        raise
+    try:
+        metrics.count(queue, {"Claimed": len(tasks)})
+        results = ClaimResults(tasks=tasks)
+        if record is not None:
+            record.finish(claim_replay.record_of(tasks),
+                          ttl_seconds=claim_replay.record_seconds(tierq.ctx, queue, claim, tasks))
+        return idempotency.fresh_response(results)
+    except BaseException:
+        # leased but not answered: back to their places, no attempt counted
+        give_back(tierq.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
+        if record is not None:
+            record.abandon()
+        raise

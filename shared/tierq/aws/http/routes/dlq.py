@@ -1,0 +1,158 @@
+"""Dead letters of a queue: ``GET /v1/queues/{queue}/dlq`` (newest first, paged),
+``POST …/dlq/replay`` (``{"ids": [...]}`` or ``{"all": true}``: ready again at the back of
+the line with fresh attempts) and ``DELETE …/dlq`` (purge the same selection; no body
+purges them all). "all" acts on a bounded slice per request and answers ``"more"``. A pinned
+caller sees and touches only its own tenant's dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Annotated
+from uuid import UUID
+
+import psycopg
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+
+from tierq.aws.http import idempotency, paging, request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.idempotency import IdempotencyKeyHeader
+from tierq.aws.http.models import DeadLetterPage, DeadLetterSelection, PurgeResult, ReplayResult
+from tierq.aws.http.params import QueuePath, TenantQuery
+from tierq.aws.runtime import engine
+from tierq.dal.postgres import Row
+from tierq.errors import InvalidInput
+from tierq.logic import dlq as dlq_logic
+from tierq.logic.idempotency import PgClaim
+from tierq.models.tasks import TaskView
+
+router = Router()
+
+MAX_PAGE = 1000
+
+
+# Dead letters read per statement while a page fills (payloads may be up to 256 KiB each).
+READ_CHUNK = 50
+CURSOR_KIND = "dlq"
+
+
+def encode_cursor(finished_at: datetime, task_id: UUID) -> str:
+    return paging.encode_cursor(CURSOR_KIND, finished_at.isoformat(), str(task_id))
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    when, task_id = paging.decode_cursor(cursor, CURSOR_KIND, (str, str))
+    try:
+        at = datetime.fromisoformat(when)
+        if at.tzinfo is None:
+            raise ValueError("naive time")
+        return at, UUID(task_id)
+    except ValueError as exc:
+        raise InvalidInput.field(paging.CURSOR_FIELD,
+                                 "not a cursor returned by a previous page of this list "
+                                 f"({CURSOR_KIND})") from exc
+
+
+def position_of(task: TaskView) -> tuple[datetime, UUID]:
+    return task.finished_at or task.created_at, task.id
+
+
+def dead_letters_after(queue: str, tenant: str | None, after: tuple[datetime, UUID] | None,
+                       chunk: int) -> Iterator[TaskView]:
+    """Dead letters of a queue (of one tenant, in SQL), newest first, after a position, read
+    ``chunk`` at a time as they are consumed."""
+    ctx = engine().ctx
+    while True:
+        batch = dlq_logic.list_dead(ctx, queue, tenant=tenant, limit=chunk, after=after)
+        yield from batch
+        if len(batch) < chunk:
+            return
+        after = position_of(batch[-1])
+
+
+@router.get(
+    "/v1/queues/<queue>/dlq",
+    summary="List dead letters",
+    description="Most recently dead first, at most `limit` per page and never more than fits "
+                "a Lambda response (6 MB as the runtime writes it): a page may hold fewer. "
+                "`next` (also `next_cursor`) is the cursor of the next page, null on the last.",
+    operation_id="listDeadLetters",
+    tags=["dead letters"],
+    responses=responses("Dead tasks, most recently dead first, with last_error and attempts.",
+                        403),
+)
+def list_dead_letters(
+    queue: QueuePath,
+    tenant: TenantQuery = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 100,
+    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
+                                       description="`next` of the previous page.")] = None,
+) -> DeadLetterPage:
+    tenant = request.check_tenant(tenant)
+    position = decode_cursor(after) if after else None
+    source = dead_letters_after(queue, tenant, position, min(limit + 1, READ_CHUNK))
+    tasks, last = paging.fill(source, position_of, limit=limit)
+    cursor = None if last is None else encode_cursor(*last)
+    return DeadLetterPage(tasks=tasks, next=cursor, next_cursor=cursor)
+
+
+@router.post(
+    "/v1/queues/<queue>/dlq/replay",
+    summary="Replay dead letters",
+    description="{\"ids\": [...]} (≤ 1000) or {\"all\": true}. Replayed tasks are ready "
+                "again at the back of their line with their attempts reset. With \"all\" "
+                "each request replays a bounded slice, oldest first, and answers \"more\": "
+                "repeat it while that is true.",
+    operation_id="replayDeadLetters",
+    tags=["dead letters"],
+    responses=responses("Which tasks were replayed and which were skipped, and whether more "
+                        "may be left.", 409),
+)
+def replay_dead_letters(queue: QueuePath, body: Annotated[DeadLetterSelection, Body()],
+                        idempotency_key: IdempotencyKeyHeader = None) -> Response[ReplayResult]:
+    tenant = request.pinned_tenant()
+
+    def work(claim: PgClaim | None) -> ReplayResult:
+        if claim is not None and claim.committed is not None:
+            # an earlier request with this key replayed these, then died before it answered
+            return ReplayResult.model_validate(claim.committed)
+
+        def record(conn: psycopg.Connection[Row], part: dlq_logic.Slice) -> None:
+            if claim is not None:
+                claim.record(conn, replay_result(part).model_dump(mode="json"))
+
+        part = dlq_logic.replay_slice(
+            engine().ctx, queue, ids=body.ids or [], all_dead=body.all, tenant=tenant,
+            max_items=dlq_logic.SLICE_MAX_ITEMS, seconds=dlq_logic.SLICE_SECONDS,
+            record=None if claim is None else record)
+        return replay_result(part)
+
+    return idempotency.in_postgres("dlq_replay", queue, idempotency_key, work)
+
+
+def replay_result(part: dlq_logic.Slice) -> ReplayResult:
+    return ReplayResult(replayed=part.done, skipped=part.skipped, more=part.more)
+
+
+@router.delete(
+    "/v1/queues/<queue>/dlq",
+    summary="Purge dead letters",
+    description="Without a body (or with {\"all\": true}) the dead letters of the queue (or "
+                "of the caller's tenant) are deleted, a bounded slice per request: repeat it "
+                "while \"more\" is true. {\"ids\": [...]} deletes only those.",
+    operation_id="purgeDeadLetters",
+    tags=["dead letters"],
+    responses=responses("The ids deleted, and whether more may be left."),
+)
+def purge_dead_letters(
+    queue: QueuePath,
+    body: Annotated[DeadLetterSelection | None, Body()] = None,
+) -> PurgeResult:
+    selection = body or DeadLetterSelection(all=True)
+    part = dlq_logic.purge_slice(
+        engine().ctx, queue, ids=selection.ids or [], all_dead=selection.all,
+        tenant=request.pinned_tenant(), max_items=dlq_logic.SLICE_MAX_ITEMS,
+        seconds=dlq_logic.SLICE_SECONDS)
+    return PurgeResult(purged=part.done, more=part.more)

@@ -1,0 +1,123 @@
+"""``POST /v1/queues/{queue}/tasks``: enqueue one task, or ``{"tasks": [...]}`` (≤ 500) in
+one transaction. A single task gets its outcome back (``{id, outcome, state, tenant, key}``),
+a batch ``{"tasks": [outcome, ...]}`` in request order."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import psycopg
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from tierq.aws import metrics
+from tierq.aws.http import idempotency, request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.idempotency import IdempotencyKeyHeader
+from tierq.aws.http.models import EnqueueBody, EnqueueResults, TaskBatch
+from tierq.aws.http.params import QueuePath
+from tierq.aws.runtime import engine
+from tierq.dal.postgres import Row
+from tierq.errors import InvalidInput, TierqError
+from tierq.logic import enqueue as enqueue_logic
+from tierq.logic.context import Context
+from tierq.logic.idempotency import PgClaim
+from tierq.models import EnqueueOutcome, TaskIn
+
+router = Router()
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _field(single: bool, index: int, name: str) -> str:
+    return name if single else f"tasks[{index}].{name}"
+
+
+def check_tasks(tasks: list[TaskIn], single: bool) -> None:
+    """What the models cannot say: tenants against the pinned one, run_at in range."""
+    request.check_tenants(
+        (_field(single, i, "tenant"), task.tenant) for i, task in enumerate(tasks)
+    )
+    for i, task in enumerate(tasks):
+        if task.run_at is None:
+            continue
+        # the year as written (the document's pattern), before its offset applies
+        try:
+            in_range = task.run_at.year >= EPOCH.year
+            task.run_at.timestamp()
+        except (OverflowError, ValueError, OSError):
+            in_range = False
+        if not in_range:
+            raise InvalidInput.field(_field(single, i, "run_at"),
+                                     "must be in the year 1970 or later")
+
+
+def _single_names(exc: TierqError) -> TierqError:
+    """The engine names a lone task's fields ``task.x``; the body of a single-task request
+    is the task itself, so here they are ``x``."""
+    exc.message = exc.message.removeprefix("task.")
+    for detail in exc.details:
+        field = detail.get("field")
+        if isinstance(field, str):
+            detail["field"] = field.removeprefix("task.")
+    return exc
+
+
+@router.post(
+    "/v1/queues/<queue>/tasks",
+    summary="Enqueue one task or a batch",
+    description="One task object, or {\"tasks\": [...]} with at most 500. Each task: payload "
+                "(any JSON, ≤ 256 KiB), key (idempotency), priority 0 to 9, delay_seconds or "
+                "run_at (≤ a year ahead), tenant, max_attempts, on_conflict ignore|replace. "
+                "Nothing is written when any task is invalid.",
+    operation_id="enqueueTasks",
+    tags=["tasks"],
+    responses=responses("Outcome per task: created, updated or ignored (a live task holds "
+                        "the key), and the state it is in.", 403, 409, 413),
+)
+def enqueue_tasks(
+    queue: QueuePath,
+    body: Annotated[EnqueueBody, Body(description="One task, or {\"tasks\": [...]}.")],
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response[EnqueueOutcome | EnqueueResults]:
+    single = not isinstance(body, TaskBatch)
+    tasks = [body] if isinstance(body, TaskIn) else body.tasks
+    check_tasks(tasks, single)
+    tenant = request.pinned_tenant()
+
+    def work(claim: PgClaim | None) -> EnqueueOutcome | EnqueueResults:
+        try:
+            if claim is None:
+                outcomes = engine().enqueue(queue, tasks, tenant=tenant)
+            else:
+                outcomes = enqueue_once(engine().ctx, queue, tasks, tenant, claim)
+        except TierqError as exc:
+            raise _single_names(exc) if single else exc from None
+        metrics.count(queue, {"Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
+        return outcomes[0] if single else EnqueueResults(tasks=outcomes)
+
+    return idempotency.in_postgres("enqueue", queue, idempotency_key, work)
+
+
+def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | None,
+                 claim: PgClaim) -> list[EnqueueOutcome]:
+    """Enqueue under an idempotency claim: each transaction that inserts tasks records their
+    outcomes under the key, and the tasks an earlier owner of the key committed (it died
+    before it answered) are not enqueued again."""
+    earlier = (claim.committed or {}).get("outcomes") or {}
+    recorded: dict[int, dict[str, Any]] = {int(i): o for i, o in earlier.items()}
+    todo = [i for i in range(len(tasks)) if i not in recorded]
+
+    def record(conn: psycopg.Connection[Row], created: dict[int, dict[str, Any]]) -> None:
+        recorded.update({todo[i]: outcome for i, outcome in created.items()})
+        claim.record(conn, {"outcomes": {str(i): o for i, o in recorded.items()}})
+
+    outcomes: dict[int, EnqueueOutcome] = {
+        i: EnqueueOutcome.model_validate(o) for i, o in recorded.items()}
+    if todo:
+        fresh = enqueue_logic.enqueue(ctx, queue, [tasks[i] for i in todo], tenant,
+                                      record=record)
+        outcomes.update(zip(todo, fresh, strict=True))
+    return [outcomes[i] for i in range(len(tasks))]

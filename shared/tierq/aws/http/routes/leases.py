@@ -1,0 +1,160 @@
+"""Finishing, giving back and extending leases: ``POST /v1/queues/{queue}/acks``,
+``…/nacks``, ``…/releases`` and ``…/heartbeats``. Each item carries the task id and the
+lease token its claim returned; an item whose lease is not (or no longer) the caller's comes
+back in ``rejected`` (``not_owner``, or ``not_found`` when the task was cancelled
+meanwhile)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, TypeVar
+
+import orjson
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from tierq.aws import metrics
+from tierq.aws.http import idempotency, request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.idempotency import IdempotencyKeyHeader
+from tierq.aws.http.models import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
+from tierq.aws.http.params import QueuePath
+from tierq.aws.runtime import engine
+from tierq.core.ids import tenant_of_token
+from tierq.errors import InvalidInput, PayloadTooLarge
+from tierq.models import (
+    AckItem,
+    AckResult,
+    HeartbeatItem,
+    HeartbeatResult,
+    NackItem,
+    NackResult,
+    Rejection,
+    ReleaseItem,
+    ReleaseResult,
+)
+
+router = Router()
+
+Item = TypeVar("Item", AckItem, NackItem, ReleaseItem, HeartbeatItem)
+
+
+def pinned_items(items: Sequence[Item]) -> tuple[list[Item], list[Rejection]]:
+    """Items whose lease token belongs to the pinned tenant, and rejections for the rest
+    (a token of another tenant cannot be the caller's)."""
+    pinned = request.pinned_tenant()
+    if pinned is None:
+        return list(items), []
+    mine = [i for i in items if tenant_of_token(i.lease_token) == pinned]
+    others = [Rejection(id=i.id, reason="not_owner") for i in items
+              if tenant_of_token(i.lease_token) != pinned]
+    return mine, others
+
+
+def check_results(acks: Sequence[AckItem]) -> None:
+    limit = engine().settings.max_payload_bytes
+    for i, ack in enumerate(acks):
+        if ack.result is None:
+            continue
+        field = f"acks[{i}].result"
+        try:
+            size = len(orjson.dumps(ack.result))
+        except TypeError as exc:
+            raise InvalidInput.field(field, f"not storable as JSON: {exc}") from exc
+        if size > limit:
+            raise PayloadTooLarge(
+                f"{field} is {size} bytes once serialised; the limit is {limit}",
+                details=[{"field": field, "message": "too large"}],
+            )
+
+
+@router.post(
+    "/v1/queues/<queue>/acks",
+    summary="Acknowledge finished tasks",
+    description="{\"acks\": [{id, lease_token, result?}]} (1 to 500). An acked task is gone, "
+                "or kept with its result until the queue's retention ends.",
+    operation_id="ackTasks",
+    tags=["leases"],
+    responses=responses("Which tasks were acked and which were rejected.", 409, 413),
+)
+def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()],
+              idempotency_key: IdempotencyKeyHeader = None) -> Response[AckResult]:
+    check_results(body.acks)
+
+    def work() -> AckResult:
+        mine, rejected = pinned_items(body.acks)
+        result = engine().ack(queue, mine) if mine else AckResult()
+        result.rejected.extend(rejected)
+        metrics.count(queue, {"Acked": len(result.acked)})
+        return result
+
+    return idempotency.in_valkey("ack", queue, idempotency_key, work)
+
+
+@router.post(
+    "/v1/queues/<queue>/nacks",
+    summary="Report failed tasks",
+    description="{\"nacks\": [{id, lease_token, error, retry_in_seconds?, dead?}]} (1 to 500). "
+                "A task is retried after the queue's backoff (or retry_in_seconds), or moves "
+                "to the dead letters at max_attempts or when dead is true.",
+    operation_id="nackTasks",
+    tags=["leases"],
+    responses=responses("Which tasks will be retried, which are dead, which were rejected.", 409),
+)
+def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()],
+               idempotency_key: IdempotencyKeyHeader = None) -> Response[NackResult]:
+    def work() -> NackResult:
+        mine, rejected = pinned_items(body.nacks)
+        result = engine().nack(queue, mine) if mine else NackResult()
+        result.rejected.extend(rejected)
+        metrics.count(queue, {
+            "Nacked": len(result.retried) + len(result.dead),
+            "DeadLettered": len(result.dead),
+        })
+        return result
+
+    return idempotency.in_valkey("nack", queue, idempotency_key, work)
+
+
+@router.post(
+    "/v1/queues/<queue>/releases",
+    summary="Give leased tasks back unfinished",
+    description="{\"releases\": [{id, lease_token}]} (1 to 500). Each task returns to its "
+                "old place in line, ready at once, and no attempt is counted: for tasks a "
+                "worker took but did not start (shutting down, or claimed more than it can "
+                "run). A task that failed is nacked instead.",
+    operation_id="releaseTasks",
+    tags=["leases"],
+    responses=responses("Which tasks were given back and which were rejected.", 409),
+)
+def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()],
+                  idempotency_key: IdempotencyKeyHeader = None) -> Response[ReleaseResult]:
+    def work() -> ReleaseResult:
+        mine, rejected = pinned_items(body.releases)
+        result = engine().release(queue, mine) if mine else ReleaseResult()
+        result.rejected.extend(rejected)
+        metrics.count(queue, {"Released": len(result.released)})
+        return result
+
+    return idempotency.in_valkey("release", queue, idempotency_key, work)
+
+
+@router.post(
+    "/v1/queues/<queue>/heartbeats",
+    summary="Extend leases",
+    description="{\"leases\": [{id, lease_token, extend_seconds?}]} (1 to 500): each lease is "
+                "extended to now + extend_seconds (default: the queue's lease_seconds).",
+    operation_id="extendLeases",
+    tags=["leases"],
+    responses=responses("New lease deadlines, and the leases that were rejected.", 409),
+)
+def extend_leases(queue: QueuePath, body: Annotated[HeartbeatRequest, Body()],
+                  idempotency_key: IdempotencyKeyHeader = None) -> Response[HeartbeatResult]:
+    def work() -> HeartbeatResult:
+        mine, rejected = pinned_items(body.leases)
+        result = engine().heartbeat(queue, mine) if mine else HeartbeatResult()
+        result.rejected.extend(rejected)
+        return result
+
+    return idempotency.in_valkey("heartbeat", queue, idempotency_key, work)

@@ -1,0 +1,124 @@
+"""Live numbers: ``GET /v1/metrics/queues/detailed`` (per (queue, tenant): warm, cold, delayed,
+leased and dead counts and the oldest ready task) and ``GET /v1/metrics/queues/running``
+(current leases: who holds them, since when, until when).
+
+Both list in (queue, tenant) order, page by page (see :mod:`tierq.aws.http.paging`): a caller
+pinned to a tenant gets only its tenant's pairs, selected in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Query
+
+from tierq.aws.http import paging, request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.models import DetailedMetrics, RunningMetrics
+from tierq.aws.http.params import QueueQuery
+from tierq.aws.runtime import engine
+from tierq.logic import queues as queue_logic
+from tierq.logic.context import Pair
+from tierq.models import RunningLease, TenantCounts
+
+router = Router()
+
+MAX_PAGE = 5000
+DEFAULT_PAGE = 1000
+# Pairs whose counts are read per round while a page fills.
+COUNTS_CHUNK = 100
+# Pairs one page of running leases may visit (each is a Valkey round trip): past it the page
+# ends early with a cursor, so a request stays short however many pairs have work.
+RUNNING_SCAN_PAIRS = 2000
+PAIRS_KIND = "pairs"
+LEASES_KIND = "leases"
+
+PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")]
+Cursor = Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
+                                     description="`next` of the previous page.")]
+PAGING = ("At most `limit` per page and never more than fits a Lambda response (6 MB as the "
+          "runtime writes it): a page may hold fewer. `next` is the cursor of the next page, "
+          "null on the last.")
+
+
+@router.get(
+    "/v1/metrics/queues/detailed",
+    summary="Counts per queue and tenant",
+    description="One row per (queue, tenant), in that order (only the caller's tenant when "
+                "it is pinned). " + PAGING,
+    operation_id="queueMetricsDetailed",
+    tags=["metrics"],
+    responses=responses("One row per (queue, tenant)."),
+)
+def detailed(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
+             after: Cursor = None) -> DetailedMetrics:
+    pinned = request.pinned_tenant()
+    start = paging.decoded_or_none(after, PAIRS_KIND, (str, str))
+    source = queue_logic.iter_counts(
+        engine().ctx, (start[0], start[1]) if start else ("", ""), tenant=pinned, queue=queue,
+        chunk=min(limit + 1, COUNTS_CHUNK))
+    rows, last = paging.fill(source, _pair_of, limit=limit)
+    return DetailedMetrics(queues=rows, timestamp=datetime.now(UTC),
+                           next=None if last is None else
+                           paging.encode_cursor(PAIRS_KIND, *last))
+
+
+def _pair_of(row: TenantCounts) -> Pair:
+    return row.queue, row.tenant
+
+
+LeasePosition = tuple[str, str, int, str]
+
+
+def _lease_position(lease: RunningLease) -> LeasePosition:
+    return (lease.queue, lease.tenant, *queue_logic.lease_key(lease))
+
+
+def leases_after(after: LeasePosition | None, *, tenant: str | None,
+                 queue: str | None) -> Iterator[RunningLease | paging.Resume[LeasePosition]]:
+    """Current leases after a position, pair by pair (pairs with warm rows only, of the
+    tenant and queue given, selected in SQL); a resting point after RUNNING_SCAN_PAIRS."""
+    ctx = engine().ctx
+    if after is not None:
+        # the rest of the pair the previous page stopped in
+        pair, started = (after[0], after[1]), (after[2], after[3])
+        if (tenant is None or pair[1] == tenant) and (queue is None or pair[0] == queue):
+            yield from (lease for lease in queue_logic.pair_leases(ctx, pair)
+                        if queue_logic.lease_key(lease) > started)
+    start: Pair = (after[0], after[1]) if after else ("", "")
+    for visited, pair in enumerate(queue_logic.iter_pairs(ctx, start, tenant=tenant,
+                                                          queue=queue, with_warm_rows=True)):
+        if visited == RUNNING_SCAN_PAIRS:
+            # the next page starts after the last pair visited, all of its leases returned
+            yield paging.Resume(_after_pair(start))
+            return
+        yield from queue_logic.pair_leases(ctx, pair)
+        start = pair
+
+
+def _after_pair(pair: Pair) -> LeasePosition:
+    """A position after every lease of a pair (leases start at ms ≥ 0; ids sort after '')."""
+    return pair[0], pair[1], 2**62, ""
+
+
+@router.get(
+    "/v1/metrics/queues/running",
+    summary="Current leases",
+    description="Every lease held now, by (queue, tenant) and oldest first within each (only "
+                "the caller's tenant when it is pinned). " + PAGING,
+    operation_id="queueMetricsRunning",
+    tags=["metrics"],
+    responses=responses("Every lease held now."),
+)
+def running(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
+            after: Cursor = None) -> RunningMetrics:
+    pinned = request.pinned_tenant()
+    start = paging.decoded_or_none(after, LEASES_KIND, (str, str, int, str))
+    position: LeasePosition | None = (start[0], start[1], start[2], start[3]) if start else None
+    leases, last = paging.fill(leases_after(position, tenant=pinned, queue=queue),
+                               _lease_position, limit=limit)
+    return RunningMetrics(running=leases, timestamp=datetime.now(UTC),
+                          next=None if last is None else
+                          paging.encode_cursor(LEASES_KIND, *last))

@@ -1,0 +1,100 @@
+"""Queues: ``GET /v1/queues``, ``GET /v1/queues/{queue}`` (settings, live counts, mode) and
+``PUT /v1/queues/{queue}`` (change settings; only the fields given change).
+
+A caller pinned to a tenant sees only its own tenant's counts and may not change settings,
+which every tenant of the queue shares."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+
+from tierq.aws.http import paging, request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.models import QueueList
+from tierq.aws.http.params import QueuePath
+from tierq.aws.runtime import engine
+from tierq.errors import Forbidden, NotFound
+from tierq.logic import queues as queue_logic
+from tierq.models import QueueSettingsUpdate, QueueView
+
+router = Router()
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+# Queues whose counts are read per statement while a page fills.
+READ_CHUNK = 20
+CURSOR_KIND = "queues"
+
+
+def tenant_view(queue: str, tenant: str) -> QueueView:
+    """A queue as one tenant sees it: its own counts only."""
+    return queue_logic.queue_view(engine().ctx, queue, tenant)
+
+
+def view(queue: str) -> QueueView:
+    pinned = request.pinned_tenant()
+    return engine().get_queue(queue) if pinned is None else tenant_view(queue, pinned)
+
+
+def known(queue: str) -> bool:
+    return queue_logic.queue_known(engine().ctx, queue)
+
+
+@router.get(
+    "/v1/queues",
+    summary="List queues",
+    description="In name order, at most `limit` per page and never more than fits a Lambda "
+                "response (6 MB as the runtime writes it): a page may hold fewer. `next` is "
+                "the cursor of the next page, null on the last. A caller pinned to a tenant "
+                "gets only the queues its tenant has had tasks in, with its own counts.",
+    operation_id="listQueues",
+    tags=["queues"],
+    responses=responses("Every queue that has settings or has had tasks."),
+)
+def list_queues(
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = DEFAULT_PAGE,
+    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
+                                       description="`next` of the previous page.")] = None,
+) -> QueueList:
+    pinned = request.pinned_tenant()
+    start = paging.decoded_or_none(after, CURSOR_KIND, (str,))
+    source = queue_logic.iter_queue_views(engine().ctx, start[0] if start else "",
+                                          tenant=pinned, chunk=min(limit + 1, READ_CHUNK))
+    views, last = paging.fill(source, lambda view: view.queue, limit=limit)
+    return QueueList(queues=views,
+                     next=None if last is None else paging.encode_cursor(CURSOR_KIND, last))
+
+
+@router.get(
+    "/v1/queues/<queue>",
+    summary="A queue's settings and live counts",
+    operation_id="getQueue",
+    tags=["queues"],
+    responses=responses("Settings, counts (warm, cold, delayed, leased, dead) and mode.", 404),
+)
+def get_queue(queue: QueuePath) -> QueueView:
+    if not known(queue):
+        raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
+    return view(queue)
+
+
+@router.put(
+    "/v1/queues/<queue>",
+    summary="Create a queue or change its settings",
+    description="Fields: warm_max, warm_max_bytes, lease_seconds, max_attempts, backoff "
+                "{kind fixed|linear|exponential, base_seconds, cap_seconds, jitter}, "
+                "retention_seconds, paused. "
+                "Fields left out keep their value.",
+    operation_id="putQueue",
+    tags=["queues"],
+    responses=responses("The queue with its new settings.", 403),
+)
+def put_queue(queue: QueuePath, body: Annotated[QueueSettingsUpdate, Body()]) -> QueueView:
+    if request.pinned_tenant() is not None:
+        raise Forbidden("a caller pinned to a tenant cannot change queue settings, which all "
+                        "tenants of the queue share")
+    engine().put_queue(queue, body)
+    return view(queue)

@@ -1,0 +1,76 @@
+"""Queue metrics as CloudWatch EMF log lines (Powertools metrics), namespace ``Tierq``, one
+blob per queue with the dimension ``queue`` (Powertools adds ``service``).
+
+* Counts, per request: ``Enqueued``, ``Claimed``, ``Acked``, ``Nacked`` (retried or dead),
+  ``Released`` (given back unfinished), ``DeadLettered`` (by a nack or by lease expiry in
+  the reaper).
+* Gauges, from the reaper's invocations: ``Warm``, ``Cold``, ``Delayed``, ``Leased``,
+  ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
+  ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has
+  tasks, and zeros once for a queue that has just emptied.
+
+Each call builds its own ``EphemeralMetrics``, so concurrent requests for different queues
+(the local stack serves them from threads) never mix their dimensions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+from tierq.aws.runtime import SERVICE
+from tierq.models import TenantCounts
+
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tierq")
+GAUGES = ("warm", "cold", "delayed", "leased", "dead")
+
+
+def _blob(queue: str) -> EphemeralMetrics:
+    blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+    blob.add_dimension(name="queue", value=queue)
+    return blob
+
+
+def count(queue: str, counts: Mapping[str, int]) -> None:
+    """Emit non-zero counters (``{"Enqueued": 3}``) for one queue."""
+    values = {name: value for name, value in counts.items() if value}
+    if not values:
+        return
+    blob = _blob(queue)
+    for name, value in values.items():
+        blob.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    blob.flush_metrics()
+
+
+def queue_gauges(rows: Iterable[TenantCounts]) -> dict[str, dict[str, float]]:
+    """Per-queue gauges summed over tenants; the oldest ready age is the maximum."""
+    per_queue: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(GAUGES, 0.0))
+    for row in rows:
+        gauges = per_queue[row.queue]
+        for name in GAUGES:
+            gauges[name] += getattr(row, name)
+        age = row.oldest_ready_age_seconds or 0.0
+        gauges["oldest_ready_age_seconds"] = max(gauges.get("oldest_ready_age_seconds", 0.0), age)
+    return dict(per_queue)
+
+
+def queue_gauge(queue: str, values: Mapping[str, float]) -> None:
+    """Emit one queue's gauges (``warm`` … ``dead`` and ``oldest_ready_age_seconds``)."""
+    blob = _blob(queue)
+    for name in GAUGES:
+        blob.add_metric(name=name.capitalize(), unit=MetricUnit.Count, value=values[name])
+    blob.add_metric(name="OldestReadyAgeSeconds", unit=MetricUnit.Seconds,
+                    value=values.get("oldest_ready_age_seconds", 0.0))
+    blob.flush_metrics()
+
+
+def gauges(rows: Iterable[TenantCounts]) -> int:
+    """Emit the gauges of every queue of ``rows``; returns how many queues were reported.
+    (The reaper gauges only the queues with work: tierq.maintenance.gauges.)"""
+    per_queue = queue_gauges(rows)
+    for queue, values in per_queue.items():
+        queue_gauge(queue, values)
+    return len(per_queue)

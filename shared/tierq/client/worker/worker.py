@@ -1,0 +1,568 @@
+"""``Worker``: claim tasks over HTTP, run a handler on a pool of threads, keep the leases
+alive while it runs, and report each outcome.
+
+    from tierq.client import Client
+    from tierq.client.worker import PermanentError, Worker
+
+    def send_email(task):                 # task: tierq.models.ClaimedTask
+        if "to" not in task.payload:
+            raise PermanentError("no recipient")   # dead-lettered now
+        deliver(task.payload)                       # any other exception: retried
+        return {"sent": True}                       # kept as the task's result
+
+    Worker(Client("http://127.0.0.1:3000"), "emails", send_email, concurrency=8).run()
+
+The loop, per worker:
+
+1. **Claim** with a long poll (``wait_seconds``), asking for as many tasks as there are free
+   slots (``concurrency`` minus the leases held), each with a lease of ``lease_seconds``
+   (default: the queue's setting, read at start).
+2. **Run** the handler on one of ``concurrency`` threads.
+3. **Heartbeat**: a thread extends every held lease once a third of it has passed, in one
+   request for all of them, so a long task keeps its lease.
+4. **Report**, in batches: the return value → ack with it as the result (``None``: the task
+   is simply deleted); :class:`RetryableError` → nack for a retry (after its
+   ``retry_in_seconds``, or the queue's backoff); :class:`PermanentError` → nack as dead;
+   any other exception → nack for a retry with the queue's backoff. The error text (type,
+   message, traceback) becomes the task's ``last_error``.
+5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more (tasks a
+   long poll already under way brings back still run), let the running tasks finish for up
+   to ``grace_seconds``, then give back what is unfinished so it is ready again at once
+   instead of waiting for its lease to expire: a task not started yet is *released* (back
+   in its place in line, no attempt counted); a task whose handler is still running is
+   nacked with ``retry_in_seconds=0`` (the attempt counts, as with SQS or a lease expiry).
+   Then report everything and return. A second signal gives back at once.
+
+A report that cannot be delivered (the API unreachable after the client's retries) is
+logged; the lease then expires and the task is delivered again: at-least-once, never lost.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from types import FrameType
+from typing import Any
+from uuid import UUID
+
+from pydantic_core import to_jsonable_python
+
+from tierq.client import Client
+from tierq.client.errors import ApiError, NotFoundError
+from tierq.client.worker.errors import PermanentError, RetryableError
+from tierq.errors import TierqError
+from tierq.models import ClaimedTask
+from tierq.models.leases import MAX_CLAIM
+
+log = logging.getLogger("tierq.client.worker")
+
+Handler = Callable[[ClaimedTask], Any]
+MAX_ERROR_CHARS = 10_000
+DEFAULT_LEASE_SECONDS = 300
+REPORT_BATCH = 500
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did (a snapshot: :attr:`Worker.stats`)."""
+
+    claimed: int = 0
+    acked: int = 0
+    retried: int = 0  # nacked for a retry
+    dead: int = 0  # nacked into the dead letters
+    released: int = 0  # given back unfinished at shutdown (released or nacked)
+    rejected: int = 0  # reports the API refused: the lease had been lost
+    heartbeats: int = 0  # lease extensions granted
+    leases_lost: int = 0  # heartbeats refused
+    report_failures: int = 0  # reports that could not be delivered
+    claim_failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class Ack:
+    result: Any
+
+
+@dataclass
+class Nack:
+    error: str
+    retry_in_seconds: float | None = None
+    dead: bool = False
+
+
+@dataclass(eq=False)
+class HeldLease:
+    """A task this worker holds a lease on, from claim to report."""
+
+    task: ClaimedTask
+    extended_at: float  # monotonic time of the claim or the last granted heartbeat
+    started_at: float | None = None
+    outcome: Ack | Nack | None = None
+    released: bool = False  # given back at shutdown; a late outcome is dropped
+    lost: bool = False  # a heartbeat was refused
+
+    def item(self) -> dict[str, Any]:
+        return {"id": self.task.id, "lease_token": self.task.lease_token}
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` then the traceback, cut to what a nack accepts."""
+    head = f"{type(exc).__name__}: {exc}".strip().removesuffix(":")
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    text = f"{head}\n\n{trace}"
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS - 20] + "\n…(truncated)"
+    return text
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+class Worker:
+    """Runs ``handler`` for the tasks of ``queue`` (see the module docstring).
+
+    ``concurrency``: handler threads (and leases held at most). ``tenant``: claim only this
+    tenant's tasks (default: rotate fairly across tenants). ``lease_seconds``: default the
+    queue's. ``wait_seconds``: long-poll length of a claim (≤ 20; also bounds how long a
+    stop takes to be noticed while idle). ``grace_seconds``: how long running tasks may
+    finish after a stop. ``burst``: return once the queue is empty instead of waiting for
+    more. ``install_signal_handlers``: handle SIGTERM/SIGINT while :meth:`run` runs (only
+    possible on the main thread). ``freeze_gc``: when :meth:`run` starts, move the objects
+    the process has made so far (its modules, its set-up) out of the cycle collector's way
+    with ``gc.freeze()``: a long-running worker's full collections otherwise walk them again
+    and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
+    """
+
+    def __init__(self, client: Client, queue: str, handler: Handler, *,
+                 concurrency: int = 4, tenant: str | None = None,
+                 lease_seconds: int | None = None, wait_seconds: float = 5.0,
+                 grace_seconds: float = 25.0, name: str | None = None, burst: bool = False,
+                 heartbeat_fraction: float = 1 / 3, install_signal_handlers: bool = True,
+                 report_linger_seconds: float = 0.01, freeze_gc: bool = True) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if not 0 < heartbeat_fraction < 1:
+            raise ValueError("heartbeat_fraction must be between 0 and 1")
+        if not 0 <= wait_seconds <= 20:
+            raise ValueError("wait_seconds must be between 0 and 20")
+        if grace_seconds < 0:
+            raise ValueError("grace_seconds must be >= 0")
+        self.client = client
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.tenant = tenant
+        self.lease_seconds = lease_seconds
+        self.wait_seconds = wait_seconds
+        self.grace_seconds = grace_seconds
+        self.name = name or default_worker_name()
+        self.burst = burst
+        self.heartbeat_fraction = heartbeat_fraction
+        self.install_signal_handlers = install_signal_handlers
+        self.report_linger_seconds = report_linger_seconds
+        self.freeze_gc = freeze_gc
+
+        self._stats = WorkerStats()
+        self._held: dict[UUID, HeldLease] = {}
+        self._cond = threading.Condition()
+        self._work: queue_module.Queue[HeldLease | None] = queue_module.Queue()
+        self._reports: queue_module.Queue[HeldLease | None] = queue_module.Queue()
+        self._stopping = threading.Event()
+        self._abort = threading.Event()
+        self._heartbeats_done = threading.Event()
+        self._stop_requested_at: float | None = None
+        self._started = False
+        self._finished = threading.Event()
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> WorkerStats:
+        with self._cond:
+            return WorkerStats(**self._stats.as_dict())
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once a stop was asked for; long handlers may check it to finish early."""
+        return self._stopping
+
+    @property
+    def finished(self) -> threading.Event:
+        """Set when :meth:`run` has returned."""
+        return self._finished
+
+    @property
+    def held(self) -> int:
+        """Leases held right now (running or being reported)."""
+        with self._cond:
+            return len(self._held)
+
+    def stop(self, *, abort: bool = False) -> None:
+        """Stop claiming and finish (see the module docstring). ``abort``: give back the
+        running tasks now instead of waiting up to ``grace_seconds``. Safe from any thread
+        and from signal handlers."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        self._stopping.set()
+        if abort:
+            self._abort.set()
+
+    def run(self) -> WorkerStats:
+        """Work until stopped (or, with ``burst``, until the queue is empty); returns what
+        was done. Raises when the queue's settings cannot be read or a claim is refused
+        as invalid (a 4xx other than 429): that is a configuration error."""
+        if self._started:
+            raise RuntimeError("a Worker runs once; make a new one")
+        self._started = True
+        if self.freeze_gc:
+            gc.collect()
+            gc.freeze()
+        restore_signals = self._install_signals()
+        threads: list[threading.Thread] = []
+        try:
+            lease_seconds = self._resolve_lease_seconds()
+            executors = [threading.Thread(target=self._execute_loop, daemon=True,
+                                          name=f"tierq-worker-{i}")
+                         for i in range(self.concurrency)]
+            reporter = threading.Thread(target=self._report_loop, daemon=True,
+                                        name="tierq-worker-reports")
+            heartbeater = threading.Thread(target=self._heartbeat_loop, args=(lease_seconds,),
+                                           daemon=True, name="tierq-worker-heartbeats")
+            threads = [*executors, reporter, heartbeater]
+            for thread in threads:
+                thread.start()
+            log.info("worker %s: queue %r, %d threads, lease %ds", self.name, self.queue,
+                     self.concurrency, lease_seconds)
+            self._claim_loop(lease_seconds)
+        finally:
+            try:
+                if threads:
+                    self._shutdown(threads)
+            finally:
+                restore_signals()
+                self._finished.set()
+        stats = self.stats
+        log.info("worker %s stopped: %s", self.name, stats.as_dict())
+        return stats
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def _resolve_lease_seconds(self) -> int:
+        if self.lease_seconds is not None:
+            return self.lease_seconds
+        try:
+            return self.client.get_queue(self.queue).settings.lease_seconds
+        except NotFoundError:
+            return DEFAULT_LEASE_SECONDS
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self.install_signal_handlers or \
+                threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._stopping.is_set():
+                self.stop(abort=True)
+            else:
+                self.stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    # -- claiming ------------------------------------------------------------------------
+
+    def _claim_loop(self, lease_seconds: int) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            with self._cond:
+                free = self.concurrency - len(self._held)
+                if free <= 0:
+                    self._cond.wait(timeout=0.2)
+                    continue
+            try:
+                tasks = self.client.claim(self.queue, max=min(free, MAX_CLAIM),
+                                          lease_seconds=lease_seconds, tenant=self.tenant,
+                                          worker=self.name, wait_seconds=self.wait_seconds)
+            except TierqError as exc:
+                if isinstance(exc, ApiError) and exc.status < 500 and exc.status != 429:
+                    raise  # an invalid claim (bad queue name, tenant): a configuration error
+                failures += 1
+                with self._cond:
+                    self._stats.claim_failures += 1
+                pause = min(30.0, 0.5 * 2 ** min(failures, 6))
+                log.warning("worker %s: claim failed (%s); trying again in %.1fs",
+                            self.name, exc, pause)
+                self._stopping.wait(pause)
+                continue
+            failures = 0
+            now = time.monotonic()
+            held = [HeldLease(task, now) for task in tasks]
+            with self._cond:
+                for lease in held:
+                    self._held[lease.task.id] = lease
+                self._stats.claimed += len(held)
+                empty = not self._held
+            # claimed while a stop was asked for: they run all the same, within the grace
+            for lease in held:
+                self._work.put(lease)
+            if self.burst and not tasks and empty:
+                log.info("worker %s: queue %r is empty (burst mode)", self.name, self.queue)
+                break
+
+    # -- running -------------------------------------------------------------------------
+
+    def _execute_loop(self) -> None:
+        while True:
+            lease = self._work.get()
+            if lease is None:
+                return
+            with self._cond:
+                if lease.released:
+                    continue
+                lease.started_at = time.monotonic()
+            outcome = self._call(lease.task)
+            with self._cond:
+                if lease.released:
+                    continue  # given back at shutdown: another worker runs it again
+                lease.outcome = outcome
+            self._reports.put(lease)
+
+    def _call(self, task: ClaimedTask) -> Ack | Nack:
+        try:
+            result = self.handler(task)
+        except PermanentError as exc:
+            return Nack(describe(exc), dead=True)
+        except RetryableError as exc:
+            return Nack(describe(exc), retry_in_seconds=exc.retry_in_seconds)
+        except BaseException as exc:  # a handler's failure, whatever it is, is the task's
+            log.debug("task %s failed", task.id, exc_info=True)
+            return Nack(describe(exc))
+        return Ack(to_jsonable_python(result, fallback=repr))
+
+    # -- heartbeats ----------------------------------------------------------------------
+
+    def _heartbeat_loop(self, lease_seconds: int) -> None:
+        interval = lease_seconds * self.heartbeat_fraction
+        tick = max(0.05, min(1.0, interval / 3))
+        while not self._heartbeats_done.wait(tick):
+            now = time.monotonic()
+            with self._cond:
+                due = [lease for lease in self._held.values()
+                       if not lease.released and not lease.lost
+                       and now - lease.extended_at >= interval]
+            if not due:
+                continue
+            try:
+                result = self.client.heartbeat(self.queue, [
+                    {**lease.item(), "extend_seconds": lease_seconds} for lease in due])
+            except TierqError as exc:
+                log.warning("worker %s: heartbeat failed (%s); trying again", self.name, exc)
+                continue
+            refused = {r.id for r in result.rejected}
+            with self._cond:
+                self._stats.heartbeats += len(result.extended)
+                for lease in due:
+                    if lease.task.id in refused:
+                        lease.lost = True
+                        self._stats.leases_lost += 1
+                    else:
+                        lease.extended_at = now
+            for task_id in refused:
+                log.warning("worker %s: lease of task %s was lost (expired or taken over); "
+                            "its outcome will be refused", self.name, task_id)
+
+    # -- reporting -----------------------------------------------------------------------
+
+    def _report_loop(self) -> None:
+        while True:
+            first = self._reports.get()
+            if first is None:
+                return
+            batch = [first]
+            done = False
+            deadline = time.monotonic() + self.report_linger_seconds
+            while len(batch) < REPORT_BATCH:
+                try:
+                    item = self._reports.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue_module.Empty:
+                    break
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+            self._report(batch)
+            if done:
+                return
+
+    def _report(self, batch: list[HeldLease]) -> None:
+        acks = [lease for lease in batch if isinstance(lease.outcome, Ack)]
+        nacks = [lease for lease in batch if isinstance(lease.outcome, Nack)]
+        if acks:
+            self._send_acks(acks)
+        if nacks:
+            self._send_nacks(nacks)
+        with self._cond:
+            for lease in batch:
+                self._held.pop(lease.task.id, None)
+            self._cond.notify_all()
+
+    @staticmethod
+    def _ack_item(lease: HeldLease, with_result: bool = True) -> dict[str, Any]:
+        item = lease.item()
+        assert isinstance(lease.outcome, Ack)
+        if with_result and lease.outcome.result is not None:
+            item["result"] = lease.outcome.result
+        return item
+
+    def _send_acks(self, acks: list[HeldLease]) -> None:
+        try:
+            result = self.client.ack(self.queue, [self._ack_item(lease) for lease in acks])
+        except ApiError as exc:
+            if exc.status >= 500 or exc.status == 429 or len(acks) == 1:
+                self._ack_without_result(acks, exc)
+                return
+            for lease in acks:  # one bad result must not hold back the others
+                self._send_acks([lease])
+            return
+        except TierqError as exc:
+            self._report_failed("ack", acks, exc)
+            return
+        self._count_acks(result.acked, result.rejected)
+
+    def _ack_without_result(self, acks: list[HeldLease], first: ApiError) -> None:
+        if first.status >= 500 or first.status == 429:
+            self._report_failed("ack", acks, first)
+            return
+        log.error("worker %s: the API refused the result of task %s (%s); acking without it",
+                  self.name, acks[0].task.id, first)
+        try:
+            result = self.client.ack(self.queue, [self._ack_item(a, False) for a in acks])
+        except TierqError as exc:
+            self._report_failed("ack", acks, exc)
+            return
+        self._count_acks(result.acked, result.rejected)
+
+    def _count_acks(self, acked: list[UUID], rejected: list[Any]) -> None:
+        with self._cond:
+            self._stats.acked += len(acked)
+            self._stats.rejected += len(rejected)
+        for rejection in rejected:
+            log.warning("worker %s: ack of task %s refused (%s): its lease was lost, so it "
+                        "may run again", self.name, rejection.id, rejection.reason)
+
+    def _send_nacks(self, nacks: list[HeldLease]) -> None:
+        items = []
+        for lease in nacks:
+            outcome = lease.outcome
+            assert isinstance(outcome, Nack)
+            item: dict[str, Any] = {**lease.item(), "error": outcome.error}
+            if outcome.retry_in_seconds is not None:
+                item["retry_in_seconds"] = outcome.retry_in_seconds
+            if outcome.dead:
+                item["dead"] = True
+            items.append(item)
+        try:
+            result = self.client.nack(self.queue, items)
+        except TierqError as exc:
+            self._report_failed("nack", nacks, exc)
+            return
+        with self._cond:
+            self._stats.retried += len(result.retried)
+            self._stats.dead += len(result.dead)
+            self._stats.rejected += len(result.rejected)
+        for rejection in result.rejected:
+            log.warning("worker %s: nack of task %s refused (%s)", self.name, rejection.id,
+                        rejection.reason)
+
+    def _report_failed(self, what: str, leases: list[HeldLease], exc: Exception) -> None:
+        with self._cond:
+            self._stats.report_failures += len(leases)
+        log.error("worker %s: could not %s %d task(s) (%s); they run again once their "
+                  "leases expire", self.name, what, len(leases), exc)
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _shutdown(self, threads: list[threading.Thread]) -> None:
+        self.stop()
+        started = self._stop_requested_at or time.monotonic()
+        deadline = started + self.grace_seconds
+        with self._cond:
+            while self._held and not self._abort.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(min(remaining, 0.1))
+            unfinished = [lease for lease in self._held.values() if lease.outcome is None]
+            for lease in unfinished:
+                lease.released = True
+        if unfinished:
+            self._release(unfinished)
+        self._reports.put(None)
+        executors, reporter, heartbeater = threads[:-2], threads[-2], threads[-1]
+        reporter.join()
+        self._heartbeats_done.set()
+        heartbeater.join()
+        for _ in executors:
+            self._work.put(None)
+        for thread in executors:
+            thread.join(timeout=0.05)  # a handler still running is left to its daemon thread
+
+    def _release(self, leases: list[HeldLease]) -> None:
+        """Give back what is unfinished at shutdown. A task its handler never started is
+        released: back in its place in line, no attempt counted. A task whose handler was
+        still running is nacked for a retry at once: that attempt counts (as with SQS or a
+        lease expiry), so a task that hangs every time ends in the dead letters instead of
+        outliving every deploy."""
+        waiting = [lease for lease in leases if lease.started_at is None]
+        running = [lease for lease in leases if lease.started_at is not None]
+        log.warning("worker %s: giving back %d unfinished task(s) (%d running, %d not "
+                    "started)", self.name, len(leases), len(running), len(waiting))
+        if waiting:
+            try:
+                released = self.client.release(self.queue, [lease.item() for lease in waiting])
+            except TierqError as exc:
+                self._report_failed("give back", waiting, exc)
+            else:
+                with self._cond:
+                    self._stats.released += len(released.released)
+                    self._stats.rejected += len(released.rejected)
+        if running:
+            error = (f"released: worker {self.name} stopped before the task finished "
+                     f"(grace {self.grace_seconds:g}s)")
+            try:
+                result = self.client.nack(self.queue, [
+                    {**lease.item(), "error": error, "retry_in_seconds": 0}
+                    for lease in running])
+            except TierqError as exc:
+                self._report_failed("give back", running, exc)
+            else:
+                with self._cond:
+                    self._stats.released += len(result.retried) + len(result.dead)
+                    self._stats.dead += len(result.dead)
+                    self._stats.rejected += len(result.rejected)
+        with self._cond:
+            for lease in leases:
+                self._held.pop(lease.task.id, None)
+            self._cond.notify_all()
+
+
+__all__ = ["Ack", "Handler", "HeldLease", "Nack", "Worker", "WorkerStats", "describe"]

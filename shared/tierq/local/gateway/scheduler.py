@@ -1,0 +1,83 @@
+"""The schedules of template.yaml, run locally: each schedule invokes its function with the
+schedule's input (the event EventBridge Scheduler would send), once per period (``rate(1
+minute)`` → every 60 s), never two invocations of one schedule at once (the template's
+reserved concurrency of 1). Inside each invocation the handler runs its own finer ticks
+(``TIERQ_*_EVERY``), exactly as on AWS. Stopping expires every running invocation's remaining
+time, so the tick loops return at their next check.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from tierq.local.gateway.lambdas import LambdaContext, LocalFunction
+from tierq.local.gateway.template import ScheduleSpec
+
+
+@dataclass
+class ScheduleRun:
+    spec: ScheduleSpec
+    function: LocalFunction
+    period: float
+    invocations: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    current: LambdaContext | None = None
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+
+class LocalScheduler:
+    def __init__(self, schedules: list[ScheduleSpec], functions: Mapping[str, LocalFunction], *,
+                 period: float | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.runs = [ScheduleRun(spec=s, function=functions[s.function],
+                                 period=period if period is not None else s.period_seconds)
+                     for s in schedules]
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        for run in self.runs:
+            run.function.load()
+            if run.function.handler is None:
+                self.log(f"[tierq dev] schedule {run.spec.name} is off: {run.function.error}")
+                continue
+            run.thread = threading.Thread(target=self._loop, args=(run,), daemon=True,
+                                          name=f"tierq-dev-{run.spec.name}")
+            run.thread.start()
+
+    def _loop(self, run: ScheduleRun) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            context = run.function.context()
+            run.current = context
+            if self._stop.is_set():
+                context.expire()  # stop() ran between the loop's check and now
+            try:
+                run.function.invoke(dict(run.spec.payload), context)
+            except Exception as exc:
+                run.failures += 1
+                run.last_error = repr(exc)
+                self.log(f"[tierq dev] {run.spec.name} invocation failed: {exc!r}\n"
+                         + traceback.format_exc())
+            finally:
+                run.current = None
+                run.invocations += 1
+            self._stop.wait(max(0.0, started + run.period - time.monotonic()))
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._stop.set()
+        for run in self.runs:
+            if run.current is not None:
+                run.current.expire()
+        deadline = time.monotonic() + timeout
+        for run in self.runs:
+            if run.thread is not None:
+                run.thread.join(max(0.0, deadline - time.monotonic()))
+                if run.thread.is_alive():
+                    self.log(f"[tierq dev] {run.spec.name} did not stop within {timeout:.0f}s")

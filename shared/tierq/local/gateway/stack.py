@@ -1,0 +1,193 @@
+"""The whole local stack behind ``tierq dev``: PostgreSQL and Valkey (private servers unless
+told otherwise), migrations, the HTTP API on 127.0.0.1 and the scheduled functions — all
+from template.yaml, running the same handler code as on AWS, without Docker.
+
+Bound to a loopback address the API lets requests without the ``x-tierq-jwt-claims`` header
+through as an admin-like local caller; bound elsewhere it requires the header (see
+:mod:`tierq.local.gateway.http`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from tierq.config import get_settings
+from tierq.dal.migrate import migrate
+from tierq.local.gateway.http import LocalApi, LocalHttpServer
+from tierq.local.gateway.lambdas import LocalFunction
+from tierq.local.gateway.scheduler import LocalScheduler
+from tierq.local.gateway.template import Template
+from tierq.local.services import LocalServices, ensure_services, repo_root
+from tierq.local.services.manager import redact
+
+# What the local process sets unless the environment already does.
+DEV_DEFAULTS = {
+    "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+    "POWERTOOLS_METRICS_DISABLED": "true",  # EMF lines would only clutter the terminal
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+    "POWERTOOLS_SERVICE_NAME": "tierq",
+    "POWERTOOLS_METRICS_NAMESPACE": "Tierq",
+    # every function shares one process (and one engine) here, unlike on Lambda where each
+    # execution environment has its own small pool
+    "TIERQ_DB_POOL_MAX": "16",
+}
+# Template variables that name AWS resources: locally the stores come from the services.
+NOT_FROM_TEMPLATE = frozenset({
+    "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER", "DB_SECRET_ARN", "DB_HOST", "DB_PORT",
+    "DB_NAME", "DB_SSLMODE", "POWERTOOLS_LOG_LEVEL", "POWERTOOLS_METRICS_DISABLED",
+    "TIERQ_DB_POOL_MAX",
+})
+
+
+class GatewayStackError(RuntimeError):
+    """The local stack cannot start."""
+
+
+@dataclass
+class DevOptions:
+    host: str = "127.0.0.1"
+    port: int = 3000
+    services: bool = True  # False: use DATABASE_URL / VALKEY_URL as given
+    schedules: bool = True
+    schedule_period: float | None = None  # None: each schedule's own rate
+    template: Path | None = None
+    access_log: bool = True
+    valkey_cluster: bool = False  # Valkey as a cluster, like ElastiCache Serverless
+
+
+def say(message: str) -> None:
+    print(f"tierq dev: {message}", flush=True)
+
+
+class DevStack:
+    def __init__(self, options: DevOptions, *, out: Callable[[str], None] = say) -> None:
+        self.options = options
+        self.say = out
+        self.services: LocalServices | None = None
+        self.server: LocalHttpServer | None = None
+        self.scheduler: LocalScheduler | None = None
+        self.functions: dict[str, LocalFunction] = {}
+        self.template: Template | None = None
+
+    @property
+    def url(self) -> str:
+        if self.server is None:
+            raise GatewayStackError("not started")
+        return self.server.url
+
+    def _stores(self) -> None:
+        if self.options.services:
+            self.services = ensure_services(valkey_cluster=self.options.valkey_cluster)
+            os.environ.update(self.services.env())
+            if not self.services.valkey.cluster:  # whatever the shell said
+                os.environ.pop("VALKEY_CLUSTER", None)
+        else:
+            missing = [n for n in ("DATABASE_URL", "VALKEY_URL") if not os.environ.get(n)]
+            if missing:
+                raise GatewayStackError(f"--no-services needs {' and '.join(missing)} set")
+            if self.options.valkey_cluster:
+                os.environ["VALKEY_CLUSTER"] = "true"
+        if os.environ.pop("DB_SECRET_ARN", None):
+            self.say("ignoring DB_SECRET_ARN: the local stack uses DATABASE_URL")
+        self.say(f"PostgreSQL {redact(os.environ['DATABASE_URL'])}")
+        cluster = " (cluster)" if os.environ.get("VALKEY_CLUSTER", "").lower() in (
+            "true", "1", "yes", "on") else ""
+        self.say(f"Valkey     {redact(os.environ['VALKEY_URL'])}{cluster}")
+        applied = migrate(os.environ["DATABASE_URL"])
+        self.say(f"migrations applied: {', '.join(applied)}" if applied
+                 else "database schema is up to date")
+
+    def _environment(self, template: Template) -> None:
+        for name, value in DEV_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+        for spec in template.functions.values():
+            for name, value in spec.environment.items():
+                if name not in NOT_FROM_TEMPLATE:
+                    os.environ.setdefault(name, value)
+        get_settings.cache_clear()
+
+    def start(self) -> None:
+        path = self.options.template or repo_root() / "template.yaml"
+        if not path.is_file():
+            raise GatewayStackError(f"no template at {path} (run from the repository, or pass "
+                                "--template)")
+        template = Template.load(path)
+        self.template = template
+        root = path.parent
+        self._stores()
+        self._environment(template)
+        self.functions = {lid: LocalFunction(spec, root)
+                          for lid, spec in template.functions.items()}
+        for function in self.functions.values():
+            function.load()
+            if function.error:
+                self.say(f"function {function.spec.logical_id} is unavailable: {function.error}")
+        api = LocalApi(template.routes, self.functions)
+        try:
+            self.server = LocalHttpServer(self.options.host, self.options.port, api,
+                                          access_log=self.options.access_log)
+        except OSError as exc:
+            raise GatewayStackError(f"cannot listen on {self.options.host}:{self.options.port}: "
+                                f"{exc.strerror or exc}; pick another --port") from exc
+        self.server.start()
+        http_functions = sorted({self.functions[r.function].spec.name for r in template.routes})
+        self.say(f"{len(template.routes)} routes -> {', '.join(http_functions)}")
+        if self.options.schedules and template.schedules:
+            self.scheduler = LocalScheduler(template.schedules, self.functions,
+                                            period=self.options.schedule_period)
+            self.scheduler.start()
+            for run in self.scheduler.runs:
+                state = "" if run.thread is not None else " (off: function unavailable)"
+                self.say(f"schedule {run.spec.name}: {run.function.spec.name} every "
+                         f"{run.period:g}s ({run.spec.expression}){state}")
+        self.say(f"API        {self.server.url}")
+        if self.server.loopback:
+            self.say("access     requests without the x-tierq-jwt-claims header act as an "
+                     "admin (loopback only)")
+        else:
+            self.say(f"access     {self.options.host} is not a loopback address: every API "
+                     "route requires the x-tierq-jwt-claims header (tenant claim or admin "
+                     "scope); without it 401")
+        self.say(f"dashboard  {self.server.url}/dashboard")
+        self.say(f"OpenAPI    {self.server.url}/v1/openapi.json")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
+        if "tierq.aws.runtime" in sys.modules:
+            from tierq.aws.runtime import reset_engine
+
+            reset_engine()
+        if self.services is not None:
+            self.services.stop()
+            self.services = None
+
+    def serve_until_signalled(self) -> None:
+        """Run until SIGINT (Ctrl-C) or SIGTERM, then stop cleanly."""
+        stopping = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stopping.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.say("running; Ctrl-C to stop")
+            while not stopping.wait(0.5):
+                pass
+            self.say("stopping...")
+        finally:
+            self.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.say("stopped")
