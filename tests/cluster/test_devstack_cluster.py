@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tierq.local.services import stop_private_services
-from tierq.local.services.manager import probe
+from tierq.local.services.process import probe
 from tierq.local.services.valkey_cluster import MAX_NODE_PORT, cluster_nodes
 
 ENV_VARS = ("DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER")

@@ -14,7 +14,7 @@ from tests.support.cluster import serve_own_slots
 from tierq.config import Settings
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
-from tierq.local.services.manager import wait_pid_gone
+from tierq.local.services.process import wait_pid_gone
 from tierq.logic import idempotency
 from tierq.logic.context import OffsetClock
 

@@ -25,7 +25,7 @@ from tests.support.polling import eventually
 from tierq.config import Settings
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
-from tierq.local.services.manager import wait_pid_gone
+from tierq.local.services.process import wait_pid_gone
 from tierq.logic.context import OffsetClock
 from tierq.maintenance import delayed_mover
 

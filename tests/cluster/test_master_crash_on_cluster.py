@@ -20,7 +20,7 @@ from tierq.config import Settings
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.local.services import PrivateValkeyCluster
-from tierq.local.services.manager import wait_pid_gone
+from tierq.local.services.process import wait_pid_gone
 from tierq.logic.context import OffsetClock
 from tierq.logic.idempotency import claim_in_valkey
 

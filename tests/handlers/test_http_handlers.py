@@ -485,7 +485,7 @@ def test_pinned_dlq_touches_only_its_tenant(call: Invoke) -> None:
 def test_valkey_down_is_503_with_retry_after(call: Invoke, monkeypatch: pytest.MonkeyPatch,
                                              ) -> None:
     from tierq.aws.runtime import reset_engine
-    from tierq.local.services.manager import free_port
+    from tierq.local.services.process import free_port
 
     assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1}).status == 200
     monkeypatch.setenv("VALKEY_URL", f"redis://127.0.0.1:{free_port()}/0")

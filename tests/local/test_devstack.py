@@ -24,7 +24,7 @@ from tierq.local.services import (
     ensure_services,
     stop_private_services,
 )
-from tierq.local.services.manager import probe
+from tierq.local.services.process import probe
 
 ENV_VARS = ("DATABASE_URL", "VALKEY_URL")
 # Servers that answer on the team's machines; overridden by the environment when set.

@@ -106,7 +106,7 @@ def local_api(stack: Stack, env: dict[str, str] | None = None) -> Iterator[str]:
 
     import httpx
 
-    from tierq.local.services.manager import free_port
+    from tierq.local.services.process import free_port
 
     port = free_port()
     log = stack.folder / f"tierq-dev-{port}.log"

@@ -24,7 +24,7 @@ from tierq.local.gateway.lambdas import LocalFunction
 from tierq.local.gateway.scheduler import LocalScheduler
 from tierq.local.gateway.template import Template
 from tierq.local.services import LocalServices, ensure_services, repo_root
-from tierq.local.services.manager import redact
+from tierq.local.services.process import redact
 
 # What the local process sets unless the environment already does.
 DEV_DEFAULTS = {

@@ -13,18 +13,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tierq.local.services.manager import (
-    Kind,
-    LocalServicesError,
-    PrivatePostgres,
-    PrivateValkey,
-    default_state_dir,
-    ensure_services,
-    probe,
-    redact,
-    say,
-    stop_private_services,
-)
+from tierq.local.services.postgres import PrivatePostgres
+from tierq.local.services.process import Kind, LocalServicesError, probe, redact, say
+from tierq.local.services.server import default_state_dir
+from tierq.local.services.services import ensure_services, stop_private_services
+from tierq.local.services.valkey import PrivateValkey
 from tierq.local.services.valkey_cluster import PrivateValkeyCluster
 
 

@@ -26,22 +26,22 @@ from pathlib import Path
 import redis
 from redis.cluster import RedisCluster
 
-from tierq.local.services.manager import (
+from tierq.local.services.install import require_valkey_binary
+from tierq.local.services.process import (
     STOP_TIMEOUT,
     Kind,
     LocalServicesError,
-    _make_dirs,
-    _PrivateService,
-    _proc_cmdline,
-    _read_int_line,
     log_tail,
+    make_dirs,
     pid_alive,
     port_is_free,
-    require_valkey_binary,
+    proc_cmdline,
+    read_int_line,
     run,
     say,
     wait_pid_gone,
 )
+from tierq.local.services.server import PrivateService
 
 __all__ = [
     "BUS_PORT_OFFSET",
@@ -134,10 +134,10 @@ class _Node:
 
     def pid(self, port: int | None) -> int | None:
         """Pid of this node's server when it runs (a live process serving ``port``)."""
-        pid = _read_int_line(self.pid_file)
+        pid = read_int_line(self.pid_file)
         if pid is None or port is None or not pid_alive(pid):
             return None
-        cmdline = _proc_cmdline(pid)
+        cmdline = proc_cmdline(pid)
         if cmdline is None:
             return pid if not Path("/proc/self").exists() else None
         ours = ("redis" in cmdline or "valkey" in cmdline) and f":{port}" in cmdline
@@ -150,7 +150,7 @@ class _Node:
         (self.dir / "dump.rdb").unlink(missing_ok=True)
 
 
-class PrivateValkeyCluster(_PrivateService):
+class PrivateValkeyCluster(PrivateService):
     """Three cluster-mode servers in ``<state>/valkey-cluster``, formed into one cluster with
     every slot covered. ``url`` names the first node."""
 
@@ -236,7 +236,7 @@ class PrivateValkeyCluster(_PrivateService):
             say("private Valkey cluster runs but is not whole: starting it afresh")
         self._stop()
         binary = require_valkey_binary()
-        _make_dirs(self.root)
+        make_dirs(self.root)
         started = time.monotonic()
         self.ports = self._start_nodes(binary)
         self.port = self.ports[0]
@@ -273,7 +273,7 @@ class PrivateValkeyCluster(_PrivateService):
 
     def _start_node(self, binary: Path, node: _Node, port: int) -> str | None:
         """Start one node; None once it answers as ours, else why not."""
-        _make_dirs(node.dir)
+        make_dirs(node.dir)
         node.forget()
         code, out = run(
             [binary, "--port", str(port), "--bind", "127.0.0.1",
@@ -287,7 +287,7 @@ class PrivateValkeyCluster(_PrivateService):
                     f"\n--- tail of {node.log_file} ---\n{log_tail(node.log_file)}")
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
-            pid = _read_int_line(node.pid_file)
+            pid = read_int_line(node.pid_file)
             if pid is not None:
                 # the pid file exists once the server listens; check that the server
                 # answering is this one, not another's that holds the port
