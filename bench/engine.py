@@ -14,29 +14,29 @@ commits per task, and Valkey's peak memory above its baseline. The last line is
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from bench.common import (
-    add_store_arguments,
-    enable_pg_stat_statements,
+from bench.report import (
     fmt_bytes,
     fmt_cpu,
     fmt_ms,
+    fmt_per_task,
     fmt_rate,
-    load_average,
-    machine_info,
-    open_stores,
+    print_figures,
     print_machine,
     print_table,
     say,
+    write_json,
 )
-from bench.runs import Measured, SystemRun, run_system
-from bench.systems import TIERQ_CLAIM_BATCH, TIERQ_ENQUEUE_BATCH, TierqEngine
-
-
-def per_task(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+from bench.runs import SystemRun, run_system
+from bench.stores import (
+    add_store_arguments,
+    enable_pg_stat_statements,
+    machine_info,
+    opened_stores,
+)
+from bench.systems import TIERQ_CLAIM_BATCH, TIERQ_ENQUEUE_BATCH
+from bench.systems.tierq_engine import TierqEngine
 
 
 def print_results(runs: list[SystemRun]) -> None:
@@ -50,10 +50,10 @@ def print_results(runs: list[SystemRun]) -> None:
             f"{fmt_ms(drain.latency('claim_latency', 99))}",
             f"{fmt_ms(e2e.latency('claim_latency', 50))}/"
             f"{fmt_ms(e2e.latency('claim_latency', 99))}",
-            f"{per_task(enq.statements_per_task())}/{per_task(drain.statements_per_task())}/"
-            f"{per_task(e2e.statements_per_task())}",
-            f"{per_task(e2e.commits_per_task())}",
-            fmt_cpu(e2e.cpu_us_per_task()),
+            f"{fmt_per_task(enq.statements_fmt_per_task())}/{fmt_per_task(drain.statements_fmt_per_task())}/"
+            f"{fmt_per_task(e2e.statements_fmt_per_task())}",
+            f"{fmt_per_task(e2e.commits_fmt_per_task())}",
+            fmt_cpu(e2e.cpu_us_fmt_per_task()),
             fmt_bytes(max(m.valkey_peak or 0 for m in (enq, drain, e2e))),
             str(r.left),
         ])
@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if total < 1 or any(w < 1 for w in args.workers):
         parser.error("--tasks and --workers must be positive")
 
-    stores = open_stores(args)
-    try:
+    with opened_stores(args) as stores:
         statements = enable_pg_stat_statements(stores)
         info = machine_info(stores)
         print_machine(info)
@@ -97,25 +96,18 @@ def main(argv: list[str] | None = None) -> int:
             say(f"-- {workers} worker process(es)")
             runs.append(run_system(system, stores, workers=workers, total=total,
                                    timeout=args.timeout, statements=statements))
-        say("")
-        say(f"tierq engine, {total:,} tasks (claim latency: claim calls that returned tasks; "
-            "valkey peak: sampled used_memory above the baseline)")
-        print_results(runs)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"machine": info, "tasks": total,
-                                             "runs": [r.summary() for r in runs]}, indent=2))
-        lost = sum(r.left for r in runs)
-        if lost:
-            say(f"WARNING: {lost} tasks were left unfinished")
-        largest = max(runs, key=lambda r: r.workers)
-        e2e: Measured | None = largest.e2e
-        say(f"load average at the end: {load_average()}")
-        say(f"tasks_per_s={e2e.rate if e2e else float('nan'):.0f}")
-        return 1 if lost else 0
-    finally:
-        stores.close()
-
+    say("")
+    say(f"tierq engine, {total:,} tasks (claim latency: claim calls that returned tasks; "
+        "valkey peak: sampled used_memory above the baseline)")
+    print_results(runs)
+    write_json(args.json, {"machine": info, "tasks": total,
+                           "runs": [r.summary() for r in runs]})
+    lost = sum(r.left for r in runs)
+    if lost:
+        say(f"WARNING: {lost} tasks were left unfinished")
+    e2e = max(runs, key=lambda r: r.workers).e2e
+    print_figures(f"tasks_per_s={e2e.rate if e2e else float('nan'):.0f}")
+    return 1 if lost else 0
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -25,7 +25,6 @@ and the registry rows the reaper's forget walk read. The last two lines are
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,15 +33,8 @@ from typing import Any
 
 import psycopg
 
-from bench.common import (
-    add_store_arguments,
-    load_average,
-    machine_info,
-    open_stores,
-    print_machine,
-    print_table,
-    say,
-)
+from bench.report import print_figures, print_machine, print_table, say, write_json
+from bench.stores import Stores, add_store_arguments, machine_info, opened_stores
 
 LEASE_QUEUE = "live-lease"
 COLD_QUEUE = "live-cold"
@@ -150,7 +142,7 @@ def one_repeat(tq: Any) -> Repeat:
                   moved.promoted, reaper.FORGET_SLICE, gauge_ms, len(gauged))
 
 
-def run_size(stores: Any, n: int, repeats: int) -> SizeResult:
+def run_size(stores: Stores, n: int, repeats: int) -> SizeResult:
     from tierq.config import Settings
     from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
@@ -199,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sizes and --repeat must be positive")
     sizes = sorted(sizes)
 
-    stores = open_stores(args)
-    try:
+    with opened_stores(args) as stores:
         info = machine_info(stores)
         print_machine(info)
         say(f"maintenance bench: idle pairs {[label(n) for n in sizes]}, plus one expired "
@@ -223,21 +214,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{min(r.pairs + 2, r.repeats[0].forget_rows):,}", f"{r.idle_gauge_ms:.1f}",
               f"{r.median('gauged_queues'):.0f}", f"{r.seed_seconds:.2f}"]
              for r in results])
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({
-                "machine": info, "repeat": args.repeat,
-                "sizes": [{"pairs": r.pairs, "seed_seconds": r.seed_seconds,
-                           "idle_pass_ms": r.idle_pass_ms, "idle_gauge_ms": r.idle_gauge_ms,
-                           "repeats": [asdict(x) for x in r.repeats]} for r in results],
-            }, indent=2))
+        write_json(args.json, {
+            "machine": info, "repeat": args.repeat,
+            "sizes": [{"pairs": r.pairs, "seed_seconds": r.seed_seconds,
+                       "idle_pass_ms": r.idle_pass_ms, "idle_gauge_ms": r.idle_gauge_ms,
+                       "repeats": [asdict(x) for x in r.repeats]} for r in results],
+        })
         largest = results[-1]
-        say(f"load average at the end: {load_average()}")
-        say(f"idle_gauge_ms_at_{label(largest.pairs)}={largest.idle_gauge_ms:.0f}")
-        say(f"idle_pass_ms_at_{label(largest.pairs)}={largest.idle_pass_ms:.0f}")
+        print_figures(f"idle_gauge_ms_at_{label(largest.pairs)}={largest.idle_gauge_ms:.0f}",
+                      f"idle_pass_ms_at_{label(largest.pairs)}={largest.idle_pass_ms:.0f}")
         return 0
-    finally:
-        stores.close()
 
 
 if __name__ == "__main__":

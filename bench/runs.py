@@ -15,55 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.common import (
-    Cpu,
-    PgWork,
-    PhaseResult,
-    Stores,
-    ValkeyMemory,
-    cpu_now,
-    percentile,
-    pg_work,
-    run_phase,
-    say,
-)
-from bench.systems import System
+from bench.measure import Measured, ValkeyMemory, cpu_now, pg_work
+from bench.report import say
+from bench.stores import Stores
+from bench.systems import Prepared, System
 
 STATS_FLUSH_WAIT = 1.2  # PostgreSQL publishes a busy backend's counters at most once a second
-
-
-@dataclass
-class Measured:
-    phase: PhaseResult
-    work: PgWork | None = None
-    valkey_peak: int | None = None  # bytes above the baseline, sampled
-    left: int = 0
-    cpu: Cpu | None = None
-
-    def cpu_us_per_task(self) -> dict[str, float | None]:
-        """CPU microseconds per task: client processes, PostgreSQL, Valkey."""
-        n = self.phase.total
-        if self.cpu is None:
-            return {"client": None, "postgres": None, "valkey": None}
-        def us(v: float | None) -> float | None:
-            return None if v is None else v * 1e6 / n
-        return {"client": us(self.cpu.client), "postgres": us(self.cpu.postgres),
-                "valkey": us(self.cpu.valkey)}
-
-    @property
-    def rate(self) -> float:
-        return self.phase.rate
-
-    def latency(self, key: str, q: float) -> float:
-        return percentile(self.phase.values(key), q)
-
-    def statements_per_task(self) -> float | None:
-        if self.work is None or self.work.statements is None:
-            return None
-        return self.work.statements / self.phase.total
-
-    def commits_per_task(self) -> float | None:
-        return None if self.work is None else self.work.commits / self.phase.total
+# per phase: producers and consumers per worker count, and its name in the progress lines
+PHASE_SHAPES = {"enqueue": (1, 0, "enqueue"), "drain": (0, 1, "drain"),
+                "e2e": (1, 1, "end-to-end")}
 
 
 @dataclass
@@ -101,17 +61,21 @@ class SystemRun:
                 "notes": self.notes}
 
 
-def _measure(system: System, stores: Stores, prepared: Any, label: str, *, producers: int,
-             consumers: int, total: int, timeout: float, statements: bool) -> Measured:
+def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str, *,
+                  producers: int, consumers: int, total: int, timeout: float,
+                  statements: bool) -> Measured:
+    """One phase of ``system`` with PostgreSQL's counters, the CPU of the client and the
+    servers, and Valkey's memory measured around it."""
     memory = ValkeyMemory(stores.valkey_url) if system.uses_valkey else None
-    pids = [prepared.spec["server_pid"]] if prepared.spec.get("server_pid") else []
+    pids = system.client_pids(prepared)
     before = pg_work(stores, prepared.database_url, statements=statements)
     if memory is not None:
         memory.start()
     try:
-        phase = run_phase(label, system.roles(prepared, producers=producers,
-                                              consumers=consumers, total=total),
-                          total=total, timeout=timeout, at_start=lambda: cpu_now(stores, pids))
+        phase = system.run_phase(label, system.roles(prepared, producers=producers,
+                                                     consumers=consumers, total=total),
+                                 total=total, timeout=timeout,
+                                 at_start=lambda: cpu_now(stores, pids))
     finally:
         if memory is not None:
             memory.stop()
@@ -132,28 +96,23 @@ def run_system(system: System, stores: Stores, *, workers: int, total: int, time
     prepared = system.prepare(stores)
     try:
         with system.running(prepared):
-            if "enqueue" in phases:
-                run.enqueue = _measure(system, stores, prepared, f"{tag} enqueue",
-                                       producers=workers, consumers=0, total=total,
-                                       timeout=timeout, statements=statements)
-                say(f"  {tag} enqueue: {run.enqueue.rate:,.0f} tasks/s "
-                    f"({run.enqueue.phase.seconds:.1f}s)")
-            if "drain" in phases:
-                run.drain = _measure(system, stores, prepared, f"{tag} drain",
-                                     producers=0, consumers=workers, total=total,
-                                     timeout=timeout, statements=statements)
-                run.drain.left = system.remaining(prepared)
-                say(f"  {tag} drain: {run.drain.rate:,.0f} tasks/s "
-                    f"({run.drain.phase.seconds:.1f}s), left {run.drain.left}")
-            if "e2e" in phases and run.drain is not None and run.drain.left:
-                run.notes.append("end-to-end skipped: the drain left tasks behind")
-            elif "e2e" in phases:
-                run.e2e = _measure(system, stores, prepared, f"{tag} end-to-end",
-                                   producers=workers, consumers=workers, total=total,
-                                   timeout=timeout, statements=statements)
-                run.e2e.left = system.remaining(prepared)
-                say(f"  {tag} end-to-end: {run.e2e.rate:,.0f} tasks/s "
-                    f"({run.e2e.phase.seconds:.1f}s), left {run.e2e.left}")
+            for phase in ("enqueue", "drain", "e2e"):
+                if phase not in phases:
+                    continue
+                if phase == "e2e" and run.drain is not None and run.drain.left:
+                    run.notes.append("end-to-end skipped: the drain left tasks behind")
+                    continue
+                producers, consumers, title = PHASE_SHAPES[phase]
+                measured = measure_phase(
+                    system, stores, prepared, f"{tag} {title}", producers=producers * workers,
+                    consumers=consumers * workers, total=total, timeout=timeout,
+                    statements=statements)
+                if consumers:
+                    measured.left = system.remaining(prepared)
+                setattr(run, phase, measured)
+                say(f"  {tag} {title}: {measured.rate:,.0f} tasks/s "
+                    f"({measured.phase.seconds:.1f}s)"
+                    + (f", left {measured.left}" if consumers else ""))
     finally:
         system.cleanup(stores, prepared)
     for m in (run.drain, run.e2e):

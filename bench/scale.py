@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,27 +40,22 @@ from typing import Any
 
 import psycopg
 
-from bench.common import (
-    PhaseResult,
-    Role,
-    ValkeyMemory,
-    add_store_arguments,
+from bench.measure import ValkeyMemory, percentile
+from bench.phases import PhaseResult, Role, run_phase, split
+from bench.report import (
     fmt_bytes,
     fmt_ms,
     fmt_rate,
-    load_average,
-    machine_info,
-    open_stores,
-    percentile,
+    print_figures,
     print_machine,
     print_table,
-    run_phase,
     say,
-    split,
+    write_json,
 )
-from bench.systems import (
-    QUEUE,
-    TIERQ_CLAIM_BATCH,
+from bench.stores import add_store_arguments, machine_info, opened_stores
+from bench.systems import QUEUE, TIERQ_CLAIM_BATCH
+from bench.systems.tierq_engine import (
+    TIERQ_PRELOAD,
     Maintenance,
     tierq_produce,
     tierq_recycle,
@@ -196,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tierq.dal.migrate import migrate
 
-    stores = open_stores(args)
-    try:
+    with opened_stores(args) as stores:
         info = machine_info(stores)
         print_machine(info)
         say(f"scale bench: backlogs {backlogs}, {args.workers} worker process(es), "
@@ -224,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                                "batch": FILL_BATCH})
                          for i, (lo, hi) in enumerate(split(backlog - current, args.workers))]
                 fill = run_phase(f"fill {backlog:,}", roles, total=backlog - current,
-                                 timeout=args.timeout)
+                                 timeout=args.timeout, preload=TIERQ_PRELOAD)
                 step.fill_rate = fill.rate
                 current = backlog
                 step.states = states(url)
@@ -235,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                 for round_no in range(args.rounds):
                     step.rounds.append(run_phase(
                         f"backlog {backlog:,} round {round_no + 1}", roles,
-                        total=max(1, measure // args.rounds), timeout=args.timeout))
+                        total=max(1, measure // args.rounds), timeout=args.timeout,
+                        preload=TIERQ_PRELOAD))
                     say(f"  round {round_no + 1}: {step.rounds[-1].rate:,.0f} tasks/s")
                 step.memory_min, step.memory_max = memory_between(memory, started, time.time())
                 step.table = table_sample(url)
@@ -251,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                      for i in range(args.workers)]
             started = time.time()
             sustained = run_phase("sustained", roles, total=10**12, timeout=sustain + 600,
-                                  duration=sustain, progress_every=10.0)
+                                  duration=sustain, progress_every=10.0,
+                                  preload=TIERQ_PRELOAD)
             after_sustain = table_sample(url)
             samples = table.between(started, time.time())
             settle = min(naptime + 5, 90.0)
@@ -314,29 +309,24 @@ def main(argv: list[str] | None = None) -> int:
         say(f"valkey used_memory peak at {steps[-1].backlog:,} vs {steps[0].backlog:,}: "
             f"{fmt_bytes(steps[-1].memory_max)} vs {fmt_bytes(steps[0].memory_max)} "
             f"({'flat' if memory_flat else 'NOT flat'})")
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({
-                "machine": info, "workers": args.workers, "measure": measure,
-                "steps": [{"backlog": s.backlog, "fill_rate": s.fill_rate, "rate": s.rate,
-                           "round_rates": s.rates,
-                           "claim_p50_ms": s.claim_latency(50) * 1000,
-                           "claim_p99_ms": s.claim_latency(99) * 1000,
-                           "valkey_used_memory_max": s.memory_max,
-                           "dead_tuples": s.table.dead if s.table else None,
-                           "states": s.states} for s in steps],
-                "sustained": {"tasks": sustained.total, "seconds": sustained.seconds,
-                              "peak_dead": peak_dead, "dead_end": after_sustain.dead,
-                              "dead_settled": settled.dead,
-                              "bytes_before": before_sustain.total_bytes,
-                              "bytes_after": after_sustain.total_bytes},
-                "valkey_samples": memory.samples[:: max(1, len(memory.samples) // 500)],
-            }, indent=2))
-        say(f"load average at the end: {load_average()}")
-        say(f"throughput_ratio_largest_vs_smallest={ratio:.2f}")
+        write_json(args.json, {
+            "machine": info, "workers": args.workers, "measure": measure,
+            "steps": [{"backlog": s.backlog, "fill_rate": s.fill_rate, "rate": s.rate,
+                       "round_rates": s.rates,
+                       "claim_p50_ms": s.claim_latency(50) * 1000,
+                       "claim_p99_ms": s.claim_latency(99) * 1000,
+                       "valkey_used_memory_max": s.memory_max,
+                       "dead_tuples": s.table.dead if s.table else None,
+                       "states": s.states} for s in steps],
+            "sustained": {"tasks": sustained.total, "seconds": sustained.seconds,
+                          "peak_dead": peak_dead, "dead_end": after_sustain.dead,
+                          "dead_settled": settled.dead,
+                          "bytes_before": before_sustain.total_bytes,
+                          "bytes_after": after_sustain.total_bytes},
+            "valkey_samples": memory.samples[:: max(1, len(memory.samples) // 500)],
+        })
+        print_figures(f"throughput_ratio_largest_vs_smallest={ratio:.2f}")
         return 0
-    finally:
-        stores.close()
 
 
 if __name__ == "__main__":

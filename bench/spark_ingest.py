@@ -20,7 +20,6 @@ The last line is ``ratio=X.XX`` (feeder rows/s ÷ raw COPY rows/s; the target is
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import sys
@@ -38,39 +37,14 @@ for entry in (ROOT, ROOT / "spark_glue"):
 import orjson  # noqa: E402
 import psycopg  # noqa: E402
 
-from bench.common import (  # noqa: E402
-    add_store_arguments,
-    cpu_now,
-    machine_info,
-    open_stores,
-    print_machine,
-    say,
-)
+from bench.measure import cpu_now, process_tree_cpu  # noqa: E402
+from bench.report import print_machine, say  # noqa: E402
+from bench.stores import add_store_arguments, machine_info, open_stores  # noqa: E402
 from tierq.dal.migrate import migrate  # noqa: E402
 
 QUEUE = "bench_ingest"
 PRIORITIES = 10
 STATE_DIR = Path(f"/tmp/tierq-bench-spark-{os.getuid()}")
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(root: int) -> float:
-    """CPU seconds of a process tree (Spark's JVM and its Python workers), live processes."""
-    total, todo, seen = 0.0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICKS
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, IndexError):
-            continue
-    return total
 
 
 def row_values(i: int) -> tuple[str, int, str, float, int]:
@@ -254,11 +228,11 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, option):
                 feed_args += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
         jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
-        before, spark_before = cpu_now(stores), tree_cpu(jvm)
+        before, spark_before = cpu_now(stores), process_tree_cpu(jvm)
         result = run_feed(spark, config_from_args(feed_args),  # type: ignore[arg-type]
                           StoreConfig(database_url, stores.valkey_url),
                           rejects_path=str(scratch / "rejects"))
-        feed_cpu, spark_cpu = cpu_now(stores) - before, tree_cpu(jvm) - spark_before
+        feed_cpu, spark_cpu = cpu_now(stores) - before, process_tree_cpu(jvm) - spark_before
         if result.created != rows:
             raise SystemExit(f"feeder created {result.created} tasks, expected {rows}")
         feed_rate = rows / result.seconds

@@ -5,7 +5,7 @@
     .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, 1/4 processes: < 2 minutes
 
 Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
-when this environment has it), PGQueuer and procrastinate (see bench/systems.py for the
+when this environment has it), PGQueuer and procrastinate (see bench/systems/ for the
 settings of each). For every worker count, every system runs the same three phases with
 the same number of no-op tasks and the same number of processes: enqueue/s, drain/s and
 end-to-end/s (bench/runs.py). Systems alternate inside each worker count so that drifts
@@ -18,26 +18,33 @@ over the best peer's, at the largest worker count.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from bench.common import (
-    PhaseFailed,
-    add_store_arguments,
-    enable_pg_stat_statements,
+from bench.measure import median_rate
+from bench.phases import PhaseFailed
+from bench.report import (
     fmt_cpu,
     fmt_ms,
     fmt_rate,
-    load_average,
-    machine_info,
-    open_stores,
-    percentile,
+    print_figures,
     print_machine,
     print_table,
     say,
+    write_json,
 )
 from bench.runs import SystemRun, run_system
-from bench.systems import PgQueuer, Procrastinate, System, TierqEngine, TierqHttp, tierq_cli
+from bench.stores import (
+    Stores,
+    add_store_arguments,
+    enable_pg_stat_statements,
+    machine_info,
+    opened_stores,
+)
+from bench.systems import System
+from bench.systems.pgqueuer import PgQueuer
+from bench.systems.procrastinate import Procrastinate
+from bench.systems.tierq_engine import TierqEngine
+from bench.systems.tierq_http import TierqHttp, tierq_cli
 
 PEERS = ("pgqueuer", "procrastinate")
 TIERQ_PATHS = ("tierq-engine", "tierq-http")
@@ -48,24 +55,17 @@ PHASE_TITLES = {"enqueue": "enqueue/s", "drain": "drain/s", "e2e": "end-to-end/s
 Runs = list[SystemRun]
 
 
-def one_rate(run: SystemRun, phase: str) -> float | None:
-    measured = getattr(run, phase)
-    if measured is None or measured.left or measured.phase.timed_out:
-        return None
-    return float(measured.rate)
-
-
 def rate(runs: Runs | None, phase: str) -> float | None:
     """The median over the repeats (a run that left tasks behind or timed out has none)."""
-    values = [r for r in (one_rate(run, phase) for run in runs or []) if r is not None]
-    if not values or len(values) < len(runs or []):
-        return None
-    return percentile(values, 50)
+    return median_rate([getattr(run, phase) for run in runs or []])
 
 
 def representative(runs: Runs) -> SystemRun:
     """The repeat whose end-to-end rate is the median one (for latency and CPU columns)."""
-    return sorted(runs, key=lambda r: one_rate(r, "e2e") or 0.0)[len(runs) // 2]
+    def e2e_rate(run: SystemRun) -> float:
+        return run.e2e.rate if run.e2e is not None and run.e2e.counts else 0.0
+
+    return sorted(runs, key=e2e_rate)[len(runs) // 2]
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -124,6 +124,46 @@ def best_peer_ratio(results: dict[int, dict[str, Runs]]) -> tuple[float, str]:
     return mine / measured[best], best
 
 
+def make_systems(names: list[str]) -> tuple[list[System], list[str]]:
+    """The systems asked for, and the reasons for those that cannot run here."""
+    systems: list[System] = []
+    skipped: list[str] = []
+    for name in names:
+        if name == "tierq-engine":
+            systems.append(TierqEngine())
+        elif name == "tierq-http":
+            exe = tierq_cli()
+            if exe is None:
+                skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
+            else:
+                systems.append(TierqHttp(exe))
+        elif name == "pgqueuer":
+            systems.append(PgQueuer())
+        else:
+            systems.append(Procrastinate())
+    return systems, skipped
+
+
+def alternate(systems: list[System], stores: Stores, *, workers: int, total: int, repeat: int,
+              timeout: float, statements: bool) -> dict[str, Runs]:
+    """``repeat`` runs of every system at one worker count, the systems taking turns so
+    that drifts of the machine hit all of them alike."""
+    by_system: dict[str, Runs] = {s.name: [] for s in systems}
+    for round_no in range(repeat):
+        for system in systems:
+            say(f"-- {system.name}, {workers} worker process(es)"
+                + (f", run {round_no + 1}/{repeat}" if repeat > 1 else ""))
+            try:
+                run = run_system(system, stores, workers=workers, total=total,
+                                 timeout=timeout, statements=statements)
+            except PhaseFailed as exc:
+                say(f"  {system.name} failed: {exc}")
+                run = SystemRun(system.name, workers, total)
+                run.notes.append("failed: " + str(exc).splitlines()[0])
+            by_system[system.name].append(run)
+    return by_system
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.vs_peers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -149,72 +189,42 @@ def main(argv: list[str] | None = None) -> int:
     if total < 1 or any(w < 1 for w in args.workers) or args.repeat < 1:
         parser.error("--tasks, --workers and --repeat must be positive")
 
-    systems: list[System] = []
-    skipped: list[str] = []
-    for name in args.systems:
-        if name == "tierq-engine":
-            systems.append(TierqEngine())
-        elif name == "tierq-http":
-            exe = tierq_cli()
-            if exe is None:
-                skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
-            else:
-                systems.append(TierqHttp(exe))
-        elif name == "pgqueuer":
-            systems.append(PgQueuer())
-        else:
-            systems.append(Procrastinate())
-
-    stores = open_stores(args)
+    systems, skipped = make_systems(args.systems)
     try:
-        statements = enable_pg_stat_statements(stores)
-        info = machine_info(stores)
-        print_machine(info)
-        say(f"side by side: {total:,} no-op tasks per phase, workers {args.workers}, "
-            f"systems {[s.name for s in systems]}")
-        for note in skipped:
-            say(f"  skipped: {note}")
-        results: dict[int, dict[str, Runs]] = {}
-        for workers in args.workers:
-            results[workers] = {s.name: [] for s in systems}
-            for repeat in range(args.repeat):
-                for system in systems:
-                    say(f"-- {system.name}, {workers} worker process(es)"
-                        + (f", run {repeat + 1}/{args.repeat}" if args.repeat > 1 else ""))
-                    try:
-                        run = run_system(system, stores, workers=workers, total=total,
-                                         timeout=timeout, statements=statements)
-                    except PhaseFailed as exc:
-                        say(f"  {system.name} failed: {exc}")
-                        run = SystemRun(system.name, workers, total)
-                        run.notes.append("failed: " + str(exc).splitlines()[0])
-                    results[workers][system.name].append(run)
-        say("")
-        say(f"rates in tasks/s, {total:,} tasks per phase, median of {args.repeat} run(s); "
-            "claim latency (tierq claim calls "
-            "that returned tasks) and CPU microseconds per task (worker processes, PostgreSQL "
-            "server, Valkey server) in the end-to-end phase")
-        print_results(results)
-        say("")
-        print_ratios(results)
-        value, best = best_peer_ratio(results)
-        say("")
-        say(f"best peer at {max(results)} workers, end-to-end: {best}")
-        for note in skipped:
-            say(f"not measured: {note}")
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({
-                "machine": info, "tasks": total, "skipped": skipped,
-                "runs": [r.summary() for by in results.values() for runs in by.values()
-                         for r in runs],
-                "ratio_vs_best_peer": value, "best_peer": best}, indent=2))
-        say(f"load average at the end: {load_average()}")
-        say(f"ratio_vs_best_peer={value:.2f}")
-        return 0
+        with opened_stores(args) as stores:
+            statements = enable_pg_stat_statements(stores)
+            info = machine_info(stores)
+            print_machine(info)
+            say(f"side by side: {total:,} no-op tasks per phase, workers {args.workers}, "
+                f"systems {[s.name for s in systems]}")
+            for note in skipped:
+                say(f"  skipped: {note}")
+            results = {workers: alternate(systems, stores, workers=workers, total=total,
+                                          repeat=args.repeat, timeout=timeout,
+                                          statements=statements)
+                       for workers in args.workers}
     finally:
-        stores.close()
-
+        for system in systems:
+            system.close()
+    say("")
+    say(f"rates in tasks/s, {total:,} tasks per phase, median of {args.repeat} run(s); "
+        "claim latency (tierq claim calls "
+        "that returned tasks) and CPU microseconds per task (worker processes, PostgreSQL "
+        "server, Valkey server) in the end-to-end phase")
+    print_results(results)
+    say("")
+    print_ratios(results)
+    value, best = best_peer_ratio(results)
+    say("")
+    say(f"best peer at {max(results)} workers, end-to-end: {best}")
+    for note in skipped:
+        say(f"not measured: {note}")
+    write_json(args.json, {
+        "machine": info, "tasks": total, "skipped": skipped,
+        "runs": [r.summary() for by in results.values() for runs in by.values() for r in runs],
+        "ratio_vs_best_peer": value, "best_peer": best})
+    print_figures(f"ratio_vs_best_peer={value:.2f}")
+    return 0
 
 if __name__ == "__main__":
     raise SystemExit(main())

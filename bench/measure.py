@@ -1,0 +1,261 @@
+"""What a benchmark measures around a phase: rates and their medians over repeats, latency
+percentiles, PostgreSQL's work (statements, commits, tuples), CPU time of the clients and
+the servers, and Valkey's memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import redis
+
+from bench.phases import PhaseResult
+from bench.stores import Stores
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+# --------------------------------------------------------------------------- Valkey memory
+
+
+class ValkeyMemory:
+    """Samples Valkey's ``used_memory`` in a background thread (every ``every`` seconds).
+    ``used_memory_peak`` cannot be reset on Redis 7, so the peak reported is the sampled
+    maximum."""
+
+    def __init__(self, url: str, every: float = 0.1) -> None:
+        self.url = url
+        self.every = every
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.baseline = 0
+
+    def used(self) -> int:
+        client = redis.Redis.from_url(self.url)
+        try:
+            return int(client.info("memory")["used_memory"])
+        finally:
+            client.close()
+
+    def start(self) -> ValkeyMemory:
+        self.baseline = self.used()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="valkey-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        client = redis.Redis.from_url(self.url, socket_timeout=2)
+        try:
+            while not self._stop.is_set():
+                with contextlib.suppress(redis.RedisError):
+                    self.samples.append((time.time(), int(client.info("memory")["used_memory"])))
+                self._stop.wait(self.every)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def peak(self) -> int:
+        return max((m for _, m in self.samples), default=self.baseline)
+
+    def __enter__(self) -> ValkeyMemory:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- Postgres work
+
+
+@dataclass
+class PgWork:
+    """Counters of one database: statements (pg_stat_statements, when loaded), committed
+    transactions and tuples written (pg_stat_database)."""
+
+    statements: int | None
+    commits: int
+    inserted: int
+    updated: int
+    deleted: int
+
+    def __sub__(self, other: PgWork) -> PgWork:
+        statements = (None if self.statements is None or other.statements is None
+                      else self.statements - other.statements)
+        return PgWork(statements, self.commits - other.commits, self.inserted - other.inserted,
+                      self.updated - other.updated, self.deleted - other.deleted)
+
+
+def pg_work(stores: Stores, database_url: str, *, statements: bool) -> PgWork:
+    """Read the counters of ``database_url``'s database from a connection to the admin
+    database, so the reading itself is not counted. PostgreSQL publishes a backend's
+    counters when it goes idle (at most once a second) and when it disconnects: read after
+    the workers have closed their connections."""
+    name = urlsplit(database_url).path.lstrip("/")
+    with psycopg.connect(stores.postgres_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted "
+            "FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
+        count: int | None = None
+        if statements:
+            value = conn.execute(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
+                "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (name,)).fetchone()
+            count = int(value[0]) if value else 0
+    if row is None:
+        return PgWork(count, 0, 0, 0, 0)
+    return PgWork(count, int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+
+# --------------------------------------------------------------------------- CPU time
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu(pid: int, *, reaped_children: bool = False) -> float:
+    """CPU seconds of a process (all its threads), plus its reaped children's when asked."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICKS
+
+
+def child_pids(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                out.extend(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def process_tree_cpu(root: int) -> float:
+    """CPU seconds of the live processes of a tree (e.g. Spark's JVM and its workers)."""
+    total, todo, seen = 0.0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            total += process_cpu(pid)
+            todo += child_pids(pid)
+    return total
+
+
+@dataclass
+class Cpu:
+    """CPU seconds spent by the benchmark's own processes (client), the PostgreSQL server
+    (postmaster, its live backends and the ones that exited) and the Valkey server."""
+
+    client: float
+    postgres: float | None
+    valkey: float | None
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        def minus(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a - b
+        return Cpu(self.client - other.client, minus(self.postgres, other.postgres),
+                   minus(self.valkey, other.valkey))
+
+
+def cpu_now(stores: Stores, extra_pids: Sequence[int] = ()) -> Cpu:
+    """Only private servers are measured (their pids are known and local). ``extra_pids``
+    (e.g. a local API server, the peers' driver) count as client."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    client = me.ru_utime + me.ru_stime  # the workers add their own (see runs.measure_phase)
+    client += sum(process_cpu(pid, reaped_children=True) for pid in extra_pids)
+    postgres = valkey = None
+    if stores.services is not None and stores.services.postgres.private:
+        pm = stores.services.postgres.pid  # type: ignore[attr-defined]
+        if pm:
+            postgres = process_cpu(pm, reaped_children=True) + sum(
+                process_cpu(c) for c in child_pids(pm))
+    if stores.services is not None and stores.services.valkey.private:
+        pid = stores.services.valkey.pid  # type: ignore[attr-defined]
+        if pid:
+            valkey = process_cpu(pid)
+    return Cpu(client, postgres, valkey)
+
+
+# --------------------------------------------------------------------------- a measured phase
+
+
+@dataclass
+class Measured:
+    """One phase of one run with what was measured around it."""
+
+    phase: PhaseResult
+    work: PgWork | None = None
+    valkey_peak: int | None = None  # bytes above the baseline, sampled
+    left: int = 0
+    cpu: Cpu | None = None
+
+    def cpu_us_per_task(self) -> dict[str, float | None]:
+        """CPU microseconds per task: client processes, PostgreSQL, Valkey."""
+        n = self.phase.total
+        if self.cpu is None:
+            return {"client": None, "postgres": None, "valkey": None}
+        def us(v: float | None) -> float | None:
+            return None if v is None else v * 1e6 / n
+        return {"client": us(self.cpu.client), "postgres": us(self.cpu.postgres),
+                "valkey": us(self.cpu.valkey)}
+
+    @property
+    def rate(self) -> float:
+        return self.phase.rate
+
+    @property
+    def counts(self) -> bool:
+        """Whether its rate is a figure: every task finished, within the time allowed."""
+        return not self.left and not self.phase.timed_out
+
+    def latency(self, key: str, q: float) -> float:
+        return percentile(self.phase.values(key), q)
+
+    def statements_per_task(self) -> float | None:
+        if self.work is None or self.work.statements is None:
+            return None
+        return self.work.statements / self.phase.total
+
+    def commits_per_task(self) -> float | None:
+        return None if self.work is None else self.work.commits / self.phase.total
+
+
+def median_rate(repeats: Sequence[Measured | None]) -> float | None:
+    """The median rate of one phase over the repeats; none unless every repeat counts."""
+    rates = [m.rate for m in repeats if m is not None and m.counts]
+    if not rates or len(rates) < len(repeats):
+        return None
+    return percentile(rates, 50)

@@ -1,0 +1,128 @@
+"""The queues under test, one module each, behind the same small interface (``System``):
+prepare a fresh store, producer and consumer process targets, count what is left, clean up.
+
+* ``tierq-engine`` (tierq_engine.py): the ``Tierq`` engine in each process, with the
+  scheduled maintenance jobs running beside it;
+* ``tierq-http`` (tierq_http.py): the same through the HTTP API of the local stack;
+* ``pgqueuer`` (pgqueuer.py) and ``procrastinate`` (procrastinate.py): the peers, run in an
+  environment of their own (bench/peers/), so no pin of theirs caps tierq's packages.
+
+Every task is a no-op carrying a tiny JSON payload (``{"i": n}``). Each system gets its own
+fresh database on the same PostgreSQL server. This module is imported on both sides (the
+peers' environment has no tierq): standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from bench.phases import PhaseResult, Role, Sync, Target, run_phase, split
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bench.stores import Stores
+
+QUEUE = "bench"
+
+# The workload. The peers enqueue 1000 per call; tierq 500, the largest request it takes
+# (since the warm tier's data hash stopped being a listpack, 500 is faster end-to-end than
+# 250 or 100: bench/README.md, Method).
+PEER_ENQUEUE_BATCH = 1000
+TIERQ_ENQUEUE_BATCH = 500
+PEER_DEQUEUE_BATCH = 100
+PGQUEUER_MANAGERS_PER_PROCESS = 4
+# Tasks one tierq worker process holds at a time: as many as a PGQueuer worker process holds
+# (its 4 queue managers x batch_size 100). PGQueuer itself is no faster with batch_size 300
+# (measured side by side, bench/README.md), so it keeps 100.
+TIERQ_CLAIM_BATCH = PGQUEUER_MANAGERS_PER_PROCESS * PEER_DEQUEUE_BATCH
+PROCRASTINATE_CONCURRENCY = 10
+
+
+@dataclass
+class Prepared:
+    """One system made ready for one run."""
+
+    system: str
+    spec: dict[str, Any]
+    database_url: str
+
+
+class System:
+    name = ""
+    uses_valkey = False
+    # modules the fork server of this system's worker processes imports once
+    preload: tuple[str, ...] = ()
+
+    def prepare(self, stores: Stores) -> Prepared:
+        raise NotImplementedError
+
+    def producer(self) -> Target:
+        raise NotImplementedError
+
+    def consumer(self) -> Target:
+        raise NotImplementedError
+
+    def remaining(self, prepared: Prepared) -> int:
+        """Tasks not finished (still queued or running) in the store."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def running(self, prepared: Prepared) -> Iterator[None]:
+        """Whatever runs beside the workers during a phase (maintenance jobs, a server)."""
+        yield
+
+    def client_pids(self, prepared: Prepared) -> list[int]:
+        """Processes besides this one and the workers whose CPU counts as the client's."""
+        return []
+
+    def roles(self, prepared: Prepared, *, producers: int, consumers: int,
+              total: int) -> list[Role]:
+        roles: list[Role] = []
+        for lo, hi in split(total, producers) if producers else []:
+            roles.append(Role("producer", self.producer(),
+                              {**prepared.spec, "index": len(roles), "range": (lo, hi)}))
+        for _ in range(consumers):
+            roles.append(Role("consumer", self.consumer(),
+                              {**prepared.spec, "index": len(roles)}))
+        return roles
+
+    def run_phase(self, label: str, roles: list[Role], *, total: int, timeout: float,
+                  at_start: Callable[[], Any] | None = None) -> PhaseResult:
+        """One phase of these roles: here, in worker processes of this interpreter."""
+        return run_phase(label, roles, total=total, timeout=timeout, preload=self.preload,
+                         at_start=at_start)
+
+    def cleanup(self, stores: Stores, prepared: Prepared) -> None:
+        stores.drop_database(prepared.database_url)
+
+    def close(self) -> None:
+        """Release what the system keeps between runs."""
+
+
+def quiet_logs() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    for name in ("pgqueuer", "procrastinate", "psycopg", "asyncio", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def batches(spec: dict[str, Any], sync: Sync, size: int) -> Iterator[range]:
+    """A producer's share (``spec["range"]``) in batches of ``size``, until the phase stops."""
+    lo, hi = spec["range"]
+    for start in range(lo, hi, size):
+        if sync.stop.is_set():
+            return
+        yield range(start, min(start + size, hi))
+
+
+def count_rows(database_url: str, query: LiteralString) -> int:
+    """The single count ``query`` answers (what a system has left unfinished)."""
+    import psycopg  # both environments have it; imported here to keep this module light
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,197 @@
+"""``tierq-engine``: the ``Tierq`` engine in each worker process. Producers enqueue in
+batches of 500 (plain mappings, validated by the engine as one list); consumers claim up to
+400 and acknowledge the claimed tasks; one loop per process; default settings. The
+scheduled maintenance jobs run beside the workers (``Maintenance``)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from bench.phases import Sync, Target
+from bench.systems import (
+    QUEUE,
+    TIERQ_CLAIM_BATCH,
+    TIERQ_ENQUEUE_BATCH,
+    Prepared,
+    System,
+    batches,
+    count_rows,
+    quiet_logs,
+)
+
+if TYPE_CHECKING:
+    from bench.stores import Stores
+    from tierq import Tierq
+
+# The fork server of tierq's worker processes (engine and HTTP paths) imports these once.
+TIERQ_PRELOAD = ("bench.systems.tierq_engine", "bench.systems.tierq_http", "tierq.engine",
+                 "tierq.config", "tierq.models", "psycopg", "redis", "httpx")
+EMPTY_CLAIM_SLEEP = 0.002
+UNFINISHED = "SELECT count(*) FROM tierq_tasks WHERE state IN ('delayed', 'cold', 'warm')"
+
+
+def tierq_engine(spec: dict[str, Any]) -> Tierq:
+    from tierq import Tierq
+    from tierq.config import Settings
+
+    settings = Settings(database_url=spec["database_url"], valkey_url=spec["valkey_url"],
+                        db_pool_max=4, **spec.get("settings", {}))
+    return Tierq(settings=settings)
+
+
+def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    quiet_logs()
+    tq = tierq_engine(spec)
+    tq.queue_settings(spec["queue"])  # connect and warm the settings cache before the start
+    latencies: list[float] = []
+    sync.ready_and_wait(spec["index"])
+    for batch in batches(spec, sync, spec.get("batch", TIERQ_ENQUEUE_BATCH)):
+        items = [{"payload": {"i": i}} for i in batch]  # plain mappings: one list validated
+        began = time.perf_counter()
+        tq.enqueue(spec["queue"], items)
+        latencies.append(time.perf_counter() - began)
+        sync.add_enqueued(len(items))
+    t_end = time.time()
+    tq.close()
+    lo, hi = spec["range"]
+    return {"t_end": t_end, "enqueued": hi - lo, "enqueue_latency": latencies}
+
+
+def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    """A worker: claim a batch, acknowledge it, until the phase's tasks are finished."""
+    return _claim_and_ack(spec, sync, recycle=False)
+
+
+def tierq_recycle(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    """A worker that keeps the backlog constant: claim a batch, ack it, enqueue as many new
+    tasks (they join the back of the line). Counts acks."""
+    return _claim_and_ack(spec, sync, recycle=True)
+
+
+def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[str, Any]:
+    from tierq import ClaimRequest
+
+    quiet_logs()
+    tq = tierq_engine(spec)
+    queue = spec["queue"]
+    tq.queue_settings(queue)
+    tq.warm.ping()
+    request = ClaimRequest(max=spec.get("claim_batch", TIERQ_CLAIM_BATCH),
+                           lease_seconds=spec.get("lease_seconds", 300))
+    claim_latency: list[float] = []
+    ack_latency: list[float] = []
+    acked = rejected = empty = 0
+    next_payload = spec["index"] * 1_000_000_000  # recycled tasks' payloads
+    sync.ready_and_wait(spec["index"])
+    t_end = time.time()
+    while not sync.all_finished():
+        began = time.perf_counter()
+        got = tq.claim(queue, request)
+        took = time.perf_counter() - began
+        if not got:
+            empty += 1
+            time.sleep(EMPTY_CLAIM_SLEEP)
+            continue
+        claim_latency.append(took)
+        began = time.perf_counter()
+        result = tq.ack(queue, got)  # the claimed tasks themselves, acked without a result
+        ack_latency.append(time.perf_counter() - began)
+        if recycle:
+            tq.enqueue(queue, [{"payload": {"i": next_payload + i}}
+                               for i in range(len(result.acked))])
+            next_payload += len(result.acked)
+            sync.add_enqueued(len(result.acked))
+        acked += len(result.acked)
+        rejected += len(result.rejected)
+        t_end = time.time()
+        sync.add_finished(len(result.acked))
+    tq.close()
+    return {"t_end": t_end, "acked": acked, "rejected": rejected, "empty_claims": empty,
+            "claim_latency": claim_latency, "ack_latency": ack_latency}
+
+
+class Maintenance:
+    """The scheduled jobs of a deployment, in a thread: delayed mover every second,
+    cold -> warm and the reaper every 5 s (the defaults of TIERQ_*_EVERY)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tierq-maintenance",
+                                        daemon=True)
+        self.errors: list[str] = []
+
+    def _run(self) -> None:
+        tq = tierq_engine(self.spec)
+        s = tq.settings
+        jobs = [(s.delayed_every, tq.run_delayed_mover), (s.cold_to_warm_every,
+                tq.run_cold_to_warm), (s.reaper_every, tq.run_reaper)]
+        next_at = [time.monotonic() + every for every, _ in jobs]
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                for i, (every, job) in enumerate(jobs):
+                    if now >= next_at[i]:
+                        try:
+                            job()
+                        except Exception as exc:  # reported, the bench goes on
+                            self.errors.append(f"{job.__name__}: {exc}")
+                        next_at[i] = now + every
+                self._stop.wait(max(0.01, min(next_at) - time.monotonic()))
+        finally:
+            tq.close()
+
+    def __enter__(self) -> Maintenance:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def tierq_remaining(database_url: str) -> int:
+    return count_rows(database_url, UNFINISHED)
+
+
+class TierqEngine(System):
+    name = "tierq-engine"
+    uses_valkey = True
+    preload = TIERQ_PRELOAD
+
+    def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True) -> None:
+        self.settings = settings or {}
+        self.maintenance = maintenance
+
+    def prepare(self, stores: Stores) -> Prepared:
+        from tierq.dal.migrate import migrate
+
+        url = stores.fresh_database("bench_tierq")
+        migrate(url)
+        stores.clear_valkey()
+        spec = {"database_url": url, "valkey_url": stores.valkey_url, "queue": QUEUE,
+                "settings": self.settings}
+        return Prepared(self.name, spec, url)
+
+    def producer(self) -> Target:
+        return tierq_produce
+
+    def consumer(self) -> Target:
+        return tierq_consume
+
+    @contextlib.contextmanager
+    def running(self, prepared: Prepared) -> Iterator[None]:
+        if not self.maintenance:
+            yield
+            return
+        with Maintenance(prepared.spec) as jobs:
+            yield
+        if jobs.errors:
+            print(f"  maintenance errors: {jobs.errors[:3]}", flush=True)
+
+    def remaining(self, prepared: Prepared) -> int:
+        return tierq_remaining(prepared.database_url)

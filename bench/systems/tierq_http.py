@@ -1,0 +1,181 @@
+"""``tierq-http``: the same calls as ``tierq-engine`` over HTTP to ``tierq dev --no-services
+--quiet`` (the local stack: one process serving the Lambda handlers on a threaded HTTP
+server, its own schedules), with keep-alive ``httpx`` clients. The server's CPU counts as
+the client's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.phases import Sync, Target
+from bench.systems import (
+    TIERQ_CLAIM_BATCH,
+    TIERQ_ENQUEUE_BATCH,
+    Prepared,
+    System,
+    batches,
+    quiet_logs,
+)
+from bench.systems.tierq_engine import (
+    EMPTY_CLAIM_SLEEP,
+    TIERQ_PRELOAD,
+    TierqEngine,
+    tierq_remaining,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+    from bench.stores import Stores
+
+
+def answered(response: httpx.Response, what: str) -> httpx.Response:
+    """The response of a call that must succeed; the phase fails with its body otherwise."""
+    if response.status_code >= 300:
+        raise RuntimeError(f"{what} answered {response.status_code}: {response.text[:300]}")
+    return response
+
+
+def http_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    import httpx
+
+    quiet_logs()
+    path = f"/v1/queues/{spec['queue']}/tasks"
+    latencies: list[float] = []
+    with httpx.Client(base_url=spec["base_url"], timeout=60) as client:
+        client.get(f"/v1/queues/{spec['queue']}")  # open the keep-alive connection
+        sync.ready_and_wait(spec["index"])
+        for batch in batches(spec, sync, spec.get("batch", TIERQ_ENQUEUE_BATCH)):
+            body = {"tasks": [{"payload": {"i": i}} for i in batch]}
+            began = time.perf_counter()
+            response = client.post(path, json=body)
+            latencies.append(time.perf_counter() - began)
+            answered(response, "enqueue")
+            sync.add_enqueued(len(body["tasks"]))
+    lo, hi = spec["range"]
+    return {"t_end": time.time(), "enqueued": hi - lo, "enqueue_latency": latencies}
+
+
+def http_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    import httpx
+
+    quiet_logs()
+    queue = spec["queue"]
+    claim_body = {"max": spec.get("claim_batch", TIERQ_CLAIM_BATCH), "lease_seconds": 300}
+    claim_latency: list[float] = []
+    ack_latency: list[float] = []
+    acked = rejected = empty = 0
+    with httpx.Client(base_url=spec["base_url"], timeout=60) as client:
+        client.get(f"/v1/queues/{queue}")
+        sync.ready_and_wait(spec["index"])
+        t_end = time.time()
+        while not sync.all_finished():
+            began = time.perf_counter()
+            response = client.post(f"/v1/queues/{queue}/claims", json=claim_body)
+            took = time.perf_counter() - began
+            tasks = answered(response, "claim").json()["tasks"]
+            if not tasks:
+                empty += 1
+                time.sleep(EMPTY_CLAIM_SLEEP)
+                continue
+            claim_latency.append(took)
+            began = time.perf_counter()
+            response = client.post(f"/v1/queues/{queue}/acks", json={"acks": [
+                {"id": t["id"], "lease_token": t["lease_token"]} for t in tasks]})
+            ack_latency.append(time.perf_counter() - began)
+            body = answered(response, "ack").json()
+            acked += len(body["acked"])
+            rejected += len(body["rejected"])
+            t_end = time.time()
+            sync.add_finished(len(body["acked"]))
+    return {"t_end": t_end, "acked": acked, "rejected": rejected, "empty_claims": empty,
+            "claim_latency": claim_latency, "ack_latency": ack_latency}
+
+
+def tierq_cli() -> str | None:
+    """The ``tierq`` command of this environment, if it has the ``dev`` subcommand."""
+    candidate = Path(sys.executable).with_name("tierq")
+    exe = str(candidate) if candidate.exists() else shutil.which("tierq")
+    if exe is None:
+        return None
+    probe = subprocess.run([exe, "dev", "--help"], capture_output=True, text=True,
+                           check=False, timeout=60)
+    return exe if probe.returncode == 0 else None
+
+
+class TierqHttp(System):
+    """tierq through its HTTP API: ``tierq dev --no-services`` serving the Lambda handlers
+    locally over the same PostgreSQL and Valkey."""
+
+    name = "tierq-http"
+    uses_valkey = True
+    preload = TIERQ_PRELOAD
+
+    def __init__(self, exe: str, server_args: list[str] | None = None) -> None:
+        self.exe = exe
+        self.server_args = server_args or []
+        self.engine = TierqEngine(maintenance=False)  # the local stack runs the schedules
+        self.server_pid: int | None = None
+
+    def prepare(self, stores: Stores) -> Prepared:
+        prepared = self.engine.prepare(stores)
+        return Prepared(self.name, dict(prepared.spec), prepared.database_url)
+
+    def producer(self) -> Target:
+        return http_produce
+
+    def consumer(self) -> Target:
+        return http_consume
+
+    def client_pids(self, prepared: Prepared) -> list[int]:
+        return [] if self.server_pid is None else [self.server_pid]
+
+    @contextlib.contextmanager
+    def running(self, prepared: Prepared) -> Iterator[None]:
+        import httpx
+
+        from tierq.local.services.process import free_port
+
+        port = free_port()
+        env = {**os.environ, "DATABASE_URL": prepared.spec["database_url"],
+               "VALKEY_URL": prepared.spec["valkey_url"]}
+        log = Path(f"/tmp/tierq-bench-{os.getuid()}/tierq-dev-{port}.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as out:
+            proc = subprocess.Popen([self.exe, "dev", "--no-services", "--port", str(port),
+                                     "--quiet", *self.server_args], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"tierq dev exited ({proc.returncode}); see {log}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{base}/v1/queues", timeout=2).status_code < 500:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"tierq dev did not answer within 60 s; see {log}")
+                time.sleep(0.2)
+            prepared.spec["base_url"] = base
+            self.server_pid = proc.pid
+            yield
+        finally:
+            self.server_pid = None
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def remaining(self, prepared: Prepared) -> int:
+        return tierq_remaining(prepared.database_url)
