@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from tierq.cli.api_options import console, usage_error
+from tierq.cli.api_options import usage_error
+from tierq.cli.common import console
 
 
 def bench_root(start: Path | None = None) -> Path | None:

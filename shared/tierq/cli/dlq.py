@@ -14,12 +14,12 @@ from tierq.cli.api_options import (
     TokenOption,
     UrlOption,
     api_client,
-    console,
     fail,
     out,
     print_json,
     usage_error,
 )
+from tierq.cli.common import console
 from tierq.client.models import PurgeResult, ReplayResult
 from tierq.models import TaskView
 

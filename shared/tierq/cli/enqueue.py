@@ -30,12 +30,12 @@ from tierq.cli.api_options import (
     TokenOption,
     UrlOption,
     api_client,
-    console,
     out,
     parse_json,
     print_json,
     usage_error,
 )
+from tierq.cli.common import console
 from tierq.client.errors import field_path
 from tierq.client.http import MAX_BATCH
 from tierq.errors import TierqError
@@ -89,8 +89,8 @@ def load_file(source: Path, defaults: dict[str, Any], payloads_only: bool) -> li
     if errors:
         console.print(f"[red]error:[/] {source}: invalid task(s); nothing was enqueued",
                       highlight=False)
-        for error in errors:
-            console.print(f"  - {error}", highlight=False)
+        for problem in errors:
+            console.print(f"  - {problem}", highlight=False)
         raise typer.Exit(2)
     if not tasks:
         usage_error(f"{source}: no tasks in the file")

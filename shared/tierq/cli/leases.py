@@ -15,13 +15,13 @@ from tierq.cli.api_options import (
     TokenOption,
     UrlOption,
     api_client,
-    console,
     fail,
     out,
     parse_json,
     print_json,
     short_json,
 )
+from tierq.cli.common import console
 from tierq.models import ClaimedTask, Rejection
 
 

@@ -18,9 +18,9 @@ from tierq.cli.api_options import (
     TokenOption,
     UrlOption,
     api_client,
-    console,
     usage_error,
 )
+from tierq.cli.common import console
 from tierq.client.worker import Worker
 from tierq.client.worker.loading import HandlerNotFound, load_handler
 

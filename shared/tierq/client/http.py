@@ -83,8 +83,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 # The JSON around an enqueue batch's tasks: {"tasks":[ ... ]}
 _BATCH_ENVELOPE = body_cost(b'{"tasks":[]}')
 Model = TypeVar("Model", bound=BaseModel)
-ResultT = TypeVar("ResultT", AckResult, NackResult, HeartbeatResult)
-PageT = TypeVar("PageT", QueueList, DetailedMetrics, RunningMetrics)
+ResultT = TypeVar("ResultT", AckResult, NackResult, ReleaseResult, HeartbeatResult)
+PageT = TypeVar("PageT", QueueList, DetailedMetrics, RunningMetrics, ScheduleList)
 
 
 def _segment(value: str | UUID) -> str:
@@ -230,7 +230,7 @@ class Client:
                 if retry >= self.retry.max_retries:
                     raise ConnectionFailed(
                         f"cannot reach the tierq API at {self.base_url}: "
-                        f"{type(exc).__name__}: {exc or 'no answer'}",
+                        f"{type(exc).__name__}: {str(exc) or 'no answer'}",
                         method=method, url=f"{self.base_url}{path}") from exc
                 self._sleep(self.retry.delay(retry))
                 retry += 1

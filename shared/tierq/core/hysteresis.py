@@ -66,7 +66,7 @@ def admit(mode: Mode, ready: int, warm_max: int, n: int) -> Admission:
     if mode == "cold":
         return Admission(warm=0, cold=n, mode_after="cold")
     fits = max(0, min(n, warm_max - ready))
-    after = "cold" if fits < n or goes_cold(ready + fits, warm_max) else "warm"
+    after: Mode = "cold" if fits < n or goes_cold(ready + fits, warm_max) else "warm"
     return Admission(warm=fits, cold=n - fits, mode_after=after)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel

@@ -33,6 +33,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict, JsonValue
 
 from tierq.models.names import QueueName, TenantName
 from tierq.models.strict import RequestModel
@@ -66,7 +67,7 @@ def zone(name: str) -> ZoneInfo:
     return ZoneInfo(name)
 
 
-def cron_iterator(expression: str, start: datetime) -> croniter:
+def cron_iterator(expression: str, start: datetime) -> croniter[datetime]:
     """A croniter over naive wall-clock datetimes from ``start`` (exclusive). Six fields
     put the seconds first."""
     seconds_first = len(expression.split()) == 6
@@ -128,8 +129,8 @@ def _zone_enum(schema: dict[str, Any]) -> None:
 
 # Exactly one way of saying when (the validator _one_timing), and a timezone only with cron
 # or daily (_timezone), in the API document's words.
-_NULL = {"type": "null"}
-_ONE_TIMING: list[dict[str, Any]] = [
+_NULL: JsonDict = {"type": "null"}
+_ONE_TIMING: list[JsonValue] = [
     {"required": ["cron"], "properties": {"cron": {"type": "string"},
                                           "every_seconds": _NULL, "daily": _NULL}},
     {"required": ["every_seconds"], "properties": {"every_seconds": {"type": "number"},

@@ -339,12 +339,16 @@ class Worker:
                 if lease.released:
                     continue
                 lease.started_at = time.monotonic()
-            outcome = self._call(lease.task)
-            with self._cond:
-                if lease.released:
-                    continue  # given back at shutdown: another worker runs it again
-                lease.outcome = outcome
-            self._reports.put(lease)
+            self._hand_over(lease, self._call(lease.task))
+
+    def _hand_over(self, lease: HeldLease, outcome: Ack | Nack) -> None:
+        """Hand ``outcome`` to the reporter, unless the lease was given back at shutdown while
+        the handler ran (another worker runs the task again)."""
+        with self._cond:
+            if lease.released:
+                return
+            lease.outcome = outcome
+        self._reports.put(lease)
 
     def _call(self, task: ClaimedTask) -> Ack | Nack:
         try:
