@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from tierq.config import Settings, get_settings
 from tierq.dal import connect, migrate
@@ -47,17 +46,20 @@ from tierq.models import (
 )
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
-@cache
-def _list_adapter(cls: type[Any]) -> TypeAdapter[list[Any]]:
-    return TypeAdapter(list[cls])  # type: ignore[valid-type]
+# A batch of mappings is validated as one list: in Rust, faster than one model at a time,
+# and errors name the item's index.
+_TASKS_IN = TypeAdapter(list[TaskIn])
+_NACKS = TypeAdapter(list[NackItem])
+_HEARTBEATS = TypeAdapter(list[HeartbeatItem])
 
 
-def _models(cls: type[Any], items: Sequence[Any]) -> list[Any]:
-    """Models of ``cls`` from models or plain mappings. A batch of mappings is validated as
-    one list (in Rust, faster than one model at a time; errors name the item's index)."""
+def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
+            items: Sequence[ModelT | Mapping[str, Any]]) -> list[ModelT]:
+    """Models of ``cls`` from models or plain mappings (``batch`` validates a list of them)."""
     if items and not any(isinstance(i, cls) for i in items):
-        return _list_adapter(cls).validate_python(items)
+        return batch.validate_python(items)
     return [i if isinstance(i, cls) else cls.model_validate(i) for i in items]
 
 
@@ -110,7 +112,7 @@ class Tierq:
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
                 tenant: str | None = None) -> list[EnqueueOutcome]:
         """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none."""
-        return enqueue.enqueue(self.ctx, queue, _models(TaskIn, items), tenant)
+        return enqueue.enqueue(self.ctx, queue, _models(TaskIn, _TASKS_IN, items), tenant)
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
@@ -135,7 +137,7 @@ class Tierq:
         ])
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
-        return leases.nack(self.ctx, queue, _models(NackItem, items))
+        return leases.nack(self.ctx, queue, _models(NackItem, _NACKS, items))
 
     def release(self, queue: str,
                 items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
@@ -149,7 +151,7 @@ class Tierq:
 
     def heartbeat(self, queue: str,
                   items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
-        return leases.heartbeat(self.ctx, queue, _models(HeartbeatItem, items))
+        return leases.heartbeat(self.ctx, queue, _models(HeartbeatItem, _HEARTBEATS, items))
 
     # -- tasks and dead letters ----------------------------------------------------------
 
