@@ -50,10 +50,9 @@ def print_results(runs: list[SystemRun]) -> None:
             f"{fmt_ms(drain.latency('claim_latency', 99))}",
             f"{fmt_ms(e2e.latency('claim_latency', 50))}/"
             f"{fmt_ms(e2e.latency('claim_latency', 99))}",
-            f"{fmt_per_task(enq.statements_fmt_per_task())}/{fmt_per_task(drain.statements_fmt_per_task())}/"
-            f"{fmt_per_task(e2e.statements_fmt_per_task())}",
-            f"{fmt_per_task(e2e.commits_fmt_per_task())}",
-            fmt_cpu(e2e.cpu_us_fmt_per_task()),
+            "/".join(fmt_per_task(m.statements_per_task()) for m in (enq, drain, e2e)),
+            f"{fmt_per_task(e2e.commits_per_task())}",
+            fmt_cpu(e2e.cpu_us_per_task()),
             fmt_bytes(max(m.valkey_peak or 0 for m in (enq, drain, e2e))),
             str(r.left),
         ])

@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from bench.peers.remote import PeerDriver
+from bench.peers.venv import peer_python
 from tierq.local.services import LocalServices
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +42,7 @@ def test_engine_bench_finishes_every_task_and_prints_tasks_per_s(
 
 
 def test_side_by_side_bench_runs_every_system_and_ends_with_the_ratio(
-        services: LocalServices, tmp_path: Path) -> None:
+        services: LocalServices, peers_python: Path, tmp_path: Path) -> None:
     systems = ["tierq-engine", "pgqueuer", "procrastinate"]
     lines, result = run_bench("bench.vs_peers", services, tmp_path / "peers.json",
                               "--tasks", "200", "--workers", "1", "--systems", *systems)
@@ -61,3 +65,41 @@ def test_maintenance_bench_reaps_and_promotes_the_live_work_and_prints_the_idle_
         # the idle pairs are never visited: only the live ones are
         assert repeat["expired"] == 1 and repeat["promoted"] >= 1
         assert repeat["reaper_pairs"] <= 2 and repeat["cold_to_warm_pairs"] == 1
+
+
+@pytest.fixture(scope="session")
+def peers_python() -> Path:
+    """The peers' environment, made first when missing (about a minute), outside the time
+    limit of a benchmark run."""
+    return peer_python()
+
+
+def test_the_peers_import_in_their_own_environment_which_has_no_tierq(
+        peers_python: Path) -> None:
+    probe = subprocess.run(
+        [str(peers_python), "-c",
+         "import sys, importlib.util, importlib.metadata as md\n"
+         "import bench.peers.driver, bench.systems.pgqueuer, bench.systems.procrastinate\n"
+         "import pgqueuer.qm, procrastinate\n"
+         "assert importlib.util.find_spec('tierq') is None, 'tierq is installed here'\n"
+         "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'tierq'))\n"
+         "print(md.version('pgqueuer'))"],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=120, check=False)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.split() == ["[]", "1.6.0"]
+
+
+def test_a_failure_in_the_peers_driver_comes_back_with_its_traceback(
+        peers_python: Path) -> None:
+    driver = PeerDriver(())
+    try:
+        assert driver.request({"op": "call", "target": "importlib.metadata:version",
+                               "args": ["pgqueuer"]}) == "1.6.0"
+        with pytest.raises(RuntimeError, match="No module named 'no_such_module'"):
+            driver.request({"op": "call", "target": "no_such_module:run", "args": []})
+        # the driver answers again after a failure
+        assert driver.request({"op": "call", "target": "os.path:basename",
+                               "args": ["/a/b"]}) == "b"
+    finally:
+        driver.close()
