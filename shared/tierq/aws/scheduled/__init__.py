@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol
@@ -70,7 +70,7 @@ def _event_float(event: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _accumulate(totals: Counter[str], summary: Any) -> None:
+def _accumulate(totals: defaultdict[str, float], summary: Any) -> None:
     if summary is None:
         return
     values = asdict(summary) if is_dataclass(summary) and not isinstance(summary, type) \
@@ -121,7 +121,7 @@ def run_ticks(
         return context.get_remaining_time_in_millis() / 1000.0 - safety
 
     report = TickReport(job=job, every_seconds=every)
-    totals: Counter[str] = Counter()
+    totals: defaultdict[str, float] = defaultdict(int)  # whole counts stay int
     last_error: Exception | None = None
     start = clock()
     stop_at = start + max_seconds

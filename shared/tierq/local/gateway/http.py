@@ -361,7 +361,7 @@ class LocalHttpServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.socket.getsockname()[:2]  # as server_address, but typed str
         return f"http://{host}:{port}"
 
     def start(self) -> threading.Thread:
