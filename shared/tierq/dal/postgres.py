@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -74,6 +76,39 @@ def local_settings(statement_timeout_ms: int, lock_timeout_ms: int, *,
     return settings
 
 
+@lru_cache(maxsize=64)
+def _setting_statements(settings: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """``(set_local, begin)`` for these settings: a ``set_config`` statement and a ``BEGIN``
+    with the same ``SET LOCAL``s."""
+    for name, value in settings:
+        if not name.replace("_", "").isalnum() or not value.replace("_", "").isalnum():
+            raise ValueError(f"not a plain setting: {name}={value}")
+    return ("SELECT " + ", ".join(f"set_config('{name}', '{value}', true)"
+                                  for name, value in settings),
+            "BEGIN; " + "; ".join(f"SET LOCAL {name} = '{value}'" for name, value in settings))
+
+
+# Timeouts a scope of work (a maintenance pass: tierq.maintenance.registry) gives the
+# statements and transactions it runs on tierq's connections, in place of the pool's; the
+# other settings (synchronous_commit) stay. A ContextVar: one thread's pass does not change
+# another's statements.
+_scoped_timeouts: ContextVar[tuple[tuple[str, str], ...] | None] = ContextVar(
+    "tierq_scoped_timeouts", default=None)
+
+
+@contextmanager
+def scoped_timeouts(statement_timeout_ms: int, lock_timeout_ms: int) -> Iterator[None]:
+    """Within this block (this thread), statements and transactions that tierq opens carry
+    these timeouts instead of the pool's (a transaction already open keeps its own)."""
+    timeouts = tuple(local_settings(statement_timeout_ms, lock_timeout_ms).items())
+    _setting_statements(timeouts)  # (checks them now, not at the first statement)
+    token = _scoped_timeouts.set(timeouts)
+    try:
+        yield
+    finally:
+        _scoped_timeouts.reset(token)
+
+
 class TierqConnection(psycopg.Connection[Row]):
     """A pooled connection that knows the settings its transactions carry.
 
@@ -82,18 +117,22 @@ class TierqConnection(psycopg.Connection[Row]):
 
     set_local: str | None = None
     begin: str = "BEGIN"
+    local: tuple[tuple[str, str], ...] = ()
 
     def use_local_settings(self, settings: Mapping[str, str]) -> None:
+        self.local = tuple(settings.items())
         if not settings:
             self.set_local, self.begin = None, "BEGIN"
             return
-        for name, value in settings.items():
-            if not name.replace("_", "").isalnum() or not value.replace("_", "").isalnum():
-                raise ValueError(f"not a plain setting: {name}={value}")
-        self.set_local = "SELECT " + ", ".join(
-            f"set_config('{name}', '{value}', true)" for name, value in settings.items())
-        self.begin = "BEGIN; " + "; ".join(
-            f"SET LOCAL {name} = '{value}'" for name, value in settings.items())
+        self.set_local, self.begin = _setting_statements(self.local)
+
+    def statements(self) -> tuple[str | None, str]:
+        """``(set_local, begin)`` for this moment: the connection's own, or with the
+        timeouts of the scope under way (``scoped_timeouts``)."""
+        scoped = _scoped_timeouts.get()
+        if scoped is None or self.set_local is None:
+            return self.set_local, self.begin
+        return _setting_statements(tuple({**dict(self.local), **dict(scoped)}.items()))
 
 
 class Database:
@@ -263,10 +302,10 @@ def _set_local_for(conn: psycopg.Connection[Any]) -> str | None:
     transaction (the one who opened it chose its settings; ``transaction`` sets tierq's,
     and a caller may have set a shorter lock timeout of its own) and on connections that
     are not tierq's."""
-    set_local = getattr(conn, "set_local", None)
-    if set_local is None or conn.info.transaction_status != TransactionStatus.IDLE:
+    if not isinstance(conn, TierqConnection) \
+            or conn.info.transaction_status != TransactionStatus.IDLE:
         return None
-    return str(set_local)
+    return conn.statements()[0]
 
 
 def execute_text(conn: psycopg.Connection[Any], text: str,
@@ -292,9 +331,8 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
     ``BEGIN`` and the ``SET LOCAL``s go as one simple query (one round trip, as a plain
     BEGIN). Inside a transaction already, or on a connection that is not tierq's, it is
     psycopg's ``conn.transaction()`` (a savepoint when nested)."""
-    begin = getattr(conn, "begin", None)
-    if (begin is None or getattr(conn, "set_local", None) is None
-            or conn.info.transaction_status != TransactionStatus.IDLE):
+    set_local, begin = conn.statements() if isinstance(conn, TierqConnection) else (None, "")
+    if set_local is None or conn.info.transaction_status != TransactionStatus.IDLE:
         with conn.transaction():
             yield conn
         return

@@ -1,0 +1,185 @@
+"""The maintenance jobs, each declared once (after River's ``internal/maintenance``: one
+service per job with its config, its validation and a timeout per pass).
+
+A job module of :mod:`tierq.maintenance` exports ``JOB = MaintenanceJob(...)``: its name
+(also its function's code folder and the ``job`` of its schedule's input), its pass, the
+``Settings`` field that says how often it ticks, and a config model whose defaults and
+validation live in one place. Every config carries the pass's time budget:
+
+- ``budget_seconds``: wall clock, checked between batches (or slices, or schedules); a pass
+  that has spent it starts no new batch, and the next pass goes on from there;
+- ``statement_timeout_ms`` and ``lock_timeout_ms``: ``SET LOCAL`` on each statement and
+  transaction of the pass (``tierq.dal.postgres.scoped_timeouts``), in place of the
+  pool's, so one stuck statement or lock wait cannot hold a pass for long.
+
+A field is read, last one winning, from the model's default, from the shared setting it
+follows (``TIERQ_MAINTENANCE_BUDGET_SECONDS``, ``TIERQ_MAINTENANCE_SLICE``), from the
+environment as ``TIERQ_<JOB>_<FIELD>`` (``TIERQ_REAPER_EXPIRED_BATCH=200``), and from the
+caller's overrides. A bad value is refused with the variable that holds it named.
+
+:func:`jobs` finds the jobs; the engine (``Tierq.run_job``), the scheduled handlers
+(``tierq.aws.scheduled.jobs``), the local gateway's scheduler and ``tests/template`` derive
+from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Generic, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tierq.config import Settings
+from tierq.dal.postgres import scoped_timeouts
+from tierq.logic.context import Context
+
+# Settings that a field of every config follows unless the job's own variable is set.
+SHARED_SETTINGS: dict[str, str] = {
+    "budget_seconds": "maintenance_budget_seconds",
+    "slice_size": "maintenance_slice",
+}
+
+
+class JobConfigError(ValueError):
+    """A maintenance job's configuration was refused; the message names the bad values."""
+
+
+class JobConfig(BaseModel):
+    """What every job's config has: the time budget of one pass."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # below the 5 s ticks of the reaper and the cold -> warm mover
+    budget_seconds: float = Field(default=2.5, gt=0, le=600)
+    # the pool's are 15 s and 5 s (TIERQ_STATEMENT_TIMEOUT_MS, TIERQ_LOCK_TIMEOUT_MS): a
+    # pass gives up sooner, so a stuck statement costs one tick, not several
+    statement_timeout_ms: int = Field(default=10_000, ge=1, le=600_000)
+    lock_timeout_ms: int = Field(default=2_000, ge=1, le=600_000)
+
+    @model_validator(mode="after")
+    def _lock_wait_within_statement(self) -> Self:
+        # a lock wait is part of its statement: a longer lock timeout would never fire
+        if self.lock_timeout_ms > self.statement_timeout_ms:
+            raise ValueError(f"lock_timeout_ms ({self.lock_timeout_ms}) must not exceed "
+                             f"statement_timeout_ms ({self.statement_timeout_ms})")
+        return self
+
+
+class SlicedWalkConfig(JobConfig):
+    """A job that walks the pairs (or queues) with work in slices after a saved cursor."""
+
+    slice_size: int = Field(default=200, ge=1, le=10_000)
+
+
+C = TypeVar("C", bound=JobConfig)
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class MaintenanceJob(Generic[C, S]):
+    """One maintenance job. ``run_pass`` does one pass with a validated config; callers go
+    through :meth:`run`, which applies the pass's timeouts."""
+
+    name: str
+    run_pass: Callable[[Context, C], S]
+    config: type[C]
+    schedule_setting: str  # the Settings field: seconds between two ticks
+    summary: type[S]
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.schedule_setting not in Settings.model_fields:
+            raise ValueError(f"{self.name}: no setting {self.schedule_setting!r}")
+
+    def env_name(self, field: str) -> str:
+        """The environment variable of one config field."""
+        return f"TIERQ_{self.name.upper()}_{field.upper()}"
+
+    @property
+    def schedule_env(self) -> str:
+        """The environment variable of the tick interval (``TIERQ_REAPER_EVERY``)."""
+        alias = Settings.model_fields[self.schedule_setting].alias
+        assert alias is not None
+        return alias
+
+    def every(self, settings: Settings) -> float:
+        """Seconds between two ticks of this job."""
+        return float(getattr(settings, self.schedule_setting))
+
+    def configure(self, settings: Settings, environ: Mapping[str, str] | None = None,
+                  **overrides: Any) -> C:
+        """The job's config from ``settings``, the environment and ``overrides``."""
+        env = os.environ if environ is None else environ
+        fields = self.config.model_fields
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for field, setting in SHARED_SETTINGS.items():
+            if field in fields:
+                values[field] = getattr(settings, setting)
+                sources[field] = Settings.model_fields[setting].alias or setting
+        for field in fields:
+            raw = env.get(self.env_name(field))
+            if raw is not None and raw.strip():
+                values[field] = raw.strip()
+                sources[field] = self.env_name(field)
+        for field, value in overrides.items():
+            values[field] = value
+            sources[field] = f"{self.name}.{field}"
+        return self._validate(values, sources)
+
+    def with_overrides(self, config: C, **overrides: Any) -> C:
+        """``config`` with some fields changed, validated again."""
+        sources = {field: f"{self.name}.{field}" for field in overrides}
+        return self._validate({**config.model_dump(), **overrides}, sources)
+
+    def _validate(self, values: dict[str, Any], sources: Mapping[str, str]) -> C:
+        try:
+            return self.config.model_validate(values)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                field = str(error["loc"][0]) if error["loc"] else ""
+                where = sources.get(field, f"{self.name}.{field}" if field else self.name)
+                shown = f"={error['input']!r}" if field else ""
+                problems.append(f"{where}{shown}: {error['msg']}")
+            raise JobConfigError(f"maintenance job {self.name!r}: " + "; ".join(problems)) \
+                from None
+
+    def run(self, ctx: Context, config: C | None = None, **overrides: Any) -> S:
+        """One pass under the config's timeouts; ``config`` defaults to ``configure``."""
+        if config is None:
+            config = self.configure(ctx.settings, **overrides)
+        elif overrides:
+            config = self.with_overrides(config, **overrides)
+        with scoped_timeouts(config.statement_timeout_ms, config.lock_timeout_ms):
+            return self.run_pass(ctx, config)
+
+
+@cache
+def jobs() -> dict[str, MaintenanceJob[Any, Any]]:
+    """Every job, by name: the ``JOB`` of each module of :mod:`tierq.maintenance`."""
+    import tierq.maintenance as package
+
+    found: dict[str, MaintenanceJob[Any, Any]] = {}
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+        job = getattr(module, "JOB", None)
+        if not isinstance(job, MaintenanceJob):
+            continue
+        if job.name in found:
+            raise ValueError(f"two maintenance jobs are named {job.name!r}")
+        found[job.name] = job
+    return found
+
+
+def job(name: str) -> MaintenanceJob[Any, Any]:
+    """The job called ``name``; a KeyError naming the known ones otherwise."""
+    known = jobs()
+    if name not in known:
+        raise KeyError(f"unknown maintenance job {name!r}; known: {sorted(known)}")
+    return known[name]
