@@ -1,0 +1,127 @@
+"""bench.lambda_layer: which functions it finds in template.yaml, and that it imports each
+one from the layer alone (nothing of this virtual environment, no bytecode written), on a
+stand-in checkout whose "layer build" is instant. The real layer build needs a minute and
+PyPI; `python -m bench.lambda_layer` does that."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.lambda_layer import LAMBDA_PYTHON, find_lambda_python, template_functions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TEMPLATE = """\
+Globals:
+  Function:
+    Runtime: python3.13
+    Handler: app.lambda_handler
+    Timeout: 29
+
+Resources:
+  Queue:
+    Type: AWS::SQS::Queue
+    Properties:
+      QueueName: not-a-function
+  OneFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/one/
+  TwoFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/two
+      Handler: main.handler
+      Environment:
+        Variables:
+          A: b
+"""
+
+# Stands in for layers/tierq/build_layer.py: one small pure-Python package in python/.
+FAKE_BUILD = """\
+import argparse, pathlib
+parser = argparse.ArgumentParser()
+parser.add_argument("--repo-root"); parser.add_argument("--out"); parser.add_argument("--arch")
+args = parser.parse_args()
+package = pathlib.Path(args.out) / "layerlib"
+package.mkdir(parents=True)
+(package / "__init__.py").write_text("VALUE = 42\\n" + "# padding\\n" * 1000)
+"""
+
+
+def lambda_python() -> str:
+    try:
+        return find_lambda_python(None)
+    except SystemExit:
+        pytest.skip(f"no Python {LAMBDA_PYTHON} on this machine")
+
+
+def stand_in_checkout(root: Path, one_imports: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "template.yaml").write_text(TEMPLATE)
+    (root / "layers" / "tierq").mkdir(parents=True)
+    (root / "layers" / "tierq" / "build_layer.py").write_text(FAKE_BUILD)
+    (root / "functions" / "one").mkdir(parents=True)
+    (root / "functions" / "one" / "app.py").write_text(f"import {one_imports}\n")
+    (root / "functions" / "two").mkdir(parents=True)
+    (root / "functions" / "two" / "main.py").write_text("import layerlib\nhandler = None\n")
+    return root
+
+
+def run_bench(repo: Path, *args: str, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.lambda_layer", "--repo-root", str(repo), "--repeats", "2",
+         "--no-runtime-sdk", "--python", lambda_python(), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+def test_every_function_of_the_real_template_is_found_with_its_handler_module() -> None:
+    functions = template_functions(ROOT)
+    with_app = sorted(path.parent.name for path in (ROOT / "functions").glob("*/app.py"))
+    assert sorted(function.name for function in functions) == with_app
+    assert {function.module for function in functions} == {"app"}
+
+
+def test_the_stand_in_template_yields_functions_only_with_their_own_handler(
+        tmp_path: Path) -> None:
+    functions = template_functions(stand_in_checkout(tmp_path, "layerlib"))
+    assert [(function.name, function.module) for function in functions] == [
+        ("one", "app"), ("two", "main")]
+
+
+def test_imports_each_function_from_the_layer_and_ends_with_the_two_figures(
+        tmp_path: Path) -> None:
+    repo = stand_in_checkout(tmp_path / "repo", "layerlib")
+    kept = tmp_path / "kept"
+    done = run_bench(repo, "--keep", str(kept), "--json", str(tmp_path / "out.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    layer_file = kept / "python" / "layerlib" / "__init__.py"
+    assert lines[-2] == f"layer_mb={layer_file.stat().st_size / 1024 / 1024:.1f}"
+    assert lines[-1].startswith("max_handler_import_ms=")
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["layer_bytes"] == layer_file.stat().st_size
+    assert [(f["name"], f["module"], len(f["import_ms"])) for f in result["functions"]] == [
+        ("one", "app", 2), ("two", "main", 2)]
+    assert result["max_handler_import_ms"] == max(f["median_ms"] for f in result["functions"])
+    # PYTHONDONTWRITEBYTECODE: the imports left no bytecode behind in the layer
+    assert not list(kept.rglob("__pycache__")), list(kept.rglob("*.pyc"))
+    assert "[1/2] one" in done.stderr and "[2/2] two" in done.stderr
+
+
+def test_a_module_found_only_in_this_environment_fails_the_run(tmp_path: Path) -> None:
+    # pytest is installed here but not in the layer: the import must not find it, not even
+    # when the caller's PYTHONPATH points at this environment's site-packages
+    repo = stand_in_checkout(tmp_path / "repo", "pytest")
+    site_packages = str(Path(pytest.__file__).resolve().parents[1])
+    done = run_bench(repo, env={**os.environ, "PYTHONPATH": f"{ROOT}:{site_packages}"})
+    assert done.returncode != 0
+    assert "importing one/app.py from the layer failed" in done.stderr, done.stderr
+    assert "ModuleNotFoundError: No module named 'pytest'" in done.stderr, done.stderr
