@@ -14,17 +14,17 @@ peers' environment has no tierq): standard library only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from bench.phases import PhaseResult, Role, Sync, Target, run_phase, split
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from bench.stores import Stores
 
 QUEUE = "bench"
@@ -41,6 +41,7 @@ PGQUEUER_MANAGERS_PER_PROCESS = 4
 # (measured side by side, bench/README.md), so it keeps 100.
 TIERQ_CLAIM_BATCH = PGQUEUER_MANAGERS_PER_PROCESS * PEER_DEQUEUE_BATCH
 PROCRASTINATE_CONCURRENCY = 10
+EMPTY_CLAIM_SLEEP = 0.002  # a tierq consumer that found nothing waits this long
 
 
 @dataclass
@@ -126,3 +127,45 @@ def count_rows(database_url: str, query: LiteralString) -> int:
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
+
+
+def produced(spec: dict[str, Any], t_end: float, latencies: list[float]) -> dict[str, Any]:
+    """A producer's summary: when it finished, what it enqueued, each call's latency."""
+    lo, hi = spec["range"]
+    return {"t_end": t_end, "enqueued": hi - lo, "enqueue_latency": latencies}
+
+
+def run_quietly(work: Callable[[dict[str, Any], Sync], Awaitable[dict[str, Any]]],
+                spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    """An asyncio producer or consumer (the peers'), run in its process's event loop."""
+    quiet_logs()
+    return asyncio.run(work(spec, sync))
+
+
+def claim_and_ack_loop(sync: Sync, claim: Callable[[], Sequence[Any]],
+                       ack: Callable[[Sequence[Any]], tuple[int, int]]) -> dict[str, Any]:
+    """A tierq consumer's loop until the phase's tasks are finished: ``claim`` a batch,
+    ``ack`` it (returns how many were acked and rejected), each call timed. Claims that
+    found nothing are counted, not timed."""
+    claim_latency: list[float] = []
+    ack_latency: list[float] = []
+    acked = rejected = empty = 0
+    t_end = time.time()
+    while not sync.all_finished():
+        began = time.perf_counter()
+        got = claim()
+        took = time.perf_counter() - began
+        if not got:
+            empty += 1
+            time.sleep(EMPTY_CLAIM_SLEEP)
+            continue
+        claim_latency.append(took)
+        began = time.perf_counter()
+        done, refused = ack(got)
+        ack_latency.append(time.perf_counter() - began)
+        acked += done
+        rejected += refused
+        t_end = time.time()
+        sync.add_finished(done)
+    return {"t_end": t_end, "acked": acked, "rejected": rejected, "empty_claims": empty,
+            "claim_latency": claim_latency, "ack_latency": ack_latency}

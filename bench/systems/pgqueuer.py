@@ -26,7 +26,8 @@ from bench.systems import (
     PEER_ENQUEUE_BATCH,
     PGQUEUER_MANAGERS_PER_PROCESS,
     batches,
-    quiet_logs,
+    produced,
+    run_quietly,
 )
 
 DEQUEUE_TIMEOUT = timedelta(seconds=5)
@@ -41,8 +42,7 @@ def install(database_url: str) -> None:
 
 
 def pgqueuer_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
-    quiet_logs()
-    return asyncio.run(_produce(spec, sync))
+    return run_quietly(_produce, spec, sync)
 
 
 async def _produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
@@ -62,13 +62,11 @@ async def _produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
         sync.add_enqueued(n)
     t_end = time.time()
     await conn.close()
-    lo, hi = spec["range"]
-    return {"t_end": t_end, "enqueued": hi - lo, "enqueue_latency": latencies}
+    return produced(spec, t_end, latencies)
 
 
 def pgqueuer_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
-    quiet_logs()
-    return asyncio.run(_consume(spec, sync))
+    return run_quietly(_consume, spec, sync)
 
 
 async def _consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from bench.systems import (
     PROCRASTINATE_CONCURRENCY,
     QUEUE,
     batches,
-    quiet_logs,
+    produced,
+    run_quietly,
 )
 
 
@@ -49,8 +50,7 @@ def apply_schema(database_url: str) -> None:
 
 
 def procrastinate_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
-    quiet_logs()
-    return asyncio.run(_produce(spec, sync))
+    return run_quietly(_produce, spec, sync)
 
 
 async def _produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
@@ -65,13 +65,11 @@ async def _produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
             latencies.append(time.perf_counter() - began)
             sync.add_enqueued(len(batch))
         t_end = time.time()
-    lo, hi = spec["range"]
-    return {"t_end": t_end, "enqueued": hi - lo, "enqueue_latency": latencies}
+    return produced(spec, t_end, latencies)
 
 
 def procrastinate_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
-    quiet_logs()
-    return asyncio.run(_consume(spec, sync))
+    return run_quietly(_consume, spec, sync)
 
 
 async def _consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:

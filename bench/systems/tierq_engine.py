@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bench.phases import Sync, Target
@@ -19,7 +19,9 @@ from bench.systems import (
     Prepared,
     System,
     batches,
+    claim_and_ack_loop,
     count_rows,
+    produced,
     quiet_logs,
 )
 
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
 # The fork server of tierq's worker processes (engine and HTTP paths) imports these once.
 TIERQ_PRELOAD = ("bench.systems.tierq_engine", "bench.systems.tierq_http", "tierq.engine",
                  "tierq.config", "tierq.models", "psycopg", "redis", "httpx")
-EMPTY_CLAIM_SLEEP = 0.002
 UNFINISHED = "SELECT count(*) FROM tierq_tasks WHERE state IN ('delayed', 'cold', 'warm')"
 
 
@@ -57,8 +58,7 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
         sync.add_enqueued(len(items))
     t_end = time.time()
     tq.close()
-    lo, hi = spec["range"]
-    return {"t_end": t_end, "enqueued": hi - lo, "enqueue_latency": latencies}
+    return produced(spec, t_end, latencies)
 
 
 def tierq_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
@@ -82,36 +82,24 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
     tq.warm.ping()
     request = ClaimRequest(max=spec.get("claim_batch", TIERQ_CLAIM_BATCH),
                            lease_seconds=spec.get("lease_seconds", 300))
-    claim_latency: list[float] = []
-    ack_latency: list[float] = []
-    acked = rejected = empty = 0
-    next_payload = spec["index"] * 1_000_000_000  # recycled tasks' payloads
-    sync.ready_and_wait(spec["index"])
-    t_end = time.time()
-    while not sync.all_finished():
-        began = time.perf_counter()
-        got = tq.claim(queue, request)
-        took = time.perf_counter() - began
-        if not got:
-            empty += 1
-            time.sleep(EMPTY_CLAIM_SLEEP)
-            continue
-        claim_latency.append(took)
-        began = time.perf_counter()
+    next_payload = [spec["index"] * 1_000_000_000]  # recycled tasks' payloads
+
+    def claim() -> Sequence[Any]:
+        return tq.claim(queue, request)
+
+    def ack(got: Sequence[Any]) -> tuple[int, int]:
         result = tq.ack(queue, got)  # the claimed tasks themselves, acked without a result
-        ack_latency.append(time.perf_counter() - began)
         if recycle:
-            tq.enqueue(queue, [{"payload": {"i": next_payload + i}}
-                               for i in range(len(result.acked))])
-            next_payload += len(result.acked)
-            sync.add_enqueued(len(result.acked))
-        acked += len(result.acked)
-        rejected += len(result.rejected)
-        t_end = time.time()
-        sync.add_finished(len(result.acked))
+            n = len(result.acked)
+            tq.enqueue(queue, [{"payload": {"i": next_payload[0] + i}} for i in range(n)])
+            next_payload[0] += n
+            sync.add_enqueued(n)
+        return len(result.acked), len(result.rejected)
+
+    sync.ready_and_wait(spec["index"])
+    out = claim_and_ack_loop(sync, claim, ack)
     tq.close()
-    return {"t_end": t_end, "acked": acked, "rejected": rejected, "empty_claims": empty,
-            "claim_latency": claim_latency, "ack_latency": ack_latency}
+    return out
 
 
 class Maintenance:

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +22,11 @@ from bench.systems import (
     Prepared,
     System,
     batches,
+    claim_and_ack_loop,
+    produced,
     quiet_logs,
 )
 from bench.systems.tierq_engine import (
-    EMPTY_CLAIM_SLEEP,
     TIERQ_PRELOAD,
     TierqEngine,
     tierq_remaining,
@@ -60,8 +61,7 @@ def http_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
             latencies.append(time.perf_counter() - began)
             answered(response, "enqueue")
             sync.add_enqueued(len(body["tasks"]))
-    lo, hi = spec["range"]
-    return {"t_end": time.time(), "enqueued": hi - lo, "enqueue_latency": latencies}
+    return produced(spec, time.time(), latencies)
 
 
 def http_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
@@ -70,34 +70,22 @@ def http_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     quiet_logs()
     queue = spec["queue"]
     claim_body = {"max": spec.get("claim_batch", TIERQ_CLAIM_BATCH), "lease_seconds": 300}
-    claim_latency: list[float] = []
-    ack_latency: list[float] = []
-    acked = rejected = empty = 0
     with httpx.Client(base_url=spec["base_url"], timeout=60) as client:
-        client.get(f"/v1/queues/{queue}")
-        sync.ready_and_wait(spec["index"])
-        t_end = time.time()
-        while not sync.all_finished():
-            began = time.perf_counter()
+
+        def claim() -> list[dict[str, Any]]:
             response = client.post(f"/v1/queues/{queue}/claims", json=claim_body)
-            took = time.perf_counter() - began
-            tasks = answered(response, "claim").json()["tasks"]
-            if not tasks:
-                empty += 1
-                time.sleep(EMPTY_CLAIM_SLEEP)
-                continue
-            claim_latency.append(took)
-            began = time.perf_counter()
+            tasks: list[dict[str, Any]] = answered(response, "claim").json()["tasks"]
+            return tasks
+
+        def ack(tasks: Sequence[dict[str, Any]]) -> tuple[int, int]:
             response = client.post(f"/v1/queues/{queue}/acks", json={"acks": [
                 {"id": t["id"], "lease_token": t["lease_token"]} for t in tasks]})
-            ack_latency.append(time.perf_counter() - began)
             body = answered(response, "ack").json()
-            acked += len(body["acked"])
-            rejected += len(body["rejected"])
-            t_end = time.time()
-            sync.add_finished(len(body["acked"]))
-    return {"t_end": t_end, "acked": acked, "rejected": rejected, "empty_claims": empty,
-            "claim_latency": claim_latency, "ack_latency": ack_latency}
+            return len(body["acked"]), len(body["rejected"])
+
+        client.get(f"/v1/queues/{queue}")  # open the keep-alive connection
+        sync.ready_and_wait(spec["index"])
+        return claim_and_ack_loop(sync, claim, ack)
 
 
 def tierq_cli() -> str | None:
