@@ -10,7 +10,6 @@ import os
 import pty
 import select
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typer.testing import CliRunner
 from tests.support.local_api import QueueNames
 from tierq.cli import app
 from tierq.client import Client, NotFoundError
+from tierq.local.services.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,9 +50,7 @@ def tierq(api_url: str) -> Tierq:
 
 
 def dead_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def json_of(result: Result) -> Any:

@@ -3,7 +3,6 @@ how errors are raised, and that input it refuses is never sent."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import httpx
@@ -21,6 +20,7 @@ from tierq.client import (
     UnavailableError,
 )
 from tierq.client.errors import ApiError, parse_retry_after
+from tierq.local.services.process import free_port
 
 OUTCOME = {"id": "01a2010d-0000-7000-8000-000000000001", "outcome": "created", "state": "warm",
            "tenant": "_", "key": None}
@@ -119,9 +119,7 @@ def test_a_gateway_error_without_the_api_body_still_raises_clearly(
 
 
 def test_connection_errors_are_retried_then_raised() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens on it
     waits: list[float] = []
     api = Client(f"http://127.0.0.1:{port}", retry=RetryPolicy(max_retries=2), timeout=2)
     api._sleep = waits.append

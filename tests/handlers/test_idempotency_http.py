@@ -14,6 +14,7 @@ import redis
 
 from tests.handlers.support import Invoke
 from tierq.aws.runtime import engine
+from tierq.local.services.process import free_port
 from tierq.logic import idempotency
 
 TENANT_A = {"sub": "a", "tenant": "acme"}
@@ -159,7 +160,7 @@ def test_a_503_is_not_kept_and_the_retry_runs(
     warm = engine().warm
     working = warm.client.connection_pool.connection_kwargs["port"]
     warm.client.connection_pool.disconnect()
-    warm.client.connection_pool.connection_kwargs["port"] = _closed_port()
+    warm.client.connection_pool.connection_kwargs["port"] = free_port()
     if warm.calls is not None:
         warm.calls.close()
         warm.calls.client.connection_pool.connection_kwargs["port"] = \
@@ -179,13 +180,6 @@ def test_a_503_is_not_kept_and_the_retry_runs(
     assert retried.status == 200, retried.body
     assert "idempotent-replayed" not in retried.headers
     assert task_count(pg, "jobs") == 1
-
-
-def _closed_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ----------------------------------------------------------------------- leases

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from tests.handlers.support import Invoke
 from tierq.aws.http.errors import UNAVAILABLE_FALLBACK, public_unavailable
 from tierq.aws.runtime import engine, logger, reset_engine
 from tierq.errors import Unavailable
+from tierq.local.services.process import free_port
 
 # Anything a 503 body must not say.
 INTERNALS = re.compile(
@@ -24,13 +24,6 @@ INTERNALS = re.compile(
     r"|connection (to|failed|closed|refused)|server|errno|error \d+|psycopg|redis"
     r"|timeout reading|terminat",
     re.IGNORECASE)
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Records(logging.Handler):
@@ -67,7 +60,7 @@ def assert_clean_503(status: int, headers: dict[str, str], body: Any) -> None:
 
 def test_postgresql_unreachable(call: Invoke, monkeypatch: pytest.MonkeyPatch,
                                 function_log: Records) -> None:
-    port = closed_port()
+    port = free_port()
     monkeypatch.setenv("DATABASE_URL", f"postgresql://tierq:secret@127.0.0.1:{port}/tierq")
     monkeypatch.setenv("TIERQ_DB_POOL_TIMEOUT", "1")
     reset_engine()
@@ -104,7 +97,7 @@ def test_valkey_unreachable(call: Invoke, monkeypatch: pytest.MonkeyPatch,
                "run_at_initially, max_attempts, seq, created_at, state_since) VALUES "
                "(gen_random_uuid(), 'jobs', '_', '1', 'cold', now(), now(), 5, "
                "nextval('tierq_task_seq'), now(), now())")
-    port = closed_port()
+    port = free_port()
     monkeypatch.setenv("VALKEY_URL", f"redis://127.0.0.1:{port}/0")
     reset_engine()
     reply = call("POST", "/v1/queues/jobs/claims", {"max": 1, "tenant": "_"})

@@ -18,7 +18,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.database",
     "tierq.cli.dev",
-    "tierq.local.demo",
+    "tierq.cli.demo",
     "tierq.cli.enqueue",
     "tierq.cli.leases",
     "tierq.cli.stats",

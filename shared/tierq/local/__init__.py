@@ -4,5 +4,6 @@
   ``DATABASE_URL`` / ``VALKEY_URL`` name).
 * :mod:`tierq.local.gateway`: ``tierq dev``, the local API Gateway and EventBridge that run
   the functions of ``template.yaml`` in-process.
-* :mod:`tierq.local.demo`: ``tierq demo``, the end-to-end demo on a local stack.
+* :mod:`tierq.local.demo`: the end-to-end demo on a local stack that ``tierq demo``
+  (:mod:`tierq.cli.demo`) runs.
 """

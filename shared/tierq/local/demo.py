@@ -1,4 +1,5 @@
-"""``tierq demo``: tierq end to end on the local stack, over HTTP.
+"""The demo behind ``tierq demo`` (the command is :mod:`tierq.cli.demo`): tierq end to end on
+the local stack, over HTTP.
 
 It starts PostgreSQL and Valkey (private servers unless DATABASE_URL / VALKEY_URL answer)
 and the local stack (``tierq dev``: the HTTP API and the scheduled maintenance functions of
@@ -21,10 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,16 +30,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from tierq.cli.common import console
 from tierq.client import Client
 from tierq.client.errors import NotFoundError
 from tierq.client.worker import Worker, WorkerStats
@@ -54,7 +49,6 @@ SCHEDULE = "demo-every-5s"
 SCHEDULE_EVERY = 5.0
 DELAY_SECONDS = 8.0
 FLAKY_ATTEMPTS = 2
-STACK_START_TIMEOUT = 90.0
 # The local stack's settings during the demo: maintenance ticks every fraction of a second
 # so the hysteresis, the delayed task and the schedule show within a minute, and a database
 # pool for one process serving every function at once (template.yaml sizes it for a Lambda
@@ -193,7 +187,7 @@ def sample(api: Client, progress: DemoProgress) -> None:
         progress.modes.append(queue.mode)
 
 
-def run_demo(api: Client, plan: DemoPlan, *, out: Console = console,
+def run_demo(api: Client, plan: DemoPlan, *, out: Console,
              dashboard_url: str | None = None) -> tuple[DemoProgress, list[WorkerStats]]:
     """The demo over an API that is up (the queue ``demo`` should be empty)."""
     progress = DemoProgress()
@@ -351,42 +345,13 @@ def succeeded(progress: DemoProgress, plan: DemoPlan) -> bool:
 # -- the local stack -------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until_up(url: str, process: subprocess.Popen[bytes], log_path: Path,
-                  timeout: float = STACK_START_TIMEOUT) -> None:
-    from tierq.client import NO_RETRIES
-
-    deadline = time.monotonic() + timeout
-    with Client(url, retry=NO_RETRIES, timeout=2) as probe:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise DemoFailure(f"the local stack exited with status {process.returncode}; "
-                                  f"its log:\n{tail(log_path)}")
-            try:
-                probe.list_queues()
-                return
-            except TierqError:
-                time.sleep(0.3)
-    raise DemoFailure(f"the local stack did not answer within {timeout:g}s; its log:\n"
-                      f"{tail(log_path)}")
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 @contextmanager
-def local_stack(port: int, log_path: Path) -> Iterator[str]:
-    """Private (or given) PostgreSQL and Valkey, and ``tierq dev`` on ``port`` in a child
-    process; yields the API's URL and stops everything on the way out."""
+def local_stack(port: int | None, log_path: Path) -> Iterator[str]:
+    """Private (or given) PostgreSQL and Valkey, and ``tierq dev`` on ``port`` (default: a
+    free one) in a child process; yields the API's URL and stops everything on the way out."""
+    from tierq.config import Settings
+    from tierq.engine import Tierq
+    from tierq.local.gateway.child import start_gateway_child
     from tierq.local.services import ensure_services, repo_root
 
     root = repo_root()
@@ -394,90 +359,56 @@ def local_stack(port: int, log_path: Path) -> Iterator[str]:
         raise DemoFailure(f"no template.yaml at {root}: run `tierq demo` from the repository")
     services = ensure_services()
     try:
-        from tierq.config import Settings
-        from tierq.engine import Tierq
-
         with Tierq(settings=Settings(database_url=services.postgres.url,
                                      valkey_url=services.valkey.url)) as tq:
             tq.migrate()
             tq.purge_queue(QUEUE)  # a fresh start on every run
         env = {**os.environ, **services.env(), **DEMO_ENV}
-        command = [sys.executable, "-c", "from tierq.cli import app; app()", "dev",
-                   "--no-services", "--port", str(port), "--quiet", "--schedule-period", "1",
-                   "--template", str(root / "template.yaml")]
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(command, cwd=root, env=env, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
+        stack = start_gateway_child(env, log_path, cwd=root, port=port,
+                                    args=("--quiet", "--schedule-period", "1",
+                                          "--template", str(root / "template.yaml")))
         try:
-            wait_until_up(url, process, log_path)
-            yield url
+            yield stack.url
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stack.stop(timeout=20)
     finally:
         services.stop()
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def demo(
-        tasks: Annotated[int, typer.Option(min=1, help="Tasks in the burst.")] = 20_000,
-        warm_max: Annotated[int, typer.Option(min=1, help="The demo queue's warm tier cap.")]
-            = 1_000,
-        workers: Annotated[int, typer.Option(min=1, max=16, help="Workers, each with its "
-                                                                  "own threads.")] = 2,
-        concurrency: Annotated[int, typer.Option(min=1, max=256, help="Threads per worker.")]
-            = 32,
-        work_ms: Annotated[float, typer.Option(min=0, help="Pretend work per burst task.")]
-            = 1.0,
-        timeout: Annotated[float, typer.Option(min=10, help="Give up after this many "
-                                                            "seconds.")] = 180.0,
-        port: Annotated[int | None, typer.Option(help="Port of the local API (default: a "
-                                                      "free one).", show_default=False)]
-            = None,
-        keep_running: Annotated[bool, typer.Option(
-            "--keep-running", help="Leave the stack and dashboard up after the summary, "
-                                   "until Ctrl-C.")] = False,
-    ) -> None:
-        """Run tierq end to end on the local stack with live progress and a summary.
+def demo_on_local_stack(plan: DemoPlan, *, out: Console, port: int | None = None,
+                        keep_running: bool = False) -> int:
+    """``tierq demo``: the demo on a local stack of its own, printed on ``out``; the exit
+    status (0 when everything was seen, 1 when not or when the stack could not start, 130
+    on Ctrl-C). The stack's log is kept only when something went wrong."""
+    from tierq.local.gateway import GatewayStackError
+    from tierq.local.services import LocalServicesError
 
-        A burst far above warm_max, workers draining it through the hysteresis, a delayed
-        task and a schedule firing, a failing task dead-lettered and replayed; the
-        dashboard's address is printed while it runs. Exit 0 when everything was seen."""
-        plan = DemoPlan(tasks=tasks, warm_max=warm_max, workers=workers,
-                        concurrency=concurrency, work_ms=work_ms, timeout=timeout)
-        log_dir = Path(tempfile.mkdtemp(prefix="tierq-demo-"))
-        log_path = log_dir / "stack.log"
-        try:
-            with local_stack(port or free_port(), log_path) as url:
-                console.print(f"[bold]local stack up[/]: API {url}  (log: {log_path})")
-                console.print(f"[bold]dashboard[/]: [link={url}/dashboard]{url}/dashboard[/]  "
-                              "(open it while the demo runs)")
-                with Client(url) as api:
-                    progress, stats = run_demo(api, plan, dashboard_url=f"{url}/dashboard")
-                console.print()
-                console.print(summary(progress, stats, plan))
-                console.print(f"dashboard: {url}/dashboard")
-                if keep_running:
-                    console.print("the stack stays up; Ctrl-C to stop")
-                    try:
-                        while True:
-                            time.sleep(1)
-                    except KeyboardInterrupt:
-                        pass
-        except DemoFailure as exc:
-            console.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            console.print("interrupted; stopping the local stack")
-            raise typer.Exit(130) from None
-        if not succeeded(progress, plan):
-            console.print(f"the local stack's log: {log_path}")
-            raise typer.Exit(1)
-        shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something went wrong
+    log_dir = Path(tempfile.mkdtemp(prefix="tierq-demo-"))
+    log_path = log_dir / "stack.log"
+    try:
+        with local_stack(port, log_path) as url:
+            out.print(f"[bold]local stack up[/]: API {url}  (log: {log_path})")
+            out.print(f"[bold]dashboard[/]: [link={url}/dashboard]{url}/dashboard[/]  "
+                      "(open it while the demo runs)")
+            with Client(url) as api:
+                progress, stats = run_demo(api, plan, out=out,
+                                           dashboard_url=f"{url}/dashboard")
+            out.print()
+            out.print(summary(progress, stats, plan))
+            out.print(f"dashboard: {url}/dashboard")
+            if keep_running:
+                out.print("the stack stays up; Ctrl-C to stop")
+                with suppress(KeyboardInterrupt):
+                    while True:
+                        time.sleep(1)
+    except (DemoFailure, GatewayStackError, LocalServicesError) as exc:
+        out.print(f"[red]error:[/] {exc}")
+        return 1
+    except KeyboardInterrupt:
+        out.print("interrupted; stopping the local stack")
+        return 130
+    if not succeeded(progress, plan):
+        out.print(f"the local stack's log: {log_path}")
+        return 1
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return 0

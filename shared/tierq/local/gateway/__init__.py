@@ -10,6 +10,8 @@ with the events API Gateway and EventBridge Scheduler would send.
   unless the server listens on a loopback address).
 * :mod:`tierq.local.gateway.scheduler`: schedules run on their rate.
 * :mod:`tierq.local.gateway.stack`: all of it, with PostgreSQL, Valkey and migrations.
+* :mod:`tierq.local.gateway.child`: ``tierq dev --no-services`` as a child process (the demo,
+  the tests).
 """
 
 from tierq.local.gateway.stack import DevOptions, DevStack, GatewayStackError

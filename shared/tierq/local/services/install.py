@@ -131,9 +131,9 @@ def find_pg_binaries(prefer_major: int | None = None) -> PgBinaries | None:
     if on_path is not None:
         bindir = on_path.resolve().parent
         if all(b.bindir != bindir for b in found):
-            major = _pg_major(bindir)
-            if major is not None:
-                bins = PgBinaries(bindir, major)
+            path_major = _pg_major(bindir)
+            if path_major is not None:
+                bins = PgBinaries(bindir, path_major)
                 if bins.complete:
                     found.append(bins)
     if not found:

@@ -23,6 +23,19 @@ from tierq.local.services.process import (
 from tierq.local.services.server import PrivateService
 
 
+def server_pid(pid_file: Path, port: int | None) -> int | None:
+    """The pid in ``pid_file`` when it is a live valkey-server / redis-server serving
+    ``port`` (not a stale file whose number now belongs to another process)."""
+    pid = read_int_line(pid_file)
+    if pid is None or port is None or not pid_alive(pid):
+        return None
+    cmdline = proc_cmdline(pid)
+    if cmdline is None:
+        return pid if not Path("/proc/self").exists() else None
+    ours = ("redis" in cmdline or "valkey" in cmdline) and f":{port}" in cmdline
+    return pid if ours else None
+
+
 class PrivateValkey(PrivateService):
     """A valkey-server / redis-server in ``<state>/valkey``: no persistence, starts empty."""
 
@@ -43,15 +56,7 @@ class PrivateValkey(PrivateService):
 
     @property
     def pid(self) -> int | None:
-        pid = read_int_line(self.pid_file)
-        if pid is None or not pid_alive(pid):
-            return None
-        cmdline = proc_cmdline(pid)
-        if cmdline is None:
-            return pid if not Path("/proc/self").exists() else None
-        port = self._saved_port()
-        ours = ("redis" in cmdline or "valkey" in cmdline) and f":{port}" in cmdline
-        return pid if ours else None
+        return server_pid(self.pid_file, self._saved_port())
 
     def _binary(self) -> Path:
         if self.binary is None:

@@ -35,13 +35,13 @@ from tierq.local.services.process import (
     make_dirs,
     pid_alive,
     port_is_free,
-    proc_cmdline,
     read_int_line,
     run,
     say,
     wait_pid_gone,
 )
 from tierq.local.services.server import PrivateService
+from tierq.local.services.valkey import server_pid
 
 __all__ = [
     "BUS_PORT_OFFSET",
@@ -134,14 +134,7 @@ class _Node:
 
     def pid(self, port: int | None) -> int | None:
         """Pid of this node's server when it runs (a live process serving ``port``)."""
-        pid = read_int_line(self.pid_file)
-        if pid is None or port is None or not pid_alive(pid):
-            return None
-        cmdline = proc_cmdline(pid)
-        if cmdline is None:
-            return pid if not Path("/proc/self").exists() else None
-        ours = ("redis" in cmdline or "valkey" in cmdline) and f":{port}" in cmdline
-        return pid if ours else None
+        return server_pid(self.pid_file, port)
 
     def forget(self) -> None:
         """A fresh node next time: no cluster membership, no data."""
