@@ -17,11 +17,10 @@ import pytest
 import redis
 
 from tests.handlers.support import Invoke, Reply
-from tierq.aws.http import paging
 from tierq.aws.http.routes import metrics as metrics_routes
 from tierq.aws.runtime import engine
 from tierq.core import sizing
-from tierq.dal.postgres import Database
+from tierq.dal.store.base import StoreBase
 from tierq.engine import Tierq
 from tierq.models import ClaimRequest, NackItem
 
@@ -153,15 +152,32 @@ def test_an_item_larger_than_a_response_is_an_error_not_an_oversized_answer(
 
 @pytest.mark.parametrize("path", ["/v1/queues/jobs/dlq", "/v1/queues",
                                   "/v1/metrics/queues/detailed", "/v1/metrics/queues/running"])
-def test_a_cursor_that_is_not_one_of_this_list_is_422_naming_after(call: Invoke,
-                                                                   path: str) -> None:
-    wrong_kind = paging.encode_cursor("elsewhere", "q", "t")
-    forged = base64.urlsafe_b64encode(b'["dlq", 1, 2]').decode().rstrip("=")
-    truncated = paging.encode_cursor("pairs", "q", "t")[:-3]
-    for cursor in ("garbage!", "e30", wrong_kind, forged, truncated, "x" * 600):
+def test_a_cursor_that_is_not_of_this_lists_form_is_422_naming_after(call: Invoke,
+                                                                     path: str) -> None:
+    # the base64 cursors of earlier versions (to /v1/queues one reads as a queue name, a
+    # valid starting point), another list's form, text around a cursor
+    old_form = base64.urlsafe_b64encode(b'["pairs", "q", "t"]').decode().rstrip("=")
+    olds = [] if path == "/v1/queues" else [old_form]
+    for cursor in ("garbage!", *olds, "q~t~1~x~y", "q~t\n", "q~" + "t" * 65, "x" * 600):
         reply = call("GET", path, query={"after": cursor})
         assert reply.status == 422, (cursor, reply.body)
         assert reply.body["error"]["details"][0]["field"] == "after"
+
+
+@pytest.mark.parametrize(("path", "cursor"), [
+    ("/v1/queues/jobs/dlq", "0~00000000-0000-0000-0000-000000000000"),
+    ("/v1/queues", "zzz"),
+    ("/v1/metrics/queues/detailed", "zzz~zzz"),
+    ("/v1/metrics/queues/running", "zzz~zzz~0~"),
+    ("/v1/schedules", "zzz~zzz"),
+])
+def test_any_cursor_of_the_lists_form_is_a_starting_point(call: Invoke, path: str,
+                                                          cursor: str) -> None:
+    """A cursor is a position: one no page returned (past every item here) is a valid start."""
+    reply = call("GET", path, query={"after": cursor})
+    assert reply.status == 200, reply.body
+    assert reply.body["next"] is None and not any(
+        isinstance(v, list) and v for v in reply.body.values())
 
 
 # --------------------------------------------------------------------------- queues, metrics
@@ -204,20 +220,25 @@ def test_queue_and_metrics_lists_page_by_budget_and_cursor(
         ["acme", "globex", "initech"]
 
 
+# the statements whose rows are (queue, tenant) pairs
+PAIR_ROWS = {"all_pairs", "pairs_page", "pairs_of_queue_page", "pairs_of_tenant_page",
+             "pair_of_queue_and_tenant_page", "pairs_with_warm_rows"}
+
+
 def test_pinned_lists_hold_only_the_tenant_and_are_selected_in_sql(
         call: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
     fill_pairs(12, ["acme", "globex"])
     fill_pairs(40, ["globex"])  # many pairs that are not acme's
-    statements: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
-    real_fetch = Database.fetch
+    statements: list[tuple[str, dict[str, Any], list[Any]]] = []
+    real_fetch = StoreBase._fetch
 
-    def recording_fetch(self: Database, name: str, params: Any = None, *args: Any,
+    def recording_fetch(self: StoreBase, name: str, params: Any, *args: Any,
                         **kwargs: Any) -> Any:
         rows = real_fetch(self, name, params, *args, **kwargs)
         statements.append((name, dict(params or {}), list(rows)))
         return rows
 
-    monkeypatch.setattr(Database, "fetch", recording_fetch)
+    monkeypatch.setattr(StoreBase, "_fetch", recording_fetch)
     monkeypatch.setattr(sizing, "RESPONSE_BODY_BUDGET", 3_000)
 
     listed = [q for r in pages(call, "/v1/queues", "queues", claims=ACME)
@@ -236,7 +257,7 @@ def test_pinned_lists_hold_only_the_tenant_and_are_selected_in_sql(
     names = {name for name, _, _ in statements}
     assert {"queue_names_of_tenant_page", "pairs_of_tenant_page", "pairs_with_warm_rows",
             "pair_of_queue_and_tenant_page", "pair_state_counts"} <= names
-    unfiltered = {"all_pairs", "known_queues", "state_counts", "tenants_of_queue",
+    unfiltered = {"all_pairs", "known_queues", "tenants_of_queue",
                   "queue_names_page", "pairs_page", "pairs_of_queue_page"}
     assert not names & unfiltered
     for name, params, rows in statements:
@@ -244,7 +265,9 @@ def test_pinned_lists_hold_only_the_tenant_and_are_selected_in_sql(
             assert params["tenant"] == "acme", name
         if name in ("pair_state_counts", "pair_oldest_ready", "pairs_with_warm_rows"):
             assert set(params["tenants"]) <= {"acme"}, name
-        assert {r["tenant"] for r in rows if "tenant" in r} <= {"acme"}, name
+        # rows of (queue, tenant) pairs are plain tuples; other rows name their tenant
+        tenants = {r[1] if name in PAIR_ROWS else getattr(r, "tenant", "acme") for r in rows}
+        assert tenants <= {"acme"}, name
 
 
 def lease_everything(pairs: set[tuple[str, str]]) -> set[str]:

@@ -4,6 +4,7 @@ cursors that only decode for the list that made them."""
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import pytest
 from pydantic import BaseModel
@@ -55,22 +56,50 @@ def test_an_item_alone_over_the_budget_is_an_error() -> None:
         paging.fill(iter([Item(n=1, text="x" * 100)]), lambda i: i.n, limit=10, budget=50)
 
 
+PAIRS = paging.CursorForm("pairs", (paging.CursorPart("queue", paging.NAME_PART),
+                                    paging.CursorPart("tenant", paging.NAME_PART)))
+LEASES = paging.CursorForm("leases", (
+    paging.CursorPart("queue", paging.NAME_PART), paging.CursorPart("tenant", paging.NAME_PART),
+    paging.CursorPart("ms", paging.COUNT_PART, int),
+    paging.CursorPart("id", f"({paging.UUID_PART})?")))
+
+
 def test_cursors_round_trip_and_refuse_anything_else() -> None:
-    cursor = paging.encode_cursor("pairs", "q", "t\u00e9")
-    assert paging.decode_cursor(cursor, "pairs", (str, str)) == ["q", "t\u00e9"]
-    assert "=" not in cursor and "+" not in cursor and "/" not in cursor
-    bad = [
-        "not base64 !",
-        paging.encode_cursor("dlq", "q", "t"),          # another list's
-        paging.encode_cursor("pairs", "q"),             # wrong length
-        paging.encode_cursor("pairs", "q", 3),          # wrong type
-        paging.encode_cursor("leases", "q", "t", True, "i"),  # a bool is not an int here
-        cursor + "AA",                                   # trailing bytes
-    ]
+    cursor = PAIRS.encode("q.1", "t_2")
+    assert cursor == "q.1~t_2"
+    assert PAIRS.decode(cursor) == ["q.1", "t_2"]
+    assert LEASES.decode(LEASES.encode("q", "t", 17, "")) == ["q", "t", 17, ""]
+    assert PAIRS.decode(None) is None and PAIRS.decode("") is None
+    bad = ["q", "q~t~u", "q~t~", "~t", "q~t\n", "q~t\u00e9", "q t~t", ".q~t",
+           "eyJxIjoxfQ", "q~" + "t" * 65]
     for text in bad:
         with pytest.raises(InvalidInput) as caught:
-            paging.decode_cursor(text, "pairs", (str, str))
+            PAIRS.decode(text)
         assert caught.value.details[0]["field"] == "after"
-    with pytest.raises(InvalidInput):
-        paging.decode_cursor(paging.encode_cursor("leases", "q", "t", True, "i"), "leases",
-                             (str, str, int, str))
+    for text in ["q~t~x~", "q~t~12345678901234567~", "q~t~1~ABCDEF12-0000-0000-0000-000000000000"]:
+        with pytest.raises(InvalidInput):
+            LEASES.decode(text)
+
+
+@pytest.mark.parametrize("form", [PAIRS, LEASES])
+def test_the_documented_pattern_is_exactly_what_decodes(form: paging.CursorForm) -> None:
+    """The API document gives ``after`` the form's pattern, which the request validation
+    checks (pydantic's regular expressions: ``$`` is the end of the text, as in ECMA-262);
+    the decoder agrees with it."""
+    from pydantic import StringConstraints, TypeAdapter, ValidationError
+
+    documented = TypeAdapter(Annotated[str, StringConstraints(pattern=form.pattern)])
+    samples = ["", "q~t", "q~t~0~", "q~t~9999999999999999~00000000-0000-0000-0000-00000000000a",
+               "q~t~1~x", "q~t\n", "\nq~t", "Q-1.x~_"]
+    for text in samples:
+        try:
+            form.decode(text)
+            decodes = True
+        except InvalidInput:
+            decodes = False
+        try:
+            documented.validate_python(text)
+            valid = True
+        except ValidationError:
+            valid = False
+        assert valid is decodes, repr(text)

@@ -7,29 +7,39 @@ its ``limit`` is reached, and answers ``next``: an opaque cursor to pass back as
 or null on the last page. Items are read from the stores lazily, in small chunks, so a page
 of large items never reads far past what it returns.
 
-Cursors are URL-safe base64 (no padding) of a JSON array ``[kind, position…]``: the kind
-names the list it came from, the position is the last item returned (sort key and id). A
-cursor that does not decode, names another list or holds a malformed position is 422 naming
-``after``. Cursors carry no tenant: what a caller may see is decided by the request, never by
-the cursor, so a forged cursor only moves the starting point.
+A cursor is the position of a page's last item, its parts joined by ``~`` (which no name,
+number or id holds), e.g. ``jobs~acme`` after the pair (jobs, acme): :class:`CursorForm`
+gives each list's parts, and the API document gives ``?after=`` exactly that form as its
+pattern, so any text of that form is a valid starting point (an empty one is the first
+page) and anything else is 422 naming ``after``. Cursors carry no tenant: what a caller
+may see is decided by the request, never by the cursor, so a forged cursor only moves the
+starting point.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import orjson
+from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
 from tierq.core import sizing
 from tierq.errors import InvalidInput, TierqError
+from tierq.models.names import NAME_PATTERN
 
 CURSOR_FIELD = "after"
-CURSOR_MAX_LENGTH = 512
+SEPARATOR = "~"  # no regular-expression meaning either
+# The parts a cursor may hold (none can hold the separator).
+NAME_PART = NAME_PATTERN.removeprefix("^").removesuffix("$")
+SCHEDULE_NAME_PART = r"[A-Za-z0-9_.-]{1,64}"
+# non-negative integers (milliseconds or microseconds since the epoch: to the year 2286 and
+# beyond), small enough for any datetime and any 64-bit column
+COUNT_PART = r"[0-9]{1,16}"
+UUID_PART = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # A comma between two items of a JSON list.
 _SEPARATOR_COST = 1
 
@@ -86,34 +96,49 @@ def fill(source: Iterable[Item | Resume[Position]], position: Callable[[Item], P
 # --------------------------------------------------------------------------- cursors
 
 
-def encode_cursor(kind: str, *position: str | int) -> str:
-    raw = orjson.dumps([kind, *position])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+@dataclass(frozen=True)
+class CursorPart:
+    """One part of a cursor: the text it may be (a regular expression) and what it reads as."""
+
+    name: str
+    pattern: str
+    read: Callable[[str], Any] = str
 
 
-def _bad_cursor(kind: str) -> InvalidInput:
-    return InvalidInput.field(CURSOR_FIELD,
-                              f"not a cursor returned by a previous page of this list ({kind})")
+@dataclass(frozen=True)
+class CursorForm:
+    """The cursors of one list: the parts of its position, in order."""
 
+    kind: str
+    parts: tuple[CursorPart, ...]
 
-def decode_cursor(cursor: str, kind: str, shape: tuple[type, ...]) -> list[Any]:
-    """The position a cursor of list ``kind`` holds, each part of the type ``shape`` gives;
-    anything else is 422 naming ``after``."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value = orjson.loads(raw)
-    except (binascii.Error, ValueError) as exc:
-        raise _bad_cursor(kind) from exc
-    if (not isinstance(value, list) or len(value) != len(shape) + 1 or value[0] != kind
-            or encode_cursor(*value) != cursor.rstrip("=")):
-        raise _bad_cursor(kind)
-    parts = value[1:]
-    for part, wanted in zip(parts, shape, strict=True):
-        # bool is an int to Python; no cursor holds one
-        if not isinstance(part, wanted) or isinstance(part, bool):
-            raise _bad_cursor(kind)
-    return parts
+    @property
+    def pattern(self) -> str:
+        """What ``?after=`` takes: this form, or nothing (the first page)."""
+        return "^(" + SEPARATOR.join(f"({part.pattern})" for part in self.parts) + ")?$"
 
+    @property
+    def shown(self) -> str:
+        return SEPARATOR.join(f"<{part.name}>" for part in self.parts)
 
-def decoded_or_none(cursor: str | None, kind: str, shape: tuple[type, ...]) -> list[Any] | None:
-    return None if cursor is None or cursor == "" else decode_cursor(cursor, kind, shape)
+    def query(self) -> Any:
+        """The ``after`` query parameter of this list (Powertools validates the pattern)."""
+        return Query(pattern=self.pattern, description=(
+            f"`next` of the previous page: the position of its last item, `{self.shown}`. "
+            "Any text of that form is a valid starting point; left out or empty, the first "
+            "page."))
+
+    def encode(self, *position: str | int) -> str:
+        return SEPARATOR.join(str(part) for part in position)
+
+    def decode(self, cursor: str | None) -> list[Any] | None:
+        """The position a cursor holds, each part as its :class:`CursorPart` reads it; None
+        for no cursor; 422 naming ``after`` for text not of this form."""
+        if not cursor:
+            return None
+        if re.fullmatch(self.pattern, cursor) is None:
+            raise InvalidInput.field(CURSOR_FIELD,
+                                     f"not a cursor of this list ({self.kind}): give "
+                                     f"{self.shown}, the `next` of the previous page")
+        texts = cursor.split(SEPARATOR)
+        return [part.read(text) for part, text in zip(self.parts, texts, strict=True)]

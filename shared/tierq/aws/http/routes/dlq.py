@@ -7,7 +7,7 @@ caller sees and touches only its own tenant's dead letters."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
@@ -23,7 +23,6 @@ from tierq.aws.http.models import DeadLetterPage, DeadLetterSelection, PurgeResu
 from tierq.aws.http.params import QueuePath, TenantQuery
 from tierq.aws.runtime import engine
 from tierq.dal.postgres import Row
-from tierq.errors import InvalidInput
 from tierq.logic import dlq as dlq_logic
 from tierq.logic.idempotency import PgClaim
 from tierq.models.tasks import TaskView
@@ -35,24 +34,22 @@ MAX_PAGE = 1000
 
 # Dead letters read per statement while a page fills (payloads may be up to 256 KiB each).
 READ_CHUNK = 50
-CURSOR_KIND = "dlq"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+# when the last dead letter died (µs since the epoch, as PostgreSQL keeps it) and its id
+CURSOR = paging.CursorForm("dlq", (
+    paging.CursorPart("dead_at_us", paging.COUNT_PART,
+                      lambda text: EPOCH + int(text) * MICROSECOND),
+    paging.CursorPart("id", paging.UUID_PART, UUID)))
 
 
 def encode_cursor(finished_at: datetime, task_id: UUID) -> str:
-    return paging.encode_cursor(CURSOR_KIND, finished_at.isoformat(), str(task_id))
+    return CURSOR.encode((finished_at - EPOCH) // MICROSECOND, str(task_id))
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
-    when, task_id = paging.decode_cursor(cursor, CURSOR_KIND, (str, str))
-    try:
-        at = datetime.fromisoformat(when)
-        if at.tzinfo is None:
-            raise ValueError("naive time")
-        return at, UUID(task_id)
-    except ValueError as exc:
-        raise InvalidInput.field(paging.CURSOR_FIELD,
-                                 "not a cursor returned by a previous page of this list "
-                                 f"({CURSOR_KIND})") from exc
+def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
+    position = CURSOR.decode(cursor)
+    return None if position is None else (position[0], position[1])
 
 
 def position_of(task: TaskView) -> tuple[datetime, UUID]:
@@ -87,11 +84,10 @@ def list_dead_letters(
     queue: QueuePath,
     tenant: TenantQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 100,
-    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
-                                       description="`next` of the previous page.")] = None,
+    after: Annotated[str | None, CURSOR.query()] = None,
 ) -> DeadLetterPage:
     tenant = request.check_tenant(tenant)
-    position = decode_cursor(after) if after else None
+    position = decode_cursor(after)
     source = dead_letters_after(queue, tenant, position, min(limit + 1, READ_CHUNK))
     tasks, last = paging.fill(source, position_of, limit=limit)
     cursor = None if last is None else encode_cursor(*last)

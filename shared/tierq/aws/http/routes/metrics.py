@@ -32,12 +32,16 @@ COUNTS_CHUNK = 100
 # Pairs one page of running leases may visit (each is a Valkey round trip): past it the page
 # ends early with a cursor, so a request stays short however many pairs have work.
 RUNNING_SCAN_PAIRS = 2000
-PAIRS_KIND = "pairs"
-LEASES_KIND = "leases"
+_QUEUE = paging.CursorPart("queue", paging.NAME_PART)
+_TENANT = paging.CursorPart("tenant", paging.NAME_PART)
+PAIRS = paging.CursorForm("pairs", (_QUEUE, _TENANT))
+# a lease's start (ms since the epoch) and id; no id: after every lease of that start
+LEASES = paging.CursorForm("leases", (
+    _QUEUE, _TENANT, paging.CursorPart("started_ms", paging.COUNT_PART, int),
+    paging.CursorPart("id", f"({paging.UUID_PART})?")))
 
+LATEST_MS = 10**16 - 1
 PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")]
-Cursor = Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
-                                     description="`next` of the previous page.")]
 PAGING = ("At most `limit` per page and never more than fits a Lambda response (6 MB as the "
           "runtime writes it): a page may hold fewer. `next` is the cursor of the next page, "
           "null on the last.")
@@ -53,16 +57,16 @@ PAGING = ("At most `limit` per page and never more than fits a Lambda response (
     responses=responses("One row per (queue, tenant)."),
 )
 def detailed(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
-             after: Cursor = None) -> DetailedMetrics:
+             after: Annotated[str | None, PAIRS.query()] = None) -> DetailedMetrics:
     pinned = request.pinned_tenant()
-    start = paging.decoded_or_none(after, PAIRS_KIND, (str, str))
+    start = PAIRS.decode(after)
     source = queue_logic.iter_counts(
         engine().ctx, (start[0], start[1]) if start else ("", ""), tenant=pinned, queue=queue,
         chunk=min(limit + 1, COUNTS_CHUNK))
     rows, last = paging.fill(source, _pair_of, limit=limit)
     return DetailedMetrics(queues=rows, timestamp=datetime.now(UTC),
                            next=None if last is None else
-                           paging.encode_cursor(PAIRS_KIND, *last))
+                           PAIRS.encode(*last))
 
 
 def _pair_of(row: TenantCounts) -> Pair:
@@ -99,8 +103,9 @@ def leases_after(after: LeasePosition | None, *, tenant: str | None,
 
 
 def _after_pair(pair: Pair) -> LeasePosition:
-    """A position after every lease of a pair (leases start at ms ≥ 0; ids sort after '')."""
-    return pair[0], pair[1], 2**62, ""
+    """A position after every lease of a pair (leases start at ms ≥ 0, before this one, the
+    largest a cursor holds; ids sort after '')."""
+    return pair[0], pair[1], LATEST_MS, ""
 
 
 @router.get(
@@ -113,12 +118,12 @@ def _after_pair(pair: Pair) -> LeasePosition:
     responses=responses("Every lease held now."),
 )
 def running(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
-            after: Cursor = None) -> RunningMetrics:
+            after: Annotated[str | None, LEASES.query()] = None) -> RunningMetrics:
     pinned = request.pinned_tenant()
-    start = paging.decoded_or_none(after, LEASES_KIND, (str, str, int, str))
+    start = LEASES.decode(after)
     position: LeasePosition | None = (start[0], start[1], start[2], start[3]) if start else None
     leases, last = paging.fill(leases_after(position, tenant=pinned, queue=queue),
                                _lease_position, limit=limit)
     return RunningMetrics(running=leases, timestamp=datetime.now(UTC),
                           next=None if last is None else
-                          paging.encode_cursor(LEASES_KIND, *last))
+                          LEASES.encode(*last))

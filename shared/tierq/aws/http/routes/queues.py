@@ -26,7 +26,7 @@ MAX_PAGE = 1000
 DEFAULT_PAGE = 100
 # Queues whose counts are read per statement while a page fills.
 READ_CHUNK = 20
-CURSOR_KIND = "queues"
+CURSOR = paging.CursorForm("queues", (paging.CursorPart("queue", paging.NAME_PART),))
 
 
 def tenant_view(queue: str, tenant: str) -> QueueView:
@@ -56,16 +56,15 @@ def known(queue: str) -> bool:
 )
 def list_queues(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = DEFAULT_PAGE,
-    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
-                                       description="`next` of the previous page.")] = None,
+    after: Annotated[str | None, CURSOR.query()] = None,
 ) -> QueueList:
     pinned = request.pinned_tenant()
-    start = paging.decoded_or_none(after, CURSOR_KIND, (str,))
+    start = CURSOR.decode(after)
     source = queue_logic.iter_queue_views(engine().ctx, start[0] if start else "",
                                           tenant=pinned, chunk=min(limit + 1, READ_CHUNK))
     views, last = paging.fill(source, lambda view: view.queue, limit=limit)
     return QueueList(queues=views,
-                     next=None if last is None else paging.encode_cursor(CURSOR_KIND, last))
+                     next=None if last is None else CURSOR.encode(last))
 
 
 @router.get(

@@ -43,7 +43,8 @@ SchedulePath = Annotated[str, Path(
 )]
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
-CURSOR_KIND = "schedules"
+CURSOR = paging.CursorForm("schedules", (paging.CursorPart("tenant", paging.NAME_PART),
+                                         paging.CursorPart("name", paging.SCHEDULE_NAME_PART)))
 # Schedules read per statement while a page fills.
 READ_CHUNK = 20
 
@@ -70,18 +71,17 @@ def schedule_tenant(named: str | None) -> str:
 def list_schedules(
     tenant: TenantQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = DEFAULT_PAGE,
-    after: Annotated[str | None, Query(max_length=paging.CURSOR_MAX_LENGTH,
-                                       description="`next` of the previous page.")] = None,
+    after: Annotated[str | None, CURSOR.query()] = None,
 ) -> ScheduleList:
     only = request.check_tenant(tenant)
-    start = paging.decoded_or_none(after, CURSOR_KIND, (str, str))
+    start = CURSOR.decode(after)
     source = schedule_logic.iter_schedules(
         engine().ctx, tenant=only, after=(start[0], start[1]) if start else None,
         chunk=min(limit + 1, READ_CHUNK))
     views, last = paging.fill(source, lambda view: (view.tenant, view.name), limit=limit)
     return ScheduleList(
         schedules=views,
-        next=None if last is None else paging.encode_cursor(CURSOR_KIND, *last))
+        next=None if last is None else CURSOR.encode(*last))
 
 
 @router.put(
