@@ -54,7 +54,7 @@ class Sync:
             return int(self.finished.value)
 
     def all_finished(self) -> bool:
-        return self.stop.is_set() or self.finished.value >= self.total
+        return bool(self.stop.is_set() or self.finished.value >= self.total)
 
 
 Target = Callable[[dict[str, Any], Sync], dict[str, Any]]

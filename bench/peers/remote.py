@@ -90,7 +90,7 @@ class PeerSystem(System):
     """A peer queue: its set-up and phases run in its driver; ``remaining`` is one count
     (``unfinished``) asked of its database from here."""
 
-    setup: Callable[[str], None]  # run in the driver with the fresh database's URL
+    setup: staticmethod[[str], None]  # run in the driver with the fresh database's URL
     unfinished: LiteralString = ""
 
     def __init__(self) -> None:
@@ -98,7 +98,7 @@ class PeerSystem(System):
 
     def prepare(self, stores: Stores) -> Prepared:
         url = stores.fresh_database(f"bench_{self.name}")
-        self.driver.request({"op": "call", "target": target_name(type(self).setup),
+        self.driver.request({"op": "call", "target": target_name(self.setup),
                              "args": [url]})
         return Prepared(self.name, {"database_url": url}, url)
 

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, LiteralString
 
@@ -135,7 +135,7 @@ def produced(spec: dict[str, Any], t_end: float, latencies: list[float]) -> dict
     return {"t_end": t_end, "enqueued": hi - lo, "enqueue_latency": latencies}
 
 
-def run_quietly(work: Callable[[dict[str, Any], Sync], Awaitable[dict[str, Any]]],
+def run_quietly(work: Callable[[dict[str, Any], Sync], Coroutine[Any, Any, dict[str, Any]]],
                 spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     """An asyncio producer or consumer (the peers'), run in its process's event loop."""
     quiet_logs()

@@ -112,7 +112,7 @@ class PgQueuer(PeerSystem):
     name = "pgqueuer"
     preload = ("bench.systems.pgqueuer", "asyncpg", "pgqueuer.qm", "pgqueuer.queries",
                "pgqueuer.db")
-    setup = install
+    setup = staticmethod(install)
     unfinished = "SELECT count(*) FROM pgqueuer"
 
     def producer(self) -> Target:

@@ -101,7 +101,7 @@ async def _consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 class Procrastinate(PeerSystem):
     name = "procrastinate"
     preload = ("bench.systems.procrastinate", "procrastinate", "psycopg")
-    setup = apply_schema
+    setup = staticmethod(apply_schema)
     unfinished = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
 
     def producer(self) -> Target:
