@@ -115,13 +115,13 @@ def test_an_expired_lease_is_left_out(call: Invoke, valkey: redis.Redis) -> None
     assert again.body["tasks"] == [held]
 
 
-def test_the_same_key_with_another_body_is_422_and_leases_nothing(
+def test_the_same_key_with_another_body_is_409_and_leases_nothing(
         call: Invoke, valkey: redis.Redis) -> None:
     enqueue(call, [{"payload": i} for i in range(4)])
     headers = key()
     first = call("POST", CLAIMS, {"max": 2}, headers=headers)
     other = call("POST", CLAIMS, {"max": 3}, headers=headers)
-    assert other.status == 422
+    assert other.status == 409
     assert other.body["error"]["code"] == "idempotency_key_reused"
     assert leased_members(valkey) == members_of(first.body["tasks"])
     assert ready_count(valkey) == 2

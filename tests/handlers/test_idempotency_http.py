@@ -83,12 +83,12 @@ def test_a_keyed_batch_meeting_live_keys_replays_its_mixed_outcomes(
     assert task_count(pg, "jobs") == 4
 
 
-def test_same_key_with_another_body_is_422_and_writes_nothing(
+def test_same_key_with_another_body_is_409_and_writes_nothing(
         call: Invoke, pg: psycopg.Connection[Any]) -> None:
     headers = key()
     assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, headers=headers).status == 200
     other = call("POST", "/v1/queues/jobs/tasks", {"payload": 2}, headers=headers)
-    assert other.status == 422
+    assert other.status == 409
     assert other.body["error"]["code"] == "idempotency_key_reused"
     assert other.body["error"]["details"][0]["field"] == "Idempotency-Key"
     assert task_count(pg, "jobs") == 1
@@ -210,7 +210,7 @@ def test_ack_retry_with_the_key_gets_the_first_answer(
     [stored] = list(valkey.scan_iter("tq:idem:*"))
     assert 0 < valkey.ttl(stored) <= 300
     other = call("POST", "/v1/queues/jobs/acks", {"acks": body["acks"][:1]}, headers=headers)
-    assert other.status == 422
+    assert other.status == 409
 
 
 def test_nack_release_heartbeat_replay_with_their_keys(call: Invoke,

@@ -9,7 +9,7 @@ where a lost record only means the repeat runs again and finds the lease already
 
 The life of a record: :func:`claim_in_postgres` / :func:`claim_in_valkey` either hand the
 request a claim (it is the first, or it takes over from an owner that died) or answer for
-it: the kept response (same body), :class:`IdempotencyKeyReused` (422, another body) or
+it: the kept response (same body), :class:`IdempotencyKeyReused` (409, another body) or
 :class:`IdempotencyInProgress` (409, the first request is still running). The claimant does
 its work, then ``finish``es with the response; on an error it ``abandon``s the claim, so
 only 2xx responses are kept and a retry after a 503 runs again.
@@ -21,14 +21,14 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
 import redis
 from redis.commands.core import Script
 
-from tierq.dal.postgres import Row, run
+from tierq.dal.task_store import Conn
 from tierq.errors import TierqError, Unavailable, WarmTierFull
 from tierq.logic.context import Context, to_datetime
 
@@ -52,9 +52,11 @@ class IdempotencyInProgress(TierqError):
 
 
 class IdempotencyKeyReused(TierqError):
-    """The key was used before with another request body."""
+    """The key was used before with another request body: a conflict with what the key
+    already stands for (409), not invalid input (422 means the body itself is wrong; this
+    body would be taken under a fresh key)."""
 
-    status = 422
+    status = 409
     code = "idempotency_key_reused"
 
 
@@ -108,23 +110,18 @@ class PgClaim:
     owner: uuid.UUID
     committed: Any = None
 
-    def _params(self, response: Any, *, done: bool, status: int) -> dict[str, Any]:
-        now = self.ctx.now()
-        return {
-            "scope_key": self.scope_key, "fingerprint": self.fingerprint,
-            "owner": self.owner, "done": done, "status": status if done else None,
-            "response": orjson.dumps(response).decode(),
-            "now": to_datetime(now),
-            "lease_until": to_datetime(now + IN_PROGRESS_LEASE_SECONDS),
-            "expires_at": to_datetime(now + self.ctx.settings.idempotency_ttl_seconds),
-        }
-
-    def record(self, conn: psycopg.Connection[Row], response: Any, *,
+    def record(self, conn: Conn, response: Any, *,
                done: bool = False, status: int = 200) -> None:
         """Record ``response`` (so far) in the caller's open transaction, the one that writes
         the tasks. Raises :class:`IdempotencyInProgress` when another request has taken the
         key over meanwhile: the caller's transaction then rolls back and writes nothing."""
-        if not run(conn, "idempotency_record", self._params(response, done=done, status=status)):
+        now = self.ctx.now()
+        if not self.ctx.store.idempotency_record(
+                conn, scope_key=self.scope_key, fingerprint=self.fingerprint,
+                owner=self.owner, done=done, status=status if done else None,
+                response=orjson.dumps(response).decode(), now=to_datetime(now),
+                lease_until=to_datetime(now + IN_PROGRESS_LEASE_SECONDS),
+                expires_at=to_datetime(now + self.ctx.settings.idempotency_ttl_seconds)):
             raise _in_progress()
 
     def finish(self, response: Any, status: int = 200) -> None:
@@ -133,7 +130,7 @@ class PgClaim:
         resumes from it."""
         try:
             with self.ctx.db.transaction() as conn:
-                _relaxed_commit(conn)
+                self.ctx.store.commit_relaxed(conn)
                 self.record(conn, response, done=True, status=status)
         except (Unavailable, psycopg.Error, IdempotencyInProgress) as exc:
             log.warning("idempotency record not completed: %s", exc)
@@ -143,20 +140,11 @@ class PgClaim:
         runs again), else let a retry resume at once."""
         try:
             with self.ctx.db.transaction() as conn:
-                _relaxed_commit(conn)
-                run(conn, "idempotency_abandon", {
-                    "scope_key": self.scope_key, "owner": self.owner,
-                    "now": to_datetime(self.ctx.now()),
-                })
+                self.ctx.store.commit_relaxed(conn)
+                self.ctx.store.idempotency_abandon(conn, self.scope_key, self.owner,
+                                                   to_datetime(self.ctx.now()))
         except (Unavailable, psycopg.Error) as exc:
             log.warning("idempotency record not released: %s", exc)
-
-
-def _relaxed_commit(conn: psycopg.Connection[Row]) -> None:
-    # The in-progress marker and the final copy need not wait for the WAL flush: losing them
-    # in a database crash costs a 409 or a resumed retry, never a duplicate (the record that
-    # counts is written in the tasks' own, durable transaction).
-    conn.execute("SET LOCAL synchronous_commit = off")
 
 
 def claim_in_postgres(ctx: Context, scope: bytes, body_fingerprint: bytes) -> PgClaim | Kept:
@@ -165,27 +153,28 @@ def claim_in_postgres(ctx: Context, scope: bytes, body_fingerprint: bytes) -> Pg
         owner = uuid.uuid4()
         now = ctx.now()
         with ctx.db.transaction() as conn:
-            _relaxed_commit(conn)
-            claimed = run(conn, "idempotency_claim", {
-                "scope_key": scope, "fingerprint": body_fingerprint, "owner": owner,
-                "now": to_datetime(now),
-                "lease_until": to_datetime(now + IN_PROGRESS_LEASE_SECONDS),
-                "expires_at": to_datetime(now + ctx.settings.idempotency_ttl_seconds),
-            })
-            existing = None if claimed else run(conn, "idempotency_get", {"scope_key": scope})
+            # the in-progress marker and the final copy need not wait for the WAL flush:
+            # losing them in a database crash costs a 409 or a resumed retry, never a
+            # duplicate (the record that counts is written in the tasks' own, durable
+            # transaction)
+            ctx.store.commit_relaxed(conn)
+            claimed = ctx.store.idempotency_claim(
+                conn, scope, body_fingerprint, owner, to_datetime(now),
+                to_datetime(now + IN_PROGRESS_LEASE_SECONDS),
+                to_datetime(now + ctx.settings.idempotency_ttl_seconds))
+            row = None if claimed else ctx.store.idempotency_get(conn, scope)
         if claimed:
-            text = claimed[0]["response"]
+            text = claimed.response
             return PgClaim(ctx, scope, body_fingerprint, owner,
                            None if text is None else orjson.loads(text))
-        if not existing:
+        if row is None:
             continue  # purged in between: claim again
-        row = existing[0]
-        if row["expires_at"].timestamp() <= now:
+        if row.expires_at.timestamp() <= now:
             continue  # expired in between
-        if bytes(row["fingerprint"]) != body_fingerprint:
+        if bytes(row.fingerprint) != body_fingerprint:
             raise _reused()
-        if row["done"]:
-            return Kept(row["status"], orjson.loads(row["response"]))
+        if row.done:  # a done record holds its status and response
+            return Kept(cast(int, row.status), orjson.loads(cast(str, row.response)))
         raise _in_progress()
     raise _in_progress()
 
@@ -196,7 +185,7 @@ def purge_expired(ctx: Context, max_batches: int = PURGE_BATCHES_PER_PASS) -> in
     before = to_datetime(ctx.now())
     total = 0
     for _ in range(max_batches):
-        deleted = ctx.db.execute("idempotency_purge", {"before": before, "limit": PURGE_BATCH})
+        deleted = ctx.store.idempotency_purge(before, PURGE_BATCH)
         total += max(0, deleted)
         if deleted < PURGE_BATCH:
             break

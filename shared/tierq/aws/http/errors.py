@@ -60,7 +60,9 @@ _DESCRIPTIONS: dict[int, str] = {
     400: "Malformed request (not JSON, wrong content type)",
     403: "The caller's tenant may not touch what the request names",
     404: "No such route, queue or task",
-    409: "Conflict",
+    409: "Conflict with the current state: idempotency_key_reused (the Idempotency-Key "
+         "was used with another body; use a fresh key), idempotency_in_progress (its first "
+         "request still runs; retry), quota_exceeded (a per-tenant limit)",
     413: "Payload too large",
     422: "Invalid input; nothing was written",
     429: "Too many requests",

@@ -31,7 +31,7 @@ IdempotencyKeyHeader = Annotated[
            description="Any unique string (a UUID, say; 1 to 255 visible ASCII characters) "
                        "per logical request, the same on its retries. A retry with the same "
                        "key and body gets the first 2xx response and changes nothing; the "
-                       "same key with another body is 422 idempotency_key_reused; while the "
+                       "same key with another body is 409 idempotency_key_reused; while the "
                        "first request still runs, 409 idempotency_in_progress. Kept per "
                        "caller, route and queue."),
 ]
