@@ -24,7 +24,8 @@ def test_starts_prints_its_urls_and_stops_cleanly(database_url: str, valkey_url:
     server = start_dev_server(database_url, valkey_url, tmp_path / "dev.log",
                               extra_env={"TIERQ_TICK_MAX_SECONDS": "55"})
     try:
-        assert httpx.get(f"{server.url}/v1/queues").status_code == 200
+        # the first request builds the engine in the server; a loaded machine takes seconds
+        assert httpx.get(f"{server.url}/v1/queues", timeout=30).status_code == 200
         log = server.log()
         assert f"API        {server.url}" in log
         assert f"dashboard  {server.url}/dashboard" in log
