@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _down(state_dir)
         return _status(state_dir)
     except LocalServicesError as exc:
-        print(f"[devstack] error: {exc}", file=sys.stderr)
+        print(f"[local services] error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -36,7 +36,7 @@ class LocalServicesError(RuntimeError):
 
 def say(message: str) -> None:
     """One short progress line on stderr (stdout is reserved for `up`'s export lines)."""
-    print(f"[devstack] {message}", file=sys.stderr, flush=True)
+    print(f"[local services] {message}", file=sys.stderr, flush=True)
 
 
 def redact(url: str) -> str:

@@ -123,7 +123,7 @@ class ExternalService(Service):
         if reason is not None:
             raise LocalServicesError(
                 f"{self.kind} at {redact(self.url)} does not answer ({reason}); "
-                "it is not a private server, so devstack cannot start it"
+                "it is not a private server, so it cannot be started here"
             )
 
     def stop(self) -> None:

@@ -61,7 +61,8 @@ class LocalServices:
         return env
 
     def keep_running(self) -> None:
-        """Leave the private servers running after this process (until `devstack down`)."""
+        """Leave the private servers running after this process (until
+        ``python -m tierq.local.services down``)."""
         for service in self._private():
             service.keep_marker.write_text("started or adopted by `tierq.local.services up`\n")
         self._release()
@@ -191,7 +192,7 @@ def ensure_services(
 
 
 def stop_private_services(state_dir: Path | None = None) -> list[str]:
-    """Stop every private server found in `state_dir` (for `devstack down`).
+    """Stop every private server found in `state_dir` (``python -m tierq.local.services down``).
 
     Returns a description of what was stopped."""
     state = (Path(state_dir) if state_dir is not None else default_state_dir()).absolute()
