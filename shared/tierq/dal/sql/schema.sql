@@ -1,0 +1,240 @@
+-- The schema that tierq's migrations make of an empty database: a listing from the catalog,
+-- not SQL to run. Written by tierq.dal.schema_snapshot; after adding a migration, run
+-- `python -m tierq.dal.schema_snapshot --write`.
+-- <owner> ran the migrations; <app_group> is the application's group role
+-- (tierq_app_<database>, migration 0007). The owner's own privileges are not listed.
+
+migrations applied:
+  0001_tasks_and_queues
+  0002_schedules
+  0003_feeder_offsets
+  0004_seq_blocks
+  0005_idempotency_keys
+  0006_pair_activity
+  0007_application_role
+  0008_queue_warm_max_bytes
+  0009_schedules_per_tenant
+  0010_dead_letters_by_queue
+
+table tierq_feeder_offsets
+  column feed text not null
+  column source text not null
+  column part text not null
+  column rows_done bigint not null default 0
+  column last_value text
+  column updated_at timestamp with time zone not null default now()
+  constraint tierq_feeder_offsets_pkey: PRIMARY KEY (feed, source, part)
+  constraint tierq_feeder_offsets_rows_done_check: CHECK (rows_done >= 0)
+  CREATE UNIQUE INDEX tierq_feeder_offsets_pkey ON tierq_feeder_offsets USING btree (feed, source, part)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_idempotency
+  column scope_key bytea not null
+  column fingerprint bytea not null
+  column owner uuid not null
+  column done boolean not null default false
+  column status smallint
+  column response text
+  column created_at timestamp with time zone not null
+  column lease_until timestamp with time zone not null
+  column expires_at timestamp with time zone not null
+  constraint tierq_idempotency_pkey: PRIMARY KEY (scope_key)
+  CREATE INDEX tierq_idempotency_expiry ON tierq_idempotency USING btree (expires_at)
+  CREATE UNIQUE INDEX tierq_idempotency_pkey ON tierq_idempotency USING btree (scope_key)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_maintenance_cursors
+  column walk text not null
+  column queue text not null
+  column tenant text not null
+  column updated_at timestamp with time zone not null default now()
+  constraint tierq_maintenance_cursors_pkey: PRIMARY KEY (walk)
+  CREATE UNIQUE INDEX tierq_maintenance_cursors_pkey ON tierq_maintenance_cursors USING btree (walk)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_queue_tenants
+  column queue text not null
+  column tenant text not null
+  column created_at timestamp with time zone not null default now()
+  column last_seen timestamp with time zone not null default now()
+  column cold_mode_since timestamp with time zone
+  constraint tierq_queue_tenants_pkey: PRIMARY KEY (queue, tenant)
+  CREATE INDEX tierq_queue_tenants_by_tenant ON tierq_queue_tenants USING btree (tenant, queue)
+  CREATE INDEX tierq_queue_tenants_cold_mode ON tierq_queue_tenants USING btree (queue, tenant) WHERE (cold_mode_since IS NOT NULL)
+  CREATE UNIQUE INDEX tierq_queue_tenants_pkey ON tierq_queue_tenants USING btree (queue, tenant)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_queues
+  column queue text not null
+  column warm_max integer
+  column lease_seconds integer
+  column max_attempts integer
+  column backoff_kind text
+  column backoff_base_seconds double precision
+  column backoff_cap_seconds double precision
+  column backoff_jitter double precision
+  column retention_seconds integer
+  column paused boolean not null default false
+  column created_at timestamp with time zone not null default now()
+  column updated_at timestamp with time zone not null default now()
+  column warm_max_bytes bigint
+  constraint tierq_queues_backoff_base_seconds_check: CHECK (backoff_base_seconds >= 0::double precision)
+  constraint tierq_queues_backoff_cap_seconds_check: CHECK (backoff_cap_seconds >= 0::double precision)
+  constraint tierq_queues_backoff_jitter_check: CHECK (backoff_jitter >= 0::double precision AND backoff_jitter <= 1::double precision)
+  constraint tierq_queues_backoff_kind_check: CHECK (backoff_kind = ANY (ARRAY['fixed'::text, 'linear'::text, 'exponential'::text]))
+  constraint tierq_queues_lease_seconds_check: CHECK (lease_seconds >= 1)
+  constraint tierq_queues_max_attempts_check: CHECK (max_attempts >= 1)
+  constraint tierq_queues_pkey: PRIMARY KEY (queue)
+  constraint tierq_queues_retention_seconds_check: CHECK (retention_seconds >= 0)
+  constraint tierq_queues_warm_max_bytes_check: CHECK (warm_max_bytes >= 1024 AND warm_max_bytes <= '1099511627776'::bigint)
+  constraint tierq_queues_warm_max_check: CHECK (warm_max >= 1)
+  CREATE UNIQUE INDEX tierq_queues_pkey ON tierq_queues USING btree (queue)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_schedule_occurrences
+  column schedule text not null
+  column config_hash text not null
+  column fire_at_ms bigint not null
+  column task_id uuid not null
+  column queue text not null
+  column tenant text not null
+  constraint tierq_schedule_occurrences_pkey: PRIMARY KEY (tenant, schedule, fire_at_ms, config_hash)
+  CREATE UNIQUE INDEX tierq_schedule_occurrences_pkey ON tierq_schedule_occurrences USING btree (tenant, schedule, fire_at_ms, config_hash)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_schedules
+  column name text not null
+  column queue text not null
+  column tenant text not null default '_'::text
+  column payload jsonb not null
+  column priority smallint not null default 0
+  column cron text
+  column every_ms bigint
+  column daily_times text[]
+  column timezone text not null default 'UTC'::text
+  column horizon integer not null default 4
+  column enabled boolean not null default true
+  column config_hash text not null
+  column installed_hash text
+  column installed_through_ms bigint
+  column last_tick_at timestamp with time zone
+  column created_at timestamp with time zone not null
+  column updated_at timestamp with time zone not null
+  constraint tierq_schedules_check: CHECK (num_nonnulls(cron, every_ms, daily_times) = 1)
+  constraint tierq_schedules_every_ms_check: CHECK (every_ms >= 1000)
+  constraint tierq_schedules_horizon_check: CHECK (horizon >= 1 AND horizon <= 1000)
+  constraint tierq_schedules_name_check: CHECK (name ~ '^[A-Za-z0-9_.-]{1,64}$'::text)
+  constraint tierq_schedules_pkey: PRIMARY KEY (tenant, name)
+  constraint tierq_schedules_priority_check: CHECK (priority >= 0 AND priority <= 9)
+  CREATE UNIQUE INDEX tierq_schedules_pkey ON tierq_schedules USING btree (tenant, name)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_schema_migrations
+  column version text not null
+  column name text not null
+  column checksum text not null
+  column applied_at timestamp with time zone not null default now()
+  constraint tierq_schema_migrations_pkey: PRIMARY KEY (version)
+  CREATE UNIQUE INDEX tierq_schema_migrations_pkey ON tierq_schema_migrations USING btree (version)
+  grant to <app_group>: SELECT
+
+table tierq_tasks
+  column id uuid not null
+  column queue text not null
+  column tenant text not null default '_'::text
+  column key text
+  column priority smallint not null default 0
+  column payload jsonb not null
+  column state text not null
+  column run_at timestamp with time zone not null
+  column run_at_initially timestamp with time zone not null
+  column attempts integer not null default 0
+  column max_attempts integer not null
+  column seq bigint not null
+  column created_at timestamp with time zone not null
+  column ready_since timestamp with time zone
+  column state_since timestamp with time zone not null
+  column finished_at timestamp with time zone
+  column last_error text
+  column result jsonb
+  constraint tierq_tasks_max_attempts_check: CHECK (max_attempts >= 1)
+  constraint tierq_tasks_pkey: PRIMARY KEY (id)
+  constraint tierq_tasks_priority_check: CHECK (priority >= 0 AND priority <= 9)
+  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text]))
+  CREATE INDEX tierq_tasks_cold_line ON tierq_tasks USING btree (queue, tenant, priority DESC, seq) WITH (fillfactor='70') WHERE (state = 'cold'::text)
+  CREATE INDEX tierq_tasks_dead_by_queue ON tierq_tasks USING btree (queue, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
+  CREATE INDEX tierq_tasks_dead_line ON tierq_tasks USING btree (queue, tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
+  CREATE INDEX tierq_tasks_delayed_due ON tierq_tasks USING btree (run_at, seq) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
+  CREATE INDEX tierq_tasks_delayed_pair ON tierq_tasks USING btree (queue, tenant) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
+  CREATE INDEX tierq_tasks_done_since ON tierq_tasks USING btree (queue, finished_at) WHERE (state = 'done'::text)
+  CREATE UNIQUE INDEX tierq_tasks_live_key ON tierq_tasks USING btree (queue, tenant, key) WHERE ((key IS NOT NULL) AND (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text])))
+  CREATE UNIQUE INDEX tierq_tasks_pkey ON tierq_tasks USING btree (id)
+  CREATE INDEX tierq_tasks_warm_since ON tierq_tasks USING btree (queue, tenant, state_since) WITH (fillfactor='70') WHERE (state = 'warm'::text)
+  options: fillfactor=70, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_insert_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_cost_delay=2, autovacuum_vacuum_cost_limit=1000
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+sequence tierq_task_seq bigint start 1 increment 512 min 1 max 9223372036854775807 cache 1
+  grant to <app_group>: USAGE
+
+function tierq_app_group() returns text language sql stable
+  grant to PUBLIC: EXECUTE
+  body:
+    -- at most 63 bytes (NAMEDATALEN - 1): a long database name is hashed
+    SELECT CASE WHEN octet_length(current_database()) <= 53
+                THEN 'tierq_app_' || current_database()
+                ELSE 'tierq_app_' || md5(current_database()) END
+
+function tierq_grant_app_group() returns text language plpgsql volatile
+  no grants but the owner's
+  body:
+    DECLARE
+        grp    text := tierq_app_group();
+        sch    text := current_schema();
+        object record;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = grp) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', grp);
+        END IF;
+        EXECUTE format('GRANT CONNECT, TEMPORARY ON DATABASE %I TO %I', current_database(), grp);
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', sch, grp);
+        -- tierq's tables only (the database may hold others), but not the migrations' record,
+        -- which the application may read and never write
+        FOR object IN
+            SELECT c.relname, c.relkind FROM pg_class c
+            WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = sch)
+              AND c.relkind IN ('r', 'p', 'S')
+              AND c.relname LIKE 'tierq\_%' AND c.relname <> 'tierq_schema_migrations'
+        LOOP
+            IF object.relkind = 'S' THEN
+                EXECUTE format('GRANT USAGE ON SEQUENCE %I TO %I', object.relname, grp);
+            ELSE
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %I TO %I',
+                               object.relname, grp);
+            END IF;
+        END LOOP;
+        EXECUTE format('GRANT SELECT ON TABLE tierq_schema_migrations TO %I', grp);
+        EXECUTE format('ALTER DEFAULT PRIVILEGES IN SCHEMA %I '
+                       'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO %I', sch, grp);
+        EXECUTE format('ALTER DEFAULT PRIVILEGES IN SCHEMA %I GRANT USAGE ON SEQUENCES TO %I',
+                       sch, grp);
+        -- PostgreSQL 15 and later no longer let everyone create objects in schema public; do
+        -- the same on older servers, or the application could still create tables
+        IF sch = 'public' AND current_setting('server_version_num')::int < 150000 THEN
+            REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+        END IF;
+        RETURN grp;
+    END
+
+schema (the current one)
+  grant to PUBLIC: USAGE
+  grant to <app_group>: USAGE
+
+database
+  grant to PUBLIC: CONNECT, TEMPORARY
+  grant to <app_group>: CONNECT, TEMPORARY
+
+default privileges in the schema
+  for <owner> on sequences: grant to <app_group>: USAGE
+  for <owner> on tables: grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+role <app_group>: nosuperuser inherit nocreaterole nocreatedb nologin noreplication nobypassrls connection limit -1
