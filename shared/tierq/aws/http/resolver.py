@@ -29,12 +29,14 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 import tierq
 from tierq.aws.http import access, errors, request
 from tierq.aws.http.routes import FUNCTION_ROUTERS
+from tierq.aws.runtime import logger
 from tierq.core import sizing
 from tierq.errors import Forbidden, MalformedRequest, PayloadTooLarge
 
@@ -186,34 +188,46 @@ def precheck_body(event: APIGatewayProxyEventV2) -> dict[str, Any] | None:
         return None
     cost = request_body_cost(event)
     if cost > sizing.REQUEST_BODY_LIMIT:
-        exc = PayloadTooLarge(
+        too_large = PayloadTooLarge(
             f"the request body weighs {cost:,} bytes as a Lambda request; at most "
             f"{sizing.REQUEST_BODY_LIMIT:,} fit (send fewer or smaller tasks per request)",
             details=[{"field": "body", "message": "larger than a Lambda request may be"}],
         )
-        return _raw_response(exc.status, exc.to_body())
+        return _raw_response(too_large.status, too_large.to_body())
     if event.http_method.upper() not in BODY_METHODS:
         return None
     content_type = (event.headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type and content_type != "application/json" and not content_type.endswith("+json"):
-        exc = MalformedRequest(
+        not_json = MalformedRequest(
             f"the request body must be JSON (Content-Type: application/json), got {content_type!r}",
             details=[{"field": "body", "message": "unsupported content type"}],
         )
-        return _raw_response(exc.status, exc.to_body())
+        return _raw_response(not_json.status, not_json.to_body())
     if event.is_base64_encoded:
         try:
             base64.b64decode(event.body.encode(), validate=True).decode()
         except (binascii.Error, UnicodeDecodeError, ValueError):
-            exc = MalformedRequest(
+            not_utf8 = MalformedRequest(
                 "the request body is not UTF-8 text",
                 details=[{"field": "body", "message": "not UTF-8"}],
             )
-            return _raw_response(exc.status, exc.to_body())
+            return _raw_response(not_utf8.status, not_utf8.to_body())
     return None
 
 
 # --------------------------------------------------------------------------- the resolver
+
+
+class _RequestState(threading.local):
+    """What Powertools keeps on the resolver (and on BaseRouter), per thread here: the local
+    gateway serves requests on several threads with one resolver."""
+
+    event: APIGatewayProxyEventV2
+    lambda_context: LambdaContext  # unset before a thread's first request, as in Powertools
+    context: dict[str, Any]
+
+    def __init__(self) -> None:  # runs once in each thread that touches the state
+        self.context = {}
 
 
 class TierqResolver(APIGatewayHttpResolver):
@@ -221,34 +235,33 @@ class TierqResolver(APIGatewayHttpResolver):
     request state."""
 
     def __init__(self, function: str) -> None:
-        self._tierq_local = threading.local()
+        self._tierq_local = _RequestState()
         super().__init__(enable_validation=True, json_body_deserializer=parse_json_body,
                          serializer=serialize_body)
         self.function = function
 
-    # Powertools keeps these on the resolver (and on BaseRouter): per thread here.
-    @property  # type: ignore[override]
+    @property
     def current_event(self) -> APIGatewayProxyEventV2:
         return self._tierq_local.event
 
     @current_event.setter
-    def current_event(self, value: APIGatewayProxyEventV2) -> None:
+    def current_event(self, value: BaseProxyEvent) -> None:
+        # BaseRouter lets any proxy event be set; this resolver serves HTTP API (v2) events only
+        if not isinstance(value, APIGatewayProxyEventV2):
+            raise TypeError(f"an HTTP API (payload v2) event, not {type(value).__name__}")
         self._tierq_local.event = value
 
-    @property  # type: ignore[override]
+    @property
     def lambda_context(self) -> LambdaContext:
-        return getattr(self._tierq_local, "lambda_context", None)  # type: ignore[return-value]
+        return self._tierq_local.lambda_context
 
     @lambda_context.setter
     def lambda_context(self, value: LambdaContext) -> None:
         self._tierq_local.lambda_context = value
 
-    @property  # type: ignore[override]
+    @property
     def context(self) -> dict[str, Any]:
-        local = self._tierq_local
-        if not hasattr(local, "context"):
-            local.context = {}
-        return local.context
+        return self._tierq_local.context
 
     @context.setter
     def context(self, value: dict[str, Any]) -> None:
@@ -264,7 +277,7 @@ class TierqResolver(APIGatewayHttpResolver):
             caller = access.authorize(data, proxy.http_method, proxy.path)
         except Forbidden as exc:
             # the reason, never the claims' values (they may identify a person)
-            errors.logger.info("request refused", extra={
+            logger.info("request refused", extra={
                 "route": f"{proxy.http_method} {proxy.path}",
                 "reason": exc.details[0]["message"] if exc.details else exc.message})
             return _raw_response(exc.status, exc.to_body())
@@ -402,7 +415,7 @@ def http_handler(function: str) -> Callable[[dict[str, Any], LambdaContext], dic
     is built once per execution environment and handed each API Gateway (payload v2) event."""
     from aws_lambda_powertools.logging import correlation_paths
 
-    from tierq.aws.runtime import logger, tracer
+    from tierq.aws.runtime import tracer
 
     app = build_resolver(function)
 
@@ -411,5 +424,5 @@ def http_handler(function: str) -> Callable[[dict[str, Any], LambdaContext], dic
     def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return app.resolve(event, context)
 
-    lambda_handler.app = app  # type: ignore[attr-defined]
+    lambda_handler.app = app
     return lambda_handler

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tierq.extras import MissingExtraError
+
+try:
+    import yaml
+except ModuleNotFoundError as error:
+    raise MissingExtraError.from_error(
+        error, "local", "the local gateway (tierq.local.gateway)") from error
 
 DEFAULT_TIMEOUT_SECONDS = 3  # Lambda's default
 DEFAULT_PERIOD_SECONDS = 60.0
@@ -42,8 +48,11 @@ def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any
             value = value.split(".", 1)
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    elif isinstance(node, yaml.MappingNode):
+        value = loader.construct_mapping(node, deep=True)
+    else:  # YAML has no fourth kind of node
+        raise yaml.constructor.ConstructorError(None, None, f"!{suffix} on {node.tag}",
+                                                node.start_mark)
     return {name: value}
 
 
