@@ -23,6 +23,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from tierq.aws.runtime import logger
@@ -70,7 +71,7 @@ _DESCRIPTIONS: dict[int, str] = {
 }
 
 
-def error_responses(*codes: int) -> dict[int, dict[str, Any]]:
+def error_responses(*codes: int) -> dict[int, OpenAPIResponse]:
     """OpenAPI ``responses`` entries for the given error statuses (plus 400/422/503, which
     any route can return)."""
     wanted = sorted({400, 422, 503, *codes})
@@ -83,7 +84,7 @@ def error_responses(*codes: int) -> dict[int, dict[str, Any]]:
     }
 
 
-def responses(description: str, *codes: int, status: int = 200) -> dict[int, dict[str, Any]]:
+def responses(description: str, *codes: int, status: int = 200) -> dict[int, OpenAPIResponse]:
     """OpenAPI ``responses`` for a route: its success (schema from the return annotation)
     and the error statuses it can return."""
     return {status: {"description": description}, **error_responses(*codes)}
