@@ -275,9 +275,10 @@ def test_a_full_all_slice_fits_a_lambda_response() -> None:
     would even escape them."""
     import orjson
 
-    from tierq.aws.http.models import MAX_IDS, ReplayResult
+    from tierq.aws.http.models import MAX_IDS
     from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, runtime_encoded_size
     from tierq.logic import dlq
+    from tierq.models.envelopes import ReplayResult
     ids = [uuid.uuid4() for _ in range(dlq.SLICE_MAX_ITEMS)]
     body = ReplayResult(replayed=ids, skipped=ids[:MAX_IDS], more=True)
     response = {"statusCode": 200, "headers": {"Content-Type": "application/json"},

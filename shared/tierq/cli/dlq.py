@@ -20,8 +20,8 @@ from tierq.cli.api_options import (
     usage_error,
 )
 from tierq.cli.common import console
-from tierq.client.models import PurgeResult, ReplayResult
 from tierq.models import TaskView
+from tierq.models.envelopes import PurgeResult, ReplayResult
 
 dlq_app = typer.Typer(help="Dead letters: list, replay, purge.", no_args_is_help=True)
 

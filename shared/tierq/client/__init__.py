@@ -24,14 +24,14 @@ from tierq.client.errors import (
     UnavailableError,
 )
 from tierq.client.http import DEFAULT_URL, Client
-from tierq.client.models import (
+from tierq.client.retry import NO_RETRIES, RetryPolicy
+from tierq.models.envelopes import (
     DeadLetterPage,
     DetailedMetrics,
     PurgeResult,
     ReplayResult,
     RunningMetrics,
 )
-from tierq.client.retry import NO_RETRIES, RetryPolicy
 
 __all__ = [
     "DEFAULT_URL",

@@ -43,16 +43,6 @@ from tierq.client.errors import (
     error_from_response,
     invalid_input,
 )
-from tierq.client.models import (
-    ClaimResults,
-    DeadLetterPage,
-    DetailedMetrics,
-    EnqueueResults,
-    PurgeResult,
-    QueueList,
-    ReplayResult,
-    RunningMetrics,
-)
 from tierq.client.retry import RetryPolicy
 from tierq.core.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.models import (
@@ -73,6 +63,16 @@ from tierq.models import (
     TaskIn,
     TaskView,
     TenantCounts,
+)
+from tierq.models.envelopes import (
+    ClaimResults,
+    DeadLetterPage,
+    DetailedMetrics,
+    EnqueueResults,
+    PurgeResult,
+    QueueList,
+    ReplayResult,
+    RunningMetrics,
 )
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
 
@@ -420,7 +420,7 @@ class Client:
         are sent 1000 per request, each request with its own idempotency key (reused on its
         retries); with ``all=True`` the API replays a bounded slice per request: this
         repeats the request until none is left. Returns every id replayed or skipped."""
-        total = ReplayResult()
+        total = ReplayResult(replayed=[], skipped=[])
         for part in self.dlq_replay_slices(queue, ids, all=all):
             total.replayed.extend(part.replayed)
             total.skipped.extend(part.skipped)
@@ -443,7 +443,7 @@ class Client:
         """Delete dead letters for good. Ids are sent 1000 per request (a purge repeated
         deletes nothing more, so it needs no idempotency key); with ``all=True`` the API
         purges a bounded slice per request: this repeats the request until none is left."""
-        total = PurgeResult()
+        total = PurgeResult(purged=[])
         for part in self.dlq_purge_slices(queue, ids, all=all):
             total.purged.extend(part.purged)
         return total

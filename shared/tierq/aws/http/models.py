@@ -1,10 +1,10 @@
-"""Request and response bodies of the HTTP API. The items inside (tasks, claims, acks, …) are
-the engine's own models from :mod:`tierq.models`; this module only wraps them in the shapes
-of the HTTP API (docs/architecture.md §10)."""
+"""Request bodies of the HTTP API. The items inside (tasks, acks, …) are the engine's own
+models from :mod:`tierq.models`; this module only wraps them in the shapes of the HTTP API
+(docs/architecture.md §10). The response envelopes, which the client reads too, are defined
+once, in :mod:`tierq.models.envelopes`."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -13,23 +13,14 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 from tierq.logic.enqueue import MAX_BATCH
 from tierq.models import (
     AckItem,
-    ClaimedTask,
-    EnqueueOutcome,
     HeartbeatItem,
     NackItem,
-    QueueView,
     ReleaseItem,
-    RunningLease,
     TaskIn,
-    TaskView,
-    TenantCounts,
 )
 from tierq.models.leases import MAX_CLAIM
 
 MAX_IDS = 1000
-NEXT_DESCRIPTION = ("Opaque cursor: pass it as ?after= to get the next page; null on the last "
-                    "page. A page ends at its limit or before it would overrun a Lambda "
-                    "response (6 MB), so it may hold fewer items than asked for.")
 
 
 class TaskBatch(BaseModel):
@@ -56,16 +47,6 @@ EnqueueBody = Annotated[
 ]
 
 
-class EnqueueResults(BaseModel):
-    """Outcome of a batch enqueue, one entry per task in request order."""
-
-    tasks: list[EnqueueOutcome]
-
-
-class ClaimResults(BaseModel):
-    tasks: list[ClaimedTask]
-
-
 class AckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -90,19 +71,6 @@ class HeartbeatRequest(BaseModel):
     leases: list[HeartbeatItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
-class QueueList(BaseModel):
-    queues: list[QueueView]
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
-
-
-class DeadLetterPage(BaseModel):
-    tasks: list[TaskView]
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
-    next_cursor: str | None = Field(
-        default=None, description="The same cursor as `next` (the name of earlier versions)."
-    )
-
-
 class DeadLetterSelection(BaseModel):
     """Which dead letters: ``{"ids": [...]}`` or ``{"all": true}``."""
 
@@ -124,34 +92,3 @@ class DeadLetterSelection(BaseModel):
         if not self.all and not self.ids:
             raise ValueError('give "ids" (a non-empty list) or "all": true')
         return self
-
-
-MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at most 10,000 '
-                    'dead letters, about 5 seconds): true when some may be left, so repeat the '
-                    'request until it is false.')
-
-
-class ReplayResult(BaseModel):
-    replayed: list[UUID] = Field(description="Ready again, at the back of their line.")
-    skipped: list[UUID] = Field(
-        description="Not dead (any more), not visible to the caller, or their key is taken "
-                    "by a live task."
-    )
-    more: bool = Field(default=False, description=MORE_DESCRIPTION)
-
-
-class PurgeResult(BaseModel):
-    purged: list[UUID]
-    more: bool = Field(default=False, description=MORE_DESCRIPTION)
-
-
-class DetailedMetrics(BaseModel):
-    queues: list[TenantCounts] = Field(description="One row per (queue, tenant).")
-    timestamp: datetime
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
-
-
-class RunningMetrics(BaseModel):
-    running: list[RunningLease]
-    timestamp: datetime
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)

@@ -19,7 +19,6 @@ from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
-from tierq.aws.http.models import ClaimResults
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import engine
 from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
@@ -28,6 +27,7 @@ from tierq.logic import idempotency as keys
 from tierq.logic.claim import give_back
 from tierq.logic.idempotency import Kept, ValkeyClaim
 from tierq.models import ClaimRequest
+from tierq.models.envelopes import ClaimResults
 
 router = Router()
 

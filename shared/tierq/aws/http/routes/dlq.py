@@ -19,12 +19,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from tierq.aws.http import idempotency, paging, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
-from tierq.aws.http.models import DeadLetterPage, DeadLetterSelection, PurgeResult, ReplayResult
+from tierq.aws.http.models import DeadLetterSelection
 from tierq.aws.http.params import QueuePath, TenantQuery
 from tierq.aws.runtime import engine
 from tierq.dal.postgres import Row
 from tierq.logic import dlq as dlq_logic
 from tierq.logic.idempotency import PgClaim
+from tierq.models.envelopes import DeadLetterPage, PurgeResult, ReplayResult
 from tierq.models.tasks import TaskView
 
 router = Router()

@@ -16,7 +16,7 @@ from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
-from tierq.aws.http.models import EnqueueBody, EnqueueResults, TaskBatch
+from tierq.aws.http.models import EnqueueBody, TaskBatch
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import engine
 from tierq.dal.postgres import Row
@@ -25,6 +25,7 @@ from tierq.logic import enqueue as enqueue_logic
 from tierq.logic.context import Context
 from tierq.logic.idempotency import PgClaim
 from tierq.models import EnqueueOutcome, TaskIn
+from tierq.models.envelopes import EnqueueResults
 
 router = Router()
 

@@ -16,12 +16,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from tierq.aws.http import paging, request
 from tierq.aws.http.errors import responses
-from tierq.aws.http.models import DetailedMetrics, RunningMetrics
 from tierq.aws.http.params import QueueQuery
 from tierq.aws.runtime import engine
 from tierq.logic import queues as queue_logic
 from tierq.logic.context import Pair
 from tierq.models import RunningLease, TenantCounts
+from tierq.models.envelopes import DetailedMetrics, RunningMetrics
 
 router = Router()
 

@@ -13,12 +13,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
 from tierq.aws.http import paging, request
 from tierq.aws.http.errors import responses
-from tierq.aws.http.models import QueueList
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import engine
 from tierq.errors import Forbidden, NotFound
 from tierq.logic import queues as queue_logic
 from tierq.models import QueueSettingsUpdate, QueueView
+from tierq.models.envelopes import QueueList
 
 router = Router()
 

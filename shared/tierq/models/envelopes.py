@@ -1,0 +1,81 @@
+"""The response envelopes of the HTTP API, defined once: the server answers with them (and
+the API document describes them) and the client reads them (docs/architecture.md §10).
+The items inside (tasks, claims, outcomes, counts, leases) are the models of
+:mod:`tierq.models`.
+
+Fields a response carries that a model does not know are ignored (``extra="ignore"``, said
+here, not left to pydantic's default), so a newer server never breaks an older client."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tierq.models.leases import ClaimedTask, RunningLease
+from tierq.models.queues import QueueView, TenantCounts
+from tierq.models.tasks import EnqueueOutcome, TaskView
+
+NEXT_DESCRIPTION = ("The cursor of the next page (the position of this page's last item): "
+                    "pass it as ?after=; null on the last page. A page ends at its limit or "
+                    "before it would overrun a Lambda response (6 MB), so it may hold fewer "
+                    "items than asked for.")
+MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at most 10,000 '
+                    'dead letters, about 5 seconds): true when some may be left, so repeat the '
+                    'request until it is false.')
+
+
+class Envelope(BaseModel):
+    """A response body: unknown fields are ignored (a newer server may add some)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class EnqueueResults(Envelope):
+    """Outcome of a batch enqueue, one entry per task in request order."""
+
+    tasks: list[EnqueueOutcome]
+
+
+class ClaimResults(Envelope):
+    tasks: list[ClaimedTask]
+
+
+class QueueList(Envelope):
+    queues: list[QueueView]
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+
+
+class DeadLetterPage(Envelope):
+    tasks: list[TaskView]
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+    next_cursor: str | None = Field(
+        default=None, description="The same cursor as `next` (the name of earlier versions)."
+    )
+
+
+class ReplayResult(Envelope):
+    replayed: list[UUID] = Field(description="Ready again, at the back of their line.")
+    skipped: list[UUID] = Field(
+        description="Not dead (any more), not visible to the caller, or their key is taken "
+                    "by a live task."
+    )
+    more: bool = Field(default=False, description=MORE_DESCRIPTION)
+
+
+class PurgeResult(Envelope):
+    purged: list[UUID]
+    more: bool = Field(default=False, description=MORE_DESCRIPTION)
+
+
+class DetailedMetrics(Envelope):
+    queues: list[TenantCounts] = Field(description="One row per (queue, tenant).")
+    timestamp: datetime
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+
+
+class RunningMetrics(Envelope):
+    running: list[RunningLease]
+    timestamp: datetime
+    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
