@@ -223,7 +223,9 @@ class _RequestState(threading.local):
     gateway serves requests on several threads with one resolver."""
 
     event: APIGatewayProxyEventV2
-    lambda_context: LambdaContext  # unset before a thread's first request, as in Powertools
+    # None before this thread's first request to this resolver: a route module's router
+    # asks the resolver that included it last, which may not have served this thread
+    lambda_context: LambdaContext | None = None
     context: dict[str, Any]
 
     def __init__(self) -> None:  # runs once in each thread that touches the state
@@ -251,8 +253,10 @@ class TierqResolver(APIGatewayHttpResolver):
             raise TypeError(f"an HTTP API (payload v2) event, not {type(value).__name__}")
         self._tierq_local.event = value
 
-    @property
-    def lambda_context(self) -> LambdaContext:
+    # Powertools declares it LambdaContext, though its Router may read it from a resolver
+    # that never set it; the claim route reads it as optional
+    @property  # type: ignore[override]
+    def lambda_context(self) -> LambdaContext | None:
         return self._tierq_local.lambda_context
 
     @lambda_context.setter
