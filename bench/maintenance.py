@@ -139,7 +139,7 @@ def one_repeat(tq: Any) -> Repeat:
         raise RuntimeError(f"pairs within the retention were forgotten: {reaped.forgotten[:5]}")
     clear_live_work(tq)
     return Repeat(reaper_ms, cold_to_warm_ms, reaped.pairs, moved.pairs, reaped.expired,
-                  moved.promoted, reaper.FORGET_SLICE, gauge_ms, len(gauged))
+                  moved.promoted, reaper.ReaperConfig().forget_slice, gauge_ms, len(gauged))
 
 
 def run_size(stores: Stores, n: int, repeats: int) -> SizeResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
@@ -23,7 +23,8 @@ from tierq.dal.warm_tier import WarmTier
 from tierq.logic import claim as claim_logic
 from tierq.logic import dlq, enqueue, leases, queues, schedules, tasks
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper
+from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper, registry
+from tierq.maintenance.registry import JobConfig
 from tierq.models import (
     AckItem,
     AckResult,
@@ -80,6 +81,9 @@ class Tierq:
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)
         self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())
+        # each maintenance job's config, read on its first pass (a bad value fails the pass
+        # with the variable named, not every function of the deployment)
+        self.job_configs: dict[str, JobConfig] = {}
 
     def _secret_url(self) -> Callable[[bool], str] | None:
         """On AWS, each new connection takes its login from the secret (a rotation changes
@@ -206,19 +210,31 @@ class Tierq:
     def running(self, queue: str | None = None) -> list[RunningLease]:
         return queues.running(self.ctx, queue)
 
-    # -- maintenance (one pass each) -----------------------------------------------------
+    # -- maintenance (one pass each; the jobs: tierq.maintenance.registry) ---------------
+
+    def job_config(self, name: str) -> JobConfig:
+        """The config of maintenance job ``name`` (settings, then TIERQ_<JOB>_<FIELD>)."""
+        config = self.job_configs.get(name)
+        if config is None:
+            config = self.job_configs[name] = registry.job(name).configure(self.settings)
+        return config
+
+    def run_job(self, name: str) -> Any:
+        """One pass of maintenance job ``name`` under its config's budget and timeouts;
+        returns the job's summary."""
+        return registry.job(name).run(self.ctx, self.job_config(name))
 
     def run_cold_to_warm(self) -> cold_to_warm.ColdToWarmSummary:
-        return cold_to_warm.run(self.ctx)
+        return cast(cold_to_warm.ColdToWarmSummary, self.run_job("cold_to_warm"))
 
     def run_delayed_mover(self) -> delayed_mover.DelayedMoverSummary:
-        return delayed_mover.run(self.ctx)
+        return cast(delayed_mover.DelayedMoverSummary, self.run_job("delayed_mover"))
 
     def run_reaper(self) -> reaper.ReaperSummary:
-        return reaper.run(self.ctx)
+        return cast(reaper.ReaperSummary, self.run_job("reaper"))
 
     def run_cron_tick(self) -> cron_tick.CronTickSummary:
-        return cron_tick.run(self.ctx)
+        return cast(cron_tick.CronTickSummary, self.run_job("cron_tick"))
 
     # -- cron schedules ------------------------------------------------------------------
 

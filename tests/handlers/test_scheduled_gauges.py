@@ -37,7 +37,7 @@ def a_minute_later() -> None:
     """The next gauge round is due (the process's round outlives the invocation)."""
     state = jobs.gauge_round_of(engine())
     assert state.last_began_at is not None and not state.under_way
-    state.last_began_at -= jobs.GAUGES_EVERY_SECONDS
+    state.last_began_at -= engine().job_config("reaper").gauges_every_seconds
 
 
 def test_reaper_gauges_queues_with_tasks_and_an_emptied_queue_once(

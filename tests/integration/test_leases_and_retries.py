@@ -253,7 +253,8 @@ def test_a_reaper_pass_that_listed_a_lease_late_changes_nothing(make_tq, pg):
     [first] = tq.claim("r")
     tq.ctx.clock.advance(11)
     listed_by_the_slower_pass = tq.ctx.warm.expired(
-        "r", first.tenant, now_ms=int(tq.ctx.now() * 1000), limit=reaper.EXPIRED_BATCH)
+        "r", first.tenant, now_ms=int(tq.ctx.now() * 1000),
+        limit=reaper.ReaperConfig().expired_batch)
     assert [e[0] for e in listed_by_the_slower_pass] == [str(created.id)]
     assert tq.run_reaper().expired == 1  # the faster pass
     [second] = tq.claim("r")

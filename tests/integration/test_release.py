@@ -60,7 +60,7 @@ def test_a_lease_the_reaper_has_listed_cannot_be_released(make_tq, pg):
     [first] = tq.claim("r")
     tq.ctx.clock.advance(11)
     listed = tq.ctx.warm.expired("r", first.tenant, now_ms=int(tq.ctx.now() * 1000),
-                                 limit=reaper.EXPIRED_BATCH)
+                                 limit=reaper.ReaperConfig().expired_batch)
     assert [e[0] for e in listed] == [str(created.id)]
     # a release whose clock is 20 s behind the reaper's still sees the deadline ahead
     tq.ctx.clock.advance(-20)
@@ -88,7 +88,7 @@ def test_a_reaper_pass_stopped_after_listing_leaves_nothing_behind(make_tq):
     [first] = tq.claim("r")
     tq.ctx.clock.advance(11)
     tq.ctx.warm.expired("r", first.tenant, now_ms=int(tq.ctx.now() * 1000),
-                        limit=reaper.EXPIRED_BATCH)  # and then the pass stopped
+                        limit=reaper.ReaperConfig().expired_batch)  # and then the pass stopped
     assert tq.run_reaper().requeued == 1
     [second] = tq.claim("r")
     assert (second.id, second.attempt) == (created.id, 2)

@@ -3,11 +3,15 @@ what the registry and the walk cursors hold."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 
 from tierq.engine import Tierq
+from tierq.errors import Unavailable
 
 TINY_BUDGET = 1e-9  # spent at once: each part of a pass visits exactly one item
 
@@ -36,3 +40,15 @@ def lease_and_expire(tq: Tierq, queue: str, *, tenant: str = "_", ready: int = 0
     tq.enqueue(queue, [{"payload": i, "tenant": tenant} for i in range(1 + ready)])
     [task] = tq.claim(queue, max=1, tenant=tenant, lease_seconds=1)
     assert task.tenant == tenant
+
+
+def lock_wait_given_up(pg: psycopg.Connection[Any], table: str,
+                       run_pass: Callable[[], object]) -> float:
+    """Seconds a pass waited for ``table``, locked by another transaction, before it gave
+    up (the store error a lock timeout raises, HTTP 503)."""
+    with pg.transaction():
+        pg.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(Unavailable):
+            run_pass()
+        return time.monotonic() - started

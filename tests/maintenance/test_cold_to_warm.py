@@ -4,9 +4,20 @@ that returns it to warm mode, and then no more."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from tests.integration.helpers import mode_of, ready_size
-from tests.maintenance.helpers import TINY_BUDGET, cursor_of, seed_idle_pairs
+from tests.maintenance.helpers import (
+    TINY_BUDGET,
+    cursor_of,
+    lock_wait_given_up,
+    seed_idle_pairs,
+)
+from tierq.config import Settings
 from tierq.maintenance import cold_to_warm
+from tierq.maintenance.registry import JobConfigError
 
 
 def cold_work(tq, queue: str, *, tasks: int = 8) -> None:
@@ -76,3 +87,31 @@ def test_small_slices_cover_every_pair_in_one_pass(make_tq, pg):
     summary = cold_to_warm.run(tq.ctx, slice_size=2, budget_seconds=60)
     assert (summary.pairs, summary.slices, summary.promoted) == (5, 3, 20)
     assert summary.completed
+
+
+def test_config_follows_the_shared_settings_unless_its_own_variable_is_set() -> None:
+    shared = Settings(maintenance_budget_seconds=1.5, maintenance_slice=40)
+    config = cold_to_warm.JOB.configure(shared, environ={})
+    assert (config.budget_seconds, config.slice_size) == (1.5, 40)
+    own = cold_to_warm.JOB.configure(shared, environ={"TIERQ_COLD_TO_WARM_SLICE_SIZE": "7"})
+    assert (own.budget_seconds, own.slice_size) == (1.5, 7)
+    assert cold_to_warm.JOB.schedule_env == "TIERQ_COLD_TO_WARM_EVERY"
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("TIERQ_COLD_TO_WARM_SLICE_SIZE", "0"),
+    ("TIERQ_COLD_TO_WARM_BUDGET_SECONDS", "nan"),
+    ("TIERQ_COLD_TO_WARM_LOCK_TIMEOUT_MS", "soon"),
+])
+def test_a_bad_value_is_refused_with_its_variable_named(variable: str, value: str) -> None:
+    with pytest.raises(JobConfigError, match=re.escape(f"{variable}='{value}'")):
+        cold_to_warm.JOB.configure(Settings(), environ={variable: value})
+
+
+def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(make_tq, pg) -> None:
+    tq = make_tq()
+    cold_work(tq, "q")
+    waited = lock_wait_given_up(pg, "tierq_tasks",
+                                lambda: cold_to_warm.run(tq.ctx, lock_timeout_ms=200))
+    assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
+    assert cold_to_warm.run(tq.ctx).promoted == 4  # the next pass does the work

@@ -4,22 +4,27 @@ race-free against a process that still remembers them)."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.integration.helpers import count_rows
 from tests.maintenance.helpers import (
     TINY_BUDGET,
     cursor_of,
     lease_and_expire,
+    lock_wait_given_up,
     registered,
     seed_idle_pairs,
 )
+from tierq.config import Settings
 from tierq.logic import pairs
 from tierq.logic.context import OffsetClock, to_datetime
 from tierq.maintenance import reaper
+from tierq.maintenance.registry import JobConfigError
 
 RETENTION = 600.0  # the pair retention these tests set (the refresh interval is 150 s)
 
@@ -281,7 +286,7 @@ def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
 
 def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
         make_tq, pg, monkeypatch):
-    monkeypatch.setattr(reaper, "EXPIRED_BATCH", 10)
+    monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
     tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
     tq.enqueue("a", [{"payload": i} for i in range(25)])
     assert len(tq.claim("a", max=25, lease_seconds=1)) == 25
@@ -293,3 +298,46 @@ def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
         progress.append((summary.expired, summary.pairs, cursor_of(pg, reaper.LEASES_WALK)))
     # one batch per pass while "a" has more; the cursor moves past it only once it is done
     assert progress == [(10, 0, None), (10, 0, None), (5, 1, ("a", "_")), (1, 1, ("b", "_"))]
+
+
+def test_config_has_the_reapers_batches_with_their_defaults() -> None:
+    config = reaper.JOB.configure(Settings(maintenance_slice=30), environ={})
+    assert (config.slice_size, config.expired_batch, config.reconcile_batch,
+            config.purge_batch, config.forget_slice, config.idempotency_purge_batches,
+            config.gauges_every_seconds) == (30, 500, 5000, 5000, 1000, 4, 60.0)
+    assert reaper.JOB.schedule_env == "TIERQ_REAPER_EVERY"
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("TIERQ_REAPER_EXPIRED_BATCH", "0"),
+    ("TIERQ_REAPER_PURGE_BATCH", "100001"),
+    ("TIERQ_REAPER_FORGET_SLICE", "ten"),
+    ("TIERQ_REAPER_GAUGES_EVERY_SECONDS", "0"),
+    ("TIERQ_REAPER_STATEMENT_TIMEOUT_MS", "1000000"),
+])
+def test_a_bad_value_is_refused_with_its_variable_named(variable, value) -> None:
+    with pytest.raises(JobConfigError, match=re.escape(f"{variable}='{value}'")):
+        reaper.JOB.configure(Settings(), environ={variable: value})
+
+
+def test_purges_go_in_batches_of_its_config_and_stop_once_the_budget_is_spent(make_tq, pg):
+    tq = make_tq(retention_seconds=10)
+    tq.enqueue("q", [{"payload": i} for i in range(5)])
+    tq.ack("q", [{"id": t.id, "lease_token": t.lease_token, "result": 1}  # kept as done
+                 for t in tq.claim("q", max=5)])
+    tq.ctx.clock.advance(11)
+    first = reaper.run(tq.ctx, purge_batch=2, budget_seconds=TINY_BUDGET)
+    assert (first.purge_queues, first.purged) == (0, 2)  # out of time inside the queue
+    rest = reaper.run(tq.ctx, purge_batch=2, budget_seconds=60)
+    assert (rest.purge_queues, rest.purged) == (1, 3)
+    assert count_rows(pg) == 0
+
+
+def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(make_tq, pg) -> None:
+    tq = make_tq()
+    lease_and_expire(tq, "q")
+    tq.ctx.clock.advance(2)
+    waited = lock_wait_given_up(pg, "tierq_tasks",
+                                lambda: reaper.run(tq.ctx, lock_timeout_ms=200))
+    assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
+    assert reaper.run(tq.ctx).expired == 1  # the next pass does the work

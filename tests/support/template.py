@@ -8,19 +8,25 @@ from typing import Any
 
 import yaml
 
+from tierq.maintenance.registry import jobs
+
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "template.yaml"
 
-# logical id -> (code folder, tick env var or None)
+
+def logical_id(folder: str) -> str:
+    """The template's logical id of the function in ``functions/<folder>/``."""
+    return "".join(word.capitalize() for word in folder.split("_")) + "Function"
+
+
+# logical id -> (code folder, tick env var or None); one scheduled function per maintenance
+# job of the registry, in its job's folder, with its tick interval's variable
 FUNCTIONS: dict[str, tuple[str, str | None]] = {
     "EnqueueFunction": ("enqueue", None),
     "ClaimFunction": ("claim", None),
     "AckFunction": ("ack", None),
     "AdminFunction": ("admin", None),
-    "ColdToWarmFunction": ("cold_to_warm", "TIERQ_COLD_TO_WARM_EVERY"),
-    "DelayedMoverFunction": ("delayed_mover", "TIERQ_DELAYED_EVERY"),
-    "ReaperFunction": ("reaper", "TIERQ_REAPER_EVERY"),
-    "CronTickFunction": ("cron_tick", "TIERQ_CRON_EVERY"),
+    **{logical_id(job.name): (job.name, job.schedule_env) for job in jobs().values()},
     "MigrateFunction": ("migrate", None),
 }
 

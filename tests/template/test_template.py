@@ -19,7 +19,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from tests.support.template import FUNCTIONS, REPO, TEMPLATE, CfnLoader  # noqa: E402
+from tests.support.template import FUNCTIONS, REPO, TEMPLATE, CfnLoader, logical_id  # noqa: E402
+from tierq.maintenance.registry import jobs  # noqa: E402
 
 TOOLS_BIN = REPO / ".local" / "tools-venv" / "bin"
 LAYER_IDS = ("TierqLayerArm64", "TierqLayerX8664")
@@ -254,6 +255,26 @@ def test_each_scheduled_function_has_one_schedule(resources: dict) -> None:
         assert attr == "Arn"
         targets[fn_id] += 1
     assert targets == Counter({fn_id: 1 for fn_id in SCHEDULED})
+
+
+def test_the_scheduled_functions_are_exactly_the_registered_maintenance_jobs(
+    resources: dict,
+) -> None:
+    """Each registered job has its function (its folder, its tick variable, a one-line
+    app.py deriving the handler from the registry) and one schedule whose input names it;
+    each schedule of the template runs a registered job on that job's function."""
+    fns = functions(resources)
+    schedules = [r["Properties"]["Target"] for r in resources.values()
+                 if r["Type"] == "AWS::Scheduler::Schedule"]
+    scheduled = {json.loads(t["Input"])["job"]: t["Arn"]["Fn::GetAtt"][0] for t in schedules}
+    assert len(scheduled) == len(schedules), "two schedules run one job"
+    assert scheduled == {name: logical_id(name) for name in jobs()}
+    for name, job in jobs().items():
+        props = fns[logical_id(name)]["Properties"]
+        assert props["CodeUri"].rstrip("/") == f"functions/{name}"
+        assert job.schedule_env in props["Environment"]["Variables"], name
+        app = (REPO / "functions" / name / "app.py").read_text()
+        assert f'lambda_handler = scheduled_handler("{name}")' in app, name
 
 
 def test_scheduler_role_invokes_exactly_the_scheduled_functions(resources: dict) -> None:

@@ -12,11 +12,13 @@ master does not answer is logged, listed in ``failed`` and passed over
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tierq.errors import WarmTierUnavailable
 from tierq.logic import pairs, tiering
 from tierq.logic.context import Context, to_datetime
 from tierq.maintenance.pair_failures import PairFailures
+from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
 WALK = "cold_to_warm"
 
@@ -32,12 +34,21 @@ class ColdToWarmSummary:
     failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
 
 
-def run(ctx: Context, *, budget_seconds: float | None = None,
-        slice_size: int | None = None) -> ColdToWarmSummary:
+class ColdToWarmConfig(SlicedWalkConfig):
+    """``TIERQ_COLD_TO_WARM_<FIELD>``: the pass's budget, timeouts and slice (the
+    promotions' own lock timeout is ``tiering.PROMOTE_LOCK_TIMEOUT``)."""
+
+
+def run(ctx: Context, config: ColdToWarmConfig | None = None,
+        **overrides: Any) -> ColdToWarmSummary:
+    """One pass under its config's timeouts (``JOB.run``)."""
+    return JOB.run(ctx, config, **overrides)
+
+
+def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
     summary = ColdToWarmSummary()
-    budget = pairs.Budget(budget_seconds if budget_seconds is not None
-                          else ctx.settings.maintenance_budget_seconds)
-    limit = slice_size or ctx.settings.maintenance_slice
+    budget = pairs.Budget(config.budget_seconds)
+    limit = config.slice_size
     stats = pairs.WalkStats()
     failures = PairFailures("cold_to_warm", ctx, summary.failed)
 
@@ -69,6 +80,12 @@ def run(ctx: Context, *, budget_seconds: float | None = None,
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     return summary
+
+
+JOB = MaintenanceJob(
+    name="cold_to_warm", run_pass=run_pass, config=ColdToWarmConfig,
+    schedule_setting="cold_to_warm_every", summary=ColdToWarmSummary,
+    description="promote cold tasks while the warm tier has room, pair by pair")
 
 
 def _refill(ctx: Context, failures: PairFailures, queue: str,

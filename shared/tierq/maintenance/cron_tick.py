@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
+from weakref import WeakKeyDictionary
 
+from tierq.dal.postgres import Database
 from tierq.errors import Unavailable
 from tierq.logic import schedules
 from tierq.logic.context import Context, to_ms
+from tierq.logic.pairs import Budget
+from tierq.maintenance.registry import JobConfig, MaintenanceJob
 from tierq.models.names import DEFAULT_TENANT
 
 logger = logging.getLogger(__name__)
+
+# Where the last pass that ran out of budget stopped, per database (in this process): the
+# next pass starts after it and wraps round, so that schedules late in (tenant, name) order
+# are not starved by earlier ones that keep having work (an occurrence due but not run yet).
+_resume_after: WeakKeyDictionary[Database, tuple[str, str]] = WeakKeyDictionary()
 
 
 @dataclass
@@ -28,12 +38,30 @@ class CronTickSummary:
     failed: list[str] = field(default_factory=list)  # schedules whose install raised
 
 
-def run(ctx: Context) -> CronTickSummary:
+class CronTickConfig(JobConfig):
+    """``TIERQ_CRON_TICK_<FIELD>``: the pass's budget (checked between schedules; the
+    schedules left have work still and come first in the next pass) and timeouts."""
+
+
+def run(ctx: Context, config: CronTickConfig | None = None,
+        **overrides: Any) -> CronTickSummary:
+    """One pass under its config's timeouts (``JOB.run``)."""
+    return JOB.run(ctx, config, **overrides)
+
+
+def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
     summary = CronTickSummary()
-    due = ctx.db.fetch("schedules_to_tick", {"now_ms": to_ms(ctx.now()),
-                                             "lookahead_ms": schedules.lookahead_ms(ctx)})
-    for row in due:
-        tenant, name = row["tenant"], row["name"]
+    budget = Budget(config.budget_seconds)
+    rows = ctx.db.fetch("schedules_to_tick", {"now_ms": to_ms(ctx.now()),
+                                              "lookahead_ms": schedules.lookahead_ms(ctx)})
+    due = [(str(row["tenant"]), str(row["name"])) for row in rows]
+    after = _resume_after.pop(ctx.db, None)
+    if after is not None:
+        due = [s for s in due if s > after] + [s for s in due if s <= after]
+    for i, (tenant, name) in enumerate(due):
+        if i and budget.spent:  # (at least one schedule per pass)
+            _resume_after[ctx.db] = due[i - 1]
+            break
         summary.schedules += 1
         try:
             result = schedules.tick_schedule(ctx, tenant, name)
@@ -50,3 +78,9 @@ def run(ctx: Context) -> CronTickSummary:
         summary.installed += result.installed
         summary.withdrawn += result.withdrawn
     return summary
+
+
+JOB = MaintenanceJob(
+    name="cron_tick", run_pass=run_pass, config=CronTickConfig, schedule_setting="cron_every",
+    summary=CronTickSummary,
+    description="install cron schedules' next occurrences, withdraw outdated ones")

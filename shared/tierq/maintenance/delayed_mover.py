@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
 
 from tierq.dal.postgres import Row, uuid_array
 from tierq.dal.postgres import run as run_query
@@ -20,12 +23,19 @@ from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, Pair, to_datetime
+from tierq.logic.pairs import Budget
 from tierq.maintenance.pair_failures import PairFailures
+from tierq.maintenance.registry import JobConfig, MaintenanceJob
 
 logger = logging.getLogger(__name__)
 
-BATCH = 1000
-MAX_BATCHES = 50
+
+class DelayedMoverConfig(JobConfig):
+    """``TIERQ_DELAYED_MOVER_<FIELD>``: rows locked per batch (one transaction each) and
+    batches per pass at most; the budget is checked between batches."""
+
+    batch: int = Field(default=1000, ge=1, le=10_000)
+    max_batches: int = Field(default=50, ge=1, le=10_000)
 
 
 @dataclass
@@ -37,11 +47,19 @@ class DelayedMoverSummary:
     failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
 
 
-def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> DelayedMoverSummary:
+def run(ctx: Context, config: DelayedMoverConfig | None = None,
+        **overrides: Any) -> DelayedMoverSummary:
+    """One pass under its config's timeouts (``JOB.run``)."""
+    return JOB.run(ctx, config, **overrides)
+
+
+def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
     summary = DelayedMoverSummary()
+    batch = config.batch
+    budget = Budget(config.budget_seconds)
     failed: set[Pair] = set()  # left alone for the rest of this pass
     failures = PairFailures("delayed mover", ctx, summary.failed)
-    for _ in range(max_batches):
+    for _ in range(config.max_batches):
         tickets: dict[Pair, Ticket] = {}
         rows: list[Row] = []
         try:
@@ -94,9 +112,15 @@ def run(ctx: Context, *, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> 
                 continue
             summary.warm += len(items) - len(refused)
             summary.cold += len(refused)
-        if len(due) < batch:
+        if len(due) < batch or budget.spent:  # (what is left waits for the next pass)
             break
     return summary
+
+
+JOB = MaintenanceJob(
+    name="delayed_mover", run_pass=run_pass, config=DelayedMoverConfig,
+    schedule_setting="delayed_every", summary=DelayedMoverSummary,
+    description="make due delayed tasks ready, in batches locked with SKIP LOCKED")
 
 
 def _close_quietly(ctx: Context, ticket: Ticket) -> None:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
 
 from tierq.dal.postgres import run as run_query
 from tierq.dal.warm_tier import lease_member
@@ -24,11 +27,20 @@ from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
 from tierq.maintenance.pair_failures import PairFailures
+from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
-EXPIRED_BATCH = 500
-RECONCILE_BATCH = 5000
-PURGE_BATCH = 5000
-FORGET_SLICE = 1000  # registry rows read per pass for idle pairs
+
+class ReaperConfig(SlicedWalkConfig):
+    """``TIERQ_REAPER_<FIELD>``: the pass's budget, timeouts and slice, and its batches."""
+
+    expired_batch: int = Field(default=500, ge=1, le=10_000)  # leases listed per Lua call
+    reconcile_batch: int = Field(default=5000, ge=1, le=100_000)  # warm rows checked per pair
+    purge_batch: int = Field(default=5000, ge=1, le=100_000)  # rows deleted per statement
+    forget_slice: int = Field(default=1000, ge=1, le=100_000)  # registry rows read per pass
+    idempotency_purge_batches: int = Field(default=4, ge=1, le=1000)  # of expired keys
+    # how often the reaper's scheduled tick emits the per-queue gauges (the alarms' and the
+    # dashboard's data: tierq.maintenance.gauges)
+    gauges_every_seconds: float = Field(default=60.0, gt=0, le=3600)
 
 LEASES_WALK = "reaper.pairs"
 PURGE_WALK = "reaper.purge"
@@ -51,23 +63,27 @@ class ReaperSummary:
     failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
 
 
-def run(ctx: Context, *, budget_seconds: float | None = None,
-        slice_size: int | None = None, forget_slice: int = FORGET_SLICE) -> ReaperSummary:
+def run(ctx: Context, config: ReaperConfig | None = None, **overrides: Any) -> ReaperSummary:
+    """One pass under its config's timeouts (``JOB.run``)."""
+    return JOB.run(ctx, config, **overrides)
+
+
+def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     summary = ReaperSummary()
-    budget = pairs.Budget(budget_seconds if budget_seconds is not None
-                          else ctx.settings.maintenance_budget_seconds)
-    limit = slice_size or ctx.settings.maintenance_slice
+    budget = pairs.Budget(config.budget_seconds)
     cursors = pairs.load_cursors(ctx.db)
-    reap_pairs(ctx, summary, budget, limit, cursors)
-    purge_queues(ctx, summary, budget, limit, cursors)
-    forget_idle(ctx, summary, forget_slice, cursors)
-    idempotency.purge_expired(ctx)  # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
+    reap_pairs(ctx, summary, budget, config, cursors)
+    purge_queues(ctx, summary, budget, config, cursors)
+    forget_idle(ctx, summary, config.forget_slice, cursors)
+    # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
+    idempotency.purge_expired(ctx, max_batches=config.idempotency_purge_batches)
     return summary
 
 
-def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit: int,
-               cursors: dict[str, pairs.Pair]) -> None:
+def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
+               config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
     """Expire leases and reconcile, pair by pair, over the pairs with warm rows."""
+    limit = config.slice_size
     stats = pairs.WalkStats()
     failures = PairFailures("reaper", ctx, summary.failed)
 
@@ -80,7 +96,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            if not reap_pair(ctx, failures, queue, tenant, summary, budget):
+            if not reap_pair(ctx, failures, queue, tenant, summary, budget, config):
                 break  # out of time inside this pair: the next pass starts with it again
             visited.append((queue, tenant))
             if budget.spent:
@@ -95,7 +111,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
         for queue, tenant in sorted(ctx.pairs.warm_round_before - ctx.pairs.warm_round_now):
             try:
                 if not failures.skip((queue, tenant)):
-                    expire_leases(ctx, queue, tenant, summary)
+                    expire_leases(ctx, queue, tenant, summary, config)
             except WarmTierUnavailable as exc:
                 failures.record((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
@@ -103,15 +119,15 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit
 
 
 def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
-              summary: ReaperSummary, budget: pairs.Budget) -> bool:
+              summary: ReaperSummary, budget: pairs.Budget, config: ReaperConfig) -> bool:
     """Expire the pair's leases and reconcile it; False when out of time inside it. A pair
     whose master fails (now or earlier in the pass) is listed as failed and done with."""
     if failures.skip((queue, tenant)):
         return True
     try:
-        if not expire_leases(ctx, queue, tenant, summary, budget):
+        if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
-        reconcile(ctx, queue, tenant, summary)
+        reconcile(ctx, queue, tenant, summary, config)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
     return True
@@ -129,9 +145,10 @@ def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
         "stale": to_datetime(now - pairs.refresh_seconds(ctx.settings))})
 
 
-def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, limit: int,
-                 cursors: dict[str, pairs.Pair]) -> None:
+def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
+                 config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
     """Retention: only the queues that have done or dead rows."""
+    limit = config.slice_size
     stats = pairs.WalkStats()
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
@@ -141,7 +158,7 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget, lim
     for chunk in pairs.walk(ctx.db, PURGE_WALK, fetch, lambda item: item, budget, stats,
                             cursors, limit):
         for queue, _ in chunk:
-            if not purge(ctx, queue, summary, budget):
+            if not purge(ctx, queue, summary, config, budget):
                 break  # out of time inside this queue: the next pass starts with it again
             stats.items.append((queue, ""))
             if budget.spent:
@@ -171,15 +188,16 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
 
 
 def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
-                  budget: pairs.Budget | None = None) -> bool:
+                  config: ReaperConfig, budget: pairs.Budget | None = None) -> bool:
     """Expire the pair's leases past their deadline, in batches; returns False when the
     budget ran out with more batches to go (at least one batch is done)."""
     while True:
-        expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(ctx.now()), limit=EXPIRED_BATCH)
+        expired = ctx.warm.expired(queue, tenant, now_ms=to_ms(ctx.now()),
+                                   limit=config.expired_batch)
         if not expired:
             return True
         record_expired(ctx, queue, tenant, expired, summary)
-        if len(expired) < EXPIRED_BATCH:
+        if len(expired) < config.expired_batch:
             return True
         if budget is not None and budget.spent:
             return False
@@ -207,12 +225,13 @@ def record_expired(ctx: Context, queue: str, tenant: str,
     summary.requeued += sum(1 for s in states.values() if s == "delayed")
 
 
-def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> None:
+def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
+              config: ReaperConfig) -> None:
     """Re-push warm rows that neither the ready set nor the lease set knows. The rows are
     locked while checked and pushed, so an ack deleting one at that moment cannot race."""
     before = to_datetime(ctx.now() - ctx.settings.reconcile_grace_seconds)
     suspects = [str(r["id"]) for r in ctx.db.fetch("warm_suspects", {
-        "queue": queue, "tenant": tenant, "before": before, "limit": RECONCILE_BATCH,
+        "queue": queue, "tenant": tenant, "before": before, "limit": config.reconcile_batch,
     })]
     lost = ctx.warm.missing(queue, tenant, suspects)
     if not lost:
@@ -230,7 +249,7 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary) -> 
     summary.restored += len(items)
 
 
-def purge(ctx: Context, queue: str, summary: ReaperSummary,
+def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig,
           budget: pairs.Budget | None = None) -> bool:
     """Delete the queue's done and dead rows past its retention, in batches; returns False
     when the budget ran out with more to delete (at least one batch is done)."""
@@ -239,10 +258,18 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary,
     for statement in ("purge_done_before", "purge_dead_before"):
         while True:
             deleted = ctx.db.execute(statement,
-                                     {"queue": queue, "before": before, "limit": PURGE_BATCH})
+                                     {"queue": queue, "before": before,
+                                      "limit": config.purge_batch})
             summary.purged += max(0, deleted)
-            if deleted < PURGE_BATCH:
+            if deleted < config.purge_batch:
                 break
             if budget is not None and budget.spent:
                 return False
     return True
+
+
+JOB = MaintenanceJob(
+    name="reaper", run_pass=run_pass, config=ReaperConfig, schedule_setting="reaper_every",
+    summary=ReaperSummary,
+    description="expire leases, re-push what Valkey lost, purge past retention, forget idle "
+                "pairs")

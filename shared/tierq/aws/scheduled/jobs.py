@@ -1,5 +1,6 @@
-"""The scheduled maintenance functions: what one tick of each does, and the Lambda entry
-point they share (``handle``). The ``cron_tick`` function uses ``run_ticks`` the same way."""
+"""The scheduled maintenance functions, one per job of ``tierq.maintenance.registry``: what
+one tick of each does, and the Lambda entry point they share (``handle``). A tick is one
+pass of the job (``Tierq.run_job``); the reaper's also emits the per-queue metrics."""
 
 from __future__ import annotations
 
@@ -14,24 +15,22 @@ from tierq.aws import metrics
 from tierq.aws.runtime import engine, logger, tracer
 from tierq.aws.scheduled import RemainingTime, run_ticks
 from tierq.engine import Tierq
-from tierq.maintenance import gauges
-
-GAUGES_EVERY_SECONDS = 60.0
-
-
-def cold_to_warm_tick() -> Any:
-    return engine().run_cold_to_warm()
+from tierq.maintenance import gauges, registry
+from tierq.maintenance.reaper import ReaperConfig
 
 
-def delayed_mover_tick() -> Any:
-    return engine().run_delayed_mover()
+class JobTick:
+    """One pass of a job; what failed in it (pairs, schedules) is logged as a warning."""
 
+    def __init__(self, job: str) -> None:
+        self.job = job
 
-def cron_tick() -> Any:
-    summary = engine().run_cron_tick()
-    if summary.failed:
-        logger.warning("cron tick: some schedules failed", extra={"failed": summary.failed})
-    return summary
+    def __call__(self) -> Any:
+        summary = engine().run_job(self.job)
+        failed = getattr(summary, "failed", None)
+        if failed:
+            logger.warning(f"{self.job}: some items failed", extra={"failed": failed})
+        return summary
 
 
 _GAUGE_ROUNDS: WeakKeyDictionary[Tierq, gauges.GaugeRound] = WeakKeyDictionary()
@@ -52,15 +51,17 @@ class ReaperTick:
     minute, emit the per-queue gauges the alarms and the dashboard read: for the queues with
     tasks only, plus zeros once for a queue that emptied since (tierq.maintenance.gauges)."""
 
-    def __init__(self, gauges_every: float = GAUGES_EVERY_SECONDS,
+    def __init__(self, gauges_every: float | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  gauge_round: gauges.GaugeRound | None = None) -> None:
-        self.gauges_every = gauges_every
+        self.gauges_every = gauges_every  # None: the reaper's gauges_every_seconds
         self.clock = clock
         self.gauge_round = gauge_round
 
     def __call__(self) -> dict[str, Any]:
         tq = engine()
+        config = tq.job_config("reaper")
+        assert isinstance(config, ReaperConfig)
         started = time.monotonic()
         summary = tq.run_reaper()
         for queue, dead in summary.dead_by_queue.items():
@@ -73,47 +74,41 @@ class ReaperTick:
         }
         state = self.gauge_round if self.gauge_round is not None else gauge_round_of(tq)
         now = self.clock()
-        if state.due(now, self.gauges_every):
+        every = self.gauges_every if self.gauges_every is not None \
+            else config.gauges_every_seconds
+        if state.due(now, every):
             # what the reaper's pass left of the tick's budget (a round cut short goes on
             # at the next tick; at least one slice is counted each time)
-            left = tq.settings.maintenance_budget_seconds - (time.monotonic() - started)
+            left = config.budget_seconds - (time.monotonic() - started)
             gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now,
                                 budget_seconds=max(0.0, left))
             out["gauged_queues"], out["zeroed_queues"] = gauged.gauged, gauged.zeroed
         return out
 
 
-def _every(job: str) -> float:
-    settings = engine().settings
-    return {
-        "cold_to_warm": settings.cold_to_warm_every,
-        "delayed_mover": settings.delayed_every,
-        "reaper": settings.reaper_every,
-        "cron_tick": settings.cron_every,
-    }[job]
+# Jobs whose tick does more than a pass (AWS metrics); every other job's is a JobTick.
+METRIC_TICKS: dict[str, Callable[[], Callable[[], Any]]] = {"reaper": ReaperTick}
 
 
-TICKS: dict[str, Callable[[], Callable[[], Any]]] = {
-    "cold_to_warm": lambda: cold_to_warm_tick,
-    "delayed_mover": lambda: delayed_mover_tick,
-    "reaper": ReaperTick,
-    "cron_tick": lambda: cron_tick,
-}
+def tick_of(job: str) -> Callable[[], Any]:
+    """A new tick of ``job`` (a KeyError naming the known jobs for another name)."""
+    registry.job(job)
+    make = METRIC_TICKS.get(job)
+    return make() if make is not None else JobTick(job)
 
 
 def handle(job: str, event: Mapping[str, Any] | None,
            context: RemainingTime | None) -> dict[str, Any]:
     """One scheduled invocation of ``job``: ticks until it is time to return."""
-    if job not in TICKS:
-        raise KeyError(f"unknown scheduled job {job!r}; known: {sorted(TICKS)}")
-    report = run_ticks(job, TICKS[job](), every=_every(job), event=event, context=context)
+    tick = tick_of(job)
+    every = registry.job(job).every(engine().settings)
+    report = run_ticks(job, tick, every=every, event=event, context=context)
     return report.as_dict()
 
 
 def scheduled_handler(job: str) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
     """The Lambda handler of a scheduled function (``functions/<job>/app.py``)."""
-    if job not in TICKS:
-        raise KeyError(f"unknown scheduled job {job!r}; known: {sorted(TICKS)}")
+    registry.job(job)  # (a KeyError naming the known jobs at import, not at the first tick)
 
     @logger.inject_lambda_context
     @tracer.capture_lambda_handler

@@ -4,6 +4,10 @@ minute)`` → every 60 s), never two invocations of one schedule at once (the te
 reserved concurrency of 1). Inside each invocation the handler runs its own finer ticks
 (``TIERQ_*_EVERY``), exactly as on AWS. Stopping expires every running invocation's remaining
 time, so the tick loops return at their next check.
+
+The schedules are checked against the maintenance jobs (``tierq.maintenance.registry``): a
+job without a schedule is reported (it would never run here), and a schedule that names no
+registered job, or whose function is another job's, is reported and left off.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 
 from tierq.local.gateway.lambdas import LambdaContext, LocalFunction
 from tierq.local.gateway.template import ScheduleSpec
+from tierq.maintenance import registry
 
 
 @dataclass
@@ -29,6 +34,24 @@ class ScheduleRun:
     last_error: str | None = None
     current: LambdaContext | None = None
     thread: threading.Thread | None = field(default=None, repr=False)
+    problem: str | None = None  # why the schedule is off (see check_schedule)
+
+
+def check_schedule(spec: ScheduleSpec, function: LocalFunction) -> str | None:
+    """Why a schedule does not run a registered maintenance job, or None."""
+    job = spec.payload.get("job")
+    if job not in registry.jobs():
+        return (f"its input names job {job!r}, which is not a maintenance job (known: "
+                f"{sorted(registry.jobs())})")
+    if function.spec.name != job:
+        return f"it runs job {job!r} on the function of {function.spec.name!r}"
+    return None
+
+
+def unscheduled_jobs(schedules: list[ScheduleSpec]) -> list[str]:
+    """The maintenance jobs no schedule runs."""
+    scheduled = {s.payload.get("job") for s in schedules}
+    return sorted(name for name in registry.jobs() if name not in scheduled)
 
 
 class LocalScheduler:
@@ -37,12 +60,20 @@ class LocalScheduler:
                  log: Callable[[str], None] | None = None) -> None:
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.runs = [ScheduleRun(spec=s, function=functions[s.function],
-                                 period=period if period is not None else s.period_seconds)
+                                 period=period if period is not None else s.period_seconds,
+                                 problem=check_schedule(s, functions[s.function]))
                      for s in schedules]
+        self.unscheduled = unscheduled_jobs(schedules)
         self._stop = threading.Event()
 
     def start(self) -> None:
+        for job in self.unscheduled:
+            self.log(f"[tierq dev] maintenance job {job} has no schedule in the template: "
+                     "it does not run")
         for run in self.runs:
+            if run.problem is not None:
+                self.log(f"[tierq dev] schedule {run.spec.name} is off: {run.problem}")
+                continue
             run.function.load()
             if run.function.handler is None:
                 self.log(f"[tierq dev] schedule {run.spec.name} is off: {run.function.error}")

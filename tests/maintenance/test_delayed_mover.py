@@ -1,0 +1,81 @@
+"""The delayed mover: due rows become ready in batches, as many batches as its config and
+its pass's budget allow (the rest in the next pass); its config is validated with the bad
+variable named; its pass gives up a lock wait at its own lock timeout."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.maintenance.helpers import TINY_BUDGET, lock_wait_given_up
+from tierq.config import Settings
+from tierq.engine import Tierq
+from tierq.maintenance import delayed_mover
+from tierq.maintenance.registry import JobConfigError
+
+
+def due_tasks(tq: Tierq, queue: str, n: int) -> None:
+    """``n`` delayed tasks of ``queue``, due now."""
+    tq.enqueue(queue, [{"payload": i, "delay_seconds": 5} for i in range(n)])
+    tq.ctx.clock.advance(6)
+
+
+def test_due_rows_move_one_batch_per_pass_once_the_budget_is_spent(tq: Tierq) -> None:
+    due_tasks(tq, "q", 5)
+    first = delayed_mover.run(tq.ctx, batch=2, budget_seconds=TINY_BUDGET)
+    assert (first.moved, first.batches, first.warm) == (2, 1, 2)
+    second = delayed_mover.run(tq.ctx, batch=2, budget_seconds=TINY_BUDGET)
+    assert (second.moved, second.batches) == (2, 1)
+    rest = delayed_mover.run(tq.ctx, batch=2, budget_seconds=60)
+    assert (rest.moved, rest.batches) == (1, 1)
+    assert len(tq.claim("q", max=10)) == 5
+
+
+def test_a_pass_with_budget_left_stops_at_max_batches(tq: Tierq) -> None:
+    due_tasks(tq, "q", 7)
+    capped = delayed_mover.run(tq.ctx, batch=2, max_batches=2, budget_seconds=60)
+    assert (capped.moved, capped.batches) == (4, 2)
+    rest = delayed_mover.run(tq.ctx, batch=2, budget_seconds=60)
+    assert (rest.moved, rest.batches) == (3, 2)
+    assert delayed_mover.run(tq.ctx).moved == 0
+
+
+def test_config_defaults_and_the_shared_budget() -> None:
+    config = delayed_mover.JOB.configure(Settings(maintenance_budget_seconds=1.25), environ={})
+    assert (config.batch, config.max_batches, config.budget_seconds) == (1000, 50, 1.25)
+    assert (config.statement_timeout_ms, config.lock_timeout_ms) == (10_000, 2_000)
+    assert delayed_mover.JOB.schedule_env == "TIERQ_DELAYED_EVERY"
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("TIERQ_DELAYED_MOVER_BATCH", "0"),
+    ("TIERQ_DELAYED_MOVER_BATCH", "10001"),
+    ("TIERQ_DELAYED_MOVER_MAX_BATCHES", "1.5"),
+    ("TIERQ_DELAYED_MOVER_BUDGET_SECONDS", "-1"),
+    ("TIERQ_DELAYED_MOVER_STATEMENT_TIMEOUT_MS", "0"),
+])
+def test_a_bad_value_is_refused_with_its_variable_named(variable: str, value: str) -> None:
+    with pytest.raises(JobConfigError, match=re.escape(f"{variable}='{value}'")):
+        delayed_mover.JOB.configure(Settings(), environ={variable: value})
+
+
+def test_the_engine_runs_it_with_the_environments_config(
+        make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERQ_DELAYED_MOVER_BATCH", "2")
+    monkeypatch.setenv("TIERQ_DELAYED_MOVER_MAX_BATCHES", "1")
+    tq = make_tq()
+    due_tasks(tq, "q", 3)
+    assert tq.run_delayed_mover().moved == 2
+    assert tq.run_job("delayed_mover").moved == 1
+
+
+def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    due_tasks(tq, "q", 1)
+    waited = lock_wait_given_up(pg, "tierq_tasks",
+                                lambda: delayed_mover.run(tq.ctx, lock_timeout_ms=200))
+    assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
+    assert delayed_mover.run(tq.ctx).moved == 1  # nothing was lost: the next pass moves it

@@ -1,0 +1,157 @@
+"""The registry of maintenance jobs: each job declared once and found there, its config read
+from settings, environment and overrides with bad values named, and every pass run under
+its own statement and lock timeouts (on the real PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tierq.config import Settings
+from tierq.dal.postgres import execute_text, scoped_timeouts
+from tierq.engine import Tierq
+from tierq.errors import Unavailable
+from tierq.logic.context import Context
+from tierq.maintenance import registry
+from tierq.maintenance.registry import JobConfig, JobConfigError, MaintenanceJob
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def timeouts_seen(tq: Tierq) -> dict[str, str]:
+    """The timeouts a statement and a transaction of this thread run with."""
+    with tq.db.connection() as conn:
+        statement = execute_text(conn, "SELECT current_setting('statement_timeout') AS s,"
+                                       " current_setting('lock_timeout') AS l").fetchone()
+    with tq.db.transaction() as conn:
+        in_transaction = execute_text(conn, "SELECT current_setting('statement_timeout') AS s,"
+                                            " current_setting('lock_timeout') AS l").fetchone()
+    assert statement is not None and in_transaction is not None
+    return {"statement": f"{statement['s']}/{statement['l']}",
+            "transaction": f"{in_transaction['s']}/{in_transaction['l']}"}
+
+
+def probe(run_pass: Any) -> MaintenanceJob[JobConfig, Any]:
+    return MaintenanceJob(name="probe", run_pass=run_pass, config=JobConfig,
+                          schedule_setting="reaper_every", summary=dict, description="a probe")
+
+
+def test_the_registry_holds_one_job_per_scheduled_function() -> None:
+    jobs = registry.jobs()
+    assert sorted(jobs) == ["cold_to_warm", "cron_tick", "delayed_mover", "reaper"]
+    for name, job in jobs.items():
+        assert job.name == name and issubclass(job.config, JobConfig)
+        assert (REPO / "functions" / name / "app.py").is_file()
+        assert job.schedule_env.startswith("TIERQ_") and job.schedule_env.endswith("_EVERY")
+    with pytest.raises(KeyError, match=r"unknown maintenance job 'nope'.*cold_to_warm"):
+        registry.job("nope")
+
+
+def test_a_job_names_a_setting_that_exists() -> None:
+    with pytest.raises(ValueError, match="no setting 'nope_every'"):
+        MaintenanceJob(name="x", run_pass=lambda ctx, config: None, config=JobConfig,
+                       schedule_setting="nope_every", summary=dict, description="")
+
+
+def test_config_comes_from_settings_then_environment_then_overrides() -> None:
+    job = registry.job("reaper")
+    settings = Settings(maintenance_budget_seconds=1.5, maintenance_slice=50)
+    base = job.configure(settings, environ={})
+    assert (base.budget_seconds, base.slice_size, base.expired_batch) == (1.5, 50, 500)
+    env = {"TIERQ_REAPER_BUDGET_SECONDS": "0.5", "TIERQ_REAPER_EXPIRED_BATCH": " 20 "}
+    from_env = job.configure(settings, environ=env)
+    assert (from_env.budget_seconds, from_env.slice_size, from_env.expired_batch) == (0.5, 50, 20)
+    overridden = job.configure(settings, environ=env, expired_batch=7)
+    assert overridden.expired_batch == 7
+    assert job.every(Settings(reaper_every=3.0)) == 3.0
+
+
+@pytest.mark.parametrize(("environ", "named"), [
+    ({"TIERQ_REAPER_EXPIRED_BATCH": "0"}, "TIERQ_REAPER_EXPIRED_BATCH='0'"),
+    ({"TIERQ_REAPER_PURGE_BATCH": "many"}, "TIERQ_REAPER_PURGE_BATCH='many'"),
+    ({"TIERQ_REAPER_LOCK_TIMEOUT_MS": "20000"},
+     "lock_timeout_ms (20000) must not exceed statement_timeout_ms (10000)"),
+])
+def test_a_bad_value_is_refused_with_its_variable_named(environ: dict[str, str],
+                                                        named: str) -> None:
+    with pytest.raises(JobConfigError) as refused:
+        registry.job("reaper").configure(Settings(), environ=environ)
+    assert named in str(refused.value) and "maintenance job 'reaper'" in str(refused.value)
+
+
+def test_a_bad_shared_setting_or_override_is_named_too() -> None:
+    with pytest.raises(JobConfigError, match=r"reaper\.forget_slice=-1"):
+        registry.job("reaper").configure(Settings(), environ={}, forget_slice=-1)
+    with pytest.raises(JobConfigError, match="unknown_field"):
+        registry.job("reaper").configure(Settings(), environ={}, unknown_field=1)
+
+
+def test_a_pass_runs_under_its_timeouts_and_only_it(tq: Tierq) -> None:
+    pool = timeouts_seen(tq)
+    assert pool == {"statement": "15s/5s", "transaction": "15s/5s"}
+    seen: list[dict[str, str]] = []
+    job = probe(lambda ctx, config: seen.append(timeouts_seen(tq)))
+    job.run(tq.ctx, job.configure(tq.settings, statement_timeout_ms=3000, lock_timeout_ms=250))
+    assert seen == [{"statement": "3s/250ms", "transaction": "3s/250ms"}]
+    assert timeouts_seen(tq) == pool  # after the pass: the pool's again
+
+    # another thread's statements keep the pool's while a pass runs
+    during: list[dict[str, str]] = []
+
+    def other_thread(ctx: Context, config: JobConfig) -> None:
+        worker = threading.Thread(target=lambda: during.append(timeouts_seen(tq)))
+        worker.start()
+        worker.join()
+
+    probe(other_thread).run(tq.ctx, statement_timeout_ms=3000, lock_timeout_ms=250)
+    assert during == [pool]
+
+
+def test_a_lock_wait_in_a_pass_gives_up_at_the_jobs_lock_timeout(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    def wait_for_the_lock(ctx: Context, config: JobConfig) -> None:
+        with ctx.db.transaction() as conn:
+            execute_text(conn, "LOCK TABLE tierq_queues IN SHARE MODE")
+
+    with pg.transaction():
+        pg.execute("LOCK TABLE tierq_queues IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(Unavailable):
+            probe(wait_for_the_lock).run(tq.ctx, lock_timeout_ms=200)
+        waited = time.monotonic() - started
+    assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
+
+
+def test_a_slow_statement_in_a_pass_is_cancelled_at_the_jobs_statement_timeout(
+        tq: Tierq) -> None:
+    def sleep(ctx: Context, config: JobConfig) -> None:
+        with ctx.db.connection() as conn:
+            execute_text(conn, "SELECT pg_sleep(3)")
+
+    started = time.monotonic()
+    with pytest.raises(Unavailable):
+        probe(sleep).run(tq.ctx, statement_timeout_ms=300, lock_timeout_ms=100)
+    assert time.monotonic() - started < 2.0
+
+
+def test_scoped_timeouts_refuse_what_is_not_a_plain_setting() -> None:
+    with pytest.raises(ValueError, match="not a plain setting"), scoped_timeouts(-1, 5):
+        pass
+
+
+def test_the_engine_reads_a_jobs_config_once_and_names_a_bad_value(
+        make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERQ_DELAYED_MOVER_BATCH", "0")
+    tq = make_tq()
+    with pytest.raises(JobConfigError, match="TIERQ_DELAYED_MOVER_BATCH='0'"):
+        tq.run_delayed_mover()
+    monkeypatch.setenv("TIERQ_DELAYED_MOVER_BATCH", "7")
+    assert tq.job_config("delayed_mover").model_dump()["batch"] == 7
+    monkeypatch.setenv("TIERQ_DELAYED_MOVER_BATCH", "8")  # read once per engine
+    assert tq.job_config("delayed_mover").model_dump()["batch"] == 7
+    assert tq.run_job("delayed_mover").moved == 0
