@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import importlib
 
-import typer
+from tierq.extras import MissingExtraError
+
+try:
+    import rich  # noqa: F401  (the commands print with it)
+    import typer
+except ModuleNotFoundError as error:
+    raise MissingExtraError.from_error(error, "cli", "the tierq command (tierq.cli)") from error
 
 app = typer.Typer(
     name="tierq",

@@ -8,6 +8,13 @@
 Workers: :class:`tierq.client.worker.Worker` runs a handler over a client.
 """
 
+from tierq.extras import MissingExtraError
+
+try:
+    import httpx  # noqa: F401  (every module of the client uses it)
+except ModuleNotFoundError as error:
+    raise MissingExtraError.from_error(error, "client", "tierq.client") from error
+
 from tierq.client.auth import BearerAuth, SigV4Auth
 from tierq.client.errors import (
     ApiError,

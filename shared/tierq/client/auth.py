@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from tierq.client.errors import AuthConfigError
+from tierq.extras import MissingExtraError
 
 _EXECUTE_API_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 
@@ -65,7 +66,11 @@ class SigV4Auth(httpx.Auth):
 
     def __init__(self, region: str | None = None, *, credentials: Any = None,
                  service: str = "execute-api") -> None:
-        import botocore.session
+        try:
+            import botocore.session
+        except ModuleNotFoundError as error:
+            raise MissingExtraError.from_error(
+                error, "aws", "SigV4 signing (tierq.client.SigV4Auth)") from error
 
         session = None
         if credentials is None or region is None:

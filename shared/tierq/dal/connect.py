@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 import orjson
 
 from tierq.config import Settings
+from tierq.extras import MissingExtraError
 
 SECRET_MAX_AGE_SECONDS = 300
 
@@ -40,7 +41,13 @@ def fetch_secret(arn: str, *, fresh: bool = False) -> dict[str, Any]:
     An alternating-user rotation changes the username as well: RDS Proxy then knows only
     the new login, so a connection that failed is retried with the secret fetched fresh
     (``Database(resolve_url=...)``)."""
-    from aws_lambda_powertools.utilities import parameters
+    # Powertools parameters imports boto3: Lambda's runtime ships it, elsewhere the 'aws'
+    # extra installs it.
+    try:
+        from aws_lambda_powertools.utilities import parameters
+    except ModuleNotFoundError as error:
+        raise MissingExtraError.from_error(
+            error, "aws", "DB_SECRET_ARN (a Secrets Manager secret)") from error
 
     raw: Any = parameters.get_secret(arn, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=fresh)
     secret = orjson.loads(raw) if isinstance(raw, str | bytes) else raw

@@ -32,11 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
+from tierq.extras import MissingExtraError
+
+try:
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.table import Table
+    from rich.text import Text
+except ModuleNotFoundError as error:
+    raise MissingExtraError.from_error(error, "local", "the demo (tierq.local.demo)") from error
 
 from tierq.client import Client
 from tierq.client.errors import NotFoundError

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tierq.extras import MissingExtraError
+
+try:
+    import yaml
+except ModuleNotFoundError as error:
+    raise MissingExtraError.from_error(
+        error, "local", "the local gateway (tierq.local.gateway)") from error
 
 DEFAULT_TIMEOUT_SECONDS = 3  # Lambda's default
 DEFAULT_PERIOD_SECONDS = 60.0
