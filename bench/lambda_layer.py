@@ -26,11 +26,11 @@ Last lines: ``layer_mb=M`` and ``max_handler_import_ms=N``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,12 +38,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 DEFAULT_REPO_ROOT = Path(__file__).resolve().parents[1]
-# The Lambda runtime of template.yaml; the layer's wheels and bytecode are for it.
+# The Lambda runtime of template.yaml; the layer's wheels and bytecode are for it
+# (build_layer.PYTHON_VERSION).
 LAMBDA_PYTHON = "3.13"
 # Modules worth naming when they are loaded by an import: the heavy, optional ones.
-WATCHED_MODULES = ("aws_xray_sdk", "botocore", "boto3", "typer", "rich", "httpx", "yaml")
+# botocore alone is its package's __init__ (Powertools imports it to register a user-agent
+# hook); botocore.session is the SDK proper.
+WATCHED_MODULES = ("aws_xray_sdk", "botocore", "botocore.session", "boto3", "typer", "rich",
+                   "httpx", "yaml")
 MIB = 1024 * 1024
 
 # Runs inside the measured interpreter: nothing but `time` before the clock starts.
@@ -132,31 +137,18 @@ def template_functions(repo_root: Path) -> list[Function]:
 
 def find_lambda_python(explicit: str | None) -> str:
     """An interpreter of the Lambda runtime's Python version (the layer's bytecode and
-    compiled wheels are for it): --python, python3.13 on PATH, pyenv's, or uv's."""
-    candidates: list[str] = []
-    if explicit:
-        candidates.append(explicit)
-    on_path = shutil.which(f"python{LAMBDA_PYTHON}")
-    if on_path:
-        candidates.append(on_path)
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    pattern = f"versions/{LAMBDA_PYTHON}*/bin/python{LAMBDA_PYTHON}"
-    candidates += sorted(str(path) for path in pyenv_root.glob(pattern))
-    uv = shutil.which("uv")
-    if uv:
-        found = subprocess.run([uv, "python", "find", LAMBDA_PYTHON], capture_output=True,
-                               text=True, check=False)
-        if found.returncode == 0 and found.stdout.strip():
-            candidates.append(found.stdout.strip())
-    for candidate in candidates:
-        check = subprocess.run(
-            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, check=False)
-        if check.returncode == 0 and check.stdout.strip() == LAMBDA_PYTHON:
-            return candidate
-    raise SystemExit(
-        f"no Python {LAMBDA_PYTHON} found (tried {candidates or 'nothing'}); pass --python "
-        f"or install one, e.g. `uv python install {LAMBDA_PYTHON}`")
+    compiled wheels are for it), found as the layer build finds its compiler."""
+    return load_build_layer().find_runtime_python(explicit)
+
+
+def load_build_layer() -> ModuleType:
+    """This checkout's layers/tierq/build_layer.py (a script, not a package) as a module."""
+    path = DEFAULT_REPO_ROOT / "layers" / "tierq" / "build_layer.py"
+    spec = importlib.util.spec_from_file_location("tierq_build_layer", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_layer(repo_root: Path, out: Path, arch: str) -> None:

@@ -9,7 +9,14 @@ Steps:
    `pip install --dry-run --report`.
 3. Install that exact set, minus the packages the Lambda Python runtime already ships
    (boto3 and friends, see RUNTIME_PROVIDED), with `--no-deps` into `<out>` (`python/` of
-   the layer).
+   the layer). The set is `[project].dependencies` only: the Lambda runtime's. A package of
+   the command line, the client or the local stack in it fails the build (NOT_IN_LAYER).
+4. Compile every module to bytecode with a CPython 3.13 interpreter (the runtime's version:
+   bytecode of another version is ignored): /opt is read-only, so without it every cold
+   start compiles each module it imports. tierq keeps its sources, with unchecked-hash
+   .pyc files in __pycache__/ (used whatever the sources' timestamps become in the zip);
+   the other packages ship bytecode only (a .pyc in place of each .py, ~9 MB less), plus
+   no type stubs or C sources. Their tracebacks then name file and line without the text.
 
 Run by layers/tierq/Makefile under `sam build`; can be run by hand too:
     python3 layers/tierq/build_layer.py --repo-root . --out /tmp/layer/python --arch arm64
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -41,6 +49,13 @@ PLATFORMS = {
 # the layer: other packages import them directly (Powertools imports jmespath). Remove a
 # name here to pin your own copy in the layer instead.
 RUNTIME_PROVIDED = {"boto3", "botocore", "s3transfer"}
+# Libraries of the command line, the HTTP client and the local stack (extras of tierq):
+# the functions never import them, so one in the resolved set means a dependency moved into
+# [project].dependencies by mistake.
+NOT_IN_LAYER = {
+    "typer", "click", "rich", "pygments", "markdown-it-py", "mdurl", "shellingham",
+    "httpx", "httpcore", "h11", "anyio", "pyyaml",
+}
 SOURCE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 
@@ -51,6 +66,73 @@ def canonical(name: str) -> str:
 def run(cmd: list[str]) -> None:
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
+
+
+def python_version_of(interpreter: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=False, timeout=60)
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def find_runtime_python(explicit: str | None = None) -> str:
+    """A CPython of the Lambda runtime's version (PYTHON_VERSION): ``explicit`` (or
+    $TIERQ_LAYER_PYTHON), else python3.13 on PATH, pyenv's, or one uv manages."""
+    candidates = [explicit or os.environ.get("TIERQ_LAYER_PYTHON") or ""]
+    candidates.append(shutil.which(f"python{PYTHON_VERSION}") or "")
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    pattern = f"versions/{PYTHON_VERSION}*/bin/python{PYTHON_VERSION}"
+    candidates += sorted((str(path) for path in pyenv_root.glob(pattern)), reverse=True)
+    uv = shutil.which("uv")
+    if uv:
+        found = subprocess.run([uv, "python", "find", PYTHON_VERSION], capture_output=True,
+                               text=True, check=False)
+        candidates.append(found.stdout.strip() if found.returncode == 0 else "")
+    tried = [candidate for candidate in candidates if candidate]
+    for candidate in tried:
+        if python_version_of(candidate) == PYTHON_VERSION:
+            return candidate
+    raise SystemExit(
+        f"no Python {PYTHON_VERSION} to compile the layer's bytecode with (tried: "
+        f"{', '.join(tried) or 'nothing'}). Install one (e.g. `uv python install "
+        f"{PYTHON_VERSION}` or pyenv) or point TIERQ_LAYER_PYTHON / --compile-python at it.")
+
+
+def python_full_version(interpreter: str) -> str:
+    done = subprocess.run([interpreter, "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def compile_bytecode(out: Path, interpreter: str) -> None:
+    """Bytecode for every module, as the runtime's interpreter looks for it: tierq's in
+    __pycache__/ beside its sources (so its tracebacks show their lines), every other
+    package's in place of its sources (``compileall -b``, then the .py removed)."""
+    compileall = [interpreter, "-m", "compileall", "-q", "-j", "0"]
+    run([*compileall, "--invalidation-mode", "unchecked-hash", str(out / "tierq")])
+    others = sorted(
+        path for path in out.iterdir()
+        if path.name != "tierq" and not path.name.endswith(".dist-info")
+        and (path.is_dir() or path.suffix == ".py"))
+    run([*compileall, "-b", *map(str, others)])
+    for other in others:
+        sources = [other] if other.is_file() else list(other.rglob("*.py"))
+        for source in sources:
+            if source.with_suffix(".pyc").is_file():
+                source.unlink()
+
+
+def drop_build_only_files(out: Path) -> None:
+    """Type stubs (.pyi, *-stubs/) and C sources: read by type checkers and compilers, never
+    at run time."""
+    for path in sorted(out.rglob("*"), reverse=True):
+        if path.is_dir() and path.name.endswith("-stubs") and path.parent == out:
+            shutil.rmtree(path)
+        elif path.is_file() and path.suffix in (".pyi", ".c", ".h"):
+            path.unlink()
 
 
 def platform_args(arch: str) -> list[str]:
@@ -97,6 +179,12 @@ def resolve(wheel: Path, arch: str, work: Path) -> list[str]:
         if name == "tierq" or name in RUNTIME_PROVIDED:
             continue
         pins.append(f"{name}=={meta['version']}")
+    unwanted = sorted(pin.split("==")[0] for pin in pins if pin.split("==")[0] in NOT_IN_LAYER)
+    if unwanted:
+        raise SystemExit(
+            f"the layer would carry {', '.join(unwanted)}: libraries of the command line, the "
+            "client or the local stack, which belong in extras of pyproject.toml, not in "
+            "[project].dependencies")
     return sorted(pins)
 
 
@@ -105,10 +193,15 @@ def main() -> int:
     parser.add_argument("--repo-root", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="the layer's python/ dir")
     parser.add_argument("--arch", choices=sorted(PLATFORMS), required=True)
+    parser.add_argument("--compile-python",
+                        help=f"a CPython {PYTHON_VERSION} to compile the bytecode with "
+                             "(default: $TIERQ_LAYER_PYTHON, python3.13 on PATH, pyenv, uv)")
     args = parser.parse_args()
 
     repo_root = args.repo_root.resolve()
     out = args.out.resolve()
+    # Found first: a build without it would fail only after the downloads.
+    compiler = find_runtime_python(args.compile_python)
     with tempfile.TemporaryDirectory(prefix="tierq-layer-") as tmp:
         work = Path(tmp)
         wheel = build_wheel(repo_root, work)
@@ -121,11 +214,14 @@ def main() -> int:
     # Console scripts carry this machine's interpreter path in their shebang: useless in a
     # layer (Lambda only imports from python/).
     shutil.rmtree(out / "bin", ignore_errors=True)
+    drop_build_only_files(out)
+    compile_bytecode(out, compiler)
     (out / "tierq_layer.json").write_text(
         json.dumps(
             {
                 "arch": args.arch,
                 "python": PYTHON_VERSION,
+                "bytecode": f"cpython {python_full_version(compiler)}, unchecked-hash",
                 "packages": ["tierq", *pins],
                 "left_to_runtime": sorted(RUNTIME_PROVIDED),
             },
