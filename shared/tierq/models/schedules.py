@@ -51,6 +51,12 @@ CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midni
 _DAILY_TIME = re.compile(r"([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?")  # whole string, ASCII
 # what the API document says of a time of day: exactly the strings parse_daily_time takes
 DAILY_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$"
+# what the API document says of a cron expression's form: one of the aliases (any case), or
+# 5 or 6 fields between white space (whether croniter reads the fields and the calendar has
+# a date they match is for normalize_cron to say)
+CRON_PATTERN = ("^\\s*(" + "|".join(
+    "@" + "".join(f"[{c.upper()}{c}]" for c in alias[1:]) for alias in CRON_ALIASES)
+    + "|\\S+(\\s+\\S+){4,5})\\s*$")
 # names zoneinfo can load that are not zones: the host's own setting and a tzdata alias
 _NOT_ZONES = frozenset({"localtime", "posixrules"})
 
@@ -162,7 +168,10 @@ class ScheduleIn(RequestModel):
                           description="A disabled schedule installs nothing.")
     cron: str | None = Field(
         default=None, max_length=200,
-        description="Cron expression: 5 fields, or 6 with seconds first, e.g. '30 2 * * *'.",
+        description="Cron expression: 5 fields, or 6 with seconds first, e.g. '30 2 * * *', "
+                    "or an alias (@hourly, @daily, …), as croniter reads it; one that never "
+                    "matches a date (e.g. '0 0 30 2 *') is refused.",
+        json_schema_extra={"pattern": CRON_PATTERN},
     )
     every_seconds: float | None = Field(
         default=None, description="A fixed period, at least 1 second, e.g. 60.",

@@ -1,0 +1,84 @@
+"""schemathesis hooks of the contract run (tests/e2e/test_openapi_contract.py), loaded by the
+CLI through ``SCHEMATHESIS_HOOKS=tests.e2e.contract_hooks``.
+
+Everything the API refuses, its OpenAPI document says, with three exceptions that JSON
+Schema has no words for (the document says them in its descriptions). A valid request
+(positive mode) is brought inside them just before it is sent; an invalid one goes as
+generated. Each is checked by a test of its own:
+
+- ``run_at`` at most a year ahead of *now*: a bound that moves with the clock
+  (tests/handlers/test_http_handlers.py, bad enqueues).
+- A backoff's ``cap_seconds`` not below its ``base_seconds`` (given or their defaults): a
+  comparison of two fields (tests/handlers/test_http_handlers.py).
+- A ``cron`` expression croniter reads and that matches some date (``0 0 30 2 *`` never
+  does): a calendar question (tests/e2e/test_schedules_http.py).
+
+None is API Gateway's own behaviour: the run has no hook for that (the checks only API
+Gateway answers are excluded on the command line instead).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import schemathesis
+from schemathesis import GenerationMode
+
+from tierq.models.queues import BackoffSettings
+from tierq.models.schedules import normalize_cron
+from tierq.models.tasks import MAX_DELAY_SECONDS
+
+# a day inside the bound, so that the request is still valid when it arrives
+LATEST_RUN_AT = timedelta(seconds=MAX_DELAY_SECONDS - 86_400)
+DEFAULT_CAP = BackoffSettings.model_fields["cap_seconds"].default
+DEFAULT_BASE = BackoffSettings.model_fields["base_seconds"].default
+A_CRON = "*/5 * * * *"
+
+
+def _positive(case: Any) -> bool:
+    meta = getattr(case, "meta", None)
+    generation = getattr(meta, "generation", None)
+    # the stateful phase sends valid requests only
+    return generation is None or generation.mode is GenerationMode.POSITIVE
+
+
+def _within_a_year(task: dict[str, Any]) -> None:
+    if not isinstance(task.get("run_at"), str):
+        return
+    try:
+        at = datetime.fromisoformat(task["run_at"])
+    except ValueError:
+        return
+    latest = datetime.now(UTC) + LATEST_RUN_AT
+    if at.tzinfo is not None and at > latest:
+        task["run_at"] = latest.isoformat()
+
+
+def _cap_not_below_base(backoff: dict[str, Any]) -> None:
+    base, cap = backoff.get("base_seconds", DEFAULT_BASE), backoff.get("cap_seconds", DEFAULT_CAP)
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (base, cap))
+    if numbers and cap < base:
+        backoff["cap_seconds"] = base
+
+
+def _a_cron_that_fires(body: dict[str, Any]) -> None:
+    if isinstance(body.get("cron"), str):
+        try:
+            normalize_cron(body["cron"])
+        except ValueError:
+            body["cron"] = A_CRON
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    body = case.body
+    if not _positive(case) or not isinstance(body, dict):
+        return
+    tasks = body.get("tasks") if isinstance(body.get("tasks"), list) else [body]
+    for task in tasks:
+        if isinstance(task, dict):
+            _within_a_year(task)
+    if isinstance(body.get("backoff"), dict):
+        _cap_not_below_base(body["backoff"])
+    _a_cron_that_fires(body)
