@@ -4,5 +4,5 @@
 # afterwards. Extra arguments go to `tierq demo` (see `tierq demo --help`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-infra/local/bootstrap.sh dev
+infra/local/bootstrap.sh cli
 exec .venv/bin/tierq demo "$@"
