@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tierq.logic import feed
 from tierq.logic.context import Context
 
 
@@ -34,11 +35,6 @@ class Backlog:
 
 def queue_backlog(ctx: Context, queue: str, cap: int) -> Backlog:
     """Counts of ``queue``; the Postgres counts stop at ``cap`` each."""
-    row = ctx.db.fetch_one("feeder_backlog_pg", {"queue": queue, "cap": cap}) or {}
-    warm = leased = 0
-    for r in ctx.db.fetch("tenants_of_queue", {"queue": queue}):
-        ready, leased_now, _mode = ctx.warm.stats(queue, r["tenant"])
-        warm += ready
-        leased += leased_now
-    return Backlog(cold=int(row.get("cold", 0)), delayed=int(row.get("delayed", 0)),
-                   warm=warm, leased=leased)
+    counted = feed.backlog(ctx, queue, cap)
+    return Backlog(cold=counted.cold, delayed=counted.delayed, warm=counted.warm,
+                   leased=counted.leased)

@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 
 import tierq_feeder
 from tierq.engine import Tierq
-from tierq.logic import admission, tiering
+from tierq.logic import feed
 from tierq_feeder.backlog import queue_backlog
 from tierq_feeder.config import FeedConfig
 from tierq_feeder.mapping import (
@@ -229,12 +229,10 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     result = FeedResult(queue=config.queue, feed=config.feed_name, rejects_path=rejects)
     tq = engine or stores.engine(pool_size=4)
     try:
-        with feed_lock(tq.db, config.feed_name):
+        with feed_lock(tq.ctx, config.feed_name):
             _run(spark, config, stores, loader or SparkLoader(), tq, result, sleep, started)
         if config.warm_after:
-            promoted = 0
-            for tenant in sorted(result.ready_tenants):
-                promoted += tiering.refill(tq.ctx, config.queue, tenant).promoted
+            promoted = feed.warm_up(tq.ctx, config.queue, result.ready_tenants)
             if result.ready_tenants:
                 log.info("warmed %d task(s) across %d tenant(s)", promoted,
                          len(result.ready_tenants))
@@ -258,7 +256,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
          started: float) -> None:
     ctx = tq.ctx
     feed, queue = config.feed_name, config.queue
-    offsets = load_offsets(tq.db, feed)
+    offsets = load_offsets(ctx, feed)
     positioned: list[PositionedSource] = []
     line: DataFrame | None = None
     try:
@@ -333,7 +331,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
             result.rejected += rejected
             for s in stats:
                 result.ready_tenants.update(s.ready_tenants)
-            save_offsets(tq.db, feed, _offset_rows(line, positioned,
+            save_offsets(ctx, feed, _offset_rows(line, positioned,
                                                    schedule.consumed_before(end), saved))
             result.rounds += 1
             result.consumed = end
@@ -359,11 +357,8 @@ def _write_round(spark: SparkSession, tq: Tierq, line: DataFrame, stores: StoreC
     """Write ranks [start, end): reserve their places in line, then let every partition
     COPY its share. The (queue, tenant) pairs of the round stay cold from before the places
     are taken until the last partition has committed."""
-    pairs = {(queue, tenant) for tenant, (lo, hi) in tenant_spans.items()
-             if lo < end and hi >= start}
-    ticket = admission.begin(tq.ctx, pairs, force_cold=True)
-    try:
-        seqs = [r["seq"] for r in tq.db.fetch("feeder_reserve_seqs", {"n": end - start})]
+    tenants = [tenant for tenant, (lo, hi) in tenant_spans.items() if lo < end and hi >= start]
+    with feed.admitted_round(tq.ctx, queue, tenants, end - start) as seqs:
         shared = spark.sparkContext.broadcast((seqs, skipped))
         try:
             record = F.concat_ws(FIELD, F.col(RANK).cast("string"), F.col(TENANT),
@@ -377,8 +372,6 @@ def _write_round(spark: SparkSession, tq: Tierq, line: DataFrame, stores: StoreC
             return strings(rows).mapPartitions(partial(write_partition, job, shared)).collect()
         finally:
             shared.destroy()
-    finally:
-        admission.close(tq.ctx, ticket)
 
 
 def _write_rejects(line: DataFrame, start: int, end: int, feed: str, path: str) -> None:

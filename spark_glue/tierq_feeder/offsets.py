@@ -1,17 +1,19 @@
-"""Where each feed stopped (``tierq_feeder_offsets``), and one run per feed at a time."""
+"""Where each feed stopped (``tierq_feeder_offsets``), and one run per feed at a time
+(``feed_lock``; both kept by the engine: ``tierq.logic.feed``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tierq.dal.postgres import Database, run
+from tierq.dal.store.rows import FeedOffsetRow
+from tierq.logic import feed
+from tierq.logic.context import Context
+from tierq.logic.feed import FeedBusy, feed_lock
 from tierq_feeder.sources import Offset
 
-
-class FeedBusy(RuntimeError):
-    """Another run of the same feed holds its lock."""
+__all__ = ["FeedBusy", "OffsetRow", "feed_lock", "load_offsets", "reset_offsets",
+           "save_offsets"]
 
 
 @dataclass(frozen=True)
@@ -22,36 +24,16 @@ class OffsetRow:
     last_value: str | None = None
 
 
-def load_offsets(db: Database, feed: str) -> dict[tuple[str, str], Offset]:
-    return {(r["source"], r["part"]): Offset(r["rows_done"], r["last_value"])
-            for r in db.fetch("feeder_offsets", {"feed": feed})}
+def load_offsets(ctx: Context, feed_name: str) -> dict[tuple[str, str], Offset]:
+    return {(r.source, r.part): Offset(r.rows_done, r.last_value)
+            for r in feed.load_offsets(ctx, feed_name)}
 
 
-def save_offsets(db: Database, feed: str, rows: Sequence[OffsetRow]) -> None:
+def save_offsets(ctx: Context, feed_name: str, rows: Sequence[OffsetRow]) -> None:
     """Record progress, in one statement (one short transaction)."""
-    if not rows:
-        return
-    db.fetch("feeder_save_offsets", {
-        "feed": feed,
-        "sources": [r.source for r in rows],
-        "parts": [r.part for r in rows],
-        "rows_done": [r.rows_done for r in rows],
-        "last_values": [r.last_value for r in rows],
-    })
+    feed.save_offsets(ctx, feed_name, [
+        FeedOffsetRow(r.source, r.part, r.rows_done, r.last_value) for r in rows])
 
 
-def reset_offsets(db: Database, feed: str) -> None:
-    db.fetch("feeder_reset_offsets", {"feed": feed})
-
-
-@contextmanager
-def feed_lock(db: Database, feed: str) -> Iterator[None]:
-    """Hold the feed's advisory lock (a session lock on one pooled connection; no
-    transaction stays open)."""
-    with db.connection() as conn:
-        if not run(conn, "feeder_try_lock", {"feed": feed})[0]["locked"]:
-            raise FeedBusy(f"another run of feed {feed!r} is in progress")
-        try:
-            yield
-        finally:
-            run(conn, "feeder_unlock", {"feed": feed})
+def reset_offsets(ctx: Context, feed_name: str) -> None:
+    feed.reset_offsets(ctx, feed_name)

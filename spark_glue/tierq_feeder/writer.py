@@ -1,7 +1,7 @@
 """The write path, run by each Spark partition (on the executors).
 
 Per partition: one small engine (one Postgres connection, one Valkey client). Per chunk of
-``chunk_rows`` rows, one short transaction:
+``chunk_rows`` rows, one short transaction (``tierq.logic.feed.write_chunk``):
 
 1. admission: the chunk's (queue, tenant) pairs turn cold and register the write as in
    flight (Valkey), so nothing enqueued meanwhile can go warm and jump ahead of these rows;
@@ -23,10 +23,9 @@ from typing import Any
 
 from tierq.config import Settings
 from tierq.core.ids import uuid7_strings
-from tierq.dal.sql_files import query
 from tierq.engine import Tierq
-from tierq.logic import admission, pairs
-from tierq.logic.context import Context, to_datetime
+from tierq.logic import feed
+from tierq.logic.context import Context
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -106,20 +105,8 @@ def write_chunk(ctx: Context, conn: Any, job: RoundWrite, seqs: Sequence[int],
                 rows: Sequence[Any]) -> PartitionStats:
     now = ctx.now()
     text, ready, tenants = copy_lines(rows, seqs, job.first_rank, int(now * 1_000_000))
-    ticket = admission.begin(ctx, {(job.queue, t) for t in ready}, force_cold=True)
-    try:
-        with conn.transaction():
-            # as an enqueue registers them: a new queue beyond the tenant's cap fails the
-            # chunk (QuotaExceeded) before anything is written
-            pairs.register(conn, job.queue, tenants, now=now,
-                           cap=ctx.settings.max_queues_per_tenant)
-            with conn.cursor() as cur, cur.copy(query("feeder_copy_stage")) as copy:
-                copy.write(text.encode("utf-8"))
-            created = conn.execute(query("feeder_insert_from_stage"), {
-                "queue": job.queue, "now": to_datetime(now), "max_attempts": job.max_attempts,
-            }).rowcount
-    finally:
-        admission.close(ctx, ticket)
+    created = feed.write_chunk(ctx, conn, job.queue, text.encode("utf-8"), tenants=tenants,
+                               ready_tenants=ready, max_attempts=job.max_attempts, now=now)
     return PartitionStats(staged=len(rows), created=created, ready_tenants=tuple(sorted(ready)))
 
 
@@ -138,7 +125,7 @@ def write_partition(job: RoundWrite, shared: Any, records: Iterable[str]
     staged = created = 0
     ready: set[str] = set()
     with job.stores.engine() as tq, tq.db.connection() as conn:
-        conn.execute(query("feeder_create_stage"))
+        feed.prepare_writer(tq.ctx, conn)
         chunk = first
         while chunk:
             stats = write_chunk(tq.ctx, conn, job, values, chunk)

@@ -116,9 +116,11 @@ def test_the_feeder_write_path_runs_as_the_application_role(
     monkeypatch.syspath_prepend(str(SPARK_GLUE))
     from tierq_feeder import offsets, writer
 
+    from tierq.logic import feed
+
     tq = make_tq()
-    with offsets.feed_lock(tq.db, "feed"):
-        seqs = [r["seq"] for r in tq.db.fetch("feeder_reserve_seqs", {"n": 3})]
+    with offsets.feed_lock(tq.ctx, "feed"), \
+            feed.admitted_round(tq.ctx, "fed", ["_"], 3) as seqs:
         job = writer.RoundWrite(stores=writer.StoreConfig(app_database_url, valkey_url),
                                 queue="fed", max_attempts=3, first_rank=0, chunk_rows=10)
         records = [writer.FIELD.join([str(i), "_", "", f'_\tk{i}\t0\t{{"n":{i}}}'])
@@ -126,10 +128,9 @@ def test_the_feeder_write_path_runs_as_the_application_role(
         [stats] = list(writer.write_partition(job, SimpleNamespace(value=(seqs, set())),
                                               records))
         assert stats.created == 3
-        tq.db.fetch("feeder_save_offsets", {"feed": "feed", "sources": ["s"], "parts": [""],
-                                            "rows_done": [3], "last_values": ["2"]})
-        assert tq.db.fetch("feeder_offsets", {"feed": "feed"})[0]["rows_done"] == 3
-        offsets.reset_offsets(tq.db, "feed")
+        offsets.save_offsets(tq.ctx, "feed", [offsets.OffsetRow("s", "", 3, "2")])
+        assert offsets.load_offsets(tq.ctx, "feed")[("s", "")].rows_done == 3
+        offsets.reset_offsets(tq.ctx, "feed")
     assert count(pg, "queue = 'fed'") == 3
 
 

@@ -227,8 +227,7 @@ def test_a_failing_batch_insert_writes_nothing(tq, pg):
             Prepared(1, "018f0000-0000-7000-8000-000000000002", "_", None, 12, b"2", False,
                      0.0, 3, "ignore", True, "cold")]
     with pytest.raises(psycopg.errors.CheckViolation):
-        tq.db.fetch("insert_tasks", {"queue": "q", "now": now,
-                                     **row_columns(rows, keyed=True)})
+        tq.ctx.store.insert_tasks("q", now, row_columns(rows, keyed=True))
     assert count_rows(pg) == 0
 
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.integration.helpers import count_state, drain
-from tierq.dal.postgres import uuid_array
 from tierq.maintenance import reaper
 
 
@@ -284,9 +283,10 @@ def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq
     tq.ctx.clock.advance(11)
     assert tq.run_reaper().requeued == 1
     # the late ack's own statement, as leases.ack sends it after its lease check passed
-    deleted = tq.ctx.db.fetch_tuples(statement, {
-        "queue": "r", "ids": uuid_array([str(first.id)]), "attempt": first.attempt,
-        "attempts": [first.attempt]})
+    if statement == "ack_delete":
+        deleted = tq.ctx.store.ack_delete("r", [str(first.id)], first.attempt)
+    else:
+        deleted = tq.ctx.store.ack_delete_by_attempt("r", [str(first.id)], [first.attempt])
     assert deleted == []
     [second] = tq.claim("r")
     assert second.id == created.id and second.attempt == 2

@@ -18,7 +18,6 @@ import pytest
 import redis
 
 from tests.integration.helpers import http_event
-from tierq.dal.postgres import run
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -260,7 +259,8 @@ def test_concurrent_installs_without_the_schedule_lock_insert_each_key_once(
 
     def install() -> None:
         with tq.db.transaction() as conn:
-            row = run(conn, "schedule_by_name", {"tenant": "_", "name": "racy"})[0]
+            row = tq.ctx.store.schedule_by_name("_", "racy", conn=conn)
+            assert row is not None
             barrier.wait()
             results.append(schedules.install(tq.ctx, conn, row, tq.ctx.now()))
 

@@ -200,7 +200,7 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
     import psycopg
     from psycopg.rows import dict_row
 
-    from tierq.dal.sql_files import query
+    from tierq.dal.store.rows import RestoreRow
     from tierq.logic.admission import row_push_item
     from tierq.logic.context import to_datetime
 
@@ -211,16 +211,14 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
                       "priority": i % 10, "max_attempts": 1 + i} for i in range(40)])
     assert count_state(pg, "p", "cold") == 39
     with pg.transaction(), pg.cursor(row_factory=dict_row) as cur:
-        items = cur.execute(query("promote_cold"), {
-            "queue": "p", "tenant": "_", "limit": 100, "now": to_datetime(tq.ctx.now()),
-        }).fetchall()
-        promoted = {r["id"]: r for r in cur.execute(
+        items = tq.ctx.store.promote_cold(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
+        promoted = {r["id"]: RestoreRow(**r) for r in cur.execute(
             "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
             "max_attempts, created_at FROM tierq_tasks WHERE state = 'warm'").fetchall()}
         raise psycopg.Rollback
     assert len(items) == 39
     for item in items:
-        task_id, score, blob = item.values()
+        task_id, score, blob = item
         assert (task_id, score, blob.encode()) == row_push_item(promoted[task_id])
     assert count_state(pg, "p", "cold") == 39  # rolled back
 

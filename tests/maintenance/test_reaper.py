@@ -226,14 +226,14 @@ def test_quota_holds_for_the_feeders_registration_and_for_racing_registrations(
     # the feeder registers inside its chunk's transaction (spark_glue writer.write_chunk)
     with psycopg.connect(database_url, row_factory=psycopg.rows.dict_row) as conn, \
             conn.transaction():
-        pairs.register(conn, "fed", ["a", "b"], now=now, cap=3)
+        pairs.register(tq.ctx.store, conn, "fed", ["a", "b"], now=now, cap=3)
     assert registered(pg, "fed", "a") and registered(pg, "fed", "b")
     # eight processes add a queue each for tenant a at once: exactly two more fit
     results: list[str] = []
 
     def add(i: int) -> None:
         try:
-            pairs.register_pairs(tq.db, f"race-{i}", ["a"], now=now, cap=3)
+            pairs.register_pairs(tq.ctx.store, f"race-{i}", ["a"], now=now, cap=3)
             results.append("ok")
         except QuotaExceeded:
             results.append("refused")

@@ -144,7 +144,7 @@ def test_one_run_per_feed_at_a_time(spark: Any, stores: StoreConfig, tmp_path: P
     path = write_csv(tmp_path / "in.csv", [{"id": "a"}])
     config = config_from_args(["--queue", "q", "--source", f"in={path}", "--key-column", "id"])
     holder = make_tq()
-    with feed_lock(holder.db, "q"), pytest.raises(FeedBusy, match="feed 'q' is in progress"):
+    with feed_lock(holder.ctx, "q"), pytest.raises(FeedBusy, match="feed 'q' is in progress"):
         run_feed(spark, config, stores)
     assert nothing_written(stores.database_url)
     assert run_feed(spark, config, stores, rejects_path=str(tmp_path / "r")).created == 1

@@ -1,5 +1,6 @@
 """PostgreSQL access: a connection pool (autocommit; explicit transactions where a
-transition needs more than one statement) and named queries.
+transition needs more than one statement), and the one way a statement runs
+(``execute_text``). The named queries are run by ``tierq.dal.task_store.TaskStore``.
 
 Timeouts: every statement tierq runs through this module, and every transaction
 ``Database.transaction`` opens, carries ``statement_timeout`` and ``lock_timeout`` as
@@ -22,11 +23,10 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tierq.dal import connect
-from tierq.dal.sql_files import query
 from tierq.errors import Unavailable
 
 Row = dict[str, Any]
@@ -253,37 +253,6 @@ class Database:
         with self.connection() as conn, transaction(conn):
             yield conn
 
-    def fetch(self, name: str, params: Mapping[str, Any] | None = None,
-              conn: psycopg.Connection[Row] | None = None, *,
-              relaxed: bool = False) -> list[Row]:
-        """Run a named query and return its rows (empty when it returns none)."""
-        if conn is not None:
-            return run(conn, name, params)
-        with self.connection(relaxed=relaxed) as own:
-            return run(own, name, params)
-
-    def fetch_tuples(self, name: str, params: Mapping[str, Any] | None = None, *,
-                     relaxed: bool = False) -> list[tuple[Any, ...]]:
-        """Run a named query and return its rows as tuples: for the hot paths, where a dict
-        per row is measurable."""
-        with self.connection(relaxed=relaxed) as conn:
-            return run_tuples(conn, name, params)
-
-    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
-        """Run a named statement that returns no rows; returns the affected row count."""
-        with self.connection() as conn:
-            return execute_text(conn, query(name), params).rowcount
-
-    def fetch_one(self, name: str, params: Mapping[str, Any] | None = None,
-                  conn: psycopg.Connection[Row] | None = None) -> Row | None:
-        rows = self.fetch(name, params, conn)
-        return rows[0] if rows else None
-
-    def fetch_value(self, name: str, params: Mapping[str, Any] | None = None,
-                    conn: psycopg.Connection[Row] | None = None) -> Any:
-        row = self.fetch_one(name, params, conn)
-        return None if row is None else next(iter(row.values()))
-
 
 def _trusts_system_roots(url: str) -> bool:
     try:
@@ -345,17 +314,3 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
                 conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-def run(conn: psycopg.Connection[Row], name: str,
-        params: Mapping[str, Any] | None = None) -> list[Row]:
-    """Execute a named query on a connection."""
-    cur = execute_text(conn, query(name), params)
-    return cur.fetchall() if cur.description is not None else []
-
-
-def run_tuples(conn: psycopg.Connection[Row], name: str,
-               params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    """Execute a named query on a connection; rows as tuples (the hot paths)."""
-    with execute_text(conn, query(name), params, row_factory=tuple_row) as cur:
-        return cur.fetchall() if cur.description is not None else []

@@ -221,7 +221,7 @@ class WarmTier:
 
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
              now_ms: int, token: str,
-             items: Sequence[tuple[str, int, bytes]]) -> tuple[str, list[str]]:
+             items: Sequence[tuple[str, int, bytes | str]]) -> tuple[str, list[str]]:
         """Push (id, score, blob) items; returns (mode after, refused ids). Raises
         ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
         k = PairKeys.of(queue, tenant)

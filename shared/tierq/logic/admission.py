@@ -21,18 +21,24 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
 
 import orjson
-import psycopg
 
 from tierq.core.ordering import score
-from tierq.dal.postgres import Row, run, uuid_array
+from tierq.dal.store.rows import ReadyRow
+from tierq.dal.task_store import Conn
 from tierq.errors import WarmTierFull
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 PUSH_CHUNK = 1000
+# (id, score, blob) of a task for the warm tier: a blob made here is bytes, one made in SQL
+# by promote_cold is text
+PushItem = tuple[str, int, bytes | str]
 # the quotes around the keys of a task blob's JSON: "e", "p", "k", "pr", "m", "c"
 BLOB_KEY_QUOTES = 12
 
@@ -53,14 +59,35 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
         attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms)
 
 
-def row_push_item(row: Row) -> tuple[str, int, bytes]:
+class PushableRow(Protocol):
+    """A task row read back from Postgres with what the warm tier keeps of it."""
+
+    @property
+    def id(self) -> UUID: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def payload(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
+def row_push_item(row: PushableRow) -> tuple[str, int, bytes]:
     """(id, score, blob) of a task row read back from Postgres."""
-    created_ms = int(row["created_at"].timestamp() * 1000)
+    created_ms = int(row.created_at.timestamp() * 1000)
     return (
-        str(row["id"]),
-        score(row["priority"], row["seq"]),
-        task_blob(row["attempts"], row["payload"], row["key"], row["priority"],
-                  row["max_attempts"], created_ms),
+        str(row.id),
+        score(row.priority, row.seq),
+        task_blob(row.attempts, row.payload, row.key, row.priority, row.max_attempts,
+                  created_ms),
     )
 
 
@@ -103,7 +130,7 @@ def close(ctx: Context, ticket: Ticket) -> None:
     ticket.registered.clear()
 
 
-def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[tuple[str, int, bytes]],
+def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
          *, kind: str) -> list[str]:
     """Push items of one pair; returns the ids refused (to be marked cold by the caller).
     Valkey out of memory refuses the rest of the items: see ``go_cold``."""
@@ -158,14 +185,12 @@ def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, int, bytes]
             close(ctx, ticket)
 
 
-def mark_cold(ctx: Context, ids: Sequence[str],
-              conn: psycopg.Connection[Row] | None = None) -> None:
+def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> None:
     if ids:
-        ctx.db.fetch("mark_cold", {"ids": uuid_array(ids), "now": to_datetime(ctx.now())},
-                     conn)
+        ctx.store.mark_cold(ids, to_datetime(ctx.now()), conn=conn)
 
 
-def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: dict[Pair, list[tuple[str, int, bytes]]],
+def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[PushItem]],
              *, kind: str = "enqueue") -> set[str]:
     """Push committed warm rows, mark what the warm tier refused cold, end the admission.
     Returns the refused ids."""
@@ -194,28 +219,26 @@ class Pending:
     """Rows made ready in an open transaction, to dispatch once it commits."""
 
     ticket: Ticket
-    rows: list[Row]
+    rows: list[ReadyRow]
 
     def warm_items(self) -> dict[Pair, list[tuple[str, int, bytes]]]:
         by_pair: dict[Pair, list[tuple[str, int, bytes]]] = defaultdict(list)
         for row in self.rows:
-            if row["state"] == "warm":
-                by_pair[(row["queue"], row["tenant"])].append(row_push_item(row))
+            if row.state == "warm":
+                by_pair[(row.queue, row.tenant)].append(row_push_item(row))
         return by_pair
 
 
-def make_ready(ctx: Context, conn: psycopg.Connection[Row], targets: Sequence[Target],
+def make_ready(ctx: Context, conn: Conn, targets: Sequence[Target],
                *, from_states: Sequence[str] = ("delayed",)) -> Pending:
     """Give each target a new seq (the back of its line, in the order given) and its tier.
     Call ``finish`` after the transaction commits."""
     ticket = begin(ctx, ((t.queue, t.tenant) for t in targets))
     try:
-        rows = run(conn, "make_ready", {
-            "ids": uuid_array(t.id for t in targets),
-            "states": [ticket.state_for((t.queue, t.tenant)) for t in targets],
-            "from_states": list(from_states),
-            "now": to_datetime(ctx.now()),
-        })
+        rows = ctx.store.make_ready(
+            conn, (t.id for t in targets),
+            [ticket.state_for((t.queue, t.tenant)) for t in targets],
+            list(from_states), to_datetime(ctx.now()))
     except BaseException:
         close(ctx, ticket)
         raise
@@ -234,8 +257,9 @@ def abandon(ctx: Context, pending: Pending | None) -> None:
 
 
 def ready_now(ctx: Context, targets: Sequence[Target],
-              *, from_states: Sequence[str] = ("delayed",)) -> list[Row]:
-    """Make these tasks ready right away, in one short transaction."""
+              *, from_states: Sequence[str] = ("delayed",)) -> list[ReadyRow]:
+    """Make these tasks ready right away, in one short transaction; the rows made ready,
+    with the state each ended in (a row the warm tier refused is cold)."""
     if not targets:
         return []
     pending: Pending | None = None
@@ -246,7 +270,5 @@ def ready_now(ctx: Context, targets: Sequence[Target],
         abandon(ctx, pending)
         raise
     refused = finish(ctx, pending)
-    for row in pending.rows:
-        if str(row["id"]) in refused:
-            row["state"] = "cold"
-    return pending.rows
+    return [row._replace(state="cold") if str(row.id) in refused else row
+            for row in pending.rows]

@@ -37,7 +37,6 @@ from typing import Any
 
 import orjson
 
-from tierq.dal.postgres import uuid_array
 from tierq.dal.warm_tier import lease_member
 from tierq.logic.claim import give_back
 from tierq.logic.context import Context, from_ms, to_ms
@@ -98,28 +97,27 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
                 deadlines[entry[0]] = deadline
     if not deadlines:
         return []
-    rows = {r["id"]: r for r in ctx.db.fetch("claimed_tasks_by_ids", {
-        "queue": queue, "ids": uuid_array(deadlines)})}
+    rows = {r.id: r for r in ctx.store.claimed_tasks_by_ids(queue, deadlines)}
     fields: list[dict[str, Any]] = []
     changed: list[tuple[str, str]] = []
     for task_id, tenant, token, attempt, created_ms, digest in entries:
         deadline = deadlines.get(task_id)
         row = rows.get(task_id)
-        if deadline is None or row is None or row["tenant"] != tenant or row["state"] != "warm":
+        if deadline is None or row is None or row.tenant != tenant or row.state != "warm":
             continue  # settled, expired or cancelled since: no longer this claim's
-        payload = orjson.loads(row["payload"])
-        if content_digest(row["key"], row["priority"], row["max_attempts"], payload) != digest:
+        payload = orjson.loads(row.payload)
+        if content_digest(row.key, row.priority, row.max_attempts, payload) != digest:
             changed.append((task_id, token))
             continue
         fields.append({
             "id": task_id,
             "queue": queue,
             "tenant": tenant,
-            "key": row["key"],
-            "priority": row["priority"],
+            "key": row.key,
+            "priority": row.priority,
             "payload": payload,
             "attempt": attempt,
-            "max_attempts": row["max_attempts"],
+            "max_attempts": row.max_attempts,
             "lease_token": token,
             "lease_expires_at": from_ms(deadline),
             "redelivered": attempt > 1,

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from tierq.config import Settings
 from tierq.dal.postgres import Database
+from tierq.dal.store.rows import QueueSettingsRow
+from tierq.dal.task_store import TaskStore
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic.pairs import refresh_seconds, register_pairs
 from tierq.models.queues import BackoffSettings, QueueSettings
@@ -58,8 +60,8 @@ def from_ms(ms: int) -> datetime:
 class QueueSettingsCache:
     """Effective per-queue settings (stored row over deployment defaults), cached briefly."""
 
-    def __init__(self, db: Database, defaults: Settings) -> None:
-        self.db = db
+    def __init__(self, store: TaskStore, defaults: Settings) -> None:
+        self.store = store
         self.defaults = defaults
         self._cache: dict[str, tuple[float, QueueSettings]] = {}
         self._lock = threading.Lock()
@@ -71,18 +73,16 @@ class QueueSettingsCache:
             hit = self._cache.get(queue)
         if hit is not None and now - hit[0] < ttl:
             return hit[1]
-        row = self.db.fetch_one("queue_settings_row", {"queue": queue})
-        value = self.effective(row)
+        value = self.effective(self.store.queue_settings_row(queue))
         with self._lock:
             self._cache[queue] = (now, value)
         return value
 
-    def effective(self, row: dict[str, Any] | None) -> QueueSettings:
+    def effective(self, row: QueueSettingsRow | None) -> QueueSettings:
         d = self.defaults
-        r = row or {}
 
         def pick(column: str, default: Any) -> Any:
-            value = r.get(column)
+            value = None if row is None else getattr(row, column)
             return default if value is None else value
 
         return QueueSettings(
@@ -97,7 +97,7 @@ class QueueSettingsCache:
                 jitter=pick("backoff_jitter", d.backoff_jitter),
             ),
             retention_seconds=pick("retention_seconds", d.retention_seconds),
-            paused=bool(r.get("paused", False)),
+            paused=row is not None and row.paused,
         )
 
     def invalidate(self, queue: str) -> None:
@@ -113,10 +113,10 @@ class PairRegistry:
     registered for much longer than that (``tierq.logic.pairs``), so a pair forgotten while
     this process still remembered it is registered anew before new work is written."""
 
-    def __init__(self, db: Database, ttl: float, *, refresh: float = 3600.0,
+    def __init__(self, store: TaskStore, ttl: float, *, refresh: float = 3600.0,
                  max_queues_per_tenant: int = 0,
                  clock: Callable[[], float] = time.time) -> None:
-        self.db = db
+        self.store = store
         self.ttl = ttl
         self.refresh = refresh
         self.max_queues_per_tenant = max_queues_per_tenant
@@ -142,7 +142,7 @@ class PairRegistry:
                           if self._known.get((queue, t), float("-inf")) <= stale_before})
         if not due:
             return []
-        register_pairs(self.db, queue, due, now=now, cap=self.max_queues_per_tenant)
+        register_pairs(self.store, queue, due, now=now, cap=self.max_queues_per_tenant)
         with self._lock:
             self._known.update(((queue, t), now) for t in due)
             self._tenants.pop(queue, None)
@@ -161,13 +161,13 @@ class PairRegistry:
             hit = self._tenants.get(queue)
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
-        tenants = [r["tenant"] for r in self.db.fetch("tenants_of_queue", {"queue": queue})]
+        tenants = self.store.tenants_of_queue(queue)
         with self._lock:
             self._tenants[queue] = (now, tenants)
         return tenants
 
     def all(self) -> list[Pair]:
-        return [(r["queue"], r["tenant"]) for r in self.db.fetch("all_pairs")]
+        return self.store.all_pairs()
 
 
 @dataclass
@@ -176,6 +176,7 @@ class Context:
     warm: WarmTier
     settings: Settings
     clock: Clock = field(default_factory=SystemClock)
+    store: TaskStore = field(init=False)  # every statement on ``db``, as typed methods
     queue_settings: QueueSettingsCache = field(init=False)
     pairs: PairRegistry = field(init=False)
     # last mode each (queue, tenant) was seen in; only "warm" lets an admission skip a round
@@ -186,9 +187,10 @@ class Context:
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.queue_settings = QueueSettingsCache(self.db, self.settings)
+        self.store = TaskStore(self.db)
+        self.queue_settings = QueueSettingsCache(self.store, self.settings)
         self.pairs = PairRegistry(
-            self.db, self.settings.settings_cache_seconds,
+            self.store, self.settings.settings_cache_seconds,
             refresh=refresh_seconds(self.settings),
             max_queues_per_tenant=self.settings.max_queues_per_tenant, clock=self.now)
 

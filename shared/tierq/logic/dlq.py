@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-import psycopg
-
-from tierq.dal.postgres import Row, run
+from tierq.dal.store.rows import DeadKeyRow
+from tierq.dal.task_store import Conn
 from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
@@ -35,10 +34,7 @@ def list_dead(ctx: Context, queue: str, *, tenant: str | None = None, limit: int
     """Dead letters of a queue (of one tenant if given, selected in SQL), most recently dead
     first, before the position ``after`` (finished_at, id) of the previous page's last."""
     start = after or ("infinity", LAST_ID)
-    rows = ctx.db.fetch("dlq_page" if tenant is None else "dlq_page_of_tenant", {
-        "queue": queue, "tenant": tenant, "limit": limit,
-        "after": start[0], "after_id": str(start[1]),
-    })
+    rows = ctx.store.dlq_page(queue, tenant, start[0], str(start[1]), limit)
     return [view(r) for r in rows]
 
 
@@ -54,7 +50,7 @@ class Slice:
 
 # Called in each transaction that replays dead letters, with what the pass has done so far
 # (an idempotency record is written there).
-SliceRecorder = Callable[[psycopg.Connection[Row], Slice], None]
+SliceRecorder = Callable[[Conn, Slice], None]
 
 
 def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead: bool = False,
@@ -74,25 +70,21 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
         pending = None
         try:
             with ctx.db.transaction() as conn:
-                locked = run(conn, "lock_dead", {
-                    "queue": queue, "tenant": tenant, "all": all_dead, "ids": wanted,
-                    "limit": limit,
-                })
+                locked = ctx.store.lock_dead(conn, queue, tenant, all_dead, wanted, limit)
                 if not locked:
                     break
-                targets = [Target(str(r["id"]), queue, r["tenant"])
+                targets = [Target(str(r.id), queue, r.tenant)
                            for r in first_of_each_key(locked)]
-                run(conn, "reset_dead", {"ids": [t.id for t in targets],
-                                         "now": to_datetime(ctx.now())})
+                ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
                 pending = admission.make_ready(ctx, conn, targets)
                 if record is not None:
-                    so_far = replayed + [UUID(str(r["id"])) for r in pending.rows]
+                    so_far = replayed + [UUID(str(r.id)) for r in pending.rows]
                     record(conn, Slice(so_far, _skipped(wanted, so_far), more=all_dead))
         except BaseException:
             admission.abandon(ctx, pending)
             raise
         admission.finish(ctx, pending)
-        replayed.extend(UUID(str(r["id"])) for r in pending.rows)
+        replayed.extend(UUID(str(r.id)) for r in pending.rows)
         if not all_dead or len(locked) < limit:
             break
         if _spent(len(replayed), max_items, started, seconds):
@@ -101,16 +93,16 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
     return Slice(replayed, _skipped(wanted, replayed), more)
 
 
-def first_of_each_key(locked: Sequence[Row]) -> list[Row]:
+def first_of_each_key(locked: Sequence[DeadKeyRow]) -> list[DeadKeyRow]:
     """The dead rows to replay: of rows sharing a key, only the first (one live task per
     key); the others are skipped, and a later replay finds their key live."""
     keys: set[tuple[str, str]] = set()
-    out: list[Row] = []
+    out: list[DeadKeyRow] = []
     for row in locked:
-        if row["key"] is not None:
-            if (row["tenant"], row["key"]) in keys:
+        if row.key is not None:
+            if (row.tenant, row.key) in keys:
                 continue
-            keys.add((row["tenant"], row["key"]))
+            keys.add((row.tenant, row.key))
         out.append(row)
     return out
 
@@ -132,9 +124,8 @@ def purge_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead:
     more = False
     while True:
         limit = PURGE_BATCH if max_items is None else min(PURGE_BATCH, max_items - len(purged))
-        rows = ctx.db.fetch("purge_dead", {"queue": queue, "tenant": tenant, "all": all_dead,
-                                           "ids": wanted, "limit": limit})
-        purged.extend(UUID(str(r["id"])) for r in rows)
+        rows = ctx.store.purge_dead(queue, tenant, all_dead, wanted, limit)
+        purged.extend(UUID(str(i)) for i in rows)
         if not all_dead or len(rows) < limit:
             break
         if _spent(len(purged), max_items, started, seconds):

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import psycopg
 
 from tierq.core.ids import uuid7_strings
 from tierq.core.json_text import has_nul
 from tierq.core.ordering import score
-from tierq.dal.postgres import Row, run_tuples
+from tierq.dal.store.rows import LiveKeyRow
+from tierq.dal.task_store import Conn, TaskColumns
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, tiering
 from tierq.logic.admission import Target, task_blob
@@ -30,7 +30,7 @@ assert MAX_BATCH <= SEQ_BLOCK
 INSERT_RETRIES = 3
 
 # Called in the transaction that inserts a round of tasks, with their outcomes by index.
-RoundRecorder = Callable[[psycopg.Connection[Row], dict[int, dict[str, Any]]], None]
+RoundRecorder = Callable[[Conn, dict[int, dict[str, Any]]], None]
 
 
 @dataclass(slots=True)
@@ -153,10 +153,10 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
     return [outcomes[p.index] for p in prepared]
 
 
-def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> dict[str, str]:
+def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
     """The batch's columns as insert_tasks takes them: array literals where every value is a
     number, a uuid or a state word; JSON arrays for names, keys and payloads."""
-    columns = {
+    columns: TaskColumns = {
         "ids": "{" + ",".join([p.id for p in batch]) + "}",
         "tenants": orjson.dumps([p.tenant for p in batch]).decode(),
         "priorities": "{" + ",".join([str(p.priority) for p in batch]) + "}",
@@ -183,16 +183,11 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         for p in batch:
             p.state = ready_state[p.tenant] if p.ready else "delayed"
         keyed = any(p.key is not None for p in batch)
-        params = {"queue": queue, "now": to_datetime(now), **row_columns(batch, keyed=keyed)}
+        columns = row_columns(batch, keyed=keyed)
         if record is not None:
-            seqs = _insert_recorded(ctx, batch, params, keyed, record)
-        elif keyed:  # (id, seq) of the rows inserted; the others met a live task's key
-            seqs: dict[str, int] = dict(ctx.db.fetch_tuples("insert_tasks", params))  # type: ignore[arg-type]
-        else:  # every row is inserted, numbered in batch order from the first seq
-            [(first, count)] = ctx.db.fetch_tuples("insert_tasks_keyless", params)
-            if count != len(batch):
-                raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
-            seqs = {p.id: first + i for i, p in enumerate(batch)}
+            seqs = _insert_recorded(ctx, queue, batch, now, columns, keyed, record)
+        else:
+            seqs = _insert(ctx, queue, batch, now, columns, keyed)
     except BaseException:
         admission.close(ctx, ticket)
         raise
@@ -225,17 +220,24 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
 
 
-def _insert_recorded(ctx: Context, batch: list[Prepared], params: dict[str, Any],
-                     keyed: bool, record: RoundRecorder) -> dict[str, int]:
+def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
+            columns: TaskColumns, keyed: bool, conn: Conn | None = None) -> dict[str, int]:
+    """Insert the batch; {id: seq} of the rows inserted (with keys, the others met a live
+    task's key; without, every row is inserted, numbered in batch order)."""
+    if keyed:
+        return ctx.store.insert_tasks(queue, to_datetime(now), columns, conn=conn)
+    first, count = ctx.store.insert_tasks_keyless(queue, to_datetime(now), columns, conn=conn)
+    if count != len(batch):
+        raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
+    return {p.id: first + i for i, p in enumerate(batch)}
+
+
+def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float,
+                     columns: TaskColumns, keyed: bool,
+                     record: RoundRecorder) -> dict[str, int]:
     """The round's insert and the caller's record of it, in one transaction."""
     with ctx.db.transaction() as conn:
-        if keyed:
-            seqs: dict[str, int] = dict(run_tuples(conn, "insert_tasks", params))  # type: ignore[arg-type]
-        else:
-            [(first, count)] = run_tuples(conn, "insert_tasks_keyless", params)
-            if count != len(batch):
-                raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
-            seqs = {p.id: first + i for i, p in enumerate(batch)}
+        seqs = _insert(ctx, queue, batch, now, columns, keyed, conn)
         record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
                                 "tenant": p.tenant, "key": p.key}
                       for p in batch if p.id in seqs})
@@ -244,16 +246,10 @@ def _insert_recorded(ctx: Context, batch: list[Prepared], params: dict[str, Any]
 
 def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now: float,
                        outcomes: dict[int, EnqueueOutcome]) -> list[Prepared]:
-    live = {
-        (r["tenant"], r["key"]): r
-        for r in ctx.db.fetch("live_by_keys", {
-            "queue": queue,
-            "tenants": [p.tenant for p in conflicts],
-            "keys": [p.key for p in conflicts],
-        })
-    }
+    live = {(r.tenant, r.key): r for r in ctx.store.live_by_keys(
+        queue, [p.tenant for p in conflicts], [p.key for p in conflicts])}
     retry: list[Prepared] = []
-    to_replace: list[tuple[Prepared, dict[str, Any]]] = []
+    to_replace: list[tuple[Prepared, LiveKeyRow]] = []
     for p in conflicts:
         existing = live.get((p.tenant, p.key or ""))
         if existing is None:
@@ -261,50 +257,47 @@ def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now:
         elif p.on_conflict == "replace":
             to_replace.append((p, existing))
         else:
-            outcomes[p.index] = EnqueueOutcome(id=existing["id"], outcome="ignored",
-                                               state=existing["state"], tenant=p.tenant, key=p.key)
+            outcomes[p.index] = EnqueueOutcome(id=existing.id, outcome="ignored",
+                                               state=existing.state, tenant=p.tenant, key=p.key)
     if to_replace:
         _replace(ctx, queue, to_replace, now, outcomes)
     return retry
 
 
-def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, dict[str, Any]]],
+def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
              now: float, outcomes: dict[int, EnqueueOutcome]) -> None:
     """Update live tasks in place: same id, same seq (docs/architecture.md §8, guarantee 5)."""
-    rows = ctx.db.fetch("replace_tasks", {
-        "now": to_datetime(now),
-        "ids": [str(e["id"]) for _, e in items],
-        "payloads": [p.payload_json.decode() for p, _ in items],
-        "priorities": [p.priority for p, _ in items],
-        "run_ats": [to_datetime(p.run_at_s) if p.run_at_explicit else None for p, _ in items],
-        "max_attempts": [p.max_attempts for p, _ in items],
-    })
-    updated = {str(r["id"]): r for r in rows}
+    rows = ctx.store.replace_tasks(
+        to_datetime(now), [str(e.id) for _, e in items],
+        [p.payload_json.decode() for p, _ in items], [p.priority for p, _ in items],
+        [to_datetime(p.run_at_s) if p.run_at_explicit else None for p, _ in items],
+        [p.max_attempts for p, _ in items])
+    updated = {str(r.id): r for r in rows}
     now_ready: list[Target] = []
     warm_updates: dict[str, list[tuple[str, int, bytes]]] = defaultdict(list)
     to_remove: dict[str, list[str]] = defaultdict(list)
     for p, existing in items:
-        row = updated.get(str(existing["id"]))
+        row = updated.get(str(existing.id))
         if row is None:
-            outcomes[p.index] = EnqueueOutcome(id=existing["id"], outcome="ignored",
-                                               state=existing["state"], tenant=p.tenant, key=p.key)
+            outcomes[p.index] = EnqueueOutcome(id=existing.id, outcome="ignored",
+                                               state=existing.state, tenant=p.tenant, key=p.key)
             continue
-        state = row["state"]
-        if state == "delayed" and existing["state"] in ("warm", "cold"):
-            to_remove[p.tenant].append(str(row["id"]))  # rescheduled into the future
-        elif state == "delayed" and row["run_at"].timestamp() <= now:
-            now_ready.append(Target(str(row["id"]), queue, p.tenant))
+        state = row.state
+        if state == "delayed" and existing.state in ("warm", "cold"):
+            to_remove[p.tenant].append(str(row.id))  # rescheduled into the future
+        elif state == "delayed" and row.run_at.timestamp() <= now:
+            now_ready.append(Target(str(row.id), queue, p.tenant))
         elif state == "warm":
             warm_updates[p.tenant].append(admission.row_push_item(row))
-        outcomes[p.index] = EnqueueOutcome(id=row["id"], outcome="updated", state=state,
+        outcomes[p.index] = EnqueueOutcome(id=row.id, outcome="updated", state=state,
                                            tenant=p.tenant, key=p.key)
     for tenant, ids in to_remove.items():
         ctx.warm.remove(queue, tenant, ids)
     for tenant, pushes in warm_updates.items():
         admission.update_warm(ctx, (queue, tenant), pushes)
     if now_ready:
-        states = {str(r["id"]): r["state"] for r in admission.ready_now(ctx, now_ready)}
+        states = {str(r.id): r.state for r in admission.ready_now(ctx, now_ready)}
         for p, existing in items:
-            state = states.get(str(existing["id"]))
+            state = states.get(str(existing.id))
             if state is not None:
                 outcomes[p.index].state = state  # type: ignore[assignment]

@@ -15,7 +15,6 @@ from uuid import UUID
 import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
-from tierq.dal.postgres import uuid_array
 from tierq.dal.warm_tier import lease_member
 from tierq.logic import admission
 from tierq.logic.admission import Target
@@ -116,23 +115,16 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     done: set[str] = set()
     if plain:
         attempts = [v.attempt for v in plain]
-        params: dict[str, Any] = {"queue": queue, "ids": uuid_array([v.id for v in plain])}
+        ids = [v.id for v in plain]
         if min(attempts) == max(attempts):
-            statement = "ack_delete"
-            params["attempt"] = attempts[0]
+            done.update(ctx.store.ack_delete(queue, ids, attempts[0], relaxed=relaxed))
         else:
-            statement = "ack_delete_by_attempt"
-            params["attempts"] = attempts
-        rows = ctx.db.fetch_tuples(statement, params, relaxed=relaxed)
-        done.update(r[0] for r in rows)
+            done.update(ctx.store.ack_delete_by_attempt(queue, ids, attempts, relaxed=relaxed))
     if keep:
-        rows = ctx.db.fetch("ack_keep", {
-            "queue": queue, "now": to_datetime(ctx.now()),
-            "ids": uuid_array([v.id for v, _ in keep]),
-            "results": [orjson.dumps(value).decode() for _, value in keep],
-            "attempts": [v.attempt for v, _ in keep],
-        }, relaxed=relaxed)
-        done.update(str(r["id"]) for r in rows)
+        done.update(ctx.store.ack_keep(
+            queue, to_datetime(ctx.now()), [v.id for v, _ in keep],
+            [orjson.dumps(value).decode() for _, value in keep],
+            [v.attempt for v, _ in keep], relaxed=relaxed))
     drop_leases(ctx, queue, valid)
     acked = result.acked
     for v in valid:
@@ -198,19 +190,17 @@ def release(ctx: Context, queue: str,
                 result.rejected.append(Rejection(id=items[v.index].id, reason="not_owner"))
     if not taken:
         return result
-    rows = ctx.db.fetch("release_leased", {
-        "queue": queue, "now": to_datetime(now),
-        "ids": uuid_array(v.id for v in taken), "attempts": [v.attempt for v in taken],
-    })
+    rows = ctx.store.release_leased(queue, to_datetime(now), (v.id for v in taken),
+                                    [v.attempt for v in taken])
     # Back in line as the oldest work of their line (they were at its front when claimed),
     # like rows the reconciler restores: into the warm set while it has room, whatever the
     # mode; what it refuses goes to the front of the cold line (its seq is kept).
     by_pair: dict[tuple[str, str], list[tuple[str, int, bytes]]] = defaultdict(list)
     for row in rows:
-        by_pair[(queue, row["tenant"])].append(admission.row_push_item(row))
+        by_pair[(queue, row.tenant)].append(admission.row_push_item(row))
     ticket = admission.Ticket(token=f"release-{uuid.uuid4().hex}")
     admission.dispatch(ctx, ticket, by_pair, kind="restore")
-    found = {str(r["id"]) for r in rows}
+    found = {str(r.id) for r in rows}
     for v in taken:
         if v.id in found:
             result.released.append(UUID(v.id))
@@ -227,20 +217,14 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     retries due now ready (the back of the line). Returns id -> 'dead' | 'delayed' for the
     rows found."""
     now = ctx.now()
-    rows = ctx.db.fetch("lease_outcomes", {
-        "queue": queue,
-        "now": to_datetime(now),
-        "ids": uuid_array(v.id for v in leases),
-        "attempts": [v.attempt for v in leases],
-        "errors": list(errors),
-        "retry_ats": [to_datetime(t) for t in retry_ats],
-        "deads": list(deads),
-    })
+    rows = ctx.store.lease_outcomes(
+        queue, to_datetime(now), (v.id for v in leases), [v.attempt for v in leases],
+        list(errors), [to_datetime(t) for t in retry_ats], list(deads))
     drop_leases(ctx, queue, leases)
-    due = [Target(str(r["id"]), queue, r["tenant"]) for r in rows
-           if r["state"] == "delayed" and r["run_at"].timestamp() <= now]
+    due = [Target(str(r.id), queue, r.tenant) for r in rows
+           if r.state == "delayed" and r.run_at.timestamp() <= now]
     admission.ready_now(ctx, due)
-    return {str(r["id"]): r["state"] for r in rows}
+    return {str(r.id): r.state for r in rows}
 
 
 def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> HeartbeatResult:

@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-
 from tierq.config import Settings
-from tierq.dal.postgres import Database, Row, run
+from tierq.dal.task_store import Conn, TaskStore
 from tierq.errors import QuotaExceeded
 
 Pair = tuple[str, str]
@@ -34,7 +32,7 @@ def refresh_seconds(settings: Settings) -> float:
     return min(REFRESH_CAP_SECONDS, settings.pair_retention_seconds / 4)
 
 
-def register(conn: psycopg.Connection[Row], queue: str, tenants: Iterable[str], *,
+def register(store: TaskStore, conn: Conn, queue: str, tenants: Iterable[str], *,
              now: float, cap: int) -> None:
     """Register (or refresh) the pairs of ``queue`` on ``conn``, inside the caller's
     transaction. A new pair whose tenant already has ``cap`` queues raises QuotaExceeded
@@ -43,14 +41,12 @@ def register(conn: psycopg.Connection[Row], queue: str, tenants: Iterable[str], 
     if not wanted:
         return
     at = datetime.fromtimestamp(now, UTC)
-    known = {r["tenant"] for r in run(conn, "refresh_pairs",
-                                      {"queue": queue, "tenants": wanted, "now": at})}
+    known = set(store.refresh_pairs(conn, queue, wanted, at))
     new = [t for t in wanted if t not in known]
     if not new:
         return
-    run(conn, "lock_tenant_quota", {"tenants": new})
-    added = {r["tenant"] for r in run(conn, "insert_pairs_within_quota", {
-        "queue": queue, "tenants": new, "now": at, "cap": cap})}
+    store.lock_tenant_quota(conn, new)
+    added = set(store.insert_pairs_within_quota(conn, queue, new, at, cap))
     refused = [t for t in new if t not in added]
     if refused:
         raise QuotaExceeded(
@@ -60,11 +56,11 @@ def register(conn: psycopg.Connection[Row], queue: str, tenants: Iterable[str], 
                       "queues"} for t in refused])
 
 
-def register_pairs(db: Database, queue: str, tenants: Iterable[str], *, now: float,
+def register_pairs(store: TaskStore, queue: str, tenants: Iterable[str], *, now: float,
                    cap: int) -> None:
     """``register`` in a transaction of its own."""
-    with db.transaction() as conn:
-        register(conn, queue, tenants, now=now, cap=cap)
+    with store.db.transaction() as conn:
+        register(store, conn, queue, tenants, now=now, cap=cap)
 
 
 # -- sliced walks -------------------------------------------------------------------------
@@ -83,12 +79,12 @@ class Budget:
         return self.clock() >= self.deadline
 
 
-def load_cursors(db: Database) -> dict[str, Pair]:
-    return {r["walk"]: (r["queue"], r["tenant"]) for r in db.fetch("maintenance_cursors")}
+def load_cursors(store: TaskStore) -> dict[str, Pair]:
+    return {r.walk: (r.queue, r.tenant) for r in store.maintenance_cursors()}
 
 
-def save_cursor(db: Database, walk: str, at: Pair) -> None:
-    db.execute("save_maintenance_cursor", {"walk": walk, "queue": at[0], "tenant": at[1]})
+def save_cursor(store: TaskStore, walk: str, at: Pair) -> None:
+    store.save_maintenance_cursor(walk, at)
 
 
 @dataclass
@@ -103,7 +99,7 @@ class WalkStats:
     items: list[Any] = field(default_factory=list)
 
 
-def walk(db: Database, name: str, fetch_slice: Callable[[Pair], Sequence[Any]],
+def walk(store: TaskStore, name: str, fetch_slice: Callable[[Pair], Sequence[Any]],
          key: Callable[[Any], Pair], budget: Budget, stats: WalkStats,
          cursors: dict[str, Pair], limit: int) -> Iterator[Sequence[Any]]:
     """Yield slices of items (in key order) starting after the walk's saved cursor, going
@@ -138,7 +134,7 @@ def walk(db: Database, name: str, fetch_slice: Callable[[Pair], Sequence[Any]],
             position = key(done[-1])
             if position != stats.cursor:  # a walk round the same pairs writes nothing
                 stats.cursor = position
-                save_cursor(db, name, position)
+                save_cursor(store, name, position)
         if len(done) < len(items) or budget.spent:
             return
         if wrapped and begin != START and position >= begin:

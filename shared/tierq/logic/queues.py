@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
@@ -18,19 +17,19 @@ from tierq.models.queues import (
 
 def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> QueueSettings:
     backoff = update.backoff
-    ctx.db.fetch("upsert_queue_settings", {
-        "queue": queue,
-        "warm_max": update.warm_max,
-        "warm_max_bytes": update.warm_max_bytes,
-        "lease_seconds": update.lease_seconds,
-        "max_attempts": update.max_attempts,
-        "backoff_kind": backoff.kind if backoff else None,
-        "backoff_base_seconds": backoff.base_seconds if backoff else None,
-        "backoff_cap_seconds": backoff.cap_seconds if backoff else None,
-        "backoff_jitter": backoff.jitter if backoff else None,
-        "retention_seconds": update.retention_seconds,
-        "paused": update.paused,
-    })
+    ctx.store.upsert_queue_settings(
+        queue,
+        warm_max=update.warm_max,
+        warm_max_bytes=update.warm_max_bytes,
+        lease_seconds=update.lease_seconds,
+        max_attempts=update.max_attempts,
+        backoff_kind=backoff.kind if backoff else None,
+        backoff_base_seconds=backoff.base_seconds if backoff else None,
+        backoff_cap_seconds=backoff.cap_seconds if backoff else None,
+        backoff_jitter=backoff.jitter if backoff else None,
+        retention_seconds=update.retention_seconds,
+        paused=update.paused,
+    )
     ctx.queue_settings.invalidate(queue)
     return ctx.queue_settings.get(queue)
 
@@ -38,7 +37,7 @@ def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> Queue
 def purge_tasks(ctx: Context, queue: str) -> int:
     """Delete every task of a queue (all states) and its warm tier. Workers holding leases get
     ``not_owner`` on ack. Returns how many tasks were deleted."""
-    deleted = ctx.db.execute("purge_queue_tasks", {"queue": queue})
+    deleted = ctx.store.purge_queue_tasks(queue)
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)
@@ -53,21 +52,12 @@ def pairs_after(ctx: Context, after: Pair = ("", ""), *, limit: int = PAIR_CHUNK
                 tenant: str | None = None, queue: str | None = None) -> list[Pair]:
     """Registered (queue, tenant) pairs after ``after`` in (queue, tenant) order, of one
     tenant and/or one queue if given (selected in SQL, each filter by its own index)."""
-    params = {"after_queue": after[0], "after_tenant": after[1], "limit": limit,
-              "tenant": tenant, "queue": queue}
-    if tenant is not None and queue is not None:
-        name = "pair_of_queue_and_tenant_page"
-    elif tenant is not None:
-        name = "pairs_of_tenant_page"
-    elif queue is not None:
-        name = "pairs_of_queue_page"
+    if queue is not None and tenant is None:
         if after[0] < queue:
-            params["after_tenant"] = ""  # the cursor is before this queue: all its tenants
+            after = (after[0], "")  # the cursor is before this queue: all its tenants
         elif after[0] > queue:
             return []
-    else:
-        name = "pairs_page"
-    return [(r["queue"], r["tenant"]) for r in ctx.db.fetch(name, params)]
+    return ctx.store.pairs_page(after, limit, tenant=tenant, queue=queue)
 
 
 def iter_pairs(ctx: Context, after: Pair = ("", ""), *, tenant: str | None = None,
@@ -79,9 +69,7 @@ def iter_pairs(ctx: Context, after: Pair = ("", ""), *, tenant: str | None = Non
     while True:
         registered = pairs_after(ctx, after, limit=chunk, tenant=tenant, queue=queue)
         if with_warm_rows and registered:
-            rows = ctx.db.fetch("pairs_with_warm_rows", {
-                "queues": [q for q, _ in registered], "tenants": [t for _, t in registered]})
-            yield from ((r["queue"], r["tenant"]) for r in rows)
+            yield from ctx.store.pairs_with_warm_rows(registered)
         else:
             yield from registered
         if len(registered) < chunk:
@@ -95,23 +83,21 @@ def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
     if not pairs:
         return []
     now = ctx.now()
-    columns = {"queues": [q for q, _ in pairs], "tenants": [t for _, t in pairs]}
-    pg = {(r["queue"], r["tenant"]): r for r in ctx.db.fetch("pair_state_counts", columns)}
+    pg = {(r.queue, r.tenant): r for r in ctx.store.pair_state_counts(pairs)}
     warm = {pair: ctx.warm.stats(*pair) for pair in pairs}
     leased_ids = [lease.id for pair in pairs if warm[pair][1]
                   for lease in ctx.warm.leases(*pair)]
-    oldest: dict[Pair, Any] = {
-        (r["queue"], r["tenant"]): r["oldest"]
-        for r in ctx.db.fetch("pair_oldest_ready", {**columns, "leased": leased_ids})
-    }
+    oldest = {(r.queue, r.tenant): r.oldest
+              for r in ctx.store.pair_oldest_ready(pairs, leased_ids)}
     out = []
     for pair in pairs:
         ready, leased, mode = warm[pair]
-        counts = pg.get(pair) or {}
+        counts = pg.get(pair)
         oldest_at = oldest.get(pair)
         out.append(TenantCounts(
-            queue=pair[0], tenant=pair[1], warm=ready, cold=counts.get("cold") or 0,
-            delayed=counts.get("delayed") or 0, leased=leased, dead=counts.get("dead") or 0,
+            queue=pair[0], tenant=pair[1], warm=ready, cold=counts.cold if counts else 0,
+            delayed=counts.delayed if counts else 0, leased=leased,
+            dead=counts.dead if counts else 0,
             mode="warm" if mode == "warm" else "cold",
             oldest_ready_at=oldest_at,
             oldest_ready_age_seconds=None if oldest_at is None
@@ -149,16 +135,16 @@ def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView
     ready work only (idle tenants cost nothing)."""
     if tenant is not None:
         return _tenant_queue_view(ctx, queue, tenant)
-    totals = ctx.db.fetch("queue_view_state_totals", {"queue": queue})[0]
-    counts = QueueCounts(cold=totals["cold"], delayed=totals["delayed"], dead=totals["dead"])
+    totals = ctx.store.queue_view_state_totals(queue)
+    counts = QueueCounts(cold=totals.cold, delayed=totals.delayed, dead=totals.dead)
     cold_mode = False
-    for row in ctx.db.fetch("queue_view_ready_tenants", {"queue": queue}):
-        ready, leased, mode = ctx.warm.stats(queue, row["tenant"])
+    for row in ctx.store.queue_view_ready_tenants(queue):
+        ready, leased, mode = ctx.warm.stats(queue, row.tenant)
         counts.warm += ready
         counts.leased += leased
-        cold_mode = cold_mode or (mode != "warm" and bool(row["cold"] or ready))
+        cold_mode = cold_mode or (mode != "warm" and bool(row.cold or ready))
     shown = [t for _, t in pairs_after(ctx, limit=TENANTS_SHOWN, queue=queue)]
-    total = int(ctx.db.fetch("queue_view_tenant_count", {"queue": queue})[0]["n"])
+    total = ctx.store.queue_view_tenant_count(queue)
     return QueueView(queue=queue, settings=ctx.queue_settings.get(queue), counts=counts,
                      mode="cold" if cold_mode else "warm", tenants=shown,
                      tenants_total=total, tenants_truncated=total > len(shown))
@@ -183,22 +169,19 @@ def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
 
 
 def known_queues(ctx: Context) -> list[str]:
-    return [r["queue"] for r in ctx.db.fetch("known_queues")]
+    return ctx.store.known_queues()
 
 
 def queue_known(ctx: Context, queue: str, tenant: str | None = None) -> bool:
     """Whether a queue has settings or has had tasks (of ``tenant``, if given)."""
-    row = ctx.db.fetch_one("queue_known", {"queue": queue, "tenant": tenant})
-    return bool(row and row["known"])
+    return ctx.store.queue_known(queue, tenant)
 
 
 def queue_names_after(ctx: Context, after: str = "", *, limit: int = PAIR_CHUNK,
                       tenant: str | None = None) -> list[str]:
     """Queue names after ``after`` in name order; with ``tenant``, only the queues that tenant
     has had tasks in (filtered in SQL)."""
-    rows = ctx.db.fetch("queue_names_page" if tenant is None else "queue_names_of_tenant_page",
-                        {"after": after, "limit": limit, "tenant": tenant})
-    return [r["queue"] for r in rows]
+    return ctx.store.queue_names_page(after, limit, tenant)
 
 
 def iter_queue_views(ctx: Context, after: str = "", *, tenant: str | None = None,

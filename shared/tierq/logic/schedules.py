@@ -61,13 +61,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import orjson
-import psycopg
 from croniter import CroniterError
 from pydantic import ValidationError
 
 from tierq.core.ids import uuid7
 from tierq.core.json_text import has_nul
-from tierq.dal.postgres import Row, run
+from tierq.dal.store.rows import LiveOccurrence, ScheduleRow
+from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
 from tierq.logic import tiering
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
@@ -138,12 +138,12 @@ class Timing:
         )
 
     @classmethod
-    def of_row(cls, row: Mapping[str, Any]) -> Timing:
+    def of_row(cls, row: ScheduleRow) -> Timing:
         return cls(
-            cron=row["cron"],
-            every_ms=row["every_ms"],
-            daily=tuple(parse_daily_time(t) for t in row["daily_times"] or ()),
-            timezone=row["timezone"],
+            cron=row.cron,
+            every_ms=row.every_ms,
+            daily=tuple(parse_daily_time(t) for t in row.daily_times or ()),
+            timezone=row.timezone,
         )
 
     def _instant_ms(self, wall: datetime, tz: ZoneInfo) -> int:
@@ -269,52 +269,52 @@ class InstallResult:
     installed_through_ms: int | None = None
 
 
-def withdraw(ctx: Context, conn: psycopg.Connection[Row], tenant: str, name: str,
+def withdraw(ctx: Context, conn: Conn, tenant: str, name: str,
              keep_hash: str | None) -> int:
     """Delete the never-claimed occurrences of schedule (tenant, name) of every hash but
     ``keep_hash`` (None: all). Returns how many were withdrawn."""
-    rows = run(conn, "lock_pending_occurrences",
-               {"tenant": tenant, "name": name, "keep_hash": keep_hash})
+    rows = ctx.store.lock_pending_occurrences(conn, tenant, name, keep_hash)
     ids: list[str] = []
     warm: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in rows:
-        if r["state"] == "warm":
-            warm[(r["queue"], r["tenant"])].append(str(r["id"]))
+        if r.state == "warm":
+            warm[(r.queue, r.tenant)].append(str(r.id))
         else:
-            ids.append(str(r["id"]))
+            ids.append(str(r.id))
     for (queue, tenant), warm_ids in warm.items():
         # only those still waiting: a claimed one is running and stays
         ids.extend(ctx.warm.remove_ready(queue, tenant, warm_ids))
     if not ids:
         return 0
-    return len(run(conn, "delete_occurrence_tasks", {"ids": ids}))
+    return len(ctx.store.delete_occurrence_tasks(conn, ids))
 
 
-def _insert(ctx: Context, conn: psycopg.Connection[Row], row: Row, instants: Sequence[int],
+def _insert(ctx: Context, conn: Conn, row: ScheduleRow, instants: Sequence[int],
             now: float) -> int:
     """Insert occurrences as delayed tasks (with their ledger rows), in chunks; existing
     live keys win. Returns how many were created."""
-    name, hash_ = row["name"], row["config_hash"]
+    name, hash_ = row.name, row.config_hash
     # read on this transaction's connection: taking a second pooled connection while the
     # transaction is open can starve a small pool
-    stored = run(conn, "queue_settings_row", {"queue": row["queue"]})
-    max_attempts = ctx.queue_settings.effective(stored[0] if stored else None).max_attempts
+    stored = ctx.store.queue_settings_row(row.queue, conn=conn)
+    max_attempts = ctx.queue_settings.effective(stored).max_attempts
     created = 0
     for start in range(0, len(instants), INSERT_CHUNK):
         chunk = list(instants[start:start + INSERT_CHUNK])
-        created += len(run(conn, "insert_occurrences", {
-            "name": name,
-            "config_hash": hash_,
-            "queue": row["queue"],
-            "tenant": row["tenant"],
-            "priority": row["priority"],
-            "payload": row["payload"],
-            "max_attempts": max_attempts,
-            "now": to_datetime(now),
-            "task_ids": [str(uuid7()) for _ in chunk],
-            "keys": [occurrence_key(name, hash_, ms) for ms in chunk],
-            "fire_at_ms": chunk,
-        }))
+        created += len(ctx.store.insert_occurrences(
+            conn,
+            name=name,
+            config_hash=hash_,
+            queue=row.queue,
+            tenant=row.tenant,
+            priority=row.priority,
+            payload=row.payload,
+            max_attempts=max_attempts,
+            now=to_datetime(now),
+            task_ids=[str(uuid7()) for _ in chunk],
+            keys=[occurrence_key(name, hash_, ms) for ms in chunk],
+            fire_at_ms=chunk,
+        ))
     return created
 
 
@@ -322,18 +322,18 @@ def lookahead_ms(ctx: Context) -> int:
     return int(max(LOOKAHEAD_TICKS * ctx.settings.cron_every, MIN_LOOKAHEAD_SECONDS) * 1000)
 
 
-def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -> InstallResult:
+def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float) -> InstallResult:
     """Bring one schedule's installed occurrences up to date, inside the caller's
     transaction (which holds the schedule's lock)."""
-    name, tenant, hash_ = row["name"], row["tenant"], row["config_hash"]
+    name, tenant, hash_ = row.name, row.tenant, row.config_hash
     result = InstallResult()
-    result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row["enabled"] else None)
-    through = row["installed_through_ms"] if row["installed_hash"] == hash_ else None
+    result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row.enabled else None)
+    through = row.installed_through_ms if row.installed_hash == hash_ else None
     # forget finished occurrences first: a ledger row must never outlive its task's key
-    run(conn, "prune_occurrences", {"tenant": tenant, "name": name})
-    if row["enabled"]:
+    ctx.store.prune_occurrences(conn, tenant, name)
+    if row.enabled:
         now_ms = to_ms(now)
-        wanted = occurrences(Timing.of_row(row), now_ms, at_least=row["horizon"],
+        wanted = occurrences(Timing.of_row(row), now_ms, at_least=row.horizon,
                              through_ms=now_ms + lookahead_ms(ctx))
         new = [ms for ms in wanted if through is None or ms > through]
         result.installed = _insert(ctx, conn, row, new, now)
@@ -342,9 +342,7 @@ def install(ctx: Context, conn: psycopg.Connection[Row], row: Row, now: float) -
         installed_hash: str | None = hash_
     else:
         installed_hash, through = None, None
-    run(conn, "mark_installed", {"tenant": tenant, "name": name,
-                                 "installed_hash": installed_hash,
-                                 "installed_through_ms": through, "now": to_datetime(now)})
+    ctx.store.mark_installed(conn, tenant, name, installed_hash, through, to_datetime(now))
     result.installed_through_ms = through
     return result
 
@@ -372,43 +370,42 @@ def put_schedule(ctx: Context, name: str,
     _register_pair(ctx, model.queue, tenant)
     now = ctx.now()
     with ctx.db.transaction() as conn:
-        run(conn, "schedule_lock", {"tenant": tenant, "name": name})
-        row = run(conn, "upsert_schedule", {
-            "name": name,
-            "queue": model.queue,
-            "tenant": tenant,
-            "payload": payload_json,
-            "priority": model.priority,
-            "cron": timing.cron,
-            "every_ms": timing.every_ms,
-            "daily_times": model.daily,
-            "timezone": timing.timezone,
-            "horizon": model.horizon,
-            "enabled": model.enabled,
-            "config_hash": config_hash(model, timing, payload_json),
-            "now": to_datetime(now),
-        })[0]
+        ctx.store.schedule_lock(conn, tenant, name)
+        row, created = ctx.store.upsert_schedule(
+            conn,
+            name=name,
+            queue=model.queue,
+            tenant=tenant,
+            payload=payload_json,
+            priority=model.priority,
+            cron=timing.cron,
+            every_ms=timing.every_ms,
+            daily_times=model.daily,
+            timezone=timing.timezone,
+            horizon=model.horizon,
+            enabled=model.enabled,
+            config_hash=config_hash(model, timing, payload_json),
+            now=to_datetime(now),
+        )
         install(ctx, conn, row, now)
-        created = bool(row["created"])
     return get_schedule(ctx, name, tenant), created
 
 
 def tick_schedule(ctx: Context, tenant: str, name: str) -> InstallResult | None:
     """One tick of one schedule (or of the leftovers of a removed one). None when another
     tick or a PUT holds it right now (that one does the work)."""
-    key = {"tenant": tenant, "name": name}
-    peek = ctx.db.fetch_one("schedule_by_name", key)
-    if peek is not None and peek["enabled"]:
-        _register_pair(ctx, peek["queue"], peek["tenant"])
+    peek = ctx.store.schedule_by_name(tenant, name)
+    if peek is not None and peek.enabled:
+        _register_pair(ctx, peek.queue, peek.tenant)
     with ctx.db.transaction() as conn:
-        if not run(conn, "schedule_try_lock", key)[0]["locked"]:
+        if not ctx.store.schedule_try_lock(conn, tenant, name):
             return None
-        rows = run(conn, "schedule_by_name", key)
-        if rows:
-            return install(ctx, conn, rows[0], ctx.now())
+        row = ctx.store.schedule_by_name(tenant, name, conn=conn)
+        if row is not None:
+            return install(ctx, conn, row, ctx.now())
         # removed: withdraw what was locked (and so skipped) when it was removed
         result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
-        run(conn, "prune_occurrences", key)
+        ctx.store.prune_occurrences(conn, tenant, name)
         return result
 
 
@@ -420,59 +417,57 @@ def delete_schedule(ctx: Context, name: str, tenant: str | None = None) -> Sched
     """Remove the schedule ``name`` of ``tenant`` (default ``_``) and withdraw its pending
     occurrences (a claimed one finishes)."""
     check_name(name)
-    key = {"tenant": tenant or DEFAULT_TENANT, "name": name}
+    tenant = tenant or DEFAULT_TENANT
     with ctx.db.transaction() as conn:
-        run(conn, "schedule_lock", key)
-        if not run(conn, "schedule_by_name", key):
-            raise _not_found(name, key["tenant"])
-        withdrawn = withdraw(ctx, conn, key["tenant"], name, None)
-        run(conn, "prune_occurrences", key)
-        run(conn, "delete_schedule_row", key)
-    return ScheduleRemoved(name=name, tenant=key["tenant"], removed_occurrences=withdrawn)
+        ctx.store.schedule_lock(conn, tenant, name)
+        if ctx.store.schedule_by_name(tenant, name, conn=conn) is None:
+            raise _not_found(name, tenant)
+        withdrawn = withdraw(ctx, conn, tenant, name, None)
+        ctx.store.prune_occurrences(conn, tenant, name)
+        ctx.store.delete_schedule_row(conn, tenant, name)
+    return ScheduleRemoved(name=name, tenant=tenant, removed_occurrences=withdrawn)
 
 
-def _views(ctx: Context, rows: Sequence[Row]) -> list[ScheduleView]:
+def _views(ctx: Context, rows: Sequence[ScheduleRow]) -> list[ScheduleView]:
     now_ms = to_ms(ctx.now())
-    live: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    live: dict[tuple[str, str], list[LiveOccurrence]] = defaultdict(list)
     if rows:
         # bounded per schedule in SQL: with nobody claiming, every tick installs more
-        for r in ctx.db.fetch("live_occurrences", {
-                "tenants": [row["tenant"] for row in rows],
-                "names": [row["name"] for row in rows],
-                "limits": [max(row["horizon"], MIN_INSTALLED_SHOWN) for row in rows]}):
-            live[(r["schedule_tenant"], r["schedule"])].append(r)
+        for r in ctx.store.live_occurrences(
+                rows, [max(row.horizon, MIN_INSTALLED_SHOWN) for row in rows]):
+            live[(r.schedule_tenant, r.schedule)].append(r)
     out = []
     for row in rows:
         timing = Timing.of_row(row)
-        upcoming = occurrences(timing, now_ms, at_least=row["horizon"]) if row["enabled"] \
+        upcoming = occurrences(timing, now_ms, at_least=row.horizon) if row.enabled \
             else []
         out.append(ScheduleView(
-            name=row["name"],
-            queue=row["queue"],
-            tenant=row["tenant"],
-            payload=orjson.loads(row["payload"]),
-            priority=row["priority"],
-            cron=row["cron"],
-            every_seconds=None if row["every_ms"] is None else row["every_ms"] / 1000,
-            daily=row["daily_times"],
-            timezone=None if row["every_ms"] is not None else row["timezone"],
-            horizon=row["horizon"],
-            enabled=row["enabled"],
-            config_hash=row["config_hash"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            last_tick_at=row["last_tick_at"],
+            name=row.name,
+            queue=row.queue,
+            tenant=row.tenant,
+            payload=orjson.loads(row.payload),
+            priority=row.priority,
+            cron=row.cron,
+            every_seconds=None if row.every_ms is None else row.every_ms / 1000,
+            daily=row.daily_times,
+            timezone=None if row.every_ms is not None else row.timezone,
+            horizon=row.horizon,
+            enabled=row.enabled,
+            config_hash=row.config_hash,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            last_tick_at=row.last_tick_at,
             next_occurrences=[from_ms(ms) for ms in upcoming],
             installed=[
                 InstalledOccurrence(
-                    at=from_ms(o["fire_at_ms"]), key=o["key"], task_id=o["task_id"],
-                    queue=o["queue"], tenant=o["tenant"], state=o["state"],
-                    current=o["config_hash"] == row["config_hash"],
+                    at=from_ms(o.fire_at_ms), key=o.key, task_id=o.task_id,
+                    queue=o.queue, tenant=o.tenant, state=o.state,
+                    current=o.config_hash == row.config_hash,
                 )
-                for o in live.get((row["tenant"], row["name"]), [])
+                for o in live.get((row.tenant, row.name), [])
             ],
-            installed_count=(live[(row["tenant"], row["name"])][0]["total"]
-                             if live.get((row["tenant"], row["name"])) else 0),
+            installed_count=(live[(row.tenant, row.name)][0].total
+                             if live.get((row.tenant, row.name)) else 0),
         ))
     return out
 
@@ -481,7 +476,7 @@ def get_schedule(ctx: Context, name: str, tenant: str | None = None) -> Schedule
     """The schedule ``name`` of ``tenant`` (default ``_``)."""
     check_name(name)
     tenant = tenant or DEFAULT_TENANT
-    row = ctx.db.fetch_one("schedule_by_name", {"tenant": tenant, "name": name})
+    row = ctx.store.schedule_by_name(tenant, name)
     if row is None:
         raise _not_found(name, tenant)
     return _views(ctx, [row])[0]
@@ -497,11 +492,10 @@ def iter_schedules(ctx: Context, *, tenant: str | None = None,
                    chunk: int = 50) -> Iterator[ScheduleView]:
     """Schedules after ``after`` (tenant, name) in (tenant, name) order, of one tenant or
     of all, read ``chunk`` at a time (a page that fills up early reads little more)."""
-    after_tenant, after_name = after or ("", "")
+    position = after or ("", "")
     while True:
-        rows = ctx.db.fetch("schedules_page", {"tenant": tenant, "after_tenant": after_tenant,
-                                               "after_name": after_name, "limit": chunk})
+        rows = ctx.store.schedules_page(tenant, position, chunk)
         yield from _views(ctx, rows)
         if len(rows) < chunk:
             return
-        after_tenant, after_name = rows[-1]["tenant"], rows[-1]["name"]
+        position = (rows[-1].tenant, rows[-1].name)

@@ -2,41 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import orjson
 
+from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound
 from tierq.logic.context import Context, from_ms
-from tierq.models.tasks import TaskView
+from tierq.models.tasks import TaskState, TaskView
 
 
 def _json(value: str | None) -> Any:
     return None if value is None else orjson.loads(value)
 
 
-def view(row: dict[str, Any], *, leased_by: str | None = None,
+def view(row: TaskRow, *, leased_by: str | None = None,
          lease_deadline_ms: int | None = None, state: str | None = None) -> TaskView:
     return TaskView(
-        id=row["id"], queue=row["queue"], tenant=row["tenant"], key=row["key"],
-        priority=row["priority"], payload=_json(row["payload"]),
-        state=state or row["state"], run_at=row["run_at"],
-        run_at_initially=row["run_at_initially"], attempts=row["attempts"],
-        max_attempts=row["max_attempts"], created_at=row["created_at"],
-        ready_since=row["ready_since"], finished_at=row["finished_at"],
-        last_error=row["last_error"], result=_json(row["result"]),
+        id=row.id, queue=row.queue, tenant=row.tenant, key=row.key,
+        priority=row.priority, payload=_json(row.payload),
+        state=cast(TaskState, state or row.state), run_at=row.run_at,
+        run_at_initially=row.run_at_initially, attempts=row.attempts,
+        max_attempts=row.max_attempts, created_at=row.created_at,
+        ready_since=row.ready_since, finished_at=row.finished_at,
+        last_error=row.last_error, result=_json(row.result),
         worker=leased_by,
         lease_expires_at=None if lease_deadline_ms is None else from_ms(lease_deadline_ms),
     )
 
 
 def get_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
-    row = ctx.db.fetch_one("task_by_id", {"queue": queue, "id": task_id})
+    row = ctx.store.task_by_id(queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
-    if row["state"] == "warm":
-        lease = ctx.warm.lease_of(queue, row["tenant"], str(task_id))
+    if row.state == "warm":
+        lease = ctx.warm.lease_of(queue, row.tenant, str(task_id))
         if lease is not None:
             return view(row, leased_by=lease.worker, lease_deadline_ms=lease.deadline_ms,
                         state="leased")
@@ -46,9 +47,9 @@ def get_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     """Delete a task whatever its state; a worker holding its lease gets ``not_owner`` on
     ack. Postgres first, then the warm tier."""
-    row = ctx.db.fetch_one("cancel_task", {"queue": queue, "id": task_id})
+    row = ctx.store.cancel_task(queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
-    if row["state"] == "warm":
-        ctx.warm.remove(queue, row["tenant"], [str(task_id)])
+    if row.state == "warm":
+        ctx.warm.remove(queue, row.tenant, [str(task_id)])
     return view(row)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
 
 import psycopg
 
 from tierq.core import hysteresis
-from tierq.dal.postgres import Row, run, run_tuples, transaction
+from tierq.dal.postgres import transaction
+from tierq.dal.store.rows import PromotedRow
+from tierq.dal.task_store import Conn
 from tierq.logic import admission
 from tierq.logic.context import Context, to_datetime, to_ms
 
@@ -93,8 +94,7 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
                          stale_ms=stale_ms, warm_max=warm_max, warm_max_bytes=warm_max_bytes)
     if (seen.mode == "cold" and hysteresis.may_return_warm(seen.ready, warm_max, 0, seen.inflight)
             and hysteresis.may_return_warm_bytes(seen.ready_bytes, warm_max_bytes)):
-        has_cold = ctx.db.fetch_value("has_cold", {"queue": queue, "tenant": tenant})
-        if not has_cold:
+        if not ctx.store.has_cold(queue, tenant):
             flip = ctx.warm.mode(queue, tenant, op="flip", now_ms=to_ms(ctx.now()),
                                  stale_ms=stale_ms, warm_max=warm_max,
                                  warm_max_bytes=warm_max_bytes, expected_epoch=seen.epoch)
@@ -114,8 +114,7 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
 
 
 def _remember_cold_mode(ctx: Context, queue: str, tenant: str) -> None:
-    ctx.db.execute("mark_cold_mode", {"queues": [queue], "tenants": [tenant], "cold": [True],
-                                      "now": to_datetime(ctx.now())})
+    ctx.store.mark_cold_mode([(queue, tenant)], [True], to_datetime(ctx.now()))
 
 
 def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
@@ -129,15 +128,14 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
     held the lock, a batch gave up waiting for a row another writer held
     (PROMOTE_LOCK_TIMEOUT), the warm set's bytes are full, or Valkey is out of memory."""
     moved = 0
-    params = {"queue": queue, "tenant": tenant}
     with ctx.db.connection() as conn:
-        if not run(conn, "try_pair_lock", params)[0]["locked"]:
+        if not ctx.store.try_pair_lock(conn, queue, tenant):
             return 0, Busy.PAIR_LOCKED
         try:
             while room > 0:
                 want = min(room, PROMOTE_BATCH, room_bytes // max(1, blob_estimate) + 1)
                 try:
-                    items = _promote_batch(ctx, conn, params, want)
+                    items = _promote_batch(ctx, conn, queue, tenant, want)
                 except psycopg.errors.LockNotAvailable:
                     return moved, Busy.ROW_HELD  # a writer holds one of the rows: next pass
                 if not items:
@@ -160,14 +158,13 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
                 if len(items) < want:
                     break  # the cold line is drained
         finally:
-            run(conn, "release_pair_lock", params)
+            ctx.store.release_pair_lock(conn, queue, tenant)
     return moved, None
 
 
-def _promote_batch(ctx: Context, conn: psycopg.Connection[Row], params: dict[str, str],
-                   limit: int) -> list[tuple[Any, ...]]:
+def _promote_batch(ctx: Context, conn: Conn, queue: str, tenant: str,
+                   limit: int) -> list[PromotedRow]:
     """Mark one batch of the oldest cold rows warm; (id, score, blob) rows, ready to push."""
     with transaction(conn):  # tierq's timeouts; then a shorter lock timeout of its own
-        run(conn, "promote_lock_timeout", {"timeout": PROMOTE_LOCK_TIMEOUT})
-        return run_tuples(conn, "promote_cold", {
-            **params, "limit": limit, "now": to_datetime(ctx.now())})
+        ctx.store.promote_lock_timeout(conn, PROMOTE_LOCK_TIMEOUT)
+        return ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(ctx.now()))

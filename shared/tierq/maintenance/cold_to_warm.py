@@ -11,6 +11,7 @@ master does not answer is logged, listed in ``failed`` and passed over
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,13 +53,11 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
     stats = pairs.WalkStats()
     failures = PairFailures("cold_to_warm", ctx, summary.failed)
 
-    def fetch(after: pairs.Pair) -> list[tuple[str, str, bool]]:
-        return [(r["queue"], r["tenant"], r["marked"]) for r in ctx.db.fetch(
-            "walk_cold_to_warm_pairs",
-            {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
+    def fetch(after: pairs.Pair) -> Sequence[tuple[str, str, bool]]:
+        return ctx.store.walk_cold_to_warm_pairs(after, limit)
 
-    cursors = pairs.load_cursors(ctx.db)
-    for chunk in pairs.walk(ctx.db, WALK, fetch, lambda item: (item[0], item[1]), budget,
+    cursors = pairs.load_cursors(ctx.store)
+    for chunk in pairs.walk(ctx.store, WALK, fetch, lambda item: (item[0], item[1]), budget,
                             stats, cursors, limit):
         changed: list[tuple[str, str, bool]] = []
         for queue, tenant, marked in chunk:
@@ -74,9 +73,8 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
             if budget.spent:
                 break
         if changed:
-            ctx.db.execute("mark_cold_mode", {
-                "queues": [c[0] for c in changed], "tenants": [c[1] for c in changed],
-                "cold": [c[2] for c in changed], "now": to_datetime(ctx.now())})
+            ctx.store.mark_cold_mode([(c[0], c[1]) for c in changed],
+                                     [c[2] for c in changed], to_datetime(ctx.now()))
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     return summary

@@ -52,9 +52,7 @@ def run(ctx: Context, config: CronTickConfig | None = None,
 def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
     summary = CronTickSummary()
     budget = Budget(config.budget_seconds)
-    rows = ctx.db.fetch("schedules_to_tick", {"now_ms": to_ms(ctx.now()),
-                                              "lookahead_ms": schedules.lookahead_ms(ctx)})
-    due = [(str(row["tenant"]), str(row["name"])) for row in rows]
+    due = list(ctx.store.schedules_to_tick(to_ms(ctx.now()), schedules.lookahead_ms(ctx)))
     after = _resume_after.pop(ctx.db, None)
     if after is not None:
         due = [s for s in due if s > after] + [s for s in due if s <= after]

@@ -17,8 +17,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tierq.dal.postgres import Row, uuid_array
-from tierq.dal.postgres import run as run_query
+from tierq.dal.store.rows import ReadyRow
 from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission
 from tierq.logic.admission import Ticket
@@ -61,16 +60,14 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
     failures = PairFailures("delayed mover", ctx, summary.failed)
     for _ in range(config.max_batches):
         tickets: dict[Pair, Ticket] = {}
-        rows: list[Row] = []
+        rows: list[ReadyRow] = []
         try:
             with ctx.db.transaction() as conn:
-                skip = sorted(failed)
-                due = run_query(conn, "lock_due_skipping", {
-                    "now": to_datetime(ctx.now()), "limit": batch,
-                    "skip_queues": [p[0] for p in skip], "skip_tenants": [p[1] for p in skip]})
+                due = ctx.store.lock_due_skipping(conn, to_datetime(ctx.now()), batch,
+                                                  sorted(failed))
                 if not due:
                     break
-                for pair in dict.fromkeys((r["queue"], r["tenant"]) for r in due):
+                for pair in dict.fromkeys((r.queue, r.tenant) for r in due):
                     if failures.skip(pair):
                         failed.add(pair)
                         continue
@@ -79,26 +76,24 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                     except WarmTierUnavailable as exc:
                         failed.add(pair)
                         failures.record(pair, exc, when="before its rows moved")
-                ready = [r for r in due if (r["queue"], r["tenant"]) in tickets]
+                ready = [r for r in due if (r.queue, r.tenant) in tickets]
                 if ready:
-                    rows = run_query(conn, "make_ready", {
-                        "ids": uuid_array(str(r["id"]) for r in ready),
-                        "states": [tickets[(r["queue"], r["tenant"])].state_for(
-                            (r["queue"], r["tenant"])) for r in ready],
-                        "from_states": ["delayed"],
-                        "now": to_datetime(ctx.now()),
-                    })
+                    rows = ctx.store.make_ready(
+                        conn, (str(r.id) for r in ready),
+                        [tickets[(r.queue, r.tenant)].state_for((r.queue, r.tenant))
+                         for r in ready],
+                        ["delayed"], to_datetime(ctx.now()))
         except BaseException:
             for ticket in tickets.values():
                 _close_quietly(ctx, ticket)
             raise
         summary.batches += 1
         summary.moved += len(rows)
-        summary.cold += sum(1 for r in rows if r["state"] != "warm")
+        summary.cold += sum(1 for r in rows if r.state != "warm")
         warm_by_pair: dict[Pair, list[tuple[str, int, bytes]]] = {}
         for r in rows:  # the push orders them by score (priority, seq)
-            if r["state"] == "warm":
-                warm_by_pair.setdefault((r["queue"], r["tenant"]), []).append(
+            if r.state == "warm":
+                warm_by_pair.setdefault((r.queue, r.tenant), []).append(
                     admission.row_push_item(r))
         for pair, ticket in tickets.items():
             items = warm_by_pair.get(pair, [])

@@ -96,9 +96,7 @@ def walk_round(ctx: Context, state: GaugeRound, emit: Emit, summary: GaugeSummar
         state.partial, state.gauged_now = {}, set()
     while True:
         after = state.cursor
-        chunk = [(r["queue"], r["tenant"]) for r in ctx.db.fetch(
-            "walk_gauge_pairs",
-            {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
+        chunk = ctx.store.walk_gauge_pairs(after, limit)
         summary.slices += 1
         for row in pair_counts(ctx, chunk):
             add(state.partial.setdefault(row.queue, zeros()), row)

@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import Field
 
-from tierq.dal.postgres import run as run_query
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission, idempotency, leases, pairs
@@ -71,7 +70,7 @@ def run(ctx: Context, config: ReaperConfig | None = None, **overrides: Any) -> R
 def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     summary = ReaperSummary()
     budget = pairs.Budget(config.budget_seconds)
-    cursors = pairs.load_cursors(ctx.db)
+    cursors = pairs.load_cursors(ctx.store)
     reap_pairs(ctx, summary, budget, config, cursors)
     purge_queues(ctx, summary, budget, config, cursors)
     forget_idle(ctx, summary, config.forget_slice, cursors)
@@ -88,11 +87,9 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     failures = PairFailures("reaper", ctx, summary.failed)
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
-        return [(r["queue"], r["tenant"]) for r in ctx.db.fetch(
-            "walk_warm_pairs",
-            {"after_queue": after[0], "after_tenant": after[1], "limit": limit})]
+        return ctx.store.walk_warm_pairs(after, limit)
 
-    for chunk in pairs.walk(ctx.db, LEASES_WALK, fetch, lambda pair: pair, budget, stats,
+    for chunk in pairs.walk(ctx.store, LEASES_WALK, fetch, lambda pair: pair, budget, stats,
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
@@ -139,10 +136,8 @@ def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
     if not busy:
         return
     now = ctx.now()
-    ctx.db.execute("touch_pairs", {
-        "queues": [p[0] for p in busy], "tenants": [p[1] for p in busy],
-        "now": to_datetime(now),
-        "stale": to_datetime(now - pairs.refresh_seconds(ctx.settings))})
+    ctx.store.touch_pairs(busy, to_datetime(now),
+                          to_datetime(now - pairs.refresh_seconds(ctx.settings)))
 
 
 def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
@@ -152,10 +147,9 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     stats = pairs.WalkStats()
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
-        return [(r["queue"], "") for r in ctx.db.fetch(
-            "walk_finished_queues", {"after_queue": after[0], "limit": limit})]
+        return [(queue, "") for queue in ctx.store.walk_finished_queues(after[0], limit)]
 
-    for chunk in pairs.walk(ctx.db, PURGE_WALK, fetch, lambda item: item, budget, stats,
+    for chunk in pairs.walk(ctx.store, PURGE_WALK, fetch, lambda item: item, budget, stats,
                             cursors, limit):
         for queue, _ in chunk:
             if not purge(ctx, queue, summary, config, budget):
@@ -172,19 +166,17 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
     retention, with no row of any kind left, are deleted. The walk wraps round at the end."""
     after = cursors.get(FORGET_WALK, pairs.START)
     before = to_datetime(ctx.now() - ctx.settings.pair_retention_seconds)
-    rows = ctx.db.fetch("forget_idle_pairs", {
-        "after_queue": after[0], "after_tenant": after[1], "limit": forget_slice,
-        "before": before})
-    gone = [(r["queue"], r["tenant"]) for r in rows if r["forgotten"]]
+    rows = ctx.store.forget_idle_pairs(after, forget_slice, before)
+    gone = [(r.queue, r.tenant) for r in rows if r.forgotten]
     summary.forgotten.extend(f"{q}|{t}" for q, t in gone)
     ctx.pairs.forget_local(gone)
     for pair in gone:
         ctx.modes.pop(pair, None)
-    ends = [r for r in rows if not r["forgotten"]]  # the slice's last pair, if it read any
-    last = (ends[0]["queue"], ends[0]["tenant"]) \
-        if ends and ends[0]["slice_rows"] == forget_slice else pairs.START
+    ends = [r for r in rows if not r.forgotten]  # the slice's last pair, if it read any
+    last = (ends[0].queue, ends[0].tenant) \
+        if ends and ends[0].slice_rows == forget_slice else pairs.START
     if last != after:
-        pairs.save_cursor(ctx.db, FORGET_WALK, last)
+        pairs.save_cursor(ctx.store, FORGET_WALK, last)
 
 
 def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
@@ -230,18 +222,17 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
     """Re-push warm rows that neither the ready set nor the lease set knows. The rows are
     locked while checked and pushed, so an ack deleting one at that moment cannot race."""
     before = to_datetime(ctx.now() - ctx.settings.reconcile_grace_seconds)
-    suspects = [str(r["id"]) for r in ctx.db.fetch("warm_suspects", {
-        "queue": queue, "tenant": tenant, "before": before, "limit": config.reconcile_batch,
-    })]
+    suspects = [str(i) for i in ctx.store.warm_suspects(queue, tenant, before,
+                                                         config.reconcile_batch)]
     lost = ctx.warm.missing(queue, tenant, suspects)
     if not lost:
         return
     ticket = Ticket(token=f"restore-{queue}-{tenant}-{to_ms(ctx.now())}")
     try:
         with ctx.db.transaction() as conn:
-            rows = run_query(conn, "lock_warm_for_restore", {"ids": lost})
-            still_lost = set(ctx.warm.missing(queue, tenant, [str(r["id"]) for r in rows]))
-            items = [admission.row_push_item(r) for r in rows if str(r["id"]) in still_lost]
+            rows = ctx.store.lock_warm_for_restore(conn, lost)
+            still_lost = set(ctx.warm.missing(queue, tenant, [str(r.id) for r in rows]))
+            items = [admission.row_push_item(r) for r in rows if str(r.id) in still_lost]
             refused = admission.push(ctx, ticket, (queue, tenant), items, kind="restore")
             admission.mark_cold(ctx, refused, conn)
     finally:
@@ -255,11 +246,9 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig
     when the budget ran out with more to delete (at least one batch is done)."""
     retention = ctx.queue_settings.get(queue).retention_seconds
     before = to_datetime(ctx.now() - retention)
-    for statement in ("purge_done_before", "purge_dead_before"):
+    for purge_before in (ctx.store.purge_done_before, ctx.store.purge_dead_before):
         while True:
-            deleted = ctx.db.execute(statement,
-                                     {"queue": queue, "before": before,
-                                      "limit": config.purge_batch})
+            deleted = purge_before(queue, before, config.purge_batch)
             summary.purged += max(0, deleted)
             if deleted < config.purge_batch:
                 break

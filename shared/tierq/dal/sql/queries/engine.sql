@@ -107,15 +107,6 @@ RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attemp
 UPDATE tierq_tasks SET state = 'cold', state_since = %(now)s
 WHERE id = ANY(%(ids)s::uuid[]) AND (state = 'warm') IS TRUE;
 
--- name: lock_due
--- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due).
-SELECT id, queue, tenant
-FROM tierq_tasks
-WHERE state = 'delayed' AND run_at <= %(now)s
-ORDER BY run_at, seq
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
-
 -- name: make_ready
 -- Tasks becoming ready (due, retried, re-queued, replayed) take a new seq, in the order
 -- given: the back of their line. The CTE is not inlined (nextval is volatile), so seqs
@@ -130,11 +121,6 @@ FROM s
 WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
           t.max_attempts, t.created_at;
-
--- name: lock_ids
-SELECT id FROM tierq_tasks
-WHERE id = ANY(%(ids)s::uuid[]) AND state = ANY(%(states)s::text[])
-FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
@@ -270,15 +256,6 @@ WHERE id = ANY(%(ids)s::uuid[]) AND (state = 'warm') IS TRUE
 ORDER BY seq
 FOR UPDATE SKIP LOCKED;
 
--- name: purge_finished
--- Retention: done and dead rows of one queue, in bounded batches.
-DELETE FROM tierq_tasks
-WHERE id IN (
-    SELECT id FROM tierq_tasks
-    WHERE queue = %(queue)s AND state IN ('done', 'dead') AND finished_at < %(before)s
-    LIMIT %(limit)s
-);
-
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
 
@@ -287,9 +264,6 @@ SELECT tenant FROM tierq_queue_tenants WHERE queue = %(queue)s ORDER BY tenant;
 
 -- name: queue_settings_row
 SELECT * FROM tierq_queues WHERE queue = %(queue)s;
-
--- name: all_queue_settings_rows
-SELECT * FROM tierq_queues ORDER BY queue;
 
 -- name: upsert_queue_settings
 INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds, max_attempts,
@@ -317,20 +291,6 @@ SELECT queue FROM tierq_queues
 UNION
 SELECT queue FROM tierq_queue_tenants
 ORDER BY queue;
-
--- name: state_counts
--- Per (tenant, state) counts of one queue, for the states that live only in Postgres.
-SELECT tenant, state, count(*) AS n
-FROM tierq_tasks
-WHERE queue = %(queue)s AND state IN ('cold', 'delayed', 'dead')
-GROUP BY tenant, state;
-
--- name: oldest_ready
--- When the longest-waiting ready task of each tenant became ready; leased rows excluded.
-SELECT tenant, min(ready_since) AS oldest
-FROM tierq_tasks
-WHERE queue = %(queue)s AND state IN ('cold', 'warm') AND NOT (id = ANY(%(leased)s::uuid[]))
-GROUP BY tenant;
 
 -- name: task_by_id
 SELECT * FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
@@ -761,8 +721,10 @@ LIMIT %(limit)s;
 -- == Maintenance passes when one Valkey master is down ====================================
 
 -- name: lock_due_skipping
--- lock_due, leaving out the pairs whose warm tier failed earlier in this pass (their master
--- is down): their rows stay delayed, in place, for a later pass, and cannot fill every batch.
+-- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due; the
+-- tierq_tasks_delayed_due index), leaving out the pairs whose warm tier failed earlier in
+-- this pass (their master is down): their rows stay delayed, in place, for a later pass,
+-- and cannot fill every batch.
 SELECT t.id, t.queue, t.tenant
 FROM tierq_tasks t
 WHERE t.state = 'delayed' AND t.run_at <= %(now)s

@@ -40,9 +40,6 @@ RETURNING *, (xmax = 0) AS created;
 -- name: schedule_by_name
 SELECT * FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s;
 
--- name: all_schedules
-SELECT * FROM tierq_schedules ORDER BY tenant, name;
-
 -- name: schedules_page
 -- Schedules after (after_tenant, after_name) in (tenant, name) order, of one tenant or
 -- (tenant NULL) of all; a keyset page on the primary key.

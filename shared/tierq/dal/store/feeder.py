@@ -1,0 +1,60 @@
+"""The bulk feeder's statements (``sql/queries/feeder.sql``): its offsets and lock, the
+backlog it watches, places in line reserved per round, and the staged write of a chunk."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from psycopg.rows import scalar_row
+
+from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.store.rows import BacklogCounts, FeedOffsetRow
+
+
+class FeederQueries(StoreBase):
+    def feeder_try_lock(self, conn: Conn, feed: str) -> bool:
+        """Take the feed's session lock on ``conn`` if free."""
+        [locked] = self._fetch("feeder_try_lock", {"feed": feed}, scalar_row, conn)
+        return bool(locked)
+
+    def feeder_unlock(self, conn: Conn, feed: str) -> None:
+        self._fetch("feeder_unlock", {"feed": feed}, scalar_row, conn)
+
+    def feeder_offsets(self, feed: str) -> list[FeedOffsetRow]:
+        return self._fetch("feeder_offsets", {"feed": feed}, positional(FeedOffsetRow))
+
+    def feeder_save_offsets(self, feed: str, rows: Sequence[FeedOffsetRow]) -> None:
+        """Where every source of the feed stopped, in one statement."""
+        self._execute("feeder_save_offsets", {
+            "feed": feed, "sources": [r.source for r in rows], "parts": [r.part for r in rows],
+            "rows_done": [r.rows_done for r in rows],
+            "last_values": [r.last_value for r in rows]})
+
+    def feeder_reset_offsets(self, feed: str) -> None:
+        self._execute("feeder_reset_offsets", {"feed": feed})
+
+    def feeder_backlog_pg(self, queue: str, cap: int) -> BacklogCounts:
+        """The queue's cold and delayed rows, each counted up to ``cap``."""
+        [row] = self._fetch("feeder_backlog_pg", {"queue": queue, "cap": cap},
+                            positional(BacklogCounts))
+        return row
+
+    def feeder_reserve_seqs(self, n: int) -> list[int]:
+        """``n`` places in line, in order."""
+        return self._fetch("feeder_reserve_seqs", {"n": n}, scalar_row)
+
+    def feeder_create_stage(self, conn: Conn) -> None:
+        """The staging table of ``conn``'s session (emptied at each commit)."""
+        self._execute("feeder_create_stage", None, conn)
+
+    def feeder_copy_stage(self, conn: Conn, text: bytes) -> None:
+        """COPY rows (text format) into the staging table, in ``conn``'s transaction."""
+        with conn.cursor() as cur, cur.copy(self._sql["feeder_copy_stage"]) as copy:
+            copy.write(text)
+
+    def feeder_insert_from_stage(self, conn: Conn, queue: str, now: datetime,
+                                 max_attempts: int) -> int:
+        """Move the staged rows into the queue, in their order; how many were created."""
+        return self._execute("feeder_insert_from_stage", {
+            "queue": queue, "now": now, "max_attempts": max_attempts}, conn)

@@ -1,0 +1,285 @@
+"""The rows the store returns: one NamedTuple per shape of result, its fields the
+statement's columns in order (``positional`` checks them once), or, for ``SELECT *`` rows,
+a table's columns (``by_name``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import NamedTuple
+from uuid import UUID
+
+Pair = tuple[str, str]  # (queue, tenant)
+
+
+class DueRow(NamedTuple):
+    """A delayed task now due (the delayed mover's batch)."""
+
+    id: UUID
+    queue: str
+    tenant: str
+
+
+class ReadyRow(NamedTuple):
+    """A task made ready or given back, with what the warm tier keeps of it."""
+
+    id: UUID
+    queue: str
+    tenant: str
+    key: str | None
+    state: str
+    seq: int
+    priority: int
+    payload: str  # JSON text
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+
+
+class ReplacedRow(NamedTuple):
+    """A live task updated in place (on_conflict = replace)."""
+
+    id: UUID
+    tenant: str
+    key: str | None
+    state: str
+    seq: int
+    priority: int
+    payload: str
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    run_at: datetime
+
+
+class RestoreRow(NamedTuple):
+    """A warm row the reconciler pushes again."""
+
+    id: UUID
+    key: str | None
+    seq: int
+    priority: int
+    payload: str
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+
+
+class LiveKeyRow(NamedTuple):
+    """The live task holding a (tenant, key)."""
+
+    id: UUID
+    tenant: str
+    key: str
+    state: str
+
+
+class OutcomeRow(NamedTuple):
+    """A failed attempt recorded: the task is delayed (a retry) or dead."""
+
+    id: UUID
+    tenant: str
+    state: str
+    run_at: datetime
+
+
+class PromotedRow(NamedTuple):
+    """A cold task marked warm, ready to push: its id, ready-set score and blob."""
+
+    id: str
+    score: int
+    blob: str
+
+
+class DeadKeyRow(NamedTuple):
+    """A dead letter locked for a replay."""
+
+    id: UUID
+    tenant: str
+    key: str | None
+
+
+class TaskRow(NamedTuple):
+    """A whole ``tierq_tasks`` row."""
+
+    id: UUID
+    queue: str
+    tenant: str
+    key: str | None
+    priority: int
+    payload: str
+    state: str
+    run_at: datetime
+    run_at_initially: datetime
+    attempts: int
+    max_attempts: int
+    seq: int
+    created_at: datetime
+    ready_since: datetime | None
+    state_since: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    result: str | None
+
+
+class QueueSettingsRow(NamedTuple):
+    """A whole ``tierq_queues`` row: NULL means the deployment's default."""
+
+    queue: str
+    warm_max: int | None
+    lease_seconds: int | None
+    max_attempts: int | None
+    backoff_kind: str | None
+    backoff_base_seconds: float | None
+    backoff_cap_seconds: float | None
+    backoff_jitter: float | None
+    retention_seconds: int | None
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+    warm_max_bytes: int | None
+
+
+class ClaimedTaskRow(NamedTuple):
+    """What a replayed claim rebuilds a task from."""
+
+    id: str
+    tenant: str
+    key: str | None
+    priority: int
+    payload: str
+    max_attempts: int
+    state: str
+
+
+class MarkedPair(NamedTuple):
+    """A pair of the mover's walk; ``marked``: recorded in cold mode."""
+
+    queue: str
+    tenant: str
+    marked: bool
+
+
+class CursorRow(NamedTuple):
+    walk: str
+    queue: str
+    tenant: str
+
+
+class ForgetRow(NamedTuple):
+    """A forgotten pair (``forgotten``), or the slice's last pair with the rows it read."""
+
+    queue: str
+    tenant: str
+    forgotten: bool
+    slice_rows: int | None
+
+
+class PairStateCounts(NamedTuple):
+    queue: str
+    tenant: str
+    cold: int
+    delayed: int
+    dead: int
+
+
+class PairOldestReady(NamedTuple):
+    queue: str
+    tenant: str
+    oldest: datetime | None
+
+
+class StateTotals(NamedTuple):
+    """A queue's cold, delayed and dead tasks (every tenant)."""
+
+    cold: int
+    delayed: int
+    dead: int
+
+
+class ReadyTenant(NamedTuple):
+    """A tenant of a queue with ready work, and its cold count."""
+
+    tenant: str
+    cold: int
+
+
+class IdempotencyRecord(NamedTuple):
+    fingerprint: bytes
+    done: bool
+    status: int | None
+    response: str | None
+    lease_until: datetime
+    expires_at: datetime
+
+
+class ClaimedKey(NamedTuple):
+    """An Idempotency-Key taken: what an earlier owner had committed under it, if any."""
+
+    response: str | None
+
+
+class ScheduleRow(NamedTuple):
+    """A whole ``tierq_schedules`` row."""
+
+    name: str
+    queue: str
+    tenant: str
+    payload: str
+    priority: int
+    cron: str | None
+    every_ms: int | None
+    daily_times: list[str] | None
+    timezone: str
+    horizon: int
+    enabled: bool
+    config_hash: str
+    installed_hash: str | None
+    installed_through_ms: int | None
+    last_tick_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleKey(NamedTuple):
+    tenant: str
+    name: str
+
+
+class PendingOccurrence(NamedTuple):
+    """An occurrence's task never claimed, locked for withdrawal."""
+
+    id: UUID
+    queue: str
+    tenant: str
+    state: str
+
+
+class LiveOccurrence(NamedTuple):
+    """An installed occurrence of a schedule whose task is live; ``total``: how many the
+    schedule has."""
+
+    schedule_tenant: str
+    schedule: str
+    config_hash: str
+    fire_at_ms: int
+    task_id: UUID
+    key: str | None
+    state: str
+    attempts: int
+    queue: str
+    tenant: str
+    total: int
+
+
+class FeedOffsetRow(NamedTuple):
+    source: str
+    part: str
+    rows_done: int
+    last_value: str | None
+
+
+class BacklogCounts(NamedTuple):
+    """A queue's cold and delayed rows, each counted up to a cap."""
+
+    cold: int
+    delayed: int

@@ -1,0 +1,98 @@
+"""Cron schedules and their installed occurrences (``sql/queries/schedules.sql``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from psycopg.rows import dict_row, scalar_row
+
+from tierq.dal.store.base import Conn, StoreBase, by_name, positional
+from tierq.dal.store.rows import LiveOccurrence, PendingOccurrence, ScheduleKey, ScheduleRow
+
+
+class ScheduleQueries(StoreBase):
+    def schedule_lock(self, conn: Conn, tenant: str, name: str) -> None:
+        """Wait for the schedule's lock, held until ``conn``'s transaction ends."""
+        self._fetch("schedule_lock", {"tenant": tenant, "name": name}, scalar_row, conn)
+
+    def schedule_try_lock(self, conn: Conn, tenant: str, name: str) -> bool:
+        [locked] = self._fetch("schedule_try_lock", {"tenant": tenant, "name": name},
+                               scalar_row, conn)
+        return bool(locked)
+
+    def upsert_schedule(self, conn: Conn, *, name: str, queue: str, tenant: str,
+                        payload: str, priority: int, cron: str | None, every_ms: int | None,
+                        daily_times: Sequence[str] | None, timezone: str, horizon: int,
+                        enabled: bool, config_hash: str,
+                        now: datetime) -> tuple[ScheduleRow, bool]:
+        """Create or replace the schedule; its row, and whether it was created."""
+        [row] = self._fetch("upsert_schedule", {
+            "name": name, "queue": queue, "tenant": tenant, "payload": payload,
+            "priority": priority, "cron": cron, "every_ms": every_ms,
+            "daily_times": daily_times, "timezone": timezone, "horizon": horizon,
+            "enabled": enabled, "config_hash": config_hash, "now": now}, dict_row, conn)
+        created = bool(row.pop("created"))
+        return ScheduleRow(**row), created
+
+    def schedule_by_name(self, tenant: str, name: str, *,
+                         conn: Conn | None = None) -> ScheduleRow | None:
+        rows = self._fetch("schedule_by_name", {"tenant": tenant, "name": name},
+                           by_name(ScheduleRow), conn)
+        return rows[0] if rows else None
+
+    def schedules_page(self, tenant: str | None, after: tuple[str, str],
+                       limit: int) -> list[ScheduleRow]:
+        """Schedules after ``after`` (tenant, name), of ``tenant`` or (None) of all."""
+        return self._fetch("schedules_page", {"tenant": tenant, "after_tenant": after[0],
+                                              "after_name": after[1], "limit": limit},
+                           by_name(ScheduleRow))
+
+    def schedules_to_tick(self, now_ms: int, lookahead_ms: int) -> list[ScheduleKey]:
+        """The schedules a tick has work for."""
+        return self._fetch("schedules_to_tick", {"now_ms": now_ms,
+                                                 "lookahead_ms": lookahead_ms},
+                           positional(ScheduleKey))
+
+    def lock_pending_occurrences(self, conn: Conn, tenant: str, name: str,
+                                 keep_hash: str | None) -> list[PendingOccurrence]:
+        """Never-claimed occurrences of every config but ``keep_hash``, locked."""
+        return self._fetch("lock_pending_occurrences", {
+            "tenant": tenant, "name": name, "keep_hash": keep_hash},
+            positional(PendingOccurrence), conn)
+
+    def delete_occurrence_tasks(self, conn: Conn, ids: Sequence[str]) -> list[UUID]:
+        """Delete the occurrences' tasks still live and never claimed; their ids."""
+        return self._fetch("delete_occurrence_tasks", {"ids": ids}, scalar_row, conn)
+
+    def prune_occurrences(self, conn: Conn, tenant: str, name: str) -> None:
+        """Forget occurrences whose task is no longer live."""
+        self._execute("prune_occurrences", {"tenant": tenant, "name": name}, conn)
+
+    def insert_occurrences(self, conn: Conn, *, name: str, config_hash: str, queue: str,
+                           tenant: str, priority: int, payload: str, max_attempts: int,
+                           now: datetime, task_ids: Sequence[str], keys: Sequence[str],
+                           fire_at_ms: Sequence[int]) -> list[UUID]:
+        """Occurrences as delayed tasks with their ledger rows; the task ids created."""
+        return self._fetch("insert_occurrences", {
+            "name": name, "config_hash": config_hash, "queue": queue, "tenant": tenant,
+            "priority": priority, "payload": payload, "max_attempts": max_attempts,
+            "now": now, "task_ids": task_ids, "keys": keys, "fire_at_ms": fire_at_ms},
+            scalar_row, conn)
+
+    def mark_installed(self, conn: Conn, tenant: str, name: str, installed_hash: str | None,
+                       installed_through_ms: int | None, now: datetime) -> None:
+        self._execute("mark_installed", {
+            "tenant": tenant, "name": name, "installed_hash": installed_hash,
+            "installed_through_ms": installed_through_ms, "now": now}, conn)
+
+    def delete_schedule_row(self, conn: Conn, tenant: str, name: str) -> None:
+        self._fetch("delete_schedule_row", {"tenant": tenant, "name": name}, scalar_row, conn)
+
+    def live_occurrences(self, schedules: Sequence[ScheduleRow],
+                         limits: Sequence[int]) -> list[LiveOccurrence]:
+        """The soonest ``limits[i]`` live occurrences of each schedule, with their total."""
+        return self._fetch("live_occurrences", {
+            "tenants": [s.tenant for s in schedules], "names": [s.name for s in schedules],
+            "limits": limits}, positional(LiveOccurrence))

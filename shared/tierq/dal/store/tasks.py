@@ -1,0 +1,221 @@
+"""Task rows and their transitions (``sql/queries/engine.sql``, first part): enqueue, the
+delayed mover, admission, acks and failed attempts, promotion, reconciliation, retention,
+one task, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, NotRequired, TypedDict
+from uuid import UUID
+
+from psycopg.rows import scalar_row, tuple_row
+
+from tierq.dal.postgres import uuid_array
+from tierq.dal.store.base import Conn, StoreBase, by_name, positional
+from tierq.dal.store.rows import (
+    DeadKeyRow,
+    DueRow,
+    LiveKeyRow,
+    OutcomeRow,
+    Pair,
+    PromotedRow,
+    ReadyRow,
+    ReplacedRow,
+    RestoreRow,
+    TaskRow,
+)
+
+
+class TaskColumns(TypedDict):
+    """A batch of new tasks, one array literal (or JSON array) per column, in batch order
+    (``tierq.logic.enqueue.row_columns``)."""
+
+    ids: str
+    tenants: str
+    priorities: str
+    payloads: str
+    states: str
+    run_ats: str
+    max_attempts: str
+    keys: NotRequired[str]
+
+
+class TaskQueries(StoreBase):
+    # -- enqueue --------------------------------------------------------------------------
+
+    def insert_tasks(self, queue: str, now: datetime, columns: TaskColumns, *,
+                     conn: Conn | None = None) -> dict[str, int]:
+        """Insert a batch with keys; {id: seq} of the rows inserted (the others met a live
+        task's key)."""
+        rows = self._fetch("insert_tasks", {"queue": queue, "now": now, **columns},
+                           tuple_row, conn)
+        return dict(rows)
+
+    def insert_tasks_keyless(self, queue: str, now: datetime, columns: TaskColumns, *,
+                             conn: Conn | None = None) -> tuple[int, int]:
+        """Insert a batch without keys; (seq of its first row, rows inserted)."""
+        [(first, count)] = self._fetch("insert_tasks_keyless",
+                                       {"queue": queue, "now": now, **columns}, tuple_row, conn)
+        return first, count
+
+    def live_by_keys(self, queue: str, tenants: Sequence[str],
+                     keys: Sequence[str | None]) -> list[LiveKeyRow]:
+        return self._fetch("live_by_keys", {"queue": queue, "tenants": tenants, "keys": keys},
+                           positional(LiveKeyRow))
+
+    def replace_tasks(self, now: datetime, ids: Sequence[str], payloads: Sequence[str],
+                      priorities: Sequence[int], run_ats: Sequence[datetime | None],
+                      max_attempts: Sequence[int]) -> list[ReplacedRow]:
+        """Update live tasks in place; the rows that changed."""
+        return self._fetch("replace_tasks", {
+            "now": now, "ids": ids, "payloads": payloads, "priorities": priorities,
+            "run_ats": run_ats, "max_attempts": max_attempts}, positional(ReplacedRow))
+
+    # -- admission ------------------------------------------------------------------------
+
+    def mark_cold(self, ids: Iterable[str], now: datetime, *, conn: Conn | None = None) -> None:
+        """Warm rows the warm tier refused go (back) to the cold line, keeping their seq."""
+        self._execute("mark_cold", {"ids": uuid_array(ids), "now": now}, conn)
+
+    def make_ready(self, conn: Conn, ids: Iterable[str], states: Sequence[str],
+                   from_states: Sequence[str], now: datetime) -> list[ReadyRow]:
+        """Tasks in ``from_states`` become ready in ``states`` (warm or cold), each with a
+        new seq in the order given."""
+        return self._fetch("make_ready", {
+            "ids": uuid_array(ids), "states": states, "from_states": from_states, "now": now,
+        }, positional(ReadyRow), conn)
+
+    def lock_due_skipping(self, conn: Conn, now: datetime, limit: int,
+                          skip: Sequence[Pair]) -> list[DueRow]:
+        """The delayed mover's batch (locked, skipping locked rows), leaving out ``skip``."""
+        return self._fetch("lock_due_skipping", {
+            "now": now, "limit": limit, "skip_queues": [p[0] for p in skip],
+            "skip_tenants": [p[1] for p in skip]}, positional(DueRow), conn)
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def ack_delete(self, queue: str, ids: Iterable[str], attempt: int, *,
+                   relaxed: bool = False) -> list[str]:
+        """Delete acked tasks whose leases all are of ``attempt``; the ids deleted."""
+        return self._fetch("ack_delete", {"queue": queue, "ids": uuid_array(ids),
+                                          "attempt": attempt}, scalar_row, relaxed=relaxed)
+
+    def ack_delete_by_attempt(self, queue: str, ids: Iterable[str], attempts: Sequence[int],
+                              *, relaxed: bool = False) -> list[str]:
+        """``ack_delete`` with an attempt per task."""
+        return self._fetch("ack_delete_by_attempt", {
+            "queue": queue, "ids": uuid_array(ids), "attempts": attempts},
+            scalar_row, relaxed=relaxed)
+
+    def ack_keep(self, queue: str, now: datetime, ids: Iterable[str], results: Sequence[str],
+                 attempts: Sequence[int], *, relaxed: bool = False) -> list[str]:
+        """Acked tasks kept done with their results (JSON text); the ids kept."""
+        return self._fetch("ack_keep", {
+            "queue": queue, "now": now, "ids": uuid_array(ids), "results": results,
+            "attempts": attempts}, scalar_row, relaxed=relaxed)
+
+    def lease_outcomes(self, queue: str, now: datetime, ids: Iterable[str],
+                       attempts: Sequence[int], errors: Sequence[str],
+                       retry_ats: Sequence[datetime], deads: Sequence[bool]) -> list[OutcomeRow]:
+        """Record failed attempts: each task delayed until its retry, or dead."""
+        return self._fetch("lease_outcomes", {
+            "queue": queue, "now": now, "ids": uuid_array(ids), "attempts": attempts,
+            "errors": errors, "retry_ats": retry_ats, "deads": deads}, positional(OutcomeRow))
+
+    def release_leased(self, queue: str, now: datetime, ids: Iterable[str],
+                       attempts: Sequence[int]) -> list[ReadyRow]:
+        """Leased tasks given back return to line in their old place."""
+        return self._fetch("release_leased", {
+            "queue": queue, "now": now, "ids": uuid_array(ids), "attempts": attempts},
+            positional(ReadyRow))
+
+    # -- cold -> warm ---------------------------------------------------------------------
+
+    def try_pair_lock(self, conn: Conn, queue: str, tenant: str) -> bool:
+        """Take the pair's promotion lock (a session lock on ``conn``) if free."""
+        [locked] = self._fetch("try_pair_lock", {"queue": queue, "tenant": tenant},
+                               scalar_row, conn)
+        return bool(locked)
+
+    def release_pair_lock(self, conn: Conn, queue: str, tenant: str) -> None:
+        self._fetch("release_pair_lock", {"queue": queue, "tenant": tenant}, scalar_row, conn)
+
+    def promote_lock_timeout(self, conn: Conn, timeout: str) -> None:
+        """The lock timeout of ``conn``'s open transaction (e.g. ``"200ms"``)."""
+        self._fetch("promote_lock_timeout", {"timeout": timeout}, scalar_row, conn)
+
+    def promote_cold(self, conn: Conn, queue: str, tenant: str, limit: int,
+                     now: datetime) -> list[PromotedRow]:
+        """Mark the oldest ``limit`` cold rows of the pair warm; their push items."""
+        return self._fetch("promote_cold", {"queue": queue, "tenant": tenant, "limit": limit,
+                                            "now": now}, positional(PromotedRow), conn)
+
+    def has_cold(self, queue: str, tenant: str) -> bool:
+        [found] = self._fetch("has_cold", {"queue": queue, "tenant": tenant}, scalar_row)
+        return bool(found)
+
+    # -- reconciliation and retention -----------------------------------------------------
+
+    def warm_suspects(self, queue: str, tenant: str, before: datetime,
+                      limit: int) -> list[UUID]:
+        """Warm rows older than ``before``: Valkey should know them."""
+        return self._fetch("warm_suspects", {"queue": queue, "tenant": tenant,
+                                             "before": before, "limit": limit}, scalar_row)
+
+    def lock_warm_for_restore(self, conn: Conn, ids: Sequence[str]) -> list[RestoreRow]:
+        """The rows of ``ids`` still warm, locked (skipping locked ones), in seq order."""
+        return self._fetch("lock_warm_for_restore", {"ids": ids}, positional(RestoreRow),
+                           conn)
+
+    def purge_done_before(self, queue: str, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` done rows of the queue finished before ``before``."""
+        return self._execute("purge_done_before",
+                             {"queue": queue, "before": before, "limit": limit})
+
+    def purge_dead_before(self, queue: str, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` dead rows of the queue finished before ``before``."""
+        return self._execute("purge_dead_before",
+                             {"queue": queue, "before": before, "limit": limit})
+
+    # -- one task -------------------------------------------------------------------------
+
+    def task_by_id(self, queue: str, task_id: UUID) -> TaskRow | None:
+        rows = self._fetch("task_by_id", {"queue": queue, "id": task_id}, by_name(TaskRow))
+        return rows[0] if rows else None
+
+    def cancel_task(self, queue: str, task_id: UUID) -> TaskRow | None:
+        """Delete the task whatever its state; the row deleted."""
+        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, by_name(TaskRow))
+        return rows[0] if rows else None
+
+    def purge_queue_tasks(self, queue: str) -> int:
+        """Delete every task of the queue; how many."""
+        return self._execute("purge_queue_tasks", {"queue": queue})
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def dlq_page(self, queue: str, tenant: str | None, after: datetime | str, after_id: str,
+                 limit: int) -> list[TaskRow]:
+        """Dead letters (of ``tenant`` when given) before (after, after_id), newest first."""
+        params: dict[str, Any] = {"queue": queue, "tenant": tenant, "limit": limit,
+                                  "after": after, "after_id": after_id}
+        if tenant is None:
+            return self._fetch("dlq_page", params, by_name(TaskRow))
+        return self._fetch("dlq_page_of_tenant", params, by_name(TaskRow))
+
+    def lock_dead(self, conn: Conn, queue: str, tenant: str | None, all_dead: bool,
+                  ids: Sequence[str], limit: int) -> list[DeadKeyRow]:
+        """Dead rows to replay whose key no live task holds, locked, oldest first."""
+        return self._fetch("lock_dead", {"queue": queue, "tenant": tenant, "all": all_dead,
+                                          "ids": ids, "limit": limit},
+                           positional(DeadKeyRow), conn)
+
+    def reset_dead(self, conn: Conn, ids: Sequence[str], now: datetime) -> None:
+        self._execute("reset_dead", {"ids": ids, "now": now}, conn)
+
+    def purge_dead(self, queue: str, tenant: str | None, all_dead: bool, ids: Sequence[str],
+                   limit: int) -> list[UUID]:
+        """Delete up to ``limit`` dead rows; their ids."""
+        return self._fetch("purge_dead", {"queue": queue, "tenant": tenant, "all": all_dead,
+                                           "ids": ids, "limit": limit}, scalar_row)
