@@ -125,3 +125,36 @@ def test_a_module_found_only_in_this_environment_fails_the_run(tmp_path: Path) -
     assert done.returncode != 0
     assert "importing one/app.py from the layer failed" in done.stderr, done.stderr
     assert "ModuleNotFoundError: No module named 'pytest'" in done.stderr, done.stderr
+
+
+def test_the_layer_build_compiles_tierq_beside_its_sources_and_the_rest_in_their_place(
+        tmp_path: Path) -> None:
+    from bench.lambda_layer import load_build_layer
+
+    build_layer = load_build_layer()
+    python = lambda_python()
+    out = tmp_path / "python"
+    (out / "tierq").mkdir(parents=True)
+    (out / "tierq" / "__init__.py").write_text("from otherlib import VALUE\n")
+    (out / "otherlib").mkdir()
+    (out / "otherlib" / "__init__.py").write_text("VALUE = 7\n")
+    (out / "otherlib" / "__init__.pyi").write_text("VALUE: int\n")
+    (out / "otherlib" / "_speedups.c").write_text("int x;\n")
+    (out / "otherlib-stubs").mkdir()
+    (out / "otherlib-stubs" / "__init__.pyi").write_text("VALUE: int\n")
+    (out / "single.py").write_text("ONE = 1\n")
+
+    build_layer.drop_build_only_files(out)
+    build_layer.compile_bytecode(out, python)
+
+    files = sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_file())
+    assert files == ["otherlib/__init__.pyc", "single.pyc", "tierq/__init__.py",
+                     f"tierq/__pycache__/__init__.cpython-{LAMBDA_PYTHON.replace('.', '')}.pyc"]
+    # unchecked-hash: flags 0b01 in the .pyc header (hash-based, check_source off)
+    pyc = out / files[-1]
+    assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01
+    done = subprocess.run(
+        [python, "-S", "-s", "-c", "import tierq, single; print(tierq.VALUE + single.ONE)"],
+        env={"PYTHONPATH": str(out), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True, text=True, check=False, timeout=60)
+    assert done.stdout.strip() == "8", done.stderr
