@@ -75,7 +75,7 @@ def secret_database_url(settings: Settings, secret: Mapping[str, Any]) -> str:
 def tls_parameters(settings: Settings) -> dict[str, str]:
     """libpq's TLS parameters for these settings. ``sslrootcert=system`` (libpq 16 or
     later) verifies against the operating system's trusted roots."""
-    params = {"sslmode": settings.db_sslmode}
+    params: dict[str, str] = {"sslmode": settings.db_sslmode}
     if settings.db_sslmode in ("verify-ca", "verify-full"):
         params["sslrootcert"] = settings.db_sslrootcert
         if settings.db_sslrootcert == "system":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -60,10 +61,13 @@ def applied(conn: psycopg.Connection) -> dict[str, str]:
     return {_col(r, 0): _col(r, 1) for r in rows}
 
 
-def _col(row: object, i: int) -> str:
-    if isinstance(row, dict):
+def _col(row: Sequence[Any] | Mapping[str, Any] | None, i: int) -> str:
+    """Column ``i`` of a row as text, from a connection that makes tuples or dicts."""
+    if row is None:
+        raise RuntimeError("the query returned no row")
+    if isinstance(row, Mapping):
         return str(list(row.values())[i])
-    return str(row[i])  # type: ignore[index]
+    return str(row[i])
 
 
 def migrate(url: str) -> list[str]:
@@ -83,7 +87,7 @@ def migrate(url: str) -> list[str]:
                         )
                     continue
                 with conn.transaction():
-                    conn.execute(m.sql)  # type: ignore[arg-type]
+                    conn.execute(m.sql)
                     conn.execute(
                         "INSERT INTO tierq_schema_migrations (version, name, checksum)"
                         " VALUES (%s, %s, %s)",

@@ -286,12 +286,17 @@ def execute_text(conn: psycopg.Connection[Any], text: str,
     cur = conn.cursor(row_factory=row_factory) if row_factory else conn.cursor()
     set_local = _set_local_for(conn)
     if set_local is None:
-        cur.execute(text, params or {})  # type: ignore[arg-type]
+        cur.execute(text, params or {})
         return cur
     with conn.pipeline():
-        conn.execute(set_local)  # type: ignore[arg-type]
-        cur.execute(text, params or {})  # type: ignore[arg-type]
+        conn.execute(set_local)
+        cur.execute(text, params or {})
     return cur
+
+
+def _idle(conn: psycopg.Connection[Any]) -> bool:
+    """No transaction is open on ``conn`` (asked afresh: the caller's statements change it)."""
+    return conn.info.transaction_status == TransactionStatus.IDLE
 
 
 @contextmanager
@@ -301,15 +306,15 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
     BEGIN). Inside a transaction already, or on a connection that is not tierq's, it is
     psycopg's ``conn.transaction()`` (a savepoint when nested)."""
     set_local, begin = conn.statements() if isinstance(conn, TierqConnection) else (None, "")
-    if set_local is None or conn.info.transaction_status != TransactionStatus.IDLE:
+    if set_local is None or not _idle(conn):
         with conn.transaction():
             yield conn
         return
-    conn.execute(begin, prepare=False)  # type: ignore[call-overload]
+    conn.execute(begin, prepare=False)
     try:
         yield conn
     except BaseException:
-        if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
+        if not _idle(conn) and not conn.closed:
             with suppress(psycopg.Error):  # a broken connection: the pool discards it
                 conn.execute("ROLLBACK")
         raise

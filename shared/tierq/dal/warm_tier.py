@@ -134,6 +134,16 @@ VALKEY_DOWN: tuple[type[Exception], ...] = (
     TryAgainError)
 
 
+# no answer, or any other error: the slot map cannot say where a pair's keys live
+_SLOT_MAP_UNKNOWN: tuple[type[Exception], ...] = (*VALKEY_DOWN, redis.RedisError)
+
+
+def _source(script: Script) -> str:
+    """A registered script's Lua text (redis-py keeps what it was given: ours are str)."""
+    text = script.script
+    return text if isinstance(text, str) else bytes(text).decode()
+
+
 @contextmanager
 def _available() -> Iterator[None]:
     try:
@@ -160,7 +170,7 @@ def client_options(url: str) -> dict[str, Any]:
 class WarmTier:
     """The warm tier of every (queue, tenant), over one Valkey client."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
         self.scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPTS
@@ -172,7 +182,7 @@ class WarmTier:
     def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
         options = client_options(url)
         if cluster:
-            return cls(RedisCluster.from_url(url, **options))  # type: ignore[arg-type]
+            return cls(RedisCluster.from_url(url, **options))
         return cls(redis.Redis.from_url(url, **options))
 
     def master_of(self, queue: str, tenant: str) -> str | None:
@@ -182,7 +192,7 @@ class WarmTier:
             return ""
         try:
             node = self.client.get_node_from_key(PairKeys.of(queue, tenant).ready)
-        except (*VALKEY_DOWN, redis.RedisError):
+        except _SLOT_MAP_UNKNOWN:
             return None
         return None if node is None else f"{node.host}:{node.port}"
 
@@ -209,13 +219,15 @@ class WarmTier:
         try:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return self.client.eval(script.script, len(keys), *keys, *args)
+            return self.client.eval(_source(script), len(keys), *keys, *args)
 
     def _command(self, *args: Any) -> Any:
         with _available():
             if self.calls is not None:
                 return self.calls.command(*args)
-            return self.client.execute_command(*args)
+            if isinstance(self.client, RedisCluster):  # routes the call by its key's slot
+                return self.client.execute_command(*args)
+        raise AssertionError("a single server's client always has its direct calls")
 
     # -- admission ---------------------------------------------------------------------
 
