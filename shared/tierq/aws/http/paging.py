@@ -45,6 +45,7 @@ _SEPARATOR_COST = 1
 
 Item = TypeVar("Item", bound=BaseModel)
 Position = TypeVar("Position")
+Position_co = TypeVar("Position_co", covariant=True)  # a Resume is read-only
 
 
 class ResponseTooLarge(TierqError):
@@ -55,11 +56,11 @@ class ResponseTooLarge(TierqError):
 
 
 @dataclass(frozen=True)
-class Resume(Generic[Position]):
+class Resume(Generic[Position_co]):
     """Yielded by a source between items when it has scanned enough for one request: the
     page ends there, with ``next`` pointing at ``position``."""
 
-    position: Position
+    position: Position_co
 
 
 def item_json(item: BaseModel) -> bytes:
