@@ -26,6 +26,7 @@ from typing import Any, cast
 import orjson
 import psycopg
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from tierq.dal.task_store import Conn
@@ -218,7 +219,7 @@ return 0
 _scripts: dict[tuple[int, str], Script] = {}
 
 
-def _script(client: redis.Redis, source: str) -> Script:
+def _script(client: redis.Redis | RedisCluster, source: str) -> Script:
     found = _scripts.get((id(client), source))
     if found is None:
         found = _scripts[(id(client), source)] = client.register_script(source)
@@ -239,7 +240,7 @@ class ValkeyClaim:
                ttl_seconds: float | None = None) -> None:
         """Keep the response for the settings' time, or ``ttl_seconds`` when shorter (a
         claim's record lives no longer than its leases)."""
-        ttl = self.ctx.settings.idempotency_valkey_ttl_seconds
+        ttl: float = self.ctx.settings.idempotency_valkey_ttl_seconds
         if ttl_seconds is not None:
             ttl = min(ttl, ttl_seconds)
         ttl_ms = max(1, int(ttl * 1000))
