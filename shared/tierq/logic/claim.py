@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from uuid import UUID
 
 import orjson
 
@@ -121,7 +122,7 @@ def give_back(ctx: Context, queue: str, popped: Sequence[tuple[str, str]]) -> No
     if not popped:
         return
     try:
-        leases.release(ctx, queue, [ReleaseItem(id=task_id, lease_token=token)
+        leases.release(ctx, queue, [ReleaseItem(id=UUID(task_id), lease_token=token)
                                     for task_id, token in popped])
     except Exception:
         log.exception("giving back %d tasks of a failed claim on %r failed; the reconciler "
