@@ -298,6 +298,6 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
     if now_ready:
         states = {str(r.id): r.state for r in admission.ready_now(ctx, now_ready)}
         for p, existing in items:
-            state = states.get(str(existing.id))
-            if state is not None:
-                outcomes[p.index].state = state  # type: ignore[assignment]
+            ready_state = states.get(str(existing.id))
+            if ready_state is not None:
+                outcomes[p.index].state = ready_state

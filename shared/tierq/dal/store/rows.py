@@ -5,10 +5,12 @@ a table's columns (``by_name``)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 from uuid import UUID
 
 Pair = tuple[str, str]  # (queue, tenant)
+StoredState = Literal["delayed", "cold", "warm", "dead", "done"]  # tierq_tasks.state
+LiveState = Literal["delayed", "cold", "warm"]  # a task still to run (its key is taken)
 
 
 class DueRow(NamedTuple):
@@ -26,7 +28,7 @@ class ReadyRow(NamedTuple):
     queue: str
     tenant: str
     key: str | None
-    state: str
+    state: StoredState
     seq: int
     priority: int
     payload: str  # JSON text
@@ -41,7 +43,7 @@ class ReplacedRow(NamedTuple):
     id: UUID
     tenant: str
     key: str | None
-    state: str
+    state: LiveState
     seq: int
     priority: int
     payload: str
@@ -70,7 +72,7 @@ class LiveKeyRow(NamedTuple):
     id: UUID
     tenant: str
     key: str
-    state: str
+    state: LiveState
 
 
 class OutcomeRow(NamedTuple):
@@ -78,7 +80,7 @@ class OutcomeRow(NamedTuple):
 
     id: UUID
     tenant: str
-    state: str
+    state: Literal["delayed", "dead"]
     run_at: datetime
 
 
@@ -107,7 +109,7 @@ class TaskRow(NamedTuple):
     key: str | None
     priority: int
     payload: str
-    state: str
+    state: StoredState
     run_at: datetime
     run_at_initially: datetime
     attempts: int
@@ -251,7 +253,7 @@ class PendingOccurrence(NamedTuple):
     id: UUID
     queue: str
     tenant: str
-    state: str
+    state: LiveState
 
 
 class LiveOccurrence(NamedTuple):
@@ -263,8 +265,8 @@ class LiveOccurrence(NamedTuple):
     config_hash: str
     fire_at_ms: int
     task_id: UUID
-    key: str | None
-    state: str
+    key: str  # an occurrence's task always has its key
+    state: LiveState
     attempts: int
     queue: str
     tenant: str
