@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from uuid import UUID
 
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
@@ -212,7 +213,7 @@ def pair_leases(ctx: Context, pair: Pair) -> list[RunningLease]:
     queue, tenant = pair
     out = [
         RunningLease(
-            queue=queue, tenant=tenant, id=lease.id,  # type: ignore[arg-type]
+            queue=queue, tenant=tenant, id=UUID(lease.id),
             worker=lease.worker, attempt=lease.attempt,
             started_at=from_ms(lease.started_ms),
             running_for_ms=max(0, now_ms - lease.started_ms),
