@@ -2,9 +2,9 @@
 PostgreSQL and Valkey, opened on first use and reused) and the Powertools Logger and Tracer.
 
 The Tracer exists only when tracing is on (:func:`tracing_enabled`): constructing
-Powertools' ``Tracer`` imports the X-Ray SDK and botocore's session, even when it is
-disabled, which was a fifth of a function's cold import. With tracing off the handlers are
-decorated by :class:`UntracedTracer`, which leaves them as they are.
+Powertools' ``Tracer`` imports the X-Ray SDK (outside Lambda also botocore's session), even
+when it is disabled, which was a fifth of a function's cold import. With tracing off the
+handlers are decorated by :class:`UntracedTracer`, which leaves them as they are.
 
 On AWS the database URL comes from the Secrets Manager secret named by ``DB_SECRET_ARN``
 (fetched through Powertools parameters, cached); elsewhere from ``DATABASE_URL``
