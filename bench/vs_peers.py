@@ -44,7 +44,7 @@ from bench.systems import System
 from bench.systems.pgqueuer import PgQueuer
 from bench.systems.procrastinate import Procrastinate
 from bench.systems.tierq_engine import TierqEngine
-from bench.systems.tierq_http import TierqHttp, tierq_cli
+from bench.systems.tierq_http import TierqHttp, tierq_dev_available
 
 PEERS = ("pgqueuer", "procrastinate")
 TIERQ_PATHS = ("tierq-engine", "tierq-http")
@@ -132,11 +132,10 @@ def make_systems(names: list[str]) -> tuple[list[System], list[str]]:
         if name == "tierq-engine":
             systems.append(TierqEngine())
         elif name == "tierq-http":
-            exe = tierq_cli()
-            if exe is None:
-                skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
+            if tierq_dev_available():
+                systems.append(TierqHttp())
             else:
-                systems.append(TierqHttp(exe))
+                skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
         elif name == "pgqueuer":
             systems.append(PgQueuer())
         else:

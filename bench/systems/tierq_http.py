@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -88,15 +86,13 @@ def http_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
         return claim_and_ack_loop(sync, claim, ack)
 
 
-def tierq_cli() -> str | None:
-    """The ``tierq`` command of this environment, if it has the ``dev`` subcommand."""
-    candidate = Path(sys.executable).with_name("tierq")
-    exe = str(candidate) if candidate.exists() else shutil.which("tierq")
-    if exe is None:
-        return None
-    probe = subprocess.run([exe, "dev", "--help"], capture_output=True, text=True,
-                           check=False, timeout=60)
-    return exe if probe.returncode == 0 else None
+def tierq_dev_available() -> bool:
+    """Whether this environment's ``tierq`` command has ``dev`` (the cli and local extras)."""
+    from tierq.local.gateway.child import tierq_command
+
+    probe = subprocess.run([*tierq_command(), "dev", "--help"], capture_output=True,
+                           text=True, check=False, timeout=60)
+    return probe.returncode == 0
 
 
 class TierqHttp(System):
@@ -107,8 +103,7 @@ class TierqHttp(System):
     uses_valkey = True
     preload = TIERQ_PRELOAD
 
-    def __init__(self, exe: str, server_args: list[str] | None = None) -> None:
-        self.exe = exe
+    def __init__(self, server_args: list[str] | None = None) -> None:
         self.server_args = server_args or []
         self.engine = TierqEngine(maintenance=False)  # the local stack runs the schedules
         self.server_pid: int | None = None
@@ -128,42 +123,21 @@ class TierqHttp(System):
 
     @contextlib.contextmanager
     def running(self, prepared: Prepared) -> Iterator[None]:
-        import httpx
+        from tierq.local.gateway.child import start_gateway_child
 
-        from tierq.local.services.process import free_port
-
-        port = free_port()
         env = {**os.environ, "DATABASE_URL": prepared.spec["database_url"],
                "VALKEY_URL": prepared.spec["valkey_url"]}
-        log = Path(f"/tmp/tierq-bench-{os.getuid()}/tierq-dev-{port}.log")
+        log = Path(f"/tmp/tierq-bench-{os.getuid()}/tierq-dev-{os.getpid()}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as out:
-            proc = subprocess.Popen([self.exe, "dev", "--no-services", "--port", str(port),
-                                     "--quiet", *self.server_args], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        base = f"http://127.0.0.1:{port}"
+        child = start_gateway_child(env, log, cwd=Path.cwd(),
+                                    args=["--quiet", *self.server_args])
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"tierq dev exited ({proc.returncode}); see {log}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{base}/v1/queues", timeout=2).status_code < 500:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"tierq dev did not answer within 60 s; see {log}")
-                time.sleep(0.2)
-            prepared.spec["base_url"] = base
-            self.server_pid = proc.pid
+            prepared.spec["base_url"] = child.url
+            self.server_pid = child.process.pid
             yield
         finally:
             self.server_pid = None
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            child.stop()
 
     def remaining(self, prepared: Prepared) -> int:
         return tierq_remaining(prepared.database_url)

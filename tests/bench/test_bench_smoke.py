@@ -43,7 +43,7 @@ def test_engine_bench_finishes_every_task_and_prints_tasks_per_s(
 
 def test_side_by_side_bench_runs_every_system_and_ends_with_the_ratio(
         services: LocalServices, peers_python: Path, tmp_path: Path) -> None:
-    systems = ["tierq-engine", "pgqueuer", "procrastinate"]
+    systems = ["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"]
     lines, result = run_bench("bench.vs_peers", services, tmp_path / "peers.json",
                               "--tasks", "200", "--workers", "1", "--systems", *systems)
     assert re.fullmatch(r"ratio_vs_best_peer=\d+\.\d\d", lines[-1]), lines[-1]
