@@ -94,7 +94,7 @@ def replay(
     bounded slice per request; the command repeats it until none is left. Exit 1 when some
     of the given ids were skipped (not dead, or a live task holds the key)."""
     chosen, everything = selection(ids, everything)
-    result = ReplayResult()
+    result = ReplayResult(replayed=[], skipped=[])
     with api_client(url, token, sigv4, aws_region) as api:
         for part in api.dlq_replay_slices(queue, chosen, all=everything):
             result.replayed.extend(part.replayed)
@@ -133,7 +133,7 @@ def purge(
     if everything and not yes and not typer.confirm(
             f"delete every dead letter of {queue!r}?", err=True):
         fail("nothing deleted", 1)
-    result = PurgeResult()
+    result = PurgeResult(purged=[])
     with api_client(url, token, sigv4, aws_region) as api:
         for part in api.dlq_purge_slices(queue, chosen, all=everything):
             result.purged.extend(part.purged)

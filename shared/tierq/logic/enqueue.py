@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -144,7 +145,7 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
         pending = _insert_round(ctx, queue, pending, now, outcomes, record)
 
     for p in pending:  # conflicted each round yet never found live: report as ignored
-        outcomes[p.index] = EnqueueOutcome(id=p.id, outcome="ignored", state="cold",
+        outcomes[p.index] = EnqueueOutcome(id=UUID(p.id), outcome="ignored", state="cold",
                                            tenant=p.tenant, key=p.key)
     for follower, first in followers:
         base = outcomes[first.index]
