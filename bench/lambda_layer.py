@@ -50,6 +50,11 @@ LAMBDA_PYTHON = "3.13"
 WATCHED_MODULES = ("aws_xray_sdk", "botocore", "botocore.session", "boto3", "typer", "rich",
                    "httpx", "yaml")
 MIB = 1024 * 1024
+# The third-party packages every function imports, alone: the floor under any function's
+# import on this machine (tierq's own modules and pydantic model building come on top).
+RUNTIME_LIBRARIES = ("pydantic", "pydantic_settings", "psycopg", "psycopg_pool", "redis",
+                     "orjson", "croniter", "aws_lambda_powertools.event_handler")
+FLOOR_NAME = "(libraries)"
 
 # Runs inside the measured interpreter: nothing but `time` before the clock starts.
 PROBE = """\
@@ -225,6 +230,15 @@ def import_once(python: str, function: Function, env: dict[str, str]) -> dict[st
     return result
 
 
+def libraries_floor(work: Path) -> Function:
+    """A stand-in function whose module imports RUNTIME_LIBRARIES and nothing of tierq."""
+    code_dir = work / "floor"
+    code_dir.mkdir()
+    (code_dir / "runtime_libraries.py").write_text(
+        "".join(f"import {name}\n" for name in RUNTIME_LIBRARIES))
+    return Function(FLOOR_NAME, code_dir, "runtime_libraries")
+
+
 def measure(python: str, functions: list[Function], layer_python: Path, runtime_dir: Path,
             repeats: int, tracing: bool) -> list[ImportResult]:
     results = []
@@ -318,10 +332,12 @@ def main(argv: list[str] | None = None) -> int:
             say("installing boto3/botocore in place of the Lambda runtime's /var/runtime …")
             install_runtime_sdk(runtime_dir, python)
         say(f"importing {len(functions)} functions with {python}, {args.repeats} time(s) each …")
-        results = measure(python, functions, layer_python, runtime_dir, args.repeats,
-                          args.tracing)
+        results = measure(python, [*functions, libraries_floor(work)], layer_python,
+                          runtime_dir, args.repeats, args.tracing)
+    floor = next(result for result in results if result.function.name == FLOOR_NAME)
+    results = [result for result in results if result is not floor]
 
-    print_report(results, layer, python, arch, args.repeats, args.tracing)
+    print_report([*results, floor], layer, python, arch, args.repeats, args.tracing)
     max_ms = max(result.median_ms for result in results)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -345,9 +361,12 @@ def main(argv: list[str] | None = None) -> int:
                 "loaded": result.loaded,
             } for result in results],
             "max_handler_import_ms": max_ms,
+            "libraries_floor_ms": floor.median_ms,
         }, indent=2) + "\n")
     print(f"layer_mb={layer.bytes / MIB:.1f}")
     print(f"max_handler_import_ms={max_ms:.0f}")
+    print(f"libraries_floor_ms={floor.median_ms:.0f}  "
+          f"({' '.join(RUNTIME_LIBRARIES)} alone, without tierq)")
     return 0
 
 
