@@ -96,4 +96,5 @@ def test_purge_slices_are_at_most_1000_ids(scripted: ScriptedServer) -> None:
         result = client.dlq_purge("jobs", ids)
     assert [str(i) for i in result.purged] == ids
     assert [len(r.json()["ids"]) for r in scripted.received] == [1000, 1]
-    assert all(r.method == "DELETE" for r in scripted.received)
+    assert all((r.method, r.path) == ("POST", "/v1/queues/jobs/dlq/purge")
+               for r in scripted.received)

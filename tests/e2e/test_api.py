@@ -134,11 +134,16 @@ def test_task_routes_and_dlq_routes(http: httpx.Client, queue: str) -> None:
     assert len(rest["tasks"]) == 1 and rest["next_cursor"] is None
     replay = http.post(f"/v1/queues/{queue}/dlq/replay", json={"ids": ids[1:2]}).json()
     assert replay == {"replayed": ids[1:2], "skipped": [], "more": False}
-    purged = http.request("DELETE", f"/v1/queues/{queue}/dlq", json={"ids": ids[2:3]}).json()
+    purged = http.post(f"/v1/queues/{queue}/dlq/purge", json={"ids": ids[2:3]}).json()
     assert purged == {"purged": ids[2:3], "more": False}
     replay_all = http.post(f"/v1/queues/{queue}/dlq/replay", json={"all": True}).json()
     assert replay_all["replayed"] == ids[3:4]
-    assert http.delete(f"/v1/queues/{queue}/dlq").json() == {"purged": [], "more": False}
+    purge_all = http.post(f"/v1/queues/{queue}/dlq/purge")  # no body: all of them
+    assert purge_all.json() == {"purged": [], "more": False}
+    # the purge's DELETE of the list is gone: the list stays, only emptied
+    gone = http.delete(f"/v1/queues/{queue}/dlq")
+    assert gone.status_code == 405 and gone.headers["allow"] == "GET"
+    assert http.get(f"/v1/queues/{queue}/dlq").json()["tasks"] == []
 
 
 def test_openapi_and_dashboard_are_served(http: httpx.Client) -> None:

@@ -3,7 +3,7 @@ check it has, in every phase (examples, coverage, fuzzing, stateful), against ``
 and finds nothing:
 
     schemathesis run URL/v1/openapi.json --checks all \\
-        --exclude-checks ignored_auth,missing_required_header,unsupported_method,use_after_free \\
+        --exclude-checks ignored_auth,missing_required_header,unsupported_method \\
         --generation-codec utf-8 -H "Authorization: Bearer local-admin" \\
         --request-timeout 25 --max-response-time 25
 
@@ -12,8 +12,7 @@ Left out are the checks only API Gateway can answer: ``ignored_auth`` and
 admin; AWS's authoriser is tested in tests/handlers/test_access.py) and
 ``unsupported_method`` (an undeclared method is 405 in the error shape:
 tests/e2e/test_api.py). Claims long-poll up to 20 s (``wait_seconds``), so a request may
-take that long: 25 s for the timeout and the response-time check. ``use_after_free`` is left
-out for a reason of the API's own, explained at EXCLUDED.
+take that long: 25 s for the timeout and the response-time check.
 
 The rules JSON Schema cannot state are the hooks of tests/e2e/contract_hooks.py, each
 explained there.
@@ -38,11 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_EXAMPLES = int(os.environ.get("TIERQ_CONTRACT_EXAMPLES", "5"))
 SEED = os.environ.get("TIERQ_CONTRACT_SEED", "1")
 TIME_LIMIT_SECONDS = 420
-# The checks only API Gateway answers (see the module docstring), and use_after_free: it
-# takes DELETE /v1/queues/{queue}/dlq, which purges dead letters (the list stays, empty),
-# for the deletion of what GET /v1/queues/{queue}/dlq reads, and reports the 200 that
-# follows. Open until the purge has a route of its own (POST …/dlq/purge, as …/dlq/replay).
-EXCLUDED = "ignored_auth,missing_required_header,unsupported_method,use_after_free"
+# The checks only API Gateway answers (see the module docstring).
+EXCLUDED = "ignored_auth,missing_required_header,unsupported_method"
 LONG_POLL_ALLOWANCE = "25"
 
 

@@ -243,10 +243,12 @@ def test_dlq_pages_replay_and_purge(call: Invoke) -> None:
     assert sorted(replay["replayed"]) == sorted(ids[:2]) and replay["skipped"] == []
     again = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": ids[:1]}).body
     assert again == {"replayed": [], "skipped": ids[:1], "more": False}
-    purged = call("DELETE", "/v1/queues/jobs/dlq", {"ids": ids[2:3]}).body
+    purged = call("POST", "/v1/queues/jobs/dlq/purge", {"ids": ids[2:3]}).body
     assert purged == {"purged": ids[2:3], "more": False}
-    rest = call("DELETE", "/v1/queues/jobs/dlq").body  # no body: all of them
+    rest = call("POST", "/v1/queues/jobs/dlq/purge").body  # no body: all of them
     assert sorted(rest["purged"]) == sorted(ids[3:])
+    # the list it emptied is still there
+    assert call("GET", "/v1/queues/jobs/dlq").body["tasks"] == []
     assert call("GET", "/v1/queues/jobs").body["counts"]["warm"] == 2
 
 
@@ -379,7 +381,7 @@ def test_payload_over_256_kib_is_413(call: Invoke, pg: psycopg.Connection[Any],
     ("POST", "/v1/queues/jobs/dlq/replay", {"ids": ["x"]}, "ids[0]"),
     # booleans are JSON booleans, as the API document says
     ("POST", "/v1/queues/jobs/dlq/replay", {"all": "true"}, "all"),
-    ("DELETE", "/v1/queues/jobs/dlq", {"all": 1}, "all"),
+    ("POST", "/v1/queues/jobs/dlq/purge", {"all": 1}, "all"),
     ("PUT", "/v1/queues/jobs", {"paused": "yes"}, "paused"),
     ("PUT", "/v1/queues/jobs", {"warm_max": True}, "warm_max"),  # nor are they numbers
     ("POST", "/v1/queues/jobs/claims", {"max": True}, "max"),
@@ -472,7 +474,7 @@ def test_pinned_dlq_touches_only_its_tenant(call: Invoke) -> None:
     replay = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": [mine[0], theirs[0]]},
                   claims=acme).body
     assert replay == {"replayed": [mine[0]], "skipped": [theirs[0]], "more": False}
-    purged = call("DELETE", "/v1/queues/jobs/dlq", claims=acme).body["purged"]
+    purged = call("POST", "/v1/queues/jobs/dlq/purge", claims=acme).body["purged"]
     assert purged == [mine[1]]
     everything = call("POST", "/v1/queues/jobs/dlq/replay", {"all": True}, claims=acme).body
     assert everything["replayed"] == []

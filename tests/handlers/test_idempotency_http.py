@@ -347,7 +347,7 @@ def test_dlq_replay_and_purge_all_answer_in_slices_with_more(
     purged: list[str] = []
     rounds = 0
     while True:
-        reply = call("DELETE", "/v1/queues/jobs/dlq")  # no body: all
+        reply = call("POST", "/v1/queues/jobs/dlq/purge")  # no body: all
         assert reply.status == 200
         purged.extend(reply.body["purged"])
         rounds += 1
@@ -365,6 +365,6 @@ def test_dlq_all_of_a_pinned_caller_touches_only_its_tenant(
     assert sorted(replay.body["replayed"]) == sorted(mine)
     refused = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": theirs}, claims=TENANT_A)
     assert refused.body["replayed"] == [] and sorted(refused.body["skipped"]) == sorted(theirs)
-    purge = call("DELETE", "/v1/queues/jobs/dlq", {"ids": theirs}, claims=TENANT_A)
+    purge = call("POST", "/v1/queues/jobs/dlq/purge", {"ids": theirs}, claims=TENANT_A)
     assert purge.body["purged"] == []
     assert _state_count(pg, "dead") == 2

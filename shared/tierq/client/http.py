@@ -453,7 +453,8 @@ class Client:
         """The answer of each purge request, as it comes (see :meth:`dlq_purge`)."""
         for body in self._selections(ids, all):
             while True:
-                data = self.request("DELETE", f"/v1/queues/{_segment(queue)}/dlq", body=body)
+                data = self.request("POST", f"/v1/queues/{_segment(queue)}/dlq/purge",
+                                    body=body)
                 part = PurgeResult.model_validate(data)
                 yield part
                 if not part.more:

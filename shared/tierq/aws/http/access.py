@@ -59,7 +59,7 @@ ROUTE_ACCESS: dict[str, RouteKind] = {
     "DELETE /v1/queues/{queue}/tasks/{id}": "tenant",
     "GET /v1/queues/{queue}/dlq": "tenant",
     "POST /v1/queues/{queue}/dlq/replay": "tenant",
-    "DELETE /v1/queues/{queue}/dlq": "tenant",
+    "POST /v1/queues/{queue}/dlq/purge": "tenant",
     "GET /v1/metrics/queues/detailed": "tenant",
     "GET /v1/metrics/queues/running": "tenant",
     "GET /v1/schedules": "tenant",

@@ -1,8 +1,12 @@
 """Dead letters of a queue: ``GET /v1/queues/{queue}/dlq`` (newest first, paged),
 ``POST …/dlq/replay`` (``{"ids": [...]}`` or ``{"all": true}``: ready again at the back of
-the line with fresh attempts) and ``DELETE …/dlq`` (purge the same selection; no body
+the line with fresh attempts) and ``POST …/dlq/purge`` (delete the same selection; no body
 purges them all). "all" acts on a bounded slice per request and answers ``"more"``. A pinned
-caller sees and touches only its own tenant's dead letters."""
+caller sees and touches only its own tenant's dead letters.
+
+The purge is a POST on a path of its own, not a DELETE of ``…/dlq``: the list it empties
+stays a resource (GET still answers, with no dead letters), and some proxies and clients
+drop the body of a DELETE."""
 
 from __future__ import annotations
 
@@ -133,12 +137,13 @@ def replay_result(part: dlq_logic.Slice) -> ReplayResult:
     return ReplayResult(replayed=part.done, skipped=part.skipped, more=part.more)
 
 
-@router.delete(
-    "/v1/queues/<queue>/dlq",
+@router.post(
+    "/v1/queues/<queue>/dlq/purge",
     summary="Purge dead letters",
     description="Without a body (or with {\"all\": true}) the dead letters of the queue (or "
                 "of the caller's tenant) are deleted, a bounded slice per request: repeat it "
-                "while \"more\" is true. {\"ids\": [...]} deletes only those.",
+                "while \"more\" is true. {\"ids\": [...]} (≤ 1000) deletes only those. "
+                "A purge repeated deletes nothing more: it takes no Idempotency-Key.",
     operation_id="purgeDeadLetters",
     tags=["dead letters"],
     responses=responses("The ids deleted, and whether more may be left."),
