@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierq.errors import (
     Conflict,
+    DatabaseTimedOut,
     Forbidden,
     InvalidInput,
     MalformedRequest,
@@ -45,6 +46,7 @@ __all__ = [
     "ClaimRequest",
     "ClaimedTask",
     "Conflict",
+    "DatabaseTimedOut",
     "EnqueueOutcome",
     "Forbidden",
     "HeartbeatItem",

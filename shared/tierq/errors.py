@@ -80,6 +80,19 @@ class Unavailable(TierqError):
         self.detail = detail
 
 
+class DatabaseTimedOut(Unavailable):
+    """PostgreSQL answered but gave up on a statement: it ran past its ``statement_timeout``
+    or waited past its ``lock_timeout`` (its transaction was rolled back). Not an outage:
+    the database is up and busy, or a row is held. A 503 with ``Retry-After`` to an HTTP
+    caller (a retry usually succeeds); a maintenance pass skips the item it was on (the
+    pair, the schedule) and goes on with the others."""
+
+    def __init__(self, message: str = "PostgreSQL did not finish in time (statement or lock "
+                 "timeout); retry later", *, retry_after: int = 1,
+                 detail: str | None = None) -> None:
+        super().__init__(message, retry_after=retry_after, detail=detail)
+
+
 class WarmTierUnavailable(Unavailable):
     """Valkey does not answer for some keys: no connection or reply in time, or in cluster
     mode the master serving their slot down (connection refused, CLUSTERDOWN, TRYAGAIN).

@@ -85,3 +85,20 @@ def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(
                                 lambda: cron_tick.run(tq.ctx, lock_timeout_ms=200))
     assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
     assert cron_tick.run(tq.ctx).installed >= 30  # the next pass does the work
+
+
+def test_a_schedule_whose_tick_times_out_is_listed_failed_and_the_others_go_on(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """A lock wait over the pass's lock timeout costs that schedule alone this tick (not
+    the pass, and not as 'PostgreSQL is not answering'); the next tick installs it."""
+    schedules_with_work(tq)
+    before = installed(pg)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_schedules WHERE name = 's2' FOR UPDATE")
+        summary = cron_tick.run(tq.ctx, budget_seconds=60, lock_timeout_ms=200)
+    assert (summary.schedules, summary.failed) == (3, ["s2"])
+    after = installed(pg)
+    assert after["s2"] == before["s2"]
+    assert after["s1"] > before["s1"] and after["s3"] > before["s3"]
+    again = cron_tick.run(tq.ctx, budget_seconds=60)
+    assert again.failed == [] and installed(pg)["s2"] > before["s2"]

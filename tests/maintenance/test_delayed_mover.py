@@ -55,7 +55,7 @@ def test_config_defaults_and_the_shared_budget() -> None:
     ("TIERQ_DELAYED_MOVER_BATCH", "10001"),
     ("TIERQ_DELAYED_MOVER_MAX_BATCHES", "1.5"),
     ("TIERQ_DELAYED_MOVER_BUDGET_SECONDS", "-1"),
-    ("TIERQ_DELAYED_MOVER_STATEMENT_TIMEOUT_MS", "0"),
+    ("TIERQ_DELAYED_MOVER_STATEMENT_TIMEOUT_MS", "-1"),  # (0: the pool's alone)
 ])
 def test_a_bad_value_is_refused_with_its_variable_named(variable: str, value: str) -> None:
     with pytest.raises(JobConfigError, match=re.escape(f"{variable}='{value}'")):

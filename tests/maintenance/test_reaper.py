@@ -341,3 +341,20 @@ def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(make_tq, pg) -> None:
                                 lambda: reaper.run(tq.ctx, lock_timeout_ms=200))
     assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
     assert reaper.run(tq.ctx).expired == 1  # the next pass does the work
+
+
+def test_a_pair_whose_rows_stay_locked_is_listed_failed_and_the_others_are_reaped(
+        make_tq, pg) -> None:
+    """A lock wait over the pass's lock timeout costs that pair alone (not the pass, and not
+    as 'PostgreSQL is not answering'); the next pass reaps it."""
+    tq = make_tq()
+    lease_and_expire(tq, "held")
+    lease_and_expire(tq, "free")
+    tq.ctx.clock.advance(2)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE queue = 'held' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+    assert summary.failed == ["held|_"]
+    assert (summary.pairs, summary.expired, summary.requeued) == (2, 1, 1)
+    again = reaper.run(tq.ctx)
+    assert (again.failed, again.expired) == ([], 1)

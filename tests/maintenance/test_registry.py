@@ -15,7 +15,7 @@ import pytest
 from tierq.config import Settings
 from tierq.dal.postgres import execute_text, scoped_timeouts
 from tierq.engine import Tierq
-from tierq.errors import Unavailable
+from tierq.errors import DatabaseTimedOut
 from tierq.logic.context import Context
 from tierq.maintenance import registry
 from tierq.maintenance.registry import JobConfig, JobConfigError, MaintenanceJob
@@ -121,7 +121,7 @@ def test_a_lock_wait_in_a_pass_gives_up_at_the_jobs_lock_timeout(
     with pg.transaction():
         pg.execute("LOCK TABLE tierq_queues IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
-        with pytest.raises(Unavailable):
+        with pytest.raises(DatabaseTimedOut, match="did not finish in time"):
             probe(wait_for_the_lock).run(tq.ctx, lock_timeout_ms=200)
         waited = time.monotonic() - started
     assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
@@ -134,9 +134,46 @@ def test_a_slow_statement_in_a_pass_is_cancelled_at_the_jobs_statement_timeout(
             execute_text(conn, "SELECT pg_sleep(3)")
 
     started = time.monotonic()
-    with pytest.raises(Unavailable):
+    with pytest.raises(DatabaseTimedOut) as raised:
         probe(sleep).run(tq.ctx, statement_timeout_ms=300, lock_timeout_ms=100)
+    assert "statement timeout" in (raised.value.detail or "")
     assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize(("pool", "job", "seen"), [
+    # the operator's limits are tighter than the job's defaults (10 s / 2 s): they stay
+    ((3000, 500), {}, "3s/500ms"),
+    # each timeout the shorter of the two
+    ((3000, 500), {"lock_timeout_ms": 250}, "3s/250ms"),
+    ((15_000, 5000), {}, "10s/2s"),
+    # 0 is no limit: the pool's without one takes the job's, a job without one the pool's
+    ((0, 0), {}, "10s/2s"),
+    ((0, 500), {}, "10s/500ms"),
+    ((3000, 500), {"statement_timeout_ms": 0, "lock_timeout_ms": 0}, "3s/500ms"),
+    ((0, 0), {"statement_timeout_ms": 0, "lock_timeout_ms": 0}, "0/0"),
+])
+def test_a_pass_can_only_shorten_the_pools_timeouts(
+        make_tq: Any, pool: tuple[int, int], job: dict[str, int], seen: str) -> None:
+    tq: Tierq = make_tq(statement_timeout_ms=pool[0], lock_timeout_ms=pool[1])
+    seen_in_pass: list[dict[str, str]] = []
+    probe(lambda ctx, config: seen_in_pass.append(timeouts_seen(tq))).run(tq.ctx, **job)
+    assert seen_in_pass == [{"statement": seen, "transaction": seen}]
+
+
+def test_a_scope_inside_a_scope_can_only_shorten_it(tq: Tierq) -> None:
+    with scoped_timeouts(3000, 400):
+        with scoped_timeouts(8000, 200):
+            assert timeouts_seen(tq)["statement"] == "3s/200ms"
+        with scoped_timeouts(0, 0):
+            assert timeouts_seen(tq)["transaction"] == "3s/400ms"
+        assert timeouts_seen(tq)["statement"] == "3s/400ms"
+    assert timeouts_seen(tq)["statement"] == "15s/5s"
+
+
+def test_a_job_without_a_statement_timeout_may_have_a_lock_timeout() -> None:
+    config = registry.job("reaper").configure(Settings(), environ={
+        "TIERQ_REAPER_STATEMENT_TIMEOUT_MS": "0", "TIERQ_REAPER_LOCK_TIMEOUT_MS": "3000"})
+    assert (config.statement_timeout_ms, config.lock_timeout_ms) == (0, 3000)
 
 
 def test_scoped_timeouts_refuse_what_is_not_a_plain_setting() -> None:

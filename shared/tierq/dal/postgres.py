@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tierq.dal import connect
-from tierq.errors import Unavailable
+from tierq.errors import DatabaseTimedOut, Unavailable
 
 Row = dict[str, Any]
 
@@ -89,19 +89,52 @@ def _setting_statements(settings: tuple[tuple[str, str], ...]) -> tuple[str, str
 
 
 # Timeouts a scope of work (a maintenance pass: tierq.maintenance.registry) gives the
-# statements and transactions it runs on tierq's connections, in place of the pool's; the
-# other settings (synchronous_commit) stay. A ContextVar: one thread's pass does not change
-# another's statements.
-_scoped_timeouts: ContextVar[tuple[tuple[str, str], ...] | None] = ContextVar(
+# statements and transactions it runs on tierq's connections: they can only shorten the
+# pool's (the operator's TIERQ_STATEMENT_TIMEOUT_MS / TIERQ_LOCK_TIMEOUT_MS stay the upper
+# bound); the other settings (synchronous_commit) stay. A ContextVar: one thread's pass
+# does not change another's statements. (statement_timeout_ms, lock_timeout_ms); 0: no limit.
+_scoped_timeouts: ContextVar[tuple[int, int] | None] = ContextVar(
     "tierq_scoped_timeouts", default=None)
+
+
+def shorter_timeout(a_ms: int, b_ms: int) -> int:
+    """The shorter of two timeouts, where 0 means no limit (so any limit is shorter)."""
+    if not a_ms or not b_ms:
+        return a_ms or b_ms
+    return min(a_ms, b_ms)
+
+
+def _setting_ms(value: str) -> int:
+    """A timeout as ``local_settings`` writes it ("15000ms", "0") in milliseconds."""
+    return int(value.removesuffix("ms"))
+
+
+@lru_cache(maxsize=64)
+def _scoped_statements(local: tuple[tuple[str, str], ...],
+                       scoped: tuple[int, int]) -> tuple[str, str]:
+    """``(set_local, begin)`` for a connection's settings under a scope's timeouts: each
+    timeout the shorter of the two."""
+    settings = dict(local)
+    for name, limit in zip(("statement_timeout", "lock_timeout"), scoped, strict=True):
+        own = _setting_ms(settings[name]) if name in settings else 0
+        settings[name] = f"{shorter_timeout(own, limit)}ms"
+    return _setting_statements(tuple(settings.items()))
 
 
 @contextmanager
 def scoped_timeouts(statement_timeout_ms: int, lock_timeout_ms: int) -> Iterator[None]:
     """Within this block (this thread), statements and transactions that tierq opens carry
-    these timeouts instead of the pool's (a transaction already open keeps its own)."""
-    timeouts = tuple(local_settings(statement_timeout_ms, lock_timeout_ms).items())
-    _setting_statements(timeouts)  # (checks them now, not at the first statement)
+    these timeouts where they are shorter than the pool's (0: no limit of the scope's own;
+    a transaction already open keeps its own). A scope inside another one can only shorten
+    the outer one's too."""
+    if statement_timeout_ms < 0 or lock_timeout_ms < 0:
+        raise ValueError(f"not a plain setting: statement_timeout={statement_timeout_ms}ms, "
+                         f"lock_timeout={lock_timeout_ms}ms")
+    outer = _scoped_timeouts.get()
+    timeouts = (int(statement_timeout_ms), int(lock_timeout_ms))
+    if outer is not None:
+        timeouts = (shorter_timeout(outer[0], timeouts[0]),
+                    shorter_timeout(outer[1], timeouts[1]))
     token = _scoped_timeouts.set(timeouts)
     try:
         yield
@@ -128,11 +161,11 @@ class TierqConnection(psycopg.Connection[Row]):
 
     def statements(self) -> tuple[str | None, str]:
         """``(set_local, begin)`` for this moment: the connection's own, or with the
-        timeouts of the scope under way (``scoped_timeouts``)."""
+        shorter timeouts of the scope under way (``scoped_timeouts``)."""
         scoped = _scoped_timeouts.get()
         if scoped is None or self.set_local is None:
             return self.set_local, self.begin
-        return _setting_statements(tuple({**dict(self.local), **dict(scoped)}.items()))
+        return _scoped_statements(self.local, scoped)
 
 
 class Database:
@@ -229,7 +262,8 @@ class Database:
 
     @contextmanager
     def connection(self, *, relaxed: bool = False) -> Iterator[TierqConnection]:
-        """A pooled connection; store errors become ``Unavailable`` (HTTP 503)."""
+        """A pooled connection; store errors become ``Unavailable`` (HTTP 503), a statement
+        or lock wait over its timeout ``DatabaseTimedOut`` (one kind of it)."""
         pool = self.relaxed_pool() if relaxed else self.pool
         failing_fast = self._checkout_timed_out
         try:
@@ -243,6 +277,9 @@ class Database:
             waited = self._fail_fast_timeout if failing_fast else pool.timeout
             raise Unavailable(f"PostgreSQL is not answering (no connection within "
                               f"{waited:g}s)") from exc
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+            # (OperationalErrors too, but PostgreSQL answered: it is up, the work was slow)
+            raise DatabaseTimedOut(detail=str(exc).strip()) from exc
         except psycopg.OperationalError as exc:
             raise Unavailable("PostgreSQL is not answering", detail=str(exc).strip()) from exc
 

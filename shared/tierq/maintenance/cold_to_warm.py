@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierq.errors import WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic import pairs, tiering
 from tierq.logic.context import Context, to_datetime
 from tierq.maintenance.pair_failures import PairFailures
@@ -32,7 +32,8 @@ class ColdToWarmSummary:
     busy: int = 0
     slices: int = 0
     completed: bool = False  # the pass got round every pair with work
-    failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
+    # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
+    failed: list[str] = field(default_factory=list)
 
 
 class ColdToWarmConfig(SlicedWalkConfig):
@@ -88,11 +89,15 @@ JOB = MaintenanceJob(
 
 def _refill(ctx: Context, failures: PairFailures, queue: str,
             tenant: str) -> tiering.RefillResult | None:
-    """One pair's refill; None when its master failed (in this call or earlier in the pass)."""
+    """One pair's refill; None when its master failed (in this call or earlier in the pass)
+    or PostgreSQL cancelled one of its statements at the pass's timeout."""
     if failures.skip((queue, tenant)):
         return None
     try:
         return tiering.refill(ctx, queue, tenant)
+    except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
+        failures.timed_out((queue, tenant), exc)
+        return None
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
         return None

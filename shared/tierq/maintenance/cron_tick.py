@@ -14,7 +14,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from tierq.dal.postgres import Database
-from tierq.errors import Unavailable
+from tierq.errors import DatabaseTimedOut, Unavailable
 from tierq.logic import schedules
 from tierq.logic.context import Context, to_ms
 from tierq.logic.pairs import Budget
@@ -63,6 +63,13 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
         summary.schedules += 1
         try:
             result = schedules.tick_schedule(ctx, tenant, name)
+        except DatabaseTimedOut as exc:
+            # a row held or a slow statement (its transaction rolled back): this schedule
+            # waits for the next tick, the others go on
+            logger.warning("cron tick timed out for schedule %r of tenant %r: %s", name,
+                           tenant, exc.detail or exc.message)
+            summary.failed.append(name if tenant == DEFAULT_TENANT else f"{tenant}/{name}")
+            continue
         except Unavailable:
             raise  # a store is down: every schedule would fail; let the caller retry
         except Exception:

@@ -7,13 +7,15 @@ pair, so the pairs on the other masters keep their lease expiry, reconciliation,
 and due tasks; the failed pair is tried again on a later pass. The rest of the pass passes
 over the other pairs of the same master without calling it (a master that does not answer
 may cost the client's whole timeout per call, which would spend the pass's budget). A
-PostgreSQL failure still ends the pass: every pair needs it."""
+statement of the pair's that PostgreSQL cancelled at the pass's statement or lock timeout
+(``DatabaseTimedOut``: a row held, a slow plan) fails that pair alone the same way, without
+passing over others. Any other PostgreSQL failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
 import logging
 
-from tierq.errors import WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic.context import Context, Pair
 
 logger = logging.getLogger(__name__)
@@ -52,6 +54,14 @@ class PairFailures:
         logger.warning("%s: Valkey failed for queue %r tenant %r%s; its master's pairs are "
                        "passed over until the next pass: %s", self.job, pair[0], pair[1],
                        f" {when}" if when else "", exc.detail or exc.message,
+                       extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
+
+    def timed_out(self, pair: Pair, exc: DatabaseTimedOut) -> None:
+        """List the pair as failed: PostgreSQL cancelled one of its statements at the pass's
+        timeout (its transaction rolled back); the next pass tries it again."""
+        self._list(pair)
+        logger.warning("%s: PostgreSQL timed out for queue %r tenant %r; it is tried again "
+                       "next pass: %s", self.job, pair[0], pair[1], exc.detail or exc.message,
                        extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
 
     def _list(self, pair: Pair) -> None:

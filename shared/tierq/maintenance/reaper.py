@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from tierq.dal.warm_tier import lease_member
-from tierq.errors import WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic import admission, idempotency, leases, pairs
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
@@ -59,7 +59,8 @@ class ReaperSummary:
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
-    failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
+    # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
+    failed: list[str] = field(default_factory=list)
 
 
 def run(ctx: Context, config: ReaperConfig | None = None, **overrides: Any) -> ReaperSummary:
@@ -109,6 +110,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
             try:
                 if not failures.skip((queue, tenant)):
                     expire_leases(ctx, queue, tenant, summary, config)
+            except DatabaseTimedOut as exc:
+                failures.timed_out((queue, tenant), exc)
             except WarmTierUnavailable as exc:
                 failures.record((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
@@ -118,13 +121,16 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
 def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
               summary: ReaperSummary, budget: pairs.Budget, config: ReaperConfig) -> bool:
     """Expire the pair's leases and reconcile it; False when out of time inside it. A pair
-    whose master fails (now or earlier in the pass) is listed as failed and done with."""
+    whose master fails (now or earlier in the pass), or whose statement PostgreSQL cancels
+    at the pass's timeout, is listed as failed and done with."""
     if failures.skip((queue, tenant)):
         return True
     try:
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
         reconcile(ctx, queue, tenant, summary, config)
+    except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
+        failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
     return True

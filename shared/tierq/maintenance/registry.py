@@ -9,8 +9,11 @@ validation live in one place. Every config carries the pass's time budget:
 - ``budget_seconds``: wall clock, checked between batches (or slices, or schedules); a pass
   that has spent it starts no new batch, and the next pass goes on from there;
 - ``statement_timeout_ms`` and ``lock_timeout_ms``: ``SET LOCAL`` on each statement and
-  transaction of the pass (``tierq.dal.postgres.scoped_timeouts``), in place of the
-  pool's, so one stuck statement or lock wait cannot hold a pass for long.
+  transaction of the pass (``tierq.dal.postgres.scoped_timeouts``) where shorter than the
+  pool's (``TIERQ_STATEMENT_TIMEOUT_MS``, ``TIERQ_LOCK_TIMEOUT_MS`` stay the upper bound;
+  0 on either side: no limit from that side), so one stuck statement or lock wait cannot
+  hold a pass for long. A statement cancelled there (``tierq.errors.DatabaseTimedOut``)
+  costs the item it was on (a pair, a schedule), not the pass.
 
 A field is read, last one winning, from the model's default, from the shared setting it
 follows (``TIERQ_MAINTENANCE_BUDGET_SECONDS``, ``TIERQ_MAINTENANCE_SLICE``), from the
@@ -56,15 +59,16 @@ class JobConfig(BaseModel):
 
     # below the 5 s ticks of the reaper and the cold -> warm mover
     budget_seconds: float = Field(default=2.5, gt=0, le=600)
-    # the pool's are 15 s and 5 s (TIERQ_STATEMENT_TIMEOUT_MS, TIERQ_LOCK_TIMEOUT_MS): a
-    # pass gives up sooner, so a stuck statement costs one tick, not several
-    statement_timeout_ms: int = Field(default=10_000, ge=1, le=600_000)
-    lock_timeout_ms: int = Field(default=2_000, ge=1, le=600_000)
+    # at most these; the pool's (TIERQ_STATEMENT_TIMEOUT_MS, TIERQ_LOCK_TIMEOUT_MS, by
+    # default 15 s and 5 s) when shorter: a pass gives up sooner, so a stuck statement costs
+    # one tick, not several, and never later than the operator allows. 0: the pool's alone.
+    statement_timeout_ms: int = Field(default=10_000, ge=0, le=600_000)
+    lock_timeout_ms: int = Field(default=2_000, ge=0, le=600_000)
 
     @model_validator(mode="after")
     def _lock_wait_within_statement(self) -> Self:
         # a lock wait is part of its statement: a longer lock timeout would never fire
-        if self.lock_timeout_ms > self.statement_timeout_ms:
+        if self.statement_timeout_ms and self.lock_timeout_ms > self.statement_timeout_ms:
             raise ValueError(f"lock_timeout_ms ({self.lock_timeout_ms}) must not exceed "
                              f"statement_timeout_ms ({self.statement_timeout_ms})")
         return self
@@ -151,7 +155,8 @@ class MaintenanceJob(Generic[C, S]):
                 from None
 
     def run(self, ctx: Context, config: C | None = None, **overrides: Any) -> S:
-        """One pass under the config's timeouts; ``config`` defaults to ``configure``."""
+        """One pass under the config's timeouts (where shorter than the pool's);
+        ``config`` defaults to ``configure``."""
         if config is None:
             config = self.configure(ctx.settings, **overrides)
         elif overrides:
