@@ -4,18 +4,19 @@ caller's connection or transaction, or as one autocommit statement on a pooled c
 
 Rows come back typed by a psycopg row factory: ``positional(RowClass)`` builds a NamedTuple
 from the row's values in column order (no dict per row: as cheap as a plain tuple), and
-checks once per class and process that the statement's columns are the class's fields, in
-order; ``by_name(RowClass)`` builds it by column name (``SELECT *`` rows, whose column
-order follows the migrations); ``scalar_row`` and ``tuple_row`` give the first column or a
-plain tuple."""
+checks once per (class, query) and process that the statement's columns are the class's
+fields, in order (two statements read into one class are checked each on its own);
+``scalar_row`` and ``tuple_row`` give the first column or a plain tuple. Statements name
+their columns, never ``*``: a column a migration adds must not reach code that predates it
+(migrations run before new code is live, and stay after a rollback of the code)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import psycopg
-from psycopg.rows import RowFactory, RowMaker, class_row
+from psycopg.rows import RowFactory, RowMaker
 
 from tierq.dal.postgres import Database, execute_text
 from tierq.dal.sql_files import queries
@@ -24,35 +25,48 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]  # a pooled connection, or one inside a transaction
 Params = Mapping[str, Any]
 
-_checked: set[object] = set()  # row classes whose columns were found to match their fields
+# (row class, query name) pairs whose columns were found to be the class's fields
+_checked: set[tuple[type, str]] = set()
 
 
 class ColumnMismatch(RuntimeError):
     """A statement's columns are not the fields of the row class it is read into."""
 
 
-def positional(cls: type[T]) -> RowFactory[T]:
+class Positional(Generic[T]):
+    """Rows as ``cls`` (a NamedTuple) made from their values in column order. ``_fetch``
+    checks each query's columns against the fields (``check``) once, before the rows are
+    read: outside psycopg's row factory, so that a mismatch is raised as itself and leaves
+    the connection usable (raised inside one, it breaks an autocommit statement's
+    pipeline)."""
+
+    __slots__ = ("cls", "factory", "fields")
+
+    def __init__(self, cls: type[T]) -> None:
+        named: Any = cls  # (typing has no name for "a NamedTuple class")
+        self.cls = cls
+        self.fields: tuple[str, ...] = named._fields
+        make: RowMaker[T] = named._make
+        self.factory: RowFactory[T] = lambda cursor: make
+
+    def check(self, query: str, cursor: psycopg.Cursor[Any]) -> None:
+        """Raise ``ColumnMismatch`` unless the query's columns are the fields, in order."""
+        names = tuple(c.name for c in cursor.description or ())
+        if names != self.fields:
+            raise ColumnMismatch(f"query {query!r} returns {names}, {self.cls.__name__} has "
+                                 f"fields {self.fields}")
+        _checked.add((self.cls, query))
+
+
+_positionals: dict[type, Positional[Any]] = {}  # one per row class: a call costs a lookup
+
+
+def positional(cls: type[T]) -> Positional[T]:
     """Rows as ``cls`` (a NamedTuple) made from their values in column order."""
-    named: Any = cls  # (typing has no name for "a NamedTuple class")
-    make: RowMaker[T] = named._make
-    fields: tuple[str, ...] = named._fields
-
-    def factory(cursor: Any) -> RowMaker[T]:
-        if cls not in _checked:
-            names = tuple(c.name for c in cursor.description or ())
-            if names and names != fields:
-                raise ColumnMismatch(f"{cls} has fields {fields}, the statement returns "
-                                     f"{names}")
-            if names:
-                _checked.add(cls)
-        return make
-
-    return factory
-
-
-def by_name(cls: type[T]) -> RowFactory[T]:
-    """Rows as ``cls`` made from their columns by name (every column must be a field)."""
-    return cast(RowFactory[T], class_row(cls))
+    made = _positionals.get(cls)
+    if made is None:
+        made = _positionals[cls] = Positional(cls)
+    return made
 
 
 class StoreBase:
@@ -62,16 +76,21 @@ class StoreBase:
         self.db = db
         self._sql = queries()
 
-    def _fetch(self, name: str, params: Params | None, row: RowFactory[T],
+    def _fetch(self, name: str, params: Params | None, row: RowFactory[T] | Positional[T],
                conn: Conn | None = None, *, relaxed: bool = False) -> list[T]:
         """Run the named query; its rows (empty when it returns none). Without ``conn``: one
         autocommit statement on a pooled connection (``relaxed``: the pool whose commits do
         not wait for the WAL flush)."""
         text = self._sql[name]
+        unchecked: Positional[T] | None = None
+        if isinstance(row, Positional):
+            if (row.cls, name) not in _checked:
+                unchecked = row
+            row = row.factory
         if conn is None:
             with self.db.connection(relaxed=relaxed) as own:
-                return _rows(own, text, params, row)
-        return _rows(conn, text, params, row)
+                return _rows(own, name, text, params, row, unchecked)
+        return _rows(conn, name, text, params, row, unchecked)
 
     def _execute(self, name: str, params: Params | None, conn: Conn | None = None) -> int:
         """Run a named statement that returns no rows; the number of rows it changed."""
@@ -82,6 +101,11 @@ class StoreBase:
         return execute_text(conn, text, params).rowcount
 
 
-def _rows(conn: Conn, text: str, params: Params | None, row: RowFactory[T]) -> list[T]:
+def _rows(conn: Conn, name: str, text: str, params: Params | None, row: RowFactory[T],
+          unchecked: Positional[T] | None) -> list[T]:
     with execute_text(conn, text, params, row_factory=row) as cur:
-        return cast(list[T], cur.fetchall()) if cur.description is not None else []
+        if cur.description is None:
+            return []
+        if unchecked is not None:
+            unchecked.check(name, cur)
+        return cast(list[T], cur.fetchall())

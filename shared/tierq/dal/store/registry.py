@@ -11,7 +11,7 @@ from typing import Any, cast
 from psycopg.rows import scalar_row, tuple_row
 
 from tierq.dal.postgres import uuid_array
-from tierq.dal.store.base import Conn, StoreBase, by_name, positional
+from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import (
     ClaimedTaskRow,
     CursorRow,
@@ -31,7 +31,7 @@ class RegistryQueries(StoreBase):
 
     def queue_settings_row(self, queue: str, *,
                            conn: Conn | None = None) -> QueueSettingsRow | None:
-        rows = self._fetch("queue_settings_row", {"queue": queue}, by_name(QueueSettingsRow),
+        rows = self._fetch("queue_settings_row", {"queue": queue}, positional(QueueSettingsRow),
                            conn)
         return rows[0] if rows else None
 
@@ -49,7 +49,7 @@ class RegistryQueries(StoreBase):
             "backoff_kind": backoff_kind, "backoff_base_seconds": backoff_base_seconds,
             "backoff_cap_seconds": backoff_cap_seconds, "backoff_jitter": backoff_jitter,
             "retention_seconds": retention_seconds, "paused": paused,
-        }, by_name(QueueSettingsRow))
+        }, positional(QueueSettingsRow))
         return row
 
     def known_queues(self) -> list[str]:

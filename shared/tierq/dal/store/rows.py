@@ -1,6 +1,8 @@
 """The rows the store returns: one NamedTuple per shape of result, its fields the
-statement's columns in order (``positional`` checks them once), or, for ``SELECT *`` rows,
-a table's columns (``by_name``)."""
+statement's columns in order (``positional`` checks them once per statement; the
+statements name their columns, so a column a migration adds changes none of these).
+tests/integration/test_store_columns.py describes each statement against the migrated
+schema."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from psycopg.rows import dict_row, scalar_row
 
-from tierq.dal.store.base import Conn, StoreBase, by_name, positional
+from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import LiveOccurrence, PendingOccurrence, ScheduleKey, ScheduleRow
 
 
@@ -39,7 +39,7 @@ class ScheduleQueries(StoreBase):
     def schedule_by_name(self, tenant: str, name: str, *,
                          conn: Conn | None = None) -> ScheduleRow | None:
         rows = self._fetch("schedule_by_name", {"tenant": tenant, "name": name},
-                           by_name(ScheduleRow), conn)
+                           positional(ScheduleRow), conn)
         return rows[0] if rows else None
 
     def schedules_page(self, tenant: str | None, after: tuple[str, str],
@@ -47,7 +47,7 @@ class ScheduleQueries(StoreBase):
         """Schedules after ``after`` (tenant, name), of ``tenant`` or (None) of all."""
         return self._fetch("schedules_page", {"tenant": tenant, "after_tenant": after[0],
                                               "after_name": after[1], "limit": limit},
-                           by_name(ScheduleRow))
+                           positional(ScheduleRow))
 
     def schedules_to_tick(self, now_ms: int, lookahead_ms: int) -> list[ScheduleKey]:
         """The schedules a tick has work for."""

@@ -12,7 +12,7 @@ from uuid import UUID
 from psycopg.rows import scalar_row, tuple_row
 
 from tierq.dal.postgres import uuid_array
-from tierq.dal.store.base import Conn, StoreBase, by_name, positional
+from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import (
     DeadKeyRow,
     DueRow,
@@ -181,12 +181,12 @@ class TaskQueries(StoreBase):
     # -- one task -------------------------------------------------------------------------
 
     def task_by_id(self, queue: str, task_id: UUID) -> TaskRow | None:
-        rows = self._fetch("task_by_id", {"queue": queue, "id": task_id}, by_name(TaskRow))
+        rows = self._fetch("task_by_id", {"queue": queue, "id": task_id}, positional(TaskRow))
         return rows[0] if rows else None
 
     def cancel_task(self, queue: str, task_id: UUID) -> TaskRow | None:
         """Delete the task whatever its state; the row deleted."""
-        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, by_name(TaskRow))
+        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, positional(TaskRow))
         return rows[0] if rows else None
 
     def purge_queue_tasks(self, queue: str) -> int:
@@ -201,8 +201,8 @@ class TaskQueries(StoreBase):
         params: dict[str, Any] = {"queue": queue, "tenant": tenant, "limit": limit,
                                   "after": after, "after_id": after_id}
         if tenant is None:
-            return self._fetch("dlq_page", params, by_name(TaskRow))
-        return self._fetch("dlq_page_of_tenant", params, by_name(TaskRow))
+            return self._fetch("dlq_page", params, positional(TaskRow))
+        return self._fetch("dlq_page_of_tenant", params, positional(TaskRow))
 
     def lock_dead(self, conn: Conn, queue: str, tenant: str | None, all_dead: bool,
                   ids: Sequence[str], limit: int) -> list[DeadKeyRow]:

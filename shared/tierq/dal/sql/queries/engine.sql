@@ -263,7 +263,11 @@ SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
 SELECT tenant FROM tierq_queue_tenants WHERE queue = %(queue)s ORDER BY tenant;
 
 -- name: queue_settings_row
-SELECT * FROM tierq_queues WHERE queue = %(queue)s;
+-- (Columns named, not *: a column a migration adds must not reach code that predates it.)
+SELECT queue, warm_max, lease_seconds, max_attempts, backoff_kind, backoff_base_seconds,
+       backoff_cap_seconds, backoff_jitter, retention_seconds, paused, created_at, updated_at,
+       warm_max_bytes
+FROM tierq_queues WHERE queue = %(queue)s;
 
 -- name: upsert_queue_settings
 INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds, max_attempts,
@@ -284,7 +288,9 @@ ON CONFLICT (queue) DO UPDATE SET
     retention_seconds = COALESCE(EXCLUDED.retention_seconds, q.retention_seconds),
     paused = COALESCE(%(paused)s, q.paused),
     updated_at = now()
-RETURNING *;
+RETURNING queue, warm_max, lease_seconds, max_attempts, backoff_kind, backoff_base_seconds,
+          backoff_cap_seconds, backoff_jitter, retention_seconds, paused, created_at,
+          updated_at, warm_max_bytes;
 
 -- name: known_queues
 SELECT queue FROM tierq_queues
@@ -293,15 +299,25 @@ SELECT queue FROM tierq_queue_tenants
 ORDER BY queue;
 
 -- name: task_by_id
-SELECT * FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
+-- (Columns named, not *: a column a migration adds must not reach code that predates it.)
+SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
+       max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
+       result
+FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: cancel_task
-DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s RETURNING *;
+DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s
+RETURNING id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,
+          attempts, max_attempts, seq, created_at, ready_since, state_since, finished_at,
+          last_error, result;
 
 -- name: dlq_page
 -- A queue's dead letters, newest first, before the cursor (the first page passes the
 -- greatest position: 'infinity' and the greatest id).
-SELECT * FROM tierq_tasks
+SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
+       max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
+       result
+FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
 ORDER BY finished_at DESC, id DESC
@@ -310,7 +326,10 @@ LIMIT %(limit)s;
 -- name: dlq_page_of_tenant
 -- One tenant's dead letters of a queue, newest first, before the cursor: a statement of its
 -- own so that even a generic plan walks that tenant's part of tierq_tasks_dead_line.
-SELECT * FROM tierq_tasks
+SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
+       max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
+       result
+FROM tierq_tasks
 WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
 ORDER BY finished_at DESC, id DESC

@@ -35,15 +35,24 @@ ON CONFLICT (tenant, name) DO UPDATE SET
     enabled = EXCLUDED.enabled,
     config_hash = EXCLUDED.config_hash,
     updated_at = EXCLUDED.updated_at
-RETURNING *, (xmax = 0) AS created;
+RETURNING name, queue, tenant, payload, priority, cron, every_ms, daily_times, timezone,
+          horizon, enabled, config_hash, installed_hash, installed_through_ms, last_tick_at,
+          created_at, updated_at, (xmax = 0) AS created;
 
 -- name: schedule_by_name
-SELECT * FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s;
+-- (Columns named, not *: a column a migration adds must not reach code that predates it.)
+SELECT name, queue, tenant, payload, priority, cron, every_ms, daily_times, timezone, horizon,
+       enabled, config_hash, installed_hash, installed_through_ms, last_tick_at, created_at,
+       updated_at
+FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: schedules_page
 -- Schedules after (after_tenant, after_name) in (tenant, name) order, of one tenant or
 -- (tenant NULL) of all; a keyset page on the primary key.
-SELECT * FROM tierq_schedules
+SELECT name, queue, tenant, payload, priority, cron, every_ms, daily_times, timezone, horizon,
+       enabled, config_hash, installed_hash, installed_through_ms, last_tick_at, created_at,
+       updated_at
+FROM tierq_schedules
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
   AND (tenant, name) > (%(after_tenant)s::text, %(after_name)s::text)
 ORDER BY tenant, name
