@@ -4,6 +4,7 @@ invocation, then nothing for it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -11,8 +12,10 @@ import pytest
 
 from tests.handlers.support import Invoke, emf_lines, invoke, scheduler_event
 from tests.maintenance.helpers import seed_idle_pairs
+from tierq.aws import metrics
 from tierq.aws.runtime import engine
 from tierq.aws.scheduled import jobs
+from tierq.dal.postgres import execute_text
 
 GAUGE_NAMES = {"Warm", "Cold", "Delayed", "Leased", "Dead", "OldestReadyAgeSeconds"}
 
@@ -68,3 +71,23 @@ def test_reaper_gauges_queues_with_tasks_and_an_emptied_queue_once(
     totals, gauges = reaper_gauges(capsys)
     assert sorted(gauges) == ["alpha"]  # beta is idle now: silent
     assert (totals["gauged_queues"], totals["zeroed_queues"]) == (1, 0)
+
+
+def test_the_gauge_walk_runs_under_the_reapers_timeouts(
+        call: Invoke, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the pool's (15 s / 5 s): the reaper's 10 s / 2 s, like its pass."""
+    call("POST", "/v1/queues/alpha/tasks", {"tasks": [{"payload": 1}]})
+    seen: list[dict[str, Any] | None] = []
+    emit = metrics.queue_gauge
+
+    def emit_and_look(queue: str, values: Mapping[str, float]) -> None:
+        with engine().db.connection() as conn:
+            seen.append(execute_text(conn, "SELECT current_setting('statement_timeout') AS s,"
+                                           " current_setting('lock_timeout') AS l").fetchone())
+        emit(queue, values)
+
+    monkeypatch.setattr(metrics, "queue_gauge", emit_and_look)
+    totals, gauges = reaper_gauges(capsys)
+    assert totals["gauged_queues"] == 1 and sorted(gauges) == ["alpha"]
+    assert seen == [{"s": "10s", "l": "2s"}]

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pydantic import ValidationError
 
 from tierq.config import Settings
 from tierq.dal.postgres import execute_text, scoped_timeouts
@@ -69,6 +70,18 @@ def test_config_comes_from_settings_then_environment_then_overrides() -> None:
     overridden = job.configure(settings, environ=env, expired_batch=7)
     assert overridden.expired_batch == 7
     assert job.every(Settings(reaper_every=3.0)) == 3.0
+
+
+def test_the_shared_budget_has_the_jobs_bound_and_is_refused_at_startup_beyond_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a value Settings took would fail every pass later, in configure
+    monkeypatch.setenv("TIERQ_MAINTENANCE_BUDGET_SECONDS", "601")
+    with pytest.raises(ValidationError, match="TIERQ_MAINTENANCE_BUDGET_SECONDS"):
+        Settings()
+    monkeypatch.setenv("TIERQ_MAINTENANCE_BUDGET_SECONDS", "600")
+    settings = Settings()
+    for job in registry.jobs().values():
+        assert job.configure(settings, environ={}).budget_seconds == 600
 
 
 @pytest.mark.parametrize(("environ", "named"), [

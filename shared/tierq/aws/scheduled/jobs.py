@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tierq.aws import metrics
 from tierq.aws.runtime import engine, logger, tracer
 from tierq.aws.scheduled import RemainingTime, run_ticks
+from tierq.dal.postgres import scoped_timeouts
 from tierq.engine import Tierq
 from tierq.maintenance import gauges, registry
 from tierq.maintenance.reaper import ReaperConfig
@@ -70,7 +71,8 @@ class ReaperTick:
             "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
             "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
             "zeroed_queues": 0, "pairs": summary.pairs, "forgotten": len(summary.forgotten),
-            "failed_pairs": summary.failed,  # "queue|tenant" whose Valkey master failed
+            # "queue|tenant" whose Valkey master failed or whose statement timed out
+            "failed_pairs": summary.failed,
         }
         state = self.gauge_round if self.gauge_round is not None else gauge_round_of(tq)
         now = self.clock()
@@ -80,8 +82,10 @@ class ReaperTick:
             # what the reaper's pass left of the tick's budget (a round cut short goes on
             # at the next tick; at least one slice is counted each time)
             left = config.budget_seconds - (time.monotonic() - started)
-            gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now,
-                                budget_seconds=max(0.0, left))
+            # under the reaper's timeouts too (its pass's scope ended with run_reaper)
+            with scoped_timeouts(config.statement_timeout_ms, config.lock_timeout_ms):
+                gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now,
+                                    budget_seconds=max(0.0, left))
             out["gauged_queues"], out["zeroed_queues"] = gauged.gauged, gauged.zeroed
         return out
 
