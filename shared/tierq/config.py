@@ -12,6 +12,11 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The longest time budget of one maintenance pass (TIERQ_MAINTENANCE_BUDGET_SECONDS, and each
+# job's budget_seconds: tierq.maintenance.registry.JobConfig), so a value accepted at startup
+# is one every job accepts.
+MAINTENANCE_BUDGET_MAX_SECONDS = 600.0
+
 
 class Settings(BaseSettings):
     """Everything tierq reads from the environment."""
@@ -102,9 +107,9 @@ class Settings(BaseSettings):
     # Maintenance by activity: each pass of the reaper and of the cold -> warm mover visits
     # the pairs with work in slices of this many, and stops starting new work once its time
     # budget is spent (the next pass goes on from there); below the 5 s ticks.
-    # (the bound of every job's budget_seconds: tierq.maintenance.registry.JobConfig)
     maintenance_budget_seconds: float = Field(
-        default=2.5, gt=0, le=600, alias="TIERQ_MAINTENANCE_BUDGET_SECONDS")
+        default=2.5, gt=0, le=MAINTENANCE_BUDGET_MAX_SECONDS,
+        alias="TIERQ_MAINTENANCE_BUDGET_SECONDS")
     maintenance_slice: int = Field(default=200, ge=1, le=10_000, alias="TIERQ_MAINTENANCE_SLICE")
     # A (queue, tenant) without any row that nobody used for this long is forgotten.
     pair_retention_seconds: float = Field(

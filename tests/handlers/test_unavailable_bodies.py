@@ -110,6 +110,27 @@ def test_valkey_unreachable(call: Invoke, monkeypatch: pytest.MonkeyPatch,
     assert engine() is not None
 
 
+def test_a_lock_wait_over_the_lock_timeout_is_a_timeout_not_an_outage(
+        call: Invoke, monkeypatch: pytest.MonkeyPatch, pg: psycopg.Connection[Any],
+        function_log: Records) -> None:
+    """PostgreSQL is up and answered: the 503 says the work did not finish in time (retry),
+    not that PostgreSQL is not answering."""
+    monkeypatch.setenv("TIERQ_LOCK_TIMEOUT_MS", "200")
+    reset_engine()
+    assert call("PUT", "/v1/queues/held", {"warm_max": 10}).status == 200
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queues WHERE queue = 'held' FOR UPDATE")
+        reply = call("PUT", "/v1/queues/held", {"warm_max": 20})
+    assert_clean_503(reply.status, reply.headers, reply.body)
+    message = reply.body["error"]["message"]
+    assert "did not finish in time" in message and "not answering" not in message
+    assert reply.headers.get("retry-after", reply.headers.get("Retry-After")) == "1"
+    logged = function_log.text()
+    assert "store timed out" in logged and "lock timeout" in logged, logged
+    assert call("PUT", "/v1/queues/held", {"warm_max": 20}).status == 200
+    reset_engine()
+
+
 def test_a_message_that_gives_internals_away_is_replaced() -> None:
     leaky = Unavailable("Valkey is not answering: Error 111 connecting to 10.0.3.7:6379.")
     assert public_unavailable(leaky).message == UNAVAILABLE_FALLBACK

@@ -16,7 +16,7 @@ from psycopg import errors
 from tierq.dal.postgres import Database, execute_text, transaction
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
-from tierq.errors import Unavailable
+from tierq.errors import DatabaseTimedOut
 
 SHOW = ("SELECT current_setting('statement_timeout') AS statement_timeout,"
         " current_setting('lock_timeout') AS lock_timeout,"
@@ -53,8 +53,10 @@ def test_a_statement_over_the_statement_timeout_is_cancelled(db: Database) -> No
         # the connection is usable at once, and the limit went with the statement
         assert conn.execute("SELECT current_setting('statement_timeout') AS t"
                             ).fetchone() == {"t": "0"}
-    # in a transaction opened by the engine: the same limit, answered as 503 (Unavailable)
-    with pytest.raises(Unavailable), db.transaction() as conn:
+    # in a transaction opened by the engine: the same limit, answered as a timeout (503 with
+    # Retry-After; PostgreSQL answered, so not "not answering")
+    with pytest.raises(DatabaseTimedOut, match="did not finish in time"), \
+            db.transaction() as conn:
         assert conn.execute(SHOW).fetchone()["statement_timeout"] == "300ms"
         conn.execute("SELECT pg_sleep(5)")
 
@@ -71,8 +73,9 @@ def test_a_lock_wait_over_the_lock_timeout_fails(db: Database, database_url: str
                                        " WHERE queue = 'locked'")
                 waited = time.monotonic() - started
             assert 0.1 < waited < 3
-            with pytest.raises(Unavailable), db.transaction() as conn:
+            with pytest.raises(DatabaseTimedOut) as raised, db.transaction() as conn:
                 conn.execute("UPDATE tierq_queues SET paused = true WHERE queue = 'locked'")
+            assert "lock timeout" in (raised.value.detail or "")
 
 
 def test_an_engine_answers_503_when_a_row_stays_locked(make_tq: Any, database_url: str) -> None:
@@ -80,7 +83,7 @@ def test_an_engine_answers_503_when_a_row_stays_locked(make_tq: Any, database_ur
     tq.put_queue("held", {"warm_max": 10})
     with psycopg.connect(database_url, autocommit=True) as owner, owner.transaction():
         owner.execute("SELECT * FROM tierq_queues WHERE queue = 'held' FOR UPDATE")
-        with pytest.raises(Unavailable):
+        with pytest.raises(DatabaseTimedOut):
             tq.put_queue("held", {"warm_max": 20})
     assert tq.put_queue("held", {"warm_max": 20}).warm_max == 20
 

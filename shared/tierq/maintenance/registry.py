@@ -37,7 +37,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tierq.config import Settings
+from tierq.config import MAINTENANCE_BUDGET_MAX_SECONDS, Settings
 from tierq.dal.postgres import scoped_timeouts
 from tierq.logic.context import Context
 
@@ -58,7 +58,7 @@ class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # below the 5 s ticks of the reaper and the cold -> warm mover
-    budget_seconds: float = Field(default=2.5, gt=0, le=600)
+    budget_seconds: float = Field(default=2.5, gt=0, le=MAINTENANCE_BUDGET_MAX_SECONDS)
     # at most these; the pool's (TIERQ_STATEMENT_TIMEOUT_MS, TIERQ_LOCK_TIMEOUT_MS, by
     # default 15 s and 5 s) when shorter: a pass gives up sooner, so a stuck statement costs
     # one tick, not several, and never later than the operator allows. 0: the pool's alone.

@@ -27,7 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from tierq.aws.runtime import logger
-from tierq.errors import MalformedRequest, TierqError, Unavailable
+from tierq.errors import DatabaseTimedOut, MalformedRequest, TierqError, Unavailable
 
 # Where a parameter came from, as Powertools puts it first in an error's location.
 _SOURCES = ("body", "query", "path", "header", "cookie")
@@ -67,7 +67,8 @@ _DESCRIPTIONS: dict[int, str] = {
     413: "Payload too large",
     422: "Invalid input; nothing was written",
     429: "Too many requests",
-    503: "A backing store is not answering; retry after the Retry-After header",
+    503: "A backing store is not answering, or did not finish in time (a statement or "
+         "lock timeout); retry after the Retry-After header",
 }
 
 
@@ -200,7 +201,8 @@ def register(app: ApiGatewayResolver) -> None:
         if exc.status >= 500:
             # the whole story for the operator; the caller gets the public message only
             cause = exc.__cause__
-            logger.warning("store unavailable", extra={
+            timed_out = isinstance(exc, DatabaseTimedOut)  # up, but slow or a row held
+            logger.warning("store timed out" if timed_out else "store unavailable", extra={
                 "error": exc.message,
                 "detail": getattr(exc, "detail", None),
                 "cause": None if cause is None else f"{type(cause).__name__}: {cause}",
