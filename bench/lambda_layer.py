@@ -230,12 +230,17 @@ def import_once(python: str, function: Function, env: dict[str, str]) -> dict[st
     return result
 
 
-def libraries_floor(work: Path) -> Function:
-    """A stand-in function whose module imports RUNTIME_LIBRARIES and nothing of tierq."""
+def libraries_floor(work: Path, layer_python: Path) -> Function | None:
+    """A stand-in function whose module imports those of RUNTIME_LIBRARIES the layer holds,
+    and nothing of tierq; None when it holds none of them."""
+    present = [name for name in RUNTIME_LIBRARIES
+               if (layer_python / name.split(".")[0]).is_dir()]
+    if not present:
+        return None
     code_dir = work / "floor"
     code_dir.mkdir()
     (code_dir / "runtime_libraries.py").write_text(
-        "".join(f"import {name}\n" for name in RUNTIME_LIBRARIES))
+        "".join(f"import {name}\n" for name in present))
     return Function(FLOOR_NAME, code_dir, "runtime_libraries")
 
 
@@ -332,12 +337,14 @@ def main(argv: list[str] | None = None) -> int:
             say("installing boto3/botocore in place of the Lambda runtime's /var/runtime …")
             install_runtime_sdk(runtime_dir, python)
         say(f"importing {len(functions)} functions with {python}, {args.repeats} time(s) each …")
-        results = measure(python, [*functions, libraries_floor(work)], layer_python,
-                          runtime_dir, args.repeats, args.tracing)
-    floor = next(result for result in results if result.function.name == FLOOR_NAME)
-    results = [result for result in results if result is not floor]
+        results = measure(python, functions, layer_python, runtime_dir, args.repeats,
+                          args.tracing)
+        floor_function = libraries_floor(work, layer_python)
+        floor = (measure(python, [floor_function], layer_python, runtime_dir, args.repeats,
+                         args.tracing)[0] if floor_function else None)
 
-    print_report([*results, floor], layer, python, arch, args.repeats, args.tracing)
+    print_report([*results, *([floor] if floor else [])], layer, python, arch, args.repeats,
+                 args.tracing)
     max_ms = max(result.median_ms for result in results)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -361,12 +368,13 @@ def main(argv: list[str] | None = None) -> int:
                 "loaded": result.loaded,
             } for result in results],
             "max_handler_import_ms": max_ms,
-            "libraries_floor_ms": floor.median_ms,
+            "libraries_floor_ms": floor.median_ms if floor else None,
         }, indent=2) + "\n")
+    if floor:
+        print(f"libraries_floor_ms={floor.median_ms:.0f}  "
+              "(the runtime's third-party packages alone, without tierq)")
     print(f"layer_mb={layer.bytes / MIB:.1f}")
     print(f"max_handler_import_ms={max_ms:.0f}")
-    print(f"libraries_floor_ms={floor.median_ms:.0f}  "
-          f"({' '.join(RUNTIME_LIBRARIES)} alone, without tierq)")
     return 0
 
 

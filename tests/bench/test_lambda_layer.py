@@ -114,6 +114,9 @@ def test_imports_each_function_from_the_layer_and_ends_with_the_two_figures(
     # PYTHONDONTWRITEBYTECODE: the imports left no bytecode behind in the layer
     assert not list(kept.rglob("__pycache__")), list(kept.rglob("*.pyc"))
     assert "[1/2] one" in done.stderr and "[2/2] two" in done.stderr
+    # the stand-in layer holds none of the runtime's libraries: no floor to measure
+    assert not any(line.startswith("libraries_floor_ms=") for line in lines)
+    assert result["libraries_floor_ms"] is None
 
 
 def test_a_module_found_only_in_this_environment_fails_the_run(tmp_path: Path) -> None:
