@@ -16,7 +16,7 @@ from tierq.dal.store.rows import QueueSettingsRow
 from tierq.dal.task_store import TaskStore
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic.pairs import refresh_seconds, register_pairs
-from tierq.models.queues import BackoffSettings, QueueSettings
+from tierq.models.queues import BackoffSettings, ConsumerSettings, QueueSettings, RateLimit
 
 Pair = tuple[str, str]  # (queue, tenant)
 
@@ -98,6 +98,15 @@ class QueueSettingsCache:
             ),
             retention_seconds=pick("retention_seconds", d.retention_seconds),
             paused=row is not None and row.paused,
+            max_leased=None if row is None else row.max_leased,
+            rate=None if row is None or row.rate_per_second is None or row.rate_burst is None
+            else RateLimit(per_second=row.rate_per_second, burst=row.rate_burst),
+            tenant_max_leased=None if row is None else row.tenant_max_leased,
+            tenant_rate=None if row is None or row.tenant_rate_per_second is None
+            or row.tenant_rate_burst is None
+            else RateLimit(per_second=row.tenant_rate_per_second, burst=row.tenant_rate_burst),
+            consumer=None if row is None or row.consumer is None
+            else ConsumerSettings.model_validate_json(row.consumer),
         )
 
     def invalidate(self, queue: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 from uuid import UUID
 
 from tierq.logic.context import Context, Pair, from_ms, to_ms
@@ -12,6 +13,7 @@ from tierq.models.queues import (
     QueueSettings,
     QueueSettingsUpdate,
     QueueView,
+    RateLimit,
     TenantCounts,
 )
 
@@ -30,9 +32,27 @@ def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> Queue
         backoff_jitter=backoff.jitter if backoff else None,
         retention_seconds=update.retention_seconds,
         paused=update.paused,
+        **_limit_changes(update),
     )
     ctx.queue_settings.invalidate(queue)
     return ctx.queue_settings.get(queue)
+
+
+def _limit_changes(update: QueueSettingsUpdate) -> dict[str, Any]:
+    """The store's arguments for the limits and the consumer the update names (null
+    clears; a field left out is not passed, so the store keeps it)."""
+    out: dict[str, Any] = {}
+    for name in ("max_leased", "tenant_max_leased"):
+        if update.given(name):
+            out[name] = getattr(update, name)
+    for name in ("rate", "tenant_rate"):
+        if update.given(name):
+            rate: RateLimit | None = getattr(update, name)
+            out[name] = None if rate is None else (rate.per_second, rate.burst)
+    if update.given("consumer"):
+        out["consumer"] = None if update.consumer is None \
+            else update.consumer.model_dump_json()
+    return out
 
 
 def purge_tasks(ctx: Context, queue: str) -> int:

@@ -18,10 +18,12 @@ from tierq.models.leases import (
 from tierq.models.names import KEY_PATTERN, NAME_PATTERN, QueueName, TenantName
 from tierq.models.queues import (
     BackoffSettings,
+    ConsumerSettings,
     QueueCounts,
     QueueSettings,
     QueueSettingsUpdate,
     QueueView,
+    RateLimit,
     TenantCounts,
 )
 from tierq.models.tasks import EnqueueOutcome, TaskIn, TaskView
@@ -34,6 +36,7 @@ __all__ = [
     "BackoffSettings",
     "ClaimRequest",
     "ClaimedTask",
+    "ConsumerSettings",
     "EnqueueOutcome",
     "HeartbeatItem",
     "HeartbeatResult",
@@ -45,6 +48,7 @@ __all__ = [
     "QueueSettings",
     "QueueSettingsUpdate",
     "QueueView",
+    "RateLimit",
     "Rejection",
     "ReleaseItem",
     "ReleaseResult",

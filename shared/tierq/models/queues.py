@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Literal
 
@@ -33,6 +34,58 @@ class BackoffSettings(RequestModel):
         return BackoffPolicy(self.kind, self.base_seconds, self.cap_seconds, self.jitter)
 
 
+# Limits on claims: a count of leases or a rate of tasks handed out, per queue or per tenant.
+LIMIT_MAX = 1_000_000
+# A consumer's batching window may be up to 5 minutes, as an SQS event source mapping's.
+BATCHING_WINDOW_MAX_MS = 300_000
+CONSUMER_BATCH_MAX = 100
+CONSUMER_CONCURRENCY_MAX = 10_000
+CONSUMER_FUNCTION_MAX = 512
+
+
+class RateLimit(RequestModel):
+    """A token bucket on the tasks a claim hands out: it holds at most ``burst`` tokens and
+    refills at ``per_second``; each task handed out takes one. Counted on the warm tier's
+    clock (``TIME``), not the callers'."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_second: float = Field(gt=0, le=LIMIT_MAX, allow_inf_nan=False,
+                              description="Tokens added per second (may be below 1).")
+    burst: int = Field(default=0, ge=0, le=LIMIT_MAX,
+                       description="Tokens the bucket holds at most: how many tasks may go "
+                                   "out at once after a quiet spell. Left out (or 0): "
+                                   "per_second rounded up, at least 1.")
+
+    @model_validator(mode="after")
+    def _burst_default(self) -> RateLimit:
+        if self.burst == 0:
+            self.burst = max(1, math.ceil(self.per_second))
+        return self
+
+
+class ConsumerSettings(RequestModel):
+    """A function the dispatcher calls with batches of the queue's tasks, shaped as SQS
+    events (a Lambda function name or ARN on AWS; locally also ``module:function``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    function: str = Field(min_length=1, max_length=CONSUMER_FUNCTION_MAX,
+                          pattern=r"^\S+$",
+                          description="The function to call: a Lambda function name or ARN "
+                                      "(from the stack's allow-list), or locally a function "
+                                      "of template.yaml or an importable module:function.")
+    batch_size: int = Field(default=10, ge=1, le=CONSUMER_BATCH_MAX,
+                            description="Tasks per invocation at most.")
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=CONSUMER_CONCURRENCY_MAX,
+        description="Invocations of the function running at once for this queue, at most "
+                    "(null: no limit but the queue's own limits).")
+    max_batching_window_ms: int = Field(
+        default=0, ge=0, le=BATCHING_WINDOW_MAX_MS,
+        description="How long to wait for a full batch before calling with fewer.")
+
+
 class QueueSettings(BaseModel):
     """A queue's effective settings (stored values over the deployment defaults)."""
 
@@ -45,6 +98,22 @@ class QueueSettings(BaseModel):
     backoff: BackoffSettings
     retention_seconds: int = Field(ge=0, le=10 * 366 * 86_400)
     paused: bool = False
+    max_leased: int | None = Field(
+        default=None, ge=1, le=LIMIT_MAX,
+        description="Tasks of the queue leased at once, at most, over all tenants (null: no "
+                    "limit).")
+    rate: RateLimit | None = Field(
+        default=None, description="A token bucket on the tasks the queue hands out (null: "
+                                  "no limit).")
+    tenant_max_leased: int | None = Field(
+        default=None, ge=1, le=LIMIT_MAX,
+        description="Tasks of each tenant leased at once, at most (null: no limit).")
+    tenant_rate: RateLimit | None = Field(
+        default=None, description="A token bucket per tenant on the tasks it is handed "
+                                  "(null: no limit).")
+    consumer: ConsumerSettings | None = Field(
+        default=None, description="The function the dispatcher calls with the queue's "
+                                  "tasks (null: none; workers claim over HTTP).")
 
 
 class QueueSettingsUpdate(RequestModel):
@@ -62,6 +131,24 @@ class QueueSettingsUpdate(RequestModel):
     backoff: BackoffSettings | None = None
     retention_seconds: int | None = Field(default=None, ge=0, le=10 * 366 * 86_400)
     paused: bool | None = Field(default=None, strict=True)  # "true" or 1 is not a boolean
+    # The limits and the consumer: left out keeps the stored value, null clears it.
+    max_leased: int | None = Field(default=None, ge=1, le=LIMIT_MAX)
+    rate: RateLimit | None = None
+    tenant_max_leased: int | None = Field(default=None, ge=1, le=LIMIT_MAX)
+    tenant_rate: RateLimit | None = None
+    consumer: ConsumerSettings | None = None
+
+    def clears(self, field: str) -> bool:
+        """Whether ``field`` was given as null (to clear it), not left out."""
+        return field in self.model_fields_set and getattr(self, field) is None
+
+    def given(self, field: str) -> bool:
+        """Whether ``field`` was given (a value, or null to clear it)."""
+        return field in self.model_fields_set
+
+
+# The settings that null clears in a PUT.
+CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate", "consumer"})
 
 
 class QueueCounts(BaseModel):

@@ -4,6 +4,7 @@ their cursors, the listings of the HTTP API and a queue's view."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -26,6 +27,15 @@ from tierq.dal.store.rows import (
 )
 
 
+class Keep(enum.Enum):
+    """A setting an upsert leaves as stored (where None would clear it)."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
 class RegistryQueries(StoreBase):
     # -- queue settings -------------------------------------------------------------------
 
@@ -41,14 +51,38 @@ class RegistryQueries(StoreBase):
                               backoff_base_seconds: float | None,
                               backoff_cap_seconds: float | None, backoff_jitter: float | None,
                               retention_seconds: int | None,
-                              paused: bool | None) -> QueueSettingsRow:
-        """Store the settings given (None keeps the stored value); the row after."""
+                              paused: bool | None,
+                              max_leased: int | Keep | None = KEEP,
+                              rate: tuple[float, int] | Keep | None = KEEP,
+                              tenant_max_leased: int | Keep | None = KEEP,
+                              tenant_rate: tuple[float, int] | Keep | None = KEEP,
+                              consumer: str | Keep | None = KEEP) -> QueueSettingsRow:
+        """Store the settings given (None keeps the stored value); the row after. The
+        limits (a rate is ``(per_second, burst)``) and the consumer (its JSON object as
+        text) are cleared by None and kept by ``KEEP``."""
+        def put(value: object) -> object:
+            return None if isinstance(value, Keep) else value
+
+        rate_pair = put(rate)
+        tenant_rate_pair = put(tenant_rate)
         [row] = self._fetch("upsert_queue_settings", {
             "queue": queue, "warm_max": warm_max, "warm_max_bytes": warm_max_bytes,
             "lease_seconds": lease_seconds, "max_attempts": max_attempts,
             "backoff_kind": backoff_kind, "backoff_base_seconds": backoff_base_seconds,
             "backoff_cap_seconds": backoff_cap_seconds, "backoff_jitter": backoff_jitter,
             "retention_seconds": retention_seconds, "paused": paused,
+            "max_leased": put(max_leased), "set_max_leased": not isinstance(max_leased, Keep),
+            "rate_per_second": rate_pair[0] if isinstance(rate_pair, tuple) else None,
+            "rate_burst": rate_pair[1] if isinstance(rate_pair, tuple) else None,
+            "set_rate": not isinstance(rate, Keep),
+            "tenant_max_leased": put(tenant_max_leased),
+            "set_tenant_max_leased": not isinstance(tenant_max_leased, Keep),
+            "tenant_rate_per_second":
+                tenant_rate_pair[0] if isinstance(tenant_rate_pair, tuple) else None,
+            "tenant_rate_burst":
+                tenant_rate_pair[1] if isinstance(tenant_rate_pair, tuple) else None,
+            "set_tenant_rate": not isinstance(tenant_rate, Keep),
+            "consumer": put(consumer), "set_consumer": not isinstance(consumer, Keep),
         }, positional(QueueSettingsRow))
         return row
 

@@ -141,6 +141,13 @@ class QueueSettingsRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
     warm_max_bytes: int | None
+    max_leased: int | None
+    rate_per_second: float | None
+    rate_burst: int | None
+    tenant_max_leased: int | None
+    tenant_rate_per_second: float | None
+    tenant_rate_burst: int | None
+    consumer: str | None  # the jsonb object as its text
 
 
 class ClaimedTaskRow(NamedTuple):

@@ -85,8 +85,11 @@ def get_queue(queue: QueuePath) -> QueueView:
     summary="Create a queue or change its settings",
     description="Fields: warm_max, warm_max_bytes, lease_seconds, max_attempts, backoff "
                 "{kind fixed|linear|exponential, base_seconds, cap_seconds, jitter}, "
-                "retention_seconds, paused. "
-                "Fields left out keep their value.",
+                "retention_seconds, paused; the limits on claims max_leased, rate "
+                "{per_second, burst}, tenant_max_leased, tenant_rate {per_second, burst}; "
+                "consumer {function, batch_size 1-100 (10), max_concurrency, "
+                "max_batching_window_ms 0-300000 (0)}. "
+                "Fields left out keep their value; null clears a limit or the consumer.",
     operation_id="putQueue",
     tags=["queues"],
     responses=responses("The queue with its new settings.", 403),

@@ -266,16 +266,23 @@ SELECT tenant FROM tierq_queue_tenants WHERE queue = %(queue)s ORDER BY tenant;
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT queue, warm_max, lease_seconds, max_attempts, backoff_kind, backoff_base_seconds,
        backoff_cap_seconds, backoff_jitter, retention_seconds, paused, created_at, updated_at,
-       warm_max_bytes
+       warm_max_bytes, max_leased, rate_per_second, rate_burst, tenant_max_leased,
+       tenant_rate_per_second, tenant_rate_burst, consumer
 FROM tierq_queues WHERE queue = %(queue)s;
 
 -- name: upsert_queue_settings
+-- (The limits and the consumer are written when their set_* flag is true, NULL clearing them;
+-- the other settings keep their stored value when given NULL.)
 INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds, max_attempts,
                                backoff_kind, backoff_base_seconds, backoff_cap_seconds,
-                               backoff_jitter, retention_seconds, paused)
+                               backoff_jitter, retention_seconds, paused, max_leased,
+                               rate_per_second, rate_burst, tenant_max_leased,
+                               tenant_rate_per_second, tenant_rate_burst, consumer)
 VALUES (%(queue)s, %(warm_max)s, %(warm_max_bytes)s, %(lease_seconds)s, %(max_attempts)s,
         %(backoff_kind)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s,
-        %(backoff_jitter)s, %(retention_seconds)s, COALESCE(%(paused)s, false))
+        %(backoff_jitter)s, %(retention_seconds)s, COALESCE(%(paused)s, false),
+        %(max_leased)s, %(rate_per_second)s, %(rate_burst)s, %(tenant_max_leased)s,
+        %(tenant_rate_per_second)s, %(tenant_rate_burst)s, %(consumer)s::jsonb)
 ON CONFLICT (queue) DO UPDATE SET
     warm_max = COALESCE(EXCLUDED.warm_max, q.warm_max),
     warm_max_bytes = COALESCE(EXCLUDED.warm_max_bytes, q.warm_max_bytes),
@@ -287,10 +294,22 @@ ON CONFLICT (queue) DO UPDATE SET
     backoff_jitter = COALESCE(EXCLUDED.backoff_jitter, q.backoff_jitter),
     retention_seconds = COALESCE(EXCLUDED.retention_seconds, q.retention_seconds),
     paused = COALESCE(%(paused)s, q.paused),
+    max_leased = CASE WHEN %(set_max_leased)s THEN EXCLUDED.max_leased ELSE q.max_leased END,
+    rate_per_second = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_per_second
+                           ELSE q.rate_per_second END,
+    rate_burst = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_burst ELSE q.rate_burst END,
+    tenant_max_leased = CASE WHEN %(set_tenant_max_leased)s THEN EXCLUDED.tenant_max_leased
+                             ELSE q.tenant_max_leased END,
+    tenant_rate_per_second = CASE WHEN %(set_tenant_rate)s THEN EXCLUDED.tenant_rate_per_second
+                                  ELSE q.tenant_rate_per_second END,
+    tenant_rate_burst = CASE WHEN %(set_tenant_rate)s THEN EXCLUDED.tenant_rate_burst
+                             ELSE q.tenant_rate_burst END,
+    consumer = CASE WHEN %(set_consumer)s THEN EXCLUDED.consumer ELSE q.consumer END,
     updated_at = now()
 RETURNING queue, warm_max, lease_seconds, max_attempts, backoff_kind, backoff_base_seconds,
           backoff_cap_seconds, backoff_jitter, retention_seconds, paused, created_at,
-          updated_at, warm_max_bytes;
+          updated_at, warm_max_bytes, max_leased, rate_per_second, rate_burst,
+          tenant_max_leased, tenant_rate_per_second, tenant_rate_burst, consumer;
 
 -- name: known_queues
 SELECT queue FROM tierq_queues
