@@ -52,7 +52,7 @@ WATCHED_MODULES = ("aws_xray_sdk", "botocore", "botocore.session", "boto3", "typ
 MIB = 1024 * 1024
 # The third-party packages every function imports, alone: the floor under any function's
 # import on this machine (tierq's own modules and pydantic model building come on top).
-RUNTIME_LIBRARIES = ("pydantic", "pydantic_settings", "psycopg", "psycopg_pool", "redis",
+RUNTIME_LIBRARIES = ("pydantic", "psycopg", "psycopg_pool", "redis",
                      "orjson", "croniter", "aws_lambda_powertools.event_handler")
 FLOOR_NAME = "(libraries)"
 

@@ -1,16 +1,21 @@
-"""Deployment settings, read from the environment once (pydantic-settings).
+"""Deployment settings, read from the environment once.
 
 Per-queue settings stored in Postgres (``tierq_queues``) override the defaults here.
+
+A plain pydantic model reads the variables itself (each field's alias, matched without
+regard to case, as pydantic-settings did): pydantic-settings cost every Lambda function
+about 40 ms of its cold import for this one class.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 # The longest time budget of one maintenance pass (TIERQ_MAINTENANCE_BUDGET_SECONDS, and each
 # job's budget_seconds: tierq.maintenance.registry.JobConfig), so a value accepted at startup
@@ -18,10 +23,29 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 MAINTENANCE_BUDGET_MAX_SECONDS = 600.0
 
 
-class Settings(BaseSettings):
-    """Everything tierq reads from the environment."""
+class Settings(BaseModel):
+    """Everything tierq reads from the environment.
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+    ``Settings()`` reads the process environment; keyword arguments (by field name or by
+    variable name) take precedence over it.
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_environment(cls, given: Any) -> Any:
+        if not isinstance(given, Mapping):
+            return given
+        values = dict(given)
+        environment = {name.upper(): value for name, value in os.environ.items()}
+        for name, field in cls.model_fields.items():
+            variable = field.alias or name
+            if variable in values or name in values:
+                continue
+            if (value := environment.get(variable.upper())) is not None:
+                values[variable] = value
+        return values
 
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
     # On AWS the database URL is built from a Secrets Manager secret and the proxy endpoint.
@@ -94,6 +118,17 @@ class Settings(BaseSettings):
     delayed_every: float = Field(default=1.0, gt=0, alias="TIERQ_DELAYED_EVERY")
     reaper_every: float = Field(default=5.0, gt=0, alias="TIERQ_REAPER_EVERY")
     cron_every: float = Field(default=10.0, gt=0, alias="TIERQ_CRON_EVERY")
+    # The dispatcher (push delivery to consumer functions): the longest it waits before
+    # looking again at a queue that had nothing ready.
+    dispatcher_every: float = Field(default=1.0, gt=0, le=60, alias="TIERQ_DISPATCHER_EVERY")
+    # The functions queues may name as consumers (the template's ConsumerFunctions): names,
+    # comma separated, of Lambda functions of the stack's account and region; a consumer may
+    # name one by its name or by its ARN (TIERQ_CONSUMER_ARN_PREFIX followed by the name).
+    consumer_functions: str = Field(default="", alias="TIERQ_CONSUMER_FUNCTIONS")
+    consumer_arn_prefix: str = Field(default="", alias="TIERQ_CONSUMER_ARN_PREFIX")
+    # The dispatcher function that a task becoming ready wakes (tierq.logic.wake); empty: no
+    # waking (the dispatcher's own function, and everything off AWS).
+    dispatcher_function: str = Field(default="", alias="TIERQ_DISPATCHER_FUNCTION")
     # How long in-process caches of queue settings and tenant lists may be stale.
     settings_cache_seconds: float = Field(default=1.0, ge=0, alias="TIERQ_SETTINGS_CACHE_SECONDS")
     # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in

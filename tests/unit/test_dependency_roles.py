@@ -143,7 +143,7 @@ def test_the_core_dependencies_are_the_lambda_runtimes_only() -> None:
     core = {requirement.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
             for requirement in pyproject["project"]["dependencies"]}
     assert core == {"psycopg", "psycopg-pool", "orjson", "redis", "hiredis", "pydantic",
-                    "pydantic-settings", "aws-lambda-powertools", "croniter", "tzdata"}
+                    "aws-lambda-powertools", "croniter", "tzdata"}
     extras = pyproject["project"]["optional-dependencies"]
     assert {"cli", "client", "local", "aws"} <= set(extras)
     assert not any("typer" in requirement and "<" in requirement
