@@ -87,6 +87,32 @@ class DirectCalls:
                 raise
         raise AssertionError("unreachable")
 
+    def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies of several commands sent together (one round trip), in order; an
+        error reply is returned in its place (a ``redis.ResponseError``), not raised, so the
+        caller decides which of them matter. Raises as ``command`` when Valkey does not
+        answer."""
+        packed = b"".join([pack_command(tuple(args)) for args in commands])
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.send_packed_command([packed])
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(conn.read_response())
+                    except redis.ResponseError as exc:
+                        replies.append(exc)  # the later replies are still on the wire
+                return replies
+            except redis.ConnectionError:
+                self._drop(conn)
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self._drop(conn)
+                raise
+        raise AssertionError("unreachable")
+
     def close(self) -> None:
         with self._lock:
             conns, self._open = self._open, []

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -23,6 +23,9 @@ from redis.exceptions import (
 from tierq.core.ids import attempt_of_token
 from tierq.dal.direct_calls import DirectCalls
 from tierq.errors import WarmTierFull, WarmTierUnavailable
+
+if TYPE_CHECKING:
+    from tierq.dal.throughput import ThroughputCounts
 
 SCRIPTS = (
     "push_ready",
@@ -177,6 +180,8 @@ class WarmTier:
         }
         # cluster clients route each call by its key slot themselves
         self.calls = None if isinstance(client, RedisCluster) else DirectCalls(client)
+        from tierq.dal.throughput import ThroughputCounts  # it reads this module's scripts
+        self.throughput: ThroughputCounts = ThroughputCounts(self)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
@@ -220,6 +225,28 @@ class WarmTier:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             return self.client.eval(_source(script), len(keys), *keys, *args)
+
+    def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies of several commands, sent together: one round trip on a single
+        server; in cluster mode one per master their keys' slots live on (sent to all of
+        them before any reply is read). An error reply is returned in its place, not
+        raised; ``WarmTierUnavailable`` when Valkey does not answer."""
+        with _available():
+            if self.calls is not None:
+                return self.calls.pipeline(commands)
+            pipe = self.client.pipeline(transaction=False)
+            for args in commands:
+                pipe.execute_command(*args)
+            return list(pipe.execute(raise_on_error=False))
+
+    def server_time(self) -> float:
+        """The server's clock (epoch seconds; in cluster mode, the clock of any master)."""
+        with _available():
+            if self.calls is not None:
+                seconds, micros = self.calls.command("TIME")
+            else:
+                seconds, micros = self.client.time()
+        return int(seconds) + int(micros) / 1e6
 
     def _command(self, *args: Any) -> Any:
         with _available():
@@ -307,14 +334,25 @@ class WarmTier:
         deadlines = self._command("ZMSCORE", k.leased, *members)
         return [None if d is None else int(float(d)) for d in deadlines]
 
-    def release(self, queue: str, tenant: str, members: Sequence[str]) -> int:
+    def release(self, queue: str, tenant: str, members: Sequence[str], *,
+                acked: int = 0) -> int:
         """Drop these leases (members ``lease_member(id, token)``); a lease that was
         re-issued since has another token and is left alone. Returns how many were
-        dropped."""
+        dropped. ``acked``: tasks of the pair just acked, counted in the same round trip
+        (dal/throughput.py)."""
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
-        return int(self._command("ZREM", k.leased, *dict.fromkeys(members)))
+        zrem = ("ZREM", k.leased, *dict.fromkeys(members))
+        if acked <= 0:
+            return int(self._command(*zrem))
+        counts = self.throughput.commands(queue, {tenant: (0, acked)})
+        replies = self.pipeline([zrem, *counts])
+        self.throughput.settle(queue, counts, replies[1:])
+        if isinstance(replies[0], Exception):
+            with _available():
+                raise replies[0]
+        return int(replies[0])
 
     def take_back(self, queue: str, tenant: str, *, now_ms: int,
                   members: Sequence[str]) -> set[str]:

@@ -151,6 +151,8 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
         base = outcomes[first.index]
         outcome = "updated" if follower.on_conflict == "replace" else "ignored"
         outcomes[follower.index] = base.model_copy(update={"outcome": outcome})
+    ctx.warm.throughput.record_enqueued(  # the chart's counts (dal/throughput.py)
+        queue, [o.tenant for o in outcomes.values() if o.outcome == "created"])
     return [outcomes[p.index] for p in prepared]
 
 

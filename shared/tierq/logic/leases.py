@@ -86,12 +86,15 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
     return valid
 
 
-def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified]) -> None:
+def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
+                acked: set[str] | frozenset[str] = frozenset()) -> None:
+    """``acked``: ids of those tasks just acked, counted with the drop (one round trip)."""
     by_tenant: dict[str, list[str]] = defaultdict(list)
     for v in verified:
         by_tenant[v.tenant].append(v.member)
     for tenant, members in by_tenant.items():
-        ctx.warm.release(queue, tenant, members)
+        ctx.warm.release(queue, tenant, members, acked=sum(
+            m.partition("|")[0] in acked for m in members) if acked else 0)
 
 
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
@@ -125,7 +128,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             queue, to_datetime(ctx.now()), [v.id for v, _ in keep],
             [orjson.dumps(value).decode() for _, value in keep],
             [v.attempt for v, _ in keep], relaxed=relaxed))
-    drop_leases(ctx, queue, valid)
+    drop_leases(ctx, queue, valid, acked=done)
     acked = result.acked
     for v in valid:
         if v.id in done:

@@ -1,0 +1,227 @@
+"""Throughput counts in the warm tier: per (queue, tenant), how many tasks were enqueued and
+acked in each second of the last 15 minutes, on the server's clock.
+
+Each pair has one string, ``tq:{queue|tenant}:rate`` (its own hash tag, so its slot is the
+pair's and a count rides in the same pipeline as the pair's own commands): 16 blocks, one
+per minute modulo 16, each a u32 stamp (the minute it holds) and 60 pairs of u32 counts
+(enqueued, acked), one per second, big-endian as ``BITFIELD`` writes them — at most
+16 × 484 = 7,744 bytes per pair, and nothing for a pair idle for the whole window (the key
+expires 960 s after its last count). ``lua/rate_add.lua`` adds at the server's second,
+clearing a block whose stamp is 16 minutes or more old before reusing it; a read keeps only
+the seconds of the window, so nothing older than 15 minutes is ever reported.
+
+A queue's view sums its tenants: ``tq:{queue}:rate_tenants`` (a sorted set in the queue's
+own slot) names the tenants counted lately; a process notes a tenant there at most once a
+minute (``NOTE_EVERY_SECONDS``), in the same pipeline as its count, and the set forgets a
+tenant 1,020 s after it was last noted — longer than its counts live — so a view reads the
+rate strings of the tenants counted in the window only, however many tenants the queue had.
+
+The keys carry a TTL, so a cache at its maximum with a ``volatile-*`` policy evicts them
+before any key of a task (which carry none): what is lost is chart data only. Counting is
+best-effort: a count Valkey refuses (at ``maxmemory`` with ``noeviction``, or any error
+reply) is dropped and logged, never failing the enqueue or ack it describes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from tierq.errors import WarmTierFull, WarmTierUnavailable
+
+if TYPE_CHECKING:
+    from tierq.dal.warm_tier import WarmTier
+
+log = logging.getLogger(__name__)
+
+WINDOW_SECONDS = 900
+BLOCK_SLOTS = 60  # seconds per block (lua/rate_add.lua)
+BLOCK_WORDS = 1 + 2 * BLOCK_SLOTS  # u32 words of a block: its stamp, then the counts
+BLOCKS = 16
+BLOCK_BYTES = 4 * BLOCK_WORDS
+# a process notes a tenant in its queue's index at most this often
+NOTE_EVERY_SECONDS = 60.0
+# past this many remembered notes, those older than NOTE_EVERY_SECONDS are forgotten
+NOTED_PRUNE_AT = 10_000
+# rate strings read per pipeline
+READ_CHUNK = 500
+
+
+def rate_key(queue: str, tenant: str) -> str:
+    """The pair's counts (the pair's hash tag: the same slot as its other keys)."""
+    return f"tq:{{{queue}|{tenant}}}:rate"
+
+
+def tenants_key(queue: str) -> str:
+    """The queue's index of tenants counted lately (a slot of the queue's own)."""
+    return f"tq:{{{queue}}}:rate_tenants"
+
+
+# one command as sent in a pipeline: its name and arguments
+Command = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Series:
+    """Counts per second over the window: ``enqueued[i]`` and ``acked[i]`` are those of the
+    second ``end - WINDOW_SECONDS + 1 + i`` (epoch seconds, the server's clock)."""
+
+    end: int
+    enqueued: list[int]
+    acked: list[int]
+    tenants: int  # tenants whose counts were read (the caller's, or every one noted)
+
+    @property
+    def start(self) -> int:
+        return self.end - WINDOW_SECONDS + 1
+
+
+def add_counts(blob: bytes, end: int, enqueued: list[int], acked: list[int]) -> None:
+    """Add a rate string's counts of the seconds ``(end - WINDOW_SECONDS, end]`` to
+    ``enqueued`` and ``acked`` (one value per second of that window, oldest first)."""
+    start = end - WINDOW_SECONDS + 1
+    for block in range(BLOCKS):
+        at = block * BLOCK_BYTES
+        if len(blob) < at + 4:
+            break
+        minute = int.from_bytes(blob[at:at + 4], "big")
+        first = minute * BLOCK_SLOTS
+        if minute == 0 or first + BLOCK_SLOTS <= start or first > end:
+            continue  # never written, or a minute outside the window
+        words = memoryview(blob)[at + 4:at + BLOCK_BYTES]
+        for i in range(min(BLOCK_SLOTS, len(words) // 8)):
+            second = first + i
+            if start <= second <= end:
+                e = int.from_bytes(words[8 * i:8 * i + 4], "big")
+                a = int.from_bytes(words[8 * i + 4:8 * i + 8], "big")
+                if e or a:
+                    enqueued[second - start] += e
+                    acked[second - start] += a
+
+
+class ThroughputCounts:
+    """The counts of every pair, over one warm tier's client."""
+
+    def __init__(self, warm: WarmTier) -> None:
+        # deferred: warm_tier makes this object, so it cannot be imported at module load
+        from tierq.dal.warm_tier import script_source
+
+        self.warm = warm
+        self.add_script: Script = warm.client.register_script(script_source("rate_add"))
+        self.note_script: Script = warm.client.register_script(script_source("rate_tenants"))
+        self._noted: dict[tuple[str, str], float] = {}  # pair -> when this process noted it
+        self._lock = threading.Lock()
+
+    # -- writing ------------------------------------------------------------------------
+
+    def commands(self, queue: str, counts: Mapping[str, tuple[int, int]]) -> list[Command]:
+        """The commands that add ``counts`` (tenant -> (enqueued, acked)), to send in one
+        pipeline, alone (``record``) or after a pair's own command (``WarmTier.release``);
+        hand their replies to ``settle``."""
+        out: list[Command] = [
+            ("EVALSHA", self.add_script.sha, 1, rate_key(queue, tenant), enqueued, acked)
+            for tenant, (enqueued, acked) in counts.items() if enqueued > 0 or acked > 0]
+        due = self._due_notes(queue, [tenant for tenant, (e, a) in counts.items() if e or a])
+        if due:
+            out.append(("EVALSHA", self.note_script.sha, 1, tenants_key(queue), *due))
+        return out
+
+    def _due_notes(self, queue: str, tenants: Sequence[str]) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            due = [t for t in tenants
+                   if now - self._noted.get((queue, t), float("-inf")) >= NOTE_EVERY_SECONDS]
+            if due and len(self._noted) >= NOTED_PRUNE_AT:
+                self._noted = {pair: at for pair, at in self._noted.items()
+                               if now - at < NOTE_EVERY_SECONDS}
+            for tenant in due:
+                self._noted[(queue, tenant)] = now
+        return due
+
+    def _forget_notes(self, queue: str, tenants: Sequence[Any]) -> None:
+        """A note that failed: try again on the next count."""
+        with self._lock:
+            for tenant in tenants:
+                self._noted.pop((queue, _text(tenant)), None)
+
+    def settle(self, queue: str, commands: Sequence[Command], replies: Sequence[Any]) -> None:
+        """Deal with the replies of ``commands``: a script the server does not know yet is
+        run again alone (and loaded); any other error is logged and the count dropped."""
+        for command, reply in zip(commands, replies, strict=True):
+            if not isinstance(reply, Exception):
+                continue
+            script = self.add_script if command[1] == self.add_script.sha else self.note_script
+            keys, args = command[3:4], command[4:]
+            if isinstance(reply, NoScriptError):
+                try:
+                    self.warm.run_script(script, keys, args)
+                    continue
+                except (WarmTierUnavailable, WarmTierFull, redis.RedisError) as exc:
+                    reply = exc
+            if script is self.note_script:
+                self._forget_notes(queue, args)
+            log.log(logging.DEBUG if isinstance(reply, (WarmTierFull,
+                                                        redis.exceptions.OutOfMemoryError))
+                    else logging.WARNING,
+                    "throughput count dropped (%s): %s", keys[0], reply)
+
+    def record(self, queue: str, counts: Mapping[str, tuple[int, int]]) -> None:
+        """Add ``counts`` (tenant -> (enqueued, acked)) in one pipeline, best-effort: when
+        Valkey does not answer they are dropped (and logged), the caller carries on."""
+        commands = self.commands(queue, counts)
+        if not commands:
+            return
+        try:
+            replies = self.warm.pipeline(commands)
+        except (WarmTierUnavailable, WarmTierFull) as exc:
+            log.warning("throughput counts of queue %r dropped: %s", queue, exc)
+            self._forget_notes(queue, list(counts))
+            return
+        self.settle(queue, commands, replies)
+
+    def record_enqueued(self, queue: str, tenants: Iterable[str]) -> None:
+        """Count one enqueued task per tenant named (a tenant once per task)."""
+        self.record(queue, {tenant: (n, 0) for tenant, n in Counter(tenants).items()})
+
+    # -- reading ------------------------------------------------------------------------
+
+    def noted_tenants(self, queue: str) -> list[str]:
+        """The tenants of ``queue`` counted in the window (from its index)."""
+        tenants = self.warm.pipeline([("ZRANGE", tenants_key(queue), 0, -1)])[0]
+        if isinstance(tenants, Exception):
+            raise tenants
+        return sorted(_text(t) for t in tenants)
+
+    def server_second(self) -> int:
+        """The server's clock, in whole epoch seconds (what the counts are stamped by)."""
+        return int(self.warm.server_time())
+
+    def read(self, queue: str, tenants: Sequence[str] | None = None) -> Series:
+        """Counts per second over the last ``WINDOW_SECONDS`` (ending at the server's
+        current second) summed over ``tenants``, or over every tenant noted when None."""
+        end = self.server_second()
+        names = self.noted_tenants(queue) if tenants is None else sorted(set(tenants))
+        enqueued = [0] * WINDOW_SECONDS
+        acked = [0] * WINDOW_SECONDS
+        for at in range(0, len(names), READ_CHUNK):
+            chunk = names[at:at + READ_CHUNK]
+            blobs = self.warm.pipeline([("GET", rate_key(queue, t)) for t in chunk])
+            for blob in blobs:
+                if isinstance(blob, Exception):
+                    raise blob
+                if blob:
+                    add_counts(blob, end, enqueued, acked)
+        return Series(end, enqueued, acked, len(names))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
