@@ -61,7 +61,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import orjson
-from croniter import CroniterError
 from pydantic import ValidationError
 
 from tierq.core.ids import uuid7
@@ -162,6 +161,8 @@ class Timing:
         tz = zone(self.timezone)
         wall_start = datetime.fromtimestamp(after_ms / 1000, tz).replace(tzinfo=None)
         if self.cron is not None:
+            from croniter import CroniterError  # (only where cron fires: see cron_iterator)
+
             walls = cron_iterator(self.cron, wall_start)
             while True:
                 try:

@@ -20,11 +20,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, time
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo, available_timezones
 
-from croniter import CroniterError, croniter
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -37,6 +36,9 @@ from pydantic.config import JsonDict, JsonValue
 
 from tierq.models.names import QueueName, TenantName
 from tierq.models.strict import RequestModel
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 SCHEDULE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 MAX_HORIZON = 1000
@@ -76,6 +78,10 @@ def zone(name: str) -> ZoneInfo:
 def cron_iterator(expression: str, start: datetime) -> croniter[datetime]:
     """A croniter over naive wall-clock datetimes from ``start`` (exclusive). Six fields
     put the seconds first."""
+    # croniter is imported where a schedule is parsed or fired: most functions never do,
+    # and it costs ~20 ms of every cold start otherwise
+    from croniter import croniter
+
     seconds_first = len(expression.split()) == 6
     return croniter(expression, start, ret_type=datetime, second_at_beginning=seconds_first)
 
@@ -97,6 +103,8 @@ def normalize_cron(expression: str) -> str:
         raise ValueError(f"{expression!r} is not a valid cron expression: it has "
                          f"{len(fields)} fields; give 5 (minute hour day month weekday) or 6 "
                          "(second minute hour day month weekday)")
+    from croniter import CroniterError
+
     try:
         cron_iterator(text, datetime(2000, 1, 1)).get_next()
     except (CroniterError, ValueError, OverflowError) as exc:
