@@ -21,7 +21,7 @@ from tierq.dal import connect, migrate
 from tierq.dal.postgres import Database
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import claim as claim_logic
-from tierq.logic import dlq, enqueue, leases, queues, schedules, tasks
+from tierq.logic import dispatch, dlq, enqueue, leases, queues, schedules, tasks
 from tierq.logic.context import Clock, Context, SystemClock
 from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper, registry
 from tierq.maintenance.registry import JobConfig
@@ -186,6 +186,8 @@ class Tierq:
                   update: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings:
         model = update if isinstance(update, QueueSettingsUpdate) else \
             QueueSettingsUpdate.model_validate(update)
+        if model.consumer is not None:  # before anything is written
+            dispatch.check_consumer(self.ctx, model.consumer.function)
         return queues.put_settings(self.ctx, queue, model)
 
     def pause(self, queue: str) -> QueueSettings:

@@ -63,7 +63,11 @@ def test_a_rate_without_burst_gets_per_second_rounded_up(call: Invoke) -> None:
 
 
 def test_consumer_is_stored_with_defaults_and_removed_by_null(
-        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+        call: Invoke, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the stack's allow-list of consumer functions (tierq.logic.dispatch.AllowList)
+    monkeypatch.setenv("TIERQ_CONSUMER_FUNCTIONS", "worker-fn,worker:live")
+    monkeypatch.setenv("TIERQ_CONSUMER_ARN_PREFIX",
+                       "arn:aws:lambda:eu-west-1:123456789012:function:")
     reply = call("PUT", "/v1/queues/jobs", {"consumer": {"function": "worker-fn"}})
     assert reply.status == 200, reply.body
     assert reply.body["settings"]["consumer"] == {

@@ -44,7 +44,8 @@ def probe(run_pass: Any) -> MaintenanceJob[JobConfig, Any]:
 
 def test_the_registry_holds_one_job_per_scheduled_function() -> None:
     jobs = registry.jobs()
-    assert sorted(jobs) == ["cold_to_warm", "cron_tick", "delayed_mover", "reaper"]
+    assert sorted(jobs) == ["cold_to_warm", "cron_tick", "delayed_mover", "dispatcher",
+                            "reaper"]
     for name, job in jobs.items():
         assert job.name == name and issubclass(job.config, JobConfig)
         assert (REPO / "functions" / name / "app.py").is_file()

@@ -224,7 +224,8 @@ def test_shared_environment_lives_in_globals(template: dict, resources: dict) ->
 
 
 # ---------------------------------------------------------------- scheduled functions
-@pytest.mark.parametrize("fn_id", SCHEDULED)
+# The dispatcher's invocations overlap on purpose (see its own test below).
+@pytest.mark.parametrize("fn_id", [f for f in SCHEDULED if f != "DispatcherFunction"])
 def test_scheduled_function_runs_alone_without_retries(
     template: dict, resources: dict, fn_id: str
 ) -> None:
@@ -240,6 +241,39 @@ def test_scheduled_function_runs_alone_without_retries(
     assert on_failure["Type"] == "SQS"
     assert on_failure["Destination"] == {"Fn::GetAtt": ["ScheduledFailureQueue", "Arn"]}
     assert not props.get("Events"), "scheduled by an AWS::Scheduler::Schedule, not an event"
+
+
+def test_the_dispatcher_waits_for_its_consumers_and_never_wakes_itself(
+    template: dict, resources: dict
+) -> None:
+    """It may run long enough to wait for the invocations it started (up to Lambda's 900 s),
+    so the next minute's invocation may overlap it (no reserved concurrency of 1); it makes
+    no retries, has no wake of its own, and may invoke exactly the allow-list's functions;
+    every other function that makes tasks ready may wake it, and nothing else."""
+    props = resources["DispatcherFunction"]["Properties"]
+    assert "ReservedConcurrentExecutions" not in props
+    timeout = template["Parameters"][props["Timeout"]["Ref"]]
+    assert 120 <= int(timeout["Default"]) <= int(timeout["MaxValue"]) <= 900
+    assert props["EventInvokeConfig"]["MaximumRetryAttempts"] == 0
+    env = props["Environment"]["Variables"]
+    assert env["TIERQ_DISPATCHER_FUNCTION"] == ""
+    glob = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert glob["TIERQ_DISPATCHER_FUNCTION"] == {"Fn::Sub": "${AWS::StackName}-dispatcher"}
+    assert glob["TIERQ_CONSUMER_FUNCTIONS"] == {"Fn::Join": [",", {"Ref": "ConsumerFunctionArns"}]}
+    assert props["FunctionName"] == {"Fn::Sub": "${AWS::StackName}-dispatcher"}
+    [consumers] = [p for p in props["Policies"] if isinstance(p, dict) and "Fn::If" in p]
+    condition, statement, otherwise = consumers["Fn::If"]
+    assert condition == "HasConsumerFunctions" and otherwise == {"Ref": "AWS::NoValue"}
+    [allow] = statement["Statement"]
+    assert allow["Resource"] == {"Ref": "ConsumerFunctionArns"}
+    assert set(allow["Action"]) == {"lambda:InvokeFunction", "lambda:GetFunctionConfiguration"}
+    wake = resources["DispatcherWakePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert wake == [{"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": {
+        "Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}"
+                   ":function:${AWS::StackName}-dispatcher"}}]
+    waking = {fn_id for fn_id, fn in functions(resources).items()
+              if {"Ref": "DispatcherWakePolicy"} in fn["Properties"].get("Policies", [])}
+    assert waking == set(FUNCTIONS) - {"DispatcherFunction", "MigrateFunction"}
 
 
 def test_each_scheduled_function_has_one_schedule(resources: dict) -> None:

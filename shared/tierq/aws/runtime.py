@@ -88,7 +88,12 @@ def engine() -> Tierq:
         return current
     with _engine_lock:
         if _engine is None:
-            _engine = Tierq(settings=get_settings())
+            settings = get_settings()
+            _engine = Tierq(settings=settings)
+            if settings.dispatcher_function:  # (boto3 is imported only then)
+                from tierq.aws.consumers import install_waker
+
+                install_waker(settings)
             logger.debug("engine created")
         return _engine
 

@@ -12,6 +12,7 @@ a query runs."""
 from __future__ import annotations
 
 from tierq.dal.store.base import Conn, StoreBase
+from tierq.dal.store.consumers import ConsumerQueries
 from tierq.dal.store.feeder import FeederQueries
 from tierq.dal.store.idempotency import IdempotencyQueries
 from tierq.dal.store.registry import RegistryQueries
@@ -21,7 +22,7 @@ from tierq.dal.store.tasks import TaskColumns, TaskQueries
 
 
 class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQueries,
-                FeederQueries):
+                FeederQueries, ConsumerQueries):
     """Every statement tierq runs on PostgreSQL, as a typed method."""
 
 

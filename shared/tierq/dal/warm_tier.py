@@ -42,6 +42,8 @@ SCRIPTS = (
     "remove_ready",
     "update_ready",
     "tier_stats",
+    "queue_capacity",
+    "capacity_use",
 )
 
 
@@ -55,12 +57,53 @@ class PairKeys:
     claims: str
     meta: str
     inflight: str
+    bucket: str  # the tenant's token bucket (tenant_rate, lua/token_bucket.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
-                   tag + "inflight")
+                   tag + "inflight", tag + "bucket")
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of a queue as a whole, across its tenants: they share the hash tag
+    ``{queue}`` (no pair's), so a queue-wide script runs in one slot (lua/queue_capacity.lua).
+    """
+
+    bucket: str  # the queue's token bucket (rate)
+
+    @classmethod
+    def of(cls, queue: str) -> QueueKeys:
+        return cls(f"tq:{{{queue}}}:bucket")
+
+    @staticmethod
+    def held(queue: str, pool: str) -> str:
+        """The reservations of one capacity pool of the queue (sorted set by deadline)."""
+        return f"tq:{{{queue}}}:held:{pool}"
+
+
+def reservation_of(token: str) -> str:
+    """The queue-wide reservation a lease token holds (``<prefix><k>``, taken for the
+    claim before its pop: lua/queue_capacity.lua), from the token
+    ``<prefix><attempt>~<k>``."""
+    return claim_prefix(token) + token[token.rfind("~") + 1:]
+
+
+@dataclass(frozen=True)
+class CapacityTaken:
+    """What ``WarmTier.take_capacity`` granted: ``taken`` units, held by the members
+    ``<holder>1`` .. ``<holder><taken>`` until their deadline; ``retry_after_ms`` (0 when
+    all were granted) says when asking again is worth it; ``held`` is the pool's count
+    after (0 without a count limit)."""
+
+    taken: int
+    retry_after_ms: int
+    held: int
+
+    def members(self, holder: str) -> list[str]:
+        return [f"{holder}{i}" for i in range(1, self.taken + 1)]
 
 
 def lease_member(task_id: str, token: str) -> str:
@@ -306,13 +349,94 @@ class WarmTier:
         byte per quote and backslash, plus ``per_task_bytes`` for the fields around it
         (lua/claim.lua). The first task always comes unless ``strict``; tasks past the cap
         stay in their places in line."""
+        left, mode, claimed, _ = self.claim_limited(
+            queue, tenant, n=n, now_ms=now_ms, lease_ms=lease_ms, token_prefix=token_prefix,
+            worker=worker, max_bytes=max_bytes, strict=strict, per_task_bytes=per_task_bytes)
+        return left, mode, claimed
+
+    def claim_limited(self, queue: str, tenant: str, *, n: int, now_ms: int, lease_ms: int,
+                      token_prefix: str, worker: str, max_bytes: int = 0,
+                      strict: bool = False, per_task_bytes: int = 0,
+                      tenant_max_leased: int = 0, tenant_rate: tuple[float, int] | None = None,
+                      ) -> tuple[int, str, list[Claimed], int]:
+        """``claim`` under the tenant's limits: ``tenant_max_leased`` (0: none) and
+        ``tenant_rate`` (per_second, burst) cut ``n`` atomically with the pop. Returns
+        (ready left, mode, claimed, retry_after_ms): when more may be had, 0 when the
+        limits did not cut the claim."""
         k = PairKeys.of(queue, tenant)
-        out = self._run("claim", (k.ready, k.data, k.leased, k.claims, k.meta),
+        per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
+        out = self._run("claim", (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket),
                         (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
-                         "strict" if strict else "", per_task_bytes))
-        claimed: list[Claimed] = list(zip(out[2::4], out[3::4], out[4::4], out[5::4],
+                         "strict" if strict else "", per_task_bytes, tenant_max_leased,
+                         repr(float(per_second)), burst))
+        claimed: list[Claimed] = list(zip(out[3::4], out[4::4], out[5::4], out[6::4],
                                           strict=True))
-        return int(out[0]), _s(out[1]), claimed
+        return int(out[0]), _s(out[1]), claimed, int(out[2])
+
+    # -- limits: queue-wide capacity (lua/queue_capacity.lua) -------------------------------
+
+    def take_capacity(self, queue: str, pool: str, *, want: int, now_ms: int,
+                      deadline_ms: int, holder: str, max_held: int = 0,
+                      rate: tuple[float, int] | None = None, give_back_tokens: int = 0,
+                      give_back_members: Sequence[str] = ()) -> CapacityTaken:
+        """Take up to ``want`` units of a queue's capacity, in one script on the queue's
+        own slot: with ``max_held``, reservations in the pool ``pool`` (at most
+        ``max_held`` whose deadline is after ``now_ms``), held by the members ``<holder>1``
+        .. ``<holder>N`` until ``deadline_ms``; with ``rate`` (per_second, burst), tokens
+        of the queue's bucket (the server's clock). Members and tokens of an earlier take
+        that went unused are given back first (``give_back_*``), in the same call."""
+        per_second, burst = rate if rate is not None else (0.0, 0)
+        out = self._run("queue_capacity", (QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket),
+                        (want, now_ms, deadline_ms, holder, max_held, repr(float(per_second)),
+                         burst, give_back_tokens, *give_back_members))
+        return CapacityTaken(int(out[0]), int(out[1]), int(out[2]))
+
+    def extend_capacity(self, queue: str, pool: str,
+                        deadlines: Sequence[tuple[str, int]]) -> int:
+        """Move the deadline of reservations still held, (member, deadline_ms) each, later
+        (never earlier; ZADD XX GT: a reservation swept or returned is not made again).
+        Returns how many were moved."""
+        if not deadlines:
+            return 0
+        args: list[Any] = []
+        for member, deadline in deadlines:
+            args += (deadline, member)
+        return int(self._command("ZADD", QueueKeys.held(queue, pool), "XX", "GT", "CH", *args))
+
+    def capacity_deadlines(self, queue: str, pool: str,
+                           members: Sequence[str]) -> list[int | None]:
+        """The deadline (epoch ms) of each reservation, None when it is not held."""
+        if not members:
+            return []
+        out = self._command("ZMSCORE", QueueKeys.held(queue, pool), *members)
+        return [None if d is None else int(float(d)) for d in out]
+
+    def return_capacity(self, queue: str, pool: str, members: Sequence[str]) -> int:
+        """Give back reservations (finished or unused); returns how many were held."""
+        if not members:
+            return 0
+        return int(self._command("ZREM", QueueKeys.held(queue, pool), *dict.fromkeys(members)))
+
+    def capacity_use(self, queue: str, pool: str, *, now_ms: int,
+                     rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
+        """(reservations of the pool whose deadline is ahead, tokens in the queue's bucket
+        now or None without ``rate``); changes nothing."""
+        return self._use(QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket, now_ms, rate)
+
+    def pair_limit_use(self, queue: str, tenant: str, *, now_ms: int,
+                       rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
+        """(the pair's leases whose deadline is ahead, tokens in the tenant's bucket now or
+        None without ``rate``); changes nothing."""
+        k = PairKeys.of(queue, tenant)
+        return self._use(k.leased, k.bucket, now_ms, rate)
+
+    def _use(self, held_key: str, bucket_key: str, now_ms: int,
+             rate: tuple[float, int] | None) -> tuple[int, float | None]:
+        per_second, burst = rate if rate is not None else (0.0, 0)
+        out = self._run("capacity_use", (held_key, bucket_key),
+                        (now_ms, repr(float(per_second)), burst))
+        tokens = _s(out[1])
+        return int(out[0]), float(tokens) if tokens else None
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,
                members: Sequence[str]) -> list[bool]:
@@ -473,7 +597,8 @@ class WarmTier:
         """Delete every warm-tier key of one (queue, tenant)."""
         k = PairKeys.of(queue, tenant)
         with _available():
-            self.client.delete(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight)
+            self.client.delete(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
+                               k.bucket)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         with _available():

@@ -33,6 +33,7 @@ from tierq.core.ordering import score
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
 from tierq.errors import WarmTierFull
+from tierq.logic import wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 PUSH_CHUNK = 1000
@@ -153,6 +154,8 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
         if refused_now:
             ticket.registered.add(pair)
             refused.extend(refused_now)
+    if len(refused) < len(items):
+        wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
     return refused
 
 

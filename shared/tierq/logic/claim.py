@@ -26,9 +26,10 @@ from tierq.core.ids import new_token_prefix
 from tierq.core.sizing import body_cost
 from tierq.dal.warm_tier import Claimed
 from tierq.errors import WarmTierFull
-from tierq.logic import leases, tiering
+from tierq.logic import leases, limits, tiering
 from tierq.logic.context import Context, from_ms, to_ms
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest, ReleaseItem
+from tierq.models.queues import RateLimit
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +89,30 @@ def _task_fields_cost() -> int:
 TASK_FIELDS_COST = _task_fields_cost()
 
 
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """What a claim handed out, and when more may be had if the queue's limits (max_leased,
+    rate, tenant_max_leased, tenant_rate) cut it: ``retry_after_ms`` is None when they did
+    not (the claim got all it asked for, or all that was ready)."""
+
+    tasks: list[ClaimedTask]
+    retry_after_ms: int | None = None
+
+
 def claim(ctx: Context, queue: str, request: ClaimRequest,
           tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
           answer_by: float | None = None) -> list[ClaimedTask]:
-    """Claim up to ``request.max`` tasks; long-polls up to ``request.wait_seconds``.
+    """The tasks of :func:`claim_outcome`."""
+    return claim_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
+                         answer_by=answer_by).tasks
+
+
+def claim_outcome(ctx: Context, queue: str, request: ClaimRequest,
+                  tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
+                  answer_by: float | None = None) -> ClaimOutcome:
+    """Claim up to ``request.max`` tasks; long-polls up to ``request.wait_seconds`` (also
+    while the queue's limits leave no room: it waits for capacity, waking no later than
+    the limits say more may be had).
     ``tenants`` restricts the rotation (a caller pinned to one tenant passes it).
     ``max_bytes`` caps what the tasks cost in a Lambda response as the runtime sends it
     (``api.sizing.body_cost`` of their JSON): tasks beyond it stay in their places; the
@@ -103,12 +124,15 @@ def claim(ctx: Context, queue: str, request: ClaimRequest,
         poll_until = min(poll_until, answer_by)
     sleep = POLL_FIRST_SLEEP
     while True:
-        got = claim_once(ctx, queue, request, tenants, max_bytes=max_bytes,
-                         answer_by=answer_by)
+        got = claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
+                                 answer_by=answer_by)
         remaining = poll_until - time.monotonic()
-        if got or remaining <= 0:
+        if got.tasks or remaining <= 0:
             return got
-        time.sleep(min(sleep, remaining))
+        nap = min(sleep, remaining)
+        if got.retry_after_ms is not None:
+            nap = min(nap, got.retry_after_ms / 1000)
+        time.sleep(nap)
         sleep = min(sleep * 2, POLL_MAX_SLEEP)
 
 
@@ -130,6 +154,63 @@ def give_back(ctx: Context, queue: str, popped: Sequence[tuple[str, str]]) -> No
 
 
 @dataclass
+class _QueueGate:
+    """The queue-wide limits of one claim call (max_leased, rate): before each pair's pop,
+    reservations and tokens are taken on the queue's own slot (lua/queue_capacity.lua);
+    what the pop did not use is given back with the next take, or by ``flush`` at the
+    end. A reservation is named ``<token prefix><k>``, as the lease it becomes is
+    ``<token prefix><attempt>~<k>`` (warm_tier.reservation_of). A take that grants
+    nothing closes the gate: no other tenant of the queue would get any either."""
+
+    ctx: Context
+    queue: str
+    max_leased: int  # 0: none
+    rate: tuple[float, int] | None
+    back_members: list[str] = field(default_factory=list)
+    back_tokens: int = 0
+    closed: bool = False
+
+    def take(self, want: int, now_ms: int, deadline_ms: int, holder: str) -> tuple[int, int]:
+        """(granted, retry_after_ms) for ``want`` tasks held until ``deadline_ms``."""
+        got = self.ctx.warm.take_capacity(
+            self.queue, limits.LEASES_POOL, want=want, now_ms=now_ms, deadline_ms=deadline_ms,
+            holder=holder, max_held=self.max_leased, rate=self.rate,
+            give_back_tokens=self.back_tokens, give_back_members=self.back_members)
+        self.back_members = []
+        self.back_tokens = 0
+        if got.taken == 0:
+            self.closed = True
+        return got.taken, got.retry_after_ms
+
+    def unused(self, holder: str, granted: int, used: int) -> None:
+        """Note what a pop left unused of what was granted for it (given back later)."""
+        if used >= granted:
+            return
+        if self.max_leased:
+            self.back_members.extend(f"{holder}{k}" for k in range(used + 1, granted + 1))
+        if self.rate is not None:
+            self.back_tokens += granted - used
+
+    def flush(self) -> None:
+        """Give back what is still noted (one call). Should it fail, the reservations end
+        at their deadline (the lease deadline) and the tokens are lost: the safe side."""
+        if not self.back_members and not self.back_tokens:
+            return
+        try:
+            self.take(0, to_ms(self.ctx.now()), 0, "")
+        except Exception:
+            log.warning("giving back unused capacity of %r failed; it frees itself at the "
+                        "lease deadline", self.queue, exc_info=True)
+
+
+def _gate(ctx: Context, queue: str, max_leased: int | None,
+          rate: tuple[float, int] | None) -> _QueueGate | None:
+    if not max_leased and rate is None:
+        return None
+    return _QueueGate(ctx, queue, max_leased or 0, rate)
+
+
+@dataclass
 class _Claimer:
     """One claim call: its lease, its worker, what is left of its byte budget and of its
     time, and every lease it popped (to give them back should the claim fail)."""
@@ -144,6 +225,16 @@ class _Claimer:
     popped: list[tuple[str, str]] = field(default_factory=list)  # (id, lease token)
     # an inline refill found Valkey out of memory (the cold work could not be moved warm)
     out_of_memory: bool = False
+    gate: _QueueGate | None = None  # the queue-wide limits, if any
+    tenant_max_leased: int = 0  # 0: none
+    tenant_rate: tuple[float, int] | None = None
+    # the soonest time a limit that cut this claim says more may be had (ms), if any
+    retry_after_ms: int | None = None
+
+    def _limited(self, retry_ms: int) -> None:
+        if retry_ms > 0:
+            self.retry_after_ms = retry_ms if self.retry_after_ms is None \
+                else min(self.retry_after_ms, retry_ms)
 
     @property
     def exhausted(self) -> bool:
@@ -175,13 +266,32 @@ class _Claimer:
             work = max(work, settings.statement_timeout_ms / 1000)
         return self._time_left() > settings.db_pool_timeout + work
 
-    def _pop(self, tenant: str, n: int) -> tuple[int, str, list[Claimed], int]:
+    def _pop(self, tenant: str, n: int) -> tuple[int, str, list[Claimed], int] | None:
+        """Pop up to ``n`` of the pair's tasks under the limits; None when the queue-wide
+        limits left no room for any."""
         now_ms = to_ms(self.ctx.now())
-        left, mode, claimed = self.ctx.warm.claim(
-            self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
-            token_prefix=new_token_prefix(tenant), worker=self.worker,
-            max_bytes=self._budget(), strict=self.used_bytes > 0,
-            per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0)
+        prefix = new_token_prefix(tenant)
+        gate = self.gate
+        if gate is not None:
+            # reserve first: the reservations end with the leases (same now, same length)
+            n, retry_ms = gate.take(n, now_ms, now_ms + self.lease_ms, prefix)
+            self._limited(retry_ms)
+            if n == 0:
+                return None
+        try:
+            left, mode, claimed, retry_ms = self.ctx.warm.claim_limited(
+                self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
+                token_prefix=prefix, worker=self.worker,
+                max_bytes=self._budget(), strict=self.used_bytes > 0,
+                per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0,
+                tenant_max_leased=self.tenant_max_leased, tenant_rate=self.tenant_rate)
+        except BaseException:
+            if gate is not None:
+                gate.unused(prefix, n, 0)
+            raise
+        if gate is not None:
+            gate.unused(prefix, n, len(claimed))
+        self._limited(retry_ms)
         self.popped.extend((c[0].decode(), c[2].decode()) for c in claimed)
         if self.max_bytes:
             self.used_bytes += sum(body_cost(c[3]) for c in claimed)
@@ -189,9 +299,12 @@ class _Claimer:
         return left, mode, claimed, now_ms
 
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
-        if not self.may_pop():
+        if not self.may_pop() or (self.gate is not None and self.gate.closed):
             return []
-        left, mode, claimed, now_ms = self._pop(tenant, n)
+        popped = self._pop(tenant, n)
+        if popped is None:
+            return []
+        left, mode, claimed, now_ms = popped
         out = self._tasks(tenant, claimed, now_ms)
         if mode != "cold":
             return out
@@ -201,8 +314,10 @@ class _Claimer:
                 refilled = tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL)
                 self.out_of_memory |= refilled.out_of_memory
                 if refilled.promoted and self.may_pop():
-                    _, _, more, now_ms = self._pop(tenant, n - len(claimed))
-                    out.extend(self._tasks(tenant, more, now_ms))
+                    again = self._pop(tenant, n - len(claimed))
+                    if again is not None:
+                        _, _, more, now_ms = again
+                        out.extend(self._tasks(tenant, more, now_ms))
         elif (left < low_water(self.ctx.queue_settings.get(self.queue).warm_max)
               and self.may_refill(holding=bool(self.popped))):
             self._refill_before_dry(tenant)
@@ -250,24 +365,46 @@ class _Claimer:
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,
                tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
                answer_by: float | None = None) -> list[ClaimedTask]:
+    """The tasks of :func:`claim_once_outcome`."""
+    return claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
+                              answer_by=answer_by).tasks
+
+
+def _rate(limit: RateLimit | None) -> tuple[float, int] | None:
+    return None if limit is None else (limit.per_second, limit.burst)
+
+
+def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
+                       tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
+                       answer_by: float | None = None) -> ClaimOutcome:
     """One pass of a claim (no waiting); ``answer_by`` (``time.monotonic()``): no pop or
     refill that could end after it starts. Whatever fails after a pop gives the popped
-    tasks back (``give_back``) before the error goes up."""
+    tasks back (``give_back``) before the error goes up. The queue's limits cut what it
+    hands out (per tenant in the claim script, queue-wide by reservations taken before
+    each pair's pop: ``_QueueGate``)."""
     qs = ctx.queue_settings.get(queue)
     if qs.paused:
-        return []
+        return ClaimOutcome([])
     claimer = _Claimer(ctx, queue, (request.lease_seconds or qs.lease_seconds) * 1000,
-                       request.worker or "", max_bytes, answer_by)
+                       request.worker or "", max_bytes, answer_by,
+                       gate=_gate(ctx, queue, qs.max_leased, _rate(qs.rate)),
+                       tenant_max_leased=qs.tenant_max_leased or 0,
+                       tenant_rate=_rate(qs.tenant_rate))
     try:
         got = _claim_pairs(claimer, ctx, queue, request, tenants)
     except BaseException:
+        if claimer.gate is not None:
+            claimer.gate.flush()
         give_back(ctx, queue, claimer.popped)
         raise
+    if claimer.gate is not None:
+        claimer.gate.flush()
     if not got and claimer.out_of_memory:
         # cold work waits but Valkey is full: 503 with Retry-After rather than an empty
         # answer (a claim that got tasks returns them: claims free Valkey memory)
         raise WarmTierFull()
-    return got
+    limited = claimer.retry_after_ms if len(got) < request.max else None
+    return ClaimOutcome(got, limited)
 
 
 def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequest,
@@ -286,7 +423,16 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
     start = ctx.rotation.get(queue, 0) % len(candidates)
     ctx.rotation[queue] = start + 1
     rotated = candidates[start:] + candidates[:start]
-    share = max(1, math.ceil(request.max / len(rotated)))
+    # Under a queue-wide limit the shares are of what the limit may allow at most, so that
+    # the first tenant of the rotation does not take it all.
+    wanted = request.max
+    gate = claimer.gate
+    if gate is not None:
+        if gate.max_leased:
+            wanted = min(wanted, gate.max_leased)
+        if gate.rate is not None:
+            wanted = min(wanted, gate.rate[1])
+    share = max(1, math.ceil(wanted / len(rotated)))
     out: list[ClaimedTask] = []
     had_more: list[str] = []
     for tenant in rotated:

@@ -15,8 +15,8 @@ from uuid import UUID
 import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
-from tierq.dal.warm_tier import lease_member
-from tierq.logic import admission
+from tierq.dal.warm_tier import lease_member, reservation_of
+from tierq.logic import admission, limits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.leases import (
@@ -95,6 +95,18 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     for tenant, members in by_tenant.items():
         ctx.warm.release(queue, tenant, members, acked=sum(
             m.partition("|")[0] in acked for m in members) if acked else 0)
+    # then their queue-wide reservations: a reservation may outlive its lease, never the
+    # reverse, so max_leased is never exceeded
+    free_reservations(ctx, queue, [v.token for v in verified])
+
+
+def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
+    """Give back the queue-wide reservations (max_leased, logic/limits.py) of leases that
+    ended. Only while the queue has max_leased: leases claimed without it hold none (and
+    those of a limit cleared meanwhile end at their deadline)."""
+    if tokens and ctx.queue_settings.get(queue).max_leased:
+        ctx.warm.return_capacity(queue, limits.LEASES_POOL,
+                                 [reservation_of(token) for token in tokens])
 
 
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
@@ -193,6 +205,7 @@ def release(ctx: Context, queue: str,
                 result.rejected.append(Rejection(id=items[v.index].id, reason="not_owner"))
     if not taken:
         return result
+    free_reservations(ctx, queue, [v.token for v in taken])
     rows = ctx.store.release_leased(queue, to_datetime(now), (v.id for v in taken),
                                     [v.attempt for v in taken])
     # Back in line as the oldest work of their line (they were at its front when claimed),
@@ -242,14 +255,24 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
             by_tenant[tenant].append(item)
     now_ms = to_ms(ctx.now())
     for tenant, group in by_tenant.items():
+        extend_ms = [(i.extend_seconds or qs.lease_seconds) * 1000 for i in group]
+        if qs.max_leased:
+            # the reservations first (never shortened): a lease never outlives its own
+            ctx.warm.extend_capacity(queue, limits.LEASES_POOL, [
+                (reservation_of(i.lease_token), now_ms + ms)
+                for i, ms in zip(group, extend_ms, strict=True)])
         deadlines = ctx.warm.extend(queue, tenant, now_ms=now_ms, leases=[
-            (str(i.id), i.lease_token, (i.extend_seconds or qs.lease_seconds) * 1000)
-            for i in group
+            (str(i.id), i.lease_token, ms) for i, ms in zip(group, extend_ms, strict=True)
         ])
+        lost: list[str] = []
         for item, deadline in zip(group, deadlines, strict=True):
             if deadline:
                 result.extended.append(LeaseExtended(id=item.id,
                                                      lease_expires_at=from_ms(deadline)))
             else:
                 result.rejected.append(Rejection(id=item.id, reason="not_owner"))
+                lost.append(item.lease_token)
+        if lost:
+            # extended above for a lease that had ended: give it back at once
+            free_reservations(ctx, queue, lost)
     return result

@@ -103,7 +103,12 @@ def tick_of(job: str) -> Callable[[], Any]:
 
 def handle(job: str, event: Mapping[str, Any] | None,
            context: RemainingTime | None) -> dict[str, Any]:
-    """One scheduled invocation of ``job``: ticks until it is time to return."""
+    """One scheduled invocation of ``job``: ticks until it is time to return (the
+    dispatcher: passes until it is idle or its time is over, tierq.aws.scheduled.dispatcher)."""
+    if job == "dispatcher":
+        from tierq.aws.scheduled import dispatcher
+
+        return dispatcher.run(event, context)
     tick = tick_of(job)
     every = registry.job(job).every(engine().settings)
     report = run_ticks(job, tick, every=every, event=event, context=context)

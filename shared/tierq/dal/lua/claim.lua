@@ -1,21 +1,29 @@
 #!lua flags=allow-oom
 -- Claim up to N ready tasks of one (queue, tenant), in order, and lease each one.
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
--- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta
+-- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta, 6 bucket (the tenant's token bucket)
 -- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix ('<tenant>~<random>~'), 5 worker,
 --       6 budget (0: none): what the tasks handed out may cost in the response, in bytes
 --       as the Lambda runtime sends it — once the next task would exceed it, it and the
 --       rest go back in their places (the first task is always handed out unless 7 is
 --       'strict': the caller already holds tasks of this claim), 8 per-task cost of the
---       response's fields around the task data (id, lease token, timestamps, names ...)
+--       response's fields around the task data (id, lease token, timestamps, names ...),
+--       9 tenant_max_leased (0: none): leases of this pair whose deadline is ahead, at most,
+--       10 tenant rate per second (0: none) and 11 its burst: a token bucket (KEYS 6, on
+--       the server's clock, lua/token_bucket.lua) on the tasks handed out
+-- The per-tenant limits are enforced here, atomically with the pop: n is cut to what they
+-- allow before ZPOPMIN, and tokens taken for tasks not handed out are given back.
 -- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
 -- response body is a JSON string inside the runtime's JSON: each of those is escaped once
 -- more), plus ARGV 8. The count of quotes and backslashes comes with the blob
 -- ('<attempts>|{"e":<count>,...', logic/admission.task_blob); a blob written without it
 -- is counted here.
--- Returns { ready_left, mode, then per task: id, attempt, lease_token, json }
+-- Returns { ready_left, mode, retry_ms, then per task: id, attempt, lease_token, json }
+-- retry_ms: 0, or the per-tenant limits cut the claim and this is when trying again is
+-- worth it (the next token; for the count, the earliest lease deadline, at most 1 s).
 -- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
--- is '<prefix><attempt>~<k>'. Checking or dropping a lease is then one ZMSCORE or ZREM of
+-- is '<prefix><attempt>~<k>', k = 1, 2, ... in the order handed out (a queue-wide
+-- reservation taken for the claim, lua/queue_capacity.lua, is '<prefix><k>'). Checking or dropping a lease is then one ZMSCORE or ZREM of
 -- that member (no script): a token that was not issued for this id names no member. When
 -- and by whom the claim was made is kept once per claim: claims[prefix] = '<now>|<worker>'.
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
@@ -23,6 +31,7 @@
 -- (leased), and one HSET of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
+-- include: token_bucket (lua/token_bucket.lua)
 
 local now = tonumber(ARGV[2])
 local prefix = ARGV[4]
@@ -54,8 +63,34 @@ local function response_cost(blob, sep)
   return #blob - sep + count + per_task
 end
 
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
-local out = { 0, redis.call('HGET', KEYS[5], 'mode') or 'cold' }
+local COUNT_RETRY_MS = 1000
+local want = tonumber(ARGV[1])
+local retry = 0
+local tenant_max = tonumber(ARGV[9] or '0')
+local rate = tonumber(ARGV[10] or '0')
+local burst = tonumber(ARGV[11] or '0')
+if tenant_max > 0 then
+  local room = tenant_max - redis.call('ZCOUNT', KEYS[3], '(' .. ARGV[2], '+inf')
+  if room < want then
+    want = math.max(room, 0)
+    local first = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf', 'WITHSCORES',
+                             'LIMIT', 0, 1)
+    retry = COUNT_RETRY_MS
+    if first[2] then retry = math.max(1, math.min(COUNT_RETRY_MS, tonumber(first[2]) - now)) end
+  end
+end
+if rate > 0 and want > 0 then
+  local by_rate, rate_retry = bucket_take(KEYS[6], want, rate, burst)
+  if by_rate < want then retry = rate_retry end
+  want = by_rate
+end
+local mode = redis.call('HGET', KEYS[5], 'mode') or 'cold'
+if want <= 0 then
+  return { redis.call('ZCARD', KEYS[1]), mode, retry }
+end
+
+local popped = redis.call('ZPOPMIN', KEYS[1], want)
+local out = { 0, mode, retry }
 
 local popped_ids = {}
 local n_popped = #popped / 2
@@ -68,7 +103,7 @@ local put_back = {}      -- score, id, ...: over the budget, back in their place
 local handed_ids = {}    -- for the variadic HDEL of their data
 local n_handed = 0
 local leased_args = {}   -- deadline, '<id>|<token>', ...
-local n_out = 2
+local n_out = 3
 for k = 1, n_popped do
   local id = popped_ids[k]
   local blob = blobs[k]
@@ -76,7 +111,7 @@ for k = 1, n_popped do
   local cost = 0
   if blob and budget > 0 then
     cost = response_cost(blob, sep)
-    if (n_out > 2 or strict) and used + cost > budget then
+    if (n_out > 3 or strict) and used + cost > budget then
       -- over the budget: this one and the rest (even those without data, as before) keep
       -- their places in line
       local n_back = 0
@@ -92,9 +127,9 @@ for k = 1, n_popped do
     used = used + cost
     freed = freed + #blob
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
-    -- numbered by position in the popped batch, so ids without data leave gaps
-    local token = prefix .. attempt .. '~' .. k
     n_handed = n_handed + 1
+    -- numbered in the order handed out: the claim's reservations are '<prefix><k>'
+    local token = prefix .. attempt .. '~' .. n_handed
     handed_ids[n_handed] = id
     leased_args[2 * n_handed - 1] = deadline_arg
     leased_args[2 * n_handed] = id .. '|' .. token
@@ -114,5 +149,6 @@ call_chunked('ZADD', KEYS[3], leased_args)
 if n_handed > 0 then
   redis.call('HSET', KEYS[4], prefix, now .. '|' .. ARGV[5])
 end
+if rate > 0 then bucket_give(KEYS[6], want - n_handed, burst) end
 out[1] = redis.call('ZCARD', KEYS[1])
 return out

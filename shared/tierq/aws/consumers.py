@@ -1,0 +1,204 @@
+"""Consumer functions on AWS: Lambda functions of the stack's allow-list, invoked
+synchronously by the dispatcher, and the wake of the dispatcher itself.
+
+The allow-list is the template's ``ConsumerFunctions`` (``TIERQ_CONSUMER_FUNCTIONS``): names
+of functions of the stack's account and region (``name`` or ``name:alias``); a queue's
+consumer names one by its name or by its ARN (``TIERQ_CONSUMER_ARN_PREFIX`` + name). The
+dispatcher's role may invoke exactly those.
+
+An invoke is made once: botocore's retries are off (``total_max_attempts=1``), since a
+retried invoke of a batch still running would run it twice; its read timeout is past the
+function's timeout (``Consumer.read_timeout``), so the answer of a function that ran to its
+timeout is read, not cut off. Lambda's answers map onto :class:`Invocation`:
+
+- 200 without ``FunctionError``: ``ok``, the payload is the function's response;
+- 200 with ``FunctionError`` (it raised, timed out, ran out of memory): ``function_error``;
+- ``TooManyRequestsException`` and ``EC2ThrottledException``: ``throttled`` (not run);
+- ``ServiceException`` (500) and a connection lost after the request went out: ``failed``
+  (whether it ran is unknown; the batch is nacked, so retries and max_attempts apply);
+- any other error (no such function, access denied, request too large, function not ready
+  or being updated, its VPC or KMS set-up failing …) and a connection never made:
+  ``not_invoked``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tierq.config import Settings
+from tierq.logic.dispatch import DEFAULT_ACCOUNT, DEFAULT_REGION, AllowList, Invocation, allow_list
+
+log = logging.getLogger(__name__)
+
+THROTTLED = frozenset({"TooManyRequestsException", "EC2ThrottledException"})
+UNKNOWN_OUTCOME = frozenset({"ServiceException"})
+# the longest timeout a Lambda function may have: what a function whose configuration
+# cannot be read is taken to have (its lease is then the longest)
+LAMBDA_MAX_TIMEOUT = 900.0
+CONNECT_TIMEOUT = 5.0
+
+ClientFactory = Callable[[float], Any]  # read timeout -> a boto3 Lambda client
+
+
+def lambda_client(read_timeout: float, *, retries: int = 1) -> Any:
+    """A boto3 Lambda client that makes ``retries`` attempts of a call and waits
+    ``read_timeout`` seconds for an answer."""
+    import boto3  # type: ignore[import-untyped]
+    from botocore.config import Config
+
+    config = Config(read_timeout=read_timeout, connect_timeout=CONNECT_TIMEOUT,
+                    retries={"total_max_attempts": retries, "mode": "standard"},
+                    tcp_keepalive=True, max_pool_connections=100)
+    return boto3.client("lambda", config=config)
+
+
+def region_and_account(arn_prefix: str) -> tuple[str, str]:
+    """The region and account of ``arn:<partition>:lambda:<region>:<account>:function:``."""
+    parts = arn_prefix.split(":")
+    if len(parts) >= 5 and parts[0] == "arn" and parts[3] and parts[4]:
+        return parts[3], parts[4]
+    return os.environ.get("AWS_REGION", DEFAULT_REGION), DEFAULT_ACCOUNT
+
+
+@dataclass
+class LambdaFunctions:
+    """Consumers that are Lambda functions of the allow-list."""
+
+    allowed: AllowList
+    client_factory: ClientFactory = lambda_client
+    region: str = DEFAULT_REGION
+    account: str = DEFAULT_ACCOUNT
+    _clients: dict[int, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings,
+                      client_factory: ClientFactory = lambda_client) -> LambdaFunctions:
+        region, account = region_and_account(settings.consumer_arn_prefix)
+        return cls(AllowList(allow_list(settings.consumer_functions),
+                             settings.consumer_arn_prefix),
+                   client_factory=client_factory, region=region, account=account)
+
+    def client(self, read_timeout: float) -> Any:
+        seconds = max(1, int(read_timeout + 0.999))
+        with self._lock:
+            found = self._clients.get(seconds)
+            if found is None:
+                found = self._clients[seconds] = self.client_factory(float(seconds))
+            return found
+
+    def check(self, function: str) -> None:
+        self.allowed.check(function)
+
+    def timeout_seconds(self, function: str) -> float:
+        try:
+            answer = self.client(30.0).get_function_configuration(FunctionName=function)
+            return float(answer["Timeout"])
+        except Exception:
+            log.warning("reading the timeout of %s failed; taking Lambda's longest (%gs)",
+                        function, LAMBDA_MAX_TIMEOUT, exc_info=True)
+            return LAMBDA_MAX_TIMEOUT
+
+    def invoke(self, function: str, event: bytes, *, read_timeout: float) -> Invocation:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            ReadTimeoutError,
+        )
+
+        try:
+            self.allowed.check(function)  # the allow-list may have shrunk since it was set
+        except Exception as exc:
+            return Invocation("not_invoked", error=str(exc))
+        try:
+            answer = self.client(read_timeout).invoke(
+                FunctionName=function, InvocationType="RequestResponse", Payload=event)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            message = f"{code}: {exc.response.get('Error', {}).get('Message', '')}"
+            if code in THROTTLED:
+                return Invocation("throttled", error=message)
+            if code in UNKNOWN_OUTCOME:
+                return Invocation("failed", error=message)
+            return Invocation("not_invoked", error=message)
+        except (ConnectTimeoutError, EndpointConnectionError) as exc:
+            return Invocation("not_invoked", error=f"{type(exc).__name__}: {exc}")
+        except (ReadTimeoutError, ConnectionClosedError) as exc:
+            return Invocation("failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # the request may have gone out: the outcome is unknown
+            return Invocation("failed", error=f"{type(exc).__name__}: {exc}")
+        payload = answer["Payload"].read()
+        if answer.get("FunctionError"):
+            return Invocation("function_error", payload=payload,
+                              error=_function_error(answer["FunctionError"], payload))
+        return Invocation("ok", payload=payload)
+
+
+def _function_error(kind: str, payload: bytes) -> str:
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return f"{kind}: {payload[:2000].decode(errors='replace')}"
+    if isinstance(body, dict):
+        return f"{kind}: {body.get('errorType', '')}: {body.get('errorMessage', '')}"
+    return f"{kind}: {body!r}"
+
+
+WAKE_EVENT = orjson.dumps({"source": "tierq.wake", "job": "dispatcher"})
+
+
+@dataclass
+class LambdaWaker:
+    """Wakes the dispatcher function with an asynchronous invoke, on a thread of its own so
+    that the request that made the task ready does not wait for it. The invoke carries no
+    X-Ray trace header (botocore adds the caller's in a Lambda function): each dispatcher
+    invocation starts a trace of its own rather than continuing a chain of calls, which is
+    what Lambda's recursive loop detection counts."""
+
+    function: str
+    client: Any = None
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            from botocore import handlers
+
+            self.client = lambda_client(10.0, retries=2)
+            self.client.meta.events.unregister("before-call",
+                                               handlers.add_recursion_detection_header)
+
+    def __call__(self) -> None:
+        threading.Thread(target=self._invoke, name="tierq-wake", daemon=True).start()
+
+    def _invoke(self) -> None:
+        try:
+            self.client.invoke(FunctionName=self.function, InvocationType="Event",
+                               Payload=WAKE_EVENT)
+        except Exception:
+            log.warning("waking the dispatcher (%s) failed; its schedule runs it within a "
+                        "minute", self.function, exc_info=True)
+
+
+def install_waker(settings: Settings) -> None:
+    """Every function of the stack but the dispatcher (whose ``TIERQ_DISPATCHER_FUNCTION``
+    is empty) wakes the dispatcher when a task of a queue with a consumer becomes ready."""
+    from tierq.logic import wake
+
+    if settings.dispatcher_function and wake.installed() is None:
+        wake.install(LambdaWaker(settings.dispatcher_function))
+
+
+def install_functions(settings: Settings) -> None:
+    """The dispatcher calls the Lambda functions of the allow-list."""
+    from tierq.logic import dispatch
+
+    if dispatch.installed() is None:
+        dispatch.install(LambdaFunctions.from_settings(settings))

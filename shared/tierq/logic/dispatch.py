@@ -1,0 +1,797 @@
+"""Push delivery: the dispatcher claims batches of the queues that name a consumer function
+and calls it synchronously with an event shaped exactly like Amazon SQS's, so that a function
+written for an SQS event source (Powertools' ``BatchProcessor(EventType.SQS)`` with
+``process_partial_response``, its parser's ``SqsRecordModel``) runs unchanged.
+
+One record per task (:func:`sqs_record`): ``messageId`` the task id, ``receiptHandle`` the
+lease token, ``body`` the payload as JSON text, ``md5OfBody``, ``eventSource`` ``aws:sqs``,
+``eventSourceARN`` an ARN-shaped name of the queue, ``awsRegion``, ``attributes``
+(``ApproximateReceiveCount`` the attempt, ``SentTimestamp`` the enqueue time,
+``ApproximateFirstReceiveTimestamp`` the time of this delivery — tierq keeps no first
+delivery time —, ``SenderId`` the tenant, all strings) and ``messageAttributes`` (``queue``,
+``tenant``, ``key`` when the task has one, ``priority``), with ``md5OfMessageAttributes``
+computed as SQS does.
+
+The outcome (:func:`settle`), as for an SQS event source with ``ReportBatchItemFailures``:
+the tasks the response names in ``batchItemFailures`` are nacked (the queue's backoff and
+``max_attempts`` apply) and the others acked; a response that is not JSON, or names an item
+that is not in the batch or names none, fails the whole batch; a function error (or an
+invoke whose outcome is unknown: timed out, cut off) nacks the whole batch; throttling
+releases it (no attempt counted) and backs the queue off; an invoke refused before the
+function ran (no such function, access denied) releases it too and backs off longer.
+
+A batch holds at most ``batch_size`` tasks and at most what a synchronous invoke's request
+may carry (6 MB): the claim is given a byte budget that leaves room for the records' fields
+(:data:`RECORD_FIELDS_COST` each), and a batch that still came out larger gives its tail
+back. Its lease covers the batching window, the function's timeout and the time to settle
+(:meth:`Consumer.lease_seconds`), so no task is handed out twice while its invocation can
+still be running; the invoke's read timeout is past the function's timeout and the SDK
+makes one attempt only (tierq.aws.consumers).
+
+``max_concurrency`` bounds the invocations running at once for a queue across every
+dispatcher: each batch takes a slot (:class:`InvocationSlots`: a sorted set by deadline on the
+queue's own key, so a slot of a dispatcher that died frees itself when its lease would have
+expired) before it claims, and gives it back when settled.
+
+How the dispatcher is run (a scheduled function woken by ready work) is in
+:mod:`tierq.maintenance.dispatcher` and :mod:`tierq.logic.wake`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import random
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost
+from tierq.errors import Forbidden, InvalidInput
+from tierq.logic import leases
+from tierq.logic.claim import TASK_FIELDS_COST, claim_once
+from tierq.logic.context import Context, to_ms
+from tierq.models.leases import ClaimedTask, ClaimRequest, NackItem, ReleaseItem
+
+log = logging.getLogger(__name__)
+
+# -- the event -----------------------------------------------------------------------------
+
+DEFAULT_REGION = "us-east-1"
+DEFAULT_ACCOUNT = "123456789012"
+# The longest key (models.names.KEY_PATTERN: 512 characters of up to 4 UTF-8 bytes).
+LONGEST_KEY_BYTES = 512 * 4
+EVENT_ENVELOPE = 1024  # {"Records": [...]} and the commas between records
+# What a batch's event may weigh: a synchronous invoke's request is at most 6 MB.
+EVENT_LIMIT = LAMBDA_PAYLOAD_LIMIT
+
+
+def event_source_arn(queue: str, region: str = DEFAULT_REGION,
+                     account: str = DEFAULT_ACCOUNT) -> str:
+    """The ARN-shaped name of a queue in its records' ``eventSourceARN``."""
+    return f"arn:aws:sqs:{region}:{account}:{queue}"
+
+
+def _string_attribute(value: str, data_type: str = "String") -> dict[str, Any]:
+    return {"stringValue": value, "stringListValues": [], "binaryListValues": [],
+            "dataType": data_type}
+
+
+def md5_of_message_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> str:
+    """SQS's MD5 of message attributes: per attribute in name order, the name, the data type
+    (each as a 4-byte big-endian length and UTF-8 bytes), the transport byte 1 (string) and
+    the string value likewise."""
+    digest = hashlib.md5(usedforsecurity=False)
+    for name in sorted(attributes):
+        attribute = attributes[name]
+        for text in (name, attribute["dataType"]):
+            raw = text.encode()
+            digest.update(struct.pack(">I", len(raw)) + raw)
+        value = str(attribute["stringValue"]).encode()
+        digest.update(b"\x01" + struct.pack(">I", len(value)) + value)
+    return digest.hexdigest()
+
+
+def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_REGION,
+               account: str = DEFAULT_ACCOUNT, body: str | None = None) -> dict[str, Any]:
+    """One task as an SQS record (see the module's documentation)."""
+    if body is None:
+        body = orjson.dumps(task.payload).decode()
+    attributes: dict[str, dict[str, Any]] = {
+        "queue": _string_attribute(task.queue),
+        "tenant": _string_attribute(task.tenant),
+        "priority": _string_attribute(str(task.priority), "Number"),
+    }
+    if task.key is not None:
+        attributes["key"] = _string_attribute(task.key)
+    return {
+        "messageId": str(task.id),
+        "receiptHandle": task.lease_token,
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(task.attempt),
+            "SentTimestamp": str(to_ms(task.enqueued_at.timestamp())),
+            "SenderId": task.tenant,
+            "ApproximateFirstReceiveTimestamp": str(delivered_ms),
+        },
+        "messageAttributes": attributes,
+        "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
+        "md5OfMessageAttributes": md5_of_message_attributes(attributes),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": event_source_arn(task.queue, region, account),
+        "awsRegion": region,
+    }
+
+
+def _record_fields_cost() -> int:
+    """What a record weighs beyond its body's escaped text, at its longest (names of 64
+    characters, the longest key, a 200-character token, 20-digit numbers), plus a comma."""
+    from datetime import UTC, datetime
+
+    name = "n" * 64
+    longest = ClaimedTask.model_construct(
+        id=uuid.UUID(int=0), queue=name, tenant=name, key="\U0010ffff" * 512,
+        priority=-(2**63), payload=None, attempt=-(2**63), max_attempts=0,
+        lease_token="t" * 200, lease_expires_at=datetime.now(UTC), redelivered=True,
+        enqueued_at=datetime(9999, 12, 31, tzinfo=UTC))
+    record = sqs_record(longest, delivered_ms=10**19, region="r" * 32, account="9" * 12,
+                        body="")
+    return len(orjson.dumps(record)) + 1
+
+
+# Per record, on top of its body (body_cost of the payload's JSON text).
+RECORD_FIELDS_COST = _record_fields_cost()
+
+
+def claim_budget(batch_size: int) -> int:
+    """The byte budget of a batch's claim: a claim charges each task its blob (payload and
+    key, with escapes) and TASK_FIELDS_COST; a record costs at most its body and
+    RECORD_FIELDS_COST, so the difference is set aside for every task of a full batch."""
+    extra = max(0, RECORD_FIELDS_COST - TASK_FIELDS_COST)
+    return EVENT_LIMIT - EVENT_ENVELOPE - batch_size * extra
+
+
+def sqs_event(tasks: Sequence[ClaimedTask], *, delivered_ms: int,
+              region: str = DEFAULT_REGION, account: str = DEFAULT_ACCOUNT,
+              limit: int = EVENT_LIMIT) -> tuple[bytes, int]:
+    """The event of a batch as the bytes of its request, and how many of ``tasks`` it holds:
+    the longest prefix whose event fits ``limit`` (at least one task)."""
+    records: list[dict[str, Any]] = []
+    size = EVENT_ENVELOPE
+    for task in tasks:
+        body = orjson.dumps(task.payload).decode()
+        record = sqs_record(task, delivered_ms=delivered_ms, region=region, account=account,
+                            body=body)
+        cost = len(orjson.dumps(record)) + 1
+        if records and size + cost > limit:
+            break
+        records.append(record)
+        size += cost
+    return orjson.dumps({"Records": records}), len(records)
+
+
+# -- the function's answer -----------------------------------------------------------------
+
+Outcome = Literal["ok", "function_error", "throttled", "not_invoked", "failed"]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What calling the function gave: ``ok`` (its response in ``payload``),
+    ``function_error`` (it raised or timed out: ``error``), ``throttled`` (not run),
+    ``not_invoked`` (refused before it ran: no such function, access denied …) or ``failed``
+    (the outcome is unknown: the call was cut off)."""
+
+    outcome: Outcome
+    payload: bytes = b""
+    error: str = ""
+
+
+def failed_items(payload: bytes, batch_ids: Sequence[str]) -> set[str]:
+    """The ids of a batch that failed, from the function's response, as Lambda reads an SQS
+    event source's partial batch response: no response, ``null``, no or an empty
+    ``batchItemFailures`` is a success; a response that is not JSON, or an item whose
+    ``itemIdentifier`` is missing, empty or not in the batch, fails the whole batch."""
+    everything = set(batch_ids)
+    text = payload.strip()
+    if not text:
+        return set()
+    try:
+        response = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return everything
+    if not isinstance(response, dict):
+        return set()
+    items = response.get("batchItemFailures")
+    if items is None:
+        return set()
+    if not isinstance(items, list):
+        return everything
+    failed: set[str] = set()
+    for item in items:
+        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
+        if not isinstance(identifier, str) or identifier not in everything:
+            return everything
+        failed.add(identifier)
+    return failed
+
+
+# -- consumer functions --------------------------------------------------------------------
+
+
+class ConsumerNotAllowed(Forbidden):
+    """The function may not be a consumer here (not in the deployment's allow-list)."""
+
+    code = "consumer_not_allowed"
+
+
+class ConsumerFunctions(Protocol):
+    """Where consumer functions are checked and called: Lambda on AWS
+    (``tierq.aws.consumers``), the local stack's functions and modules
+    (``tierq.local.consumers``)."""
+
+    region: str
+    account: str
+
+    def check(self, function: str) -> None:
+        """Raise ``ConsumerNotAllowed`` (403) or ``InvalidInput`` (422) for a function that
+        may not be a consumer."""
+
+    def timeout_seconds(self, function: str) -> float:
+        """The function's timeout."""
+
+    def invoke(self, function: str, event: bytes, *, read_timeout: float) -> Invocation:
+        """Call the function synchronously, once."""
+
+
+def allow_list(raw: str) -> tuple[str, ...]:
+    """TIERQ_CONSUMER_FUNCTIONS: comma-separated names (``name`` or ``name:qualifier``)."""
+    return tuple(entry.strip() for entry in raw.split(",") if entry.strip())
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """The deployment's allow-list of consumer functions (the template's
+    ``ConsumerFunctions``): names of Lambda functions of the stack's account and region,
+    each given as its name or as its full ARN (``arn_prefix`` + name)."""
+
+    names: tuple[str, ...]
+    arn_prefix: str = ""  # arn:<partition>:lambda:<region>:<account>:function:
+
+    def name_of(self, function: str) -> str:
+        if self.arn_prefix and function.startswith(self.arn_prefix):
+            return function[len(self.arn_prefix):]
+        return function
+
+    def check(self, function: str) -> None:
+        if not self.names:
+            raise ConsumerNotAllowed(
+                f"consumer.function {function!r}: this deployment allows no consumer "
+                "functions (the stack's ConsumerFunctions parameter, TIERQ_CONSUMER_FUNCTIONS, "
+                "is empty)", details=[{"field": "consumer.function",
+                                       "message": "not in the allow-list"}])
+        if self.name_of(function) not in self.names:
+            raise ConsumerNotAllowed(
+                f"consumer.function {function!r} is not in the deployment's allow-list of "
+                f"consumer functions ({', '.join(self.names)}); the stack's owner adds it "
+                "with the ConsumerFunctions parameter",
+                details=[{"field": "consumer.function", "message": "not in the allow-list"}])
+
+
+_functions: ConsumerFunctions | None = None
+
+
+def install(functions: ConsumerFunctions | None) -> ConsumerFunctions | None:
+    """Make ``functions`` where this process checks and calls consumers; returns the one it
+    replaces."""
+    global _functions
+    previous, _functions = _functions, functions
+    return previous
+
+
+def installed() -> ConsumerFunctions | None:
+    return _functions
+
+
+def check_consumer(ctx: Context, function: str) -> None:
+    """Whether ``function`` may be a consumer (PUT /v1/queues/{queue} with a consumer, an
+    admin action): by the installed functions, else by the allow-list of the settings."""
+    functions = _functions
+    if functions is not None:
+        functions.check(function)
+        return
+    settings = ctx.settings
+    AllowList(allow_list(getattr(settings, "consumer_functions", "")),
+              getattr(settings, "consumer_arn_prefix", "")).check(function)
+
+
+def invalid_function(function: str, why: str) -> InvalidInput:
+    return InvalidInput(f"consumer.function {function!r}: {why}",
+                        details=[{"field": "consumer.function", "message": why}])
+
+
+# -- the consumer of a queue ---------------------------------------------------------------
+
+# Time past the function's timeout before the invoke's answer is given up (Lambda answers a
+# timed-out function with an error itself, a little after the timeout).
+READ_MARGIN_SECONDS = 15.0
+# Time the lease leaves for the claim before the invoke and the settling after it.
+SETTLE_MARGIN_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class Consumer:
+    queue: str
+    function: str
+    batch_size: int
+    max_concurrency: int | None
+    window_ms: int
+    timeout: float  # the function's
+
+    @property
+    def read_timeout(self) -> float:
+        return self.timeout + READ_MARGIN_SECONDS
+
+    def lease_seconds(self) -> int:
+        """The lease of a batch: the batching window, the invoke (read timeout) and time to
+        claim and settle."""
+        return math.ceil(self.window_ms / 1000 + self.read_timeout + SETTLE_MARGIN_SECONDS)
+
+
+# -- concurrency slots ---------------------------------------------------------------------
+
+_ACQUIRE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
+return 1
+"""
+
+
+class InvocationSlots:
+    """``max_concurrency`` across every dispatcher: a sorted set of running batches by their
+    lease deadline on the queue's own key (``tq:{queue}:invocations``, no TTL). A slot is
+    taken before the claim and given back once the batch is settled; one whose dispatcher
+    died is dropped by the next taker once its deadline has passed (by then its tasks'
+    leases have expired too), so no capacity is lost for longer than a lease."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._acquire = ctx.warm.client.register_script(_ACQUIRE)
+
+    @staticmethod
+    def key(queue: str) -> str:
+        return f"tq:{{{queue}}}:invocations"
+
+    def acquire(self, queue: str, cap: int, lease_seconds: float) -> str | None:
+        now_ms = to_ms(self.ctx.now())
+        slot = uuid.uuid4().hex
+        got = self._acquire(keys=[self.key(queue)],
+                            args=[now_ms, cap, slot, now_ms + int(lease_seconds * 1000)])
+        return slot if got else None
+
+    def release(self, queue: str, slot: str) -> None:
+        self.ctx.warm.client.zrem(self.key(queue), slot)
+
+    def running(self, queue: str) -> int:
+        now_ms = to_ms(self.ctx.now())
+        return int(self.ctx.warm.client.zcount(self.key(queue), f"({now_ms}", "+inf"))
+
+
+# -- settling a batch ----------------------------------------------------------------------
+
+MAX_ERROR = 10_000
+
+
+@dataclass
+class DispatchCounts:
+    """What dispatching did (a pass's, or since a dispatcher started)."""
+
+    batches: int = 0
+    dispatched: int = 0  # tasks handed to a function
+    acked: int = 0
+    retried: int = 0  # nacked, to run again
+    dead: int = 0  # nacked out of attempts
+    released: int = 0  # given back without an attempt (throttled, not invoked, oversize)
+    throttled: int = 0  # invocations the function's concurrency refused
+    consumer_errors: int = 0  # invocations that failed (function error, refused, cut off)
+
+    def add(self, other: DispatchCounts) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def minus(self, other: DispatchCounts) -> DispatchCounts:
+        return DispatchCounts(**{f.name: getattr(self, f.name) - getattr(other, f.name)
+                                 for f in fields(self)})
+
+    def metrics(self) -> dict[str, int]:
+        """The CloudWatch counts of these numbers."""
+        return {"Dispatched": self.dispatched, "Throttled": self.throttled,
+                "ConsumerErrors": self.consumer_errors}
+
+
+# What the REST metrics show of a queue's push delivery: counters since the queue's first
+# batch, in a hash on the queue's own key (no TTL), written once per batch.
+COUNTER_FIELDS = ("batches", "dispatched", "acked", "retried", "dead", "released",
+                  "throttled", "consumer_errors")
+
+
+def counters_key(queue: str) -> str:
+    return f"tq:{{{queue}}}:dispatch"
+
+
+def record_counts(ctx: Context, queue: str, counts: DispatchCounts) -> None:
+    values = {name: getattr(counts, name) for name in COUNTER_FIELDS if getattr(counts, name)}
+    if not values:
+        return
+    pipe = ctx.warm.client.pipeline(transaction=False)
+    for name, value in values.items():
+        pipe.hincrby(counters_key(queue), name, value)
+    pipe.execute()
+
+
+def read_counts(ctx: Context, queue: str) -> DispatchCounts:
+    """The counters of a queue's push delivery (zeros for a queue never dispatched)."""
+    raw = ctx.warm.client.hgetall(counters_key(queue))
+    values = {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in raw.items()}
+    return DispatchCounts(**{name: values.get(name, 0) for name in COUNTER_FIELDS})
+
+
+def _nack_all(ctx: Context, queue: str, tasks: Sequence[ClaimedTask], error: str,
+              counts: DispatchCounts) -> None:
+    if not tasks:
+        return
+    result = leases.nack(ctx, queue, [
+        NackItem(id=t.id, lease_token=t.lease_token, error=error[:MAX_ERROR]) for t in tasks])
+    counts.retried += len(result.retried)
+    counts.dead += len(result.dead)
+
+
+def release_tasks(ctx: Context, queue: str, tasks: Sequence[ClaimedTask],
+                  counts: DispatchCounts) -> None:
+    if not tasks:
+        return
+    result = leases.release(ctx, queue, [ReleaseItem(id=t.id, lease_token=t.lease_token)
+                                         for t in tasks])
+    counts.released += len(result.released)
+
+
+def settle(ctx: Context, consumer: Consumer, tasks: Sequence[ClaimedTask],
+           invocation: Invocation) -> DispatchCounts:
+    """Record the outcome of one invocation (see the module's documentation)."""
+    counts = DispatchCounts()
+    queue = consumer.queue
+    if invocation.outcome == "throttled":
+        counts.throttled += 1
+        release_tasks(ctx, queue, tasks, counts)
+        return counts
+    if invocation.outcome == "not_invoked":
+        counts.consumer_errors += 1
+        release_tasks(ctx, queue, tasks, counts)
+        return counts
+    counts.dispatched += len(tasks)
+    if invocation.outcome != "ok":
+        counts.consumer_errors += 1
+        what = "function error" if invocation.outcome == "function_error" else "invoke failed"
+        _nack_all(ctx, queue, tasks, f"{consumer.function}: {what}: {invocation.error}",
+                  counts)
+        return counts
+    failed = failed_items(invocation.payload, [str(t.id) for t in tasks])
+    done = [t for t in tasks if str(t.id) not in failed]
+    if done:
+        counts.acked += len(leases.ack(ctx, queue, done).acked)
+    _nack_all(ctx, queue, [t for t in tasks if str(t.id) in failed],
+              f"{consumer.function}: listed in batchItemFailures", counts)
+    return counts
+
+
+# -- the dispatcher ------------------------------------------------------------------------
+
+# A queue that had nothing is looked at again after POLL_FIRST, doubling up to the
+# dispatcher's tick (TIERQ_DISPATCHER_EVERY); one with a full batch at once.
+POLL_FIRST = 0.02
+THROTTLE_FIRST, THROTTLE_MAX = 0.2, 10.0
+REFUSED_BACKOFF = 30.0  # not invoked (no such function, access denied): look again later
+FAILED_BACKOFF = 1.0  # claiming failed (a store error)
+CONSUMERS_EVERY = 1.0  # the list of queues with a consumer is read at most this often
+WINDOW_POLL = 0.02  # re-claim while a batching window is open
+
+
+@dataclass
+class QueueState:
+    in_flight: int = 0
+    not_before: float = 0.0  # time.monotonic(): claim no batch before
+    poll_delay: float = POLL_FIRST
+    throttle_delay: float = THROTTLE_FIRST
+    backlog: bool = False  # the last claim filled its batch: more is likely ready
+
+
+CountsSink = Callable[[str, Mapping[str, int]], None]
+
+
+@dataclass
+class Dispatcher:
+    """Claims and invokes for every queue with a consumer; its invocations run on a pool of
+    ``max_in_flight`` threads and outlive a pass (:meth:`run`), so a pass that ends does not
+    wait for them (:meth:`drain` does)."""
+
+    ctx: Context
+    functions: ConsumerFunctions
+    max_in_flight: int = 64
+    poll_max: float = 1.0
+    sink: CountsSink | None = None  # per-queue metrics (EMF on AWS)
+    # set by the invocation that runs the dispatcher: no batch starts after start_until or
+    # whose lease would end after finish_by (time.monotonic(); inf: no limit)
+    start_until: float = math.inf
+    finish_by: float = math.inf
+    totals: DispatchCounts = field(default_factory=DispatchCounts)
+    last_busy: float = field(default_factory=time.monotonic)
+    _states: dict[str, QueueState] = field(default_factory=dict)
+    _consumers: list[str] = field(default_factory=list)
+    _consumers_at: float = -math.inf
+    _timeouts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _in_flight: int = 0
+    _rotation: int = 0
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _pool: ThreadPoolExecutor | None = None
+    _slots: InvocationSlots | None = None
+
+    def __post_init__(self) -> None:
+        self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="tierq-dispatch")
+        self._slots = InvocationSlots(self.ctx)
+
+    # -- what to dispatch ------------------------------------------------------------------
+
+    def consumer_queues(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._consumers_at >= CONSUMERS_EVERY:
+            self._consumers = self.ctx.store.consumer_queues()
+            self._consumers_at = now
+        return self._consumers
+
+    def _timeout_of(self, function: str) -> float:
+        cached = self._timeouts.get(function)
+        now = time.monotonic()
+        if cached is None or now - cached[1] > 300:
+            cached = (float(self.functions.timeout_seconds(function)), now)
+            self._timeouts[function] = cached
+        return cached[0]
+
+    def consumer(self, queue: str) -> Consumer | None:
+        settings = self.ctx.queue_settings.get(queue)
+        found = getattr(settings, "consumer", None)
+        if found is None or settings.paused:
+            return None
+        return Consumer(queue=queue, function=found.function, batch_size=found.batch_size,
+                        max_concurrency=found.max_concurrency,
+                        window_ms=found.max_batching_window_ms,
+                        timeout=self._timeout_of(found.function))
+
+    # -- a pass ----------------------------------------------------------------------------
+
+    def run(self, *, until: float, idle_seconds: float,
+            should_stop: Callable[[], bool] | None = None) -> tuple[DispatchCounts, bool]:
+        """Start batches until ``until`` (``time.monotonic()``, and never past
+        ``start_until``), each only if its lease ends before ``finish_by``; stop early once
+        nothing was claimed and nothing ran for ``idle_seconds`` (counted across passes).
+        Returns what the batches that finished meanwhile did, and whether it ended idle."""
+        before = self.counts()
+        until = min(until, self.start_until)
+        idle = False
+        while True:
+            now = time.monotonic()
+            if now >= until or (should_stop is not None and should_stop()):
+                break
+            started, wake_at = self._start(now, self.finish_by)
+            with self._changed:
+                busy = started > 0 or self._in_flight > 0
+            if busy:
+                self.last_busy = now
+            elif now - self.last_busy >= idle_seconds:
+                idle = True
+                break
+            if not started:
+                pause = min(max(0.0, wake_at - time.monotonic()), self.poll_max,
+                            max(0.0, until - time.monotonic()),
+                            max(0.0, self.last_busy + idle_seconds - time.monotonic()))
+                with self._changed:
+                    self._changed.wait(max(pause, 0.001))
+        return self.counts().minus(before), idle
+
+    def has_ready_work(self) -> bool:
+        """Whether a queue with a consumer has ready tasks now (the last look before a
+        dispatcher that released its flag ends)."""
+        for queue in self.consumer_queues():
+            consumer = self.consumer(queue)
+            if consumer is None:
+                continue
+            for tenant in self.ctx.pairs.tenants(queue):
+                ready, _, _ = self.ctx.warm.stats(queue, tenant)
+                if ready:
+                    return True
+        return False
+
+    def in_flight(self) -> int:
+        with self._changed:
+            return self._in_flight
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the running batches; whether all ended within ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while self._in_flight:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def close(self) -> None:
+        self.drain()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def counts(self) -> DispatchCounts:
+        """What every batch that finished so far did."""
+        with self._changed:
+            copy = DispatchCounts()
+            copy.add(self.totals)
+            return copy
+
+    def _start(self, now: float, finish_by: float) -> tuple[int, float]:
+        """Start what may start now; how many batches, and when to look again."""
+        queues = self.consumer_queues()
+        started = 0
+        wake_at = now + self.poll_max
+        if not queues:
+            return 0, wake_at
+        self._rotation = (self._rotation + 1) % len(queues)
+        for queue in queues[self._rotation:] + queues[:self._rotation]:
+            state = self._states.setdefault(queue, QueueState())
+            if now < state.not_before:
+                wake_at = min(wake_at, state.not_before)
+                continue
+            consumer = self.consumer(queue)
+            if consumer is None:
+                continue
+            lease = consumer.lease_seconds()
+            if now + lease > finish_by:
+                continue  # its invoke could outlive this dispatcher
+            cap = consumer.max_concurrency or self.max_in_flight
+            with self._changed:
+                room = min(cap - state.in_flight, self.max_in_flight - self._in_flight)
+                # a queue whose last claim was short gets one batch at a time
+                want = room if state.backlog else min(room, 1 - state.in_flight)
+                if want <= 0:
+                    continue
+                state.in_flight += want
+                self._in_flight += want
+            assert self._pool is not None
+            for _ in range(want):
+                self._pool.submit(self._batch, consumer, state, lease)
+            started += want
+        return started, wake_at
+
+    # -- one batch (on a pool thread) ------------------------------------------------------
+
+    def _batch(self, consumer: Consumer, state: QueueState, lease: int) -> None:
+        counts = DispatchCounts()
+        slot: str | None = None
+        tasks: list[ClaimedTask] = []
+        invoked = False
+        try:
+            if consumer.max_concurrency is not None:
+                assert self._slots is not None
+                slot = self._slots.acquire(consumer.queue, consumer.max_concurrency, lease)
+                if slot is None:  # every slot is taken (by other dispatchers too)
+                    self._later(state, POLL_FIRST * 5, backlog=state.backlog)
+                    return
+            tasks = self._claim(consumer, lease)
+            if not tasks:
+                self._later(state, state.poll_delay, backlog=False)
+                state.poll_delay = min(state.poll_delay * 2, self.poll_max)
+                return
+            state.poll_delay = POLL_FIRST
+            state.backlog = len(tasks) >= consumer.batch_size
+            delivered_ms = to_ms(self.ctx.now())
+            event, fit = sqs_event(tasks, delivered_ms=delivered_ms,
+                                   region=self.functions.region,
+                                   account=self.functions.account)
+            if fit < len(tasks):  # larger than an invoke may carry: the tail goes back
+                release_tasks(self.ctx, consumer.queue, tasks[fit:], counts)
+                tasks = tasks[:fit]
+                state.backlog = True
+            invoked = True
+            invocation = self.functions.invoke(consumer.function, event,
+                                               read_timeout=consumer.read_timeout)
+            counts.batches += 1
+            counts.add(settle(self.ctx, consumer, tasks, invocation))
+            self._after(consumer, state, invocation)
+        except Exception:
+            log.exception("dispatching a batch of %r to %s failed", consumer.queue,
+                          consumer.function)
+            if tasks and not invoked:
+                # the function never saw them: back to their places, no attempt counted.
+                # (Once invoked, an unsettled batch's leases expire and the reaper counts
+                # the attempt: the function may have run.)
+                try:
+                    release_tasks(self.ctx, consumer.queue, tasks, counts)
+                except Exception:
+                    log.warning("giving back an unsent batch of %r failed; its leases "
+                                "expire", consumer.queue, exc_info=True)
+            self._later(state, FAILED_BACKOFF, backlog=False)
+        finally:
+            if slot is not None:
+                assert self._slots is not None
+                try:
+                    self._slots.release(consumer.queue, slot)
+                except Exception:
+                    log.warning("giving back an invocation slot of %r failed; it frees itself "
+                                "at its deadline", consumer.queue, exc_info=True)
+            with self._changed:
+                state.in_flight -= 1
+                self._in_flight -= 1
+                self.totals.add(counts)
+                self._changed.notify_all()
+            try:
+                record_counts(self.ctx, consumer.queue, counts)
+            except Exception:
+                log.warning("recording dispatch counters of %r failed", consumer.queue,
+                            exc_info=True)
+            if self.sink is not None and any(counts.metrics().values()):
+                try:
+                    self.sink(consumer.queue, counts.metrics())
+                except Exception:
+                    log.warning("emitting dispatch metrics failed", exc_info=True)
+
+    def _claim(self, consumer: Consumer, lease: int) -> list[ClaimedTask]:
+        """Up to ``batch_size`` tasks, waiting up to the batching window for a full batch."""
+        request = ClaimRequest(max=consumer.batch_size, lease_seconds=lease,
+                               worker=f"dispatcher:{consumer.function}"[:128])
+        budget = claim_budget(consumer.batch_size)
+        tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget)
+        if not consumer.window_ms or len(tasks) >= consumer.batch_size:
+            return tasks
+        window_ends = time.monotonic() + consumer.window_ms / 1000
+        used = sum(_claimed_cost(t) for t in tasks)
+        while len(tasks) < consumer.batch_size and used < budget:
+            left = window_ends - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(WINDOW_POLL, left))
+            more = claim_once(self.ctx, consumer.queue,
+                              request.model_copy(update={"max": consumer.batch_size
+                                                         - len(tasks)}),
+                              max_bytes=max(1, budget - used))
+            tasks.extend(more)
+            used += sum(_claimed_cost(t) for t in more)
+        return tasks
+
+    def _later(self, state: QueueState, delay: float, *, backlog: bool) -> None:
+        state.not_before = time.monotonic() + delay
+        state.backlog = backlog
+
+    def _after(self, consumer: Consumer, state: QueueState, invocation: Invocation) -> None:
+        if invocation.outcome == "throttled":
+            # back off with jitter, as Lambda's own pollers do when a function is throttled
+            delay = state.throttle_delay * (0.5 + random.random())  # noqa: S311
+            state.throttle_delay = min(state.throttle_delay * 2, THROTTLE_MAX)
+            self._later(state, delay, backlog=state.backlog)
+        elif invocation.outcome == "not_invoked":
+            log.error("%s could not be invoked for queue %r: %s", consumer.function,
+                      consumer.queue, invocation.error)
+            self._later(state, REFUSED_BACKOFF, backlog=False)
+        else:
+            state.throttle_delay = THROTTLE_FIRST
+
+
+def _claimed_cost(task: ClaimedTask) -> int:
+    return body_cost(orjson.dumps(task.payload)) + RECORD_FIELDS_COST

@@ -1,0 +1,84 @@
+"""Consumers written for SQS, as their authors would (Powertools' BatchProcessor with
+process_partial_response, a module-level processor), called by the dispatcher through
+``tests.dispatch.consumers:<name>``. What they saw goes to tests/dispatch/journal.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from pydantic import BaseModel
+
+from tests.dispatch.journal import JOURNAL
+
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def fail_once_record(record: SQSRecord) -> None:
+    """Fails the first run of a task whose payload says ``fail_once``."""
+    payload = json.loads(record.body)
+    runs = JOURNAL.ran(record.message_id, int(record.attributes.approximate_receive_count))
+    if payload.get("sleep"):
+        time.sleep(payload["sleep"])
+    if payload.get("fail_once") and runs == 1:
+        raise ValueError(f"task {payload['n']} fails its first run")
+
+
+def fail_once(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    with JOURNAL.invocation(event):
+        return process_partial_response(event=event, record_handler=fail_once_record,
+                                        processor=processor, context=context)
+
+
+class Order(BaseModel):
+    n: int
+    fail_once: bool = False
+
+
+class OrderRecord(SqsRecordModel):
+    body: Order  # Powertools parses the JSON body into it
+
+
+model_processor = BatchProcessor(event_type=EventType.SQS, model=OrderRecord)
+
+
+def model_record(record: OrderRecord) -> None:
+    runs = JOURNAL.ran(record.messageId, int(record.attributes.ApproximateReceiveCount))
+    if record.body.fail_once and runs == 1:
+        raise ValueError(f"order {record.body.n} fails its first run")
+
+
+def with_model(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    with JOURNAL.invocation(event):
+        return process_partial_response(event=event, record_handler=model_record,
+                                        processor=model_processor, context=context)
+
+
+def noop(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    return process_partial_response(event=event, record_handler=lambda record: None,
+                                    processor=processor, context=context)
+
+
+def crash(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    with JOURNAL.invocation(event):
+        for record in event["Records"]:
+            JOURNAL.ran(record["messageId"],
+                        int(record["attributes"]["ApproximateReceiveCount"]))
+        raise RuntimeError("the consumer crashed")
+
+
+def keep(event: dict[str, Any], context: Any) -> None:
+    """Records every event and succeeds (returns nothing, as a plain handler does)."""
+    with JOURNAL.invocation(event):
+        for record in event["Records"]:
+            JOURNAL.ran(record["messageId"],
+                        int(record["attributes"]["ApproximateReceiveCount"]))

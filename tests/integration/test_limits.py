@@ -1,0 +1,101 @@
+"""Limits on claims on a single Valkey: max_leased across claimer processes, acks / nacks /
+releases / heartbeats and capacity, rates on the server's clock, per-tenant limits, and a
+claimer killed while holding capacity (scenarios: tests/integration/limits_scenarios.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration import limits_scenarios as scenarios
+from tierq.logic import limits
+
+TENANTS = ["acme", "globex", "initech"]
+
+
+@pytest.mark.slow
+def test_eight_claimer_processes_never_hold_more_than_max_leased(make_tq, valkey, database_url,
+                                                                 valkey_url):
+    scenarios.run_eight_claimers(make_tq(), valkey, database_url, valkey_url, TENANTS, {})
+
+
+def test_after_two_acks_exactly_two_more_are_claimable(make_tq):
+    scenarios.acks_free_exactly_their_capacity(make_tq(), TENANTS)
+
+
+def test_rate_20_per_second_burst_5_for_5_seconds(make_tq):
+    handed = scenarios.rate_flat_out(make_tq(), TENANTS)
+    print(f"\nrate 20/s burst 5, 5 s flat out: {handed} handed out")
+    assert 80 <= handed <= 105
+
+
+def test_tenant_rate_applies_to_each_tenant(make_tq):
+    handed = scenarios.rate_flat_out(make_tq(), ["a", "b"], tenant_rate=True)
+    print(f"\ntenant_rate 20/s burst 5, 2 tenants, 5 s flat out: {handed} handed out")
+    assert 160 <= handed <= 210
+
+
+def test_tenant_max_leased_counts_each_tenant_alone(make_tq):
+    tq = make_tq()
+    tq.put_queue("t", {"tenant_max_leased": 2})
+    tq.enqueue("t", [{"payload": i, "tenant": t} for t in ("a", "b") for i in range(5)])
+    first = tq.claim_outcome("t", max=10)
+    assert sorted(t.tenant for t in first.tasks) == ["a", "a", "b", "b"]
+    assert first.retry_after_ms is not None
+    assert tq.claim("t", max=10, tenant="a") == []
+    tq.ack("t", [t for t in first.tasks if t.tenant == "a"][:1])
+    again = tq.claim("t", max=10)
+    assert [t.tenant for t in again] == ["a"]
+
+
+def test_expired_leases_free_capacity_without_the_reaper(make_tq):
+    tq = make_tq()
+    tq.put_queue("e", {"max_leased": 2, "tenant_max_leased": 2})
+    tq.enqueue("e", [{"payload": i} for i in range(5)])
+    assert len(tq.claim("e", max=5, lease_seconds=1)) == 2
+    assert tq.claim("e", max=5) == []
+    time.sleep(1.1)
+    assert len(tq.claim("e", max=5)) == 2
+
+
+def test_a_long_poll_waits_for_capacity(make_tq):
+    tq = make_tq()
+    tq.put_queue("w", {"max_leased": 1})
+    tq.enqueue("w", [{"payload": i} for i in range(3)])
+    [held] = tq.claim("w", max=1, lease_seconds=1)
+    started = time.monotonic()
+    [next_one] = tq.claim("w", max=1, wait_seconds=5)
+    waited = time.monotonic() - started
+    assert 0.5 < waited < 2.5, waited  # about when the first lease ended
+    assert next_one.id != held.id
+
+
+def test_limits_hold_capacity_for_other_callers(make_tq):
+    """The Python API the consumer dispatcher uses for max_concurrency (logic/limits.py)."""
+    tq = make_tq()
+    first = limits.take(tq.ctx, "c", "invocations", limit=2, want=3, hold_seconds=60)
+    assert first.count == 2 and first.retry_after_ms > 0
+    assert limits.take(tq.ctx, "c", "invocations", limit=2, hold_seconds=60).count == 0
+    assert limits.in_use(tq.ctx, "c", "invocations") == 2
+    assert limits.in_use(tq.ctx, "c", "leases") == 0  # another pool
+    assert limits.give_back(tq.ctx, first, first.members[:1]) == 1
+    again = limits.take(tq.ctx, "c", "invocations", limit=2, hold_seconds=0.5)
+    assert again.count == 1
+    kept = limits.extend(tq.ctx, again, 60)
+    assert kept.members == again.members
+    time.sleep(0.6)
+    assert limits.in_use(tq.ctx, "c", "invocations") == 2  # extended, still held
+    short = limits.take(tq.ctx, "d", "invocations", limit=1, hold_seconds=0.2)
+    time.sleep(0.3)
+    assert limits.take(tq.ctx, "d", "invocations", limit=1, hold_seconds=1).count == 1
+    assert limits.extend(tq.ctx, short, 60).members == ()  # it had expired: not taken again
+    with pytest.raises(ValueError, match="pool"):
+        limits.take(tq.ctx, "c", "Bad Pool", limit=1, hold_seconds=1)
+
+
+@pytest.mark.parametrize("where", ["leased", "reserved"])
+def test_a_killed_claimer_frees_its_capacity_by_the_lease_expiry(make_tq, database_url,
+                                                                 valkey_url, where):
+    scenarios.killed_claimer_frees_by_lease_expiry(make_tq(), database_url, valkey_url,
+                                                   where, {})
