@@ -22,6 +22,7 @@ from tierq.dal.postgres import Database
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import claim as claim_logic
 from tierq.logic import dispatch, dlq, enqueue, leases, queues, schedules, tasks
+from tierq.logic import throughput as throughput_logic
 from tierq.logic.context import Clock, Context, SystemClock
 from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper, registry
 from tierq.maintenance.registry import JobConfig
@@ -46,6 +47,7 @@ from tierq.models import (
     TenantCounts,
 )
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+from tierq.models.throughput import QueueThroughput
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -211,6 +213,11 @@ class Tierq:
 
     def running(self, queue: str | None = None) -> list[RunningLease]:
         return queues.running(self.ctx, queue)
+
+    def throughput(self, queue: str, tenant: str | None = None) -> QueueThroughput:
+        """Tasks enqueued and acked per second over the last 15 minutes, of ``tenant`` or
+        of every tenant of the queue summed (kept in the warm tier: dal/throughput.py)."""
+        return throughput_logic.queue_throughput(self.ctx, queue, tenant)
 
     # -- maintenance (one pass each; the jobs: tierq.maintenance.registry) ---------------
 

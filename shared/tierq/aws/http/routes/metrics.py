@@ -1,6 +1,7 @@
 """Live numbers: ``GET /v1/metrics/queues/detailed`` (per (queue, tenant): warm, cold, delayed,
 leased and dead counts and the oldest ready task) and ``GET /v1/metrics/queues/running``
-(current leases: who holds them, since when, until when).
+(current leases: who holds them, since when, until when); ``GET /v1/queues/{queue}/throughput``
+(tasks enqueued and acked per second over the last 15 minutes).
 
 Both list in (queue, tenant) order, page by page (see :mod:`tierq.aws.http.paging`): a caller
 pinned to a tenant gets only its tenant's pairs, selected in SQL."""
@@ -16,12 +17,15 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from tierq.aws.http import paging, request
 from tierq.aws.http.errors import responses
-from tierq.aws.http.params import QueueQuery
+from tierq.aws.http.params import QueuePath, QueueQuery, TenantQuery
 from tierq.aws.runtime import engine
+from tierq.errors import NotFound
 from tierq.logic import queues as queue_logic
+from tierq.logic import throughput as throughput_logic
 from tierq.logic.context import Pair
 from tierq.models import RunningLease, TenantCounts
 from tierq.models.envelopes import DetailedMetrics, RunningMetrics
+from tierq.models.throughput import QueueThroughput
 
 router = Router()
 
@@ -127,3 +131,24 @@ def running(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
     return RunningMetrics(running=leases, timestamp=datetime.now(UTC),
                           next=None if last is None else
                           LEASES.encode(*last))
+
+
+@router.get(
+    "/v1/queues/<queue>/throughput",
+    summary="Tasks enqueued and acked per second",
+    description="Per second over the last 15 minutes (900 buckets, oldest first, on the warm "
+                "tier's clock): tasks created by enqueues and tasks acknowledged, of `tenant` "
+                "or, without it, of every tenant of the queue summed. A caller pinned to a "
+                "tenant gets its own tenant's counts; naming another tenant is 403. Counts "
+                "live in the warm tier: a cache that evicts them (or loses its data) loses "
+                "chart data only.",
+    operation_id="queueThroughput",
+    tags=["metrics"],
+    responses=responses("Enqueued and acked per second.", 404),
+)
+def throughput(queue: QueuePath, tenant: TenantQuery = None) -> QueueThroughput:
+    tenant = request.check_tenant(tenant)  # a pinned caller: its own tenant, or 403
+    ctx = engine().ctx
+    if not queue_logic.queue_known(ctx, queue):
+        raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
+    return throughput_logic.queue_throughput(ctx, queue, tenant)
