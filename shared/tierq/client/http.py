@@ -75,6 +75,7 @@ from tierq.models.envelopes import (
     RunningMetrics,
 )
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
+from tierq.models.throughput import QueueThroughput
 
 DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
@@ -492,6 +493,13 @@ class Client:
         return RunningMetrics.model_validate(self.request(
             "GET", "/v1/metrics/queues/running",
             params={"queue": queue, "after": after, "limit": limit}))
+
+    def throughput(self, queue: str, *, tenant: str | None = None) -> QueueThroughput:
+        """Tasks enqueued and acked per second over the last 15 minutes (900 values, oldest
+        first): of ``tenant``, or of every tenant of the queue summed (a caller pinned to a
+        tenant gets its own; naming another is ``ForbiddenError``)."""
+        return QueueThroughput.model_validate(self.request(
+            "GET", f"/v1/queues/{_segment(queue)}/throughput", params={"tenant": tenant}))
 
     # -- schedules ---------------------------------------------------------------------
 
