@@ -35,7 +35,8 @@ router = Router()
 # (api.sizing.body_cost; the envelope around the body is reserved in RESPONSE_BODY_BUDGET),
 # less the body's own wrapper around the list. Tasks beyond it stay in line for the next
 # claim; the first task always comes (a payload is at most 256 KiB: ~0.5 MB at most here).
-CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(b'{"tasks":[]}')
+CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(
+    b'{"tasks":[],"retry_after_ms":18446744073709551615}')
 # API Gateway's HTTP API answers 503 to a request its integration has not answered in 30 s.
 HTTP_API_TIMEOUT = 30.0
 # Seconds kept between a claim's last pop and the cut-off, to turn up to 6 MB of tasks into
@@ -84,7 +85,10 @@ def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
                 "out fewer than max tasks when more would not fit one Lambda response "
                 "(6 MB); the others keep their places in line. With an Idempotency-Key, a "
                 "repeat (kept no longer than the lease) answers the first claim's tasks whose "
-                "leases are still held, with the same tokens, and leases nothing more.",
+                "leases are still held, with the same tokens, and leases nothing more. "
+                "When the queue's limits (max_leased, rate, tenant_max_leased, tenant_rate) "
+                "allow fewer tasks than max, the answer holds what they allow (possibly "
+                "none) and retry_after_ms; a long poll waits for capacity.",
     operation_id="claimTasks",
     tags=["leases"],
     responses=responses("The claimed tasks, in claim order.", 403, 409),
@@ -118,15 +122,16 @@ def claim_tasks(
     cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
     answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
     try:
-        tasks = tierq.claim(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,
-                            answer_by=answer_by)
+        outcome = tierq.claim_outcome(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,
+                                      answer_by=answer_by)
+        tasks = outcome.tasks
     except BaseException:
         if record is not None:
             record.abandon()  # nothing leased (the claim gave back what it popped)
         raise
     try:
         metrics.count(queue, {"Claimed": len(tasks)})
-        results = ClaimResults(tasks=tasks)
+        results = ClaimResults(tasks=tasks, retry_after_ms=outcome.retry_after_ms)
         if record is not None:
             record.finish(claim_replay.record_of(tasks),
                           ttl_seconds=claim_replay.record_seconds(tierq.ctx, queue, claim, tasks))
