@@ -29,9 +29,10 @@ still be running; the invoke's read timeout is past the function's timeout and t
 makes one attempt only (tierq.aws.consumers).
 
 ``max_concurrency`` bounds the invocations running at once for a queue across every
-dispatcher: each batch takes a slot (:class:`InvocationSlots`: a sorted set by deadline on the
-queue's own key, so a slot of a dispatcher that died frees itself when its lease would have
-expired) before it claims, and gives it back when settled.
+dispatcher, through the limits of :mod:`tierq.logic.limits` (:class:`InvocationSlots`: the
+queue's pool ``invocations``, reservations scored by their deadline on the queue's own
+key, so a slot of a dispatcher that died frees itself when its lease would have expired):
+each batch takes a slot before it claims, and gives it back once settled.
 
 How the dispatcher is run (a scheduled function woken by ready work) is in
 :mod:`tierq.maintenance.dispatcher` and :mod:`tierq.logic.wake`.
@@ -56,7 +57,7 @@ import orjson
 
 from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost
 from tierq.errors import Forbidden, InvalidInput
-from tierq.logic import leases
+from tierq.logic import leases, limits
 from tierq.logic.claim import TASK_FIELDS_COST, claim_once
 from tierq.logic.context import Context, to_ms
 from tierq.models.leases import ClaimedTask, ClaimRequest, NackItem, ReleaseItem
@@ -348,42 +349,30 @@ class Consumer:
 
 # -- concurrency slots ---------------------------------------------------------------------
 
-_ACQUIRE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
-return 1
-"""
+INVOCATIONS_POOL = "invocations"
 
 
 class InvocationSlots:
-    """``max_concurrency`` across every dispatcher: a sorted set of running batches by their
-    lease deadline on the queue's own key (``tq:{queue}:invocations``, no TTL). A slot is
-    taken before the claim and given back once the batch is settled; one whose dispatcher
-    died is dropped by the next taker once its deadline has passed (by then its tasks'
-    leases have expired too), so no capacity is lost for longer than a lease."""
+    """``max_concurrency`` across every dispatcher, through the queue-wide capacity of
+    :mod:`tierq.logic.limits` (pool ``invocations``: reservations scored by their deadline
+    on the queue's own key). A slot is taken before the claim, for the batch's lease, and
+    given back once the batch is settled; one whose dispatcher died stops counting at its
+    deadline (by then its tasks' leases have expired too), so no capacity is lost for
+    longer than a lease."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._acquire = ctx.warm.client.register_script(_ACQUIRE)
 
-    @staticmethod
-    def key(queue: str) -> str:
-        return f"tq:{{{queue}}}:invocations"
+    def acquire(self, queue: str, cap: int, lease_seconds: float) -> limits.Held | None:
+        held = limits.take(self.ctx, queue, INVOCATIONS_POOL, limit=cap,
+                           hold_seconds=lease_seconds)
+        return held if held.count else None
 
-    def acquire(self, queue: str, cap: int, lease_seconds: float) -> str | None:
-        now_ms = to_ms(self.ctx.now())
-        slot = uuid.uuid4().hex
-        got = self._acquire(keys=[self.key(queue)],
-                            args=[now_ms, cap, slot, now_ms + int(lease_seconds * 1000)])
-        return slot if got else None
-
-    def release(self, queue: str, slot: str) -> None:
-        self.ctx.warm.client.zrem(self.key(queue), slot)
+    def release(self, held: limits.Held) -> None:
+        limits.give_back(self.ctx, held)
 
     def running(self, queue: str) -> int:
-        now_ms = to_ms(self.ctx.now())
-        return int(self.ctx.warm.client.zcount(self.key(queue), f"({now_ms}", "+inf"))
+        return limits.in_use(self.ctx, queue, INVOCATIONS_POOL)
 
 
 # -- settling a batch ----------------------------------------------------------------------
@@ -684,7 +673,7 @@ class Dispatcher:
 
     def _batch(self, consumer: Consumer, state: QueueState, lease: int) -> None:
         counts = DispatchCounts()
-        slot: str | None = None
+        slot: limits.Held | None = None
         tasks: list[ClaimedTask] = []
         invoked = False
         try:
@@ -701,6 +690,9 @@ class Dispatcher:
                 return
             state.poll_delay = POLL_FIRST
             state.backlog = len(tasks) >= consumer.batch_size
+            if state.backlog:  # more is likely ready: the pass may start more batches now
+                with self._changed:
+                    self._changed.notify_all()
             delivered_ms = to_ms(self.ctx.now())
             event, fit = sqs_event(tasks, delivered_ms=delivered_ms,
                                    region=self.functions.region,
@@ -732,7 +724,7 @@ class Dispatcher:
             if slot is not None:
                 assert self._slots is not None
                 try:
-                    self._slots.release(consumer.queue, slot)
+                    self._slots.release(slot)
                 except Exception:
                     log.warning("giving back an invocation slot of %r failed; it frees itself "
                                 "at its deadline", consumer.queue, exc_info=True)
