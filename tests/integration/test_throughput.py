@@ -185,4 +185,5 @@ def flush_scripts(valkey: Any) -> None:
     if isinstance(valkey, redis.Redis):
         valkey.script_flush()
     else:  # a cluster client: every master
-        valkey.script_flush(target_nodes=valkey.PRIMARIES)
+        for node in valkey.get_primaries():
+            node.redis_connection.script_flush()

@@ -1,0 +1,48 @@
+"""Throughput counts on a cluster: the tests of tests/integration/test_throughput.py run here
+as they are, and tenants on every master count in their own pair's slot while the queue's
+view sums them from the queue's index (a slot of its own)."""
+
+from __future__ import annotations
+
+from tests.integration.test_throughput import (  # noqa: F401  (run here on the cluster)
+    test_a_count_valkey_refuses_never_fails_the_ack,
+    test_a_delayed_task_counts_when_it_is_enqueued,
+    test_buckets_older_than_15_minutes_are_dropped,
+    test_counts_right_after_enqueue_and_ack_bursts,
+    test_only_created_tasks_and_accepted_acks_count,
+    test_scripts_the_server_forgot_are_loaded_again,
+    test_the_tenant_index_names_the_tenants_counted,
+)
+from tests.support.cluster import node_of, tenants_on_every_node
+from tierq.dal.throughput import rate_key, tenants_key
+from tierq.dal.warm_tier import PairKeys
+
+QUEUE = "tput"
+
+
+def test_tenants_on_every_master_count_in_their_own_slot(make_tq, valkey):
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE, per_node=2)
+    assert len({node_of(valkey, QUEUE, t) for t in tenants}) == 3
+    for i, tenant in enumerate(tenants):
+        tq.enqueue(QUEUE, [{"payload": n, "tenant": tenant} for n in range(10 + i)])
+    # one ack across every tenant: each pair's lease drop carries its own count
+    tasks = [t for tenant in tenants for t in tq.claim(QUEUE, max=3 + tenants.index(tenant),
+                                                      tenant=tenant)]
+    assert len(tq.ack(QUEUE, tasks).acked) == len(tasks)
+
+    for i, tenant in enumerate(tenants):
+        # the counts live in the pair's slot, on the pair's master
+        assert valkey.keyslot(rate_key(QUEUE, tenant)) == \
+            valkey.keyslot(PairKeys.of(QUEUE, tenant).ready)
+        one = tq.throughput(QUEUE, tenant)
+        assert (one.enqueued_total, one.acked_total) == (10 + i, 3 + i)
+    whole = tq.throughput(QUEUE)
+    n = len(tenants)
+    assert whole.tenants == n
+    assert whole.enqueued_total == sum(10 + i for i in range(n))
+    assert whole.acked_total == sum(3 + i for i in range(n))
+    assert sum(whole.enqueued[-30:]) == whole.enqueued_total
+    assert valkey.keyslot(tenants_key(QUEUE)) not in {
+        valkey.keyslot(rate_key(QUEUE, t)) for t in tenants}
+    assert sorted(tq.ctx.warm.throughput.noted_tenants(QUEUE)) == sorted(tenants)
