@@ -56,7 +56,7 @@ def test_a_chart_per_queue_of_enqueued_and_acked_per_second(
     assert len(enqueued) == len(acked) == 900
     # the peak is at the top of the chart, in the last seconds; the past is flat at 0
     top = min(y for _, y in enqueued)
-    assert [x for x, y in enqueued if y == top][0] >= 870
+    assert next(x for x, y in enqueued if y == top) >= 870
     assert {y for x, y in enqueued if x < 850} == {100.0}
     assert "2 tenants" in chart(page, emails).locator("h3").inner_text()
     assert page.locator('script[src], link[rel="stylesheet"]').count() == 0  # no CDN
