@@ -85,10 +85,11 @@ class QueueKeys:
 
 
 def reservation_of(token: str) -> str:
-    """The queue-wide reservation a lease token holds (``<prefix><k>``, taken for the
-    claim before its pop: lua/queue_capacity.lua), from the token
-    ``<prefix><attempt>~<k>``."""
-    return claim_prefix(token) + token[token.rfind("~") + 1:]
+    """The queue-wide reservation a lease token holds, ``<random>~<k>`` (taken for the
+    whole claim before its pops: lua/queue_capacity.lua, logic/claim._QueueGate), from the
+    token ``<tenant>~<random>~<attempt>~<k>``."""
+    _, _, rest = token.partition("~")
+    return rest[:rest.find("~") + 1] + token[token.rfind("~") + 1:]
 
 
 @dataclass(frozen=True)
@@ -358,17 +359,18 @@ class WarmTier:
                       token_prefix: str, worker: str, max_bytes: int = 0,
                       strict: bool = False, per_task_bytes: int = 0,
                       tenant_max_leased: int = 0, tenant_rate: tuple[float, int] | None = None,
-                      ) -> tuple[int, str, list[Claimed], int]:
+                      first_k: int = 0) -> tuple[int, str, list[Claimed], int]:
         """``claim`` under the tenant's limits: ``tenant_max_leased`` (0: none) and
-        ``tenant_rate`` (per_second, burst) cut ``n`` atomically with the pop. Returns
-        (ready left, mode, claimed, retry_after_ms): when more may be had, 0 when the
-        limits did not cut the claim."""
+        ``tenant_rate`` (per_second, burst) cut ``n`` atomically with the pop. The leases
+        are numbered from ``first_k + 1`` (a claim across pairs numbers on from one pair to
+        the next). Returns (ready left, mode, claimed, retry_after_ms): when more may be
+        had, 0 when the limits did not cut the claim."""
         k = PairKeys.of(queue, tenant)
         per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
         out = self._run("claim", (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket),
                         (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
                          "strict" if strict else "", per_task_bytes, tenant_max_leased,
-                         repr(float(per_second)), burst))
+                         repr(float(per_second)), burst, first_k))
         claimed: list[Claimed] = list(zip(out[3::4], out[4::4], out[5::4], out[6::4],
                                           strict=True))
         return int(out[0]), _s(out[1]), claimed, int(out[2])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -155,49 +156,57 @@ def give_back(ctx: Context, queue: str, popped: Sequence[tuple[str, str]]) -> No
 
 @dataclass
 class _QueueGate:
-    """The queue-wide limits of one claim call (max_leased, rate): before each pair's pop,
-    reservations and tokens are taken on the queue's own slot (lua/queue_capacity.lua);
-    what the pop did not use is given back with the next take, or by ``flush`` at the
-    end. A reservation is named ``<token prefix><k>``, as the lease it becomes is
-    ``<token prefix><attempt>~<k>`` (warm_tier.reservation_of). A take that grants
-    nothing closes the gate: no other tenant of the queue would get any either."""
+    """The queue-wide limits of one claim call (max_leased, rate). Before the claim pops
+    anything, it takes reservations and tokens for the whole claim in one call on the
+    queue's own slot (lua/queue_capacity.lua); each pair's pop takes at most what is left
+    of them, and what no pop used is given back at the end (``flush``). The reservations
+    are ``<random>~1`` .. ``<random>~<granted>``, and the leases of the claim are numbered
+    on from one pair to the next, ``<tenant>~<random>~<attempt>~<k>``: the k-th lease
+    holds the k-th reservation (warm_tier.reservation_of). Every pop of the claim uses the
+    take's ``now_ms``, so no lease ends after its reservation."""
 
     ctx: Context
     queue: str
     max_leased: int  # 0: none
     rate: tuple[float, int] | None
-    back_members: list[str] = field(default_factory=list)
-    back_tokens: int = 0
-    closed: bool = False
+    random: str = field(default_factory=lambda: secrets.token_hex(12))
+    now_ms: int = 0
+    granted: int = 0
+    used: int = 0
 
-    def take(self, want: int, now_ms: int, deadline_ms: int, holder: str) -> tuple[int, int]:
-        """(granted, retry_after_ms) for ``want`` tasks held until ``deadline_ms``."""
+    @property
+    def left(self) -> int:
+        return self.granted - self.used
+
+    def prefix(self, tenant: str) -> str:
+        """The token prefix of the claim's leases in ``tenant``."""
+        return f"{tenant}~{self.random}~"
+
+    def take(self, want: int, lease_ms: int) -> int:
+        """Take capacity for up to ``want`` tasks; returns the retry-after (ms, 0: all
+        granted)."""
+        self.now_ms = to_ms(self.ctx.now())
         got = self.ctx.warm.take_capacity(
-            self.queue, limits.LEASES_POOL, want=want, now_ms=now_ms, deadline_ms=deadline_ms,
-            holder=holder, max_held=self.max_leased, rate=self.rate,
-            give_back_tokens=self.back_tokens, give_back_members=self.back_members)
-        self.back_members = []
-        self.back_tokens = 0
-        if got.taken == 0:
-            self.closed = True
-        return got.taken, got.retry_after_ms
-
-    def unused(self, holder: str, granted: int, used: int) -> None:
-        """Note what a pop left unused of what was granted for it (given back later)."""
-        if used >= granted:
-            return
-        if self.max_leased:
-            self.back_members.extend(f"{holder}{k}" for k in range(used + 1, granted + 1))
-        if self.rate is not None:
-            self.back_tokens += granted - used
+            self.queue, limits.LEASES_POOL, want=want, now_ms=self.now_ms,
+            deadline_ms=self.now_ms + lease_ms, holder=f"{self.random}~",
+            max_held=self.max_leased, rate=self.rate)
+        self.granted = got.taken
+        return got.retry_after_ms
 
     def flush(self) -> None:
-        """Give back what is still noted (one call). Should it fail, the reservations end
-        at their deadline (the lease deadline) and the tokens are lost: the safe side."""
-        if not self.back_members and not self.back_tokens:
+        """Give back what no pop used (one call). Should it fail, the reservations end at
+        their deadline (the lease deadline) and the tokens are lost: the safe side."""
+        if self.left <= 0:
             return
+        members = [f"{self.random}~{k}" for k in range(self.used + 1, self.granted + 1)] \
+            if self.max_leased else []
+        tokens = self.left if self.rate is not None else 0
         try:
-            self.take(0, to_ms(self.ctx.now()), 0, "")
+            self.ctx.warm.take_capacity(
+                self.queue, limits.LEASES_POOL, want=0, now_ms=to_ms(self.ctx.now()),
+                deadline_ms=0, holder="", max_held=self.max_leased, rate=self.rate,
+                give_back_tokens=tokens, give_back_members=members)
+            self.granted = self.used
         except Exception:
             log.warning("giving back unused capacity of %r failed; it frees itself at the "
                         "lease deadline", self.queue, exc_info=True)
@@ -269,28 +278,26 @@ class _Claimer:
     def _pop(self, tenant: str, n: int) -> tuple[int, str, list[Claimed], int] | None:
         """Pop up to ``n`` of the pair's tasks under the limits; None when the queue-wide
         limits left no room for any."""
-        now_ms = to_ms(self.ctx.now())
-        prefix = new_token_prefix(tenant)
         gate = self.gate
-        if gate is not None:
-            # reserve first: the reservations end with the leases (same now, same length)
-            n, retry_ms = gate.take(n, now_ms, now_ms + self.lease_ms, prefix)
-            self._limited(retry_ms)
-            if n == 0:
+        if gate is None:
+            now_ms = to_ms(self.ctx.now())
+            prefix = new_token_prefix(tenant)
+            first_k = 0
+        else:
+            # within what the claim reserved, numbered on from the pairs before
+            n = min(n, gate.left)
+            if n <= 0:
                 return None
-        try:
-            left, mode, claimed, retry_ms = self.ctx.warm.claim_limited(
-                self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
-                token_prefix=prefix, worker=self.worker,
-                max_bytes=self._budget(), strict=self.used_bytes > 0,
-                per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0,
-                tenant_max_leased=self.tenant_max_leased, tenant_rate=self.tenant_rate)
-        except BaseException:
-            if gate is not None:
-                gate.unused(prefix, n, 0)
-            raise
+            now_ms, prefix, first_k = gate.now_ms, gate.prefix(tenant), gate.used
+        left, mode, claimed, retry_ms = self.ctx.warm.claim_limited(
+            self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
+            token_prefix=prefix, worker=self.worker,
+            max_bytes=self._budget(), strict=self.used_bytes > 0,
+            per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0,
+            tenant_max_leased=self.tenant_max_leased, tenant_rate=self.tenant_rate,
+            first_k=first_k)
         if gate is not None:
-            gate.unused(prefix, n, len(claimed))
+            gate.used += len(claimed)
         self._limited(retry_ms)
         self.popped.extend((c[0].decode(), c[2].decode()) for c in claimed)
         if self.max_bytes:
@@ -299,7 +306,7 @@ class _Claimer:
         return left, mode, claimed, now_ms
 
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
-        if not self.may_pop() or (self.gate is not None and self.gate.closed):
+        if not self.may_pop() or (self.gate is not None and self.gate.left <= 0):
             return []
         popped = self._pop(tenant, n)
         if popped is None:
@@ -415,28 +422,29 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
         candidates = list(tenants) if tenants is not None else ctx.pairs.tenants(queue)
     if not candidates:
         return []
+    wanted = request.max
+    gate = claimer.gate
+    if gate is not None:
+        # reserve first (the queue-wide limits): every pop below stays within the grant
+        claimer._limited(gate.take(wanted, claimer.lease_ms))
+        wanted = gate.granted
+        if wanted == 0:
+            return []
     if len(candidates) == 1:
-        return claimer.pair(candidates[0], request.max)
+        return claimer.pair(candidates[0], wanted)
 
     # Fair rotation: start one tenant further each call; a first pass gives every tenant an
     # equal share, a second pass fills what is left from tenants that still had work.
     start = ctx.rotation.get(queue, 0) % len(candidates)
     ctx.rotation[queue] = start + 1
     rotated = candidates[start:] + candidates[:start]
-    # Under a queue-wide limit the shares are of what the limit may allow at most, so that
-    # the first tenant of the rotation does not take it all.
-    wanted = request.max
-    gate = claimer.gate
-    if gate is not None:
-        if gate.max_leased:
-            wanted = min(wanted, gate.max_leased)
-        if gate.rate is not None:
-            wanted = min(wanted, gate.rate[1])
+    # (under a queue-wide limit, shares of what it granted: the first tenant of the
+    # rotation does not take it all)
     share = max(1, math.ceil(wanted / len(rotated)))
     out: list[ClaimedTask] = []
     had_more: list[str] = []
     for tenant in rotated:
-        want = min(share, request.max - len(out))
+        want = min(share, wanted - len(out))
         if want <= 0 or claimer.exhausted:
             break
         got = claimer.pair(tenant, want)
@@ -444,7 +452,7 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
         if len(got) == want:
             had_more.append(tenant)
     for tenant in had_more:
-        want = request.max - len(out)
+        want = wanted - len(out)
         if want <= 0 or claimer.exhausted:
             break
         out.extend(claimer.pair(tenant, want))

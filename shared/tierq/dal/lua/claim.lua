@@ -10,7 +10,8 @@
 --       response's fields around the task data (id, lease token, timestamps, names ...),
 --       9 tenant_max_leased (0: none): leases of this pair whose deadline is ahead, at most,
 --       10 tenant rate per second (0: none) and 11 its burst: a token bucket (KEYS 6, on
---       the server's clock, lua/token_bucket.lua) on the tasks handed out
+--       the server's clock, lua/token_bucket.lua) on the tasks handed out,
+--       12 first_k (0): the leases are numbered from first_k + 1
 -- The per-tenant limits are enforced here, atomically with the pop: n is cut to what they
 -- allow before ZPOPMIN, and tokens taken for tasks not handed out are given back.
 -- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
@@ -22,8 +23,9 @@
 -- retry_ms: 0, or the per-tenant limits cut the claim and this is when trying again is
 -- worth it (the next token; for the count, the earliest lease deadline, at most 1 s).
 -- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
--- is '<prefix><attempt>~<k>', k = 1, 2, ... in the order handed out (a queue-wide
--- reservation taken for the claim, lua/queue_capacity.lua, is '<prefix><k>'). Checking or dropping a lease is then one ZMSCORE or ZREM of
+-- is '<prefix><attempt>~<k>', k = first_k + 1, first_k + 2, ... in the order handed out
+-- (a claim under queue-wide limits numbers its leases on across its pairs: the k-th holds
+-- its k-th reservation, lua/queue_capacity.lua). Checking or dropping a lease is then one ZMSCORE or ZREM of
 -- that member (no script): a token that was not issued for this id names no member. When
 -- and by whom the claim was made is kept once per claim: claims[prefix] = '<now>|<worker>'.
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
@@ -69,6 +71,7 @@ local retry = 0
 local tenant_max = tonumber(ARGV[9] or '0')
 local rate = tonumber(ARGV[10] or '0')
 local burst = tonumber(ARGV[11] or '0')
+local first_k = tonumber(ARGV[12] or '0')
 if tenant_max > 0 then
   local room = tenant_max - redis.call('ZCOUNT', KEYS[3], '(' .. ARGV[2], '+inf')
   if room < want then
@@ -128,8 +131,8 @@ for k = 1, n_popped do
     freed = freed + #blob
     local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
     n_handed = n_handed + 1
-    -- numbered in the order handed out: the claim's reservations are '<prefix><k>'
-    local token = prefix .. attempt .. '~' .. n_handed
+    -- numbered on from first_k: a claim under queue-wide limits holds reservation k for lease k
+    local token = prefix .. attempt .. '~' .. (first_k + n_handed)
     handed_ids[n_handed] = id
     leased_args[2 * n_handed - 1] = deadline_arg
     leased_args[2 * n_handed] = id .. '|' .. token

@@ -1,0 +1,125 @@
+"""The cost of limits on claims: a backlog claimed and acked through the ``Tierq`` engine with
+generous limits set (max_leased, rate, tenant_max_leased, tenant_rate all far above what
+the run reaches) and with none, back to back, in one process.
+
+    .venv/bin/python -m bench.limits            # 20,000 tasks, 5 repeats, claims of 10 and 100
+    .venv/bin/python -m bench.limits --quick    # 4,000 tasks, 3 repeats
+
+A queue without limits pays nothing for them (the claim script gets zeros); with limits, a
+claim adds one call on the queue's own key per pair it pops from (reservations and tokens:
+lua/queue_capacity.lua, plus one to give back what went unused) and an ack one more
+(giving the reservations back). Each repeat drains a fresh backlog of 4 tenants in each
+mode, the order of the modes alternating; the figures are medians over the repeats. The
+last line is ``limits_ratio=R``: the claim+ack rate with limits over the rate without, for
+claims of 10 (the smaller claims pay the most).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from typing import Any
+
+from bench.report import fmt_rate, print_figures, print_machine, print_table, say
+from bench.stores import add_store_arguments, machine_info, opened_stores
+from tierq.config import Settings
+from tierq.engine import Tierq
+
+TENANTS = 4
+ENQUEUE_BATCH = 500
+# Far above what one process reaches here, so that only their cost is measured.
+GENEROUS = {
+    "max_leased": 1_000_000,
+    "rate": {"per_second": 1_000_000, "burst": 1_000_000},
+    "tenant_max_leased": 1_000_000,
+    "tenant_rate": {"per_second": 1_000_000, "burst": 1_000_000},
+}
+
+
+def drain(tq: Tierq, queue: str, total: int, batch: int) -> tuple[float, float]:
+    """Claim and ack until ``total`` tasks are done; (seconds claiming, seconds acking)."""
+    claiming = acking = 0.0
+    done = 0
+    while done < total:
+        start = time.perf_counter()
+        got = tq.claim(queue, max=batch)
+        middle = time.perf_counter()
+        if not got:
+            raise SystemExit(f"the backlog ran dry after {done} of {total} tasks")
+        result = tq.ack(queue, got)
+        end = time.perf_counter()
+        if result.rejected:
+            raise SystemExit(f"acks refused: {result.rejected[:3]}")
+        claiming += middle - start
+        acking += end - middle
+        done += len(got)
+    return claiming, acking
+
+
+def one_run(tq: Tierq, total: int, batch: int, limits: dict[str, Any] | None) -> dict[str, float]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    tq.put_queue(queue, {"warm_max": total, **(limits or {})})
+    per_tenant = total // TENANTS
+    for tenant in range(TENANTS):
+        for start in range(0, per_tenant, ENQUEUE_BATCH):
+            tq.enqueue(queue, [{"payload": i, "tenant": f"t{tenant}"}
+                               for i in range(start, min(per_tenant, start + ENQUEUE_BATCH))])
+    claiming, acking = drain(tq, queue, per_tenant * TENANTS, batch)
+    n = per_tenant * TENANTS
+    return {"claim": n / claiming, "both": n / (claiming + acking)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.limits", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=None, help="tasks per run (20000)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats (5)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[10, 100],
+                        help="claim sizes (10 100)")
+    parser.add_argument("--quick", action="store_true", help="4,000 tasks, 3 repeats")
+    add_store_arguments(parser)
+    args = parser.parse_args(argv)
+    total = args.tasks or (4_000 if args.quick else 20_000)
+    repeats = args.repeats or (3 if args.quick else 5)
+    if total < TENANTS or repeats < 1 or any(b < 1 or b > 500 for b in args.batches):
+        raise SystemExit("--tasks >= 4, --repeats >= 1 and claim sizes 1..500")
+    with opened_stores(args) as stores:
+        print_machine(machine_info(stores))
+        url = stores.fresh_database("tierq_bench_limits")
+        from tierq.dal.migrate import migrate
+        migrate(url)
+        settings = Settings(database_url=url, valkey_url=stores.valkey_url,
+                            settings_cache_seconds=60.0)
+        rows = []
+        ratios: dict[int, float] = {}
+        with Tierq(settings=settings) as tq:
+            one_run(tq, min(total, 2000), args.batches[0], None)  # warm up: scripts, pools
+            for batch in args.batches:
+                rates: dict[str, list[dict[str, float]]] = {"none": [], "limits": []}
+                for repeat in range(repeats):
+                    order = ["none", "limits"] if repeat % 2 == 0 else ["limits", "none"]
+                    for mode in order:
+                        rates[mode].append(one_run(tq, total, batch,
+                                                   GENEROUS if mode == "limits" else None))
+                    say(f"claims of {batch}, repeat {repeat + 1}/{repeats}: "
+                        f"none {rates['none'][-1]['both']:,.0f}/s, "
+                        f"limits {rates['limits'][-1]['both']:,.0f}/s")
+                med = {mode: {k: statistics.median(r[k] for r in runs)
+                              for k in ("claim", "both")} for mode, runs in rates.items()}
+                ratios[batch] = med["limits"]["both"] / med["none"]["both"]
+                rows.append([str(batch), fmt_rate(med["none"]["claim"]),
+                             fmt_rate(med["limits"]["claim"]),
+                             f"{med['limits']['claim'] / med['none']['claim']:.2f}",
+                             fmt_rate(med["none"]["both"]), fmt_rate(med["limits"]["both"]),
+                             f"{ratios[batch]:.2f}"])
+        print_table(["claim size", "claims/s none", "claims/s limits", "ratio",
+                     "claim+ack/s none", "claim+ack/s limits", "ratio"], rows)
+        print_figures(*[f"limits_ratio_claims_of_{b}={r:.3f}" for b, r in ratios.items()],
+                      f"limits_ratio={ratios[args.batches[0]]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
