@@ -521,6 +521,9 @@ class Dispatcher:
     # whose lease would end after finish_by (time.monotonic(); inf: no limit)
     start_until: float = math.inf
     finish_by: float = math.inf
+    # set by the invocation too: true once it must stop taking batches (its platform is
+    # stopping it: the local stack's shutdown)
+    stop_when: Callable[[], bool] | None = None
     totals: DispatchCounts = field(default_factory=DispatchCounts)
     last_busy: float = field(default_factory=time.monotonic)
     _states: dict[str, QueueState] = field(default_factory=dict)
@@ -577,7 +580,8 @@ class Dispatcher:
         idle = False
         while True:
             now = time.monotonic()
-            if now >= until or (should_stop is not None and should_stop()):
+            if now >= until or (should_stop is not None and should_stop()) \
+                    or (self.stop_when is not None and self.stop_when()):
                 break
             started, wake_at = self._start(now, self.finish_by)
             with self._changed:
@@ -668,6 +672,20 @@ class Dispatcher:
                 self._pool.submit(self._batch, consumer, state, lease)
             started += want
         return started, wake_at
+
+    def dispatch_once(self, queue: str) -> DispatchCounts:
+        """One batch of ``queue`` now, in this thread: claim, invoke, settle. What it did
+        (nothing when the queue has no consumer, is paused or has nothing ready)."""
+        consumer = self.consumer(queue)
+        if consumer is None:
+            return DispatchCounts()
+        state = self._states.setdefault(queue, QueueState())
+        before = self.counts()
+        with self._changed:
+            state.in_flight += 1
+            self._in_flight += 1
+        self._batch(consumer, state, consumer.lease_seconds())
+        return self.counts().minus(before)
 
     # -- one batch (on a pool thread) ------------------------------------------------------
 
@@ -774,7 +792,7 @@ class Dispatcher:
     def _after(self, consumer: Consumer, state: QueueState, invocation: Invocation) -> None:
         if invocation.outcome == "throttled":
             # back off with jitter, as Lambda's own pollers do when a function is throttled
-            delay = state.throttle_delay * (0.5 + random.random())  # noqa: S311
+            delay = state.throttle_delay * (0.5 + random.random())
             state.throttle_delay = min(state.throttle_delay * 2, THROTTLE_MAX)
             self._later(state, delay, backlog=state.backlog)
         elif invocation.outcome == "not_invoked":

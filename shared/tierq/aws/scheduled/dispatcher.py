@@ -60,13 +60,16 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
     dispatcher.sink = metrics.count
     dispatcher.finish_by = started + left
     dispatcher.start_until = min(started + max_seconds, dispatcher.finish_by)
+    if context is not None:
+        dispatcher.stop_when = lambda: context.get_remaining_time_in_millis() <= safety * 1000
     before = dispatcher.counts()
     token = f"dispatcher-{uuid.uuid4().hex}"
     passes = failed_passes = 0
     dispatcher.last_busy = time.monotonic()
     while True:
         _hold(tq.ctx, token, dispatcher.start_until)
-        while time.monotonic() < dispatcher.start_until:
+        while time.monotonic() < dispatcher.start_until and not (
+                dispatcher.stop_when is not None and dispatcher.stop_when()):
             try:
                 summary = tq.run_job(JOB)
                 passes += 1
@@ -78,7 +81,8 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
             if summary.idle:
                 break
         wake.release(tq.ctx, token)
-        if time.monotonic() >= dispatcher.start_until:
+        if time.monotonic() >= dispatcher.start_until or (
+                dispatcher.stop_when is not None and dispatcher.stop_when()):
             break
         # a process that saw the flag set moments ago skips its wake: look after that
         time.sleep(wake.RELEASE_SETTLE_MS / 1000)

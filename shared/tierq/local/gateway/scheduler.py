@@ -35,6 +35,8 @@ class ScheduleRun:
     current: LambdaContext | None = None
     thread: threading.Thread | None = field(default=None, repr=False)
     problem: str | None = None  # why the schedule is off (see check_schedule)
+    # set to invoke at once rather than at the next period (a wake of the dispatcher)
+    wake: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
 def check_schedule(spec: ScheduleSpec, function: LocalFunction) -> str | None:
@@ -99,11 +101,22 @@ class LocalScheduler:
             finally:
                 run.current = None
                 run.invocations += 1
-            self._stop.wait(max(0.0, started + run.period - time.monotonic()))
+            run.wake.wait(max(0.0, started + run.period - time.monotonic()))
+            run.wake.clear()
+
+    def trigger(self, job: str) -> bool:
+        """Invoke the schedule of ``job`` now (or as soon as its running invocation ends,
+        one invocation at a time as always); whether such a schedule runs."""
+        for run in self.runs:
+            if run.spec.payload.get("job") == job and run.thread is not None:
+                run.wake.set()
+                return True
+        return False
 
     def stop(self, timeout: float = 15.0) -> None:
         self._stop.set()
         for run in self.runs:
+            run.wake.set()
             if run.current is not None:
                 run.current.expire()
         deadline = time.monotonic() + timeout

@@ -25,6 +25,8 @@ from tierq.local.gateway.scheduler import LocalScheduler
 from tierq.local.gateway.template import Template
 from tierq.local.services import LocalServices, ensure_services, repo_root
 from tierq.local.services.process import redact
+from tierq.logic import dispatch, wake
+from tierq.maintenance.dispatcher import forget_dispatcher
 
 # What the local process sets unless the environment already does.
 DEV_DEFAULTS = {
@@ -124,6 +126,10 @@ class DevStack:
         self._environment(template)
         self.functions = {lid: LocalFunction(spec, root)
                           for lid, spec in template.functions.items()}
+        # consumers: the template's functions and module:function, called in-process
+        from tierq.local.consumers import LocalFunctions  # (it imports this package)
+
+        dispatch.install(LocalFunctions(template_functions=self.functions))
         for function in self.functions.values():
             function.load()
             if function.error:
@@ -142,6 +148,12 @@ class DevStack:
             self.scheduler = LocalScheduler(template.schedules, self.functions,
                                             period=self.options.schedule_period)
             self.scheduler.start()
+            scheduler = self.scheduler
+            # a task of a queue with a consumer became ready while no dispatcher runs
+            def wake_dispatcher() -> None:
+                scheduler.trigger("dispatcher")
+
+            wake.install(wake_dispatcher)
             for run in self.scheduler.runs:
                 state = "" if run.thread is not None else " (off: function unavailable)"
                 self.say(f"schedule {run.spec.name}: {run.function.spec.name} every "
@@ -162,13 +174,16 @@ class DevStack:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        wake.install(None)
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
         if "tierq.aws.runtime" in sys.modules:
-            from tierq.aws.runtime import reset_engine
+            from tierq.aws.runtime import engine, reset_engine
 
+            forget_dispatcher(engine().ctx)
             reset_engine()
+        dispatch.install(None)
         if self.services is not None:
             self.services.stop()
             self.services = None

@@ -1,0 +1,206 @@
+"""Lambda consumers (tierq.aws.consumers) with the Lambda API stubbed (botocore Stubber) and
+real PostgreSQL and Valkey: what each answer of Invoke does to the batch, the client's
+single attempt and read timeout, and the allow-list."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import boto3  # type: ignore[import-untyped]
+import orjson
+import psycopg
+import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
+
+from tierq.aws.consumers import LambdaFunctions, LambdaWaker, lambda_client
+from tierq.engine import Tierq
+from tierq.errors import Forbidden
+from tierq.logic import dispatch
+from tierq.logic.dispatch import AllowList, ConsumerNotAllowed, read_counts
+from tierq.maintenance.dispatcher import dispatcher_of, forget_dispatcher
+
+pytestmark = pytest.mark.usefixtures("clean_stores")
+
+PREFIX = "arn:aws:lambda:eu-west-1:111122223333:function:"
+FUNCTION = "orders-consumer"
+
+
+@pytest.fixture
+def lam(aws_credentials: None) -> Iterator[tuple[Any, Stubber]]:
+    client = boto3.client("lambda", region_name="eu-west-1")
+    with Stubber(client) as stubber:
+        yield client, stubber
+
+
+@pytest.fixture
+def installed(lam: tuple[Any, Stubber], tq: Tierq) -> Iterator[LambdaFunctions]:
+    client, stubber = lam
+    functions = LambdaFunctions(AllowList((FUNCTION,), PREFIX),
+                                client_factory=lambda read_timeout: client,
+                                region="eu-west-1", account="111122223333")
+    previous = dispatch.install(functions)
+    stubber.add_response("get_function_configuration", {"Timeout": 30},
+                         {"FunctionName": FUNCTION})
+    yield functions
+    forget_dispatcher(tq.ctx)
+    dispatch.install(previous)
+
+
+def payload(body: Any) -> StreamingBody:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    return StreamingBody(io.BytesIO(raw), len(raw))
+
+
+def setup_queue(tq: Tierq, n: int = 3) -> list[str]:
+    tq.put_queue("orders", {"consumer": {"function": FUNCTION, "batch_size": 10},
+                            "backoff": {"kind": "fixed", "base_seconds": 0, "jitter": 0}})
+    return [str(o.id) for o in tq.enqueue("orders", [{"payload": {"n": i}} for i in range(n)])]
+
+
+def states(pg: psycopg.Connection[Any]) -> dict[str, tuple[str, int]]:
+    return {str(i): (s, a) for i, s, a in pg.execute(
+        "SELECT id, state, attempts FROM tierq_tasks WHERE queue = 'orders'").fetchall()}
+
+
+def test_partial_failures_are_nacked_and_the_rest_acked(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    ids = setup_queue(tq)
+    _, stubber = lam
+    stubber.add_response("invoke", {"StatusCode": 200, "Payload": payload(
+        {"batchItemFailures": [{"itemIdentifier": ids[1]}]})},
+        {"FunctionName": FUNCTION, "InvocationType": "RequestResponse", "Payload": ANY})
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    stubber.assert_no_pending_responses()
+    assert (counts.dispatched, counts.acked, counts.retried) == (3, 2, 1)
+    left = states(pg)
+    assert set(left) == {ids[1]} and left[ids[1]][1] == 1  # one attempt counted
+    [again] = tq.claim("orders", max=5)
+    assert str(again.id) == ids[1] and again.attempt == 2
+
+
+def test_a_function_error_nacks_the_whole_batch(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    ids = setup_queue(tq)
+    _, stubber = lam
+    stubber.add_response("invoke", {"StatusCode": 200, "FunctionError": "Unhandled",
+                                    "Payload": payload({"errorType": "KeyError",
+                                                        "errorMessage": "'sku'"})})
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.dispatched, counts.acked, counts.retried, counts.consumer_errors) == \
+        (3, 0, 3, 1)
+    assert {a for _, a in states(pg).values()} == {1}
+    errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
+    assert errors == {f"{FUNCTION}: function error: Unhandled: KeyError: 'sku'"}
+    assert read_counts(tq.ctx, "orders").consumer_errors == 1
+    assert sorted(str(t.id) for t in tq.claim("orders", max=5)) == sorted(ids)
+
+
+def test_throttling_releases_the_batch_without_an_attempt(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    ids = setup_queue(tq)
+    _, stubber = lam
+    stubber.add_client_error("invoke", service_error_code="TooManyRequestsException",
+                             service_message="Rate Exceeded.", http_status_code=429)
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.throttled, counts.released, counts.dispatched, counts.retried) == \
+        (1, 3, 0, 0)
+    assert {a for _, a in states(pg).values()} == {0}
+    again = tq.claim("orders", max=5)
+    assert sorted(str(t.id) for t in again) == sorted(ids)
+    assert {t.attempt for t in again} == {1}  # as if never handed out
+    assert read_counts(tq.ctx, "orders").throttled == 1
+
+
+def test_an_invoke_refused_before_the_function_ran_releases_the_batch(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    setup_queue(tq)
+    _, stubber = lam
+    stubber.add_client_error("invoke", service_error_code="ResourceNotFoundException",
+                             http_status_code=404)
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.consumer_errors, counts.released, counts.retried) == (1, 3, 0)
+    assert {a for _, a in states(pg).values()} == {0}
+
+
+def test_a_service_error_may_have_run_the_function_so_it_counts_an_attempt(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    setup_queue(tq)
+    _, stubber = lam
+    stubber.add_client_error("invoke", service_error_code="ServiceException",
+                             http_status_code=500)
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.consumer_errors, counts.retried, counts.released) == (1, 3, 0)
+
+
+def test_the_invoke_client_makes_one_attempt_and_waits_past_the_timeout(
+        aws_credentials: None) -> None:
+    client = lambda_client(45.0)
+    config = client.meta.config
+    assert config.retries == {"total_max_attempts": 1, "mode": "standard"}
+    assert config.read_timeout == 45.0
+    consumer = dispatch.Consumer("q", "f", 10, None, 500, timeout=30.0)
+    assert consumer.read_timeout > 30.0
+    assert consumer.lease_seconds() > consumer.read_timeout + 0.5
+
+
+def test_the_wake_is_an_asynchronous_invoke_without_a_trace_header(
+        aws_credentials: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "tierq-enqueue")
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-5759e988-bd862e3fe1be46a994272793")
+    waker = LambdaWaker("tierq-dispatcher")
+    plain = lambda_client(10.0)
+    sent: list[dict[str, Any]] = []
+
+    def answer(request: Any, **kwargs: Any) -> AWSResponse:
+        """Stands in for Lambda (an answer here sends nothing): 202 Accepted."""
+        sent.append({k: v for k, v in request.headers.items()})
+        return AWSResponse(request.url, 202, HTTPHeaders(), _Raw())
+
+    for client in (plain, waker.client):
+        client.meta.events.register("before-send.lambda.Invoke", answer)
+    plain.invoke(FunctionName="x", InvocationType="Event", Payload=b"{}")
+    assert "X-Amzn-Trace-Id" in sent.pop()  # what botocore adds inside a function
+    waker._invoke()
+    headers = sent.pop()
+    assert "X-Amzn-Trace-Id" not in headers
+    assert headers["X-Amz-Invocation-Type"] in (b"Event", "Event")
+
+
+class _Raw:
+    def stream(self, **kwargs: Any) -> Iterator[bytes]:
+        yield b""
+
+
+def test_the_allow_list_takes_names_and_arns_of_the_stacks_functions() -> None:
+    allowed = AllowList(("orders-consumer", "billing:live"), PREFIX)
+    allowed.check("orders-consumer")
+    allowed.check(PREFIX + "orders-consumer")
+    allowed.check("billing:live")
+    for refused in ("billing", "orders", "arn:aws:lambda:us-east-1:999999999999:function:"
+                    "orders-consumer", PREFIX + "billing"):
+        with pytest.raises(ConsumerNotAllowed, match="not in the deployment's allow-list"):
+            allowed.check(refused)
+    with pytest.raises(ConsumerNotAllowed, match="allows no consumer functions") as info:
+        AllowList(()).check("anything")
+    assert issubclass(ConsumerNotAllowed, Forbidden)
+    assert info.value.status == 403
+
+
+def test_setting_a_consumer_outside_the_allow_list_is_refused_and_writes_nothing(
+        make_tq: Any, pg: psycopg.Connection[Any]) -> None:
+    tq = make_tq(consumer_functions="orders-consumer", consumer_arn_prefix=PREFIX)
+    with pytest.raises(ConsumerNotAllowed):
+        tq.put_queue("orders", {"consumer": {"function": "payroll"}, "lease_seconds": 9})
+    assert pg.execute("SELECT count(*) FROM tierq_queues").fetchone() == (0,)
+    tq.put_queue("orders", {"consumer": {"function": PREFIX + "orders-consumer"}})
+    consumer = tq.queue_settings("orders").consumer
+    assert consumer is not None and consumer.function == PREFIX + "orders-consumer"
