@@ -99,3 +99,22 @@ def test_a_killed_claimer_frees_its_capacity_by_the_lease_expiry(make_tq, databa
                                                                  valkey_url, where):
     scenarios.killed_claimer_frees_by_lease_expiry(make_tq(), database_url, valkey_url,
                                                    where, {})
+
+
+def test_the_queue_view_shows_each_limit_and_its_use(make_tq):
+    tq = make_tq()
+    tq.put_queue("v", {"max_leased": 10, "rate": {"per_second": 1, "burst": 8},
+                       "tenant_max_leased": 5, "tenant_rate": {"per_second": 1, "burst": 6}})
+    tq.enqueue("v", [{"payload": i, "tenant": t} for t in ("a", "b") for i in range(4)])
+    tq.claim("v", max=3, tenant="a")
+    tq.claim("v", max=1, tenant="b")
+    view = tq.get_queue("v")
+    use = view.limits_use
+    assert use is not None
+    assert use.leased == 4
+    assert use.rate_tokens is not None and 4 <= use.rate_tokens < 5  # 8 - 4, refilling 1/s
+    assert use.tenant_leased_max == 3
+    assert use.tenant_rate_tokens_min is not None and 3 <= use.tenant_rate_tokens_min < 4
+    tq.put_queue("v", {"max_leased": None, "rate": None, "tenant_max_leased": None,
+                       "tenant_rate": None})
+    assert tq.get_queue("v").limits_use is None

@@ -6,9 +6,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
+from tierq.logic import limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
 from tierq.models.queues import (
+    LimitsUse,
     QueueCounts,
     QueueSettings,
     QueueSettingsUpdate,
@@ -159,16 +161,20 @@ def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView
     totals = ctx.store.queue_view_state_totals(queue)
     counts = QueueCounts(cold=totals.cold, delayed=totals.delayed, dead=totals.dead)
     cold_mode = False
+    busy: list[str] = []  # tenants with ready or leased work
     for row in ctx.store.queue_view_ready_tenants(queue):
+        busy.append(row.tenant)
         ready, leased, mode = ctx.warm.stats(queue, row.tenant)
         counts.warm += ready
         counts.leased += leased
         cold_mode = cold_mode or (mode != "warm" and bool(row.cold or ready))
     shown = [t for _, t in pairs_after(ctx, limit=TENANTS_SHOWN, queue=queue)]
     total = ctx.store.queue_view_tenant_count(queue)
-    return QueueView(queue=queue, settings=ctx.queue_settings.get(queue), counts=counts,
+    settings = ctx.queue_settings.get(queue)
+    return QueueView(queue=queue, settings=settings, counts=counts,
                      mode="cold" if cold_mode else "warm", tenants=shown,
-                     tenants_total=total, tenants_truncated=total > len(shown))
+                     tenants_total=total, tenants_truncated=total > len(shown),
+                     limits_use=limits_use(ctx, queue, settings, busy[:TENANTS_SHOWN]))
 
 
 def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
@@ -184,9 +190,49 @@ def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
         counts.dead += t.dead
         cold_mode = cold_mode or (t.mode == "cold" and bool(t.cold or t.warm))
         shown.append(t.tenant)
-    return QueueView(queue=queue, settings=ctx.queue_settings.get(queue), counts=counts,
+    settings = ctx.queue_settings.get(queue)
+    return QueueView(queue=queue, settings=settings, counts=counts,
                      mode="cold" if cold_mode else "warm", tenants=shown,
-                     tenants_total=len(shown), tenants_truncated=False)
+                     tenants_total=len(shown), tenants_truncated=False,
+                     limits_use=limits_use(ctx, queue, settings, shown, tenant_only=True))
+
+
+def _rate_of(limit: RateLimit | None) -> tuple[float, int] | None:
+    return None if limit is None else (limit.per_second, limit.burst)
+
+
+def limits_use(ctx: Context, queue: str, settings: QueueSettings, tenants: Sequence[str], *,
+               tenant_only: bool = False) -> LimitsUse | None:
+    """How much of each of the queue's limits is in use now (None without limits): the
+    queue-wide ones from the queue's own keys, the per-tenant ones over ``tenants`` (the
+    busiest tenant's leases, the emptiest bucket; the view passes at most TENANTS_SHOWN
+    tenants with work, one call each). ``tenant_only``: the view of one tenant,
+    which is not shown the queue-wide use."""
+    queue_wide = settings.max_leased is not None or settings.rate is not None
+    per_tenant = settings.tenant_max_leased is not None or settings.tenant_rate is not None
+    if not queue_wide and not per_tenant:
+        return None
+    now_ms = to_ms(ctx.now())
+    use = LimitsUse()
+    if queue_wide and not tenant_only:
+        held, tokens = ctx.warm.capacity_use(queue, limits.LEASES_POOL, now_ms=now_ms,
+                                             rate=_rate_of(settings.rate))
+        use.leased = held if settings.max_leased is not None else None
+        use.rate_tokens = tokens
+    if per_tenant:
+        leased: list[int] = []
+        buckets: list[float] = []
+        for tenant in tenants:
+            held, tokens = ctx.warm.pair_limit_use(queue, tenant, now_ms=now_ms,
+                                                   rate=_rate_of(settings.tenant_rate))
+            leased.append(held)
+            if tokens is not None:
+                buckets.append(tokens)
+        if settings.tenant_max_leased is not None:
+            use.tenant_leased_max = max(leased, default=0)
+        if settings.tenant_rate is not None:
+            use.tenant_rate_tokens_min = min(buckets, default=float(settings.tenant_rate.burst))
+    return use
 
 
 def known_queues(ctx: Context) -> list[str]:

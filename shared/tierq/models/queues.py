@@ -159,6 +159,23 @@ class QueueCounts(BaseModel):
     dead: int = 0
 
 
+class LimitsUse(BaseModel):
+    """How much of each limit of a queue is in use now (a field is null when its limit is
+    not set)."""
+
+    leased: int | None = Field(
+        default=None, description="Tasks leased now, counted against max_leased.")
+    rate_tokens: float | None = Field(
+        default=None, description="Tokens in the queue's rate bucket now (of burst): tasks "
+                                  "that may go out at once.")
+    tenant_leased_max: int | None = Field(
+        default=None, description="The most tasks one tenant holds leased now, counted "
+                                  "against tenant_max_leased.")
+    tenant_rate_tokens_min: float | None = Field(
+        default=None, description="The fewest tokens one tenant's rate bucket holds now "
+                                  "(of tenant_rate's burst).")
+
+
 class QueueView(BaseModel):
     queue: str
     settings: QueueSettings
@@ -172,6 +189,9 @@ class QueueView(BaseModel):
     tenants_total: int = Field(default=0, description="How many tenants the queue has.")
     tenants_truncated: bool = Field(
         default=False, description="Whether `tenants` lists only the first of them.")
+    limits_use: LimitsUse | None = Field(
+        default=None, description="How much of each limit is in use now; null when the "
+                                  "queue has no limits.")
 
 
 class TenantCounts(BaseModel):
