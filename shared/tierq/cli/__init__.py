@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.worker",
     "tierq.cli.bench",
     "tierq.cli.schedules",
+    "tierq.cli.queues",
 )
 
 
