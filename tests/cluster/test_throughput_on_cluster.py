@@ -4,6 +4,8 @@ view sums them from the queue's index (a slot of its own)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.integration.test_throughput import (  # noqa: F401  (run here on the cluster)
     test_a_count_valkey_refuses_never_fails_the_ack,
     test_a_delayed_task_counts_when_it_is_enqueued,
@@ -14,13 +16,15 @@ from tests.integration.test_throughput import (  # noqa: F401  (run here on the 
     test_the_tenant_index_names_the_tenants_counted,
 )
 from tests.support.cluster import node_of, tenants_on_every_node
+from tests.support.stores import TierqFactory
 from tierq.dal.throughput import rate_key, tenants_key
 from tierq.dal.warm_tier import PairKeys
 
 QUEUE = "tput"
 
 
-def test_tenants_on_every_master_count_in_their_own_slot(make_tq, valkey):
+def test_tenants_on_every_master_count_in_their_own_slot(make_tq: TierqFactory,
+                                                       valkey: Any) -> None:
     tq = make_tq()
     tenants = tenants_on_every_node(valkey, QUEUE, per_node=2)
     assert len({node_of(valkey, QUEUE, t) for t in tenants}) == 3
