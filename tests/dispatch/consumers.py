@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
-from pydantic import BaseModel
+from pydantic import BaseModel, Json
 
 from tests.dispatch.journal import JOURNAL
 
@@ -45,7 +45,7 @@ class Order(BaseModel):
 
 
 class OrderRecord(SqsRecordModel):
-    body: Order  # Powertools parses the JSON body into it
+    body: Json[Order]  # the JSON text, parsed into an Order
 
 
 model_processor = BatchProcessor(event_type=EventType.SQS, model=OrderRecord)

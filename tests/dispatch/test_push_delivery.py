@@ -35,3 +35,61 @@ def test_a_batch_processor_consumer_acks_and_retries_failed_items_once(
     twice = {task_id for task_id, runs in JOURNAL.runs.items() if runs == 2}
     assert len(twice) == 5 and set(JOURNAL.runs.values()) == {1, 2}
     assert all(JOURNAL.attempts[t] == [1, 2] for t in twice)
+
+
+def test_a_consumer_with_a_parser_model_gets_its_records_parsed(
+        tq: Tierq, pg: psycopg.Connection[Any], functions: LocalFunctions) -> None:
+    tq.put_queue("typed", {"consumer": {"function": "tests.dispatch.consumers:with_model",
+                                        "batch_size": 7},
+                           "backoff": {"kind": "fixed", "base_seconds": 0, "jitter": 0}})
+    tq.enqueue("typed", [{"payload": {"n": i, "fail_once": i == 3}} for i in range(20)])
+    run_until(tq, lambda: remaining(pg, "typed") == 0)
+    assert sorted(JOURNAL.runs.values()) == [1] * 19 + [2]
+
+
+def test_a_consumer_that_raises_fails_the_whole_batch_until_dead(
+        tq: Tierq, pg: psycopg.Connection[Any], functions: LocalFunctions) -> None:
+    tq.put_queue("broken", {"consumer": {"function": "tests.dispatch.consumers:crash",
+                                         "batch_size": 10},
+                            "max_attempts": 2,
+                            "backoff": {"kind": "fixed", "base_seconds": 0, "jitter": 0}})
+    tq.enqueue("broken", [{"payload": {"n": i}} for i in range(4)])
+
+    def all_dead() -> bool:
+        row = pg.execute("SELECT count(*) FILTER (WHERE state = 'dead'), count(*)"
+                         " FROM tierq_tasks WHERE queue = 'broken'").fetchone()
+        return row is not None and row[0] == row[1] == 4
+
+    run_until(tq, all_dead)
+    assert set(JOURNAL.runs.values()) == {2}
+    errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
+    assert errors == {"tests.dispatch.consumers:crash: function error: RuntimeError: the "
+                      "consumer crashed"}
+
+
+def test_a_paused_queue_is_not_dispatched_and_a_batch_waits_for_its_window(
+        tq: Tierq, pg: psycopg.Connection[Any], functions: LocalFunctions) -> None:
+    from tierq.maintenance.dispatcher import dispatcher_of, forget_dispatcher
+
+    tq.put_queue("windowed", {"consumer": {"function": "tests.dispatch.consumers:keep",
+                                           "batch_size": 10, "max_batching_window_ms": 400},
+                              "paused": True})
+    tq.enqueue("windowed", [{"payload": {"n": 0}}])
+    dispatcher = dispatcher_of(tq.ctx)
+    try:
+        assert dispatcher.dispatch_once("windowed").batches == 0
+        tq.resume("windowed")
+        JOURNAL.keep_events = True
+        import threading
+        import time
+
+        later = threading.Timer(0.15, lambda: tq.enqueue(
+            "windowed", [{"payload": {"n": i}} for i in range(1, 5)]))
+        later.start()
+        started = time.monotonic()
+        counts = dispatcher.dispatch_once("windowed")
+        assert time.monotonic() - started >= 0.4  # it waited out the window
+        assert (counts.batches, counts.acked) == (1, 5)
+        assert len(JOURNAL.events) == 1 and len(JOURNAL.events[0]["Records"]) == 5
+    finally:
+        forget_dispatcher(tq.ctx)
