@@ -600,12 +600,13 @@ class Dispatcher:
         return self.counts().minus(before), idle
 
     def has_ready_work(self) -> bool:
-        """Whether a queue with a consumer has ready tasks now (the last look before a
-        dispatcher that released its flag ends)."""
+        """Whether a queue with a consumer has ready tasks now that this dispatcher could
+        take (the last look before a dispatcher that released its flag ends)."""
+        now = time.monotonic()
         for queue in self.consumer_queues():
             consumer = self.consumer(queue)
-            if consumer is None:
-                continue
+            if consumer is None or now + consumer.lease_seconds() > self.finish_by:
+                continue  # (nothing this dispatcher could take)
             for tenant in self.ctx.pairs.tenants(queue):
                 ready, _, _ = self.ctx.warm.stats(queue, tenant)
                 if ready:
