@@ -388,7 +388,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
     refill that could end after it starts. Whatever fails after a pop gives the popped
     tasks back (``give_back``) before the error goes up. The queue's limits cut what it
     hands out (per tenant in the claim script, queue-wide by reservations taken before
-    each pair's pop: ``_QueueGate``)."""
+    the claim's pops: ``_QueueGate``)."""
     qs = ctx.queue_settings.get(queue)
     if qs.paused:
         return ClaimOutcome([])
