@@ -5,14 +5,16 @@ Each pair has one string, ``tq:{queue|tenant}:rate`` (its own hash tag, so its s
 pair's and a count rides in the same pipeline as the pair's own commands): 16 blocks, one
 per minute modulo 16, each a u32 stamp (the minute it holds) and 60 pairs of u32 counts
 (enqueued, acked), one per second, big-endian as ``BITFIELD`` writes them — at most
-16 × 484 = 7,744 bytes per pair, and nothing for a pair idle for the whole window (the key
+16 * 484 = 7,744 bytes per pair, and nothing for a pair idle for the whole window (the key
 expires 960 s after its last count). ``lua/rate_add.lua`` adds at the server's second,
 clearing a block whose stamp is 16 minutes or more old before reusing it; a read keeps only
 the seconds of the window, so nothing older than 15 minutes is ever reported.
 
 A queue's view sums its tenants: ``tq:{queue}:rate_tenants`` (a sorted set in the queue's
 own slot) names the tenants counted lately; a process notes a tenant there at most once a
-minute (``NOTE_EVERY_SECONDS``), in the same pipeline as its count, and the set forgets a
+minute (``NOTE_EVERY_SECONDS``) — in the same pipeline as its count on a single server, on
+its own after it in cluster mode (that slot's master being down must not fail a pair's
+call) — and the set forgets a
 tenant 1,020 s after it was last noted — longer than its counts live — so a view reads the
 rate strings of the tenants counted in the window only, however many tenants the queue had.
 
@@ -123,19 +125,31 @@ class ThroughputCounts:
 
     # -- writing ------------------------------------------------------------------------
 
-    def commands(self, queue: str, counts: Mapping[str, tuple[int, int]]) -> list[Command]:
+    def along(self, queue: str,
+              counts: Mapping[str, tuple[int, int]]) -> tuple[list[Command], Command | None]:
         """The commands that add ``counts`` (tenant -> (enqueued, acked)), to send in one
-        pipeline, alone (``record``) or after a pair's own command (``WarmTier.release``);
-        hand their replies to ``settle``."""
-        out: list[Command] = [
-            ("EVALSHA", self.add_script.sha, 1, rate_key(queue, tenant), enqueued, acked)
-            for tenant, (enqueued, acked) in counts.items() if enqueued > 0 or acked > 0]
-        due = self._due_notes(queue, [tenant for tenant, (e, a) in counts.items() if e or a])
-        if due:
-            out.append(("EVALSHA", self.note_script.sha, 1, tenants_key(queue), *due))
-        return out
+        pipeline, alone (``record``) or after a pair's own command (``WarmTier.release``),
+        and a note of the tenants in the queue's index when one is due. On a single server
+        the note is among the commands (one round trip); in cluster mode it is returned
+        apart, to be sent on its own after them: the index lives in the queue's slot, whose
+        master being down must not fail a pair's own call. Hand both to ``settle``."""
+        counted = [tenant for tenant, (enqueued, acked) in counts.items()
+                   if enqueued > 0 or acked > 0]
+        commands: list[Command] = [
+            ("EVALSHA", self.add_script.sha, 1, rate_key(queue, tenant), *counts[tenant])
+            for tenant in counted]
+        due = self._due_notes(queue, counted)
+        if not due:
+            return commands, None
+        note: Command = ("EVALSHA", self.note_script.sha, 1, tenants_key(queue), *due)
+        if self.warm.calls is not None:
+            return [*commands, note], None
+        return commands, note
 
     def _due_notes(self, queue: str, tenants: Sequence[str]) -> list[str]:
+        """The tenants not noted by this process in the last minute, marked as noted now.
+        A note that then fails is not retried before a minute has passed either: a master
+        that does not answer is not asked on every count."""
         now = time.monotonic()
         with self._lock:
             due = [t for t in tenants
@@ -147,46 +161,47 @@ class ThroughputCounts:
                 self._noted[(queue, tenant)] = now
         return due
 
-    def _forget_notes(self, queue: str, tenants: Sequence[Any]) -> None:
-        """A note that failed: try again on the next count."""
-        with self._lock:
-            for tenant in tenants:
-                self._noted.pop((queue, _text(tenant)), None)
-
-    def settle(self, queue: str, commands: Sequence[Command], replies: Sequence[Any]) -> None:
+    def settle(self, queue: str, commands: Sequence[Command], replies: Sequence[Any],
+               note: Command | None = None) -> None:
         """Deal with the replies of ``commands``: a script the server does not know yet is
-        run again alone (and loaded); any other error is logged and the count dropped."""
+        run again alone (and loaded); any other error is logged and the count dropped. Then
+        send ``note`` (``along``'s second part) on its own, best-effort."""
         for command, reply in zip(commands, replies, strict=True):
-            if not isinstance(reply, Exception):
-                continue
-            script = self.add_script if command[1] == self.add_script.sha else self.note_script
-            keys, args = command[3:4], command[4:]
-            if isinstance(reply, NoScriptError):
-                try:
-                    self.warm.run_script(script, keys, args)
-                    continue
-                except (WarmTierUnavailable, WarmTierFull, redis.RedisError) as exc:
-                    reply = exc
-            if script is self.note_script:
-                self._forget_notes(queue, args)
-            log.log(logging.DEBUG if isinstance(reply, (WarmTierFull,
-                                                        redis.exceptions.OutOfMemoryError))
-                    else logging.WARNING,
-                    "throughput count dropped (%s): %s", keys[0], reply)
+            if isinstance(reply, Exception):
+                self._retry_or_drop(command, reply)
+        if note is not None:
+            try:
+                reply = self.warm.pipeline([note])[0]
+            except (WarmTierUnavailable, WarmTierFull) as exc:
+                reply = exc
+            if isinstance(reply, Exception):
+                self._retry_or_drop(note, reply)
+
+    def _retry_or_drop(self, command: Command, error: Exception) -> None:
+        script = self.add_script if command[1] == self.add_script.sha else self.note_script
+        keys, args = command[3:4], command[4:]
+        if isinstance(error, NoScriptError):
+            try:
+                self.warm.run_script(script, keys, args)
+                return
+            except (WarmTierUnavailable, WarmTierFull, redis.RedisError) as exc:
+                error = exc
+        quiet = isinstance(error, (WarmTierFull, redis.exceptions.OutOfMemoryError))
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "throughput count dropped (%s): %s", keys[0], error)
 
     def record(self, queue: str, counts: Mapping[str, tuple[int, int]]) -> None:
         """Add ``counts`` (tenant -> (enqueued, acked)) in one pipeline, best-effort: when
         Valkey does not answer they are dropped (and logged), the caller carries on."""
-        commands = self.commands(queue, counts)
+        commands, note = self.along(queue, counts)
         if not commands:
             return
         try:
             replies = self.warm.pipeline(commands)
         except (WarmTierUnavailable, WarmTierFull) as exc:
             log.warning("throughput counts of queue %r dropped: %s", queue, exc)
-            self._forget_notes(queue, list(counts))
             return
-        self.settle(queue, commands, replies)
+        self.settle(queue, commands, replies, note)
 
     def record_enqueued(self, queue: str, tenants: Iterable[str]) -> None:
         """Count one enqueued task per tenant named (a tenant once per task)."""

@@ -472,9 +472,9 @@ class WarmTier:
         zrem = ("ZREM", k.leased, *dict.fromkeys(members))
         if acked <= 0:
             return int(self._command(*zrem))
-        counts = self.throughput.commands(queue, {tenant: (0, acked)})
+        counts, note = self.throughput.along(queue, {tenant: (0, acked)})
         replies = self.pipeline([zrem, *counts])
-        self.throughput.settle(queue, counts, replies[1:])
+        self.throughput.settle(queue, counts, replies[1:], note)
         if isinstance(replies[0], Exception):
             with _available():
                 raise replies[0]
