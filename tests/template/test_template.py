@@ -43,6 +43,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue}/dlq/purge"): "AdminFunction",
     ("GET", "/v1/metrics/queues/detailed"): "AdminFunction",
     ("GET", "/v1/metrics/queues/running"): "AdminFunction",
+    ("GET", "/v1/metrics/consumers"): "AdminFunction",
     ("GET", "/v1/queues/{queue}/throughput"): "AdminFunction",
     ("GET", "/v1/schedules"): "AdminFunction",
     ("PUT", "/v1/schedules/{name}"): "AdminFunction",

@@ -3,7 +3,10 @@ blob per queue with the dimension ``queue`` (Powertools adds ``service``).
 
 * Counts, per request: ``Enqueued``, ``Claimed``, ``Acked``, ``Nacked`` (retried or dead),
   ``Released`` (given back unfinished), ``DeadLettered`` (by a nack or by lease expiry in
-  the reaper).
+  the reaper); from the dispatcher (push delivery to consumer functions): ``Dispatched``
+  (tasks handed to a function), ``Throttled`` (invocations throttled, their batch
+  released) and ``ConsumerErrors`` (invocations failed: a function error, an invoke refused
+  or cut off). ``GET /v1/metrics/consumers`` shows the same per queue.
 * Gauges, from the reaper's invocations: ``Warm``, ``Cold``, ``Delayed``, ``Leased``,
   ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
   ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has

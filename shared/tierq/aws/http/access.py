@@ -62,6 +62,7 @@ ROUTE_ACCESS: dict[str, RouteKind] = {
     "POST /v1/queues/{queue}/dlq/purge": "tenant",
     "GET /v1/metrics/queues/detailed": "tenant",
     "GET /v1/metrics/queues/running": "tenant",
+    "GET /v1/metrics/consumers": "admin",
     "GET /v1/queues/{queue}/throughput": "tenant",
     "GET /v1/schedules": "tenant",
     "PUT /v1/schedules/{name}": "tenant",

@@ -19,6 +19,7 @@ FUNCTION_ROUTERS: dict[str, tuple[str, ...]] = {
         "tierq.aws.http.routes.tasks",
         "tierq.aws.http.routes.dlq",
         "tierq.aws.http.routes.metrics",
+        "tierq.aws.http.routes.consumers",
         "tierq.aws.http.routes.schedules",
         "tierq.aws.http.routes.docs",
     ),

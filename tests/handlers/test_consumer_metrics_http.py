@@ -1,0 +1,59 @@
+"""GET /v1/metrics/consumers: per queue with a consumer, what the dispatcher did (the REST
+side of Dispatched, Throttled and ConsumerErrors); an admin route."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.handlers.support import Invoke
+from tierq.local.consumers import LocalFunctions
+from tierq.logic import dispatch
+
+
+@pytest.fixture
+def local_consumers() -> Iterator[None]:
+    previous = dispatch.install(LocalFunctions())
+    yield
+    dispatch.install(previous)
+
+
+@pytest.mark.usefixtures("local_consumers")
+def test_the_counters_of_each_queue_with_a_consumer(call: Invoke) -> None:
+    from tierq.aws.runtime import engine
+    from tierq.maintenance.dispatcher import dispatcher_of, forget_dispatcher
+
+    for queue in ("b-orders", "a-mail"):
+        reply = call("PUT", f"/v1/queues/{queue}", {"consumer": {
+            "function": "tests.dispatch.consumers:crash" if queue == "a-mail" else
+            "tests.dispatch.consumers:keep", "batch_size": 5, "max_concurrency": 2}})
+        assert reply.status == 200, reply.body
+        assert call("POST", f"/v1/queues/{queue}/tasks",
+                    {"tasks": [{"payload": i} for i in range(3)]}).status == 200
+    assert call("PUT", "/v1/queues/plain", {"lease_seconds": 10}).status == 200
+    dispatcher = dispatcher_of(engine().ctx)
+    try:
+        dispatcher.dispatch_once("b-orders")
+        dispatcher.dispatch_once("a-mail")
+    finally:
+        forget_dispatcher(engine().ctx)
+    reply = call("GET", "/v1/metrics/consumers")
+    assert reply.status == 200, reply.body
+    rows = {row["queue"]: row for row in reply.body["consumers"]}
+    assert list(rows) == ["a-mail", "b-orders"] and reply.body["next"] is None
+    assert rows["b-orders"] | {} == {
+        "queue": "b-orders", "function": "tests.dispatch.consumers:keep", "batch_size": 5,
+        "max_concurrency": 2, "running": 0, "batches": 1, "dispatched": 3, "acked": 3,
+        "retried": 0, "dead": 0, "released": 0, "throttled": 0, "consumer_errors": 0}
+    assert (rows["a-mail"]["dispatched"], rows["a-mail"]["retried"],
+            rows["a-mail"]["consumer_errors"]) == (3, 3, 1)
+    page = call("GET", "/v1/metrics/consumers", query={"limit": "1"})
+    assert [r["queue"] for r in page.body["consumers"]] == ["a-mail"]
+    rest = call("GET", "/v1/metrics/consumers", query={"after": page.body["next"]})
+    assert [r["queue"] for r in rest.body["consumers"]] == ["b-orders"]
+
+
+def test_only_an_admin_sees_them(call: Invoke) -> None:
+    reply = call("GET", "/v1/metrics/consumers", claims={"tenant": "acme"})
+    assert reply.status == 403, reply.body
