@@ -1,27 +1,42 @@
-"""Bulk ingest benchmark: N rows from parquet into a queue through the Spark feeder
-(spark_glue/jobs/feed_queue.py), beside a raw COPY of the same rows into a plain table,
-in the same run, on the same PostgreSQL.
+"""Bulk ingest benchmark: the Glue feeder (spark_glue/jobs/feed_queue.py) beside what a Glue
+user would otherwise write — Spark's own JDBC append — on the same rows, the same
+PostgreSQL, in the same run.
 
-    .venv/bin/python bench/spark_ingest.py              # 1,000,000 rows
-    .venv/bin/python bench/spark_ingest.py --quick      # 20,000 rows (smoke run)
+    .venv/bin/python bench/spark_ingest.py              # 1,000,000 rows, 3 runs, + 10M feed
+    .venv/bin/python bench/spark_ingest.py --quick      # 20,000 rows, 1 run (smoke run)
 
-The raw COPY is the floor of what PostgreSQL can take: one psycopg ``COPY`` of
-(key, priority, payload jsonb) into a table without indexes. The feeder does everything a
-real feed does: reads the parquet files, places and ranks every row, dedups keys, checks
-the backlog before each round, reserves places in line, COPYs into staging tables and
-``INSERT … SELECT … ON CONFLICT`` into ``tierq_tasks`` (primary key, live-key unique index,
-cold-line index), records offsets, warms the first batch. Spark's start-up is not counted.
-Between the two, the feeder's write path alone (its COPY → staging → ``INSERT … ON
-CONFLICT``, one connection per core, the COPY text built before the clock starts) shows the
-most any feeder can reach on this machine.
-The last line is ``ratio=X.XX`` (feeder rows/s ÷ raw COPY rows/s; the target is ≥ 0.5).
+The rows: parquet, 4 files, columns key, name, amount (the payload) and priority. Each leg
+is a job of its own: a fresh process (Spark started inside it), timed from the process's
+start to its last commit, with the same master (``local[*]``), driver memory, partitions
+and database connections:
+
+* ``spark_jdbc``: ``DataFrame.write.jdbc(mode="append")`` (``batchsize=10000``,
+  ``reWriteBatchedInserts=true``, ``stringtype=unspecified``) of the rows as tierq task
+  rows into a table created ``LIKE tierq_tasks INCLUDING ALL`` (the same indexes; no
+  dedup, no order, no back pressure, no admission);
+* ``feeder``: the job itself into a queue (back pressure, dedup, rounds, offsets, the
+  engine's bulk path, warming the first batch);
+* ``alone``: the feeder's write path without Spark: the engine's bulk API (staging, the
+  insert, admission) on the same connections, its COPY text built before the clock starts.
+  The ceiling of any feeder here; timed from the first write to the last commit.
+
+Legs alternate (jdbc, feeder, alone, jdbc, …) and the figures are medians. Each leg starts
+from empty tables and a checkpoint. The feeder's driver (the Python process) reports its
+peak RSS; after the runs the feeder feeds ``--big-rows`` rows (default 10,000,000; 0: skip)
+with the same 1g of driver memory, and its peak RSS is printed beside the 1M one. The last
+line is ``feeder_vs_spark_jdbc=X.XX`` (the feeder's rows/s ÷ the JDBC append's; target
+≥ 1.0).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,225 +49,262 @@ for entry in (ROOT, ROOT / "spark_glue"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
-import orjson  # noqa: E402
 import psycopg  # noqa: E402
 
-from bench.measure import cpu_now, process_tree_cpu  # noqa: E402
-from bench.report import print_machine, say  # noqa: E402
+from bench.report import print_figures, print_machine, say, write_json  # noqa: E402
 from bench.stores import add_store_arguments, machine_info, open_stores  # noqa: E402
 from tierq.dal.migrate import migrate  # noqa: E402
 
 QUEUE = "bench_ingest"
+JDBC_TABLE = "bench_jdbc_tasks"
+JDBC_JAR = "/usr/share/java/postgresql.jar"
 PRIORITIES = 10
+FILES = 4
 STATE_DIR = Path(f"/tmp/tierq-bench-spark-{os.getuid()}")
+LEGS = ("spark_jdbc", "feeder", "alone")
 
 
-def row_values(i: int) -> tuple[str, int, str, float, int]:
-    """Row ``i`` of the data set: (key, priority, name, amount, batch) — the same formulas
-    as ``spark_rows``."""
-    return (f"k{i:09d}", i % PRIORITIES, f"customer-{i % 100_000}", (i * 7919 % 100_000) / 100.0,
-            i // 1000)
+# -- the data -------------------------------------------------------------------------------
+
+def write_rows(folder: Path, rows: int, files: int = FILES) -> None:
+    """``rows`` rows as ``files`` parquet files (one row group each, as Spark writes them):
+    key, name, amount, priority."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    per_file = -(-rows // files)
+    for k in range(files):
+        ids = np.arange(k * per_file, min(rows, (k + 1) * per_file), dtype=np.int64)
+        if not len(ids):
+            break
+        keys = pa.array(np.char.add("k", np.char.zfill(ids.astype(str), 9)))
+        names = pa.array(np.char.add("customer-", (ids % 100_000).astype(str)))
+        table = pa.table({"key": keys, "name": names,
+                          "amount": pa.array((ids * 7919 % 100_000) / 100.0),
+                          "priority": pa.array((ids % PRIORITIES).astype(np.int32))})
+        pq.write_table(table, folder / f"part-{k:05d}.parquet", row_group_size=len(ids))
 
 
-def write_parquet(spark: object, folder: Path, rows: int, files: int) -> None:
-    from pyspark.sql import functions as F
+# -- the legs, each in a process of its own ------------------------------------------------
 
-    frame = (spark.range(rows)  # type: ignore[attr-defined]
-             .select(F.format_string("k%09d", "id").alias("key"),
-                     (F.col("id") % PRIORITIES).cast("int").alias("priority"),
-                     F.format_string("customer-%d", F.col("id") % 100_000).alias("name"),
-                     ((F.col("id") * 7919 % 100_000) / 100.0).alias("amount"),
-                     (F.col("id") / 1000).cast("long").alias("batch")))
-    frame.repartitionByRange(files, "key").sortWithinPartitions("key") \
-        .write.mode("overwrite").parquet(str(folder))
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def raw_copy(database_url: str, rows: int) -> float:
-    """Seconds to COPY the same rows (key, priority, payload) into a plain table."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS bench_plain")
-        conn.execute("CREATE TABLE bench_plain (key text, priority smallint, payload jsonb)")
-        started = time.perf_counter()
-        with conn.transaction(), conn.cursor() as cur, \
-                cur.copy("COPY bench_plain (key, priority, payload) FROM STDIN") as copy:
-            for i in range(rows):
-                key, priority, name, amount, batch = row_values(i)
-                payload = orjson.dumps({"key": key, "priority": priority, "name": name,
-                                        "amount": amount, "batch": batch}).decode()
-                copy.write_row((key, priority, payload))
-        seconds = time.perf_counter() - started
-        count = conn.execute("SELECT count(*) FROM bench_plain").fetchone()
-        if count is None or count[0] != rows:
-            raise SystemExit(f"raw COPY wrote {count} rows, expected {rows}")
-        conn.execute("DROP TABLE bench_plain")
-    return seconds
-
-
-def write_path_alone(database_url: str, rows: int, writers: int, chunk_rows: int) -> float:
-    """The feeder's write path without Spark: ``writers`` connections in parallel, each
-    COPYing its share into the staging table and moving it with the feeder's own
-    ``INSERT … SELECT … ON CONFLICT``, one transaction per chunk of ``chunk_rows``. The COPY
-    text is built before the clock starts. The ceiling of any feeder on this machine.
-    Returns seconds."""
-    from datetime import UTC, datetime
-
-    from tierq.core.ids import uuid7_strings
-    from tierq.dal.sql_files import query
-
-    ids = uuid7_strings(rows)
-    chunks: list[list[bytes]] = [[] for _ in range(writers)]
-    for start in range(0, rows, chunk_rows):
-        lines = []
-        for i in range(start, min(start + chunk_rows, rows)):
-            key, priority, name, amount, batch = row_values(i)
-            payload = orjson.dumps({"key": key, "priority": priority, "name": name,
-                                    "amount": amount, "batch": batch}).decode()
-            payload = payload.replace("\\", "\\\\")  # COPY text escapes its backslashes
-            lines.append(f"{ids[i]}\t{i + 1}\t_\t{key}\t{priority}\t{payload}\tcold\t\\N\n")
-        chunks[(start // chunk_rows) % writers].append("".join(lines).encode())
-    connections = [psycopg.connect(database_url, autocommit=True) for _ in range(writers)]
-    for conn in connections:
-        conn.execute(query("feeder_create_stage"))
-    errors: list[BaseException] = []
-
-    def write(conn: psycopg.Connection[Any], texts: list[bytes]) -> None:
-        try:
-            for text in texts:
-                with conn.transaction():
-                    with conn.cursor() as cur, cur.copy(query("feeder_copy_stage")) as copy:
-                        copy.write(text)
-                    conn.execute(query("feeder_insert_from_stage"), {
-                        "queue": QUEUE, "now": datetime.now(UTC), "max_attempts": 5})
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=write, args=(conn, texts))
-               for conn, texts in zip(connections, chunks, strict=True)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - started
-    for conn in connections:
-        conn.close()
-    if errors:
-        raise errors[0]
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        count = conn.execute("SELECT count(*) FROM tierq_tasks").fetchone()
-    if count is None or count[0] != rows:
-        raise SystemExit(f"the write path alone wrote {count} rows, expected {rows}")
-    return seconds
-
-
-def fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def spark_session() -> object:
+def leg_spark_jdbc(args: argparse.Namespace) -> dict[str, Any]:
+    """Spark's own JDBC append of the rows, as tierq task rows."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
-    session = (SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
-               .appName("tierq-bench-spark-ingest")
-               .config("spark.pyspark.python", sys.executable)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "2g")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    spark = (SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
+             .appName("bench-spark-jdbc-append")
+             .config("spark.pyspark.python", sys.executable)
+             .config("spark.jars", JDBC_JAR)
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    url = psycopg.conninfo.conninfo_to_dict(args.database_url)
+    jdbc_url = (f"jdbc:postgresql://{url.get('host', 'localhost')}:{url.get('port', 5432)}/"
+                f"{url['dbname']}")
+    now = F.current_timestamp()
+    rows = spark.read.parquet(args.data).select(
+        F.expr("uuid()").alias("id"), F.lit(QUEUE).alias("queue"), F.lit("_").alias("tenant"),
+        F.col("key"), F.col("priority").cast("short").alias("priority"),
+        F.to_json(F.struct("name", "amount")).alias("payload"), F.lit("cold").alias("state"),
+        now.alias("run_at"), now.alias("run_at_initially"), F.lit(5).alias("max_attempts"),
+        F.monotonically_increasing_id().alias("seq"), now.alias("created_at"),
+        now.alias("ready_since"), now.alias("state_since"))
+    properties = {"driver": "org.postgresql.Driver", "user": url.get("user", "postgres"),
+                  "password": url.get("password", ""), "batchsize": "10000",
+                  "reWriteBatchedInserts": "true", "stringtype": "unspecified",
+                  "numPartitions": str(args.partitions)}
+    rows.write.jdbc(jdbc_url, JDBC_TABLE, mode="append", properties=properties)
+    committed = time.monotonic()
+    spark.stop()
+    return {"committed_at": committed, "peak_rss_mb": peak_rss_mb()}
+
+
+def leg_feeder(args: argparse.Namespace) -> dict[str, Any]:
+    """The job, as its command line runs it."""
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ["VALKEY_URL"] = args.valkey_url
+    sys.path.insert(0, str(ROOT / "spark_glue" / "jobs"))
+    import feed_queue
+
+    argv = ["--queue", QUEUE, "--source", f"rows={args.data}:parquet", "--key-column", "key",
+            "--priority-column", "priority", "--payload-columns", "name,amount",
+            "--max-backlog", str(args.rows * 2), "--write-partitions", str(args.partitions),
+            "--rejects", str(Path(args.data).parent / "rejects")]
+    if feed_queue.main_local(argv) != 0:
+        raise SystemExit("the feeder failed")
+    return {"committed_at": time.monotonic(), "peak_rss_mb": peak_rss_mb()}
+
+
+def leg_alone(args: argparse.Namespace) -> dict[str, Any]:
+    """The feeder's write path without Spark: the engine's bulk API, ``partitions``
+    connections in parallel, chunks of the job's default size."""
+    import orjson
+    import pyarrow.parquet as pq
+    from tierq_feeder.config import DEFAULT_CHUNK_ROWS
+
+    from tierq.config import Settings
+    from tierq.engine import Tierq
+
+    table = pq.read_table(args.data)
+    keys, names = table.column("key").to_pylist(), table.column("name").to_pylist()
+    amounts, priorities = table.column("amount").to_pylist(), table.column("priority").to_pylist()
+    del table
+    from tierq.logic.bulk import copy_text
+
+    chunks: list[list[bytes]] = [[] for _ in range(args.partitions)]
+    for n, start in enumerate(range(0, len(keys), DEFAULT_CHUNK_ROWS)):
+        rows = [(i, "_", keys[i], priorities[i],
+                 orjson.dumps({"name": names[i], "amount": amounts[i]}).decode(), None)
+                for i in range(start, min(start + DEFAULT_CHUNK_ROWS, len(keys)))]
+        chunks[n % args.partitions].append(copy_text(rows))
+    settings = Settings(database_url=args.database_url, valkey_url=args.valkey_url,
+                        db_pool_max=args.partitions + 1)
+    errors: list[BaseException] = []
+    with Tierq(settings=settings) as tq:
+        started = time.monotonic()
+        with tq.bulk_load(QUEUE, rows=len(keys), tenants=["_"]) as load:
+            def write(texts: list[bytes]) -> None:
+                try:
+                    with tq.bulk_writer(load) as writer:
+                        for text in texts:
+                            writer.write(text, tenants=["_"])
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=write, args=(texts,)) for texts in chunks]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        committed = time.monotonic()
+    if errors:
+        raise errors[0]
+    return {"started_at": started, "committed_at": committed, "peak_rss_mb": peak_rss_mb()}
+
+
+def run_leg(leg: str, args: argparse.Namespace, database_url: str, valkey_url: str,
+            data: Path, rows: int, driver_memory: str) -> dict[str, Any]:
+    """One leg in a fresh process; its seconds from the process's start (``alone``: from
+    its first write) to its last commit."""
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell",
+           "SPARK_MASTER": args.master}
+    command = [sys.executable, str(Path(__file__).resolve()), "--leg", leg,
+               "--database-url", database_url, "--valkey-url", valkey_url,
+               "--data", str(data), "--rows", str(rows), "--partitions", str(args.partitions)]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"leg {leg} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    seconds = report["committed_at"] - report.get("started_at", started)
+    with psycopg.connect(database_url) as conn:
+        table = JDBC_TABLE if leg == "spark_jdbc" else "tierq_tasks"
+        count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    if count is None or count[0] != rows:
+        raise SystemExit(f"leg {leg} wrote {count} rows, expected {rows}")
+    return {"leg": leg, "rows": rows, "seconds": seconds, "rate": rows / seconds,
+            "peak_rss_mb": report["peak_rss_mb"]}
+
+
+def reset(database_url: str, valkey: Any) -> None:
+    """Empty tables, a checkpoint (no leg pays for another's dirty pages), empty warm tier."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {JDBC_TABLE}")
+        conn.execute(f"CREATE TABLE {JDBC_TABLE} (LIKE tierq_tasks INCLUDING ALL)")
+        conn.execute("TRUNCATE tierq_tasks, tierq_feeder_offsets")
+        conn.execute("CHECKPOINT")
+    valkey()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--quick", action="store_true", help="20,000 rows: a smoke run")
-    parser.add_argument("--files", type=int, default=8, help="parquet files to spread rows over")
-    parser.add_argument("--batch-rows", type=int, default=None,
-                        help="feeder rows per round (default: the job's, 250,000)")
-    parser.add_argument("--chunk-rows", type=int, default=None,
-                        help="feeder rows per writer transaction (default: the job's, 50,000)")
-    parser.add_argument("--write-partitions", type=int, default=None,
-                        help="parallel writers (default: Spark's parallelism)")
+    parser.add_argument("--quick", action="store_true",
+                        help="20,000 rows, one run, no big feed: a smoke run")
+    parser.add_argument("--runs", type=int, default=3, help="alternating runs of each leg")
+    parser.add_argument("--big-rows", type=int, default=10_000_000,
+                        help="rows of the feed whose driver RSS is compared (0: none)")
+    parser.add_argument("--partitions", type=int, default=os.cpu_count() or 2,
+                        help="write partitions = database connections, every leg")
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--leg", choices=LEGS, help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
     add_store_arguments(parser)
-    # servers of its own: other benchmarks' load stays out of its CPU figures
-    parser.set_defaults(state_dir=STATE_DIR)
+    parser.set_defaults(state_dir=STATE_DIR)  # servers of its own
     args = parser.parse_args(argv)
-    rows = 20_000 if args.quick else args.rows
-
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
-    from tierq_feeder.config import config_from_args
-    from tierq_feeder.feeder import run_feed
-    from tierq_feeder.writer import StoreConfig
+    if args.leg:
+        leg = {"spark_jdbc": leg_spark_jdbc, "feeder": leg_feeder, "alone": leg_alone}
+        print(json.dumps(leg[args.leg](args)), flush=True)
+        return 0
+    if args.quick:
+        args.rows, args.runs, args.big_rows = 20_000, 1, 0
 
     stores = open_stores(args)
     scratch = Path(tempfile.mkdtemp(prefix="tierq-bench-ingest-"))
+    results: dict[str, Any] = {"rows": args.rows, "partitions": args.partitions,
+                               "driver_memory": args.driver_memory, "runs": []}
     try:
         print_machine(machine_info(stores))
         database_url = stores.fresh_database("tierq_bench_ingest")
         migrate(database_url)
-        stores.clear_valkey()
-        spark = spark_session()
-        say(f"writing {rows:,} rows as {args.files} parquet file(s) …")
-        write_parquet(spark, scratch / "rows", rows, args.files)
-
-        say(f"raw COPY of {rows:,} rows into a plain table …")
-        before = cpu_now(stores)
-        raw_seconds = raw_copy(database_url, rows)
-        raw_cpu = cpu_now(stores) - before
-        raw_rate = rows / raw_seconds
-        say(f"raw COPY: {raw_seconds:.2f} s, {raw_rate:,.0f} rows/s")
-
-        writers = args.write_partitions or os.cpu_count() or 2
-        chunk = args.chunk_rows or 50_000
-        say(f"the write path alone (no Spark): {rows:,} rows, {writers} connection(s), "
-            f"chunks of {chunk:,} …")
-        ceiling_url = stores.fresh_database("tierq_bench_ingest_ceiling")
-        migrate(ceiling_url)
-        before = cpu_now(stores)
-        alone_seconds = write_path_alone(ceiling_url, rows, writers, chunk)
-        alone_cpu = cpu_now(stores) - before
-        alone_rate = rows / alone_seconds
-        say(f"write path alone: {alone_seconds:.2f} s, {alone_rate:,.0f} rows/s")
-
-        say(f"feeder: {rows:,} rows into queue {QUEUE!r} …")
-        feed_args = ["--queue", QUEUE, "--source", f"rows={scratch / 'rows'}:parquet",
-                     "--key-column", "key", "--priority-column", "priority",
-                     "--max-backlog", str(rows * 2)]
-        for option in ("batch_rows", "chunk_rows", "write_partitions"):
-            if getattr(args, option):
-                feed_args += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
-        jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
-        before, spark_before = cpu_now(stores), process_tree_cpu(jvm)
-        result = run_feed(spark, config_from_args(feed_args),  # type: ignore[arg-type]
-                          StoreConfig(database_url, stores.valkey_url),
-                          rejects_path=str(scratch / "rejects"))
-        feed_cpu, spark_cpu = cpu_now(stores) - before, process_tree_cpu(jvm) - spark_before
-        if result.created != rows:
-            raise SystemExit(f"feeder created {result.created} tasks, expected {rows}")
-        feed_rate = rows / result.seconds
-        say(f"feeder: {result.seconds:.2f} s, {feed_rate:,.0f} rows/s ({result.line()})")
-        say("")
-        say(f"{'':<10}{'seconds':>9}{'rows/s':>10}   CPU seconds: "
-            f"{'postgres':>8}{'client':>8}{'spark':>8}")
-        say(f"{'raw COPY':<10}{raw_seconds:>9.2f}{raw_rate:>10,.0f}   {'':>13}"
-            f"{fmt(raw_cpu.postgres):>8}{raw_cpu.client:>8.1f}{'-':>8}")
-        say(f"{'alone':<10}{alone_seconds:>9.2f}{alone_rate:>10,.0f}   {'':>13}"
-            f"{fmt(alone_cpu.postgres):>8}{alone_cpu.client:>8.1f}{'-':>8}")
-        say(f"{'feeder':<10}{result.seconds:>9.2f}{feed_rate:>10,.0f}   {'':>13}"
-            f"{fmt(feed_cpu.postgres):>8}{feed_cpu.client:>8.1f}{spark_cpu:>8.1f}")
-        say("(client: this process — the COPY loop, or Spark's driver; spark: the JVM and "
-            "its Python workers; alone: the feeder's COPY -> staging -> INSERT … ON CONFLICT "
-            "without Spark, its text built beforehand)")
-        say(f"write path alone / raw COPY = {alone_rate / raw_rate:.2f} (the most any feeder "
-            f"can reach here); feeder / write path alone = {feed_rate / alone_rate:.2f}")
-        say(f"ratio={feed_rate / raw_rate:.2f}")
-        spark.stop()  # type: ignore[attr-defined]
+        say(f"writing {args.rows:,} rows as {FILES} parquet files …")
+        write_rows(scratch / "rows", args.rows)
+        say(f"legs: {', '.join(LEGS)}; {args.runs} alternating run(s); master {args.master}, "
+            f"driver memory {args.driver_memory}, {args.partitions} partitions = connections")
+        for run in range(args.runs):
+            for leg in LEGS:
+                reset(database_url, stores.clear_valkey)
+                measured = run_leg(leg, args, database_url, stores.valkey_url,
+                                   scratch / "rows", args.rows, args.driver_memory)
+                measured["run"] = run + 1
+                results["runs"].append(measured)
+                say(f"run {run + 1} {leg:<10} {measured['seconds']:7.2f} s "
+                    f"{measured['rate']:>10,.0f} rows/s  driver peak RSS "
+                    f"{measured['peak_rss_mb']:.0f} MB")
+        median = {leg: statistics.median(r["rate"] for r in results["runs"] if r["leg"] == leg)
+                  for leg in LEGS}
+        rss = statistics.median(r["peak_rss_mb"] for r in results["runs"]
+                                if r["leg"] == "feeder")
+        results["median_rate"] = median
+        results["feeder_peak_rss_mb"] = {str(args.rows): rss}
+        big_line = "driver peak RSS at a bigger feed: not measured (--big-rows 0)"
+        if args.big_rows:
+            say(f"writing {args.big_rows:,} rows for the big feed …")
+            shutil.rmtree(scratch / "rows")
+            write_rows(scratch / "big", args.big_rows)
+            reset(database_url, stores.clear_valkey)
+            big = run_leg("feeder", args, database_url, stores.valkey_url, scratch / "big",
+                          args.big_rows, args.driver_memory)
+            results["big_feed"] = big
+            results["feeder_peak_rss_mb"][str(args.big_rows)] = big["peak_rss_mb"]
+            say(f"big feed: {big['seconds']:.2f} s, {big['rate']:,.0f} rows/s, driver peak "
+                f"RSS {big['peak_rss_mb']:.0f} MB")
+            big_line = (f"driver peak RSS: {rss:.0f} MB at {args.rows:,} rows, "
+                        f"{big['peak_rss_mb']:.0f} MB at {args.big_rows:,} rows "
+                        f"(x{big['peak_rss_mb'] / rss:.2f}; spark.driver.memory "
+                        f"{args.driver_memory})")
+        ratio = median["feeder"] / median["spark_jdbc"]
+        results["feeder_vs_spark_jdbc"] = ratio
+        results["feeder_vs_alone"] = median["feeder"] / median["alone"]
+        write_json(args.json, results)
+        print_figures(
+            *(f"median {leg:<10} {median[leg]:>10,.0f} rows/s" for leg in LEGS),
+            f"feeder / write path alone = {median['feeder'] / median['alone']:.2f}",
+            f"driver_peak_rss_mb={rss:.0f} (feeder, {args.rows:,} rows)",
+            big_line,
+            f"feeder_vs_spark_jdbc={ratio:.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         stores.close()

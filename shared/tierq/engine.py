@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, TypeVar, cast
 from uuid import UUID
@@ -20,6 +21,7 @@ from tierq.config import Settings, get_settings
 from tierq.dal import connect, migrate
 from tierq.dal.postgres import Database
 from tierq.dal.warm_tier import WarmTier
+from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic import dispatch, dlq, enqueue, leases, queues, schedules, tasks
 from tierq.logic import throughput as throughput_logic
@@ -122,6 +124,32 @@ class Tierq:
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
+
+    # -- bulk loads (logic/bulk.py; the Glue feeder drives them) --------------------------
+
+    def bulk_load(self, queue: str, *, rows: int,
+                  tenants: Iterable[str]) -> AbstractContextManager[bulk_logic.BulkLoad]:
+        """Admit a bulk load of ``rows`` rows for these tenants of ``queue`` (their pairs
+        turn cold, the load registered in flight) and reserve its places in line::
+
+            with tq.bulk_load("q", rows=n, tenants=["_"]) as load:   # one process
+                with tq.bulk_writer(load) as writer:                  # any number
+                    writer.write(copy_text, tenants=["_"])
+            tq.bulk_warm_up("q", ["_"])
+
+        The admission ends when the block exits: after the last writer has committed."""
+        return bulk_logic.load(self.ctx, queue, rows, tenants)
+
+    def bulk_writer(self, load: bulk_logic.BulkLoad
+                    ) -> AbstractContextManager[bulk_logic.BulkWriter]:
+        """A writer of ``load``'s rows on a pooled connection of its own (one short
+        transaction per ``write``)."""
+        return bulk_logic.writer(self.ctx, load)
+
+    def bulk_warm_up(self, queue: str, tenants: Iterable[str]) -> int:
+        """Promote the first batch of what bulk loads wrote for these tenants (the cold ->
+        warm mover would do it on its next pass); returns how many tasks went warm."""
+        return bulk_logic.warm_up(self.ctx, queue, tenants)
 
     # -- workers -------------------------------------------------------------------------
 

@@ -78,13 +78,14 @@ def main_local(argv: Sequence[str]) -> int:
     return 0
 
 
-def main_glue() -> int:
-    """AWS Glue 5: GlueContext, job parameters, bookmarks, CloudWatch metrics."""
-    from awsglue.context import GlueContext  # type: ignore[import-not-found]
-    from awsglue.job import Job  # type: ignore[import-not-found]
-    from awsglue.utils import getResolvedOptions  # type: ignore[import-not-found]
+def main_glue(argv: Sequence[str]) -> int:
+    """AWS Glue 5: GlueContext, job parameters (``argv``: the script's name, then what Glue
+    passes), bookmarks, CloudWatch metrics."""
+    from awsglue.context import GlueContext  # type: ignore[import-untyped]
+    from awsglue.job import Job  # type: ignore[import-untyped]
+    from awsglue.utils import getResolvedOptions  # type: ignore[import-untyped]
     from pyspark.context import SparkContext
-    from tierq_feeder.config import config_from_glue_options
+    from tierq_feeder.config import FeedConfigError, config_from_glue_options
     from tierq_feeder.feeder import run_feed
     from tierq_feeder.glue import (
         STORE_PARAMETERS,
@@ -93,25 +94,31 @@ def main_glue() -> int:
         stores_from_options,
     )
     from tierq_feeder.metrics import CloudWatchMetrics, LogMetrics
+    from tierq_feeder.offsets import FeedBusy
     from tierq_feeder.sources import SparkLoader
 
     _logging()
     # getResolvedOptions requires every name it is given; --TempDir and
     # --job-bookmark-option it always resolves itself (the latter as job_bookmark_option)
-    optional = present_options(sys.argv, STORE_PARAMETERS)
-    options = getResolvedOptions(sys.argv, ["JOB_NAME", "feed_args", *optional])
+    optional = present_options(argv, STORE_PARAMETERS)
+    options = getResolvedOptions(list(argv), ["JOB_NAME", "feed_args", *optional])
     glue_context = GlueContext(SparkContext.getOrCreate())
     spark = glue_context.spark_session
     job = Job(glue_context)
     job.init(options["JOB_NAME"], options)
-    config = config_from_glue_options(options)
-    bookmarks = options.get("job_bookmark_option") == "job-bookmark-enable"
-    rejects = config.rejects_path
-    if rejects is None and options.get("TempDir"):
-        rejects = f"{options['TempDir'].rstrip('/')}/tierq-rejects/{config.feed_name}"
-    result = run_feed(spark, config, stores_from_options(options),
-                      loader=GlueBookmarkLoader(glue_context) if bookmarks else SparkLoader(),
-                      rejects_path=rejects, metrics=[LogMetrics(), CloudWatchMetrics()])
+    try:
+        config = config_from_glue_options(options)
+        bookmarks = options.get("job_bookmark_option") == "job-bookmark-enable"
+        rejects = config.rejects_path
+        if rejects is None and options.get("TempDir"):
+            rejects = f"{options['TempDir'].rstrip('/')}/tierq-rejects/{config.feed_name}"
+        result = run_feed(spark, config, stores_from_options(options),
+                          loader=GlueBookmarkLoader(glue_context) if bookmarks
+                          else SparkLoader(),
+                          rejects_path=rejects, metrics=[LogMetrics(), CloudWatchMetrics()])
+    except (FeedConfigError, FeedBusy) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(result.line(), flush=True)
     if result.deferred == 0:
         job.commit()  # everything read was fed: the bookmark may move past it
@@ -121,12 +128,24 @@ def main_glue() -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def under_glue(argv: Sequence[str]) -> bool:
+    """A Glue job run: Glue passes --JOB_NAME (and its awsglue library is there). A local
+    run may have the awsglue-dev interfaces installed; without --JOB_NAME it stays local."""
+    if "--JOB_NAME" not in argv:
+        return False
     try:
-        import awsglue  # type: ignore[import-not-found]  # noqa: F401
+        import awsglue  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:
-        return main_local(sys.argv[1:] if argv is None else argv)
-    return main_glue()
+        return False
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``argv``: the arguments after the script's name (default: the command line's)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if under_glue(args):
+        return main_glue([sys.argv[0], *args])
+    return main_local(args)
 
 
 if __name__ == "__main__":

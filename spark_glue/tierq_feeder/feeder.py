@@ -1,24 +1,33 @@
 """One run of the feeder (docs/architecture.md §11).
 
-1. Read every source once and place each remaining row (``sources``); map columns to task
-   fields, rejecting what cannot be mapped (``mapping``).
-2. Merge the sources into one schedule by the strategy (``schedule``): every row gets a
-   rank. Within the run, a key's first occurrence wins; later ones in the same round are
-   ignored without moving anything.
-3. Rounds: read the queue's backlog, write at most ``max_backlog - backlog`` rows (and at
-   most ``batch_rows``), the next ranks in line, through the partition writers
-   (``writer``); record where each source stopped. Stop when the backlog is full (after
+1. Read every source once and place each remaining row (``sources``): its source ordinal
+   ``j``. Parquet sources are not held: each round reads again only the files its rows are
+   in; CSV, JSON and JDBC sources are held (memory and disk) while the run lasts.
+2. The strategy merges the sources into one line (``schedule``): every row's rank is a
+   closed formula of (source, j), so a round — ranks [start, end) — is, per source, one
+   range of j, computed by the driver.
+3. Rounds: read the queue's backlog, take at most ``max_backlog - backlog`` rows (and at
+   most ``batch_rows``), the next ranks in line. Per round, in Spark SQL: the round's
+   tenants, and the rows repeating a (tenant, key) seen earlier in the round (a 64-bit hash
+   counted first, the exact keys only where a hash repeats); the first occurrence wins and
+   later ones are ignored without moving anything. Then the engine's bulk path
+   (``Tierq.bulk_load``) admits the round and reserves its places, and every partition maps
+   its rows to COPY lines in the JVM and hands them to ``writer`` as Arrow batches. Where
+   each source stopped is recorded after the round. Stop when the backlog is full (after
    waiting up to ``max_wait_seconds`` for room) or the sources are drained.
 4. Warm the first batch of each (queue, tenant) written to (the scheduled cold -> warm mover
    would do it anyway), report created / ignored / deferred / rejected.
+
+Nothing the size of the data reaches the driver: it sees counts, tenants, and per round a
+few hundred numbers (the reserved blocks of places in line).
 """
 
 from __future__ import annotations
 
 import atexit
-import bisect
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -29,14 +38,12 @@ from functools import partial, reduce
 from pathlib import Path
 
 from pyspark import StorageLevel
-from pyspark.rdd import RDD
-from pyspark.serializers import UTF8Deserializer
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 import tierq_feeder
 from tierq.engine import Tierq
-from tierq.logic import feed
+from tierq.models.names import DEFAULT_TENANT, NAME_PATTERN
 from tierq_feeder.backlog import queue_backlog
 from tierq_feeder.config import FeedConfig
 from tierq_feeder.mapping import (
@@ -44,10 +51,11 @@ from tierq_feeder.mapping import (
     KEY,
     REASON,
     ROW_JSON,
-    RUN_AT_US,
     TENANT,
     check_columns,
+    key_of,
     map_tasks,
+    tenant_of,
 )
 from tierq_feeder.metrics import FeedResult, MetricsSink, Progress
 from tierq_feeder.offsets import OffsetRow, feed_lock, load_offsets, save_offsets
@@ -62,14 +70,17 @@ from tierq_feeder.sources import (
     SparkLoader,
     position,
 )
-from tierq_feeder.writer import FIELD, PartitionStats, RoundWrite, StoreConfig, write_partition
+from tierq_feeder.writer import LINE, OUT_SCHEMA, RoundWrite, StoreConfig, write_partition
 
 log = logging.getLogger("tierq.feeder")
 
 RUN_CONF = {"spark.sql.session.timeZone": "UTC",
+            # held CSV/JSON/JDBC sources stay as they are: compressing costs more CPU
             "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 SOURCE = "__tq_source"
 RANK = "__tq_rank"
+_HASH = "__tq_hash"
+_TENANT_NAME = re.compile(NAME_PATTERN)
 
 
 def rank_column(schedule: Schedule, source: int, j: Column) -> Column:
@@ -88,15 +99,6 @@ def _fair_column(counts: Sequence[int], source: int, j: Column) -> Column:
     terms = [F.least(F.lit(n).cast("long"), j) for n in counts]
     terms += [(F.lit(n).cast("long") > j).cast("long") for n in counts[:source]]
     return reduce(lambda a, b: a + b, terms, F.lit(0).cast("long"))
-
-
-def strings(frame: DataFrame) -> RDD[str]:
-    """A one-column string DataFrame as Python strings, decoded straight from UTF-8 (the
-    way ``DataFrame.toJSON`` hands its strings over): no Row object per row."""
-    jvm = frame.sparkSession.sparkContext._jvm
-    assert jvm is not None
-    typed = getattr(frame._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
-    return RDD(typed.toJavaRDD(), frame.sparkSession.sparkContext, UTF8Deserializer())
 
 
 _shipped: set[str] = set()
@@ -120,70 +122,8 @@ def ship_package(spark: SparkSession) -> None:
     _shipped.add(sc.applicationId)
 
 
-def _line(positioned: Sequence[PositionedSource], schedule: Schedule, config: FeedConfig,
-          limit: int, max_payload_chars: int) -> DataFrame:
-    """Every row this run may feed (ranks below ``limit``), mapped and ranked; held in
-    memory (and disk) while the rounds take their slices of it."""
-    frames = []
-    now = time.time()
-    for index, source in enumerate(positioned):
-        if source.frame is None or schedule.counts[index] == 0:
-            continue
-        mapped = map_tasks(source.frame, source.columns, config.mapping,
-                           max_payload_chars=max_payload_chars, now_seconds=now)
-        rank = rank_column(schedule, index, F.col(J))
-        frames.append(
-            mapped.where(F.col(J) < schedule.counts[index])  # rows that appeared meanwhile wait
-            .select(F.lit(source.spec.name).alias(SOURCE), PART, ROW, J, CURSOR,
-                    rank.alias(RANK), KEY, TENANT, RUN_AT_US, REASON, ROW_JSON, COPY_TEXT)
-            .where(F.col(RANK) < limit)
-        )
-    line = reduce(lambda a, b: a.unionByName(b), frames)
-    return line.persist(StorageLevel.MEMORY_AND_DISK)
-
-
-@dataclass
-class LineSummary:
-    """What the driver needs to know about the line before the rounds: which tenants it
-    touches between which ranks, which ranks are rejects, and which rows repeat a key seen
-    earlier in the line (rank -> rank of the previous occurrence)."""
-
-    tenant_spans: dict[str, tuple[int, int]]
-    reject_ranks: list[int]
-    repeats: dict[int, int]
-
-    def skipped_in(self, start: int, end: int) -> frozenset[int]:
-        """Ranks in [start, end) whose key occurred earlier in the same round: ignored
-        (the first occurrence wins; nothing moves)."""
-        return frozenset(rank for rank, previous in self.repeats.items()
-                         if start <= rank < end and previous >= start)
-
-
-def summarize(spark: SparkSession, line: DataFrame) -> LineSummary:
-    valid = line.where(F.col(REASON).isNull())
-    spans = {r[TENANT]: (r["lo"], r["hi"]) for r in valid.groupBy(TENANT)
-             .agg(F.min(RANK).alias("lo"), F.max(RANK).alias("hi")).collect()}
-    rejects = sorted(r[0] for r in line.where(F.col(REASON).isNotNull()).select(RANK).collect())
-    # keys that may occur more than once: a 64-bit hash of (tenant, key) seen twice (a narrow
-    # aggregation, usually empty); then the exact keys of those rows, on the driver
-    hashed = valid.select(F.xxhash64(TENANT, KEY).alias("__tq_hash"), TENANT, KEY, RANK)
-    candidates = [r[0] for r in hashed.groupBy("__tq_hash").count()
-                  .where(F.col("count") > 1).select("__tq_hash").collect()]
-    repeats: dict[int, int] = {}
-    if candidates:
-        wanted = spark.createDataFrame([(h,) for h in candidates], "__tq_hash long")
-        occurrences: dict[tuple[str, str], list[int]] = {}
-        for r in hashed.join(F.broadcast(wanted), on="__tq_hash").select(TENANT, KEY, RANK) \
-                .collect():
-            occurrences.setdefault((r[TENANT], r[KEY]), []).append(r[RANK])
-        for ranks in occurrences.values():
-            ranks.sort()
-            repeats.update(zip(ranks[1:], ranks[:-1], strict=True))
-    return LineSummary(spans, rejects, repeats)
-
-
-def _offset_rows(line: DataFrame, positioned: Sequence[PositionedSource],
-                 consumed: Sequence[int], saved: dict[tuple[str, str], int]) -> list[OffsetRow]:
+def _offset_rows(positioned: Sequence[PositionedSource], consumed: Sequence[int],
+                 saved: dict[tuple[str, str], int]) -> list[OffsetRow]:
     """Progress of each source after its first ``consumed[i]`` remaining rows; only what
     changed since the last save."""
     rows: list[OffsetRow] = []
@@ -191,9 +131,9 @@ def _offset_rows(line: DataFrame, positioned: Sequence[PositionedSource],
         name = source.spec.name
         if source.spec.is_jdbc:
             done = source.parts[0].done + consumed[index] if source.parts else 0
-            if consumed[index] == 0 or saved.get((name, "")) == done:
+            if consumed[index] == 0 or saved.get((name, "")) == done or source.frame is None:
                 continue
-            last = (line.where((F.col(SOURCE) == name) & (F.col(J) == consumed[index] - 1))
+            last = (source.frame.where(F.col(J) == consumed[index] - 1)
                     .select(CURSOR).first())
             if last is None:
                 raise RuntimeError(f"source {name}: row {consumed[index] - 1} vanished")
@@ -207,10 +147,6 @@ def _offset_rows(line: DataFrame, positioned: Sequence[PositionedSource],
     return rows
 
 
-def _count_in(sorted_values: Sequence[int], start: int, end: int) -> int:
-    return bisect.bisect_left(sorted_values, end) - bisect.bisect_left(sorted_values, start)
-
-
 def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
              loader: Loader | None = None, rejects_path: str | None = None,
              metrics: Sequence[MetricsSink] = (), engine: Tierq | None = None,
@@ -219,10 +155,11 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     built from ``stores``."""
     started = time.monotonic()
     ship_package(spark)
-    # the run's line is held once and read by every round: keep it in the cache as is
-    # (compressing a million payloads costs more CPU than the whole mapping)
-    session_conf = {name: spark.conf.get(name, None) for name in RUN_CONF}
-    for name, value in RUN_CONF.items():
+    run_conf = {**RUN_CONF,
+                # the round's small aggregations: one shuffle partition per core
+                "spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism)}
+    session_conf = {name: spark.conf.get(name, None) for name in run_conf}
+    for name, value in run_conf.items():
         spark.conf.set(name, value)
     rejects = rejects_path or config.rejects_path or os.path.abspath(
         os.path.join("tierq-rejects", config.feed_name))
@@ -231,11 +168,10 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     try:
         with feed_lock(tq.ctx, config.feed_name):
             _run(spark, config, stores, loader or SparkLoader(), tq, result, sleep, started)
-        if config.warm_after:
-            promoted = feed.warm_up(tq.ctx, config.queue, result.ready_tenants)
-            if result.ready_tenants:
-                log.info("warmed %d task(s) across %d tenant(s)", promoted,
-                         len(result.ready_tenants))
+        if config.warm_after and result.ready_tenants:
+            promoted = tq.bulk_warm_up(config.queue, result.ready_tenants)
+            log.info("warmed %d task(s) across %d tenant(s)", promoted,
+                     len(result.ready_tenants))
     finally:
         if engine is None:
             tq.close()
@@ -251,6 +187,52 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     return result
 
 
+@dataclass(frozen=True)
+class Line:
+    """The sources merged by the strategy: any slice of ranks as one DataFrame."""
+
+    positioned: Sequence[PositionedSource]
+    schedule: Schedule
+    config: FeedConfig
+    max_payload_chars: int
+
+    def rows(self, start: int, end: int) -> DataFrame:
+        """Ranks [start, end), mapped: the source's columns are gone; SOURCE, PART, ROW, J,
+        CURSOR, RANK, KEY, TENANT, REASON, ROW_JSON, COPY_TEXT are left."""
+        first = self.schedule.consumed_before(start)
+        last = self.schedule.consumed_before(end)
+        now = time.time()
+        frames = []
+        for index, source in enumerate(self.positioned):
+            rows = source.between(first[index], last[index])
+            if rows is None:
+                continue
+            mapped = map_tasks(rows, source.columns, self.config.mapping,
+                               max_payload_chars=self.max_payload_chars, now_seconds=now)
+            frames.append(mapped.select(
+                F.lit(source.spec.name).alias(SOURCE), PART, ROW, J, CURSOR,
+                rank_column(self.schedule, index, F.col(J)).alias(RANK), KEY, TENANT,
+                REASON, ROW_JSON, COPY_TEXT))
+        if not frames:
+            raise RuntimeError(f"ranks {start}..{end - 1} have no rows")
+        return reduce(lambda a, b: a.unionByName(b), frames)
+
+    def keys(self, start: int, end: int) -> DataFrame:
+        """(TENANT, KEY, RANK) of ranks [start, end): only the columns they come from are
+        read."""
+        first = self.schedule.consumed_before(start)
+        last = self.schedule.consumed_before(end)
+        frames = []
+        mapping = self.config.mapping
+        for index, source in enumerate(self.positioned):
+            rows = source.between(first[index], last[index])
+            if rows is not None:
+                frames.append(rows.select(
+                    tenant_of(mapping).alias(TENANT), key_of(mapping).alias(KEY),
+                    rank_column(self.schedule, index, F.col(J)).alias(RANK)))
+        return reduce(lambda a, b: a.unionByName(b), frames)
+
+
 def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: Loader,
          tq: Tierq, result: FeedResult, sleep: Callable[[float], None],
          started: float) -> None:
@@ -258,7 +240,6 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
     feed, queue = config.feed_name, config.queue
     offsets = load_offsets(ctx, feed)
     positioned: list[PositionedSource] = []
-    line: DataFrame | None = None
     try:
         for spec in config.sources:
             raw = loader.load(spark, spec, offsets)
@@ -280,22 +261,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
             result.stopped_by = "nothing_to_do"
             return
 
-        backlog = queue_backlog(ctx, queue, cap=config.max_backlog)
-        if backlog.room(config.max_backlog) == 0 and config.max_wait_seconds == 0:
-            log.info("backlog %s is at the limit %d: nothing written", backlog,
-                     config.max_backlog)
-            result.stopped_by = "backlog"
-            return
-
-        line = _line(positioned, schedule, config, limit, ctx.settings.max_payload_bytes)
-        summary = summarize(spark, line)
-        for source in positioned:  # the line holds what the rounds need now
-            source.unpersist()
-        log.info("%s rows mapped, ranked and checked for repeated keys (%d repeat(s), "
-                 "%d reject(s); %.1f s so far)", f"{limit:,}", len(summary.repeats),
-                 len(summary.reject_ranks), time.monotonic() - started)
-
-        max_attempts = ctx.queue_settings.get(queue).max_attempts
+        line = Line(positioned, schedule, config, ctx.settings.max_payload_bytes)
         writers = config.write_partitions or spark.sparkContext.defaultParallelism
         progress = Progress(limit)
         saved: dict[tuple[str, str], int] = {
@@ -313,71 +279,125 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
                     sleep(pause)
                     waited += pause
                     continue
+                if result.rounds == 0:
+                    log.info("backlog %s is at the limit %d: nothing written", backlog,
+                             config.max_backlog)
                 result.stopped_by = "backlog"
                 break
             waited = 0.0
             end = min(limit, start + min(room, config.batch_rows))
-            skipped = summary.skipped_in(start, end)
-            stats = _write_round(spark, tq, line, stores, queue, max_attempts, start, end,
-                                 writers, config.chunk_rows, summary.tenant_spans, skipped)
-            staged = sum(s.staged for s in stats)
-            created = sum(s.created for s in stats)
-            dups = len(skipped)
-            rejected = _count_in(summary.reject_ranks, start, end)
-            if rejected:
-                _write_rejects(line, start, end, feed, result.rejects_path or "")
-            result.created += created
-            result.ignored += staged - created + dups
-            result.rejected += rejected
-            for s in stats:
-                result.ready_tenants.update(s.ready_tenants)
-            save_offsets(ctx, feed, _offset_rows(line, positioned,
-                                                   schedule.consumed_before(end), saved))
+            written = _write_round(spark, tq, line, stores, feed, result.rejects_path or "",
+                                   start, end, writers, config.chunk_rows)
+            result.created += written.created
+            result.ignored += written.ignored
+            result.rejected += written.rejected
+            result.ready_tenants.update(written.tenants)
+            save_offsets(ctx, feed, _offset_rows(positioned, schedule.consumed_before(end),
+                                                 saved))
             result.rounds += 1
             result.consumed = end
             result.deferred = schedule.total - end
             elapsed = time.monotonic() - started
-            progress.round(result.rounds, end, str(backlog), room, created,
-                           staged - created + dups, rejected,
+            progress.round(result.rounds, end, str(backlog), room, written.created,
+                           written.ignored, written.rejected,
                            end / elapsed if elapsed > 0 else 0.0)
             start = end
         else:
             result.stopped_by = "max_rows" if limit < schedule.total else "drained"
     finally:
-        if line is not None:
-            line.unpersist()
         for source in positioned:
             source.unpersist()
 
 
-def _write_round(spark: SparkSession, tq: Tierq, line: DataFrame, stores: StoreConfig,
-                 queue: str, max_attempts: int, start: int, end: int, partitions: int,
-                 chunk_rows: int, tenant_spans: dict[str, tuple[int, int]],
-                 skipped: frozenset[int]) -> list[PartitionStats]:
-    """Write ranks [start, end): reserve their places in line, then let every partition
-    COPY its share. The (queue, tenant) pairs of the round stay cold from before the places
-    are taken until the last partition has committed."""
-    tenants = [tenant for tenant, (lo, hi) in tenant_spans.items() if lo < end and hi >= start]
-    with feed.admitted_round(tq.ctx, queue, tenants, end - start) as seqs:
-        shared = spark.sparkContext.broadcast((seqs, skipped))
-        try:
-            record = F.concat_ws(FIELD, F.col(RANK).cast("string"), F.col(TENANT),
-                                 F.coalesce(F.col(RUN_AT_US).cast("string"), F.lit("")),
-                                 F.col(COPY_TEXT))
-            rows = (line.where((F.col(RANK) >= start) & (F.col(RANK) < end)
-                               & F.col(REASON).isNull())
-                    .select(record).coalesce(partitions))
-            job = RoundWrite(stores=stores, queue=queue, max_attempts=max_attempts,
-                             first_rank=start, chunk_rows=chunk_rows)
-            return strings(rows).mapPartitions(partial(write_partition, job, shared)).collect()
-        finally:
-            shared.destroy()
+@dataclass(frozen=True)
+class RoundWritten:
+    created: int
+    ignored: int      # repeats inside the round, and keys already live in the queue
+    rejected: int
+    tenants: tuple[str, ...]
 
 
-def _write_rejects(line: DataFrame, start: int, end: int, feed: str, path: str) -> None:
-    (line.where((F.col(RANK) >= start) & (F.col(RANK) < end) & F.col(REASON).isNotNull())
-     .select(F.lit(feed).alias("feed"), F.col(SOURCE).alias("source"), F.col(PART).alias("part"),
-             F.col(ROW).alias("row"), F.col(REASON).alias("reason"),
-             F.col(ROW_JSON).alias("row_json"), F.current_timestamp().alias("rejected_at"))
-     .coalesce(1).write.mode("append").json(path))
+def _round_tenants(line: Line, keys: DataFrame) -> list[str]:
+    """The tenants the round's rows name (a tenant that is not a valid name only has
+    rejected rows): the pairs its load admits."""
+    if line.config.mapping.tenant is None:
+        return [DEFAULT_TENANT]
+    named = [r[0] for r in keys.select(TENANT).distinct().collect()]
+    return sorted(t for t in named if t is not None and _TENANT_NAME.match(t))
 
+
+def _repeats(rows: DataFrame, keys: DataFrame) -> DataFrame | None:
+    """Ranks of rows whose (tenant, key) a valid row earlier in the round has: they are
+    ignored, the first occurrence wins. None when no hash of (tenant, key) repeats — the
+    usual case, decided on 64-bit hashes alone."""
+    hashed = F.xxhash64(F.col(TENANT), F.col(KEY))
+    candidates = (keys.select(hashed.alias(_HASH)).groupBy(_HASH).count()
+                  .where(F.col("count") > 1).select(_HASH))
+    if candidates.isEmpty():
+        return None
+    first = Window.partitionBy(TENANT, KEY).orderBy(RANK)
+    return (rows.where(F.col(REASON).isNull()).select(TENANT, KEY, RANK, hashed.alias(_HASH))
+            .join(candidates, on=_HASH, how="left_semi")
+            .select(RANK, F.row_number().over(first).alias("__tq_nth"))
+            .where(F.col("__tq_nth") > 1).select(RANK)
+            .persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def _write_round(spark: SparkSession, tq: Tierq, line: Line, stores: StoreConfig, feed: str,
+                 rejects_path: str, start: int, end: int, writers: int,
+                 chunk_rows: int) -> RoundWritten:
+    """Write ranks [start, end) through the engine's bulk path: the round's pairs stay
+    cold, its places reserved, from before any row is written until the last partition
+    has committed."""
+    keys = line.keys(start, end)
+    tenants = _round_tenants(line, keys)
+    rows = line.rows(start, end)
+    repeats = _repeats(rows, keys)
+    out: DataFrame | None = None
+    try:
+        repeated = 0
+        if repeats is not None:
+            repeated = repeats.count()
+            rows = rows.join(F.broadcast(repeats) if repeated <= 100_000 else repeats,
+                             on=RANK, how="left_anti")
+        if not tenants:  # every row of the round is rejected
+            tenants = ["_"]
+        with tq.bulk_load(line.config.queue, rows=end - start, tenants=tenants) as load:
+            # the staged row: a fresh UUIDv7 (the load's time, 74 random bits), the place
+            # in the load, then what the mapping made of the row
+            task_id = F.concat(F.lit(load.id_prefix), F.substring(F.expr("uuid()"), 16, 21))
+            staged = F.when(F.col(REASON).isNull(), F.concat(
+                task_id, F.lit("\t"), (F.col(RANK) - start).cast("string"), F.lit("\t"),
+                F.col(COPY_TEXT)))
+            frame = rows.select(staged.alias(LINE), TENANT, F.col(SOURCE).alias("source"),
+                                F.col(PART).alias("part"), F.col(ROW).alias("row"),
+                                F.col(REASON).alias("reason"),
+                                F.col(ROW_JSON).alias("row_json"))
+            partitions = max(1, min(writers, frame.rdd.getNumPartitions()))
+            job = RoundWrite(stores=stores, load=load, chunk_rows=chunk_rows,
+                             connections=max(1, writers // partitions),
+                             tenant=tenants[0] if line.config.mapping.tenant is None else None,
+                             tenant_column=TENANT)
+            out = (frame.coalesce(partitions)
+                   .mapInArrow(partial(write_partition, job), OUT_SCHEMA)  # type: ignore[arg-type]
+                   .persist(StorageLevel.MEMORY_AND_DISK))
+            stats = (out.where(F.col("kind") == "stats")
+                     .select("staged", "created", "rejected").collect())
+        staged = sum(r["staged"] for r in stats)
+        created = sum(r["created"] for r in stats)
+        rejected = sum(r["rejected"] for r in stats)
+        if staged + rejected + repeated != end - start:
+            raise RuntimeError(f"ranks {start}..{end - 1}: {staged} row(s) written, {rejected} "
+                               f"rejected and {repeated} repeated make not {end - start}")
+        if rejected:
+            (out.where(F.col("kind") == "reject")
+             .select(F.lit(feed).alias("feed"), "source", "part", "row", "reason", "row_json",
+                     F.current_timestamp().alias("rejected_at"))
+             .coalesce(1).write.mode("append").json(rejects_path))
+        return RoundWritten(created=created, ignored=staged - created + repeated,
+                            rejected=rejected, tenants=tuple(tenants))
+    finally:
+        if out is not None:
+            out.unpersist()
+        if repeats is not None:
+            repeats.unpersist()

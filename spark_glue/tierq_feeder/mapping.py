@@ -26,7 +26,9 @@ PAYLOAD = "__tq_payload"
 RUN_AT_US = "__tq_run_at_us"
 REASON = "__tq_reason"
 ROW_JSON = "__tq_row_json"
-COPY_TEXT = "__tq_copy"  # tenant, key, priority, payload as COPY text (tab-separated)
+# tenant, key, priority, payload, run_at_us as COPY text (tab-separated, ending the line):
+# the staged row (tierq.logic.bulk.STAGE_COLUMNS) but its id and ord
+COPY_TEXT = "__tq_copy"
 
 NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
            T.DecimalType)
@@ -62,19 +64,27 @@ def copy_escaped(value: Column) -> Column:
     return F.replace(value, F.lit("\\"), F.lit("\\\\"))
 
 
+def key_of(mapping: ColumnMapping) -> Column:
+    """The task key of a source row (validated with the rest of the row by ``map_tasks``)."""
+    return col(mapping.key).cast("string")
+
+
+def tenant_of(mapping: ColumnMapping) -> Column:
+    """The tenant of a source row: the tenant column, ``_`` when it is empty or absent."""
+    if mapping.tenant is None:
+        return F.lit(DEFAULT_TENANT)
+    raw_tenant = col(mapping.tenant).cast("string")
+    return F.when(raw_tenant.isNull() | (raw_tenant == ""), F.lit(DEFAULT_TENANT)) \
+        .otherwise(raw_tenant)
+
+
 def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, *,
               max_payload_chars: int, now_seconds: float) -> DataFrame:
     """Adds KEY, TENANT, PRIORITY, PAYLOAD, RUN_AT_US, REASON (null when the row maps),
-    ROW_JSON (the source row as JSON, for rejects only) and COPY_TEXT (what the writers
-    send for the row, but its id, place in line and state)."""
-    key = col(mapping.key).cast("string")
-
-    if mapping.tenant is None:
-        tenant = F.lit(DEFAULT_TENANT)
-    else:
-        raw_tenant = col(mapping.tenant).cast("string")
-        tenant = F.when(raw_tenant.isNull() | (raw_tenant == ""), F.lit(DEFAULT_TENANT)) \
-            .otherwise(raw_tenant)
+    ROW_JSON (the source row as JSON, for rejects only) and COPY_TEXT (the staged row but
+    its id and ord: everything else of the task is decided here, in the JVM)."""
+    key = key_of(mapping)
+    tenant = tenant_of(mapping)
 
     if mapping.priority is None:
         priority = F.lit(0)
@@ -137,8 +147,10 @@ def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, 
     row_json = F.when(r.isNotNull(),
                       F.to_json(F.struct(*[col(c).alias(c) for c in columns]),
                                 {"ignoreNullFields": "false"}))
-    copy_text = F.when(r.isNull(), F.concat_ws(
-        "\t", t, copy_escaped(k), F.col(PRIORITY).cast("string"), copy_escaped(pl)))
+    copy_text = F.when(r.isNull(), F.concat(
+        F.concat_ws("\t", t, copy_escaped(k), F.col(PRIORITY).cast("string"), copy_escaped(pl),
+                    F.coalesce(F.col(RUN_AT_US).cast("string"), F.lit("\\N"))),
+        F.lit("\n")))
     return checked.select(*[col(c) for c in fields.columns
                             if c not in ("__tq_bad_priority", "__tq_bad_run_at")],
                           r, row_json.alias(ROW_JSON), copy_text.alias(COPY_TEXT))

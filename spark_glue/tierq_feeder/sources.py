@@ -111,14 +111,49 @@ class PositionedSource:
     """A source's remaining rows with PART, ROW, J (and CURSOR for JDBC), persisted."""
 
     spec: SourceSpec
-    frame: DataFrame | None      # None when the source has nothing left
+    frame: DataFrame | None      # None when the source has nothing left (or is ``scan``)
     columns: list[str]           # the source's own columns
     parts: list[PartProgress]    # in source order
     cached: DataFrame | None = None  # what ``frame`` is computed from, held in memory/disk
+    # parquet: the files' rows with PART and ROW (read again by each round, never held)
+    scan: DataFrame | None = None
 
     @property
     def remaining(self) -> int:
         return sum(p.remaining for p in self.parts)
+
+    @property
+    def has_rows(self) -> bool:
+        return self.frame is not None or (self.scan is not None and self.remaining > 0)
+
+    def between(self, j0: int, j1: int) -> DataFrame | None:
+        """The remaining rows with source ordinals ``j0 <= J < j1`` (with PART, ROW, J,
+        CURSOR). Parquet reads only the files those rows are in."""
+        if j1 <= j0:
+            return None
+        in_range = (F.col(J) >= j0) & (F.col(J) < j1)
+        if self.scan is None:
+            return None if self.frame is None else self.frame.where(in_range)
+        bases = part_bases(self.parts)
+        chosen = [p for p in self.parts if p.remaining > 0 and bases[p.part] < j1
+                  and bases[p.part] + p.remaining > j0]
+        if not chosen:
+            return None
+        spark = self.scan.sparkSession
+        # j = base(part) + (row - done(part)), for rows at or after done(part)
+        lookup = spark.createDataFrame(
+            [(p.part, p.done, bases[p.part] - p.done) for p in chosen],
+            T.StructType([T.StructField(PART, T.StringType()),
+                          T.StructField("__tq_done", T.LongType()),
+                          T.StructField("__tq_shift", T.LongType())]))
+        # a filter on the file path prunes the other files before they are opened
+        files = self.scan.where(F.col(PART).isin([p.part for p in chosen]))
+        joined = files.join(F.broadcast(lookup), on=PART, how="inner")
+        return (joined.where(F.col(ROW) >= F.col("__tq_done"))
+                .select(*[col(c) for c in self.columns], PART, ROW,
+                        (F.col("__tq_shift") + F.col(ROW)).alias(J),
+                        F.lit(None).cast("string").alias(CURSOR))
+                .where(in_range))
 
     def unpersist(self) -> None:
         if self.cached is not None:
@@ -168,32 +203,25 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
         return PositionedSource(spec, None, columns, parts)
 
     if spec.format == "parquet":
-        # j = base(part) + (row - done(part)), for rows at or after done(part)
-        lookup = spark.createDataFrame(
-            [(p.part, p.done, bases[p.part] - p.done) for p in live],
-            T.StructType([T.StructField(PART, T.StringType()),
-                          T.StructField("__tq_done", T.LongType()),
-                          T.StructField("__tq_shift", T.LongType())]))
-        joined = scanned.join(F.broadcast(lookup), on=PART, how="inner")
-        row = F.col(ROW)
-    else:
-        # a split's rows are consecutive in its task: row = rows of earlier splits of the
-        # file + (position in the task - position of the split's first row)
-        entries = []
-        for p in live:
-            before = 0
-            for start, n, first in sorted(blocks[p.part]):
-                entries.append((p.part, start, before - first, p.done, bases[p.part] - p.done))
-                before += n
-        lookup = spark.createDataFrame(
-            entries,
-            T.StructType([T.StructField(PART, T.StringType()),
-                          T.StructField(_BLOCK, T.LongType()),
-                          T.StructField("__tq_row_shift", T.LongType()),
-                          T.StructField("__tq_done", T.LongType()),
-                          T.StructField("__tq_shift", T.LongType())]))
-        joined = scanned.join(F.broadcast(lookup), on=[PART, _BLOCK], how="inner")
-        row = F.col(_MONO) + F.col("__tq_row_shift")
+        # nothing held: each round reads the files its rows are in (``between``)
+        return PositionedSource(spec, None, columns, parts, scan=scanned)
+    # a split's rows are consecutive in its task: row = rows of earlier splits of the
+    # file + (position in the task - position of the split's first row)
+    entries = []
+    for p in live:
+        before = 0
+        for start, n, first in sorted(blocks[p.part]):
+            entries.append((p.part, start, before - first, p.done, bases[p.part] - p.done))
+            before += n
+    lookup = spark.createDataFrame(
+        entries,
+        T.StructType([T.StructField(PART, T.StringType()),
+                      T.StructField(_BLOCK, T.LongType()),
+                      T.StructField("__tq_row_shift", T.LongType()),
+                      T.StructField("__tq_done", T.LongType()),
+                      T.StructField("__tq_shift", T.LongType())]))
+    joined = scanned.join(F.broadcast(lookup), on=[PART, _BLOCK], how="inner")
+    row = F.col(_MONO) + F.col("__tq_row_shift")
     frame = (joined.withColumn(ROW, row)
              .where(F.col(ROW) >= F.col("__tq_done"))
              .select(*data, PART, ROW, (F.col("__tq_shift") + F.col(ROW)).alias(J),

@@ -1,33 +1,38 @@
-"""The write path, run by each Spark partition (on the executors).
+"""The write path, run by each Spark partition of a round (on the executors), through the
+engine's bulk API (``Tierq.bulk_writer``; tierq.logic.bulk owns the staging table, the
+insert and the admission of the rows).
 
-Per partition: one small engine (one Postgres connection, one Valkey client). Per chunk of
-``chunk_rows`` rows, one short transaction (``tierq.logic.feed.write_chunk``):
+The JVM hands each partition's rows over as Arrow batches (``mapInArrow``): a column of
+finished COPY lines (the staged row, built in Spark SQL: id, place in the load, tenant,
+key, priority, payload, run_at), the row's tenant, and for rows that cannot become tasks
+the reason and what the rejects output needs. Nothing is done per row in Python: a
+chunk's COPY text is the lines' Arrow data buffer as it is, and its tenants are one
+``unique`` of a column. Rejected rows come back out of the partition as output rows.
 
-1. admission: the chunk's (queue, tenant) pairs turn cold and register the write as in
-   flight (Valkey), so nothing enqueued meanwhile can go warm and jump ahead of these rows;
-2. ``COPY`` into a temporary staging table, then one ``INSERT … SELECT … ON CONFLICT DO
-   NOTHING`` into ``tierq_tasks`` (a live task with the same key keeps its place);
-3. commit, then end the admission.
-
-Ready rows land ``cold`` and delayed ones ``delayed``; each row's place in line (``seq``)
-was reserved by the driver in schedule order, so partitions may write in any order.
+A partition writes its chunks (``chunk_rows`` rows, one short transaction each) on
+``connections`` PostgreSQL connections at once, one thread each: a round with fewer Spark
+partitions than writers still keeps every writer busy, and never more connections than
+``--write-partitions`` are open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import contextlib
+import queue
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from itertools import islice
 from typing import Any
 
 from tierq.config import Settings
-from tierq.core.ids import uuid7_strings
 from tierq.engine import Tierq
-from tierq.logic import feed
-from tierq.logic.context import Context
+from tierq.logic.bulk import BulkLoad
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LINE = "__tq_line"  # the staged row as COPY text (null for a rejected row)
+# what the writers give back: one "stats" row per partition, one "reject" row per reject
+OUT_SCHEMA = ("kind string, staged long, created long, rejected long, source string, "
+              "part string, row long, reason string, row_json string")
+REJECT_COLUMNS = ("source", "part", "row", "reason", "row_json")
 
 
 @dataclass(frozen=True)
@@ -50,87 +55,156 @@ class RoundWrite:
     """What every partition of one round needs to know."""
 
     stores: StoreConfig
-    queue: str
-    max_attempts: int
-    first_rank: int
+    load: BulkLoad
     chunk_rows: int
+    connections: int = 1                  # writers (threads, connections) per partition
+    tenant: str | None = None             # the only tenant of the round, when known
+    tenant_column: str = ""               # else: the column holding each row's tenant
+    reason_column: str = "reason"         # the reject reason (null: the row maps)
 
 
-@dataclass(frozen=True)
-class PartitionStats:
-    staged: int = 0
-    created: int = 0
-    ready_tenants: tuple[str, ...] = ()
+@dataclass
+class Chunk:
+    pieces: list[bytes]
+    tenants: set[str]
 
 
-# Between a record's fields (rank, tenant, run_at, COPY text): validated keys and tenants
-# hold no control character, and JSON text escapes them all.
-FIELD = "\x1f"
+def line_bytes(column: Any) -> bytes:
+    """The concatenated values of an Arrow string column without nulls: its data buffer
+    between the first and the last offset (the values are whole COPY lines)."""
+    buffers = column.buffers()
+    offsets = memoryview(buffers[1]).cast("q" if column.type.equals(_large_string())
+                                          else "i")
+    first, last = offsets[column.offset], offsets[column.offset + len(column)]
+    return bytes(memoryview(buffers[2])[first:last]) if last > first else b""
 
 
-def parse_record(record: str) -> tuple[int, str, int | None, str]:
-    """(rank, tenant, run_at in epoch microseconds or None, COPY text) of one record."""
-    rank, tenant, run_at, text = record.split(FIELD, 3)
-    return int(rank), tenant, int(run_at) if run_at else None, text
+def _large_string() -> Any:
+    import pyarrow as pa
+
+    return pa.large_string()
 
 
-def _timestamp(us: int) -> str:
-    return (EPOCH + timedelta(microseconds=us)).isoformat()
+class ChunkWriters:
+    """``connections`` bulk writers, one thread and one engine each, taking chunks from a
+    short queue (at most one waiting per writer: memory stays a few chunks)."""
+
+    def __init__(self, job: RoundWrite) -> None:
+        self.job = job
+        self.created = 0
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=job.connections)
+        self._threads = [threading.Thread(target=self._run, daemon=True,
+                                          name=f"tierq-bulk-writer-{i}")
+                         for i in range(job.connections)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        try:
+            with self.job.stores.engine() as tq, tq.bulk_writer(self.job.load) as writer:
+                while True:
+                    chunk = self._queue.get()
+                    if chunk is None:
+                        return
+                    if self.errors:
+                        continue  # another writer failed: drain, write nothing more
+                    created = writer.write(chunk.pieces, tenants=chunk.tenants)
+                    with self._lock:
+                        self.created += created
+        except BaseException as exc:
+            with self._lock:
+                self.errors.append(exc)
+            while self._queue.get() is not None:  # keep the producer from blocking
+                pass
+
+    def submit(self, chunk: Chunk) -> None:
+        if self.errors:
+            raise self.errors[0]
+        self._queue.put(chunk)
+
+    def finish(self) -> int:
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
+        if self.errors:
+            raise self.errors[0]
+        return self.created
 
 
-def copy_lines(rows: Sequence[Any], seqs: Sequence[int], first_rank: int,
-               now_us: int) -> tuple[str, set[str], set[str]]:
-    """COPY text for rows (rank, tenant, run_at_us, text) where ``text`` is the row's
-    tenant, key, priority and payload, already escaped (see ``mapping.COPY_TEXT``).
-    Returns it with the tenants that got ready rows, and all tenants."""
-    lines: list[str] = []
-    ready: set[str] = set()
-    tenants: set[str] = set()
-    ids = uuid7_strings(len(rows))
-    for task_id, (rank, tenant, run_at_us, text) in zip(ids, rows, strict=True):
-        if run_at_us is None:
-            tail = "cold\t\\N\n"
-            ready.add(tenant)
-        elif run_at_us > now_us:
-            tail = f"delayed\t{_timestamp(run_at_us)}\n"
-        else:
-            tail = f"cold\t{_timestamp(run_at_us)}\n"
-            ready.add(tenant)
-        tenants.add(tenant)
-        lines.append(f"{task_id}\t{seqs[rank - first_rank]}\t{text}\t{tail}")
-    return "".join(lines), ready, tenants
+def _stats(staged: int, created: int, rejected: int) -> Any:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(
+        {"kind": ["stats"], "staged": [staged], "created": [created], "rejected": [rejected],
+         "source": [None],
+         "part": [None], "row": [None], "reason": [None], "row_json": [None]},
+        schema=_out_schema())
 
 
-def write_chunk(ctx: Context, conn: Any, job: RoundWrite, seqs: Sequence[int],
-                rows: Sequence[Any]) -> PartitionStats:
-    now = ctx.now()
-    text, ready, tenants = copy_lines(rows, seqs, job.first_rank, int(now * 1_000_000))
-    created = feed.write_chunk(ctx, conn, job.queue, text.encode("utf-8"), tenants=tenants,
-                               ready_tenants=ready, max_attempts=job.max_attempts, now=now)
-    return PartitionStats(staged=len(rows), created=created, ready_tenants=tuple(sorted(ready)))
+def _out_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("kind", pa.string()), ("staged", pa.int64()), ("created", pa.int64()),
+                      ("rejected", pa.int64()), ("source", pa.string()), ("part", pa.string()),
+                      ("row", pa.int64()),
+                      ("reason", pa.string()), ("row_json", pa.string())])
 
 
-def write_partition(job: RoundWrite, shared: Any, records: Iterable[str]
-                    ) -> Iterator[PartitionStats]:
-    """Spark ``mapPartitions`` body over the partition's records (see ``FIELD``): yields
-    one PartitionStats. ``shared`` is a broadcast of the round's reserved places in line
-    and the ranks to skip (later occurrences of a key inside the round)."""
-    values, skip = shared.value
-    rows = map(parse_record, records)
-    it = rows if not skip else (r for r in rows if r[0] not in skip)
-    first = list(islice(it, job.chunk_rows))
-    if not first:
-        yield PartitionStats()
-        return
-    staged = created = 0
-    ready: set[str] = set()
-    with job.stores.engine() as tq, tq.db.connection() as conn:
-        feed.prepare_writer(tq.ctx, conn)
-        chunk = first
-        while chunk:
-            stats = write_chunk(tq.ctx, conn, job, values, chunk)
-            staged += stats.staged
-            created += stats.created
-            ready.update(stats.ready_tenants)
-            chunk = list(islice(it, job.chunk_rows))
-    yield PartitionStats(staged=staged, created=created, ready_tenants=tuple(sorted(ready)))
+def _rejects(batch: Any) -> Any:
+    import pyarrow as pa
+
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [pa.array(["reject"] * n, pa.string()), pa.nulls(n, pa.int64()),
+         pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+         *[batch.column(name).cast(field.type) for name, field in
+           zip(REJECT_COLUMNS, list(_out_schema())[4:], strict=True)]],
+        schema=_out_schema())
+
+
+def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body: write the partition's rows, yield its rejects and one stats
+    row (rows staged, tasks created)."""
+    import pyarrow.compute as pc
+
+    staged = rejected_rows = 0
+    writers: ChunkWriters | None = None
+    chunk = Chunk([], set())
+    rows_in_chunk = 0
+    try:
+        for batch in batches:
+            reasons = batch.column(job.reason_column)
+            if reasons.null_count < batch.num_rows:
+                rejected = pc.is_valid(reasons)
+                rejects = batch.filter(rejected)
+                rejected_rows += rejects.num_rows
+                yield _rejects(rejects)
+                batch = batch.filter(pc.invert(rejected))
+            staged += batch.num_rows
+            while batch.num_rows:
+                piece = batch.slice(0, job.chunk_rows - rows_in_chunk)
+                batch = batch.slice(piece.num_rows)
+                chunk.pieces.append(line_bytes(piece.column(LINE)))
+                if job.tenant is not None:
+                    chunk.tenants.add(job.tenant)
+                else:
+                    chunk.tenants.update(
+                        pc.unique(piece.column(job.tenant_column)).to_pylist())
+                rows_in_chunk += piece.num_rows
+                if rows_in_chunk >= job.chunk_rows:
+                    writers = writers or ChunkWriters(job)
+                    writers.submit(chunk)
+                    chunk, rows_in_chunk = Chunk([], set()), 0
+        if rows_in_chunk:
+            writers = writers or ChunkWriters(job)
+            writers.submit(chunk)
+        created = writers.finish() if writers is not None else 0
+        writers = None
+    finally:
+        if writers is not None:  # failed midway: stop the threads, keep the first error
+            with contextlib.suppress(BaseException):  # the error in flight is the one to raise
+                writers.finish()
+    yield _stats(staged, created, rejected_rows)

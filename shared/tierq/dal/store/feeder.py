@@ -1,9 +1,10 @@
-"""The bulk feeder's statements (``sql/queries/feeder.sql``): its offsets and lock, the
-backlog it watches, places in line reserved per round, and the staged write of a chunk."""
+"""The bulk statements (``sql/queries/feeder.sql``): the feeder's offsets and lock, the
+backlog it watches, and bulk loads (logic/bulk.py): places in line reserved in blocks, the
+staging table and the insert from it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from psycopg.rows import scalar_row
@@ -40,21 +41,27 @@ class FeederQueries(StoreBase):
                             positional(BacklogCounts))
         return row
 
-    def feeder_reserve_seqs(self, n: int) -> list[int]:
-        """``n`` places in line, in order."""
-        return self._fetch("feeder_reserve_seqs", {"n": n}, scalar_row)
+    def feeder_reserve_blocks(self, n: int) -> list[int]:
+        """``n`` blocks of places in line (``logic.bulk.SEQ_BLOCK`` each): their first
+        places, in order."""
+        return self._fetch("feeder_reserve_blocks", {"n": n}, scalar_row)
 
     def feeder_create_stage(self, conn: Conn) -> None:
         """The staging table of ``conn``'s session (emptied at each commit)."""
         self._execute("feeder_create_stage", None, conn)
 
-    def feeder_copy_stage(self, conn: Conn, text: bytes) -> None:
-        """COPY rows (text format) into the staging table, in ``conn``'s transaction."""
+    def feeder_copy_stage(self, conn: Conn,
+                          pieces: Iterable[bytes | bytearray | memoryview]) -> None:
+        """COPY rows (text format, given as pieces in order) into the staging table, in
+        ``conn``'s transaction."""
         with conn.cursor() as cur, cur.copy(self._sql["feeder_copy_stage"]) as copy:
-            copy.write(text)
+            for piece in pieces:
+                copy.write(piece)
 
     def feeder_insert_from_stage(self, conn: Conn, queue: str, now: datetime,
-                                 max_attempts: int) -> int:
-        """Move the staged rows into the queue, in their order; how many were created."""
+                                 max_attempts: int, blocks: Sequence[int], block: int) -> int:
+        """Move the staged rows into the queue, in their order (row ``ord`` takes place
+        ``blocks[ord // block] + ord % block``); how many were created."""
         return self._execute("feeder_insert_from_stage", {
-            "queue": queue, "now": now, "max_attempts": max_attempts}, conn)
+            "queue": queue, "now": now, "max_attempts": max_attempts,
+            "blocks": list(blocks), "block": block}, conn)

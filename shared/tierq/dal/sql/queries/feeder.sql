@@ -39,37 +39,46 @@ SELECT
                            WHERE queue = %(queue)s AND state = 'delayed' LIMIT %(cap)s) d)
         AS delayed;
 
--- name: feeder_reserve_seqs
--- Places in line for one round, taken before any of its rows is written, so every row gets
--- its place in the round's order however its partition's writes interleave with others.
+-- name: feeder_reserve_blocks
+-- Places in line for one bulk load (logic/bulk.py), taken before any of its rows is
+-- written: tierq_task_seq steps by 512 (migration 0004), so each value is a block of 512
+-- places no other caller gets. Row ord of the load has place blocks[ord / 512] + ord % 512,
+-- in the load's order however its writers' commits interleave with others.
 SELECT nextval('tierq_task_seq') AS seq FROM generate_series(1, %(n)s) ORDER BY 1;
 
 -- name: feeder_create_stage
--- The per-connection staging table of a partition writer (emptied at each commit).
-CREATE TEMP TABLE IF NOT EXISTS tierq_feed_stage (
-    id       uuid,
-    seq      bigint,
-    tenant   text,
-    key      text,
-    priority smallint,
-    payload  jsonb,
-    state    text,
-    run_at   timestamptz
+-- The per-connection staging table of a bulk writer (emptied at each commit). Its columns
+-- are logic/bulk.STAGE_COLUMNS.
+CREATE TEMP TABLE IF NOT EXISTS tierq_bulk_stage (
+    id        uuid,
+    ord       bigint,
+    tenant    text,
+    key       text,
+    priority  smallint,
+    payload   jsonb,
+    run_at_us bigint
 ) ON COMMIT DELETE ROWS;
 
 -- name: feeder_copy_stage
-COPY tierq_feed_stage (id, seq, tenant, key, priority, payload, state, run_at) FROM STDIN;
+COPY tierq_bulk_stage (id, ord, tenant, key, priority, payload, run_at_us) FROM STDIN;
 
 -- name: feeder_insert_from_stage
--- Staged rows into the queue, in their order; a live task with the same key keeps its place
--- (DO NOTHING). Ready rows land cold; the cold -> warm mover warms them.
+-- Staged rows into the queue, in their order: each row's place is its ord mapped onto the
+-- load's reserved blocks (an ord past them has no place: the NOT NULL on seq refuses the
+-- chunk). A live task with the same key keeps its place (DO NOTHING). Rows due now land
+-- cold, the others delayed, as an enqueue decides; the cold -> warm mover warms them.
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
                          state_since)
-SELECT s.id, %(queue)s, s.tenant, s.key, s.priority, s.payload, s.state,
-       COALESCE(s.run_at, %(now)s), COALESCE(s.run_at, %(now)s), %(max_attempts)s, s.seq,
-       %(now)s, CASE WHEN s.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
-FROM tierq_feed_stage s
-ORDER BY s.seq
+SELECT s.id, %(queue)s, s.tenant, s.key, s.priority, s.payload, r.state, r.run_at, r.run_at,
+       %(max_attempts)s, (%(blocks)s::bigint[])[s.ord / %(block)s + 1] + s.ord %% %(block)s,
+       %(now)s, CASE WHEN r.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END,
+       %(now)s
+FROM tierq_bulk_stage s,
+     LATERAL (SELECT COALESCE('epoch'::timestamptz + s.run_at_us * interval '1 microsecond',
+                              %(now)s) AS run_at) AS t,
+     LATERAL (SELECT t.run_at,
+                     CASE WHEN t.run_at > %(now)s THEN 'delayed' ELSE 'cold' END AS state) AS r
+ORDER BY s.ord
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
 DO NOTHING;
