@@ -216,15 +216,13 @@ class ThroughputCounts:
             raise tenants
         return sorted(_text(t) for t in tenants)
 
-    def server_second(self) -> int:
-        """The server's clock, in whole epoch seconds (what the counts are stamped by)."""
-        return int(self.warm.server_time())
-
     def read(self, queue: str, tenants: Sequence[str] | None = None) -> Series:
         """Counts per second over the last ``WINDOW_SECONDS`` (ending at the server's
-        current second) summed over ``tenants``, or over every tenant noted when None."""
-        end = self.server_second()
+        current second: in cluster mode, of the master of the first key read) summed over
+        ``tenants``, or over every tenant noted when None."""
         names = self.noted_tenants(queue) if tenants is None else sorted(set(tenants))
+        end = int(self.warm.server_time(
+            tenants_key(queue) if tenants is None or not names else rate_key(queue, names[0])))
         enqueued = [0] * WINDOW_SECONDS
         acked = [0] * WINDOW_SECONDS
         for at in range(0, len(names), READ_CHUNK):

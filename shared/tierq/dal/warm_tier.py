@@ -283,13 +283,16 @@ class WarmTier:
                 pipe.execute_command(*args)
             return list(pipe.execute(raise_on_error=False))
 
-    def server_time(self) -> float:
-        """The server's clock (epoch seconds; in cluster mode, the clock of any master)."""
+    def server_time(self, key: str) -> float:
+        """The server's clock (epoch seconds); in cluster mode the clock of the master that
+        serves ``key`` (so a read of that key needs no other master up)."""
         with _available():
-            if self.calls is not None:
-                seconds, micros = self.calls.command("TIME")
+            if isinstance(self.client, RedisCluster):
+                node = self.client.get_node_from_key(key)
+                seconds, micros = self.client.execute_command(
+                    "TIME", target_nodes=node)
             else:
-                seconds, micros = self.client.time()
+                seconds, micros = self._command("TIME")
         return int(seconds) + int(micros) / 1e6
 
     def _command(self, *args: Any) -> Any:
