@@ -11,12 +11,12 @@ clearing a block whose stamp is 16 minutes or more old before reusing it; a read
 the seconds of the window, so nothing older than 15 minutes is ever reported.
 
 A queue's view sums its tenants: ``tq:{queue}:rate_tenants`` (a sorted set in the queue's
-own slot) names the tenants counted lately; a process notes a tenant there at most once a
-minute (``NOTE_EVERY_SECONDS``) — in the same pipeline as its count on a single server, on
+own slot) names the tenants counted lately. A process notes a tenant there at most once a
+minute (``NOTE_EVERY_SECONDS``): in the same pipeline as its count on a single server, on
 its own after it in cluster mode (that slot's master being down must not fail a pair's
-call) — and the set forgets a
-tenant 1,020 s after it was last noted — longer than its counts live — so a view reads the
-rate strings of the tenants counted in the window only, however many tenants the queue had.
+call). The set forgets a tenant 1,020 s after it was last noted, longer than its counts
+live, so a view reads the rate strings of the tenants counted in the window only, however
+many tenants the queue had.
 
 The keys carry a TTL, so a cache at its maximum with a ``volatile-*`` policy evicts them
 before any key of a task (which carry none): what is lost is chart data only. Counting is
