@@ -18,11 +18,12 @@ from tierq.dal.store.idempotency import IdempotencyQueries
 from tierq.dal.store.registry import RegistryQueries
 from tierq.dal.store.rows import Pair
 from tierq.dal.store.schedules import ScheduleQueries
+from tierq.dal.store.shards import ShardQueries
 from tierq.dal.store.tasks import TaskColumns, TaskQueries
 
 
 class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQueries,
-                FeederQueries, ConsumerQueries):
+                FeederQueries, ConsumerQueries, ShardQueries):
     """Every statement tierq runs on PostgreSQL, as a typed method."""
 
 

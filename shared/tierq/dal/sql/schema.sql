@@ -16,6 +16,7 @@ migrations applied:
   0009_schedules_per_tenant
   0010_dead_letters_by_queue
   0011_queue_limits_and_consumer
+  0012_shard_homes
 
 table tierq_feeder_offsets
   column feed text not null
@@ -51,6 +52,16 @@ table tierq_maintenance_cursors
   column updated_at timestamp with time zone not null default now()
   constraint tierq_maintenance_cursors_pkey: PRIMARY KEY (walk)
   CREATE UNIQUE INDEX tierq_maintenance_cursors_pkey ON tierq_maintenance_cursors USING btree (walk)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_pair_homes
+  column queue text not null
+  column tenant text not null
+  column shard text not null
+  column born_at timestamp with time zone not null default now()
+  constraint tierq_pair_homes_pkey: PRIMARY KEY (queue, tenant)
+  CREATE INDEX tierq_pair_homes_by_tenant ON tierq_pair_homes USING btree (tenant, queue)
+  CREATE UNIQUE INDEX tierq_pair_homes_pkey ON tierq_pair_homes USING btree (queue, tenant)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
 table tierq_queue_tenants
@@ -154,6 +165,15 @@ table tierq_schema_migrations
   constraint tierq_schema_migrations_pkey: PRIMARY KEY (version)
   CREATE UNIQUE INDEX tierq_schema_migrations_pkey ON tierq_schema_migrations USING btree (version)
   grant to <app_group>: SELECT
+
+table tierq_shard_identity
+  column singleton boolean not null default true
+  column name text not null
+  column homes_complete timestamp with time zone
+  constraint tierq_shard_identity_pkey: PRIMARY KEY (singleton)
+  constraint tierq_shard_identity_singleton_check: CHECK (singleton)
+  CREATE UNIQUE INDEX tierq_shard_identity_pkey ON tierq_shard_identity USING btree (singleton)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
 table tierq_tasks
   column id uuid not null

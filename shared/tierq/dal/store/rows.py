@@ -294,3 +294,18 @@ class BacklogCounts(NamedTuple):
 
     cold: int
     delayed: int
+
+
+class HomeRow(NamedTuple):
+    """A pair's home shard (a page of the homes, copied into a new shard)."""
+
+    queue: str
+    tenant: str
+    shard: str
+
+
+class ShardIdentityRow(NamedTuple):
+    """Which shard a database is, and since when its copy of the homes is complete."""
+
+    name: str
+    homes_complete: datetime | None
