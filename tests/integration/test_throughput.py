@@ -5,6 +5,7 @@ The same tests run on the Redis Cluster (tests/cluster/test_throughput_on_cluste
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -187,3 +188,29 @@ def flush_scripts(valkey: Any) -> None:
     else:  # a cluster client: every master
         for node in valkey.get_primaries():
             node.redis_connection.script_flush()
+
+
+def test_add_counts_agrees_with_a_second_by_second_reading() -> None:
+    """Random rings (stale, current and partly-outside blocks, strings cut short) read as
+    the plain definition says: every second of the window, from the block stamped with its
+    minute."""
+    rng = random.Random(7)
+    for _ in range(200):
+        end = 1_800_000_000 + rng.randrange(10_000)
+        minute = end // 60
+        blob = bytearray(BLOCKS * BLOCK_BYTES)
+        for m in rng.sample(range(minute - 20, minute + 1), 10):
+            at = (m % BLOCKS) * BLOCK_BYTES
+            blob[at:at + BLOCK_BYTES] = block_bytes(m, {
+                s: (rng.randrange(5), rng.randrange(5)) for s in rng.sample(range(60), 20)})
+        blob = blob[:rng.choice([len(blob), rng.randrange(len(blob) // 4) * 4])]
+        enqueued, acked = [0] * WINDOW_SECONDS, [0] * WINDOW_SECONDS
+        add_counts(bytes(blob), end, enqueued, acked)
+        expected_e, expected_a = [0] * WINDOW_SECONDS, [0] * WINDOW_SECONDS
+        for i, second in enumerate(range(end - WINDOW_SECONDS + 1, end + 1)):
+            at = (second // 60 % BLOCKS) * BLOCK_BYTES
+            word = at + 4 + 8 * (second % 60)
+            if len(blob) >= word + 8 and int.from_bytes(blob[at:at + 4], "big") == second // 60:
+                expected_e[i] = int.from_bytes(blob[word:word + 4], "big")
+                expected_a[i] = int.from_bytes(blob[word + 4:word + 8], "big")
+        assert (enqueued, acked) == (expected_e, expected_a)

@@ -27,11 +27,14 @@ reply) is dropped and logged, never failing the enqueue or ack it describes.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -56,6 +59,10 @@ NOTE_EVERY_SECONDS = 60.0
 NOTED_PRUNE_AT = 10_000
 # rate strings read per pipeline
 READ_CHUNK = 500
+# the array type code of an unsigned 32-bit word (C's unsigned int: 4 bytes wherever
+# CPython runs; checked at import)
+_U32 = "I"
+assert array(_U32).itemsize == 4
 
 
 def rate_key(queue: str, tenant: str) -> str:
@@ -91,23 +98,27 @@ def add_counts(blob: bytes, end: int, enqueued: list[int], acked: list[int]) -> 
     """Add a rate string's counts of the seconds ``(end - WINDOW_SECONDS, end]`` to
     ``enqueued`` and ``acked`` (one value per second of that window, oldest first)."""
     start = end - WINDOW_SECONDS + 1
+    words = array(_U32)
+    words.frombytes(blob[:len(blob) - len(blob) % 4])
+    if sys.byteorder == "little":
+        words.byteswap()  # BITFIELD's words are big-endian
     for block in range(BLOCKS):
-        at = block * BLOCK_BYTES
-        if len(blob) < at + 4:
+        at = block * BLOCK_WORDS
+        if len(words) <= at:
             break
-        minute = int.from_bytes(blob[at:at + 4], "big")
+        minute = words[at]
         first = minute * BLOCK_SLOTS
         if minute == 0 or first + BLOCK_SLOTS <= start or first > end:
             continue  # never written, or a minute outside the window
-        words = memoryview(blob)[at + 4:at + BLOCK_BYTES]
-        for i in range(min(BLOCK_SLOTS, len(words) // 8)):
-            second = first + i
-            if start <= second <= end:
-                e = int.from_bytes(words[8 * i:8 * i + 4], "big")
-                a = int.from_bytes(words[8 * i + 4:8 * i + 8], "big")
-                if e or a:
-                    enqueued[second - start] += e
-                    acked[second - start] += a
+        counts = words[at + 1:at + BLOCK_WORDS]  # shorter at the string's end
+        lo = max(0, start - first)
+        hi = min(BLOCK_SLOTS, end - first + 1, len(counts) // 2)
+        if lo >= hi:
+            continue
+        into = first + lo - start
+        n = hi - lo
+        enqueued[into:into + n] = map(add, enqueued[into:into + n], counts[2 * lo:2 * hi:2])
+        acked[into:into + n] = map(add, acked[into:into + n], counts[2 * lo + 1:2 * hi:2])
 
 
 class ThroughputCounts:
