@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
             many = [f"t{i}-id|t0~x~1~{i}" for i in range(400)]
             tenants = [f"t{i}" for i in range(VIEW_TENANTS)]
             warm.throughput.record(QUEUE, {t: (1, 1) for t in tenants})  # a view to read
-            ping = warm.calls.command if warm.calls is not None else warm.client.ping
+            calls = warm.calls
+
+            def ping() -> object:
+                return calls.command("PING") if calls is not None else warm.client.ping()
+
             variants: dict[str, Callable[[], object]] = {
                 "ack 1 lease: ZREM alone": lambda: warm.release(QUEUE, "t0", one),
                 "ack 1 lease: ZREM + count": lambda: warm.release(QUEUE, "t0", one, acked=1),
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     QUEUE, ["t0"]),
                 "enqueue count, 5 tenants": lambda: warm.throughput.record_enqueued(
                     QUEUE, tenants[:5]),
-                "PING round trip": lambda: ping("PING"),
+                "PING round trip": ping,
                 "read 15 min, 1 tenant": lambda: warm.throughput.read(QUEUE, ["t0"]),
                 f"read 15 min, {VIEW_TENANTS} tenants summed":
                     lambda: warm.throughput.read(QUEUE),
