@@ -3,6 +3,7 @@ run with EVALSHA (redis-py reloads a script on NOSCRIPT)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,8 @@ from redis.exceptions import (
 from tierq.core.ids import attempt_of_token
 from tierq.dal.direct_calls import DirectCalls
 from tierq.errors import WarmTierFull, WarmTierUnavailable
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tierq.dal.throughput import ThroughputCounts
@@ -416,6 +419,11 @@ class WarmTier:
         out = self._command("ZMSCORE", QueueKeys.held(queue, pool), *members)
         return [None if d is None else int(float(d)) for d in out]
 
+    @staticmethod
+    def return_capacity_command(queue: str, pool: str, members: Sequence[str]) -> tuple[Any, ...]:
+        """The command of ``return_capacity`` (for ``release(then=...)``)."""
+        return ("ZREM", QueueKeys.held(queue, pool), *dict.fromkeys(members))
+
     def return_capacity(self, queue: str, pool: str, members: Sequence[str]) -> int:
         """Give back reservations (finished or unused); returns how many were held."""
         if not members:
@@ -464,24 +472,47 @@ class WarmTier:
         return [None if d is None else int(float(d)) for d in deadlines]
 
     def release(self, queue: str, tenant: str, members: Sequence[str], *,
-                acked: int = 0) -> int:
+                acked: int = 0, then: Sequence[Any] = ()) -> int:
         """Drop these leases (members ``lease_member(id, token)``); a lease that was
         re-issued since has another token and is left alone. Returns how many were
         dropped. ``acked``: tasks of the pair just acked, counted in the same round trip
-        (dal/throughput.py)."""
+        (dal/throughput.py). ``then``: a command that must run after the drop (giving back
+        the leases' queue-wide reservations): on a single server in the same round trip,
+        in order; in cluster mode (other slots, no order across masters) once the drop
+        has answered."""
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
         zrem = ("ZREM", k.leased, *dict.fromkeys(members))
-        if acked <= 0:
-            return int(self._command(*zrem))
-        counts, note = self.throughput.along(queue, {tenant: (0, acked)})
-        replies = self.pipeline([zrem, *counts])
+        after = [then] if then and self.calls is not None else []
+        if acked <= 0 and not after:
+            dropped = int(self._command(*zrem))
+            self._then(then)
+            return dropped
+        counts, note = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
+            else ([], None)
+        replies = self.pipeline([zrem, *counts, *after])
+        if after:
+            replies = replies[:-1]  # (an error there: the reservations end at their deadline)
         self.throughput.settle(queue, counts, replies[1:], note)
         if isinstance(replies[0], Exception):
             with _available():
                 raise replies[0]
+        if not after:
+            self._then(then)
         return int(replies[0])
+
+    def _then(self, command: Sequence[Any]) -> None:
+        """``release``'s command after the drop, on its own; best-effort: what it would have
+        given back ends at its deadline (the lease deadline) anyway, and the drop it
+        follows (an ack's, whose outcome is committed) must not fail for it."""
+        if not command:
+            return
+        try:
+            self._command(*command)
+        except (WarmTierUnavailable, WarmTierFull):
+            log.warning("giving back reservations failed (%s); they end at their deadline",
+                        command[1], exc_info=True)
 
     def take_back(self, queue: str, tenant: str, *, now_ms: int,
                   members: Sequence[str]) -> set[str]:

@@ -92,12 +92,17 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     by_tenant: dict[str, list[str]] = defaultdict(list)
     for v in verified:
         by_tenant[v.tenant].append(v.member)
-    for tenant, members in by_tenant.items():
+    # then their queue-wide reservations (with the last pair's drop, after it): a
+    # reservation may outlive its lease, never the reverse, so max_leased is never exceeded
+    then: tuple[Any, ...] = ()
+    if verified and ctx.queue_settings.get(queue).max_leased:
+        then = ctx.warm.return_capacity_command(
+            queue, limits.LEASES_POOL, [reservation_of(v.token) for v in verified])
+    last = len(by_tenant) - 1
+    for i, (tenant, members) in enumerate(by_tenant.items()):
         ctx.warm.release(queue, tenant, members, acked=sum(
-            m.partition("|")[0] in acked for m in members) if acked else 0)
-    # then their queue-wide reservations: a reservation may outlive its lease, never the
-    # reverse, so max_leased is never exceeded
-    free_reservations(ctx, queue, [v.token for v in verified])
+            m.partition("|")[0] in acked for m in members) if acked else 0,
+            then=then if i == last else ())
 
 
 def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
