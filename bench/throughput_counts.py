@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             many = [f"t{i}-id|t0~x~1~{i}" for i in range(400)]
             tenants = [f"t{i}" for i in range(VIEW_TENANTS)]
             warm.throughput.record(QUEUE, {t: (1, 1) for t in tenants})  # a view to read
-            calls = warm.calls
+            direct = warm.calls
 
             def ping() -> object:
-                return calls.command("PING") if calls is not None else warm.client.ping()
+                return direct.command("PING") if direct is not None else warm.client.ping()
 
             variants: dict[str, Callable[[], object]] = {
                 "ack 1 lease: ZREM alone": lambda: warm.release(QUEUE, "t0", one),
