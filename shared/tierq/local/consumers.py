@@ -25,6 +25,7 @@ import importlib.util
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 import traceback
@@ -115,7 +116,12 @@ class LocalFunctions:
             raise invalid_function(function, f"cannot load {found.origin}")
         module = importlib.util.module_from_spec(spec)
         module.__package__ = module_name.rpartition(".")[0]  # its relative imports
-        spec.loader.exec_module(module)
+        sys.modules[name] = module  # (dataclasses and pickling look their module up there)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
         handler = getattr(module, attribute)
         if not callable(handler):
             raise invalid_function(function, f"{module_name} has no function {attribute}")
@@ -149,6 +155,8 @@ class LocalFunctions:
             handler = self._take_environment(function)
         except InvalidInput as exc:
             return Invocation("not_invoked", error=exc.message)
+        except Exception as exc:  # a new environment's import failed: the function never ran
+            return Invocation("not_invoked", error=f"Runtime.ImportModuleError: {exc!r}")
         with self._lock:
             self.invocations += 1
         context = LambdaContext(function_name=name, memory_limit_in_mb=128,

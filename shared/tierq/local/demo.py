@@ -14,7 +14,13 @@ Python client and :class:`~tierq.client.worker.Worker` s:
    delayed task and the schedule's occurrences fire on time (priority 9, ahead of the
    backlog), and the failing task reaches the dead letters after its attempts;
 4. "deploys a fix" and replays the dead letter, which then succeeds;
-5. shows live progress all along and ends with a summary table, then stops everything it
+5. meanwhile a second queue, ``demo-push``, names a **Lambda consumer**
+   (:func:`push_consumer`, a Powertools ``BatchProcessor`` handler written for SQS, called
+   in-process by the local dispatcher with SQS-shaped batches) and a **rate limit** of
+   ``PUSH_RATE`` tasks a second: its tasks reach the function no faster than the limit, the
+   items the function reports in ``batchItemFailures`` run again, and every task is acked
+   without a worker;
+6. shows live progress all along and ends with a summary table, then stops everything it
    started (``--keep-running`` leaves the stack and dashboard up until Ctrl-C).
 """
 
@@ -56,6 +62,10 @@ from tierq.errors import TierqError
 from tierq.models import ClaimedTask
 
 QUEUE = "demo"
+PUSH_QUEUE = "demo-push"
+PUSH_RATE = 100.0  # tasks a second handed to the consumer (the queue's rate limit)
+PUSH_BURST = 20
+PUSH_FAIL_EVERY = 50  # the consumer fails the first run of one task in this many
 SCHEDULE = "demo-every-5s"
 SCHEDULE_EVERY = 5.0
 DELAY_SECONDS = 8.0
@@ -76,6 +86,7 @@ class DemoPlan:
     concurrency: int = 32
     work_ms: float = 1.0
     timeout: float = 180.0
+    push_tasks: int = 500
 
 
 @dataclass
@@ -101,6 +112,9 @@ class DemoProgress:
     modes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     events: deque[str] = field(default_factory=lambda: deque(maxlen=14))
+    push_started: float | None = None
+    push_done_at: float | None = None
+    push: dict[str, int] = field(default_factory=dict)  # GET /v1/metrics/consumers' row
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def at(self) -> float:
@@ -118,6 +132,56 @@ class DemoProgress:
 
 class DemoFailure(RuntimeError):
     pass
+
+
+def push_consumer(event: dict[str, Any], context: Any) -> Any:
+    """The consumer of ``demo-push``: a Lambda handler written for an SQS event source with
+    Powertools, unchanged. It fails the first run of one task in ``PUSH_FAIL_EVERY``."""
+    from aws_lambda_powertools.utilities.batch import (
+        BatchProcessor,
+        EventType,
+        process_partial_response,
+    )
+
+    def record_handler(record: Any) -> None:
+        n = record.json_body["n"]
+        first = record.attributes.approximate_receive_count == "1"
+        if n % PUSH_FAIL_EVERY == 0 and first:
+            raise ValueError(f"task {n} fails its first run")
+
+    return process_partial_response(event=event, record_handler=record_handler,
+                                    processor=BatchProcessor(event_type=EventType.SQS),
+                                    context=context)
+
+
+def start_push(api: Client, plan: DemoPlan, progress: DemoProgress) -> None:
+    """The queue with a Lambda consumer and a rate limit, and its tasks."""
+    api.put_queue(PUSH_QUEUE, {
+        "consumer": {"function": "tierq.local.demo:push_consumer", "batch_size": 10,
+                     "max_concurrency": 2},
+        "rate": {"per_second": PUSH_RATE, "burst": PUSH_BURST},
+        "backoff": {"kind": "fixed", "base_seconds": 0.5, "cap_seconds": 0.5, "jitter": 0}})
+    progress.push_started = progress.at()
+    for start in range(0, plan.push_tasks, 500):
+        api.enqueue(PUSH_QUEUE, [{"payload": {"n": n}} for n in range(
+            start, min(plan.push_tasks, start + 500))])
+    progress.event(f"{plan.push_tasks} tasks for a Lambda consumer (rate limit "
+                   f"{PUSH_RATE:g}/s, 1 in {PUSH_FAIL_EVERY} fails once)")
+
+
+def sample_push(api: Client, plan: DemoPlan, progress: DemoProgress) -> None:
+    if progress.push_started is None or progress.push_done_at is not None:
+        return
+    rows = api.request("GET", "/v1/metrics/consumers") or {}
+    for row in rows.get("consumers", []):
+        if row["queue"] == PUSH_QUEUE:
+            progress.push = {k: v for k, v in row.items() if isinstance(v, int)}
+    if progress.push.get("acked", 0) >= plan.push_tasks:
+        progress.push_done_at = progress.at()
+        took = progress.push_done_at - progress.push_started
+        progress.event(f"Lambda consumer: {plan.push_tasks} tasks acked in {took:.1f}s "
+                       f"({plan.push_tasks / took:,.0f}/s, limit {PUSH_RATE:g}/s), "
+                       f"{progress.push.get('retried', 0)} retried")
 
 
 def make_handler(progress: DemoProgress, work_seconds: float) -> Callable[[ClaimedTask], Any]:
@@ -220,6 +284,7 @@ def run_demo(api: Client, plan: DemoPlan, *, out: Console,
     progress.delayed_due = progress.at() + DELAY_SECONDS
     progress.event(f"delayed task enqueued (runs in {DELAY_SECONDS:g}s) and a task that "
                    f"fails ({FLAKY_ATTEMPTS} attempts)")
+    start_push(api, plan, progress)
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=out)
@@ -235,6 +300,7 @@ def run_demo(api: Client, plan: DemoPlan, *, out: Console,
               transient=False) as live:
         def refresh() -> None:
             sample(api, progress)
+            sample_push(api, plan, progress)
             if progress.burst_drained is None and progress.burst_done >= plan.tasks:
                 progress.burst_drained = progress.at()
                 progress.event(f"burst drained: {plan.tasks:,} tasks acked")
@@ -292,6 +358,7 @@ def run_demo(api: Client, plan: DemoPlan, *, out: Console,
 def finished(progress: DemoProgress) -> bool:
     c = progress.counts
     return (progress.burst_done >= progress.burst_total
+            and progress.push_done_at is not None
             and progress.delayed_ran is not None
             and len(progress.cron_runs) >= 1
             and progress.flaky_ok_at is not None
@@ -331,6 +398,16 @@ def summary(progress: DemoProgress, stats: list[WorkerStats], plan: DemoPlan) ->
         f"{'replayed' if progress.replayed_at is not None else '-'} → "
         f"{'ok' if progress.flaky_ok_at is not None else '-'}",
         progress.flaky_ok_at is not None and progress.flaky_failures >= FLAKY_ATTEMPTS)
+    push_took = None if progress.push_done_at is None or progress.push_started is None \
+        else progress.push_done_at - progress.push_started
+    # the limit lets the burst go at once, then PUSH_RATE a second (retries count too)
+    fastest = (plan.push_tasks + progress.push.get("retried", 0) - PUSH_BURST) / PUSH_RATE
+    row(f"Lambda consumer under a {PUSH_RATE:g}/s rate limit: acked / retried, seconds",
+        f"{progress.push.get('acked', 0):,} / {progress.push.get('retried', 0)}, "
+        + ("-" if push_took is None else f"{push_took:.1f} s ≥ {fastest:.1f}"),
+        push_took is not None and push_took >= fastest * 0.95
+        and progress.push.get("acked") == plan.push_tasks
+        and progress.push.get("retried", 0) >= plan.push_tasks // PUSH_FAIL_EVERY)
     totals = WorkerStats()
     for s in stats:
         for name, value in s.as_dict().items():
@@ -374,6 +451,10 @@ def local_stack(port: int | None, log_path: Path) -> Iterator[str]:
                                      valkey_url=services.valkey.url)) as tq:
             tq.migrate()
             tq.purge_queue(QUEUE)  # a fresh start on every run
+            tq.purge_queue(PUSH_QUEUE)
+            from tierq.logic.dispatch import counters_key
+
+            tq.ctx.warm.client.delete(counters_key(PUSH_QUEUE))  # its counters start at 0
         env = {**os.environ, **services.env(), **DEMO_ENV}
         stack = start_gateway_child(env, log_path, cwd=root, port=port,
                                     args=("--quiet", "--schedule-period", "1",

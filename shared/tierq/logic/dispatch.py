@@ -721,8 +721,12 @@ class Dispatcher:
                 tasks = tasks[:fit]
                 state.backlog = True
             invoked = True
-            invocation = self.functions.invoke(consumer.function, event,
-                                               read_timeout=consumer.read_timeout)
+            try:
+                invocation = self.functions.invoke(consumer.function, event,
+                                                   read_timeout=consumer.read_timeout)
+            except Exception as exc:  # whether the function ran is unknown: an attempt
+                log.exception("invoking %s failed", consumer.function)
+                invocation = Invocation("failed", error=f"{type(exc).__name__}: {exc}")
             counts.batches += 1
             counts.add(settle(self.ctx, consumer, tasks, invocation))
             self._after(consumer, state, invocation)
