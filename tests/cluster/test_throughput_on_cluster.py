@@ -17,6 +17,7 @@ from tests.integration.test_throughput import (  # noqa: F401  (run here on the 
     test_counts_right_after_enqueue_and_ack_bursts,
     test_only_created_tasks_and_accepted_acks_count,
     test_scripts_the_server_forgot_are_loaded_again,
+    test_the_first_count_of_a_second_renews_the_key_s_life,
     test_the_tenant_index_names_the_tenants_counted,
 )
 from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node

@@ -94,6 +94,16 @@ def test_the_tenant_index_names_the_tenants_counted(tq: Tierq, valkey: Any) -> N
     assert valkey.strlen(rate_key("tp", "a")) <= BLOCKS * BLOCK_BYTES
 
 
+def test_the_first_count_of_a_second_renews_the_key_s_life(tq: Tierq, valkey: Any) -> None:
+    counts = tq.ctx.warm.throughput
+    counts.record("tp", {"x": (1, 0)})
+    valkey.expire(rate_key("tp", "x"), 100)
+    time.sleep(1.1)  # the next second: its first count sets the TTL again
+    counts.record("tp", {"x": (0, 1)})
+    assert 900 < valkey.ttl(rate_key("tp", "x")) <= 960
+    assert (sum(series(tq, "tp", ["x"]).enqueued), sum(series(tq, "tp", ["x"]).acked)) == (1, 1)
+
+
 def test_buckets_older_than_15_minutes_are_dropped(tq: Tierq, valkey: Any) -> None:
     """Counts are stamped by the server's clock: blocks written 15 and 16 minutes ago (as
     rate_add.lua would have) are read only for their seconds inside the window, and the

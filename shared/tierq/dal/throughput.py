@@ -6,7 +6,7 @@ pair's and a count rides in the same pipeline as the pair's own commands): 16 bl
 per minute modulo 16, each a u32 stamp (the minute it holds) and 60 pairs of u32 counts
 (enqueued, acked), one per second, big-endian as ``BITFIELD`` writes them — at most
 16 * 484 = 7,744 bytes per pair, and nothing for a pair idle for the whole window (the key
-expires 960 s after its last count). ``lua/rate_add.lua`` adds at the server's second,
+expires 959-960 s after its last count). ``lua/rate_add.lua`` adds at the server's second,
 clearing a block whose stamp is 16 minutes or more old before reusing it; a read keeps only
 the seconds of the window, so nothing older than 15 minutes is ever reported.
 

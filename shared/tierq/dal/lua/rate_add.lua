@@ -15,15 +15,21 @@ local KEEP_SECONDS = 960
 local now = tonumber(redis.call('TIME')[1])
 local minute = math.floor(now / 60)
 local stamp_at = (minute % BLOCKS) * BLOCK_WORDS
-local stamp = redis.call('BITFIELD', KEYS[1], 'GET', 'u32', '#' .. stamp_at)[1]
-if stamp ~= minute then
-  -- the block held a minute 16 or more minutes old (or nothing): clear it for this one
-  redis.call('SETRANGE', KEYS[1], (stamp_at + 1) * 4, string.rep('\0', 8 * BLOCK_SLOTS))
-  redis.call('BITFIELD', KEYS[1], 'SET', 'u32', '#' .. stamp_at, minute)
-end
 local slot = stamp_at + 1 + 2 * (now % BLOCK_SLOTS)
-redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'SAT',
-           'INCRBY', 'u32', '#' .. slot, ARGV[1], 'INCRBY', 'u32', '#' .. (slot + 1), ARGV[2])
--- a pair idle for the whole window leaves nothing behind
-redis.call('EXPIRE', KEYS[1], KEEP_SECONDS)
+-- one call in the steady state: the block's stamp, and the two counts added
+local seen = redis.call('BITFIELD', KEYS[1], 'GET', 'u32', '#' .. stamp_at, 'OVERFLOW', 'SAT',
+                        'INCRBY', 'u32', '#' .. slot, ARGV[1],
+                        'INCRBY', 'u32', '#' .. (slot + 1), ARGV[2])
+if seen[1] ~= minute then
+  -- the block held a minute 16 or more minutes old (or nothing), and the counts just added
+  -- went onto its old ones: clear it for this minute and add them again
+  redis.call('SETRANGE', KEYS[1], (stamp_at + 1) * 4, string.rep('\0', 8 * BLOCK_SLOTS))
+  redis.call('BITFIELD', KEYS[1], 'SET', 'u32', '#' .. stamp_at, minute, 'OVERFLOW', 'SAT',
+             'INCRBY', 'u32', '#' .. slot, ARGV[1], 'INCRBY', 'u32', '#' .. (slot + 1), ARGV[2])
+  redis.call('EXPIRE', KEYS[1], KEEP_SECONDS)
+elseif seen[2] == tonumber(ARGV[1]) and seen[3] == tonumber(ARGV[2]) then
+  -- the first count of this second: the key lives KEEP_SECONDS past it, so a pair idle for
+  -- the whole window leaves nothing behind (later counts of the second need not say so)
+  redis.call('EXPIRE', KEYS[1], KEEP_SECONDS)
+end
 return now
