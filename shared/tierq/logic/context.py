@@ -194,6 +194,8 @@ class Context:
     rotation: dict[str, int] = field(default_factory=dict)
     # when this process last topped up each (queue, tenant) at the claim's low-water mark
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
+    # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)
+    id_tag: int | None = None
 
     def __post_init__(self) -> None:
         self.store = TaskStore(self.db)

@@ -14,6 +14,7 @@ import orjson
 from tierq.core.ids import uuid7_strings
 from tierq.core.json_text import has_nul
 from tierq.core.ordering import score
+from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns
 from tierq.errors import InvalidInput, PayloadTooLarge
@@ -67,6 +68,8 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
     dumps = orjson.dumps
     out: list[Prepared] = []
     ids = uuid7_strings(n)
+    if ctx.id_tag is not None:  # a shard's ids tell it (dal/shards.py)
+        ids = tag_ids(ids, ctx.id_tag)
     for i, task in enumerate(tasks):
         try:
             payload_json = dumps(task.payload)
