@@ -57,3 +57,26 @@ def test_the_counters_of_each_queue_with_a_consumer(call: Invoke) -> None:
 def test_only_an_admin_sees_them(call: Invoke) -> None:
     reply = call("GET", "/v1/metrics/consumers", claims={"tenant": "acme"})
     assert reply.status == 403, reply.body
+
+
+def test_a_consumer_outside_the_stacks_allow_list_is_refused_with_403(
+        call: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERQ_CONSUMER_FUNCTIONS", "orders-consumer")
+    monkeypatch.setenv("TIERQ_CONSUMER_ARN_PREFIX",
+                       "arn:aws:lambda:eu-west-1:111122223333:function:")
+    reply = call("PUT", "/v1/queues/orders", {"consumer": {"function": "payroll"},
+                                              "lease_seconds": 9})
+    assert reply.status == 403, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "consumer_not_allowed"
+    assert "'payroll' is not in the deployment's allow-list" in error["message"]
+    assert error["details"] == [{"field": "consumer.function",
+                                 "message": "not in the allow-list"}]
+    assert call("GET", "/v1/queues/orders").status == 404  # nothing was written
+    for allowed in ("orders-consumer",
+                    "arn:aws:lambda:eu-west-1:111122223333:function:orders-consumer"):
+        reply = call("PUT", "/v1/queues/orders", {"consumer": {"function": allowed}})
+        assert reply.status == 200, reply.body
+    tenant = call("PUT", "/v1/queues/orders", {"consumer": {"function": "orders-consumer"}},
+                  claims={"tenant": "acme"})
+    assert tenant.status == 403  # setting a consumer is an admin action
