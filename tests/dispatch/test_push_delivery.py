@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -93,3 +94,19 @@ def test_a_paused_queue_is_not_dispatched_and_a_batch_waits_for_its_window(
         assert len(JOURNAL.events) == 1 and len(JOURNAL.events[0]["Records"]) == 5
     finally:
         forget_dispatcher(tq.ctx)
+
+
+def test_batches_of_large_tasks_are_cut_to_what_an_invoke_carries(
+        make_tq: Any, pg: psycopg.Connection[Any], functions: LocalFunctions) -> None:
+    from tierq.logic.dispatch import EVENT_LIMIT
+
+    tq = make_tq(max_payload_bytes=1024 * 1024)
+    tq.put_queue("big", {"consumer": {"function": "tests.dispatch.consumers:keep",
+                                      "batch_size": 100}})
+    blob = "\"q\\" * 200_000  # 1 MB of JSON text whose quotes and backslashes double
+    tq.enqueue("big", [{"payload": {"n": i, "blob": blob}} for i in range(14)])
+    JOURNAL.keep_events = True
+    run_until(tq, lambda: remaining(pg, "big") == 0)
+    sizes = [len(orjson.dumps(event)) for event in JOURNAL.events]
+    assert len(sizes) >= 3 and max(sizes) <= EVENT_LIMIT
+    assert sum(len(e["Records"]) for e in JOURNAL.events) == 14
