@@ -1,0 +1,414 @@
+"""``ShardedTierq``: the queue over several PostgreSQL shards and one warm tier.
+
+Each shard is served by a ``Tierq`` engine of its own (its database, its caches, its id
+tag) over the shared Valkey; this class routes each call by the (queue, tenant) pairs it
+touches, whose homes ``tierq.logic.homes`` keeps (docs/architecture.md §14). Every pair's
+tasks are on one shard, so each engine's guarantees hold per pair as on one database.
+
+- enqueues are grouped by the home of each task's tenant, and the outcomes returned in the
+  request's order (a request whose tasks live on several shards commits once per shard);
+- a claim for one tenant goes to its home; a claim over the queue's tenants asks the shards
+  in turn (starting one further each time), each over the pairs it holds;
+- acks, nacks, releases and heartbeats go to the home of the tenant in each lease token;
+- a task id names its shard (its tag); ids without a known tag are looked up everywhere;
+- queue settings are written to every shard (each shard's claims read them there);
+- lists and counts are summed over the shards; maintenance runs per shard in parallel, each
+  under its own budget, so a slow or stopped shard delays only its own pairs.
+
+A shard that does not answer fails only the calls that need it (``ShardDown``: 503).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from uuid import UUID
+
+from tierq.config import Settings, get_settings
+from tierq.core.ids import tenant_of_token
+from tierq.dal import connect
+from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
+from tierq.dal.warm_tier import WarmTier
+from tierq.engine import Tierq
+from tierq.errors import NotFound
+from tierq.logic import claim as claim_logic
+from tierq.logic.context import Clock, SystemClock
+from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown, SyncSummary
+from tierq.logic.queues import TENANTS_SHOWN
+from tierq.models import (
+    AckItem,
+    ClaimedTask,
+    ClaimRequest,
+    EnqueueOutcome,
+    HeartbeatItem,
+    NackItem,
+    QueueSettingsUpdate,
+    TaskIn,
+)
+from tierq.models.leases import (
+    AckResult,
+    HeartbeatResult,
+    NackResult,
+    Rejection,
+    ReleaseItem,
+    ReleaseResult,
+)
+from tierq.models.queues import QueueCounts, QueueSettings, QueueView
+from tierq.models.tasks import TaskView
+
+T = TypeVar("T")
+POLL_SECONDS = 0.05  # a long poll over several shards looks again this often
+
+
+class ShardedTierq:
+    """The two-tier queue over the shards ``specs`` (the first is the default shard)."""
+
+    def __init__(self, specs: Sequence[ShardSpec], *, valkey_url: str | None = None,
+                 settings: Settings | None = None, clock: Clock | None = None,
+                 warm: WarmTier | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.specs = list(specs)
+        self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
+                                              cluster=self.settings.valkey_cluster)
+        self._own_warm = warm is None
+        shared_clock = clock or SystemClock()
+        self.engines: dict[str, Tierq] = {}
+        try:
+            for spec in self.specs:
+                engine = Tierq(database_url=spec.url, settings=self.settings,
+                               clock=shared_clock, warm=self.warm)
+                if len(self.specs) > 1:
+                    engine.ctx.id_tag = spec.tag
+                self.engines[spec.name] = engine
+        except BaseException:
+            self.close()
+            raise
+        self.homes = HomeRegistry({name: e.ctx.store for name, e in self.engines.items()})
+        self.by_tag = {spec.tag: spec.name for spec in self.specs}
+        self.default = self.specs[0].name
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_urls(cls, text: str, **kwargs: Any) -> ShardedTierq:
+        """From a ``TIERQ_SHARD_URLS`` value (``name=url`` or bare URLs, comma-separated)."""
+        return cls(parse_shard_urls(text), **kwargs)
+
+    def close(self) -> None:
+        for engine in self.engines.values():
+            engine.db.close()
+        if self._own_warm:
+            self.warm.close()
+
+    def __enter__(self) -> ShardedTierq:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- shards ----------------------------------------------------------------------------
+
+    def engine_of(self, queue: str, tenant: str, *, create: bool = True) -> Tierq | None:
+        """The engine of the pair's home (None: the pair has none and ``create`` is off)."""
+        home = self.homes.home_of(queue, tenant, create=create)
+        return None if home is None else self.engines[home]
+
+    def _on(self, name: str, call: Callable[[Tierq], T]) -> T:
+        """``call`` on shard ``name``; a shard that does not answer is ``ShardDown``."""
+        try:
+            return call(self.engines[name])
+        except ShardDown:
+            raise
+        except SHARD_ERRORS as exc:
+            raise ShardDown(name, detail=str(exc)) from exc
+
+    def migrate(self) -> dict[str, list[str]]:
+        """Apply pending migrations to every shard, then put the shards in service
+        (``HomeRegistry.sync``). Every shard is tried; the versions applied per shard are
+        returned, and when some shard failed, ``ShardMigrationFailed`` names each one (run
+        it again: migrations are recorded per shard)."""
+        applied: dict[str, list[str]] = {}
+        failed: dict[str, str] = {}
+        for name, engine in self.engines.items():
+            try:
+                applied[name] = engine.migrate()
+            except Exception as exc:  # reported per shard, the others still migrated
+                failed[name] = f"{type(exc).__name__}: {exc}"
+        if failed:
+            raise ShardMigrationFailed(failed, applied)
+        self.sync_homes()
+        return applied
+
+    def sync_homes(self, progress: Callable[[str], None] | None = None) -> SyncSummary:
+        return self.homes.sync(progress)
+
+    # -- producers -------------------------------------------------------------------------
+
+    def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
+                tenant: str | None = None) -> list[EnqueueOutcome]:
+        """Enqueue a batch (≤ 500), each task on its pair's home."""
+        from tierq.models.names import DEFAULT_TENANT
+
+        tasks = [i if isinstance(i, TaskIn) else TaskIn.model_validate(i) for i in items]
+        groups: dict[str, list[int]] = defaultdict(list)
+        for index, task in enumerate(tasks):
+            pair_tenant = task.tenant or tenant or DEFAULT_TENANT
+            home = self.homes.home_of(queue, pair_tenant)
+            assert home is not None
+            groups[home].append(index)
+        outcomes: list[EnqueueOutcome | None] = [None] * len(tasks)
+        for home, indexes in groups.items():
+            got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
+                queue, [tasks[i] for i in ix], tenant=tenant))
+            for i, outcome in zip(indexes, got, strict=True):
+                outcomes[i] = outcome
+        return [o for o in outcomes if o is not None]
+
+    def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
+        return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
+              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
+        return self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by,
+                                  **fields).tasks
+
+    def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
+                      max_bytes: int = 0, answer_by: float | None = None,
+                      **fields: Any) -> claim_logic.ClaimOutcome:
+        """Lease up to ``request.max`` tasks: of one tenant on its home, or over the
+        queue's tenants shard after shard; a long poll looks again until ``wait_seconds``
+        (or ``answer_by``) is over."""
+        request = request or ClaimRequest(**fields)
+        if len(self.engines) == 1:
+            return self.engines[self.default].claim_outcome(
+                queue, request, max_bytes=max_bytes, answer_by=answer_by)
+        if request.tenant is not None:
+            engine = self.engine_of(queue, request.tenant, create=False)
+            if engine is None:
+                return claim_logic.ClaimOutcome([])
+            return engine.claim_outcome(queue, request, max_bytes=max_bytes,
+                                        answer_by=answer_by)
+        deadline = time.monotonic() + request.wait_seconds
+        if answer_by is not None:
+            deadline = min(deadline, answer_by)
+        once = request.model_copy(update={"wait_seconds": 0})
+        while True:
+            outcome = self._claim_round(queue, once, max_bytes, answer_by)
+            if outcome.tasks or time.monotonic() + POLL_SECONDS >= deadline:
+                return outcome
+            time.sleep(POLL_SECONDS)
+
+    def _claim_round(self, queue: str, request: ClaimRequest, max_bytes: int,
+                     answer_by: float | None) -> claim_logic.ClaimOutcome:
+        names = list(self.engines)
+        with self._lock:
+            start = next(self._turn) % len(names)
+        tasks: list[ClaimedTask] = []
+        retry: list[int] = []
+        down: list[ShardDown] = []
+        for name in names[start:] + names[:start]:
+            want = request.max - len(tasks)
+            if want <= 0:
+                break
+            try:
+                got = self._on(name, lambda e, w=want: e.claim_outcome(  # type: ignore[misc]
+                    queue, request.model_copy(update={"max": w}), max_bytes=max_bytes,
+                    answer_by=answer_by))
+            except ShardDown as exc:  # the other shards' pairs still serve
+                down.append(exc)
+                continue
+            tasks.extend(got.tasks)
+            if got.retry_after_ms is not None:
+                retry.append(got.retry_after_ms)
+            if max_bytes and got.tasks:
+                break  # the byte budget was one shard's to fill: one answer must fit it
+        if len(down) == len(names):
+            raise down[0]
+        return claim_logic.ClaimOutcome(tasks, min(retry) if retry else None)
+
+    def _by_home(self, queue: str, tokens: Iterable[tuple[int, str]]
+                 ) -> tuple[dict[str, list[int]], list[int]]:
+        """Item indexes grouped by the home of their lease token's tenant; the indexes
+        whose token names no tenant with a home (rejected as not found)."""
+        groups: dict[str, list[int]] = defaultdict(list)
+        unknown: list[int] = []
+        for index, token in tokens:
+            tenant = tenant_of_token(token)
+            home = None if tenant is None else self.homes.home_of(queue, tenant,
+                                                                  create=False)
+            if home is None:
+                unknown.append(index)
+            else:
+                groups[home].append(index)
+        return groups, unknown
+
+    def ack(self, queue: str,
+            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
+        models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
+                  for i in items]
+        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
+        result = AckResult(rejected=[Rejection(id=models[i].id, reason="not_found")
+                                     for i in unknown])
+        for home, indexes in groups.items():
+            got = self._on(home, lambda e, ix=indexes: e.ack(  # type: ignore[misc]
+                queue, [models[i] for i in ix]))
+            result.acked.extend(got.acked)
+            result.rejected.extend(got.rejected)
+        return result
+
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
+        models = [i if isinstance(i, NackItem) else NackItem.model_validate(i) for i in items]
+        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
+        result = NackResult(rejected=[Rejection(id=models[i].id, reason="not_found")
+                                      for i in unknown])
+        for home, indexes in groups.items():
+            got = self._on(home, lambda e, ix=indexes: e.nack(  # type: ignore[misc]
+                queue, [models[i] for i in ix]))
+            result.retried.extend(got.retried)
+            result.dead.extend(got.dead)
+            result.rejected.extend(got.rejected)
+        return result
+
+    def release(self, queue: str,
+                items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
+        models = [i if isinstance(i, ReleaseItem | ClaimedTask)
+                  else ReleaseItem.model_validate(i) for i in items]
+        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
+        result = ReleaseResult(rejected=[Rejection(id=models[i].id, reason="not_found")
+                                         for i in unknown])
+        for home, indexes in groups.items():
+            got = self._on(home, lambda e, ix=indexes: e.release(  # type: ignore[misc]
+                queue, [models[i] for i in ix]))
+            result.released.extend(got.released)
+            result.rejected.extend(got.rejected)
+        return result
+
+    def heartbeat(self, queue: str,
+                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
+        models = [i if isinstance(i, HeartbeatItem) else HeartbeatItem.model_validate(i)
+                  for i in items]
+        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
+        result = HeartbeatResult(rejected=[Rejection(id=models[i].id, reason="not_found")
+                                           for i in unknown])
+        for home, indexes in groups.items():
+            got = self._on(home, lambda e, ix=indexes: e.heartbeat(  # type: ignore[misc]
+                queue, [models[i] for i in ix]))
+            result.extended.extend(got.extended)
+            result.rejected.extend(got.rejected)
+        return result
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def _shards_for_id(self, task_id: UUID | str) -> list[str]:
+        """The shard the id's tag names first, then every other (ids made before the
+        deployment was sharded carry no tag)."""
+        first = self.by_tag.get(tag_of(str(task_id)))
+        rest = [name for name in self.engines if name != first]
+        return ([first] if first else []) + rest
+
+    def _find_task(self, task_id: UUID | str, call: Callable[[Tierq], T]) -> T:
+        down: ShardDown | None = None
+        for name in self._shards_for_id(task_id):
+            try:
+                return self._on(name, call)
+            except NotFound:
+                continue
+            except ShardDown as exc:
+                down = down or exc
+        if down is not None:
+            raise down  # it may be on the shard that did not answer
+        raise NotFound(f"task {task_id} not found")
+
+    def get_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        return self._find_task(task_id, lambda e: e.get_task(queue, task_id))
+
+    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        return self._find_task(task_id, lambda e: e.cancel_task(queue, task_id))
+
+    # -- queues ----------------------------------------------------------------------------
+
+    def _each(self, call: Callable[[Tierq], T]) -> dict[str, T]:
+        """``call`` on every shard, in parallel; raises the first ``ShardDown``."""
+        with ThreadPoolExecutor(max_workers=len(self.engines)) as pool:
+            futures = {name: pool.submit(self._on, name, call) for name in self.engines}
+        return {name: future.result() for name, future in futures.items()}
+
+    def put_queue(self, queue: str,
+                  update: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings:
+        """Write the settings on every shard (each shard's pairs read them there); a shard
+        that does not answer fails the call, and a repeat writes the same again."""
+        model = update if isinstance(update, QueueSettingsUpdate) else \
+            QueueSettingsUpdate.model_validate(update)
+        return self._each(lambda e: e.put_queue(queue, model))[self.default]
+
+    def queue_settings(self, queue: str) -> QueueSettings:
+        for name in self.engines:  # one answer: every shard holds the same
+            try:
+                return self._on(name, lambda e: e.queue_settings(queue))
+            except ShardDown:
+                continue
+        raise ShardDown(self.default)
+
+    def pause(self, queue: str) -> QueueSettings:
+        return self.put_queue(queue, QueueSettingsUpdate(paused=True))
+
+    def resume(self, queue: str) -> QueueSettings:
+        return self.put_queue(queue, QueueSettingsUpdate(paused=False))
+
+    def get_queue(self, queue: str) -> QueueView:
+        views = list(self._each(lambda e: e.get_queue(queue)).values())
+        return merge_views(views)
+
+    def list_queues(self) -> list[QueueView]:
+        by_queue: dict[str, list[QueueView]] = defaultdict(list)
+        for views in self._each(lambda e: e.list_queues()).values():
+            for view in views:
+                by_queue[view.queue].append(view)
+        return [merge_views(by_queue[q]) for q in sorted(by_queue)]
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def run_job(self, name: str) -> dict[str, Any]:
+        """One pass of maintenance job ``name`` on every shard at once, each under its own
+        budget: {shard: summary, or the ShardDown of a shard that did not answer}."""
+        def one(shard: str) -> Any:
+            try:
+                return self._on(shard, lambda e: e.run_job(name))
+            except ShardDown as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=len(self.engines)) as pool:
+            return dict(zip(self.engines, pool.map(one, list(self.engines)), strict=True))
+
+
+class ShardMigrationFailed(RuntimeError):
+    """Migrations failed on some shards (``failed``: shard → error); the others are applied
+    (``applied``: shard → versions). Run the migration again."""
+
+    def __init__(self, failed: Mapping[str, str], applied: Mapping[str, list[str]]) -> None:
+        super().__init__("migrations failed on shard(s) " + "; ".join(
+            f"{name}: {error}" for name, error in failed.items()))
+        self.failed = dict(failed)
+        self.applied = dict(applied)
+
+
+def merge_views(views: Sequence[QueueView]) -> QueueView:
+    """One view of a queue from each shard's: counts and tenant totals summed, the first
+    tenants of all joined, cold when any shard's pairs are (settings and the queue-wide
+    limits' use are the same on every shard: the first's are kept)."""
+    first = views[0]
+    counts = QueueCounts(**{field: sum(getattr(v.counts, field) for v in views)
+                            for field in QueueCounts.model_fields})
+    total = sum(v.tenants_total for v in views)
+    shown = sorted({t for v in views for t in v.tenants})[:TENANTS_SHOWN]
+    mode = "cold" if any(v.mode == "cold" for v in views) else "warm"
+    return first.model_copy(update={"counts": counts, "tenants": shown, "mode": mode,
+                                    "tenants_total": total,
+                                    "tenants_truncated": total > len(shown)})

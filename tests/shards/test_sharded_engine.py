@@ -1,0 +1,156 @@
+"""The engine over three shards (tierq.sharded): pairs spread over every shard and each
+pair's tasks stay on its home; the core guarantees hold per pair (FIFO, dedup by key,
+retries, nothing lost, no task handed out twice within a lease); ids tell their shard;
+maintenance runs per shard; adding a shard moves no pair; a stopped shard fails only its
+own pairs (503) while the others go on."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.shards.conftest import SHARD_NAMES, ShardedFactory
+from tierq.dal.migrate import migrate
+from tierq.dal.shards import ShardSpec, tag_of
+from tierq.local.services import PrivatePostgres
+from tierq.logic.homes import ShardDown
+from tierq.sharded import ShardedTierq
+
+TENANTS = [f"t{i}" for i in range(12)]
+
+
+def rows_by_shard(specs: list[ShardSpec]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {}
+    for spec in specs:
+        with psycopg.connect(spec.url) as conn:
+            out[spec.name] = Counter(dict(conn.execute(
+                "SELECT tenant, count(*) FROM tierq_tasks GROUP BY tenant").fetchall()))
+    return out
+
+
+def drain(tq: ShardedTierq, queue: str) -> list[Any]:
+    claimed = []
+    while batch := tq.claim(queue, max=7):
+        claimed.extend(batch)
+        assert not tq.ack(queue, batch).rejected
+    return claimed
+
+
+def test_pairs_spread_over_every_shard_and_stay_home(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    tq = make_sharded()
+    for n in range(5):
+        outcomes = tq.enqueue("q", [{"payload": {"n": n, "t": t}, "tenant": t}
+                                    for t in TENANTS])
+        assert [o.tenant for o in outcomes] == TENANTS  # the request's order
+    homes = {t: tq.homes.home_of("q", t) for t in TENANTS}
+    assert set(homes.values()) == set(SHARD_NAMES)
+    rows = rows_by_shard(shard_specs[:3])
+    for tenant, home in homes.items():
+        assert rows[home][tenant] == 5
+        assert all(rows[n][tenant] == 0 for n in SHARD_NAMES if n != home)
+    claimed = drain(tq, "q")
+    assert len(claimed) == len({c.id for c in claimed}) == 60  # nothing lost, none twice
+    per_tenant: dict[str, list[int]] = defaultdict(list)
+    for task in claimed:
+        per_tenant[task.tenant].append(task.payload["n"])
+        assert tq.by_tag[tag_of(str(task.id))] == homes[task.tenant]  # the id tells
+    assert all(order == sorted(order) for order in per_tenant.values())  # FIFO per pair
+    assert tq.get_queue("q").counts.model_dump() == {
+        "warm": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
+
+
+def test_keys_retries_and_status_route_to_the_pair(make_sharded: ShardedFactory) -> None:
+    tq = make_sharded(backoff_base_seconds=0.0, backoff_jitter=0.0)
+    first = tq.enqueue("q", [{"payload": i, "tenant": t, "key": "k"} for i, t in
+                             enumerate(TENANTS)])
+    again = tq.enqueue("q", [{"payload": 99, "tenant": t, "key": "k"} for t in TENANTS])
+    assert [o.outcome for o in again] == ["ignored"] * len(TENANTS)
+    assert [o.id for o in again] == [o.id for o in first]
+    assert tq.get_task("q", first[3].id).tenant == TENANTS[3]
+    claimed = tq.claim("q", max=len(TENANTS))
+    assert len(claimed) == len(TENANTS)
+    result = tq.nack("q", [{"id": c.id, "lease_token": c.lease_token} for c in claimed])
+    assert len(result.retried) == len(TENANTS) and not result.rejected
+    retried = tq.claim("q", max=len(TENANTS), wait_seconds=5)
+    assert {c.attempt for c in retried} == {2}
+    beat = tq.heartbeat("q", [{"id": c.id, "lease_token": c.lease_token} for c in retried])
+    assert len(beat.extended) == len(TENANTS)
+    assert len(tq.release("q", retried[:2]).released) == 2
+    one = tq.claim("q", tenant=retried[0].tenant, max=5)
+    assert [c.id for c in one] == [retried[0].id]
+    forged = tq.ack("q", [{"id": first[0].id, "lease_token": "nobody~x~1~0"}])
+    assert forged.rejected and not forged.acked
+
+
+def test_maintenance_runs_on_every_shard(make_sharded: ShardedFactory) -> None:
+    tq = make_sharded()
+    tq.enqueue("q", [{"payload": 1, "tenant": t, "delay_seconds": 30} for t in TENANTS])
+    assert tq.claim("q", max=50) == []
+    for engine in tq.engines.values():
+        engine.ctx.clock.advance(31)  # type: ignore[attr-defined]
+    summaries = tq.run_job("delayed_mover")
+    assert set(summaries) == set(SHARD_NAMES)
+    assert not any(isinstance(s, ShardDown) for s in summaries.values())
+    assert len(drain(tq, "q")) == len(TENANTS)
+
+
+def test_queue_settings_are_one_answer_on_every_shard(make_sharded: ShardedFactory) -> None:
+    tq = make_sharded()
+    tq.put_queue("q", {"max_attempts": 7, "tenant_max_leased": 3})
+    for engine in tq.engines.values():
+        settings = engine.queue_settings("q")
+        assert (settings.max_attempts, settings.tenant_max_leased) == (7, 3)
+
+
+def test_adding_a_shard_moves_no_pair_with_rows(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    three = make_sharded()
+    three.enqueue("q", [{"payload": t, "tenant": t} for t in TENANTS])
+    homes = {t: three.homes.home_of("q", t) for t in TENANTS}
+    four = make_sharded(specs=shard_specs)  # sync: yellow gets every home
+    assert {t: four.homes.home_of("q", t) for t in TENANTS} == homes
+    assert rows_by_shard(shard_specs[3:])["yellow"] == Counter()
+    assert len(drain(four, "q")) == len(TENANTS)
+    new = [f"n{i}" for i in range(40)]
+    four.enqueue("q", [{"payload": t, "tenant": t} for t in new])
+    assert "yellow" in {four.homes.home_of("q", t) for t in new}
+
+
+def test_migrations_are_applied_to_every_shard(make_sharded: ShardedFactory) -> None:
+    tq = make_sharded()
+    assert tq.migrate() == {name: [] for name in SHARD_NAMES}  # (all applied already)
+
+
+def test_a_stopped_shard_fails_only_its_own_pairs(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec], session_dir: Path) -> None:
+    private = PrivatePostgres(session_dir / "blue-shard")  # (a folder the postgres user enters)
+    private.start()
+    try:
+        migrate(private.url)
+        specs = [*shard_specs[:2], ShardSpec("blue", private.url)]
+        tq = make_sharded(specs=specs, db_pool_timeout=2.0)
+        tq.enqueue("q", [{"payload": t, "tenant": t} for t in TENANTS])
+        homes = {t: tq.homes.home_of("q", t) for t in TENANTS}
+        on_blue = [t for t in TENANTS if homes[t] == "blue"]
+        elsewhere = [t for t in TENANTS if homes[t] != "blue"]
+        assert on_blue and elsewhere
+        private.stop()
+        tq.engines["blue"].db.pool.close()  # (its open sessions end with the server)
+        for tenant in on_blue:
+            with pytest.raises(ShardDown) as down:
+                tq.enqueue("q", [{"payload": "more", "tenant": tenant}])
+            assert down.value.status == 503
+        more = tq.enqueue("q", [{"payload": "more", "tenant": t} for t in elsewhere])
+        assert len(more) == len(elsewhere)
+        claimed = drain(tq, "q")  # the claims go on over the shards that answer
+        assert Counter(c.tenant for c in claimed) == Counter({t: 2 for t in elsewhere})
+        summaries = tq.run_job("reaper")
+        assert isinstance(summaries["blue"], ShardDown)
+        assert not any(isinstance(summaries[n], ShardDown) for n in ("red", "green"))
+    finally:
+        private.stop()
