@@ -31,7 +31,8 @@ def ref(name: str) -> dict[str, str]:
 def secrets_read(resource: dict[str, Any]) -> list[Any]:
     found = []
     for policy in resource["Properties"]["Policies"]:
-        for statement in policy["Statement"]:
+        # (a managed policy's !Ref, or the dispatcher's !If on the consumer allow-list)
+        for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
             if statement["Action"] == "secretsmanager:GetSecretValue":
                 res = statement["Resource"]
                 found.extend(res if isinstance(res, list) else [res])

@@ -20,6 +20,9 @@ releases the flag waits ``RELEASE_SETTLE_MS`` (longer) before its last look for 
 finds every task pushed while the flag was still seen (see
 :func:`tierq.logic.dispatch.Dispatcher.run`).
 
+The flag is the one key tierq sets with a time-to-live on purpose (a cache at its maximum
+evicts such keys first): losing it early costs one extra wake, never a task.
+
 A dispatcher never wakes a dispatcher: its own retries and releases find the flag it holds,
 and a dispatcher process installs no waker (so no chain of invocations exists for Lambda's
 recursion detection to stop; docs/architecture.md §5).
