@@ -46,7 +46,8 @@ def test_a_schedule_of_no_job_or_of_another_jobs_function_is_left_off(
     scheduler.start()
     assert lines[-2:] == [
         "[tierq dev] schedule Unknown is off: its input names job 'vacuum', which is not a "
-        "maintenance job (known: ['cold_to_warm', 'cron_tick', 'delayed_mover', 'reaper'])",
+        "maintenance job (known: ['cold_to_warm', 'cron_tick', 'delayed_mover', "
+        "'dispatcher', 'reaper'])",
         "[tierq dev] schedule Crossed is off: it runs job 'cron_tick' on the function of "
         "'reaper'",
     ]
