@@ -26,6 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -63,6 +64,12 @@ from tierq.models.tasks import TaskView
 
 T = TypeVar("T")
 POLL_SECONDS = 0.05  # a long poll over several shards looks again this often
+# How long one call on one shard may take (beyond what it waits for by design, a long
+# poll) before the shard counts as hung: the call answers 503 and, for SUSPECT_SECONDS,
+# so does every call that needs that shard, at once. (Connection failures answer within
+# TIERQ_DB_POOL_TIMEOUT; this catches a server that accepts and never answers.)
+CALL_SECONDS = 10.0
+SUSPECT_SECONDS = 5.0
 
 
 class ShardedTierq:
@@ -70,8 +77,16 @@ class ShardedTierq:
 
     def __init__(self, specs: Sequence[ShardSpec], *, valkey_url: str | None = None,
                  settings: Settings | None = None, clock: Clock | None = None,
-                 warm: WarmTier | None = None) -> None:
+                 warm: WarmTier | None = None, call_seconds: float = CALL_SECONDS,
+                 suspect_seconds: float = SUSPECT_SECONDS) -> None:
         self.settings = settings or get_settings()
+        self.call_seconds = call_seconds
+        self.suspect_seconds = suspect_seconds
+        self._suspect_until: dict[str, float] = {}
+        # the calls run here, so that a caller can give up on a shard that hangs (the
+        # thread stays with the hung call until the server answers or the socket fails)
+        self._calls = ThreadPoolExecutor(max_workers=8 * max(1, len(specs)),
+                                         thread_name_prefix="tierq-shard")
         self.specs = list(specs)
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)
@@ -88,7 +103,9 @@ class ShardedTierq:
         except BaseException:
             self.close()
             raise
-        self.homes = HomeRegistry({name: e.ctx.store for name, e in self.engines.items()})
+        self.homes = HomeRegistry({name: e.ctx.store for name, e in self.engines.items()},
+                                  run=lambda name, call: self._on(
+                                      name, lambda e: call(e.ctx.store)))
         self.by_tag = {spec.tag: spec.name for spec in self.specs}
         self.default = self.specs[0].name
         self._turn = itertools.count()
@@ -100,6 +117,7 @@ class ShardedTierq:
         return cls(parse_shard_urls(text), **kwargs)
 
     def close(self) -> None:
+        self._calls.shutdown(wait=False, cancel_futures=True)
         for engine in self.engines.values():
             engine.db.close()
         if self._own_warm:
@@ -118,10 +136,22 @@ class ShardedTierq:
         home = self.homes.home_of(queue, tenant, create=create)
         return None if home is None else self.engines[home]
 
-    def _on(self, name: str, call: Callable[[Tierq], T]) -> T:
-        """``call`` on shard ``name``; a shard that does not answer is ``ShardDown``."""
+    def _on(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0) -> T:
+        """``call`` on shard ``name``. A shard that fails to connect, or gives no answer
+        within ``call_seconds`` (+ ``waits``, what the call waits for by design), is
+        ``ShardDown`` (503); after a hang it is for ``suspect_seconds`` without trying.
+        A call given up on may still complete later (as any request whose answer is lost:
+        a retried enqueue should carry an Idempotency-Key or a task key)."""
+        if time.monotonic() < self._suspect_until.get(name, 0.0):
+            raise ShardDown(name, detail="it did not answer in time moments ago")
+        future = self._calls.submit(call, self.engines[name])
+        limit = self.call_seconds + waits
         try:
-            return call(self.engines[name])
+            return future.result(timeout=limit)
+        except FuturesTimeout:
+            with self._lock:
+                self._suspect_until[name] = time.monotonic() + self.suspect_seconds
+            raise ShardDown(name, detail=f"no answer within {limit:g} s") from None
         except ShardDown:
             raise
         except SHARD_ERRORS as exc:
@@ -190,11 +220,12 @@ class ShardedTierq:
             return self.engines[self.default].claim_outcome(
                 queue, request, max_bytes=max_bytes, answer_by=answer_by)
         if request.tenant is not None:
-            engine = self.engine_of(queue, request.tenant, create=False)
-            if engine is None:
+            home = self.homes.home_of(queue, request.tenant, create=False)
+            if home is None:
                 return claim_logic.ClaimOutcome([])
-            return engine.claim_outcome(queue, request, max_bytes=max_bytes,
-                                        answer_by=answer_by)
+            return self._on(home, lambda e: e.claim_outcome(
+                queue, request, max_bytes=max_bytes, answer_by=answer_by),
+                waits=request.wait_seconds)
         deadline = time.monotonic() + request.wait_seconds
         if answer_by is not None:
             deadline = min(deadline, answer_by)

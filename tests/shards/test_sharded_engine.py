@@ -6,6 +6,10 @@ own pairs (503) while the others go on."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,16 @@ def rows_by_shard(specs: list[ShardSpec]) -> dict[str, Counter[str]]:
             out[spec.name] = Counter(dict(conn.execute(
                 "SELECT tenant, count(*) FROM tierq_tasks GROUP BY tenant").fetchall()))
     return out
+
+
+def signal_server(postmaster: int, signum: int) -> None:
+    """Signal a PostgreSQL server's postmaster and each of its processes (each backend is
+    in a session of its own: a process group signal would miss them)."""
+    children = [int(pid) for pid in Path(f"/proc/{postmaster}/task/{postmaster}/children")
+                .read_text().split()]
+    for pid in (postmaster, *children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def drain(tq: ShardedTierq, queue: str) -> list[Any]:
@@ -152,5 +166,45 @@ def test_a_stopped_shard_fails_only_its_own_pairs(
         summaries = tq.run_job("reaper")
         assert isinstance(summaries["blue"], ShardDown)
         assert not any(isinstance(summaries[n], ShardDown) for n in ("red", "green"))
+    finally:
+        private.stop()
+
+
+def test_a_hung_shard_fails_only_its_own_pairs_in_time_and_loses_nothing(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec], session_dir: Path) -> None:
+    private = PrivatePostgres(session_dir / "green-shard")
+    private.start()
+    pid = private.pid
+    assert pid is not None
+    try:
+        migrate(private.url)
+        specs = [shard_specs[0], ShardSpec("green", private.url), shard_specs[2]]
+        tq = make_sharded(specs=specs, db_pool_timeout=2.0)
+        tq.call_seconds, tq.suspect_seconds = 2.0, 1.0
+        tq.enqueue("q", [{"payload": t, "tenant": t} for t in TENANTS])
+        homes = {t: tq.homes.home_of("q", t) for t in TENANTS}
+        on_green = [t for t in TENANTS if homes[t] == "green"]
+        elsewhere = [t for t in TENANTS if homes[t] != "green"]
+        assert on_green and elsewhere
+        signal_server(pid, signal.SIGSTOP)  # the postmaster and every backend: nothing answers
+        try:
+            started = time.monotonic()
+            with pytest.raises(ShardDown):
+                tq.enqueue("q", [{"payload": "more", "tenant": on_green[0]}])
+            assert time.monotonic() - started < 2.0 + 1.5  # within the call's limit
+            more = tq.enqueue("q", [{"payload": "more", "tenant": t} for t in elsewhere])
+            assert len(more) == len(elsewhere)
+            while batch := tq.claim("q", max=7):  # the other shards' pairs go on
+                assert {c.tenant for c in batch} <= set(elsewhere)
+                tq.ack("q", batch)
+        finally:
+            signal_server(pid, signal.SIGCONT)
+        time.sleep(1.1)  # the suspect period
+        left = Counter(c.tenant for c in drain(tq, "q"))  # green's tasks were all kept
+        # (the enqueue given up on ran once the server went on: its answer was lost, not
+        # its task — which a retry with an Idempotency-Key or a task key would not repeat)
+        assert left[on_green[0]] in (1, 2)
+        assert left - Counter({on_green[0]: left[on_green[0]]}) == Counter(
+            {t: 1 for t in on_green[1:]})
     finally:
         private.stop()

@@ -35,6 +35,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -45,6 +47,7 @@ from tierq.dal.task_store import TaskStore
 from tierq.errors import TierqError, Unavailable
 
 Pair = tuple[str, str]
+ShardRunner = Callable[[str, Callable[[TaskStore], Any]], Any]
 # how long a process trusts a home it read (a home changes only by an explicit, drained
 # move; a forgotten pair born again goes to the same shard unless shards were added since)
 HOME_CACHE_SECONDS = 300.0
@@ -90,7 +93,11 @@ class HomeRegistry:
 
     def __init__(self, shards: Mapping[str, TaskStore], *,
                  cache_seconds: float = HOME_CACHE_SECONDS,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 run: ShardRunner | None = None) -> None:
+        """``run(name, call)`` runs ``call(store)`` for shard ``name`` (the sharded engine
+        passes one that gives up on a shard that hangs, see tierq.sharded); by default the
+        call is made directly."""
         if not shards:
             raise ValueError("a deployment needs at least one shard")
         self.shards = dict(shards)
@@ -101,6 +108,7 @@ class HomeRegistry:
         self._cache: dict[Pair, tuple[float, str]] = {}
         self._complete: dict[str, bool] = {}
         self._lock = threading.Lock()
+        self._run: ShardRunner = run or (lambda name, call: call(self.shards[name]))
 
     @property
     def sharded(self) -> bool:
@@ -151,7 +159,7 @@ class HomeRegistry:
         answered_none = False
         for name in order:
             try:
-                home = self.shards[name].home_get(queue, tenant)
+                home = self._run(name, lambda store: store.home_get(queue, tenant))
                 if home is None:
                     answered_none = answered_none or self.is_complete(name)
             except SHARD_ERRORS as exc:
@@ -163,7 +171,8 @@ class HomeRegistry:
             home = self._known(home)
             for name_without in without:  # a copy whose writing failed: heal it
                 with contextlib.suppress(*SHARD_ERRORS):
-                    self.shards[name_without].home_record(queue, tenant, home)
+                    self._run(name_without, partial(_record, queue=queue, tenant=tenant,
+                                                    home=home))
             return home
         if down:
             # a shard that did not answer may hold the only record (its own pair's)
@@ -185,7 +194,7 @@ class HomeRegistry:
         """Whether the shard's copy of the homes is complete (cached once it is)."""
         if self._complete.get(name):
             return True
-        identity = self.shards[name].shard_identity()
+        identity = self._run(name, lambda store: store.shard_identity())
         complete = identity is not None and identity.homes_complete is not None
         self._complete[name] = complete
         return complete
@@ -194,11 +203,12 @@ class HomeRegistry:
 
     def _birth(self, queue: str, tenant: str, proposed: str) -> str:
         try:
-            home = self._known(self.shards[self.default].home_record(queue, tenant, proposed))
+            home = self._known(self._run(
+                self.default, lambda store: store.home_record(queue, tenant, proposed)))
         except SHARD_ERRORS as exc:
             raise ShardDown(self.default, detail=str(exc)) from exc
         try:  # the home must know before any of its tasks is written
-            recorded = self.shards[home].home_record(queue, tenant, home)
+            recorded = self._run(home, lambda store: store.home_record(queue, tenant, home))
         except SHARD_ERRORS as exc:
             raise ShardDown(home, detail=str(exc)) from exc
         if recorded != home:
@@ -209,7 +219,7 @@ class HomeRegistry:
                 continue
             # a copy that fails is healed by a later lookup (see the module's text)
             with contextlib.suppress(*SHARD_ERRORS):
-                self.shards[name].home_record(queue, tenant, home)
+                self._run(name, lambda store: store.home_record(queue, tenant, home))
         return home
 
     def record_at_home(self, queue: str, tenant: str, home: str,
@@ -238,7 +248,7 @@ class HomeRegistry:
             if name == home:
                 continue
             try:
-                self.shards[name].home_forget(queue, tenant, home)
+                self._run(name, lambda store: store.home_forget(queue, tenant, home))
             except SHARD_ERRORS:
                 missed.append(name)
         return missed
@@ -302,3 +312,7 @@ class HomeRegistry:
         except SHARD_ERRORS as exc:
             raise ShardDown(name, detail=str(exc)) from exc
         return SyncSummary(shards=len(self.names), adopted=adopted, copied=copied)
+
+
+def _record(store: TaskStore, *, queue: str, tenant: str, home: str) -> str:
+    return store.home_record(queue, tenant, home)
