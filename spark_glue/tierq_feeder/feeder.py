@@ -196,7 +196,7 @@ class Line:
     config: FeedConfig
     max_payload_chars: int
 
-    def rows(self, start: int, end: int) -> DataFrame:
+    def rows(self, start: int, end: int, slices: int = 1) -> DataFrame:
         """Ranks [start, end), mapped: the source's columns are gone; SOURCE, PART, ROW, J,
         CURSOR, RANK, KEY, TENANT, REASON, ROW_JSON, COPY_TEXT are left."""
         first = self.schedule.consumed_before(start)
@@ -204,7 +204,7 @@ class Line:
         now = time.time()
         frames = []
         for index, source in enumerate(self.positioned):
-            rows = source.between(first[index], last[index])
+            rows = source.between(first[index], last[index], slices)
             if rows is None:
                 continue
             mapped = map_tasks(rows, source.columns, self.config.mapping,
@@ -240,6 +240,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
     feed, queue = config.feed_name, config.queue
     offsets = load_offsets(ctx, feed)
     positioned: list[PositionedSource] = []
+    ahead: Lookahead | None = None
     try:
         for spec in config.sources:
             raw = loader.load(spark, spec, offsets)
@@ -262,6 +263,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
             return
 
         line = Line(positioned, schedule, config, ctx.settings.max_payload_bytes)
+        ahead = Lookahead(line)
         writers = config.write_partitions or spark.sparkContext.defaultParallelism
         progress = Progress(limit)
         saved: dict[tuple[str, str], int] = {
@@ -286,8 +288,14 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
                 break
             waited = 0.0
             end = min(limit, start + min(room, config.batch_rows))
-            written = _write_round(spark, tq, line, stores, feed, result.rejects_path or "",
-                                   start, end, writers, config.chunk_rows)
+            if not ahead.covers(start, end):
+                learning = time.monotonic()
+                ahead.learn(start, min(limit, start + max(room, end - start)))
+                log.info("ranks %d..%d looked ahead at (tenants, repeated keys) in %.1f s",
+                         ahead.start, ahead.end - 1, time.monotonic() - learning)
+            written = _write_round(spark, tq, line, ahead, stores, feed,
+                                   result.rejects_path or "", start, end, writers,
+                                   config.chunk_rows)
             result.created += written.created
             result.ignored += written.ignored
             result.rejected += written.rejected
@@ -305,6 +313,8 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
         else:
             result.stopped_by = "max_rows" if limit < schedule.total else "drained"
     finally:
+        if ahead is not None:
+            ahead.forget()
         for source in positioned:
             source.unpersist()
 
@@ -317,42 +327,77 @@ class RoundWritten:
     tenants: tuple[str, ...]
 
 
-def _round_tenants(line: Line, keys: DataFrame) -> list[str]:
-    """The tenants the round's rows name (a tenant that is not a valid name only has
-    rejected rows): the pairs its load admits."""
-    if line.config.mapping.tenant is None:
-        return [DEFAULT_TENANT]
-    named = [r[0] for r in keys.select(TENANT).distinct().collect()]
-    return sorted(t for t in named if t is not None and _TENANT_NAME.match(t))
+class Lookahead:
+    """What the rounds need to know about the rows ahead, learnt in one pass over a window
+    of ranks (the rows the backlog has room for, from the first round on): the tenants of
+    each rank span, and which 64-bit hashes of (tenant, key) occur more than once. Only
+    tenants reach the driver; the repeated hashes stay in Spark (usually there are none,
+    and the rounds then compare no keys at all)."""
+
+    def __init__(self, line: Line) -> None:
+        self.line = line
+        self.start = self.end = 0
+        self.tenant_spans: dict[str, tuple[int, int]] = {}
+        self.repeated: DataFrame | None = None
+
+    def covers(self, start: int, end: int) -> bool:
+        return self.start <= start and end <= self.end
+
+    def learn(self, start: int, end: int) -> None:
+        """Learn ranks [start, end) (a round's rows must lie in one window)."""
+        self.forget()
+        keys = self.line.keys(start, end)
+        if self.line.config.mapping.tenant is None:
+            self.tenant_spans = {DEFAULT_TENANT: (start, end - 1)}
+        else:
+            self.tenant_spans = {
+                r[TENANT]: (r["lo"], r["hi"]) for r in keys.groupBy(TENANT).agg(
+                    F.min(RANK).alias("lo"), F.max(RANK).alias("hi")).collect()
+                if r[TENANT] is not None and _TENANT_NAME.match(r[TENANT])}
+        repeated = (keys.select(F.xxhash64(TENANT, KEY).alias(_HASH)).groupBy(_HASH).count()
+                    .where(F.col("count") > 1).select(_HASH)
+                    .persist(StorageLevel.MEMORY_AND_DISK))
+        if repeated.isEmpty():
+            repeated.unpersist()
+        else:
+            self.repeated = repeated
+        self.start, self.end = start, end
+
+    def tenants(self, start: int, end: int) -> list[str]:
+        """The tenants rows of ranks [start, end) name: the pairs a round's load admits (a
+        tenant that is not a valid name has only rejected rows)."""
+        return sorted(t for t, (lo, hi) in self.tenant_spans.items() if lo < end and hi >= start)
+
+    def repeats(self, rows: DataFrame) -> DataFrame | None:
+        """Ranks of ``rows`` (one round) whose (tenant, key) a valid row earlier in the
+        round has: they are ignored, the first occurrence wins. None when no hash repeats."""
+        if self.repeated is None:
+            return None
+        first = Window.partitionBy(TENANT, KEY).orderBy(RANK)
+        return (rows.where(F.col(REASON).isNull())
+                .select(TENANT, KEY, RANK, F.xxhash64(TENANT, KEY).alias(_HASH))
+                .join(self.repeated, on=_HASH, how="left_semi")
+                .select(RANK, F.row_number().over(first).alias("__tq_nth"))
+                .where(F.col("__tq_nth") > 1).select(RANK)
+                .persist(StorageLevel.MEMORY_AND_DISK))
+
+    def forget(self) -> None:
+        if self.repeated is not None:
+            self.repeated.unpersist()
+            self.repeated = None
 
 
-def _repeats(rows: DataFrame, keys: DataFrame) -> DataFrame | None:
-    """Ranks of rows whose (tenant, key) a valid row earlier in the round has: they are
-    ignored, the first occurrence wins. None when no hash of (tenant, key) repeats — the
-    usual case, decided on 64-bit hashes alone."""
-    hashed = F.xxhash64(F.col(TENANT), F.col(KEY))
-    candidates = (keys.select(hashed.alias(_HASH)).groupBy(_HASH).count()
-                  .where(F.col("count") > 1).select(_HASH))
-    if candidates.isEmpty():
-        return None
-    first = Window.partitionBy(TENANT, KEY).orderBy(RANK)
-    return (rows.where(F.col(REASON).isNull()).select(TENANT, KEY, RANK, hashed.alias(_HASH))
-            .join(candidates, on=_HASH, how="left_semi")
-            .select(RANK, F.row_number().over(first).alias("__tq_nth"))
-            .where(F.col("__tq_nth") > 1).select(RANK)
-            .persist(StorageLevel.MEMORY_AND_DISK))
-
-
-def _write_round(spark: SparkSession, tq: Tierq, line: Line, stores: StoreConfig, feed: str,
-                 rejects_path: str, start: int, end: int, writers: int,
-                 chunk_rows: int) -> RoundWritten:
+def _write_round(spark: SparkSession, tq: Tierq, line: Line, ahead: Lookahead,
+                 stores: StoreConfig, feed: str, rejects_path: str, start: int, end: int,
+                 writers: int, chunk_rows: int) -> RoundWritten:
     """Write ranks [start, end) through the engine's bulk path: the round's pairs stay
     cold, its places reserved, from before any row is written until the last partition
     has committed."""
-    keys = line.keys(start, end)
-    tenants = _round_tenants(line, keys)
-    rows = line.rows(start, end)
-    repeats = _repeats(rows, keys)
+    began = time.monotonic()
+    tenants = ahead.tenants(start, end)
+    rows = line.rows(start, end, slices=writers)
+    repeats = ahead.repeats(rows)
+    checked = time.monotonic()
     out: DataFrame | None = None
     try:
         repeated = 0
@@ -394,6 +439,8 @@ def _write_round(spark: SparkSession, tq: Tierq, line: Line, stores: StoreConfig
              .select(F.lit(feed).alias("feed"), "source", "part", "row", "reason", "row_json",
                      F.current_timestamp().alias("rejected_at"))
              .coalesce(1).write.mode("append").json(rejects_path))
+        log.info("ranks %d..%d: repeated keys in %.1f s, written in %.1f s", start, end - 1,
+                 checked - began, time.monotonic() - checked)
         return RoundWritten(created=created, ignored=staged - created + repeated,
                             rejected=rejected, tenants=tuple(tenants))
     finally:

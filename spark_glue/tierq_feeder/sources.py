@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import reduce
 from typing import Protocol
 
 from pyspark import StorageLevel
@@ -42,6 +43,9 @@ DEFAULT_OPTIONS: dict[str, dict[str, str]] = {
     "parquet": {},
 }
 POSTGRES_DRIVER = "org.postgresql.Driver"
+# a round over at most this many files reads each with a scan of its own (a literal shift
+# per file); more are read with one scan and a broadcast table of shifts
+MAX_FILES_AS_SCANS = 32
 
 
 def col(name: str) -> Column:
@@ -126,9 +130,11 @@ class PositionedSource:
     def has_rows(self) -> bool:
         return self.frame is not None or (self.scan is not None and self.remaining > 0)
 
-    def between(self, j0: int, j1: int) -> DataFrame | None:
+    def between(self, j0: int, j1: int, slices: int = 1) -> DataFrame | None:
         """The remaining rows with source ordinals ``j0 <= J < j1`` (with PART, ROW, J,
-        CURSOR). Parquet reads only the files those rows are in."""
+        CURSOR). Parquet reads only the files those rows are in; when they are fewer than
+        ``slices`` files, each file's rows are read as several row ranges (several tasks:
+        a file whose one row group Spark cannot split still keeps ``slices`` cores busy)."""
         if j1 <= j0:
             return None
         in_range = (F.col(J) >= j0) & (F.col(J) < j1)
@@ -139,6 +145,24 @@ class PositionedSource:
                   and bases[p.part] + p.remaining > j0]
         if not chosen:
             return None
+        data = [col(c) for c in self.columns]
+        if len(chosen) <= MAX_FILES_AS_SCANS:
+            # one scan per file (or row range of it): j = base + (row - done) is a literal
+            # shift, rows [done + j0 - base, done + j1 - base) of the file
+            ranges = []
+            for p in chosen:
+                lo = p.done + max(0, j0 - bases[p.part])
+                hi = p.done + min(p.remaining, j1 - bases[p.part])
+                pieces = max(1, -(-slices // len(chosen)))
+                step = -(-(hi - lo) // pieces)
+                ranges += [(p, a, min(hi, a + step)) for a in range(lo, hi, step)]
+            frames = [self.scan.where((F.col(PART) == p.part) & (F.col(ROW) >= a)
+                                      & (F.col(ROW) < b))
+                      .select(*data, PART, ROW,
+                              (F.lit(bases[p.part] - p.done) + F.col(ROW)).alias(J),
+                              F.lit(None).cast("string").alias(CURSOR))
+                      for p, a, b in ranges]
+            return reduce(lambda a, b: a.unionByName(b), frames)
         spark = self.scan.sparkSession
         # j = base(part) + (row - done(part)), for rows at or after done(part)
         lookup = spark.createDataFrame(
@@ -150,8 +174,7 @@ class PositionedSource:
         files = self.scan.where(F.col(PART).isin([p.part for p in chosen]))
         joined = files.join(F.broadcast(lookup), on=PART, how="inner")
         return (joined.where(F.col(ROW) >= F.col("__tq_done"))
-                .select(*[col(c) for c in self.columns], PART, ROW,
-                        (F.col("__tq_shift") + F.col(ROW)).alias(J),
+                .select(*data, PART, ROW, (F.col("__tq_shift") + F.col(ROW)).alias(J),
                         F.lit(None).cast("string").alias(CURSOR))
                 .where(in_range))
 
@@ -180,8 +203,7 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
         # parquet knows each row's index in its file: nothing to hold, one cheap count
         scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
                              F.col("_metadata.row_index").alias(ROW))
-        totals = {r[PART]: r["n"] for r in raw.select(F.col("_metadata.file_path").alias(PART))
-                  .groupBy(PART).agg(F.count("*").alias("n")).collect()}
+        totals = _parquet_row_counts(spark, raw)
     else:
         # the position inside a split's task is only stable while the scan is held
         scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
@@ -227,6 +249,34 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
              .select(*data, PART, ROW, (F.col("__tq_shift") + F.col(ROW)).alias(J),
                      F.lit(None).cast("string").alias(CURSOR)))
     return PositionedSource(spec, frame, columns, parts, cached=cached)
+
+
+# up to this many files, their row counts come from their footers, read by the driver (no
+# Spark job); more are counted by a scan
+MAX_FOOTERS_READ = 256
+
+
+def _parquet_row_counts(spark: SparkSession, raw: DataFrame) -> dict[str, int]:
+    """Rows per file (keyed as ``_metadata.file_path`` names the file)."""
+    files = raw.inputFiles()
+    if 0 < len(files) <= MAX_FOOTERS_READ:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        totals: dict[str, int] = {}
+        for name in files:
+            path = jvm.org.apache.hadoop.fs.Path(name)
+            footer = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+                jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf))
+            try:
+                rows = int(footer.getRecordCount())
+            finally:
+                footer.close()
+            if rows:
+                totals[path.toString()] = rows  # as _metadata.file_path names it
+        return totals
+    return {r[PART]: r["n"] for r in raw.select(F.col("_metadata.file_path").alias(PART))
+            .groupBy(PART).agg(F.count("*").alias("n")).collect()}
 
 
 def _position_jdbc(spec: SourceSpec, raw: DataFrame, offsets: Offsets) -> PositionedSource:
