@@ -21,9 +21,10 @@ LIMITS = {
 
 def stored(pg: psycopg.Connection[Any], queue: str) -> tuple[Any, ...]:
     row = pg.execute(
-        "SELECT max_leased, rate_per_second, rate_burst, tenant_max_leased,"
-        " tenant_rate_per_second, tenant_rate_burst, consumer::text FROM tierq_queues"
-        " WHERE queue = %s", (queue,)).fetchone()
+        "SELECT l.max_leased, l.rate_per_second, l.rate_burst, l.tenant_max_leased,"
+        " l.tenant_rate_per_second, l.tenant_rate_burst, q.consumer::text"
+        " FROM tierq_queues q LEFT JOIN tierq_queue_limits l USING (queue)"
+        " WHERE q.queue = %s", (queue,)).fetchone()
     assert row is not None
     return tuple(row)
 
@@ -113,6 +114,7 @@ def test_bad_limits_and_consumers_are_refused_writing_nothing(
     assert reply.status == 422, reply.body
     assert reply.body["error"]["details"][0]["field"] == field, reply.body
     assert pg.execute("SELECT count(*) FROM tierq_queues").fetchone() == (0,)
+    assert pg.execute("SELECT count(*) FROM tierq_queue_limits").fetchone() == (0,)
 
 
 def test_a_pinned_tenant_cannot_set_limits(call: Invoke) -> None:

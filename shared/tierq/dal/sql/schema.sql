@@ -17,6 +17,7 @@ migrations applied:
   0010_dead_letters_by_queue
   0011_queue_limits_and_consumer
   0012_shard_homes
+  0013_queue_limits_table
 
 table tierq_feeder_offsets
   column feed text not null
@@ -64,6 +65,26 @@ table tierq_pair_homes
   CREATE UNIQUE INDEX tierq_pair_homes_pkey ON tierq_pair_homes USING btree (queue, tenant)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
+table tierq_queue_limits
+  column queue text not null
+  column max_leased integer
+  column rate_per_second double precision
+  column rate_burst integer
+  column tenant_max_leased integer
+  column tenant_rate_per_second double precision
+  column tenant_rate_burst integer
+  constraint tierq_queue_limits_max_leased_check: CHECK (max_leased >= 1 AND max_leased <= 1000000)
+  constraint tierq_queue_limits_pkey: PRIMARY KEY (queue)
+  constraint tierq_queue_limits_rate_burst_check: CHECK (rate_burst >= 1 AND rate_burst <= 1000000)
+  constraint tierq_queue_limits_rate_per_second_check: CHECK (rate_per_second > 0::double precision AND rate_per_second <= 1000000::double precision)
+  constraint tierq_queue_limits_rate_whole: CHECK ((rate_per_second IS NULL) = (rate_burst IS NULL))
+  constraint tierq_queue_limits_tenant_max_leased_check: CHECK (tenant_max_leased >= 1 AND tenant_max_leased <= 1000000)
+  constraint tierq_queue_limits_tenant_rate_burst_check: CHECK (tenant_rate_burst >= 1 AND tenant_rate_burst <= 1000000)
+  constraint tierq_queue_limits_tenant_rate_per_second_check: CHECK (tenant_rate_per_second > 0::double precision AND tenant_rate_per_second <= 1000000::double precision)
+  constraint tierq_queue_limits_tenant_rate_whole: CHECK ((tenant_rate_per_second IS NULL) = (tenant_rate_burst IS NULL))
+  CREATE UNIQUE INDEX tierq_queue_limits_pkey ON tierq_queue_limits USING btree (queue)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
 table tierq_queue_tenants
   column queue text not null
   column tenant text not null
@@ -90,12 +111,6 @@ table tierq_queues
   column created_at timestamp with time zone not null default now()
   column updated_at timestamp with time zone not null default now()
   column warm_max_bytes bigint
-  column max_leased integer
-  column rate_per_second double precision
-  column rate_burst integer
-  column tenant_max_leased integer
-  column tenant_rate_per_second double precision
-  column tenant_rate_burst integer
   column consumer jsonb
   constraint tierq_queues_backoff_base_seconds_check: CHECK (backoff_base_seconds >= 0::double precision)
   constraint tierq_queues_backoff_cap_seconds_check: CHECK (backoff_cap_seconds >= 0::double precision)
@@ -104,16 +119,8 @@ table tierq_queues
   constraint tierq_queues_consumer_check: CHECK (consumer IS NULL OR jsonb_typeof(consumer) = 'object'::text AND jsonb_typeof(consumer -> 'function'::text) = 'string'::text)
   constraint tierq_queues_lease_seconds_check: CHECK (lease_seconds >= 1)
   constraint tierq_queues_max_attempts_check: CHECK (max_attempts >= 1)
-  constraint tierq_queues_max_leased_check: CHECK (max_leased >= 1 AND max_leased <= 1000000)
   constraint tierq_queues_pkey: PRIMARY KEY (queue)
-  constraint tierq_queues_rate_burst_check: CHECK (rate_burst >= 1 AND rate_burst <= 1000000)
-  constraint tierq_queues_rate_per_second_check: CHECK (rate_per_second > 0::double precision AND rate_per_second <= 1000000::double precision)
-  constraint tierq_queues_rate_whole: CHECK ((rate_per_second IS NULL) = (rate_burst IS NULL))
   constraint tierq_queues_retention_seconds_check: CHECK (retention_seconds >= 0)
-  constraint tierq_queues_tenant_max_leased_check: CHECK (tenant_max_leased >= 1 AND tenant_max_leased <= 1000000)
-  constraint tierq_queues_tenant_rate_burst_check: CHECK (tenant_rate_burst >= 1 AND tenant_rate_burst <= 1000000)
-  constraint tierq_queues_tenant_rate_per_second_check: CHECK (tenant_rate_per_second > 0::double precision AND tenant_rate_per_second <= 1000000::double precision)
-  constraint tierq_queues_tenant_rate_whole: CHECK ((tenant_rate_per_second IS NULL) = (tenant_rate_burst IS NULL))
   constraint tierq_queues_warm_max_bytes_check: CHECK (warm_max_bytes >= 1024 AND warm_max_bytes <= '1099511627776'::bigint)
   constraint tierq_queues_warm_max_check: CHECK (warm_max >= 1)
   CREATE UNIQUE INDEX tierq_queues_pkey ON tierq_queues USING btree (queue)

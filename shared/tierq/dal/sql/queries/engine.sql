@@ -264,52 +264,86 @@ SELECT tenant FROM tierq_queue_tenants WHERE queue = %(queue)s ORDER BY tenant;
 
 -- name: queue_settings_row
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
-SELECT queue, warm_max, lease_seconds, max_attempts, backoff_kind, backoff_base_seconds,
-       backoff_cap_seconds, backoff_jitter, retention_seconds, paused, created_at, updated_at,
-       warm_max_bytes, max_leased, rate_per_second, rate_burst, tenant_max_leased,
-       tenant_rate_per_second, tenant_rate_burst, consumer
-FROM tierq_queues WHERE queue = %(queue)s;
+SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
+       q.backoff_base_seconds, q.backoff_cap_seconds, q.backoff_jitter, q.retention_seconds,
+       q.paused, q.created_at, q.updated_at, q.warm_max_bytes, l.max_leased, l.rate_per_second,
+       l.rate_burst, l.tenant_max_leased, l.tenant_rate_per_second, l.tenant_rate_burst,
+       q.consumer
+FROM tierq_queues q LEFT JOIN tierq_queue_limits l ON l.queue = q.queue
+WHERE q.queue = %(queue)s;
 
 -- name: upsert_queue_settings
--- (The limits and the consumer are written when their set_* flag is true, NULL clearing them;
--- the other settings keep their stored value when given NULL.)
-INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds, max_attempts,
-                               backoff_kind, backoff_base_seconds, backoff_cap_seconds,
-                               backoff_jitter, retention_seconds, paused, max_leased,
-                               rate_per_second, rate_burst, tenant_max_leased,
-                               tenant_rate_per_second, tenant_rate_burst, consumer)
-VALUES (%(queue)s, %(warm_max)s, %(warm_max_bytes)s, %(lease_seconds)s, %(max_attempts)s,
-        %(backoff_kind)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s,
-        %(backoff_jitter)s, %(retention_seconds)s, COALESCE(%(paused)s, false),
-        %(max_leased)s, %(rate_per_second)s, %(rate_burst)s, %(tenant_max_leased)s,
-        %(tenant_rate_per_second)s, %(tenant_rate_burst)s, %(consumer)s::jsonb)
-ON CONFLICT (queue) DO UPDATE SET
-    warm_max = COALESCE(EXCLUDED.warm_max, q.warm_max),
-    warm_max_bytes = COALESCE(EXCLUDED.warm_max_bytes, q.warm_max_bytes),
-    lease_seconds = COALESCE(EXCLUDED.lease_seconds, q.lease_seconds),
-    max_attempts = COALESCE(EXCLUDED.max_attempts, q.max_attempts),
-    backoff_kind = COALESCE(EXCLUDED.backoff_kind, q.backoff_kind),
-    backoff_base_seconds = COALESCE(EXCLUDED.backoff_base_seconds, q.backoff_base_seconds),
-    backoff_cap_seconds = COALESCE(EXCLUDED.backoff_cap_seconds, q.backoff_cap_seconds),
-    backoff_jitter = COALESCE(EXCLUDED.backoff_jitter, q.backoff_jitter),
-    retention_seconds = COALESCE(EXCLUDED.retention_seconds, q.retention_seconds),
-    paused = COALESCE(%(paused)s, q.paused),
-    max_leased = CASE WHEN %(set_max_leased)s THEN EXCLUDED.max_leased ELSE q.max_leased END,
-    rate_per_second = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_per_second
-                           ELSE q.rate_per_second END,
-    rate_burst = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_burst ELSE q.rate_burst END,
-    tenant_max_leased = CASE WHEN %(set_tenant_max_leased)s THEN EXCLUDED.tenant_max_leased
-                             ELSE q.tenant_max_leased END,
-    tenant_rate_per_second = CASE WHEN %(set_tenant_rate)s THEN EXCLUDED.tenant_rate_per_second
-                                  ELSE q.tenant_rate_per_second END,
-    tenant_rate_burst = CASE WHEN %(set_tenant_rate)s THEN EXCLUDED.tenant_rate_burst
-                             ELSE q.tenant_rate_burst END,
-    consumer = CASE WHEN %(set_consumer)s THEN EXCLUDED.consumer ELSE q.consumer END,
-    updated_at = now()
-RETURNING queue, warm_max, lease_seconds, max_attempts, backoff_kind, backoff_base_seconds,
-          backoff_cap_seconds, backoff_jitter, retention_seconds, paused, created_at,
-          updated_at, warm_max_bytes, max_leased, rate_per_second, rate_burst,
-          tenant_max_leased, tenant_rate_per_second, tenant_rate_burst, consumer;
+-- The queue's row (the consumer is written when set_consumer is true, NULL removing it; the
+-- other settings keep their stored value when given NULL), and its limits row
+-- (tierq_queue_limits) when any set_* flag of a limit is true: those limits are written,
+-- NULL clearing them, the others kept. The row after, both tables read as one.
+WITH q AS (
+    INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds,
+                                   max_attempts, backoff_kind, backoff_base_seconds,
+                                   backoff_cap_seconds, backoff_jitter, retention_seconds,
+                                   paused, consumer)
+    VALUES (%(queue)s, %(warm_max)s, %(warm_max_bytes)s, %(lease_seconds)s, %(max_attempts)s,
+            %(backoff_kind)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s,
+            %(backoff_jitter)s, %(retention_seconds)s, COALESCE(%(paused)s, false),
+            %(consumer)s::jsonb)
+    ON CONFLICT (queue) DO UPDATE SET
+        warm_max = COALESCE(EXCLUDED.warm_max, q.warm_max),
+        warm_max_bytes = COALESCE(EXCLUDED.warm_max_bytes, q.warm_max_bytes),
+        lease_seconds = COALESCE(EXCLUDED.lease_seconds, q.lease_seconds),
+        max_attempts = COALESCE(EXCLUDED.max_attempts, q.max_attempts),
+        backoff_kind = COALESCE(EXCLUDED.backoff_kind, q.backoff_kind),
+        backoff_base_seconds = COALESCE(EXCLUDED.backoff_base_seconds, q.backoff_base_seconds),
+        backoff_cap_seconds = COALESCE(EXCLUDED.backoff_cap_seconds, q.backoff_cap_seconds),
+        backoff_jitter = COALESCE(EXCLUDED.backoff_jitter, q.backoff_jitter),
+        retention_seconds = COALESCE(EXCLUDED.retention_seconds, q.retention_seconds),
+        paused = COALESCE(%(paused)s, q.paused),
+        consumer = CASE WHEN %(set_consumer)s THEN EXCLUDED.consumer ELSE q.consumer END,
+        updated_at = now()
+    RETURNING queue, warm_max, lease_seconds, max_attempts, backoff_kind,
+              backoff_base_seconds, backoff_cap_seconds, backoff_jitter, retention_seconds,
+              paused, created_at, updated_at, warm_max_bytes, consumer
+), l AS (
+    INSERT INTO tierq_queue_limits AS l (queue, max_leased, rate_per_second, rate_burst,
+                                         tenant_max_leased, tenant_rate_per_second,
+                                         tenant_rate_burst)
+    SELECT %(queue)s, %(max_leased)s, %(rate_per_second)s, %(rate_burst)s,
+           %(tenant_max_leased)s, %(tenant_rate_per_second)s, %(tenant_rate_burst)s
+    WHERE %(set_max_leased)s OR %(set_rate)s OR %(set_tenant_max_leased)s
+       OR %(set_tenant_rate)s
+    ON CONFLICT (queue) DO UPDATE SET
+        max_leased = CASE WHEN %(set_max_leased)s THEN EXCLUDED.max_leased
+                          ELSE l.max_leased END,
+        rate_per_second = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_per_second
+                               ELSE l.rate_per_second END,
+        rate_burst = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_burst ELSE l.rate_burst END,
+        tenant_max_leased = CASE WHEN %(set_tenant_max_leased)s THEN EXCLUDED.tenant_max_leased
+                                 ELSE l.tenant_max_leased END,
+        tenant_rate_per_second = CASE WHEN %(set_tenant_rate)s
+                                      THEN EXCLUDED.tenant_rate_per_second
+                                      ELSE l.tenant_rate_per_second END,
+        tenant_rate_burst = CASE WHEN %(set_tenant_rate)s THEN EXCLUDED.tenant_rate_burst
+                                 ELSE l.tenant_rate_burst END
+    RETURNING queue, max_leased, rate_per_second, rate_burst, tenant_max_leased,
+              tenant_rate_per_second, tenant_rate_burst
+)
+-- (a limits row this statement did not write is read as it was before it)
+SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
+       q.backoff_base_seconds, q.backoff_cap_seconds, q.backoff_jitter, q.retention_seconds,
+       q.paused, q.created_at, q.updated_at, q.warm_max_bytes,
+       CASE WHEN l.queue IS NULL THEN o.max_leased ELSE l.max_leased END AS max_leased,
+       CASE WHEN l.queue IS NULL THEN o.rate_per_second ELSE l.rate_per_second END
+           AS rate_per_second,
+       CASE WHEN l.queue IS NULL THEN o.rate_burst ELSE l.rate_burst END AS rate_burst,
+       CASE WHEN l.queue IS NULL THEN o.tenant_max_leased ELSE l.tenant_max_leased END
+           AS tenant_max_leased,
+       CASE WHEN l.queue IS NULL THEN o.tenant_rate_per_second
+            ELSE l.tenant_rate_per_second END AS tenant_rate_per_second,
+       CASE WHEN l.queue IS NULL THEN o.tenant_rate_burst ELSE l.tenant_rate_burst END
+           AS tenant_rate_burst,
+       q.consumer
+FROM q
+LEFT JOIN l ON true
+LEFT JOIN tierq_queue_limits o ON o.queue = q.queue;
 
 -- name: known_queues
 SELECT queue FROM tierq_queues
