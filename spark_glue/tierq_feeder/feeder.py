@@ -397,7 +397,6 @@ def _write_round(spark: SparkSession, tq: Tierq, line: Line, ahead: Lookahead,
     tenants = ahead.tenants(start, end)
     rows = line.rows(start, end, slices=writers)
     repeats = ahead.repeats(rows)
-    checked = time.monotonic()
     out: DataFrame | None = None
     try:
         repeated = 0
@@ -405,6 +404,7 @@ def _write_round(spark: SparkSession, tq: Tierq, line: Line, ahead: Lookahead,
             repeated = repeats.count()
             rows = rows.join(F.broadcast(repeats) if repeated <= 100_000 else repeats,
                              on=RANK, how="left_anti")
+        checked = time.monotonic()
         if not tenants:  # every row of the round is rejected
             tenants = ["_"]
         with tq.bulk_load(line.config.queue, rows=end - start, tenants=tenants) as load:
