@@ -140,6 +140,8 @@ def leg_feeder(args: argparse.Namespace) -> dict[str, Any]:
             "--priority-column", "priority", "--payload-columns", "name,amount",
             "--max-backlog", str(args.rows * 2), "--write-partitions", str(args.partitions),
             "--rejects", str(Path(args.data).parent / "rejects")]
+    if args.batch_rows:
+        argv += ["--batch-rows", str(args.batch_rows)]
     if feed_queue.main_local(argv) != 0:
         raise SystemExit("the feeder failed")
     return {"committed_at": time.monotonic(), "peak_rss_mb": peak_rss_mb()}
@@ -201,6 +203,8 @@ def run_leg(leg: str, args: argparse.Namespace, database_url: str, valkey_url: s
     command = [sys.executable, str(Path(__file__).resolve()), "--leg", leg,
                "--database-url", database_url, "--valkey-url", valkey_url,
                "--data", str(data), "--rows", str(rows), "--partitions", str(args.partitions)]
+    if args.batch_rows:
+        command += ["--batch-rows", str(args.batch_rows)]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -238,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="write partitions = database connections, every leg")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--batch-rows", type=int, default=None,
+                        help="the feeder's rows per round (default: the job's, 250,000)")
+    parser.add_argument("--legs", nargs="+", choices=LEGS, default=list(LEGS),
+                        help="the legs to run (the last line needs spark_jdbc and feeder)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--leg", choices=LEGS, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -264,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"legs: {', '.join(LEGS)}; {args.runs} alternating run(s); master {args.master}, "
             f"driver memory {args.driver_memory}, {args.partitions} partitions = connections")
         for run in range(args.runs):
-            for leg in LEGS:
+            for leg in args.legs:
                 reset(database_url, stores.clear_valkey)
                 measured = run_leg(leg, args, database_url, stores.valkey_url,
                                    scratch / "rows", args.rows, args.driver_memory)
@@ -274,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{measured['rate']:>10,.0f} rows/s  driver peak RSS "
                     f"{measured['peak_rss_mb']:.0f} MB")
         median = {leg: statistics.median(r["rate"] for r in results["runs"] if r["leg"] == leg)
-                  for leg in LEGS}
+                  for leg in args.legs}
+        if "feeder" not in args.legs:
+            raise SystemExit("--legs: the feeder is the leg measured")
         rss = statistics.median(r["peak_rss_mb"] for r in results["runs"]
                                 if r["leg"] == "feeder")
         results["median_rate"] = median
@@ -295,16 +305,16 @@ def main(argv: list[str] | None = None) -> int:
                         f"{big['peak_rss_mb']:.0f} MB at {args.big_rows:,} rows "
                         f"(x{big['peak_rss_mb'] / rss:.2f}; spark.driver.memory "
                         f"{args.driver_memory})")
-        ratio = median["feeder"] / median["spark_jdbc"]
-        results["feeder_vs_spark_jdbc"] = ratio
-        results["feeder_vs_alone"] = median["feeder"] / median["alone"]
+        figures = [f"median {leg:<10} {median[leg]:>10,.0f} rows/s" for leg in args.legs]
+        if "alone" in median:
+            results["feeder_vs_alone"] = median["feeder"] / median["alone"]
+            figures.append(f"feeder / write path alone = {results['feeder_vs_alone']:.2f}")
+        figures += [f"driver_peak_rss_mb={rss:.0f} (feeder, {args.rows:,} rows)", big_line]
+        if "spark_jdbc" in median:
+            results["feeder_vs_spark_jdbc"] = median["feeder"] / median["spark_jdbc"]
+            figures.append(f"feeder_vs_spark_jdbc={results['feeder_vs_spark_jdbc']:.2f}")
         write_json(args.json, results)
-        print_figures(
-            *(f"median {leg:<10} {median[leg]:>10,.0f} rows/s" for leg in LEGS),
-            f"feeder / write path alone = {median['feeder'] / median['alone']:.2f}",
-            f"driver_peak_rss_mb={rss:.0f} (feeder, {args.rows:,} rows)",
-            big_line,
-            f"feeder_vs_spark_jdbc={ratio:.2f}")
+        print_figures(*figures)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         stores.close()
