@@ -12,6 +12,10 @@ generated. Each is checked by a test of its own:
   comparison of two fields (tests/handlers/test_http_handlers.py).
 - A ``cron`` expression croniter reads and that matches some date (``0 0 30 2 *`` never
   does): a calendar question (tests/e2e/test_schedules_http.py).
+- A queue's ``consumer.function`` one the deployment allows (on AWS the stack's allow-list;
+  locally a function of the template or an importable ``module:function``): a question of
+  the deployment, not of the request's shape (tests/dispatch, the allow-list). The run
+  names the demo's consumer, which the local stack can import.
 
 None is API Gateway's own behaviour: the run has no hook for that (the checks only API
 Gateway answers are excluded on the command line instead).
@@ -34,6 +38,7 @@ LATEST_RUN_AT = timedelta(seconds=MAX_DELAY_SECONDS - 86_400)
 DEFAULT_CAP = BackoffSettings.model_fields["cap_seconds"].default
 DEFAULT_BASE = BackoffSettings.model_fields["base_seconds"].default
 A_CRON = "*/5 * * * *"
+CONTRACT_CONSUMER = "tierq.local.demo:push_consumer"
 
 
 def _positive(case: Any) -> bool:
@@ -82,3 +87,5 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     if isinstance(body.get("backoff"), dict):
         _cap_not_below_base(body["backoff"])
     _a_cron_that_fires(body)
+    if isinstance(body.get("consumer"), dict) and "function" in body["consumer"]:
+        body["consumer"]["function"] = CONTRACT_CONSUMER
