@@ -195,6 +195,22 @@ def test_the_allow_list_takes_names_and_arns_of_the_stacks_functions() -> None:
     assert info.value.status == 403
 
 
+def test_the_allow_list_as_the_template_gives_it_holds_arns() -> None:
+    # template.yaml passes ConsumerFunctionArns (ARNs) as TIERQ_CONSUMER_FUNCTIONS: a
+    # listed function is allowed by its ARN and, in the stack's account and region, by name
+    elsewhere = "arn:aws:lambda:us-east-1:999999999999:function:partner"
+    allowed = AllowList(dispatch.allow_list(
+        f"{PREFIX}orders-consumer, {PREFIX}billing:live,{elsewhere}"), PREFIX)
+    for function in ("orders-consumer", PREFIX + "orders-consumer", "billing:live",
+                     PREFIX + "billing:live", elsewhere):
+        allowed.check(function)
+    for refused in ("billing", PREFIX + "billing", "partner", PREFIX + "partner",
+                    "arn:aws:lambda:us-east-1:999999999999:function:orders-consumer",
+                    "orders-consumer-2", "orders"):
+        with pytest.raises(ConsumerNotAllowed, match="not in the deployment's allow-list"):
+            allowed.check(refused)
+
+
 def test_setting_a_consumer_outside_the_allow_list_is_refused_and_writes_nothing(
         make_tq: Any, pg: psycopg.Connection[Any]) -> None:
     tq = make_tq(consumer_functions="orders-consumer", consumer_arn_prefix=PREFIX)

@@ -261,8 +261,11 @@ def allow_list(raw: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class AllowList:
     """The deployment's allow-list of consumer functions (the template's
-    ``ConsumerFunctions``): names of Lambda functions of the stack's account and region,
-    each given as its name or as its full ARN (``arn_prefix`` + name)."""
+    ``ConsumerFunctionArns``): Lambda functions, each listed by its ARN (as the template
+    passes them) or, in the stack's account and region, by its name. A queue's consumer
+    names one by its ARN or, in the stack's account and region, by its name: both sides are
+    compared by name once ``arn_prefix`` is taken off (an ARN of another account or region
+    must match in full)."""
 
     names: tuple[str, ...]
     arn_prefix: str = ""  # arn:<partition>:lambda:<region>:<account>:function:
@@ -272,18 +275,21 @@ class AllowList:
             return function[len(self.arn_prefix):]
         return function
 
+    def allows(self, function: str) -> bool:
+        return self.name_of(function) in {self.name_of(entry) for entry in self.names}
+
     def check(self, function: str) -> None:
         if not self.names:
             raise ConsumerNotAllowed(
                 f"consumer.function {function!r}: this deployment allows no consumer "
-                "functions (the stack's ConsumerFunctions parameter, TIERQ_CONSUMER_FUNCTIONS, "
-                "is empty)", details=[{"field": "consumer.function",
+                "functions (the stack's ConsumerFunctionArns parameter, "
+                "TIERQ_CONSUMER_FUNCTIONS, is empty)", details=[{"field": "consumer.function",
                                        "message": "not in the allow-list"}])
-        if self.name_of(function) not in self.names:
+        if not self.allows(function):
             raise ConsumerNotAllowed(
                 f"consumer.function {function!r} is not in the deployment's allow-list of "
                 f"consumer functions ({', '.join(self.names)}); the stack's owner adds it "
-                "with the ConsumerFunctions parameter",
+                "with the ConsumerFunctionArns parameter",
                 details=[{"field": "consumer.function", "message": "not in the allow-list"}])
 
 
