@@ -161,6 +161,14 @@ class Tierq:
         return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
                                  max_bytes=max_bytes, answer_by=answer_by)
 
+    def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
+                      max_bytes: int = 0, answer_by: float | None = None,
+                      **fields: Any) -> claim_logic.ClaimOutcome:
+        """``claim``, with ``retry_after_ms``: when more may be had if the queue's limits
+        (max_leased, rate, tenant_max_leased, tenant_rate) cut the claim, else None."""
+        return claim_logic.claim_outcome(self.ctx, queue, request or ClaimRequest(**fields),
+                                         max_bytes=max_bytes, answer_by=answer_by)
+
     def ack(self, queue: str,
             items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
