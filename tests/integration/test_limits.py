@@ -118,3 +118,27 @@ def test_the_queue_view_shows_each_limit_and_its_use(make_tq):
     tq.put_queue("v", {"max_leased": None, "rate": None, "tenant_max_leased": None,
                        "tenant_rate": None})
     assert tq.get_queue("v").limits_use is None
+
+
+def test_a_heartbeat_naming_another_tasks_token_leaves_its_reservation(make_tq):
+    # a heartbeat whose id does not go with its token (a client's mix-up, or on purpose)
+    # is rejected, and must not give back the reservation of the lease the token is of:
+    # that lease still runs, and max_leased would be exceeded by one per such heartbeat
+    import uuid
+
+    tq = make_tq()
+    tq.put_queue("h", {"max_leased": 2})
+    tq.enqueue("h", [{"payload": i} for i in range(5)])
+    held = tq.claim("h", max=5)
+    assert len(held) == 2
+    answer = tq.heartbeat("h", [{"id": uuid.uuid4(), "lease_token": t.lease_token}
+                                for t in held])
+    assert len(answer.rejected) == 2
+    assert limits.in_use(tq.ctx, "h", limits.LEASES_POOL) == 2
+    assert tq.claim("h", max=5) == []
+    # a heartbeat of a lease that ended (acked) is rejected and holds nothing
+    tq.ack("h", held[:1])
+    assert len(tq.heartbeat("h", [{"id": held[0].id, "lease_token": held[0].lease_token}])
+               .rejected) == 1
+    assert limits.in_use(tq.ctx, "h", limits.LEASES_POOL) == 1
+    assert len(tq.claim("h", max=5)) == 1

@@ -261,22 +261,29 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
     now_ms = to_ms(ctx.now())
     for tenant, group in by_tenant.items():
         extend_ms = [(i.extend_seconds or qs.lease_seconds) * 1000 for i in group]
+        # the leases held now: only theirs are extended and, should the lease end before
+        # its extension, given back (a token sent with another task's id names a lease
+        # that still runs: its reservation must stay)
+        owned = [True] * len(group)
         if qs.max_leased:
+            owned = ctx.warm.verify(queue, tenant, now_ms=now_ms, members=[
+                lease_member(str(i.id), i.lease_token) for i in group])
             # the reservations first (never shortened): a lease never outlives its own
             ctx.warm.extend_capacity(queue, limits.LEASES_POOL, [
                 (reservation_of(i.lease_token), now_ms + ms)
-                for i, ms in zip(group, extend_ms, strict=True)])
+                for i, ms, mine in zip(group, extend_ms, owned, strict=True) if mine])
         deadlines = ctx.warm.extend(queue, tenant, now_ms=now_ms, leases=[
             (str(i.id), i.lease_token, ms) for i, ms in zip(group, extend_ms, strict=True)
         ])
         lost: list[str] = []
-        for item, deadline in zip(group, deadlines, strict=True):
+        for item, deadline, mine in zip(group, deadlines, owned, strict=True):
             if deadline:
                 result.extended.append(LeaseExtended(id=item.id,
                                                      lease_expires_at=from_ms(deadline)))
             else:
                 result.rejected.append(Rejection(id=item.id, reason="not_owner"))
-                lost.append(item.lease_token)
+                if mine:
+                    lost.append(item.lease_token)
         if lost:
             # extended above for a lease that had ended: give it back at once
             free_reservations(ctx, queue, lost)
