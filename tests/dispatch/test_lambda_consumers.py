@@ -139,6 +139,13 @@ def test_a_service_error_may_have_run_the_function_so_it_counts_an_attempt(
                              http_status_code=500)
     counts = dispatcher_of(tq.ctx).dispatch_once("orders")
     assert (counts.consumer_errors, counts.retried, counts.released) == (1, 3, 0)
+    # it may still be running (Lambda answered 500, or the connection was cut): the tasks
+    # run again no sooner than their lease would have ended (the function's timeout and
+    # margins), even with a backoff of 0, so no batch runs twice at once
+    assert tq.claim("orders", max=5) == []
+    [(wait,)] = pg.execute("SELECT DISTINCT round(extract(epoch FROM run_at - now())) "
+                           "FROM tierq_tasks").fetchall()
+    assert wait >= 30
 
 
 def test_the_invoke_client_makes_one_attempt_and_waits_past_the_timeout(

@@ -15,8 +15,10 @@ computed as SQS does.
 The outcome (:func:`settle`), as for an SQS event source with ``ReportBatchItemFailures``:
 the tasks the response names in ``batchItemFailures`` are nacked (the queue's backoff and
 ``max_attempts`` apply) and the others acked; a response that is not JSON, or names an item
-that is not in the batch or names none, fails the whole batch; a function error (or an
-invoke whose outcome is unknown: timed out, cut off) nacks the whole batch; throttling
+that is not in the batch or names none, fails the whole batch; a function error nacks the
+whole batch, and so does an invoke whose outcome is unknown (a 500, timed out, cut off),
+whose tasks then wait at least until their lease would have ended (the function may still
+be running: a connection cut off does not stop it); throttling
 releases it (no attempt counted) and backs the queue off; an invoke refused before the
 function ran (no such function, access denied) releases it too and backs off longer.
 
@@ -441,11 +443,21 @@ def read_counts(ctx: Context, queue: str) -> DispatchCounts:
 
 
 def _nack_all(ctx: Context, queue: str, tasks: Sequence[ClaimedTask], error: str,
-              counts: DispatchCounts) -> None:
+              counts: DispatchCounts, *, may_run_on: bool = False) -> None:
+    """Nack ``tasks``. ``may_run_on``: the invocation may still be running (its outcome is
+    unknown), so each task runs again no sooner than its lease would have ended (which
+    covers the function's timeout), nor sooner than the queue's backoff says."""
     if not tasks:
         return
+    retry_in: list[float | None] = [None] * len(tasks)
+    if may_run_on:
+        now = ctx.now()
+        policy = ctx.queue_settings.get(queue).backoff.policy()
+        retry_in = [max(policy.delay(t.attempt), t.lease_expires_at.timestamp() - now, 0.0)
+                    for t in tasks]
     result = leases.nack(ctx, queue, [
-        NackItem(id=t.id, lease_token=t.lease_token, error=error[:MAX_ERROR]) for t in tasks])
+        NackItem(id=t.id, lease_token=t.lease_token, error=error[:MAX_ERROR],
+                 retry_in_seconds=delay) for t, delay in zip(tasks, retry_in, strict=True)])
     counts.retried += len(result.retried)
     counts.dead += len(result.dead)
 
@@ -477,7 +489,7 @@ def settle(ctx: Context, consumer: Consumer, tasks: Sequence[ClaimedTask],
         counts.consumer_errors += 1
         what = "function error" if invocation.outcome == "function_error" else "invoke failed"
         _nack_all(ctx, queue, tasks, f"{consumer.function}: {what}: {invocation.error}",
-                  counts)
+                  counts, may_run_on=invocation.outcome == "failed")
         return counts
     failed = failed_items(invocation.payload, [str(t.id) for t in tasks])
     done = [t for t in tasks if str(t.id) not in failed]
