@@ -96,6 +96,27 @@ def test_a_paused_queue_is_not_dispatched_and_a_batch_waits_for_its_window(
         forget_dispatcher(tq.ctx)
 
 
+def test_a_batching_window_opens_only_once_a_task_is_claimed(
+        tq: Tierq, functions: LocalFunctions) -> None:
+    # as Lambda's SQS poller: with nothing ready there is no batch to wait for, so an idle
+    # queue neither polls through its window nor keeps its dispatcher busy (and awake)
+    import time
+
+    from tierq.maintenance.dispatcher import dispatcher_of, forget_dispatcher
+
+    tq.put_queue("quiet", {"consumer": {"function": "tests.dispatch.consumers:keep",
+                                        "batch_size": 10, "max_batching_window_ms": 3000}})
+    dispatcher = dispatcher_of(tq.ctx)
+    try:
+        started = time.monotonic()
+        assert dispatcher.dispatch_once("quiet").batches == 0
+        assert time.monotonic() - started < 1.5
+        _, idle = dispatcher.run(until=time.monotonic() + 5, idle_seconds=0.5)
+        assert idle and time.monotonic() - started < 3.5
+    finally:
+        forget_dispatcher(tq.ctx)
+
+
 def test_batches_of_large_tasks_are_cut_to_what_an_invoke_carries(
         make_tq: Any, pg: psycopg.Connection[Any], functions: LocalFunctions) -> None:
     from tierq.logic.dispatch import EVENT_LIMIT

@@ -786,12 +786,14 @@ class Dispatcher:
                     log.warning("emitting dispatch metrics failed", exc_info=True)
 
     def _claim(self, consumer: Consumer, lease: int) -> list[ClaimedTask]:
-        """Up to ``batch_size`` tasks, waiting up to the batching window for a full batch."""
+        """Up to ``batch_size`` tasks, waiting up to the batching window for a full batch
+        once the first task is claimed (as Lambda's SQS poller: with nothing ready there is
+        no batch to wait for, and an idle queue must let its dispatcher go idle)."""
         request = ClaimRequest(max=consumer.batch_size, lease_seconds=lease,
                                worker=f"dispatcher:{consumer.function}"[:128])
         budget = claim_budget(consumer.batch_size)
         tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget)
-        if not consumer.window_ms or len(tasks) >= consumer.batch_size:
+        if not tasks or not consumer.window_ms or len(tasks) >= consumer.batch_size:
             return tasks
         window_ends = time.monotonic() + consumer.window_ms / 1000
         used = sum(_claimed_cost(t) for t in tasks)
