@@ -94,6 +94,22 @@ def test_limits_hold_capacity_for_other_callers(make_tq):
         limits.take(tq.ctx, "c", "Bad Pool", limit=1, hold_seconds=1)
 
 
+@pytest.mark.parametrize("want", [1, 9, 10, 11, 100, 123, 2500])
+def test_a_take_holds_exactly_the_members_it_names(make_tq, valkey, want):
+    """queue_capacity.lua writes the members in descending order of their names (cheaper in
+    a listpack) and in chunks past 2,000: the pool holds exactly <holder>1..<holder>N, each
+    until the deadline, and giving each back by name frees them all."""
+    tq = make_tq()
+    held = limits.take(tq.ctx, "q", "invocations", limit=10_000, want=want, hold_seconds=60,
+                       holder="h~")
+    assert held.members == tuple(f"h~{k}" for k in range(1, want + 1))
+    pool = valkey.zrange("tq:{q}:held:invocations", 0, -1, withscores=True)
+    assert sorted(m.decode() for m, _ in pool) == sorted(held.members)
+    assert {int(score) for _, score in pool} == {held.deadline_ms}
+    assert limits.give_back(tq.ctx, held) == want
+    assert limits.in_use(tq.ctx, "q", "invocations") == 0
+
+
 @pytest.mark.parametrize("where", ["leased", "reserved"])
 def test_a_killed_claimer_frees_its_capacity_by_the_lease_expiry(make_tq, database_url,
                                                                  valkey_url, where):
