@@ -121,9 +121,9 @@ class Settings(BaseModel):
     # The dispatcher (push delivery to consumer functions): the longest it waits before
     # looking again at a queue that had nothing ready.
     dispatcher_every: float = Field(default=1.0, gt=0, le=60, alias="TIERQ_DISPATCHER_EVERY")
-    # The functions queues may name as consumers (the template's ConsumerFunctions): names,
-    # comma separated, of Lambda functions of the stack's account and region; a consumer may
-    # name one by its name or by its ARN (TIERQ_CONSUMER_ARN_PREFIX followed by the name).
+    # The functions queues may name as consumers (the template's ConsumerFunctionArns): ARNs
+    # (or, in the stack's account and region, names), comma separated; a consumer names one
+    # by its ARN or, if it has TIERQ_CONSUMER_ARN_PREFIX, by the name that follows it.
     consumer_functions: str = Field(default="", alias="TIERQ_CONSUMER_FUNCTIONS")
     consumer_arn_prefix: str = Field(default="", alias="TIERQ_CONSUMER_ARN_PREFIX")
     # The dispatcher function that a task becoming ready wakes (tierq.logic.wake); empty: no

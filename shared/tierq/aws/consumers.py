@@ -1,10 +1,10 @@
 """Consumer functions on AWS: Lambda functions of the stack's allow-list, invoked
 synchronously by the dispatcher, and the wake of the dispatcher itself.
 
-The allow-list is the template's ``ConsumerFunctions`` (``TIERQ_CONSUMER_FUNCTIONS``): names
-of functions of the stack's account and region (``name`` or ``name:alias``); a queue's
-consumer names one by its name or by its ARN (``TIERQ_CONSUMER_ARN_PREFIX`` + name). The
-dispatcher's role may invoke exactly those.
+The allow-list is the template's ``ConsumerFunctionArns`` (``TIERQ_CONSUMER_FUNCTIONS``):
+ARNs of functions (``…:function:name`` or ``…:function:name:alias``); a queue's consumer
+names one by its ARN or, in the stack's account and region, by its name (what follows
+``TIERQ_CONSUMER_ARN_PREFIX``). The dispatcher's role may invoke exactly those.
 
 An invoke is made once: botocore's retries are off (``total_max_attempts=1``), since a
 retried invoke of a batch still running would run it twice; its read timeout is past the
