@@ -6,10 +6,11 @@ the run reaches) and with none, back to back, in one process.
     .venv/bin/python -m bench.limits --quick    # 2,000 tasks, 3 repeats
 
 A queue without limits pays nothing for them (the claim script gets zeros); with limits, a
-claim adds one call on the queue's own key per pair it pops from (reservations and tokens:
-lua/queue_capacity.lua, plus one to give back what went unused) and an ack one more
-(giving the reservations back). Each repeat drains a fresh backlog of 4 tenants in each
-mode, the order of the modes alternating; the figures are medians over the repeats, with
+claim adds one call on the queue's own key before its pops (reservations and tokens, one
+reservation member per task: lua/queue_capacity.lua; one more only when some went unused)
+and an ack a ZREM of its reservations (in the round trip of its lease drop on one server).
+Each repeat drains a fresh backlog of 4 tenants in each mode, the order of the modes
+alternating; the figures are medians over the repeats, with
 the CPU the client process and the Valkey server spent per task. The last line is
 ``limits_ratio=R``: for each claim size, the median over the repeats of the claim+ack rate
 with limits over the rate without in the same repeat (back to back, so a busy machine's
