@@ -47,13 +47,14 @@ CONNECT_TIMEOUT = 5.0
 ClientFactory = Callable[[float], Any]  # read timeout -> a boto3 Lambda client
 
 
-def lambda_client(read_timeout: float, *, retries: int = 1) -> Any:
+def lambda_client(read_timeout: float, *, retries: int = 1,
+                  connect_timeout: float = CONNECT_TIMEOUT) -> Any:
     """A boto3 Lambda client that makes ``retries`` attempts of a call and waits
     ``read_timeout`` seconds for an answer."""
     import boto3  # type: ignore[import-untyped]
     from botocore.config import Config
 
-    config = Config(read_timeout=read_timeout, connect_timeout=CONNECT_TIMEOUT,
+    config = Config(read_timeout=read_timeout, connect_timeout=connect_timeout,
                     retries={"total_max_attempts": retries, "mode": "standard"},
                     tcp_keepalive=True, max_pool_connections=100)
     return boto3.client("lambda", config=config)
@@ -156,13 +157,20 @@ def _function_error(kind: str, payload: bytes) -> str:
 WAKE_EVENT = orjson.dumps({"source": "tierq.wake", "job": "dispatcher"})
 
 
+# An asynchronous invoke is answered at once (202): a wake costs its request one short
+# round trip, and at most this long when Lambda is slow to answer.
+WAKE_TIMEOUT_SECONDS = 2.0
+
+
 @dataclass
 class LambdaWaker:
-    """Wakes the dispatcher function with an asynchronous invoke, on a thread of its own so
-    that the request that made the task ready does not wait for it. The invoke carries no
-    X-Ray trace header (botocore adds the caller's in a Lambda function): each dispatcher
-    invocation starts a trace of its own rather than continuing a chain of calls, which is
-    what Lambda's recursive loop detection counts."""
+    """Wakes the dispatcher function with an asynchronous invoke, sent before the request
+    that made the task ready returns: Lambda freezes an execution environment once its
+    handler has answered, so a wake left to a thread of its own could wait for that
+    environment's next request (the wake flag holding off every other meanwhile). The
+    invoke carries no X-Ray trace header (botocore adds the caller's in a Lambda function):
+    each dispatcher invocation starts a trace of its own rather than continuing a chain of
+    calls, which is what Lambda's recursive loop detection counts."""
 
     function: str
     client: Any = None
@@ -171,12 +179,13 @@ class LambdaWaker:
         if self.client is None:
             from botocore import handlers
 
-            self.client = lambda_client(10.0, retries=2)
+            self.client = lambda_client(WAKE_TIMEOUT_SECONDS, retries=1,
+                                        connect_timeout=WAKE_TIMEOUT_SECONDS)
             self.client.meta.events.unregister("before-call",
                                                handlers.add_recursion_detection_header)
 
     def __call__(self) -> None:
-        threading.Thread(target=self._invoke, name="tierq-wake", daemon=True).start()
+        self._invoke()
 
     def _invoke(self) -> None:
         try:
