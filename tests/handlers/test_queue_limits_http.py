@@ -92,6 +92,7 @@ def test_consumer_is_stored_with_defaults_and_removed_by_null(
     ({"max_leased": 2_000_000}, "max_leased"),
     ({"tenant_max_leased": -1}, "tenant_max_leased"),
     ({"rate": {"per_second": 0, "burst": 5}}, "rate.per_second"),
+    ({"rate": {"per_second": 1e-9, "burst": 5}}, "rate.per_second"),
     ({"rate": {"burst": 5}}, "rate.per_second"),
     ({"rate": {"per_second": 5, "burst": -1}}, "rate.burst"),
     ({"rate": {"per_second": 5, "extra": 1}}, "rate.extra"),

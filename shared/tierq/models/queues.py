@@ -43,6 +43,11 @@ CONSUMER_CONCURRENCY_MAX = 10_000
 CONSUMER_FUNCTION_MAX = 512
 
 
+# the slowest rate: one token every 10,000 s (far slower ones would overflow the wait the
+# bucket computes for retry_after_ms)
+RATE_MIN = 1e-4
+
+
 class RateLimit(RequestModel):
     """A token bucket on the tasks a claim hands out: it holds at most ``burst`` tokens and
     refills at ``per_second``; each task handed out takes one. Counted on the warm tier's
@@ -50,8 +55,9 @@ class RateLimit(RequestModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    per_second: float = Field(gt=0, le=LIMIT_MAX, allow_inf_nan=False,
-                              description="Tokens added per second (may be below 1).")
+    per_second: float = Field(ge=RATE_MIN, le=LIMIT_MAX, allow_inf_nan=False,
+                              description="Tokens added per second (may be below 1; at "
+                                          "least 0.0001, one every 2.8 hours).")
     burst: int = Field(default=0, ge=0, le=LIMIT_MAX,
                        description="Tokens the bucket holds at most: how many tasks may go "
                                    "out at once after a quiet spell. Left out (or 0): "
