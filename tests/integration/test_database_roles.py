@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -26,8 +24,6 @@ from tierq.dal.postgres import Database, execute_text
 from tierq.engine import Tierq
 from tierq.local.services import LocalServices
 from tierq.logic.context import OffsetClock
-
-SPARK_GLUE = Path(__file__).resolve().parents[2] / "spark_glue"
 
 
 def role_of(url: str) -> dict[str, Any]:
@@ -108,29 +104,22 @@ def test_the_application_role_runs_every_kind_of_operation(make_tq: Any, pg: Any
     assert count(pg, "queue = 'q'") == 0
 
 
-def test_the_feeder_write_path_runs_as_the_application_role(
-        make_tq: Any, app_database_url: str, valkey_url: str, pg: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Glue job's statements: a feed's advisory lock and offsets, places in line, the
-    TEMP staging table, COPY and the insert from it."""
-    monkeypatch.syspath_prepend(str(SPARK_GLUE))
-    from tierq_feeder import offsets, writer
-
-    from tierq.logic import feed
+def test_the_feeder_write_path_runs_as_the_application_role(make_tq: Any, pg: Any) -> None:
+    """The Glue job's statements, through the engine's bulk path as the feeder calls it: a
+    feed's advisory lock and offsets, places in line, the TEMP staging table, COPY and the
+    insert from it."""
+    from tierq.dal.store.rows import FeedOffsetRow
+    from tierq.logic import bulk, feed
 
     tq = make_tq()
-    with offsets.feed_lock(tq.ctx, "feed"), \
-            feed.admitted_round(tq.ctx, "fed", ["_"], 3) as seqs:
-        job = writer.RoundWrite(stores=writer.StoreConfig(app_database_url, valkey_url),
-                                queue="fed", max_attempts=3, first_rank=0, chunk_rows=10)
-        records = [writer.FIELD.join([str(i), "_", "", f'_\tk{i}\t0\t{{"n":{i}}}'])
-                   for i in range(3)]
-        [stats] = list(writer.write_partition(job, SimpleNamespace(value=(seqs, set())),
-                                              records))
-        assert stats.created == 3
-        offsets.save_offsets(tq.ctx, "feed", [offsets.OffsetRow("s", "", 3, "2")])
-        assert offsets.load_offsets(tq.ctx, "feed")[("s", "")].rows_done == 3
-        offsets.reset_offsets(tq.ctx, "feed")
+    rows = [(i, "_", f"k{i}", 0, f'{{"n":{i}}}', None) for i in range(3)]
+    with feed.feed_lock(tq.ctx, "feed"), tq.bulk_load("fed", rows=3, tenants=["_"]) as load:
+        with tq.bulk_writer(load) as writer:
+            assert writer.write(bulk.copy_text(rows), tenants=["_"]) == 3
+        feed.save_offsets(tq.ctx, "feed", [FeedOffsetRow("s", "", 3, "2")])
+        assert [o.rows_done for o in feed.load_offsets(tq.ctx, "feed")] == [3]
+        feed.reset_offsets(tq.ctx, "feed")
+    assert tq.bulk_warm_up("fed", ["_"]) == 3
     assert count(pg, "queue = 'fed'") == 3
 
 
