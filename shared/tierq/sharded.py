@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -70,6 +71,9 @@ POLL_SECONDS = 0.05  # a long poll over several shards looks again this often
 # TIERQ_DB_POOL_TIMEOUT; this catches a server that accepts and never answers.)
 CALL_SECONDS = 10.0
 SUSPECT_SECONDS = 5.0
+
+
+R = TypeVar("R", AckResult, NackResult, ReleaseResult, HeartbeatResult)
 
 
 class ShardedTierq:
@@ -280,60 +284,44 @@ class ShardedTierq:
                 groups[home].append(index)
         return groups, unknown
 
+    def _settle(self, queue: str, models: Sequence[Any], result: R,
+                call: Callable[[Tierq, list[Any]], R], lists: Sequence[str]) -> R:
+        """Send each item to the home of its lease token's tenant (``call`` with that
+        shard's items) and gather the answers' ``lists`` into ``result``; items whose token
+        names no pair with a home are rejected as not found."""
+        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
+        result.rejected.extend(Rejection(id=models[i].id, reason="not_found") for i in unknown)
+        for home, indexes in groups.items():
+            got = self._on(home, partial(_with_items, call, [models[i] for i in indexes]))
+            for name in (*lists, "rejected"):
+                getattr(result, name).extend(getattr(got, name))
+        return result
+
     def ack(self, queue: str,
             items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
         models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
                   for i in items]
-        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
-        result = AckResult(rejected=[Rejection(id=models[i].id, reason="not_found")
-                                     for i in unknown])
-        for home, indexes in groups.items():
-            got = self._on(home, lambda e, ix=indexes: e.ack(  # type: ignore[misc]
-                queue, [models[i] for i in ix]))
-            result.acked.extend(got.acked)
-            result.rejected.extend(got.rejected)
-        return result
+        return self._settle(queue, models, AckResult(), lambda e, m: e.ack(queue, m),
+                            ["acked"])
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
         models = [i if isinstance(i, NackItem) else NackItem.model_validate(i) for i in items]
-        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
-        result = NackResult(rejected=[Rejection(id=models[i].id, reason="not_found")
-                                      for i in unknown])
-        for home, indexes in groups.items():
-            got = self._on(home, lambda e, ix=indexes: e.nack(  # type: ignore[misc]
-                queue, [models[i] for i in ix]))
-            result.retried.extend(got.retried)
-            result.dead.extend(got.dead)
-            result.rejected.extend(got.rejected)
-        return result
+        return self._settle(queue, models, NackResult(), lambda e, m: e.nack(queue, m),
+                            ["retried", "dead"])
 
     def release(self, queue: str,
                 items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
         models = [i if isinstance(i, ReleaseItem | ClaimedTask)
                   else ReleaseItem.model_validate(i) for i in items]
-        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
-        result = ReleaseResult(rejected=[Rejection(id=models[i].id, reason="not_found")
-                                         for i in unknown])
-        for home, indexes in groups.items():
-            got = self._on(home, lambda e, ix=indexes: e.release(  # type: ignore[misc]
-                queue, [models[i] for i in ix]))
-            result.released.extend(got.released)
-            result.rejected.extend(got.rejected)
-        return result
+        return self._settle(queue, models, ReleaseResult(),
+                            lambda e, m: e.release(queue, m), ["released"])
 
     def heartbeat(self, queue: str,
                   items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
         models = [i if isinstance(i, HeartbeatItem) else HeartbeatItem.model_validate(i)
                   for i in items]
-        groups, unknown = self._by_home(queue, enumerate(m.lease_token for m in models))
-        result = HeartbeatResult(rejected=[Rejection(id=models[i].id, reason="not_found")
-                                           for i in unknown])
-        for home, indexes in groups.items():
-            got = self._on(home, lambda e, ix=indexes: e.heartbeat(  # type: ignore[misc]
-                queue, [models[i] for i in ix]))
-            result.extended.extend(got.extended)
-            result.rejected.extend(got.rejected)
-        return result
+        return self._settle(queue, models, HeartbeatResult(),
+                            lambda e, m: e.heartbeat(queue, m), ["extended"])
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -417,6 +405,10 @@ class ShardedTierq:
 
         with ThreadPoolExecutor(max_workers=len(self.engines)) as pool:
             return dict(zip(self.engines, pool.map(one, list(self.engines)), strict=True))
+
+
+def _with_items(call: Callable[[Tierq, list[Any]], R], items: list[Any], engine: Tierq) -> R:
+    return call(engine, items)
 
 
 class ShardMigrationFailed(RuntimeError):
