@@ -48,6 +48,7 @@ from tierq.models import (
     TaskView,
     TenantCounts,
 )
+from tierq.models.base import deferred_adapter
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -55,9 +56,9 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
 # and errors name the item's index.
-_TASKS_IN = TypeAdapter(list[TaskIn])
-_NACKS = TypeAdapter(list[NackItem])
-_HEARTBEATS = TypeAdapter(list[HeartbeatItem])
+_TASKS_IN = deferred_adapter(list[TaskIn])
+_NACKS = deferred_adapter(list[NackItem])
+_HEARTBEATS = deferred_adapter(list[HeartbeatItem])
 
 
 def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],

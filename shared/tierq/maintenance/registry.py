@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from tierq.config import MAINTENANCE_BUDGET_MAX_SECONDS, Settings
 from tierq.dal.postgres import scoped_timeouts
 from tierq.logic.context import Context
+from tierq.models.base import Model
 
 # Settings that a field of every config follows unless the job's own variable is set.
 SHARED_SETTINGS: dict[str, str] = {
@@ -52,7 +53,7 @@ class JobConfigError(ValueError):
     """A maintenance job's configuration was refused; the message names the bad values."""
 
 
-class JobConfig(BaseModel):
+class JobConfig(Model):
     """What every job's config has: the time budget of one pass."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

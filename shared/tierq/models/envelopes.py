@@ -11,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from tierq.models.base import Model
 from tierq.models.leases import ClaimedTask, RunningLease
 from tierq.models.queues import QueueView, TenantCounts
 from tierq.models.tasks import EnqueueOutcome, TaskView
@@ -26,7 +27,7 @@ MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at 
                     'request until it is false.')
 
 
-class Envelope(BaseModel):
+class Envelope(Model):
     """A response body: unknown fields are ignored (a newer server may add some)."""
 
     model_config = ConfigDict(extra="ignore")

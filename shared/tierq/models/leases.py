@@ -6,9 +6,10 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.config import JsonDict
 
+from tierq.models.base import Model, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel
 
@@ -30,7 +31,7 @@ class ClaimRequest(RequestModel):
     wait_seconds: float = Field(default=0, ge=0, le=20, description="Long-poll up to this long.")
 
 
-class ClaimedTask(BaseModel):
+class ClaimedTask(Model):
     id: UUID
     queue: str
     tenant: str
@@ -47,7 +48,7 @@ class ClaimedTask(BaseModel):
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than
 # Python builds the models one by one.
-CLAIMED_TASKS: TypeAdapter[list[ClaimedTask]] = TypeAdapter(list[ClaimedTask])
+CLAIMED_TASKS: TypeAdapter[list[ClaimedTask]] = deferred_adapter(list[ClaimedTask])
 
 
 class AckItem(RequestModel):
@@ -87,38 +88,38 @@ class HeartbeatItem(RequestModel):
 RejectReason = Literal["not_owner", "not_found"]
 
 
-class Rejection(BaseModel):
+class Rejection(Model):
     id: UUID
     reason: RejectReason
 
 
-class AckResult(BaseModel):
+class AckResult(Model):
     acked: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class NackResult(BaseModel):
+class NackResult(Model):
     retried: list[UUID] = Field(default_factory=list)
     dead: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class ReleaseResult(BaseModel):
+class ReleaseResult(Model):
     released: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class LeaseExtended(BaseModel):
+class LeaseExtended(Model):
     id: UUID
     lease_expires_at: datetime
 
 
-class HeartbeatResult(BaseModel):
+class HeartbeatResult(Model):
     extended: list[LeaseExtended] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class RunningLease(BaseModel):
+class RunningLease(Model):
     queue: str
     tenant: str
     id: UUID

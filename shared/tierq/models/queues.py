@@ -6,9 +6,10 @@ import math
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from tierq.core.backoff import BackoffPolicy
+from tierq.models.base import Model
 from tierq.models.strict import RequestModel
 
 # warm_max_bytes: from 1 KiB (tests, tiny queues) to 1 TiB
@@ -92,7 +93,7 @@ class ConsumerSettings(RequestModel):
         description="How long to wait for a full batch before calling with fewer.")
 
 
-class QueueSettings(BaseModel):
+class QueueSettings(Model):
     """A queue's effective settings (stored values over the deployment defaults)."""
 
     warm_max: int = Field(ge=1, le=1_000_000)
@@ -157,7 +158,7 @@ class QueueSettingsUpdate(RequestModel):
 CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate", "consumer"})
 
 
-class QueueCounts(BaseModel):
+class QueueCounts(Model):
     warm: int = 0  # ready in the warm tier
     cold: int = 0
     delayed: int = 0
@@ -165,7 +166,7 @@ class QueueCounts(BaseModel):
     dead: int = 0
 
 
-class LimitsUse(BaseModel):
+class LimitsUse(Model):
     """How much of each limit of a queue is in use now (a field is null when its limit is
     not set)."""
 
@@ -182,7 +183,7 @@ class LimitsUse(BaseModel):
                                   "(of tenant_rate's burst).")
 
 
-class QueueView(BaseModel):
+class QueueView(Model):
     queue: str
     settings: QueueSettings
     counts: QueueCounts
@@ -200,7 +201,7 @@ class QueueView(BaseModel):
                                   "queue has no limits.")
 
 
-class TenantCounts(BaseModel):
+class TenantCounts(Model):
     queue: str
     tenant: str
     warm: int

@@ -25,7 +25,6 @@ from uuid import UUID
 from zoneinfo import ZoneInfo, available_timezones
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -34,6 +33,7 @@ from pydantic import (
 )
 from pydantic.config import JsonDict, JsonValue
 
+from tierq.models.base import Model
 from tierq.models.names import QueueName, TenantName
 from tierq.models.strict import RequestModel
 
@@ -259,7 +259,7 @@ class ScheduleIn(RequestModel):
         return "every" if self.every_seconds is not None else "daily"
 
 
-class InstalledOccurrence(BaseModel):
+class InstalledOccurrence(Model):
     """An occurrence installed as a task that is still live."""
 
     at: datetime
@@ -272,7 +272,7 @@ class InstalledOccurrence(BaseModel):
                                       "occurrence of an older one keeps running).")
 
 
-class ScheduleView(BaseModel):
+class ScheduleView(Model):
     """A schedule as stored, with its next occurrences."""
 
     name: str
@@ -305,7 +305,7 @@ class ScheduleView(BaseModel):
                                "(`installed` shows the soonest of them).")
 
 
-class ScheduleRemoved(BaseModel):
+class ScheduleRemoved(Model):
     """``DELETE /v1/schedules/{name}``."""
 
     name: str
@@ -314,7 +314,7 @@ class ScheduleRemoved(BaseModel):
                                                  "one is left to finish.")
 
 
-class ScheduleList(BaseModel):
+class ScheduleList(Model):
     """``GET /v1/schedules``: one page, in (tenant, name) order."""
 
     schedules: list[ScheduleView]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import types
 from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import ValidationInfo, field_validator
+
+from tierq.models.base import Model
 
 
 def _numeric(annotation: Any) -> bool:
@@ -19,7 +21,7 @@ def _numeric(annotation: Any) -> bool:
     return False
 
 
-class RequestModel(BaseModel):
+class RequestModel(Model):
     @field_validator("*", mode="before")
     @classmethod
     def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:

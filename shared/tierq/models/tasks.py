@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
+from tierq.models.base import Model, deferred_adapter
 from tierq.models.names import RUN_AT_PATTERN, TaskKey, TenantName
 from tierq.models.strict import RequestModel
 
@@ -57,7 +58,7 @@ class TaskIn(RequestModel):
         return self
 
 
-class EnqueueOutcome(BaseModel):
+class EnqueueOutcome(Model):
     id: UUID
     outcome: Outcome
     state: TaskState
@@ -66,10 +67,10 @@ class EnqueueOutcome(BaseModel):
 
 
 # An enqueue builds its outcomes in one call (faster than one model at a time).
-ENQUEUE_OUTCOMES: TypeAdapter[list[EnqueueOutcome]] = TypeAdapter(list[EnqueueOutcome])
+ENQUEUE_OUTCOMES: TypeAdapter[list[EnqueueOutcome]] = deferred_adapter(list[EnqueueOutcome])
 
 
-class TaskView(BaseModel):
+class TaskView(Model):
     """A task as stored (GET /v1/queues/{queue}/tasks/{id})."""
 
     id: UUID

@@ -24,10 +24,11 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from tierq.aws.runtime import logger
 from tierq.errors import DatabaseTimedOut, MalformedRequest, TierqError, Unavailable
+from tierq.models.base import Model
 
 # Where a parameter came from, as Powertools puts it first in an error's location.
 _SOURCES = ("body", "query", "path", "header", "cookie")
@@ -38,7 +39,7 @@ MAX_DETAILS = 50
 RAW_JSON_ERRORS = frozenset({"nul_character", "int_out_of_range", "object_expected", "too_deep"})
 
 
-class ErrorDetail(BaseModel):
+class ErrorDetail(Model):
     model_config = ConfigDict(extra="allow")
 
     field: str | None = Field(default=None,
@@ -47,13 +48,13 @@ class ErrorDetail(BaseModel):
     type: str | None = Field(default=None, description="A machine-readable kind, when known")
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Model):
     code: str = Field(description="Stable code, e.g. invalid_input, not_found, forbidden")
     message: str
     details: list[ErrorDetail] = Field(default_factory=list)
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(Model):
     error: ErrorBody
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from tierq.logic.enqueue import MAX_BATCH
 from tierq.models import (
@@ -18,12 +18,13 @@ from tierq.models import (
     ReleaseItem,
     TaskIn,
 )
+from tierq.models.base import Model
 from tierq.models.leases import MAX_CLAIM
 
 MAX_IDS = 1000
 
 
-class TaskBatch(BaseModel):
+class TaskBatch(Model):
     """``{"tasks": [...]}``: up to 500 tasks, enqueued in one transaction."""
 
     model_config = ConfigDict(extra="forbid")
@@ -47,31 +48,31 @@ EnqueueBody = Annotated[
 ]
 
 
-class AckRequest(BaseModel):
+class AckRequest(Model):
     model_config = ConfigDict(extra="forbid")
 
     acks: list[AckItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
-class NackRequest(BaseModel):
+class NackRequest(Model):
     model_config = ConfigDict(extra="forbid")
 
     nacks: list[NackItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
-class ReleaseRequest(BaseModel):
+class ReleaseRequest(Model):
     model_config = ConfigDict(extra="forbid")
 
     releases: list[ReleaseItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
-class HeartbeatRequest(BaseModel):
+class HeartbeatRequest(Model):
     model_config = ConfigDict(extra="forbid")
 
     leases: list[HeartbeatItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
-class DeadLetterSelection(BaseModel):
+class DeadLetterSelection(Model):
     """Which dead letters: ``{"ids": [...]}`` or ``{"all": true}``."""
 
     # exactly one of the two selections, as the validator below decides it

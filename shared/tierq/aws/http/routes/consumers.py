@@ -15,12 +15,13 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from tierq.aws.http import paging
 from tierq.aws.http.errors import responses
 from tierq.aws.runtime import engine
 from tierq.logic.dispatch import InvocationSlots, read_counts
+from tierq.models.base import Model
 
 router = Router()
 
@@ -29,7 +30,7 @@ DEFAULT_PAGE = 100
 CURSOR = paging.CursorForm("consumers", (paging.CursorPart("queue", paging.NAME_PART),))
 
 
-class ConsumerMetrics(BaseModel):
+class ConsumerMetrics(Model):
     queue: str
     function: str
     batch_size: int
@@ -48,7 +49,7 @@ class ConsumerMetrics(BaseModel):
                                              "invoke refused or cut off (ConsumerErrors).")
 
 
-class ConsumerMetricsList(BaseModel):
+class ConsumerMetricsList(Model):
     consumers: list[ConsumerMetrics]
     timestamp: datetime
     next: str | None = Field(default=None, description="Cursor of the next page.")
