@@ -8,6 +8,15 @@ home record, so a shard keeps its name for life, whatever its URL becomes. The f
 the default shard (the one a single-shard deployment has). Without ``TIERQ_SHARD_URLS`` the
 deployment has one shard, ``default``, at ``DATABASE_URL`` (or the secret's endpoint).
 
+On AWS (template.yaml) the shards are found by a naming convention instead
+(:func:`shards_from_environment`): ``TIERQ_SHARD_NAMES`` lists every shard, the default
+first. The default shard is where ``DB_HOST`` and ``DB_SECRET_ARN`` say, as in a deployment
+without shards; each further shard ``<name>`` has an entry in Parameter Store,
+``<TIERQ_SHARD_DIRECTORY>/<name>``: a JSON object with its proxy's ``host``, its ``dbname``
+and the ARNs of its ``app_secret`` and ``owner_secret``, written by the shard's stack once
+its database is migrated. (Not one environment variable per shard: a Lambda function's 4 KB
+of environment would not hold many; see docs/architecture.md §14.)
+
 Rendezvous hashing: each shard scores ``blake2b(name, queue, tenant)``; a pair ranks the
 shards by score, highest first. A new pair's home is the first of its ranking, and adding a
 shard moves only the rankings' first places that it wins, never a home already recorded
@@ -21,10 +30,18 @@ task's status, cancel or DLQ entry is read on one shard rather than on each.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 from urllib.parse import urlsplit
+
+import orjson
+
+from tierq.config import Settings
+from tierq.dal import connect
+from tierq.extras import MissingExtraError
 
 DEFAULT_SHARD = "default"
 # a shard name: lower case, digits and dashes; it appears in environment variable names
@@ -32,6 +49,11 @@ DEFAULT_SHARD = "default"
 SHARD_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 MAX_SHARDS = 64
 TAG_DIGITS = 4  # hex digits of a task id that carry its shard's tag
+SHARD_URLS = "TIERQ_SHARD_URLS"
+SHARD_NAMES = "TIERQ_SHARD_NAMES"
+SHARD_DIRECTORY = "TIERQ_SHARD_DIRECTORY"
+DIRECTORY_MAX_AGE_SECONDS = 300  # as the secrets: a process sees a new entry within minutes
+Login = Literal["app", "owner"]
 
 
 class ShardConfigError(ValueError):
@@ -42,6 +64,10 @@ class ShardConfigError(ValueError):
 class ShardSpec:
     name: str
     url: str
+    # On AWS: the URL from the login's secret, asked for each new connection (``fresh``
+    # after a refused one) so that a rotated secret is picked up (Database(resolve_url=)).
+    resolve_url: Callable[[bool], str] | None = field(default=None, compare=False,
+                                                      repr=False)
 
     @property
     def tag(self) -> int:
@@ -104,6 +130,113 @@ def check_names(names: Sequence[str]) -> None:
                 " are the same" if other == name else
                 " have the same id tag; rename one of them"))
         seen[tag] = name
+
+
+def parse_shard_names(text: str) -> list[str]:
+    """The names of ``TIERQ_SHARD_NAMES`` (comma-separated, the default shard first)."""
+    names = [item.strip() for item in text.split(",")]
+    if not any(names):
+        raise ShardConfigError(f"{SHARD_NAMES} is empty; name at least the default shard")
+    for position, name in enumerate(names, 1):
+        if not name:
+            raise ShardConfigError(f"{SHARD_NAMES}: item {position} is empty")
+    check_names(names)
+    return names
+
+
+@dataclass(frozen=True)
+class DirectoryEntry:
+    """Where a further shard of an AWS deployment is: its entry in Parameter Store."""
+
+    host: str  # its RDS Proxy's endpoint
+    dbname: str | None
+    app_secret: str  # ARN of the application's login
+    owner_secret: str  # ARN of the owner's login (migrations)
+
+    @classmethod
+    def parse(cls, parameter: str, text: str) -> DirectoryEntry:
+        try:
+            data: Any = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise ShardConfigError(f"the shard entry {parameter} is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ShardConfigError(f"the shard entry {parameter} is not a JSON object")
+        missing = [key for key in ("host", "app_secret", "owner_secret")
+                   if not isinstance(data.get(key), str) or not data[key]]
+        if missing:
+            raise ShardConfigError(f"the shard entry {parameter} lacks {', '.join(missing)}")
+        dbname = data.get("dbname")
+        return cls(host=data["host"], dbname=str(dbname) if dbname else None,
+                   app_secret=data["app_secret"], owner_secret=data["owner_secret"])
+
+
+def read_directory(path: str) -> dict[str, str]:
+    """The parameters under ``path`` in Parameter Store (name below the path → value),
+    cached for a few minutes like the secrets."""
+    # Powertools parameters imports boto3: Lambda's runtime ships it, elsewhere the 'aws'
+    # extra installs it.
+    try:
+        from aws_lambda_powertools.utilities import parameters
+    except ModuleNotFoundError as error:
+        raise MissingExtraError.from_error(
+            error, "aws", f"{SHARD_DIRECTORY} (Parameter Store)") from error
+    found = parameters.get_parameters(path, max_age=DIRECTORY_MAX_AGE_SECONDS)
+    return {str(name): str(value) for name, value in found.items()}
+
+
+def shards_from_environment(
+        settings: Settings, environ: Mapping[str, str] | None = None, *, login: Login = "app",
+        directory: Callable[[str], Mapping[str, str]] = read_directory) -> list[ShardSpec]:
+    """The deployment's shards, the default first:
+
+    - ``TIERQ_SHARD_URLS`` when it is set (``name=url`` items, see :func:`parse_shard_urls`);
+    - else, on AWS, ``TIERQ_SHARD_NAMES``: the first shard at ``DB_HOST`` with the login of
+      ``DB_SECRET_ARN`` (or at ``DATABASE_URL``), each further one where its entry under
+      ``TIERQ_SHARD_DIRECTORY`` says, with its application's login (``login="app"``) or its
+      owner's (``"owner"``, the migrations; ``DB_SECRET_ARN`` is then the owner's too);
+    - else one shard, ``default``, at ``DATABASE_URL`` (or the secret's endpoint).
+
+    Raises ``ShardConfigError`` naming the variable or the entry that is missing or wrong,
+    and RuntimeError when the default shard's own variables are missing."""
+    env = os.environ if environ is None else environ
+    urls = env.get(SHARD_URLS, "").strip()
+    if urls:
+        return parse_shard_urls(urls)
+    named = env.get(SHARD_NAMES, "").strip()
+    names = parse_shard_names(named) if named else [DEFAULT_SHARD]
+    specs = [_secret_spec(names[0], settings)]
+    further = names[1:]
+    if not further:
+        return specs
+    path = env.get(SHARD_DIRECTORY, "").strip().rstrip("/")
+    if not path:
+        raise ShardConfigError(
+            f"{SHARD_NAMES} names further shards ({', '.join(further)}) but {SHARD_DIRECTORY}"
+            " (the Parameter Store path of their entries) is not set")
+    found = directory(path)
+    entries: dict[str, DirectoryEntry] = {}
+    for name in further:  # every entry checked before any secret is read
+        parameter = f"{path}/{name}"
+        if name not in found:
+            raise ShardConfigError(
+                f"shard {name!r} ({SHARD_NAMES}) has no entry {parameter} in Parameter Store:"
+                " its stack is not deployed, or the path is wrong")
+        entries[name] = DirectoryEntry.parse(parameter, found[name])
+    for name, entry in entries.items():
+        shard = settings.model_copy(update={
+            "db_host": entry.host, "db_name": entry.dbname or settings.db_name,
+            "db_secret_arn": entry.owner_secret if login == "owner" else entry.app_secret})
+        specs.append(_secret_spec(name, shard))
+    return specs
+
+
+def _secret_spec(name: str, settings: Settings) -> ShardSpec:
+    """The shard ``name`` at ``settings``' database (on AWS: its login's secret, asked again
+    for each new connection)."""
+    url = connect.database_url(settings)
+    if not settings.db_secret_arn:
+        return ShardSpec(name, url)
+    return ShardSpec(name, url, lambda fresh: connect.database_url(settings, fresh=fresh))
 
 
 def _score(name: str, queue: str, tenant: str) -> bytes:
