@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -23,7 +24,7 @@ from tierq.dal.postgres import Database
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
-from tierq.logic import dispatch, dlq, enqueue, leases, queues, schedules, tasks
+from tierq.logic import claim_replay, dispatch, dlq, enqueue, leases, queues, schedules, tasks
 from tierq.logic import throughput as throughput_logic
 from tierq.logic.context import Clock, Context, SystemClock
 from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper, registry
@@ -53,6 +54,7 @@ from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fills
 
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
 # and errors name the item's index.
@@ -170,6 +172,16 @@ class Tierq:
         return claim_logic.claim_outcome(self.ctx, queue, request or ClaimRequest(**fields),
                                          max_bytes=max_bytes, answer_by=answer_by)
 
+    def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
+        """The tasks of a kept claim record (``claim_replay.record_of``) still leased with
+        its tokens, rebuilt: the answer to a repeated claim with an Idempotency-Key."""
+        return claim_replay.replay(self.ctx, queue, record)
+
+    def give_back(self, queue: str, tasks: Sequence[ClaimedTask]) -> None:
+        """Return claimed tasks that could not be answered: back to their places in line,
+        no attempt counted (a failure is logged, not raised: see ``claim.give_back``)."""
+        claim_logic.give_back(self.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
+
     def ack(self, queue: str,
             items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
@@ -239,8 +251,21 @@ class Tierq:
         """Delete every task of a queue, in every state; returns how many."""
         return queues.purge_tasks(self.ctx, queue)
 
-    def get_queue(self, queue: str) -> QueueView:
-        return queues.queue_view(self.ctx, queue)
+    def get_queue(self, queue: str, tenant: str | None = None) -> QueueView:
+        """A queue's settings, counts and mode; with ``tenant``, its own counts only."""
+        return queues.queue_view(self.ctx, queue, tenant)
+
+    def queue_known(self, queue: str) -> bool:
+        """Whether the queue has settings or has had tasks."""
+        return queues.queue_known(self.ctx, queue)
+
+    def queue_views_after(self, after: str, *, limit: int,
+                          tenant: str | None = None) -> Iterator[QueueView]:
+        """Up to ``limit`` views of the queues named after ``after``, in name order (as
+        ``tenant`` sees them, if given: the queues it has had tasks in), read as they are
+        consumed (a page that fills its bytes first reads no more)."""
+        return itertools.islice(queues.iter_queue_views(
+            self.ctx, after, tenant=tenant, chunk=min(limit, QUEUE_VIEWS_CHUNK)), limit)
 
     def list_queues(self) -> list[QueueView]:
         return [queues.queue_view(self.ctx, q) for q in queues.known_queues(self.ctx)]
@@ -297,6 +322,13 @@ class Tierq:
     def delete_schedule(self, name: str, tenant: str | None = None) -> ScheduleRemoved:
         """Remove a schedule and its pending occurrences (a claimed one finishes)."""
         return schedules.delete_schedule(self.ctx, name, tenant)
+
+    def schedules_after(self, after: tuple[str, str] | None, *, limit: int,
+                        tenant: str | None = None) -> Iterator[ScheduleView]:
+        """Up to ``limit`` schedules after (tenant, name) ``after``, in that order, read as
+        they are consumed."""
+        return itertools.islice(schedules.iter_schedules(
+            self.ctx, tenant=tenant, after=after, chunk=min(limit, QUEUE_VIEWS_CHUNK)), limit)
 
     def list_schedules(self, tenant: str | None = None) -> list[ScheduleView]:
         """Every schedule, or those of one tenant, in (tenant, name) order."""

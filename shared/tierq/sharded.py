@@ -20,13 +20,17 @@ A shard that does not answer fails only the calls that need it (``ShardDown``: 5
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import itertools
+import logging
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
@@ -42,6 +46,7 @@ from tierq.logic import claim as claim_logic
 from tierq.logic.context import Clock, SystemClock
 from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown, SyncSummary
 from tierq.logic.queues import TENANTS_SHOWN
+from tierq.logic.schedules import parse_body as schedule_body
 from tierq.models import (
     AckItem,
     ClaimedTask,
@@ -60,10 +65,13 @@ from tierq.models.leases import (
     ReleaseItem,
     ReleaseResult,
 )
+from tierq.models.names import DEFAULT_TENANT
 from tierq.models.queues import QueueCounts, QueueSettings, QueueView
+from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.tasks import TaskView
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05  # a long poll over several shards looks again this often
 # How long one call on one shard may take (beyond what it waits for by design, a long
 # poll) before the shard counts as hung: the call answers 503 and, for SUSPECT_SECONDS,
@@ -140,6 +148,10 @@ class ShardedTierq:
         home = self.homes.home_of(queue, tenant, create=create)
         return None if home is None else self.engines[home]
 
+    def on_shard(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0) -> T:
+        """``call`` with shard ``name``'s engine, under the shard's call deadline."""
+        return self._on(name, call, waits=waits)
+
     def _on(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0) -> T:
         """``call`` on shard ``name``. A shard that fails to connect, or gives no answer
         within ``call_seconds`` (+ ``waits``, what the call waits for by design), is
@@ -186,15 +198,8 @@ class ShardedTierq:
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
                 tenant: str | None = None) -> list[EnqueueOutcome]:
         """Enqueue a batch (≤ 500), each task on its pair's home."""
-        from tierq.models.names import DEFAULT_TENANT
-
         tasks = [i if isinstance(i, TaskIn) else TaskIn.model_validate(i) for i in items]
-        groups: dict[str, list[int]] = defaultdict(list)
-        for index, task in enumerate(tasks):
-            pair_tenant = task.tenant or tenant or DEFAULT_TENANT
-            home = self.homes.home_of(queue, pair_tenant)
-            assert home is not None
-            groups[home].append(index)
+        groups = self.homes_of_tasks(queue, tasks, tenant)
         outcomes: list[EnqueueOutcome | None] = [None] * len(tasks)
         for home, indexes in groups.items():
             got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
@@ -202,6 +207,17 @@ class ShardedTierq:
             for i, outcome in zip(indexes, got, strict=True):
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
+
+    def homes_of_tasks(self, queue: str, tasks: Sequence[TaskIn],
+                       tenant: str | None) -> dict[str, list[int]]:
+        """The tasks' indexes grouped by their pairs' homes (a new pair gets one), in the
+        order of each home's first task."""
+        groups: dict[str, list[int]] = defaultdict(list)
+        for index, task in enumerate(tasks):
+            home = self.homes.home_of(queue, task.tenant or tenant or DEFAULT_TENANT)
+            assert home is not None
+            groups[home].append(index)
+        return dict(groups)
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
@@ -267,6 +283,34 @@ class ShardedTierq:
         if len(down) == len(names):
             raise down[0]
         return claim_logic.ClaimOutcome(tasks, min(retry) if retry else None)
+
+    def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
+        """A kept claim record's tasks still leased, rebuilt on each pair's home, in the
+        record's order (a pair without a home has nothing leased)."""
+        entries: list[list[Any]] = record["tasks"]
+        groups: dict[str, list[list[Any]]] = defaultdict(list)
+        for entry in entries:
+            home = self.homes.home_of(queue, entry[1], create=False)
+            if home is not None:
+                groups[home].append(entry)
+        found: dict[str, ClaimedTask] = {}
+        for home, part in groups.items():
+            for task in self._on(home, lambda e, p=part: e.replay_claim(  # type: ignore[misc]
+                    queue, {"tasks": p})):
+                found[str(task.id)] = task
+        return [found[entry[0]] for entry in entries if entry[0] in found]
+
+    def give_back(self, queue: str, tasks: Sequence[ClaimedTask]) -> None:
+        """Return claimed tasks that could not be answered, each on its home; a shard that
+        does not answer is logged (the reconciler puts its tasks back in line)."""
+        groups, _ = self._by_home(queue, enumerate(t.lease_token for t in tasks))
+        for home, indexes in groups.items():
+            part = [tasks[i] for i in indexes]
+            try:
+                self._on(home, lambda e, p=part: e.give_back(queue, p))  # type: ignore[misc]
+            except ShardDown:
+                log.exception("giving back %d claimed tasks on shard %r failed; the "
+                              "reconciler puts them back in line", len(part), home)
 
     def _by_home(self, queue: str, tokens: Iterable[tuple[int, str]]
                  ) -> tuple[dict[str, list[int]], list[int]]:
@@ -381,9 +425,118 @@ class ShardedTierq:
     def resume(self, queue: str) -> QueueSettings:
         return self.put_queue(queue, QueueSettingsUpdate(paused=False))
 
-    def get_queue(self, queue: str) -> QueueView:
+    def get_queue(self, queue: str, tenant: str | None = None) -> QueueView:
+        """A queue summed over the shards; with ``tenant``, read on its pair's home alone."""
+        if tenant is not None:
+            home = self.homes.home_of(queue, tenant, create=False) or self.default
+            return self._on(home, lambda e: e.get_queue(queue, tenant))
         views = list(self._each(lambda e: e.get_queue(queue)).values())
         return merge_views(views)
+
+    def queue_known(self, queue: str) -> bool:
+        """Whether any shard knows the queue (a shard that does not answer, when none of the
+        others does, is ``ShardDown``: it may be the one that knows it)."""
+        down: ShardDown | None = None
+        for name in self.engines:
+            try:
+                if self._on(name, lambda e: e.queue_known(queue)):
+                    return True
+            except ShardDown as exc:
+                down = down or exc
+        if down is not None:
+            raise down
+        return False
+
+    def queue_views_after(self, after: str, *, limit: int,
+                          tenant: str | None = None) -> list[QueueView]:
+        """Up to ``limit`` queues named after ``after``, in name order, each summed over the
+        shards: every shard's first ``limit`` after ``after`` hold every view of the first
+        ``limit`` names of all, so the page is whole."""
+        by_queue: dict[str, list[QueueView]] = defaultdict(list)
+        for views in self._each(lambda e: list(e.queue_views_after(
+                after, limit=limit, tenant=tenant))).values():
+            for view in views:
+                by_queue[view.queue].append(view)
+        return [merge_views(by_queue[q]) for q in sorted(by_queue)[:limit]]
+
+    # -- cron schedules --------------------------------------------------------------------
+
+    def put_schedule(self, name: str, body: ScheduleIn | Mapping[str, Any]) -> ScheduleView:
+        """Create or replace a schedule on the home of its (queue, tenant), where its
+        occurrences are enqueued; a copy of the same (tenant, name) on another shard (its
+        queue was another) is removed first, so that one schedule fires once. Every shard
+        must answer (503 otherwise, nothing written)."""
+        model = schedule_body(body)
+        tenant = model.tenant or DEFAULT_TENANT
+        home = self.homes.home_of(model.queue, tenant)
+        assert home is not None
+        for other in self.engines:
+            if other != home:
+                with contextlib.suppress(NotFound):
+                    self._on(other, lambda e: e.delete_schedule(name, tenant))
+        return self._on(home, lambda e: e.put_schedule(name, model))
+
+    def _find_schedule(self, name: str, tenant: str | None, call: Callable[[Tierq], T]) -> T:
+        down: ShardDown | None = None
+        for shard in self.engines:
+            try:
+                return self._on(shard, call)
+            except NotFound as exc:
+                missing = exc
+            except ShardDown as exc:
+                down = down or exc
+        if down is not None:
+            raise down  # it may be on the shard that did not answer
+        raise missing
+
+    def get_schedule(self, name: str, tenant: str | None = None) -> ScheduleView:
+        return self._find_schedule(name, tenant, lambda e: e.get_schedule(name, tenant))
+
+    def delete_schedule(self, name: str, tenant: str | None = None) -> ScheduleRemoved:
+        return self._find_schedule(name, tenant, lambda e: e.delete_schedule(name, tenant))
+
+    def schedules_after(self, after: tuple[str, str] | None, *, limit: int,
+                        tenant: str | None = None) -> list[ScheduleView]:
+        """Up to ``limit`` schedules after (tenant, name) ``after``, over every shard."""
+        lists = self._each(lambda e: list(e.schedules_after(after, limit=limit,
+                                                            tenant=tenant))).values()
+        merged = heapq.merge(*lists, key=lambda view: (view.tenant, view.name))
+        return list(itertools.islice(merged, limit))
+
+    # -- dead letters ----------------------------------------------------------------------
+
+    def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
+                 after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
+        """Dead letters, most recently dead first, after a position: of ``tenant`` on its
+        pair's home, else the shards' lists merged."""
+        if tenant is not None:
+            home = self.homes.home_of(queue, tenant, create=False)
+            if home is None:
+                return []
+            return self._on(home, lambda e: e.dlq_list(queue, tenant=tenant, limit=limit,
+                                                       after=after))
+        lists = self._each(lambda e: e.dlq_list(queue, limit=limit, after=after)).values()
+        merged = heapq.merge(*lists, key=dead_position, reverse=True)
+        return list(itertools.islice(merged, limit))
+
+    def shards_for_selection(self, queue: str, tenant: str | None,
+                             ids: Sequence[UUID]) -> dict[str, list[UUID]]:
+        """Where a selection of dead letters is: {shard: the ids to ask it} (every shard,
+        with no ids, for all of them; the pair's home alone for a pinned ``tenant``; an id
+        that names no shard is asked of every shard)."""
+        if tenant is not None:
+            home = self.homes.home_of(queue, tenant, create=False)
+            if home is None:
+                return {}
+            return {home: list(ids)}
+        if not ids:
+            return {name: [] for name in self.engines}
+        out: dict[str, list[UUID]] = {}
+        for task_id in ids:
+            tagged = self.by_tag.get(tag_of(str(task_id)))
+            for name in [tagged] if tagged else list(self.engines):
+                out.setdefault(name, []).append(task_id)
+        return out
 
     def list_queues(self) -> list[QueueView]:
         by_queue: dict[str, list[QueueView]] = defaultdict(list)
@@ -420,6 +573,11 @@ class ShardMigrationFailed(RuntimeError):
             f"{name}: {error}" for name, error in failed.items()))
         self.failed = dict(failed)
         self.applied = dict(applied)
+
+
+def dead_position(task: TaskView) -> tuple[datetime, UUID]:
+    """Where a dead letter is in the newest-first order of the dead-letter lists."""
+    return task.finished_at or task.created_at, task.id
 
 
 def merge_views(views: Sequence[QueueView]) -> QueueView:

@@ -4,26 +4,20 @@ and Valkey. Only AWS service APIs are mocked (moto), never the stores."""
 
 from __future__ import annotations
 
-import base64
-import copy
-import json
-import time
-import uuid
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import pytest
 
 from tests.handlers.support import (
-    ADMIN_CLAIMS,
     REPO,
     ApiEvent,
     Context,
     Invoke,
     Reply,
     function_module,
-    load_event,
+    http_event,
     reply_of,
 )
 from tierq.aws.runtime import reset_engine
@@ -53,63 +47,10 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch, app_database_url: str, valkey_ur
     reset_engine()
 
 
-def route_key_for(template: Template, method: str, path: str) -> tuple[str, dict[str, str]]:
-    for route in template.routes:
-        params = route.match(path)
-        if params is not None and route.method == method:
-            return route.route_key, params
-    return "$default", {}
-
-
 @pytest.fixture
 def api_event(template: Template) -> ApiEvent:
-    """An HTTP API (payload v2) event for a request: the SAM-generated event with what API
-    Gateway fills in for this route."""
-    base = load_event("http_api_proxy.json")
-
-    def make(method: str, path: str, body: Any = None, *, query: Mapping[str, str] | None = None,
-             claims: Mapping[str, Any] | None = None, raw_body: str | None = None,
-             content_type: str | None = "application/json", base64_body: bool = False,
-             headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-        event = copy.deepcopy(base)
-        route_key, params = route_key_for(template, method, path)
-        event["routeKey"] = route_key
-        event["rawPath"] = path
-        event["requestContext"]["routeKey"] = route_key
-        event["requestContext"]["http"]["method"] = method
-        event["requestContext"]["http"]["path"] = path
-        event["requestContext"]["requestId"] = uuid.uuid4().hex
-        event["requestContext"]["timeEpoch"] = int(time.time() * 1000)
-        if params:
-            event["pathParameters"] = params
-        else:
-            event.pop("pathParameters", None)
-        event["rawQueryString"] = urlencode(query or {}, quote_via=quote)
-        if query:
-            event["queryStringParameters"] = dict(query)
-        else:
-            event.pop("queryStringParameters", None)
-        event["headers"] = {"content-type": content_type} if content_type else {}
-        event["headers"].update({k.lower(): v for k, v in (headers or {}).items()})
-        event.pop("cookies", None)
-        # no claims given: an admin's token (a caller without claims is refused; pass
-        # claims={} for that)
-        event["requestContext"]["authorizer"] = {
-            "jwt": {"claims": dict(ADMIN_CLAIMS if claims is None else claims),
-                    "scopes": None}}
-        text = raw_body if raw_body is not None else None if body is None else json.dumps(body)
-        if text is None:
-            event.pop("body", None)
-            event["isBase64Encoded"] = False
-        elif base64_body:
-            event["body"] = base64.b64encode(text.encode()).decode()
-            event["isBase64Encoded"] = True
-        else:
-            event["body"] = text
-            event["isBase64Encoded"] = False
-        return event
-
-    return make
+    """An HTTP API (payload v2) event for a request (``support.http_event``)."""
+    return functools.partial(http_event, template)
 
 
 @pytest.fixture

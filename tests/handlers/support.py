@@ -4,16 +4,20 @@ decoding responses."""
 from __future__ import annotations
 
 import base64
+import copy
 import importlib.util
 import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote, urlencode
+
+from tierq.local.gateway.template import Template
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = Path(__file__).parent / "events"
@@ -123,3 +127,57 @@ def stand_in_gateway(handler: Callable[[dict[str, Any], Any], dict[str, Any]], *
     if open_without_claims is not None:
         api.open_without_claims = open_without_claims
     return api
+
+
+def route_key_for(template: Template, method: str, path: str) -> tuple[str, dict[str, str]]:
+    for route in template.routes:
+        params = route.match(path)
+        if params is not None and route.method == method:
+            return route.route_key, params
+    return "$default", {}
+
+
+def http_event(template: Template, method: str, path: str, body: Any = None, *,
+               query: Mapping[str, str] | None = None,
+               claims: Mapping[str, Any] | None = None, raw_body: str | None = None,
+               content_type: str | None = "application/json", base64_body: bool = False,
+               headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """An HTTP API (payload v2) event for a request: the SAM-generated event with what API
+    Gateway fills in for this route (an admin's token unless ``claims`` is given)."""
+    event = copy.deepcopy(load_event("http_api_proxy.json"))
+    route_key, params = route_key_for(template, method, path)
+    event["routeKey"] = route_key
+    event["rawPath"] = path
+    event["requestContext"]["routeKey"] = route_key
+    event["requestContext"]["http"]["method"] = method
+    event["requestContext"]["http"]["path"] = path
+    event["requestContext"]["requestId"] = uuid.uuid4().hex
+    event["requestContext"]["timeEpoch"] = int(time.time() * 1000)
+    if params:
+        event["pathParameters"] = params
+    else:
+        event.pop("pathParameters", None)
+    event["rawQueryString"] = urlencode(query or {}, quote_via=quote)
+    if query:
+        event["queryStringParameters"] = dict(query)
+    else:
+        event.pop("queryStringParameters", None)
+    event["headers"] = {"content-type": content_type} if content_type else {}
+    event["headers"].update({k.lower(): v for k, v in (headers or {}).items()})
+    event.pop("cookies", None)
+    # no claims given: an admin's token (a caller without claims is refused; pass
+    # claims={} for that)
+    event["requestContext"]["authorizer"] = {
+        "jwt": {"claims": dict(ADMIN_CLAIMS if claims is None else claims),
+                "scopes": None}}
+    text = raw_body if raw_body is not None else None if body is None else json.dumps(body)
+    if text is None:
+        event.pop("body", None)
+        event["isBase64Encoded"] = False
+    elif base64_body:
+        event["body"] = base64.b64encode(text.encode()).decode()
+        event["isBase64Encoded"] = True
+    else:
+        event["body"] = text
+        event["isBase64Encoded"] = False
+    return event

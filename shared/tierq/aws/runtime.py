@@ -9,6 +9,12 @@ handlers are decorated by :class:`UntracedTracer`, which leaves them as they are
 On AWS the database URL comes from the Secrets Manager secret named by ``DB_SECRET_ARN``
 (fetched through Powertools parameters, cached); elsewhere from ``DATABASE_URL``
 (see :mod:`tierq.dal.connect`).
+
+A deployment with several PostgreSQL shards (``TIERQ_SHARD_URLS``, :mod:`tierq.dal.shards`)
+is served by a :class:`~tierq.sharded.ShardedTierq` instead of one ``Tierq``: :func:`engine`
+returns whichever the deployment has, both with the same calls; :func:`pair_engine` is the
+engine of one (queue, tenant) pair's shard, and :func:`shard_engines` every shard's, for
+what is read or written per shard (lists, dead letters, schedules, idempotency records).
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ from typing import Any, TypeVar
 from aws_lambda_powertools import Logger, Tracer
 
 from tierq.config import get_settings
+from tierq.dal.shards import ShardSpec, parse_shard_urls
 from tierq.engine import Tierq
+from tierq.sharded import ShardedTierq
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tierq")
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # strtobool's truthy words, as Powertools reads POWERTOOLS_TRACE_DISABLED
 TRUTHY = frozenset({"1", "y", "yes", "t", "true", "on"})
@@ -76,12 +85,35 @@ logger = Logger(service=SERVICE)
 tracer: Tracer | UntracedTracer = (
     Tracer(service=SERVICE) if tracing_enabled() else UntracedTracer(SERVICE))
 
-_engine: Tierq | None = None
+Deployment = Tierq | ShardedTierq  # what a request is served by: one shard, or several
+
+_engine: Deployment | None = None
 _engine_lock = threading.Lock()
 
 
-def engine() -> Tierq:
-    """The execution environment's engine, created on first use from the environment."""
+def shard_specs(environ: Mapping[str, str] = os.environ) -> list[ShardSpec] | None:
+    """The deployment's shards when it names more than one, else None (one database:
+    ``DATABASE_URL`` or the secret's)."""
+    text = environ.get("TIERQ_SHARD_URLS", "").strip()
+    if not text:
+        return None
+    specs = parse_shard_urls(text)
+    return specs if len(specs) > 1 else None
+
+
+def _create(specs: list[ShardSpec] | None) -> Deployment:
+    settings = get_settings()
+    if specs is None:
+        only = os.environ.get("TIERQ_SHARD_URLS", "").strip()
+        # one shard named in TIERQ_SHARD_URLS is that database, exactly as without shards
+        return Tierq(database_url=parse_shard_urls(only)[0].url if only else None,
+                     settings=settings)
+    return ShardedTierq(specs, settings=settings)
+
+
+def engine() -> Deployment:
+    """The execution environment's engine (one ``Tierq``, or a ``ShardedTierq`` over the
+    deployment's shards), created on first use from the environment."""
     global _engine
     current = _engine
     if current is not None:
@@ -89,13 +121,54 @@ def engine() -> Tierq:
     with _engine_lock:
         if _engine is None:
             settings = get_settings()
-            _engine = Tierq(settings=settings)
+            _engine = _create(shard_specs())
             if settings.dispatcher_function:  # (boto3 is imported only then)
                 from tierq.aws.consumers import install_waker
 
                 install_waker(settings)
             logger.debug("engine created")
         return _engine
+
+
+def pair_engine(queue: str, tenant: str, *, create: bool = True) -> Tierq:
+    """The engine of the shard that holds (queue, tenant): the only one without shards.
+    With ``create`` off, a pair that has no home yet is placed nowhere: the default shard's
+    engine answers (it holds nothing of the pair). ``ShardDown`` (503) when the pair's home
+    cannot be known."""
+    current = engine()
+    if isinstance(current, Tierq):
+        return current
+    found = current.engine_of(queue, tenant, create=create)
+    return found if found is not None else current.engines[current.default]
+
+
+def default_engine() -> Tierq:
+    """The default shard's engine: for what the warm tier alone holds (every shard's engine
+    reaches the same Valkey) and for queue settings (every shard holds the same)."""
+    current = engine()
+    return current if isinstance(current, Tierq) else current.engines[current.default]
+
+
+def sharded() -> bool:
+    """Whether the deployment has more than one shard."""
+    return isinstance(engine(), ShardedTierq)
+
+
+def on_shard(name: str, call: Callable[[Tierq], T]) -> T:
+    """``call`` with shard ``name``'s engine, under the shard's call deadline (``ShardDown``,
+    503, when it does not answer); without shards, with the one engine."""
+    current = engine()
+    if isinstance(current, Tierq):
+        return call(current)
+    return current.on_shard(name, call)
+
+
+def shard_engines() -> dict[str, Tierq]:
+    """Every shard's engine by shard name (``{"default": engine}`` without shards)."""
+    current = engine()
+    if isinstance(current, Tierq):
+        return {"default": current}
+    return dict(current.engines)
 
 
 def reset_engine() -> None:

@@ -5,11 +5,18 @@ A route hands its work to :func:`in_postgres` (enqueues, dead-letter replays) or
 Without a key the work simply runs. With one, the first request runs it and its 2xx
 response is kept; a repeat with the same body gets that response again (header
 ``Idempotent-Replayed: true``) and changes nothing.
+
+With several PostgreSQL shards, a request whose work spans shards (a batch of tenants
+whose homes differ, dead letters of every tenant) runs as one part per shard
+(:func:`in_postgres_by_shard`): each part's record is kept on its own shard, in the
+transactions that write its tasks, under the key and the shard's name. A repeat answers
+the parts already done from their records and runs the rest, so a request cut short
+between two shards finishes, once, when it is retried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 from aws_lambda_powertools.event_handler import Response, content_types
@@ -17,7 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from pydantic import BaseModel
 
 from tierq.aws.http import request
-from tierq.aws.runtime import engine
+from tierq.aws.runtime import default_engine, on_shard, sharded
 from tierq.logic import idempotency
 from tierq.logic.idempotency import Kept, PgClaim, ValkeyClaim
 
@@ -37,6 +44,7 @@ IdempotencyKeyHeader = Annotated[
 ]
 
 Result = TypeVar("Result", bound=BaseModel)
+Part = TypeVar("Part", bound=BaseModel)
 
 
 def caller_scope() -> str:
@@ -72,7 +80,7 @@ def in_postgres(route: str, queue: str, key: str | None,
     if key is None:
         return fresh_response(work(None))
     scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
-    claimed = idempotency.claim_in_postgres(engine().ctx, scope, body_fingerprint)
+    claimed = idempotency.claim_in_postgres(default_engine().ctx, scope, body_fingerprint)
     if isinstance(claimed, Kept):
         return kept_response(claimed)
     try:
@@ -84,13 +92,49 @@ def in_postgres(route: str, queue: str, key: str | None,
     return fresh_response(result)
 
 
+def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequence[str],
+                         work: Callable[[str, PgClaim | None], Part],
+                         model: type[Part],
+                         combine: Callable[[dict[str, Part]], BaseModel]) -> Response[Any]:
+    """:func:`in_postgres` for work done in one part per shard (``work(shard, claim)``, the
+    claim kept on that shard), the parts' answers combined by ``combine`` ({shard: part},
+    in ``shards`` order). Without shards this is exactly :func:`in_postgres`."""
+    if not sharded():
+        only = shards[0] if shards else "default"
+        return in_postgres(route, queue, key, lambda claim: combine({only: work(only, claim)}))
+    if key is None:
+        return fresh_response(combine({shard: work(shard, None) for shard in shards}))
+    scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
+    parts: dict[str, Part] = {}
+    replayed = bool(shards)
+    for shard in shards:
+        claimed = on_shard(shard, lambda e, s=shard: idempotency.claim_in_postgres(  # type: ignore[misc]
+            e.ctx, scope + b"|shard:" + s.encode(), body_fingerprint))
+        if isinstance(claimed, Kept):
+            parts[shard] = model.model_validate(claimed.body)
+            continue
+        replayed = False
+        try:
+            part = work(shard, claimed)
+        except BaseException:
+            claimed.abandon()
+            raise
+        claimed.finish(part.model_dump(mode="json"))
+        parts[shard] = part
+    result = combine(parts)
+    if replayed:
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
+                        body=result, headers={REPLAYED_HEADER: "true"})
+    return fresh_response(result)
+
+
 def in_valkey(route: str, queue: str, key: str | None,
               work: Callable[[], Result]) -> Response[Any]:
     """Run ``work`` once per key, the record kept in Valkey."""
     if key is None:
         return fresh_response(work())
     scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
-    claimed = idempotency.claim_in_valkey(engine().ctx, scope, body_fingerprint)
+    claimed = idempotency.claim_in_valkey(default_engine().ctx, scope, body_fingerprint)
     if isinstance(claimed, Kept):
         return kept_response(claimed)
     try:

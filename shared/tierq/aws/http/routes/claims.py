@@ -20,11 +20,10 @@ from tierq.aws.http import idempotency, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import engine
+from tierq.aws.runtime import default_engine, engine
 from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
 from tierq.logic import claim_replay
 from tierq.logic import idempotency as keys
-from tierq.logic.claim import give_back
 from tierq.logic.idempotency import Kept, ValkeyClaim
 from tierq.models import ClaimRequest
 from tierq.models.envelopes import ClaimResults
@@ -109,11 +108,11 @@ def claim_tasks(
         # answer from them and the task rows
         event = request.current_event()
         kept = keys.claim_in_valkey(
-            tierq.ctx, keys.scope_key(idempotency.caller_scope(), "claim", queue,
+            default_engine().ctx, keys.scope_key(idempotency.caller_scope(), "claim", queue,
                                       idempotency_key),
             keys.fingerprint(event.json_body if event.body else None))
         if isinstance(kept, Kept):
-            replayed = claim_replay.replay(tierq.ctx, queue, kept.body)
+            replayed = tierq.replay_claim(queue, kept.body)
             return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
                             body=ClaimResults(tasks=replayed),
                             headers={idempotency.REPLAYED_HEADER: "true"})
@@ -134,11 +133,12 @@ def claim_tasks(
         results = ClaimResults(tasks=tasks, retry_after_ms=outcome.retry_after_ms)
         if record is not None:
             record.finish(claim_replay.record_of(tasks),
-                          ttl_seconds=claim_replay.record_seconds(tierq.ctx, queue, claim, tasks))
+                          ttl_seconds=claim_replay.record_seconds(default_engine().ctx, queue,
+                                                                 claim, tasks))
         return idempotency.fresh_response(results)
     except BaseException:
         # leased but not answered: back to their places, no attempt counted
-        give_back(tierq.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
+        tierq.give_back(queue, tasks)
         if record is not None:
             record.abandon()
         raise

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from tierq.aws.http import paging
 from tierq.aws.http.errors import responses
-from tierq.aws.runtime import engine
+from tierq.aws.runtime import default_engine
 from tierq.logic.dispatch import InvocationSlots, read_counts
 from tierq.models.base import Model
 
@@ -56,7 +56,8 @@ class ConsumerMetricsList(Model):
 
 
 def consumer_metrics(after: str) -> Iterator[ConsumerMetrics]:
-    ctx = engine().ctx
+    # queue settings are written to every shard, and the counters are in the warm tier
+    ctx = default_engine().ctx
     slots = InvocationSlots(ctx)
     for queue in ctx.store.consumer_queues():
         if queue <= after:

@@ -18,7 +18,7 @@ from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import EnqueueBody, TaskBatch
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import engine
+from tierq.aws.runtime import engine, on_shard
 from tierq.dal.postgres import Row
 from tierq.errors import InvalidInput, TierqError
 from tierq.logic import enqueue as enqueue_logic
@@ -26,6 +26,7 @@ from tierq.logic.context import Context
 from tierq.logic.idempotency import PgClaim
 from tierq.models import EnqueueOutcome, TaskIn
 from tierq.models.envelopes import EnqueueResults
+from tierq.sharded import ShardedTierq
 
 router = Router()
 
@@ -88,18 +89,42 @@ def enqueue_tasks(
     check_tasks(tasks, single)
     tenant = request.pinned_tenant()
 
-    def work(claim: PgClaim | None) -> EnqueueOutcome | EnqueueResults:
+    try:
+        groups = homes_of_tasks(queue, tasks, tenant)
+    except TierqError as exc:
+        raise _single_names(exc) if single else exc from None
+
+    def work(shard: str, claim: PgClaim | None) -> EnqueueResults:
+        part = [tasks[i] for i in groups[shard]]
         try:
             if claim is None:
-                outcomes = engine().enqueue(queue, tasks, tenant=tenant)
+                outcomes = on_shard(shard, lambda e: e.enqueue(queue, part, tenant=tenant))
             else:
-                outcomes = enqueue_once(engine().ctx, queue, tasks, tenant, claim)
+                outcomes = on_shard(shard, lambda e: enqueue_once(e.ctx, queue, part, tenant,
+                                                                  claim))
         except TierqError as exc:
             raise _single_names(exc) if single else exc from None
         metrics.count(queue, {"Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
+        return EnqueueResults(tasks=outcomes)
+
+    def combine(parts: dict[str, EnqueueResults]) -> EnqueueOutcome | EnqueueResults:
+        ordered: list[EnqueueOutcome | None] = [None] * len(tasks)
+        for shard, part in parts.items():
+            for index, outcome in zip(groups[shard], part.tasks, strict=True):
+                ordered[index] = outcome
+        outcomes = [o for o in ordered if o is not None]
         return outcomes[0] if single else EnqueueResults(tasks=outcomes)
 
-    return idempotency.in_postgres("enqueue", queue, idempotency_key, work)
+    return idempotency.in_postgres_by_shard("enqueue", queue, idempotency_key, list(groups),
+                                            work, EnqueueResults, combine)
+
+
+def homes_of_tasks(queue: str, tasks: list[TaskIn], tenant: str | None) -> dict[str, list[int]]:
+    """The tasks' indexes by the shard of their pairs (one group without shards)."""
+    current = engine()
+    if isinstance(current, ShardedTierq):
+        return current.homes_of_tasks(queue, tasks, tenant)
+    return {"default": list(range(len(tasks)))}
 
 
 def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | None,

@@ -8,6 +8,7 @@ pinned to a tenant gets only its tenant's pairs, selected in SQL."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated
@@ -18,7 +19,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from tierq.aws.http import paging, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath, QueueQuery, TenantQuery
-from tierq.aws.runtime import engine
+from tierq.aws.runtime import default_engine, engine, pair_engine, shard_engines
+from tierq.engine import Tierq
 from tierq.errors import NotFound
 from tierq.logic import queues as queue_logic
 from tierq.logic import throughput as throughput_logic
@@ -64,9 +66,10 @@ def detailed(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
              after: Annotated[str | None, PAIRS.query()] = None) -> DetailedMetrics:
     pinned = request.pinned_tenant()
     start = PAIRS.decode(after)
-    source = queue_logic.iter_counts(
-        engine().ctx, (start[0], start[1]) if start else ("", ""), tenant=pinned, queue=queue,
-        chunk=min(limit + 1, COUNTS_CHUNK))
+    # each pair is on one shard: the shards' rows, in (queue, tenant) order, merged
+    source = heapq.merge(*(queue_logic.iter_counts(
+        tq.ctx, (start[0], start[1]) if start else ("", ""), tenant=pinned, queue=queue,
+        chunk=min(limit + 1, COUNTS_CHUNK)) for tq in shard_engines().values()), key=_pair_of)
     rows, last = paging.fill(source, _pair_of, limit=limit)
     return DetailedMetrics(queues=rows, timestamp=datetime.now(UTC),
                            next=None if last is None else
@@ -88,22 +91,32 @@ def leases_after(after: LeasePosition | None, *, tenant: str | None,
                  queue: str | None) -> Iterator[RunningLease | paging.Resume[LeasePosition]]:
     """Current leases after a position, pair by pair (pairs with warm rows only, of the
     tenant and queue given, selected in SQL); a resting point after RUNNING_SCAN_PAIRS."""
-    ctx = engine().ctx
     if after is not None:
         # the rest of the pair the previous page stopped in
         pair, started = (after[0], after[1]), (after[2], after[3])
         if (tenant is None or pair[1] == tenant) and (queue is None or pair[0] == queue):
-            yield from (lease for lease in queue_logic.pair_leases(ctx, pair)
+            home = pair_engine(pair[0], pair[1], create=False)
+            yield from (lease for lease in queue_logic.pair_leases(home.ctx, pair)
                         if queue_logic.lease_key(lease) > started)
     start: Pair = (after[0], after[1]) if after else ("", "")
-    for visited, pair in enumerate(queue_logic.iter_pairs(ctx, start, tenant=tenant,
-                                                          queue=queue, with_warm_rows=True)):
+    # the pairs of every shard in (queue, tenant) order, each with its shard's engine
+    pairs = heapq.merge(*(_pairs_of(tq, start, tenant, queue)
+                          for tq in shard_engines().values()), key=lambda item: item[0])
+    for visited, (pair, tq) in enumerate(pairs):
         if visited == RUNNING_SCAN_PAIRS:
             # the next page starts after the last pair visited, all of its leases returned
             yield paging.Resume(_after_pair(start))
             return
-        yield from queue_logic.pair_leases(ctx, pair)
+        yield from queue_logic.pair_leases(tq.ctx, pair)
         start = pair
+
+
+def _pairs_of(tq: Tierq, start: Pair, tenant: str | None,
+              queue: str | None) -> Iterator[tuple[Pair, Tierq]]:
+    """The pairs with warm rows of one shard after ``start``, each with its engine."""
+    for pair in queue_logic.iter_pairs(tq.ctx, start, tenant=tenant, queue=queue,
+                                       with_warm_rows=True):
+        yield pair, tq
 
 
 def _after_pair(pair: Pair) -> LeasePosition:
@@ -148,7 +161,7 @@ def running(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
 )
 def throughput(queue: QueuePath, tenant: TenantQuery = None) -> QueueThroughput:
     tenant = request.check_tenant(tenant)  # a pinned caller: its own tenant, or 403
-    ctx = engine().ctx
-    if not queue_logic.queue_known(ctx, queue):
+    if not engine().queue_known(queue):
         raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
-    return throughput_logic.queue_throughput(ctx, queue, tenant)
+    # the counts are in the warm tier, which every shard's engine reaches
+    return throughput_logic.queue_throughput(default_engine().ctx, queue, tenant)

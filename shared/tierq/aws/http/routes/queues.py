@@ -16,7 +16,6 @@ from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import engine
 from tierq.errors import Forbidden, NotFound
-from tierq.logic import queues as queue_logic
 from tierq.models import QueueSettingsUpdate, QueueView
 from tierq.models.envelopes import QueueList
 
@@ -24,23 +23,12 @@ router = Router()
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
-# Queues whose counts are read per statement while a page fills.
-READ_CHUNK = 20
 CURSOR = paging.CursorForm("queues", (paging.CursorPart("queue", paging.NAME_PART),))
 
 
-def tenant_view(queue: str, tenant: str) -> QueueView:
-    """A queue as one tenant sees it: its own counts only."""
-    return queue_logic.queue_view(engine().ctx, queue, tenant)
-
-
 def view(queue: str) -> QueueView:
-    pinned = request.pinned_tenant()
-    return engine().get_queue(queue) if pinned is None else tenant_view(queue, pinned)
-
-
-def known(queue: str) -> bool:
-    return queue_logic.queue_known(engine().ctx, queue)
+    """A queue as the caller sees it: a pinned tenant, its own counts only."""
+    return engine().get_queue(queue, request.pinned_tenant())
 
 
 @router.get(
@@ -60,9 +48,9 @@ def list_queues(
 ) -> QueueList:
     pinned = request.pinned_tenant()
     start = CURSOR.decode(after)
-    source = queue_logic.iter_queue_views(engine().ctx, start[0] if start else "",
-                                          tenant=pinned, chunk=min(limit + 1, READ_CHUNK))
-    views, last = paging.fill(source, lambda view: view.queue, limit=limit)
+    source = engine().queue_views_after(start[0] if start else "", tenant=pinned,
+                                        limit=limit + 1)
+    views, last = paging.fill(iter(source), lambda view: view.queue, limit=limit)
     return QueueList(queues=views,
                      next=None if last is None else CURSOR.encode(last))
 
@@ -75,7 +63,7 @@ def list_queues(
     responses=responses("Settings, counts (warm, cold, delayed, leased, dead) and mode.", 404),
 )
 def get_queue(queue: QueuePath) -> QueueView:
-    if not known(queue):
+    if not engine().queue_known(queue):
         raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
     return view(queue)
 

@@ -25,7 +25,6 @@ from tierq.aws.http import paging, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import TenantQuery
 from tierq.aws.runtime import engine
-from tierq.logic import schedules as schedule_logic
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.schedules import (
     SCHEDULE_NAME_PATTERN,
@@ -45,8 +44,6 @@ MAX_PAGE = 1000
 DEFAULT_PAGE = 100
 CURSOR = paging.CursorForm("schedules", (paging.CursorPart("tenant", paging.NAME_PART),
                                          paging.CursorPart("name", paging.SCHEDULE_NAME_PART)))
-# Schedules read per statement while a page fills.
-READ_CHUNK = 20
 
 
 def schedule_tenant(named: str | None) -> str:
@@ -75,10 +72,9 @@ def list_schedules(
 ) -> ScheduleList:
     only = request.check_tenant(tenant)
     start = CURSOR.decode(after)
-    source = schedule_logic.iter_schedules(
-        engine().ctx, tenant=only, after=(start[0], start[1]) if start else None,
-        chunk=min(limit + 1, READ_CHUNK))
-    views, last = paging.fill(source, lambda view: (view.tenant, view.name), limit=limit)
+    source = engine().schedules_after((start[0], start[1]) if start else None, tenant=only,
+                                      limit=limit + 1)
+    views, last = paging.fill(iter(source), lambda view: (view.tenant, view.name), limit=limit)
     return ScheduleList(
         schedules=views,
         next=None if last is None else CURSOR.encode(*last))

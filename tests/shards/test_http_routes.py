@@ -1,0 +1,227 @@
+"""The HTTP functions over three shards (TIERQ_SHARD_URLS): every route routes. Enqueues
+(with an Idempotency-Key too) land on each pair's home; claims, acks, task status, queue
+views and lists, metrics, dead letters and schedules answer over every shard, with cursors
+that span shards; a shard that does not answer fails only the requests that need it (503)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.handlers.support import REPO, Context, Reply, function_module, http_event, reply_of
+from tests.shards.conftest import ShardedFactory
+from tierq.aws.runtime import engine, reset_engine
+from tierq.dal.shards import ShardSpec
+from tierq.local.gateway.template import Template
+from tierq.sharded import ShardedTierq
+
+TENANTS = [f"t{i}" for i in range(12)]
+DOWN_URL = "postgresql://nobody@127.0.0.1:9/nothing?connect_timeout=1"
+
+
+@pytest.fixture(scope="module")
+def template() -> Template:
+    return Template.load(REPO / "template.yaml")
+
+
+class Api:
+    """Requests to the HTTP functions as API Gateway routes them (an admin's token unless
+    ``claims`` are given)."""
+
+    def __init__(self, template: Template) -> None:
+        self.template = template
+
+    def __call__(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Reply:
+        event = http_event(self.template, method, path, body, **kwargs)
+        function = next(self.template.functions[route.function].name
+                        for route in self.template.routes
+                        if route.match(path) is not None and route.method == method)
+        return reply_of(function_module(function).lambda_handler(
+            event, Context(function_name=function)))
+
+
+def use_shards(monkeypatch: pytest.MonkeyPatch, specs: list[ShardSpec]) -> None:
+    monkeypatch.setenv("TIERQ_SHARD_URLS", ",".join(f"{s.name}={s.url}" for s in specs))
+    reset_engine()
+
+
+@pytest.fixture
+def api(make_sharded: ShardedFactory, shard_specs: list[ShardSpec], valkey_url: str,
+        monkeypatch: pytest.MonkeyPatch, template: Template) -> Iterator[Api]:
+    make_sharded()  # the three shards' homes in service, the warm tier empty
+    monkeypatch.setenv("VALKEY_URL", valkey_url)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("DB_SECRET_ARN", raising=False)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("TIERQ_SETTINGS_CACHE_SECONDS", "0")
+    use_shards(monkeypatch, shard_specs[:3])
+    yield Api(template)
+    reset_engine()
+
+
+def deployment() -> ShardedTierq:
+    current = engine()
+    assert isinstance(current, ShardedTierq)
+    return current
+
+
+def homes(queue: str) -> dict[str, str]:
+    tq = deployment()
+    return {t: tq.homes.home_of(queue, t, create=False) or "" for t in TENANTS}
+
+
+def enqueue_all(api: Api, queue: str, **task: Any) -> list[dict[str, Any]]:
+    tasks = [{"payload": {"n": n}, "tenant": tenant, **task}
+             for n, tenant in enumerate(TENANTS)]
+    reply = api("POST", f"/v1/queues/{queue}/tasks", {"tasks": tasks})
+    assert reply.status == 200, reply.body
+    return list(reply.body["tasks"])
+
+
+def test_an_idempotent_batch_lands_on_each_pairs_home_once(api: Api) -> None:
+    tasks = [{"payload": {"n": n}, "tenant": t} for n, t in enumerate(TENANTS)]
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    first = api("POST", "/v1/queues/spread/tasks", {"tasks": tasks}, headers=key)
+    assert first.status == 200, first.body
+    assert [o["outcome"] for o in first.body["tasks"]] == ["created"] * len(TENANTS)
+    where = homes("spread")
+    assert len(set(where.values())) == 3  # the batch spans every shard
+    again = api("POST", "/v1/queues/spread/tasks", {"tasks": tasks}, headers=key)
+    assert again.status == 200 and again.headers.get("idempotent-replayed") == "true"
+    assert again.body == first.body
+    view = api("GET", "/v1/queues/spread")
+    assert view.body["counts"]["warm"] + view.body["counts"]["cold"] == len(TENANTS)
+    # each task's status is read on its shard, by the tag in its id
+    for outcome, tenant in zip(first.body["tasks"], TENANTS, strict=True):
+        got = api("GET", f"/v1/queues/spread/tasks/{outcome['id']}")
+        assert got.status == 200 and got.body["tenant"] == tenant
+
+
+def claim_all(api: Api, queue: str) -> list[dict[str, Any]]:
+    """Claim until nothing is left (an HTTP claim's answer holds one shard's tasks: the
+    response's bytes are one shard's to fill)."""
+    claimed: list[dict[str, Any]] = []
+    while True:
+        reply = api("POST", f"/v1/queues/{queue}/claims", {"max": 5})
+        assert reply.status == 200, reply.body
+        if not reply.body["tasks"]:
+            return claimed
+        claimed.extend(reply.body["tasks"])
+
+
+def test_claims_acks_and_pinned_views_route_to_the_pairs(api: Api) -> None:
+    enqueue_all(api, "work")
+    claimed = claim_all(api, "work")
+    assert sorted(t["tenant"] for t in claimed) == sorted(TENANTS)
+    acked = api("POST", "/v1/queues/work/acks", {"acks": [
+        {"id": t["id"], "lease_token": t["lease_token"]} for t in claimed]})
+    assert acked.status == 200 and not acked.body["rejected"], acked.body
+    assert len(acked.body["acked"]) == len(TENANTS)
+    pinned = api("GET", "/v1/queues/work", claims={"sub": "x", "tenant": "t3"})
+    assert pinned.status == 200 and pinned.body["counts"]["leased"] == 0
+
+
+def test_lists_and_metrics_page_across_shards(api: Api) -> None:
+    for queue in ("qa", "qb", "qc"):
+        enqueue_all(api, queue)
+    names: list[str] = []
+    cursor = None
+    while True:
+        query = {"limit": "1", **({"after": cursor} if cursor else {})}
+        page = api("GET", "/v1/queues", query=query)
+        assert page.status == 200, page.body
+        names += [q["queue"] for q in page.body["queues"]]
+        for view in page.body["queues"]:  # each queue summed over the shards
+            assert view["counts"]["warm"] + view["counts"]["cold"] == len(TENANTS)
+        cursor = page.body["next"]
+        if cursor is None:
+            break
+    assert names == ["qa", "qb", "qc"]
+    rows: list[tuple[str, str]] = []
+    cursor = None
+    while True:
+        query = {"limit": "5", **({"after": cursor} if cursor else {})}
+        page = api("GET", "/v1/metrics/queues/detailed", query=query)
+        assert page.status == 200, page.body
+        rows += [(r["queue"], r["tenant"]) for r in page.body["queues"]]
+        cursor = page.body["next"]
+        if cursor is None:
+            break
+    assert rows == sorted((q, t) for q in ("qa", "qb", "qc") for t in TENANTS)
+    assert len(claim_all(api, "qa")) == len(TENANTS)
+    running = api("GET", "/v1/metrics/queues/running", query={"limit": "100"})
+    assert sorted(r["tenant"] for r in running.body["running"]) == sorted(TENANTS)
+
+
+def test_dead_letters_merge_replay_and_purge_over_shards(api: Api) -> None:
+    enqueue_all(api, "dlq", max_attempts=1)
+    claimed = claim_all(api, "dlq")
+    failed = api("POST", "/v1/queues/dlq/nacks", {"nacks": [
+        {"id": t["id"], "lease_token": t["lease_token"], "error": "boom"} for t in claimed]})
+    assert failed.status == 200 and not failed.body["rejected"], failed.body
+    dead: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        query = {"limit": "5", **({"after": cursor} if cursor else {})}
+        page = api("GET", "/v1/queues/dlq/dlq", query=query)
+        assert page.status == 200, page.body
+        dead += page.body["tasks"]
+        cursor = page.body["next"]
+        if cursor is None:
+            break
+    assert sorted(t["tenant"] for t in dead) == sorted(TENANTS)
+    order = [(t["finished_at"], t["id"]) for t in dead]
+    assert order == sorted(order, reverse=True)  # newest first over every shard
+    some = [t["id"] for t in dead[:4]]
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    replayed = api("POST", "/v1/queues/dlq/dlq/replay", {"ids": some}, headers=key)
+    assert replayed.status == 200, replayed.body
+    assert sorted(replayed.body["replayed"]) == sorted(some) and not replayed.body["skipped"]
+    again = api("POST", "/v1/queues/dlq/dlq/replay", {"ids": some}, headers=key)
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert sorted(again.body["replayed"]) == sorted(some)
+    purged = api("POST", "/v1/queues/dlq/dlq/purge")
+    assert purged.status == 200 and len(purged.body["purged"]) == len(TENANTS) - 4
+    assert api("GET", "/v1/queues/dlq/dlq").body["tasks"] == []
+
+
+def test_schedules_live_on_the_home_of_their_queue_and_tenant(api: Api) -> None:
+    for tenant in TENANTS[:6]:
+        reply = api("PUT", "/v1/schedules/nightly", {
+            "queue": "cron", "tenant": tenant, "cron": "0 3 * * *", "payload": {}})
+        assert reply.status == 200, reply.body
+    tq = deployment()
+    for tenant in TENANTS[:6]:
+        home = tq.homes.home_of("cron", tenant, create=False)
+        assert home is not None
+        assert [s.name for s in tq.engines[home].list_schedules(tenant)] == ["nightly"]
+    listed = api("GET", "/v1/schedules", query={"limit": "4"})
+    rest = api("GET", "/v1/schedules", query={"limit": "4", "after": listed.body["next"]})
+    seen = [(s["tenant"], s["name"]) for s in listed.body["schedules"] + rest.body["schedules"]]
+    assert seen == [(t, "nightly") for t in sorted(TENANTS[:6])]
+    got = api("GET", "/v1/schedules/nightly", query={"tenant": "t2"})
+    assert got.status == 200 and got.body["tenant"] == "t2"
+    gone = api("DELETE", "/v1/schedules/nightly", query={"tenant": "t2"})
+    assert gone.status == 200
+    assert api("GET", "/v1/schedules/nightly", query={"tenant": "t2"}).status == 404
+
+
+def test_a_down_shard_fails_only_its_own_pairs(api: Api, shard_specs: list[ShardSpec],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    enqueue_all(api, "outage")
+    where = homes("outage")
+    lost = shard_specs[0].name
+    use_shards(monkeypatch, [ShardSpec(lost, DOWN_URL), *shard_specs[1:3]])
+    for tenant, home in where.items():
+        reply = api("POST", "/v1/queues/outage/tasks", {"payload": {}, "tenant": tenant})
+        if home == lost:
+            assert reply.status == 503, reply.body
+            assert reply.body["error"]["code"] == "unavailable"
+        else:
+            assert reply.status == 200, reply.body
+        pinned = api("POST", "/v1/queues/outage/claims", {"max": 5},
+                     claims={"sub": "w", "tenant": tenant})
+        assert pinned.status == (503 if home == lost else 200), pinned.body
