@@ -93,7 +93,9 @@ def test_create_applies_migrations_then_update_finds_nothing(
     assert sent["path"].startswith("/cfn-responses/stack/resource?X-Amz-Signature=")
     versions = [m.version for m in available()]
     assert answer["Status"] == "SUCCESS"
-    assert answer["Data"] == {"Applied": ",".join(versions), "AppliedCount": len(versions)}
+    # Shards: the one shard of a deployment without TIERQ_SHARD_NAMES (what the functions read)
+    assert answer["Data"] == {"Applied": ",".join(versions), "AppliedCount": len(versions),
+                              "Shards": "default"}
     assert answer["PhysicalResourceId"] == "tierq-db-migrations"
     event = load_event("cloudformation_create.json")
     for key in ("StackId", "RequestId"):
@@ -106,7 +108,7 @@ def test_create_applies_migrations_then_update_finds_nothing(
     update = handler(request("Update", bucket, PhysicalResourceId="tierq-db-migrations",
                              OldResourceProperties={}), Context(timeout_seconds=300))
     assert update["Status"] == "SUCCESS"
-    assert update["Data"] == {"Applied": "", "AppliedCount": 0}
+    assert update["Data"] == {"Applied": "", "AppliedCount": 0, "Shards": "default"}
     assert update["PhysicalResourceId"] == "tierq-db-migrations"
 
 

@@ -8,23 +8,30 @@ login a member of the application group; Delete answers SUCCESS and leaves the
 database alone (the data outlives the stack's custom resource). Whatever happens, an
 answer is sent — a missing answer would leave the stack waiting for an hour — and it is
 sent before the function's own timeout: a migration still running then is reported FAILED.
+
+With shards, each further shard's stack has a resource of its own that migrates that shard
+(its properties name it), and ``DbMigrations`` migrates every shard and puts them in service
+together; its answer's ``Shards`` is what the functions read as ``TIERQ_SHARD_NAMES``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from tierq.aws.runtime import logger
-from tierq.config import get_settings
+from tierq.config import Settings, get_settings
 from tierq.dal import connect
 from tierq.dal.migrate import ensure_app_login, migrate
+from tierq.dal.shards import check_names, directory_entries, shards_from_environment
 
 PHYSICAL_RESOURCE_ID = "tierq-db-migrations"
 ANSWER_MARGIN_SECONDS = 15.0  # keep this much of the invocation for sending the answer
@@ -95,22 +102,78 @@ def _run_with_deadline(work: Callable[[], Any], seconds: float) -> Any:
     return outcome.get("value")
 
 
-def apply_migrations() -> list[str]:
-    """As the owner (DB_SECRET_ARN): apply the migrations, then make the application's
-    login (DB_APP_SECRET_ARN) a member of the application group."""
+@dataclass(frozen=True)
+class Migrated:
+    applied: list[str]  # the versions applied now (on any shard)
+    shards: list[str]  # the shards migrated, the default first
+
+
+def apply_migrations(properties: Mapping[str, Any] | None = None) -> list[str]:
+    """The versions :func:`migrate_shards` applied."""
+    return migrate_shards(properties).applied
+
+
+def migrate_shards(properties: Mapping[str, Any] | None = None) -> Migrated:
+    """As the owner, apply the migrations and make the application's login a member of the
+    application group, on:
+
+    - the one shard the resource's properties name (``Shard``, ``Host``, ``DbName``,
+      ``OwnerSecretArn``, ``AppSecretArn``: the stack of a further shard, before its secrets
+      rotate for the first time);
+    - or else every shard of the deployment (``TIERQ_SHARD_NAMES``: the default one as
+      ``DB_SECRET_ARN`` and ``DB_APP_SECRET_ARN`` say, the others from their Parameter Store
+      entries), then put them in service together (the pairs' homes copied on each: see
+      ``ShardedTierq.migrate``). A shard that fails is named; the others are migrated.
+    """
     settings = get_settings()
-    url = connect.database_url(settings)
+    props = properties or {}
+    if props.get("OwnerSecretArn"):
+        shard = str(props.get("Shard") or "")
+        check_names([shard])
+        one = settings.model_copy(update={
+            "db_host": str(props["Host"]), "db_name": str(props.get("DbName") or
+                                                           settings.db_name),
+            "db_secret_arn": str(props["OwnerSecretArn"]),
+            "db_app_secret_arn": str(props.get("AppSecretArn") or "") or None})
+        return Migrated(_migrate_database(one, connect.database_url(one)), [shard])
+    specs = shards_from_environment(settings, login="owner")
+    names = [spec.name for spec in specs]
+    if len(specs) == 1:
+        return Migrated(_migrate_database(settings, specs[0].url), names)
+    entries = directory_entries(names[1:], os.environ)
+    logins = {names[0]: settings,
+              **{name: entry.settings(settings, "owner") for name, entry in entries.items()}}
+    from tierq.sharded import ShardedTierq  # (only a sharded deployment's step needs it)
+
+    sharded = ShardedTierq(specs, settings=settings)
+    try:
+        applied = sharded.migrate()  # every shard, then the homes copied on each
+    finally:
+        sharded.close()
+    for spec in specs:
+        _app_login(logins[spec.name], spec.url)
+    logger.info("shards migrated", extra={"applied": applied})
+    return Migrated(sorted({v for versions in applied.values() for v in versions}), names)
+
+
+def _migrate_database(settings: Settings, url: str) -> list[str]:
     applied = migrate(url)
+    _app_login(settings, url)
+    return applied
+
+
+def _app_login(settings: Settings, url: str) -> None:
+    """Make the login of ``DB_APP_SECRET_ARN`` a member of the application group (created
+    the first time, its password set again later)."""
     if settings.db_app_secret_arn:
         login = connect.fetch_secret(settings.db_app_secret_arn)
         group = ensure_app_login(url, str(login["username"]), str(login["password"]))
         logger.info("application login ready", extra={"login": login["username"],
                                                       "group": group})
-    return applied
 
 
 def handle(event: Mapping[str, Any], context: InvocationContext,
-           work: Callable[[], list[str]] = apply_migrations) -> dict[str, Any]:
+           work: Callable[[Mapping[str, Any]], Migrated] = migrate_shards) -> dict[str, Any]:
     """Do what the request asks and answer CloudFormation; returns the answer sent."""
     request_type = event.get("RequestType")
     try:
@@ -118,10 +181,16 @@ def handle(event: Mapping[str, Any], context: InvocationContext,
             body = answer(event, "SUCCESS", data={"Applied": "", "AppliedCount": 0})
         elif request_type in ("Create", "Update"):
             seconds = context.get_remaining_time_in_millis() / 1000.0 - ANSWER_MARGIN_SECONDS
-            applied = _run_with_deadline(work, seconds)
-            logger.info("migrations applied", extra={"applied": applied})
+            properties = event.get("ResourceProperties") or {}
+            done: Migrated = _run_with_deadline(lambda: work(properties), seconds)
+            logger.info("migrations applied", extra={"applied": done.applied,
+                                                     "shards": done.shards})
+            # Shards: the functions' TIERQ_SHARD_NAMES (!GetAtt DbMigrations.Shards), so
+            # they learn of a shard only once it is migrated and in service
             body = answer(event, "SUCCESS",
-                          data={"Applied": ",".join(applied), "AppliedCount": len(applied)})
+                          data={"Applied": ",".join(done.applied),
+                                "AppliedCount": len(done.applied),
+                                "Shards": ",".join(done.shards)})
         else:
             body = answer(event, "FAILED", reason=f"unknown RequestType {request_type!r}")
     except Exception as exc:

@@ -169,6 +169,16 @@ class DirectoryEntry:
         return cls(host=data["host"], dbname=str(dbname) if dbname else None,
                    app_secret=data["app_secret"], owner_secret=data["owner_secret"])
 
+    def settings(self, base: Settings, login: Login = "app") -> Settings:
+        """``base`` pointed at this shard, logging in as its application or its owner
+        (then with the application's secret as ``DB_APP_SECRET_ARN``, as the migrations
+        expect)."""
+        owner = login == "owner"
+        return base.model_copy(update={
+            "db_host": self.host, "db_name": self.dbname or base.db_name,
+            "db_secret_arn": self.owner_secret if owner else self.app_secret,
+            "db_app_secret_arn": self.app_secret if owner else None})
+
 
 def read_directory(path: str) -> dict[str, str]:
     """The parameters under ``path`` in Parameter Store (name below the path → value),
@@ -204,30 +214,35 @@ def shards_from_environment(
         return parse_shard_urls(urls)
     named = env.get(SHARD_NAMES, "").strip()
     names = parse_shard_names(named) if named else [DEFAULT_SHARD]
+    entries = directory_entries(names[1:], env, directory)  # all checked before any login
     specs = [_secret_spec(names[0], settings)]
-    further = names[1:]
-    if not further:
-        return specs
-    path = env.get(SHARD_DIRECTORY, "").strip().rstrip("/")
+    for name, entry in entries.items():
+        specs.append(_secret_spec(name, entry.settings(settings, login)))
+    return specs
+
+
+def directory_entries(
+        names: Sequence[str], environ: Mapping[str, str],
+        directory: Callable[[str], Mapping[str, str]] = read_directory,
+) -> dict[str, DirectoryEntry]:
+    """The Parameter Store entries of the further shards ``names`` (none: nothing is read)."""
+    if not names:
+        return {}
+    path = environ.get(SHARD_DIRECTORY, "").strip().rstrip("/")
     if not path:
         raise ShardConfigError(
-            f"{SHARD_NAMES} names further shards ({', '.join(further)}) but {SHARD_DIRECTORY}"
+            f"{SHARD_NAMES} names further shards ({', '.join(names)}) but {SHARD_DIRECTORY}"
             " (the Parameter Store path of their entries) is not set")
     found = directory(path)
     entries: dict[str, DirectoryEntry] = {}
-    for name in further:  # every entry checked before any secret is read
+    for name in names:
         parameter = f"{path}/{name}"
         if name not in found:
             raise ShardConfigError(
                 f"shard {name!r} ({SHARD_NAMES}) has no entry {parameter} in Parameter Store:"
                 " its stack is not deployed, or the path is wrong")
         entries[name] = DirectoryEntry.parse(parameter, found[name])
-    for name, entry in entries.items():
-        shard = settings.model_copy(update={
-            "db_host": entry.host, "db_name": entry.dbname or settings.db_name,
-            "db_secret_arn": entry.owner_secret if login == "owner" else entry.app_secret})
-        specs.append(_secret_spec(name, shard))
-    return specs
+    return entries
 
 
 def _secret_spec(name: str, settings: Settings) -> ShardSpec:
