@@ -117,7 +117,8 @@ class ShardedTierq:
             raise
         self.homes = HomeRegistry({name: e.ctx.store for name, e in self.engines.items()},
                                   run=lambda name, call: self._on(
-                                      name, lambda e: call(e.ctx.store)))
+                                      name, lambda e: call(e.ctx.store)),
+                                  cap=self.settings.max_queues_per_tenant)
         self.by_tag = {spec.tag: spec.name for spec in self.specs}
         self.default = self.specs[0].name
         self._turn = itertools.count()
@@ -552,12 +553,26 @@ class ShardedTierq:
         budget: {shard: summary, or the ShardDown of a shard that did not answer}."""
         def one(shard: str) -> Any:
             try:
-                return self._on(shard, lambda e: e.run_job(name))
+                summary = self._on(shard, lambda e: e.run_job(name))
             except ShardDown as exc:
                 return exc
+            self.forget_homes(shard, getattr(summary, "forgotten", ()))
+            return summary
 
         with ThreadPoolExecutor(max_workers=len(self.engines)) as pool:
             return dict(zip(self.engines, pool.map(one, list(self.engines)), strict=True))
+
+    def forget_homes(self, shard: str, forgotten: Iterable[str]) -> list[str]:
+        """After the reaper of ``shard`` forgot idle pairs ("queue|tenant", with their home
+        record there, in the statement that found them without rows): drop the copies of
+        their homes on the other shards. Returns the pairs some shard missed (their copies
+        name the same home, which is harmless: a later pass or lookup settles them)."""
+        missed = []
+        for item in forgotten:
+            queue, _, tenant = item.partition("|")
+            if self.homes.forget_elsewhere(queue, tenant, shard):
+                missed.append(item)
+        return missed
 
 
 def _with_items(call: Callable[[Tierq, list[Any]], R], items: list[Any], engine: Tierq) -> R:

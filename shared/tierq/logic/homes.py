@@ -44,7 +44,7 @@ import psycopg_pool
 from tierq.dal.shards import rendezvous_order
 from tierq.dal.store.rows import HomeRow
 from tierq.dal.task_store import TaskStore
-from tierq.errors import TierqError, Unavailable
+from tierq.errors import QuotaExceeded, TierqError, Unavailable
 
 Pair = tuple[str, str]
 ShardRunner = Callable[[str, Callable[[TaskStore], Any]], Any]
@@ -94,10 +94,11 @@ class HomeRegistry:
     def __init__(self, shards: Mapping[str, TaskStore], *,
                  cache_seconds: float = HOME_CACHE_SECONDS,
                  monotonic: Callable[[], float] = time.monotonic,
-                 run: ShardRunner | None = None) -> None:
+                 run: ShardRunner | None = None, cap: int = 0) -> None:
         """``run(name, call)`` runs ``call(store)`` for shard ``name`` (the sharded engine
         passes one that gives up on a shard that hangs, see tierq.sharded); by default the
-        call is made directly."""
+        call is made directly. ``cap``: the most queues a tenant may have over every shard
+        (TIERQ_MAX_QUEUES_PER_TENANT; 0: no cap), checked when a pair is born."""
         if not shards:
             raise ValueError("a deployment needs at least one shard")
         self.shards = dict(shards)
@@ -109,6 +110,7 @@ class HomeRegistry:
         self._complete: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._run: ShardRunner = run or (lambda name, call: call(self.shards[name]))
+        self.cap = cap
 
     @property
     def sharded(self) -> bool:
@@ -203,10 +205,18 @@ class HomeRegistry:
 
     def _birth(self, queue: str, tenant: str, proposed: str) -> str:
         try:
-            home = self._known(self._run(
-                self.default, lambda store: store.home_record(queue, tenant, proposed)))
+            born = self._run(self.default, lambda store: store.home_birth_within_cap(
+                queue, tenant, proposed, self.cap))
         except SHARD_ERRORS as exc:
             raise ShardDown(self.default, detail=str(exc)) from exc
+        if born is None:
+            # the default shard's copy of the homes counts the tenant's queues on every shard
+            raise QuotaExceeded(
+                f"tenant {tenant!r} already has {self.cap} queues "
+                f"(TIERQ_MAX_QUEUES_PER_TENANT); queue {queue!r} would be one more",
+                details=[{"field": "queue",
+                          "message": f"tenant {tenant!r} is at its cap of {self.cap} queues"}])
+        home = self._known(born)
         try:  # the home must know before any of its tasks is written
             recorded = self._run(home, lambda store: store.home_record(queue, tenant, home))
         except SHARD_ERRORS as exc:

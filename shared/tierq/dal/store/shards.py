@@ -43,9 +43,15 @@ class ShardQueries(StoreBase):
         return self._execute("homes_copy", {"homes": orjson.dumps(
             [[h.queue, h.tenant, h.shard] for h in homes]).decode()})
 
-    def homes_queue_count(self, tenant: str) -> int:
-        """Distinct queues the tenant has, by the homes."""
-        return int(self._fetch("homes_queue_count", {"tenant": tenant}, scalar_row)[0])
+    def home_birth_within_cap(self, queue: str, tenant: str, shard: str, cap: int) -> str | None:
+        """Record a new pair's home (on the default shard) unless its tenant already has
+        ``cap`` homes; the home recorded, None when over the cap. One transaction, holding
+        the tenant's quota lock: two births of one tenant at once cannot both pass."""
+        with self.db.transaction() as conn:
+            self._fetch("lock_tenant_quota", {"tenants": [tenant]}, scalar_row, conn)
+            rows = self._fetch("home_birth_within_cap", {
+                "queue": queue, "tenant": tenant, "shard": shard, "cap": cap}, scalar_row, conn)
+        return str(rows[0]) if rows else None
 
     def homes_adopt_registry(self, shard: str) -> int:
         """Record ``shard`` (this database) as the home of each pair registered here without

@@ -711,6 +711,14 @@ WITH slice AS MATERIALIZED (
     WHERE (p.queue, p.tenant) IN (SELECT queue, tenant FROM idle)
       AND p.last_seen < %(before)s
     RETURNING p.queue, p.tenant
+), homes_gone AS (
+    -- a sharded deployment's record that this shard is the pair's home goes with it (an
+    -- enqueue racing with this re-records it in its own transaction; the other shards'
+    -- copies are dropped after: tierq.logic.homes.forget_elsewhere)
+    DELETE FROM tierq_pair_homes h
+    USING gone g
+    WHERE h.queue = g.queue AND h.tenant = g.tenant
+      AND h.shard = (SELECT i.name FROM tierq_shard_identity i)
 )
 SELECT queue, tenant, true AS forgotten, NULL::bigint AS slice_rows FROM gone
 UNION ALL

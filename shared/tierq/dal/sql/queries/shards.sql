@@ -36,11 +36,19 @@ SELECT h ->> 0, h ->> 1, h ->> 2
 FROM jsonb_array_elements(%(homes)s::jsonb) AS h
 ON CONFLICT (queue, tenant) DO NOTHING;
 
--- name: homes_queue_count
--- Distinct queues a tenant has, by the homes (the per-tenant cap of a sharded deployment).
-SELECT count(*)
-FROM tierq_pair_homes
-WHERE tenant = %(tenant)s;
+-- name: home_birth_within_cap
+-- A new pair's home, on the default shard (the arbiter of births) after lock_tenant_quota in
+-- its transaction: recorded while the tenant has fewer than `cap` homes (cap 0: no cap),
+-- which counts its queues on every shard at once (one answer whatever the pair's home). The
+-- home now recorded (an earlier record's, whatever the cap); none when over the cap.
+INSERT INTO tierq_pair_homes AS h (queue, tenant, shard)
+SELECT %(queue)s, %(tenant)s, %(shard)s
+WHERE %(cap)s <= 0
+   OR EXISTS (SELECT 1 FROM tierq_pair_homes e
+              WHERE e.queue = %(queue)s AND e.tenant = %(tenant)s)
+   OR (SELECT count(*) FROM tierq_pair_homes c WHERE c.tenant = %(tenant)s) < %(cap)s
+ON CONFLICT (queue, tenant) DO UPDATE SET shard = h.shard
+RETURNING h.shard;
 
 -- name: shard_identity
 SELECT name, homes_complete
