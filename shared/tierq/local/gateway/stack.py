@@ -12,13 +12,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 from tierq.config import get_settings
 from tierq.dal.migrate import migrate
+from tierq.dal.shards import SHARD_URLS, parse_shard_urls
 from tierq.local.gateway.http import LocalApi, LocalHttpServer
 from tierq.local.gateway.lambdas import LocalFunction
 from tierq.local.gateway.scheduler import LocalScheduler
@@ -43,7 +44,7 @@ DEV_DEFAULTS = {
 NOT_FROM_TEMPLATE = frozenset({
     "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER", "DB_SECRET_ARN", "DB_HOST", "DB_PORT",
     "DB_NAME", "DB_SSLMODE", "POWERTOOLS_LOG_LEVEL", "POWERTOOLS_METRICS_DISABLED",
-    "TIERQ_DB_POOL_MAX",
+    "TIERQ_DB_POOL_MAX", "TIERQ_SHARD_NAMES", "TIERQ_SHARD_DIRECTORY",
 })
 
 
@@ -61,6 +62,17 @@ class DevOptions:
     template: Path | None = None
     access_log: bool = True
     valkey_cluster: bool = False  # Valkey as a cluster, like ElastiCache Serverless
+
+
+def shard_values(environ: Mapping[str, str]) -> dict[str, str]:
+    """The template's shard parameters for the shards the local stack is given
+    (``TIERQ_SHARD_URLS``, the first being the default shard), so that its ``Fn::ForEach``
+    loops expand for them; none without."""
+    text = environ.get(SHARD_URLS, "").strip()
+    if not text:
+        return {}
+    names = [spec.name for spec in parse_shard_urls(text)]
+    return {"DefaultShardName": names[0], "ExtraShardNames": ",".join(names[1:])}
 
 
 def say(message: str) -> None:
@@ -119,7 +131,7 @@ class DevStack:
         if not path.is_file():
             raise GatewayStackError(f"no template at {path} (run from the repository, or pass "
                                 "--template)")
-        template = Template.load(path)
+        template = Template.load(path, shard_values(os.environ))
         self.template = template
         root = path.parent
         self._stores()

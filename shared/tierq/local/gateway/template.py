@@ -4,8 +4,15 @@ the schedules (``AWS::Scheduler::Schedule`` resources, and SAM ``Schedule``/``Sc
 events) with the function each one targets.
 
 CloudFormation's short tags (``!Ref``, ``!Sub``, ``!GetAtt`` …) are read into their long
-form (``{"Ref": …}``); a ``!Ref`` to a parameter resolves to the parameter's default, and
-anything else that needs AWS to resolve is left out.
+form (``{"Ref": …}``); a ``!Ref`` to a parameter resolves to the parameter's default (or the
+value given for it), and anything else that needs AWS to resolve is left out.
+
+The ``AWS::LanguageExtensions`` transform's ``Fn::ForEach`` is expanded first, as
+CloudFormation does before the other transforms (:func:`expand_language_extensions`): each
+loop's collection is resolved from the parameters and conditions (``Ref``, ``Fn::If``,
+``Fn::Join``, ``Fn::Split``, ``Fn::Select``, ``Fn::Equals``, ``Fn::Not``, ``Fn::And``,
+``Fn::Or``), and ``${Identifier}``, ``&{Identifier}`` (non-alphanumerics dropped) and
+``{"Ref": Identifier}`` are replaced in its body, keys and values.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ DEFAULT_PERIOD_SECONDS = 60.0
 _RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
 _UNIT_SECONDS = {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600, "day": 86400,
                  "days": 86400}
+
+
+FOR_EACH = "Fn::ForEach::"
+MAX_FOR_EACH_DEPTH = 5  # CloudFormation's limit of nested loops
+LANGUAGE_EXTENSION_SECTIONS = ("Conditions", "Resources", "Outputs")
 
 
 class TemplateError(ValueError):
@@ -130,8 +142,9 @@ class Template:
     schedules: list[ScheduleSpec]
 
     @classmethod
-    def load(cls, path: Path) -> Template:
-        return read_template(path)
+    def load(cls, path: Path, values: Mapping[str, str] | None = None) -> Template:
+        """``values``: parameter values in place of their defaults."""
+        return read_template(path, values)
 
     def routes_of(self, function: str) -> list[HttpRoute]:
         return [r for r in self.routes if r.function == function]
@@ -198,9 +211,176 @@ SCHEDULED_EVENT = {
 }
 
 
-def read_template(path: Path) -> Template:
-    data = load_yaml(path)
-    parameters = data.get("Parameters") or {}
+class _Unresolved(Exception):
+    """A value that needs AWS (or more than the parameters) to resolve."""
+
+
+class _Evaluator:
+    """The values of intrinsic functions that the parameters alone decide (what a loop's
+    collection and the conditions it uses need)."""
+
+    def __init__(self, parameters: Mapping[str, Any], conditions: Mapping[str, Any]) -> None:
+        self.parameters = parameters
+        self.conditions = conditions
+        self._decided: dict[str, bool] = {}
+        self._deciding: set[str] = set()
+
+    def value(self, node: Any) -> Any:
+        if isinstance(node, bool | int | float | str):
+            return node
+        if isinstance(node, list):
+            return [self.value(item) for item in node]
+        if not isinstance(node, dict) or len(node) != 1:
+            raise _Unresolved(node)
+        [(function, argument)] = node.items()
+        if function == "Ref":
+            return self._parameter(argument)
+        if function == "Condition":
+            return self.condition(argument)
+        if function == "Fn::If" and isinstance(argument, list) and len(argument) == 3:
+            return self.value(argument[1] if self.condition(argument[0]) else argument[2])
+        if function == "Fn::Join" and isinstance(argument, list) and len(argument) == 2:
+            items = self.value(argument[1])
+            if not isinstance(items, list):
+                raise _Unresolved(node)
+            return str(self.value(argument[0])).join(str(item) for item in items)
+        if function == "Fn::Split" and isinstance(argument, list) and len(argument) == 2:
+            return str(self.value(argument[1])).split(str(self.value(argument[0])))
+        if function == "Fn::Select" and isinstance(argument, list) and len(argument) == 2:
+            items = self.value(argument[1])
+            if not isinstance(items, list):
+                raise _Unresolved(node)
+            return items[int(self.value(argument[0]))]
+        if function == "Fn::Equals" and isinstance(argument, list) and len(argument) == 2:
+            return str(self.value(argument[0])) == str(self.value(argument[1]))
+        if function == "Fn::Not" and isinstance(argument, list) and len(argument) == 1:
+            return not self.condition(argument[0])
+        if function in ("Fn::And", "Fn::Or") and isinstance(argument, list):
+            decided = [self.condition(item) for item in argument]
+            return all(decided) if function == "Fn::And" else any(decided)
+        raise _Unresolved(node)
+
+    def condition(self, node: Any) -> bool:
+        """A condition by name, or a condition function."""
+        if not isinstance(node, str):
+            return bool(self.value(node))
+        if node in self._decided:
+            return self._decided[node]
+        if node not in self.conditions or node in self._deciding:
+            raise _Unresolved(node)
+        self._deciding.add(node)
+        try:
+            decided = self._decided[node] = bool(self.value(self.conditions[node]))
+        finally:
+            self._deciding.discard(node)
+        return decided
+
+    def _parameter(self, name: Any) -> Any:
+        spec = self.parameters.get(name) if isinstance(name, str) else None
+        if not isinstance(spec, dict) or "Default" not in spec:
+            raise _Unresolved(name)  # a pseudo parameter, or one without a value here
+        value = spec["Default"]
+        kind = str(spec.get("Type", "String"))
+        if kind == "CommaDelimitedList" or kind.startswith("List<"):
+            return [item.strip() for item in str(value).split(",")]
+        return "true" if value is True else "false" if value is False else value
+
+
+def _substitute(node: Any, identifier: str, value: str) -> Any:
+    """``node`` with the loop's ``${identifier}``, ``&{identifier}`` and
+    ``{"Ref": identifier}`` replaced by ``value`` (in keys and values)."""
+    if isinstance(node, str):
+        return (node.replace(f"${{{identifier}}}", value)
+                .replace(f"&{{{identifier}}}", re.sub(r"[^A-Za-z0-9]", "", value)))
+    if isinstance(node, list):
+        return [_substitute(item, identifier, value) for item in node]
+    if isinstance(node, dict):
+        if node == {"Ref": identifier}:
+            return value
+        return {_substitute(key, identifier, value): _substitute(item, identifier, value)
+                for key, item in node.items()}
+    return node
+
+
+def _expand(node: Any, evaluator: _Evaluator, depth: int = 0) -> Any:
+    if isinstance(node, list):
+        return [_expand(item, evaluator, depth) for item in node]
+    if not isinstance(node, dict):
+        return node
+    expanded: dict[Any, Any] = {}
+    for key, value in node.items():
+        generated = (_for_each(key, value, evaluator, depth)
+                     if isinstance(key, str) and key.startswith(FOR_EACH)
+                     else {key: _expand(value, evaluator, depth)})
+        for new_key, new_value in generated.items():
+            if new_key in expanded:
+                raise TemplateError(f"{key}: {new_key!r} is generated twice, or already "
+                                    "declared")
+            expanded[new_key] = new_value
+    return expanded
+
+
+def _for_each(key: str, loop: Any, evaluator: _Evaluator, depth: int) -> dict[Any, Any]:
+    if depth >= MAX_FOR_EACH_DEPTH:
+        raise TemplateError(f"{key}: more than {MAX_FOR_EACH_DEPTH} nested Fn::ForEach")
+    if (not isinstance(loop, list) or len(loop) != 3 or not isinstance(loop[0], str)
+            or not loop[0] or not isinstance(loop[2], dict)):
+        raise TemplateError(f"{key}: expected [identifier, collection, fragment]")
+    identifier, collection, fragment = loop
+    try:
+        items = evaluator.value(collection)
+    except _Unresolved as exc:
+        raise TemplateError(f"{key}: its collection cannot be resolved from the parameters "
+                            f"({exc.args[0]!r})") from exc
+    if not isinstance(items, list):
+        raise TemplateError(f"{key}: its collection is not a list")
+    generated: dict[Any, Any] = {}
+    for item in items:
+        if isinstance(item, dict | list) or item is None:
+            raise TemplateError(f"{key}: collection item {item!r} is not a string")
+        text = "true" if item is True else "false" if item is False else str(item)
+        for new_key, new_value in _expand(_substitute(fragment, identifier, text), evaluator,
+                                          depth + 1).items():
+            if new_key in generated:
+                raise TemplateError(f"{key}: {new_key!r} is generated twice")
+            generated[new_key] = new_value
+    return generated
+
+
+def with_values(parameters: Mapping[str, Any],
+                values: Mapping[str, str] | None) -> dict[str, Any]:
+    """The template's parameters with ``values`` in place of their defaults."""
+    merged = dict(parameters)
+    for name, value in (values or {}).items():
+        spec = merged.get(name)
+        if not isinstance(spec, dict):
+            raise TemplateError(f"the template has no parameter {name!r}")
+        merged[name] = {**spec, "Default": value}
+    return merged
+
+
+def expand_language_extensions(data: Mapping[str, Any],
+                               values: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The template with every ``Fn::ForEach`` of its conditions, resources (properties
+    included) and outputs expanded for the parameters (``values``, else their defaults), as
+    the ``AWS::LanguageExtensions`` transform does."""
+    expanded = dict(data)
+    parameters = with_values(data.get("Parameters") or {}, values)
+    conditions = data.get("Conditions") or {}
+    evaluator = _Evaluator(parameters, conditions)
+    for section in LANGUAGE_EXTENSION_SECTIONS:
+        if isinstance(data.get(section), dict):
+            expanded[section] = _expand(data[section], evaluator)
+            if section == "Conditions":  # (loops may use generated conditions)
+                evaluator.conditions = expanded[section]
+    return expanded
+
+
+def read_template(path: Path, values: Mapping[str, str] | None = None) -> Template:
+    """The local stack's view of the template at ``path`` for the parameter ``values``
+    given (the others at their defaults)."""
+    data = expand_language_extensions(load_yaml(path), values)
+    parameters = with_values(data.get("Parameters") or {}, values)
     resolver = _Resolver(parameters)
     globals_fn = (data.get("Globals") or {}).get("Function") or {}
     resources = data.get("Resources") or {}
