@@ -1,8 +1,10 @@
 """template.yaml as the tests read it: CloudFormation's short tags loaded in their long
-form, and the functions it declares (the checks of tests/template)."""
+form, Fn::ForEach expanded for the parameters' values as the AWS::LanguageExtensions
+transform does, and the functions it declares (the checks of tests/template)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +54,12 @@ def _cfn_tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
 
 
 CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+def load_template(values: Mapping[str, str] | None = None, path: Path = TEMPLATE
+                  ) -> dict[str, Any]:
+    """The template after the ``AWS::LanguageExtensions`` transform (every ``Fn::ForEach``
+    expanded) for the parameter ``values`` (the others at their defaults)."""
+    from tierq.local.gateway.template import expand_language_extensions
+
+    return expand_language_extensions(yaml.load(path.read_text(), Loader=CfnLoader), values)
