@@ -195,12 +195,18 @@ def rate_flat_out(tq: Tierq, tenants: Sequence[str], *, tenant_rate: bool = Fals
 def die_holding(database_url: str, valkey_url: str, queue: str, out: Any, where: str,
                 overrides: dict[str, Any]) -> None:
     """Take capacity and die without giving it back: ``leased`` after the claim (it holds
-    leases), ``reserved`` between the reservation and the pair's pop (it holds only the
-    reservation). Reports when it started (before anything was taken) and the lease."""
+    leases), ``reserved`` after the reservation for the whole claim and its first pair's
+    pop, before the second pair's (it holds a reservation that no lease uses; on a single
+    server the take rides in the first pop's script). Reports when it started (before
+    anything was taken) and the lease."""
     with _engine(database_url, valkey_url, overrides) as tq:
         started = time.time()
         if where == "reserved":
-            def killed(*_: Any, **__: Any) -> Any:
+            first_pop = tq.ctx.warm.claim_limited
+
+            def killed(*args: Any, **kwargs: Any) -> Any:
+                if kwargs["first_k"] == 0:
+                    return first_pop(*args, **kwargs)
                 out.put((started, None))
                 time.sleep(0.2)  # the report reaches the parent
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -216,7 +222,8 @@ def killed_claimer_frees_by_lease_expiry(tq: Tierq, database_url: str, valkey_ur
     queue = f"killed-{where}"
     lease_seconds = 3
     tq.put_queue(queue, {"max_leased": 2, "lease_seconds": lease_seconds})
-    tq.enqueue(queue, [{"payload": i} for i in range(10)])
+    # two tenants: a claim of 2 pops one from each
+    tq.enqueue(queue, [{"payload": i, "tenant": t} for t in ("a", "b") for i in range(5)])
     children = Children()
     try:
         results = children.queue()

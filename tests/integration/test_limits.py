@@ -94,20 +94,68 @@ def test_limits_hold_capacity_for_other_callers(make_tq):
         limits.take(tq.ctx, "c", "Bad Pool", limit=1, hold_seconds=1)
 
 
-@pytest.mark.parametrize("want", [1, 9, 10, 11, 100, 123, 2500])
-def test_a_take_holds_exactly_the_members_it_names(make_tq, valkey, want):
-    """queue_capacity.lua writes the members in descending order of their names (cheaper in
-    a listpack) and in chunks past 2,000: the pool holds exactly <holder>1..<holder>N, each
-    until the deadline, and giving each back by name frees them all."""
+@pytest.mark.parametrize("want", [1, 9, 100, 2500])
+def test_a_take_is_one_entry_and_each_unit_is_given_back_once(make_tq, valkey, want):
+    """lua/capacity_pool.lua: a take of N units is one entry of the pool (not N members);
+    its units <holder>1..<holder>N leave it one by one, each at most once (an ack racing
+    the reaper on one lease gives it back twice), and the pool's keys go once it is empty."""
     tq = make_tq()
     held = limits.take(tq.ctx, "q", "invocations", limit=10_000, want=want, hold_seconds=60,
                        holder="h~")
     assert held.members == tuple(f"h~{k}" for k in range(1, want + 1))
-    pool = valkey.zrange("tq:{q}:held:invocations", 0, -1, withscores=True)
-    assert sorted(m.decode() for m, _ in pool) == sorted(held.members)
-    assert {int(score) for _, score in pool} == {held.deadline_ms}
-    assert limits.give_back(tq.ctx, held) == want
+    pool = "tq:{q}:held:invocations"
+    assert valkey.zrange(pool, 0, -1, withscores=True) == [(b"h~", held.deadline_ms)]
+    assert limits.in_use(tq.ctx, "q", "invocations") == want
+    half = held.members[: (want + 1) // 2]
+    assert limits.give_back(tq.ctx, held, half) == len(half)
+    assert limits.give_back(tq.ctx, held, half) == 0  # once only
+    assert limits.in_use(tq.ctx, "q", "invocations") == want - len(half)
+    assert limits.give_back(tq.ctx, held) == want - len(half)
+    assert limits.give_back(tq.ctx, held) == 0
     assert limits.in_use(tq.ctx, "q", "invocations") == 0
+    assert not valkey.exists(pool, f"{pool}:counts")
+
+
+def test_extending_some_units_moves_them_to_entries_of_their_own(make_tq, valkey):
+    tq = make_tq()
+    pool = "tq:{e}:held:invocations"
+    held = limits.take(tq.ctx, "e", "invocations", limit=10, want=4, hold_seconds=0.5,
+                       holder="h~")
+    some = limits.Held("e", "invocations", held.members[:1], held.deadline_ms, 0)
+    assert limits.extend(tq.ctx, some, 60).members == ("h~1",)
+    entries = dict(valkey.zrange(pool, 0, -1, withscores=True))
+    assert set(entries) == {b"h~", b"h~1"} and entries[b"h~1"] > entries[b"h~"]
+    assert limits.in_use(tq.ctx, "e", "invocations") == 4
+    # the rest of the take still ends at its deadline
+    time.sleep(0.6)
+    assert limits.in_use(tq.ctx, "e", "invocations") == 1
+    assert limits.extend(tq.ctx, held, 60).members == ("h~1",)  # the others had expired
+    assert limits.give_back(tq.ctx, held) == 1
+    assert limits.give_back(tq.ctx, held) == 0
+    # a heartbeat of every unit still in a take moves the take's one entry
+    whole = limits.take(tq.ctx, "e", "invocations", limit=10, want=3, hold_seconds=60,
+                        holder="w~")
+    assert limits.give_back(tq.ctx, whole, whole.members[:1]) == 1
+    rest = limits.Held("e", "invocations", whole.members[1:], whole.deadline_ms, 0)
+    longer = limits.extend(tq.ctx, rest, 120)
+    assert longer.members == rest.members
+    assert valkey.zrange(pool, 0, -1, withscores=True) == [(b"w~", longer.deadline_ms)]
+    assert limits.in_use(tq.ctx, "e", "invocations") == 2
+
+
+def test_a_pool_of_one_member_per_unit_is_recounted(make_tq, valkey):
+    """Reservations written by an older tierq (one member per unit, no counts) are counted,
+    taken into account by a take and given back by name."""
+    tq = make_tq()
+    pool = "tq:{o}:held:leases"
+    deadline = int(time.time() * 1000) + 60_000
+    valkey.zadd(pool, {"old~1": deadline, "old~2": deadline, "gone~1": deadline - 120_000})
+    held = limits.take(tq.ctx, "o", "leases", limit=5, want=5, hold_seconds=60)
+    assert held.count == 3  # the expired one was swept
+    assert limits.in_use(tq.ctx, "o", "leases") == 5
+    assert tq.ctx.warm.return_capacity("o", "leases", ["old~1", "old~1"],
+                                       now_ms=int(time.time() * 1000)) == 1
+    assert limits.in_use(tq.ctx, "o", "leases") == 4
 
 
 @pytest.mark.parametrize("where", ["leased", "reserved"])

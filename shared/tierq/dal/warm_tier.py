@@ -46,6 +46,8 @@ SCRIPTS = (
     "update_ready",
     "tier_stats",
     "queue_capacity",
+    "capacity_free",
+    "capacity_extend",
     "capacity_use",
 )
 
@@ -83,22 +85,99 @@ class QueueKeys:
 
     @staticmethod
     def held(queue: str, pool: str) -> str:
-        """The reservations of one capacity pool of the queue (sorted set by deadline)."""
+        """The reservations of one capacity pool of the queue (sorted set of entries by
+        deadline, lua/capacity_pool.lua)."""
         return f"tq:{{{queue}}}:held:{pool}"
+
+    @staticmethod
+    def counts(queue: str, pool: str) -> str:
+        """What the pool's entries hold (hash: the total, and each take's count and
+        bitmap of units that left it; lua/capacity_pool.lua)."""
+        return f"tq:{{{queue}}}:held:{pool}:counts"
 
 
 def reservation_of(token: str) -> str:
-    """The queue-wide reservation a lease token holds, ``<random>~<k>`` (taken for the
-    whole claim before its pops: lua/queue_capacity.lua, logic/claim._QueueGate), from the
-    token ``<tenant>~<random>~<attempt>~<k>``."""
+    """The queue-wide reservation a lease token holds, the unit ``<random>~<k>`` of the
+    claim's take ``<random>~`` (taken for the whole claim before its pops:
+    lua/capacity_take.lua, logic/claim._QueueGate), from the token
+    ``<tenant>~<random>~<attempt>~<k>``."""
     _, _, rest = token.partition("~")
     return rest[:rest.find("~") + 1] + token[token.rfind("~") + 1:]
 
 
+def split_unit(unit: str) -> tuple[str, str]:
+    """(the take's entry ``<holder>``, k) of a reservation unit ``<holder><k>``; the holder
+    ends with ``~``. ValueError for a name that is not a unit."""
+    at = unit.rfind("~") + 1
+    k = unit[at:]
+    if not at or not (k.isascii() and k.isdigit()):
+        raise ValueError(f"{unit!r} is not a reservation unit (<holder>~<k>)")
+    return unit[:at], k
+
+
+def unit_groups(units: Sequence[str]) -> list[str]:
+    """The units as the pool scripts take them: per take entry, ``<holder>``, how many,
+    then their numbers (lua/capacity_free.lua); a unit named twice is sent once."""
+    groups: dict[str, dict[str, None]] = {}
+    for unit in units:
+        holder, k = split_unit(unit)
+        groups.setdefault(holder, {})[k] = None
+    args: list[str] = []
+    for holder, ks in groups.items():
+        args += (holder, str(len(ks)), *ks)
+    return args
+
+
+def token_groups(tokens: Sequence[str]) -> list[str]:
+    """``unit_groups`` of the reservation units lease tokens hold (``reservation_of``), in
+    one pass over the tokens (an ack's hot path); a unit named twice is sent twice (the
+    script gives it back once)."""
+    groups: dict[str, list[str]] = {}
+    for token in tokens:
+        first = token.find("~") + 1
+        holder = token[first:token.find("~", first) + 1]
+        k = token[token.rfind("~") + 1:]
+        ks = groups.get(holder)
+        if ks is None:
+            groups[holder] = [k]
+        else:
+            ks.append(k)
+    args: list[str] = []
+    for holder, ks in groups.items():
+        args += (holder, str(len(ks)), *ks)
+    return args
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """A script to run later, by name (``WarmTier.release``'s ``then``)."""
+
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class QueueTake:
+    """The queue-wide take a claim's first pair makes in its own script on a single server
+    (lua/claim.lua KEYS 7-9): ``want`` units for the whole claim, one entry ``holder``,
+    at most ``max_held`` held in the pool (0: no count limit), tokens of the queue's bucket
+    at ``rate`` (per_second, burst) if any. The pair pops at most its share of the grant:
+    one of ``shares`` (the tenants the claim's rotation shares it among)."""
+
+    queue: str
+    pool: str
+    want: int
+    holder: str
+    max_held: int
+    rate: tuple[float, int] | None
+    shares: int = 1
+
+
 @dataclass(frozen=True)
 class CapacityTaken:
-    """What ``WarmTier.take_capacity`` granted: ``taken`` units, held by the members
-    ``<holder>1`` .. ``<holder><taken>`` until their deadline; ``retry_after_ms`` (0 when
+    """What ``WarmTier.take_capacity`` granted: ``taken`` units, ``<holder>1`` ..
+    ``<holder><taken>``, held until their deadline by one entry; ``retry_after_ms`` (0 when
     all were granted) says when asking again is worth it; ``held`` is the pool's count
     after (0 without a count limit)."""
 
@@ -107,6 +186,7 @@ class CapacityTaken:
     held: int
 
     def members(self, holder: str) -> list[str]:
+        """The units taken (lua/capacity_pool.lua: one entry holds them all)."""
         return [f"{holder}{i}" for i in range(1, self.taken + 1)]
 
 
@@ -356,85 +436,125 @@ class WarmTier:
         byte per quote and backslash, plus ``per_task_bytes`` for the fields around it
         (lua/claim.lua). The first task always comes unless ``strict``; tasks past the cap
         stay in their places in line."""
-        left, mode, claimed, _ = self.claim_limited(
+        left, mode, claimed, _, _ = self.claim_limited(
             queue, tenant, n=n, now_ms=now_ms, lease_ms=lease_ms, token_prefix=token_prefix,
             worker=worker, max_bytes=max_bytes, strict=strict, per_task_bytes=per_task_bytes)
         return left, mode, claimed
+
+    @property
+    def single_server(self) -> bool:
+        """Whether every key is on one server (not a cluster): a script may then touch the
+        keys of several slots (a claim's queue-wide take rides in its first pair's script)."""
+        return self.calls is not None
 
     def claim_limited(self, queue: str, tenant: str, *, n: int, now_ms: int, lease_ms: int,
                       token_prefix: str, worker: str, max_bytes: int = 0,
                       strict: bool = False, per_task_bytes: int = 0,
                       tenant_max_leased: int = 0, tenant_rate: tuple[float, int] | None = None,
-                      first_k: int = 0) -> tuple[int, str, list[Claimed], int]:
+                      first_k: int = 0, take: QueueTake | None = None,
+                      ) -> tuple[int, str, list[Claimed], int, int]:
         """``claim`` under the tenant's limits: ``tenant_max_leased`` (0: none) and
         ``tenant_rate`` (per_second, burst) cut ``n`` atomically with the pop. The leases
         are numbered from ``first_k + 1`` (a claim across pairs numbers on from one pair to
-        the next). Returns (ready left, mode, claimed, retry_after_ms): when more may be
-        had, 0 when the limits did not cut the claim."""
+        the next). ``take`` (single server only): the claim's queue-wide take, made first in
+        the same script, with the leases' deadline; ``n`` is cut to what it grants.
+        Returns (ready left, mode, claimed, retry_after_ms, granted): retry_after_ms is
+        when more may be had, 0 when the limits did not cut the claim; granted is what
+        ``take`` granted (-1 without one)."""
         k = PairKeys.of(queue, tenant)
         per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
-        out = self._run("claim", (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket),
-                        (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
-                         "strict" if strict else "", per_task_bytes, tenant_max_leased,
-                         repr(float(per_second)), burst, first_k))
-        claimed: list[Claimed] = list(zip(out[3::4], out[4::4], out[5::4], out[6::4],
+        keys: tuple[str, ...] = (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket)
+        args: tuple[Any, ...] = (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
+                                 "strict" if strict else "", per_task_bytes,
+                                 tenant_max_leased, repr(float(per_second)), burst, first_k)
+        if take is not None:
+            if not self.single_server:
+                raise ValueError("a queue-wide take rides in a pair's claim on a single "
+                                 "server only (its keys are in another slot)")
+            q_second, q_burst = take.rate if take.rate is not None else (0.0, 0)
+            keys += (QueueKeys.held(take.queue, take.pool),
+                     QueueKeys.counts(take.queue, take.pool), QueueKeys.of(take.queue).bucket)
+            args += (take.want, take.holder, take.max_held, repr(float(q_second)), q_burst,
+                     take.shares)
+        out = self._run("claim", keys, args)
+        claimed: list[Claimed] = list(zip(out[4::4], out[5::4], out[6::4], out[7::4],
                                           strict=True))
-        return int(out[0]), _s(out[1]), claimed, int(out[2])
+        return int(out[0]), _s(out[1]), claimed, int(out[2]), int(out[3])
 
-    # -- limits: queue-wide capacity (lua/queue_capacity.lua) -------------------------------
+    # -- limits: queue-wide capacity (lua/capacity_pool.lua) --------------------------------
 
     def take_capacity(self, queue: str, pool: str, *, want: int, now_ms: int,
                       deadline_ms: int, holder: str, max_held: int = 0,
                       rate: tuple[float, int] | None = None, give_back_tokens: int = 0,
-                      give_back_members: Sequence[str] = ()) -> CapacityTaken:
+                      give_back_past: int | None = None) -> CapacityTaken:
         """Take up to ``want`` units of a queue's capacity, in one script on the queue's
-        own slot: with ``max_held``, reservations in the pool ``pool`` (at most
-        ``max_held`` whose deadline is after ``now_ms``), held by the members ``<holder>1``
-        .. ``<holder>N`` until ``deadline_ms``; with ``rate`` (per_second, burst), tokens
-        of the queue's bucket (the server's clock). Members and tokens of an earlier take
-        that went unused are given back first (``give_back_*``), in the same call."""
+        own slot (lua/queue_capacity.lua): with ``max_held``, one entry ``holder`` in the
+        pool ``pool`` (at most ``max_held`` units held whose deadline is after ``now_ms``)
+        for the units ``<holder>1`` .. ``<holder>N``, until ``deadline_ms``; with ``rate``
+        (per_second, burst), tokens of the queue's bucket (the server's clock). With
+        ``want`` 0, what an earlier take did not use is given back instead: tokens
+        (``give_back_tokens``) and the units of ``holder``'s take past the first
+        ``give_back_past``."""
         per_second, burst = rate if rate is not None else (0.0, 0)
-        out = self._run("queue_capacity", (QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket),
+        out = self._run("queue_capacity",
+                        (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool),
+                         QueueKeys.of(queue).bucket),
                         (want, now_ms, deadline_ms, holder, max_held, repr(float(per_second)),
-                         burst, give_back_tokens, *give_back_members))
+                         burst, give_back_tokens,
+                         "" if give_back_past is None else give_back_past))
         return CapacityTaken(int(out[0]), int(out[1]), int(out[2]))
 
-    def extend_capacity(self, queue: str, pool: str,
-                        deadlines: Sequence[tuple[str, int]]) -> int:
-        """Move the deadline of reservations still held, (member, deadline_ms) each, later
-        (never earlier; ZADD XX GT: a reservation swept or returned is not made again).
-        Returns how many were moved."""
+    def extend_capacity(self, queue: str, pool: str, *, now_ms: int,
+                        deadlines: Sequence[tuple[str, int]]) -> list[int]:
+        """Move reservation units still held and whose deadline is after ``now_ms`` on,
+        (unit, deadline_ms) each, never earlier (lua/capacity_extend.lua: one given back,
+        swept or expired is not made again). Returns each unit's deadline after, in the
+        order given, 0 for one not held."""
         if not deadlines:
-            return 0
-        args: list[Any] = []
-        for member, deadline in deadlines:
-            args += (deadline, member)
-        return int(self._command("ZADD", QueueKeys.held(queue, pool), "XX", "GT", "CH", *args))
-
-    def capacity_deadlines(self, queue: str, pool: str,
-                           members: Sequence[str]) -> list[int | None]:
-        """The deadline (epoch ms) of each reservation, None when it is not held."""
-        if not members:
             return []
-        out = self._command("ZMSCORE", QueueKeys.held(queue, pool), *members)
-        return [None if d is None else int(float(d)) for d in out]
+        groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for i, (unit, deadline) in enumerate(deadlines):
+            holder, k = split_unit(unit)
+            groups.setdefault((holder, deadline), []).append((i, k))
+        args: list[Any] = [now_ms]
+        order: list[int] = []
+        for (holder, deadline), units in groups.items():
+            args += (holder, deadline, len(units), *(k for _, k in units))
+            order += (i for i, _ in units)
+        out = self._run("capacity_extend",
+                        (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool)), args)
+        after = [0] * len(deadlines)
+        for i, deadline in zip(order, out, strict=True):
+            after[i] = int(deadline)
+        return after
 
     @staticmethod
-    def return_capacity_command(queue: str, pool: str, members: Sequence[str]) -> tuple[Any, ...]:
-        """The command of ``return_capacity`` (for ``release(then=...)``)."""
-        return ("ZREM", QueueKeys.held(queue, pool), *dict.fromkeys(members))
+    def return_capacity_call(queue: str, pool: str, groups: Sequence[str], *,
+                             now_ms: int) -> ScriptCall:
+        """The call of ``return_capacity`` for units as ``unit_groups`` or
+        ``token_groups`` gives them (for ``release(then=...)``)."""
+        return ScriptCall("capacity_free",
+                          (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool)),
+                          (now_ms, *groups))
 
-    def return_capacity(self, queue: str, pool: str, members: Sequence[str]) -> int:
-        """Give back reservations (finished or unused); returns how many were held."""
-        if not members:
+    def return_capacity(self, queue: str, pool: str, units: Sequence[str], *,
+                        now_ms: int, tokens: bool = False) -> int:
+        """Give back reservation units (finished or unused), each at most once
+        (lua/capacity_free.lua); ``tokens``: the units held by these lease tokens
+        (``reservation_of``). Returns how many were still held (deadline after
+        ``now_ms``)."""
+        if not units:
             return 0
-        return int(self._command("ZREM", QueueKeys.held(queue, pool), *dict.fromkeys(members)))
+        call = self.return_capacity_call(
+            queue, pool, token_groups(units) if tokens else unit_groups(units), now_ms=now_ms)
+        return int(self._run(call.name, call.keys, call.args))
 
     def capacity_use(self, queue: str, pool: str, *, now_ms: int,
                      rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
-        """(reservations of the pool whose deadline is ahead, tokens in the queue's bucket
+        """(units of the pool held whose deadline is ahead, tokens in the queue's bucket
         now or None without ``rate``); changes nothing."""
-        return self._use(QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket, now_ms, rate)
+        return self._use(QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket, now_ms, rate,
+                         QueueKeys.counts(queue, pool))
 
     def pair_limit_use(self, queue: str, tenant: str, *, now_ms: int,
                        rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
@@ -444,10 +564,12 @@ class WarmTier:
         return self._use(k.leased, k.bucket, now_ms, rate)
 
     def _use(self, held_key: str, bucket_key: str, now_ms: int,
-             rate: tuple[float, int] | None) -> tuple[int, float | None]:
+             rate: tuple[float, int] | None, counts_key: str | None = None,
+             ) -> tuple[int, float | None]:
         per_second, burst = rate if rate is not None else (0.0, 0)
-        out = self._run("capacity_use", (held_key, bucket_key),
-                        (now_ms, repr(float(per_second)), burst))
+        keys = (held_key, bucket_key) if counts_key is None \
+            else (held_key, bucket_key, counts_key)
+        out = self._run("capacity_use", keys, (now_ms, repr(float(per_second)), burst))
         tokens = _s(out[1])
         return int(out[0]), float(tokens) if tokens else None
 
@@ -472,11 +594,11 @@ class WarmTier:
         return [None if d is None else int(float(d)) for d in deadlines]
 
     def release(self, queue: str, tenant: str, members: Sequence[str], *,
-                acked: int = 0, then: Sequence[Any] = ()) -> int:
+                acked: int = 0, then: ScriptCall | None = None) -> int:
         """Drop these leases (members ``lease_member(id, token)``); a lease that was
         re-issued since has another token and is left alone. Returns how many were
         dropped. ``acked``: tasks of the pair just acked, counted in the same round trip
-        (dal/throughput.py). ``then``: a command that must run after the drop (giving back
+        (dal/throughput.py). ``then``: a script that must run after the drop (giving back
         the leases' queue-wide reservations): on a single server in the same round trip,
         in order; in cluster mode (other slots, no order across masters) once the drop
         has answered."""
@@ -484,7 +606,10 @@ class WarmTier:
             return 0
         k = PairKeys.of(queue, tenant)
         zrem = ("ZREM", k.leased, *dict.fromkeys(members))
-        after = [then] if then and self.calls is not None else []
+        after: list[tuple[Any, ...]] = []
+        if then is not None and self.calls is not None:
+            after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
+                      *then.args)]
         if acked <= 0 and not after:
             dropped = int(self._command(*zrem))
             self._then(then)
@@ -493,7 +618,10 @@ class WarmTier:
             else ([], None)
         replies = self.pipeline([zrem, *counts, *after])
         if after:
-            replies = replies[:-1]  # (an error there: the reservations end at their deadline)
+            last, replies = replies[-1], replies[:-1]
+            if isinstance(last, NoScriptError):
+                self._then(then)  # (Valkey lost its scripts: _run loads it again)
+            # (another error there: the reservations end at their deadline)
         self.throughput.settle(queue, counts, replies[1:], note)
         if isinstance(replies[0], Exception):
             with _available():
@@ -502,17 +630,17 @@ class WarmTier:
             self._then(then)
         return int(replies[0])
 
-    def _then(self, command: Sequence[Any]) -> None:
-        """``release``'s command after the drop, on its own; best-effort: what it would have
+    def _then(self, call: ScriptCall | None) -> None:
+        """``release``'s script after the drop, on its own; best-effort: what it would have
         given back ends at its deadline (the lease deadline) anyway, and the drop it
         follows (an ack's, whose outcome is committed) must not fail for it."""
-        if not command:
+        if call is None:
             return
         try:
-            self._command(*command)
+            self._run(call.name, call.keys, call.args)
         except (WarmTierUnavailable, WarmTierFull):
             log.warning("giving back reservations failed (%s); they end at their deadline",
-                        command[1], exc_info=True)
+                        call.keys[0], exc_info=True)
 
     def take_back(self, queue: str, tenant: str, *, now_ms: int,
                   members: Sequence[str]) -> set[str]:

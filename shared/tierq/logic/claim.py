@@ -25,7 +25,7 @@ import orjson
 
 from tierq.core.ids import new_token_prefix
 from tierq.core.sizing import body_cost
-from tierq.dal.warm_tier import Claimed
+from tierq.dal.warm_tier import Claimed, QueueTake
 from tierq.errors import WarmTierFull
 from tierq.logic import leases, limits, tiering
 from tierq.logic.context import Context, from_ms, to_ms
@@ -157,13 +157,16 @@ def give_back(ctx: Context, queue: str, popped: Sequence[tuple[str, str]]) -> No
 @dataclass
 class _QueueGate:
     """The queue-wide limits of one claim call (max_leased, rate). Before the claim pops
-    anything, it takes reservations and tokens for the whole claim in one call on the
-    queue's own slot (lua/queue_capacity.lua); each pair's pop takes at most what is left
-    of them, and what no pop used is given back at the end (``flush``). The reservations
-    are ``<random>~1`` .. ``<random>~<granted>``, and the leases of the claim are numbered
-    on from one pair to the next, ``<tenant>~<random>~<attempt>~<k>``: the k-th lease
-    holds the k-th reservation (warm_tier.reservation_of). Every pop of the claim uses the
-    take's ``now_ms``, so no lease ends after its reservation."""
+    anything, it takes reservations and tokens for the whole claim on the queue's own slot
+    (lua/capacity_take.lua): on a single server within its first pair's claim script
+    (``riding``, one round trip), in cluster mode in a call of its own (``take``,
+    lua/queue_capacity.lua). Each pair's pop takes at most what is left of them, and what
+    no pop used is given back at the end (``flush``). The take is one entry
+    ``<random>~`` holding the units ``<random>~1`` .. ``<random>~<granted>``, and the
+    leases of the claim are numbered on from one pair to the next,
+    ``<tenant>~<random>~<attempt>~<k>``: the k-th lease holds unit k
+    (warm_tier.reservation_of). Every pop of the claim uses the take's ``now_ms``, so no
+    lease ends after its reservation."""
 
     ctx: Context
     queue: str
@@ -173,22 +176,40 @@ class _QueueGate:
     now_ms: int = 0
     granted: int = 0
     used: int = 0
+    # the take the first pop makes in its own script (single server), until it is made
+    riding: QueueTake | None = None
 
     @property
     def left(self) -> int:
         return self.granted - self.used
 
+    @property
+    def holder(self) -> str:
+        return f"{self.random}~"
+
     def prefix(self, tenant: str) -> str:
         """The token prefix of the claim's leases in ``tenant``."""
         return f"{tenant}~{self.random}~"
 
+    def ride(self, want: int, shares: int) -> None:
+        """Make the take with the first pop, in its script (single server); the first pair
+        takes at most its share (``shares``: the tenants the grant is shared among)."""
+        self.now_ms = to_ms(self.ctx.now())
+        self.riding = QueueTake(self.queue, limits.LEASES_POOL, want, self.holder,
+                                self.max_leased, self.rate, shares)
+
+    def took(self, granted: int) -> None:
+        """The first pop made the take: it granted ``granted``."""
+        self.granted = granted
+        self.riding = None
+
     def take(self, want: int, lease_ms: int) -> int:
-        """Take capacity for up to ``want`` tasks; returns the retry-after (ms, 0: all
-        granted)."""
+        """Take capacity for up to ``want`` tasks in a call of its own; returns the
+        retry-after (ms, 0: all granted)."""
         self.now_ms = to_ms(self.ctx.now())
         got = self.ctx.warm.take_capacity(
             self.queue, limits.LEASES_POOL, want=want, now_ms=self.now_ms,
-            deadline_ms=self.now_ms + lease_ms, holder=f"{self.random}~",
+            deadline_ms=self.now_ms + lease_ms, holder=self.holder,
             max_held=self.max_leased, rate=self.rate)
         self.granted = got.taken
         return got.retry_after_ms
@@ -198,14 +219,12 @@ class _QueueGate:
         their deadline (the lease deadline) and the tokens are lost: the safe side."""
         if self.left <= 0:
             return
-        members = [f"{self.random}~{k}" for k in range(self.used + 1, self.granted + 1)] \
-            if self.max_leased else []
-        tokens = self.left if self.rate is not None else 0
         try:
             self.ctx.warm.take_capacity(
                 self.queue, limits.LEASES_POOL, want=0, now_ms=to_ms(self.ctx.now()),
-                deadline_ms=0, holder="", max_held=self.max_leased, rate=self.rate,
-                give_back_tokens=tokens, give_back_members=members)
+                deadline_ms=0, holder=self.holder, max_held=self.max_leased, rate=self.rate,
+                give_back_tokens=self.left if self.rate is not None else 0,
+                give_back_past=self.used if self.max_leased else None)
             self.granted = self.used
         except Exception:
             log.warning("giving back unused capacity of %r failed; it frees itself at the "
@@ -279,24 +298,29 @@ class _Claimer:
         """Pop up to ``n`` of the pair's tasks under the limits; None when the queue-wide
         limits left no room for any."""
         gate = self.gate
+        riding = None
         if gate is None:
             now_ms = to_ms(self.ctx.now())
             prefix = new_token_prefix(tenant)
             first_k = 0
         else:
-            # within what the claim reserved, numbered on from the pairs before
-            n = min(n, gate.left)
-            if n <= 0:
-                return None
+            riding = gate.riding
+            if riding is None:
+                # within what the claim reserved, numbered on from the pairs before
+                n = min(n, gate.left)
+                if n <= 0:
+                    return None
             now_ms, prefix, first_k = gate.now_ms, gate.prefix(tenant), gate.used
-        left, mode, claimed, retry_ms = self.ctx.warm.claim_limited(
+        left, mode, claimed, retry_ms, granted = self.ctx.warm.claim_limited(
             self.queue, tenant, n=n, now_ms=now_ms, lease_ms=self.lease_ms,
             token_prefix=prefix, worker=self.worker,
             max_bytes=self._budget(), strict=self.used_bytes > 0,
             per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0,
             tenant_max_leased=self.tenant_max_leased, tenant_rate=self.tenant_rate,
-            first_k=first_k)
+            first_k=first_k, take=riding)
         if gate is not None:
+            if riding is not None:
+                gate.took(granted)
             gate.used += len(claimed)
         self._limited(retry_ms)
         self.popped.extend((c[0].decode(), c[2].decode()) for c in claimed)
@@ -306,7 +330,9 @@ class _Claimer:
         return left, mode, claimed, now_ms
 
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
-        if not self.may_pop() or (self.gate is not None and self.gate.left <= 0):
+        gate = self.gate
+        if not self.may_pop() or (gate is not None and gate.riding is None
+                                  and gate.left <= 0):
             return []
         popped = self._pop(tenant, n)
         if popped is None:
@@ -425,11 +451,14 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
     wanted = request.max
     gate = claimer.gate
     if gate is not None:
-        # reserve first (the queue-wide limits): every pop below stays within the grant
-        claimer._limited(gate.take(wanted, claimer.lease_ms))
-        wanted = gate.granted
-        if wanted == 0:
-            return []
+        # reserve first (the queue-wide limits): every pop stays within the grant
+        if ctx.warm.single_server:
+            gate.ride(wanted, len(candidates))  # with the first pop, in its script
+        else:
+            claimer._limited(gate.take(wanted, claimer.lease_ms))
+            wanted = gate.granted
+            if wanted == 0:
+                return []
     if len(candidates) == 1:
         return claimer.pair(candidates[0], wanted)
 
@@ -439,7 +468,8 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
     ctx.rotation[queue] = start + 1
     rotated = candidates[start:] + candidates[:start]
     # (under a queue-wide limit, shares of what it granted: the first tenant of the
-    # rotation does not take it all)
+    # rotation does not take it all; a take riding with the first pop cuts that pop to its
+    # share of the grant itself)
     share = max(1, math.ceil(wanted / len(rotated)))
     out: list[ClaimedTask] = []
     had_more: list[str] = []
@@ -447,8 +477,13 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
         want = min(share, wanted - len(out))
         if want <= 0 or claimer.exhausted:
             break
+        riding = gate is not None and gate.riding is not None
         got = claimer.pair(tenant, want)
         out.extend(got)
+        if riding and gate is not None and gate.riding is None and gate.granted < wanted:
+            wanted = gate.granted  # the grant came with this pop
+            share = max(1, math.ceil(wanted / len(rotated)))
+            want = min(want, share)
         if len(got) == want:
             had_more.append(tenant)
     for tenant in had_more:

@@ -15,7 +15,7 @@ from uuid import UUID
 import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
-from tierq.dal.warm_tier import lease_member, reservation_of
+from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
 from tierq.logic import admission, limits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
@@ -94,15 +94,16 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
         by_tenant[v.tenant].append(v.member)
     # then their queue-wide reservations (with the last pair's drop, after it): a
     # reservation may outlive its lease, never the reverse, so max_leased is never exceeded
-    then: tuple[Any, ...] = ()
+    then: ScriptCall | None = None
     if verified and ctx.queue_settings.get(queue).max_leased:
-        then = ctx.warm.return_capacity_command(
-            queue, limits.LEASES_POOL, [reservation_of(v.token) for v in verified])
+        then = ctx.warm.return_capacity_call(
+            queue, limits.LEASES_POOL, token_groups([v.token for v in verified]),
+            now_ms=to_ms(ctx.now()))
     last = len(by_tenant) - 1
     for i, (tenant, members) in enumerate(by_tenant.items()):
         ctx.warm.release(queue, tenant, members, acked=sum(
             m.partition("|")[0] in acked for m in members) if acked else 0,
-            then=then if i == last else ())
+            then=then if i == last else None)
 
 
 def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
@@ -110,8 +111,8 @@ def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
     ended. Only while the queue has max_leased: leases claimed without it hold none (and
     those of a limit cleared meanwhile end at their deadline)."""
     if tokens and ctx.queue_settings.get(queue).max_leased:
-        ctx.warm.return_capacity(queue, limits.LEASES_POOL,
-                                 [reservation_of(token) for token in tokens])
+        ctx.warm.return_capacity(queue, limits.LEASES_POOL, tokens, now_ms=to_ms(ctx.now()),
+                                 tokens=True)
 
 
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
@@ -269,7 +270,7 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
             owned = ctx.warm.verify(queue, tenant, now_ms=now_ms, members=[
                 lease_member(str(i.id), i.lease_token) for i in group])
             # the reservations first (never shortened): a lease never outlives its own
-            ctx.warm.extend_capacity(queue, limits.LEASES_POOL, [
+            ctx.warm.extend_capacity(queue, limits.LEASES_POOL, now_ms=now_ms, deadlines=[
                 (reservation_of(i.lease_token), now_ms + ms)
                 for i, ms, mine in zip(group, extend_ms, owned, strict=True) if mine])
         deadlines = ctx.warm.extend(queue, tenant, now_ms=now_ms, leases=[

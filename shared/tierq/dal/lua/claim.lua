@@ -1,7 +1,9 @@
 #!lua flags=allow-oom
 -- Claim up to N ready tasks of one (queue, tenant), in order, and lease each one.
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
--- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta, 6 bucket (the tenant's token bucket)
+-- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta, 6 bucket (the tenant's token bucket),
+--       and on a single server only (they are in the queue's slot, not the pair's), the
+--       queue-wide take of the claim's first pair: 7 pool, 8 counts, 9 the queue's bucket
 -- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix ('<tenant>~<random>~'), 5 worker,
 --       6 budget (0: none): what the tasks handed out may cost in the response, in bytes
 --       as the Lambda runtime sends it — once the next task would exceed it, it and the
@@ -11,7 +13,13 @@
 --       9 tenant_max_leased (0: none): leases of this pair whose deadline is ahead, at most,
 --       10 tenant rate per second (0: none) and 11 its burst: a token bucket (KEYS 6, on
 --       the server's clock, lua/token_bucket.lua) on the tasks handed out,
---       12 first_k (0): the leases are numbered from first_k + 1
+--       12 first_k (0): the leases are numbered from first_k + 1,
+--       with KEYS 7-9: 13 want (what the whole claim asks for), 14 holder (the take's
+--       entry, '<random>~'), 15 max_leased (0: none), 16 the queue's rate per second
+--       (0: none), 17 its burst, 18 shares (the tenants the claim shares the grant
+--       among): the claim's queue-wide take (lua/capacity_take.lua) is made first, with
+--       the lease's deadline, and n is cut to this pair's share of what it granted
+--       (ceil(granted / shares))
 -- The per-tenant limits are enforced here, atomically with the pop: n is cut to what they
 -- allow before ZPOPMIN, and tokens taken for tasks not handed out are given back.
 -- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
@@ -19,9 +27,12 @@
 -- more), plus ARGV 8. The count of quotes and backslashes comes with the blob
 -- ('<attempts>|{"e":<count>,...', logic/admission.task_blob); a blob written without it
 -- is counted here.
--- Returns { ready_left, mode, retry_ms, then per task: id, attempt, lease_token, json }
--- retry_ms: 0, or the per-tenant limits cut the claim and this is when trying again is
--- worth it (the next token; for the count, the earliest lease deadline, at most 1 s).
+-- Returns { ready_left, mode, retry_ms, granted, then per task: id, attempt, lease_token,
+--           json }
+-- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
+-- next token; for a count, the earliest deadline, at most 1 s; the sooner of the
+-- queue-wide take's and the tenant's). granted: what the queue-wide take granted, -1
+-- without one (KEYS 7-9).
 -- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
 -- is '<prefix><attempt>~<k>', k = first_k + 1, first_k + 2, ... in the order handed out
 -- (a claim under queue-wide limits numbers its leases on across its pairs: the k-th holds
@@ -34,6 +45,8 @@
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
+-- include: capacity_pool (lua/capacity_pool.lua)
+-- include: capacity_take (lua/capacity_take.lua)
 
 local now = tonumber(ARGV[2])
 local prefix = ARGV[4]
@@ -72,6 +85,15 @@ local tenant_max = tonumber(ARGV[9] or '0')
 local rate = tonumber(ARGV[10] or '0')
 local burst = tonumber(ARGV[11] or '0')
 local first_k = tonumber(ARGV[12] or '0')
+local granted = -1
+local queue_retry = 0
+if KEYS[7] then
+  granted, queue_retry = capacity_take(KEYS[7], KEYS[8], KEYS[9], tonumber(ARGV[13]), now,
+                                       deadline_arg, ARGV[14], tonumber(ARGV[15]),
+                                       tonumber(ARGV[16]), tonumber(ARGV[17]))
+  local share = math.ceil(granted / tonumber(ARGV[18]))
+  if share < want then want = share end
+end
 if tenant_max > 0 then
   local room = tenant_max - redis.call('ZCOUNT', KEYS[3], '(' .. ARGV[2], '+inf')
   if room < want then
@@ -87,13 +109,14 @@ if rate > 0 and want > 0 then
   if by_rate < want then retry = rate_retry end
   want = by_rate
 end
+if queue_retry > 0 and (retry == 0 or queue_retry < retry) then retry = queue_retry end
 local mode = redis.call('HGET', KEYS[5], 'mode') or 'cold'
 if want <= 0 then
-  return { redis.call('ZCARD', KEYS[1]), mode, retry }
+  return { redis.call('ZCARD', KEYS[1]), mode, retry, granted }
 end
 
 local popped = redis.call('ZPOPMIN', KEYS[1], want)
-local out = { 0, mode, retry }
+local out = { 0, mode, retry, granted }
 
 local popped_ids = {}
 local n_popped = #popped / 2
@@ -106,7 +129,7 @@ local put_back = {}      -- score, id, ...: over the budget, back in their place
 local handed_ids = {}    -- for the variadic HDEL of their data
 local n_handed = 0
 local leased_args = {}   -- deadline, '<id>|<token>', ...
-local n_out = 3
+local n_out = 4
 for k = 1, n_popped do
   local id = popped_ids[k]
   local blob = blobs[k]
@@ -114,7 +137,7 @@ for k = 1, n_popped do
   local cost = 0
   if blob and budget > 0 then
     cost = response_cost(blob, sep)
-    if (n_out > 3 or strict) and used + cost > budget then
+    if (n_out > 4 or strict) and used + cost > budget then
       -- over the budget: this one and the rest (even those without data, as before) keep
       -- their places in line
       local n_back = 0

@@ -1,78 +1,48 @@
 #!lua flags=allow-oom
 -- Capacity of a queue as a whole, across its tenants (whose pairs live in other slots): the
 -- keys have the queue's own hash tag, `{queue}`, so this runs on one master.
--- `held` is a pool of reservations: a sorted set of holder members, each scored by its
--- deadline (epoch ms, the deadline of the lease or call it stands for). A reservation is
--- taken BEFORE the pair's claim (or the consumer's invocation) and is returned when unused
--- or finished; a member whose deadline has passed is no longer counted and is swept here.
--- So a process that dies between the steps leaks nothing past the deadline, and no key
--- TTL is involved (a cache at its maximum evicts keys with a TTL first).
+-- `pool` and `counts` are a pool of reservations (lua/capacity_pool.lua): a take holds
+-- one entry for all its units, scored by its deadline (epoch ms, the deadline of the lease
+-- or call it stands for). A reservation is taken BEFORE the pair's claim (or the
+-- consumer's invocation) and is given back when unused or finished; an entry whose
+-- deadline has passed is no longer counted and is swept here. So a process that dies
+-- between the steps leaks nothing past the deadline, and no key TTL is involved (a cache at
+-- its maximum evicts keys with a TTL first).
 -- `bucket` is the queue's token bucket (lua/token_bucket.lua), on the server's clock.
--- Allowed while Valkey is out of memory: it writes a few small members, and claims (which
+-- Allowed while Valkey is out of memory: it writes a few small values, and claims (which
 -- free memory) must keep working.
--- KEYS: 1 held (sorted set), 2 bucket (hash)
+-- KEYS: 1 pool (sorted set), 2 counts (hash), 3 bucket (hash)
 -- ARGV: 1 want (0: only give back), 2 now_ms, 3 deadline_ms of what is taken,
---       4 holder (the members taken are holder .. 1, holder .. 2, ...),
---       5 max_held (0: no count limit), 6 per_second (0: no rate), 7 burst,
+--       4 holder (the take's entry; its units are holder .. 1, holder .. 2, ...; ends with
+--       '~'), 5 max_held (0: no count limit), 6 per_second (0: no rate), 7 burst,
 --       8 tokens given back (of an earlier take that went unused),
---       9... members given back (of an earlier take that went unused)
--- Given-back members and tokens are returned first, then the new take is made.
--- Returns { taken, retry_ms, held_after }: retry_ms is 0 when all of `want` was taken; else
--- when trying again is worth it: the next token of the rate, or for the count the earliest
--- deadline of a reservation (at most COUNT_RETRY_MS: a finished lease frees one sooner).
+--       9 (with want 0) units of holder's take that were used: the rest go back ('': none)
+-- What is given back is returned first, then the new take is made.
+-- Returns { taken, retry_ms, held_after } (lua/capacity_take.lua; held_after 0 without a
+-- count limit).
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
+-- include: capacity_pool (lua/capacity_pool.lua)
+-- include: capacity_take (lua/capacity_take.lua)
 
-local COUNT_RETRY_MS = 1000
 local want = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
-local holder = ARGV[4]
 local max_held = tonumber(ARGV[5])
 local rate = tonumber(ARGV[6])
 local burst = tonumber(ARGV[7])
 
-if #ARGV >= 9 then call_chunked('ZREM', KEYS[1], ARGV, 9, #ARGV) end
-if rate > 0 then bucket_give(KEYS[2], tonumber(ARGV[8]), burst) end
-
-local taken = want
-local retry = 0
-if max_held > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  if want > 0 then
-    local room = max_held - redis.call('ZCARD', KEYS[1])
-    if room < taken then
-      taken = math.max(room, 0)
-      local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-      retry = COUNT_RETRY_MS
-      if first[2] then retry = math.max(1, math.min(COUNT_RETRY_MS, tonumber(first[2]) - now)) end
-    end
+if rate > 0 then bucket_give(KEYS[3], tonumber(ARGV[8]), burst) end
+if want == 0 then
+  local held = 0
+  if max_held > 0 then
+    held = pool_sweep(KEYS[1], KEYS[2], now)
+    local used = tonumber(ARGV[9] or '')
+    if used then held = held - pool_shrink(KEYS[1], KEYS[2], ARGV[4], used) end
+    pool_save(KEYS[1], KEYS[2], held)
   end
+  return { 0, 0, held }
 end
-if rate > 0 and taken > 0 then
-  local by_rate, rate_retry = bucket_take(KEYS[2], taken, rate, burst)
-  if by_rate < taken then retry = rate_retry end
-  taken = by_rate
-end
-if max_held > 0 and taken > 0 then
-  -- The members, all of one score, go in by DESCENDING name: a small sorted set is a
-  -- listpack, where each new member is placed by a scan that compares names among equal
-  -- scores; descending, each lands first among its claim's (a scan of one name, not of
-  -- half of them: ZADD of 100 members costs about half). `k` walks 1..taken in
-  -- ascending order of its decimal text (1, 10, 100, 11, ...), no sort, filled from the end.
-  local deadline = ARGV[3]
-  local args = {}
-  local k = 1
-  for i = taken, 1, -1 do
-    args[2 * i - 1] = deadline
-    args[2 * i] = holder .. k
-    if k * 10 <= taken then
-      k = k * 10
-    else
-      while k % 10 == 9 or k + 1 > taken do k = math.floor(k / 10) end
-      k = k + 1
-    end
-  end
-  call_chunked('ZADD', KEYS[1], args)
-end
-return { taken, retry, max_held > 0 and redis.call('ZCARD', KEYS[1]) or 0 }
+local taken, retry, held = capacity_take(KEYS[1], KEYS[2], KEYS[3], want, now, ARGV[3],
+                                         ARGV[4], max_held, rate, burst)
+return { taken, retry, held }
