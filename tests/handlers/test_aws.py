@@ -15,7 +15,7 @@ import pytest
 
 from tests.handlers.support import ApiEvent, Context, function_module, reply_of
 from tierq.aws.runtime import engine, reset_engine
-from tierq.local.gateway.template import load_yaml
+from tierq.local.gateway.template import expand_language_extensions, load_yaml
 
 REGION = "us-east-1"
 
@@ -85,7 +85,8 @@ def alarm_selections() -> list[tuple[str, str, str]]:
     """(metric, namespace, group-by dimension) of the template's Metrics Insights alarms."""
     from tests.handlers.support import REPO
 
-    resources = load_yaml(REPO / "template.yaml")["Resources"]
+    # (as CloudFormation reads it: Fn::ForEach expanded)
+    resources = expand_language_extensions(load_yaml(REPO / "template.yaml"))["Resources"]
     found = []
     for resource in resources.values():
         if resource.get("Type") != "AWS::CloudWatch::Alarm":

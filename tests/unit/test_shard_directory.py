@@ -138,3 +138,27 @@ def test_the_default_shard_needs_its_own_variables() -> None:
     with pytest.raises(RuntimeError, match="DATABASE_URL"):
         shards_from_environment(Settings(DATABASE_URL=None, DB_SECRET_ARN=None),
                                 {"TIERQ_SHARD_NAMES": "default"})
+
+
+def test_the_functions_serve_every_shard_the_convention_names(
+        aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tierq.aws import runtime
+    from tierq.config import get_settings
+
+    path = f"/tierq/{aws.run}/shards"
+    shard(aws, path, "b")
+    for name, value in {"DB_SECRET_ARN": aws.login("app_default", "p"),
+                        "DB_HOST": "proxy.example", "DB_SSLMODE": "disable"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TIERQ_SHARD_URLS", raising=False)
+    get_settings.cache_clear()
+    try:
+        # a stack without further shards is served as without shards
+        assert runtime.shard_specs({"TIERQ_SHARD_NAMES": "default"}) is None
+        specs = runtime.shard_specs({"TIERQ_SHARD_NAMES": "default,b",
+                                     "TIERQ_SHARD_DIRECTORY": path})
+        assert specs is not None
+        assert [(s.name, urlsplit(s.url).hostname) for s in specs] == [
+            ("default", "proxy.example"), ("b", "b.proxy.example")]
+    finally:
+        get_settings.cache_clear()

@@ -27,7 +27,12 @@ from typing import Any, TypeVar
 from aws_lambda_powertools import Logger, Tracer
 
 from tierq.config import get_settings
-from tierq.dal.shards import ShardSpec, parse_shard_urls
+from tierq.dal.shards import (
+    ShardSpec,
+    parse_shard_names,
+    parse_shard_urls,
+    shards_from_environment,
+)
 from tierq.engine import Tierq
 from tierq.sharded import ShardedTierq
 
@@ -93,11 +98,13 @@ _engine_lock = threading.Lock()
 
 def shard_specs(environ: Mapping[str, str] = os.environ) -> list[ShardSpec] | None:
     """The deployment's shards when it names more than one, else None (one database:
-    ``DATABASE_URL`` or the secret's)."""
-    text = environ.get("TIERQ_SHARD_URLS", "").strip()
-    if not text:
+    ``DATABASE_URL`` or the secret's): ``TIERQ_SHARD_URLS``, or on AWS ``TIERQ_SHARD_NAMES``
+    with the further shards' Parameter Store entries (``shards_from_environment``)."""
+    urls = environ.get("TIERQ_SHARD_URLS", "").strip()
+    names = environ.get("TIERQ_SHARD_NAMES", "").strip()
+    if not urls and len(parse_shard_names(names) if names else []) < 2:
         return None
-    specs = parse_shard_urls(text)
+    specs = shards_from_environment(get_settings(), environ)
     return specs if len(specs) > 1 else None
 
 
