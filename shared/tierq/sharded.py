@@ -38,6 +38,7 @@ from uuid import UUID
 from tierq.config import Settings, get_settings
 from tierq.core.ids import tenant_of_token
 from tierq.dal import connect
+from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
@@ -95,6 +96,11 @@ class ShardedTierq:
         self.call_seconds = call_seconds
         self.suspect_seconds = suspect_seconds
         self._suspect_until: dict[str, float] = {}
+        # the newest migration this code ships; shards found at it (or past it) are current
+        self.schema_version = shipped_migrations()[-1].version
+        self._current: set[str] = set()
+        self._behind_until: dict[str, float] = {}
+        self._behind_detail: dict[str, str] = {}
         # the calls run here, so that a caller can give up on a shard that hangs (the
         # thread stays with the hung call until the server answers or the socket fails)
         self._calls = ThreadPoolExecutor(max_workers=8 * max(1, len(specs)),
@@ -161,7 +167,7 @@ class ShardedTierq:
         a retried enqueue should carry an Idempotency-Key or a task key)."""
         if time.monotonic() < self._suspect_until.get(name, 0.0):
             raise ShardDown(name, detail="it did not answer in time moments ago")
-        future = self._calls.submit(call, self.engines[name])
+        future = self._calls.submit(self._current_then, name, call)
         limit = self.call_seconds + waits
         try:
             return future.result(timeout=limit)
@@ -173,6 +179,25 @@ class ShardedTierq:
             raise
         except SHARD_ERRORS as exc:
             raise ShardDown(name, detail=str(exc)) from exc
+
+    def _current_then(self, name: str, call: Callable[[Tierq], T]) -> T:
+        """``call`` on shard ``name`` once its schema has every migration this code ships:
+        a shard behind on migrations (one that failed when the others were migrated) is
+        out of service, ``ShardDown``, and is looked at again every ``suspect_seconds``."""
+        engine = self.engines[name]
+        if name not in self._current:
+            if time.monotonic() < self._behind_until.get(name, 0.0):
+                raise ShardDown(name, why=self._behind_detail.get(name, "is behind"))
+            version = engine.ctx.store.schema_version()
+            if version is None or version < self.schema_version:
+                why = (f"is behind on migrations (at {version or 'none'}, this code needs "
+                       f"{self.schema_version}: run the migrations)")
+                with self._lock:
+                    self._behind_until[name] = time.monotonic() + self.suspect_seconds
+                    self._behind_detail[name] = why
+                raise ShardDown(name, why=why)
+            self._current.add(name)
+        return call(engine)
 
     def migrate(self) -> dict[str, list[str]]:
         """Apply pending migrations to every shard, then put the shards in service
@@ -186,6 +211,8 @@ class ShardedTierq:
                 applied[name] = engine.migrate()
             except Exception as exc:  # reported per shard, the others still migrated
                 failed[name] = f"{type(exc).__name__}: {exc}"
+        with self._lock:  # looked at again: the shards migrated now are current
+            self._behind_until.clear()
         if failed:
             raise ShardMigrationFailed(failed, applied)
         self.sync_homes()

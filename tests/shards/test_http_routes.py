@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -173,7 +174,7 @@ def test_dead_letters_merge_replay_and_purge_over_shards(api: Api) -> None:
         if cursor is None:
             break
     assert sorted(t["tenant"] for t in dead) == sorted(TENANTS)
-    order = [(t["finished_at"], t["id"]) for t in dead]
+    order = [(datetime.fromisoformat(t["finished_at"]), uuid.UUID(t["id"])) for t in dead]
     assert order == sorted(order, reverse=True)  # newest first over every shard
     some = [t["id"] for t in dead[:4]]
     key = {"Idempotency-Key": str(uuid.uuid4())}
@@ -183,8 +184,14 @@ def test_dead_letters_merge_replay_and_purge_over_shards(api: Api) -> None:
     again = api("POST", "/v1/queues/dlq/dlq/replay", {"ids": some}, headers=key)
     assert again.headers.get("idempotent-replayed") == "true"
     assert sorted(again.body["replayed"]) == sorted(some)
-    purged = api("POST", "/v1/queues/dlq/dlq/purge")
-    assert purged.status == 200 and len(purged.body["purged"]) == len(TENANTS) - 4
+    purged: list[str] = []
+    more = True
+    while more:  # a request purges what its time allows
+        reply = api("POST", "/v1/queues/dlq/dlq/purge")
+        assert reply.status == 200, reply.body
+        purged += reply.body["purged"]
+        more = reply.body["more"]
+    assert len(purged) == len(TENANTS) - 4
     assert api("GET", "/v1/queues/dlq/dlq").body["tasks"] == []
 
 

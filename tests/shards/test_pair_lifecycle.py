@@ -4,12 +4,15 @@ forgets an idle pair drops its home on every shard, while a pair with any row ke
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.shards.conftest import SHARD_NAMES, ShardedFactory
 from tierq.dal.shards import rendezvous_order
 from tierq.errors import QuotaExceeded
 from tierq.logic.context import OffsetClock
+from tierq.logic.homes import ShardDown
 from tierq.sharded import ShardedTierq
 
 DAY = 86_400.0
@@ -66,3 +69,32 @@ def test_forgetting_an_idle_pair_drops_its_home_everywhere_and_keeps_busy_ones(
     tq.homes.invalidate("idle", "t")
     tq.enqueue("idle", [{"payload": 2}], tenant="t")
     assert tq.claim("idle", max=5)
+
+
+def test_a_shard_behind_on_migrations_serves_nothing_until_migrated(
+        make_sharded: ShardedFactory) -> None:
+    tq = make_sharded()
+    tenants = [f"t{i}" for i in range(12)]
+    for tenant in tenants:
+        tq.enqueue("mig", [{"payload": 1}], tenant=tenant)
+    homes = {t: tq.homes.home_of("mig", t, create=False) for t in tenants}
+    behind = "green"
+    newest = tq.schema_version
+    with tq.engines[behind].db.connection() as conn:  # as if its last migration had failed
+        record: Any = conn.execute("DELETE FROM tierq_schema_migrations WHERE version = %s "
+                              "RETURNING name, checksum", (newest,)).fetchone()
+    fresh = make_sharded()  # a process started now
+    for tenant, home in homes.items():
+        if home == behind:
+            with pytest.raises(ShardDown, match=f"needs {newest}"):
+                fresh.claim("mig", tenant=tenant, max=1)
+        else:
+            assert fresh.claim("mig", tenant=tenant, max=1)
+    with tq.engines[behind].db.connection() as conn:  # the migration ran again, and passed
+        conn.execute("INSERT INTO tierq_schema_migrations (version, name, checksum) "
+                     "VALUES (%(version)s, %(name)s, %(checksum)s)",
+                     {"version": newest, "name": record["name"],
+                      "checksum": record["checksum"]})
+    fresh.migrate()
+    behind_tenant = next(t for t, home in homes.items() if home == behind)
+    assert fresh.claim("mig", tenant=behind_tenant, max=1)

@@ -60,9 +60,9 @@ SHARD_ERRORS: tuple[type[BaseException], ...] = (
 class ShardDown(Unavailable):
     """A shard this request needs does not answer (503: retry later)."""
 
-    def __init__(self, shard: str, detail: str | None = None) -> None:
-        super().__init__(f"the database shard {shard!r} does not answer; retry later",
-                         detail=detail)
+    def __init__(self, shard: str, detail: str | None = None, *,
+                 why: str = "does not answer") -> None:
+        super().__init__(f"the database shard {shard!r} {why}; retry later", detail=detail)
         self.shard = shard
 
 

@@ -74,3 +74,8 @@ class ShardQueries(StoreBase):
     def shard_homes_complete(self) -> None:
         """Mark this shard's copy of the homes complete (kept if it already was)."""
         self._execute("shard_homes_complete", None)
+
+    def schema_version(self) -> str | None:
+        """The newest migration applied here (None: none)."""
+        rows = self._fetch("schema_version", {}, scalar_row)
+        return None if not rows or rows[0] is None else str(rows[0])

@@ -80,3 +80,8 @@ JOIN tierq_pair_homes AS h USING (queue, tenant)
 WHERE h.shard <> %(shard)s
 ORDER BY r.queue, r.tenant
 LIMIT 100;
+
+-- name: schema_version
+-- The newest migration this database has applied (a shard behind the code's is not used).
+SELECT max(version)
+FROM tierq_schema_migrations;
