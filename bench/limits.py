@@ -6,9 +6,11 @@ the run reaches) and with none, back to back, in one process.
     .venv/bin/python -m bench.limits --quick    # 2,000 tasks, 3 repeats
 
 A queue without limits pays nothing for them (the claim script gets zeros); with limits, a
-claim adds one call on the queue's own key before its pops (reservations and tokens, one
-reservation member per task: lua/queue_capacity.lua; one more only when some went unused)
-and an ack a ZREM of its reservations (in the round trip of its lease drop on one server).
+claim also takes the queue-wide capacity before its pops — one entry per claim in the
+queue's pool, however many tasks, and tokens (lua/capacity_take.lua): on one server inside
+its first pair's claim script, in cluster mode in a call of its own; one more call only
+when some went unused — and an ack gives its units back in a script in the round trip of
+its lease drop (lua/capacity_free.lua; after it in cluster mode).
 Each repeat drains a fresh backlog of 4 tenants in each mode, the order of the modes
 alternating; the figures are medians over the repeats, with
 the CPU the client process and the Valkey server spent per task. The last line is
