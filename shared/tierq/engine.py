@@ -76,7 +76,11 @@ class Tierq:
 
     def __init__(self, *, database_url: str | None = None, valkey_url: str | None = None,
                  settings: Settings | None = None, clock: Clock | None = None,
-                 db: Database | None = None, warm: WarmTier | None = None) -> None:
+                 db: Database | None = None, warm: WarmTier | None = None,
+                 resolve_url: Callable[[bool], str] | None = None) -> None:
+        """``resolve_url(fresh)``: the URL of each new connection, when the login can change
+        under a running process (a rotated secret; by default, on AWS, the secret of
+        DB_SECRET_ARN when no ``database_url`` is given)."""
         self.settings = settings or get_settings()
         self.db = db or Database(database_url or connect.database_url(self.settings),
                                  max_size=self.settings.db_pool_max,
@@ -84,7 +88,8 @@ class Tierq:
                                  prepare=not self.settings.db_secret_arn,  # RDS Proxy on AWS
                                  statement_timeout_ms=self.settings.statement_timeout_ms,
                                  lock_timeout_ms=self.settings.lock_timeout_ms,
-                                 resolve_url=None if database_url else self._secret_url())
+                                 resolve_url=resolve_url or (
+                                     None if database_url else self._secret_url()))
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster)
         self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())

@@ -114,7 +114,8 @@ class ShardedTierq:
         try:
             for spec in self.specs:
                 engine = Tierq(database_url=spec.url, settings=self.settings,
-                               clock=shared_clock, warm=self.warm)
+                               clock=shared_clock, warm=self.warm,
+                               resolve_url=spec.resolve_url)  # a rotated secret, on AWS
                 if len(self.specs) > 1:
                     engine.ctx.id_tag = spec.tag
                 self.engines[spec.name] = engine

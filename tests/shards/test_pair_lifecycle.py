@@ -4,12 +4,14 @@ forgets an idle pair drops its home on every shard, while a pair with any row ke
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.shards.conftest import SHARD_NAMES, ShardedFactory
-from tierq.dal.shards import rendezvous_order
+from tierq.dal.shards import ShardSpec, rendezvous_order
 from tierq.errors import QuotaExceeded
 from tierq.logic.context import OffsetClock
 from tierq.logic.homes import ShardDown
@@ -98,3 +100,22 @@ def test_a_shard_behind_on_migrations_serves_nothing_until_migrated(
     fresh.migrate()
     behind_tenant = next(t for t, home in homes.items() if home == behind)
     assert fresh.claim("mig", tenant=behind_tenant, max=1)
+
+
+def test_each_shard_asks_its_login_for_every_new_connection(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    """On AWS a shard's URL comes from its secret, asked again for each new connection, so
+    a rotated password is picked up by running processes (ShardSpec.resolve_url)."""
+    asked: list[tuple[str, bool]] = []
+
+    def resolver(spec: ShardSpec) -> Callable[[bool], str]:
+        def resolve(fresh: bool) -> str:
+            asked.append((spec.name, fresh))
+            return spec.url
+        return resolve
+
+    specs = [dataclasses.replace(spec, resolve_url=resolver(spec)) for spec in shard_specs[:3]]
+    tq = make_sharded(specs=specs)
+    for tenant in ("a", "b", "c", "d", "e", "f"):
+        tq.enqueue("rotating", [{"payload": 1}], tenant=tenant)
+    assert {name for name, _ in asked} == set(SHARD_NAMES)
