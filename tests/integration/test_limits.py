@@ -206,3 +206,20 @@ def test_a_heartbeat_naming_another_tasks_token_leaves_its_reservation(make_tq):
                .rejected) == 1
     assert limits.in_use(tq.ctx, "h", limits.LEASES_POOL) == 1
     assert len(tq.claim("h", max=5)) == 1
+
+
+def test_a_lease_given_back_twice_frees_its_reservation_once(make_tq):
+    """An ack racing the reaper on one lease (both drop it and give its reservation back,
+    one of them finding the lease gone) must not free the claim's capacity twice."""
+    from tierq.logic import leases
+
+    tq = make_tq()
+    tq.put_queue("twice", {"max_leased": 3})
+    tq.enqueue("twice", [{"payload": i} for i in range(6)])
+    held = tq.claim("twice", max=5)
+    assert len(held) == 3
+    assert len(tq.ack("twice", held[:1]).acked) == 1
+    leases.free_reservations(tq.ctx, "twice", [held[0].lease_token])  # the late second
+    assert limits.in_use(tq.ctx, "twice", limits.LEASES_POOL) == 2
+    assert len(tq.claim("twice", max=5)) == 1
+    assert tq.claim("twice", max=5) == []
