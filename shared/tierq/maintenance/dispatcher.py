@@ -4,7 +4,9 @@ early when nothing was ready for ``idle_seconds``; its invocations run on the di
 threads and outlive the pass (the scheduled function waits for them before it returns:
 ``tierq.aws.scheduled.jobs``). The dispatcher of an engine lives as long as the engine, so
 its in-flight count, its per-queue back-off and its cached timeouts carry over from pass
-to pass.
+to pass. Each shard's engine of a sharded deployment has a dispatcher of its own (its
+database's pairs; the shards share the warm tier, the wake flag and each queue's
+``max_concurrency``: tierq.aws.scheduled.dispatcher).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from weakref import WeakKeyDictionary
 
 from pydantic import Field
 
-from tierq.dal.warm_tier import WarmTier
+from tierq.dal.postgres import Database
 from tierq.logic import dispatch
 from tierq.logic.context import Context
 from tierq.maintenance.registry import JobConfig, MaintenanceJob
@@ -50,13 +52,14 @@ class NoConsumerFunctions(RuntimeError):
     """No way to call consumer functions is installed in this process."""
 
 
-_DISPATCHERS: WeakKeyDictionary[WarmTier, dispatch.Dispatcher] = WeakKeyDictionary()
+# by the engine's database, not its warm tier: a sharded deployment's engines share one
+_DISPATCHERS: WeakKeyDictionary[Database, dispatch.Dispatcher] = WeakKeyDictionary()
 
 
 def dispatcher_of(ctx: Context, config: DispatcherConfig | None = None) -> dispatch.Dispatcher:
     """The dispatcher of this engine (created on first use with the installed consumer
     functions, tierq.logic.dispatch.install)."""
-    found = _DISPATCHERS.get(ctx.warm)
+    found = _DISPATCHERS.get(ctx.db)
     if found is None:
         functions = dispatch.installed()
         if functions is None:
@@ -64,7 +67,7 @@ def dispatcher_of(ctx: Context, config: DispatcherConfig | None = None) -> dispa
                 "the dispatcher has no consumer functions to call: install them with "
                 "tierq.logic.dispatch.install (tierq.aws.consumers on AWS, "
                 "tierq.local.consumers locally)")
-        found = _DISPATCHERS.setdefault(ctx.warm, dispatch.Dispatcher(
+        found = _DISPATCHERS.setdefault(ctx.db, dispatch.Dispatcher(
             ctx, functions,
             max_in_flight=(config or DispatcherConfig()).max_in_flight,
             poll_max=ctx.settings.dispatcher_every))
@@ -73,7 +76,7 @@ def dispatcher_of(ctx: Context, config: DispatcherConfig | None = None) -> dispa
 
 def forget_dispatcher(ctx: Context) -> None:
     """Stop and forget this engine's dispatcher (after its running batches end)."""
-    found = _DISPATCHERS.pop(ctx.warm, None)
+    found = _DISPATCHERS.pop(ctx.db, None)
     if found is not None:
         found.close()
 

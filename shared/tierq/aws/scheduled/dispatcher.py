@@ -13,6 +13,13 @@ than the gap between one invocation's end of taking batches and the next minute)
 wake sent by another function when a task becomes ready while no dispatcher holds the
 flag. No chain of invocations forms for Lambda's recursive loop detection to stop: each
 invocation starts from the Scheduler or from a wake that carries no trace header.
+
+With several shards (``TIERQ_SHARD_URLS``) each shard's engine has a dispatcher of its own,
+over the pairs that shard holds; one invocation runs a pass of every shard's dispatcher at
+once (each under the shard's deadline: a shard that does not answer is skipped and named in
+the report's ``shards_down``, its pairs wait) until all are idle, and holds the one wake
+flag of the deployment for all of them. Each queue's ``max_concurrency`` is counted in
+Valkey across every dispatcher; the invocation's ``max_in_flight`` is split over the shards.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tierq.aws import metrics
-from tierq.aws.runtime import engine, logger
+from tierq.aws.runtime import engine, logger, shard_engines
 from tierq.aws.scheduled import (
     DEFAULT_MAX_SECONDS,
     DEFAULT_SAFETY_SECONDS,
@@ -34,8 +41,12 @@ from tierq.aws.scheduled import (
     _event_float,
     check_event,
 )
+from tierq.aws.scheduled.shards import per_shard, shards_down
+from tierq.engine import Tierq
 from tierq.logic import wake
-from tierq.maintenance.dispatcher import DispatcherConfig, dispatcher_of
+from tierq.logic.dispatch import DispatchCounts, Dispatcher
+from tierq.logic.homes import ShardDown
+from tierq.maintenance.dispatcher import DispatcherConfig, DispatcherSummary, dispatcher_of
 
 JOB = "dispatcher"
 FAILED_PASS_PAUSE = 1.0
@@ -45,8 +56,7 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
     """One invocation of the dispatcher (see the module's documentation)."""
     from tierq.aws.consumers import install_functions
 
-    tq = engine()
-    install_functions(tq.settings)  # (the local stack installs its own first)
+    install_functions(engine().settings)  # (the local stack installs its own first)
     options = check_event(JOB, event)
     max_seconds = _event_float(options, "max_seconds") or _env_float(
         "TIERQ_TICK_MAX_SECONDS", DEFAULT_MAX_SECONDS)
@@ -54,56 +64,99 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
     started = time.monotonic()
     left = math.inf if context is None else \
         context.get_remaining_time_in_millis() / 1000 - safety
-    config = tq.job_config(JOB)
+    shards = shard_engines()
+    first = next(iter(shards.values()))  # (the shards share the warm tier: the flag's)
+    config = first.job_config(JOB)
     assert isinstance(config, DispatcherConfig)
-    dispatcher = dispatcher_of(tq.ctx, config)
-    dispatcher.sink = metrics.count
-    dispatcher.finish_by = started + left
-    dispatcher.start_until = min(started + max_seconds, dispatcher.finish_by)
-    if context is not None:
-        dispatcher.stop_when = lambda: context.get_remaining_time_in_millis() <= safety * 1000
-    before = dispatcher.counts()
+    if len(shards) > 1:  # the invocation's threads, split over the shards
+        config = config.model_copy(update={
+            "max_in_flight": max(1, math.ceil(config.max_in_flight / len(shards)))})
+    dispatchers = {name: dispatcher_of(tq.ctx, config) for name, tq in shards.items()}
+    finish_by = started + left
+    start_until = min(started + max_seconds, finish_by)
+
+    def stopping() -> bool:
+        return context is not None and context.get_remaining_time_in_millis() <= safety * 1000
+
+    for dispatcher in dispatchers.values():
+        dispatcher.sink = metrics.count
+        dispatcher.finish_by = finish_by
+        dispatcher.start_until = start_until
+        if context is not None:
+            dispatcher.stop_when = stopping
+        dispatcher.last_busy = time.monotonic()
+    before = {name: d.counts() for name, d in dispatchers.items()}
     token = f"dispatcher-{uuid.uuid4().hex}"
     passes = failed_passes = 0
-    dispatcher.last_busy = time.monotonic()
+    down: dict[str, str] = {}
     while True:
-        _hold(tq.ctx, token, dispatcher.start_until)
-        while time.monotonic() < dispatcher.start_until and not (
-                dispatcher.stop_when is not None and dispatcher.stop_when()):
+        _hold(first.ctx, token, start_until)
+        while time.monotonic() < start_until and not stopping():
             try:
-                summary = tq.run_job(JOB)
+                summaries = _pass(config)
                 passes += 1
             except Exception:
                 failed_passes += 1
                 logger.exception("dispatcher: pass failed")
                 time.sleep(FAILED_PASS_PAUSE)
                 continue
-            if summary.idle:
+            down.update(shards_down(summaries))
+            if all(s.idle for s in summaries.values() if not isinstance(s, ShardDown)):
                 break
-        wake.release(tq.ctx, token)
-        if time.monotonic() >= dispatcher.start_until or (
-                dispatcher.stop_when is not None and dispatcher.stop_when()):
+        wake.release(first.ctx, token)
+        if time.monotonic() >= start_until or stopping():
             break
         # a process that saw the flag set moments ago skips its wake: look after that
         time.sleep(wake.RELEASE_SETTLE_MS / 1000)
-        try:
-            more = dispatcher.has_ready_work()
-        except Exception:
-            logger.exception("dispatcher: the last look for ready work failed")
-            more = False
-        if not more:
+        if not _more_ready(dispatchers):
             break
-        dispatcher.last_busy = time.monotonic()
-    drained = dispatcher.drain(max(0.0, dispatcher.finish_by - time.monotonic()))
-    counts = dispatcher.counts().minus(before)
+        for dispatcher in dispatchers.values():
+            dispatcher.last_busy = time.monotonic()
+    drained = True
+    for dispatcher in dispatchers.values():  # (their batches run at once: one deadline)
+        drained = dispatcher.drain(max(0.0, finish_by - time.monotonic())) and drained
+    counts = DispatchCounts()
+    for name, dispatcher in dispatchers.items():
+        counts.add(dispatcher.counts().minus(before[name]))
     report = {"job": JOB, "passes": passes, "failed_passes": failed_passes,
               "duration_ms": int((time.monotonic() - started) * 1000),
               "drained": drained, **asdict(counts)}
+    if len(shards) > 1:
+        report["shards_down"] = down
     log = logger.info if counts.batches or failed_passes else logger.debug
     log(f"{JOB}: {counts.batches} batches", extra={"report": report})
     if passes == 0 and failed_passes:
         raise RuntimeError("dispatcher: every pass failed (see the log)")
     return report
+
+
+def _pass(config: DispatcherConfig) -> dict[str, DispatcherSummary | ShardDown]:
+    """A pass of every shard's dispatcher at once, each under its shard's deadline (its
+    budget beyond the call limit); a pass every shard failed raises (a failed pass)."""
+    summaries = per_shard(lambda _shard, tq: _run_job(tq), waits=config.budget_seconds)
+    if all(isinstance(s, ShardDown) for s in summaries.values()):
+        raise next(s for s in summaries.values() if isinstance(s, ShardDown))
+    down = shards_down(summaries)
+    if down:
+        logger.warning("dispatcher: shard(s) did not answer; their pairs wait",
+                       extra={"shards_down": down})
+    return summaries
+
+
+def _run_job(tq: Tierq) -> DispatcherSummary:
+    summary = tq.run_job(JOB)
+    assert isinstance(summary, DispatcherSummary)
+    return summary
+
+
+def _more_ready(dispatchers: Mapping[str, Dispatcher]) -> bool:
+    """Whether some shard has ready work its dispatcher could take (the last look)."""
+    try:
+        found = per_shard(lambda shard, _tq: dispatchers[shard].has_ready_work())
+    except Exception:
+        logger.exception("dispatcher: the last look for ready work failed")
+        return False
+    return any(r is True for r in found.values())
 
 
 def _hold(ctx: Any, token: str, start_until: float) -> None:

@@ -1,9 +1,14 @@
 """The scheduled maintenance functions, one per job of ``tierq.maintenance.registry``: what
 one tick of each does, and the Lambda entry point they share (``handle``). A tick is one
-pass of the job (``Tierq.run_job``); the reaper's also emits the per-queue metrics."""
+pass of the job (``Tierq.run_job``); the reaper's also emits the per-queue metrics.
+
+With several shards (``TIERQ_SHARD_URLS``) a tick runs the pass on every shard at once, each
+under its own budget (tierq.aws.scheduled.shards): a shard that does not answer is named in
+the tick's output (``shards_down``) and the others go on; the shards' summaries are summed."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,59 +19,169 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from tierq.aws import metrics
 from tierq.aws.runtime import engine, logger, tracer
 from tierq.aws.scheduled import RemainingTime, run_ticks
+from tierq.aws.scheduled.shards import (
+    answered,
+    forget_homes,
+    merge_summaries,
+    on_every_shard,
+    shards_down,
+)
 from tierq.dal.postgres import scoped_timeouts
 from tierq.engine import Tierq
 from tierq.maintenance import gauges, registry
-from tierq.maintenance.reaper import ReaperConfig
+from tierq.maintenance.reaper import ReaperConfig, ReaperSummary
+from tierq.sharded import ShardedTierq
 
 
 class JobTick:
-    """One pass of a job; what failed in it (pairs, schedules) is logged as a warning."""
+    """One pass of a job (on every shard); what failed in it (pairs, schedules) is logged as
+    a warning."""
 
     def __init__(self, job: str) -> None:
         self.job = job
 
     def __call__(self) -> Any:
-        summary = engine().run_job(self.job)
+        current = engine()
+        if isinstance(current, Tierq):
+            summary = current.run_job(self.job)
+            self._warn(summary)
+            return summary
+        budget = current.engines[current.default].job_config(self.job).budget_seconds
+        results = on_every_shard(current, lambda _shard, tq: tq.run_job(self.job),
+                                 waits=budget)
+        summaries = answered(self.job, results)
+        for shard, summary in summaries.items():
+            forget_homes(shard, summary)
+            self._warn(summary, shard)
+        return {**merge_summaries(summaries.values()), "shards_down": shards_down(results)}
+
+    def _warn(self, summary: Any, shard: str | None = None) -> None:
         failed = getattr(summary, "failed", None)
         if failed:
-            logger.warning(f"{self.job}: some items failed", extra={"failed": failed})
-        return summary
+            where = {} if shard is None else {"shard": shard}
+            logger.warning(f"{self.job}: some items failed", extra={"failed": failed, **where})
 
 
 _GAUGE_ROUNDS: WeakKeyDictionary[Tierq, gauges.GaugeRound] = WeakKeyDictionary()
 
 
 def gauge_round_of(tq: Tierq) -> gauges.GaugeRound:
-    """The gauge round of this process's engine: it outlives one invocation (a warm Lambda
-    keeps its engine), so a round cut by its budget goes on and an emptied queue gets its
-    zeros in the next invocation too."""
+    """The gauge round of this process's engine (of a shard's engine: each shard walks its
+    own pairs): it outlives one invocation (a warm Lambda keeps its engine), so a round cut
+    by its budget goes on and an emptied queue gets its zeros in the next invocation too."""
     state = _GAUGE_ROUNDS.get(tq)
     if state is None:
         state = _GAUGE_ROUNDS.setdefault(tq, gauges.GaugeRound())
     return state
 
 
+class ShardGauges:
+    """The per-queue gauges of a sharded deployment. Each shard's gauge round counts the
+    pairs it holds; a queue's gauges are the sum of the latest counts each shard gave of it
+    (the oldest ready age: their maximum), emitted once per tick for each queue some shard
+    counted or found emptied in that tick: CloudWatch sees one value per queue, as without
+    shards (a shard that does not answer counts with its last values). A queue no shard
+    holds any more gets its zeros once, then nothing."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, dict[str, gauges.QueueValues]] = {}
+        self.touched: set[str] = set()
+        self._lock = threading.Lock()  # the shards' passes run in parallel
+
+    def emit_of(self, shard: str) -> gauges.Emit:
+        """Where shard ``shard``'s round sends each queue's counts (zeros: it has none)."""
+        def emit(queue: str, values: Mapping[str, float]) -> None:
+            with self._lock:
+                by_shard = self.latest.setdefault(queue, {})
+                if any(values.values()):
+                    by_shard[shard] = dict(values)
+                else:
+                    by_shard.pop(shard, None)
+                self.touched.add(queue)
+
+        return emit
+
+    def flush(self, emit: gauges.Emit) -> tuple[int, int]:
+        """Emit the queues touched since the last flush: (gauged, zeroed) queues."""
+        ready: list[tuple[str, gauges.QueueValues]] = []
+        with self._lock:
+            touched, self.touched = sorted(self.touched), set()
+            for queue in touched:
+                total = gauges.zeros()
+                by_shard = self.latest.get(queue) or {}
+                for values in by_shard.values():
+                    for name in gauges.GAUGES:
+                        total[name] += values[name]
+                    total[gauges.OLDEST] = max(total[gauges.OLDEST], values[gauges.OLDEST])
+                if not by_shard:
+                    self.latest.pop(queue, None)
+                ready.append((queue, total))
+        zeroed = 0
+        for queue, values in ready:
+            emit(queue, values)
+            zeroed += not any(values.values())
+        return len(ready) - zeroed, zeroed
+
+
+_SHARD_GAUGES: WeakKeyDictionary[ShardedTierq, ShardGauges] = WeakKeyDictionary()
+
+
+def shard_gauges_of(sharded: ShardedTierq) -> ShardGauges:
+    """The per-queue gauges of this process's sharded engine (they outlive an invocation)."""
+    found = _SHARD_GAUGES.get(sharded)
+    if found is None:
+        found = _SHARD_GAUGES.setdefault(sharded, ShardGauges())
+    return found
+
+
 class ReaperTick:
     """Expire leases, reconcile, purge; count dead letters per queue; and, about once a
     minute, emit the per-queue gauges the alarms and the dashboard read: for the queues with
-    tasks only, plus zeros once for a queue that emptied since (tierq.maintenance.gauges)."""
+    tasks only, plus zeros once for a queue that emptied since (tierq.maintenance.gauges).
+    With shards, each shard's pass and gauge round run at once under the shard's own budget,
+    and each queue's gauges are summed over the shards (``ShardGauges``)."""
 
     def __init__(self, gauges_every: float | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  gauge_round: gauges.GaugeRound | None = None) -> None:
         self.gauges_every = gauges_every  # None: the reaper's gauges_every_seconds
         self.clock = clock
-        self.gauge_round = gauge_round
+        self.gauge_round = gauge_round  # (one engine's; each shard's is its engine's)
 
     def __call__(self) -> dict[str, Any]:
-        tq = engine()
+        current = engine()
+        if isinstance(current, Tierq):
+            state = self.gauge_round if self.gauge_round is not None \
+                else gauge_round_of(current)
+            out, summary = self.one_pass(current, state, metrics.queue_gauge)
+            count_dead(summary.dead_by_queue)
+            return out
+        combined = shard_gauges_of(current)
+        budget = current.engines[current.default].job_config("reaper").budget_seconds
+        results = on_every_shard(current, lambda shard, tq: self.one_pass(
+            tq, gauge_round_of(tq), combined.emit_of(shard)), waits=budget)
+        # (a shard given up on may still emit later: flushed with the next tick)
+        gauged, zeroed = combined.flush(metrics.queue_gauge)
+        passes = answered("reaper", results)
+        dead: dict[str, int] = {}
+        for shard, (_, summary) in passes.items():
+            forget_homes(shard, summary)
+            for queue, n in summary.dead_by_queue.items():
+                dead[queue] = dead.get(queue, 0) + n
+        count_dead(dead)
+        out = merge_summaries(out for out, _ in passes.values())
+        out["gauged_queues"], out["zeroed_queues"] = gauged, zeroed
+        out["shards_down"] = shards_down(results)
+        return out
+
+    def one_pass(self, tq: Tierq, state: gauges.GaugeRound,
+                 emit: gauges.Emit) -> tuple[dict[str, Any], ReaperSummary]:
+        """The reaper's pass on one engine, then its gauges when due (within what the pass
+        left of the budget): the tick's output, and the pass's summary."""
         config = tq.job_config("reaper")
         assert isinstance(config, ReaperConfig)
         started = time.monotonic()
         summary = tq.run_reaper()
-        for queue, dead in summary.dead_by_queue.items():
-            metrics.count(queue, {"DeadLettered": dead})
         out: dict[str, Any] = {
             "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
             "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
@@ -74,7 +189,6 @@ class ReaperTick:
             # "queue|tenant" whose Valkey master failed or whose statement timed out
             "failed_pairs": summary.failed,
         }
-        state = self.gauge_round if self.gauge_round is not None else gauge_round_of(tq)
         now = self.clock()
         every = self.gauges_every if self.gauges_every is not None \
             else config.gauges_every_seconds
@@ -84,10 +198,16 @@ class ReaperTick:
             left = config.budget_seconds - (time.monotonic() - started)
             # under the reaper's timeouts too (its pass's scope ended with run_reaper)
             with scoped_timeouts(config.statement_timeout_ms, config.lock_timeout_ms):
-                gauged = gauges.run(tq.ctx, state, metrics.queue_gauge, now=now,
+                gauged = gauges.run(tq.ctx, state, emit, now=now,
                                     budget_seconds=max(0.0, left))
             out["gauged_queues"], out["zeroed_queues"] = gauged.gauged, gauged.zeroed
-        return out
+        return out, summary
+
+
+def count_dead(dead_by_queue: Mapping[str, int]) -> None:
+    """Lease expiries that dead-lettered, per queue (``DeadLettered``)."""
+    for queue, dead in dead_by_queue.items():
+        metrics.count(queue, {"DeadLettered": dead})
 
 
 # Jobs whose tick does more than a pass (AWS metrics); every other job's is a JobTick.
