@@ -1,4 +1,5 @@
-"""Helpers shared by CLI commands: building an engine from the environment, errors."""
+"""Helpers shared by CLI commands: building an engine from the environment (over the shards
+of ``TIERQ_SHARD_URLS`` when it names several), errors."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tierq.errors import TierqError
 
 if TYPE_CHECKING:
     from tierq.engine import Tierq
+    from tierq.sharded import ShardedTierq
 
 console = Console(stderr=True)
 
@@ -28,16 +31,31 @@ def require_env(*names: str) -> None:
 
 
 @contextmanager
-def engine() -> Iterator[Tierq]:
-    """An engine over DATABASE_URL / VALKEY_URL; a TierqError exits with status 1."""
+def engine() -> Iterator[Tierq | ShardedTierq]:
+    """An engine over DATABASE_URL / VALKEY_URL, or over the shards of TIERQ_SHARD_URLS (a
+    ``ShardedTierq`` when it names more than one, as the deployment's functions build it);
+    a TierqError exits with status 1, a bad TIERQ_SHARD_URLS with status 2."""
+    from tierq.dal.shards import ShardConfigError, parse_shard_urls
     from tierq.engine import Tierq  # imported here: the commands that need none start faster
 
-    require_env("DATABASE_URL", "VALKEY_URL")
+    shards = os.environ.get("TIERQ_SHARD_URLS", "").strip()
+    require_env(*(["VALKEY_URL"] if shards else ["DATABASE_URL", "VALKEY_URL"]))
     try:
-        with Tierq.from_env() as tq:
-            yield tq
+        specs = parse_shard_urls(shards) if shards else []
+    except ShardConfigError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    try:
+        if len(specs) > 1:
+            from tierq.sharded import ShardedTierq
+
+            with ShardedTierq(specs) as sharded:
+                yield sharded
+        else:
+            with Tierq(database_url=specs[0].url if specs else None) as tq:
+                yield tq
     except TierqError as exc:
-        console.print(f"[red]error ({exc.code}):[/] {exc.message}")
+        console.print(f"[red]error ({exc.code}):[/] {escape(exc.message)}")
         for detail in exc.details:
-            console.print(f"  - {detail}")
+            console.print(f"  - {escape(str(detail))}")
         sys.exit(1)

@@ -10,6 +10,7 @@ tasks (put, get, list, delete, and one tick by hand).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -116,7 +117,7 @@ def register(app: typer.Typer) -> None:
               ) -> None:
         """Every schedule with its next occurrence (a table, or --json)."""
         with engine() as tq:
-            views = tq.list_schedules(tenant)
+            views = list(tq.schedules_after(None, limit=sys.maxsize, tenant=tenant))
         if as_json:
             _print_json({"schedules": [v.model_dump(mode="json") for v in views]})
             return
@@ -142,11 +143,24 @@ def register(app: typer.Typer) -> None:
 
     @group.command("tick")
     def tick() -> None:
-        """Run one cron tick now (what the cron_tick function does every few seconds)."""
+        """Run one cron tick now (what the cron_tick function does every few seconds; on
+        every shard of TIERQ_SHARD_URLS)."""
+        from tierq.logic.homes import ShardDown
+        from tierq.maintenance.cron_tick import CronTickSummary
+
         with engine() as tq:
-            summary = tq.run_cron_tick()
-        _print_json({"schedules": summary.schedules, "installed": summary.installed,
-                     "withdrawn": summary.withdrawn, "busy": summary.busy,
-                     "failed": summary.failed})
-        if summary.failed:
+            ran = tq.run_job("cron_tick")
+        by_shard: dict[str, Any] = ran if isinstance(ran, dict) else {"default": ran}
+        summaries = [s for s in by_shard.values() if isinstance(s, CronTickSummary)]
+        down = {name: s.message for name, s in by_shard.items() if isinstance(s, ShardDown)}
+        out: dict[str, Any] = {
+            "schedules": sum(s.schedules for s in summaries),
+            "installed": sum(s.installed for s in summaries),
+            "withdrawn": sum(s.withdrawn for s in summaries),
+            "busy": sum(s.busy for s in summaries),
+            "failed": [name for s in summaries for name in s.failed]}
+        if len(by_shard) > 1:
+            out["shards_down"] = down
+        _print_json(out)
+        if out["failed"] or down:
             raise typer.Exit(1)

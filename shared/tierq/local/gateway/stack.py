@@ -19,7 +19,7 @@ from types import FrameType
 
 from tierq.config import get_settings
 from tierq.dal.migrate import migrate
-from tierq.dal.shards import SHARD_URLS, parse_shard_urls
+from tierq.dal.shards import SHARD_URLS, ShardConfigError, ShardSpec, parse_shard_urls
 from tierq.local.gateway.http import LocalApi, LocalHttpServer
 from tierq.local.gateway.lambdas import LocalFunction
 from tierq.local.gateway.scheduler import LocalScheduler
@@ -27,7 +27,10 @@ from tierq.local.gateway.template import Template
 from tierq.local.services import LocalServices, ensure_services, repo_root
 from tierq.local.services.process import redact
 from tierq.logic import dispatch, wake
+from tierq.logic.homes import HomeConflict, ShardDown
 from tierq.maintenance.dispatcher import forget_dispatcher
+from tierq.shard_migrations import migrate_shards
+from tierq.sharded import ShardMigrationFailed
 
 # What the local process sets unless the environment already does.
 DEV_DEFAULTS = {
@@ -96,26 +99,61 @@ class DevStack:
         return self.server.url
 
     def _stores(self) -> None:
+        shards = self._shards()
         if self.options.services:
+            if shards:
+                raise GatewayStackError(
+                    f"{SHARD_URLS} names databases of your own: run with --no-services (and "
+                    "VALKEY_URL), or unset it for one private database")
             self.services = ensure_services(valkey_cluster=self.options.valkey_cluster)
             os.environ.update(self.services.env())
             if not self.services.valkey.cluster:  # whatever the shell said
                 os.environ.pop("VALKEY_CLUSTER", None)
         else:
-            missing = [n for n in ("DATABASE_URL", "VALKEY_URL") if not os.environ.get(n)]
+            needed = ("VALKEY_URL",) if shards else ("DATABASE_URL", "VALKEY_URL")
+            missing = [n for n in needed if not os.environ.get(n)]
             if missing:
-                raise GatewayStackError(f"--no-services needs {' and '.join(missing)} set")
+                raise GatewayStackError(f"--no-services needs {' and '.join(missing)} set"
+                                        + ("" if shards else f" (or {SHARD_URLS})"))
             if self.options.valkey_cluster:
                 os.environ["VALKEY_CLUSTER"] = "true"
         if os.environ.pop("DB_SECRET_ARN", None):
-            self.say("ignoring DB_SECRET_ARN: the local stack uses DATABASE_URL")
-        self.say(f"PostgreSQL {redact(os.environ['DATABASE_URL'])}")
+            self.say("ignoring DB_SECRET_ARN: the local stack uses "
+                     + (SHARD_URLS if shards else "DATABASE_URL"))
+        if not shards:
+            self.say(f"PostgreSQL {redact(os.environ['DATABASE_URL'])}")
+        for spec in shards:
+            self.say(f"PostgreSQL shard {spec.name}: {redact(spec.url)}")
         cluster = " (cluster)" if os.environ.get("VALKEY_CLUSTER", "").lower() in (
             "true", "1", "yes", "on") else ""
         self.say(f"Valkey     {redact(os.environ['VALKEY_URL'])}{cluster}")
+        if shards:
+            self._migrate_shards(shards)
+            return
         applied = migrate(os.environ["DATABASE_URL"])
         self.say(f"migrations applied: {', '.join(applied)}" if applied
                  else "database schema is up to date")
+
+    def _shards(self) -> list[ShardSpec]:
+        """The shards of TIERQ_SHARD_URLS (none when unset: DATABASE_URL is the database)."""
+        text = os.environ.get(SHARD_URLS, "").strip()
+        try:
+            return parse_shard_urls(text) if text else []
+        except ShardConfigError as exc:
+            raise GatewayStackError(str(exc)) from None
+
+    def _migrate_shards(self, shards: list[ShardSpec]) -> None:
+        """Every shard migrated (one that fails tried again), then put in service together;
+        the stack does not start while a shard is behind."""
+        try:
+            migrate_shards(shards, say=self.say)
+        except ShardMigrationFailed as exc:
+            raise GatewayStackError(
+                "migrations failed on " + "; ".join(
+                    f"shard {name}: {error}" for name, error in exc.failed.items())
+                + " (the other shards are migrated; start again once it answers)") from None
+        except (ShardDown, HomeConflict) as exc:
+            raise GatewayStackError(f"putting the shards in service failed: {exc}") from None
 
     def _environment(self, template: Template) -> None:
         for name, value in DEV_DEFAULTS.items():
@@ -191,9 +229,10 @@ class DevStack:
             self.scheduler.stop()
             self.scheduler = None
         if "tierq.aws.runtime" in sys.modules:
-            from tierq.aws.runtime import engine, reset_engine
+            from tierq.aws.runtime import reset_engine, shard_engines
 
-            forget_dispatcher(engine().ctx)
+            for tq in shard_engines().values():  # (each shard's engine has a dispatcher)
+                forget_dispatcher(tq.ctx)
             reset_engine()
         dispatch.install(None)
         if self.services is not None:
