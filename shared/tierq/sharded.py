@@ -578,10 +578,13 @@ class ShardedTierq:
 
     def run_job(self, name: str) -> dict[str, Any]:
         """One pass of maintenance job ``name`` on every shard at once, each under its own
-        budget: {shard: summary, or the ShardDown of a shard that did not answer}."""
+        budget: {shard: summary, or the ShardDown of a shard that did not answer}. A shard
+        counts as hung only past the pass's budget and the call deadline together."""
+        budget = self.engines[self.default].job_config(name).budget_seconds
+
         def one(shard: str) -> Any:
             try:
-                summary = self._on(shard, lambda e: e.run_job(name))
+                summary = self._on(shard, lambda e: e.run_job(name), waits=budget)
             except ShardDown as exc:
                 return exc
             self.forget_homes(shard, getattr(summary, "forgotten", ()))

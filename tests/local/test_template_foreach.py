@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tierq.local.gateway.stack import shard_values
+from tierq.local.gateway.stack import GatewayStackError, shard_values
 from tierq.local.gateway.template import (
     Template,
     TemplateError,
@@ -147,3 +147,8 @@ def test_the_local_stack_expands_the_template_for_the_shards_it_is_given() -> No
         load_yaml(REPO / "template.yaml"),
         shard_values({"TIERQ_SHARD_URLS": "default=postgresql://h/a,b=postgresql://h/b"}))
     assert [k for k in data["Resources"] if k.startswith("DbShard")] == ["DbShardb"]
+
+
+def test_a_malformed_shard_list_is_a_stack_error_naming_the_item() -> None:
+    with pytest.raises(GatewayStackError, match="item 2"):
+        shard_values({"TIERQ_SHARD_URLS": "a=postgresql://h/a,,"})

@@ -74,7 +74,10 @@ def shard_values(environ: Mapping[str, str]) -> dict[str, str]:
     text = environ.get(SHARD_URLS, "").strip()
     if not text:
         return {}
-    names = [spec.name for spec in parse_shard_urls(text)]
+    try:
+        names = [spec.name for spec in parse_shard_urls(text)]
+    except ShardConfigError as exc:
+        raise GatewayStackError(str(exc)) from exc
     return {"DefaultShardName": names[0], "ExtraShardNames": ",".join(names[1:])}
 
 
