@@ -529,24 +529,23 @@ class WarmTier:
         return after
 
     @staticmethod
-    def return_capacity_call(queue: str, pool: str, groups: Sequence[str], *,
-                             now_ms: int) -> ScriptCall:
+    def return_capacity_call(queue: str, pool: str, groups: Sequence[str]) -> ScriptCall:
         """The call of ``return_capacity`` for units as ``unit_groups`` or
         ``token_groups`` gives them (for ``release(then=...)``)."""
         return ScriptCall("capacity_free",
                           (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool)),
-                          (now_ms, *groups))
+                          tuple(groups))
 
     def return_capacity(self, queue: str, pool: str, units: Sequence[str], *,
-                        now_ms: int, tokens: bool = False) -> int:
+                        tokens: bool = False) -> int:
         """Give back reservation units (finished or unused), each at most once
         (lua/capacity_free.lua); ``tokens``: the units held by these lease tokens
-        (``reservation_of``). Returns how many were still held (deadline after
-        ``now_ms``)."""
+        (``reservation_of``). Returns how many were given back (not given back before; a
+        take whose deadline has passed counts until a take sweeps it)."""
         if not units:
             return 0
         call = self.return_capacity_call(
-            queue, pool, token_groups(units) if tokens else unit_groups(units), now_ms=now_ms)
+            queue, pool, token_groups(units) if tokens else unit_groups(units))
         return int(self._run(call.name, call.keys, call.args))
 
     def capacity_use(self, queue: str, pool: str, *, now_ms: int,

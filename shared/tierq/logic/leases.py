@@ -97,8 +97,7 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     then: ScriptCall | None = None
     if verified and ctx.queue_settings.get(queue).max_leased:
         then = ctx.warm.return_capacity_call(
-            queue, limits.LEASES_POOL, token_groups([v.token for v in verified]),
-            now_ms=to_ms(ctx.now()))
+            queue, limits.LEASES_POOL, token_groups([v.token for v in verified]))
     last = len(by_tenant) - 1
     for i, (tenant, members) in enumerate(by_tenant.items()):
         ctx.warm.release(queue, tenant, members, acked=sum(
@@ -111,8 +110,7 @@ def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
     ended. Only while the queue has max_leased: leases claimed without it hold none (and
     those of a limit cleared meanwhile end at their deadline)."""
     if tokens and ctx.queue_settings.get(queue).max_leased:
-        ctx.warm.return_capacity(queue, limits.LEASES_POOL, tokens, now_ms=to_ms(ctx.now()),
-                                 tokens=True)
+        ctx.warm.return_capacity(queue, limits.LEASES_POOL, tokens, tokens=True)
 
 
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:

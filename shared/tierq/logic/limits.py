@@ -101,10 +101,10 @@ def extend(ctx: Context, held: Held, hold_seconds: float) -> Held:
 
 def give_back(ctx: Context, held: Held, members: Sequence[str] | None = None) -> int:
     """Give back reservations (all of ``held``, or ``members`` of it): finished or unused.
-    Returns how many were still held (each is given back at most once)."""
+    Returns how many were given back: each is given back at most once (a reservation
+    whose deadline has passed counts until a take sweeps it)."""
     return ctx.warm.return_capacity(held.queue, held.pool,
-                                    held.members if members is None else members,
-                                    now_ms=to_ms(ctx.now()))
+                                    held.members if members is None else members)
 
 
 def in_use(ctx: Context, queue: str, pool: str) -> int:

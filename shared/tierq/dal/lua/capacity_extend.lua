@@ -14,6 +14,7 @@
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: capacity_pool (lua/capacity_pool.lua)
+-- include: capacity_units (lua/capacity_units.lua)
 
 local pool = KEYS[1]
 local counts = KEYS[2]
@@ -30,47 +31,50 @@ while i <= #ARGV do
   i = i + 3 + m
   local at = {}  -- k -> its deadline after
   local current = tonumber(redis.call('ZSCORE', pool, holder))
-  local live = current ~= nil and current > now
-  local new = deadline
-  if live and current > new then new = current end
-  local whole = false
-  if live then
+  local entry = nil
+  if current ~= nil and current > now then
     local value = redis.call('HGET', counts, holder)
-    if value then
-      local granted, count, bitmap = pool_entry(value)
-      if m == count then
-        local seen = {}
-        local unset = 0
-        for j = 1, m do
-          local k = ks[j]
-          if k >= 1 and k <= granted and not seen[k] then
-            seen[k] = true
-            local byte = string.byte(bitmap, math.floor((k - 1) / 8) + 1) or 0
-            if pool_band(byte, pool_lshift(1, (k - 1) % 8)) == 0 then unset = unset + 1 end
-          end
-        end
-        whole = unset == count
-      end
-    end
+    entry = value and pool_open(value)
   end
-  local function alone(k)
-    local unit = holder .. k
-    local score = tonumber(redis.call('ZSCORE', pool, unit))
-    if score ~= nil and score > now then
-      redis.call('ZADD', pool, 'XX', 'GT', deadline, unit)
-      at[k] = math.max(score, deadline)
+  local new = entry and math.max(current, deadline)
+  local whole = entry ~= nil and m == entry.count
+  if whole then
+    local seen = {}
+    for j = 1, m do
+      local k = ks[j]
+      if seen[k] or not pool_has_unit(entry, k) then
+        whole = false
+        break
+      end
+      seen[k] = true
     end
   end
   if whole then
     redis.call('ZADD', pool, 'XX', 'GT', deadline, holder)
     for j = 1, m do at[ks[j]] = new end
-  elseif live then
-    pool_take_units(pool, counts, holder, ks, function(k)
-      redis.call('ZADD', pool, new, holder .. k)
-      at[k] = new
-    end, alone)
   else
-    for j = 1, m do alone(ks[j]) end
+    for j = 1, m do
+      local k = ks[j]
+      if entry and pool_take_unit(entry, k) then
+        redis.call('ZADD', pool, new, holder .. k)
+        at[k] = new
+      elseif at[k] == nil then
+        local unit = holder .. k
+        local score = tonumber(redis.call('ZSCORE', pool, unit))
+        if score ~= nil and score > now then
+          redis.call('ZADD', pool, 'XX', 'GT', deadline, unit)
+          at[k] = math.max(score, deadline)
+        end
+      end
+    end
+    if entry and entry.changed then
+      if entry.count <= 0 then
+        redis.call('ZREM', pool, holder)
+        redis.call('HDEL', counts, holder)
+      else
+        redis.call('HSET', counts, holder, pool_value(entry))
+      end
+    end
   end
   for j = 1, m do
     n_out = n_out + 1

@@ -6,13 +6,30 @@
 -- Returns (taken, retry_ms, held after): retry_ms is 0 when all of `want` was taken; else
 -- when trying again is worth it: the next token of the rate, or for the count the earliest
 -- deadline in the pool (at most 1 s: a finished lease frees capacity sooner).
+-- Valkey work with a count limit: HMGET, ZRANGEBYSCORE (the sweep), ZADD, HSET.
 local function capacity_take(pool, counts, bucket, want, now, deadline, holder, max_held,
                              rate, burst)
   local taken = want
   local retry = 0
   local held = 0
+  local dirty = false
   if max_held > 0 then
-    held = pool_sweep(pool, counts, now)
+    local state = redis.call('HMGET', counts, '~held', holder)
+    held = tonumber(state[1])
+    if held == nil then
+      held = pool_recount(pool, counts)
+      dirty = true
+    end
+    if state[2] and redis.call('ZSCORE', pool, holder) then
+      -- the same take again (a call repeated after a lost reply): it replaces the first
+      held = held - pool_count(state[2])
+    end
+    local swept = pool_sweep(pool, counts, now)
+    if swept > 0 then
+      held = held - swept
+      dirty = true
+    end
+    held = math.max(held, 0)
     local room = max_held - held
     if room < taken then
       taken = math.max(room, 0)
@@ -28,9 +45,11 @@ local function capacity_take(pool, counts, bucket, want, now, deadline, holder, 
   end
   if max_held > 0 then
     if taken > 0 then
-      held = pool_add(pool, counts, held, holder, taken, deadline)
-    else
-      pool_save(pool, counts, held)
+      held = held + taken
+      redis.call('ZADD', pool, deadline, holder)
+      redis.call('HSET', counts, holder, taken .. '|' .. taken .. '|', '~held', held)
+    elseif dirty then
+      redis.call('HSET', counts, '~held', held)
     end
   end
   return taken, retry, held

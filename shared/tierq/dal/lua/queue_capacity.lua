@@ -17,13 +17,14 @@
 --       '~'), 5 max_held (0: no count limit), 6 per_second (0: no rate), 7 burst,
 --       8 tokens given back (of an earlier take that went unused),
 --       9 (with want 0) units of holder's take that were used: the rest go back ('': none)
--- What is given back is returned first, then the new take is made.
--- Returns { taken, retry_ms, held_after } (lua/capacity_take.lua; held_after 0 without a
--- count limit).
+-- With want 0, nothing is taken: the tokens and units given back are returned.
+-- Returns { taken, retry_ms, held_after } (lua/capacity_take.lua; held_after: the pool's
+-- units after, 0 without a count limit or, with want 0, when no units went back).
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
 -- include: capacity_pool (lua/capacity_pool.lua)
+-- include: capacity_units (lua/capacity_units.lua)
 -- include: capacity_take (lua/capacity_take.lua)
 
 local want = tonumber(ARGV[1])
@@ -34,12 +35,29 @@ local burst = tonumber(ARGV[7])
 
 if rate > 0 then bucket_give(KEYS[3], tonumber(ARGV[8]), burst) end
 if want == 0 then
+  -- the units of holder's take past the first `used` go back (it went partly unused)
   local held = 0
-  if max_held > 0 then
-    held = pool_sweep(KEYS[1], KEYS[2], now)
-    local used = tonumber(ARGV[9] or '')
-    if used then held = held - pool_shrink(KEYS[1], KEYS[2], ARGV[4], used) end
-    pool_save(KEYS[1], KEYS[2], held)
+  local used = tonumber(ARGV[9] or '')
+  if max_held > 0 and used then
+    local state = redis.call('HMGET', KEYS[2], '~held', ARGV[4])
+    held = tonumber(state[1]) or pool_recount(KEYS[1], KEYS[2])
+    local entry = state[2] and pool_open(state[2])
+    if entry and used < entry.granted then
+      local back = 0
+      for k = used + 1, entry.granted do
+        if pool_take_unit(entry, k) then back = back + 1 end
+      end
+      entry.granted = used
+      entry.n = math.min(entry.n, math.ceil(used / 8))
+      held = math.max(held - back, 0)
+      if entry.count <= 0 then
+        redis.call('ZREM', KEYS[1], ARGV[4])
+        redis.call('HDEL', KEYS[2], ARGV[4])
+        redis.call('HSET', KEYS[2], '~held', held)
+      else
+        redis.call('HSET', KEYS[2], ARGV[4], pool_value(entry), '~held', held)
+      end
+    end
   end
   return { 0, 0, held }
 end

@@ -4,9 +4,15 @@
 -- at `rate` tokens a second; taking n tasks takes n tokens. A missing hash is a full bucket.
 -- A clock that steps back (a failover to a replica with another clock) refills nothing
 -- until it has caught up with `at` again: it never hands out more than the rate.
+-- (read once per script run: a claim that takes the queue's tokens and the tenant's reads
+-- one clock)
+local bucket_time_us = nil
 local function bucket_now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if bucket_time_us == nil then
+    local t = redis.call('TIME')
+    bucket_time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return bucket_time_us
 end
 
 -- Take up to `want` tokens; returns (taken, retry_ms): retry_ms is 0 when all were taken,
