@@ -264,14 +264,10 @@ def _parquet_row_counts(spark: SparkSession, raw: DataFrame) -> dict[str, int]:
         assert jvm is not None
         conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         totals: dict[str, int] = {}
-        # each py4j lookup of a dotted name asks the JVM for every prefix of it: the three
-        # classes once, not per file
-        hadoop_path = jvm.org.apache.hadoop.fs.Path
-        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader
-        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile
         for name in files:
-            path = hadoop_path(name)
-            footer = reader.open(input_file.fromPath(path, conf))
+            path = jvm.org.apache.hadoop.fs.Path(name)
+            footer = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+                jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf))
             try:
                 rows = int(footer.getRecordCount())
             finally:
