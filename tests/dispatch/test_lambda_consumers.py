@@ -5,6 +5,7 @@ single attempt and read timeout, and the allow-list."""
 from __future__ import annotations
 
 import io
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -157,6 +158,27 @@ def test_the_invoke_client_makes_one_attempt_and_waits_past_the_timeout(
     consumer = dispatch.Consumer("q", "f", 10, None, 500, timeout=30.0)
     assert consumer.read_timeout > 30.0
     assert consumer.lease_seconds() > consumer.read_timeout + 0.5
+
+
+def test_the_invoke_connection_probes_well_within_the_nat_idle_timeout(
+        aws_credentials: None) -> None:
+    """A NAT gateway drops a connection idle for 350 s; an invoke waits up to 900 s."""
+    client = lambda_client(900.0)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        manager = client._endpoint.http_session._manager
+        connection = manager.connection_from_url(f"http://127.0.0.1:{port}/")._new_conn()
+        connection.connect()  # a real connection, with the client's socket options
+        try:
+            sock = connection.sock
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            idle = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+            interval = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+            probes = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+        finally:
+            connection.close()
+    assert idle + interval * probes < 350
+    assert idle <= 60
 
 
 def test_the_wake_is_an_asynchronous_invoke_without_a_trace_header(

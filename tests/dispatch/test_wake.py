@@ -125,7 +125,8 @@ def test_an_invocation_takes_batches_until_idle_then_lets_go_and_waits(
 
 @pytest.mark.usefixtures("lambda_env")
 def test_an_invocation_near_its_deadline_starts_no_batch_it_could_not_finish(
-        valkey: redis.Redis, functions: LocalFunctions, pg: psycopg.Connection[Any]) -> None:
+        valkey: redis.Redis, functions: LocalFunctions, pg: psycopg.Connection[Any],
+        caplog: pytest.LogCaptureFixture) -> None:
     from tierq.aws.runtime import engine
     from tierq.aws.scheduled.jobs import handle
 
@@ -134,7 +135,26 @@ def test_an_invocation_near_its_deadline_starts_no_batch_it_could_not_finish(
     tq.put_queue("pushed", {"consumer": {"function": "tests.dispatch.consumers:keep"}})
     tq.enqueue("pushed", [{"payload": 1}])
     started = time.monotonic()
-    report = handle("dispatcher", {"job": "dispatcher", "max_seconds": 20}, Remaining(40))
+    with caplog.at_level("WARNING", logger="tierq.logic.dispatch"):
+        report = handle("dispatcher", {"job": "dispatcher", "max_seconds": 20}, Remaining(40))
     assert report["batches"] == 0
     assert time.monotonic() - started < 5  # idle: nothing it could take
     assert pg.execute("SELECT attempts FROM tierq_tasks").fetchone() == (0,)
+    # a lease longer than the invocation's whole time is a setting to fix, not a wait: said
+    # once, and named in the report
+    assert report["unfit_queues"] == ["pushed"]
+    said = [r.getMessage() for r in caplog.records if "is not dispatched" in r.getMessage()]
+    assert len(said) == 1 and "pushed" in said[0] and "lease of 90 s" in said[0]
+
+
+@pytest.mark.usefixtures("lambda_env")
+def test_a_queue_that_fits_later_in_the_invocation_is_not_called_unfit(
+        functions: LocalFunctions, pg: psycopg.Connection[Any]) -> None:
+    from tierq.aws.runtime import engine
+    from tierq.aws.scheduled.jobs import handle
+
+    tq = engine()
+    tq.put_queue("pushed", {"consumer": {"function": "tests.dispatch.consumers:keep"}})
+    tq.enqueue("pushed", [{"payload": 1}])
+    report = handle("dispatcher", {"job": "dispatcher", "max_seconds": 5}, Remaining(200))
+    assert report["acked"] == 1 and "unfit_queues" not in report

@@ -43,6 +43,13 @@ UNKNOWN_OUTCOME = frozenset({"ServiceException"})
 # cannot be read is taken to have (its lease is then the longest)
 LAMBDA_MAX_TIMEOUT = 900.0
 CONNECT_TIMEOUT = 5.0
+# A NAT gateway or VPC endpoint drops a connection idle for 350 s, and an invoke's
+# connection is idle for as long as the function runs (up to 900 s). botocore's
+# tcp_keepalive only turns SO_KEEPALIVE on, whose first probe Linux sends after 7200 s:
+# these make it probe after 60 s of silence, every 30 s.
+KEEPALIVE_IDLE_SECONDS = 60
+KEEPALIVE_INTERVAL_SECONDS = 30
+KEEPALIVE_PROBES = 5
 
 ClientFactory = Callable[[float], Any]  # read timeout -> a boto3 Lambda client
 
@@ -57,7 +64,33 @@ def lambda_client(read_timeout: float, *, retries: int = 1,
     config = Config(read_timeout=read_timeout, connect_timeout=connect_timeout,
                     retries={"total_max_attempts": retries, "mode": "standard"},
                     tcp_keepalive=True, max_pool_connections=100)
-    return boto3.client("lambda", config=config)
+    client = boto3.client("lambda", config=config)
+    keep_alive_through_nat(client)
+    return client
+
+
+def keepalive_socket_options() -> list[tuple[int, int, int]]:
+    """Socket options that probe an idle connection well within 350 s (where the
+    platform has them: Linux, as Lambda's is)."""
+    import socket
+
+    wanted = (("TCP_KEEPIDLE", KEEPALIVE_IDLE_SECONDS),
+              ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECONDS), ("TCP_KEEPCNT", KEEPALIVE_PROBES))
+    return [(socket.IPPROTO_TCP, getattr(socket, name), value) for name, value in wanted
+            if hasattr(socket, name)]
+
+
+def keep_alive_through_nat(client: Any) -> None:
+    """Make the connections ``client`` opens from now on probe after 60 s of silence.
+    botocore has no setting for it: its HTTP session shares one list of socket options
+    with its connection pools, extended here in place before any connection is made."""
+    options = getattr(getattr(getattr(client, "_endpoint", None), "http_session", None),
+                      "_socket_options", None)
+    if not isinstance(options, list):
+        log.warning("botocore's socket options were not found: an invoke that runs past "
+                    "350 s behind a NAT gateway or VPC endpoint may lose its answer")
+        return
+    options.extend(o for o in keepalive_socket_options() if o not in options)
 
 
 def region_and_account(arn_prefix: str) -> tuple[str, str]:

@@ -521,6 +521,12 @@ class QueueState:
     backlog: bool = False  # the last claim filled its batch: more is likely ready
 
 
+# How long a consumer function's timeout is trusted before it is read again: a raised
+# timeout lengthens the leases of batches started after this (until then a batch that runs
+# past the old timeout could be handed out again). One control-plane call per function
+# per dispatcher and minute stays far below Lambda's API limits.
+FUNCTION_TIMEOUT_CACHE_SECONDS = 60.0
+
 CountsSink = Callable[[str, Mapping[str, int]], None]
 
 
@@ -548,6 +554,10 @@ class Dispatcher:
     _consumers: list[str] = field(default_factory=list)
     _consumers_at: float = -math.inf
     _timeouts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # queues whose batch lease is longer than this dispatcher's whole time (from
+    # ``began`` to ``finish_by``): never dispatched by it, said once each
+    began: float = field(default_factory=time.monotonic)
+    unfit: set[str] = field(default_factory=set)
     _in_flight: int = 0
     _rotation: int = 0
     _changed: threading.Condition = field(default_factory=threading.Condition)
@@ -570,7 +580,7 @@ class Dispatcher:
     def _timeout_of(self, function: str) -> float:
         cached = self._timeouts.get(function)
         now = time.monotonic()
-        if cached is None or now - cached[1] > 300:
+        if cached is None or now - cached[1] > FUNCTION_TIMEOUT_CACHE_SECONDS:
             cached = (float(self.functions.timeout_seconds(function)), now)
             self._timeouts[function] = cached
         return cached[0]
@@ -676,6 +686,8 @@ class Dispatcher:
                 continue
             lease = consumer.lease_seconds()
             if now + lease > finish_by:
+                if self.began + lease > finish_by:
+                    self._say_unfit(consumer, lease, finish_by)
                 continue  # its invoke could outlive this dispatcher
             cap = consumer.max_concurrency or self.max_in_flight
             with self._changed:
@@ -691,6 +703,18 @@ class Dispatcher:
                 self._pool.submit(self._batch, consumer, state, lease)
             started += want
         return started, wake_at
+
+    def _say_unfit(self, consumer: Consumer, lease: int, finish_by: float) -> None:
+        """A queue this dispatcher can never serve: a configuration error, not a wait."""
+        if consumer.queue in self.unfit:
+            return
+        self.unfit.add(consumer.queue)
+        log.warning(
+            "queue %s is not dispatched: a batch of its consumer %s needs a lease of %d s "
+            "(the function's timeout %g s, its batching window and margins), longer than "
+            "the dispatcher's %d s; lower the function's timeout or raise the dispatcher's",
+            consumer.queue, consumer.function, lease, consumer.timeout,
+            int(finish_by - self.began))
 
     def dispatch_once(self, queue: str) -> DispatchCounts:
         """One batch of ``queue`` now, in this thread: claim, invoke, settle. What it did

@@ -80,6 +80,7 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
 
     for dispatcher in dispatchers.values():
         dispatcher.sink = metrics.count
+        dispatcher.began = started
         dispatcher.finish_by = finish_by
         dispatcher.start_until = start_until
         if context is not None:
@@ -121,6 +122,9 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
     report = {"job": JOB, "passes": passes, "failed_passes": failed_passes,
               "duration_ms": int((time.monotonic() - started) * 1000),
               "drained": drained, **asdict(counts)}
+    unfit = sorted(set().union(*(d.unfit for d in dispatchers.values())))
+    if unfit:  # (each named in a warning above)
+        report["unfit_queues"] = unfit
     if len(shards) > 1:
         report["shards_down"] = down
     log = logger.info if counts.batches or failed_passes else logger.debug
