@@ -104,7 +104,9 @@ def alarm_selections() -> list[tuple[str, str, str]]:
 def test_emf_metrics_feed_what_the_alarms_select(aws: None, call: Any,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     selections = alarm_selections()
-    assert {m for m, _, _ in selections} == {"OldestReadyAgeSeconds", "DeadLettered"}
+    assert {m for m, _, _ in selections} == {"OldestReadyAgeSeconds", "DeadLettered",
+                                             "ShardDown"}
+    selections = [s for s in selections if s[2] == "queue"]  # (ShardDown: the next test)
     call("POST", "/v1/queues/alarmed/tasks", {"tasks": [{"payload": 1, "max_attempts": 1},
                                                         {"payload": 2}]})
     [task] = call("POST", "/v1/queues/alarmed/claims", {"max": 1}).body["tasks"]
@@ -136,3 +138,16 @@ def test_emf_metrics_feed_what_the_alarms_select(aws: None, call: Any,
             assert sum(p["Sum"] for p in points) == 1
         else:
             assert max(p["Maximum"] for p in points) >= 0
+
+
+def test_a_shard_down_feeds_its_alarm_one_series_per_shard(
+        aws: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from tierq.aws import metrics
+
+    [(metric, namespace, group_by)] = [s for s in alarm_selections() if s[0] == "ShardDown"]
+    metrics.shard_down("reaper", ["blue", "green"])
+    cloudwatch = boto3.client("cloudwatch")
+    ingest(emf_blobs(capsys.readouterr().out), cloudwatch)
+    listed = cloudwatch.list_metrics(Namespace=namespace, MetricName=metric)["Metrics"]
+    shards = sorted(d["Value"] for m in listed for d in m["Dimensions"] if d["Name"] == group_by)
+    assert shards == ["blue", "green"]

@@ -99,6 +99,9 @@ def test_moves_and_reaps_per_shard_a_down_shard_delays_only_its_pairs(
     gauged: list[tuple[str, dict[str, float]]] = []
     monkeypatch.setattr(metrics, "queue_gauge",
                         lambda queue, values: gauged.append((queue, dict(values))))
+    down_said: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(metrics, "shard_down",
+                        lambda job, shards: down_said.append((job, list(shards))))
 
     use_shards(with_blue_down(specs))
     time.sleep(1.1)  # the delays and the leases are over
@@ -108,6 +111,7 @@ def test_moves_and_reaps_per_shard_a_down_shard_delays_only_its_pairs(
     reaped = jobs.ReaperTick()()
     assert list(reaped["shards_down"]) == [blue]
     assert reaped["expired"] == reaped["requeued"] == len(leased_elsewhere)
+    assert down_said == [("delayed_mover", [blue]), ("reaper", [blue])]  # ShardDown
     # one value per queue, of the shards that answered (each shard's round is new)
     assert dict(gauged)["later"]["warm"] == len(elsewhere)
     assert (dict(gauged)["leased"]["warm"], dict(gauged)["leased"]["leased"]) == (
@@ -127,6 +131,7 @@ def test_moves_and_reaps_per_shard_a_down_shard_delays_only_its_pairs(
     assert (moved["moved"], moved["shards_down"]) == (len(on_blue), {})
     reaped = jobs.ReaperTick()()
     assert (reaped["expired"], reaped["shards_down"]) == (len(leased_on_blue), {})
+    assert len(down_said) == 2  # nothing more once every shard answers
     assert sorted(q for q, _ in gauged) == ["later", "leased"]
     assert all(values["warm"] == len(TENANTS) for _, values in gauged)  # summed
     every = sum(states(specs, "leased").values(), Counter())

@@ -12,6 +12,10 @@ blob per queue with the dimension ``queue`` (Powertools adds ``service``).
   ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has
   tasks, and zeros once for a queue that has just emptied.
 
+* ``ShardDown`` (dimension ``shard``, not ``queue``): 1 from each scheduled tick for each
+  shard of a sharded deployment that did not answer it (its pairs wait); the template's
+  ``ShardDownAlarm`` groups it by shard.
+
 Each call builds its own ``EphemeralMetrics``, so concurrent requests for different queues
 (the local stack serves them from threads) never mix their dimensions.
 """
@@ -46,6 +50,16 @@ def count(queue: str, counts: Mapping[str, int]) -> None:
     for name, value in values.items():
         blob.add_metric(name=name, unit=MetricUnit.Count, value=value)
     blob.flush_metrics()
+
+
+def shard_down(job: str, shards: Iterable[str]) -> None:
+    """Emit ``ShardDown`` = 1 for each shard that did not answer a tick of ``job``."""
+    for shard in shards:
+        blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        blob.add_dimension(name="shard", value=shard)
+        blob.add_metadata(key="job", value=job)
+        blob.add_metric(name="ShardDown", unit=MetricUnit.Count, value=1)
+        blob.flush_metrics()
 
 
 def queue_gauges(rows: Iterable[TenantCounts]) -> dict[str, dict[str, float]]:

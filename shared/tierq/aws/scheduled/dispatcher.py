@@ -127,6 +127,7 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
         report["unfit_queues"] = unfit
     if len(shards) > 1:
         report["shards_down"] = down
+        metrics.shard_down(JOB, down)  # (once an invocation: its passes each logged it)
     log = logger.info if counts.batches or failed_passes else logger.debug
     log(f"{JOB}: {counts.batches} batches", extra={"report": report})
     if passes == 0 and failed_passes:

@@ -2,9 +2,10 @@
 §14): a tick runs its job's pass on every shard at once, each under the shard's own deadline
 (the job's time budget plus the shard's call limit, ``ShardedTierq.on_shard``), so a slow or
 stopped shard delays only its own pairs. A shard that does not answer is named in the tick's
-output (``shards_down``) and logged as a warning; the tick fails only when no shard answered
-(as a tick over one database that does not answer fails today). Without shards the pass runs
-on the one engine in the caller's thread, exactly as before.
+output (``shards_down``), logged as a warning and counted (``ShardDown``, per shard); the
+tick fails only when no shard answered (as a tick over one database that does not answer
+fails today). Without shards the pass runs on the one engine in the caller's thread,
+exactly as before.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, is_dataclass
 from typing import Any, TypeVar
 
+from tierq.aws import metrics
 from tierq.aws.runtime import engine, logger
 from tierq.engine import Tierq
 from tierq.logic.homes import ShardDown
@@ -56,6 +58,7 @@ def answered(job: str, results: Mapping[str, T | ShardDown]) -> dict[str, T]:
     if down:
         logger.warning(f"{job}: {len(down)} shard(s) did not answer; their pairs wait",
                        extra={"shards_down": down})
+        metrics.shard_down(job, down)
     got = {name: r for name, r in results.items() if not isinstance(r, ShardDown)}
     if not got:
         first = next(r for r in results.values() if isinstance(r, ShardDown))
