@@ -1,7 +1,9 @@
 """The local gateway's access rules over real HTTP: on a loopback address a request without
 the x-tierq-jwt-claims header acts as an admin; with the header the claims are judged as on
-AWS (tenant-less claims are 403); bound to a non-loopback address (``--host 0.0.0.0``) the
-header is required (401 without it)."""
+AWS (tenant-less claims are 403); bound to a non-loopback address (``--host 0.0.0.0``)
+anyone on the network could send the header, so the server's access token is required as
+the bearer token (401 without it), and with it the header's claims are judged (without the
+header: the local caller)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ CLAIMS = "x-tierq-jwt-claims"
 ADMIN = {CLAIMS: json.dumps({"scope": ["openid", "tierq/admin"]})}  # an array claim
 ACME = {CLAIMS: json.dumps({"tenant": "acme"})}
 NOBODY = {CLAIMS: json.dumps({"sub": "user-1", "scope": "openid"})}
+TOKEN = "dev-token-for-the-test"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def test_loopback_without_header_acts_as_admin(http: httpx.Client, queue: str) -> None:
@@ -46,27 +50,36 @@ def open_server(database_url: str, valkey_url: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     server = start_dev_server(database_url, valkey_url,
                               tmp_path_factory.mktemp("tierq-dev-any") / "tierq-dev.log",
-                              args=("--host", "0.0.0.0", "--no-schedules"))
+                              args=("--host", "0.0.0.0", "--no-schedules"),
+                              extra_env={"TIERQ_DEV_TOKEN": TOKEN})
     yield server
     code = server.stop()
     if code != 0:
         print(f"tierq dev exited with {code}:\n{server.log()[-5000:]}", file=sys.stderr)
 
 
-def test_off_loopback_every_api_route_needs_the_header(open_server: DevServer,
-                                                       clean_stores: None) -> None:
-    assert "every API route requires the x-tierq-jwt-claims header" in open_server.log()
+def test_off_loopback_every_api_route_needs_the_token(open_server: DevServer,
+                                                      clean_stores: None) -> None:
+    log = open_server.log()
+    assert "requires 'Authorization: Bearer <token>'" in log
+    assert TOKEN not in log  # a token it was given is not printed (only a made one is)
     with httpx.Client(base_url=open_server.url, timeout=30) as http:
         for method, path in (("GET", "/v1/queues"), ("POST", "/v1/queues/jobs/tasks"),
                              ("GET", "/v1/metrics/queues/detailed"),
                              ("PUT", "/v1/schedules/nightly"), ("GET", "/v1/schedules")):
-            reply = http.request(method, path, json={"payload": 1})
-            assert reply.status_code == 401, (method, path, reply.text)
-            assert reply.json()["error"]["code"] == "unauthorized"
+            for headers in ({}, ADMIN, {**ADMIN, "Authorization": "Bearer wrong"},
+                            {**ADMIN, "Authorization": TOKEN}):  # (no scheme)
+                reply = http.request(method, path, json={"payload": 1}, headers=headers)
+                assert reply.status_code == 401, (method, path, headers, reply.text)
+                assert reply.json()["error"]["code"] == "unauthorized"
         assert http.get("/v1/openapi.json").status_code == 200
         assert http.get("/dashboard").status_code == 200
         assert http.post("/v1/queues/jobs/tasks", json={"payload": 1},
-                         headers=NOBODY).status_code == 403
+                         headers={**BEARER, **NOBODY}).status_code == 403
         assert http.post("/v1/queues/jobs/tasks", json={"payload": 1},
-                         headers=ACME).status_code == 200
-        assert http.get("/v1/queues", headers=ADMIN).json()["queues"][0]["queue"] == "jobs"
+                         headers={**BEARER, **ACME}).status_code == 200
+        assert http.get("/v1/queues", headers={**BEARER, **ADMIN}).json()["queues"][0][
+            "queue"] == "jobs"
+        # the token without claims: the local caller (the dashboard's bearer token)
+        assert http.post("/v1/queues/jobs/tasks", json={"payload": 2, "tenant": "globex"},
+                         headers=BEARER).status_code == 200

@@ -71,3 +71,34 @@ def test_the_server_decides_on_the_address_it_bound(host: str,
         assert api.open_without_claims is open_without_claims
     finally:
         server.server_close()
+
+
+def test_off_loopback_the_server_makes_an_access_token_and_requires_it() -> None:
+    api, events = recording_api()
+    server = LocalHttpServer("0.0.0.0", 0, api, access_log=False)
+    try:
+        token = api.access_token
+        assert token and len(token) >= 24
+    finally:
+        server.server_close()
+    claims = ("x-tierq-jwt-claims", '{"scope": "tierq/admin"}')
+    for given in ([claims], [claims, ("Authorization", "Bearer " + token[:-1])],
+                  [claims, ("Authorization", "Basic " + token)]):
+        assert api.handle("GET", "/v1/queues", given, b"", "10.0.0.9")[0].status == 401
+    assert events == []
+    assert api.handle("GET", "/v1/openapi.json", [], b"", "10.0.0.9")[0].status == 200
+    bearer = ("authorization", "bearer " + token)  # (names and scheme in any case)
+    assert api.handle("GET", "/v1/queues", [claims, bearer], b"", "10.0.0.9")[0].status == 200
+    assert events[-1]["requestContext"]["authorizer"]["jwt"]["claims"] == {
+        "scope": "tierq/admin"}
+    assert all(n.lower() != "authorization" for n in events[-1]["headers"])  # not passed on
+    # the token without claims: the local caller, as on loopback
+    assert api.handle("GET", "/v1/queues", [bearer], b"", "10.0.0.9")[0].status == 200
+    assert events[-1][LOCAL_GATEWAY_KEY] is LOCAL_GATEWAY
+
+
+def test_on_loopback_no_token_is_made() -> None:
+    api, _ = recording_api()
+    server = LocalHttpServer("127.0.0.1", 0, api, access_log=False)
+    server.server_close()
+    assert api.access_token is None

@@ -22,7 +22,8 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(
             help="Address to listen on. On a loopback address requests without the "
                  "x-tierq-jwt-claims header act as an admin; on any other (e.g. 0.0.0.0) "
-                 "every API route requires the header (401 without it).",
+                 "every API route requires 'Authorization: Bearer <token>' (TIERQ_DEV_TOKEN, "
+                 "or one printed at the start; 401 without it).",
         )] = "127.0.0.1",
         template: Annotated[Path | None, typer.Option(
             help="The SAM template to serve (default: template.yaml of the repository).",
@@ -51,8 +52,9 @@ def register(app: typer.Typer) -> None:
         schedules. Ctrl-C stops everything it started. Local only: a request header
         `x-tierq-jwt-claims: {"tenant": "acme"}` acts as a JWT's claims (tenant pinning;
         `{"scope": "tierq/admin"}` for an admin); claims with neither are refused (403) as on
-        AWS. Without the header a request is unauthenticated and acts as an admin, but only
-        while the API listens on a loopback address.
+        AWS. Without the header a request acts as an admin while the API listens on a
+        loopback address; on any other address every API route requires the access token
+        as the bearer token (TIERQ_DEV_TOKEN, or one made and printed at the start).
         """
         from tierq.local.gateway import DevOptions, DevStack, GatewayStackError
         from tierq.local.services import LocalServicesError

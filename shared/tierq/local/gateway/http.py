@@ -14,8 +14,12 @@ functions then treat the request exactly as on AWS. The header is not passed on.
 Without the header: while the server listens on a loopback address, the request reaches
 the function marked as coming from this gateway (:data:`tierq.aws.http.access.LOCAL_GATEWAY`, an
 in-process object no request can carry), which gives it an admin's reach. Listening on any
-other address (``tierq dev --host 0.0.0.0``), every route but the public ones requires the
-header: without it the gateway answers 401 ``unauthorized`` and invokes nothing. On
+other address (``tierq dev --host 0.0.0.0``), anyone who reaches the port could send the
+header, so every route but the public ones also requires ``Authorization: Bearer <token>``
+with the server's access token (``TIERQ_DEV_TOKEN``, or one made at random and printed by
+``tierq dev``): without it the gateway answers 401 ``unauthorized`` and invokes nothing.
+With the token and no claims header a request is the local caller, as over loopback (so
+the dashboard works with the token as its bearer token). On
 loopback, a request to a non-public route whose ``Host`` is not a loopback name (127.0.0.1,
 localhost, [::1], any port) or whose ``Origin`` is not a loopback origin is 403
 ``forbidden``: a web page in the developer's browser must not act as the local admin, by a
@@ -24,8 +28,10 @@ cross-site POST or by DNS rebinding.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
+import secrets
 import sys
 import threading
 import time
@@ -169,15 +175,30 @@ class LocalApi:
 
     ``open_without_claims``: whether a request without the claims header may go on (as the
     local, admin-like caller). False until the server knows it is bound to a loopback
-    address (:class:`LocalHttpServer` sets it)."""
+    address (:class:`LocalHttpServer` sets it). ``access_token``: when set, a request to a
+    non-public route without it as its bearer token is 401 (what a server bound to another
+    address requires: :class:`LocalHttpServer` makes one when none was given)."""
 
     def __init__(self, routes: list[HttpRoute], functions: Mapping[str, LocalFunction],
                  log: Callable[[str], None] | None = None, *,
-                 open_without_claims: bool = False) -> None:
+                 open_without_claims: bool = False, access_token: str | None = None) -> None:
         self.router = Router(routes)
         self.functions = functions
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.open_without_claims = open_without_claims
+        self.access_token = access_token
+
+    def _token_refusal(self, headers: list[tuple[str, str]]) -> str | None:
+        """Why the request's bearer token is not the access token, or None."""
+        assert self.access_token is not None
+        given = next((v for n, v in headers if n.lower() == "authorization"), "")
+        scheme, _, token = given.strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), self.access_token.encode()):
+            return None
+        return ("this local API does not listen on a loopback address: send "
+                "'Authorization: Bearer <token>' with the token tierq dev printed at its start "
+                "(or TIERQ_DEV_TOKEN), and the " + CLAIMS_HEADER + " header")
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes,
                source_ip: str) -> tuple[HttpResponse, str]:
@@ -196,9 +217,16 @@ class LocalApi:
             refusal = browser_refusal(headers)
             if refusal is not None:
                 return _error(403, "forbidden", refusal), "-"
+        token_checked = self.access_token is not None and not found.route.public
+        if token_checked:
+            refusal = self._token_refusal(headers)
+            if refusal is not None:
+                return _error(401, "unauthorized", refusal), "-"
         claims: dict[str, Any] | None = None
         passed: list[tuple[str, str]] = []
         for name, value in headers:
+            if token_checked and name.lower() == "authorization":
+                continue  # the gateway's own credential: no function sees it
             if name.lower() != CLAIMS_HEADER:
                 passed.append((name, value))
                 continue
@@ -210,7 +238,9 @@ class LocalApi:
                 return _error(400, "malformed_request",
                               f"{CLAIMS_HEADER} must be a JSON object of claims"), "-"
             claims = parsed
-        if claims is None and not found.route.public and not self.open_without_claims:
+        # a request with the access token is the local caller, as one over loopback is
+        if claims is None and not found.route.public and not (
+                self.open_without_claims or token_checked):
             return _error(401, "unauthorized",
                           f"this local API does not listen on a loopback address: send the "
                           f"{CLAIMS_HEADER} header (a JSON object of JWT claims with a tenant "
@@ -354,6 +384,9 @@ class LocalHttpServer(ThreadingHTTPServer):
         super().__init__((host, port), _RequestHandler)
         # decided on the address actually bound, not on the name asked for
         api.open_without_claims = self.loopback
+        if not self.loopback and api.access_token is None:
+            # others on the network reach it: the claims header alone proves nothing
+            api.access_token = secrets.token_urlsafe(24)
 
     @property
     def loopback(self) -> bool:

@@ -65,6 +65,8 @@ class DevOptions:
     template: Path | None = None
     access_log: bool = True
     valkey_cluster: bool = False  # Valkey as a cluster, like ElastiCache Serverless
+    # the bearer token a non-loopback server requires (None: TIERQ_DEV_TOKEN, else random)
+    access_token: str | None = None
 
 
 def shard_values(environ: Mapping[str, str]) -> dict[str, str]:
@@ -187,7 +189,9 @@ class DevStack:
             function.load()
             if function.error:
                 self.say(f"function {function.spec.logical_id} is unavailable: {function.error}")
-        api = LocalApi(template.routes, self.functions)
+        api = LocalApi(template.routes, self.functions,
+                       access_token=self.options.access_token
+                       or os.environ.get("TIERQ_DEV_TOKEN") or None)
         try:
             self.server = LocalHttpServer(self.options.host, self.options.port, api,
                                           access_log=self.options.access_log)
@@ -217,8 +221,12 @@ class DevStack:
                      "admin (loopback only)")
         else:
             self.say(f"access     {self.options.host} is not a loopback address: every API "
-                     "route requires the x-tierq-jwt-claims header (tenant claim or admin "
-                     "scope); without it 401")
+                     "route requires 'Authorization: Bearer <token>' (401 without it); "
+                     "with it, the x-tierq-jwt-claims header's claims, or an admin's reach "
+                     "without the header")
+            token = self.server.api.access_token
+            given = self.options.access_token or os.environ.get("TIERQ_DEV_TOKEN")
+            self.say("token      " + ("TIERQ_DEV_TOKEN's" if token == given else str(token)))
         self.say(f"dashboard  {self.server.url}/dashboard")
         self.say(f"OpenAPI    {self.server.url}/v1/openapi.json")
 
