@@ -62,3 +62,15 @@ def test_tenants_on_every_master_keep_their_order_and_their_bound(make_tq, valke
     take(drain(tq, QUEUE, batch=40))
     assert claimed == enqueued
     assert count_state(pg, QUEUE, "cold") == 0
+
+
+def test_ready_counts_of_tenants_on_every_master_in_one_call(make_tq, valkey):
+    """(What the dispatcher's last look before it ends asks: one pipeline, not a round trip
+    per tenant.)"""
+    tq = make_tq(warm_max=WARM_MAX)
+    tenants = tenants_on_every_node(valkey, "counted", per_node=2)
+    for n, tenant in enumerate(tenants):
+        tq.enqueue("counted", [{"payload": i, "tenant": tenant} for i in range(n)])
+    assert tq.ctx.warm.ready_counts("counted", tenants) == list(range(len(tenants)))
+    assert tq.ctx.warm.ready_counts("counted", ["nobody"]) == [0]
+    assert tq.ctx.warm.ready_counts("counted", []) == []

@@ -707,6 +707,17 @@ class WarmTier:
         out = self._run("tier_stats", (k.ready, k.leased, k.meta), ())
         return int(out[0]), int(out[1]), _s(out[2])
 
+    def ready_counts(self, queue: str, tenants: Sequence[str]) -> list[int]:
+        """How many tasks each tenant's warm set of ``queue`` holds ready, in one pipeline
+        (one round trip per master in cluster mode, not one per tenant)."""
+        if not tenants:
+            return []
+        replies = self.pipeline([("ZCARD", PairKeys.of(queue, t).ready) for t in tenants])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return [int(reply) for reply in replies]
+
     def ready_bytes(self, queue: str, tenant: str) -> int:
         """The bytes of task data the pair's warm set holds, as counted (the meta field
         ``bytes``, lua/warm_bytes.lua; 0 when missing)."""

@@ -635,10 +635,8 @@ class Dispatcher:
             consumer = self.consumer(queue)
             if consumer is None or now + consumer.lease_seconds() > self.finish_by:
                 continue  # (nothing this dispatcher could take)
-            for tenant in self.ctx.pairs.tenants(queue):
-                ready, _, _ = self.ctx.warm.stats(queue, tenant)
-                if ready:
-                    return True
+            if any(self.ctx.warm.ready_counts(queue, list(self.ctx.pairs.tenants(queue)))):
+                return True
         return False
 
     def in_flight(self) -> int:
