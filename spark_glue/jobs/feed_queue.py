@@ -19,11 +19,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from tierq_feeder.config import FeedConfig
+    from tierq_feeder.writer import StoreConfig
 
 _HERE = Path(__file__).resolve().parent.parent
 if (_HERE / "tierq_feeder").is_dir() and str(_HERE) not in sys.path:
@@ -61,16 +64,37 @@ def local_session() -> SparkSession:
 
 def main_local(argv: Sequence[str]) -> int:
     from tierq_feeder.config import FeedConfigError, config_from_args
-    from tierq_feeder.feeder import run_feed
     from tierq_feeder.glue import stores_from_options
-    from tierq_feeder.metrics import LogMetrics
-    from tierq_feeder.offsets import FeedBusy
 
     _logging()
     try:
         config = config_from_args(argv)
         stores = stores_from_options(dict(os.environ))
-        result = run_feed(local_session(), config, stores, metrics=[LogMetrics()])
+    except FeedConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # Spark's JVM starts in a thread while this one imports the engine and connects to the
+    # stores (seconds each: side by side, not one after the other)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start") as pool:
+        session = pool.submit(local_session)
+        try:
+            return _run_local(config, stores, session)
+        finally:
+            if not session.done():
+                session.cancel()
+
+
+def _run_local(config: FeedConfig, stores: StoreConfig,
+               session: Future[SparkSession]) -> int:
+    from tierq_feeder.config import FeedConfigError
+    from tierq_feeder.feeder import run_feed
+    from tierq_feeder.metrics import LogMetrics
+    from tierq_feeder.offsets import FeedBusy
+
+    try:
+        with stores.engine(pool_size=4) as engine:  # its pool connects in the background
+            result = run_feed(session.result(), config, stores, engine=engine,
+                              metrics=[LogMetrics()])
     except (FeedConfigError, FeedBusy, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

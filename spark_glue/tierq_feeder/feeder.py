@@ -7,14 +7,15 @@
    closed formula of (source, j), so a round — ranks [start, end) — is, per source, one
    range of j, computed by the driver.
 3. Rounds: read the queue's backlog, take at most ``max_backlog - backlog`` rows (and at
-   most ``batch_rows``), the next ranks in line. Per round, in Spark SQL: the round's
-   tenants, and the rows repeating a (tenant, key) seen earlier in the round (a 64-bit hash
-   counted first, the exact keys only where a hash repeats); the first occurrence wins and
-   later ones are ignored without moving anything. Then the engine's bulk path
-   (``Tierq.bulk_load``) admits the round and reserves its places, and every partition maps
-   its rows to COPY lines in the JVM and hands them to ``writer`` as Arrow batches. Where
-   each source stopped is recorded after the round. Stop when the backlog is full (after
-   waiting up to ``max_wait_seconds`` for room) or the sources are drained.
+   most ``batch_rows``), the next ranks in line. The engine's bulk path
+   (``Tierq.bulk_load``) admits the round (its tenants: read in Spark SQL when a tenant
+   column is mapped) and reserves its places; every partition maps its rows to COPY lines
+   in the JVM and hands them to ``writer`` as Arrow batches. A key repeated inside the
+   round is settled in PostgreSQL by the bulk path: the first occurrence wins, later ones
+   are ignored without moving anything. Where each source stopped is recorded after the
+   round. Stop when the backlog is full (after waiting up to ``max_wait_seconds`` for
+   room) or the sources are drained. The executors' Python workers are started while the
+   sources are read.
 4. Warm the first batch of each (queue, tenant) written to (the scheduled cold -> warm mover
    would do it anyway), report created / ignored / deferred / rejected.
 
@@ -30,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Sequence
@@ -38,8 +40,9 @@ from functools import partial, reduce
 from pathlib import Path
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 import tierq_feeder
 from tierq.engine import Tierq
@@ -47,13 +50,15 @@ from tierq.models.names import DEFAULT_TENANT, NAME_PATTERN
 from tierq_feeder.backlog import queue_backlog
 from tierq_feeder.config import FeedConfig
 from tierq_feeder.mapping import (
-    COPY_TEXT,
     KEY,
+    PAYLOAD,
+    PRIORITY,
     REASON,
     ROW_JSON,
+    RUN_AT_US,
     TENANT,
     check_columns,
-    key_of,
+    copy_fields,
     map_tasks,
     tenant_of,
 )
@@ -68,18 +73,33 @@ from tierq_feeder.sources import (
     Loader,
     PositionedSource,
     SparkLoader,
+    numbers_row,
     position,
 )
-from tierq_feeder.writer import LINE, OUT_SCHEMA, RoundWrite, StoreConfig, write_partition
+from tierq_feeder.writer import (
+    LINE,
+    OUT_SCHEMA,
+    STATS_COLUMNS,
+    RoundWrite,
+    StoreConfig,
+    warm_up,
+    write_partition,
+)
 
 log = logging.getLogger("tierq.feeder")
 
 RUN_CONF = {"spark.sql.session.timeZone": "UTC",
             # held CSV/JSON/JDBC sources stay as they are: compressing costs more CPU
-            "spark.sql.inMemoryColumnarStorage.compressed": "false"}
+            "spark.sql.inMemoryColumnarStorage.compressed": "false",
+            # a round has no shuffle to adapt; adaptive execution would plan its query
+            # again after each small broadcast table (sources.numbers_row)
+            "spark.sql.adaptive.enabled": "false",
+            # the scans of a round's files generate the same code: without the stage's
+            # number in its class name, Spark compiles it (and the JVM optimises it) once
+            "spark.sql.codegen.useIdInClassName": "false"}
 SOURCE = "__tq_source"
 RANK = "__tq_rank"
-_HASH = "__tq_hash"
+_START, _ID_MS = "__tq_start", "__tq_id_ms"  # a round's first rank, its load's id_ms
 _TENANT_NAME = re.compile(NAME_PATTERN)
 
 
@@ -101,7 +121,16 @@ def _fair_column(counts: Sequence[int], source: int, j: Column) -> Column:
     return reduce(lambda a, b: a + b, terms, F.lit(0).cast("long"))
 
 
+def load_id_column(id_ms: Column, tail: str, place: Column) -> Column:
+    """``tierq.logic.bulk.load_id`` of each row's place in the load, in Spark SQL (one
+    ``hex`` of a long: PostgreSQL reads the digits in either case)."""
+    high = (F.shiftleft(id_ms + F.shiftright(place, 12), 16)
+            + F.lit(0x7000) + place.bitwiseAND(0xFFF))
+    return F.concat(F.lpad(F.hex(high), 16, "0"), F.lit(tail))
+
+
 _shipped: set[str] = set()
+_warmed: set[str] = set()
 
 
 def ship_package(spark: SparkSession) -> None:
@@ -120,6 +149,29 @@ def ship_package(spark: SparkSession) -> None:
             bundle.write(path, Path("tierq_feeder") / path.relative_to(folder))
     sc.addPyFile(str(target))
     _shipped.add(sc.applicationId)
+
+
+def start_python_workers(spark: SparkSession, workers: int) -> threading.Thread | None:
+    """Start ``workers`` Python workers on the executors, in a thread, while the driver
+    reads the sources: the first Python task of a Spark application waits seconds for its
+    worker (a process, pyspark, pyarrow, the engine's modules); the first round's
+    partitions then find them running (``spark.python.worker.reuse``, on by default). Once
+    per application."""
+    sc = spark.sparkContext
+    if sc.applicationId in _warmed:
+        return None
+    _warmed.add(sc.applicationId)
+
+    def run() -> None:
+        try:
+            spark.range(0, workers, 1, workers).mapInArrow(  # type: ignore[arg-type]
+                warm_up, "id long").collect()
+        except Exception:  # the rounds start their workers themselves
+            log.warning("starting the Python workers ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="tierq-feeder-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _offset_rows(positioned: Sequence[PositionedSource], consumed: Sequence[int],
@@ -195,30 +247,38 @@ class Line:
     schedule: Schedule
     config: FeedConfig
     max_payload_chars: int
+    now: float  # the run's start: a run_at more than a year after it is rejected
 
     def rows(self, start: int, end: int, slices: int = 1) -> DataFrame:
         """Ranks [start, end), mapped: the source's columns are gone; SOURCE, PART, ROW, J,
-        CURSOR, RANK, KEY, TENANT, REASON, ROW_JSON, COPY_TEXT are left."""
+        CURSOR, RANK, KEY, TENANT, PRIORITY, PAYLOAD, RUN_AT_US, REASON, ROW_JSON are
+        left."""
         first = self.schedule.consumed_before(start)
         last = self.schedule.consumed_before(end)
-        now = time.time()
         frames = []
         for index, source in enumerate(self.positioned):
             rows = source.between(first[index], last[index], slices)
             if rows is None:
                 continue
             mapped = map_tasks(rows, source.columns, self.config.mapping,
-                               max_payload_chars=self.max_payload_chars, now_seconds=now)
+                               max_payload_chars=self.max_payload_chars, now_seconds=self.now)
             frames.append(mapped.select(
                 F.lit(source.spec.name).alias(SOURCE), PART, ROW, J, CURSOR,
                 rank_column(self.schedule, index, F.col(J)).alias(RANK), KEY, TENANT,
-                REASON, ROW_JSON, COPY_TEXT))
+                PRIORITY, PAYLOAD, RUN_AT_US, REASON, ROW_JSON))
         if not frames:
             raise RuntimeError(f"ranks {start}..{end - 1} have no rows")
         return reduce(lambda a, b: a.unionByName(b), frames)
 
-    def keys(self, start: int, end: int) -> DataFrame:
-        """(TENANT, KEY, RANK) of ranks [start, end): only the columns they come from are
+    def readers(self, start: int, end: int, slices: int = 1) -> int:
+        """How many Spark tasks read the rows of ``rows(start, end, slices)`` at once."""
+        first = self.schedule.consumed_before(start)
+        last = self.schedule.consumed_before(end)
+        return sum(source.readers(first[index], last[index], slices)
+                   for index, source in enumerate(self.positioned))
+
+    def tenants(self, start: int, end: int) -> DataFrame:
+        """(TENANT, RANK) of ranks [start, end): only the columns they come from are
         read."""
         first = self.schedule.consumed_before(start)
         last = self.schedule.consumed_before(end)
@@ -228,7 +288,7 @@ class Line:
             rows = source.between(first[index], last[index])
             if rows is not None:
                 frames.append(rows.select(
-                    tenant_of(mapping).alias(TENANT), key_of(mapping).alias(KEY),
+                    tenant_of(mapping).alias(TENANT),
                     rank_column(self.schedule, index, F.col(J)).alias(RANK)))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
@@ -240,31 +300,38 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
     feed, queue = config.feed_name, config.queue
     offsets = load_offsets(ctx, feed)
     positioned: list[PositionedSource] = []
-    ahead: Lookahead | None = None
+    writers = config.write_partitions or spark.sparkContext.defaultParallelism
+    warming: threading.Thread | None = None
     try:
-        for spec in config.sources:
+        raws = []
+        for spec in config.sources:  # their schemas (a parquet schema is a Spark job)
             raw = loader.load(spark, spec, offsets)
             if raw is not None:
                 check_columns(spec.name, raw.columns, config.mapping)
+            raws.append(raw)
+        schemas_read = time.monotonic()
+        # started after the schemas' jobs, whose tasks would otherwise wait for its own
+        warming = start_python_workers(spark, writers)
+        for spec, raw in zip(config.sources, raws, strict=True):
             positioned.append(position(spark, spec, raw, offsets))
         names = config.source_names()
         preferred = (names.index(config.strategy.preferred)
                      if config.strategy.preferred is not None else None)
         schedule = Schedule(tuple(p.remaining for p in positioned), preferred)
         limit = min(schedule.total, config.max_rows or schedule.total)
-        log.info("feed %r -> queue %r, strategy %s: %s (read in %.1f s)", feed, queue,
-                 config.strategy,
+        log.info("feed %r -> queue %r, strategy %s: %s (read in %.1f s: schemas after "
+                 "%.1f s, rows placed in %.1f s)", feed, queue, config.strategy,
                  ", ".join(f"{p.spec.name}={p.remaining:,} rows left "
                            f"({sum(1 for x in p.parts if x.remaining)} part(s))"
-                           for p in positioned), time.monotonic() - started)
+                           for p in positioned), time.monotonic() - started,
+                 schemas_read - started, time.monotonic() - schemas_read)
         result.deferred = schedule.total
         if limit == 0:
             result.stopped_by = "nothing_to_do"
             return
 
-        line = Line(positioned, schedule, config, ctx.settings.max_payload_bytes)
-        ahead = Lookahead(line)
-        writers = config.write_partitions or spark.sparkContext.defaultParallelism
+        line = Line(positioned, schedule, config, ctx.settings.max_payload_bytes, time.time())
+        ahead = TenantLookahead(line)
         progress = Progress(limit)
         saved: dict[tuple[str, str], int] = {
             (source, part): o.rows_done for (source, part), o in offsets.items()}
@@ -291,8 +358,12 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
             if not ahead.covers(start, end):
                 learning = time.monotonic()
                 ahead.learn(start, min(limit, start + max(room, end - start)))
-                log.info("ranks %d..%d looked ahead at (tenants, repeated keys) in %.1f s",
-                         ahead.start, ahead.end - 1, time.monotonic() - learning)
+                if config.mapping.tenant is not None:
+                    log.info("ranks %d..%d: tenants read in %.1f s", ahead.start,
+                             ahead.end - 1, time.monotonic() - learning)
+            if warming is not None:  # the round's partitions take the workers it started
+                warming.join()
+                warming = None
             written = _write_round(spark, tq, line, ahead, stores, feed,
                                    result.rejects_path or "", start, end, writers,
                                    config.chunk_rows)
@@ -313,8 +384,8 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
         else:
             result.stopped_by = "max_rows" if limit < schedule.total else "drained"
     finally:
-        if ahead is not None:
-            ahead.forget()
+        if warming is not None:
+            warming.join()
         for source in positioned:
             source.unpersist()
 
@@ -327,40 +398,31 @@ class RoundWritten:
     tenants: tuple[str, ...]
 
 
-class Lookahead:
-    """What the rounds need to know about the rows ahead, learnt in one pass over a window
-    of ranks (the rows the backlog has room for, from the first round on): the tenants of
-    each rank span, and which 64-bit hashes of (tenant, key) occur more than once. Only
-    tenants reach the driver; the repeated hashes stay in Spark (usually there are none,
-    and the rounds then compare no keys at all)."""
+class TenantLookahead:
+    """The tenants of the rows ahead, learnt in one pass over a window of ranks (the rows
+    the backlog has room for, from the first round on): a round's load must admit its
+    pairs before any of its rows is written. Only the tenant column is read, and only
+    when one is mapped (otherwise every row's tenant is ``_``: no pass at all). Repeated
+    keys are not looked for here: the engine's bulk path settles them in PostgreSQL."""
 
     def __init__(self, line: Line) -> None:
         self.line = line
         self.start = self.end = 0
         self.tenant_spans: dict[str, tuple[int, int]] = {}
-        self.repeated: DataFrame | None = None
 
     def covers(self, start: int, end: int) -> bool:
         return self.start <= start and end <= self.end
 
     def learn(self, start: int, end: int) -> None:
         """Learn ranks [start, end) (a round's rows must lie in one window)."""
-        self.forget()
-        keys = self.line.keys(start, end)
         if self.line.config.mapping.tenant is None:
             self.tenant_spans = {DEFAULT_TENANT: (start, end - 1)}
         else:
             self.tenant_spans = {
-                r[TENANT]: (r["lo"], r["hi"]) for r in keys.groupBy(TENANT).agg(
+                r[TENANT]: (r["lo"], r["hi"])
+                for r in self.line.tenants(start, end).groupBy(TENANT).agg(
                     F.min(RANK).alias("lo"), F.max(RANK).alias("hi")).collect()
                 if r[TENANT] is not None and _TENANT_NAME.match(r[TENANT])}
-        repeated = (keys.select(F.xxhash64(TENANT, KEY).alias(_HASH)).groupBy(_HASH).count()
-                    .where(F.col("count") > 1).select(_HASH)
-                    .persist(StorageLevel.MEMORY_AND_DISK))
-        if repeated.isEmpty():
-            repeated.unpersist()
-        else:
-            self.repeated = repeated
         self.start, self.end = start, end
 
     def tenants(self, start: int, end: int) -> list[str]:
@@ -368,83 +430,81 @@ class Lookahead:
         tenant that is not a valid name has only rejected rows)."""
         return sorted(t for t, (lo, hi) in self.tenant_spans.items() if lo < end and hi >= start)
 
-    def repeats(self, rows: DataFrame) -> DataFrame | None:
-        """Ranks of ``rows`` (one round) whose (tenant, key) a valid row earlier in the
-        round has: they are ignored, the first occurrence wins. None when no hash repeats."""
-        if self.repeated is None:
-            return None
-        first = Window.partitionBy(TENANT, KEY).orderBy(RANK)
-        return (rows.where(F.col(REASON).isNull())
-                .select(TENANT, KEY, RANK, F.xxhash64(TENANT, KEY).alias(_HASH))
-                .join(self.repeated, on=_HASH, how="left_semi")
-                .select(RANK, F.row_number().over(first).alias("__tq_nth"))
-                .where(F.col("__tq_nth") > 1).select(RANK)
-                .persist(StorageLevel.MEMORY_AND_DISK))
 
-    def forget(self) -> None:
-        if self.repeated is not None:
-            self.repeated.unpersist()
-            self.repeated = None
-
-
-def _write_round(spark: SparkSession, tq: Tierq, line: Line, ahead: Lookahead,
+def _write_round(spark: SparkSession, tq: Tierq, line: Line, ahead: TenantLookahead,
                  stores: StoreConfig, feed: str, rejects_path: str, start: int, end: int,
                  writers: int, chunk_rows: int) -> RoundWritten:
     """Write ranks [start, end) through the engine's bulk path: the round's pairs stay
     cold, its places reserved, from before any row is written until the last partition
-    has committed."""
+    has committed. A key repeated inside the round is settled by the bulk path (the first
+    occurrence wins, wherever the writers' commits fall)."""
     began = time.monotonic()
-    tenants = ahead.tenants(start, end)
+    tenants = ahead.tenants(start, end) or ["_"]  # none: every row of the round is rejected
     rows = line.rows(start, end, slices=writers)
-    repeats = ahead.repeats(rows)
+    fixed_tenant = tenants[0] if line.config.mapping.tenant is None else None
     out: DataFrame | None = None
     try:
-        repeated = 0
-        if repeats is not None:
-            repeated = repeats.count()
-            rows = rows.join(F.broadcast(repeats) if repeated <= 100_000 else repeats,
-                             on=RANK, how="left_anti")
-        checked = time.monotonic()
-        if not tenants:  # every row of the round is rejected
-            tenants = ["_"]
         with tq.bulk_load(line.config.queue, rows=end - start, tenants=tenants) as load:
-            # the staged row: a fresh UUIDv7 (the load's time, 74 random bits), the place
-            # in the load, then what the mapping made of the row
-            task_id = F.concat(F.lit(load.id_prefix), F.substring(F.expr("uuid()"), 16, 21))
-            staged = F.when(F.col(REASON).isNull(), F.concat(
-                task_id, F.lit("\t"), (F.col(RANK) - start).cast("string"), F.lit("\t"),
-                F.col(COPY_TEXT)))
-            frame = rows.select(staged.alias(LINE), TENANT, F.col(SOURCE).alias("source"),
-                                F.col(PART).alias("part"), F.col(ROW).alias("row"),
-                                F.col(REASON).alias("reason"),
-                                F.col(ROW_JSON).alias("row_json"))
-            partitions = max(1, min(writers, frame.rdd.getNumPartitions()))
+            admitted = time.monotonic()
+            # the staged row, in one concat: its id, its place in the load, then what the
+            # mapping made of the row. The round's numbers come as a broadcast row, not as
+            # literals (sources.numbers_row says why).
+            rows = rows.crossJoin(numbers_row(spark, **{_START: start, _ID_MS: load.id_ms}))
+            place = F.col(RANK) - F.col(_START)
+            rejected = F.col(REASON).isNotNull()
+            fields = [load_id_column(F.col(_ID_MS), load.id_tail, place),
+                      place.cast(T.StringType()), *copy_fields()]
+            staged = F.when(~rejected, F.concat(
+                *[part for field in fields for part in (field, F.lit("\t"))][:-1],
+                F.lit("\n")))
+
+            def for_rejects(column: str) -> Column:
+                # what only the rejects output needs crosses to Python for rejects only
+                return F.when(rejected, F.col(column))
+
+            frame = rows.select(
+                staged.alias(LINE),
+                (F.lit(None).cast("string") if fixed_tenant is not None
+                 else F.col(TENANT)).alias(TENANT),
+                for_rejects(SOURCE).alias("source"),
+                for_rejects(PART).alias("part"), for_rejects(ROW).alias("row"),
+                F.col(REASON).alias("reason"), for_rejects(ROW_JSON).alias("row_json"))
+            # as many partitions as tasks read rows, up to one per connection (asking the
+            # plan its partitions would plan it once more; a file's empty splits would count)
+            partitions = max(1, min(writers, line.readers(start, end, slices=writers)))
             job = RoundWrite(stores=stores, load=load, chunk_rows=chunk_rows,
-                             connections=max(1, writers // partitions),
-                             tenant=tenants[0] if line.config.mapping.tenant is None else None,
+                             connections=max(1, writers // partitions), tenant=fixed_tenant,
                              tenant_column=TENANT)
             out = (frame.coalesce(partitions)
                    .mapInArrow(partial(write_partition, job), OUT_SCHEMA)  # type: ignore[arg-type]
                    .persist(StorageLevel.MEMORY_AND_DISK))
-            stats = (out.where(F.col("kind") == "stats")
-                     .select("staged", "created", "rejected").collect())
-        staged = sum(r["staged"] for r in stats)
-        created = sum(r["created"] for r in stats)
-        rejected = sum(r["rejected"] for r in stats)
-        if staged + rejected + repeated != end - start:
-            raise RuntimeError(f"ranks {start}..{end - 1}: {staged} row(s) written, {rejected} "
-                               f"rejected and {repeated} repeated make not {end - start}")
-        if rejected:
+            submitted = time.time()
+            stats = (out.where(F.col("kind") == "stats").select(*STATS_COLUMNS).collect())
+        written = time.monotonic()
+        total = {name: sum(r[name] for r in stats) for name in STATS_COLUMNS}
+        # from the job's submission to its first partition's Python side, and from the
+        # last partition's end to the stats on the driver
+        starting = min((r["began_at"] for r in stats), default=submitted) - submitted
+        ending = time.time() - max((r["ended_at"] for r in stats), default=time.time())
+        if total["staged"] + total["rejected"] != end - start:
+            raise RuntimeError(f"ranks {start}..{end - 1}: {total['staged']} row(s) written "
+                               f"and {total['rejected']} rejected make not {end - start}")
+        if total["rejected"]:
             (out.where(F.col("kind") == "reject")
              .select(F.lit(feed).alias("feed"), "source", "part", "row", "reason", "row_json",
                      F.current_timestamp().alias("rejected_at"))
              .coalesce(1).write.mode("append").json(rejects_path))
-        log.info("ranks %d..%d: repeated keys in %.1f s, written in %.1f s", start, end - 1,
-                 checked - began, time.monotonic() - checked)
-        return RoundWritten(created=created, ignored=staged - created + repeated,
-                            rejected=rejected, tenants=tuple(tenants))
+        log.info("ranks %d..%d: admitted in %.1f s, written in %.1f s: %.1f s until the "
+                 "first partition started, %d partition(s) (summed over them: %.1f s "
+                 "waiting for Spark to read and map rows, %.1f s for a free connection; "
+                 "%.1f s in the writers' transactions on %d connection(s)), %.1f s after the "
+                 "last one ended; %d repeated key(s) settled, %d chunk(s) written again",
+                 start, end - 1, admitted - began, written - admitted, starting, len(stats),
+                 total["input_s"], total["blocked_s"], total["write_s"],
+                 partitions * job.connections, ending, total["settled"], total["retried"])
+        return RoundWritten(created=int(total["created"]),
+                            ignored=int(total["staged"] - total["created"]),
+                            rejected=int(total["rejected"]), tenants=tuple(tenants))
     finally:
         if out is not None:
             out.unpersist()
-        if repeats is not None:
-            repeats.unpersist()

@@ -26,9 +26,6 @@ PAYLOAD = "__tq_payload"
 RUN_AT_US = "__tq_run_at_us"
 REASON = "__tq_reason"
 ROW_JSON = "__tq_row_json"
-# tenant, key, priority, payload, run_at_us as COPY text (tab-separated, ending the line):
-# the staged row (tierq.logic.bulk.STAGE_COLUMNS) but its id and ord
-COPY_TEXT = "__tq_copy"
 
 NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
            T.DecimalType)
@@ -78,11 +75,20 @@ def tenant_of(mapping: ColumnMapping) -> Column:
         .otherwise(raw_tenant)
 
 
+def copy_fields() -> list[Column]:
+    """The staged row's fields after its id and ord (tierq.logic.bulk.STAGE_COLUMNS) as
+    COPY text, from the columns ``map_tasks`` adds: tenant, key, priority, payload, run_at
+    (``\\N`` for now). For a row that maps (REASON null) none is null."""
+    return [F.col(TENANT), copy_escaped(F.col(KEY)), F.col(PRIORITY).cast("string"),
+            copy_escaped(F.col(PAYLOAD)),
+            F.coalesce(F.col(RUN_AT_US).cast("string"), F.lit("\\N"))]
+
+
 def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, *,
               max_payload_chars: int, now_seconds: float) -> DataFrame:
-    """Adds KEY, TENANT, PRIORITY, PAYLOAD, RUN_AT_US, REASON (null when the row maps),
-    ROW_JSON (the source row as JSON, for rejects only) and COPY_TEXT (the staged row but
-    its id and ord: everything else of the task is decided here, in the JVM)."""
+    """Adds KEY, TENANT, PRIORITY, PAYLOAD, RUN_AT_US, REASON (null when the row maps) and
+    ROW_JSON (the source row as JSON, for rejects only): everything of the task is decided
+    here, in the JVM (``copy_fields`` turns it into COPY text)."""
     key = key_of(mapping)
     tenant = tenant_of(mapping)
 
@@ -135,7 +141,9 @@ def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, 
                                                  .cast("string")))
         .when(F.col(RUN_AT_US) > F.lit(int((now_seconds + MAX_DELAY_SECONDS) * 1_000_000)),
               F.lit("run_at: must be within a year from now"))
-        .when(F.length(pl) > limit,
+        # a payload has at most as many characters as bytes: counting characters only
+        # where the bytes are over the limit
+        .when((F.octet_length(pl) > limit) & (F.length(pl) > limit),
               F.concat(F.lit("payload: "), F.length(pl).cast("string"),
                        F.lit(" characters once serialised; the limit is "),
                        limit.cast("string")))
@@ -147,10 +155,6 @@ def map_tasks(frame: DataFrame, columns: Sequence[str], mapping: ColumnMapping, 
     row_json = F.when(r.isNotNull(),
                       F.to_json(F.struct(*[col(c).alias(c) for c in columns]),
                                 {"ignoreNullFields": "false"}))
-    copy_text = F.when(r.isNull(), F.concat(
-        F.concat_ws("\t", t, copy_escaped(k), F.col(PRIORITY).cast("string"), copy_escaped(pl),
-                    F.coalesce(F.col(RUN_AT_US).cast("string"), F.lit("\\N"))),
-        F.lit("\n")))
     return checked.select(*[col(c) for c in fields.columns
                             if c not in ("__tq_bad_priority", "__tq_bad_run_at")],
-                          r, row_json.alias(ROW_JSON), copy_text.alias(COPY_TEXT))
+                          r, row_json.alias(ROW_JSON))

@@ -43,9 +43,27 @@ DEFAULT_OPTIONS: dict[str, dict[str, str]] = {
     "parquet": {},
 }
 POSTGRES_DRIVER = "org.postgresql.Driver"
-# a round over at most this many files reads each with a scan of its own (a literal shift
-# per file); more are read with one scan and a broadcast table of shifts
+# a round over at most this many files reads each with a scan of its own; more are read
+# with one scan and a broadcast table of shifts
 MAX_FILES_AS_SCANS = 32
+# A round's numbers (row ranges, shifts) reach its plan as rows of small broadcast tables,
+# not as literals: Spark writes a long literal into the code it generates, so every round
+# (and every file of one) would compile and JIT-compile classes of its own; with the
+# numbers as data, one class serves them all.
+_LO, _HI, _SHIFT = "__tq_lo", "__tq_hi", "__tq_shift"
+
+
+def numbers_row(spark: SparkSession, **numbers: int) -> DataFrame:
+    """One row of long columns, broadcast: an inline table (a local relation: no Spark job
+    to read it, unlike ``createDataFrame`` of a Python list, and not constant-folded into
+    the plan, unlike a select of literals)."""
+    names = ", ".join(numbers)
+    values = ", ".join(f"CAST({int(v)} AS BIGINT)" for v in numbers.values())
+    return F.broadcast(spark.sql(f"SELECT * FROM VALUES ({values}) AS t({names})"))
+
+
+def _bounds(spark: SparkSession, lo: int, hi: int, shift: int = 0) -> DataFrame:
+    return numbers_row(spark, **{_LO: lo, _HI: hi, _SHIFT: shift})
 
 
 def col(name: str) -> Column:
@@ -121,6 +139,7 @@ class PositionedSource:
     cached: DataFrame | None = None  # what ``frame`` is computed from, held in memory/disk
     # parquet: the files' rows with PART and ROW (read again by each round, never held)
     scan: DataFrame | None = None
+    partitions: int = 1  # of ``frame``, when it is held
 
     @property
     def remaining(self) -> int:
@@ -137,33 +156,30 @@ class PositionedSource:
         a file whose one row group Spark cannot split still keeps ``slices`` cores busy)."""
         if j1 <= j0:
             return None
-        in_range = (F.col(J) >= j0) & (F.col(J) < j1)
+        output = [*[col(c) for c in self.columns], PART, ROW, J, CURSOR]
         if self.scan is None:
-            return None if self.frame is None else self.frame.where(in_range)
+            if self.frame is None:
+                return None
+            bounds = _bounds(self.frame.sparkSession, j0, j1)
+            return (self.frame.join(bounds, (F.col(J) >= F.col(_LO)) & (F.col(J) < F.col(_HI)))
+                    .select(*output))
+        spark = self.scan.sparkSession
         bases = part_bases(self.parts)
-        chosen = [p for p in self.parts if p.remaining > 0 and bases[p.part] < j1
-                  and bases[p.part] + p.remaining > j0]
+        chosen = self._files(j0, j1)
         if not chosen:
             return None
         data = [col(c) for c in self.columns]
+        no_cursor = F.lit(None).cast(T.StringType()).alias(CURSOR)
         if len(chosen) <= MAX_FILES_AS_SCANS:
-            # one scan per file (or row range of it): j = base + (row - done) is a literal
-            # shift, rows [done + j0 - base, done + j1 - base) of the file
-            ranges = []
-            for p in chosen:
-                lo = p.done + max(0, j0 - bases[p.part])
-                hi = p.done + min(p.remaining, j1 - bases[p.part])
-                pieces = max(1, -(-slices // len(chosen)))
-                step = -(-(hi - lo) // pieces)
-                ranges += [(p, a, min(hi, a + step)) for a in range(lo, hi, step)]
-            frames = [self.scan.where((F.col(PART) == p.part) & (F.col(ROW) >= a)
-                                      & (F.col(ROW) < b))
-                      .select(*data, PART, ROW,
-                              (F.lit(bases[p.part] - p.done) + F.col(ROW)).alias(J),
-                              F.lit(None).cast("string").alias(CURSOR))
-                      for p, a, b in ranges]
+            # one scan per file (or row range of it): rows [lo, hi) of the file, whose j is
+            # shift + row (shift = base - done)
+            frames = [self.scan.where(F.col(PART) == p.part)
+                      .join(_bounds(spark, a, b, bases[p.part] - p.done),
+                            (F.col(ROW) >= F.col(_LO)) & (F.col(ROW) < F.col(_HI)))
+                      .select(*data, PART, ROW, (F.col(_SHIFT) + F.col(ROW)).alias(J),
+                              no_cursor)
+                      for p, a, b in self._ranges(chosen, j0, j1, slices)]
             return reduce(lambda a, b: a.unionByName(b), frames)
-        spark = self.scan.sparkSession
         # j = base(part) + (row - done(part)), for rows at or after done(part)
         lookup = spark.createDataFrame(
             [(p.part, p.done, bases[p.part] - p.done) for p in chosen],
@@ -175,8 +191,41 @@ class PositionedSource:
         joined = files.join(F.broadcast(lookup), on=PART, how="inner")
         return (joined.where(F.col(ROW) >= F.col("__tq_done"))
                 .select(*data, PART, ROW, (F.col("__tq_shift") + F.col(ROW)).alias(J),
-                        F.lit(None).cast("string").alias(CURSOR))
-                .where(in_range))
+                        no_cursor)
+                .join(_bounds(spark, j0, j1), (F.col(J) >= F.col(_LO)) & (F.col(J) < F.col(_HI)))
+                .select(*output))
+
+    def readers(self, j0: int, j1: int, slices: int = 1) -> int:
+        """How many Spark tasks read rows of ``between(j0, j1, slices)`` at once, without
+        planning it (a held source: its partitions; parquet: its scans of files or row
+        ranges, or its files past MAX_FILES_AS_SCANS)."""
+        if j1 <= j0:
+            return 0
+        if self.scan is None:
+            return self.partitions if self.frame is not None else 0
+        chosen = self._files(j0, j1)
+        if len(chosen) <= MAX_FILES_AS_SCANS:
+            return len(self._ranges(chosen, j0, j1, slices))
+        return len(chosen)
+
+    def _files(self, j0: int, j1: int) -> list[PartProgress]:
+        bases = part_bases(self.parts)
+        return [p for p in self.parts if p.remaining > 0 and bases[p.part] < j1
+                and bases[p.part] + p.remaining > j0]
+
+    def _ranges(self, chosen: list[PartProgress], j0: int, j1: int,
+                slices: int) -> list[tuple[PartProgress, int, int]]:
+        """(file, first row, end row) of each scan: every chosen file, cut into row ranges
+        while they are fewer than ``slices``."""
+        bases = part_bases(self.parts)
+        ranges = []
+        for p in chosen:
+            lo = p.done + max(0, j0 - bases[p.part])
+            hi = p.done + min(p.remaining, j1 - bases[p.part])
+            pieces = max(1, -(-slices // len(chosen)))
+            step = -(-(hi - lo) // pieces)
+            ranges += [(p, a, min(hi, a + step)) for a in range(lo, hi, step)]
+        return ranges
 
     def unpersist(self) -> None:
         if self.cached is not None:
@@ -248,7 +297,8 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
              .where(F.col(ROW) >= F.col("__tq_done"))
              .select(*data, PART, ROW, (F.col("__tq_shift") + F.col(ROW)).alias(J),
                      F.lit(None).cast("string").alias(CURSOR)))
-    return PositionedSource(spec, frame, columns, parts, cached=cached)
+    return PositionedSource(spec, frame, columns, parts, cached=cached,
+                            partitions=scanned.rdd.getNumPartitions())
 
 
 # up to this many files, their row counts come from their footers, read by the driver (no
@@ -264,10 +314,14 @@ def _parquet_row_counts(spark: SparkSession, raw: DataFrame) -> dict[str, int]:
         assert jvm is not None
         conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         totals: dict[str, int] = {}
+        # each py4j lookup of a dotted name asks the JVM for every prefix of it: the three
+        # classes once, not per file
+        hadoop_path = jvm.org.apache.hadoop.fs.Path
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader
+        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile
         for name in files:
-            path = jvm.org.apache.hadoop.fs.Path(name)
-            footer = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
-                jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf))
+            path = hadoop_path(name)
+            footer = reader.open(input_file.fromPath(path, conf))
             try:
                 rows = int(footer.getRecordCount())
             finally:
@@ -301,5 +355,6 @@ def _position_jdbc(spec: SourceSpec, raw: DataFrame, offsets: Offsets) -> Positi
     if n == 0:
         frame.unpersist()
         return PositionedSource(spec, None, columns, parts)
+    # one partition: the window over the whole result gathered it
     return PositionedSource(spec, frame.select(*[col(c) for c in columns], PART, ROW, J, CURSOR),
-                            columns, parts, cached=frame)
+                            columns, parts, cached=frame, partitions=1)

@@ -9,7 +9,8 @@ the reason and what the rejects output needs. Nothing is done per row in Python:
 chunk's COPY text is the lines' Arrow data buffer as it is, and its tenants are one
 ``unique`` of a column. Rejected rows come back out of the partition as output rows.
 
-A partition writes its chunks (``chunk_rows`` rows, one short transaction each) on
+A partition writes its chunks (``chunk_rows`` rows, one short transaction each; its first
+ones smaller, so that writing starts soon after its first rows arrive) on
 ``connections`` PostgreSQL connections at once, one thread each: a round with fewer Spark
 partitions than writers still keeps every writer busy, and never more connections than
 ``--write-partitions`` are open.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +31,18 @@ from tierq.engine import Tierq
 from tierq.logic.bulk import BulkLoad
 
 LINE = "__tq_line"  # the staged row as COPY text (null for a rejected row)
-# what the writers give back: one "stats" row per partition, one "reject" row per reject
-OUT_SCHEMA = ("kind string, staged long, created long, rejected long, source string, "
-              "part string, row long, reason string, row_json string")
+# what the writers give back: one "stats" row per partition, one "reject" row per reject.
+# A stats row's times, in seconds: ``input_s`` waiting for the next Arrow batch (Spark
+# reading and mapping the rows), ``blocked_s`` waiting for a free writer, ``write_s`` the
+# writers' time in their transactions (summed over connections); ``began_at``/``ended_at``
+# when the partition's Python side started and ended (epoch seconds)
+OUT_SCHEMA = ("kind string, staged long, created long, rejected long, settled long, "
+              "retried long, input_s double, blocked_s double, write_s double, "
+              "began_at double, ended_at double, "
+              "source string, part string, row long, reason string, row_json string")
+STATS_COLUMNS = ("staged", "created", "rejected", "settled", "retried", "input_s",
+                 "blocked_s", "write_s", "began_at", "ended_at")
+_COUNTS = ("staged", "created", "rejected", "settled", "retried")
 REJECT_COLUMNS = ("source", "part", "row", "reason", "row_json")
 
 
@@ -91,7 +102,8 @@ class ChunkWriters:
 
     def __init__(self, job: RoundWrite) -> None:
         self.job = job
-        self.created = 0
+        self.created = self.settled = self.retried = 0
+        self.write_seconds = 0.0
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=job.connections)
@@ -107,12 +119,17 @@ class ChunkWriters:
                 while True:
                     chunk = self._queue.get()
                     if chunk is None:
-                        return
+                        break
                     if self.errors:
                         continue  # another writer failed: drain, write nothing more
+                    began = time.monotonic()
                     created = writer.write(chunk.pieces, tenants=chunk.tenants)
                     with self._lock:
                         self.created += created
+                        self.write_seconds += time.monotonic() - began
+                with self._lock:
+                    self.settled += writer.settled
+                    self.retried += writer.retried
         except BaseException as exc:
             with self._lock:
                 self.errors.append(exc)
@@ -124,68 +141,109 @@ class ChunkWriters:
             raise self.errors[0]
         self._queue.put(chunk)
 
-    def finish(self) -> int:
+    def finish(self) -> None:
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:
             thread.join()
         if self.errors:
             raise self.errors[0]
-        return self.created
 
 
-def _stats(staged: int, created: int, rejected: int) -> Any:
+@dataclass
+class PartitionStats:
+    staged: int = 0
+    created: int = 0
+    rejected: int = 0
+    settled: int = 0
+    retried: int = 0
+    input_s: float = 0.0
+    blocked_s: float = 0.0
+    write_s: float = 0.0
+    began_at: float = 0.0
+    ended_at: float = 0.0
+
+
+def _stats(stats: PartitionStats) -> Any:
     import pyarrow as pa
 
+    values = {name: [getattr(stats, name)] for name in STATS_COLUMNS}
     return pa.RecordBatch.from_pydict(
-        {"kind": ["stats"], "staged": [staged], "created": [created], "rejected": [rejected],
-         "source": [None],
-         "part": [None], "row": [None], "reason": [None], "row_json": [None]},
-        schema=_out_schema())
+        {"kind": ["stats"], **values,
+         **{name: [None] for name in REJECT_COLUMNS}}, schema=_out_schema())
 
 
 def _out_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([("kind", pa.string()), ("staged", pa.int64()), ("created", pa.int64()),
-                      ("rejected", pa.int64()), ("source", pa.string()), ("part", pa.string()),
-                      ("row", pa.int64()),
-                      ("reason", pa.string()), ("row_json", pa.string())])
+    counts = [(name, pa.int64()) for name in STATS_COLUMNS if name in _COUNTS]
+    times = [(name, pa.float64()) for name in STATS_COLUMNS if name not in _COUNTS]
+    return pa.schema([("kind", pa.string()), *counts, *times, ("source", pa.string()),
+                      ("part", pa.string()), ("row", pa.int64()), ("reason", pa.string()),
+                      ("row_json", pa.string())])
 
 
 def _rejects(batch: Any) -> Any:
     import pyarrow as pa
 
     n = batch.num_rows
+    schema = _out_schema()
     return pa.RecordBatch.from_arrays(
-        [pa.array(["reject"] * n, pa.string()), pa.nulls(n, pa.int64()),
-         pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
-         *[batch.column(name).cast(field.type) for name, field in
-           zip(REJECT_COLUMNS, list(_out_schema())[4:], strict=True)]],
-        schema=_out_schema())
+        [pa.array(["reject"] * n, pa.string()),
+         *[pa.nulls(n, schema.field(name).type) for name in STATS_COLUMNS],
+         *[batch.column(name).cast(schema.field(name).type) for name in REJECT_COLUMNS]],
+        schema=schema)
+
+
+def warm_up(batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body of a job that only starts Python workers: unpickling it imports
+    this module (the engine with it), and it imports what ``write_partition`` imports."""
+    import pyarrow.compute  # noqa: F401
+
+    for _ in batches:
+        pass
+    yield from ()
 
 
 def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
     """``mapInArrow`` body: write the partition's rows, yield its rejects and one stats
-    row (rows staged, tasks created)."""
+    row (rows staged, tasks created, where the time went)."""
     import pyarrow.compute as pc
 
-    staged = rejected_rows = 0
+    stats = PartitionStats(began_at=time.time())
     writers: ChunkWriters | None = None
     chunk = Chunk([], set())
     rows_in_chunk = 0
+    # the first chunks are smaller, so that a connection starts writing soon after the
+    # partition's first rows arrive: an eighth of ``chunk_rows``, doubling up to it
+    chunk_limit = max(1, job.chunk_rows // 8)
+    clock = time.monotonic
+
+    def submit(chunk: Chunk) -> None:
+        nonlocal writers
+        writers = writers or ChunkWriters(job)
+        began = clock()
+        writers.submit(chunk)
+        stats.blocked_s += clock() - began
+
+    incoming = iter(batches)
     try:
-        for batch in batches:
+        while True:
+            began = clock()
+            batch = next(incoming, None)
+            stats.input_s += clock() - began
+            if batch is None:
+                break
             reasons = batch.column(job.reason_column)
             if reasons.null_count < batch.num_rows:
                 rejected = pc.is_valid(reasons)
                 rejects = batch.filter(rejected)
-                rejected_rows += rejects.num_rows
+                stats.rejected += rejects.num_rows
                 yield _rejects(rejects)
                 batch = batch.filter(pc.invert(rejected))
-            staged += batch.num_rows
+            stats.staged += batch.num_rows
             while batch.num_rows:
-                piece = batch.slice(0, job.chunk_rows - rows_in_chunk)
+                piece = batch.slice(0, chunk_limit - rows_in_chunk)
                 batch = batch.slice(piece.num_rows)
                 chunk.pieces.append(line_bytes(piece.column(LINE)))
                 if job.tenant is not None:
@@ -194,17 +252,23 @@ def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
                     chunk.tenants.update(
                         pc.unique(piece.column(job.tenant_column)).to_pylist())
                 rows_in_chunk += piece.num_rows
-                if rows_in_chunk >= job.chunk_rows:
-                    writers = writers or ChunkWriters(job)
-                    writers.submit(chunk)
+                if rows_in_chunk >= chunk_limit:
+                    submit(chunk)
                     chunk, rows_in_chunk = Chunk([], set()), 0
+                    chunk_limit = min(job.chunk_rows, 2 * chunk_limit)
         if rows_in_chunk:
-            writers = writers or ChunkWriters(job)
-            writers.submit(chunk)
-        created = writers.finish() if writers is not None else 0
-        writers = None
+            submit(chunk)
+        if writers is not None:
+            began = clock()
+            done, writers = writers, None
+            done.finish()
+            stats.blocked_s += clock() - began
+            stats.created, stats.settled, stats.retried = (done.created, done.settled,
+                                                           done.retried)
+            stats.write_s = done.write_seconds
     finally:
         if writers is not None:  # failed midway: stop the threads, keep the first error
             with contextlib.suppress(BaseException):  # the error in flight is the one to raise
                 writers.finish()
-    yield _stats(staged, created, rejected_rows)
+    stats.ended_at = time.time()
+    yield _stats(stats)

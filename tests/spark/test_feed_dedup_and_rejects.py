@@ -66,6 +66,24 @@ def test_duplicates_in_one_round_keep_the_first_occurrence(
                                                                        ("c", 4)]
 
 
+def test_keys_repeated_across_writers_in_crossed_orders_keep_their_first_occurrence(
+        feed: Any, spark: Any, tmp_path: Path, database_url: str) -> None:
+    """One round, two write partitions: the first writes k0..k999, the second the same
+    keys from k999 down to k0. Their chunks meet in the middle in crossed orders (PostgreSQL
+    may abort one chunk as a deadlock; it is written again), and past it the second
+    partition's later occurrences are often committed first and then taken over: every
+    key ends with its first occurrence, in first-occurrence order."""
+    n = 1000
+    rows = ([{"id": f"k{i}", "v": i} for i in range(n)]
+            + [{"id": f"k{2 * n - 1 - r}", "v": r} for r in range(n, 2 * n)])
+    folder = write_parquet(spark, tmp_path / "rows", rows)
+    result = feed("--queue", "cross", "--source", f"rows={folder}", "--key-column", "id",
+                  "--write-partitions", "2", "--chunk-rows", "50", "--no-warm")
+    assert (result.created, result.ignored, result.rounds) == (n, n, 1)
+    got = line(database_url, "cross")
+    assert [(k, p["v"]) for k, p, _ in got] == [(f"k{i}", i) for i in range(n)]
+
+
 def test_the_same_key_in_two_tenants_is_two_tasks(feed: Any, tmp_path: Path,
                                                    database_url: str) -> None:
     path = write_csv(tmp_path / "t.csv", [{"id": "x", "t": "acme"}, {"id": "x", "t": "beta"},

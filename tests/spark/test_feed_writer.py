@@ -5,6 +5,7 @@ taken from the Arrow buffers as they are, chunks, several connections, rejects).
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
+from tierq_feeder.feeder import load_id_column
 from tierq_feeder.writer import LINE, RoundWrite, StoreConfig, line_bytes, write_partition
 
 from tierq.core.ids import uuid7
@@ -30,14 +33,30 @@ def stored(database_url: str, queue: str) -> list[tuple[Any, ...]]:
             (queue,)).fetchall()
 
 
-def test_uuid7_prefix_makes_uuid7s_of_the_load_time() -> None:
+def test_load_ids_are_uuid7s_of_the_load_time_increasing_with_ord() -> None:
     now_ms = int(time.time() * 1000) + 600_000  # ahead of every id this process made
-    made = uuid.UUID(bulk.uuid7_prefix(now_ms) + str(uuid.uuid4())[15:])
-    assert made.version == 7 and made.variant == uuid.RFC_4122
-    assert made.int >> 80 == now_ms
-    reference = uuid7(now_ms)
-    assert str(made)[:15] == str(reference)[:15]
-    assert bulk.uuid7_prefix(1_700_000_000_123) == "018bcfe5-687b-7"
+    tail = bulk.new_id_tail()
+    ords = [0, 1, 4095, 4096, 250_000, 9_999_999]
+    made = [uuid.UUID(bulk.load_id(now_ms, o, tail)) for o in ords]
+    assert all(m.version == 7 and m.variant == uuid.RFC_4122 for m in made)
+    assert [m.int >> 80 for m in made] == [now_ms + (o >> 12) for o in ords]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert str(made[0])[:15] == str(uuid7(now_ms))[:15]  # the engine's own id of that ms
+    assert bulk.load_id(1_700_000_000_123, 4097, "8abc0123456789ab") == \
+        "018bcfe5687c70018abc0123456789ab"
+    assert bulk.new_id_tail() != tail and bulk.new_id_tail(tag=0x1f2e).endswith("1f2e")
+    with pytest.raises(ValueError, match="id tail"):
+        bulk.load_id(now_ms, 0, "0abc0123456789ab")
+
+
+def test_the_feeders_ids_are_load_ids(spark: Any) -> None:
+    places = [0, 1, 4095, 4096, 123_456, 9_999_999]
+    tail = bulk.new_id_tail()
+    rows = spark.createDataFrame([(p,) for p in places], "place long").select(
+        "place",
+        load_id_column(F.lit(1_700_000_000_123), tail, F.col("place")).alias("id")).collect()
+    assert [uuid.UUID(r["id"]) for r in rows] == [
+        uuid.UUID(bulk.load_id(1_700_000_000_123, p, tail)) for p in places]
 
 
 def test_copy_text_escapes_and_refuses_line_breaks() -> None:
@@ -80,6 +99,112 @@ def test_bulk_load_places_rows_by_ord_whatever_the_commit_order(
     with pytest.raises(IndexError):
         load.seq(1200)
     assert engine.bulk_warm_up("bulk", ["_"]) > 0
+
+
+def test_a_repeated_key_keeps_its_first_occurrence_whatever_chunk_commits_first(
+        engine: Tierq, database_url: str) -> None:
+    """The later chunk commits first with the key's later occurrence; the earlier chunk's
+    row takes that task over (its place, id and fields). A live task from before the load
+    keeps its place either way, and a key repeated inside one chunk keeps its first row."""
+    engine.enqueue("rep", [{"payload": {"from": "http"}, "key": "live"}])
+    rows = [(i, "_", f"k{i}", 0, f'{{"n":{i}}}', None) for i in range(1200)]
+    rows[900] = (900, "_", "dup", 9, '{"n":900}', None)
+    rows[901] = (901, "_", "dup", 9, '{"n":901}', None)  # repeated in its own chunk too
+    rows[10] = (10, "_", "dup", 2, '{"n":10}', None)
+    rows[11] = (11, "_", "live", 2, '{"n":11}', None)
+    rows[700] = (700, "_", "live", 2, '{"n":700}', None)
+    with engine.bulk_load("rep", rows=len(rows), tenants=["_"]) as load, \
+            engine.bulk_writer(load) as first, engine.bulk_writer(load) as second:
+        assert second.write(bulk.copy_text(rows[600:]), tenants=["_"]) == 598
+        later_id = _task_of(database_url, "rep", "dup")[0]
+        assert first.write(bulk.copy_text(rows[:600]), tenants=["_"]) == 598
+        assert (first.settled, second.settled) == (1, 0)
+        # each plain insert met a repeat (the second chunk's own, the first's live keys):
+        # each chunk was written again with ON CONFLICT DO NOTHING
+        assert (second.retried, second.repeats_seen) == (1, True)
+        assert (first.retried, first.repeats_seen) == (1, True)
+    task_id, seq, priority, payload = _task_of(database_url, "rep", "dup")
+    assert (seq, priority, payload) == (load.seq(10), 2, {"n": 10})
+    assert task_id != later_id
+    assert _task_of(database_url, "rep", "live")[3] == {"from": "http"}
+    got = stored(database_url, "rep")
+    assert len(got) == 1 + 1195 + 1  # live, the k keys left, dup
+    assert [r[0] for r in got][:12] == ["live"] + [f"k{i}" for i in range(10)] + ["dup"]
+
+
+def _task_of(database_url: str, queue: str, key: str) -> tuple[Any, ...]:
+    with psycopg.connect(database_url) as conn:
+        [row] = conn.execute("SELECT id, seq, priority, payload FROM tierq_tasks "
+                             "WHERE queue = %s AND key = %s", (queue, key)).fetchall()
+    return tuple(row)
+
+
+def test_chunks_with_crossed_repeats_deadlock_once_and_are_written_again(
+        engine: Tierq, database_url: str) -> None:
+    """Chunk A holds keys x, g1, y and chunk B y, g2, x: an open transaction holding g1 and
+    g2 makes each insert stop after its first key; once it rolls back, A waits for B's y
+    and B for A's x. PostgreSQL aborts one; it is written again, and x and y keep their
+    first occurrences (A's)."""
+    a = [(0, "_", "x", 1, '{"c":"a"}', None), (1, "_", "g1", 0, "{}", None),
+         (2, "_", "y", 1, '{"c":"a"}', None)]
+    b = [(600, "_", "y", 2, '{"c":"b"}', None), (601, "_", "g2", 0, "{}", None),
+         (602, "_", "x", 2, '{"c":"b"}', None)]
+    deadlocks = _deadlocks(database_url)
+    with psycopg.connect(database_url) as gate, \
+            engine.bulk_load("cross", rows=603, tenants=["_"]) as load:
+        gate.execute(
+            "INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at, "
+            "run_at_initially, max_attempts, seq, created_at, ready_since, state_since) "
+            "SELECT gen_random_uuid(), 'cross', '_', k, 0, '{}', 'cold', now(), now(), 1, 1, "
+            "now(), now(), now() FROM unnest(ARRAY['g1', 'g2']) AS k")
+        writers: list[bulk.BulkWriter] = []
+        errors: list[BaseException] = []
+
+        def write(rows: list[tuple[int, str, str, int, str, None]]) -> None:
+            try:
+                with engine.bulk_writer(load) as writer:
+                    writers.append(writer)
+                    writer.write(bulk.copy_text(rows), tenants=["_"])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(rows,)) for rows in (a, b)]
+        for thread in threads:
+            thread.start()
+        with psycopg.connect(database_url, autocommit=True) as watch:
+            deadline = time.monotonic() + 10
+            while watch.execute("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                ).fetchone() != (2,):
+                assert time.monotonic() < deadline, "the writers never waited for the gate"
+                time.sleep(0.05)
+        gate.rollback()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    # the victim is written again, and its plain insert then meets the survivor's keys
+    # (a unique violation): written once more with ON CONFLICT DO NOTHING
+    assert sorted(w.retried for w in writers) == [0, 2]
+    assert _deadlocks(database_url, wait_for=deadlocks + 1) == deadlocks + 1
+    got = {r[0]: (r[2], r[3], r[5]) for r in stored(database_url, "cross")}
+    assert got["x"] == (1, {"c": "a"}, load.seq(0))
+    assert got["y"] == (1, {"c": "a"}, load.seq(2))
+    assert set(got) == {"x", "y", "g1", "g2"}
+
+
+def _deadlocks(database_url: str, wait_for: int | None = None) -> int:
+    """Deadlocks PostgreSQL has counted in the database; its statistics lag (a backend
+    reports them at most once a second, or once idle), so wait up to 15 s for
+    ``wait_for``."""
+    deadline = time.monotonic() + 15
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while True:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT deadlocks FROM pg_stat_database "
+                               "WHERE datname = current_database()").fetchone()
+            assert row is not None
+            if wait_for is None or row[0] >= wait_for or time.monotonic() > deadline:
+                return int(row[0])
+            time.sleep(0.2)
 
 
 def test_bulk_load_refuses_what_it_cannot_place(engine: Tierq, database_url: str) -> None:
@@ -136,10 +261,13 @@ def test_write_partition_chunks_rejects_and_connections(
         job = RoundWrite(stores=stores, load=load, chunk_rows=300, connections=connections,
                          tenant_column="tenant")
         out = list(write_partition(job, batches(lines, tenants, reasons, 128)))
-    stats = out[-1].to_pylist()
-    assert stats == [{"kind": "stats", "staged": 2475, "created": 2475, "rejected": 25,
-                      "source": None, "part": None, "row": None, "reason": None,
-                      "row_json": None}]
+    [stats] = out[-1].to_pylist()
+    times = {name: stats.pop(name) for name in ("input_s", "blocked_s", "write_s",
+                                                  "began_at", "ended_at")}
+    assert stats == {"kind": "stats", "staged": 2475, "created": 2475, "rejected": 25,
+                     "settled": 0, "retried": 0, "source": None, "part": None, "row": None,
+                     "reason": None, "row_json": None}
+    assert all(t >= 0 for t in times.values()) and times["write_s"] > 0
     rejects = [r for b in out[:-1] for r in b.to_pylist()]
     assert [(r["kind"], r["row"], r["reason"]) for r in rejects] == [
         ("reject", i, "key: missing") for i in range(0, n, 100)]

@@ -12,18 +12,31 @@ A load is driven in three steps, each a method of the engine (``Tierq.bulk_load`
    0004: a block is the caller's alone). The yielded ``BulkLoad`` is a small picklable
    ticket; the admission ends when the block exits, after every writer has committed.
 2. ``BulkWriter.write`` (any number of writers, each with one connection, in any process):
-   per chunk one short transaction: the chunk's pairs admitted cold and registered (as an
-   enqueue registers them, under the per-tenant cap), ``COPY`` into the connection's
-   staging table, one ``INSERT … SELECT … ORDER BY seq ON CONFLICT DO NOTHING`` into
-   ``tierq_tasks``. A row's place in line is its ``ord`` (0-based place in the load) mapped
-   onto the reserved blocks in SQL, so writers may commit in any order and the line still
-   follows ``ord``. A live task with the same key keeps its place, payload and id.
+   per chunk, the chunk's pairs admitted cold and registered (as an enqueue registers
+   them: under the per-tenant cap, in a transaction of their own), then one short
+   transaction: ``COPY`` into the connection's staging table, one ``INSERT … SELECT`` into
+   ``tierq_tasks``. A row's place in line is its ``ord`` (0-based place in the load)
+   mapped onto the reserved blocks in SQL, so writers may commit in any order and the line
+   still follows ``ord``. A live task with the same key keeps its place, payload and id.
+   The insert is a plain one (about a third cheaper in PostgreSQL than speculative
+   insertion); a key that a live task holds or that the chunk repeats makes it fail on
+   ``tierq_tasks_live_key``, and the chunk is written again with
+   ``… ORDER BY ord ON CONFLICT DO NOTHING``, as is every later chunk of that writer.
+   **Repeated keys**: the first occurrence in the load wins, whichever chunk commits
+   first. Inside a chunk the insert's order decides; across chunks, a chunk that created
+   fewer tasks than it staged lets its rows take over the tasks of the same load placed
+   later (``feeder_settle_repeats``; a task is the load's when its seq lies in the load's
+   blocks). Until then the later occurrence waits cold or delayed, where no claim reaches
+   it unless the cold -> warm mover promotes it meanwhile (it then stays: a warm task is
+   not taken over). Two chunks holding the same keys in crossed orders can deadlock:
+   PostgreSQL aborts one, which is written again.
 3. ``warm_up`` (the driver, after the load): one ``tiering.refill`` per pair promotes the
    first batch, as the scheduled cold -> warm mover would.
 
 Staged rows are COPY text (tab-separated, ``\\N`` for null, backslashes doubled) of
-``STAGE_COLUMNS``: a UUIDv7 ``id`` (``uuid7_prefix`` + the tail of any random UUID makes
-one), ``ord``, ``tenant``, ``key``, ``priority`` (0-9), ``payload`` (JSON text) and
+``STAGE_COLUMNS``: a UUIDv7 ``id`` (``load_id`` makes the ids of a load increase with
+``ord``: PostgreSQL appends them to the primary key's index instead of scattering them),
+``ord``, ``tenant``, ``key``, ``priority`` (0-9), ``payload`` (JSON text) and
 ``run_at_us`` (epoch microseconds, or null for now). Ready rows land ``cold``
 (``ready_since`` = the chunk's commit time), rows due later land ``delayed``. Producers
 that build rows in Python use ``copy_text``.
@@ -32,9 +45,12 @@ that build rows in Python use ``copy_text``.
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+import psycopg
 
 from tierq.core.ids import uuid7_strings
 from tierq.dal.task_store import Conn
@@ -43,6 +59,11 @@ from tierq.logic.context import Context, to_datetime
 
 # tierq_task_seq's step (migration 0004): one value is a block of this many places
 SEQ_BLOCK = 512
+# a chunk aborted by a deadlock (chunks holding the same keys in crossed orders) is written
+# again up to this many times in all: each abort lets the other chunk through
+CHUNK_ATTEMPTS = 5
+# the unique index a plain insert's live or repeated key fails on (migration 0001)
+LIVE_KEY_INDEX = "tierq_tasks_live_key"
 STAGE_COLUMNS = ("id", "ord", "tenant", "key", "priority", "payload", "run_at_us")
 
 
@@ -54,7 +75,8 @@ class BulkLoad:
     rows: int                  # ords 0 .. rows-1 have places
     blocks: tuple[int, ...]    # first seq of each reserved block, increasing
     max_attempts: int          # the queue's setting, as an enqueue would store it
-    id_prefix: str             # ``uuid7_prefix`` of the load's start
+    id_ms: int                 # the load's start (epoch ms) and 16 random hex digits:
+    id_tail: str               # row ``ord`` has id ``load_id(id_ms, ord, id_tail)``
 
     def seq(self, ord_: int) -> int:
         """The place in line of row ``ord_`` (what the insert computes in SQL)."""
@@ -63,12 +85,24 @@ class BulkLoad:
         return self.blocks[ord_ // SEQ_BLOCK] + ord_ % SEQ_BLOCK
 
 
-def uuid7_prefix(now_ms: int) -> str:
-    """The first 15 characters of a UUIDv7 of ``now_ms``: ``tttttttt-tttt-7``. Followed by
-    the last 21 characters of a random (v4) UUID string (``xxx-Vxxx-xxxxxxxxxxxx``, whose
-    variant digit V is already RFC 9562's), it is a UUIDv7 with 74 random bits."""
-    hex_ms = f"{now_ms & ((1 << 48) - 1):012x}"
-    return f"{hex_ms[:8]}-{hex_ms[8:]}-7"
+def load_id(id_ms: int, ord_: int, tail: str) -> str:
+    """The id of row ``ord_`` of a load that started at ``id_ms``, as 32 hex digits
+    (PostgreSQL reads a uuid without its hyphens): the layout of the engine's own UUIDv7s
+    (core/ids.py: 48-bit ms, version 7, a 12-bit counter that carries into the next
+    milliseconds, the variant, 62 random bits) with the row's ord as the counter, so a
+    load's ids increase with ord, and the load's ``tail`` (``new_id_tail``) as the random
+    bits. Two rows of one load differ in ms or counter; of two loads, in the tail."""
+    if len(tail) != 16 or tail[0] not in "89ab":
+        raise ValueError(f"not an id tail: {tail!r}")
+    high = (((id_ms + (ord_ >> 12)) & ((1 << 48) - 1)) << 16) | 0x7000 | (ord_ & 0xFFF)
+    return f"{high:016x}{tail}"
+
+
+def new_id_tail(tag: int | None = None) -> str:
+    """16 hex digits: the variant and 62 random bits, the last four replaced by a shard's
+    ``tag`` when given (as ``dal.shards.tag_ids`` marks a shard's ids)."""
+    tail = f"{(0b10 << 62) | secrets.randbits(62):016x}"
+    return tail if tag is None else f"{tail[:-4]}{tag:04x}"
 
 
 @contextmanager
@@ -85,7 +119,7 @@ def load(ctx: Context, queue: str, rows: int, tenants: Iterable[str]) -> Iterato
     try:
         blocks = ctx.store.feeder_reserve_blocks(math.ceil(rows / SEQ_BLOCK))
         yield BulkLoad(queue=queue, rows=rows, blocks=tuple(blocks), max_attempts=max_attempts,
-                       id_prefix=uuid7_prefix(int(ctx.now() * 1000)))
+                       id_ms=int(ctx.now() * 1000), id_tail=new_id_tail(ctx.id_tag))
     finally:
         admission.close(ctx, ticket)
 
@@ -97,33 +131,75 @@ class BulkWriter:
         self.ctx = ctx
         self.conn = conn
         self.load = load
+        # tasks of the load a later chunk had placed and this writer's rows took over, and
+        # chunks written again (a deadlock, or a plain insert that met a live or repeated key)
+        self.settled = 0
+        self.retried = 0
+        # once a chunk met a live key (or repeated one), this writer's chunks skip live
+        # keys with ON CONFLICT DO NOTHING
+        self.repeats_seen = False
+        self._registered: dict[str, float] = {}  # tenant -> when this writer registered it
         ctx.store.feeder_create_stage(conn)
 
     def write(self, copy_text: bytes | bytearray | memoryview | Sequence[bytes | memoryview],
               tenants: Iterable[str]) -> int:
         """Write one chunk (COPY text of ``STAGE_COLUMNS``, or its pieces in order) whose
         rows belong to ``tenants``, in one short transaction; returns how many tasks were
-        created (a live task with the same key keeps its place: the row is ignored). A new
+        created (a live task with the same key keeps its place: the row is ignored; a
+        task of this load placed later is taken over: neither counts as created). A new
         queue beyond a tenant's cap fails the chunk (QuotaExceeded) before anything is
         written."""
-        ctx, queue = self.ctx, self.load.queue
+        pieces = ([copy_text] if isinstance(copy_text, bytes | bytearray | memoryview)
+                  else copy_text)
         wanted = sorted(set(tenants))
+        for attempt in range(1, CHUNK_ATTEMPTS + 1):
+            try:
+                return self._write_once(pieces, wanted)
+            except psycopg.errors.UniqueViolation as exc:
+                if self.repeats_seen or exc.diag.constraint_name != LIVE_KEY_INDEX:
+                    raise
+                self.repeats_seen = True  # the plain insert met a live or repeated key
+            except psycopg.errors.DeadlockDetected:
+                if attempt == CHUNK_ATTEMPTS:
+                    raise
+            self.retried += 1
+        raise AssertionError("unreachable")
+
+    def _register(self, tenants: list[str], now: float) -> None:
+        """Register the chunk's pairs as an enqueue does: in a transaction of their own
+        (inside the chunk's, the pair's row would hold every other writer of the pair until
+        this chunk commits), again only once the refresh interval has passed."""
+        stale_before = now - pairs.refresh_seconds(self.ctx.settings)
+        due = [t for t in tenants if self._registered.get(t, float("-inf")) <= stale_before]
+        if not due:
+            return
+        with self.conn.transaction():
+            pairs.register(self.ctx.store, self.conn, self.load.queue, due, now=now,
+                           cap=self.ctx.settings.max_queues_per_tenant)
+        self._registered.update((t, now) for t in due)
+
+    def _write_once(self, pieces: Sequence[bytes | bytearray | memoryview],
+                    tenants: list[str]) -> int:
+        ctx, queue, load = self.ctx, self.load.queue, self.load
         now = ctx.now()
         # the chunk's own admission: its pairs stay cold while it writes, even if the
         # load's registration has lapsed meanwhile
-        ticket = admission.begin(ctx, {(queue, t) for t in wanted}, force_cold=True)
+        ticket = admission.begin(ctx, {(queue, t) for t in tenants}, force_cold=True)
         try:
+            self._register(tenants, now)
             # psycopg's own transaction (as the feeder has always written): tierq's
             # statement timeouts are not set on it
             with self.conn.transaction():
-                pairs.register(ctx.store, self.conn, queue, wanted, now=now,
-                               cap=ctx.settings.max_queues_per_tenant)
-                pieces = ([copy_text] if isinstance(copy_text, bytes | bytearray | memoryview)
-                          else copy_text)
-                ctx.store.feeder_copy_stage(self.conn, pieces)
-                return ctx.store.feeder_insert_from_stage(
-                    self.conn, queue, to_datetime(now), self.load.max_attempts,
-                    list(self.load.blocks), SEQ_BLOCK)
+                staged = ctx.store.feeder_copy_stage(self.conn, pieces)
+                created = ctx.store.feeder_insert_from_stage(
+                    self.conn, queue, to_datetime(now), load.max_attempts,
+                    list(load.blocks), SEQ_BLOCK, plain=not self.repeats_seen)
+                settled = 0
+                if created < staged:  # a repeated key or a live task: rare, and only then
+                    settled = ctx.store.feeder_settle_repeats(
+                        self.conn, queue, to_datetime(now), list(load.blocks), SEQ_BLOCK)
+            self.settled += settled
+            return created
         finally:
             admission.close(ctx, ticket)
 

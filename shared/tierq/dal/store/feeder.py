@@ -51,17 +51,33 @@ class FeederQueries(StoreBase):
         self._execute("feeder_create_stage", None, conn)
 
     def feeder_copy_stage(self, conn: Conn,
-                          pieces: Iterable[bytes | bytearray | memoryview]) -> None:
+                          pieces: Iterable[bytes | bytearray | memoryview]) -> int:
         """COPY rows (text format, given as pieces in order) into the staging table, in
-        ``conn``'s transaction."""
-        with conn.cursor() as cur, cur.copy(self._sql["feeder_copy_stage"]) as copy:
-            for piece in pieces:
-                copy.write(piece)
+        ``conn``'s transaction; how many rows it staged."""
+        with conn.cursor() as cur:
+            with cur.copy(self._sql["feeder_copy_stage"]) as copy:
+                for piece in pieces:
+                    copy.write(piece)
+            return cur.rowcount
 
     def feeder_insert_from_stage(self, conn: Conn, queue: str, now: datetime,
-                                 max_attempts: int, blocks: Sequence[int], block: int) -> int:
+                                 max_attempts: int, blocks: Sequence[int], block: int, *,
+                                 plain: bool = False) -> int:
         """Move the staged rows into the queue, in their order (row ``ord`` takes place
-        ``blocks[ord // block] + ord % block``); how many were created."""
-        return self._execute("feeder_insert_from_stage", {
-            "queue": queue, "now": now, "max_attempts": max_attempts,
-            "blocks": list(blocks), "block": block}, conn)
+        ``blocks[ord // block] + ord % block``); how many were created. ``plain``: the
+        cheaper insert, which fails (UniqueViolation) instead of skipping a key a live task
+        holds or the chunk repeats."""
+        params = {"queue": queue, "now": now, "max_attempts": max_attempts,
+                  "blocks": list(blocks), "block": block}
+        if plain:
+            return self._execute("feeder_insert_new_from_stage", params, conn)
+        return self._execute("feeder_insert_from_stage", params, conn)
+
+    def feeder_settle_repeats(self, conn: Conn, queue: str, now: datetime,
+                              blocks: Sequence[int], block: int) -> int:
+        """Staged rows whose key a later task of the same load holds take that task over
+        (first occurrence wins across a load's chunks); how many were taken over. Inside
+        the caller's transaction, whose planner settings it changes for the rest of it."""
+        self._fetch("feeder_settle_plan", None, scalar_row, conn)
+        return self._execute("feeder_settle_repeats", {
+            "queue": queue, "now": now, "blocks": list(blocks), "block": block}, conn)
