@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from datetime import datetime
@@ -43,6 +43,7 @@ from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
 from tierq.errors import NotFound
+from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic.context import Clock, SystemClock
 from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown, SyncSummary
@@ -250,6 +251,63 @@ class ShardedTierq:
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
+
+    # -- bulk loads (logic/bulk.py; the Glue feeder drives them) ------------------------------
+
+    @contextlib.contextmanager
+    def bulk_load(self, queue: str, *, rows: int, tenants: Iterable[str]
+                  ) -> Iterator[bulk_logic.BulkLoad | bulk_logic.ShardedBulkLoad]:
+        """``Tierq.bulk_load`` over the shards: one load on each home shard of the tenants'
+        pairs (a new pair gets its home). A home that cannot be known, or a home shard that
+        is down or behind on migrations, fails the load (ShardDown) before anything is
+        written: a pair is never given a second home."""
+        wanted = sorted(set(tenants))
+        homes = {tenant: self.homes.home_of(queue, tenant) for tenant in wanted}
+        by_home: dict[str, list[str]] = defaultdict(list)
+        for tenant, home in homes.items():
+            assert home is not None
+            by_home[home].append(tenant)
+        if len(self.engines) == 1:
+            with self.engines[self.default].bulk_load(queue, rows=rows,
+                                                      tenants=wanted) as load:
+                yield load
+            return
+        with contextlib.ExitStack() as stack:
+            loads: dict[str, bulk_logic.BulkLoad] = {}
+            for home, members in sorted(by_home.items()):
+                self._on(home, lambda engine: None)  # up and current, or ShardDown
+                loads[home] = stack.enter_context(
+                    self.engines[home].bulk_load(queue, rows=rows, tenants=members))
+            first = next(iter(loads.values()))
+            yield bulk_logic.ShardedBulkLoad(
+                queue=queue, rows=rows, id_ms=first.id_ms, id_tail=first.id_tail,
+                loads=loads, homes={t: h for t, h in homes.items() if h is not None},
+                tags={spec.name: spec.tag for spec in self.specs if spec.name in loads})
+
+    @contextlib.contextmanager
+    def bulk_writer(self, load: bulk_logic.BulkLoad | bulk_logic.ShardedBulkLoad
+                    ) -> Iterator[bulk_logic.BulkWriter | bulk_logic.ShardedBulkWriter]:
+        """``Tierq.bulk_writer`` over the shards: each chunk's rows written on their pairs'
+        home shards (a connection to each, opened on first use)."""
+        if isinstance(load, bulk_logic.BulkLoad):
+            with self.engines[self.default].bulk_writer(load) as writer:
+                yield writer
+            return
+        with contextlib.ExitStack() as stack:
+            def open_writer(home: str) -> bulk_logic.BulkWriter:
+                return stack.enter_context(self.engines[home].bulk_writer(load.loads[home]))
+
+            yield bulk_logic.ShardedBulkWriter(load, open_writer)
+
+    def bulk_warm_up(self, queue: str, tenants: Iterable[str]) -> int:
+        """``Tierq.bulk_warm_up`` on each pair's home shard."""
+        by_home: dict[str, list[str]] = defaultdict(list)
+        for tenant in sorted(set(tenants)):
+            home = self.homes.home_of(queue, tenant, create=False)
+            if home is not None:
+                by_home[home].append(tenant)
+        return sum(self._on(home, partial(_bulk_warm_up, queue=queue, tenants=members))
+                   for home, members in by_home.items())
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -604,6 +662,10 @@ class ShardedTierq:
             if self.homes.forget_elsewhere(queue, tenant, shard):
                 missed.append(item)
         return missed
+
+
+def _bulk_warm_up(engine: Tierq, *, queue: str, tenants: list[str]) -> int:
+    return engine.bulk_warm_up(queue, tenants)
 
 
 def _with_items(call: Callable[[Tierq, list[Any]], R], items: list[Any], engine: Tierq) -> R:

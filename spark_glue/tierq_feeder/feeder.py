@@ -46,8 +46,10 @@ from pyspark.sql import types as T
 
 import tierq_feeder
 from tierq.engine import Tierq
+from tierq.logic.context import Context
 from tierq.models.names import DEFAULT_TENANT, NAME_PATTERN
-from tierq_feeder.backlog import queue_backlog
+from tierq.sharded import ShardedTierq
+from tierq_feeder.backlog import Backlog, queue_backlog
 from tierq_feeder.config import FeedConfig
 from tierq_feeder.mapping import (
     KEY,
@@ -201,7 +203,7 @@ def _offset_rows(positioned: Sequence[PositionedSource], consumed: Sequence[int]
 
 def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
              loader: Loader | None = None, rejects_path: str | None = None,
-             metrics: Sequence[MetricsSink] = (), engine: Tierq | None = None,
+             metrics: Sequence[MetricsSink] = (), engine: Tierq | ShardedTierq | None = None,
              sleep: Callable[[float], None] = time.sleep) -> FeedResult:
     """Run the feed once; returns its counts. ``engine`` (driver side) defaults to one
     built from ``stores``."""
@@ -218,7 +220,7 @@ def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
     result = FeedResult(queue=config.queue, feed=config.feed_name, rejects_path=rejects)
     tq = engine or stores.engine(pool_size=4)
     try:
-        with feed_lock(tq.ctx, config.feed_name):
+        with feed_lock(_contexts(tq)[0], config.feed_name):
             _run(spark, config, stores, loader or SparkLoader(), tq, result, sleep, started)
         if config.warm_after and result.ready_tenants:
             promoted = tq.bulk_warm_up(config.queue, result.ready_tenants)
@@ -293,10 +295,24 @@ class Line:
         return reduce(lambda a, b: a.unionByName(b), frames)
 
 
+def _contexts(tq: Tierq | ShardedTierq) -> list[Context]:
+    """The engine's contexts: with shards, one a shard, the default shard's first."""
+    return ([e.ctx for e in tq.engines.values()] if isinstance(tq, ShardedTierq)
+            else [tq.ctx])
+
+
+def _backlog(contexts: Sequence[Context], queue: str, cap: int) -> Backlog:
+    """The queue's backlog summed over the shards (each counts the pairs it homes)."""
+    counts = [queue_backlog(ctx, queue, cap=cap) for ctx in contexts]
+    return Backlog(cold=sum(b.cold for b in counts), delayed=sum(b.delayed for b in counts),
+                   warm=sum(b.warm for b in counts), leased=sum(b.leased for b in counts))
+
+
 def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: Loader,
-         tq: Tierq, result: FeedResult, sleep: Callable[[float], None],
+         tq: Tierq | ShardedTierq, result: FeedResult, sleep: Callable[[float], None],
          started: float) -> None:
-    ctx = tq.ctx
+    contexts = _contexts(tq)
+    ctx = contexts[0]  # the feed's lock and offsets: on the default shard
     feed, queue = config.feed_name, config.queue
     offsets = load_offsets(ctx, feed)
     positioned: list[PositionedSource] = []
@@ -338,7 +354,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
         start = 0
         waited = 0.0
         while start < limit:
-            backlog = queue_backlog(ctx, queue, cap=config.max_backlog)
+            backlog = _backlog(contexts, queue, config.max_backlog)
             room = backlog.room(config.max_backlog)
             if room == 0:
                 if waited < config.max_wait_seconds:
@@ -431,7 +447,7 @@ class TenantLookahead:
         return sorted(t for t, (lo, hi) in self.tenant_spans.items() if lo < end and hi >= start)
 
 
-def _write_round(spark: SparkSession, tq: Tierq, line: Line, ahead: TenantLookahead,
+def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahead: TenantLookahead,
                  stores: StoreConfig, feed: str, rejects_path: str, start: int, end: int,
                  writers: int, chunk_rows: int) -> RoundWritten:
     """Write ranks [start, end) through the engine's bulk path: the round's pairs stay

@@ -14,6 +14,7 @@ Bookmarks and the offsets table work together:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,7 +55,9 @@ def stores_from_options(options: Mapping[str, str]) -> StoreConfig:
     settings = Settings(**given)  # type: ignore[arg-type]
     return StoreConfig(database_url=connect.database_url(settings),
                        valkey_url=connect.valkey_url(settings),
-                       valkey_cluster=settings.valkey_cluster)
+                       valkey_cluster=settings.valkey_cluster,
+                       shard_urls=(options.get("TIERQ_SHARD_URLS")
+                                   or os.environ.get("TIERQ_SHARD_URLS", "")))
 
 
 class GlueBookmarkLoader(SparkLoader):

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierq.config import Settings
+from tierq.dal.shards import parse_shard_urls
 from tierq.engine import Tierq
-from tierq.logic.bulk import BulkLoad
+from tierq.logic.bulk import BulkLoad, ShardedBulkLoad
+from tierq.sharded import ShardedTierq
 
 LINE = "__tq_line"  # the staged row as COPY text (null for a rejected row)
 # what the writers give back: one "stats" row per partition, one "reject" row per reject.
@@ -53,12 +55,18 @@ class StoreConfig:
     database_url: str
     valkey_url: str
     valkey_cluster: bool = False
+    # TIERQ_SHARD_URLS: with more than one database, each pair's rows go to its home shard
+    shard_urls: str = ""
 
-    def engine(self, pool_size: int = 1) -> Tierq:
-        return Tierq(settings=Settings(database_url=self.database_url,
-                                       valkey_url=self.valkey_url,
-                                       valkey_cluster=self.valkey_cluster,
-                                       db_pool_max=pool_size))
+    def engine(self, pool_size: int = 1) -> Tierq | ShardedTierq:
+        settings = Settings(database_url=self.database_url, valkey_url=self.valkey_url,
+                            valkey_cluster=self.valkey_cluster, db_pool_max=pool_size)
+        specs = parse_shard_urls(self.shard_urls) if self.shard_urls.strip() else []
+        if len(specs) > 1:
+            return ShardedTierq(specs, settings=settings)
+        if specs:  # one shard named: that database, exactly as without shards
+            return Tierq(settings=settings.model_copy(update={"database_url": specs[0].url}))
+        return Tierq(settings=settings)
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class RoundWrite:
     """What every partition of one round needs to know."""
 
     stores: StoreConfig
-    load: BulkLoad
+    load: BulkLoad | ShardedBulkLoad
     chunk_rows: int
     connections: int = 1                  # writers (threads, connections) per partition
     tenant: str | None = None             # the only tenant of the round, when known

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -241,3 +241,76 @@ def copy_text(rows: Iterable[tuple[int, str, str, int, str, int | None]],
         in zip(ids, materialised, strict=True)
     ]
     return "".join(lines).encode("utf-8")
+
+
+# -- loads over shards (tierq.sharded.ShardedTierq.bulk_load) ------------------------------
+
+@dataclass(frozen=True)
+class ShardedBulkLoad:
+    """A load whose tenants' pairs live on several shards: one ``BulkLoad`` on each home
+    shard of any of its tenants (its places reserved there for every ord of the load, so a
+    pair's rows keep the load's order on its shard). Rows carry ids made with ``id_ms`` and
+    ``id_tail`` as a ``BulkLoad``'s do; a writer gives each the tag of its home shard."""
+
+    queue: str
+    rows: int
+    id_ms: int
+    id_tail: str
+    loads: dict[str, BulkLoad]   # home shard -> its load there
+    homes: dict[str, str]        # tenant -> its pair's home shard
+    tags: dict[str, int]         # home shard -> the tag its ids end with
+
+
+def split_by_home(load: ShardedBulkLoad, pieces: Sequence[bytes | bytearray | memoryview]
+                  ) -> dict[str, tuple[bytes, set[str]]]:
+    """A chunk's COPY text cut into one chunk per home shard (each row, in order, to its
+    tenant's home), every row's id ending with its home's tag (dal.shards.tag_ids); with
+    each part, its tenants."""
+    data = b"".join(bytes(piece) for piece in pieces)
+    tags = {home: f"{tag:04x}".encode() for home, tag in load.tags.items()}
+    homes = {tenant.encode(): home for tenant, home in load.homes.items()}
+    lines: dict[str, list[bytes]] = {}
+    found_tenants: dict[str, set[bytes]] = {}
+    for line in data.split(b"\n")[:-1]:  # COPY text escapes newlines inside a field
+        id_end, _, rest = line.partition(b"\t")
+        tenant = rest.split(b"\t", 2)[1]
+        home = homes.get(tenant)
+        if home is None:
+            raise ValueError(f"a row's tenant {tenant.decode()!r} is not one of the load's")
+        lines.setdefault(home, []).append(id_end[:-4] + tags[home] + b"\t" + rest)
+        found_tenants.setdefault(home, set()).add(tenant)
+    return {home: (b"\n".join(found) + b"\n", {t.decode() for t in found_tenants[home]})
+            for home, found in lines.items()}
+
+
+class ShardedBulkWriter:
+    """``BulkWriter.write`` over the homes of a ``ShardedBulkLoad``: each chunk split by
+    home shard, each part written by that shard's writer (opened on first use by
+    ``open_writer``) in a transaction of its own."""
+
+    def __init__(self, load: ShardedBulkLoad,
+                 open_writer: Callable[[str], BulkWriter]) -> None:
+        self.load = load
+        self._open_writer = open_writer
+        self.writers: dict[str, BulkWriter] = {}
+
+    @property
+    def settled(self) -> int:
+        return sum(writer.settled for writer in self.writers.values())
+
+    @property
+    def retried(self) -> int:
+        return sum(writer.retried for writer in self.writers.values())
+
+    def write(self, copy_text: bytes | bytearray | memoryview | Sequence[bytes | memoryview],
+              tenants: Iterable[str]) -> int:
+        pieces = ([copy_text] if isinstance(copy_text, bytes | bytearray | memoryview)
+                  else copy_text)
+        del tenants  # the rows tell each part's tenants
+        created = 0
+        for home, (text, found) in split_by_home(self.load, pieces).items():
+            writer = self.writers.get(home)
+            if writer is None:
+                writer = self.writers[home] = self._open_writer(home)
+            created += writer.write(text, tenants=found)
+        return created
