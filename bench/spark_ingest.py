@@ -212,6 +212,10 @@ def run_leg(leg: str, args: argparse.Namespace, database_url: str, valkey_url: s
         command += ["--batch-rows", str(args.batch_rows)]
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if args.leg_logs is not None:  # the leg's log (the feeder's phase timings) to read later
+        args.leg_logs.mkdir(parents=True, exist_ok=True)
+        runs = len(list(args.leg_logs.glob(f"{leg}-{rows}-*.log")))
+        (args.leg_logs / f"{leg}-{rows}-{runs + 1}.log").write_text(done.stderr)
     if done.returncode != 0:
         raise SystemExit(f"leg {leg} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -252,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--legs", nargs="+", choices=LEGS, default=list(LEGS),
                         help="the legs to run (the last line needs spark_jdbc and feeder)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--leg-logs", type=Path, default=None, metavar="DIR",
+                        help="save each leg's log (stderr) as DIR/LEG-ROWS-N.log")
     parser.add_argument("--leg", choices=LEGS, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     add_store_arguments(parser)
