@@ -129,6 +129,10 @@ class Settings(BaseModel):
     # The dispatcher function that a task becoming ready wakes (tierq.logic.wake); empty: no
     # waking (the dispatcher's own function, and everything off AWS).
     dispatcher_function: str = Field(default="", alias="TIERQ_DISPATCHER_FUNCTION")
+    # Sharded: how long a process trusts a pair's home it read. A pair's move waits this long
+    # after closing the pair (tierq.logic.pair_moves), so it must be the same everywhere.
+    home_cache_seconds: float = Field(default=300.0, ge=0, le=3600,
+                                      alias="TIERQ_HOME_CACHE_SECONDS")
     # How long in-process caches of queue settings and tenant lists may be stale.
     settings_cache_seconds: float = Field(default=1.0, ge=0, alias="TIERQ_SETTINGS_CACHE_SECONDS")
     # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in

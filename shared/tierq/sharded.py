@@ -47,6 +47,7 @@ from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic.context import Clock, SystemClock
 from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown, SyncSummary
+from tierq.logic.pair_moves import MoveSummary, MoveTimings, PairMove
 from tierq.logic.queues import TENANTS_SHOWN
 from tierq.logic.schedules import parse_body as schedule_body
 from tierq.models import (
@@ -126,7 +127,8 @@ class ShardedTierq:
         self.homes = HomeRegistry({name: e.ctx.store for name, e in self.engines.items()},
                                   run=lambda name, call: self._on(
                                       name, lambda e: call(e.ctx.store)),
-                                  cap=self.settings.max_queues_per_tenant)
+                                  cap=self.settings.max_queues_per_tenant,
+                                  cache_seconds=self.settings.home_cache_seconds)
         self.by_tag = {spec.tag: spec.name for spec in self.specs}
         self.default = self.specs[0].name
         self._turn = itertools.count()
@@ -222,6 +224,40 @@ class ShardedTierq:
 
     def sync_homes(self, progress: Callable[[str], None] | None = None) -> SyncSummary:
         return self.homes.sync(progress)
+
+    def move_pair(self, queue: str, tenant: str, to: str, *,
+                  drain_seconds: float = 600.0, poll_seconds: float = 1.0,
+                  say: Callable[[str], None] | None = None,
+                  sleep: Callable[[float], None] = time.sleep) -> MoveSummary:
+        """Move the pair to shard ``to`` once its tasks are worked off on its home
+        (``tierq.logic.pair_moves``): new work for it answers 503 meanwhile. Run again, it
+        finishes a move that stopped half way."""
+        move = self._pair_move(queue, tenant, to, drain_seconds=drain_seconds,
+                               poll_seconds=poll_seconds, say=say, sleep=sleep)
+        return move.run()
+
+    def give_up_move(self, queue: str, tenant: str) -> bool:
+        """Give up the pair's move if it has not switched (it takes new work again where it
+        is); whether there was one."""
+        return self._pair_move(queue, tenant, self.default).give_up()
+
+    def _pair_move(self, queue: str, tenant: str, to: str, *, drain_seconds: float = 600.0,
+                   poll_seconds: float = 1.0, say: Callable[[str], None] | None = None,
+                   sleep: Callable[[float], None] = time.sleep) -> PairMove:
+        timings = MoveTimings(settle_seconds=self.settings.home_cache_seconds,
+                              tenants_settle_seconds=self.settings.settings_cache_seconds,
+                              drain_seconds=drain_seconds, poll_seconds=poll_seconds)
+        ctx = self.engines[self.default].ctx
+        stale_ms = int(self.settings.admission_stale_seconds * 1000)
+
+        def admissions_in_flight() -> int:
+            settings = ctx.queue_settings.get(queue)
+            return ctx.warm.mode(queue, tenant, op="observe", now_ms=int(time.time() * 1000),
+                                 stale_ms=stale_ms, warm_max=settings.warm_max,
+                                 warm_max_bytes=settings.warm_max_bytes).inflight
+
+        return PairMove(self.homes, queue, tenant, to, timings=timings,
+                        admissions_in_flight=admissions_in_flight, say=say, sleep=sleep)
 
     # -- producers -------------------------------------------------------------------------
 

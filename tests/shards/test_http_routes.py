@@ -232,3 +232,26 @@ def test_a_down_shard_fails_only_its_own_pairs(api: Api, shard_specs: list[Shard
         pinned = api("POST", "/v1/queues/outage/claims", {"max": 5},
                      claims={"sub": "w", "tenant": tenant})
         assert pinned.status == (503 if home == lost else 200), pinned.body
+
+
+def test_a_pair_being_moved_answers_503_for_new_work_and_serves_its_leases(api: Api) -> None:
+    enqueue_all(api, "relocating")
+    tenant = TENANTS[0]
+    home = homes("relocating")[tenant]
+    to = next(name for name in deployment().engines if name != home)
+    claimed = api("POST", "/v1/queues/relocating/claims", {"max": 5},
+                  claims={"sub": "w", "tenant": tenant})
+    assert claimed.status == 200 and len(claimed.body["tasks"]) == 1
+    for engine_ in deployment().engines.values():  # closed, as a move's first step
+        engine_.ctx.store.home_close("relocating", tenant, home, to)
+    deployment().homes.invalidate("relocating", tenant)
+    refused = api("POST", "/v1/queues/relocating/tasks", {"payload": {}, "tenant": tenant})
+    assert refused.status == 503, refused.body
+    assert refused.body["error"]["code"] == "pair_moving"
+    assert refused.headers.get("retry-after") == "5"
+    assert api("POST", "/v1/queues/relocating/tasks",
+               {"payload": {}, "tenant": TENANTS[1]}).status == 200  # other pairs go on
+    task = claimed.body["tasks"][0]
+    acked = api("POST", "/v1/queues/relocating/acks", {"acks": [
+        {"id": task["id"], "lease_token": task["lease_token"]}]})
+    assert acked.status == 200 and acked.body["acked"] == [task["id"]], acked.body

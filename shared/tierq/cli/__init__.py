@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.bench",
     "tierq.cli.schedules",
     "tierq.cli.queues",
+    "tierq.cli.shards",
 )
 
 

@@ -42,7 +42,7 @@ import psycopg
 import psycopg_pool
 
 from tierq.dal.shards import rendezvous_order
-from tierq.dal.store.rows import HomeRow
+from tierq.dal.store.rows import HomeRow, HomeState
 from tierq.dal.task_store import TaskStore
 from tierq.errors import QuotaExceeded, TierqError, Unavailable
 
@@ -64,6 +64,21 @@ class ShardDown(Unavailable):
                  why: str = "does not answer") -> None:
         super().__init__(f"the database shard {shard!r} {why}; retry later", detail=detail)
         self.shard = shard
+
+
+class PairMoving(Unavailable):
+    """The pair is being moved to another shard: new work waits until its tasks have
+    drained and its new home takes over (503: retry later)."""
+
+    code = "pair_moving"
+
+    def __init__(self, queue: str, tenant: str, home: str, moving_to: str) -> None:
+        super().__init__(f"queue {queue!r} of tenant {tenant!r} is moving to another "
+                         "database shard and takes no new work until it has moved; retry "
+                         "later", retry_after=5,
+                         detail=f"moving from shard {home!r} to {moving_to!r}")
+        self.home = home
+        self.moving_to = moving_to
 
 
 class HomeConflict(TierqError):
@@ -116,6 +131,11 @@ class HomeRegistry:
     def sharded(self) -> bool:
         return len(self.names) > 1
 
+    def run_on(self, name: str, call: Callable[[TaskStore], Any]) -> Any:
+        """``call(store)`` on shard ``name`` the way lookups run it (under the engine's
+        deadline for that shard, when the sharded engine made this registry)."""
+        return self._run(name, call)
+
     # -- lookups --------------------------------------------------------------------------
 
     def cached(self, queue: str, tenant: str) -> str | None:
@@ -134,19 +154,29 @@ class HomeRegistry:
             self._cache.pop((queue, tenant), None)
 
     def home_of(self, queue: str, tenant: str, *, create: bool = True) -> str | None:
-        """The pair's home shard. A pair without one is born (``create``) or None. Raises
-        ``ShardDown`` when the home cannot be known or recorded for want of a shard."""
+        """The pair's home shard. ``create``: the lookup is for new work — a pair without a
+        home is born, one being moved to another shard is refused (``PairMoving``); without
+        it, a pair without a home is None and a moving pair's current home is answered (its
+        leases and tasks are still there). Raises ``ShardDown`` when the home cannot be
+        known or recorded for want of a shard."""
         if not self.sharded:
             return self.default
         home = self.cached(queue, tenant)
         if home is not None:
             return home
         order = rendezvous_order(self.names, queue, tenant)
-        home = self._read(queue, tenant, order)
-        if home is None:
+        state = self._read(queue, tenant, order)
+        if state is None:
             if not create:
                 return None
             home = self._birth(queue, tenant, order[0])
+        elif state.moving_to is not None:
+            # not cached: every request sees the move end as soon as a shard records it
+            if create:
+                raise PairMoving(queue, tenant, state.shard, state.moving_to)
+            return state.shard
+        else:
+            home = state.shard
         self.remember(queue, tenant, home)
         return home
 
@@ -155,27 +185,33 @@ class HomeRegistry:
         """``home_of`` for each tenant of ``queue``."""
         return {tenant: self.home_of(queue, tenant, create=create) for tenant in tenants}
 
-    def _read(self, queue: str, tenant: str, order: Sequence[str]) -> str | None:
+    def state_of(self, queue: str, tenant: str) -> HomeState | None:
+        """The pair's home and move as the shards record them (no cache); None: no home."""
+        if not self.sharded:
+            return HomeState(self.default, None)
+        return self._read(queue, tenant, rendezvous_order(self.names, queue, tenant))
+
+    def _read(self, queue: str, tenant: str, order: Sequence[str]) -> HomeState | None:
         down: list[tuple[str, BaseException]] = []
         without: list[str] = []  # shards that answered without a record
         answered_none = False
         for name in order:
             try:
-                home = self._run(name, lambda store: store.home_get(queue, tenant))
-                if home is None:
+                state = self._run(name, lambda store: store.home_state(queue, tenant))
+                if state is None:
                     answered_none = answered_none or self.is_complete(name)
             except SHARD_ERRORS as exc:
                 down.append((name, exc))
                 continue
-            if home is None:
+            if state is None:
                 without.append(name)
                 continue
-            home = self._known(home)
+            self._known(state.shard)
+            row = HomeRow(queue, tenant, state.shard, state.moving_to)
             for name_without in without:  # a copy whose writing failed: heal it
                 with contextlib.suppress(*SHARD_ERRORS):
-                    self._run(name_without, partial(_record, queue=queue, tenant=tenant,
-                                                    home=home))
-            return home
+                    self._run(name_without, partial(_copy_home, row=row))
+            return HomeState(*state)
         if down:
             # a shard that did not answer may hold the only record (its own pair's)
             first_down, error = down[0]
@@ -324,5 +360,5 @@ class HomeRegistry:
         return SyncSummary(shards=len(self.names), adopted=adopted, copied=copied)
 
 
-def _record(store: TaskStore, *, queue: str, tenant: str, home: str) -> str:
-    return store.home_record(queue, tenant, home)
+def _copy_home(store: TaskStore, *, row: HomeRow) -> int:
+    return store.homes_copy([row])

@@ -18,6 +18,7 @@ migrations applied:
   0011_queue_limits_and_consumer
   0012_shard_homes
   0013_queue_limits_table
+  0014_pair_moves
 
 table tierq_feeder_offsets
   column feed text not null
@@ -60,6 +61,8 @@ table tierq_pair_homes
   column tenant text not null
   column shard text not null
   column born_at timestamp with time zone not null default now()
+  column moving_to text
+  column moving_since timestamp with time zone
   constraint tierq_pair_homes_pkey: PRIMARY KEY (queue, tenant)
   CREATE INDEX tierq_pair_homes_by_tenant ON tierq_pair_homes USING btree (tenant, queue)
   CREATE UNIQUE INDEX tierq_pair_homes_pkey ON tierq_pair_homes USING btree (queue, tenant)

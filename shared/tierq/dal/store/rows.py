@@ -297,11 +297,35 @@ class BacklogCounts(NamedTuple):
 
 
 class HomeRow(NamedTuple):
-    """A pair's home shard (a page of the homes, copied into a new shard)."""
+    """A pair's home shard (a page of the homes, copied into a new shard) and the shard it
+    is moving to, if it is."""
 
     queue: str
     tenant: str
     shard: str
+    moving_to: str | None = None
+
+
+class HomeState(NamedTuple):
+    """A pair's home as one shard records it: the home, and the shard it is moving to
+    (None: not moving; the home itself: moved, not yet open for new work)."""
+
+    shard: str
+    moving_to: str | None
+
+
+class PairLeftRow(NamedTuple):
+    """What of a pair a shard still holds that a move waits for."""
+
+    delayed: int
+    cold: int
+    warm: int
+    dead: int
+    schedules: int
+
+    @property
+    def total(self) -> int:
+        return self.delayed + self.cold + self.warm + self.dead + self.schedules
 
 
 class ShardIdentityRow(NamedTuple):

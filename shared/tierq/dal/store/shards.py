@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import orjson
-from psycopg.rows import scalar_row
+from psycopg.rows import scalar_row, tuple_row
 
 from tierq.dal.store.base import Conn, StoreBase, positional
-from tierq.dal.store.rows import HomeRow, ShardIdentityRow
+from tierq.dal.store.rows import HomeRow, HomeState, PairLeftRow, ShardIdentityRow
 
 
 class ShardQueries(StoreBase):
@@ -17,6 +17,12 @@ class ShardQueries(StoreBase):
         """The home shard this database records for the pair; None when it records none."""
         rows = self._fetch("home_get", {"queue": queue, "tenant": tenant}, scalar_row, conn)
         return str(rows[0]) if rows else None
+
+    def home_state(self, queue: str, tenant: str, conn: Conn | None = None) -> HomeState | None:
+        """The pair's home and move as this database records them; None: no record."""
+        rows = self._fetch("home_get", {"queue": queue, "tenant": tenant},
+                           positional(HomeState), conn)
+        return rows[0] if rows else None
 
     def home_record(self, queue: str, tenant: str, shard: str,
                     conn: Conn | None = None) -> str:
@@ -41,7 +47,69 @@ class ShardQueries(StoreBase):
         if not homes:
             return 0
         return self._execute("homes_copy", {"homes": orjson.dumps(
-            [[h.queue, h.tenant, h.shard] for h in homes]).decode()})
+            [[h.queue, h.tenant, h.shard, h.moving_to] for h in homes]).decode()})
+
+    # -- a pair's drained move (tierq.logic.pair_moves) ------------------------------------
+
+    def home_close(self, queue: str, tenant: str, shard: str, moving_to: str) -> HomeState:
+        """Record that the pair moves from its home ``shard`` to ``moving_to`` (a missing
+        copy is written); the home and move now recorded."""
+        return self._fetch("home_close", {"queue": queue, "tenant": tenant, "shard": shard,
+                                          "moving_to": moving_to}, positional(HomeState))[0]
+
+    def home_reopen(self, queue: str, tenant: str, shard: str, moving_to: str) -> bool:
+        """Give up the pair's move to ``moving_to`` (not switched yet); whether it was."""
+        return self._execute("home_reopen", {"queue": queue, "tenant": tenant, "shard": shard,
+                                             "moving_to": moving_to}) > 0
+
+    def home_switch(self, queue: str, tenant: str, shard: str, moving_to: str,
+                    conn: Conn | None = None) -> HomeState | None:
+        """Record ``moving_to`` as the home of the pair moving there from ``shard`` (still
+        closed to new work); the record now, None when it names another move."""
+        rows = self._fetch("home_switch", {"queue": queue, "tenant": tenant, "shard": shard,
+                                           "moving_to": moving_to},
+                           positional(HomeState), conn)
+        return rows[0] if rows else self.home_state(queue, tenant, conn)
+
+    def home_open(self, queue: str, tenant: str, shard: str) -> bool:
+        """Open a moved pair for new work on its new home ``shard``; whether it was closed."""
+        return self._execute("home_open", {"queue": queue, "tenant": tenant,
+                                           "shard": shard}) > 0
+
+    def pair_left(self, queue: str, tenant: str, conn: Conn | None = None) -> PairLeftRow:
+        """What of the pair this shard still holds that a move must wait for."""
+        return self._fetch("pair_left_on_shard", {"queue": queue, "tenant": tenant},
+                           positional(PairLeftRow), conn)[0]
+
+    def feeder_homes_here(self, conn: Conn, queue: str,
+                          tenants: Sequence[str]) -> list[tuple[str, str, str | None]]:
+        """In a bulk chunk's transaction: hold the chunk's pairs' home records shared and
+        return (tenant, home, moving_to) of those that live elsewhere or are moving."""
+        rows = self._fetch("feeder_homes_here", {"queue": queue, "tenants": list(tenants)},
+                           tuple_row, conn)
+        return [(str(r[0]), str(r[1]), r[2]) for r in rows if r[3]]
+
+    def pair_switch_drained(self, queue: str, tenant: str, moving_to: str,
+                            shard: str) -> PairLeftRow | HomeState | None:
+        """On the pair's old home ``shard``, in one transaction holding the pair's home
+        record and registration: when the record still says it moves from ``shard`` to
+        ``moving_to`` and nothing of the pair is left here, drop its registration and record
+        ``moving_to`` as its home (that state returned); otherwise, writing nothing, what is
+        left, or the record as it is now (None: there is none) when it says otherwise."""
+        params = {"queue": queue, "tenant": tenant}
+        with self.db.transaction() as conn:
+            # waits for any bulk chunk writing the pair here (feeder_homes_here)
+            locked = self._fetch("home_lock", params, positional(HomeState), conn)
+            if not locked or locked[0] != HomeState(shard, moving_to):
+                return locked[0] if locked else None
+            self._fetch("pair_registry_lock", params, scalar_row, conn)
+            left = self.pair_left(queue, tenant, conn)
+            if left.total:
+                return left
+            self._execute("pair_registry_drop", params, conn)
+            state = self.home_switch(queue, tenant, shard, moving_to, conn)
+            assert state is not None
+            return state
 
     def home_birth_within_cap(self, queue: str, tenant: str, shard: str, cap: int) -> str | None:
         """Record a new pair's home (on the default shard) unless its tenant already has

@@ -676,10 +676,11 @@ WHERE p.queue = v.queue AND p.tenant = v.tenant
   AND (p.cold_mode_since IS NOT NULL) IS DISTINCT FROM v.cold;
 
 -- name: forget_idle_pairs
--- One slice of the registry after the cursor: pairs not seen since `before` and without any
--- row left (tasks in any state, schedules, feeder offsets of a feed named after the queue)
--- are deleted (an installed occurrence is a task). Returns the pairs forgotten, then the
--- slice's last pair (the next cursor) with the number of pairs the slice read. Only the slice's idle pairs are
+-- One slice of the registry after the cursor: pairs not seen since `before`, without any
+-- row left (tasks in any state, schedules, feeder offsets of a feed named after the queue;
+-- an installed occurrence is a task) and not being moved to another shard are deleted.
+-- Returns the pairs forgotten, then the slice's last pair (the next cursor) with the
+-- number of pairs the slice read. Only the slice's idle pairs are
 -- checked for rows, one index probe per state and pair (OFFSET 0 keeps each NOT EXISTS a
 -- correlated probe: as an anti join it could read a whole partial index), and deleted by
 -- primary key. A registration racing with this holds the row: the DELETE waits, then
@@ -706,6 +707,9 @@ WITH slice AS MATERIALIZED (
       AND NOT EXISTS (SELECT 1 FROM tierq_schedules c
                       WHERE c.queue = s.queue AND c.tenant = s.tenant OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM tierq_feeder_offsets f WHERE f.feed = s.queue OFFSET 0)
+      -- a pair being moved to another shard keeps its home records until the move ends
+      AND NOT EXISTS (SELECT 1 FROM tierq_pair_homes h WHERE h.queue = s.queue
+                      AND h.tenant = s.tenant AND h.moving_to IS NOT NULL OFFSET 0)
 ), gone AS (
     DELETE FROM tierq_queue_tenants p
     WHERE (p.queue, p.tenant) IN (SELECT queue, tenant FROM idle)

@@ -2,7 +2,8 @@
 -- identity.
 
 -- name: home_get
-SELECT shard
+-- The pair's home as this shard knows it, and the shard it is moving to (NULL: none).
+SELECT shard, moving_to
 FROM tierq_pair_homes
 WHERE queue = %(queue)s AND tenant = %(tenant)s;
 
@@ -23,18 +24,104 @@ WHERE queue = %(queue)s AND tenant = %(tenant)s AND shard = %(shard)s;
 
 -- name: homes_page
 -- Homes after (queue, tenant) in key order: copying them into a new shard.
-SELECT queue, tenant, shard
+SELECT queue, tenant, shard, moving_to
 FROM tierq_pair_homes
 WHERE (queue, tenant) > (%(queue)s, %(tenant)s)
 ORDER BY queue, tenant
 LIMIT %(limit)s;
 
 -- name: homes_copy
--- Record the given homes (JSON array of [queue, tenant, shard]) where none is recorded.
-INSERT INTO tierq_pair_homes (queue, tenant, shard)
-SELECT h ->> 0, h ->> 1, h ->> 2
+-- Record the given homes (JSON array of [queue, tenant, shard, moving_to]) where none is
+-- recorded.
+INSERT INTO tierq_pair_homes (queue, tenant, shard, moving_to, moving_since)
+SELECT h ->> 0, h ->> 1, h ->> 2, h ->> 3, CASE WHEN h ->> 3 IS NOT NULL THEN now() END
 FROM jsonb_array_elements(%(homes)s::jsonb) AS h
 ON CONFLICT (queue, tenant) DO NOTHING;
+
+-- name: home_close
+-- Start moving a pair off its home `shard` to `moving_to` (tierq.logic.pair_moves): this
+-- copy of its home says so (a copy this shard missed is written). Returns the home and
+-- move now recorded: another home or another move than asked means the caller's view is
+-- stale.
+INSERT INTO tierq_pair_homes AS h (queue, tenant, shard, moving_to, moving_since)
+VALUES (%(queue)s, %(tenant)s, %(shard)s, %(moving_to)s, now())
+ON CONFLICT (queue, tenant) DO UPDATE
+SET moving_to = CASE WHEN h.shard = excluded.shard AND h.moving_to IS NULL
+                     THEN excluded.moving_to ELSE h.moving_to END,
+    moving_since = CASE WHEN h.shard = excluded.shard AND h.moving_to IS NULL
+                        THEN excluded.moving_since ELSE h.moving_since END
+RETURNING h.shard, h.moving_to;
+
+-- name: home_reopen
+-- Give up a move that has not switched yet: the pair stays on `shard`, open for new work.
+UPDATE tierq_pair_homes
+SET moving_to = NULL, moving_since = NULL
+WHERE queue = %(queue)s AND tenant = %(tenant)s AND shard = %(shard)s
+  AND moving_to = %(moving_to)s;
+
+-- name: home_switch
+-- A moved pair's home is now `moving_to`, still closed to new work (home_open opens it):
+-- written on the old home by pair_switch_drained, then on every other shard. A copy that
+-- already names the new home is left as it is.
+INSERT INTO tierq_pair_homes AS h (queue, tenant, shard, moving_to, moving_since)
+VALUES (%(queue)s, %(tenant)s, %(moving_to)s, %(moving_to)s, now())
+ON CONFLICT (queue, tenant) DO UPDATE
+SET shard = excluded.shard, moving_to = excluded.moving_to
+WHERE h.shard = %(shard)s AND h.moving_to = %(moving_to)s
+RETURNING h.shard, h.moving_to;
+
+-- name: home_open
+-- The last step of a move: the pair's new home takes new work.
+UPDATE tierq_pair_homes
+SET moving_to = NULL, moving_since = NULL
+WHERE queue = %(queue)s AND tenant = %(tenant)s AND shard = %(shard)s
+  AND moving_to = %(shard)s;
+
+-- name: pair_left_on_shard
+-- What of a pair is still on this shard that a move must wait for: its unfinished tasks
+-- by state (leased ones are 'warm'), its dead letters and its schedules (whose occurrences
+-- are tasks). Finished tasks stay behind: their ids name this shard, and the purge removes
+-- them in time. One count per state, each on that state's partial index by pair.
+SELECT (SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'
+        AND queue = %(queue)s AND tenant = %(tenant)s) AS delayed,
+       (SELECT count(*) FROM tierq_tasks WHERE state = 'cold'
+        AND queue = %(queue)s AND tenant = %(tenant)s) AS cold,
+       (SELECT count(*) FROM tierq_tasks WHERE state = 'warm'
+        AND queue = %(queue)s AND tenant = %(tenant)s) AS warm,
+       (SELECT count(*) FROM tierq_tasks WHERE state = 'dead'
+        AND queue = %(queue)s AND tenant = %(tenant)s) AS dead,
+       (SELECT count(*) FROM tierq_schedules
+        WHERE queue = %(queue)s AND tenant = %(tenant)s) AS schedules;
+
+-- name: home_lock
+-- The pair's home record on this shard, locked for a move's switch: a bulk chunk writing
+-- the pair here holds it shared until it commits (feeder_homes_here), so the switch counts
+-- that chunk's rows, and a chunk after the switch finds the pair moved.
+SELECT shard, moving_to FROM tierq_pair_homes
+WHERE queue = %(queue)s AND tenant = %(tenant)s
+FOR UPDATE;
+
+-- name: feeder_homes_here
+-- In a bulk chunk's transaction on a shard of a sharded deployment: the chunk's pairs'
+-- home records, held shared until the chunk commits (a move's switch waits for it), and
+-- whether each pair lives elsewhere now or is being moved (then the chunk writes nothing).
+-- KEY SHARE: the weakest lock that home_lock's FOR UPDATE waits for; a move's close (an
+-- UPDATE of other columns) does not wait for the chunk.
+SELECT h.tenant, h.shard, h.moving_to, (h.shard <> i.name OR h.moving_to IS NOT NULL)
+FROM tierq_pair_homes h CROSS JOIN tierq_shard_identity i
+WHERE h.queue = %(queue)s AND h.tenant = ANY(%(tenants)s::text[])
+FOR KEY SHARE OF h;
+
+-- name: pair_registry_lock
+-- The pair's registration, locked: a registration racing with a move's switch waits for
+-- it (and then finds the pair gone from this shard).
+SELECT 1 FROM tierq_queue_tenants
+WHERE queue = %(queue)s AND tenant = %(tenant)s
+FOR UPDATE;
+
+-- name: pair_registry_drop
+DELETE FROM tierq_queue_tenants
+WHERE queue = %(queue)s AND tenant = %(tenant)s;
 
 -- name: home_birth_within_cap
 -- A new pair's home, on the default shard (the arbiter of births) after lock_tenant_quota in
@@ -74,7 +161,7 @@ ON CONFLICT (queue, tenant) DO NOTHING;
 
 -- name: homes_elsewhere_registered
 -- Pairs registered on this shard whose recorded home is another shard (should be none).
-SELECT r.queue, r.tenant, h.shard
+SELECT r.queue, r.tenant, h.shard, h.moving_to
 FROM tierq_queue_tenants AS r
 JOIN tierq_pair_homes AS h USING (queue, tenant)
 WHERE h.shard <> %(shard)s

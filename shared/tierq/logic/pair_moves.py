@@ -1,0 +1,294 @@
+"""A pair's drained move to another shard: the explicit way a (queue, tenant) changes home.
+
+A home never changes by itself (``tierq.logic.homes``); an operator moves a pair, e.g. off
+a shard whose name is to be removed or off a busy writer (``tierq shards move``). Its
+tasks are not copied: the pair stops taking new work, its tasks are worked off where they
+are, and only a pair with nothing left on its old home gets its new one. Steps, each safe
+to run again (a move that stopped half way is finished, or given up, by running it again):
+
+1. **Close.** Every shard's copy of the pair's home records the move (``moving_to``); every
+   shard must answer. From then on a lookup for new work (enqueue, bulk load, schedule)
+   answers 503 ``pair_moving``; claims, acks, nacks, heartbeats and status still go to the
+   old home, whose tasks are worked off as usual.
+2. **Settle.** Wait as long as a process may trust a home it read before (the home cache,
+   ``TIERQ_HOME_CACHE_SECONDS``): after that, no process sends new work to the old home.
+3. **Drain.** Wait until the old home holds nothing of the pair but finished tasks: no
+   delayed, ready or leased task, no dead letter, no schedule, no bulk chunk or admission
+   in flight. A pair with schedules or dead letters is refused up front (delete the
+   schedules and put them again after the move; replay or purge the dead letters). Past
+   the drain limit the move is given up: the pair is reopened on its old home.
+4. **Switch.** On the old home, in one transaction holding the pair's home record and
+   registration: nothing left, so the registration goes and the record names the new home
+   (still closed to new work); then every other shard's copy. A bulk chunk holds the record
+   shared while it writes, so the switch counts its rows or the chunk finds the pair gone.
+5. **Open.** After the tenant lists cached by the shards' engines have expired
+   (``TIERQ_SETTINGS_CACHE_SECONDS``: a queue-wide claim on the old home no longer looks at
+   the pair), every copy opens the pair on its new home.
+
+Finished tasks stay on the old home (their ids name that shard, so their status is still
+answered) until the retention purge removes them. Task ids are not reused across shards, so
+nothing of the pair's past is confused with what the new home makes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tierq.dal.store.rows import HomeState, PairLeftRow
+from tierq.errors import Conflict, InvalidInput, NotFound
+from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown
+
+Say = Callable[[str], None]
+
+
+class MoveRefused(Conflict):
+    """The pair cannot be moved now (it holds schedules or dead letters, or another move of
+    it is under way); nothing changed."""
+
+    code = "move_refused"
+
+
+class MoveTimedOut(Conflict):
+    """The pair did not drain within the limit: the move was given up and the pair takes
+    new work on its old home again."""
+
+    code = "move_timed_out"
+
+
+@dataclass(frozen=True)
+class MoveTimings:
+    """How long each waiting step lasts. ``settle_seconds`` must be at least the home cache
+    of every process of the deployment, ``tenants_settle_seconds`` at least their tenant
+    lists' cache (both are settings the deployment shares)."""
+
+    settle_seconds: float
+    tenants_settle_seconds: float
+    drain_seconds: float = 600.0
+    poll_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("settle_seconds", "tenants_settle_seconds", "drain_seconds"):
+            if getattr(self, name) < 0:
+                raise InvalidInput(f"{name} must be ≥ 0, got {getattr(self, name)}")
+        if self.poll_seconds <= 0:
+            raise InvalidInput(f"poll_seconds must be > 0, got {self.poll_seconds}")
+
+
+@dataclass(frozen=True)
+class MoveSummary:
+    queue: str
+    tenant: str
+    from_shard: str
+    to_shard: str
+    moved: bool  # False: the pair already lived on to_shard
+    drain_seconds: float = 0.0
+
+
+def describe(left: PairLeftRow) -> str:
+    parts = [f"{n} {what}" for n, what in (
+        (left.delayed, "delayed"), (left.cold, "cold"), (left.warm, "ready or leased"),
+        (left.dead, "dead letters"), (left.schedules, "schedules")) if n]
+    return ", ".join(parts) or "nothing"
+
+
+class PairMove:
+    """One pair's move over ``homes`` (the registry of the deployment's shards).
+    ``admissions_in_flight()`` counts the pair's admissions registered in the warm tier
+    (a bulk load, a cold enqueue between its commit and its end)."""
+
+    def __init__(self, homes: HomeRegistry, queue: str, tenant: str, to: str, *,
+                 timings: MoveTimings, admissions_in_flight: Callable[[], int],
+                 say: Say | None = None, sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        if not homes.sharded:
+            raise InvalidInput("a deployment with one shard has nowhere to move a pair to")
+        if to not in homes.shards:
+            raise InvalidInput(f"no shard named {to!r} (shards: {', '.join(homes.names)})",
+                               details=[{"field": "to", "message": "not a shard's name"}])
+        self.homes = homes
+        self.queue = queue
+        self.tenant = tenant
+        self.to = to
+        self.timings = timings
+        self.in_flight = admissions_in_flight
+        self.say = say or (lambda _message: None)
+        self.sleep = sleep
+        self.monotonic = monotonic
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def run(self) -> MoveSummary:
+        state = self.homes.state_of(self.queue, self.tenant)
+        if state is None:
+            raise NotFound(f"queue {self.queue!r} of tenant {self.tenant!r} has no home: it "
+                           "has never had work (its first task goes to the shard its "
+                           "ranking names)")
+        home, to = state.shard, self.to
+        if state.moving_to not in (None, to):
+            raise MoveRefused(f"queue {self.queue!r} of tenant {self.tenant!r} is already "
+                              f"moving to shard {state.moving_to!r}: finish that move "
+                              "(run it again with that shard) or give it up first")
+        if home == to:
+            if state.moving_to is None:
+                self.say(f"({self.queue}, {self.tenant}) already lives on shard {to}")
+                return MoveSummary(self.queue, self.tenant, home, to, moved=False)
+            # switched on the old home and maybe some copies: finish it
+            self._switch_copies(None)
+            self._open()
+            return MoveSummary(self.queue, self.tenant, "?", to, moved=True)
+        if state.moving_to is None:
+            self._refuse_what_cannot_drain(home)
+        self._close(home)
+        waited = self._drain(home)
+        self._switch_copies(home)
+        self._open()
+        return MoveSummary(self.queue, self.tenant, home, to, moved=True,
+                           drain_seconds=round(waited, 3))
+
+    def give_up(self) -> bool:
+        """Give up a move that has not switched: the pair takes new work on its home again.
+        Whether there was one to give up."""
+        state = self.homes.state_of(self.queue, self.tenant)
+        if state is None or state.moving_to is None:
+            return False
+        if state.shard == state.moving_to:
+            raise MoveRefused(f"queue {self.queue!r} of tenant {self.tenant!r} has already "
+                              f"switched to shard {state.shard!r}: run the move again to "
+                              "finish it")
+        self._reopen(state.shard, state.moving_to)
+        return True
+
+    def _refuse_what_cannot_drain(self, home: str) -> None:
+        left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
+        if left.schedules or left.dead:
+            raise MoveRefused(
+                f"queue {self.queue!r} of tenant {self.tenant!r} has {describe(left)} on "
+                f"shard {home!r}; a move waits only for tasks to be worked off",
+                details=[{"field": field, "message": message}
+                         for field, count, message in (
+                             ("schedules", left.schedules,
+                              "delete them, and put them again after the move (they then "
+                              "live on the new home)"),
+                             ("dead", left.dead, "replay or purge them first"))
+                         if count])
+
+    def _close(self, home: str) -> None:
+        order = [self.homes.default] + [n for n in self.homes.names if n != self.homes.default]
+        closed: list[str] = []
+        try:
+            for name in order:
+                state = self._on(name, lambda store: store.home_close(
+                    self.queue, self.tenant, home, self.to))
+                closed.append(name)
+                if state != HomeState(home, self.to):
+                    raise MoveRefused(
+                        f"shard {name!r} records queue {self.queue!r} of tenant "
+                        f"{self.tenant!r} as {_shown(state)}, not on {home!r}: another move "
+                        "ran meanwhile; look again")
+        except (ShardDown, MoveRefused):
+            self._reopen(home, self.to, only=closed)
+            raise
+        self.homes.invalidate(self.queue, self.tenant)
+        self.say(f"({self.queue}, {self.tenant}) closed to new work on every shard; waiting "
+                 f"{self.timings.settle_seconds:g} s for every process to see it")
+        self.sleep(self.timings.settle_seconds)
+
+    def _drain(self, home: str) -> float:
+        started = self.monotonic()
+        deadline = started + self.timings.drain_seconds
+        last = ""
+        while True:
+            left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
+            in_flight = 0 if left.total else self.in_flight()
+            if not left.total and not in_flight:
+                switched = self._on(home, lambda store: store.pair_switch_drained(
+                    self.queue, self.tenant, self.to, home))
+                if switched == HomeState(self.to, self.to):
+                    self.say(f"({self.queue}, {self.tenant}) drained on shard {home}; its "
+                             f"home is now shard {self.to}")
+                    return self.monotonic() - started
+                if not isinstance(switched, PairLeftRow):
+                    # forgotten as idle meanwhile and born again, or another move
+                    self._reopen(home, self.to)
+                    raise MoveRefused(
+                        f"shard {home!r} records queue {self.queue!r} of tenant "
+                        f"{self.tenant!r} as {_shown(switched)} now: its home changed "
+                        "during the move; look again")
+                left = switched
+            now_left = describe(left) if left.total else f"{in_flight} admissions in flight"
+            if now_left != last:
+                self.say(f"waiting for ({self.queue}, {self.tenant}) to drain on shard "
+                         f"{home}: {now_left} left")
+                last = now_left
+            if self.monotonic() >= deadline:
+                self._reopen(home, self.to)
+                raise MoveTimedOut(
+                    f"queue {self.queue!r} of tenant {self.tenant!r} did not drain on shard "
+                    f"{home!r} within {self.timings.drain_seconds:g} s ({now_left} left); "
+                    "the move is given up and the pair takes new work there again")
+            self.sleep(self.timings.poll_seconds)
+
+    def _switch_copies(self, home: str | None) -> None:
+        """Every copy but the old home's (switched in its drained transaction) names the new
+        home; ``home`` None: the old home is unknown here (a move finished again), and
+        every copy that still names a move to ``to`` is switched."""
+        for name in [self.to] + [n for n in self.homes.names if n not in (self.to, home)]:
+            state = self._finish_on(name, lambda store: store.home_state(
+                self.queue, self.tenant))
+            if state is None or (state.moving_to == self.to and state.shard != self.to):
+                old = home or (state.shard if state is not None else self.to)
+                self._finish_on(name, lambda store, old=old: store.home_switch(
+                    self.queue, self.tenant, old, self.to))
+
+    def _open(self) -> None:
+        self.say(f"waiting {self.timings.tenants_settle_seconds:g} s for the shards' "
+                 "engines to stop listing the pair on its old home")
+        self.sleep(self.timings.tenants_settle_seconds)
+        for name in [self.to] + [n for n in self.homes.names if n != self.to]:
+            self._finish_on(name, lambda store: store.home_open(
+                self.queue, self.tenant, self.to))
+        self.homes.invalidate(self.queue, self.tenant)
+        self.say(f"({self.queue}, {self.tenant}) takes new work on shard {self.to}")
+
+    def _reopen(self, home: str, to: str, only: list[str] | None = None) -> None:
+        """Give the move up on the shards that answer; one that does not keeps the pair
+        closed until the move is run or given up again (it refuses new work: safe)."""
+        missed = []
+        for name in self.homes.names if only is None else only:
+            try:
+                self._on(name, lambda store: store.home_reopen(self.queue, self.tenant,
+                                                               home, to))
+            except ShardDown:
+                missed.append(name)
+        self.homes.invalidate(self.queue, self.tenant)
+        if missed:
+            self.say(f"shard(s) {', '.join(missed)} did not answer: the pair stays closed "
+                     "there until the move is given up again")
+
+    # -- calls on one shard ------------------------------------------------------------------
+
+    def _on(self, name: str, call: Callable[..., object]) -> Any:
+        try:
+            return self.homes.run_on(name, call)
+        except SHARD_ERRORS as exc:
+            raise ShardDown(name, detail=str(exc)) from exc
+
+    def _finish_on(self, name: str, call: Callable[..., object]) -> Any:
+        try:
+            return self._on(name, call)
+        except ShardDown as exc:
+            raise ShardDown(name, detail=exc.detail,
+                            why="does not answer; the move has switched on the old home: run "
+                                "it again to finish it (until then the pair takes no new "
+                                "work)") from exc
+
+
+def _shown(state: HomeState | None) -> str:
+    if state is None:
+        return "without a home"
+    if state.moving_to is None:
+        return f"living on {state.shard!r}"
+    return f"living on {state.shard!r}, moving to {state.moving_to!r}"

@@ -1,0 +1,250 @@
+"""A pair's drained move to another shard (tierq.logic.pair_moves, ``tierq shards move``):
+new work is refused while its tasks are worked off where they are, then its home changes on
+every shard and new work goes there — nothing lost, nothing left behind, and a move that
+stopped half way is finished (or given up) by running it again."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from tests.shards.conftest import ShardedFactory
+from tierq.cli import app
+from tierq.dal.shards import ShardSpec, tag_of
+from tierq.dal.store.rows import HomeState
+from tierq.errors import InvalidInput, NotFound
+from tierq.logic.bulk import ShardedBulkLoad, load_id
+from tierq.logic.homes import PairMoving
+from tierq.logic.pair_moves import MoveRefused, MoveTimedOut
+from tierq.sharded import ShardedTierq
+
+QUEUE = "moving"
+TENANT = "acme"
+FAST = {"home_cache_seconds": 0.2}
+
+
+def states(tq: ShardedTierq, queue: str = QUEUE, tenant: str = TENANT
+           ) -> dict[str, HomeState | None]:
+    return {name: e.ctx.store.home_state(queue, tenant) for name, e in tq.engines.items()}
+
+
+def registered_on(spec: ShardSpec, queue: str = QUEUE, tenant: str = TENANT) -> bool:
+    with psycopg.connect(spec.url) as conn:
+        row = conn.execute("SELECT count(*) FROM tierq_queue_tenants WHERE queue = %s "
+                           "AND tenant = %s", (queue, tenant)).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def other_shard(tq: ShardedTierq, home: str) -> str:
+    return next(name for name in tq.engines if name != home)
+
+
+def wait_for(predicate: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_move_refuses_new_work_drains_then_switches_every_copy(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    tq = make_sharded(**FAST)
+    other_process = make_sharded(**FAST)
+    tq.enqueue(QUEUE, [{"payload": {"n": n}} for n in range(20)], tenant=TENANT)
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    to = other_shard(tq, home)
+    assert other_process.homes.home_of(QUEUE, TENANT) == home  # cached there
+    held = tq.claim(QUEUE, tenant=TENANT, max=5)  # leases that outlive the close
+    before_tag = tag_of(str(held[0].id))
+
+    said: list[str] = []
+    outcome: dict[str, Any] = {}
+
+    def move() -> None:
+        try:
+            outcome["summary"] = tq.move_pair(QUEUE, TENANT, to, drain_seconds=30,
+                                              poll_seconds=0.05, say=said.append)
+        except Exception as exc:  # reported by the assertions below
+            outcome["error"] = exc
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    wait_for(lambda: all(s is not None and s.moving_to == to for s in states(tq).values()))
+    time.sleep(0.3)  # past the other process's home cache
+    for engine in (tq, other_process):
+        with pytest.raises(PairMoving) as refused:
+            engine.enqueue(QUEUE, [{"payload": "late"}], tenant=TENANT)
+        assert refused.value.status == 503 and refused.value.code == "pair_moving"
+    with pytest.raises(PairMoving):
+        tq.put_schedule("nightly", {"queue": QUEUE, "tenant": TENANT,
+                                    "every_seconds": 60, "payload": {}})
+    with pytest.raises(PairMoving), tq.bulk_load(QUEUE, rows=1, tenants=[TENANT]):
+        pass
+    tq.enqueue(QUEUE, [{"payload": "elsewhere"}], tenant="another")  # other pairs go on
+
+    # the old home still serves what it holds: claims, acks, heartbeats
+    assert not tq.heartbeat(QUEUE, [{"id": t.id, "lease_token": t.lease_token,
+                                     "extend_seconds": 30} for t in held]).rejected
+    worked = len(held)
+    while batch := other_process.claim(QUEUE, tenant=TENANT, max=4):
+        assert all(tag_of(str(t.id)) == before_tag for t in batch)
+        assert not other_process.ack(QUEUE, batch).rejected
+        worked += len(batch)
+    assert "error" not in outcome and "summary" not in outcome  # leases still held
+    assert not tq.ack(QUEUE, held).rejected
+    mover.join(timeout=30)
+    assert "error" not in outcome, outcome
+    summary = outcome["summary"]
+    assert (summary.from_shard, summary.to_shard, summary.moved) == (home, to, True)
+    assert worked == 20
+    assert any("ready or leased" in line for line in said)  # progress named what was left
+
+    assert set(states(tq).values()) == {HomeState(to, None)}
+    spec_of = {spec.name: spec for spec in shard_specs}
+    assert not registered_on(spec_of[home])
+    # new work goes to the new home, from every process, and is served there
+    for engine in (tq, other_process):
+        outcome_ = engine.enqueue(QUEUE, [{"payload": "after"}], tenant=TENANT)[0]
+        assert tag_of(str(outcome_.id)) == spec_of[to].tag
+    assert registered_on(spec_of[to])
+    got = other_process.claim(QUEUE, tenant=TENANT, max=10)
+    assert [t.payload for t in got] == ["after", "after"]
+    assert not other_process.ack(QUEUE, got).rejected
+    counts = tq.get_queue(QUEUE, TENANT).counts
+    assert (counts.warm, counts.cold, counts.delayed, counts.leased) == (0, 0, 0, 0)
+    # the new home, not the old, is what a fresh process finds
+    assert make_sharded(**FAST).homes.home_of(QUEUE, TENANT, create=False) == to
+
+
+def test_schedules_and_dead_letters_refuse_a_move_up_front(
+        make_sharded: ShardedFactory) -> None:
+    tq = make_sharded(**FAST)
+    tq.put_schedule("hourly", {"queue": QUEUE, "tenant": TENANT, "every_seconds": 3600,
+                               "payload": {}})
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    to = other_shard(tq, home)
+    with pytest.raises(MoveRefused, match="1 schedules") as refused:
+        tq.move_pair(QUEUE, TENANT, to)
+    assert refused.value.details[0]["field"] == "schedules"
+    assert {s.moving_to for s in states(tq).values()} == {None}  # nothing changed
+    tq.delete_schedule("hourly", TENANT)
+
+    tq.enqueue(QUEUE, [{"payload": 1, "max_attempts": 1}], tenant=TENANT)
+    task = tq.claim(QUEUE, tenant=TENANT, max=1)[0]
+    assert tq.nack(QUEUE, [{"id": task.id, "lease_token": task.lease_token,
+                            "error": "boom"}]).dead
+    with pytest.raises(MoveRefused, match="1 dead letters"):
+        tq.move_pair(QUEUE, TENANT, to)
+    tq.enqueue(QUEUE, [{"payload": 2}], tenant=TENANT)  # still open for work
+
+    with pytest.raises(InvalidInput, match="no shard named 'purple'"):
+        tq.move_pair(QUEUE, TENANT, "purple")
+    with pytest.raises(NotFound, match="has no home"):
+        tq.move_pair(QUEUE, "nobody-yet", to)
+    assert not tq.move_pair(QUEUE, TENANT, home).moved  # already there
+
+
+def test_a_pair_that_does_not_drain_in_time_is_reopened_where_it_is(
+        make_sharded: ShardedFactory) -> None:
+    tq = make_sharded(**FAST)
+    tq.enqueue(QUEUE, [{"payload": 1}, {"payload": 2}], tenant=TENANT)
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    with pytest.raises(MoveTimedOut, match="2 ready or leased left"):
+        tq.move_pair(QUEUE, TENANT, other_shard(tq, home), drain_seconds=0.3,
+                     poll_seconds=0.05)
+    assert set(states(tq).values()) == {HomeState(home, None)}
+    tq.enqueue(QUEUE, [{"payload": 3}], tenant=TENANT)
+    assert [t.payload for t in tq.claim(QUEUE, tenant=TENANT, max=5)] == [1, 2, 3]
+
+
+def test_a_move_stopped_half_way_is_finished_or_given_up_by_running_it_again(
+        make_sharded: ShardedFactory) -> None:
+    tq = make_sharded(**FAST)
+    tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    to = other_shard(tq, home)
+    third = next(n for n in tq.engines if n not in (home, to))
+    # closed on every shard, then the process stopped: giving up reopens it where it is
+    for engine in tq.engines.values():
+        engine.ctx.store.home_close(QUEUE, TENANT, home, to)
+    with pytest.raises(MoveRefused, match=f"already moving to shard '{to}'"):
+        tq.move_pair(QUEUE, TENANT, third)
+    assert tq.give_up_move(QUEUE, TENANT)
+    assert set(states(tq).values()) == {HomeState(home, None)}
+    assert not tq.give_up_move(QUEUE, TENANT)
+
+    # closed, drained and switched on the old home only, then stopped: run again, finished
+    done = tq.claim(QUEUE, tenant=TENANT, max=1)
+    assert not tq.ack(QUEUE, done).rejected
+    for engine in tq.engines.values():
+        engine.ctx.store.home_close(QUEUE, TENANT, home, to)
+    switched = tq.engines[home].ctx.store.pair_switch_drained(QUEUE, TENANT, to, home)
+    assert switched == HomeState(to, to)
+    with pytest.raises(PairMoving):
+        make_sharded(**FAST).enqueue(QUEUE, [{"payload": "early"}], tenant=TENANT)
+    with pytest.raises(MoveRefused, match="already switched"):
+        tq.give_up_move(QUEUE, TENANT)
+    summary = tq.move_pair(QUEUE, TENANT, to, poll_seconds=0.05)
+    assert summary.moved and summary.to_shard == to
+    assert set(states(tq).values()) == {HomeState(to, None)}
+    tq.enqueue(QUEUE, [{"payload": 2}], tenant=TENANT)
+    assert [t.payload for t in tq.claim(QUEUE, tenant=TENANT, max=5)] == [2]
+
+
+def test_a_bulk_chunk_for_a_pair_being_moved_writes_nothing(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    tq = make_sharded(**FAST)
+    tq.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    with tq.bulk_load(QUEUE, rows=2, tenants=[TENANT]) as load:
+        assert isinstance(load, ShardedBulkLoad)
+        for engine in tq.engines.values():  # the move closes the pair while the load runs
+            engine.ctx.store.home_close(QUEUE, TENANT, home, other_shard(tq, home))
+        rows = "".join(f"{load_id(load.id_ms, o, load.id_tail)}\t{o}\t{TENANT}\t\\N\t5\t"
+                       f"{{\"ord\": {o}}}\t\\N\n" for o in range(2)).encode()
+        with tq.bulk_writer(load) as writer, pytest.raises(PairMoving):
+            writer.write(rows, tenants=[TENANT])
+    spec = next(s for s in shard_specs if s.name == home)
+    with psycopg.connect(spec.url) as conn:
+        row = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+                           (QUEUE,)).fetchone()
+    assert row is not None and row[0] == 1  # the chunk wrote nothing
+
+
+def test_tierq_shards_move_and_home(make_sharded: ShardedFactory,
+                                    shard_specs: list[ShardSpec], valkey_url: str) -> None:
+    tq = make_sharded(**FAST)
+    tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
+    assert not tq.ack(QUEUE, tq.claim(QUEUE, tenant=TENANT, max=1)).rejected
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    to = other_shard(tq, home)
+    env = {"TIERQ_SHARD_URLS": ",".join(f"{s.name}={s.url}" for s in shard_specs[:3]),
+           "VALKEY_URL": valkey_url, "DATABASE_URL": "", "TIERQ_HOME_CACHE_SECONDS": "0",
+           "TIERQ_SETTINGS_CACHE_SECONDS": "0"}
+    runner = CliRunner()
+    shown = runner.invoke(app, ["shards", "home", QUEUE, TENANT], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert orjson.loads(shown.stdout) == {"queue": QUEUE, "tenant": TENANT, "home": home,
+                                          "moving_to": None}
+    bad = runner.invoke(app, ["shards", "move", QUEUE, TENANT], env=env)
+    assert bad.exit_code == 2 and "--to SHARD or --give-up" in bad.output
+    moved = runner.invoke(app, ["shards", "move", QUEUE, TENANT, "--to", to], env=env)
+    assert moved.exit_code == 0, moved.output
+    assert orjson.loads(moved.stdout)["to"] == to
+    assert "takes new work on shard" in moved.output
+    unknown = runner.invoke(app, ["shards", "move", QUEUE, TENANT, "--to", "purple"], env=env)
+    assert unknown.exit_code == 1 and "no shard named 'purple'" in unknown.output
+    assert set(states(tq).values()) == {HomeState(to, None)}
