@@ -46,7 +46,13 @@ from tierq.errors import NotFound
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic.context import Clock, SystemClock
-from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown, SyncSummary
+from tierq.logic.homes import (
+    SHARD_ERRORS,
+    HomeRegistry,
+    PairMoving,
+    ShardDown,
+    SyncSummary,
+)
 from tierq.logic.pair_moves import MoveSummary, MoveTimings, PairMove
 from tierq.logic.queues import TENANTS_SHOWN
 from tierq.logic.schedules import parse_body as schedule_body
@@ -179,7 +185,7 @@ class ShardedTierq:
             with self._lock:
                 self._suspect_until[name] = time.monotonic() + self.suspect_seconds
             raise ShardDown(name, detail=f"no answer within {limit:g} s") from None
-        except ShardDown:
+        except (ShardDown, PairMoving):  # PairMoving: the shard answered, the pair moved
             raise
         except SHARD_ERRORS as exc:
             raise ShardDown(name, detail=str(exc)) from exc
@@ -244,7 +250,10 @@ class ShardedTierq:
     def _pair_move(self, queue: str, tenant: str, to: str, *, drain_seconds: float = 600.0,
                    poll_seconds: float = 1.0, say: Callable[[str], None] | None = None,
                    sleep: Callable[[float], None] = time.sleep) -> PairMove:
-        timings = MoveTimings(settle_seconds=self.settings.home_cache_seconds,
+        # every process's cached home has expired, and a request that read it just before
+        # has ended (its call on a shard is given up after call_seconds)
+        timings = MoveTimings(settle_seconds=self.settings.home_cache_seconds
+                              + self.call_seconds,
                               tenants_settle_seconds=self.settings.settings_cache_seconds,
                               drain_seconds=drain_seconds, poll_seconds=poll_seconds)
         ctx = self.engines[self.default].ctx
@@ -268,8 +277,12 @@ class ShardedTierq:
         groups = self.homes_of_tasks(queue, tasks, tenant)
         outcomes: list[EnqueueOutcome | None] = [None] * len(tasks)
         for home, indexes in groups.items():
-            got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
-                queue, [tasks[i] for i in ix], tenant=tenant))
+            try:
+                got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
+                    queue, [tasks[i] for i in ix], tenant=tenant))
+            except PairMoving as moving:  # this process's home of the pair was stale
+                self.homes.invalidate(queue, moving.tenant)
+                raise
             for i, outcome in zip(indexes, got, strict=True):
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None]

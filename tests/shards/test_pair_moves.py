@@ -18,6 +18,7 @@ from tests.shards.conftest import ShardedFactory
 from tierq.cli import app
 from tierq.dal.shards import ShardSpec, tag_of
 from tierq.dal.store.rows import HomeState
+from tierq.dal.warm_tier import PairKeys
 from tierq.errors import InvalidInput, NotFound
 from tierq.logic.bulk import ShardedBulkLoad, load_id
 from tierq.logic.homes import PairMoving
@@ -27,6 +28,12 @@ from tierq.sharded import ShardedTierq
 QUEUE = "moving"
 TENANT = "acme"
 FAST = {"home_cache_seconds": 0.2}
+
+
+def quick(tq: ShardedTierq) -> ShardedTierq:
+    """A move's settle is the home cache plus the call deadline: a short deadline here."""
+    tq.call_seconds = 0.5
+    return tq
 
 
 def states(tq: ShardedTierq, queue: str = QUEUE, tenant: str = TENANT
@@ -55,7 +62,7 @@ def wait_for(predicate: Any, seconds: float = 10.0) -> None:
 
 def test_a_move_refuses_new_work_drains_then_switches_every_copy(
         make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
-    tq = make_sharded(**FAST)
+    tq = quick(make_sharded(**FAST))
     other_process = make_sharded(**FAST)
     tq.enqueue(QUEUE, [{"payload": {"n": n}} for n in range(20)], tenant=TENANT)
     home = tq.homes.home_of(QUEUE, TENANT, create=False)
@@ -98,6 +105,7 @@ def test_a_move_refuses_new_work_drains_then_switches_every_copy(
         assert all(tag_of(str(t.id)) == before_tag for t in batch)
         assert not other_process.ack(QUEUE, batch).rejected
         worked += len(batch)
+    wait_for(lambda: any("ready or leased left" in line for line in said))
     assert "error" not in outcome and "summary" not in outcome  # leases still held
     assert not tq.ack(QUEUE, held).rejected
     mover.join(timeout=30)
@@ -105,7 +113,6 @@ def test_a_move_refuses_new_work_drains_then_switches_every_copy(
     summary = outcome["summary"]
     assert (summary.from_shard, summary.to_shard, summary.moved) == (home, to, True)
     assert worked == 20
-    assert any("ready or leased" in line for line in said)  # progress named what was left
 
     assert set(states(tq).values()) == {HomeState(to, None)}
     spec_of = {spec.name: spec for spec in shard_specs}
@@ -126,7 +133,7 @@ def test_a_move_refuses_new_work_drains_then_switches_every_copy(
 
 def test_schedules_and_dead_letters_refuse_a_move_up_front(
         make_sharded: ShardedFactory) -> None:
-    tq = make_sharded(**FAST)
+    tq = quick(make_sharded(**FAST))
     tq.put_schedule("hourly", {"queue": QUEUE, "tenant": TENANT, "every_seconds": 3600,
                                "payload": {}})
     home = tq.homes.home_of(QUEUE, TENANT, create=False)
@@ -135,7 +142,7 @@ def test_schedules_and_dead_letters_refuse_a_move_up_front(
     with pytest.raises(MoveRefused, match="1 schedules") as refused:
         tq.move_pair(QUEUE, TENANT, to)
     assert refused.value.details[0]["field"] == "schedules"
-    assert {s.moving_to for s in states(tq).values()} == {None}  # nothing changed
+    assert set(states(tq).values()) == {HomeState(home, None)}  # nothing changed
     tq.delete_schedule("hourly", TENANT)
 
     tq.enqueue(QUEUE, [{"payload": 1, "max_attempts": 1}], tenant=TENANT)
@@ -146,6 +153,13 @@ def test_schedules_and_dead_letters_refuse_a_move_up_front(
         tq.move_pair(QUEUE, TENANT, to)
     tq.enqueue(QUEUE, [{"payload": 2}], tenant=TENANT)  # still open for work
 
+    for engine in tq.engines.values():
+        with engine.db.connection() as conn:
+            conn.execute("DELETE FROM tierq_tasks WHERE queue = %s AND state = 'dead'",
+                         (QUEUE,))
+    tq.enqueue(QUEUE, [{"payload": 3, "run_at": time.time() + 7200}], tenant=TENANT)
+    with pytest.raises(MoveRefused, match="delayed tasks due as late as"):
+        tq.move_pair(QUEUE, TENANT, to, drain_seconds=60)
     with pytest.raises(InvalidInput, match="no shard named 'purple'"):
         tq.move_pair(QUEUE, TENANT, "purple")
     with pytest.raises(NotFound, match="has no home"):
@@ -155,7 +169,7 @@ def test_schedules_and_dead_letters_refuse_a_move_up_front(
 
 def test_a_pair_that_does_not_drain_in_time_is_reopened_where_it_is(
         make_sharded: ShardedFactory) -> None:
-    tq = make_sharded(**FAST)
+    tq = quick(make_sharded(**FAST))
     tq.enqueue(QUEUE, [{"payload": 1}, {"payload": 2}], tenant=TENANT)
     home = tq.homes.home_of(QUEUE, TENANT, create=False)
     assert home is not None
@@ -169,7 +183,7 @@ def test_a_pair_that_does_not_drain_in_time_is_reopened_where_it_is(
 
 def test_a_move_stopped_half_way_is_finished_or_given_up_by_running_it_again(
         make_sharded: ShardedFactory) -> None:
-    tq = make_sharded(**FAST)
+    tq = quick(make_sharded(**FAST))
     tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
     home = tq.homes.home_of(QUEUE, TENANT, create=False)
     assert home is not None
@@ -212,20 +226,119 @@ def test_a_bulk_chunk_for_a_pair_being_moved_writes_nothing(
         assert isinstance(load, ShardedBulkLoad)
         for engine in tq.engines.values():  # the move closes the pair while the load runs
             engine.ctx.store.home_close(QUEUE, TENANT, home, other_shard(tq, home))
-        rows = "".join(f"{load_id(load.id_ms, o, load.id_tail)}\t{o}\t{TENANT}\t\\N\t5\t"
-                       f"{{\"ord\": {o}}}\t\\N\n" for o in range(2)).encode()
-        with tq.bulk_writer(load) as writer, pytest.raises(PairMoving):
-            writer.write(rows, tenants=[TENANT])
+        with tq.bulk_writer(load) as writer, pytest.raises(PairMoving, match="is moving"):
+            writer.write(chunk_rows(load, 2), tenants=[TENANT])
     spec = next(s for s in shard_specs if s.name == home)
+    assert tasks_on(spec) == 1  # the chunk wrote nothing
+
+
+def chunk_rows(load: ShardedBulkLoad, count: int) -> bytes:
+    return "".join(f"{load_id(load.id_ms, o, load.id_tail)}\t{o}\t{TENANT}\t\\N\t5\t"
+                   f"{{\"ord\": {o}}}\t\\N\n" for o in range(count)).encode()
+
+
+def tasks_on(spec: ShardSpec, queue: str = QUEUE) -> int:
     with psycopg.connect(spec.url) as conn:
         row = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
-                           (QUEUE,)).fetchone()
-    assert row is not None and row[0] == 1  # the chunk wrote nothing
+                           (queue,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_bulk_load_begun_before_a_move_writes_nothing_after_its_switch(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    tq = quick(make_sharded(**FAST))
+    tq.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
+    assert not tq.ack(QUEUE, tq.claim(QUEUE, tenant=TENANT, max=1)).rejected
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    spec_of = {spec.name: spec for spec in shard_specs}
+    to = other_shard(tq, home)
+    with tq.bulk_load(QUEUE, rows=2, tenants=[TENANT]) as load:
+        assert isinstance(load, ShardedBulkLoad)
+        with tq.bulk_writer(load) as writer:
+            # a feed whose load outlasts its admission's registration (which would hold
+            # the drain) until after the move
+            tq.warm.client.delete(PairKeys.of(QUEUE, TENANT).inflight)
+            tq.move_pair(QUEUE, TENANT, to, poll_seconds=0.05)
+            with pytest.raises(PairMoving, match="has moved"):
+                writer.write(chunk_rows(load, 2), tenants=[TENANT])
+    assert tasks_on(spec_of[home]) == 0
+    assert not registered_on(spec_of[home])  # not registered again where it was
+    tq.sync_homes()  # a deploy's step after it: no pair registered away from its home
+
+
+def test_a_process_whose_cached_home_predates_the_move_writes_nothing_there(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    tq = quick(make_sharded(**FAST))
+    stale = make_sharded(home_cache_seconds=300)  # a longer cache than the move waits for
+    # it registered the pair on its home: its next enqueue there skips the registration
+    stale.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None and stale.homes.home_of(QUEUE, TENANT) == home
+    assert not stale.ack(QUEUE, stale.claim(QUEUE, tenant=TENANT, max=1)).rejected
+    to = other_shard(tq, home)
+    tq.move_pair(QUEUE, TENANT, to, poll_seconds=0.05)
+    spec_of = {spec.name: spec for spec in shard_specs}
+    with pytest.raises(PairMoving, match="has moved"):
+        stale.enqueue(QUEUE, [{"payload": "late"}], tenant=TENANT)
+    with pytest.raises(PairMoving):
+        stale.engines[home].put_schedule("late", {"queue": QUEUE, "tenant": TENANT,
+                                                  "every_seconds": 60, "payload": {}})
+    assert tasks_on(spec_of[home]) == 0 and not registered_on(spec_of[home])
+    # its next request looks the home up again
+    again = stale.enqueue(QUEUE, [{"payload": "late"}], tenant=TENANT)[0]
+    assert tag_of(str(again.id)) == spec_of[to].tag
+    assert [t.payload for t in stale.claim(QUEUE, max=5)] == ["late"]
+
+
+def test_a_move_waits_for_the_caches_and_a_pair_can_move_back(
+        make_sharded: ShardedFactory) -> None:
+    tq = quick(make_sharded(**FAST))
+    tq.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
+    assert not tq.ack(QUEUE, tq.claim(QUEUE, max=1)).rejected
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    to = other_shard(tq, home)
+    slept: list[float] = []
+    tq.move_pair(QUEUE, TENANT, to, sleep=slept.append)  # drained: no poll
+    # the home cache plus the call deadline, then the tenant lists' cache (0 here)
+    assert slept == [0.2 + 0.5, 0.0]
+    # back again within the registration refresh: this process still remembers the pair as
+    # registered on its first home, so the move registers it there before opening
+    tq.move_pair(QUEUE, TENANT, home, poll_seconds=0.05)
+    tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
+    assert [t.payload for t in tq.claim(QUEUE, max=5)] == [1]  # a queue-wide claim
+
+
+def test_a_stopped_second_move_is_finished_whatever_copy_is_read_first(
+        make_sharded: ShardedFactory) -> None:
+    tq = quick(make_sharded(**FAST))
+    tq.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
+    assert not tq.ack(QUEUE, tq.claim(QUEUE, max=1)).rejected
+    first = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert first is not None
+    second = other_shard(tq, first)
+    third = next(n for n in tq.engines if n not in (first, second))
+    tq.move_pair(QUEUE, TENANT, second, poll_seconds=0.05)  # now off its ranking's first
+    for engine in tq.engines.values():
+        engine.ctx.store.home_close(QUEUE, TENANT, second, third)
+    assert tq.engines[second].ctx.store.pair_switch_drained(
+        QUEUE, TENANT, third, second) == HomeState(third, third)
+    with pytest.raises(MoveRefused, match="already switched"):
+        tq.give_up_move(QUEUE, TENANT)
+    with pytest.raises(MoveRefused, match=f"already moving to shard '{third}'"):
+        tq.move_pair(QUEUE, TENANT, first)
+    summary = tq.move_pair(QUEUE, TENANT, third)
+    assert (summary.from_shard, summary.to_shard, summary.moved) == (second, third, True)
+    assert set(states(tq).values()) == {HomeState(third, None)}
+    tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
+    assert [t.payload for t in tq.claim(QUEUE, max=5)] == [1]
 
 
 def test_tierq_shards_move_and_home(make_sharded: ShardedFactory,
                                     shard_specs: list[ShardSpec], valkey_url: str) -> None:
-    tq = make_sharded(**FAST)
+    tq = quick(make_sharded(**FAST))
     tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
     assert not tq.ack(QUEUE, tq.claim(QUEUE, tenant=TENANT, max=1)).rejected
     home = tq.homes.home_of(QUEUE, TENANT, create=False)

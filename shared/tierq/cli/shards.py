@@ -70,8 +70,15 @@ def register(app: typer.Typer) -> None:
                                        "gave_up": gave_up}))
                 return
             assert to is not None
-            summary = tq.move_pair(queue, tenant, to, drain_seconds=drain_seconds,
-                                   say=lambda message: console.print(escape(message)))
+            try:
+                summary = tq.move_pair(queue, tenant, to, drain_seconds=drain_seconds,
+                                       say=lambda message: console.print(escape(message)))
+            except KeyboardInterrupt:
+                console.print("[yellow]stopped:[/] the pair may be closed to new work; run "
+                              "the same command again to finish the move, or `tierq shards "
+                              f"move {escape(queue)} {escape(tenant)} --give-up` to give it "
+                              "up if it has not switched")
+                raise typer.Exit(130) from None
             typer.echo(json.dumps({"queue": summary.queue, "tenant": summary.tenant,
                                    "from": summary.from_shard, "to": summary.to_shard,
                                    "moved": summary.moved,

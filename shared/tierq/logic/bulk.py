@@ -56,7 +56,7 @@ from tierq.core.ids import uuid7_strings
 from tierq.dal.task_store import Conn
 from tierq.logic import admission, pairs, tiering
 from tierq.logic.context import Context, to_datetime
-from tierq.logic.homes import PairMoving
+from tierq.logic.homes import require_here
 
 # tierq_task_seq's step (migration 0004): one value is a block of this many places
 SEQ_BLOCK = 512
@@ -176,16 +176,9 @@ class BulkWriter:
             return
         with self.conn.transaction():
             pairs.register(self.ctx.store, self.conn, self.load.queue, due, now=now,
-                           cap=self.ctx.settings.max_queues_per_tenant)
+                           cap=self.ctx.settings.max_queues_per_tenant,
+                           sharded=self.ctx.id_tag is not None)
         self._registered.update((t, now) for t in due)
-
-    def _pairs_still_here(self, tenants: list[str]) -> None:
-        """Hold the chunk's pairs' homes on this shard until the chunk commits; a pair being
-        moved to another shard, or moved already (the load began before), fails the chunk
-        (503: the feed runs again later, its pairs then routed to their homes)."""
-        for tenant, home, moving_to in self.ctx.store.feeder_homes_here(
-                self.conn, self.load.queue, tenants):
-            raise PairMoving(self.load.queue, tenant, home, moving_to or home)
 
     def _write_once(self, pieces: Sequence[bytes | bytearray | memoryview],
                     tenants: list[str]) -> int:
@@ -200,7 +193,9 @@ class BulkWriter:
             # statement timeouts are not set on it
             with self.conn.transaction():
                 if ctx.id_tag is not None:  # sharded: none of the pairs moved meanwhile
-                    self._pairs_still_here(tenants)
+                    # (held until the chunk commits; a feed whose load began before a move
+                    # of one of its pairs fails here, and runs again routed anew)
+                    require_here(ctx.store, self.conn, queue, tenants)
                 staged = ctx.store.feeder_copy_stage(self.conn, pieces)
                 created = ctx.store.feeder_insert_from_stage(
                     self.conn, queue, to_datetime(now), load.max_attempts,

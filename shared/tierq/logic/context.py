@@ -124,8 +124,10 @@ class PairRegistry:
 
     def __init__(self, store: TaskStore, ttl: float, *, refresh: float = 3600.0,
                  max_queues_per_tenant: int = 0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 sharded: Callable[[], bool] = lambda: False) -> None:
         self.store = store
+        self.sharded = sharded  # registrations check the pairs' homes (logic.homes)
         self.ttl = ttl
         self.refresh = refresh
         self.max_queues_per_tenant = max_queues_per_tenant
@@ -151,7 +153,8 @@ class PairRegistry:
                           if self._known.get((queue, t), float("-inf")) <= stale_before})
         if not due:
             return []
-        register_pairs(self.store, queue, due, now=now, cap=self.max_queues_per_tenant)
+        register_pairs(self.store, queue, due, now=now, cap=self.max_queues_per_tenant,
+                       sharded=self.sharded())
         with self._lock:
             self._known.update(((queue, t), now) for t in due)
             self._tenants.pop(queue, None)
@@ -203,7 +206,8 @@ class Context:
         self.pairs = PairRegistry(
             self.store, self.settings.settings_cache_seconds,
             refresh=refresh_seconds(self.settings),
-            max_queues_per_tenant=self.settings.max_queues_per_tenant, clock=self.now)
+            max_queues_per_tenant=self.settings.max_queues_per_tenant, clock=self.now,
+            sharded=lambda: self.id_tag is not None)
 
     def now(self) -> float:
         return self.clock.now()

@@ -21,6 +21,7 @@ from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, tiering
 from tierq.logic.admission import Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
+from tierq.logic.homes import require_here
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.tasks import ENQUEUE_OUTCOMES, MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
 
@@ -229,7 +230,14 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
             columns: TaskColumns, keyed: bool, conn: Conn | None = None) -> dict[str, int]:
     """Insert the batch; {id: seq} of the rows inserted (with keys, the others met a live
-    task's key; without, every row is inserted, numbered in batch order)."""
+    task's key; without, every row is inserted, numbered in batch order). On a shard of a
+    sharded deployment, in a transaction that first holds the pairs' homes there (a pair
+    moved off this shard meanwhile raises PairMoving, writing nothing)."""
+    if ctx.id_tag is not None:
+        if conn is None:
+            with ctx.db.transaction() as own:
+                return _insert(ctx, queue, batch, now, columns, keyed, own)
+        require_here(ctx.store, conn, queue, [p.tenant for p in batch])
     if keyed:
         return ctx.store.insert_tasks(queue, to_datetime(now), columns, conn=conn)
     first, count = ctx.store.insert_tasks_keyless(queue, to_datetime(now), columns, conn=conn)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,7 +43,7 @@ import psycopg_pool
 
 from tierq.dal.shards import rendezvous_order
 from tierq.dal.store.rows import HomeRow, HomeState
-from tierq.dal.task_store import TaskStore
+from tierq.dal.task_store import Conn, TaskStore
 from tierq.errors import QuotaExceeded, TierqError, Unavailable
 
 Pair = tuple[str, str]
@@ -72,13 +72,27 @@ class PairMoving(Unavailable):
 
     code = "pair_moving"
 
-    def __init__(self, queue: str, tenant: str, home: str, moving_to: str) -> None:
-        super().__init__(f"queue {queue!r} of tenant {tenant!r} is moving to another "
-                         "database shard and takes no new work until it has moved; retry "
-                         "later", retry_after=5,
-                         detail=f"moving from shard {home!r} to {moving_to!r}")
+    def __init__(self, queue: str, tenant: str, home: str, moving_to: str | None) -> None:
+        what = ("is moving to another database shard and takes no new work until it has "
+                "moved" if moving_to is not None else "has moved to another database shard")
+        super().__init__(f"queue {queue!r} of tenant {tenant!r} {what}; retry later",
+                         retry_after=5,
+                         detail=(f"moving from shard {home!r} to {moving_to!r}"
+                                 if moving_to is not None and moving_to != home
+                                 else f"its home is shard {home!r}"))
+        self.queue = queue
+        self.tenant = tenant
         self.home = home
         self.moving_to = moving_to
+
+
+def require_here(store: TaskStore, conn: Conn, queue: str, tenants: Iterable[str]) -> None:
+    """In a sharded deployment's transaction that writes new rows of these pairs on
+    ``store``'s shard: hold their home records until it commits (a move's switch waits for
+    it) and raise ``PairMoving`` (writing nothing) when one is being moved or lives
+    elsewhere now — a process whose cached home predates a move (tierq.logic.pair_moves)."""
+    for tenant, home, moving_to in store.homes_not_here(conn, queue, sorted(set(tenants))):
+        raise PairMoving(queue, tenant, home, moving_to)
 
 
 class HomeConflict(TierqError):

@@ -39,7 +39,8 @@ from typing import Any
 
 from tierq.dal.store.rows import HomeState, PairLeftRow
 from tierq.errors import Conflict, InvalidInput, NotFound
-from tierq.logic.homes import SHARD_ERRORS, HomeRegistry, ShardDown
+from tierq.logic.homes import SHARD_ERRORS, HomeConflict, HomeRegistry, ShardDown
+from tierq.logic.pairs import register_pairs
 
 Say = Callable[[str], None]
 
@@ -121,29 +122,28 @@ class PairMove:
     # -- the steps -----------------------------------------------------------------------
 
     def run(self) -> MoveSummary:
-        state = self.homes.state_of(self.queue, self.tenant)
-        if state is None:
-            raise NotFound(f"queue {self.queue!r} of tenant {self.tenant!r} has no home: it "
-                           "has never had work (its first task goes to the shard its "
-                           "ranking names)")
-        home, to = state.shard, self.to
-        if state.moving_to not in (None, to):
+        view = self._copies()
+        to = self.to
+        if view.moving_elsewhere(to):
             raise MoveRefused(f"queue {self.queue!r} of tenant {self.tenant!r} is already "
-                              f"moving to shard {state.moving_to!r}: finish that move "
-                              "(run it again with that shard) or give it up first")
-        if home == to:
-            if state.moving_to is None:
-                self.say(f"({self.queue}, {self.tenant}) already lives on shard {to}")
-                return MoveSummary(self.queue, self.tenant, home, to, moved=False)
-            # switched on the old home and maybe some copies: finish it
-            self._switch_copies(None)
+                              f"moving to shard {view.moving_to!r}: finish that move (run it "
+                              "again with that shard) or give it up first")
+        if view.switched:
+            # switched on the old home (and maybe some copies) before a stop: finish it
+            self.say(f"({self.queue}, {self.tenant}) has switched to shard {to}: finishing "
+                     "the move")
+            self._switch_copies()
             self._open()
-            return MoveSummary(self.queue, self.tenant, "?", to, moved=True)
-        if state.moving_to is None:
+            return MoveSummary(self.queue, self.tenant, view.old_home or to, to, moved=True)
+        home = view.home
+        if home == to:
+            self.say(f"({self.queue}, {self.tenant}) already lives on shard {to}")
+            return MoveSummary(self.queue, self.tenant, home, to, moved=False)
+        if view.moving_to is None:
             self._refuse_what_cannot_drain(home)
         self._close(home)
         waited = self._drain(home)
-        self._switch_copies(home)
+        self._switch_copies()
         self._open()
         return MoveSummary(self.queue, self.tenant, home, to, moved=True,
                            drain_seconds=round(waited, 3))
@@ -151,22 +151,33 @@ class PairMove:
     def give_up(self) -> bool:
         """Give up a move that has not switched: the pair takes new work on its home again.
         Whether there was one to give up."""
-        state = self.homes.state_of(self.queue, self.tenant)
-        if state is None or state.moving_to is None:
+        view = self._copies()
+        if view.moving_to is None:
             return False
-        if state.shard == state.moving_to:
+        if view.switched:
             raise MoveRefused(f"queue {self.queue!r} of tenant {self.tenant!r} has already "
-                              f"switched to shard {state.shard!r}: run the move again to "
+                              f"switched to shard {view.moving_to!r}: run the move again to "
                               "finish it")
-        self._reopen(state.shard, state.moving_to)
+        self._reopen(view.home, view.moving_to)
         return True
 
-    def _refuse_what_cannot_drain(self, home: str) -> None:
-        left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
+    def _copies(self) -> Copies:
+        """Every shard's copy of the pair's home (each must answer): a stopped move can
+        leave them in different steps, and the first one read may be behind."""
+        states = {name: self._on(name, lambda store: store.home_state(self.queue, self.tenant))
+                  for name in self.homes.names}
+        return Copies(self.queue, self.tenant, states)
+
+    def _refuse_what_cannot_drain(self, home: str, left: PairLeftRow | None = None) -> None:
+        """Refuse (MoveRefused) what a drain would wait for in vain: schedules and dead
+        letters (they never go on their own), delayed tasks due after the drain limit."""
+        if left is None:
+            left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
+        pair = f"queue {self.queue!r} of tenant {self.tenant!r}"
         if left.schedules or left.dead:
             raise MoveRefused(
-                f"queue {self.queue!r} of tenant {self.tenant!r} has {describe(left)} on "
-                f"shard {home!r}; a move waits only for tasks to be worked off",
+                f"{pair} has {describe(left)} on shard {home!r}; a move waits only for "
+                "tasks to be worked off",
                 details=[{"field": field, "message": message}
                          for field, count, message in (
                              ("schedules", left.schedules,
@@ -174,6 +185,13 @@ class PairMove:
                               "live on the new home)"),
                              ("dead", left.dead, "replay or purge them first"))
                          if count])
+        limit = time.time() + self.timings.drain_seconds
+        if left.delayed_until is not None and left.delayed_until.timestamp() > limit:
+            raise MoveRefused(
+                f"{pair} has delayed tasks due as late as {left.delayed_until.isoformat()}, "
+                f"after the drain limit of {self.timings.drain_seconds:g} s",
+                details=[{"field": "drain_seconds",
+                          "message": "give the move more time, or wait until they are due"}])
 
     def _close(self, home: str) -> None:
         order = [self.homes.default] + [n for n in self.homes.names if n != self.homes.default]
@@ -182,12 +200,12 @@ class PairMove:
             for name in order:
                 state = self._on(name, lambda store: store.home_close(
                     self.queue, self.tenant, home, self.to))
-                closed.append(name)
                 if state != HomeState(home, self.to):
                     raise MoveRefused(
                         f"shard {name!r} records queue {self.queue!r} of tenant "
                         f"{self.tenant!r} as {_shown(state)}, not on {home!r}: another move "
                         "ran meanwhile; look again")
+                closed.append(name)
         except (ShardDown, MoveRefused):
             self._reopen(home, self.to, only=closed)
             raise
@@ -201,24 +219,20 @@ class PairMove:
         deadline = started + self.timings.drain_seconds
         last = ""
         while True:
-            left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
-            in_flight = 0 if left.total else self.in_flight()
-            if not left.total and not in_flight:
-                switched = self._on(home, lambda store: store.pair_switch_drained(
-                    self.queue, self.tenant, self.to, home))
-                if switched == HomeState(self.to, self.to):
-                    self.say(f"({self.queue}, {self.tenant}) drained on shard {home}; its "
-                             f"home is now shard {self.to}")
-                    return self.monotonic() - started
-                if not isinstance(switched, PairLeftRow):
-                    # forgotten as idle meanwhile and born again, or another move
+            try:
+                now_left, left = self._left_or_switched(home)
+            except ShardDown as exc:  # a busy or restarting shard: looked at again
+                now_left, left = f"shard {home} not answering ({exc.message})", None
+            if left is None and now_left == "":
+                self.say(f"({self.queue}, {self.tenant}) drained on shard {home}; its home "
+                         f"is now shard {self.to}")
+                return self.monotonic() - started
+            if left is not None:
+                try:  # a dead letter or schedule made meanwhile would never drain
+                    self._refuse_what_cannot_drain(home, left)
+                except MoveRefused:
                     self._reopen(home, self.to)
-                    raise MoveRefused(
-                        f"shard {home!r} records queue {self.queue!r} of tenant "
-                        f"{self.tenant!r} as {_shown(switched)} now: its home changed "
-                        "during the move; look again")
-                left = switched
-            now_left = describe(left) if left.total else f"{in_flight} admissions in flight"
+                    raise
             if now_left != last:
                 self.say(f"waiting for ({self.queue}, {self.tenant}) to drain on shard "
                          f"{home}: {now_left} left")
@@ -231,22 +245,48 @@ class PairMove:
                     "the move is given up and the pair takes new work there again")
             self.sleep(self.timings.poll_seconds)
 
-    def _switch_copies(self, home: str | None) -> None:
-        """Every copy but the old home's (switched in its drained transaction) names the new
-        home; ``home`` None: the old home is unknown here (a move finished again), and
-        every copy that still names a move to ``to`` is switched."""
-        for name in [self.to] + [n for n in self.homes.names if n not in (self.to, home)]:
-            state = self._finish_on(name, lambda store: store.home_state(
-                self.queue, self.tenant))
-            if state is None or (state.moving_to == self.to and state.shard != self.to):
-                old = home or (state.shard if state is not None else self.to)
-                self._finish_on(name, lambda store, old=old: store.home_switch(
-                    self.queue, self.tenant, old, self.to))
+    def _left_or_switched(self, home: str) -> tuple[str, PairLeftRow | None]:
+        """What is left of the pair on ``home`` (described), or ("", None) once the switch
+        committed there."""
+        left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
+        in_flight = 0 if left.total else self.in_flight()
+        if left.total:
+            return describe(left), left
+        if in_flight:
+            return f"{in_flight} admissions in flight", left
+        switched = self._on(home, lambda store: store.pair_switch_drained(
+            self.queue, self.tenant, self.to, home))
+        if switched == HomeState(self.to, self.to):
+            return "", None
+        if isinstance(switched, PairLeftRow):
+            return describe(switched), switched
+        # forgotten as idle meanwhile and born again, or another move
+        self._reopen(home, self.to)
+        raise MoveRefused(f"shard {home!r} records queue {self.queue!r} of tenant "
+                          f"{self.tenant!r} as {_shown(switched)} now: its home changed "
+                          "during the move; look again")
+
+    def _switch_copies(self) -> None:
+        """Every copy names the new home (the old home's was switched in its drained
+        transaction): a copy that records the move switches, a missing one is written; a
+        copy in any other state stops the move before the pair is opened."""
+        for name in [self.to] + [n for n in self.homes.names if n != self.to]:
+            state = self._finish_on(name, lambda store: store.home_switch(
+                self.queue, self.tenant, self.to))
+            if state is None or state.shard != self.to:
+                raise HomeConflict(
+                    f"shard {name!r} records queue {self.queue!r} of tenant "
+                    f"{self.tenant!r} as {_shown(state)} while the move to {self.to!r} has "
+                    "switched; the pair takes no new work until the copies agree")
 
     def _open(self) -> None:
         self.say(f"waiting {self.timings.tenants_settle_seconds:g} s for the shards' "
                  "engines to stop listing the pair on its old home")
         self.sleep(self.timings.tenants_settle_seconds)
+        # registered on its new home before it opens: a process that still remembers the
+        # pair as registered there (it lived there before) would not register it again
+        self._finish_on(self.to, lambda store: register_pairs(
+            store, self.queue, [self.tenant], now=time.time(), cap=0))
         for name in [self.to] + [n for n in self.homes.names if n != self.to]:
             self._finish_on(name, lambda store: store.home_open(
                 self.queue, self.tenant, self.to))
@@ -292,3 +332,54 @@ def _shown(state: HomeState | None) -> str:
     if state.moving_to is None:
         return f"living on {state.shard!r}"
     return f"living on {state.shard!r}, moving to {state.moving_to!r}"
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Every shard's copy of one pair's home."""
+
+    queue: str
+    tenant: str
+    states: dict[str, HomeState | None]
+
+    def _recorded(self) -> list[HomeState]:
+        return [s for s in self.states.values() if s is not None]
+
+    @property
+    def moving_to(self) -> str | None:
+        """The shard a move under way goes to (None: none); copies naming two moves are a
+        conflict."""
+        targets = {s.moving_to for s in self._recorded() if s.moving_to is not None}
+        if len(targets) > 1:
+            raise HomeConflict(f"the shards record moves of queue {self.queue!r} of tenant "
+                               f"{self.tenant!r} to {', '.join(sorted(targets))}")
+        return next(iter(targets), None)
+
+    def moving_elsewhere(self, to: str) -> bool:
+        return self.moving_to not in (None, to)
+
+    @property
+    def switched(self) -> bool:
+        """A move's switch has begun: some copy names the shard it moves to as the home
+        while still closed."""
+        return any(s.moving_to is not None and s.shard == s.moving_to
+                   for s in self._recorded())
+
+    @property
+    def old_home(self) -> str | None:
+        """The home a move under way leaves, as a copy not switched yet records it."""
+        return next((s.shard for s in self._recorded()
+                     if s.moving_to is not None and s.shard != s.moving_to), None)
+
+    @property
+    def home(self) -> str:
+        """The one home every copy records (a move not switched: the old one)."""
+        homes = {s.shard for s in self._recorded()}
+        if not homes:
+            raise NotFound(f"queue {self.queue!r} of tenant {self.tenant!r} has no home: it "
+                           "has never had work (its first task goes to the shard its "
+                           "ranking names)")
+        if len(homes) > 1:
+            raise HomeConflict(f"the shards record queue {self.queue!r} of tenant "
+                               f"{self.tenant!r} as living on {', '.join(sorted(homes))}")
+        return homes.pop()

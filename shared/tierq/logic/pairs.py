@@ -21,6 +21,7 @@ from typing import Any
 from tierq.config import Settings
 from tierq.dal.task_store import Conn, TaskStore
 from tierq.errors import QuotaExceeded
+from tierq.logic.homes import require_here
 
 Pair = tuple[str, str]
 START: Pair = ("", "")  # before every pair: a queue name is never empty
@@ -33,13 +34,16 @@ def refresh_seconds(settings: Settings) -> float:
 
 
 def register(store: TaskStore, conn: Conn, queue: str, tenants: Iterable[str], *,
-             now: float, cap: int) -> None:
+             now: float, cap: int, sharded: bool = False) -> None:
     """Register (or refresh) the pairs of ``queue`` on ``conn``, inside the caller's
     transaction. A new pair whose tenant already has ``cap`` queues raises QuotaExceeded
-    (the caller's transaction then writes nothing)."""
+    (the caller's transaction then writes nothing). ``sharded``: a pair being moved off
+    this shard, or moved already, raises PairMoving instead of being registered here."""
     wanted = sorted(set(tenants))
     if not wanted:
         return
+    if sharded:
+        require_here(store, conn, queue, wanted)
     at = datetime.fromtimestamp(now, UTC)
     known = set(store.refresh_pairs(conn, queue, wanted, at))
     new = [t for t in wanted if t not in known]
@@ -57,10 +61,10 @@ def register(store: TaskStore, conn: Conn, queue: str, tenants: Iterable[str], *
 
 
 def register_pairs(store: TaskStore, queue: str, tenants: Iterable[str], *, now: float,
-                   cap: int) -> None:
+                   cap: int, sharded: bool = False) -> None:
     """``register`` in a transaction of its own."""
     with store.db.transaction() as conn:
-        register(store, conn, queue, tenants, now=now, cap=cap)
+        register(store, conn, queue, tenants, now=now, cap=cap, sharded=sharded)
 
 
 # -- sliced walks -------------------------------------------------------------------------

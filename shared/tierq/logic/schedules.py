@@ -70,6 +70,7 @@ from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
 from tierq.logic import tiering
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
+from tierq.logic.homes import require_here
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.schedules import (
     DEFAULT_TIMEZONE,
@@ -371,6 +372,8 @@ def put_schedule(ctx: Context, name: str,
     _register_pair(ctx, model.queue, tenant)
     now = ctx.now()
     with ctx.db.transaction() as conn:
+        if ctx.id_tag is not None:  # sharded: not a pair moved off this shard meanwhile
+            require_here(ctx.store, conn, model.queue, [tenant])
         ctx.store.schedule_lock(conn, tenant, name)
         row, created = ctx.store.upsert_schedule(
             conn,

@@ -322,6 +322,7 @@ class PairLeftRow(NamedTuple):
     warm: int
     dead: int
     schedules: int
+    delayed_until: datetime | None = None  # the last delayed task's run_at
 
     @property
     def total(self) -> int:

@@ -62,11 +62,12 @@ class ShardQueries(StoreBase):
         return self._execute("home_reopen", {"queue": queue, "tenant": tenant, "shard": shard,
                                              "moving_to": moving_to}) > 0
 
-    def home_switch(self, queue: str, tenant: str, shard: str, moving_to: str,
+    def home_switch(self, queue: str, tenant: str, moving_to: str,
                     conn: Conn | None = None) -> HomeState | None:
-        """Record ``moving_to`` as the home of the pair moving there from ``shard`` (still
-        closed to new work); the record now, None when it names another move."""
-        rows = self._fetch("home_switch", {"queue": queue, "tenant": tenant, "shard": shard,
+        """Record ``moving_to`` as the home of the pair moving there (still closed to new
+        work; a missing copy is written); the record now (another move's or another home's
+        when it names one; None: none)."""
+        rows = self._fetch("home_switch", {"queue": queue, "tenant": tenant,
                                            "moving_to": moving_to},
                            positional(HomeState), conn)
         return rows[0] if rows else self.home_state(queue, tenant, conn)
@@ -81,11 +82,12 @@ class ShardQueries(StoreBase):
         return self._fetch("pair_left_on_shard", {"queue": queue, "tenant": tenant},
                            positional(PairLeftRow), conn)[0]
 
-    def feeder_homes_here(self, conn: Conn, queue: str,
-                          tenants: Sequence[str]) -> list[tuple[str, str, str | None]]:
-        """In a bulk chunk's transaction: hold the chunk's pairs' home records shared and
-        return (tenant, home, moving_to) of those that live elsewhere or are moving."""
-        rows = self._fetch("feeder_homes_here", {"queue": queue, "tenants": list(tenants)},
+    def homes_not_here(self, conn: Conn, queue: str,
+                       tenants: Sequence[str]) -> list[tuple[str, str, str | None]]:
+        """In a transaction writing new rows of these pairs here (sharded): hold their home
+        records until it commits, and return (tenant, home, moving_to) of those that live
+        elsewhere or are being moved."""
+        rows = self._fetch("homes_not_here", {"queue": queue, "tenants": list(tenants)},
                            tuple_row, conn)
         return [(str(r[0]), str(r[1]), r[2]) for r in rows if r[3]]
 
@@ -98,7 +100,7 @@ class ShardQueries(StoreBase):
         left, or the record as it is now (None: there is none) when it says otherwise."""
         params = {"queue": queue, "tenant": tenant}
         with self.db.transaction() as conn:
-            # waits for any bulk chunk writing the pair here (feeder_homes_here)
+            # waits for any transaction writing rows of the pair here (homes_not_here)
             locked = self._fetch("home_lock", params, positional(HomeState), conn)
             if not locked or locked[0] != HomeState(shard, moving_to):
                 return locked[0] if locked else None
@@ -107,7 +109,7 @@ class ShardQueries(StoreBase):
             if left.total:
                 return left
             self._execute("pair_registry_drop", params, conn)
-            state = self.home_switch(queue, tenant, shard, moving_to, conn)
+            state = self.home_switch(queue, tenant, moving_to, conn)
             assert state is not None
             return state
 

@@ -61,13 +61,15 @@ WHERE queue = %(queue)s AND tenant = %(tenant)s AND shard = %(shard)s
 
 -- name: home_switch
 -- A moved pair's home is now `moving_to`, still closed to new work (home_open opens it):
--- written on the old home by pair_switch_drained, then on every other shard. A copy that
--- already names the new home is left as it is.
+-- written on the old home by pair_switch_drained, then on every other shard's copy that
+-- records the move (a missing copy is written). Any other copy is left as it is and
+-- returned (the caller checks it).
 INSERT INTO tierq_pair_homes AS h (queue, tenant, shard, moving_to, moving_since)
 VALUES (%(queue)s, %(tenant)s, %(moving_to)s, %(moving_to)s, now())
 ON CONFLICT (queue, tenant) DO UPDATE
-SET shard = excluded.shard, moving_to = excluded.moving_to
-WHERE h.shard = %(shard)s AND h.moving_to = %(moving_to)s
+SET shard = excluded.shard, moving_to = excluded.moving_to,
+    moving_since = excluded.moving_since
+WHERE h.moving_to = %(moving_to)s
 RETURNING h.shard, h.moving_to;
 
 -- name: home_open
@@ -91,22 +93,25 @@ SELECT (SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'
        (SELECT count(*) FROM tierq_tasks WHERE state = 'dead'
         AND queue = %(queue)s AND tenant = %(tenant)s) AS dead,
        (SELECT count(*) FROM tierq_schedules
-        WHERE queue = %(queue)s AND tenant = %(tenant)s) AS schedules;
+        WHERE queue = %(queue)s AND tenant = %(tenant)s) AS schedules,
+       (SELECT max(run_at) FROM tierq_tasks WHERE state = 'delayed'
+        AND queue = %(queue)s AND tenant = %(tenant)s) AS delayed_until;
 
 -- name: home_lock
--- The pair's home record on this shard, locked for a move's switch: a bulk chunk writing
--- the pair here holds it shared until it commits (feeder_homes_here), so the switch counts
--- that chunk's rows, and a chunk after the switch finds the pair moved.
+-- The pair's home record on this shard, locked for a move's switch: a transaction writing
+-- rows of the pair here holds it shared until it commits (homes_not_here), so the switch
+-- counts its rows, and one after the switch finds the pair moved.
 SELECT shard, moving_to FROM tierq_pair_homes
 WHERE queue = %(queue)s AND tenant = %(tenant)s
 FOR UPDATE;
 
--- name: feeder_homes_here
--- In a bulk chunk's transaction on a shard of a sharded deployment: the chunk's pairs'
--- home records, held shared until the chunk commits (a move's switch waits for it), and
--- whether each pair lives elsewhere now or is being moved (then the chunk writes nothing).
--- KEY SHARE: the weakest lock that home_lock's FOR UPDATE waits for; a move's close (an
--- UPDATE of other columns) does not wait for the chunk.
+-- name: homes_not_here
+-- In a sharded deployment's transaction that writes new rows of pairs on this shard (an
+-- enqueue's insert, a bulk chunk, a registration): the pairs' home records, held until it
+-- commits (a move's switch, home_lock, waits for it), and those of them that live
+-- elsewhere now or are being moved (then the caller writes nothing). KEY SHARE: the
+-- weakest lock home_lock's FOR UPDATE waits for; a move's close (an UPDATE of other
+-- columns) does not wait.
 SELECT h.tenant, h.shard, h.moving_to, (h.shard <> i.name OR h.moving_to IS NOT NULL)
 FROM tierq_pair_homes h CROSS JOIN tierq_shard_identity i
 WHERE h.queue = %(queue)s AND h.tenant = ANY(%(tenants)s::text[])
