@@ -14,8 +14,8 @@
    round is settled in PostgreSQL by the bulk path: the first occurrence wins, later ones
    are ignored without moving anything. Where each source stopped is recorded after the
    round. Stop when the backlog is full (after waiting up to ``max_wait_seconds`` for
-   room) or the sources are drained. The executors' Python workers are started while the
-   sources are read.
+   room) or the sources are drained. The executors' first Python workers are started
+   while the sources are read.
 4. Warm the first batch of each (queue, tenant) written to (the scheduled cold -> warm mover
    would do it anyway), report created / ignored / deferred / rejected.
 
@@ -319,6 +319,10 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
     writers = config.write_partitions or spark.sparkContext.defaultParallelism
     warming: threading.Thread | None = None
     try:
+        # the first Python (and Arrow) job of an application takes seconds: it runs beside
+        # the driver's reading of the sources, on one core fewer than the writers take,
+        # so that the schemas' job has one (a round forks the other workers in moments)
+        warming = start_python_workers(spark, max(1, writers - 1))
         raws = []
         for spec in config.sources:  # their schemas (a parquet schema is a Spark job)
             raw = loader.load(spark, spec, offsets)
@@ -326,8 +330,6 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
                 check_columns(spec.name, raw.columns, config.mapping)
             raws.append(raw)
         schemas_read = time.monotonic()
-        # started after the schemas' jobs, whose tasks would otherwise wait for its own
-        warming = start_python_workers(spark, writers)
         for spec, raw in zip(config.sources, raws, strict=True):
             positioned.append(position(spark, spec, raw, offsets))
         names = config.source_names()
@@ -447,6 +449,37 @@ class TenantLookahead:
         return sorted(t for t, (lo, hi) in self.tenant_spans.items() if lo < end and hi >= start)
 
 
+def _round_frame(spark: SparkSession, line: Line, start: int, end: int, writers: int,
+                 id_ms: int, id_tail: str, fixed_tenant: bool) -> tuple[DataFrame, int]:
+    """What a round's partitions hand to their writers (a COPY line of each row, or its
+    reject), and how many partitions read it."""
+    rows = line.rows(start, end, slices=writers)
+    # the staged row, in one concat: its id, its place in the load, then what the mapping
+    # made of the row. The round's numbers come as a broadcast row, not as literals
+    # (sources.numbers_row says why).
+    rows = rows.crossJoin(numbers_row(spark, **{_START: start, _ID_MS: id_ms}))
+    place = F.col(RANK) - F.col(_START)
+    rejected = F.col(REASON).isNotNull()
+    fields = [load_id_column(F.col(_ID_MS), id_tail, place), place.cast(T.StringType()),
+              *copy_fields()]
+    staged = F.when(~rejected, F.concat(
+        *[part for field in fields for part in (field, F.lit("\t"))][:-1], F.lit("\n")))
+
+    def for_rejects(column: str) -> Column:
+        # what only the rejects output needs crosses to Python for rejects only
+        return F.when(rejected, F.col(column))
+
+    frame = rows.select(
+        staged.alias(LINE),
+        (F.lit(None).cast("string") if fixed_tenant else F.col(TENANT)).alias(TENANT),
+        for_rejects(SOURCE).alias("source"),
+        for_rejects(PART).alias("part"), for_rejects(ROW).alias("row"),
+        F.col(REASON).alias("reason"), for_rejects(ROW_JSON).alias("row_json"))
+    # as many partitions as tasks read rows, up to one per connection (asking the plan its
+    # partitions would plan it once more; a file's empty splits would count)
+    return frame, max(1, min(writers, line.readers(start, end, slices=writers)))
+
+
 def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahead: TenantLookahead,
                  stores: StoreConfig, feed: str, rejects_path: str, start: int, end: int,
                  writers: int, chunk_rows: int) -> RoundWritten:
@@ -456,38 +489,13 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
     occurrence wins, wherever the writers' commits fall)."""
     began = time.monotonic()
     tenants = ahead.tenants(start, end) or ["_"]  # none: every row of the round is rejected
-    rows = line.rows(start, end, slices=writers)
     fixed_tenant = tenants[0] if line.config.mapping.tenant is None else None
     out: DataFrame | None = None
     try:
         with tq.bulk_load(line.config.queue, rows=end - start, tenants=tenants) as load:
             admitted = time.monotonic()
-            # the staged row, in one concat: its id, its place in the load, then what the
-            # mapping made of the row. The round's numbers come as a broadcast row, not as
-            # literals (sources.numbers_row says why).
-            rows = rows.crossJoin(numbers_row(spark, **{_START: start, _ID_MS: load.id_ms}))
-            place = F.col(RANK) - F.col(_START)
-            rejected = F.col(REASON).isNotNull()
-            fields = [load_id_column(F.col(_ID_MS), load.id_tail, place),
-                      place.cast(T.StringType()), *copy_fields()]
-            staged = F.when(~rejected, F.concat(
-                *[part for field in fields for part in (field, F.lit("\t"))][:-1],
-                F.lit("\n")))
-
-            def for_rejects(column: str) -> Column:
-                # what only the rejects output needs crosses to Python for rejects only
-                return F.when(rejected, F.col(column))
-
-            frame = rows.select(
-                staged.alias(LINE),
-                (F.lit(None).cast("string") if fixed_tenant is not None
-                 else F.col(TENANT)).alias(TENANT),
-                for_rejects(SOURCE).alias("source"),
-                for_rejects(PART).alias("part"), for_rejects(ROW).alias("row"),
-                F.col(REASON).alias("reason"), for_rejects(ROW_JSON).alias("row_json"))
-            # as many partitions as tasks read rows, up to one per connection (asking the
-            # plan its partitions would plan it once more; a file's empty splits would count)
-            partitions = max(1, min(writers, line.readers(start, end, slices=writers)))
+            frame, partitions = _round_frame(spark, line, start, end, writers, load.id_ms,
+                                             load.id_tail, fixed_tenant is not None)
             job = RoundWrite(stores=stores, load=load, chunk_rows=chunk_rows,
                              connections=max(1, writers // partitions), tenant=fixed_tenant,
                              tenant_column=TENANT)

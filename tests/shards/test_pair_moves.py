@@ -292,13 +292,19 @@ def test_a_process_whose_cached_home_predates_the_move_writes_nothing_there(
     assert [t.payload for t in stale.claim(QUEUE, max=5)] == ["late"]
 
 
-def test_a_move_waits_for_the_caches_and_a_pair_can_move_back(
-        make_sharded: ShardedFactory) -> None:
+def drained_pair(make_sharded: ShardedFactory) -> tuple[ShardedTierq, str]:
+    """A quick engine and the home of a pair that has had one task, done."""
     tq = quick(make_sharded(**FAST))
     tq.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
     assert not tq.ack(QUEUE, tq.claim(QUEUE, max=1)).rejected
     home = tq.homes.home_of(QUEUE, TENANT, create=False)
     assert home is not None
+    return tq, home
+
+
+def test_a_move_waits_for_the_caches_and_a_pair_can_move_back(
+        make_sharded: ShardedFactory) -> None:
+    tq, home = drained_pair(make_sharded)
     to = other_shard(tq, home)
     slept: list[float] = []
     tq.move_pair(QUEUE, TENANT, to, sleep=slept.append)  # drained: no poll
@@ -313,11 +319,7 @@ def test_a_move_waits_for_the_caches_and_a_pair_can_move_back(
 
 def test_a_stopped_second_move_is_finished_whatever_copy_is_read_first(
         make_sharded: ShardedFactory) -> None:
-    tq = quick(make_sharded(**FAST))
-    tq.enqueue(QUEUE, [{"payload": 0}], tenant=TENANT)
-    assert not tq.ack(QUEUE, tq.claim(QUEUE, max=1)).rejected
-    first = tq.homes.home_of(QUEUE, TENANT, create=False)
-    assert first is not None
+    tq, first = drained_pair(make_sharded)
     second = other_shard(tq, first)
     third = next(n for n in tq.engines if n not in (first, second))
     tq.move_pair(QUEUE, TENANT, second, poll_seconds=0.05)  # now off its ranking's first
