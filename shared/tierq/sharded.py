@@ -42,7 +42,7 @@ from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
-from tierq.errors import NotFound
+from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic.context import Clock, SystemClock
@@ -82,6 +82,7 @@ from tierq.models.tasks import TaskView
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05  # a long poll over several shards looks again this often
+NO_HOME_POLL_SECONDS = 0.5  # a pinned long poll on a pair without a home, this often
 # How long one call on one shard may take (beyond what it waits for by design, a long
 # poll) before the shard counts as hung: the call answers 503 and, for SUSPECT_SECONDS,
 # so does every call that needs that shard, at once. (Connection failures answer within
@@ -185,7 +186,10 @@ class ShardedTierq:
             with self._lock:
                 self._suspect_until[name] = time.monotonic() + self.suspect_seconds
             raise ShardDown(name, detail=f"no answer within {limit:g} s") from None
-        except (ShardDown, PairMoving):  # PairMoving: the shard answered, the pair moved
+        except PairMoving as moving:  # the shard answered: this process's home was stale
+            self.homes.invalidate(moving.queue, moving.tenant)
+            raise
+        except (ShardDown, DatabaseTimedOut, WarmTierUnavailable):  # their own answers
             raise
         except SHARD_ERRORS as exc:
             raise ShardDown(name, detail=str(exc)) from exc
@@ -277,12 +281,8 @@ class ShardedTierq:
         groups = self.homes_of_tasks(queue, tasks, tenant)
         outcomes: list[EnqueueOutcome | None] = [None] * len(tasks)
         for home, indexes in groups.items():
-            try:
-                got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
-                    queue, [tasks[i] for i in ix], tenant=tenant))
-            except PairMoving as moving:  # this process's home of the pair was stale
-                self.homes.invalidate(queue, moving.tenant)
-                raise
+            got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
+                queue, [tasks[i] for i in ix], tenant=tenant))
             for i, outcome in zip(indexes, got, strict=True):
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
@@ -375,16 +375,21 @@ class ShardedTierq:
         if len(self.engines) == 1:
             return self.engines[self.default].claim_outcome(
                 queue, request, max_bytes=max_bytes, answer_by=answer_by)
-        if request.tenant is not None:
-            home = self.homes.home_of(queue, request.tenant, create=False)
-            if home is None:
-                return claim_logic.ClaimOutcome([])
-            return self._on(home, lambda e: e.claim_outcome(
-                queue, request, max_bytes=max_bytes, answer_by=answer_by),
-                waits=request.wait_seconds)
         deadline = time.monotonic() + request.wait_seconds
         if answer_by is not None:
             deadline = min(deadline, answer_by)
+        if request.tenant is not None:
+            # a pair without a home has nothing to claim yet: a long poll looks again for
+            # its birth (less often: the lookup asks every shard) until its deadline
+            while (home := self.homes.home_of(queue, request.tenant, create=False)) is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return claim_logic.ClaimOutcome([])
+                time.sleep(min(NO_HOME_POLL_SECONDS, left))
+            left = max(0.0, deadline - time.monotonic())
+            pinned = request.model_copy(update={"wait_seconds": left})
+            return self._on(home, lambda e: e.claim_outcome(
+                queue, pinned, max_bytes=max_bytes, answer_by=answer_by), waits=left)
         once = request.model_copy(update={"wait_seconds": 0})
         while True:
             outcome = self._claim_round(queue, once, max_bytes, answer_by)
@@ -606,6 +611,8 @@ class ShardedTierq:
         tenant = model.tenant or DEFAULT_TENANT
         home = self.homes.home_of(model.queue, tenant)
         assert home is not None
+        for shard in self.engines:  # every shard up and current before anything is removed
+            self._on(shard, lambda engine: None)
         for other in self.engines:
             if other != home:
                 with contextlib.suppress(NotFound):

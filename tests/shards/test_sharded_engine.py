@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -18,13 +19,16 @@ import psycopg
 import pytest
 
 from tests.shards.conftest import SHARD_NAMES, ShardedFactory
+from tierq.config import Settings
 from tierq.dal.migrate import migrate
 from tierq.dal.shards import ShardSpec, tag_of
+from tierq.errors import WarmTierUnavailable
 from tierq.local.services import PrivatePostgres
 from tierq.logic.homes import ShardDown
 from tierq.sharded import ShardedTierq
 
 TENANTS = [f"t{i}" for i in range(12)]
+DOWN_URL = "postgresql://nobody@127.0.0.1:9/nothing?connect_timeout=1"
 
 
 def rows_by_shard(specs: list[ShardSpec]) -> dict[str, Counter[str]]:
@@ -208,3 +212,45 @@ def test_a_hung_shard_fails_only_its_own_pairs_in_time_and_loses_nothing(
             {t: 1 for t in on_green[1:]})
     finally:
         private.stop()
+
+
+def test_a_pinned_long_poll_waits_for_a_pair_born_meanwhile(
+        make_sharded: ShardedFactory) -> None:
+    tq = make_sharded()
+    assert tq.homes.home_of("born-late", "t", create=False) is None
+
+    def produce() -> None:
+        time.sleep(0.3)
+        tq.enqueue("born-late", [{"payload": "first"}], tenant="t")
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    got = tq.claim("born-late", tenant="t", max=1, wait_seconds=10)
+    producer.join()
+    assert [t.payload for t in got] == ["first"]  # not an empty answer at once
+
+
+def test_a_shard_call_keeps_the_warm_tiers_own_error(shard_specs: list[ShardSpec],
+                                                    make_sharded: ShardedFactory) -> None:
+    make_sharded()  # the homes in service
+    dead_cache = Settings(valkey_url="redis://127.0.0.1:9/0", settings_cache_seconds=0.0)
+    # not "the database shard does not answer"
+    with ShardedTierq(shard_specs[:3], settings=dead_cache) as tq, \
+            pytest.raises(WarmTierUnavailable):
+        tq.enqueue("cacheless", [{"payload": 1}], tenant="t")
+
+
+def test_putting_a_schedule_with_a_shard_down_removes_nothing(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec], valkey_url: str) -> None:
+    tq = make_sharded()
+    body = {"tenant": "t", "every_seconds": 3600, "payload": {}}
+    queues = {tq.homes.home_of(q, "t"): q for q in (f"sq{n}" for n in range(40))}
+    first_home, second_home = list(queues)[:2]
+    tq.put_schedule("hourly", {**body, "queue": queues[first_home]})
+    down = [spec if spec.name != second_home else ShardSpec(spec.name, DOWN_URL)
+            for spec in shard_specs[:3]]
+    settings = Settings(valkey_url=valkey_url, settings_cache_seconds=0.0)
+    with ShardedTierq(down, settings=settings) as partial_view, pytest.raises(ShardDown):
+        partial_view.put_schedule("hourly", {**body, "queue": queues[second_home]})
+    kept = tq.get_schedule("hourly", "t")  # its old copy was not removed first
+    assert kept.queue == queues[first_home]
