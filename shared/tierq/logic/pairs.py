@@ -44,12 +44,16 @@ def register(store: TaskStore, conn: Conn, queue: str, tenants: Iterable[str], *
         return
     if sharded:
         require_here(store, conn, queue, wanted)
+    # every tenant's quota lock (in name order) before any registry row is locked: taken
+    # only for the new ones, after refreshing the others, two registrations of overlapping
+    # tenants could each hold what the other waits for (a row refreshed by one, the quota
+    # lock of a tenant new to both by the other)
+    store.lock_tenant_quota(conn, wanted)
     at = datetime.fromtimestamp(now, UTC)
     known = set(store.refresh_pairs(conn, queue, wanted, at))
     new = [t for t in wanted if t not in known]
     if not new:
         return
-    store.lock_tenant_quota(conn, new)
     added = set(store.insert_pairs_within_quota(conn, queue, new, at, cap))
     refused = [t for t in new if t not in added]
     if refused:
