@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.handlers.support import REPO, Context, Reply, function_module, http_event, reply_of
@@ -255,3 +256,25 @@ def test_a_pair_being_moved_answers_503_for_new_work_and_serves_its_leases(api: 
     acked = api("POST", "/v1/queues/relocating/acks", {"acks": [
         {"id": task["id"], "lease_token": task["lease_token"]}]})
     assert acked.status == 200 and acked.body["acked"] == [task["id"]], acked.body
+
+
+def test_metrics_over_a_shard_behind_on_migrations_answer_503(
+        api: Api, shard_specs: list[ShardSpec], monkeypatch: pytest.MonkeyPatch) -> None:
+    enqueue_all(api, "behind")
+    assert api("GET", "/v1/metrics/queues/detailed").status == 200
+    behind = shard_specs[1]
+    with psycopg.connect(behind.url, autocommit=True) as conn:
+        newest = conn.execute("SELECT max(version) FROM tierq_schema_migrations").fetchone()
+        assert newest is not None
+        record = conn.execute("DELETE FROM tierq_schema_migrations WHERE version = %s "
+                              "RETURNING version, name, checksum", (newest[0],)).fetchone()
+    try:
+        use_shards(monkeypatch, shard_specs[:3])  # a process started now
+        for path in ("/v1/metrics/queues/detailed", "/v1/metrics/queues/running"):
+            reply = api("GET", path)
+            assert reply.status == 503, (path, reply.body)  # as any call on it, not a 500
+            assert "behind on migrations" in reply.body["error"]["message"]
+    finally:
+        with psycopg.connect(behind.url, autocommit=True) as conn:
+            conn.execute("INSERT INTO tierq_schema_migrations (version, name, checksum) "
+                         "VALUES (%s, %s, %s)", record)

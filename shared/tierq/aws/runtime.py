@@ -19,9 +19,10 @@ what is read or written per shard (lists, dead letters, schedules, idempotency r
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Tracer
@@ -168,6 +169,17 @@ def on_shard(name: str, call: Callable[[Tierq], T]) -> T:
     if isinstance(current, Tierq):
         return call(current)
     return current.on_shard(name, call)
+
+
+def shard_rows(name: str, rows: Iterator[T], chunk: int) -> Iterator[T]:
+    """The rows of an iterator that reads shard ``name``, pulled ``chunk`` at a time, each
+    pull under the shard's call deadline (a shard that hangs, or is behind on migrations,
+    answers 503 as every other call on it does)."""
+    while True:
+        part = on_shard(name, lambda _engine: list(itertools.islice(rows, chunk)))
+        yield from part
+        if len(part) < chunk:
+            return
 
 
 def shard_engines() -> dict[str, Tierq]:

@@ -19,7 +19,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from tierq.aws.http import paging, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath, QueueQuery, TenantQuery
-from tierq.aws.runtime import default_engine, engine, pair_engine, shard_engines
+from tierq.aws.runtime import (
+    default_engine,
+    engine,
+    pair_engine,
+    shard_engines,
+    shard_rows,
+)
 from tierq.engine import Tierq
 from tierq.errors import NotFound
 from tierq.logic import queues as queue_logic
@@ -67,9 +73,10 @@ def detailed(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
     pinned = request.pinned_tenant()
     start = PAIRS.decode(after)
     # each pair is on one shard: the shards' rows, in (queue, tenant) order, merged
-    source = heapq.merge(*(queue_logic.iter_counts(
+    chunk = min(limit + 1, COUNTS_CHUNK)
+    source = heapq.merge(*(shard_rows(name, queue_logic.iter_counts(
         tq.ctx, (start[0], start[1]) if start else ("", ""), tenant=pinned, queue=queue,
-        chunk=min(limit + 1, COUNTS_CHUNK)) for tq in shard_engines().values()), key=_pair_of)
+        chunk=chunk), chunk) for name, tq in shard_engines().items()), key=_pair_of)
     rows, last = paging.fill(source, _pair_of, limit=limit)
     return DetailedMetrics(queues=rows, timestamp=datetime.now(UTC),
                            next=None if last is None else
@@ -100,8 +107,9 @@ def leases_after(after: LeasePosition | None, *, tenant: str | None,
                         if queue_logic.lease_key(lease) > started)
     start: Pair = (after[0], after[1]) if after else ("", "")
     # the pairs of every shard in (queue, tenant) order, each with its shard's engine
-    pairs = heapq.merge(*(_pairs_of(tq, start, tenant, queue)
-                          for tq in shard_engines().values()), key=lambda item: item[0])
+    pairs = heapq.merge(*(shard_rows(name, _pairs_of(tq, start, tenant, queue),
+                                     RUNNING_SCAN_PAIRS)
+                          for name, tq in shard_engines().items()), key=lambda item: item[0])
     for visited, (pair, tq) in enumerate(pairs):
         if visited == RUNNING_SCAN_PAIRS:
             # the next page starts after the last pair visited, all of its leases returned
