@@ -249,9 +249,9 @@ class PairMove:
         """What is left of the pair on ``home`` (described), or ("", None) once the switch
         committed there."""
         left = self._on(home, lambda store: store.pair_left(self.queue, self.tenant))
-        in_flight = 0 if left.total else self.in_flight()
         if left.total:
             return describe(left), left
+        in_flight = self.in_flight()  # only once no task is left: a Valkey round trip
         if in_flight:
             return f"{in_flight} admissions in flight", left
         switched = self._on(home, lambda store: store.pair_switch_drained(
