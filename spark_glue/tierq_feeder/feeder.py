@@ -251,7 +251,7 @@ class Line:
     max_payload_chars: int
     now: float  # the run's start: a run_at more than a year after it is rejected
 
-    def rows(self, start: int, end: int, slices: int = 1) -> DataFrame:
+    def rows(self, start: int, end: int) -> DataFrame:
         """Ranks [start, end), mapped: the source's columns are gone; SOURCE, PART, ROW, J,
         CURSOR, RANK, KEY, TENANT, PRIORITY, PAYLOAD, RUN_AT_US, REASON, ROW_JSON are
         left."""
@@ -259,7 +259,7 @@ class Line:
         last = self.schedule.consumed_before(end)
         frames = []
         for index, source in enumerate(self.positioned):
-            rows = source.between(first[index], last[index], slices)
+            rows = source.between(first[index], last[index])
             if rows is None:
                 continue
             mapped = map_tasks(rows, source.columns, self.config.mapping,
@@ -272,11 +272,11 @@ class Line:
             raise RuntimeError(f"ranks {start}..{end - 1} have no rows")
         return reduce(lambda a, b: a.unionByName(b), frames)
 
-    def readers(self, start: int, end: int, slices: int = 1) -> int:
-        """How many Spark tasks read the rows of ``rows(start, end, slices)`` at once."""
+    def readers(self, start: int, end: int) -> int:
+        """How many Spark tasks can read the rows of ``rows(start, end)`` at once."""
         first = self.schedule.consumed_before(start)
         last = self.schedule.consumed_before(end)
-        return sum(source.readers(first[index], last[index], slices)
+        return sum(source.readers(first[index], last[index])
                    for index, source in enumerate(self.positioned))
 
     def tenants(self, start: int, end: int) -> DataFrame:
@@ -453,7 +453,7 @@ def _round_frame(spark: SparkSession, line: Line, start: int, end: int, writers:
                  id_ms: int, id_tail: str, fixed_tenant: bool) -> tuple[DataFrame, int]:
     """What a round's partitions hand to their writers (a COPY line of each row, or its
     reject), and how many partitions read it."""
-    rows = line.rows(start, end, slices=writers)
+    rows = line.rows(start, end)
     # the staged row, in one concat: its id, its place in the load, then what the mapping
     # made of the row. The round's numbers come as a broadcast row, not as literals
     # (sources.numbers_row says why).
@@ -475,9 +475,10 @@ def _round_frame(spark: SparkSession, line: Line, start: int, end: int, writers:
         for_rejects(SOURCE).alias("source"),
         for_rejects(PART).alias("part"), for_rejects(ROW).alias("row"),
         F.col(REASON).alias("reason"), for_rejects(ROW_JSON).alias("row_json"))
-    # as many partitions as tasks read rows, up to one per connection (asking the plan its
-    # partitions would plan it once more; a file's empty splits would count)
-    return frame, max(1, min(writers, line.readers(start, end, slices=writers)))
+    # as many partitions as tasks can read rows, up to one per connection (asking the plan
+    # its partitions would plan it once more; a file's empty splits would count); a
+    # partition writes on ``writers // partitions`` connections
+    return frame, max(1, min(writers, line.readers(start, end)))
 
 
 def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahead: TenantLookahead,

@@ -17,7 +17,7 @@ and nothing already fed is read as new.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Protocol
 
@@ -140,6 +140,8 @@ class PositionedSource:
     # parquet: the files' rows with PART and ROW (read again by each round, never held)
     scan: DataFrame | None = None
     partitions: int = 1  # of ``frame``, when it is held
+    # parquet: row groups per file, where the footers were read (a file not named: one)
+    row_groups: dict[str, int] = field(default_factory=dict)
 
     @property
     def remaining(self) -> int:
@@ -149,11 +151,12 @@ class PositionedSource:
     def has_rows(self) -> bool:
         return self.frame is not None or (self.scan is not None and self.remaining > 0)
 
-    def between(self, j0: int, j1: int, slices: int = 1) -> DataFrame | None:
+    def between(self, j0: int, j1: int) -> DataFrame | None:
         """The remaining rows with source ordinals ``j0 <= J < j1`` (with PART, ROW, J,
-        CURSOR). Parquet reads only the files those rows are in; when they are fewer than
-        ``slices`` files, each file's rows are read as several row ranges (several tasks:
-        a file whose one row group Spark cannot split still keeps ``slices`` cores busy)."""
+        CURSOR). Parquet reads only the files those rows are in, each once: Spark splits a
+        file by its row groups; cutting one into row ranges would decode it once per range
+        (a range is a filter on the row's index, not a skip), which cost more than the
+        cores it kept busy (spark_glue/README.md)."""
         if j1 <= j0:
             return None
         output = [*[col(c) for c in self.columns], PART, ROW, J, CURSOR]
@@ -171,14 +174,14 @@ class PositionedSource:
         data = [col(c) for c in self.columns]
         no_cursor = F.lit(None).cast(T.StringType()).alias(CURSOR)
         if len(chosen) <= MAX_FILES_AS_SCANS:
-            # one scan per file (or row range of it): rows [lo, hi) of the file, whose j is
-            # shift + row (shift = base - done)
+            # one scan per file: rows [lo, hi) of the file, whose j is shift + row
+            # (shift = base - done)
             frames = [self.scan.where(F.col(PART) == p.part)
                       .join(_bounds(spark, a, b, bases[p.part] - p.done),
                             (F.col(ROW) >= F.col(_LO)) & (F.col(ROW) < F.col(_HI)))
                       .select(*data, PART, ROW, (F.col(_SHIFT) + F.col(ROW)).alias(J),
                               no_cursor)
-                      for p, a, b in self._ranges(chosen, j0, j1, slices)]
+                      for p, a, b in self._ranges(chosen, j0, j1)]
             return reduce(lambda a, b: a.unionByName(b), frames)
         # j = base(part) + (row - done(part)), for rows at or after done(part)
         lookup = spark.createDataFrame(
@@ -195,37 +198,27 @@ class PositionedSource:
                 .join(_bounds(spark, j0, j1), (F.col(J) >= F.col(_LO)) & (F.col(J) < F.col(_HI)))
                 .select(*output))
 
-    def readers(self, j0: int, j1: int, slices: int = 1) -> int:
-        """How many Spark tasks read rows of ``between(j0, j1, slices)`` at once, without
-        planning it (a held source: its partitions; parquet: its scans of files or row
-        ranges, or its files past MAX_FILES_AS_SCANS)."""
+    def readers(self, j0: int, j1: int) -> int:
+        """How many Spark tasks can read rows of ``between(j0, j1)`` at once, without
+        planning it: a held source's partitions; parquet: the row groups of the files read
+        (Spark splits a file no finer)."""
         if j1 <= j0:
             return 0
         if self.scan is None:
             return self.partitions if self.frame is not None else 0
-        chosen = self._files(j0, j1)
-        if len(chosen) <= MAX_FILES_AS_SCANS:
-            return len(self._ranges(chosen, j0, j1, slices))
-        return len(chosen)
+        return sum(self.row_groups.get(p.part, 1) for p in self._files(j0, j1))
 
     def _files(self, j0: int, j1: int) -> list[PartProgress]:
         bases = part_bases(self.parts)
         return [p for p in self.parts if p.remaining > 0 and bases[p.part] < j1
                 and bases[p.part] + p.remaining > j0]
 
-    def _ranges(self, chosen: list[PartProgress], j0: int, j1: int,
-                slices: int) -> list[tuple[PartProgress, int, int]]:
-        """(file, first row, end row) of each scan: every chosen file, cut into row ranges
-        while they are fewer than ``slices``."""
+    def _ranges(self, chosen: list[PartProgress], j0: int,
+                j1: int) -> list[tuple[PartProgress, int, int]]:
+        """(file, first row, end row) of the rows each chosen file gives ranks [j0, j1)."""
         bases = part_bases(self.parts)
-        ranges = []
-        for p in chosen:
-            lo = p.done + max(0, j0 - bases[p.part])
-            hi = p.done + min(p.remaining, j1 - bases[p.part])
-            pieces = max(1, -(-slices // len(chosen)))
-            step = -(-(hi - lo) // pieces)
-            ranges += [(p, a, min(hi, a + step)) for a in range(lo, hi, step)]
-        return ranges
+        return [(p, p.done + max(0, j0 - bases[p.part]),
+                 p.done + min(p.remaining, j1 - bases[p.part])) for p in chosen]
 
     def unpersist(self) -> None:
         if self.cached is not None:
@@ -252,7 +245,7 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
         # parquet knows each row's index in its file: nothing to hold, one cheap count
         scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
                              F.col("_metadata.row_index").alias(ROW))
-        totals = _parquet_row_counts(spark, raw)
+        totals, row_groups = _parquet_row_counts(spark, raw)
     else:
         # the position inside a split's task is only stable while the scan is held
         scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
@@ -275,7 +268,8 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
 
     if spec.format == "parquet":
         # nothing held: each round reads the files its rows are in (``between``)
-        return PositionedSource(spec, None, columns, parts, scan=scanned)
+        return PositionedSource(spec, None, columns, parts, scan=scanned,
+                                row_groups=row_groups)
     # a split's rows are consecutive in its task: row = rows of earlier splits of the
     # file + (position in the task - position of the split's first row)
     entries = []
@@ -306,14 +300,17 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
 MAX_FOOTERS_READ = 256
 
 
-def _parquet_row_counts(spark: SparkSession, raw: DataFrame) -> dict[str, int]:
-    """Rows per file (keyed as ``_metadata.file_path`` names the file)."""
+def _parquet_row_counts(spark: SparkSession,
+                        raw: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+    """Rows per file, and row groups per file where the footers were read (keyed as
+    ``_metadata.file_path`` names the file)."""
     files = raw.inputFiles()
     if 0 < len(files) <= MAX_FOOTERS_READ:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         totals: dict[str, int] = {}
+        row_groups: dict[str, int] = {}
         # each py4j lookup of a dotted name asks the JVM for every prefix of it: the three
         # classes once, not per file
         hadoop_path = jvm.org.apache.hadoop.fs.Path
@@ -324,13 +321,15 @@ def _parquet_row_counts(spark: SparkSession, raw: DataFrame) -> dict[str, int]:
             footer = reader.open(input_file.fromPath(path, conf))
             try:
                 rows = int(footer.getRecordCount())
+                groups = int(footer.getRowGroups().size())
             finally:
                 footer.close()
             if rows:
                 totals[path.toString()] = rows  # as _metadata.file_path names it
-        return totals
+                row_groups[path.toString()] = groups
+        return totals, row_groups
     return {r[PART]: r["n"] for r in raw.select(F.col("_metadata.file_path").alias(PART))
-            .groupBy(PART).agg(F.count("*").alias("n")).collect()}
+            .groupBy(PART).agg(F.count("*").alias("n")).collect()}, {}
 
 
 def _position_jdbc(spec: SourceSpec, raw: DataFrame, offsets: Offsets) -> PositionedSource:
