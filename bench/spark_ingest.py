@@ -20,7 +20,10 @@ and database connections:
   insert, admission) on the same connections, its COPY text built before the clock starts.
   The ceiling of any feeder here; timed from the first write to the last commit.
 
-Legs alternate (jdbc, feeder, alone, jdbc, …) and the figures are medians. Each leg starts
+Legs alternate (jdbc, feeder, alone, jdbc, …) and the figures are medians. Beside the
+feeder's whole job, its rounds alone are timed (``FeedResult.rounds_seconds``: from its
+first round's start to its last commit, Spark's start and the reading of the sources left
+out), to tell Spark's fixed start from the cost per row. Each leg starts
 from empty tables and a checkpoint. The feeder's driver (the Python process) reports its
 peak RSS; after the runs the feeder feeds ``--big-rows`` rows (default 10,000,000; 0: skip)
 with the same 1g of driver memory, and its peak RSS is printed beside the 1M one. The last
@@ -43,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 ROOT = Path(__file__).resolve().parent.parent
 for entry in (ROOT, ROOT / "spark_glue"):
@@ -147,9 +151,21 @@ def leg_feeder(args: argparse.Namespace) -> dict[str, Any]:
             "--rejects", str(Path(args.data).parent / "rejects")]
     if args.batch_rows:
         argv += ["--batch-rows", str(args.batch_rows)]
-    if feed_queue.main_local(argv) != 0:
-        raise SystemExit("the feeder failed")
-    return {"committed_at": time.monotonic(), "peak_rss_mb": peak_rss_mb()}
+    # the run's result, as the job's log metrics see it (its seconds in rounds)
+    from tierq_feeder.metrics import FeedResult, LogMetrics
+
+    results: list[FeedResult] = []
+    log_emit = LogMetrics.emit
+
+    def emit(self: LogMetrics, result: FeedResult) -> None:
+        results.append(result)
+        log_emit(self, result)
+
+    with patch.object(LogMetrics, "emit", emit):
+        if feed_queue.main_local(argv) != 0:
+            raise SystemExit("the feeder failed")
+    return {"committed_at": time.monotonic(), "peak_rss_mb": peak_rss_mb(),
+            "rounds_seconds": results[-1].rounds_seconds}
 
 
 def leg_alone(args: argparse.Namespace) -> dict[str, Any]:
@@ -225,8 +241,12 @@ def run_leg(leg: str, args: argparse.Namespace, database_url: str, valkey_url: s
         count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
     if count is None or count[0] != rows:
         raise SystemExit(f"leg {leg} wrote {count} rows, expected {rows}")
-    return {"leg": leg, "rows": rows, "seconds": seconds, "rate": rows / seconds,
-            "peak_rss_mb": report["peak_rss_mb"]}
+    measured = {"leg": leg, "rows": rows, "seconds": seconds, "rate": rows / seconds,
+                "peak_rss_mb": report["peak_rss_mb"]}
+    if report.get("rounds_seconds"):  # the feeder: its rounds, without Spark's start
+        measured["rounds_seconds"] = report["rounds_seconds"]
+        measured["rounds_rate"] = rows / report["rounds_seconds"]
+    return measured
 
 
 def reset(database_url: str, valkey: Any) -> None:
@@ -269,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.rows, args.runs, args.big_rows = 20_000, 1, 0
+    if "spark_jdbc" in args.legs and not Path(JDBC_JAR).is_file():
+        parser.error(f"the spark_jdbc leg needs PostgreSQL's JDBC driver at {JDBC_JAR}: "
+                     "run infra/tools/install-test-deps.sh (as root; Debian's "
+                     "libpostgresql-jdbc-java), or leave the leg out with --legs")
 
     stores = open_stores(args)
     scratch = Path(tempfile.mkdtemp(prefix="tierq-bench-ingest-"))
@@ -289,9 +313,11 @@ def main(argv: list[str] | None = None) -> int:
                                    scratch / "rows", args.rows, args.driver_memory)
                 measured["run"] = run + 1
                 results["runs"].append(measured)
+                rounds = (f" ({measured['rounds_seconds']:.2f} s in rounds)"
+                          if "rounds_seconds" in measured else "")
                 say(f"run {run + 1} {leg:<10} {measured['seconds']:7.2f} s "
                     f"{measured['rate']:>10,.0f} rows/s  driver peak RSS "
-                    f"{measured['peak_rss_mb']:.0f} MB")
+                    f"{measured['peak_rss_mb']:.0f} MB{rounds}")
         median = {leg: statistics.median(r["rate"] for r in results["runs"] if r["leg"] == leg)
                   for leg in args.legs}
         if "feeder" not in args.legs:
@@ -317,9 +343,17 @@ def main(argv: list[str] | None = None) -> int:
                         f"(x{big['peak_rss_mb'] / rss:.2f}; spark.driver.memory "
                         f"{args.driver_memory})")
         figures = [f"median {leg:<10} {median[leg]:>10,.0f} rows/s" for leg in args.legs]
+        rounds_rate = statistics.median(r["rounds_rate"] for r in results["runs"]
+                                        if r["leg"] == "feeder")
+        results["median_feeder_rounds_rate"] = rounds_rate
+        figures.append(f"median feeder's rounds only {rounds_rate:>10,.0f} rows/s (from its "
+                       "first round's start: Spark's start and the source reading left out)")
         if "alone" in median:
             results["feeder_vs_alone"] = median["feeder"] / median["alone"]
-            figures.append(f"feeder / write path alone = {results['feeder_vs_alone']:.2f}")
+            results["feeder_rounds_vs_alone"] = rounds_rate / median["alone"]
+            figures.append(f"feeder / write path alone = {results['feeder_vs_alone']:.2f} "
+                           f"(whole job; its rounds only: "
+                           f"{results['feeder_rounds_vs_alone']:.2f})")
         figures += [f"driver_peak_rss_mb={rss:.0f} (feeder, {args.rows:,} rows)", big_line]
         if "spark_jdbc" in median:
             results["feeder_vs_spark_jdbc"] = median["feeder"] / median["spark_jdbc"]

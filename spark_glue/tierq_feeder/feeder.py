@@ -379,6 +379,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
                 if config.mapping.tenant is not None:
                     log.info("ranks %d..%d: tenants read in %.1f s", ahead.start,
                              ahead.end - 1, time.monotonic() - learning)
+            round_began = time.monotonic()
             if warming is not None:  # the round's partitions take the workers it started
                 warming.join()
                 warming = None
@@ -392,6 +393,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
             save_offsets(ctx, feed, _offset_rows(positioned, schedule.consumed_before(end),
                                                  saved))
             result.rounds += 1
+            result.rounds_seconds += time.monotonic() - round_began
             result.consumed = end
             result.deferred = schedule.total - end
             elapsed = time.monotonic() - started

@@ -58,8 +58,11 @@ def test_stops_at_the_limit_and_resumes_where_it_stopped(
     assert keys_in_line(database_url, "jobs")[1:] == keys[:4]
     assert offsets(database_url, "jobs") == {("rows", "part-00000.parquet"): (4, None)}
 
+    assert 0 < first.rounds_seconds < first.seconds  # Spark's start is not in rounds
+
     again = feed(*args)  # nobody consumed anything: nothing to write
     assert (again.created, again.deferred, again.consumed) == (0, 8, 0)
+    assert (again.rounds, again.rounds_seconds) == (0, 0.0)
 
     assert consume(engine, "jobs", 3) == keys[:3]
     third = feed(*args)
