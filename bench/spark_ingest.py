@@ -21,9 +21,9 @@ and database connections:
   The ceiling of any feeder here; timed from the first write to the last commit.
 
 Legs alternate (jdbc, feeder, alone, jdbc, …) and the figures are medians. Beside the
-feeder's whole job, its rounds alone are timed (``FeedResult.rounds_seconds``: from its
-first round's start to its last commit, Spark's start and the reading of the sources left
-out), to tell Spark's fixed start from the cost per row. Each leg starts
+feeder's whole job, its rounds alone are timed (``FeedResult.rounds_seconds``: each round
+from its look at the backlog to its saved offsets; Spark's start and the reading of the
+sources left out), to tell Spark's fixed start from the cost per row. Each leg starts
 from empty tables and a checkpoint. The feeder's driver (the Python process) reports its
 peak RSS; after the runs the feeder feeds ``--big-rows`` rows (default 10,000,000; 0: skip)
 with the same 1g of driver memory, and its peak RSS is printed beside the 1M one. The last
@@ -346,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds_rate = statistics.median(r["rounds_rate"] for r in results["runs"]
                                         if r["leg"] == "feeder")
         results["median_feeder_rounds_rate"] = rounds_rate
-        figures.append(f"median feeder's rounds only {rounds_rate:>10,.0f} rows/s (from its "
-                       "first round's start: Spark's start and the source reading left out)")
+        figures.append(f"median feeder's rounds only {rounds_rate:>10,.0f} rows/s (Spark's "
+                       "start and the reading of the sources left out)")
         if "alone" in median:
             results["feeder_vs_alone"] = median["feeder"] / median["alone"]
             results["feeder_rounds_vs_alone"] = rounds_rate / median["alone"]

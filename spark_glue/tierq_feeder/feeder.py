@@ -356,6 +356,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
         start = 0
         waited = 0.0
         while start < limit:
+            round_began = time.monotonic()  # a wait for room is not counted as a round's
             backlog = _backlog(contexts, queue, config.max_backlog)
             room = backlog.room(config.max_backlog)
             if room == 0:
@@ -379,7 +380,6 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
                 if config.mapping.tenant is not None:
                     log.info("ranks %d..%d: tenants read in %.1f s", ahead.start,
                              ahead.end - 1, time.monotonic() - learning)
-            round_began = time.monotonic()
             if warming is not None:  # the round's partitions take the workers it started
                 warming.join()
                 warming = None
@@ -479,7 +479,7 @@ def _round_frame(spark: SparkSession, line: Line, start: int, end: int, writers:
         F.col(REASON).alias("reason"), for_rejects(ROW_JSON).alias("row_json"))
     # as many partitions as tasks can read rows, up to one per connection (asking the plan
     # its partitions would plan it once more; a file's empty splits would count); a
-    # partition writes on ``writers // partitions`` connections
+    # partition writes on its share of the ``writers`` connections
     return frame, max(1, min(writers, line.readers(start, end)))
 
 
@@ -500,8 +500,9 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
             frame, partitions = _round_frame(spark, line, start, end, writers, load.id_ms,
                                              load.id_tail, fixed_tenant is not None)
             job = RoundWrite(stores=stores, load=load, chunk_rows=chunk_rows,
-                             connections=max(1, writers // partitions), tenant=fixed_tenant,
-                             tenant_column=TENANT)
+                             connections=max(1, writers // partitions),
+                             spare_connections=writers % partitions,
+                             tenant=fixed_tenant, tenant_column=TENANT)
             out = (frame.coalesce(partitions)
                    .mapInArrow(partial(write_partition, job), OUT_SCHEMA)  # type: ignore[arg-type]
                    .persist(StorageLevel.MEMORY_AND_DISK))
@@ -528,7 +529,8 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
                  "last one ended; %d repeated key(s) settled, %d chunk(s) written again",
                  start, end - 1, admitted - began, written - admitted, starting, len(stats),
                  total["input_s"], total["blocked_s"], total["write_s"],
-                 partitions * job.connections, ending, total["settled"], total["retried"])
+                 min(writers, partitions * job.connections + job.spare_connections), ending,
+                 total["settled"], total["retried"])
         return RoundWritten(created=int(total["created"]),
                             ignored=int(total["staged"] - total["created"]),
                             rejected=int(total["rejected"]), tenants=tuple(tenants))

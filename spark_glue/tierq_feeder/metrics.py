@@ -20,9 +20,9 @@ class FeedResult:
     consumed: int = 0     # source rows this run went through (= created+ignored+rejected)
     rounds: int = 0
     seconds: float = 0.0
-    # of ``seconds``, those in rounds: from the first round's start (its Python workers
-    # started) to the last one's saved offsets, waits for room left out; the rest is
-    # Spark's start, reading the sources and warming
+    # of ``seconds``, those in rounds: each from its look at the backlog to its saved
+    # offsets (its tenants' look-ahead and the wait for the Python workers included); the
+    # rest is Spark's start, reading the sources, waits for room and the final warm-up
     rounds_seconds: float = 0.0
     stopped_by: str = "drained"  # drained | backlog | max_rows | nothing_to_do
     ready_tenants: set[str] = field(default_factory=set)

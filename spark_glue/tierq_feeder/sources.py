@@ -128,6 +128,30 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# Spark's spark.sql.files.openCostInBytes (default): no split of a file is smaller
+# (FilePartition.maxSplitBytes), so a file of n bytes is read by at most n / this tasks
+SPLIT_BYTES_AT_LEAST = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """A parquet file as Spark splits it: rows per row group, in order, and its size."""
+
+    group_rows: tuple[int, ...]
+    size: int
+
+    def readers(self, lo: int, hi: int) -> int:
+        """How many tasks can read rows [lo, hi) of the file: the row groups holding any of
+        them (Spark gives a row group whole to one split, never cuts one), no more than the
+        file has splits."""
+        touched, start = 0, 0
+        for rows in self.group_rows:
+            if start < hi and start + rows > lo:
+                touched += 1
+            start += rows
+        return max(1, min(touched, -(-self.size // SPLIT_BYTES_AT_LEAST)))
+
+
 @dataclass
 class PositionedSource:
     """A source's remaining rows with PART, ROW, J (and CURSOR for JDBC), persisted."""
@@ -140,8 +164,8 @@ class PositionedSource:
     # parquet: the files' rows with PART and ROW (read again by each round, never held)
     scan: DataFrame | None = None
     partitions: int = 1  # of ``frame``, when it is held
-    # parquet: row groups per file, where the footers were read (a file not named: one)
-    row_groups: dict[str, int] = field(default_factory=dict)
+    # parquet: each file's row groups and size, where the footers were read
+    layouts: dict[str, FileLayout] = field(default_factory=dict)
 
     @property
     def remaining(self) -> int:
@@ -200,13 +224,15 @@ class PositionedSource:
 
     def readers(self, j0: int, j1: int) -> int:
         """How many Spark tasks can read rows of ``between(j0, j1)`` at once, without
-        planning it: a held source's partitions; parquet: the row groups of the files read
-        (Spark splits a file no finer)."""
+        planning it: a held source's partitions; parquet: per file read, the splits that
+        hold its row groups with rows of the range (``FileLayout.readers``; a file whose
+        footer was not read counts one)."""
         if j1 <= j0:
             return 0
         if self.scan is None:
             return self.partitions if self.frame is not None else 0
-        return sum(self.row_groups.get(p.part, 1) for p in self._files(j0, j1))
+        return sum(self.layouts[p.part].readers(lo, hi) if p.part in self.layouts else 1
+                   for p, lo, hi in self._ranges(self._files(j0, j1), j0, j1))
 
     def _files(self, j0: int, j1: int) -> list[PartProgress]:
         bases = part_bases(self.parts)
@@ -245,7 +271,7 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
         # parquet knows each row's index in its file: nothing to hold, one cheap count
         scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
                              F.col("_metadata.row_index").alias(ROW))
-        totals, row_groups = _parquet_row_counts(spark, raw)
+        totals, layouts = _parquet_row_counts(spark, raw)
     else:
         # the position inside a split's task is only stable while the scan is held
         scanned = raw.select(*data, F.col("_metadata.file_path").alias(PART),
@@ -268,8 +294,7 @@ def _position_files(spark: SparkSession, spec: SourceSpec, raw: DataFrame,
 
     if spec.format == "parquet":
         # nothing held: each round reads the files its rows are in (``between``)
-        return PositionedSource(spec, None, columns, parts, scan=scanned,
-                                row_groups=row_groups)
+        return PositionedSource(spec, None, columns, parts, scan=scanned, layouts=layouts)
     # a split's rows are consecutive in its task: row = rows of earlier splits of the
     # file + (position in the task - position of the split's first row)
     entries = []
@@ -301,8 +326,8 @@ MAX_FOOTERS_READ = 256
 
 
 def _parquet_row_counts(spark: SparkSession,
-                        raw: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
-    """Rows per file, and row groups per file where the footers were read (keyed as
+                        raw: DataFrame) -> tuple[dict[str, int], dict[str, FileLayout]]:
+    """Rows per file, and each file's layout where the footers were read (keyed as
     ``_metadata.file_path`` names the file)."""
     files = raw.inputFiles()
     if 0 < len(files) <= MAX_FOOTERS_READ:
@@ -310,7 +335,7 @@ def _parquet_row_counts(spark: SparkSession,
         assert jvm is not None
         conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         totals: dict[str, int] = {}
-        row_groups: dict[str, int] = {}
+        layouts: dict[str, FileLayout] = {}
         # each py4j lookup of a dotted name asks the JVM for every prefix of it: the three
         # classes once, not per file
         hadoop_path = jvm.org.apache.hadoop.fs.Path
@@ -318,16 +343,17 @@ def _parquet_row_counts(spark: SparkSession,
         input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile
         for name in files:
             path = hadoop_path(name)
-            footer = reader.open(input_file.fromPath(path, conf))
+            file = input_file.fromPath(path, conf)
+            footer = reader.open(file)
             try:
                 rows = int(footer.getRecordCount())
-                groups = int(footer.getRowGroups().size())
+                group_rows = tuple(int(group.getRowCount()) for group in footer.getRowGroups())
             finally:
                 footer.close()
             if rows:
                 totals[path.toString()] = rows  # as _metadata.file_path names it
-                row_groups[path.toString()] = groups
-        return totals, row_groups
+                layouts[path.toString()] = FileLayout(group_rows, int(file.getLength()))
+        return totals, layouts
     return {r[PART]: r["n"] for r in raw.select(F.col("_metadata.file_path").alias(PART))
             .groupBy(PART).agg(F.count("*").alias("n")).collect()}, {}
 

@@ -11,9 +11,10 @@ chunk's COPY text is the lines' Arrow data buffer as it is, and its tenants are 
 
 A partition writes its chunks (``chunk_rows`` rows, one short transaction each; its first
 ones smaller, so that writing starts soon after its first rows arrive) on
-``connections`` PostgreSQL connections at once, one thread each: a round with fewer Spark
-partitions than writers still keeps every writer busy, and never more connections than
-``--write-partitions`` are open.
+its share of the round's ``--write-partitions`` PostgreSQL connections at once, one thread
+each (``connections``, one more in the first ``spare_connections`` partitions): a round
+read by fewer Spark tasks than there are writers still uses them all, as long as its
+partitions' rows are as many, and never more connections are open.
 """
 
 from __future__ import annotations
@@ -77,9 +78,14 @@ class RoundWrite:
     load: BulkLoad | ShardedBulkLoad
     chunk_rows: int
     connections: int = 1                  # writers (threads, connections) per partition
+    spare_connections: int = 0            # partitions 0 .. this-1 take one more
     tenant: str | None = None             # the only tenant of the round, when known
     tenant_column: str = ""               # else: the column holding each row's tenant
     reason_column: str = "reason"         # the reject reason (null: the row maps)
+
+    def connections_of(self, partition: int) -> int:
+        """The connections partition ``partition`` of the round writes on."""
+        return self.connections + (1 if partition < self.spare_connections else 0)
 
 
 @dataclass
@@ -108,16 +114,16 @@ class ChunkWriters:
     """``connections`` bulk writers, one thread and one engine each, taking chunks from a
     short queue (at most one waiting per writer: memory stays a few chunks)."""
 
-    def __init__(self, job: RoundWrite) -> None:
+    def __init__(self, job: RoundWrite, connections: int) -> None:
         self.job = job
         self.created = self.settled = self.retried = 0
         self.write_seconds = 0.0
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
-        self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=job.connections)
+        self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=connections)
         self._threads = [threading.Thread(target=self._run, daemon=True,
                                           name=f"tierq-bulk-writer-{i}")
-                         for i in range(job.connections)]
+                         for i in range(connections)]
         for thread in self._threads:
             thread.start()
 
@@ -203,6 +209,14 @@ def _rejects(batch: Any) -> Any:
         schema=schema)
 
 
+def _partition() -> int:
+    """The running Spark partition's number (0 outside a Spark task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
+
+
 def warm_up(batches: Iterable[Any]) -> Iterator[Any]:
     """``mapInArrow`` body of a job that only starts Python workers: unpickling it imports
     this module (the engine with it), and it imports what ``write_partition`` imports."""
@@ -219,6 +233,7 @@ def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
     import pyarrow.compute as pc
 
     stats = PartitionStats(began_at=time.time())
+    connections = job.connections_of(_partition())
     writers: ChunkWriters | None = None
     chunk = Chunk([], set())
     rows_in_chunk = 0
@@ -229,7 +244,7 @@ def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
 
     def submit(chunk: Chunk) -> None:
         nonlocal writers
-        writers = writers or ChunkWriters(job)
+        writers = writers or ChunkWriters(job, connections)
         began = clock()
         writers.submit(chunk)
         stats.blocked_s += clock() - began

@@ -1,5 +1,6 @@
-"""Placing a parquet source's rows: each file read once per round, its row groups bounding
-how many Spark tasks read it (a round's partitions, and so its connections per partition)."""
+"""Placing a parquet source's rows: each file read once per round; the row groups that hold
+a round's rows, and the file's size, bound how many Spark tasks read it (a round's
+partitions, and so its connections per partition)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tierq_feeder.config import SourceSpec
-from tierq_feeder.sources import ROW, J, SparkLoader, position
+from tierq_feeder.sources import (
+    ROW,
+    SPLIT_BYTES_AT_LEAST,
+    FileLayout,
+    J,
+    SparkLoader,
+    position,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -20,7 +28,7 @@ def write_file(path: Path, first: int, rows: int, row_group_rows: int) -> None:
     pq.write_table(pa.table({"key": keys}), path, row_group_size=row_group_rows)
 
 
-def test_row_groups_bound_the_readers_and_each_file_is_read_once(spark: Any,
+def test_footers_give_the_layout_and_each_file_is_read_once(spark: Any,
                                                                   tmp_path: Path) -> None:
     folder = tmp_path / "rows"
     folder.mkdir()
@@ -32,10 +40,12 @@ def test_row_groups_bound_the_readers_and_each_file_is_read_once(spark: Any,
     source = position(spark, spec, raw, {})
 
     assert source.remaining == 400
-    assert source.readers(0, 50) == 1      # part of the one-row-group file: one task
-    assert source.readers(0, 100) == 1
-    assert source.readers(100, 400) == 3   # Spark splits a file by its row groups at most
-    assert source.readers(50, 150) == 4
+    layouts = sorted(source.layouts.values(), key=lambda layout: len(layout.group_rows))
+    assert [layout.group_rows for layout in layouts] == [(100,), (100, 100, 100)]
+    # files this small are one split each (Spark's splits are at least 4 MiB)
+    assert source.readers(0, 50) == 1
+    assert source.readers(100, 400) == 1
+    assert source.readers(50, 150) == 2
     assert source.readers(10, 10) == 0
 
     rows = source.between(50, 150)
@@ -45,3 +55,16 @@ def test_row_groups_bound_the_readers_and_each_file_is_read_once(spark: Any,
     # one scan per file: a file cut into row ranges would be decoded once per range
     plan = rows._jdf.queryExecution().sparkPlan().toString()
     assert plan.count("FileScan parquet") == 2
+
+
+def test_readers_are_the_splits_holding_the_rows_row_groups() -> None:
+    mib = 1024 * 1024
+    big = FileLayout(group_rows=(100, 100, 100, 100), size=4 * 128 * mib)
+    assert big.readers(0, 400) == 4
+    assert big.readers(150, 250) == 2      # rows of two row groups
+    assert big.readers(100, 200) == 1      # one row group, exactly
+    assert big.readers(399, 400) == 1
+    # a small file with many row groups: Spark splits it no finer than 4 MiB
+    small = FileLayout(group_rows=(10,) * 8, size=SPLIT_BYTES_AT_LEAST + 1)
+    assert small.readers(0, 80) == 2
+    assert FileLayout(group_rows=(10,) * 8, size=mib).readers(0, 80) == 1

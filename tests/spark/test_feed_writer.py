@@ -248,10 +248,11 @@ def batches(lines: list[str | None], tenants: list[str], reasons: list[str | Non
     return table.to_batches(max_chunksize=size)
 
 
-@pytest.mark.parametrize("connections", [1, 3])
+@pytest.mark.parametrize(("connections", "spare"), [(1, 0), (3, 0), (1, 1)])
 def test_write_partition_chunks_rejects_and_connections(
-        engine: Tierq, stores: StoreConfig, database_url: str, connections: int) -> None:
-    queue = f"part{connections}"
+        engine: Tierq, stores: StoreConfig, database_url: str, connections: int,
+        spare: int) -> None:
+    queue = f"part{connections}{spare}"
     n = 2500
     tenants = [("acme", "beta")[i % 2] for i in range(n)]
     reasons: list[str | None] = [None if i % 100 else "key: missing" for i in range(n)]
@@ -261,7 +262,10 @@ def test_write_partition_chunks_rejects_and_connections(
                                for i in range(n)]
     with engine.bulk_load(queue, rows=n, tenants=["acme", "beta"]) as load:
         job = RoundWrite(stores=stores, load=load, chunk_rows=300, connections=connections,
-                         tenant_column="tenant")
+                         spare_connections=spare, tenant_column="tenant")
+        # outside a Spark task the partition is number 0: it takes a spare connection
+        assert job.connections_of(0) == connections + spare
+        assert job.connections_of(1) == connections
         out = list(write_partition(job, batches(lines, tenants, reasons, 128)))
     [stats] = out[-1].to_pylist()
     times = {name: stats.pop(name) for name in ("input_s", "blocked_s", "write_s",
