@@ -529,8 +529,7 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
                  "last one ended; %d repeated key(s) settled, %d chunk(s) written again",
                  start, end - 1, admitted - began, written - admitted, starting, len(stats),
                  total["input_s"], total["blocked_s"], total["write_s"],
-                 min(writers, partitions * job.connections + job.spare_connections), ending,
-                 total["settled"], total["retried"])
+                 writers, ending, total["settled"], total["retried"])
         return RoundWritten(created=int(total["created"]),
                             ignored=int(total["staged"] - total["created"]),
                             rejected=int(total["rejected"]), tenants=tuple(tenants))
