@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from functools import partial, reduce
 from pathlib import Path
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -467,16 +466,10 @@ def _round_frame(spark: SparkSession, line: Line, start: int, end: int, writers:
     staged = F.when(~rejected, F.concat(
         *[part for field in fields for part in (field, F.lit("\t"))][:-1], F.lit("\n")))
 
-    def for_rejects(column: str) -> Column:
-        # what only the rejects output needs crosses to Python for rejects only
-        return F.when(rejected, F.col(column))
-
     frame = rows.select(
         staged.alias(LINE),
         (F.lit(None).cast("string") if fixed_tenant else F.col(TENANT)).alias(TENANT),
-        for_rejects(SOURCE).alias("source"),
-        for_rejects(PART).alias("part"), for_rejects(ROW).alias("row"),
-        F.col(REASON).alias("reason"), for_rejects(ROW_JSON).alias("row_json"))
+        F.col(REASON).alias("reason"))
     # as many partitions as tasks can read rows, up to one per connection (asking the plan
     # its partitions would plan it once more; a file's empty splits would count); a
     # partition writes on its share of the ``writers`` connections
@@ -493,46 +486,48 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
     began = time.monotonic()
     tenants = ahead.tenants(start, end) or ["_"]  # none: every row of the round is rejected
     fixed_tenant = tenants[0] if line.config.mapping.tenant is None else None
-    out: DataFrame | None = None
-    try:
-        with tq.bulk_load(line.config.queue, rows=end - start, tenants=tenants) as load:
-            admitted = time.monotonic()
-            frame, partitions = _round_frame(spark, line, start, end, writers, load.id_ms,
-                                             load.id_tail, fixed_tenant is not None)
-            job = RoundWrite(stores=stores, load=load, chunk_rows=chunk_rows,
-                             connections=max(1, writers // partitions),
-                             spare_connections=writers % partitions,
-                             tenant=fixed_tenant, tenant_column=TENANT)
-            out = (frame.coalesce(partitions)
-                   .mapInArrow(partial(write_partition, job), OUT_SCHEMA)  # type: ignore[arg-type]
-                   .persist(StorageLevel.MEMORY_AND_DISK))
-            submitted = time.time()
-            stats = (out.where(F.col("kind") == "stats").select(*STATS_COLUMNS).collect())
-        written = time.monotonic()
-        total = {name: sum(r[name] for r in stats) for name in STATS_COLUMNS}
-        # from the job's submission to its first partition's Python side, and from the
-        # last partition's end to the stats on the driver
-        starting = min((r["began_at"] for r in stats), default=submitted) - submitted
-        ending = time.time() - max((r["ended_at"] for r in stats), default=time.time())
-        if total["staged"] + total["rejected"] != end - start:
-            raise RuntimeError(f"ranks {start}..{end - 1}: {total['staged']} row(s) written "
-                               f"and {total['rejected']} rejected make not {end - start}")
-        if total["rejected"]:
-            (out.where(F.col("kind") == "reject")
-             .select(F.lit(feed).alias("feed"), "source", "part", "row", "reason", "row_json",
-                     F.current_timestamp().alias("rejected_at"))
-             .coalesce(1).write.mode("append").json(rejects_path))
-        log.info("ranks %d..%d: admitted in %.1f s, written in %.1f s: %.1f s until the "
-                 "first partition started, %d partition(s) (summed over them: %.1f s "
-                 "waiting for Spark to read and map rows, %.1f s for a free connection; "
-                 "%.1f s in the writers' transactions on %d connection(s)), %.1f s after the "
-                 "last one ended; %d repeated key(s) settled, %d chunk(s) written again",
-                 start, end - 1, admitted - began, written - admitted, starting, len(stats),
-                 total["input_s"], total["blocked_s"], total["write_s"],
-                 writers, ending, total["settled"], total["retried"])
-        return RoundWritten(created=int(total["created"]),
-                            ignored=int(total["staged"] - total["created"]),
-                            rejected=int(total["rejected"]), tenants=tuple(tenants))
-    finally:
-        if out is not None:
-            out.unpersist()
+    with tq.bulk_load(line.config.queue, rows=end - start, tenants=tenants) as load:
+        admitted = time.monotonic()
+        frame, partitions = _round_frame(spark, line, start, end, writers, load.id_ms,
+                                         load.id_tail, fixed_tenant is not None)
+        job = RoundWrite(stores=stores, load=load, chunk_rows=chunk_rows,
+                         connections=max(1, writers // partitions),
+                         spare_connections=writers % partitions,
+                         tenant=fixed_tenant, tenant_column=TENANT)
+        submitted = time.time()
+        stats = (frame.coalesce(partitions)
+                 .mapInArrow(partial(write_partition, job), OUT_SCHEMA)  # type: ignore[arg-type]
+                 .collect())
+    written = time.monotonic()
+    total = {name: sum(r[name] for r in stats) for name in STATS_COLUMNS}
+    # from the job's submission to its first partition's Python side, and from the
+    # last partition's end to the stats on the driver
+    starting = min((r["began_at"] for r in stats), default=submitted) - submitted
+    ending = time.time() - max((r["ended_at"] for r in stats), default=time.time())
+    if total["staged"] + total["rejected"] != end - start:
+        raise RuntimeError(f"ranks {start}..{end - 1}: {total['staged']} row(s) written "
+                           f"and {total['rejected']} rejected make not {end - start}")
+    if total["rejected"]:
+        write_rejects(line, feed, rejects_path, start, end)
+    log.info("ranks %d..%d: admitted in %.1f s, written in %.1f s: %.1f s until the "
+             "first partition started, %d partition(s) (summed over them: %.1f s "
+             "waiting for Spark to read and map rows, %.1f s for a free connection; "
+             "%.1f s in the writers' transactions on %d connection(s)), %.1f s after the "
+             "last one ended; %d repeated key(s) settled, %d chunk(s) written again",
+             start, end - 1, admitted - began, written - admitted, starting, len(stats),
+             total["input_s"], total["blocked_s"], total["write_s"],
+             writers, ending, total["settled"], total["retried"])
+    return RoundWritten(created=int(total["created"]),
+                        ignored=int(total["staged"] - total["created"]),
+                        rejected=int(total["rejected"]), tenants=tuple(tenants))
+
+
+def write_rejects(line: Line, feed: str, rejects_path: str, start: int, end: int) -> None:
+    """Append the rejects of ranks [start, end) to the rejects output: the round's rows read
+    and mapped once more (a row's reject reason depends on the row and the run's start
+    only), so that a round without rejects hands nothing but counts to the driver."""
+    (line.rows(start, end).where(F.col(REASON).isNotNull())
+     .select(F.lit(feed).alias("feed"), F.col(SOURCE).alias("source"),
+             F.col(PART).alias("part"), F.col(ROW).alias("row"), F.col(REASON).alias("reason"),
+             F.col(ROW_JSON).alias("row_json"), F.current_timestamp().alias("rejected_at"))
+     .coalesce(1).write.mode("append").json(rejects_path))

@@ -4,10 +4,11 @@ insert and the admission of the rows).
 
 The JVM hands each partition's rows over as Arrow batches (``mapInArrow``): a column of
 finished COPY lines (the staged row, built in Spark SQL: id, place in the load, tenant,
-key, priority, payload, run_at), the row's tenant, and for rows that cannot become tasks
-the reason and what the rejects output needs. Nothing is done per row in Python: a
-chunk's COPY text is the lines' Arrow data buffer as it is, and its tenants are one
-``unique`` of a column. Rejected rows come back out of the partition as output rows.
+key, priority, payload, run_at), the row's tenant, and for a row that cannot become a task
+its reject reason. Nothing is done per row in Python: a chunk's COPY text is the lines'
+Arrow data buffer as it is, and its tenants are one ``unique`` of a column. A rejected
+row is counted and dropped: the partition's one output row is its stats (the driver
+writes the rejects' file from the source rows, only in a round that has rejects).
 
 A partition writes its chunks (``chunk_rows`` rows, one short transaction each; its first
 ones smaller, so that writing starts soon after its first rows arrive) on
@@ -34,19 +35,16 @@ from tierq.logic.bulk import BulkLoad, ShardedBulkLoad
 from tierq.sharded import ShardedTierq
 
 LINE = "__tq_line"  # the staged row as COPY text (null for a rejected row)
-# what the writers give back: one "stats" row per partition, one "reject" row per reject.
-# A stats row's times, in seconds: ``input_s`` waiting for the next Arrow batch (Spark
-# reading and mapping the rows), ``blocked_s`` waiting for a free writer, ``write_s`` the
-# writers' time in their transactions (summed over connections); ``began_at``/``ended_at``
-# when the partition's Python side started and ended (epoch seconds)
-OUT_SCHEMA = ("kind string, staged long, created long, rejected long, settled long, "
-              "retried long, input_s double, blocked_s double, write_s double, "
-              "began_at double, ended_at double, "
-              "source string, part string, row long, reason string, row_json string")
+# what a partition gives back: one stats row. Its times, in seconds: ``input_s`` waiting
+# for the next Arrow batch (Spark reading and mapping the rows), ``blocked_s`` waiting for
+# a free writer, ``write_s`` the writers' time in their transactions (summed over
+# connections); ``began_at``/``ended_at`` when the partition's Python side started and
+# ended (epoch seconds)
 STATS_COLUMNS = ("staged", "created", "rejected", "settled", "retried", "input_s",
                  "blocked_s", "write_s", "began_at", "ended_at")
 _COUNTS = ("staged", "created", "rejected", "settled", "retried")
-REJECT_COLUMNS = ("source", "part", "row", "reason", "row_json")
+OUT_SCHEMA = ", ".join(f"{name} {'long' if name in _COUNTS else 'double'}"
+                       for name in STATS_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -181,32 +179,10 @@ class PartitionStats:
 def _stats(stats: PartitionStats) -> Any:
     import pyarrow as pa
 
-    values = {name: [getattr(stats, name)] for name in STATS_COLUMNS}
-    return pa.RecordBatch.from_pydict(
-        {"kind": ["stats"], **values,
-         **{name: [None] for name in REJECT_COLUMNS}}, schema=_out_schema())
-
-
-def _out_schema() -> Any:
-    import pyarrow as pa
-
-    counts = [(name, pa.int64()) for name in STATS_COLUMNS if name in _COUNTS]
-    times = [(name, pa.float64()) for name in STATS_COLUMNS if name not in _COUNTS]
-    return pa.schema([("kind", pa.string()), *counts, *times, ("source", pa.string()),
-                      ("part", pa.string()), ("row", pa.int64()), ("reason", pa.string()),
-                      ("row_json", pa.string())])
-
-
-def _rejects(batch: Any) -> Any:
-    import pyarrow as pa
-
-    n = batch.num_rows
-    schema = _out_schema()
-    return pa.RecordBatch.from_arrays(
-        [pa.array(["reject"] * n, pa.string()),
-         *[pa.nulls(n, schema.field(name).type) for name in STATS_COLUMNS],
-         *[batch.column(name).cast(schema.field(name).type) for name in REJECT_COLUMNS]],
-        schema=schema)
+    schema = pa.schema([(name, pa.int64() if name in _COUNTS else pa.float64())
+                        for name in STATS_COLUMNS])
+    return pa.RecordBatch.from_pydict({name: [getattr(stats, name)] for name in STATS_COLUMNS},
+                                      schema=schema)
 
 
 def _partition() -> int:
@@ -228,8 +204,8 @@ def warm_up(batches: Iterable[Any]) -> Iterator[Any]:
 
 
 def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
-    """``mapInArrow`` body: write the partition's rows, yield its rejects and one stats
-    row (rows staged, tasks created, where the time went)."""
+    """``mapInArrow`` body: write the partition's rows (its rejects counted and left out),
+    yield one stats row (rows staged and rejected, tasks created, where the time went)."""
     import pyarrow.compute as pc
 
     stats = PartitionStats(began_at=time.time())
@@ -259,11 +235,8 @@ def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
                 break
             reasons = batch.column(job.reason_column)
             if reasons.null_count < batch.num_rows:
-                rejected = pc.is_valid(reasons)
-                rejects = batch.filter(rejected)
-                stats.rejected += rejects.num_rows
-                yield _rejects(rejects)
-                batch = batch.filter(pc.invert(rejected))
+                stats.rejected += batch.num_rows - reasons.null_count
+                batch = batch.filter(pc.is_null(reasons))
             stats.staged += batch.num_rows
             while batch.num_rows:
                 piece = batch.slice(0, chunk_limit - rows_in_chunk)

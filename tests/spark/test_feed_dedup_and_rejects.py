@@ -157,3 +157,39 @@ def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
     assert tasks == [("ok1", "acme", 7, {"text": "fine"}, "cold", False),
                      ("ok2", "_", 0, {"text": "later"}, "delayed", True),
                      ("ok3", "_", 0, {"text": "the text \\u0000"}, "cold", False)]
+
+
+def test_rejects_of_parquet_rounds_are_written_once_each_where_they_are(
+        feed: Any, spark: Any, tmp_path: Path, database_url: str) -> None:
+    """A round's rejects come from the round's rows read a second time: across rounds
+    that cut files in the middle, and two sources merged, each reject is written once,
+    naming its source, file and row."""
+    def rows(prefix: str, n: int) -> list[dict[str, Any]]:
+        return [{"id": "" if i % 7 == 3 else f"{prefix}{i}", "prio": str(i % 12)}
+                for i in range(n)]
+
+    left = write_parquet(spark, tmp_path / "left", rows("l", 40), files=3)
+    right = write_parquet(spark, tmp_path / "right", rows("r", 25), files=2)
+    rejects = tmp_path / "rejects"
+    result = feed("--queue", "pr", "--source", f"left={left}", "--source",
+                  f"right={right}", "--key-column", "id", "--priority-column", "prio",
+                  "--batch-rows", "9", "--rejects", str(rejects), "--no-warm")
+
+    def bad(source: str, n: int, per_file: int) -> list[tuple[str, str, int, str]]:
+        """(source, file, row in the file, reason) of each row the mapping rejects."""
+        return [(source, f"part-{i // per_file:05d}.parquet", i % per_file,
+                 "key: missing" if i % 7 == 3 else
+                 f"priority: must be an integer from 0 to 9, got {i % 12}")
+                for i in range(n) if i % 7 == 3 or i % 12 > 9]
+
+    # 40 rows in files of 14, 14, 12; 25 in files of 13, 12
+    expected = bad("left", 40, 14) + bad("right", 25, 13)
+    got = sorted((r["source"], r["part"].rsplit("/", 1)[-1], r["row"], r["reason"])
+                 for r in read_rejects(rejects))
+    assert result.rounds == 8
+    assert result.rejected == len(expected) > 0
+    assert result.created == 65 - len(expected)
+    assert got == sorted(expected)
+    with psycopg.connect(database_url) as conn:
+        count = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'pr'").fetchone()
+    assert count == (65 - len(expected),)
