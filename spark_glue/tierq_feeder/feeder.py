@@ -6,8 +6,11 @@
 2. The strategy merges the sources into one line (``schedule``): every row's rank is a
    closed formula of (source, j), so a round — ranks [start, end) — is, per source, one
    range of j, computed by the driver.
-3. Rounds: read the queue's backlog, take at most ``max_backlog - backlog`` rows (and at
-   most ``batch_rows``), the next ranks in line. The engine's bulk path
+3. Rounds: look at the queue's backlog, take at most ``max_backlog - backlog`` rows (and
+   at most ``batch_rows``), the next ranks in line. The backlog is counted before the
+   first round, whenever it leaves less room than a round wants, and otherwise once the
+   counts would take over a twentieth of the time; in between it is the last count plus
+   what the run created (``backlog.BacklogGauge``). The engine's bulk path
    (``Tierq.bulk_load``) admits the round (its tenants: read in Spark SQL when a tenant
    column is mapped) and reserves its places; every partition maps its rows to COPY lines
    in the JVM and hands them to ``writer`` as Arrow batches. A key repeated inside the
@@ -48,7 +51,7 @@ from tierq.engine import Tierq
 from tierq.logic.context import Context
 from tierq.models.names import DEFAULT_TENANT, NAME_PATTERN
 from tierq.sharded import ShardedTierq
-from tierq_feeder.backlog import Backlog, queue_backlog
+from tierq_feeder.backlog import Backlog, BacklogGauge, queue_backlog
 from tierq_feeder.config import FeedConfig
 from tierq_feeder.mapping import (
     KEY,
@@ -352,11 +355,13 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
         progress = Progress(limit)
         saved: dict[tuple[str, str], int] = {
             (source, part): o.rows_done for (source, part), o in offsets.items()}
+        gauge = BacklogGauge(partial(_backlog, contexts, queue, config.max_backlog),
+                             config.max_backlog)
         start = 0
         waited = 0.0
         while start < limit:
             round_began = time.monotonic()  # a wait for room is not counted as a round's
-            backlog = _backlog(contexts, queue, config.max_backlog)
+            backlog = gauge.look(min(config.batch_rows, limit - start))
             room = backlog.room(config.max_backlog)
             if room == 0:
                 if waited < config.max_wait_seconds:
@@ -386,6 +391,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
                                    result.rejects_path or "", start, end, writers,
                                    config.chunk_rows)
             result.created += written.created
+            gauge.created(written.created)
             result.ignored += written.ignored
             result.rejected += written.rejected
             result.ready_tenants.update(written.tenants)
