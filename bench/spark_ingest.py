@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--batch-rows", type=int, default=None,
-                        help="the feeder's rows per round (default: the job's, 250,000)")
+                        help="the feeder's rows per round (default: the job's, 1,000,000)")
     parser.add_argument("--legs", nargs="+", choices=LEGS, default=list(LEGS),
                         help="the legs to run (the last line needs spark_jdbc and feeder)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")

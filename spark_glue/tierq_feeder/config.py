@@ -24,7 +24,11 @@ EXTENSIONS: dict[str, FileFormat] = {
 _NAME = re.compile(NAME_PATTERN)
 
 DEFAULT_MAX_BACKLOG = 100_000
-DEFAULT_BATCH_ROWS = 250_000
+# a round costs about a second whatever its size (its Spark job planned and started, its
+# writers filling up and draining): 1M rows (~12 s at the rate measured in bench/) keep
+# that under a tenth. A round is never larger than the room under --max-backlog (100,000
+# by default), and a run stopped midway feeds at most one round again (as repeats, ignored)
+DEFAULT_BATCH_ROWS = 1_000_000
 DEFAULT_CHUNK_ROWS = 50_000
 
 
@@ -183,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-backlog", type=_positive, default=DEFAULT_MAX_BACKLOG,
                    help="write only while ready + delayed + leased tasks stay below this")
     p.add_argument("--batch-rows", type=_positive, default=DEFAULT_BATCH_ROWS,
-                   help="rows per round (the backlog is read again before each round)")
+                   help="rows per round, at most (the backlog is looked at before each "
+                        "round; default 1,000,000)")
     p.add_argument("--feed", default="", help="name under which progress is kept "
                                               "(default: the queue's name)")
     p.add_argument("--rejects", default=None, metavar="PATH",
