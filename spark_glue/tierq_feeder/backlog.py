@@ -4,10 +4,12 @@ Cold and delayed rows are counted in Postgres, each on its partial index and cap
 feeder only needs to know how far below its limit the queue is); warm ready and leased
 tasks are counted in Valkey, per tenant.
 
-A count reads every cold and delayed row of the queue (about 0.3 s a million rows on a
-small server), so counting before every round would make a long feed's counting grow with
-the square of its rows. ``BacklogGauge`` counts again only where a stale figure could let a
-round overfill the queue, and otherwise keeps the counting to a small share of the run.
+A count reads the queue's cold and delayed rows up to the limit (about 0.3 s a million
+rows on a small server). With a limit far above the round size, counting before every
+round would make a long feed's counting grow with the square of its rows: ``BacklogGauge``
+counts again whenever the last figure leaves less room than the round wants, and
+otherwise at most every ``RECOUNT_AT_MOST_AFTER_SECONDS`` and at least often enough that
+the counting stays a small share of the run.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from dataclasses import dataclass, replace
 from tierq.logic import feed
 from tierq.logic.context import Context
 
-# a new count once this many times the last count's duration has passed since it: the
-# counts then take at most about 1/20 of the run, whatever the backlog
+# a new count once this many times the last count's duration has passed since it (the
+# counts then take at most about 1/20 of the run, whatever the backlog) ...
 RECOUNT_AFTER_DURATIONS = 20
+# ... and never later than this: tasks another producer (HTTP, schedules, another feed of
+# the queue) adds meanwhile are seen within it, however slow one count was
+RECOUNT_AT_MOST_AFTER_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,12 @@ def queue_backlog(ctx: Context, queue: str, cap: int) -> Backlog:
 
 class BacklogGauge:
     """The backlog each round is sized by. It is counted before the first round, whenever
-    the figure leaves less room than the round wants (so a run at its limit, or waiting
-    for room, always looks at a fresh count), and once ``RECOUNT_AFTER_DURATIONS`` times
-    the last count's duration has passed. In between, it is the last count plus the tasks
-    the run has created since: workers can only make the real backlog smaller, and another
-    producer's tasks are seen at the next count."""
+    the figure leaves less room than the round wants (so a run near its limit, or waiting
+    for room, always looks at a fresh count: with the default limit, that is every round),
+    and once ``RECOUNT_AFTER_DURATIONS`` times the last count's duration, or at most
+    ``RECOUNT_AT_MOST_AFTER_SECONDS``, has passed. In between, it is the last count plus
+    the tasks the run has created since: workers can only make the real backlog smaller,
+    and another producer's tasks are seen at the next count."""
 
     def __init__(self, count: Callable[[], Backlog], max_backlog: int,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -77,8 +83,10 @@ class BacklogGauge:
         """The backlog before a round that would write ``wanted`` rows given room."""
         began = self._clock()
         last = self._last
+        stale_after = min(RECOUNT_AFTER_DURATIONS * self._count_seconds,
+                          RECOUNT_AT_MOST_AFTER_SECONDS)
         if (last is None or last.room(self._max_backlog) < wanted
-                or began - self._counted_at >= RECOUNT_AFTER_DURATIONS * self._count_seconds):
+                or began - self._counted_at >= stale_after):
             last = self._last = self._count()
             self._counted_at = self._clock()
             self._count_seconds = self._counted_at - began

@@ -9,8 +9,8 @@
 3. Rounds: look at the queue's backlog, take at most ``max_backlog - backlog`` rows (and
    at most ``batch_rows``), the next ranks in line. The backlog is counted before the
    first round, whenever it leaves less room than a round wants, and otherwise once the
-   counts would take over a twentieth of the time; in between it is the last count plus
-   what the run created (``backlog.BacklogGauge``). The engine's bulk path
+   counts would take over a twentieth of the time or 30 s have passed; in between it is
+   the last count plus what the run created (``backlog.BacklogGauge``). The engine's bulk path
    (``Tierq.bulk_load``) admits the round (its tenants: read in Spark SQL when a tenant
    column is mapped) and reserves its places; every partition maps its rows to COPY lines
    in the JVM and hands them to ``writer`` as Arrow batches. A key repeated inside the
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import partial, reduce
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -362,6 +362,7 @@ def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: L
         while start < limit:
             round_began = time.monotonic()  # a wait for room is not counted as a round's
             backlog = gauge.look(min(config.batch_rows, limit - start))
+            result.backlog_counts = gauge.counts
             room = backlog.room(config.max_backlog)
             if room == 0:
                 if waited < config.max_wait_seconds:
@@ -514,7 +515,7 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
         raise RuntimeError(f"ranks {start}..{end - 1}: {total['staged']} row(s) written "
                            f"and {total['rejected']} rejected make not {end - start}")
     if total["rejected"]:
-        write_rejects(line, feed, rejects_path, start, end)
+        write_rejects(line, feed, rejects_path, start, end, int(total["rejected"]))
     log.info("ranks %d..%d: admitted in %.1f s, written in %.1f s: %.1f s until the "
              "first partition started, %d partition(s) (summed over them: %.1f s "
              "waiting for Spark to read and map rows, %.1f s for a free connection; "
@@ -528,12 +529,25 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
                         rejected=int(total["rejected"]), tenants=tuple(tenants))
 
 
-def write_rejects(line: Line, feed: str, rejects_path: str, start: int, end: int) -> None:
+def write_rejects(line: Line, feed: str, rejects_path: str, start: int, end: int,
+                  counted: int) -> None:
     """Append the rejects of ranks [start, end) to the rejects output: the round's rows read
     and mapped once more (a row's reject reason depends on the row and the run's start
-    only), so that a round without rejects hands nothing but counts to the driver."""
+    only), so that a round without rejects hands nothing but counts to the driver. The
+    reading stays spread over the round's splits; only the rejects meet in one task (one
+    file a round). ``counted``: the rejects the round's writers counted."""
+    began = time.monotonic()
+    written = Observation("rejects")
     (line.rows(start, end).where(F.col(REASON).isNotNull())
      .select(F.lit(feed).alias("feed"), F.col(SOURCE).alias("source"),
              F.col(PART).alias("part"), F.col(ROW).alias("row"), F.col(REASON).alias("reason"),
              F.col(ROW_JSON).alias("row_json"), F.current_timestamp().alias("rejected_at"))
-     .coalesce(1).write.mode("append").json(rejects_path))
+     .observe(written, F.count(F.lit(1)).alias("rows"))
+     .repartition(1).write.mode("append").json(rejects_path))
+    rows = written.get["rows"]
+    if rows != counted:  # a source changed under the run (a file rewritten or removed)
+        log.warning("ranks %d..%d: %d reject(s) written to %s, but the writers counted %d: "
+                    "a source changed during the run", start, end - 1, rows, rejects_path,
+                    counted)
+    log.info("ranks %d..%d: %d reject(s) written in %.1f s (the round's rows read again)",
+             start, end - 1, rows, time.monotonic() - began)

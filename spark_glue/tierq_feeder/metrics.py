@@ -24,6 +24,7 @@ class FeedResult:
     # offsets (its tenants' look-ahead and the wait for the Python workers included); the
     # rest is Spark's start, reading the sources, waits for room and the final warm-up
     rounds_seconds: float = 0.0
+    backlog_counts: int = 0  # how many times the queue's backlog was counted (BacklogGauge)
     stopped_by: str = "drained"  # drained | backlog | max_rows | nothing_to_do
     ready_tenants: set[str] = field(default_factory=set)
     rejects_path: str | None = None
@@ -40,7 +41,8 @@ class FeedResult:
     def summary(self) -> str:
         return (f"feed {self.feed!r} -> queue {self.queue!r}: {self.line()} in {self.rounds} "
                 f"round(s), {self.seconds:.1f} s ({self.rounds_seconds:.1f} s of it in "
-                f"rounds), {self.rows_per_second:,.1f} rows/s (stopped: {self.stopped_by})")
+                f"rounds; the backlog counted {self.backlog_counts} time(s)), "
+                f"{self.rows_per_second:,.1f} rows/s (stopped: {self.stopped_by})")
 
 
 class MetricsSink(Protocol):

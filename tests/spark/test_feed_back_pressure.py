@@ -54,7 +54,9 @@ def test_stops_at_the_limit_and_resumes_where_it_stopped(
 
     first = feed(*args)
     assert (first.created, first.deferred, first.stopped_by) == (4, 8, "backlog")
-    assert first.rounds == 2  # batch_rows=2: the backlog is read again before each round
+    # batch_rows=2: the backlog is looked at again before round 2 (tests/spark/
+    # test_feed_backlog_gauge.py: when it is counted again)
+    assert first.rounds == 2
     assert keys_in_line(database_url, "jobs")[1:] == keys[:4]
     assert offsets(database_url, "jobs") == {("rows", "part-00000.parquet"): (4, None)}
 

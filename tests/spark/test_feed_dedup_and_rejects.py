@@ -5,6 +5,8 @@ rejects output with their reason while the job goes on."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -160,7 +162,8 @@ def test_rows_that_cannot_be_mapped_go_to_rejects_with_their_reason(
 
 
 def test_rejects_of_parquet_rounds_are_written_once_each_where_they_are(
-        feed: Any, spark: Any, tmp_path: Path, database_url: str) -> None:
+        feed: Any, spark: Any, tmp_path: Path, database_url: str,
+        caplog: pytest.LogCaptureFixture) -> None:
     """A round's rejects come from the round's rows read a second time: across rounds
     that cut files in the middle, and two sources merged, each reject is written once,
     naming its source, file and row."""
@@ -171,6 +174,7 @@ def test_rejects_of_parquet_rounds_are_written_once_each_where_they_are(
     left = write_parquet(spark, tmp_path / "left", rows("l", 40), files=3)
     right = write_parquet(spark, tmp_path / "right", rows("r", 25), files=2)
     rejects = tmp_path / "rejects"
+    caplog.set_level(logging.INFO, logger="tierq.feeder")
     result = feed("--queue", "pr", "--source", f"left={left}", "--source",
                   f"right={right}", "--key-column", "id", "--priority-column", "prio",
                   "--batch-rows", "9", "--rejects", str(rejects), "--no-warm")
@@ -190,6 +194,13 @@ def test_rejects_of_parquet_rounds_are_written_once_each_where_they_are(
     assert result.rejected == len(expected) > 0
     assert result.created == 65 - len(expected)
     assert got == sorted(expected)
+    # each round with rejects said how many it wrote (counted as they were written), and
+    # they agree with what its writers counted: no warning
+    written = [int(m.group(1)) for r in caplog.records
+               if (m := re.search(r"(\d+) reject\(s\) written in", r.getMessage()))]
+    assert sum(written) == len(expected) and 0 < len(written) <= 8
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING
+                and "reject" in r.getMessage()]
     with psycopg.connect(database_url) as conn:
         count = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'pr'").fetchone()
     assert count == (65 - len(expected),)
