@@ -23,7 +23,7 @@
    would do it anyway), report created / ignored / deferred / rejected.
 
 Nothing the size of the data reaches the driver: it sees counts, tenants, and per round a
-few hundred numbers (the reserved blocks of places in line).
+number per 512 rows (the reserved blocks of places in line).
 """
 
 from __future__ import annotations
