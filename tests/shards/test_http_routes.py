@@ -102,6 +102,55 @@ def test_an_idempotent_batch_lands_on_each_pairs_home_once(api: Api) -> None:
         assert got.status == 200 and got.body["tenant"] == tenant
 
 
+def test_a_key_reused_with_another_body_on_other_shards_is_409_and_writes_nothing(
+        api: Api) -> None:
+    """The key is bound to its body on the default shard, whichever shards its tasks land
+    on: a second body whose tasks would all go to shards the first never touched is
+    refused as on one database."""
+    enqueue_all(api, "bound")  # every tenant's pair born, so their homes are known
+    where = homes("bound")
+    first_tenant = TENANTS[0]
+    other = next(t for t in TENANTS if where[t] != where[first_tenant])
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    first = api("POST", "/v1/queues/bound/tasks",
+                {"tasks": [{"payload": {"n": 1}, "tenant": first_tenant}]}, headers=key)
+    assert first.status == 200, first.body
+    reused = api("POST", "/v1/queues/bound/tasks",
+                 {"tasks": [{"payload": {"n": 2}, "tenant": other}]}, headers=key)
+    assert reused.status == 409, reused.body
+    assert reused.body["error"]["code"] == "idempotency_key_reused"
+    view = api("GET", "/v1/queues/bound")
+    assert view.body["counts"]["warm"] + view.body["counts"]["cold"] == len(TENANTS) + 1
+    # the first body again is still answered from its records, changing nothing
+    again = api("POST", "/v1/queues/bound/tasks",
+                {"tasks": [{"payload": {"n": 1}, "tenant": first_tenant}]}, headers=key)
+    assert again.status == 200 and again.headers.get("idempotent-replayed") == "true"
+    assert again.body == first.body
+
+
+def test_a_keyed_request_that_ran_nowhere_leaves_its_key_free(
+        api: Api, shard_specs: list[ShardSpec], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose only shard did not answer ran no part: its key is free again, as on
+    one database (the binding to a body is kept once a part has run)."""
+    enqueue_all(api, "freed")
+    where = homes("freed")
+    lost = shard_specs[1].name  # not the default shard, which keeps the keys' bodies
+    on_lost = next(t for t in TENANTS if where[t] == lost)
+    elsewhere = next(t for t in TENANTS if where[t] != lost)
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    use_shards(monkeypatch, [shard_specs[0], ShardSpec(lost, DOWN_URL), shard_specs[2]])
+    down = api("POST", "/v1/queues/freed/tasks",
+               {"tasks": [{"payload": {"n": 1}, "tenant": on_lost}]}, headers=key)
+    assert down.status == 503, down.body
+    use_shards(monkeypatch, shard_specs[:3])
+    other = api("POST", "/v1/queues/freed/tasks",
+                {"tasks": [{"payload": {"n": 2}, "tenant": elsewhere}]}, headers=key)
+    assert other.status == 200, other.body
+    third = api("POST", "/v1/queues/freed/tasks",
+                {"tasks": [{"payload": {"n": 3}, "tenant": on_lost}]}, headers=key)
+    assert third.status == 409, third.body  # now bound to the second body
+
+
 def claim_all(api: Api, queue: str) -> list[dict[str, Any]]:
     """Claim until nothing is left (an HTTP claim's answer holds one shard's tasks: the
     response's bytes are one shard's to fill)."""

@@ -11,7 +11,11 @@ whose homes differ, dead letters of every tenant) runs as one part per shard
 (:func:`in_postgres_by_shard`): each part's record is kept on its own shard, in the
 transactions that write its tasks, under the key and the shard's name. A repeat answers
 the parts already done from their records and runs the rest, so a request cut short
-between two shards finishes, once, when it is retried.
+between two shards finishes, once, when it is retried. One more record, on the default
+shard, binds the key to the request's body whichever shards its parts touch: a second
+body under the key is 409 ``idempotency_key_reused`` even when its tasks would land only
+on shards the first never wrote to. A request with a key therefore needs the default
+shard to answer.
 """
 
 from __future__ import annotations
@@ -105,22 +109,40 @@ def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequen
     if key is None:
         return fresh_response(combine({shard: work(shard, None) for shard in shards}))
     scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
+    # the key's body, on the default shard: another body is refused here (409), and a
+    # second request with this one waits its turn (409 in progress) while this one runs
+    body = idempotency.claim_in_postgres(default_engine().ctx, scope + b"|body",
+                                         body_fingerprint)
     parts: dict[str, Part] = {}
     replayed = bool(shards)
-    for shard in shards:
-        claimed = on_shard(shard, lambda e, s=shard: idempotency.claim_in_postgres(  # type: ignore[misc]
-            e.ctx, scope + b"|shard:" + s.encode(), body_fingerprint))
-        if isinstance(claimed, Kept):
-            parts[shard] = model.model_validate(claimed.body)
-            continue
-        replayed = False
-        try:
-            part = work(shard, claimed)
-        except BaseException:
-            claimed.abandon()
-            raise
-        claimed.finish(part.model_dump(mode="json"))
-        parts[shard] = part
+    ran = False  # a part's work has started: it may have committed tasks
+    try:
+        for shard in shards:
+            claimed = on_shard(shard, lambda e, s=shard: idempotency.claim_in_postgres(  # type: ignore[misc]
+                e.ctx, scope + b"|shard:" + s.encode(), body_fingerprint))
+            if isinstance(claimed, Kept):
+                parts[shard] = model.model_validate(claimed.body)
+                continue
+            replayed = False
+            ran = True
+            try:
+                part = work(shard, claimed)
+            except BaseException:
+                claimed.abandon()
+                raise
+            claimed.finish(part.model_dump(mode="json"))
+            parts[shard] = part
+    except BaseException:
+        # no part ran: the key is free again, as on one database; once one has run (it
+        # may have committed tasks), the key stays bound to this body for its retry
+        if isinstance(body, PgClaim):
+            if ran:
+                body.finish({})
+            else:
+                body.abandon()
+        raise
+    if isinstance(body, PgClaim):
+        body.finish({})  # it holds the body's fingerprint only; the parts hold the answers
     result = combine(parts)
     if replayed:
         return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
