@@ -18,6 +18,7 @@ from tests.shards.conftest import ShardedFactory
 from tierq.aws.runtime import engine, reset_engine
 from tierq.dal.shards import ShardSpec
 from tierq.local.gateway.template import Template
+from tierq.logic import idempotency
 from tierq.sharded import ShardedTierq
 
 TENANTS = [f"t{i}" for i in range(12)]
@@ -128,27 +129,49 @@ def test_a_key_reused_with_another_body_on_other_shards_is_409_and_writes_nothin
     assert again.body == first.body
 
 
-def test_a_keyed_request_that_ran_nowhere_leaves_its_key_free(
+def test_a_keyed_request_that_ran_nowhere_keeps_its_key_bound_to_its_body(
         api: Api, shard_specs: list[ShardSpec], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request whose only shard did not answer ran no part: its key is free again, as on
-    one database (the binding to a body is kept once a part has run)."""
-    enqueue_all(api, "freed")
-    where = homes("freed")
+    """A request whose only shard did not answer ran no part, but its key stays bound to
+    its body: the same body, retried once the shard is back, runs; another body is 409."""
+    enqueue_all(api, "kept")
+    where = homes("kept")
     lost = shard_specs[1].name  # not the default shard, which keeps the keys' bodies
     on_lost = next(t for t in TENANTS if where[t] == lost)
     elsewhere = next(t for t in TENANTS if where[t] != lost)
     key = {"Idempotency-Key": str(uuid.uuid4())}
+    body = {"tasks": [{"payload": {"n": 1}, "tenant": on_lost}]}
     use_shards(monkeypatch, [shard_specs[0], ShardSpec(lost, DOWN_URL), shard_specs[2]])
-    down = api("POST", "/v1/queues/freed/tasks",
-               {"tasks": [{"payload": {"n": 1}, "tenant": on_lost}]}, headers=key)
+    down = api("POST", "/v1/queues/kept/tasks", body, headers=key)
     assert down.status == 503, down.body
     use_shards(monkeypatch, shard_specs[:3])
-    other = api("POST", "/v1/queues/freed/tasks",
+    other = api("POST", "/v1/queues/kept/tasks",
                 {"tasks": [{"payload": {"n": 2}, "tenant": elsewhere}]}, headers=key)
-    assert other.status == 200, other.body
-    third = api("POST", "/v1/queues/freed/tasks",
-                {"tasks": [{"payload": {"n": 3}, "tenant": on_lost}]}, headers=key)
-    assert third.status == 409, third.body  # now bound to the second body
+    assert other.status == 409, other.body
+    assert other.body["error"]["code"] == "idempotency_key_reused"
+    retried = api("POST", "/v1/queues/kept/tasks", body, headers=key)
+    assert retried.status == 200, retried.body
+    assert [o["outcome"] for o in retried.body["tasks"]] == ["created"]
+
+
+def test_a_binding_held_by_a_request_still_running_does_not_stop_a_retry(api: Api) -> None:
+    """The body's binding fails open: while another request with the same key and body
+    holds it (a Lambda that died in it, for its lease), a retry runs on the parts' own
+    records instead of answering 409 in progress."""
+    enqueue_all(api, "held")
+    key = str(uuid.uuid4())
+    body = {"tasks": [{"payload": {"n": 1}, "tenant": TENANTS[0]}]}
+    default = deployment().engines[deployment().default]
+    held = idempotency.claim_in_postgres(
+        default.ctx, idempotency.scope_key("admin", "enqueue", "held", key) + b"|body",
+        idempotency.fingerprint(body))
+    assert isinstance(held, idempotency.PgClaim)  # in progress, as a dead request left it
+    reply = api("POST", "/v1/queues/held/tasks", body, headers={"Idempotency-Key": key})
+    assert reply.status == 200, reply.body
+    assert [o["outcome"] for o in reply.body["tasks"]] == ["created"]
+    other = api("POST", "/v1/queues/held/tasks",
+                {"tasks": [{"payload": {"n": 2}, "tenant": TENANTS[0]}]},
+                headers={"Idempotency-Key": key})
+    assert other.status == 409 and other.body["error"]["code"] == "idempotency_key_reused"
 
 
 def claim_all(api: Api, queue: str) -> list[dict[str, Any]]:

@@ -14,12 +14,14 @@ the parts already done from their records and runs the rest, so a request cut sh
 between two shards finishes, once, when it is retried. One more record, on the default
 shard, binds the key to the request's body whichever shards its parts touch: a second
 body under the key is 409 ``idempotency_key_reused`` even when its tasks would land only
-on shards the first never wrote to. A request with a key therefore needs the default
-shard to answer.
+on shards the first never wrote to. The binding fails open: while the default shard does
+not answer, a keyed request still runs on the shards it needs (each part's record keeps it
+from running twice), and only that check is skipped.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
@@ -28,9 +30,14 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from pydantic import BaseModel
 
 from tierq.aws.http import request
-from tierq.aws.runtime import default_engine, on_shard, sharded
+from tierq.aws.runtime import default_engine, engine, on_shard, sharded
+from tierq.dal.shards import DEFAULT_SHARD
+from tierq.errors import Unavailable
 from tierq.logic import idempotency
-from tierq.logic.idempotency import Kept, PgClaim, ValkeyClaim
+from tierq.logic.idempotency import IdempotencyInProgress, Kept, PgClaim, ValkeyClaim
+from tierq.sharded import ShardedTierq
+
+log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -109,13 +116,9 @@ def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequen
     if key is None:
         return fresh_response(combine({shard: work(shard, None) for shard in shards}))
     scope, body_fingerprint = _scope_and_fingerprint(route, queue, key)
-    # the key's body, on the default shard: another body is refused here (409), and a
-    # second request with this one waits its turn (409 in progress) while this one runs
-    body = idempotency.claim_in_postgres(default_engine().ctx, scope + b"|body",
-                                         body_fingerprint)
+    bound = _bind_body(scope, body_fingerprint)
     parts: dict[str, Part] = {}
     replayed = bool(shards)
-    ran = False  # a part's work has started: it may have committed tasks
     try:
         for shard in shards:
             claimed = on_shard(shard, lambda e, s=shard: idempotency.claim_in_postgres(  # type: ignore[misc]
@@ -124,7 +127,6 @@ def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequen
                 parts[shard] = model.model_validate(claimed.body)
                 continue
             replayed = False
-            ran = True
             try:
                 part = work(shard, claimed)
             except BaseException:
@@ -132,22 +134,45 @@ def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequen
                 raise
             claimed.finish(part.model_dump(mode="json"))
             parts[shard] = part
-    except BaseException:
-        # no part ran: the key is free again, as on one database; once one has run (it
-        # may have committed tasks), the key stays bound to this body for its retry
-        if isinstance(body, PgClaim):
-            if ran:
-                body.finish({})
-            else:
-                body.abandon()
-        raise
-    if isinstance(body, PgClaim):
-        body.finish({})  # it holds the body's fingerprint only; the parts hold the answers
+    finally:
+        # kept whatever happened: the key stays bound to this body for its retries
+        if bound is not None:
+            _finish_on_default_shard(bound)
     result = combine(parts)
     if replayed:
         return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
                         body=result, headers={REPLAYED_HEADER: "true"})
     return fresh_response(result)
+
+
+def _default_shard() -> str:
+    deployment = engine()
+    return deployment.default if isinstance(deployment, ShardedTierq) else DEFAULT_SHARD
+
+
+def _bind_body(scope: bytes, body_fingerprint: bytes) -> PgClaim | None:
+    """Bind the key to this body on the default shard (409 ``idempotency_key_reused`` when
+    it is bound to another); the claim to finish after the parts, or None when there is
+    nothing to finish. The binding fails open: with the default shard not answering, or a
+    request with this body still running, the parts' own records (each shard's) still keep
+    the request from running twice; only a reused key's check waits for the shard."""
+    default = _default_shard()
+    try:
+        bound = on_shard(default, lambda e: idempotency.claim_in_postgres(
+            e.ctx, scope + b"|body", body_fingerprint))
+    except (Unavailable, IdempotencyInProgress) as exc:  # the body's check came first
+        log.warning("Idempotency-Key not bound to its body on shard %s: %s", default, exc)
+        return None
+    return bound if isinstance(bound, PgClaim) else None
+
+
+def _finish_on_default_shard(bound: PgClaim) -> None:
+    """Keep the binding (its own record, no response: the parts hold the answers)."""
+    default = _default_shard()
+    try:
+        on_shard(default, lambda _e: bound.finish({}))
+    except Unavailable as exc:  # its lease ends it: a retry then takes it over
+        log.warning("Idempotency-Key binding not kept on shard %s: %s", default, exc)
 
 
 def in_valkey(route: str, queue: str, key: str | None,
