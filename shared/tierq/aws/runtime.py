@@ -29,6 +29,7 @@ from aws_lambda_powertools import Logger, Tracer
 
 from tierq.config import get_settings
 from tierq.dal.shards import (
+    DEFAULT_SHARD,
     ShardSpec,
     parse_shard_names,
     parse_shard_urls,
@@ -148,6 +149,12 @@ def pair_engine(queue: str, tenant: str, *, create: bool = True) -> Tierq:
         return current
     found = current.engine_of(queue, tenant, create=create)
     return found if found is not None else current.engines[current.default]
+
+
+def default_shard() -> str:
+    """The default shard's name (the one shard's, without shards)."""
+    current = engine()
+    return current.default if isinstance(current, ShardedTierq) else DEFAULT_SHARD
 
 
 def default_engine() -> Tierq:

@@ -30,12 +30,10 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from pydantic import BaseModel
 
 from tierq.aws.http import request
-from tierq.aws.runtime import default_engine, engine, on_shard, sharded
-from tierq.dal.shards import DEFAULT_SHARD
+from tierq.aws.runtime import default_engine, default_shard, on_shard, sharded
 from tierq.errors import Unavailable
 from tierq.logic import idempotency
 from tierq.logic.idempotency import IdempotencyInProgress, Kept, PgClaim, ValkeyClaim
-from tierq.sharded import ShardedTierq
 
 log = logging.getLogger(__name__)
 
@@ -145,18 +143,13 @@ def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequen
     return fresh_response(result)
 
 
-def _default_shard() -> str:
-    deployment = engine()
-    return deployment.default if isinstance(deployment, ShardedTierq) else DEFAULT_SHARD
-
-
 def _bind_body(scope: bytes, body_fingerprint: bytes) -> PgClaim | None:
     """Bind the key to this body on the default shard (409 ``idempotency_key_reused`` when
     it is bound to another); the claim to finish after the parts, or None when there is
     nothing to finish. The binding fails open: with the default shard not answering, or a
     request with this body still running, the parts' own records (each shard's) still keep
     the request from running twice; only a reused key's check waits for the shard."""
-    default = _default_shard()
+    default = default_shard()
     try:
         bound = on_shard(default, lambda e: idempotency.claim_in_postgres(
             e.ctx, scope + b"|body", body_fingerprint))
@@ -168,7 +161,7 @@ def _bind_body(scope: bytes, body_fingerprint: bytes) -> PgClaim | None:
 
 def _finish_on_default_shard(bound: PgClaim) -> None:
     """Keep the binding (its own record, no response: the parts hold the answers)."""
-    default = _default_shard()
+    default = default_shard()
     try:
         on_shard(default, lambda _e: bound.finish({}))
     except Unavailable as exc:  # its lease ends it: a retry then takes it over
