@@ -29,6 +29,7 @@ from tierq.dal.warm_tier import Claimed, QueueTake
 from tierq.errors import WarmTierFull
 from tierq.logic import leases, limits, tiering
 from tierq.logic.context import Context, from_ms, to_ms
+from tierq.logic.ready_tenants import tenants_with_ready_work
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest, ReleaseItem
 from tierq.models.queues import RateLimit
 
@@ -445,7 +446,8 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
     if request.tenant is not None:
         candidates = [request.tenant]
     else:
-        candidates = list(tenants) if tenants is not None else ctx.pairs.tenants(queue)
+        candidates = (list(tenants) if tenants is not None
+                      else tenants_with_ready_work(ctx, queue))
     if not candidates:
         return []
     wanted = request.max

@@ -62,6 +62,7 @@ from tierq.errors import Forbidden, InvalidInput
 from tierq.logic import leases, limits
 from tierq.logic.claim import TASK_FIELDS_COST, claim_once
 from tierq.logic.context import Context, to_ms
+from tierq.logic.ready_tenants import tenants_with_ready_work
 from tierq.models.leases import ClaimedTask, ClaimRequest, NackItem, ReleaseItem
 
 log = logging.getLogger(__name__)
@@ -635,7 +636,7 @@ class Dispatcher:
             consumer = self.consumer(queue)
             if consumer is None or now + consumer.lease_seconds() > self.finish_by:
                 continue  # (nothing this dispatcher could take)
-            if any(self.ctx.warm.ready_counts(queue, list(self.ctx.pairs.tenants(queue)))):
+            if any(self.ctx.warm.ready_counts(queue, tenants_with_ready_work(self.ctx, queue))):
                 return True
         return False
 
