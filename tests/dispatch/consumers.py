@@ -82,3 +82,18 @@ def keep(event: dict[str, Any], context: Any) -> None:
         for record in event["Records"]:
             JOURNAL.ran(record["messageId"],
                         int(record["attributes"]["ApproximateReceiveCount"]))
+
+
+class Charge(BaseModel, extra="forbid"):
+    n: int
+
+
+def validate_all(event: dict[str, Any], context: Any) -> None:
+    """Parses every record before it works on any, as many consumers do: one bad record
+    raises pydantic's ValidationError, whose message quotes the record's input."""
+    with JOURNAL.invocation(event):
+        for record in event["Records"]:
+            JOURNAL.ran(record["messageId"],
+                        int(record["attributes"]["ApproximateReceiveCount"]))
+        for record in event["Records"]:
+            Charge.model_validate_json(record["body"])

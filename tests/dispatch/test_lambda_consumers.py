@@ -80,8 +80,24 @@ def test_partial_failures_are_nacked_and_the_rest_acked(
     assert (counts.dispatched, counts.acked, counts.retried) == (3, 2, 1)
     left = states(pg)
     assert set(left) == {ids[1]} and left[ids[1]][1] == 1  # one attempt counted
+    # the failure named that record only, and that record keeps only that it was named
+    assert pg.execute("SELECT last_error FROM tierq_tasks").fetchall() == [
+        ("batch_item_failure",)]
     [again] = tq.claim("orders", max=5)
     assert str(again.id) == ids[1] and again.attempt == 2
+
+
+def test_a_response_naming_an_item_not_in_the_batch_fails_it_with_a_code(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    setup_queue(tq)
+    _, stubber = lam
+    stubber.add_response("invoke", {"StatusCode": 200, "Payload": payload(
+        {"batchItemFailures": [{"itemIdentifier": "card 4111111111111111"}]})})
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.dispatched, counts.acked, counts.retried) == (3, 0, 3)
+    errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
+    assert errors == {"invalid_batch_response"}
 
 
 def test_a_function_error_nacks_the_whole_batch(
@@ -97,9 +113,102 @@ def test_a_function_error_nacks_the_whole_batch(
         (3, 0, 3, 1)
     assert {a for _, a in states(pg).values()} == {1}
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
-    assert errors == {f"{FUNCTION}: function error: Unhandled: KeyError: 'sku'"}
+    assert errors == {"function_error: KeyError"}
     assert read_counts(tq.ctx, "orders").consumer_errors == 1
     assert sorted(str(t.id) for t in tq.claim("orders", max=5)) == sorted(ids)
+
+
+@pytest.mark.parametrize(("header", "body", "stored"), [
+    # a timed-out function: Lambda's error type
+    ("Unhandled", {"errorType": "Sandbox.Timedout",
+                   "errorMessage": "2026-11-22T10:00:00Z 3f1c Task timed out after 30.00 "
+                                   "seconds"}, "function_error: Sandbox.Timedout"),
+    # no errorType, or one that is not a plain name (it could be anything): the header's
+    ("Unhandled", {"errorMessage": "card 4111111111111111 declined"}, "function_error: Unhandled"),
+    ("Unhandled", {"errorType": "Declined: card 4111111111111111", "errorMessage": "x"},
+     "function_error: Unhandled"),
+    ("Unhandled", {"errorType": "E" * 5000}, "function_error: Unhandled"),
+    ("Handled", b"card 4111111111111111 declined", "function_error: Handled"),
+    ("arn:aws:lambda:eu-west-1:111122223333:function:x", {"errorType": ["KeyError"]},
+     "function_error: Unhandled"),
+])
+def test_a_function_error_stores_its_error_type_only(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions, header: str, body: Any, stored: str) -> None:
+    setup_queue(tq)
+    _, stubber = lam
+    stubber.add_response("invoke", {"StatusCode": 200, "FunctionError": header,
+                                    "Payload": payload(body)})
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.retried, counts.consumer_errors) == (3, 1)
+    errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
+    assert errors == {stored}
+
+
+ARN = PREFIX + FUNCTION
+ENDPOINT = "https://lambda.eu-west-1.amazonaws.com/2015-03-31/functions/"
+
+
+def test_an_aws_error_is_stored_as_its_name_without_its_message(
+        tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
+        installed: LambdaFunctions) -> None:
+    setup_queue(tq)
+    _, stubber = lam
+    stubber.add_client_error(
+        "invoke", service_error_code="ServiceException", http_status_code=500,
+        service_message=f"An internal error invoking {ARN} via {ENDPOINT}{ARN}/invocations "
+                        "(account 111122223333)")
+    counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    assert (counts.consumer_errors, counts.retried) == (1, 3)
+    errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
+    assert errors == {"invoke_failed: ServiceException"}
+
+
+class _Body:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def stream(self, **kwargs: Any) -> Iterator[bytes]:
+        yield self.raw
+
+
+@pytest.mark.parametrize("error", ["ReadTimeoutError", "ConnectionClosedError"])
+def test_a_botocore_error_is_stored_as_its_class_without_the_endpoint(
+        tq: Tierq, pg: psycopg.Connection[Any], aws_credentials: None, error: str) -> None:
+    """Through botocore's own pipeline: the exception it raises when the answer of an invoke
+    never comes, whose message names the endpoint URL (with the function's ARN, and so the
+    account id, in its path)."""
+    import botocore.exceptions
+    from botocore.config import Config
+
+    client = boto3.client("lambda", region_name="eu-west-1",
+                          config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+    raised: list[str] = []
+
+    def send(request: Any, **kwargs: Any) -> AWSResponse:
+        """Stands in for the network: the configuration answers, the invoke never does."""
+        if request.url.endswith("/invocations"):
+            exc = getattr(botocore.exceptions, error)(endpoint_url=request.url)
+            raised.append(str(exc))
+            raise exc
+        return AWSResponse(request.url, 200, HTTPHeaders(), _Body(b'{"Timeout": 30}'))
+
+    client.meta.events.register("before-send.lambda", send)
+    functions = LambdaFunctions(AllowList((FUNCTION,), PREFIX),
+                                client_factory=lambda read_timeout: client,
+                                region="eu-west-1", account="111122223333")
+    previous = dispatch.install(functions)
+    try:
+        tq.put_queue("orders", {"consumer": {"function": ARN, "batch_size": 10}})
+        tq.enqueue("orders", [{"payload": {"n": i}} for i in range(3)])
+        counts = dispatcher_of(tq.ctx).dispatch_once("orders")
+    finally:
+        forget_dispatcher(tq.ctx)
+        dispatch.install(previous)
+    assert (counts.consumer_errors, counts.retried) == (1, 3)
+    assert "111122223333" in raised[0] and ENDPOINT in raised[0]  # what botocore said
+    errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
+    assert errors == {f"invoke_failed: {error}"}
 
 
 def test_throttling_releases_the_batch_without_an_attempt(

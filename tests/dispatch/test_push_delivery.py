@@ -64,8 +64,7 @@ def test_a_consumer_that_raises_fails_the_whole_batch_until_dead(
     run_until(tq, all_dead)
     assert set(JOURNAL.runs.values()) == {2}
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
-    assert errors == {"tests.dispatch.consumers:crash: function error: RuntimeError: the "
-                      "consumer crashed"}
+    assert errors == {"function_error: RuntimeError"}  # the type, never the message
 
 
 def test_a_paused_queue_is_not_dispatched_and_a_batch_waits_for_its_window(

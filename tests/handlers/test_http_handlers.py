@@ -103,6 +103,23 @@ def test_nack_retries_then_dead_letters(call: Invoke, pg: psycopg.Connection[Any
     assert dead["attempts"] == 2
 
 
+def test_a_workers_long_error_is_kept_to_2_kib_cut_on_a_character(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    # what a worker's nack may send (10,000 characters, here 30,000 bytes of UTF-8) is kept
+    # to its first 2,048 bytes, less the character the cut would split
+    call("POST", "/v1/queues/jobs/tasks", {"payload": "x"})
+    [task] = claim(call, "jobs")
+    error = "Traceback:" + "€" * 9_990
+    reply = call("POST", "/v1/queues/jobs/nacks", {"nacks": [
+        {"id": task["id"], "lease_token": task["lease_token"], "error": error}]})
+    assert reply.status == 200 and reply.body["retried"] == [task["id"]], reply.body
+    kept = "Traceback:" + "€" * 679  # 10 + 679 * 3 = 2,047 bytes: a 680th would pass 2,048
+    [(stored, size)] = pg.execute(
+        "SELECT last_error, octet_length(last_error) FROM tierq_tasks").fetchall()
+    assert (stored, size) == (kept, 2047)
+    assert call("GET", f"/v1/queues/jobs/tasks/{task['id']}").body["last_error"] == kept
+
+
 def test_release_gives_back_without_counting_an_attempt(call: Invoke,
                                                        pg: psycopg.Connection[Any]) -> None:
     call("POST", "/v1/queues/jobs/tasks", {"tasks": [

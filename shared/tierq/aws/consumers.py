@@ -11,14 +11,24 @@ retried invoke of a batch still running would run it twice; its read timeout is 
 function's timeout (``Consumer.read_timeout``), so the answer of a function that ran to its
 timeout is read, not cut off. Lambda's answers map onto :class:`Invocation`:
 
-- 200 without ``FunctionError``: ``ok``, the payload is the function's response;
-- 200 with ``FunctionError`` (it raised, timed out, ran out of memory): ``function_error``;
-- ``TooManyRequestsException`` and ``EC2ThrottledException``: ``throttled`` (not run);
-- ``ServiceException`` (500) and a connection lost after the request went out: ``failed``
-  (whether it ran is unknown; the batch is nacked, so retries and max_attempts apply);
-- any other error (no such function, access denied, request too large, function not ready
-  or being updated, its VPC or KMS set-up failing …) and a connection never made:
-  ``not_invoked``.
+============================================================  ==================  ==========
+Lambda's answer                                               outcome             ``error``
+============================================================  ==================  ==========
+200 without ``FunctionError``                                 ``ok``              —
+200 with ``FunctionError`` (raised, timed out, no memory)     ``function_error``  errorType
+``TooManyRequestsException``, ``EC2ThrottledException``       ``throttled``       the code
+``ServiceException`` (500), a connection lost after the       ``failed``          the code or
+request went out (whether it ran is unknown: the batch is                         the class
+nacked, so retries and max_attempts apply)
+any other error (no such function, access denied, request     ``not_invoked``     the code or
+too large, function not ready or being updated, its VPC or                        the class
+KMS set-up failing …), a connection never made
+============================================================  ==================  ==========
+
+``error`` is a name only (the function's ``errorType``, else the ``X-Amz-Function-Error``
+header; the AWS error code; the botocore exception's class), since the dispatcher may store
+it on the batch's tasks; botocore's messages, which carry endpoint URLs, ARNs and the
+account id, go to ``detail``, for the log only.
 """
 
 from __future__ import annotations
@@ -33,7 +43,14 @@ from typing import Any
 import orjson
 
 from tierq.config import Settings
-from tierq.logic.dispatch import DEFAULT_ACCOUNT, DEFAULT_REGION, AllowList, Invocation, allow_list
+from tierq.logic.dispatch import (
+    DEFAULT_ACCOUNT,
+    DEFAULT_REGION,
+    AllowList,
+    Invocation,
+    allow_list,
+    function_error_type,
+)
 
 log = logging.getLogger(__name__)
 
@@ -152,39 +169,30 @@ class LambdaFunctions:
         try:
             self.allowed.check(function)  # the allow-list may have shrunk since it was set
         except Exception as exc:
-            return Invocation("not_invoked", error=str(exc))
+            return Invocation("not_invoked", error=type(exc).__name__, detail=str(exc))
         try:
             answer = self.client(read_timeout).invoke(
                 FunctionName=function, InvocationType="RequestResponse", Payload=event)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            message = f"{code}: {exc.response.get('Error', {}).get('Message', '')}"
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", "")) or type(exc).__name__
+            detail = f"{code}: {error.get('Message', '')}"
             if code in THROTTLED:
-                return Invocation("throttled", error=message)
+                return Invocation("throttled", error=code, detail=detail)
             if code in UNKNOWN_OUTCOME:
-                return Invocation("failed", error=message)
-            return Invocation("not_invoked", error=message)
+                return Invocation("failed", error=code, detail=detail)
+            return Invocation("not_invoked", error=code, detail=detail)
         except (ConnectTimeoutError, EndpointConnectionError) as exc:
-            return Invocation("not_invoked", error=f"{type(exc).__name__}: {exc}")
+            return Invocation("not_invoked", error=type(exc).__name__, detail=str(exc))
         except (ReadTimeoutError, ConnectionClosedError) as exc:
-            return Invocation("failed", error=f"{type(exc).__name__}: {exc}")
+            return Invocation("failed", error=type(exc).__name__, detail=str(exc))
         except Exception as exc:  # the request may have gone out: the outcome is unknown
-            return Invocation("failed", error=f"{type(exc).__name__}: {exc}")
+            return Invocation("failed", error=type(exc).__name__, detail=str(exc))
         payload = answer["Payload"].read()
         if answer.get("FunctionError"):
             return Invocation("function_error", payload=payload,
-                              error=_function_error(answer["FunctionError"], payload))
+                              error=function_error_type(str(answer["FunctionError"]), payload))
         return Invocation("ok", payload=payload)
-
-
-def _function_error(kind: str, payload: bytes) -> str:
-    try:
-        body = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return f"{kind}: {payload[:2000].decode(errors='replace')}"
-    if isinstance(body, dict):
-        return f"{kind}: {body.get('errorType', '')}: {body.get('errorMessage', '')}"
-    return f"{kind}: {body!r}"
 
 
 WAKE_EVENT = orjson.dumps({"source": "tierq.wake", "job": "dispatcher"})

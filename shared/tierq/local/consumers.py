@@ -11,10 +11,11 @@ an environment is reused by the next invocation once free. The first environment
 ``module:function`` is the module as imported; the others are fresh copies loaded from the
 same file.
 
-As Lambda does, a function that raises is a function error (its ``errorType`` and
-``errorMessage`` are recorded with the nack), and the return value is what the function
-answered, encoded as JSON. A function cannot be stopped in-process: one that runs past its
-timeout is answered as Lambda answers a timed-out function (a function error), after it
+As Lambda does, a function that raises is a function error (its answer holds its
+``errorType`` and ``errorMessage``; the error type alone is what the dispatcher may record
+on the batch's tasks), and the return value is what the function answered, encoded as
+JSON. A function cannot be stopped in-process: one that runs past its timeout is answered
+as Lambda answers a timed-out function (a function error, ``Sandbox.Timedout``), after it
 returns.
 """
 
@@ -154,9 +155,11 @@ class LocalFunctions:
             _, timeout, name = self.resolve(function)
             handler = self._take_environment(function)
         except InvalidInput as exc:
-            return Invocation("not_invoked", error=exc.message)
+            return Invocation("not_invoked", error="ResourceNotFoundException",
+                              detail=exc.message)
         except Exception as exc:  # a new environment's import failed: the function never ran
-            return Invocation("not_invoked", error=f"Runtime.ImportModuleError: {exc!r}")
+            return Invocation("not_invoked", error="Runtime.ImportModuleError",
+                              detail=repr(exc))
         with self._lock:
             self.invocations += 1
         context = LambdaContext(function_name=name, memory_limit_in_mb=128,
@@ -166,18 +169,22 @@ class LocalFunctions:
             result = handler(orjson.loads(event), context)
         except Exception as exc:
             return Invocation("function_error", payload=_error_body(exc),
-                              error=f"{type(exc).__name__}: {exc}")
+                              error=type(exc).__name__, detail=str(exc))
         finally:
             self._give_back(function, handler)
         if time.monotonic() - started > timeout:
-            return Invocation("function_error",
-                              error=f"Task timed out after {timeout:.2f} seconds")
+            message = f"Task timed out after {timeout:.2f} seconds"
+            return Invocation("function_error", payload=json.dumps(
+                {"errorType": "Sandbox.Timedout", "errorMessage": message}).encode(),
+                error="Sandbox.Timedout", detail=message)
         try:
             # as the Lambda runtime writes a handler's return value (python3.12+: UTF-8)
             payload = json.dumps(result, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
-            return Invocation("function_error",
-                              error=f"Runtime.MarshalError: Unable to marshal response: {exc}")
+            message = f"Unable to marshal response: {exc}"
+            return Invocation("function_error", payload=json.dumps(
+                {"errorType": "Runtime.MarshalError", "errorMessage": message}).encode(),
+                error="Runtime.MarshalError", detail=message)
         return Invocation("ok", payload=payload)
 
 

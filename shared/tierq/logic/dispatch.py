@@ -12,15 +12,39 @@ delivery time —, ``SenderId`` the tenant, all strings) and ``messageAttributes
 ``tenant``, ``key`` when the task has one, ``priority``), with ``md5OfMessageAttributes``
 computed as SQS does.
 
-The outcome (:func:`settle`), as for an SQS event source with ``ReportBatchItemFailures``:
-the tasks the response names in ``batchItemFailures`` are nacked (the queue's backoff and
-``max_attempts`` apply) and the others acked; a response that is not JSON, or names an item
-that is not in the batch or names none, fails the whole batch; a function error nacks the
-whole batch, and so does an invoke whose outcome is unknown (a 500, timed out, cut off),
-whose tasks then wait at least until their lease would have ended (the function may still
-be running: a connection cut off does not stop it); throttling
-releases it (no attempt counted) and backs the queue off; an invoke refused before the
-function ran (no such function, access denied) releases it too and backs off longer.
+A batch holds the tasks of one tenant (:meth:`Dispatcher._claim`): whatever a function does
+with one tenant's records — raise with a record quoted in its message, time out — lands on
+that tenant's tasks only. For each free slot of a queue's concurrency the dispatcher takes
+the next tenant with ready work in turn (round robin over
+:func:`tierq.logic.ready_tenants.tenants_with_ready_work`, by name after the tenant served
+last), so a tenant with a large backlog gets one batch per turn like a tenant with one task.
+
+The outcome (:func:`settle`), as for an SQS event source with ``ReportBatchItemFailures``,
+and what each writes as the tasks' ``last_error``: only a code and a name, never a message
+of the function or of the AWS SDK (those quote records, endpoints, ARNs, account ids):
+
+=================================  ==============================  ===========================
+outcome                            the tasks                       their ``last_error``
+=================================  ==============================  ===========================
+named in ``batchItemFailures``     nacked (backoff, max_attempts)  ``batch_item_failure``
+not named (a valid response)       acked                           —
+response not JSON, or naming an    all nacked                      ``invalid_batch_response``
+item not in the batch, or none
+function error (raised, timed      all nacked                      ``function_error: <type>``
+out, ran out of memory)
+outcome unknown (a 500, a read     all nacked, to run no sooner    ``invoke_failed: <name>``
+timeout, a connection cut off)     than their lease's end
+throttled                          released (no attempt); the      —
+                                   queue backs off
+refused before it ran (no such     released (no attempt); backs    —
+function, access denied)           off longer
+=================================  ==============================  ===========================
+
+``<type>`` is Lambda's error type (the payload's ``errorType``, else the
+``X-Amz-Function-Error`` header's ``Unhandled``) and ``<name>`` the AWS error code or the
+botocore exception's class (``ServiceException``, ``ReadTimeoutError``), each kept only when
+it is a plain name (:func:`safe_name`). Every ``last_error`` is at most 2 KiB
+(:func:`tierq.logic.leases.clip_error`).
 
 A batch holds at most ``batch_size`` tasks and at most what a synchronous invoke's request
 may carry (6 MB): the claim is given a byte budget that leaves room for the records' fields
@@ -42,10 +66,12 @@ How the dispatcher is run (a scheduled function woken by ready work) is in
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import math
 import random
+import re
 import struct
 import threading
 import time
@@ -58,7 +84,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost
-from tierq.errors import Forbidden, InvalidInput
+from tierq.errors import Forbidden, InvalidInput, WarmTierFull
 from tierq.logic import leases, limits
 from tierq.logic.claim import TASK_FIELDS_COST, claim_once
 from tierq.logic.context import Context, to_ms
@@ -190,42 +216,80 @@ Outcome = Literal["ok", "function_error", "throttled", "not_invoked", "failed"]
 @dataclass(frozen=True)
 class Invocation:
     """What calling the function gave: ``ok`` (its response in ``payload``),
-    ``function_error`` (it raised or timed out: ``error``), ``throttled`` (not run),
-    ``not_invoked`` (refused before it ran: no such function, access denied …) or ``failed``
-    (the outcome is unknown: the call was cut off)."""
+    ``function_error`` (it raised or timed out), ``throttled`` (not run), ``not_invoked``
+    (refused before it ran: no such function, access denied …) or ``failed`` (the outcome is
+    unknown: the call was cut off).
+
+    ``error`` is a name only — Lambda's ``errorType`` for a function error, the AWS error
+    code or the exception's class otherwise — as it may be stored on the batch's tasks;
+    ``detail`` is the message, for the operator's log only (it may quote records, endpoints,
+    ARNs)."""
 
     outcome: Outcome
     payload: bytes = b""
     error: str = ""
+    detail: str = ""
 
 
-def failed_items(payload: bytes, batch_ids: Sequence[str]) -> set[str]:
-    """The ids of a batch that failed, from the function's response, as Lambda reads an SQS
-    event source's partial batch response: no response, ``null``, no or an empty
+# A name as Lambda's error types, AWS error codes and exception classes are written
+# (``KeyError``, ``Sandbox.Timedout``, ``ServiceException``): nothing a message, a URL or an
+# ARN could pass as (no spaces, colons, slashes or quotes).
+_SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
+
+
+def safe_name(text: object, fallback: str) -> str:
+    """``text`` when it is a plain name (see ``_SAFE_NAME``), else ``fallback``."""
+    if isinstance(text, str) and _SAFE_NAME.fullmatch(text):
+        return text
+    return fallback
+
+
+def function_error_type(header: str, payload: bytes) -> str:
+    """Lambda's error type of a function error: the payload's ``errorType`` when it is a
+    plain name, else the ``X-Amz-Function-Error`` header's value (``Unhandled``)."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        body = None
+    fallback = safe_name(header, "Unhandled")
+    if isinstance(body, dict):
+        return safe_name(body.get("errorType"), fallback)
+    return fallback
+
+
+def read_response(payload: bytes, batch_ids: Sequence[str]) -> tuple[set[str], bool]:
+    """The ids of a batch that failed, from the function's response, and whether the
+    response itself was invalid (then every id failed), as Lambda reads an SQS event
+    source's partial batch response: no response, ``null``, no or an empty
     ``batchItemFailures`` is a success; a response that is not JSON, or an item whose
     ``itemIdentifier`` is missing, empty or not in the batch, fails the whole batch."""
     everything = set(batch_ids)
     text = payload.strip()
     if not text:
-        return set()
+        return set(), False
     try:
         response = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return everything
+        return everything, True
     if not isinstance(response, dict):
-        return set()
+        return set(), False
     items = response.get("batchItemFailures")
     if items is None:
-        return set()
+        return set(), False
     if not isinstance(items, list):
-        return everything
+        return everything, True
     failed: set[str] = set()
     for item in items:
         identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
         if not isinstance(identifier, str) or identifier not in everything:
-            return everything
+            return everything, True
         failed.add(identifier)
-    return failed
+    return failed, False
+
+
+def failed_items(payload: bytes, batch_ids: Sequence[str]) -> set[str]:
+    """The ids of a batch that failed (:func:`read_response`)."""
+    return read_response(payload, batch_ids)[0]
 
 
 # -- consumer functions --------------------------------------------------------------------
@@ -386,7 +450,11 @@ class InvocationSlots:
 
 # -- settling a batch ----------------------------------------------------------------------
 
-MAX_ERROR = 10_000
+# What settle writes as last_error (see the module's documentation).
+ITEM_FAILURE = "batch_item_failure"
+INVALID_RESPONSE = "invalid_batch_response"
+FUNCTION_ERROR = "function_error"
+INVOKE_FAILED = "invoke_failed"
 
 
 @dataclass
@@ -457,8 +525,8 @@ def _nack_all(ctx: Context, queue: str, tasks: Sequence[ClaimedTask], error: str
         retry_in = [max(policy.delay(t.attempt), t.lease_expires_at.timestamp() - now, 0.0)
                     for t in tasks]
     result = leases.nack(ctx, queue, [
-        NackItem(id=t.id, lease_token=t.lease_token, error=error[:MAX_ERROR],
-                 retry_in_seconds=delay) for t, delay in zip(tasks, retry_in, strict=True)])
+        NackItem(id=t.id, lease_token=t.lease_token, error=error, retry_in_seconds=delay)
+        for t, delay in zip(tasks, retry_in, strict=True)])
     counts.retried += len(result.retried)
     counts.dead += len(result.dead)
 
@@ -486,18 +554,23 @@ def settle(ctx: Context, consumer: Consumer, tasks: Sequence[ClaimedTask],
         release_tasks(ctx, queue, tasks, counts)
         return counts
     counts.dispatched += len(tasks)
-    if invocation.outcome != "ok":
+    if invocation.outcome == "function_error":
         counts.consumer_errors += 1
-        what = "function error" if invocation.outcome == "function_error" else "invoke failed"
-        _nack_all(ctx, queue, tasks, f"{consumer.function}: {what}: {invocation.error}",
-                  counts, may_run_on=invocation.outcome == "failed")
+        _nack_all(ctx, queue, tasks,
+                  f"{FUNCTION_ERROR}: {safe_name(invocation.error, 'Unhandled')}", counts)
         return counts
-    failed = failed_items(invocation.payload, [str(t.id) for t in tasks])
+    if invocation.outcome != "ok":  # failed: the outcome is unknown
+        counts.consumer_errors += 1
+        _nack_all(ctx, queue, tasks,
+                  f"{INVOKE_FAILED}: {safe_name(invocation.error, 'Unknown')}", counts,
+                  may_run_on=True)
+        return counts
+    failed, invalid = read_response(invocation.payload, [str(t.id) for t in tasks])
     done = [t for t in tasks if str(t.id) not in failed]
     if done:
         counts.acked += len(leases.ack(ctx, queue, done).acked)
     _nack_all(ctx, queue, [t for t in tasks if str(t.id) in failed],
-              f"{consumer.function}: listed in batchItemFailures", counts)
+              INVALID_RESPONSE if invalid else ITEM_FAILURE, counts)
     return counts
 
 
@@ -520,6 +593,8 @@ class QueueState:
     poll_delay: float = POLL_FIRST
     throttle_delay: float = THROTTLE_FIRST
     backlog: bool = False  # the last claim filled its batch: more is likely ready
+    # the tenant whose turn came last (round robin by name; under the dispatcher's lock)
+    last_tenant: str | None = None
 
 
 # How long a consumer function's timeout is trusted before it is read again: a raised
@@ -743,13 +818,14 @@ class Dispatcher:
                 if slot is None:  # every slot is taken (by other dispatchers too)
                     self._later(state, POLL_FIRST * 5, backlog=state.backlog)
                     return
-            tasks = self._claim(consumer, lease)
+            tasks, others = self._claim(consumer, state, lease)
             if not tasks:
                 self._later(state, state.poll_delay, backlog=False)
                 state.poll_delay = min(state.poll_delay * 2, self.poll_max)
                 return
             state.poll_delay = POLL_FIRST
-            state.backlog = len(tasks) >= consumer.batch_size
+            # more is likely ready: this tenant filled its batch, or others have work
+            state.backlog = len(tasks) >= consumer.batch_size or others
             if state.backlog:  # more is likely ready: the pass may start more batches now
                 with self._changed:
                     self._changed.notify_all()
@@ -767,7 +843,7 @@ class Dispatcher:
                                                    read_timeout=consumer.read_timeout)
             except Exception as exc:  # whether the function ran is unknown: an attempt
                 log.exception("invoking %s failed", consumer.function)
-                invocation = Invocation("failed", error=f"{type(exc).__name__}: {exc}")
+                invocation = Invocation("failed", error=type(exc).__name__, detail=str(exc))
             counts.batches += 1
             counts.add(settle(self.ctx, consumer, tasks, invocation))
             self._after(consumer, state, invocation)
@@ -808,12 +884,45 @@ class Dispatcher:
                 except Exception:
                     log.warning("emitting dispatch metrics failed", exc_info=True)
 
-    def _claim(self, consumer: Consumer, lease: int) -> list[ClaimedTask]:
-        """Up to ``batch_size`` tasks, waiting up to the batching window for a full batch
-        once the first task is claimed (as Lambda's SQS poller: with nothing ready there is
-        no batch to wait for, and an idle queue must let its dispatcher go idle)."""
+    def _claim(self, consumer: Consumer, state: QueueState,
+               lease: int) -> tuple[list[ClaimedTask], bool]:
+        """A batch of one tenant's tasks: the next tenant in turn with ready work (a tenant
+        listed but with nothing to claim — the list may lag, the tenant may be at its own
+        limits or its cold work find no room warm — passes its turn on; each tenant of the
+        list is tried once at most). Returns the tasks, and whether other tenants were
+        listed (more is likely ready)."""
+        tenants = sorted(set(tenants_with_ready_work(self.ctx, consumer.queue)))
+        for _ in range(len(tenants)):
+            tenant = self._next_tenant(state, tenants)
+            try:
+                tasks = self._claim_tenant(consumer, tenant, lease)
+            except WarmTierFull:  # its cold work finds no room warm: the others go on
+                log.info("queue %r, tenant %r: the warm tier is full; its turn passes",
+                         consumer.queue, tenant)
+                continue
+            if tasks:
+                return tasks, len(tenants) > 1
+        return [], False
+
+    def _next_tenant(self, state: QueueState, tenants: Sequence[str]) -> str:
+        """The tenant after the one whose turn came last, by name (``tenants`` sorted), so
+        the turn goes round whatever the list gained or lost meanwhile; concurrent batches
+        of a queue take successive tenants."""
+        with self._changed:
+            after = state.last_tenant
+            i = 0 if after is None else bisect.bisect_right(tenants, after)
+            tenant = tenants[i % len(tenants)]
+            state.last_tenant = tenant
+        return tenant
+
+    def _claim_tenant(self, consumer: Consumer, tenant: str,
+                      lease: int) -> list[ClaimedTask]:
+        """Up to ``batch_size`` of ``tenant``'s tasks, waiting up to the batching window for
+        a full batch once the first task is claimed (as Lambda's SQS poller: with nothing
+        ready there is no batch to wait for, and an idle queue must let its dispatcher go
+        idle). A claim that fails during the window ends it: the batch is what was had."""
         request = ClaimRequest(max=consumer.batch_size, lease_seconds=lease,
-                               worker=f"dispatcher:{consumer.function}"[:128])
+                               worker=f"dispatcher:{consumer.function}"[:128], tenant=tenant)
         budget = claim_budget(consumer.batch_size)
         tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget)
         if not tasks or not consumer.window_ms or len(tasks) >= consumer.batch_size:
@@ -825,10 +934,15 @@ class Dispatcher:
             if left <= 0:
                 break
             time.sleep(min(WINDOW_POLL, left))
-            more = claim_once(self.ctx, consumer.queue,
-                              request.model_copy(update={"max": consumer.batch_size
-                                                         - len(tasks)}),
-                              max_bytes=max(1, budget - used))
+            try:
+                more = claim_once(self.ctx, consumer.queue,
+                                  request.model_copy(update={"max": consumer.batch_size
+                                                             - len(tasks)}),
+                                  max_bytes=max(1, budget - used))
+            except Exception:
+                log.warning("claiming more of %r for %r's batch failed; sending what it has",
+                            consumer.queue, tenant, exc_info=True)
+                break
             tasks.extend(more)
             used += sum(_claimed_cost(t) for t in more)
         return tasks
@@ -845,7 +959,7 @@ class Dispatcher:
             self._later(state, delay, backlog=state.backlog)
         elif invocation.outcome == "not_invoked":
             log.error("%s could not be invoked for queue %r: %s", consumer.function,
-                      consumer.queue, invocation.error)
+                      consumer.queue, invocation.detail or invocation.error)
             self._later(state, REFUSED_BACKOFF, backlog=False)
         else:
             state.throttle_delay = THROTTLE_FIRST

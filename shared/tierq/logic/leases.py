@@ -33,6 +33,21 @@ from tierq.models.leases import (
     ReleaseResult,
 )
 
+# The most a task's last_error holds, in UTF-8 bytes: whatever a nack (over HTTP, from the
+# dispatcher) or an expired lease records is cut to it (clip_error).
+MAX_ERROR_BYTES = 2048
+
+
+def clip_error(text: str) -> str:
+    """``text`` cut to its first MAX_ERROR_BYTES bytes of UTF-8, on a character boundary (a
+    character that would straddle the cut is left out)."""
+    if len(text) * 4 <= MAX_ERROR_BYTES:  # (a character is at most 4 bytes)
+        return text
+    raw = text.encode("utf-8", "replace")  # (a lone surrogate, which no store takes: ?)
+    if len(raw) <= MAX_ERROR_BYTES:
+        return raw.decode("utf-8")
+    return raw[:MAX_ERROR_BYTES].decode("utf-8", "ignore")
+
 
 @dataclass(slots=True)
 class Verified:
@@ -235,11 +250,12 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     """Record failed attempts (nack, lease expiry): dead at max_attempts or when asked,
     otherwise delayed until the retry time. Then drop the leases, and only then make the
     retries due now ready (the back of the line). Returns id -> 'dead' | 'delayed' for the
-    rows found."""
+    rows found. Every failed attempt is recorded here, so here each error is cut to the
+    most ``last_error`` holds (clip_error)."""
     now = ctx.now()
     rows = ctx.store.lease_outcomes(
         queue, to_datetime(now), (v.id for v in leases), [v.attempt for v in leases],
-        list(errors), [to_datetime(t) for t in retry_ats], list(deads))
+        [clip_error(e) for e in errors], [to_datetime(t) for t in retry_ats], list(deads))
     drop_leases(ctx, queue, leases)
     due = [Target(str(r.id), queue, r.tenant) for r in rows
            if r.state == "delayed" and r.run_at.timestamp() <= now]

@@ -64,7 +64,9 @@ class NackItem(RequestModel):
 
     id: UUID
     lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
-    error: str = Field(default="", max_length=10_000, json_schema_extra=NO_NUL)
+    error: str = Field(default="", max_length=10_000, json_schema_extra=NO_NUL,
+                       description="Why it failed; kept as the task's last_error, cut to its "
+                                   "first 2 KiB (UTF-8).")
     retry_in_seconds: float | None = Field(default=None, ge=0, le=366 * 86_400)
     dead: bool = Field(default=False, strict=True,
                        description="Dead-letter now, whatever the attempts left.")
