@@ -593,6 +593,8 @@ class QueueState:
     poll_delay: float = POLL_FIRST
     throttle_delay: float = THROTTLE_FIRST
     backlog: bool = False  # the last claim filled its batch: more is likely ready
+    # the tenants listed with ready work at the last claim that got tasks (0: none since)
+    listed: int = 0
     # the tenant whose turn came last (round robin by name; under the dispatcher's lock)
     last_tenant: str | None = None
 
@@ -766,8 +768,10 @@ class Dispatcher:
             cap = consumer.max_concurrency or self.max_in_flight
             with self._changed:
                 room = min(cap - state.in_flight, self.max_in_flight - self._in_flight)
-                # a queue whose last claim was short gets one batch at a time
-                want = room if state.backlog else min(room, 1 - state.in_flight)
+                # a queue whose last claim was short gets a batch at a time per tenant
+                # listed with ready work (one, once a claim found nothing)
+                want = room if state.backlog \
+                    else min(room, max(1, state.listed) - state.in_flight)
                 if want <= 0:
                     continue
                 state.in_flight += want
@@ -791,8 +795,9 @@ class Dispatcher:
             int(finish_by - self.began))
 
     def dispatch_once(self, queue: str) -> DispatchCounts:
-        """One batch of ``queue`` now, in this thread: claim, invoke, settle. What it did
-        (nothing when the queue has no consumer, is paused or has nothing ready)."""
+        """One batch of ``queue`` now (of the next tenant in turn), in this thread: claim,
+        invoke, settle. What it did (nothing when the queue has no consumer, is paused or
+        has nothing ready)."""
         consumer = self.consumer(queue)
         if consumer is None:
             return DispatchCounts()
@@ -818,15 +823,15 @@ class Dispatcher:
                 if slot is None:  # every slot is taken (by other dispatchers too)
                     self._later(state, POLL_FIRST * 5, backlog=state.backlog)
                     return
-            tasks, others = self._claim(consumer, state, lease)
+            tasks, listed = self._claim(consumer, state, lease)
             if not tasks:
                 self._later(state, state.poll_delay, backlog=False)
                 state.poll_delay = min(state.poll_delay * 2, self.poll_max)
                 return
             state.poll_delay = POLL_FIRST
-            # more is likely ready: this tenant filled its batch, or others have work
-            state.backlog = len(tasks) >= consumer.batch_size or others
-            if state.backlog:  # more is likely ready: the pass may start more batches now
+            state.backlog = len(tasks) >= consumer.batch_size
+            state.listed = listed
+            if state.backlog or listed > 1:  # more is likely ready: the pass may start more
                 with self._changed:
                     self._changed.notify_all()
             delivered_ms = to_ms(self.ctx.now())
@@ -885,12 +890,12 @@ class Dispatcher:
                     log.warning("emitting dispatch metrics failed", exc_info=True)
 
     def _claim(self, consumer: Consumer, state: QueueState,
-               lease: int) -> tuple[list[ClaimedTask], bool]:
+               lease: int) -> tuple[list[ClaimedTask], int]:
         """A batch of one tenant's tasks: the next tenant in turn with ready work (a tenant
         listed but with nothing to claim — the list may lag, the tenant may be at its own
         limits or its cold work find no room warm — passes its turn on; each tenant of the
-        list is tried once at most). Returns the tasks, and whether other tenants were
-        listed (more is likely ready)."""
+        list is tried once at most). Returns the tasks, and how many tenants were listed
+        (more is likely ready when others were)."""
         tenants = sorted(set(tenants_with_ready_work(self.ctx, consumer.queue)))
         for _ in range(len(tenants)):
             tenant = self._next_tenant(state, tenants)
@@ -901,8 +906,8 @@ class Dispatcher:
                          consumer.queue, tenant)
                 continue
             if tasks:
-                return tasks, len(tenants) > 1
-        return [], False
+                return tasks, len(tenants)
+        return [], 0
 
     def _next_tenant(self, state: QueueState, tenants: Sequence[str]) -> str:
         """The tenant after the one whose turn came last, by name (``tenants`` sorted), so
@@ -950,6 +955,8 @@ class Dispatcher:
     def _later(self, state: QueueState, delay: float, *, backlog: bool) -> None:
         state.not_before = time.monotonic() + delay
         state.backlog = backlog
+        if not backlog:
+            state.listed = 0
 
     def _after(self, consumer: Consumer, state: QueueState, invocation: Invocation) -> None:
         if invocation.outcome == "throttled":
