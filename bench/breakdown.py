@@ -10,7 +10,8 @@ of a shape, in its end-to-end phase:
   before and after) and WAL flushes (``pg_stat_wal.wal_sync``); the last two are the whole
   server's, which on a private server is the benchmark alone (and autovacuum); medians over
   the measured runs. Then each statement of the median run: calls, rows, execution time
-  and WAL bytes per task;
+  (pg_stat_statements': wall time in the server, lock waits included) and WAL bytes per
+  task;
 * **the client's CPU by stage**, from one more run of each system whose first producer and
   first consumer are profiled with cProfile, timed by their main thread's CPU clock (so a
   process waiting on a socket or a sleep costs nothing). Each function's own time (not its
@@ -342,7 +343,7 @@ def report(shape: str, runs: dict[str, list[SystemRun]],
         statements[name] = statement_rows(m) if m is not None else []
         if statements[name]:
             say(f"{name}: statements of the median run, busiest first (per task)")
-            print_table(["calls", "rows/call", "exec us", "WAL bytes", "statement"],
+            print_table(["calls", "rows/call", "exec us (wall)", "WAL bytes", "statement"],
                         [[fmt(s["calls_per_task"], 4), fmt(s["rows_per_call"], 1),
                           fmt(s["exec_us_per_task"], 2), fmt(s["wal_bytes_per_task"], 0),
                           s["query"][:90]] for s in statements[name]])

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             system.close()
     say("")
     say(f"rates in tasks/s, {total:,} tasks per phase, median of {args.repeat} run(s); "
-        "claim latency (tierq claim calls "
+        "claim latency (claim calls of tierq and the bare table "
         "that returned tasks) and CPU microseconds per task (worker processes, PostgreSQL "
         "server, Valkey server) in the end-to-end phase")
     print_results(results)
