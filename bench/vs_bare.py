@@ -53,7 +53,13 @@ from bench.report import (
     write_json,
 )
 from bench.runs import SystemRun, run_system
-from bench.stores import add_store_arguments, enable_pg_stat_statements, machine_info, opened_stores
+from bench.stores import (
+    Stores,
+    add_store_arguments,
+    enable_pg_stat_statements,
+    machine_info,
+    opened_stores,
+)
 from bench.systems import System, Workload
 from bench.systems.bare_table import BareTable
 from bench.systems.tierq_engine import TierqEngine
@@ -188,7 +194,7 @@ def print_summary(results: list[ShapeResult]) -> None:
                  "claim ms bare"], rows)
 
 
-def run_shape(shape: Shape, stores: Any, *, total: int, repeat: int, timeout: float,
+def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
