@@ -97,19 +97,25 @@ class ValkeyMemory:
 @dataclass
 class PgWork:
     """Counters of one database: statements (pg_stat_statements, when loaded), committed
-    transactions and tuples written (pg_stat_database)."""
+    transactions and tuples written (pg_stat_database); and of the whole server: WAL bytes
+    written (``pg_current_wal_insert_lsn``) and WAL flushes (``pg_stat_wal.wal_sync``,
+    PostgreSQL 14 and later). On a private server the benchmark is all that writes."""
 
     statements: int | None
     commits: int
     inserted: int
     updated: int
     deleted: int
+    wal_bytes: int | None = None
+    wal_syncs: int | None = None
 
     def __sub__(self, other: PgWork) -> PgWork:
-        statements = (None if self.statements is None or other.statements is None
-                      else self.statements - other.statements)
-        return PgWork(statements, self.commits - other.commits, self.inserted - other.inserted,
-                      self.updated - other.updated, self.deleted - other.deleted)
+        def minus(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a - b
+        return PgWork(minus(self.statements, other.statements), self.commits - other.commits,
+                      self.inserted - other.inserted, self.updated - other.updated,
+                      self.deleted - other.deleted, minus(self.wal_bytes, other.wal_bytes),
+                      minus(self.wal_syncs, other.wal_syncs))
 
 
 def pg_work(stores: Stores, database_url: str, *, statements: bool) -> PgWork:
@@ -129,9 +135,69 @@ def pg_work(stores: Stores, database_url: str, *, statements: bool) -> PgWork:
                 "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
                 "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (name,)).fetchone()
             count = int(value[0]) if value else 0
+        wal_bytes = wal_syncs = None
+        with contextlib.suppress(psycopg.Error):
+            lsn = conn.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").fetchone()
+            wal_bytes = int(lsn[0]) if lsn else None
+        with contextlib.suppress(psycopg.Error):  # pg_stat_wal: PostgreSQL 14 and later
+            syncs = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+            wal_syncs = int(syncs[0]) if syncs else None
     if row is None:
-        return PgWork(count, 0, 0, 0, 0)
-    return PgWork(count, int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        return PgWork(count, 0, 0, 0, 0, wal_bytes, wal_syncs)
+    return PgWork(count, int(row[0]), int(row[1]), int(row[2]), int(row[3]), wal_bytes,
+                  wal_syncs)
+
+
+@dataclass
+class Statement:
+    """One normalised statement's counters in pg_stat_statements (top-level calls)."""
+
+    query: str
+    calls: int
+    rows: int
+    exec_ms: float
+    wal_bytes: int
+
+
+def statement_counters(stores: Stores, database_url: str) -> dict[int, Statement]:
+    """Every statement pg_stat_statements knows of in ``database_url``'s database, by
+    queryid (empty when it is not loaded). Subtract two readings with ``statements_between``."""
+    name = urlsplit(database_url).path.lstrip("/")
+    out: dict[int, Statement] = {}
+    with psycopg.connect(stores.postgres_url, autocommit=True) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT s.queryid, s.query, s.calls, s.rows, s.total_exec_time, s.wal_bytes "
+                "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                "WHERE d.datname = %s", (name,)).fetchall()
+        except psycopg.Error:
+            return out
+    for queryid, query, calls, nrows, exec_ms, wal in rows:
+        if queryid is None:
+            continue
+        seen = out.get(int(queryid))
+        if seen is not None:  # one queryid per user/toplevel: add them up
+            seen.calls += int(calls)
+            seen.rows += int(nrows)
+            seen.exec_ms += float(exec_ms)
+            seen.wal_bytes += int(wal)
+        else:
+            out[int(queryid)] = Statement(" ".join(str(query).split()), int(calls), int(nrows),
+                                          float(exec_ms), int(wal))
+    return out
+
+
+def statements_between(before: dict[int, Statement], after: dict[int, Statement]
+                       ) -> list[Statement]:
+    """What each statement did between two readings, the busiest (execution time) first."""
+    out = []
+    for queryid, a in after.items():
+        b = before.get(queryid, Statement(a.query, 0, 0, 0.0, 0))
+        if a.calls > b.calls:
+            out.append(Statement(a.query, a.calls - b.calls, a.rows - b.rows,
+                                 a.exec_ms - b.exec_ms, a.wal_bytes - b.wal_bytes))
+    return sorted(out, key=lambda s: s.exec_ms, reverse=True)
 
 
 # --------------------------------------------------------------------------- CPU time
@@ -221,6 +287,7 @@ class Measured:
     valkey_peak: int | None = None  # bytes above the baseline, sampled
     left: int = 0
     cpu: Cpu | None = None
+    statements: list[Statement] | None = None  # per statement, when asked (bench/breakdown.py)
 
     def cpu_us_per_task(self) -> dict[str, float | None]:
         """CPU microseconds per task: client processes, PostgreSQL, Valkey."""
@@ -244,6 +311,16 @@ class Measured:
     def latency(self, key: str, q: float) -> float:
         return percentile(self.phase.values(key), q)
 
+    def role_cpu_us_per_task(self) -> dict[str, float | None]:
+        """CPU microseconds of the producer processes per task they enqueued, and of the
+        consumer processes per task they acked (the parent's share is in neither)."""
+        out: dict[str, float | None] = {}
+        for role, count in (("producer", "enqueued"), ("consumer", "acked")):
+            mine = [r for r in self.phase.results if count in r and "cpu" in r]
+            tasks = sum(r[count] for r in mine)
+            out[role] = sum(r["cpu"] for r in mine) * 1e6 / tasks if tasks else None
+        return out
+
     def statements_per_task(self) -> float | None:
         if self.work is None or self.work.statements is None:
             return None
@@ -251,6 +328,23 @@ class Measured:
 
     def commits_per_task(self) -> float | None:
         return None if self.work is None else self.work.commits / self.phase.total
+
+    def wal_bytes_per_task(self) -> float | None:
+        if self.work is None or self.work.wal_bytes is None:
+            return None
+        return self.work.wal_bytes / self.phase.total
+
+    def wal_syncs_per_task(self) -> float | None:
+        if self.work is None or self.work.wal_syncs is None:
+            return None
+        return self.work.wal_syncs / self.phase.total
+
+    def rows_written_per_task(self) -> float | None:
+        """Tuples inserted, updated and deleted in the database, per task."""
+        if self.work is None:
+            return None
+        w = self.work
+        return (w.inserted + w.updated + w.deleted) / self.phase.total
 
 
 def median_rate(repeats: Sequence[Measured | None]) -> float | None:

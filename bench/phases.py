@@ -9,8 +9,11 @@ the peers' driver (bench/peers/driver.py) runs phases with it in the peers' envi
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import gc
+import json
 import multiprocessing as mp
+import pstats
 import queue as queue_module
 import time
 import traceback
@@ -37,12 +40,16 @@ class Sync:
         self.finished = ctx.Value("q", 0)
         self.start_time = ctx.Value("d", 0.0)
         self.cpu_at_start: float | None = None  # set in each worker process at the start
+        # set in a worker process whose spec has "profile_to" (bench/breakdown.py)
+        self.profiler: cProfile.Profile | None = None
 
     def ready_and_wait(self, index: int) -> None:
         """Tell the parent this process is set up; block until every process is."""
         self.ready.put(index)
         self.go.wait()
         self.cpu_at_start = time.process_time()
+        if self.profiler is not None:
+            self.profiler.enable()
 
     def add_enqueued(self, n: int) -> None:
         with self.enqueued.get_lock():
@@ -110,6 +117,39 @@ def split(total: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+def profiler_overhead(calls: int = 100_000) -> dict[str, float]:
+    """Seconds the profiler (``cProfile`` timed by ``time.thread_time``, as ``_child`` runs
+    it) adds per call, measured here with empty calls: to the called function's own time
+    (``callee_*``) and to its caller's (``caller_*``), for a Python function (``py``) and
+    a built-in (``c``). bench/breakdown.py subtracts them."""
+    def empty() -> None:
+        pass
+
+    def python_calls(n: int) -> None:
+        for _ in range(n):
+            empty()
+
+    def builtin_calls(n: int, x: tuple[()] = ()) -> None:
+        for _ in range(n):
+            len(x)
+
+    out: dict[str, float] = {}
+    for kind, loop, callee in (("py", python_calls, "empty"), ("c", builtin_calls, "len")):
+        began = time.thread_time()
+        loop(calls)
+        bare = time.thread_time() - began
+        profiler = cProfile.Profile(time.thread_time)
+        profiler.enable()
+        loop(calls)
+        profiler.disable()
+        entries = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+        own = {name: tt for (_, _, name), (_, _, tt, _, _) in entries.items()}
+        callee_tt = next(tt for name, tt in own.items() if callee in name)
+        out[f"callee_{kind}"] = callee_tt / calls
+        out[f"caller_{kind}"] = max(0.0, own[loop.__name__] - bare) / calls
+    return out
+
+
 def _child(target: Target, spec: dict[str, Any], sync: Sync, index: int) -> None:
     # Every worker process starts from the fork server holding the preloaded modules of
     # the systems. Like any long-running pre-forked worker, it freezes them (gc.freeze) so
@@ -118,10 +158,21 @@ def _child(target: Target, spec: dict[str, Any], sync: Sync, index: int) -> None
     # CPU (bench/README.md).
     gc.collect()
     gc.freeze()
+    # A spec with "profile_to" (a file) has this process profiled from the start signal to
+    # its end, in CPU time of its main thread; the profiler's overhead per call, measured
+    # afterwards, goes beside it (bench/breakdown.py reads both).
+    profile_to: str | None = spec.get("profile_to")
+    if profile_to:
+        sync.profiler = cProfile.Profile(time.thread_time)
     try:
         out = target(spec, sync)
         if sync.cpu_at_start is not None:  # CPU of the measured part only, not the set-up
             out["cpu"] = time.process_time() - sync.cpu_at_start
+        if sync.profiler is not None and profile_to:
+            sync.profiler.disable()
+            sync.profiler.dump_stats(profile_to)
+            with open(f"{profile_to}.overhead.json", "w") as f:
+                json.dump(profiler_overhead(), f)
         sync.results.put(("ok", index, out))
     except BaseException:
         sync.results.put(("error", index, traceback.format_exc()))

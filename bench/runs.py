@@ -13,9 +13,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from bench.measure import Measured, ValkeyMemory, cpu_now, pg_work
+from bench.measure import (
+    Measured,
+    ValkeyMemory,
+    cpu_now,
+    pg_work,
+    statement_counters,
+    statements_between,
+)
 from bench.report import say
 from bench.stores import Stores
 from bench.systems import Prepared, System
@@ -53,8 +61,12 @@ class SystemRun:
                 "empty_claims": sum(r.get("empty_claims", 0) for r in m.phase.results),
                 "statements_per_task": m.statements_per_task(),
                 "commits_per_task": m.commits_per_task(),
+                "rows_written_per_task": m.rows_written_per_task(),
+                "wal_bytes_per_task": m.wal_bytes_per_task(),
+                "wal_syncs_per_task": m.wal_syncs_per_task(),
                 "valkey_peak_bytes": m.valkey_peak,
                 "cpu_us_per_task": m.cpu_us_per_task(),
+                "role_cpu_us_per_task": m.role_cpu_us_per_task(),
             }
         return {"system": self.system, "workers": self.workers, "tasks": self.total,
                 "enqueue": one(self.enqueue), "drain": one(self.drain), "e2e": one(self.e2e),
@@ -63,18 +75,26 @@ class SystemRun:
 
 def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str, *,
                   producers: int, consumers: int, total: int, timeout: float,
-                  statements: bool) -> Measured:
+                  statements: bool, detail: bool = False, profile_to: Path | None = None,
+                  ) -> Measured:
     """One phase of ``system`` with PostgreSQL's counters, the CPU of the client and the
-    servers, and Valkey's memory measured around it."""
+    servers, and Valkey's memory measured around it. ``detail``: each statement's counters
+    too (pg_stat_statements); ``profile_to``: the first producer and the first consumer
+    are profiled into ``<profile_to>-producer.prof`` and ``-consumer.prof``."""
     memory = ValkeyMemory(stores.valkey_url) if system.uses_valkey else None
     pids = system.client_pids(prepared)
+    roles = system.roles(prepared, producers=producers, consumers=consumers, total=total)
+    if profile_to is not None:
+        for kind in ("producer", "consumer"):
+            first = next((r for r in roles if r.kind == kind), None)
+            if first is not None:
+                first.spec = {**first.spec, "profile_to": f"{profile_to}-{kind}.prof"}
+    counters = statement_counters(stores, prepared.database_url) if detail else None
     before = pg_work(stores, prepared.database_url, statements=statements)
     if memory is not None:
         memory.start()
     try:
-        phase = system.run_phase(label, system.roles(prepared, producers=producers,
-                                                     consumers=consumers, total=total),
-                                 total=total, timeout=timeout,
+        phase = system.run_phase(label, roles, total=total, timeout=timeout,
                                  at_start=lambda: cpu_now(stores, pids))
     finally:
         if memory is not None:
@@ -84,13 +104,18 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
     time.sleep(STATS_FLUSH_WAIT)
     after = pg_work(stores, prepared.database_url, statements=statements)
     peak = None if memory is None else memory.peak - memory.baseline
-    return Measured(phase, after - before, peak, cpu=cpu)
+    measured = Measured(phase, after - before, peak, cpu=cpu)
+    if counters is not None:
+        measured.statements = statements_between(
+            counters, statement_counters(stores, prepared.database_url))
+    return measured
 
 
 def run_system(system: System, stores: Stores, *, workers: int, total: int, timeout: float,
                statements: bool, phases: tuple[str, ...] = ("enqueue", "drain", "e2e"),
-               ) -> SystemRun:
-    """Measure one system with ``workers`` processes per role; see the module docstring."""
+               detail: bool = False, profile_dir: Path | None = None) -> SystemRun:
+    """Measure one system with ``workers`` processes per role; see the module docstring.
+    ``detail`` and ``profile_dir`` (``<dir>/<phase>-<role>.prof``): see ``measure_phase``."""
     run = SystemRun(system.name, workers, total)
     tag = f"{system.name} w={workers}"
     prepared = system.prepare(stores)
@@ -106,7 +131,8 @@ def run_system(system: System, stores: Stores, *, workers: int, total: int, time
                 measured = measure_phase(
                     system, stores, prepared, f"{tag} {title}", producers=producers * workers,
                     consumers=consumers * workers, total=total, timeout=timeout,
-                    statements=statements)
+                    statements=statements, detail=detail,
+                    profile_to=None if profile_dir is None else profile_dir / phase)
                 if consumers:
                     measured.left = system.remaining(prepared)
                 setattr(run, phase, measured)

@@ -5,14 +5,16 @@
     .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, 1/4 processes: < 2 minutes
 
 Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
-when this environment has it), PGQueuer and procrastinate (see bench/systems/ for the
-settings of each). For every worker count, every system runs the same three phases with
-the same number of no-op tasks and the same number of processes: enqueue/s, drain/s and
-end-to-end/s (bench/runs.py). Systems alternate inside each worker count so that drifts
+when this environment has it), PGQueuer and procrastinate, and the bare table (one durable
+table read with ``FOR UPDATE SKIP LOCKED``: the floor the peers sit on, not a peer; see
+bench/systems/ for the settings of each, and bench.vs_bare for it at more shapes). For
+every worker count, every system runs the same three phases with the same number of no-op
+tasks and the same number of processes: enqueue/s, drain/s and end-to-end/s
+(bench/runs.py). Systems alternate inside each worker count so that drifts
 of the machine (the disk's fsync rate varies) hit all of them alike.
 
 The last line is always ``ratio_vs_best_peer=X.XX``: tierq's engine path end-to-end rate
-over the best peer's, at the largest worker count.
+over the best peer's (the bare table is not one), at the largest worker count.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import argparse
 from pathlib import Path
 
 from bench.measure import median_rate
-from bench.phases import PhaseFailed
+from bench.peers.remote import PeerSystem
+from bench.phases import PhaseFailed, process_context
 from bench.report import (
     fmt_cpu,
     fmt_ms,
@@ -41,13 +44,16 @@ from bench.stores import (
     opened_stores,
 )
 from bench.systems import System
+from bench.systems.bare_table import BareTable
 from bench.systems.pgqueuer import PgQueuer
 from bench.systems.procrastinate import Procrastinate
 from bench.systems.tierq_engine import TierqEngine
 from bench.systems.tierq_http import TierqHttp, tierq_dev_available
 
 PEERS = ("pgqueuer", "procrastinate")
+FLOOR = ("bare-table",)  # compared with, never a peer
 TIERQ_PATHS = ("tierq-engine", "tierq-http")
+SYSTEMS = ["tierq-engine", "tierq-http", "pgqueuer", "procrastinate", "bare-table"]
 PHASES = ("enqueue", "drain", "e2e")
 PHASE_TITLES = {"enqueue": "enqueue/s", "drain": "drain/s", "e2e": "end-to-end/s"}
 
@@ -103,7 +109,7 @@ def print_ratios(results: dict[int, dict[str, Runs]]) -> None:
         for mine in TIERQ_PATHS:
             if mine not in by_system:
                 continue
-            for peer in PEERS:
+            for peer in PEERS + FLOOR:
                 if peer not in by_system:
                     continue
                 rows.append([f"{mine} / {peer}", str(workers), *(
@@ -138,15 +144,25 @@ def make_systems(names: list[str]) -> tuple[list[System], list[str]]:
                 skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
         elif name == "pgqueuer":
             systems.append(PgQueuer())
+        elif name == "bare-table":
+            systems.append(BareTable())
         else:
             systems.append(Procrastinate())
     return systems, skipped
 
 
+def start_fork_server(systems: list[System]) -> None:
+    """One fork server for the worker processes of every system run in this interpreter
+    (the peers run in their own), holding all their modules: it is started once, with the
+    modules of the first phase, so they are named together before it."""
+    local = [s for s in systems if not isinstance(s, PeerSystem)]
+    process_context(tuple(dict.fromkeys(m for s in local for m in s.preload)))
+
+
 def alternate(systems: list[System], stores: Stores, *, workers: int, total: int, repeat: int,
-              timeout: float, statements: bool) -> dict[str, Runs]:
+              timeout: float, statements: bool, detail: bool = False) -> dict[str, Runs]:
     """``repeat`` runs of every system at one worker count, the systems taking turns so
-    that drifts of the machine hit all of them alike."""
+    that drifts of the machine hit all of them alike (``detail``: see runs.measure_phase)."""
     by_system: dict[str, Runs] = {s.name: [] for s in systems}
     for round_no in range(repeat):
         for system in systems:
@@ -154,7 +170,7 @@ def alternate(systems: list[System], stores: Stores, *, workers: int, total: int
                 + (f", run {round_no + 1}/{repeat}" if repeat > 1 else ""))
             try:
                 run = run_system(system, stores, workers=workers, total=total,
-                                 timeout=timeout, statements=statements)
+                                 timeout=timeout, statements=statements, detail=detail)
             except PhaseFailed as exc:
                 say(f"  {system.name} failed: {exc}")
                 run = SystemRun(system.name, workers, total)
@@ -171,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="2,000 tasks per phase, 1 and 4 worker processes")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="worker process counts (1 2 4; 1 4 with --quick)")
-    parser.add_argument("--systems", nargs="+",
-                        default=["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"],
-                        choices=["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"])
+    parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per system and worker count, alternating; medians are "
                              "reported (1)")
@@ -189,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tasks, --workers and --repeat must be positive")
 
     systems, skipped = make_systems(args.systems)
+    start_fork_server(systems)
     try:
         with opened_stores(args) as stores:
             statements = enable_pg_stat_statements(stores)
@@ -207,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             system.close()
     say("")
     say(f"rates in tasks/s, {total:,} tasks per phase, median of {args.repeat} run(s); "
-        "claim latency (tierq claim calls "
+        "claim latency (claim calls of tierq and the bare table "
         "that returned tasks) and CPU microseconds per task (worker processes, PostgreSQL "
         "server, Valkey server) in the end-to-end phase")
     print_results(results)

@@ -5,7 +5,9 @@ prepare a fresh store, producer and consumer process targets, count what is left
   scheduled maintenance jobs running beside it;
 * ``tierq-http`` (tierq_http.py): the same through the HTTP API of the local stack;
 * ``pgqueuer`` (pgqueuer.py) and ``procrastinate`` (procrastinate.py): the peers, run in an
-  environment of their own (bench/peers/), so no pin of theirs caps tierq's packages.
+  environment of their own (bench/peers/), so no pin of theirs caps tierq's packages;
+* ``bare-table`` (bare_table.py): one durable PostgreSQL table read with ``FOR UPDATE SKIP
+  LOCKED``, the floor the peers sit on (bench.vs_bare).
 
 Every task is a no-op carrying a tiny JSON payload (``{"i": n}``). Each system gets its own
 fresh database on the same PostgreSQL server. This module is imported on both sides (the
@@ -17,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, LiteralString
 
 from bench.phases import PhaseResult, Role, Sync, Target, run_phase, split
@@ -42,6 +45,55 @@ PGQUEUER_MANAGERS_PER_PROCESS = 4
 TIERQ_CLAIM_BATCH = PGQUEUER_MANAGERS_PER_PROCESS * PEER_DEQUEUE_BATCH
 PROCRASTINATE_CONCURRENCY = 10
 EMPTY_CLAIM_SLEEP = 0.002  # a tierq consumer that found nothing waits this long
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one run's producers enqueue and its consumers claim (tierq and the bare table;
+    the peers keep their own settings). Goes to the processes as ``spec["workload"]``."""
+
+    enqueue_batch: int = TIERQ_ENQUEUE_BATCH
+    claim_batch: int = TIERQ_CLAIM_BATCH
+    tenants: int = 0  # 0: every task in the default tenant; n: t0..t{n-1}, at random
+    priorities: bool = False  # each task a random priority 0..9 (else 0)
+    key_every: int = 0  # a key on one task in this many (0: none)
+
+    @property
+    def mixed(self) -> bool:
+        return bool(self.tenants or self.priorities or self.key_every)
+
+    def spec(self) -> dict[str, Any]:
+        return {"batch": self.enqueue_batch, "claim_batch": self.claim_batch,
+                "workload": asdict(self)}
+
+
+@dataclass
+class Rows:
+    """The attributes of a producer's tasks besides their payload, index ``i - lo``: the
+    same for every system, since they are drawn from a generator seeded by ``lo``."""
+
+    tenants: list[str | None]
+    priorities: list[int]
+    keys: list[str | None]
+
+
+def mixed_rows(spec: dict[str, Any], key_prefix: str) -> Rows | None:
+    """The tenants, priorities and keys of this producer's share of a mixed workload (none
+    for a plain one). Drawn before the start: only the requests are on the clock. Keys are
+    ``<key_prefix><i>`` so that no two phases' tasks share one."""
+    w = spec.get("workload")
+    if not w or not (w["tenants"] or w["priorities"] or w["key_every"]):
+        return None
+    lo, hi = spec["range"]
+    rng = random.Random(lo)
+    n = hi - lo
+    tenants: list[str | None] = ([f"t{rng.randrange(w['tenants'])}" for _ in range(n)]
+                                 if w["tenants"] else [None] * n)
+    priorities = [rng.randrange(10) for _ in range(n)] if w["priorities"] else [0] * n
+    every = w["key_every"]
+    keys = [f"{key_prefix}{lo + j}" if every and (lo + j) % every == 0 else None
+            for j in range(n)]
+    return Rows(tenants, priorities, keys)
 
 
 @dataclass

@@ -1,11 +1,14 @@
 """``tierq-engine``: the ``Tierq`` engine in each worker process. Producers enqueue in
 batches of 500 (plain mappings, validated by the engine as one list); consumers claim up to
 400 and acknowledge the claimed tasks; one loop per process; default settings. The
-scheduled maintenance jobs run beside the workers (``Maintenance``)."""
+scheduled maintenance jobs run beside the workers (``Maintenance``). A ``Workload`` changes
+the batch sizes and gives the tasks tenants, priorities and keys (bench.vs_bare); claims
+then name no tenant and rotate across the tenants."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -18,9 +21,11 @@ from bench.systems import (
     TIERQ_ENQUEUE_BATCH,
     Prepared,
     System,
+    Workload,
     batches,
     claim_and_ack_loop,
     count_rows,
+    mixed_rows,
     produced,
     quiet_logs,
 )
@@ -49,9 +54,17 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     tq = tierq_engine(spec)
     tq.queue_settings(spec["queue"])  # connect and warm the settings cache before the start
     latencies: list[float] = []
+    lo = spec["range"][0]
+    rows = mixed_rows(spec, os.urandom(4).hex())
     sync.ready_and_wait(spec["index"])
     for batch in batches(spec, sync, spec.get("batch", TIERQ_ENQUEUE_BATCH)):
-        items = [{"payload": {"i": i}} for i in batch]  # plain mappings: one list validated
+        items: list[dict[str, Any]]
+        if rows is None:  # plain mappings: one list validated
+            items = [{"payload": {"i": i}} for i in batch]
+        else:
+            items = [{"payload": {"i": i}, "tenant": rows.tenants[i - lo],
+                      "priority": rows.priorities[i - lo], "key": rows.keys[i - lo]}
+                     for i in batch]
         began = time.perf_counter()
         tq.enqueue(spec["queue"], items)
         latencies.append(time.perf_counter() - began)
@@ -151,9 +164,11 @@ class TierqEngine(System):
     uses_valkey = True
     preload = TIERQ_PRELOAD
 
-    def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True) -> None:
+    def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True,
+                 workload: Workload | None = None) -> None:
         self.settings = settings or {}
         self.maintenance = maintenance
+        self.workload = workload
 
     def prepare(self, stores: Stores) -> Prepared:
         from tierq.dal.migrate import migrate
@@ -163,6 +178,8 @@ class TierqEngine(System):
         stores.clear_valkey()
         spec = {"database_url": url, "valkey_url": stores.valkey_url, "queue": QUEUE,
                 "settings": self.settings}
+        if self.workload is not None:
+            spec.update(self.workload.spec())
         return Prepared(self.name, spec, url)
 
     def producer(self) -> Target:

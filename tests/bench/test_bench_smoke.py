@@ -43,14 +43,15 @@ def test_engine_bench_finishes_every_task_and_prints_tasks_per_s(
 
 def test_side_by_side_bench_runs_every_system_and_ends_with_the_ratio(
         services: LocalServices, peers_python: Path, tmp_path: Path) -> None:
-    systems = ["tierq-engine", "tierq-http", "pgqueuer", "procrastinate"]
+    systems = ["tierq-engine", "tierq-http", "pgqueuer", "procrastinate", "bare-table"]
     lines, result = run_bench("bench.vs_peers", services, tmp_path / "peers.json",
                               "--tasks", "200", "--workers", "1", "--systems", *systems)
     assert re.fullmatch(r"ratio_vs_best_peer=\d+\.\d\d", lines[-1]), lines[-1]
     assert sorted(r["system"] for r in result["runs"]) == sorted(systems)
     for run in result["runs"]:
         assert run["drain"]["left"] == 0 and run["e2e"]["left"] == 0, run
-    assert result["best_peer"] in ("pgqueuer", "procrastinate")
+    assert result["best_peer"] in ("pgqueuer", "procrastinate")  # the bare table is no peer
+    assert any(line.startswith("tierq-engine / bare-table") for line in lines)
 
 
 def test_maintenance_bench_reaps_and_promotes_the_live_work_and_prints_the_idle_pass(

@@ -1,0 +1,150 @@
+"""``bare-table``: one durable PostgreSQL table read with ``FOR UPDATE SKIP LOCKED``, the
+floor PGQueuer and procrastinate sit on and the one tierq's warm tier has to beat (issue 29).
+
+The table, its index and the three statements are the issue's, word for word (``DDL``,
+``PRODUCE``, ``CLAIM``, ``ACK``): psycopg 3, autocommit (every statement its own durable
+transaction: the server runs with ``fsync`` and ``synchronous_commit`` on), one connection
+per process. Producers insert 500 rows a statement; a consumer leases up to its claim size
+for 300 s (``attempts`` counted), then deletes what it claimed. It is at-least-once with
+leases and attempts, and has none of tierq's tenants, keys, fair rotation, limits or dead
+letters.
+
+With a mixed ``Workload`` (bench.vs_bare) the rows carry the same tenants and priorities as
+tierq's: the table gets a ``tenant`` column (``TENANT_DDL``; ``_``, tierq's default
+tenant, for a task without one) and claims still order by priority only, without rotating
+across tenants. Keys are not stored: the table has no idempotency to spend them on.
+
+Payloads are serialised with orjson, as tierq does, and sent as one text array cast to
+``jsonb[]``; claimed payloads are parsed with orjson too (psycopg's ``set_json_loads``), so
+the floor's client is no slower than it needs to be.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from bench.phases import Sync, Target
+from bench.systems import (
+    TIERQ_CLAIM_BATCH,
+    TIERQ_ENQUEUE_BATCH,
+    Prepared,
+    System,
+    Workload,
+    batches,
+    claim_and_ack_loop,
+    count_rows,
+    mixed_rows,
+    produced,
+)
+
+if TYPE_CHECKING:
+    from bench.stores import Stores
+
+DDL: LiteralString = """
+CREATE TABLE q (id bigserial PRIMARY KEY, priority smallint NOT NULL DEFAULT 0,
+  payload jsonb NOT NULL, attempts int NOT NULL DEFAULT 0, leased_until timestamptz,
+  created_at timestamptz NOT NULL DEFAULT now()) WITH (fillfactor = 70);
+CREATE INDEX q_ready ON q (priority DESC, id);
+"""
+TENANT_DDL: LiteralString = "ALTER TABLE q ADD COLUMN tenant text NOT NULL"
+PRODUCE: LiteralString = "INSERT INTO q (payload) SELECT unnest(%s::jsonb[])"
+PRODUCE_MIXED: LiteralString = (
+    "INSERT INTO q (tenant, priority, payload) "
+    "SELECT * FROM unnest(%s::text[], %s::smallint[], %s::jsonb[])")
+CLAIM: LiteralString = (
+    "UPDATE q SET leased_until = now() + interval '300 s', attempts = attempts + 1 "
+    "WHERE id IN (SELECT id FROM q WHERE leased_until IS NULL OR leased_until < now() "
+    "ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "RETURNING id, payload")
+ACK: LiteralString = "DELETE FROM q WHERE id = ANY(%s)"
+UNFINISHED: LiteralString = "SELECT count(*) FROM q"
+PRELOAD = ("bench.systems.bare_table", "psycopg", "orjson")
+
+
+def connect(spec: dict[str, Any]) -> Any:
+    """The process's one connection: autocommit, claimed payloads parsed by orjson."""
+    import orjson
+    import psycopg
+    from psycopg.types.json import set_json_loads
+
+    conn = psycopg.connect(spec["database_url"], autocommit=True)
+    set_json_loads(orjson.loads, conn)
+    return conn
+
+
+def bare_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    import orjson
+
+    conn = connect(spec)
+    latencies: list[float] = []
+    lo = spec["range"][0]
+    rows = mixed_rows(spec, "")
+    conn.execute("SELECT 1")
+    sync.ready_and_wait(spec["index"])
+    for batch in batches(spec, sync, spec.get("batch", TIERQ_ENQUEUE_BATCH)):
+        payloads = [orjson.dumps({"i": i}).decode() for i in batch]
+        began = time.perf_counter()
+        if rows is None:
+            conn.execute(PRODUCE, (payloads,))
+        else:
+            conn.execute(PRODUCE_MIXED, (
+                [rows.tenants[i - lo] or "_" for i in batch],
+                [rows.priorities[i - lo] for i in batch], payloads))
+        latencies.append(time.perf_counter() - began)
+        sync.add_enqueued(len(payloads))
+    t_end = time.time()
+    conn.close()
+    return produced(spec, t_end, latencies)
+
+
+def bare_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
+    """A worker: lease a batch (``CLAIM``), delete it (``ACK``), until the phase's tasks are
+    finished."""
+    conn = connect(spec)
+    limit = spec.get("claim_batch", TIERQ_CLAIM_BATCH)
+    conn.execute("SELECT 1")
+
+    def claim() -> Sequence[Any]:
+        rows: list[tuple[int, Any]] = conn.execute(CLAIM, (limit,)).fetchall()
+        return rows
+
+    def ack(got: Sequence[Any]) -> tuple[int, int]:
+        deleted = conn.execute(ACK, ([row[0] for row in got],)).rowcount
+        return deleted, len(got) - deleted
+
+    sync.ready_and_wait(spec["index"])
+    out = claim_and_ack_loop(sync, claim, ack)
+    conn.close()
+    return out
+
+
+class BareTable(System):
+    name = "bare-table"
+    preload = PRELOAD
+
+    def __init__(self, workload: Workload | None = None) -> None:
+        self.workload = workload
+
+    def prepare(self, stores: Stores) -> Prepared:
+        import psycopg
+
+        url = stores.fresh_database("bench_bare")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(DDL)
+            if self.workload is not None and self.workload.mixed:
+                conn.execute(TENANT_DDL)
+        spec: dict[str, Any] = {"database_url": url}
+        if self.workload is not None:
+            spec.update(self.workload.spec())
+        return Prepared(self.name, spec, url)
+
+    def producer(self) -> Target:
+        return bare_produce
+
+    def consumer(self) -> Target:
+        return bare_consume
+
+    def remaining(self, prepared: Prepared) -> int:
+        return count_rows(prepared.database_url, UNFINISHED)

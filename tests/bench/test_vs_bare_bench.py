@@ -1,0 +1,113 @@
+"""bench.vs_bare as a smoke run on private servers (its CPU and statement counts need them),
+and the parts of it that decide figures: the rows of the mixed shape and the stages of the
+client's profile (bench/breakdown.py). Numbers are not judged here."""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import math
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import bench.systems
+from bench.breakdown import (
+    ARGUMENTS,
+    BENCH,
+    OTHER,
+    REPLIES,
+    STAGES,
+    VALIDATION,
+    StageSplit,
+    rule_of,
+)
+from bench.systems import mixed_rows
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHAPES = ("4x400", "8x10", "mixed")
+
+
+def test_the_bare_table_bench_runs_every_shape_and_ends_with_the_ratios(
+        session_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vs_bare.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
+         "--breakdown", "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    lines = run.stdout.strip().splitlines()
+    last = [line.partition("=") for line in lines[-6:]]
+    assert [key for key, _, _ in last] == [f"ratio_vs_bare_{s}" for s in SHAPES] + [
+        f"pg_cpu_vs_bare_{s}" for s in SHAPES]
+    assert all(float(value) > 0 for _, _, value in last)  # private servers: CPU measured
+    for shape in SHAPES:
+        for system in ("tierq", "bare"):
+            assert f"tasks_per_pg_cpu_s_{system}_{shape}=" in run.stdout
+            assert f"claim_ms_p50_p99_{system}_{shape}=" in run.stdout
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert sorted((r["system"], r["workers"]) for r in result["runs"]) == sorted(
+        (system, workers) for system in ("tierq-engine", "bare-table") for workers in (4, 8, 4))
+    for r in result["runs"]:
+        assert r["drain"]["left"] == 0 and r["e2e"]["left"] == 0, r
+        assert r["e2e"]["statements_per_task"] > 0 and r["e2e"]["wal_bytes_per_task"] > 0, r
+    assert [b["shape"] for b in result["breakdown"]] == list(SHAPES)
+    for b in result["breakdown"]:
+        for system in ("tierq-engine", "bare-table"):
+            assert b["statements"][system], (b["shape"], system)
+            roles = b["stages"][system]
+            # a consumer that acked nothing (others took every task) has no per-task split
+            assert "producer" in roles and set(roles) <= {"producer", "consumer"}
+            for role in roles.values():
+                assert math.isclose(sum(role["share"].values()), 1.0, abs_tol=1e-6)
+        # only tierq validates its input
+        tierq_producer = b["stages"]["tierq-engine"]["producer"]["share"]
+        assert tierq_producer[VALIDATION] > 0
+        assert b["stages"]["bare-table"]["producer"]["share"][VALIDATION] == 0
+
+
+def test_the_mixed_rows_are_the_same_for_every_system_and_phase() -> None:
+    spec = {"range": (1000, 1500), "workload": {
+        "tenants": 10, "priorities": True, "key_every": 10}}
+    rows = mixed_rows(spec, "p-")
+    assert rows is not None and rows == mixed_rows(spec, "p-")
+    assert set(rows.tenants) == {f"t{i}" for i in range(10)}
+    assert set(rows.priorities) == set(range(10))
+    keyed = [k for k in rows.keys if k is not None]
+    assert len(keyed) == 50 and keyed[0] == "p-1000" and len(set(keyed)) == 50
+    assert mixed_rows({"range": (0, 10), "workload": {
+        "tenants": 0, "priorities": False, "key_every": 0}}, "") is None
+    assert mixed_rows({"range": (0, 10)}, "") is None
+
+
+def test_a_profile_splits_by_stage_and_builtins_take_their_callers_stage() -> None:
+    from tierq.core.ids import uuid7_strings
+
+    def loop() -> None:
+        for _ in range(200):
+            uuid7_strings(50)  # tierq/core/ids.py: arguments (its builtins too)
+            orjson.loads(b'{"a": [1, 2, 3]}')  # replies
+            time.sleep(0)  # a builtin called from here, which has no caller: other
+
+    profiler = cProfile.Profile(time.thread_time)
+    profiler.enable()
+    loop()
+    profiler.disable()
+    split = StageSplit(pstats.Stats(profiler))
+    assert math.isclose(sum(split.seconds.values()), split.total)
+    assert split.seconds[ARGUMENTS] > 0 and split.seconds[REPLIES] > 0
+    assert any(name == "tierq/core/ids.py:uuid7_strings"
+               for name, _ in split.top(ARGUMENTS, 5))
+    assert "~:<built-in method time.sleep>" in split.functions[OTHER]
+    assert set(split.seconds) == set(STAGES)
+    assert rule_of(("/x/site-packages/psycopg/_cursor_base.py", 1, "_execute_gen")) \
+        == "round trips"
+    assert rule_of(("~", 0, "<method 'gets' of 'hiredis.Reader' objects>")) == REPLIES
+    assert rule_of((bench.systems.__file__, 1, "claim_and_ack_loop")) == BENCH
+    assert rule_of((__file__, 1, "loop")) is None  # a test is not the benchmark
+    assert rule_of(("~", 0, "<method 'append' of 'list' objects>")) is None  # inherits
