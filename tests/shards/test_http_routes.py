@@ -230,8 +230,15 @@ def test_claims_acks_and_pinned_views_route_to_the_pairs(api: Api) -> None:
         {"id": t["id"], "lease_token": t["lease_token"]} for t in claimed]})
     assert acked.status == 200 and not acked.body["rejected"], acked.body
     assert len(acked.body["acked"]) == len(TENANTS)
-    pinned = api("GET", "/v1/queues/work", claims={"sub": "x", "tenant": "t3"})
+    t3 = {"sub": "x", "tenant": "t3"}
+    pinned = api("GET", "/v1/queues/work", claims=t3)
     assert pinned.status == 200 and pinned.body["counts"]["leased"] == 0
+    assert (pinned.body["view"], pinned.body["tenant"]) == ("tenant", "t3")
+    # a name without its tasks on any shard answers as any other (no 404: no oracle)
+    nowhere = api("GET", "/v1/queues/nowhere", claims=t3)
+    assert nowhere.status == 200 and nowhere.body["counts"] == pinned.body["counts"]
+    listed = api("GET", "/v1/queues", claims=t3).body["queues"]
+    assert [(q["queue"], q["view"]) for q in listed] == [("work", "tenant")]
 
 
 def test_lists_and_metrics_page_across_shards(api: Api) -> None:
