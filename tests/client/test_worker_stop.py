@@ -57,7 +57,7 @@ def test_a_stop_past_the_grace_releases_the_waiting_and_leaves_the_running_alone
 
     with Client(recorded.url) as through_proxy:
         worker = OneHandlerThread(through_proxy, queue, blocked, concurrency=2,
-                                  lease_seconds=4, wait_seconds=0.2, grace_seconds=0.3,
+                                  lease_seconds=8, wait_seconds=0.2, grace_seconds=0.3,
                                   heartbeat_fraction=0.25, install_signal_handlers=False)
         thread = threading.Thread(target=worker.run)
         try:

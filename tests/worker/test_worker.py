@@ -251,7 +251,7 @@ def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leas
     made = api.enqueue(queue, [{"payload": i} for i in range(3)])
     worker = Worker(api, queue, lambda task: None, concurrency=2, name="giveback-test",
                     install_signal_handlers=False)
-    not_started, running = api.claim(queue, max=2, lease_seconds=5)
+    not_started, running = api.claim(queue, max=2, lease_seconds=10)
     now = time.monotonic()
     leases = [HeldLease(not_started, extended_at=now, let_go=True),
               HeldLease(running, extended_at=now, started_at=now, let_go=True)]
@@ -286,14 +286,14 @@ def test_a_handler_running_past_the_grace_is_not_nacked_nor_heartbeated(
         leave.wait(60)
         return "too late"
 
-    worker = Worker(api, queue, blocked, concurrency=1, lease_seconds=4, wait_seconds=0.2,
+    worker = Worker(api, queue, blocked, concurrency=1, lease_seconds=8, wait_seconds=0.2,
                     grace_seconds=0.3, heartbeat_fraction=0.25, install_signal_handlers=False)
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
         assert entered.wait(30)
-        time.sleep(1.5)  # heartbeats keep the 4-second lease meanwhile
-        assert worker.stats.heartbeats >= 1
+        # heartbeats keep the 8-second lease meanwhile (every 2 s)
+        eventually(lambda: worker.stats.heartbeats >= 1, timeout=30, what="a heartbeat")
         worker.stop()
         thread.join(timeout=30)
         assert not thread.is_alive()
