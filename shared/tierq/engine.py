@@ -48,6 +48,7 @@ from tierq.models import (
     TaskIn,
     TaskView,
     TenantCounts,
+    TenantQueueView,
 )
 from tierq.models.base import deferred_adapter
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
@@ -260,6 +261,11 @@ class Tierq:
         """A queue's settings, counts and mode; with ``tenant``, its own counts only."""
         return queues.queue_view(self.ctx, queue, tenant)
 
+    def tenant_queue(self, queue: str, tenant: str) -> TenantQueueView:
+        """A queue as a caller pinned to ``tenant`` sees it: the settings its workers read and
+        its own counts; the same for any queue name that has none of its tasks."""
+        return queues.tenant_queue_view(self.ctx, queue, tenant)
+
     def queue_known(self, queue: str) -> bool:
         """Whether the queue has settings or has had tasks."""
         return queues.queue_known(self.ctx, queue)
@@ -271,6 +277,13 @@ class Tierq:
         consumed (a page that fills its bytes first reads no more)."""
         return itertools.islice(queues.iter_queue_views(
             self.ctx, after, tenant=tenant, chunk=min(limit, QUEUE_VIEWS_CHUNK)), limit)
+
+    def tenant_queues_after(self, after: str, *, limit: int,
+                            tenant: str) -> Iterator[TenantQueueView]:
+        """Up to ``limit`` tenant views (:meth:`tenant_queue`) of the queues ``tenant`` has had
+        tasks in, named after ``after``, in name order, read as they are consumed."""
+        return itertools.islice(queues.iter_tenant_queue_views(
+            self.ctx, tenant, after, chunk=min(limit, QUEUE_VIEWS_CHUNK)), limit)
 
     def list_queues(self) -> list[QueueView]:
         return [queues.queue_view(self.ctx, q) for q in queues.known_queues(self.ctx)]

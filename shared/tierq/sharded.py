@@ -75,7 +75,7 @@ from tierq.models.leases import (
     ReleaseResult,
 )
 from tierq.models.names import DEFAULT_TENANT
-from tierq.models.queues import QueueCounts, QueueSettings, QueueView
+from tierq.models.queues import QueueCounts, QueueSettings, QueueView, TenantQueueView
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.tasks import TaskView
 
@@ -574,6 +574,12 @@ class ShardedTierq:
         views = list(self._each(lambda e: e.get_queue(queue)).values())
         return merge_views(views)
 
+    def tenant_queue(self, queue: str, tenant: str) -> TenantQueueView:
+        """A tenant's view, read on its pair's home alone (the default shard for a pair that
+        has none: the same defaults and zero counts)."""
+        home = self.homes.home_of(queue, tenant, create=False) or self.default
+        return self._on(home, lambda e: e.tenant_queue(queue, tenant))
+
     def queue_known(self, queue: str) -> bool:
         """Whether any shard knows the queue (a shard that does not answer, when none of the
         others does, is ``ShardDown``: it may be the one that knows it)."""
@@ -599,6 +605,17 @@ class ShardedTierq:
             for view in views:
                 by_queue[view.queue].append(view)
         return [merge_views(by_queue[q]) for q in sorted(by_queue)[:limit]]
+
+    def tenant_queues_after(self, after: str, *, limit: int,
+                            tenant: str) -> list[TenantQueueView]:
+        """:meth:`queue_views_after` for a tenant's views: its queues over every shard (a pair
+        whose tasks stayed behind on a shard it moved from is on two), summed per queue."""
+        by_queue: dict[str, list[TenantQueueView]] = defaultdict(list)
+        for views in self._each(lambda e: list(e.tenant_queues_after(
+                after, limit=limit, tenant=tenant))).values():
+            for view in views:
+                by_queue[view.queue].append(view)
+        return [merge_tenant_views(by_queue[q]) for q in sorted(by_queue)[:limit]]
 
     # -- cron schedules --------------------------------------------------------------------
 
@@ -742,6 +759,15 @@ class ShardMigrationFailed(RuntimeError):
 def dead_position(task: TaskView) -> tuple[datetime, UUID]:
     """Where a dead letter is in the newest-first order of the dead-letter lists."""
     return task.finished_at or task.created_at, task.id
+
+
+def merge_tenant_views(views: Sequence[TenantQueueView]) -> TenantQueueView:
+    """One tenant view of a queue from each shard's: counts summed, cold when any shard's
+    part is (the settings are the same on every shard: the first's are kept)."""
+    counts = QueueCounts(**{field: sum(getattr(v.counts, field) for v in views)
+                            for field in QueueCounts.model_fields})
+    mode = "cold" if any(v.mode == "cold" for v in views) else "warm"
+    return views[0].model_copy(update={"counts": counts, "mode": mode})
 
 
 def merge_views(views: Sequence[QueueView]) -> QueueView:

@@ -69,3 +69,29 @@ def test_bad_values_are_refused_before_sending(tierq: Tierq, api: Client, names:
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert queue not in [q.queue for q in api.list_queues()]
+
+
+def test_show_of_a_tenant_view_lists_what_workers_read() -> None:
+    """With a tenant's token the API answers a tenant view: `queue show` prints its settings
+    and counts (the CLI has no way to send the local gateway's claims header, so the table is
+    rendered here from the view the client returns)."""
+    from rich.console import Console
+
+    from tierq.cli.queues import tenant_table
+    from tierq.models import TenantQueueView
+
+    view = TenantQueueView.model_validate({
+        "view": "tenant", "queue": "jobs", "tenant": "acme", "mode": "cold",
+        "settings": {"lease_seconds": 42, "max_attempts": 3, "paused": True,
+                     "backoff": {"kind": "fixed", "base_seconds": 5, "cap_seconds": 5,
+                                 "jitter": 0}},
+        "counts": {"warm": 1, "cold": 2, "delayed": 3, "leased": 4, "dead": 5}})
+    console = Console(width=120, record=True)
+    console.print(tenant_table(view))
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines()
+            if line.count("│") >= 3}
+    assert set(rows) >= {"paused", "lease_seconds", "max_attempts", "backoff", "ready"}
+    assert not {"max_leased", "rate", "consumer", "warm_max"} & set(rows)
+    assert "42" in rows["lease_seconds"] and "4 leased" in rows["lease_seconds"]
+    assert "yes" in rows["paused"] and "5 dead" in rows["max_attempts"]
+    assert "fixed, 5s to 5s" in rows["backoff"] and "1 warm, 2 cold (cold)" in rows["ready"]

@@ -102,14 +102,24 @@ def serve() -> Iterator[ScriptedServer]:
         server.stop()
 
 
+@dataclass
+class Forwarded:
+    """A request the proxy passed on: when (monotonic), method and path."""
+
+    at: float
+    method: str
+    path: str
+
+
 class DroppingProxy:
     """Forwards requests to the API; the first POST's answer is lost on the way back (the
     connection closes without a response), as when a gateway times out after the work was
-    done."""
+    done. ``drop=False``: loses nothing, only records (``requests``)."""
 
-    def __init__(self, target: str) -> None:
-        self.dropped = 0
+    def __init__(self, target: str, *, drop: bool = True) -> None:
+        self.dropped = 0 if drop else 1
         self.forwarded: list[dict[str, str]] = []
+        self.requests: list[Forwarded] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -124,6 +134,7 @@ class DroppingProxy:
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in ("host", "content-length", "connection")}
                 proxy.forwarded.append({k.lower(): v for k, v in headers.items()})
+                proxy.requests.append(Forwarded(time.monotonic(), self.command, self.path))
                 reply = httpx.request(self.command, target + self.path, content=body,
                                       headers=headers, timeout=30)
                 if self.command == "POST" and proxy.dropped == 0:

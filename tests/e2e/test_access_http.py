@@ -45,6 +45,36 @@ def test_with_the_header_claims_are_judged_as_on_aws(http: httpx.Client, queue: 
     assert http.get("/v1/openapi.json", headers=NOBODY).status_code == 200
 
 
+def without_name(reply: httpx.Response) -> dict[str, object]:
+    return {k: v for k, v in reply.json().items() if k != "queue"}
+
+
+def test_a_tenants_queue_view_over_http(http: httpx.Client, queue: str) -> None:
+    """A pinned caller's view shows the settings workers read and its own counts, and is the
+    same for a queue name nobody used as for a queue with another tenant's tasks only; an
+    admin keeps the full view and the 404."""
+    assert http.put(f"/v1/queues/{queue}", json={"lease_seconds": 21, "max_leased": 5},
+                    headers=ADMIN).status_code == 200
+    assert http.post(f"/v1/queues/{queue}/tasks", json={"payload": 1, "tenant": "globex"},
+                     headers=ADMIN).status_code == 200
+    mine = http.get(f"/v1/queues/{queue}", headers=ACME)
+    assert mine.status_code == 200, mine.text
+    view = mine.json()
+    assert (view["view"], view["tenant"], view["settings"]["lease_seconds"]) == \
+        ("tenant", "acme", 21)
+    assert "max_leased" not in mine.text and "globex" not in mine.text
+    assert view["counts"] == {"warm": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
+    assert http.post(f"/v1/queues/{queue}-theirs/tasks",
+                     json={"payload": 1, "tenant": "globex"}).status_code == 200
+    other_tenants = http.get(f"/v1/queues/{queue}-theirs", headers=ACME)
+    nobody = http.get(f"/v1/queues/{queue}-nobody", headers=ACME)
+    assert other_tenants.status_code == nobody.status_code == 200
+    assert without_name(other_tenants) == without_name(nobody)
+    full = http.get(f"/v1/queues/{queue}", headers=ADMIN).json()
+    assert full["view"] == "admin" and full["settings"]["max_leased"] == 5
+    assert http.get(f"/v1/queues/{queue}-nobody", headers=ADMIN).status_code == 404
+
+
 @pytest.fixture(scope="module")
 def open_server(database_url: str, valkey_url: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:

@@ -256,6 +256,31 @@ def test_claim_words() -> None:
     assert access.claim_words(7) == []
 
 
+@pytest.mark.parametrize(("claims", "expected"), [
+    ({"sub": "user-1", "tenant": "acme"}, access.Caller("tenant", "acme", "user-1")),
+    # a Cognito user's access token: the user, not the app client
+    ({"sub": "user-1", "client_id": "app", "tenant": "acme"},
+     access.Caller("tenant", "acme", "user-1")),
+    ({"client_id": "app", "tenant": "acme"}, access.Caller("tenant", "acme", "app")),
+    ({"sub": "", "client_id": "app", "tenant": "acme"}, access.Caller("tenant", "acme", "app")),
+    ({"tenant": "acme"}, access.Caller("tenant", "acme", None)),
+    ({"sub": "m2m", "client_id": "m2m", "scope": "tierq/admin"},
+     access.Caller("admin", None, "m2m")),
+    ({"scope": "tierq/admin"}, access.Caller("admin", None, None)),
+])
+def test_a_callers_subject_is_its_sub_else_its_client_id(
+        api_event: ApiEvent, lambda_env: None, claims: dict[str, str],
+        expected: access.Caller) -> None:
+    assert access.identify(api_event("GET", "/v1/queues", claims=claims)) == expected
+
+
+def test_the_local_gateway_has_no_subject(api_event: ApiEvent, lambda_env: None) -> None:
+    event = api_event("GET", "/v1/queues")
+    del event["requestContext"]["authorizer"]
+    event[access.LOCAL_GATEWAY_KEY] = access.LOCAL_GATEWAY
+    assert access.identify(event) == access.Caller("local")
+
+
 def test_the_openapi_document_says_who_may_call_each_operation() -> None:
     from tierq.aws.http.resolver import openapi_document
 

@@ -11,7 +11,7 @@ import orjson
 import psycopg
 import redis
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import ADMIN_CLAIMS, Invoke
 from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
 from tierq.dal.warm_tier import PairKeys
 from tierq.logic import idempotency
@@ -131,7 +131,8 @@ def test_a_claim_still_running_is_409(call: Invoke, valkey: redis.Redis) -> None
     enqueue(call, [{"payload": 1}])
     headers = key()
     assert call("POST", CLAIMS, {"max": 1}, headers=headers).status == 200
-    scope = idempotency.scope_key("admin", "claim", "jobs", headers["Idempotency-Key"])
+    scope = idempotency.scope_key("admin", "claim", "jobs", headers["Idempotency-Key"],
+                                  subject=ADMIN_CLAIMS["sub"])
     valkey.hdel(idempotency.valkey_key(scope), "s", "b")  # as while the first one ran
     busy = call("POST", CLAIMS, {"max": 1}, headers=headers)
     assert busy.status == 409 and busy.body["error"]["code"] == "idempotency_in_progress"
@@ -225,3 +226,41 @@ def test_the_claims_route_documents_the_header_and_409() -> None:
     assert any(p["name"].lower() == "idempotency-key" and p["in"] == "header"
                for p in operation["parameters"])
     assert "409" in operation["responses"]
+
+
+def test_two_subjects_of_one_tenant_with_one_key_get_their_own_leases(
+        call: Invoke, valkey: redis.Redis) -> None:
+    """Two services of one tenant sending the same key on a claim: each gets its own task and
+    lease token; each one's retry replays its own claim; an admin's key is its own too."""
+    enqueue(call, [{"payload": i, "tenant": "acme"} for i in range(4)])
+    service_1 = {"sub": "svc-1", "tenant": "acme"}
+    service_2 = {"sub": "svc-2", "tenant": "acme"}
+    headers = key()
+    first = call("POST", CLAIMS, {"max": 1}, headers=headers, claims=service_1)
+    second = call("POST", CLAIMS, {"max": 1}, headers=headers, claims=service_2)
+    assert first.status == second.status == 200
+    assert "idempotent-replayed" not in second.headers
+    [mine], [theirs] = first.body["tasks"], second.body["tasks"]
+    assert mine["id"] != theirs["id"] and mine["lease_token"] != theirs["lease_token"]
+    for claims, answer in ((service_1, first), (service_2, second)):
+        again = call("POST", CLAIMS, {"max": 1}, headers=headers, claims=claims)
+        assert again.body == answer.body and again.headers.get("idempotent-replayed") == "true"
+    admin_1 = call("POST", CLAIMS, {"max": 1}, headers=headers,
+                   claims={"sub": "ops-1", "scope": "tierq/admin"})
+    admin_2 = call("POST", CLAIMS, {"max": 1}, headers=headers,
+                   claims={"sub": "ops-2", "scope": "tierq/admin"})
+    assert "idempotent-replayed" not in admin_1.headers
+    assert "idempotent-replayed" not in admin_2.headers
+    assert len({t["id"] for r in (first, second, admin_1, admin_2) for t in r.body["tasks"]}) == 4
+    assert leased_members(valkey, "acme") == members_of(
+        [t for r in (first, second, admin_1, admin_2) for t in r.body["tasks"]])
+
+
+def test_tokens_without_a_subject_share_their_tenants_claim_key(
+        call: Invoke, valkey: redis.Redis) -> None:
+    enqueue(call, [{"payload": i, "tenant": "acme"} for i in range(2)])
+    headers = key()
+    first = call("POST", CLAIMS, {"max": 1}, headers=headers, claims={"tenant": "acme"})
+    shared = call("POST", CLAIMS, {"max": 1}, headers=headers, claims={"tenant": "acme"})
+    assert shared.body == first.body and shared.headers.get("idempotent-replayed") == "true"
+    assert leased_members(valkey, "acme") == members_of(first.body["tasks"])

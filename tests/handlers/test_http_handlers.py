@@ -468,7 +468,7 @@ def test_tenant_pinning(call: Invoke, pg: psycopg.Connection[Any]) -> None:
     detailed = call("GET", "/v1/metrics/queues/detailed", claims=acme).body["queues"]
     assert {r["tenant"] for r in detailed} == {"acme"}
     view = call("GET", "/v1/queues/jobs", claims=acme).body
-    assert view["tenants"] == ["acme"] and view["counts"]["leased"] == 1
+    assert view["tenant"] == "acme" and view["counts"]["leased"] == 1
     running = call("GET", "/v1/metrics/queues/running", claims=acme).body["running"]
     assert [r["tenant"] for r in running] == ["acme"]
 

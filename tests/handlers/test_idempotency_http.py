@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import ADMIN_CLAIMS, Invoke
 from tierq.aws.runtime import engine
 from tierq.local.services.process import free_port
 from tierq.logic import idempotency
@@ -251,7 +251,8 @@ def test_lease_route_in_progress_is_409(call: Invoke, valkey: redis.Redis) -> No
     [task] = _claimed(call, 1)
     body = {"acks": [{"id": task["id"], "lease_token": task["lease_token"]}]}
     headers = key()
-    scope = idempotency.scope_key("admin", "ack", "jobs", headers["Idempotency-Key"])
+    scope = idempotency.scope_key("admin", "ack", "jobs", headers["Idempotency-Key"],
+                                  subject=ADMIN_CLAIMS["sub"])
     reply = call("POST", "/v1/queues/jobs/acks", body, headers=headers)
     assert reply.status == 200
     stored = idempotency.valkey_key(scope)
@@ -368,3 +369,134 @@ def test_dlq_all_of_a_pinned_caller_touches_only_its_tenant(
     purge = call("POST", "/v1/queues/jobs/dlq/purge", {"ids": theirs}, claims=TENANT_A)
     assert purge.body["purged"] == []
     assert _state_count(pg, "dead") == 2
+
+
+# ----------------------------------------------------------------------- callers of one tenant
+
+# Two services of one tenant, two admins: keys are theirs alone. A token without sub falls
+# back on client_id; with neither, a token shares the keys of its tenant (or of the admins).
+SERVICE_1 = {"sub": "svc-1", "tenant": "acme"}
+SERVICE_2 = {"sub": "svc-2", "tenant": "acme"}
+ADMIN_1 = {"sub": "ops-1", "scope": "tierq/admin"}
+ADMIN_2 = {"sub": "ops-2", "scope": "tierq/admin"}
+NO_SUBJECT = {"tenant": "acme"}
+
+
+def test_two_subjects_of_one_tenant_with_one_key_each_get_their_own_enqueue(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    body = {"payload": "same"}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=SERVICE_1)
+    second = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=SERVICE_2)
+    assert first.status == second.status == 200
+    assert "idempotent-replayed" not in second.headers
+    assert first.body["id"] != second.body["id"]
+    assert task_count(pg, "jobs") == 2
+    # each one's retry is its own replay
+    for claims, answer in ((SERVICE_1, first), (SERVICE_2, second)):
+        again = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=claims)
+        assert again.body == answer.body and again.headers.get("idempotent-replayed") == "true"
+    # and another body under the key is refused for that subject alone
+    other = call("POST", "/v1/queues/jobs/tasks", {"payload": "other"}, headers=headers,
+                 claims=SERVICE_2)
+    assert other.status == 409 and other.body["error"]["code"] == "idempotency_key_reused"
+    assert task_count(pg, "jobs") == 2
+
+
+def test_admins_keys_are_each_admins_own(call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    body = {"payload": "same", "tenant": "acme"}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=ADMIN_1)
+    second = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=ADMIN_2)
+    assert first.status == second.status == 200
+    assert first.body["id"] != second.body["id"]
+    again = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=ADMIN_1)
+    assert again.body == first.body and again.headers.get("idempotent-replayed") == "true"
+    assert task_count(pg, "jobs") == 2
+
+
+def test_client_id_is_the_subject_of_a_token_without_sub(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    """A client-credentials token: Cognito's carries sub equal to client_id, other issuers'
+    client_id alone; both are the same caller. Another client id is another caller."""
+    headers = key()
+    body = {"payload": "same"}
+    cognito = {"sub": "app-1", "client_id": "app-1", "tenant": "acme"}
+    bare = {"client_id": "app-1", "tenant": "acme"}
+    other_app = {"client_id": "app-2", "tenant": "acme"}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=cognito)
+    same = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=bare)
+    other = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=other_app)
+    assert same.body == first.body and same.headers.get("idempotent-replayed") == "true"
+    assert other.status == 200 and other.body["id"] != first.body["id"]
+    assert task_count(pg, "jobs") == 2
+
+
+def test_tokens_with_neither_sub_nor_client_id_share_their_tenants_keys(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    headers = key()
+    body = {"payload": "same"}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=NO_SUBJECT)
+    shared = call("POST", "/v1/queues/jobs/tasks", body, headers=headers,
+                  claims={"tenant": "acme", "email": "someone@example.com"})
+    assert shared.body == first.body and shared.headers.get("idempotent-replayed") == "true"
+    # ...and not with a token of the tenant that names its subject, nor another tenant's
+    mine = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=SERVICE_1)
+    theirs = call("POST", "/v1/queues/jobs/tasks", body, headers=headers,
+                  claims={"tenant": "bolt"})
+    assert "idempotent-replayed" not in mine.headers
+    assert "idempotent-replayed" not in theirs.headers
+    assert task_count(pg, "jobs") == 3
+
+
+def _own_lease(call: Invoke, claims: dict[str, str]) -> dict[str, str]:
+    assert call("POST", "/v1/queues/jobs/tasks", {"payload": claims["sub"]},
+                claims=claims).status == 200
+    [task] = call("POST", "/v1/queues/jobs/claims", {"max": 1}, claims=claims).body["tasks"]
+    return {"id": task["id"], "lease_token": task["lease_token"]}
+
+
+@pytest.mark.parametrize(("route", "field", "extra", "answer"), [
+    ("acks", "acks", {}, "acked"),
+    ("nacks", "nacks", {"error": "boom"}, "retried"),
+    ("releases", "releases", {}, "released"),
+    ("heartbeats", "leases", {}, "extended"),
+])
+def test_two_subjects_settling_their_own_leases_under_one_key_each_run(
+        call: Invoke, route: str, field: str, extra: dict[str, str], answer: str) -> None:
+    """Each service settles its own lease under the same key: neither gets the other's
+    answer, nor a 409 for a body it never sent."""
+    headers = key()
+    outcomes = []
+    for claims in (SERVICE_1, SERVICE_2):
+        lease = _own_lease(call, claims)
+        reply = call("POST", f"/v1/queues/jobs/{route}", {field: [{**lease, **extra}]},
+                     headers=headers, claims=claims)
+        assert reply.status == 200, reply.body
+        assert "idempotent-replayed" not in reply.headers
+        done = reply.body[answer]
+        assert [d if isinstance(d, str) else d["id"] for d in done] == [lease["id"]]
+        outcomes.append((claims, lease, reply))
+    for claims, lease, reply in outcomes:  # each retry replays its own answer
+        again = call("POST", f"/v1/queues/jobs/{route}", {field: [{**lease, **extra}]},
+                     headers=headers, claims=claims)
+        assert again.body == reply.body and again.headers.get("idempotent-replayed") == "true"
+
+
+def test_two_subjects_replaying_their_dead_letters_under_one_key_each_run(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    mine = _dead(call, 1, claims=SERVICE_1)
+    # a second batch of the same tenant, dead too, for the other service to replay
+    more = [i for i in _dead(call, 2, claims=SERVICE_2) if i not in mine]
+    assert len(more) == 2
+    headers = key()
+    first = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": mine}, headers=headers,
+                 claims=SERVICE_1)
+    second = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": more}, headers=headers,
+                  claims=SERVICE_2)
+    assert first.status == second.status == 200, second.body
+    assert first.body["replayed"] == mine
+    assert sorted(second.body["replayed"]) == sorted(more)
+    again = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": mine}, headers=headers,
+                 claims=SERVICE_1)
+    assert again.body == first.body and again.headers.get("idempotent-replayed") == "true"

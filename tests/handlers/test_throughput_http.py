@@ -1,6 +1,7 @@
 """GET /v1/queues/{queue}/throughput through the admin function, as API Gateway calls it:
 counts after enqueues and acks made through the API, tenant filtering for pinned callers
-(fail closed: another tenant is 403), 404 for an unknown queue."""
+(fail closed: another tenant is 403), 404 for an unknown queue to an admin, zeros to a pinned
+caller (the same as for a queue with only other tenants' tasks: no oracle)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,17 @@ def test_an_unknown_queue_is_404_and_a_bad_tenant_name_422(call: Invoke) -> None
     assert throughput(call, "never-used").status == 404
     enqueue(call, "jobs", 1)
     assert throughput(call, "jobs", query={"tenant": "no spaces"}).status == 422
+
+
+def test_a_pinned_caller_cannot_tell_an_unknown_queue_from_another_tenants(
+        call: Invoke) -> None:
+    enqueue(call, "theirs", 5, claims=BETA)
+    shown = []
+    for queue in ("theirs", "never-used"):
+        reply = throughput(call, queue, claims=ACME)
+        assert reply.status == 200, reply.body
+        body = {k: v for k, v in reply.body.items() if k not in ("queue", "start", "end")}
+        shown.append(body)
+    assert shown[0] == shown[1]
+    assert (shown[0]["tenant"], shown[0]["enqueued_total"], shown[0]["acked_total"]) == \
+        ("acme", 0, 0)

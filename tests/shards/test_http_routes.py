@@ -13,7 +13,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.support import REPO, Context, Reply, function_module, http_event, reply_of
+from tests.handlers.support import (
+    ADMIN_CLAIMS,
+    REPO,
+    Context,
+    Reply,
+    function_module,
+    http_event,
+    reply_of,
+)
 from tests.shards.conftest import ShardedFactory
 from tierq.aws.runtime import engine, reset_engine
 from tierq.dal.shards import ShardSpec
@@ -162,7 +170,8 @@ def test_a_binding_held_by_a_request_still_running_does_not_stop_a_retry(api: Ap
     body = {"tasks": [{"payload": {"n": 1}, "tenant": TENANTS[0]}]}
     default = deployment().engines[deployment().default]
     held = idempotency.claim_in_postgres(
-        default.ctx, idempotency.scope_key("admin", "enqueue", "held", key) + b"|body",
+        default.ctx, idempotency.scope_key("admin", "enqueue", "held", key,
+                                           subject=ADMIN_CLAIMS["sub"]) + b"|body",
         idempotency.fingerprint(body))
     assert isinstance(held, idempotency.PgClaim)  # in progress, as a dead request left it
     reply = api("POST", "/v1/queues/held/tasks", body, headers={"Idempotency-Key": key})
@@ -172,6 +181,33 @@ def test_a_binding_held_by_a_request_still_running_does_not_stop_a_retry(api: Ap
                 {"tasks": [{"payload": {"n": 2}, "tenant": TENANTS[0]}]},
                 headers={"Idempotency-Key": key})
     assert other.status == 409 and other.body["error"]["code"] == "idempotency_key_reused"
+
+
+def test_keys_over_shards_belong_to_their_caller(api: Api) -> None:
+    """Two admins' batches over every shard under one key and body: each runs (its parts and
+    its binding kept under its own subject) and each retry replays its own answer; two
+    services of one tenant likewise on their pair's home."""
+    tasks = [{"payload": {"n": n}, "tenant": t} for n, t in enumerate(TENANTS)]
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    ops = [{"sub": f"ops-{i}", "scope": "tierq/admin"} for i in (1, 2)]
+    first, second = (api("POST", "/v1/queues/callers/tasks", {"tasks": tasks}, headers=key,
+                         claims=claims) for claims in ops)
+    assert first.status == second.status == 200, second.body
+    assert [o["outcome"] for o in second.body["tasks"]] == ["created"] * len(TENANTS)
+    assert {o["id"] for o in first.body["tasks"]}.isdisjoint(
+        o["id"] for o in second.body["tasks"])
+    assert len(set(homes("callers").values())) == 3
+    for claims, answer in zip(ops, (first, second), strict=True):
+        again = api("POST", "/v1/queues/callers/tasks", {"tasks": tasks}, headers=key,
+                    claims=claims)
+        assert again.body == answer.body and again.headers.get("idempotent-replayed") == "true"
+    services = [{"sub": f"svc-{i}", "tenant": TENANTS[0]} for i in (1, 2)]
+    own = [api("POST", "/v1/queues/callers/tasks", {"payload": "same"}, headers=key,
+               claims=claims) for claims in services]
+    assert [r.status for r in own] == [200, 200]
+    assert own[0].body["id"] != own[1].body["id"]
+    view = api("GET", "/v1/queues/callers")
+    assert view.body["counts"]["warm"] + view.body["counts"]["cold"] == 2 * len(TENANTS) + 2
 
 
 def claim_all(api: Api, queue: str) -> list[dict[str, Any]]:
@@ -194,8 +230,15 @@ def test_claims_acks_and_pinned_views_route_to_the_pairs(api: Api) -> None:
         {"id": t["id"], "lease_token": t["lease_token"]} for t in claimed]})
     assert acked.status == 200 and not acked.body["rejected"], acked.body
     assert len(acked.body["acked"]) == len(TENANTS)
-    pinned = api("GET", "/v1/queues/work", claims={"sub": "x", "tenant": "t3"})
+    t3 = {"sub": "x", "tenant": "t3"}
+    pinned = api("GET", "/v1/queues/work", claims=t3)
     assert pinned.status == 200 and pinned.body["counts"]["leased"] == 0
+    assert (pinned.body["view"], pinned.body["tenant"]) == ("tenant", "t3")
+    # a name without its tasks on any shard answers as any other (no 404: no oracle)
+    nowhere = api("GET", "/v1/queues/nowhere", claims=t3)
+    assert nowhere.status == 200 and nowhere.body["counts"] == pinned.body["counts"]
+    listed = api("GET", "/v1/queues", claims=t3).body["queues"]
+    assert [(q["queue"], q["view"]) for q in listed] == [("work", "tenant")]
 
 
 def test_lists_and_metrics_page_across_shards(api: Api) -> None:

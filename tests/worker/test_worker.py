@@ -178,9 +178,13 @@ def test_sigterm_lets_running_tasks_finish_and_claims_nothing_more(
     assert api.running(queue) == []
 
 
-def test_sigterm_past_the_grace_gives_running_tasks_back_at_once(
+def test_sigterm_past_the_grace_leaves_running_tasks_to_their_leases(
         api: Client, api_url: str, names: QueueNames, tmp_path: Path) -> None:
+    """Past the grace the worker exits without nacking the tasks still running: nobody else
+    gets them while the process may still run them; once their leases run out the reaper
+    counts the attempt and they run again. The tasks not started are released at once."""
     queue = names["interrupted"]
+    api.put_queue(queue, {"lease_seconds": 8})  # what the worker leases with
     ids = [o.id for o in api.enqueue(queue, [{"payload": {"seconds": 60}} for _ in range(5)])]
     journal = tmp_path / "journal"
     process = start_worker_process(api_url, queue, journal, grace=0.5, concurrency=2)
@@ -195,47 +199,115 @@ def test_sigterm_past_the_grace_gives_running_tasks_back_at_once(
     assert process.returncode == 0, output.decode(errors="replace")
     assert journal_lines(journal, "finish") == []
     started = set(journal_lines(journal, "start"))
-    # given back with a nack: ready again now, not after the 300-second lease
-    assert api.running(queue) == []
-    released = [api.get_task(queue, i) for i in ids if str(i) in started]
-    assert [(t.state, t.attempts) for t in released] == [("warm", 1), ("warm", 1)]
-    assert all("released: worker sigterm-test stopped" in (t.last_error or "")
-               for t in released)
+    running = [i for i in ids if str(i) in started]
+    # not nacked: still leased by the stopped worker, no attempt recorded yet
+    leases = {lease.id: lease for lease in api.running(queue)}
+    assert set(leases) == set(running)
+    assert {lease.worker for lease in leases.values()} == {"sigterm-test"}
+    for task_id in running:
+        task = api.get_task(queue, task_id)
+        assert (task.state, task.last_error) == ("leased", None)
+    # another worker gets only what was never started, not what may still be running
+    others = api.claim(queue, max=5, lease_seconds=60)
+    assert sorted(str(t.id) for t in others) == sorted(str(i) for i in ids if i not in running)
+    assert all(t.attempt == 1 for t in others)  # released: no attempt counted
+    assert {lease.id for lease in api.running(queue)} >= set(running)
+    api.release(queue, [{"id": t.id, "lease_token": t.lease_token} for t in others])
 
-    # nothing was lost: another worker finishes all five
-    finished: list[str] = []
+    # the leases run out (8 s after the last heartbeat); the reaper counts the attempt
+    def requeued() -> bool:
+        return all(api.get_task(queue, i).state not in ("leased",) for i in running)
+
+    eventually(requeued, timeout=30, what="the reaper expired the abandoned leases")
+    for task_id in running:
+        task = api.get_task(queue, task_id)
+        assert task.attempts == 1
+        assert task.last_error == "lease expired (attempt 1)"
+
+    # nothing was lost: another worker finishes all five, the two abandoned ones on their
+    # second attempt
+    finished: dict[str, int] = {}
 
     def quick(task: ClaimedTask) -> Any:
-        finished.append(str(task.id))
+        finished[str(task.id)] = task.attempt
         return "done"
 
     stats = Worker(api, queue, quick, concurrency=2, wait_seconds=0.5, burst=True,
                    install_signal_handlers=False).run()
     assert stats.acked == 5
     assert sorted(finished) == sorted(str(i) for i in ids)
+    assert {finished[str(i)] for i in running} == {2}
     assert unfinished(api, queue) == 0
 
 
-def test_give_back_releases_tasks_not_started_and_nacks_running_ones(
+def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leases(
         api: Client, names: QueueNames) -> None:
     """At shutdown a task whose handler never started goes back to its place in line
     without counting an attempt (so a last attempt is not dead-lettered); a task whose
-    handler was still running is nacked, and that attempt counts."""
+    handler was still running is not nacked: its lease runs out, the reaper counts the
+    attempt (here the last one: dead-lettered)."""
     queue = names["giveback"]
     api.put_queue(queue, {"max_attempts": 1})
     made = api.enqueue(queue, [{"payload": i} for i in range(3)])
     worker = Worker(api, queue, lambda task: None, concurrency=2, name="giveback-test",
                     install_signal_handlers=False)
-    not_started, running = api.claim(queue, max=2)
+    not_started, running = api.claim(queue, max=2, lease_seconds=10)
     now = time.monotonic()
-    leases = [HeldLease(not_started, extended_at=now),
-              HeldLease(running, extended_at=now, started_at=now)]
-    worker._release(leases)
-    assert worker.stats.released == 2 and worker.stats.dead == 1
-    assert (api.get_task(queue, not_started.id).state,
-            api.get_task(queue, not_started.id).attempts) == ("warm", 0)
-    dead = api.get_task(queue, running.id)
-    assert (dead.state, dead.attempts) == ("dead", 1)
-    assert "released: worker giveback-test stopped" in (dead.last_error or "")
+    leases = [HeldLease(not_started, extended_at=now, let_go=True),
+              HeldLease(running, extended_at=now, started_at=now, let_go=True)]
+    worker._let_go(leases)
+    stats = worker.stats
+    assert (stats.released, stats.abandoned, stats.dead, stats.retried) == (1, 1, 0, 0)
+    assert worker.held == 0
+    released = api.get_task(queue, not_started.id)
+    assert (released.state, released.attempts) == ("warm", 0)
+    kept = api.get_task(queue, running.id)
+    assert (kept.state, kept.last_error) == ("leased", None)
+    # while the lease holds, a claim gets the released task and the next one, not it
     again = api.claim(queue, max=5)
     assert [(t.id, t.attempt) for t in again] == [(not_started.id, 1), (made[2].id, 1)]
+    eventually(lambda: api.get_task(queue, running.id).state == "dead", timeout=30,
+               what="the reaper expired the lease of the last attempt")
+    dead = api.get_task(queue, running.id)
+    assert (dead.attempts, dead.last_error) == (1, "lease expired (attempt 1)")
+
+
+def test_a_handler_running_past_the_grace_is_not_nacked_nor_heartbeated(
+        api: Client, names: QueueNames) -> None:
+    """In process: run() returns after the grace while the handler still runs; the Worker
+    sends no nack and no more heartbeats, so the lease runs out, the reaper counts the
+    attempt, and the handler's late outcome is dropped (never reported)."""
+    queue = names["abandoned"]
+    task_id = api.enqueue_one(queue, "long").id
+    entered, leave = threading.Event(), threading.Event()
+
+    def blocked(task: ClaimedTask) -> Any:
+        entered.set()
+        leave.wait(60)
+        return "too late"
+
+    worker = Worker(api, queue, blocked, concurrency=1, lease_seconds=8, wait_seconds=0.2,
+                    grace_seconds=0.3, heartbeat_fraction=0.25, install_signal_handlers=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        # heartbeats keep the 8-second lease meanwhile (every 2 s)
+        eventually(lambda: worker.stats.heartbeats >= 1, timeout=30, what="a heartbeat")
+        worker.stop()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        stopped = worker.stats
+        assert (stopped.abandoned, stopped.retried, stopped.released) == (1, 0, 0)
+        assert api.get_task(queue, task_id).state == "leased"
+        assert api.claim(queue, max=1) == []  # nobody else gets it while it may still run
+        eventually(lambda: api.get_task(queue, task_id).state != "leased", timeout=30,
+                   what="the reaper expired the abandoned lease")
+        assert worker.stats.heartbeats == stopped.heartbeats  # none after the stop
+    finally:
+        leave.set()
+    task = api.get_task(queue, task_id)
+    assert (task.attempts, task.last_error) == (1, "lease expired (attempt 1)")
+    time.sleep(0.3)  # the handler returns now: its outcome is dropped
+    assert worker.stats.acked == 0
+    assert api.get_task(queue, task_id).state != "done"

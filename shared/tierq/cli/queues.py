@@ -27,7 +27,7 @@ from tierq.cli.api_options import (
     print_json,
     usage_error,
 )
-from tierq.models import QueueView
+from tierq.models import QueueView, TenantQueueView
 
 CLEAR = "none"
 
@@ -123,6 +123,24 @@ def settings_table(view: QueueView) -> Table:
     return table
 
 
+def tenant_table(view: TenantQueueView) -> Table:
+    """What a caller pinned to a tenant is shown: the settings its workers read, its counts."""
+    s = view.settings
+    b = s.backoff
+    table = Table(title=f"queue {view.queue} (tenant {view.tenant})", title_justify="left")
+    table.add_column("setting")
+    table.add_column("value")
+    table.add_column("yours now")
+    table.add_row("paused", "yes" if s.paused else "no", "")
+    table.add_row("lease_seconds", str(s.lease_seconds), f"{view.counts.leased} leased")
+    table.add_row("max_attempts", str(s.max_attempts), f"{view.counts.dead} dead")
+    table.add_row("backoff", f"{b.kind}, {b.base_seconds:g}s to {b.cap_seconds:g}s, "
+                             f"jitter {b.jitter:g}", f"{view.counts.delayed} delayed")
+    table.add_row("ready", "", f"{view.counts.warm} warm, {view.counts.cold} cold "
+                               f"({view.mode})")
+    return table
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="A queue's settings and limits on claims.", no_args_is_help=True)
     app.add_typer(group, name="queue")
@@ -134,11 +152,14 @@ def register(app: typer.Typer) -> None:
         sigv4: SigV4Option = False, region: RegionOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """A queue's settings, its limits and how much of each is in use now."""
+        """A queue's settings, its limits and how much of each is in use now (with a tenant's
+        token: the settings its workers read and its own counts)."""
         with api_client(url, token, sigv4, region) as client:
             view = client.get_queue(queue)
         if as_json:
             print_json(view)
+        elif isinstance(view, TenantQueueView):
+            out.print(tenant_table(view))
         else:
             out.print(settings_table(view))
 

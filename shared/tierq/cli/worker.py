@@ -42,8 +42,10 @@ def register(app: typer.Typer) -> None:
         wait: Annotated[float, typer.Option(
             min=0, max=20, help="Long-poll seconds per claim.")] = 5.0,
         grace: Annotated[float, typer.Option(
-            min=0, help="On SIGTERM/Ctrl-C, seconds running tasks may finish before they "
-                        "are given back.")] = 25.0,
+            min=0, help="On SIGTERM/Ctrl-C, seconds running tasks may finish. Past it the "
+                        "worker exits without them: their leases run out and the reaper "
+                        "retries them (never another worker while they may still run).")
+            ] = 25.0,
         burst: Annotated[bool, typer.Option(
             "--burst", help="Exit once no task is ready (delayed retries are not waited "
                             "for).")] = False,
@@ -63,9 +65,11 @@ def register(app: typer.Typer) -> None:
 
         The handler's return value acks the task (kept as its result); RetryableError or
         any other exception retries it; PermanentError dead-letters it. SIGTERM or Ctrl-C:
-        stop claiming, let running tasks finish for --grace seconds, give back the rest,
-        exit 0 (a second Ctrl-C gives back at once). Exit 2 when the handler cannot be
-        loaded, 1 when the API refuses the worker."""
+        stop claiming, let running tasks finish for --grace seconds, release the tasks not
+        started, exit 0 leaving the tasks still running to their leases, which run out
+        (the reaper then counts the attempt and retries them); a second Ctrl-C ends the
+        grace at once. Exit 2 when the handler cannot be loaded, 1 when the API refuses the
+        worker."""
         level = logging.getLevelName(log_level.upper())
         if not isinstance(level, int):
             usage_error(f"--log-level: unknown level {log_level!r}")

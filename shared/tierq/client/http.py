@@ -33,7 +33,7 @@ from uuid import UUID
 
 import httpx
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from tierq import __version__
 from tierq.client.auth import BearerAuth, SigV4Auth, region_from_url
@@ -63,7 +63,9 @@ from tierq.models import (
     TaskIn,
     TaskView,
     TenantCounts,
+    TenantQueueView,
 )
+from tierq.models.base import DEFERRED
 from tierq.models.envelopes import (
     ClaimResults,
     DeadLetterPage,
@@ -74,6 +76,7 @@ from tierq.models.envelopes import (
     ReplayResult,
     RunningMetrics,
 )
+from tierq.models.queues import AnyQueueView
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -86,6 +89,9 @@ _BATCH_ENVELOPE = body_cost(b'{"tasks":[]}')
 Model = TypeVar("Model", bound=BaseModel)
 ResultT = TypeVar("ResultT", AckResult, NackResult, ReleaseResult, HeartbeatResult)
 PageT = TypeVar("PageT", QueueList, DetailedMetrics, RunningMetrics, ScheduleList)
+# a queue's view: an admin's, or a pinned caller's (told apart by its "view")
+_QUEUE_VIEW: TypeAdapter[QueueView | TenantQueueView] = TypeAdapter(AnyQueueView,
+                                                                     config=DEFERRED)
 
 
 def _segment(value: str | UUID) -> str:
@@ -346,8 +352,10 @@ class Client:
 
     # -- queues ------------------------------------------------------------------------
 
-    def list_queues(self, *, page_size: int | None = None) -> list[QueueView]:
-        """Every queue (only the caller's tenant's when it is pinned), page by page."""
+    def list_queues(self, *,
+                    page_size: int | None = None) -> list[QueueView | TenantQueueView]:
+        """Every queue, page by page: admin views for an admin; for a caller pinned to a
+        tenant, tenant views of the queues its tenant has had tasks in."""
         return [view for page in self._pages(self.list_queues_page, limit=page_size)
                 for view in page.queues]
 
@@ -369,8 +377,14 @@ class Client:
             if not after:
                 return
 
-    def get_queue(self, queue: str) -> QueueView:
-        return QueueView.model_validate(self.request("GET", f"/v1/queues/{_segment(queue)}"))
+    def get_queue(self, queue: str) -> QueueView | TenantQueueView:
+        """A queue's settings and counts: the admin view (:class:`QueueView`) for an admin;
+        for a caller pinned to a tenant, its tenant view (:class:`TenantQueueView`: the
+        settings workers read, its own counts), for any queue name. Both have
+        ``settings.lease_seconds``, ``counts`` and ``mode``."""
+        data = self.request("GET", f"/v1/queues/{_segment(queue)}")
+        view: QueueView | TenantQueueView = _QUEUE_VIEW.validate_python(data)
+        return view
 
     def put_queue(self, queue: str,
                   settings: QueueSettingsUpdate | Mapping[str, Any]) -> QueueView:

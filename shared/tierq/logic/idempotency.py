@@ -2,10 +2,12 @@
 nothing.
 
 A key is scoped by caller, route and queue (:func:`scope_key`), so nobody can replay
-another's response. Where a repeat would create a second task (enqueues, dead-letter
-replays) the record lives in PostgreSQL and is written in the same transaction as the tasks
-(:class:`PgClaim`); the other lease routes keep theirs in Valkey (:class:`ValkeyClaim`),
-where a lost record only means the repeat runs again and finds the lease already settled.
+another's response. The caller is the tenant (or the admin) and, when its token names one,
+the subject: two services of one tenant, or two admins, never share a key. Where a repeat
+would create a second task (enqueues, dead-letter replays) the record lives in PostgreSQL and
+is written in the same transaction as the tasks (:class:`PgClaim`); the other lease routes
+keep theirs in Valkey (:class:`ValkeyClaim`), where a lost record only means the repeat runs
+again and finds the lease already settled.
 
 The life of a record: :func:`claim_in_postgres` / :func:`claim_in_valkey` either hand the
 request a claim (it is the first, or it takes over from an owner that died) or answer for
@@ -61,9 +63,15 @@ class IdempotencyKeyReused(TierqError):
     code = "idempotency_key_reused"
 
 
-def scope_key(caller: str, route: str, queue: str, key: str) -> bytes:
-    """The record's identity: one key means one thing per caller, route and queue."""
-    return hashlib.sha256(orjson.dumps([caller, route, queue, key])).digest()
+def scope_key(caller: str, route: str, queue: str, key: str, *,
+              subject: str | None = None) -> bytes:
+    """The record's identity: one key means one thing per caller, route and queue.
+    ``caller``: the tenant (``tenant:<name>``) or ``admin``; ``subject``: whom the caller's
+    token was issued to (None: shared by every caller of ``caller`` without one)."""
+    parts: list[Any] = [caller, route, queue, key]
+    if subject is not None:
+        parts.insert(1, {"subject": subject})
+    return hashlib.sha256(orjson.dumps(parts)).digest()
 
 
 def fingerprint(body: Any) -> bytes:

@@ -17,6 +17,8 @@ from tierq.models.queues import (
     QueueView,
     RateLimit,
     TenantCounts,
+    TenantQueueView,
+    WorkerSettings,
 )
 
 
@@ -177,8 +179,9 @@ def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView
                      limits_use=limits_use(ctx, queue, settings, busy[:TENANTS_SHOWN]))
 
 
-def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
-    """The view of one tenant: its own pair alone."""
+def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, bool, list[str]]:
+    """One tenant's counts in a queue (its own pair alone), whether its ready work waits
+    cold, and the tenant named when the pair is registered ([] when not: zero counts)."""
     counts = QueueCounts()
     shown: list[str] = []
     cold_mode = False
@@ -190,11 +193,28 @@ def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
         counts.dead += t.dead
         cold_mode = cold_mode or (t.mode == "cold" and bool(t.cold or t.warm))
         shown.append(t.tenant)
+    return counts, cold_mode, shown
+
+
+def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
+    """The admin's view of one tenant: its own pair alone, with every setting."""
+    counts, cold_mode, shown = _own_counts(ctx, queue, tenant)
     settings = ctx.queue_settings.get(queue)
     return QueueView(queue=queue, settings=settings, counts=counts,
                      mode="cold" if cold_mode else "warm", tenants=shown,
                      tenants_total=len(shown), tenants_truncated=False,
                      limits_use=limits_use(ctx, queue, settings, shown, tenant_only=True))
+
+
+def tenant_queue_view(ctx: Context, queue: str, tenant: str) -> TenantQueueView:
+    """A queue as a caller pinned to ``tenant`` sees it: the settings its workers read
+    (the deployment's defaults for a queue without settings) and its own counts (zero when it
+    has no tasks there). It reads nothing of other tenants, so it is the same for a queue name
+    nobody used as for one with other tenants' tasks only."""
+    counts, cold_mode, _ = _own_counts(ctx, queue, tenant)
+    return TenantQueueView(queue=queue, tenant=tenant,
+                           settings=WorkerSettings.of(ctx.queue_settings.get(queue)),
+                           counts=counts, mode="cold" if cold_mode else "warm")
 
 
 def _rate_of(limit: RateLimit | None) -> tuple[float, int] | None:
@@ -259,6 +279,19 @@ def iter_queue_views(ctx: Context, after: str = "", *, tenant: str | None = None
         names = queue_names_after(ctx, after, limit=chunk, tenant=tenant)
         for name in names:
             yield queue_view(ctx, name, tenant)
+        if len(names) < chunk:
+            return
+        after = names[-1]
+
+
+def iter_tenant_queue_views(ctx: Context, tenant: str, after: str = "", *,
+                            chunk: int = 20) -> Iterator[TenantQueueView]:
+    """Tenant views of the queues ``tenant`` has had tasks in, after ``after``, in name
+    order, read as they are consumed."""
+    while True:
+        names = queue_names_after(ctx, after, limit=chunk, tenant=tenant)
+        for name in names:
+            yield tenant_queue_view(ctx, name, tenant)
         if len(names) < chunk:
             return
         after = names[-1]

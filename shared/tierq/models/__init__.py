@@ -25,6 +25,8 @@ from tierq.models.queues import (
     QueueView,
     RateLimit,
     TenantCounts,
+    TenantQueueView,
+    WorkerSettings,
 )
 from tierq.models.tasks import EnqueueOutcome, TaskIn, TaskView
 
@@ -57,4 +59,6 @@ __all__ = [
     "TaskView",
     "TenantCounts",
     "TenantName",
+    "TenantQueueView",
+    "WorkerSettings",
 ]

@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field
 
 from tierq.models.base import Model
 from tierq.models.leases import ClaimedTask, RunningLease
-from tierq.models.queues import QueueView, TenantCounts
+from tierq.models.queues import AnyQueueView, TenantCounts
 from tierq.models.tasks import EnqueueOutcome, TaskView
 
 NEXT_DESCRIPTION = ("The cursor of the next page (the position of this page's last item): "
@@ -52,7 +52,9 @@ class ClaimResults(Envelope):
 
 
 class QueueList(Envelope):
-    queues: list[QueueView]
+    queues: list[AnyQueueView] = Field(
+        description="Admin views for an admin; for a caller pinned to a tenant, tenant views "
+                    "of the queues its tenant has had tasks in.")
     next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
 
 

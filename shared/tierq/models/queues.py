@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from tierq.core.backoff import BackoffPolicy
 from tierq.models.base import Model
@@ -184,6 +184,10 @@ class LimitsUse(Model):
 
 
 class QueueView(Model):
+    """A queue as an admin sees it: every setting, every tenant's counts, the limits' use."""
+
+    view: Literal["admin"] = Field(
+        default="admin", description="Which view this is: `admin`, the whole queue.")
     queue: str
     settings: QueueSettings
     counts: QueueCounts
@@ -199,6 +203,53 @@ class QueueView(Model):
     limits_use: LimitsUse | None = Field(
         default=None, description="How much of each limit is in use now; null when the "
                                   "queue has no limits.")
+
+
+class WorkerSettings(Model):
+    """The settings of a queue that its workers read, and all a tenant is shown of them."""
+
+    lease_seconds: int = Field(ge=1, le=43_200,
+                               description="The lease a claim takes when it names none.")
+    max_attempts: int = Field(ge=1, le=1000,
+                              description="Attempts before a task is dead-lettered.")
+    backoff: BackoffSettings = Field(description="The wait before a failed task's retry.")
+    paused: bool = Field(default=False, description="A paused queue hands out nothing.")
+
+    @classmethod
+    def of(cls, settings: QueueSettings) -> WorkerSettings:
+        return cls(lease_seconds=settings.lease_seconds, max_attempts=settings.max_attempts,
+                   backoff=settings.backoff, paused=settings.paused)
+
+
+class TenantQueueView(Model):
+    """A queue as a caller pinned to a tenant sees it: the settings its workers read and its
+    own tenant's counts. Never the consumer, the limits, the capacity settings or another
+    tenant's numbers; and the same answer for a name nobody used (the defaults, zero
+    counts) as for a queue with other tenants' tasks only."""
+
+    view: Literal["tenant"] = Field(
+        default="tenant", description="Which view this is: `tenant`, one tenant's part.")
+    queue: str
+    tenant: str = Field(description="The caller's tenant, whose counts these are.")
+    settings: WorkerSettings
+    counts: QueueCounts = Field(description="The tenant's own tasks in the queue.")
+    mode: Literal["warm", "cold"] = Field(
+        default="warm", description="Where the tenant's ready tasks wait now: `cold` while "
+                                    "some wait in PostgreSQL.")
+
+
+def _view_kind(value: Any) -> str:
+    """Which view a body or object is (``admin`` when it does not say: an older server)."""
+    kind = value.get("view") if isinstance(value, dict) else getattr(value, "view", None)
+    return kind if kind in ("admin", "tenant") else "admin"
+
+
+# What GET /v1/queues/{queue} answers (and GET /v1/queues lists): an admin's view, or a pinned
+# caller's, told apart by ``view``.
+AnyQueueView = Annotated[
+    Annotated[QueueView, Tag("admin")] | Annotated[TenantQueueView, Tag("tenant")],
+    Discriminator(_view_kind),
+]
 
 
 class TenantCounts(Model):

@@ -22,6 +22,11 @@ The caller, from the claims API Gateway's JWT authoriser puts in
   with neither the tenant claim nor the admin scope, an invalid tenant claim — is **403 on
   every route** but the public ones.
 
+An admin or tenant caller also has a **subject**, the token's ``sub`` claim, or its
+``client_id`` when it has no ``sub`` (a Cognito client-credentials token carries both, equal);
+None when the token has neither. It says whose ``Idempotency-Key`` a request carries
+(:func:`tierq.aws.http.idempotency.caller_scope`), never what the caller may do.
+
 The one exception is the local gateway of ``tierq dev``: a request it received without the
 ``x-tierq-jwt-claims`` header while listening on a loopback address is a ``local`` caller
 with an admin's reach. The gateway says so by putting :data:`LOCAL_GATEWAY` — an object
@@ -111,10 +116,12 @@ def route_kind(method: str, path: str) -> RouteKind:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: an admin, a tenant (``tenant`` names it) or the local gateway."""
+    """Who is calling: an admin, a tenant (``tenant`` names it) or the local gateway; and the
+    subject of its token (:func:`subject_of`), None for the local gateway."""
 
     kind: CallerKind
     tenant: str | None = None
+    subject: str | None = None
 
     @property
     def pinned(self) -> str | None:
@@ -151,6 +158,21 @@ def jwt_claims(event: dict[str, Any]) -> dict[str, Any]:
     return claims if isinstance(claims, dict) else {}
 
 
+SUBJECT_CLAIMS = ("sub", "client_id")
+
+
+def subject_of(claims: dict[str, Any]) -> str | None:
+    """Whom the token was issued to: its ``sub``, else its ``client_id`` (an OAuth
+    client-credentials token may carry only that), else None. Cognito puts both in an access
+    token: a user's own id in ``sub`` (the app client in ``client_id``), or, for the
+    client-credentials flow, the app client's id in both; the first non-empty string wins."""
+    for name in SUBJECT_CLAIMS:
+        value = claims.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def _refuse(message: str, reason: str) -> Forbidden:
     return Forbidden(message, details=[{"field": "authorization", "message": reason}])
 
@@ -169,7 +191,7 @@ def identify(event: dict[str, Any]) -> Caller:
         raise _refuse("the request carries no JWT claims; call with a JWT "
                       "(Authorization: Bearer …)", "no claims")
     if settings.admin_scope in claim_words(claims.get("scope")):
-        return Caller("admin")
+        return Caller("admin", subject=subject_of(claims))
     tenant = claims.get(settings.tenant_claim)
     if tenant is None or tenant == "":
         raise _refuse(
@@ -184,7 +206,7 @@ def identify(event: dict[str, Any]) -> Caller:
         raise _refuse(f"the token's {settings.tenant_claim!r} claim is not a valid tenant name: "
                       f"{DEFAULT_TENANT!r} is the default tenant, which only an admin reaches",
                       "invalid tenant claim")
-    return Caller("tenant", tenant)
+    return Caller("tenant", tenant, subject_of(claims))
 
 
 def authorize(event: dict[str, Any], method: str, path: str) -> Caller | None:

@@ -49,17 +49,37 @@ IdempotencyKeyHeader = Annotated[
                        "key and body gets the first 2xx response and changes nothing; the "
                        "same key with another body is 409 idempotency_key_reused; while the "
                        "first request still runs, 409 idempotency_in_progress. Kept per "
-                       "caller, route and queue."),
+                       "caller (the tenant, or admin, and the token's sub, or its "
+                       "client_id; a token with neither shares the keys of its tenant), "
+                       "route and queue."),
 ]
 
 Result = TypeVar("Result", bound=BaseModel)
 Part = TypeVar("Part", bound=BaseModel)
 
 
-def caller_scope() -> str:
-    """Whose keys these are: a pinned tenant's own, or the admin's (every unpinned caller)."""
-    pinned = request.pinned_tenant()
-    return "admin" if pinned is None else f"tenant:{pinned}"
+def caller_scope() -> tuple[str, str | None]:
+    """Whose keys these are: (the tenant the caller is pinned to, or ``admin`` for every
+    unpinned caller; the subject of its token).
+
+    ========================================  ==========================================
+    the caller                                its keys are shared with
+    ========================================  ==========================================
+    tenant token with ``sub`` / ``client_id``  the tokens of that tenant and that subject
+    admin token with ``sub`` / ``client_id``   the admin tokens of that subject
+    tenant token with neither                  every such token of the tenant
+    admin token with neither, local gateway    every such admin caller
+    ========================================  ==========================================
+    """
+    caller = request.current_caller()
+    owner = "admin" if caller.pinned is None else f"tenant:{caller.pinned}"
+    return owner, caller.subject
+
+
+def scope_of(route: str, queue: str, key: str) -> bytes:
+    """The record's identity for this request's caller (:func:`caller_scope`)."""
+    owner, subject = caller_scope()
+    return idempotency.scope_key(owner, route, queue, key, subject=subject)
 
 
 def _body() -> Any:
@@ -68,8 +88,7 @@ def _body() -> Any:
 
 
 def _scope_and_fingerprint(route: str, queue: str, key: str) -> tuple[bytes, bytes]:
-    return (idempotency.scope_key(caller_scope(), route, queue, key),
-            idempotency.fingerprint(_body()))
+    return scope_of(route, queue, key), idempotency.fingerprint(_body())
 
 
 def kept_response(kept: Kept) -> Response[Any]:

@@ -27,11 +27,25 @@ The loop, per worker:
    message, traceback) becomes the task's ``last_error``.
 5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more (tasks a
    long poll already under way brings back still run), let the running tasks finish for up
-   to ``grace_seconds``, then give back what is unfinished so it is ready again at once
-   instead of waiting for its lease to expire: a task not started yet is *released* (back
-   in its place in line, no attempt counted); a task whose handler is still running is
-   nacked with ``retry_in_seconds=0`` (the attempt counts, as with SQS or a lease expiry).
-   Then report everything and return. A second signal gives back at once.
+   to ``grace_seconds``, report what finished, then:
+
+   =============================  ==========================================================
+   a task at the end of the grace  what the Worker does
+   =============================  ==========================================================
+   finished                       acked or nacked, as always
+   not started (prefetched)       *released*: back in its place in line, ready at once, no
+                                  attempt counted
+   its handler still running      *abandoned*: no nack, no more heartbeats; its lease runs
+                                  out (at most ``lease_seconds`` after the last heartbeat),
+                                  the reaper counts the attempt (``lease expired``) and
+                                  retries it, or dead-letters it past ``max_attempts``
+   =============================  ==========================================================
+
+   A running task is never handed back while its handler may still run: nacking it would
+   give it to another worker at once, and both would execute it. Its handler's thread is
+   a daemon thread that is not stopped (Python cannot stop a thread); the process is
+   expected to exit when :meth:`Worker.run` returns (``tierq worker`` does), which ends it
+   before the lease runs out. A second signal stops at once (no more grace).
 
 A report that cannot be delivered (the API unreachable after the client's retries) is
 logged; the lease then expires and the task is delivered again: at-least-once, never lost.
@@ -80,7 +94,8 @@ class WorkerStats:
     acked: int = 0
     retried: int = 0  # nacked for a retry
     dead: int = 0  # nacked into the dead letters
-    released: int = 0  # given back unfinished at shutdown (released or nacked)
+    released: int = 0  # not started at shutdown: released (no attempt counted)
+    abandoned: int = 0  # still running past the grace: left to their leases' expiry
     rejected: int = 0  # reports the API refused: the lease had been lost
     heartbeats: int = 0  # lease extensions granted
     leases_lost: int = 0  # heartbeats refused
@@ -111,7 +126,9 @@ class HeldLease:
     extended_at: float  # monotonic time of the claim or the last granted heartbeat
     started_at: float | None = None
     outcome: Ack | Nack | None = None
-    released: bool = False  # given back at shutdown; a late outcome is dropped
+    # let go at shutdown (released, or abandoned to its lease's expiry): no more heartbeats,
+    # and a late outcome is dropped
+    let_go: bool = False
     lost: bool = False  # a heartbeat was refused
 
     def item(self) -> dict[str, Any]:
@@ -185,6 +202,7 @@ class Worker:
         self._abort = threading.Event()
         self._heartbeats_done = threading.Event()
         self._stop_requested_at: float | None = None
+        self._lease_seconds: int | None = None  # resolved when run() starts
         self._started = False
         self._finished = threading.Event()
 
@@ -212,9 +230,9 @@ class Worker:
             return len(self._held)
 
     def stop(self, *, abort: bool = False) -> None:
-        """Stop claiming and finish (see the module docstring). ``abort``: give back the
-        running tasks now instead of waiting up to ``grace_seconds``. Safe from any thread
-        and from signal handlers."""
+        """Stop claiming and finish (see the module docstring). ``abort``: end the grace now
+        (release the tasks not started, abandon the running ones to their leases) instead of
+        waiting up to ``grace_seconds``. Safe from any thread and from signal handlers."""
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
         self._stopping.set()
@@ -234,7 +252,7 @@ class Worker:
         restore_signals = self._install_signals()
         threads: list[threading.Thread] = []
         try:
-            lease_seconds = self._resolve_lease_seconds()
+            lease_seconds = self._lease_seconds = self._resolve_lease_seconds()
             executors = [threading.Thread(target=self._execute_loop, daemon=True,
                                           name=f"tierq-worker-{i}")
                          for i in range(self.concurrency)]
@@ -336,16 +354,16 @@ class Worker:
             if lease is None:
                 return
             with self._cond:
-                if lease.released:
+                if lease.let_go:
                     continue
                 lease.started_at = time.monotonic()
             self._hand_over(lease, self._call(lease.task))
 
     def _hand_over(self, lease: HeldLease, outcome: Ack | Nack) -> None:
-        """Hand ``outcome`` to the reporter, unless the lease was given back at shutdown while
-        the handler ran (another worker runs the task again)."""
+        """Hand ``outcome`` to the reporter, unless the lease was let go at shutdown while the
+        handler ran (its lease runs out and the task runs again)."""
         with self._cond:
-            if lease.released:
+            if lease.let_go:
                 return
             lease.outcome = outcome
         self._reports.put(lease)
@@ -371,7 +389,7 @@ class Worker:
             now = time.monotonic()
             with self._cond:
                 due = [lease for lease in self._held.values()
-                       if not lease.released and not lease.lost
+                       if not lease.let_go and not lease.lost
                        and now - lease.extended_at >= interval]
             if not due:
                 continue
@@ -517,9 +535,9 @@ class Worker:
                 self._cond.wait(min(remaining, 0.1))
             unfinished = [lease for lease in self._held.values() if lease.outcome is None]
             for lease in unfinished:
-                lease.released = True
+                lease.let_go = True  # no heartbeat from now on, a late outcome dropped
         if unfinished:
-            self._release(unfinished)
+            self._let_go(unfinished)
         self._reports.put(None)
         executors, reporter, heartbeater = threads[:-2], threads[-2], threads[-1]
         reporter.join()
@@ -530,40 +548,47 @@ class Worker:
         for thread in executors:
             thread.join(timeout=0.05)  # a handler still running is left to its daemon thread
 
-    def _release(self, leases: list[HeldLease]) -> None:
-        """Give back what is unfinished at shutdown. A task its handler never started is
-        released: back in its place in line, no attempt counted. A task whose handler was
-        still running is nacked for a retry at once: that attempt counts (as with SQS or a
-        lease expiry), so a task that hangs every time ends in the dead letters instead of
-        outliving every deploy."""
+    def _lease_end(self, leases: list[HeldLease]) -> str:
+        """When the last of these leases runs out, as far as this worker knows (for the log)."""
+        if self._lease_seconds is None:
+            return "when their lease ends"
+        last = max(lease.extended_at for lease in leases) + self._lease_seconds
+        return f"within {max(0.0, last - time.monotonic()):.0f}s"
+
+    def _let_go(self, leases: list[HeldLease]) -> None:
+        """Let go of what is unfinished at shutdown (``let_go`` already set on each).
+
+        ==================  ====================================================================
+        the task            what happens
+        ==================  ====================================================================
+        never started       released: back in its place in line, ready at once, no attempt
+                            counted (so a last attempt is not dead-lettered for nothing)
+        handler running     abandoned: neither nacked nor heartbeated; its lease runs out,
+                            the reaper counts the attempt and retries it (or dead-letters it
+                            past ``max_attempts``), so a task that hangs every time still ends
+                            in the dead letters, and nobody else gets it while this process
+                            may still run it
+        ==================  ====================================================================
+        """
         waiting = [lease for lease in leases if lease.started_at is None]
         running = [lease for lease in leases if lease.started_at is not None]
-        log.warning("worker %s: giving back %d unfinished task(s) (%d running, %d not "
-                    "started)", self.name, len(leases), len(running), len(waiting))
+        if running:
+            log.warning("worker %s: %d task(s) still running after the grace of %gs: left to "
+                        "their leases (no nack, no more heartbeats), which run out %s; the "
+                        "reaper then retries them", self.name, len(running),
+                        self.grace_seconds, self._lease_end(running))
         if waiting:
+            log.info("worker %s: releasing %d task(s) not started", self.name, len(waiting))
             try:
                 released = self.client.release(self.queue, [lease.item() for lease in waiting])
             except TierqError as exc:
-                self._report_failed("give back", waiting, exc)
+                self._report_failed("release", waiting, exc)
             else:
                 with self._cond:
                     self._stats.released += len(released.released)
                     self._stats.rejected += len(released.rejected)
-        if running:
-            error = (f"released: worker {self.name} stopped before the task finished "
-                     f"(grace {self.grace_seconds:g}s)")
-            try:
-                result = self.client.nack(self.queue, [
-                    {**lease.item(), "error": error, "retry_in_seconds": 0}
-                    for lease in running])
-            except TierqError as exc:
-                self._report_failed("give back", running, exc)
-            else:
-                with self._cond:
-                    self._stats.released += len(result.retried) + len(result.dead)
-                    self._stats.dead += len(result.dead)
-                    self._stats.rejected += len(result.rejected)
         with self._cond:
+            self._stats.abandoned += len(running)
             for lease in leases:
                 self._held.pop(lease.task.id, None)
             self._cond.notify_all()

@@ -9,7 +9,9 @@ Lambda's response limit as its runtime encodes it (:mod:`tierq.core.sizing`) →
 Local only: a request header ``x-tierq-jwt-claims: {"tenant": "acme"}`` becomes the JWT
 claims of ``requestContext.authorizer.jwt`` (as API Gateway's JWT authoriser would put them),
 so tenant pinning and the admin scope can be tried without an identity provider; the
-functions then treat the request exactly as on AWS. The header is not passed on.
+functions then treat the request exactly as on AWS (a ``sub`` or ``client_id`` in it makes the
+caller one of several of its tenant, with ``Idempotency-Key``s of its own). The header is not
+passed on.
 
 Without the header: while the server listens on a loopback address, the request reaches
 the function marked as coming from this gateway (:data:`tierq.aws.http.access.LOCAL_GATEWAY`, an

@@ -108,8 +108,7 @@ def claim_tasks(
         # answer from them and the task rows
         event = request.current_event()
         kept = keys.claim_in_valkey(
-            default_engine().ctx, keys.scope_key(idempotency.caller_scope(), "claim", queue,
-                                      idempotency_key),
+            default_engine().ctx, idempotency.scope_of("claim", queue, idempotency_key),
             keys.fingerprint(event.json_body if event.body else None))
         if isinstance(kept, Kept):
             replayed = tierq.replay_claim(queue, kept.body)

@@ -160,7 +160,9 @@ def running(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
     description="Per second over the last 15 minutes (900 buckets, oldest first, on the warm "
                 "tier's clock): tasks created by enqueues and tasks acknowledged, of `tenant` "
                 "or, without it, of every tenant of the queue summed. A caller pinned to a "
-                "tenant gets its own tenant's counts; naming another tenant is 403. Counts "
+                "tenant gets its own tenant's counts, for any valid queue name (zeros where "
+                "it has none: never 404, so it tells nothing of other tenants' queues); "
+                "naming another tenant is 403. Counts "
                 "live in the warm tier: a cache that evicts them (or loses its data) loses "
                 "chart data only.",
     operation_id="queueThroughput",
@@ -169,7 +171,7 @@ def running(queue: QueueQuery = None, limit: PageSize = DEFAULT_PAGE,
 )
 def throughput(queue: QueuePath, tenant: TenantQuery = None) -> QueueThroughput:
     tenant = request.check_tenant(tenant)  # a pinned caller: its own tenant, or 403
-    if not engine().queue_known(queue):
+    if request.pinned_tenant() is None and not engine().queue_known(queue):
         raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
     # the counts are in the warm tier, which every shard's engine reaches
     return throughput_logic.queue_throughput(default_engine().ctx, queue, tenant)

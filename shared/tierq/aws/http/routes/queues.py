@@ -1,8 +1,21 @@
 """Queues: ``GET /v1/queues``, ``GET /v1/queues/{queue}`` (settings, live counts, mode) and
 ``PUT /v1/queues/{queue}`` (change settings; only the fields given change).
 
-A caller pinned to a tenant sees only its own tenant's counts and may not change settings,
-which every tenant of the queue shares."""
+=========================  ===============================================================
+the caller                 what ``GET /v1/queues/{queue}`` answers
+=========================  ===============================================================
+admin (or local)           the queue's admin view (:class:`QueueView`): every setting, every
+                           tenant's counts, the limits' use; 404 for a name with no settings
+                           and no tasks
+pinned to a tenant         its tenant view (:class:`TenantQueueView`): the settings workers
+                           read and its own counts; 200 for every valid name (the defaults
+                           and zero counts where it has no tasks), so the answer tells
+                           nothing about other tenants' queues
+=========================  ===============================================================
+
+``GET /v1/queues`` lists admin views for an admin, and for a pinned caller the tenant views of
+the queues its tenant has had tasks in. A pinned caller may not change settings, which every
+tenant of the queue shares."""
 
 from __future__ import annotations
 
@@ -18,6 +31,7 @@ from tierq.aws.runtime import engine
 from tierq.errors import Forbidden, NotFound
 from tierq.models import QueueSettingsUpdate, QueueView
 from tierq.models.envelopes import QueueList
+from tierq.models.queues import AnyQueueView, TenantQueueView
 
 router = Router()
 
@@ -26,9 +40,6 @@ DEFAULT_PAGE = 100
 CURSOR = paging.CursorForm("queues", (paging.CursorPart("queue", paging.NAME_PART),))
 
 
-def view(queue: str) -> QueueView:
-    """A queue as the caller sees it: a pinned tenant, its own counts only."""
-    return engine().get_queue(queue, request.pinned_tenant())
 
 
 @router.get(
@@ -36,11 +47,13 @@ def view(queue: str) -> QueueView:
     summary="List queues",
     description="In name order, at most `limit` per page and never more than fits a Lambda "
                 "response (6 MB as the runtime writes it): a page may hold fewer. `next` is "
-                "the cursor of the next page, null on the last. A caller pinned to a tenant "
-                "gets only the queues its tenant has had tasks in, with its own counts.",
+                "the cursor of the next page, null on the last. An admin gets every queue "
+                "that has settings or has had tasks, as admin views (`view: admin`); a "
+                "caller pinned to a tenant gets the queues its tenant has had tasks in, as "
+                "tenant views (`view: tenant`: the settings workers read, its own counts).",
     operation_id="listQueues",
     tags=["queues"],
-    responses=responses("Every queue that has settings or has had tasks."),
+    responses=responses("The queues, in name order."),
 )
 def list_queues(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = DEFAULT_PAGE,
@@ -48,9 +61,17 @@ def list_queues(
 ) -> QueueList:
     pinned = request.pinned_tenant()
     start = CURSOR.decode(after)
-    source = engine().queue_views_after(start[0] if start else "", tenant=pinned,
-                                        limit=limit + 1)
-    views, last = paging.fill(iter(source), lambda view: view.queue, limit=limit)
+    first = start[0] if start else ""
+    views: list[QueueView | TenantQueueView]
+    if pinned is None:
+        admin, last = paging.fill(iter(engine().queue_views_after(first, limit=limit + 1)),
+                                  lambda view: view.queue, limit=limit)
+        views = list(admin)
+    else:
+        own, last = paging.fill(
+            iter(engine().tenant_queues_after(first, limit=limit + 1, tenant=pinned)),
+            lambda view: view.queue, limit=limit)
+        views = list(own)
     return QueueList(queues=views,
                      next=None if last is None else CURSOR.encode(last))
 
@@ -58,14 +79,24 @@ def list_queues(
 @router.get(
     "/v1/queues/<queue>",
     summary="A queue's settings and live counts",
+    description="For an admin, the admin view (`view: admin`): every setting, the counts of "
+                "every tenant, the limits' use; 404 for a name with no settings and no "
+                "tasks. For a caller pinned to a tenant, the tenant view (`view: tenant`): "
+                "the settings its workers read (lease_seconds, max_attempts, backoff, "
+                "paused) and its own counts, for any valid name — the deployment's defaults "
+                "and zero counts where the queue has no settings or none of its tasks, never "
+                "404 — so it tells nothing of other tenants.",
     operation_id="getQueue",
     tags=["queues"],
     responses=responses("Settings, counts (warm, cold, delayed, leased, dead) and mode.", 404),
 )
-def get_queue(queue: QueuePath) -> QueueView:
+def get_queue(queue: QueuePath) -> AnyQueueView:
+    pinned = request.pinned_tenant()
+    if pinned is not None:
+        return engine().tenant_queue(queue, pinned)
     if not engine().queue_known(queue):
         raise NotFound(f"no queue {queue!r} (it has no settings and never had tasks)")
-    return view(queue)
+    return engine().get_queue(queue)
 
 
 @router.put(
@@ -87,4 +118,4 @@ def put_queue(queue: QueuePath, body: Annotated[QueueSettingsUpdate, Body()]) ->
         raise Forbidden("a caller pinned to a tenant cannot change queue settings, which all "
                         "tenants of the queue share")
     engine().put_queue(queue, body)
-    return view(queue)
+    return engine().get_queue(queue)
