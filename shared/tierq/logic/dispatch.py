@@ -287,11 +287,6 @@ def read_response(payload: bytes, batch_ids: Sequence[str]) -> tuple[set[str], b
     return failed, False
 
 
-def failed_items(payload: bytes, batch_ids: Sequence[str]) -> set[str]:
-    """The ids of a batch that failed (:func:`read_response`)."""
-    return read_response(payload, batch_ids)[0]
-
-
 # -- consumer functions --------------------------------------------------------------------
 
 
