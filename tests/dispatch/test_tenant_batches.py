@@ -18,6 +18,7 @@ import redis
 
 from tests.dispatch.journal import JOURNAL
 from tests.dispatch.support import run_until
+from tests.support.polling import eventually
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
 from tierq.logic import dispatch
@@ -126,6 +127,9 @@ def test_a_batch_with_tasks_lets_one_more_start_and_an_empty_one_stops_it(
     dispatcher = Dispatcher(tq.ctx, functions)
     try:
         dispatcher.run(until=time.monotonic() + 0.5, idle_seconds=10)
+        # (the batches the run started may still be claiming on the dispatcher's threads)
+        eventually(lambda: len(claimed) >= 5 and dispatcher.in_flight() == 1, timeout=10,
+                   what="the second batch to end")
         state = dispatcher._states["probe"]
         # "active" first (by name) gets its task; one more batch tries every tenant once
         assert claimed == ["active", "idle1", "idle2", "idle3", "active"]
