@@ -97,3 +97,24 @@ def validate_all(event: dict[str, Any], context: Any) -> None:
                         int(record["attributes"]["ApproximateReceiveCount"]))
         for record in event["Records"]:
             Charge.model_validate_json(record["body"])
+
+
+def meet(event: dict[str, Any], context: Any) -> None:
+    """Records every event, then waits until as many invocations run at once as
+    ``JOURNAL.barrier`` has parties (a function error, BrokenBarrierError, if they never
+    do within its timeout)."""
+    with JOURNAL.invocation(event):
+        for record in event["Records"]:
+            JOURNAL.ran(record["messageId"],
+                        int(record["attributes"]["ApproximateReceiveCount"]))
+        assert JOURNAL.barrier is not None
+        JOURNAL.barrier.wait()
+
+
+def hold(event: dict[str, Any], context: Any) -> None:
+    """Records every event and returns once ``JOURNAL.gate`` is set (within 30 s)."""
+    with JOURNAL.invocation(event):
+        for record in event["Records"]:
+            JOURNAL.ran(record["messageId"],
+                        int(record["attributes"]["ApproximateReceiveCount"]))
+        JOURNAL.gate.wait(30)

@@ -22,6 +22,9 @@ class Journal:
     max_running: dict[str, int] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     keep_events: bool = False
+    # where tests/dispatch/consumers.py's meet and hold wait (set by a test)
+    barrier: threading.Barrier | None = None
+    gate: threading.Event = field(default_factory=threading.Event)
 
     @contextmanager
     def invocation(self, event: dict[str, Any]) -> Iterator[None]:
@@ -61,6 +64,9 @@ class Journal:
             self.max_running.clear()
             self.events.clear()
             self.keep_events = False
+            self.barrier = None
+            self.gate.set()  # (nothing left waiting)
+            self.gate = threading.Event()
 
 
 JOURNAL = Journal()

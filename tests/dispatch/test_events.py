@@ -19,8 +19,8 @@ from tierq.logic.dispatch import (
     EVENT_LIMIT,
     RECORD_FIELDS_COST,
     claim_budget,
-    failed_items,
     md5_of_message_attributes,
+    read_response,
     sqs_event,
 )
 from tierq.models.leases import ClaimedTask
@@ -116,17 +116,17 @@ def test_the_claim_budget_leaves_room_for_every_records_fields() -> None:
 
 def test_batch_item_failures_are_read_as_lambda_reads_them() -> None:
     ids = ["a", "b", "c"]
-    assert failed_items(b"", ids) == set()
-    assert failed_items(b"null", ids) == set()
-    assert failed_items(b'{"batchItemFailures": []}', ids) == set()
-    assert failed_items(b'{"batchItemFailures": null}', ids) == set()
-    assert failed_items(b'{"statusCode": 200}', ids) == set()
-    assert failed_items(b'"done"', ids) == set()
-    assert failed_items(b'{"batchItemFailures": [{"itemIdentifier": "b"}]}', ids) == {"b"}
-    # the whole batch failed: not JSON, an empty, missing, null or unknown identifier
+    # a success: no response, null, no or an empty batchItemFailures, anything not an object
+    for fine in (b"", b"null", b'{"batchItemFailures": []}', b'{"batchItemFailures": null}',
+                 b'{"statusCode": 200}', b'"done"'):
+        assert read_response(fine, ids) == (set(), False), fine
+    assert read_response(b'{"batchItemFailures": [{"itemIdentifier": "b"}]}', ids) == \
+        ({"b"}, False)
+    # the whole batch failed, the response invalid: not JSON, an empty, missing, null or
+    # unknown identifier, a list that is not one
     for bad in (b"{not json", b'{"batchItemFailures": [{"itemIdentifier": ""}]}',
                 b'{"batchItemFailures": [{"itemIdentifier": null}]}',
                 b'{"batchItemFailures": [{"id": "a"}]}',
                 b'{"batchItemFailures": [{"itemIdentifier": "zzz"}]}',
                 b'{"batchItemFailures": "a"}'):
-        assert failed_items(bad, ids) == set(ids), bad
+        assert read_response(bad, ids) == (set(ids), True), bad

@@ -5,6 +5,7 @@ single attempt and read timeout, and the allow-list."""
 from __future__ import annotations
 
 import io
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -100,9 +101,14 @@ def test_a_response_naming_an_item_not_in_the_batch_fails_it_with_a_code(
     assert errors == {"invalid_batch_response"}
 
 
+def dispatcher_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "tierq.logic.dispatch"]
+
+
 def test_a_function_error_nacks_the_whole_batch(
         tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
-        installed: LambdaFunctions) -> None:
+        installed: LambdaFunctions, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tierq.logic.dispatch")
     ids = setup_queue(tq)
     _, stubber = lam
     stubber.add_response("invoke", {"StatusCode": 200, "FunctionError": "Unhandled",
@@ -115,6 +121,10 @@ def test_a_function_error_nacks_the_whole_batch(
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
     assert errors == {"function_error: KeyError"}
     assert read_counts(tq.ctx, "orders").consumer_errors == 1
+    # the function's errorMessage is the operator's, in the dispatcher's log
+    [said] = dispatcher_lines(caplog)
+    assert said.getMessage() == ("orders-consumer failed on a batch of queue 'orders', "
+                                 "tenant '_' (KeyError): 'sku'")
     assert sorted(str(t.id) for t in tq.claim("orders", max=5)) == sorted(ids)
 
 
@@ -151,7 +161,8 @@ ENDPOINT = "https://lambda.eu-west-1.amazonaws.com/2015-03-31/functions/"
 
 def test_an_aws_error_is_stored_as_its_name_without_its_message(
         tq: Tierq, pg: psycopg.Connection[Any], lam: tuple[Any, Stubber],
-        installed: LambdaFunctions) -> None:
+        installed: LambdaFunctions, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tierq.logic.dispatch")
     setup_queue(tq)
     _, stubber = lam
     stubber.add_client_error(
@@ -162,6 +173,14 @@ def test_an_aws_error_is_stored_as_its_name_without_its_message(
     assert (counts.consumer_errors, counts.retried) == (1, 3)
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
     assert errors == {"invoke_failed: ServiceException"}
+    # botocore's message, ARN and all, is in the dispatcher's log only
+    [said] = dispatcher_lines(caplog)
+    assert said.levelno == logging.WARNING
+    assert said.getMessage().startswith(
+        "invoking orders-consumer for a batch of queue 'orders', tenant '_' failed, whether "
+        "it ran is unknown (ServiceException): ServiceException: An internal error invoking "
+        + ARN)
+    assert (said.queue, said.tenant) == ("orders", "_")  # type: ignore[attr-defined]
 
 
 class _Body:

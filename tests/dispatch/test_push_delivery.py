@@ -3,6 +3,7 @@ consumer functions written for SQS (Powertools' BatchProcessor) in-process."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ from tests.dispatch.journal import JOURNAL
 from tests.dispatch.support import run_until
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
+from tierq.logic.dispatch import Dispatcher
 
 pytestmark = pytest.mark.usefixtures("clean_stores")
 
@@ -65,6 +67,31 @@ def test_a_consumer_that_raises_fails_the_whole_batch_until_dead(
     assert set(JOURNAL.runs.values()) == {2}
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
     assert errors == {"function_error: RuntimeError"}  # the type, never the message
+
+
+def test_a_raising_consumers_message_goes_to_the_logs_never_to_its_tasks(
+        tq: Tierq, functions: LocalFunctions, caplog: pytest.LogCaptureFixture) -> None:
+    """README: "The messages go to the dispatcher's log." The dispatcher logs it with the
+    queue, the tenant and the function; the local function, as Lambda's runtime does in
+    the function's own log, writes its traceback."""
+    tq.put_queue("loud", {"consumer": {"function": "tests.dispatch.consumers:crash",
+                                       "batch_size": 10}})
+    [queued] = tq.enqueue("loud", [{"payload": {"n": 1}, "tenant": "acme"}])
+    caplog.set_level(logging.INFO)
+    Dispatcher(tq.ctx, functions).dispatch_once("loud")
+    assert tq.get_task("loud", queued.id).last_error == "function_error: RuntimeError"
+    [said] = [r for r in caplog.records if r.name == "tierq.logic.dispatch"]
+    assert said.levelno == logging.WARNING
+    assert said.getMessage() == ("tests.dispatch.consumers:crash failed on a batch of queue "
+                                 "'loud', tenant 'acme' (RuntimeError): the consumer crashed")
+    assert (said.queue, said.tenant, said.function) == (  # type: ignore[attr-defined]
+        "loud", "acme", "tests.dispatch.consumers:crash")
+    [runtime] = [r for r in caplog.records if r.name == "tierq.local.consumers"]
+    assert runtime.levelno == logging.ERROR
+    assert runtime.getMessage() == ("tests-dispatch-consumers-crash: [ERROR] RuntimeError: "
+                                    "the consumer crashed")
+    assert runtime.exc_info is not None  # its traceback, down to the line that raised
+    assert 'raise RuntimeError("the consumer crashed")' in caplog.text
 
 
 def test_a_paused_queue_is_not_dispatched_and_a_batch_waits_for_its_window(

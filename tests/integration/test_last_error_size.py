@@ -25,6 +25,9 @@ pytestmark = pytest.mark.usefixtures("clean_stores")
     ("a" + "😀" * 600, "a" + "😀" * 511),  # 1 + 511 * 4 = 2,045: a 512th would pass 2,048
     ("ab" + "é" * 1200, "ab" + "é" * 1023),  # 2 + 2,046
     ("€" * 682 + "xyz", "€" * 682 + "xy"),  # 2,046 + 2
+    # a lone surrogate (Python's text of undecodable bytes) is "?", short text or long
+    ("bad \udcff byte", "bad ? byte"),
+    ("\ud800" + "a" * 2048, "?" + "a" * 2047),
 ])
 def test_clip_error_keeps_2_kib_on_a_character_boundary(text: str, kept: str) -> None:
     assert clip_error(text) == kept
@@ -54,3 +57,18 @@ def test_every_failed_attempt_recorded_is_cut(tq: Tierq, pg: psycopg.Connection[
     leases.record_outcomes(tq.ctx, "q", [lease], errors=["x" * 100_000],
                            retry_ats=[tq.ctx.now()], deads=[False])
     assert stored(pg) == [("x" * 2048, 2048)]
+
+
+
+def test_a_short_error_with_a_lone_surrogate_is_stored(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    # Python's text of bytes that were not UTF-8 (os.fsdecode's surrogateescape) holds lone
+    # surrogates, which PostgreSQL's UTF-8 cannot take (the models refuse them at the door;
+    # record_outcomes takes text from inside tierq too): short or long, they become "?"
+    tq.enqueue("q", [{"payload": 1}])
+    [task] = tq.claim("q")
+    lease = Verified(task.tenant, str(task.id), task.lease_token, task.attempt, 0,
+                     lease_member(str(task.id), task.lease_token))
+    leases.record_outcomes(tq.ctx, "q", [lease], errors=["OSError: /data/\udcff.csv"],
+                           retry_ats=[tq.ctx.now()], deads=[False])
+    assert stored(pg) == [("OSError: /data/?.csv", 20)]

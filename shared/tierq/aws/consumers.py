@@ -27,8 +27,10 @@ KMS set-up failing …), a connection never made
 
 ``error`` is a name only (the function's ``errorType``, else the ``X-Amz-Function-Error``
 header; the AWS error code; the botocore exception's class), since the dispatcher may store
-it on the batch's tasks; botocore's messages, which carry endpoint URLs, ARNs and the
-account id, go to ``detail``, for the log only.
+it on the batch's tasks; the function's ``errorMessage`` and botocore's messages, which
+carry records, endpoint URLs, ARNs and the account id, go to ``detail``, which the
+dispatcher writes to its log only (the function's traceback is in the function's own log,
+where Lambda's runtime writes it).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from tierq.logic.dispatch import (
     AllowList,
     Invocation,
     allow_list,
+    function_error_message,
     function_error_type,
 )
 
@@ -191,7 +194,8 @@ class LambdaFunctions:
         payload = answer["Payload"].read()
         if answer.get("FunctionError"):
             return Invocation("function_error", payload=payload,
-                              error=function_error_type(str(answer["FunctionError"]), payload))
+                              error=function_error_type(str(answer["FunctionError"]), payload),
+                              detail=function_error_message(payload))
         return Invocation("ok", payload=payload)
 
 

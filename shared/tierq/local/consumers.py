@@ -14,9 +14,12 @@ same file.
 As Lambda does, a function that raises is a function error (its answer holds its
 ``errorType`` and ``errorMessage``; the error type alone is what the dispatcher may record
 on the batch's tasks), and the return value is what the function answered, encoded as
-JSON. A function cannot be stopped in-process: one that runs past its timeout is answered
-as Lambda answers a timed-out function (a function error, ``Sandbox.Timedout``), after it
-returns.
+JSON. What Lambda's runtime writes to a function's log on a failure — ``[ERROR]``, the
+error type and message and the traceback of a function that raised; ``Task timed out``;
+``Runtime.MarshalError`` — goes to this module's logger (``tierq.local.consumers``), with
+the function's name. A function cannot be stopped in-process: one that runs past its
+timeout is answered as Lambda answers a timed-out function (a function error,
+``Sandbox.Timedout``), after it returns.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import importlib
 import importlib.util
 import itertools
 import json
+import logging
 import re
 import sys
 import threading
@@ -46,6 +50,8 @@ _ENVIRONMENT_IDS = itertools.count(1)
 _MODULE_FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 Handler = Callable[[Any, Any], Any]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -168,12 +174,16 @@ class LocalFunctions:
         try:
             result = handler(orjson.loads(event), context)
         except Exception as exc:
+            # as Lambda's Python runtime logs an unhandled exception (with its traceback)
+            log.error("%s: [ERROR] %s: %s", name, type(exc).__name__, exc, exc_info=exc,
+                      extra={"function": function})
             return Invocation("function_error", payload=_error_body(exc),
                               error=type(exc).__name__, detail=str(exc))
         finally:
             self._give_back(function, handler)
         if time.monotonic() - started > timeout:
             message = f"Task timed out after {timeout:.2f} seconds"
+            log.error("%s: %s", name, message, extra={"function": function})
             return Invocation("function_error", payload=json.dumps(
                 {"errorType": "Sandbox.Timedout", "errorMessage": message}).encode(),
                 error="Sandbox.Timedout", detail=message)
@@ -182,6 +192,8 @@ class LocalFunctions:
             payload = json.dumps(result, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             message = f"Unable to marshal response: {exc}"
+            log.error("%s: [ERROR] Runtime.MarshalError: %s", name, message,
+                      extra={"function": function})
             return Invocation("function_error", payload=json.dumps(
                 {"errorType": "Runtime.MarshalError", "errorMessage": message}).encode(),
                 error="Runtime.MarshalError", detail=message)

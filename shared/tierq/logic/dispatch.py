@@ -14,10 +14,35 @@ computed as SQS does.
 
 A batch holds the tasks of one tenant (:meth:`Dispatcher._claim`): whatever a function does
 with one tenant's records — raise with a record quoted in its message, time out — lands on
-that tenant's tasks only. For each free slot of a queue's concurrency the dispatcher takes
-the next tenant with ready work in turn (round robin over
-:func:`tierq.logic.ready_tenants.tenants_with_ready_work`, by name after the tenant served
-last), so a tenant with a large backlog gets one batch per turn like a tenant with one task.
+that tenant's tasks only. Each batch takes the next tenant with ready work in turn (round
+robin over :func:`tierq.logic.ready_tenants.tenants_with_ready_work`, by name after the
+tenant whose turn came last), so a tenant with a large backlog gets one batch per turn like
+a tenant with one task. A tenant with nothing to claim, whose cold work finds no room warm,
+or whose pair fails (its Valkey master not answering) passes its turn on; the batch fails
+only when every listed tenant failed.
+
+How many batches of a queue run at once follows the batches that find work, never the
+length of the tenants' list (which may name tenants with nothing ready): a claim that got
+tasks while more is likely ready (a full batch, other tenants listed) lets one more batch
+start at once; an empty batch halves that number and backs the queue off only when no other
+batch of it holds tasks. ``max_concurrency`` and the dispatcher's threads bound it.
+
+Where the turns stand, and what that does not cover:
+
+- The turn is taken when a batch starts claiming (so concurrent batches take successive
+  tenants): a tenant that passes, fails or finds the warm tier full has had its turn.
+- The dispatcher keeps the turn in its memory; the tenant each batch that got tasks served
+  is also kept on the queue's own slot (``tq:{queue}:turn``, per shard, a day's TTL), read
+  once by a new dispatcher (a fresh Lambda environment) to resume after it.
+- Two dispatchers running at once (an invocation outliving the minute overlaps the next)
+  each go round on their own: a tenant may get a batch from each in one turn.
+- On a sharded deployment each shard's dispatcher goes round the tenants of its own shard,
+  while ``max_concurrency`` is shared: turns are fair among a shard's tenants, and a shard's
+  share of the queue's slots does not follow how many tenants it holds.
+
+The message of a failed invocation (the function's error message, the AWS SDK's) goes to the
+dispatcher's log with the queue, the tenant and the function (:meth:`Dispatcher._log_outcome`),
+never to the tasks.
 
 The outcome (:func:`settle`), as for an SQS event source with ``ReportBatchItemFailures``,
 and what each writes as the tasks' ``last_error``: only a code and a name, never a message
@@ -75,6 +100,7 @@ import re
 import struct
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -84,7 +110,13 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost
-from tierq.errors import Forbidden, InvalidInput, WarmTierFull
+from tierq.errors import (
+    DatabaseTimedOut,
+    Forbidden,
+    InvalidInput,
+    WarmTierFull,
+    WarmTierUnavailable,
+)
 from tierq.logic import leases, limits
 from tierq.logic.claim import TASK_FIELDS_COST, claim_once
 from tierq.logic.context import Context, to_ms
@@ -257,6 +289,18 @@ def function_error_type(header: str, payload: bytes) -> str:
     return fallback
 
 
+def function_error_message(payload: bytes) -> str:
+    """What a function error's answer says, for the log: the payload's ``errorMessage``
+    when it has one, else the payload's text."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("errorMessage"), str):
+        return str(body["errorMessage"])
+    return payload.decode("utf-8", "replace")
+
+
 def read_response(payload: bytes, batch_ids: Sequence[str]) -> tuple[set[str], bool]:
     """The ids of a batch that failed, from the function's response, and whether the
     response itself was invalid (then every id failed), as Lambda reads an SQS event
@@ -285,11 +329,6 @@ def read_response(payload: bytes, batch_ids: Sequence[str]) -> tuple[set[str], b
             return everything, True
         failed.add(identifier)
     return failed, False
-
-
-def failed_items(payload: bytes, batch_ids: Sequence[str]) -> set[str]:
-    """The ids of a batch that failed (:func:`read_response`)."""
-    return read_response(payload, batch_ids)[0]
 
 
 # -- consumer functions --------------------------------------------------------------------
@@ -494,14 +533,38 @@ def counters_key(queue: str) -> str:
     return f"tq:{{{queue}}}:dispatch"
 
 
-def record_counts(ctx: Context, queue: str, counts: DispatchCounts) -> None:
+# How long the tenant a queue's last batch served is kept for a new dispatcher to resume
+# its turns after (a queue not dispatched for this long starts again at the first name).
+TURN_TTL_SECONDS = 86_400
+
+
+def turn_key(queue: str, shard_tag: int | None = None) -> str:
+    """Where the tenant a queue's last batch served is kept, on the queue's own slot; per
+    shard (each shard's dispatcher goes round its own tenants)."""
+    return f"tq:{{{queue}}}:turn" + ("" if shard_tag is None else f":{shard_tag}")
+
+
+def record_counts(ctx: Context, queue: str, counts: DispatchCounts, *,
+                  turn: str | None = None) -> None:
+    """Add a batch's counts to the queue's counters and, with ``turn``, keep the tenant the
+    batch served as where a new dispatcher resumes the queue's turns: one round trip."""
     values = {name: getattr(counts, name) for name in COUNTER_FIELDS if getattr(counts, name)}
-    if not values:
+    if not values and turn is None:
         return
     pipe = ctx.warm.client.pipeline(transaction=False)
     for name, value in values.items():
         pipe.hincrby(counters_key(queue), name, value)
+    if turn is not None:
+        pipe.set(turn_key(queue, ctx.id_tag), turn, ex=TURN_TTL_SECONDS)
     pipe.execute()
+
+
+def saved_turn(ctx: Context, queue: str) -> str | None:
+    """The tenant the queue's last batch served, as :func:`record_counts` kept it."""
+    raw = ctx.warm.client.get(turn_key(queue, ctx.id_tag))
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def read_counts(ctx: Context, queue: str) -> DispatchCounts:
@@ -577,26 +640,36 @@ def settle(ctx: Context, consumer: Consumer, tasks: Sequence[ClaimedTask],
 # -- the dispatcher ------------------------------------------------------------------------
 
 # A queue that had nothing is looked at again after POLL_FIRST, doubling up to the
-# dispatcher's tick (TIERQ_DISPATCHER_EVERY); one with a full batch at once.
+# dispatcher's tick (TIERQ_DISPATCHER_EVERY); one whose batch got tasks at once.
 POLL_FIRST = 0.02
 THROTTLE_FIRST, THROTTLE_MAX = 0.2, 10.0
 REFUSED_BACKOFF = 30.0  # not invoked (no such function, access denied): look again later
 FAILED_BACKOFF = 1.0  # claiming failed (a store error)
 CONSUMERS_EVERY = 1.0  # the list of queues with a consumer is read at most this often
 WINDOW_POLL = 0.02  # re-claim while a batching window is open
+# The lease holder a dispatched task's view and the running list show (to its tenant too):
+# never the function's name, which may be its ARN (with the account id).
+DISPATCHER_WORKER = "dispatcher"
+# What of a failed invocation's message the dispatcher's log line keeps.
+LOG_DETAIL_CHARS = 4096
 
 
 @dataclass
 class QueueState:
+    """What the dispatcher keeps of a queue between batches (changed under its lock)."""
+
     in_flight: int = 0
     not_before: float = 0.0  # time.monotonic(): claim no batch before
     poll_delay: float = POLL_FIRST
     throttle_delay: float = THROTTLE_FIRST
-    backlog: bool = False  # the last claim filled its batch: more is likely ready
-    # the tenants listed with ready work at the last claim that got tasks (0: none since)
-    listed: int = 0
-    # the tenant whose turn came last (round robin by name; under the dispatcher's lock)
+    # how many batches of the queue may run at once now (below its free slots): one more
+    # after each claim that got tasks while more is likely ready, half after an empty one
+    width: int = 1
+    fed: int = 0  # batches running now that got tasks
+    fed_claims: int = 0  # claims that got tasks so far (an empty batch compares)
+    # the tenant whose turn came last (round robin by name)
     last_tenant: str | None = None
+    resumed: bool = False  # the turn saved in Valkey was read (once per dispatcher)
 
 
 # How long a consumer function's timeout is trusted before it is read again: a raised
@@ -765,13 +838,10 @@ class Dispatcher:
                 if self.began + lease > finish_by:
                     self._say_unfit(consumer, lease, finish_by)
                 continue  # its invoke could outlive this dispatcher
-            cap = consumer.max_concurrency or self.max_in_flight
+            cap = self._cap(consumer)
             with self._changed:
                 room = min(cap - state.in_flight, self.max_in_flight - self._in_flight)
-                # a queue whose last claim was short gets a batch at a time per tenant
-                # listed with ready work (one, once a claim found nothing)
-                want = room if state.backlog \
-                    else min(room, max(1, state.listed) - state.in_flight)
+                want = min(room, state.width - state.in_flight)  # (see _fed)
                 if want <= 0:
                     continue
                 state.in_flight += want
@@ -811,44 +881,53 @@ class Dispatcher:
 
     # -- one batch (on a pool thread) ------------------------------------------------------
 
+    def _cap(self, consumer: Consumer) -> int:
+        return consumer.max_concurrency or self.max_in_flight
+
     def _batch(self, consumer: Consumer, state: QueueState, lease: int) -> None:
         counts = DispatchCounts()
         slot: limits.Held | None = None
         tasks: list[ClaimedTask] = []
-        invoked = False
+        invoked = fed = False
+        with self._changed:
+            fed_claims = state.fed_claims
         try:
             if consumer.max_concurrency is not None:
                 assert self._slots is not None
                 slot = self._slots.acquire(consumer.queue, consumer.max_concurrency, lease)
                 if slot is None:  # every slot is taken (by other dispatchers too)
-                    self._later(state, POLL_FIRST * 5, backlog=state.backlog)
+                    self._later(state, POLL_FIRST * 5)
                     return
             tasks, listed = self._claim(consumer, state, lease)
             if not tasks:
-                self._later(state, state.poll_delay, backlog=False)
-                state.poll_delay = min(state.poll_delay * 2, self.poll_max)
+                self._found_nothing(state, fed_claims)
                 return
-            state.poll_delay = POLL_FIRST
-            state.backlog = len(tasks) >= consumer.batch_size
-            state.listed = listed
-            if state.backlog or listed > 1:  # more is likely ready: the pass may start more
-                with self._changed:
-                    self._changed.notify_all()
+            fed = True
             delivered_ms = to_ms(self.ctx.now())
             event, fit = sqs_event(tasks, delivered_ms=delivered_ms,
                                    region=self.functions.region,
                                    account=self.functions.account)
+            # more is likely ready: this tenant filled its batch (or gives its tail back),
+            # or other tenants are listed with ready work
+            self._fed(consumer, state, more=len(tasks) >= consumer.batch_size
+                      or fit < len(tasks) or listed > 1)
             if fit < len(tasks):  # larger than an invoke may carry: the tail goes back
                 release_tasks(self.ctx, consumer.queue, tasks[fit:], counts)
                 tasks = tasks[:fit]
-                state.backlog = True
             invoked = True
+            logged = False
             try:
                 invocation = self.functions.invoke(consumer.function, event,
                                                    read_timeout=consumer.read_timeout)
             except Exception as exc:  # whether the function ran is unknown: an attempt
-                log.exception("invoking %s failed", consumer.function)
-                invocation = Invocation("failed", error=type(exc).__name__, detail=str(exc))
+                log.warning("invoking %s for queue %r, tenant %r raised; whether it ran is "
+                            "unknown", consumer.function, consumer.queue, tasks[0].tenant,
+                            exc_info=True, extra=self._fields(consumer, tasks[0].tenant))
+                logged = True
+                invocation = Invocation("failed", error=type(exc).__name__,
+                                        detail="".join(traceback.format_exception(exc)))
+            if not logged:
+                self._log_outcome(consumer, tasks[0].tenant, invocation)
             counts.batches += 1
             counts.add(settle(self.ctx, consumer, tasks, invocation))
             self._after(consumer, state, invocation)
@@ -864,7 +943,7 @@ class Dispatcher:
                 except Exception:
                     log.warning("giving back an unsent batch of %r failed; its leases "
                                 "expire", consumer.queue, exc_info=True)
-            self._later(state, FAILED_BACKOFF, backlog=False)
+            self._later(state, FAILED_BACKOFF, narrow=True)
         finally:
             if slot is not None:
                 assert self._slots is not None
@@ -876,10 +955,13 @@ class Dispatcher:
             with self._changed:
                 state.in_flight -= 1
                 self._in_flight -= 1
+                if fed:
+                    state.fed -= 1
                 self.totals.add(counts)
                 self._changed.notify_all()
             try:
-                record_counts(self.ctx, consumer.queue, counts)
+                record_counts(self.ctx, consumer.queue, counts,
+                              turn=tasks[0].tenant if fed and tasks else None)
             except Exception:
                 log.warning("recording dispatch counters of %r failed", consumer.queue,
                             exc_info=True)
@@ -889,30 +971,104 @@ class Dispatcher:
                 except Exception:
                     log.warning("emitting dispatch metrics failed", exc_info=True)
 
+    def _fed(self, consumer: Consumer, state: QueueState, *, more: bool) -> None:
+        """A claim got tasks. While more is likely ready, the queue may run one more batch
+        at once (so the pass starts one now): concurrency follows the batches that find
+        work, never the length of the tenants' list. A short batch with no other tenant
+        listed drained the queue: one batch at a time again."""
+        with self._changed:
+            state.fed += 1
+            state.fed_claims += 1
+            state.poll_delay = POLL_FIRST
+            if more:
+                state.width = min(state.width + 1, self._cap(consumer))
+                self._changed.notify_all()
+            else:
+                state.width = 1
+
+    def _found_nothing(self, state: QueueState, fed_claims: int) -> None:
+        """A batch found no tasks (every listed tenant passed its turn). The queue runs half
+        as many batches at once; it backs off (the poll delay doubling) only when no other
+        batch of it holds tasks or got some since this one started: a probe for more work
+        that found none says the queue needs no more batches, not that it is idle."""
+        with self._changed:
+            state.width = max(1, state.width // 2)
+            busy = state.fed > 0 or state.fed_claims != fed_claims
+            if busy:
+                return
+            delay = state.poll_delay
+            state.poll_delay = min(state.poll_delay * 2, self.poll_max)
+        self._later(state, delay)
+
     def _claim(self, consumer: Consumer, state: QueueState,
                lease: int) -> tuple[list[ClaimedTask], int]:
-        """A batch of one tenant's tasks: the next tenant in turn with ready work (a tenant
-        listed but with nothing to claim — the list may lag, the tenant may be at its own
-        limits or its cold work find no room warm — passes its turn on; each tenant of the
-        list is tried once at most). Returns the tasks, and how many tenants were listed
-        (more is likely ready when others were)."""
-        tenants = sorted(set(tenants_with_ready_work(self.ctx, consumer.queue)))
+        """A batch of one tenant's tasks: the next tenant in turn with ready work. A tenant
+        passes its turn on when it has nothing to claim (the list may lag, the tenant may
+        be at its own limits), when its cold work finds no room warm (``WarmTierFull``) and
+        when its pair fails (``WarmTierUnavailable``: its master does not answer;
+        ``DatabaseTimedOut``): each listed tenant is tried once at most, and the tenants of a
+        master that failed are passed over for the rest of the batch without a call. The
+        batch fails (its error raised) only when every listed tenant failed; PostgreSQL not
+        answering (``Unavailable``) fails it at once, as every tenant needs it. Returns the
+        tasks, and how many tenants were listed (more is likely ready when others were)."""
+        queue = consumer.queue
+        tenants = sorted(set(tenants_with_ready_work(self.ctx, queue)))
+        if tenants:
+            self._resume_turn(queue, state)
+        failures = 0
+        failure: Exception | None = None
+        down: set[str] = set()  # masters that failed in this batch ("": a single server)
         for _ in range(len(tenants)):
             tenant = self._next_tenant(state, tenants)
+            if down and self.ctx.warm.master_of(queue, tenant) in down:
+                failures += 1
+                continue
             try:
                 tasks = self._claim_tenant(consumer, tenant, lease)
             except WarmTierFull:  # its cold work finds no room warm: the others go on
                 log.info("queue %r, tenant %r: the warm tier is full; its turn passes",
-                         consumer.queue, tenant)
+                         queue, tenant, extra=self._fields(consumer, tenant))
+                continue
+            except (WarmTierUnavailable, DatabaseTimedOut) as exc:
+                failures += 1
+                failure = exc
+                master = self.ctx.warm.master_of(queue, tenant) \
+                    if isinstance(exc, WarmTierUnavailable) else None
+                if master is not None:
+                    down.add(master)
+                log.warning("queue %r, tenant %r: claiming failed (%s); its turn passes: %s",
+                            queue, tenant, exc.message, exc.detail or "",
+                            extra=self._fields(consumer, tenant))
                 continue
             if tasks:
                 return tasks, len(tenants)
-        return [], 0
+        if failure is not None and failures == len(tenants):
+            raise failure
+        return [], len(tenants)
+
+    def _resume_turn(self, queue: str, state: QueueState) -> None:
+        """Once per queue and dispatcher: resume the turns after the tenant the queue's last
+        batch served (kept in Valkey by :func:`record_counts`), so a new dispatcher — a
+        fresh Lambda environment, a restart — does not start again at the first name."""
+        with self._changed:
+            if state.resumed:
+                return
+            state.resumed = True
+        try:
+            saved = saved_turn(self.ctx, queue)
+        except Exception:
+            log.warning("reading the turn of %r failed; its turns start at the first tenant",
+                        queue, exc_info=True)
+            return
+        if saved is not None:
+            with self._changed:
+                if state.last_tenant is None:
+                    state.last_tenant = saved
 
     def _next_tenant(self, state: QueueState, tenants: Sequence[str]) -> str:
         """The tenant after the one whose turn came last, by name (``tenants`` sorted), so
-        the turn goes round whatever the list gained or lost meanwhile; concurrent batches
-        of a queue take successive tenants."""
+        the turn goes round whatever the list gained or lost meanwhile. The turn moves on
+        before the claim, so concurrent batches of a queue take successive tenants."""
         with self._changed:
             after = state.last_tenant
             i = 0 if after is None else bisect.bisect_right(tenants, after)
@@ -927,7 +1083,7 @@ class Dispatcher:
         ready there is no batch to wait for, and an idle queue must let its dispatcher go
         idle). A claim that fails during the window ends it: the batch is what was had."""
         request = ClaimRequest(max=consumer.batch_size, lease_seconds=lease,
-                               worker=f"dispatcher:{consumer.function}"[:128], tenant=tenant)
+                               worker=DISPATCHER_WORKER, tenant=tenant)
         budget = claim_budget(consumer.batch_size)
         tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget)
         if not tasks or not consumer.window_ms or len(tasks) >= consumer.batch_size:
@@ -952,22 +1108,50 @@ class Dispatcher:
             used += sum(_claimed_cost(t) for t in more)
         return tasks
 
-    def _later(self, state: QueueState, delay: float, *, backlog: bool) -> None:
-        state.not_before = time.monotonic() + delay
-        state.backlog = backlog
-        if not backlog:
-            state.listed = 0
+    def _later(self, state: QueueState, delay: float, *, narrow: bool = False) -> None:
+        """No batch of the queue before ``delay`` from now; ``narrow``: then one at a time."""
+        with self._changed:
+            state.not_before = time.monotonic() + delay
+            if narrow:
+                state.width = 1
+
+    @staticmethod
+    def _fields(consumer: Consumer, tenant: str) -> dict[str, str]:
+        """The structured fields of a log line about one batch (Powertools' logger keeps
+        them as keys of its JSON line)."""
+        return {"queue": consumer.queue, "tenant": tenant, "function": consumer.function}
+
+    def _log_outcome(self, consumer: Consumer, tenant: str, invocation: Invocation) -> None:
+        """The operator's log of an invocation that failed, with its message
+        (``Invocation.detail``: the function's error message, the AWS SDK's), which is
+        never stored on the tasks."""
+        detail = invocation.detail or invocation.error
+        if len(detail) > LOG_DETAIL_CHARS:
+            detail = detail[:LOG_DETAIL_CHARS] + f"… ({len(detail)} characters)"
+        fields = self._fields(consumer, tenant)
+        if invocation.outcome == "function_error":
+            log.warning("%s failed on a batch of queue %r, tenant %r (%s): %s",
+                        consumer.function, consumer.queue, tenant, invocation.error, detail,
+                        extra=fields)
+        elif invocation.outcome == "failed":
+            log.warning("invoking %s for a batch of queue %r, tenant %r failed, whether it ran "
+                        "is unknown (%s): %s", consumer.function, consumer.queue, tenant,
+                        invocation.error, detail, extra=fields)
+        elif invocation.outcome == "not_invoked":
+            log.error("%s could not be invoked for queue %r (%s): %s", consumer.function,
+                      consumer.queue, invocation.error, detail, extra=fields)
+        elif invocation.outcome == "throttled":
+            log.info("%s was throttled for queue %r: %s", consumer.function, consumer.queue,
+                     detail, extra=fields)
 
     def _after(self, consumer: Consumer, state: QueueState, invocation: Invocation) -> None:
         if invocation.outcome == "throttled":
             # back off with jitter, as Lambda's own pollers do when a function is throttled
             delay = state.throttle_delay * (0.5 + random.random())
             state.throttle_delay = min(state.throttle_delay * 2, THROTTLE_MAX)
-            self._later(state, delay, backlog=state.backlog)
+            self._later(state, delay)
         elif invocation.outcome == "not_invoked":
-            log.error("%s could not be invoked for queue %r: %s", consumer.function,
-                      consumer.queue, invocation.detail or invocation.error)
-            self._later(state, REFUSED_BACKOFF, backlog=False)
+            self._later(state, REFUSED_BACKOFF, narrow=True)
         else:
             state.throttle_delay = THROTTLE_FIRST
 

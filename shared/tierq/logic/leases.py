@@ -40,10 +40,9 @@ MAX_ERROR_BYTES = 2048
 
 def clip_error(text: str) -> str:
     """``text`` cut to its first MAX_ERROR_BYTES bytes of UTF-8, on a character boundary (a
-    character that would straddle the cut is left out)."""
-    if len(text) * 4 <= MAX_ERROR_BYTES:  # (a character is at most 4 bytes)
-        return text
-    raw = text.encode("utf-8", "replace")  # (a lone surrogate, which no store takes: ?)
+    character that would straddle the cut is left out); a lone surrogate, which UTF-8 cannot
+    hold and no store takes, becomes ``?`` whatever the text's length."""
+    raw = text.encode("utf-8", "replace")
     if len(raw) <= MAX_ERROR_BYTES:
         return raw.decode("utf-8")
     return raw[:MAX_ERROR_BYTES].decode("utf-8", "ignore")
