@@ -87,6 +87,11 @@ class Settings(BaseModel):
 
     valkey_url: str | None = Field(default=None, alias="VALKEY_URL")
     valkey_cluster: bool = Field(default=False, alias="VALKEY_CLUSTER")
+    # On AWS, tierq's ElastiCache user authenticates with IAM tokens signed for the serverless
+    # cache (tierq.dal.valkey_auth); elsewhere a password comes in VALKEY_URL.
+    valkey_iam_user: str | None = Field(default=None, alias="VALKEY_IAM_USER")
+    valkey_cache_name: str | None = Field(default=None, alias="VALKEY_CACHE_NAME")
+    valkey_iam_region: str | None = Field(default=None, alias="VALKEY_IAM_REGION")
 
     warm_max: int = Field(default=5000, ge=1, alias="TIERQ_WARM_MAX")
     # Bytes of task data (payload, key and a small envelope) the warm tier holds per
@@ -172,6 +177,13 @@ class Settings(BaseModel):
         # anyone's host names, so checking the chain alone would prove nothing)
         if self.db_sslrootcert == "system" and self.db_sslmode == "verify-ca":
             raise ValueError("DB_SSLROOTCERT=system needs DB_SSLMODE=verify-full")
+        return self
+
+    @model_validator(mode="after")
+    def _iam_user_names_its_cache(self) -> Settings:
+        if self.valkey_iam_user and not self.valkey_cache_name:
+            raise ValueError("VALKEY_IAM_USER needs VALKEY_CACHE_NAME (the serverless cache "
+                             "the IAM token is signed for)")
         return self
 
     @model_validator(mode="after")

@@ -28,11 +28,11 @@ or have the answer PUT anywhere. Accepted are only:
   name infra/shard.yaml gives it); the default shard is always reached at ``DB_HOST``, the
   proxy the function was deployed with, whatever the request says.
 
-| the request | what happens |
-| --- | --- |
-| its ResponseURL refused | nothing is done and nothing can be answered: logged as an error, the invocation returns (the stack, if any waits, fails at the resource's ServiceTimeout) |
-| its Host, shard or database refused | nothing is done; FAILED is answered with the reason |
-| accepted | migrations, then SUCCESS or FAILED |
+| the request | what is done | what is answered |
+| --- | --- | --- |
+| ResponseURL refused | nothing (an error logged) | nothing: a waiting stack fails at ServiceTimeout |
+| Host, shard or database refused | nothing | FAILED, with the reason |
+| accepted | the migrations | SUCCESS, or FAILED |
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def response_url_problem(url: str, region: str | None) -> str | None:
 
 def _shard_proxy_endpoint(name: str) -> str | None:
     """The endpoint RDS reports for the proxy named ``name`` (None: no such proxy)."""
-    import boto3  # the Lambda runtime ships it; only a further shard's request needs it
+    import boto3  # type: ignore[import-untyped]  # (Lambda ships it; shards need it)
 
     client = boto3.client("rds")
     try:

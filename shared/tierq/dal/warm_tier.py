@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.credentials import CredentialProvider
 from redis.exceptions import (
     ClusterError,
     NoScriptError,
@@ -286,10 +287,14 @@ def _available() -> Iterator[None]:
         raise WarmTierFull() from exc
 
 
-def client_options(url: str) -> dict[str, Any]:
-    """Connection options of the Valkey client for ``url``."""
+def client_options(url: str, credential_provider: CredentialProvider | None = None
+                   ) -> dict[str, Any]:
+    """Connection options of the Valkey client for ``url``; ``credential_provider``: the
+    user and password of each new connection (ElastiCache IAM tokens, dal/valkey_auth.py)."""
     options: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5,
                                "health_check_interval": 30}
+    if credential_provider is not None:
+        options["credential_provider"] = credential_provider
     if url.startswith("rediss://"):
         # TLS (ElastiCache Serverless always): verify the chain and the host name, whatever
         # the installed redis-py's defaults (before 6.0 it skipped the host name)
@@ -311,8 +316,9 @@ class WarmTier:
         self.throughput: ThroughputCounts = ThroughputCounts(self)
 
     @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
-        options = client_options(url)
+    def from_url(cls, url: str, *, cluster: bool = False,
+                 credential_provider: CredentialProvider | None = None) -> WarmTier:
+        options = client_options(url, credential_provider)
         if cluster:
             return cls(RedisCluster.from_url(url, **options))
         return cls(redis.Redis.from_url(url, **options))
