@@ -30,7 +30,7 @@ or have the answer PUT anywhere. Accepted are only:
 
 | the request | what is done | what is answered |
 | --- | --- | --- |
-| ResponseURL refused | nothing (an error logged) | nothing: a waiting stack fails at ServiceTimeout |
+| ResponseURL refused | nothing (an error logged) | nothing: a waiting stack times out |
 | Host, shard or database refused | nothing | FAILED, with the reason |
 | accepted | the migrations | SUCCESS, or FAILED |
 """
