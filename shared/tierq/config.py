@@ -160,6 +160,16 @@ class Settings(BaseModel):
         default=30 * 86_400, ge=60, alias="TIERQ_PAIR_RETENTION_SECONDS")
     # Distinct queues a tenant may have (0: no cap); one more is 409 quota_exceeded.
     max_queues_per_tenant: int = Field(default=1000, ge=0, alias="TIERQ_MAX_QUEUES_PER_TENANT")
+    # A tenant caller's own limits on the HTTP API (tierq.logic.tenant_limits), so that one
+    # tenant meets them before the shared ones (the functions' reserved concurrency, whose
+    # throttles reach every caller as 5xx): requests a second (a token bucket of this burst)
+    # and long polls (claims with wait_seconds > 0) in flight. Past either: 429 with
+    # Retry-After. 0: no limit. Admins are not limited by them.
+    tenant_requests_per_second: float = Field(default=100.0, ge=0,
+                                              alias="TIERQ_TENANT_REQUESTS_PER_SECOND")
+    tenant_requests_burst: int = Field(default=200, ge=1, le=1_000_000,
+                                       alias="TIERQ_TENANT_REQUESTS_BURST")
+    tenant_long_polls: int = Field(default=10, ge=0, le=100_000, alias="TIERQ_TENANT_LONG_POLLS")
 
     @field_validator("tenant_claim", "admin_scope")
     @classmethod
