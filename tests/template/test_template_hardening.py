@@ -71,3 +71,86 @@ def test_the_migrate_function_knows_the_shards_proxies_by_the_name_their_stack_g
     [describe] = granted["Statement"]
     assert describe["Action"] == "rds:DescribeDBProxies"
     assert describe["Resource"]["Fn::Sub"].endswith(":db-proxy:*")
+
+
+# ---------------------------------------------------------------- shared AWS limits
+
+
+@pytest.mark.parametrize(("function", "parameter", "condition"), [
+    ("ClaimFunction", "ClaimReservedConcurrency", "HasClaimConcurrencyCap"),
+    ("DispatcherFunction", "DispatcherReservedConcurrency", "HasDispatcherConcurrencyCap"),
+])
+def test_reserved_concurrency_caps_the_claim_and_dispatcher_functions(
+        function: str, parameter: str, condition: str, single: dict) -> None:
+    props = single["Resources"][function]["Properties"]
+    assert props["ReservedConcurrentExecutions"] == {"Fn::If": [
+        condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]}
+    # 0 means no reservation (a reservation of 0 would stop the function)
+    assert single["Conditions"][condition] == {"Fn::Not": [{"Fn::Equals": [
+        {"Ref": parameter}, 0]}]}
+    declared = single["Parameters"][parameter]
+    assert declared["Default"] > 0 and declared["MinValue"] == 0
+    # the description says where it comes from and what must stay free
+    assert "at least 100 must stay unreserved" in " ".join(declared["Description"].split())
+
+
+def test_the_defaults_leave_the_accounts_pool_its_unreserved_hundred(single: dict) -> None:
+    params, resources = single["Parameters"], single["Resources"]
+    reserved = params["ClaimReservedConcurrency"]["Default"] + params[
+        "DispatcherReservedConcurrency"]["Default"]
+    reserved += sum(r["Properties"]["ReservedConcurrentExecutions"]
+                    for r in resources.values()
+                    if r["Type"] == "AWS::Serverless::Function"
+                    and isinstance(r["Properties"].get("ReservedConcurrentExecutions"), int))
+    assert reserved <= 1000 - 100  # Lambda's default concurrency per region, less 100
+    # one tenant's long polls alone never fill the claim function
+    assert params["TenantLongPolls"]["Default"] < params["ClaimReservedConcurrency"]["Default"]
+
+
+def test_the_tenant_limits_reach_every_function(single: dict) -> None:
+    env = single["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["TIERQ_TENANT_REQUESTS_PER_SECOND"] == {"Ref": "TenantRequestsPerSecond"}
+    assert env["TIERQ_TENANT_REQUESTS_BURST"] == {"Ref": "TenantRequestsBurst"}
+    assert env["TIERQ_TENANT_LONG_POLLS"] == {"Ref": "TenantLongPolls"}
+    from tierq.config import Settings
+
+    defaults = Settings()
+    params = single["Parameters"]
+    assert params["TenantRequestsPerSecond"]["Default"] == defaults.tenant_requests_per_second
+    assert params["TenantRequestsBurst"]["Default"] == defaults.tenant_requests_burst
+    assert params["TenantLongPolls"]["Default"] == defaults.tenant_long_polls
+
+
+# ---------------------------------------------------------------- the cache's users
+
+
+def test_the_cache_authenticates_every_client(single: dict) -> None:
+    from tierq.dal.valkey_auth import ACCESS_STRING
+
+    resources = single["Resources"]
+    cache = resources["ValkeyCache"]["Properties"]
+    assert cache["UserGroupId"] == {"Ref": "CacheUserGroup"}
+    group = resources["CacheUserGroup"]["Properties"]
+    assert group["UserIds"] == [{"Ref": "CacheDefaultUser"}, {"Ref": "CacheAppUser"}]
+    default = resources["CacheDefaultUser"]["Properties"]
+    assert default["UserName"] == "default" and default["AccessString"].startswith("off ")
+    app = resources["CacheAppUser"]["Properties"]
+    assert app["AuthenticationMode"] == {"Type": "iam"}
+    assert app["UserName"] == app["UserId"]  # IAM authentication needs them equal
+    assert app["AccessString"] == ACCESS_STRING
+    env = single["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["VALKEY_IAM_USER"] == {"Ref": "CacheAppUser"}
+    assert env["VALKEY_CACHE_NAME"] == {"Ref": "ValkeyCache"}
+    job = resources["FeedQueueJob"]["Properties"]["DefaultArguments"]
+    assert job["--VALKEY_IAM_USER"] == {"Ref": "CacheAppUser"}
+    assert job["--VALKEY_CACHE_NAME"] == {"Ref": "ValkeyCache"}
+    # every function and the job may connect as that user, to that cache only
+    [statement] = resources["CacheConnectPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "elasticache:Connect"
+    assert statement["Resource"] == [{"Fn::GetAtt": ["ValkeyCache", "ARN"]},
+                                     {"Fn::GetAtt": ["CacheAppUser", "Arn"]}]
+    functions = [r for r in resources.values() if r["Type"] == "AWS::Serverless::Function"]
+    assert functions and all({"Ref": "CacheConnectPolicy"} in r["Properties"]["Policies"]
+                             for r in functions)
+    role = resources["GlueJobRole"]["Properties"]
+    assert {"Ref": "CacheConnectPolicy"} in role["ManagedPolicyArns"]
