@@ -87,6 +87,11 @@ class Settings(BaseModel):
 
     valkey_url: str | None = Field(default=None, alias="VALKEY_URL")
     valkey_cluster: bool = Field(default=False, alias="VALKEY_CLUSTER")
+    # On AWS, tierq's ElastiCache user authenticates with IAM tokens signed for the serverless
+    # cache (tierq.dal.valkey_auth); elsewhere a password comes in VALKEY_URL.
+    valkey_iam_user: str | None = Field(default=None, alias="VALKEY_IAM_USER")
+    valkey_cache_name: str | None = Field(default=None, alias="VALKEY_CACHE_NAME")
+    valkey_iam_region: str | None = Field(default=None, alias="VALKEY_IAM_REGION")
 
     warm_max: int = Field(default=5000, ge=1, alias="TIERQ_WARM_MAX")
     # Bytes of task data (payload, key and a small envelope) the warm tier holds per
@@ -155,6 +160,16 @@ class Settings(BaseModel):
         default=30 * 86_400, ge=60, alias="TIERQ_PAIR_RETENTION_SECONDS")
     # Distinct queues a tenant may have (0: no cap); one more is 409 quota_exceeded.
     max_queues_per_tenant: int = Field(default=1000, ge=0, alias="TIERQ_MAX_QUEUES_PER_TENANT")
+    # A tenant caller's own limits on the HTTP API (tierq.logic.tenant_limits), so that one
+    # tenant meets them before the shared ones (the functions' reserved concurrency, whose
+    # throttles reach every caller as 5xx): requests a second (a token bucket of this burst)
+    # and long polls (claims with wait_seconds > 0) in flight. Past either: 429 with
+    # Retry-After. 0: no limit. Admins are not limited by them.
+    tenant_requests_per_second: float = Field(default=100.0, ge=0,
+                                              alias="TIERQ_TENANT_REQUESTS_PER_SECOND")
+    tenant_requests_burst: int = Field(default=200, ge=1, le=1_000_000,
+                                       alias="TIERQ_TENANT_REQUESTS_BURST")
+    tenant_long_polls: int = Field(default=10, ge=0, le=100_000, alias="TIERQ_TENANT_LONG_POLLS")
 
     @field_validator("tenant_claim", "admin_scope")
     @classmethod
@@ -172,6 +187,13 @@ class Settings(BaseModel):
         # anyone's host names, so checking the chain alone would prove nothing)
         if self.db_sslrootcert == "system" and self.db_sslmode == "verify-ca":
             raise ValueError("DB_SSLROOTCERT=system needs DB_SSLMODE=verify-full")
+        return self
+
+    @model_validator(mode="after")
+    def _iam_user_names_its_cache(self) -> Settings:
+        if self.valkey_iam_user and not self.valkey_cache_name:
+            raise ValueError("VALKEY_IAM_USER needs VALKEY_CACHE_NAME (the serverless cache "
+                             "the IAM token is signed for)")
         return self
 
     @model_validator(mode="after")

@@ -92,7 +92,9 @@ class Tierq:
                                  resolve_url=resolve_url or (
                                      None if database_url else self._secret_url()))
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
-                                              cluster=self.settings.valkey_cluster)
+                                              cluster=self.settings.valkey_cluster,
+                                              credential_provider=connect.valkey_credentials(
+                                                  self.settings))
         self.ctx = Context(self.db, self.warm, self.settings, clock or SystemClock())
         # each maintenance job's config, read on its first pass (a bad value fails the pass
         # with the variable named, not every function of the deployment)

@@ -65,6 +65,20 @@ class Forbidden(TierqError):
     code = "forbidden"
 
 
+class TooManyRequests(TierqError):
+    """A tenant is over one of its own limits on the HTTP API (requests a second, long polls
+    in flight): nothing was done; retrying after ``retry_after`` seconds may succeed. Tried
+    before the shared limits (the functions' concurrency) would answer 5xx to everyone."""
+
+    status = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: int = 1,
+                 details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = max(1, retry_after)
+
+
 class Unavailable(TierqError):
     """A backing store does not answer; the caller should retry after ``retry_after``.
 

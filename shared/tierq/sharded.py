@@ -116,7 +116,9 @@ class ShardedTierq:
                                          thread_name_prefix="tierq-shard")
         self.specs = list(specs)
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
-                                              cluster=self.settings.valkey_cluster)
+                                              cluster=self.settings.valkey_cluster,
+                                              credential_provider=connect.valkey_credentials(
+                                                  self.settings))
         self._own_warm = warm is None
         shared_clock = clock or SystemClock()
         self.engines: dict[str, Tierq] = {}

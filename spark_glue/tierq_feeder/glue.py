@@ -32,8 +32,11 @@ log = logging.getLogger("tierq.feeder")
 # Job parameters the template passes with the Lambda functions' names (see template.yaml).
 # DB_SECRET_ARN is the application's login; DB_SSLMODE / DB_SSLROOTCERT default to
 # verify-full with the system's roots, as on Lambda.
+# VALKEY_IAM_USER / VALKEY_CACHE_NAME / VALKEY_IAM_REGION: the cache's user, authenticated
+# with IAM tokens the job's role signs (tierq.dal.valkey_auth), on the driver and executors.
 STORE_PARAMETERS = ("DB_SECRET_ARN", "DB_HOST", "DB_PORT", "DB_NAME", "DB_SSLMODE",
-                    "DB_SSLROOTCERT", "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER")
+                    "DB_SSLROOTCERT", "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER",
+                    "VALKEY_IAM_USER", "VALKEY_CACHE_NAME", "VALKEY_IAM_REGION")
 _GLUE_FILE = "__tq_glue_file"
 _GLUE_JDBC = {"jdbc:postgresql:": "postgresql", "jdbc:mysql:": "mysql",
               "jdbc:sqlserver:": "sqlserver", "jdbc:oracle:": "oracle",
@@ -57,7 +60,10 @@ def stores_from_options(options: Mapping[str, str]) -> StoreConfig:
                        valkey_url=connect.valkey_url(settings),
                        valkey_cluster=settings.valkey_cluster,
                        shard_urls=(options.get("TIERQ_SHARD_URLS")
-                                   or os.environ.get("TIERQ_SHARD_URLS", "")))
+                                   or os.environ.get("TIERQ_SHARD_URLS", "")),
+                       valkey_iam_user=settings.valkey_iam_user or "",
+                       valkey_cache_name=settings.valkey_cache_name or "",
+                       valkey_iam_region=settings.valkey_iam_region or "")
 
 
 class GlueBookmarkLoader(SparkLoader):

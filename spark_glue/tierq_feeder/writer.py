@@ -56,10 +56,22 @@ class StoreConfig:
     valkey_cluster: bool = False
     # TIERQ_SHARD_URLS: with more than one database, each pair's rows go to its home shard
     shard_urls: str = ""
+    # the cache's user authenticated with IAM tokens (on AWS; tierq.dal.valkey_auth): each
+    # executor signs its own with the job's role. Empty: none (a password is in valkey_url).
+    valkey_iam_user: str = ""
+    valkey_cache_name: str = ""
+    valkey_iam_region: str = ""
+
+    def settings(self, pool_size: int = 1) -> Settings:
+        """The settings an engine over these stores runs with."""
+        return Settings(database_url=self.database_url, valkey_url=self.valkey_url,
+                        valkey_cluster=self.valkey_cluster, db_pool_max=pool_size,
+                        valkey_iam_user=self.valkey_iam_user or None,
+                        valkey_cache_name=self.valkey_cache_name or None,
+                        valkey_iam_region=self.valkey_iam_region or None)
 
     def engine(self, pool_size: int = 1) -> Tierq | ShardedTierq:
-        settings = Settings(database_url=self.database_url, valkey_url=self.valkey_url,
-                            valkey_cluster=self.valkey_cluster, db_pool_max=pool_size)
+        settings = self.settings(pool_size)
         specs = parse_shard_urls(self.shard_urls) if self.shard_urls.strip() else []
         if len(specs) > 1:
             return ShardedTierq(specs, settings=settings)

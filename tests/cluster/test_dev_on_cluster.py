@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.cluster import tenants_on_every_node
 from tests.support.dev_server import start_dev_server
+from tierq.local.services.process import redact
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +25,7 @@ def test_tierq_dev_on_a_cluster_serves_tenants_on_every_master(database_url, clu
     server = start_dev_server(database_url, cluster.url, tmp_path / "dev.log",
                               args=("--valkey-cluster",))
     try:
-        assert f"Valkey     {cluster.url} (cluster)" in server.log()
+        assert f"Valkey     {redact(cluster.url)} (cluster)" in server.log()
         with httpx.Client(base_url=server.url, timeout=30) as http:
             for tenant in tenants:
                 claims = {"x-tierq-jwt-claims": orjson.dumps({"tenant": tenant}).decode()}

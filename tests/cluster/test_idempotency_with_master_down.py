@@ -29,7 +29,7 @@ def test_records_on_surviving_masters_are_kept_while_one_master_is_down(
         master_of = {s: client.get_node_from_key(idempotency.valkey_key(s)).port  # type: ignore[attr-defined]
                      for s in scopes}
         down_port = master_of[scopes[0]]
-        serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(down_port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

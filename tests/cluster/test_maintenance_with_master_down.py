@@ -86,7 +86,7 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
         cold_before = {t: _states(pg, t).get("cold", 0) for t in tenants}
         assert all(n > 0 for n in cold_before.values()), cold_before
 
-        serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -175,7 +175,7 @@ def test_a_push_that_fails_after_the_commit_leaves_the_rows_to_the_reconciler(
                            for t in tenants for i in range(DELAYED)])
         assert all(tq.ctx.modes.get((QUEUE, t)) == "warm" for t in tenants)
 
-        serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

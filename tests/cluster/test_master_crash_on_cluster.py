@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.integration.helpers import count_rows, drain
 from tests.support.cluster import node_of, tenants_on_every_node
@@ -40,8 +39,8 @@ def crashing_cluster(session_dir: Path) -> Iterator[PrivateValkeyCluster]:
         nodes.stop()
 
 
-def _cluster_down(port: int) -> bool:
-    client = redis.Redis(host="127.0.0.1", port=port)
+def _cluster_down(nodes: PrivateValkeyCluster, port: int) -> bool:
+    client = nodes.admin_client(port)
     try:
         return b"cluster_state:fail" in client.execute_command("CLUSTER", "INFO")
     finally:
@@ -82,7 +81,8 @@ def test_a_crashed_master_answers_unavailable_and_loses_nothing(crashing_cluster
             pass
         assert count_rows(pg, QUEUE) == len(expected)
         survivors = [p for p in crashing_cluster.ports if p != port]
-        eventually(lambda: all(_cluster_down(p) for p in survivors),  # CLUSTERDOWN from now on
+        nodes = crashing_cluster
+        eventually(lambda: all(_cluster_down(nodes, p) for p in survivors),  # CLUSTERDOWN
                    timeout=20, what="the other masters never noticed")
         for tenant in tenants[:2]:  # the crashed master's, and another's
             assert _claim_refused(tq, tenant), tenant

@@ -80,7 +80,7 @@ def test_the_queue_index_master_down_fails_no_enqueue_or_ack(partial_cluster: An
         claimed = tq.claim(QUEUE, tenant=tenant, max=3)
         assert len(claimed) == 3
 
-        serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(index_node.port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

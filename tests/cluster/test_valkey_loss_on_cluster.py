@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import redis
-
 from tests.integration.helpers import count_rows, drain
 from tests.integration.test_valkey_loss import (  # noqa: F401  (run here on the cluster)
     test_a_lost_meta_reads_as_cold_and_returns_to_warm,
@@ -61,15 +59,15 @@ def test_every_master_flushed_every_tenant_gets_every_task(make_tq, valkey, valk
     assert count_rows(pg) == 0
 
 
-def test_one_master_flushed_only_its_tenants_are_reconciled(make_tq, valkey, pg):
+def test_one_master_flushed_only_its_tenants_are_reconciled(make_tq, valkey, pg, cluster):
     """One shard replaced empty: the tenants whose keys live there get their tasks back from
     PostgreSQL; the others keep their warm sets untouched."""
     tq = make_tq(warm_max=20, reconcile_grace_seconds=30)
     tenants = tenants_on_every_node(valkey, QUEUE, per_node=1)
     _enqueue_mixed(tq, tenants)
     lost_tenant = tenants[0]
-    host, port = node_of(valkey, QUEUE, lost_tenant).split(":")
-    shard = redis.Redis(host=host, port=int(port))
+    port = node_of(valkey, QUEUE, lost_tenant).split(":")[1]
+    shard = cluster.admin_client(int(port))  # (FLUSHALL: the admin user's)
     try:
         shard.flushall()
     finally:

@@ -1,21 +1,25 @@
 """The migrate function as CloudFormation calls it: a custom-resource request, answered by
-an HTTP PUT on the pre-signed response URL (a local HTTP server stands in for S3)."""
+an HTTP PUT on the pre-signed response URL (its host is CloudFormation's response bucket, as
+the function requires; the PUT itself goes to a local HTTP server standing in for S3)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from tests.handlers.support import Context, function_module, load_event
 from tests.support.stores import scratch_database, with_database
+from tierq.aws import custom_resource
 from tierq.aws.runtime import reset_engine
 from tierq.dal.migrate import LOCK_KEY, available
 from tierq.local.services import LocalServices
@@ -33,8 +37,15 @@ class ResponseBucket:
         return self.received[0]
 
 
+# What CloudFormation sends in us-east-1 (the function accepts no other host there).
+RESPONSE_URL = ("https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com"
+                "/cfn-responses/stack/resource?X-Amz-Signature=abc")
+
+
 @pytest.fixture
-def bucket() -> Iterator[ResponseBucket]:
+def bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[ResponseBucket]:
+    """A local server standing in for S3: the function's PUTs to the response bucket go to it
+    (same path and query), plain HTTP."""
     received: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -56,8 +67,16 @@ def bucket() -> Iterator[ResponseBucket]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
-    url = f"http://{host}:{port}/cfn-responses/stack/resource?X-Amz-Signature=abc"
-    yield ResponseBucket(url=url, received=received)
+
+    def to_local(put: urllib.request.Request, timeout: float) -> int:
+        parts = urlsplit(put.full_url)
+        put.full_url = f"http://{host}:{port}{parts.path}?{parts.query}"
+        with urllib.request.urlopen(put, timeout=timeout) as response:
+            return int(response.status)
+
+    monkeypatch.setattr(custom_resource, "_put", to_local)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    yield ResponseBucket(url=RESPONSE_URL, received=received)
     server.shutdown()
     server.server_close()
 

@@ -26,6 +26,8 @@ from tierq.dal.migrate import available
 from tierq.local.services import LocalServices
 
 REGION = "us-east-1"
+RESPONSE_URL = ("https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com"
+                "/arn%3Aaws%3Acloudformation/resource?X-Amz-Signature=abc")
 SHARDS = ("default", "b", "c")
 
 
@@ -128,7 +130,7 @@ def test_db_migrations_migrates_every_shard_and_answers_their_names(
     sent: list[dict[str, object]] = []
     monkeypatch.setattr("tierq.aws.custom_resource.send",
                         lambda url, body: sent.append(dict(body)) or 200)
-    event = {"RequestType": "Create", "ResponseURL": "http://unused", "StackId": "s",
+    event = {"RequestType": "Create", "ResponseURL": RESPONSE_URL, "StackId": "s",
              "RequestId": "r", "LogicalResourceId": "DbMigrations",
              "ResourceProperties": {"ShardNames": ",".join(SHARDS)}}
     body = handle(event, Context())
@@ -149,7 +151,7 @@ def test_a_shard_without_its_entry_fails_the_step_by_name(
     monkeypatch.setenv("TIERQ_SHARD_NAMES", "default,b,c,d")
     get_settings.cache_clear()
     monkeypatch.setattr("tierq.aws.custom_resource.send", lambda url, body: 200)
-    body = handle({"RequestType": "Update", "ResponseURL": "http://unused", "StackId": "s",
+    body = handle({"RequestType": "Update", "ResponseURL": RESPONSE_URL, "StackId": "s",
                    "RequestId": "r", "LogicalResourceId": "DbMigrations"}, Context())
     assert body["Status"] == "FAILED"
     assert "shard 'd'" in str(body["Reason"]) and "/d in Parameter Store" in str(body["Reason"])

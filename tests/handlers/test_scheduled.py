@@ -169,6 +169,8 @@ def test_cold_to_warm_promotes_when_the_warm_set_has_room(call: Invoke) -> None:
 
 def test_reaper_expires_leases_and_emits_gauges_and_dead_letters(
         call: Invoke, capsys: pytest.CaptureFixture[str]) -> None:
+    # configured by an admin: its metrics carry its name (an unconfigured one's: ~other)
+    assert call("PUT", "/v1/queues/jobs", {}).status == 200
     call("POST", "/v1/queues/jobs/tasks", {"tasks": [{"payload": 1, "max_attempts": 1},
                                                      {"payload": 2}]})
     claimed = call("POST", "/v1/queues/jobs/claims", {"max": 2, "lease_seconds": 1}).body["tasks"]

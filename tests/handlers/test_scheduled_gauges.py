@@ -46,6 +46,8 @@ def a_minute_later() -> None:
 def test_reaper_gauges_queues_with_tasks_and_an_emptied_queue_once(
         call: Invoke, pg: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
     seed_idle_pairs(pg, 200)
+    for queue in ("alpha", "beta"):  # configured: gauged under their own names
+        assert call("PUT", f"/v1/queues/{queue}", {}).status == 200
     call("POST", "/v1/queues/alpha/tasks", {"tasks": [{"payload": i} for i in range(3)]})
     call("POST", "/v1/queues/beta/tasks", {"tasks": [{"payload": 1}]})
     totals, gauges = reaper_gauges(capsys)
@@ -77,6 +79,7 @@ def test_the_gauge_walk_runs_under_the_reapers_timeouts(
         call: Invoke, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Not the pool's (15 s / 5 s): the reaper's 10 s / 2 s, like its pass."""
+    assert call("PUT", "/v1/queues/alpha", {}).status == 200
     call("POST", "/v1/queues/alpha/tasks", {"tasks": [{"payload": 1}]})
     seen: list[dict[str, Any] | None] = []
     emit = metrics.queue_gauge

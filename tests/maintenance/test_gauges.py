@@ -1,6 +1,8 @@
 """The reaper's queue gauges follow work: only queues with tasks in a counted state are
 gauged (with the same values as the queue's counts), a queue that emptied gets its zeros
-once and then nothing, and a round cut by its budget goes on where it stopped."""
+once and then nothing, and a round cut by its budget goes on where it stopped. A queue is
+gauged under its own name only once an admin configured it; the others are summed as
+``~other`` (tests/maintenance/test_gauge_series.py)."""
 
 from __future__ import annotations
 
@@ -78,6 +80,7 @@ def test_only_queues_with_tasks_are_gauged_with_their_counts(make_tq, pg):
 def test_an_emptied_queue_gets_its_zeros_once_then_nothing(make_tq):
     tq = make_tq()
     for queue in ("stays", "empties"):
+        tq.put_queue(queue, {})  # configured: gauged under its own name
         tq.enqueue(queue, [{"payload": 1}, {"payload": 2}])
     state, emitted = GaugeRound(), Emitted()
     assert state.due(tq.ctx.now(), EVERY)
@@ -116,6 +119,8 @@ def test_an_emptied_queue_gets_its_zeros_once_then_nothing(make_tq):
 
 def test_a_round_cut_by_its_budget_goes_on_and_sums_a_queue_across_slices(make_tq):
     tq = make_tq()
+    tq.put_queue("wide", {})
+    tq.put_queue("zz", {})
     for tenant in ("t1", "t2", "t3"):
         tq.enqueue("wide", [{"payload": 1, "tenant": tenant}])
     tq.enqueue("wide", [{"payload": 2, "tenant": "t2"}])
@@ -139,6 +144,7 @@ def test_a_round_cut_by_its_budget_goes_on_and_sums_a_queue_across_slices(make_t
 
 def test_a_pass_leaves_a_round_under_way_in_another_thread_alone(make_tq):
     tq = make_tq()
+    tq.put_queue("q", {})
     tq.enqueue("q", [{"payload": 1}])
     state, emitted = GaugeRound(), Emitted()
     with state.busy:  # another invocation of this process is counting

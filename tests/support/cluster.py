@@ -3,10 +3,10 @@ the session's Valkey are tests/cluster/conftest.py)."""
 
 from __future__ import annotations
 
-import redis
 from redis.cluster import RedisCluster
 
 from tierq.dal.warm_tier import PairKeys
+from tierq.local.services import PrivateValkeyCluster
 
 
 def node_of(client: RedisCluster, queue: str, tenant: str) -> str:
@@ -36,24 +36,21 @@ def keys_per_master(client: RedisCluster, *, with_chart: bool = False) -> dict[s
     ``*:rate_tenants``: metrics that expire on their own, kept by a purge) unless asked."""
     sizes: dict[str, int] = {}
     for node in client.get_primaries():
-        direct = redis.Redis(host=node.host, port=node.port)
-        try:
-            if with_chart:
-                sizes[f"{node.host}:{node.port}"] = int(direct.dbsize())
-                continue
-            sizes[f"{node.host}:{node.port}"] = sum(
-                1 for key in direct.scan_iter(count=1000)
-                if not key.endswith((b":rate", b":rate_tenants")))
-        finally:
-            direct.close()
+        direct = node.redis_connection  # (the cluster client's, logged in as its user)
+        if with_chart:
+            sizes[f"{node.host}:{node.port}"] = int(direct.dbsize())
+            continue
+        sizes[f"{node.host}:{node.port}"] = sum(
+            1 for key in direct.scan_iter(count=1000)
+            if not key.endswith((b":rate", b":rate_tenants")))
     return sizes
 
 
-def serve_own_slots(ports: list[int]) -> None:
+def serve_own_slots(cluster: PrivateValkeyCluster) -> None:
     """Let each master answer for its own slots while another master is down
-    (``cluster-require-full-coverage no``)."""
-    for port in ports:
-        client = redis.Redis(host="127.0.0.1", port=port)
+    (``cluster-require-full-coverage no``; CONFIG takes the cluster's admin user)."""
+    for port in cluster.ports:
+        client = cluster.admin_client(port)
         try:
             client.config_set("cluster-require-full-coverage", "no")
         finally:

@@ -270,11 +270,13 @@ def test_the_dispatcher_waits_for_its_consumers_and_never_wakes_itself(
     template: dict, resources: dict
 ) -> None:
     """It may run long enough to wait for the invocations it started (up to Lambda's 900 s),
-    so the next minute's invocation may overlap it (no reserved concurrency of 1); it makes
+    so the next minute's invocation may overlap it (no reserved concurrency of 1: its cap
+    is DispatcherReservedConcurrency, tests/template/test_template_hardening.py); it makes
     no retries, has no wake of its own, and may invoke exactly the allow-list's functions;
     every other function that makes tasks ready may wake it, and nothing else."""
     props = resources["DispatcherFunction"]["Properties"]
-    assert "ReservedConcurrentExecutions" not in props
+    assert props["ReservedConcurrentExecutions"]["Fn::If"][1] == {
+        "Ref": "DispatcherReservedConcurrency"}
     timeout = template["Parameters"][props["Timeout"]["Ref"]]
     assert 120 <= int(timeout["Default"]) <= int(timeout["MaxValue"]) <= 900
     assert props["EventInvokeConfig"]["MaximumRetryAttempts"] == 0

@@ -21,13 +21,18 @@ TTL = re.compile(r"\b(P?EXPIRE(AT)?|SETEX|PSETEX|GETEX)\b|['\"](EX|PX|EXAT|PXAT)
 # expire after their 15-minute window, and a full cache evicting them first loses chart data,
 # never a task.
 CHART_SCRIPTS = frozenset({"rate_add.lua", "rate_tenants.lua"})
+# A tenant's own limits on the HTTP API (logic/tenant_limits.py) expire too: an idle tenant
+# keeps nothing, and an evicted bucket or poll count loosens a limit for a moment, never
+# loses a task. They write only keys of the tenant's own hash tag, tq:{~<tenant>}.
+TENANT_LIMIT_SCRIPTS = frozenset({"tenant_requests.lua", "tenant_polls.lua"})
 
 
 def test_tierq_keys_carry_no_ttl() -> None:
     dal = resources.files("tierq.dal")
     sources = {entry.name: entry.read_text("utf-8")
                for entry in dal.joinpath("lua").iterdir()
-               if entry.name.endswith(".lua") and entry.name not in CHART_SCRIPTS}
+               if entry.name.endswith(".lua")
+               and entry.name not in CHART_SCRIPTS | TENANT_LIMIT_SCRIPTS}
     sources["warm_tier.py"] = dal.joinpath("warm_tier.py").read_text("utf-8")
     assert len(sources) > 10
     for name, text in sources.items():
@@ -74,3 +79,12 @@ def test_only_the_chart_counts_expire() -> None:
             if f'script_source("{name.removesuffix(".lua")}")' in text:
                 users[name].add(module)
     assert users == {name: {"throughput.py"} for name in CHART_SCRIPTS}
+
+
+def test_the_tenant_limit_scripts_write_only_the_tenants_own_keys() -> None:
+    lua = resources.files("tierq.dal").joinpath("lua")
+    for name in TENANT_LIMIT_SCRIPTS:
+        text = lua.joinpath(name).read_text("utf-8")
+        keys = re.findall(r"^-- KEYS\[\d\]\s+(\S+)", text, re.MULTILINE)
+        assert keys and all(key.startswith("tq:{~<tenant>}:") for key in keys), (name, keys)
+        assert "KEYS[2]" not in text, name

@@ -12,11 +12,33 @@ sent before the function's own timeout: a migration still running then is report
 With shards, each further shard's stack has a resource of its own that migrates that shard
 (its properties name it), and ``DbMigrations`` migrates every shard and puts them in service
 together; its answer's ``Shards`` is what the functions read as ``TIERQ_SHARD_NAMES``.
+
+A request is checked before anything is done with it (:func:`check_request`): whoever may
+invoke the function could otherwise send the owner's credentials to a host of its choosing,
+or have the answer PUT anywhere. Accepted are only:
+
+- a ``ResponseURL`` that is an https URL on CloudFormation's response bucket of this region,
+  ``cloudformation-custom-resource-response-<region without dashes>`` (a bucket name AWS
+  owns; the form with dashes is not), in one of S3's host forms (``<bucket>.s3.amazonaws.com``,
+  ``<bucket>.s3.<region>.amazonaws.com``, ``<bucket>.s3-<region>.amazonaws.com``, the
+  dual-stack one; ``.amazonaws.com.cn`` in China), port 443, no user part;
+- a further shard's request (``OwnerSecretArn``) naming a shard of ``TIERQ_SHARD_NAMES``
+  other than the default, the database ``DB_NAME``, and as ``Host`` exactly the endpoint
+  RDS reports for that shard's proxy (``TIERQ_SHARD_PROXY_PREFIX`` + the shard's name, the
+  name infra/shard.yaml gives it); the default shard is always reached at ``DB_HOST``, the
+  proxy the function was deployed with, whatever the request says.
+
+| the request | what is done | what is answered |
+| --- | --- | --- |
+| ResponseURL refused | nothing (an error logged) | nothing: a waiting stack times out |
+| Host, shard or database refused | nothing | FAILED, with the reason |
+| accepted | the migrations | SUCCESS, or FAILED |
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import urllib.error
@@ -24,6 +46,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -31,7 +54,12 @@ from tierq.aws.runtime import logger
 from tierq.config import Settings, get_settings
 from tierq.dal import connect
 from tierq.dal.migrate import ensure_app_login, migrate
-from tierq.dal.shards import check_names, directory_entries, shards_from_environment
+from tierq.dal.shards import (
+    check_names,
+    directory_entries,
+    parse_shard_names,
+    shards_from_environment,
+)
 
 PHYSICAL_RESOURCE_ID = "tierq-db-migrations"
 ANSWER_MARGIN_SECONDS = 15.0  # keep this much of the invocation for sending the answer
@@ -63,6 +91,91 @@ def answer(event: Mapping[str, Any], status: str, *, reason: str = "",
     return body
 
 
+RESPONSE_BUCKET_PREFIX = "cloudformation-custom-resource-response-"
+
+
+class Refused(Exception):
+    """A request this function does not act on; the message says why (no secret in it)."""
+
+
+def _s3_suffix(region: str) -> str:
+    return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+
+
+def response_url_problem(url: str, region: str | None) -> str | None:
+    """Why ``url`` is not CloudFormation's response URL for ``region`` (None when it is)."""
+    if not region:
+        return "the function's region (AWS_REGION) is not set"
+    try:
+        parts = urlsplit(str(url))
+        port = parts.port
+    except ValueError:
+        return "ResponseURL is not a URL"
+    if parts.scheme != "https":
+        return "ResponseURL is not https"
+    if parts.username is not None or parts.password is not None:
+        return "ResponseURL has a user part"
+    if port not in (None, 443):
+        return "ResponseURL names a port"
+    host = (parts.hostname or "").lower()
+    bucket = RESPONSE_BUCKET_PREFIX + region.replace("-", "")
+    suffix = _s3_suffix(region)
+    allowed = {f"{bucket}.s3.{suffix}", f"{bucket}.s3.{region}.{suffix}",
+               f"{bucket}.s3-{region}.{suffix}", f"{bucket}.s3.dualstack.{region}.{suffix}"}
+    if host not in allowed:
+        return (f"ResponseURL's host is not CloudFormation's response bucket of {region} "
+                f"({bucket} on S3)")
+    return None
+
+
+def _shard_proxy_endpoint(name: str) -> str | None:
+    """The endpoint RDS reports for the proxy named ``name`` (None: no such proxy)."""
+    import boto3  # type: ignore[import-untyped]  # (Lambda ships it; shards need it)
+
+    client = boto3.client("rds")
+    try:
+        proxies = client.describe_db_proxies(DBProxyName=name)["DBProxies"]
+    except client.exceptions.DBProxyNotFoundFault:
+        return None
+    return str(proxies[0]["Endpoint"]) if proxies else None
+
+
+def check_request(event: Mapping[str, Any], settings: Settings | None = None,
+                  environ: Mapping[str, str] | None = None,
+                  proxy_endpoint: Callable[[str], str | None] = _shard_proxy_endpoint) -> None:
+    """Refuse (``Refused``) a request whose resource properties name a host, shard or
+    database that is not this stack's (see the module's documentation)."""
+    env = os.environ if environ is None else environ
+    props = event.get("ResourceProperties") or {}
+    if not props.get("OwnerSecretArn"):
+        return  # every shard, at the hosts of the function's own environment
+    settings = settings or get_settings()
+    shard = str(props.get("Shard") or "")
+    names = parse_shard_names(env.get("TIERQ_SHARD_NAMES", "")) \
+        if env.get("TIERQ_SHARD_NAMES", "").strip() else []
+    if shard not in names[1:]:
+        raise Refused(f"Shard {shard!r} is not a further shard of this stack "
+                      f"(TIERQ_SHARD_NAMES)")
+    database = str(props.get("DbName") or settings.db_name)
+    if database != settings.db_name:
+        raise Refused(f"DbName {database!r} is not this stack's database")
+    prefix = env.get("TIERQ_SHARD_PROXY_PREFIX", "")
+    if not prefix:
+        raise Refused("TIERQ_SHARD_PROXY_PREFIX is not set: no shard's host can be checked")
+    host = str(props.get("Host") or "")
+    expected = proxy_endpoint(prefix + shard)
+    if expected is None or not re.fullmatch(r"[A-Za-z0-9.-]+", expected) \
+            or host.lower() != expected.lower():
+        raise Refused(f"Host is not the endpoint of shard {shard!r}'s proxy "
+                      f"({prefix}{shard})")
+
+
+def _put(request: urllib.request.Request, timeout: float) -> int:
+    """One PUT (its own function: the tests send it to a local server)."""
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return int(response.status)
+
+
 def send(url: str, body: Mapping[str, Any], *, attempts: int = SEND_ATTEMPTS,
          sleep: Callable[[float], None] = time.sleep) -> int:
     """PUT the answer to the pre-signed URL (retrying briefly); returns the HTTP status."""
@@ -72,8 +185,7 @@ def send(url: str, body: Mapping[str, Any], *, attempts: int = SEND_ATTEMPTS,
         put = urllib.request.Request(url, data=data, method="PUT",
                                      headers={"Content-Type": "", "Content-Length": str(len(data))})
         try:
-            with urllib.request.urlopen(put, timeout=10) as response:
-                return int(response.status)
+            return _put(put, 10)
         except (urllib.error.URLError, OSError) as exc:
             last = exc
             logger.warning("answering CloudFormation failed; retrying",
@@ -174,8 +286,26 @@ def _app_login(settings: Settings, url: str) -> None:
 
 def handle(event: Mapping[str, Any], context: InvocationContext,
            work: Callable[[Mapping[str, Any]], Migrated] = migrate_shards) -> dict[str, Any]:
-    """Do what the request asks and answer CloudFormation; returns the answer sent."""
+    """Do what the request asks and answer CloudFormation; returns the answer sent (or, for
+    a refused ResponseURL, the FAILED answer that could not be sent)."""
     request_type = event.get("RequestType")
+    problem = response_url_problem(str(event.get("ResponseURL") or ""),
+                                   os.environ.get("AWS_REGION"))
+    if problem is not None:
+        # no answer can go anywhere safe: nothing is done, and a stack (if one waits) fails
+        # at the resource's ServiceTimeout
+        logger.error("custom resource request refused: not answered",
+                     extra={"reason": problem, "request_type": request_type,
+                            "stack": str(event.get("StackId") or "")[:300]})
+        return answer(_keys_of(event), "FAILED", reason=problem)
+    try:
+        check_request(event)
+    except Refused as exc:
+        logger.error("custom resource request refused", extra={"reason": str(exc)})
+        body = answer(event, "FAILED", reason=f"refused: {exc}")
+        status = send(event["ResponseURL"], body)
+        logger.info("answered CloudFormation", extra={"status": "FAILED", "http": status})
+        return body
     try:
         if request_type == "Delete":
             body = answer(event, "SUCCESS", data={"Applied": "", "AppliedCount": 0})
@@ -201,3 +331,9 @@ def handle(event: Mapping[str, Any], context: InvocationContext,
     status = send(event["ResponseURL"], body)
     logger.info("answered CloudFormation", extra={"status": body["Status"], "http": status})
     return body
+
+
+def _keys_of(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields an answer copies, from an event that may lack them."""
+    return {**event, **{key: str(event.get(key) or "") for key in
+                        ("StackId", "RequestId", "LogicalResourceId")}}

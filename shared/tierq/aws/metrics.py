@@ -1,6 +1,11 @@
 """Queue metrics as CloudWatch EMF log lines (Powertools metrics), namespace ``Tierq``, one
 blob per queue with the dimension ``queue`` (Powertools adds ``service``).
 
+The dimension is a queue's name only for the queues an admin configured, at most 500
+(tierq.logic.metric_queues): every other queue counts under ``queue=~other``, so no name a
+tenant invents makes a new billed metric, and the template's alarms leave ``~other`` out.
+``count_queue`` / ``count_queues`` pick the value; ``count`` and ``queue_gauge`` take it.
+
 * Counts, per request: ``Enqueued``, ``Claimed``, ``Acked``, ``Nacked`` (retried or dead),
   ``Released`` (given back unfinished), ``DeadLettered`` (by a nack or by lease expiry in
   the reaper); from the dispatcher (push delivery to consumer functions): ``Dispatched``
@@ -29,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from tierq.aws.runtime import SERVICE
-from tierq.models import TenantCounts
+from tierq.logic.context import Context
 
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tierq")
 GAUGES = ("warm", "cold", "delayed", "leased", "dead")
@@ -41,8 +46,23 @@ def _blob(queue: str) -> EphemeralMetrics:
     return blob
 
 
+def count_queue(ctx: Context, queue: str, counts: Mapping[str, int]) -> None:
+    """Emit one queue's non-zero counters under its series (its name, or ``~other``)."""
+    count(ctx.metric_queues.series(ctx.store, queue), counts)
+
+
+def count_queues(ctx: Context, name: str, per_queue: Mapping[str, int]) -> None:
+    """Emit the counter ``name`` of several queues, summed by series (``~other`` once)."""
+    summed: dict[str, int] = defaultdict(int)
+    for queue, value in per_queue.items():
+        summed[ctx.metric_queues.series(ctx.store, queue)] += value
+    for series, value in sorted(summed.items()):
+        count(series, {name: value})
+
+
 def count(queue: str, counts: Mapping[str, int]) -> None:
-    """Emit non-zero counters (``{"Enqueued": 3}``) for one queue."""
+    """Emit non-zero counters (``{"Enqueued": 3}``) under the dimension value ``queue`` (a
+    series: ``count_queue`` picks it for a queue)."""
     values = {name: value for name, value in counts.items() if value}
     if not values:
         return
@@ -62,18 +82,6 @@ def shard_down(job: str, shards: Iterable[str]) -> None:
         blob.flush_metrics()
 
 
-def queue_gauges(rows: Iterable[TenantCounts]) -> dict[str, dict[str, float]]:
-    """Per-queue gauges summed over tenants; the oldest ready age is the maximum."""
-    per_queue: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(GAUGES, 0.0))
-    for row in rows:
-        gauges = per_queue[row.queue]
-        for name in GAUGES:
-            gauges[name] += getattr(row, name)
-        age = row.oldest_ready_age_seconds or 0.0
-        gauges["oldest_ready_age_seconds"] = max(gauges.get("oldest_ready_age_seconds", 0.0), age)
-    return dict(per_queue)
-
-
 def queue_gauge(queue: str, values: Mapping[str, float]) -> None:
     """Emit one queue's gauges (``warm`` … ``dead`` and ``oldest_ready_age_seconds``)."""
     blob = _blob(queue)
@@ -82,12 +90,3 @@ def queue_gauge(queue: str, values: Mapping[str, float]) -> None:
     blob.add_metric(name="OldestReadyAgeSeconds", unit=MetricUnit.Seconds,
                     value=values.get("oldest_ready_age_seconds", 0.0))
     blob.flush_metrics()
-
-
-def gauges(rows: Iterable[TenantCounts]) -> int:
-    """Emit the gauges of every queue of ``rows``; returns how many queues were reported.
-    (The reaper gauges only the queues with work: tierq.maintenance.gauges.)"""
-    per_queue = queue_gauges(rows)
-    for queue, values in per_queue.items():
-        queue_gauge(queue, values)
-    return len(per_queue)

@@ -10,8 +10,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
+from redis.credentials import CredentialProvider
 
 from tierq.config import Settings
+from tierq.dal.valkey_auth import iam_provider
 from tierq.extras import MissingExtraError
 
 SECRET_MAX_AGE_SECONDS = 300
@@ -111,3 +113,10 @@ def valkey_url(settings: Settings) -> str:
     if settings.valkey_url:
         return settings.valkey_url
     raise RuntimeError("set VALKEY_URL, e.g. redis://127.0.0.1:6379/0")
+
+
+def valkey_credentials(settings: Settings) -> CredentialProvider | None:
+    """The IAM credentials of tierq's ElastiCache user (``VALKEY_IAM_USER``), or None: then
+    a user and password, if any, come in ``VALKEY_URL`` (tierq.dal.valkey_auth)."""
+    return iam_provider(settings.valkey_iam_user, settings.valkey_cache_name,
+                        settings.valkey_iam_region)

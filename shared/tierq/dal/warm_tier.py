@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.credentials import CredentialProvider
 from redis.exceptions import (
     ClusterError,
     NoScriptError,
@@ -49,6 +50,8 @@ SCRIPTS = (
     "capacity_free",
     "capacity_extend",
     "capacity_use",
+    "tenant_requests",
+    "tenant_polls",
 )
 
 
@@ -94,6 +97,20 @@ class QueueKeys:
         """What the pool's entries hold (hash: the total, and each take's count and
         bitmap of units that left it; lua/capacity_pool.lua)."""
         return f"tq:{{{queue}}}:held:{pool}:counts"
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    """The keys of a tenant as a whole, across its queues: they share the hash tag
+    ``{~tenant}`` (``~`` starts no queue name, so no queue's tag is the same), one slot."""
+
+    requests: str  # the tenant's requests on the HTTP API (token bucket, tenant_requests.lua)
+    polls: str  # its long polls in flight (reservations by deadline, tenant_polls.lua)
+
+    @classmethod
+    def of(cls, tenant: str) -> TenantKeys:
+        tag = f"tq:{{~{tenant}}}:"
+        return cls(tag + "requests", tag + "polls")
 
 
 def reservation_of(token: str) -> str:
@@ -286,10 +303,14 @@ def _available() -> Iterator[None]:
         raise WarmTierFull() from exc
 
 
-def client_options(url: str) -> dict[str, Any]:
-    """Connection options of the Valkey client for ``url``."""
+def client_options(url: str, credential_provider: CredentialProvider | None = None
+                   ) -> dict[str, Any]:
+    """Connection options of the Valkey client for ``url``; ``credential_provider``: the
+    user and password of each new connection (ElastiCache IAM tokens, dal/valkey_auth.py)."""
     options: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5,
                                "health_check_interval": 30}
+    if credential_provider is not None:
+        options["credential_provider"] = credential_provider
     if url.startswith("rediss://"):
         # TLS (ElastiCache Serverless always): verify the chain and the host name, whatever
         # the installed redis-py's defaults (before 6.0 it skipped the host name)
@@ -311,8 +332,9 @@ class WarmTier:
         self.throughput: ThroughputCounts = ThroughputCounts(self)
 
     @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False) -> WarmTier:
-        options = client_options(url)
+    def from_url(cls, url: str, *, cluster: bool = False,
+                 credential_provider: CredentialProvider | None = None) -> WarmTier:
+        options = client_options(url, credential_provider)
         if cluster:
             return cls(RedisCluster.from_url(url, **options))
         return cls(redis.Redis.from_url(url, **options))
@@ -385,6 +407,23 @@ class WarmTier:
             if isinstance(self.client, RedisCluster):  # routes the call by its key's slot
                 return self.client.execute_command(*args)
         raise AssertionError("a single server's client always has its direct calls")
+
+    # -- a tenant's own limits on the HTTP API (logic/tenant_limits.py) ---------------
+
+    def tenant_request(self, tenant: str, *, rate: float, burst: int) -> int:
+        """Take one token of the tenant's request bucket: 0, or the ms until one."""
+        keys = TenantKeys.of(tenant)
+        return int(self._run("tenant_requests", [keys.requests], [repr(float(rate)), burst]))
+
+    def tenant_poll_begin(self, tenant: str, *, cap: int, reservation: str,
+                          hold_ms: int) -> bool:
+        """Take a place among the tenant's ``cap`` long polls for up to ``hold_ms``."""
+        keys = TenantKeys.of(tenant)
+        return int(self._run("tenant_polls", [keys.polls], [cap, reservation, hold_ms])) == 1
+
+    def tenant_poll_end(self, tenant: str, reservation: str) -> None:
+        """Give the place back (one command: an expired one is gone already)."""
+        self._command("ZREM", TenantKeys.of(tenant).polls, reservation)
 
     # -- admission ---------------------------------------------------------------------
 

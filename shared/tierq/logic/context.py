@@ -15,6 +15,7 @@ from tierq.dal.postgres import Database
 from tierq.dal.store.rows import QueueSettingsRow
 from tierq.dal.task_store import TaskStore
 from tierq.dal.warm_tier import WarmTier
+from tierq.logic.metric_queues import MetricQueues
 from tierq.logic.pairs import refresh_seconds, register_pairs
 from tierq.models.queues import BackoffSettings, ConsumerSettings, QueueSettings, RateLimit
 
@@ -199,6 +200,8 @@ class Context:
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
     # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)
     id_tag: int | None = None
+    # the queues whose metrics carry their name (logic/metric_queues.py)
+    metric_queues: MetricQueues = field(default_factory=MetricQueues)
 
     def __post_init__(self) -> None:
         self.store = TaskStore(self.db)

@@ -39,6 +39,7 @@ def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> Queue
         **_limit_changes(update),
     )
     ctx.queue_settings.invalidate(queue)
+    ctx.metric_queues.forget()  # (a configured queue may now have its own metrics)
     return ctx.queue_settings.get(queue)
 
 

@@ -12,6 +12,11 @@ A round may take several passes: each pass stops once its time budget is spent, 
 next goes on after the last pair counted (a queue whose pairs span two passes is summed
 across them). What a process remembers between passes is a :class:`GaugeRound`; a new
 process starts with an empty one (it knows no previous round, so it has no zeros to send).
+
+A queue is emitted under its own name only when an admin configured it (at most 500:
+tierq.logic.metric_queues); every other queue's counts are summed over the round and
+emitted once at its end as ``~other`` (the oldest ready age: their maximum), which then
+empties and gets its zeros like any queue.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 
 from tierq.logic import pairs
 from tierq.logic.context import Context
+from tierq.logic.metric_queues import OTHER
 from tierq.logic.queues import pair_counts
 from tierq.models import TenantCounts
 
@@ -48,6 +54,8 @@ class GaugeRound:
     began_at: float | None = None
     last_began_at: float | None = None
     partial: dict[str, QueueValues] = field(default_factory=dict)
+    # the round's sums of the queues without series of their own (emitted as ~other)
+    other: QueueValues | None = None
     gauged_now: set[str] = field(default_factory=set)
     gauged_before: set[str] = field(default_factory=set)
     # held by the pass under way: overlapping invocations in one process (the local stack
@@ -93,7 +101,7 @@ def walk_round(ctx: Context, state: GaugeRound, emit: Emit, summary: GaugeSummar
     limit = slice_size or ctx.settings.maintenance_slice
     if not state.under_way:
         state.under_way, state.began_at, state.cursor = True, now, pairs.START
-        state.partial, state.gauged_now = {}, set()
+        state.partial, state.gauged_now, state.other = {}, set(), None
     while True:
         after = state.cursor
         chunk = ctx.store.walk_gauge_pairs(after, limit)
@@ -107,10 +115,18 @@ def walk_round(ctx: Context, state: GaugeRound, emit: Emit, summary: GaugeSummar
         # the slice's last queue may have more pairs in the next slice: it waits for them
         open_queue = None if at_end else state.cursor[0]
         for queue in sorted(q for q in state.partial if q != open_queue):
-            emit(queue, state.partial.pop(queue))
+            values = state.partial.pop(queue)
+            if ctx.metric_queues.series(ctx.store, queue) != queue:
+                state.other = merge(state.other or zeros(), values)
+                continue
+            emit(queue, values)
             state.gauged_now.add(queue)
             summary.gauged += 1
         if at_end:
+            if state.other is not None:
+                emit(OTHER, state.other)
+                state.gauged_now.add(OTHER)
+                summary.gauged += 1
             finish(state, emit, summary)
             return
         if budget.spent:
@@ -124,6 +140,14 @@ def add(values: QueueValues, row: TenantCounts) -> None:
     values[OLDEST] = max(values[OLDEST], row.oldest_ready_age_seconds or 0.0)
 
 
+def merge(total: QueueValues, values: QueueValues) -> QueueValues:
+    """``values`` added into ``total`` (the oldest ready age: the maximum)."""
+    for name in GAUGES:
+        total[name] += values[name]
+    total[OLDEST] = max(total[OLDEST], values[OLDEST])
+    return total
+
+
 def finish(state: GaugeRound, emit: Emit, summary: GaugeSummary) -> None:
     """End of a round: the queues gauged last round and not in this one have emptied; they
     get their zeros now, and are forgotten (not gauged again until they have rows)."""
@@ -132,5 +156,5 @@ def finish(state: GaugeRound, emit: Emit, summary: GaugeSummary) -> None:
         summary.zeroed += 1
     state.gauged_before, state.gauged_now = state.gauged_now, set()
     state.last_began_at, state.began_at = state.began_at, None
-    state.under_way, state.cursor = False, pairs.START
+    state.under_way, state.cursor, state.other = False, pairs.START, None
     summary.completed = True

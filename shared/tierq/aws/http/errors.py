@@ -27,7 +27,13 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import ConfigDict, Field
 
 from tierq.aws.runtime import logger
-from tierq.errors import DatabaseTimedOut, MalformedRequest, TierqError, Unavailable
+from tierq.errors import (
+    DatabaseTimedOut,
+    MalformedRequest,
+    TierqError,
+    TooManyRequests,
+    Unavailable,
+)
 from tierq.models.base import Model
 
 # Where a parameter came from, as Powertools puts it first in an error's location.
@@ -67,16 +73,17 @@ _DESCRIPTIONS: dict[int, str] = {
          "request still runs; retry), quota_exceeded (a per-tenant limit)",
     413: "Payload too large",
     422: "Invalid input; nothing was written",
-    429: "Too many requests",
+    429: "too_many_requests: the caller's tenant is over its requests a second or its long "
+         "polls in flight (TIERQ_TENANT_*); retry after the Retry-After header",
     503: "A backing store is not answering, or did not finish in time (a statement or "
          "lock timeout); retry after the Retry-After header",
 }
 
 
 def error_responses(*codes: int) -> dict[int, OpenAPIResponse]:
-    """OpenAPI ``responses`` entries for the given error statuses (plus 400/422/503, which
-    any route can return)."""
-    wanted = sorted({400, 422, 503, *codes})
+    """OpenAPI ``responses`` entries for the given error statuses (plus 400/422/429/503,
+    which any route can return; 429 to tenant callers)."""
+    wanted = sorted({400, 422, 429, 503, *codes})
     return {
         code: {
             "description": _DESCRIPTIONS.get(code, HTTPStatus(code).phrase),
@@ -127,6 +134,8 @@ def error_response(exc: TierqError) -> Response:
     if isinstance(exc, Unavailable):
         headers["Retry-After"] = str(exc.retry_after)
         exc = public_unavailable(exc)
+    elif isinstance(exc, TooManyRequests):
+        headers["Retry-After"] = str(exc.retry_after)
     return json_response(exc.status, exc.to_body(), headers)
 
 

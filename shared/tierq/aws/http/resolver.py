@@ -34,7 +34,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 import tierq
-from tierq.aws.http import access, errors, request
+from tierq.aws.http import access, errors, limits, request
 from tierq.aws.http.routes import FUNCTION_ROUTERS
 from tierq.aws.runtime import logger
 from tierq.core import sizing
@@ -287,6 +287,10 @@ class TierqResolver(APIGatewayHttpResolver):
             return _raw_response(exc.status, exc.to_body())
         request.bind(proxy, caller)
         try:
+            # a tenant over its own rate is answered 429 before anything else is done
+            limited = limits.over_rate(caller, f"{proxy.http_method} {proxy.path}")
+            if limited is not None:
+                return limited
             rejected = precheck_body(proxy)
             if rejected is not None:
                 return rejected

@@ -78,8 +78,10 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
     def stopping() -> bool:
         return context is not None and context.get_remaining_time_in_millis() <= safety * 1000
 
+    series_ctx = first.ctx  # (every shard holds the queues' settings)
     for dispatcher in dispatchers.values():
-        dispatcher.sink = metrics.count
+        # a queue's counts under its series: its name if an admin configured it, else ~other
+        dispatcher.sink = lambda queue, counts: metrics.count_queue(series_ctx, queue, counts)
         dispatcher.began = started
         dispatcher.finish_by = finish_by
         dispatcher.start_until = start_until

@@ -28,6 +28,7 @@ from tierq.aws.scheduled.shards import (
 )
 from tierq.dal.postgres import scoped_timeouts
 from tierq.engine import Tierq
+from tierq.logic.context import Context
 from tierq.maintenance import gauges, registry
 from tierq.maintenance.reaper import ReaperConfig, ReaperSummary
 from tierq.sharded import ShardedTierq
@@ -154,7 +155,7 @@ class ReaperTick:
             state = self.gauge_round if self.gauge_round is not None \
                 else gauge_round_of(current)
             out, summary = self.one_pass(current, state, metrics.queue_gauge)
-            count_dead(summary.dead_by_queue)
+            count_dead(current.ctx, summary.dead_by_queue)
             return out
         combined = shard_gauges_of(current)
         budget = current.engines[current.default].job_config("reaper").budget_seconds
@@ -168,7 +169,7 @@ class ReaperTick:
             forget_homes(shard, summary)
             for queue, n in summary.dead_by_queue.items():
                 dead[queue] = dead.get(queue, 0) + n
-        count_dead(dead)
+        count_dead(current.engines[current.default].ctx, dead)
         out = merge_summaries(out for out, _ in passes.values())
         out["gauged_queues"], out["zeroed_queues"] = gauged, zeroed
         out["shards_down"] = shards_down(results)
@@ -204,10 +205,9 @@ class ReaperTick:
         return out, summary
 
 
-def count_dead(dead_by_queue: Mapping[str, int]) -> None:
-    """Lease expiries that dead-lettered, per queue (``DeadLettered``)."""
-    for queue, dead in dead_by_queue.items():
-        metrics.count(queue, {"DeadLettered": dead})
+def count_dead(ctx: Context, dead_by_queue: Mapping[str, int]) -> None:
+    """Lease expiries that dead-lettered, per queue's series (``DeadLettered``)."""
+    metrics.count_queues(ctx, "DeadLettered", dead_by_queue)
 
 
 # Jobs whose tick does more than a pass (AWS metrics); every other job's is a JobTick.

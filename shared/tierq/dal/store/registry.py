@@ -90,6 +90,11 @@ class RegistryQueries(StoreBase):
         """Every queue with settings or tasks, by name."""
         return self._fetch("known_queues", None, scalar_row)
 
+    def metric_queues(self, limit: int) -> list[str]:
+        """The configured queues whose metrics carry their name: the first ``limit`` by
+        when their settings were first stored."""
+        return self._fetch("metric_queues", {"limit": limit}, scalar_row)
+
     def queue_known(self, queue: str, tenant: str | None) -> bool:
         """Whether the queue has settings or has had tasks (of ``tenant``, if given)."""
         [known] = self._fetch("queue_known", {"queue": queue, "tenant": tenant}, scalar_row)

@@ -66,7 +66,7 @@ def _status(state_dir: Path) -> int:
             answering.add(service.kind)
         kept = "  kept by `up`" if service.keep_marker.exists() else ""
         health = "up" if up else "NOT ANSWERING"
-        print(f"{label:<13} private  {health}  pid {pid}  {service.url}{kept}")
+        print(f"{label:<13} private  {health}  pid {pid}  {redact(service.url)}{kept}")
     return 0 if answering == {"postgres", "valkey"} else 1
 
 

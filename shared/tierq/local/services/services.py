@@ -132,7 +132,7 @@ def _external_or_none(
 def _start_or_reuse(service: PrivateService) -> PrivateService:
     pid = service.pid
     if pid is not None and service.is_up():
-        say(f"reusing private {service.kind} (pid {pid}) at {service.url}")
+        say(f"reusing private {service.kind} (pid {pid}) at {redact(service.url)}")
     elif pid is None:
         # A fresh server belongs to whoever starts it now, whatever an earlier `up` said.
         service.keep_marker.unlink(missing_ok=True)
@@ -205,6 +205,6 @@ def stop_private_services(state_dir: Path | None = None) -> list[str]:
             pid = service.pid
             if pid is not None:
                 service._stop()
-                stopped.append(f"{service.kind} (pid {pid}, {service.url})")
+                stopped.append(f"{service.kind} (pid {pid}, {redact(service.url)})")
             service.keep_marker.unlink(missing_ok=True)
     return stopped

@@ -10,22 +10,37 @@ kernel's usual ephemeral range, with both ports free.
 
 ``VALKEY_URL`` names the first node; a cluster client learns the others from it
 (``VALKEY_CLUSTER=true``). ``flush_all_nodes`` empties every master: the whole cache lost.
+
+Like ElastiCache with tierq's user group, the cluster refuses clients that do not
+authenticate: its ``default`` user is off, and an ACL file (``users.acl``, hashed passwords)
+defines two users whose passwords are made at the cluster's first start and kept in
+``credentials.json`` (mode 0600) under its folder:
+
+| user | access | used by |
+| --- | --- | --- |
+| ``tierq`` | ``valkey_auth.ACCESS_STRING`` (the template's) | ``url``, ``urls`` (``VALKEY_URL``) |
+| ``tierq-admin`` | every key and command | ``admin_url``: forming, flushing, stopping |
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 from redis.cluster import RedisCluster
 
+from tierq.dal.valkey_auth import ACCESS_STRING
 from tierq.local.services.install import require_valkey_binary
 from tierq.local.services.process import (
     STOP_TIMEOUT,
@@ -44,6 +59,8 @@ from tierq.local.services.server import PrivateService
 from tierq.local.services.valkey import server_pid
 
 __all__ = [
+    "ADMIN_USER",
+    "APP_USER",
     "BUS_PORT_OFFSET",
     "MAX_NODE_PORT",
     "PrivateValkeyCluster",
@@ -61,11 +78,26 @@ MAX_NODE_PORT = 65535 - BUS_PORT_OFFSET
 NODE_PORT_RANGE = (20000, 32767)
 NODE_TIMEOUT_MS = 5000
 PORT_ATTEMPTS = 5
+APP_USER = "tierq"
+ADMIN_USER = "tierq-admin"
 
 
-def _client(port: int, timeout: float = 2.0) -> redis.Redis:
+def _client(port: int, timeout: float = 2.0,
+            credentials: tuple[str, str] | None = None) -> redis.Redis:
+    user, password = credentials if credentials is not None else (None, None)
     return redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=timeout,
-                       socket_timeout=timeout)
+                       socket_timeout=timeout, username=user, password=password)
+
+
+def acl_file_text(passwords: dict[str, str]) -> str:
+    """The nodes' ACL file: ``default`` off (a client must authenticate), tierq's user with
+    the deployment's access string, an admin with everything; passwords stored hashed."""
+    def hashed(user: str) -> str:
+        return "#" + hashlib.sha256(passwords[user].encode()).hexdigest()
+
+    return (f"user default off resetpass -@all\n"
+            f"user {APP_USER} on {hashed(APP_USER)} {ACCESS_STRING.removeprefix('on ')}\n"
+            f"user {ADMIN_USER} on {hashed(ADMIN_USER)} ~* &* +@all\n")
 
 
 def _info(client: redis.Redis, section: str) -> dict[str, object]:
@@ -73,11 +105,13 @@ def _info(client: redis.Redis, section: str) -> dict[str, object]:
 
 
 def cluster_enabled(url: str, timeout: float = 3.0) -> bool:
-    """Whether the server at ``url`` runs in cluster mode (``INFO cluster``)."""
+    """Whether the server at ``url`` runs in cluster mode (``CLUSTER INFO``, which tierq's
+    ACL user may send, unlike ``INFO``; a server without cluster support refuses it)."""
     client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     try:
-        return bool(int(str(_info(client, "cluster").get("cluster_enabled", 0))))
-    except redis.ResponseError:  # INFO refused (an ACL): not a server we could tell apart
+        client.execute_command("CLUSTER", "INFO")
+        return True
+    except redis.ResponseError:  # cluster support disabled (or refused): not a cluster
         return False
     finally:
         client.close()
@@ -100,9 +134,20 @@ def cluster_nodes(url: str) -> list[str]:
 
 def flush_all_nodes(url: str) -> None:
     """FLUSHALL on every master of the cluster ``url`` names a node of: the whole cache
-    lost at once, as when a cache is replaced."""
+    lost at once, as when a cache is replaced. A user that may not FLUSHALL (tierq's own,
+    ``-@dangerous``) deletes every key it can see instead, one at a time (a cluster refuses
+    keys of several slots in one command)."""
     with _cluster_client(url) as client:
-        client.flushall(target_nodes=RedisCluster.PRIMARIES)
+        try:
+            client.flushall(target_nodes=RedisCluster.PRIMARIES)
+        except redis.exceptions.NoPermissionError:
+            for node in client.get_primaries():
+                direct = node.redis_connection
+                keys = list(direct.scan_iter(count=1000))
+                pipe = direct.pipeline(transaction=False)
+                for key in keys:
+                    pipe.unlink(key)
+                pipe.execute()
 
 
 def _pick_ports(count: int, avoid: set[int]) -> list[int]:
@@ -162,6 +207,40 @@ class PrivateValkeyCluster(PrivateService):
         self.nodes = [_Node(self.root, i) for i in range(masters)]
         self.ports: list[int] = self._saved_ports()
         self.port = self.ports[0] if self.ports else None
+        self.credentials_file = self.root / "credentials.json"
+        self.acl_file = self.root / "users.acl"
+
+    # -- users
+
+    def passwords(self) -> dict[str, str]:
+        """Each user's password: the cluster's own, made when it first starts."""
+        try:
+            saved = json.loads(self.credentials_file.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        if isinstance(saved, dict) and {APP_USER, ADMIN_USER} <= set(saved):
+            return {user: str(saved[user]) for user in (APP_USER, ADMIN_USER)}
+        made = {user: secrets.token_urlsafe(24) for user in (APP_USER, ADMIN_USER)}
+        make_dirs(self.root)
+        descriptor = os.open(self.credentials_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                             0o600)
+        with os.fdopen(descriptor, "w") as out:
+            json.dump(made, out)
+        return made
+
+    def _credentials(self, user: str) -> tuple[str, str]:
+        return user, self.passwords()[user]
+
+    def _admin(self, port: int, timeout: float = 2.0) -> redis.Redis:
+        return _client(port, timeout, self._credentials(ADMIN_USER))
+
+    def admin_client(self, port: int, timeout: float = 2.0) -> redis.Redis:
+        """A client of one node as the admin user (every command)."""
+        return self._admin(port, timeout)
+
+    def _url(self, port: int | None, user: str) -> str:
+        name, password = self._credentials(user)
+        return f"redis://{quote(name, safe='')}:{quote(password, safe='')}@127.0.0.1:{port}/0"
 
     # -- addresses
 
@@ -175,12 +254,18 @@ class PrivateValkeyCluster(PrivateService):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The first node, as tierq's user (with its password)."""
+        return self._url(self.port, APP_USER)
+
+    @property
+    def admin_url(self) -> str:
+        """The first node, as the admin user."""
+        return self._url(self.port, ADMIN_USER)
 
     @property
     def urls(self) -> list[str]:
-        """One URL per master."""
-        return [f"redis://127.0.0.1:{port}/0" for port in self.ports]
+        """One URL per master, as tierq's user."""
+        return [self._url(port, APP_USER) for port in self.ports]
 
     # -- process
 
@@ -202,7 +287,7 @@ class PrivateValkeyCluster(PrivateService):
         if len(self.ports) != self.masters:
             return "no ports recorded"
         for port in self.ports:
-            client = _client(port)
+            client = self._admin(port)
             try:
                 info = _info(client, "cluster")
                 if str(info.get("cluster_enabled")) != "1":
@@ -230,6 +315,9 @@ class PrivateValkeyCluster(PrivateService):
         self._stop()
         binary = require_valkey_binary()
         make_dirs(self.root)
+        descriptor = os.open(self.acl_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(acl_file_text(self.passwords()))
         started = time.monotonic()
         self.ports = self._start_nodes(binary)
         self.port = self.ports[0]
@@ -272,6 +360,7 @@ class PrivateValkeyCluster(PrivateService):
             [binary, "--port", str(port), "--bind", "127.0.0.1",
              "--cluster-enabled", "yes", "--cluster-config-file", node.config_file,
              "--cluster-node-timeout", str(self.node_timeout_ms),
+             "--aclfile", self.acl_file,
              "--save", "", "--appendonly", "no", "--dir", node.dir,
              "--daemonize", "yes", "--pidfile", node.pid_file, "--logfile", node.log_file],
             what=binary.name, check=False, cwd=node.dir, timeout=self.start_timeout)
@@ -284,7 +373,7 @@ class PrivateValkeyCluster(PrivateService):
             if pid is not None:
                 # the pid file exists once the server listens; check that the server
                 # answering is this one, not another's that holds the port
-                client = _client(port)
+                client = self._admin(port)
                 try:
                     answered = int(str(_info(client, "server").get("process_id")))
                     if answered == pid:
@@ -305,7 +394,7 @@ class PrivateValkeyCluster(PrivateService):
         for index, port in enumerate(self.ports):
             first = index * share
             last = HASH_SLOTS - 1 if index == self.masters - 1 else first + share - 1
-            client = _client(port, timeout=10.0)
+            client = self._admin(port, timeout=10.0)
             try:
                 # distinct epochs, as `redis-cli --cluster create` sets them
                 client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", index + 1)
@@ -317,7 +406,7 @@ class PrivateValkeyCluster(PrivateService):
                 client.close()
         # every pair meets directly: the cluster is whole sooner than by gossip alone
         for index, port in enumerate(self.ports[:-1]):
-            client = _client(port, timeout=10.0)
+            client = self._admin(port, timeout=10.0)
             try:
                 for other in self.ports[index + 1:]:
                     client.execute_command("CLUSTER", "MEET", "127.0.0.1", other)
@@ -364,7 +453,7 @@ class PrivateValkeyCluster(PrivateService):
     def flush_all(self) -> None:
         """FLUSHALL on every master."""
         for port in self.ports:
-            client = _client(port, timeout=10.0)
+            client = self._admin(port, timeout=10.0)
             try:
                 client.flushall()
             finally:

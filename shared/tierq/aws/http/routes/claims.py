@@ -22,7 +22,7 @@ from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
-from tierq.logic import claim_replay
+from tierq.logic import claim_replay, tenant_limits
 from tierq.logic import idempotency as keys
 from tierq.logic.idempotency import Kept, ValkeyClaim
 from tierq.models import ClaimRequest
@@ -87,7 +87,9 @@ def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
                 "leases are still held, with the same tokens, and leases nothing more. "
                 "When the queue's limits (max_leased, rate, tenant_max_leased, tenant_rate) "
                 "allow fewer tasks than max, the answer holds what they allow (possibly "
-                "none) and retry_after_ms; a long poll waits for capacity.",
+                "none) and retry_after_ms; a long poll waits for capacity. A tenant caller "
+                "holds at most TIERQ_TENANT_LONG_POLLS long polls at once: one more is 429 "
+                "too_many_requests with Retry-After.",
     operation_id="claimTasks",
     tags=["leases"],
     responses=responses("The claimed tasks, in claim order.", 403, 409),
@@ -101,6 +103,17 @@ def claim_tasks(
     tenant = request.check_tenant(claim.tenant)
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
+    pinned = request.pinned_tenant()
+    if pinned is None or claim.wait_seconds <= 0:
+        return _claim(queue, claim, idempotency_key)
+    # a tenant's long polls hold a function each for up to 20 s: its own cap comes first
+    # (429), before the claim function's reserved concurrency (5xx for everyone)
+    with tenant_limits.long_poll(default_engine().ctx, pinned):
+        return _claim(queue, claim, idempotency_key)
+
+
+def _claim(queue: str, claim: ClaimRequest,
+           idempotency_key: str | None) -> Response[ClaimResults]:
     tierq = engine()
     record: ValkeyClaim | None = None
     if idempotency_key is not None:
@@ -128,7 +141,7 @@ def claim_tasks(
             record.abandon()  # nothing leased (the claim gave back what it popped)
         raise
     try:
-        metrics.count(queue, {"Claimed": len(tasks)})
+        metrics.count_queue(default_engine().ctx, queue, {"Claimed": len(tasks)})
         results = ClaimResults(tasks=tasks, retry_after_ms=outcome.retry_after_ms)
         if record is not None:
             record.finish(claim_replay.record_of(tasks),

@@ -18,7 +18,7 @@ from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import EnqueueBody, TaskBatch
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import engine, on_shard
+from tierq.aws.runtime import default_engine, engine, on_shard
 from tierq.dal.postgres import Row
 from tierq.errors import InvalidInput, TierqError
 from tierq.logic import enqueue as enqueue_logic
@@ -104,7 +104,8 @@ def enqueue_tasks(
                                                                   claim))
         except TierqError as exc:
             raise _single_names(exc) if single else exc from None
-        metrics.count(queue, {"Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
+        metrics.count_queue(default_engine().ctx, queue, {
+            "Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
         return EnqueueResults(tasks=outcomes)
 
     def combine(parts: dict[str, EnqueueResults]) -> EnqueueOutcome | EnqueueResults:

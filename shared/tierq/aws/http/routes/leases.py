@@ -20,7 +20,7 @@ from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import engine
+from tierq.aws.runtime import default_engine, engine
 from tierq.core.ids import tenant_of_token
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.models import (
@@ -86,7 +86,7 @@ def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()],
         mine, rejected = pinned_items(body.acks)
         result = engine().ack(queue, mine) if mine else AckResult()
         result.rejected.extend(rejected)
-        metrics.count(queue, {"Acked": len(result.acked)})
+        metrics.count_queue(default_engine().ctx, queue, {"Acked": len(result.acked)})
         return result
 
     return idempotency.in_valkey("ack", queue, idempotency_key, work)
@@ -108,7 +108,7 @@ def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()],
         mine, rejected = pinned_items(body.nacks)
         result = engine().nack(queue, mine) if mine else NackResult()
         result.rejected.extend(rejected)
-        metrics.count(queue, {
+        metrics.count_queue(default_engine().ctx, queue, {
             "Nacked": len(result.retried) + len(result.dead),
             "DeadLettered": len(result.dead),
         })
@@ -134,7 +134,8 @@ def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()],
         mine, rejected = pinned_items(body.releases)
         result = engine().release(queue, mine) if mine else ReleaseResult()
         result.rejected.extend(rejected)
-        metrics.count(queue, {"Released": len(result.released)})
+        metrics.count_queue(default_engine().ctx, queue,
+                            {"Released": len(result.released)})
         return result
 
     return idempotency.in_valkey("release", queue, idempotency_key, work)

@@ -351,6 +351,12 @@ UNION
 SELECT queue FROM tierq_queue_tenants
 ORDER BY queue;
 
+-- name: metric_queues
+-- The queues whose CloudWatch metrics and alarms carry their own name (logic/metric_queues.py):
+-- those an admin configured (a settings row, never a name a tenant merely used), the first
+-- `limit` by when their settings were first stored, so a queue keeps its series once it has it.
+SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
+
 -- name: task_by_id
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,

@@ -1,0 +1,94 @@
+"""tierq's ElastiCache user authenticates with IAM tokens: a SigV4 pre-signed ``connect``
+request for the serverless cache, signed with the role's credentials, handed to each new
+connection (tierq.dal.valkey_auth). The tokens are built here as ElastiCache documents them;
+checking one takes ElastiCache itself (the local cluster checks passwords: tests/cluster)."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from botocore.credentials import Credentials
+from pydantic import ValidationError
+
+from tierq.config import Settings
+from tierq.dal import connect
+from tierq.dal.valkey_auth import (
+    TOKEN_REUSE_SECONDS,
+    ElastiCacheIAMProvider,
+    iam_provider,
+)
+from tierq.dal.warm_tier import WarmTier, client_options
+
+KEYS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def provider(clock: Clock | None = None) -> ElastiCacheIAMProvider:
+    return ElastiCacheIAMProvider("tierq-3f2a1b4c-app", "tierq-dev-valkey", "eu-west-1",
+                                  credentials=lambda: KEYS, clock=clock or Clock())
+
+
+def test_a_token_is_a_presigned_connect_request_for_the_serverless_cache() -> None:
+    user, token = provider().get_credentials()
+    assert user == "tierq-3f2a1b4c-app"
+    assert not token.startswith("https://")  # ElastiCache takes it without the scheme
+    parts = urlsplit(f"https://{token}")
+    assert parts.hostname == "tierq-dev-valkey" and parts.path == "/"
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    assert query["Action"] == "connect"
+    assert query["User"] == user  # the user's id, which IAM auth needs equal to its name
+    assert query["ResourceType"] == "ServerlessCache"
+    assert query["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert query["X-Amz-Expires"] == "900"  # 15 minutes, ElastiCache's most
+    assert query["X-Amz-Credential"].startswith("AKIDEXAMPLE/")
+    assert query["X-Amz-Credential"].endswith("/eu-west-1/elasticache/aws4_request")
+    assert query["X-Amz-Security-Token"] == "session-token"
+    assert len(query["X-Amz-Signature"]) == 64
+
+
+def test_a_token_is_reused_for_new_connections_then_signed_again() -> None:
+    clock = Clock()
+    iam = provider(clock)
+    first = iam.get_credentials()
+    clock.now += TOKEN_REUSE_SECONDS - 1
+    assert iam.get_credentials() == first
+    clock.now += 2
+    # (signed again: a new X-Amz-Date once the wall clock moved, the same user)
+    again = iam.get_credentials()
+    assert again[0] == first[0] and "X-Amz-Signature=" in again[1]
+
+
+def test_settings_name_the_user_the_cache_and_the_region() -> None:
+    assert connect.valkey_credentials(Settings(valkey_url="rediss://c:6379/0")) is None
+    settings = Settings(valkey_url="rediss://c:6379/0", valkey_iam_user="tierq-x-app",
+                        valkey_cache_name="tierq-dev-valkey", valkey_iam_region="eu-west-1")
+    made = connect.valkey_credentials(settings)
+    assert isinstance(made, ElastiCacheIAMProvider)
+    assert (made.user, made.cache_name, made.region) == ("tierq-x-app", "tierq-dev-valkey",
+                                                         "eu-west-1")
+    with pytest.raises(ValidationError, match="VALKEY_CACHE_NAME"):
+        Settings(valkey_iam_user="tierq-x-app")
+    # the region: the setting, else Lambda's AWS_REGION, else AWS_DEFAULT_REGION
+    found = iam_provider("u", "c", None, {"AWS_DEFAULT_REGION": "us-west-2"})
+    assert found is not None and found.region == "us-west-2"
+    with pytest.raises(ValueError, match="region"):
+        iam_provider("u", "c", None, {})
+
+
+def test_the_warm_tiers_client_asks_the_provider_for_its_connections() -> None:
+    iam = provider()
+    assert client_options("rediss://c:6379/0", iam)["credential_provider"] is iam
+    assert "credential_provider" not in client_options("rediss://c:6379/0")
+    tier = WarmTier.from_url("rediss://cache.example.internal:6379/0", credential_provider=iam)
+    try:
+        assert tier.client.connection_pool.connection_kwargs["credential_provider"] is iam
+    finally:
+        tier.close()
