@@ -87,10 +87,12 @@ class OutcomeRow(NamedTuple):
 
 
 class PromotedRow(NamedTuple):
-    """A cold task marked warm, ready to push: its id, ready-set score and blob."""
+    """A cold task marked warm, ready to push: its id, priority and seq (its place in the
+    ready set: core/ordering.py) and blob."""
 
     id: str
-    score: int
+    priority: int
+    seq: int
     blob: str
 
 
@@ -263,6 +265,8 @@ class PendingOccurrence(NamedTuple):
     queue: str
     tenant: str
     state: LiveState
+    priority: int
+    seq: int  # (with the priority, its place in a ready set: core/ordering.py)
 
 
 class LiveOccurrence(NamedTuple):
