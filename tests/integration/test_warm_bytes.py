@@ -260,7 +260,7 @@ def test_a_replace_while_valkey_is_full_never_hands_out_the_old_data(
     valkey_full(True)
     out = tq.enqueue("r", [{"payload": "new", "key": "a", "on_conflict": "replace"}])
     assert out[0].outcome == "updated"
-    assert not valkey.zscore(PairKeys.of("r", "_").ready, str(out[0].id))  # left the warm tier
+    assert not tq.ctx.warm.is_ready("r", "_", str(out[0].id))  # left the warm tier
     assert count_state(pg, "r", "cold") == 1
     valkey_full(False)
     payloads = []
