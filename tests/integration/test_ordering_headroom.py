@@ -128,6 +128,7 @@ def test_a_warm_tier_written_by_the_previous_version_keeps_its_order(
     goes back to its own, and the reconciler re-pushes nothing."""
     clock = OffsetClock()
     tq = make_tq(clock=clock, warm_max=100)
+    task_seq(513)  # (whatever the session's sequence says: TIERQ_TEST_SEQ_START)
     old = tq.enqueue("u", [{"payload": {"n": i}, "priority": (0, 9)[i % 2]} for i in range(6)])
     seqs = seqs_of(pg, "u")
     priority = {str(o.id): (0, 9)[i % 2] for i, o in enumerate(old)}
