@@ -86,6 +86,14 @@ class OutcomeRow(NamedTuple):
     run_at: datetime
 
 
+class SeqPosition(NamedTuple):
+    """Where tierq_task_seq stands: the last value it handed out (0 before the first) and
+    the last it can."""
+
+    last_value: int
+    max_value: int
+
+
 class PromotedRow(NamedTuple):
     """A cold task marked warm, ready to push: its id, priority and seq (its place in the
     ready set: core/ordering.py) and blob."""

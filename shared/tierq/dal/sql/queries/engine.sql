@@ -801,6 +801,14 @@ SELECT queue, tenant FROM (
 ORDER BY queue, tenant
 LIMIT %(limit)s;
 
+-- name: task_seq_position
+-- How far tierq_task_seq has come: its last value (0 before the first) and its maximum
+-- (migration 0015), for the gauge round's TaskSeqUsedPercent. pg_sequences shows the last
+-- value to a role with USAGE on the sequence (the application's group has it).
+SELECT COALESCE(last_value, 0) AS last_value, max_value
+FROM pg_sequences
+WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
+
 -- == Maintenance passes when one Valkey master is down ====================================
 
 -- name: lock_due_skipping
