@@ -1,22 +1,23 @@
-"""The order of a ready line: priority first (9 before 0), then enqueue order (``seq``), and
-the one place a task's place in the warm tier's ready set is built (``place``) or read
-(``task_of``, ``unpack``; their Lua twin is ``dal/lua/ready_member.lua``).
+"""The order of a ready line — priority first (9 before 0), then enqueue order (``seq``) —
+and the one place where a task's entry in the warm tier's ready set is built (``place``)
+or read (``task_of``, ``unpack``; the scripts' twin is ``dal/lua/ready_member.lua``).
 
-A sorted set orders by a score, a double (exact to 2^53), and members of equal score by
-their bytes. ``seq`` is a bigint from ``tierq_task_seq`` (steps of 512, at most
-``SEQ_MAX``): it does not fit a score with the priority, so the member carries it:
+A sorted set orders by a score, a double (exact to 2^53), then members of equal score by
+their bytes. ``seq`` is a bigint from ``tierq_task_seq`` (steps of 512, values up to
+``SEQ_MAX``), too large to share a score with the priority, so from 2^49 on the member
+carries it:
 
 | seq | score | member |
 | --- | --- | --- |
 | below 2^49 (``SPLIT``) | ``(9 - priority) * 2^49 + seq`` | the task id |
-| 2^49 .. ``SEQ_MAX`` | ``(10 - priority) * 2^49`` | ``<seq: 16 lowercase hex digits>|<id>`` |
+| 2^49 and later | ``(10 - priority) * 2^49`` | ``<seq: 16 lowercase hex digits>|<id>`` |
 
-Each priority's short form scores lie strictly between ``(9 - priority) * 2^49`` and
-``(10 - priority) * 2^49`` (seq is at least 1), so the priority's long form members all
-come after them and before the next lower priority; among themselves they order by their
-fixed-width hex seq. Every score is an integer below 10 * 2^49 < 2^53, exact in a double
-and in Lua. The short form is the one every tierq before this module's long form wrote,
-so a warm tier written by an older version keeps its order with nothing converted.
+A priority's short-form scores lie strictly between ``(9 - priority) * 2^49`` and
+``(10 - priority) * 2^49`` (seq is at least 1), so its long-form entries come after all of
+them and before the next lower priority, and among themselves in seq order (fixed-width
+hex). Every score is an integer below 10 * 2^49 < 2^53, exact in a double and in Lua. The
+short form is also what tierq wrote before the long form existed: a warm tier written by
+an older version keeps its order with nothing converted (docs/architecture.md §2).
 """
 
 from __future__ import annotations
