@@ -79,6 +79,15 @@ class TooManyRequests(TierqError):
         self.retry_after = max(1, retry_after)
 
 
+class SequenceExhausted(TierqError):
+    """``tierq_task_seq`` has handed out its last value (migration 0015): no task can
+    take a new place in line. The statement that asked for one failed, so it wrote nothing
+    (a retry duplicates nothing, and fails the same way); the ``TaskSeqUsedPercent`` alarm
+    fires long before (docs/architecture.md §2)."""
+
+    code = "sequence_exhausted"
+
+
 class Unavailable(TierqError):
     """A backing store does not answer; the caller should retry after ``retry_after``.
 

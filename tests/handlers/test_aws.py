@@ -106,8 +106,8 @@ def test_emf_metrics_feed_what_the_alarms_select(aws: None, call: Any,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     selections = alarm_selections()
     assert {m for m, _, _ in selections} == {"OldestReadyAgeSeconds", "DeadLettered",
-                                             "ShardDown"}
-    selections = [s for s in selections if s[2] == "queue"]  # (ShardDown: the next test)
+                                             "ShardDown", "TaskSeqUsedPercent"}
+    selections = [s for s in selections if s[2] == "queue"]  # (by shard: the next tests)
     # a queue an admin configured has series of its own (the others count as ~other)
     assert call("PUT", "/v1/queues/alarmed", {}).status == 200
     call("POST", "/v1/queues/alarmed/tasks", {"tasks": [{"payload": 1, "max_attempts": 1},
@@ -154,3 +154,33 @@ def test_a_shard_down_feeds_its_alarm_one_series_per_shard(
     listed = cloudwatch.list_metrics(Namespace=namespace, MetricName=metric)["Metrics"]
     shards = sorted(d["Value"] for m in listed for d in m["Dimensions"] if d["Name"] == group_by)
     assert shards == ["blue", "green"]
+
+
+def test_the_reapers_gauge_round_feeds_the_task_sequence_alarm(
+        aws: None, call: Any, task_seq: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """TaskSeqUsedPercent as the alarm selects it (by shard), from the reaper's gauge round;
+    with the sequence past the alarm's threshold, the datum is past it too."""
+    from tests.handlers.support import REPO
+    from tierq.aws.runtime import default_shard
+    from tierq.core.ordering import SEQ_MAX
+
+    [(metric, namespace, group_by)] = [s for s in alarm_selections()
+                                       if s[0] == "TaskSeqUsedPercent"]
+    alarm = load_yaml(REPO / "template.yaml")["Resources"]["TaskSeqAlarm"]["Properties"]
+    assert metric in alarm["Metrics"][0]["Expression"]
+    threshold = alarm["Threshold"]
+    task_seq(SEQ_MAX // 100 * (threshold + 1))
+    call("POST", "/v1/queues/seq/tasks", {"tasks": [{"payload": 1}]})
+    function_module("reaper").lambda_handler(
+        {"source": "tierq.scheduler", "job": "reaper", "max_seconds": 0.2},
+        Context(function_name="tierq-reaper", timeout_seconds=70))
+    cloudwatch = boto3.client("cloudwatch")
+    ingest(emf_blobs(capsys.readouterr().out), cloudwatch)
+    [series] = cloudwatch.list_metrics(Namespace=namespace, MetricName=metric)["Metrics"]
+    assert series["Dimensions"] == [{"Name": group_by, "Value": default_shard()},
+                                    {"Name": "service", "Value": "tierq"}]
+    now = time.time()
+    points = cloudwatch.get_metric_statistics(
+        Namespace=namespace, MetricName=metric, Dimensions=series["Dimensions"],
+        StartTime=now - 600, EndTime=now + 60, Period=60, Statistics=["Maximum"])["Datapoints"]
+    assert threshold + 1 <= max(p["Maximum"] for p in points) < threshold + 1.001

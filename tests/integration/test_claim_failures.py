@@ -16,6 +16,7 @@ import redis
 
 from tests.integration.helpers import count_state, drain
 from tests.support.stores import TierqFactory
+from tierq.core.ordering import task_of
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
@@ -24,7 +25,7 @@ from tierq.models import ClaimRequest
 
 
 def ready_ids(valkey: redis.Redis, queue: str, tenant: str = "_") -> list[str]:
-    return [m.decode() for m in valkey.zrange(PairKeys.of(queue, tenant).ready, 0, -1)]
+    return [task_of(m.decode()) for m in valkey.zrange(PairKeys.of(queue, tenant).ready, 0, -1)]
 
 
 def leases(valkey: redis.Redis, queue: str, tenant: str = "_") -> list[bytes]:

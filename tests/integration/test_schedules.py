@@ -15,10 +15,8 @@ from zoneinfo import ZoneInfo
 import orjson
 import psycopg
 import pytest
-import redis
 
 from tests.integration.helpers import http_event
-from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
 from tierq.logic import schedules
@@ -280,7 +278,7 @@ def test_concurrent_installs_without_the_schedule_lock_insert_each_key_once(
 
 
 def test_config_change_replaces_pending_and_leaves_claimed_alone(
-        make_tq: Factory, pg: psycopg.Connection[Any], valkey: redis.Redis) -> None:
+        make_tq: Factory, pg: psycopg.Connection[Any]) -> None:
     tq = make_tq(clock=clock_at(utc(2026, 5, 1, 9, 0, 30)))
     tq.put_queue("jobs", {"warm_max": 2})
     old = tq.put_schedule("job", {"queue": "jobs", "payload": {"v": 1}, "every_seconds": 60,
@@ -292,7 +290,7 @@ def test_config_change_replaces_pending_and_leaves_claimed_alone(
     assert states == {"warm": 2, "cold": 1, "delayed": 3}
     waiting = [str(r[0]) for r in pg.execute(
         "SELECT id FROM tierq_tasks WHERE state = 'warm' AND id <> %s", (running.id,))]
-    assert valkey.zscore(PairKeys.of("jobs", "_").ready, waiting[0]) is not None
+    assert tq.ctx.warm.is_ready("jobs", "_", waiting[0])
 
     new = tq.put_schedule("job", {"queue": "jobs", "payload": {"v": 2}, "every_seconds": 60,
                                   "horizon": 6})
@@ -300,7 +298,7 @@ def test_config_change_replaces_pending_and_leaves_claimed_alone(
     rows = occurrence_rows(pg, "job")
     old_rows = [r for r in rows if f"/{old.config_hash}/" in r[0]]
     assert [r[0] for r in old_rows] == [running.key]  # only the claimed one is left
-    assert valkey.zscore(PairKeys.of("jobs", "_").ready, waiting[0]) is None
+    assert not tq.ctx.warm.is_ready("jobs", "_", waiting[0])
     new_rows = [r for r in rows if f"/{new.config_hash}/" in r[0]]
     assert [r[2] for r in new_rows] == [utc(2026, 5, 1, 9, m) for m in range(4, 10)]
     assert {r[1] for r in new_rows} == {"delayed"}

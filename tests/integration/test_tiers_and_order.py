@@ -195,11 +195,13 @@ def test_a_claim_that_finds_the_set_dry_refills_and_takes_the_rest_of_its_batch(
 
 
 def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
-    """promote_cold builds each task's score and blob in SQL; they must be exactly what
-    logic/admission builds from the same row (row_push_item): a claim decodes either."""
+    """promote_cold builds each task's blob in SQL and returns its priority and seq; the
+    push item made of them must be exactly what logic/admission builds from the same row
+    (row_push_item): a claim decodes either."""
     import psycopg
     from psycopg.rows import dict_row
 
+    from tierq.core.ordering import place
     from tierq.dal.store.rows import RestoreRow
     from tierq.logic.admission import row_push_item
     from tierq.logic.context import to_datetime
@@ -217,9 +219,9 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
             "max_attempts, created_at FROM tierq_tasks WHERE state = 'warm'").fetchall()}
         raise psycopg.Rollback
     assert len(items) == 39
-    for item in items:
-        task_id, score, blob = item
-        assert (task_id, score, blob.encode()) == row_push_item(promoted[task_id])
+    for row in items:
+        assert (row.id, place(row.priority, row.seq, row.id), row.blob.encode()) \
+            == row_push_item(promoted[row.id])
     assert count_state(pg, "p", "cold") == 39  # rolled back
 
 

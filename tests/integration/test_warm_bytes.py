@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import count_state, mode_of, ready_size
+from tierq.core.ordering import place
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import WarmTierFull
@@ -115,7 +116,8 @@ def test_one_task_larger_than_warm_max_bytes_still_goes_warm_alone(
 
 
 def test_the_counter_stays_exact_on_every_path(make_tq: Callable[..., Tierq],
-                                               valkey: redis.Redis) -> None:
+                                               valkey: redis.Redis,
+                                               pg: psycopg.Connection[Any]) -> None:
     clock = OffsetClock()
     tq = make_tq(clock=clock, warm_max=1000)
     tq.enqueue("c", [{"payload": {"n": i, "pad": PAD[: 10 * i]}, "key": f"k{i}"}
@@ -139,7 +141,8 @@ def test_the_counter_stays_exact_on_every_path(make_tq: Callable[..., Tierq],
     tq.cancel_task("c", waiting.id)  # cancel (remove)
     assert_exact(tq, valkey, "c")
     k8 = tq.enqueue_one("c", 1, key="k8").id
-    assert tq.ctx.warm.remove_ready("c", "_", [str(k8)]) == [str(k8)]  # withdraw (schedules)
+    [seq] = pg.execute("SELECT seq FROM tierq_tasks WHERE id = %s", (k8,)).fetchone()
+    assert tq.ctx.warm.remove_ready("c", "_", [place(0, seq, str(k8))]) == [str(k8)]  # withdraw
     assert_exact(tq, valkey, "c")
     short = tq.claim("c", max=2, lease_seconds=1)
     assert assert_exact(tq, valkey, "c") > 0
@@ -257,7 +260,7 @@ def test_a_replace_while_valkey_is_full_never_hands_out_the_old_data(
     valkey_full(True)
     out = tq.enqueue("r", [{"payload": "new", "key": "a", "on_conflict": "replace"}])
     assert out[0].outcome == "updated"
-    assert not valkey.zscore(PairKeys.of("r", "_").ready, str(out[0].id))  # left the warm tier
+    assert not tq.ctx.warm.is_ready("r", "_", str(out[0].id))  # left the warm tier
     assert count_state(pg, "r", "cold") == 1
     valkey_full(False)
     payloads = []

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tests.maintenance.helpers import TINY_BUDGET, seed_idle_pairs
+from tierq.core.ordering import SEQ_MAX
 from tierq.maintenance import gauges
 from tierq.maintenance.gauges import GaugeRound
 
@@ -151,3 +152,24 @@ def test_a_pass_leaves_a_round_under_way_in_another_thread_alone(make_tq):
         summary = gauge(tq, state, emitted)
     assert (summary.slices, summary.gauged) == (0, 0) and emitted.take() == {}
     assert gauge(tq, state, emitted).completed and list(emitted.take()) == ["q"]
+
+
+def test_each_round_reports_once_how_much_of_the_task_sequence_is_used(make_tq, task_seq, pg):
+    """TaskSeqUsedPercent (the alarm on the one limit of places in line): the sequence's
+    last value against its maximum, sent once at the start of each round, not by the passes
+    that go on with it."""
+    tq = make_tq()
+    task_seq(SEQ_MAX // 10 * 6 + 1)  # 60 %, as if after ~3,400 years of 100,000 a second
+    for tenant in ("t1", "t2"):
+        tq.enqueue("q", [{"payload": 1, "tenant": tenant}])
+    [(last, top)] = pg.execute("SELECT last_value, max_value FROM pg_sequences"
+                               " WHERE sequencename = 'tierq_task_seq'").fetchall()
+    assert top == SEQ_MAX
+    state, emitted, used = GaugeRound(), Emitted(), []
+    while not gauge(tq, state, emitted, budget_seconds=TINY_BUDGET, slice_size=1,
+                    emit_seq_used=used.append).completed:
+        pass
+    assert used == [100 * last / SEQ_MAX] and 60 < used[0] < 60.001
+    tq.ctx.clock.advance(EVERY)
+    gauge(tq, state, emitted, emit_seq_used=used.append)  # the next round
+    assert len(used) == 2

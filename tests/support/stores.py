@@ -141,11 +141,37 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
+# TIERQ_TEST_SEQ_START=<n>: the session's tierq_task_seq hands out n first (e.g. 2^53 + 1 =
+# 9007199254740993, to run any part of the suite with every task's seq past what a double
+# holds exactly, its ready-set members in their long form: core/ordering.py).
+SEQ_START = "TIERQ_TEST_SEQ_START"
+
+
 @pytest.fixture(scope="session")
 def database_url(services: LocalServices) -> Iterator[str]:
     """A fresh, migrated database for this test session."""
     with migrated_database(services.postgres.url, "tierq_test") as url:
+        start = os.environ.get(SEQ_START)
+        if start:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("SELECT setval('tierq_task_seq', %s, false)", (int(start),))
         yield url
+
+
+@pytest.fixture
+def task_seq(database_url: str) -> Iterator[Callable[[int], None]]:
+    """``task_seq(n)``: the next value tierq_task_seq hands out is ``n`` (each opens a block
+    of 512 places). After the test the sequence goes back to where it was (the tables are
+    emptied between tests, the sequence is not)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT last_value, is_called FROM tierq_task_seq").fetchone()
+        assert row is not None
+
+        def set_next(value: int) -> None:
+            conn.execute("SELECT setval('tierq_task_seq', %s, false)", (value,))
+
+        yield set_next
+        conn.execute("SELECT setval('tierq_task_seq', %s, %s)", row)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Property-based tests of the pure parts: backoff, the ordering score, hysteresis, the NUL
+"""Property-based tests of the pure parts: backoff, places in the ready set, hysteresis, the NUL
 check on JSON text."""
 
 from __future__ import annotations
@@ -14,7 +14,16 @@ from tierq.core import hysteresis
 from tierq.core.backoff import BackoffPolicy
 from tierq.core.ids import attempt_of_token, new_token_prefix, tenant_of_token, uuid7
 from tierq.core.json_text import has_nul
-from tierq.core.ordering import PRIORITY_MAX, SEQ_LIMIT, score, unpack
+from tierq.core.ordering import (
+    PRIORITY_MAX,
+    SEQ_MAX,
+    SEQ_STEP,
+    SPLIT,
+    Place,
+    place,
+    task_of,
+    unpack,
+)
 from tierq.dal.warm_tier import claim_prefix, lease_member, split_member
 
 kinds = st.sampled_from(["fixed", "linear", "exponential"])
@@ -53,30 +62,57 @@ def test_backoff_shapes():
 
 
 priorities = st.integers(min_value=0, max_value=PRIORITY_MAX)
-seqs = st.integers(min_value=0, max_value=SEQ_LIMIT - 1)
+# every seq a row can hold (tierq_task_seq's values, each opening a block of 512 places),
+# with weight at the ends and around the split between the two member forms
+LAST_SEQ = SEQ_MAX + SEQ_STEP - 1
+seqs = st.one_of(st.integers(min_value=1, max_value=LAST_SEQ),
+                 st.integers(min_value=SPLIT - 1024, max_value=SPLIT + 1024),
+                 st.integers(min_value=1, max_value=1024),
+                 st.integers(min_value=LAST_SEQ - 1024, max_value=LAST_SEQ),
+                 st.integers(min_value=(1 << 53) - 1024, max_value=(1 << 53) + 1024))
+task_ids = st.builds(lambda: str(uuid7()))
 
 
-@given(priorities, seqs, priorities, seqs)
-def test_score_orders_priority_first_then_fifo(p1, s1, p2, s2):
-    a, b = score(p1, s1), score(p2, s2)
+def as_valkey_orders(at: Place) -> tuple[float, bytes]:
+    """A sorted set's order: the score as a double, then the member's bytes."""
+    return float(at.score), at.member.encode()
+
+
+@given(priorities, seqs, priorities, seqs, task_ids, task_ids)
+def test_places_order_priority_first_then_fifo(p1, s1, p2, s2, id1, id2):
+    assume(s1 != s2)  # (two tasks never share a seq)
+    a, b = as_valkey_orders(place(p1, s1, id1)), as_valkey_orders(place(p2, s2, id2))
     if p1 != p2:
         assert (a < b) == (p1 > p2)  # higher priority pops first
     else:
         assert (a < b) == (s1 < s2)  # then enqueue order
+    assert (a < b) == (place(p1, s1, id1) < place(p2, s2, id2))  # Python sorts the same
 
 
-@given(priorities, seqs)
-def test_score_is_exact_in_a_double_and_round_trips(p, s):
-    value = score(p, s)
-    assert float(value) == value  # Valkey stores scores as doubles
-    assert unpack(float(value)) == (p, s)
+@given(priorities, seqs, task_ids)
+def test_a_place_is_exact_in_a_double_and_round_trips(p, s, task_id):
+    at = place(p, s, task_id)
+    assert float(at.score) == at.score < 1 << 53  # Valkey stores scores as doubles
+    assert unpack(float(at.score), at.member) == (p, s, task_id)
+    assert task_of(at.member) == task_id
+    assert (at.member == task_id) == (s < SPLIT)  # the short form: what older tierqs wrote
 
 
-def test_score_rejects_out_of_range():
+def test_place_rejects_what_no_row_holds():
     with pytest.raises(ValueError):
-        score(10, 1)
+        place(10, 1, "x")
     with pytest.raises(ValueError):
-        score(0, SEQ_LIMIT)
+        place(0, 0, "x")
+    with pytest.raises(ValueError):
+        place(0, LAST_SEQ + 1, "x")
+    assert len(place(0, LAST_SEQ, "x").member) == 18  # 16 hex digits, '|', the id
+
+
+def test_the_sequence_outlasts_a_century_of_one_statement_per_ready_transition():
+    """The stated headroom (docs/architecture.md §2): 100,000 ready transitions a second,
+    each its own statement taking one value of tierq_task_seq (SEQ_STEP places)."""
+    seconds = SEQ_MAX / SEQ_STEP / 100_000
+    assert seconds / (365.25 * 86400) > 5700
 
 
 sizes = st.integers(min_value=0, max_value=100_000)

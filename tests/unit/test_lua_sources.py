@@ -40,3 +40,6 @@ def test_every_script_that_calls_a_shared_piece_includes_it():
             assert "-- include: call_chunked" in body, name
         if "warm_bytes(" in body:
             assert "-- include: warm_bytes" in body, name
+        if "task_of(" in body or "waiting(" in body:
+            assert "-- include: ready_member" in body, name
+

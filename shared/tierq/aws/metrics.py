@@ -20,6 +20,9 @@ tenant invents makes a new billed metric, and the template's alarms leave ``~oth
 * ``ShardDown`` (dimension ``shard``, not ``queue``): 1 from each scheduled tick for each
   shard of a sharded deployment that did not answer it (its pairs wait); the template's
   ``ShardDownAlarm`` groups it by shard.
+* ``TaskSeqUsedPercent`` (dimension ``shard``: each shard has its own sequence, one shard
+  without shards): how much of ``tierq_task_seq`` is used, from each gauge round
+  (tierq.maintenance.gauges); the template's ``TaskSeqAlarm`` groups it by shard.
 
 Each call builds its own ``EphemeralMetrics``, so concurrent requests for different queues
 (the local stack serves them from threads) never mix their dimensions.
@@ -80,6 +83,14 @@ def shard_down(job: str, shards: Iterable[str]) -> None:
         blob.add_metadata(key="job", value=job)
         blob.add_metric(name="ShardDown", unit=MetricUnit.Count, value=1)
         blob.flush_metrics()
+
+
+def task_seq_used(shard: str, percent: float) -> None:
+    """Emit ``TaskSeqUsedPercent`` of one shard's ``tierq_task_seq``."""
+    blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+    blob.add_dimension(name="shard", value=shard)
+    blob.add_metric(name="TaskSeqUsedPercent", unit=MetricUnit.Percent, value=percent)
+    blob.flush_metrics()
 
 
 def queue_gauge(queue: str, values: Mapping[str, float]) -> None:

@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tierq.dal import connect
-from tierq.errors import DatabaseTimedOut, Unavailable
+from tierq.errors import DatabaseTimedOut, SequenceExhausted, Unavailable
 
 Row = dict[str, Any]
 
@@ -263,7 +263,8 @@ class Database:
     @contextmanager
     def connection(self, *, relaxed: bool = False) -> Iterator[TierqConnection]:
         """A pooled connection; store errors become ``Unavailable`` (HTTP 503), a statement
-        or lock wait over its timeout ``DatabaseTimedOut`` (one kind of it)."""
+        or lock wait over its timeout ``DatabaseTimedOut`` (one kind of it), the end of
+        ``tierq_task_seq`` ``SequenceExhausted``."""
         pool = self.relaxed_pool() if relaxed else self.pool
         failing_fast = self._checkout_timed_out
         try:
@@ -280,6 +281,9 @@ class Database:
         except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
             # (OperationalErrors too, but PostgreSQL answered: it is up, the work was slow)
             raise DatabaseTimedOut(detail=str(exc).strip()) from exc
+        except psycopg.errors.SequenceGeneratorLimitExceeded as exc:
+            raise SequenceExhausted("no place in line is left: tierq_task_seq has reached "
+                                    "its maximum") from exc
         except psycopg.OperationalError as exc:
             raise Unavailable("PostgreSQL is not answering", detail=str(exc).strip()) from exc
 

@@ -23,6 +23,7 @@ from redis.exceptions import (
 )
 
 from tierq.core.ids import attempt_of_token
+from tierq.core.ordering import Place
 from tierq.dal.direct_calls import DirectCalls
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 
@@ -429,13 +430,13 @@ class WarmTier:
 
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
              now_ms: int, token: str,
-             items: Sequence[tuple[str, int, bytes | str]]) -> tuple[str, list[str]]:
-        """Push (id, score, blob) items; returns (mode after, refused ids). Raises
+             items: Sequence[tuple[str, Place, bytes | str]]) -> tuple[str, list[str]]:
+        """Push (id, place, blob) items; returns (mode after, refused ids). Raises
         ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
         k = PairKeys.of(queue, tenant)
         args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes]
-        for task_id, score, _ in items:  # score, id pairs (for ZADD), then id, blob (HSET)
-            args += (score, task_id)
+        for _, at, _ in items:  # score, member pairs (for ZADD), then id, blob (HSET)
+            args += at
         for task_id, _, blob in items:
             args += (task_id, blob)
         out = self._run("push_ready", (k.ready, k.data, k.meta, k.inflight), args)
@@ -708,36 +709,41 @@ class WarmTier:
         return [split_member(_s(m)) for m in out]
 
     def missing(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
+        """Those of these ids neither waiting (in the data hash) nor leased."""
         if not ids:
             return []
         k = PairKeys.of(queue, tenant)
-        return [_s(x) for x in self._run("missing", (k.ready, k.leased), ids)]
+        return [_s(x) for x in self._run("missing", (k.data, k.leased), ids)]
 
-    def remove(self, queue: str, tenant: str, ids: Sequence[str]) -> int:
-        if not ids:
+    def remove(self, queue: str, tenant: str, places: Sequence[Place]) -> int:
+        """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
+        their data, their leases. Returns how many were waiting or leased."""
+        if not places:
             return 0
         k = PairKeys.of(queue, tenant)
-        return int(self._run("remove", (k.ready, k.data, k.leased, k.meta), ids))
+        return int(self._run("remove", (k.ready, k.data, k.leased, k.meta),
+                             [at.member for at in places]))
 
-    def remove_ready(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
-        """Remove these tasks only while they wait in the ready set (claimed ones are left
-        alone); returns the ids removed."""
-        if not ids:
+    def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
+        """Remove these tasks (their ready-set places) only while they wait in the ready set
+        (claimed ones are left alone); returns the ids removed."""
+        if not places:
             return []
         k = PairKeys.of(queue, tenant)
-        return [_s(x) for x in self._run("remove_ready", (k.ready, k.data, k.meta), ids)]
+        return [_s(x) for x in self._run("remove_ready", (k.ready, k.data, k.meta),
+                                         [at.member for at in places])]
 
-    def update_ready(self, queue: str, tenant: str, items: Sequence[tuple[str, int, bytes]],
-                     *, warm_max_bytes: int) -> int:
-        """Replace the data of (id, score, blob) items already in the warm tier; returns how
-        many were found. Raises ``WarmTierFull`` when Valkey is out of memory (nothing was
-        changed)."""
+    def update_ready(self, queue: str, tenant: str,
+                     items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int) -> int:
+        """Replace the data of (id, place, blob) items already in the warm tier (a new
+        priority moves the task to its new place); returns how many were found. Raises
+        ``WarmTierFull`` when Valkey is out of memory (nothing was changed)."""
         if not items:
             return 0
         k = PairKeys.of(queue, tenant)
         args: list[Any] = [warm_max_bytes]
-        for item in items:
-            args.extend(item)
+        for _, at, blob in items:
+            args += (at.member, at.score, blob)
         return int(self._run("update_ready", (k.ready, k.data, k.meta), args))
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
@@ -814,8 +820,9 @@ class WarmTier:
                                k.bucket)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
+        """Whether the task waits in the pair's ready set (its blob is in the data hash)."""
         with _available():
-            return self.client.zscore(PairKeys.of(queue, tenant).ready, task_id) is not None
+            return bool(self.client.hexists(PairKeys.of(queue, tenant).data, task_id))
 
     def ping(self) -> bool:
         with _available():

@@ -29,7 +29,7 @@ from uuid import UUID
 
 import orjson
 
-from tierq.core.ordering import score
+from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
 from tierq.errors import WarmTierFull
@@ -37,9 +37,9 @@ from tierq.logic import wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 PUSH_CHUNK = 1000
-# (id, score, blob) of a task for the warm tier: a blob made here is bytes, one made in SQL
-# by promote_cold is text
-PushItem = tuple[str, int, bytes | str]
+# (id, place in the ready set, blob) of a task for the warm tier: a blob made here is bytes,
+# one made in SQL by promote_cold is text
+PushItem = tuple[str, Place, bytes | str]
 # the quotes around the keys of a task blob's JSON: "e", "p", "k", "pr", "m", "c"
 BLOB_KEY_QUOTES = 12
 
@@ -81,12 +81,13 @@ class PushableRow(Protocol):
     def created_at(self) -> datetime: ...
 
 
-def row_push_item(row: PushableRow) -> tuple[str, int, bytes]:
-    """(id, score, blob) of a task row read back from Postgres."""
+def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
+    """(id, place, blob) of a task row read back from Postgres."""
     created_ms = int(row.created_at.timestamp() * 1000)
+    task_id = str(row.id)
     return (
-        str(row.id),
-        score(row.priority, row.seq),
+        task_id,
+        place(row.priority, row.seq, task_id),
         task_blob(row.attempts, row.payload, row.key, row.priority, row.max_attempts,
                   created_ms),
     )
@@ -169,7 +170,7 @@ def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
     ticket.full.add(pair)
 
 
-def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, int, bytes]]) -> None:
+def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, bytes]]) -> None:
     """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace).
     When Valkey is out of memory, the tasks leave the warm tier (removing only frees memory)
     and wait cold instead, so that no claim hands out their old data."""
@@ -182,7 +183,7 @@ def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, int, bytes]
         try:
             go_cold(ctx, ticket, pair)
             # only those still waiting: a claimed task's row is warm too, and stays so
-            removed = ctx.warm.remove_ready(queue, tenant, [item[0] for item in items])
+            removed = ctx.warm.remove_ready(queue, tenant, [item[1] for item in items])
             mark_cold(ctx, removed)
         finally:
             close(ctx, ticket)
@@ -217,19 +218,24 @@ class Target:
     tenant: str
 
 
+def warm_items(rows: Iterable[ReadyRow]) -> dict[Pair, list[PushItem]]:
+    """The push items of the warm rows, by pair. Built before the transaction that made
+    the rows ready commits: a value that cannot be made fails it, not the push after."""
+    by_pair: dict[Pair, list[PushItem]] = defaultdict(list)
+    for row in rows:
+        if row.state == "warm":
+            by_pair[(row.queue, row.tenant)].append(row_push_item(row))
+    return by_pair
+
+
 @dataclass
 class Pending:
-    """Rows made ready in an open transaction, to dispatch once it commits."""
+    """Rows made ready in an open transaction, and their push items, to dispatch once it
+    commits."""
 
     ticket: Ticket
     rows: list[ReadyRow]
-
-    def warm_items(self) -> dict[Pair, list[tuple[str, int, bytes]]]:
-        by_pair: dict[Pair, list[tuple[str, int, bytes]]] = defaultdict(list)
-        for row in self.rows:
-            if row.state == "warm":
-                by_pair[(row.queue, row.tenant)].append(row_push_item(row))
-        return by_pair
+    items: dict[Pair, list[PushItem]]
 
 
 def make_ready(ctx: Context, conn: Conn, targets: Sequence[Target],
@@ -242,15 +248,16 @@ def make_ready(ctx: Context, conn: Conn, targets: Sequence[Target],
             conn, (t.id for t in targets),
             [ticket.state_for((t.queue, t.tenant)) for t in targets],
             list(from_states), to_datetime(ctx.now()))
+        items = warm_items(rows)
     except BaseException:
         close(ctx, ticket)
         raise
-    return Pending(ticket, rows)
+    return Pending(ticket, rows, items)
 
 
 def finish(ctx: Context, pending: Pending) -> set[str]:
     """After commit: push the warm rows; returns the ids that went cold instead."""
-    return dispatch(ctx, pending.ticket, pending.warm_items())
+    return dispatch(ctx, pending.ticket, pending.items)
 
 
 def abandon(ctx: Context, pending: Pending | None) -> None:

@@ -13,13 +13,13 @@ import orjson
 
 from tierq.core.ids import uuid7_strings
 from tierq.core.json_text import has_nul
-from tierq.core.ordering import score
+from tierq.core.ordering import Place, place
 from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, tiering
-from tierq.logic.admission import Target, task_blob
+from tierq.logic.admission import PushItem, Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.homes import require_here
 from tierq.models.names import DEFAULT_TENANT
@@ -184,7 +184,6 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     (their conflicting task finished in between)."""
     ready_pairs = {(queue, p.tenant) for p in batch if p.ready}
     ticket = admission.begin(ctx, ready_pairs)
-    warm_items: dict[Pair, list[tuple[str, int, bytes]]] = defaultdict(list)
     try:
         ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
         for p in batch:
@@ -192,26 +191,14 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         keyed = any(p.key is not None for p in batch)
         columns = row_columns(batch, keyed=keyed)
         if record is not None:
-            seqs = _insert_recorded(ctx, queue, batch, now, columns, keyed, record)
+            seqs, warm_items = _insert_recorded(ctx, queue, batch, now, columns, keyed, record)
         else:
-            seqs = _insert(ctx, queue, batch, now, columns, keyed)
+            seqs, warm_items = _insert(ctx, queue, batch, now, columns, keyed)
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    created_ms = int(now * 1000)
-    conflicts: list[Prepared] = []
-    created: list[Prepared] = []
-    for p in batch:
-        seq = seqs.get(p.id)
-        if seq is None:
-            conflicts.append(p)
-            continue
-        created.append(p)
-        if p.state == "warm":
-            warm_items[(queue, p.tenant)].append((
-                p.id, score(p.priority, seq),
-                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
-            ))
+    created = [p for p in batch if p.id in seqs]
+    conflicts = [p for p in batch if p.id not in seqs]
     for p, outcome in zip(created, ENQUEUE_OUTCOMES.validate_python([
         {"id": p.id, "outcome": "created", "state": p.state, "tenant": p.tenant, "key": p.key}
         for p in created
@@ -227,35 +214,59 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
 
 
+Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
+
+
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
-            columns: TaskColumns, keyed: bool, conn: Conn | None = None) -> dict[str, int]:
+            columns: TaskColumns, keyed: bool, conn: Conn | None = None) -> Inserted:
     """Insert the batch; {id: seq} of the rows inserted (with keys, the others met a live
-    task's key; without, every row is inserted, numbered in batch order). On a shard of a
-    sharded deployment, in a transaction that first holds the pairs' homes there (a pair
-    moved off this shard meanwhile raises PairMoving, writing nothing)."""
+    task's key; without, every row is inserted, numbered in batch order) and the push items
+    of those created warm, made before the caller's transaction commits (without one, the
+    statement commits itself: every seq tierq_task_seq hands out has a place, so making
+    them cannot fail). On a shard of a sharded deployment, in a transaction that first
+    holds the pairs' homes there (a pair moved off this shard meanwhile raises PairMoving,
+    writing nothing)."""
     if ctx.id_tag is not None:
         if conn is None:
             with ctx.db.transaction() as own:
                 return _insert(ctx, queue, batch, now, columns, keyed, own)
         require_here(ctx.store, conn, queue, [p.tenant for p in batch])
     if keyed:
-        return ctx.store.insert_tasks(queue, to_datetime(now), columns, conn=conn)
-    first, count = ctx.store.insert_tasks_keyless(queue, to_datetime(now), columns, conn=conn)
-    if count != len(batch):
-        raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
-    return {p.id: first + i for i, p in enumerate(batch)}
+        seqs = ctx.store.insert_tasks(queue, to_datetime(now), columns, conn=conn)
+    else:
+        first, count = ctx.store.insert_tasks_keyless(queue, to_datetime(now), columns,
+                                                      conn=conn)
+        if count != len(batch):
+            raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
+        seqs = {p.id: first + i for i, p in enumerate(batch)}
+    return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
+
+
+def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
+                created_ms: int) -> dict[Pair, list[PushItem]]:
+    """The push items of the batch's tasks created warm (their places from their seqs)."""
+    items: dict[Pair, list[PushItem]] = defaultdict(list)
+    for p in batch:
+        seq = seqs.get(p.id)
+        if seq is not None and p.state == "warm":
+            items[(queue, p.tenant)].append((
+                p.id, place(p.priority, seq, p.id),
+                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
+            ))
+    return items
 
 
 def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float,
                      columns: TaskColumns, keyed: bool,
-                     record: RoundRecorder) -> dict[str, int]:
+                     record: RoundRecorder) -> Inserted:
     """The round's insert and the caller's record of it, in one transaction."""
     with ctx.db.transaction() as conn:
-        seqs = _insert(ctx, queue, batch, now, columns, keyed, conn)
+        inserted = _insert(ctx, queue, batch, now, columns, keyed, conn)
+        seqs = inserted[0]
         record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
                                 "tenant": p.tenant, "key": p.key}
                       for p in batch if p.id in seqs})
-    return seqs
+    return inserted
 
 
 def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now: float,
@@ -288,8 +299,8 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
         [p.max_attempts for p, _ in items])
     updated = {str(r.id): r for r in rows}
     now_ready: list[Target] = []
-    warm_updates: dict[str, list[tuple[str, int, bytes]]] = defaultdict(list)
-    to_remove: dict[str, list[str]] = defaultdict(list)
+    warm_updates: dict[str, list[tuple[str, Place, bytes]]] = defaultdict(list)
+    to_remove: dict[str, list[Place]] = defaultdict(list)
     for p, existing in items:
         row = updated.get(str(existing.id))
         if row is None:
@@ -298,15 +309,16 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
             continue
         state = row.state
         if state == "delayed" and existing.state in ("warm", "cold"):
-            to_remove[p.tenant].append(str(row.id))  # rescheduled into the future
+            # rescheduled into the future
+            to_remove[p.tenant].append(place(row.priority, row.seq, str(row.id)))
         elif state == "delayed" and row.run_at.timestamp() <= now:
             now_ready.append(Target(str(row.id), queue, p.tenant))
         elif state == "warm":
             warm_updates[p.tenant].append(admission.row_push_item(row))
         outcomes[p.index] = EnqueueOutcome(id=row.id, outcome="updated", state=state,
                                            tenant=p.tenant, key=p.key)
-    for tenant, ids in to_remove.items():
-        ctx.warm.remove(queue, tenant, ids)
+    for tenant, places in to_remove.items():
+        ctx.warm.remove(queue, tenant, places)
     for tenant, pushes in warm_updates.items():
         admission.update_warm(ctx, (queue, tenant), pushes)
     if now_ready:

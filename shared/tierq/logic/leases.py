@@ -229,7 +229,7 @@ def release(ctx: Context, queue: str,
     # Back in line as the oldest work of their line (they were at its front when claimed),
     # like rows the reconciler restores: into the warm set while it has room, whatever the
     # mode; what it refuses goes to the front of the cold line (its seq is kept).
-    by_pair: dict[tuple[str, str], list[tuple[str, int, bytes]]] = defaultdict(list)
+    by_pair: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
     for row in rows:
         by_pair[(queue, row.tenant)].append(admission.row_push_item(row))
     ticket = admission.Ticket(token=f"release-{uuid.uuid4().hex}")

@@ -65,6 +65,7 @@ from pydantic import ValidationError
 
 from tierq.core.ids import uuid7
 from tierq.core.json_text import has_nul
+from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import LiveOccurrence, ScheduleRow
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -277,15 +278,15 @@ def withdraw(ctx: Context, conn: Conn, tenant: str, name: str,
     ``keep_hash`` (None: all). Returns how many were withdrawn."""
     rows = ctx.store.lock_pending_occurrences(conn, tenant, name, keep_hash)
     ids: list[str] = []
-    warm: dict[tuple[str, str], list[str]] = defaultdict(list)
+    warm: dict[tuple[str, str], list[Place]] = defaultdict(list)
     for r in rows:
         if r.state == "warm":
-            warm[(r.queue, r.tenant)].append(str(r.id))
+            warm[(r.queue, r.tenant)].append(place(r.priority, r.seq, str(r.id)))
         else:
             ids.append(str(r.id))
-    for (queue, tenant), warm_ids in warm.items():
+    for (queue, tenant), places in warm.items():
         # only those still waiting: a claimed one is running and stays
-        ids.extend(ctx.warm.remove_ready(queue, tenant, warm_ids))
+        ids.extend(ctx.warm.remove_ready(queue, tenant, places))
     if not ids:
         return 0
     return len(ctx.store.delete_occurrence_tasks(conn, ids))

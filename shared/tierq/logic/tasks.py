@@ -7,6 +7,7 @@ from uuid import UUID
 
 import orjson
 
+from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound
 from tierq.logic.context import Context, from_ms
@@ -51,5 +52,5 @@ def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     if row.state == "warm":
-        ctx.warm.remove(queue, row.tenant, [str(task_id)])
+        ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
     return view(row)

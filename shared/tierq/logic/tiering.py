@@ -11,10 +11,11 @@ from operator import itemgetter
 import psycopg
 
 from tierq.core import hysteresis
+from tierq.core.ordering import place
 from tierq.dal.postgres import transaction
-from tierq.dal.store.rows import PromotedRow
 from tierq.dal.task_store import Conn
 from tierq.logic import admission
+from tierq.logic.admission import PushItem
 from tierq.logic.context import Context, to_datetime, to_ms
 
 PROMOTE_BATCH = 2000
@@ -140,7 +141,7 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
                     return moved, Busy.ROW_HELD  # a writer holds one of the rows: next pass
                 if not items:
                     break
-                items.sort(key=itemgetter(1))  # line order: priority first, then seq
+                items.sort(key=itemgetter(1))  # line order (a place sorts as Valkey does)
                 ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}")
                 refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
                                              kind="promote")
@@ -163,8 +164,10 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
 
 
 def _promote_batch(ctx: Context, conn: Conn, queue: str, tenant: str,
-                   limit: int) -> list[PromotedRow]:
-    """Mark one batch of the oldest cold rows warm; (id, score, blob) rows, ready to push."""
+                   limit: int) -> list[PushItem]:
+    """Mark one batch of the oldest cold rows warm; their push items (id, place, blob),
+    made before the batch commits."""
     with transaction(conn):  # tierq's timeouts; then a shorter lock timeout of its own
         ctx.store.promote_lock_timeout(conn, PROMOTE_LOCK_TIMEOUT)
-        return ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(ctx.now()))
+        rows = ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(ctx.now()))
+        return [(r.id, place(r.priority, r.seq, r.id), r.blob) for r in rows]

@@ -20,7 +20,7 @@ from pydantic import Field
 from tierq.dal.store.rows import ReadyRow
 from tierq.errors import WarmTierUnavailable
 from tierq.logic import admission
-from tierq.logic.admission import Ticket
+from tierq.logic.admission import PushItem, Ticket
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.pairs import Budget
 from tierq.maintenance.pair_failures import PairFailures
@@ -61,6 +61,7 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
     for _ in range(config.max_batches):
         tickets: dict[Pair, Ticket] = {}
         rows: list[ReadyRow] = []
+        warm_by_pair: dict[Pair, list[PushItem]] = {}
         try:
             with ctx.db.transaction() as conn:
                 due = ctx.store.lock_due_skipping(conn, to_datetime(ctx.now()), batch,
@@ -83,6 +84,8 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                         [tickets[(r.queue, r.tenant)].state_for((r.queue, r.tenant))
                          for r in ready],
                         ["delayed"], to_datetime(ctx.now()))
+                    # (their push items before the commit: admission.warm_items)
+                    warm_by_pair = admission.warm_items(rows)
         except BaseException:
             for ticket in tickets.values():
                 _close_quietly(ctx, ticket)
@@ -90,11 +93,6 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
         summary.batches += 1
         summary.moved += len(rows)
         summary.cold += sum(1 for r in rows if r.state != "warm")
-        warm_by_pair: dict[Pair, list[tuple[str, int, bytes]]] = {}
-        for r in rows:  # the push orders them by score (priority, seq)
-            if r.state == "warm":
-                warm_by_pair.setdefault((r.queue, r.tenant), []).append(
-                    admission.row_push_item(r))
         for pair, ticket in tickets.items():
             items = warm_by_pair.get(pair, [])
             try:

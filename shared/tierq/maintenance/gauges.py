@@ -17,6 +17,10 @@ A queue is emitted under its own name only when an admin configured it (at most 
 tierq.logic.metric_queues); every other queue's counts are summed over the round and
 emitted once at its end as ``~other`` (the oldest ready age: their maximum), which then
 empties and gets its zeros like any queue.
+
+Each round also reports, once, how much of ``tierq_task_seq`` is used (``TaskSeqUsedPercent``:
+its last value as a percentage of its maximum): the one limit on places in line
+(core/ordering.py), which the template's alarm watches.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ OLDEST = "oldest_ready_age_seconds"
 
 QueueValues = dict[str, float]
 Emit = Callable[[str, Mapping[str, float]], None]
+# where a round sends the percentage of tierq_task_seq used
+EmitSeqUsed = Callable[[float], None]
 
 
 def zeros() -> QueueValues:
@@ -78,15 +84,19 @@ class GaugeSummary:
 
 
 def run(ctx: Context, state: GaugeRound, emit: Emit, *, now: float,
-        budget_seconds: float | None = None, slice_size: int | None = None) -> GaugeSummary:
+        budget_seconds: float | None = None, slice_size: int | None = None,
+        emit_seq_used: EmitSeqUsed | None = None) -> GaugeSummary:
     """One pass of the gauge round in ``state`` (a new round if none is under way): count
     the pairs with rows after the round's cursor, slice by slice, and ``emit`` each queue
     whose pairs are all counted, until the walk ends or the budget is spent (at least one
-    slice is read). A pass that finds another under way on ``state`` does nothing."""
+    slice is read). A new round first sends ``emit_seq_used`` the percentage of
+    tierq_task_seq used. A pass that finds another under way on ``state`` does nothing."""
     summary = GaugeSummary()
     if not state.busy.acquire(blocking=False):
         return summary
     try:
+        if not state.under_way and emit_seq_used is not None:
+            emit_seq_used(seq_used_percent(ctx))
         walk_round(ctx, state, emit, summary, now=now, budget_seconds=budget_seconds,
                    slice_size=slice_size)
     finally:
@@ -131,6 +141,12 @@ def walk_round(ctx: Context, state: GaugeRound, emit: Emit, summary: GaugeSummar
             return
         if budget.spent:
             return
+
+
+def seq_used_percent(ctx: Context) -> float:
+    """tierq_task_seq's last value as a percentage of its maximum (migration 0015)."""
+    position = ctx.store.task_seq_position()
+    return 100.0 * position.last_value / position.max_value
 
 
 def add(values: QueueValues, row: TenantCounts) -> None:

@@ -17,7 +17,7 @@ from weakref import WeakKeyDictionary
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tierq.aws import metrics
-from tierq.aws.runtime import engine, logger, tracer
+from tierq.aws.runtime import default_shard, engine, logger, tracer
 from tierq.aws.scheduled import RemainingTime, run_ticks
 from tierq.aws.scheduled.shards import (
     answered,
@@ -154,13 +154,14 @@ class ReaperTick:
         if isinstance(current, Tierq):
             state = self.gauge_round if self.gauge_round is not None \
                 else gauge_round_of(current)
-            out, summary = self.one_pass(current, state, metrics.queue_gauge)
+            out, summary = self.one_pass(current, state, metrics.queue_gauge,
+                                         default_shard())
             count_dead(current.ctx, summary.dead_by_queue)
             return out
         combined = shard_gauges_of(current)
         budget = current.engines[current.default].job_config("reaper").budget_seconds
         results = on_every_shard(current, lambda shard, tq: self.one_pass(
-            tq, gauge_round_of(tq), combined.emit_of(shard)), waits=budget)
+            tq, gauge_round_of(tq), combined.emit_of(shard), shard), waits=budget)
         # (a shard given up on may still emit later: flushed with the next tick)
         gauged, zeroed = combined.flush(metrics.queue_gauge)
         passes = answered("reaper", results)
@@ -175,10 +176,10 @@ class ReaperTick:
         out["shards_down"] = shards_down(results)
         return out
 
-    def one_pass(self, tq: Tierq, state: gauges.GaugeRound,
-                 emit: gauges.Emit) -> tuple[dict[str, Any], ReaperSummary]:
-        """The reaper's pass on one engine, then its gauges when due (within what the pass
-        left of the budget): the tick's output, and the pass's summary."""
+    def one_pass(self, tq: Tierq, state: gauges.GaugeRound, emit: gauges.Emit,
+                 shard: str) -> tuple[dict[str, Any], ReaperSummary]:
+        """The reaper's pass on one engine (of ``shard``), then its gauges when due (within
+        what the pass left of the budget): the tick's output, and the pass's summary."""
         config = tq.job_config("reaper")
         assert isinstance(config, ReaperConfig)
         started = time.monotonic()
@@ -199,8 +200,9 @@ class ReaperTick:
             left = config.budget_seconds - (time.monotonic() - started)
             # under the reaper's timeouts too (its pass's scope ended with run_reaper)
             with scoped_timeouts(config.statement_timeout_ms, config.lock_timeout_ms):
-                gauged = gauges.run(tq.ctx, state, emit, now=now,
-                                    budget_seconds=max(0.0, left))
+                gauged = gauges.run(
+                    tq.ctx, state, emit, now=now, budget_seconds=max(0.0, left),
+                    emit_seq_used=lambda used: metrics.task_seq_used(shard, used))
             out["gauged_queues"], out["zeroed_queues"] = gauged.gauged, gauged.zeroed
         return out, summary
 

@@ -47,6 +47,7 @@
 -- include: token_bucket (lua/token_bucket.lua)
 -- include: capacity_pool (lua/capacity_pool.lua)
 -- include: capacity_take (lua/capacity_take.lua)
+-- include: ready_member (members and ids: lua/ready_member.lua)
 
 local now = tonumber(ARGV[2])
 local prefix = ARGV[4]
@@ -120,12 +121,12 @@ local out = { 0, mode, retry, granted }
 
 local popped_ids = {}
 local n_popped = #popped / 2
-for k = 1, n_popped do popped_ids[k] = popped[2 * k - 1] end
+for k = 1, n_popped do popped_ids[k] = task_of(popped[2 * k - 1]) end
 -- HMGET keeps the order of its fields: blobs[k] belongs to popped_ids[k]
 local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
 
 -- (tables are filled by counters: Lua's # operator searches for the border each time)
-local put_back = {}      -- score, id, ...: over the budget, back in their places in line
+local put_back = {}      -- score, member, ...: over the budget, back in their places
 local handed_ids = {}    -- for the variadic HDEL of their data
 local n_handed = 0
 local leased_args = {}   -- deadline, '<id>|<token>', ...
@@ -143,7 +144,7 @@ for k = 1, n_popped do
       local n_back = 0
       for j = k, n_popped do
         put_back[n_back + 1] = popped[2 * j]
-        put_back[n_back + 2] = popped_ids[j]
+        put_back[n_back + 2] = popped[2 * j - 1]
         n_back = n_back + 2
       end
       break

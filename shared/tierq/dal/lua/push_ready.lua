@@ -3,27 +3,30 @@
 -- so that no task is too large to ever be delivered).
 -- KEYS: 1 ready, 2 data, 3 meta, 4 inflight
 -- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
---       4 admission token, 5 warm_max_bytes, then for n tasks: n pairs score, id (as ZADD
---       takes them), then n pairs id, blob (as HSET takes them), both in the same order
+--       4 admission token, 5 warm_max_bytes, then for n tasks: n pairs score, member (as
+--       ZADD takes them: core/ordering.py place), then n pairs id, blob (as HSET takes
+--       them), both in the same order
 --   enqueue: work that became ready (due, retried, replayed); refused outright while the
 --            queue is in cold mode (hysteresis).
 --   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
---        copy can be in line already: the ZMSCORE look-up is skipped, and the pairs go to
---        ZADD and HSET as they came (no table built per task).
+--        copy can be in line already: the look-up is skipped, and the pairs go to ZADD and
+--        HSET as they came (no table built per task).
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
--- A task already in the ready set keeps its place (ZADD NX semantics); so does the second
--- copy of an id listed twice (the first copy is the one accepted). Once one task is
+-- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
+-- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
+-- copy is the one accepted). Once one task is
 -- refused, every later one is too (a smaller one that would still fit must not pass it).
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
 -- Returns { mode_after, refused_id, ... }
--- Valkey work for the tasks: one ZMSCORE (Redis >= 6.2, not for 'new'), then one ZADD and
--- one HSET of the accepted ones, however many tasks.
+-- Valkey work for the tasks: one HEXISTS per task (not for 'new'), then one ZADD and one
+-- HSET of the accepted ones, however many tasks.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
+-- include: ready_member (members and ids: lua/ready_member.lua)
 
 -- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
 -- the data hash in hashtable encoding even while it is small. A listpack finds a field by
@@ -38,7 +41,7 @@ local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
 local max_bytes = tonumber(ARGV[5])
 local n = (#ARGV - 5) / 4
-local ZS = 6              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = its id
+local ZS = 6              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = member
 local HS = 6 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
 
 local mode = redis.call('HGET', KEYS[3], 'mode')
@@ -84,20 +87,19 @@ elseif kind == 'new' then
 else
   local ids = {}
   for k = 1, n do ids[k] = ARGV[HS + 2 * k - 2] end
-  local in_line = call_chunked('ZMSCORE', KEYS[1], ids)   -- in the order of ids
   local accepted = {}      -- id -> true: a later copy in this batch finds it in line
-  local ready_args = {}    -- score, id, ...
+  local ready_args = {}    -- score, member, ...
   local data_args = {}     -- id, blob, ...
   local n_args = 0
   for k = 1, n do
     local id = ids[k]
     local blob = ARGV[HS + 2 * k - 1]
-    if in_line[k] or accepted[id] then
+    if accepted[id] or waiting(KEYS[2], id) then
       -- already waiting in line: it keeps its place
     elseif n_refused == 0 and fits(#blob) then
       accepted[id] = true
       ready_args[n_args + 1] = ARGV[ZS + 2 * k - 2]
-      ready_args[n_args + 2] = id
+      ready_args[n_args + 2] = ARGV[ZS + 2 * k - 1]
       data_args[n_args + 1] = id
       data_args[n_args + 2] = blob
       n_args = n_args + 2

@@ -6,18 +6,20 @@
 -- Not allowed while Valkey is out of memory (it may grow the data): the caller then takes
 -- the tasks out of the warm tier and sends them cold (logic/admission.update_warm).
 -- KEYS: 1 ready, 2 data, 3 meta
--- ARGV: 1 warm_max_bytes, then triples: id, score, blob
+-- ARGV: 1 warm_max_bytes, then triples: member, score (core/ordering.py place), blob
 -- Returns how many were found.
 
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
+-- include: ready_member (members and ids: lua/ready_member.lua)
 
 local bytes = warm_bytes(KEYS[3], KEYS[2], redis.call('ZCARD', KEYS[1]))
 local found = 0
 local grown = 0
 for i = 2, #ARGV, 3 do
-  local old = redis.call('HSTRLEN', KEYS[2], ARGV[i])
-  if old > 0 or redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+  local id = task_of(ARGV[i])
+  local old = redis.call('HSTRLEN', KEYS[2], id)
+  if old > 0 or waiting(KEYS[2], id) then
+    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
     redis.call('ZADD', KEYS[1], 'XX', ARGV[i + 1], ARGV[i])
     grown = grown + #ARGV[i + 2] - old
     found = found + 1

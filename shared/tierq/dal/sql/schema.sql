@@ -19,6 +19,7 @@ migrations applied:
   0012_shard_homes
   0013_queue_limits_table
   0014_pair_moves
+  0015_seq_maximum
 
 table tierq_feeder_offsets
   column feed text not null
@@ -220,7 +221,7 @@ table tierq_tasks
   options: fillfactor=70, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_insert_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_cost_delay=2, autovacuum_vacuum_cost_limit=1000
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
-sequence tierq_task_seq bigint start 1 increment 512 min 1 max 9223372036854775807 cache 1
+sequence tierq_task_seq bigint start 1 increment 512 min 1 max 9223372036854774784 cache 1
   grant to <app_group>: USAGE
 
 function tierq_app_group() returns text language sql stable

@@ -86,11 +86,21 @@ class OutcomeRow(NamedTuple):
     run_at: datetime
 
 
+class SeqPosition(NamedTuple):
+    """Where tierq_task_seq stands: the last value it handed out (0 before the first) and
+    the last it can."""
+
+    last_value: int
+    max_value: int
+
+
 class PromotedRow(NamedTuple):
-    """A cold task marked warm, ready to push: its id, ready-set score and blob."""
+    """A cold task marked warm, ready to push: its id, priority and seq (its place in the
+    ready set: core/ordering.py) and blob."""
 
     id: str
-    score: int
+    priority: int
+    seq: int
     blob: str
 
 
@@ -263,6 +273,8 @@ class PendingOccurrence(NamedTuple):
     queue: str
     tenant: str
     state: LiveState
+    priority: int
+    seq: int  # (with the priority, its place in a ready set: core/ordering.py)
 
 
 class LiveOccurrence(NamedTuple):

@@ -23,6 +23,7 @@ from tierq.dal.store.rows import (
     ReadyRow,
     ReplacedRow,
     RestoreRow,
+    SeqPosition,
     TaskRow,
 )
 
@@ -58,6 +59,11 @@ class TaskQueries(StoreBase):
         [(first, count)] = self._fetch("insert_tasks_keyless",
                                        {"queue": queue, "now": now, **columns}, tuple_row, conn)
         return first, count
+
+    def task_seq_position(self) -> SeqPosition:
+        """How far tierq_task_seq has come (places in line: core/ordering.py)."""
+        [position] = self._fetch("task_seq_position", None, positional(SeqPosition))
+        return position
 
     def live_by_keys(self, queue: str, tenants: Sequence[str],
                      keys: Sequence[str | None]) -> list[LiveKeyRow]:

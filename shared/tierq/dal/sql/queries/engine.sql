@@ -198,8 +198,8 @@ SELECT pg_advisory_unlock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) A
 
 -- name: promote_cold
 -- Cold -> warm: the oldest of the line (priority desc, seq), in one large batch. Returns
--- what the warm tier takes of each task, ready to push: the id, the ready-set score
--- (core/ordering.py: (9 - priority) * 2^49 + seq) and the task's blob in the layout of
+-- what the warm tier takes of each task: the id, the priority and seq (its place in the
+-- ready set, core/ordering.py) and the task's blob in the layout of
 -- logic/admission.task_blob (`<attempts>|{"e":…,"p":…,"k":…,"pr":…,"m":…,"c":<created ms>}`),
 -- built here rather than row by row in Python (tests/integration/test_tiers_and_order.py
 -- checks the two agree).
@@ -219,8 +219,7 @@ WHERE t.id = ANY(ARRAY(
         ORDER BY priority DESC, seq
         LIMIT %(limit)s))
   AND (t.state = 'cold') IS TRUE  -- implies no partial index (see ack_delete)
-RETURNING t.id::text AS id,
-          (9 - t.priority) * 562949953421312 + t.seq AS score,
+RETURNING t.id::text AS id, t.priority, t.seq,
           t.attempts || '|{"e":'
               -- the quotes and backslashes of the JSON text (task_blob's `e`): 12 of its keys
               || (12 + length(t.payload::text) - length(translate(t.payload::text, '"\', ''))
@@ -807,6 +806,14 @@ SELECT queue, tenant FROM (
 ) AS with_rows
 ORDER BY queue, tenant
 LIMIT %(limit)s;
+
+-- name: task_seq_position
+-- How far tierq_task_seq has come: its last value (0 before the first) and its maximum
+-- (migration 0015), for the gauge round's TaskSeqUsedPercent. pg_sequences shows the last
+-- value to a role with USAGE on the sequence (the application's group has it).
+SELECT COALESCE(last_value, 0) AS last_value, max_value
+FROM pg_sequences
+WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
 
 -- == Maintenance passes when one Valkey master is down ====================================
 

@@ -83,7 +83,7 @@ ORDER BY 1, 2;
 -- withdrawn if it still waits in the Valkey ready set), of every config hash but keep_hash
 -- (NULL: all of them). Rows another transaction holds (e.g. the delayed mover making them
 -- ready) are skipped; a later tick finds them again.
-SELECT t.id, t.queue, t.tenant, t.state
+SELECT t.id, t.queue, t.tenant, t.state, t.priority, t.seq
 FROM tierq_schedule_occurrences o
 JOIN tierq_tasks t ON t.id = o.task_id
 WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
