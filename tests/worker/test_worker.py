@@ -135,12 +135,13 @@ def test_heartbeats_keep_a_long_tasks_lease(api: Client, names: QueueNames) -> N
 
 
 def start_worker_process(api_url: str, queue: str, journal: Path, *, grace: float,
-                         concurrency: int) -> subprocess.Popen[bytes]:
+                         concurrency: int, handler: str = "slow",
+                         extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TIERQ_TEST_JOURNAL": str(journal)}
     command = [sys.executable, "-c", "from tierq.cli import app; app()", "worker", queue,
-               "tests.worker.handlers:slow", "--url", api_url, "--concurrency",
+               f"tests.worker.handlers:{handler}", "--url", api_url, "--concurrency",
                str(concurrency), "--wait", "0.5", "--grace", str(grace), "--app-dir",
-               str(REPO), "--name", "sigterm-test"]
+               str(REPO), "--name", "sigterm-test", *extra]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
 
@@ -238,6 +239,44 @@ def test_sigterm_past_the_grace_leaves_running_tasks_to_their_leases(
     assert sorted(finished) == sorted(str(i) for i in ids)
     assert {finished[str(i)] for i in running} == {2}
     assert unfinished(api, queue) == 0
+
+
+def test_an_abandoned_task_is_not_claimed_while_the_stopping_process_still_runs_it(
+        api: Client, api_url: str, names: QueueNames, tmp_path: Path) -> None:
+    """A handler whose work runs on a ThreadPoolExecutor (parallel downloads, boto3
+    transfers: the pool's threads are not daemons, and a normal exit waits for them): once
+    the grace is over ``tierq worker`` ends its process at once, so by the time the 3-second
+    lease runs out and another worker gets the task, nothing of the first run is left."""
+    queue = names["pooled"]
+    task_id = api.enqueue_one(queue, {"seconds": 25}).id
+    journal = tmp_path / "journal"
+    process = start_worker_process(api_url, queue, journal, grace=0.5, concurrency=1,
+                                   handler="pooled", extra=("--lease-seconds", "3"))
+    try:
+        eventually(lambda: bool(journal_lines(journal, "start")), timeout=30,
+                   what="the task running")
+        assert journal_lines(journal, "start") == [str(task_id)]
+        process.send_signal(signal.SIGTERM)
+        # another worker polls for the task, as a fleet's other members would
+        deadline = time.monotonic() + 20
+        taken: list[ClaimedTask] = []
+        while not taken and time.monotonic() < deadline:
+            taken = api.claim(queue, max=1, lease_seconds=60)
+            time.sleep(0.2)
+        assert [t.id for t in taken] == [task_id], "the abandoned lease never ran out"
+        # the first process was gone by the time anyone else got the task
+        assert process.poll() is not None, (
+            "the task was handed to another worker while the stopped worker's process was "
+            "still running its handler")
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "abandoned" in text and "left to their leases" in text  # logs and stats written
+    assert journal_lines(journal, "finish") == []
 
 
 def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leases(
