@@ -217,6 +217,11 @@ class Worker:
     the process has made so far (its modules, its set-up) out of the cycle collector's way
     with ``gc.freeze()``: a long-running worker's full collections otherwise walk them again
     and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
+
+    A handler still running when :meth:`run` returns (``stats.abandoned > 0``) goes on, with
+    the threads and child processes it started: end the process then, with ``os._exit``
+    after flushing its output (a normal exit waits for non-daemon threads), as ``tierq
+    worker`` does, before the abandoned tasks' leases run out (the module docstring, 5).
     """
 
     def __init__(self, client: Client, queue: str, handler: Handler, *,
