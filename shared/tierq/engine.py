@@ -259,9 +259,10 @@ class Tierq:
         """Delete every task of a queue, in every state; returns how many."""
         return queues.purge_tasks(self.ctx, queue)
 
-    def get_queue(self, queue: str, tenant: str | None = None) -> QueueView:
-        """A queue's settings, counts and mode; with ``tenant``, its own counts only."""
-        return queues.queue_view(self.ctx, queue, tenant)
+    def get_queue(self, queue: str) -> QueueView:
+        """A queue's settings, counts and mode, as an admin sees them (a tenant's view:
+        :meth:`tenant_queue`)."""
+        return queues.queue_view(self.ctx, queue)
 
     def tenant_queue(self, queue: str, tenant: str) -> TenantQueueView:
         """A queue as a caller pinned to ``tenant`` sees it: the settings its workers read and
@@ -272,13 +273,11 @@ class Tierq:
         """Whether the queue has settings or has had tasks."""
         return queues.queue_known(self.ctx, queue)
 
-    def queue_views_after(self, after: str, *, limit: int,
-                          tenant: str | None = None) -> Iterator[QueueView]:
-        """Up to ``limit`` views of the queues named after ``after``, in name order (as
-        ``tenant`` sees them, if given: the queues it has had tasks in), read as they are
-        consumed (a page that fills its bytes first reads no more)."""
+    def queue_views_after(self, after: str, *, limit: int) -> Iterator[QueueView]:
+        """Up to ``limit`` admin views of the queues named after ``after``, in name order,
+        read as they are consumed (a page that fills its bytes first reads no more)."""
         return itertools.islice(queues.iter_queue_views(
-            self.ctx, after, tenant=tenant, chunk=min(limit, QUEUE_VIEWS_CHUNK)), limit)
+            self.ctx, after, chunk=min(limit, QUEUE_VIEWS_CHUNK)), limit)
 
     def tenant_queues_after(self, after: str, *, limit: int,
                             tenant: str) -> Iterator[TenantQueueView]:

@@ -568,11 +568,8 @@ class ShardedTierq:
     def resume(self, queue: str) -> QueueSettings:
         return self.put_queue(queue, QueueSettingsUpdate(paused=False))
 
-    def get_queue(self, queue: str, tenant: str | None = None) -> QueueView:
-        """A queue summed over the shards; with ``tenant``, read on its pair's home alone."""
-        if tenant is not None:
-            home = self.homes.home_of(queue, tenant, create=False) or self.default
-            return self._on(home, lambda e: e.get_queue(queue, tenant))
+    def get_queue(self, queue: str) -> QueueView:
+        """A queue's admin view summed over the shards (a tenant's: :meth:`tenant_queue`)."""
         views = list(self._each(lambda e: e.get_queue(queue)).values())
         return merge_views(views)
 
@@ -596,14 +593,13 @@ class ShardedTierq:
             raise down
         return False
 
-    def queue_views_after(self, after: str, *, limit: int,
-                          tenant: str | None = None) -> list[QueueView]:
+    def queue_views_after(self, after: str, *, limit: int) -> list[QueueView]:
         """Up to ``limit`` queues named after ``after``, in name order, each summed over the
         shards: every shard's first ``limit`` after ``after`` hold every view of the first
         ``limit`` names of all, so the page is whole."""
         by_queue: dict[str, list[QueueView]] = defaultdict(list)
         for views in self._each(lambda e: list(e.queue_views_after(
-                after, limit=limit, tenant=tenant))).values():
+                after, limit=limit))).values():
             for view in views:
                 by_queue[view.queue].append(view)
         return [merge_views(by_queue[q]) for q in sorted(by_queue)[:limit]]
@@ -617,7 +613,7 @@ class ShardedTierq:
                 after, limit=limit, tenant=tenant))).values():
             for view in views:
                 by_queue[view.queue].append(view)
-        return [merge_tenant_views(by_queue[q]) for q in sorted(by_queue)[:limit]]
+        return [merge_views(by_queue[q]) for q in sorted(by_queue)[:limit]]
 
     # -- cron schedules --------------------------------------------------------------------
 
@@ -763,25 +759,23 @@ def dead_position(task: TaskView) -> tuple[datetime, UUID]:
     return task.finished_at or task.created_at, task.id
 
 
-def merge_tenant_views(views: Sequence[TenantQueueView]) -> TenantQueueView:
-    """One tenant view of a queue from each shard's: counts summed, cold when any shard's
-    part is (the settings are the same on every shard: the first's are kept)."""
-    counts = QueueCounts(**{field: sum(getattr(v.counts, field) for v in views)
-                            for field in QueueCounts.model_fields})
-    mode = "cold" if any(v.mode == "cold" for v in views) else "warm"
-    return views[0].model_copy(update={"counts": counts, "mode": mode})
+ViewT = TypeVar("ViewT", QueueView, TenantQueueView)
 
 
-def merge_views(views: Sequence[QueueView]) -> QueueView:
-    """One view of a queue from each shard's: counts and tenant totals summed, the first
-    tenants of all joined, cold when any shard's pairs are (settings and the queue-wide
-    limits' use are the same on every shard: the first's are kept)."""
+def merge_views(views: Sequence[ViewT]) -> ViewT:
+    """One view of a queue from each shard's (all admin views, or all one tenant's): counts
+    summed, cold when any shard's part is; an admin view's tenant totals summed and its first
+    tenants of all joined (settings and the queue-wide limits' use are the same on every
+    shard: the first's are kept)."""
     first = views[0]
     counts = QueueCounts(**{field: sum(getattr(v.counts, field) for v in views)
                             for field in QueueCounts.model_fields})
-    total = sum(v.tenants_total for v in views)
-    shown = sorted({t for v in views for t in v.tenants})[:TENANTS_SHOWN]
-    mode = "cold" if any(v.mode == "cold" for v in views) else "warm"
-    return first.model_copy(update={"counts": counts, "tenants": shown, "mode": mode,
-                                    "tenants_total": total,
-                                    "tenants_truncated": total > len(shown)})
+    update: dict[str, Any] = {"counts": counts,
+                              "mode": "cold" if any(v.mode == "cold" for v in views)
+                              else "warm"}
+    if isinstance(first, QueueView):
+        total = sum(v.tenants_total for v in views)
+        shown = sorted({t for v in views for t in v.tenants})[:TENANTS_SHOWN]
+        update |= {"tenants": shown, "tenants_total": total,
+                   "tenants_truncated": total > len(shown)}
+    return first.model_copy(update=update)

@@ -34,6 +34,12 @@ def test_after_two_acks_exactly_two_more_are_claimable(make_tq, valkey):
     scenarios.acks_free_exactly_their_capacity(make_tq(), tenants)
 
 
+def test_one_tenants_claim_tells_nothing_of_the_others(make_tq, valkey):
+    # the queue-wide take is a call of its own here, made before any pop
+    scenarios.one_tenants_claim_tells_nothing_of_the_others(
+        make_tq(), spread_tenants(valkey, "shared-limit"))
+
+
 def test_rate_20_per_second_burst_5_for_5_seconds(make_tq, valkey):
     handed = scenarios.rate_flat_out(make_tq(), spread_tenants(valkey, "rated"))
     print(f"\nrate 20/s burst 5 on a cluster, 5 s flat out: {handed} handed out")

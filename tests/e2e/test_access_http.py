@@ -50,26 +50,33 @@ def without_name(reply: httpx.Response) -> dict[str, object]:
 
 
 def test_a_tenants_queue_view_over_http(http: httpx.Client, queue: str) -> None:
-    """A pinned caller's view shows the settings workers read and its own counts, and is the
-    same for a queue name nobody used as for a queue with another tenant's tasks only; an
-    admin keeps the full view and the 404."""
+    """A pinned caller's view shows the settings workers read and its own counts — the queue's
+    settings once its tenant has used the queue — and is the same for a queue name nobody
+    used as for a queue with another tenant's tasks only, configured or not; an admin keeps
+    the full view and the 404."""
     assert http.put(f"/v1/queues/{queue}", json={"lease_seconds": 21, "max_leased": 5},
                     headers=ADMIN).status_code == 200
     assert http.post(f"/v1/queues/{queue}/tasks", json={"payload": 1, "tenant": "globex"},
                      headers=ADMIN).status_code == 200
+    configured = http.get(f"/v1/queues/{queue}", headers=ACME)
+    assert http.post(f"/v1/queues/{queue}-theirs/tasks",
+                     json={"payload": 1, "tenant": "globex"}).status_code == 200
+    other_tenants = http.get(f"/v1/queues/{queue}-theirs", headers=ACME)
+    nobody = http.get(f"/v1/queues/{queue}-nobody", headers=ACME)
+    assert configured.status_code == other_tenants.status_code == nobody.status_code == 200
+    assert without_name(configured) == without_name(other_tenants) == without_name(nobody)
+    assert nobody.json()["counts"] == {"warm": 0, "cold": 0, "delayed": 0, "leased": 0,
+                                       "dead": 0}
+    # once acme has used the queue: the queue's settings, its own counts
+    assert http.post(f"/v1/queues/{queue}/tasks", json={"payload": 2},
+                     headers=ACME).status_code == 200
     mine = http.get(f"/v1/queues/{queue}", headers=ACME)
     assert mine.status_code == 200, mine.text
     view = mine.json()
     assert (view["view"], view["tenant"], view["settings"]["lease_seconds"]) == \
         ("tenant", "acme", 21)
     assert "max_leased" not in mine.text and "globex" not in mine.text
-    assert view["counts"] == {"warm": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
-    assert http.post(f"/v1/queues/{queue}-theirs/tasks",
-                     json={"payload": 1, "tenant": "globex"}).status_code == 200
-    other_tenants = http.get(f"/v1/queues/{queue}-theirs", headers=ACME)
-    nobody = http.get(f"/v1/queues/{queue}-nobody", headers=ACME)
-    assert other_tenants.status_code == nobody.status_code == 200
-    assert without_name(other_tenants) == without_name(nobody)
+    assert view["counts"]["warm"] + view["counts"]["cold"] == 1
     full = http.get(f"/v1/queues/{queue}", headers=ADMIN).json()
     assert full["view"] == "admin" and full["settings"]["max_leased"] == 5
     assert http.get(f"/v1/queues/{queue}-nobody", headers=ADMIN).status_code == 404

@@ -257,15 +257,17 @@ def test_claim_words() -> None:
 
 
 @pytest.mark.parametrize(("claims", "expected"), [
-    ({"sub": "user-1", "tenant": "acme"}, access.Caller("tenant", "acme", "user-1")),
+    ({"sub": "user-1", "tenant": "acme"}, access.Caller("tenant", "acme", "sub:user-1")),
     # a Cognito user's access token: the user, not the app client
     ({"sub": "user-1", "client_id": "app", "tenant": "acme"},
-     access.Caller("tenant", "acme", "user-1")),
-    ({"client_id": "app", "tenant": "acme"}, access.Caller("tenant", "acme", "app")),
-    ({"sub": "", "client_id": "app", "tenant": "acme"}, access.Caller("tenant", "acme", "app")),
+     access.Caller("tenant", "acme", "sub:user-1")),
+    ({"client_id": "app", "tenant": "acme"}, access.Caller("tenant", "acme", "client_id:app")),
+    ({"sub": "", "client_id": "app", "tenant": "acme"},
+     access.Caller("tenant", "acme", "client_id:app")),
     ({"tenant": "acme"}, access.Caller("tenant", "acme", None)),
+    # a Cognito client-credentials token: the app client's id in both, sub wins
     ({"sub": "m2m", "client_id": "m2m", "scope": "tierq/admin"},
-     access.Caller("admin", None, "m2m")),
+     access.Caller("admin", None, "sub:m2m")),
     ({"scope": "tierq/admin"}, access.Caller("admin", None, None)),
 ])
 def test_a_callers_subject_is_its_sub_else_its_client_id(

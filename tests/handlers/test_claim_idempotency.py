@@ -12,6 +12,7 @@ import psycopg
 import redis
 
 from tests.handlers.support import ADMIN_CLAIMS, Invoke
+from tierq.aws.http.access import subject_of
 from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
 from tierq.dal.warm_tier import PairKeys
 from tierq.logic import idempotency
@@ -132,7 +133,7 @@ def test_a_claim_still_running_is_409(call: Invoke, valkey: redis.Redis) -> None
     headers = key()
     assert call("POST", CLAIMS, {"max": 1}, headers=headers).status == 200
     scope = idempotency.scope_key("admin", "claim", "jobs", headers["Idempotency-Key"],
-                                  subject=ADMIN_CLAIMS["sub"])
+                                  subject=subject_of(ADMIN_CLAIMS))
     valkey.hdel(idempotency.valkey_key(scope), "s", "b")  # as while the first one ran
     busy = call("POST", CLAIMS, {"max": 1}, headers=headers)
     assert busy.status == 409 and busy.body["error"]["code"] == "idempotency_in_progress"

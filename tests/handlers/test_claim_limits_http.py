@@ -1,5 +1,6 @@
 """POST /v1/queues/{queue}/claims under the queue's limits: what they allow, and
-retry_after_ms; none without limits."""
+retry_after_ms; none without limits, and none for a caller pinned to a tenant with nothing
+ready of its own (which would tell it of other tenants' use of the queue)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,21 @@ def test_a_rate_limited_claim_answers_the_next_token(call: Invoke) -> None:
     reply = call("POST", "/v1/queues/slow/claims", {"max": 5})
     assert len(reply.body["tasks"]) == 2
     assert 500 < reply.body["retry_after_ms"] <= 1000
+
+
+def test_a_claim_tells_nothing_of_other_tenants_use_of_a_queue_wide_limit(
+        call: Invoke) -> None:
+    globex = {"sub": "worker-2", "tenant": "globex"}
+    acme = {"sub": "worker-1", "tenant": "acme"}
+    assert call("PUT", "/v1/queues/jobs", {"max_leased": 1}).status == 200
+    assert call("POST", "/v1/queues/jobs/tasks", {"tasks": [{"payload": 1}, {"payload": 2}]},
+                claims=globex).status == 200
+    held = call("POST", "/v1/queues/jobs/claims", {"max": 1}, claims=globex)
+    assert len(held.body["tasks"]) == 1  # globex now fills the queue's max_leased
+    theirs = call("POST", "/v1/queues/jobs/claims", {"max": 1}, claims=acme)
+    nobodys = call("POST", "/v1/queues/never-used/claims", {"max": 1}, claims=acme)
+    assert theirs.status == nobodys.status == 200
+    assert theirs.body == nobodys.body == {"tasks": []}
+    # globex itself, with work waiting, is told when more may be had
+    again = call("POST", "/v1/queues/jobs/claims", {"max": 1}, claims=globex)
+    assert again.body["tasks"] == [] and again.body["retry_after_ms"] > 0

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from tests.handlers.support import ADMIN_CLAIMS, Invoke
+from tierq.aws.http.access import subject_of
 from tierq.aws.runtime import engine
 from tierq.local.services.process import free_port
 from tierq.logic import idempotency
@@ -252,7 +253,7 @@ def test_lease_route_in_progress_is_409(call: Invoke, valkey: redis.Redis) -> No
     body = {"acks": [{"id": task["id"], "lease_token": task["lease_token"]}]}
     headers = key()
     scope = idempotency.scope_key("admin", "ack", "jobs", headers["Idempotency-Key"],
-                                  subject=ADMIN_CLAIMS["sub"])
+                                  subject=subject_of(ADMIN_CLAIMS))
     reply = call("POST", "/v1/queues/jobs/acks", body, headers=headers)
     assert reply.status == 200
     stored = idempotency.valkey_key(scope)
@@ -415,19 +416,46 @@ def test_admins_keys_are_each_admins_own(call: Invoke, pg: psycopg.Connection[An
     assert task_count(pg, "jobs") == 2
 
 
-def test_client_id_is_the_subject_of_a_token_without_sub(
+def test_client_id_is_the_subject_of_a_token_without_sub_and_never_an_equal_sub(
         call: Invoke, pg: psycopg.Connection[Any]) -> None:
-    """A client-credentials token: Cognito's carries sub equal to client_id, other issuers'
-    client_id alone; both are the same caller. Another client id is another caller."""
-    headers = key()
+    """A token's subject is its sub, else its client_id, tagged with the claim's name: a
+    Cognito client-credentials token (sub equal to client_id) is always its sub, and a token
+    of another issuer with the same value as its client_id alone is another caller; two such
+    tokens are one caller, another client id another."""
     body = {"payload": "same"}
     cognito = {"sub": "app-1", "client_id": "app-1", "tenant": "acme"}
+    same_sub = {"sub": "app-1", "tenant": "acme"}
     bare = {"client_id": "app-1", "tenant": "acme"}
     other_app = {"client_id": "app-2", "tenant": "acme"}
-    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=cognito)
-    same = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=bare)
-    other = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=other_app)
-    assert same.body == first.body and same.headers.get("idempotent-replayed") == "true"
+    headers = key()
+    replies = {name: call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=claims)
+               for name, claims in (("cognito", cognito), ("same_sub", same_sub),
+                                    ("bare", bare), ("bare_again", bare),
+                                    ("other_app", other_app))}
+    assert {r.status for r in replies.values()} == {200}
+    assert replies["same_sub"].headers.get("idempotent-replayed") == "true"
+    assert replies["same_sub"].body == replies["cognito"].body
+    assert "idempotent-replayed" not in replies["bare"].headers
+    assert replies["bare"].body["id"] != replies["cognito"].body["id"]
+    assert replies["bare_again"].body == replies["bare"].body
+    assert replies["other_app"].body["id"] not in {replies["cognito"].body["id"],
+                                                   replies["bare"].body["id"]}
+    assert task_count(pg, "jobs") == 3
+
+
+def test_a_sub_that_is_a_lone_surrogate_has_a_scope_of_its_own(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    """JSON can carry a lone surrogate (``"\\ud800"``), which UTF-8 cannot encode: such a
+    subject is a scope like any other, not a 500."""
+    body = {"payload": "same"}
+    headers = key()
+    odd = {"sub": "\ud800", "tenant": "acme"}
+    first = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=odd)
+    assert first.status == 200, first.body
+    again = call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=odd)
+    assert again.body == first.body and again.headers.get("idempotent-replayed") == "true"
+    other = call("POST", "/v1/queues/jobs/tasks", body, headers=headers,
+                 claims={"sub": "\udc00", "tenant": "acme"})
     assert other.status == 200 and other.body["id"] != first.body["id"]
     assert task_count(pg, "jobs") == 2
 

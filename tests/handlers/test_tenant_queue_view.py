@@ -114,6 +114,27 @@ def test_a_pinned_caller_cannot_tell_a_queue_name_nobody_used(call: Invoke) -> N
     assert bad.status == 422, bad.body
 
 
+def test_a_configured_queue_of_another_tenant_looks_like_a_name_nobody_used(
+        call: Invoke) -> None:
+    """The settings shown depend on the caller's own pair: a queue an admin configured and
+    another tenant uses shows a tenant with no part in it the defaults, as a name nobody
+    used does; once the tenant has tasks there, the queue's settings its workers need."""
+    assert call("PUT", "/v1/queues/globex-payroll", CONFIGURED).status == 200
+    enqueue(call, "globex-payroll", 1, BETA)
+    theirs = call("GET", "/v1/queues/globex-payroll", claims=ACME)
+    nobodys = call("GET", "/v1/queues/never-used", claims=ACME)
+    assert theirs.status == nobodys.status == 200
+    assert {k: v for k, v in theirs.body.items() if k != "queue"} == \
+        {k: v for k, v in nobodys.body.items() if k != "queue"}
+    assert theirs.body["settings"]["lease_seconds"] == get_settings().lease_seconds
+    # the tenant's own pair: the queue's settings
+    enqueue(call, "globex-payroll", 1, ACME)
+    mine = call("GET", "/v1/queues/globex-payroll", claims=ACME).body
+    assert (mine["settings"]["lease_seconds"], mine["settings"]["paused"]) == (42, True)
+    assert call("GET", "/v1/queues/globex-payroll", claims=BETA).body["settings"] == \
+        mine["settings"]
+
+
 def test_a_pinned_callers_list_holds_tenant_views_of_its_own_queues(call: Invoke) -> None:
     assert call("PUT", "/v1/queues/shared", CONFIGURED).status == 200
     enqueue(call, "shared", 1, ACME)

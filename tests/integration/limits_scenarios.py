@@ -165,6 +165,29 @@ def acks_free_exactly_their_capacity(tq: Tierq, tenants: Sequence[str]) -> None:
     assert len(tq.claim(queue, max=5)) == 5
 
 
+def one_tenants_claim_tells_nothing_of_the_others(tq: Tierq, tenants: Sequence[str]) -> None:
+    """A claim of one tenant (a caller pinned to it) with nothing of its own ready answers as
+    on a queue name nobody used, however full the queue's limits are of other tenants'
+    leases, and whichever limits the queue has; with ready work of its own, the limits that
+    cut it are told (``retry_after_ms``)."""
+    queue = "shared-limit"
+    holder, idle, busy = tenants[:3]
+    tq.put_queue(queue, {"max_leased": 1, "tenant_max_leased": 1, "lease_seconds": 60})
+    tq.enqueue(queue, [{"payload": i, "tenant": t} for t in (holder, busy) for i in range(2)])
+    [held] = tq.claim(queue, max=1, tenant=holder)  # the queue's max_leased is full now
+    unused = tq.claim_outcome("never-used", max=5, tenant=idle)
+    assert (unused.tasks, unused.retry_after_ms) == ([], None)
+    # nothing ready of its own: max_leased (held by another) and tenant_max_leased (max 5
+    # asks for more than 1) would both cut it, and neither is told
+    assert tq.claim_outcome(queue, max=5, tenant=idle) == unused
+    # its own ready work, cut by the limits: told when more may be had
+    cut = tq.claim_outcome(queue, max=5, tenant=busy)
+    assert cut.tasks == [] and cut.retry_after_ms is not None and cut.retry_after_ms > 0
+    tq.ack(queue, [held])
+    [got] = tq.claim_outcome(queue, max=5, tenant=busy).tasks
+    assert got.tenant == busy
+
+
 # -- rate ------------------------------------------------------------------------------------
 
 

@@ -24,6 +24,10 @@ def test_after_two_acks_exactly_two_more_are_claimable(make_tq):
     scenarios.acks_free_exactly_their_capacity(make_tq(), TENANTS)
 
 
+def test_one_tenants_claim_tells_nothing_of_the_others(make_tq):
+    scenarios.one_tenants_claim_tells_nothing_of_the_others(make_tq(), ["h", "i", "b"])
+
+
 def test_rate_20_per_second_burst_5_for_5_seconds(make_tq):
     handed = scenarios.rate_flat_out(make_tq(), TENANTS)
     print(f"\nrate 20/s burst 5, 5 s flat out: {handed} handed out")

@@ -129,3 +129,28 @@ def test_purge_queue_deletes_every_task_in_every_state(make_tq, valkey):
     assert tq.ack("x", [{"id": leased.id, "lease_token": leased.lease_token}]).rejected
     assert tq.enqueue_one("x", "fresh").state == "warm"
     assert len(tq.claim("y")) == 1
+
+
+def test_the_settings_cache_keeps_the_queues_used_last_and_drops_the_others(make_tq):
+    """The cache of queue settings holds at most ``max_entries`` queues, the least recently
+    used dropped first (a long-lived Lambda environment sees every name callers use).
+    Settings changed in the database behind its back show which entries it still holds."""
+    from tierq.logic.context import QueueSettingsCache
+
+    tq = make_tq(settings_cache_seconds=3600)
+    assert tq.ctx.queue_settings.max_entries == QueueSettingsCache.MAX_ENTRIES == 10_000
+    cache = QueueSettingsCache(tq.ctx.store, tq.ctx.settings, max_entries=3)
+    for name in ("a", "b", "c"):
+        tq.put_queue(name, {"lease_seconds": 10})
+        assert cache.get(name).lease_seconds == 10
+    assert cache.get("a").lease_seconds == 10  # a used last: b is the oldest now
+    for name in ("a", "b", "c"):
+        tq.put_queue(name, {"lease_seconds": 20})  # (tq's own cache, not this one)
+    assert cache.get("d").lease_seconds == tq.ctx.settings.lease_seconds  # b dropped
+    assert len(cache) == 3
+    assert cache.get("a").lease_seconds == 10  # still held: cached
+    assert cache.get("c").lease_seconds == 10
+    assert cache.get("b").lease_seconds == 20  # read again; d dropped in its place
+    assert len(cache) == 3
+    with pytest.raises(ValueError, match="max_entries"):
+        QueueSettingsCache(tq.ctx.store, tq.ctx.settings, max_entries=0)

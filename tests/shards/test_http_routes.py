@@ -23,6 +23,7 @@ from tests.handlers.support import (
     reply_of,
 )
 from tests.shards.conftest import ShardedFactory
+from tierq.aws.http.access import subject_of
 from tierq.aws.runtime import engine, reset_engine
 from tierq.dal.shards import ShardSpec
 from tierq.local.gateway.template import Template
@@ -171,7 +172,7 @@ def test_a_binding_held_by_a_request_still_running_does_not_stop_a_retry(api: Ap
     default = deployment().engines[deployment().default]
     held = idempotency.claim_in_postgres(
         default.ctx, idempotency.scope_key("admin", "enqueue", "held", key,
-                                           subject=ADMIN_CLAIMS["sub"]) + b"|body",
+                                           subject=subject_of(ADMIN_CLAIMS)) + b"|body",
         idempotency.fingerprint(body))
     assert isinstance(held, idempotency.PgClaim)  # in progress, as a dead request left it
     reply = api("POST", "/v1/queues/held/tasks", body, headers={"Idempotency-Key": key})

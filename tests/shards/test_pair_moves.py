@@ -125,7 +125,7 @@ def test_a_move_refuses_new_work_drains_then_switches_every_copy(
     got = other_process.claim(QUEUE, tenant=TENANT, max=10)
     assert [t.payload for t in got] == ["after", "after"]
     assert not other_process.ack(QUEUE, got).rejected
-    counts = tq.get_queue(QUEUE, TENANT).counts
+    counts = tq.tenant_queue(QUEUE, TENANT).counts
     assert (counts.warm, counts.cold, counts.delayed, counts.leased) == (0, 0, 0, 0)
     # the new home, not the old, is what a fresh process finds
     assert make_sharded(**FAST).homes.home_of(QUEUE, TENANT, create=False) == to

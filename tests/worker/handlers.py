@@ -27,3 +27,16 @@ def slow(task: ClaimedTask) -> dict[str, Any]:
     time.sleep(float(task.payload["seconds"]))
     journal("finish", task)
     return {"slept": task.payload["seconds"]}
+
+
+def pooled(task: ClaimedTask) -> dict[str, Any]:
+    """``slow``, its work done on a ``ThreadPoolExecutor`` (as many handlers do: parallel
+    downloads, boto3 transfers): the pool's threads are not daemons, and the interpreter
+    joins them at exit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    journal("start", task)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(time.sleep, float(task.payload["seconds"])).result()
+    journal("finish", task)
+    return {"slept": task.payload["seconds"]}

@@ -17,9 +17,10 @@ import pytest
 
 from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
+from tests.support.stopping_worker import PausedAtAbandonment
 from tierq.client import Client, NotFoundError
 from tierq.client.worker import PermanentError, RetryableError, Worker
-from tierq.client.worker.worker import HeldLease
+from tierq.client.worker.worker import HeldLease, describe
 from tierq.models import ClaimedTask
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +108,66 @@ def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client,
     assert {t.id for t in api.dlq_list(queue).tasks} == {ids["permanent"], ids["always_fails"]}
 
 
+def _outer(depth: int) -> None:
+    if depth == 0:
+        _innermost_failure()
+    _inner(depth - 1)
+
+
+def _inner(depth: int) -> None:
+    _outer(depth)
+
+
+def _innermost_failure() -> None:
+    raise ValueError("é" * 3000)  # 6,000 bytes of UTF-8
+
+
+def test_a_long_error_keeps_its_message_and_innermost_frames_in_2_kib(
+        api: Client, names: QueueNames) -> None:
+    """The server keeps the first 2 KiB of a nack's error: the Worker sends no more, and
+    what it keeps of a long one is the start of the message and the frames where it was
+    raised, not the outer frames the server would have kept."""
+    queue = names["long-error"]
+    api.put_queue(queue, {"max_attempts": 1})
+    task_id = api.enqueue_one(queue, "x").id
+
+    def handle(task: ClaimedTask) -> Any:
+        _outer(80)
+
+    stats = Worker(api, queue, handle, concurrency=1, wait_seconds=0.2, burst=True,
+                   install_signal_handlers=False).run()
+    assert stats.dead == 1
+    error = api.get_task(queue, task_id).last_error
+    assert error is not None
+    assert len(error.encode()) <= 2048
+    assert error.startswith("ValueError: éééé") and "…(truncated)" in error
+    assert "Traceback (most recent call last):" in error and "parts left out" in error
+    # it ends with the frame that raised (the message is not repeated there)
+    last_frame = error[error.rindex('  File "'):]
+    assert "in _innermost_failure" in last_frame
+    assert 'raise ValueError("é" * 3000)' in last_frame
+
+
+def _raised(call: Any) -> BaseException:
+    try:
+        call()
+    except BaseException as exc:
+        return exc
+    raise AssertionError("nothing was raised")
+
+
+def test_describe_keeps_a_short_error_whole() -> None:
+    exc = _raised(lambda: int("nope"))
+    text = describe(exc)
+    assert text.startswith("ValueError: invalid literal for int() with base 10: 'nope'\n\n")
+    assert text.endswith("ValueError: invalid literal for int() with base 10: 'nope'")
+    assert "parts left out" not in text and "truncated" not in text
+    # a long one without a traceback: the message, cut on a character boundary
+    long = describe(RuntimeError("€" * 1000))
+    assert long.startswith("RuntimeError: €€") and long.endswith("…(truncated)")
+    assert len(long.encode()) <= 2048
+
+
 def test_heartbeats_keep_a_long_tasks_lease(api: Client, names: QueueNames) -> None:
     queue = names["long"]
     # Without heartbeats a 1-second lease is lost while the task runs: the reaper gives the
@@ -135,12 +196,13 @@ def test_heartbeats_keep_a_long_tasks_lease(api: Client, names: QueueNames) -> N
 
 
 def start_worker_process(api_url: str, queue: str, journal: Path, *, grace: float,
-                         concurrency: int) -> subprocess.Popen[bytes]:
+                         concurrency: int, handler: str = "slow",
+                         extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TIERQ_TEST_JOURNAL": str(journal)}
     command = [sys.executable, "-c", "from tierq.cli import app; app()", "worker", queue,
-               "tests.worker.handlers:slow", "--url", api_url, "--concurrency",
+               f"tests.worker.handlers:{handler}", "--url", api_url, "--concurrency",
                str(concurrency), "--wait", "0.5", "--grace", str(grace), "--app-dir",
-               str(REPO), "--name", "sigterm-test"]
+               str(REPO), "--name", "sigterm-test", *extra]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
 
@@ -240,6 +302,44 @@ def test_sigterm_past_the_grace_leaves_running_tasks_to_their_leases(
     assert unfinished(api, queue) == 0
 
 
+def test_an_abandoned_task_is_not_claimed_while_the_stopping_process_still_runs_it(
+        api: Client, api_url: str, names: QueueNames, tmp_path: Path) -> None:
+    """A handler whose work runs on a ThreadPoolExecutor (parallel downloads, boto3
+    transfers: the pool's threads are not daemons, and a normal exit waits for them): once
+    the grace is over ``tierq worker`` ends its process at once, so by the time the 3-second
+    lease runs out and another worker gets the task, nothing of the first run is left."""
+    queue = names["pooled"]
+    task_id = api.enqueue_one(queue, {"seconds": 25}).id
+    journal = tmp_path / "journal"
+    process = start_worker_process(api_url, queue, journal, grace=0.5, concurrency=1,
+                                   handler="pooled", extra=("--lease-seconds", "3"))
+    try:
+        eventually(lambda: bool(journal_lines(journal, "start")), timeout=30,
+                   what="the task running")
+        assert journal_lines(journal, "start") == [str(task_id)]
+        process.send_signal(signal.SIGTERM)
+        # another worker polls for the task, as a fleet's other members would
+        deadline = time.monotonic() + 20
+        taken: list[ClaimedTask] = []
+        while not taken and time.monotonic() < deadline:
+            taken = api.claim(queue, max=1, lease_seconds=60)
+            time.sleep(0.2)
+        assert [t.id for t in taken] == [task_id], "the abandoned lease never ran out"
+        # the first process was gone by the time anyone else got the task
+        assert process.poll() is not None, (
+            "the task was handed to another worker while the stopped worker's process was "
+            "still running its handler")
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "abandoned" in text and "left to their leases" in text  # logs and stats written
+    assert journal_lines(journal, "finish") == []
+
+
 def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leases(
         api: Client, names: QueueNames) -> None:
     """At shutdown a task whose handler never started goes back to its place in line
@@ -272,11 +372,13 @@ def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leas
     assert (dead.attempts, dead.last_error) == (1, "lease expired (attempt 1)")
 
 
-def test_a_handler_running_past_the_grace_is_not_nacked_nor_heartbeated(
+def test_a_handler_running_past_the_grace_is_not_nacked_and_its_outcome_is_dropped(
         api: Client, names: QueueNames) -> None:
-    """In process: run() returns after the grace while the handler still runs; the Worker
-    sends no nack and no more heartbeats, so the lease runs out, the reaper counts the
-    attempt, and the handler's late outcome is dropped (never reported)."""
+    """In process: past the grace the Worker sends no nack; the handler returns while the
+    stop is still under way (its reporter running), and its outcome is dropped, never
+    reported; nobody else gets the task while its lease holds, and once the lease runs out
+    the reaper counts the attempt. (What goes over the wire meanwhile, heartbeats included:
+    tests/client/test_worker_stop.py.)"""
     queue = names["abandoned"]
     task_id = api.enqueue_one(queue, "long").id
     entered, leave = threading.Event(), threading.Event()
@@ -286,28 +388,25 @@ def test_a_handler_running_past_the_grace_is_not_nacked_nor_heartbeated(
         leave.wait(60)
         return "too late"
 
-    worker = Worker(api, queue, blocked, concurrency=1, lease_seconds=8, wait_seconds=0.2,
-                    grace_seconds=0.3, heartbeat_fraction=0.25, install_signal_handlers=False)
+    worker = PausedAtAbandonment(api, queue, blocked, concurrency=1, lease_seconds=8,
+                                 wait_seconds=0.2, grace_seconds=0.3, heartbeat_fraction=0.25,
+                                 install_signal_handlers=False, leave=leave)
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
         assert entered.wait(30)
-        # heartbeats keep the 8-second lease meanwhile (every 2 s)
         eventually(lambda: worker.stats.heartbeats >= 1, timeout=30, what="a heartbeat")
         worker.stop()
         thread.join(timeout=30)
         assert not thread.is_alive()
-        stopped = worker.stats
-        assert (stopped.abandoned, stopped.retried, stopped.released) == (1, 0, 0)
-        assert api.get_task(queue, task_id).state == "leased"
-        assert api.claim(queue, max=1) == []  # nobody else gets it while it may still run
-        eventually(lambda: api.get_task(queue, task_id).state != "leased", timeout=30,
-                   what="the reaper expired the abandoned lease")
-        assert worker.stats.heartbeats == stopped.heartbeats  # none after the stop
     finally:
         leave.set()
+    assert worker.handed_over.is_set()  # it returned before the reporter was stopped
+    stats = worker.stats
+    assert (stats.abandoned, stats.acked, stats.retried, stats.released) == (1, 0, 0, 0)
+    assert api.get_task(queue, task_id).state == "leased"
+    assert api.claim(queue, max=1) == []  # nobody else gets it while the lease holds
+    eventually(lambda: api.get_task(queue, task_id).state != "leased", timeout=30,
+               what="the reaper expired the abandoned lease")
     task = api.get_task(queue, task_id)
     assert (task.attempts, task.last_error) == (1, "lease expired (attempt 1)")
-    time.sleep(0.3)  # the handler returns now: its outcome is dropped
-    assert worker.stats.acked == 0
-    assert api.get_task(queue, task_id).state != "done"

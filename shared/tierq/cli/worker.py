@@ -1,10 +1,18 @@
 """``tierq worker QUEUE module:function``: run a handler over a queue with
 :class:`tierq.client.worker.Worker` until SIGTERM / Ctrl-C (or, with --burst, until the queue is
-empty)."""
+empty).
+
+When the stop abandoned tasks to their leases (their handlers still running past the grace),
+the process ends with ``os._exit`` once its logs and stats are written: a normal exit would
+wait for the handlers' non-daemon threads (a ``ThreadPoolExecutor``'s), and the task would
+run on here after its lease ran out and another worker got it."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -66,10 +74,12 @@ def register(app: typer.Typer) -> None:
         The handler's return value acks the task (kept as its result); RetryableError or
         any other exception retries it; PermanentError dead-letters it. SIGTERM or Ctrl-C:
         stop claiming, let running tasks finish for --grace seconds, release the tasks not
-        started, exit 0 leaving the tasks still running to their leases, which run out
-        (the reaper then counts the attempt and retries them); a second Ctrl-C ends the
-        grace at once. Exit 2 when the handler cannot be loaded, 1 when the API refuses the
-        worker."""
+        started, and exit 0. Tasks still running past the grace are left to their leases,
+        which run out (the reaper then counts the attempt and retries them): the process
+        then ends at once (exit 0 too), whatever threads its handlers started, so nothing
+        of those tasks runs here once another worker may get them. A second Ctrl-C ends
+        the grace at once. Exit 2 when the handler cannot be loaded, 1 when the API refuses
+        the worker."""
         level = logging.getLevelName(log_level.upper())
         if not isinstance(level, int):
             usage_error(f"--log-level: unknown level {log_level!r}")
@@ -92,3 +102,23 @@ def register(app: typer.Typer) -> None:
         for what, value in stats.as_dict().items():
             table.add_row(what.replace("_", " "), f"{value:,}")
         console.print(table)
+        if stats.abandoned:
+            end_now()
+
+
+# The exit status of a worker that stopped with tasks abandoned to their leases: a stop as
+# asked, like any other.
+ABANDONED_EXIT = 0
+
+
+def end_now() -> None:
+    """End the process now (``os._exit``), its logs and output written first: the handlers of
+    abandoned tasks may still run on threads the interpreter would wait for at exit
+    (``ThreadPoolExecutor``'s are not daemons), and must not outlive their leases. (Child
+    processes a handler started are not ended by this: see the Worker's docstring.)"""
+    logging.shutdown()  # flushes every handler
+    for stream in (sys.stdout, sys.stderr):
+        # a stream closed or gone: nothing more can be written to it
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(ABANDONED_EXIT)

@@ -259,6 +259,8 @@ class _Claimer:
     tenant_rate: tuple[float, int] | None = None
     # the soonest time a limit that cut this claim says more may be had (ms), if any
     retry_after_ms: int | None = None
+    # the ready tasks the last pop left in its pair's warm set (None: no pop was made)
+    ready_left: int | None = None
 
     def _limited(self, retry_ms: int) -> None:
         if retry_ms > 0:
@@ -319,6 +321,7 @@ class _Claimer:
             per_task_bytes=TASK_FIELDS_COST if self.max_bytes else 0,
             tenant_max_leased=self.tenant_max_leased, tenant_rate=self.tenant_rate,
             first_k=first_k, take=riding)
+        self.ready_left = left
         if gate is not None:
             if riding is not None:
                 gate.took(granted)
@@ -438,7 +441,23 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         # answer (a claim that got tasks returns them: claims free Valkey memory)
         raise WarmTierFull()
     limited = claimer.retry_after_ms if len(got) < request.max else None
+    if limited is not None and not got and request.tenant is not None \
+            and not _had_ready_work(claimer, request.tenant):
+        # one tenant's claim with nothing of its own ready answers as on a queue name
+        # nobody used: how much of the queue's limits others hold, or which limits the
+        # queue has, is none of its business
+        limited = None
     return ClaimOutcome(got, limited)
+
+
+def _had_ready_work(claimer: _Claimer, tenant: str) -> bool:
+    """Whether the claim's one pair held ready tasks in Valkey: as its pop saw it, or, when
+    the queue-wide limits left no room for a pop (cluster mode), as it holds them now. (Work
+    waiting cold only does not count: that claim answers without ``retry_after_ms``, and the
+    next one, once a refill brought the work warm, with it.)"""
+    if claimer.ready_left is None:
+        return claimer.ctx.warm.stats(claimer.queue, tenant)[0] > 0
+    return claimer.ready_left > 0
 
 
 def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequest,

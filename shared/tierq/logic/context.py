@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -59,24 +60,42 @@ def from_ms(ms: int) -> datetime:
 
 
 class QueueSettingsCache:
-    """Effective per-queue settings (stored row over deployment defaults), cached briefly."""
+    """Effective per-queue settings (stored row over deployment defaults), cached briefly
+    (``settings_cache_seconds``) for at most ``max_entries`` queues, the least recently used
+    dropped first: every queue name a caller uses is an entry, and a Lambda environment lives
+    for hours."""
 
-    def __init__(self, store: TaskStore, defaults: Settings) -> None:
+    # ~1 KB an entry (the name, a QueueSettings): about 10 MB at most per process
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, store: TaskStore, defaults: Settings, *,
+                 max_entries: int = MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
         self.store = store
         self.defaults = defaults
-        self._cache: dict[str, tuple[float, QueueSettings]] = {}
+        self.max_entries = max_entries
+        self._cache: OrderedDict[str, tuple[float, QueueSettings]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
 
     def get(self, queue: str) -> QueueSettings:
         ttl = self.defaults.settings_cache_seconds
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(queue)
-        if hit is not None and now - hit[0] < ttl:
-            return hit[1]
+            if hit is not None and now - hit[0] < ttl:
+                self._cache.move_to_end(queue)
+                return hit[1]
         value = self.effective(self.store.queue_settings_row(queue))
         with self._lock:
             self._cache[queue] = (now, value)
+            self._cache.move_to_end(queue)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
         return value
 
     def effective(self, row: QueueSettingsRow | None) -> QueueSettings:

@@ -67,10 +67,13 @@ def scope_key(caller: str, route: str, queue: str, key: str, *,
               subject: str | None = None) -> bytes:
     """The record's identity: one key means one thing per caller, route and queue.
     ``caller``: the tenant (``tenant:<name>``) or ``admin``; ``subject``: whom the caller's
-    token was issued to (None: shared by every caller of ``caller`` without one)."""
+    token was issued to, as ``<claim>:<value>`` (tierq.aws.http.access.subject_of; None:
+    shared by every caller of ``caller`` without one). The subject is hashed as the hex of
+    its UTF-8 bytes, surrogates passed through: any string a token's JSON can carry (a lone
+    surrogate too, which UTF-8 cannot encode) has its own scope."""
     parts: list[Any] = [caller, route, queue, key]
     if subject is not None:
-        parts.insert(1, {"subject": subject})
+        parts.insert(1, {"subject": subject.encode("utf-8", "surrogatepass").hex()})
     return hashlib.sha256(orjson.dumps(parts)).digest()
 
 

@@ -153,14 +153,12 @@ def tenant_counts(ctx: Context, queue: str, tenant: str | None = None) -> list[T
 TENANTS_SHOWN = 100
 
 
-def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView:
-    """A queue's settings, counts and mode; with ``tenant``, as that tenant sees it (its own
-    counts only, read for that tenant alone). Only the first ``TENANTS_SHOWN`` tenants are
-    named, since a queue's tenants are unbounded and the view must fit one response; the
-    totals of the whole queue are aggregates in SQL, plus the warm tier of the tenants with
-    ready work only (idle tenants cost nothing)."""
-    if tenant is not None:
-        return _tenant_queue_view(ctx, queue, tenant)
+def queue_view(ctx: Context, queue: str) -> QueueView:
+    """A queue's settings, counts and mode as an admin sees it (a caller pinned to a tenant
+    gets :func:`tenant_queue_view`, never this). Only the first ``TENANTS_SHOWN`` tenants
+    are named, since a queue's tenants are unbounded and the view must fit one response;
+    the totals of the whole queue are aggregates in SQL, plus the warm tier of the tenants
+    with ready work only (idle tenants cost nothing)."""
     totals = ctx.store.queue_view_state_totals(queue)
     counts = QueueCounts(cold=totals.cold, delayed=totals.delayed, dead=totals.dead)
     cold_mode = False
@@ -180,11 +178,11 @@ def queue_view(ctx: Context, queue: str, tenant: str | None = None) -> QueueView
                      limits_use=limits_use(ctx, queue, settings, busy[:TENANTS_SHOWN]))
 
 
-def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, bool, list[str]]:
+def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, bool, bool]:
     """One tenant's counts in a queue (its own pair alone), whether its ready work waits
-    cold, and the tenant named when the pair is registered ([] when not: zero counts)."""
+    cold, and whether the pair is registered (when not: zero counts)."""
     counts = QueueCounts()
-    shown: list[str] = []
+    registered = False
     cold_mode = False
     for t in iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK):
         counts.warm += t.warm
@@ -193,28 +191,30 @@ def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, boo
         counts.leased += t.leased
         counts.dead += t.dead
         cold_mode = cold_mode or (t.mode == "cold" and bool(t.cold or t.warm))
-        shown.append(t.tenant)
-    return counts, cold_mode, shown
-
-
-def _tenant_queue_view(ctx: Context, queue: str, tenant: str) -> QueueView:
-    """The admin's view of one tenant: its own pair alone, with every setting."""
-    counts, cold_mode, shown = _own_counts(ctx, queue, tenant)
-    settings = ctx.queue_settings.get(queue)
-    return QueueView(queue=queue, settings=settings, counts=counts,
-                     mode="cold" if cold_mode else "warm", tenants=shown,
-                     tenants_total=len(shown), tenants_truncated=False,
-                     limits_use=limits_use(ctx, queue, settings, shown, tenant_only=True))
+        registered = True
+    return counts, cold_mode, registered
 
 
 def tenant_queue_view(ctx: Context, queue: str, tenant: str) -> TenantQueueView:
-    """A queue as a caller pinned to ``tenant`` sees it: the settings its workers read
-    (the deployment's defaults for a queue without settings) and its own counts (zero when it
-    has no tasks there). It reads nothing of other tenants, so it is the same for a queue name
-    nobody used as for one with other tenants' tasks only."""
-    counts, cold_mode, _ = _own_counts(ctx, queue, tenant)
-    return TenantQueueView(queue=queue, tenant=tenant,
-                           settings=WorkerSettings.of(ctx.queue_settings.get(queue)),
+    """A queue as a caller pinned to ``tenant`` sees it: its own counts (zero when it has no
+    tasks there) and the settings its workers read, which depend on its own pair alone:
+
+    =====================================  ==============================================
+    the pair (queue, ``tenant``)           the settings shown
+    =====================================  ==============================================
+    registered (the tenant has had tasks   the queue's (the defaults where it has none)
+    there lately)
+    not registered                         the deployment's defaults, whatever the queue's
+    =====================================  ==============================================
+
+    It reads nothing of other tenants, nor the queue's settings for a tenant that has no
+    part in it, so a queue an admin configured and other tenants use answers exactly as a
+    name nobody used. A worker of a pair not registered yet reads the queue's settings again
+    once it gets tasks (the pair is registered by then: tierq.client.worker)."""
+    counts, cold_mode, registered = _own_counts(ctx, queue, tenant)
+    settings = ctx.queue_settings.get(queue) if registered \
+        else ctx.queue_settings.effective(None)
+    return TenantQueueView(queue=queue, tenant=tenant, settings=WorkerSettings.of(settings),
                            counts=counts, mode="cold" if cold_mode else "warm")
 
 
@@ -222,20 +222,19 @@ def _rate_of(limit: RateLimit | None) -> tuple[float, int] | None:
     return None if limit is None else (limit.per_second, limit.burst)
 
 
-def limits_use(ctx: Context, queue: str, settings: QueueSettings, tenants: Sequence[str], *,
-               tenant_only: bool = False) -> LimitsUse | None:
+def limits_use(ctx: Context, queue: str, settings: QueueSettings,
+               tenants: Sequence[str]) -> LimitsUse | None:
     """How much of each of the queue's limits is in use now (None without limits): the
     queue-wide ones from the queue's own keys, the per-tenant ones over ``tenants`` (the
     busiest tenant's leases, the emptiest bucket; the view passes at most TENANTS_SHOWN
-    tenants with work, one call each). ``tenant_only``: the view of one tenant,
-    which is not shown the queue-wide use."""
+    tenants with work, one call each)."""
     queue_wide = settings.max_leased is not None or settings.rate is not None
     per_tenant = settings.tenant_max_leased is not None or settings.tenant_rate is not None
     if not queue_wide and not per_tenant:
         return None
     now_ms = to_ms(ctx.now())
     use = LimitsUse()
-    if queue_wide and not tenant_only:
+    if queue_wide:
         held, tokens = ctx.warm.capacity_use(queue, limits.LEASES_POOL, now_ms=now_ms,
                                              rate=_rate_of(settings.rate))
         use.leased = held if settings.max_leased is not None else None
@@ -272,30 +271,30 @@ def queue_names_after(ctx: Context, after: str = "", *, limit: int = PAIR_CHUNK,
     return ctx.store.queue_names_page(after, limit, tenant)
 
 
-def iter_queue_views(ctx: Context, after: str = "", *, tenant: str | None = None,
-                     chunk: int = 20) -> Iterator[QueueView]:
-    """Views of every queue after ``after`` (as ``tenant`` sees them, if given), read as they
-    are consumed."""
+def iter_queue_names(ctx: Context, after: str = "", *, tenant: str | None = None,
+                     chunk: int = 20) -> Iterator[str]:
+    """The names :func:`queue_names_after` selects, ``chunk`` at a time as they are
+    consumed."""
     while True:
         names = queue_names_after(ctx, after, limit=chunk, tenant=tenant)
-        for name in names:
-            yield queue_view(ctx, name, tenant)
+        yield from names
         if len(names) < chunk:
             return
         after = names[-1]
+
+
+def iter_queue_views(ctx: Context, after: str = "", *, chunk: int = 20) -> Iterator[QueueView]:
+    """Admin views of every queue after ``after``, in name order, read as they are
+    consumed."""
+    return (queue_view(ctx, name) for name in iter_queue_names(ctx, after, chunk=chunk))
 
 
 def iter_tenant_queue_views(ctx: Context, tenant: str, after: str = "", *,
                             chunk: int = 20) -> Iterator[TenantQueueView]:
     """Tenant views of the queues ``tenant`` has had tasks in, after ``after``, in name
     order, read as they are consumed."""
-    while True:
-        names = queue_names_after(ctx, after, limit=chunk, tenant=tenant)
-        for name in names:
-            yield tenant_queue_view(ctx, name, tenant)
-        if len(names) < chunk:
-            return
-        after = names[-1]
+    return (tenant_queue_view(ctx, name, tenant)
+            for name in iter_queue_names(ctx, after, tenant=tenant, chunk=chunk))
 
 
 def detailed(ctx: Context) -> list[TenantCounts]:

@@ -222,10 +222,11 @@ class WorkerSettings(Model):
 
 
 class TenantQueueView(Model):
-    """A queue as a caller pinned to a tenant sees it: the settings its workers read and its
-    own tenant's counts. Never the consumer, the limits, the capacity settings or another
+    """A queue as a caller pinned to a tenant sees it: the settings its workers read (the
+    queue's once its tenant has used the queue, the deployment's defaults before) and its own
+    tenant's counts. Never the consumer, the limits, the capacity settings or another
     tenant's numbers; and the same answer for a name nobody used (the defaults, zero
-    counts) as for a queue with other tenants' tasks only."""
+    counts) as for a queue, configured or not, with other tenants' tasks only."""
 
     view: Literal["tenant"] = Field(
         default="tenant", description="Which view this is: `tenant`, one tenant's part.")

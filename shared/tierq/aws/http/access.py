@@ -22,10 +22,11 @@ The caller, from the claims API Gateway's JWT authoriser puts in
   with neither the tenant claim nor the admin scope, an invalid tenant claim — is **403 on
   every route** but the public ones.
 
-An admin or tenant caller also has a **subject**, the token's ``sub`` claim, or its
-``client_id`` when it has no ``sub`` (a Cognito client-credentials token carries both, equal);
-None when the token has neither. It says whose ``Idempotency-Key`` a request carries
-(:func:`tierq.aws.http.idempotency.caller_scope`), never what the caller may do.
+An admin or tenant caller also has a **subject**: the token's ``sub`` claim, or its
+``client_id`` when it has no ``sub``, tagged with the claim it came from (``sub:<value>``,
+``client_id:<value>``: :func:`subject_of`); None when the token has neither. It says whose
+``Idempotency-Key`` a request carries (:func:`tierq.aws.http.idempotency.caller_scope`),
+never what the caller may do.
 
 The one exception is the local gateway of ``tierq dev``: a request it received without the
 ``x-tierq-jwt-claims`` header while listening on a loopback address is a ``local`` caller
@@ -162,14 +163,21 @@ SUBJECT_CLAIMS = ("sub", "client_id")
 
 
 def subject_of(claims: dict[str, Any]) -> str | None:
-    """Whom the token was issued to: its ``sub``, else its ``client_id`` (an OAuth
-    client-credentials token may carry only that), else None. Cognito puts both in an access
-    token: a user's own id in ``sub`` (the app client in ``client_id``), or, for the
-    client-credentials flow, the app client's id in both; the first non-empty string wins."""
+    """Whom the token was issued to, tagged with the claim that says so: ``sub:<sub>``, else
+    ``client_id:<client_id>`` (an OAuth client-credentials token may carry only that), else
+    None; the first non-empty string of the two wins.
+
+    ``sub`` wins because it names the principal: in a Cognito user's access token ``sub`` is
+    the user and ``client_id`` the app client every user of the app shares. A Cognito
+    client-credentials token carries the app client's id in both, and is always
+    ``sub:<id>``. The tag keeps apart a ``sub`` of one identity provider and an equal
+    ``client_id`` of another: they never share idempotency keys. The value is kept as given
+    (even a lone surrogate, which JSON can carry: the scope encodes it safely,
+    :func:`tierq.logic.idempotency.scope_key`)."""
     for name in SUBJECT_CLAIMS:
         value = claims.get(name)
         if isinstance(value, str) and value:
-            return value
+            return f"{name}:{value}"
     return None
 
 

@@ -50,8 +50,9 @@ IdempotencyKeyHeader = Annotated[
                        "same key with another body is 409 idempotency_key_reused; while the "
                        "first request still runs, 409 idempotency_in_progress. Kept per "
                        "caller (the tenant, or admin, and the token's sub, or its "
-                       "client_id; a token with neither shares the keys of its tenant), "
-                       "route and queue."),
+                       "client_id when it has no sub, told apart by the claim's name; a "
+                       "token with neither shares the keys of its tenant), route and "
+                       "queue."),
 ]
 
 Result = TypeVar("Result", bound=BaseModel)
@@ -66,6 +67,7 @@ def caller_scope() -> tuple[str, str | None]:
     the caller                                its keys are shared with
     ========================================  ==========================================
     tenant token with ``sub`` / ``client_id``  the tokens of that tenant and that subject
+                                              (``sub:X`` and ``client_id:X`` differ)
     admin token with ``sub`` / ``client_id``   the admin tokens of that subject
     tenant token with neither                  every such token of the tenant
     admin token with neither, local gateway    every such admin caller

@@ -16,7 +16,10 @@ The loop, per worker:
 
 1. **Claim** with a long poll (``wait_seconds``), asking for as many tasks as there are free
    slots (``concurrency`` minus the leases held), each with a lease of ``lease_seconds``
-   (default: the queue's setting, read at start).
+   (default: the queue's setting, read at start from the queue's view; a caller pinned to a
+   tenant is shown the deployment's defaults until its tenant has tasks in the queue, so the
+   view is read once more when the first tasks come, and the leases follow it from their
+   first heartbeat).
 2. **Run** the handler on one of ``concurrency`` threads.
 3. **Heartbeat**: a thread extends every held lease once a third of it has passed, in one
    request for all of them, so a long task keeps its lease.
@@ -24,10 +27,11 @@ The loop, per worker:
    is simply deleted); :class:`RetryableError` → nack for a retry (after its
    ``retry_in_seconds``, or the queue's backoff); :class:`PermanentError` → nack as dead;
    any other exception → nack for a retry with the queue's backoff. The error text (type,
-   message, traceback) becomes the task's ``last_error``.
+   message, innermost frames; at most 2 KiB, what the server keeps: :func:`describe`) becomes
+   the task's ``last_error``.
 5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more (tasks a
-   long poll already under way brings back still run), let the running tasks finish for up
-   to ``grace_seconds``, report what finished, then:
+   long poll under way when the stop came brings back are released, never started), let the
+   running tasks finish for up to ``grace_seconds``, report what finished, then:
 
    =============================  ==========================================================
    a task at the end of the grace  what the Worker does
@@ -42,10 +46,17 @@ The loop, per worker:
    =============================  ==========================================================
 
    A running task is never handed back while its handler may still run: nacking it would
-   give it to another worker at once, and both would execute it. Its handler's thread is
-   a daemon thread that is not stopped (Python cannot stop a thread); the process is
-   expected to exit when :meth:`Worker.run` returns (``tierq worker`` does), which ends it
-   before the lease runs out. A second signal stops at once (no more grace).
+   give it to another worker at once, and both would execute it. Nothing stops the handler
+   (Python cannot stop a thread): it and whatever it started — threads, a
+   ``ThreadPoolExecutor``'s workers, child processes — outlive :meth:`Worker.run`. **A
+   process that embeds the Worker must end as soon as** :meth:`Worker.run` **returns with**
+   ``stats.abandoned > 0``, **without waiting for those threads**: ``os._exit`` once its
+   output is flushed, as ``tierq worker`` does (a plain ``sys.exit`` or a return from
+   ``main`` waits for every non-daemon thread, and the task runs on here after its lease
+   ran out and another worker got it). Child processes outlive even that: a handler that
+   starts them ends them itself when :attr:`Worker.stopping` is set, or the process runs
+   under a supervisor that stops its whole process group or cgroup (systemd, ECS and
+   Kubernetes do). A second signal stops at once (no more grace).
 
 A report that cannot be delivered (the API unreachable after the client's retries) is
 logged; the lease then expires and the task is delivered again: at-least-once, never lost.
@@ -77,11 +88,18 @@ from tierq.client.worker.errors import PermanentError, RetryableError
 from tierq.errors import TierqError
 from tierq.models import ClaimedTask
 from tierq.models.leases import MAX_CLAIM
+from tierq.models.queues import TenantQueueView
 
 log = logging.getLogger("tierq.client.worker")
 
 Handler = Callable[[ClaimedTask], Any]
-MAX_ERROR_CHARS = 10_000
+# What a task's last_error keeps, in UTF-8 bytes (tierq.logic.leases.MAX_ERROR_BYTES): the
+# server keeps the first 2 KiB of an error, so the Worker sends no more, chosen here.
+MAX_ERROR_BYTES = 2048
+# The most of it the error's message takes when the whole text does not fit: the rest goes to
+# the innermost frames of its traceback.
+MAX_MESSAGE_BYTES = 1024
+TRUNCATED = "…(truncated)"
 DEFAULT_LEASE_SECONDS = 300
 REPORT_BATCH = 500
 
@@ -124,6 +142,7 @@ class HeldLease:
 
     task: ClaimedTask
     extended_at: float  # monotonic time of the claim or the last granted heartbeat
+    lease_seconds: int = DEFAULT_LEASE_SECONDS  # what it was claimed or last extended for
     started_at: float | None = None
     outcome: Ack | Nack | None = None
     # let go at shutdown (released, or abandoned to its lease's expiry): no more heartbeats,
@@ -135,14 +154,50 @@ class HeldLease:
         return {"id": self.task.id, "lease_token": self.task.lease_token}
 
 
-def describe(exc: BaseException) -> str:
-    """``Type: message`` then the traceback, cut to what a nack accepts."""
+def _size(text: str) -> int:
+    """``text``'s UTF-8 bytes, as the server counts them (a lone surrogate: one ``?``)."""
+    return len(text.encode("utf-8", "replace"))
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to its first ``limit`` bytes of UTF-8, on a character boundary."""
+    raw = text.encode("utf-8", "replace")
+    return text if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")
+
+
+def describe(exc: BaseException, limit: int = MAX_ERROR_BYTES) -> str:
+    """``Type: message``, a blank line, then the traceback, in at most ``limit`` bytes of
+    UTF-8 (the server keeps the first 2 KiB of a nack's error: this is what it keeps).
+
+    When it does not fit, the most useful parts are kept: the message (its start, at least
+    MAX_MESSAGE_BYTES of it, more when the traceback leaves room) and the traceback's
+    innermost frames, where the exception was raised; the outer frames are left out, and a
+    line after ``Traceback (most recent call last):`` says how many parts were. The
+    traceback's last line, the message once more, is left out then."""
     head = f"{type(exc).__name__}: {exc}".strip().removesuffix(":")
-    trace = "".join(traceback.format_exception(exc)).rstrip()
-    text = f"{head}\n\n{trace}"
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[:MAX_ERROR_CHARS - 20] + "\n…(truncated)"
-    return text
+    parts = traceback.format_exception(exc)
+    text = f"{head}\n\n{''.join(parts).rstrip()}"
+    if _size(text) <= limit:
+        return text
+    if parts and parts[-1].rstrip() == head:
+        parts = parts[:-1]  # the message, already at the head
+    first, frames = (parts[0], parts[1:]) if parts else ("", [])
+    gap_size = _size(f"  …({len(frames)} parts left out)\n")
+    head_room = max(MAX_MESSAGE_BYTES, limit - 2 - _size(first) - gap_size
+                    - sum(map(_size, frames)))
+    if _size(head) > head_room:
+        head = _clip(head, head_room - _size(TRUNCATED)) + TRUNCATED
+    room = limit - _size(head) - 2 - _size(first) - gap_size
+    kept: list[str] = []
+    for part in reversed(frames):  # innermost first
+        room -= _size(part)
+        if room < 0:
+            break
+        kept.append(part)
+    kept.reverse()
+    left_out = len(frames) - len(kept)
+    gap = f"  …({left_out} parts left out)\n" if left_out else ""
+    return _clip(f"{head}\n\n{first}{gap}{''.join(kept)}".rstrip(), limit)
 
 
 def default_worker_name() -> str:
@@ -162,6 +217,11 @@ class Worker:
     the process has made so far (its modules, its set-up) out of the cycle collector's way
     with ``gc.freeze()``: a long-running worker's full collections otherwise walk them again
     and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
+
+    A handler still running when :meth:`run` returns (``stats.abandoned > 0``) goes on, with
+    the threads and child processes it started: end the process then, with ``os._exit``
+    after flushing its output (a normal exit waits for non-daemon threads), as ``tierq
+    worker`` does, before the abandoned tasks' leases run out (the module docstring, 5).
     """
 
     def __init__(self, client: Client, queue: str, handler: Handler, *,
@@ -203,6 +263,9 @@ class Worker:
         self._heartbeats_done = threading.Event()
         self._stop_requested_at: float | None = None
         self._lease_seconds: int | None = None  # resolved when run() starts
+        # the lease was read from a view that may show the defaults rather than the queue's
+        # settings (a tenant's, or none): read again once the first tasks come
+        self._lease_provisional = False
         self._started = False
         self._finished = threading.Event()
 
@@ -258,14 +321,14 @@ class Worker:
                          for i in range(self.concurrency)]
             reporter = threading.Thread(target=self._report_loop, daemon=True,
                                         name="tierq-worker-reports")
-            heartbeater = threading.Thread(target=self._heartbeat_loop, args=(lease_seconds,),
-                                           daemon=True, name="tierq-worker-heartbeats")
+            heartbeater = threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                           name="tierq-worker-heartbeats")
             threads = [*executors, reporter, heartbeater]
             for thread in threads:
                 thread.start()
             log.info("worker %s: queue %r, %d threads, lease %ds", self.name, self.queue,
                      self.concurrency, lease_seconds)
-            self._claim_loop(lease_seconds)
+            self._claim_loop()
         finally:
             try:
                 if threads:
@@ -280,12 +343,50 @@ class Worker:
     # -- setup ---------------------------------------------------------------------------
 
     def _resolve_lease_seconds(self) -> int:
+        """The lease to claim with: ``lease_seconds`` if given, else the queue's view's.
+
+        ======================================  ===========================================
+        the view                                what it shows
+        ======================================  ===========================================
+        an admin's                              the queue's setting
+        404 (an admin's: no settings, no tasks)  nothing: DEFAULT_LEASE_SECONDS, provisional
+        a tenant's                              the queue's setting once the tenant has
+                                                tasks there, the deployment's default
+                                                before: provisional
+        ======================================  ===========================================
+
+        A provisional lease is read again when the first tasks come (:meth:`_settle_lease`).
+        """
         if self.lease_seconds is not None:
             return self.lease_seconds
         try:
-            return self.client.get_queue(self.queue).settings.lease_seconds
+            view = self.client.get_queue(self.queue)
         except NotFoundError:
+            self._lease_provisional = True
             return DEFAULT_LEASE_SECONDS
+        self._lease_provisional = isinstance(view, TenantQueueView)
+        return view.settings.lease_seconds
+
+    def _settle_lease(self) -> None:
+        """Read the queue's lease again, now that it has tasks for this worker (a tenant's view
+        shows the queue's settings from then on). The tasks already claimed keep the lease
+        they were claimed with until their first heartbeat, which extends them by this one.
+        A failed read is tried again after the next claim that brings tasks."""
+        try:
+            view = self.client.get_queue(self.queue)
+        except TierqError as exc:
+            log.warning("worker %s: could not read the queue's lease (%s); trying again",
+                        self.name, exc)
+            return
+        with self._cond:
+            self._lease_seconds = view.settings.lease_seconds
+            self._lease_provisional = False
+        log.info("worker %s: lease %ds (the queue's)", self.name, view.settings.lease_seconds)
+
+    def _current_lease(self) -> int:
+        with self._cond:
+            assert self._lease_seconds is not None
+            return self._lease_seconds
 
     def _install_signals(self) -> Callable[[], None]:
         if not self.install_signal_handlers or \
@@ -308,7 +409,7 @@ class Worker:
 
     # -- claiming ------------------------------------------------------------------------
 
-    def _claim_loop(self, lease_seconds: int) -> None:
+    def _claim_loop(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             with self._cond:
@@ -316,6 +417,7 @@ class Worker:
                 if free <= 0:
                     self._cond.wait(timeout=0.2)
                     continue
+            lease_seconds = self._current_lease()
             try:
                 tasks = self.client.claim(self.queue, max=min(free, MAX_CLAIM),
                                           lease_seconds=lease_seconds, tenant=self.tenant,
@@ -333,15 +435,26 @@ class Worker:
                 continue
             failures = 0
             now = time.monotonic()
-            held = [HeldLease(task, now) for task in tasks]
+            held = [HeldLease(task, now, lease_seconds) for task in tasks]
             with self._cond:
                 for lease in held:
                     self._held[lease.task.id] = lease
                 self._stats.claimed += len(held)
                 empty = not self._held
-            # claimed while a stop was asked for: they run all the same, within the grace
+                late = self._stopping.is_set()
+                if late:
+                    for lease in held:
+                        lease.let_go = True
+            if late:
+                # a long poll under way when the stop came brought these: released at once,
+                # never started (the grace is for what was running)
+                if held:
+                    self._let_go(held)
+                return
             for lease in held:
                 self._work.put(lease)
+            if held and self._lease_provisional:
+                self._settle_lease()
             if self.burst and not tasks and empty:
                 log.info("worker %s: queue %r is empty (burst mode)", self.name, self.queue)
                 break
@@ -382,17 +495,29 @@ class Worker:
 
     # -- heartbeats ----------------------------------------------------------------------
 
-    def _heartbeat_loop(self, lease_seconds: int) -> None:
-        interval = lease_seconds * self.heartbeat_fraction
-        tick = max(0.05, min(1.0, interval / 3))
-        while not self._heartbeats_done.wait(tick):
+    def _tick(self) -> float:
+        """How often the heartbeat thread looks for leases due: a third of the shortest
+        interval between heartbeats (a ``heartbeat_fraction`` of a lease), 0.05 to 1 s."""
+        with self._cond:
+            shortest = min((lease.lease_seconds for lease in self._held.values()),
+                           default=self._lease_seconds or DEFAULT_LEASE_SECONDS)
+            shortest = min(shortest, self._lease_seconds or shortest)
+        return max(0.05, min(1.0, shortest * self.heartbeat_fraction / 3))
+
+    def _heartbeat_loop(self) -> None:
+        """Extend each held lease once ``heartbeat_fraction`` of it has passed, by the current
+        lease (:meth:`_current_lease`), all the leases due in one request. A lease let go at
+        shutdown, or lost, is never extended again."""
+        while not self._heartbeats_done.wait(self._tick()):
             now = time.monotonic()
             with self._cond:
                 due = [lease for lease in self._held.values()
                        if not lease.let_go and not lease.lost
-                       and now - lease.extended_at >= interval]
+                       and now - lease.extended_at
+                       >= lease.lease_seconds * self.heartbeat_fraction]
             if not due:
                 continue
+            lease_seconds = self._current_lease()
             try:
                 result = self.client.heartbeat(self.queue, [
                     {**lease.item(), "extend_seconds": lease_seconds} for lease in due])
@@ -408,6 +533,7 @@ class Worker:
                         self._stats.leases_lost += 1
                     else:
                         lease.extended_at = now
+                        lease.lease_seconds = lease_seconds
             for task_id in refused:
                 log.warning("worker %s: lease of task %s was lost (expired or taken over); "
                             "its outcome will be refused", self.name, task_id)
@@ -550,9 +676,7 @@ class Worker:
 
     def _lease_end(self, leases: list[HeldLease]) -> str:
         """When the last of these leases runs out, as far as this worker knows (for the log)."""
-        if self._lease_seconds is None:
-            return "when their lease ends"
-        last = max(lease.extended_at for lease in leases) + self._lease_seconds
+        last = max(lease.extended_at + lease.lease_seconds for lease in leases)
         return f"within {max(0.0, last - time.monotonic()):.0f}s"
 
     def _let_go(self, leases: list[HeldLease]) -> None:

@@ -9,8 +9,8 @@ admin (or local)           the queue's admin view (:class:`QueueView`): every se
                            and no tasks
 pinned to a tenant         its tenant view (:class:`TenantQueueView`): the settings workers
                            read and its own counts; 200 for every valid name (the defaults
-                           and zero counts where it has no tasks), so the answer tells
-                           nothing about other tenants' queues
+                           and zero counts until its tenant has used the queue), so the
+                           answer tells nothing about other tenants' queues
 =========================  ===============================================================
 
 ``GET /v1/queues`` lists admin views for an admin, and for a pinned caller the tenant views of
@@ -84,8 +84,8 @@ def list_queues(
                 "tasks. For a caller pinned to a tenant, the tenant view (`view: tenant`): "
                 "the settings its workers read (lease_seconds, max_attempts, backoff, "
                 "paused) and its own counts, for any valid name — the deployment's defaults "
-                "and zero counts where the queue has no settings or none of its tasks, never "
-                "404 — so it tells nothing of other tenants.",
+                "and zero counts until its tenant has used the queue, never 404 — so it "
+                "tells nothing of other tenants.",
     operation_id="getQueue",
     tags=["queues"],
     responses=responses("Settings, counts (warm, cold, delayed, leased, dead) and mode.", 404),
