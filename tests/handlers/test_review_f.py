@@ -9,17 +9,9 @@ import psycopg
 import pytest
 
 from tests.handlers.support import Invoke
-from tests.handlers.test_migrate_requests import (  # (its fixtures puts and stack too)
-    Context,
-    Work,
-    puts,
-    shard_request,
-    stack,
-)
 from tierq.aws.runtime import default_engine
 
 ACME = {"tenant": "acme"}
-__all__ = ["puts", "stack"]  # fixtures used by name
 
 
 def test_a_committed_enqueue_is_not_answered_an_error_by_its_metrics(
@@ -39,23 +31,3 @@ def test_a_committed_enqueue_is_not_answered_an_error_by_its_metrics(
         other.rollback()
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (2,)  # committed
     assert reply.status == 200, reply.body  # ... yet answered 503 on the branch
-
-
-# ---------------------------------------------------------------- migrate: Delete requests
-
-def test_deleting_a_removed_shards_resource_is_answered_success(
-        puts: list[dict[str, Any]], stack: dict[str, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A shard taken out of ExtraShardNames: the parent's update sets the migrate function's
-    TIERQ_SHARD_NAMES without it first, then deletes the shard's nested stack in the clean-up
-    phase, whose custom resource sends Delete. A Delete does nothing, yet check_request runs
-    for it and refuses it (the shard is no longer named): FAILED, and the nested stack is
-    left DELETE_FAILED. Likewise a rollback that deletes a shard stack just created."""
-    from tierq.aws.custom_resource import handle
-
-    monkeypatch.setenv("TIERQ_SHARD_NAMES", "default,b")  # c was just removed
-    work = Work()
-    body = handle({**shard_request("c", stack["c"]), "RequestType": "Delete",
-                   "PhysicalResourceId": "tierq-db-migrations"}, Context(), work=work)
-    assert work.calls == []
-    assert body["Status"] == "SUCCESS", body.get("Reason")
