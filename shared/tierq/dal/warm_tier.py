@@ -52,7 +52,7 @@ SCRIPTS = (
     "capacity_extend",
     "capacity_use",
     "tenant_requests",
-    "tenant_polls",
+    "long_polls",
 )
 
 
@@ -106,12 +106,17 @@ class TenantKeys:
     ``{~tenant}`` (``~`` starts no queue name, so no queue's tag is the same), one slot."""
 
     requests: str  # the tenant's requests on the HTTP API (token bucket, tenant_requests.lua)
-    polls: str  # its long polls in flight (reservations by deadline, tenant_polls.lua)
+    polls: str  # its long polls in flight (reservations by deadline, long_polls.lua)
 
     @classmethod
     def of(cls, tenant: str) -> TenantKeys:
         tag = f"tq:{{~{tenant}}}:"
         return cls(tag + "requests", tag + "polls")
+
+
+# Every caller's long polls in flight (long_polls.lua): the tag ``{~}`` is no tenant's (a
+# tenant's name is not empty) and no queue's, one slot of its own.
+ALL_POLLS_KEY = "tq:{~}:polls"
 
 
 def reservation_of(token: str) -> str:
@@ -416,15 +421,14 @@ class WarmTier:
         keys = TenantKeys.of(tenant)
         return int(self._run("tenant_requests", [keys.requests], [repr(float(rate)), burst]))
 
-    def tenant_poll_begin(self, tenant: str, *, cap: int, reservation: str,
-                          hold_ms: int) -> bool:
-        """Take a place among the tenant's ``cap`` long polls for up to ``hold_ms``."""
-        keys = TenantKeys.of(tenant)
-        return int(self._run("tenant_polls", [keys.polls], [cap, reservation, hold_ms])) == 1
+    def poll_begin(self, key: str, *, cap: int, reservation: str, hold_ms: int) -> bool:
+        """Take one of the ``cap`` long-poll places of ``key`` (a tenant's
+        ``TenantKeys.polls``, or ``ALL_POLLS_KEY``) for up to ``hold_ms``."""
+        return int(self._run("long_polls", [key], [cap, reservation, hold_ms])) == 1
 
-    def tenant_poll_end(self, tenant: str, reservation: str) -> None:
+    def poll_end(self, key: str, reservation: str) -> None:
         """Give the place back (one command: an expired one is gone already)."""
-        self._command("ZREM", TenantKeys.of(tenant).polls, reservation)
+        self._command("ZREM", key, reservation)
 
     # -- admission ---------------------------------------------------------------------
 
