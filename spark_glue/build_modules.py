@@ -19,12 +19,21 @@ downloads each wheel to hash it. ``build`` downloads exactly the pinned wheels w
 
 | file | the job's argument | holds |
 | --- | --- | --- |
-| ``tierq_glue_modules.zip`` | ``--additional-python-modules`` | every wheel; ``requirements.txt`` |
+| ``tierq.gluewheels.zip`` | ``--additional-python-modules`` | ``wheels/``: the wheels, a lock |
 | ``tierq_feeder.zip`` | ``--extra-py-files`` | ``spark_glue/tierq_feeder`` |
 | ``feed_queue.py`` | the script | ``spark_glue/jobs/feed_queue.py`` |
 
-The modules are installed with ``--python-modules-installer-option --no-index``; the zip's
-``requirements.txt`` pins each of its wheels (tierq's too) with its sha256.
+The modules zip has the form AWS Glue documents for a zip of wheels ("Using Python libraries
+with AWS Glue", Glue 5.0 and later, and its Appendix A): a name ending in
+``.gluewheels.zip`` (without it Glue takes the object for one module to pip-install), the
+wheels and a ``requirements.txt`` inside a folder ``wheels/``. It is installed with
+``--python-modules-installer-option --no-index``; ``requirements.txt`` pins each of its
+wheels (tierq's too) with its sha256.
+
+What Glue 5.0's Python already has is left out of the lock (``GLUE_PROVIDED``): the AWS SDK
+and the packages it needs itself, which tierq's packages need too. With ``--no-index`` a
+requirement Glue's copy does not meet stops the install (the job fails to start) instead of
+fetching anything.
 
 ``--wheelhouse DIR`` takes the third-party wheels from DIR instead of downloading them
 (each must match its pinned hash; nothing is fetched).
@@ -52,15 +61,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 LOCK = HERE / "requirements-glue.txt"
-MODULES_ZIP = "tierq_glue_modules.zip"
+MODULES_ZIP = "tierq.gluewheels.zip"  # (the suffix Glue looks for)
+WHEELS_DIR = "wheels"  # the folder of the zip that holds the wheels and requirements.txt
 FEEDER_ZIP = "tierq_feeder.zip"
 ENTRY_POINT = "feed_queue.py"
 # Glue 5.0: Amazon Linux 2023 (glibc 2.34), CPython 3.11, x86_64 workers.
 PYTHON_VERSION = "3.11"
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64")
-# Glue's own environment brings the AWS SDK (tierq needs it only through botocore, which
-# is no dependency of tierq's: Powertools imports it when fetching a secret).
-GLUE_PROVIDED = frozenset({"boto3", "botocore", "s3transfer"})
+# What Glue 5.0's Python environment provides, left out of the lock and used as Glue has
+# it (a zip of wheels that pinned them would replace Glue's own copies):
+#   boto3, botocore, s3transfer  the AWS SDK (tierq uses botocore through Powertools, to
+#                                fetch a secret, and to sign the cache's IAM tokens)
+#   jmespath                     the SDK's; Powertools needs it too (>= 1.0.1)
+#   python-dateutil, six         botocore's; croniter needs python-dateutil
+#   urllib3                      botocore's (nothing of tierq's else)
+#   tzdata                       tierq's own (IANA zones for schedules), pandas' on Glue
+GLUE_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil",
+                           "six", "urllib3", "tzdata"})
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
@@ -194,8 +211,12 @@ def check_wheels(wheels: Sequence[Path], pins: Sequence[Pin]) -> None:
 
 
 def make_modules_zip(out: Path, wheels: Sequence[Path]) -> Path:
-    """The zip of wheels: each wheel at the root, and ``requirements.txt`` pinning each
-    one's version and sha256 (tierq's too), for an install without an index."""
+    """The zip of wheels at ``out`` (its name must end in ``.gluewheels.zip``): in the
+    folder ``wheels/``, each wheel and ``requirements.txt`` pinning each one's version and
+    sha256 (tierq's too), for an install without an index."""
+    if not out.name.endswith(".gluewheels.zip"):
+        raise ValueError(f"{out.name}: Glue takes a zip of wheels only by the suffix "
+                         "'.gluewheels.zip'")
     lines = []
     for wheel in sorted(wheels, key=lambda w: w.name):
         name, version = wheel_name_version(wheel)
@@ -203,8 +224,8 @@ def make_modules_zip(out: Path, wheels: Sequence[Path]) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
         for wheel in sorted(wheels, key=lambda w: w.name):
-            archive.write(wheel, wheel.name)
-        archive.writestr("requirements.txt", "\n".join(lines) + "\n")
+            archive.write(wheel, f"{WHEELS_DIR}/{wheel.name}")
+        archive.writestr(f"{WHEELS_DIR}/requirements.txt", "\n".join(lines) + "\n")
     return out
 
 

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 # job's budget_seconds: tierq.maintenance.registry.JobConfig), so a value accepted at startup
 # is one every job accepts.
 MAINTENANCE_BUDGET_MAX_SECONDS = 600.0
+# The smallest TIERQ_TENANT_REQUESTS_PER_SECOND but 0 (see the field).
+TENANT_RATE_MIN = 0.01
 
 
 class Settings(BaseModel):
@@ -165,11 +167,36 @@ class Settings(BaseModel):
     # throttles reach every caller as 5xx): requests a second (a token bucket of this burst)
     # and long polls (claims with wait_seconds > 0) in flight. Past either: 429 with
     # Retry-After. 0: no limit. Admins are not limited by them.
-    tenant_requests_per_second: float = Field(default=100.0, ge=0,
+    # The rate is 0 or at least TENANT_RATE_MIN (one request in 100 s): a smaller one would
+    # ask for a Retry-After of hours and key lifetimes past what Valkey takes.
+    tenant_requests_per_second: float = Field(default=100.0, ge=0, le=1_000_000,
                                               alias="TIERQ_TENANT_REQUESTS_PER_SECOND")
     tenant_requests_burst: int = Field(default=200, ge=1, le=1_000_000,
                                        alias="TIERQ_TENANT_REQUESTS_BURST")
     tenant_long_polls: int = Field(default=10, ge=0, le=100_000, alias="TIERQ_TENANT_LONG_POLLS")
+    # Every caller's long polls in flight together are kept below the claim function's
+    # reserved concurrency (template.yaml's ClaimReservedConcurrency; 0: none, no cap), at
+    # TIERQ_LONG_POLLS_PERCENT of it, so the rest stays for claims that do not wait: past
+    # it a long poll is 429 (tierq.logic.tenant_limits, Settings.long_polls_cap).
+    claim_reserved_concurrency: int = Field(default=0, ge=0, le=100_000,
+                                            alias="TIERQ_CLAIM_RESERVED_CONCURRENCY")
+    long_polls_percent: int = Field(default=80, ge=1, le=100, alias="TIERQ_LONG_POLLS_PERCENT")
+
+    @property
+    def long_polls_cap(self) -> int:
+        """Long polls of all callers in flight at once (0: no cap): the share
+        ``long_polls_percent`` of the claim function's reserved concurrency, at least 1."""
+        if not self.claim_reserved_concurrency:
+            return 0
+        return max(1, self.claim_reserved_concurrency * self.long_polls_percent // 100)
+
+    @field_validator("tenant_requests_per_second")
+    @classmethod
+    def _a_usable_rate(cls, value: float) -> float:
+        if 0 < value < TENANT_RATE_MIN:
+            raise ValueError(f"TIERQ_TENANT_REQUESTS_PER_SECOND must be 0 (no limit) or at "
+                             f"least {TENANT_RATE_MIN:g}, got {value:g}")
+        return value
 
     @field_validator("tenant_claim", "admin_scope")
     @classmethod

@@ -13,8 +13,9 @@ from redis.cluster import RedisCluster
 from redis.credentials import CredentialProvider
 from redis.exceptions import RedisClusterException
 
-from tierq.dal.valkey_auth import ACCESS_STRING
+from tierq.dal.valkey_auth import ACCESS_STRING, TOKEN_REUSE_SECONDS, ElastiCacheIAMProvider
 from tierq.dal.warm_tier import WarmTier
+from tierq.errors import WarmTierUnavailable
 from tierq.local.services import PrivateValkeyCluster
 from tierq.local.services.valkey_cluster import APP_USER
 
@@ -108,3 +109,35 @@ def test_tierq_works_as_its_user(tq) -> None:
     tq.ack("auth-q", tasks)
     tq.run_reaper()
     assert tq.claim("auth-q", tenant="acme", max=5) == []
+
+
+class Signed(ElastiCacheIAMProvider):
+    """The IAM provider, its tokens taken from a list in turn (what ElastiCache would accept
+    or refuse: a token signed with credentials that expired meanwhile is refused)."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.now = 1_000_000.0
+        super().__init__(APP_USER, "local-cluster", "eu-west-1", clock=lambda: self.now)
+        self.tokens = tokens
+
+    def token(self) -> str:
+        return self.tokens.pop(0)
+
+
+def test_a_refused_token_is_dropped_and_the_next_connection_signs_a_new_one(
+        cluster: PrivateValkeyCluster) -> None:
+    good = cluster.passwords()[APP_USER]
+    signed = Signed([good, "signed-with-expired-credentials", good])
+    warm = WarmTier.from_url(f"redis://127.0.0.1:{cluster.ports[0]}/0", cluster=True,
+                             credential_provider=signed)
+    try:
+        assert warm.server_time("tq:{auth}:probe") > 0
+        signed.now += TOKEN_REUSE_SECONDS  # the next connection signs a new token
+        warm.client.disconnect_connection_pools()  # (connections end: new ones needed)
+        with pytest.raises(WarmTierUnavailable, match="refused the connection's credentials"):
+            warm.server_time("tq:{auth}:probe")
+        # dropped at once: not reused for the next 5 minutes of new connections
+        assert warm.server_time("tq:{auth}:probe") > 0
+        assert signed.tokens == []
+    finally:
+        warm.close()

@@ -4,6 +4,7 @@ Throttled and ConsumerErrors (zeros left out), the names the dashboards and alar
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,12 +13,14 @@ from tierq.logic.dispatch import DispatchCounts
 
 
 def test_a_batch_emits_its_counts_as_emf(capsys: pytest.CaptureFixture[str],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                         monkeypatch: pytest.MonkeyPatch, make_tq: Any) -> None:
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    tq = make_tq()
+    tq.put_queue("orders", {})  # (configured: its counts carry its name)
     counts = DispatchCounts(batches=1, dispatched=10, acked=8, retried=2, consumer_errors=0,
                             throttled=0)
-    metrics.count("orders", counts.metrics())
-    metrics.count("orders", DispatchCounts(throttled=1, released=10).metrics())
+    metrics.count_queue(tq.ctx, "orders", counts.metrics())
+    metrics.count_queue(tq.ctx, "orders", DispatchCounts(throttled=1, released=10).metrics())
     blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
     assert len(blobs) == 2
     first, second = blobs

@@ -203,3 +203,25 @@ def test_a_shard_whose_proxy_does_not_exist_is_refused(puts: list[dict[str, Any]
                   Context(), work=work)
     assert body["Status"] == "FAILED" and work.calls == []
     assert "Host is not the endpoint of shard 'e'" in body["Reason"]
+
+
+def test_deleting_a_removed_shards_resource_is_answered_success(
+        puts: list[dict[str, Any]], stack: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard taken out of ExtraShardNames: the parent's update sets the migrate function's
+    TIERQ_SHARD_NAMES without it first, then deletes the shard's nested stack, whose custom
+    resource sends Delete (a rollback deleting a shard stack just created does the same).
+    A Delete does nothing, so it is answered SUCCESS though it names no shard of the stack:
+    FAILED would leave the nested stack DELETE_FAILED."""
+    monkeypatch.setenv("TIERQ_SHARD_NAMES", "default,b")  # c was just removed
+    work = Work()
+    delete = {**shard_request("c", stack["c"]), "RequestType": "Delete",
+              "PhysicalResourceId": "tierq-db-migrations"}
+    body = handle(delete, Context(), work=work)
+    assert work.calls == []
+    assert body["Status"] == "SUCCESS", body.get("Reason")
+    assert [p["body"] for p in puts] == [body]
+    # a Delete's ResponseURL is still checked: nothing is sent anywhere else
+    body = handle({**delete, "ResponseURL": "https://collector.example.com/r"}, Context(),
+                  work=work)
+    assert body["Status"] == "FAILED" and len(puts) == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,11 +76,12 @@ def test_the_zip_of_wheels_installs_with_no_index_into_a_fresh_environment(
     wheels = [repack(pin.name, tmp_path / "wheels") for pin in build_modules.read_lock()]
     wheels.append(build_modules.build_tierq_wheel(REPO, tmp_path / "tierq"))
     made = build_modules.make_modules_zip(tmp_path / build_modules.MODULES_ZIP, wheels)
-    unpacked = tmp_path / "unpacked"
     with zipfile.ZipFile(made) as archive:
         names = archive.namelist()
-        archive.extractall(unpacked)
-    assert sorted(names) == sorted([w.name for w in wheels] + ["requirements.txt"])
+        archive.extractall(tmp_path / "unpacked")
+    assert sorted(names) == sorted(f"wheels/{name}" for name in
+                                   [w.name for w in wheels] + ["requirements.txt"])
+    unpacked = tmp_path / "unpacked" / "wheels"
     requirements = (unpacked / "requirements.txt").read_text()
     assert "tierq==0.1.0" in requirements and requirements.count("--hash=sha256:") == len(wheels)
 
@@ -89,7 +91,7 @@ def test_the_zip_of_wheels_installs_with_no_index_into_a_fresh_environment(
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
            "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}
-    # what Glue's Python already has that tierq's packages need: the AWS SDK
+    # what Glue's Python already has that tierq's packages need: the AWS SDK and its own
     provided = [repack(name, tmp_path / "glue") for name in sorted(build_modules.GLUE_PROVIDED)]
     subprocess.run([*_offline(), python, "-m", "pip", "install", "--no-index", "--no-deps",
                     *map(str, provided)], env=env, capture_output=True, check=True, timeout=300)
@@ -121,6 +123,38 @@ def test_the_job_installs_the_zip_without_an_index() -> None:
     assert job["--python-modules-installer-option"] == "--no-index"
     key = template["Parameters"]["GlueModulesZipKey"]["Default"]
     assert key.endswith("/" + build_modules.MODULES_ZIP)
+    assert re.fullmatch(template["Parameters"]["GlueModulesZipKey"]["AllowedPattern"], key)
+    assert not re.fullmatch(template["Parameters"]["GlueModulesZipKey"]["AllowedPattern"],
+                            "glue/tierq_glue_modules.zip")
     # nothing unpinned is named anywhere any more
     assert "GluePythonModules" not in template["Parameters"]
     assert "GlueTierqWheelKey" not in template["Parameters"]
+
+
+def test_the_modules_zip_has_glues_documented_name_and_layout(tmp_path: Path) -> None:
+    """AWS Glue's form of a zip of wheels for ``--additional-python-modules`` ("Using Python
+    libraries with AWS Glue", its zip-of-wheels section and Appendix A): a file named
+    ``*.gluewheels.zip`` (without the suffix Glue takes the object for one module to
+    pip-install), made as ``zip -r <name>.gluewheels.zip wheels/`` with the wheels and
+    requirements.txt in ``wheels/``."""
+    assert build_modules.MODULES_ZIP.endswith(".gluewheels.zip"), build_modules.MODULES_ZIP
+    template = yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+    key = template["Parameters"]["GlueModulesZipKey"]["Default"]
+    assert key.endswith(".gluewheels.zip"), key
+    wheels = [repack("six", tmp_path / "w"), build_modules.build_tierq_wheel(REPO, tmp_path / "t")]
+    made = build_modules.make_modules_zip(tmp_path / build_modules.MODULES_ZIP, wheels)
+    with zipfile.ZipFile(made) as archive:
+        names = archive.namelist()
+    assert all(name.startswith("wheels/") for name in names), names
+    assert "wheels/requirements.txt" in names
+    with pytest.raises(ValueError, match="gluewheels"):
+        build_modules.make_modules_zip(tmp_path / "modules.zip", wheels)
+
+
+def test_what_glue_provides_is_left_out_of_the_lock_with_the_sdk() -> None:
+    """Glue 5.0's own packages are used as Glue has them, all alike: the SDK that tierq
+    does not pin, and the SDK's own dependencies, which tierq's packages need too."""
+    pinned = {pin.name for pin in build_modules.read_lock()}
+    assert not pinned & build_modules.GLUE_PROVIDED
+    sdk = closure(["boto3"])
+    assert set(sdk) <= build_modules.GLUE_PROVIDED, set(sdk) - build_modules.GLUE_PROVIDED

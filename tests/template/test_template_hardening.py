@@ -103,8 +103,9 @@ def test_the_defaults_leave_the_accounts_pool_its_unreserved_hundred(single: dic
                     if r["Type"] == "AWS::Serverless::Function"
                     and isinstance(r["Properties"].get("ReservedConcurrentExecutions"), int))
     assert reserved <= 1000 - 100  # Lambda's default concurrency per region, less 100
-    # one tenant's long polls alone never fill the claim function
+    # one tenant's long polls alone never fill the claim function, nor do all callers'
     assert params["TenantLongPolls"]["Default"] < params["ClaimReservedConcurrency"]["Default"]
+    assert params["LongPollsPercent"]["Default"] < 100
 
 
 def test_the_tenant_limits_reach_every_function(single: dict) -> None:
@@ -112,6 +113,9 @@ def test_the_tenant_limits_reach_every_function(single: dict) -> None:
     assert env["TIERQ_TENANT_REQUESTS_PER_SECOND"] == {"Ref": "TenantRequestsPerSecond"}
     assert env["TIERQ_TENANT_REQUESTS_BURST"] == {"Ref": "TenantRequestsBurst"}
     assert env["TIERQ_TENANT_LONG_POLLS"] == {"Ref": "TenantLongPolls"}
+    # the cap over all callers' long polls follows the claim function's reservation
+    assert env["TIERQ_CLAIM_RESERVED_CONCURRENCY"] == {"Ref": "ClaimReservedConcurrency"}
+    assert env["TIERQ_LONG_POLLS_PERCENT"] == {"Ref": "LongPollsPercent"}
     from tierq.config import Settings
 
     defaults = Settings()
@@ -119,6 +123,10 @@ def test_the_tenant_limits_reach_every_function(single: dict) -> None:
     assert params["TenantRequestsPerSecond"]["Default"] == defaults.tenant_requests_per_second
     assert params["TenantRequestsBurst"]["Default"] == defaults.tenant_requests_burst
     assert params["TenantLongPolls"]["Default"] == defaults.tenant_long_polls
+    assert params["LongPollsPercent"]["Default"] == defaults.long_polls_percent
+    deployed = Settings(claim_reserved_concurrency=params["ClaimReservedConcurrency"]["Default"],
+                        long_polls_percent=params["LongPollsPercent"]["Default"])
+    assert 0 < deployed.long_polls_cap < params["ClaimReservedConcurrency"]["Default"]
 
 
 # ---------------------------------------------------------------- the cache's users

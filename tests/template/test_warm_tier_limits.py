@@ -21,10 +21,11 @@ TTL = re.compile(r"\b(P?EXPIRE(AT)?|SETEX|PSETEX|GETEX)\b|['\"](EX|PX|EXAT|PXAT)
 # expire after their 15-minute window, and a full cache evicting them first loses chart data,
 # never a task.
 CHART_SCRIPTS = frozenset({"rate_add.lua", "rate_tenants.lua"})
-# A tenant's own limits on the HTTP API (logic/tenant_limits.py) expire too: an idle tenant
-# keeps nothing, and an evicted bucket or poll count loosens a limit for a moment, never
-# loses a task. They write only keys of the tenant's own hash tag, tq:{~<tenant>}.
-TENANT_LIMIT_SCRIPTS = frozenset({"tenant_requests.lua", "tenant_polls.lua"})
+# The limits on the HTTP API (logic/tenant_limits.py) expire too: an idle tenant keeps
+# nothing, and an evicted bucket or poll count loosens a limit for a moment, never loses a
+# task. They write only keys of a tenant's own hash tag, tq:{~<tenant>}, and the count of
+# all callers' long polls, tq:{~}:polls.
+TENANT_LIMIT_SCRIPTS = frozenset({"tenant_requests.lua", "long_polls.lua"})
 
 
 def test_tierq_keys_carry_no_ttl() -> None:

@@ -36,6 +36,23 @@ def provider(clock: Clock | None = None) -> ElastiCacheIAMProvider:
                                   credentials=lambda: KEYS, clock=clock or Clock())
 
 
+class RoleKeys:
+    """The role's credentials as Lambda hands them out: replaced now and then (each signing
+    here gets the next session), so a token signed again differs from the last one."""
+
+    def __init__(self) -> None:
+        self.sessions = 0
+
+    def __call__(self) -> Credentials:
+        self.sessions += 1
+        return Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                           f"session-{self.sessions}")
+
+
+def session_of(token: str) -> str:
+    return parse_qs(urlsplit(f"https://{token}").query)["X-Amz-Security-Token"][0]
+
+
 def test_a_token_is_a_presigned_connect_request_for_the_serverless_cache() -> None:
     user, token = provider().get_credentials()
     assert user == "tierq-3f2a1b4c-app"
@@ -55,15 +72,44 @@ def test_a_token_is_a_presigned_connect_request_for_the_serverless_cache() -> No
 
 
 def test_a_token_is_reused_for_new_connections_then_signed_again() -> None:
-    clock = Clock()
-    iam = provider(clock)
+    clock, keys = Clock(), RoleKeys()
+    iam = ElastiCacheIAMProvider("tierq-x-app", "tierq-dev-valkey", "eu-west-1",
+                                 credentials=keys, clock=clock)
     first = iam.get_credentials()
     clock.now += TOKEN_REUSE_SECONDS - 1
     assert iam.get_credentials() == first
     clock.now += 2
-    # (signed again: a new X-Amz-Date once the wall clock moved, the same user)
     again = iam.get_credentials()
-    assert again[0] == first[0] and "X-Amz-Signature=" in again[1]
+    assert again[0] == first[0]
+    assert again[1] != first[1]  # signed again, with the role's current credentials
+    assert (session_of(first[1]), session_of(again[1])) == ("session-1", "session-2")
+    clock.now -= 3600  # a clock set back: signed again rather than trusted
+    assert session_of(iam.get_credentials()[1]) == "session-3"
+
+
+def test_reuse_is_timed_by_the_wall_clock_which_runs_while_lambda_is_frozen(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen Lambda environment's monotonic clock may stand still: timed by it, a token
+    signed before an hour-long freeze would still pass for fresh after it."""
+    wall = [1_000_000.0]
+    monkeypatch.setattr("tierq.dal.valkey_auth.time.time", lambda: wall[0])
+    monkeypatch.setattr("tierq.dal.valkey_auth.time.monotonic", lambda: 5.0)  # frozen
+    keys = RoleKeys()
+    iam = ElastiCacheIAMProvider("tierq-x-app", "tierq-dev-valkey", "eu-west-1",
+                                 credentials=keys)
+    first = iam.get_credentials()
+    wall[0] += 3600  # thawed an hour later
+    assert session_of(iam.get_credentials()[1]) == "session-2" != session_of(first[1])
+
+
+def test_a_refused_token_is_dropped_and_the_next_connection_signs_a_new_one() -> None:
+    keys = RoleKeys()
+    iam = ElastiCacheIAMProvider("tierq-x-app", "tierq-dev-valkey", "eu-west-1",
+                                 credentials=keys, clock=Clock())
+    first = iam.get_credentials()
+    assert iam.get_credentials() == first  # reused
+    iam.forget()  # (the warm tier, told by Valkey that the credentials were refused)
+    assert session_of(iam.get_credentials()[1]) == "session-2"
 
 
 def test_settings_name_the_user_the_cache_and_the_region() -> None:

@@ -28,11 +28,17 @@ or have the answer PUT anywhere. Accepted are only:
   name infra/shard.yaml gives it); the default shard is always reached at ``DB_HOST``, the
   proxy the function was deployed with, whatever the request says.
 
+A Delete does nothing with the database, so only its ``ResponseURL`` is checked: the
+resource of a shard just taken out of ``TIERQ_SHARD_NAMES`` (or of a shard stack a
+rollback deletes) names a shard the function no longer knows, and refusing its Delete would
+leave that nested stack ``DELETE_FAILED``.
+
 | the request | what is done | what is answered |
 | --- | --- | --- |
-| ResponseURL refused | nothing (an error logged) | nothing: a waiting stack times out |
-| Host, shard or database refused | nothing | FAILED, with the reason |
-| accepted | the migrations | SUCCESS, or FAILED |
+| ResponseURL refused (any type) | nothing (an error logged) | nothing: a waiting stack times out |
+| Delete | nothing | SUCCESS |
+| Create / Update: Host, shard or database refused | nothing | FAILED, with the reason |
+| Create / Update accepted | the migrations | SUCCESS, or FAILED |
 """
 
 from __future__ import annotations
@@ -299,7 +305,8 @@ def handle(event: Mapping[str, Any], context: InvocationContext,
                             "stack": str(event.get("StackId") or "")[:300]})
         return answer(_keys_of(event), "FAILED", reason=problem)
     try:
-        check_request(event)
+        if request_type != "Delete":  # (a Delete does nothing; see the module's table)
+            check_request(event)
     except Refused as exc:
         logger.error("custom resource request refused", extra={"reason": str(exc)})
         body = answer(event, "FAILED", reason=f"refused: {exc}")

@@ -4,7 +4,14 @@ blob per queue with the dimension ``queue`` (Powertools adds ``service``).
 The dimension is a queue's name only for the queues an admin configured, at most 500
 (tierq.logic.metric_queues): every other queue counts under ``queue=~other``, so no name a
 tenant invents makes a new billed metric, and the template's alarms leave ``~other`` out.
-``count_queue`` / ``count_queues`` pick the value; ``count`` and ``queue_gauge`` take it.
+``count_queue`` / ``count_queues`` pick the value (a queue's counts are emitted only through
+them, so no caller can put a tenant-chosen name in the dimension); ``queue_gauge`` takes the
+value its caller picked (tierq.maintenance.gauges).
+
+Counting never fails a request: it runs after the request's work is done (an enqueue
+committed, an ack applied, tasks leased), so whatever goes wrong in it (the list of
+configured queues unreadable: it is read off the request path and a failed read is not
+fatal; an EMF blob refused) is logged and the counts are dropped.
 
 * Counts, per request: ``Enqueued``, ``Claimed``, ``Acked``, ``Nacked`` (retried or dead),
   ``Released`` (given back unfinished), ``DeadLettered`` (by a nack or by lease expiry in
@@ -36,7 +43,7 @@ from collections.abc import Iterable, Mapping
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
-from tierq.aws.runtime import SERVICE
+from tierq.aws.runtime import SERVICE, logger
 from tierq.logic.context import Context
 
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tierq")
@@ -50,26 +57,36 @@ def _blob(queue: str) -> EphemeralMetrics:
 
 
 def count_queue(ctx: Context, queue: str, counts: Mapping[str, int]) -> None:
-    """Emit one queue's non-zero counters under its series (its name, or ``~other``)."""
-    count(ctx.metric_queues.series(ctx.store, queue), counts)
+    """Emit one queue's non-zero counters under its series (its name, or ``~other``);
+    never raises (a failure is logged)."""
+    if not any(counts.values()):
+        return
+    try:
+        _count(ctx.metric_queues.series(ctx.store, queue), counts)
+    except Exception:
+        logger.warning("metrics not emitted (the request's work is done)", exc_info=True)
 
 
 def count_queues(ctx: Context, name: str, per_queue: Mapping[str, int]) -> None:
-    """Emit the counter ``name`` of several queues, summed by series (``~other`` once)."""
-    summed: dict[str, int] = defaultdict(int)
-    for queue, value in per_queue.items():
-        summed[ctx.metric_queues.series(ctx.store, queue)] += value
-    for series, value in sorted(summed.items()):
-        count(series, {name: value})
+    """Emit the counter ``name`` of several queues, summed by series (``~other`` once);
+    never raises (a failure is logged)."""
+    try:
+        summed: dict[str, int] = defaultdict(int)
+        for queue, value in per_queue.items():
+            summed[ctx.metric_queues.series(ctx.store, queue)] += value
+        for series, value in sorted(summed.items()):
+            _count(series, {name: value})
+    except Exception:
+        logger.warning("metrics not emitted", exc_info=True)
 
 
-def count(queue: str, counts: Mapping[str, int]) -> None:
-    """Emit non-zero counters (``{"Enqueued": 3}``) under the dimension value ``queue`` (a
-    series: ``count_queue`` picks it for a queue)."""
+def _count(series: str, counts: Mapping[str, int]) -> None:
+    """Emit non-zero counters (``{"Enqueued": 3}``) under the dimension value ``series``
+    (picked for a queue by ``count_queue``)."""
     values = {name: value for name, value in counts.items() if value}
     if not values:
         return
-    blob = _blob(queue)
+    blob = _blob(series)
     for name, value in values.items():
         blob.add_metric(name=name, unit=MetricUnit.Count, value=value)
     blob.flush_metrics()

@@ -9,6 +9,13 @@ a connection authenticated with one stays open for up to 12 hours, then the clie
 new one with a fresh token. Nothing is stored and nothing needs rotating: the role's own
 credentials are what Lambda and Glue rotate.
 
+A token is handed to new connections for :data:`TOKEN_REUSE_SECONDS` after it was signed,
+timed by the wall clock (a monotonic clock may stand still while a Lambda environment is
+frozen between invocations, so a token hours old would pass for fresh), and dropped at once
+when Valkey refuses a connection's credentials (``forget``, called by the warm tier): the
+credentials that signed it may have expired or been replaced since, and the next connection
+signs a new token with the current ones.
+
 Elsewhere (``tierq dev --valkey-cluster``, a password-protected server) the user and
 password come in ``VALKEY_URL`` (``redis://user:password@host:port/0``), as redis-py reads
 them.
@@ -48,25 +55,32 @@ class ElastiCacheIAMProvider(CredentialProvider):
 
     def __init__(self, user: str, cache_name: str, region: str, *,
                  credentials: Callable[[], Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         """``credentials()``: botocore credentials to sign with (default: the session's, as
-        boto3 finds them: the function's or the job's role)."""
+        boto3 finds them: the function's or the job's role); ``clock``: epoch seconds
+        (default: the wall clock, ``time.time``)."""
         if not user or not cache_name or not region:
             raise ValueError("an IAM token needs the user, the cache's name and its region")
         self.user = user
         self.cache_name = cache_name
         self.region = region
         self._credentials = credentials
-        self._clock = clock
+        self._clock = clock or (lambda: time.time())
         self._lock = threading.Lock()
         self._token: tuple[float, str] | None = None
 
     def get_credentials(self) -> tuple[str, str]:
         now = self._clock()
         with self._lock:
-            if self._token is None or now - self._token[0] >= TOKEN_REUSE_SECONDS:
+            # (a clock set back since the signing: sign again)
+            if self._token is None or not 0 <= now - self._token[0] < TOKEN_REUSE_SECONDS:
                 self._token = (now, self.token())
             return self.user, self._token[1]
+
+    def forget(self) -> None:
+        """Drop the token: Valkey refused it; the next connection signs a new one."""
+        with self._lock:
+            self._token = None
 
     def token(self) -> str:
         """A new token: ``<cache>/?Action=connect&User=<user>&ResourceType=ServerlessCache``

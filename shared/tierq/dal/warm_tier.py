@@ -18,6 +18,7 @@ from redis.credentials import CredentialProvider
 from redis.exceptions import (
     ClusterError,
     NoScriptError,
+    RedisClusterException,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -52,7 +53,7 @@ SCRIPTS = (
     "capacity_extend",
     "capacity_use",
     "tenant_requests",
-    "tenant_polls",
+    "long_polls",
 )
 
 
@@ -106,12 +107,17 @@ class TenantKeys:
     ``{~tenant}`` (``~`` starts no queue name, so no queue's tag is the same), one slot."""
 
     requests: str  # the tenant's requests on the HTTP API (token bucket, tenant_requests.lua)
-    polls: str  # its long polls in flight (reservations by deadline, tenant_polls.lua)
+    polls: str  # its long polls in flight (reservations by deadline, long_polls.lua)
 
     @classmethod
     def of(cls, tenant: str) -> TenantKeys:
         tag = f"tq:{{~{tenant}}}:"
         return cls(tag + "requests", tag + "polls")
+
+
+# Every caller's long polls in flight (long_polls.lua): the tag ``{~}`` is no tenant's (a
+# tenant's name is not empty) and no queue's, one slot of its own.
+ALL_POLLS_KEY = "tq:{~}:polls"
 
 
 def reservation_of(token: str) -> str:
@@ -282,6 +288,10 @@ VALKEY_DOWN: tuple[type[Exception], ...] = (
     TryAgainError)
 
 
+# what may carry a refusal of a connection's credentials: a cluster client that could reach
+# no node reports it as a RedisClusterException caused by the refusal
+_MAYBE_REFUSED: tuple[type[Exception], ...] = (*VALKEY_DOWN, RedisClusterException)
+
 # no answer, or any other error: the slot map cannot say where a pair's keys live
 _SLOT_MAP_UNKNOWN: tuple[type[Exception], ...] = (*VALKEY_DOWN, redis.RedisError)
 
@@ -292,11 +302,34 @@ def _source(script: Script) -> str:
     return text if isinstance(text, str) else bytes(text).decode()
 
 
+def _refused_credentials(exc: BaseException) -> bool:
+    """Whether Valkey refused a connection's credentials, in ``exc`` or what caused it (a
+    cluster client reports a node it could not reach as a cluster error)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, redis.AuthenticationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 @contextmanager
-def _available() -> Iterator[None]:
+def _available(credentials: CredentialProvider | None = None) -> Iterator[None]:
     try:
         yield
-    except VALKEY_DOWN as exc:
+    except _MAYBE_REFUSED as exc:
+        if _refused_credentials(exc):
+            # an IAM token signed with credentials that have since expired or been replaced:
+            # the next connection signs a new one (dal/valkey_auth.py)
+            forget = getattr(credentials, "forget", None)
+            if callable(forget):
+                forget()
+            raise WarmTierUnavailable("Valkey refused the connection's credentials",
+                                      detail=str(exc)) from exc
+        if not isinstance(exc, VALKEY_DOWN):
+            raise
         raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
@@ -324,6 +357,11 @@ class WarmTier:
 
     def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
+        # what gives each new connection its user and password (None: the URL's), told when
+        # Valkey refuses them
+        options = client.nodes_manager.connection_kwargs if isinstance(client, RedisCluster) \
+            else client.connection_pool.connection_kwargs
+        self.credentials: CredentialProvider | None = options.get("credential_provider")
         self.scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPTS
         }
@@ -362,7 +400,7 @@ class WarmTier:
     def run_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script registered on this tier's client, on the master of its keys' slot;
         ``WarmTierUnavailable`` / ``WarmTierFull`` when Valkey cannot answer."""
-        with _available():
+        with _available(self.credentials):
             if self.calls is not None:
                 return self.calls.script(script, keys, args)
             return self._cluster_script(script, keys, args)
@@ -381,7 +419,7 @@ class WarmTier:
         server; in cluster mode one per master their keys' slots live on (sent to all of
         them before any reply is read). An error reply is returned in its place, not
         raised; ``WarmTierUnavailable`` when Valkey does not answer."""
-        with _available():
+        with _available(self.credentials):
             if self.calls is not None:
                 return self.calls.pipeline(commands)
             pipe = self.client.pipeline(transaction=False)
@@ -392,7 +430,7 @@ class WarmTier:
     def server_time(self, key: str) -> float:
         """The server's clock (epoch seconds); in cluster mode the clock of the master that
         serves ``key`` (so a read of that key needs no other master up)."""
-        with _available():
+        with _available(self.credentials):
             if isinstance(self.client, RedisCluster):
                 node = self.client.get_node_from_key(key)
                 seconds, micros = self.client.execute_command(
@@ -402,7 +440,7 @@ class WarmTier:
         return int(seconds) + int(micros) / 1e6
 
     def _command(self, *args: Any) -> Any:
-        with _available():
+        with _available(self.credentials):
             if self.calls is not None:
                 return self.calls.command(*args)
             if isinstance(self.client, RedisCluster):  # routes the call by its key's slot
@@ -416,15 +454,14 @@ class WarmTier:
         keys = TenantKeys.of(tenant)
         return int(self._run("tenant_requests", [keys.requests], [repr(float(rate)), burst]))
 
-    def tenant_poll_begin(self, tenant: str, *, cap: int, reservation: str,
-                          hold_ms: int) -> bool:
-        """Take a place among the tenant's ``cap`` long polls for up to ``hold_ms``."""
-        keys = TenantKeys.of(tenant)
-        return int(self._run("tenant_polls", [keys.polls], [cap, reservation, hold_ms])) == 1
+    def poll_begin(self, key: str, *, cap: int, reservation: str, hold_ms: int) -> bool:
+        """Take one of the ``cap`` long-poll places of ``key`` (a tenant's
+        ``TenantKeys.polls``, or ``ALL_POLLS_KEY``) for up to ``hold_ms``."""
+        return int(self._run("long_polls", [key], [cap, reservation, hold_ms])) == 1
 
-    def tenant_poll_end(self, tenant: str, reservation: str) -> None:
+    def poll_end(self, key: str, reservation: str) -> None:
         """Give the place back (one command: an expired one is gone already)."""
-        self._command("ZREM", TenantKeys.of(tenant).polls, reservation)
+        self._command("ZREM", key, reservation)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -663,7 +700,7 @@ class WarmTier:
             # (another error there: the reservations end at their deadline)
         self.throughput.settle(queue, counts, replies[1:], note)
         if isinstance(replies[0], Exception):
-            with _available():
+            with _available(self.credentials):
                 raise replies[0]
         if not after:
             self._then(then)
@@ -772,7 +809,7 @@ class WarmTier:
     def count_ready_bytes(self, queue: str, tenant: str) -> int:
         """The same, counted from the data hash itself (O(tasks); checks and tests)."""
         k = PairKeys.of(queue, tenant)
-        with _available():
+        with _available(self.credentials):
             fields = [f for f in self.client.hkeys(k.data) if f != b"~encoding"]
             pipe = self.client.pipeline(transaction=False)
             for field in fields:
@@ -782,7 +819,7 @@ class WarmTier:
     def leases(self, queue: str, tenant: str) -> list[LeaseInfo]:
         """Every current lease of one (queue, tenant)."""
         k = PairKeys.of(queue, tenant)
-        with _available():
+        with _available(self.credentials):
             pipe = self.client.pipeline(transaction=False)
             pipe.zrange(k.leased, 0, -1, withscores=True)
             pipe.hgetall(k.claims)
@@ -794,7 +831,7 @@ class WarmTier:
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         k = PairKeys.of(queue, tenant)
-        with _available():
+        with _available(self.credentials):
             for raw_member, deadline in self.client.zscan_iter(
                     k.leased, match=f"{task_id}|*", count=1000):
                 if deadline <= 0:
@@ -815,15 +852,15 @@ class WarmTier:
     def drop_pair(self, queue: str, tenant: str) -> None:
         """Delete every warm-tier key of one (queue, tenant)."""
         k = PairKeys.of(queue, tenant)
-        with _available():
+        with _available(self.credentials):
             self.client.delete(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
                                k.bucket)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""
-        with _available():
+        with _available(self.credentials):
             return bool(self.client.hexists(PairKeys.of(queue, tenant).data, task_id))
 
     def ping(self) -> bool:
-        with _available():
+        with _available(self.credentials):
             return bool(self.client.ping())

@@ -117,7 +117,7 @@ def walk_round(ctx: Context, state: GaugeRound, emit: Emit, summary: GaugeSummar
         chunk = ctx.store.walk_gauge_pairs(after, limit)
         summary.slices += 1
         for row in pair_counts(ctx, chunk):
-            add(state.partial.setdefault(row.queue, zeros()), row)
+            merge(state.partial.setdefault(row.queue, zeros()), values_of(row))
         summary.pairs += len(chunk)
         at_end = len(chunk) < limit
         if chunk:
@@ -149,15 +149,17 @@ def seq_used_percent(ctx: Context) -> float:
     return 100.0 * position.last_value / position.max_value
 
 
-def add(values: QueueValues, row: TenantCounts) -> None:
-    """Add one pair's counts to its queue's sums; the oldest ready age is the maximum."""
-    for name in GAUGES:
-        values[name] += getattr(row, name)
-    values[OLDEST] = max(values[OLDEST], row.oldest_ready_age_seconds or 0.0)
+def values_of(row: TenantCounts) -> QueueValues:
+    """One pair's counts as gauge values."""
+    values: QueueValues = {name: float(getattr(row, name)) for name in GAUGES}
+    values[OLDEST] = row.oldest_ready_age_seconds or 0.0
+    return values
 
 
-def merge(total: QueueValues, values: QueueValues) -> QueueValues:
-    """``values`` added into ``total`` (the oldest ready age: the maximum)."""
+def merge(total: QueueValues, values: Mapping[str, float]) -> QueueValues:
+    """``values`` added into ``total``, which is returned: the counts summed, the oldest
+    ready age the maximum (a queue's sums over its pairs, ``~other`` over its queues, a
+    queue's over the shards)."""
     for name in GAUGES:
         total[name] += values[name]
     total[OLDEST] = max(total[OLDEST], values[OLDEST])

@@ -4,30 +4,15 @@ place itself). Admins and the local gateway's loopback caller are not limited.""
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
 from tierq.aws.http.access import Caller
 from tierq.aws.runtime import default_engine, logger
 from tierq.errors import TooManyRequests
 from tierq.logic import tenant_limits
 
 
-def too_many(exc: TooManyRequests) -> dict[str, Any]:
-    """The 429 answer, with ``Retry-After``."""
-    return {
-        "statusCode": exc.status,
-        "headers": {"Content-Type": "application/json", "Retry-After": str(exc.retry_after)},
-        "body": orjson.dumps(exc.to_body()).decode(),
-        "isBase64Encoded": False,
-        "cookies": [],
-    }
-
-
-def over_rate(caller: Caller | None, route: str) -> dict[str, Any] | None:
-    """The 429 answer when ``caller`` is a tenant over its requests a second, else None
-    (counted: the request goes on)."""
+def over_rate(caller: Caller | None, route: str) -> TooManyRequests | None:
+    """The refusal (429) when ``caller`` is a tenant over its requests a second, else None
+    (counted, or not countable: the request goes on)."""
     if caller is None or caller.kind != "tenant" or caller.tenant is None:
         return None
     try:
@@ -40,5 +25,5 @@ def over_rate(caller: Caller | None, route: str) -> dict[str, Any] | None:
     except TooManyRequests as exc:
         logger.info("request limited", extra={"route": route, "tenant": caller.tenant,
                                               "retry_after": exc.retry_after})
-        return too_many(exc)
+        return exc
     return None

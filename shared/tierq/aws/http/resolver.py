@@ -146,10 +146,11 @@ def parse_json_body(text: str) -> Any:
     return value
 
 
-def _raw_response(status: int, body: Mapping[str, Any]) -> dict[str, Any]:
+def _raw_response(status: int, body: Mapping[str, Any],
+                  headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         "statusCode": status,
-        "headers": {"Content-Type": "application/json"},
+        "headers": {"Content-Type": "application/json", **(headers or {})},
         "body": orjson.dumps(body).decode(),
         "isBase64Encoded": False,
         "cookies": [],
@@ -290,7 +291,8 @@ class TierqResolver(APIGatewayHttpResolver):
             # a tenant over its own rate is answered 429 before anything else is done
             limited = limits.over_rate(caller, f"{proxy.http_method} {proxy.path}")
             if limited is not None:
-                return limited
+                return _raw_response(limited.status, limited.to_body(),
+                                     {"Retry-After": str(limited.retry_after)})
             rejected = precheck_body(proxy)
             if rejected is not None:
                 return rejected

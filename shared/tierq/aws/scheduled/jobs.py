@@ -111,9 +111,7 @@ class ShardGauges:
                 total = gauges.zeros()
                 by_shard = self.latest.get(queue) or {}
                 for values in by_shard.values():
-                    for name in gauges.GAUGES:
-                        total[name] += values[name]
-                    total[gauges.OLDEST] = max(total[gauges.OLDEST], values[gauges.OLDEST])
+                    gauges.merge(total, values)
                 if not by_shard:
                     self.latest.pop(queue, None)
                 ready.append((queue, total))

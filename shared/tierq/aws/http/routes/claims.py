@@ -88,8 +88,9 @@ def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
                 "When the queue's limits (max_leased, rate, tenant_max_leased, tenant_rate) "
                 "allow fewer tasks than max, the answer holds what they allow (possibly "
                 "none) and retry_after_ms; a long poll waits for capacity. A tenant caller "
-                "holds at most TIERQ_TENANT_LONG_POLLS long polls at once: one more is 429 "
-                "too_many_requests with Retry-After.",
+                "holds at most TIERQ_TENANT_LONG_POLLS long polls at once, and all callers "
+                "together a share of the claim function's reserved concurrency: one more is "
+                "429 too_many_requests with Retry-After.",
     operation_id="claimTasks",
     tags=["leases"],
     responses=responses("The claimed tasks, in claim order.", 403, 409),
@@ -103,12 +104,12 @@ def claim_tasks(
     tenant = request.check_tenant(claim.tenant)
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
-    pinned = request.pinned_tenant()
-    if pinned is None or claim.wait_seconds <= 0:
+    if claim.wait_seconds <= 0:
         return _claim(queue, claim, idempotency_key)
-    # a tenant's long polls hold a function each for up to 20 s: its own cap comes first
-    # (429), before the claim function's reserved concurrency (5xx for everyone)
-    with tenant_limits.long_poll(default_engine().ctx, pinned):
+    # a long poll holds a function for up to 20 s: its tenant's cap and the cap over all
+    # callers come first (429), before the claim function's reserved concurrency (5xx for
+    # everyone)
+    with tenant_limits.long_poll(default_engine().ctx, request.pinned_tenant()):
         return _claim(queue, claim, idempotency_key)
 
 

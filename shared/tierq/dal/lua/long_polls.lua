@@ -1,10 +1,12 @@
 #!lua flags=allow-oom
--- A tenant caller's long poll (a claim with wait_seconds > 0) asks for a place: at most
--- `cap` held at once per tenant (lua/README.md, "Tenant limits"). A place is a reservation
--- that expires by itself at its deadline, so a function that dies holding one leaks
--- nothing; the claim gives it back (ZREM) when it ends.
+-- A long poll (a claim with wait_seconds > 0) asks for a place in one set of places: a
+-- tenant caller's (at most `cap` per tenant), or every caller's (at most `cap` in all, below
+-- the claim function's reserved concurrency): lua/README.md, "Tenant limits". A place is a
+-- reservation that expires by itself at its deadline, so a function that dies holding one
+-- leaks nothing; the claim gives it back (ZREM) when it ends.
 --
--- KEYS[1]  tq:{~<tenant>}:polls   sorted set: reservation -> deadline (ms, the server's clock)
+-- KEYS[1]  tq:{~<tenant>}:polls, or tq:{~}:polls (every caller's)
+--          sorted set: reservation -> deadline (ms, the server's clock)
 -- ARGV[1]  cap (>= 1)
 -- ARGV[2]  the reservation's id
 -- ARGV[3]  how long it may be held (ms)
