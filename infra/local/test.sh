@@ -7,8 +7,8 @@
 #
 # `infra/local/test.sh --fast [pytest arguments]` is the edit loop's tier, under 3 minutes on
 # a quiet 2-core machine: the same installation, ruff and mypy, then the folders tests/unit
-# and tests/integration (one PostgreSQL server and one Valkey/Redis node, in the test
-# process) less the tests marked slow, spark, e2e or browser. The whole suite (CI: .ci/run)
+# and tests/integration (one PostgreSQL server and one Valkey/Redis node, started by the test
+# session) less the tests marked slow, spark, e2e or browser. The whole suite (CI: .ci/run)
 # adds those and every other folder: cluster (a Redis Cluster), spark, e2e, client, cli,
 # worker, local (a local stack), dashboard (Chromium), reliability, bench, handlers,
 # maintenance, dispatch, shards and template. A test of the fast folders that takes more
