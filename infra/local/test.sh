@@ -4,8 +4,26 @@
 # starts private PostgreSQL and Redis servers (or reuses DATABASE_URL / VALKEY_URL when they
 # answer). ruff and mypy run first, on the whole code; extra arguments go to pytest, e.g.
 # `infra/local/test.sh tests/unit -x`.
+#
+# `infra/local/test.sh --fast [pytest arguments]` is the edit loop's tier, under 3 minutes on
+# a quiet 2-core machine: the same installation, ruff and mypy, then the folders tests/unit
+# and tests/integration (one PostgreSQL server and one Valkey/Redis node, started by the test
+# session) less the tests marked slow, spark, e2e or browser. The whole suite (CI: .ci/run)
+# adds those and every other folder: cluster (a Redis Cluster), spark, e2e, client, cli,
+# worker, local (a local stack), dashboard (Chromium), reliability, bench, handlers,
+# maintenance, dispatch, shards and template. A test of the fast folders that takes more
+# than a few seconds alone is marked slow. `--fast` may stand anywhere; the other arguments
+# go to pytest after the selection (`--fast -x`, `--fast -k claim`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+FAST_FOLDERS=(tests/unit tests/integration)
+FAST_MARKERS="not slow and not spark and not e2e and not browser"
+fast=false
+pytest_args=()
+for arg in "$@"; do
+  if [ "$arg" = "--fast" ]; then fast=true; else pytest_args+=("$arg"); fi
+done
+
 infra/local/bootstrap.sh dev,spark,bench,browser
 for setup in infra/tools/install-aws-tools.sh infra/tools/install-test-deps.sh; do
   if [ -x "$setup" ]; then "$setup"; fi
@@ -23,4 +41,7 @@ check() {
 }
 check ruff .venv/bin/ruff check .
 check mypy .venv/bin/mypy
-exec .venv/bin/python -m pytest "$@"
+if $fast; then
+  exec .venv/bin/python -m pytest "${FAST_FOLDERS[@]}" -m "$FAST_MARKERS" "${pytest_args[@]}"
+fi
+exec .venv/bin/python -m pytest "${pytest_args[@]}"

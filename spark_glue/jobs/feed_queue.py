@@ -105,9 +105,9 @@ def _run_local(config: FeedConfig, stores: StoreConfig,
 def main_glue(argv: Sequence[str]) -> int:
     """AWS Glue 5: GlueContext, job parameters (``argv``: the script's name, then what Glue
     passes), bookmarks, CloudWatch metrics."""
-    from awsglue.context import GlueContext  # type: ignore[import-untyped]
-    from awsglue.job import Job  # type: ignore[import-untyped]
-    from awsglue.utils import getResolvedOptions  # type: ignore[import-untyped]
+    from awsglue.context import GlueContext
+    from awsglue.job import Job
+    from awsglue.utils import getResolvedOptions
     from pyspark.context import SparkContext
     from tierq_feeder.config import FeedConfigError, config_from_glue_options
     from tierq_feeder.feeder import run_feed
@@ -158,7 +158,7 @@ def under_glue(argv: Sequence[str]) -> bool:
     if "--JOB_NAME" not in argv:
         return False
     try:
-        import awsglue  # type: ignore[import-untyped]  # noqa: F401
+        import awsglue  # noqa: F401
     except ImportError:
         return False
     return True

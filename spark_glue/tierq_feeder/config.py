@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn, TypeGuard
 
 from tierq.models.names import NAME_PATTERN
 
@@ -155,7 +155,7 @@ _ARGUMENT_ERROR = re.compile(r"^argument (\S+?)(?:/\S+)?: (.*)$", re.DOTALL)
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so Glue and tests see the message."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         match = _ARGUMENT_ERROR.match(message)
         if match:
             raise FeedConfigError(match[1], match[2])
@@ -224,14 +224,19 @@ def parse_source(name: str, spec: str) -> SourceSpec:
     if spec.startswith("jdbc:"):
         return SourceSpec(name=name, format="jdbc", url=spec)
     path, sep, suffix = spec.rpartition(":")
-    if sep and suffix.lower() in FILE_FORMATS:
-        fmt: FileFormat = suffix.lower()  # type: ignore[assignment]
+    named = suffix.lower()
+    if sep and _is_file_format(named):
+        fmt: FileFormat = named
     else:
         path = spec
         fmt = _format_from_path(name, spec)
     if not path:
         raise FeedConfigError("--source", f"{name}: no path given")
     return SourceSpec(name=name, format=fmt, path=path)
+
+
+def _is_file_format(value: str) -> TypeGuard[FileFormat]:
+    return value in FILE_FORMATS
 
 
 def _format_from_path(name: str, path: str) -> FileFormat:

@@ -168,7 +168,7 @@ def start_python_workers(spark: SparkSession, workers: int) -> threading.Thread 
 
     def run() -> None:
         try:
-            spark.range(0, workers, 1, workers).mapInArrow(  # type: ignore[arg-type]
+            spark.range(0, workers, 1, workers).mapInArrow(
                 warm_up, "id long").collect()
         except Exception:  # the rounds start their workers themselves
             log.warning("starting the Python workers ahead failed", exc_info=True)
@@ -503,7 +503,7 @@ def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahea
                          tenant=fixed_tenant, tenant_column=TENANT)
         submitted = time.time()
         stats = (frame.coalesce(partitions)
-                 .mapInArrow(partial(write_partition, job), OUT_SCHEMA)  # type: ignore[arg-type]
+                 .mapInArrow(partial(write_partition, job), OUT_SCHEMA)
                  .collect())
     written = time.monotonic()
     total = {name: sum(r[name] for r in stats) for name in STATS_COLUMNS}

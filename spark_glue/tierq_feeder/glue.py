@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -26,6 +26,9 @@ from tierq.dal import connect
 from tierq_feeder.config import SourceSpec
 from tierq_feeder.sources import Offsets, SparkLoader, read_files, read_jdbc
 from tierq_feeder.writer import StoreConfig
+
+if TYPE_CHECKING:  # Glue's runtime only
+    from awsglue.context import GlueContext
 
 log = logging.getLogger("tierq.feeder")
 
@@ -55,7 +58,7 @@ def stores_from_options(options: Mapping[str, str]) -> StoreConfig:
     """The stores' addresses from job parameters (or the environment), resolved once on
     the driver: a Secrets Manager secret becomes a database URL here."""
     given = {name: options[name] for name in STORE_PARAMETERS if options.get(name)}
-    settings = Settings(**given)  # type: ignore[arg-type]
+    settings = Settings.model_validate(given)
     return StoreConfig(database_url=connect.database_url(settings),
                        valkey_url=connect.valkey_url(settings),
                        valkey_cluster=settings.valkey_cluster,
@@ -76,7 +79,7 @@ class GlueBookmarkLoader(SparkLoader):
       Glue does not know, are read with plain Spark JDBC.
     """
 
-    def __init__(self, glue_context: Any) -> None:
+    def __init__(self, glue_context: GlueContext) -> None:
         self.glue = glue_context
 
     def load(self, spark: SparkSession, spec: SourceSpec, offsets: Offsets) -> DataFrame | None:
@@ -110,7 +113,8 @@ class GlueBookmarkLoader(SparkLoader):
         frame = self.glue.create_dynamic_frame.from_options(
             connection_type=kind, connection_options=options,
             transformation_ctx=f"source_{spec.name}")
-        return frame.toDF()
+        table: DataFrame = frame.toDF()  # a DynamicFrame's Spark DataFrame
+        return table
 
 
 def _glue_format_options(spec: SourceSpec) -> dict[str, Any]:

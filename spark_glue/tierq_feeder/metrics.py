@@ -59,15 +59,23 @@ class LogMetrics:
                  result.rows_per_second, result.rounds_seconds)
 
 
+class MetricDataClient(Protocol):
+    """What ``CloudWatchMetrics`` calls on a CloudWatch client (boto3's)."""
+
+    def put_metric_data(self, *, Namespace: str,
+                        MetricData: list[dict[str, Any]]) -> object: ...
+
+
 class CloudWatchMetrics:
     """The run's counts as CloudWatch metrics (namespace ``Tierq``, dimension ``queue``),
     beside Glue's own job metrics."""
 
     NAMESPACE = "Tierq"
 
-    def __init__(self, client: Any = None, namespace: str = NAMESPACE) -> None:
+    def __init__(self, client: MetricDataClient | None = None,
+                 namespace: str = NAMESPACE) -> None:
         if client is None:
-            import boto3
+            import boto3  # type: ignore[import-untyped]  # boto3 ships no types (Glue has it)
 
             client = boto3.client("cloudwatch")
         self.client = client

@@ -183,7 +183,7 @@ class PositionedSource:
         cores it kept busy (spark_glue/README.md)."""
         if j1 <= j0:
             return None
-        output = [*[col(c) for c in self.columns], PART, ROW, J, CURSOR]
+        output: list[Column | str] = [*[col(c) for c in self.columns], PART, ROW, J, CURSOR]
         if self.scan is None:
             if self.frame is None:
                 return None
@@ -333,7 +333,7 @@ def _parquet_row_counts(spark: SparkSession,
     if 0 < len(files) <= MAX_FOOTERS_READ:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
-        conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
         totals: dict[str, int] = {}
         layouts: dict[str, FileLayout] = {}
         # each py4j lookup of a dotted name asks the JVM for every prefix of it: the three

@@ -25,14 +25,18 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tierq.config import Settings
 from tierq.dal.shards import parse_shard_urls
 from tierq.engine import Tierq
-from tierq.logic.bulk import BulkLoad, ShardedBulkLoad
+from tierq.logic.bulk import BulkLoad, BulkWriter, ShardedBulkLoad, ShardedBulkWriter
 from tierq.sharded import ShardedTierq
+
+if TYPE_CHECKING:  # imported where used: pyarrow is needed on the executors only
+    import pyarrow as pa
 
 LINE = "__tq_line"  # the staged row as COPY text (null for a rejected row)
 # what a partition gives back: one stats row. Its times, in seconds: ``input_s`` waiting
@@ -104,7 +108,7 @@ class Chunk:
     tenants: set[str]
 
 
-def line_bytes(column: Any) -> bytes:
+def line_bytes(column: pa.Array) -> bytes:
     """The concatenated values of an Arrow string column without nulls: its data buffer
     between the first and the last offset (the values are whole COPY lines)."""
     buffers = column.buffers()
@@ -114,7 +118,7 @@ def line_bytes(column: Any) -> bytes:
     return bytes(memoryview(buffers[2])[first:last]) if last > first else b""
 
 
-def _large_string() -> Any:
+def _large_string() -> pa.DataType:
     import pyarrow as pa
 
     return pa.large_string()
@@ -139,7 +143,8 @@ class ChunkWriters:
 
     def _run(self) -> None:
         try:
-            with self.job.stores.engine() as tq, tq.bulk_writer(self.job.load) as writer:
+            with (self.job.stores.engine() as tq,
+                  _bulk_writer(tq, self.job.load) as writer):
                 while True:
                     chunk = self._queue.get()
                     if chunk is None:
@@ -174,6 +179,18 @@ class ChunkWriters:
             raise self.errors[0]
 
 
+def _bulk_writer(tq: Tierq | ShardedTierq, load: BulkLoad | ShardedBulkLoad
+                 ) -> AbstractContextManager[BulkWriter | ShardedBulkWriter]:
+    """A writer of ``load``'s rows: a load over several shards needs the engine over them
+    (the driver's and the executors' stores name the same shards)."""
+    if isinstance(load, BulkLoad):
+        return tq.bulk_writer(load)
+    if isinstance(tq, ShardedTierq):
+        return tq.bulk_writer(load)
+    raise ValueError(f"a load over shards ({sorted(load.loads)}) cannot be written through "
+                     "one database: the stores' TIERQ_SHARD_URLS name one shard or none")
+
+
 @dataclass
 class PartitionStats:
     staged: int = 0
@@ -188,7 +205,7 @@ class PartitionStats:
     ended_at: float = 0.0
 
 
-def _stats(stats: PartitionStats) -> Any:
+def _stats(stats: PartitionStats) -> pa.RecordBatch:
     import pyarrow as pa
 
     schema = pa.schema([(name, pa.int64() if name in _COUNTS else pa.float64())
@@ -205,7 +222,7 @@ def _partition() -> int:
     return context.partitionId() if context is not None else 0
 
 
-def warm_up(batches: Iterable[Any]) -> Iterator[Any]:
+def warm_up(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body of a job that only starts Python workers: unpickling it imports
     this module (the engine with it), and it imports what ``write_partition`` imports."""
     import pyarrow.compute  # noqa: F401
@@ -215,7 +232,8 @@ def warm_up(batches: Iterable[Any]) -> Iterator[Any]:
     yield from ()
 
 
-def write_partition(job: RoundWrite, batches: Iterable[Any]) -> Iterator[Any]:
+def write_partition(job: RoundWrite,
+                    batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: write the partition's rows (its rejects counted and left out),
     yield one stats row (rows staged and rejected, tasks created, where the time went)."""
     import pyarrow.compute as pc

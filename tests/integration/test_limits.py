@@ -164,6 +164,7 @@ def test_a_pool_of_one_member_per_unit_is_recounted(make_tq, valkey):
     assert limits.in_use(tq.ctx, "o", "leases") == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["leased", "reserved"])
 def test_a_killed_claimer_frees_its_capacity_by_the_lease_expiry(make_tq, database_url,
                                                                  valkey_url, where):

@@ -403,6 +403,7 @@ def simulate(tq: Tierq, queue: str, until: datetime, step: timedelta) -> list[da
     return fired
 
 
+@pytest.mark.slow
 def test_daily_berlin_0230_across_spring_forward(make_tq: Factory) -> None:
     tq = make_tq(clock=clock_at(utc(2026, 3, 27, 12)))
     view = tq.put_schedule("nightly", {"queue": "night", "payload": {}, "daily": ["02:30"],
@@ -417,6 +418,7 @@ def test_daily_berlin_0230_across_spring_forward(make_tq: Factory) -> None:
         ["28 02:30", "29 03:00", "30 02:30", "31 02:30", "01 02:30"]
 
 
+@pytest.mark.slow
 def test_daily_berlin_0230_across_fall_back(make_tq: Factory) -> None:
     tq = make_tq(clock=clock_at(utc(2026, 10, 23, 12)))
     tq.put_schedule("nightly", {"queue": "night", "payload": {}, "daily": ["02:30"],

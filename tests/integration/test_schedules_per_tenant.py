@@ -223,6 +223,7 @@ def test_migration_0009_keeps_existing_schedules_and_their_occurrences(
 # ------------------------------------------------------------------- paging by size
 
 
+@pytest.mark.slow
 def test_list_pages_fit_a_lambda_response(api: Call) -> None:
     """30 schedules with 240 KB payloads of 4-byte characters, quotes and backslashes: more
     than one response can carry. Every page's return value fits 6 MB as the runtime encodes

@@ -6,10 +6,13 @@ import random
 import threading
 from collections import defaultdict
 
+import pytest
+
 from tests.integration.helpers import count_state, drain, mode_of, ready_size
 from tierq.core import hysteresis
 
 
+@pytest.mark.slow
 def test_burst_above_warm_max_keeps_order_within_each_priority(make_tq, valkey, pg):
     """warm_max = 50, 5,000 tasks across priorities: the warm set never exceeds 50; within
     each priority, claims follow enqueue order across both tiers; the queue returns to warm
@@ -94,6 +97,7 @@ def test_claim_refills_inline_when_warm_is_empty_but_cold_work_waits(make_tq, va
     assert seen == list(range(12))
 
 
+@pytest.mark.slow
 def test_concurrent_enqueuers_never_overfill_the_warm_set(make_tq, valkey, database_url,
                                                           valkey_url):
     warm_max = 40
@@ -158,6 +162,7 @@ def test_hysteresis_thresholds_match_the_pure_functions(make_tq, valkey):
         tq.ack("t", [{"id": got[0].id, "lease_token": got[0].lease_token}])
 
 
+@pytest.mark.slow
 def test_a_claim_below_the_low_water_mark_refills_one_batch_before_the_set_runs_dry(
         make_tq, valkey):
     from tierq.logic.claim import LOW_WATER_REFILL, low_water

@@ -288,3 +288,19 @@ def test_a_failing_chunk_fails_the_partition(engine: Tierq, stores: StoreConfig)
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
             list(write_partition(job, batches(["not-a-uuid\t0\t_\tk\t0\t{}\t\\N\n"], ["_"],
                                               [None], 10)))
+
+
+def test_a_load_over_shards_is_not_written_through_one_database(
+        stores: StoreConfig, database_url: str) -> None:
+    # a load made over shards (by an engine given to run_feed) while the executors' stores
+    # name one database: refused, naming the setting, before any row is written
+    part = bulk.BulkLoad(queue="sharded", rows=1, blocks=(0,), max_attempts=3, id_ms=0,
+                         id_tail=bulk.new_id_tail())
+    load = bulk.ShardedBulkLoad(queue="sharded", rows=1, id_ms=0, id_tail=part.id_tail,
+                                loads={"a": part, "b": part}, homes={"_": "a"},
+                                tags={"a": 1, "b": 2})
+    job = RoundWrite(stores=stores, load=load, chunk_rows=10, tenant="_")
+    line = bulk.copy_text([(0, "_", "k", 0, "{}", None)]).decode()
+    with pytest.raises(ValueError, match=r"a load over shards \(\['a', 'b'\]\).*TIERQ_SHARD_URLS"):
+        list(write_partition(job, batches([line], ["_"], [None], 10)))
+    assert stored(database_url, "sharded") == []

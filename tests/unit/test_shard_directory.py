@@ -56,6 +56,7 @@ def shard(aws: Aws, path: str, name: str) -> tuple[str, str]:
     return app, owner
 
 
+@pytest.mark.slow
 def test_the_default_shard_is_where_db_host_says_and_the_others_where_their_entries_say(
         aws: Aws) -> None:
     path = f"/tierq/{aws.run}/shards"
