@@ -1,0 +1,469 @@
+"""PostgreSQL's work per write of a task's life, statement by statement, for tierq and the
+bare table (issue 29: where PostgreSQL's time goes).
+
+    .venv/bin/python -m bench.pg_writes                  # 40,000 tasks per step
+    .venv/bin/python -m bench.pg_writes --tasks 10000    # a quicker, coarser run
+
+One process, one connection per system, no concurrency: each step runs its statements back
+to back on that connection and is measured by what the server did meanwhile:
+
+* **backend µs/task**: the CPU time of the connection's backend process, from
+  ``/proc/<pid>/schedstat`` (nanoseconds on the CPU; not ticks), per task the step moved.
+  On a loaded machine a busy neighbour's cache misses still add some, but unlike a rate or
+  pg_stat_statements' execution time (wall time) it does not count the time the backend
+  waited for a core; compare steps and systems inside one run;
+* **server µs/task**: the same for the postmaster and all its live children (the backend,
+  the WAL writer, the checkpointer, ...): what a write costs the server beyond its backend;
+* **WAL bytes/task** (``pg_current_wal_insert_lsn``), **statements/task**
+  (pg_stat_statements: ``set_config``, ``BEGIN`` and ``COMMIT`` count) and **commits/task**
+  (transactions that wrote: the server's transaction id counter).
+
+The tierq steps run the engine's own named statements through ``TaskStore`` (so
+``set_config`` pipelines and transactions are as in production); the bare table's are
+``bench/systems/bare_table.py``'s, unchanged. Steps:
+
+| step | tierq | bare table |
+| --- | --- | --- |
+| insert | ``insert_tasks_keyless``, 500 warm rows a statement | ``PRODUCE``, 500 a statement |
+| insert mixed | ``insert_tasks`` (10 tenants, priorities 0-9, keys 1 in 10) | ``PRODUCE_MIXED`` |
+| claim N | (Valkey: no PostgreSQL) | ``CLAIM`` with ``LIMIT N`` until empty |
+| ack N | ``ack_delete`` of N ids | ``ACK`` of N ids |
+| promote | cold rows: ``promote_cold`` 500 a call, in its transaction | - |
+| nack | ``lease_outcomes`` of 100 (the task delayed for a retry) | - |
+| retry | ``make_ready`` of 100 (delayed -> warm), in a transaction | - |
+| vacuum | ``VACUUM`` of the table after the acks (the debt a delete leaves) | the same |
+
+Autovacuum is off for the two tables (``autovacuum_enabled = false``) so that every dead row
+is left to the measured ``VACUUM``. Runs on a private server (``tierq.local.services``) or a
+local one given by ``--database-url`` whose processes this user can read in ``/proc``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.measure import child_pids
+from bench.report import print_figures, print_machine, print_table, say, write_json
+from bench.stores import add_store_arguments, machine_info, opened_stores
+from bench.systems import bare_table
+
+QUEUE = "bench"
+
+
+def schedstat_ns(pid: int) -> int:
+    """Nanoseconds process ``pid`` has spent on a CPU (0 when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_ns(root: int) -> int:
+    """schedstat_ns of ``root`` and its live children."""
+    return schedstat_ns(root) + sum(schedstat_ns(c) for c in child_pids(root))
+
+
+def wal_lsn(admin: psycopg.Connection[Any]) -> int:
+    row = admin.execute(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").fetchone()
+    return int(row[0]) if row else 0
+
+
+def stat_counts(admin: psycopg.Connection[Any], database: str) -> tuple[int, int]:
+    """(statements of a database so far, the server's next transaction id): statements from
+    pg_stat_statements (0 when it is not loaded), and the id counter moves by one per
+    transaction that wrote (the admin connection's readings write nothing)."""
+    statements = 0
+    try:
+        got = admin.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (database,)).fetchone()
+        statements = int(got[0]) if got else 0
+    except psycopg.Error:
+        pass
+    row = admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+                        ).fetchone()
+    return statements, int(row[0]) if row else 0
+
+
+@dataclass
+class Step:
+    system: str
+    name: str
+    tasks: int
+    backend_us: float
+    server_us: float
+    wal_bytes: float
+    statements: float
+    commits: float
+
+    def row(self) -> list[str]:
+        return [self.system, self.name, f"{self.tasks:,}", f"{self.backend_us:.2f}",
+                f"{self.server_us:.2f}", f"{self.wal_bytes:.0f}", f"{self.statements:.4f}",
+                f"{self.commits:.4f}"]
+
+
+class Meter:
+    """Measures steps on one backend of one database."""
+
+    def __init__(self, admin_url: str, database: str, postmaster: int | None,
+                 backend: int, system: str) -> None:
+        self.admin = psycopg.connect(admin_url, autocommit=True)
+        self.database = database
+        self.postmaster = postmaster
+        self.backend = backend
+        self.system = system
+        self.steps: list[Step] = []
+
+    @contextmanager
+    def step(self, name: str, tasks: int) -> Iterator[None]:
+        s0, c0 = stat_counts(self.admin, self.database)
+        w0 = wal_lsn(self.admin)
+        b0 = schedstat_ns(self.backend)
+        t0 = tree_ns(self.postmaster) if self.postmaster else 0
+        yield
+        b1 = schedstat_ns(self.backend)
+        t1 = tree_ns(self.postmaster) if self.postmaster else 0
+        w1 = wal_lsn(self.admin)
+        s1, c1 = stat_counts(self.admin, self.database)
+        n = max(tasks, 1)
+        self.steps.append(Step(self.system, name, tasks, (b1 - b0) / 1e3 / n,
+                               (t1 - t0) / 1e3 / n, (w1 - w0) / n, (s1 - s0) / n,
+                               (c1 - c0) / n))
+        say("  " + "  ".join(self.steps[-1].row()[1:]))
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+@dataclass
+class Batch:
+    ids: list[str]
+    tenants: list[str]
+    priorities: list[int]
+    keys: list[str | None]
+
+
+def make_tasks(n: int, *, mixed: bool, seed: int) -> list[Batch]:
+    """Batches of 500 tasks: ids (UUIDv7 as tierq makes them), tenants, priorities, keys."""
+    from tierq.core.ids import uuid7_strings
+
+    rng = random.Random(seed)
+    out = []
+    for lo in range(0, n, 500):
+        size = min(500, n - lo)
+        out.append(Batch(
+            uuid7_strings(size),
+            [f"t{rng.randrange(10)}" if mixed else "_" for _ in range(size)],
+            [rng.randrange(10) if mixed else 0 for _ in range(size)],
+            [f"k{seed}-{lo + j}" if mixed and (lo + j) % 10 == 0 else None
+             for j in range(size)]))
+    return out
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for lo in range(0, len(items), size):
+        yield items[lo:lo + size]
+
+
+class TierqSide:
+    """tierq's statements on one pooled connection of its own."""
+
+    def __init__(self, url: str) -> None:
+        from tierq.dal.postgres import Database
+        from tierq.dal.task_store import TaskStore
+
+        self.db = Database(url, min_size=1, max_size=1)
+        self.store = TaskStore(self.db)
+        with self.db.connection() as conn:
+            self.backend = conn.info.backend_pid
+
+    def columns(self, batch: Batch, state: str, *, keyed: bool) -> Any:
+        from tierq.logic.enqueue import Prepared, row_columns
+
+        now = time.time()
+        prepared = [Prepared(i, batch.ids[i], batch.tenants[i], batch.keys[i],
+                             batch.priorities[i], b'{"i":%d}' % i, False, now, 3, "ignore",
+                             True, state) for i in range(len(batch.ids))]
+        return row_columns(prepared, keyed=keyed)
+
+    def insert(self, batches: Sequence[Batch], state: str, *, keyed: bool) -> None:
+        now = datetime.now(UTC)
+        for batch in batches:
+            columns = self.columns(batch, state, keyed=keyed)
+            if keyed:
+                self.store.insert_tasks(QUEUE, now, columns)
+            else:
+                self.store.insert_tasks_keyless(QUEUE, now, columns)
+
+    def claim_order(self, batches: Sequence[Batch]) -> list[str]:
+        """The ids in the order claims hand them out (priority first, then seq)."""
+        rows = [(-p, n, i) for n, b in enumerate(batches)
+                for i, p in zip(b.ids, b.priorities, strict=True)]
+        return [i for _, _, i in sorted(rows)]
+
+    def ack(self, ids: Sequence[str], size: int, attempt: int = 1) -> None:
+        for part in chunks(ids, size):
+            done = self.store.ack_delete(QUEUE, part, attempt)
+            if len(done) != len(part):
+                raise RuntimeError(f"acked {len(done)} of {len(part)}")
+
+    def promote(self, tenant: str, total: int) -> None:
+        from tierq.dal.postgres import transaction
+
+        moved = 0
+        now = datetime.now(UTC)
+        with self.db.connection() as conn:
+            while moved < total:
+                with transaction(conn):
+                    self.store.promote_lock_timeout(conn, "200ms")
+                    rows = self.store.promote_cold(conn, QUEUE, tenant, 500, now)
+                if not rows:
+                    break
+                moved += len(rows)
+        if moved != total:
+            raise RuntimeError(f"promoted {moved} of {total}")
+
+    def nack(self, ids: Sequence[str], size: int) -> None:
+        now = datetime.now(UTC)
+        for part in chunks(ids, size):
+            n = len(part)
+            rows = self.store.lease_outcomes(QUEUE, now, part, [1] * n, ["boom"] * n,
+                                             [now] * n, [False] * n)
+            if len(rows) != n:
+                raise RuntimeError(f"nacked {len(rows)} of {n}")
+
+    def retry(self, ids: Sequence[str], size: int) -> None:
+        from tierq.dal.postgres import transaction
+
+        now = datetime.now(UTC)
+        with self.db.connection() as conn:
+            for part in chunks(ids, size):
+                with transaction(conn):
+                    rows = self.store.make_ready(conn, part, ["warm"] * len(part),
+                                                 ["delayed"], now)
+                if len(rows) != len(part):
+                    raise RuntimeError(f"made ready {len(rows)} of {len(part)}")
+
+    def vacuum(self) -> None:
+        with self.db.connection() as conn:
+            conn.execute("VACUUM tierq_tasks")
+
+    def left(self) -> int:
+        with self.db.connection() as conn:
+            row = conn.execute("SELECT count(*) AS n FROM tierq_tasks").fetchone()
+            return int(row["n"]) if row else -1
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class BareSide:
+    """The bare table's statements on one autocommit connection (bare_table.connect)."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = bare_table.connect({"database_url": url})
+        self.create(mixed=False)
+        row = self.conn.execute("SELECT pg_backend_pid()").fetchone()
+        self.backend = int(row[0]) if row else 0
+
+    def create(self, *, mixed: bool) -> None:
+        """The table as bench.vs_bare makes it for a shape (a tenant column when mixed)."""
+        self.conn.execute("DROP TABLE IF EXISTS q")
+        self.conn.execute(bare_table.DDL)
+        if mixed:
+            self.conn.execute(bare_table.TENANT_DDL)
+        self.conn.execute("ALTER TABLE q SET (autovacuum_enabled = false)")
+
+    def produce(self, batches: Sequence[Batch], *, mixed: bool) -> None:
+        import orjson
+
+        for batch in batches:
+            payloads = [orjson.dumps({"i": i}).decode() for i in range(len(batch.ids))]
+            if mixed:
+                self.conn.execute(bare_table.PRODUCE_MIXED,
+                                  (batch.tenants, batch.priorities, payloads))
+            else:
+                self.conn.execute(bare_table.PRODUCE, (payloads,))
+
+    def claim(self, size: int, total: int) -> list[int]:
+        """Claim ``size`` a statement until ``total`` are leased (or none is left)."""
+        got: list[int] = []
+        while len(got) < total:
+            rows = self.conn.execute(bare_table.CLAIM, (min(size, total - len(got)),)
+                                     ).fetchall()
+            if not rows:
+                break
+            got.extend(r[0] for r in rows)
+        return got
+
+    def ack(self, ids: Sequence[int], size: int) -> None:
+        for part in chunks(ids, size):
+            self.conn.execute(bare_table.ACK, (list(part),))
+
+    def vacuum(self) -> None:
+        self.conn.execute("VACUUM q")
+
+    def left(self) -> int:
+        row = self.conn.execute(bare_table.UNFINISHED).fetchone()
+        return int(row[0]) if row else -1
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def run_tierq(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> Meter:
+    from tierq.dal.migrate import migrate
+
+    migrate(url)
+    side = TierqSide(url)
+    with side.db.connection() as conn:
+        conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
+    meter = meter_for(side.backend, "tierq")
+    try:
+        # the shape of 4 x 400 and 8 x 10: one tenant, priority 0
+        batches = make_tasks(tasks, mixed=False, seed=1)
+        with meter.step("insert (500)", tasks):
+            side.insert(batches, "warm", keyed=False)
+        order = side.claim_order(batches)
+        half = tasks // 2
+        with meter.step("ack (400)", half):
+            side.ack(order[:half], 400)
+        with meter.step("ack (10)", tasks - half):
+            side.ack(order[half:], 10)
+        with meter.step("vacuum", tasks):
+            side.vacuum()
+        # the mixed shape
+        batches = make_tasks(tasks, mixed=True, seed=2)
+        with meter.step("insert mixed (500)", tasks):
+            side.insert(batches, "warm", keyed=True)
+        with meter.step("ack mixed (100)", tasks):
+            side.ack(side.claim_order(batches), 100)
+        with meter.step("vacuum", tasks):
+            side.vacuum()
+        # a cold backlog promoted, then failed once and retried
+        batches = make_tasks(tasks, mixed=False, seed=3)
+        side.insert(batches, "cold", keyed=False)
+        with meter.step("promote (500)", tasks):
+            side.promote("_", tasks)
+        order = side.claim_order(batches)
+        with meter.step("nack (100)", tasks):
+            side.nack(order, 100)
+        with meter.step("retry (100)", tasks):
+            side.retry(order, 100)
+        side.ack(order, 400, attempt=2)
+        with meter.step("vacuum", tasks):
+            side.vacuum()
+        if side.left():
+            raise RuntimeError(f"{side.left()} tierq rows left")
+    finally:
+        side.close()
+    return meter
+
+
+def run_bare(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> Meter:
+    side = BareSide(url)
+    meter = meter_for(side.backend, "bare")
+    try:
+        batches = make_tasks(tasks, mixed=False, seed=1)
+        with meter.step("insert (500)", tasks):
+            side.produce(batches, mixed=False)
+        half = tasks // 2
+        with meter.step("claim (400)", half):
+            got = side.claim(400, half)
+        with meter.step("ack (400)", half):
+            side.ack(got, 400)
+        with meter.step("claim (10)", tasks - half):
+            got = side.claim(10, tasks - half)
+        with meter.step("ack (10)", tasks - half):
+            side.ack(got, 10)
+        with meter.step("vacuum", tasks):
+            side.vacuum()
+        side.create(mixed=True)
+        batches = make_tasks(tasks, mixed=True, seed=2)
+        with meter.step("insert mixed (500)", tasks):
+            side.produce(batches, mixed=True)
+        with meter.step("claim mixed (100)", tasks):
+            got = side.claim(100, tasks)
+        with meter.step("ack mixed (100)", tasks):
+            side.ack(got, 100)
+        with meter.step("vacuum", tasks):
+            side.vacuum()
+        if side.left():
+            raise RuntimeError(f"{side.left()} bare rows left")
+    finally:
+        side.close()
+    return meter
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pg_writes", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=40_000, help="tasks per step (40000)")
+    parser.add_argument("--only", choices=("tierq", "bare"), default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    add_store_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.tasks < 1000:
+        parser.error("--tasks must be at least 1000")
+    with opened_stores(args) as stores:
+        from bench.stores import enable_pg_stat_statements
+
+        enable_pg_stat_statements(stores)
+        info = machine_info(stores)
+        print_machine(info)
+        postmaster = None
+        if stores.private and stores.services is not None:
+            postmaster = stores.services.postgres.pid  # type: ignore[attr-defined]
+        meters: list[Meter] = []
+        for system, run in (("tierq", run_tierq), ("bare", run_bare)):
+            if args.only not in (None, system):
+                continue
+            url = stores.fresh_database(f"writes_{system}")
+            database = url.rsplit("/", 1)[1]
+
+            def meter_for(backend: int, name: str, database: str = database) -> Meter:
+                return Meter(stores.postgres_url, database, postmaster, backend, name)
+
+            say(f"-- {system}: {args.tasks:,} tasks per step (step, tasks, backend us, "
+                "server us, WAL bytes, statements, commits per task)")
+            meters.append(run(meter_for, url, args.tasks))
+        for m in meters:
+            m.close()
+    steps = [s for m in meters for s in m.steps]
+    say("")
+    say(f"per task: the backend's CPU (schedstat), the whole server's, WAL bytes, "
+        f"statements and commits ({args.tasks:,} tasks per step, one connection)")
+    print_table(["system", "step", "tasks", "backend us", "server us", "WAL bytes",
+                 "statements", "commits"], [s.row() for s in steps])
+    write_json(args.json, {"machine": info, "tasks": args.tasks,
+                           "steps": [vars(s) for s in steps]})
+    lines = []
+    for system in ("tierq", "bare"):
+        own = [s for s in steps if s.system == system and s.name in
+               ("insert (500)", "ack (400)", "claim (400)", "vacuum")]
+        if own:
+            # one task's life at 4 x 400: insert, (claim,) ack, the first vacuum
+            seen: set[str] = set()
+            total = 0.0
+            for s in own:
+                if s.name not in seen:
+                    seen.add(s.name)
+                    total += s.backend_us
+            lines.append(f"backend_us_per_task_{system}_4x400={total:.1f}")
+    print_figures(*lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

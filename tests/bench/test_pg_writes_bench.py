@@ -1,0 +1,67 @@
+"""bench.pg_writes as a smoke run on a private server (it reads its backends in /proc): every
+step of both systems is measured, every task is finished, the figures end the output; and
+PgProcesses (bench/measure.py), which splits PostgreSQL's CPU by process in
+``bench.vs_bare --breakdown``, tells a backend of the database from the server's own
+processes. Numbers are not judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bench.measure import PgProcesses, child_pids, pg_process_kind
+from tierq.local.services import LocalServices
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pg_writes_measures_every_step_of_both_systems(session_dir: Path,
+                                                        tmp_path: Path) -> None:
+    out = tmp_path / "pg_writes.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.pg_writes", "--tasks", "1000",
+         "--state-dir", str(session_dir / "bench-pg-writes"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    last = [line.partition("=") for line in run.stdout.strip().splitlines()[-2:]]
+    assert [key for key, _, _ in last] == ["backend_us_per_task_tierq_4x400",
+                                           "backend_us_per_task_bare_4x400"]
+    assert all(float(value) > 0 for _, _, value in last)
+    steps = json.loads(out.read_text())["steps"]
+    names = {(s["system"], s["name"]) for s in steps}
+    for system, name in [("tierq", "insert (500)"), ("tierq", "ack (400)"),
+                         ("tierq", "promote (500)"), ("tierq", "nack (100)"),
+                         ("tierq", "retry (100)"), ("bare", "claim (10)"),
+                         ("bare", "ack mixed (100)")]:
+        assert (system, name) in names
+    for s in steps:
+        assert s["backend_us"] > 0 and s["server_us"] >= s["backend_us"] * 0.9, s
+        if s["name"] != "vacuum":
+            assert s["statements"] > 0 and s["commits"] > 0, s
+
+
+def test_pg_processes_tells_the_database_backends_from_the_server(
+        services: LocalServices, database_url: str) -> None:
+    if not services.postgres.private:
+        pytest.skip("reads the server's processes in /proc: needs a private PostgreSQL")
+    postmaster = services.postgres.pid  # type: ignore[attr-defined]
+    database = database_url.rsplit("/", 1)[1].split("?")[0]
+    sampler = PgProcesses(postmaster, database).start()
+    sampler.mark()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        conn.execute("SELECT count(*) FROM generate_series(1, 300000)")
+        time.sleep(0.1)
+        assert pg_process_kind(backend, database) == "backends"
+        assert pg_process_kind(backend, "another") == "other backends"
+    sampler.stop()
+    kinds = {pg_process_kind(pid, database) for pid in child_pids(postmaster)}
+    assert "walwriter" in kinds and "checkpointer+bgwriter" in kinds
+    assert sampler.started >= 1
+    assert sampler.seconds_by_kind()["backends"] > 0
