@@ -26,12 +26,18 @@ The tierq steps run the engine's own named statements through ``TaskStore`` (so
 | --- | --- | --- |
 | insert | ``insert_tasks_keyless``, 500 warm rows a statement | ``PRODUCE``, 500 a statement |
 | insert mixed | ``insert_tasks`` (10 tenants, priorities 0-9, keys 1 in 10) | ``PRODUCE_MIXED`` |
-| claim N | (Valkey: no PostgreSQL) | ``CLAIM`` with ``LIMIT N`` until empty |
-| ack N | ``ack_delete`` of N ids | ``ACK`` of N ids |
+| claim + ack N | ``ack_delete`` of N ids (claims: Valkey) | ``CLAIM`` N, ``ACK`` what came (*) |
 | promote | cold rows: ``promote_cold`` 500 a call, in its transaction | - |
 | nack | ``lease_outcomes`` of 100 (the task delayed for a retry) | - |
 | retry | ``make_ready`` of 100 (delayed -> warm), in a transaction | - |
 | vacuum | ``VACUUM`` of the table after the acks (the debt a delete leaves) | the same |
+
+(*) a worker's loop, until no task is left, split into its two statements.
+
+Each shape's insert, acks and vacuum run on a table of their own tasks only (the bare table
+is made again; tierq's rows of the earlier step are gone). The last lines give one task's
+life at each shape (insert, ack or claim + ack, vacuum): ``backend_us_per_task_<system>_<shape>=``
+and ``backend_ratio_<shape>=`` (tierq / bare).
 
 Autovacuum is off for the two tables (``autovacuum_enabled = false``) so that every dead row
 is left to the measured ``VACUUM``. Runs on a private server (``tierq.local.services``) or a
@@ -102,15 +108,42 @@ class Step:
     name: str
     tasks: int
     backend_us: float
-    server_us: float
+    server_us: float | None
     wal_bytes: float
     statements: float
     commits: float
 
     def row(self) -> list[str]:
-        return [self.system, self.name, f"{self.tasks:,}", f"{self.backend_us:.2f}",
-                f"{self.server_us:.2f}", f"{self.wal_bytes:.0f}", f"{self.statements:.4f}",
-                f"{self.commits:.4f}"]
+        server = "-" if self.server_us is None else f"{self.server_us:.2f}"
+        return [self.system, self.name, f"{self.tasks:,}", f"{self.backend_us:.2f}", server,
+                f"{self.wal_bytes:.0f}", f"{self.statements:.4f}", f"{self.commits:.4f}"]
+
+
+class Split:
+    """The backend's CPU of a step split between its parts (``with split.part(name):``
+    around each statement of that part)."""
+
+    def __init__(self, backend: int) -> None:
+        self.backend = backend
+        self.ns: dict[str, int] = {}
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        before = schedstat_ns(self.backend)
+        yield
+        self.ns[name] = self.ns.get(name, 0) + schedstat_ns(self.backend) - before
+
+
+def statement_wal(admin: psycopg.Connection[Any], database: str) -> dict[str, tuple[int, int]]:
+    """(calls, WAL bytes) of each statement of a database (pg_stat_statements), by text."""
+    try:
+        rows = admin.execute(
+            "SELECT s.query, sum(s.calls)::bigint, sum(s.wal_bytes)::bigint "
+            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = %s GROUP BY s.query", (database,)).fetchall()
+    except psycopg.Error:
+        return {}
+    return {str(q): (int(c), int(w)) for q, c, w in rows}
 
 
 class Meter:
@@ -126,21 +159,40 @@ class Meter:
         self.steps: list[Step] = []
 
     @contextmanager
-    def step(self, name: str, tasks: int) -> Iterator[None]:
+    def step(self, name: str, tasks: int,
+             parts: dict[str, str] | None = None) -> Iterator[Split]:
+        """Measure the block as one step; with ``parts`` (name -> the start of its
+        statement's text), also each part: its share of the backend's CPU (``Split``), its
+        statements' calls and WAL bytes (pg_stat_statements; each is its own transaction)."""
+        split = Split(self.backend)
+        by_text = statement_wal(self.admin, self.database) if parts else {}
         s0, c0 = stat_counts(self.admin, self.database)
         w0 = wal_lsn(self.admin)
         b0 = schedstat_ns(self.backend)
         t0 = tree_ns(self.postmaster) if self.postmaster else 0
-        yield
+        yield split
         b1 = schedstat_ns(self.backend)
         t1 = tree_ns(self.postmaster) if self.postmaster else 0
         w1 = wal_lsn(self.admin)
         s1, c1 = stat_counts(self.admin, self.database)
         n = max(tasks, 1)
         self.steps.append(Step(self.system, name, tasks, (b1 - b0) / 1e3 / n,
-                               (t1 - t0) / 1e3 / n, (w1 - w0) / n, (s1 - s0) / n,
-                               (c1 - c0) / n))
+                               (t1 - t0) / 1e3 / n if self.postmaster else None,
+                               (w1 - w0) / n, (s1 - s0) / n, (c1 - c0) / n))
         say("  " + "  ".join(self.steps[-1].row()[1:]))
+        if parts:
+            after = statement_wal(self.admin, self.database)
+            for part, prefix in parts.items():
+                calls = wal = 0
+                for text, (c, w) in after.items():
+                    if text.startswith(prefix):
+                        c_before, w_before = by_text.get(text, (0, 0))
+                        calls += c - c_before
+                        wal += w - w_before
+                self.steps.append(Step(self.system, f"  {part}", tasks,
+                                       split.ns.get(part, 0) / 1e3 / n, None, wal / n,
+                                       calls / n, calls / n))
+                say("  " + "  ".join(self.steps[-1].row()[1:]))
 
     def close(self) -> None:
         self.admin.close()
@@ -296,20 +348,18 @@ class BareSide:
             else:
                 self.conn.execute(bare_table.PRODUCE, (payloads,))
 
-    def claim(self, size: int, total: int) -> list[int]:
-        """Claim ``size`` a statement until ``total`` are leased (or none is left)."""
-        got: list[int] = []
-        while len(got) < total:
-            rows = self.conn.execute(bare_table.CLAIM, (min(size, total - len(got)),)
-                                     ).fetchall()
+    def claim_and_ack(self, size: int, split: Split) -> int:
+        """A worker's loop: claim ``size`` (``CLAIM``), delete what came (``ACK``), until
+        nothing is left; the tasks finished."""
+        done = 0
+        while True:
+            with split.part("claim"):
+                rows = self.conn.execute(bare_table.CLAIM, (size,)).fetchall()
             if not rows:
-                break
-            got.extend(r[0] for r in rows)
-        return got
-
-    def ack(self, ids: Sequence[int], size: int) -> None:
-        for part in chunks(ids, size):
-            self.conn.execute(bare_table.ACK, (list(part),))
+                return done
+            with split.part("ack"):
+                self.conn.execute(bare_table.ACK, ([r[0] for r in rows],))
+            done += len(rows)
 
     def vacuum(self) -> None:
         self.conn.execute("VACUUM q")
@@ -331,20 +381,17 @@ def run_tierq(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> M
         conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
     meter = meter_for(side.backend, "tierq")
     try:
-        # the shape of 4 x 400 and 8 x 10: one tenant, priority 0
-        batches = make_tasks(tasks, mixed=False, seed=1)
-        with meter.step("insert (500)", tasks):
-            side.insert(batches, "warm", keyed=False)
-        order = side.claim_order(batches)
-        half = tasks // 2
-        with meter.step("ack (400)", half):
-            side.ack(order[:half], 400)
-        with meter.step("ack (10)", tasks - half):
-            side.ack(order[half:], 10)
-        with meter.step("vacuum", tasks):
-            side.vacuum()
+        # the shapes 4 x 400 and 8 x 10: one tenant, priority 0; claims are Valkey's
+        for seed, size in ((1, 400), (2, 10)):
+            batches = make_tasks(tasks, mixed=False, seed=seed)
+            with meter.step("insert (500)", tasks):
+                side.insert(batches, "warm", keyed=False)
+            with meter.step(f"ack ({size})", tasks):
+                side.ack(side.claim_order(batches), size)
+            with meter.step("vacuum", tasks):
+                side.vacuum()
         # the mixed shape
-        batches = make_tasks(tasks, mixed=True, seed=2)
+        batches = make_tasks(tasks, mixed=True, seed=3)
         with meter.step("insert mixed (500)", tasks):
             side.insert(batches, "warm", keyed=True)
         with meter.step("ack mixed (100)", tasks):
@@ -352,8 +399,9 @@ def run_tierq(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> M
         with meter.step("vacuum", tasks):
             side.vacuum()
         # a cold backlog promoted, then failed once and retried
-        batches = make_tasks(tasks, mixed=False, seed=3)
-        side.insert(batches, "cold", keyed=False)
+        batches = make_tasks(tasks, mixed=False, seed=4)
+        with meter.step("insert cold (500)", tasks):
+            side.insert(batches, "cold", keyed=False)
         with meter.step("promote (500)", tasks):
             side.promote("_", tasks)
         order = side.claim_order(batches)
@@ -371,32 +419,55 @@ def run_tierq(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> M
     return meter
 
 
+# the steps of one task's life at each shape, in the order they run
+LIFE = {
+    "4x400": {"tierq": ("insert (500)", "ack (400)", "vacuum"),
+              "bare": ("insert (500)", "claim + ack (400)", "vacuum")},
+    "8x10": {"tierq": ("insert (500)", "ack (10)", "vacuum"),
+             "bare": ("insert (500)", "claim + ack (10)", "vacuum")},
+    "mixed": {"tierq": ("insert mixed (500)", "ack mixed (100)", "vacuum"),
+              "bare": ("insert mixed (500)", "claim + ack mixed (100)", "vacuum")},
+}
+
+
+def life_us(steps: Sequence[Step], system: str, shape: str) -> float | None:
+    """The backend's CPU per task of one task's life at a shape: the steps of ``LIFE``, each
+    the first of that name after the previous one."""
+    own = [s for s in steps if s.system == system]
+    total, at = 0.0, 0
+    for name in LIFE[shape][system]:
+        found = next((i for i in range(at, len(own)) if own[i].name == name), None)
+        if found is None:
+            return None
+        total += own[found].backend_us
+        at = found + 1
+    return total
+
+
+BARE_PARTS = {"claim": "UPDATE q SET leased_until", "ack": "DELETE FROM q"}
+
+
 def run_bare(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> Meter:
     side = BareSide(url)
     meter = meter_for(side.backend, "bare")
     try:
-        batches = make_tasks(tasks, mixed=False, seed=1)
-        with meter.step("insert (500)", tasks):
-            side.produce(batches, mixed=False)
-        half = tasks // 2
-        with meter.step("claim (400)", half):
-            got = side.claim(400, half)
-        with meter.step("ack (400)", half):
-            side.ack(got, 400)
-        with meter.step("claim (10)", tasks - half):
-            got = side.claim(10, tasks - half)
-        with meter.step("ack (10)", tasks - half):
-            side.ack(got, 10)
-        with meter.step("vacuum", tasks):
-            side.vacuum()
+        for size in (400, 10):
+            side.create(mixed=False)
+            batches = make_tasks(tasks, mixed=False, seed=1)
+            with meter.step("insert (500)", tasks):
+                side.produce(batches, mixed=False)
+            with meter.step(f"claim + ack ({size})", tasks, BARE_PARTS) as split:
+                if side.claim_and_ack(size, split) != tasks:
+                    raise RuntimeError("the bare table lost tasks")
+            with meter.step("vacuum", tasks):
+                side.vacuum()
         side.create(mixed=True)
         batches = make_tasks(tasks, mixed=True, seed=2)
         with meter.step("insert mixed (500)", tasks):
             side.produce(batches, mixed=True)
-        with meter.step("claim mixed (100)", tasks):
-            got = side.claim(100, tasks)
-        with meter.step("ack mixed (100)", tasks):
-            side.ack(got, 100)
+        with meter.step("claim + ack mixed (100)", tasks, BARE_PARTS) as split:
+            if side.claim_and_ack(100, split) != tasks:
+                raise RuntimeError("the bare table lost tasks")
         with meter.step("vacuum", tasks):
             side.vacuum()
         if side.left():
@@ -449,18 +520,21 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, {"machine": info, "tasks": args.tasks,
                            "steps": [vars(s) for s in steps]})
     lines = []
-    for system in ("tierq", "bare"):
-        own = [s for s in steps if s.system == system and s.name in
-               ("insert (500)", "ack (400)", "claim (400)", "vacuum")]
-        if own:
-            # one task's life at 4 x 400: insert, (claim,) ack, the first vacuum
-            seen: set[str] = set()
-            total = 0.0
-            for s in own:
-                if s.name not in seen:
-                    seen.add(s.name)
-                    total += s.backend_us
-            lines.append(f"backend_us_per_task_{system}_4x400={total:.1f}")
+    rows = []
+    for shape in LIFE:
+        mine, bare = life_us(steps, "tierq", shape), life_us(steps, "bare", shape)
+        rows.append([shape, "-" if mine is None else f"{mine:.1f}",
+                     "-" if bare is None else f"{bare:.1f}",
+                     "-" if not mine or not bare else f"{mine / bare:.2f}"])
+        for system, value in (("tierq", mine), ("bare", bare)):
+            if value is not None:
+                lines.append(f"backend_us_per_task_{system}_{shape}={value:.1f}")
+        if mine and bare:
+            lines.append(f"backend_ratio_{shape}={mine / bare:.2f}")
+    say("")
+    say("one task's life per shape (insert, the claim and ack's statements, vacuum): the "
+        "backend's CPU per task")
+    print_table(["shape", "tierq us", "bare us", "tierq / bare"], rows)
     print_figures(*lines)
     return 0
 
