@@ -64,6 +64,7 @@ from bench.stores import add_store_arguments, machine_info, opened_stores
 from bench.systems import bare_table
 
 QUEUE = "bench"
+SESSION_SETTINGS = True  # (False: a set_config with each statement, as behind RDS Proxy)
 
 
 def schedstat_ns(pid: int) -> int:
@@ -235,7 +236,8 @@ class TierqSide:
         from tierq.dal.postgres import Database
         from tierq.dal.task_store import TaskStore
 
-        self.db = Database(url, min_size=1, max_size=1)
+        # as the engine opens its connections without RDS Proxy
+        self.db = Database(url, min_size=1, max_size=1, session_settings=SESSION_SETTINGS)
         self.store = TaskStore(self.db)
         with self.db.connection() as conn:
             self.backend = conn.info.backend_pid
