@@ -1,11 +1,13 @@
 """PostgreSQL's work per write of a task's life, statement by statement, for tierq and the
 bare table (issue 29: where PostgreSQL's time goes).
 
-    .venv/bin/python -m bench.pg_writes                  # 40,000 tasks per step
-    .venv/bin/python -m bench.pg_writes --tasks 10000    # a quicker, coarser run
+    .venv/bin/python -m bench.pg_writes                       # 20,000 tasks a step, 3 rounds
+    .venv/bin/python -m bench.pg_writes --tasks 5000 --rounds 1   # a quick, coarse run
 
 One process, one connection per system, no concurrency: each step runs its statements back
-to back on that connection and is measured by what the server did meanwhile:
+to back on that connection and is measured by what the server did meanwhile. The systems
+take turns shape by shape (which goes first alternates), and each step's figures are summed
+over the rounds, so that a machine whose speed drifts weighs on both alike:
 
 * **backend µs/task**: the CPU time of the connection's backend process, from
   ``/proc/<pid>/schedstat`` (nanoseconds on the CPU; not ticks), per task the step moved.
@@ -20,24 +22,24 @@ to back on that connection and is measured by what the server did meanwhile:
 
 The tierq steps run the engine's own named statements through ``TaskStore`` (so
 ``set_config`` pipelines and transactions are as in production); the bare table's are
-``bench/systems/bare_table.py``'s, unchanged. Steps:
+``bench/systems/bare_table.py``'s, unchanged (the engine's connection as the engine opens
+it without RDS Proxy: timeouts on the session). Steps, per shape (tierq / the bare table):
 
-| step | tierq | bare table |
-| --- | --- | --- |
-| insert | ``insert_tasks_keyless``, 500 warm rows a statement | ``PRODUCE``, 500 a statement |
-| insert mixed | ``insert_tasks`` (10 tenants, priorities 0-9, keys 1 in 10) | ``PRODUCE_MIXED`` |
-| claim + ack N | ``ack_delete`` of N ids (claims: Valkey) | ``CLAIM`` N, ``ACK`` what came (*) |
-| promote | cold rows: ``promote_cold`` 500 a call, in its transaction | - |
-| nack | ``lease_outcomes`` of 100 (the task delayed for a retry) | - |
-| retry | ``make_ready`` of 100 (delayed -> warm), in a transaction | - |
-| vacuum | ``VACUUM`` of the table after the acks (the debt a delete leaves) | the same |
+* ``<shape>: insert``: ``insert_tasks_keyless`` (mixed: ``insert_tasks``) / ``PRODUCE``
+  (mixed: ``PRODUCE_MIXED``), 500 a statement;
+* ``<shape>: ack`` / ``claim + ack``: ``ack_delete`` of N ids (claims are Valkey's) / a
+  worker's loop, ``CLAIM`` N then ``ACK`` what came, until no task is left, split into its
+  two statements (``: claim``, ``: ack``);
+* ``<shape>: vacuum``: ``VACUUM`` of the table after the acks (the debt a delete leaves);
+* ``cold path: ...`` (tierq only): cold rows, ``promote_cold`` 500 a call in its
+  transaction, ``lease_outcomes`` of 100 (delayed for a retry), ``make_ready`` of 100
+  (delayed -> warm, in a transaction), ``ack_delete`` of 400, ``VACUUM``.
 
-(*) a worker's loop, until no task is left, split into its two statements.
-
-Each shape's insert, acks and vacuum run on a table of their own tasks only (the bare table
-is made again; tierq's rows of the earlier step are gone). The last lines give one task's
-life at each shape (insert, ack or claim + ack, vacuum): ``backend_us_per_task_<system>_<shape>=``
-and ``backend_ratio_<shape>=`` (tierq / bare).
+Shapes: ``4x400`` (N = 400), ``8x10`` (N = 10), ``mixed`` (N = 100; 10 tenants, priorities
+0-9, a key on 1 task in 10). Each shape's steps run on a table of that step's tasks
+only (the bare table is made again as the shape makes it). The last lines give one task's
+life at each shape (insert, ack or claim + ack, vacuum):
+``backend_us_per_task_<system>_<shape>=`` and ``backend_ratio_<shape>=`` (tierq / bare).
 
 Autovacuum is off for the two tables (``autovacuum_enabled = false``) so that every dead row
 is left to the measured ``VACUUM``. Runs on a private server (``tierq.local.services``) or a
@@ -64,7 +66,6 @@ from bench.stores import add_store_arguments, machine_info, opened_stores
 from bench.systems import bare_table
 
 QUEUE = "bench"
-SESSION_SETTINGS = True  # (False: a set_config with each statement, as behind RDS Proxy)
 
 
 def schedstat_ns(pid: int) -> int:
@@ -148,7 +149,8 @@ def statement_wal(admin: psycopg.Connection[Any], database: str) -> dict[str, tu
 
 
 class Meter:
-    """Measures steps on one backend of one database."""
+    """Measures steps on one backend of one database; a step measured again (a later round)
+    adds to the same totals."""
 
     def __init__(self, admin_url: str, database: str, postmaster: int | None,
                  backend: int, system: str) -> None:
@@ -157,7 +159,13 @@ class Meter:
         self.postmaster = postmaster
         self.backend = backend
         self.system = system
-        self.steps: list[Step] = []
+        # by step name: tasks, backend ns, server ns, WAL bytes, statements, commits
+        self.sums: dict[str, list[int]] = {}
+
+    def add(self, name: str, values: Sequence[int]) -> None:
+        total = self.sums.setdefault(name, [0] * len(values))
+        for i, v in enumerate(values):
+            total[i] += v
 
     @contextmanager
     def step(self, name: str, tasks: int,
@@ -176,11 +184,7 @@ class Meter:
         t1 = tree_ns(self.postmaster) if self.postmaster else 0
         w1 = wal_lsn(self.admin)
         s1, c1 = stat_counts(self.admin, self.database)
-        n = max(tasks, 1)
-        self.steps.append(Step(self.system, name, tasks, (b1 - b0) / 1e3 / n,
-                               (t1 - t0) / 1e3 / n if self.postmaster else None,
-                               (w1 - w0) / n, (s1 - s0) / n, (c1 - c0) / n))
-        say("  " + "  ".join(self.steps[-1].row()[1:]))
+        self.add(name, [tasks, b1 - b0, t1 - t0, w1 - w0, s1 - s0, c1 - c0])
         if parts:
             after = statement_wal(self.admin, self.database)
             for part, prefix in parts.items():
@@ -190,10 +194,17 @@ class Meter:
                         c_before, w_before = by_text.get(text, (0, 0))
                         calls += c - c_before
                         wal += w - w_before
-                self.steps.append(Step(self.system, f"  {part}", tasks,
-                                       split.ns.get(part, 0) / 1e3 / n, None, wal / n,
-                                       calls / n, calls / n))
-                say("  " + "  ".join(self.steps[-1].row()[1:]))
+                self.add(f"{name}: {part}", [tasks, split.ns.get(part, 0), -1, wal, calls,
+                                             calls])
+
+    def steps(self) -> list[Step]:
+        out = []
+        for name, (tasks, backend, server, wal, statements, commits) in self.sums.items():
+            n = max(tasks, 1)
+            out.append(Step(self.system, name, tasks, backend / 1e3 / n,
+                            server / 1e3 / n if self.postmaster and server >= 0 else None,
+                            wal / n, statements / n, commits / n))
+        return out
 
     def close(self) -> None:
         self.admin.close()
@@ -237,7 +248,7 @@ class TierqSide:
         from tierq.dal.task_store import TaskStore
 
         # as the engine opens its connections without RDS Proxy
-        self.db = Database(url, min_size=1, max_size=1, session_settings=SESSION_SETTINGS)
+        self.db = Database(url, min_size=1, max_size=1, session_settings=True)
         self.store = TaskStore(self.db)
         with self.db.connection() as conn:
             self.backend = conn.info.backend_pid
@@ -374,121 +385,107 @@ class BareSide:
         self.conn.close()
 
 
-def run_tierq(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> Meter:
-    from tierq.dal.migrate import migrate
-
-    migrate(url)
-    side = TierqSide(url)
-    with side.db.connection() as conn:
-        conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
-    meter = meter_for(side.backend, "tierq")
-    try:
-        # the shapes 4 x 400 and 8 x 10: one tenant, priority 0; claims are Valkey's
-        for seed, size in ((1, 400), (2, 10)):
-            batches = make_tasks(tasks, mixed=False, seed=seed)
-            with meter.step("insert (500)", tasks):
-                side.insert(batches, "warm", keyed=False)
-            with meter.step(f"ack ({size})", tasks):
-                side.ack(side.claim_order(batches), size)
-            with meter.step("vacuum", tasks):
-                side.vacuum()
-        # the mixed shape
-        batches = make_tasks(tasks, mixed=True, seed=3)
-        with meter.step("insert mixed (500)", tasks):
-            side.insert(batches, "warm", keyed=True)
-        with meter.step("ack mixed (100)", tasks):
-            side.ack(side.claim_order(batches), 100)
-        with meter.step("vacuum", tasks):
-            side.vacuum()
-        # a cold backlog promoted, then failed once and retried
-        batches = make_tasks(tasks, mixed=False, seed=4)
-        with meter.step("insert cold (500)", tasks):
-            side.insert(batches, "cold", keyed=False)
-        with meter.step("promote (500)", tasks):
-            side.promote("_", tasks)
-        order = side.claim_order(batches)
-        with meter.step("nack (100)", tasks):
-            side.nack(order, 100)
-        with meter.step("retry (100)", tasks):
-            side.retry(order, 100)
-        side.ack(order, 400, attempt=2)
-        with meter.step("vacuum", tasks):
-            side.vacuum()
-        if side.left():
-            raise RuntimeError(f"{side.left()} tierq rows left")
-    finally:
-        side.close()
-    return meter
-
-
-# the steps of one task's life at each shape, in the order they run
-LIFE = {
-    "4x400": {"tierq": ("insert (500)", "ack (400)", "vacuum"),
-              "bare": ("insert (500)", "claim + ack (400)", "vacuum")},
-    "8x10": {"tierq": ("insert (500)", "ack (10)", "vacuum"),
-             "bare": ("insert (500)", "claim + ack (10)", "vacuum")},
-    "mixed": {"tierq": ("insert mixed (500)", "ack mixed (100)", "vacuum"),
-              "bare": ("insert mixed (500)", "claim + ack mixed (100)", "vacuum")},
-}
-
-
-def life_us(steps: Sequence[Step], system: str, shape: str) -> float | None:
-    """The backend's CPU per task of one task's life at a shape: the steps of ``LIFE``, each
-    the first of that name after the previous one."""
-    own = [s for s in steps if s.system == system]
-    total, at = 0.0, 0
-    for name in LIFE[shape][system]:
-        found = next((i for i in range(at, len(own)) if own[i].name == name), None)
-        if found is None:
-            return None
-        total += own[found].backend_us
-        at = found + 1
-    return total
-
-
+SHAPES = {"4x400": (400, False), "8x10": (10, False), "mixed": (100, True)}
 BARE_PARTS = {"claim": "UPDATE q SET leased_until", "ack": "DELETE FROM q"}
 
 
-def run_bare(meter_for: Callable[[int, str], Meter], url: str, tasks: int) -> Meter:
-    side = BareSide(url)
-    meter = meter_for(side.backend, "bare")
-    try:
-        for size in (400, 10):
-            side.create(mixed=False)
-            batches = make_tasks(tasks, mixed=False, seed=1)
-            with meter.step("insert (500)", tasks):
-                side.produce(batches, mixed=False)
-            with meter.step(f"claim + ack ({size})", tasks, BARE_PARTS) as split:
-                if side.claim_and_ack(size, split) != tasks:
-                    raise RuntimeError("the bare table lost tasks")
-            with meter.step("vacuum", tasks):
-                side.vacuum()
-        side.create(mixed=True)
-        batches = make_tasks(tasks, mixed=True, seed=2)
-        with meter.step("insert mixed (500)", tasks):
-            side.produce(batches, mixed=True)
-        with meter.step("claim + ack mixed (100)", tasks, BARE_PARTS) as split:
-            if side.claim_and_ack(100, split) != tasks:
-                raise RuntimeError("the bare table lost tasks")
-        with meter.step("vacuum", tasks):
+class TierqRun:
+    """tierq's steps, one block per shape, on its own database and connection."""
+
+    def __init__(self, url: str, meter_for: Callable[[int, str], Meter]) -> None:
+        from tierq.dal.migrate import migrate
+
+        migrate(url)
+        self.side = TierqSide(url)
+        with self.side.db.connection() as conn:
+            conn.execute("ALTER TABLE tierq_tasks SET (autovacuum_enabled = false)")
+        self.meter = meter_for(self.side.backend, "tierq")
+
+    def shape(self, shape: str, tasks: int, seed: int) -> None:
+        """Insert, ack (claims are Valkey's), vacuum."""
+        size, mixed = SHAPES[shape]
+        side, meter = self.side, self.meter
+        batches = make_tasks(tasks, mixed=mixed, seed=seed)
+        with meter.step(f"{shape}: insert", tasks):
+            side.insert(batches, "warm", keyed=mixed)
+        with meter.step(f"{shape}: ack ({size})", tasks):
+            side.ack(side.claim_order(batches), size)
+        with meter.step(f"{shape}: vacuum", tasks):
             side.vacuum()
-        if side.left():
-            raise RuntimeError(f"{side.left()} bare rows left")
-    finally:
-        side.close()
-    return meter
+
+    def cold_path(self, tasks: int, seed: int) -> None:
+        """A cold backlog promoted, then failed once and retried."""
+        side, meter = self.side, self.meter
+        batches = make_tasks(tasks, mixed=False, seed=seed)
+        with meter.step("cold path: insert cold", tasks):
+            side.insert(batches, "cold", keyed=False)
+        with meter.step("cold path: promote (500)", tasks):
+            side.promote("_", tasks)
+        order = side.claim_order(batches)
+        with meter.step("cold path: nack (100)", tasks):
+            side.nack(order, 100)
+        with meter.step("cold path: retry (100)", tasks):
+            side.retry(order, 100)
+        with meter.step("cold path: ack (400)", tasks):
+            side.ack(order, 400, attempt=2)
+        with meter.step("cold path: vacuum", tasks):
+            side.vacuum()
+
+    def close(self) -> None:
+        left = self.side.left()
+        self.side.close()
+        if left:
+            raise RuntimeError(f"{left} tierq rows left")
+
+
+class BareRun:
+    """The bare table's steps, one block per shape, on its own database and connection."""
+
+    def __init__(self, url: str, meter_for: Callable[[int, str], Meter]) -> None:
+        self.side = BareSide(url)
+        self.meter = meter_for(self.side.backend, "bare")
+
+    def shape(self, shape: str, tasks: int, seed: int) -> None:
+        """Insert, a worker's claims and acks, vacuum, on the table as that shape makes it."""
+        size, mixed = SHAPES[shape]
+        side, meter = self.side, self.meter
+        side.create(mixed=mixed)
+        batches = make_tasks(tasks, mixed=mixed, seed=seed)
+        with meter.step(f"{shape}: insert", tasks):
+            side.produce(batches, mixed=mixed)
+        with meter.step(f"{shape}: claim + ack ({size})", tasks, BARE_PARTS) as split:
+            if side.claim_and_ack(size, split) != tasks:
+                raise RuntimeError("the bare table lost tasks")
+        with meter.step(f"{shape}: vacuum", tasks):
+            side.vacuum()
+
+    def close(self) -> None:
+        left = self.side.left()
+        self.side.close()
+        if left:
+            raise RuntimeError(f"{left} bare rows left")
+
+
+def life_us(steps: Sequence[Step], system: str, shape: str) -> float | None:
+    """The backend's CPU per task of one task's life at a shape: its insert, ack (or claim
+    and ack) and vacuum steps."""
+    own = [s for s in steps if s.system == system and s.name.startswith(f"{shape}: ")
+           and s.name.count(":") == 1]
+    return sum(s.backend_us for s in own) if own else None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pg_writes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=40_000, help="tasks per step (40000)")
-    parser.add_argument("--only", choices=("tierq", "bare"), default=None)
+    parser.add_argument("--tasks", type=int, default=20_000,
+                        help="tasks per step and round (20000)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds; the systems take turns in each (3)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
-    if args.tasks < 1000:
-        parser.error("--tasks must be at least 1000")
+    if args.tasks < 1000 or args.rounds < 1:
+        parser.error("--tasks must be at least 1000 and --rounds at least 1")
     with opened_stores(args) as stores:
         from bench.stores import enable_pg_stat_statements
 
@@ -498,41 +495,50 @@ def main(argv: list[str] | None = None) -> int:
         postmaster = None
         if stores.private and stores.services is not None:
             postmaster = stores.services.postgres.pid  # type: ignore[attr-defined]
-        meters: list[Meter] = []
-        for system, run in (("tierq", run_tierq), ("bare", run_bare)):
-            if args.only not in (None, system):
-                continue
-            url = stores.fresh_database(f"writes_{system}")
+
+        def meter_for(url: str) -> Callable[[int, str], Meter]:
             database = url.rsplit("/", 1)[1]
+            return lambda backend, name: Meter(stores.postgres_url, database, postmaster,
+                                               backend, name)
 
-            def meter_for(backend: int, name: str, database: str = database) -> Meter:
-                return Meter(stores.postgres_url, database, postmaster, backend, name)
-
-            say(f"-- {system}: {args.tasks:,} tasks per step (step, tasks, backend us, "
-                "server us, WAL bytes, statements, commits per task)")
-            meters.append(run(meter_for, url, args.tasks))
-        for m in meters:
-            m.close()
-    steps = [s for m in meters for s in m.steps]
+        tierq_url = stores.fresh_database("writes_tierq")
+        bare_url = stores.fresh_database("writes_bare")
+        tierq = TierqRun(tierq_url, meter_for(tierq_url))
+        bare = BareRun(bare_url, meter_for(bare_url))
+        try:
+            for r in range(args.rounds):
+                say(f"-- round {r + 1}/{args.rounds}: {args.tasks:,} tasks per step")
+                for i, shape in enumerate(SHAPES):
+                    pair: list[TierqRun | BareRun] = [tierq, bare]
+                    for run in (pair if (r + i) % 2 == 0 else pair[::-1]):
+                        run.shape(shape, args.tasks, seed=100 * r + i)
+                tierq.cold_path(args.tasks, seed=100 * r + 99)
+        finally:
+            tierq.close()
+            bare.close()
+        steps = tierq.meter.steps() + bare.meter.steps()
+        tierq.meter.close()
+        bare.meter.close()
     say("")
-    say(f"per task: the backend's CPU (schedstat), the whole server's, WAL bytes, "
-        f"statements and commits ({args.tasks:,} tasks per step, one connection)")
+    say(f"per task: the backend's CPU (schedstat), the whole server's, WAL bytes, statements "
+        f"and commits ({args.tasks:,} tasks per step, {args.rounds} round(s), the systems "
+        "taking turns, one connection each)")
     print_table(["system", "step", "tasks", "backend us", "server us", "WAL bytes",
                  "statements", "commits"], [s.row() for s in steps])
-    write_json(args.json, {"machine": info, "tasks": args.tasks,
+    write_json(args.json, {"machine": info, "tasks": args.tasks, "rounds": args.rounds,
                            "steps": [vars(s) for s in steps]})
     lines = []
     rows = []
-    for shape in LIFE:
-        mine, bare = life_us(steps, "tierq", shape), life_us(steps, "bare", shape)
+    for shape in SHAPES:
+        mine, bare_us = life_us(steps, "tierq", shape), life_us(steps, "bare", shape)
         rows.append([shape, "-" if mine is None else f"{mine:.1f}",
-                     "-" if bare is None else f"{bare:.1f}",
-                     "-" if not mine or not bare else f"{mine / bare:.2f}"])
-        for system, value in (("tierq", mine), ("bare", bare)):
+                     "-" if bare_us is None else f"{bare_us:.1f}",
+                     "-" if not mine or not bare_us else f"{mine / bare_us:.2f}"])
+        for system, value in (("tierq", mine), ("bare", bare_us)):
             if value is not None:
                 lines.append(f"backend_us_per_task_{system}_{shape}={value:.1f}")
-        if mine and bare:
-            lines.append(f"backend_ratio_{shape}={mine / bare:.2f}")
+        if mine and bare_us:
+            lines.append(f"backend_ratio_{shape}={mine / bare_us:.2f}")
     say("")
     say("one task's life per shape (insert, the claim and ack's statements, vacuum): the "
         "backend's CPU per task")

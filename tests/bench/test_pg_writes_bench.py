@@ -25,7 +25,7 @@ def test_pg_writes_measures_every_step_of_both_systems(session_dir: Path,
                                                         tmp_path: Path) -> None:
     out = tmp_path / "pg_writes.json"
     run = subprocess.run(
-        [sys.executable, "-m", "bench.pg_writes", "--tasks", "1000",
+        [sys.executable, "-m", "bench.pg_writes", "--tasks", "1000", "--rounds", "2",
          "--state-dir", str(session_dir / "bench-pg-writes"), "--json", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
@@ -35,17 +35,19 @@ def test_pg_writes_measures_every_step_of_both_systems(session_dir: Path,
             assert float(last[f"{key}_{shape}"]) > 0, (key, shape)
     steps = json.loads(out.read_text())["steps"]
     names = {(s["system"], s["name"]) for s in steps}
-    for system, name in [("tierq", "insert (500)"), ("tierq", "ack (400)"),
-                         ("tierq", "ack (10)"), ("tierq", "promote (500)"),
-                         ("tierq", "nack (100)"), ("tierq", "retry (100)"),
-                         ("bare", "claim + ack (10)"), ("bare", "  claim"),
-                         ("bare", "  ack"), ("bare", "claim + ack mixed (100)")]:
+    for system, name in [("tierq", "4x400: insert"), ("tierq", "4x400: ack (400)"),
+                         ("tierq", "8x10: ack (10)"), ("tierq", "mixed: ack (100)"),
+                         ("tierq", "cold path: promote (500)"), ("tierq", "cold path: nack (100)"),
+                         ("tierq", "cold path: retry (100)"), ("bare", "8x10: claim + ack (10)"),
+                         ("bare", "8x10: claim + ack (10): claim"),
+                         ("bare", "mixed: claim + ack (100): ack"), ("bare", "mixed: vacuum")]:
         assert (system, name) in names, (system, name)
+    assert {s["tasks"] for s in steps} == {2000}  # two rounds of 1000
     for s in steps:
         assert s["backend_us"] > 0, s
         if s["server_us"] is not None:
             assert s["server_us"] >= s["backend_us"] * 0.9, s
-        if s["name"] != "vacuum":
+        if not s["name"].endswith("vacuum"):
             assert s["statements"] > 0 and s["commits"] > 0, s
 
 def test_pg_processes_tells_the_database_backends_from_the_server(
