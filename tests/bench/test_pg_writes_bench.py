@@ -1,7 +1,7 @@
-"""bench.pg_writes as a smoke run on a private server (it reads its backends in /proc): every
-step of both systems is measured, every task is finished, the figures end the output; and
-PgProcesses (bench/measure.py), which splits PostgreSQL's CPU by process in
-``bench.vs_bare --breakdown``, tells a backend of the database from the server's own
+"""bench.pg_writes and bench.pg_layouts as smoke runs on a private server (they read their
+backends in /proc): every step and variant is measured, every task is finished, the figures
+end the output; and PgProcesses (bench/measure.py), which splits PostgreSQL's CPU by process
+in ``bench.vs_bare --breakdown``, tells a backend of the database from the server's own
 processes. Numbers are not judged here."""
 
 from __future__ import annotations
@@ -69,3 +69,17 @@ def test_pg_processes_tells_the_database_backends_from_the_server(
     assert "walwriter" in kinds and "checkpointer+bgwriter" in kinds
     assert sampler.started >= 1
     assert sampler.seconds_by_kind()["backends"] > 0
+
+
+def test_pg_layouts_measures_every_variant(session_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pg_layouts.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.pg_layouts", "--rounds", "1",
+         "--state-dir", str(session_dir / "bench-pg-layouts"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    key, _, value = run.stdout.strip().splitlines()[-1].partition("=")
+    assert key == "log_insert_vs_today" and float(value) > 0
+    result = json.loads(out.read_text())
+    assert all(us > 0 for us in result["per_task"].values()), result["per_task"]
+    assert result["rotation"]["rows"] == 1000  # the slot's tasks, every one acked
