@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Measured, percentile
+from bench.measure import PG_KINDS, Measured, percentile
 from bench.report import print_table, say
 from bench.runs import SystemRun
 
@@ -272,6 +272,12 @@ def work_per_task(runs: Sequence[SystemRun]) -> dict[str, float | None]:
         "wal_bytes": median([m.wal_bytes_per_task() for m in phases]),
         "wal_flushes": median([m.wal_syncs_per_task() for m in phases]),
     }
+    for kind in PG_KINDS:
+        out[f"pg_{kind}_us"] = median([
+            m.pg_by_kind[kind] * 1e6 / m.phase.total for m in phases
+            if m.pg_by_kind is not None])
+    out["pg_connections"] = median([float(m.pg_connections) for m in phases
+                                    if m.pg_connections is not None])
     client, producer, consumer = out["client_us"], out["producer_us"], out["consumer_us"]
     out["rest_us"] = (None if client is None or producer is None or consumer is None
                       else client - producer - consumer)
@@ -337,6 +343,15 @@ def report(shape: str, runs: dict[str, list[SystemRun]],
           fmt(w["commits"], 4), fmt(w["rows_written"], 2), fmt(w["wal_bytes"], 0),
           fmt(w["wal_flushes"], 4)] for name, w in work.items()])
     say("(per task; WAL bytes and flushes are the whole server's)")
+    if any(w.get("pg_connections") is not None for w in work.values()):
+        say("PostgreSQL's CPU by process (us per task, sampled every 20 ms from "
+            "/proc/<pid>/schedstat; 'backends' are the system's database's, 'sampled' their "
+            "sum against the PG us above; connections: backends of the database opened "
+            "during the phase)")
+        print_table(["system", *PG_KINDS, "sampled", "connections"],
+                    [[name, *(fmt(w.get(f"pg_{k}_us")) for k in PG_KINDS),
+                      fmt(sum(w.get(f"pg_{k}_us") or 0.0 for k in PG_KINDS)),
+                      fmt(w.get("pg_connections"), 0)] for name, w in work.items()])
     statements: dict[str, list[dict[str, Any]]] = {}
     for name, r in runs.items():
         m = median_run(r)

@@ -275,6 +275,128 @@ def cpu_now(stores: Stores, extra_pids: Sequence[int] = ()) -> Cpu:
     return Cpu(client, postgres, valkey)
 
 
+def schedstat_ns(pid: int) -> int:
+    """Nanoseconds process ``pid`` has spent on a CPU (``/proc/<pid>/schedstat``: exact,
+    unlike the 10 ms ticks of ``stat``); 0 when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+PG_KINDS = ("backends", "other backends", "autovacuum", "walwriter",
+            "checkpointer+bgwriter", "other")
+
+
+def pg_process_kind(pid: int, database: str) -> str | None:
+    """What a child of the postmaster is, from its title (``postgres: <what>``): a backend
+    of ``database`` ("backends"), another database's, an autovacuum worker, ... None when
+    it is gone."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return None
+    what = title.removeprefix("postgres: ").split()
+    if not what:
+        return "other"
+    if what[0] == "autovacuum" and what[1:2] == ["worker"]:
+        return "autovacuum"
+    if what[0] == "walwriter":
+        return "walwriter"
+    if what[0] in ("checkpointer", "background"):
+        return "checkpointer+bgwriter"
+    if what[0] in ("autovacuum", "logical", "stats", "archiver", "walsender") or \
+            title.startswith("/"):
+        return "other"
+    # a backend: "postgres: <user> <database> <host> <state>"
+    return "backends" if len(what) > 1 and what[1] == database else "other backends"
+
+
+class PgProcesses:
+    """The private PostgreSQL's CPU during a phase, split by process kind (``PG_KINDS``):
+    its children are sampled every ``every`` seconds (schedstat). A process that was there
+    at the start counts from its value then; one born later from zero (its whole life);
+    one that exited counts up to its last sample (what it did after is lost, as is a
+    process that lived between two samples: ``coverage`` compares the sum with the tick
+    counters of ``cpu_now``). ``started``: backends of the database born during the phase
+    (connections opened)."""
+
+    def __init__(self, postmaster: int, database: str, every: float = 0.02) -> None:
+        self.postmaster = postmaster
+        self.database = database
+        self.every = every
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.kind: dict[int, str] = {}
+        self.born: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pg-processes", daemon=True)
+        self._started = False
+        self._lock = threading.Lock()
+
+    def _sample(self) -> None:
+        pids = [self.postmaster, *child_pids(self.postmaster)]
+        for pid in pids:
+            ns = schedstat_ns(pid)
+            if pid not in self.kind:
+                kind = "other" if pid == self.postmaster else pg_process_kind(
+                    pid, self.database)
+                if kind is None:
+                    continue
+                self.kind[pid] = kind
+                if self._started:  # born during the phase: its whole life counts
+                    self.first[pid] = 0
+                    self.born.add(pid)
+                else:
+                    self.first[pid] = ns
+            elif self.kind[pid] in ("other backends", "other") and pid != self.postmaster:
+                # a new process shows the postmaster's title until it sets its own, and a
+                # backend's names its database only once it is connected
+                kind = pg_process_kind(pid, self.database)
+                if kind is not None:
+                    self.kind[pid] = kind
+            if ns:
+                self.last[pid] = ns
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with self._lock:
+                self._sample()
+
+    def start(self) -> PgProcesses:
+        """Sample from now on; what counts starts at ``mark``."""
+        self._sample()
+        self._thread.start()
+        return self
+
+    def mark(self) -> None:
+        """The phase's start: every process known counts from its value now, and every
+        one born from now on from zero."""
+        with self._lock:
+            self._sample()
+            self.first = {pid: self.last.get(pid, 0) for pid in self.kind}
+            self.born.clear()
+            self._started = True
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            self._sample()
+
+    def seconds_by_kind(self) -> dict[str, float]:
+        out = dict.fromkeys(PG_KINDS, 0.0)
+        for pid, kind in self.kind.items():
+            out[kind] += max(0, self.last.get(pid, 0) - self.first.get(pid, 0)) / 1e9
+        return out
+
+    @property
+    def started(self) -> int:
+        """Backends of the database that were born during the phase."""
+        return sum(1 for pid in self.born if self.kind.get(pid) == "backends")
+
+
 # --------------------------------------------------------------------------- a measured phase
 
 
@@ -288,6 +410,10 @@ class Measured:
     left: int = 0
     cpu: Cpu | None = None
     statements: list[Statement] | None = None  # per statement, when asked (bench/breakdown.py)
+    # PostgreSQL's CPU seconds by process kind and the connections opened (PgProcesses),
+    # when asked (bench/breakdown.py)
+    pg_by_kind: dict[str, float] | None = None
+    pg_connections: int | None = None
 
     def cpu_us_per_task(self) -> dict[str, float | None]:
         """CPU microseconds per task: client processes, PostgreSQL, Valkey."""

@@ -15,9 +15,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.measure import (
+    Cpu,
     Measured,
+    PgProcesses,
     ValkeyMemory,
     cpu_now,
     pg_work,
@@ -91,20 +94,35 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
                 first.spec = {**first.spec, "profile_to": f"{profile_to}-{kind}.prof"}
     counters = statement_counters(stores, prepared.database_url) if detail else None
     before = pg_work(stores, prepared.database_url, statements=statements)
+    processes: PgProcesses | None = None
+    if detail and stores.private and stores.services is not None:
+        processes = PgProcesses(stores.services.postgres.pid,  # type: ignore[attr-defined]
+                                urlsplit(prepared.database_url).path.lstrip("/")).start()
+
+    def at_start() -> Cpu:
+        if processes is not None:
+            processes.mark()
+        return cpu_now(stores, pids)
+
     if memory is not None:
         memory.start()
     try:
         phase = system.run_phase(label, roles, total=total, timeout=timeout,
-                                 at_start=lambda: cpu_now(stores, pids))
+                                 at_start=at_start)
     finally:
         if memory is not None:
             memory.stop()
+        if processes is not None:
+            processes.stop()
     cpu = cpu_now(stores, pids) - phase.start_mark
     cpu.client += phase.worker_cpu
     time.sleep(STATS_FLUSH_WAIT)
     after = pg_work(stores, prepared.database_url, statements=statements)
     peak = None if memory is None else memory.peak - memory.baseline
     measured = Measured(phase, after - before, peak, cpu=cpu)
+    if processes is not None:
+        measured.pg_by_kind = processes.seconds_by_kind()
+        measured.pg_connections = processes.started
     if counters is not None:
         measured.statements = statements_between(
             counters, statement_counters(stores, prepared.database_url))

@@ -65,7 +65,8 @@ class Settings(BaseModel):
     db_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = \
         Field(default="verify-full", alias="DB_SSLMODE")
     db_sslrootcert: str = Field(default="system", min_length=1, alias="DB_SSLROOTCERT")
-    # Set per transaction (SET LOCAL), never per login or as a startup option: a statement
+    # Set per transaction (SET LOCAL) behind RDS Proxy, per session on a direct connection,
+    # never per login or as a startup option (tierq.dal.postgres): a statement
     # running longer, or waiting longer for a lock, is cancelled (HTTP 503). Both stay well
     # below the HTTP functions' 29 s timeout; 0 means no limit.
     statement_timeout_ms: int = Field(default=15_000, ge=0, le=3_600_000,

@@ -90,7 +90,9 @@ class Tierq:
                                  statement_timeout_ms=self.settings.statement_timeout_ms,
                                  lock_timeout_ms=self.settings.lock_timeout_ms,
                                  resolve_url=resolve_url or (
-                                     None if database_url else self._secret_url()))
+                                     None if database_url else self._secret_url()),
+                                 # timeouts on the session where no proxy is pinned by it
+                                 session_settings=not self.settings.db_secret_arn)
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster,
                                               credential_provider=connect.valkey_credentials(

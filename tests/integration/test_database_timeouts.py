@@ -1,7 +1,9 @@
 """statement_timeout and lock_timeout, set by tierq per transaction (SET LOCAL) on a real
 PostgreSQL: a statement over the limit is cancelled, a lock wait over the limit fails, and
 nothing is sent as a startup option or left on the session (RDS Proxy refuses startup
-options; an alternating-user rotation's new login would not carry per-login settings)."""
+options and is pinned by a session SET; an alternating-user rotation's new login would not
+carry per-login settings). On direct connections (``session_settings``, the engine without
+RDS Proxy) the same limits are the session's, and only shorter ones are sent per statement."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tierq.dal.postgres import Database, execute_text, transaction
+from tierq.dal.postgres import Database, execute_text, scoped_timeouts, transaction
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
 from tierq.errors import DatabaseTimedOut
@@ -126,3 +128,71 @@ def test_zero_means_no_limit(app_database_url: str, clean_stores: None) -> None:
             assert execute_text(conn, SHOW).fetchone()["statement_timeout"] == "0"
     finally:
         unlimited.close()
+
+
+@pytest.fixture
+def direct(app_database_url: str, clean_stores: None) -> Iterator[Database]:
+    """A pool of direct connections, as the engine opens them without RDS Proxy: the
+    timeouts are set on each session once."""
+    database = Database(app_database_url, max_size=2, statement_timeout_ms=300,
+                        lock_timeout_ms=150, session_settings=True)
+    yield database
+    database.close()
+
+
+def test_direct_connections_carry_the_timeouts_on_their_session(direct: Database) -> None:
+    """No set_config goes with their statements (one statement less each: ~25 µs of the
+    server's CPU), none as a startup option, and the limits still hold."""
+    for relaxed in (False, True):
+        with direct.connection(relaxed=relaxed) as conn:
+            assert "options" not in conn.info.get_parameters()
+            assert conn.statements() == (None, "BEGIN")
+            wanted = {"statement_timeout": "300ms", "lock_timeout": "150ms",
+                      "synchronous_commit": "off" if relaxed else "on"}
+            assert execute_text(conn, SHOW).fetchone() == wanted
+            assert conn.execute(SHOW).fetchone() == wanted
+    with direct.connection() as conn:
+        with pytest.raises(errors.QueryCanceled, match="statement timeout"):
+            execute_text(conn, "SELECT pg_sleep(5)")
+        assert execute_text(conn, SHOW).fetchone()["statement_timeout"] == "300ms"
+    with pytest.raises(DatabaseTimedOut), direct.transaction() as conn:
+        conn.execute("SELECT pg_sleep(5)")
+
+
+def test_a_scope_on_a_direct_connection_shortens_only_its_own_statements(
+        direct: Database) -> None:
+    with direct.connection() as conn:
+        with scoped_timeouts(200, 50):
+            set_local, begin = conn.statements()
+            assert set_local is not None and "SET LOCAL lock_timeout = '50ms'" in begin
+            assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "50ms"
+            with transaction(conn):
+                assert conn.execute(SHOW).fetchone()["statement_timeout"] == "200ms"
+        with scoped_timeouts(5000, 0):  # no shorter than the session's: nothing sent
+            assert conn.statements() == (None, "BEGIN")
+        # the session's own again
+        assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "150ms"
+        assert conn.execute(SHOW).fetchone()["lock_timeout"] == "150ms"
+
+
+def test_a_lock_wait_on_a_direct_connection_fails_at_the_lock_timeout(
+        direct: Database, database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as owner:
+        owner.execute("INSERT INTO tierq_queues (queue) VALUES ('locked-direct')")
+        with owner.transaction():
+            owner.execute("SELECT * FROM tierq_queues WHERE queue = 'locked-direct'"
+                          " FOR UPDATE")
+            with direct.connection() as conn:
+                started = time.monotonic()
+                with pytest.raises(errors.LockNotAvailable):
+                    execute_text(conn, "UPDATE tierq_queues SET paused = true"
+                                       " WHERE queue = 'locked-direct'")
+                assert 0.1 < time.monotonic() - started < 3
+
+
+def test_an_engine_without_rds_proxy_sets_the_timeouts_on_its_sessions(make_tq: Any) -> None:
+    tq: Tierq = make_tq()
+    assert tq.settings.db_secret_arn is None and tq.db.session_settings
+    with tq.db.connection() as conn:
+        assert conn.statements() == (None, "BEGIN")
+        assert conn.execute(SHOW).fetchone()["lock_timeout"] == "5s"

@@ -22,6 +22,10 @@ from tests.integration.plans import (
 )
 
 BATCH = 100
+LARGE_BATCH = 400
+# the statements that settle leased (or refused) tasks by id
+SETTLING = ["ack_delete", "ack_delete_by_attempt", "ack_keep", "lease_outcomes",
+            "release_leased", "mark_cold", "lock_warm_for_restore", "claimed_tasks_by_ids"]
 
 
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
@@ -42,15 +46,20 @@ def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str,
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-@pytest.mark.parametrize("name", ["ack_delete", "ack_delete_by_attempt", "ack_keep",
-                                  "lease_outcomes", "mark_cold", "lock_warm_for_restore"])
-def test_settling_statements_use_the_primary_key_only(unanalyzed, name, mode):
+@pytest.mark.parametrize("batch", [BATCH, LARGE_BATCH])
+@pytest.mark.parametrize("name", SETTLING)
+def test_settling_statements_use_the_primary_key_only(unanalyzed, name, batch, mode):
+    """Also for a batch of 400 (a claim's most): a custom plan costs each id of the array at
+    the default selectivity of a table without statistics, so 400 ids looked like most of
+    20,000 rows and the whole table was read (13 ms a batch, against 0.5 by key). An
+    engine behind RDS Proxy (no prepared statements) plans every statement custom."""
     ids = [r[0] for r in unanalyzed.execute(
-        "SELECT id FROM tierq_tasks ORDER BY random() LIMIT %s", (BATCH,))]
+        "SELECT id FROM tierq_tasks ORDER BY random() LIMIT %s", (batch,))]
     nodes = explain(unanalyzed, name, arguments(ids), mode)
     indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
     assert indexes == {"tierq_tasks_pkey"}, (name, mode, indexes)
-    assert_reads_about(nodes, BATCH, (name, mode))
+    assert seq_scans_of_tasks(nodes) == [], (name, mode)
+    assert_reads_about(nodes, batch, (name, mode))
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])

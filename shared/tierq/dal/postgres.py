@@ -3,13 +3,18 @@ transition needs more than one statement), and the one way a statement runs
 (``execute_text``). The named queries are run by ``tierq.dal.task_store.TaskStore``.
 
 Timeouts: every statement tierq runs through this module, and every transaction
-``Database.transaction`` opens, carries ``statement_timeout`` and ``lock_timeout`` as
-``SET LOCAL`` (``set_config(..., true)``) of its own transaction. Not as libpq startup
-``options`` (RDS Proxy refuses those), not as per-login settings (an alternating-user
-rotation creates a new login without them), not as session ``SET`` (it would pin every
-proxy connection). No round trip is added: an autocommit statement goes out in one pipeline
-with its ``set_config`` (one sync, one implicit transaction), and a transaction's ``BEGIN``
-and its settings are one simple query."""
+``Database.transaction`` opens, carries ``statement_timeout`` and ``lock_timeout``. Not as
+libpq startup ``options`` (RDS Proxy refuses those), not as per-login settings (an
+alternating-user rotation creates a new login without them). Behind a proxy, as ``SET
+LOCAL`` (``set_config(..., true)``) of each statement's own transaction, since a session
+``SET`` would pin every proxy connection: no round trip is added (an autocommit statement
+goes out in one pipeline with its ``set_config``: one sync, one implicit transaction; a
+transaction's ``BEGIN`` and its settings are one simple query), but the ``set_config`` is a
+statement of its own, about 25 µs of the server's CPU each. On a direct connection
+(``Database(session_settings=True)``: the engine's without RDS Proxy, where statements are
+prepared too) they are set once on the session when the pool opens the connection, and a
+statement sends a ``set_config`` only when it wants other values (the shorter timeouts of
+``scoped_timeouts``)."""
 
 from __future__ import annotations
 
@@ -110,15 +115,22 @@ def _setting_ms(value: str) -> int:
 
 
 @lru_cache(maxsize=64)
-def _scoped_statements(local: tuple[tuple[str, str], ...],
-                       scoped: tuple[int, int]) -> tuple[str, str]:
-    """``(set_local, begin)`` for a connection's settings under a scope's timeouts: each
-    timeout the shorter of the two."""
+def _scoped_settings(local: tuple[tuple[str, str], ...],
+                     scoped: tuple[int, int]) -> tuple[tuple[str, str], ...]:
+    """A connection's settings under a scope's timeouts: each timeout the shorter of the
+    two."""
     settings = dict(local)
     for name, limit in zip(("statement_timeout", "lock_timeout"), scoped, strict=True):
         own = _setting_ms(settings[name]) if name in settings else 0
         settings[name] = f"{shorter_timeout(own, limit)}ms"
-    return _setting_statements(tuple(settings.items()))
+    return tuple(settings.items())
+
+
+@lru_cache(maxsize=64)
+def _session_statement(settings: tuple[tuple[str, str], ...]) -> str:
+    """The ``SET``s that give a session these settings, as one simple query."""
+    _setting_statements(settings)  # (checks they are plain settings)
+    return "; ".join(f"SET {name} = '{value}'" for name, value in settings)
 
 
 @contextmanager
@@ -146,26 +158,41 @@ class TierqConnection(psycopg.Connection[Row]):
     """A pooled connection that knows the settings its transactions carry.
 
     ``set_local`` is one constant statement (prepared like any other after a few uses);
-    ``begin`` opens a transaction with the same settings in one simple query."""
+    ``begin`` opens a transaction with the same settings in one simple query. A connection
+    whose session carries the settings (``session``) needs neither: ``set_local`` is None
+    and ``begin`` a plain ``BEGIN``."""
 
     set_local: str | None = None
     begin: str = "BEGIN"
     local: tuple[tuple[str, str], ...] = ()
+    session: tuple[tuple[str, str], ...] = ()  # the settings its session was given
 
-    def use_local_settings(self, settings: Mapping[str, str]) -> None:
+    def use_local_settings(self, settings: Mapping[str, str], *,
+                           session: bool = False) -> None:
+        """The settings this connection's statements carry; ``session``: set them on the
+        session now (one round trip), so that statements wanting these values send none."""
         self.local = tuple(settings.items())
         if not settings:
+            self.set_local, self.begin = None, "BEGIN"
+            return
+        if session:
+            self.execute(_session_statement(self.local), prepare=False)
+            self.session = self.local
             self.set_local, self.begin = None, "BEGIN"
             return
         self.set_local, self.begin = _setting_statements(self.local)
 
     def statements(self) -> tuple[str | None, str]:
         """``(set_local, begin)`` for this moment: the connection's own, or with the
-        shorter timeouts of the scope under way (``scoped_timeouts``)."""
+        shorter timeouts of the scope under way (``scoped_timeouts``); none to send when
+        the session carries the values wanted."""
         scoped = _scoped_timeouts.get()
-        if scoped is None or self.set_local is None:
+        if scoped is None or not self.local:
             return self.set_local, self.begin
-        return _scoped_statements(self.local, scoped)
+        wanted = _scoped_settings(self.local, scoped)
+        if wanted == self.session:
+            return None, "BEGIN"
+        return _setting_statements(wanted)
 
 
 class Database:
@@ -180,10 +207,14 @@ class Database:
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
                  timeout: float = 10.0, prepare: bool = True,
                  statement_timeout_ms: int = 15_000, lock_timeout_ms: int = 5_000,
-                 resolve_url: Callable[[bool], str] | None = None) -> None:
+                 resolve_url: Callable[[bool], str] | None = None,
+                 session_settings: bool = False) -> None:
         """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
         RDS Proxy, where a prepared statement pins the client to one database connection.
-        The timeouts go with every statement and transaction (see the module's doc).
+        The timeouts go with every statement and transaction (see the module's doc): as
+        ``SET LOCAL`` of each, or with ``session_settings`` (a direct connection, never
+        behind a proxy: a session ``SET`` pins it there too) on the session of each
+        connection the pool opens.
 
         ``resolve_url(fresh)`` (on AWS: the URL from the login's secret, cached) is asked
         for each new connection instead of ``url``; an attempt that follows a failed one
@@ -197,8 +228,9 @@ class Database:
         self.local_settings = local_settings(statement_timeout_ms, lock_timeout_ms)
         self._resolve_url = resolve_url
         self._unconfirmed_attempts = 0  # connection attempts since the last that succeeded
+        self.session_settings = session_settings
         self.pool = self._pool(self._conninfo, min_size, max_size, timeout, prepare, "tierq",
-                               self.local_settings, self._connected)
+                               self.local_settings, self._connected, session_settings)
         self._relaxed: ConnectionPool[TierqConnection] | None = None
         self._relaxed_args = (max_size, timeout, prepare)
         self._relaxed_lock = threading.Lock()
@@ -217,13 +249,14 @@ class Database:
     @staticmethod
     def _pool(conninfo: Callable[[], str], min_size: int, max_size: int, timeout: float,
               prepare: bool, name: str, settings: Mapping[str, str],
-              connected: Callable[[], None]) -> ConnectionPool[TierqConnection]:
+              connected: Callable[[], None],
+              session: bool) -> ConnectionPool[TierqConnection]:
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row,
                                   "prepare_threshold": 5 if prepare else None}
 
         def configure(conn: TierqConnection) -> None:
             _configure(conn)
-            conn.use_local_settings(settings)
+            conn.use_local_settings(settings, session=session)
             connected()
 
         pool: ConnectionPool[TierqConnection] = ConnectionPool(
@@ -252,7 +285,7 @@ class Database:
                 self._relaxed = self._pool(self._conninfo, 1, max_size, timeout, prepare,
                                            "tierq-relaxed",
                                            {**self.local_settings, "synchronous_commit": "off"},
-                                           self._connected)
+                                           self._connected, self.session_settings)
             return self._relaxed
 
     def close(self) -> None:
@@ -310,8 +343,8 @@ def uuid_array(ids: Iterable[object]) -> str:
 def _set_local_for(conn: psycopg.Connection[Any]) -> str | None:
     """The ``set_config`` statement to send before a statement on ``conn``: None inside a
     transaction (the one who opened it chose its settings; ``transaction`` sets tierq's,
-    and a caller may have set a shorter lock timeout of its own) and on connections that
-    are not tierq's."""
+    and a caller may have set a shorter lock timeout of its own), on connections that are
+    not tierq's, and when the session carries the values wanted."""
     if not isinstance(conn, TierqConnection) \
             or conn.info.transaction_status != TransactionStatus.IDLE:
         return None
@@ -344,8 +377,9 @@ def _idle(conn: psycopg.Connection[Any]) -> bool:
 def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
     """A transaction on an idle autocommit connection that carries tierq's timeouts:
     ``BEGIN`` and the ``SET LOCAL``s go as one simple query (one round trip, as a plain
-    BEGIN). Inside a transaction already, or on a connection that is not tierq's, it is
-    psycopg's ``conn.transaction()`` (a savepoint when nested)."""
+    BEGIN). Inside a transaction already, on a connection that is not tierq's, or on one
+    whose session carries the values wanted, it is psycopg's ``conn.transaction()`` (a
+    savepoint when nested)."""
     set_local, begin = conn.statements() if isinstance(conn, TierqConnection) else (None, "")
     if set_local is None or not _idle(conn):
         with conn.transaction():

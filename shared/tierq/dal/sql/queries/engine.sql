@@ -104,8 +104,13 @@ RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attemp
 -- tierq_tasks_warm_since by queue instead (a fresh table's missing statistics make it
 -- guess one warm row; it would read every warm row of the queue per call). A join with
 -- unnest() also names the ids with = ANY, so that the table side is a primary-key lookup.
+-- The ids go through ARRAY(SELECT unnest(...)): a plan made for the values given (every
+-- plan behind RDS Proxy, the first ones of a connection otherwise) would cost each id of a
+-- literal array at the default selectivity of a table without statistics, take 400 ids
+-- for most of a 20,000-row table and read all of it (13 ms a batch, against 0.5 by key);
+-- an array computed at run time is costed as a few ids, whatever it holds.
 UPDATE tierq_tasks SET state = 'cold', state_since = %(now)s
-WHERE id = ANY(%(ids)s::uuid[]) AND (state = 'warm') IS TRUE;
+WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (state = 'warm') IS TRUE;
 
 -- name: make_ready
 -- Tasks becoming ready (due, retried, re-queued, replayed) take a new seq, in the order
@@ -139,7 +144,8 @@ SET attempts = v.attempt,
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(errors)s::text[],
             %(retry_ats)s::timestamptz[], %(deads)s::bool[])
      AS v(id, attempt, error, retry_at, dead)
-WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
+  AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.tenant, t.state, t.run_at;
 
@@ -150,7 +156,8 @@ RETURNING t.id, t.tenant, t.state, t.run_at;
 UPDATE tierq_tasks t
 SET state_since = %(now)s
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
-WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
+  AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
           t.max_attempts, t.created_at;
@@ -162,8 +169,8 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
 -- back in line; deleting the row then would leave the task in line without it (delivered
 -- again after an accepted ack). The ack is refused instead.
 DELETE FROM tierq_tasks
-WHERE id = ANY(%(ids)s::uuid[]) AND queue = %(queue)s AND (state = 'warm') IS TRUE
-  AND attempts < %(attempt)s
+WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
+  AND (state = 'warm') IS TRUE AND attempts < %(attempt)s
 RETURNING id::text;
 
 -- name: ack_delete_by_attempt
@@ -171,7 +178,8 @@ RETURNING id::text;
 -- against its own (the join costs ~2.5 µs per row, so the usual batch does without it).
 DELETE FROM tierq_tasks t
 USING unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
-WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
+  AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id::text;
 
@@ -184,7 +192,8 @@ SET state = 'done', result = v.result, attempts = v.attempt, finished_at = %(now
     state_since = %(now)s, ready_since = NULL
 FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
      AS v(id, result, attempt)
-WHERE t.id = ANY(%(ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
+  AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id::text;
 
@@ -251,7 +260,7 @@ LIMIT %(limit)s;
 -- By primary key only (see mark_cold).
 SELECT id, key, seq, priority, payload, attempts, max_attempts, created_at
 FROM tierq_tasks
-WHERE id = ANY(%(ids)s::uuid[]) AND (state = 'warm') IS TRUE
+WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (state = 'warm') IS TRUE
 ORDER BY seq
 FOR UPDATE SKIP LOCKED;
 
@@ -739,11 +748,12 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- name: claimed_tasks_by_ids
 -- What a replayed claim (logic/claim_replay.py) rebuilds its tasks from: the fields of a
 -- claimed task that PostgreSQL keeps (the lease's own fields come from the key's record and
--- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key.
+-- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
+-- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
        t.max_attempts, t.state
 FROM tierq_tasks t
-WHERE t.id = ANY(%(ids)s::uuid[]) AND t.queue = %(queue)s;
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 
 -- ============================================================================================
 -- Queue gauges of the reaper (maintenance/gauges.py): the pairs that have rows in a counted
