@@ -54,10 +54,16 @@ def check(args: Sequence[Any]) -> None:
             f"Serverless refuses more than {MAX_COMMAND_ARGS} (a caller that does not chunk)")
 
 
+# What callers size their commands to: two arguments less, because redis-py's cluster
+# pipeline asks a node for the keys of a command it has no key rule for (EVALSHA among
+# them) with ``COMMAND GETKEYS <the command>``, two arguments more than the command.
+CALL_ARGS = MAX_COMMAND_ARGS - 2
+
+
 def per_call(fixed: int, per_item: int = 1) -> int:
     """How many items of ``per_item`` arguments each fit in one command that has ``fixed``
-    arguments besides them (its name, keys, fixed arguments)."""
-    return (MAX_COMMAND_ARGS - fixed) // per_item
+    arguments besides them (its name, keys, fixed arguments), within ``CALL_ARGS``."""
+    return (CALL_ARGS - fixed) // per_item
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
