@@ -88,8 +88,8 @@ IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per
 MEMBERS_PER_CALL = per_call(3 + 3 + 1)  # lease_drop, release_leases: lease members
 ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 # lease_index.lua: leases (or claim records) per slice, and slices per reconciler visit
-LEASE_INDEX_SLICE = 1000
-LEASE_INDEX_SLICES_PER_VISIT = 20
+LEASE_INDEX_SLICE = 500
+LEASE_INDEX_SLICES_PER_VISIT = 40
 
 
 class LatePush(Exception):
