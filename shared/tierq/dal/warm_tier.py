@@ -186,7 +186,7 @@ class ScriptCall:
 @dataclass(frozen=True)
 class QueueTake:
     """The queue-wide take a claim's first pair makes in its own script on a single server
-    (lua/claim.lua KEYS 7-9): ``want`` units for the whole claim, one entry ``holder``,
+    (lua/claim.lua KEYS 8-10): ``want`` units for the whole claim, one entry ``holder``,
     at most ``max_held`` held in the pool (0: no count limit), tokens of the queue's bucket
     at ``rate`` (per_second, burst) if any. The pair pops at most its share of the grant:
     one of ``shares`` (the tenants the claim's rotation shares it among)."""

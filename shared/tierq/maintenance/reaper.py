@@ -236,15 +236,17 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
     other pass takes them again within the grace. Then they are pushed (kind restore)."""
     now = ctx.now()
     before = now - ctx.settings.reconcile_grace_seconds
-    if not ctx.warm.index_leases(queue, tenant):
-        return  # leases of an older tierq not indexed yet: the next pass goes on
     after = parse_cursor(ctx.warm.reconcile_cursor(queue, tenant))
     suspects = ctx.store.warm_suspects(queue, tenant, to_datetime(before),
                                        config.reconcile_batch, after)
     # the next pass goes on after this slice, or starts over once a slice comes back short
     cursor = suspects[-1][1].isoformat() if len(suspects) >= config.reconcile_batch else ""
-    lost = ctx.warm.missing(queue, tenant, [str(i) for i, _ in suspects],
-                            fence_ms=to_ms(before), cursor=cursor)
+    ids = [str(i) for i, _ in suspects]
+    lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
+    if lost is None:  # leases of an older tierq not all indexed yet: a visit's slices first
+        if not ctx.warm.index_leases(queue, tenant):
+            return  # the next pass goes on
+        lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
     if not lost:
         return
     rows = ctx.store.take_over_for_restore(lost, to_datetime(before), to_datetime(now))
