@@ -18,7 +18,10 @@ log is read whole and reset; the slowest command of each phase is printed with i
 (a script by its file name; Redis 7 also logs the commands a script calls, each on its own
 line, never slower than the script). Also printed: what the pair's lease keys hold per lease.
 The last line is ``slowest_valkey_command_ms=<x>``: the slowest of every phase but the
-build (enqueues into an empty pair and claims, measured too and printed).
+build (enqueues into an empty pair and claims, measured too and printed). Before it,
+``valkey_calibration_ms``: what one script of 1,000 ``HSETNX`` takes on the server at the
+time, to read the figures against (a machine busy with other work runs every script
+slower, and the slow log counts the time the server was not scheduled).
 """
 
 from __future__ import annotations
@@ -73,6 +76,24 @@ def read_slowlog(client: redis.Redis, names: dict[str, str], phase: str) -> Slow
     if name in ("EVALSHA", "EVAL") and len(args) > 1:
         name = f"EVALSHA {names.get(args[1], args[1][:12])}"
     return Slowest(phase, len(entries), int(worst[2]), name, " ".join(args[2:6])[:80])
+
+
+CALIBRATION = ("for i = 1, 1000 do redis.call('HSETNX', KEYS[1], 'f' .. i, 'v') end "
+               "redis.call('DEL', KEYS[1]) return 1")
+
+
+def calibrate(client: redis.Redis) -> float:
+    """The server's own time (ms, median of 5) for one script of 1,000 HSETNX on a scratch
+    key: how fast this server runs script work now (a loaded machine's Valkey is slower),
+    the yardstick to read the phases' figures against."""
+    took = []
+    for _ in range(5):
+        slowlog_reset(client)
+        client.eval(CALIBRATION, 1, "tq:{bench}:calibration")
+        entries = client.execute_command("SLOWLOG", "GET", -1)
+        took.append(max(int(e[2]) for e in entries if e[3][0].upper() == b"EVAL") / 1000)
+    slowlog_reset(client)
+    return sorted(took)[len(took) // 2]
 
 
 def script_names(tq: Any) -> dict[str, str]:
@@ -236,6 +257,9 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
         tq = Tierq(settings=settings, clock=OffsetClock())
         try:
             names = script_names(tq)
+            calibration_ms = calibrate(client)
+            say(f"-- calibration: a script of 1,000 HSETNX takes {calibration_ms:.2f} ms on "
+                "this server now (the phases' figures scale with it)")
             say(f"-- build: {leases:,} leases of {task_bytes:,}-byte tasks in one pair, "
                 f"{extra:,} more ready")
             slowlog_reset(client)
@@ -259,7 +283,7 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
             client.close()
             stores.drop_database(url)
     return {"leases": leases, "task_bytes": task_bytes, "repeat": repeat, "build": built,
-            "phases": phases, "lease_memory": memory}
+            "phases": phases, "lease_memory": memory, "calibration_ms": calibration_ms}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                                "build": asdict(result["build"]),
                                "phases": [asdict(r) for r in result["phases"]]})
         worst = max(result["phases"], key=lambda r: r.slowest_us)
-        print_figures(f"slowest_valkey_command={worst.name} ({worst.phase})",
+        print_figures(f"valkey_calibration_ms={result['calibration_ms']:.2f}",
+                      f"slowest_valkey_command={worst.name} ({worst.phase})",
                       f"slowest_valkey_command_ms={worst.slowest_us / 1000:.2f}")
         return 0
 
