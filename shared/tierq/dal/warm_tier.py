@@ -393,7 +393,13 @@ class WarmTier:
                 return self.calls.pipeline(commands)
             pipe = self.client.pipeline(transaction=False)
             for args in commands:
-                pipe.execute_command(*args)
+                if args[0] == "EVALSHA" and int(args[2]) > 0:
+                    # routed by its first key here: redis-py's cluster pipeline would ask a
+                    # node for a script's keys first (COMMAND GETKEYS), a round trip each
+                    pipe.execute_command(
+                        *args, target_nodes=self.client.get_node_from_key(args[3]))
+                else:
+                    pipe.execute_command(*args)
             return list(pipe.execute(raise_on_error=False))
 
     def server_time(self, key: str) -> float:
