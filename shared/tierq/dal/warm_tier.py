@@ -391,13 +391,15 @@ class WarmTier:
         with _available():
             if self.calls is not None:
                 return self.calls.pipeline(commands)
-            pipe = self.client.pipeline(transaction=False)
+            cluster = self.client
+            assert isinstance(cluster, RedisCluster)  # (a single server has its direct calls)
+            pipe = cluster.pipeline(transaction=False)
             for args in commands:
                 if args[0] == "EVALSHA" and int(args[2]) > 0:
                     # routed by its first key here: redis-py's cluster pipeline would ask a
                     # node for a script's keys first (COMMAND GETKEYS), a round trip each
-                    pipe.execute_command(
-                        *args, target_nodes=self.client.get_node_from_key(args[3]))
+                    pipe.execute_command(*args,
+                                         target_nodes=cluster.get_node_from_key(args[3]))
                 else:
                     pipe.execute_command(*args)
             return list(pipe.execute(raise_on_error=False))
