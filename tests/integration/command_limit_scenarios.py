@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tierq.core.ordering import place
 from tierq.dal.command_limit import MAX_COMMAND_ARGS, CommandTooLong
 from tierq.dal.warm_tier import lease_member
 from tierq.engine import Tierq
@@ -45,7 +46,7 @@ def client_refuses_long_commands(tq: Tierq, valkey: Any) -> None:
     assert valkey.exists("tq:{limit}:over") == 0
 
 
-def large_calls_stay_under_the_limit(make_tq: Any) -> None:
+def large_calls_stay_under_the_limit(make_tq: Any, pg: Any) -> None:
     """Calls of the warm tier that take many ids, members, tokens or tenants: each is sent
     in parts within the limit (a part too long would raise CommandTooLong here)."""
     tq = make_tq(warm_max=2 * MANY, lease_seconds=600)
@@ -59,6 +60,9 @@ def large_calls_stay_under_the_limit(make_tq: Any) -> None:
         assert got
         held += got
     ids = [str(t.id) for t in held]
+    line = {str(i): (p, s) for i, p, s in pg.execute(
+        "SELECT id, priority, seq FROM tierq_tasks WHERE queue = 'big'").fetchall()}
+    places = [place(*line[i], i) for i in ids]  # their ready-set members
     tokens = [t.lease_token for t in held]
     member_list = [lease_member(i, t) for i, t in zip(ids, tokens, strict=True)]
     now_ms = int(tq.ctx.now() * 1000)
@@ -75,11 +79,11 @@ def large_calls_stay_under_the_limit(make_tq: Any) -> None:
     ticket = Ticket(token="big-restore", since_ms=now_ms)
     assert admission.dispatch(tq.ctx, ticket, {("big", "_"): items}, kind="restore") == set()
     assert warm.update_ready("big", "_", items, warm_max_bytes=1 << 40) == len(items)
-    assert len(warm.remove_ready("big", "_", ids[:MANY // 2])) == MANY // 2
+    assert len(warm.remove_ready("big", "_", [at for _, at, _ in items])) == MANY // 2
     acked = tq.ack("big", held[MANY // 2:])
     assert len(acked.acked) == MANY - MANY // 2
     warm.return_capacity("big", limits.LEASES_POOL, tokens[:MANY // 2], tokens=True)
     assert warm.capacity_use("big", limits.LEASES_POOL, now_ms=now_ms)[0] == 0
-    assert warm.remove("big", "_", ids) == 0
+    assert warm.remove("big", "_", places) == 0
     warm.throughput.record("big", {f"t{i}": (1, 0) for i in range(MANY)})
     assert {f"t{i}" for i in range(MANY)} <= set(warm.throughput.noted_tenants("big"))

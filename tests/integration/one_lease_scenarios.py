@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tierq.core.ordering import task_of
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.models.leases import ClaimedTask
@@ -82,7 +83,9 @@ def leases_of(valkey: Any, queue: str, tenant: str = "_") -> list[str]:
 
 
 def ready_of(valkey: Any, queue: str, tenant: str = "_") -> list[str]:
-    return [m.decode() for m in valkey.zrange(PairKeys.of(queue, tenant).ready, 0, -1)]
+    """The ids of the pair's ready tasks, in line (either form of member)."""
+    return [task_of(m.decode())
+            for m in valkey.zrange(PairKeys.of(queue, tenant).ready, 0, -1)]
 
 
 def restore_past_the_grace(make_tq: Factory, writer: Tierq) -> Tierq:

@@ -10,5 +10,5 @@ def test_the_engines_client_refuses_a_command_over_the_limit(tq, valkey):
     scenarios.client_refuses_long_commands(tq, valkey)
 
 
-def test_calls_of_many_items_are_sent_in_parts_within_the_limit(make_tq):
-    scenarios.large_calls_stay_under_the_limit(make_tq)
+def test_calls_of_many_items_are_sent_in_parts_within_the_limit(make_tq, pg):
+    scenarios.large_calls_stay_under_the_limit(make_tq, pg)

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis
 
+from tierq.core.ordering import task_of
 from tierq.dal.warm_tier import PairKeys, lease_member
 from tierq.engine import Tierq
 from tierq.maintenance import reaper
@@ -134,7 +135,8 @@ def test_the_reconciler_walks_a_large_pair_a_slice_per_pass(make_tq, valkey):
         tq.ctx.clock.advance(0.01)
     assert len(tq.claim("q", max=12)) == 12
     [lost] = tq.enqueue("q", [{"payload": "lost"}])
-    valkey.zrem(K.ready, str(lost.id))
+    [member] = [m for m in valkey.zrange(K.ready, 0, -1) if task_of(m.decode()) == str(lost.id)]
+    valkey.zrem(K.ready, member)
     valkey.hdel(K.data, str(lost.id))
     tq.ctx.clock.advance(31)
     restored = [reaper.run(tq.ctx, reconcile_batch=5).restored for _ in range(3)]
