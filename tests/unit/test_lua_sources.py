@@ -43,6 +43,11 @@ def test_every_script_that_calls_a_shared_piece_includes_it():
             assert "-- include: warm_bytes" in body, name
         if "task_of(" in body or "waiting(" in body:
             assert "-- include: ready_member" in body, name
+        if any(f"{piece}(" in body for piece in ("lease_held", "lease_drop", "lease_attempt")):
+            # (lease_keys calls call_chunked: it is included after it)
+            includes = re.findall(r"^-- include: (\w+)", body, re.M)
+            assert "lease_keys" in includes, name
+            assert includes.index("call_chunked") < includes.index("lease_keys"), name
 
 
 # -- no script reads a whole set ---------------------------------------------------------------
