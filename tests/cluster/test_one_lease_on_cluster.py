@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration import one_lease_scenarios as scenarios
+from tests.support.cluster import node_of
 
 
 @pytest.mark.parametrize("path", sorted(scenarios.PATHS))
@@ -21,5 +22,10 @@ def test_the_reconciler_leaves_a_recent_release_to_it(make_tq, valkey):
     scenarios.release_within_the_grace_is_left_to_it(make_tq, valkey)
 
 
-def test_an_ack_from_a_lease_a_failover_lost_is_refused(tq, valkey):
-    scenarios.failover_loses_a_claim(tq, valkey)
+def test_an_ack_from_a_lease_a_failover_lost_is_refused(tq, valkey, cluster):
+    # DUMP and RESTORE are the admin user's: on the master of the pair's keys
+    master = cluster.admin_client(int(node_of(valkey, "failover", "_").split(":")[1]))
+    try:
+        scenarios.failover_loses_a_claim(tq, master)
+    finally:
+        master.close()
