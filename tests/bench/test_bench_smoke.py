@@ -104,3 +104,16 @@ def test_a_failure_in_the_peers_driver_comes_back_with_its_traceback(
                                "args": ["/a/b"]}) == "b"
     finally:
         driver.close()
+
+
+def test_valkey_commands_bench_runs_every_phase_and_prints_the_slowest_command(
+        services: LocalServices, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.valkey_commands", services, tmp_path / "valkey.json",
+                              "--leases", "800", "--repeat", "2", "--extra", "100")
+    assert re.fullmatch(r"slowest_valkey_command_ms=\d+\.\d\d", lines[-1]), lines[-1]
+    phases = [p["phase"] for p in result["phases"]]
+    assert phases == ["claim 100", "ack 100", "nack 100", "heartbeat 100", "release 100",
+                      "task view (leased)", "cancel (leased)", "replace into the future",
+                      "reaper + reconciler"]
+    assert all(p["commands"] > 0 for p in result["phases"])
+    assert set(result["lease_memory"]) == {"leased", "lease_of", "claims"}

@@ -133,7 +133,7 @@ def test_a_tenant_on_a_stopped_master_passes_its_turn(
         tq.enqueue(lonely, [{"payload": {"n": 0}, "tenant": t} for t in alone])
 
         port = int(stopped.split(":")[1])
-        serve_own_slots(partial_cluster.ports)
+        serve_own_slots(partial_cluster)
         pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

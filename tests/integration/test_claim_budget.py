@@ -51,6 +51,7 @@ def test_a_blob_without_its_count_is_counted_by_the_script(tq: Tierq, valkey):
     old_blob = b'0|{"p":%b,"k":null,"pr":0,"m":5,"c":1700000000000}' % quotes
     ids = [f"01000000-0000-7000-8000-00000000000{i}" for i in range(3)]
     tq.warm.push("q", "_", warm_max=100, warm_max_bytes=10**9, kind="restore", now_ms=0,
+                 since_ms=0,
                  token="t", items=[(task_id, place(0, i + 1, task_id), old_blob)
                                    for i, task_id in enumerate(ids)])
     cost = body_cost(old_blob.partition(b"|")[2]) + TASK_FIELDS_COST

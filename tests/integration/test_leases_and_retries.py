@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.integration.helpers import count_state, drain
+from tierq.dal.warm_tier import PairKeys
 from tierq.maintenance import reaper
 
 
@@ -196,10 +197,17 @@ def test_a_token_is_only_good_for_the_task_and_attempt_it_was_issued_for(make_tq
     assert sorted(done.acked) == sorted(again)
 
 
-def test_running_leases_show_worker_and_start_until_the_reaper_forgets_their_claim(
-        make_tq, valkey):
+def claim_records(valkey, queue: str, tenant: str = "_") -> dict[str, str]:
+    """The pair's claim records, prefix -> '<started>|<worker>' (their counts left out)."""
     from tierq.dal.warm_tier import PairKeys
 
+    return {k.decode(): v.decode()
+            for k, v in valkey.hgetall(PairKeys.of(queue, tenant).claims).items()
+            if not k.endswith(b"#")}
+
+
+def test_running_leases_show_worker_and_start_until_their_claims_last_lease_ends(
+        make_tq, valkey):
     tq = make_tq(lease_seconds=30)
     tq.enqueue("r", [{"payload": i} for i in range(3)])
     before = tq.ctx.now()
@@ -210,36 +218,34 @@ def test_running_leases_show_worker_and_start_until_the_reaper_forgets_their_cla
         str(first[0].id): "w-1", str(first[1].id): "w-1", str(second.id): "w-2"}
     assert all(abs(v.started_at.timestamp() - before) < 5 for v in running.values())
     assert tq.get_task("r", second.id).worker == "w-2"
-    claims = PairKeys.of("r", "_").claims
-    assert valkey.hlen(claims) == 2
-    tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in first])
-    tq.run_reaper()
-    # one finished claim beside one lease: not yet worth reading every lease to find it
-    assert valkey.hlen(claims) == 2
+    assert len(claim_records(valkey, "r")) == 2
+    tq.ack("r", [{"id": first[0].id, "lease_token": first[0].lease_token}])
+    assert len(claim_records(valkey, "r")) == 2  # the first claim still holds a lease
+    tq.ack("r", [{"id": first[1].id, "lease_token": first[1].lease_token}])
+    # its last lease ended: its record went with it, no reaper pass needed
+    assert [v.split("|")[1] for v in claim_records(valkey, "r").values()] == ["w-2"]
     assert [(str(v.id), v.worker) for v in tq.running("r")] == [(str(second.id), "w-2")]
     tq.ack("r", [{"id": second.id, "lease_token": second.lease_token}])
-    tq.run_reaper()
-    assert valkey.hlen(claims) == 0 and tq.running("r") == []
+    assert valkey.hlen(PairKeys.of("r", "_").claims) == 0 and tq.running("r") == []
 
 
-def test_the_reaper_forgets_finished_claims_once_they_outnumber_the_leases(make_tq, valkey):
-    """Finding finished claims reads every lease of the pair, so the reaper does it only
-    when the claim records outnumber the leases twice over; then it keeps exactly the
-    claims that still hold a lease."""
-    from tierq.dal.warm_tier import PairKeys
-
-    tq = make_tq(lease_seconds=60)
-    tq.enqueue("r", [{"payload": i} for i in range(50)])
-    held = [tq.claim("r", max=1, worker=f"w-{i}")[0] for i in range(50)]
-    claims = PairKeys.of("r", "_").claims
-    tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in held[:15]])
-    tq.run_reaper()
-    assert valkey.hlen(claims) == 50  # 50 records, 35 leases: left alone
-    tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in held[15:40]])
-    tq.run_reaper()
-    assert valkey.hlen(claims) == 10  # 50 records, 10 leases: the 40 finished ones go
-    assert {(str(v.id), v.worker) for v in tq.running("r")} == {
-        (str(t.id), f"w-{i}") for i, t in enumerate(held) if i >= 40}
+def test_a_claims_record_goes_with_its_last_lease_however_that_ends(make_tq, valkey):
+    """Ack, nack, release, cancel and expiry each end a lease; the claim's record is kept
+    while any of its leases is, and none is left after, without any read of the whole
+    pair (the records are counted per claim)."""
+    tq = make_tq(lease_seconds=10)
+    tq.enqueue("r", [{"payload": i} for i in range(5)])
+    held = tq.claim("r", max=5, worker="w")
+    assert len(claim_records(valkey, "r")) == 1
+    tq.ack("r", [{"id": held[0].id, "lease_token": held[0].lease_token}])
+    tq.nack("r", [{"id": held[1].id, "lease_token": held[1].lease_token}])
+    tq.release("r", [{"id": held[2].id, "lease_token": held[2].lease_token}])
+    tq.cancel_task("r", held[3].id)
+    assert len(claim_records(valkey, "r")) == 1  # one lease left
+    tq.ctx.clock.advance(11)
+    assert tq.run_reaper().expired == 1
+    assert valkey.hlen(PairKeys.of("r", "_").claims) == 0
+    assert valkey.hlen(PairKeys.of("r", "_").lease_of) == 0
 
 
 def test_a_reaper_pass_that_listed_a_lease_late_changes_nothing(make_tq, pg):

@@ -25,12 +25,13 @@ BATCH = 100
 LARGE_BATCH = 400
 # the statements that settle leased (or refused) tasks by id
 SETTLING = ["ack_delete", "ack_delete_by_attempt", "ack_keep", "lease_outcomes",
-            "release_leased", "mark_cold", "lock_warm_for_restore", "claimed_tasks_by_ids"]
+            "release_leased", "mark_cold", "take_over_for_restore", "claimed_tasks_by_ids"]
 
 
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
     n = len(ids)
     return {"queue": "q", "ids": ids, "now": "2026-01-01T00:00:00Z",
+            "before": "2999-01-01T00:00:00Z",
             "attempt": 1, "attempts": [1] * n, "errors": ["boom"] * n,
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
             "results": ['{"ok": true}'] * n}
@@ -78,6 +79,24 @@ def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mo
     indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
     assert indexes == {"tierq_tasks_pkey", "tierq_tasks_cold_line"}, (mode, indexes)
     assert_reads_about(nodes, BATCH, ("promote_cold", mode))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_reconcilers_slice_reads_about_a_slice_after_its_cursor(unanalyzed, mode):
+    """5,000 warm rows of one pair written at different times: a slice in the middle reads
+    about its own rows by tierq_tasks_warm_since, not the rows before its cursor."""
+    setup = ("INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+             " run_at_initially, max_attempts, seq, created_at, ready_since, state_since)"
+             " SELECT gen_random_uuid(), 'r', '_', 0, '{}', 'warm', now(), now(), 5, g, now(),"
+             " now(), timestamptz '2026-01-01' + g * interval '1 ms'"
+             " FROM generate_series(1, 5000) g")
+    values = {"queue": "r", "tenant": "_", "before": "2999-01-01T00:00:00Z", "limit": BATCH,
+              "after": "2026-01-01T00:00:03Z"}
+    nodes = explain(unanalyzed, "warm_suspects", values, mode, setup)
+    assert nodes[0]["Actual Rows"] == BATCH
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {"tierq_tasks_warm_since"}
+    assert_reads_about(nodes, BATCH, ("warm_suspects", mode))  # each of its two reads
 
 
 # -- maintenance by activity: the walks read what has work, never the pairs ever seen ----------

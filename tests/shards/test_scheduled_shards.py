@@ -91,7 +91,7 @@ def test_moves_and_reaps_per_shard_a_down_shard_delays_only_its_pairs(
     specs = shard_specs[:3]
     blue = specs[2].name
     tq = use_shards(specs)
-    for queue in ("later", "leased"):  # configured: their gauges carry their names
+    for queue in ("later", "leased"):  # configured by an admin: their gauges carry their names
         tq.put_queue(queue, {})
     tq.enqueue("later", [{"payload": t, "tenant": t, "delay_seconds": 1} for t in TENANTS])
     tq.enqueue("leased", [{"payload": t, "tenant": t} for t in TENANTS])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 from tierq.dal.warm_tier import SCRIPTS, script_source
@@ -42,4 +43,107 @@ def test_every_script_that_calls_a_shared_piece_includes_it():
             assert "-- include: warm_bytes" in body, name
         if "task_of(" in body or "waiting(" in body:
             assert "-- include: ready_member" in body, name
+        if any(f"{piece}(" in body for piece in ("lease_held", "lease_drop", "lease_attempt")):
+            # (lease_keys calls call_chunked: it is included after it)
+            includes = re.findall(r"^-- include: (\w+)", body, re.M)
+            assert "lease_keys" in includes, name
+            assert includes.index("call_chunked") < includes.index("lease_keys"), name
 
+
+# -- no script reads a whole set ---------------------------------------------------------------
+
+# Commands that read every member or field of their key, whatever its size.
+WHOLE_SET = {"HGETALL", "HKEYS", "HVALS", "SMEMBERS", "KEYS", "SORT", "SINTER", "SUNION",
+             "SDIFF", "ZUNION", "ZINTER", "ZDIFF", "ZRANGESTORE"}
+# Range reads that are bounded only with a LIMIT, and scans only with a COUNT.
+NEEDS_LIMIT = {"ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX"}
+NEEDS_COUNT = {"SCAN", "HSCAN", "ZSCAN", "SSCAN"}
+# (script, command) -> why that call is bounded all the same
+BOUNDED_BY_THEIR_GUARD = {
+    ("warm_bytes", "HKEYS"): "a recount runs only while HLEN is at most "
+                             "RECOUNT_UNKNOWN_AT_MOST",
+    ("admission_mode", "ZREMRANGEBYSCORE"): "drops admissions gone stale (a few in flight)",
+    ("rate_tenants", "ZREMRANGEBYSCORE"): "drops tenants not noted for 1,020 s",
+}
+CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
+
+
+def redis_calls(text: str) -> list[tuple[str, list[str]]]:
+    """(command, its arguments' source text) of each ``redis.call`` with a literal command
+    name."""
+    calls = []
+    for match in CALL.finditer(text):
+        depth, args, current, quote = 1, [], "", ""
+        rest = text[match.end():]
+        for i, char in enumerate(rest):
+            if quote:  # inside a string literal: its brackets and commas are text
+                if char == quote and rest[i - 1] != "\\":
+                    quote = ""
+            elif char in "'\"":
+                quote = char
+            elif char in "({[":
+                depth += 1
+            elif char in ")}]":
+                depth -= 1
+                if depth == 0:
+                    break
+            if char == "," and depth == 1 and not quote:
+                args.append(current.strip())
+                current = ""
+            else:
+                current += char
+        args.append(current.strip())
+        calls.append((match.group(1).upper(), [a for a in args if a]))
+    return calls
+
+
+def whole_set_reads(name: str, text: str) -> list[str]:
+    """What in one script reads a whole set, each as 'script: COMMAND args'."""
+    found = []
+    for command, args in redis_calls(text):
+        words = {a.strip("'\"").upper() for a in args}
+        if (name, command) in BOUNDED_BY_THEIR_GUARD:
+            continue
+        if command in WHOLE_SET \
+                or (command in NEEDS_LIMIT and "LIMIT" not in words) \
+                or (command in NEEDS_COUNT and "COUNT" not in words):
+            found.append(f"{name}: {command} {', '.join(args)}")
+        elif command in {"ZRANGE", "ZREVRANGE"}:
+            by = {"BYSCORE", "BYLEX"} & words
+            stop = args[2] if len(args) > 2 else ""
+            if (by and "LIMIT" not in words) or \
+                    (not by and not (stop.isdigit() and args[1].isdigit())):
+                found.append(f"{name}: {command} {', '.join(args)}")
+    return found
+
+
+def test_no_script_reads_a_whole_lease_ready_or_data_set():
+    """Every Lua source (scripts and shared pieces): a range read has a LIMIT or fixed
+    bounds, a scan a COUNT, and none of the commands that read a whole key is called but
+    where its guard bounds it (BOUNDED_BY_THEIR_GUARD)."""
+    found = []
+    for path in sorted(LUA.iterdir(), key=lambda p: p.name):
+        if path.name.endswith(".lua"):
+            found += whole_set_reads(path.name[:-4], path.read_text("utf-8"))
+    assert found == []
+
+
+def test_the_lint_finds_what_it_is_meant_to():
+    assert whole_set_reads("x", "redis.call('ZRANGE', KEYS[1], 0, -1)") != []
+    assert whole_set_reads("x", "redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')") == []
+    assert whole_set_reads("x", "redis.call('HKEYS', KEYS[2])") != []
+    assert whole_set_reads("x", "redis.call('ZRANGEBYSCORE', k, '-inf', now)") != []
+    assert whole_set_reads(
+        "x", "redis.call('ZRANGEBYSCORE', k, '-inf', now, 'LIMIT', 0, 10)") == []
+    assert whole_set_reads("x", "redis.call('ZSCAN', k, cursor)") != []
+    assert whole_set_reads("x", "redis.call('ZSCAN', k, cursor, 'COUNT', n)") == []
+    assert whole_set_reads("x", "redis.call('HGETALL', string.format('%s', k))") != []
+    assert whole_set_reads(
+        "x", "redis.call('ZRANGEBYSCORE', k, '(' .. now, '+inf', 'LIMIT', 0, 1)") == []
+
+
+def test_each_guarded_exception_is_still_there():
+    """An exception nobody needs any more is taken off the list."""
+    for (name, command) in BOUNDED_BY_THEIR_GUARD:
+        text = LUA.joinpath(f"{name}.lua").read_text("utf-8")
+        assert command in {c for c, _ in redis_calls(text)}, (name, command)

@@ -15,6 +15,9 @@ loaded again and the call repeated. As with the pool's retry, a call whose reply
 can run twice; every script is safe to repeat or, for a claim, leaves leases that expire
 (the tasks are handed out again, nothing is lost).
 
+Commands are packed here, not by the connection, so each is checked against ElastiCache's
+argument limit here too (``dal/command_limit.check``).
+
 Valkey in cluster mode goes through ``RedisCluster`` as before (it routes by key slot).
 """
 
@@ -29,6 +32,8 @@ import redis
 from hiredis import pack_command
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
+
+from tierq.dal.command_limit import check
 
 
 class DirectCalls:
@@ -67,7 +72,9 @@ class DirectCalls:
 
     def command(self, *args: Any) -> Any:
         """The reply of one command; raises redis.ConnectionError / TimeoutError when Valkey
-        does not answer on a fresh connection either."""
+        does not answer on a fresh connection either; ``CommandTooLong`` (nothing sent) for
+        a command of more arguments than ElastiCache takes."""
+        check(args)
         for attempt in (1, 2):
             conn = self._connection()
             try:
@@ -92,6 +99,8 @@ class DirectCalls:
         error reply is returned in its place (a ``redis.ResponseError``), not raised, so the
         caller decides which of them matter. Raises as ``command`` when Valkey does not
         answer."""
+        for args in commands:
+            check(args)
         packed = b"".join([pack_command(tuple(args)) for args in commands])
         for attempt in (1, 2):
             conn = self._connection()

@@ -41,6 +41,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from tierq.dal.command_limit import chunks, per_call
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ BLOCK_SLOTS = 60  # seconds per block (lua/rate_add.lua)
 BLOCK_WORDS = 1 + 2 * BLOCK_SLOTS  # u32 words of a block: its stamp, then the counts
 BLOCKS = 16
 BLOCK_BYTES = 4 * BLOCK_WORDS
+# tenants per note (rate_tenants.lua: EVALSHA, its sha, 1, the key, then the tenants)
+NOTES_PER_CALL = per_call(4)
 # a process notes a tenant in its queue's index at most this often
 NOTE_EVERY_SECONDS = 60.0
 # past this many remembered notes, those older than NOTE_EVERY_SECONDS are forgotten
@@ -137,12 +140,13 @@ class ThroughputCounts:
     # -- writing ------------------------------------------------------------------------
 
     def along(self, queue: str,
-              counts: Mapping[str, tuple[int, int]]) -> tuple[list[Command], Command | None]:
+              counts: Mapping[str, tuple[int, int]]) -> tuple[list[Command], list[Command]]:
         """The commands that add ``counts`` (tenant -> (enqueued, acked)), to send in one
         pipeline, alone (``record``) or after a pair's own command (``WarmTier.release``),
-        and a note of the tenants in the queue's index when one is due. On a single server
-        the note is among the commands (one round trip); in cluster mode it is returned
-        apart, to be sent on its own after them: the index lives in the queue's slot, whose
+        and notes of the tenants in the queue's index when some are due (one per
+        ``NOTES_PER_CALL`` tenants: ElastiCache's argument limit). On a single server the
+        notes are among the commands (one round trip); in cluster mode they are returned
+        apart, to be sent on their own after them: the index lives in the queue's slot, whose
         master being down must not fail a pair's own call. Hand both to ``settle``."""
         counted = [tenant for tenant, (enqueued, acked) in counts.items()
                    if enqueued > 0 or acked > 0]
@@ -150,12 +154,12 @@ class ThroughputCounts:
             ("EVALSHA", self.add_script.sha, 1, rate_key(queue, tenant), *counts[tenant])
             for tenant in counted]
         due = self._due_notes(queue, counted)
-        if not due:
-            return commands, None
-        note: Command = ("EVALSHA", self.note_script.sha, 1, tenants_key(queue), *due)
+        notes: list[Command] = [
+            ("EVALSHA", self.note_script.sha, 1, tenants_key(queue), *part)
+            for part in chunks(due, NOTES_PER_CALL)]
         if self.warm.calls is not None:
-            return [*commands, note], None
-        return commands, note
+            return [*commands, *notes], []
+        return commands, notes
 
     def _due_notes(self, queue: str, tenants: Sequence[str]) -> list[str]:
         """The tenants not noted by this process in the last minute, marked as noted now.
@@ -173,14 +177,14 @@ class ThroughputCounts:
         return due
 
     def settle(self, queue: str, commands: Sequence[Command], replies: Sequence[Any],
-               note: Command | None = None) -> None:
+               notes: Sequence[Command] = ()) -> None:
         """Deal with the replies of ``commands``: a script the server does not know yet is
         run again alone (and loaded); any other error is logged and the count dropped. Then
-        send ``note`` (``along``'s second part) on its own, best-effort."""
+        send ``notes`` (``along``'s second part) on their own, best-effort."""
         for command, reply in zip(commands, replies, strict=True):
             if isinstance(reply, Exception):
                 self._retry_or_drop(command, reply)
-        if note is not None:
+        for note in notes:
             try:
                 reply = self.warm.pipeline([note])[0]
             except (WarmTierUnavailable, WarmTierFull) as exc:
@@ -204,7 +208,7 @@ class ThroughputCounts:
     def record(self, queue: str, counts: Mapping[str, tuple[int, int]]) -> None:
         """Add ``counts`` (tenant -> (enqueued, acked)) in one pipeline, best-effort: when
         Valkey does not answer they are dropped (and logged), the caller carries on."""
-        commands, note = self.along(queue, counts)
+        commands, notes = self.along(queue, counts)
         if not commands:
             return
         try:
@@ -212,7 +216,7 @@ class ThroughputCounts:
         except (WarmTierUnavailable, WarmTierFull) as exc:
             log.warning("throughput counts of queue %r dropped: %s", queue, exc)
             return
-        self.settle(queue, commands, replies, note)
+        self.settle(queue, commands, replies, notes)
 
     def record_enqueued(self, queue: str, tenants: Iterable[str]) -> None:
         """Count one enqueued task per tenant named (a tenant once per task)."""

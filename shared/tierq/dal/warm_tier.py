@@ -25,6 +25,12 @@ from redis.exceptions import (
 
 from tierq.core.ids import attempt_of_token
 from tierq.core.ordering import Place
+from tierq.dal.command_limit import (
+    LimitedConnectionPool,
+    chunks,
+    connection_class,
+    per_call,
+)
 from tierq.dal.direct_calls import DirectCalls
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 
@@ -42,6 +48,9 @@ SCRIPTS = (
     "claim",
     "lease_extend",
     "lease_expired",
+    "lease_drop",
+    "lease_of",
+    "lease_index",
     "release_leases",
     "missing",
     "remove",
@@ -68,12 +77,29 @@ class PairKeys:
     meta: str
     inflight: str
     bucket: str  # the tenant's token bucket (tenant_rate, lua/token_bucket.lua)
+    lease_of: str  # id -> the token of its lease (lua/lease_keys.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
-                   tag + "inflight", tag + "bucket")
+                   tag + "inflight", tag + "bucket", tag + "lease_of")
+
+
+# How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
+# EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
+PUSH_TASKS_PER_CALL = per_call(3 + 6 + 6, 4)  # push_ready: 6 keys, 6 fixed, 4 per task
+IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
+MEMBERS_PER_CALL = per_call(3 + 3 + 1)  # lease_drop, release_leases: lease members
+ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
+# lease_index.lua: leases (or claim records) per slice, and slices per reconciler visit
+LEASE_INDEX_SLICE = 500
+LEASE_INDEX_SLICES_PER_VISIT = 40
+
+
+class LatePush(Exception):
+    """push_ready refused a whole push: its admission began before the pair's fence, so the
+    reconciler has taken its rows over (lua/missing.lua) and pushes them itself."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +210,7 @@ class ScriptCall:
 @dataclass(frozen=True)
 class QueueTake:
     """The queue-wide take a claim's first pair makes in its own script on a single server
-    (lua/claim.lua KEYS 7-9): ``want`` units for the whole claim, one entry ``holder``,
+    (lua/claim.lua KEYS 8-10): ``want`` units for the whole claim, one entry ``holder``,
     at most ``max_held`` held in the pool (0: no count limit), tokens of the queue's bucket
     at ``rate`` (per_second, burst) if any. The pair pops at most its share of the grant:
     one of ``shares`` (the tenants the claim's rotation shares it among)."""
@@ -373,10 +399,14 @@ class WarmTier:
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False,
                  credential_provider: CredentialProvider | None = None) -> WarmTier:
+        """A warm tier over a new client; its connections refuse any command of more
+        arguments than ElastiCache Serverless takes (dal/command_limit.py)."""
         options = client_options(url, credential_provider)
         if cluster:
-            return cls(RedisCluster.from_url(url, **options))
-        return cls(redis.Redis.from_url(url, **options))
+            return cls(RedisCluster.from_url(url, connection_pool_class=LimitedConnectionPool,
+                                              **options))
+        return cls(redis.Redis.from_url(url, connection_class=connection_class(url),
+                                        **options))
 
     def master_of(self, queue: str, tenant: str) -> str | None:
         """``host:port`` of the cluster master serving the pair's keys (from the client's
@@ -422,9 +452,17 @@ class WarmTier:
         with _available(self.credentials):
             if self.calls is not None:
                 return self.calls.pipeline(commands)
-            pipe = self.client.pipeline(transaction=False)
+            cluster = self.client
+            assert isinstance(cluster, RedisCluster)  # (a single server has its direct calls)
+            pipe = cluster.pipeline(transaction=False)
             for args in commands:
-                pipe.execute_command(*args)
+                if args[0] == "EVALSHA" and int(args[2]) > 0:
+                    # routed by its first key here: redis-py's cluster pipeline would ask a
+                    # node for a script's keys first (COMMAND GETKEYS), a round trip each
+                    pipe.execute_command(*args,
+                                         target_nodes=cluster.get_node_from_key(args[3]))
+                else:
+                    pipe.execute_command(*args)
             return list(pipe.execute(raise_on_error=False))
 
     def server_time(self, key: str) -> float:
@@ -466,18 +504,29 @@ class WarmTier:
     # -- admission ---------------------------------------------------------------------
 
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
-             now_ms: int, token: str,
+             now_ms: int, token: str, since_ms: int,
              items: Sequence[tuple[str, Place, bytes | str]]) -> tuple[str, list[str]]:
-        """Push (id, place, blob) items; returns (mode after, refused ids). Raises
+        """Push (id, place, blob) items, at most ``PUSH_TASKS_PER_CALL``; returns (mode after,
+        refused ids). ``since_ms``: when the admission began (at or before the
+        ``state_since`` its rows were written with). Raises ``LatePush`` when the
+        reconciler has taken the admission's rows over (nothing was pushed), and
         ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
+        if len(items) > PUSH_TASKS_PER_CALL:
+            raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
+                             "per call")
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes]
+        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes, since_ms]
         for _, at, _ in items:  # score, member pairs (for ZADD), then id, blob (HSET)
             args += at
         for task_id, _, blob in items:
             args += (task_id, blob)
-        out = self._run("push_ready", (k.ready, k.data, k.meta, k.inflight), args)
-        return _s(out[0]), [_s(x) for x in out[1:]]
+        out = self._run("push_ready",
+                        (k.ready, k.data, k.meta, k.inflight, k.leased, k.lease_of), args)
+        mode = _s(out[0])
+        if mode == "late":
+            raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
+                           "after the reconciler took its rows over")
+        return mode, [_s(x) for x in out[1:]]
 
     def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str,
                         force_cold: bool = False) -> str:
@@ -540,7 +589,8 @@ class WarmTier:
         ``take`` granted (-1 without one)."""
         k = PairKeys.of(queue, tenant)
         per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
-        keys: tuple[str, ...] = (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket)
+        keys: tuple[str, ...] = (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket,
+                                 k.lease_of)
         args: tuple[Any, ...] = (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
                                  "strict" if strict else "", per_task_bytes,
                                  tenant_max_leased, repr(float(per_second)), burst, first_k)
@@ -593,17 +643,29 @@ class WarmTier:
         for i, (unit, deadline) in enumerate(deadlines):
             holder, k = split_unit(unit)
             groups.setdefault((holder, deadline), []).append((i, k))
+        keys = (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool))
+        room = per_call(3 + len(keys) + 1)  # EVALSHA sha n, keys, now_ms: the groups' room
+        after = [0] * len(deadlines)
         args: list[Any] = [now_ms]
         order: list[int] = []
         for (holder, deadline), units in groups.items():
-            args += (holder, deadline, len(units), *(k for _, k in units))
-            order += (i for i, _ in units)
-        out = self._run("capacity_extend",
-                        (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool)), args)
-        after = [0] * len(deadlines)
+            for part in chunks(units, room - 3):  # (a group larger than a call: in parts)
+                if len(args) - 1 + 3 + len(part) > room:
+                    self._extend_units(keys, args, order, after)
+                    args, order = [now_ms], []
+                args += (holder, deadline, len(part), *(k for _, k in part))
+                order += (i for i, _ in part)
+        self._extend_units(keys, args, order, after)
+        return after
+
+    def _extend_units(self, keys: tuple[str, str], args: list[Any], order: list[int],
+                      after: list[int]) -> None:
+        """One capacity_extend call of ``extend_capacity``: deadlines into ``after``."""
+        if not order:
+            return
+        out = self._run("capacity_extend", keys, args)
         for i, deadline in zip(order, out, strict=True):
             after[i] = int(deadline)
-        return after
 
     @staticmethod
     def return_capacity_call(queue: str, pool: str, groups: Sequence[str]) -> ScriptCall:
@@ -621,9 +683,12 @@ class WarmTier:
         take whose deadline has passed counts until a take sweeps it)."""
         if not units:
             return 0
-        call = self.return_capacity_call(
-            queue, pool, token_groups(units) if tokens else unit_groups(units))
-        return int(self._run(call.name, call.keys, call.args))
+        freed = 0
+        for part in chunks(units, per_call(3 + 2, 3)):  # at worst a group of one per unit
+            call = self.return_capacity_call(
+                queue, pool, token_groups(part) if tokens else unit_groups(part))
+            freed += int(self._run(call.name, call.keys, call.args))
+        return freed
 
     def capacity_use(self, queue: str, pool: str, *, now_ms: int,
                      rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
@@ -653,58 +718,68 @@ class WarmTier:
                members: Sequence[str]) -> list[bool]:
         """Whether each lease (a member ``lease_member(id, token)``) is held and unexpired:
         one ZMSCORE (a token not issued for that id names no member)."""
-        if not members:
-            return []
-        k = PairKeys.of(queue, tenant)
-        deadlines = self._command("ZMSCORE", k.leased, *members)
-        return [d is not None and float(d) > now_ms for d in deadlines]
+        return [d is not None and float(d) > now_ms
+                for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
+
+    def _deadlines(self, leased: str, members: Sequence[str]) -> list[Any]:
+        """ZMSCORE of the members, in calls within the argument limit."""
+        out: list[Any] = []
+        for part in chunks(members, ZMSCORE_PER_CALL):
+            out += self._command("ZMSCORE", leased, *part)
+        return out
 
     def lease_deadlines(self, queue: str, tenant: str,
                         members: Sequence[str]) -> list[int | None]:
         """The deadline (epoch ms) of each lease (a member ``lease_member(id, token)``),
         None when it is not held; 0 marks one the reaper is expiring. One ZMSCORE."""
-        if not members:
-            return []
-        k = PairKeys.of(queue, tenant)
-        deadlines = self._command("ZMSCORE", k.leased, *members)
-        return [None if d is None else int(float(d)) for d in deadlines]
+        return [None if d is None else int(float(d))
+                for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
 
     def release(self, queue: str, tenant: str, members: Sequence[str], *,
                 acked: int = 0, then: ScriptCall | None = None) -> int:
-        """Drop these leases (members ``lease_member(id, token)``); a lease that was
-        re-issued since has another token and is left alone. Returns how many were
-        dropped. ``acked``: tasks of the pair just acked, counted in the same round trip
-        (dal/throughput.py). ``then``: a script that must run after the drop (giving back
-        the leases' queue-wide reservations): on a single server in the same round trip,
-        in order; in cluster mode (other slots, no order across masters) once the drop
-        has answered."""
+        """Drop these leases (members ``lease_member(id, token)``: lua/lease_drop.lua, which
+        also forgets each task's lease and its claim's record once it holds no lease); a
+        lease that was re-issued since has another token and is left alone. Returns how
+        many were dropped. ``acked``: tasks of the pair just acked, counted in the same
+        round trip (dal/throughput.py). ``then``: a script that must run after the drop
+        (giving back the leases' queue-wide reservations): on a single server in the same
+        round trip, in order; in cluster mode (other slots, no order across masters) once
+        the drop has answered."""
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
-        zrem = ("ZREM", k.leased, *dict.fromkeys(members))
+        keys = (k.leased, k.lease_of, k.claims)
+        *before, last = chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL)
+        dropped = 0
+        for part in before:  # (more than one call holds: the earlier parts on their own)
+            dropped += int(self._run("lease_drop", keys, part))
         after: list[tuple[Any, ...]] = []
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
         if acked <= 0 and not after:
-            dropped = int(self._command(*zrem))
+            dropped += int(self._run("lease_drop", keys, last))
             self._then(then)
             return dropped
-        counts, note = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
-            else ([], None)
-        replies = self.pipeline([zrem, *counts, *after])
+        counts, notes = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
+            else ([], [])
+        drop = ("EVALSHA", self.scripts["lease_drop"].sha, len(keys), *keys, *last)
+        replies = self.pipeline([drop, *counts, *after])
+        first = replies[0]
+        if isinstance(first, NoScriptError):
+            first = self._run("lease_drop", keys, last)  # (Valkey lost its scripts: loaded)
         if after:
-            last, replies = replies[-1], replies[:-1]
-            if isinstance(last, NoScriptError):
+            end, replies = replies[-1], replies[:-1]
+            if isinstance(end, NoScriptError):
                 self._then(then)  # (Valkey lost its scripts: _run loads it again)
             # (another error there: the reservations end at their deadline)
-        self.throughput.settle(queue, counts, replies[1:], note)
-        if isinstance(replies[0], Exception):
+        self.throughput.settle(queue, counts, replies[1:], notes)
+        if isinstance(first, Exception):
             with _available(self.credentials):
-                raise replies[0]
+                raise first
         if not after:
             self._then(then)
-        return int(replies[0])
+        return dropped + int(first)
 
     def _then(self, call: ScriptCall | None) -> None:
         """``release``'s script after the drop, on its own; best-effort: what it would have
@@ -726,62 +801,102 @@ class WarmTier:
         if not members:
             return set()
         k = PairKeys.of(queue, tenant)
-        return {_s(m) for m in self._run("release_leases", (k.leased,),
-                                         (now_ms, *dict.fromkeys(members)))}
+        taken: set[str] = set()
+        for part in chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL):
+            taken.update(_s(m) for m in self._run(
+                "release_leases", (k.leased, k.lease_of, k.claims), (now_ms, *part)))
+        return taken
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
                leases: Sequence[tuple[str, str, int]]) -> list[int]:
         """New deadline (ms) per (id, token, extend_ms), or 0 when not owned / expired."""
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = [now_ms]
-        for task_id, token, extend_ms in leases:
-            args.extend((lease_member(task_id, token), extend_ms))
-        return [int(x) for x in self._run("lease_extend", (k.leased,), args)]
+        out: list[int] = []
+        for part in chunks(leases, per_call(3 + 1 + 1, 2)):
+            args: list[Any] = [now_ms]
+            for task_id, token, extend_ms in part:
+                args.extend((lease_member(task_id, token), extend_ms))
+            out += (int(x) for x in self._run("lease_extend", (k.leased,), args))
+        return out
 
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
         """(id, token, attempt) of leases past their deadline, oldest first."""
         k = PairKeys.of(queue, tenant)
-        out = self._run("lease_expired", (k.leased, k.claims), (now_ms, limit))
+        out = self._run("lease_expired", (k.leased,), (now_ms, limit))
         return [split_member(_s(m)) for m in out]
 
-    def missing(self, queue: str, tenant: str, ids: Sequence[str]) -> list[str]:
-        """Those of these ids neither waiting (in the data hash) nor leased."""
-        if not ids:
-            return []
+    def missing(self, queue: str, tenant: str, ids: Sequence[str], *, fence_ms: int,
+                cursor: str | None = None) -> list[str] | None:
+        """Which of ``ids`` are neither waiting (their data in the data hash) nor leased
+        (lua/missing.lua: lookups by id);
+        None while the pair's lease index is not complete (``index_leases``). When some
+        are, the pair's fence is raised to ``fence_ms``: a push of an admission that began
+        before it is refused from then on (``LatePush``). ``cursor`` (not None): the
+        reconciler's cursor to keep in the pair's meta (``reconcile_cursor``; '' forgets
+        it)."""
         k = PairKeys.of(queue, tenant)
-        return [_s(x) for x in self._run("missing", (k.data, k.leased), ids)]
+        keys = (k.data, k.leased, k.lease_of, k.meta)
+        parts = list(chunks(ids, IDS_PER_CALL)) or [[]]
+        found: list[str] = []
+        for i, part in enumerate(parts):
+            # ('' leaves the kept cursor as it is, '0' forgets it: lua/missing.lua)
+            keep = "" if cursor is None or i < len(parts) - 1 else (cursor or "0")
+            out = self._run("missing", keys, (fence_ms, keep, *part))
+            if _s(out[0]) == "indexing":
+                return None
+            found += (_s(x) for x in out[1:])
+        return found
+
+    def reconcile_cursor(self, queue: str, tenant: str) -> str:
+        """The reconciler's cursor over the pair's warm rows ('' when none: from the start),
+        kept by ``missing`` in the pair's meta."""
+        raw = self._command("HGET", PairKeys.of(queue, tenant).meta, "reconcile_after")
+        return "" if raw is None else _s(raw)
+
+    def index_leases(self, queue: str, tenant: str, *,
+                     slices: int = LEASE_INDEX_SLICES_PER_VISIT) -> bool:
+        """Complete the pair's lease index for leases made by a tierq that kept none
+        (lua/lease_index.lua), at most ``slices`` slices; whether it is complete."""
+        k = PairKeys.of(queue, tenant)
+        for _ in range(slices):
+            if int(self._run("lease_index", (k.leased, k.lease_of, k.claims, k.meta),
+                             (LEASE_INDEX_SLICE,))):
+                return True
+        return False
 
     def remove(self, queue: str, tenant: str, places: Sequence[Place]) -> int:
         """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
-        their data, their leases. Returns how many were waiting or leased."""
-        if not places:
-            return 0
+        their data, their leases (lua/remove.lua: found by the id in each member). Returns
+        how many were waiting or leased."""
         k = PairKeys.of(queue, tenant)
-        return int(self._run("remove", (k.ready, k.data, k.leased, k.meta),
-                             [at.member for at in places]))
+        members = [at.member for at in places]
+        return sum(int(self._run("remove", (k.ready, k.data, k.leased, k.meta, k.lease_of,
+                                            k.claims), part))
+                   for part in chunks(members, IDS_PER_CALL))
 
     def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
         """Remove these tasks (their ready-set places) only while they wait in the ready set
         (claimed ones are left alone); returns the ids removed."""
-        if not places:
-            return []
         k = PairKeys.of(queue, tenant)
-        return [_s(x) for x in self._run("remove_ready", (k.ready, k.data, k.meta),
-                                         [at.member for at in places])]
+        members = [at.member for at in places]
+        return [_s(x) for part in chunks(members, IDS_PER_CALL)
+                for x in self._run("remove_ready", (k.ready, k.data, k.meta), part)]
 
     def update_ready(self, queue: str, tenant: str,
                      items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int) -> int:
         """Replace the data of (id, place, blob) items already in the warm tier (a new
         priority moves the task to its new place); returns how many were found. Raises
         ``WarmTierFull`` when Valkey is out of memory (nothing was changed)."""
-        if not items:
-            return 0
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = [warm_max_bytes]
-        for _, at, blob in items:
-            args += (at.member, at.score, blob)
-        return int(self._run("update_ready", (k.ready, k.data, k.meta), args))
+        found = 0
+        # EVALSHA sha 3, 3 keys, warm_max_bytes; then member, score, blob per task
+        for part in chunks(items, per_call(3 + 3 + 1, 3)):
+            args: list[Any] = [warm_max_bytes]
+            for _, at, blob in part:
+                args += (at.member, at.score, blob)
+            found += int(self._run("update_ready", (k.ready, k.data, k.meta), args))
+        return found
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""
@@ -830,18 +945,17 @@ class WarmTier:
                 if deadline > 0]
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
+        """The task's current lease, found by its id (lua/lease_of.lua: three lookups);
+        None when it holds none (or the reaper is expiring it)."""
         k = PairKeys.of(queue, tenant)
-        with _available(self.credentials):
-            for raw_member, deadline in self.client.zscan_iter(
-                    k.leased, match=f"{task_id}|*", count=1000):
-                if deadline <= 0:
-                    continue  # being expired by the reaper
-                member = _s(raw_member)
-                prefix = claim_prefix(split_member(member)[1])
-                raw = self.client.hget(k.claims, prefix)
-                made = {} if raw is None else {prefix: _s(raw)}
-                return self._lease_info(member, int(deadline), made)
-        return None
+        out = self._run("lease_of", (k.lease_of, k.leased, k.claims), (task_id,))
+        if not out:
+            return None
+        token, deadline, record = _s(out[0]), int(float(out[1])), _s(out[2])
+        if deadline <= 0:
+            return None  # being expired by the reaper
+        made = {claim_prefix(token): record} if record else {}
+        return self._lease_info(lease_member(task_id, token), deadline, made)
 
     @staticmethod
     def _lease_info(member: str, deadline_ms: int, claims: dict[str, str]) -> LeaseInfo:
@@ -850,11 +964,12 @@ class WarmTier:
         return LeaseInfo(task_id, token, attempt, int(started), worker or None, deadline_ms)
 
     def drop_pair(self, queue: str, tenant: str) -> None:
-        """Delete every warm-tier key of one (queue, tenant)."""
+        """Delete every warm-tier key of one (queue, tenant). UNLINK: a large set is freed
+        off the server's main thread, so the call costs O(1) per key."""
         k = PairKeys.of(queue, tenant)
         with _available(self.credentials):
-            self.client.delete(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket)
+            self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
+                               k.bucket, k.lease_of)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

@@ -14,11 +14,15 @@ Protocol (docs/architecture.md §3, "Admission" and "The return to warm"):
    refused: the rows are committed, so they wait cold and the mover promotes them later.
 
 A crash between 2 and 3 leaves ``warm`` rows that Valkey does not know: the reaper's
-reconciler re-pushes them after the grace period (at-least-once, nothing lost).
+reconciler re-pushes them after the grace period (at-least-once, nothing lost). A push that
+comes after the reconciler has taken its rows over (it began before the pair's fence,
+lua/missing.lua) writes nothing (``LatePush``): the rows stay the reconciler's, so no task is
+added twice, nor after a worker finished it (docs/architecture.md §8).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,11 +36,15 @@ import orjson
 from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
+from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush
 from tierq.errors import WarmTierFull
 from tierq.logic import wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
-PUSH_CHUNK = 1000
+log = logging.getLogger(__name__)
+
+# tasks per push_ready call: within ElastiCache's argument limit (dal/command_limit.py)
+PUSH_CHUNK = PUSH_TASKS_PER_CALL
 # (id, place in the ready set, blob) of a task for the warm tier: a blob made here is bytes,
 # one made in SQL by promote_cold is text
 PushItem = tuple[str, Place, bytes | str]
@@ -95,9 +103,12 @@ def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
 
 @dataclass
 class Ticket:
-    """One admission across one or more (queue, tenant) pairs."""
+    """One admission across one or more (queue, tenant) pairs. ``since_ms``: when it
+    began, at or before the ``state_since`` its rows are written with (the caller's clock):
+    its pushes are refused once the reconciler has taken over rows that old."""
 
     token: str
+    since_ms: int
     modes: dict[Pair, str] = field(default_factory=dict)
     registered: set[Pair] = field(default_factory=set)
     # pairs whose push Valkey refused for want of memory (their rows went cold)
@@ -107,12 +118,16 @@ class Ticket:
         return "warm" if self.modes.get(pair) == "warm" else "cold"
 
 
-def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False) -> Ticket:
+def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False,
+          since: float | None = None) -> Ticket:
     """Start an admission. ``force_cold`` (bulk loads) turns each queue cold first, so the
     rows land in the cold line and nothing enqueued later can jump ahead of them; the
-    caller writes them with state 'cold' and calls ``close`` after its commit."""
-    ticket = Ticket(token=uuid.uuid4().hex)
+    caller writes them with state 'cold' and calls ``close`` after its commit. ``since``:
+    the ``state_since`` the caller writes its rows with when it took that time before
+    this call (the admission counts as begun then); by default, now."""
     now_ms = to_ms(ctx.now())
+    ticket = Ticket(token=uuid.uuid4().hex,
+                    since_ms=now_ms if since is None else min(now_ms, to_ms(since)))
     for pair in sorted(set(pairs)):
         if ctx.modes.get(pair) == "warm" and not force_cold:
             ticket.modes[pair] = "warm"
@@ -135,27 +150,35 @@ def close(ctx: Context, ticket: Ticket) -> None:
 def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
          *, kind: str) -> list[str]:
     """Push items of one pair; returns the ids refused (to be marked cold by the caller).
-    Valkey out of memory refuses the rest of the items: see ``go_cold``."""
+    Valkey out of memory refuses the rest of the items: see ``go_cold``. A push the
+    reconciler has overtaken (``LatePush``) leaves the rest of the items to it: they are
+    neither pushed nor refused (their rows stay warm)."""
     queue, tenant = pair
     settings = ctx.queue_settings.get(queue)
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
+    late = 0
     for start in range(0, len(items), PUSH_CHUNK):
         chunk = items[start:start + PUSH_CHUNK]
         try:
             mode, refused_now = ctx.warm.push(
                 queue, tenant, warm_max=settings.warm_max,
                 warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
-                token=ticket.token, items=chunk)
+                token=ticket.token, since_ms=ticket.since_ms, items=chunk)
         except WarmTierFull:
             go_cold(ctx, ticket, pair)
             refused.extend(item[0] for item in items[start:])
+            break
+        except LatePush:
+            late = len(items) - start
+            log.warning("a push of %d task(s) of %r/%r came after the reconciler took them "
+                        "over; it re-pushes them", late, queue, tenant)
             break
         ctx.modes[pair] = mode
         if refused_now:
             ticket.registered.add(pair)
             refused.extend(refused_now)
-    if len(refused) < len(items):
+    if len(refused) + late < len(items):
         wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
     return refused
 
@@ -179,7 +202,7 @@ def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, byte
         ctx.warm.update_ready(queue, tenant, items,
                               warm_max_bytes=ctx.queue_settings.get(queue).warm_max_bytes)
     except WarmTierFull:
-        ticket = Ticket(token=f"update-{uuid.uuid4().hex}")
+        ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
         try:
             go_cold(ctx, ticket, pair)
             # only those still waiting: a claimed task's row is warm too, and stays so

@@ -183,7 +183,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     """Insert; admit the created ready rows; resolve conflicts. Returns the tasks to retry
     (their conflicting task finished in between)."""
     ready_pairs = {(queue, p.tenant) for p in batch if p.ready}
-    ticket = admission.begin(ctx, ready_pairs)
+    ticket = admission.begin(ctx, ready_pairs, since=now)  # (its rows' state_since)
     try:
         ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
         for p in batch:

@@ -15,6 +15,7 @@ from uuid import UUID
 import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
+from tierq.dal.command_limit import per_call
 from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
 from tierq.logic import admission, limits
 from tierq.logic.admission import Target
@@ -109,14 +110,19 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     # then their queue-wide reservations (with the last pair's drop, after it): a
     # reservation may outlive its lease, never the reverse, so max_leased is never exceeded
     then: ScriptCall | None = None
+    apart = False  # too many to give back in one call: after the drops, in several
     if verified and ctx.queue_settings.get(queue).max_leased:
-        then = ctx.warm.return_capacity_call(
-            queue, limits.LEASES_POOL, token_groups([v.token for v in verified]))
+        groups = token_groups([v.token for v in verified])
+        apart = len(groups) > per_call(3 + 2)
+        if not apart:
+            then = ctx.warm.return_capacity_call(queue, limits.LEASES_POOL, groups)
     last = len(by_tenant) - 1
     for i, (tenant, members) in enumerate(by_tenant.items()):
         ctx.warm.release(queue, tenant, members, acked=sum(
             m.partition("|")[0] in acked for m in members) if acked else 0,
             then=then if i == last else None)
+    if apart:
+        free_reservations(ctx, queue, [v.token for v in verified])
 
 
 def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
@@ -207,7 +213,9 @@ def release(ctx: Context, queue: str,
 
     The leases are taken from Valkey first, atomically with their deadline check: the
     reaper marks every lease it lists, so a release and an expiry of one lease never both
-    happen (the expiry would re-queue a task already released and claimed again). If
+    happen (the expiry would re-queue a task already released and claimed again). Each
+    task taken keeps a release mark in its pair's lease index until it is pushed again, so
+    the reconciler leaves it to this release for its grace period (lua/lease_keys.lua). If
     Postgres then fails, the row is still warm and out of Valkey: the reconciler puts it
     back in line after its grace period, and the caller's retry is answered not_owner."""
     result = ReleaseResult()
@@ -232,7 +240,8 @@ def release(ctx: Context, queue: str,
     by_pair: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
     for row in rows:
         by_pair[(queue, row.tenant)].append(admission.row_push_item(row))
-    ticket = admission.Ticket(token=f"release-{uuid.uuid4().hex}")
+    # (its leases were taken back as of `now`, and their rows written with it)
+    ticket = admission.Ticket(token=f"release-{uuid.uuid4().hex}", since_ms=to_ms(now))
     admission.dispatch(ctx, ticket, by_pair, kind="restore")
     found = {str(r.id) for r in rows}
     for v in taken:

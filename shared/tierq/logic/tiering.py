@@ -135,14 +135,16 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
         try:
             while room > 0:
                 want = min(room, PROMOTE_BATCH, room_bytes // max(1, blob_estimate) + 1)
+                since = ctx.now()  # the batch's state_since: its admission began then
                 try:
-                    items = _promote_batch(ctx, conn, queue, tenant, want)
+                    items = _promote_batch(ctx, conn, queue, tenant, want, since)
                 except psycopg.errors.LockNotAvailable:
                     return moved, Busy.ROW_HELD  # a writer holds one of the rows: next pass
                 if not items:
                     break
                 items.sort(key=itemgetter(1))  # line order (a place sorts as Valkey does)
-                ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}")
+                ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}",
+                                          since_ms=to_ms(since))
                 refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
                                              kind="promote")
                 if ticket.full:
@@ -164,10 +166,10 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
 
 
 def _promote_batch(ctx: Context, conn: Conn, queue: str, tenant: str,
-                   limit: int) -> list[PushItem]:
-    """Mark one batch of the oldest cold rows warm; their push items (id, place, blob),
-    made before the batch commits."""
+                   limit: int, now: float) -> list[PushItem]:
+    """Mark one batch of the oldest cold rows warm (as of ``now``); their push items (id,
+    place, blob), made before the batch commits."""
     with transaction(conn):  # tierq's timeouts; then a shorter lock timeout of its own
         ctx.store.promote_lock_timeout(conn, PROMOTE_LOCK_TIMEOUT)
-        rows = ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(ctx.now()))
+        rows = ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(now))
         return [(r.id, place(r.priority, r.seq, r.id), r.blob) for r in rows]

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import Field
 
+from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic import admission, idempotency, leases, pairs
@@ -225,25 +227,47 @@ def record_expired(ctx: Context, queue: str, tenant: str,
 
 def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
               config: ReaperConfig) -> None:
-    """Re-push warm rows that neither the ready set nor the lease set knows. The rows are
-    locked while checked and pushed, so an ack deleting one at that moment cannot race."""
-    before = to_datetime(ctx.now() - ctx.settings.reconcile_grace_seconds)
-    suspects = [str(i) for i in ctx.store.warm_suspects(queue, tenant, before,
-                                                         config.reconcile_batch)]
-    lost = ctx.warm.missing(queue, tenant, suspects)
+    """Re-push warm rows that neither the ready set nor the lease set knows, one slice of
+    the pair's warm rows per pass after a cursor kept in the pair's meta (a pair of many
+    leases is checked all through, a slice at a time; each Valkey call looks up its ids
+    only). Rows Valkey lost are taken over first: ``missing`` raises the pair's fence to
+    the cutoff, so a late push of an admission older than it writes nothing
+    (``LatePush``), and ``take_over_for_restore`` commits their state_since as now, so no
+    other pass takes them again within the grace. Then they are pushed (kind restore)."""
+    now = ctx.now()
+    before = now - ctx.settings.reconcile_grace_seconds
+    after = parse_cursor(ctx.warm.reconcile_cursor(queue, tenant))
+    suspects = ctx.store.warm_suspects(queue, tenant, to_datetime(before),
+                                       config.reconcile_batch, after)
+    # the next pass goes on after this slice, or starts over once a slice comes back short
+    cursor = suspects[-1][1].isoformat() if len(suspects) >= config.reconcile_batch else ""
+    ids = [str(i) for i, _ in suspects]
+    lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
+    if lost is None:  # leases of an older tierq not all indexed yet: a visit's slices first
+        if not ctx.warm.index_leases(queue, tenant):
+            return  # the next pass goes on
+        lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
     if not lost:
         return
-    ticket = Ticket(token=f"restore-{queue}-{tenant}-{to_ms(ctx.now())}")
-    try:
-        with ctx.db.transaction() as conn:
-            rows = ctx.store.lock_warm_for_restore(conn, lost)
-            still_lost = set(ctx.warm.missing(queue, tenant, [str(r.id) for r in rows]))
-            items = [admission.row_push_item(r) for r in rows if str(r.id) in still_lost]
-            refused = admission.push(ctx, ticket, (queue, tenant), items, kind="restore")
-            admission.mark_cold(ctx, refused, conn)
-    finally:
-        admission.close(ctx, ticket)
+    rows = ctx.store.take_over_for_restore(lost, to_datetime(before), to_datetime(now))
+    still_lost = set(ctx.warm.missing(queue, tenant, [str(r.id) for r in rows],
+                                      fence_ms=to_ms(before)) or ())
+    items = sorted((admission.row_push_item(r) for r in rows if str(r.id) in still_lost),
+                   key=lambda item: item[1])  # line order: a refusal refuses the rest
+    if not items:
+        return
+    ticket = Ticket(token=f"restore-{queue}-{tenant}-{to_ms(now)}", since_ms=to_ms(now))
+    admission.dispatch(ctx, ticket, {(queue, tenant): items}, kind="restore")
     summary.restored += len(items)
+
+
+def parse_cursor(text: str) -> datetime:
+    """The reconciler's cursor (a state_since, ISO 8601); the start of the pair's rows for
+    '' or text that is not one."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return NEVER
 
 
 def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig,

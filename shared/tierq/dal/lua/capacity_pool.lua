@@ -13,11 +13,15 @@
 -- A unit leaves its entry at most once (its bit), so giving back is idempotent per unit:
 -- an ack racing the reaper on one lease, or a call repeated after a lost reply, frees it
 -- once. An entry whose deadline has passed is no longer counted and is swept (its count
--- subtracted) by the next take; one whose count reaches 0 is removed. No key has a TTL. A
--- '~held' that is missing (a pool written by an older tierq, one member per unit) is
--- recounted, once. The scripts read what they need with one HMGET and write with one
+-- subtracted) by the next take, at most SWEEP_AT_MOST entries per take (the rest by the
+-- takes after it: until then they count, so a take grants less, never more); one whose
+-- count reaches 0 is removed. No key has a TTL. A '~held' that is missing (a pool written by
+-- an older tierq, one member per unit and no counts) is recounted, once, as the number of
+-- its members (ZCARD). The scripts read what they need with one HMGET and write with one
 -- command of each kind: a claim's take or an ack's give-back is a handful of commands
--- whatever its size.
+-- whatever its size, and none reads the whole pool.
+
+local SWEEP_AT_MOST = 1000
 
 -- The count of a take's entry, from its value.
 local function pool_count(value)
@@ -34,30 +38,36 @@ local function pool_units(values, n)
   return units
 end
 
--- '~held' recounted from the entries (when it is missing).
+-- '~held' recounted (when it is missing): every take writes '~held' with its entry, so a
+-- pool without it holds only an older tierq's entries, one unit each.
 local function pool_recount(pool, counts)
-  local entries = redis.call('ZRANGE', pool, 0, -1)
-  return pool_units(call_chunked('HMGET', counts, entries), #entries)
+  return redis.call('ZCARD', pool)
 end
 
--- Removes the entries whose deadline is at or before `now`; returns the units they held.
+-- The first SWEEP_AT_MOST entries whose deadline is at or before `now`.
+local function pool_expired(pool, now)
+  return redis.call('ZRANGEBYSCORE', pool, '-inf', now, 'LIMIT', 0, SWEEP_AT_MOST)
+end
+
+-- Removes entries whose deadline is at or before `now` (at most SWEEP_AT_MOST); returns
+-- the units they held.
 local function pool_sweep(pool, counts, now)
-  local expired = redis.call('ZRANGEBYSCORE', pool, '-inf', now)
+  local expired = pool_expired(pool, now)
   if #expired == 0 then return 0 end
   local units = pool_units(call_chunked('HMGET', counts, expired), #expired)
   call_chunked('HDEL', counts, expired)
-  redis.call('ZREMRANGEBYSCORE', pool, '-inf', now)
+  call_chunked('ZREM', pool, expired)
   return units
 end
 
--- The units held by entries whose deadline is after `now` (changes nothing).
+-- The units held by entries whose deadline is after `now` (changes nothing; entries past
+-- their deadline beyond the first SWEEP_AT_MOST still count).
 local function pool_live(pool, counts, now)
   local held = tonumber(redis.call('HGET', counts, '~held'))
   if held == nil then
-    local live = redis.call('ZRANGEBYSCORE', pool, '(' .. now, '+inf')
-    return pool_units(call_chunked('HMGET', counts, live), #live)
+    return redis.call('ZCOUNT', pool, '(' .. now, '+inf')  -- one unit per entry (above)
   end
-  local expired = redis.call('ZRANGEBYSCORE', pool, '-inf', now)
+  local expired = pool_expired(pool, now)
   if #expired > 0 then
     held = held - pool_units(call_chunked('HMGET', counts, expired), #expired)
   end

@@ -1,18 +1,44 @@
--- Which of these ids are neither waiting nor leased? (the reconciler's question)
--- KEYS: 1 data (a waiting task's blob: lua/ready_member.lua), 2 leased
--- ARGV: ids
--- Returns the ids neither waiting nor in the leased set.
+#!lua flags=allow-oom
+-- Which of these ids are neither waiting nor leased? (the reconciler's question, for one
+-- slice of the pair's warm rows; lookups by id only, whatever the size of the pair)
+-- A task waits when its blob is in the data hash (lua/ready_member.lua: whatever the form
+-- of its ready-set member); it is leased when lease_of names a lease the leased set holds
+-- (lua/lease_keys.lua); one a release took back at or after the cutoff (ARGV 1) is the
+-- release's to push again.
+-- Until the pair's lease_of is complete (lease_index.lua: a pair whose leases were made by
+-- a tierq that kept no lease_of) nothing is reported and nothing is written.
+-- When some id is missing, the pair's fence (meta field `fence`) is raised to ARGV 1, the
+-- reconciler's cutoff: from then on push_ready drops every push of an admission that began
+-- before it (docs/architecture.md §8): the reconciler re-pushes those rows itself, so a
+-- late push of one of them can no longer add a task a worker may hold or has finished.
+-- Also keeps the reconciler's cursor over the pair's warm rows (meta `reconcile_after`).
+-- Allowed while Valkey is out of memory: it writes a few bytes of meta at most.
+-- KEYS: 1 data, 2 leased, 3 lease_of, 4 meta
+-- ARGV: 1 fence (epoch ms of the callers' clocks), 2 the cursor to keep ('': leave it as it
+--       is, '0': forget it), then ids
+-- Returns { 'ok', id, ... } (the ids neither waiting nor leased), or { 'indexing' }.
 
+-- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: ready_member (members and ids: lua/ready_member.lua)
+-- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 
-local leased = {}
-for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  leased[string.match(member, '^[^|]*')] = true
+if redis.call('HGET', KEYS[4], 'leases_indexed') ~= '1' then return { 'indexing' } end
+if ARGV[2] == '0' then
+  redis.call('HDEL', KEYS[4], 'reconcile_after')
+elseif ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[4], 'reconcile_after', ARGV[2])
 end
-local out = {}
-for _, id in ipairs(ARGV) do
-  if not leased[id] and not waiting(KEYS[1], id) then
-    out[#out + 1] = id
+local ids = {}
+for i = 3, #ARGV do ids[i - 2] = ARGV[i] end
+local held = lease_held(KEYS[2], KEYS[3], ids, tonumber(ARGV[1]))  -- (and recent releases)
+local out = { 'ok' }
+for k = 1, #ids do
+  if not held[k] and not waiting(KEYS[1], ids[k]) then out[#out + 1] = ids[k] end
+end
+if #out > 1 then
+  local fence = tonumber(ARGV[1])
+  if fence > tonumber(redis.call('HGET', KEYS[4], 'fence') or '0') then
+    redis.call('HSET', KEYS[4], 'fence', ARGV[1])
   end
 end
 return out

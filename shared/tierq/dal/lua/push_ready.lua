@@ -1,11 +1,12 @@
 -- Push ready tasks into the warm set of one (queue, tenant), never beyond warm_max tasks
 -- nor warm_max_bytes bytes of task data (an empty warm set takes one task whatever its size,
 -- so that no task is too large to ever be delivered).
--- KEYS: 1 ready, 2 data, 3 meta, 4 inflight
+-- KEYS: 1 ready, 2 data, 3 meta, 4 inflight, 5 leased, 6 lease_of
 -- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
---       4 admission token, 5 warm_max_bytes, then for n tasks: n pairs score, member (as
---       ZADD takes them: core/ordering.py place), then n pairs id, blob (as HSET takes
---       them), both in the same order
+--       4 admission token, 5 warm_max_bytes, 6 since: when the admission began (epoch ms of
+--       the caller's clock, at or before the `state_since` its rows were written with),
+--       then for n tasks: n pairs score, member (as ZADD takes them: core/ordering.py
+--       place), then n pairs id, blob (as HSET takes them), both in the same order
 --   enqueue: work that became ready (due, retried, replayed); refused outright while the
 --            queue is in cold mode (hysteresis).
 --   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
@@ -13,20 +14,30 @@
 --        HSET as they came (no table built per task).
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
+-- One live lease per task (docs/architecture.md §8):
+--   a push whose admission began before the pair's fence (meta `fence`, raised by the
+--     reconciler when it takes rows over: missing.lua) is late: nothing of it is written,
+--     and { 'late' } is returned (the reconciler pushes those rows itself);
+--   a task that holds a lease for a later attempt than the one its blob carries (found by
+--     id: lease_of, lua/lease_keys.lua) is left out, as one already in line is: a worker
+--     holds it. ('new' tasks are not looked up: their ids were made by this admission, so
+--     only the reconciler can have put them in Valkey before, and that fenced this push.)
 -- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
 -- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
--- copy is the one accepted). Once one task is
--- refused, every later one is too (a smaller one that would still fit must not pass it).
+-- copy is the one accepted). Once one task is refused, every later one is too (a smaller
+-- one that would still fit must not pass it).
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
--- Returns { mode_after, refused_id, ... }
--- Valkey work for the tasks: one HEXISTS per task (not for 'new'), then one ZADD and one
--- HSET of the accepted ones, however many tasks.
+-- Returns { mode_after, refused_id, ... }, or { 'late' }
+-- Valkey work for the tasks (not for 'new'): one HMGET of lease_of (and one ZMSCORE of the
+-- leases it names: Redis >= 6.2) and one HEXISTS per task; then one ZADD and one HSET of
+-- the accepted ones, however many tasks.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: ready_member (members and ids: lua/ready_member.lua)
+-- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 
 -- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
 -- the data hash in hashtable encoding even while it is small. A listpack finds a field by
@@ -40,10 +51,13 @@ local ENCODING_VALUE = 'kept by tierq so that this hash stays in hashtable encod
 local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
 local max_bytes = tonumber(ARGV[5])
-local n = (#ARGV - 5) / 4
-local ZS = 6              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = member
-local HS = 6 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
+local n = (#ARGV - 6) / 4
+local ZS = 7              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = member
+local HS = 7 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
 
+if tonumber(ARGV[6]) < tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') then
+  return { 'late' }
+end
 local mode = redis.call('HGET', KEYS[3], 'mode')
 if not mode then
   mode = 'cold'
@@ -59,12 +73,25 @@ end
 local admits = (kind == 'enqueue' or kind == 'new')
 local refused = {}
 local n_refused = 0
+-- the ids, and the leases they hold (lua/lease_keys.lua): not for 'new' (see above)
+local ids, held = {}, {}
+if kind ~= 'new' then
+  for k = 1, n do ids[k] = ARGV[HS + 2 * k - 2] end
+  held = lease_held(KEYS[5], KEYS[6], ids)  -- k -> the token of its lease
+end
+-- whether task k is held by a worker for a later attempt than its blob carries
+local function held_later(k)
+  return held[k] ~= nil and lease_attempt(held[k])
+    > tonumber(string.match(ARGV[HS + 2 * k - 1], '^(%d+)|') or '0')
+end
 
 if admits and mode == 'cold' then
   for k = 1, n do
-    refused[k] = ARGV[HS + 2 * k - 2]
+    if not held_later(k) then
+      n_refused = n_refused + 1
+      refused[n_refused] = ARGV[HS + 2 * k - 2]
+    end
   end
-  n_refused = n
 elseif kind == 'new' then
   -- the first tasks that fit are accepted, the rest refused
   local take = 0
@@ -85,8 +112,6 @@ elseif kind == 'new' then
     refused[n_refused] = ARGV[HS + 2 * k - 2]
   end
 else
-  local ids = {}
-  for k = 1, n do ids[k] = ARGV[HS + 2 * k - 2] end
   local accepted = {}      -- id -> true: a later copy in this batch finds it in line
   local ready_args = {}    -- score, member, ...
   local data_args = {}     -- id, blob, ...
@@ -96,6 +121,8 @@ else
     local blob = ARGV[HS + 2 * k - 1]
     if accepted[id] or waiting(KEYS[2], id) then
       -- already waiting in line: it keeps its place
+    elseif held_later(k) then
+      -- a worker holds it for a later attempt than this push knows: it is not added
     elseif n_refused == 0 and fits(#blob) then
       accepted[id] = true
       ready_args[n_args + 1] = ARGV[ZS + 2 * k - 2]

@@ -1,28 +1,31 @@
 #!lua flags=allow-oom
--- Remove tasks from the warm tier entirely (cancel, replace into the future, purge).
+-- Remove tasks from the warm tier entirely (cancel, replace into the future, purge): from
+-- the ready set with their data, and their leases (found by id in lease_of, ended as
+-- lua/lease_keys.lua ends any lease). Reads nothing beyond the ids given.
 -- Allowed while Valkey is out of memory: it only frees memory.
--- KEYS: 1 ready, 2 data, 3 leased, 4 meta
+-- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims
 -- ARGV: the tasks' ready-set members (core/ordering.py place: their data and leases are
---       found by the id in the member)
+--       found by the id in the member, lua/ready_member.lua task_of)
 -- Returns how many were ready or leased.
 
+-- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: ready_member (members and ids: lua/ready_member.lua)
+-- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 
-local wanted = {}
 local removed = 0
 local freed = 0
-for _, member in ipairs(ARGV) do
+local ids = {}
+for k, member in ipairs(ARGV) do
   local id = task_of(member)
-  wanted[id] = true
+  ids[k] = id
   removed = removed + redis.call('ZREM', KEYS[1], member)
   freed = freed + redis.call('HSTRLEN', KEYS[2], id)
   redis.call('HDEL', KEYS[2], id)
 end
 add_warm_bytes(KEYS[4], -freed)
-for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  if wanted[string.match(member, '^[^|]*')] then
-    removed = removed + redis.call('ZREM', KEYS[3], member)
-  end
-end
+local held = lease_held(KEYS[3], KEYS[5], ids)
+local members = {}
+for k, token in pairs(held) do members[#members + 1] = ids[k] .. '|' .. token end
+removed = removed + #lease_drop(KEYS[3], KEYS[5], KEYS[6], members)
 return removed

@@ -5,11 +5,17 @@
 -- push_ready can enforce warm_max_bytes atomically without reading the data.
 -- warm_bytes() heals the counter: an empty ready set holds no data (0); a missing field
 -- (a warm tier written before the counter existed) or a negative one (drift) is recounted
--- from the data hash, once; with ``recount_small``, so is any counter of a warm set of at
--- most RECOUNT_AT_MOST tasks (cheap; the mover's observations pass it, so a counter that
--- drifted upwards heals when the set runs low, not only once it is empty).
+-- from the data hash, once, if the hash has at most RECOUNT_UNKNOWN_AT_MOST fields (a
+-- recount reads every field: no script reads a large set); a larger one is taken as full
+-- (UNKNOWN_BYTES, not stored: the pair goes cold and nothing is promoted) until claims have
+-- emptied the set (0) or brought its data down to that many fields. With
+-- ``recount_small``, any counter of a warm set of at most RECOUNT_AT_MOST tasks is
+-- recounted (cheap; the mover's observations pass it, so a counter that drifted upwards
+-- heals when the set runs low, not only once it is empty).
 local BYTES_FIELD = 'bytes'
 local RECOUNT_AT_MOST = 64
+local RECOUNT_UNKNOWN_AT_MOST = 512
+local UNKNOWN_BYTES = 2 ^ 50
 local function warm_bytes(meta, data, ready_size, recount_small)
   local stored = tonumber(redis.call('HGET', meta, BYTES_FIELD) or '')
   if ready_size == 0 then
@@ -18,6 +24,10 @@ local function warm_bytes(meta, data, ready_size, recount_small)
   end
   if stored and stored >= 0 and not (recount_small and ready_size <= RECOUNT_AT_MOST) then
     return stored
+  end
+  if redis.call('HLEN', data) > RECOUNT_UNKNOWN_AT_MOST then
+    if stored and stored >= 0 then return stored end  -- (a small set's recount: not now)
+    return UNKNOWN_BYTES
   end
   local total = 0
   for _, field in ipairs(redis.call('HKEYS', data)) do

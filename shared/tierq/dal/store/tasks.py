@@ -5,7 +5,7 @@ one task, dead letters."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
 from uuid import UUID
 
@@ -26,6 +26,8 @@ from tierq.dal.store.rows import (
     SeqPosition,
     TaskRow,
 )
+
+NEVER = datetime.min.replace(tzinfo=UTC)  # before every state_since
 
 
 class TaskColumns(TypedDict):
@@ -163,16 +165,22 @@ class TaskQueries(StoreBase):
 
     # -- reconciliation and retention -----------------------------------------------------
 
-    def warm_suspects(self, queue: str, tenant: str, before: datetime,
-                      limit: int) -> list[UUID]:
-        """Warm rows older than ``before``: Valkey should know them."""
+    def warm_suspects(self, queue: str, tenant: str, before: datetime, limit: int,
+                      after: datetime = NEVER) -> list[tuple[UUID, datetime]]:
+        """(id, state_since) of the warm rows older than ``before`` (Valkey should know
+        them) of the next ``limit`` rows' state_since values after ``after``, in that
+        order: ``limit`` rows, or more when the last state_since has more rows."""
         return self._fetch("warm_suspects", {"queue": queue, "tenant": tenant,
-                                             "before": before, "limit": limit}, scalar_row)
+                                             "before": before, "limit": limit,
+                                             "after": after}, tuple_row)
 
-    def lock_warm_for_restore(self, conn: Conn, ids: Sequence[str]) -> list[RestoreRow]:
-        """The rows of ``ids`` still warm, locked (skipping locked ones), in seq order."""
-        return self._fetch("lock_warm_for_restore", {"ids": ids}, positional(RestoreRow),
-                           conn)
+    def take_over_for_restore(self, ids: Sequence[str], before: datetime, now: datetime,
+                              conn: Conn | None = None) -> list[RestoreRow]:
+        """The rows of ``ids`` still warm and older than ``before`` (locked ones skipped),
+        their state_since moved to ``now``: the reconciler's to push again."""
+        return self._fetch("take_over_for_restore",
+                           {"ids": uuid_array(ids), "before": before, "now": now},
+                           positional(RestoreRow), conn)
 
     def purge_done_before(self, queue: str, before: datetime, limit: int) -> int:
         """Delete up to ``limit`` done rows of the queue finished before ``before``."""

@@ -250,19 +250,41 @@ SELECT EXISTS (
 ) AS has_cold;
 
 -- name: warm_suspects
--- Warm rows old enough that Valkey should know them (the reconciler checks which it lost).
-SELECT id FROM tierq_tasks
-WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'warm' AND state_since < %(before)s
-ORDER BY state_since
-LIMIT %(limit)s;
+-- Warm rows old enough that Valkey should know them (the reconciler checks which it lost),
+-- one slice after the reconciler's cursor (a state_since): the rows of the next `limit`
+-- rows' state_since values, whole (the rows of one state_since, written by one statement,
+-- are never split between slices, so a slice may hold that many more). Every pass reads
+-- the next slice (the caller starts over once one comes back short), so a pair of many
+-- leased rows is checked all through, not only its oldest slice over and over. Both reads
+-- go by tierq_tasks_warm_since from the cursor on.
+SELECT id, state_since FROM tierq_tasks
+WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'warm' AND state_since > %(after)s
+  AND state_since <= (  -- (a scalar subquery: an index condition of the outer scan)
+      SELECT max(state_since)
+      FROM (SELECT state_since FROM tierq_tasks
+            WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'warm'
+              AND state_since > %(after)s AND state_since < %(before)s
+            ORDER BY state_since
+            LIMIT %(limit)s) AS s)
+ORDER BY state_since;
 
--- name: lock_warm_for_restore
--- By primary key only (see mark_cold).
-SELECT id, key, seq, priority, payload, attempts, max_attempts, created_at
-FROM tierq_tasks
-WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (state = 'warm') IS TRUE
-ORDER BY seq
-FOR UPDATE SKIP LOCKED;
+-- name: take_over_for_restore
+-- The reconciler takes over rows Valkey lost: their state_since moves to now (committed
+-- before they are pushed), so no other reconciler takes them again before its grace has
+-- passed, and a late push of any of them is refused by the fence (lua/missing.lua). Only
+-- rows still warm and older than the cutoff: a release that wrote one meanwhile
+-- (release_leased) keeps it. Locked rows are skipped (the writer holding them has them in
+-- hand). By primary key only (see mark_cold).
+UPDATE tierq_tasks t
+SET state_since = %(now)s
+WHERE t.id = ANY(ARRAY(
+        SELECT id FROM tierq_tasks
+        WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (state = 'warm') IS TRUE
+          AND state_since < %(before)s
+        FOR UPDATE SKIP LOCKED))
+  AND (t.state = 'warm') IS TRUE AND t.state_since < %(before)s
+RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts,
+          t.created_at;
 
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;

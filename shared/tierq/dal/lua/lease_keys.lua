@@ -1,0 +1,121 @@
+-- Shared by the scripts that say `-- include: lease_keys` (after call_chunked; lua/README.md,
+-- "Leases"). A pair's leases live in three keys that the scripts always change together:
+--   leased (sorted set): '<id>|<token>' -> deadline (epoch ms; 0 while the reaper reaps it)
+--   lease_of (hash): id -> the token of its lease, so that a task's lease is found by its id
+--     (one HGET, then one ZSCORE of '<id>|<token>') rather than by reading the set; or
+--     '~r<ms>' for a lease a release took back at <ms> (the caller's clock) whose task the
+--     release is about to push again: the reconciler leaves it to the release until its
+--     cutoff has passed <ms> (missing.lua), and the task's next lease or push replaces it
+--   claims (hash): '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of
+--     that claim's leases `leased` holds; both fields go with the claim's last lease
+-- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
+-- Every path that ends a lease ends it here: the member leaves `leased`, its id leaves
+-- `lease_of` only while that entry still names this very token (an older token never erases
+-- a newer lease's entry), and its claim's count goes down.
+
+-- The claim prefix of a token, or nil for a token of another shape.
+local function lease_prefix(token)
+  return string.match(token, '^(.*~)%d+~%d+$')
+end
+
+-- The attempt a token leases (0 for a token of another shape).
+local function lease_attempt(token)
+  return tonumber(string.match(token, '~(%d+)~%d+$') or '0')
+end
+
+-- Ends those of `members` ('<id>|<token>') that `leased` holds and, when `after` is given,
+-- whose deadline is after it; a member named twice is ended once. An id whose lease_of
+-- entry named the lease ended is removed from lease_of, or set to `mark` when given.
+-- Returns the members ended, in the order given. Work: ZMSCORE, ZREM, HMGET, HDEL (or
+-- HSET), and an HINCRBY per claim.
+local function lease_drop(leased, lease_of, claims, members, after, mark)
+  if #members == 0 then return {} end
+  local scores = call_chunked('ZMSCORE', leased, members)
+  local gone, ids, tokens, n_gone = {}, {}, {}, 0
+  local seen = {}
+  for i = 1, #members do
+    local member = members[i]
+    local score = scores[i]
+    if score and not seen[member] and (after == nil or tonumber(score) > after) then
+      seen[member] = true
+      local bar = string.find(member, '|', 1, true)
+      n_gone = n_gone + 1
+      gone[n_gone] = member
+      ids[n_gone] = bar and string.sub(member, 1, bar - 1) or member
+      tokens[n_gone] = bar and string.sub(member, bar + 1) or ''
+    end
+  end
+  if n_gone == 0 then return gone end
+  call_chunked('ZREM', leased, gone)
+  local named = call_chunked('HMGET', lease_of, ids)
+  local clear, n_clear = {}, 0  -- ids, or id, mark, ... with a mark
+  local per_claim, claim_order = {}, {}
+  for k = 1, n_gone do
+    if named[k] == tokens[k] then
+      n_clear = n_clear + 1
+      clear[n_clear] = ids[k]
+      if mark then
+        n_clear = n_clear + 1
+        clear[n_clear] = mark
+      end
+    end
+    local prefix = lease_prefix(tokens[k])
+    if prefix then
+      if per_claim[prefix] == nil then
+        per_claim[prefix] = 0
+        claim_order[#claim_order + 1] = prefix
+      end
+      per_claim[prefix] = per_claim[prefix] + 1
+    end
+  end
+  call_chunked(mark and 'HSET' or 'HDEL', lease_of, clear)
+  for _, prefix in ipairs(claim_order) do
+    -- (a claim made before the counts existed has none: its record goes with its first
+    -- lease to end, which only costs the view its worker and start)
+    if redis.call('HINCRBY', claims, prefix .. '#', -per_claim[prefix]) <= 0 then
+      redis.call('HDEL', claims, prefix, prefix .. '#')
+    end
+  end
+  return gone
+end
+
+-- The leases `lease_of` names for `ids` that `leased` holds: a table k -> token for the ids
+-- (by position) that hold one. With `released_after`, a release's mark ('~r<ms>') of <ms> at
+-- or after it counts too (k -> the mark). Other entries — a mark older than that (or any,
+-- without it), an entry naming a lease `leased` no longer holds (left by a tierq that ended
+-- leases without this piece) — are removed on the way: the task holds no lease.
+-- Work: HMGET, and a ZMSCORE and HDEL when some id has an entry.
+local function lease_held(leased, lease_of, ids, released_after)
+  local held = {}
+  if #ids == 0 then return held end
+  local named = call_chunked('HMGET', lease_of, ids)
+  local members, at, n = {}, {}, 0
+  local stale, n_stale = {}, 0
+  for k = 1, #ids do
+    local value = named[k]
+    if value and string.sub(value, 1, 2) == '~r' then
+      if released_after and tonumber(string.sub(value, 3)) >= released_after then
+        held[k] = value
+      else
+        n_stale = n_stale + 1
+        stale[n_stale] = ids[k]
+      end
+    elseif value then
+      n = n + 1
+      members[n] = ids[k] .. '|' .. value
+      at[n] = k
+    end
+  end
+  local scores = n > 0 and call_chunked('ZMSCORE', leased, members) or {}
+  for j = 1, n do
+    local k = at[j]
+    if scores[j] then
+      held[k] = named[k]
+    else
+      n_stale = n_stale + 1
+      stale[n_stale] = ids[k]
+    end
+  end
+  call_chunked('HDEL', lease_of, stale)
+  return held
+end
