@@ -1,4 +1,6 @@
-"""``Tierq``: the engine every Lambda function, CLI command and Spark job calls.
+"""``Tierq``: the engine over one PostgreSQL and one Valkey, which every Lambda function, CLI
+command and Spark job calls (over several PostgreSQL shards: ``tierq.sharded``; both keep
+the contract of ``tierq.contract``).
 
     tq = Tierq.from_env()                      # DATABASE_URL, VALKEY_URL, TIERQ_*
     tq.enqueue("emails", [TaskIn(payload={"to": "a@b.c"})])
@@ -13,22 +15,24 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
 from tierq.config import Settings, get_settings
+from tierq.contract import Deployment
 from tierq.dal import connect, migrate
 from tierq.dal.postgres import Database
+from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic import claim_replay, dispatch, dlq, enqueue, leases, queues, schedules, tasks
 from tierq.logic import throughput as throughput_logic
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.maintenance import cold_to_warm, cron_tick, delayed_mover, reaper, registry
-from tierq.maintenance.registry import JobConfig
+from tierq.maintenance import registry
+from tierq.maintenance.registry import JobConfig, JobRun
 from tierq.models import (
     AckItem,
     AckResult,
@@ -55,6 +59,7 @@ from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
 QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fills
 
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
@@ -72,8 +77,9 @@ def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
     return [i if isinstance(i, cls) else cls.model_validate(i) for i in items]
 
 
-class Tierq:
-    """The two-tier queue over one PostgreSQL and one Valkey."""
+class Tierq(Deployment):
+    """The two-tier queue over one PostgreSQL and one Valkey: a deployment of one shard,
+    ``DEFAULT_SHARD``."""
 
     def __init__(self, *, database_url: str | None = None, valkey_url: str | None = None,
                  settings: Settings | None = None, clock: Clock | None = None,
@@ -118,12 +124,6 @@ class Tierq:
         self.db.close()
         self.warm.close()
 
-    def __enter__(self) -> Tierq:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def migrate(self) -> list[str]:
         """Apply pending SQL migrations; returns the versions applied now."""
         return migrate.migrate(self.db.url)
@@ -134,9 +134,6 @@ class Tierq:
                 tenant: str | None = None) -> list[EnqueueOutcome]:
         """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none."""
         return enqueue.enqueue(self.ctx, queue, _models(TaskIn, _TASKS_IN, items), tenant)
-
-    def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
-        return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
 
     # -- bulk loads (logic/bulk.py; the Glue feeder drives them) --------------------------
 
@@ -153,10 +150,15 @@ class Tierq:
         The admission ends when the block exits: after the last writer has committed."""
         return bulk_logic.load(self.ctx, queue, rows, tenants)
 
-    def bulk_writer(self, load: bulk_logic.BulkLoad
+    def bulk_writer(self, load: bulk_logic.BulkLoad | bulk_logic.ShardedBulkLoad
                     ) -> AbstractContextManager[bulk_logic.BulkWriter]:
         """A writer of ``load``'s rows on a pooled connection of its own (one short
-        transaction per ``write``)."""
+        transaction per ``write``). A load over several shards needs the engine over them:
+        ValueError."""
+        if isinstance(load, bulk_logic.ShardedBulkLoad):
+            raise ValueError(f"a load over shards ({sorted(load.loads)}) cannot be written "
+                             "through one database: the stores' TIERQ_SHARD_URLS name one "
+                             "shard or none")
         return bulk_logic.writer(self.ctx, load)
 
     def bulk_warm_up(self, queue: str, tenants: Iterable[str]) -> int:
@@ -251,12 +253,6 @@ class Tierq:
             dispatch.check_consumer(self.ctx, model.consumer.function)
         return queues.put_settings(self.ctx, queue, model)
 
-    def pause(self, queue: str) -> QueueSettings:
-        return self.put_queue(queue, QueueSettingsUpdate(paused=True))
-
-    def resume(self, queue: str) -> QueueSettings:
-        return self.put_queue(queue, QueueSettingsUpdate(paused=False))
-
     def purge_queue(self, queue: str) -> int:
         """Delete every task of a queue, in every state; returns how many."""
         return queues.purge_tasks(self.ctx, queue)
@@ -311,22 +307,11 @@ class Tierq:
             config = self.job_configs[name] = registry.job(name).configure(self.settings)
         return config
 
-    def run_job(self, name: str) -> Any:
-        """One pass of maintenance job ``name`` under its config's budget and timeouts;
-        returns the job's summary."""
-        return registry.job(name).run(self.ctx, self.job_config(name))
-
-    def run_cold_to_warm(self) -> cold_to_warm.ColdToWarmSummary:
-        return cast(cold_to_warm.ColdToWarmSummary, self.run_job("cold_to_warm"))
-
-    def run_delayed_mover(self) -> delayed_mover.DelayedMoverSummary:
-        return cast(delayed_mover.DelayedMoverSummary, self.run_job("delayed_mover"))
-
-    def run_reaper(self) -> reaper.ReaperSummary:
-        return cast(reaper.ReaperSummary, self.run_job("reaper"))
-
-    def run_cron_tick(self) -> cron_tick.CronTickSummary:
-        return cast(cron_tick.CronTickSummary, self.run_job("cron_tick"))
+    def run_job(self, name: str) -> JobRun[Any]:
+        """One pass of maintenance job ``name`` under its config's budget and timeouts: the
+        job's summary, as the one shard's entry."""
+        summary = registry.job(name).run(self.ctx, self.job_config(name))
+        return JobRun(name, {DEFAULT_SHARD: summary})
 
     # -- cron schedules ------------------------------------------------------------------
 
@@ -354,3 +339,33 @@ class Tierq:
     def list_schedules(self, tenant: str | None = None) -> list[ScheduleView]:
         """Every schedule, or those of one tenant, in (tenant, name) order."""
         return schedules.list_schedules(self.ctx, tenant)
+
+    # -- the one shard (the routing of ``Deployment``) ----------------------------------------
+
+    @property
+    def engines(self) -> dict[str, Tierq]:
+        return {DEFAULT_SHARD: self}
+
+    @property
+    def default_shard(self) -> str:
+        return DEFAULT_SHARD
+
+    def on_shard(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0) -> T:
+        """``call`` with this engine (the one shard: no deadline beyond the pool's)."""
+        if name != DEFAULT_SHARD:
+            raise KeyError(f"no shard {name!r}: one database is the shard {DEFAULT_SHARD!r}")
+        return call(self)
+
+    def engine_of(self, queue: str, tenant: str, *, create: bool = True) -> Tierq:
+        return self
+
+    def shards_of_tasks(self, queue: str, tasks: Sequence[TaskIn],
+                        tenant: str | None) -> dict[str, list[int]]:
+        return {DEFAULT_SHARD: list(range(len(tasks)))}
+
+    def shards_for_selection(self, queue: str, tenant: str | None,
+                             ids: Sequence[UUID]) -> dict[str, list[UUID]]:
+        return {DEFAULT_SHARD: list(ids)}
+
+    def after_pass(self, shard: str, summary: object) -> None:
+        """Nothing: one database keeps no homes to settle after a pass."""

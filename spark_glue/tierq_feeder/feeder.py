@@ -47,10 +47,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 import tierq_feeder
-from tierq.engine import Tierq
+from tierq.contract import Deployment
 from tierq.logic.context import Context
 from tierq.models.names import DEFAULT_TENANT, NAME_PATTERN
-from tierq.sharded import ShardedTierq
 from tierq_feeder.backlog import Backlog, BacklogGauge, queue_backlog
 from tierq_feeder.config import FeedConfig
 from tierq_feeder.mapping import (
@@ -205,7 +204,7 @@ def _offset_rows(positioned: Sequence[PositionedSource], consumed: Sequence[int]
 
 def run_feed(spark: SparkSession, config: FeedConfig, stores: StoreConfig, *,
              loader: Loader | None = None, rejects_path: str | None = None,
-             metrics: Sequence[MetricsSink] = (), engine: Tierq | ShardedTierq | None = None,
+             metrics: Sequence[MetricsSink] = (), engine: Deployment | None = None,
              sleep: Callable[[float], None] = time.sleep) -> FeedResult:
     """Run the feed once; returns its counts. ``engine`` (driver side) defaults to one
     built from ``stores``."""
@@ -297,10 +296,9 @@ class Line:
         return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def _contexts(tq: Tierq | ShardedTierq) -> list[Context]:
-    """The engine's contexts: with shards, one a shard, the default shard's first."""
-    return ([e.ctx for e in tq.engines.values()] if isinstance(tq, ShardedTierq)
-            else [tq.ctx])
+def _contexts(tq: Deployment) -> list[Context]:
+    """The engine's contexts, one a shard, the default shard's first."""
+    return [e.ctx for e in tq.engines.values()]
 
 
 def _backlog(contexts: Sequence[Context], queue: str, cap: int) -> Backlog:
@@ -311,7 +309,7 @@ def _backlog(contexts: Sequence[Context], queue: str, cap: int) -> Backlog:
 
 
 def _run(spark: SparkSession, config: FeedConfig, stores: StoreConfig, loader: Loader,
-         tq: Tierq | ShardedTierq, result: FeedResult, sleep: Callable[[float], None],
+         tq: Deployment, result: FeedResult, sleep: Callable[[float], None],
          started: float) -> None:
     contexts = _contexts(tq)
     ctx = contexts[0]  # the feed's lock and offsets: on the default shard
@@ -483,7 +481,7 @@ def _round_frame(spark: SparkSession, line: Line, start: int, end: int, writers:
     return frame, max(1, min(writers, line.readers(start, end)))
 
 
-def _write_round(spark: SparkSession, tq: Tierq | ShardedTierq, line: Line, ahead: TenantLookahead,
+def _write_round(spark: SparkSession, tq: Deployment, line: Line, ahead: TenantLookahead,
                  stores: StoreConfig, feed: str, rejects_path: str, start: int, end: int,
                  writers: int, chunk_rows: int) -> RoundWritten:
     """Write ranks [start, end) through the engine's bulk path: the round's pairs stay

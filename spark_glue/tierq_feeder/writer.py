@@ -25,14 +25,14 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tierq.config import Settings
+from tierq.contract import Deployment
 from tierq.dal.shards import parse_shard_urls
 from tierq.engine import Tierq
-from tierq.logic.bulk import BulkLoad, BulkWriter, ShardedBulkLoad, ShardedBulkWriter
+from tierq.logic.bulk import BulkLoad, ShardedBulkLoad
 from tierq.sharded import ShardedTierq
 
 if TYPE_CHECKING:  # imported where used: pyarrow is needed on the executors only
@@ -74,7 +74,7 @@ class StoreConfig:
                         valkey_cache_name=self.valkey_cache_name or None,
                         valkey_iam_region=self.valkey_iam_region or None)
 
-    def engine(self, pool_size: int = 1) -> Tierq | ShardedTierq:
+    def engine(self, pool_size: int = 1) -> Deployment:
         settings = self.settings(pool_size)
         specs = parse_shard_urls(self.shard_urls) if self.shard_urls.strip() else []
         if len(specs) > 1:
@@ -144,7 +144,7 @@ class ChunkWriters:
     def _run(self) -> None:
         try:
             with (self.job.stores.engine() as tq,
-                  _bulk_writer(tq, self.job.load) as writer):
+                  tq.bulk_writer(self.job.load) as writer):
                 while True:
                     chunk = self._queue.get()
                     if chunk is None:
@@ -177,18 +177,6 @@ class ChunkWriters:
             thread.join()
         if self.errors:
             raise self.errors[0]
-
-
-def _bulk_writer(tq: Tierq | ShardedTierq, load: BulkLoad | ShardedBulkLoad
-                 ) -> AbstractContextManager[BulkWriter | ShardedBulkWriter]:
-    """A writer of ``load``'s rows: a load over several shards needs the engine over them
-    (the driver's and the executors' stores name the same shards)."""
-    if isinstance(load, BulkLoad):
-        return tq.bulk_writer(load)
-    if isinstance(tq, ShardedTierq):
-        return tq.bulk_writer(load)
-    raise ValueError(f"a load over shards ({sorted(load.loads)}) cannot be written through "
-                     "one database: the stores' TIERQ_SHARD_URLS name one shard or none")
 
 
 @dataclass

@@ -18,7 +18,7 @@ def run_until(tq: Tierq, done: object, *, timeout: float = 60.0,
     try:
         while not done():
             assert time.monotonic() < deadline, f"not done after {timeout}s: {summaries[-3:]}"
-            summaries.append(tq.run_job("dispatcher") if not overrides else
+            summaries.append(tq.run_job("dispatcher").summary() if not overrides else
                              registry_run(tq, **overrides))
     finally:
         forget_dispatcher(tq.ctx)

@@ -69,7 +69,7 @@ def test_the_engine_runs_it_with_the_environments_config(
     tq = make_tq()
     due_tasks(tq, "q", 3)
     assert tq.run_delayed_mover().moved == 2
-    assert tq.run_job("delayed_mover").moved == 1
+    assert tq.run_job("delayed_mover").summary().moved == 1
 
 
 def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(

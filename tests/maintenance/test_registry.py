@@ -205,4 +205,4 @@ def test_the_engine_reads_a_jobs_config_once_and_names_a_bad_value(
     assert tq.job_config("delayed_mover").model_dump()["batch"] == 7
     monkeypatch.setenv("TIERQ_DELAYED_MOVER_BATCH", "8")  # read once per engine
     assert tq.job_config("delayed_mover").model_dump()["batch"] == 7
-    assert tq.run_job("delayed_mover").moved == 0
+    assert tq.run_job("delayed_mover").summary().moved == 0

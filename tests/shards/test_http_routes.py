@@ -169,7 +169,7 @@ def test_a_binding_held_by_a_request_still_running_does_not_stop_a_retry(api: Ap
     enqueue_all(api, "held")
     key = str(uuid.uuid4())
     body = {"tasks": [{"payload": {"n": 1}, "tenant": TENANTS[0]}]}
-    default = deployment().engines[deployment().default]
+    default = deployment().engines[deployment().default_shard]
     held = idempotency.claim_in_postgres(
         default.ctx, idempotency.scope_key("admin", "enqueue", "held", key,
                                            subject=subject_of(ADMIN_CLAIMS)) + b"|body",

@@ -111,9 +111,10 @@ def test_maintenance_runs_on_every_shard(make_sharded: ShardedFactory) -> None:
     assert tq.claim("q", max=50) == []
     for engine in tq.engines.values():
         engine.ctx.clock.advance(31)  # type: ignore[attr-defined]
-    summaries = tq.run_job("delayed_mover")
-    assert set(summaries) == set(SHARD_NAMES)
-    assert not any(isinstance(s, ShardDown) for s in summaries.values())
+    run = tq.run_job("delayed_mover")
+    assert set(run.by_shard) == set(SHARD_NAMES)
+    assert not run.down
+    assert run.summary().moved == len(TENANTS)  # the shards' summaries added up
     assert len(drain(tq, "q")) == len(TENANTS)
 
 
@@ -167,9 +168,10 @@ def test_a_stopped_shard_fails_only_its_own_pairs(
         assert len(more) == len(elsewhere)
         claimed = drain(tq, "q")  # the claims go on over the shards that answer
         assert Counter(c.tenant for c in claimed) == Counter({t: 2 for t in elsewhere})
-        summaries = tq.run_job("reaper")
-        assert isinstance(summaries["blue"], ShardDown)
-        assert not any(isinstance(summaries[n], ShardDown) for n in ("red", "green"))
+        run = tq.run_job("reaper")
+        assert set(run.down) == {"blue"} and set(run.answered) == {"red", "green"}
+        with pytest.raises(ShardDown):
+            run.summary()
     finally:
         private.stop()
 

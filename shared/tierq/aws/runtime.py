@@ -12,9 +12,10 @@ On AWS the database URL comes from the Secrets Manager secret named by ``DB_SECR
 
 A deployment with several PostgreSQL shards (``TIERQ_SHARD_URLS``, :mod:`tierq.dal.shards`)
 is served by a :class:`~tierq.sharded.ShardedTierq` instead of one ``Tierq``: :func:`engine`
-returns whichever the deployment has, both with the same calls; :func:`pair_engine` is the
-engine of one (queue, tenant) pair's shard, and :func:`shard_engines` every shard's, for
-what is read or written per shard (lists, dead letters, schedules, idempotency records).
+returns whichever the deployment has, typed as their contract
+(:class:`tierq.contract.Deployment`); :func:`pair_engine` is the engine of one (queue,
+tenant) pair's shard, and :func:`shard_engines` every shard's, for what is read or written
+per shard (lists, dead letters, schedules, idempotency records). One database is one shard.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import Any, TypeVar
 from aws_lambda_powertools import Logger, Tracer
 
 from tierq.config import get_settings
+from tierq.contract import Deployment
 from tierq.dal.shards import (
-    DEFAULT_SHARD,
     ShardSpec,
     parse_shard_names,
     parse_shard_urls,
@@ -92,8 +93,6 @@ logger = Logger(service=SERVICE)
 tracer: Tracer | UntracedTracer = (
     Tracer(service=SERVICE) if tracing_enabled() else UntracedTracer(SERVICE))
 
-Deployment = Tierq | ShardedTierq  # what a request is served by: one shard, or several
-
 _engine: Deployment | None = None
 _engine_lock = threading.Lock()
 
@@ -145,37 +144,31 @@ def pair_engine(queue: str, tenant: str, *, create: bool = True) -> Tierq:
     engine answers (it holds nothing of the pair). ``ShardDown`` (503) when the pair's home
     cannot be known."""
     current = engine()
-    if isinstance(current, Tierq):
-        return current
     found = current.engine_of(queue, tenant, create=create)
-    return found if found is not None else current.engines[current.default]
+    return found if found is not None else current.engines[current.default_shard]
 
 
 def default_shard() -> str:
     """The default shard's name (the one shard's, without shards)."""
-    current = engine()
-    return current.default if isinstance(current, ShardedTierq) else DEFAULT_SHARD
+    return engine().default_shard
 
 
 def default_engine() -> Tierq:
     """The default shard's engine: for what the warm tier alone holds (every shard's engine
     reaches the same Valkey) and for queue settings (every shard holds the same)."""
     current = engine()
-    return current if isinstance(current, Tierq) else current.engines[current.default]
+    return current.engines[current.default_shard]
 
 
 def sharded() -> bool:
     """Whether the deployment has more than one shard."""
-    return isinstance(engine(), ShardedTierq)
+    return len(engine().engines) > 1
 
 
 def on_shard(name: str, call: Callable[[Tierq], T]) -> T:
     """``call`` with shard ``name``'s engine, under the shard's call deadline (``ShardDown``,
     503, when it does not answer); without shards, with the one engine."""
-    current = engine()
-    if isinstance(current, Tierq):
-        return call(current)
-    return current.on_shard(name, call)
+    return engine().on_shard(name, call)
 
 
 def shard_rows(name: str, rows: Iterator[T], chunk: int) -> Iterator[T]:
@@ -190,11 +183,8 @@ def shard_rows(name: str, rows: Iterator[T], chunk: int) -> Iterator[T]:
 
 
 def shard_engines() -> dict[str, Tierq]:
-    """Every shard's engine by shard name (``{"default": engine}`` without shards)."""
-    current = engine()
-    if isinstance(current, Tierq):
-        return {"default": current}
-    return dict(current.engines)
+    """Every shard's engine by shard name (``{DEFAULT_SHARD: engine}`` without shards)."""
+    return dict(engine().engines)
 
 
 def reset_engine() -> None:

@@ -145,21 +145,16 @@ def register(app: typer.Typer) -> None:
     def tick() -> None:
         """Run one cron tick now (what the cron_tick function does every few seconds; on
         every shard of TIERQ_SHARD_URLS)."""
-        from tierq.logic.homes import ShardDown
         from tierq.maintenance.cron_tick import CronTickSummary
 
         with engine() as tq:
             ran = tq.run_job("cron_tick")
-        by_shard: dict[str, Any] = ran if isinstance(ran, dict) else {"default": ran}
-        summaries = [s for s in by_shard.values() if isinstance(s, CronTickSummary)]
-        down = {name: s.message for name, s in by_shard.items() if isinstance(s, ShardDown)}
+        total = ran.total or CronTickSummary()  # (no shard answered: nothing done)
+        down = {name: s.message for name, s in ran.down.items()}
         out: dict[str, Any] = {
-            "schedules": sum(s.schedules for s in summaries),
-            "installed": sum(s.installed for s in summaries),
-            "withdrawn": sum(s.withdrawn for s in summaries),
-            "busy": sum(s.busy for s in summaries),
-            "failed": [name for s in summaries for name in s.failed]}
-        if len(by_shard) > 1:
+            "schedules": total.schedules, "installed": total.installed,
+            "withdrawn": total.withdrawn, "busy": total.busy, "failed": total.failed}
+        if len(ran.by_shard) > 1:
             out["shards_down"] = down
         _print_json(out)
         if out["failed"] or down:

@@ -17,7 +17,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tierq.cli.common import console, engine
+from tierq.cli.common import console, sharded_engine
+from tierq.dal.shards import DEFAULT_SHARD
 
 
 def register(app: typer.Typer) -> None:
@@ -28,12 +29,10 @@ def register(app: typer.Typer) -> None:
     @shards.command("home")
     def home(queue: str, tenant: str) -> None:
         """Print the shard a (queue, tenant) lives on, and the shard it is moving to."""
-        from tierq.sharded import ShardedTierq
-
-        with engine() as tq:
-            if not isinstance(tq, ShardedTierq):
+        with sharded_engine() as tq:
+            if tq is None:  # one database: every pair's home
                 typer.echo(json.dumps({"queue": queue, "tenant": tenant,
-                                       "home": "default", "moving_to": None}))
+                                       "home": DEFAULT_SHARD, "moving_to": None}))
                 return
             state = tq.homes.state_of(queue, tenant)
             typer.echo(json.dumps({"queue": queue, "tenant": tenant,
@@ -57,10 +56,8 @@ def register(app: typer.Typer) -> None:
         if give_up == (to is not None):
             console.print("[red]error:[/] give either --to SHARD or --give-up")
             raise typer.Exit(2)
-        from tierq.sharded import ShardedTierq
-
-        with engine() as tq:
-            if not isinstance(tq, ShardedTierq):
+        with sharded_engine() as tq:
+            if tq is None:
                 console.print("[red]error:[/] TIERQ_SHARD_URLS names one shard (or is not "
                               "set): there is no other shard to move a pair to")
                 raise typer.Exit(2)

@@ -22,7 +22,8 @@ caller's overrides. A bad value is refused with the variable that holds it named
 
 :func:`jobs` finds the jobs; the engine (``Tierq.run_job``), the scheduled handlers
 (``tierq.aws.scheduled.jobs``), the local gateway's scheduler and ``tests/template`` derive
-from it.
+from it. A run of a job on an engine is a :class:`JobRun`: each shard's summary (one entry
+on one database) and their total (:func:`merge_fields` says how summaries add up).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from functools import cache
 from typing import Any, Generic, Self, TypeVar
 
@@ -40,6 +41,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from tierq.config import MAINTENANCE_BUDGET_MAX_SECONDS, Settings
 from tierq.dal.postgres import scoped_timeouts
 from tierq.logic.context import Context
+from tierq.logic.homes import ShardDown
 from tierq.models.base import Model
 
 # Settings that a field of every config follows unless the job's own variable is set.
@@ -189,3 +191,87 @@ def job(name: str) -> MaintenanceJob[Any, Any]:
     if name not in known:
         raise KeyError(f"unknown maintenance job {name!r}; known: {sorted(known)}")
     return known[name]
+
+
+@dataclass(frozen=True)
+class JobRun(Generic[S]):
+    """One pass of maintenance job ``job`` on every shard of an engine: each shard's summary,
+    or the ``ShardDown`` of a shard that did not answer (one entry, named
+    ``tierq.dal.shards.DEFAULT_SHARD``, on one database; there an error is raised, not
+    kept)."""
+
+    job: str
+    by_shard: dict[str, S | ShardDown]
+
+    @property
+    def answered(self) -> dict[str, S]:
+        """The summaries of the shards that answered."""
+        return {name: s for name, s in self.by_shard.items() if not isinstance(s, ShardDown)}
+
+    @property
+    def down(self) -> dict[str, ShardDown]:
+        """The shards that did not answer."""
+        return {name: s for name, s in self.by_shard.items() if isinstance(s, ShardDown)}
+
+    @property
+    def total(self) -> S | None:
+        """The answered shards' summaries added up (:func:`merge_summaries`); None when no
+        shard answered."""
+        answered = list(self.answered.values())
+        return merge_summaries(answered) if answered else None
+
+    def summary(self) -> S:
+        """The total of every shard's summary; when a shard did not answer, its
+        ``ShardDown`` is raised (the other shards' passes are done)."""
+        for down in self.down.values():
+            raise down
+        total = self.total
+        assert total is not None  # (every shard answered, and there is at least one)
+        return total
+
+
+def merge_summaries(summaries: Iterable[S]) -> S:
+    """Summaries of one job (dataclasses of the same class) added up into one of that class,
+    field by field as :func:`merge_fields` says."""
+    items = list(summaries)
+    if len(items) == 1:
+        return items[0]
+    merged = merge_fields(summary_fields(s) for s in items)
+    return replace(items[0], **merged)  # type: ignore[type-var]
+
+
+def summary_fields(summary: Any) -> dict[str, Any]:
+    """A summary's fields by name (a dataclass's, or a mapping's items)."""
+    if is_dataclass(summary) and not isinstance(summary, type):
+        return asdict(summary)
+    return dict(summary)
+
+
+def merge_fields(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Summaries' fields added up, by the type of each value:
+
+    | value | added up as |
+    | --- | --- |
+    | flag (bool) | true when true in every summary |
+    | number | summed |
+    | list | joined, in the summaries' order |
+    | mapping | merged, numbers under one key summed |
+    | anything else | the first summary's |
+    """
+    out: dict[str, Any] = {}
+    for summary in summaries:
+        for name, value in summary.items():
+            if name not in out:
+                out[name] = list(value) if isinstance(value, list) else \
+                    dict(value) if isinstance(value, dict) else value
+            elif isinstance(value, bool):
+                out[name] = out[name] and value
+            elif isinstance(value, int | float):
+                out[name] += value
+            elif isinstance(value, list):
+                out[name].extend(value)
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    out[name][key] = out[name].get(key, 0) + item \
+                        if isinstance(item, int | float) else item
+    return out

@@ -130,7 +130,7 @@ def in_postgres_by_shard(route: str, queue: str, key: str | None, shards: Sequen
     claim kept on that shard), the parts' answers combined by ``combine`` ({shard: part},
     in ``shards`` order). Without shards this is exactly :func:`in_postgres`."""
     if not sharded():
-        only = shards[0] if shards else "default"
+        only = shards[0] if shards else default_shard()
         return in_postgres(route, queue, key, lambda claim: combine({only: work(only, claim)}))
     if key is None:
         return fresh_response(combine({shard: work(shard, None) for shard in shards}))

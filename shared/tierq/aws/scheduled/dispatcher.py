@@ -151,7 +151,7 @@ def _pass(config: DispatcherConfig) -> dict[str, DispatcherSummary | ShardDown]:
 
 
 def _run_job(tq: Tierq) -> DispatcherSummary:
-    summary = tq.run_job(JOB)
+    summary = tq.run_job(JOB).summary()
     assert isinstance(summary, DispatcherSummary)
     return summary
 

@@ -17,21 +17,20 @@ from weakref import WeakKeyDictionary
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tierq.aws import metrics
-from tierq.aws.runtime import default_shard, engine, logger, tracer
+from tierq.aws.runtime import engine, logger, tracer
 from tierq.aws.scheduled import RemainingTime, run_ticks
 from tierq.aws.scheduled.shards import (
     answered,
-    forget_homes,
     merge_summaries,
     on_every_shard,
     shards_down,
 )
+from tierq.contract import Deployment
 from tierq.dal.postgres import scoped_timeouts
 from tierq.engine import Tierq
 from tierq.logic.context import Context
 from tierq.maintenance import gauges, registry
 from tierq.maintenance.reaper import ReaperConfig, ReaperSummary
-from tierq.sharded import ShardedTierq
 
 
 class JobTick:
@@ -42,19 +41,16 @@ class JobTick:
         self.job = job
 
     def __call__(self) -> Any:
-        current = engine()
-        if isinstance(current, Tierq):
-            summary = current.run_job(self.job)
+        run = engine().run_job(self.job)  # (every shard at once, each under its budget)
+        summaries = answered(self.job, run.by_shard)
+        if len(run.by_shard) == 1:  # one database: its summary, as it is
+            summary = next(iter(summaries.values()))
             self._warn(summary)
             return summary
-        budget = current.engines[current.default].job_config(self.job).budget_seconds
-        results = on_every_shard(current, lambda _shard, tq: tq.run_job(self.job),
-                                 waits=budget)
-        summaries = answered(self.job, results)
         for shard, summary in summaries.items():
-            forget_homes(shard, summary)
             self._warn(summary, shard)
-        return {**merge_summaries(summaries.values()), "shards_down": shards_down(results)}
+        return {**merge_summaries(summaries.values()),
+                "shards_down": shards_down(run.by_shard)}
 
     def _warn(self, summary: Any, shard: str | None = None) -> None:
         failed = getattr(summary, "failed", None)
@@ -122,14 +118,14 @@ class ShardGauges:
         return len(ready) - zeroed, zeroed
 
 
-_SHARD_GAUGES: WeakKeyDictionary[ShardedTierq, ShardGauges] = WeakKeyDictionary()
+_SHARD_GAUGES: WeakKeyDictionary[Deployment, ShardGauges] = WeakKeyDictionary()
 
 
-def shard_gauges_of(sharded: ShardedTierq) -> ShardGauges:
+def shard_gauges_of(deployment: Deployment) -> ShardGauges:
     """The per-queue gauges of this process's sharded engine (they outlive an invocation)."""
-    found = _SHARD_GAUGES.get(sharded)
+    found = _SHARD_GAUGES.get(deployment)
     if found is None:
-        found = _SHARD_GAUGES.setdefault(sharded, ShardGauges())
+        found = _SHARD_GAUGES.setdefault(deployment, ShardGauges())
     return found
 
 
@@ -149,15 +145,16 @@ class ReaperTick:
 
     def __call__(self) -> dict[str, Any]:
         current = engine()
-        if isinstance(current, Tierq):
+        default = current.engines[current.default_shard]
+        if len(current.engines) == 1:  # one database: its gauges emitted as they are counted
             state = self.gauge_round if self.gauge_round is not None \
-                else gauge_round_of(current)
-            out, summary = self.one_pass(current, state, metrics.queue_gauge,
-                                         default_shard())
-            count_dead(current.ctx, summary.dead_by_queue)
+                else gauge_round_of(default)
+            out, summary = self.one_pass(default, state, metrics.queue_gauge,
+                                         current.default_shard)
+            count_dead(default.ctx, summary.dead_by_queue)
             return out
         combined = shard_gauges_of(current)
-        budget = current.engines[current.default].job_config("reaper").budget_seconds
+        budget = default.job_config("reaper").budget_seconds
         results = on_every_shard(current, lambda shard, tq: self.one_pass(
             tq, gauge_round_of(tq), combined.emit_of(shard), shard), waits=budget)
         # (a shard given up on may still emit later: flushed with the next tick)
@@ -165,10 +162,10 @@ class ReaperTick:
         passes = answered("reaper", results)
         dead: dict[str, int] = {}
         for shard, (_, summary) in passes.items():
-            forget_homes(shard, summary)
+            current.after_pass(shard, summary)
             for queue, n in summary.dead_by_queue.items():
                 dead[queue] = dead.get(queue, 0) + n
-        count_dead(current.engines[current.default].ctx, dead)
+        count_dead(default.ctx, dead)
         out = merge_summaries(out for out, _ in passes.values())
         out["gauged_queues"], out["zeroed_queues"] = gauged, zeroed
         out["shards_down"] = shards_down(results)

@@ -31,7 +31,6 @@ from tierq.logic import dlq as dlq_logic
 from tierq.logic.idempotency import PgClaim
 from tierq.models.envelopes import DeadLetterPage, PurgeResult, ReplayResult
 from tierq.models.tasks import TaskView
-from tierq.sharded import ShardedTierq
 
 router = Router()
 
@@ -115,7 +114,7 @@ def list_dead_letters(
 def replay_dead_letters(queue: QueuePath, body: Annotated[DeadLetterSelection, Body()],
                         idempotency_key: IdempotencyKeyHeader = None) -> Response[ReplayResult]:
     tenant = request.pinned_tenant()
-    where = selection_shards(queue, tenant, body.ids or [])
+    where = engine().shards_for_selection(queue, tenant, body.ids or [])
     seconds = dlq_logic.SLICE_SECONDS / max(1, len(where))  # one request's time, shared
 
     def work(shard: str, claim: PgClaim | None) -> ReplayResult:
@@ -148,15 +147,6 @@ def replay_result(part: dlq_logic.Slice) -> ReplayResult:
     return ReplayResult(replayed=part.done, skipped=part.skipped, more=part.more)
 
 
-def selection_shards(queue: str, tenant: str | None, ids: list[UUID]) -> dict[str, list[UUID]]:
-    """The shards a selection of dead letters is on, with the ids to ask each (one shard,
-    asked them all, without shards)."""
-    tq = engine()
-    if isinstance(tq, ShardedTierq):
-        return tq.shards_for_selection(queue, tenant, ids)
-    return {"default": ids}
-
-
 def not_done(ids: list[UUID], parts: dict[str, ReplayResult], done: list[UUID]) -> list[UUID]:
     """The skipped ids of the parts (an id asked of every shard is skipped by those that do
     not hold it): those no shard replayed, once each, in the request's order; with
@@ -184,7 +174,7 @@ def purge_dead_letters(
 ) -> PurgeResult:
     selection = body or DeadLetterSelection(all=True)
     tenant = request.pinned_tenant()
-    where = selection_shards(queue, tenant, selection.ids or [])
+    where = engine().shards_for_selection(queue, tenant, selection.ids or [])
     seconds = dlq_logic.SLICE_SECONDS / max(1, len(where))
     purged: list[UUID] = []
     more = False

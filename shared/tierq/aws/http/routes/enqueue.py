@@ -26,7 +26,6 @@ from tierq.logic.context import Context
 from tierq.logic.idempotency import PgClaim
 from tierq.models import EnqueueOutcome, TaskIn
 from tierq.models.envelopes import EnqueueResults
-from tierq.sharded import ShardedTierq
 
 router = Router()
 
@@ -90,7 +89,7 @@ def enqueue_tasks(
     tenant = request.pinned_tenant()
 
     try:
-        groups = homes_of_tasks(queue, tasks, tenant)
+        groups = engine().shards_of_tasks(queue, tasks, tenant)
     except TierqError as exc:
         raise _single_names(exc) if single else exc from None
 
@@ -118,14 +117,6 @@ def enqueue_tasks(
 
     return idempotency.in_postgres_by_shard("enqueue", queue, idempotency_key, list(groups),
                                             work, EnqueueResults, combine)
-
-
-def homes_of_tasks(queue: str, tasks: list[TaskIn], tenant: str | None) -> dict[str, list[int]]:
-    """The tasks' indexes by the shard of their pairs (one group without shards)."""
-    current = engine()
-    if isinstance(current, ShardedTierq):
-        return current.homes_of_tasks(queue, tasks, tenant)
-    return {"default": list(range(len(tasks)))}
 
 
 def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | None,

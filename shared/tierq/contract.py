@@ -1,0 +1,280 @@
+"""The contract every engine keeps: ``QueueEngine``, the queue's operations, and
+``Deployment``, those operations with the deployment's shards named.
+
+``Tierq`` (one PostgreSQL) and ``ShardedTierq`` (several) both subclass ``Deployment``, so
+mypy checks each of them against it: an operation missing on either makes constructing it
+an error ("cannot instantiate abstract class"), and a parameter or result that differs is
+an incompatible override. A caller that needs only the queue takes a ``QueueEngine``; one
+that works per shard (the HTTP routes' idempotency records, the scheduled ticks, the Glue
+feeder) takes a ``Deployment`` and never asks which class it has: one database is a
+deployment of one shard, named ``tierq.dal.shards.DEFAULT_SHARD``.
+
+Outside the contract, on purpose:
+
+| member | of | why |
+| --- | --- | --- |
+| ``from_env``, ``from_urls`` | each | constructors: built from each one's own inputs |
+| ``job_config`` | ``Tierq`` | a job's config on one database (a shard's: via ``engines``) |
+| ``migrate`` | both | schema administration: one database's versions, or each shard's |
+| ``db``, ``warm``, ``ctx`` | ``Tierq`` | the engine's parts, for the layers below it |
+| ``move_pair``, ``give_up_move`` | ``ShardedTierq`` | moves (``tierq.logic.pair_moves``) |
+| ``homes``, ``sync_homes``, ``forget_homes`` | ``ShardedTierq`` | homes (``tierq.logic.homes``) |
+| ``specs``, ``by_tag`` | ``ShardedTierq`` | the shard list and the ids' tags |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
+from uuid import UUID
+
+from tierq.models import (
+    AckItem,
+    AckResult,
+    ClaimedTask,
+    ClaimRequest,
+    EnqueueOutcome,
+    HeartbeatItem,
+    HeartbeatResult,
+    NackItem,
+    NackResult,
+    QueueSettings,
+    QueueSettingsUpdate,
+    QueueView,
+    ReleaseItem,
+    ReleaseResult,
+    RunningLease,
+    TaskIn,
+    TaskView,
+    TenantCounts,
+    TenantQueueView,
+)
+from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+from tierq.models.throughput import QueueThroughput
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tierq.config import Settings
+    from tierq.engine import Tierq
+    from tierq.logic.bulk import BulkLoad, BulkWriter, ShardedBulkLoad, ShardedBulkWriter
+    from tierq.logic.claim import ClaimOutcome
+    from tierq.maintenance.cold_to_warm import ColdToWarmSummary
+    from tierq.maintenance.cron_tick import CronTickSummary
+    from tierq.maintenance.delayed_mover import DelayedMoverSummary
+    from tierq.maintenance.reaper import ReaperSummary
+    from tierq.maintenance.registry import JobRun
+
+T = TypeVar("T")
+
+
+class QueueEngine(Protocol):
+    """Every operation on the queue, the same on one database and over shards: what an
+    application (a worker, a producer, an admin tool) calls."""
+
+    settings: Settings
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- producers -----------------------------------------------------------------------
+
+    def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
+                tenant: str | None = None) -> list[EnqueueOutcome]:
+        """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none."""
+        ...
+
+    def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
+        """Enqueue one task (``fields``: the rest of its ``TaskIn``)."""
+        return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
+
+    def bulk_load(self, queue: str, *, rows: int, tenants: Iterable[str]
+                  ) -> AbstractContextManager[BulkLoad | ShardedBulkLoad]:
+        """Admit a bulk load of ``rows`` rows for these tenants of ``queue`` (tierq.logic.bulk);
+        it ends when the block exits."""
+        ...
+
+    def bulk_writer(self, load: BulkLoad | ShardedBulkLoad
+                    ) -> AbstractContextManager[BulkWriter | ShardedBulkWriter]:
+        """A writer of ``load``'s rows."""
+        ...
+
+    def bulk_warm_up(self, queue: str, tenants: Iterable[str]) -> int:
+        """Promote the first batch of what bulk loads wrote for these tenants; how many."""
+        ...
+
+    # -- workers -------------------------------------------------------------------------
+
+    def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
+              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
+        """Lease up to ``request.max`` tasks."""
+        ...
+
+    def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
+                      max_bytes: int = 0, answer_by: float | None = None,
+                      **fields: Any) -> ClaimOutcome:
+        """``claim``, with when more may be had if the queue's limits cut it."""
+        ...
+
+    def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
+        """The tasks of a kept claim record still leased with its tokens, rebuilt."""
+        ...
+
+    def give_back(self, queue: str, tasks: Sequence[ClaimedTask]) -> None:
+        """Return claimed tasks that could not be answered, no attempt counted."""
+        ...
+
+    def ack(self, queue: str,
+            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult: ...
+
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
+        ...
+
+    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]
+                ) -> ReleaseResult: ...
+
+    def heartbeat(self, queue: str,
+                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult: ...
+
+    # -- tasks and dead letters ----------------------------------------------------------
+
+    def get_task(self, queue: str, task_id: UUID | str) -> TaskView: ...
+
+    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView: ...
+
+    def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
+                 after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
+        """Dead letters, most recently dead first, before the position ``after``."""
+        ...
+
+    def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
+        """Make dead letters ready again, attempts reset: (replayed, skipped)."""
+        ...
+
+    def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                  all_dead: bool = False) -> list[UUID]:
+        """Delete dead letters; the ids deleted."""
+        ...
+
+    # -- queues and metrics --------------------------------------------------------------
+
+    def queue_settings(self, queue: str) -> QueueSettings: ...
+
+    def put_queue(self, queue: str,
+                  update: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings: ...
+
+    def pause(self, queue: str) -> QueueSettings:
+        return self.put_queue(queue, QueueSettingsUpdate(paused=True))
+
+    def resume(self, queue: str) -> QueueSettings:
+        return self.put_queue(queue, QueueSettingsUpdate(paused=False))
+
+    def purge_queue(self, queue: str) -> int:
+        """Delete every task of a queue, in every state; how many."""
+        ...
+
+    def get_queue(self, queue: str) -> QueueView: ...
+
+    def tenant_queue(self, queue: str, tenant: str) -> TenantQueueView: ...
+
+    def queue_known(self, queue: str) -> bool: ...
+
+    def queue_views_after(self, after: str, *, limit: int) -> Iterator[QueueView]: ...
+
+    def tenant_queues_after(self, after: str, *, limit: int,
+                            tenant: str) -> Iterator[TenantQueueView]: ...
+
+    def list_queues(self) -> list[QueueView]: ...
+
+    def detailed_counts(self) -> list[TenantCounts]:
+        """Counts of every (queue, tenant), in that order."""
+        ...
+
+    def running(self, queue: str | None = None) -> list[RunningLease]:
+        """Every current lease (of one queue if given), oldest first."""
+        ...
+
+    def throughput(self, queue: str, tenant: str | None = None) -> QueueThroughput: ...
+
+    # -- maintenance (one pass each; the jobs: tierq.maintenance.registry) ---------------
+
+    def run_job(self, name: str) -> JobRun[Any]:
+        """One pass of maintenance job ``name`` on every shard."""
+        ...
+
+    def run_cold_to_warm(self) -> ColdToWarmSummary:
+        return cast("ColdToWarmSummary", self.run_job("cold_to_warm").summary())
+
+    def run_delayed_mover(self) -> DelayedMoverSummary:
+        return cast("DelayedMoverSummary", self.run_job("delayed_mover").summary())
+
+    def run_reaper(self) -> ReaperSummary:
+        return cast("ReaperSummary", self.run_job("reaper").summary())
+
+    def run_cron_tick(self) -> CronTickSummary:
+        return cast("CronTickSummary", self.run_job("cron_tick").summary())
+
+    # -- cron schedules ------------------------------------------------------------------
+
+    def put_schedule(self, name: str, body: ScheduleIn | Mapping[str, Any]) -> ScheduleView:
+        ...
+
+    def get_schedule(self, name: str, tenant: str | None = None) -> ScheduleView: ...
+
+    def delete_schedule(self, name: str, tenant: str | None = None) -> ScheduleRemoved: ...
+
+    def schedules_after(self, after: tuple[str, str] | None, *, limit: int,
+                        tenant: str | None = None) -> Iterator[ScheduleView]: ...
+
+    def list_schedules(self, tenant: str | None = None) -> list[ScheduleView]:
+        """Every schedule, or those of one tenant, in (tenant, name) order."""
+        ...
+
+
+class Deployment(QueueEngine, Protocol):
+    """A ``QueueEngine`` with its shards named, for what is read or written per shard: each
+    shard's engine, which shard holds what, and a call on one shard under its deadline.
+    One database is one shard, named ``DEFAULT_SHARD``, that holds everything."""
+
+    @property
+    def engines(self) -> Mapping[str, Tierq]:
+        """Every shard's engine by name, the default shard's first."""
+        ...
+
+    @property
+    def default_shard(self) -> str:
+        """The default shard's name: where what belongs to no pair is kept (a feed's
+        offsets, an idempotency key's binding)."""
+        ...
+
+    def on_shard(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0) -> T:
+        """``call`` with shard ``name``'s engine, under the shard's call deadline (``waits``:
+        what the call waits for by design)."""
+        ...
+
+    def engine_of(self, queue: str, tenant: str, *, create: bool = True) -> Tierq | None:
+        """The engine of the pair's shard (None: the pair has none and ``create`` is off)."""
+        ...
+
+    def shards_of_tasks(self, queue: str, tasks: Sequence[TaskIn],
+                        tenant: str | None) -> dict[str, list[int]]:
+        """The tasks' indexes grouped by the shards of their pairs."""
+        ...
+
+    def shards_for_selection(self, queue: str, tenant: str | None,
+                             ids: Sequence[UUID]) -> dict[str, list[UUID]]:
+        """Where a selection of dead letters is: {shard: the ids to ask it}."""
+        ...
+
+    def after_pass(self, shard: str, summary: object) -> None:
+        """What follows a maintenance pass run on shard ``shard`` by its own engine (as the
+        scheduled ticks do; ``run_job`` does it itself)."""
+        ...
