@@ -363,3 +363,18 @@ def test_tierq_shards_move_and_home(make_sharded: ShardedFactory,
     unknown = runner.invoke(app, ["shards", "move", QUEUE, TENANT, "--to", "purple"], env=env)
     assert unknown.exit_code == 1 and "no shard named 'purple'" in unknown.output
     assert set(states(tq).values()) == {HomeState(to, None)}
+
+
+def test_tierq_shards_with_one_database(shard_specs: list[ShardSpec], valkey_url: str) -> None:
+    """One database (TIERQ_SHARD_URLS names one shard, or is not set): every pair's home is
+    the default shard, and there is no other to move a pair to."""
+    runner = CliRunner()
+    for env in ({"TIERQ_SHARD_URLS": f"red={shard_specs[0].url}", "VALKEY_URL": valkey_url},
+                {"TIERQ_SHARD_URLS": "", "DATABASE_URL": shard_specs[0].url,
+                 "VALKEY_URL": valkey_url}):
+        shown = runner.invoke(app, ["shards", "home", QUEUE, TENANT], env=env)
+        assert shown.exit_code == 0, shown.output
+        assert orjson.loads(shown.stdout) == {"queue": QUEUE, "tenant": TENANT,
+                                              "home": "default", "moving_to": None}
+        move = runner.invoke(app, ["shards", "move", QUEUE, TENANT, "--to", "red"], env=env)
+        assert move.exit_code == 2 and "names one shard" in move.output

@@ -18,7 +18,6 @@ import typer
 from rich.markup import escape
 
 from tierq.cli.common import console, sharded_engine
-from tierq.dal.shards import DEFAULT_SHARD
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +28,8 @@ def register(app: typer.Typer) -> None:
     @shards.command("home")
     def home(queue: str, tenant: str) -> None:
         """Print the shard a (queue, tenant) lives on, and the shard it is moving to."""
+        from tierq.dal.shards import DEFAULT_SHARD  # (here: the command line starts faster)
+
         with sharded_engine() as tq:
             if tq is None:  # one database: every pair's home
                 typer.echo(json.dumps({"queue": queue, "tenant": tenant,
