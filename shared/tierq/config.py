@@ -163,6 +163,17 @@ class Settings(BaseModel):
         default=30 * 86_400, ge=60, alias="TIERQ_PAIR_RETENTION_SECONDS")
     # Distinct queues a tenant may have (0: no cap); one more is 409 quota_exceeded.
     max_queues_per_tenant: int = Field(default=1000, ge=0, alias="TIERQ_MAX_QUEUES_PER_TENANT")
+    # Cron schedules a tenant may have (0: no cap); a PUT of one more is 409 quota_exceeded
+    # (replacing one of its schedules is not one more). Per database: on a sharded engine,
+    # per shard.
+    max_schedules_per_tenant: int = Field(default=1000, ge=0,
+                                          alias="TIERQ_MAX_SCHEDULES_PER_TENANT")
+    # The payload bytes one schedule keeps installed ahead (its occurrences not yet due):
+    # occurrences x payload size. A PUT that would install more is 422; a tick installs at
+    # most what fits (tierq.logic.schedules). The default holds the default horizon (4) of
+    # the largest default payload (256 KiB), or 1,000 occurrences of 1 KiB.
+    schedule_max_installed_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 ** 3,
+                                              alias="TIERQ_SCHEDULE_MAX_INSTALLED_BYTES")
     # A tenant caller's own limits on the HTTP API (tierq.logic.tenant_limits), so that one
     # tenant meets them before the shared ones (the functions' reserved concurrency, whose
     # throttles reach every caller as 5xx): requests a second (a token bucket of this burst)

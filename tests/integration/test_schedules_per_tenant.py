@@ -199,8 +199,8 @@ def test_migration_0009_keeps_existing_schedules_and_their_occurrences(
         assert migrations.migrate(url)[0] == "0009"  # and any later ones
         keys = conn.execute(
             "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint "
-            "WHERE contype = 'p' AND conrelid::regclass::text LIKE 'tierq_schedule%' "
-            "ORDER BY 1").fetchall()
+            "WHERE contype = 'p' AND conrelid::regclass::text IN "
+            "('tierq_schedules', 'tierq_schedule_occurrences') ORDER BY 1").fetchall()
         assert keys == [
             ("tierq_schedule_occurrences",
              "PRIMARY KEY (tenant, schedule, fire_at_ms, config_hash)"),
@@ -214,6 +214,9 @@ def test_migration_0009_keeps_existing_schedules_and_their_occurrences(
             "LEFT JOIN tierq_schedules s ON s.tenant = o.tenant AND s.name = o.schedule "
             "WHERE s.name IS NULL").fetchall()
         assert due == [("globex", "nightly")]
+        # (migration 0016 records it as a remnant, due at once)
+        assert conn.execute("SELECT tenant, name, tick_at_ms FROM tierq_schedule_remnants"
+                            ).fetchall() == [("globex", "nightly", 0)]
         # the same name may now exist in another tenant
         conn.execute("INSERT INTO tierq_schedules (name, queue, tenant, payload, every_ms, "
                      "config_hash, created_at, updated_at) VALUES "

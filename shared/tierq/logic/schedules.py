@@ -22,6 +22,22 @@ Installing (a ``PUT`` and every ``cron_tick``), in one transaction per schedule:
    no duplicate: the second finds the first's keys and inserts nothing for them.
 3. Remember how far the current hash is installed: a later tick installs only later
    instants, so an occurrence that already ran and left the table is never installed again.
+4. Record when the tick next has work for the schedule (``tick_at_ms``, see
+   ``next_tick_ms``): the tick reads only the schedules due, on an index, so an idle
+   schedule costs it nothing. A removed schedule whose occurrences outlive it (one running)
+   is kept as a remnant (``tierq_schedule_remnants``) until they are gone.
+
+Bounds on what is installed:
+
+- never later than ``MAX_DELAY_SECONDS`` ahead (366 days, the bound of an enqueued task's
+  ``run_at``): a yearly schedule's next instant is installed once it comes within it;
+- at most ``TIERQ_SCHEDULE_MAX_INSTALLED_BYTES`` of payload ahead per schedule (occurrences
+  x payload bytes). A PUT whose install would hold more (a large ``horizon``, or a frequent
+  schedule's occurrences within the lookahead) is refused with 422 naming the most that
+  fits; a tick installs at most what fits (a cron whose bursts hold more than the PUT saw
+  installs the rest at later ticks, and what falls between two ticks is skipped, logged);
+- at most ``TIERQ_MAX_SCHEDULES_PER_TENANT`` schedules per tenant: a PUT of one more is 409
+  ``quota_exceeded``, checked under a per-tenant lock.
 
 A config hash covers everything that decides the occurrences: when (cron, period or daily
 times, and the time zone), where (queue, tenant) and what (payload, priority). Changing any
@@ -52,6 +68,7 @@ period (at-least-once, nothing lost).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -68,7 +85,7 @@ from tierq.core.json_text import has_nul
 from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import LiveOccurrence, ScheduleRow
 from tierq.dal.task_store import Conn
-from tierq.errors import InvalidInput, NotFound, PayloadTooLarge
+from tierq.errors import InvalidInput, NotFound, PayloadTooLarge, QuotaExceeded
 from tierq.logic import tiering
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.logic.homes import require_here
@@ -85,6 +102,9 @@ from tierq.models.schedules import (
     parse_daily_time,
     zone,
 )
+from tierq.models.tasks import MAX_DELAY_SECONDS
+
+logger = logging.getLogger(__name__)
 
 INSERT_CHUNK = 200
 # Ticks install every occurrence due within max(LOOKAHEAD_TICKS ticks, MIN_LOOKAHEAD_SECONDS)
@@ -180,13 +200,16 @@ class Timing:
 
 
 def occurrences(timing: Timing, after_ms: int, *, at_least: int, through_ms: int | None = None,
-                limit: int = MAX_OCCURRENCES_PER_INSTALL) -> list[int]:
+                limit: int = MAX_OCCURRENCES_PER_INSTALL,
+                until_ms: int | None = None) -> list[int]:
     """The instants (epoch ms) strictly after ``after_ms``: at least ``at_least`` of them and
-    every one up to ``through_ms``, at most ``limit``."""
+    every one up to ``through_ms``, at most ``limit``, none after ``until_ms``."""
     out: list[int] = []
     for instant in timing.candidates(after_ms):
         if instant <= after_ms or (out and instant == out[-1]):
             continue
+        if until_ms is not None and instant > until_ms:
+            break
         if len(out) >= at_least and (through_ms is None or instant > through_ms):
             break
         out.append(instant)
@@ -325,27 +348,94 @@ def lookahead_ms(ctx: Context) -> int:
     return int(max(LOOKAHEAD_TICKS * ctx.settings.cron_every, MIN_LOOKAHEAD_SECONDS) * 1000)
 
 
+def payload_bytes(payload_json: str) -> int:
+    """A payload's size as the install budget counts it: its compact JSON, in bytes (what
+    ``encode_payload`` checks; the jsonb text PostgreSQL hands back is re-encoded)."""
+    return len(orjson.dumps(orjson.loads(payload_json)))
+
+
+def most_installed(ctx: Context, size: int) -> int:
+    """How many occurrences of a payload of ``size`` bytes one schedule may have installed
+    ahead: the budget ``TIERQ_SCHEDULE_MAX_INSTALLED_BYTES`` over the size (at least 1), and
+    never more than MAX_OCCURRENCES_PER_INSTALL."""
+    fits = ctx.settings.schedule_max_installed_bytes // max(size, 1)
+    return max(1, min(MAX_OCCURRENCES_PER_INSTALL, fits))
+
+
+def planned(ctx: Context, timing: Timing, horizon: int, now_ms: int, *,
+            limit: int = MAX_OCCURRENCES_PER_INSTALL) -> list[int]:
+    """The instants an install at ``now_ms`` wants installed: ``horizon`` of them at least
+    and every one within the lookahead, at most ``limit``, none later than
+    MAX_DELAY_SECONDS ahead (the bound of an enqueued task's ``run_at``)."""
+    return occurrences(timing, now_ms, at_least=horizon,
+                       through_ms=now_ms + lookahead_ms(ctx), limit=limit,
+                       until_ms=now_ms + MAX_DELAY_SECONDS * 1000)
+
+
+def next_tick_ms(ctx: Context, timing: Timing, wanted: Sequence[int], through: int | None,
+                 now_ms: int) -> int | None:
+    """When the tick next has work for an enabled schedule whose ``wanted`` instants are
+    installed through ``through``, at ``now_ms`` at the soonest (the next pass):
+
+    ==========================================  ==========================================
+    the schedule                                due at
+    ==========================================  ==========================================
+    has instants installed                      its next one (one fewer left ahead), or
+                                                when the installed ones end within the
+                                                lookahead, whichever comes first
+    fires next beyond MAX_DELAY_SECONDS         when that instant comes within it
+    never fires again (a cron without a match)  never (None)
+    ==========================================  ==========================================
+    """
+    if wanted:
+        end = through if through is not None else wanted[-1]
+        due = min(wanted[0], end - lookahead_ms(ctx))
+    else:
+        following = occurrences(timing, now_ms, at_least=1, limit=1)
+        if not following:
+            return None
+        due = following[0] - MAX_DELAY_SECONDS * 1000
+    return max(due, now_ms)
+
+
 def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float) -> InstallResult:
     """Bring one schedule's installed occurrences up to date, inside the caller's
-    transaction (which holds the schedule's lock)."""
+    transaction (which holds the schedule's lock), and record when the tick next has work
+    for it (``tick_at_ms``: ``next_tick_ms``; the next tick when occurrences of another
+    config remain; never, for a disabled schedule with none left)."""
     name, tenant, hash_ = row.name, row.tenant, row.config_hash
+    now_ms = to_ms(now)
     result = InstallResult()
     result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row.enabled else None)
     through = row.installed_through_ms if row.installed_hash == hash_ else None
     # forget finished occurrences first: a ledger row must never outlive its task's key
     ctx.store.prune_occurrences(conn, tenant, name)
+    tick_at: int | None = None
     if row.enabled:
-        now_ms = to_ms(now)
-        wanted = occurrences(Timing.of_row(row), now_ms, at_least=row.horizon,
-                             through_ms=now_ms + lookahead_ms(ctx))
+        timing = Timing.of_row(row)
+        size = payload_bytes(row.payload)
+        limit = most_installed(ctx, size)
+        wanted = planned(ctx, timing, row.horizon, now_ms, limit=limit)
+        if len(wanted) == limit and limit * size >= ctx.settings.schedule_max_installed_bytes:
+            logger.warning(
+                "schedule %r of tenant %r: %d occurrences of %d bytes fill its install "
+                "budget (TIERQ_SCHEDULE_MAX_INSTALLED_BYTES); later ones wait for later "
+                "ticks", name, tenant, limit, size)
         new = [ms for ms in wanted if through is None or ms > through]
-        result.installed = _insert(ctx, conn, row, new, now)
+        if new:
+            result.installed = _insert(ctx, conn, row, new, now)
         if wanted:
             through = wanted[-1] if through is None else max(through, wanted[-1])
         installed_hash: str | None = hash_
+        tick_at = next_tick_ms(ctx, timing, wanted, through, now_ms)
     else:
         installed_hash, through = None, None
-    ctx.store.mark_installed(conn, tenant, name, installed_hash, through, to_datetime(now))
+    if ctx.store.schedule_has_occurrences(conn, tenant, name, hash_ if row.enabled else None):
+        # occurrences of another config still run (or were held): withdraw or forget them
+        # at the next tick
+        tick_at = now_ms
+    ctx.store.mark_installed(conn, tenant, name, installed_hash, through, tick_at,
+                             to_datetime(now))
     result.installed_through_ms = through
     return result
 
@@ -360,6 +450,45 @@ def _register_pair(ctx: Context, queue: str, tenant: str) -> None:
 # -- operations -------------------------------------------------------------------------------
 
 
+def check_install_budget(ctx: Context, timing: Timing, horizon: int, payload_json: str,
+                         now_ms: int) -> None:
+    """Refuse (InvalidInput, 422) a schedule whose install would hold more payload bytes
+    than ``TIERQ_SCHEDULE_MAX_INSTALLED_BYTES``: its ``horizon`` occurrences, or the ones it
+    fires within the lookahead (a frequent schedule), times the payload's size."""
+    budget = ctx.settings.schedule_max_installed_bytes
+    size = payload_bytes(payload_json)
+    count = len(planned(ctx, timing, horizon, now_ms))
+    if count * size <= budget:
+        return
+    fits = budget // max(size, 1)
+    message = (f"{count} occurrences to install (horizon {horizon}, and every one within "
+               f"the next {lookahead_ms(ctx) // 1000} s) x a payload of {size} bytes is "
+               f"{count * size} bytes; a schedule may hold {budget} "
+               f"(TIERQ_SCHEDULE_MAX_INSTALLED_BYTES): "
+               + (f"at most {fits} occurrences of this payload" if fits
+                  else "the payload alone is larger"))
+    field = "horizon" if count <= horizon and fits else "payload"
+    raise InvalidInput(message, details=[{"field": field, "message": message}])
+
+
+def check_schedule_quota(ctx: Context, conn: Conn | None, tenant: str, name: str) -> None:
+    """Refuse (QuotaExceeded, 409) a new schedule of a tenant that has
+    ``TIERQ_MAX_SCHEDULES_PER_TENANT`` already; replacing one of its schedules is not one
+    more. With ``conn`` (inside the PUT's transaction, holding the schedule's lock) the
+    tenant's lock is taken first, so two PUTs at once cannot both pass the cap."""
+    cap = ctx.settings.max_schedules_per_tenant
+    if cap <= 0 or ctx.store.schedule_by_name(tenant, name, conn=conn) is not None:
+        return
+    if conn is not None:
+        ctx.store.lock_tenant_schedules(conn, tenant)
+    if ctx.store.count_tenant_schedules(tenant, cap, conn=conn) >= cap:
+        raise QuotaExceeded(
+            f"tenant {tenant!r} already has {cap} schedules "
+            f"(TIERQ_MAX_SCHEDULES_PER_TENANT); schedule {name!r} would be one more",
+            details=[{"field": "name",
+                      "message": f"tenant {tenant!r} is at its cap of {cap} schedules"}])
+
+
 def put_schedule(ctx: Context, name: str,
                  body: ScheduleIn | Mapping[str, Any]) -> tuple[ScheduleView, bool]:
     """Create or replace the schedule ``name`` of the body's tenant (default ``_``) and
@@ -370,12 +499,19 @@ def put_schedule(ctx: Context, name: str,
     payload_json = encode_payload(ctx, model.payload)
     timing = Timing.of_body(model)
     tenant = model.tenant or DEFAULT_TENANT
-    _register_pair(ctx, model.queue, tenant)
     now = ctx.now()
+    if model.enabled:
+        check_install_budget(ctx, timing, model.horizon, payload_json, to_ms(now))
+    # before the queue is registered, so that a refused PUT leaves nothing behind; checked
+    # again under the tenant's lock below, where it counts
+    check_schedule_quota(ctx, None, tenant, name)
+    _register_pair(ctx, model.queue, tenant)
     with ctx.db.transaction() as conn:
         if ctx.id_tag is not None:  # sharded: not a pair moved off this shard meanwhile
             require_here(ctx.store, conn, model.queue, [tenant])
         ctx.store.schedule_lock(conn, tenant, name)
+        check_schedule_quota(ctx, conn, tenant, name)
+        ctx.store.forget_remnant(conn, tenant, name)  # its occurrences are this row's now
         row, created = ctx.store.upsert_schedule(
             conn,
             name=name,
@@ -410,8 +546,18 @@ def tick_schedule(ctx: Context, tenant: str, name: str) -> InstallResult | None:
             return install(ctx, conn, row, ctx.now())
         # removed: withdraw what was locked (and so skipped) when it was removed
         result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
-        ctx.store.prune_occurrences(conn, tenant, name)
+        _settle_remnant(ctx, conn, tenant, name)
         return result
+
+
+def _settle_remnant(ctx: Context, conn: Conn, tenant: str, name: str) -> None:
+    """After a removed schedule's occurrences were withdrawn: forget the finished ones, and
+    keep a remnant (due at the next tick) while some remain, none once they are gone."""
+    ctx.store.prune_occurrences(conn, tenant, name)
+    if ctx.store.schedule_has_occurrences(conn, tenant, name, None):
+        ctx.store.keep_remnant(conn, tenant, name, to_ms(ctx.now()))
+    else:
+        ctx.store.forget_remnant(conn, tenant, name)
 
 
 def _not_found(name: str, tenant: str) -> NotFound:
@@ -428,8 +574,8 @@ def delete_schedule(ctx: Context, name: str, tenant: str | None = None) -> Sched
         if ctx.store.schedule_by_name(tenant, name, conn=conn) is None:
             raise _not_found(name, tenant)
         withdrawn = withdraw(ctx, conn, tenant, name, None)
-        ctx.store.prune_occurrences(conn, tenant, name)
         ctx.store.delete_schedule_row(conn, tenant, name)
+        _settle_remnant(ctx, conn, tenant, name)
     return ScheduleRemoved(name=name, tenant=tenant, removed_occurrences=withdrawn)
 
 

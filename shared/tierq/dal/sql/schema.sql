@@ -20,6 +20,7 @@ migrations applied:
   0013_queue_limits_table
   0014_pair_moves
   0015_seq_maximum
+  0016_schedules_due
 
 table tierq_feeder_offsets
   column feed text not null
@@ -141,6 +142,15 @@ table tierq_schedule_occurrences
   CREATE UNIQUE INDEX tierq_schedule_occurrences_pkey ON tierq_schedule_occurrences USING btree (tenant, schedule, fire_at_ms, config_hash)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
+table tierq_schedule_remnants
+  column tenant text not null
+  column name text not null
+  column tick_at_ms bigint not null
+  constraint tierq_schedule_remnants_pkey: PRIMARY KEY (tenant, name)
+  CREATE INDEX tierq_schedule_remnants_due ON tierq_schedule_remnants USING btree (tick_at_ms, tenant, name)
+  CREATE UNIQUE INDEX tierq_schedule_remnants_pkey ON tierq_schedule_remnants USING btree (tenant, name)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
 table tierq_schedules
   column name text not null
   column queue text not null
@@ -159,12 +169,14 @@ table tierq_schedules
   column last_tick_at timestamp with time zone
   column created_at timestamp with time zone not null
   column updated_at timestamp with time zone not null
+  column tick_at_ms bigint default 0
   constraint tierq_schedules_check: CHECK (num_nonnulls(cron, every_ms, daily_times) = 1)
   constraint tierq_schedules_every_ms_check: CHECK (every_ms >= 1000)
   constraint tierq_schedules_horizon_check: CHECK (horizon >= 1 AND horizon <= 1000)
   constraint tierq_schedules_name_check: CHECK (name ~ '^[A-Za-z0-9_.-]{1,64}$'::text)
   constraint tierq_schedules_pkey: PRIMARY KEY (tenant, name)
   constraint tierq_schedules_priority_check: CHECK (priority >= 0 AND priority <= 9)
+  CREATE INDEX tierq_schedules_due ON tierq_schedules USING btree (tick_at_ms, tenant, name) WHERE (tick_at_ms IS NOT NULL)
   CREATE UNIQUE INDEX tierq_schedules_pkey ON tierq_schedules USING btree (tenant, name)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 

@@ -261,7 +261,10 @@ class ScheduleRow(NamedTuple):
     updated_at: datetime
 
 
-class ScheduleKey(NamedTuple):
+class ScheduleDue(NamedTuple):
+    """A schedule (or a removed schedule's remnant) the tick has work for, and since when."""
+
+    tick_at_ms: int
     tenant: str
     name: str
 

@@ -9,7 +9,7 @@ from uuid import UUID
 from psycopg.rows import dict_row, scalar_row
 
 from tierq.dal.store.base import Conn, StoreBase, positional
-from tierq.dal.store.rows import LiveOccurrence, PendingOccurrence, ScheduleKey, ScheduleRow
+from tierq.dal.store.rows import LiveOccurrence, PendingOccurrence, ScheduleDue, ScheduleRow
 
 
 class ScheduleQueries(StoreBase):
@@ -49,11 +49,39 @@ class ScheduleQueries(StoreBase):
                                               "after_name": after[1], "limit": limit},
                            positional(ScheduleRow))
 
-    def schedules_to_tick(self, now_ms: int, lookahead_ms: int) -> list[ScheduleKey]:
-        """The schedules a tick has work for."""
-        return self._fetch("schedules_to_tick", {"now_ms": now_ms,
-                                                 "lookahead_ms": lookahead_ms},
-                           positional(ScheduleKey))
+    def schedules_due(self, now_ms: int, after: tuple[int, str, str],
+                      limit: int) -> list[ScheduleDue]:
+        """The next ``limit`` schedules (and remnants of removed ones) due by ``now_ms``,
+        after ``after`` (tick_at_ms, tenant, name), soonest due first."""
+        return self._fetch("schedules_due", {
+            "now_ms": now_ms, "after_at": after[0], "after_tenant": after[1],
+            "after_name": after[2], "limit": limit}, positional(ScheduleDue))
+
+    def schedule_has_occurrences(self, conn: Conn, tenant: str, name: str,
+                                 keep_hash: str | None) -> bool:
+        """Whether ledger rows of another config than ``keep_hash`` (None: any) remain."""
+        [found] = self._fetch("schedule_has_occurrences", {
+            "tenant": tenant, "name": name, "keep_hash": keep_hash}, scalar_row, conn)
+        return bool(found)
+
+    def keep_remnant(self, conn: Conn, tenant: str, name: str, tick_at_ms: int) -> None:
+        """Record (or move) a removed schedule's remnant, due at ``tick_at_ms``."""
+        self._execute("keep_remnant", {"tenant": tenant, "name": name,
+                                       "tick_at_ms": tick_at_ms}, conn)
+
+    def forget_remnant(self, conn: Conn, tenant: str, name: str) -> None:
+        self._execute("forget_remnant", {"tenant": tenant, "name": name}, conn)
+
+    def lock_tenant_schedules(self, conn: Conn, tenant: str) -> None:
+        """Wait for the tenant's schedule-quota lock, held until the transaction ends."""
+        self._fetch("lock_tenant_schedules", {"tenant": tenant}, scalar_row, conn)
+
+    def count_tenant_schedules(self, tenant: str, cap: int, *,
+                               conn: Conn | None = None) -> int:
+        """The tenant's schedules, counted up to ``cap``."""
+        [count] = self._fetch("count_tenant_schedules", {"tenant": tenant, "cap": cap},
+                              scalar_row, conn)
+        return int(count)
 
     def lock_pending_occurrences(self, conn: Conn, tenant: str, name: str,
                                  keep_hash: str | None) -> list[PendingOccurrence]:
@@ -82,10 +110,12 @@ class ScheduleQueries(StoreBase):
             scalar_row, conn)
 
     def mark_installed(self, conn: Conn, tenant: str, name: str, installed_hash: str | None,
-                       installed_through_ms: int | None, now: datetime) -> None:
+                       installed_through_ms: int | None, tick_at_ms: int | None,
+                       now: datetime) -> None:
         self._execute("mark_installed", {
             "tenant": tenant, "name": name, "installed_hash": installed_hash,
-            "installed_through_ms": installed_through_ms, "now": now}, conn)
+            "installed_through_ms": installed_through_ms, "tick_at_ms": tick_at_ms,
+            "now": now}, conn)
 
     def delete_schedule_row(self, conn: Conn, tenant: str, name: str) -> None:
         self._fetch("delete_schedule_row", {"tenant": tenant, "name": name}, scalar_row, conn)

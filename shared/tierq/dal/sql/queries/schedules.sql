@@ -58,25 +58,57 @@ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 ORDER BY tenant, name
 LIMIT %(limit)s;
 
--- name: schedules_to_tick
--- The schedules a tick has work for: enabled ones whose config is not installed yet, whose
--- installed occurrences end within the lookahead, or that have an occurrence now due (the
--- horizon needs topping up; finished ones get pruned); and any schedule, even disabled or
--- removed, with ledger rows of another config (pending ones left to withdraw, or claimed
--- ones to forget once they finish). The others are left alone: no write per tick for them.
-SELECT s.tenant, s.name FROM tierq_schedules s
-WHERE s.enabled
-  AND (s.installed_hash IS DISTINCT FROM s.config_hash
-       OR s.installed_through_ms IS NULL
-       OR s.installed_through_ms - %(lookahead_ms)s <= %(now_ms)s
-       OR EXISTS (SELECT 1 FROM tierq_schedule_occurrences o
-                  WHERE o.tenant = s.tenant AND o.schedule = s.name
-                    AND o.fire_at_ms <= %(now_ms)s))
-UNION
-SELECT o.tenant, o.schedule FROM tierq_schedule_occurrences o
-LEFT JOIN tierq_schedules s ON s.tenant = o.tenant AND s.name = o.schedule
-WHERE s.name IS NULL OR NOT s.enabled OR o.config_hash <> s.config_hash
-ORDER BY 1, 2;
+-- name: schedules_due
+-- The next slice of schedules the tick has work for, soonest due first: schedules whose
+-- tick_at_ms has come, and removed schedules whose occurrences remain (remnants), after the
+-- pass's cursor (after_at, after_tenant, after_name) in (tick_at_ms, tenant, name) order.
+-- Each side reads its partial index from the cursor on, at most `limit` entries: a pass
+-- costs the schedules due, never the schedules there are (migration 0016).
+SELECT d.tick_at_ms, d.tenant, d.name FROM (
+    (SELECT s.tick_at_ms, s.tenant, s.name FROM tierq_schedules s
+     WHERE s.tick_at_ms IS NOT NULL AND s.tick_at_ms <= %(now_ms)s
+       AND (s.tick_at_ms, s.tenant, s.name)
+           > (%(after_at)s::bigint, %(after_tenant)s::text, %(after_name)s::text)
+     ORDER BY s.tick_at_ms, s.tenant, s.name
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT r.tick_at_ms, r.tenant, r.name FROM tierq_schedule_remnants r
+     WHERE r.tick_at_ms <= %(now_ms)s
+       AND (r.tick_at_ms, r.tenant, r.name)
+           > (%(after_at)s::bigint, %(after_tenant)s::text, %(after_name)s::text)
+     ORDER BY r.tick_at_ms, r.tenant, r.name
+     LIMIT %(limit)s)
+) d
+ORDER BY d.tick_at_ms, d.tenant, d.name
+LIMIT %(limit)s;
+
+-- name: schedule_has_occurrences
+-- Whether ledger rows of the schedule remain of another config than keep_hash (NULL: of
+-- any config): occurrences still running or held, to withdraw or forget at a later tick.
+SELECT EXISTS (
+    SELECT 1 FROM tierq_schedule_occurrences o
+    WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
+      AND (%(keep_hash)s::text IS NULL OR o.config_hash <> %(keep_hash)s)) AS found;
+
+-- name: keep_remnant
+-- A removed schedule's occurrences remain: the tick comes back for them at tick_at_ms.
+INSERT INTO tierq_schedule_remnants (tenant, name, tick_at_ms)
+VALUES (%(tenant)s, %(name)s, %(tick_at_ms)s)
+ON CONFLICT (tenant, name) DO UPDATE SET tick_at_ms = EXCLUDED.tick_at_ms;
+
+-- name: forget_remnant
+DELETE FROM tierq_schedule_remnants WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: lock_tenant_schedules
+-- Taken before a new schedule of the tenant is written: two PUTs of new schedules of one
+-- tenant at once cannot both pass its cap. Taken after the schedule's own lock (never the
+-- other way round), so the two locks never wait on each other crosswise.
+SELECT pg_advisory_xact_lock(hashtextextended('tierq-schedules-of|' || %(tenant)s, 11));
+
+-- name: count_tenant_schedules
+-- How many schedules the tenant has, counted up to `cap` (the primary key's tenant prefix).
+SELECT count(*) FROM (
+    SELECT 1 FROM tierq_schedules WHERE tenant = %(tenant)s LIMIT %(cap)s) AS s;
 
 -- name: lock_pending_occurrences
 -- Occurrences never claimed (attempts = 0 and delayed, cold or warm; a warm one is only
@@ -135,9 +167,11 @@ ON CONFLICT DO NOTHING
 RETURNING task_id;
 
 -- name: mark_installed
+-- tick_at_ms: when the tick next has work for the schedule (NULL: none until a PUT).
 UPDATE tierq_schedules
 SET installed_hash = %(installed_hash)s,
     installed_through_ms = %(installed_through_ms)s,
+    tick_at_ms = %(tick_at_ms)s,
     last_tick_at = %(now)s
 WHERE tenant = %(tenant)s AND name = %(name)s;
 
