@@ -178,7 +178,9 @@ class ScheduleIn(RequestModel):
     horizon: int = Field(
         default=4, ge=1, le=MAX_HORIZON,
         description="How many future occurrences to keep installed (at least; occurrences "
-                    "due before the next few ticks are always installed).",
+                    "due before the next few ticks are always installed), none more than "
+                    "366 days ahead; horizon x payload bytes may not exceed "
+                    "TIERQ_SCHEDULE_MAX_INSTALLED_BYTES (default 1 MiB), else 422.",
     )
     enabled: bool = Field(default=True, strict=True,
                           description="A disabled schedule installs nothing.")

@@ -92,10 +92,14 @@ def list_schedules(
                 "'name/config_hash/epoch_ms'; a change of anything that decides them "
                 "replaces the pending ones (a claimed one finishes). A nonexistent local "
                 "time (spring forward) fires once when the clocks jump; a repeated one "
-                "(fall back) fires once, at its first occurrence.",
+                "(fall back) fires once, at its first occurrence. Occurrences are installed "
+                "at most 366 days ahead, and at most TIERQ_SCHEDULE_MAX_INSTALLED_BYTES of "
+                "payload per schedule (422 when the horizon, or the occurrences within the "
+                "next ticks, would hold more); a new schedule beyond the tenant's "
+                "TIERQ_MAX_SCHEDULES_PER_TENANT is 409 quota_exceeded.",
     operation_id="putSchedule",
     tags=["schedules"],
-    responses=responses("The schedule as stored, with its next occurrences.", 403, 413),
+    responses=responses("The schedule as stored, with its next occurrences.", 403, 409, 413),
 )
 def put_schedule(name: SchedulePath, body: Annotated[ScheduleIn, Body()]) -> ScheduleView:
     tenant = schedule_tenant(body.tenant)
