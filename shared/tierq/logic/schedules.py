@@ -430,12 +430,10 @@ def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float) -> InstallRe
         tick_at = next_tick_ms(ctx, timing, wanted, through, now_ms)
     else:
         installed_hash, through = None, None
-    if ctx.store.schedule_has_occurrences(conn, tenant, name, hash_ if row.enabled else None):
-        # occurrences of another config still run (or were held): withdraw or forget them
-        # at the next tick
-        tick_at = now_ms
+    # while occurrences of another config still run (or were held), the next tick comes
+    # back to withdraw or forget them
     ctx.store.mark_installed(conn, tenant, name, installed_hash, through, tick_at,
-                             to_datetime(now))
+                             hash_ if row.enabled else None, now_ms, to_datetime(now))
     result.installed_through_ms = through
     return result
 
@@ -532,12 +530,16 @@ def put_schedule(ctx: Context, name: str,
     return get_schedule(ctx, name, tenant), created
 
 
-def tick_schedule(ctx: Context, tenant: str, name: str) -> InstallResult | None:
+def tick_schedule(ctx: Context, tenant: str, name: str, *, queue: str | None = None,
+                  enabled: bool | None = None) -> InstallResult | None:
     """One tick of one schedule (or of the leftovers of a removed one). None when another
-    tick or a PUT holds it right now (that one does the work)."""
-    peek = ctx.store.schedule_by_name(tenant, name)
-    if peek is not None and peek.enabled:
-        _register_pair(ctx, peek.queue, peek.tenant)
+    tick or a PUT holds it right now (that one does the work). ``queue`` and ``enabled``,
+    as the caller read them (None: read here), say which pair to register first."""
+    if enabled is None:
+        peek = ctx.store.schedule_by_name(tenant, name)
+        queue, enabled = (peek.queue, peek.enabled) if peek is not None else (None, False)
+    if enabled and queue is not None:
+        _register_pair(ctx, queue, tenant)
     with ctx.db.transaction() as conn:
         if not ctx.store.schedule_try_lock(conn, tenant, name):
             return None
@@ -554,7 +556,7 @@ def _settle_remnant(ctx: Context, conn: Conn, tenant: str, name: str) -> None:
     """After a removed schedule's occurrences were withdrawn: forget the finished ones, and
     keep a remnant (due at the next tick) while some remain, none once they are gone."""
     ctx.store.prune_occurrences(conn, tenant, name)
-    if ctx.store.schedule_has_occurrences(conn, tenant, name, None):
+    if ctx.store.schedule_has_occurrences(conn, tenant, name):
         ctx.store.keep_remnant(conn, tenant, name, to_ms(ctx.now()))
     else:
         ctx.store.forget_remnant(conn, tenant, name)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import Field
 
+from tierq.dal.store.rows import ScheduleDue
 from tierq.errors import DatabaseTimedOut, Unavailable
 from tierq.logic import schedules
 from tierq.logic.context import Context, to_ms
@@ -71,7 +72,7 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
             if summary.schedules and budget.spent:  # (at least one schedule per pass)
                 return summary
             seen.add((entry.tenant, entry.name))
-            _tick_one(ctx, entry.tenant, entry.name, summary)
+            _tick_one(ctx, entry, summary)
             if summary.schedules >= config.max_schedules:
                 return summary
         if len(due) < limit:
@@ -79,10 +80,12 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
     return summary
 
 
-def _tick_one(ctx: Context, tenant: str, name: str, summary: CronTickSummary) -> None:
+def _tick_one(ctx: Context, entry: ScheduleDue, summary: CronTickSummary) -> None:
+    tenant, name = entry.tenant, entry.name
     summary.schedules += 1
     try:
-        result = schedules.tick_schedule(ctx, tenant, name)
+        result = schedules.tick_schedule(ctx, tenant, name, queue=entry.queue,
+                                         enabled=entry.enabled)
     except DatabaseTimedOut as exc:
         # a row held or a slow statement (its transaction rolled back): this schedule
         # waits for the next tick, the others go on

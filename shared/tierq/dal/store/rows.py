@@ -267,6 +267,8 @@ class ScheduleDue(NamedTuple):
     tick_at_ms: int
     tenant: str
     name: str
+    queue: str | None  # None: a remnant
+    enabled: bool
 
 
 class PendingOccurrence(NamedTuple):

@@ -18,6 +18,7 @@ class ScheduleQueries(StoreBase):
         self._fetch("schedule_lock", {"tenant": tenant, "name": name}, scalar_row, conn)
 
     def schedule_try_lock(self, conn: Conn, tenant: str, name: str) -> bool:
+        """Take the schedule's lock if free (a tick's: see the query for its commit)."""
         [locked] = self._fetch("schedule_try_lock", {"tenant": tenant, "name": name},
                                scalar_row, conn)
         return bool(locked)
@@ -57,11 +58,10 @@ class ScheduleQueries(StoreBase):
             "now_ms": now_ms, "after_at": after[0], "after_tenant": after[1],
             "after_name": after[2], "limit": limit}, positional(ScheduleDue))
 
-    def schedule_has_occurrences(self, conn: Conn, tenant: str, name: str,
-                                 keep_hash: str | None) -> bool:
-        """Whether ledger rows of another config than ``keep_hash`` (None: any) remain."""
-        [found] = self._fetch("schedule_has_occurrences", {
-            "tenant": tenant, "name": name, "keep_hash": keep_hash}, scalar_row, conn)
+    def schedule_has_occurrences(self, conn: Conn, tenant: str, name: str) -> bool:
+        """Whether ledger rows of the (removed) schedule remain."""
+        [found] = self._fetch("schedule_has_occurrences", {"tenant": tenant, "name": name},
+                              scalar_row, conn)
         return bool(found)
 
     def keep_remnant(self, conn: Conn, tenant: str, name: str, tick_at_ms: int) -> None:
@@ -111,11 +111,13 @@ class ScheduleQueries(StoreBase):
 
     def mark_installed(self, conn: Conn, tenant: str, name: str, installed_hash: str | None,
                        installed_through_ms: int | None, tick_at_ms: int | None,
-                       now: datetime) -> None:
+                       keep_hash: str | None, now_ms: int, now: datetime) -> None:
+        """Record the install, and the next tick: ``tick_at_ms``, or ``now_ms`` while
+        ledger rows of another config than ``keep_hash`` (None: any) remain."""
         self._execute("mark_installed", {
             "tenant": tenant, "name": name, "installed_hash": installed_hash,
             "installed_through_ms": installed_through_ms, "tick_at_ms": tick_at_ms,
-            "now": now}, conn)
+            "keep_hash": keep_hash, "now_ms": now_ms, "now": now}, conn)
 
     def delete_schedule_row(self, conn: Conn, tenant: str, name: str) -> None:
         self._fetch("delete_schedule_row", {"tenant": tenant, "name": name}, scalar_row, conn)

@@ -10,8 +10,13 @@ SELECT pg_advisory_xact_lock(
     hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11));
 
 -- name: schedule_try_lock
+-- A tick's: its transaction does not wait for the WAL flush (synchronous_commit off, LOCAL
+-- to it). An install lost with the last commits of a crash is redone by the next tick (the
+-- occurrences are keyed, and the ledger and tick_at_ms commit with them), so the wait would
+-- buy nothing; a PUT's install (schedule_lock) keeps the server's setting.
 SELECT pg_try_advisory_xact_lock(
-    hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11)) AS locked;
+           hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11)) AS locked,
+       set_config('synchronous_commit', 'off', true) AS relaxed;
 
 -- name: upsert_schedule
 -- PUT replaces the whole schedule; created_at survives. created tells a new row from a
@@ -64,15 +69,16 @@ LIMIT %(limit)s;
 -- pass's cursor (after_at, after_tenant, after_name) in (tick_at_ms, tenant, name) order.
 -- Each side reads its partial index from the cursor on, at most `limit` entries: a pass
 -- costs the schedules due, never the schedules there are (migration 0016).
-SELECT d.tick_at_ms, d.tenant, d.name FROM (
-    (SELECT s.tick_at_ms, s.tenant, s.name FROM tierq_schedules s
+-- queue and enabled (NULL and false for a remnant) spare the tick a read before its lock.
+SELECT d.tick_at_ms, d.tenant, d.name, d.queue, d.enabled FROM (
+    (SELECT s.tick_at_ms, s.tenant, s.name, s.queue, s.enabled FROM tierq_schedules s
      WHERE s.tick_at_ms IS NOT NULL AND s.tick_at_ms <= %(now_ms)s
        AND (s.tick_at_ms, s.tenant, s.name)
            > (%(after_at)s::bigint, %(after_tenant)s::text, %(after_name)s::text)
      ORDER BY s.tick_at_ms, s.tenant, s.name
      LIMIT %(limit)s)
     UNION ALL
-    (SELECT r.tick_at_ms, r.tenant, r.name FROM tierq_schedule_remnants r
+    (SELECT r.tick_at_ms, r.tenant, r.name, NULL::text, false FROM tierq_schedule_remnants r
      WHERE r.tick_at_ms <= %(now_ms)s
        AND (r.tick_at_ms, r.tenant, r.name)
            > (%(after_at)s::bigint, %(after_tenant)s::text, %(after_name)s::text)
@@ -83,12 +89,11 @@ ORDER BY d.tick_at_ms, d.tenant, d.name
 LIMIT %(limit)s;
 
 -- name: schedule_has_occurrences
--- Whether ledger rows of the schedule remain of another config than keep_hash (NULL: of
--- any config): occurrences still running or held, to withdraw or forget at a later tick.
+-- Whether ledger rows of a removed schedule remain: occurrences still running or held, to
+-- withdraw or forget at a later tick.
 SELECT EXISTS (
     SELECT 1 FROM tierq_schedule_occurrences o
-    WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
-      AND (%(keep_hash)s::text IS NULL OR o.config_hash <> %(keep_hash)s)) AS found;
+    WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s) AS found;
 
 -- name: keep_remnant
 -- A removed schedule's occurrences remain: the tick comes back for them at tick_at_ms.
@@ -167,11 +172,19 @@ ON CONFLICT DO NOTHING
 RETURNING task_id;
 
 -- name: mark_installed
--- tick_at_ms: when the tick next has work for the schedule (NULL: none until a PUT).
+-- tick_at_ms: when the tick next has work for the schedule (NULL: none until a PUT); now_ms
+-- (the next tick) instead while ledger rows of another config than keep_hash (NULL: of any)
+-- remain, occurrences still running or held, to withdraw or forget then.
 UPDATE tierq_schedules
 SET installed_hash = %(installed_hash)s,
     installed_through_ms = %(installed_through_ms)s,
-    tick_at_ms = %(tick_at_ms)s,
+    tick_at_ms = CASE WHEN EXISTS (
+                          SELECT 1 FROM tierq_schedule_occurrences o
+                          WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
+                            AND (%(keep_hash)s::text IS NULL
+                                 OR o.config_hash <> %(keep_hash)s))
+                      THEN %(now_ms)s::bigint
+                      ELSE %(tick_at_ms)s::bigint END,
     last_tick_at = %(now)s
 WHERE tenant = %(tenant)s AND name = %(name)s;
 
