@@ -68,6 +68,18 @@ def test_maintenance_bench_reaps_and_promotes_the_live_work_and_prints_the_idle_
         assert repeat["reaper_pairs"] <= 2 and repeat["cold_to_warm_pairs"] == 1
 
 
+def test_cron_tick_bench_visits_the_due_schedules_only_and_prints_the_pass(
+        services: LocalServices, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.cron_tick", services, tmp_path / "cron_tick.json",
+                              "--sizes", "500", "--due", "2", "--repeat", "1")
+    assert re.fullmatch(r"cron_tick_ms_at_500_schedules=\d+", lines[-1]), lines[-1]
+    (size,) = result["sizes"]
+    (repeat,) = size["repeats"]
+    # the benchmark itself fails unless each pass visits exactly the due schedules
+    assert size["schedules"] == 500 and (repeat["visited"], repeat["installed"]) == (2, 2)
+    assert repeat["due_pass_ms"] > 0 and repeat["pre_0016_query_ms"] > 0
+
+
 @pytest.fixture(scope="session")
 def peers_python() -> Path:
     """The peers' environment, made first when missing (about a minute), outside the time
