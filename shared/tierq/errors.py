@@ -54,8 +54,9 @@ class Conflict(TierqError):
 
 
 class QuotaExceeded(Conflict):
-    """A per-tenant limit would be passed (a new queue beyond TIERQ_MAX_QUEUES_PER_TENANT);
-    nothing was written. 409, not 429: retrying does not help until something is freed."""
+    """A per-tenant limit would be passed (a new queue beyond TIERQ_MAX_QUEUES_PER_TENANT, a
+    new schedule beyond TIERQ_MAX_SCHEDULES_PER_TENANT); nothing was written. 409, not 429:
+    retrying does not help until something is freed."""
 
     code = "quota_exceeded"
 
