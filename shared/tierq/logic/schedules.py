@@ -398,15 +398,18 @@ def next_tick_ms(ctx: Context, timing: Timing, wanted: Sequence[int], through: i
     return max(due, now_ms)
 
 
-def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float) -> InstallResult:
+def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float, *,
+            stale: bool = True) -> InstallResult:
     """Bring one schedule's installed occurrences up to date, inside the caller's
     transaction (which holds the schedule's lock), and record when the tick next has work
     for it (``tick_at_ms``: ``next_tick_ms``; the next tick when occurrences of another
-    config remain; never, for a disabled schedule with none left)."""
+    config remain; never, for a disabled schedule with none left). ``stale`` False: the
+    caller saw no occurrence of another config in the ledger, so none is withdrawn."""
     name, tenant, hash_ = row.name, row.tenant, row.config_hash
     now_ms = to_ms(now)
     result = InstallResult()
-    result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row.enabled else None)
+    if stale:
+        result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row.enabled else None)
     through = row.installed_through_ms if row.installed_hash == hash_ else None
     # forget finished occurrences first: a ledger row must never outlive its task's key
     ctx.store.prune_occurrences(conn, tenant, name)
@@ -543,9 +546,10 @@ def tick_schedule(ctx: Context, tenant: str, name: str, *, queue: str | None = N
     with ctx.db.transaction() as conn:
         if not ctx.store.schedule_try_lock(conn, tenant, name):
             return None
-        row = ctx.store.schedule_by_name(tenant, name, conn=conn)
-        if row is not None:
-            return install(ctx, conn, row, ctx.now())
+        found = ctx.store.schedule_for_tick(conn, tenant, name)
+        if found is not None:
+            row, stale = found
+            return install(ctx, conn, row, ctx.now(), stale=stale)
         # removed: withdraw what was locked (and so skipped) when it was removed
         result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
         _settle_remnant(ctx, conn, tenant, name)

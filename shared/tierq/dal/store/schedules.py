@@ -43,6 +43,18 @@ class ScheduleQueries(StoreBase):
                            positional(ScheduleRow), conn)
         return rows[0] if rows else None
 
+    def schedule_for_tick(self, conn: Conn, tenant: str,
+                          name: str) -> tuple[ScheduleRow, bool] | None:
+        """The schedule's row, and whether its ledger holds occurrences of another config
+        (of any, when disabled); None when there is no such schedule."""
+        rows = self._fetch("schedule_for_tick", {"tenant": tenant, "name": name}, dict_row,
+                           conn)
+        if not rows:
+            return None
+        row = rows[0]
+        stale = bool(row.pop("stale"))
+        return ScheduleRow(**row), stale
+
     def schedules_page(self, tenant: str | None, after: tuple[str, str],
                        limit: int) -> list[ScheduleRow]:
         """Schedules after ``after`` (tenant, name), of ``tenant`` or (None) of all."""

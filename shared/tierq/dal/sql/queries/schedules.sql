@@ -53,6 +53,17 @@ SELECT name, queue, tenant, payload, priority, cron, every_ms, daily_times, time
        updated_at
 FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s;
 
+-- name: schedule_for_tick
+-- The row a tick installs, and whether occurrences of another config remain in its ledger
+-- (of any config, when disabled): only then has the tick anything to withdraw.
+SELECT s.name, s.queue, s.tenant, s.payload, s.priority, s.cron, s.every_ms, s.daily_times,
+       s.timezone, s.horizon, s.enabled, s.config_hash, s.installed_hash,
+       s.installed_through_ms, s.last_tick_at, s.created_at, s.updated_at,
+       EXISTS (SELECT 1 FROM tierq_schedule_occurrences o
+               WHERE o.tenant = s.tenant AND o.schedule = s.name
+                 AND (NOT s.enabled OR o.config_hash <> s.config_hash)) AS stale
+FROM tierq_schedules s WHERE s.tenant = %(tenant)s AND s.name = %(name)s;
+
 -- name: schedules_page
 -- Schedules after (after_tenant, after_name) in (tenant, name) order, of one tenant or
 -- (tenant NULL) of all; a keyset page on the primary key.
