@@ -78,7 +78,8 @@ class JobConfig(Model):
 
 
 class SlicedWalkConfig(JobConfig):
-    """A job that walks the pairs (or queues) with work in slices after a saved cursor."""
+    """A job that walks the pairs (or queues, or schedules) with work in slices after a
+    cursor."""
 
     slice_size: int = Field(default=200, ge=1, le=10_000)
 
