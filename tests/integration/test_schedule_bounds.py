@@ -231,6 +231,16 @@ def test_a_frequent_schedule_whose_lookahead_exceeds_the_budget_is_refused(
     assert err.value.details[0]["field"] == "payload"
 
 
+def test_a_payload_larger_than_the_budget_is_refused_whatever_the_timing(
+        make_tq: Factory) -> None:
+    """Even a schedule whose first instant is beyond MAX_DELAY_SECONDS (nothing installed
+    now) would install one occurrence later."""
+    tq = make_tq(clock=clock_at(START), schedule_max_installed_bytes=2048)
+    with pytest.raises(InvalidInput, match="the payload alone is larger") as err:
+        tq.put_schedule("leap", {"queue": "q", "payload": "x" * 4096, "cron": "0 12 29 2 *"})
+    assert err.value.details[0]["field"] == "payload"
+
+
 def test_a_tick_installs_no_more_than_the_budget(make_tq: Factory,
                                                  pg: psycopg.Connection[Any]) -> None:
     """A cron whose burst (every second from 10:00) holds more than the PUT saw: the tick

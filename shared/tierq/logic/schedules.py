@@ -418,12 +418,14 @@ def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float, *,
         timing = Timing.of_row(row)
         size = payload_bytes(row.payload)
         limit = most_installed(ctx, size)
-        wanted = planned(ctx, timing, row.horizon, now_ms, limit=limit)
-        if len(wanted) == limit and limit * size >= ctx.settings.schedule_max_installed_bytes:
-            logger.warning(
-                "schedule %r of tenant %r: %d occurrences of %d bytes fill its install "
-                "budget (TIERQ_SCHEDULE_MAX_INSTALLED_BYTES); later ones wait for later "
-                "ticks", name, tenant, limit, size)
+        wanted = planned(ctx, timing, row.horizon, now_ms, limit=limit + 1)
+        if len(wanted) > limit:
+            wanted = wanted[:limit]
+            if limit < MAX_OCCURRENCES_PER_INSTALL:  # cut by the bytes, not the count
+                logger.warning(
+                    "schedule %r of tenant %r: %d occurrences of %d bytes fill its install "
+                    "budget (TIERQ_SCHEDULE_MAX_INSTALLED_BYTES); later ones wait for later "
+                    "ticks", name, tenant, limit, size)
         new = [ms for ms in wanted if through is None or ms > through]
         if new:
             result.installed = _insert(ctx, conn, row, new, now)
@@ -458,7 +460,9 @@ def check_install_budget(ctx: Context, timing: Timing, horizon: int, payload_jso
     fires within the lookahead (a frequent schedule), times the payload's size."""
     budget = ctx.settings.schedule_max_installed_bytes
     size = payload_bytes(payload_json)
-    count = len(planned(ctx, timing, horizon, now_ms))
+    # (at least one: a schedule whose next instant lies beyond MAX_DELAY_SECONDS installs
+    # it later)
+    count = max(1, len(planned(ctx, timing, horizon, now_ms)))
     if count * size <= budget:
         return
     fits = budget // max(size, 1)
