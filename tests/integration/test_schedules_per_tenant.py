@@ -214,9 +214,11 @@ def test_migration_0009_keeps_existing_schedules_and_their_occurrences(
             "LEFT JOIN tierq_schedules s ON s.tenant = o.tenant AND s.name = o.schedule "
             "WHERE s.name IS NULL").fetchall()
         assert due == [("globex", "nightly")]
-        # (migration 0016 records it as a remnant, due at once)
+        # (migration 0016 records it as a remnant, and every schedule, due at once)
         assert conn.execute("SELECT tenant, name, tick_at_ms FROM tierq_schedule_remnants"
                             ).fetchall() == [("globex", "nightly", 0)]
+        assert conn.execute("SELECT DISTINCT tick_at_ms FROM tierq_schedules").fetchall() \
+            == [(0,)]
         # the same name may now exist in another tenant
         conn.execute("INSERT INTO tierq_schedules (name, queue, tenant, payload, every_ms, "
                      "config_hash, created_at, updated_at) VALUES "
