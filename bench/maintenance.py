@@ -94,7 +94,11 @@ def seed_idle_pairs(url: str, n: int) -> float:
 
 
 def make_live_work(tq: Any) -> None:
-    """A lease that has expired (the clock is moved past it) and cold work with room."""
+    """A lease that has expired (the clock is moved past it) and cold work with room.
+
+    Both queues are configured, so the gauge round emits each under its own name (a queue
+    nobody configured is summed into ``~other``)."""
+    tq.put_queue(LEASE_QUEUE, {"lease_seconds": 30})
     tq.enqueue(LEASE_QUEUE, [{"payload": {"live": "lease"}}])
     leased = tq.claim(LEASE_QUEUE, max=1, lease_seconds=1)
     if len(leased) != 1:
