@@ -13,7 +13,7 @@ back (lua/capacity_free.lua). Where each step runs:
 | step                        | one server                              | cluster mode      |
 | --------------------------- | --------------------------------------- | ----------------- |
 | a claim's take              | inside its first pair's claim script    | a call of its own |
-| units the claim left unused | one more call, only if there are some   | the same          |
+| giving back unused units    | one more call, only when there are some | the same          |
 | an ack's give-back          | a script in its lease drop's round trip | a call after it   |
 
 Each repeat drains a fresh backlog of 4 tenants in each mode, the order of the modes
