@@ -9,7 +9,7 @@ what the project says about itself and resolves each name it cites.
 |                                                 | to the citing file's folder                    |
 | a bare file name in backticks (`` `claim.lua` ``) | some tracked file has that name              |
 | a dotted name in backticks or a Sphinx role     | the longest prefix is a module under `shared/` |
-| (``tierq.logic.claim.run``)                     | and the rest its top-level or class-level name |
+| (``tierq.logic.claim.give_back``)               | and the rest its top-level or class-level name |
 
 Read: the living documents (docs/, the READMEs) whole; Python files' comments and
 docstrings; Lua and SQL comments. CHANGELOG.md is history and is not read. Paths that name

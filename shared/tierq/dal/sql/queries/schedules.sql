@@ -59,11 +59,18 @@ ORDER BY tenant, name
 LIMIT %(limit)s;
 
 -- name: schedules_to_tick
--- The schedules a tick has work for: enabled ones whose config is not installed yet, whose
--- installed occurrences end within the lookahead, or that have an occurrence now due (the
--- horizon needs topping up; finished ones get pruned); and any schedule, even disabled or
--- removed, with ledger rows of another config (pending ones left to withdraw, or claimed
--- ones to forget once they finish). The others are left alone: no write per tick for them.
+-- The schedules a tick has work for; the others are left alone, with no write per tick.
+--
+-- | schedule                                   | has work when                              |
+-- | ------------------------------------------ | ------------------------------------------ |
+-- | enabled                                    | its config is not installed yet            |
+-- | enabled                                    | its installed occurrences end within the   |
+-- |                                            | lookahead (the horizon needs topping up)   |
+-- | enabled                                    | an occurrence is now due (finished ones    |
+-- |                                            | get pruned)                                |
+-- | any, even disabled or removed              | it has ledger rows of another config:      |
+-- |                                            | pending ones to withdraw, or claimed ones  |
+-- |                                            | to forget once they finish                 |
 SELECT s.tenant, s.name FROM tierq_schedules s
 WHERE s.enabled
   AND (s.installed_hash IS DISTINCT FROM s.config_hash
@@ -99,7 +106,8 @@ WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('delayed', 'cold', 'warm') AND att
 RETURNING id;
 
 -- name: prune_occurrences
--- Forget occurrences whose task is no longer live (acked, dead, cancelled or withdrawn).
+-- Forget occurrences whose task has left the live states (acked, dead, cancelled or
+-- withdrawn).
 DELETE FROM tierq_schedule_occurrences o
 WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
   AND NOT EXISTS (
