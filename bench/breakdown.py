@@ -4,20 +4,26 @@ of a shape, in its end-to-end phase:
 * **CPU per task** of the client (split into the producer processes per task enqueued, the
   consumer processes per task acked, and the rest: the parent, where tierq's maintenance
   jobs run), of PostgreSQL and of Valkey; medians over the measured runs;
-* **PostgreSQL's work per task**: statements (pg_stat_statements, top-level, of the
-  system's database), commits (``pg_stat_database.xact_commit``), rows written (tuples
-  inserted + updated + deleted, ``pg_stat_database``), WAL bytes (``pg_current_wal_insert_lsn``
-  before and after) and WAL flushes (``pg_stat_wal.wal_sync``); the last two are the whole
-  server's, which on a private server is the benchmark alone (and autovacuum); medians over
-  the measured runs. Then each statement of the median run: calls, rows, execution time
+* **PostgreSQL's work per task**, medians over the measured runs:
+
+  | figure        | from                                                               |
+  | ------------- | ------------------------------------------------------------------ |
+  | statements    | pg_stat_statements, top-level, of the system's database            |
+  | commits       | ``pg_stat_database.xact_commit``                                   |
+  | rows written  | tuples inserted + updated + deleted, ``pg_stat_database``          |
+  | WAL bytes     | ``pg_current_wal_insert_lsn`` before and after (whole server)      |
+  | WAL flushes   | ``pg_stat_wal.wal_sync`` (whole server)                            |
+
+  The whole server's figures are, on a private server, the benchmark alone (and
+  autovacuum). Then each statement of the median run: calls, rows, execution time
   (pg_stat_statements': wall time in the server, lock waits included) and WAL bytes per
   task;
 * **the client's CPU by stage**, from one more run of each system whose first producer and
   first consumer are profiled with cProfile, timed by their main thread's CPU clock (so a
   process waiting on a socket or a sleep costs nothing). Each function's own time (not its
-  callees') goes to one stage by ``RULES`` below: the first pattern that matches the
-  function's place (``<module path>:<function>``, or cProfile's name of a built-in) wins;
-  a function no pattern matches (``list.append``, ``len``, ``contextlib``, ...) is split
+  callees') goes to one stage by ``RULES`` below. The first pattern that matches the
+  function's place (``<module path>:<function>``, or cProfile's name of a built-in) wins.
+  A function no pattern matches (``list.append``, ``len``, ``contextlib``, ...) is split
   between its callers in proportion to the time each call site spent in it, and takes their
   stages. The profiler's own overhead (per call) inflates every figure, Python-heavy stages
   most, so each stage is reported as its share of the profiled process's time and as that

@@ -5,19 +5,24 @@ the run reaches) and with none, back to back, in one process.
     .venv/bin/python -m bench.limits            # 8,000 tasks, 9 repeats, claims of 10 and 100
     .venv/bin/python -m bench.limits --quick    # 2,000 tasks, 3 repeats
 
-A queue without limits pays nothing for them (the claim script gets zeros); with limits, a
-claim also takes the queue-wide capacity before its pops — one entry per claim in the
-queue's pool, however many tasks, and tokens (lua/capacity_take.lua): on one server inside
-its first pair's claim script, in cluster mode in a call of its own; one more call only
-when some went unused — and an ack gives its units back in a script in the round trip of
-its lease drop (lua/capacity_free.lua; after it in cluster mode).
+A queue without limits pays nothing for them: the claim script gets zeros. With limits, a
+claim also takes the queue-wide capacity before its pops (lua/capacity_take.lua): one
+entry per claim in the queue's pool, however many tasks, and tokens. An ack gives its units
+back (lua/capacity_free.lua). Where each step runs:
+
+| step                        | one server                              | cluster mode      |
+| --------------------------- | --------------------------------------- | ----------------- |
+| a claim's take              | inside its first pair's claim script    | a call of its own |
+| giving back unused units    | one more call, only when there are some | the same          |
+| an ack's give-back          | a script in its lease drop's round trip | a call after it   |
+
 Each repeat drains a fresh backlog of 4 tenants in each mode, the order of the modes
-alternating; the figures are medians over the repeats, with
-the CPU the client process and the Valkey server spent per task. The last line is
-``limits_ratio=R``: for each claim size, the median over the repeats of the claim+ack rate
-with limits over the rate without in the same repeat (back to back, so a busy machine's
-drift cancels out), and the headline is the LOWEST of these over the claim sizes run (the
-costliest size; each size's own ratio is printed before it).
+alternating. The figures are medians over the repeats, with the CPU the client process and
+the Valkey server spent per task. The last line is ``limits_ratio=R``. For each claim size
+it is the median over the repeats of the claim+ack rate with limits over the rate without in
+the same repeat; back to back, a busy machine's drift cancels out. The headline is the
+LOWEST of these over the claim sizes run (the costliest size); each size's own ratio is
+printed before it.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ seen.
     .venv/bin/python -m bench.maintenance --quick    # 1k and 10k
 
 For each size, a fresh database holds that many registered pairs that are idle but within
-the pair retention (no row of theirs is left, none is due to be forgotten), written with
-one INSERT … SELECT FROM generate_series, plus two live pairs: one whose only lease has
-expired, and one with cold work waiting (in cold mode, with room in the warm set). Each
-repeat times one reaper pass and one cold -> warm pass; each must reap that lease and
+the pair retention: no row of theirs is left, and none is due to be forgotten. One INSERT …
+SELECT FROM generate_series writes them. Beside them are two live pairs: one whose only
+lease has expired, and one with cold work waiting (in cold mode, with room in the warm set).
+Each repeat times one reaper pass and one cold -> warm pass. Each must reap that lease and
 promote that work (the benchmark fails otherwise), and the live state is made again before
 the next repeat; five unmeasured repeats come first (connections, Lua scripts, prepared
 statements). Right after the reaper pass, as in the reaper's scheduled tick when the
@@ -94,7 +94,11 @@ def seed_idle_pairs(url: str, n: int) -> float:
 
 
 def make_live_work(tq: Any) -> None:
-    """A lease that has expired (the clock is moved past it) and cold work with room."""
+    """A lease that has expired (the clock is moved past it) and cold work with room.
+
+    Both queues are configured, so the gauge round emits each under its own name (a queue
+    nobody configured is summed into ``~other``)."""
+    tq.put_queue(LEASE_QUEUE, {"lease_seconds": 30})
     tq.enqueue(LEASE_QUEUE, [{"payload": {"live": "lease"}}])
     leased = tq.claim(LEASE_QUEUE, max=1, lease_seconds=1)
     if len(leased) != 1:

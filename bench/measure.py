@@ -314,13 +314,19 @@ def pg_process_kind(pid: int, database: str) -> str | None:
 
 
 class PgProcesses:
-    """The private PostgreSQL's CPU during a phase, split by process kind (``PG_KINDS``):
-    its children are sampled every ``every`` seconds (schedstat). A process that was there
-    at the start counts from its value then; one born later from zero (its whole life);
-    one that exited counts up to its last sample (what it did after is lost, as is a
-    process that lived between two samples: ``coverage`` compares the sum with the tick
-    counters of ``cpu_now``). ``started``: backends of the database born during the phase
-    (connections opened)."""
+    """The private PostgreSQL's CPU during a phase, split by process kind (``PG_KINDS``).
+
+    Its children are sampled every ``every`` seconds (schedstat):
+
+    | a process                      | counts                                             |
+    | ------------------------------ | -------------------------------------------------- |
+    | there at the start             | from its value then                                |
+    | born later                     | from zero (its whole life)                         |
+    | that exited                    | up to its last sample (what it did after is lost)  |
+    | that lived between two samples | not at all                                         |
+
+    ``coverage`` compares the sum with the tick counters of ``cpu_now``. ``started``:
+    backends of the database born during the phase (connections opened)."""
 
     def __init__(self, postmaster: int, database: str, every: float = 0.02) -> None:
         self.postmaster = postmaster

@@ -4,11 +4,11 @@
     .venv/bin/python -m bench.push --quick          # 2,000 tasks, 3 repeats
     .venv/bin/python -m bench.push --tasks 50000 --batch-size 100 --max-concurrency 16
 
-Each repeat uses a fresh database and an empty Valkey: a queue whose consumer is
-:func:`noop_consumer` (a Lambda handler that does nothing and reports no failure), called
-in-process by the local consumer functions (tierq.local.consumers) exactly as the local
-stack calls one, the backlog enqueued first (not timed, in batches of 500 over
-``--tenants`` tenants), then the dispatcher run until every task is acked. Timed: from the
+Each repeat uses a fresh database and an empty Valkey, and a queue whose consumer is
+:func:`noop_consumer`: a Lambda handler that does nothing and reports no failure. The local
+consumer functions (tierq.local.consumers) call it in-process, exactly as the local stack
+calls one. The backlog is enqueued first (not timed, in batches of 500 over ``--tenants``
+tenants), then the dispatcher runs until every task is acked. Timed: from the
 dispatcher's start to the last ack — claims, building the SQS-shaped events, the calls, and
 acks in PostgreSQL and Valkey; a Lambda function's own invoke latency is not in it (see the
 README's figures for what that adds). The benchmark fails unless every task was dispatched

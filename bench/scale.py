@@ -17,10 +17,10 @@ maintenance jobs running beside the workers. For each backlog size:
 
 Then a **sustained** run of the same loop for ``--sustain`` seconds (180 s: three of
 PostgreSQL's default 60 s autovacuum_naptime) on the largest backlog, sampling
-``pg_stat_user_tables`` every 2 s: dead tuples (peak, at the end, and once autovacuum had
-another turn), autovacuum runs, heap and index size through the run (a plateau means
-autovacuum keeps up; steady growth means it does not). Valkey's ``used_memory`` is sampled
-every 100 ms for the whole run.
+``pg_stat_user_tables`` every 2 s. It reports dead tuples (peak, at the end, and once
+autovacuum had another turn), autovacuum runs, and heap and index size through the run. A
+plateau means autovacuum keeps up; steady growth means it does not. Valkey's
+``used_memory`` is sampled every 100 ms for the whole run.
 
 Verdicts: no slowdown (the largest backlog's throughput at least 80% of the smallest's,
 and whether it is within +/-20% at all: the machine's noise shows there); Valkey memory

@@ -10,18 +10,25 @@ command is logged with its duration, measured by the server itself; a given serv
 take ``CONFIG SET``, and gets its settings back at the end). The pair is built
 through the engine: ``--leases`` tasks of ``--task-bytes`` enqueued 500 at a time, then
 claimed 100 at a time (leases of an hour), and ``--extra`` more tasks left ready. Then each
-operation runs ``--repeat`` times on that pair: claim, ack, nack, heartbeat, release (100
-leases each), a task's view and its cancel (one leased task), a replace that moves a leased
-task into the future, and reaper passes (lease expiry of 1,000 leases, and the reconciler
-walking every warm row of the pair, its clock past the grace). After each phase the slow
-log is read whole and reset; the slowest command of each phase is printed with its name
-(a script by its file name; Redis 7 also logs the commands a script calls, each on its own
-line, never slower than the script). Also printed: what the pair's lease keys hold per lease.
-The last line is ``slowest_valkey_command_ms=<x>``: the slowest of every phase but the
-build (enqueues into an empty pair and claims, measured too and printed). Before it,
-``valkey_calibration_ms``: what one script of 1,000 ``HSETNX`` takes on the server at the
-time, to read the figures against (a machine busy with other work runs every script
-slower, and the slow log counts the time the server was not scheduled).
+operation runs ``--repeat`` times on that pair:
+
+| operation                                   | on                                         |
+| ------------------------------------------- | ------------------------------------------ |
+| claim, ack, nack, heartbeat, release        | 100 leases each                            |
+| a task's view and its cancel                | one leased task                            |
+| a replace that moves a task into the future | one leased task                            |
+| reaper passes                               | lease expiry of 1,000 leases; the          |
+|                                             | reconciler walking every warm row of the   |
+|                                             | pair, its clock past the grace             |
+
+After each phase the slow log is read whole and reset. The slowest command of each phase is
+printed with its name; a script goes by its file name. Redis 7 also logs the commands a
+script calls, each on its own line, never slower than the script. Also printed: what the
+pair's lease keys hold per lease. The last line is ``slowest_valkey_command_ms=<x>``: the
+slowest of every phase but the build (enqueues into an empty pair and claims, measured too
+and printed). Before it, ``valkey_calibration_ms``: what one script of 1,000 ``HSETNX``
+takes on the server at the time, to read the figures against (a machine busy with other work
+runs every script slower, and the slow log counts the time the server was not scheduled).
 """
 
 from __future__ import annotations

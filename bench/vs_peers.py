@@ -5,9 +5,10 @@
     .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, 1/4 processes: < 2 minutes
 
 Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
-when this environment has it), PGQueuer and procrastinate, and the bare table (one durable
-table read with ``FOR UPDATE SKIP LOCKED``: the floor the peers sit on, not a peer; see
-bench/systems/ for the settings of each, and bench.vs_bare for it at more shapes). For
+when this environment has it), PGQueuer and procrastinate, and the bare table. The bare
+table is one durable table read with ``FOR UPDATE SKIP LOCKED``: the floor the peers sit on,
+not a peer (bench.vs_bare runs it at more shapes). bench/systems/ gives the settings of
+each. For
 every worker count, every system runs the same three phases with the same number of no-op
 tasks and the same number of processes: enqueue/s, drain/s and end-to-end/s
 (bench/runs.py). Systems alternate inside each worker count so that drifts

@@ -68,14 +68,17 @@ ENTRY_POINT = "feed_queue.py"
 # Glue 5.0: Amazon Linux 2023 (glibc 2.34), CPython 3.11, x86_64 workers.
 PYTHON_VERSION = "3.11"
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64")
-# What Glue 5.0's Python environment provides, left out of the lock and used as Glue has
-# it (a zip of wheels that pinned them would replace Glue's own copies):
-#   boto3, botocore, s3transfer  the AWS SDK (tierq uses botocore through Powertools, to
-#                                fetch a secret, and to sign the cache's IAM tokens)
-#   jmespath                     the SDK's; Powertools needs it too (>= 1.0.1)
-#   python-dateutil, six         botocore's; croniter needs python-dateutil
-#   urllib3                      botocore's (nothing of tierq's else)
-#   tzdata                       tierq's own (IANA zones for schedules), pandas' on Glue
+# What Glue 5.0's Python environment provides: left out of the lock and used as Glue has
+# it (a zip of wheels that pinned them would replace Glue's own copies).
+#
+# | package                     | whose                                                      |
+# | --------------------------- | ---------------------------------------------------------- |
+# | boto3, botocore, s3transfer | the AWS SDK; tierq uses botocore through Powertools, to    |
+# |                             | fetch a secret, and to sign the cache's IAM tokens         |
+# | jmespath                    | the SDK's; Powertools needs it too (>= 1.0.1)              |
+# | python-dateutil, six        | botocore's; croniter needs python-dateutil                 |
+# | urllib3                     | botocore's (nothing else of tierq's)                       |
+# | tzdata                      | tierq's own (IANA zones for schedules), pandas' on Glue    |
 GLUE_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil",
                            "six", "urllib3", "tzdata"})
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")

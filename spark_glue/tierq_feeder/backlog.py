@@ -6,10 +6,10 @@ tasks are counted in Valkey, per tenant.
 
 A count reads the queue's cold and delayed rows up to the limit (about 0.3 s a million
 rows on a small server). With a limit far above the round size, counting before every
-round would make a long feed's counting grow with the square of its rows: ``BacklogGauge``
-counts again whenever the last figure leaves less room than the round wants, and
-otherwise at most every ``RECOUNT_AT_MOST_AFTER_SECONDS`` and at least often enough that
-the counting stays a small share of the run.
+round would make a long feed's counting grow with the square of its rows. So
+``BacklogGauge`` counts again whenever the last figure leaves less room than the round
+wants. Otherwise it counts at most every ``RECOUNT_AT_MOST_AFTER_SECONDS``, and at least
+often enough that the counting stays a small share of the run.
 """
 
 from __future__ import annotations

@@ -10,12 +10,13 @@ Arrow data buffer as it is, and its tenants are one ``unique`` of a column. A re
 row is counted and dropped: the partition's one output row is its stats (the driver
 writes the rejects' file from the source rows, only in a round that has rejects).
 
-A partition writes its chunks (``chunk_rows`` rows, one short transaction each; its first
-ones smaller, so that writing starts soon after its first rows arrive) on
-its share of the round's ``--write-partitions`` PostgreSQL connections at once, one thread
-each (``connections``, one more in the first ``spare_connections`` partitions): a round
-read by fewer Spark tasks than there are writers still uses them all, as long as its
-partitions' rows are as many, and never more connections are open.
+A partition writes its chunks on its share of the round's ``--write-partitions``
+PostgreSQL connections at once, one thread each. A chunk is ``chunk_rows`` rows in one short
+transaction; a partition's first ones are smaller, so that writing starts soon after its
+first rows arrive. A partition's share is ``connections``, one more in the first
+``spare_connections`` partitions. So a round read by fewer Spark tasks than there are
+writers still uses them all, as long as its partitions' rows are as many, and never are
+more connections open.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 check it has, in every phase (examples, coverage, fuzzing, stateful), against ``tierq dev``,
 and finds nothing:
 
-    schemathesis run URL/v1/openapi.json --checks all \\
+    schemathesis run "$URL/v1/openapi.json" --checks all \\
         --exclude-checks ignored_auth,missing_required_header,unsupported_method \\
         --generation-codec utf-8 -H "Authorization: Bearer local-admin" \\
         --request-timeout 25 --max-response-time 25

@@ -13,25 +13,34 @@ With shards, each further shard's stack has a resource of its own that migrates 
 (its properties name it), and ``DbMigrations`` migrates every shard and puts them in service
 together; its answer's ``Shards`` is what the functions read as ``TIERQ_SHARD_NAMES``.
 
-A request is checked before anything is done with it (:func:`check_request`): whoever may
-invoke the function could otherwise send the owner's credentials to a host of its choosing,
-or have the answer PUT anywhere. Accepted are only:
+A request is checked before anything is done with it (:func:`check_request`). Otherwise
+whoever may invoke the function could send the owner's credentials to a host of its
+choosing, or have the answer PUT anywhere. Only these are accepted:
 
-- a ``ResponseURL`` that is an https URL on CloudFormation's response bucket of this region,
-  ``cloudformation-custom-resource-response-<region without dashes>`` (a bucket name AWS
-  owns; the form with dashes is not), in one of S3's host forms (``<bucket>.s3.amazonaws.com``,
-  ``<bucket>.s3.<region>.amazonaws.com``, ``<bucket>.s3-<region>.amazonaws.com``, the
-  dual-stack one; ``.amazonaws.com.cn`` in China), port 443, no user part;
-- a further shard's request (``OwnerSecretArn``) naming a shard of ``TIERQ_SHARD_NAMES``
-  other than the default, the database ``DB_NAME``, and as ``Host`` exactly the endpoint
-  RDS reports for that shard's proxy (``TIERQ_SHARD_PROXY_PREFIX`` + the shard's name, the
-  name infra/shard.yaml gives it); the default shard is always reached at ``DB_HOST``, the
-  proxy the function was deployed with, whatever the request says.
+| field                       | accepted when                                              |
+| --------------------------- | ---------------------------------------------------------- |
+| ``ResponseURL``             | an https URL, port 443, no user part, on the bucket below  |
+| its bucket                  | ``cloudformation-custom-resource-response-<region>``, the  |
+|                             | region without dashes (the form with dashes is not AWS's)  |
+| its host                    | an S3 form: ``<bucket>.s3.amazonaws.com``,                 |
+|                             | ``<bucket>.s3.<region>.amazonaws.com``,                    |
+|                             | ``<bucket>.s3-<region>.amazonaws.com`` or the dual-stack   |
+|                             | one; ``.amazonaws.com.cn`` in China                        |
+| ``Shard`` (a further        | a shard of ``TIERQ_SHARD_NAMES`` other than the default    |
+| shard's, with               |                                                            |
+| ``OwnerSecretArn``)         |                                                            |
+| ``DbName``                  | the database ``DB_NAME``                                   |
+| ``Host``                    | exactly the endpoint RDS reports for that shard's proxy,   |
+|                             | ``TIERQ_SHARD_PROXY_PREFIX`` + the shard's name (the name  |
+|                             | infra/shard.yaml gives it)                                 |
 
-A Delete does nothing with the database, so only its ``ResponseURL`` is checked: the
-resource of a shard just taken out of ``TIERQ_SHARD_NAMES`` (or of a shard stack a
-rollback deletes) names a shard the function no longer knows, and refusing its Delete would
-leave that nested stack ``DELETE_FAILED``.
+The default shard is always reached at ``DB_HOST``, the proxy the function was deployed
+with, whatever the request says.
+
+A Delete does nothing with the database, so only its ``ResponseURL`` is checked. The
+resource of a shard just taken out of ``TIERQ_SHARD_NAMES`` (or of a shard stack a rollback
+deletes) names a shard the function does not know, and refusing its Delete would leave that
+nested stack ``DELETE_FAILED``.
 
 | the request | what is done | what is answered |
 | --- | --- | --- |

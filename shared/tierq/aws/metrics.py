@@ -8,17 +8,27 @@ tenant invents makes a new billed metric, and the template's alarms leave ``~oth
 them, so no caller can put a tenant-chosen name in the dimension); ``queue_gauge`` takes the
 value its caller picked (tierq.maintenance.gauges).
 
-Counting never fails a request: it runs after the request's work is done (an enqueue
-committed, an ack applied, tasks leased), so whatever goes wrong in it (the list of
-configured queues unreadable: it is read off the request path and a failed read is not
-fatal; an EMF blob refused) is logged and the counts are dropped.
+Counting never fails a request. It runs after the request's work is done (an enqueue
+committed, an ack applied, tasks leased), and whatever goes wrong in it is logged and the
+counts are dropped: an EMF blob refused, or the list of configured queues unreadable (it is
+read off the request path, and a failed read is not fatal).
 
-* Counts, per request: ``Enqueued``, ``Claimed``, ``Acked``, ``Nacked`` (retried or dead),
-  ``Released`` (given back unfinished), ``DeadLettered`` (by a nack or by lease expiry in
-  the reaper); from the dispatcher (push delivery to consumer functions): ``Dispatched``
-  (tasks handed to a function), ``Throttled`` (invocations throttled, their batch
-  released) and ``ConsumerErrors`` (invocations failed: a function error, an invoke refused
-  or cut off). ``GET /v1/metrics/consumers`` shows the same per queue.
+* Counts, from the requests and from the dispatcher (push delivery to consumer functions);
+  ``GET /v1/metrics/consumers`` shows the dispatcher's per queue.
+
+  | count              | counted by                                                     |
+  | ------------------ | -------------------------------------------------------------- |
+  | ``Enqueued``       | an enqueue, per task                                           |
+  | ``Claimed``        | a claim, per task                                              |
+  | ``Acked``          | an ack, per task                                               |
+  | ``Nacked``         | a nack, per task (retried or dead)                             |
+  | ``Released``       | a release, per task given back unfinished                      |
+  | ``DeadLettered``   | a nack, or lease expiry in the reaper                          |
+  | ``Dispatched``     | the dispatcher, per task handed to a function                  |
+  | ``Throttled``      | the dispatcher, per invocation throttled (its batch released)  |
+  | ``ConsumerErrors`` | the dispatcher, per invocation failed: a function error, an    |
+  |                    | invoke refused or cut off                                      |
+
 * Gauges, from the reaper's invocations: ``Warm``, ``Cold``, ``Delayed``, ``Leased``,
   ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
   ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has

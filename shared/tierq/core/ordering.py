@@ -15,9 +15,9 @@ carries it:
 A priority's short-form scores lie strictly between ``(9 - priority) * 2^49`` and
 ``(10 - priority) * 2^49`` (seq is at least 1), so its long-form entries come after all of
 them and before the next lower priority, and among themselves in seq order (fixed-width
-hex). Every score is an integer below 10 * 2^49 < 2^53, exact in a double and in Lua. The
-short form is also what tierq wrote before the long form existed: a warm tier written by
-an older version keeps its order with nothing converted (docs/architecture.md §2).
+hex). Every score is an integer below 10 * 2^49 < 2^53, exact in a double and in Lua. A warm
+tier that holds short-form entries only, as one written before the long form existed,
+keeps its order with nothing converted (docs/architecture.md §2).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ Timeouts: every statement tierq runs through this module, and every transaction
 libpq startup ``options`` (RDS Proxy refuses those), not as per-login settings (an
 alternating-user rotation creates a new login without them). Behind a proxy, as ``SET
 LOCAL`` (``set_config(..., true)``) of each statement's own transaction, since a session
-``SET`` would pin every proxy connection: no round trip is added (an autocommit statement
-goes out in one pipeline with its ``set_config``: one sync, one implicit transaction; a
-transaction's ``BEGIN`` and its settings are one simple query), but the ``set_config`` is a
+``SET`` would pin every proxy connection. That adds no round trip: an autocommit statement
+goes out in one pipeline with its ``set_config`` (one sync, one implicit transaction), and a
+transaction's ``BEGIN`` and its settings are one simple query. The ``set_config`` is still a
 statement of its own, about 25 µs of the server's CPU each. On a direct connection
 (``Database(session_settings=True)``: the engine's without RDS Proxy, where statements are
 prepared too) they are set once on the session when the pool opens the connection, and a

@@ -1,12 +1,12 @@
 """Throughput counts in the warm tier: per (queue, tenant), how many tasks were enqueued and
 acked in each second of the last 15 minutes, on the server's clock.
 
-Each pair has one string, ``tq:{queue|tenant}:rate`` (its own hash tag, so its slot is the
-pair's and a count rides in the same pipeline as the pair's own commands): 16 blocks, one
-per minute modulo 16, each a u32 stamp (the minute it holds) and 60 pairs of u32 counts
-(enqueued, acked), one per second, big-endian as ``BITFIELD`` writes them — at most
-16 * 484 = 7,744 bytes per pair, and nothing for a pair idle for the whole window (the key
-expires 959-960 s after its last count). ``lua/rate_add.lua`` adds at the server's second,
+Each pair has one string, ``tq:{queue|tenant}:rate``. Its hash tag is the pair's, so a
+count rides in the same pipeline as the pair's own commands. The string holds 16 blocks,
+one per minute modulo 16. A block is a u32 stamp (the minute it holds) and 60 pairs of u32
+counts (enqueued, acked), one per second, big-endian as ``BITFIELD`` writes them. That is at
+most 16 * 484 = 7,744 bytes per pair, and nothing for a pair idle for the whole window (the
+key expires 959-960 s after its last count). ``lua/rate_add.lua`` adds at the server's second,
 clearing a block whose stamp is 16 minutes or more old before reusing it; a read keeps only
 the seconds of the window, so nothing older than 15 minutes is ever reported.
 

@@ -9,12 +9,12 @@ a connection authenticated with one stays open for up to 12 hours, then the clie
 new one with a fresh token. Nothing is stored and nothing needs rotating: the role's own
 credentials are what Lambda and Glue rotate.
 
-A token is handed to new connections for :data:`TOKEN_REUSE_SECONDS` after it was signed,
-timed by the wall clock (a monotonic clock may stand still while a Lambda environment is
-frozen between invocations, so a token hours old would pass for fresh), and dropped at once
-when Valkey refuses a connection's credentials (``forget``, called by the warm tier): the
-credentials that signed it may have expired or been replaced since, and the next connection
-signs a new token with the current ones.
+A token is handed to new connections for :data:`TOKEN_REUSE_SECONDS` after it was signed.
+The wall clock times it: a monotonic clock may stand still while a Lambda environment is
+frozen between invocations, so a token hours old would pass for fresh. A token is dropped at
+once when Valkey refuses a connection's credentials (``forget``, called by the warm tier).
+The credentials that signed it may have expired or been rotated since, and the next
+connection signs a new token with the current ones.
 
 Elsewhere (``tierq dev --valkey-cluster``, a password-protected server) the user and
 password come in ``VALKEY_URL`` (``redis://user:password@host:port/0``), as redis-py reads

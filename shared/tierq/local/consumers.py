@@ -1,13 +1,14 @@
-"""Consumer functions on a developer's machine (``tierq dev``, the demo, the tests): a queue's
-``consumer.function`` is a function of template.yaml (its logical id, ``OrdersFunction``, or
-its code folder, ``orders``) or an importable ``module:function`` on the Python path, called
-in this process with the same SQS-shaped event the dispatcher sends a Lambda function on
-AWS, and a Lambda-like context.
+"""Consumer functions on a developer's machine (``tierq dev``, the demo, the tests).
+
+A queue's ``consumer.function`` is a function of template.yaml (its logical id,
+``OrdersFunction``, or its code folder, ``orders``) or an importable ``module:function`` on
+the Python path. It is called in this process with the same SQS-shaped event the dispatcher
+sends a Lambda function on AWS, and a Lambda-like context.
 
 Each invocation runs in an *execution environment* of its own, as on Lambda: concurrent
-invocations of one function get separate copies of its module (a module-level Powertools
-``BatchProcessor`` keeps state per invocation and is not safe to share between threads);
-an environment is reused by the next invocation once free. The first environment of a
+invocations of one function get separate copies of its module. A module-level Powertools
+``BatchProcessor`` keeps state per invocation and is not safe to share between threads. An
+environment is reused by the next invocation once free. The first environment of a
 ``module:function`` is the module as imported; the others are fresh copies loaded from the
 same file.
 

@@ -14,12 +14,12 @@ Python client and :class:`~tierq.client.worker.Worker` s:
    delayed task and the schedule's occurrences fire on time (priority 9, ahead of the
    backlog), and the failing task reaches the dead letters after its attempts;
 4. "deploys a fix" and replays the dead letter, which then succeeds;
-5. meanwhile a second queue, ``demo-push``, names a **Lambda consumer**
-   (:func:`push_consumer`, a Powertools ``BatchProcessor`` handler written for SQS, called
-   in-process by the local dispatcher with SQS-shaped batches) and a **rate limit** of
-   ``PUSH_RATE`` tasks a second: its tasks reach the function no faster than the limit, the
-   items the function reports in ``batchItemFailures`` run again, and every task is acked
-   without a worker;
+5. meanwhile a second queue, ``demo-push``, names a **Lambda consumer** and a **rate
+   limit** of ``PUSH_RATE`` tasks a second. The consumer is :func:`push_consumer`, a
+   Powertools ``BatchProcessor`` handler written for SQS, called in-process by the local
+   dispatcher with SQS-shaped batches. Its tasks reach the function no faster than the
+   limit, the items the function reports in ``batchItemFailures`` run again, and every task
+   is acked without a worker;
 6. shows live progress all along and ends with a summary table, then stops everything it
    started (``--keep-running`` leaves the stack and dashboard up until Ctrl-C).
 """

@@ -87,12 +87,13 @@ class BulkLoad:
 
 
 def load_id(id_ms: int, ord_: int, tail: str) -> str:
-    """The id of row ``ord_`` of a load that started at ``id_ms``, as 32 hex digits
-    (PostgreSQL reads a uuid without its hyphens): the layout of the engine's own UUIDv7s
+    """The id of row ``ord_`` of a load that started at ``id_ms``, as 32 hex digits.
+
+    PostgreSQL reads a uuid without its hyphens. The layout is the engine's own UUIDv7s
     (core/ids.py: 48-bit ms, version 7, a 12-bit counter that carries into the next
-    milliseconds, the variant, 62 random bits) with the row's ord as the counter, so a
-    load's ids increase with ord, and the load's ``tail`` (``new_id_tail``) as the random
-    bits. Two rows of one load differ in ms or counter; of two loads, in the tail."""
+    milliseconds, the variant, 62 random bits). The row's ord is the counter, so a load's
+    ids increase with ord, and the load's ``tail`` (``new_id_tail``) is the random bits.
+    Two rows of one load differ in ms or counter; of two loads, in the tail."""
     if len(tail) != 16 or tail[0] not in "89ab":
         raise ValueError(f"not an id tail: {tail!r}")
     high = (((id_ms + (ord_ >> 12)) & ((1 << 48) - 1)) << 16) | 0x7000 | (ord_ & 0xFFF)
@@ -144,12 +145,13 @@ class BulkWriter:
 
     def write(self, copy_text: bytes | bytearray | memoryview | Sequence[bytes | memoryview],
               tenants: Iterable[str]) -> int:
-        """Write one chunk (COPY text of ``STAGE_COLUMNS``, or its pieces in order) whose
-        rows belong to ``tenants``, in one short transaction; returns how many tasks were
-        created (a live task with the same key keeps its place: the row is ignored; a
-        task of this load placed later is taken over: neither counts as created). A new
-        queue beyond a tenant's cap fails the chunk (QuotaExceeded) before anything is
-        written."""
+        """Write one chunk whose rows belong to ``tenants``, in one short transaction, and
+        return how many tasks were created.
+
+        The chunk is COPY text of ``STAGE_COLUMNS``, or its pieces in order. A row whose key
+        a live task holds is ignored (that task keeps its place); a task of this load placed
+        later is taken over. Neither counts as created. A new queue beyond a tenant's cap
+        fails the chunk (QuotaExceeded) before anything is written."""
         pieces = ([copy_text] if isinstance(copy_text, bytes | bytearray | memoryview)
                   else copy_text)
         wanted = sorted(set(tenants))

@@ -47,7 +47,7 @@ LOW_WATER_REFILL = 500  # small: the claim that tops up returns soon
 
 
 # A claim with a time limit (``answer_by``: the platform's cut-off less the time its caller
-# needs to turn the tasks into the response and send it, see api/routes/claims.py) pops
+# needs to turn the tasks into the response and send it, see aws/http/routes/claims.py) pops
 # nothing at or after it, and starts an inline refill only while the refill can end before
 # it: a refill may wait the pool timeout (TIERQ_DB_POOL_TIMEOUT) for a connection, then run
 # its statements — REFILL_WORK_ALLOWANCE (seconds) for one promotion batch, whose row locks
@@ -117,7 +117,7 @@ def claim_outcome(ctx: Context, queue: str, request: ClaimRequest,
     the limits say more may be had).
     ``tenants`` restricts the rotation (a caller pinned to one tenant passes it).
     ``max_bytes`` caps what the tasks cost in a Lambda response as the runtime sends it
-    (``api.sizing.body_cost`` of their JSON): tasks beyond it stay in their places; the
+    (``tierq.core.sizing.body_cost`` of their JSON): tasks beyond it stay in their places; the
     first task always comes. ``answer_by`` (a ``time.monotonic()`` instant) is when the
     claim must return: polling and popping stop then, and no refill starts that could end
     after it (REFILL_WORK_ALLOWANCE)."""

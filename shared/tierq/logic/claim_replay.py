@@ -7,20 +7,24 @@ hold (:func:`record_of`): per task its id, tenant, lease token, attempt and enqu
 and a digest of the content it was handed out with. A repeat rebuilds the answer
 (:func:`replay`) from the task rows and the leased sets:
 
-- only the tasks whose lease is still held with that token come back: one acked, nacked,
-  released or expired since (or cancelled) is left out;
-- each comes as the first answer gave it: same lease token, attempt, payload, key,
-  priority, max_attempts and enqueued_at (the payload is the same JSON value, though an
-  object's keys may come in PostgreSQL's jsonb order, as they do for any task that waited
-  cold); ``lease_expires_at`` is the lease's current
-  deadline — the first answer's, unless a heartbeat extended it since (the worker then
-  learns the deadline that holds);
-- a task whose content was replaced since (an enqueue with ``on_conflict: replace`` while it
-  was leased) cannot be answered as it was: it is left out and given back through the
-  release path (its place in line, no attempt counted), so it is not stranded either. The
-  comparison is of JSON values (a digest of the canonical JSON, object keys sorted); one
-  case reads as a change although nothing changed: a float of 1e16 or more that was never
-  cold (jsonb writes it out as an integer), whose task is then given back the same way.
+| a task of the first answer                          | in the repeat's answer            |
+| --------------------------------------------------- | --------------------------------- |
+| still leased with that token, content unchanged     | as the first answer gave it       |
+| acked, nacked, released, expired or cancelled since | left out                          |
+| its content changed since (an enqueue with          | left out, and given back through  |
+| ``on_conflict: replace`` while it was leased)       | the release path: its place in    |
+|                                                     | line, no attempt counted          |
+
+A task that comes back has the first answer's lease token, attempt, payload, key,
+priority, max_attempts and enqueued_at. Its payload is the same JSON value, though an
+object's keys may come in PostgreSQL's jsonb order, as they do for any task that waited
+cold. Its ``lease_expires_at`` is the lease's current deadline: the first answer's, unless a
+heartbeat extended it since (the worker then learns the deadline that holds).
+
+A changed task cannot be answered as it was; giving it back keeps it from being stranded.
+The comparison is of JSON values (a digest of the canonical JSON, object keys sorted). One
+case reads as a change although nothing changed: a float of 1e16 or more that was never
+cold (jsonb writes it out as an integer); its task is then given back the same way.
 
 The rebuilt tasks are a subset of the first answer's with the same content, so the answer
 stays within the claim's response budget: the first was charged each task's JSON text plus
@@ -65,8 +69,8 @@ def record_of(tasks: Sequence[ClaimedTask]) -> dict[str, Any]:
 
 def record_seconds(ctx: Context, queue: str, request: ClaimRequest,
                    tasks: Sequence[ClaimedTask]) -> float:
-    """How long a claim's record is kept: no longer than its leases (past them a repeat is
-    a new claim); an empty answer, for the lease the claim would have given."""
+    """How long a claim's record is kept: until its last lease ends (past it a repeat is a
+    new claim); for an empty answer, the lease the claim would have given."""
     if tasks:
         last = max(t.lease_expires_at for t in tasks).timestamp()
         return max(0.001, last - ctx.now())
@@ -104,7 +108,7 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
         deadline = deadlines.get(task_id)
         row = rows.get(task_id)
         if deadline is None or row is None or row.tenant != tenant or row.state != "warm":
-            continue  # settled, expired or cancelled since: no longer this claim's
+            continue  # settled, expired or cancelled since: not this claim's now
         payload = orjson.loads(row.payload)
         if content_digest(row.key, row.priority, row.max_attempts, payload) != digest:
             changed.append((task_id, token))
@@ -123,6 +127,7 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
             "redelivered": attempt > 1,
             "enqueued_at": from_ms(created_ms),
         })
-    # replaced while leased: not answerable as first given, so back in line (no attempt)
+    # content changed while leased: not answerable as first given, so back in line with no
+    # attempt counted
     give_back(ctx, queue, changed)
     return CLAIMED_TASKS.validate_python(fields)

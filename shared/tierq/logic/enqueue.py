@@ -219,13 +219,15 @@ Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
 
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
             columns: TaskColumns, keyed: bool, conn: Conn | None = None) -> Inserted:
-    """Insert the batch; {id: seq} of the rows inserted (with keys, the others met a live
-    task's key; without, every row is inserted, numbered in batch order) and the push items
-    of those created warm, made before the caller's transaction commits (without one, the
-    statement commits itself: every seq tierq_task_seq hands out has a place, so making
-    them cannot fail). On a shard of a sharded deployment, in a transaction that first
-    holds the pairs' homes there (a pair moved off this shard meanwhile raises PairMoving,
-    writing nothing)."""
+    """Insert the batch: {id: seq} of the rows inserted, and the push items of those created
+    warm.
+
+    With keys, the rows not inserted met a live task's key; without, every row is inserted,
+    numbered in batch order. The push items are made before the caller's transaction
+    commits. Without one, the statement commits itself: every seq tierq_task_seq hands out
+    has a place, so making them cannot fail. On a shard of a sharded deployment, the insert
+    runs in a transaction that first holds the pairs' homes there (a pair moved off this
+    shard meanwhile raises PairMoving, writing nothing)."""
     if ctx.id_tag is not None:
         if conn is None:
             with ctx.db.transaction() as own:

@@ -9,7 +9,7 @@ of reservations scored by their deadline, with their counts beside it
 ``<holder>N`` leave it one by one, each at most once. A caller takes reservations *before*
 it starts what they stand for, gives back those it did not use and those whose work is done,
 and moves their deadline on while the work goes on. A reservation whose deadline has passed
-is no longer counted: a process that dies between the steps keeps nothing past the deadline
+counts for nothing: a process that dies between the steps keeps nothing past the deadline
 it asked for, and nothing relies on key TTLs (a cache at its maximum evicts keys with a TTL
 first).
 

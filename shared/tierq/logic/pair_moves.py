@@ -22,8 +22,8 @@ to run again (a move that stopped half way is finished, or given up, by running 
    (still closed to new work); then every other shard's copy. A bulk chunk holds the record
    shared while it writes, so the switch counts its rows or the chunk finds the pair gone.
 5. **Open.** After the tenant lists cached by the shards' engines have expired
-   (``TIERQ_SETTINGS_CACHE_SECONDS``: a queue-wide claim on the old home no longer looks at
-   the pair), every copy opens the pair on its new home.
+   (``TIERQ_SETTINGS_CACHE_SECONDS``: then a queue-wide claim on the old home does not look
+   at the pair), every copy opens the pair on its new home.
 
 Finished tasks stay on the old home (their ids name that shard, so their status is still
 answered) until the retention purge removes them. Task ids are not reused across shards, so

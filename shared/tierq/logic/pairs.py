@@ -5,7 +5,7 @@ stopped, how much time a pass may take).
 A pair is registered before its first task is written, and registered again by a process
 that keeps using it at least every ``refresh_seconds(settings)`` (``last_seen``). The reaper
 forgets a pair only when it has no row left and ``last_seen`` is older than the pair
-retention, which is at least four times the refresh interval: a process that still
+retention, which is at least four times the refresh interval. So a process that still
 remembers a pair has registered it again before that can happen, and one that remembers a
 pair forgotten meanwhile registers it anew on its next use.
 """

@@ -7,12 +7,12 @@ taking batches. Whatever makes a task ready goes through the warm tier's push
 (``logic.admission.push``: enqueue, the delayed mover, a retry due now, a release, the
 reaper's re-queue and restore, promotion by the cold -> warm mover, the feeder's refill),
 which calls :func:`task_ready` for each queue it pushed to. For a queue with a consumer
-that costs one ``SET tq:dispatch:awake … NX PX`` (and nothing for other queues): the caller
-that sets the flag is the one that wakes the dispatcher (the installed :data:`Waker`: an
-asynchronous Lambda invoke on AWS, a signal to the local stack's scheduler); every other
-caller finds the flag set and does nothing. The flag set by a waker expires after
-``WAKE_PENDING_MS`` should the woken dispatcher never start (the next ready task, or the
-schedule, tries again).
+that costs one ``SET tq:dispatch:awake … NX PX``, and nothing for other queues. The caller
+that sets the flag is the one that wakes the dispatcher, through the installed
+:data:`Waker`: an asynchronous Lambda invoke on AWS, a signal to the local stack's
+scheduler. Every other caller finds the flag set and does nothing. The flag set by a
+waker expires after ``WAKE_PENDING_MS`` should the woken dispatcher never start (the next
+ready task, or the schedule, tries again).
 
 A process that found the flag set skips the ``SET`` for the next ``SEEN_AWAKE_MS``. So that
 no task slips between a dispatcher going idle and such a skipped check, a dispatcher that

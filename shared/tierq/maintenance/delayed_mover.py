@@ -3,11 +3,16 @@ of their line. Bounded batches selected with FOR UPDATE SKIP LOCKED from the due
 the cost is proportional to what is due, not to the delayed backlog (codeQ).
 
 A batch mixes pairs whose keys live on different Valkey masters (cluster mode), so each pair
-is admitted and pushed on its own: a pair whose master does not answer is left out of the
-batch before the commit (its rows stay delayed, in place, and later batches of the pass skip
-it), or, when its push fails after the commit, its rows stay warm in PostgreSQL for the
-reaper's reconciler to push (with their seq: their place in line). Either way the other
-pairs' tasks become ready, and the pass reports the failed pairs."""
+is admitted and pushed on its own. Whichever way a pair fails, the other pairs' tasks become
+ready, and the pass reports the failed pairs:
+
+| when                                  | the pair's rows                                      |
+| ------------------------------------- | ---------------------------------------------------- |
+| its master does not answer before the | are left out of the batch: they stay delayed, in     |
+| commit                                | place, and later batches of the pass skip the pair   |
+| its push fails after the commit       | stay warm in PostgreSQL with their seq (their place  |
+|                                       | in line), for the reaper's reconciler to push        |
+"""
 
 from __future__ import annotations
 

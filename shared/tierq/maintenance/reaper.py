@@ -1,7 +1,12 @@
-"""reaper: expired leases go to the back of their line with the attempt counted, or to the
-dead letters at max_attempts; warm rows that Valkey lost (older than the grace period) are
-re-pushed; done and dead rows past their queue's retention are purged; pairs idle past the
-pair retention, with no row left, are forgotten.
+"""reaper: expired leases, lost warm rows, old finished rows and idle pairs.
+
+| what                                              | becomes                                  |
+| ------------------------------------------------- | ---------------------------------------- |
+| an expired lease                                  | back of its line with the attempt        |
+|                                                   | counted; dead letter at max_attempts     |
+| a warm row Valkey lost (older than the grace)     | pushed again                             |
+| a done or dead row past its queue's retention     | purged                                   |
+| a pair idle past the pair retention, no row left  | forgotten                                |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the

@@ -10,15 +10,21 @@ validation live in one place. Every config carries the pass's time budget:
   that has spent it starts no new batch, and the next pass goes on from there;
 - ``statement_timeout_ms`` and ``lock_timeout_ms``: ``SET LOCAL`` on each statement and
   transaction of the pass (``tierq.dal.postgres.scoped_timeouts``) where shorter than the
-  pool's (``TIERQ_STATEMENT_TIMEOUT_MS``, ``TIERQ_LOCK_TIMEOUT_MS`` stay the upper bound;
-  0 on either side: no limit from that side), so one stuck statement or lock wait cannot
-  hold a pass for long. A statement cancelled there (``tierq.errors.DatabaseTimedOut``)
-  costs the item it was on (a pair, a schedule), not the pass.
+  pool's, so one stuck statement or lock wait cannot hold a pass for long. The pool's
+  (``TIERQ_STATEMENT_TIMEOUT_MS``, ``TIERQ_LOCK_TIMEOUT_MS``) stay the upper bound; 0 on
+  either side sets no limit from that side. A statement cancelled there
+  (``tierq.errors.DatabaseTimedOut``) costs the item it was on (a pair, a schedule), not
+  the pass.
 
-A field is read, last one winning, from the model's default, from the shared setting it
-follows (``TIERQ_MAINTENANCE_BUDGET_SECONDS``, ``TIERQ_MAINTENANCE_SLICE``), from the
-environment as ``TIERQ_<JOB>_<FIELD>`` (``TIERQ_REAPER_EXPIRED_BATCH=200``), and from the
-caller's overrides. A bad value is refused with the variable that holds it named.
+A field is read from these, each overriding the ones before:
+
+1. the model's default;
+2. the shared setting it follows (``TIERQ_MAINTENANCE_BUDGET_SECONDS``,
+   ``TIERQ_MAINTENANCE_SLICE``);
+3. the environment, as ``TIERQ_<JOB>_<FIELD>`` (``TIERQ_REAPER_EXPIRED_BATCH=200``);
+4. the caller's overrides.
+
+A bad value is refused with the variable that holds it named.
 
 :func:`jobs` finds the jobs; the engine (``Tierq.run_job``), the scheduled handlers
 (``tierq.aws.scheduled.jobs``), the local gateway's scheduler and ``tests/template`` derive

@@ -15,10 +15,10 @@ flag. No chain of invocations forms for Lambda's recursive loop detection to sto
 invocation starts from the Scheduler or from a wake that carries no trace header.
 
 With several shards (``TIERQ_SHARD_URLS``) each shard's engine has a dispatcher of its own,
-over the pairs that shard holds; one invocation runs a pass of every shard's dispatcher at
-once (each under the shard's deadline: a shard that does not answer is skipped and named in
-the report's ``shards_down``, its pairs wait) until all are idle, and holds the one wake
-flag of the deployment for all of them. Each queue's ``max_concurrency`` is counted in
+over the pairs that shard holds. One invocation runs a pass of every shard's dispatcher at
+once until all are idle, and holds the one wake flag of the deployment for all of them.
+Each pass runs under its shard's deadline: a shard that does not answer is skipped and named
+in the report's ``shards_down``, and its pairs wait. Each queue's ``max_concurrency`` is counted in
 Valkey across every dispatcher; the invocation's ``max_in_flight`` is split over the shards.
 """
 

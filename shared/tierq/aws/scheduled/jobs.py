@@ -73,12 +73,13 @@ def gauge_round_of(tq: Tierq) -> gauges.GaugeRound:
 
 
 class ShardGauges:
-    """The per-queue gauges of a sharded deployment. Each shard's gauge round counts the
-    pairs it holds; a queue's gauges are the sum of the latest counts each shard gave of it
-    (the oldest ready age: their maximum), emitted once per tick for each queue some shard
-    counted or found emptied in that tick: CloudWatch sees one value per queue, as without
-    shards (a shard that does not answer counts with its last values). A queue no shard
-    holds any more gets its zeros once, then nothing."""
+    """The per-queue gauges of a sharded deployment, one value per queue as without shards.
+
+    Each shard's gauge round counts the pairs it holds. A queue's gauges are the sum of the
+    latest counts each shard gave of it; the oldest ready age is their maximum. They are
+    emitted once per tick for each queue some shard counted or found emptied in that tick.
+    A shard that does not answer counts with its last values. A queue that no shard holds
+    now gets its zeros once, then nothing."""
 
     def __init__(self) -> None:
         self.latest: dict[str, dict[str, gauges.QueueValues]] = {}

@@ -15,20 +15,29 @@ alive while it runs, and report each outcome.
 The loop, per worker:
 
 1. **Claim** with a long poll (``wait_seconds``), asking for as many tasks as there are free
-   slots (``concurrency`` minus the leases held), each with a lease of ``lease_seconds``
-   (default: the queue's setting, read at start from the queue's view; a caller pinned to a
-   tenant is shown the deployment's defaults until its tenant has tasks in the queue, so the
-   view is read once more when the first tasks come, and the leases follow it from their
-   first heartbeat).
+   slots (``concurrency`` minus the leases held), each with a lease of ``lease_seconds``.
+   Its default is the queue's setting, read at start from the queue's view. A caller pinned
+   to a tenant is shown the deployment's defaults until its tenant has tasks in the queue,
+   so the view is read once more when the first tasks come; the leases follow it from their
+   first heartbeat.
 2. **Run** the handler on one of ``concurrency`` threads.
 3. **Heartbeat**: a thread extends every held lease once a third of it has passed, in one
    request for all of them, so a long task keeps its lease.
-4. **Report**, in batches: the return value → ack with it as the result (``None``: the task
-   is simply deleted); :class:`RetryableError` → nack for a retry (after its
-   ``retry_in_seconds``, or the queue's backoff); :class:`PermanentError` → nack as dead;
-   any other exception → nack for a retry with the queue's backoff. The error text (type,
-   message, innermost frames; at most 2 KiB, what the server keeps: :func:`describe`) becomes
-   the task's ``last_error``.
+4. **Report**, in batches:
+
+   ===============================  ========================================================
+   the handler                      the report
+   ===============================  ========================================================
+   returns a value                  ack with it as the result (``None``: the task is simply
+                                    deleted)
+   raises :class:`RetryableError`   nack for a retry, after its ``retry_in_seconds`` or the
+                                    queue's backoff
+   raises :class:`PermanentError`   nack as dead
+   raises any other exception       nack for a retry with the queue's backoff
+   ===============================  ========================================================
+
+   The error text becomes the task's ``last_error``: type, message and innermost frames, at
+   most 2 KiB, what the server keeps (:func:`describe`).
 5. **Stop** on SIGTERM or SIGINT (or :meth:`Worker.stop`): claim nothing more (tasks a
    long poll under way when the stop came brings back are released, never started), let the
    running tasks finish for up to ``grace_seconds``, report what finished, then:
@@ -51,9 +60,9 @@ The loop, per worker:
    ``ThreadPoolExecutor``'s workers, child processes — outlive :meth:`Worker.run`. **A
    process that embeds the Worker must end as soon as** :meth:`Worker.run` **returns with**
    ``stats.abandoned > 0``, **without waiting for those threads**: ``os._exit`` once its
-   output is flushed, as ``tierq worker`` does (a plain ``sys.exit`` or a return from
+   output is flushed, as ``tierq worker`` does. A plain ``sys.exit`` or a return from
    ``main`` waits for every non-daemon thread, and the task runs on here after its lease
-   ran out and another worker got it). Child processes outlive even that: a handler that
+   ran out and another worker got it. Child processes outlive even that: a handler that
    starts them ends them itself when :attr:`Worker.stopping` is set, or the process runs
    under a supervisor that stops its whole process group or cgroup (systemd, ECS and
    Kubernetes do). A second signal stops at once (no more grace).

@@ -2,11 +2,18 @@
 ``sql/queries/*.sql`` and runs it with tierq's timeouts (``postgres.execute_text``), on the
 caller's connection or transaction, or as one autocommit statement on a pooled connection.
 
-Rows come back typed by a psycopg row factory: ``positional(RowClass)`` builds a NamedTuple
-from the row's values in column order (no dict per row: as cheap as a plain tuple), and
-checks once per (class, query) and process that the statement's columns are the class's
-fields, in order (two statements read into one class are checked each on its own);
-``scalar_row`` and ``tuple_row`` give the first column or a plain tuple. Statements name
+Rows come back typed by a psycopg row factory:
+
+| factory                  | gives                                                         |
+| ------------------------ | ------------------------------------------------------------- |
+| ``positional(RowClass)`` | a NamedTuple from the row's values in column order (no dict   |
+|                          | per row: as cheap as a plain tuple)                           |
+| ``scalar_row``           | the first column                                              |
+| ``tuple_row``            | a plain tuple                                                 |
+
+``positional`` checks once per (class, query) and process that the statement's columns are
+the class's fields, in order; two statements read into one class are checked each on its
+own. Statements name
 their columns, never ``*``: a column a migration adds must not reach code that predates it
 (migrations run before new code is live, and stay after a rollback of the code)."""
 

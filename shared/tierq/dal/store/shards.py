@@ -93,11 +93,18 @@ class ShardQueries(StoreBase):
 
     def pair_switch_drained(self, queue: str, tenant: str, moving_to: str,
                             shard: str) -> PairLeftRow | HomeState | None:
-        """On the pair's old home ``shard``, in one transaction holding the pair's home
-        record and registration: when the record still says it moves from ``shard`` to
-        ``moving_to`` and nothing of the pair is left here, drop its registration and record
-        ``moving_to`` as its home (that state returned); otherwise, writing nothing, what is
-        left, or the record as it is now (None: there is none) when it says otherwise."""
+        """Switch a drained pair's home on its old home ``shard``, in one transaction that
+        holds the pair's home record and registration.
+
+        | the record                                 | done and returned                  |
+        | ------------------------------------------ | ---------------------------------- |
+        | moves from ``shard`` to ``moving_to``, and | the registration dropped, the      |
+        | nothing of the pair is left here           | home is ``moving_to``: that state  |
+        | moves so, but something is left            | nothing written; what is left      |
+        | says otherwise                             | nothing written; the record as it  |
+        |                                            | is now                             |
+        | none                                       | nothing written; None              |
+        """
         params = {"queue": queue, "tenant": tenant}
         with self.db.transaction() as conn:
             # waits for any transaction writing rows of the pair here (homes_not_here)

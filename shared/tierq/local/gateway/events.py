@@ -2,11 +2,17 @@
 function's result becomes as an HTTP response — as API Gateway does both.
 
 Event (https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html):
-header names lower-cased, repeated headers joined with commas, cookies moved to ``cookies``,
-query parameters decoded with repeats joined with commas, path parameters decoded, the body
-as text or base64 (``isBase64Encoded``) when it is not text, ``requestContext`` with the
-route key, method, path, source IP, request id, time, stage ``$default`` and, when the
-caller's token carried claims, ``authorizer.jwt.claims``.
+
+| part of the request | in the event                                                        |
+| ------------------- | ------------------------------------------------------------------- |
+| headers             | names lower-cased, repeated headers joined with commas; cookies     |
+|                     | moved to ``cookies``                                                |
+| query parameters    | decoded, repeats joined with commas                                 |
+| path parameters     | decoded                                                             |
+| the body            | as text, or base64 (``isBase64Encoded``) when it is not text        |
+| the rest            | ``requestContext``: the route key, method, path, source IP, request |
+|                     | id, time, stage ``$default`` and, when the caller's token carried   |
+|                     | claims, ``authorizer.jwt.claims``                                   |
 
 Response: a result with ``statusCode`` is used as given (``headers``, ``cookies``, ``body``,
 ``isBase64Encoded``); any other JSON result is a 200 ``application/json`` of that JSON.

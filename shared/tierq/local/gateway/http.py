@@ -1,16 +1,22 @@
 """The local HTTP API: routes each request to the function template.yaml gives its route,
 with the payload v2 event API Gateway would build, and answers with what API Gateway would
-make of the result. Unknown path → 404; known path, other method (any method name, TRACE
-included) → 405 with ``Allow`` in the API's error shape; body over Lambda's
-request limit → 413 in the API's error shape; a function that raises, or returns more than
-Lambda's response limit as its runtime encodes it (:mod:`tierq.core.sizing`) → 500
-``{"message": "Internal Server Error"}``.
+make of the result. Requests that reach no function, or whose function fails:
+
+| the request                                        | the answer                           |
+| -------------------------------------------------- | ------------------------------------ |
+| unknown path                                       | 404                                  |
+| known path, other method (any method name, TRACE   | 405 with ``Allow``, in the API's     |
+| included)                                          | error shape                          |
+| body over Lambda's request limit                   | 413 in the API's error shape         |
+| a function that raises, or returns more than       | 500 ``{"message": "Internal Server   |
+| Lambda's response limit as its runtime encodes it  | Error"}``                            |
+| (:mod:`tierq.core.sizing`)                         |                                      |
 
 Local only: a request header ``x-tierq-jwt-claims: {"tenant": "acme"}`` becomes the JWT
 claims of ``requestContext.authorizer.jwt`` (as API Gateway's JWT authoriser would put them),
-so tenant pinning and the admin scope can be tried without an identity provider; the
-functions then treat the request exactly as on AWS (a ``sub`` or ``client_id`` in it makes the
-caller one of several of its tenant, with ``Idempotency-Key``s of its own). The header is not
+so tenant pinning and the admin scope can be tried without an identity provider. The
+functions then treat the request exactly as on AWS: a ``sub`` or ``client_id`` in it makes the
+caller one of several of its tenant, with ``Idempotency-Key``s of its own. The header is not
 passed on.
 
 Without the header: while the server listens on a loopback address, the request reaches
@@ -18,14 +24,15 @@ the function marked as coming from this gateway (:data:`tierq.aws.http.access.LO
 in-process object no request can carry), which gives it an admin's reach. Listening on any
 other address (``tierq dev --host 0.0.0.0``), anyone who reaches the port could send the
 header, so every route but the public ones also requires ``Authorization: Bearer <token>``
-with the server's access token (``TIERQ_DEV_TOKEN``, or one made at random and printed by
-``tierq dev``): without it the gateway answers 401 ``unauthorized`` and invokes nothing.
+with the server's access token. That is ``TIERQ_DEV_TOKEN``, or one made at random and
+printed by ``tierq dev``. Without it the gateway answers 401 ``unauthorized`` and invokes
+nothing.
 With the token and no claims header a request is the local caller, as over loopback (so
-the dashboard works with the token as its bearer token). On
-loopback, a request to a non-public route whose ``Host`` is not a loopback name (127.0.0.1,
-localhost, [::1], any port) or whose ``Origin`` is not a loopback origin is 403
-``forbidden``: a web page in the developer's browser must not act as the local admin, by a
-cross-site POST or by DNS rebinding.
+the dashboard works with the token as its bearer token). On loopback, a request to a
+non-public route is 403 ``forbidden`` when its ``Host`` is not a loopback name (127.0.0.1,
+localhost, [::1], any port) or its ``Origin`` is not a loopback origin. A web page in the
+developer's browser must not act as the local admin, by a cross-site POST or by DNS
+rebinding.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from tierq.models.envelopes import ClaimResults
 router = Router()
 
 # What the tasks of one claim may cost in the response body as the Lambda runtime sends it
-# (api.sizing.body_cost; the envelope around the body is reserved in RESPONSE_BODY_BUDGET),
+# (tierq.core.sizing.body_cost; the envelope around the body is reserved in RESPONSE_BODY_BUDGET),
 # less the body's own wrapper around the list. Tasks beyond it stay in line for the next
 # claim; the first task always comes (a payload is at most 256 KiB: ~0.5 MB at most here).
 CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(

@@ -3,10 +3,10 @@
 
 -- name: insert_tasks
 -- New tasks, one statement per batch. The rows come as one array per column, zipped by
--- ROWS FROM in batch order (logic/enqueue.row_columns): uuid, smallint, text and float
--- arrays as literals, names and keys as JSON arrays of strings (any text, no quoting rules
--- to get wrong), payloads as one JSON array. json_to_recordset, which this replaced, spent
--- ~3 µs of PostgreSQL CPU per row looking up the fields of each record; these ~1. The batch
+-- ROWS FROM in batch order (logic/enqueue.row_columns). Uuid, smallint, text and float
+-- arrays come as literals; names and keys as JSON arrays of strings (any text, no quoting
+-- rules to get wrong); payloads as one JSON array. That costs ~1 µs of PostgreSQL CPU per
+-- row, where a JSON record per row costs ~3 µs looking up its fields. The batch
 -- takes one value of tierq_task_seq (it steps by 512, migration 0004) and numbers its rows
 -- from it in batch order. A live task with the same key wins (DO NOTHING); the caller reads
 -- the rows that were not returned as conflicts. A batch without keys uses
@@ -104,11 +104,11 @@ RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attemp
 -- tierq_tasks_warm_since by queue instead (a fresh table's missing statistics make it
 -- guess one warm row; it would read every warm row of the queue per call). A join with
 -- unnest() also names the ids with = ANY, so that the table side is a primary-key lookup.
--- The ids go through ARRAY(SELECT unnest(...)): a plan made for the values given (every
--- plan behind RDS Proxy, the first ones of a connection otherwise) would cost each id of a
--- literal array at the default selectivity of a table without statistics, take 400 ids
--- for most of a 20,000-row table and read all of it (13 ms a batch, against 0.5 by key);
--- an array computed at run time is costed as a few ids, whatever it holds.
+-- The ids go through ARRAY(SELECT unnest(...)), which is costed as a few ids whatever it
+-- holds. A plan made for the values given (every plan behind RDS Proxy, the first ones of
+-- a connection otherwise) would cost each id of a literal array at the default selectivity
+-- of a table without statistics. It would take 400 ids for most of a 20,000-row table and
+-- read all of it: 13 ms a batch, against 0.5 ms by key.
 UPDATE tierq_tasks SET state = 'cold', state_since = %(now)s
 WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (state = 'warm') IS TRUE;
 

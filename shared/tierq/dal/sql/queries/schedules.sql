@@ -149,7 +149,8 @@ WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('delayed', 'cold', 'warm') AND att
 RETURNING id;
 
 -- name: prune_occurrences
--- Forget occurrences whose task is no longer live (acked, dead, cancelled or withdrawn).
+-- Forget occurrences whose task has left the live states (acked, dead, cancelled or
+-- withdrawn).
 DELETE FROM tierq_schedule_occurrences o
 WHERE o.tenant = %(tenant)s AND o.schedule = %(name)s
   AND NOT EXISTS (
