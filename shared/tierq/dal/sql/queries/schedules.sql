@@ -10,15 +10,11 @@ SELECT pg_advisory_xact_lock(
     hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11));
 
 -- name: schedule_try_lock
--- A tick's: its transaction does not wait for the WAL flush (synchronous_commit off, LOCAL
--- to it). An install lost with the last commits of a crash (about 0.6 s of them at most) is
--- redone by the next tick: the occurrences are keyed, and the ledger and tick_at_ms commit
--- with them. An occurrence made ready and run inside that window runs again then, as any
--- task may after a crash (at least once). A PUT's install (schedule_lock) keeps the
--- server's setting.
+-- A tick's: a schedule whose lock is taken is left to whoever holds it. The tick's commit
+-- waits for the WAL flush like every other: an occurrence it installed ready may be pushed
+-- to the warm tier and claimed at once, so losing its row in a crash would run it twice.
 SELECT pg_try_advisory_xact_lock(
-           hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11)) AS locked,
-       set_config('synchronous_commit', 'off', true) AS relaxed;
+           hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11)) AS locked;
 
 -- name: upsert_schedule
 -- PUT replaces the whole schedule; created_at survives. created tells a new row from a
