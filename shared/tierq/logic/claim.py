@@ -27,9 +27,8 @@ from tierq.core.ids import new_token_prefix
 from tierq.core.sizing import body_cost
 from tierq.dal.warm_tier import Claimed, QueueTake
 from tierq.errors import WarmTierFull
-from tierq.logic import leases, limits, tiering
+from tierq.logic import leases, limits, ready_tenants, tiering
 from tierq.logic.context import Context, from_ms, to_ms
-from tierq.logic.ready_tenants import tenants_with_ready_work
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest, ReleaseItem
 from tierq.models.queues import RateLimit
 
@@ -95,10 +94,13 @@ TASK_FIELDS_COST = _task_fields_cost()
 class ClaimOutcome:
     """What a claim handed out, and when more may be had if the queue's limits (max_leased,
     rate, tenant_max_leased, tenant_rate) cut it: ``retry_after_ms`` is None when they did
-    not (the claim got all it asked for, or all that was ready)."""
+    not (the claim got all it asked for, or all that was ready). ``empty``: the tenants
+    whose pair it found without ready work (nothing warm, no cold row a refill could
+    bring)."""
 
     tasks: list[ClaimedTask]
     retry_after_ms: int | None = None
+    empty: tuple[str, ...] = ()
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
@@ -261,6 +263,9 @@ class _Claimer:
     retry_after_ms: int | None = None
     # the ready tasks the last pop left in its pair's warm set (None: no pop was made)
     ready_left: int | None = None
+    # tenants whose pair this claim found empty: nothing ready warm, no cold row a refill
+    # could bring (logic/ready_tenants.py takes them out of the queue's index)
+    empty: list[str] = field(default_factory=list)
 
     def _limited(self, retry_ms: int) -> None:
         if retry_ms > 0:
@@ -344,12 +349,17 @@ class _Claimer:
         left, mode, claimed, now_ms = popped
         out = self._tasks(tenant, claimed, now_ms)
         if mode != "cold":
+            if not claimed and left == 0:
+                self.empty.append(tenant)
             return out
         if len(claimed) < n and left == 0 and not self.exhausted:
             # the warm set ran dry while cold work may wait: refill now, not at the tick
             if self.may_refill(holding=bool(self.popped)):
                 refilled = tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL)
                 self.out_of_memory |= refilled.out_of_memory
+                if not claimed and not refilled.promoted and not refilled.skipped_busy \
+                        and not refilled.out_of_memory:
+                    self.empty.append(tenant)
                 if refilled.promoted and self.may_pop():
                     again = self._pop(tenant, n - len(claimed))
                     if again is not None:
@@ -427,6 +437,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
                        gate=_gate(ctx, queue, qs.max_leased, _rate(qs.rate)),
                        tenant_max_leased=qs.tenant_max_leased or 0,
                        tenant_rate=_rate(qs.tenant_rate))
+    indexed = request.tenant is None and tenants is None
     try:
         got = _claim_pairs(claimer, ctx, queue, request, tenants)
     except BaseException:
@@ -436,6 +447,8 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         raise
     if claimer.gate is not None:
         claimer.gate.flush()
+    if indexed:
+        ready_tenants.forget(ctx, queue, claimer.empty)
     if not got and claimer.out_of_memory:
         # cold work waits but Valkey is full: 503 with Retry-After rather than an empty
         # answer (a claim that got tasks returns them: claims free Valkey memory)
@@ -447,7 +460,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         # nobody used: how much of the queue's limits others hold, or which limits the
         # queue has, is none of its business
         limited = None
-    return ClaimOutcome(got, limited)
+    return ClaimOutcome(got, limited, tuple(claimer.empty))
 
 
 def _had_ready_work(claimer: _Claimer, tenant: str) -> bool:
@@ -464,9 +477,15 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
                  tenants: Sequence[str] | None) -> list[ClaimedTask]:
     if request.tenant is not None:
         candidates = [request.tenant]
+    elif tenants is not None:
+        candidates = list(tenants)
     else:
-        candidates = (list(tenants) if tenants is not None
-                      else tenants_with_ready_work(ctx, queue))
+        # a window of the tenants with ready work, from one further than the last claim's
+        # first: the turn goes round whatever the index gains or loses meanwhile
+        candidates = ready_tenants.tenants_after(ctx, queue, ctx.claim_turns.get(queue),
+                                                 ready_tenants.CLAIM_WINDOW)
+        if candidates:
+            ctx.claim_turns[queue] = candidates[0]
     if not candidates:
         return []
     wanted = request.max
@@ -483,11 +502,15 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
     if len(candidates) == 1:
         return claimer.pair(candidates[0], wanted)
 
-    # Fair rotation: start one tenant further each call; a first pass gives every tenant an
-    # equal share, a second pass fills what is left from tenants that still had work.
-    start = ctx.rotation.get(queue, 0) % len(candidates)
-    ctx.rotation[queue] = start + 1
-    rotated = candidates[start:] + candidates[:start]
+    # Fair rotation: start one tenant further each call (the index's window starts there
+    # already); a first pass gives every tenant an equal share, a second pass fills what is
+    # left from tenants that still had work.
+    if tenants is not None:
+        start = ctx.rotation.get(queue, 0) % len(candidates)
+        ctx.rotation[queue] = start + 1
+        rotated = candidates[start:] + candidates[:start]
+    else:
+        rotated = candidates
     # (under a queue-wide limit, shares of what it granted: the first tenant of the
     # rotation does not take it all; a take riding with the first pop cuts that pop to its
     # share of the grant itself)
