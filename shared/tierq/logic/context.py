@@ -218,8 +218,6 @@ class Context:
     # per queue, the tenant this process's last queue-wide claim started its turn with
     # (logic/ready_tenants.py: the next claim's window starts after it)
     claim_turns: dict[str, str] = field(default_factory=dict)
-    # when this process last entered each pair in its queue's ready-tenant index (monotonic)
-    ready_noted: dict[Pair, float] = field(default_factory=dict)
     # when this process last topped up each (queue, tenant) at the claim's low-water mark
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
     # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)

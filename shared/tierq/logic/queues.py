@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
+from tierq.dal.warm_tier import RUNNING_CALL_LEASES
 from tierq.logic import limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
@@ -309,7 +310,7 @@ def lease_key(lease: RunningLease) -> tuple[int, str]:
 
 
 # Leases one read of a pair's running leases asks for (a page is read in windows of it).
-LEASE_WINDOW = 500
+LEASE_WINDOW = RUNNING_CALL_LEASES
 
 
 def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, *,

@@ -10,30 +10,28 @@ script writes it: Python keeps it, after the pair's own calls.
 =========================================  ===========================================
 event                                      the index
 =========================================  ===========================================
-an admission pushed tasks warm, or wrote   the tenant is entered (``note``: one ZADD,
-them cold (enqueue, bulk load, release,    at most once per ``NOTE_EVERY`` seconds per
-delayed mover, restore, ``ready_now``)     process and pair)
-a maintenance pass visits a pair with      entered again (``note``, unmemoized): the
-ready work (reaper: warm rows; the         backstop for every other path
-cold → warm mover: cold rows)
+an admission pushed tasks warm, or wrote   the tenant is entered (``note``: one ZADD
+them cold (enqueue, bulk load, release,    per pair and admission, after its push)
+delayed mover, restore, ``ready_now``)
+a maintenance pass visits a pair with      entered again (``note_pairs``): the
+ready work (reaper: warm rows with ready   backstop for every other path
+tasks; the cold → warm mover: cold rows)
 a queue-wide claim or the dispatcher finds the tenant is taken out (``forget``)
 the pair empty (nothing ready warm, no
 cold row a refill could bring)
 =========================================  ===========================================
 
-The index may lag: a tenant taken out by a claim that raced an enqueue (the push landed
-after the claim's pop, its ``note`` before the claim's ``forget``), or entered less than
-``NOTE_EVERY`` seconds after an earlier ``note`` that a ``forget`` undid, waits for the next
-maintenance pass over its pair — at most one reaper or mover period (docs/architecture.md
-§5, "Tenants with ready work"). Its own claims (a worker of that tenant) never read the
-index and see the work at once. An entry of a tenant without work costs one visit, which
-takes it out.
+The index may lag: a tenant taken out by a claim that raced an admission (the claim found
+the pair empty, the admission pushed and entered the tenant, then the claim's ``forget``
+landed) waits for the next maintenance pass over its pair — at most one reaper or mover
+period (docs/architecture.md §5, "Tenants with ready work"). Its own claims (a worker of
+that tenant) never read the index and see the work at once. An entry of a tenant without
+work costs one visit, which takes it out.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 
 from tierq.errors import WarmTierFull, WarmTierUnavailable
@@ -41,26 +39,16 @@ from tierq.logic.context import Context
 
 log = logging.getLogger(__name__)
 
-# How often one process enters the same pair at most (seconds): an enqueue loop costs one
-# ZADD a second, not one per call.
-NOTE_EVERY = 1.0
 # Tenants one queue-wide claim visits at most (a window of the index, from its turn).
 CLAIM_WINDOW = 64
 # Tenants one dispatcher batch tries at most before it ends empty.
 DISPATCH_WINDOW = 64
 
 
-def note(ctx: Context, queue: str, tenants: Iterable[str], *, memo: bool = True) -> None:
-    """Enter ``tenants`` in the queue's index; ``memo``: skip a pair this process entered
-    less than ``NOTE_EVERY`` seconds ago. Best-effort: a failure is logged, and the next
-    maintenance pass enters the tenant again."""
-    now = time.monotonic()
-    todo = []
-    for tenant in tenants:
-        pair = (queue, tenant)
-        if memo and now - ctx.ready_noted.get(pair, float("-inf")) < NOTE_EVERY:
-            continue
-        todo.append(tenant)
+def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
+    """Enter ``tenants`` in the queue's index. Best-effort: a failure is logged, and the
+    next maintenance pass over the pair enters the tenant again."""
+    todo = list(tenants)
     if not todo:
         return
     try:
@@ -68,29 +56,22 @@ def note(ctx: Context, queue: str, tenants: Iterable[str], *, memo: bool = True)
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("entering tenants of %r in its ready-tenant index failed; the next "
                     "maintenance pass does", queue, exc_info=True)
-        return
-    if len(ctx.ready_noted) > 100_000:
-        ctx.ready_noted.clear()  # (a bound on the memo: forgetting costs a ZADD each)
-    for tenant in todo:
-        ctx.ready_noted[(queue, tenant)] = now
 
 
 def note_pairs(ctx: Context, pairs: Iterable[tuple[str, str]]) -> None:
-    """Enter the pairs (queue, tenant) in their queues' indexes, one call per queue, not
-    memoized: a maintenance pass's backstop."""
+    """Enter the pairs (queue, tenant) in their queues' indexes, one call per queue: a
+    maintenance pass's backstop."""
     by_queue: dict[str, list[str]] = {}
     for queue, tenant in pairs:
         by_queue.setdefault(queue, []).append(tenant)
     for queue, tenants in by_queue.items():
-        note(ctx, queue, tenants, memo=False)
+        note(ctx, queue, tenants)
 
 
 def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
     """Take tenants found without ready work out of the queue's index (best-effort)."""
     if not tenants:
         return
-    for tenant in tenants:
-        ctx.ready_noted.pop((queue, tenant), None)
     try:
         ctx.warm.forget_ready_tenants(queue, tenants)
     except (WarmTierUnavailable, WarmTierFull):

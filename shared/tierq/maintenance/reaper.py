@@ -156,8 +156,7 @@ def note_ready(ctx: Context, visited: Sequence[pairs.Pair]) -> None:
             log.warning("counting the ready tasks of %r's pairs failed; the next pass enters "
                         "them", queue, exc_info=True)
             continue
-        ready_tenants.note(ctx, queue, [t for t, n in zip(tenants, counts, strict=True) if n],
-                           memo=False)
+        ready_tenants.note(ctx, queue, [t for t, n in zip(tenants, counts, strict=True) if n])
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
