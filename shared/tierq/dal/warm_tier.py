@@ -945,6 +945,10 @@ class WarmTier:
         for part in chunks(sorted(set(tenants)), per_call(2, 2)):
             self._command("ZADD", key, *(x for t in part for x in (0, t)))
 
+    def drop_ready_tenants(self, queue: str) -> None:
+        """Delete the queue's ready-tenant index (a purge of the queue)."""
+        self._command("UNLINK", QueueKeys.ready_tenants(queue))
+
     def forget_ready_tenants(self, queue: str, tenants: Sequence[str]) -> None:
         """Take tenants out of the queue's ready-tenant index (ZREM)."""
         key = QueueKeys.ready_tenants(queue)
