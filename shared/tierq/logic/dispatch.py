@@ -789,7 +789,9 @@ class Dispatcher:
                 continue  # (nothing this dispatcher could take)
             window = ready_tenants.tenants_after(self.ctx, queue, None,
                                                  ready_tenants.DISPATCH_WINDOW)
-            if any(self.ctx.warm.ready_counts(queue, window)):
+            # (a full window may have more after it: taken as work, a batch tells)
+            if len(window) == ready_tenants.DISPATCH_WINDOW \
+                    or any(self.ctx.warm.ready_counts(queue, window)):
                 return True
         return False
 
