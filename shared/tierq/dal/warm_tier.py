@@ -64,6 +64,7 @@ SCRIPTS = (
     "tenant_requests",
     "long_polls",
     "running_page",
+    "ready_tenants_note",
 )
 
 
@@ -940,10 +941,11 @@ class WarmTier:
     # -- the queues' ready-tenant indexes (logic/ready_tenants.py) ----------------------
 
     def note_ready_tenants(self, queue: str, tenants: Sequence[str]) -> None:
-        """Enter tenants in the queue's ready-tenant index (ZADD, score 0)."""
+        """Enter tenants in the queue's ready-tenant index (lua/ready_tenants_note.lua: a
+        ZADD at score 0, allowed while Valkey is out of memory)."""
         key = QueueKeys.ready_tenants(queue)
-        for part in chunks(sorted(set(tenants)), per_call(2, 2)):
-            self._command("ZADD", key, *(x for t in part for x in (0, t)))
+        for part in chunks(sorted(set(tenants)), per_call(3 + 1)):
+            self._run("ready_tenants_note", (key,), part)
 
     def drop_ready_tenants(self, queue: str) -> None:
         """Delete the queue's ready-tenant index (a purge of the queue)."""

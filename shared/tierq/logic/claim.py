@@ -411,10 +411,15 @@ class _Claimer:
 
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,
                tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
-               answer_by: float | None = None) -> list[ClaimedTask]:
-    """The tasks of :func:`claim_once_outcome`."""
-    return claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
-                              answer_by=answer_by).tasks
+               answer_by: float | None = None,
+               empty: list[str] | None = None) -> list[ClaimedTask]:
+    """The tasks of :func:`claim_once_outcome`; ``empty``, when given, is extended with
+    the tenants whose pair it found without ready work (``ClaimOutcome.empty``)."""
+    outcome = claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
+                                 answer_by=answer_by)
+    if empty is not None:
+        empty.extend(outcome.empty)
+    return outcome.tasks
 
 
 def _rate(limit: RateLimit | None) -> tuple[float, int] | None:

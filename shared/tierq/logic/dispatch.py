@@ -120,7 +120,7 @@ from tierq.errors import (
     WarmTierUnavailable,
 )
 from tierq.logic import leases, limits, ready_tenants
-from tierq.logic.claim import TASK_FIELDS_COST, claim_once, claim_once_outcome
+from tierq.logic.claim import TASK_FIELDS_COST, claim_once
 from tierq.logic.context import Context, to_ms
 from tierq.models.leases import ClaimedTask, ClaimRequest, NackItem, ReleaseItem
 
@@ -1105,10 +1105,7 @@ class Dispatcher:
         request = ClaimRequest(max=consumer.batch_size, lease_seconds=lease,
                                worker=DISPATCHER_WORKER, tenant=tenant)
         budget = claim_budget(consumer.batch_size)
-        outcome = claim_once_outcome(self.ctx, consumer.queue, request, max_bytes=budget)
-        tasks = outcome.tasks
-        if empty is not None:
-            empty.extend(outcome.empty)
+        tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget, empty=empty)
         if not tasks or not consumer.window_ms or len(tasks) >= consumer.batch_size:
             return tasks
         window_ends = time.monotonic() + consumer.window_ms / 1000
