@@ -94,13 +94,10 @@ TASK_FIELDS_COST = _task_fields_cost()
 class ClaimOutcome:
     """What a claim handed out, and when more may be had if the queue's limits (max_leased,
     rate, tenant_max_leased, tenant_rate) cut it: ``retry_after_ms`` is None when they did
-    not (the claim got all it asked for, or all that was ready). ``empty``: the tenants
-    whose pair it found without ready work (nothing warm, no cold row a refill could
-    bring)."""
+    not (the claim got all it asked for, or all that was ready)."""
 
     tasks: list[ClaimedTask]
     retry_after_ms: int | None = None
-    empty: tuple[str, ...] = ()
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
@@ -413,13 +410,9 @@ def claim_once(ctx: Context, queue: str, request: ClaimRequest,
                tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
                answer_by: float | None = None,
                empty: list[str] | None = None) -> list[ClaimedTask]:
-    """The tasks of :func:`claim_once_outcome`; ``empty``, when given, is extended with
-    the tenants whose pair it found without ready work (``ClaimOutcome.empty``)."""
-    outcome = claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
-                                 answer_by=answer_by)
-    if empty is not None:
-        empty.extend(outcome.empty)
-    return outcome.tasks
+    """The tasks of :func:`claim_once_outcome` (``empty`` as there)."""
+    return claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
+                              answer_by=answer_by, empty=empty).tasks
 
 
 def _rate(limit: RateLimit | None) -> tuple[float, int] | None:
@@ -428,12 +421,15 @@ def _rate(limit: RateLimit | None) -> tuple[float, int] | None:
 
 def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
                        tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
-                       answer_by: float | None = None) -> ClaimOutcome:
+                       answer_by: float | None = None,
+                       empty: list[str] | None = None) -> ClaimOutcome:
     """One pass of a claim (no waiting); ``answer_by`` (``time.monotonic()``): no pop or
     refill that could end after it starts. Whatever fails after a pop gives the popped
     tasks back (``give_back``) before the error goes up. The queue's limits cut what it
     hands out (per tenant in the claim script, queue-wide by reservations taken before
-    the claim's pops: ``_QueueGate``)."""
+    the claim's pops: ``_QueueGate``). ``empty``, when given, is extended with the tenants
+    whose pair the claim found without ready work (nothing warm, no cold row a refill could
+    bring); a queue-wide claim takes those out of the queue's ready-tenant index itself."""
     qs = ctx.queue_settings.get(queue)
     if qs.paused:
         return ClaimOutcome([])
@@ -465,7 +461,9 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         # nobody used: how much of the queue's limits others hold, or which limits the
         # queue has, is none of its business
         limited = None
-    return ClaimOutcome(got, limited, tuple(claimer.empty))
+    if empty is not None:
+        empty.extend(claimer.empty)
+    return ClaimOutcome(got, limited)
 
 
 def _had_ready_work(claimer: _Claimer, tenant: str) -> bool:

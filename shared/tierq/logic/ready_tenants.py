@@ -16,17 +16,19 @@ delayed mover, restore, ``ready_now``)
 a maintenance pass visits a pair with      entered again (``note_pairs``): the
 ready work (reaper: warm rows with ready   backstop for every other path
 tasks; the cold → warm mover: cold rows)
-a queue-wide claim or the dispatcher finds the tenant is taken out (``forget``)
-the pair empty (nothing ready warm, no
-cold row a refill could bring)
+a queue-wide claim or the dispatcher finds the tenant is taken out (``forget``), and
+the pair empty (nothing ready warm, no     entered back if a second look at the pair
+cold row a refill could bring)             finds ready tasks or cold mode
 =========================================  ===========================================
 
-The index may lag: a tenant taken out by a claim that raced an admission (the claim found
-the pair empty, the admission pushed and entered the tenant, then the claim's ``forget``
-landed) waits for the next maintenance pass over its pair — at most one reaper or mover
-period (docs/architecture.md §5, "Tenants with ready work"). Its own claims (a worker of
-that tenant) never read the index and see the work at once. An entry of a tenant without
-work costs one visit, which takes it out.
+A claim that found a pair empty takes its tenant out, then looks at the pair once more
+and enters it back if it has ready tasks or is in cold mode (``forget``): an admission
+that raced the claim has pushed before it enters its tenant, so either the second look
+sees its tasks or its entry lands after the removal. The index may still lag where a write
+of it failed (Valkey not answering): the next maintenance pass over the pair enters the
+tenant again — at most one reaper or mover period (docs/architecture.md §5, "Tenants with
+ready work"). Its own claims (a worker of that tenant) never read the index and see the
+work at once. An entry of a tenant without work costs one visit, which takes it out.
 """
 
 from __future__ import annotations
@@ -69,14 +71,22 @@ def note_pairs(ctx: Context, pairs: Iterable[tuple[str, str]]) -> None:
 
 
 def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
-    """Take tenants found without ready work out of the queue's index (best-effort)."""
+    """Take tenants found without ready work out of the queue's index, then look at their
+    pairs again and enter back those that have ready tasks or are in cold mode now: an
+    admission pushes (or writes cold) before it enters its tenant, so one that raced this
+    claim either lands before the second look, which sees it, or enters its tenant after
+    the removal. Best-effort: a failure is logged."""
     if not tenants:
         return
     try:
         ctx.warm.forget_ready_tenants(queue, tenants)
+        now = ctx.warm.stats_of(queue, tenants)
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("taking tenants of %r out of its ready-tenant index failed",
                     queue, exc_info=True)
+        return
+    note(ctx, queue, [t for t, (ready, _, mode) in zip(tenants, now, strict=True)
+                      if ready or mode != "warm"])
 
 
 def tenants_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
