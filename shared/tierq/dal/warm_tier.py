@@ -122,10 +122,11 @@ class QueueKeys:
         return cls(f"tq:{{{queue}}}:bucket")
 
     @staticmethod
-    def ready_tenants(queue: str) -> str:
+    def ready_tenants(queue: str, shard_tag: int | None = None) -> str:
         """The queue's tenants that may have ready work (sorted set, every score 0: read
-        by name, ``WarmTier.ready_tenants_after``; logic/ready_tenants.py)."""
-        return f"tq:{{{queue}}}:ready_tenants"
+        by name, ``WarmTier.ready_tenants_after``; logic/ready_tenants.py); one per shard
+        of a sharded deployment (each shard's claims visit the tenants homed there)."""
+        return f"tq:{{{queue}}}:ready_tenants" + ("" if shard_tag is None else f":{shard_tag}")
 
     @staticmethod
     def held(queue: str, pool: str) -> str:
@@ -940,30 +941,33 @@ class WarmTier:
 
     # -- the queues' ready-tenant indexes (logic/ready_tenants.py) ----------------------
 
-    def note_ready_tenants(self, queue: str, tenants: Sequence[str]) -> None:
+    def note_ready_tenants(self, queue: str, tenants: Sequence[str],
+                           shard_tag: int | None = None) -> None:
         """Enter tenants in the queue's ready-tenant index (lua/ready_tenants_note.lua: a
         ZADD at score 0, allowed while Valkey is out of memory)."""
-        key = QueueKeys.ready_tenants(queue)
+        key = QueueKeys.ready_tenants(queue, shard_tag)
         for part in chunks(sorted(set(tenants)), per_call(3 + 1)):
             self._run("ready_tenants_note", (key,), part)
 
-    def drop_ready_tenants(self, queue: str) -> None:
+    def drop_ready_tenants(self, queue: str, shard_tag: int | None = None) -> None:
         """Delete the queue's ready-tenant index (a purge of the queue)."""
-        self._command("UNLINK", QueueKeys.ready_tenants(queue))
+        self._command("UNLINK", QueueKeys.ready_tenants(queue, shard_tag))
 
-    def forget_ready_tenants(self, queue: str, tenants: Sequence[str]) -> None:
+    def forget_ready_tenants(self, queue: str, tenants: Sequence[str],
+                             shard_tag: int | None = None) -> None:
         """Take tenants out of the queue's ready-tenant index (ZREM)."""
-        key = QueueKeys.ready_tenants(queue)
+        key = QueueKeys.ready_tenants(queue, shard_tag)
         for part in chunks(sorted(set(tenants)), per_call(2)):
             self._command("ZREM", key, *part)
 
-    def ready_tenants_after(self, queue: str, after: str | None, limit: int) -> list[str]:
+    def ready_tenants_after(self, queue: str, after: str | None, limit: int,
+                            shard_tag: int | None = None) -> list[str]:
         """Up to ``limit`` tenants of the queue's ready-tenant index, by name after
         ``after`` and then on from the first (wrapping round, each at most once): one or
         two ``ZRANGE … BYLEX LIMIT``, whatever the index holds."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        key = QueueKeys.ready_tenants(queue)
+        key = QueueKeys.ready_tenants(queue, shard_tag)
         start = "-" if not after else "(" + after
         first = [_s(t) for t in self._command("ZRANGE", key, start, "+", "BYLEX",
                                               "LIMIT", 0, limit)]

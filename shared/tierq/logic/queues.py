@@ -68,7 +68,7 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)
-    ctx.warm.drop_ready_tenants(queue)
+    ctx.warm.drop_ready_tenants(queue, ctx.id_tag)
     return deleted
 
 

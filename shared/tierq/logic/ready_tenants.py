@@ -4,7 +4,9 @@ not the tenants ever registered on the queue.
 
 The index is a sorted set per queue on the queue's own slot
 (``QueueKeys.ready_tenants``: ``tq:{<queue>}:ready_tenants``, every score 0, read by name
-with ``ZRANGE … BYLEX``). On a cluster it lives in another slot than the pairs, so no pair
+with ``ZRANGE … BYLEX``; ``…:ready_tenants:<shard tag>`` per shard of a sharded deployment,
+whose shards share the warm tier: a shard's claims visit only the tenants homed there,
+whose rows its own database holds). On a cluster it lives in another slot than the pairs, so no pair
 script writes it: Python keeps it, after the pair's own calls.
 
 =========================================  ===========================================
@@ -54,7 +56,7 @@ def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
     if not todo:
         return
     try:
-        ctx.warm.note_ready_tenants(queue, todo)
+        ctx.warm.note_ready_tenants(queue, todo, ctx.id_tag)
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("entering tenants of %r in its ready-tenant index failed; the next "
                     "maintenance pass does", queue, exc_info=True)
@@ -79,7 +81,7 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
     if not tenants:
         return
     try:
-        ctx.warm.forget_ready_tenants(queue, tenants)
+        ctx.warm.forget_ready_tenants(queue, tenants, ctx.id_tag)
         now = ctx.warm.stats_of(queue, tenants)
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("taking tenants of %r out of its ready-tenant index failed",
@@ -92,4 +94,4 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
 def tenants_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
     """Up to ``k`` tenants of the queue's index by name after ``after``, wrapping round to
     the first (``after`` None: from the first)."""
-    return ctx.warm.ready_tenants_after(queue, after, k)
+    return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag)
