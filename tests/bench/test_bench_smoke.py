@@ -129,3 +129,17 @@ def test_valkey_commands_bench_runs_every_phase_and_prints_the_slowest_command(
                       "reaper + reconciler"]
     assert all(p["commands"] > 0 for p in result["phases"])
     assert set(result["lease_memory"]) == {"leased", "lease_of", "claims"}
+
+
+def test_request_cost_bench_pages_and_claims_and_prints_both_figures(
+        services: LocalServices, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.request_cost", services, tmp_path / "cost.json",
+                              "--leases", "600", "--idle-tenants", "150", "--repeat", "2")
+    assert re.fullmatch(r"running_page_ms_at_600_leases=\d+\.\d\d", lines[-2]), lines[-2]
+    assert re.fullmatch(r"admin_claim_ms_at_150_idle_tenants=\d+\.\d\d", lines[-1]), lines[-1]
+    assert result["leases"] == 600 and result["idle_tenants"] == 150
+    assert set(result["figures_ms"]) == {
+        "running page (first 1,000)", "running page (1,000 from the middle)",
+        "queue view (admin)", "queue view (the tenant's)",
+        "every lease of the pair (for scale)", "admin claim (a window of idle tenants)",
+        "admin claim (index empty)"}

@@ -21,7 +21,7 @@ from tests.dispatch.support import run_until
 from tests.support.polling import eventually
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
-from tierq.logic import dispatch
+from tierq.logic import dispatch, ready_tenants
 from tierq.logic.dispatch import POLL_FIRST, TURN_TTL_SECONDS, Dispatcher, turn_key
 
 pytestmark = pytest.mark.usefixtures("clean_stores")
@@ -107,15 +107,17 @@ def test_tenants_take_turns_so_a_large_backlog_starves_no_one(
 
 def test_a_batch_with_tasks_lets_one_more_start_and_an_empty_one_stops_it(
         tq: Tierq, functions: LocalFunctions, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tenants' list may name tenants with nothing ready (today every registered one):
-    the batch that got the only ready task lets one more batch start, which finds nothing
-    (each listed tenant passes its turn) and stops there. The queue is not backed off
-    meanwhile: its other batch still runs."""
+    """The tenants' list may name tenants with nothing ready (the index lags): the batch
+    that got the only ready task lets one more batch start, which finds nothing (each
+    listed tenant passes its turn, and leaves the index) and stops there. The queue is not
+    backed off meanwhile: its other batch still runs."""
     tq.put_queue("probe", {"consumer": {"function": "tests.dispatch.consumers:hold",
                                         "batch_size": 10}})
     for tenant in ("idle1", "idle2", "idle3"):  # registered, their tasks not due yet
         tq.enqueue("probe", [{"payload": {"n": 0}, "tenant": tenant, "delay_seconds": 3600}])
     tq.enqueue("probe", [{"payload": {"n": 1}, "tenant": "active"}])
+    # (delayed tasks are not ready: the index names them as a lagging index would)
+    tq.ctx.warm.note_ready_tenants("probe", ["idle1", "idle2", "idle3"])
     claimed: list[str] = []
     claim_once = dispatch.claim_once
 
@@ -134,6 +136,7 @@ def test_a_batch_with_tasks_lets_one_more_start_and_an_empty_one_stops_it(
         # "active" first (by name) gets its task; one more batch tries every tenant once
         assert claimed == ["active", "idle1", "idle2", "idle3", "active"]
         assert len(JOURNAL.runs) == 1 and state.in_flight == 1  # (its function waits)
+        assert ready_tenants.tenants_after(tq.ctx, "probe", None, 10) == []  # all found empty
         assert state.width == 1  # one batch at a time again
         assert state.poll_delay == POLL_FIRST and state.not_before <= time.monotonic()
     finally:

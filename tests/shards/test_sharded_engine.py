@@ -24,6 +24,7 @@ from tierq.dal.migrate import migrate
 from tierq.dal.shards import ShardSpec, tag_of
 from tierq.errors import WarmTierUnavailable
 from tierq.local.services import PrivatePostgres
+from tierq.logic import ready_tenants
 from tierq.logic.homes import ShardDown
 from tierq.sharded import ShardedTierq
 
@@ -71,6 +72,10 @@ def test_pairs_spread_over_every_shard_and_stay_home(
     for tenant, home in homes.items():
         assert rows[home][tenant] == 5
         assert all(rows[n][tenant] == 0 for n in SHARD_NAMES if n != home)
+    # each shard's queue-wide claims visit the tenants homed there (its own index)
+    for name, engine in tq.engines.items():
+        assert ready_tenants.tenants_after(engine.ctx, "q", None, 100) == sorted(
+            t for t, home in homes.items() if home == name)
     claimed = drain(tq, "q")
     assert len(claimed) == len({c.id for c in claimed}) == 60  # nothing lost, none twice
     per_tenant: dict[str, list[int]] = defaultdict(list)

@@ -64,6 +64,8 @@ BOUNDED_BY_THEIR_GUARD = {
                              "RECOUNT_UNKNOWN_AT_MOST",
     ("admission_mode", "ZREMRANGEBYSCORE"): "drops admissions gone stale (a few in flight)",
     ("rate_tenants", "ZREMRANGEBYSCORE"): "drops tenants not noted for 1,020 s",
+    ("running_page", "ZRANGE"): "index ranges of one entry (the search for the cursor) or "
+                                "of at most the call's scan (a window of the page)",
 }
 CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
 

@@ -24,7 +24,7 @@ from redis.exceptions import (
 )
 
 from tierq.core.ids import attempt_of_token
-from tierq.core.ordering import Place
+from tierq.core.ordering import PRIORITY_MAX, PRIORITY_MIN, SPLIT, Place, task_of
 from tierq.dal.command_limit import (
     LimitedConnectionPool,
     chunks,
@@ -63,6 +63,8 @@ SCRIPTS = (
     "capacity_use",
     "tenant_requests",
     "long_polls",
+    "running_page",
+    "ready_tenants_note",
 )
 
 
@@ -78,19 +80,24 @@ class PairKeys:
     inflight: str
     bucket: str  # the tenant's token bucket (tenant_rate, lua/token_bucket.lua)
     lease_of: str  # id -> the token of its lease (lua/lease_keys.lua)
+    started: str  # id -> when its lease's claim began, ms (lua/running_page.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
-                   tag + "inflight", tag + "bucket", tag + "lease_of")
+                   tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started")
 
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
 PUSH_TASKS_PER_CALL = per_call(3 + 6 + 6, 4)  # push_ready: 6 keys, 6 fixed, 4 per task
 IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
-MEMBERS_PER_CALL = per_call(3 + 3 + 1)  # lease_drop, release_leases: lease members
+MEMBERS_PER_CALL = per_call(3 + 4 + 1)  # lease_drop, release_leases: lease members
+# running_page.lua: leases one call returns at most, and entries of `started` it reads at
+# most besides them (a call of 200 takes ~1 ms of Valkey; one of 1,000 took 15 ms)
+RUNNING_CALL_LEASES = 200
+RUNNING_SCAN_SLACK = 200
 ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 # lease_index.lua: leases (or claim records) per slice, and slices per reconciler visit
 LEASE_INDEX_SLICE = 500
@@ -113,6 +120,13 @@ class QueueKeys:
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
         return cls(f"tq:{{{queue}}}:bucket")
+
+    @staticmethod
+    def ready_tenants(queue: str, shard_tag: int | None = None) -> str:
+        """The queue's tenants that may have ready work (sorted set, every score 0: read
+        by name, ``WarmTier.ready_tenants_after``; logic/ready_tenants.py); one per shard
+        of a sharded deployment (each shard's claims visit the tenants homed there)."""
+        return f"tq:{{{queue}}}:ready_tenants" + ("" if shard_tag is None else f":{shard_tag}")
 
     @staticmethod
     def held(queue: str, pool: str) -> str:
@@ -210,7 +224,7 @@ class ScriptCall:
 @dataclass(frozen=True)
 class QueueTake:
     """The queue-wide take a claim's first pair makes in its own script on a single server
-    (lua/claim.lua KEYS 8-10): ``want`` units for the whole claim, one entry ``holder``,
+    (lua/claim.lua KEYS 9-11): ``want`` units for the whole claim, one entry ``holder``,
     at most ``max_held`` held in the pool (0: no count limit), tokens of the queue's bucket
     at ``rate`` (per_second, burst) if any. The pair pops at most its share of the grant:
     one of ``shares`` (the tenants the claim's rotation shares it among)."""
@@ -590,7 +604,7 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
         keys: tuple[str, ...] = (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket,
-                                 k.lease_of)
+                                 k.lease_of, k.started)
         args: tuple[Any, ...] = (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
                                  "strict" if strict else "", per_task_bytes,
                                  tenant_max_leased, repr(float(per_second)), burst, first_k)
@@ -748,7 +762,7 @@ class WarmTier:
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
-        keys = (k.leased, k.lease_of, k.claims)
+        keys = (k.leased, k.lease_of, k.claims, k.started)
         *before, last = chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL)
         dropped = 0
         for part in before:  # (more than one call holds: the earlier parts on their own)
@@ -804,7 +818,8 @@ class WarmTier:
         taken: set[str] = set()
         for part in chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL):
             taken.update(_s(m) for m in self._run(
-                "release_leases", (k.leased, k.lease_of, k.claims), (now_ms, *part)))
+                "release_leases", (k.leased, k.lease_of, k.claims, k.started),
+                (now_ms, *part)))
         return taken
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
@@ -872,7 +887,7 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
         return sum(int(self._run("remove", (k.ready, k.data, k.leased, k.meta, k.lease_of,
-                                            k.claims), part))
+                                            k.claims, k.started), part))
                    for part in chunks(members, IDS_PER_CALL))
 
     def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
@@ -904,6 +919,64 @@ class WarmTier:
         out = self._run("tier_stats", (k.ready, k.leased, k.meta), ())
         return int(out[0]), int(out[1]), _s(out[2])
 
+    def stats_of(self, queue: str, tenants: Sequence[str]) -> list[tuple[int, int, str]]:
+        """``stats`` of several tenants of ``queue``, in one pipeline (one round trip per
+        master in cluster mode)."""
+        if not tenants:
+            return []
+        script = self.scripts["tier_stats"]
+        keys = [PairKeys.of(queue, t) for t in tenants]
+        replies = self.pipeline([("EVALSHA", script.sha, 3, k.ready, k.leased, k.meta)
+                                 for k in keys])
+        out: list[tuple[int, int, str]] = []
+        for tenant, reply in zip(tenants, replies, strict=True):
+            if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded)
+                out.append(self.stats(queue, tenant))
+                continue
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            out.append((int(reply[0]), int(reply[1]), _s(reply[2])))
+        return out
+
+    # -- the queues' ready-tenant indexes (logic/ready_tenants.py) ----------------------
+
+    def note_ready_tenants(self, queue: str, tenants: Sequence[str],
+                           shard_tag: int | None = None) -> None:
+        """Enter tenants in the queue's ready-tenant index (lua/ready_tenants_note.lua: a
+        ZADD at score 0, allowed while Valkey is out of memory)."""
+        key = QueueKeys.ready_tenants(queue, shard_tag)
+        for part in chunks(sorted(set(tenants)), per_call(3 + 1)):
+            self._run("ready_tenants_note", (key,), part)
+
+    def drop_ready_tenants(self, queue: str, shard_tag: int | None = None) -> None:
+        """Delete the queue's ready-tenant index (a purge of the queue)."""
+        self._command("UNLINK", QueueKeys.ready_tenants(queue, shard_tag))
+
+    def forget_ready_tenants(self, queue: str, tenants: Sequence[str],
+                             shard_tag: int | None = None) -> None:
+        """Take tenants out of the queue's ready-tenant index (ZREM)."""
+        key = QueueKeys.ready_tenants(queue, shard_tag)
+        for part in chunks(sorted(set(tenants)), per_call(2)):
+            self._command("ZREM", key, *part)
+
+    def ready_tenants_after(self, queue: str, after: str | None, limit: int,
+                            shard_tag: int | None = None) -> list[str]:
+        """Up to ``limit`` tenants of the queue's ready-tenant index, by name after
+        ``after`` and then on from the first (wrapping round, each at most once): one or
+        two ``ZRANGE … BYLEX LIMIT``, whatever the index holds."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        key = QueueKeys.ready_tenants(queue, shard_tag)
+        start = "-" if not after else "(" + after
+        first = [_s(t) for t in self._command("ZRANGE", key, start, "+", "BYLEX",
+                                              "LIMIT", 0, limit)]
+        if not after or len(first) == limit:
+            return first
+        rest = [_s(t) for t in self._command("ZRANGE", key, "-", "[" + after, "BYLEX",
+                                             "LIMIT", 0, limit - len(first))]
+        return first + rest
+
     def ready_counts(self, queue: str, tenants: Sequence[str]) -> list[int]:
         """How many tasks each tenant's warm set of ``queue`` holds ready, in one pipeline
         (one round trip per master in cluster mode, not one per tenant)."""
@@ -914,6 +987,28 @@ class WarmTier:
             if isinstance(reply, Exception):
                 raise reply
         return [int(reply) for reply in replies]
+
+    def ready_heads(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        """The ids first in line of each priority in these pairs' ready sets (at most ten a
+        pair: a line is in the order its tasks became ready within a priority, so the
+        longest-waiting warm task is among them), one ``ZRANGE … LIMIT 0 1`` per priority,
+        all in one pipeline."""
+        commands: list[tuple[Any, ...]] = []
+        for queue, tenant in pairs:
+            key = PairKeys.of(queue, tenant).ready
+            for priority in range(PRIORITY_MIN, PRIORITY_MAX + 1):
+                # a priority's entries, short and long forms (core/ordering.py)
+                low = (PRIORITY_MAX - priority) * SPLIT
+                commands.append(("ZRANGE", key, low, low + SPLIT, "BYSCORE", "LIMIT", 0, 1))
+        if not commands:
+            return []
+        heads: list[str] = []
+        for reply in self.pipeline(commands):
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            heads += (task_of(_s(member)) for member in reply)
+        return heads
 
     def ready_bytes(self, queue: str, tenant: str) -> int:
         """The bytes of task data the pair's warm set holds, as counted (the meta field
@@ -944,6 +1039,34 @@ class WarmTier:
         return [self._lease_info(_s(m), int(deadline), made) for m, deadline in members
                 if deadline > 0]
 
+    def running_page(self, queue: str, tenant: str, *, after: tuple[int, str] | None = None,
+                     limit: int = 1000) -> tuple[list[LeaseInfo], tuple[int, str] | None]:
+        """Up to ``limit`` (at most ``RUNNING_CALL_LEASES``) current leases of one pair
+        after ``after`` (started ms, id), in that order (lua/running_page.lua: it reads the
+        page, not the pair's leases). Returns the leases and where the next page starts
+        after, None when none follows. A call reads at most ``limit`` +
+        ``RUNNING_SCAN_SLACK`` entries: it may return fewer leases than ``limit`` (entries
+        of ended or expiring leases passed over) with a position to go on from."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        limit = min(limit, RUNNING_CALL_LEASES)
+        k = PairKeys.of(queue, tenant)
+        after_ms, after_id = ("", "") if after is None else (str(after[0]), after[1])
+        out = self._run("running_page", (k.started, k.lease_of, k.leased, k.claims),
+                        (after_ms, after_id, limit, limit + RUNNING_SCAN_SLACK))
+        state, last_ms, last_id = _s(out[0]), _s(out[1]), _s(out[2])
+        leases = []
+        for i in range(3, len(out), 5):
+            task_id, token = _s(out[i]), _s(out[i + 1])
+            record = _s(out[i + 4])
+            worker = record.partition("|")[2] if record else ""
+            leases.append(LeaseInfo(task_id, token, attempt_of_token(token) or 0,
+                                    int(float(out[i + 3])), worker or None,
+                                    int(float(out[i + 2]))))
+        if state == "end" or not last_ms:
+            return leases, None
+        return leases, (int(float(last_ms)), last_id)
+
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         """The task's current lease, found by its id (lua/lease_of.lua: three lookups);
         None when it holds none (or the reaper is expiring it)."""
@@ -969,7 +1092,7 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket, k.lease_of)
+                               k.bucket, k.lease_of, k.started)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

@@ -38,7 +38,7 @@ from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
 from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush
 from tierq.errors import WarmTierFull
-from tierq.logic import wake
+from tierq.logic import ready_tenants, wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 log = logging.getLogger(__name__)
@@ -142,8 +142,11 @@ def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False,
 
 
 def close(ctx: Context, ticket: Ticket) -> None:
+    """End the admission's registrations; the pairs it wrote cold rows to (or may have:
+    a failed transaction's entry costs one visit) enter their queue's ready-tenant index."""
     for queue, tenant in sorted(ticket.registered):
         ctx.warm.admission_end(queue, tenant, ticket.token)
+        ready_tenants.note(ctx, queue, (tenant,))
     ticket.registered.clear()
 
 
@@ -179,6 +182,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
             ticket.registered.add(pair)
             refused.extend(refused_now)
     if len(refused) + late < len(items):
+        ready_tenants.note(ctx, queue, (tenant,))  # before the consumer's wake: it reads it
         wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
     return refused
 

@@ -27,9 +27,8 @@ from tierq.core.ids import new_token_prefix
 from tierq.core.sizing import body_cost
 from tierq.dal.warm_tier import Claimed, QueueTake
 from tierq.errors import WarmTierFull
-from tierq.logic import leases, limits, tiering
+from tierq.logic import leases, limits, ready_tenants, tiering
 from tierq.logic.context import Context, from_ms, to_ms
-from tierq.logic.ready_tenants import tenants_with_ready_work
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest, ReleaseItem
 from tierq.models.queues import RateLimit
 
@@ -261,6 +260,9 @@ class _Claimer:
     retry_after_ms: int | None = None
     # the ready tasks the last pop left in its pair's warm set (None: no pop was made)
     ready_left: int | None = None
+    # tenants whose pair this claim found empty: nothing ready warm, no cold row a refill
+    # could bring (logic/ready_tenants.py takes them out of the queue's index)
+    empty: list[str] = field(default_factory=list)
 
     def _limited(self, retry_ms: int) -> None:
         if retry_ms > 0:
@@ -344,12 +346,17 @@ class _Claimer:
         left, mode, claimed, now_ms = popped
         out = self._tasks(tenant, claimed, now_ms)
         if mode != "cold":
+            if not claimed and left == 0:
+                self.empty.append(tenant)
             return out
         if len(claimed) < n and left == 0 and not self.exhausted:
             # the warm set ran dry while cold work may wait: refill now, not at the tick
             if self.may_refill(holding=bool(self.popped)):
                 refilled = tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL)
                 self.out_of_memory |= refilled.out_of_memory
+                if not claimed and not refilled.promoted and not refilled.skipped_busy \
+                        and not refilled.out_of_memory:
+                    self.empty.append(tenant)
                 if refilled.promoted and self.may_pop():
                     again = self._pop(tenant, n - len(claimed))
                     if again is not None:
@@ -401,10 +408,11 @@ class _Claimer:
 
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,
                tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
-               answer_by: float | None = None) -> list[ClaimedTask]:
-    """The tasks of :func:`claim_once_outcome`."""
+               answer_by: float | None = None,
+               empty: list[str] | None = None) -> list[ClaimedTask]:
+    """The tasks of :func:`claim_once_outcome` (``empty`` as there)."""
     return claim_once_outcome(ctx, queue, request, tenants, max_bytes=max_bytes,
-                              answer_by=answer_by).tasks
+                              answer_by=answer_by, empty=empty).tasks
 
 
 def _rate(limit: RateLimit | None) -> tuple[float, int] | None:
@@ -413,12 +421,15 @@ def _rate(limit: RateLimit | None) -> tuple[float, int] | None:
 
 def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
                        tenants: Sequence[str] | None = None, *, max_bytes: int = 0,
-                       answer_by: float | None = None) -> ClaimOutcome:
+                       answer_by: float | None = None,
+                       empty: list[str] | None = None) -> ClaimOutcome:
     """One pass of a claim (no waiting); ``answer_by`` (``time.monotonic()``): no pop or
     refill that could end after it starts. Whatever fails after a pop gives the popped
     tasks back (``give_back``) before the error goes up. The queue's limits cut what it
     hands out (per tenant in the claim script, queue-wide by reservations taken before
-    the claim's pops: ``_QueueGate``)."""
+    the claim's pops: ``_QueueGate``). ``empty``, when given, is extended with the tenants
+    whose pair the claim found without ready work (nothing warm, no cold row a refill could
+    bring); a queue-wide claim takes those out of the queue's ready-tenant index itself."""
     qs = ctx.queue_settings.get(queue)
     if qs.paused:
         return ClaimOutcome([])
@@ -427,6 +438,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
                        gate=_gate(ctx, queue, qs.max_leased, _rate(qs.rate)),
                        tenant_max_leased=qs.tenant_max_leased or 0,
                        tenant_rate=_rate(qs.tenant_rate))
+    indexed = request.tenant is None and tenants is None
     try:
         got = _claim_pairs(claimer, ctx, queue, request, tenants)
     except BaseException:
@@ -436,6 +448,8 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         raise
     if claimer.gate is not None:
         claimer.gate.flush()
+    if indexed:
+        ready_tenants.forget(ctx, queue, claimer.empty)
     if not got and claimer.out_of_memory:
         # cold work waits but Valkey is full: 503 with Retry-After rather than an empty
         # answer (a claim that got tasks returns them: claims free Valkey memory)
@@ -447,6 +461,8 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         # nobody used: how much of the queue's limits others hold, or which limits the
         # queue has, is none of its business
         limited = None
+    if empty is not None:
+        empty.extend(claimer.empty)
     return ClaimOutcome(got, limited)
 
 
@@ -464,9 +480,15 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
                  tenants: Sequence[str] | None) -> list[ClaimedTask]:
     if request.tenant is not None:
         candidates = [request.tenant]
+    elif tenants is not None:
+        candidates = list(tenants)
     else:
-        candidates = (list(tenants) if tenants is not None
-                      else tenants_with_ready_work(ctx, queue))
+        # a window of the tenants with ready work, from one further than the last claim's
+        # first: the turn goes round whatever the index gains or loses meanwhile
+        candidates = ready_tenants.tenants_after(ctx, queue, ctx.claim_turns.get(queue),
+                                                 ready_tenants.CLAIM_WINDOW)
+        if candidates:
+            ctx.claim_turns[queue] = candidates[0]
     if not candidates:
         return []
     wanted = request.max
@@ -483,11 +505,15 @@ def _claim_pairs(claimer: _Claimer, ctx: Context, queue: str, request: ClaimRequ
     if len(candidates) == 1:
         return claimer.pair(candidates[0], wanted)
 
-    # Fair rotation: start one tenant further each call; a first pass gives every tenant an
-    # equal share, a second pass fills what is left from tenants that still had work.
-    start = ctx.rotation.get(queue, 0) % len(candidates)
-    ctx.rotation[queue] = start + 1
-    rotated = candidates[start:] + candidates[:start]
+    # Fair rotation: start one tenant further each call (the index's window starts there
+    # already); a first pass gives every tenant an equal share, a second pass fills what is
+    # left from tenants that still had work.
+    if tenants is not None:
+        start = ctx.rotation.get(queue, 0) % len(candidates)
+        ctx.rotation[queue] = start + 1
+        rotated = candidates[start:] + candidates[:start]
+    else:
+        rotated = candidates
     # (under a queue-wide limit, shares of what it granted: the first tenant of the
     # rotation does not take it all; a take riding with the first pop cuts that pop to its
     # share of the grant itself)

@@ -215,6 +215,9 @@ class Context:
     # trip, and a wrong guess is caught by push_ready (it refuses, and the rows go cold).
     modes: dict[Pair, str] = field(default_factory=dict)
     rotation: dict[str, int] = field(default_factory=dict)
+    # per queue, the tenant this process's last queue-wide claim started its turn with
+    # (logic/ready_tenants.py: the next claim's window starts after it)
+    claim_turns: dict[str, str] = field(default_factory=dict)
     # when this process last topped up each (queue, tenant) at the claim's low-water mark
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
     # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)

@@ -15,11 +15,13 @@ computed as SQS does.
 A batch holds the tasks of one tenant (:meth:`Dispatcher._claim`): whatever a function does
 with one tenant's records — raise with a record quoted in its message, time out — lands on
 that tenant's tasks only. Each batch takes the next tenant with ready work in turn (round
-robin over :func:`tierq.logic.ready_tenants.tenants_with_ready_work`, by name after the
-tenant whose turn came last), so a tenant with a large backlog gets one batch per turn like
-a tenant with one task. A tenant with nothing to claim, whose cold work finds no room warm,
-or whose pair fails (its Valkey master not answering) passes its turn on; the batch fails
-only when every listed tenant failed.
+robin over a window of the queue's ready-tenant index, :func:`tierq.logic.ready_tenants.
+tenants_after`, by name after the tenant whose turn came last), so a tenant with a large
+backlog gets one batch per turn like a tenant with one task, and a batch tries at most
+``ready_tenants.DISPATCH_WINDOW`` tenants, however many the queue has registered (a tenant
+found without work leaves the index). A tenant with nothing to claim, whose cold work finds
+no room warm, or whose pair fails (its Valkey master not answering) passes its turn on; the
+batch fails only when every listed tenant failed.
 
 How many batches of a queue run at once follows the batches that find work, never the
 length of the tenants' list (which may name tenants with nothing ready): a claim that got
@@ -117,10 +119,9 @@ from tierq.errors import (
     WarmTierFull,
     WarmTierUnavailable,
 )
-from tierq.logic import leases, limits
+from tierq.logic import leases, limits, ready_tenants
 from tierq.logic.claim import TASK_FIELDS_COST, claim_once
 from tierq.logic.context import Context, to_ms
-from tierq.logic.ready_tenants import tenants_with_ready_work
 from tierq.models.leases import ClaimedTask, ClaimRequest, NackItem, ReleaseItem
 
 log = logging.getLogger(__name__)
@@ -786,7 +787,11 @@ class Dispatcher:
             consumer = self.consumer(queue)
             if consumer is None or now + consumer.lease_seconds() > self.finish_by:
                 continue  # (nothing this dispatcher could take)
-            if any(self.ctx.warm.ready_counts(queue, tenants_with_ready_work(self.ctx, queue))):
+            window = ready_tenants.tenants_after(self.ctx, queue, None,
+                                                 ready_tenants.DISPATCH_WINDOW)
+            # (a full window may have more after it: taken as work, a batch tells)
+            if len(window) == ready_tenants.DISPATCH_WINDOW \
+                    or any(self.ctx.warm.ready_counts(queue, window)):
                 return True
         return False
 
@@ -1012,9 +1017,23 @@ class Dispatcher:
         answering (``Unavailable``) fails it at once, as every tenant needs it. Returns the
         tasks, and how many tenants were listed (more is likely ready when others were)."""
         queue = consumer.queue
-        tenants = sorted(set(tenants_with_ready_work(self.ctx, queue)))
-        if tenants:
-            self._resume_turn(queue, state)
+        self._resume_turn(queue, state)
+        with self._changed:
+            after = state.last_tenant
+        tenants = sorted(set(ready_tenants.tenants_after(self.ctx, queue, after,
+                                                         ready_tenants.DISPATCH_WINDOW)))
+        empty: list[str] = []
+        try:
+            return self._claim_window(consumer, state, lease, tenants, empty)
+        finally:
+            ready_tenants.forget(self.ctx, queue, empty)
+
+    def _claim_window(self, consumer: Consumer, state: QueueState, lease: int,
+                      tenants: Sequence[str], empty: list[str],
+                      ) -> tuple[list[ClaimedTask], int]:
+        """``_claim`` over a window of tenants; the tenants found without ready work are
+        added to ``empty``."""
+        queue = consumer.queue
         failures = 0
         failure: Exception | None = None
         down: set[str] = set()  # masters that failed in this batch ("": a single server)
@@ -1024,7 +1043,7 @@ class Dispatcher:
                 failures += 1
                 continue
             try:
-                tasks = self._claim_tenant(consumer, tenant, lease)
+                tasks = self._claim_tenant(consumer, tenant, lease, empty)
             except WarmTierFull:  # its cold work finds no room warm: the others go on
                 log.info("queue %r, tenant %r: the warm tier is full; its turn passes",
                          queue, tenant, extra=self._fields(consumer, tenant))
@@ -1077,15 +1096,16 @@ class Dispatcher:
         return tenant
 
     def _claim_tenant(self, consumer: Consumer, tenant: str,
-                      lease: int) -> list[ClaimedTask]:
+                      lease: int, empty: list[str] | None = None) -> list[ClaimedTask]:
         """Up to ``batch_size`` of ``tenant``'s tasks, waiting up to the batching window for
         a full batch once the first task is claimed (as Lambda's SQS poller: with nothing
         ready there is no batch to wait for, and an idle queue must let its dispatcher go
-        idle). A claim that fails during the window ends it: the batch is what was had."""
+        idle). A claim that fails during the window ends it: the batch is what was had.
+        ``empty``: the tenant is added when its pair has no ready work at all."""
         request = ClaimRequest(max=consumer.batch_size, lease_seconds=lease,
                                worker=DISPATCHER_WORKER, tenant=tenant)
         budget = claim_budget(consumer.batch_size)
-        tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget)
+        tasks = claim_once(self.ctx, consumer.queue, request, max_bytes=budget, empty=empty)
         if not tasks or not consumer.window_ms or len(tasks) >= consumer.batch_size:
             return tasks
         window_ends = time.monotonic() + consumer.window_ms / 1000

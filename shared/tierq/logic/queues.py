@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
+from tierq.dal.warm_tier import RUNNING_CALL_LEASES
 from tierq.logic import limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
@@ -67,6 +68,7 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)
+    ctx.warm.drop_ready_tenants(queue, ctx.id_tag)
     return deleted
 
 
@@ -105,16 +107,18 @@ def iter_pairs(ctx: Context, after: Pair = ("", ""), *, tenant: str | None = Non
 
 def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
     """Live counts of the pairs given, in their order: warm and leased from Valkey, the rest
-    from PostgreSQL, and the oldest ready task's age (leased tasks excluded)."""
+    from PostgreSQL, and the oldest ready task's age (leased tasks excluded). Per pair a
+    fixed number of reads, whatever it holds: counts, and for the oldest ready task the
+    heads of its lines (``WarmTier.ready_heads``), never its leases."""
     if not pairs:
         return []
     now = ctx.now()
     pg = {(r.queue, r.tenant): r for r in ctx.store.pair_state_counts(pairs)}
     warm = {pair: ctx.warm.stats(*pair) for pair in pairs}
-    leased_ids = [lease.id for pair in pairs if warm[pair][1]
-                  for lease in ctx.warm.leases(*pair)]
+    # (the warm ready tasks that may be the oldest: the heads of the lines, never leases)
+    heads = ctx.warm.ready_heads([pair for pair in pairs if warm[pair][0]])
     oldest = {(r.queue, r.tenant): r.oldest
-              for r in ctx.store.pair_oldest_ready(pairs, leased_ids)}
+              for r in ctx.store.pair_oldest_ready(pairs, heads)}
     out = []
     for pair in pairs:
         ready, leased, mode = warm[pair]
@@ -157,18 +161,18 @@ def queue_view(ctx: Context, queue: str) -> QueueView:
     """A queue's settings, counts and mode as an admin sees it (a caller pinned to a tenant
     gets :func:`tenant_queue_view`, never this). Only the first ``TENANTS_SHOWN`` tenants
     are named, since a queue's tenants are unbounded and the view must fit one response;
-    the totals of the whole queue are aggregates in SQL, plus the warm tier of the tenants
-    with ready work only (idle tenants cost nothing)."""
+    the totals of the whole queue are aggregates in SQL, plus the warm tier's counters of
+    the tenants with ready work only (found by skip scans, one index descent each; their
+    counters in one pipeline): idle tenants, backlogs and leases cost nothing."""
     totals = ctx.store.queue_view_state_totals(queue)
     counts = QueueCounts(cold=totals.cold, delayed=totals.delayed, dead=totals.dead)
     cold_mode = False
-    busy: list[str] = []  # tenants with ready or leased work
-    for row in ctx.store.queue_view_ready_tenants(queue):
-        busy.append(row.tenant)
-        ready, leased, mode = ctx.warm.stats(queue, row.tenant)
+    rows = ctx.store.queue_view_ready_tenants(queue)
+    busy = [row.tenant for row in rows]  # tenants with ready or leased work
+    for row, (ready, leased, mode) in zip(rows, ctx.warm.stats_of(queue, busy), strict=True):
         counts.warm += ready
         counts.leased += leased
-        cold_mode = cold_mode or (mode != "warm" and bool(row.cold or ready))
+        cold_mode = cold_mode or (mode != "warm" and (row.cold or ready > 0))
     shown = [t for _, t in pairs_after(ctx, limit=TENANTS_SHOWN, queue=queue)]
     total = ctx.store.queue_view_tenant_count(queue)
     settings = ctx.queue_settings.get(queue)
@@ -306,22 +310,31 @@ def lease_key(lease: RunningLease) -> tuple[int, str]:
     return round(lease.started_at.timestamp() * 1000), str(lease.id)
 
 
-def pair_leases(ctx: Context, pair: Pair) -> list[RunningLease]:
-    """The current leases of one pair, oldest first (:func:`lease_key`)."""
-    now_ms = to_ms(ctx.now())
+# Leases one read of a pair's running leases asks for (a page is read in windows of it).
+LEASE_WINDOW = RUNNING_CALL_LEASES
+
+
+def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, *,
+                window: int = LEASE_WINDOW) -> Iterator[RunningLease]:
+    """The current leases of one pair after ``after`` (:func:`lease_key`: started ms, then
+    id; ``(ms, "")``: after every lease that started at ms), oldest first, read ``window``
+    at a time as they are consumed (``WarmTier.running_page``): a page costs what it
+    holds, not what the pair holds."""
     queue, tenant = pair
-    out = [
-        RunningLease(
-            queue=queue, tenant=tenant, id=UUID(lease.id),
-            worker=lease.worker, attempt=lease.attempt,
-            started_at=from_ms(lease.started_ms),
-            running_for_ms=max(0, now_ms - lease.started_ms),
-            lease_expires_at=from_ms(lease.deadline_ms),
-        )
-        for lease in ctx.warm.leases(queue, tenant)
-    ]
-    out.sort(key=lease_key)
-    return out
+    position = after
+    while True:
+        leases, position = ctx.warm.running_page(queue, tenant, after=position, limit=window)
+        now_ms = to_ms(ctx.now())
+        for lease in leases:
+            yield RunningLease(
+                queue=queue, tenant=tenant, id=UUID(lease.id),
+                worker=lease.worker, attempt=lease.attempt,
+                started_at=from_ms(lease.started_ms),
+                running_for_ms=max(0, now_ms - lease.started_ms),
+                lease_expires_at=from_ms(lease.deadline_ms),
+            )
+        if position is None:
+            return
 
 
 def running(ctx: Context, queue: str | None = None, tenant: str | None = None,

@@ -1,16 +1,97 @@
 """Which tenants of a queue may have ready work: the ones a queue-wide claim and the
-consumer dispatcher visit.
+consumer dispatcher visit, read from an index in windows, so a claim pass costs the window,
+not the tenants ever registered on the queue.
 
-Today this is every tenant registered on the queue (``ctx.pairs.tenants``): a claim
-without a tenant, or a dispatcher pass, calls Valkey once per registered tenant, however
-many are idle.
+The index is a sorted set per queue on the queue's own slot
+(``QueueKeys.ready_tenants``: ``tq:{<queue>}:ready_tenants``, every score 0, read by name
+with ``ZRANGE … BYLEX``; ``…:ready_tenants:<shard tag>`` per shard of a sharded deployment,
+whose shards share the warm tier: a shard's claims visit only the tenants homed there,
+whose rows its own database holds). On a cluster it lives in another slot than the pairs, so no pair
+script writes it: Python keeps it, after the pair's own calls.
+
+=========================================  ===========================================
+event                                      the index
+=========================================  ===========================================
+an admission pushed tasks warm, or wrote   the tenant is entered (``note``: one ZADD
+them cold (enqueue, bulk load, release,    per pair and admission, after its push)
+delayed mover, restore, ``ready_now``)
+a maintenance pass visits a pair with      entered again (``note_pairs``): the
+ready work (reaper: warm rows with ready   backstop for every other path
+tasks; the cold → warm mover: cold rows)
+a queue-wide claim or the dispatcher finds the tenant is taken out (``forget``), and
+the pair empty (nothing ready warm, no     entered back if a second look at the pair
+cold row a refill could bring)             finds ready tasks or cold mode
+=========================================  ===========================================
+
+A claim that found a pair empty takes its tenant out, then looks at the pair once more
+and enters it back if it has ready tasks or is in cold mode (``forget``): an admission
+that raced the claim has pushed before it enters its tenant, so either the second look
+sees its tasks or its entry lands after the removal. The index may still lag where a write
+of it failed (Valkey not answering): the next maintenance pass over the pair enters the
+tenant again — at most one reaper or mover period (docs/architecture.md §5, "Tenants with
+ready work"). Its own claims (a worker of that tenant) never read the index and see the
+work at once. An entry of a tenant without work costs one visit, which takes it out.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Sequence
+
+from tierq.errors import WarmTierFull, WarmTierUnavailable
 from tierq.logic.context import Context
 
+log = logging.getLogger(__name__)
 
-def tenants_with_ready_work(ctx: Context, queue: str) -> list[str]:
-    """The tenants of ``queue`` to visit for ready work, in a stable order."""
-    return list(ctx.pairs.tenants(queue))
+# Tenants one queue-wide claim visits at most (a window of the index, from its turn).
+CLAIM_WINDOW = 64
+# Tenants one dispatcher batch tries at most before it ends empty.
+DISPATCH_WINDOW = 64
+
+
+def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
+    """Enter ``tenants`` in the queue's index. Best-effort: a failure is logged, and the
+    next maintenance pass over the pair enters the tenant again."""
+    todo = list(tenants)
+    if not todo:
+        return
+    try:
+        ctx.warm.note_ready_tenants(queue, todo, ctx.id_tag)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("entering tenants of %r in its ready-tenant index failed; the next "
+                    "maintenance pass does", queue, exc_info=True)
+
+
+def note_pairs(ctx: Context, pairs: Iterable[tuple[str, str]]) -> None:
+    """Enter the pairs (queue, tenant) in their queues' indexes, one call per queue: a
+    maintenance pass's backstop."""
+    by_queue: dict[str, list[str]] = {}
+    for queue, tenant in pairs:
+        by_queue.setdefault(queue, []).append(tenant)
+    for queue, tenants in by_queue.items():
+        note(ctx, queue, tenants)
+
+
+def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
+    """Take tenants found without ready work out of the queue's index, then look at their
+    pairs again and enter back those that have ready tasks or are in cold mode now: an
+    admission pushes (or writes cold) before it enters its tenant, so one that raced this
+    claim either lands before the second look, which sees it, or enters its tenant after
+    the removal. Best-effort: a failure is logged."""
+    if not tenants:
+        return
+    try:
+        ctx.warm.forget_ready_tenants(queue, tenants, ctx.id_tag)
+        now = ctx.warm.stats_of(queue, tenants)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("taking tenants of %r out of its ready-tenant index failed",
+                    queue, exc_info=True)
+        return
+    note(ctx, queue, [t for t, (ready, _, mode) in zip(tenants, now, strict=True)
+                      if ready or mode != "warm"])
+
+
+def tenants_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
+    """Up to ``k`` tenants of the queue's index by name after ``after``, wrapping round to
+    the first (``after`` None: from the first)."""
+    return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag)

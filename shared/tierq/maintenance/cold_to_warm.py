@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
-from tierq.logic import pairs, tiering
+from tierq.logic import pairs, ready_tenants, tiering
 from tierq.logic.context import Context, to_datetime
 from tierq.maintenance.pair_failures import PairFailures
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
@@ -61,9 +61,12 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
     for chunk in pairs.walk(ctx.store, WALK, fetch, lambda item: (item[0], item[1]), budget,
                             stats, cursors, limit):
         changed: list[tuple[str, str, bool]] = []
+        ready: list[tuple[str, str]] = []  # pairs with cold or promoted work
         for queue, tenant, marked in chunk:
             result = _refill(ctx, failures, queue, tenant)
             stats.items.append((queue, tenant))  # visited, even when its master failed
+            if result is not None and (result.promoted or result.cold_mode):
+                ready.append((queue, tenant))
             if result is not None:
                 summary.promoted += result.promoted
                 summary.busy += int(result.skipped_busy)
@@ -73,6 +76,7 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
                     changed.append((queue, tenant, result.cold_mode))
             if budget.spent:
                 break
+        ready_tenants.note_pairs(ctx, ready)  # (the index's backstop: one call per queue)
         if changed:
             ctx.store.mark_cold_mode([(c[0], c[1]) for c in changed],
                                      [c[2] for c in changed], to_datetime(ctx.now()))

@@ -18,6 +18,7 @@ are still served (``tierq.maintenance.pair_failures``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,12 +29,14 @@ from pydantic import Field
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
-from tierq.logic import admission, idempotency, leases, pairs
+from tierq.logic import admission, idempotency, leases, pairs, ready_tenants
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
 from tierq.maintenance.pair_failures import PairFailures
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
+
+log = logging.getLogger(__name__)
 
 
 class ReaperConfig(SlicedWalkConfig):
@@ -109,6 +112,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
         stats.items.extend(visited)
         ctx.pairs.warm_round_now.update(visited)
         touch(ctx, visited)
+        note_ready(ctx, visited)
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     if stats.completed:
@@ -141,6 +145,23 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
     return True
+
+
+def note_ready(ctx: Context, visited: Sequence[pairs.Pair]) -> None:
+    """Enter the visited pairs that hold ready tasks in their queues' ready-tenant indexes
+    (logic/ready_tenants.py: the backstop that bounds the index's lag to one pass); one
+    pipeline of counts per queue. Best-effort: the next pass tries again."""
+    by_queue: dict[str, list[str]] = {}
+    for queue, tenant in visited:
+        by_queue.setdefault(queue, []).append(tenant)
+    for queue, tenants in by_queue.items():
+        try:
+            counts = ctx.warm.ready_counts(queue, tenants)
+        except Exception:  # (a master down: its pairs' replies are errors)
+            log.warning("counting the ready tasks of %r's pairs failed; the next pass enters "
+                        "them", queue, exc_info=True)
+            continue
+        ready_tenants.note(ctx, queue, [t for t, n in zip(tenants, counts, strict=True) if n])
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:

@@ -2,9 +2,10 @@
 -- Claim up to N ready tasks of one (queue, tenant), in order, and lease each one.
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
 -- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta, 6 bucket (the tenant's token bucket),
---       7 lease_of (id -> token, lua/lease_keys.lua),
+--       7 lease_of (id -> token, lua/lease_keys.lua), 8 started (id -> the claim's start,
+--       lua/lease_keys.lua),
 --       and on a single server only (they are in the queue's slot, not the pair's), the
---       queue-wide take of the claim's first pair: 8 pool, 9 counts, 10 the queue's bucket
+--       queue-wide take of the claim's first pair: 9 pool, 10 counts, 11 the queue's bucket
 -- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix ('<tenant>~<random>~'), 5 worker,
 --       6 budget (0: none): what the tasks handed out may cost in the response, in bytes
 --       as the Lambda runtime sends it — once the next task would exceed it, it and the
@@ -15,7 +16,7 @@
 --       10 tenant rate per second (0: none) and 11 its burst: a token bucket (KEYS 6, on
 --       the server's clock, lua/token_bucket.lua) on the tasks handed out,
 --       12 first_k (0): the leases are numbered from first_k + 1,
---       with KEYS 8-10: 13 want (what the whole claim asks for), 14 holder (the take's
+--       with KEYS 9-11: 13 want (what the whole claim asks for), 14 holder (the take's
 --       entry, '<random>~'), 15 max_leased (0: none), 16 the queue's rate per second
 --       (0: none), 17 its burst, 18 shares (the tenants the claim shares the grant
 --       among): the claim's queue-wide take (lua/capacity_take.lua) is made first, with
@@ -33,19 +34,20 @@
 -- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
 -- next token; for a count, the earliest deadline, at most 1 s; the sooner of the
 -- queue-wide take's and the tenant's). granted: what the queue-wide take granted, -1
--- without one (KEYS 8-10).
+-- without one (KEYS 9-11).
 -- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
 -- is '<prefix><attempt>~<k>', k = first_k + 1, first_k + 2, ... in the order handed out
 -- (a claim under queue-wide limits numbers its leases on across its pairs: the k-th holds
 -- its k-th reservation, lua/queue_capacity.lua). Checking or dropping a lease is then one ZMSCORE or ZREM of
 -- that member (no script): a token that was not issued for this id names no member. Each
--- lease is also found by its task's id: lease_of[id] = token. When and by whom the claim
+-- lease is also found by its task's id: lease_of[id] = token, and listed by when it began:
+-- started[id] = now (running_page.lua reads them a page at a time). When and by whom the claim
 -- was made is kept once per claim: claims[prefix] = '<now>|<worker>', with
 -- claims[prefix .. '#'] counting its leases (the record goes with its last lease,
 -- lua/lease_keys.lua).
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
 -- ZPOPMIN, one HMGET of the data, then at most one ZADD (back to ready), HDEL and ZADD
--- (leased), one HSET of lease_of and one HSET and HINCRBY of the claim.
+-- (leased), one HSET of lease_of, one ZADD of started and one HSET and HINCRBY of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
@@ -92,8 +94,8 @@ local burst = tonumber(ARGV[11] or '0')
 local first_k = tonumber(ARGV[12] or '0')
 local granted = -1
 local queue_retry = 0
-if KEYS[8] then
-  granted, queue_retry = capacity_take(KEYS[8], KEYS[9], KEYS[10], tonumber(ARGV[13]), now,
+if KEYS[9] then
+  granted, queue_retry = capacity_take(KEYS[9], KEYS[10], KEYS[11], tonumber(ARGV[13]), now,
                                        deadline_arg, ARGV[14], tonumber(ARGV[15]),
                                        tonumber(ARGV[16]), tonumber(ARGV[17]))
   local share = math.ceil(granted / tonumber(ARGV[18]))
@@ -135,6 +137,7 @@ local handed_ids = {}    -- for the variadic HDEL of their data
 local n_handed = 0
 local leased_args = {}   -- deadline, '<id>|<token>', ...
 local lease_of_args = {} -- id, token, ...
+local started_args = {}  -- now, id, ...
 local n_out = 4
 for k = 1, n_popped do
   local id = popped_ids[k]
@@ -167,6 +170,8 @@ for k = 1, n_popped do
     leased_args[2 * n_handed] = id .. '|' .. token
     lease_of_args[2 * n_handed - 1] = id
     lease_of_args[2 * n_handed] = token
+    started_args[2 * n_handed - 1] = now
+    started_args[2 * n_handed] = id
     out[n_out + 1] = id
     out[n_out + 2] = attempt
     out[n_out + 3] = token
@@ -181,6 +186,7 @@ call_chunked('HDEL', KEYS[2], handed_ids)
 if freed > 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -freed) end
 call_chunked('ZADD', KEYS[3], leased_args)
 call_chunked('HSET', KEYS[7], lease_of_args)
+call_chunked('ZADD', KEYS[8], started_args)
 if n_handed > 0 then
   redis.call('HSET', KEYS[4], prefix, now .. '|' .. ARGV[5])
   redis.call('HINCRBY', KEYS[4], prefix .. '#', n_handed)

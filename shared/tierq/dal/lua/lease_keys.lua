@@ -8,10 +8,12 @@
 --     cutoff has passed <ms> (missing.lua), and the task's next lease or push replaces it
 --   claims (hash): '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of
 --     that claim's leases `leased` holds; both fields go with the claim's last lease
+--   started (sorted set): id -> when its lease's claim began (epoch ms), so the running
+--     leases are read a page at a time in the order they started (running_page.lua)
 -- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
 -- Every path that ends a lease ends it here: the member leaves `leased`, its id leaves
--- `lease_of` only while that entry still names this very token (an older token never erases
--- a newer lease's entry), and its claim's count goes down.
+-- `lease_of` and `started` only while that entry still names this very token (an older token
+-- never erases a newer lease's entries), and its claim's count goes down.
 
 -- The claim prefix of a token, or nil for a token of another shape.
 local function lease_prefix(token)
@@ -25,10 +27,10 @@ end
 
 -- Ends those of `members` ('<id>|<token>') that `leased` holds and, when `after` is given,
 -- whose deadline is after it; a member named twice is ended once. An id whose lease_of
--- entry named the lease ended is removed from lease_of, or set to `mark` when given.
--- Returns the members ended, in the order given. Work: ZMSCORE, ZREM, HMGET, HDEL (or
--- HSET), and an HINCRBY per claim.
-local function lease_drop(leased, lease_of, claims, members, after, mark)
+-- entry named the lease ended is removed from lease_of (or set to `mark` when given) and
+-- from started. Returns the members ended, in the order given. Work: ZMSCORE, ZREM, HMGET,
+-- HDEL (or HSET), ZREM, and an HINCRBY per claim.
+local function lease_drop(leased, lease_of, claims, started, members, after, mark)
   if #members == 0 then return {} end
   local scores = call_chunked('ZMSCORE', leased, members)
   local gone, ids, tokens, n_gone = {}, {}, {}, 0
@@ -49,9 +51,12 @@ local function lease_drop(leased, lease_of, claims, members, after, mark)
   call_chunked('ZREM', leased, gone)
   local named = call_chunked('HMGET', lease_of, ids)
   local clear, n_clear = {}, 0  -- ids, or id, mark, ... with a mark
+  local unstarted, n_unstarted = {}, 0  -- the ids whose lease this was
   local per_claim, claim_order = {}, {}
   for k = 1, n_gone do
     if named[k] == tokens[k] then
+      n_unstarted = n_unstarted + 1
+      unstarted[n_unstarted] = ids[k]
       n_clear = n_clear + 1
       clear[n_clear] = ids[k]
       if mark then
@@ -69,6 +74,7 @@ local function lease_drop(leased, lease_of, claims, members, after, mark)
     end
   end
   call_chunked(mark and 'HSET' or 'HDEL', lease_of, clear)
+  call_chunked('ZREM', started, unstarted)
   for _, prefix in ipairs(claim_order) do
     -- (a claim made before the counts existed has none: its record goes with its first
     -- lease to end, which only costs the view its worker and start)

@@ -209,11 +209,12 @@ class RegistryQueries(StoreBase):
             positional(PairStateCounts))
 
     def pair_oldest_ready(self, pairs: Sequence[Pair],
-                          leased: Sequence[str]) -> list[PairOldestReady]:
-        """When the oldest ready task of each pair became ready, ``leased`` ids left out."""
+                          heads: Sequence[str]) -> list[PairOldestReady]:
+        """When the oldest ready task of each pair became ready: of its cold rows and of
+        the warm tasks ``heads`` (the first of each priority in the pairs' ready sets)."""
         return self._fetch("pair_oldest_ready", {
             "queues": [q for q, _ in pairs], "tenants": [t for _, t in pairs],
-            "leased": leased}, positional(PairOldestReady))
+            "heads": heads}, positional(PairOldestReady))
 
     # -- a queue's view -------------------------------------------------------------------
 

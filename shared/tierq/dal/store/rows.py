@@ -218,10 +218,10 @@ class StateTotals(NamedTuple):
 
 
 class ReadyTenant(NamedTuple):
-    """A tenant of a queue with ready work, and its cold count."""
+    """A tenant of a queue with ready work, and whether it has cold rows."""
 
     tenant: str
-    cold: int
+    cold: bool
 
 
 class IdempotencyRecord(NamedTuple):

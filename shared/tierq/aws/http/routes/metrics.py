@@ -103,8 +103,7 @@ def leases_after(after: LeasePosition | None, *, tenant: str | None,
         pair, started = (after[0], after[1]), (after[2], after[3])
         if (tenant is None or pair[1] == tenant) and (queue is None or pair[0] == queue):
             home = pair_engine(pair[0], pair[1], create=False)
-            yield from (lease for lease in queue_logic.pair_leases(home.ctx, pair)
-                        if queue_logic.lease_key(lease) > started)
+            yield from queue_logic.pair_leases(home.ctx, pair, started)
     start: Pair = (after[0], after[1]) if after else ("", "")
     # the pairs of every shard in (queue, tenant) order, each with its shard's engine
     pairs = heapq.merge(*(shard_rows(name, _pairs_of(tq, start, tenant, queue),

@@ -555,14 +555,17 @@ SELECT p.queue, p.tenant,
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- name: pair_oldest_ready
--- When the longest-waiting ready task of each pair given became ready; leased rows excluded.
--- One subquery per state, so each reads its own partial index (LEAST ignores NULLs).
+-- When the longest-waiting ready task of each pair given became ready: of its cold rows,
+-- and of the warm tasks given (`heads`: the first in line of each priority of the pairs'
+-- ready sets, logic/queues.pair_counts; a line is in the order its tasks became ready),
+-- found by primary key, so leased warm rows are never read. LEAST ignores NULLs.
 SELECT p.queue, p.tenant,
        LEAST((SELECT min(t.ready_since) FROM tierq_tasks t
               WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold'),
              (SELECT min(t.ready_since) FROM tierq_tasks t
-              WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm'
-                AND NOT (t.id = ANY(%(leased)s::uuid[])))) AS oldest
+              WHERE t.id = ANY(ARRAY(SELECT unnest(%(heads)s::uuid[])))
+                AND t.queue = p.queue AND t.tenant = p.tenant
+                AND (t.state = 'warm') IS TRUE)) AS oldest
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- ============================================================================================

@@ -11,11 +11,33 @@ SELECT (SELECT count(*) FROM tierq_tasks WHERE queue = %(queue)s AND state = 'co
 
 -- name: queue_view_ready_tenants
 -- The tenants of one queue with ready work (cold rows, or warm rows: ready in Valkey or
--- leased), with their cold count: the only pairs whose warm tier can add to the totals or
--- put the queue in cold mode. Reads the queue's cold and warm rows, not its idle tenants.
-SELECT tenant, count(*) FILTER (WHERE state = 'cold') AS cold
-FROM tierq_tasks
-WHERE queue = %(queue)s AND state IN ('cold', 'warm')
+-- leased), and whether each has cold rows: the only pairs whose warm tier can add to the
+-- totals or put the queue in cold mode. Two skip scans, one index descent per tenant with
+-- rows in that state (cold line, warm rows), whatever their rows: the cost follows the
+-- tenants with work, never their backlog nor their leases.
+WITH RECURSIVE cold AS (
+    (SELECT tenant FROM tierq_tasks WHERE queue = %(queue)s AND state = 'cold'
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT step.tenant
+    FROM cold, LATERAL (
+        SELECT t.tenant FROM tierq_tasks t
+        WHERE t.queue = %(queue)s AND t.state = 'cold' AND t.tenant > cold.tenant
+        ORDER BY t.tenant LIMIT 1) AS step
+), warm AS (
+    (SELECT tenant FROM tierq_tasks WHERE queue = %(queue)s AND state = 'warm'
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT step.tenant
+    FROM warm, LATERAL (
+        SELECT t.tenant FROM tierq_tasks t
+        WHERE t.queue = %(queue)s AND t.state = 'warm' AND t.tenant > warm.tenant
+        ORDER BY t.tenant LIMIT 1) AS step
+)
+SELECT tenant, bool_or(has_cold) AS cold
+FROM (SELECT tenant, true AS has_cold FROM cold
+      UNION ALL
+      SELECT tenant, false AS has_cold FROM warm) AS busy
 GROUP BY tenant
 ORDER BY tenant;
 

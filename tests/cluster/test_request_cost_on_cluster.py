@@ -1,0 +1,60 @@
+"""On a cluster: a pair's running leases are paged from its own slot (``started``, one
+script per page read), and the queue's ready-tenant index lives on the queue's slot, kept
+from Python beside pairs on every master (tests/integration/test_request_cost.py has the
+single-server cases)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.cluster import node_of, tenants_on_every_node
+from tierq.dal.warm_tier import PairKeys, QueueKeys
+from tierq.logic import queues as queue_logic
+
+QUEUE = "costs"
+
+
+def index(valkey: Any) -> list[str]:
+    return sorted(t.decode() for t in valkey.zrange(QueueKeys.ready_tenants(QUEUE), 0, -1))
+
+
+def test_running_pages_and_views_on_every_master(make_tq, valkey):
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE)
+    assert len({node_of(valkey, QUEUE, t) for t in tenants}) > 1
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for i in range(150) for t in tenants[:2]])
+    held = []
+    for tenant in tenants[:2]:
+        for _ in range(3):
+            held += tq.claim(QUEUE, max=50, tenant=tenant, lease_seconds=600)
+            tq.ctx.clock.advance(0.01)
+    for tenant in tenants[:2]:
+        seen = [queue_logic.lease_key(x)
+                for x in queue_logic.pair_leases(tq.ctx, (QUEUE, tenant), window=7)]
+        assert len(seen) == len(set(seen)) == 150 and seen == sorted(seen)
+    assert len(tq.running(QUEUE)) == 300
+    view = tq.get_queue(QUEUE)
+    assert view.counts.leased == 300
+    own = tq.tenant_queue(QUEUE, tenants[0])
+    assert own.counts.leased == 150
+    tq.ack(QUEUE, held)
+    for tenant in tenants[:2]:
+        assert valkey.zcard(PairKeys.of(QUEUE, tenant).started) == 0
+
+
+def test_the_ready_tenant_index_beside_pairs_on_every_master(make_tq, valkey):
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE, per_node=2)
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for t in tenants])
+    assert index(valkey) == sorted(tenants)
+    got = tq.claim(QUEUE, max=len(tenants))
+    assert sorted(t.tenant for t in got) == sorted(tenants)  # one each: fair
+    assert tq.claim(QUEUE, max=5) == []
+    assert index(valkey) == []  # every pair found empty, each on its own master
+    # the index lost a tenant with work: the reaper's pass enters it again
+    tq.enqueue(QUEUE, [{"payload": 2, "tenant": tenants[-1]}])
+    valkey.zrem(QueueKeys.ready_tenants(QUEUE), tenants[-1])
+    assert tq.claim(QUEUE, max=5) == []
+    tq.run_reaper()
+    assert index(valkey) == [tenants[-1]]
+    assert [t.tenant for t in tq.claim(QUEUE, max=5)] == [tenants[-1]]
