@@ -37,7 +37,7 @@ import orjson
 from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
-from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush
+from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush, PushOutcome, TenantShare
 from tierq.errors import WarmTierFull
 from tierq.logic import tenant_budget, wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
@@ -162,20 +162,24 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
     share, limit = tenant_budget.share(ctx, queue, tenant)
     for start in range(0, len(items), PUSH_CHUNK):
         chunk = items[start:start + PUSH_CHUNK]
-        try:
-            out = ctx.warm.push(
+        def push_chunk(share: TenantShare, chunk: Sequence[PushItem] = chunk) -> PushOutcome:
+            return ctx.warm.push(
                 queue, tenant, warm_max=settings.warm_max,
                 warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
                 token=ticket.token, since_ms=ticket.since_ms, items=chunk, share=share)
+
+        try:
+            out = push_chunk(share)
             if out.mode == "allot":
                 # past the pair's allotment: take more of the tenant's bound, then push
                 # what fits of it (the rest is refused: the tenant's work waits cold)
                 got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
-                out = ctx.warm.push(
-                    queue, tenant, warm_max=settings.warm_max,
-                    warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
-                    token=ticket.token, since_ms=ticket.since_ms, items=chunk,
-                    share=replace(share, bound="strict", grant=got))
+                try:
+                    out = push_chunk(replace(share, bound="strict", grant=got))
+                except (WarmTierFull, LatePush):
+                    # refused whole, nothing written: the grant goes back to the ledger
+                    tenant_budget.give_back(ctx, queue, tenant, got)
+                    raise
         except WarmTierFull:
             go_cold(ctx, ticket, pair)
             refused.extend(item[0] for item in items[start:])
