@@ -24,12 +24,26 @@ from tierq.dal.warm_tier import PairKeys, TenantKeys
 from tierq.engine import Tierq
 
 
+def queues_on_every_master(valkey, tenant: str, per_master: int) -> list[str]:
+    """Queue names whose pairs of ``tenant`` lie on every master, ``per_master`` on each."""
+    wanted = {f"{n.host}:{n.port}": per_master for n in valkey.get_primaries()}
+    chosen: list[str] = []
+    i = 0
+    while any(wanted.values()):
+        queue = f"spread-{i}"
+        i += 1
+        node = node_of(valkey, queue, tenant)
+        if wanted[node]:
+            wanted[node] -= 1
+            chosen.append(queue)
+    return chosen
+
+
 def test_a_tenant_on_every_master_is_bounded_by_its_one_ledger(
         make_tq: Callable[..., Tierq], valkey) -> None:
     tq = make_tq(tenant_warm_max_bytes=MiB)
-    queues = [f"spread-{i}" for i in range(9)]
-    masters = {node_of(valkey, q, "acme") for q in queues}
-    assert len(masters) == 3  # the tenant's pairs are on every master
+    queues = queues_on_every_master(valkey, "acme", per_master=3)
+    assert len({node_of(valkey, q, "acme") for q in queues}) == 3
     for queue in queues:
         tq.enqueue(queue, [{"payload": BIG} for _ in range(2)], tenant="acme")
     assert usage(tq, queues, "acme") <= allotted(tq, queues, "acme") \
