@@ -39,6 +39,8 @@ def test_a_cold_line_larger_than_free_memory_drains_as_claims_free_it(
         maxmemory: Callable[[int], None], monkeypatch: pytest.MonkeyPatch,
         bound: int | None) -> None:
     monkeypatch.setattr(claim_logic, "LOW_WATER_EVERY", 0.0)
+    # (a batch sized from small tasks seen before, as when the line changes its sizes)
+    monkeypatch.setitem(tiering._last_blob_sizes, ("big", "_"), 100)
     tq = make_tq(**({} if bound is None else {"tenant_warm_max_bytes": bound}))
     assert int(valkey.info("memory")["used_memory"]) < 3 * MB
     maxmemory(8 * MB)

@@ -212,3 +212,40 @@ def test_a_tenant_spreading_big_tasks_over_60_queues_does_not_starve_another(
         got = tq.claim("other", max=10, tenant="globex")
         assert len(got) == 4 and tq.ack("other", got).acked
     assert int(valkey.info("memory")["used_memory"]) < maxmemory
+
+
+def test_a_refused_info_is_remembered_and_the_setting_sizes_the_bound(
+        make_tq: Callable[..., Tierq], monkeypatch: pytest.MonkeyPatch) -> None:
+    """ElastiCache refuses INFO to tierq's user: the refusal is remembered (never asked
+    again), free memory is unknown, and the capacity comes from the setting."""
+    tq = make_tq(warm_capacity_bytes=40 * MiB)
+    asked: list[str] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        asked.append("INFO")
+        raise redis.ResponseError("NOPERM User tierq has no permissions to run the 'info' "
+                                  "command")
+
+    monkeypatch.setattr(tq.ctx.warm.client, "info", refuse)
+    assert tq.ctx.warm.memory("q", "acme") is None
+    assert tq.ctx.warm.memory("q", "acme", fresh=True) is None
+    assert asked == ["INFO"] and tq.ctx.warm.info_refused
+    assert tenant_budget.bound(tq.ctx, "q", "acme") == 10 * MiB
+    out = tq.enqueue("q", [{"payload": 1}], tenant="acme")
+    assert out[0].state == "warm"
+    assert 0 < tq.ctx.warm.ledger_total("acme") <= 10 * MiB
+
+
+def test_a_pair_short_of_its_allotment_keeps_what_it_holds_while_others_are_reclaimed(
+        make_tq: Callable[..., Tierq], pg: psycopg.Connection[Any]) -> None:
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    chunk = [{"payload": "w" * 200_000} for _ in range(4)]
+    assert {o.state for o in tq.enqueue("a", chunk, tenant="acme")} == {"warm"}
+    assert tq.ack("a", tq.claim("a", max=10, tenant="acme")).acked
+    held = tq.ctx.warm.pair_usage("a", "acme", charge=TASK_CHARGE)[1]
+    assert held > 800_000  # "a" keeps its allotment, the ledger is nearly at the bound
+    # a push that needs more than the ledger has left: the reclaim leaves "a" alone (its
+    # allotment counts in the push's shortfall), so the five that fit the bound go warm
+    out = tq.enqueue("a", chunk + chunk[:2], tenant="acme")
+    assert [o.state for o in out] == ["warm"] * 5 + ["cold"]
+    assert usage(tq, ["a"], "acme") <= MiB

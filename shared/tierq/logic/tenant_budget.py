@@ -93,7 +93,7 @@ def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
     try:
         got = ctx.warm.ledger_take(tenant, queue, want=want, bound=limit,
                                    now_ms=to_ms(ctx.now()))
-        if got < short and reclaim(ctx, tenant, limit):
+        if got < short and reclaim(ctx, tenant, limit, besides=queue):
             got += ctx.warm.ledger_take(tenant, queue, want=want - got, bound=limit,
                                         now_ms=to_ms(ctx.now()))
     except (WarmTierUnavailable, WarmTierFull):
@@ -114,11 +114,13 @@ def give_back(ctx: Context, queue: str, tenant: str, freed: int) -> None:
                     exc_info=True)
 
 
-def reclaim(ctx: Context, tenant: str, limit: int) -> bool:
+def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None) -> bool:
     """Shrink up to RECLAIM_SAMPLE of the tenant's pairs (picked at random from its ledger)
     to their usage and set their ledger entries from them, at most every RECLAIM_EVERY
     seconds per tenant in this process; whether it ran. The tenant's queues that hold
-    allotments they no longer use (claims emptied them) so free it for the others."""
+    allotments they no longer use (claims emptied them) so free it for the others.
+    ``besides``: a queue whose pair is left as it is (the one asking for a grant: its push
+    counted its allotment already)."""
     now = time.monotonic()
     if now - _reclaimed_at.get(tenant, float("-inf")) < RECLAIM_EVERY:
         return False
@@ -126,6 +128,8 @@ def reclaim(ctx: Context, tenant: str, limit: int) -> bool:
         _reclaimed_at.clear()
     _reclaimed_at[tenant] = now
     for queue in ctx.warm.ledger_queues(tenant, RECLAIM_SAMPLE):
+        if queue == besides:
+            continue
         freed, after = ctx.warm.shrink_allot(queue, tenant, charge=TASK_CHARGE, keep=0)
         ctx.warm.ledger_set(tenant, queue, allot=after, freed=freed, now_ms=to_ms(ctx.now()),
                             quiet_ms=_quiet_ms(ctx))

@@ -1,6 +1,10 @@
 """Cold -> warm for one (queue, tenant): promotion with headroom, and the return to warm
 mode once the cold line has drained (docs/architecture.md §3). Used by the scheduled
-``cold_to_warm`` job and inline by a claim that finds the warm set empty."""
+``cold_to_warm`` job and inline by a claim that finds the warm set empty.
+
+A promotion brings in what fits, down to one task: within the pair's bounds, its tenant's
+share (logic/tenant_budget.py) and the memory Valkey has left (``memory_room``); a batch
+Valkey refuses for want of memory is tried again a quarter the size."""
 
 from __future__ import annotations
 
@@ -49,7 +53,8 @@ class RefillResult:
     promoted: int = 0
     returned_to_warm: bool = False
     skipped_busy: bool = False
-    # Valkey was out of memory: the rows this pass took went back to the cold line
+    # Valkey has no room for one more task (its free memory, or a refused push of one
+    # task): the cold line waits for memory to free (a claim that got nothing answers 503)
     out_of_memory: bool = False
     # the pair was left in cold mode: the scheduled mover keeps visiting it (even after its
     # cold line drains) until it returns to warm mode
