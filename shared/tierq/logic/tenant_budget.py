@@ -69,6 +69,8 @@ def capacity(ctx: Context, queue: str, tenant: str) -> int:
 
 def bound(ctx: Context, queue: str, tenant: str) -> int:
     """The bytes the tenant may hold warm (0: no bound)."""
+    if ctx.settings.tenant_warm_max_bytes is not None:  # (no need to know the capacity)
+        return ctx.settings.tenant_warm_max_bytes
     return ctx.settings.tenant_warm_bound(capacity(ctx, queue, tenant))
 
 
