@@ -23,6 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 MAINTENANCE_BUDGET_MAX_SECONDS = 600.0
 # The smallest TIERQ_TENANT_REQUESTS_PER_SECOND but 0 (see the field).
 TENANT_RATE_MIN = 0.01
+# The share of the warm tier's capacity one tenant may hold by default, and the least bound
+# (TIERQ_TENANT_WARM_MAX_BYTES): with a quarter, no single tenant fills the cache, and the
+# rest (Valkey's own overhead, other tenants) keeps three quarters.
+TENANT_WARM_SHARE = 0.25
+TENANT_WARM_MIN_BYTES = 1 << 20
 
 
 class Settings(BaseModel):
@@ -101,6 +106,16 @@ class Settings(BaseModel):
     # (queue, tenant); past it, tasks wait cold like past warm_max.
     warm_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=1 << 40,
                                 alias="TIERQ_WARM_MAX_BYTES")
+    # The warm tier's capacity in bytes (0: read from Valkey's ``maxmemory`` when Valkey
+    # answers INFO and sets one; on AWS the template passes CacheMaxDataStorageGB here, since
+    # ElastiCache refuses INFO and CONFIG to tierq's user). Sizes the tenants' bound below.
+    warm_capacity_bytes: int = Field(default=0, ge=0, le=1 << 50,
+                                     alias="TIERQ_WARM_CAPACITY_BYTES")
+    # Bytes one tenant may hold in the warm tier over all its queues: its tasks' data plus
+    # TENANT_TASK_CHARGE per task waiting or leased (logic/tenant_budget.py). Unset: a
+    # quarter of the capacity (TENANT_WARM_SHARE); 0: no bound. At least 1 MiB when set.
+    tenant_warm_max_bytes: int | None = Field(default=None, ge=0, le=1 << 50,
+                                              alias="TIERQ_TENANT_WARM_MAX_BYTES")
     lease_seconds: int = Field(default=300, ge=1, le=43_200, alias="TIERQ_LEASE_SECONDS")
     max_attempts: int = Field(default=5, ge=1, le=1000, alias="TIERQ_MAX_ATTEMPTS")
     backoff_kind: Literal["fixed", "linear", "exponential"] = Field(
@@ -209,6 +224,31 @@ class Settings(BaseModel):
             raise ValueError(f"TIERQ_TENANT_REQUESTS_PER_SECOND must be 0 (no limit) or at "
                              f"least {TENANT_RATE_MIN:g}, got {value:g}")
         return value
+
+    @field_validator("tenant_warm_max_bytes", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # (the template passes its parameter as given: empty when not set)
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("tenant_warm_max_bytes")
+    @classmethod
+    def _a_bound_that_holds_a_task(cls, value: int | None) -> int | None:
+        # a bound below one large task would keep a tenant's every queue cold for good
+        if value is not None and 0 < value < TENANT_WARM_MIN_BYTES:
+            raise ValueError(f"TIERQ_TENANT_WARM_MAX_BYTES must be 0 (no bound) or at least "
+                             f"{TENANT_WARM_MIN_BYTES} (1 MiB), got {value}")
+        return value
+
+    def tenant_warm_bound(self, capacity_bytes: int) -> int:
+        """The bytes one tenant may hold warm (0: no bound): TIERQ_TENANT_WARM_MAX_BYTES if
+        set, else ``capacity_bytes`` (the warm tier's, 0 when unknown) times
+        TENANT_WARM_SHARE, at least TENANT_WARM_MIN_BYTES."""
+        if self.tenant_warm_max_bytes is not None:
+            return self.tenant_warm_max_bytes
+        if capacity_bytes <= 0:
+            return 0
+        return max(TENANT_WARM_MIN_BYTES, int(capacity_bytes * TENANT_WARM_SHARE))
 
     @field_validator("tenant_claim", "admin_scope")
     @classmethod

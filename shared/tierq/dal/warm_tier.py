@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ SCRIPTS = (
     "long_polls",
     "running_page",
     "ready_tenants_note",
+    "warm_ledger",
+    "allot_shrink",
 )
 
 
@@ -91,7 +94,7 @@ class PairKeys:
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
-PUSH_TASKS_PER_CALL = per_call(3 + 6 + 6, 4)  # push_ready: 6 keys, 6 fixed, 4 per task
+PUSH_TASKS_PER_CALL = per_call(3 + 6 + 10, 4)  # push_ready: 6 keys, 10 fixed, 4 per task
 IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
 MEMBERS_PER_CALL = per_call(3 + 4 + 1)  # lease_drop, release_leases: lease members
 # running_page.lua: leases one call returns at most, and entries of `started` it reads at
@@ -102,6 +105,8 @@ ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 # lease_index.lua: leases (or claim records) per slice, and slices per reconciler visit
 LEASE_INDEX_SLICE = 500
 LEASE_INDEX_SLICES_PER_VISIT = 40
+# how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
+MEMORY_READ_EVERY = 0.5
 
 
 class LatePush(Exception):
@@ -148,11 +153,12 @@ class TenantKeys:
 
     requests: str  # the tenant's requests on the HTTP API (token bucket, tenant_requests.lua)
     polls: str  # its long polls in flight (reservations by deadline, long_polls.lua)
+    warm: str  # its warm-tier ledger: bytes allotted to each of its pairs (warm_ledger.lua)
 
     @classmethod
     def of(cls, tenant: str) -> TenantKeys:
         tag = f"tq:{{~{tenant}}}:"
-        return cls(tag + "requests", tag + "polls")
+        return cls(tag + "requests", tag + "polls", tag + "warm")
 
 
 # Every caller's long polls in flight (long_polls.lua): the tag ``{~}`` is no tenant's (a
@@ -273,6 +279,44 @@ def claim_prefix(token: str) -> str:
 # One claimed task as the claim script returns it: (id, attempt, lease token, task JSON), the
 # strings undecoded (bytes). A tuple, not an object: a claim hands out hundreds of them.
 Claimed = tuple[bytes, int, bytes, bytes]
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What one ``push_ready`` call did: the pair's mode after, the ids it refused, the
+    bytes of allotment it gave back (for the tenant's ledger), and, in ``ask`` mode, the
+    bytes of allotment the push was short of (nothing was written then)."""
+
+    mode: str
+    refused: list[str]
+    given_back: int = 0
+    short: int = 0
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """How a push counts against its tenant's warm-tier bound (lua/warm_usage.lua):
+    ``bound`` '' (none), 'ask' or 'strict'; ``grant``: allotment just taken from the
+    ledger for the pair; ``charge``: bytes counted per task waiting or leased; ``keep``:
+    allotment a pair keeps beyond its usage before it gives the rest back."""
+
+    bound: str = ""
+    grant: int = 0
+    charge: int = 0
+    keep: int = 0
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A Valkey server's memory (INFO memory): ``maxmemory`` (0: none) and ``used``."""
+
+    maxmemory: int
+    used: int
+
+    @property
+    def free(self) -> int | None:
+        """Bytes left before maxmemory; None without one."""
+        return None if self.maxmemory <= 0 else max(0, self.maxmemory - self.used)
 
 
 @dataclass(frozen=True)
@@ -407,6 +451,10 @@ class WarmTier:
         }
         # cluster clients route each call by its key slot themselves
         self.calls = None if isinstance(client, RedisCluster) else DirectCalls(client)
+        # INFO memory per server (``memory``): when it was read (time.monotonic()) and what
+        # it said; whether Valkey refused INFO (then never asked again)
+        self._memory_seen: dict[str, tuple[float, Memory]] = {}
+        self.info_refused = False
         from tierq.dal.throughput import ThroughputCounts  # it reads this module's scripts
         self.throughput: ThroughputCounts = ThroughputCounts(self)
 
@@ -519,17 +567,20 @@ class WarmTier:
 
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
              now_ms: int, token: str, since_ms: int,
-             items: Sequence[tuple[str, Place, bytes | str]]) -> tuple[str, list[str]]:
-        """Push (id, place, blob) items, at most ``PUSH_TASKS_PER_CALL``; returns (mode after,
-        refused ids). ``since_ms``: when the admission began (at or before the
-        ``state_since`` its rows were written with). Raises ``LatePush`` when the
-        reconciler has taken the admission's rows over (nothing was pushed), and
-        ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
+             items: Sequence[tuple[str, Place, bytes | str]],
+             share: TenantShare = TenantShare()) -> PushOutcome:
+        """Push (id, place, blob) items, at most ``PUSH_TASKS_PER_CALL``; ``since_ms``: when
+        the admission began (at or before the ``state_since`` its rows were written with);
+        ``share``: how it counts against its tenant's bound (lua/push_ready.lua ARGV 7-10).
+        Raises ``LatePush`` when the reconciler has taken the admission's rows over
+        (nothing was pushed), and ``WarmTierFull`` when Valkey is out of memory (nothing
+        was pushed)."""
         if len(items) > PUSH_TASKS_PER_CALL:
             raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
                              "per call")
         k = PairKeys.of(queue, tenant)
-        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes, since_ms]
+        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes, since_ms,
+                           share.bound, share.grant, share.charge, share.keep]
         for _, at, _ in items:  # score, member pairs (for ZADD), then id, blob (HSET)
             args += at
         for task_id, _, blob in items:
@@ -540,7 +591,105 @@ class WarmTier:
         if mode == "late":
             raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
                            "after the reconciler took its rows over")
-        return mode, [_s(x) for x in out[1:]]
+        if mode == "allot":
+            return PushOutcome(mode, [], short=int(out[1]))
+        return PushOutcome(mode, [_s(x) for x in out[2:]], given_back=int(out[1]))
+
+    # -- a tenant's share of the warm tier (logic/tenant_budget.py) --------------------------
+
+    def ledger_take(self, tenant: str, queue: str, *, want: int, bound: int,
+                    now_ms: int) -> int:
+        """Take up to ``want`` bytes of the tenant's bound for the pair (queue, tenant)
+        from its ledger (lua/warm_ledger.lua); returns the bytes granted."""
+        out = self._run("warm_ledger", (TenantKeys.of(tenant).warm,),
+                        ("take", queue, want, bound, now_ms, 0, 0))
+        return int(out[0])
+
+    def ledger_set(self, tenant: str, queue: str, *, allot: int | None, freed: int,
+                   now_ms: int, quiet_ms: int) -> int:
+        """Tell the ledger the pair's allotment is ``allot`` after a shrink that freed
+        ``freed`` (lua/warm_ledger.lua 'set'; None: only lower the entry by ``freed``);
+        returns the ledger's total after."""
+        out = self._run("warm_ledger", (TenantKeys.of(tenant).warm,),
+                        ("set", queue, "" if allot is None else allot, 0, now_ms, quiet_ms,
+                         freed))
+        return int(out[1])
+
+    def ledger_total(self, tenant: str) -> int:
+        """The bytes the tenant's pairs hold allotted, as its ledger counts them."""
+        raw = self._command("HGET", TenantKeys.of(tenant).warm, "~total")
+        return 0 if raw is None else int(raw)
+
+    def ledger_queues(self, tenant: str, count: int) -> list[str]:
+        """Up to ``count`` queues holding an allotment in the tenant's ledger, at random
+        (HRANDFIELD: O(count), whatever the ledger's size)."""
+        raw = self._command("HRANDFIELD", TenantKeys.of(tenant).warm, count)
+        return [q for q in (_s(x) for x in raw or []) if q != "~total"]
+
+    def shrink_allot(self, queue: str, tenant: str, *, charge: int,
+                     keep: int) -> tuple[int, int]:
+        """Lower the pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua);
+        returns (bytes freed, allotment after)."""
+        k = PairKeys.of(queue, tenant)
+        out = self._run("allot_shrink", (k.ready, k.data, k.meta, k.leased), (charge, keep))
+        return int(out[0]), int(out[1])
+
+    def pair_usage(self, queue: str, tenant: str, *, charge: int) -> tuple[int, int]:
+        """(usage, allotment) of the pair (lua/warm_usage.lua), changing nothing: the
+        allotment it could give back is the difference."""
+        k = PairKeys.of(queue, tenant)
+        replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased),
+                                 ("HMGET", k.meta, "bytes", "allot")])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+        ready, leased, (raw_bytes, raw_allot) = replies
+        used = (0 if raw_bytes is None else max(0, int(raw_bytes))) if int(ready) else 0
+        return (used + (int(ready) + int(leased)) * charge,
+                0 if raw_allot is None else int(raw_allot))
+
+    # -- the server's memory ---------------------------------------------------------------
+
+    def memory(self, queue: str, tenant: str, *, fresh: bool = False) -> Memory | None:
+        """The memory of the Valkey server that holds the pair's keys (``INFO memory`` of its
+        master), read at most every MEMORY_READ_EVERY seconds per server (``fresh``: now,
+        whatever was read before); None when that
+        server refuses INFO (ElastiCache's users: remembered, never asked again by this
+        client) or does not answer."""
+        if self.info_refused:
+            return None
+        node = self.master_of(queue, tenant)
+        if node is None:
+            return None
+        now = time.monotonic()
+        seen = self._memory_seen.get(node)
+        if seen is not None and now - seen[0] < MEMORY_READ_EVERY and not fresh:
+            return seen[1]
+        try:
+            with _available(self.credentials):
+                if isinstance(self.client, RedisCluster):
+                    target = self.client.get_node_from_key(PairKeys.of(queue, tenant).ready)
+                    info = self.client.info("memory", target_nodes=target)
+                else:
+                    info = self.client.info("memory")
+        except redis.ResponseError as exc:
+            # NOPERM (an ACL without INFO: ElastiCache's users), or INFO renamed away
+            log.info("Valkey refused INFO (%s): free memory is not known; the warm tier's "
+                     "capacity comes from TIERQ_WARM_CAPACITY_BYTES", exc)
+            self.info_refused = True
+            return None
+        except WarmTierUnavailable:
+            return None
+        if "used_memory" not in info:  # (a cluster client answers per node)
+            info = next(iter(info.values()), {})
+        found = Memory(int(info.get("maxmemory", 0) or 0), int(info.get("used_memory", 0)))
+        self._memory_seen[node] = (now, found)
+        return found
+
+    def forget_memory(self) -> None:
+        """Read the servers' memory afresh on the next ``memory`` call."""
+        self._memory_seen.clear()
 
     def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str,
                         force_cold: bool = False) -> str:

@@ -7,8 +7,9 @@ Protocol (docs/architecture.md §3, "Admission" and "The return to warm"):
    as in flight (Valkey ``inflight``), so the queue cannot return to warm mode until these
    cold rows are committed.
 2. The caller writes Postgres with each ready row's state (``warm`` or ``cold``) and commits.
-3. ``dispatch``: push the warm rows (one Lua script per pair, enforcing warm_max and
-   warm_max_bytes atomically, ``ZADD NX``); what it refuses is marked cold (keeping its
+3. ``dispatch``: push the warm rows (one Lua script per pair, enforcing warm_max,
+   warm_max_bytes and the pair's share of its tenant's bound atomically, ``ZADD NX``;
+   logic/tenant_budget.py); what it refuses is marked cold (keeping its
    seq); then the registrations end. When Valkey is out of memory (``WarmTierFull``), the
    pair is turned cold (go_cold.lua, allowed at maxmemory) and every row of the push is
    refused: the rows are committed, so they wait cold and the mover promotes them later.
@@ -26,7 +27,7 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -36,9 +37,9 @@ import orjson
 from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
-from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush
+from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush, PushOutcome, TenantShare
 from tierq.errors import WarmTierFull
-from tierq.logic import ready_tenants, wake
+from tierq.logic import ready_tenants, tenant_budget, wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 log = logging.getLogger(__name__)
@@ -161,13 +162,27 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     late = 0
+    share, limit = tenant_budget.share(ctx, queue, tenant)
     for start in range(0, len(items), PUSH_CHUNK):
         chunk = items[start:start + PUSH_CHUNK]
-        try:
-            mode, refused_now = ctx.warm.push(
+        def push_chunk(share: TenantShare, chunk: Sequence[PushItem] = chunk) -> PushOutcome:
+            return ctx.warm.push(
                 queue, tenant, warm_max=settings.warm_max,
                 warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
-                token=ticket.token, since_ms=ticket.since_ms, items=chunk)
+                token=ticket.token, since_ms=ticket.since_ms, items=chunk, share=share)
+
+        try:
+            out = push_chunk(share)
+            if out.mode == "allot":
+                # past the pair's allotment: take more of the tenant's bound, then push
+                # what fits of it (the rest is refused: the tenant's work waits cold)
+                got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
+                try:
+                    out = push_chunk(replace(share, bound="strict", grant=got))
+                except (WarmTierFull, LatePush):
+                    # refused whole, nothing written: the grant goes back to the ledger
+                    tenant_budget.give_back(ctx, queue, tenant, got)
+                    raise
         except WarmTierFull:
             go_cold(ctx, ticket, pair)
             refused.extend(item[0] for item in items[start:])
@@ -177,10 +192,12 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
             log.warning("a push of %d task(s) of %r/%r came after the reconciler took them "
                         "over; it re-pushes them", late, queue, tenant)
             break
-        ctx.modes[pair] = mode
-        if refused_now:
+        if out.given_back:
+            tenant_budget.give_back(ctx, queue, tenant, out.given_back)
+        ctx.modes[pair] = out.mode
+        if out.refused:
             ticket.registered.add(pair)
-            refused.extend(refused_now)
+            refused.extend(out.refused)
     if len(refused) + late < len(items):
         ready_tenants.note(ctx, queue, (tenant,))  # before the consumer's wake: it reads it
         wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now

@@ -1,6 +1,10 @@
 """Cold -> warm for one (queue, tenant): promotion with headroom, and the return to warm
 mode once the cold line has drained (docs/architecture.md §3). Used by the scheduled
-``cold_to_warm`` job and inline by a claim that finds the warm set empty."""
+``cold_to_warm`` job and inline by a claim that finds the warm set empty.
+
+A promotion brings in what fits, down to one task: within the pair's bounds, its tenant's
+share (logic/tenant_budget.py) and the memory Valkey has left (``memory_room``); a batch
+Valkey refuses for want of memory is tried again a quarter the size."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from tierq.core import hysteresis
 from tierq.core.ordering import place
 from tierq.dal.postgres import transaction
 from tierq.dal.task_store import Conn
-from tierq.logic import admission
+from tierq.logic import admission, tenant_budget
 from tierq.logic.admission import PushItem
 from tierq.logic.context import Context, to_datetime, to_ms
 
@@ -30,6 +34,9 @@ LAST_BLOB_SIZES_KEPT = 10_000
 # or cancelled) before it gives the batch up for the next pass; well under PostgreSQL's
 # deadlock_timeout, so the other writer never meets a deadlock error.
 PROMOTE_LOCK_TIMEOUT = "200ms"
+# the share of Valkey's maxmemory a promotion leaves free (claims, leases and other tenants'
+# enqueues need some; Valkey's own figures lag a little)
+MEMORY_RESERVE = 0.05
 
 
 class Busy(enum.Enum):
@@ -46,7 +53,8 @@ class RefillResult:
     promoted: int = 0
     returned_to_warm: bool = False
     skipped_busy: bool = False
-    # Valkey was out of memory: the rows this pass took went back to the cold line
+    # Valkey has no room for one more task (its free memory, or a refused push of one
+    # task): the cold line waits for memory to free (a claim that got nothing answers 503)
     out_of_memory: bool = False
     # the pair was left in cold mode: the scheduled mover keeps visiting it (even after its
     # cold line drains) until it returns to warm mode
@@ -68,15 +76,30 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
         return result
     room = hysteresis.promotion_room(seen.ready, warm_max)
     room_bytes = hysteresis.promotion_room_bytes(seen.ready_bytes, warm_max_bytes)
-    if room_bytes == 0:
+    # the warm set's own tasks tell the likely size of the next ones
+    blob_estimate = (seen.ready_bytes // seen.ready if seen.ready
+                     else _last_blob_sizes.get((queue, tenant), BLOB_ESTIMATE))
+    if room > 0 and room_bytes > 0:
+        fits = memory_room(ctx, queue, tenant)
+        if fits is not None and fits < blob_estimate:
+            # Valkey has not the room for one more task: the line drains as memory frees
+            result.out_of_memory = True
+            room = 0
+        elif fits is not None:
+            room_bytes = min(room_bytes, fits)
+        share, bound = tenant_budget.share(ctx, queue, tenant)
+        if room > 0 and bound:
+            # the tenant's bound: promote only what its share can take (none once the
+            # tenant is over it: its work waits cold, other tenants' goes on)
+            room_bytes = min(room_bytes, tenant_budget.room(ctx, queue, tenant, bound))
+            if room_bytes < blob_estimate + share.charge:
+                room = 0
+    if room_bytes <= 0:
         room = 0
     if limit is not None:
         room = min(room, limit)
     drained = False  # this call's promotion emptied the cold line
     if room > 0:
-        # the warm set's own tasks tell the likely size of the next ones
-        blob_estimate = (seen.ready_bytes // seen.ready if seen.ready
-                         else _last_blob_sizes.get((queue, tenant), BLOB_ESTIMATE))
         moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate)
         result.out_of_memory = busy is Busy.OUT_OF_MEMORY
         drained = moved < room and busy is None
@@ -114,6 +137,22 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
     return result
 
 
+def memory_room(ctx: Context, queue: str, tenant: str) -> int | None:
+    """Bytes of task data a promotion into the pair may bring now without Valkey running
+    out of memory: half of what the server has left (a push's arguments sit in Valkey's
+    input buffer while the script stores them) less MEMORY_RESERVE of its maxmemory.
+    None when Valkey does not say (no maxmemory, or INFO refused: ElastiCache), in which
+    case a batch Valkey refuses is retried smaller (``_promote``). A reading kept from
+    before (``WarmTier.memory``) that leaves no room is read again: memory frees fast."""
+    memory = ctx.warm.memory(queue, tenant)
+    if memory is not None and memory.free is not None \
+            and memory.free < memory.maxmemory * MEMORY_RESERVE * 2:
+        memory = ctx.warm.memory(queue, tenant, fresh=True)
+    if memory is None or memory.free is None:
+        return None
+    return max(0, (memory.free - int(memory.maxmemory * MEMORY_RESERVE)) // 2)
+
+
 def _remember_cold_mode(ctx: Context, queue: str, tenant: str) -> None:
     ctx.store.mark_cold_mode([(queue, tenant)], [True], to_datetime(ctx.now()))
 
@@ -148,7 +187,15 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
                 refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
                                              kind="promote")
                 if ticket.full:
-                    return moved, Busy.OUT_OF_MEMORY
+                    if len(items) == 1:
+                        return moved, Busy.OUT_OF_MEMORY  # not even one task fits now
+                    # Valkey refused the batch for want of memory (the rows went back to
+                    # the cold line in their places): try a quarter of it, down to one
+                    # task, so that what fits comes in rather than nothing
+                    room_bytes = max(1, sum(len(item[2]) for item in items) // 4)
+                    blob_estimate = max(blob_estimate, room_bytes // max(1, len(items) // 4))
+                    ctx.warm.forget_memory()
+                    continue
                 moved += len(items) - len(refused)
                 room -= len(items)
                 room_bytes -= sum(len(item[2]) for item in items if item[0] not in refused)

@@ -5,7 +5,9 @@
 -- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
 --       4 admission token, 5 warm_max_bytes, 6 since: when the admission began (epoch ms of
 --       the caller's clock, at or before the `state_since` its rows were written with),
---       then for n tasks: n pairs score, member (as ZADD takes them: core/ordering.py
+--       7 the tenant's bound: '' (none), 'ask' or 'strict' (below), 8 bytes the caller has
+--       just taken for this pair from its tenant's ledger (lua/warm_ledger.lua), added to
+--       the allotment first, 9 charge per task, 10 keep (lua/warm_usage.lua), then for n tasks: n pairs score, member (as ZADD takes them: core/ordering.py
 --       place), then n pairs id, blob (as HSET takes them), both in the same order
 --   enqueue: work that became ready (due, retried, replayed); refused outright while the
 --            queue is in cold mode (hysteresis).
@@ -29,7 +31,18 @@
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
--- Returns { mode_after, refused_id, ... }, or { 'late' }
+-- A tenant's share (ARGV 7-10, lua/warm_usage.lua): the pair's usage stays within its
+-- allotment (meta `allot`).
+--   ask: when the tasks that fit the pair's own bounds would take the usage past the
+--        allotment, nothing is written and { 'allot', bytes short } is returned: the caller
+--        takes that much from the ledger and pushes again, 'strict', with it in ARGV 8.
+--   strict: a task that would take the usage past the allotment is refused (and every
+--        later one, as above). The rule that an empty warm set takes one task does not
+--        lift this bound.
+--   Either way, an allotment more than 2 * keep over the usage after the push is lowered
+--   to usage + keep, and the difference returned (the caller gives it back to the ledger).
+-- Returns { mode_after, bytes given back, refused_id, ... }, { 'late' } or
+-- { 'allot', bytes short }
 -- Valkey work for the tasks (not for 'new'): one HMGET of lease_of (and one ZMSCORE of the
 -- leases it names: Redis >= 6.2) and one HEXISTS per task; then one ZADD and one HSET of
 -- the accepted ones, however many tasks.
@@ -38,6 +51,7 @@
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: ready_member (members and ids: lua/ready_member.lua)
 -- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
+-- include: warm_usage (a tenant's share: lua/warm_usage.lua)
 
 -- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
 -- the data hash in hashtable encoding even while it is small. A listpack finds a field by
@@ -51,9 +65,11 @@ local ENCODING_VALUE = 'kept by tierq so that this hash stays in hashtable encod
 local warm_max = tonumber(ARGV[1])
 local kind = ARGV[2]
 local max_bytes = tonumber(ARGV[5])
-local n = (#ARGV - 6) / 4
-local ZS = 7              -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = member
-local HS = 7 + 2 * n      -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
+local n = (#ARGV - 10) / 4
+local ZS = 11             -- ARGV[ZS + 2k - 2] = score of task k, ARGV[ZS + 2k - 1] = member
+local HS = 11 + 2 * n     -- ARGV[HS + 2k - 2] = id of task k, ARGV[HS + 2k - 1] = its blob
+local bound = ARGV[7]     -- '' | 'ask' | 'strict'
+local charge = tonumber(ARGV[9])
 
 if tonumber(ARGV[6]) < tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') then
   return { 'late' }
@@ -66,9 +82,21 @@ end
 local size = redis.call('ZCARD', KEYS[1])
 local bytes = warm_bytes(KEYS[3], KEYS[2], size)
 local bytes_before = bytes
--- whether one more task of this many bytes fits (count and bytes)
+local allot_before, allot, usage = 0, 0, 0
+if bound ~= '' then
+  allot_before = warm_allot(KEYS[3])
+  allot = allot_before + tonumber(ARGV[8])
+  usage = warm_usage(size, KEYS[5], bytes, charge)
+end
+-- whether one more task of this many bytes fits (count, bytes and, strict, the allotment)
 local function fits(blob_bytes)
   return size < warm_max and (size == 0 or bytes + blob_bytes <= max_bytes)
+    and (bound ~= 'strict' or usage + blob_bytes + charge <= allot)
+end
+-- 'ask': the accepted tasks would pass the allotment: nothing written, how much is short
+local function short()
+  if bound == 'ask' and usage > allot then return usage - allot end
+  return nil
 end
 local admits = (kind == 'enqueue' or kind == 'new')
 local refused = {}
@@ -101,7 +129,9 @@ elseif kind == 'new' then
     take = take + 1
     size = size + 1
     bytes = bytes + blob_bytes
+    usage = usage + blob_bytes + charge
   end
+  if short() then return { 'allot', short() } end
   if take > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
     call_chunked('ZADD', KEYS[1], ARGV, ZS, ZS + 2 * take - 1)
@@ -132,11 +162,13 @@ else
       n_args = n_args + 2
       size = size + 1
       bytes = bytes + #blob
+      usage = usage + #blob + charge
     else
       n_refused = n_refused + 1
       refused[n_refused] = id
     end
   end
+  if short() then return { 'allot', short() } end
   if n_args > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
   end
@@ -144,6 +176,15 @@ else
   call_chunked('HSET', KEYS[2], data_args)
 end
 add_warm_bytes(KEYS[3], bytes - bytes_before)
+local given_back = 0
+if bound ~= '' then
+  local keep = tonumber(ARGV[10])
+  if allot > usage + 2 * keep then
+    given_back = allot - (usage + keep)
+    allot = usage + keep
+  end
+  if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
+end
 if n_refused > 0 then
   mode = 'cold'
   redis.call('HSET', KEYS[3], 'mode', 'cold')
@@ -155,5 +196,6 @@ elseif admits and mode == 'warm' and (size >= warm_max or bytes >= max_bytes) th
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
 end
+table.insert(refused, 1, given_back)
 table.insert(refused, 1, mode)
 return refused

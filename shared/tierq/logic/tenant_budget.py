@@ -1,0 +1,153 @@
+"""A tenant's share of the warm tier: the bytes one tenant holds in Valkey over all its
+queues stay under its bound (``Settings.tenant_warm_bound``), so no tenant fills the cache
+the others share (docs/architecture.md §3, "A tenant's share").
+
+What counts (lua/warm_usage.lua): each pair's task data plus ``TASK_CHARGE`` per task
+waiting or leased (its ready entry, and once claimed its lease, ``lease_of`` entry and a
+share of its claim's record). A pair's keys sit in its own slot and the tenant's pairs in
+many, so the total is kept the way the queue-wide limits are: each pair holds an
+*allotment* (meta ``allot``) taken from its tenant's ledger (``tq:{~tenant}:warm``,
+lua/warm_ledger.lua), and its pushes consume it atomically (lua/push_ready.lua):
+
+======================  =================================================================
+step                    what happens
+======================  =================================================================
+push fits its allotment one call, as without a bound ('ask')
+push short of it        nothing written; ``grant`` takes the shortfall plus ``keep`` from
+                        the ledger (sampling pairs that hold more than they use when the
+                        ledger is at the bound: ``reclaim``) and pushes again, 'strict',
+                        with the grant: what does not fit is refused and the pair goes cold
+push leaves slack       an allotment over usage + 2 keep is lowered to usage + keep, the
+                        difference given back to the ledger
+======================  =================================================================
+
+The ledger is written before a pair's allotment grows and after it shrinks, so a caller
+that stops between the two leaves the ledger counting more than the pairs hold (the tenant
+gets less, never more) until ``reclaim`` sets the entry from the pair's own figure, which it
+does only when the entry's last grant is older than ``quiet`` (the admission's staleness,
+TIERQ_ADMISSION_STALE_SECONDS). The largest overshoot: a grant whose push reaches its pair
+more than ``quiet`` after the grant was taken is counted by the pair but may have left the
+ledger, at most one grant (its shortfall plus ``keep``) per push so stalled; and a
+replacement (``on_conflict=replace``) is never refused for size, so it may take a pair's
+usage past its allotment by the growth of the tasks it replaces.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from tierq.dal.warm_tier import TenantShare
+from tierq.errors import WarmTierFull, WarmTierUnavailable
+from tierq.logic.context import Context, to_ms
+
+log = logging.getLogger(__name__)
+
+# Bytes counted per task waiting or leased besides its data. Measured (bench.valkey_commands,
+# lua/README.md "Leases"): a lease costs 177 bytes in `leased`, 138 in `lease_of` and 145 in
+# `started`, plus a claim record of about 100 once per claim; a waiting task about 130.
+TASK_CHARGE = 640
+# what a pair keeps beyond its usage: a share of the bound, within these
+KEEP_MIN = 64 * 1024
+KEEP_MAX = 4 * 1024 * 1024
+KEEP_SHARE = 64
+# pairs a reclaim looks at (HRANDFIELD of the ledger), and how often per tenant and process
+RECLAIM_SAMPLE = 16
+RECLAIM_EVERY = 1.0
+_reclaimed_at: dict[str, float] = {}
+RECLAIMED_KEPT = 10_000
+
+
+def capacity(ctx: Context, queue: str, tenant: str) -> int:
+    """The warm tier's capacity in bytes: TIERQ_WARM_CAPACITY_BYTES, else the ``maxmemory``
+    of the server holding the pair (0: unknown: INFO refused, or no maxmemory)."""
+    if ctx.settings.warm_capacity_bytes:
+        return ctx.settings.warm_capacity_bytes
+    memory = ctx.warm.memory(queue, tenant)
+    return 0 if memory is None else memory.maxmemory
+
+
+def bound(ctx: Context, queue: str, tenant: str) -> int:
+    """The bytes the tenant may hold warm (0: no bound)."""
+    if ctx.settings.tenant_warm_max_bytes is not None:  # (no need to know the capacity)
+        return ctx.settings.tenant_warm_max_bytes
+    return ctx.settings.tenant_warm_bound(capacity(ctx, queue, tenant))
+
+
+def keep(limit: int) -> int:
+    """The allotment a pair keeps beyond its usage, for a tenant bound of ``limit``."""
+    return min(KEEP_MAX, max(KEEP_MIN, limit // KEEP_SHARE))
+
+
+def share(ctx: Context, queue: str, tenant: str) -> tuple[TenantShare, int]:
+    """How a push of the pair counts against its tenant's bound, and the bound (0: none)."""
+    limit = bound(ctx, queue, tenant)
+    if not limit:
+        return TenantShare(), 0
+    return TenantShare("ask", 0, TASK_CHARGE, keep(limit)), limit
+
+
+def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
+    """Take ``short`` bytes (and ``keep`` more) of the tenant's bound for the pair; fewer
+    when the ledger has not that much left, after a ``reclaim``. 0 when the ledger's
+    Valkey does not answer (the pair's tasks then wait cold: the safe side)."""
+    want = short + keep(limit)
+    try:
+        got = ctx.warm.ledger_take(tenant, queue, want=want, bound=limit,
+                                   now_ms=to_ms(ctx.now()))
+        if got < short and reclaim(ctx, tenant, limit, besides=queue):
+            got += ctx.warm.ledger_take(tenant, queue, want=want - got, bound=limit,
+                                        now_ms=to_ms(ctx.now()))
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("the warm-tier ledger of tenant %r did not answer; %r waits cold", tenant,
+                    queue, exc_info=True)
+        return 0
+    return got
+
+
+def give_back(ctx: Context, queue: str, tenant: str, freed: int) -> None:
+    """Lower the pair's ledger entry by what a push gave back (best effort: an entry left
+    too high counts against the tenant only, until a ``reclaim`` sets it)."""
+    try:
+        ctx.warm.ledger_set(tenant, queue, allot=None, freed=freed, now_ms=to_ms(ctx.now()),
+                            quiet_ms=_quiet_ms(ctx))
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("giving back %d bytes of %r/%r to its ledger failed", freed, queue, tenant,
+                    exc_info=True)
+
+
+def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None) -> bool:
+    """Shrink up to RECLAIM_SAMPLE of the tenant's pairs (picked at random from its ledger)
+    to their usage and set their ledger entries from them, at most every RECLAIM_EVERY
+    seconds per tenant in this process; whether it ran. The tenant's queues that hold
+    allotments they no longer use (claims emptied them) so free it for the others.
+    ``besides``: a queue whose pair is left as it is (the one asking for a grant: its push
+    counted its allotment already)."""
+    now = time.monotonic()
+    if now - _reclaimed_at.get(tenant, float("-inf")) < RECLAIM_EVERY:
+        return False
+    if len(_reclaimed_at) >= RECLAIMED_KEPT:
+        _reclaimed_at.clear()
+    _reclaimed_at[tenant] = now
+    for queue in ctx.warm.ledger_queues(tenant, RECLAIM_SAMPLE):
+        if queue == besides:
+            continue
+        freed, after = ctx.warm.shrink_allot(queue, tenant, charge=TASK_CHARGE, keep=0)
+        ctx.warm.ledger_set(tenant, queue, allot=after, freed=freed, now_ms=to_ms(ctx.now()),
+                            quiet_ms=_quiet_ms(ctx))
+    return True
+
+
+def room(ctx: Context, queue: str, tenant: str, limit: int) -> int:
+    """Bytes the pair could still take under its tenant's bound: what its allotment has
+    beyond its usage plus what the ledger has left (a promotion sizes itself by it)."""
+    usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+    left = limit - ctx.warm.ledger_total(tenant)
+    if left < TASK_CHARGE and allot - usage < TASK_CHARGE and reclaim(ctx, tenant, limit):
+        left = limit - ctx.warm.ledger_total(tenant)
+        usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+    return max(0, allot - usage) + max(0, left)
+
+
+def _quiet_ms(ctx: Context) -> int:
+    return int(ctx.settings.admission_stale_seconds * 1000)

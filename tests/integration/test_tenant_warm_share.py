@@ -1,0 +1,251 @@
+"""A tenant's share of the warm tier (logic/tenant_budget.py): the ledger and the pairs'
+allotments keep one tenant's warm bytes over all its queues under its bound, with the
+stated overshoot; a tenant over its bound goes cold while the others are admitted; and the
+reproduction of issue 28's "one tenant fills the shared cache"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from tests.integration.helpers import count_state, mode_of
+from tierq.config import Settings
+from tierq.core.ordering import place
+from tierq.dal.warm_tier import PairKeys, TenantShare
+from tierq.engine import Tierq
+from tierq.logic import tenant_budget
+from tierq.logic.admission import task_blob
+from tierq.logic.tenant_budget import TASK_CHARGE
+
+MiB = 1 << 20
+BIG = "x" * 250_000  # a payload of about 250 KB
+
+
+def usage(tq: Tierq, queues: list[str], tenant: str) -> int:
+    """What the tenant's pairs hold against its bound (data plus the per-task charge)."""
+    return sum(tq.ctx.warm.pair_usage(q, tenant, charge=TASK_CHARGE)[0] for q in queues)
+
+
+def allotted(tq: Tierq, queues: list[str], tenant: str) -> int:
+    """The sum of the pairs' allotments (meta ``allot``)."""
+    return sum(tq.ctx.warm.pair_usage(q, tenant, charge=TASK_CHARGE)[1] for q in queues)
+
+
+@pytest.fixture(autouse=True)
+def _reclaim_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tenant_budget, "RECLAIM_EVERY", 0.0)
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+def test_the_bound_is_a_quarter_of_the_capacity_unless_set() -> None:
+    assert Settings().tenant_warm_bound(0) == 0  # capacity unknown: no bound
+    assert Settings().tenant_warm_bound(8 * MiB) == 2 * MiB
+    assert Settings().tenant_warm_bound(MiB) == MiB  # never below 1 MiB
+    assert Settings(tenant_warm_max_bytes=0).tenant_warm_bound(8 * MiB) == 0
+    assert Settings(tenant_warm_max_bytes=3 * MiB).tenant_warm_bound(8 * MiB) == 3 * MiB
+    assert Settings(TIERQ_TENANT_WARM_MAX_BYTES="").tenant_warm_max_bytes is None
+    with pytest.raises(ValueError, match="TIERQ_TENANT_WARM_MAX_BYTES must be 0"):
+        Settings(tenant_warm_max_bytes=1000)
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+
+def test_the_ledger_grants_up_to_the_bound_and_sets_entries_only_when_quiet(tq: Tierq) -> None:
+    warm = tq.ctx.warm
+    assert warm.ledger_take("acme", "a", want=600, bound=1000, now_ms=1_000) == 600
+    assert warm.ledger_take("acme", "b", want=600, bound=1000, now_ms=1_000) == 400
+    assert warm.ledger_take("acme", "c", want=1, bound=1000, now_ms=1_000) == 0
+    assert warm.ledger_total("acme") == 1000
+    assert warm.ledger_take("globex", "a", want=600, bound=1000, now_ms=1_000) == 600
+    # a push gave 100 back: only lowered
+    assert warm.ledger_set("acme", "a", allot=None, freed=100, now_ms=1_000,
+                           quiet_ms=60_000) == 900
+    # a shrink says the pair holds 50: within quiet of the entry's last grant only lowered
+    # by what it freed (a grant may still be on its way to the pair) ...
+    assert warm.ledger_set("acme", "a", allot=50, freed=10, now_ms=2_000,
+                           quiet_ms=60_000) == 890
+    # ... after it, the pair's figure is the entry
+    assert warm.ledger_set("acme", "a", allot=50, freed=0, now_ms=70_000,
+                           quiet_ms=60_000) == 450
+    assert warm.ledger_set("acme", "b", allot=0, freed=0, now_ms=70_000, quiet_ms=60_000) == 50
+    assert sorted(warm.ledger_queues("acme", 16)) == ["a"]
+    assert warm.ledger_total("globex") == 600
+
+
+def test_an_allotment_left_by_a_caller_that_stopped_is_recovered(make_tq: Callable[..., Tierq],
+                                                                 valkey: redis.Redis) -> None:
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    tq.enqueue("a", [{"payload": "x" * 1000}], tenant="acme")
+    # a caller took most of the bound for "b" and stopped before pushing
+    lost = tq.ctx.warm.ledger_take("acme", "b", want=MiB, bound=MiB,
+                                   now_ms=int(tq.ctx.now() * 1000))
+    assert lost > 0 and tq.ctx.warm.ledger_total("acme") == MiB
+    big = [{"payload": "y" * 100_000} for _ in range(5)]
+    assert {o.state for o in tq.enqueue("c", big, tenant="acme")} == {"cold"}  # no room
+    tq.ctx.clock.advance(tq.ctx.settings.admission_stale_seconds + 1)
+    # once its grant is older than the admissions' staleness, a reclaim sets it from the
+    # pair's own figure (none: nothing was pushed), and the tenant has its bound again
+    assert tenant_budget.reclaim(tq.ctx, "acme", MiB)
+    assert tq.ctx.warm.ledger_total("acme") < 200_000
+    tq.run_cold_to_warm()
+    assert mode_of(valkey, "c", "acme") == "warm"
+
+
+# -- the bound over all a tenant's queues -----------------------------------------------------
+
+def test_one_tenant_over_many_queues_stays_under_its_bound_and_others_are_admitted(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis,
+        pg: psycopg.Connection[Any]) -> None:
+    tq = make_tq(tenant_warm_max_bytes=2 * MiB)
+    queues = [f"q{i}" for i in range(12)]
+    for queue in queues:
+        tq.enqueue(queue, [{"payload": BIG} for _ in range(2)], tenant="acme")
+    held = usage(tq, queues, "acme")
+    # the allotments sum to what the ledger counts, and the usage stays within them
+    assert allotted(tq, queues, "acme") == tq.ctx.warm.ledger_total("acme") <= 2 * MiB
+    assert 1.5 * MiB < held <= 2 * MiB
+    cold = sum(count_state(pg, q, "cold") for q in queues)
+    assert cold >= 24 - (2 * MiB) // len(BIG)  # what passed the bound waits cold
+    # another tenant is admitted as if acme were not there
+    out = tq.enqueue("q0", [{"payload": BIG}, {"payload": 1}], tenant="globex")
+    assert [o.state for o in out] == ["warm", "warm"]
+    got = tq.claim("q0", max=10, tenant="globex")
+    assert len(got) == 2 and tq.ack("q0", got).acked
+    # acme's claims free its share: the mover brings its cold work in, within the bound
+    for queue in queues[:6]:
+        tasks = tq.claim(queue, max=10, tenant="acme")
+        assert tq.ack(queue, tasks).acked
+    tq.run_cold_to_warm()
+    tq.run_cold_to_warm()
+    assert sum(count_state(pg, q, "cold") for q in queues) < cold
+    assert usage(tq, queues, "acme") <= 2 * MiB
+    assert allotted(tq, queues, "acme") <= tq.ctx.warm.ledger_total("acme") <= 2 * MiB
+
+
+def test_leases_count_against_the_bound(make_tq: Callable[..., Tierq]) -> None:
+    """A claim turns a waiting task into a lease at the same charge: a tenant cannot grow
+    past its bound by claiming and never acking."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    per_push = 500
+    total = 0
+    for round_ in range(12):
+        out = tq.enqueue("small", [{"payload": i} for i in range(per_push)], tenant="acme")
+        total += sum(o.state == "warm" for o in out)
+        got = tq.claim("small", max=per_push, tenant="acme")  # never acked
+        assert round_ > 0 or len(got) == per_push
+        tq.run_cold_to_warm()
+    assert usage(tq, ["small"], "acme") <= MiB
+    leased = int(tq.ctx.warm.client.zcard(PairKeys.of("small", "acme").leased))
+    assert leased * TASK_CHARGE <= MiB < 12 * per_push * TASK_CHARGE  # the bound cut it
+
+
+def test_the_largest_overshoot_is_one_stalled_grant(make_tq: Callable[..., Tierq]) -> None:
+    """A grant taken from the ledger whose push reaches its pair more than the admissions'
+    staleness later may be set out of the ledger by a reclaim meanwhile: the pairs then
+    hold at most that one grant beyond the bound."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    warm = tq.ctx.warm
+    now_ms = int(tq.ctx.now() * 1000)
+    stalled = warm.ledger_take("acme", "s", want=300_000, bound=MiB, now_ms=now_ms)
+    tq.ctx.clock.advance(tq.ctx.settings.admission_stale_seconds + 1)
+    assert tenant_budget.reclaim(tq.ctx, "acme", MiB)  # sets "s" from its pair: 0
+    assert warm.ledger_total("acme") == 0
+    # others take the whole bound
+    for q in ("a", "b", "c", "d"):
+        tq.enqueue(q, [{"payload": "z" * 60_000} for _ in range(5)], tenant="acme")
+    assert warm.ledger_total("acme") <= MiB
+    # the stalled push lands with its grant
+    blob = task_blob(0, b'"late"', None, 0, 5, 0)
+    task_id = "01000000-0000-7000-8000-000000000001"
+    warm.push("s", "acme", warm_max=100, warm_max_bytes=10**9, kind="restore",
+              now_ms=now_ms, token="t", since_ms=now_ms,
+              items=[(task_id, place(0, 1, task_id), blob)],
+              share=TenantShare("strict", stalled, TASK_CHARGE, 64 * 1024))
+    queues = ["a", "b", "c", "d", "s"]
+    assert usage(tq, queues, "acme") <= allotted(tq, queues, "acme") <= MiB + stalled
+
+
+# -- issue 28's reproduction: one tenant fills the shared cache -------------------------------
+
+@pytest.fixture
+def small_valkey(valkey: redis.Redis) -> Iterator[Callable[[int], None]]:
+    """``limit(n)``: the session's private Valkey takes n bytes more than it holds now, then
+    refuses writes (``noeviction``); its settings are restored afterwards."""
+    before = valkey.config_get("maxmemory*")
+
+    def limit(extra: int) -> None:
+        used = int(valkey.info("memory")["used_memory"])
+        valkey.config_set("maxmemory", used + extra)
+
+    valkey.config_set("maxmemory-policy", "noeviction")
+    try:
+        yield limit
+    finally:
+        valkey.config_set("maxmemory", before["maxmemory"])
+        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])
+
+
+def test_a_tenant_spreading_big_tasks_over_60_queues_does_not_starve_another(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        small_valkey: Callable[[int], None]) -> None:
+    tq = make_tq()  # the default bound: a quarter of Valkey's maxmemory
+    tq.enqueue("other", [{"payload": 0}], tenant="globex")  # scripts loaded, pair made
+    assert tq.ack("other", tq.claim("other", tenant="globex")).acked
+    small_valkey(24 * MiB)
+    tq.ctx.warm.forget_memory()  # (its maxmemory was read, as none, a moment ago)
+    maxmemory = int(valkey.config_get("maxmemory")["maxmemory"])
+    queues = [f"spread-{i}" for i in range(60)]
+    for queue in queues:  # acme never claims
+        tq.enqueue(queue, [{"payload": BIG} for _ in range(2)], tenant="acme")
+    assert usage(tq, queues, "acme") <= maxmemory // 4
+    assert sum(count_state(pg, q, "cold") for q in queues) > 60  # the rest waits cold
+    # globex's work is admitted and claimed: no 503 "the warm tier is full"
+    for round_ in range(5):
+        out = tq.enqueue("other", [{"payload": "y" * 100_000} for _ in range(4)],
+                         tenant="globex")
+        assert {o.state for o in out} == {"warm"}, round_
+        got = tq.claim("other", max=10, tenant="globex")
+        assert len(got) == 4 and tq.ack("other", got).acked
+    assert int(valkey.info("memory")["used_memory"]) < maxmemory
+
+
+def test_a_refused_info_is_remembered_and_the_setting_sizes_the_bound(
+        make_tq: Callable[..., Tierq], monkeypatch: pytest.MonkeyPatch) -> None:
+    """ElastiCache refuses INFO to tierq's user: the refusal is remembered (never asked
+    again), free memory is unknown, and the capacity comes from the setting."""
+    tq = make_tq(warm_capacity_bytes=40 * MiB)
+    asked: list[str] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        asked.append("INFO")
+        raise redis.ResponseError("NOPERM User tierq has no permissions to run the 'info' "
+                                  "command")
+
+    monkeypatch.setattr(tq.ctx.warm.client, "info", refuse)
+    assert tq.ctx.warm.memory("q", "acme") is None
+    assert tq.ctx.warm.memory("q", "acme", fresh=True) is None
+    assert asked == ["INFO"] and tq.ctx.warm.info_refused
+    assert tenant_budget.bound(tq.ctx, "q", "acme") == 10 * MiB
+    out = tq.enqueue("q", [{"payload": 1}], tenant="acme")
+    assert out[0].state == "warm"
+    assert 0 < tq.ctx.warm.ledger_total("acme") <= 10 * MiB
+
+
+def test_a_pair_short_of_its_allotment_keeps_what_it_holds_while_others_are_reclaimed(
+        make_tq: Callable[..., Tierq], pg: psycopg.Connection[Any]) -> None:
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    chunk = [{"payload": "w" * 200_000} for _ in range(4)]
+    assert {o.state for o in tq.enqueue("a", chunk, tenant="acme")} == {"warm"}
+    assert tq.ack("a", tq.claim("a", max=10, tenant="acme")).acked
+    held = tq.ctx.warm.pair_usage("a", "acme", charge=TASK_CHARGE)[1]
+    assert held > 800_000  # "a" keeps its allotment, the ledger is nearly at the bound
+    # a push that needs more than the ledger has left: the reclaim leaves "a" alone (its
+    # allotment counts in the push's shortfall), so the five that fit the bound go warm
+    out = tq.enqueue("a", chunk + chunk[:2], tenant="acme")
+    assert [o.state for o in out] == ["warm"] * 5 + ["cold"]
+    assert usage(tq, ["a"], "acme") <= MiB
