@@ -11,7 +11,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.integration.helpers import count_rows
-from tierq.aws.http.routes.enqueue import enqueue_once
+from tierq.logic.shard_ops import enqueue_once
 from tierq.engine import Tierq
 from tierq.local.services import flush_all_nodes
 from tierq.logic import idempotency
