@@ -25,6 +25,7 @@ from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import DeadLetterSelection
 from tierq.aws.http.params import QueuePath, TenantQuery
 from tierq.aws.runtime import engine
+from tierq.logic import dlq as dlq_logic
 from tierq.models.envelopes import DeadLetterPage, PurgeResult, ReplayResult
 from tierq.models.tasks import TaskView
 
@@ -111,6 +112,8 @@ def replay_dead_letters(queue: QueuePath, body: Annotated[DeadLetterSelection, B
                         idempotency_key: IdempotencyKeyHeader = None) -> Response[ReplayResult]:
     result = engine().dlq_replay_slice(queue, ids=body.ids or [], all_dead=body.all,
                                        tenant=request.pinned_tenant(),
+                                       max_items=dlq_logic.SLICE_MAX_ITEMS,
+                                       seconds=dlq_logic.SLICE_SECONDS,
                                        **idempotency.keyed(idempotency_key))
     return idempotency.answer(result, result.idempotent_replay)
 
@@ -132,4 +135,6 @@ def purge_dead_letters(
 ) -> PurgeResult:
     selection = body or DeadLetterSelection(all=True)
     return engine().dlq_purge_slice(queue, ids=selection.ids or [], all_dead=selection.all,
-                                    tenant=request.pinned_tenant())
+                                    tenant=request.pinned_tenant(),
+                                    max_items=dlq_logic.SLICE_MAX_ITEMS,
+                                    seconds=dlq_logic.SLICE_SECONDS)
