@@ -39,6 +39,13 @@ class Replayable(Model):
         self._idempotent_replay = True
         return self
 
+    def __eq__(self, other: object) -> bool:
+        """Equal answers have equal fields: a replayed answer equals the first."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__ \
+            and self.__pydantic_extra__ == other.__pydantic_extra__
+
 
 def deferred_adapter(annotation: type[T]) -> TypeAdapter[T]:
     """A ``TypeAdapter`` of ``annotation`` (e.g. ``list[TaskIn]``) built on first use."""
