@@ -5,7 +5,7 @@
 mypy checks each of them against it: an operation missing on either makes constructing it
 an error ("cannot instantiate abstract class"), and a parameter or result that differs is
 an incompatible override. A caller that needs only the queue takes a ``QueueEngine``; one
-that works per shard (the HTTP routes' idempotency records, the scheduled ticks, the Glue
+that works per shard (the idempotency keys' parts per shard, the scheduled ticks, the Glue
 feeder) takes a ``Deployment`` and never asks which class it has: one database is a
 deployment of one shard, named ``tierq.dal.shards.DEFAULT_SHARD``.
 
