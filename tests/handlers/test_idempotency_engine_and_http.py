@@ -65,3 +65,21 @@ def test_an_http_enqueue_is_replayed_by_the_engine(call: Invoke,
         engine().enqueue("both", [TaskIn(payload="x")], tenant="acme", idempotency_key=key,
                          caller=CALLER_A)
     assert task_count(pg, "both") == 1
+
+
+def test_a_replayed_response_is_the_first_byte_for_byte(call: Invoke) -> None:
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    for body in ({"payload": {"n": 1}, "priority": 3},
+                 {"tasks": [{"payload": i, "key": f"k{i}"} for i in range(3)]}):
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        first = call("POST", "/v1/queues/bytes/tasks", body, headers=key, claims=TENANT_A)
+        again = call("POST", "/v1/queues/bytes/tasks", body, headers=key, claims=TENANT_A)
+        assert again.headers.get("idempotent-replayed") == "true"
+        assert again.raw["body"] == first.raw["body"]
+    claimed = call("POST", "/v1/queues/bytes/claims", {"max": 2}, claims=TENANT_A)
+    acks = {"acks": [{"id": t["id"], "lease_token": t["lease_token"]}
+                     for t in claimed.body["tasks"]]}
+    first = call("POST", "/v1/queues/bytes/acks", acks, headers=key, claims=TENANT_A)
+    again = call("POST", "/v1/queues/bytes/acks", acks, headers=key, claims=TENANT_A)
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.raw["body"] == first.raw["body"] and len(first.body["acked"]) == 2
