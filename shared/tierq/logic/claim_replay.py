@@ -51,8 +51,8 @@ DIGEST_BYTES = 8
 
 def claim_once(deployment: Deployment, queue: str, request: ClaimRequest, *, max_bytes: int,
                answer_by: float | None, call: KeyedCall) -> ClaimOutcome:
-    """A claim under an idempotency key: the first leases (its record, in Valkey, kept no
-    longer than its leases: :func:`record_of`, :func:`record_seconds`); a repeat gets the
+    """A claim under an idempotency key: the first leases (its record, in Valkey, kept at
+    most as long as its leases: :func:`record_of`, :func:`record_seconds`); a repeat gets the
     first answer's tasks still leased (:func:`replay`, on each pair's home) and leases
     nothing more. When the record cannot be made, the tasks go back to their places."""
     ctx = deployment.engines[deployment.default_shard].ctx
