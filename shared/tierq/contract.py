@@ -5,7 +5,7 @@
 mypy checks each of them against it: an operation missing on either makes constructing it
 an error ("cannot instantiate abstract class"), and a parameter or result that differs is
 an incompatible override. A caller that needs only the queue takes a ``QueueEngine``; one
-that works per shard (the HTTP routes' idempotency records, the scheduled ticks, the Glue
+that works per shard (the idempotency keys' parts per shard, the scheduled ticks, the Glue
 feeder) takes a ``Deployment`` and never asks which class it has: one database is a
 deployment of one shard, named ``tierq.dal.shards.DEFAULT_SHARD``.
 
@@ -30,11 +30,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
+from tierq.logic.dlq import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.logic.idempotency import Caller
 from tierq.models import (
     AckItem,
     AckResult,
     ClaimedTask,
     ClaimRequest,
+    Enqueued,
     EnqueueOutcome,
     HeartbeatItem,
     HeartbeatResult,
@@ -51,6 +54,7 @@ from tierq.models import (
     TenantCounts,
     TenantQueueView,
 )
+from tierq.models.envelopes import PurgeResult, ReplayResult
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -72,7 +76,18 @@ T = TypeVar("T")
 
 class QueueEngine(Protocol):
     """Every operation on the queue, the same on one database and over shards: what an
-    application (a worker, a producer, an admin tool) calls."""
+    application (a worker, a producer, an admin tool) calls.
+
+    The keyed operations (``enqueue``, ``dlq_replay``/``dlq_replay_slice``, ``claim``,
+    ``claim_outcome``, ``ack``, ``nack``, ``release``, ``heartbeat``) take an idempotency
+    key: a call repeated with the same ``idempotency_key`` and the same request gets the
+    first call's answer (``idempotent_replay`` set on it) and changes nothing; with another
+    request it is ``IdempotencyKeyReused``, while the first still runs
+    ``IdempotencyInProgress`` (tierq.logic.idempotency). Keys are kept per ``caller``
+    (``Caller``: admin or a tenant, and the token's subject; default ``Caller()``),
+    operation and queue. ``body_fingerprint`` is what the key is bound to as the caller
+    framed its request (the HTTP body's ``idempotency.fingerprint``); by default the
+    fingerprint of the call's own arguments."""
 
     settings: Settings
 
@@ -87,8 +102,11 @@ class QueueEngine(Protocol):
     # -- producers -----------------------------------------------------------------------
 
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
-                tenant: str | None = None) -> list[EnqueueOutcome]:
-        """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none."""
+                tenant: str | None = None, idempotency_key: str | None = None,
+                caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> Enqueued:
+        """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none.
+        Keyed (see the class): the outcomes of the first call with the key."""
         ...
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
@@ -113,12 +131,17 @@ class QueueEngine(Protocol):
     # -- workers -------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
-        """Lease up to ``request.max`` tasks."""
+              answer_by: float | None = None, idempotency_key: str | None = None,
+              caller: Caller | None = None, body_fingerprint: bytes | None = None,
+              **fields: Any) -> list[ClaimedTask]:
+        """Lease up to ``request.max`` tasks. Keyed: a repeat gets the first claim's tasks
+        whose leases are still held, with the same tokens, and leases nothing more."""
         ...
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
                       max_bytes: int = 0, answer_by: float | None = None,
+                      idempotency_key: str | None = None, caller: Caller | None = None,
+                      body_fingerprint: bytes | None = None,
                       **fields: Any) -> ClaimOutcome:
         """``claim``, with when more may be had if the queue's limits cut it."""
         ...
@@ -131,17 +154,21 @@ class QueueEngine(Protocol):
         """Return claimed tasks that could not be answered, no attempt counted."""
         ...
 
-    def ack(self, queue: str,
-            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult: ...
+    def ack(self, queue: str, items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]], *,
+            idempotency_key: str | None = None, caller: Caller | None = None,
+            body_fingerprint: bytes | None = None) -> AckResult: ...
 
-    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
-        ...
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
+             idempotency_key: str | None = None, caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> NackResult: ...
 
-    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]
-                ) -> ReleaseResult: ...
+    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
+                *, idempotency_key: str | None = None, caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> ReleaseResult: ...
 
-    def heartbeat(self, queue: str,
-                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult: ...
+    def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
+                  idempotency_key: str | None = None, caller: Caller | None = None,
+                  body_fingerprint: bytes | None = None) -> HeartbeatResult: ...
 
     # -- tasks and dead letters ----------------------------------------------------------
 
@@ -155,13 +182,39 @@ class QueueEngine(Protocol):
         ...
 
     def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
-        """Make dead letters ready again, attempts reset: (replayed, skipped)."""
+                   all_dead: bool = False, idempotency_key: str | None = None,
+                   caller: Caller | None = None,
+                   body_fingerprint: bytes | None = None) -> tuple[list[UUID], list[UUID]]:
+        """Make dead letters ready again, attempts reset, however many: (replayed,
+        skipped)."""
+        r = self.dlq_replay_slice(queue, ids=ids, all_dead=all_dead, max_items=None,
+                                  seconds=None, idempotency_key=idempotency_key,
+                                  caller=caller, body_fingerprint=body_fingerprint)
+        return r.replayed, r.skipped
+
+    def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                         all_dead: bool = False, tenant: str | None = None,
+                         max_items: int | None = SLICE_MAX_ITEMS,
+                         seconds: float | None = SLICE_SECONDS,
+                         idempotency_key: str | None = None, caller: Caller | None = None,
+                         body_fingerprint: bytes | None = None) -> ReplayResult:
+        """Replay dead letters (of ``tenant`` only, when given) in a bounded slice: with
+        ``all_dead``, at most ``max_items`` within about ``seconds`` (None: no bound),
+        ``more`` set when some may be left. Keyed: the first call's answer."""
         ...
 
     def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
                   all_dead: bool = False) -> list[UUID]:
-        """Delete dead letters; the ids deleted."""
+        """Delete dead letters, however many; the ids deleted."""
+        return self.dlq_purge_slice(queue, ids=ids, all_dead=all_dead, max_items=None,
+                                    seconds=None).purged
+
+    def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                        all_dead: bool = False, tenant: str | None = None,
+                        max_items: int | None = SLICE_MAX_ITEMS,
+                        seconds: float | None = SLICE_SECONDS) -> PurgeResult:
+        """Delete dead letters (of ``tenant`` only, when given), bounded like
+        :meth:`dlq_replay_slice`. A purge repeated deletes nothing more: no key."""
         ...
 
     # -- queues and metrics --------------------------------------------------------------

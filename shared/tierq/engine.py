@@ -28,9 +28,21 @@ from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
-from tierq.logic import claim_replay, dispatch, dlq, enqueue, leases, queues, schedules, tasks
+from tierq.logic import (
+    claim_replay,
+    dispatch,
+    dlq,
+    enqueue,
+    idempotency,
+    leases,
+    queues,
+    schedules,
+    shard_ops,
+    tasks,
+)
 from tierq.logic import throughput as throughput_logic
 from tierq.logic.context import Clock, Context, SystemClock
+from tierq.logic.idempotency import Caller, keyed_call, models_body
 from tierq.maintenance import registry
 from tierq.maintenance.registry import JobConfig, JobRun
 from tierq.models import (
@@ -38,7 +50,7 @@ from tierq.models import (
     AckResult,
     ClaimedTask,
     ClaimRequest,
-    EnqueueOutcome,
+    Enqueued,
     HeartbeatItem,
     HeartbeatResult,
     NackItem,
@@ -55,6 +67,7 @@ from tierq.models import (
     TenantQueueView,
 )
 from tierq.models.base import deferred_adapter
+from tierq.models.envelopes import PurgeResult, ReplayResult
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -131,9 +144,17 @@ class Tierq(Deployment):
     # -- producers -----------------------------------------------------------------------
 
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
-                tenant: str | None = None) -> list[EnqueueOutcome]:
-        """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none."""
-        return enqueue.enqueue(self.ctx, queue, _models(TaskIn, _TASKS_IN, items), tenant)
+                tenant: str | None = None, idempotency_key: str | None = None,
+                caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> Enqueued:
+        """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none; with
+        ``idempotency_key``, once per key (``tierq.contract.QueueEngine``)."""
+        tasks = _models(TaskIn, _TASKS_IN, items)
+        if idempotency_key is None:
+            return Enqueued(enqueue.enqueue(self.ctx, queue, tasks, tenant))
+        call = keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
+                          lambda: shard_ops.enqueue_body(tasks, tenant))
+        return shard_ops.enqueue(self, queue, tasks, tenant, call)
 
     # -- bulk loads (logic/bulk.py; the Glue feeder drives them) --------------------------
 
@@ -169,19 +190,34 @@ class Tierq(Deployment):
     # -- workers -------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
+              answer_by: float | None = None, idempotency_key: str | None = None,
+              caller: Caller | None = None, body_fingerprint: bytes | None = None,
+              **fields: Any) -> list[ClaimedTask]:
         """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps what the tasks cost in a
         Lambda response (logic/claim.py); ``answer_by`` (a ``time.monotonic()`` instant) is
         when the claim must return: it polls, refills and pops only while it can."""
+        if idempotency_key is not None:
+            return self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by,
+                                      idempotency_key=idempotency_key, caller=caller,
+                                      body_fingerprint=body_fingerprint, **fields).tasks
         return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
                                  max_bytes=max_bytes, answer_by=answer_by)
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
                       max_bytes: int = 0, answer_by: float | None = None,
+                      idempotency_key: str | None = None, caller: Caller | None = None,
+                      body_fingerprint: bytes | None = None,
                       **fields: Any) -> claim_logic.ClaimOutcome:
         """``claim``, with ``retry_after_ms``: when more may be had if the queue's limits
         (max_leased, rate, tenant_max_leased, tenant_rate) cut the claim, else None."""
-        return claim_logic.claim_outcome(self.ctx, queue, request or ClaimRequest(**fields),
+        request = request or ClaimRequest(**fields)
+        if idempotency_key is not None:
+            call = keyed_call("claim", queue, idempotency_key, caller, body_fingerprint,
+                              lambda: request.model_dump(mode="json"))
+            assert call is not None
+            return claim_replay.claim_once(self, queue, request, max_bytes=max_bytes,
+                                           answer_by=answer_by, call=call)
+        return claim_logic.claim_outcome(self.ctx, queue, request,
                                          max_bytes=max_bytes, answer_by=answer_by)
 
     def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
@@ -194,31 +230,51 @@ class Tierq(Deployment):
         no attempt counted (a failure is logged, not raised: see ``claim.give_back``)."""
         claim_logic.give_back(self.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
 
-    def ack(self, queue: str,
-            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
+    def ack(self, queue: str, items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]], *,
+            idempotency_key: str | None = None, caller: Caller | None = None,
+            body_fingerprint: bytes | None = None) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
-        return leases.ack(self.ctx, queue, [
-            i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
-            for i in items
-        ])
+        models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
+                  for i in items]
+        return idempotency.answer_once(
+            self.ctx, keyed_call("ack", queue, idempotency_key, caller, body_fingerprint,
+                                 lambda: models_body(models)),
+            lambda: leases.ack(self.ctx, queue, models) if models else AckResult(), AckResult)
 
-    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
-        return leases.nack(self.ctx, queue, _models(NackItem, _NACKS, items))
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
+             idempotency_key: str | None = None, caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> NackResult:
+        models = _models(NackItem, _NACKS, items)
+        return idempotency.answer_once(
+            self.ctx, keyed_call("nack", queue, idempotency_key, caller, body_fingerprint,
+                                 lambda: models_body(models)),
+            lambda: leases.nack(self.ctx, queue, models) if models else NackResult(),
+            NackResult)
 
-    def release(self, queue: str,
-                items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
+    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
+                *, idempotency_key: str | None = None, caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> ReleaseResult:
         """Give leased tasks back unfinished, without counting an attempt: each returns to
         its old place in line. ``ReleaseItem``s / ``{"id", "lease_token"}``, or the claimed
         tasks themselves."""
-        return leases.release(self.ctx, queue, [
-            i if isinstance(i, ReleaseItem | ClaimedTask) else ReleaseItem.model_validate(i)
-            for i in items
-        ])
+        models = [i if isinstance(i, ReleaseItem | ClaimedTask) else ReleaseItem.model_validate(i)
+                  for i in items]
+        return idempotency.answer_once(
+            self.ctx, keyed_call("release", queue, idempotency_key, caller, body_fingerprint,
+                                 lambda: models_body(models)),
+            lambda: leases.release(self.ctx, queue, models) if models else ReleaseResult(),
+            ReleaseResult)
 
-    def heartbeat(self, queue: str,
-                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
-        return leases.heartbeat(self.ctx, queue, _models(HeartbeatItem, _HEARTBEATS, items))
+    def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
+                  idempotency_key: str | None = None, caller: Caller | None = None,
+                  body_fingerprint: bytes | None = None) -> HeartbeatResult:
+        models = _models(HeartbeatItem, _HEARTBEATS, items)
+        return idempotency.answer_once(
+            self.ctx, keyed_call("heartbeat", queue, idempotency_key, caller, body_fingerprint,
+                                 lambda: models_body(models)),
+            lambda: leases.heartbeat(self.ctx, queue, models) if models else HeartbeatResult(),
+            HeartbeatResult)
 
     # -- tasks and dead letters ----------------------------------------------------------
 
@@ -232,13 +288,24 @@ class Tierq(Deployment):
                  after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
         return dlq.list_dead(self.ctx, queue, tenant=tenant, limit=limit, after=after)
 
-    def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
-        return dlq.replay(self.ctx, queue, ids=[UUID(str(i)) for i in ids], all_dead=all_dead)
+    def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                         all_dead: bool = False, tenant: str | None = None,
+                         max_items: int | None = dlq.SLICE_MAX_ITEMS,
+                         seconds: float | None = dlq.SLICE_SECONDS,
+                         idempotency_key: str | None = None, caller: Caller | None = None,
+                         body_fingerprint: bytes | None = None) -> ReplayResult:
+        return shard_ops.replay_dead(self, queue, ids=ids, all_dead=all_dead, tenant=tenant,
+                                   max_items=max_items, seconds=seconds,
+                                   idempotency_key=idempotency_key, caller=caller,
+                                   body_fingerprint=body_fingerprint)
 
-    def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                  all_dead: bool = False) -> list[UUID]:
-        return dlq.purge(self.ctx, queue, ids=[UUID(str(i)) for i in ids], all_dead=all_dead)
+    def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                        all_dead: bool = False, tenant: str | None = None,
+                        max_items: int | None = dlq.SLICE_MAX_ITEMS,
+                        seconds: float | None = dlq.SLICE_SECONDS) -> PurgeResult:
+        return shard_ops.purge_dead(self, queue, ids=[UUID(str(i)) for i in ids],
+                                    all_dead=all_dead, tenant=tenant, max_items=max_items,
+                                    seconds=seconds)
 
     # -- queues and metrics --------------------------------------------------------------
 

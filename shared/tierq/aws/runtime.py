@@ -15,7 +15,7 @@ is served by a :class:`~tierq.sharded.ShardedTierq` instead of one ``Tierq``: :f
 returns whichever the deployment has, typed as their contract
 (:class:`tierq.contract.Deployment`); :func:`pair_engine` is the engine of one (queue,
 tenant) pair's shard, and :func:`shard_engines` every shard's, for what is read or written
-per shard (lists, dead letters, schedules, idempotency records). One database is one shard.
+per shard (lists, dead letters, schedules). One database is one shard.
 """
 
 from __future__ import annotations
@@ -158,11 +158,6 @@ def default_engine() -> Tierq:
     reaches the same Valkey) and for queue settings (every shard holds the same)."""
     current = engine()
     return current.engines[current.default_shard]
-
-
-def sharded() -> bool:
-    """Whether the deployment has more than one shard."""
-    return len(engine().engines) > 1
 
 
 def on_shard(name: str, call: Callable[[Tierq], T]) -> T:

@@ -28,7 +28,7 @@ from tierq.models.queues import (
     TenantQueueView,
     WorkerSettings,
 )
-from tierq.models.tasks import EnqueueOutcome, TaskIn, TaskView
+from tierq.models.tasks import Enqueued, EnqueueOutcome, TaskIn, TaskView
 
 __all__ = [
     "KEY_PATTERN",
@@ -40,6 +40,7 @@ __all__ = [
     "ClaimedTask",
     "ConsumerSettings",
     "EnqueueOutcome",
+    "Enqueued",
     "HeartbeatItem",
     "HeartbeatResult",
     "LeaseExtended",

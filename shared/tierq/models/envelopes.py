@@ -13,7 +13,7 @@ from uuid import UUID
 
 from pydantic import ConfigDict, Field
 
-from tierq.models.base import Model
+from tierq.models.base import Model, Replayable
 from tierq.models.leases import ClaimedTask, RunningLease
 from tierq.models.queues import AnyQueueView, TenantCounts
 from tierq.models.tasks import EnqueueOutcome, TaskView
@@ -66,7 +66,7 @@ class DeadLetterPage(Envelope):
     )
 
 
-class ReplayResult(Envelope):
+class ReplayResult(Envelope, Replayable):
     replayed: list[UUID] = Field(description="Ready again, at the back of their line.")
     skipped: list[UUID] = Field(
         description="Not dead (any more), not visible to the caller, or their key is taken "

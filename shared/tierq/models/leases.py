@@ -9,7 +9,7 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.config import JsonDict
 
-from tierq.models.base import Model, deferred_adapter
+from tierq.models.base import Model, Replayable, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel
 
@@ -95,18 +95,18 @@ class Rejection(Model):
     reason: RejectReason
 
 
-class AckResult(Model):
+class AckResult(Replayable):
     acked: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class NackResult(Model):
+class NackResult(Replayable):
     retried: list[UUID] = Field(default_factory=list)
     dead: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class ReleaseResult(Model):
+class ReleaseResult(Replayable):
     released: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
@@ -116,7 +116,7 @@ class LeaseExtended(Model):
     lease_expires_at: datetime
 
 
-class HeartbeatResult(Model):
+class HeartbeatResult(Replayable):
     extended: list[LeaseExtended] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 

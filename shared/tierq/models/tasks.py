@@ -66,6 +66,14 @@ class EnqueueOutcome(Model):
     key: str | None = None
 
 
+class Enqueued(list[EnqueueOutcome]):
+    """An enqueue's outcomes, one per task in call order; ``idempotent_replay`` is true when
+    they are the kept answer of an earlier enqueue with the same idempotency key (nothing
+    was enqueued now)."""
+
+    idempotent_replay: bool = False
+
+
 # An enqueue builds its outcomes in one call (faster than one model at a time).
 ENQUEUE_OUTCOMES: TypeAdapter[list[EnqueueOutcome]] = deferred_adapter(list[EnqueueOutcome])
 
