@@ -51,6 +51,7 @@ from tierq.models import (
     TenantCounts,
     TenantQueueView,
 )
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -89,6 +90,12 @@ class QueueEngine(Protocol):
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
                 tenant: str | None = None) -> list[EnqueueOutcome]:
         """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none."""
+        ...
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None) -> FlowResult:
+        """Create a graph of tasks (``after`` naming refs or ids) all or nothing
+        (tierq.logic.flows); ``tenant``, when given, is every task's."""
         ...
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
@@ -272,6 +279,11 @@ class Deployment(QueueEngine, Protocol):
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:
         """Where a selection of dead letters is: {shard: the ids to ask it}."""
+        ...
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        """The one shard a flow's tasks live on; tasks whose pairs, or existing ids named in
+        ``after``, live on different shards are 422 naming the field."""
         ...
 
     def after_pass(self, shard: str, summary: object) -> None:

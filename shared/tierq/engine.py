@@ -29,6 +29,7 @@ from tierq.dal.warm_tier import WarmTier
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic import claim_replay, dispatch, dlq, enqueue, leases, queues, schedules, tasks
+from tierq.logic import flows as flows_logic
 from tierq.logic import throughput as throughput_logic
 from tierq.logic.context import Clock, Context, SystemClock
 from tierq.maintenance import registry
@@ -55,6 +56,7 @@ from tierq.models import (
     TenantQueueView,
 )
 from tierq.models.base import deferred_adapter
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -134,6 +136,12 @@ class Tierq(Deployment):
                 tenant: str | None = None) -> list[EnqueueOutcome]:
         """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none."""
         return enqueue.enqueue(self.ctx, queue, _models(TaskIn, _TASKS_IN, items), tenant)
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None) -> FlowResult:
+        """Create a graph of tasks all or nothing (tierq.logic.flows)."""
+        model = flow if isinstance(flow, FlowIn) else FlowIn.model_validate(flow)
+        return flows_logic.create_flow(self.ctx, model, tenant)
 
     # -- bulk loads (logic/bulk.py; the Glue feeder drives them) --------------------------
 
@@ -366,6 +374,9 @@ class Tierq(Deployment):
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:
         return {DEFAULT_SHARD: list(ids)}
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        return DEFAULT_SHARD
 
     def after_pass(self, shard: str, summary: object) -> None:
         """Nothing: one database keeps no homes to settle after a pass."""

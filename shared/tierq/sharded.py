@@ -48,7 +48,7 @@ from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
-from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, InvalidInput, NotFound, WarmTierUnavailable
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic.context import Clock, SystemClock
@@ -75,6 +75,7 @@ from tierq.models import (
     TaskIn,
     TenantCounts,
 )
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.leases import (
     AckResult,
     HeartbeatResult,
@@ -300,6 +301,44 @@ class ShardedTierq(Deployment):
             for i, outcome in zip(indexes, got, strict=True):
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None) -> FlowResult:
+        """Create a graph of tasks all or nothing, on the one shard of its pairs."""
+        model = flow if isinstance(flow, FlowIn) else FlowIn.model_validate(flow)
+        home = self.shard_of_flow(model, tenant)
+        return self._on(home, lambda e: e.flow(model, tenant=tenant))
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        """The one home of the flow's pairs (a new pair gets one); a task whose pair, or an
+        existing task named in its ``after`` (its id's tag), lives on another shard than the
+        first task's pair is 422 naming the field: a flow is one transaction on one
+        shard."""
+        who = tenant or flow.tenant or DEFAULT_TENANT
+        refs = {t.ref for t in flow.tasks}
+        first: str | None = None
+        for i, task in enumerate(flow.tasks):
+            home = self.homes.home_of(task.queue, who)
+            assert home is not None
+            if first is None:
+                first = home
+            elif home != first:
+                raise InvalidInput.field(
+                    f"tasks[{i}].queue",
+                    f"({task.queue!r}, {who!r}) lives on shard {home!r}, the flow's first "
+                    f"task's on {first!r}: a flow's tasks share one shard")
+        assert first is not None
+        for i, task in enumerate(flow.tasks):
+            for j, name in enumerate(task.after):
+                if name in refs:
+                    continue
+                shard = self.by_tag.get(tag_of(name)) if len(name) == 36 else None
+                if shard is not None and shard != first:
+                    raise InvalidInput.field(
+                        f"tasks[{i}].after[{j}]",
+                        f"task {name} is on shard {shard!r}, the flow's tasks on "
+                        f"{first!r}: a task waits only for tasks on its own shard")
+        return first
 
     def shards_of_tasks(self, queue: str, tasks: Sequence[TaskIn],
                         tenant: str | None) -> dict[str, list[int]]:
