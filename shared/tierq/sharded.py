@@ -332,7 +332,10 @@ class ShardedTierq(Deployment):
             for j, name in enumerate(task.after):
                 if name in refs:
                     continue
-                shard = self.by_tag.get(tag_of(name)) if len(name) == 36 else None
+                try:
+                    shard = self.by_tag.get(tag_of(str(UUID(name))))
+                except ValueError:  # neither a ref nor an id: the engine says so (422)
+                    continue
                 if shard is not None and shard != first:
                     raise InvalidInput.field(
                         f"tasks[{i}].after[{j}]",
