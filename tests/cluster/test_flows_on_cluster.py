@@ -51,7 +51,7 @@ def test_a_fan_in_over_every_master_releases_its_child_once(make_tq, valkey, pg)
             barrier.wait()
             for queue, task in part:
                 assert tq.ack(queue, [task]).acked == [task.id]
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=ack, args=(leased[i::6],)) for i in range(6)]

@@ -114,6 +114,7 @@ def add_waits(ctx: Context, conn: Conn, waits: Sequence[Wait]) -> Released:
     ``on_parent_failure: dead``) leaves its wait at once."""
     if not waits:
         return Released()
+    ctx.store.flow_plans(conn)
     flat_parents = [p for w in waits for p in w.parents]
     flat_tenants = [w.tenant for w in waits for _ in w.parents]
     held = {str(r.id): r for r in ctx.store.hold_parents(conn, flat_parents, flat_tenants)}
@@ -220,6 +221,7 @@ def settle(ctx: Context, conn: Conn, ids: Sequence[str], state: str) -> Released
     edges and release what that frees. Call :func:`finish` after the commit."""
     released = Released()
     if ids:
+        ctx.store.flow_plans(conn)
         released.extend(_settle(ctx, conn, ids, [state] * len(ids)))
     return released
 
@@ -278,6 +280,7 @@ def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> Any:
         row = ctx.store.cancel_task(queue, task_id, conn=conn)
         if row is None:
             return None
+        ctx.store.flow_plans(conn)
         ctx.store.forget_waits(conn, [str(task_id)])
         released = settle(ctx, conn, [str(task_id)], "cancelled")
     finish(ctx, released)
@@ -288,6 +291,7 @@ def on_replay(ctx: Context, conn: Conn, ids: Sequence[str]) -> None:
     """In the transaction that replays dead letters: a replayed task no longer waits for
     its parents, and what it failed waits for it again (re-armed)."""
     if ids:
+        ctx.store.flow_plans(conn)
         ctx.store.forget_waits(conn, ids)
         ctx.store.rearm_children(conn, ids, to_datetime(ctx.now()))
 
@@ -296,6 +300,7 @@ def expire(ctx: Context, limit: int = SETTLE_SLICE) -> int:
     """Dead-letter (``waited_too_long``) up to ``limit`` waiting tasks past their
     ``wait_timeout_seconds``, and settle them as parents; how many."""
     with ctx.db.transaction() as conn:
+        ctx.store.flow_plans(conn)
         ids = ctx.store.expired_waits(conn, to_datetime(ctx.now()), limit)
         if not ids:
             return 0

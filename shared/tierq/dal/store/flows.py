@@ -15,6 +15,10 @@ from tierq.dal.store.rows import HeldParentRow, ReleasedRow, SettledRow, WaitEdg
 
 
 class FlowQueries(StoreBase):
+    def flow_plans(self, conn: Conn) -> None:
+        """Scans by key for the rest of ``conn``'s transaction (see the query)."""
+        self._fetch("flow_plans", None, scalar_row, conn)
+
     def hold_parents(self, conn: Conn, parents: Sequence[str],
                      tenants: Sequence[str]) -> list[HeldParentRow]:
         """Count and lock the parents named (one entry per edge, with its child's tenant);

@@ -1,6 +1,11 @@
 -- Flows: tasks that wait for other tasks (migration 0018, logic/flows.py). A waiting task has
 -- one tierq_task_waits row (its count of parents not finished) and one tierq_task_edges row
 -- per parent; each parent counts its edges in tierq_tasks.waiters.
+--
+-- Every row is found by its key through `= ANY(ARRAY(SELECT ...))` (see mark_cold in
+-- engine.sql): a join with a CTE's rows, whose count the planner cannot know, on tables
+-- never analyzed was planned as a scan of the table per row (a release of 2,000 children
+-- passed the statement timeout; by key it is linear).
 
 -- name: hold_parents
 -- The parents a batch of waiting tasks names, counted and locked: each parent's waiters
@@ -13,14 +18,15 @@ WITH wanted AS (
     FROM unnest(%(parents)s::uuid[], %(tenants)s::text[]) AS v(parent, tenant)
     GROUP BY v.parent, v.tenant
 ), locked AS (
-    SELECT t.id FROM tierq_tasks t JOIN wanted w ON t.id = w.parent AND t.tenant = w.tenant
+    SELECT t.id FROM tierq_tasks t
+    WHERE t.id = ANY(ARRAY(SELECT parent FROM wanted))
     ORDER BY t.id
     FOR UPDATE OF t
 )
 UPDATE tierq_tasks t
 SET waiters = t.waiters + w.n
-FROM wanted w, locked l
-WHERE t.id = l.id AND t.id = w.parent AND t.tenant = w.tenant
+FROM wanted w
+WHERE t.id = ANY(ARRAY(SELECT id FROM locked)) AND t.id = w.parent AND t.tenant = w.tenant
 RETURNING t.id, t.tenant, t.queue, t.state, t.waiters;
 
 -- name: insert_edges
@@ -50,8 +56,9 @@ WITH picked AS MATERIALIZED (
     LIMIT %(limit)s
 ), marked AS (
     UPDATE tierq_task_edges e SET parent_state = v.state
-    FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS v(id, state), picked p
-    WHERE e.parent = v.id AND e.parent = p.parent AND e.child = p.child
+    FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS v(id, state)
+    WHERE e.child = ANY(ARRAY(SELECT child FROM picked)) AND e.parent = v.id
+      AND (e.parent, e.child) IN (SELECT parent, child FROM picked)
       AND e.parent_state IS NULL
     RETURNING e.child, e.parent, e.position, v.state
 ), counts AS (
@@ -69,8 +76,8 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE tierq_task_waits w
 SET pending = w.pending - c.n, failed_parent = COALESCE(w.failed_parent, c.failed)
-FROM counts c, locked l
-WHERE w.child = c.child AND w.child = l.child
+FROM counts c
+WHERE w.child = ANY(ARRAY(SELECT child FROM locked)) AND w.child = c.child
 RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent, c.failed_state,
           c.n AS settled;
 
@@ -87,19 +94,6 @@ RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent, c.failed_sta
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(errors)s::text[])
         AS v(child, outcome, error)
-), info AS (
-    SELECT e.child,
-           jsonb_agg(jsonb_build_object('id', e.parent, 'queue', e.parent_queue,
-                                        'state', e.parent_state, 'result', p.result)
-                     ORDER BY e.position) AS full_info,
-           jsonb_agg(jsonb_build_object('id', e.parent, 'queue', e.parent_queue,
-                                        'state', e.parent_state, 'result', NULL)
-                     ORDER BY e.position) AS bare_info,
-           COALESCE(sum(octet_length(p.result::text)), 0) AS result_bytes
-    FROM tierq_task_edges e
-    LEFT JOIN tierq_tasks p ON p.id = e.parent
-    WHERE e.child = ANY(ARRAY(SELECT child FROM v WHERE outcome = 'ready'))
-    GROUP BY e.child
 ), moved AS (
     UPDATE tierq_tasks t
     SET state = CASE WHEN v.outcome = 'ready' THEN 'delayed' ELSE 'dead' END,
@@ -107,18 +101,28 @@ WITH v AS (
                       ELSE t.run_at END,
         finished_at = CASE WHEN v.outcome = 'ready' THEN NULL ELSE %(now)s::timestamptz END,
         last_error = CASE WHEN v.outcome = 'ready' THEN t.last_error ELSE v.error END,
-        parents = CASE WHEN v.outcome <> 'ready' THEN NULL
-                       WHEN i.result_bytes > %(max_result_bytes)s THEN i.bare_info
-                       ELSE i.full_info END,
+        -- the task's own edges, by tierq_task_edges_child (a correlated subquery: a join
+        -- with an aggregate of every released task's edges was planned as one per row)
+        parents = CASE WHEN v.outcome <> 'ready' THEN NULL ELSE (
+            SELECT CASE WHEN COALESCE(sum(octet_length(p.result::text)), 0)
+                             > %(max_result_bytes)s
+                        THEN jsonb_agg(jsonb_build_object(
+                                 'id', e.parent, 'queue', e.parent_queue,
+                                 'state', e.parent_state, 'result', NULL) ORDER BY e.position)
+                        ELSE jsonb_agg(jsonb_build_object(
+                                 'id', e.parent, 'queue', e.parent_queue,
+                                 'state', e.parent_state, 'result', p.result)
+                                 ORDER BY e.position) END
+            FROM tierq_task_edges e LEFT JOIN tierq_tasks p ON p.id = e.parent
+            WHERE e.child = t.id) END,
         state_since = %(now)s
-    FROM v LEFT JOIN info i ON i.child = v.child
+    FROM v
     WHERE t.id = ANY(ARRAY(SELECT child FROM v)) AND t.id = v.child
       AND (t.state = 'waiting') IS TRUE
     RETURNING t.id, t.queue, t.tenant, t.state, t.run_at, v.outcome
 ), gone_edges AS (
     DELETE FROM tierq_task_edges e
-    USING moved m
-    WHERE e.child = m.id AND m.outcome <> 'dead'
+    WHERE e.child = ANY(ARRAY(SELECT id FROM moved WHERE outcome <> 'dead'))
     RETURNING e.parent
 ), parent_counts AS (
     SELECT parent, count(*)::int AS n FROM gone_edges GROUP BY parent
@@ -129,13 +133,12 @@ WITH v AS (
     FOR UPDATE OF t
 ), parents_down AS (
     UPDATE tierq_tasks t SET waiters = GREATEST(t.waiters - c.n, 0)
-    FROM parent_counts c, parents_locked l
-    WHERE t.id = c.parent AND t.id = l.id
+    FROM parent_counts c
+    WHERE t.id = ANY(ARRAY(SELECT id FROM parents_locked)) AND t.id = c.parent
     RETURNING t.id
 ), gone_waits AS (
     DELETE FROM tierq_task_waits w
-    USING moved m
-    WHERE w.child = m.id AND m.outcome <> 'dead'
+    WHERE w.child = ANY(ARRAY(SELECT id FROM moved WHERE outcome <> 'dead'))
     RETURNING w.child
 )
 SELECT m.id, m.queue, m.tenant, m.state, m.run_at, m.outcome FROM moved m;
@@ -157,8 +160,8 @@ WITH gone_edges AS (
     FOR UPDATE OF t
 ), parents_down AS (
     UPDATE tierq_tasks t SET waiters = GREATEST(t.waiters - c.n, 0)
-    FROM parent_counts c, parents_locked l
-    WHERE t.id = c.parent AND t.id = l.id
+    FROM parent_counts c
+    WHERE t.id = ANY(ARRAY(SELECT id FROM parents_locked)) AND t.id = c.parent
     RETURNING t.id
 )
 DELETE FROM tierq_task_waits w
@@ -185,13 +188,13 @@ WITH reopened AS (
     UPDATE tierq_task_waits w
     SET pending = w.pending + c.n, failed_parent = f.parent
     FROM counts c LEFT JOIN still_failed f ON f.child = c.child
-    WHERE w.child = c.child
+    WHERE w.child = ANY(ARRAY(SELECT child FROM counts)) AND w.child = c.child
     RETURNING w.child, w.failed_parent
 )
 UPDATE tierq_tasks t
 SET state = 'waiting', last_error = NULL, finished_at = NULL, state_since = %(now)s
-FROM rearmed r
-WHERE t.id = r.child AND r.failed_parent IS NULL AND (t.state = 'dead') IS TRUE
+WHERE t.id = ANY(ARRAY(SELECT child FROM rearmed WHERE failed_parent IS NULL))
+  AND (t.state = 'dead') IS TRUE
 RETURNING t.id;
 
 -- name: expired_waits
@@ -229,3 +232,10 @@ RETURNING t.id::text;
 -- name: task_parents
 -- The parents a released task's claims hand out (JSON text), or NULL.
 SELECT parents::text FROM tierq_tasks WHERE id = %(id)s;
+
+-- name: flow_plans
+-- For the rest of the caller's transaction: scans by key. The flow tables are small and
+-- never analyzed on a new deployment, so the planner would join a CTE's rows with a scan
+-- of the whole table repeated per row (a release of 1,500 children took 17 s); every
+-- statement of this file reads its rows by an index, so seq scans are only a last resort.
+SELECT set_config('enable_seqscan', 'off', true);
