@@ -85,7 +85,7 @@ def test_a_fan_in_of_100_parents_finished_concurrently_releases_its_child_once(m
             barrier.wait()
             for task in part:  # one ack per task, ten threads at once
                 assert tq.ack("q", [task]).acked == [task.id]
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=ack, args=(leased[i::10],)) for i in range(10)]
@@ -208,3 +208,13 @@ def test_a_flow_is_created_all_or_nothing(tq, pg):
             {"ref": "a", "queue": "q", "payload": 0, "after": [str(other.id)]}]})
     assert caught.value.details[0]["field"] == "tasks[0].after[0]"
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == before + 1
+
+
+def test_purging_a_parents_queue_settles_its_waiters_as_cancelled(tq):
+    [a] = tq.enqueue("q", [{"payload": "a"}])
+    dead, run = tq.enqueue("r", [{"payload": "d", "after": [a.id]},
+                                 {"payload": "r", "after": [a.id], "on_parent_failure": "run"}])
+    tq.purge_queue("q")
+    assert tq.get_task("r", dead.id).last_error == f"parent {a.id} ended cancelled"
+    [got] = tq.claim("r")
+    assert got.id == run.id and got.parents and got.parents[0].state == "cancelled"

@@ -287,6 +287,19 @@ def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> Any:
     return row
 
 
+def on_queue_purged(ctx: Context, queue: str) -> None:
+    """After a queue's tasks were purged: what waits on them (in other queues) settles them
+    as cancelled, a slice of parents per transaction."""
+    while True:
+        with ctx.db.transaction() as conn:
+            ctx.store.flow_plans(conn)
+            ids = ctx.store.unsettled_parents_of_queue(conn, queue, SETTLE_SLICE)
+            released = settle(ctx, conn, ids, "cancelled")
+        finish(ctx, released)
+        if len(ids) < SETTLE_SLICE:
+            return
+
+
 def on_replay(ctx: Context, conn: Conn, ids: Sequence[str]) -> None:
     """In the transaction that replays dead letters: a replayed task no longer waits for
     its parents, and what it failed waits for it again (re-armed)."""

@@ -86,6 +86,12 @@ class FlowQueries(StoreBase):
             "queue": queue, "now": now, "ids": uuid_array(ids), "results": list(results),
             "attempts": list(attempts)}, scalar_row, conn)
 
+    def unsettled_parents_of_queue(self, conn: Conn, queue: str, limit: int) -> list[str]:
+        """Purged parents of ``queue`` whose edges are not settled yet (at most ``limit``)."""
+        return [str(i) for i in self._fetch("unsettled_parents_of_queue",
+                                            {"queue": queue, "limit": limit}, scalar_row,
+                                            conn)]
+
     def parents_of_task(self, task_id: UUID) -> str | None:
         """The parents a released task's claims hand out (JSON text), or None."""
         rows = self._fetch("task_parents", {"id": task_id}, scalar_row)

@@ -239,3 +239,13 @@ SELECT parents::text FROM tierq_tasks WHERE id = %(id)s;
 -- of the whole table repeated per row (a release of 1,500 children took 17 s); every
 -- statement of this file reads its rows by an index, so seq scans are only a last resort.
 SELECT set_config('enable_seqscan', 'off', true);
+
+-- name: unsettled_parents_of_queue
+-- After a queue's tasks were purged: parents of that queue whose edges are not settled yet
+-- (their rows are gone), to settle as cancelled. Reads every edge (no index by queue): a
+-- purge is an admin's rare act.
+SELECT DISTINCT e.parent
+FROM tierq_task_edges e
+WHERE e.parent_queue = %(queue)s AND e.parent_state IS NULL
+  AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.id = e.parent)
+LIMIT %(limit)s;
