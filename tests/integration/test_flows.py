@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from tests.integration.helpers import count_state, drain
 from tierq.errors import InvalidInput
@@ -218,3 +219,18 @@ def test_purging_a_parents_queue_settles_its_waiters_as_cancelled(tq):
     assert tq.get_task("r", dead.id).last_error == f"parent {a.id} ended cancelled"
     [got] = tq.claim("r")
     assert got.id == run.id and got.parents and got.parents[0].state == "cancelled"
+
+
+def test_a_task_has_at_most_100_parents_and_a_parent_10000_waiting_children(tq, pg):
+    parents = tq.enqueue("q", [{"payload": i} for i in range(101)])
+    with pytest.raises(ValidationError, match="at most 100 items"):  # (HTTP: 422)
+        tq.enqueue("r", [{"payload": 0, "after": [p.id for p in parents]}])
+    [child] = tq.enqueue("r", [{"payload": 0, "after": [p.id for p in parents[:100]]}])
+    assert child.state == "waiting"
+    # a parent at its bound (as if 10,000 children waited on it) refuses one more
+    pg.execute("UPDATE tierq_tasks SET waiters = %s WHERE id = %s",
+               (flows.MAX_WAITING_CHILDREN, str(parents[0].id)))
+    with pytest.raises(InvalidInput) as caught:
+        tq.enqueue("r", [{"payload": 1, "after": [parents[0].id]}])
+    assert caught.value.details[0]["field"] == "task.after[0]"
+    assert count_state(pg, "r", "waiting") == 1
