@@ -43,7 +43,7 @@ import orjson
 
 from tierq.core.ids import uuid7_strings
 from tierq.dal.shards import tag_ids, tag_of
-from tierq.dal.store.rows import ReleasedRow, SettledRow
+from tierq.dal.store.rows import OutcomeRow, ReleasedRow, SettledRow, TaskRow
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput
 from tierq.logic import admission
@@ -259,7 +259,7 @@ def ack_waited(ctx: Context, queue: str, ids: Sequence[str],
 
 def record_waited(ctx: Context, queue: str, ids: Sequence[str], attempts: Sequence[int],
                   errors: Sequence[str], retry_ats: Sequence[datetime],
-                  deads: Sequence[bool]) -> list[Any]:
+                  deads: Sequence[bool]) -> list[OutcomeRow]:
     """Failed attempts of tasks that others wait on (the plain statement leaves them): the
     outcome recorded and, for those dead-lettered, their edges settled, in one
     transaction; the outcome rows."""
@@ -273,7 +273,7 @@ def record_waited(ctx: Context, queue: str, ids: Sequence[str], attempts: Sequen
     return rows
 
 
-def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> Any:
+def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> TaskRow | None:
     """Cancel a task: its row deleted; when it waited, its wait is dropped; when others
     wait on it, they settle it as ``cancelled``; one transaction. The row, or None."""
     with ctx.db.transaction() as conn:
