@@ -301,8 +301,8 @@ def on_queue_purged(ctx: Context, queue: str) -> None:
 
 
 def on_replay(ctx: Context, conn: Conn, ids: Sequence[str]) -> None:
-    """In the transaction that replays dead letters: a replayed task no longer waits for
-    its parents, and what it failed waits for it again (re-armed)."""
+    """In the transaction that replays dead letters: a replayed task's own wait ends (it
+    runs), and what waited for it and was dead-lettered for it waits again (re-armed)."""
     if ids:
         ctx.store.flow_plans(conn)
         ctx.store.forget_waits(conn, ids)

@@ -60,7 +60,7 @@ class FlowQueries(StoreBase):
             "now": now, "max_result_bytes": max_result_bytes}, positional(ReleasedRow), conn)
 
     def forget_waits(self, conn: Conn, ids: Sequence[str]) -> list[str]:
-        """Drop the waits of tasks that no longer wait; the ids that had one."""
+        """Drop the waits of tasks whose wait ends unreleased; the ids that had one."""
         return [str(i) for i in self._fetch("forget_waits", {"ids": uuid_array(ids)},
                                             scalar_row, conn)]
 

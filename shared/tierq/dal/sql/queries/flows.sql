@@ -144,7 +144,7 @@ WITH v AS (
 SELECT m.id, m.queue, m.tenant, m.state, m.run_at, m.outcome FROM moved m;
 
 -- name: forget_waits
--- Tasks that no longer wait on their parents (cancelled, or replayed from the dead letters
+-- Tasks whose wait ends without a release (cancelled, or replayed from the dead letters
 -- after a parent failed): their edges and count rows go, and each parent's waiters with
 -- them (locked in id order).
 WITH gone_edges AS (
