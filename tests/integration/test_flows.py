@@ -234,3 +234,16 @@ def test_a_task_has_at_most_100_parents_and_a_parent_10000_waiting_children(tq, 
         tq.enqueue("r", [{"payload": 1, "after": [parents[0].id]}])
     assert caught.value.details[0]["field"] == "task.after[0]"
     assert count_state(pg, "r", "waiting") == 1
+
+
+def test_a_child_whose_run_at_is_later_is_released_delayed(tq):
+    [a] = tq.enqueue("q", [{"payload": "a"}])
+    [child] = tq.enqueue("r", [{"payload": "c", "after": [a.id], "delay_seconds": 60}])
+    [ta] = tq.claim("q")
+    tq.ack("q", [ta])
+    assert tq.get_task("r", child.id).state == "delayed"
+    assert tq.claim("r") == []
+    tq.ctx.clock.advance(61)  # type: ignore[attr-defined]
+    tq.run_job("delayed_mover")
+    [got] = tq.claim("r")
+    assert got.id == child.id and got.parents and got.parents[0].state == "done"

@@ -49,10 +49,9 @@ SELECT * FROM unnest(%(children)s::uuid[], %(pending)s::int[], %(on_failure)s::t
 -- row's latest version: of concurrent settlements of one child, exactly one brings it to 0.
 -- Returns each child touched: its count left, its rule, a failed parent (the first settled
 -- here, or one before) with that parent's state, and how many edges were settled for it.
-WITH picked AS MATERIALIZED (
+WITH picked AS MATERIALIZED (  -- (any of them: the count rows are what is locked in order)
     SELECT e.parent, e.child FROM tierq_task_edges e
     WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state IS NULL
-    ORDER BY e.parent, e.child
     LIMIT %(limit)s
 ), marked AS (
     UPDATE tierq_task_edges e SET parent_state = v.state
