@@ -247,3 +247,15 @@ def test_a_child_whose_run_at_is_later_is_released_delayed(tq):
     tq.run_job("delayed_mover")
     [got] = tq.claim("r")
     assert got.id == child.id and got.parents and got.parents[0].state == "done"
+
+
+def test_a_repeated_claim_answers_the_parents_as_the_first_did(tq):
+    from tierq.logic.claim_replay import record_of
+
+    [a] = tq.enqueue("q", [{"payload": "a"}])
+    tq.enqueue("r", [{"payload": "c", "after": [a.id]}])
+    [ta] = tq.claim("q")
+    tq.ack("q", [{"id": ta.id, "lease_token": ta.lease_token, "result": {"k": "v"}}])
+    first = tq.claim("r")
+    again = tq.replay_claim("r", record_of(first))
+    assert again == first and again[0].parents and again[0].parents[0].result == {"k": "v"}

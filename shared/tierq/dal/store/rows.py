@@ -172,6 +172,7 @@ class ClaimedTaskRow(NamedTuple):
     payload: str
     max_attempts: int
     state: str
+    parents: str | None  # JSON text: a released task's parents (logic/flows.py)
 
 
 class MarkedPair(NamedTuple):

@@ -783,7 +783,7 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
 -- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
-       t.max_attempts, t.state
+       t.max_attempts, t.state, t.parents::text AS parents
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 
