@@ -259,3 +259,16 @@ def test_a_repeated_claim_answers_the_parents_as_the_first_did(tq):
     first = tq.claim("r")
     again = tq.replay_claim("r", record_of(first))
     assert again == first and again[0].parents and again[0].parents[0].result == {"k": "v"}
+
+
+def test_parents_results_over_256_kib_in_all_are_left_out_of_the_claim(tq):
+    a, b = tq.enqueue("q", [{"payload": "a"}, {"payload": "b"}])
+    [child] = tq.enqueue("r", [{"payload": "c", "after": [a.id, b.id]}])
+    big = "x" * (150 * 1024)  # two of them pass 256 KiB together
+    ta, tb = tq.claim("q", max=2)
+    tq.ack("q", [{"id": ta.id, "lease_token": ta.lease_token, "result": big},
+                 {"id": tb.id, "lease_token": tb.lease_token, "result": big}])
+    [got] = tq.claim("r")
+    assert [(p.id, p.state, p.result) for p in got.parents or []] == [
+        (a.id, "done", None), (b.id, "done", None)]
+    assert tq.get_task("q", a.id).result == big  # read with GET instead
