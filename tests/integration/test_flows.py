@@ -269,6 +269,20 @@ def test_parents_results_over_256_kib_in_all_are_left_out_of_the_claim(tq):
     tq.ack("q", [{"id": ta.id, "lease_token": ta.lease_token, "result": big},
                  {"id": tb.id, "lease_token": tb.lease_token, "result": big}])
     [got] = tq.claim("r")
+    assert got.id == child.id
     assert [(p.id, p.state, p.result) for p in got.parents or []] == [
         (a.id, "done", None), (b.id, "done", None)]
     assert tq.get_task("q", a.id).result == big  # read with GET instead
+
+
+def test_purging_a_dead_lettered_child_drops_its_wait(tq, pg):
+    [a] = tq.enqueue("q", [{"payload": "a", "max_attempts": 1}])
+    [child] = tq.enqueue("r", [{"payload": "c", "after": [a.id]}])
+    [ta] = tq.claim("q")
+    tq.nack("q", [{"id": ta.id, "lease_token": ta.lease_token, "error": "boom"}])
+    assert tq.get_task("r", child.id).state == "dead"
+    tq.dlq_purge("r", ids=[child.id])
+    assert pg.execute("SELECT count(*) FROM tierq_task_edges").fetchone()[0] == 0
+    assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone()[0] == 0
+    assert pg.execute("SELECT waiters FROM tierq_tasks WHERE id = %s",
+                      (str(a.id),)).fetchone()[0] == 0

@@ -127,6 +127,7 @@ def purge_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead:
     while True:
         limit = PURGE_BATCH if max_items is None else min(PURGE_BATCH, max_items - len(purged))
         rows = ctx.store.purge_dead(queue, tenant, all_dead, wanted, limit)
+        flows.forget(ctx, [str(i) for i in rows])  # a purged task waits no more (flows)
         purged.extend(UUID(str(i)) for i in rows)
         if not all_dead or len(rows) < limit:
             break

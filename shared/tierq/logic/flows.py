@@ -287,6 +287,15 @@ def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> TaskRow | None:
     return row
 
 
+def forget(ctx: Context, ids: Sequence[str]) -> None:
+    """Deleted tasks (dead letters purged) wait for nothing any more: their edges and counts
+    go, their parents' ``waiters`` down, in one short transaction."""
+    if ids:
+        with ctx.db.transaction() as conn:
+            ctx.store.flow_plans(conn)
+            ctx.store.forget_waits(conn, ids)
+
+
 def on_queue_purged(ctx: Context, queue: str) -> None:
     """After a queue's tasks were purged: what waits on them (in other queues) settles them
     as cancelled, a slice of parents per transaction."""
