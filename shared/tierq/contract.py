@@ -55,6 +55,7 @@ from tierq.models import (
     TenantQueueView,
 )
 from tierq.models.envelopes import PurgeResult, ReplayResult
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -107,6 +108,16 @@ class QueueEngine(Protocol):
                 body_fingerprint: bytes | None = None) -> Enqueued:
         """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none.
         Keyed (see the class): the outcomes of the first call with the key."""
+        ...
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None, idempotency_key: str | None = None,
+             caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> FlowResult:
+        """Create a graph of tasks (``after`` naming refs or ids) all or nothing
+        (tierq.logic.flows); ``tenant``, when given, is every task's. Keyed (see the
+        class): the answer of the first call with the key, recorded in the flow's own
+        transaction."""
         ...
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
@@ -325,6 +336,11 @@ class Deployment(QueueEngine, Protocol):
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:
         """Where a selection of dead letters is: {shard: the ids to ask it}."""
+        ...
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        """The one shard a flow's tasks live on; tasks whose pairs, or existing ids named in
+        ``after``, live on different shards are 422 naming the field."""
         ...
 
     def after_pass(self, shard: str, summary: object) -> None:

@@ -68,6 +68,7 @@ from tierq.models import (
 )
 from tierq.models.base import deferred_adapter
 from tierq.models.envelopes import PurgeResult, ReplayResult
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
 
@@ -155,6 +156,16 @@ class Tierq(Deployment):
         call = keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
                           lambda: shard_ops.enqueue_body(tasks, tenant))
         return shard_ops.enqueue(self, queue, tasks, tenant, call)
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None, idempotency_key: str | None = None,
+             caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> FlowResult:
+        """Create a graph of tasks all or nothing (tierq.logic.flows)."""
+        model = flow if isinstance(flow, FlowIn) else FlowIn.model_validate(flow)
+        call = keyed_call("flow", shard_ops.FLOW_SCOPE, idempotency_key, caller,
+                          body_fingerprint, lambda: shard_ops.flow_body(model, tenant))
+        return shard_ops.flow(self, model, tenant, call)
 
     # -- bulk loads (logic/bulk.py; the Glue feeder drives them) --------------------------
 
@@ -433,6 +444,9 @@ class Tierq(Deployment):
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:
         return {DEFAULT_SHARD: list(ids)}
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        return DEFAULT_SHARD
 
     def after_pass(self, shard: str, summary: object) -> None:
         """Nothing: one database keeps no homes to settle after a pass."""

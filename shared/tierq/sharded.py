@@ -48,7 +48,7 @@ from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
-from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, InvalidInput, NotFound, WarmTierUnavailable
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
 from tierq.logic import claim_replay, dlq, idempotency, shard_ops
@@ -78,6 +78,7 @@ from tierq.models import (
     TenantCounts,
 )
 from tierq.models.envelopes import PurgeResult, ReplayResult
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.leases import (
     AckResult,
     HeartbeatResult,
@@ -300,6 +301,50 @@ class ShardedTierq(Deployment):
         call = keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
                           lambda: shard_ops.enqueue_body(tasks, tenant))
         return shard_ops.enqueue(self, queue, tasks, tenant, call)
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None, idempotency_key: str | None = None,
+             caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> FlowResult:
+        """Create a graph of tasks all or nothing, on the one shard of its pairs."""
+        model = flow if isinstance(flow, FlowIn) else FlowIn.model_validate(flow)
+        call = keyed_call("flow", shard_ops.FLOW_SCOPE, idempotency_key, caller,
+                          body_fingerprint, lambda: shard_ops.flow_body(model, tenant))
+        return shard_ops.flow(self, model, tenant, call)
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        """The one home of the flow's pairs (a new pair gets one); a task whose pair, or an
+        existing task named in its ``after`` (its id's tag), lives on another shard than the
+        first task's pair is 422 naming the field: a flow is one transaction on one
+        shard."""
+        who = tenant or flow.tenant or DEFAULT_TENANT
+        refs = {t.ref for t in flow.tasks}
+        first: str | None = None
+        for i, task in enumerate(flow.tasks):
+            home = self.homes.home_of(task.queue, who)
+            assert home is not None
+            if first is None:
+                first = home
+            elif home != first:
+                raise InvalidInput.field(
+                    f"tasks[{i}].queue",
+                    f"({task.queue!r}, {who!r}) lives on shard {home!r}, the flow's first "
+                    f"task's on {first!r}: a flow's tasks share one shard")
+        assert first is not None
+        for i, task in enumerate(flow.tasks):
+            for j, name in enumerate(task.after):
+                if name in refs:
+                    continue
+                try:
+                    shard = self.by_tag.get(tag_of(str(UUID(name))))
+                except ValueError:  # neither a ref nor an id: the engine says so (422)
+                    continue
+                if shard is not None and shard != first:
+                    raise InvalidInput.field(
+                        f"tasks[{i}].after[{j}]",
+                        f"task {name} is on shard {shard!r}, the flow's tasks on "
+                        f"{first!r}: a task waits only for tasks on its own shard")
+        return first
 
     def shards_of_tasks(self, queue: str, tasks: Sequence[TaskIn],
                         tenant: str | None) -> dict[str, list[int]]:

@@ -82,6 +82,7 @@ def _task_fields_cost() -> int:
         "lease_expires_at": "0" * 40,
         "redelivered": False,
         "enqueued_at": "0" * 40,
+        "parents": None,  # a released task's are in its blob ("pa": logic/flows.py)
     }
     return body_cost(orjson.dumps(longest)) + 1
 
@@ -404,6 +405,7 @@ class _Claimer:
                 "lease_expires_at": expires,
                 "redelivered": attempt > 1,
                 "enqueued_at": enqueued_at,
+                "parents": body.get("pa"),
             })
         return CLAIMED_TASKS.validate_python(fields)
 

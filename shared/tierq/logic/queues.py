@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
-from tierq.logic import limits
+from tierq.logic import flows, limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.leases import RunningLease
 from tierq.models.queues import (
@@ -65,6 +65,7 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     """Delete every task of a queue (all states) and its warm tier. Workers holding leases get
     ``not_owner`` on ack. Returns how many tasks were deleted."""
     deleted = ctx.store.purge_queue_tasks(queue)
+    flows.on_queue_purged(ctx, queue)  # what waits on them elsewhere (logic/flows.py)
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)

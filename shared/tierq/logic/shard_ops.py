@@ -9,6 +9,7 @@ one shard, so the grouping is written once.
 | :func:`enqueue` | the homes of the tasks' pairs | resumes from its record |
 | :func:`replay_dead` | where the ids' tags say; all: every shard | answers what it committed |
 | :func:`purge_dead` | as :func:`replay_dead` | (no key: a repeat deletes nothing more) |
+| :func:`flow` | the one shard of its pairs | answers what it committed |
 
 Each part's record is written in the transactions that write its tasks (enqueue: the
 insert's; replay: each batch's).
@@ -23,9 +24,11 @@ from uuid import UUID
 from tierq.dal.task_store import Conn
 from tierq.logic import dlq
 from tierq.logic import enqueue as enqueue_logic
+from tierq.logic import flows as flows_logic
 from tierq.logic.context import Context
 from tierq.logic.idempotency import Caller, KeyedCall, PgClaim, keyed_call, once_per_shard
 from tierq.models.envelopes import PurgeResult, ReplayResult
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.tasks import Enqueued, EnqueueOutcome, TaskIn
 
 if TYPE_CHECKING:
@@ -171,3 +174,33 @@ def purge_dead(deployment: Deployment, queue: str, *, ids: Sequence[UUID | str],
         purged.extend(part.done)
         more = more or part.more
     return PurgeResult(purged=purged, more=more)
+
+
+# the "queue" part of a flow's idempotency record: a flow spans queues
+FLOW_SCOPE = "-"
+
+
+def flow(deployment: Deployment, model: FlowIn, tenant: str | None,
+         call: KeyedCall | None) -> FlowResult:
+    """Create ``model``'s tasks on the one shard of its pairs, once per key: the key's
+    record is written in the flow's own transaction there."""
+    shard = deployment.shard_of_flow(model, tenant)
+
+    def work(on: str, claim: PgClaim | None) -> FlowResult:
+        if claim is not None and claim.committed:  # an earlier owner committed it, then died
+            return FlowResult.model_validate(claim.committed)
+        record = None if claim is None else (
+            lambda conn, result: claim.record(conn, result.model_dump(mode="json")))
+        return deployment.on_shard(on, lambda engine: flows_logic.create_flow(
+            engine.ctx, model, tenant, record=record))
+
+    parts, replayed = once_per_shard(deployment, call, [shard], work,
+                                     load=FlowResult.model_validate,
+                                     dump=lambda result: result.model_dump(mode="json"))
+    result = parts[shard]
+    return result.as_replay() if replayed else result
+
+
+def flow_body(model: FlowIn, tenant: str | None) -> Any:
+    """What a flow asks, for its key's fingerprint when the caller gives none."""
+    return {"tenant": tenant, "flow": model.model_dump(mode="json")}

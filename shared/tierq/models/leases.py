@@ -12,6 +12,7 @@ from pydantic.config import JsonDict
 from tierq.models.base import Model, Replayable, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel
+from tierq.models.tasks import ParentView
 
 NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
@@ -44,6 +45,7 @@ class ClaimedTask(Model):
     lease_expires_at: datetime
     redelivered: bool
     enqueued_at: datetime
+    parents: list[ParentView] | None = None  # a task released from a wait (`after`)
 
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than
