@@ -30,30 +30,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
-from tierq.models import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    ClaimRequest,
-    EnqueueOutcome,
-    HeartbeatItem,
-    HeartbeatResult,
-    NackItem,
-    NackResult,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    ReleaseItem,
-    ReleaseResult,
-    RunningLease,
-    TaskIn,
-    TaskView,
-    TenantCounts,
-    TenantQueueView,
-)
-from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
-from tierq.models.throughput import QueueThroughput
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -66,6 +42,29 @@ if TYPE_CHECKING:
     from tierq.maintenance.delayed_mover import DelayedMoverSummary
     from tierq.maintenance.reaper import ReaperSummary
     from tierq.maintenance.registry import JobRun
+    from tierq.models import (
+        AckItem,
+        AckResult,
+        ClaimedTask,
+        ClaimRequest,
+        EnqueueOutcome,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        QueueSettings,
+        QueueSettingsUpdate,
+        QueueView,
+        ReleaseItem,
+        ReleaseResult,
+        RunningLease,
+        TaskIn,
+        TaskView,
+        TenantCounts,
+        TenantQueueView,
+    )
+    from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.throughput import QueueThroughput
 
 T = TypeVar("T")
 
@@ -93,6 +92,8 @@ class QueueEngine(Protocol):
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         """Enqueue one task (``fields``: the rest of its ``TaskIn``)."""
+        from tierq.models.tasks import TaskIn
+
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
 
     def bulk_load(self, queue: str, *, rows: int, tenants: Iterable[str]

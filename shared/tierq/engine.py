@@ -11,52 +11,73 @@ the contract of ``tierq.contract``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
 from tierq.config import Settings, get_settings
 from tierq.contract import Deployment
-from tierq.dal import connect, migrate
+from tierq.core.lazy import lazy_module
+from tierq.dal import connect
 from tierq.dal.postgres import Database
 from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
-from tierq.logic import bulk as bulk_logic
-from tierq.logic import claim as claim_logic
-from tierq.logic import claim_replay, dispatch, dlq, enqueue, leases, queues, schedules, tasks
-from tierq.logic import throughput as throughput_logic
+from tierq.logic import enqueue, queues, tasks
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.maintenance import registry
-from tierq.maintenance.registry import JobConfig, JobRun
-from tierq.models import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    ClaimRequest,
-    EnqueueOutcome,
-    HeartbeatItem,
-    HeartbeatResult,
-    NackItem,
-    NackResult,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    ReleaseItem,
-    ReleaseResult,
-    RunningLease,
-    TaskIn,
-    TaskView,
-    TenantCounts,
-    TenantQueueView,
-)
 from tierq.models.base import deferred_adapter
-from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
-from tierq.models.throughput import QueueThroughput
+from tierq.models.queues import QueueSettingsUpdate
+from tierq.models.tasks import TaskIn
+
+if TYPE_CHECKING:
+    from tierq.dal import migrate
+    from tierq.logic import bulk as bulk_logic
+    from tierq.logic import claim as claim_logic
+    from tierq.logic import claim_replay, dispatch, dlq, leases, schedules
+    from tierq.logic import throughput as throughput_logic
+    from tierq.maintenance import registry
+    from tierq.maintenance.registry import JobConfig, JobRun
+    from tierq.models import (
+        AckItem,
+        AckResult,
+        ClaimedTask,
+        ClaimRequest,
+        EnqueueOutcome,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        QueueSettings,
+        QueueView,
+        ReleaseItem,
+        ReleaseResult,
+        RunningLease,
+        TaskView,
+        TenantCounts,
+        TenantQueueView,
+    )
+    from tierq.models import leases as lease_models
+    from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.throughput import QueueThroughput
+else:
+    # What only some operations use is imported by the first of them (tierq.core.lazy): the
+    # enqueue function never imports the claim path, the dispatcher or the schedules.
+    migrate = lazy_module("tierq.dal.migrate")
+    bulk_logic = lazy_module("tierq.logic.bulk")
+    claim_logic = lazy_module("tierq.logic.claim")
+    claim_replay = lazy_module("tierq.logic.claim_replay")
+    dispatch = lazy_module("tierq.logic.dispatch")
+    dlq = lazy_module("tierq.logic.dlq")
+    leases = lazy_module("tierq.logic.leases")
+    schedules = lazy_module("tierq.logic.schedules")
+    throughput_logic = lazy_module("tierq.logic.throughput")
+    registry = lazy_module("tierq.maintenance.registry")
+    lease_models = lazy_module("tierq.models.leases")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -65,8 +86,16 @@ QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fil
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
 # and errors name the item's index.
 _TASKS_IN = deferred_adapter(list[TaskIn])
-_NACKS = deferred_adapter(list[NackItem])
-_HEARTBEATS = deferred_adapter(list[HeartbeatItem])
+
+
+@functools.cache
+def _nacks() -> TypeAdapter[list[NackItem]]:
+    return deferred_adapter(list[lease_models.NackItem])
+
+
+@functools.cache
+def _heartbeats() -> TypeAdapter[list[HeartbeatItem]]:
+    return deferred_adapter(list[lease_models.HeartbeatItem])
 
 
 def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
@@ -173,7 +202,7 @@ class Tierq(Deployment):
         """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps what the tasks cost in a
         Lambda response (logic/claim.py); ``answer_by`` (a ``time.monotonic()`` instant) is
         when the claim must return: it polls, refills and pops only while it can."""
-        return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
+        return claim_logic.claim(self.ctx, queue, request or lease_models.ClaimRequest(**fields),
                                  max_bytes=max_bytes, answer_by=answer_by)
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
@@ -181,7 +210,8 @@ class Tierq(Deployment):
                       **fields: Any) -> claim_logic.ClaimOutcome:
         """``claim``, with ``retry_after_ms``: when more may be had if the queue's limits
         (max_leased, rate, tenant_max_leased, tenant_rate) cut the claim, else None."""
-        return claim_logic.claim_outcome(self.ctx, queue, request or ClaimRequest(**fields),
+        return claim_logic.claim_outcome(self.ctx, queue,
+                                         request or lease_models.ClaimRequest(**fields),
                                          max_bytes=max_bytes, answer_by=answer_by)
 
     def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
@@ -199,12 +229,13 @@ class Tierq(Deployment):
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
         return leases.ack(self.ctx, queue, [
-            i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
+            i if isinstance(i, lease_models.AckItem | lease_models.ClaimedTask)
+            else lease_models.AckItem.model_validate(i)
             for i in items
         ])
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
-        return leases.nack(self.ctx, queue, _models(NackItem, _NACKS, items))
+        return leases.nack(self.ctx, queue, _models(lease_models.NackItem, _nacks(), items))
 
     def release(self, queue: str,
                 items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
@@ -212,13 +243,15 @@ class Tierq(Deployment):
         its old place in line. ``ReleaseItem``s / ``{"id", "lease_token"}``, or the claimed
         tasks themselves."""
         return leases.release(self.ctx, queue, [
-            i if isinstance(i, ReleaseItem | ClaimedTask) else ReleaseItem.model_validate(i)
+            i if isinstance(i, lease_models.ReleaseItem | lease_models.ClaimedTask)
+            else lease_models.ReleaseItem.model_validate(i)
             for i in items
         ])
 
     def heartbeat(self, queue: str,
                   items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
-        return leases.heartbeat(self.ctx, queue, _models(HeartbeatItem, _HEARTBEATS, items))
+        return leases.heartbeat(self.ctx, queue,
+                                _models(lease_models.HeartbeatItem, _heartbeats(), items))
 
     # -- tasks and dead letters ----------------------------------------------------------
 
@@ -311,7 +344,7 @@ class Tierq(Deployment):
         """One pass of maintenance job ``name`` under its config's budget and timeouts: the
         job's summary, as the one shard's entry."""
         summary = registry.job(name).run(self.ctx, self.job_config(name))
-        return JobRun(name, {DEFAULT_SHARD: summary})
+        return registry.JobRun(name, {DEFAULT_SHARD: summary})
 
     # -- cron schedules ------------------------------------------------------------------
 

@@ -37,7 +37,6 @@ from tierq.dal.shards import (
     shards_from_environment,
 )
 from tierq.engine import Tierq
-from tierq.sharded import ShardedTierq
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tierq")
 
@@ -116,6 +115,8 @@ def _create(specs: list[ShardSpec] | None) -> Deployment:
         # one shard named in TIERQ_SHARD_URLS is that database, exactly as without shards
         return Tierq(database_url=parse_shard_urls(only)[0].url if only else None,
                      settings=settings)
+    from tierq.sharded import ShardedTierq  # (a deployment of one database never needs it)
+
     return ShardedTierq(specs, settings=settings)
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from tierq.logic import limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
-from tierq.models.leases import RunningLease
 from tierq.models.queues import (
     LimitsUse,
     QueueCounts,
@@ -20,6 +19,9 @@ from tierq.models.queues import (
     TenantQueueView,
     WorkerSettings,
 )
+
+if TYPE_CHECKING:
+    from tierq.models.leases import RunningLease
 
 
 def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> QueueSettings:
@@ -308,6 +310,8 @@ def lease_key(lease: RunningLease) -> tuple[int, str]:
 
 def pair_leases(ctx: Context, pair: Pair) -> list[RunningLease]:
     """The current leases of one pair, oldest first (:func:`lease_key`)."""
+    from tierq.models.leases import RunningLease  # (the lease models: not every function's)
+
     now_ms = to_ms(ctx.now())
     queue, tenant = pair
     out = [
