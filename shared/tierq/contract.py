@@ -30,6 +30,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
+# the two models the default methods below build (the others: annotations only)
+from tierq.models.queues import QueueSettingsUpdate
+from tierq.models.tasks import TaskIn
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -53,12 +57,10 @@ if TYPE_CHECKING:
         NackItem,
         NackResult,
         QueueSettings,
-        QueueSettingsUpdate,
         QueueView,
         ReleaseItem,
         ReleaseResult,
         RunningLease,
-        TaskIn,
         TaskView,
         TenantCounts,
         TenantQueueView,
@@ -92,8 +94,6 @@ class QueueEngine(Protocol):
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         """Enqueue one task (``fields``: the rest of its ``TaskIn``)."""
-        from tierq.models.tasks import TaskIn
-
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
 
     def bulk_load(self, queue: str, *, rows: int, tenants: Iterable[str]
