@@ -30,34 +30,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
-from tierq.logic.dlq import SLICE_MAX_ITEMS, SLICE_SECONDS
-from tierq.logic.idempotency import Caller
-from tierq.models import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    ClaimRequest,
-    Enqueued,
-    EnqueueOutcome,
-    HeartbeatItem,
-    HeartbeatResult,
-    NackItem,
-    NackResult,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    ReleaseItem,
-    ReleaseResult,
-    RunningLease,
-    TaskIn,
-    TaskView,
-    TenantCounts,
-    TenantQueueView,
-)
-from tierq.models.envelopes import PurgeResult, ReplayResult
-from tierq.models.flows import FlowIn, FlowResult
-from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
-from tierq.models.throughput import QueueThroughput
+# what the default methods below build or take as defaults (the others: annotations only)
+from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.models.queues import QueueSettingsUpdate
+from tierq.models.tasks import TaskIn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,11 +42,36 @@ if TYPE_CHECKING:
     from tierq.engine import Tierq
     from tierq.logic.bulk import BulkLoad, BulkWriter, ShardedBulkLoad, ShardedBulkWriter
     from tierq.logic.claim import ClaimOutcome
+    from tierq.logic.idempotency import Caller
     from tierq.maintenance.cold_to_warm import ColdToWarmSummary
     from tierq.maintenance.cron_tick import CronTickSummary
     from tierq.maintenance.delayed_mover import DelayedMoverSummary
     from tierq.maintenance.reaper import ReaperSummary
     from tierq.maintenance.registry import JobRun
+    from tierq.models import (
+        AckItem,
+        AckResult,
+        ClaimedTask,
+        ClaimRequest,
+        Enqueued,
+        EnqueueOutcome,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        QueueSettings,
+        QueueView,
+        ReleaseItem,
+        ReleaseResult,
+        RunningLease,
+        TaskView,
+        TenantCounts,
+        TenantQueueView,
+    )
+    from tierq.models.envelopes import PurgeResult, ReplayResult
+    from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.throughput import QueueThroughput
 
 T = TypeVar("T")
 

@@ -11,66 +11,82 @@ the contract of ``tierq.contract``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
 from tierq.config import Settings, get_settings
 from tierq.contract import Deployment
-from tierq.dal import connect, migrate
+from tierq.core.lazy import lazy_module
+from tierq.dal import connect
 from tierq.dal.postgres import Database
 from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
-from tierq.logic import bulk as bulk_logic
-from tierq.logic import claim as claim_logic
-from tierq.logic import (
-    claim_replay,
-    dispatch,
-    dlq,
-    enqueue,
-    idempotency,
-    leases,
-    queues,
-    schedules,
-    shard_ops,
-    tasks,
-)
-from tierq.logic import throughput as throughput_logic
+from tierq.logic import enqueue, queues, tasks
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.logic.idempotency import Caller, keyed_call, models_body
-from tierq.maintenance import registry
-from tierq.maintenance.registry import JobConfig, JobRun
-from tierq.models import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    ClaimRequest,
-    Enqueued,
-    HeartbeatItem,
-    HeartbeatResult,
-    NackItem,
-    NackResult,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    ReleaseItem,
-    ReleaseResult,
-    RunningLease,
-    TaskIn,
-    TaskView,
-    TenantCounts,
-    TenantQueueView,
-)
 from tierq.models.base import deferred_adapter
-from tierq.models.envelopes import PurgeResult, ReplayResult
-from tierq.models.flows import FlowIn, FlowResult
-from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
-from tierq.models.throughput import QueueThroughput
+from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.models.queues import QueueSettingsUpdate
+from tierq.models.tasks import Enqueued, TaskIn
+
+if TYPE_CHECKING:
+    from tierq.dal import migrate
+    from tierq.logic import bulk as bulk_logic
+    from tierq.logic import claim as claim_logic
+    from tierq.logic import claim_replay, dispatch, dlq, idempotency, leases, schedules, shard_ops
+    from tierq.logic import flows as flows_logic
+    from tierq.logic import throughput as throughput_logic
+    from tierq.logic.idempotency import Caller
+    from tierq.maintenance import registry
+    from tierq.maintenance.registry import JobConfig, JobRun
+    from tierq.models import (
+        AckItem,
+        AckResult,
+        ClaimedTask,
+        ClaimRequest,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        QueueSettings,
+        QueueView,
+        ReleaseItem,
+        ReleaseResult,
+        RunningLease,
+        TaskView,
+        TenantCounts,
+        TenantQueueView,
+    )
+    from tierq.models import flows as flow_models
+    from tierq.models import leases as lease_models
+    from tierq.models.envelopes import PurgeResult, ReplayResult
+    from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.throughput import QueueThroughput
+else:
+    # What only some operations use is imported by the first of them (tierq.core.lazy): the
+    # enqueue function never imports the claim path, the dispatcher or the schedules.
+    migrate = lazy_module("tierq.dal.migrate")
+    bulk_logic = lazy_module("tierq.logic.bulk")
+    claim_logic = lazy_module("tierq.logic.claim")
+    claim_replay = lazy_module("tierq.logic.claim_replay")
+    dispatch = lazy_module("tierq.logic.dispatch")
+    dlq = lazy_module("tierq.logic.dlq")
+    flows_logic = lazy_module("tierq.logic.flows")
+    idempotency = lazy_module("tierq.logic.idempotency")
+    shard_ops = lazy_module("tierq.logic.shard_ops")
+    flow_models = lazy_module("tierq.models.flows")
+    leases = lazy_module("tierq.logic.leases")
+    schedules = lazy_module("tierq.logic.schedules")
+    throughput_logic = lazy_module("tierq.logic.throughput")
+    registry = lazy_module("tierq.maintenance.registry")
+    lease_models = lazy_module("tierq.models.leases")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -79,8 +95,16 @@ QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fil
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
 # and errors name the item's index.
 _TASKS_IN = deferred_adapter(list[TaskIn])
-_NACKS = deferred_adapter(list[NackItem])
-_HEARTBEATS = deferred_adapter(list[HeartbeatItem])
+
+
+@functools.cache
+def _nacks() -> TypeAdapter[list[NackItem]]:
+    return deferred_adapter(list[lease_models.NackItem])
+
+
+@functools.cache
+def _heartbeats() -> TypeAdapter[list[HeartbeatItem]]:
+    return deferred_adapter(list[lease_models.HeartbeatItem])
 
 
 def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
@@ -153,7 +177,7 @@ class Tierq(Deployment):
         tasks = _models(TaskIn, _TASKS_IN, items)
         if idempotency_key is None:
             return Enqueued(enqueue.enqueue(self.ctx, queue, tasks, tenant))
-        call = keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
+        call = idempotency.keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
                           lambda: shard_ops.enqueue_body(tasks, tenant))
         return shard_ops.enqueue(self, queue, tasks, tenant, call)
 
@@ -162,8 +186,9 @@ class Tierq(Deployment):
              caller: Caller | None = None,
              body_fingerprint: bytes | None = None) -> FlowResult:
         """Create a graph of tasks all or nothing (tierq.logic.flows)."""
-        model = flow if isinstance(flow, FlowIn) else FlowIn.model_validate(flow)
-        call = keyed_call("flow", shard_ops.FLOW_SCOPE, idempotency_key, caller,
+        model = flow if isinstance(flow, flow_models.FlowIn) \
+            else flow_models.FlowIn.model_validate(flow)
+        call = idempotency.keyed_call("flow", shard_ops.FLOW_SCOPE, idempotency_key, caller,
                           body_fingerprint, lambda: shard_ops.flow_body(model, tenant))
         return shard_ops.flow(self, model, tenant, call)
 
@@ -211,7 +236,7 @@ class Tierq(Deployment):
             return self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by,
                                       idempotency_key=idempotency_key, caller=caller,
                                       body_fingerprint=body_fingerprint, **fields).tasks
-        return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
+        return claim_logic.claim(self.ctx, queue, request or lease_models.ClaimRequest(**fields),
                                  max_bytes=max_bytes, answer_by=answer_by)
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
@@ -221,10 +246,11 @@ class Tierq(Deployment):
                       **fields: Any) -> claim_logic.ClaimOutcome:
         """``claim``, with ``retry_after_ms``: when more may be had if the queue's limits
         (max_leased, rate, tenant_max_leased, tenant_rate) cut the claim, else None."""
-        request = request or ClaimRequest(**fields)
+        request = request or lease_models.ClaimRequest(**fields)
         if idempotency_key is not None:
-            call = keyed_call("claim", queue, idempotency_key, caller, body_fingerprint,
-                              lambda: request.model_dump(mode="json"))
+            call = idempotency.keyed_call("claim", queue, idempotency_key, caller,
+                                          body_fingerprint,
+                                          lambda: request.model_dump(mode="json"))
             assert call is not None
             return claim_replay.claim_once(self, queue, request, max_bytes=max_bytes,
                                            answer_by=answer_by, call=call)
@@ -246,22 +272,25 @@ class Tierq(Deployment):
             body_fingerprint: bytes | None = None) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
-        models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
-                  for i in items]
+        models = [i if isinstance(i, lease_models.AckItem | lease_models.ClaimedTask)
+                  else lease_models.AckItem.model_validate(i) for i in items]
         return idempotency.answer_once(
-            self.ctx, keyed_call("ack", queue, idempotency_key, caller, body_fingerprint,
-                                 lambda: models_body(models)),
-            lambda: leases.ack(self.ctx, queue, models) if models else AckResult(), AckResult)
+            self.ctx, idempotency.keyed_call("ack", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.ack(self.ctx, queue, models) if models
+            else lease_models.AckResult(), lease_models.AckResult)
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,
              body_fingerprint: bytes | None = None) -> NackResult:
-        models = _models(NackItem, _NACKS, items)
+        models = _models(lease_models.NackItem, _nacks(), items)
         return idempotency.answer_once(
-            self.ctx, keyed_call("nack", queue, idempotency_key, caller, body_fingerprint,
-                                 lambda: models_body(models)),
-            lambda: leases.nack(self.ctx, queue, models) if models else NackResult(),
-            NackResult)
+            self.ctx, idempotency.keyed_call("nack", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.nack(self.ctx, queue, models) if models
+            else lease_models.NackResult(), lease_models.NackResult)
 
     def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
                 *, idempotency_key: str | None = None, caller: Caller | None = None,
@@ -269,23 +298,25 @@ class Tierq(Deployment):
         """Give leased tasks back unfinished, without counting an attempt: each returns to
         its old place in line. ``ReleaseItem``s / ``{"id", "lease_token"}``, or the claimed
         tasks themselves."""
-        models = [i if isinstance(i, ReleaseItem | ClaimedTask) else ReleaseItem.model_validate(i)
-                  for i in items]
+        models = [i if isinstance(i, lease_models.ReleaseItem | lease_models.ClaimedTask)
+                  else lease_models.ReleaseItem.model_validate(i) for i in items]
         return idempotency.answer_once(
-            self.ctx, keyed_call("release", queue, idempotency_key, caller, body_fingerprint,
-                                 lambda: models_body(models)),
-            lambda: leases.release(self.ctx, queue, models) if models else ReleaseResult(),
-            ReleaseResult)
+            self.ctx, idempotency.keyed_call("release", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.release(self.ctx, queue, models) if models
+            else lease_models.ReleaseResult(), lease_models.ReleaseResult)
 
     def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
                   idempotency_key: str | None = None, caller: Caller | None = None,
                   body_fingerprint: bytes | None = None) -> HeartbeatResult:
-        models = _models(HeartbeatItem, _HEARTBEATS, items)
+        models = _models(lease_models.HeartbeatItem, _heartbeats(), items)
         return idempotency.answer_once(
-            self.ctx, keyed_call("heartbeat", queue, idempotency_key, caller, body_fingerprint,
-                                 lambda: models_body(models)),
-            lambda: leases.heartbeat(self.ctx, queue, models) if models else HeartbeatResult(),
-            HeartbeatResult)
+            self.ctx, idempotency.keyed_call("heartbeat", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.heartbeat(self.ctx, queue, models) if models
+            else lease_models.HeartbeatResult(), lease_models.HeartbeatResult)
 
     # -- tasks and dead letters ----------------------------------------------------------
 
@@ -301,8 +332,8 @@ class Tierq(Deployment):
 
     def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
                          all_dead: bool = False, tenant: str | None = None,
-                         max_items: int | None = dlq.SLICE_MAX_ITEMS,
-                         seconds: float | None = dlq.SLICE_SECONDS,
+                         max_items: int | None = SLICE_MAX_ITEMS,
+                         seconds: float | None = SLICE_SECONDS,
                          idempotency_key: str | None = None, caller: Caller | None = None,
                          body_fingerprint: bytes | None = None) -> ReplayResult:
         return shard_ops.replay_dead(self, queue, ids=ids, all_dead=all_dead, tenant=tenant,
@@ -312,8 +343,8 @@ class Tierq(Deployment):
 
     def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
                         all_dead: bool = False, tenant: str | None = None,
-                        max_items: int | None = dlq.SLICE_MAX_ITEMS,
-                        seconds: float | None = dlq.SLICE_SECONDS) -> PurgeResult:
+                        max_items: int | None = SLICE_MAX_ITEMS,
+                        seconds: float | None = SLICE_SECONDS) -> PurgeResult:
         return shard_ops.purge_dead(self, queue, ids=[UUID(str(i)) for i in ids],
                                     all_dead=all_dead, tenant=tenant, max_items=max_items,
                                     seconds=seconds)
@@ -389,7 +420,7 @@ class Tierq(Deployment):
         """One pass of maintenance job ``name`` under its config's budget and timeouts: the
         job's summary, as the one shard's entry."""
         summary = registry.job(name).run(self.ctx, self.job_config(name))
-        return JobRun(name, {DEFAULT_SHARD: summary})
+        return registry.JobRun(name, {DEFAULT_SHARD: summary})
 
     # -- cron schedules ------------------------------------------------------------------
 

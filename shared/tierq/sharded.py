@@ -51,7 +51,7 @@ from tierq.engine import Tierq
 from tierq.errors import DatabaseTimedOut, InvalidInput, NotFound, WarmTierUnavailable
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
-from tierq.logic import claim_replay, dlq, idempotency, shard_ops
+from tierq.logic import claim_replay, idempotency, shard_ops
 from tierq.logic.context import Clock, SystemClock
 from tierq.logic.homes import (
     SHARD_ERRORS,
@@ -77,7 +77,7 @@ from tierq.models import (
     TaskIn,
     TenantCounts,
 )
-from tierq.models.envelopes import PurgeResult, ReplayResult
+from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS, PurgeResult, ReplayResult
 from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.leases import (
     AckResult,
@@ -795,8 +795,8 @@ class ShardedTierq(Deployment):
 
     def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
                          all_dead: bool = False, tenant: str | None = None,
-                         max_items: int | None = dlq.SLICE_MAX_ITEMS,
-                         seconds: float | None = dlq.SLICE_SECONDS,
+                         max_items: int | None = SLICE_MAX_ITEMS,
+                         seconds: float | None = SLICE_SECONDS,
                          idempotency_key: str | None = None, caller: Caller | None = None,
                          body_fingerprint: bytes | None = None) -> ReplayResult:
         """Replay dead letters on the shards that hold them (``shard_ops.replay_dead``)."""
@@ -807,8 +807,8 @@ class ShardedTierq(Deployment):
 
     def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
                         all_dead: bool = False, tenant: str | None = None,
-                        max_items: int | None = dlq.SLICE_MAX_ITEMS,
-                        seconds: float | None = dlq.SLICE_SECONDS) -> PurgeResult:
+                        max_items: int | None = SLICE_MAX_ITEMS,
+                        seconds: float | None = SLICE_SECONDS) -> PurgeResult:
         """Delete dead letters on the shards that hold them (``shard_ops.purge_dead``)."""
         return shard_ops.purge_dead(self, queue, ids=ids, all_dead=all_dead, tenant=tenant,
                                     max_items=max_items, seconds=seconds)

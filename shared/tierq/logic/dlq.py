@@ -14,16 +14,16 @@ from tierq.logic import admission, flows
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
 from tierq.logic.tasks import view
+from tierq.models.envelopes import SLICE_MAX_ITEMS as SLICE_MAX_ITEMS
+from tierq.models.envelopes import SLICE_SECONDS as SLICE_SECONDS
 from tierq.models.tasks import TaskView
 
 REPLAY_BATCH = 1000
 PURGE_BATCH = 1000
 # What one request over every dead letter ("all") does at most before it answers with
-# "more": its ids stay far inside a Lambda response (about 41 bytes each as the runtime
-# writes them: 410 KB), and it answers long before the function's timeout.
-SLICE_MAX_ITEMS = 10_000
-SLICE_SECONDS = 5.0
-
+# "more" (SLICE_MAX_ITEMS, SLICE_SECONDS): its ids stay far inside a Lambda response (about
+# 41 bytes each as the runtime writes them: 410 KB), and it answers long before the
+# function's timeout.
 
 # The greatest id: with finished_at 'infinity', a position after every dead letter.
 LAST_ID = UUID(int=2**128 - 1)

@@ -18,7 +18,7 @@ from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
-from tierq.aws.http.models import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
+from tierq.aws.http.lease_bodies import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.ids import tenant_of_token
