@@ -22,7 +22,11 @@ from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
-from tierq.logic import tenant_limits
+
+# claim_replay (with the claim path and the leases): every request of this function runs
+# it, so it is imported at the cold start (and so in a SnapStart snapshot), not on the first
+# request's clock (tests/unit/test_cold_imports.py)
+from tierq.logic import claim_replay, tenant_limits  # noqa: F401
 from tierq.models import ClaimRequest
 from tierq.models.envelopes import ClaimResults
 
