@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -33,9 +33,28 @@ from tierq.dal.command_limit import (
     per_call,
 )
 from tierq.dal.direct_calls import DirectCalls
+from tierq.dal.lua_calls import (
+    Claim,
+    ClaimTake,
+    LeaseDrop,
+    LeaseExpired,
+    LeaseExtend,
+    LeaseIndex,
+    LuaCall,
+    Missing,
+    PushReady,
+    ReleaseLeases,
+    Remove,
+    RunningPage,
+    UpdateReady,
+    WarmLedger,
+    wire_float,
+)
+from tierq.dal.lua_calls import Claimed as Claimed  # (claims name it here)
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from tierq.dal.throughput import ThroughputCounts
@@ -94,9 +113,9 @@ class PairKeys:
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
-PUSH_TASKS_PER_CALL = per_call(3 + 6 + 10, 4)  # push_ready: 6 keys, 10 fixed, 4 per task
+PUSH_TASKS_PER_CALL = PushReady.items_per_call()
 IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
-MEMBERS_PER_CALL = per_call(3 + 4 + 1)  # lease_drop, release_leases: lease members
+MEMBERS_PER_CALL = ReleaseLeases.items_per_call()  # lease_drop, release_leases: members
 # running_page.lua: leases one call returns at most, and entries of `started` it reads at
 # most besides them (a call of 200 takes ~1 ms of Valkey; one of 1,000 took 15 ms)
 RUNNING_CALL_LEASES = 200
@@ -274,11 +293,6 @@ def split_member(member: str) -> tuple[str, str, int]:
 def claim_prefix(token: str) -> str:
     """The claim a token was issued by: the token up to its attempt."""
     return token[:token.rfind("~", 0, token.rfind("~")) + 1]
-
-
-# One claimed task as the claim script returns it: (id, attempt, lease token, task JSON), the
-# strings undecoded (bytes). A tuple, not an object: a claim hands out hundreds of them.
-Claimed = tuple[bytes, int, bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -489,6 +503,11 @@ class WarmTier:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self.run_script(self.scripts[name], keys, args)
 
+    def call(self, call: LuaCall[R]) -> R:
+        """Run one typed script call (dal/lua_calls.py) and parse its reply."""
+        keys, args = call.build()
+        return call.parse(self.run_script(self.scripts[call.SCRIPT], keys, args))
+
     def run_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script registered on this tier's client, on the master of its keys' slot;
         ``WarmTierUnavailable`` / ``WarmTierFull`` when Valkey cannot answer."""
@@ -578,22 +597,14 @@ class WarmTier:
         if len(items) > PUSH_TASKS_PER_CALL:
             raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
                              "per call")
-        k = PairKeys.of(queue, tenant)
-        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes, since_ms,
-                           share.bound, share.grant, share.charge, share.keep]
-        for _, at, _ in items:  # score, member pairs (for ZADD), then id, blob (HSET)
-            args += at
-        for task_id, _, blob in items:
-            args += (task_id, blob)
-        out = self._run("push_ready",
-                        (k.ready, k.data, k.meta, k.inflight, k.leased, k.lease_of), args)
-        mode = _s(out[0])
-        if mode == "late":
+        out = self.call(PushReady(
+            PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
+            since_ms, share.bound, share.grant, share.charge, share.keep,
+            [(at[0], at[1], task_id, blob) for task_id, at, blob in items]))
+        if out.mode == "late":
             raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
                            "after the reconciler took its rows over")
-        if mode == "allot":
-            return PushOutcome(mode, [], short=int(out[1]))
-        return PushOutcome(mode, [_s(x) for x in out[2:]], given_back=int(out[1]))
+        return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short)
 
     # -- a tenant's share of the warm tier (logic/tenant_budget.py) --------------------------
 
@@ -601,19 +612,17 @@ class WarmTier:
                     now_ms: int) -> int:
         """Take up to ``want`` bytes of the tenant's bound for the pair (queue, tenant)
         from its ledger (lua/warm_ledger.lua); returns the bytes granted."""
-        out = self._run("warm_ledger", (TenantKeys.of(tenant).warm,),
-                        ("take", queue, want, bound, now_ms, 0, 0))
-        return int(out[0])
+        return self.call(WarmLedger(TenantKeys.of(tenant), "take", queue, want, bound,
+                                    now_ms, 0, 0)).amount
 
     def ledger_set(self, tenant: str, queue: str, *, allot: int | None, freed: int,
                    now_ms: int, quiet_ms: int) -> int:
         """Tell the ledger the pair's allotment is ``allot`` after a shrink that freed
         ``freed`` (lua/warm_ledger.lua 'set'; None: only lower the entry by ``freed``);
         returns the ledger's total after."""
-        out = self._run("warm_ledger", (TenantKeys.of(tenant).warm,),
-                        ("set", queue, "" if allot is None else allot, 0, now_ms, quiet_ms,
-                         freed))
-        return int(out[1])
+        return self.call(WarmLedger(TenantKeys.of(tenant), "set", queue,
+                                    "" if allot is None else allot, 0, now_ms, quiet_ms,
+                                    freed)).total
 
     def ledger_total(self, tenant: str) -> int:
         """The bytes the tenant's pairs hold allotted, as its ledger counts them."""
@@ -750,26 +759,22 @@ class WarmTier:
         Returns (ready left, mode, claimed, retry_after_ms, granted): retry_after_ms is
         when more may be had, 0 when the limits did not cut the claim; granted is what
         ``take`` granted (-1 without one)."""
-        k = PairKeys.of(queue, tenant)
-        per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
-        keys: tuple[str, ...] = (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket,
-                                 k.lease_of, k.started)
-        args: tuple[Any, ...] = (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
-                                 "strict" if strict else "", per_task_bytes,
-                                 tenant_max_leased, repr(float(per_second)), burst, first_k)
+        riding: ClaimTake | None = None
         if take is not None:
             if not self.single_server:
                 raise ValueError("a queue-wide take rides in a pair's claim on a single "
                                  "server only (its keys are in another slot)")
             q_second, q_burst = take.rate if take.rate is not None else (0.0, 0)
-            keys += (QueueKeys.held(take.queue, take.pool),
-                     QueueKeys.counts(take.queue, take.pool), QueueKeys.of(take.queue).bucket)
-            args += (take.want, take.holder, take.max_held, repr(float(q_second)), q_burst,
-                     take.shares)
-        out = self._run("claim", keys, args)
-        claimed: list[Claimed] = list(zip(out[4::4], out[5::4], out[6::4], out[7::4],
-                                          strict=True))
-        return int(out[0]), _s(out[1]), claimed, int(out[2]), int(out[3])
+            riding = ClaimTake(QueueKeys.held(take.queue, take.pool),
+                               QueueKeys.counts(take.queue, take.pool),
+                               QueueKeys.of(take.queue).bucket, take.want, take.holder,
+                               take.max_held, wire_float(q_second), q_burst, take.shares)
+        out = self.call(Claim(
+            PairKeys.of(queue, tenant), n, now_ms, lease_ms, token_prefix, worker,
+            max_bytes=max_bytes, strict=strict, per_task_bytes=per_task_bytes,
+            tenant_max_leased=tenant_max_leased, tenant_rate=tenant_rate, first_k=first_k,
+            take=riding))
+        return out.left, out.mode, out.claimed, out.retry_after_ms, out.granted
 
     # -- limits: queue-wide capacity (lua/capacity_pool.lua) --------------------------------
 
@@ -911,26 +916,27 @@ class WarmTier:
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
-        keys = (k.leased, k.lease_of, k.claims, k.started)
-        *before, last = chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL)
+        *before, last = chunks(list(dict.fromkeys(members)), LeaseDrop.items_per_call())
         dropped = 0
         for part in before:  # (more than one call holds: the earlier parts on their own)
-            dropped += int(self._run("lease_drop", keys, part))
+            dropped += self.call(LeaseDrop(k, part))
         after: list[tuple[Any, ...]] = []
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
+        drop = LeaseDrop(k, last)
         if acked <= 0 and not after:
-            dropped += int(self._run("lease_drop", keys, last))
+            dropped += self.call(drop)
             self._then(then)
             return dropped
         counts, notes = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
             else ([], [])
-        drop = ("EVALSHA", self.scripts["lease_drop"].sha, len(keys), *keys, *last)
-        replies = self.pipeline([drop, *counts, *after])
+        keys, args = drop.build()
+        replies = self.pipeline([("EVALSHA", self.scripts[drop.SCRIPT].sha, len(keys), *keys,
+                                  *args), *counts, *after])
         first = replies[0]
         if isinstance(first, NoScriptError):
-            first = self._run("lease_drop", keys, last)  # (Valkey lost its scripts: loaded)
+            first = self.call(drop)  # (Valkey lost its scripts: loaded)
         if after:
             end, replies = replies[-1], replies[:-1]
             if isinstance(end, NoScriptError):
@@ -942,7 +948,7 @@ class WarmTier:
                 raise first
         if not after:
             self._then(then)
-        return dropped + int(first)
+        return dropped + drop.parse(first)
 
     def _then(self, call: ScriptCall | None) -> None:
         """``release``'s script after the drop, on its own; best-effort: what it would have
@@ -965,10 +971,8 @@ class WarmTier:
             return set()
         k = PairKeys.of(queue, tenant)
         taken: set[str] = set()
-        for part in chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL):
-            taken.update(_s(m) for m in self._run(
-                "release_leases", (k.leased, k.lease_of, k.claims, k.started),
-                (now_ms, *part)))
+        for part in chunks(list(dict.fromkeys(members)), ReleaseLeases.items_per_call()):
+            taken.update(self.call(ReleaseLeases(k, now_ms, part)))
         return taken
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
@@ -976,19 +980,15 @@ class WarmTier:
         """New deadline (ms) per (id, token, extend_ms), or 0 when not owned / expired."""
         k = PairKeys.of(queue, tenant)
         out: list[int] = []
-        for part in chunks(leases, per_call(3 + 1 + 1, 2)):
-            args: list[Any] = [now_ms]
-            for task_id, token, extend_ms in part:
-                args.extend((lease_member(task_id, token), extend_ms))
-            out += (int(x) for x in self._run("lease_extend", (k.leased,), args))
+        for part in chunks(leases, LeaseExtend.items_per_call()):
+            out += self.call(LeaseExtend(k, now_ms, [
+                (lease_member(task_id, token), extend_ms) for task_id, token, extend_ms in part]))
         return out
 
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
         """(id, token, attempt) of leases past their deadline, oldest first."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("lease_expired", (k.leased,), (now_ms, limit))
-        return [split_member(_s(m)) for m in out]
+        return self.call(LeaseExpired(PairKeys.of(queue, tenant), now_ms, limit))
 
     def missing(self, queue: str, tenant: str, ids: Sequence[str], *, fence_ms: int,
                 cursor: str | None = None) -> list[str] | None:
@@ -1000,16 +1000,15 @@ class WarmTier:
         reconciler's cursor to keep in the pair's meta (``reconcile_cursor``; '' forgets
         it)."""
         k = PairKeys.of(queue, tenant)
-        keys = (k.data, k.leased, k.lease_of, k.meta)
         parts = list(chunks(ids, IDS_PER_CALL)) or [[]]
         found: list[str] = []
         for i, part in enumerate(parts):
             # ('' leaves the kept cursor as it is, '0' forgets it: lua/missing.lua)
             keep = "" if cursor is None or i < len(parts) - 1 else (cursor or "0")
-            out = self._run("missing", keys, (fence_ms, keep, *part))
-            if _s(out[0]) == "indexing":
+            out = self.call(Missing(k, fence_ms, keep, part))
+            if out is None:
                 return None
-            found += (_s(x) for x in out[1:])
+            found += out
         return found
 
     def reconcile_cursor(self, queue: str, tenant: str) -> str:
@@ -1023,11 +1022,7 @@ class WarmTier:
         """Complete the pair's lease index for leases made by a tierq that kept none
         (lua/lease_index.lua), at most ``slices`` slices; whether it is complete."""
         k = PairKeys.of(queue, tenant)
-        for _ in range(slices):
-            if int(self._run("lease_index", (k.leased, k.lease_of, k.claims, k.meta),
-                             (LEASE_INDEX_SLICE,))):
-                return True
-        return False
+        return any(self.call(LeaseIndex(k, LEASE_INDEX_SLICE)) for _ in range(slices))
 
     def remove(self, queue: str, tenant: str, places: Sequence[Place]) -> int:
         """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
@@ -1035,9 +1030,7 @@ class WarmTier:
         how many were waiting or leased."""
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
-        return sum(int(self._run("remove", (k.ready, k.data, k.leased, k.meta, k.lease_of,
-                                            k.claims, k.started), part))
-                   for part in chunks(members, IDS_PER_CALL))
+        return sum(self.call(Remove(k, part)) for part in chunks(members, IDS_PER_CALL))
 
     def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
         """Remove these tasks (their ready-set places) only while they wait in the ready set
@@ -1054,12 +1047,9 @@ class WarmTier:
         ``WarmTierFull`` when Valkey is out of memory (nothing was changed)."""
         k = PairKeys.of(queue, tenant)
         found = 0
-        # EVALSHA sha 3, 3 keys, warm_max_bytes; then member, score, blob per task
-        for part in chunks(items, per_call(3 + 3 + 1, 3)):
-            args: list[Any] = [warm_max_bytes]
-            for _, at, blob in part:
-                args += (at.member, at.score, blob)
-            found += int(self._run("update_ready", (k.ready, k.data, k.meta), args))
+        for part in chunks(items, UpdateReady.items_per_call()):
+            found += self.call(UpdateReady(k, warm_max_bytes,
+                                           [(at.member, at.score, blob) for _, at, blob in part]))
         return found
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
@@ -1199,22 +1189,12 @@ class WarmTier:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, RUNNING_CALL_LEASES)
-        k = PairKeys.of(queue, tenant)
-        after_ms, after_id = ("", "") if after is None else (str(after[0]), after[1])
-        out = self._run("running_page", (k.started, k.lease_of, k.leased, k.claims),
-                        (after_ms, after_id, limit, limit + RUNNING_SCAN_SLACK))
-        state, last_ms, last_id = _s(out[0]), _s(out[1]), _s(out[2])
-        leases = []
-        for i in range(3, len(out), 5):
-            task_id, token = _s(out[i]), _s(out[i + 1])
-            record = _s(out[i + 4])
-            worker = record.partition("|")[2] if record else ""
-            leases.append(LeaseInfo(task_id, token, attempt_of_token(token) or 0,
-                                    int(float(out[i + 3])), worker or None,
-                                    int(float(out[i + 2]))))
-        if state == "end" or not last_ms:
-            return leases, None
-        return leases, (int(float(last_ms)), last_id)
+        page, last = self.call(RunningPage(PairKeys.of(queue, tenant), after, limit,
+                                           limit + RUNNING_SCAN_SLACK))
+        leases = [LeaseInfo(lease.id, lease.token, attempt_of_token(lease.token) or 0,
+                            lease.started_ms, lease.record.partition("|")[2] or None,
+                            lease.deadline_ms) for lease in page]
+        return leases, last
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         """The task's current lease, found by its id (lua/lease_of.lua: three lookups);
