@@ -8,28 +8,52 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tierq.core.ordering import place
 from tierq.dal.lua_calls import (
     CALLS,
+    AdmissionBegin,
+    AdmissionEnd,
+    AdmissionMode,
+    AllotShrink,
+    CapacityExtend,
+    CapacityFree,
+    CapacityReply,
+    CapacityUse,
     Claim,
     ClaimReply,
     ClaimTake,
+    GoCold,
     LeaseDrop,
     LeaseExpired,
     LeaseExtend,
     LeaseIndex,
+    LeaseOf,
+    LeaseOfReply,
     LedgerReply,
+    LongPolls,
     LuaCall,
     Missing,
+    ModeReply,
+    PollKey,
+    PoolKeys,
     PushReady,
     PushReply,
+    QueueCapacity,
+    ReadyTenantsNote,
     ReleaseLeases,
     Remove,
+    RemoveReady,
     RunningLease,
     RunningPage,
+    StatsReply,
+    TenantRequests,
+    TierStats,
     UpdateReady,
+    UseCounts,
+    UseKeys,
     WarmLedger,
     wire_float,
 )
@@ -48,7 +72,7 @@ def run(warm: WarmTier, call: LuaCall[R]) -> R:
     extra = call.extra() is not None
     assert len(keys) == len(call.KEYS) + (len(call.EXTRA_KEYS) if extra else 0)
     fixed = len(call.ARGS) + (len(call.EXTRA_ARGS) if extra else 0)
-    assert len(args) == fixed + len(call.ITEM) * len(call.items)
+    assert len(args) == fixed + (1 if call.GROUPED else len(call.ITEM)) * len(call.items)
     return warm.call(call)
 
 
@@ -258,6 +282,156 @@ def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:
     assert text(valkey.hget(ledger.warm, "~total")) == "60"
 
 
+def allot_shrink_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(2), bound="strict", grant=10**6, charge=10, keep=10**7)
+    usage = kept_usage(valkey, k, 10)
+    assert int(valkey.hget(k.meta, "allot")) == 10**6
+    assert run(warm, AllotShrink(k, 10, 5)) == (10**6 - usage - 5, usage + 5)
+    assert int(valkey.hget(k.meta, "allot")) == usage + 5
+
+
+def admission_begin_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    assert run(warm, AdmissionBegin(k, NOW, "a1")) == "warm"
+    assert valkey.zcard(k.inflight) == 0  # only a cold admission is in flight
+    assert run(warm, AdmissionBegin(k, NOW + 1, "a2", force_cold=True)) == "cold"
+    assert valkey.zscore(k.inflight, "a2") == NOW + 1
+    assert text(valkey.hget(k.meta, "mode")) == "cold"
+
+
+def go_cold_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    assert run(warm, GoCold(k, NOW, "a1")) == "cold"
+    assert valkey.zscore(k.inflight, "a1") == NOW
+    assert valkey.hmget(k.meta, "mode", "epoch") == [b"cold", b"1"]
+
+
+def admission_end_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    run(warm, GoCold(k, NOW, "a1"))
+    assert run(warm, AdmissionEnd(k, "a1")) == 1
+    assert run(warm, AdmissionEnd(k, "a1")) == 0
+    assert valkey.zcard(k.inflight) == 0
+
+
+def admission_mode_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(1))
+    run(warm, GoCold(k, NOW, "a1"))
+    seen = run(warm, AdmissionMode(k, "observe", NOW + 1, 10_000, 100, "", 10**6))
+    ready_bytes = int(valkey.hget(k.meta, "bytes"))
+    assert seen == ModeReply("cold", "1", 1, 1, False, ready_bytes)
+    # the admission in flight is stale after stale_ms: dropped, and the flip goes through
+    flipped = run(warm, AdmissionMode(k, "flip", NOW + 20, 10, 100, "1", 10**6))
+    assert flipped == ModeReply("warm", "1", 0, 1, True, ready_bytes)
+    assert text(valkey.hget(k.meta, "mode")) == "warm"
+    refused = run(warm, AdmissionMode(k, "flip", NOW + 20, 10, 1, "1", 10**6))
+    assert refused.flipped is False and refused.mode == "warm"
+
+
+def tier_stats_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(3))
+    claim(warm, k, 1)
+    assert run(warm, TierStats(k)) == StatsReply(2, 1, "warm", int(valkey.hget(k.meta, "bytes")))
+
+
+def lease_of_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(2)
+    push(warm, k, task_ids)
+    claim(warm, k, 1)
+    assert run(warm, LeaseOf(k, task_ids[0])) == LeaseOfReply(f"{PREFIX}1~1", NOW + LEASE,
+                                                              f"{NOW}|w9")
+    assert run(warm, LeaseOf(k, task_ids[1])) is None
+
+
+def remove_ready_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(3)
+    push(warm, k, task_ids)
+    claim(warm, k, 1)
+    members = [place(0, i + 1, t).member for i, t in enumerate(task_ids)]
+    assert run(warm, RemoveReady(k, members[:2])) == task_ids[1:2]  # the first is leased
+    assert valkey.zcard(k.ready) == 1 and valkey.zcard(k.leased) == 1
+
+
+def ready_tenants_note_scenario(warm: WarmTier, valkey: Any) -> None:
+    index = QueueKeys.ready_tenants(f"rt{uuid.uuid4().hex[:8]}")
+    assert run(warm, ReadyTenantsNote(Index(index), ["b", "a"])) == 2
+    assert run(warm, ReadyTenantsNote(Index(index), ["a", "c"])) == 1
+    assert valkey.zrange(index, 0, -1) == [b"a", b"b", b"c"]
+
+
+@dataclass(frozen=True)
+class Index:
+    index: str
+
+
+def pool_of(queue: str) -> PoolKeys:
+    return PoolKeys(QueueKeys.held(queue, "leases"), QueueKeys.counts(queue, "leases"),
+                    QueueKeys.of(queue).bucket)
+
+
+def queue_capacity_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    taken = run(warm, QueueCapacity(keys, 5, NOW, NOW + LEASE, "h~", 3, None))
+    assert taken == CapacityReply(3, taken.retry_after_ms, 3) and taken.retry_after_ms > 0
+    assert valkey.zscore(keys.pool, "h~") == NOW + LEASE
+    # give back what the take did not use: its units past the first one
+    back = run(warm, QueueCapacity(keys, 0, NOW, NOW + LEASE, "h~", 3, None, 0, 1))
+    assert (back.taken, back.held) == (0, 1)
+    rated = run(warm, QueueCapacity(keys, 5, NOW, NOW + LEASE, "r~", 0, (1.0, 2)))
+    assert (rated.taken, rated.held) == (2, 0) and rated.retry_after_ms > 0
+
+
+def capacity_free_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    run(warm, QueueCapacity(keys, 3, NOW, NOW + LEASE, "h~", 10, None))
+    assert run(warm, CapacityFree(keys, ["h~", 2, 1, 3])) == 2
+    assert run(warm, CapacityFree(keys, ["h~", 2, 1, 2])) == 1  # unit 1 went back already
+    assert not valkey.exists(keys.pool) or valkey.zcard(keys.pool) == 0
+
+
+def capacity_extend_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    run(warm, QueueCapacity(keys, 2, NOW, NOW + LEASE, "h~", 10, None))
+    out = run(warm, CapacityExtend(keys, NOW + 1, ["h~", NOW + 9_000, 2, 1, 2,
+                                                   "x~", NOW + 9_000, 1, 1]))
+    assert out == [NOW + 9_000, NOW + 9_000, 0]
+    assert valkey.zscore(keys.pool, "h~") == NOW + 9_000
+
+
+def capacity_use_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    run(warm, QueueCapacity(keys, 2, NOW, NOW + LEASE, "h~", 10, None))
+    use = UseKeys(keys.pool, keys.bucket)
+    assert run(warm, CapacityUse(use, NOW + 1, None, UseCounts(keys.counts))) == (2, None)
+    assert run(warm, CapacityUse(use, NOW + LEASE, None, UseCounts(keys.counts))) == (0, None)
+    _, k = new_pair(valkey)
+    push(warm, k, ids(1))
+    claim(warm, k, 1)
+    held, tokens = run(warm, CapacityUse(UseKeys(k.leased, k.bucket), NOW + 1, (1.0, 7)))
+    assert held == 1 and tokens == 7.0  # a missing bucket is full
+
+
+def tenant_requests_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = TenantKeys.of(f"rt{uuid.uuid4().hex[:8]}")
+    assert run(warm, TenantRequests(keys, 0.5, 2)) == 0
+    assert run(warm, TenantRequests(keys, 0.5, 2)) == 0
+    retry = run(warm, TenantRequests(keys, 0.5, 2))
+    assert 0 < retry <= 2_000
+    assert 0 < valkey.pttl(keys.requests) <= 2 * 2_000 + 1_000
+
+
+def long_polls_scenario(warm: WarmTier, valkey: Any) -> None:
+    key = TenantKeys.of(f"rt{uuid.uuid4().hex[:8]}").polls
+    assert run(warm, LongPolls(PollKey(key), 1, "p1", 30_000)) is True
+    assert run(warm, LongPolls(PollKey(key), 1, "p2", 30_000)) is False
+    assert valkey.zrange(key, 0, -1) == [b"p1"] and 0 < valkey.pttl(key) <= 30_000
+
+
 SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     Claim: claim_scenario,
     PushReady: push_ready_scenario,
@@ -271,5 +445,20 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     Missing: missing_scenario,
     Remove: remove_scenario,
     WarmLedger: warm_ledger_scenario,
+    AllotShrink: allot_shrink_scenario,
+    AdmissionBegin: admission_begin_scenario,
+    GoCold: go_cold_scenario,
+    AdmissionEnd: admission_end_scenario,
+    AdmissionMode: admission_mode_scenario,
+    TierStats: tier_stats_scenario,
+    LeaseOf: lease_of_scenario,
+    RemoveReady: remove_ready_scenario,
+    ReadyTenantsNote: ready_tenants_note_scenario,
+    QueueCapacity: queue_capacity_scenario,
+    CapacityFree: capacity_free_scenario,
+    CapacityExtend: capacity_extend_scenario,
+    CapacityUse: capacity_use_scenario,
+    TenantRequests: tenant_requests_scenario,
+    LongPolls: long_polls_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

@@ -26,8 +26,12 @@ def highest(code: str, table: str) -> int:
     return max((int(n) for n in re.findall(rf"\b{table}\[(\d+)\]", code)), default=0)
 
 
-def reads_items_from(code: str, start: int, width: int) -> bool:
-    """Whether the script reads its items from ``ARGV[start]`` on, ``width`` at a time."""
+def reads_items_from(code: str, start: int, width: int, grouped: bool = False) -> bool:
+    """Whether the script reads its items from ``ARGV[start]`` on, ``width`` at a time
+    (``grouped``: groups of their own length)."""
+    if grouped:
+        return re.search(rf"pool_groups\(ARGV, {start}\)|local i = {start}\s+while i <= #ARGV",
+                         code) is not None
     step = "" if width == 1 else rf",\s*{width}"
     if re.search(rf"for \w+ = {start}, #ARGV{step}\s+do", code):
         return True
@@ -46,7 +50,7 @@ def test_a_call_declares_the_keys_and_arguments_its_script_reads(call: type[LuaC
     fixed = len(call.ARGS) + len(call.EXTRA_ARGS)
     assert highest(code, "ARGV") == fixed
     if call.ITEM:
-        assert reads_items_from(code, fixed + 1, len(call.ITEM)), (
+        assert reads_items_from(code, fixed + 1, len(call.ITEM), call.GROUPED), (
             f"{call.SCRIPT}.lua does not read items of {len(call.ITEM)} from ARGV[{fixed + 1}]")
     else:
         assert "#ARGV" not in code
@@ -56,7 +60,8 @@ def test_a_call_declares_the_keys_and_arguments_its_script_reads(call: type[LuaC
 def test_a_bulk_call_fits_the_argument_limit(call: type[LuaCall[object]]):
     fixed = 3 + len(call.KEYS) + len(call.EXTRA_KEYS) + len(call.ARGS) + len(call.EXTRA_ARGS)
     n = call.items_per_call()
-    assert fixed + n * len(call.ITEM) <= CALL_ARGS < fixed + (n + 1) * len(call.ITEM)
+    width = 1 if call.GROUPED else len(call.ITEM)
+    assert fixed + n * width <= CALL_ARGS < fixed + (n + 1) * width
 
 
 def test_a_call_refuses_an_item_of_the_wrong_width():

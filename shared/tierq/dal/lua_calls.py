@@ -10,6 +10,7 @@ Each class states what its script (``lua/<SCRIPT>.lua``) reads, by name and in o
 | ``ITEM``        | what each item adds after them (bulk scripts), in that order      |
 | ``EXTRA_KEYS``  | keys that follow ``KEYS`` only when the call has them (``extra``) |
 | ``EXTRA_ARGS``  | arguments that follow ``ARGS`` only then                          |
+| ``GROUPED``     | the items are groups of their own length (``ITEM``: their head)   |
 
 ``build()`` returns (keys, args) and ``parse(reply)`` the typed result; ``items_per_call``
 sizes a bulk call within ElastiCache Serverless's argument limit (dal/command_limit.py).
@@ -55,6 +56,7 @@ class LuaCall(Generic[R]):
     ITEM: ClassVar[tuple[str, ...]] = ()
     EXTRA_KEYS: ClassVar[tuple[str, ...]] = ()
     EXTRA_ARGS: ClassVar[tuple[str, ...]] = ()
+    GROUPED: ClassVar[bool] = False
 
     on: Any
     items: Sequence[Any] = ()
@@ -77,7 +79,7 @@ class LuaCall(Generic[R]):
     def item_args(self) -> list[Any]:
         """The items' arguments, each item's ``ITEM`` fields in turn."""
         width = len(self.ITEM)
-        if width == 1:  # (an item of one field is the value itself)
+        if width == 1 or self.GROUPED:  # (the items are the arguments themselves)
             return list(self.items)
         out: list[Any] = []
         for item in self.items:
@@ -93,9 +95,10 @@ class LuaCall(Generic[R]):
     @classmethod
     def items_per_call(cls) -> int:
         """How many items one call of the script takes (EVALSHA, its sha and key count,
-        the keys and fixed arguments, then ``ITEM`` per item)."""
+        the keys and fixed arguments, then ``ITEM`` per item); for ``GROUPED`` items, how
+        many of their arguments."""
         fixed = 3 + len(cls.KEYS) + len(cls.EXTRA_KEYS) + len(cls.ARGS) + len(cls.EXTRA_ARGS)
-        return per_call(fixed, max(1, len(cls.ITEM)))
+        return per_call(fixed, 1 if cls.GROUPED else max(1, len(cls.ITEM)))
 
 
 # -- claims ---------------------------------------------------------------------------------
@@ -470,7 +473,398 @@ class WarmLedger(LuaCall[LedgerReply]):
         return LedgerReply(int(reply[0]), int(reply[1]))
 
 
+@dataclass(frozen=True)
+class AllotShrink(LuaCall[tuple[int, int]]):
+    """Lower a pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua): (bytes
+    freed, allotment after)."""
+
+    SCRIPT: ClassVar[str] = "allot_shrink"
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased")
+    ARGS: ClassVar[tuple[str, ...]] = ("charge", "keep")
+
+    on: Any
+    charge: int
+    keep: int
+
+    def parse(self, reply: Any) -> tuple[int, int]:
+        return int(reply[0]), int(reply[1])
+
+
+# -- admission modes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmissionBegin(LuaCall[str]):
+    """Register an admission in flight and answer the pair's mode (lua/admission_begin.lua);
+    ``force_cold`` turns the pair cold first."""
+
+    SCRIPT: ClassVar[str] = "admission_begin"
+    KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token", "force_word")
+
+    on: Any
+    now_ms: int
+    token: str
+    force_cold: bool = False
+
+    @property
+    def force_word(self) -> str:
+        return "force_cold" if self.force_cold else ""
+
+    def parse(self, reply: Any) -> str:
+        return text(reply)
+
+
+@dataclass(frozen=True)
+class GoCold(LuaCall[str]):
+    """Turn the pair cold and register an admission in flight (lua/go_cold.lua)."""
+
+    SCRIPT: ClassVar[str] = "go_cold"
+    KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token")
+
+    on: Any
+    now_ms: int
+    token: str
+
+    def parse(self, reply: Any) -> str:
+        return text(reply)
+
+
+@dataclass(frozen=True)
+class AdmissionEnd(LuaCall[int]):
+    """End an admission in flight (lua/admission_end.lua): 1 when it was registered."""
+
+    SCRIPT: ClassVar[str] = "admission_end"
+    KEYS: ClassVar[tuple[str, ...]] = ("inflight",)
+    ARGS: ClassVar[tuple[str, ...]] = ("token",)
+
+    on: Any
+    token: str
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True)
+class ModeReply:
+    """What admission_mode.lua answers."""
+
+    mode: str
+    epoch: str
+    inflight: int
+    ready: int
+    flipped: bool
+    ready_bytes: int
+
+
+@dataclass(frozen=True)
+class AdmissionMode(LuaCall[ModeReply]):
+    """Observe a pair's mode, or flip it back to warm when it may (lua/admission_mode.lua)."""
+
+    SCRIPT: ClassVar[str] = "admission_mode"
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "meta", "inflight", "data")
+    ARGS: ClassVar[tuple[str, ...]] = ("op", "now_ms", "stale_ms", "warm_max",
+                                       "expected_epoch", "warm_max_bytes")
+
+    on: Any
+    op: str
+    now_ms: int
+    stale_ms: int
+    warm_max: int
+    expected_epoch: str
+    warm_max_bytes: int
+
+    def parse(self, reply: Any) -> ModeReply:
+        return ModeReply(text(reply[0]), text(reply[1]), int(reply[2]), int(reply[3]),
+                         bool(reply[4]), int(reply[5]))
+
+
+@dataclass(frozen=True)
+class StatsReply:
+    """What tier_stats.lua answers: tasks ready and leased, the mode, the bytes counted."""
+
+    ready: int
+    leased: int
+    mode: str
+    ready_bytes: int
+
+
+@dataclass(frozen=True)
+class TierStats(LuaCall[StatsReply]):
+    """A pair's counts and mode (lua/tier_stats.lua)."""
+
+    SCRIPT: ClassVar[str] = "tier_stats"
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "leased", "meta")
+
+    on: Any
+
+    def parse(self, reply: Any) -> StatsReply:
+        return self.parse_reply(reply)
+
+    @staticmethod
+    def parse_reply(reply: Any) -> StatsReply:
+        """The reply parsed without a call at hand (a pipeline's replies)."""
+        return StatsReply(int(reply[0]), int(reply[1]), text(reply[2]), int(reply[3]))
+
+
+# -- a task's lease and waiting tasks -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseOfReply:
+    """A task's lease as lease_of.lua finds it: token, deadline (0: the reaper is expiring
+    it), the claim's record ('' when none)."""
+
+    token: str
+    deadline_ms: int
+    record: str
+
+
+@dataclass(frozen=True)
+class LeaseOf(LuaCall[LeaseOfReply | None]):
+    """The lease a task holds, by its id (lua/lease_of.lua); None when none."""
+
+    SCRIPT: ClassVar[str] = "lease_of"
+    KEYS: ClassVar[tuple[str, ...]] = ("lease_of", "leased", "claims")
+    ARGS: ClassVar[tuple[str, ...]] = ("id",)
+
+    on: Any
+    id: str
+
+    def parse(self, reply: Any) -> LeaseOfReply | None:
+        if not reply:
+            return None
+        return LeaseOfReply(text(reply[0]), int(float(reply[1])), text(reply[2]))
+
+
+@dataclass(frozen=True)
+class RemoveReady(LuaCall[list[str]]):
+    """Remove tasks (their ready-set members) only while they wait (lua/remove_ready.lua);
+    answers the ids removed."""
+
+    SCRIPT: ClassVar[str] = "remove_ready"
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta")
+    ITEM: ClassVar[tuple[str, ...]] = ("member",)
+
+    on: Any
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> list[str]:
+        return [text(x) for x in reply]
+
+
+@dataclass(frozen=True)
+class ReadyTenantsNote(LuaCall[int]):
+    """Enter tenants in a queue's ready-tenant index (lua/ready_tenants_note.lua); answers
+    how many were new. ``on``: an object whose ``index`` is the index's key."""
+
+    SCRIPT: ClassVar[str] = "ready_tenants_note"
+    KEYS: ClassVar[tuple[str, ...]] = ("index",)
+    ITEM: ClassVar[tuple[str, ...]] = ("tenant",)
+
+    on: Any
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+# -- queue-wide capacity (lua/capacity_pool.lua) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolKeys:
+    """The keys of one capacity pool of a queue and the queue's token bucket."""
+
+    pool: str
+    counts: str
+    bucket: str
+
+
+@dataclass(frozen=True)
+class CapacityReply:
+    """What queue_capacity.lua answers: units taken, when asking again is worth it (ms) and
+    the pool's units held after."""
+
+    taken: int
+    retry_after_ms: int
+    held: int
+
+
+@dataclass(frozen=True)
+class QueueCapacity(LuaCall[CapacityReply]):
+    """Take a queue's capacity, or give back what a take did not use (``want`` 0), in the
+    queue's slot (lua/queue_capacity.lua)."""
+
+    SCRIPT: ClassVar[str] = "queue_capacity"
+    KEYS: ClassVar[tuple[str, ...]] = ("pool", "counts", "bucket")
+    ARGS: ClassVar[tuple[str, ...]] = ("want", "now_ms", "deadline_ms", "holder", "max_held",
+                                       "per_second", "burst", "give_back_tokens",
+                                       "give_back_past_arg")
+
+    on: PoolKeys
+    want: int
+    now_ms: int
+    deadline_ms: int
+    holder: str
+    max_held: int
+    rate: tuple[float, int] | None
+    give_back_tokens: int = 0
+    give_back_past: int | None = None
+
+    @property
+    def per_second(self) -> str:
+        return wire_float(self.rate[0] if self.rate else 0.0)
+
+    @property
+    def burst(self) -> int:
+        return self.rate[1] if self.rate else 0
+
+    @property
+    def give_back_past_arg(self) -> int | str:
+        return "" if self.give_back_past is None else self.give_back_past
+
+    def parse(self, reply: Any) -> CapacityReply:
+        return CapacityReply(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+@dataclass(frozen=True)
+class CapacityFree(LuaCall[int]):
+    """Give reservation units back, each at most once (lua/capacity_free.lua): ``items``
+    are groups ``holder, m, k1 .. km`` (``warm_tier.unit_groups``); answers how many were
+    given back."""
+
+    SCRIPT: ClassVar[str] = "capacity_free"
+    KEYS: ClassVar[tuple[str, ...]] = ("pool", "counts")
+    ITEM: ClassVar[tuple[str, ...]] = ("holder", "count", "unit")
+    GROUPED: ClassVar[bool] = True
+
+    on: Any
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True)
+class CapacityExtend(LuaCall[list[int]]):
+    """Move reservation units on (lua/capacity_extend.lua): ``items`` are groups
+    ``holder, deadline_ms, m, k1 .. km``; answers each unit's deadline after (0: not
+    held), in the order given."""
+
+    SCRIPT: ClassVar[str] = "capacity_extend"
+    KEYS: ClassVar[tuple[str, ...]] = ("pool", "counts")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
+    ITEM: ClassVar[tuple[str, ...]] = ("holder", "deadline_ms", "count", "unit")
+    GROUPED: ClassVar[bool] = True
+
+    on: Any
+    now_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> list[int]:
+        return [int(x) for x in reply]
+
+
+@dataclass(frozen=True)
+class UseKeys:
+    """What capacity_use.lua reads: a set of holdings by deadline and a token bucket."""
+
+    held: str
+    bucket: str
+
+
+@dataclass(frozen=True)
+class UseCounts:
+    """A pool's counts hash, read with its pool (capacity_use.lua KEYS 3)."""
+
+    counts: str
+
+
+@dataclass(frozen=True)
+class CapacityUse(LuaCall[tuple[int, float | None]]):
+    """How much of a limit is in use (lua/capacity_use.lua): the holdings whose deadline
+    is ahead, and the bucket's tokens now (None without a rate); changes nothing."""
+
+    SCRIPT: ClassVar[str] = "capacity_use"
+    KEYS: ClassVar[tuple[str, ...]] = ("held", "bucket")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "per_second", "burst")
+    EXTRA_KEYS: ClassVar[tuple[str, ...]] = ("counts",)
+
+    on: UseKeys
+    now_ms: int
+    rate: tuple[float, int] | None
+    pool: UseCounts | None = None
+
+    @property
+    def per_second(self) -> str:
+        return wire_float(self.rate[0] if self.rate else 0.0)
+
+    @property
+    def burst(self) -> int:
+        return self.rate[1] if self.rate else 0
+
+    def extra(self) -> UseCounts | None:
+        return self.pool
+
+    def parse(self, reply: Any) -> tuple[int, float | None]:
+        tokens = text(reply[1])
+        return int(reply[0]), float(tokens) if tokens else None
+
+
+# -- a tenant's own limits on the HTTP API --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantRequests(LuaCall[int]):
+    """Take one token of a tenant's request bucket (lua/tenant_requests.lua): 0, or the ms
+    until one."""
+
+    SCRIPT: ClassVar[str] = "tenant_requests"
+    KEYS: ClassVar[tuple[str, ...]] = ("requests",)
+    ARGS: ClassVar[tuple[str, ...]] = ("per_second", "burst")
+
+    on: Any
+    rate: float
+    burst: int
+
+    @property
+    def per_second(self) -> str:
+        return wire_float(self.rate)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True)
+class PollKey:
+    """A set of long-poll places (a tenant's, or every caller's)."""
+
+    polls: str
+
+
+@dataclass(frozen=True)
+class LongPolls(LuaCall[bool]):
+    """Take one of ``cap`` long-poll places for ``hold_ms`` (lua/long_polls.lua): whether
+    it was taken."""
+
+    SCRIPT: ClassVar[str] = "long_polls"
+    KEYS: ClassVar[tuple[str, ...]] = ("polls",)
+    ARGS: ClassVar[tuple[str, ...]] = ("cap", "reservation", "hold_ms")
+
+    on: Any
+    cap: int
+    reservation: str
+    hold_ms: int
+
+    def parse(self, reply: Any) -> bool:
+        return int(reply) == 1
+
+
 CALLS: tuple[type[LuaCall[Any]], ...] = (
     Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseExpired,
-    LeaseIndex, RunningPage, Missing, Remove, WarmLedger)
+    LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
+    GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
+    QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls)
 """Every script with a typed call, as the tests visit them."""

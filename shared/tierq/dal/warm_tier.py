@@ -34,19 +34,38 @@ from tierq.dal.command_limit import (
 )
 from tierq.dal.direct_calls import DirectCalls
 from tierq.dal.lua_calls import (
+    AdmissionBegin,
+    AdmissionEnd,
+    AdmissionMode,
+    AllotShrink,
+    CapacityExtend,
+    CapacityFree,
+    CapacityUse,
     Claim,
     ClaimTake,
+    GoCold,
     LeaseDrop,
     LeaseExpired,
     LeaseExtend,
     LeaseIndex,
+    LeaseOf,
+    LongPolls,
     LuaCall,
     Missing,
+    PollKey,
+    PoolKeys,
     PushReady,
+    QueueCapacity,
+    ReadyTenantsNote,
     ReleaseLeases,
     Remove,
+    RemoveReady,
     RunningPage,
+    TenantRequests,
+    TierStats,
     UpdateReady,
+    UseCounts,
+    UseKeys,
     WarmLedger,
     wire_float,
 )
@@ -235,6 +254,13 @@ def token_groups(tokens: Sequence[str]) -> list[str]:
     for holder, ks in groups.items():
         args += (holder, str(len(ks)), *ks)
     return args
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A queue's ready-tenant index as ``ReadyTenantsNote`` reads its key."""
+
+    index: str
 
 
 @dataclass(frozen=True)
@@ -570,13 +596,12 @@ class WarmTier:
 
     def tenant_request(self, tenant: str, *, rate: float, burst: int) -> int:
         """Take one token of the tenant's request bucket: 0, or the ms until one."""
-        keys = TenantKeys.of(tenant)
-        return int(self._run("tenant_requests", [keys.requests], [repr(float(rate)), burst]))
+        return self.call(TenantRequests(TenantKeys.of(tenant), rate, burst))
 
     def poll_begin(self, key: str, *, cap: int, reservation: str, hold_ms: int) -> bool:
         """Take one of the ``cap`` long-poll places of ``key`` (a tenant's
         ``TenantKeys.polls``, or ``ALL_POLLS_KEY``) for up to ``hold_ms``."""
-        return int(self._run("long_polls", [key], [cap, reservation, hold_ms])) == 1
+        return self.call(LongPolls(PollKey(key), cap, reservation, hold_ms))
 
     def poll_end(self, key: str, reservation: str) -> None:
         """Give the place back (one command: an expired one is gone already)."""
@@ -639,9 +664,7 @@ class WarmTier:
                      keep: int) -> tuple[int, int]:
         """Lower the pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua);
         returns (bytes freed, allotment after)."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("allot_shrink", (k.ready, k.data, k.meta, k.leased), (charge, keep))
-        return int(out[0]), int(out[1])
+        return self.call(AllotShrink(PairKeys.of(queue, tenant), charge, keep))
 
     def pair_usage(self, queue: str, tenant: str, *, charge: int) -> tuple[int, int]:
         """(usage, allotment) of the pair (lua/warm_usage.lua), changing nothing: the
@@ -702,27 +725,22 @@ class WarmTier:
 
     def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str,
                         force_cold: bool = False) -> str:
-        k = PairKeys.of(queue, tenant)
-        return _s(self._run("admission_begin", (k.meta, k.inflight),
-                            (now_ms, token, "force_cold" if force_cold else "")))
+        return self.call(AdmissionBegin(PairKeys.of(queue, tenant), now_ms, token, force_cold))
 
     def go_cold(self, queue: str, tenant: str, *, now_ms: int, token: str) -> None:
         """Turn the pair cold and register the admission ``token`` as in flight, even while
         Valkey is out of memory (go_cold.lua); end it with ``admission_end``."""
-        k = PairKeys.of(queue, tenant)
-        self._run("go_cold", (k.meta, k.inflight), (now_ms, token))
+        self.call(GoCold(PairKeys.of(queue, tenant), now_ms, token))
 
     def admission_end(self, queue: str, tenant: str, token: str) -> None:
-        k = PairKeys.of(queue, tenant)
-        self._run("admission_end", (k.inflight,), (token,))
+        self.call(AdmissionEnd(PairKeys.of(queue, tenant), token))
 
     def mode(self, queue: str, tenant: str, *, op: str, now_ms: int, stale_ms: int,
              warm_max: int, warm_max_bytes: int, expected_epoch: str = "") -> ModeObservation:
-        k = PairKeys.of(queue, tenant)
-        out = self._run("admission_mode", (k.ready, k.meta, k.inflight, k.data),
-                        (op, now_ms, stale_ms, warm_max, expected_epoch, warm_max_bytes))
-        return ModeObservation(_s(out[0]), _s(out[1]), int(out[2]), int(out[3]), bool(out[4]),
-                               int(out[5]))
+        out = self.call(AdmissionMode(PairKeys.of(queue, tenant), op, now_ms, stale_ms,
+                                      warm_max, expected_epoch, warm_max_bytes))
+        return ModeObservation(out.mode, out.epoch, out.inflight, out.ready, out.flipped,
+                               out.ready_bytes)
 
     # -- claims and leases -------------------------------------------------------------
 
@@ -790,14 +808,12 @@ class WarmTier:
         ``want`` 0, what an earlier take did not use is given back instead: tokens
         (``give_back_tokens``) and the units of ``holder``'s take past the first
         ``give_back_past``."""
-        per_second, burst = rate if rate is not None else (0.0, 0)
-        out = self._run("queue_capacity",
-                        (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool),
-                         QueueKeys.of(queue).bucket),
-                        (want, now_ms, deadline_ms, holder, max_held, repr(float(per_second)),
-                         burst, give_back_tokens,
-                         "" if give_back_past is None else give_back_past))
-        return CapacityTaken(int(out[0]), int(out[1]), int(out[2]))
+        out = self.call(QueueCapacity(
+            PoolKeys(QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool),
+                     QueueKeys.of(queue).bucket),
+            want, now_ms, deadline_ms, holder, max_held, rate, give_back_tokens,
+            give_back_past))
+        return CapacityTaken(out.taken, out.retry_after_ms, out.held)
 
     def extend_capacity(self, queue: str, pool: str, *, now_ms: int,
                         deadlines: Sequence[tuple[str, int]]) -> list[int]:
@@ -811,37 +827,36 @@ class WarmTier:
         for i, (unit, deadline) in enumerate(deadlines):
             holder, k = split_unit(unit)
             groups.setdefault((holder, deadline), []).append((i, k))
-        keys = (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool))
-        room = per_call(3 + len(keys) + 1)  # EVALSHA sha n, keys, now_ms: the groups' room
+        keys = PoolKeys(QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool), "")
+        room = CapacityExtend.items_per_call()  # the groups' arguments per call
         after = [0] * len(deadlines)
-        args: list[Any] = [now_ms]
+        args: list[Any] = []
         order: list[int] = []
         for (holder, deadline), units in groups.items():
             for part in chunks(units, room - 3):  # (a group larger than a call: in parts)
-                if len(args) - 1 + 3 + len(part) > room:
-                    self._extend_units(keys, args, order, after)
-                    args, order = [now_ms], []
+                if len(args) + 3 + len(part) > room:
+                    self._extend_units(CapacityExtend(keys, now_ms, args), order, after)
+                    args, order = [], []
                 args += (holder, deadline, len(part), *(k for _, k in part))
                 order += (i for i, _ in part)
-        self._extend_units(keys, args, order, after)
+        self._extend_units(CapacityExtend(keys, now_ms, args), order, after)
         return after
 
-    def _extend_units(self, keys: tuple[str, str], args: list[Any], order: list[int],
-                      after: list[int]) -> None:
+    def _extend_units(self, call: CapacityExtend, order: list[int], after: list[int]) -> None:
         """One capacity_extend call of ``extend_capacity``: deadlines into ``after``."""
         if not order:
             return
-        out = self._run("capacity_extend", keys, args)
-        for i, deadline in zip(order, out, strict=True):
-            after[i] = int(deadline)
+        for i, deadline in zip(order, self.call(call), strict=True):
+            after[i] = deadline
 
     @staticmethod
     def return_capacity_call(queue: str, pool: str, groups: Sequence[str]) -> ScriptCall:
         """The call of ``return_capacity`` for units as ``unit_groups`` or
         ``token_groups`` gives them (for ``release(then=...)``)."""
-        return ScriptCall("capacity_free",
-                          (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool)),
-                          tuple(groups))
+        call = CapacityFree(PoolKeys(QueueKeys.held(queue, pool),
+                                     QueueKeys.counts(queue, pool), ""), groups)
+        keys, args = call.build()
+        return ScriptCall(call.SCRIPT, keys, tuple(args))
 
     def return_capacity(self, queue: str, pool: str, units: Sequence[str], *,
                         tokens: bool = False) -> int:
@@ -852,35 +867,27 @@ class WarmTier:
         if not units:
             return 0
         freed = 0
-        for part in chunks(units, per_call(3 + 2, 3)):  # at worst a group of one per unit
-            call = self.return_capacity_call(
-                queue, pool, token_groups(part) if tokens else unit_groups(part))
-            freed += int(self._run(call.name, call.keys, call.args))
+        keys = PoolKeys(QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool), "")
+        # at worst a group of one per unit: holder, 1, k
+        for part in chunks(units, CapacityFree.items_per_call() // 3):
+            freed += self.call(CapacityFree(
+                keys, token_groups(part) if tokens else unit_groups(part)))
         return freed
 
     def capacity_use(self, queue: str, pool: str, *, now_ms: int,
                      rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
         """(units of the pool held whose deadline is ahead, tokens in the queue's bucket
         now or None without ``rate``); changes nothing."""
-        return self._use(QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket, now_ms, rate,
-                         QueueKeys.counts(queue, pool))
+        return self.call(CapacityUse(UseKeys(QueueKeys.held(queue, pool),
+                                             QueueKeys.of(queue).bucket), now_ms, rate,
+                                     UseCounts(QueueKeys.counts(queue, pool))))
 
     def pair_limit_use(self, queue: str, tenant: str, *, now_ms: int,
                        rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
         """(the pair's leases whose deadline is ahead, tokens in the tenant's bucket now or
         None without ``rate``); changes nothing."""
         k = PairKeys.of(queue, tenant)
-        return self._use(k.leased, k.bucket, now_ms, rate)
-
-    def _use(self, held_key: str, bucket_key: str, now_ms: int,
-             rate: tuple[float, int] | None, counts_key: str | None = None,
-             ) -> tuple[int, float | None]:
-        per_second, burst = rate if rate is not None else (0.0, 0)
-        keys = (held_key, bucket_key) if counts_key is None \
-            else (held_key, bucket_key, counts_key)
-        out = self._run("capacity_use", keys, (now_ms, repr(float(per_second)), burst))
-        tokens = _s(out[1])
-        return int(out[0]), float(tokens) if tokens else None
+        return self.call(CapacityUse(UseKeys(k.leased, k.bucket), now_ms, rate))
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,
                members: Sequence[str]) -> list[bool]:
@@ -1037,8 +1044,8 @@ class WarmTier:
         (claimed ones are left alone); returns the ids removed."""
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
-        return [_s(x) for part in chunks(members, IDS_PER_CALL)
-                for x in self._run("remove_ready", (k.ready, k.data, k.meta), part)]
+        return [x for part in chunks(members, IDS_PER_CALL)
+                for x in self.call(RemoveReady(k, part))]
 
     def update_ready(self, queue: str, tenant: str,
                      items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int) -> int:
@@ -1054,19 +1061,18 @@ class WarmTier:
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("tier_stats", (k.ready, k.leased, k.meta), ())
-        return int(out[0]), int(out[1]), _s(out[2])
+        out = self.call(TierStats(PairKeys.of(queue, tenant)))
+        return out.ready, out.leased, out.mode
 
     def stats_of(self, queue: str, tenants: Sequence[str]) -> list[tuple[int, int, str]]:
         """``stats`` of several tenants of ``queue``, in one pipeline (one round trip per
         master in cluster mode)."""
         if not tenants:
             return []
-        script = self.scripts["tier_stats"]
-        keys = [PairKeys.of(queue, t) for t in tenants]
-        replies = self.pipeline([("EVALSHA", script.sha, 3, k.ready, k.leased, k.meta)
-                                 for k in keys])
+        script = self.scripts[TierStats.SCRIPT]
+        calls = [TierStats(PairKeys.of(queue, t)).build() for t in tenants]
+        replies = self.pipeline([("EVALSHA", script.sha, len(keys), *keys, *args)
+                                 for keys, args in calls])
         out: list[tuple[int, int, str]] = []
         for tenant, reply in zip(tenants, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded)
@@ -1075,7 +1081,8 @@ class WarmTier:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-            out.append((int(reply[0]), int(reply[1]), _s(reply[2])))
+            stats = TierStats.parse_reply(reply)
+            out.append((stats.ready, stats.leased, stats.mode))
         return out
 
     # -- the queues' ready-tenant indexes (logic/ready_tenants.py) ----------------------
@@ -1085,8 +1092,8 @@ class WarmTier:
         """Enter tenants in the queue's ready-tenant index (lua/ready_tenants_note.lua: a
         ZADD at score 0, allowed while Valkey is out of memory)."""
         key = QueueKeys.ready_tenants(queue, shard_tag)
-        for part in chunks(sorted(set(tenants)), per_call(3 + 1)):
-            self._run("ready_tenants_note", (key,), part)
+        for part in chunks(sorted(set(tenants)), ReadyTenantsNote.items_per_call()):
+            self.call(ReadyTenantsNote(_Index(key), part))
 
     def drop_ready_tenants(self, queue: str, shard_tag: int | None = None) -> None:
         """Delete the queue's ready-tenant index (a purge of the queue)."""
@@ -1152,8 +1159,7 @@ class WarmTier:
     def ready_bytes(self, queue: str, tenant: str) -> int:
         """The bytes of task data the pair's warm set holds, as counted (the meta field
         ``bytes``, lua/warm_bytes.lua; 0 when missing)."""
-        k = PairKeys.of(queue, tenant)
-        return int(self._run("tier_stats", (k.ready, k.leased, k.meta), ())[3])
+        return self.call(TierStats(PairKeys.of(queue, tenant))).ready_bytes
 
     def count_ready_bytes(self, queue: str, tenant: str) -> int:
         """The same, counted from the data hash itself (O(tasks); checks and tests)."""
@@ -1199,15 +1205,11 @@ class WarmTier:
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         """The task's current lease, found by its id (lua/lease_of.lua: three lookups);
         None when it holds none (or the reaper is expiring it)."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("lease_of", (k.lease_of, k.leased, k.claims), (task_id,))
-        if not out:
-            return None
-        token, deadline, record = _s(out[0]), int(float(out[1])), _s(out[2])
-        if deadline <= 0:
-            return None  # being expired by the reaper
-        made = {claim_prefix(token): record} if record else {}
-        return self._lease_info(lease_member(task_id, token), deadline, made)
+        out = self.call(LeaseOf(PairKeys.of(queue, tenant), task_id))
+        if out is None or out.deadline_ms <= 0:
+            return None  # (deadline 0: being expired by the reaper)
+        made = {claim_prefix(out.token): out.record} if out.record else {}
+        return self._lease_info(lease_member(task_id, out.token), out.deadline_ms, made)
 
     @staticmethod
     def _lease_info(member: str, deadline_ms: int, claims: dict[str, str]) -> LeaseInfo:
