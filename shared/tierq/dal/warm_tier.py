@@ -1180,7 +1180,7 @@ class WarmTier:
             pipe.hgetall(k.claims)
             members, claims = pipe.execute()
         made = {_s(prefix): _s(raw) for prefix, raw in claims.items()}
-        # (a deadline of 0 marks a lease the reaper is expiring: no longer current)
+        # (a deadline of 0 marks a lease the reaper is expiring: not current)
         return [self._lease_info(_s(m), int(deadline), made) for m, deadline in members
                 if deadline > 0]
 
