@@ -42,6 +42,9 @@ from tierq.dal.lua_calls import (
     PushReady,
     PushReply,
     QueueCapacity,
+    RateAdd,
+    RateKey,
+    RateTenants,
     ReadyTenantsNote,
     ReleaseLeases,
     Remove,
@@ -50,6 +53,7 @@ from tierq.dal.lua_calls import (
     RunningPage,
     StatsReply,
     TenantRequests,
+    TenantsKey,
     TierStats,
     UpdateReady,
     UseCounts,
@@ -57,6 +61,7 @@ from tierq.dal.lua_calls import (
     WarmLedger,
     wire_float,
 )
+from tierq.dal.throughput import rate_key, tenants_key
 from tierq.dal.warm_tier import PairKeys, QueueKeys, TenantKeys, WarmTier, lease_member
 
 R = TypeVar("R")
@@ -432,6 +437,26 @@ def long_polls_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zrange(key, 0, -1) == [b"p1"] and 0 < valkey.pttl(key) <= 30_000
 
 
+def rate_add_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    key = rate_key(queue, TENANT)
+    second = run(warm, RateAdd(RateKey(key), 3, 2))
+    assert abs(second - int(valkey.time()[0])) <= 1
+    run(warm, RateAdd(RateKey(key), 1, 0))
+    series = warm.throughput.read(queue, [TENANT])
+    assert (sum(series.enqueued), sum(series.acked)) == (4, 2)
+    assert 950 <= valkey.ttl(key) <= 960
+
+
+def rate_tenants_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    second = run(warm, RateTenants(TenantsKey(tenants_key(queue)), ["b", "a"]))
+    assert abs(second - int(valkey.time()[0])) <= 1
+    assert valkey.zrange(tenants_key(queue), 0, -1, withscores=True) == [
+        (b"a", float(second)), (b"b", float(second))]
+    assert warm.throughput.noted_tenants(queue) == ["a", "b"]
+
+
 SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     Claim: claim_scenario,
     PushReady: push_ready_scenario,
@@ -460,5 +485,7 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     CapacityUse: capacity_use_scenario,
     TenantRequests: tenant_requests_scenario,
     LongPolls: long_polls_scenario,
+    RateAdd: rate_add_scenario,
+    RateTenants: rate_tenants_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

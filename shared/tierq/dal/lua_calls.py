@@ -862,9 +862,66 @@ class LongPolls(LuaCall[bool]):
         return int(reply) == 1
 
 
+# -- throughput counts (dal/throughput.py) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateKey:
+    """A pair's throughput counts (``throughput.rate_key``)."""
+
+    rate: str
+
+
+@dataclass(frozen=True)
+class RateAdd(LuaCall[int]):
+    """Add to a pair's counts of the server's current second (lua/rate_add.lua); answers
+    that second (epoch seconds)."""
+
+    SCRIPT: ClassVar[str] = "rate_add"
+    KEYS: ClassVar[tuple[str, ...]] = ("rate",)
+    ARGS: ClassVar[tuple[str, ...]] = ("enqueued", "acked")
+
+    on: Any
+    enqueued: int
+    acked: int
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True)
+class TenantsKey:
+    """A queue's index of tenants with counts (``throughput.tenants_key``)."""
+
+    tenants: str
+
+
+@dataclass(frozen=True)
+class RateTenants(LuaCall[int]):
+    """Note tenants as counting now in the queue's index (lua/rate_tenants.lua); answers
+    the server's second."""
+
+    SCRIPT: ClassVar[str] = "rate_tenants"
+    KEYS: ClassVar[tuple[str, ...]] = ("tenants",)
+    ITEM: ClassVar[tuple[str, ...]] = ("tenant",)
+
+    on: Any
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
+    """The call as one ``EVALSHA`` command of a pipeline."""
+    keys, args = call.build()
+    return ("EVALSHA", sha, len(keys), *keys, *args)
+
+
 CALLS: tuple[type[LuaCall[Any]], ...] = (
     Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseExpired,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
-    QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls)
+    QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,
+    RateAdd, RateTenants)
 """Every script with a typed call, as the tests visit them."""

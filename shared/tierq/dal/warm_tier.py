@@ -67,6 +67,7 @@ from tierq.dal.lua_calls import (
     UseCounts,
     UseKeys,
     WarmLedger,
+    evalsha,
     wire_float,
 )
 from tierq.dal.lua_calls import Claimed as Claimed  # (claims name it here)
@@ -106,6 +107,8 @@ SCRIPTS = (
     "ready_tenants_note",
     "warm_ledger",
     "allot_shrink",
+    "rate_add",
+    "rate_tenants",
 )
 
 
@@ -134,7 +137,6 @@ class PairKeys:
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
 PUSH_TASKS_PER_CALL = PushReady.items_per_call()
 IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
-MEMBERS_PER_CALL = ReleaseLeases.items_per_call()  # lease_drop, release_leases: members
 # running_page.lua: leases one call returns at most, and entries of `started` it reads at
 # most besides them (a call of 200 takes ~1 ms of Valkey; one of 1,000 took 15 ms)
 RUNNING_CALL_LEASES = 200
@@ -938,9 +940,8 @@ class WarmTier:
             return dropped
         counts, notes = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
             else ([], [])
-        keys, args = drop.build()
-        replies = self.pipeline([("EVALSHA", self.scripts[drop.SCRIPT].sha, len(keys), *keys,
-                                  *args), *counts, *after])
+        replies = self.pipeline([evalsha(drop, self.scripts[drop.SCRIPT].sha), *counts,
+                                 *after])
         first = replies[0]
         if isinstance(first, NoScriptError):
             first = self.call(drop)  # (Valkey lost its scripts: loaded)
@@ -1070,9 +1071,8 @@ class WarmTier:
         if not tenants:
             return []
         script = self.scripts[TierStats.SCRIPT]
-        calls = [TierStats(PairKeys.of(queue, t)).build() for t in tenants]
-        replies = self.pipeline([("EVALSHA", script.sha, len(keys), *keys, *args)
-                                 for keys, args in calls])
+        replies = self.pipeline([evalsha(TierStats(PairKeys.of(queue, t)), script.sha)
+                                 for t in tenants])
         out: list[tuple[int, int, str]] = []
         for tenant, reply in zip(tenants, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded)
