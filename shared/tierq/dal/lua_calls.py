@@ -21,8 +21,10 @@ checks each class against the indexes its script reads, and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from operator import attrgetter
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tierq.core.ids import attempt_of_token
@@ -43,6 +45,17 @@ def text(value: Any) -> str:
 def wire_float(value: float) -> str:
     """A float as the scripts read it (``tonumber`` of its repr)."""
     return repr(float(value))
+
+
+@cache
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function of an object that gives these attributes of it, as a tuple."""
+    if not names:
+        return lambda _: ()
+    if len(names) == 1:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return attrgetter(*names)
 
 
 class LuaCall(Generic[R]):
@@ -67,13 +80,14 @@ class LuaCall(Generic[R]):
 
     def build(self) -> tuple[tuple[str, ...], list[Any]]:
         """(keys, args) as the script reads them."""
-        keys = tuple(getattr(self.on, name) for name in self.KEYS)
-        args = [getattr(self, name) for name in self.ARGS]
+        keys = _getter(self.KEYS)(self.on)
+        args = list(_getter(self.ARGS)(self))
         extra = self.extra()
         if extra is not None:
-            keys += tuple(getattr(extra, name) for name in self.EXTRA_KEYS)
-            args += (getattr(extra, name) for name in self.EXTRA_ARGS)
-        args += self.item_args()
+            keys += _getter(self.EXTRA_KEYS)(extra)
+            args += _getter(self.EXTRA_ARGS)(extra)
+        if self.items:
+            args += self.item_args()
         return keys, args
 
     def item_args(self) -> list[Any]:
@@ -228,10 +242,18 @@ class PushReady(LuaCall[PushReply]):
     items: Sequence[Any] = ()
 
     def item_args(self) -> list[Any]:
-        out = super().item_args()
         # columns: every item's (score, member), then every item's (id, blob)
-        return [x for i in range(0, len(out), 4) for x in out[i:i + 2]] \
-            + [x for i in range(0, len(out), 4) for x in out[i + 2:i + 4]]
+        zadd: list[Any] = []
+        hset: list[Any] = []
+        for item in self.items:
+            if len(item) != 4:
+                raise ValueError(f"push_ready: an item of {len(item)} fields, expected 4 "
+                                 f"({', '.join(self.ITEM)})")
+            zadd.append(item[0])
+            zadd.append(item[1])
+            hset.append(item[2])
+            hset.append(item[3])
+        return zadd + hset
 
     def parse(self, reply: Any) -> PushReply:
         mode = text(reply[0])
