@@ -1,5 +1,6 @@
 """Valkey access: the warm tier's keys and its Lua scripts (``lua/*.lua``), loaded once and
-run with EVALSHA (redis-py reloads a script on NOSCRIPT)."""
+run with EVALSHA (redis-py reloads a script on NOSCRIPT). Each script's call is built and its
+reply parsed by its object in ``dal/lua_calls.py`` (``WarmTier.call``)."""
 
 from __future__ import annotations
 
