@@ -9,6 +9,7 @@ import threading
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 from pydantic import ValidationError
 
@@ -286,3 +287,16 @@ def test_purging_a_dead_lettered_child_drops_its_wait(tq, pg):
     assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone()[0] == 0
     assert pg.execute("SELECT waiters FROM tierq_tasks WHERE id = %s",
                       (str(a.id),)).fetchone()[0] == 0
+
+
+def test_naming_another_tenants_locked_task_is_refused_without_waiting_for_it(
+        tq, database_url):
+    """A parent id of another tenant is neither locked nor waited for: the enqueue is 422 at
+    once even while that tenant holds its row (no delay to it, no timing oracle)."""
+    [b] = tq.enqueue("q", [{"payload": "b", "tenant": "t2"}])
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (b.id,))
+        with pytest.raises(InvalidInput) as caught:
+            tq.enqueue("q", [{"payload": 1, "tenant": "t1", "after": [b.id]}])
+        holder.rollback()
+    assert caught.value.details[0]["field"] == "task.after[0]"

@@ -249,3 +249,52 @@ def test_a_pair_short_of_its_allotment_keeps_what_it_holds_while_others_are_recl
     out = tq.enqueue("a", chunk + chunk[:2], tenant="acme")
     assert [o.state for o in out] == ["warm"] * 5 + ["cold"]
     assert usage(tq, ["a"], "acme") <= MiB
+
+
+# -- failures of the share's own keys -------------------------------------------------------------
+
+def test_a_share_that_does_not_answer_leaves_the_pair_cold_and_claims_go_on(
+        tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> None:
+    """room() fails closed: a tenant whose ledger is on a master that does not answer gets
+    no room (its pair waits cold) instead of failing a claim over every tenant."""
+    from tierq.errors import WarmTierUnavailable
+
+    def down(*_: Any, **__: Any) -> int:
+        raise WarmTierUnavailable("the warm tier does not answer")
+
+    monkeypatch.setattr(tq.ctx.warm, "ledger_total", down)
+    assert tenant_budget.room(tq.ctx, "a", "acme", MiB) == 0
+
+
+def test_a_grant_taken_before_a_failed_reclaim_is_the_pairs(
+        tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the ledger gave is returned to the pair even when the reclaim after it fails,
+    so no grant is held by the ledger for nobody."""
+    from tierq.errors import WarmTierUnavailable
+
+    def down(*_: Any, **__: Any) -> bool:
+        raise WarmTierUnavailable("the warm tier does not answer")
+
+    tq.ctx.warm.ledger_take("acme", "other", want=MiB - 1000, bound=MiB, now_ms=1)
+    monkeypatch.setattr(tenant_budget, "reclaim", down)
+    got = tenant_budget.grant(tq.ctx, "a", "acme", short=5000, limit=MiB)
+    assert got == 1000 and tq.ctx.warm.ledger_total("acme") == MiB
+
+
+def test_the_bound_holds_one_largest_task_and_outlives_a_failed_reading(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bound below one task of the largest size would keep that task cold for good: the
+    bound is at least one; and a capacity read once stays when INFO fails later."""
+    tq = make_tq(tenant_warm_max_bytes=MiB, max_payload_bytes=MiB)
+    assert tenant_budget.bound(tq.ctx, "a", "acme") == tenant_budget.largest_task(tq.ctx) > MiB
+    before = valkey.config_get("maxmemory")["maxmemory"]
+    valkey.config_set("maxmemory", 64 * MiB)
+    try:
+        read = make_tq()
+        first = tenant_budget.bound(read.ctx, "a", "acme")
+        assert first == 16 * MiB  # a quarter of the capacity
+        monkeypatch.setattr(read.ctx.warm, "memory", lambda *_, **__: None)
+        assert tenant_budget.bound(read.ctx, "a", "acme") == first
+    finally:
+        valkey.config_set("maxmemory", before)

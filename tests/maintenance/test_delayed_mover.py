@@ -79,3 +79,20 @@ def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(
                                 lambda: delayed_mover.run(tq.ctx, lock_timeout_ms=200))
     assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
     assert delayed_mover.run(tq.ctx).moved == 1  # nothing was lost: the next pass moves it
+
+
+def test_waits_that_fail_to_expire_never_hold_back_the_delayed_tasks(
+        tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One tenant's wait graph that cannot be expired now (a lock held past the timeout)
+    is logged and left for the next pass; every tenant's due tasks still move."""
+    from tierq.errors import DatabaseTimedOut
+    from tierq.logic import flows
+
+    def locked(*_: Any, **__: Any) -> int:
+        raise DatabaseTimedOut()
+
+    due_tasks(tq, "q", 3)
+    monkeypatch.setattr(flows, "expire", locked)
+    summary = delayed_mover.run(tq.ctx, batch=10, budget_seconds=60)
+    assert summary.moved == 3 and summary.waited_too_long == 0
+    assert len(tq.claim("q", max=10)) == 3

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import logging
 import time
+from weakref import WeakKeyDictionary
 
-from tierq.dal.warm_tier import TenantShare
+from tierq.dal.warm_tier import TenantShare, WarmTier
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 from tierq.logic.context import Context, to_ms
 
@@ -56,22 +57,43 @@ RECLAIM_SAMPLE = 16
 RECLAIM_EVERY = 1.0
 _reclaimed_at: dict[str, float] = {}
 RECLAIMED_KEPT = 10_000
+# a task's fields besides its payload and its parents' results, at most (key, names, ids)
+TASK_FIELDS_BYTES = 16 * 1024
+# the last capacity each warm tier's INFO gave (capacity())
+_capacity_seen: WeakKeyDictionary[WarmTier, int] = WeakKeyDictionary()
 
 
 def capacity(ctx: Context, queue: str, tenant: str) -> int:
     """The warm tier's capacity in bytes: TIERQ_WARM_CAPACITY_BYTES, else the ``maxmemory``
-    of the server holding the pair (0: unknown: INFO refused, or no maxmemory)."""
+    of the server holding the pair (0: unknown: INFO refused, or no maxmemory). A reading
+    that fails after one succeeded gives the last one: a moment without INFO never lifts
+    the bound."""
     if ctx.settings.warm_capacity_bytes:
         return ctx.settings.warm_capacity_bytes
     memory = ctx.warm.memory(queue, tenant)
-    return 0 if memory is None else memory.maxmemory
+    if memory is not None and memory.maxmemory:
+        _capacity_seen[ctx.warm] = memory.maxmemory
+        return memory.maxmemory
+    return _capacity_seen.get(ctx.warm, 0)
+
+
+def largest_task(ctx: Context) -> int:
+    """What one warm task may count against its tenant's bound at most: its payload, its
+    parents' results (logic/flows.py), its other fields and ``TASK_CHARGE``."""
+    from tierq.logic.flows import MAX_PARENT_RESULT_BYTES  # (flows imports admission)
+
+    return (ctx.settings.max_payload_bytes + MAX_PARENT_RESULT_BYTES + TASK_FIELDS_BYTES
+            + TASK_CHARGE)
 
 
 def bound(ctx: Context, queue: str, tenant: str) -> int:
-    """The bytes the tenant may hold warm (0: no bound)."""
+    """The bytes the tenant may hold warm (0: no bound); never less than one largest task,
+    which would otherwise wait cold at the head of its line for good."""
     if ctx.settings.tenant_warm_max_bytes is not None:  # (no need to know the capacity)
-        return ctx.settings.tenant_warm_max_bytes
-    return ctx.settings.tenant_warm_bound(capacity(ctx, queue, tenant))
+        limit = ctx.settings.tenant_warm_max_bytes
+    else:
+        limit = ctx.settings.tenant_warm_bound(capacity(ctx, queue, tenant))
+    return max(limit, largest_task(ctx)) if limit else 0
 
 
 def keep(limit: int) -> int:
@@ -92,6 +114,7 @@ def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
     when the ledger has not that much left, after a ``reclaim``. 0 when the ledger's
     Valkey does not answer (the pair's tasks then wait cold: the safe side)."""
     want = short + keep(limit)
+    got = 0  # what the ledger gave: the pair's, even when a later step fails
     try:
         got = ctx.warm.ledger_take(tenant, queue, want=want, bound=limit,
                                    now_ms=to_ms(ctx.now()))
@@ -101,7 +124,6 @@ def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("the warm-tier ledger of tenant %r did not answer; %r waits cold", tenant,
                     queue, exc_info=True)
-        return 0
     return got
 
 
@@ -140,12 +162,19 @@ def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None
 
 def room(ctx: Context, queue: str, tenant: str, limit: int) -> int:
     """Bytes the pair could still take under its tenant's bound: what its allotment has
-    beyond its usage plus what the ledger has left (a promotion sizes itself by it)."""
-    usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
-    left = limit - ctx.warm.ledger_total(tenant)
-    if left < TASK_CHARGE and allot - usage < TASK_CHARGE and reclaim(ctx, tenant, limit):
-        left = limit - ctx.warm.ledger_total(tenant)
+    beyond its usage plus what the ledger has left (a promotion sizes itself by it). 0 when
+    the tenant's ledger or pairs do not answer: its pair waits cold, and a claim over many
+    tenants goes on with the others."""
+    try:
         usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+        left = limit - ctx.warm.ledger_total(tenant)
+        if left < TASK_CHARGE and allot - usage < TASK_CHARGE and reclaim(ctx, tenant, limit):
+            left = limit - ctx.warm.ledger_total(tenant)
+            usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("the warm-tier share of tenant %r did not answer; %r waits cold", tenant,
+                    queue, exc_info=True)
+        return 0
     return max(0, allot - usage) + max(0, left)
 
 

@@ -2,10 +2,11 @@
 -- before theirs when it loads them; scripts cannot call each other).
 -- unpack() puts every value on the Lua C stack (~8000 slots): feed a variadic command at
 -- most CHUNK values at a time. CHUNK is even, so a score/member or field/value pair never
--- straddles two calls. Returns the array replies concatenated, in order (HMGET, ZMSCORE);
+-- straddles two calls, and with the command and its key a call stays within ElastiCache
+-- Serverless's 3,999 arguments. Returns the array replies concatenated, in order (HMGET, ZMSCORE);
 -- an empty args list sends nothing. ``first`` and ``last`` (optional) send only
 -- args[first..last], e.g. a range of ARGV as the caller received it.
-local CHUNK = 4000
+local CHUNK = 3996
 local function call_chunked(command, key, args, first, last)
   first = first or 1
   last = last or #args

@@ -81,8 +81,8 @@ for i = 1, #groups do
     end
   end
 end
-for from = 1, n_alone, 4000 do
-  freed = freed + redis.call('ZREM', pool, unpack(alone, from, math.min(from + 3999, n_alone)))
+for from = 1, n_alone, 3996 do  -- within 3,999 arguments with ZREM and its key
+  freed = freed + redis.call('ZREM', pool, unpack(alone, from, math.min(from + 3995, n_alone)))
 end
 call_chunked('ZREM', pool, gone)
 call_chunked('HDEL', counts, gone)

@@ -13,8 +13,10 @@ for i, tenant in ipairs(ARGV) do
   args[2 * i] = tenant
 end
 local added = 0
-for start = 1, #args, 4000 do  -- (Lua's unpack takes at most ~8,000 values)
-  local stop = math.min(#args, start + 3999)
+-- pairs of score and member, 3,996 values a call: with ZADD and its key within
+-- ElastiCache Serverless's 3,999 arguments (and Lua's unpack, ~8,000 values)
+for start = 1, #args, 3996 do
+  local stop = math.min(#args, start + 3995)
   added = added + redis.call('ZADD', KEYS[1], unpack(args, start, stop))
 end
 return added

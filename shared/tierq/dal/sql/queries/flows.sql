@@ -18,8 +18,9 @@ WITH wanted AS (
     FROM unnest(%(parents)s::uuid[], %(tenants)s::text[]) AS v(parent, tenant)
     GROUP BY v.parent, v.tenant
 ), locked AS (
-    SELECT t.id FROM tierq_tasks t
-    WHERE t.id = ANY(ARRAY(SELECT parent FROM wanted))
+    -- only the rows of the tenant that names them: another tenant's row is neither locked
+    -- nor waited for (no delay to it, no timing of its existence)
+    SELECT t.id FROM tierq_tasks t JOIN wanted w ON w.parent = t.id AND w.tenant = t.tenant
     ORDER BY t.id
     FOR UPDATE OF t
 )
