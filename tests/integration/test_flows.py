@@ -300,3 +300,30 @@ def test_naming_another_tenants_locked_task_is_refused_without_waiting_for_it(
             tq.enqueue("q", [{"payload": 1, "tenant": "t1", "after": [b.id]}])
         holder.rollback()
     assert caught.value.details[0]["field"] == "task.after[0]"
+
+
+def test_a_dead_child_past_its_retention_and_a_purged_queue_let_their_parents_go(tq, pg):
+    """Deleting a waiting or dead-lettered child any way (retention, a queue purge) drops its
+    wait: its parents' waiters come down, so a done parent is not kept for nobody."""
+    from tierq.maintenance import reaper
+
+    [p1, p2] = tq.enqueue("q", [{"payload": "p1"}, {"payload": "p2", "max_attempts": 1}])
+    [dead_child] = tq.enqueue("r", [{"payload": "d", "after": [p2.id]}])
+    [waiting] = tq.enqueue("w", [{"payload": "w", "after": [p1.id]}])
+    tasks = {t.payload: t for t in tq.claim("q", max=2)}
+    tq.nack("q", [{"id": tasks["p2"].id, "lease_token": tasks["p2"].lease_token,
+                   "error": "boom"}])
+    assert tq.get_task("r", dead_child.id).state == "dead"
+    tq.put_queue("r", {"retention_seconds": 60})
+    tq.ctx.clock.advance(120)
+    reaper.run(tq.ctx)
+    assert pg.execute("SELECT count(*) FROM tierq_task_waits WHERE child = %s",
+                      (str(dead_child.id),)).fetchone()[0] == 0
+    tq.purge_queue("w")
+    assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone()[0] == 0
+    assert pg.execute("SELECT count(*) FROM tierq_task_edges").fetchone()[0] == 0
+    assert pg.execute("SELECT waiters FROM tierq_tasks WHERE id = %s",
+                      (str(p1.id),)).fetchone()[0] == 0
+    tq.ack("q", [tasks["p1"]])  # nothing waits on it: deleted, as any acked task
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE id = %s",
+                      (str(p1.id),)).fetchone()[0] == 0

@@ -296,9 +296,27 @@ def forget(ctx: Context, ids: Sequence[str]) -> None:
             ctx.store.forget_waits(conn, ids)
 
 
+def forget_deleted(ctx: Context) -> int:
+    """Waits of tasks deleted while they waited (a queue purged, dead letters past their
+    retention) go, a slice per transaction, and their parents' ``waiters`` come down (so
+    those parents are deleted in turn); how many."""
+    forgotten = 0
+    while True:
+        with ctx.db.transaction() as conn:
+            ctx.store.flow_plans(conn)
+            ids = ctx.store.waits_of_deleted(conn, SETTLE_SLICE)
+            if ids:
+                ctx.store.forget_waits(conn, ids)
+        forgotten += len(ids)
+        if len(ids) < SETTLE_SLICE:
+            return forgotten
+
+
 def on_queue_purged(ctx: Context, queue: str) -> None:
     """After a queue's tasks were purged: what waits on them (in other queues) settles them
-    as cancelled, a slice of parents per transaction."""
+    as cancelled, a slice of parents per transaction; and what waited in the queue itself
+    waits no more (:func:`forget_deleted`)."""
+    forget_deleted(ctx)
     while True:
         with ctx.db.transaction() as conn:
             ctx.store.flow_plans(conn)

@@ -29,7 +29,7 @@ from pydantic import Field
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
-from tierq.logic import admission, idempotency, leases, pairs, ready_tenants
+from tierq.logic import admission, flows, idempotency, leases, pairs, ready_tenants
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
@@ -302,10 +302,13 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig
     when the budget ran out with more to delete (at least one batch is done)."""
     retention = ctx.queue_settings.get(queue).retention_seconds
     before = to_datetime(ctx.now() - retention)
-    for purge_before in (ctx.store.purge_done_before, ctx.store.purge_dead_before):
+    for purge_before, dead in ((ctx.store.purge_done_before, False),
+                               (ctx.store.purge_dead_before, True)):
         while True:
             deleted = purge_before(queue, before, config.purge_batch)
             summary.purged += max(0, deleted)
+            if dead and deleted > 0:
+                flows.forget_deleted(ctx)  # a dead child's wait goes with it (logic/flows.py)
             if deleted < config.purge_batch:
                 break
             if budget is not None and budget.spent:

@@ -86,6 +86,11 @@ class FlowQueries(StoreBase):
             "queue": queue, "now": now, "ids": uuid_array(ids), "results": list(results),
             "attempts": list(attempts)}, scalar_row, conn)
 
+    def waits_of_deleted(self, conn: Conn, limit: int) -> list[str]:
+        """Tasks deleted while they had a wait (at most ``limit``)."""
+        return [str(i) for i in self._fetch("waits_of_deleted", {"limit": limit},
+                                            scalar_row, conn)]
+
     def unsettled_parents_of_queue(self, conn: Conn, queue: str, limit: int) -> list[str]:
         """Purged parents of ``queue`` whose edges are not settled yet (at most ``limit``)."""
         return [str(i) for i in self._fetch("unsettled_parents_of_queue",

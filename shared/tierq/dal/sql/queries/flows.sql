@@ -249,3 +249,13 @@ FROM tierq_task_edges e
 WHERE e.parent_queue = %(queue)s AND e.parent_state IS NULL
   AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.id = e.parent)
 LIMIT %(limit)s;
+
+-- name: waits_of_deleted
+-- Waits whose task is gone (a queue purged, dead letters past their retention): their
+-- edges and count rows are dropped with forget_waits, so their parents' waiters come down
+-- and those parents are deleted in turn. Reads the wait rows (few: only tasks waiting, or
+-- dead-lettered while waiting, have one).
+SELECT w.child
+FROM tierq_task_waits w
+WHERE NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.id = w.child)
+LIMIT %(limit)s;
