@@ -49,7 +49,6 @@ STATEMENT_START = (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
 EXCLUDED_FOR_NOW = (
     "shared/tierq/dal/lua/*",
     "shared/tierq/dal/warm_tier.py",
-    "shared/tierq/logic/claim.py",
     "shared/tierq/dal/store/schedules.py",
     "shared/tierq/aws/http/*",
 )

@@ -120,7 +120,8 @@ from tierq.errors import (
     WarmTierUnavailable,
 )
 from tierq.logic import leases, limits, ready_tenants
-from tierq.logic.claim import TASK_FIELDS_COST, claim_once
+from tierq.logic.claim import claim_once
+from tierq.logic.claim_budget import TASK_FIELDS_COST
 from tierq.logic.context import Context, to_ms
 from tierq.models.leases import ClaimedTask, ClaimRequest, NackItem, ReleaseItem
 
