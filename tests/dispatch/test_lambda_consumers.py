@@ -44,12 +44,11 @@ def installed(lam: tuple[Any, Stubber], tq: Tierq) -> Iterator[LambdaFunctions]:
     functions = LambdaFunctions(AllowList((FUNCTION,), PREFIX),
                                 client_factory=lambda read_timeout: client,
                                 region="eu-west-1", account="111122223333")
-    previous = dispatch.install(functions)
+    tq.ctx.consumers = functions
     stubber.add_response("get_function_configuration", {"Timeout": 30},
                          {"FunctionName": FUNCTION})
     yield functions
     forget_dispatcher(tq.ctx)
-    dispatch.install(previous)
 
 
 def payload(body: Any) -> StreamingBody:
@@ -216,14 +215,13 @@ def test_a_botocore_error_is_stored_as_its_class_without_the_endpoint(
     functions = LambdaFunctions(AllowList((FUNCTION,), PREFIX),
                                 client_factory=lambda read_timeout: client,
                                 region="eu-west-1", account="111122223333")
-    previous = dispatch.install(functions)
+    tq.ctx.consumers = functions
     try:
         tq.put_queue("orders", {"consumer": {"function": ARN, "batch_size": 10}})
         tq.enqueue("orders", [{"payload": {"n": i}} for i in range(3)])
         counts = dispatcher_of(tq.ctx).dispatch_once("orders")
     finally:
         forget_dispatcher(tq.ctx)
-        dispatch.install(previous)
     assert (counts.consumer_errors, counts.retried) == (1, 3)
     assert "111122223333" in raised[0] and ENDPOINT in raised[0]  # what botocore said
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
