@@ -46,6 +46,7 @@ LOW_WATER_REFILL = 500  # small: the claim that tops up returns soon
 
 
 def low_water(warm_max: int) -> int:
+    """The ready tasks below which a claim tops a cold pair's warm set up."""
     return min(INLINE_REFILL // 2, warm_max // LOW_WATER_FRACTION)
 
 
@@ -78,7 +79,7 @@ def claim_outcome(ctx: Context, queue: str, request: ClaimRequest,
     (``tierq.core.sizing.body_cost`` of their JSON): tasks beyond it stay in their places; the
     first task always comes. ``answer_by`` (a ``time.monotonic()`` instant) is when the
     claim must return: polling and popping stop then, and no refill starts that could end
-    after it (REFILL_WORK_ALLOWANCE)."""
+    after it (ClaimBudget.may_refill, logic/claim_budget.py)."""
     poll_until = time.monotonic() + request.wait_seconds
     if answer_by is not None:
         poll_until = min(poll_until, answer_by)
