@@ -20,7 +20,15 @@
    layer fails the run. Tracing is off (``POWERTOOLS_TRACE_DISABLED=true``) unless
    ``--tracing``.
 
-Last lines: ``layer_mb=M`` and ``max_handler_import_ms=N``.
+4. The floor: a stand-in function that imports the runtime's third-party libraries alone
+   (``RUNTIME_LIBRARIES``), measured the same way (``libraries_floor_ms``). And tierq's
+   own share of each function's import: in one interpreter, the floor imported first, then
+   the handler, whose import alone is timed (median of ``--repeats``): what the function
+   imports beyond the libraries, without the noise of subtracting two runs. The slowest
+   function's is ``own_share_ms`` (docs/architecture.md, the Lambda runtime: at most 50).
+
+Last lines: ``libraries_floor_ms=F`` and ``own_share_ms=S`` (when the layer holds the
+libraries), ``layer_mb=M`` and ``max_handler_import_ms=N``.
 """
 
 from __future__ import annotations
@@ -56,9 +64,11 @@ RUNTIME_LIBRARIES = ("pydantic", "psycopg", "psycopg_pool", "redis",
                      "orjson", "croniter", "aws_lambda_powertools.event_handler")
 FLOOR_NAME = "(libraries)"
 
-# Runs inside the measured interpreter: nothing but `time` before the clock starts.
+# Runs inside the measured interpreter: nothing but `time` (and, for the own share, the
+# floor's imports) before the clock starts.
 PROBE = """\
 import time
+{before}
 start, start_cpu = time.perf_counter(), time.process_time()
 import {module}
 elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
@@ -217,8 +227,12 @@ def lambda_environment(function: Function, layer_python: Path, runtime_dir: Path
     return env
 
 
-def import_once(python: str, function: Function, env: dict[str, str]) -> dict[str, object]:
-    probe = PROBE.format(module=function.module, watched=WATCHED_MODULES)
+def import_once(python: str, function: Function, env: dict[str, str],
+                before: str = "") -> dict[str, object]:
+    """One import of the function's handler module in a fresh interpreter; ``before``:
+    modules imported first, outside the timing (the floor, for the own share)."""
+    probe = PROBE.format(module=function.module, watched=WATCHED_MODULES,
+                         before=f"import {before}" if before else "")
     done = subprocess.run([python, "-S", "-s", "-c", probe], env=env, cwd=function.code_dir,
                           capture_output=True, text=True, check=False, timeout=120)
     if done.returncode != 0:
@@ -245,11 +259,16 @@ def libraries_floor(work: Path, layer_python: Path) -> Function | None:
 
 
 def measure(python: str, functions: list[Function], layer_python: Path, runtime_dir: Path,
-            repeats: int, tracing: bool) -> list[ImportResult]:
+            repeats: int, tracing: bool, floor: Function | None = None) -> list[ImportResult]:
+    """Each function's import (median of ``repeats``); with ``floor``, its import after the
+    floor's modules (the own share)."""
     results = []
     for index, function in enumerate(functions, 1):
         env = lambda_environment(function, layer_python, runtime_dir, tracing)
-        runs = [import_once(python, function, env) for _ in range(repeats)]
+        if floor is not None:  # the floor's module is found next to the function's
+            env["PYTHONPATH"] = os.pathsep.join([str(floor.code_dir), env["PYTHONPATH"]])
+        runs = [import_once(python, function, env, floor.module if floor else "")
+                for _ in range(repeats)]
         result = ImportResult(
             function,
             [float(run["import_ms"]) for run in runs],  # type: ignore[arg-type]
@@ -342,10 +361,19 @@ def main(argv: list[str] | None = None) -> int:
         floor_function = libraries_floor(work, layer_python)
         floor = (measure(python, [floor_function], layer_python, runtime_dir, args.repeats,
                          args.tracing)[0] if floor_function else None)
+        own: list[ImportResult] = []
+        if floor_function is not None:
+            say("each function's own share: its import after the libraries' …")
+            own = measure(python, functions, layer_python, runtime_dir, args.repeats,
+                          args.tracing, floor=floor_function)
 
     print_report([*results, *([floor] if floor else [])], layer, python, arch, args.repeats,
                  args.tracing)
     max_ms = max(result.median_ms for result in results)
+    own_share_ms = max((result.median_ms for result in own), default=None)
+    if own:
+        print("own share (import after the libraries, median):",
+              ", ".join(f"{result.function.name} {result.median_ms:.0f} ms" for result in own))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -369,10 +397,15 @@ def main(argv: list[str] | None = None) -> int:
             } for result in results],
             "max_handler_import_ms": max_ms,
             "libraries_floor_ms": floor.median_ms if floor else None,
+            "own_share_ms": own_share_ms,
+            "own_share": {result.function.name: result.import_ms for result in own},
         }, indent=2) + "\n")
     if floor:
         print(f"libraries_floor_ms={floor.median_ms:.0f}  "
               "(the runtime's third-party packages alone, without tierq)")
+    if own_share_ms is not None:
+        print(f"own_share_ms={own_share_ms:.0f}  "
+              "(the slowest function's import beyond the libraries)")
     print(f"layer_mb={layer.bytes / MIB:.1f}")
     print(f"max_handler_import_ms={max_ms:.0f}")
     return 0

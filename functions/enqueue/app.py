@@ -1,4 +1,5 @@
-"""The `enqueue` function: POST /v1/queues/{queue}/tasks (tierq.aws.http.routes.enqueue).
+"""The `enqueue` function: POST /v1/queues/{queue}/tasks (tierq.aws.http.routes.enqueue) and
+POST /v1/flows (tierq.aws.http.routes.flows).
 
 The route code lives in the tierq package (the Lambda layer).
 """

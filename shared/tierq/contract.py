@@ -5,7 +5,7 @@
 mypy checks each of them against it: an operation missing on either makes constructing it
 an error ("cannot instantiate abstract class"), and a parameter or result that differs is
 an incompatible override. A caller that needs only the queue takes a ``QueueEngine``; one
-that works per shard (the HTTP routes' idempotency records, the scheduled ticks, the Glue
+that works per shard (the idempotency keys' parts per shard, the scheduled ticks, the Glue
 feeder) takes a ``Deployment`` and never asks which class it has: one database is a
 deployment of one shard, named ``tierq.dal.shards.DEFAULT_SHARD``.
 
@@ -30,29 +30,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
-from tierq.models import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    ClaimRequest,
-    EnqueueOutcome,
-    HeartbeatItem,
-    HeartbeatResult,
-    NackItem,
-    NackResult,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    ReleaseItem,
-    ReleaseResult,
-    RunningLease,
-    TaskIn,
-    TaskView,
-    TenantCounts,
-    TenantQueueView,
-)
-from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
-from tierq.models.throughput import QueueThroughput
+# what the default methods below build or take as defaults (the others: annotations only)
+from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.models.queues import QueueSettingsUpdate
+from tierq.models.tasks import TaskIn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,18 +42,54 @@ if TYPE_CHECKING:
     from tierq.engine import Tierq
     from tierq.logic.bulk import BulkLoad, BulkWriter, ShardedBulkLoad, ShardedBulkWriter
     from tierq.logic.claim import ClaimOutcome
+    from tierq.logic.idempotency import Caller
     from tierq.maintenance.cold_to_warm import ColdToWarmSummary
     from tierq.maintenance.cron_tick import CronTickSummary
     from tierq.maintenance.delayed_mover import DelayedMoverSummary
     from tierq.maintenance.reaper import ReaperSummary
     from tierq.maintenance.registry import JobRun
+    from tierq.models import (
+        AckItem,
+        AckResult,
+        ClaimedTask,
+        ClaimRequest,
+        Enqueued,
+        EnqueueOutcome,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        QueueSettings,
+        QueueView,
+        ReleaseItem,
+        ReleaseResult,
+        RunningLease,
+        TaskView,
+        TenantCounts,
+        TenantQueueView,
+    )
+    from tierq.models.envelopes import PurgeResult, ReplayResult
+    from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.throughput import QueueThroughput
 
 T = TypeVar("T")
 
 
 class QueueEngine(Protocol):
     """Every operation on the queue, the same on one database and over shards: what an
-    application (a worker, a producer, an admin tool) calls."""
+    application (a worker, a producer, an admin tool) calls.
+
+    The keyed operations (``enqueue``, ``dlq_replay``/``dlq_replay_slice``, ``claim``,
+    ``claim_outcome``, ``ack``, ``nack``, ``release``, ``heartbeat``) take an idempotency
+    key: a call repeated with the same ``idempotency_key`` and the same request gets the
+    first call's answer (``idempotent_replay`` set on it) and changes nothing; with another
+    request it is ``IdempotencyKeyReused``, while the first still runs
+    ``IdempotencyInProgress`` (tierq.logic.idempotency). Keys are kept per ``caller``
+    (``Caller``: admin or a tenant, and the token's subject; default ``Caller()``),
+    operation and queue. ``body_fingerprint`` is what the key is bound to as the caller
+    framed its request (the HTTP body's ``idempotency.fingerprint``); by default the
+    fingerprint of the call's own arguments."""
 
     settings: Settings
 
@@ -87,8 +104,21 @@ class QueueEngine(Protocol):
     # -- producers -----------------------------------------------------------------------
 
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
-                tenant: str | None = None) -> list[EnqueueOutcome]:
-        """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none."""
+                tenant: str | None = None, idempotency_key: str | None = None,
+                caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> Enqueued:
+        """Enqueue a batch (≤ 500); ``tenant`` is the default for tasks that name none.
+        Keyed (see the class): the outcomes of the first call with the key."""
+        ...
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None, idempotency_key: str | None = None,
+             caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> FlowResult:
+        """Create a graph of tasks (``after`` naming refs or ids) all or nothing
+        (tierq.logic.flows); ``tenant``, when given, is every task's. Keyed (see the
+        class): the answer of the first call with the key, recorded in the flow's own
+        transaction."""
         ...
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
@@ -113,12 +143,17 @@ class QueueEngine(Protocol):
     # -- workers -------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
-        """Lease up to ``request.max`` tasks."""
+              answer_by: float | None = None, idempotency_key: str | None = None,
+              caller: Caller | None = None, body_fingerprint: bytes | None = None,
+              **fields: Any) -> list[ClaimedTask]:
+        """Lease up to ``request.max`` tasks. Keyed: a repeat gets the first claim's tasks
+        whose leases are still held, with the same tokens, and leases nothing more."""
         ...
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
                       max_bytes: int = 0, answer_by: float | None = None,
+                      idempotency_key: str | None = None, caller: Caller | None = None,
+                      body_fingerprint: bytes | None = None,
                       **fields: Any) -> ClaimOutcome:
         """``claim``, with when more may be had if the queue's limits cut it."""
         ...
@@ -131,17 +166,21 @@ class QueueEngine(Protocol):
         """Return claimed tasks that could not be answered, no attempt counted."""
         ...
 
-    def ack(self, queue: str,
-            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult: ...
+    def ack(self, queue: str, items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]], *,
+            idempotency_key: str | None = None, caller: Caller | None = None,
+            body_fingerprint: bytes | None = None) -> AckResult: ...
 
-    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
-        ...
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
+             idempotency_key: str | None = None, caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> NackResult: ...
 
-    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]
-                ) -> ReleaseResult: ...
+    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
+                *, idempotency_key: str | None = None, caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> ReleaseResult: ...
 
-    def heartbeat(self, queue: str,
-                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult: ...
+    def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
+                  idempotency_key: str | None = None, caller: Caller | None = None,
+                  body_fingerprint: bytes | None = None) -> HeartbeatResult: ...
 
     # -- tasks and dead letters ----------------------------------------------------------
 
@@ -155,13 +194,39 @@ class QueueEngine(Protocol):
         ...
 
     def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
-        """Make dead letters ready again, attempts reset: (replayed, skipped)."""
+                   all_dead: bool = False, idempotency_key: str | None = None,
+                   caller: Caller | None = None,
+                   body_fingerprint: bytes | None = None) -> tuple[list[UUID], list[UUID]]:
+        """Make dead letters ready again, attempts reset, however many: (replayed,
+        skipped)."""
+        r = self.dlq_replay_slice(queue, ids=ids, all_dead=all_dead, max_items=None,
+                                  seconds=None, idempotency_key=idempotency_key,
+                                  caller=caller, body_fingerprint=body_fingerprint)
+        return r.replayed, r.skipped
+
+    def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                         all_dead: bool = False, tenant: str | None = None,
+                         max_items: int | None = SLICE_MAX_ITEMS,
+                         seconds: float | None = SLICE_SECONDS,
+                         idempotency_key: str | None = None, caller: Caller | None = None,
+                         body_fingerprint: bytes | None = None) -> ReplayResult:
+        """Replay dead letters (of ``tenant`` only, when given) in a bounded slice: with
+        ``all_dead``, at most ``max_items`` within about ``seconds`` (None: no bound),
+        ``more`` set when some may be left. Keyed: the first call's answer."""
         ...
 
     def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
                   all_dead: bool = False) -> list[UUID]:
-        """Delete dead letters; the ids deleted."""
+        """Delete dead letters, however many; the ids deleted."""
+        return self.dlq_purge_slice(queue, ids=ids, all_dead=all_dead, max_items=None,
+                                    seconds=None).purged
+
+    def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                        all_dead: bool = False, tenant: str | None = None,
+                        max_items: int | None = SLICE_MAX_ITEMS,
+                        seconds: float | None = SLICE_SECONDS) -> PurgeResult:
+        """Delete dead letters (of ``tenant`` only, when given), bounded like
+        :meth:`dlq_replay_slice`. A purge repeated deletes nothing more: no key."""
         ...
 
     # -- queues and metrics --------------------------------------------------------------
@@ -272,6 +337,11 @@ class Deployment(QueueEngine, Protocol):
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:
         """Where a selection of dead letters is: {shard: the ids to ask it}."""
+        ...
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        """The one shard a flow's tasks live on; tasks whose pairs, or existing ids named in
+        ``after``, live on different shards are 422 naming the field."""
         ...
 
     def after_pass(self, shard: str, summary: object) -> None:

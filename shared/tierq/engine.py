@@ -11,52 +11,82 @@ the contract of ``tierq.contract``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
 from tierq.config import Settings, get_settings
 from tierq.contract import Deployment
-from tierq.dal import connect, migrate
+from tierq.core.lazy import lazy_module
+from tierq.dal import connect
 from tierq.dal.postgres import Database
 from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
-from tierq.logic import bulk as bulk_logic
-from tierq.logic import claim as claim_logic
-from tierq.logic import claim_replay, dispatch, dlq, enqueue, leases, queues, schedules, tasks
-from tierq.logic import throughput as throughput_logic
+from tierq.logic import enqueue, queues, tasks
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.maintenance import registry
-from tierq.maintenance.registry import JobConfig, JobRun
-from tierq.models import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    ClaimRequest,
-    EnqueueOutcome,
-    HeartbeatItem,
-    HeartbeatResult,
-    NackItem,
-    NackResult,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    ReleaseItem,
-    ReleaseResult,
-    RunningLease,
-    TaskIn,
-    TaskView,
-    TenantCounts,
-    TenantQueueView,
-)
 from tierq.models.base import deferred_adapter
-from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
-from tierq.models.throughput import QueueThroughput
+from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.models.queues import QueueSettingsUpdate
+from tierq.models.tasks import Enqueued, TaskIn
+
+if TYPE_CHECKING:
+    from tierq.dal import migrate
+    from tierq.logic import bulk as bulk_logic
+    from tierq.logic import claim as claim_logic
+    from tierq.logic import claim_replay, dispatch, dlq, idempotency, leases, schedules, shard_ops
+    from tierq.logic import flows as flows_logic
+    from tierq.logic import throughput as throughput_logic
+    from tierq.logic.idempotency import Caller
+    from tierq.maintenance import registry
+    from tierq.maintenance.registry import JobConfig, JobRun
+    from tierq.models import (
+        AckItem,
+        AckResult,
+        ClaimedTask,
+        ClaimRequest,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        QueueSettings,
+        QueueView,
+        ReleaseItem,
+        ReleaseResult,
+        RunningLease,
+        TaskView,
+        TenantCounts,
+        TenantQueueView,
+    )
+    from tierq.models import flows as flow_models
+    from tierq.models import leases as lease_models
+    from tierq.models.envelopes import PurgeResult, ReplayResult
+    from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.throughput import QueueThroughput
+else:
+    # What only some operations use is imported by the first of them (tierq.core.lazy): the
+    # enqueue function never imports the claim path, the dispatcher or the schedules.
+    migrate = lazy_module("tierq.dal.migrate")
+    bulk_logic = lazy_module("tierq.logic.bulk")
+    claim_logic = lazy_module("tierq.logic.claim")
+    claim_replay = lazy_module("tierq.logic.claim_replay")
+    dispatch = lazy_module("tierq.logic.dispatch")
+    dlq = lazy_module("tierq.logic.dlq")
+    flows_logic = lazy_module("tierq.logic.flows")
+    idempotency = lazy_module("tierq.logic.idempotency")
+    shard_ops = lazy_module("tierq.logic.shard_ops")
+    flow_models = lazy_module("tierq.models.flows")
+    leases = lazy_module("tierq.logic.leases")
+    schedules = lazy_module("tierq.logic.schedules")
+    throughput_logic = lazy_module("tierq.logic.throughput")
+    registry = lazy_module("tierq.maintenance.registry")
+    lease_models = lazy_module("tierq.models.leases")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -65,8 +95,16 @@ QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fil
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
 # and errors name the item's index.
 _TASKS_IN = deferred_adapter(list[TaskIn])
-_NACKS = deferred_adapter(list[NackItem])
-_HEARTBEATS = deferred_adapter(list[HeartbeatItem])
+
+
+@functools.cache
+def _nacks() -> TypeAdapter[list[NackItem]]:
+    return deferred_adapter(list[lease_models.NackItem])
+
+
+@functools.cache
+def _heartbeats() -> TypeAdapter[list[HeartbeatItem]]:
+    return deferred_adapter(list[lease_models.HeartbeatItem])
 
 
 def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
@@ -131,9 +169,28 @@ class Tierq(Deployment):
     # -- producers -----------------------------------------------------------------------
 
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
-                tenant: str | None = None) -> list[EnqueueOutcome]:
-        """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none."""
-        return enqueue.enqueue(self.ctx, queue, _models(TaskIn, _TASKS_IN, items), tenant)
+                tenant: str | None = None, idempotency_key: str | None = None,
+                caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> Enqueued:
+        """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none; with
+        ``idempotency_key``, once per key (``tierq.contract.QueueEngine``)."""
+        tasks = _models(TaskIn, _TASKS_IN, items)
+        if idempotency_key is None:
+            return Enqueued(enqueue.enqueue(self.ctx, queue, tasks, tenant))
+        call = idempotency.keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
+                          lambda: shard_ops.enqueue_body(tasks, tenant))
+        return shard_ops.enqueue(self, queue, tasks, tenant, call)
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None, idempotency_key: str | None = None,
+             caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> FlowResult:
+        """Create a graph of tasks all or nothing (tierq.logic.flows)."""
+        model = flow if isinstance(flow, flow_models.FlowIn) \
+            else flow_models.FlowIn.model_validate(flow)
+        call = idempotency.keyed_call("flow", shard_ops.FLOW_SCOPE, idempotency_key, caller,
+                          body_fingerprint, lambda: shard_ops.flow_body(model, tenant))
+        return shard_ops.flow(self, model, tenant, call)
 
     # -- bulk loads (logic/bulk.py; the Glue feeder drives them) --------------------------
 
@@ -169,19 +226,35 @@ class Tierq(Deployment):
     # -- workers -------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
+              answer_by: float | None = None, idempotency_key: str | None = None,
+              caller: Caller | None = None, body_fingerprint: bytes | None = None,
+              **fields: Any) -> list[ClaimedTask]:
         """Lease up to ``max`` tasks. ``max_bytes`` (0: none) caps what the tasks cost in a
         Lambda response (logic/claim.py); ``answer_by`` (a ``time.monotonic()`` instant) is
         when the claim must return: it polls, refills and pops only while it can."""
-        return claim_logic.claim(self.ctx, queue, request or ClaimRequest(**fields),
+        if idempotency_key is not None:
+            return self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by,
+                                      idempotency_key=idempotency_key, caller=caller,
+                                      body_fingerprint=body_fingerprint, **fields).tasks
+        return claim_logic.claim(self.ctx, queue, request or lease_models.ClaimRequest(**fields),
                                  max_bytes=max_bytes, answer_by=answer_by)
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
                       max_bytes: int = 0, answer_by: float | None = None,
+                      idempotency_key: str | None = None, caller: Caller | None = None,
+                      body_fingerprint: bytes | None = None,
                       **fields: Any) -> claim_logic.ClaimOutcome:
         """``claim``, with ``retry_after_ms``: when more may be had if the queue's limits
         (max_leased, rate, tenant_max_leased, tenant_rate) cut the claim, else None."""
-        return claim_logic.claim_outcome(self.ctx, queue, request or ClaimRequest(**fields),
+        request = request or lease_models.ClaimRequest(**fields)
+        if idempotency_key is not None:
+            call = idempotency.keyed_call("claim", queue, idempotency_key, caller,
+                                          body_fingerprint,
+                                          lambda: request.model_dump(mode="json"))
+            assert call is not None
+            return claim_replay.claim_once(self, queue, request, max_bytes=max_bytes,
+                                           answer_by=answer_by, call=call)
+        return claim_logic.claim_outcome(self.ctx, queue, request,
                                          max_bytes=max_bytes, answer_by=answer_by)
 
     def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
@@ -194,31 +267,56 @@ class Tierq(Deployment):
         no attempt counted (a failure is logged, not raised: see ``claim.give_back``)."""
         claim_logic.give_back(self.ctx, queue, [(str(t.id), t.lease_token) for t in tasks])
 
-    def ack(self, queue: str,
-            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
+    def ack(self, queue: str, items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]], *,
+            idempotency_key: str | None = None, caller: Caller | None = None,
+            body_fingerprint: bytes | None = None) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
-        return leases.ack(self.ctx, queue, [
-            i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
-            for i in items
-        ])
+        models = [i if isinstance(i, lease_models.AckItem | lease_models.ClaimedTask)
+                  else lease_models.AckItem.model_validate(i) for i in items]
+        return idempotency.answer_once(
+            self.ctx, idempotency.keyed_call("ack", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.ack(self.ctx, queue, models) if models
+            else lease_models.AckResult(), lease_models.AckResult)
 
-    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
-        return leases.nack(self.ctx, queue, _models(NackItem, _NACKS, items))
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
+             idempotency_key: str | None = None, caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> NackResult:
+        models = _models(lease_models.NackItem, _nacks(), items)
+        return idempotency.answer_once(
+            self.ctx, idempotency.keyed_call("nack", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.nack(self.ctx, queue, models) if models
+            else lease_models.NackResult(), lease_models.NackResult)
 
-    def release(self, queue: str,
-                items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
+    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
+                *, idempotency_key: str | None = None, caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> ReleaseResult:
         """Give leased tasks back unfinished, without counting an attempt: each returns to
         its old place in line. ``ReleaseItem``s / ``{"id", "lease_token"}``, or the claimed
         tasks themselves."""
-        return leases.release(self.ctx, queue, [
-            i if isinstance(i, ReleaseItem | ClaimedTask) else ReleaseItem.model_validate(i)
-            for i in items
-        ])
+        models = [i if isinstance(i, lease_models.ReleaseItem | lease_models.ClaimedTask)
+                  else lease_models.ReleaseItem.model_validate(i) for i in items]
+        return idempotency.answer_once(
+            self.ctx, idempotency.keyed_call("release", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.release(self.ctx, queue, models) if models
+            else lease_models.ReleaseResult(), lease_models.ReleaseResult)
 
-    def heartbeat(self, queue: str,
-                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
-        return leases.heartbeat(self.ctx, queue, _models(HeartbeatItem, _HEARTBEATS, items))
+    def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
+                  idempotency_key: str | None = None, caller: Caller | None = None,
+                  body_fingerprint: bytes | None = None) -> HeartbeatResult:
+        models = _models(lease_models.HeartbeatItem, _heartbeats(), items)
+        return idempotency.answer_once(
+            self.ctx, idempotency.keyed_call("heartbeat", queue, idempotency_key, caller,
+                                             body_fingerprint,
+                                             lambda: idempotency.models_body(models)),
+            lambda: leases.heartbeat(self.ctx, queue, models) if models
+            else lease_models.HeartbeatResult(), lease_models.HeartbeatResult)
 
     # -- tasks and dead letters ----------------------------------------------------------
 
@@ -232,13 +330,24 @@ class Tierq(Deployment):
                  after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
         return dlq.list_dead(self.ctx, queue, tenant=tenant, limit=limit, after=after)
 
-    def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
-        return dlq.replay(self.ctx, queue, ids=[UUID(str(i)) for i in ids], all_dead=all_dead)
+    def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                         all_dead: bool = False, tenant: str | None = None,
+                         max_items: int | None = SLICE_MAX_ITEMS,
+                         seconds: float | None = SLICE_SECONDS,
+                         idempotency_key: str | None = None, caller: Caller | None = None,
+                         body_fingerprint: bytes | None = None) -> ReplayResult:
+        return shard_ops.replay_dead(self, queue, ids=ids, all_dead=all_dead, tenant=tenant,
+                                   max_items=max_items, seconds=seconds,
+                                   idempotency_key=idempotency_key, caller=caller,
+                                   body_fingerprint=body_fingerprint)
 
-    def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                  all_dead: bool = False) -> list[UUID]:
-        return dlq.purge(self.ctx, queue, ids=[UUID(str(i)) for i in ids], all_dead=all_dead)
+    def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                        all_dead: bool = False, tenant: str | None = None,
+                        max_items: int | None = SLICE_MAX_ITEMS,
+                        seconds: float | None = SLICE_SECONDS) -> PurgeResult:
+        return shard_ops.purge_dead(self, queue, ids=[UUID(str(i)) for i in ids],
+                                    all_dead=all_dead, tenant=tenant, max_items=max_items,
+                                    seconds=seconds)
 
     # -- queues and metrics --------------------------------------------------------------
 
@@ -311,7 +420,7 @@ class Tierq(Deployment):
         """One pass of maintenance job ``name`` under its config's budget and timeouts: the
         job's summary, as the one shard's entry."""
         summary = registry.job(name).run(self.ctx, self.job_config(name))
-        return JobRun(name, {DEFAULT_SHARD: summary})
+        return registry.JobRun(name, {DEFAULT_SHARD: summary})
 
     # -- cron schedules ------------------------------------------------------------------
 
@@ -366,6 +475,9 @@ class Tierq(Deployment):
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:
         return {DEFAULT_SHARD: list(ids)}
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        return DEFAULT_SHARD
 
     def after_pass(self, shard: str, summary: object) -> None:
         """Nothing: one database keeps no homes to settle after a pass."""

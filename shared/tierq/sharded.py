@@ -48,9 +48,10 @@ from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
-from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, InvalidInput, NotFound, WarmTierUnavailable
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
+from tierq.logic import claim_replay, idempotency, shard_ops
 from tierq.logic.context import Clock, SystemClock
 from tierq.logic.homes import (
     SHARD_ERRORS,
@@ -59,6 +60,7 @@ from tierq.logic.homes import (
     ShardDown,
     SyncSummary,
 )
+from tierq.logic.idempotency import Caller, keyed_call, models_body
 from tierq.logic.pair_moves import MoveSummary, MoveTimings, PairMove
 from tierq.logic.queues import TENANTS_SHOWN
 from tierq.logic.schedules import parse_body as schedule_body
@@ -67,7 +69,7 @@ from tierq.models import (
     AckItem,
     ClaimedTask,
     ClaimRequest,
-    EnqueueOutcome,
+    Enqueued,
     HeartbeatItem,
     NackItem,
     QueueSettingsUpdate,
@@ -75,6 +77,8 @@ from tierq.models import (
     TaskIn,
     TenantCounts,
 )
+from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS, PurgeResult, ReplayResult
+from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.leases import (
     AckResult,
     HeartbeatResult,
@@ -289,17 +293,58 @@ class ShardedTierq(Deployment):
     # -- producers -------------------------------------------------------------------------
 
     def enqueue(self, queue: str, items: Sequence[TaskIn | Mapping[str, Any]], *,
-                tenant: str | None = None) -> list[EnqueueOutcome]:
-        """Enqueue a batch (≤ 500), each task on its pair's home."""
+                tenant: str | None = None, idempotency_key: str | None = None,
+                caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> Enqueued:
+        """Enqueue a batch (≤ 500), each task on its pair's home (``shard_ops.enqueue``)."""
         tasks = [i if isinstance(i, TaskIn) else TaskIn.model_validate(i) for i in items]
-        groups = self.shards_of_tasks(queue, tasks, tenant)
-        outcomes: list[EnqueueOutcome | None] = [None] * len(tasks)
-        for home, indexes in groups.items():
-            got = self._on(home, lambda e, ix=indexes: e.enqueue(  # type: ignore[misc]
-                queue, [tasks[i] for i in ix], tenant=tenant))
-            for i, outcome in zip(indexes, got, strict=True):
-                outcomes[i] = outcome
-        return [o for o in outcomes if o is not None]
+        call = keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
+                          lambda: shard_ops.enqueue_body(tasks, tenant))
+        return shard_ops.enqueue(self, queue, tasks, tenant, call)
+
+    def flow(self, flow: FlowIn | Mapping[str, Any], *,
+             tenant: str | None = None, idempotency_key: str | None = None,
+             caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> FlowResult:
+        """Create a graph of tasks all or nothing, on the one shard of its pairs."""
+        model = flow if isinstance(flow, FlowIn) else FlowIn.model_validate(flow)
+        call = keyed_call("flow", shard_ops.FLOW_SCOPE, idempotency_key, caller,
+                          body_fingerprint, lambda: shard_ops.flow_body(model, tenant))
+        return shard_ops.flow(self, model, tenant, call)
+
+    def shard_of_flow(self, flow: FlowIn, tenant: str | None) -> str:
+        """The one home of the flow's pairs (a new pair gets one); a task whose pair, or an
+        existing task named in its ``after`` (its id's tag), lives on another shard than the
+        first task's pair is 422 naming the field: a flow is one transaction on one
+        shard."""
+        who = tenant or flow.tenant or DEFAULT_TENANT
+        refs = {t.ref for t in flow.tasks}
+        first: str | None = None
+        for i, task in enumerate(flow.tasks):
+            home = self.homes.home_of(task.queue, who)
+            assert home is not None
+            if first is None:
+                first = home
+            elif home != first:
+                raise InvalidInput.field(
+                    f"tasks[{i}].queue",
+                    f"({task.queue!r}, {who!r}) lives on shard {home!r}, the flow's first "
+                    f"task's on {first!r}: a flow's tasks share one shard")
+        assert first is not None
+        for i, task in enumerate(flow.tasks):
+            for j, name in enumerate(task.after):
+                if name in refs:
+                    continue
+                try:
+                    shard = self.by_tag.get(tag_of(str(UUID(name))))
+                except ValueError:  # neither a ref nor an id: the engine says so (422)
+                    continue
+                if shard is not None and shard != first:
+                    raise InvalidInput.field(
+                        f"tasks[{i}].after[{j}]",
+                        f"task {name} is on shard {shard!r}, the flow's tasks on "
+                        f"{first!r}: a task waits only for tasks on its own shard")
+        return first
 
     def shards_of_tasks(self, queue: str, tasks: Sequence[TaskIn],
                         tenant: str | None) -> dict[str, list[int]]:
@@ -372,17 +417,28 @@ class ShardedTierq(Deployment):
     # -- workers ---------------------------------------------------------------------------
 
     def claim(self, queue: str, request: ClaimRequest | None = None, *, max_bytes: int = 0,
-              answer_by: float | None = None, **fields: Any) -> list[ClaimedTask]:
+              answer_by: float | None = None, idempotency_key: str | None = None,
+              caller: Caller | None = None, body_fingerprint: bytes | None = None,
+              **fields: Any) -> list[ClaimedTask]:
         return self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by,
-                                  **fields).tasks
+                                  idempotency_key=idempotency_key, caller=caller,
+                                  body_fingerprint=body_fingerprint, **fields).tasks
 
     def claim_outcome(self, queue: str, request: ClaimRequest | None = None, *,
                       max_bytes: int = 0, answer_by: float | None = None,
+                      idempotency_key: str | None = None, caller: Caller | None = None,
+                      body_fingerprint: bytes | None = None,
                       **fields: Any) -> claim_logic.ClaimOutcome:
         """Lease up to ``request.max`` tasks: of one tenant on its home, or over the
         queue's tenants shard after shard; a long poll looks again until ``wait_seconds``
-        (or ``answer_by``) is over."""
+        (or ``answer_by``) is over. Keyed: ``claim_replay.claim_once``."""
         request = request or ClaimRequest(**fields)
+        if idempotency_key is not None:
+            call = keyed_call("claim", queue, idempotency_key, caller, body_fingerprint,
+                              lambda: request.model_dump(mode="json"))
+            assert call is not None
+            return claim_replay.claim_once(self, queue, request, max_bytes=max_bytes,
+                                           answer_by=answer_by, call=call)
         if len(self.engines) == 1:
             return self.engines[self.default_shard].claim_outcome(
                 queue, request, max_bytes=max_bytes, answer_by=answer_by)
@@ -493,31 +549,51 @@ class ShardedTierq(Deployment):
                 getattr(result, name).extend(getattr(got, name))
         return result
 
-    def ack(self, queue: str,
-            items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]]) -> AckResult:
+    def _settle_once(self, route: str, queue: str, models: Sequence[Any], result: R,
+                     call: Callable[[Tierq, list[Any]], R], lists: Sequence[str],
+                     idempotency_key: str | None, caller: Caller | None,
+                     body_fingerprint: bytes | None) -> R:
+        """:meth:`_settle`, once per key (the record in the warm tier every shard shares)."""
+        keyed = keyed_call(route, queue, idempotency_key, caller, body_fingerprint,
+                           lambda: models_body(models))
+        return idempotency.answer_once(
+            self.engines[self.default_shard].ctx, keyed,
+            lambda: self._settle(queue, models, result, call, lists), type(result))
+
+    def ack(self, queue: str, items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]], *,
+            idempotency_key: str | None = None, caller: Caller | None = None,
+            body_fingerprint: bytes | None = None) -> AckResult:
         models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
                   for i in items]
-        return self._settle(queue, models, AckResult(), lambda e, m: e.ack(queue, m),
-                            ["acked"])
+        return self._settle_once("ack", queue, models, AckResult(),
+                                 lambda e, m: e.ack(queue, m), ["acked"],
+                                 idempotency_key, caller, body_fingerprint)
 
-    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]]) -> NackResult:
+    def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
+             idempotency_key: str | None = None, caller: Caller | None = None,
+             body_fingerprint: bytes | None = None) -> NackResult:
         models = [i if isinstance(i, NackItem) else NackItem.model_validate(i) for i in items]
-        return self._settle(queue, models, NackResult(), lambda e, m: e.nack(queue, m),
-                            ["retried", "dead"])
+        return self._settle_once("nack", queue, models, NackResult(),
+                                 lambda e, m: e.nack(queue, m), ["retried", "dead"],
+                                 idempotency_key, caller, body_fingerprint)
 
-    def release(self, queue: str,
-                items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]]) -> ReleaseResult:
+    def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
+                *, idempotency_key: str | None = None, caller: Caller | None = None,
+                body_fingerprint: bytes | None = None) -> ReleaseResult:
         models = [i if isinstance(i, ReleaseItem | ClaimedTask)
                   else ReleaseItem.model_validate(i) for i in items]
-        return self._settle(queue, models, ReleaseResult(),
-                            lambda e, m: e.release(queue, m), ["released"])
+        return self._settle_once("release", queue, models, ReleaseResult(),
+                                 lambda e, m: e.release(queue, m), ["released"],
+                                 idempotency_key, caller, body_fingerprint)
 
-    def heartbeat(self, queue: str,
-                  items: Sequence[HeartbeatItem | Mapping[str, Any]]) -> HeartbeatResult:
+    def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
+                  idempotency_key: str | None = None, caller: Caller | None = None,
+                  body_fingerprint: bytes | None = None) -> HeartbeatResult:
         models = [i if isinstance(i, HeartbeatItem) else HeartbeatItem.model_validate(i)
                   for i in items]
-        return self._settle(queue, models, HeartbeatResult(),
-                            lambda e, m: e.heartbeat(queue, m), ["extended"])
+        return self._settle_once("heartbeat", queue, models, HeartbeatResult(),
+                                 lambda e, m: e.heartbeat(queue, m), ["extended"],
+                                 idempotency_key, caller, body_fingerprint)
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -717,36 +793,25 @@ class ShardedTierq(Deployment):
         merged = heapq.merge(*lists, key=dead_position, reverse=True)
         return list(itertools.islice(merged, limit))
 
-    def dlq_replay(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                   all_dead: bool = False) -> tuple[list[UUID], list[UUID]]:
-        """Replay dead letters on the shards that hold them (every shard for ``all_dead``):
-        (the ids replayed, shard after shard; the ids asked for that no shard replayed)."""
-        wanted = [UUID(str(i)) for i in ids]
-        parts = self._each_part(self._dead_selection(queue, wanted, all_dead),
-                                lambda e, part: e.dlq_replay(queue, ids=part,
-                                                             all_dead=all_dead)[0])
-        done = [task_id for part in parts.values() for task_id in part]
-        replayed = set(done)
-        return done, [task_id for task_id in wanted if task_id not in replayed]
+    def dlq_replay_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                         all_dead: bool = False, tenant: str | None = None,
+                         max_items: int | None = SLICE_MAX_ITEMS,
+                         seconds: float | None = SLICE_SECONDS,
+                         idempotency_key: str | None = None, caller: Caller | None = None,
+                         body_fingerprint: bytes | None = None) -> ReplayResult:
+        """Replay dead letters on the shards that hold them (``shard_ops.replay_dead``)."""
+        return shard_ops.replay_dead(self, queue, ids=ids, all_dead=all_dead, tenant=tenant,
+                                     max_items=max_items, seconds=seconds,
+                                     idempotency_key=idempotency_key, caller=caller,
+                                     body_fingerprint=body_fingerprint)
 
-    def dlq_purge(self, queue: str, *, ids: Sequence[UUID | str] = (),
-                  all_dead: bool = False) -> list[UUID]:
-        """Delete dead letters on the shards that hold them (every shard for ``all_dead``);
-        the ids deleted, shard after shard."""
-        wanted = [UUID(str(i)) for i in ids]
-        parts = self._each_part(self._dead_selection(queue, wanted, all_dead),
-                                lambda e, part: e.dlq_purge(queue, ids=part,
-                                                            all_dead=all_dead))
-        return [task_id for part in parts.values() for task_id in part]
-
-    def _dead_selection(self, queue: str, ids: list[UUID],
-                        all_dead: bool) -> dict[str, list[UUID]]:
-        """The shards to ask for dead letters, with the ids to ask each: every shard for
-        ``all_dead``, else where the ids' tags say (``shards_for_selection``)."""
-        if all_dead:
-            return {name: ids for name in self.engines}
-        return {name: part for name, part in self.shards_for_selection(queue, None, ids).items()
-                if part}
+    def dlq_purge_slice(self, queue: str, *, ids: Sequence[UUID | str] = (),
+                        all_dead: bool = False, tenant: str | None = None,
+                        max_items: int | None = SLICE_MAX_ITEMS,
+                        seconds: float | None = SLICE_SECONDS) -> PurgeResult:
+        """Delete dead letters on the shards that hold them (``shard_ops.purge_dead``)."""
+        return shard_ops.purge_dead(self, queue, ids=ids, all_dead=all_dead, tenant=tenant,
+                                    max_items=max_items, seconds=seconds)
 
     def shards_for_selection(self, queue: str, tenant: str | None,
                              ids: Sequence[UUID]) -> dict[str, list[UUID]]:

@@ -52,6 +52,10 @@ args = parser.parse_args()
 package = pathlib.Path(args.out) / "layerlib"
 package.mkdir(parents=True)
 (package / "__init__.py").write_text("VALUE = 42\\n" + "# padding\\n" * 1000)
+if pathlib.Path(args.repo_root, "with-floor").exists():  # a runtime library: a floor
+    orjson = pathlib.Path(args.out) / "orjson"
+    orjson.mkdir()
+    (orjson / "__init__.py").write_text("FLOOR = True\\n")
 """
 
 
@@ -115,8 +119,26 @@ def test_imports_each_function_from_the_layer_and_ends_with_the_two_figures(
     assert not list(kept.rglob("__pycache__")), list(kept.rglob("*.pyc"))
     assert "[1/2] one" in done.stderr and "[2/2] two" in done.stderr
     # the stand-in layer holds none of the runtime's libraries: no floor to measure
-    assert not any(line.startswith("libraries_floor_ms=") for line in lines)
+    assert not any(line.startswith(("libraries_floor_ms=", "own_share_ms=")) for line in lines)
     assert result["libraries_floor_ms"] is None
+    assert result["own_share_ms"] is None
+
+
+def test_with_the_libraries_in_the_layer_the_floor_and_each_own_share(tmp_path: Path) -> None:
+    repo = stand_in_checkout(tmp_path / "repo", "layerlib, orjson")
+    (repo / "with-floor").touch()
+    done = run_bench(repo, "--json", str(tmp_path / "out.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert lines[-4] == f"libraries_floor_ms={result['libraries_floor_ms']:.0f}  " \
+        "(the runtime's third-party packages alone, without tierq)"
+    assert lines[-3].startswith(f"own_share_ms={result['own_share_ms']:.0f}  ")
+    assert sorted(result["own_share"]) == ["one", "two"]
+    assert all(len(runs) == 2 for runs in result["own_share"].values())
+    medians = [sorted(runs)[0] + (sorted(runs)[1] - sorted(runs)[0]) / 2
+               for runs in result["own_share"].values()]
+    assert result["own_share_ms"] == pytest.approx(max(medians))
 
 
 def test_a_module_found_only_in_this_environment_fails_the_run(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.integration.helpers import count_rows
-from tierq.aws.http.routes.enqueue import enqueue_once
 from tierq.engine import Tierq
 from tierq.local.services import flush_all_nodes
 from tierq.logic import idempotency
@@ -22,6 +21,7 @@ from tierq.logic.idempotency import (
     PgClaim,
     ValkeyClaim,
 )
+from tierq.logic.shard_ops import enqueue_once
 from tierq.models import TaskIn
 
 

@@ -172,3 +172,23 @@ def test_a_bearer_token_is_kept_and_sent(page: Any, api: Client, api_url: str) -
     while not seen and time.monotonic() < deadline:
         page.wait_for_timeout(100)
     assert seen and all(header == "Bearer eyJ.test.token" for header in seen)
+
+
+def test_a_waiting_task_shows_what_it_waits_for(page: Any, api: Client, api_url: str,
+                                                 names: QueueNames) -> None:
+    queue = names["flow"]
+    first, second = api.enqueue(queue, [{"payload": 1}, {"payload": 2}])
+    [child] = api.enqueue(queue, [{"payload": 3, "after": [first.id, second.id]}])
+    [task] = api.claim(queue)
+    assert task.id == first.id
+    api.ack(queue, [{"id": task.id, "lease_token": task.lease_token}])  # kept: a child waits
+    open_dashboard(page, api_url)
+    page.get_by_test_id("task-queue").fill(queue)
+    page.get_by_test_id("task-id").fill(str(child.id))
+    page.get_by_test_id("task-id").press("Enter")
+    page.wait_for_function(
+        "document.querySelectorAll('[data-testid=task-parent]').length === 2")
+    assert page.get_by_test_id("task-summary").text_content() == "waiting for 1 of 2 parent(s)"
+    states = page.get_by_test_id("task-parent").evaluate_all(
+        "rs => rs.map(r => [r.dataset.task, r.querySelector('[data-col=state]').textContent])")
+    assert states == [[str(first.id), "done"], [str(second.id), "not finished"]]

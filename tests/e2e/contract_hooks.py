@@ -1,7 +1,7 @@
 """schemathesis hooks of the contract run (tests/e2e/test_openapi_contract.py), loaded by the
 CLI through ``SCHEMATHESIS_HOOKS=tests.e2e.contract_hooks``.
 
-Everything the API refuses, its OpenAPI document says, with three exceptions that JSON
+Everything the API refuses, its OpenAPI document says, with exceptions that JSON
 Schema has no words for (the document says them in its descriptions). A valid request
 (positive mode) is brought inside them just before it is sent; an invalid one goes as
 generated. Each is checked by a test of its own:
@@ -12,6 +12,10 @@ generated. Each is checked by a test of its own:
   comparison of two fields (tests/handlers/test_http_handlers.py).
 - A ``cron`` expression croniter reads and that matches some date (``0 0 30 2 *`` never
   does): a calendar question (tests/e2e/test_schedules_http.py).
+- A task's ``after`` names tasks that exist (ids of the caller's tenant, or refs of the same
+  flow, unique and without a cycle), and ``wait_timeout_seconds`` comes with it: questions
+  of the stored tasks and of the graph, not of one field (tests/integration/test_flows.py,
+  tests/handlers/test_flows_http.py). A valid request is sent without parents.
 - A queue's ``consumer.function`` one the deployment allows (on AWS the stack's allow-list;
   locally a function of the template or an importable ``module:function``): a question of
   the deployment, not of the request's shape (tests/dispatch, the allow-list). The run
@@ -75,15 +79,24 @@ def _a_cron_that_fires(body: dict[str, Any]) -> None:
             body["cron"] = A_CRON
 
 
+def _without_parents(task: dict[str, Any], index: int, flow: bool) -> None:
+    task.pop("after", None)
+    task.pop("wait_timeout_seconds", None)
+    if flow:
+        task["ref"] = f"t{index}"  # unique in the request
+
+
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     body = case.body
     if not _positive(case) or not isinstance(body, dict):
         return
     tasks = body.get("tasks") if isinstance(body.get("tasks"), list) else [body]
-    for task in tasks:
+    flow = getattr(case, "path", "") == "/v1/flows"
+    for index, task in enumerate(tasks):
         if isinstance(task, dict):
             _within_a_year(task)
+            _without_parents(task, index, flow)
     if isinstance(body.get("backoff"), dict):
         _cap_not_below_base(body["backoff"])
     _a_cron_that_fires(body)

@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 from tests.integration.helpers import count_rows, count_state
-from tierq.aws.http.routes.enqueue import enqueue_once
 from tierq.engine import Tierq
 from tierq.logic import dlq, idempotency
 from tierq.logic.idempotency import (
@@ -20,6 +19,7 @@ from tierq.logic.idempotency import (
     Kept,
     PgClaim,
 )
+from tierq.logic.shard_ops import enqueue_once
 from tierq.models import TaskIn
 
 BODY = {"tasks": [{"payload": i} for i in range(5)]}

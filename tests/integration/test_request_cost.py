@@ -245,9 +245,9 @@ def test_a_claims_removal_never_loses_an_admission_that_raced_it(
     enters the tenant: the claim's second look sees the task and enters it back."""
     forget = tq.ctx.warm.forget_ready_tenants
 
-    def enqueue_first(queue: str, tenants: Any) -> None:
+    def enqueue_first(queue: str, tenants: Any, id_tag: Any) -> None:
         tq.enqueue("q", [{"payload": "raced", "tenant": "r"}])  # push, then its entry
-        forget(queue, tenants)  # the claim's removal lands after it
+        forget(queue, tenants, id_tag)  # the claim's removal lands after it
 
     tq.enqueue("q", [{"payload": "first", "tenant": "r"}])
     assert len(tq.claim("q", max=5)) == 1

@@ -218,10 +218,17 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
                       "priority": i % 10, "max_attempts": 1 + i} for i in range(40)])
     assert count_state(pg, "p", "cold") == 39
     with pg.transaction(), pg.cursor(row_factory=dict_row) as cur:
+        # tasks released from a wait carry their parents in the blob (logic/flows.py)
+        cur.execute("""UPDATE tierq_tasks SET parents = %s::jsonb
+                       WHERE state = 'cold' AND priority %% 3 = 0""",
+                    ('[{"id": "a", "queue": "q", "state": "done", '
+                     '"result": {"t": "quote \\" and \\\\ é"}}]',))
         items = tq.ctx.store.promote_cold(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
         promoted = {r["id"]: RestoreRow(**r) for r in cur.execute(
             "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
-            "max_attempts, created_at FROM tierq_tasks WHERE state = 'warm'").fetchall()}
+            "max_attempts, created_at, parents::text AS parents FROM tierq_tasks "
+            "WHERE state = 'warm'").fetchall()}
+        assert sum(1 for r in promoted.values() if r.parents) > 5
         raise psycopg.Rollback
     assert len(items) == 39
     for row in items:

@@ -34,6 +34,7 @@ LAYER_IDS = ("TierqLayerArm64", "TierqLayerX8664")
 # (method, path) -> function logical id. Every route, exactly once.
 ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue}/tasks"): "EnqueueFunction",
+    ("POST", "/v1/flows"): "EnqueueFunction",
     ("POST", "/v1/queues/{queue}/claims"): "ClaimFunction",
     ("POST", "/v1/queues/{queue}/acks"): "AckFunction",
     ("POST", "/v1/queues/{queue}/nacks"): "AckFunction",

@@ -410,3 +410,25 @@ def test_a_handler_running_past_the_grace_is_not_nacked_and_its_outcome_is_dropp
                what="the reaper expired the abandoned lease")
     task = api.get_task(queue, task_id)
     assert (task.attempts, task.last_error) == (1, "lease expired (attempt 1)")
+
+
+def test_a_fan_in_handler_sees_its_parents_results(api: Client, names: QueueNames) -> None:
+    """A task that waits for others (``after``) runs once they are done, and its handler
+    reads their results from ``task.parents``, without a request of its own."""
+    queue = names["fan"]
+    parents = api.enqueue(queue, [{"payload": {"n": i}} for i in range(5)])
+    [join] = api.enqueue(queue, [{"payload": "sum", "after": [p.id for p in parents]}])
+    sums: list[int] = []
+
+    def handle(task: ClaimedTask) -> Any:
+        if task.payload == "sum":
+            sums.append(sum(p.result["square"] for p in task.parents or []))
+            return None
+        return {"square": task.payload["n"] ** 2}
+
+    stats = Worker(api, queue, handle, concurrency=4, wait_seconds=0.5, burst=True,
+                   install_signal_handlers=False).run()
+    assert (stats.claimed, stats.acked) == (6, 6)
+    assert sums == [0 + 1 + 4 + 9 + 16]
+    with pytest.raises(NotFoundError):
+        api.get_task(queue, join.id)

@@ -15,14 +15,29 @@ is served by a :class:`~tierq.sharded.ShardedTierq` instead of one ``Tierq``: :f
 returns whichever the deployment has, typed as their contract
 (:class:`tierq.contract.Deployment`); :func:`pair_engine` is the engine of one (queue,
 tenant) pair's shard, and :func:`shard_engines` every shard's, for what is read or written
-per shard (lists, dead letters, schedules, idempotency records). One database is one shard.
+per shard (lists, dead letters, schedules). One database is one shard.
+
+With Lambda SnapStart (template.yaml's ``SnapStart`` parameter) an execution environment
+may resume from a snapshot of another's initialisation, as many times as Lambda scales out.
+:func:`after_restore` runs first in each of them (registered with ``snapshot_restore_py``,
+which exists only in Lambda's Python runtimes): it drops the engine, whose pooled
+PostgreSQL and Valkey connections belong to the environment that was snapshotted (the next
+request opens its own), and re-seeds what would otherwise repeat in every copy:
+
+| state | after a restore |
+| --- | --- |
+| the engine (connection pools, IAM tokens) | closed and forgotten; the next request builds one |
+| ``random``'s generator | re-seeded from the system's entropy |
+| the task-id counter (``tierq.core.ids``) | forgotten; the next id draws a fresh one |
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,6 +45,7 @@ from aws_lambda_powertools import Logger, Tracer
 
 from tierq.config import get_settings
 from tierq.contract import Deployment
+from tierq.core import ids
 from tierq.dal.shards import (
     ShardSpec,
     parse_shard_names,
@@ -37,7 +53,6 @@ from tierq.dal.shards import (
     shards_from_environment,
 )
 from tierq.engine import Tierq
-from tierq.sharded import ShardedTierq
 
 if TYPE_CHECKING:
     from tierq.logic.dispatch.invocation import ConsumerFunctions
@@ -121,6 +136,8 @@ def _create(specs: list[ShardSpec] | None) -> Deployment:
         # one shard named in TIERQ_SHARD_URLS is that database, exactly as without shards
         return Tierq(database_url=parse_shard_urls(only)[0].url if only else None,
                      settings=settings)
+    from tierq.sharded import ShardedTierq  # (a deployment of one database never needs it)
+
     return ShardedTierq(specs, settings=settings)
 
 
@@ -186,11 +203,6 @@ def default_engine() -> Tierq:
     return current.engines[current.default_shard]
 
 
-def sharded() -> bool:
-    """Whether the deployment has more than one shard."""
-    return len(engine().engines) > 1
-
-
 def on_shard(name: str, call: Callable[[Tierq], T]) -> T:
     """``call`` with shard ``name``'s engine, under the shard's call deadline (``ShardDown``,
     503, when it does not answer); without shards, with the one engine."""
@@ -222,3 +234,37 @@ def reset_engine() -> None:
             _engine.close()
             _engine = None
         get_settings.cache_clear()
+
+
+def after_restore() -> None:
+    """What an execution environment resumed from a SnapStart snapshot does before its
+    first request (see the module docstring); a failure to close is logged, never raised, so
+    the restore goes on. Lambda allows the hooks 10 s; this takes milliseconds."""
+    global _engine
+    started = time.monotonic()
+    with _engine_lock:
+        stale, _engine = _engine, None
+    if stale is not None:
+        try:
+            stale.close()  # the sockets of the snapshotted environment: dead to the servers
+        except Exception:  # the next request builds a new engine anyway
+            logger.warning("closing the snapshot's engine failed", exc_info=True)
+    random.seed()
+    ids.reseed()
+    logger.info("restored from a snapshot", extra={
+        "engine_dropped": stale is not None,
+        "hook_ms": round((time.monotonic() - started) * 1000, 1)})
+
+
+def register_snapshot_hooks() -> bool:
+    """Register :func:`after_restore` with Lambda's SnapStart runtime hooks; False where
+    ``snapshot_restore_py`` does not exist (outside Lambda's Python runtimes)."""
+    try:
+        from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    register_after_restore(after_restore)
+    return True
+
+
+register_snapshot_hooks()

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tierq.cli.dev",
     "tierq.cli.demo",
     "tierq.cli.enqueue",
+    "tierq.cli.flows",
     "tierq.cli.leases",
     "tierq.cli.stats",
     "tierq.cli.dlq",

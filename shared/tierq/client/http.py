@@ -76,6 +76,7 @@ from tierq.models.envelopes import (
     ReplayResult,
     RunningMetrics,
 )
+from tierq.models.flows import FlowResult, FlowTaskIn
 from tierq.models.queues import AnyQueueView
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
@@ -279,6 +280,19 @@ class Client:
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         """Enqueue one task: ``enqueue_one("emails", {"to": …}, key="k", delay_seconds=5)``."""
         return self.enqueue(queue, [{"payload": payload, **fields}])[0]
+
+    def flow(self, tasks: Iterable[FlowTaskIn | Mapping[str, Any]], *,
+             tenant: str | None = None) -> FlowResult:
+        """Create a flow in one request, all or nothing (``POST /v1/flows``, at most 500
+        tasks, each with its ``queue``, a ``ref`` and ``after``: refs of this call or ids of
+        existing tasks). Returns each ref's task id, queue and state."""
+        items = _items(FlowTaskIn, tasks, "tasks")
+        body: dict[str, Any] = {"tasks": [_dump(t) for t in items]}
+        if tenant is not None:
+            body["tenant"] = tenant
+        data = self.request("POST", "/v1/flows", body=body,
+                            idempotency_key=new_idempotency_key())
+        return FlowResult.model_validate(data)
 
     # -- workers -----------------------------------------------------------------------
 

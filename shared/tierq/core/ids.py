@@ -72,6 +72,15 @@ _MS_MASK = (1 << 48) - 1
 _VARIANT = {f"{v:x}": f"{0x8 | (v & 0x3):x}" for v in range(16)}
 
 
+def reseed() -> None:
+    """Forget the last id's millisecond and counter: the next id starts a fresh random
+    counter. For a process resumed from a snapshot (Lambda SnapStart), where every copy
+    would otherwise continue from the same counter."""
+    global _last_ms, _counter
+    with _lock:
+        _last_ms, _counter = 0, 0
+
+
 def new_token_prefix(tenant: str) -> str:
     """A claim's lease-token prefix. Tokens carry their tenant and the attempt they lease
     (``<tenant>~<random>~<attempt>~<n>``) so acks, nacks and heartbeats find the right

@@ -41,7 +41,8 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from tierq.dal.command_limit import chunks, per_call
+from tierq.dal.command_limit import chunks
+from tierq.dal.lua_calls import RateAdd, RateKey, RateTenants, TenantsKey, evalsha
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ BLOCK_WORDS = 1 + 2 * BLOCK_SLOTS  # u32 words of a block: its stamp, then the c
 BLOCKS = 16
 BLOCK_BYTES = 4 * BLOCK_WORDS
 # tenants per note (rate_tenants.lua: EVALSHA, its sha, 1, the key, then the tenants)
-NOTES_PER_CALL = per_call(4)
+NOTES_PER_CALL = RateTenants.items_per_call()
 # a process notes a tenant in its queue's index at most this often
 NOTE_EVERY_SECONDS = 60.0
 # past this many remembered notes, those older than NOTE_EVERY_SECONDS are forgotten
@@ -128,12 +129,9 @@ class ThroughputCounts:
     """The counts of every pair, over one warm tier's client."""
 
     def __init__(self, warm: WarmTier) -> None:
-        # deferred: warm_tier makes this object, so it cannot be imported at module load
-        from tierq.dal.warm_tier import script_source
-
         self.warm = warm
-        self.add_script: Script = warm.client.register_script(script_source("rate_add"))
-        self.note_script: Script = warm.client.register_script(script_source("rate_tenants"))
+        self.add_script: Script = warm.scripts[RateAdd.SCRIPT]
+        self.note_script: Script = warm.scripts[RateTenants.SCRIPT]
         self._noted: dict[tuple[str, str], float] = {}  # pair -> when this process noted it
         self._lock = threading.Lock()
 
@@ -151,11 +149,12 @@ class ThroughputCounts:
         counted = [tenant for tenant, (enqueued, acked) in counts.items()
                    if enqueued > 0 or acked > 0]
         commands: list[Command] = [
-            ("EVALSHA", self.add_script.sha, 1, rate_key(queue, tenant), *counts[tenant])
+            evalsha(RateAdd(RateKey(rate_key(queue, tenant)), *counts[tenant]),
+                    self.add_script.sha)
             for tenant in counted]
         due = self._due_notes(queue, counted)
         notes: list[Command] = [
-            ("EVALSHA", self.note_script.sha, 1, tenants_key(queue), *part)
+            evalsha(RateTenants(TenantsKey(tenants_key(queue)), part), self.note_script.sha)
             for part in chunks(due, NOTES_PER_CALL)]
         if self.warm.calls is not None:
             return [*commands, *notes], []

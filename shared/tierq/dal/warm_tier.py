@@ -1,5 +1,6 @@
 """Valkey access: the warm tier's keys and its Lua scripts (``lua/*.lua``), loaded once and
-run with EVALSHA (redis-py reloads a script on NOSCRIPT)."""
+run with EVALSHA (redis-py reloads a script on NOSCRIPT). Each script's call is built and its
+reply parsed by its object in ``dal/lua_calls.py`` (``WarmTier.call``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -33,9 +34,48 @@ from tierq.dal.command_limit import (
     per_call,
 )
 from tierq.dal.direct_calls import DirectCalls
+from tierq.dal.lua_calls import (
+    AdmissionBegin,
+    AdmissionEnd,
+    AdmissionMode,
+    AllotShrink,
+    CapacityExtend,
+    CapacityFree,
+    CapacityUse,
+    Claim,
+    ClaimTake,
+    GoCold,
+    LeaseDrop,
+    LeaseExpired,
+    LeaseExtend,
+    LeaseIndex,
+    LeaseOf,
+    LongPolls,
+    LuaCall,
+    Missing,
+    PollKey,
+    PoolKeys,
+    PushReady,
+    QueueCapacity,
+    ReadyTenantsNote,
+    ReleaseLeases,
+    Remove,
+    RemoveReady,
+    RunningPage,
+    TenantRequests,
+    TierStats,
+    UpdateReady,
+    UseCounts,
+    UseKeys,
+    WarmLedger,
+    evalsha,
+    wire_float,
+)
+from tierq.dal.lua_calls import Claimed as Claimed  # (claims name it here)
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from tierq.dal.throughput import ThroughputCounts
@@ -68,6 +108,8 @@ SCRIPTS = (
     "ready_tenants_note",
     "warm_ledger",
     "allot_shrink",
+    "rate_add",
+    "rate_tenants",
 )
 
 
@@ -94,9 +136,8 @@ class PairKeys:
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
-PUSH_TASKS_PER_CALL = per_call(3 + 6 + 10, 4)  # push_ready: 6 keys, 10 fixed, 4 per task
+PUSH_TASKS_PER_CALL = PushReady.items_per_call()
 IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
-MEMBERS_PER_CALL = per_call(3 + 4 + 1)  # lease_drop, release_leases: lease members
 # running_page.lua: leases one call returns at most, and entries of `started` it reads at
 # most besides them (a call of 200 takes ~1 ms of Valkey; one of 1,000 took 15 ms)
 RUNNING_CALL_LEASES = 200
@@ -169,7 +210,7 @@ ALL_POLLS_KEY = "tq:{~}:polls"
 def reservation_of(token: str) -> str:
     """The queue-wide reservation a lease token holds, the unit ``<random>~<k>`` of the
     claim's take ``<random>~`` (taken for the whole claim before its pops:
-    lua/capacity_take.lua, logic/claim._QueueGate), from the token
+    lua/capacity_take.lua, logic/claim_limits.QueueGate), from the token
     ``<tenant>~<random>~<attempt>~<k>``."""
     _, _, rest = token.partition("~")
     return rest[:rest.find("~") + 1] + token[token.rfind("~") + 1:]
@@ -216,6 +257,13 @@ def token_groups(tokens: Sequence[str]) -> list[str]:
     for holder, ks in groups.items():
         args += (holder, str(len(ks)), *ks)
     return args
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A queue's ready-tenant index as ``ReadyTenantsNote`` reads its key."""
+
+    index: str
 
 
 @dataclass(frozen=True)
@@ -274,11 +322,6 @@ def split_member(member: str) -> tuple[str, str, int]:
 def claim_prefix(token: str) -> str:
     """The claim a token was issued by: the token up to its attempt."""
     return token[:token.rfind("~", 0, token.rfind("~")) + 1]
-
-
-# One claimed task as the claim script returns it: (id, attempt, lease token, task JSON), the
-# strings undecoded (bytes). A tuple, not an object: a claim hands out hundreds of them.
-Claimed = tuple[bytes, int, bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -489,6 +532,11 @@ class WarmTier:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self.run_script(self.scripts[name], keys, args)
 
+    def call(self, call: LuaCall[R]) -> R:
+        """Run one typed script call (dal/lua_calls.py) and parse its reply."""
+        keys, args = call.build()
+        return call.parse(self.run_script(self.scripts[call.SCRIPT], keys, args))
+
     def run_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script registered on this tier's client, on the master of its keys' slot;
         ``WarmTierUnavailable`` / ``WarmTierFull`` when Valkey cannot answer."""
@@ -551,13 +599,12 @@ class WarmTier:
 
     def tenant_request(self, tenant: str, *, rate: float, burst: int) -> int:
         """Take one token of the tenant's request bucket: 0, or the ms until one."""
-        keys = TenantKeys.of(tenant)
-        return int(self._run("tenant_requests", [keys.requests], [repr(float(rate)), burst]))
+        return self.call(TenantRequests(TenantKeys.of(tenant), rate, burst))
 
     def poll_begin(self, key: str, *, cap: int, reservation: str, hold_ms: int) -> bool:
         """Take one of the ``cap`` long-poll places of ``key`` (a tenant's
         ``TenantKeys.polls``, or ``ALL_POLLS_KEY``) for up to ``hold_ms``."""
-        return int(self._run("long_polls", [key], [cap, reservation, hold_ms])) == 1
+        return self.call(LongPolls(PollKey(key), cap, reservation, hold_ms))
 
     def poll_end(self, key: str, reservation: str) -> None:
         """Give the place back (one command: an expired one is gone already)."""
@@ -578,22 +625,14 @@ class WarmTier:
         if len(items) > PUSH_TASKS_PER_CALL:
             raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
                              "per call")
-        k = PairKeys.of(queue, tenant)
-        args: list[Any] = [warm_max, kind, now_ms, token, warm_max_bytes, since_ms,
-                           share.bound, share.grant, share.charge, share.keep]
-        for _, at, _ in items:  # score, member pairs (for ZADD), then id, blob (HSET)
-            args += at
-        for task_id, _, blob in items:
-            args += (task_id, blob)
-        out = self._run("push_ready",
-                        (k.ready, k.data, k.meta, k.inflight, k.leased, k.lease_of), args)
-        mode = _s(out[0])
-        if mode == "late":
+        out = self.call(PushReady(
+            PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
+            since_ms, share.bound, share.grant, share.charge, share.keep,
+            [(at[0], at[1], task_id, blob) for task_id, at, blob in items]))
+        if out.mode == "late":
             raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
                            "after the reconciler took its rows over")
-        if mode == "allot":
-            return PushOutcome(mode, [], short=int(out[1]))
-        return PushOutcome(mode, [_s(x) for x in out[2:]], given_back=int(out[1]))
+        return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short)
 
     # -- a tenant's share of the warm tier (logic/tenant_budget.py) --------------------------
 
@@ -601,19 +640,17 @@ class WarmTier:
                     now_ms: int) -> int:
         """Take up to ``want`` bytes of the tenant's bound for the pair (queue, tenant)
         from its ledger (lua/warm_ledger.lua); returns the bytes granted."""
-        out = self._run("warm_ledger", (TenantKeys.of(tenant).warm,),
-                        ("take", queue, want, bound, now_ms, 0, 0))
-        return int(out[0])
+        return self.call(WarmLedger(TenantKeys.of(tenant), "take", queue, want, bound,
+                                    now_ms, 0, 0)).amount
 
     def ledger_set(self, tenant: str, queue: str, *, allot: int | None, freed: int,
                    now_ms: int, quiet_ms: int) -> int:
         """Tell the ledger the pair's allotment is ``allot`` after a shrink that freed
         ``freed`` (lua/warm_ledger.lua 'set'; None: only lower the entry by ``freed``);
         returns the ledger's total after."""
-        out = self._run("warm_ledger", (TenantKeys.of(tenant).warm,),
-                        ("set", queue, "" if allot is None else allot, 0, now_ms, quiet_ms,
-                         freed))
-        return int(out[1])
+        return self.call(WarmLedger(TenantKeys.of(tenant), "set", queue,
+                                    "" if allot is None else allot, 0, now_ms, quiet_ms,
+                                    freed)).total
 
     def ledger_total(self, tenant: str) -> int:
         """The bytes the tenant's pairs hold allotted, as its ledger counts them."""
@@ -630,9 +667,7 @@ class WarmTier:
                      keep: int) -> tuple[int, int]:
         """Lower the pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua);
         returns (bytes freed, allotment after)."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("allot_shrink", (k.ready, k.data, k.meta, k.leased), (charge, keep))
-        return int(out[0]), int(out[1])
+        return self.call(AllotShrink(PairKeys.of(queue, tenant), charge, keep))
 
     def pair_usage(self, queue: str, tenant: str, *, charge: int) -> tuple[int, int]:
         """(usage, allotment) of the pair (lua/warm_usage.lua), changing nothing: the
@@ -693,27 +728,22 @@ class WarmTier:
 
     def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str,
                         force_cold: bool = False) -> str:
-        k = PairKeys.of(queue, tenant)
-        return _s(self._run("admission_begin", (k.meta, k.inflight),
-                            (now_ms, token, "force_cold" if force_cold else "")))
+        return self.call(AdmissionBegin(PairKeys.of(queue, tenant), now_ms, token, force_cold))
 
     def go_cold(self, queue: str, tenant: str, *, now_ms: int, token: str) -> None:
         """Turn the pair cold and register the admission ``token`` as in flight, even while
         Valkey is out of memory (go_cold.lua); end it with ``admission_end``."""
-        k = PairKeys.of(queue, tenant)
-        self._run("go_cold", (k.meta, k.inflight), (now_ms, token))
+        self.call(GoCold(PairKeys.of(queue, tenant), now_ms, token))
 
     def admission_end(self, queue: str, tenant: str, token: str) -> None:
-        k = PairKeys.of(queue, tenant)
-        self._run("admission_end", (k.inflight,), (token,))
+        self.call(AdmissionEnd(PairKeys.of(queue, tenant), token))
 
     def mode(self, queue: str, tenant: str, *, op: str, now_ms: int, stale_ms: int,
              warm_max: int, warm_max_bytes: int, expected_epoch: str = "") -> ModeObservation:
-        k = PairKeys.of(queue, tenant)
-        out = self._run("admission_mode", (k.ready, k.meta, k.inflight, k.data),
-                        (op, now_ms, stale_ms, warm_max, expected_epoch, warm_max_bytes))
-        return ModeObservation(_s(out[0]), _s(out[1]), int(out[2]), int(out[3]), bool(out[4]),
-                               int(out[5]))
+        out = self.call(AdmissionMode(PairKeys.of(queue, tenant), op, now_ms, stale_ms,
+                                      warm_max, expected_epoch, warm_max_bytes))
+        return ModeObservation(out.mode, out.epoch, out.inflight, out.ready, out.flipped,
+                               out.ready_bytes)
 
     # -- claims and leases -------------------------------------------------------------
 
@@ -750,26 +780,22 @@ class WarmTier:
         Returns (ready left, mode, claimed, retry_after_ms, granted): retry_after_ms is
         when more may be had, 0 when the limits did not cut the claim; granted is what
         ``take`` granted (-1 without one)."""
-        k = PairKeys.of(queue, tenant)
-        per_second, burst = tenant_rate if tenant_rate is not None else (0.0, 0)
-        keys: tuple[str, ...] = (k.ready, k.data, k.leased, k.claims, k.meta, k.bucket,
-                                 k.lease_of, k.started)
-        args: tuple[Any, ...] = (n, now_ms, lease_ms, token_prefix, worker, max_bytes,
-                                 "strict" if strict else "", per_task_bytes,
-                                 tenant_max_leased, repr(float(per_second)), burst, first_k)
+        riding: ClaimTake | None = None
         if take is not None:
             if not self.single_server:
                 raise ValueError("a queue-wide take rides in a pair's claim on a single "
                                  "server only (its keys are in another slot)")
             q_second, q_burst = take.rate if take.rate is not None else (0.0, 0)
-            keys += (QueueKeys.held(take.queue, take.pool),
-                     QueueKeys.counts(take.queue, take.pool), QueueKeys.of(take.queue).bucket)
-            args += (take.want, take.holder, take.max_held, repr(float(q_second)), q_burst,
-                     take.shares)
-        out = self._run("claim", keys, args)
-        claimed: list[Claimed] = list(zip(out[4::4], out[5::4], out[6::4], out[7::4],
-                                          strict=True))
-        return int(out[0]), _s(out[1]), claimed, int(out[2]), int(out[3])
+            riding = ClaimTake(QueueKeys.held(take.queue, take.pool),
+                               QueueKeys.counts(take.queue, take.pool),
+                               QueueKeys.of(take.queue).bucket, take.want, take.holder,
+                               take.max_held, wire_float(q_second), q_burst, take.shares)
+        out = self.call(Claim(
+            PairKeys.of(queue, tenant), n, now_ms, lease_ms, token_prefix, worker,
+            max_bytes=max_bytes, strict=strict, per_task_bytes=per_task_bytes,
+            tenant_max_leased=tenant_max_leased, tenant_rate=tenant_rate, first_k=first_k,
+            take=riding))
+        return out.left, out.mode, out.claimed, out.retry_after_ms, out.granted
 
     # -- limits: queue-wide capacity (lua/capacity_pool.lua) --------------------------------
 
@@ -785,14 +811,12 @@ class WarmTier:
         ``want`` 0, what an earlier take did not use is given back instead: tokens
         (``give_back_tokens``) and the units of ``holder``'s take past the first
         ``give_back_past``."""
-        per_second, burst = rate if rate is not None else (0.0, 0)
-        out = self._run("queue_capacity",
-                        (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool),
-                         QueueKeys.of(queue).bucket),
-                        (want, now_ms, deadline_ms, holder, max_held, repr(float(per_second)),
-                         burst, give_back_tokens,
-                         "" if give_back_past is None else give_back_past))
-        return CapacityTaken(int(out[0]), int(out[1]), int(out[2]))
+        out = self.call(QueueCapacity(
+            PoolKeys(QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool),
+                     QueueKeys.of(queue).bucket),
+            want, now_ms, deadline_ms, holder, max_held, rate, give_back_tokens,
+            give_back_past))
+        return CapacityTaken(out.taken, out.retry_after_ms, out.held)
 
     def extend_capacity(self, queue: str, pool: str, *, now_ms: int,
                         deadlines: Sequence[tuple[str, int]]) -> list[int]:
@@ -806,37 +830,36 @@ class WarmTier:
         for i, (unit, deadline) in enumerate(deadlines):
             holder, k = split_unit(unit)
             groups.setdefault((holder, deadline), []).append((i, k))
-        keys = (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool))
-        room = per_call(3 + len(keys) + 1)  # EVALSHA sha n, keys, now_ms: the groups' room
+        keys = PoolKeys(QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool), "")
+        room = CapacityExtend.items_per_call()  # the groups' arguments per call
         after = [0] * len(deadlines)
-        args: list[Any] = [now_ms]
+        args: list[Any] = []
         order: list[int] = []
         for (holder, deadline), units in groups.items():
             for part in chunks(units, room - 3):  # (a group larger than a call: in parts)
-                if len(args) - 1 + 3 + len(part) > room:
-                    self._extend_units(keys, args, order, after)
-                    args, order = [now_ms], []
+                if len(args) + 3 + len(part) > room:
+                    self._extend_units(CapacityExtend(keys, now_ms, args), order, after)
+                    args, order = [], []
                 args += (holder, deadline, len(part), *(k for _, k in part))
                 order += (i for i, _ in part)
-        self._extend_units(keys, args, order, after)
+        self._extend_units(CapacityExtend(keys, now_ms, args), order, after)
         return after
 
-    def _extend_units(self, keys: tuple[str, str], args: list[Any], order: list[int],
-                      after: list[int]) -> None:
+    def _extend_units(self, call: CapacityExtend, order: list[int], after: list[int]) -> None:
         """One capacity_extend call of ``extend_capacity``: deadlines into ``after``."""
         if not order:
             return
-        out = self._run("capacity_extend", keys, args)
-        for i, deadline in zip(order, out, strict=True):
-            after[i] = int(deadline)
+        for i, deadline in zip(order, self.call(call), strict=True):
+            after[i] = deadline
 
     @staticmethod
     def return_capacity_call(queue: str, pool: str, groups: Sequence[str]) -> ScriptCall:
         """The call of ``return_capacity`` for units as ``unit_groups`` or
         ``token_groups`` gives them (for ``release(then=...)``)."""
-        return ScriptCall("capacity_free",
-                          (QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool)),
-                          tuple(groups))
+        call = CapacityFree(PoolKeys(QueueKeys.held(queue, pool),
+                                     QueueKeys.counts(queue, pool), ""), groups)
+        keys, args = call.build()
+        return ScriptCall(call.SCRIPT, keys, tuple(args))
 
     def return_capacity(self, queue: str, pool: str, units: Sequence[str], *,
                         tokens: bool = False) -> int:
@@ -847,35 +870,27 @@ class WarmTier:
         if not units:
             return 0
         freed = 0
-        for part in chunks(units, per_call(3 + 2, 3)):  # at worst a group of one per unit
-            call = self.return_capacity_call(
-                queue, pool, token_groups(part) if tokens else unit_groups(part))
-            freed += int(self._run(call.name, call.keys, call.args))
+        keys = PoolKeys(QueueKeys.held(queue, pool), QueueKeys.counts(queue, pool), "")
+        # at worst a group of one per unit: holder, 1, k
+        for part in chunks(units, CapacityFree.items_per_call() // 3):
+            freed += self.call(CapacityFree(
+                keys, token_groups(part) if tokens else unit_groups(part)))
         return freed
 
     def capacity_use(self, queue: str, pool: str, *, now_ms: int,
                      rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
         """(units of the pool held whose deadline is ahead, tokens in the queue's bucket
         now or None without ``rate``); changes nothing."""
-        return self._use(QueueKeys.held(queue, pool), QueueKeys.of(queue).bucket, now_ms, rate,
-                         QueueKeys.counts(queue, pool))
+        return self.call(CapacityUse(UseKeys(QueueKeys.held(queue, pool),
+                                             QueueKeys.of(queue).bucket), now_ms, rate,
+                                     UseCounts(QueueKeys.counts(queue, pool))))
 
     def pair_limit_use(self, queue: str, tenant: str, *, now_ms: int,
                        rate: tuple[float, int] | None = None) -> tuple[int, float | None]:
         """(the pair's leases whose deadline is ahead, tokens in the tenant's bucket now or
         None without ``rate``); changes nothing."""
         k = PairKeys.of(queue, tenant)
-        return self._use(k.leased, k.bucket, now_ms, rate)
-
-    def _use(self, held_key: str, bucket_key: str, now_ms: int,
-             rate: tuple[float, int] | None, counts_key: str | None = None,
-             ) -> tuple[int, float | None]:
-        per_second, burst = rate if rate is not None else (0.0, 0)
-        keys = (held_key, bucket_key) if counts_key is None \
-            else (held_key, bucket_key, counts_key)
-        out = self._run("capacity_use", keys, (now_ms, repr(float(per_second)), burst))
-        tokens = _s(out[1])
-        return int(out[0]), float(tokens) if tokens else None
+        return self.call(CapacityUse(UseKeys(k.leased, k.bucket), now_ms, rate))
 
     def verify(self, queue: str, tenant: str, *, now_ms: int,
                members: Sequence[str]) -> list[bool]:
@@ -911,26 +926,26 @@ class WarmTier:
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
-        keys = (k.leased, k.lease_of, k.claims, k.started)
-        *before, last = chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL)
+        *before, last = chunks(list(dict.fromkeys(members)), LeaseDrop.items_per_call())
         dropped = 0
         for part in before:  # (more than one call holds: the earlier parts on their own)
-            dropped += int(self._run("lease_drop", keys, part))
+            dropped += self.call(LeaseDrop(k, part))
         after: list[tuple[Any, ...]] = []
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
+        drop = LeaseDrop(k, last)
         if acked <= 0 and not after:
-            dropped += int(self._run("lease_drop", keys, last))
+            dropped += self.call(drop)
             self._then(then)
             return dropped
         counts, notes = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
             else ([], [])
-        drop = ("EVALSHA", self.scripts["lease_drop"].sha, len(keys), *keys, *last)
-        replies = self.pipeline([drop, *counts, *after])
+        replies = self.pipeline([evalsha(drop, self.scripts[drop.SCRIPT].sha), *counts,
+                                 *after])
         first = replies[0]
         if isinstance(first, NoScriptError):
-            first = self._run("lease_drop", keys, last)  # (Valkey lost its scripts: loaded)
+            first = self.call(drop)  # (Valkey lost its scripts: loaded)
         if after:
             end, replies = replies[-1], replies[:-1]
             if isinstance(end, NoScriptError):
@@ -942,7 +957,7 @@ class WarmTier:
                 raise first
         if not after:
             self._then(then)
-        return dropped + int(first)
+        return dropped + drop.parse(first)
 
     def _then(self, call: ScriptCall | None) -> None:
         """``release``'s script after the drop, on its own; best-effort: what it would have
@@ -965,10 +980,8 @@ class WarmTier:
             return set()
         k = PairKeys.of(queue, tenant)
         taken: set[str] = set()
-        for part in chunks(list(dict.fromkeys(members)), MEMBERS_PER_CALL):
-            taken.update(_s(m) for m in self._run(
-                "release_leases", (k.leased, k.lease_of, k.claims, k.started),
-                (now_ms, *part)))
+        for part in chunks(list(dict.fromkeys(members)), ReleaseLeases.items_per_call()):
+            taken.update(self.call(ReleaseLeases(k, now_ms, part)))
         return taken
 
     def extend(self, queue: str, tenant: str, *, now_ms: int,
@@ -976,19 +989,15 @@ class WarmTier:
         """New deadline (ms) per (id, token, extend_ms), or 0 when not owned / expired."""
         k = PairKeys.of(queue, tenant)
         out: list[int] = []
-        for part in chunks(leases, per_call(3 + 1 + 1, 2)):
-            args: list[Any] = [now_ms]
-            for task_id, token, extend_ms in part:
-                args.extend((lease_member(task_id, token), extend_ms))
-            out += (int(x) for x in self._run("lease_extend", (k.leased,), args))
+        for part in chunks(leases, LeaseExtend.items_per_call()):
+            out += self.call(LeaseExtend(k, now_ms, [
+                (lease_member(task_id, token), extend_ms) for task_id, token, extend_ms in part]))
         return out
 
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
         """(id, token, attempt) of leases past their deadline, oldest first."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("lease_expired", (k.leased,), (now_ms, limit))
-        return [split_member(_s(m)) for m in out]
+        return self.call(LeaseExpired(PairKeys.of(queue, tenant), now_ms, limit))
 
     def missing(self, queue: str, tenant: str, ids: Sequence[str], *, fence_ms: int,
                 cursor: str | None = None) -> list[str] | None:
@@ -1000,16 +1009,15 @@ class WarmTier:
         reconciler's cursor to keep in the pair's meta (``reconcile_cursor``; '' forgets
         it)."""
         k = PairKeys.of(queue, tenant)
-        keys = (k.data, k.leased, k.lease_of, k.meta)
         parts = list(chunks(ids, IDS_PER_CALL)) or [[]]
         found: list[str] = []
         for i, part in enumerate(parts):
             # ('' leaves the kept cursor as it is, '0' forgets it: lua/missing.lua)
             keep = "" if cursor is None or i < len(parts) - 1 else (cursor or "0")
-            out = self._run("missing", keys, (fence_ms, keep, *part))
-            if _s(out[0]) == "indexing":
+            out = self.call(Missing(k, fence_ms, keep, part))
+            if out is None:
                 return None
-            found += (_s(x) for x in out[1:])
+            found += out
         return found
 
     def reconcile_cursor(self, queue: str, tenant: str) -> str:
@@ -1023,11 +1031,7 @@ class WarmTier:
         """Complete the pair's lease index for leases made by a tierq that kept none
         (lua/lease_index.lua), at most ``slices`` slices; whether it is complete."""
         k = PairKeys.of(queue, tenant)
-        for _ in range(slices):
-            if int(self._run("lease_index", (k.leased, k.lease_of, k.claims, k.meta),
-                             (LEASE_INDEX_SLICE,))):
-                return True
-        return False
+        return any(self.call(LeaseIndex(k, LEASE_INDEX_SLICE)) for _ in range(slices))
 
     def remove(self, queue: str, tenant: str, places: Sequence[Place]) -> int:
         """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
@@ -1035,17 +1039,15 @@ class WarmTier:
         how many were waiting or leased."""
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
-        return sum(int(self._run("remove", (k.ready, k.data, k.leased, k.meta, k.lease_of,
-                                            k.claims, k.started), part))
-                   for part in chunks(members, IDS_PER_CALL))
+        return sum(self.call(Remove(k, part)) for part in chunks(members, IDS_PER_CALL))
 
     def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
         """Remove these tasks (their ready-set places) only while they wait in the ready set
         (claimed ones are left alone); returns the ids removed."""
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
-        return [_s(x) for part in chunks(members, IDS_PER_CALL)
-                for x in self._run("remove_ready", (k.ready, k.data, k.meta), part)]
+        return [x for part in chunks(members, IDS_PER_CALL)
+                for x in self.call(RemoveReady(k, part))]
 
     def update_ready(self, queue: str, tenant: str,
                      items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int) -> int:
@@ -1054,29 +1056,24 @@ class WarmTier:
         ``WarmTierFull`` when Valkey is out of memory (nothing was changed)."""
         k = PairKeys.of(queue, tenant)
         found = 0
-        # EVALSHA sha 3, 3 keys, warm_max_bytes; then member, score, blob per task
-        for part in chunks(items, per_call(3 + 3 + 1, 3)):
-            args: list[Any] = [warm_max_bytes]
-            for _, at, blob in part:
-                args += (at.member, at.score, blob)
-            found += int(self._run("update_ready", (k.ready, k.data, k.meta), args))
+        for part in chunks(items, UpdateReady.items_per_call()):
+            found += self.call(UpdateReady(k, warm_max_bytes,
+                                           [(at.member, at.score, blob) for _, at, blob in part]))
         return found
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("tier_stats", (k.ready, k.leased, k.meta), ())
-        return int(out[0]), int(out[1]), _s(out[2])
+        out = self.call(TierStats(PairKeys.of(queue, tenant)))
+        return out.ready, out.leased, out.mode
 
     def stats_of(self, queue: str, tenants: Sequence[str]) -> list[tuple[int, int, str]]:
         """``stats`` of several tenants of ``queue``, in one pipeline (one round trip per
         master in cluster mode)."""
         if not tenants:
             return []
-        script = self.scripts["tier_stats"]
-        keys = [PairKeys.of(queue, t) for t in tenants]
-        replies = self.pipeline([("EVALSHA", script.sha, 3, k.ready, k.leased, k.meta)
-                                 for k in keys])
+        script = self.scripts[TierStats.SCRIPT]
+        replies = self.pipeline([evalsha(TierStats(PairKeys.of(queue, t)), script.sha)
+                                 for t in tenants])
         out: list[tuple[int, int, str]] = []
         for tenant, reply in zip(tenants, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded)
@@ -1085,7 +1082,8 @@ class WarmTier:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-            out.append((int(reply[0]), int(reply[1]), _s(reply[2])))
+            stats = TierStats.parse_reply(reply)
+            out.append((stats.ready, stats.leased, stats.mode))
         return out
 
     # -- the queues' ready-tenant indexes (logic/ready_tenants.py) ----------------------
@@ -1095,8 +1093,8 @@ class WarmTier:
         """Enter tenants in the queue's ready-tenant index (lua/ready_tenants_note.lua: a
         ZADD at score 0, allowed while Valkey is out of memory)."""
         key = QueueKeys.ready_tenants(queue, shard_tag)
-        for part in chunks(sorted(set(tenants)), per_call(3 + 1)):
-            self._run("ready_tenants_note", (key,), part)
+        for part in chunks(sorted(set(tenants)), ReadyTenantsNote.items_per_call()):
+            self.call(ReadyTenantsNote(_Index(key), part))
 
     def drop_ready_tenants(self, queue: str, shard_tag: int | None = None) -> None:
         """Delete the queue's ready-tenant index (a purge of the queue)."""
@@ -1162,8 +1160,7 @@ class WarmTier:
     def ready_bytes(self, queue: str, tenant: str) -> int:
         """The bytes of task data the pair's warm set holds, as counted (the meta field
         ``bytes``, lua/warm_bytes.lua; 0 when missing)."""
-        k = PairKeys.of(queue, tenant)
-        return int(self._run("tier_stats", (k.ready, k.leased, k.meta), ())[3])
+        return self.call(TierStats(PairKeys.of(queue, tenant))).ready_bytes
 
     def count_ready_bytes(self, queue: str, tenant: str) -> int:
         """The same, counted from the data hash itself (O(tasks); checks and tests)."""
@@ -1184,7 +1181,7 @@ class WarmTier:
             pipe.hgetall(k.claims)
             members, claims = pipe.execute()
         made = {_s(prefix): _s(raw) for prefix, raw in claims.items()}
-        # (a deadline of 0 marks a lease the reaper is expiring: no longer current)
+        # (a deadline of 0 marks a lease the reaper is expiring: not current)
         return [self._lease_info(_s(m), int(deadline), made) for m, deadline in members
                 if deadline > 0]
 
@@ -1199,35 +1196,21 @@ class WarmTier:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, RUNNING_CALL_LEASES)
-        k = PairKeys.of(queue, tenant)
-        after_ms, after_id = ("", "") if after is None else (str(after[0]), after[1])
-        out = self._run("running_page", (k.started, k.lease_of, k.leased, k.claims),
-                        (after_ms, after_id, limit, limit + RUNNING_SCAN_SLACK))
-        state, last_ms, last_id = _s(out[0]), _s(out[1]), _s(out[2])
-        leases = []
-        for i in range(3, len(out), 5):
-            task_id, token = _s(out[i]), _s(out[i + 1])
-            record = _s(out[i + 4])
-            worker = record.partition("|")[2] if record else ""
-            leases.append(LeaseInfo(task_id, token, attempt_of_token(token) or 0,
-                                    int(float(out[i + 3])), worker or None,
-                                    int(float(out[i + 2]))))
-        if state == "end" or not last_ms:
-            return leases, None
-        return leases, (int(float(last_ms)), last_id)
+        page, last = self.call(RunningPage(PairKeys.of(queue, tenant), after, limit,
+                                           limit + RUNNING_SCAN_SLACK))
+        leases = [LeaseInfo(lease.id, lease.token, attempt_of_token(lease.token) or 0,
+                            lease.started_ms, lease.record.partition("|")[2] or None,
+                            lease.deadline_ms) for lease in page]
+        return leases, last
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         """The task's current lease, found by its id (lua/lease_of.lua: three lookups);
         None when it holds none (or the reaper is expiring it)."""
-        k = PairKeys.of(queue, tenant)
-        out = self._run("lease_of", (k.lease_of, k.leased, k.claims), (task_id,))
-        if not out:
-            return None
-        token, deadline, record = _s(out[0]), int(float(out[1])), _s(out[2])
-        if deadline <= 0:
-            return None  # being expired by the reaper
-        made = {claim_prefix(token): record} if record else {}
-        return self._lease_info(lease_member(task_id, token), deadline, made)
+        out = self.call(LeaseOf(PairKeys.of(queue, tenant), task_id))
+        if out is None or out.deadline_ms <= 0:
+            return None  # (deadline 0: being expired by the reaper)
+        made = {claim_prefix(out.token): out.record} if out.record else {}
+        return self._lease_info(lease_member(task_id, out.token), out.deadline_ms, made)
 
     @staticmethod
     def _lease_info(member: str, deadline_ms: int, claims: dict[str, str]) -> LeaseInfo:

@@ -54,10 +54,12 @@ def low_water(warm_max: int) -> int:
 class ClaimOutcome:
     """What a claim handed out, and when more may be had if the queue's limits (max_leased,
     rate, tenant_max_leased, tenant_rate) cut it: ``retry_after_ms`` is None when they did
-    not (the claim got all it asked for, or all that was ready)."""
+    not (the claim got all it asked for, or all that was ready). ``idempotent_replay``: the
+    tasks are a keyed claim's first answer rebuilt (tierq.logic.claim_replay)."""
 
     tasks: list[ClaimedTask]
     retry_after_ms: int | None = None
+    idempotent_replay: bool = False
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
@@ -225,6 +227,7 @@ class Claimer:
                 "lease_expires_at": expires,
                 "redelivered": attempt > 1,
                 "enqueued_at": enqueued_at,
+                "parents": body.get("pa"),
             })
         return CLAIMED_TASKS.validate_python(fields)
 

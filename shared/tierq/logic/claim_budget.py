@@ -62,6 +62,7 @@ def _task_fields_cost() -> int:
         "lease_expires_at": "0" * 40,
         "redelivered": False,
         "enqueued_at": "0" * 40,
+        "parents": None,  # a released task's are in its blob ("pa": logic/flows.py)
     }
     return body_cost(orjson.dumps(longest)) + 1
 

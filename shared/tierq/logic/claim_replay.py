@@ -28,7 +28,7 @@ cold (jsonb writes it out as an integer); its task is then given back the same w
 
 The rebuilt tasks are a subset of the first answer's with the same content, so the answer
 stays within the claim's response budget: the first was charged each task's JSON text plus
-a bound on its fields at their longest (logic/claim.TASK_FIELDS_COST), which covers a
+a bound on its fields at their longest (logic/claim_budget.TASK_FIELDS_COST), which covers a
 deadline written with more digits.
 """
 
@@ -37,16 +37,42 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tierq.dal.warm_tier import lease_member
-from tierq.logic.claim import give_back
+from tierq.logic.claim import ClaimOutcome, give_back
 from tierq.logic.context import Context, from_ms, to_ms
+from tierq.logic.idempotency import KeyedCall, once_in_valkey
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
+if TYPE_CHECKING:
+    from tierq.contract import Deployment
+
 DIGEST_BYTES = 8
+
+
+def claim_once(deployment: Deployment, queue: str, request: ClaimRequest, *, max_bytes: int,
+               answer_by: float | None, call: KeyedCall) -> ClaimOutcome:
+    """A claim under an idempotency key: the first leases (its record, in Valkey, kept at
+    most as long as its leases: :func:`record_of`, :func:`record_seconds`); a repeat gets the
+    first answer's tasks still leased (:func:`replay`, on each pair's home) and leases
+    nothing more. When the record cannot be made, the tasks go back to their places."""
+    ctx = deployment.engines[deployment.default_shard].ctx
+
+    def replayed(kept: Any) -> ClaimOutcome:
+        return ClaimOutcome(deployment.replay_claim(queue, kept), idempotent_replay=True)
+
+    outcome, _ = once_in_valkey(
+        ctx, call,
+        lambda: deployment.claim_outcome(queue, request, max_bytes=max_bytes,
+                                         answer_by=answer_by),
+        load=replayed,
+        record=lambda got: (record_of(got.tasks),
+                            record_seconds(ctx, queue, request, got.tasks)),
+        undo=lambda got: deployment.give_back(queue, got.tasks))
+    return outcome
 
 
 def content_digest(key: str | None, priority: int, max_attempts: int, payload: Any) -> str:
@@ -126,6 +152,7 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
             "lease_expires_at": from_ms(deadline),
             "redelivered": attempt > 1,
             "enqueued_at": from_ms(created_ms),
+            "parents": None if row.parents is None else orjson.loads(row.parents),
         })
     # content changed while leased: not answerable as first given, so back in line with no
     # attempt counted

@@ -10,20 +10,20 @@ from uuid import UUID
 
 from tierq.dal.store.rows import DeadKeyRow
 from tierq.dal.task_store import Conn
-from tierq.logic import admission
+from tierq.logic import admission, flows
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
 from tierq.logic.tasks import view
+from tierq.models.envelopes import SLICE_MAX_ITEMS as SLICE_MAX_ITEMS
+from tierq.models.envelopes import SLICE_SECONDS as SLICE_SECONDS
 from tierq.models.tasks import TaskView
 
 REPLAY_BATCH = 1000
 PURGE_BATCH = 1000
 # What one request over every dead letter ("all") does at most before it answers with
-# "more": its ids stay far inside a Lambda response (about 41 bytes each as the runtime
-# writes them: 410 KB), and it answers long before the function's timeout.
-SLICE_MAX_ITEMS = 10_000
-SLICE_SECONDS = 5.0
-
+# "more" (SLICE_MAX_ITEMS, SLICE_SECONDS): its ids stay far inside a Lambda response (about
+# 41 bytes each as the runtime writes them: 410 KB), and it answers long before the
+# function's timeout.
 
 # The greatest id: with finished_at 'infinity', a position after every dead letter.
 LAST_ID = UUID(int=2**128 - 1)
@@ -76,6 +76,8 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
                 targets = [Target(str(r.id), queue, r.tenant)
                            for r in first_of_each_key(locked)]
                 ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
+                # (a replayed task waits no more; what it failed waits for it again)
+                flows.on_replay(ctx, conn, [t.id for t in targets])
                 pending = admission.make_ready(ctx, conn, targets)
                 if record is not None:
                     so_far = replayed + [UUID(str(r.id)) for r in pending.rows]
@@ -125,6 +127,7 @@ def purge_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead:
     while True:
         limit = PURGE_BATCH if max_items is None else min(PURGE_BATCH, max_items - len(purged))
         rows = ctx.store.purge_dead(queue, tenant, all_dead, wanted, limit)
+        flows.forget(ctx, [str(i) for i in rows])  # a purged task waits no more (flows)
         purged.extend(UUID(str(i)) for i in rows)
         if not all_dead or len(rows) < limit:
             break

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -18,7 +18,7 @@ from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns
 from tierq.errors import InvalidInput, PayloadTooLarge
-from tierq.logic import admission, tiering
+from tierq.logic import admission, flows, tiering
 from tierq.logic.admission import PushItem, Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.homes import require_here
@@ -50,16 +50,23 @@ class Prepared:
     on_conflict: str
     ready: bool
     state: str = ""
+    # a task that waits (`after`, logic/flows.py): its parents' ids, its rules
+    after: list[str] = field(default_factory=list)
+    on_parent_failure: str = "dead"
+    wait_until: float | None = None
+    where: str = "task"
 
 
-def _where(i: int, n: int) -> str:
+def _where_default(i: int, n: int) -> str:
     return f"tasks[{i}]" if n > 1 else "task"
 
 
 def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
-            default_tenant: str | None = None) -> list[Prepared]:
+            default_tenant: str | None = None, *,
+            fields: Sequence[str] | None = None) -> list[Prepared]:
     """Turn validated models into rows; raises (writing nothing) on what pydantic cannot see:
-    payload size, schedules beyond a year."""
+    payload size, schedules beyond a year, a waiting task's key or parents. ``fields``:
+    how errors name each task (by default ``tasks[i]``, or ``task`` for one)."""
     n = len(tasks)
     if n > MAX_BATCH:
         raise InvalidInput.field("tasks", f"at most {MAX_BATCH} tasks per request, got {n}")
@@ -71,6 +78,9 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
     ids = uuid7_strings(n)
     if ctx.id_tag is not None:  # a shard's ids tell it (dal/shards.py)
         ids = tag_ids(ids, ctx.id_tag)
+    def _where(i: int, n: int) -> str:
+        return fields[i] if fields is not None else _where_default(i, n)
+
     for i, task in enumerate(tasks):
         try:
             payload_json = dumps(task.payload)
@@ -98,11 +108,26 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             run_at = now + delay
         else:
             run_at = now
-        out.append(Prepared(
+        prepared = Prepared(
             i, ids[i], task.tenant or tenant_default, task.key, task.priority, payload_json,
             run_at_given is not None or delay is not None, run_at,
             task.max_attempts or max_attempts, task.on_conflict, run_at <= now,
-        ))
+            where=_where(i, n),
+        )
+        if task.after:
+            if task.key is not None:
+                raise InvalidInput.field(f"{prepared.where}.key",
+                                         "a task that waits (after) cannot have a key")
+            prepared.after = [str(parent) for parent in task.after]
+            flows.check_after(ctx, prepared.where, prepared.after)
+            prepared.ready = False
+            prepared.on_parent_failure = task.on_parent_failure
+            if task.wait_timeout_seconds is not None:
+                prepared.wait_until = now + task.wait_timeout_seconds
+        elif task.wait_timeout_seconds is not None:
+            raise InvalidInput.field(f"{prepared.where}.wait_timeout_seconds",
+                                     "only for a task that waits (after)")
+        out.append(prepared)
     return out
 
 
@@ -187,11 +212,14 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     try:
         ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
         for p in batch:
-            p.state = ready_state[p.tenant] if p.ready else "delayed"
+            p.state = ("waiting" if p.after else
+                       ready_state[p.tenant] if p.ready else "delayed")
         keyed = any(p.key is not None for p in batch)
         columns = row_columns(batch, keyed=keyed)
-        if record is not None:
-            seqs, warm_items = _insert_recorded(ctx, queue, batch, now, columns, keyed, record)
+        released = flows.Released()
+        if record is not None or any(p.after for p in batch):
+            seqs, warm_items, released = _insert_recorded(ctx, queue, batch, now, columns,
+                                                          keyed, record)
         else:
             seqs, warm_items = _insert(ctx, queue, batch, now, columns, keyed)
     except BaseException:
@@ -209,6 +237,12 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         for p in batch:
             if p.id in refused:
                 outcomes[p.index].state = "cold"
+    if released.rows:  # waiting tasks whose parents were all finished: ready (or dead)
+        made = flows.finish(ctx, released)
+        for p in created:
+            state = made.get(p.id)
+            if state is not None:
+                outcomes[p.index].state = state  # type: ignore[assignment]
     if not conflicts:
         return []
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
@@ -258,17 +292,30 @@ def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
     return items
 
 
+def waits_of(batch: Sequence[Prepared], created: set[str] | dict[str, int]) -> list[flows.Wait]:
+    """The waits of the batch's waiting tasks that were created."""
+    return [flows.Wait(p.id, p.tenant, p.after, p.on_parent_failure,
+                       None if p.wait_until is None else to_datetime(p.wait_until), p.where)
+            for p in batch if p.after and p.id in created]
+
+
 def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float,
-                     columns: TaskColumns, keyed: bool,
-                     record: RoundRecorder) -> Inserted:
-    """The round's insert and the caller's record of it, in one transaction."""
+                     columns: TaskColumns, keyed: bool, record: RoundRecorder | None
+                     ) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released]:
+    """The round's insert, the waits of its waiting tasks (logic/flows.py) and the caller's
+    record of it, in one transaction."""
     with ctx.db.transaction() as conn:
-        inserted = _insert(ctx, queue, batch, now, columns, keyed, conn)
-        seqs = inserted[0]
-        record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
-                                "tenant": p.tenant, "key": p.key}
-                      for p in batch if p.id in seqs})
-    return inserted
+        seqs, items = _insert(ctx, queue, batch, now, columns, keyed, conn)
+        released = flows.add_waits(ctx, conn, waits_of(batch, seqs))
+        for row in released.rows:  # left the wait at once (its parents were finished)
+            for p in batch:
+                if p.id == str(row.id):
+                    p.state = row.state
+        if record is not None:
+            record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
+                                    "tenant": p.tenant, "key": p.key}
+                          for p in batch if p.id in seqs})
+    return seqs, items, released
 
 
 def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now: float,
@@ -329,3 +376,45 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
             ready_state = states.get(str(existing.id))
             if ready_state is not None:
                 outcomes[p.index].state = ready_state
+
+
+def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[Prepared],
+                now: float, record: Callable[[Conn, dict[str, str]], None] | None = None
+                ) -> dict[str, str]:
+    """A flow's tasks (``batches``: by queue, without keys) inserted and their waits
+    written in one transaction, then admitted; each task's state by id. ``record(conn,
+    states)``, when given, runs in that transaction."""
+    for queue, batch in batches.items():
+        for tenant in ctx.pairs.ensure(queue, {p.tenant for p in batch}):
+            tiering.refill(ctx, queue, tenant)
+    ready_pairs = {(queue, p.tenant) for queue, batch in batches.items() for p in batch
+                   if p.ready and not p.after}
+    ticket = admission.begin(ctx, ready_pairs, since=now)
+    warm: dict[Pair, list[PushItem]] = {}
+    try:
+        for queue, batch in batches.items():
+            for p in batch:
+                p.state = ("waiting" if p.after else
+                           ticket.state_for((queue, p.tenant)) if p.ready else "delayed")
+        with ctx.db.transaction() as conn:
+            for queue, batch in batches.items():
+                for start in range(0, len(batch), MAX_BATCH):
+                    part = batch[start:start + MAX_BATCH]
+                    _, items = _insert(ctx, queue, part, now, row_columns(part, keyed=False),
+                                       False, conn)
+                    for pair, pushes in items.items():
+                        warm.setdefault(pair, []).extend(pushes)
+            released = flows.add_waits(ctx, conn, waits_of(ordered, {p.id for p in ordered}))
+            states = {p.id: p.state for p in ordered}
+            states.update({str(r.id): r.state for r in released.rows})
+            if record is not None:
+                record(conn, states)
+    except BaseException:
+        admission.close(ctx, ticket)
+        raise
+    for task_id in admission.dispatch(ctx, ticket, warm, kind="new"):
+        states[task_id] = "cold"
+    states.update(flows.finish(ctx, released))
+    for queue, batch in batches.items():  # the chart's counts (dal/throughput.py)
+        ctx.warm.throughput.record_enqueued(queue, [p.tenant for p in batch])
+    return states

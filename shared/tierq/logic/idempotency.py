@@ -9,21 +9,49 @@ is written in the same transaction as the tasks (:class:`PgClaim`); the other le
 keep theirs in Valkey (:class:`ValkeyClaim`), where a lost record only means the repeat runs
 again and finds the lease already settled.
 
+The engines take the key on each keyed operation (``enqueue``, the dead-letter replays,
+``claim``, ``ack``, ``nack``, ``release``, ``heartbeat``: ``idempotency_key=``, ``caller=``,
+``body_fingerprint=``), so a Python or Glue caller gets what an HTTP caller gets; the HTTP
+routes only read the header and the caller's token (tierq.aws.http.idempotency). A keyed
+call is a :class:`KeyedCall`; it runs through :func:`once_per_shard` (PostgreSQL records)
+or :func:`once_in_valkey`.
+
 The life of a record: :func:`claim_in_postgres` / :func:`claim_in_valkey` either hand the
 request a claim (it is the first, or it takes over from an owner that died) or answer for
-it: the kept response (same body), :class:`IdempotencyKeyReused` (409, another body) or
-:class:`IdempotencyInProgress` (409, the first request is still running). The claimant does
-its work, then ``finish``es with the response; on an error it ``abandon``s the claim, so
-only 2xx responses are kept and a retry after a 503 runs again.
+it:
+
+| the key's record | the answer |
+| --- | --- |
+| none, or its owner's lease is over | a claim: the call runs |
+| done, same body | the kept response; nothing runs |
+| any state, another body | :class:`IdempotencyKeyReused` (409) |
+| in progress, same body | :class:`IdempotencyInProgress` (409) |
+
+The claimant does its work, then ``finish``es with the response; on an error it
+``abandon``s the claim, so only answers are kept and a retry after a 503 runs again.
+
+Over several PostgreSQL shards a call whose work spans shards (a batch of tenants whose
+homes differ, dead letters of every tenant) runs as one part per shard
+(:func:`once_per_shard`): each part's record is kept on its own shard, in the transactions
+that write its tasks, under the key and the shard's name. A repeat answers the parts
+already done from their records and runs the rest, so a call cut short between two shards
+finishes, once, when it is retried. One more record, on the default shard, binds the key
+to the call's body whichever shards its parts touch: a second body under the key is
+:class:`IdempotencyKeyReused` even when its tasks would land only on shards the first
+never wrote to. The binding fails open: while the default shard does not answer (or a call
+with this body still holds the binding), a keyed call still runs on the shards it needs
+(each part's record keeps it from running twice), and only that check is skipped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 import psycopg
@@ -32,8 +60,12 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from tierq.dal.task_store import Conn
-from tierq.errors import TierqError, Unavailable, WarmTierFull
+from tierq.errors import InvalidInput, TierqError, Unavailable, WarmTierFull
 from tierq.logic.context import Context, to_datetime
+from tierq.models.base import Replayable
+
+if TYPE_CHECKING:
+    from tierq.contract import Deployment
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +77,12 @@ PURGE_BATCH = 5000
 PURGE_BATCHES_PER_PASS = 4
 CLAIM_ATTEMPTS = 3
 VALKEY_PREFIX = "tq:idem:"
+MAX_KEY_LENGTH = 255
+KEY_PATTERN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: what an HTTP header carries
+
+Part = TypeVar("Part")
+R = TypeVar("R")
+M = TypeVar("M", bound=Replayable)
 
 
 class IdempotencyInProgress(TierqError):
@@ -81,6 +119,75 @@ def fingerprint(body: Any) -> bytes:
     """The request body in canonical JSON (keys sorted), hashed: two bodies that differ only
     in layout or key order are the same request."""
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Whose idempotency keys these are: the same key of two callers is two keys.
+
+    ``owner`` is ``admin`` or ``tenant:<name>``; ``subject`` is whom the caller's token was
+    issued to, as ``<claim>:<value>`` (``sub:X`` and ``client_id:X`` differ;
+    tierq.aws.http.access.subject_of), or None: shared by every caller of ``owner``
+    without one. A Python caller of the engine is ``Caller()`` (admin, no subject) unless
+    it says otherwise."""
+
+    owner: str = "admin"
+    subject: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.owner != "admin" and not (self.owner.startswith("tenant:")
+                                          and len(self.owner) > len("tenant:")):
+            raise InvalidInput.field("caller", "owner must be 'admin' or 'tenant:<name>', "
+                                               f"not {self.owner!r}")
+
+    @classmethod
+    def of_tenant(cls, tenant: str, subject: str | None = None) -> Caller:
+        """A caller pinned to ``tenant``."""
+        return cls(f"tenant:{tenant}", subject)
+
+
+@dataclass(frozen=True)
+class KeyedCall:
+    """One call under an idempotency key: its caller, operation (``route``: ``enqueue``,
+    ``dlq_replay``, ``claim``, ``ack``, …), queue and key, and the fingerprint of what it
+    asks (:func:`fingerprint`)."""
+
+    caller: Caller
+    route: str
+    queue: str
+    key: str
+    fingerprint: bytes
+
+    @property
+    def scope(self) -> bytes:
+        """The identity of the key's record (:func:`scope_key`)."""
+        return scope_key(self.caller.owner, self.route, self.queue, self.key,
+                         subject=self.caller.subject)
+
+
+def check_key(key: str) -> None:
+    """A key is 1 to 255 visible ASCII characters (InvalidInput naming it otherwise)."""
+    if not 1 <= len(key) <= MAX_KEY_LENGTH or KEY_PATTERN.fullmatch(key) is None:
+        raise InvalidInput.field("idempotency_key", f"must be 1 to {MAX_KEY_LENGTH} visible "
+                                                    "ASCII characters")
+
+
+def keyed_call(route: str, queue: str, key: str | None, caller: Caller | None,
+               body_fingerprint: bytes | None, body: Callable[[], Any]) -> KeyedCall | None:
+    """The keyed call of an engine operation, or None without a key. ``body_fingerprint``:
+    what the key is bound to as the caller framed it (the HTTP body's); None: the
+    fingerprint of ``body()``, the call's own arguments."""
+    if key is None:
+        return None
+    check_key(key)
+    return KeyedCall(caller or Caller(), route, queue, key,
+                     fingerprint(body()) if body_fingerprint is None else body_fingerprint)
+
+
+def models_body(items: Sequence[Any]) -> Any:
+    """What an operation on a list of models asks (the lease items), for its key's
+    fingerprint when the caller gives none."""
+    return [i.model_dump(mode="json") for i in items]
 
 
 @dataclass(frozen=True)
@@ -191,6 +298,87 @@ def claim_in_postgres(ctx: Context, scope: bytes, body_fingerprint: bytes) -> Pg
     raise _in_progress()
 
 
+def once_per_shard(deployment: Deployment, call: KeyedCall | None, shards: Sequence[str],
+                   work: Callable[[str, PgClaim | None], Part], *,
+                   load: Callable[[Any], Part], dump: Callable[[Part], Any]
+                   ) -> tuple[dict[str, Part], bool]:
+    """Run ``work(shard, claim)`` once per key for each shard of ``shards`` (in that order):
+    ({shard: its part}, whether every part was answered from its record). ``work`` gets
+    the claim (None without a key) and must record its part so far with
+    ``claim.record(conn, ...)`` in each transaction that writes tasks; ``claim.committed``
+    holds what a dead earlier owner recorded. ``dump``/``load`` turn a part into the JSON
+    kept and back.
+
+    One database keeps one record under the key; several keep one per part and the
+    body's binding on the default shard (see the module)."""
+    if len(deployment.engines) == 1:
+        only = shards[0] if shards else deployment.default_shard
+        if call is None:
+            return {only: work(only, None)}, False
+        part, replayed = _once_on(deployment, only, call.scope, call.fingerprint,
+                                  lambda claim: work(only, claim), load, dump)
+        return {only: part}, replayed
+    if call is None:
+        return {shard: work(shard, None) for shard in shards}, False
+    bound = _bind_body(deployment, call)
+    parts: dict[str, Part] = {}
+    replayed = bool(shards)
+    try:
+        for shard in shards:
+            part, kept = _once_on(deployment, shard,
+                                  call.scope + b"|shard:" + shard.encode(), call.fingerprint,
+                                  lambda claim, s=shard: work(s, claim),  # type: ignore[misc]
+                                  load, dump)
+            parts[shard] = part
+            replayed = replayed and kept
+    finally:
+        # kept whatever happened: the key stays bound to this body for its retries
+        if bound is not None:
+            _finish_binding(deployment, bound)
+    return parts, replayed
+
+
+def _once_on(deployment: Deployment, shard: str, scope: bytes, body_fingerprint: bytes,
+             work: Callable[[PgClaim], Part], load: Callable[[Any], Part],
+             dump: Callable[[Part], Any]) -> tuple[Part, bool]:
+    """``work`` under the key's record ``scope`` on ``shard``: (its part, whether it was
+    answered from the record)."""
+    claimed = deployment.on_shard(shard, lambda engine: claim_in_postgres(
+        engine.ctx, scope, body_fingerprint))
+    if isinstance(claimed, Kept):
+        return load(claimed.body), True
+    try:
+        part = work(claimed)
+    except BaseException:
+        claimed.abandon()
+        raise
+    claimed.finish(dump(part))
+    return part, False
+
+
+def _bind_body(deployment: Deployment, call: KeyedCall) -> PgClaim | None:
+    """Bind the key to this body on the default shard (:class:`IdempotencyKeyReused` when
+    it is bound to another); the claim to finish after the parts, or None when there is
+    nothing to finish. Fails open (see the module)."""
+    default = deployment.default_shard
+    try:
+        bound = deployment.on_shard(default, lambda engine: claim_in_postgres(
+            engine.ctx, call.scope + b"|body", call.fingerprint))
+    except (Unavailable, IdempotencyInProgress) as exc:  # the body's check came first
+        log.warning("idempotency key not bound to its body on shard %s: %s", default, exc)
+        return None
+    return bound if isinstance(bound, PgClaim) else None
+
+
+def _finish_binding(deployment: Deployment, bound: PgClaim) -> None:
+    """Keep the binding (its own record, no response: the parts hold the answers)."""
+    default = deployment.default_shard
+    try:
+        deployment.on_shard(default, lambda _engine: bound.finish({}))
+    except Unavailable as exc:  # its lease ends it: a retry then takes it over
+        log.warning("idempotency key's binding not kept on shard %s: %s", default, exc)
+
+
 def purge_expired(ctx: Context, max_batches: int = PURGE_BATCHES_PER_PASS) -> int:
     """Delete records past their expiry (the reaper's job, a bounded amount per pass: the
     rest waits for the next); returns how many."""
@@ -296,3 +484,43 @@ def claim_in_valkey(ctx: Context, scope: bytes,
     if status is None:
         raise _in_progress()
     return Kept(int(status), orjson.loads(body))
+
+
+def once_in_valkey(ctx: Context, call: KeyedCall | None, work: Callable[[], R], *,
+                   load: Callable[[Any], R],
+                   record: Callable[[R], tuple[Any, float | None]],
+                   undo: Callable[[R], None] | None = None) -> tuple[R, bool]:
+    """Run ``work`` once per key, the record kept in Valkey: (its result, whether it was
+    answered from the record by ``load``). ``record(result)`` is what is kept and for how
+    long at most (None: the settings' time); when it fails, ``undo(result)`` takes the
+    work back before the error is raised."""
+    if call is None:
+        return work(), False
+    claimed = claim_in_valkey(ctx, call.scope, call.fingerprint)
+    if isinstance(claimed, Kept):
+        return load(claimed.body), True
+    try:
+        result = work()
+    except BaseException:
+        if claimed is not None:
+            claimed.abandon()
+        raise
+    if claimed is not None:
+        try:
+            kept, ttl_seconds = record(result)
+        except BaseException:
+            if undo is not None:
+                undo(result)
+            claimed.abandon()
+            raise
+        claimed.finish(kept, ttl_seconds=ttl_seconds)
+    return result, False
+
+
+def answer_once(ctx: Context, call: KeyedCall | None, work: Callable[[], M],
+                model: type[M]) -> M:
+    """:func:`once_in_valkey` for an answer kept whole (the lease outcomes: acks, nacks,
+    releases, heartbeats), marked ``idempotent_replay`` when it is the kept one."""
+    result, replayed = once_in_valkey(ctx, call, work, load=model.model_validate,
+                                      record=lambda got: (got.model_dump(mode="json"), None))
+    return result.as_replay() if replayed else result

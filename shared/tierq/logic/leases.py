@@ -17,7 +17,7 @@ import orjson
 from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.dal.command_limit import per_call
 from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
-from tierq.logic import admission, limits
+from tierq.logic import admission, flows, limits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.leases import (
@@ -164,6 +164,12 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             queue, to_datetime(ctx.now()), [v.id for v, _ in keep],
             [orjson.dumps(value).decode() for _, value in keep],
             [v.attempt for v, _ in keep], relaxed=relaxed))
+    if len(done) < len(valid):  # tasks that others wait on are kept and settled (flows)
+        left = [(v, items[v.index]) for v in valid if v.id not in done]
+        done.update(flows.ack_waited(
+            ctx, queue, [v.id for v, _ in left],
+            [item.result if isinstance(item, AckItem) else None for _, item in left],
+            [v.attempt for v, _ in left]))
     drop_leases(ctx, queue, valid, acked=done)
     acked = result.acked
     for v in valid:
@@ -261,9 +267,17 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     rows found. Every failed attempt is recorded here, so here each error is cut to the
     most ``last_error`` holds (clip_error)."""
     now = ctx.now()
+    clipped = [clip_error(e) for e in errors]
     rows = ctx.store.lease_outcomes(
         queue, to_datetime(now), (v.id for v in leases), [v.attempt for v in leases],
-        [clip_error(e) for e in errors], [to_datetime(t) for t in retry_ats], list(deads))
+        clipped, [to_datetime(t) for t in retry_ats], list(deads))
+    if len(rows) < len(leases):  # tasks that others wait on: with their settlement (flows)
+        found = {str(r.id) for r in rows}
+        left = [i for i, v in enumerate(leases) if v.id not in found]
+        rows = rows + flows.record_waited(
+            ctx, queue, [leases[i].id for i in left], [leases[i].attempt for i in left],
+            [clipped[i] for i in left], [to_datetime(retry_ats[i]) for i in left],
+            [deads[i] for i in left])
     drop_leases(ctx, queue, leases)
     due = [Target(str(r.id), queue, r.tenant) for r in rows
            if r.state == "delayed" and r.run_at.timestamp() <= now]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
-from tierq.logic import limits
+from tierq.logic import flows, limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
-from tierq.models.leases import RunningLease
 from tierq.models.queues import (
     LimitsUse,
     QueueCounts,
@@ -21,6 +20,9 @@ from tierq.models.queues import (
     TenantQueueView,
     WorkerSettings,
 )
+
+if TYPE_CHECKING:
+    from tierq.models.leases import RunningLease
 
 
 def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> QueueSettings:
@@ -65,6 +67,7 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     """Delete every task of a queue (all states) and its warm tier. Workers holding leases get
     ``not_owner`` on ack. Returns how many tasks were deleted."""
     deleted = ctx.store.purge_queue_tasks(queue)
+    flows.on_queue_purged(ctx, queue)  # what waits on them elsewhere (logic/flows.py)
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)
@@ -320,6 +323,8 @@ def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, 
     id; ``(ms, "")``: after every lease that started at ms), oldest first, read ``window``
     at a time as they are consumed (``WarmTier.running_page``): a page costs what it
     holds, not what the pair holds."""
+    from tierq.models.leases import RunningLease  # (the lease models: not every function's)
+
     queue, tenant = pair
     position = after
     while True:

@@ -10,8 +10,9 @@ import orjson
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound
+from tierq.logic import flows
 from tierq.logic.context import Context, from_ms
-from tierq.models.tasks import TaskState, TaskView
+from tierq.models.tasks import ParentView, TaskState, TaskView
 
 
 def _json(value: str | None) -> Any:
@@ -40,15 +41,31 @@ def get_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     if row.state == "warm":
         lease = ctx.warm.lease_of(queue, row.tenant, str(task_id))
         if lease is not None:
-            return view(row, leased_by=lease.worker, lease_deadline_ms=lease.deadline_ms,
-                        state="leased")
-    return view(row)
+            return with_parents(ctx, row, view(row, leased_by=lease.worker,
+                                               lease_deadline_ms=lease.deadline_ms,
+                                               state="leased"))
+    return with_parents(ctx, row, view(row))
+
+
+def with_parents(ctx: Context, row: TaskRow, task: TaskView) -> TaskView:
+    """The task with what it waits for (a waiting task, or one dead-lettered for a parent:
+    its edges) or waited for (a released one: the parents its claims hand out)."""
+    if row.state in ("waiting", "dead"):
+        waits = flows.parents_of(ctx, [str(row.id)]).get(str(row.id))
+        if waits:
+            task.parents = waits
+            return task
+    released = ctx.store.parents_of_task(row.id)
+    if released is not None:
+        task.parents = [ParentView.model_validate(p) for p in orjson.loads(released)]
+    return task
 
 
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     """Delete a task whatever its state; a worker holding its lease gets ``not_owner`` on
-    ack. Postgres first, then the warm tier."""
-    row = ctx.store.cancel_task(queue, task_id)
+    ack. Postgres first, then the warm tier. What waits on it settles it as cancelled, in
+    the same transaction (logic/flows.py)."""
+    row = flows.cancel(ctx, queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     if row.state == "warm":

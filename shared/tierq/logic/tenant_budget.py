@@ -120,7 +120,7 @@ def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None
     """Shrink up to RECLAIM_SAMPLE of the tenant's pairs (picked at random from its ledger)
     to their usage and set their ledger entries from them, at most every RECLAIM_EVERY
     seconds per tenant in this process; whether it ran. The tenant's queues that hold
-    allotments they no longer use (claims emptied them) so free it for the others.
+    allotments they do not use (claims emptied them) so free them for the others.
     ``besides``: a queue whose pair is left as it is (the one asking for a grant: its push
     counted its allotment already)."""
     now = time.monotonic()

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from tierq.dal.store.rows import ReadyRow
 from tierq.errors import WarmTierUnavailable
-from tierq.logic import admission
+from tierq.logic import admission, flows
 from tierq.logic.admission import PushItem, Ticket
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.pairs import Budget
@@ -49,6 +49,7 @@ class DelayedMoverSummary:
     cold: int = 0
     batches: int = 0
     failed: list[str] = field(default_factory=list)  # "queue|tenant" whose Valkey failed
+    waited_too_long: int = 0  # waiting tasks dead-lettered past their wait_timeout_seconds
 
 
 def run(ctx: Context, config: DelayedMoverConfig | None = None,
@@ -63,6 +64,7 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
     budget = Budget(config.budget_seconds)
     failed: set[Pair] = set()  # left alone for the rest of this pass
     failures = PairFailures("delayed mover", ctx, summary.failed)
+    summary.waited_too_long = flows.expire(ctx, limit=batch)  # (logic/flows.py)
     for _ in range(config.max_batches):
         tickets: dict[Pair, Ticket] = {}
         rows: list[ReadyRow] = []

@@ -193,7 +193,18 @@ def jobs() -> dict[str, MaintenanceJob[Any, Any]]:
 
 
 def job(name: str) -> MaintenanceJob[Any, Any]:
-    """The job called ``name``; a KeyError naming the known ones otherwise."""
+    """The job called ``name``; a KeyError naming the known ones otherwise. A job's module
+    is named after it, so a scheduled function imports its own job alone."""
+    if name.isidentifier():
+        try:
+            module = importlib.import_module(f"tierq.maintenance.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"tierq.maintenance.{name}":
+                raise
+        else:
+            own = getattr(module, "JOB", None)
+            if isinstance(own, MaintenanceJob) and own.name == name:
+                return own
     known = jobs()
     if name not in known:
         raise KeyError(f"unknown maintenance job {name!r}; known: {sorted(known)}")

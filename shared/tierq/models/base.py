@@ -8,9 +8,9 @@ import: a cold start pays only for the models its requests use. See docs/archite
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter
 
 T = TypeVar("T")
 DEFERRED = ConfigDict(defer_build=True)
@@ -20,6 +20,31 @@ class Model(BaseModel):
     """A pydantic model built on first use (subclasses' own ``model_config`` merges in)."""
 
     model_config = DEFERRED
+
+
+class Replayable(Model):
+    """The answer of an operation that takes an idempotency key: ``idempotent_replay`` is
+    true when it is the kept answer of an earlier call with the key (nothing ran now). Not
+    a field: it is neither serialised nor in the API document (the HTTP API says it in the
+    ``Idempotent-Replayed`` header)."""
+
+    _idempotent_replay: bool = PrivateAttr(default=False)
+
+    @property
+    def idempotent_replay(self) -> bool:
+        return self._idempotent_replay
+
+    def as_replay(self) -> Self:
+        """This answer, marked as the kept answer of an earlier call."""
+        self._idempotent_replay = True
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        """Equal answers have equal fields: a replayed answer equals the first."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__ \
+            and self.__pydantic_extra__ == other.__pydantic_extra__
 
 
 def deferred_adapter(annotation: type[T]) -> TypeAdapter[T]:

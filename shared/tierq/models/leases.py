@@ -9,9 +9,10 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.config import JsonDict
 
-from tierq.models.base import Model, deferred_adapter
+from tierq.models.base import Model, Replayable, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel
+from tierq.models.tasks import ParentView
 
 NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
@@ -44,6 +45,7 @@ class ClaimedTask(Model):
     lease_expires_at: datetime
     redelivered: bool
     enqueued_at: datetime
+    parents: list[ParentView] | None = None  # a task released from a wait (`after`)
 
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than
@@ -95,18 +97,18 @@ class Rejection(Model):
     reason: RejectReason
 
 
-class AckResult(Model):
+class AckResult(Replayable):
     acked: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class NackResult(Model):
+class NackResult(Replayable):
     retried: list[UUID] = Field(default_factory=list)
     dead: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class ReleaseResult(Model):
+class ReleaseResult(Replayable):
     released: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 
@@ -116,7 +118,7 @@ class LeaseExtended(Model):
     lease_expires_at: datetime
 
 
-class HeartbeatResult(Model):
+class HeartbeatResult(Replayable):
     extended: list[LeaseExtended] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
 

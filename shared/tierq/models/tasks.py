@@ -13,8 +13,10 @@ from tierq.models.names import RUN_AT_PATTERN, TaskKey, TenantName
 from tierq.models.strict import RequestModel
 
 MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
+MAX_PARENTS = 100  # the most tasks one task may wait for (`after`)
 
-TaskState = Literal["delayed", "cold", "warm", "leased", "dead", "done"]
+TaskState = Literal["waiting", "delayed", "cold", "warm", "leased", "dead", "done"]
+ParentState = Literal["done", "dead", "cancelled"]
 Outcome = Literal["created", "updated", "ignored"]
 
 
@@ -43,6 +45,21 @@ class TaskIn(RequestModel):
         default="ignore",
         description="When a live task has the same key: keep it as it is, or update it in place.",
     )
+    after: list[UUID] | None = Field(
+        default=None, min_length=1, max_length=MAX_PARENTS,
+        description="Ids of tasks of the same tenant (any queue on the same shard) this task "
+                    "waits for: it is `waiting` until each is finished, then ready (or "
+                    "delayed until its run_at). An id must name a task that exists (one "
+                    "finished and still kept counts as finished). Not with `key`.")
+    on_parent_failure: Literal["dead", "run"] = Field(
+        default="dead",
+        description="With `after`, when a parent ends dead or is cancelled: dead-letter this "
+                    "task naming the parent, or run it anyway (its claim tells each "
+                    "parent's final state).")
+    wait_timeout_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_DELAY_SECONDS,
+        description="With `after`: dead-letter the task as waited_too_long when it still "
+                    "waits this long after its enqueue.")
 
     @field_validator("run_at")
     @classmethod
@@ -58,12 +75,31 @@ class TaskIn(RequestModel):
         return self
 
 
+class ParentView(Model):
+    """A task's parent (``after``): its final state (None while it is not finished) and,
+    in a claim of the released task, its result (left out when the parents' results
+    together pass 256 KiB: read them with GET)."""
+
+    id: UUID
+    queue: str
+    state: ParentState | None = None
+    result: Any = None
+
+
 class EnqueueOutcome(Model):
     id: UUID
     outcome: Outcome
     state: TaskState
     tenant: str
     key: str | None = None
+
+
+class Enqueued(list[EnqueueOutcome]):
+    """An enqueue's outcomes, one per task in call order; ``idempotent_replay`` is true when
+    they are the kept answer of an earlier enqueue with the same idempotency key (nothing
+    was enqueued now)."""
+
+    idempotent_replay: bool = False
 
 
 # An enqueue builds its outcomes in one call (faster than one model at a time).
@@ -91,3 +127,7 @@ class TaskView(Model):
     result: Any = None
     worker: str | None = None
     lease_expires_at: datetime | None = None
+    parents: list[ParentView] | None = Field(
+        default=None, description="What the task waits or waited for (`after`), in order: "
+                                  "each parent's id, queue and final state (null while it "
+                                  "is not finished), with its result once released.")

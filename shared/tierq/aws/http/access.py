@@ -53,6 +53,7 @@ CallerKind = Literal["admin", "tenant", "local"]
 # route missing here is treated as an admin route.
 ROUTE_ACCESS: dict[str, RouteKind] = {
     "POST /v1/queues/{queue}/tasks": "tenant",
+    "POST /v1/flows": "tenant",
     "POST /v1/queues/{queue}/claims": "tenant",
     "POST /v1/queues/{queue}/acks": "tenant",
     "POST /v1/queues/{queue}/nacks": "tenant",

@@ -1,7 +1,9 @@
 """Request bodies of the HTTP API. The items inside (tasks, acks, …) are the engine's own
 models from :mod:`tierq.models`; this module only wraps them in the shapes of the HTTP API
-(docs/architecture.md §10). The response envelopes, which the client reads too, are defined
-once, in :mod:`tierq.models.envelopes`."""
+(docs/architecture.md §10). The bodies of the lease routes (acks, nacks, releases,
+heartbeats) are in :mod:`tierq.aws.http.lease_bodies`, imported by the ack function alone.
+The response envelopes, which the client reads too, are defined once, in
+:mod:`tierq.models.envelopes`."""
 
 from __future__ import annotations
 
@@ -11,15 +13,8 @@ from uuid import UUID
 from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from tierq.logic.enqueue import MAX_BATCH
-from tierq.models import (
-    AckItem,
-    HeartbeatItem,
-    NackItem,
-    ReleaseItem,
-    TaskIn,
-)
 from tierq.models.base import Model
-from tierq.models.leases import MAX_CLAIM
+from tierq.models.tasks import TaskIn
 
 MAX_IDS = 1000
 
@@ -46,30 +41,6 @@ EnqueueBody = Annotated[
     Annotated[TaskBatch, Tag("batch")] | Annotated[TaskIn, Tag("task")],
     Discriminator(_enqueue_shape),
 ]
-
-
-class AckRequest(Model):
-    model_config = ConfigDict(extra="forbid")
-
-    acks: list[AckItem] = Field(min_length=1, max_length=MAX_CLAIM)
-
-
-class NackRequest(Model):
-    model_config = ConfigDict(extra="forbid")
-
-    nacks: list[NackItem] = Field(min_length=1, max_length=MAX_CLAIM)
-
-
-class ReleaseRequest(Model):
-    model_config = ConfigDict(extra="forbid")
-
-    releases: list[ReleaseItem] = Field(min_length=1, max_length=MAX_CLAIM)
-
-
-class HeartbeatRequest(Model):
-    model_config = ConfigDict(extra="forbid")
-
-    leases: list[HeartbeatItem] = Field(min_length=1, max_length=MAX_CLAIM)
 
 
 class DeadLetterSelection(Model):

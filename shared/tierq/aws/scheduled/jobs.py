@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -26,11 +26,19 @@ from tierq.aws.scheduled.shards import (
     shards_down,
 )
 from tierq.contract import Deployment
+from tierq.core.lazy import lazy_module
 from tierq.dal.postgres import scoped_timeouts
 from tierq.engine import Tierq
 from tierq.logic.context import Context
-from tierq.maintenance import gauges, registry
-from tierq.maintenance.reaper import ReaperConfig, ReaperSummary
+from tierq.maintenance import registry
+
+if TYPE_CHECKING:
+    from tierq.maintenance import gauges, reaper
+    from tierq.maintenance.reaper import ReaperSummary
+else:
+    # the reaper's tick and its gauges: imported by the reaper function's first tick only
+    gauges = lazy_module("tierq.maintenance.gauges")
+    reaper = lazy_module("tierq.maintenance.reaper")
 
 
 class JobTick:
@@ -177,7 +185,7 @@ class ReaperTick:
         """The reaper's pass on one engine (of ``shard``), then its gauges when due (within
         what the pass left of the budget): the tick's output, and the pass's summary."""
         config = tq.job_config("reaper")
-        assert isinstance(config, ReaperConfig)
+        assert isinstance(config, reaper.ReaperConfig)
         started = time.monotonic()
         summary = tq.run_reaper()
         out: dict[str, Any] = {

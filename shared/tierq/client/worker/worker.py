@@ -12,6 +12,9 @@ alive while it runs, and report each outcome.
 
     Worker(Client("http://127.0.0.1:3000"), "emails", send_email, concurrency=8).run()
 
+A task that waited for others (``after``, a flow) reaches its handler with ``task.parents``:
+each parent's id, queue, final state and result (tierq.logic.flows).
+
 The loop, per worker:
 
 1. **Claim** with a long poll (``wait_seconds``), asking for as many tasks as there are free

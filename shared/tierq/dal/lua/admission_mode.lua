@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 -- Observe a (queue, tenant)'s tier mode, or flip it back to warm.
--- KEYS: 1 ready, 2 meta, 3 inflight, 4 data
--- ARGV: 1 op ('observe' | 'flip'), 2 now_ms, 3 stale_ms, 4 warm_max, 5 expected epoch (flip),
---       6 warm_max_bytes
+-- Called through `AdmissionMode` (dal/lua_calls.py):
+-- | KEYS | ready, meta, inflight, data                                                      |
+-- | ARGV | op ('observe' or 'flip'), now_ms, stale_ms, warm_max, expected_epoch (flip), warm_max_bytes |
 -- Admissions in flight for longer than stale_ms belonged to a crashed caller: dropped (the
 -- reconciler re-dispatches whatever rows they left behind).
 -- flip succeeds only if the mode is cold, no admission is in flight, the epoch is the one

@@ -1,10 +1,10 @@
 -- Shared by the scripts that say `-- include: capacity_pool` (after call_chunked; lua/README.md,
 -- "Limits"; a take's entry unit by unit: lua/capacity_units.lua). A pool of reservations of a queue (its own hash tag `{queue}`): what a take
 -- holds is ONE entry for all its units, not one member per unit.
---   pool (sorted set): entry -> deadline (epoch ms, the caller's clock). Entries are
---     `<holder>` (a take: `holder` ends with '~', its units are named <holder>1 ..
---     <holder><granted>) and `<holder><k>` (unit k alone: moved out of its take's entry
---     by an extension, lua/capacity_extend.lua).
+--   pool (sorted set): entry -> deadline (epoch ms, the caller's clock). There are two
+--     kinds of entry. `<holder>` is a take: `holder` ends with '~', and its units are named
+--     <holder>1 .. <holder><granted>. `<holder><k>` is unit k alone, moved out of its
+--     take's entry by an extension (lua/capacity_extend.lua).
 --   counts (hash): '~held' -> the units the pool's entries hold (the sum of their counts,
 --     0 when the pool is empty); per take entry, `<holder>` -> '<granted>|<count>|<bitmap>':
 --     `count` of its units are still in it; bit k-1 of `bitmap` is set once unit k has left
@@ -12,7 +12,7 @@
 --     holds one unit.
 -- A unit leaves its entry at most once (its bit), so giving back is idempotent per unit:
 -- an ack racing the reaper on one lease, or a call repeated after a lost reply, frees it
--- once. An entry whose deadline has passed is no longer counted and is swept (its count
+-- once. An entry whose deadline has passed counts for nothing and is swept (its count
 -- subtracted) by the next take, at most SWEEP_AT_MOST entries per take (the rest by the
 -- takes after it: until then they count, so a take grants less, never more); one whose
 -- count reaches 0 is removed. No key has a TTL. A '~held' that is missing (a pool written by

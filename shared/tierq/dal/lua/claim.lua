@@ -1,36 +1,31 @@
 #!lua flags=allow-oom
 -- Claim up to N ready tasks of one (queue, tenant), in order, and lease each one.
 -- The task data leaves Valkey with the claim: a retry is rebuilt from Postgres.
--- KEYS: 1 ready, 2 data, 3 leased, 4 claims, 5 meta, 6 bucket (the tenant's token bucket),
---       7 lease_of (id -> token, lua/lease_keys.lua), 8 started (id -> the claim's start,
---       lua/lease_keys.lua),
---       and on a single server only (they are in the queue's slot, not the pair's), the
---       queue-wide take of the claim's first pair: 9 pool, 10 counts, 11 the queue's bucket
--- ARGV: 1 n, 2 now_ms, 3 lease_ms, 4 token prefix ('<tenant>~<random>~'), 5 worker,
---       6 budget (0: none): what the tasks handed out may cost in the response, in bytes
---       as the Lambda runtime sends it — once the next task would exceed it, it and the
---       rest go back in their places (the first task is always handed out unless 7 is
---       'strict': the caller already holds tasks of this claim), 8 per-task cost of the
---       response's fields around the task data (id, lease token, timestamps, names ...),
---       9 tenant_max_leased (0: none): leases of this pair whose deadline is ahead, at most,
---       10 tenant rate per second (0: none) and 11 its burst: a token bucket (KEYS 6, on
---       the server's clock, lua/token_bucket.lua) on the tasks handed out,
---       12 first_k (0): the leases are numbered from first_k + 1,
---       with KEYS 9-11: 13 want (what the whole claim asks for), 14 holder (the take's
---       entry, '<random>~'), 15 max_leased (0: none), 16 the queue's rate per second
---       (0: none), 17 its burst, 18 shares (the tenants the claim shares the grant
---       among): the claim's queue-wide take (lua/capacity_take.lua) is made first, with
---       the lease's deadline, and n is cut to this pair's share of what it granted
---       (ceil(granted / shares))
+-- Called through `Claim` (dal/lua_calls.py), which names its keys and arguments in order:
+-- | KEYS  | name           | what                                                          |
+-- | 1-8   | ready .. started | the pair's keys: ready, data, leased, claims, meta, bucket (the tenant's token bucket), lease_of, started (lua/lease_keys.lua) |
+-- | 9-11  | pool, counts, bucket | the queue-wide take of the claim's first pair, on a single server only (the queue's slot) |
+-- | ARGV  | name           | what                                                          |
+-- | 1     | n              | tasks wanted                                                  |
+-- | 2, 3  | now_ms, lease_ms | the caller's clock; the lease's length                      |
+-- | 4     | token_prefix   | '<tenant>~<random>~'                                          |
+-- | 5     | worker         | kept in the claim's record                                    |
+-- | 6     | max_bytes      | what the tasks may cost in the response (0: no cap); past it a task and the rest go back in their places |
+-- | 7     | strict_word    | 'strict': the first task is capped too (the caller already holds tasks of this claim) |
+-- | 8     | per_task_bytes | the response's fields around a task's data                    |
+-- | 9     | tenant_max_leased | this pair's leases whose deadline is ahead, at most (0: none) |
+-- | 10, 11 | tenant_per_second, tenant_burst | the tenant's token bucket (KEYS 6, server clock, lua/token_bucket.lua; 0: none) |
+-- | 12    | first_k        | the leases are numbered from first_k + 1                      |
+-- | 13-18 | want, holder, max_held, rate_per_second, rate_burst, shares | with KEYS 9-11: the queue-wide take (lua/capacity_take.lua), made first with the lease's deadline; n is cut to ceil(granted / shares) |
 -- The per-tenant limits are enforced here, atomically with the pop: n is cut to what they
 -- allow before ZPOPMIN, and tokens taken for tasks not handed out are given back.
 -- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
 -- response body is a JSON string inside the runtime's JSON: each of those is escaped once
--- more), plus ARGV 8. The count of quotes and backslashes comes with the blob
+-- more), plus per_task_bytes. The count of quotes and backslashes comes with the blob
 -- ('<attempts>|{"e":<count>,...', logic/admission.task_blob); a blob written without it
 -- is counted here.
 -- Returns { ready_left, mode, retry_ms, granted, then per task: id, attempt, lease_token,
---           json }
+--           json } (parsed by `Claim.parse`)
 -- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
 -- next token; for a count, the earliest deadline, at most 1 s; the sooner of the
 -- queue-wide take's and the tenant's). granted: what the queue-wide take granted, -1

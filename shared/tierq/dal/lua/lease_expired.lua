@@ -20,7 +20,7 @@ local listed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0,
                            tonumber(ARGV[2]))
 -- A member without '|' is a lease written by a tierq from before leases named their token
 -- (a bare id): no token can release it, so it is dropped here. Its task's row is still
--- warm and no longer in Valkey: the reconciler re-dispatches it after its grace period.
+-- warm and gone from Valkey: the reconciler re-dispatches it after its grace period.
 local expired = {}
 local marks = {}  -- REAPING, member, ...: every member was just listed, so ZADD updates
 for _, member in ipairs(listed) do

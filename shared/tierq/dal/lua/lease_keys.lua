@@ -1,15 +1,11 @@
 -- Shared by the scripts that say `-- include: lease_keys` (after call_chunked; lua/README.md,
--- "Leases"). A pair's leases live in three keys that the scripts always change together:
---   leased (sorted set): '<id>|<token>' -> deadline (epoch ms; 0 while the reaper reaps it)
---   lease_of (hash): id -> the token of its lease, so that a task's lease is found by its id
---     (one HGET, then one ZSCORE of '<id>|<token>') rather than by reading the set; or
---     '~r<ms>' for a lease a release took back at <ms> (the caller's clock) whose task the
---     release is about to push again: the reconciler leaves it to the release until its
---     cutoff has passed <ms> (missing.lua), and the task's next lease or push replaces it
---   claims (hash): '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of
---     that claim's leases `leased` holds; both fields go with the claim's last lease
---   started (sorted set): id -> when its lease's claim began (epoch ms), so the running
---     leases are read a page at a time in the order they started (running_page.lua)
+-- "Leases"). A pair's leases live in three keys that the scripts always change together,
+-- and a fourth that lists them:
+-- | key      | type       | holds                                                         |
+-- | leased   | sorted set | '<id>|<token>' -> deadline (epoch ms; 0 while the reaper reaps it) |
+-- | lease_of | hash       | id -> the token of its lease (one HGET, then one ZSCORE of '<id>|<token>', finds a task's lease by its id), or '~r<ms>' for a lease a release took back at <ms> and whose task it is about to push again (the reconciler leaves it to the release until its cutoff has passed <ms>: missing.lua; the task's next lease or push replaces it) |
+-- | claims   | hash       | '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of that claim's leases `leased` holds; both go with the claim's last lease |
+-- | started  | sorted set | id -> when its lease's claim began (epoch ms): the running leases a page at a time in start order (running_page.lua) |
 -- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
 -- Every path that ends a lease ends it here: the member leaves `leased`, its id leaves
 -- `lease_of` and `started` only while that entry still names this very token (an older token
@@ -88,7 +84,7 @@ end
 -- The leases `lease_of` names for `ids` that `leased` holds: a table k -> token for the ids
 -- (by position) that hold one. With `released_after`, a release's mark ('~r<ms>') of <ms> at
 -- or after it counts too (k -> the mark). Other entries — a mark older than that (or any,
--- without it), an entry naming a lease `leased` no longer holds (left by a tierq that ended
+-- without it), an entry naming a lease `leased` does not hold (left by a tierq that ended
 -- leases without this piece) — are removed on the way: the task holds no lease.
 -- Work: HMGET, and a ZMSCORE and HDEL when some id has an entry.
 local function lease_held(leased, lease_of, ids, released_after)

@@ -3,19 +3,19 @@
 -- slice of the pair's warm rows; lookups by id only, whatever the size of the pair)
 -- A task waits when its blob is in the data hash (lua/ready_member.lua: whatever the form
 -- of its ready-set member); it is leased when lease_of names a lease the leased set holds
--- (lua/lease_keys.lua); one a release took back at or after the cutoff (ARGV 1) is the
+-- (lua/lease_keys.lua); one a release took back at or after the cutoff (fence_ms) is the
 -- release's to push again.
 -- Until the pair's lease_of is complete (lease_index.lua: a pair whose leases were made by
 -- a tierq that kept no lease_of) nothing is reported and nothing is written.
--- When some id is missing, the pair's fence (meta field `fence`) is raised to ARGV 1, the
+-- When some id is missing, the pair's fence (meta field `fence`) is raised to fence_ms, the
 -- reconciler's cutoff: from then on push_ready drops every push of an admission that began
 -- before it (docs/architecture.md §8): the reconciler re-pushes those rows itself, so a
--- late push of one of them can no longer add a task a worker may hold or has finished.
+-- late push of one of them cannot add a task a worker may hold or has finished.
 -- Also keeps the reconciler's cursor over the pair's warm rows (meta `reconcile_after`).
 -- Allowed while Valkey is out of memory: it writes a few bytes of meta at most.
--- KEYS: 1 data, 2 leased, 3 lease_of, 4 meta
--- ARGV: 1 fence (epoch ms of the callers' clocks), 2 the cursor to keep ('': leave it as it
---       is, '0': forget it), then ids
+-- Called through `Missing` (dal/lua_calls.py):
+-- | KEYS | data, leased, lease_of, meta                                                     |
+-- | ARGV | fence_ms (epoch ms of the callers' clocks), cursor (the cursor to keep; '': leave it as it is, '0': forget it), then the ids |
 -- Returns { 'ok', id, ... } (the ids neither waiting nor leased), or { 'indexing' }.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)

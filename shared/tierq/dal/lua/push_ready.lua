@@ -1,14 +1,18 @@
 -- Push ready tasks into the warm set of one (queue, tenant), never beyond warm_max tasks
 -- nor warm_max_bytes bytes of task data (an empty warm set takes one task whatever its size,
 -- so that no task is too large to ever be delivered).
--- KEYS: 1 ready, 2 data, 3 meta, 4 inflight, 5 leased, 6 lease_of
--- ARGV: 1 warm_max, 2 kind ('new' | 'enqueue' | 'promote' | 'restore'), 3 now_ms,
---       4 admission token, 5 warm_max_bytes, 6 since: when the admission began (epoch ms of
---       the caller's clock, at or before the `state_since` its rows were written with),
---       7 the tenant's bound: '' (none), 'ask' or 'strict' (below), 8 bytes the caller has
---       just taken for this pair from its tenant's ledger (lua/warm_ledger.lua), added to
---       the allotment first, 9 charge per task, 10 keep (lua/warm_usage.lua), then for n tasks: n pairs score, member (as ZADD takes them: core/ordering.py
---       place), then n pairs id, blob (as HSET takes them), both in the same order
+-- Called through `PushReady` (dal/lua_calls.py), which names its keys and arguments in order:
+-- | KEYS | ready, data, meta, inflight, leased, lease_of                                      |
+-- | ARGV | name           | what                                                             |
+-- | 1    | warm_max       | tasks the warm set holds at most                                 |
+-- | 2    | kind           | 'new', 'enqueue', 'promote' or 'restore' (below)                 |
+-- | 3, 4 | now_ms, token  | the caller's clock; the admission's token                        |
+-- | 5    | warm_max_bytes | bytes of task data the warm set holds at most                    |
+-- | 6    | since_ms       | when the admission began (at or before its rows' `state_since`)  |
+-- | 7    | bound          | the tenant's bound: '' (none), 'ask' or 'strict' (below)         |
+-- | 8    | grant          | bytes just taken for this pair from its tenant's ledger (lua/warm_ledger.lua), added to the allotment first |
+-- | 9, 10 | charge, keep  | per task charge; allotment kept beyond usage (lua/warm_usage.lua) |
+-- | then | score, member .. | per task (score, member) as ZADD takes them (core/ordering.py place), then per task (id, blob) as HSET does, in the same order |
 --   enqueue: work that became ready (due, retried, replayed); refused outright while the
 --            queue is in cold mode (hysteresis).
 --   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
@@ -17,9 +21,10 @@
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
 -- One live lease per task (docs/architecture.md §8):
---   a push whose admission began before the pair's fence (meta `fence`, raised by the
---     reconciler when it takes rows over: missing.lua) is late: nothing of it is written,
---     and { 'late' } is returned (the reconciler pushes those rows itself);
+--   a push whose admission began before the pair's fence is late. The fence is the meta
+--     field `fence`, raised by the reconciler when it takes rows over (missing.lua). Nothing
+--     of a late push is written, and { 'late' } is returned (the reconciler pushes those
+--     rows itself);
 --   a task that holds a lease for a later attempt than the one its blob carries (found by
 --     id: lease_of, lua/lease_keys.lua) is left out, as one already in line is: a worker
 --     holds it. ('new' tasks are not looked up: their ids were made by this admission, so
@@ -31,11 +36,11 @@
 -- Anything refused makes the queue cold and registers the caller's admission as in flight
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
--- A tenant's share (ARGV 7-10, lua/warm_usage.lua): the pair's usage stays within its
+-- A tenant's share (bound, grant, charge, keep; lua/warm_usage.lua): the pair's usage stays within its
 -- allotment (meta `allot`).
 --   ask: when the tasks that fit the pair's own bounds would take the usage past the
 --        allotment, nothing is written and { 'allot', bytes short } is returned: the caller
---        takes that much from the ledger and pushes again, 'strict', with it in ARGV 8.
+--        takes that much from the ledger and pushes again, 'strict', with it as `grant`.
 --   strict: a task that would take the usage past the allotment is refused (and every
 --        later one, as above). The rule that an empty warm set takes one task does not
 --        lift this bound.

@@ -5,18 +5,22 @@
 -- one entry for all its units, scored by its deadline (epoch ms, the deadline of the lease
 -- or call it stands for). A reservation is taken BEFORE the pair's claim (or the
 -- consumer's invocation) and is given back when unused or finished; an entry whose
--- deadline has passed is no longer counted and is swept here. So a process that dies
+-- deadline has passed counts for nothing and is swept here. So a process that dies
 -- between the steps leaks nothing past the deadline, and no key TTL is involved (a cache at
 -- its maximum evicts keys with a TTL first).
 -- `bucket` is the queue's token bucket (lua/token_bucket.lua), on the server's clock.
 -- Allowed while Valkey is out of memory: it writes a few small values, and claims (which
 -- free memory) must keep working.
--- KEYS: 1 pool (sorted set), 2 counts (hash), 3 bucket (hash)
--- ARGV: 1 want (0: only give back), 2 now_ms, 3 deadline_ms of what is taken,
---       4 holder (the take's entry; its units are holder .. 1, holder .. 2, ...; ends with
---       '~'), 5 max_held (0: no count limit), 6 per_second (0: no rate), 7 burst,
---       8 tokens given back (of an earlier take that went unused),
---       9 (with want 0) units of holder's take that were used: the rest go back ('': none)
+-- Called through `QueueCapacity` (dal/lua_calls.py):
+-- | KEYS | pool (sorted set), counts (hash), bucket (hash)                                   |
+-- | ARGV | name              | what                                                        |
+-- | 1    | want              | units wanted (0: only give back)                            |
+-- | 2, 3 | now_ms, deadline_ms | the caller's clock; the deadline of what is taken         |
+-- | 4    | holder            | the take's entry, ending with '~'; its units are holder .. 1, holder .. 2, ... |
+-- | 5    | max_held          | units held at most (0: no count limit)                      |
+-- | 6, 7 | per_second, burst | the queue's token bucket (0: no rate)                       |
+-- | 8    | give_back_tokens  | tokens of an earlier take that went unused                  |
+-- | 9    | give_back_past_arg | with want 0: units of holder's take that were used, the rest go back ('': none) |
 -- With want 0, nothing is taken: the tokens and units given back are returned.
 -- Returns { taken, retry_ms, held_after } (lua/capacity_take.lua; held_after: the pool's
 -- units after, 0 without a count limit or, with want 0, when no units went back).

@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- Take tasks out of the ready set only while they are still waiting: a task a worker has
--- already claimed (popped and leased) is left alone. Used to withdraw work that is no longer
--- wanted (e.g. cron occurrences of an outdated schedule) without touching running tasks.
+-- already claimed (popped and leased) is left alone. Used to withdraw work nobody wants
+-- any more (e.g. cron occurrences of an outdated schedule) without touching running tasks.
 -- Allowed while Valkey is out of memory: it only frees memory.
 -- KEYS: 1 ready, 2 data, 3 meta
 -- ARGV: the tasks' ready-set members (core/ordering.py place)

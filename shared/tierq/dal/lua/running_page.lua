@@ -2,9 +2,9 @@
 -- One page of a pair's running leases, in the order they started (then by id), after a
 -- position: reads at most `scan` entries of `started`, whatever the pair holds
 -- (lua/README.md, "Running leases a page at a time").
--- KEYS: 1 started, 2 lease_of, 3 leased, 4 claims (lua/lease_keys.lua)
--- ARGV: 1 after_ms ('': from the first lease), 2 after_id ('': after every lease that
---       started at after_ms), 3 limit (leases wanted), 4 scan (entries read at most)
+-- Called through `RunningPage` (dal/lua_calls.py):
+-- | KEYS | started, lease_of, leased, claims (lua/lease_keys.lua)                           |
+-- | ARGV | after_ms ('': from the first lease), after_id ('': after every lease that started at after_ms), limit (leases wanted), scan (entries read at most) |
 -- Returns { state, last_ms, last_id, then per lease: id, token, deadline, started_ms,
 --           claim record ('<started_ms>|<worker>', '' when none) }
 -- state: 'end' when the set holds nothing after the entries read, else 'more'; last_ms and

@@ -3,12 +3,11 @@
 -- `bytes` of its meta hash: the sum of the lengths of the data hash's values (the
 -- ~encoding field aside), kept by every script that adds or removes a value, so that
 -- push_ready can enforce warm_max_bytes atomically without reading the data.
--- warm_bytes() heals the counter: an empty ready set holds no data (0); a missing field
--- (a warm tier written before the counter existed) or a negative one (drift) is recounted
--- from the data hash, once, if the hash has at most RECOUNT_UNKNOWN_AT_MOST fields (a
--- recount reads every field: no script reads a large set); a larger one is taken as full
--- (UNKNOWN_BYTES, not stored: the pair goes cold and nothing is promoted) until claims have
--- emptied the set (0) or brought its data down to that many fields. With
+-- warm_bytes() heals the counter:
+-- | the counter                          | warm_bytes()                                    |
+-- | any, with an empty ready set         | 0: no data                                      |
+-- | missing (written before the counter existed) or negative (drift), data hash of at most RECOUNT_UNKNOWN_AT_MOST fields | recounted from the data hash, once (a recount reads every field: no script reads a large set) |
+-- | the same, a larger data hash         | UNKNOWN_BYTES, not stored: the pair goes cold and nothing is promoted until claims have emptied the set or brought its data down to that many fields | With
 -- ``recount_small``, any counter of a warm set of at most RECOUNT_AT_MOST tasks is
 -- recounted (cheap; the mover's observations pass it, so a counter that drifted upwards
 -- heals when the set runs low, not only once it is empty).

@@ -2,13 +2,13 @@
 -- A tenant's warm-tier ledger (logic/tenant_budget.py): the bytes allotted to each of its
 -- (queue, tenant) pairs, whose sum never passes the tenant's bound. A pair's keys live in
 -- its own slot, the ledger in the tenant's (`{~tenant}`), so no script sees both: a pair
--- takes an allotment here first, then consumes it in its own scripts (push_ready ARGV 8);
+-- takes an allotment here first, then consumes it in its own scripts (push_ready's `grant`);
 -- it gives back in the other order (allot_shrink, then 'set'). A caller that stops between
 -- the two steps leaves the ledger counting more than the pair holds: the tenant gets less,
 -- never more, until a 'set' corrects the entry.
--- KEYS: 1 the ledger: hash `~total` -> the sum of the entries, and per queue
---       `<queue>` -> `<allotted>|<epoch ms of its last grant>`
--- ARGV: 1 op ('take' | 'set'), 2 queue, 3 amount, 4 bound, 5 now_ms, 6 quiet_ms, 7 freed
+-- Called through `WarmLedger` (dal/lua_calls.py):
+-- | KEYS | warm: the ledger, hash `~total` -> the sum of the entries, and per queue `<queue>` -> `<allotted>|<epoch ms of its last grant>` |
+-- | ARGV | op ('take' or 'set'), queue, amount, bound, now_ms, quiet_ms, freed              |
 --   take: grant min(amount, bound - total) (none below 0) to the queue; its stamp is now.
 --   set:  the pair's allotment is `amount` now (allot_shrink's answer): the entry becomes it
 --         when its last grant is older than quiet_ms (no grant can be on its way to the

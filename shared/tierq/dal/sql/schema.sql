@@ -21,6 +21,7 @@ migrations applied:
   0014_pair_moves
   0015_seq_maximum
   0016_schedules_due
+  0018_flows
 
 table tierq_feeder_offsets
   column feed text not null
@@ -198,6 +199,31 @@ table tierq_shard_identity
   CREATE UNIQUE INDEX tierq_shard_identity_pkey ON tierq_shard_identity USING btree (singleton)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
+table tierq_task_edges
+  column parent uuid not null
+  column child uuid not null
+  column parent_queue text not null
+  column position smallint not null
+  column parent_state text
+  constraint tierq_task_edges_parent_state_check: CHECK (parent_state = ANY (ARRAY['done'::text, 'dead'::text, 'cancelled'::text]))
+  constraint tierq_task_edges_pkey: PRIMARY KEY (parent, child)
+  CREATE INDEX tierq_task_edges_child ON tierq_task_edges USING btree (child)
+  CREATE UNIQUE INDEX tierq_task_edges_pkey ON tierq_task_edges USING btree (parent, child)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_task_waits
+  column child uuid not null
+  column pending integer not null
+  column on_parent_failure text not null
+  column wait_until timestamp with time zone
+  column failed_parent uuid
+  constraint tierq_task_waits_on_parent_failure_check: CHECK (on_parent_failure = ANY (ARRAY['dead'::text, 'run'::text]))
+  constraint tierq_task_waits_pending_check: CHECK (pending >= 0)
+  constraint tierq_task_waits_pkey: PRIMARY KEY (child)
+  CREATE UNIQUE INDEX tierq_task_waits_pkey ON tierq_task_waits USING btree (child)
+  CREATE INDEX tierq_task_waits_until ON tierq_task_waits USING btree (wait_until) WHERE ((wait_until IS NOT NULL) AND (failed_parent IS NULL))
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
 table tierq_tasks
   column id uuid not null
   column queue text not null
@@ -217,10 +243,13 @@ table tierq_tasks
   column finished_at timestamp with time zone
   column last_error text
   column result jsonb
+  column waiters integer not null default 0
+  column parents jsonb
   constraint tierq_tasks_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_tasks_pkey: PRIMARY KEY (id)
   constraint tierq_tasks_priority_check: CHECK (priority >= 0 AND priority <= 9)
-  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text]))
+  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['waiting'::text, 'delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text]))
+  constraint tierq_tasks_waiters_check: CHECK (waiters >= 0)
   CREATE INDEX tierq_tasks_cold_line ON tierq_tasks USING btree (queue, tenant, priority DESC, seq) WITH (fillfactor='70') WHERE (state = 'cold'::text)
   CREATE INDEX tierq_tasks_dead_by_queue ON tierq_tasks USING btree (queue, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
   CREATE INDEX tierq_tasks_dead_line ON tierq_tasks USING btree (queue, tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text)

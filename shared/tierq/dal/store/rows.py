@@ -11,7 +11,7 @@ from typing import Literal, NamedTuple
 from uuid import UUID
 
 Pair = tuple[str, str]  # (queue, tenant)
-StoredState = Literal["delayed", "cold", "warm", "dead", "done"]  # tierq_tasks.state
+StoredState = Literal["waiting", "delayed", "cold", "warm", "dead", "done"]  # tierq_tasks.state
 LiveState = Literal["delayed", "cold", "warm"]  # a task still to run (its key is taken)
 
 
@@ -37,6 +37,7 @@ class ReadyRow(NamedTuple):
     attempts: int
     max_attempts: int
     created_at: datetime
+    parents: str | None  # JSON text: a released task's parents (logic/flows.py)
 
 
 class ReplacedRow(NamedTuple):
@@ -66,6 +67,7 @@ class RestoreRow(NamedTuple):
     attempts: int
     max_attempts: int
     created_at: datetime
+    parents: str | None  # JSON text: a released task's parents (logic/flows.py)
 
 
 class LiveKeyRow(NamedTuple):
@@ -170,6 +172,7 @@ class ClaimedTaskRow(NamedTuple):
     payload: str
     max_attempts: int
     state: str
+    parents: str | None  # JSON text: a released task's parents (logic/flows.py)
 
 
 class MarkedPair(NamedTuple):
@@ -351,3 +354,47 @@ class ShardIdentityRow(NamedTuple):
 
     name: str
     homes_complete: datetime | None
+
+
+class HeldParentRow(NamedTuple):
+    """A parent named by waiting tasks, counted and locked (flows: hold_parents)."""
+
+    id: UUID
+    tenant: str
+    queue: str
+    state: StoredState
+    waiters: int
+
+
+class SettledRow(NamedTuple):
+    """A waiting task whose parents were settled (flows: settle_parents): its count of
+    parents left, its rule, a failed parent and that parent's state (when settled here),
+    and how many of its edges were settled."""
+
+    child: UUID
+    pending: int
+    on_parent_failure: Literal["dead", "run"]
+    failed_parent: UUID | None
+    failed_state: str | None
+    settled: int
+
+
+class ReleasedRow(NamedTuple):
+    """A task that left its wait (flows: release_waiting): delayed (to be made ready when
+    its run_at has come) or dead."""
+
+    id: UUID
+    queue: str
+    tenant: str
+    state: Literal["delayed", "dead"]
+    run_at: datetime
+    outcome: Literal["ready", "dead", "timeout"]
+
+
+class WaitEdgeRow(NamedTuple):
+    """One parent of a waiting task, and its state so far (None: not finished)."""
+
+    child: UUID
+    parent: UUID
+    parent_queue: str
+    parent_state: str | None

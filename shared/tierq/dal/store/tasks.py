@@ -125,11 +125,15 @@ class TaskQueries(StoreBase):
 
     def lease_outcomes(self, queue: str, now: datetime, ids: Iterable[str],
                        attempts: Sequence[int], errors: Sequence[str],
-                       retry_ats: Sequence[datetime], deads: Sequence[bool]) -> list[OutcomeRow]:
-        """Record failed attempts: each task delayed until its retry, or dead."""
+                       retry_ats: Sequence[datetime], deads: Sequence[bool], *,
+                       waited: bool = False, conn: Conn | None = None) -> list[OutcomeRow]:
+        """Record failed attempts: each task delayed until its retry, or dead. Tasks that
+        others wait on are left out unless ``waited`` (logic/flows.py settles them in the
+        same transaction)."""
         return self._fetch("lease_outcomes", {
             "queue": queue, "now": now, "ids": uuid_array(ids), "attempts": attempts,
-            "errors": errors, "retry_ats": retry_ats, "deads": deads}, positional(OutcomeRow))
+            "errors": errors, "retry_ats": retry_ats, "deads": deads, "waited": waited},
+            positional(OutcomeRow), conn)
 
     def release_leased(self, queue: str, now: datetime, ids: Iterable[str],
                        attempts: Sequence[int]) -> list[ReadyRow]:
@@ -198,9 +202,11 @@ class TaskQueries(StoreBase):
         rows = self._fetch("task_by_id", {"queue": queue, "id": task_id}, positional(TaskRow))
         return rows[0] if rows else None
 
-    def cancel_task(self, queue: str, task_id: UUID) -> TaskRow | None:
+    def cancel_task(self, queue: str, task_id: UUID, *,
+                    conn: Conn | None = None) -> TaskRow | None:
         """Delete the task whatever its state; the row deleted."""
-        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, positional(TaskRow))
+        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, positional(TaskRow),
+                           conn)
         return rows[0] if rows else None
 
     def purge_queue_tasks(self, queue: str) -> int:

@@ -11,7 +11,7 @@ every router listed.
 from __future__ import annotations
 
 FUNCTION_ROUTERS: dict[str, tuple[str, ...]] = {
-    "enqueue": ("tierq.aws.http.routes.enqueue",),
+    "enqueue": ("tierq.aws.http.routes.enqueue", "tierq.aws.http.routes.flows"),
     "claim": ("tierq.aws.http.routes.claims",),
     "ack": ("tierq.aws.http.routes.leases",),
     "admin": (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
@@ -22,9 +22,11 @@ from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
-from tierq.logic import claim_replay, tenant_limits
-from tierq.logic import idempotency as keys
-from tierq.logic.idempotency import Kept, ValkeyClaim
+
+# claim_replay (with the claim path and the leases): every request of this function runs
+# it, so it is imported at the cold start (and so in a SnapStart snapshot), not on the first
+# request's clock (tests/unit/test_cold_imports.py)
+from tierq.logic import claim_replay, tenant_limits  # noqa: F401
 from tierq.models import ClaimRequest
 from tierq.models.envelopes import ClaimResults
 
@@ -116,42 +118,21 @@ def claim_tasks(
 def _claim(queue: str, claim: ClaimRequest,
            idempotency_key: str | None) -> Response[ClaimResults]:
     tierq = engine()
-    record: ValkeyClaim | None = None
-    if idempotency_key is not None:
-        # the claim's record keeps only its leases (claim_replay); a repeat rebuilds the
-        # answer from them and the task rows
-        event = request.current_event()
-        kept = keys.claim_in_valkey(
-            default_engine().ctx, idempotency.scope_of("claim", queue, idempotency_key),
-            keys.fingerprint(event.json_body if event.body else None))
-        if isinstance(kept, Kept):
-            replayed = tierq.replay_claim(queue, kept.body)
-            return Response(status_code=200, content_type=content_types.APPLICATION_JSON,
-                            body=ClaimResults(tasks=replayed),
-                            headers={idempotency.REPLAYED_HEADER: "true"})
-        record = kept  # None: Valkey out of memory, the claim runs without a record
     lambda_context = router.lambda_context
     cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
     answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
-    try:
-        outcome = tierq.claim_outcome(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,
-                                      answer_by=answer_by)
-        tasks = outcome.tasks
-    except BaseException:
-        if record is not None:
-            record.abandon()  # nothing leased (the claim gave back what it popped)
-        raise
+    # keyed: the engine keeps the claim's leases with the key (claim_replay); a repeat
+    # gets the first answer's tasks still leased, rebuilt
+    outcome = tierq.claim_outcome(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,
+                                  answer_by=answer_by, **idempotency.keyed(idempotency_key))
+    if outcome.idempotent_replay:
+        return idempotency.answer(ClaimResults(tasks=outcome.tasks), replayed=True)
+    tasks = outcome.tasks
     try:
         metrics.count_queue(default_engine().ctx, queue, {"Claimed": len(tasks)})
         results = ClaimResults(tasks=tasks, retry_after_ms=outcome.retry_after_ms)
-        if record is not None:
-            record.finish(claim_replay.record_of(tasks),
-                          ttl_seconds=claim_replay.record_seconds(default_engine().ctx, queue,
-                                                                 claim, tasks))
-        return idempotency.fresh_response(results)
+        return idempotency.answer(results, replayed=False)
     except BaseException:
         # leased but not answered: back to their places, no attempt counted
         tierq.give_back(queue, tasks)
-        if record is not None:
-            record.abandon()
         raise

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
-import psycopg
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
@@ -25,10 +24,8 @@ from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import DeadLetterSelection
 from tierq.aws.http.params import QueuePath, TenantQuery
-from tierq.aws.runtime import engine, on_shard
-from tierq.dal.postgres import Row
+from tierq.aws.runtime import engine
 from tierq.logic import dlq as dlq_logic
-from tierq.logic.idempotency import PgClaim
 from tierq.models.envelopes import DeadLetterPage, PurgeResult, ReplayResult
 from tierq.models.tasks import TaskView
 
@@ -113,48 +110,12 @@ def list_dead_letters(
 )
 def replay_dead_letters(queue: QueuePath, body: Annotated[DeadLetterSelection, Body()],
                         idempotency_key: IdempotencyKeyHeader = None) -> Response[ReplayResult]:
-    tenant = request.pinned_tenant()
-    where = engine().shards_for_selection(queue, tenant, body.ids or [])
-    seconds = dlq_logic.SLICE_SECONDS / max(1, len(where))  # one request's time, shared
-
-    def work(shard: str, claim: PgClaim | None) -> ReplayResult:
-        if claim is not None and claim.committed is not None:
-            # an earlier request with this key replayed these, then died before it answered
-            return ReplayResult.model_validate(claim.committed)
-
-        def record(conn: psycopg.Connection[Row], part: dlq_logic.Slice) -> None:
-            if claim is not None:
-                claim.record(conn, replay_result(part).model_dump(mode="json"))
-
-        part = on_shard(shard, lambda e: dlq_logic.replay_slice(
-            e.ctx, queue, ids=where[shard], all_dead=body.all, tenant=tenant,
-            max_items=dlq_logic.SLICE_MAX_ITEMS, seconds=seconds,
-            record=None if claim is None else record))
-        return replay_result(part)
-
-    def combine(parts: dict[str, ReplayResult]) -> ReplayResult:
-        if len(parts) == 1:
-            return next(iter(parts.values()))
-        done = [i for part in parts.values() for i in part.replayed]
-        return ReplayResult(replayed=done, skipped=not_done(body.ids or [], parts, done),
-                            more=any(part.more for part in parts.values()))
-
-    return idempotency.in_postgres_by_shard("dlq_replay", queue, idempotency_key, list(where),
-                                            work, ReplayResult, combine)
-
-
-def replay_result(part: dlq_logic.Slice) -> ReplayResult:
-    return ReplayResult(replayed=part.done, skipped=part.skipped, more=part.more)
-
-
-def not_done(ids: list[UUID], parts: dict[str, ReplayResult], done: list[UUID]) -> list[UUID]:
-    """The skipped ids of the parts (an id asked of every shard is skipped by those that do
-    not hold it): those no shard replayed, once each, in the request's order; with
-    ``{"all": true}`` (no ids), the parts' own skips."""
-    finished = set(done)
-    if not ids:
-        return [i for part in parts.values() for i in part.skipped if i not in finished]
-    return [i for i in dict.fromkeys(ids) if i not in finished]
+    result = engine().dlq_replay_slice(queue, ids=body.ids or [], all_dead=body.all,
+                                       tenant=request.pinned_tenant(),
+                                       max_items=dlq_logic.SLICE_MAX_ITEMS,
+                                       seconds=dlq_logic.SLICE_SECONDS,
+                                       **idempotency.keyed(idempotency_key))
+    return idempotency.answer(result, result.idempotent_replay)
 
 
 @router.post(
@@ -173,15 +134,7 @@ def purge_dead_letters(
     body: Annotated[DeadLetterSelection | None, Body()] = None,
 ) -> PurgeResult:
     selection = body or DeadLetterSelection(all=True)
-    tenant = request.pinned_tenant()
-    where = engine().shards_for_selection(queue, tenant, selection.ids or [])
-    seconds = dlq_logic.SLICE_SECONDS / max(1, len(where))
-    purged: list[UUID] = []
-    more = False
-    for shard, ids in where.items():
-        part = on_shard(shard, lambda e, ids=ids: dlq_logic.purge_slice(  # type: ignore[misc]
-            e.ctx, queue, ids=ids, all_dead=selection.all, tenant=tenant,
-            max_items=dlq_logic.SLICE_MAX_ITEMS, seconds=seconds))
-        purged.extend(part.done)
-        more = more or part.more
-    return PurgeResult(purged=purged, more=more)
+    return engine().dlq_purge_slice(queue, ids=selection.ids or [], all_dead=selection.all,
+                                    tenant=request.pinned_tenant(),
+                                    max_items=dlq_logic.SLICE_MAX_ITEMS,
+                                    seconds=dlq_logic.SLICE_SECONDS)

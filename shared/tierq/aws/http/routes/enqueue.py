@@ -5,9 +5,8 @@ a batch ``{"tasks": [outcome, ...]}`` in request order."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
-import psycopg
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
@@ -18,12 +17,8 @@ from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import EnqueueBody, TaskBatch
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import default_engine, engine, on_shard
-from tierq.dal.postgres import Row
+from tierq.aws.runtime import default_engine, engine
 from tierq.errors import InvalidInput, TierqError
-from tierq.logic import enqueue as enqueue_logic
-from tierq.logic.context import Context
-from tierq.logic.idempotency import PgClaim
 from tierq.models import EnqueueOutcome, TaskIn
 from tierq.models.envelopes import EnqueueResults
 
@@ -71,8 +66,9 @@ def _single_names(exc: TierqError) -> TierqError:
     summary="Enqueue one task or a batch",
     description="One task object, or {\"tasks\": [...]} with at most 500. Each task: payload "
                 "(any JSON, ≤ 256 KiB), key (idempotency), priority 0 to 9, delay_seconds or "
-                "run_at (≤ a year ahead), tenant, max_attempts, on_conflict ignore|replace. "
-                "Nothing is written when any task is invalid.",
+                "run_at (≤ a year ahead), tenant, max_attempts, on_conflict ignore|replace; "
+                "after (ids of tasks it waits for), on_parent_failure, "
+                "wait_timeout_seconds. Nothing is written when any task is invalid.",
     operation_id="enqueueTasks",
     tags=["tasks"],
     responses=responses("Outcome per task: created, updated or ignored (a live task holds "
@@ -86,56 +82,13 @@ def enqueue_tasks(
     single = not isinstance(body, TaskBatch)
     tasks = [body] if isinstance(body, TaskIn) else body.tasks
     check_tasks(tasks, single)
-    tenant = request.pinned_tenant()
-
     try:
-        groups = engine().shards_of_tasks(queue, tasks, tenant)
+        outcomes = engine().enqueue(queue, tasks, tenant=request.pinned_tenant(),
+                                    **idempotency.keyed(idempotency_key))
     except TierqError as exc:
         raise _single_names(exc) if single else exc from None
-
-    def work(shard: str, claim: PgClaim | None) -> EnqueueResults:
-        part = [tasks[i] for i in groups[shard]]
-        try:
-            if claim is None:
-                outcomes = on_shard(shard, lambda e: e.enqueue(queue, part, tenant=tenant))
-            else:
-                outcomes = on_shard(shard, lambda e: enqueue_once(e.ctx, queue, part, tenant,
-                                                                  claim))
-        except TierqError as exc:
-            raise _single_names(exc) if single else exc from None
+    if not outcomes.idempotent_replay:
         metrics.count_queue(default_engine().ctx, queue, {
             "Enqueued": sum(1 for o in outcomes if o.outcome == "created")})
-        return EnqueueResults(tasks=outcomes)
-
-    def combine(parts: dict[str, EnqueueResults]) -> EnqueueOutcome | EnqueueResults:
-        ordered: list[EnqueueOutcome | None] = [None] * len(tasks)
-        for shard, part in parts.items():
-            for index, outcome in zip(groups[shard], part.tasks, strict=True):
-                ordered[index] = outcome
-        outcomes = [o for o in ordered if o is not None]
-        return outcomes[0] if single else EnqueueResults(tasks=outcomes)
-
-    return idempotency.in_postgres_by_shard("enqueue", queue, idempotency_key, list(groups),
-                                            work, EnqueueResults, combine)
-
-
-def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | None,
-                 claim: PgClaim) -> list[EnqueueOutcome]:
-    """Enqueue under an idempotency claim: each transaction that inserts tasks records their
-    outcomes under the key, and the tasks an earlier owner of the key committed (it died
-    before it answered) are not enqueued again."""
-    earlier = (claim.committed or {}).get("outcomes") or {}
-    recorded: dict[int, dict[str, Any]] = {int(i): o for i, o in earlier.items()}
-    todo = [i for i in range(len(tasks)) if i not in recorded]
-
-    def record(conn: psycopg.Connection[Row], created: dict[int, dict[str, Any]]) -> None:
-        recorded.update({todo[i]: outcome for i, outcome in created.items()})
-        claim.record(conn, {"outcomes": {str(i): o for i, o in recorded.items()}})
-
-    outcomes: dict[int, EnqueueOutcome] = {
-        i: EnqueueOutcome.model_validate(o) for i, o in recorded.items()}
-    if todo:
-        fresh = enqueue_logic.enqueue(ctx, queue, [tasks[i] for i in todo], tenant,
-                                      record=record)
-        outcomes.update(zip(todo, fresh, strict=True))
-    return [outcomes[i] for i in range(len(tasks))]
+    result = outcomes[0] if single else EnqueueResults(tasks=list(outcomes))
+    return idempotency.answer(result, outcomes.idempotent_replay)

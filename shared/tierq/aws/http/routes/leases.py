@@ -18,7 +18,7 @@ from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
-from tierq.aws.http.models import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
+from tierq.aws.http.lease_bodies import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.ids import tenant_of_token
@@ -81,15 +81,13 @@ def check_results(acks: Sequence[AckItem]) -> None:
 def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()],
               idempotency_key: IdempotencyKeyHeader = None) -> Response[AckResult]:
     check_results(body.acks)
-
-    def work() -> AckResult:
-        mine, rejected = pinned_items(body.acks)
-        result = engine().ack(queue, mine) if mine else AckResult()
-        result.rejected.extend(rejected)
+    mine, rejected = pinned_items(body.acks)
+    result = engine().ack(queue, mine, **idempotency.keyed(idempotency_key)) \
+        if mine or idempotency_key is not None else AckResult()
+    result.rejected.extend(rejected)
+    if not result.idempotent_replay:
         metrics.count_queue(default_engine().ctx, queue, {"Acked": len(result.acked)})
-        return result
-
-    return idempotency.in_valkey("ack", queue, idempotency_key, work)
+    return idempotency.answer(result, result.idempotent_replay)
 
 
 @router.post(
@@ -104,17 +102,16 @@ def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()],
 )
 def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()],
                idempotency_key: IdempotencyKeyHeader = None) -> Response[NackResult]:
-    def work() -> NackResult:
-        mine, rejected = pinned_items(body.nacks)
-        result = engine().nack(queue, mine) if mine else NackResult()
-        result.rejected.extend(rejected)
+    mine, rejected = pinned_items(body.nacks)
+    result = engine().nack(queue, mine, **idempotency.keyed(idempotency_key)) \
+        if mine or idempotency_key is not None else NackResult()
+    result.rejected.extend(rejected)
+    if not result.idempotent_replay:
         metrics.count_queue(default_engine().ctx, queue, {
             "Nacked": len(result.retried) + len(result.dead),
             "DeadLettered": len(result.dead),
         })
-        return result
-
-    return idempotency.in_valkey("nack", queue, idempotency_key, work)
+    return idempotency.answer(result, result.idempotent_replay)
 
 
 @router.post(
@@ -130,15 +127,13 @@ def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()],
 )
 def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()],
                   idempotency_key: IdempotencyKeyHeader = None) -> Response[ReleaseResult]:
-    def work() -> ReleaseResult:
-        mine, rejected = pinned_items(body.releases)
-        result = engine().release(queue, mine) if mine else ReleaseResult()
-        result.rejected.extend(rejected)
-        metrics.count_queue(default_engine().ctx, queue,
-                            {"Released": len(result.released)})
-        return result
-
-    return idempotency.in_valkey("release", queue, idempotency_key, work)
+    mine, rejected = pinned_items(body.releases)
+    result = engine().release(queue, mine, **idempotency.keyed(idempotency_key)) \
+        if mine or idempotency_key is not None else ReleaseResult()
+    result.rejected.extend(rejected)
+    if not result.idempotent_replay:
+        metrics.count_queue(default_engine().ctx, queue, {"Released": len(result.released)})
+    return idempotency.answer(result, result.idempotent_replay)
 
 
 @router.post(
@@ -152,10 +147,8 @@ def release_tasks(queue: QueuePath, body: Annotated[ReleaseRequest, Body()],
 )
 def extend_leases(queue: QueuePath, body: Annotated[HeartbeatRequest, Body()],
                   idempotency_key: IdempotencyKeyHeader = None) -> Response[HeartbeatResult]:
-    def work() -> HeartbeatResult:
-        mine, rejected = pinned_items(body.leases)
-        result = engine().heartbeat(queue, mine) if mine else HeartbeatResult()
-        result.rejected.extend(rejected)
-        return result
-
-    return idempotency.in_valkey("heartbeat", queue, idempotency_key, work)
+    mine, rejected = pinned_items(body.leases)
+    result = engine().heartbeat(queue, mine, **idempotency.keyed(idempotency_key)) \
+        if mine or idempotency_key is not None else HeartbeatResult()
+    result.rejected.extend(rejected)
+    return idempotency.answer(result, result.idempotent_replay)

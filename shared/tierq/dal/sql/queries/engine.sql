@@ -17,7 +17,8 @@ INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_a
                          state_since)
 SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state, r.run_at, r.run_at,
        v.max_attempts, b.seq + v.n - 1, %(now)s,
-       CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
+       CASE WHEN v.state IN ('delayed', 'waiting') THEN NULL ELSE %(now)s::timestamptz END,
+       %(now)s
 FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
      ROWS FROM (unnest(%(ids)s::uuid[]),
                 jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -29,8 +30,8 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                 unnest(%(max_attempts)s::int[]))
      WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts, n),
      -- a ready task's run_at is never after its ready_since: the float seconds may round
-     -- a microsecond past "now"
-     LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
+     -- a microsecond past "now" (a waiting task keeps its own: logic/flows.py)
+     LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting') THEN to_timestamp(v.run_at)
                           ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                      END AS run_at) AS r
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
@@ -47,7 +48,8 @@ WITH inserted AS (
                              state_since)
     SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, v.payload, v.state, r.run_at,
            r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
-           CASE WHEN v.state = 'delayed' THEN NULL ELSE %(now)s::timestamptz END, %(now)s
+           CASE WHEN v.state IN ('delayed', 'waiting') THEN NULL ELSE %(now)s::timestamptz END,
+           %(now)s
     FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
          ROWS FROM (unnest(%(ids)s::uuid[]),
                     jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -57,7 +59,7 @@ WITH inserted AS (
                     unnest(%(run_ats)s::double precision[]),
                     unnest(%(max_attempts)s::int[]))
          WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts, n),
-         LATERAL (SELECT CASE WHEN v.state = 'delayed' THEN to_timestamp(v.run_at)
+         LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting') THEN to_timestamp(v.run_at)
                               ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                          END AS run_at) AS r
     RETURNING seq
@@ -125,13 +127,15 @@ SET state = s.state, seq = s.seq, ready_since = %(now)s, state_since = %(now)s
 FROM s
 WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at;
+          t.max_attempts, t.created_at, t.parents::text;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
 -- By primary key only (see mark_cold). Only an attempt not recorded yet: two reaper passes
 -- (or a nack and the reaper) that both saw one lease record it once, and the later one
--- cannot put back in line a task already leased again for its next attempt.
+-- cannot put back in line a task already leased again for its next attempt. A task that
+-- others wait on (waiters > 0) only when %(waited)s: its settlement runs in the same
+-- transaction (logic/flows.py).
 UPDATE tierq_tasks t
 SET attempts = v.attempt,
     last_error = v.error,
@@ -147,6 +151,7 @@ FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(errors)s::text[],
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
+  AND (t.waiters = 0 OR %(waited)s)  -- (waited: logic/flows.py, with the settlement)
 RETURNING t.id, t.tenant, t.state, t.run_at;
 
 -- name: release_leased
@@ -160,17 +165,18 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at;
+          t.max_attempts, t.created_at, t.parents::text;
 
 -- name: ack_delete
 -- Acks whose leases all have one attempt number (the usual batch). By primary key only
 -- (see mark_cold). Not an attempt already recorded as failed: an ack checked just before
 -- its lease's deadline can reach here after the reaper expired that lease and put the task
 -- back in line; deleting the row then would leave the task in line without it (delivered
--- again after an accepted ack). The ack is refused instead.
+-- again after an accepted ack). The ack is refused instead. A task that others wait on
+-- (waiters > 0) is left to ack_keep_waited (logic/flows.py), which keeps it and settles it.
 DELETE FROM tierq_tasks
 WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
-  AND (state = 'warm') IS TRUE AND attempts < %(attempt)s
+  AND (state = 'warm') IS TRUE AND attempts < %(attempt)s AND waiters = 0
 RETURNING id::text;
 
 -- name: ack_delete_by_attempt
@@ -180,7 +186,7 @@ DELETE FROM tierq_tasks t
 USING unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
-  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
+  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
 RETURNING t.id::text;
 
 -- name: ack_keep
@@ -194,7 +200,7 @@ FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
      AS v(id, result, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
-  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
+  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
 RETURNING t.id::text;
 
 -- name: try_pair_lock
@@ -233,11 +239,15 @@ RETURNING t.id::text AS id, t.priority, t.seq,
               -- the quotes and backslashes of the JSON text (task_blob's `e`): 12 of its keys
               || (12 + length(t.payload::text) - length(translate(t.payload::text, '"\', ''))
                   + length(COALESCE(to_json(t.key)::text, ''))
-                  - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', '')))
+                  - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', ''))
+                  -- a released task's parents ("pa", logic/flows.py), its key's quotes too
+                  + COALESCE(2 + length(t.parents::text)
+                             - length(translate(t.parents::text, '"\', '')), 0))
               || ',"p":' || t.payload::text
               || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
               || ',"pr":' || t.priority || ',"m":' || t.max_attempts
-              || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint || '}'
+              || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
+              || COALESCE(',"pa":' || t.parents::text, '') || '}'
               AS blob;
 
 -- name: promote_lock_timeout
@@ -284,7 +294,7 @@ WHERE t.id = ANY(ARRAY(
         FOR UPDATE SKIP LOCKED))
   AND (t.state = 'warm') IS TRUE AND t.state_since < %(before)s
 RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts,
-          t.created_at;
+          t.created_at, t.parents::text;
 
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
@@ -651,7 +661,7 @@ WHERE id = ANY(ARRAY(
     SELECT id FROM tierq_tasks
     WHERE queue = %(queue)s AND state = 'done' AND finished_at < %(before)s
     LIMIT %(limit)s))
-  AND (state = 'done') IS TRUE;
+  AND (state = 'done') IS TRUE AND waiters = 0;  -- (its children read its result)
 
 -- name: purge_dead_before
 -- Retention of dead letters, one queue, bounded (tierq_tasks_dead_line).
@@ -776,7 +786,7 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
 -- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
-       t.max_attempts, t.state
+       t.max_attempts, t.state, t.parents::text AS parents
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 

@@ -1,0 +1,250 @@
+-- Flows: tasks that wait for other tasks (migration 0018, logic/flows.py). A waiting task has
+-- one tierq_task_waits row (its count of parents not finished) and one tierq_task_edges row
+-- per parent; each parent counts its edges in tierq_tasks.waiters.
+--
+-- Every row is found by its key through `= ANY(ARRAY(SELECT ...))` (see mark_cold in
+-- engine.sql): a join with a CTE's rows, whose count the planner cannot know, on tables
+-- never analyzed was planned as a scan of the table per row (a release of 2,000 children
+-- passed the statement timeout; by key it is linear).
+
+-- name: hold_parents
+-- The parents a batch of waiting tasks names, counted and locked: each parent's waiters
+-- grows by the edges it gains. Only a task of the tenant given is found (another tenant's id
+-- reads as unknown). The rows are locked in id order first, so two enqueues naming the same
+-- parents never deadlock; an ack that meets a row locked here waits, then re-reads it and
+-- sees its waiters (its `waiters = 0` test fails, so it keeps the row: ack_keep_waited).
+WITH wanted AS (
+    SELECT v.parent, v.tenant, count(*)::int AS n
+    FROM unnest(%(parents)s::uuid[], %(tenants)s::text[]) AS v(parent, tenant)
+    GROUP BY v.parent, v.tenant
+), locked AS (
+    SELECT t.id FROM tierq_tasks t
+    WHERE t.id = ANY(ARRAY(SELECT parent FROM wanted))
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
+UPDATE tierq_tasks t
+SET waiters = t.waiters + w.n
+FROM wanted w
+WHERE t.id = ANY(ARRAY(SELECT id FROM locked)) AND t.id = w.parent AND t.tenant = w.tenant
+RETURNING t.id, t.tenant, t.queue, t.state, t.waiters;
+
+-- name: insert_edges
+-- The edges of new waiting tasks (parent_state set for a parent finished already).
+INSERT INTO tierq_task_edges (parent, child, parent_queue, position, parent_state)
+SELECT * FROM unnest(%(parents)s::uuid[], %(children)s::uuid[], %(queues)s::text[],
+                     %(positions)s::smallint[], %(states)s::text[]);
+
+-- name: insert_waits
+-- The count of each new waiting task's parents not finished yet, and its rules.
+INSERT INTO tierq_task_waits (child, pending, on_parent_failure, wait_until, failed_parent)
+SELECT * FROM unnest(%(children)s::uuid[], %(pending)s::int[], %(on_failure)s::text[],
+                     %(wait_untils)s::timestamptz[], %(failed)s::uuid[]);
+
+-- name: settle_parents
+-- Parents just finished (done, dead or cancelled), in the transaction that finished them:
+-- at most %(limit)s of their unsettled edges get the parent's final state, and each child's
+-- count goes down by its edges settled here. The children's count rows are locked in child
+-- order first (no deadlock between two settlements), and each decrement applies to the
+-- row's latest version: of concurrent settlements of one child, exactly one brings it to 0.
+-- Returns each child touched: its count left, its rule, a failed parent (the first settled
+-- here, or one before) with that parent's state, and how many edges were settled for it.
+WITH picked AS MATERIALIZED (  -- (any of them: the count rows are what is locked in order)
+    SELECT e.parent, e.child FROM tierq_task_edges e
+    WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state IS NULL
+    LIMIT %(limit)s
+), marked AS (
+    UPDATE tierq_task_edges e SET parent_state = v.state
+    FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS v(id, state)
+    WHERE e.child = ANY(ARRAY(SELECT child FROM picked)) AND e.parent = v.id
+      AND (e.parent, e.child) IN (SELECT parent, child FROM picked)
+      AND e.parent_state IS NULL
+    RETURNING e.child, e.parent, e.position, v.state
+), counts AS (
+    SELECT m.child, count(*)::int AS n,
+           (array_agg(m.parent ORDER BY m.position) FILTER (WHERE m.state <> 'done'))[1]
+               AS failed,
+           (array_agg(m.state ORDER BY m.position) FILTER (WHERE m.state <> 'done'))[1]
+               AS failed_state
+    FROM marked m GROUP BY m.child
+), locked AS (
+    SELECT w.child FROM tierq_task_waits w
+    WHERE w.child = ANY(ARRAY(SELECT child FROM counts))
+    ORDER BY w.child
+    FOR UPDATE
+)
+UPDATE tierq_task_waits w
+SET pending = w.pending - c.n, failed_parent = COALESCE(w.failed_parent, c.failed)
+FROM counts c
+WHERE w.child = ANY(ARRAY(SELECT child FROM locked)) AND w.child = c.child
+RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent, c.failed_state,
+          c.n AS settled;
+
+-- name: release_waiting
+-- Waiting tasks leave the wait, each by its outcome: 'ready' (every parent finished, or
+-- on_parent_failure = run: delayed until its run_at, at once when it has passed, with
+-- `parents` set for its claims: each parent's id, queue, final state and result, the
+-- results left out when together they pass %(max_result_bytes)s), 'dead' (a parent failed:
+-- dead-lettered naming it; its edges stay, so that replaying the parent re-arms it) or
+-- 'timeout' (waited_too_long). Only rows still waiting change: a task is released once.
+-- The edges of released and timed-out tasks go, each parent's waiters with them (locked
+-- in id order), and so do their count rows (every data-modifying part of a WITH runs to
+-- its end, read or not).
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(errors)s::text[])
+        AS v(child, outcome, error)
+), moved AS (
+    UPDATE tierq_tasks t
+    SET state = CASE WHEN v.outcome = 'ready' THEN 'delayed' ELSE 'dead' END,
+        run_at = CASE WHEN v.outcome = 'ready' THEN GREATEST(t.run_at, %(now)s::timestamptz)
+                      ELSE t.run_at END,
+        finished_at = CASE WHEN v.outcome = 'ready' THEN NULL ELSE %(now)s::timestamptz END,
+        last_error = CASE WHEN v.outcome = 'ready' THEN t.last_error ELSE v.error END,
+        -- the task's own edges, by tierq_task_edges_child (a correlated subquery: a join
+        -- with an aggregate of every released task's edges was planned as one per row)
+        parents = CASE WHEN v.outcome <> 'ready' THEN NULL ELSE (
+            SELECT CASE WHEN COALESCE(sum(octet_length(p.result::text)), 0)
+                             > %(max_result_bytes)s
+                        THEN jsonb_agg(jsonb_build_object(
+                                 'id', e.parent, 'queue', e.parent_queue,
+                                 'state', e.parent_state, 'result', NULL) ORDER BY e.position)
+                        ELSE jsonb_agg(jsonb_build_object(
+                                 'id', e.parent, 'queue', e.parent_queue,
+                                 'state', e.parent_state, 'result', p.result)
+                                 ORDER BY e.position) END
+            FROM tierq_task_edges e LEFT JOIN tierq_tasks p ON p.id = e.parent
+            WHERE e.child = t.id) END,
+        state_since = %(now)s
+    FROM v
+    WHERE t.id = ANY(ARRAY(SELECT child FROM v)) AND t.id = v.child
+      AND (t.state = 'waiting') IS TRUE
+    RETURNING t.id, t.queue, t.tenant, t.state, t.run_at, v.outcome
+), gone_edges AS (
+    DELETE FROM tierq_task_edges e
+    WHERE e.child = ANY(ARRAY(SELECT id FROM moved WHERE outcome <> 'dead'))
+    RETURNING e.parent
+), parent_counts AS (
+    SELECT parent, count(*)::int AS n FROM gone_edges GROUP BY parent
+), parents_locked AS (
+    SELECT t.id FROM tierq_tasks t
+    WHERE t.id = ANY(ARRAY(SELECT parent FROM parent_counts))
+    ORDER BY t.id
+    FOR UPDATE OF t
+), parents_down AS (
+    UPDATE tierq_tasks t SET waiters = GREATEST(t.waiters - c.n, 0)
+    FROM parent_counts c
+    WHERE t.id = ANY(ARRAY(SELECT id FROM parents_locked)) AND t.id = c.parent
+    RETURNING t.id
+), gone_waits AS (
+    DELETE FROM tierq_task_waits w
+    WHERE w.child = ANY(ARRAY(SELECT id FROM moved WHERE outcome <> 'dead'))
+    RETURNING w.child
+)
+SELECT m.id, m.queue, m.tenant, m.state, m.run_at, m.outcome FROM moved m;
+
+-- name: forget_waits
+-- Tasks whose wait ends without a release (cancelled, or replayed from the dead letters
+-- after a parent failed): their edges and count rows go, and each parent's waiters with
+-- them (locked in id order).
+WITH gone_edges AS (
+    DELETE FROM tierq_task_edges e
+    WHERE e.child = ANY(%(ids)s::uuid[])
+    RETURNING e.parent
+), parent_counts AS (
+    SELECT parent, count(*)::int AS n FROM gone_edges GROUP BY parent
+), parents_locked AS (
+    SELECT t.id FROM tierq_tasks t
+    WHERE t.id = ANY(ARRAY(SELECT parent FROM parent_counts))
+    ORDER BY t.id
+    FOR UPDATE OF t
+), parents_down AS (
+    UPDATE tierq_tasks t SET waiters = GREATEST(t.waiters - c.n, 0)
+    FROM parent_counts c
+    WHERE t.id = ANY(ARRAY(SELECT id FROM parents_locked)) AND t.id = c.parent
+    RETURNING t.id
+)
+DELETE FROM tierq_task_waits w
+WHERE w.child = ANY(%(ids)s::uuid[])
+RETURNING w.child;
+
+-- name: rearm_children
+-- Parents replayed from the dead letters: the edges they failed are unsettled again, each
+-- child's count goes up by them, and a child that was dead-lettered for a failed parent
+-- waits again unless another of its parents failed too (still dead, or cancelled).
+WITH reopened AS (
+    UPDATE tierq_task_edges e SET parent_state = NULL
+    WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state = 'dead'
+    RETURNING e.child
+), counts AS (
+    SELECT child, count(*)::int AS n FROM reopened GROUP BY child
+), still_failed AS (
+    SELECT DISTINCT ON (e.child) e.child, e.parent
+    FROM tierq_task_edges e
+    WHERE e.child = ANY(ARRAY(SELECT child FROM counts))
+      AND e.parent_state IN ('dead', 'cancelled') AND NOT (e.parent = ANY(%(ids)s::uuid[]))
+    ORDER BY e.child, e.position
+), rearmed AS (
+    UPDATE tierq_task_waits w
+    SET pending = w.pending + c.n, failed_parent = f.parent
+    FROM counts c LEFT JOIN still_failed f ON f.child = c.child
+    WHERE w.child = ANY(ARRAY(SELECT child FROM counts)) AND w.child = c.child
+    RETURNING w.child, w.failed_parent
+)
+UPDATE tierq_tasks t
+SET state = 'waiting', last_error = NULL, finished_at = NULL, state_since = %(now)s
+WHERE t.id = ANY(ARRAY(SELECT child FROM rearmed WHERE failed_parent IS NULL))
+  AND (t.state = 'dead') IS TRUE
+RETURNING t.id;
+
+-- name: expired_waits
+-- Waiting tasks past their wait_timeout_seconds, oldest deadline first (the partial index
+-- tierq_task_waits_until), locked, skipping locked ones.
+SELECT w.child
+FROM tierq_task_waits w
+WHERE w.wait_until <= %(now)s AND w.failed_parent IS NULL
+ORDER BY w.wait_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: waits_of_tasks
+-- What the tasks given wait for (their parents, in their `after` order, with each one's
+-- state so far: NULL while not finished).
+SELECT e.child, e.parent, e.parent_queue, e.parent_state
+FROM tierq_task_edges e
+WHERE e.child = ANY(%(ids)s::uuid[])
+ORDER BY e.child, e.position;
+
+-- name: ack_keep_waited
+-- An ack of tasks that others wait on: kept done (with the result given, or none) so that
+-- their children read it at release; the edges are settled by settle_parents in the same
+-- transaction. By primary key (see ack_delete); not an attempt already recorded.
+UPDATE tierq_tasks t
+SET state = 'done', result = v.result, attempts = v.attempt, finished_at = %(now)s,
+    state_since = %(now)s, ready_since = NULL
+FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
+     AS v(id, result, attempt)
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
+  AND t.queue = %(queue)s
+  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
+RETURNING t.id::text;
+
+-- name: task_parents
+-- The parents a released task's claims hand out (JSON text), or NULL.
+SELECT parents::text FROM tierq_tasks WHERE id = %(id)s;
+
+-- name: flow_plans
+-- For the rest of the caller's transaction: scans by key. The flow tables are small and
+-- never analyzed on a new deployment, so the planner would join a CTE's rows with a scan
+-- of the whole table repeated per row (a release of 1,500 children took 17 s); every
+-- statement of this file reads its rows by an index, so seq scans are only a last resort.
+SELECT set_config('enable_seqscan', 'off', true);
+
+-- name: unsettled_parents_of_queue
+-- After a queue's tasks were purged: parents of that queue whose edges are not settled yet
+-- (their rows are gone), to settle as cancelled. Reads every edge (no index by queue): a
+-- purge is an admin's rare act.
+SELECT DISTINCT e.parent
+FROM tierq_task_edges e
+WHERE e.parent_queue = %(queue)s AND e.parent_state IS NULL
+  AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.id = e.parent)
+LIMIT %(limit)s;

@@ -1,0 +1,98 @@
+"""Statements of flows, tasks that wait for other tasks (``sql/queries/flows.sql``,
+migration 0018; ``tierq.logic.flows`` runs them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from psycopg.rows import scalar_row
+
+from tierq.dal.postgres import uuid_array
+from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.store.rows import HeldParentRow, ReleasedRow, SettledRow, WaitEdgeRow
+
+
+class FlowQueries(StoreBase):
+    def flow_plans(self, conn: Conn) -> None:
+        """Scans by key for the rest of ``conn``'s transaction (see the query)."""
+        self._fetch("flow_plans", None, scalar_row, conn)
+
+    def hold_parents(self, conn: Conn, parents: Sequence[str],
+                     tenants: Sequence[str]) -> list[HeldParentRow]:
+        """Count and lock the parents named (one entry per edge, with its child's tenant);
+        the rows found (another tenant's task is not)."""
+        return self._fetch("hold_parents", {"parents": uuid_array(parents),
+                                            "tenants": list(tenants)},
+                           positional(HeldParentRow), conn)
+
+    def insert_edges(self, conn: Conn, parents: Sequence[str], children: Sequence[str],
+                     queues: Sequence[str], positions: Sequence[int],
+                     states: Sequence[str | None]) -> None:
+        """The edges parent -> child (a parent's state when it is finished already)."""
+        self._execute("insert_edges", {
+            "parents": uuid_array(parents), "children": uuid_array(children),
+            "queues": list(queues), "positions": list(positions), "states": list(states)},
+            conn)
+
+    def insert_waits(self, conn: Conn, children: Sequence[str], pending: Sequence[int],
+                     on_failure: Sequence[str], wait_untils: Sequence[datetime | None],
+                     failed: Sequence[str | None]) -> None:
+        """Each new waiting task's count of parents not finished, and its rules."""
+        self._execute("insert_waits", {
+            "children": uuid_array(children), "pending": list(pending),
+            "on_failure": list(on_failure), "wait_untils": list(wait_untils),
+            "failed": list(failed)}, conn)
+
+    def settle_parents(self, conn: Conn, ids: Sequence[str], states: Sequence[str],
+                       limit: int) -> list[SettledRow]:
+        """Settle at most ``limit`` edges of these finished parents; the children touched."""
+        return self._fetch("settle_parents", {"ids": uuid_array(ids), "states": list(states),
+                                              "limit": limit}, positional(SettledRow), conn)
+
+    def release_waiting(self, conn: Conn, ids: Sequence[str], outcomes: Sequence[str],
+                        errors: Sequence[str | None], now: datetime,
+                        max_result_bytes: int) -> list[ReleasedRow]:
+        """Waiting tasks leave the wait, each by its outcome; the rows that did."""
+        return self._fetch("release_waiting", {
+            "ids": uuid_array(ids), "outcomes": list(outcomes), "errors": list(errors),
+            "now": now, "max_result_bytes": max_result_bytes}, positional(ReleasedRow), conn)
+
+    def forget_waits(self, conn: Conn, ids: Sequence[str]) -> list[str]:
+        """Drop the waits of tasks whose wait ends unreleased; the ids that had one."""
+        return [str(i) for i in self._fetch("forget_waits", {"ids": uuid_array(ids)},
+                                            scalar_row, conn)]
+
+    def rearm_children(self, conn: Conn, ids: Sequence[str], now: datetime) -> list[str]:
+        """Parents replayed: their failed edges open again; the children waiting again."""
+        return [str(i) for i in self._fetch("rearm_children", {"ids": uuid_array(ids),
+                                                               "now": now}, scalar_row, conn)]
+
+    def expired_waits(self, conn: Conn, now: datetime, limit: int) -> list[str]:
+        """Waiting tasks past their deadline, locked (skipping locked ones)."""
+        return [str(i) for i in self._fetch("expired_waits", {"now": now, "limit": limit},
+                                            scalar_row, conn)]
+
+    def waits_of_tasks(self, ids: Sequence[str]) -> list[WaitEdgeRow]:
+        """The parents of these tasks, in their ``after`` order."""
+        return self._fetch("waits_of_tasks", {"ids": uuid_array(ids)},
+                           positional(WaitEdgeRow))
+
+    def ack_keep_waited(self, conn: Conn, queue: str, now: datetime, ids: Sequence[str],
+                        results: Sequence[str | None], attempts: Sequence[int]) -> list[str]:
+        """Acked tasks that others wait on, kept done (with their result, or none)."""
+        return self._fetch("ack_keep_waited", {
+            "queue": queue, "now": now, "ids": uuid_array(ids), "results": list(results),
+            "attempts": list(attempts)}, scalar_row, conn)
+
+    def unsettled_parents_of_queue(self, conn: Conn, queue: str, limit: int) -> list[str]:
+        """Purged parents of ``queue`` whose edges are not settled yet (at most ``limit``)."""
+        return [str(i) for i in self._fetch("unsettled_parents_of_queue",
+                                            {"queue": queue, "limit": limit}, scalar_row,
+                                            conn)]
+
+    def parents_of_task(self, task_id: UUID) -> str | None:
+        """The parents a released task's claims hand out (JSON text), or None."""
+        rows = self._fetch("task_parents", {"id": task_id}, scalar_row)
+        return rows[0] if rows else None

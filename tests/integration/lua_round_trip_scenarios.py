@@ -1,0 +1,491 @@
+"""One round trip per typed script call (dal/lua_calls.py): each scenario sends its call
+with values the script's effect shows (a worker's name in the claim's record, a lease's
+deadline, a ledger's bound) and checks every field of the parsed reply. Run on a single
+Valkey (tests/integration/test_lua_round_trip.py) and on a cluster
+(tests/cluster/test_lua_round_trip_on_cluster.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tierq.core.ordering import place
+from tierq.dal.lua_calls import (
+    CALLS,
+    AdmissionBegin,
+    AdmissionEnd,
+    AdmissionMode,
+    AllotShrink,
+    CapacityExtend,
+    CapacityFree,
+    CapacityReply,
+    CapacityUse,
+    Claim,
+    ClaimReply,
+    ClaimTake,
+    GoCold,
+    LeaseDrop,
+    LeaseExpired,
+    LeaseExtend,
+    LeaseIndex,
+    LeaseOf,
+    LeaseOfReply,
+    LedgerReply,
+    LongPolls,
+    LuaCall,
+    Missing,
+    ModeReply,
+    PollKey,
+    PoolKeys,
+    PushReady,
+    PushReply,
+    QueueCapacity,
+    RateAdd,
+    RateKey,
+    RateTenants,
+    ReadyTenantsNote,
+    ReleaseLeases,
+    Remove,
+    RemoveReady,
+    RunningLease,
+    RunningPage,
+    StatsReply,
+    TenantRequests,
+    TenantsKey,
+    TierStats,
+    UpdateReady,
+    UseCounts,
+    UseKeys,
+    WarmLedger,
+    wire_float,
+)
+from tierq.dal.throughput import rate_key, tenants_key
+from tierq.dal.warm_tier import PairKeys, QueueKeys, TenantKeys, WarmTier, lease_member
+
+R = TypeVar("R")
+NOW = 1_000_000
+LEASE = 5_000
+TENANT = "t1"
+PREFIX = "t1~abc~"
+
+
+def run(warm: WarmTier, call: LuaCall[R]) -> R:
+    """The call, after checking it has the shape its class declares."""
+    keys, args = call.build()
+    extra = call.extra() is not None
+    assert len(keys) == len(call.KEYS) + (len(call.EXTRA_KEYS) if extra else 0)
+    fixed = len(call.ARGS) + (len(call.EXTRA_ARGS) if extra else 0)
+    assert len(args) == fixed + (1 if call.GROUPED else len(call.ITEM)) * len(call.items)
+    return warm.call(call)
+
+
+def new_pair(valkey: Any) -> tuple[str, PairKeys]:
+    """A pair of a new queue, in warm mode (as its first admission leaves it)."""
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    k = PairKeys.of(queue, TENANT)
+    valkey.hset(k.meta, "mode", "warm")
+    return queue, k
+
+
+def indexed(warm: WarmTier, k: PairKeys) -> None:
+    """The pair's lease index completed (a slice at a time)."""
+    for _ in range(10):
+        if run(warm, LeaseIndex(k, 10)):
+            return
+    raise AssertionError("the lease index did not complete in ten slices")
+
+
+def ids(n: int) -> list[str]:
+    return [str(uuid.UUID(int=i + 1)) for i in range(n)]
+
+
+def push(warm: WarmTier, k: PairKeys, task_ids: list[str], **fixed: Any) -> PushReply:
+    values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
+                                  warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0,
+                                  charge=0, keep=0)
+    values.update(fixed)
+    items = [(*place(0, i + 1, task_id), task_id, f'0|{{"e":0,"p":{i}}}')
+             for i, task_id in enumerate(task_ids)]
+    return run(warm, PushReady(k, items=items, **values))
+
+
+def claim(warm: WarmTier, k: PairKeys, n: int, **more: Any) -> ClaimReply:
+    return run(warm, Claim(k, n, NOW, LEASE, PREFIX, "w9", **more))
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- the scenarios, one per call class ------------------------------------------------------
+
+
+def claim_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(3)
+    push(warm, k, task_ids)
+    out = claim(warm, k, 2, first_k=4)
+    assert (out.left, out.mode, out.retry_after_ms, out.granted) == (1, "warm", 0, -1)
+    assert [(text(i), a, text(t), text(j)) for i, a, t, j in out.claimed] == [
+        (task_ids[0], 1, f"{PREFIX}1~5", '{"e":0,"p":0}'),
+        (task_ids[1], 1, f"{PREFIX}1~6", '{"e":0,"p":1}')]
+    assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~5")) == NOW + LEASE
+    assert text(valkey.hget(k.claims, PREFIX)) == f"{NOW}|w9"
+    # the tenant's limits: two leases held of at most two, then a bucket with no token
+    capped = claim(warm, k, 1, tenant_max_leased=2)
+    assert (capped.claimed, capped.left) == ([], 1) and capped.retry_after_ms > 0
+    valkey.hset(k.bucket, mapping={"tokens": 0, "at": 10**18})
+    rated = claim(warm, k, 1, tenant_rate=(0.5, 1))
+    assert rated.claimed == [] and rated.retry_after_ms > 0
+    if warm.single_server:  # the queue-wide take rides in the claim on one server only
+        queue, q = new_pair(valkey)
+        push(warm, q, ids(2))
+        take = ClaimTake(QueueKeys.held(queue, "leases"), QueueKeys.counts(queue, "leases"),
+                         QueueKeys.of(queue).bucket, 5, "h~", 1, wire_float(0.0), 0, 1)
+        taken = claim(warm, q, 2, take=take)
+        assert taken.granted == 1 and len(taken.claimed) == 1 and taken.retry_after_ms > 0
+
+
+def push_ready_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(3)
+    out = push(warm, k, task_ids, warm_max=2, kind="new")
+    assert (out.mode, out.refused, out.given_back, out.short) == ("cold", task_ids[2:], 0, 0)
+    assert [text(m) for m in valkey.zrange(k.ready, 0, -1)] == task_ids[:2]
+    _, other = new_pair(valkey)
+    asked = push(warm, other, task_ids, bound="ask", charge=1000)
+    assert (asked.mode, asked.refused, asked.given_back) == ("allot", [], 0)
+    assert asked.short >= 3000 and valkey.zcard(other.ready) == 0
+    kept = push(warm, other, task_ids, bound="strict", grant=10**6, charge=10, keep=100)
+    assert (kept.mode, kept.refused, kept.short) == ("warm", [], 0)
+    assert kept.given_back == 10**6 - kept_usage(valkey, other, 10) - 100
+    valkey.hset(other.meta, "fence", NOW + 1)
+    late = push(warm, other, ids(1), since_ms=NOW)
+    assert (late.mode, late.refused, late.given_back, late.short) == ("late", [], 0, 0)
+
+
+def kept_usage(valkey: Any, k: PairKeys, charge: int) -> int:
+    return int(valkey.hget(k.meta, "bytes")) + charge * valkey.zcard(k.ready)
+
+
+def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(2)
+    push(warm, k, task_ids[:1])
+    at = place(3, 1, task_ids[0])
+    found = run(warm, UpdateReady(k, 10**6, [(at.member, at.score, b'0|{"e":0,"p":"new"}'),
+                                             (task_ids[1], 1, b"0|{}")]))
+    assert found == 1
+    assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
+    assert valkey.zscore(k.ready, at.member) == at.score
+    assert not valkey.hexists(k.data, task_ids[1])
+
+
+def claimed_members(out: ClaimReply) -> list[str]:
+    return [lease_member(text(i), text(t)) for i, _, t, _ in out.claimed]
+
+
+def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(3))
+    members = claimed_members(claim(warm, k, 2))
+    assert run(warm, LeaseDrop(k, [*members, "gone|t1~x~1~1"])) == 2
+    assert valkey.zcard(k.leased) == 0 and valkey.hlen(k.lease_of) == 0
+    assert valkey.hlen(k.claims) == 0 and valkey.zcard(k.started) == 0
+
+
+def release_leases_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(2))
+    members = claimed_members(claim(warm, k, 2))
+    valkey.zadd(k.leased, {members[1]: NOW})  # its deadline passed: not taken back
+    assert run(warm, ReleaseLeases(k, NOW + 1, members)) == members[:1]
+    assert text(valkey.hget(k.lease_of, members[0].partition("|")[0])) == f"~r{NOW + 1}"
+
+
+def lease_extend_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(1))
+    member = claimed_members(claim(warm, k, 1))[0]
+    out = run(warm, LeaseExtend(k, NOW + 10, [(member, 7_000), ("gone|t1~x~1~1", 7_000)]))
+    assert out == [NOW + 10 + 7_000, 0]
+    assert valkey.zscore(k.leased, member) == NOW + 10 + 7_000
+
+
+def lease_expired_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(2)
+    push(warm, k, task_ids)
+    claim(warm, k, 2)
+    out = run(warm, LeaseExpired(k, NOW + LEASE, 1))
+    assert out == [(task_ids[0], f"{PREFIX}1~1", 1)]
+    assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~1")) == 0
+
+
+def lease_index_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(2))
+    members = claimed_members(claim(warm, k, 2))
+    valkey.delete(k.lease_of)  # leases as a tierq that kept no index left them
+    valkey.hdel(k.claims, f"{PREFIX}#")
+    assert run(warm, LeaseIndex(k, 1)) is False  # one slice of one lease: not done
+    indexed(warm, k)
+    assert valkey.hget(k.meta, "leases_indexed") == b"1"
+    assert {text(v) for v in valkey.hvals(k.lease_of)} == {m.partition("|")[2] for m in members}
+
+
+def running_page_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(2)
+    push(warm, k, task_ids)
+    claim(warm, k, 2)
+    first, after = run(warm, RunningPage(k, None, 1, 5))
+    assert first == [RunningLease(task_ids[0], f"{PREFIX}1~1", NOW + LEASE, NOW, f"{NOW}|w9")]
+    assert after == (NOW, task_ids[0])
+    rest, end = run(warm, RunningPage(k, after, 5, 10))
+    assert [lease.id for lease in rest] == task_ids[1:] and end is None
+
+
+def missing_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(3)
+    assert run(warm, Missing(k, NOW, "", task_ids)) is None  # no lease index yet
+    push(warm, k, task_ids[:2])
+    claim(warm, k, 1)
+    indexed(warm, k)
+    assert run(warm, Missing(k, NOW + 7, "c1", task_ids)) == task_ids[2:]
+    assert valkey.hmget(k.meta, "fence", "reconcile_after") == [str(NOW + 7).encode(), b"c1"]
+    assert run(warm, Missing(k, NOW, "0", [])) == []
+    assert valkey.hget(k.meta, "reconcile_after") is None
+
+
+def remove_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(3)
+    push(warm, k, task_ids)
+    claim(warm, k, 1)
+    removed = run(warm, Remove(k, [place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
+    assert removed == 2
+    assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
+
+
+def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:
+    tenant = f"rt{uuid.uuid4().hex[:8]}"
+    ledger = TenantKeys.of(tenant)
+    assert run(warm, WarmLedger(ledger, "take", "q1", 100, 150, NOW, 0, 0)) == LedgerReply(
+        100, 100)
+    assert run(warm, WarmLedger(ledger, "take", "q2", 100, 150, NOW, 0, 0)) == LedgerReply(
+        50, 150)
+    # q1's last grant is older than the quiet time: set to its own figure
+    assert run(warm, WarmLedger(ledger, "set", "q1", 30, 0, NOW + 10, 5, 0)) == LedgerReply(
+        30, 80)
+    # within the quiet time, only lowered by what was freed
+    assert run(warm, WarmLedger(ledger, "set", "q2", 0, 0, NOW + 1, 5, 20)) == LedgerReply(
+        30, 60)
+    assert text(valkey.hget(ledger.warm, "~total")) == "60"
+
+
+def allot_shrink_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(2), bound="strict", grant=10**6, charge=10, keep=10**7)
+    usage = kept_usage(valkey, k, 10)
+    assert int(valkey.hget(k.meta, "allot")) == 10**6
+    assert run(warm, AllotShrink(k, 10, 5)) == (10**6 - usage - 5, usage + 5)
+    assert int(valkey.hget(k.meta, "allot")) == usage + 5
+
+
+def admission_begin_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    assert run(warm, AdmissionBegin(k, NOW, "a1")) == "warm"
+    assert valkey.zcard(k.inflight) == 0  # only a cold admission is in flight
+    assert run(warm, AdmissionBegin(k, NOW + 1, "a2", force_cold=True)) == "cold"
+    assert valkey.zscore(k.inflight, "a2") == NOW + 1
+    assert text(valkey.hget(k.meta, "mode")) == "cold"
+
+
+def go_cold_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    assert run(warm, GoCold(k, NOW, "a1")) == "cold"
+    assert valkey.zscore(k.inflight, "a1") == NOW
+    assert valkey.hmget(k.meta, "mode", "epoch") == [b"cold", b"1"]
+
+
+def admission_end_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    run(warm, GoCold(k, NOW, "a1"))
+    assert run(warm, AdmissionEnd(k, "a1")) == 1
+    assert run(warm, AdmissionEnd(k, "a1")) == 0
+    assert valkey.zcard(k.inflight) == 0
+
+
+def admission_mode_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(1))
+    run(warm, GoCold(k, NOW, "a1"))
+    seen = run(warm, AdmissionMode(k, "observe", NOW + 1, 10_000, 100, "", 10**6))
+    ready_bytes = int(valkey.hget(k.meta, "bytes"))
+    assert seen == ModeReply("cold", "1", 1, 1, False, ready_bytes)
+    # the admission in flight is stale after stale_ms: dropped, and the flip goes through
+    flipped = run(warm, AdmissionMode(k, "flip", NOW + 20, 10, 100, "1", 10**6))
+    assert flipped == ModeReply("warm", "1", 0, 1, True, ready_bytes)
+    assert text(valkey.hget(k.meta, "mode")) == "warm"
+    refused = run(warm, AdmissionMode(k, "flip", NOW + 20, 10, 1, "1", 10**6))
+    assert refused.flipped is False and refused.mode == "warm"
+
+
+def tier_stats_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(3))
+    claim(warm, k, 1)
+    assert run(warm, TierStats(k)) == StatsReply(2, 1, "warm", int(valkey.hget(k.meta, "bytes")))
+
+
+def lease_of_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(2)
+    push(warm, k, task_ids)
+    claim(warm, k, 1)
+    assert run(warm, LeaseOf(k, task_ids[0])) == LeaseOfReply(f"{PREFIX}1~1", NOW + LEASE,
+                                                              f"{NOW}|w9")
+    assert run(warm, LeaseOf(k, task_ids[1])) is None
+
+
+def remove_ready_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    task_ids = ids(3)
+    push(warm, k, task_ids)
+    claim(warm, k, 1)
+    members = [place(0, i + 1, t).member for i, t in enumerate(task_ids)]
+    assert run(warm, RemoveReady(k, members[:2])) == task_ids[1:2]  # the first is leased
+    assert valkey.zcard(k.ready) == 1 and valkey.zcard(k.leased) == 1
+
+
+def ready_tenants_note_scenario(warm: WarmTier, valkey: Any) -> None:
+    index = QueueKeys.ready_tenants(f"rt{uuid.uuid4().hex[:8]}")
+    assert run(warm, ReadyTenantsNote(Index(index), ["b", "a"])) == 2
+    assert run(warm, ReadyTenantsNote(Index(index), ["a", "c"])) == 1
+    assert valkey.zrange(index, 0, -1) == [b"a", b"b", b"c"]
+
+
+@dataclass(frozen=True)
+class Index:
+    index: str
+
+
+def pool_of(queue: str) -> PoolKeys:
+    return PoolKeys(QueueKeys.held(queue, "leases"), QueueKeys.counts(queue, "leases"),
+                    QueueKeys.of(queue).bucket)
+
+
+def queue_capacity_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    taken = run(warm, QueueCapacity(keys, 5, NOW, NOW + LEASE, "h~", 3, None))
+    assert taken == CapacityReply(3, taken.retry_after_ms, 3) and taken.retry_after_ms > 0
+    assert valkey.zscore(keys.pool, "h~") == NOW + LEASE
+    # give back what the take did not use: its units past the first one
+    back = run(warm, QueueCapacity(keys, 0, NOW, NOW + LEASE, "h~", 3, None, 0, 1))
+    assert (back.taken, back.held) == (0, 1)
+    rated = run(warm, QueueCapacity(keys, 5, NOW, NOW + LEASE, "r~", 0, (1.0, 2)))
+    assert (rated.taken, rated.held) == (2, 0) and rated.retry_after_ms > 0
+
+
+def capacity_free_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    run(warm, QueueCapacity(keys, 3, NOW, NOW + LEASE, "h~", 10, None))
+    assert run(warm, CapacityFree(keys, ["h~", 2, 1, 3])) == 2
+    assert run(warm, CapacityFree(keys, ["h~", 2, 1, 2])) == 1  # unit 1 went back already
+    assert not valkey.exists(keys.pool) or valkey.zcard(keys.pool) == 0
+
+
+def capacity_extend_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    run(warm, QueueCapacity(keys, 2, NOW, NOW + LEASE, "h~", 10, None))
+    out = run(warm, CapacityExtend(keys, NOW + 1, ["h~", NOW + 9_000, 2, 1, 2,
+                                                   "x~", NOW + 9_000, 1, 1]))
+    assert out == [NOW + 9_000, NOW + 9_000, 0]
+    assert valkey.zscore(keys.pool, "h~") == NOW + 9_000
+
+
+def capacity_use_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = pool_of(f"rt{uuid.uuid4().hex[:8]}")
+    run(warm, QueueCapacity(keys, 2, NOW, NOW + LEASE, "h~", 10, None))
+    use = UseKeys(keys.pool, keys.bucket)
+    assert run(warm, CapacityUse(use, NOW + 1, None, UseCounts(keys.counts))) == (2, None)
+    assert run(warm, CapacityUse(use, NOW + LEASE, None, UseCounts(keys.counts))) == (0, None)
+    _, k = new_pair(valkey)
+    push(warm, k, ids(1))
+    claim(warm, k, 1)
+    held, tokens = run(warm, CapacityUse(UseKeys(k.leased, k.bucket), NOW + 1, (1.0, 7)))
+    assert held == 1 and tokens == 7.0  # a missing bucket is full
+
+
+def tenant_requests_scenario(warm: WarmTier, valkey: Any) -> None:
+    keys = TenantKeys.of(f"rt{uuid.uuid4().hex[:8]}")
+    assert run(warm, TenantRequests(keys, 0.5, 2)) == 0
+    assert run(warm, TenantRequests(keys, 0.5, 2)) == 0
+    retry = run(warm, TenantRequests(keys, 0.5, 2))
+    assert 0 < retry <= 2_000
+    assert 0 < valkey.pttl(keys.requests) <= 2 * 2_000 + 1_000
+
+
+def long_polls_scenario(warm: WarmTier, valkey: Any) -> None:
+    key = TenantKeys.of(f"rt{uuid.uuid4().hex[:8]}").polls
+    assert run(warm, LongPolls(PollKey(key), 1, "p1", 30_000)) is True
+    assert run(warm, LongPolls(PollKey(key), 1, "p2", 30_000)) is False
+    assert valkey.zrange(key, 0, -1) == [b"p1"] and 0 < valkey.pttl(key) <= 30_000
+
+
+def rate_add_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    key = rate_key(queue, TENANT)
+    second = run(warm, RateAdd(RateKey(key), 3, 2))
+    assert abs(second - int(valkey.time()[0])) <= 1
+    run(warm, RateAdd(RateKey(key), 1, 0))
+    series = warm.throughput.read(queue, [TENANT])
+    assert (sum(series.enqueued), sum(series.acked)) == (4, 2)
+    assert 950 <= valkey.ttl(key) <= 960
+
+
+def rate_tenants_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    second = run(warm, RateTenants(TenantsKey(tenants_key(queue)), ["b", "a"]))
+    assert abs(second - int(valkey.time()[0])) <= 1
+    assert valkey.zrange(tenants_key(queue), 0, -1, withscores=True) == [
+        (b"a", float(second)), (b"b", float(second))]
+    assert warm.throughput.noted_tenants(queue) == ["a", "b"]
+
+
+SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
+    Claim: claim_scenario,
+    PushReady: push_ready_scenario,
+    UpdateReady: update_ready_scenario,
+    LeaseDrop: lease_drop_scenario,
+    ReleaseLeases: release_leases_scenario,
+    LeaseExtend: lease_extend_scenario,
+    LeaseExpired: lease_expired_scenario,
+    LeaseIndex: lease_index_scenario,
+    RunningPage: running_page_scenario,
+    Missing: missing_scenario,
+    Remove: remove_scenario,
+    WarmLedger: warm_ledger_scenario,
+    AllotShrink: allot_shrink_scenario,
+    AdmissionBegin: admission_begin_scenario,
+    GoCold: go_cold_scenario,
+    AdmissionEnd: admission_end_scenario,
+    AdmissionMode: admission_mode_scenario,
+    TierStats: tier_stats_scenario,
+    LeaseOf: lease_of_scenario,
+    RemoveReady: remove_ready_scenario,
+    ReadyTenantsNote: ready_tenants_note_scenario,
+    QueueCapacity: queue_capacity_scenario,
+    CapacityFree: capacity_free_scenario,
+    CapacityExtend: capacity_extend_scenario,
+    CapacityUse: capacity_use_scenario,
+    TenantRequests: tenant_requests_scenario,
+    LongPolls: long_polls_scenario,
+    RateAdd: rate_add_scenario,
+    RateTenants: rate_tenants_scenario,
+}
+assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"
