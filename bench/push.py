@@ -40,17 +40,16 @@ def one_repeat(stores: Stores, args: argparse.Namespace) -> dict[str, float]:
     from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.local.consumers import LocalFunctions
-    from tierq.logic import dispatch
     from tierq.maintenance.dispatcher import DispatcherConfig, dispatcher_of, forget_dispatcher
 
     url = stores.fresh_database("bench_push")
-    previous = dispatch.install(LocalFunctions())
     try:
         migrate(url)
         stores.clear_valkey()
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                             db_pool_max=max(4, args.max_concurrency + 2))
         with Tierq(settings=settings) as tq:
+            tq.ctx.consumers = LocalFunctions()
             consumer: dict[str, Any] = {"function": "bench.push:noop_consumer",
                                         "batch_size": args.batch_size,
                                         "max_concurrency": args.max_concurrency}
@@ -86,7 +85,6 @@ def one_repeat(stores: Stores, args: argparse.Namespace) -> dict[str, float]:
         return {"enqueue_s": enqueue_s, "push_s": push_s,
                 "push_tasks_per_s": args.tasks / push_s, "batches": counts.batches}
     finally:
-        dispatch.install(previous)
         stores.drop_database(url)
 
 

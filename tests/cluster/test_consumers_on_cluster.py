@@ -26,7 +26,6 @@ from tierq.errors import Unavailable
 from tierq.local.consumers import LocalFunctions
 from tierq.local.services import PrivateValkeyCluster
 from tierq.local.services.process import wait_pid_gone
-from tierq.logic import dispatch
 from tierq.logic.context import OffsetClock
 from tierq.logic.dispatch import Dispatcher, counters_key
 
@@ -36,10 +35,8 @@ pytestmark = pytest.mark.usefixtures("clean_stores")
 @pytest.fixture
 def functions() -> Iterator[LocalFunctions]:
     local = LocalFunctions()
-    previous = dispatch.install(local)
     JOURNAL.reset()
     yield local
-    dispatch.install(previous)
     JOURNAL.reset()
 
 
@@ -59,6 +56,7 @@ def test_tenants_on_every_master_take_turns_one_tenant_a_batch(
     big, *small = tenants_on_every_node(valkey, "turns", per_node=1)
     assert len({node_of(valkey, "turns", t) for t in [big, *small]}) == 3
     # max_leased makes each claim take its reservation on the queue's slot first
+    tq.ctx.consumers = functions
     tq.put_queue("turns", {"consumer": {"function": "tests.dispatch.consumers:keep",
                                         "batch_size": 4, "max_concurrency": 1},
                            "max_leased": 50})
@@ -78,6 +76,7 @@ def test_a_tenants_failing_batch_stays_on_its_own_tasks(
         tq: Tierq, valkey: RedisCluster, pg: psycopg.Connection[Any],
         functions: LocalFunctions) -> None:
     acme, globex, _ = tenants_on_every_node(valkey, "charges", per_node=1)
+    tq.ctx.consumers = functions
     tq.put_queue("charges", {"consumer": {"function": "tests.dispatch.consumers:validate_all",
                                           "batch_size": 10},
                              "max_attempts": 1})
@@ -114,6 +113,7 @@ def test_a_tenant_on_a_stopped_master_passes_its_turn(
     settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
                         valkey_cluster=True, settings_cache_seconds=0)
     with Tierq(settings=settings, clock=OffsetClock()) as tq:
+        tq.ctx.consumers = functions
         client: RedisCluster = tq.warm.client  # type: ignore[assignment]
         # the master to stop holds the wake flag's slot nor the queues' own slots
         masters = {f"{n.host}:{n.port}" for n in client.get_primaries()}

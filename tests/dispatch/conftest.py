@@ -7,16 +7,19 @@ from collections.abc import Iterator
 import pytest
 
 from tests.dispatch.journal import JOURNAL
+from tierq.aws.runtime import use_consumers
+from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
-from tierq.logic import dispatch
 
 
 @pytest.fixture
-def functions() -> Iterator[LocalFunctions]:
-    """In-process consumer functions (module:function), installed for the test."""
+def functions(tq: Tierq) -> Iterator[LocalFunctions]:
+    """In-process consumer functions (module:function), given to the test's engines: ``tq``
+    and the Lambda runtime's."""
     local = LocalFunctions()
-    previous = dispatch.install(local)
+    tq.ctx.consumers = local
+    previous = use_consumers(local)
     JOURNAL.reset()
     yield local
-    dispatch.install(previous)
+    use_consumers(previous)
     JOURNAL.reset()

@@ -44,12 +44,11 @@ def installed(lam: tuple[Any, Stubber], tq: Tierq) -> Iterator[LambdaFunctions]:
     functions = LambdaFunctions(AllowList((FUNCTION,), PREFIX),
                                 client_factory=lambda read_timeout: client,
                                 region="eu-west-1", account="111122223333")
-    previous = dispatch.install(functions)
+    tq.ctx.consumers = functions
     stubber.add_response("get_function_configuration", {"Timeout": 30},
                          {"FunctionName": FUNCTION})
     yield functions
     forget_dispatcher(tq.ctx)
-    dispatch.install(previous)
 
 
 def payload(body: Any) -> StreamingBody:
@@ -216,14 +215,13 @@ def test_a_botocore_error_is_stored_as_its_class_without_the_endpoint(
     functions = LambdaFunctions(AllowList((FUNCTION,), PREFIX),
                                 client_factory=lambda read_timeout: client,
                                 region="eu-west-1", account="111122223333")
-    previous = dispatch.install(functions)
+    tq.ctx.consumers = functions
     try:
         tq.put_queue("orders", {"consumer": {"function": ARN, "batch_size": 10}})
         tq.enqueue("orders", [{"payload": {"n": i}} for i in range(3)])
         counts = dispatcher_of(tq.ctx).dispatch_once("orders")
     finally:
         forget_dispatcher(tq.ctx)
-        dispatch.install(previous)
     assert (counts.consumer_errors, counts.retried) == (1, 3)
     assert "111122223333" in raised[0] and ENDPOINT in raised[0]  # what botocore said
     errors = {e for (e,) in pg.execute("SELECT last_error FROM tierq_tasks").fetchall()}
@@ -377,3 +375,27 @@ def test_setting_a_consumer_outside_the_allow_list_is_refused_and_writes_nothing
     tq.put_queue("orders", {"consumer": {"function": PREFIX + "orders-consumer"}})
     consumer = tq.queue_settings("orders").consumer
     assert consumer is not None and consumer.function == PREFIX + "orders-consumer"
+
+
+def test_the_dispatchers_function_gives_lambda_functions_to_engines_without_their_own(
+        make_tq: Any) -> None:
+    """The dispatcher's function gives the engines it runs the allow-list's Lambda functions,
+    one object for all; an engine given its own (the local stack's) keeps them."""
+    from tierq.aws.consumers import provide_functions
+    from tierq.local.consumers import LocalFunctions
+    from tierq.maintenance.dispatcher import NoConsumerFunctions
+
+    bare, other, local = make_tq(), make_tq(), make_tq()
+    with pytest.raises(NoConsumerFunctions):
+        dispatcher_of(bare.ctx)
+    own = LocalFunctions()
+    local.ctx.consumers = own
+    settings = bare.settings.model_copy(update={"consumer_functions": ARN,
+                                                "consumer_arn_prefix": PREFIX})
+    provide_functions([bare.ctx, other.ctx, local.ctx], settings)
+    assert isinstance(bare.ctx.consumers, LambdaFunctions)
+    assert other.ctx.consumers is bare.ctx.consumers
+    assert local.ctx.consumers is own
+    bare.put_queue("orders", {"consumer": {"function": ARN}})  # in the allow-list
+    with pytest.raises(ConsumerNotAllowed):
+        bare.put_queue("orders", {"consumer": {"function": PREFIX + "elsewhere"}})

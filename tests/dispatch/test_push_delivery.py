@@ -148,6 +148,7 @@ def test_batches_of_large_tasks_are_cut_to_what_an_invoke_carries(
     from tierq.logic.dispatch import EVENT_LIMIT
 
     tq = make_tq(max_payload_bytes=1024 * 1024)
+    tq.ctx.consumers = functions
     tq.put_queue("big", {"consumer": {"function": "tests.dispatch.consumers:keep",
                                       "batch_size": 100}})
     blob = "\"q\\" * 200_000  # 1 MB of JSON text whose quotes and backslashes double

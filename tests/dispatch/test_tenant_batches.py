@@ -21,8 +21,9 @@ from tests.dispatch.support import run_until
 from tests.support.polling import eventually
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
-from tierq.logic import dispatch, ready_tenants
+from tierq.logic import ready_tenants
 from tierq.logic.dispatch import POLL_FIRST, TURN_TTL_SECONDS, Dispatcher, turn_key
+from tierq.logic.dispatch import loop as dispatch_loop
 
 pytestmark = pytest.mark.usefixtures("clean_stores")
 
@@ -119,13 +120,13 @@ def test_a_batch_with_tasks_lets_one_more_start_and_an_empty_one_stops_it(
     # (delayed tasks are not ready: the index names them as a lagging index would)
     tq.ctx.warm.note_ready_tenants("probe", ["idle1", "idle2", "idle3"])
     claimed: list[str] = []
-    claim_once = dispatch.claim_once
+    claim_once = dispatch_loop.claim_once
 
     def counting(ctx: Any, queue: str, request: Any, **kwargs: Any) -> Any:
         claimed.append(request.tenant)
         return claim_once(ctx, queue, request, **kwargs)
 
-    monkeypatch.setattr(dispatch, "claim_once", counting)
+    monkeypatch.setattr(dispatch_loop, "claim_once", counting)
     dispatcher = Dispatcher(tq.ctx, functions)
     try:
         dispatcher.run(until=time.monotonic() + 0.5, idle_seconds=10)
@@ -159,7 +160,7 @@ def test_one_ready_task_among_idle_registered_tenants_starts_no_batch_per_tenant
     claims = 0
     empty_batches = 0
     lock = threading.Lock()
-    claim_once = dispatch.claim_once
+    claim_once = dispatch_loop.claim_once
     batch_claim = Dispatcher._claim
 
     def counting_claim_once(*args: Any, **kwargs: Any) -> Any:
@@ -176,7 +177,7 @@ def test_one_ready_task_among_idle_registered_tenants_starts_no_batch_per_tenant
                 empty_batches += 1
         return tasks, listed
 
-    monkeypatch.setattr(dispatch, "claim_once", counting_claim_once)
+    monkeypatch.setattr(dispatch_loop, "claim_once", counting_claim_once)
     monkeypatch.setattr(Dispatcher, "_claim", counting_batch_claim)
     dispatcher = Dispatcher(tq.ctx, functions)
     try:
@@ -269,7 +270,7 @@ def test_a_claim_failing_inside_the_batching_window_sends_what_the_batch_has(
     tq.put_queue("window", {"consumer": {"function": "tests.dispatch.consumers:keep",
                                          "batch_size": 10, "max_batching_window_ms": 5000}})
     [first] = tq.enqueue("window", [{"payload": {"n": 0}, "tenant": "acme"}])
-    claim_once = dispatch.claim_once
+    claim_once = dispatch_loop.claim_once
     calls = 0
 
     def filling_up(*args: Any, **kwargs: Any) -> Any:
@@ -280,7 +281,7 @@ def test_a_claim_failing_inside_the_batching_window_sends_what_the_batch_has(
             tq.enqueue("window", [{"payload": {"n": n}, "tenant": "acme"} for n in (1, 2)])
         return claim_once(*args, **kwargs)
 
-    monkeypatch.setattr(dispatch, "claim_once", filling_up)
+    monkeypatch.setattr(dispatch_loop, "claim_once", filling_up)
     caplog.set_level(logging.WARNING, logger="tierq.logic.dispatch")
     counts = Dispatcher(tq.ctx, functions).dispatch_once("window")
     # the claim that failed (WarmTierFull) ended the window: the batch went with its task

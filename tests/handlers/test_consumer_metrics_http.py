@@ -8,15 +8,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.handlers.support import Invoke
+from tierq.aws.runtime import use_consumers
 from tierq.local.consumers import LocalFunctions
-from tierq.logic import dispatch
 
 
 @pytest.fixture
 def local_consumers() -> Iterator[None]:
-    previous = dispatch.install(LocalFunctions())
+    previous = use_consumers(LocalFunctions())
     yield
-    dispatch.install(previous)
+    use_consumers(previous)
 
 
 @pytest.mark.usefixtures("local_consumers")

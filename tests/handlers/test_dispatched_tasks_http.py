@@ -16,7 +16,7 @@ from botocore.config import Config
 
 from tests.handlers.support import Invoke
 from tierq.aws.consumers import LambdaFunctions
-from tierq.logic import dispatch
+from tierq.aws.runtime import use_consumers
 from tierq.logic.dispatch import AllowList
 
 ACCOUNT = "111122223333"
@@ -53,7 +53,7 @@ def test_a_tenants_view_of_a_dispatched_task_names_no_arn(
         return AWSResponse(request.url, 200, HTTPHeaders(), _Body(b'{"Timeout": 30}'))
 
     client.meta.events.register("before-send.lambda", send)
-    previous = dispatch.install(LambdaFunctions(
+    previous = use_consumers(LambdaFunctions(
         AllowList((ARN,), PREFIX), client_factory=lambda read_timeout: client,
         region="eu-west-1", account=ACCOUNT))
     try:
@@ -64,7 +64,7 @@ def test_a_tenants_view_of_a_dispatched_task_names_no_arn(
         counts = dispatcher_of(engine().ctx).dispatch_once("orders")
     finally:
         forget_dispatcher(engine().ctx)
-        dispatch.install(previous)
+        use_consumers(previous)
     assert (counts.dispatched, counts.acked) == (1, 1)
     assert seen["task"]["state"] == "leased" and seen["task"]["worker"] == "dispatcher"
     assert [r["worker"] for r in seen["running"]["running"]] == ["dispatcher"]

@@ -11,7 +11,7 @@ from tierq.core.ordering import place
 from tierq.core.sizing import body_cost
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
-from tierq.logic.claim import TASK_FIELDS_COST
+from tierq.logic.claim_budget import TASK_FIELDS_COST
 
 ODD = ['quote " and \\ backslash', "non-ascii é ✓ \U0001F600", "del\u007f and / \n\t\x01", ""]
 

@@ -16,11 +16,10 @@ import redis
 from tests.dispatch.journal import JOURNAL
 from tests.shards.conftest import ShardedFactory
 from tierq.aws import metrics, runtime
-from tierq.aws.runtime import engine, reset_engine, shard_engines
+from tierq.aws.runtime import engine, reset_engine, shard_engines, use_consumers
 from tierq.aws.scheduled import jobs
 from tierq.dal.shards import ShardSpec
 from tierq.local.consumers import LocalFunctions
-from tierq.logic import dispatch
 from tierq.logic.wake import FLAG_KEY
 from tierq.maintenance.dispatcher import forget_dispatcher
 from tierq.sharded import ShardedTierq
@@ -147,7 +146,7 @@ def test_the_dispatcher_delivers_every_shards_pairs_and_skips_a_down_one(
 
     monkeypatch.setenv("TIERQ_DISPATCHER_IDLE_SECONDS", "0.5")
     local = LocalFunctions()
-    previous = dispatch.install(local)
+    previous = use_consumers(local)
     JOURNAL.reset()
     try:
         specs = shard_specs[:3]
@@ -178,5 +177,5 @@ def test_the_dispatcher_delivers_every_shards_pairs_and_skips_a_down_one(
         # each task ran once, those that fail once twice
         assert Counter(JOURNAL.runs.values()) == Counter({1: 2 * len(TENANTS) - 3, 2: 3})
     finally:
-        dispatch.install(previous)
+        use_consumers(previous)
         JOURNAL.reset()

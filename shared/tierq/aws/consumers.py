@@ -38,13 +38,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from tierq.config import Settings
+from tierq.logic.context import Context
 from tierq.logic.dispatch import (
     DEFAULT_ACCOUNT,
     DEFAULT_REGION,
@@ -250,9 +251,11 @@ def install_waker(settings: Settings) -> None:
         wake.install(LambdaWaker(settings.dispatcher_function))
 
 
-def install_functions(settings: Settings) -> None:
-    """The dispatcher calls the Lambda functions of the allow-list."""
-    from tierq.logic import dispatch
-
-    if dispatch.installed() is None:
-        dispatch.install(LambdaFunctions.from_settings(settings))
+def provide_functions(contexts: Iterable[Context], settings: Settings) -> None:
+    """Give the engines' contexts that have no consumer functions yet the Lambda functions
+    of the allow-list (one object shared by all), which the dispatcher calls."""
+    missing = [ctx for ctx in contexts if ctx.consumers is None]
+    if missing:
+        functions = LambdaFunctions.from_settings(settings)
+        for ctx in missing:
+            ctx.consumers = functions

@@ -39,7 +39,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger, Tracer
 
@@ -53,6 +53,9 @@ from tierq.dal.shards import (
     shards_from_environment,
 )
 from tierq.engine import Tierq
+
+if TYPE_CHECKING:
+    from tierq.logic.dispatch.invocation import ConsumerFunctions
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tierq")
 
@@ -110,6 +113,8 @@ tracer: Tracer | UntracedTracer = (
 
 _engine: Deployment | None = None
 _engine_lock = threading.Lock()
+# the consumer functions the engines' contexts get when they are built (use_consumers)
+_consumers: ConsumerFunctions | None = None
 
 
 def shard_specs(environ: Mapping[str, str] = os.environ) -> list[ShardSpec] | None:
@@ -147,12 +152,33 @@ def engine() -> Deployment:
         if _engine is None:
             settings = get_settings()
             _engine = _create(shard_specs())
+            _give_consumers(_engine)
             if settings.dispatcher_function:  # (boto3 is imported only then)
                 from tierq.aws.consumers import install_waker
 
                 install_waker(settings)
             logger.debug("engine created")
         return _engine
+
+
+def use_consumers(functions: ConsumerFunctions | None) -> ConsumerFunctions | None:
+    """Make ``functions`` the consumer functions of this environment's engines (the local
+    stack's, tests'), on the engine built already and on those built later; returns the
+    ones it replaces. Without, the dispatcher's function gives its engines the Lambda
+    functions of the allow-list (tierq.aws.consumers.provide_functions)."""
+    global _consumers
+    with _engine_lock:
+        previous, _consumers = _consumers, functions
+        if _engine is not None:
+            for tq in _engine.engines.values():
+                tq.ctx.consumers = functions
+    return previous
+
+
+def _give_consumers(deployment: Deployment) -> None:
+    if _consumers is not None:
+        for tq in deployment.engines.values():
+            tq.ctx.consumers = _consumers
 
 
 def pair_engine(queue: str, tenant: str, *, create: bool = True) -> Tierq:

@@ -210,7 +210,7 @@ ALL_POLLS_KEY = "tq:{~}:polls"
 def reservation_of(token: str) -> str:
     """The queue-wide reservation a lease token holds, the unit ``<random>~<k>`` of the
     claim's take ``<random>~`` (taken for the whole claim before its pops:
-    lua/capacity_take.lua, logic/claim._QueueGate), from the token
+    lua/capacity_take.lua, logic/claim_limits.QueueGate), from the token
     ``<tenant>~<random>~<attempt>~<k>``."""
     _, _, rest = token.partition("~")
     return rest[:rest.find("~") + 1] + token[token.rfind("~") + 1:]

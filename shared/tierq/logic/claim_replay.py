@@ -28,7 +28,7 @@ cold (jsonb writes it out as an integer); its task is then given back the same w
 
 The rebuilt tasks are a subset of the first answer's with the same content, so the answer
 stays within the claim's response budget: the first was charged each task's JSON text plus
-a bound on its fields at their longest (logic/claim.TASK_FIELDS_COST), which covers a
+a bound on its fields at their longest (logic/claim_budget.TASK_FIELDS_COST), which covers a
 deadline written with more digits.
 """
 

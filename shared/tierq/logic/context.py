@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tierq.config import Settings
 from tierq.dal.postgres import Database
@@ -19,6 +19,9 @@ from tierq.dal.warm_tier import WarmTier
 from tierq.logic.metric_queues import MetricQueues
 from tierq.logic.pairs import refresh_seconds, register_pairs
 from tierq.models.queues import BackoffSettings, ConsumerSettings, QueueSettings, RateLimit
+
+if TYPE_CHECKING:
+    from tierq.logic.dispatch.invocation import ConsumerFunctions
 
 Pair = tuple[str, str]  # (queue, tenant)
 
@@ -224,6 +227,10 @@ class Context:
     id_tag: int | None = None
     # the queues whose metrics carry their name (logic/metric_queues.py)
     metric_queues: MetricQueues = field(default_factory=MetricQueues)
+    # where consumer functions are checked and called (logic/dispatch/invocation.py), set by
+    # the entry point that builds the engine; None: checked by the settings' allow-list,
+    # and no dispatcher runs
+    consumers: ConsumerFunctions | None = None
 
     def __post_init__(self) -> None:
         self.store = TaskStore(self.db)

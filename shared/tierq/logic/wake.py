@@ -18,7 +18,7 @@ A process that found the flag set skips the ``SET`` for the next ``SEEN_AWAKE_MS
 no task slips between a dispatcher going idle and such a skipped check, a dispatcher that
 releases the flag waits ``RELEASE_SETTLE_MS`` (longer) before its last look for work, which
 finds every task pushed while the flag was still seen (see
-:func:`tierq.logic.dispatch.Dispatcher.run`).
+:meth:`tierq.logic.dispatch.loop.Dispatcher.run`).
 
 The flag is the one key tierq sets with a time-to-live on purpose (a cache at its maximum
 evicts such keys first): losing it early costs one extra wake, never a task.

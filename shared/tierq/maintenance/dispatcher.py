@@ -52,7 +52,7 @@ class DispatcherSummary:
 
 
 class NoConsumerFunctions(RuntimeError):
-    """No way to call consumer functions is installed in this process."""
+    """The engine's context has no consumer functions to call (``ctx.consumers``)."""
 
 
 # by the engine's database, not its warm tier: a sharded deployment's engines share one
@@ -60,16 +60,15 @@ _DISPATCHERS: WeakKeyDictionary[Database, dispatch.Dispatcher] = WeakKeyDictiona
 
 
 def dispatcher_of(ctx: Context, config: DispatcherConfig | None = None) -> dispatch.Dispatcher:
-    """The dispatcher of this engine (created on first use with the installed consumer
-    functions, tierq.logic.dispatch.install)."""
+    """The dispatcher of this engine (created on first use with the context's consumer
+    functions, ``ctx.consumers``)."""
     found = _DISPATCHERS.get(ctx.db)
     if found is None:
-        functions = dispatch.installed()
+        functions = ctx.consumers
         if functions is None:
             raise NoConsumerFunctions(
-                "the dispatcher has no consumer functions to call: install them with "
-                "tierq.logic.dispatch.install (tierq.aws.consumers on AWS, "
-                "tierq.local.consumers locally)")
+                "the dispatcher has no consumer functions to call: set the engine's "
+                "ctx.consumers (tierq.aws.consumers on AWS, tierq.local.consumers locally)")
         found = _DISPATCHERS.setdefault(ctx.db, dispatch.Dispatcher(
             ctx, functions,
             max_in_flight=(config or DispatcherConfig()).max_in_flight,

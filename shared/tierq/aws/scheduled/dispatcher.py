@@ -54,9 +54,10 @@ FAILED_PASS_PAUSE = 1.0
 
 def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[str, Any]:
     """One invocation of the dispatcher (see the module's documentation)."""
-    from tierq.aws.consumers import install_functions
+    from tierq.aws.consumers import provide_functions
 
-    install_functions(engine().settings)  # (the local stack installs its own first)
+    # (the local stack's engines have theirs already: tierq.aws.runtime.use_consumers)
+    provide_functions([tq.ctx for tq in shard_engines().values()], engine().settings)
     options = check_event(JOB, event)
     max_seconds = _event_float(options, "max_seconds") or _env_float(
         "TIERQ_TICK_MAX_SECONDS", DEFAULT_MAX_SECONDS)

@@ -26,7 +26,7 @@ from tierq.local.gateway.scheduler import LocalScheduler
 from tierq.local.gateway.template import Template
 from tierq.local.services import LocalServices, ensure_services, repo_root
 from tierq.local.services.process import redact
-from tierq.logic import dispatch, wake
+from tierq.logic import wake
 from tierq.logic.homes import HomeConflict, ShardDown
 from tierq.maintenance.dispatcher import forget_dispatcher
 from tierq.shard_migrations import migrate_shards
@@ -182,9 +182,10 @@ class DevStack:
         self.functions = {lid: LocalFunction(spec, root)
                           for lid, spec in template.functions.items()}
         # consumers: the template's functions and module:function, called in-process
+        from tierq.aws.runtime import use_consumers
         from tierq.local.consumers import LocalFunctions  # (it imports this package)
 
-        dispatch.install(LocalFunctions(template_functions=self.functions))
+        use_consumers(LocalFunctions(template_functions=self.functions))
         for function in self.functions.values():
             function.load()
             if function.error:
@@ -240,12 +241,12 @@ class DevStack:
             self.scheduler.stop()
             self.scheduler = None
         if "tierq.aws.runtime" in sys.modules:
-            from tierq.aws.runtime import reset_engine, shard_engines
+            from tierq.aws.runtime import reset_engine, shard_engines, use_consumers
 
             for tq in shard_engines().values():  # (each shard's engine has a dispatcher)
                 forget_dispatcher(tq.ctx)
             reset_engine()
-        dispatch.install(None)
+            use_consumers(None)
         if self.services is not None:
             self.services.stop()
             self.services = None

@@ -2,7 +2,7 @@
 function, its consumer and what the dispatcher did with it (batches, tasks dispatched,
 acked, retried, dead, released, invocations throttled and failed) and the invocations
 running now. The counters are kept in Valkey on the queue's own key
-(tierq.logic.dispatch.record_counts) since the queue's first batch; CloudWatch gets the
+(tierq.logic.dispatch.counters.record_counts) since the queue's first batch; CloudWatch gets the
 same as ``Dispatched``, ``Throttled`` and ``ConsumerErrors`` (tierq.aws.metrics).
 
 An admin route: a queue's consumer is a setting every tenant of the queue shares."""
