@@ -320,6 +320,8 @@ def test_a_dead_child_past_its_retention_and_a_purged_queue_let_their_parents_go
     assert pg.execute("SELECT count(*) FROM tierq_task_waits WHERE child = %s",
                       (str(dead_child.id),)).fetchone()[0] == 0
     tq.purge_queue("w")
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE id = %s",
+                      (str(waiting.id),)).fetchone()[0] == 0
     assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone()[0] == 0
     assert pg.execute("SELECT count(*) FROM tierq_task_edges").fetchone()[0] == 0
     assert pg.execute("SELECT waiters FROM tierq_tasks WHERE id = %s",
