@@ -107,7 +107,7 @@ class ScheduleQueries(StoreBase):
         return self._fetch("delete_occurrence_tasks", {"ids": ids}, scalar_row, conn)
 
     def prune_occurrences(self, conn: Conn, tenant: str, name: str) -> None:
-        """Forget occurrences whose task is no longer live."""
+        """Forget occurrences whose task is not live any more."""
         self._execute("prune_occurrences", {"tenant": tenant, "name": name}, conn)
 
     def insert_occurrences(self, conn: Conn, *, name: str, config_hash: str, queue: str,

@@ -1,6 +1,6 @@
 """Finishing, giving back and extending leases: ``POST /v1/queues/{queue}/acks``,
 ``…/nacks``, ``…/releases`` and ``…/heartbeats``. Each item carries the task id and the
-lease token its claim returned; an item whose lease is not (or no longer) the caller's comes
+lease token its claim returned; an item whose lease is not (or not any more) the caller's comes
 back in ``rejected`` (``not_owner``, or ``not_found`` when the task was cancelled
 meanwhile)."""
 
