@@ -103,13 +103,16 @@ def test_running_tasks_panel_highlights_tasks_over_five_minutes(
     api.enqueue(queue, [{"payload": i} for i in range(2)])
     [long_task] = api.claim(queue, max=1, worker="worker-7", lease_seconds=3600)
     [short_task] = api.claim(queue, max=1, worker="worker-7", lease_seconds=3600)
-    # the long one's claim was made six minutes ago, as its claim record says
+    # the long one's claim was made six minutes ago, as its claim record and the pair's
+    # index of lease starts say
     store = redis.Redis.from_url(valkey_url)
     try:
-        key = PairKeys.of(queue, "_").claims
+        keys = PairKeys.of(queue, "_")
         prefix = claim_prefix(long_task.lease_token)
-        started, worker = store.hget(key, prefix).decode().split("|", 1)
-        store.hset(key, prefix, f"{int(started) - 6 * 60 * 1000}|{worker}")
+        started, worker = store.hget(keys.claims, prefix).decode().split("|", 1)
+        earlier = int(started) - 6 * 60 * 1000
+        store.hset(keys.claims, prefix, f"{earlier}|{worker}")
+        store.zadd(keys.started, {str(long_task.id): earlier})
     finally:
         store.close()
     open_dashboard(page, api_url)
