@@ -71,13 +71,23 @@ def test_the_byte_bound_is_a_deployment_setting() -> None:
 
 
 def test_only_the_chart_counts_expire() -> None:
-    """The scripts that set a TTL are run by the chart's counter alone, on its own keys."""
+    """The scripts that set a TTL are run by the chart's counter alone, on its own keys: the
+    only data-access module that names their typed calls (dal/lua_calls.py) is
+    throughput.py."""
+    from tierq.dal import lua_calls
+
+    call_names = {name: [c.__name__ for c in vars(lua_calls).values()
+                         if isinstance(c, type) and getattr(c, "SCRIPT", None)
+                         == name.removesuffix(".lua")]
+                  for name in CHART_SCRIPTS}
+    assert all(call_names.values()), call_names  # each script has its typed call
     dal = resources.files("tierq.dal")
     users: dict[str, set[str]] = {name: set() for name in CHART_SCRIPTS}
     for module in ("warm_tier.py", "throughput.py", "direct_calls.py"):
         text = dal.joinpath(module).read_text("utf-8")
-        for name in CHART_SCRIPTS:
-            if f'script_source("{name.removesuffix(".lua")}")' in text:
+        for name, calls in call_names.items():
+            if any(re.search(rf"\b{call}\b", text) for call in calls) \
+                    or f'script_source("{name.removesuffix(".lua")}")' in text:
                 users[name].add(module)
     assert users == {name: {"throughput.py"} for name in CHART_SCRIPTS}
 
