@@ -30,7 +30,7 @@ from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic import enqueue, queues, tasks
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.models.base import deferred_adapter
+from tierq.models.base import Replayable, deferred_adapter
 from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
 from tierq.models.queues import QueueSettingsUpdate
 from tierq.models.tasks import Enqueued, TaskIn
@@ -89,6 +89,7 @@ else:
     lease_models = lazy_module("tierq.models.leases")
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+ResultT = TypeVar("ResultT", bound=Replayable)  # a keyed operation's answer
 T = TypeVar("T")
 QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fills
 
@@ -274,23 +275,16 @@ class Tierq(Deployment):
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
         models = [i if isinstance(i, lease_models.AckItem | lease_models.ClaimedTask)
                   else lease_models.AckItem.model_validate(i) for i in items]
-        return idempotency.answer_once(
-            self.ctx, idempotency.keyed_call("ack", queue, idempotency_key, caller,
-                                             body_fingerprint,
-                                             lambda: idempotency.models_body(models)),
-            lambda: leases.ack(self.ctx, queue, models) if models
-            else lease_models.AckResult(), lease_models.AckResult)
+        return self._lease_outcome("ack", queue, models, leases.ack, lease_models.AckResult,
+                                   idempotency_key, caller, body_fingerprint)
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,
              body_fingerprint: bytes | None = None) -> NackResult:
         models = _models(lease_models.NackItem, _nacks(), items)
-        return idempotency.answer_once(
-            self.ctx, idempotency.keyed_call("nack", queue, idempotency_key, caller,
-                                             body_fingerprint,
-                                             lambda: idempotency.models_body(models)),
-            lambda: leases.nack(self.ctx, queue, models) if models
-            else lease_models.NackResult(), lease_models.NackResult)
+        return self._lease_outcome("nack", queue, models, leases.nack,
+                                   lease_models.NackResult, idempotency_key, caller,
+                                   body_fingerprint)
 
     def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
                 *, idempotency_key: str | None = None, caller: Caller | None = None,
@@ -300,23 +294,29 @@ class Tierq(Deployment):
         tasks themselves."""
         models = [i if isinstance(i, lease_models.ReleaseItem | lease_models.ClaimedTask)
                   else lease_models.ReleaseItem.model_validate(i) for i in items]
-        return idempotency.answer_once(
-            self.ctx, idempotency.keyed_call("release", queue, idempotency_key, caller,
-                                             body_fingerprint,
-                                             lambda: idempotency.models_body(models)),
-            lambda: leases.release(self.ctx, queue, models) if models
-            else lease_models.ReleaseResult(), lease_models.ReleaseResult)
+        return self._lease_outcome("release", queue, models, leases.release,
+                                   lease_models.ReleaseResult, idempotency_key, caller,
+                                   body_fingerprint)
 
     def heartbeat(self, queue: str, items: Sequence[HeartbeatItem | Mapping[str, Any]], *,
                   idempotency_key: str | None = None, caller: Caller | None = None,
                   body_fingerprint: bytes | None = None) -> HeartbeatResult:
         models = _models(lease_models.HeartbeatItem, _heartbeats(), items)
+        return self._lease_outcome("heartbeat", queue, models, leases.heartbeat,
+                                   lease_models.HeartbeatResult, idempotency_key, caller,
+                                   body_fingerprint)
+
+    def _lease_outcome(self, route: str, queue: str, models: list[Any],
+                       run: Callable[[Context, str, list[Any]], ResultT], result: type[ResultT],
+                       idempotency_key: str | None, caller: Caller | None,
+                       body_fingerprint: bytes | None) -> ResultT:
+        """``run(ctx, queue, models)`` once per key (the empty ``result`` without items): the
+        keyed shape of ack, nack, release and heartbeat."""
+        call = idempotency.keyed_call(route, queue, idempotency_key, caller, body_fingerprint,
+                                      lambda: idempotency.models_body(models))
         return idempotency.answer_once(
-            self.ctx, idempotency.keyed_call("heartbeat", queue, idempotency_key, caller,
-                                             body_fingerprint,
-                                             lambda: idempotency.models_body(models)),
-            lambda: leases.heartbeat(self.ctx, queue, models) if models
-            else lease_models.HeartbeatResult(), lease_models.HeartbeatResult)
+            self.ctx, call, lambda: run(self.ctx, queue, models) if models else result(),
+            result)
 
     # -- tasks and dead letters ----------------------------------------------------------
 
