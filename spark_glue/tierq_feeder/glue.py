@@ -37,9 +37,12 @@ log = logging.getLogger("tierq.feeder")
 # verify-full with the system's roots, as on Lambda.
 # VALKEY_IAM_USER / VALKEY_CACHE_NAME / VALKEY_IAM_REGION: the cache's user, authenticated
 # with IAM tokens the job's role signs (tierq.dal.valkey_auth), on the driver and executors.
+# TIERQ_WARM_CAPACITY_BYTES / TIERQ_TENANT_WARM_MAX_BYTES: the tenant's warm share, as the
+# functions have it (ElastiCache refuses INFO, so without them a bulk warm-up has no bound).
 STORE_PARAMETERS = ("DB_SECRET_ARN", "DB_HOST", "DB_PORT", "DB_NAME", "DB_SSLMODE",
                     "DB_SSLROOTCERT", "DATABASE_URL", "VALKEY_URL", "VALKEY_CLUSTER",
-                    "VALKEY_IAM_USER", "VALKEY_CACHE_NAME", "VALKEY_IAM_REGION")
+                    "VALKEY_IAM_USER", "VALKEY_CACHE_NAME", "VALKEY_IAM_REGION",
+                    "TIERQ_WARM_CAPACITY_BYTES", "TIERQ_TENANT_WARM_MAX_BYTES")
 _GLUE_FILE = "__tq_glue_file"
 _GLUE_JDBC = {"jdbc:postgresql:": "postgresql", "jdbc:mysql:": "mysql",
               "jdbc:sqlserver:": "sqlserver", "jdbc:oracle:": "oracle",
@@ -66,7 +69,9 @@ def stores_from_options(options: Mapping[str, str]) -> StoreConfig:
                                    or os.environ.get("TIERQ_SHARD_URLS", "")),
                        valkey_iam_user=settings.valkey_iam_user or "",
                        valkey_cache_name=settings.valkey_cache_name or "",
-                       valkey_iam_region=settings.valkey_iam_region or "")
+                       valkey_iam_region=settings.valkey_iam_region or "",
+                       warm_capacity_bytes=settings.warm_capacity_bytes,
+                       tenant_warm_max_bytes=settings.tenant_warm_max_bytes)
 
 
 class GlueBookmarkLoader(SparkLoader):

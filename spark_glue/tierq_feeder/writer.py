@@ -66,6 +66,9 @@ class StoreConfig:
     valkey_iam_user: str = ""
     valkey_cache_name: str = ""
     valkey_iam_region: str = ""
+    # the tenant's warm share (Settings.tenant_warm_bound): a bulk warm-up promotes within it
+    warm_capacity_bytes: int = 0
+    tenant_warm_max_bytes: int | None = None
 
     def settings(self, pool_size: int = 1) -> Settings:
         """The settings an engine over these stores runs with."""
@@ -73,7 +76,9 @@ class StoreConfig:
                         valkey_cluster=self.valkey_cluster, db_pool_max=pool_size,
                         valkey_iam_user=self.valkey_iam_user or None,
                         valkey_cache_name=self.valkey_cache_name or None,
-                        valkey_iam_region=self.valkey_iam_region or None)
+                        valkey_iam_region=self.valkey_iam_region or None,
+                        warm_capacity_bytes=self.warm_capacity_bytes,
+                        tenant_warm_max_bytes=self.tenant_warm_max_bytes)
 
     def engine(self, pool_size: int = 1) -> Deployment:
         settings = self.settings(pool_size)

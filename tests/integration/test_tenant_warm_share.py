@@ -298,3 +298,27 @@ def test_the_bound_holds_one_largest_task_and_outlives_a_failed_reading(
         assert tenant_budget.bound(read.ctx, "a", "acme") == first
     finally:
         valkey.config_set("maxmemory", before)
+
+
+def test_a_bulk_warm_up_stays_within_the_tenants_share(
+        make_tq: Callable[..., Tierq], monkeypatch: pytest.MonkeyPatch,
+        pg: psycopg.Connection[Any]) -> None:
+    """The Glue feeder's warm-up promotes a bulk load's cold rows within the tenant's share
+    when the capacity comes from the setting and INFO is refused, as on ElastiCache (the job
+    gets TIERQ_WARM_CAPACITY_BYTES from the template like the functions)."""
+    from tierq.logic import bulk
+
+    tq = make_tq(warm_capacity_bytes=8 * MiB)  # a quarter: 2 MiB
+    monkeypatch.setattr(tq.ctx.warm.client, "info", _refuse_info)
+    rows = [(i, "acme", f"k{i}", 0, f'"{BIG}"', None) for i in range(20)]  # about 5 MB
+    with tq.bulk_load("fed", rows=len(rows), tenants=["acme"]) as load, \
+            tq.bulk_writer(load) as writer:
+        assert writer.write(bulk.copy_text(rows), tenants=["acme"]) == len(rows)
+    promoted = tq.bulk_warm_up("fed", ["acme"])
+    assert 0 < promoted < len(rows)
+    assert usage(tq, ["fed"], "acme") <= 2 * MiB
+    assert count_state(pg, "fed", "cold") == len(rows) - promoted
+
+
+def _refuse_info(*args: Any, **kwargs: Any) -> Any:
+    raise redis.ResponseError("NOPERM User tierq has no permissions to run the 'info' command")

@@ -129,6 +129,14 @@ def test_the_tenant_limits_reach_every_function(single: dict) -> None:
     assert 0 < deployed.long_polls_cap < params["ClaimReservedConcurrency"]["Default"]
 
 
+def test_the_glue_job_has_the_tenants_warm_share_as_the_functions(single: dict) -> None:
+    """ElastiCache refuses INFO: without the capacity a bulk warm-up would have no bound."""
+    env = single["Globals"]["Function"]["Environment"]["Variables"]
+    job = single["Resources"]["FeedQueueJob"]["Properties"]["DefaultArguments"]
+    for name in ("TIERQ_WARM_CAPACITY_BYTES", "TIERQ_TENANT_WARM_MAX_BYTES"):
+        assert job[f"--{name}"] == env[name]
+
+
 # ---------------------------------------------------------------- the cache's users
 
 

@@ -116,3 +116,12 @@ def test_the_glue_job_builds_the_same_verified_url(secrets: object,
     assert query == {"sslmode": ["verify-full"], "sslrootcert": ["system"]}
     custom = glue.stores_from_options({**options, "DB_SSLROOTCERT": "/opt/ca.pem"})
     assert parse_qs(urlsplit(custom.database_url).query)["sslrootcert"] == ["/opt/ca.pem"]
+    # the tenant's warm share reaches the executors' settings as the functions have it
+    def bound(given: dict[str, str]) -> int:
+        settings = glue.stores_from_options({**options, **given}).settings()
+        return settings.tenant_warm_bound(settings.warm_capacity_bytes)
+
+    assert bound({}) == 0
+    assert bound({"TIERQ_WARM_CAPACITY_BYTES": "8000000000",
+                  "TIERQ_TENANT_WARM_MAX_BYTES": ""}) == 2_000_000_000
+    assert bound({"TIERQ_TENANT_WARM_MAX_BYTES": "3000000"}) == 3_000_000
