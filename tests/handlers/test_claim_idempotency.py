@@ -153,6 +153,16 @@ def test_an_empty_answer_is_replayed_as_empty(call: Invoke, valkey: redis.Redis)
     assert leased_members(valkey) == set() and ready_count(valkey) == 1
 
 
+def test_an_empty_answers_record_lives_no_longer_than_other_keyed_calls(
+        call: Invoke, valkey: redis.Redis) -> None:
+    """A record of no leases is charged to no tenant's warm share: the lease asked for (up
+    to 12 hours) never keeps it past TIERQ_IDEMPOTENCY_VALKEY_TTL_SECONDS (300 s)."""
+    first = call("POST", CLAIMS, {"max": 5, "lease_seconds": 43_200}, headers=key())
+    assert first.status == 200 and first.body == {"tasks": []}
+    [stored] = list(valkey.scan_iter("tq:idem:*"))
+    assert 250 < valkey.ttl(stored) <= 300
+
+
 def test_a_task_replaced_while_leased_is_given_back_not_replayed_changed(
         call: Invoke, valkey: redis.Redis, pg: psycopg.Connection[Any]) -> None:
     enqueue(call, [{"payload": "old", "key": "k1"}, {"payload": "same", "key": "k2"}])
