@@ -1,17 +1,17 @@
 """The warm tier's calls that are not scripts, on a cluster with tenants on every master:
-pipelines (running leases, queue counts), a scan (a task's lease), multi-key deletes (a
-purge drops every pair's keys) and the lease scripts that settle several tenants' tasks in
-one call (one script per pair)."""
+pipelines (running leases, queue counts), a lookup by id (a task's lease, in its pair's
+``lease_of``), multi-key deletes (a purge drops every pair's keys) and the lease scripts
+that settle several tenants' tasks in one call (one script per pair)."""
 
 from __future__ import annotations
 
 from tests.integration.helpers import count_rows
-from tests.support.cluster import keys_per_master, tenants_on_every_node
+from tests.support.cluster import keys_per_master, node_of, tenants_on_every_node
 
 QUEUE = "admin"
 
 
-def test_leases_counts_cancel_and_purge_across_masters(make_tq, valkey, pg):
+def test_leases_counts_cancel_and_purge_across_masters(make_tq, valkey, pg, cluster):
     tq = make_tq(warm_max=4)
     tenants = tenants_on_every_node(valkey, QUEUE)
     tq.enqueue(QUEUE, [{"payload": [t, i], "tenant": t} for i in range(6) for t in tenants])
@@ -25,8 +25,19 @@ def test_leases_counts_cancel_and_purge_across_masters(make_tq, valkey, pg):
     assert view.counts.leased == len(leased) and view.counts.cold == len(tenants) * 2
 
     first = leased[0]
-    seen = tq.get_task(QUEUE, first.id)  # the lease found by a scan of its pair's leases
+    for node in valkey.get_primaries():  # (INFO and CONFIG: the admin user's)
+        with cluster.admin_client(node.port) as admin:
+            admin.config_resetstat()
+    seen = tq.get_task(QUEUE, first.id)  # the lease found by its id, no set read whole
     assert seen.state == "leased" and seen.worker == "w-1"
+    whole_reads = {"cmdstat_zscan", "cmdstat_zrange", "cmdstat_hgetall", "cmdstat_hscan",
+                   "cmdstat_zrangebyscore", "cmdstat_hkeys", "cmdstat_hvals"}
+    for node in valkey.get_primaries():
+        with cluster.admin_client(node.port) as admin:
+            stats = admin.info("commandstats")
+        assert not whole_reads & set(stats), (node, sorted(stats))
+        if f"{node.host}:{node.port}" == node_of(valkey, QUEUE, first.tenant):
+            assert {"cmdstat_hget", "cmdstat_hmget", "cmdstat_evalsha"} & set(stats)
     assert tq.cancel_task(QUEUE, leased[1].id).id == leased[1].id
 
     # one call settling tasks of every tenant: one script per pair, on its own master
