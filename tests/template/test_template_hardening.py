@@ -73,6 +73,18 @@ def test_the_migrate_function_knows_the_shards_proxies_by_the_name_their_stack_g
     assert describe["Resource"]["Fn::Sub"].endswith(":db-proxy:*")
 
 
+@pytest.mark.parametrize("which", ["template", "shard"])
+def test_a_migrations_request_left_unanswered_fails_in_ten_minutes(which: str, single: dict,
+                                                                  shard_stack: dict) -> None:
+    """The migrate function does not answer a ResponseURL outside CloudFormation's bucket
+    (it would post the stack's result to whoever named it): the stack's own request then
+    fails at the resource's ServiceTimeout, 600 s, not CloudFormation's default hour."""
+    resources = (single if which == "template" else shard_stack)["Resources"]
+    migrations = resources["DbMigrations"]
+    assert migrations["Type"] == "Custom::TierqMigrations"
+    assert migrations["Properties"]["ServiceTimeout"] == 600
+
+
 # ---------------------------------------------------------------- shared AWS limits
 
 
