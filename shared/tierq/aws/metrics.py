@@ -47,21 +47,26 @@ Each call builds its own ``EphemeralMetrics``, so concurrent requests for differ
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from tierq.aws.runtime import SERVICE, logger
+from tierq.config import get_settings
 from tierq.logic.context import Context
 
-NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tierq")
 GAUGES = ("warm", "cold", "delayed", "leased", "dead")
 
 
+def _new_blob() -> EphemeralMetrics:
+    """An empty blob in the namespace of POWERTOOLS_METRICS_NAMESPACE."""
+    return EphemeralMetrics(namespace=get_settings().powertools_metrics_namespace,
+                            service=SERVICE)
+
+
 def _blob(queue: str) -> EphemeralMetrics:
-    blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+    blob = _new_blob()
     blob.add_dimension(name="queue", value=queue)
     return blob
 
@@ -105,7 +110,7 @@ def _count(series: str, counts: Mapping[str, int]) -> None:
 def shard_down(job: str, shards: Iterable[str]) -> None:
     """Emit ``ShardDown`` = 1 for each shard that did not answer a tick of ``job``."""
     for shard in shards:
-        blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        blob = _new_blob()
         blob.add_dimension(name="shard", value=shard)
         blob.add_metadata(key="job", value=job)
         blob.add_metric(name="ShardDown", unit=MetricUnit.Count, value=1)
@@ -114,7 +119,7 @@ def shard_down(job: str, shards: Iterable[str]) -> None:
 
 def task_seq_used(shard: str, percent: float) -> None:
     """Emit ``TaskSeqUsedPercent`` of one shard's ``tierq_task_seq``."""
-    blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+    blob = _new_blob()
     blob.add_dimension(name="shard", value=shard)
     blob.add_metric(name="TaskSeqUsedPercent", unit=MetricUnit.Percent, value=percent)
     blob.flush_metrics()
