@@ -110,6 +110,9 @@ SCRIPTS = (
     "allot_shrink",
     "rate_add",
     "rate_tenants",
+    "idempotency_claim",
+    "idempotency_finish",
+    "idempotency_abandon",
 )
 
 
