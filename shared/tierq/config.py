@@ -46,7 +46,8 @@ TENANT_WARM_MIN_BYTES = 1 << 20
 
 
 class Settings(BaseModel):
-    """Everything tierq reads from the environment.
+    """Everything the engine and ``tierq.aws`` read from the environment (the module's
+    table lists what is read elsewhere, and why).
 
     ``Settings()`` reads the process environment; keyword arguments (by field name or by
     variable name) take precedence over it. ``Settings.from_environ(mapping)`` reads that

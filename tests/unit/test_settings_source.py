@@ -4,14 +4,14 @@ A module that reads ``os.environ`` itself escapes the model's validation and the
 table of variables; this test reads every module under ``shared/tierq`` (its syntax tree,
 not its text) and fails on any read of the environment outside the documented places:
 
-| where                                                | why                                    |
-| ---------------------------------------------------- | -------------------------------------- |
-| ``tierq/config.py``                                  | the model itself                       |
-| ``tierq.maintenance.registry`` ``JobSpec.configure`` | the jobs' ``TIERQ_<JOB>_<FIELD>``        |
-| ``tierq.dal.connect`` ``use_system_trust_store``     | OpenSSL's own ``SSL_CERT_FILE``        |
-| ``tierq/client/``, ``tierq/cli/``, ``tierq/local/``  | the client, the command line and the   |
-|                                                      | local stack keep their own variables   |
-| ``tierq/dal/schema_snapshot.py``                     | a developer's tool (``--server``)      |
+| where                                                    | why                                  |
+| -------------------------------------------------------- | ------------------------------------ |
+| ``tierq/config.py``                                      | the model itself                     |
+| ``tierq.maintenance.registry`` ``MaintenanceJob.configure`` | the jobs' ``TIERQ_<JOB>_<FIELD>`` |
+| ``tierq.dal.connect`` ``use_system_trust_store``         | OpenSSL's own ``SSL_CERT_FILE``      |
+| ``tierq/client/``, ``tierq/cli/``, ``tierq/local/``      | the client, the command line and the |
+|                                                          | local stack keep their own variables |
+| ``tierq/dal/schema_snapshot.py``                         | a developer's tool (``--server``)    |
 """
 
 from __future__ import annotations
