@@ -174,3 +174,23 @@ def test_a_bad_value_is_refused_naming_its_variable(variable: str, value: str,
     with pytest.raises(ValidationError, match=says) as refused:
         Settings.from_environ({variable: value})
     assert variable in str(refused.value)
+
+
+def test_a_bad_setting_fails_the_first_request_not_the_import() -> None:
+    """The runtime builds its logger and tracer at import from the settings; with a bad one
+    it imports with the defaults, and reading the settings (the engine, on the first
+    request) raises naming the variable."""
+    import subprocess
+    import sys
+
+    code = ("import tierq.aws.runtime as r\nprint(r.SERVICE)\n"
+            "from tierq.config import get_settings\n"
+            "try:\n    get_settings()\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent),
+           "TIERQ_TICK_MAX_SECONDS": "-5", "POWERTOOLS_SERVICE_NAME": "svc"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    first, rest = done.stdout.split("\n", 1)
+    assert first == "tierq"  # the default service, not the unread "svc"
+    assert rest.startswith("ValidationError") and "TIERQ_TICK_MAX_SECONDS" in rest

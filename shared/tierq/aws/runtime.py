@@ -102,8 +102,8 @@ def _unchanged(function: HandlerT) -> HandlerT:
 
 def _settings_at_import() -> Settings:
     """The settings the logger and the tracer are built with, before any request. With a
-    bad setting, Powertools' defaults: the initialisation goes on, and each request fails
-    naming the variable, when the engine reads the settings (``get_settings``)."""
+    bad setting, the defaults: the initialisation goes on, and each request fails naming
+    the variable, when the engine reads the settings (``get_settings``)."""
     try:
         return get_settings()
     except ValidationError:
