@@ -467,7 +467,7 @@ def new_record() -> RecordKey:
     return RecordKey(valkey_key(uuid.uuid4().bytes))
 
 
-def idempotency_claim_scenario(warm: WarmTier, valkey: Any) -> None:
+def idem_claim_scenario(warm: WarmTier, valkey: Any) -> None:
     key = new_record()
     assert run(warm, IdempotencyClaim(key, b"f1", "owner-1", 30_000)) == RecordClaim(True)
     assert valkey.hgetall(key.record) == {b"f": b"f1", b"o": b"owner-1"}
@@ -481,7 +481,7 @@ def idempotency_claim_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.hget(key.record, "o") == b"owner-1"  # a reader changes nothing
 
 
-def idempotency_finish_scenario(warm: WarmTier, valkey: Any) -> None:
+def idem_finish_scenario(warm: WarmTier, valkey: Any) -> None:
     key = new_record()
     run(warm, IdempotencyClaim(key, b"f", "owner-1", 30_000))
     assert run(warm, IdempotencyFinish(key, "owner-2", 200, b"[]", 60_000)) is False
@@ -491,7 +491,7 @@ def idempotency_finish_scenario(warm: WarmTier, valkey: Any) -> None:
     assert 30_000 < valkey.pttl(key.record) <= 60_000
 
 
-def idempotency_abandon_scenario(warm: WarmTier, valkey: Any) -> None:
+def idem_abandon_scenario(warm: WarmTier, valkey: Any) -> None:
     key = new_record()
     run(warm, IdempotencyClaim(key, b"f", "owner-1", 30_000))
     assert run(warm, IdempotencyAbandon(key, "owner-2")) is False
@@ -530,8 +530,8 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     LongPolls: long_polls_scenario,
     RateAdd: rate_add_scenario,
     RateTenants: rate_tenants_scenario,
-    IdempotencyClaim: idempotency_claim_scenario,
-    IdempotencyFinish: idempotency_finish_scenario,
-    IdempotencyAbandon: idempotency_abandon_scenario,
+    IdempotencyClaim: idem_claim_scenario,
+    IdempotencyFinish: idem_finish_scenario,
+    IdempotencyAbandon: idem_abandon_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

@@ -946,7 +946,7 @@ class RecordKey:
 
 @dataclass(frozen=True)
 class RecordClaim:
-    """What idempotency_claim.lua answers: whether the caller claimed a new record, else
+    """What idem_claim.lua answers: whether the caller claimed a new record, else
     the record's body fingerprint, and its status and body once its request finished (None
     while it runs)."""
 
@@ -959,9 +959,9 @@ class RecordClaim:
 @dataclass(frozen=True)
 class IdempotencyClaim(LuaCall[RecordClaim]):
     """Claim a key's record for ``lease_ms``, or read the one there
-    (lua/idempotency_claim.lua)."""
+    (lua/idem_claim.lua)."""
 
-    SCRIPT: ClassVar[str] = "idempotency_claim"
+    SCRIPT: ClassVar[str] = "idem_claim"
     KEYS: ClassVar[tuple[str, ...]] = ("record",)
     ARGS: ClassVar[tuple[str, ...]] = ("fingerprint", "owner", "lease_ms")
 
@@ -981,9 +981,9 @@ class IdempotencyClaim(LuaCall[RecordClaim]):
 @dataclass(frozen=True)
 class IdempotencyFinish(LuaCall[bool]):
     """Keep a request's answer in the record the caller owns, for ``ttl_ms``
-    (lua/idempotency_finish.lua); whether it was kept."""
+    (lua/idem_finish.lua); whether it was kept."""
 
-    SCRIPT: ClassVar[str] = "idempotency_finish"
+    SCRIPT: ClassVar[str] = "idem_finish"
     KEYS: ClassVar[tuple[str, ...]] = ("record",)
     ARGS: ClassVar[tuple[str, ...]] = ("owner", "status", "body", "ttl_ms")
 
@@ -999,9 +999,9 @@ class IdempotencyFinish(LuaCall[bool]):
 
 @dataclass(frozen=True)
 class IdempotencyAbandon(LuaCall[bool]):
-    """Drop the record the caller owns (lua/idempotency_abandon.lua); whether it did."""
+    """Drop the record the caller owns (lua/idem_abandon.lua); whether it did."""
 
-    SCRIPT: ClassVar[str] = "idempotency_abandon"
+    SCRIPT: ClassVar[str] = "idem_abandon"
     KEYS: ClassVar[tuple[str, ...]] = ("record",)
     ARGS: ClassVar[tuple[str, ...]] = ("owner",)
 

@@ -110,9 +110,9 @@ SCRIPTS = (
     "allot_shrink",
     "rate_add",
     "rate_tenants",
-    "idempotency_claim",
-    "idempotency_finish",
-    "idempotency_abandon",
+    "idem_claim",
+    "idem_finish",
+    "idem_abandon",
 )
 
 

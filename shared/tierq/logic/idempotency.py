@@ -394,7 +394,7 @@ def purge_expired(ctx: Context, max_batches: int = PURGE_BATCHES_PER_PASS) -> in
 # --------------------------------------------------------------------------- Valkey
 
 # One hash per key, its own hash tag (one slot in cluster mode), claimed, finished and
-# abandoned by the scripts lua/idempotency_*.lua through their typed calls (dal/lua_calls.py).
+# abandoned by the scripts lua/idem_*.lua through their typed calls (dal/lua_calls.py).
 
 
 def valkey_key(scope: bytes) -> str:

@@ -1,4 +1,4 @@
--- Keep the answer of a request in its idempotency record (lua/idempotency_claim.lua),
+-- Keep the answer of a request in its idempotency record (lua/idem_claim.lua),
 -- when the caller still owns it: a record that expired and was claimed again is another's.
 --
 -- KEYS[1]  tq:idem:{<scope hex>}

@@ -1,4 +1,4 @@
--- Drop an idempotency record whose request failed (lua/idempotency_claim.lua), when the
+-- Drop an idempotency record whose request failed (lua/idem_claim.lua), when the
 -- caller still owns it, so that a retry runs the request again.
 --
 -- KEYS[1]  tq:idem:{<scope hex>}
