@@ -234,8 +234,8 @@ class Settings(BaseModel):
 
     # The PostgreSQL shards (tierq.dal.shards): TIERQ_SHARD_URLS (``name=url`` items, the
     # default first) wins; else, on AWS, TIERQ_SHARD_NAMES with each further shard's entry
-    # under the Parameter Store path TIERQ_SHARD_DIRECTORY. Checked here, so that a bad list
-    # stops the process naming the variable before any connection.
+    # under the Parameter Store path TIERQ_SHARD_DIRECTORY. Checked here, so that a bad list is
+    # refused naming the variable before any connection.
     shard_urls: str = Field(default="", alias="TIERQ_SHARD_URLS")
     shard_names: str = Field(default="", alias="TIERQ_SHARD_NAMES")
     shard_directory: str = Field(default="", alias="TIERQ_SHARD_DIRECTORY")
