@@ -5,6 +5,18 @@ Per-queue settings stored in Postgres (``tierq_queues``) override the defaults h
 A plain pydantic model reads the variables itself (each field's alias, matched without
 regard to case, as pydantic-settings did): pydantic-settings cost every Lambda function
 about 40 ms of its cold import for this one class.
+
+The engine and ``tierq.aws`` read every variable through this model (a unit test,
+tests/unit/test_settings_source.py, scans the modules). Outside it, by design:
+
+| reads the environment itself                        | why                                  |
+| --------------------------------------------------- | ------------------------------------ |
+| the maintenance jobs' ``TIERQ_<JOB>_<FIELD>``       | derived from each job's config       |
+| (``tierq.maintenance.registry``)                    | model, validated and named there     |
+| ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``                | OpenSSL's own: libpq's OpenSSL reads |
+| (``tierq.dal.connect.use_system_trust_store``)      | them, tierq only sets a default      |
+| the client, the command line, the local stack, the  | their own documented variables, read |
+| Glue job and the schema snapshot tool               | before any engine exists             |
 """
 
 from __future__ import annotations
@@ -16,6 +28,9 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+# The longest a Lambda invocation runs: a scheduled function's ticks stop within it.
+MAX_INVOCATION_SECONDS = 900.0
 
 # The longest time budget of one maintenance pass (TIERQ_MAINTENANCE_BUDGET_SECONDS, and each
 # job's budget_seconds: tierq.maintenance.registry.JobConfig), so a value accepted at startup
@@ -31,21 +46,29 @@ TENANT_WARM_MIN_BYTES = 1 << 20
 
 
 class Settings(BaseModel):
-    """Everything tierq reads from the environment.
+    """Everything the engine and ``tierq.aws`` read from the environment (the module's
+    table lists what is read elsewhere, and why).
 
     ``Settings()`` reads the process environment; keyword arguments (by field name or by
-    variable name) take precedence over it.
+    variable name) take precedence over it. ``Settings.from_environ(mapping)`` reads that
+    mapping instead of the process environment.
     """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], **given: Any) -> Settings:
+        """The settings of ``environ`` (not the process environment) and ``given``."""
+        return cls.model_validate(given, context={"environ": environ})
+
     @model_validator(mode="before")
     @classmethod
-    def _read_environment(cls, given: Any) -> Any:
+    def _read_environment(cls, given: Any, info: ValidationInfo) -> Any:
         if not isinstance(given, Mapping):
             return given
         values = dict(given)
-        environment = {name.upper(): value for name, value in os.environ.items()}
+        source = (info.context or {}).get("environ", os.environ)
+        environment = {name.upper(): value for name, value in source.items()}
         for name, field in cls.model_fields.items():
             variable = field.alias or name
             if variable in values or name in values:
@@ -208,6 +231,89 @@ class Settings(BaseModel):
     claim_reserved_concurrency: int = Field(default=0, ge=0, le=100_000,
                                             alias="TIERQ_CLAIM_RESERVED_CONCURRENCY")
     long_polls_percent: int = Field(default=80, ge=1, le=100, alias="TIERQ_LONG_POLLS_PERCENT")
+
+    # The PostgreSQL shards (tierq.dal.shards): TIERQ_SHARD_URLS (``name=url`` items, the
+    # default first) wins; else, on AWS, TIERQ_SHARD_NAMES with each further shard's entry
+    # under the Parameter Store path TIERQ_SHARD_DIRECTORY. Checked here, so that a bad list is
+    # refused naming the variable before any connection.
+    shard_urls: str = Field(default="", alias="TIERQ_SHARD_URLS")
+    shard_names: str = Field(default="", alias="TIERQ_SHARD_NAMES")
+    shard_directory: str = Field(default="", alias="TIERQ_SHARD_DIRECTORY")
+    # The migrate function's check of a further shard's host: its proxy is named this
+    # prefix and the shard's name (tierq.aws.custom_resource).
+    shard_proxy_prefix: str = Field(default="", alias="TIERQ_SHARD_PROXY_PREFIX")
+
+    # A scheduled invocation's ticks (tierq.aws.scheduled): it returns after
+    # TIERQ_TICK_MAX_SECONDS, or when less than TIERQ_TICK_SAFETY_SECONDS of its remaining
+    # time is left; empty is the default.
+    tick_max_seconds: float = Field(default=55.0, ge=0, le=MAX_INVOCATION_SECONDS,
+                                    allow_inf_nan=False, alias="TIERQ_TICK_MAX_SECONDS")
+    tick_safety_seconds: float = Field(default=10.0, ge=0, le=MAX_INVOCATION_SECONDS,
+                                       allow_inf_nan=False, alias="TIERQ_TICK_SAFETY_SECONDS")
+
+    # Lambda's and Powertools' variables that tierq reads too: the service and namespace of
+    # logs and metrics, and what decides whether the X-Ray tracer exists
+    # (tierq.aws.runtime.tracing_enabled, Powertools' own rule). Powertools reads its other
+    # variables (POWERTOOLS_LOG_LEVEL, …) itself.
+    aws_region: str = Field(default="", alias="AWS_REGION")
+    aws_default_region: str = Field(default="", alias="AWS_DEFAULT_REGION")
+    powertools_service_name: str = Field(default="tierq", min_length=1, max_length=255,
+                                         alias="POWERTOOLS_SERVICE_NAME")
+    # CloudWatch's rule for a namespace: 1-255 of these characters, not under AWS/
+    powertools_metrics_namespace: str = Field(default="Tierq", min_length=1, max_length=255,
+                                              pattern=r"^[0-9A-Za-z._/#: -]+$",
+                                              alias="POWERTOOLS_METRICS_NAMESPACE")
+    # true, 1, yes, on, t or y (any case) as Powertools' strtobool; false, 0, no, off, f, n
+    powertools_trace_disabled: bool = Field(default=False, alias="POWERTOOLS_TRACE_DISABLED")
+    lambda_task_root: str = Field(default="", alias="LAMBDA_TASK_ROOT")  # set in Lambda
+    aws_sam_local: str = Field(default="", alias="AWS_SAM_LOCAL")  # set by `sam local`
+    aws_chalice_cli_mode: str = Field(default="", alias="AWS_CHALICE_CLI_MODE")
+
+    @property
+    def region(self) -> str:
+        """The AWS region of the process (AWS_REGION, else AWS_DEFAULT_REGION; empty when
+        neither is set)."""
+        return self.aws_region or self.aws_default_region
+
+    @field_validator("shard_urls", "shard_names", "shard_directory", "shard_proxy_prefix",
+                     "aws_region", "aws_default_region")
+    @classmethod
+    def _stripped(cls, value: str) -> str:
+        return value.strip()
+
+    @field_validator("shard_urls")
+    @classmethod
+    def _usable_shard_urls(cls, value: str) -> str:
+        if value:
+            from tierq.dal.shards import parse_shard_urls  # (a sharded deployment's only)
+
+            parse_shard_urls(value)  # ShardConfigError names TIERQ_SHARD_URLS and the item
+        return value
+
+    @field_validator("shard_names")
+    @classmethod
+    def _usable_shard_names(cls, value: str) -> str:
+        if value:
+            from tierq.dal.shards import parse_shard_names
+
+            parse_shard_names(value)  # ShardConfigError names TIERQ_SHARD_NAMES and the item
+        return value
+
+    @field_validator("tick_max_seconds", "tick_safety_seconds", mode="before")
+    @classmethod
+    def _empty_is_the_default(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str) and not value.strip():
+            assert info.field_name is not None
+            return cls.model_fields[info.field_name].default
+        return value
+
+    @field_validator("powertools_metrics_namespace")
+    @classmethod
+    def _not_aws_namespace(cls, value: str) -> str:
+        if value.startswith("AWS/"):
+            raise ValueError(f"POWERTOOLS_METRICS_NAMESPACE must not start with AWS/ "
+                             f"(CloudWatch reserves it), got {value!r}")
+        return value
 
     @property
     def long_polls_cap(self) -> int:

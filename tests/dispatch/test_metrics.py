@@ -15,7 +15,8 @@ from tierq.logic.dispatch import DispatchCounts
 def test_a_batch_emits_its_counts_as_emf(capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch, make_tq: Any) -> None:
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
-    tq = make_tq()
+    # the engine's settings name the namespace (POWERTOOLS_METRICS_NAMESPACE)
+    tq = make_tq(powertools_metrics_namespace="TierqDispatchTest")
     tq.put_queue("orders", {})  # (configured: its counts carry its name)
     counts = DispatchCounts(batches=1, dispatched=10, acked=8, retried=2, consumer_errors=0,
                             throttled=0)
@@ -27,7 +28,7 @@ def test_a_batch_emits_its_counts_as_emf(capsys: pytest.CaptureFixture[str],
     assert first["queue"] == "orders" and first["Dispatched"] in (10.0, [10.0])
     assert "Throttled" not in first and "ConsumerErrors" not in first
     [directive] = first["_aws"]["CloudWatchMetrics"]
-    assert directive["Namespace"] == metrics.NAMESPACE
+    assert directive["Namespace"] == "TierqDispatchTest"
     assert any("queue" in d for d in directive["Dimensions"])
     assert {m["Name"] for m in directive["Metrics"]} == {"Dispatched"}
     assert second["Throttled"] in (1.0, [1.0]) and "Dispatched" not in second

@@ -20,6 +20,7 @@ from tests.handlers.support import (
     scheduler_event,
 )
 from tierq.aws.scheduled import TickReport, run_ticks
+from tierq.config import Settings
 
 
 class FakeTime:
@@ -63,13 +64,14 @@ def ticker(fake: FakeTime, duration: float = 0.0,
 
 
 def loop(fake: FakeTime, tick: Callable[[], Any], *, every: float, remaining: float = 70.0,
-         event: dict[str, Any] | None = None) -> TickReport:
+         event: dict[str, Any] | None = None,
+         environ: dict[str, str] | None = None) -> TickReport:
     return run_ticks("cold_to_warm", tick, every=every, event=event,
-                     context=Remaining(fake, remaining), clock=fake.clock, sleep=fake.sleep)
+                     context=Remaining(fake, remaining), clock=fake.clock, sleep=fake.sleep,
+                     settings=Settings.from_environ(environ or {}))
 
 
-def test_ticks_every_interval_for_max_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TIERQ_TICK_MAX_SECONDS", raising=False)
+def test_ticks_every_interval_for_max_seconds() -> None:
     fake = FakeTime()
     at, tick = ticker(fake)
     report = loop(fake, tick, every=5.0)
@@ -79,14 +81,24 @@ def test_ticks_every_interval_for_max_seconds(monkeypatch: pytest.MonkeyPatch) -
     assert max(fake.sleeps) <= 0.25  # waits in slices, so a stop is seen quickly
 
 
-def test_stops_before_the_timeout_with_the_safety_margin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TIERQ_TICK_MAX_SECONDS", raising=False)
+def test_stops_before_the_timeout_with_the_safety_margin() -> None:
     fake = FakeTime()
     at, tick = ticker(fake)
     report = loop(fake, tick, every=1.0, remaining=20.0)  # 20 s left, 10 s margin
     assert len(at) == 10
     assert fake.now - 1000.0 <= 10.0
     assert report.duration_ms <= 10_000
+
+
+def test_the_tick_settings_bound_the_invocation() -> None:
+    fake = FakeTime()
+    at, tick = ticker(fake)
+    loop(fake, tick, every=1.0, environ={"TIERQ_TICK_MAX_SECONDS": "4.5"})
+    assert [t - 1000.0 for t in at] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    fake = FakeTime()
+    at, tick = ticker(fake)
+    loop(fake, tick, every=1.0, remaining=20.0, environ={"TIERQ_TICK_SAFETY_SECONDS": "15"})
+    assert len(at) == 5  # 20 s left, 15 s margin
 
 
 def test_event_overrides_duration_and_interval() -> None:

@@ -9,13 +9,17 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
+import redis
+from redis.exceptions import ClusterDownError, MasterDownError, RedisClusterException
 
 from tests.handlers.support import Invoke
-from tierq.aws.http.errors import UNAVAILABLE_FALLBACK, public_unavailable
+from tierq.aws.http.errors import UNAVAILABLE_FALLBACK, error_response, public_unavailable
 from tierq.aws.runtime import engine, logger, reset_engine
-from tierq.errors import Unavailable
+from tierq.dal import warm_tier
+from tierq.errors import Unavailable, WarmTierUnavailable
 from tierq.local.services.process import free_port
 
 # Anything a 503 body must not say.
@@ -137,3 +141,43 @@ def test_a_message_that_gives_internals_away_is_replaced() -> None:
     clean = Unavailable("PostgreSQL is not answering", detail="host=db.internal port=5432")
     assert public_unavailable(clean) is clean
     assert "db.internal" not in str(clean.to_body())
+
+
+def test_valkey_cluster_unreachable(call: Invoke, monkeypatch: pytest.MonkeyPatch,
+                                    function_log: Records) -> None:
+    """A cluster client that reaches no node raises redis-py's RedisClusterException
+    ("Redis Cluster cannot be connected"), not a connection error: still a 503 naming
+    Valkey, the driver's words in the log only."""
+    port = free_port()
+    monkeypatch.setenv("VALKEY_URL", f"redis://127.0.0.1:{port}/0")
+    monkeypatch.setenv("VALKEY_CLUSTER", "true")
+    reset_engine()
+    for method, path, body in (("POST", "/v1/queues/jobs/claims", {"max": 1, "tenant": "_"}),
+                               ("POST", "/v1/queues/jobs/tasks", {"payload": 1})):
+        reply = call(method, path, body)
+        assert_clean_503(reply.status, reply.headers, reply.body)
+        assert "Valkey" in reply.body["error"]["message"]
+    logged = function_log.text()
+    assert "store unavailable" in logged
+    assert "RedisClusterException" in logged or "Cluster" in logged, logged
+    reset_engine()
+
+
+@pytest.mark.parametrize("raised", [
+    RedisClusterException("Redis Cluster cannot be connected. Please provide at least one "
+                          "reachable node: Error 111 connecting to 10.0.3.7:6379."),
+    RedisClusterException("All slots are not covered after query all startup_nodes."),
+    ClusterDownError("CLUSTERDOWN The cluster is down"),
+    MasterDownError("MASTERDOWN Link with MASTER is down"),
+    redis.ConnectionError("Error 111 connecting to 10.0.3.7:6379. Connection refused."),
+])
+def test_every_cluster_outage_is_a_503_naming_valkey_only(raised: Exception) -> None:
+    """What redis-py raises when a cluster cannot serve, as the warm tier maps it and the
+    HTTP API answers it."""
+    with pytest.raises(WarmTierUnavailable) as mapped, warm_tier._available():
+        raise raised
+    assert mapped.value.__cause__ is raised  # the driver's words, for the log
+    response = error_response(mapped.value)
+    body = orjson.loads(response.body)
+    assert_clean_503(response.status_code, response.headers, body)
+    assert body["error"]["message"] == "Valkey is not answering"

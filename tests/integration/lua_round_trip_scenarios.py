@@ -26,6 +26,9 @@ from tierq.dal.lua_calls import (
     ClaimReply,
     ClaimTake,
     GoCold,
+    IdempotencyAbandon,
+    IdempotencyClaim,
+    IdempotencyFinish,
     LeaseDrop,
     LeaseExpired,
     LeaseExtend,
@@ -46,6 +49,8 @@ from tierq.dal.lua_calls import (
     RateKey,
     RateTenants,
     ReadyTenantsNote,
+    RecordClaim,
+    RecordKey,
     ReleaseLeases,
     Remove,
     RemoveReady,
@@ -63,6 +68,7 @@ from tierq.dal.lua_calls import (
 )
 from tierq.dal.throughput import rate_key, tenants_key
 from tierq.dal.warm_tier import PairKeys, QueueKeys, TenantKeys, WarmTier, lease_member
+from tierq.logic.idempotency import valkey_key
 
 R = TypeVar("R")
 NOW = 1_000_000
@@ -457,6 +463,43 @@ def rate_tenants_scenario(warm: WarmTier, valkey: Any) -> None:
     assert warm.throughput.noted_tenants(queue) == ["a", "b"]
 
 
+def new_record() -> RecordKey:
+    return RecordKey(valkey_key(uuid.uuid4().bytes))
+
+
+def idem_claim_scenario(warm: WarmTier, valkey: Any) -> None:
+    key = new_record()
+    assert run(warm, IdempotencyClaim(key, b"f1", "owner-1", 30_000)) == RecordClaim(True)
+    assert valkey.hgetall(key.record) == {b"f": b"f1", b"o": b"owner-1"}
+    assert 0 < valkey.pttl(key.record) <= 30_000
+    # claimed already: the record as it is (no status or body while its request runs)
+    assert run(warm, IdempotencyClaim(key, b"f2", "owner-2", 30_000)) == RecordClaim(
+        False, b"f1", None, None)
+    valkey.hset(key.record, mapping={"s": 201, "b": b'{"ok":1}'})
+    assert run(warm, IdempotencyClaim(key, b"f1", "owner-3", 30_000)) == RecordClaim(
+        False, b"f1", 201, b'{"ok":1}')
+    assert valkey.hget(key.record, "o") == b"owner-1"  # a reader changes nothing
+
+
+def idem_finish_scenario(warm: WarmTier, valkey: Any) -> None:
+    key = new_record()
+    run(warm, IdempotencyClaim(key, b"f", "owner-1", 30_000))
+    assert run(warm, IdempotencyFinish(key, "owner-2", 200, b"[]", 60_000)) is False
+    assert valkey.hget(key.record, "s") is None
+    assert run(warm, IdempotencyFinish(key, "owner-1", 207, b'{"n":2}', 60_000)) is True
+    assert valkey.hmget(key.record, ["s", "b"]) == [b"207", b'{"n":2}']
+    assert 30_000 < valkey.pttl(key.record) <= 60_000
+
+
+def idem_abandon_scenario(warm: WarmTier, valkey: Any) -> None:
+    key = new_record()
+    run(warm, IdempotencyClaim(key, b"f", "owner-1", 30_000))
+    assert run(warm, IdempotencyAbandon(key, "owner-2")) is False
+    assert valkey.exists(key.record) == 1
+    assert run(warm, IdempotencyAbandon(key, "owner-1")) is True
+    assert valkey.exists(key.record) == 0
+
+
 SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     Claim: claim_scenario,
     PushReady: push_ready_scenario,
@@ -487,5 +530,8 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     LongPolls: long_polls_scenario,
     RateAdd: rate_add_scenario,
     RateTenants: rate_tenants_scenario,
+    IdempotencyClaim: idem_claim_scenario,
+    IdempotencyFinish: idem_finish_scenario,
+    IdempotencyAbandon: idem_abandon_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

@@ -4,6 +4,7 @@ proxy. (The linters run in tests/template/test_template.py.)"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -132,7 +133,8 @@ def test_the_tenant_limits_reach_every_function(single: dict) -> None:
 
     defaults = Settings()
     params = single["Parameters"]
-    assert params["TenantRequestsPerSecond"]["Default"] == defaults.tenant_requests_per_second
+    assert float(params["TenantRequestsPerSecond"]["Default"]) == \
+        defaults.tenant_requests_per_second
     assert params["TenantRequestsBurst"]["Default"] == defaults.tenant_requests_burst
     assert params["TenantLongPolls"]["Default"] == defaults.tenant_long_polls
     assert params["LongPollsPercent"]["Default"] == defaults.long_polls_percent
@@ -147,6 +149,53 @@ def test_the_glue_job_has_the_tenants_warm_share_as_the_functions(single: dict) 
     job = single["Resources"]["FeedQueueJob"]["Properties"]["DefaultArguments"]
     for name in ("TIERQ_WARM_CAPACITY_BYTES", "TIERQ_TENANT_WARM_MAX_BYTES"):
         assert job[f"--{name}"] == env[name]
+def rate_parameter_accepts(template: dict, value: str) -> bool:
+    declared = template["Parameters"]["TenantRequestsPerSecond"]
+    assert declared["Type"] == "String" and "MinValue" not in declared  # (a String's rule)
+    # CloudFormation matches the whole value (Java's regex; this one reads the same in Python)
+    return re.fullmatch(declared["AllowedPattern"], value) is not None
+
+
+def settings_accept_rate(value: str) -> bool:
+    from pydantic import ValidationError
+
+    from tierq.config import Settings
+
+    try:
+        Settings.from_environ({"TIERQ_TENANT_REQUESTS_PER_SECOND": value})
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("value", [
+    "0", "0.0", "0.000", "0.001", "0.005", "0.0099", "0.01", "0.010", "0.05", "0.5", "1", "1.5",
+    "100", "999999.999", "1000000", "1000000.0", "1000000.01", "1000001", "10000000",
+])
+def test_the_request_rate_parameter_takes_what_the_settings_take(single: dict,
+                                                                 value: str) -> None:
+    """CloudFormation accepts a TenantRequestsPerSecond exactly when Settings does: a stack
+    never deploys functions that refuse their own settings."""
+    assert rate_parameter_accepts(single, value) == settings_accept_rate(value)
+
+
+@pytest.mark.parametrize("value", ["", "abc", "-1", "-0.01", ".5", "1.", "00.5", "1e3", " 1"])
+def test_the_request_rate_parameter_takes_decimal_notation_only(single: dict,
+                                                                value: str) -> None:
+    assert not rate_parameter_accepts(single, value)
+
+
+def test_the_tenant_limit_parameters_stay_within_the_settings_bounds(single: dict) -> None:
+    from tierq.config import Settings
+
+    params = single["Parameters"]
+    for parameter, field in (("TenantRequestsBurst", "tenant_requests_burst"),
+                             ("TenantLongPolls", "tenant_long_polls"),
+                             ("ClaimReservedConcurrency", "claim_reserved_concurrency"),
+                             ("LongPollsPercent", "long_polls_percent")):
+        bounds = {type(m).__name__: m for m in Settings.model_fields[field].metadata}
+        assert params[parameter]["MinValue"] >= bounds["Ge"].ge, parameter
+        assert params[parameter]["MaxValue"] <= bounds["Le"].le, parameter
 
 
 # ---------------------------------------------------------------- the cache's users

@@ -26,6 +26,10 @@ CHART_SCRIPTS = frozenset({"rate_add.lua", "rate_tenants.lua"})
 # task. They write only keys of a tenant's own hash tag, tq:{~<tenant>}, and the count of
 # all callers' long polls, tq:{~}:polls.
 TENANT_LIMIT_SCRIPTS = frozenset({"tenant_requests.lua", "long_polls.lua"})
+# The idempotency records of claims and lease outcomes (logic/idempotency.py) expire: a
+# record lost to eviction only means a repeat runs again (an ack's repeat is answered
+# "rejected"), never a lost task. They write only tq:idem:{<scope>}, a hash tag of their own.
+IDEMPOTENCY_SCRIPTS = frozenset({"idem_claim.lua", "idem_finish.lua"})
 
 
 def test_tierq_keys_carry_no_ttl() -> None:
@@ -33,7 +37,7 @@ def test_tierq_keys_carry_no_ttl() -> None:
     sources = {entry.name: entry.read_text("utf-8")
                for entry in dal.joinpath("lua").iterdir()
                if entry.name.endswith(".lua")
-               and entry.name not in CHART_SCRIPTS | TENANT_LIMIT_SCRIPTS}
+               and entry.name not in CHART_SCRIPTS | TENANT_LIMIT_SCRIPTS | IDEMPOTENCY_SCRIPTS}
     sources["warm_tier.py"] = dal.joinpath("warm_tier.py").read_text("utf-8")
     assert len(sources) > 10
     for name, text in sources.items():

@@ -75,13 +75,16 @@ def test_with_tracing_on_in_lambda_the_powertools_tracer_and_xray_are_loaded() -
     ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "false"}, True),
     ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "true"}, False),
     ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "1"}, False),
+    ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "Yes"}, False),
+    ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "off"}, True),
     ({"LAMBDA_TASK_ROOT": "/var/task", "AWS_SAM_LOCAL": "true"}, False),
     ({}, False),
 ])
 def test_tracing_follows_the_powertools_rule(environ: dict[str, str], enabled: bool) -> None:
     from tierq.aws.runtime import tracing_enabled
+    from tierq.config import Settings
 
-    assert tracing_enabled(environ) is enabled
+    assert tracing_enabled(Settings.from_environ(environ)) is enabled
 
 
 def test_the_untraced_tracer_leaves_handlers_as_they_are() -> None:

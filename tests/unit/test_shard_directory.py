@@ -1,5 +1,5 @@
 """The shards of an AWS deployment, found by the template's naming convention
-(tierq.dal.shards.shards_from_environment): TIERQ_SHARD_NAMES, the default shard at DB_HOST
+(tierq.dal.shards.shards_from_settings): TIERQ_SHARD_NAMES, the default shard at DB_HOST
 with DB_SECRET_ARN's login, each further one at its Parameter Store entry. moto stands in for
 Secrets Manager and Parameter Store."""
 
@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 
 import boto3
 import pytest
+from pydantic import ValidationError
 
 from tierq.config import Settings
-from tierq.dal.shards import ShardConfigError, shards_from_environment
+from tierq.dal.shards import ShardConfigError, shards_from_settings
 
 REGION = "us-east-1"
 
@@ -44,9 +45,14 @@ def aws(aws_credentials: None) -> Iterator[Aws]:
               boto3.client("ssm", region_name=REGION), f"r{time.time_ns()}")
 
 
-def settings(arn: str) -> Settings:
-    return Settings(DB_SECRET_ARN=arn, DB_HOST="proxy.example", DB_NAME="tierq",
-                    DB_SSLMODE="disable")
+def settings(arn: str, environ: dict[str, str]) -> Settings:
+    return Settings.from_environ(environ, DB_SECRET_ARN=arn, DB_HOST="proxy.example",
+                                 DB_NAME="tierq", DB_SSLMODE="disable")
+
+
+def one(environ: dict[str, str]) -> Settings:
+    """One database's settings with ``environ``'s shard variables (nothing of the process)."""
+    return Settings.from_environ({"DATABASE_URL": "postgresql://h/one", **environ})
 
 
 def shard(aws: Aws, path: str, name: str) -> tuple[str, str]:
@@ -65,23 +71,23 @@ def test_the_default_shard_is_where_db_host_says_and_the_others_where_their_entr
     shard(aws, path, "c")
     aws.entry(path, "gone", {"host": "x"})  # an entry of a name no longer listed: unread
     env = {"TIERQ_SHARD_NAMES": "default, b,c", "TIERQ_SHARD_DIRECTORY": path + "/"}
-    specs = shards_from_environment(settings(default_arn), env)
+    specs = shards_from_settings(settings(default_arn, env))
     assert [s.name for s in specs] == ["default", "b", "c"]
     where = [(u.hostname, u.port, u.path, u.username, u.password)
              for u in (urlsplit(s.url) for s in specs)]
     assert where == [("proxy.example", 5432, "/tierq", "app_default", "pw-default"),
                      ("b.proxy.example", 5432, "/tierq_b", "app_b", "pw-b"),
                      ("c.proxy.example", 5432, "/tierq_c", "app_c", "pw-c")]
-    owners = shards_from_environment(settings(default_arn), env, login="owner")
+    owners = shards_from_settings(settings(default_arn, env), login="owner")
     assert [urlsplit(s.url).username for s in owners] == ["app_default", "own_b", "own_c"]
 
 
 def test_each_new_connection_reads_a_rotated_secret(aws: Aws) -> None:
     path = f"/tierq/{aws.run}/shards"
     app, _ = shard(aws, path, "b")
-    specs = shards_from_environment(
-        settings(aws.login("app_default", "p")),
-        {"TIERQ_SHARD_NAMES": "default,b", "TIERQ_SHARD_DIRECTORY": path})
+    specs = shards_from_settings(
+        settings(aws.login("app_default", "p"),
+                 {"TIERQ_SHARD_NAMES": "default,b", "TIERQ_SHARD_DIRECTORY": path}))
     resolve = specs[1].resolve_url
     assert resolve is not None
     aws.secrets.put_secret_value(  # type: ignore[attr-defined]
@@ -92,74 +98,69 @@ def test_each_new_connection_reads_a_rotated_secret(aws: Aws) -> None:
 
 
 def test_urls_win_and_without_names_there_is_one_default_shard(aws: Aws) -> None:
-    specs = shards_from_environment(
-        Settings(DATABASE_URL="postgresql://h/one"),
+    specs = shards_from_settings(one(
         {"TIERQ_SHARD_URLS": "a=postgresql://h/a,b=postgresql://h/b",
-         "TIERQ_SHARD_NAMES": "x,y"})
+         "TIERQ_SHARD_NAMES": "x,y"}))
     assert [(s.name, s.url) for s in specs] == [("a", "postgresql://h/a"),
                                                ("b", "postgresql://h/b")]
-    only = shards_from_environment(Settings(DATABASE_URL="postgresql://h/one"), {})
+    only = shards_from_settings(one({}))
     assert [(s.name, s.url, s.resolve_url) for s in only] == [
         ("default", "postgresql://h/one", None)]
-    named = shards_from_environment(Settings(DATABASE_URL="postgresql://h/one"),
-                                    {"TIERQ_SHARD_NAMES": "blue"})
+    named = shards_from_settings(one({"TIERQ_SHARD_NAMES": "blue"}))
     assert [(s.name, s.url) for s in named] == [("blue", "postgresql://h/one")]
 
 
+def test_further_shards_without_a_directory_are_refused_by_name() -> None:
+    with pytest.raises(ShardConfigError, match="TIERQ_SHARD_DIRECTORY"):
+        shards_from_settings(one({"TIERQ_SHARD_NAMES": "default,b"}),
+                             directory=lambda path: {})
+
+
 @pytest.mark.parametrize(("env", "says"), [
-    ({"TIERQ_SHARD_NAMES": "default,b"}, "TIERQ_SHARD_DIRECTORY"),
-    ({"TIERQ_SHARD_NAMES": "default,,b", "TIERQ_SHARD_DIRECTORY": "/p"}, "item 2 is empty"),
+    ({"TIERQ_SHARD_NAMES": "default,,b"}, "TIERQ_SHARD_NAMES: item 2 is empty"),
     ({"TIERQ_SHARD_NAMES": " , "}, "TIERQ_SHARD_NAMES is empty"),
-    ({"TIERQ_SHARD_NAMES": "default,B", "TIERQ_SHARD_DIRECTORY": "/p"}, "lower-case"),
+    ({"TIERQ_SHARD_NAMES": "default,B"}, "lower-case"),
     ({"TIERQ_SHARD_NAMES": "default,default"}, "are the same"),
+    ({"TIERQ_SHARD_URLS": "a=postgresql://h/a,,"}, "TIERQ_SHARD_URLS: item 2 is empty"),
+    ({"TIERQ_SHARD_URLS": "postgresql://h/"}, "names no database"),
 ])
-def test_bad_names_or_a_missing_variable_are_refused_by_name(env: dict[str, str],
-                                                             says: str) -> None:
-    with pytest.raises(ShardConfigError, match=says):
-        shards_from_environment(Settings(DATABASE_URL="postgresql://h/one"), env,
-                                directory=lambda path: {})
+def test_bad_names_or_urls_are_refused_by_the_settings_naming_the_variable(
+        env: dict[str, str], says: str) -> None:
+    with pytest.raises(ValidationError, match=says) as refused:
+        one(env)
+    assert next(iter(env)) in str(refused.value)  # the variable, as pydantic's location
 
 
 def test_a_missing_or_broken_entry_is_refused_naming_the_parameter(aws: Aws) -> None:
     path = f"/tierq/{aws.run}/shards"
     env = {"TIERQ_SHARD_NAMES": "default,b,c", "TIERQ_SHARD_DIRECTORY": path}
-    base = Settings(DATABASE_URL="postgresql://h/one")
+    base = one(env)
     shard(aws, path, "b")
     with pytest.raises(ShardConfigError, match=f"no entry {path}/c"):
-        shards_from_environment(base, env)
+        shards_from_settings(base)
     for value, says in (("not json", "is not JSON"), ({"host": "h"}, "lacks app_secret"),
                         ([1], "not a JSON object")):
         with pytest.raises(ShardConfigError, match=says):
-            shards_from_environment(base, env, directory=lambda p, v=value: {  # type: ignore[misc]
+            shards_from_settings(base, directory=lambda p, v=value: {  # type: ignore[misc]
                 "b": json.dumps({"host": "h", "app_secret": "a", "owner_secret": "o"}),
                 "c": v if isinstance(v, str) else json.dumps(v)})
 
 
 def test_the_default_shard_needs_its_own_variables() -> None:
     with pytest.raises(RuntimeError, match="DATABASE_URL"):
-        shards_from_environment(Settings(DATABASE_URL=None, DB_SECRET_ARN=None),
-                                {"TIERQ_SHARD_NAMES": "default"})
+        shards_from_settings(Settings.from_environ({"TIERQ_SHARD_NAMES": "default"}))
 
 
-def test_the_functions_serve_every_shard_the_convention_names(
-        aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_functions_serve_every_shard_the_convention_names(aws: Aws) -> None:
     from tierq.aws import runtime
-    from tierq.config import get_settings
 
     path = f"/tierq/{aws.run}/shards"
     shard(aws, path, "b")
-    for name, value in {"DB_SECRET_ARN": aws.login("app_default", "p"),
-                        "DB_HOST": "proxy.example", "DB_SSLMODE": "disable"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("TIERQ_SHARD_URLS", raising=False)
-    get_settings.cache_clear()
-    try:
-        # a stack without further shards is served as without shards
-        assert runtime.shard_specs({"TIERQ_SHARD_NAMES": "default"}) is None
-        specs = runtime.shard_specs({"TIERQ_SHARD_NAMES": "default,b",
-                                     "TIERQ_SHARD_DIRECTORY": path})
-        assert specs is not None
-        assert [(s.name, urlsplit(s.url).hostname) for s in specs] == [
-            ("default", "proxy.example"), ("b", "b.proxy.example")]
-    finally:
-        get_settings.cache_clear()
+    arn = aws.login("app_default", "p")
+    # a stack without further shards is served as without shards
+    assert runtime.shard_specs(settings(arn, {"TIERQ_SHARD_NAMES": "default"})) is None
+    specs = runtime.shard_specs(settings(arn, {"TIERQ_SHARD_NAMES": "default,b",
+                                               "TIERQ_SHARD_DIRECTORY": path}))
+    assert specs is not None
+    assert [(s.name, urlsplit(s.url).hostname) for s in specs] == [
+        ("default", "proxy.example"), ("b", "b.proxy.example")]

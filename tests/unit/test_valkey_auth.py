@@ -123,10 +123,18 @@ def test_settings_name_the_user_the_cache_and_the_region() -> None:
     with pytest.raises(ValidationError, match="VALKEY_CACHE_NAME"):
         Settings(valkey_iam_user="tierq-x-app")
     # the region: the setting, else Lambda's AWS_REGION, else AWS_DEFAULT_REGION
-    found = iam_provider("u", "c", None, {"AWS_DEFAULT_REGION": "us-west-2"})
-    assert found is not None and found.region == "us-west-2"
+    iam = {"VALKEY_URL": "rediss://c:6379/0", "VALKEY_IAM_USER": "u", "VALKEY_CACHE_NAME": "c"}
+    for environ, region in (({"AWS_DEFAULT_REGION": "us-west-2"}, "us-west-2"),
+                            ({"AWS_REGION": "eu-north-1", "AWS_DEFAULT_REGION": "us-west-2"},
+                             "eu-north-1"),
+                            ({"AWS_REGION": "eu-north-1", "VALKEY_IAM_REGION": "ap-south-1"},
+                             "ap-south-1")):
+        found = connect.valkey_credentials(Settings.from_environ({**iam, **environ}))
+        assert isinstance(found, ElastiCacheIAMProvider) and found.region == region
     with pytest.raises(ValueError, match="region"):
-        iam_provider("u", "c", None, {})
+        connect.valkey_credentials(Settings.from_environ(iam))
+    with pytest.raises(ValueError, match="region"):
+        iam_provider("u", "c", None)
 
 
 def test_the_warm_tiers_client_asks_the_provider_for_its_connections() -> None:

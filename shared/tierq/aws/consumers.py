@@ -36,7 +36,6 @@ where Lambda's runtime writes it).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -114,12 +113,13 @@ def keep_alive_through_nat(client: Any) -> None:
     options.extend(o for o in keepalive_socket_options() if o not in options)
 
 
-def region_and_account(arn_prefix: str) -> tuple[str, str]:
-    """The region and account of ``arn:<partition>:lambda:<region>:<account>:function:``."""
-    parts = arn_prefix.split(":")
+def region_and_account(settings: Settings) -> tuple[str, str]:
+    """The region and account of TIERQ_CONSUMER_ARN_PREFIX
+    (``arn:<partition>:lambda:<region>:<account>:function:``); without one, AWS_REGION's."""
+    parts = settings.consumer_arn_prefix.split(":")
     if len(parts) >= 5 and parts[0] == "arn" and parts[3] and parts[4]:
         return parts[3], parts[4]
-    return os.environ.get("AWS_REGION", DEFAULT_REGION), DEFAULT_ACCOUNT
+    return settings.aws_region or DEFAULT_REGION, DEFAULT_ACCOUNT
 
 
 @dataclass
@@ -136,7 +136,7 @@ class LambdaFunctions:
     @classmethod
     def from_settings(cls, settings: Settings,
                       client_factory: ClientFactory = lambda_client) -> LambdaFunctions:
-        region, account = region_and_account(settings.consumer_arn_prefix)
+        region, account = region_and_account(settings)
         return cls(AllowList(allow_list(settings.consumer_functions),
                              settings.consumer_arn_prefix),
                    client_factory=client_factory, region=region, account=account)

@@ -52,7 +52,6 @@ nested stack ``DELETE_FAILED``.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -73,7 +72,7 @@ from tierq.dal.shards import (
     check_names,
     directory_entries,
     parse_shard_names,
-    shards_from_environment,
+    shards_from_settings,
 )
 
 PHYSICAL_RESOURCE_ID = "tierq-db-migrations"
@@ -156,25 +155,22 @@ def _shard_proxy_endpoint(name: str) -> str | None:
 
 
 def check_request(event: Mapping[str, Any], settings: Settings | None = None,
-                  environ: Mapping[str, str] | None = None,
                   proxy_endpoint: Callable[[str], str | None] = _shard_proxy_endpoint) -> None:
     """Refuse (``Refused``) a request whose resource properties name a host, shard or
     database that is not this stack's (see the module's documentation)."""
-    env = os.environ if environ is None else environ
     props = event.get("ResourceProperties") or {}
     if not props.get("OwnerSecretArn"):
         return  # every shard, at the hosts of the function's own environment
     settings = settings or get_settings()
     shard = str(props.get("Shard") or "")
-    names = parse_shard_names(env.get("TIERQ_SHARD_NAMES", "")) \
-        if env.get("TIERQ_SHARD_NAMES", "").strip() else []
+    names = parse_shard_names(settings.shard_names) if settings.shard_names else []
     if shard not in names[1:]:
         raise Refused(f"Shard {shard!r} is not a further shard of this stack "
                       f"(TIERQ_SHARD_NAMES)")
     database = str(props.get("DbName") or settings.db_name)
     if database != settings.db_name:
         raise Refused(f"DbName {database!r} is not this stack's database")
-    prefix = env.get("TIERQ_SHARD_PROXY_PREFIX", "")
+    prefix = settings.shard_proxy_prefix
     if not prefix:
         raise Refused("TIERQ_SHARD_PROXY_PREFIX is not set: no shard's host can be checked")
     host = str(props.get("Host") or "")
@@ -263,11 +259,11 @@ def migrate_shards(properties: Mapping[str, Any] | None = None) -> Migrated:
             "db_secret_arn": str(props["OwnerSecretArn"]),
             "db_app_secret_arn": str(props.get("AppSecretArn") or "") or None})
         return Migrated(_migrate_database(one, connect.database_url(one)), [shard])
-    specs = shards_from_environment(settings, login="owner")
+    specs = shards_from_settings(settings, login="owner")
     names = [spec.name for spec in specs]
     if len(specs) == 1:
         return Migrated(_migrate_database(settings, specs[0].url), names)
-    entries = directory_entries(names[1:], os.environ)
+    entries = directory_entries(names[1:], settings.shard_directory)
     logins = {names[0]: settings,
               **{name: entry.settings(settings, "owner") for name, entry in entries.items()}}
     from tierq.sharded import ShardedTierq  # (only a sharded deployment's step needs it)
@@ -305,7 +301,7 @@ def handle(event: Mapping[str, Any], context: InvocationContext,
     a refused ResponseURL, the FAILED answer that could not be sent)."""
     request_type = event.get("RequestType")
     problem = response_url_problem(str(event.get("ResponseURL") or ""),
-                                   os.environ.get("AWS_REGION"))
+                                   get_settings().aws_region)
     if problem is not None:
         # no answer can go anywhere safe: nothing is done, and a stack (if one waits) fails
         # at the resource's ServiceTimeout

@@ -47,21 +47,27 @@ Each call builds its own ``EphemeralMetrics``, so concurrent requests for differ
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from tierq.aws.runtime import SERVICE, logger
+from tierq.config import Settings, get_settings
 from tierq.logic.context import Context
 
-NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tierq")
 GAUGES = ("warm", "cold", "delayed", "leased", "dead")
 
 
-def _blob(queue: str) -> EphemeralMetrics:
-    blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+def _new_blob(settings: Settings | None = None) -> EphemeralMetrics:
+    """An empty blob in the namespace of POWERTOOLS_METRICS_NAMESPACE (``settings``', by
+    default the process's)."""
+    namespace = (settings or get_settings()).powertools_metrics_namespace
+    return EphemeralMetrics(namespace=namespace, service=SERVICE)
+
+
+def _blob(queue: str, settings: Settings | None = None) -> EphemeralMetrics:
+    blob = _new_blob(settings)
     blob.add_dimension(name="queue", value=queue)
     return blob
 
@@ -72,7 +78,7 @@ def count_queue(ctx: Context, queue: str, counts: Mapping[str, int]) -> None:
     if not any(counts.values()):
         return
     try:
-        _count(ctx.metric_queues.series(ctx.store, queue), counts)
+        _count(ctx.metric_queues.series(ctx.store, queue), counts, ctx.settings)
     except Exception:
         logger.warning("metrics not emitted (the request's work is done)", exc_info=True)
 
@@ -85,18 +91,18 @@ def count_queues(ctx: Context, name: str, per_queue: Mapping[str, int]) -> None:
         for queue, value in per_queue.items():
             summed[ctx.metric_queues.series(ctx.store, queue)] += value
         for series, value in sorted(summed.items()):
-            _count(series, {name: value})
+            _count(series, {name: value}, ctx.settings)
     except Exception:
         logger.warning("metrics not emitted", exc_info=True)
 
 
-def _count(series: str, counts: Mapping[str, int]) -> None:
+def _count(series: str, counts: Mapping[str, int], settings: Settings) -> None:
     """Emit non-zero counters (``{"Enqueued": 3}``) under the dimension value ``series``
     (picked for a queue by ``count_queue``)."""
     values = {name: value for name, value in counts.items() if value}
     if not values:
         return
-    blob = _blob(series)
+    blob = _blob(series, settings)
     for name, value in values.items():
         blob.add_metric(name=name, unit=MetricUnit.Count, value=value)
     blob.flush_metrics()
@@ -105,7 +111,7 @@ def _count(series: str, counts: Mapping[str, int]) -> None:
 def shard_down(job: str, shards: Iterable[str]) -> None:
     """Emit ``ShardDown`` = 1 for each shard that did not answer a tick of ``job``."""
     for shard in shards:
-        blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+        blob = _new_blob()
         blob.add_dimension(name="shard", value=shard)
         blob.add_metadata(key="job", value=job)
         blob.add_metric(name="ShardDown", unit=MetricUnit.Count, value=1)
@@ -114,7 +120,7 @@ def shard_down(job: str, shards: Iterable[str]) -> None:
 
 def task_seq_used(shard: str, percent: float) -> None:
     """Emit ``TaskSeqUsedPercent`` of one shard's ``tierq_task_seq``."""
-    blob = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
+    blob = _new_blob()
     blob.add_dimension(name="shard", value=shard)
     blob.add_metric(name="TaskSeqUsedPercent", unit=MetricUnit.Percent, value=percent)
     blob.flush_metrics()

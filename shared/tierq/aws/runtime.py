@@ -34,46 +34,39 @@ request opens its own), and re-seeds what would otherwise repeat in every copy:
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger, Tracer
+from pydantic import ValidationError
 
-from tierq.config import get_settings
+from tierq.config import Settings, get_settings
 from tierq.contract import Deployment
 from tierq.core import ids
 from tierq.dal.shards import (
     ShardSpec,
     parse_shard_names,
     parse_shard_urls,
-    shards_from_environment,
+    shards_from_settings,
 )
 from tierq.engine import Tierq
 
 if TYPE_CHECKING:
     from tierq.logic.dispatch.invocation import ConsumerFunctions
 
-SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tierq")
-
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 T = TypeVar("T")
 
-# strtobool's truthy words, as Powertools reads POWERTOOLS_TRACE_DISABLED
-TRUTHY = frozenset({"1", "y", "yes", "t", "true", "on"})
 
-
-def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+def tracing_enabled(settings: Settings) -> bool:
     """Powertools' own rule for its Tracer: off when POWERTOOLS_TRACE_DISABLED is true,
     outside Lambda (no LAMBDA_TASK_ROOT) and under SAM local or Chalice's local mode."""
-    if environ.get("POWERTOOLS_TRACE_DISABLED", "false").strip().lower() in TRUTHY:
+    if settings.powertools_trace_disabled or not settings.lambda_task_root:
         return False
-    if not environ.get("LAMBDA_TASK_ROOT"):
-        return False
-    return not (environ.get("AWS_SAM_LOCAL") or environ.get("AWS_CHALICE_CLI_MODE"))
+    return not (settings.aws_sam_local or settings.aws_chalice_cli_mode)
 
 
 class UntracedTracer:
@@ -107,9 +100,21 @@ def _unchanged(function: HandlerT) -> HandlerT:
     return function
 
 
+def _settings_at_import() -> Settings:
+    """The settings the logger and the tracer are built with, before any request. With a
+    bad setting, the defaults: the initialisation goes on, and each request fails naming
+    the variable, when the engine reads the settings (``get_settings``)."""
+    try:
+        return get_settings()
+    except ValidationError:
+        return Settings.from_environ({})
+
+
+_AT_IMPORT = _settings_at_import()
+SERVICE = _AT_IMPORT.powertools_service_name
 logger = Logger(service=SERVICE)
 tracer: Tracer | UntracedTracer = (
-    Tracer(service=SERVICE) if tracing_enabled() else UntracedTracer(SERVICE))
+    Tracer(service=SERVICE) if tracing_enabled(_AT_IMPORT) else UntracedTracer(SERVICE))
 
 _engine: Deployment | None = None
 _engine_lock = threading.Lock()
@@ -117,22 +122,20 @@ _engine_lock = threading.Lock()
 _consumers: ConsumerFunctions | None = None
 
 
-def shard_specs(environ: Mapping[str, str] = os.environ) -> list[ShardSpec] | None:
+def shard_specs(settings: Settings) -> list[ShardSpec] | None:
     """The deployment's shards when it names more than one, else None (one database:
     ``DATABASE_URL`` or the secret's): ``TIERQ_SHARD_URLS``, or on AWS ``TIERQ_SHARD_NAMES``
-    with the further shards' Parameter Store entries (``shards_from_environment``)."""
-    urls = environ.get("TIERQ_SHARD_URLS", "").strip()
-    names = environ.get("TIERQ_SHARD_NAMES", "").strip()
-    if not urls and len(parse_shard_names(names) if names else []) < 2:
-        return None
-    specs = shards_from_environment(get_settings(), environ)
+    with the further shards' Parameter Store entries (``shards_from_settings``)."""
+    names = parse_shard_names(settings.shard_names) if settings.shard_names else []
+    if not settings.shard_urls and len(names) < 2:
+        return None  # (one name or none: the one database, no Parameter Store read)
+    specs = shards_from_settings(settings)
     return specs if len(specs) > 1 else None
 
 
-def _create(specs: list[ShardSpec] | None) -> Deployment:
-    settings = get_settings()
+def _create(settings: Settings, specs: list[ShardSpec] | None) -> Deployment:
     if specs is None:
-        only = os.environ.get("TIERQ_SHARD_URLS", "").strip()
+        only = settings.shard_urls
         # one shard named in TIERQ_SHARD_URLS is that database, exactly as without shards
         return Tierq(database_url=parse_shard_urls(only)[0].url if only else None,
                      settings=settings)
@@ -151,7 +154,7 @@ def engine() -> Deployment:
     with _engine_lock:
         if _engine is None:
             settings = get_settings()
-            _engine = _create(shard_specs())
+            _engine = _create(settings, shard_specs(settings))
             _give_consumers(_engine)
             if settings.dispatcher_function:  # (boto3 is imported only then)
                 from tierq.aws.consumers import install_waker

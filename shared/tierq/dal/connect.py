@@ -93,7 +93,11 @@ def use_system_trust_store(environ: MutableMapping[str, str] | None = None,
     the psycopg-binary wheels looks in a folder of its own build (/usr/lib/psycopg-openssl)
     that no host has, so without help every verification would fail. OpenSSL honours
     SSL_CERT_FILE / SSL_CERT_DIR: when neither is set, point SSL_CERT_FILE at the first
-    system bundle found (or certifi's, if installed)."""
+    system bundle found (or certifi's, if installed).
+
+    These two are OpenSSL's own variables, read by OpenSSL inside libpq, not settings of
+    tierq: this function reads and sets them in the process environment for OpenSSL to find
+    (a documented exception to reading the environment through tierq.config.Settings)."""
     env = os.environ if environ is None else environ
     if env.get("SSL_CERT_FILE") or env.get("SSL_CERT_DIR"):
         return env.get("SSL_CERT_FILE") or env.get("SSL_CERT_DIR")
@@ -119,4 +123,4 @@ def valkey_credentials(settings: Settings) -> CredentialProvider | None:
     """The IAM credentials of tierq's ElastiCache user (``VALKEY_IAM_USER``), or None: then
     a user and password, if any, come in ``VALKEY_URL`` (tierq.dal.valkey_auth)."""
     return iam_provider(settings.valkey_iam_user, settings.valkey_cache_name,
-                        settings.valkey_iam_region)
+                        settings.valkey_iam_region or settings.region)

@@ -934,6 +934,84 @@ class RateTenants(LuaCall[int]):
         return int(reply)
 
 
+# -- idempotency records of claims and lease outcomes (logic/idempotency.py) ----------------
+
+
+@dataclass(frozen=True)
+class RecordKey:
+    """One idempotency key's record (``idempotency.valkey_key``)."""
+
+    record: str
+
+
+@dataclass(frozen=True)
+class RecordClaim:
+    """What idem_claim.lua answers: whether the caller claimed a new record, else
+    the record's body fingerprint, and its status and body once its request finished (None
+    while it runs)."""
+
+    claimed: bool
+    fingerprint: bytes | None = None
+    status: int | None = None
+    body: bytes | None = None
+
+
+@dataclass(frozen=True)
+class IdempotencyClaim(LuaCall[RecordClaim]):
+    """Claim a key's record for ``lease_ms``, or read the one there
+    (lua/idem_claim.lua)."""
+
+    SCRIPT: ClassVar[str] = "idem_claim"
+    KEYS: ClassVar[tuple[str, ...]] = ("record",)
+    ARGS: ClassVar[tuple[str, ...]] = ("fingerprint", "owner", "lease_ms")
+
+    on: RecordKey
+    fingerprint: bytes
+    owner: str
+    lease_ms: int
+
+    def parse(self, reply: Any) -> RecordClaim:
+        if int(reply[0]) == 1:
+            return RecordClaim(True)
+        # (Valkey ends a script's array at its first nil: an unfinished record's s and b)
+        _, fingerprint, status, body = (list(reply) + [None] * 4)[:4]
+        return RecordClaim(False, fingerprint, None if status is None else int(status), body)
+
+
+@dataclass(frozen=True)
+class IdempotencyFinish(LuaCall[bool]):
+    """Keep a request's answer in the record the caller owns, for ``ttl_ms``
+    (lua/idem_finish.lua); whether it was kept."""
+
+    SCRIPT: ClassVar[str] = "idem_finish"
+    KEYS: ClassVar[tuple[str, ...]] = ("record",)
+    ARGS: ClassVar[tuple[str, ...]] = ("owner", "status", "body", "ttl_ms")
+
+    on: RecordKey
+    owner: str
+    status: int
+    body: bytes
+    ttl_ms: int
+
+    def parse(self, reply: Any) -> bool:
+        return int(reply) == 1
+
+
+@dataclass(frozen=True)
+class IdempotencyAbandon(LuaCall[bool]):
+    """Drop the record the caller owns (lua/idem_abandon.lua); whether it did."""
+
+    SCRIPT: ClassVar[str] = "idem_abandon"
+    KEYS: ClassVar[tuple[str, ...]] = ("record",)
+    ARGS: ClassVar[tuple[str, ...]] = ("owner",)
+
+    on: RecordKey
+    owner: str
+
+    def parse(self, reply: Any) -> bool:
+        return int(reply) == 1
+
+
 def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
     """The call as one ``EVALSHA`` command of a pipeline."""
     keys, args = call.build()
@@ -945,5 +1023,5 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,
-    RateAdd, RateTenants)
+    RateAdd, RateTenants, IdempotencyClaim, IdempotencyFinish, IdempotencyAbandon)
 """Every script with a typed call, as the tests visit them."""

@@ -9,7 +9,7 @@ the default shard (the one a single-shard deployment has). Without ``TIERQ_SHARD
 deployment has one shard, ``default``, at ``DATABASE_URL`` (or the secret's endpoint).
 
 On AWS (template.yaml) the shards are found by a naming convention instead
-(:func:`shards_from_environment`): ``TIERQ_SHARD_NAMES`` lists every shard, the default
+(:func:`shards_from_settings`): ``TIERQ_SHARD_NAMES`` lists every shard, the default
 first. The default shard is where ``DB_HOST`` and ``DB_SECRET_ARN`` say, as in a deployment
 without shards; each further shard ``<name>`` has an entry in Parameter Store,
 ``<TIERQ_SHARD_DIRECTORY>/<name>``: a JSON object with its proxy's ``host``, its ``dbname``
@@ -30,7 +30,6 @@ task's status, cancel or DLQ entry is read on one shard rather than on each.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,8 +193,8 @@ def read_directory(path: str) -> dict[str, str]:
     return {str(name): str(value) for name, value in found.items()}
 
 
-def shards_from_environment(
-        settings: Settings, environ: Mapping[str, str] | None = None, *, login: Login = "app",
+def shards_from_settings(
+        settings: Settings, *, login: Login = "app",
         directory: Callable[[str], Mapping[str, str]] = read_directory) -> list[ShardSpec]:
     """The deployment's shards, the default first:
 
@@ -208,13 +207,11 @@ def shards_from_environment(
 
     Raises ``ShardConfigError`` naming the variable or the entry that is missing or wrong,
     and RuntimeError when the default shard's own variables are missing."""
-    env = os.environ if environ is None else environ
-    urls = env.get(SHARD_URLS, "").strip()
-    if urls:
-        return parse_shard_urls(urls)
-    named = env.get(SHARD_NAMES, "").strip()
-    names = parse_shard_names(named) if named else [DEFAULT_SHARD]
-    entries = directory_entries(names[1:], env, directory)  # all checked before any login
+    if settings.shard_urls:
+        return parse_shard_urls(settings.shard_urls)
+    names = parse_shard_names(settings.shard_names) if settings.shard_names else [DEFAULT_SHARD]
+    # all checked before any login
+    entries = directory_entries(names[1:], settings.shard_directory, directory)
     specs = [_secret_spec(names[0], settings)]
     for name, entry in entries.items():
         specs.append(_secret_spec(name, entry.settings(settings, login)))
@@ -222,13 +219,14 @@ def shards_from_environment(
 
 
 def directory_entries(
-        names: Sequence[str], environ: Mapping[str, str],
+        names: Sequence[str], shard_directory: str,
         directory: Callable[[str], Mapping[str, str]] = read_directory,
 ) -> dict[str, DirectoryEntry]:
-    """The Parameter Store entries of the further shards ``names`` (none: nothing is read)."""
+    """The Parameter Store entries of the further shards ``names`` (none: nothing is read)
+    under ``shard_directory`` (the path of ``TIERQ_SHARD_DIRECTORY``)."""
     if not names:
         return {}
-    path = environ.get(SHARD_DIRECTORY, "").strip().rstrip("/")
+    path = shard_directory.strip().rstrip("/")
     if not path:
         raise ShardConfigError(
             f"{SHARD_NAMES} names further shards ({', '.join(names)}) but {SHARD_DIRECTORY}"

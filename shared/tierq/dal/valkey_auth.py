@@ -29,10 +29,9 @@ them.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -100,14 +99,13 @@ class ElastiCacheIAMProvider(CredentialProvider):
         return str(request.url).removeprefix("https://")
 
 
-def iam_provider(user: str | None, cache_name: str | None, region: str | None,
-                 environ: Mapping[str, str] | None = None) -> ElastiCacheIAMProvider | None:
-    """The IAM credentials of these settings (None without a user: no IAM)."""
+def iam_provider(user: str | None, cache_name: str | None,
+                 region: str | None) -> ElastiCacheIAMProvider | None:
+    """The IAM credentials of these settings (None without a user: no IAM); ``region`` is
+    the cache's (VALKEY_IAM_REGION, else the process's: Settings.region)."""
     if not user:
         return None
-    env = os.environ if environ is None else environ
-    where = region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-    if not cache_name or not where:
+    if not cache_name or not region:
         raise ValueError("VALKEY_IAM_USER needs VALKEY_CACHE_NAME and a region "
                          "(VALKEY_IAM_REGION or AWS_REGION)")
-    return ElastiCacheIAMProvider(user, cache_name, where)
+    return ElastiCacheIAMProvider(user, cache_name, region)

@@ -110,6 +110,9 @@ SCRIPTS = (
     "allot_shrink",
     "rate_add",
     "rate_tenants",
+    "idem_claim",
+    "idem_finish",
+    "idem_abandon",
 )
 
 
@@ -409,15 +412,13 @@ def script_source(name: str) -> str:
 
 
 # A Valkey that cannot serve: no connection or no reply in time, or in cluster mode a master
-# down (CLUSTERDOWN once the others notice), a slot no master serves, a slot being moved.
+# down (CLUSTERDOWN once the others notice), a slot no master serves, a slot being moved,
+# or no node reachable or no agreed slot map (redis-py's RedisClusterException, which is
+# not a RedisError; it also carries a refusal of a connection's credentials). The caller
+# sees a 503 naming Valkey; redis-py's words go to the log.
 VALKEY_DOWN: tuple[type[Exception], ...] = (
     redis.ConnectionError, redis.TimeoutError, ClusterError, SlotNotCoveredError,
-    TryAgainError)
-
-
-# what may carry a refusal of a connection's credentials: a cluster client that could reach
-# no node reports it as a RedisClusterException caused by the refusal
-_MAYBE_REFUSED: tuple[type[Exception], ...] = (*VALKEY_DOWN, RedisClusterException)
+    TryAgainError, RedisClusterException)
 
 # no answer, or any other error: the slot map cannot say where a pair's keys live
 _SLOT_MAP_UNKNOWN: tuple[type[Exception], ...] = (*VALKEY_DOWN, redis.RedisError)
@@ -446,7 +447,7 @@ def _refused_credentials(exc: BaseException) -> bool:
 def _available(credentials: CredentialProvider | None = None) -> Iterator[None]:
     try:
         yield
-    except _MAYBE_REFUSED as exc:
+    except VALKEY_DOWN as exc:
         if _refused_credentials(exc):
             # an IAM token signed with credentials that have since expired or been replaced:
             # the next connection signs a new one (dal/valkey_auth.py)
@@ -455,8 +456,6 @@ def _available(credentials: CredentialProvider | None = None) -> Iterator[None]:
                 forget()
             raise WarmTierUnavailable("Valkey refused the connection's credentials",
                                       detail=str(exc)) from exc
-        if not isinstance(exc, VALKEY_DOWN):
-            raise
         raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
@@ -508,8 +507,11 @@ class WarmTier:
         arguments than ElastiCache Serverless takes (dal/command_limit.py)."""
         options = client_options(url, credential_provider)
         if cluster:
-            return cls(RedisCluster.from_url(url, connection_pool_class=LimitedConnectionPool,
-                                              **options))
+            # (a cluster client reads the slot map from a node as it is made: unreachable,
+            # that is Valkey not answering, as for any call)
+            with _available(credential_provider):
+                return cls(RedisCluster.from_url(
+                    url, connection_pool_class=LimitedConnectionPool, **options))
         return cls(redis.Redis.from_url(url, connection_class=connection_class(url),
                                         **options))
 

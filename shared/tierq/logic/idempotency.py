@@ -56,9 +56,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import orjson
 import psycopg
 import redis
-from redis.cluster import RedisCluster
-from redis.commands.core import Script
 
+from tierq.dal.lua_calls import IdempotencyAbandon, IdempotencyClaim, IdempotencyFinish, RecordKey
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, TierqError, Unavailable, WarmTierFull
 from tierq.logic.context import Context, to_datetime
@@ -394,35 +393,8 @@ def purge_expired(ctx: Context, max_batches: int = PURGE_BATCHES_PER_PASS) -> in
 
 # --------------------------------------------------------------------------- Valkey
 
-# One hash per key (its own hash tag, so one slot in cluster mode): f = body fingerprint,
-# o = owner, s/b = status and body once done.
-_CLAIM = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'f', ARGV[1], 'o', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1}
-end
-return {0, redis.call('HGET', KEYS[1], 'f'), redis.call('HGET', KEYS[1], 's'),
-        redis.call('HGET', KEYS[1], 'b')}
-"""
-_FINISH = """
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'b', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
-_ABANDON = """
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 0
-"""
-_scripts: dict[tuple[int, str], Script] = {}
-
-
-def _script(client: redis.Redis | RedisCluster, source: str) -> Script:
-    found = _scripts.get((id(client), source))
-    if found is None:
-        found = _scripts[(id(client), source)] = client.register_script(source)
-    return found
+# One hash per key, its own hash tag (one slot in cluster mode), claimed, finished and
+# abandoned by the scripts lua/idem_*.lua through their typed calls (dal/lua_calls.py).
 
 
 def valkey_key(scope: bytes) -> str:
@@ -443,17 +415,15 @@ class ValkeyClaim:
         if ttl_seconds is not None:
             ttl = min(ttl, ttl_seconds)
         ttl_ms = max(1, int(ttl * 1000))
-        warm = self.ctx.warm
         try:
-            warm.run_script(_script(warm.client, _FINISH), [self.key],
-                            [self.owner, status, orjson.dumps(response), ttl_ms])
+            self.ctx.warm.call(IdempotencyFinish(RecordKey(self.key), self.owner, status,
+                                                 orjson.dumps(response), ttl_ms))
         except (redis.RedisError, Unavailable) as exc:
             log.warning("idempotency record not kept in Valkey: %s", exc)
 
     def abandon(self) -> None:
-        warm = self.ctx.warm
         try:
-            warm.run_script(_script(warm.client, _ABANDON), [self.key], [self.owner])
+            self.ctx.warm.call(IdempotencyAbandon(RecordKey(self.key), self.owner))
         except (redis.RedisError, Unavailable) as exc:
             log.warning("idempotency record not released in Valkey: %s", exc)
 
@@ -469,21 +439,19 @@ def claim_in_valkey(ctx: Context, scope: bytes,
     # run on the master of the key alone (in cluster mode: a master down elsewhere does not
     # matter); Valkey down (CLUSTERDOWN too) is a 503 (WarmTierUnavailable), out of memory
     # only means the request runs without a record
-    warm = ctx.warm
     try:
-        reply = warm.run_script(_script(warm.client, _CLAIM), [key],
-                                [body_fingerprint, owner, lease_ms])
+        record = ctx.warm.call(IdempotencyClaim(RecordKey(key), body_fingerprint, owner,
+                                                lease_ms))
     except (WarmTierFull, redis.ResponseError) as exc:
         log.warning("idempotency record not kept in Valkey: %s", exc)
         return None
-    if reply[0] == 1:
+    if record.claimed:
         return ValkeyClaim(ctx, key, owner)
-    _, stored_fingerprint, status, body = (list(reply) + [None] * 4)[:4]
-    if stored_fingerprint != body_fingerprint:
+    if record.fingerprint != body_fingerprint:
         raise _reused()
-    if status is None:
+    if record.status is None or record.body is None:
         raise _in_progress()
-    return Kept(int(status), orjson.loads(body))
+    return Kept(record.status, orjson.loads(record.body))
 
 
 def once_in_valkey(ctx: Context, call: KeyedCall | None, work: Callable[[], R], *,

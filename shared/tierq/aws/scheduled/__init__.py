@@ -17,7 +17,6 @@ every tick failed raises the last error, so Lambda counts it as failed.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -25,11 +24,9 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol
 
 from tierq.aws.runtime import logger
+from tierq.config import MAX_INVOCATION_SECONDS, Settings, get_settings
 
-DEFAULT_MAX_SECONDS = 55.0
-DEFAULT_SAFETY_SECONDS = 10.0
 SLEEP_SLICE = 0.25  # re-check the remaining time at least this often while waiting
-MAX_INVOCATION_SECONDS = 900.0  # Lambda's limit
 
 
 class RemainingTime(Protocol):
@@ -47,16 +44,6 @@ class TickReport:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    value = float(raw)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a non-negative number, got {raw!r}")
-    return value
 
 
 def _event_float(event: Mapping[str, Any], name: str) -> float | None:
@@ -105,15 +92,17 @@ def run_ticks(
     context: RemainingTime | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    settings: Settings | None = None,
 ) -> TickReport:
-    """Run ``tick`` every ``every`` seconds until the invocation should return."""
+    """Run ``tick`` every ``every`` seconds until the invocation should return (its limits:
+    ``settings``' ticks, by default the process's)."""
     options = check_event(job, event)
     every = _event_float(options, "every_seconds") or every
     if not every > 0:
         raise ValueError(f"{job}: the tick interval must be positive, got {every!r}")
-    max_seconds = _event_float(options, "max_seconds") or _env_float(
-        "TIERQ_TICK_MAX_SECONDS", DEFAULT_MAX_SECONDS)
-    safety = _env_float("TIERQ_TICK_SAFETY_SECONDS", DEFAULT_SAFETY_SECONDS)
+    settings = settings or get_settings()
+    max_seconds = _event_float(options, "max_seconds") or settings.tick_max_seconds
+    safety = settings.tick_safety_seconds
 
     def time_left() -> float:
         if context is None:

@@ -34,10 +34,7 @@ from typing import Any
 from tierq.aws import metrics
 from tierq.aws.runtime import engine, logger, shard_engines
 from tierq.aws.scheduled import (
-    DEFAULT_MAX_SECONDS,
-    DEFAULT_SAFETY_SECONDS,
     RemainingTime,
-    _env_float,
     _event_float,
     check_event,
 )
@@ -57,11 +54,11 @@ def run(event: Mapping[str, Any] | None, context: RemainingTime | None) -> dict[
     from tierq.aws.consumers import provide_functions
 
     # (the local stack's engines have theirs already: tierq.aws.runtime.use_consumers)
-    provide_functions([tq.ctx for tq in shard_engines().values()], engine().settings)
+    settings = engine().settings
+    provide_functions([tq.ctx for tq in shard_engines().values()], settings)
     options = check_event(JOB, event)
-    max_seconds = _event_float(options, "max_seconds") or _env_float(
-        "TIERQ_TICK_MAX_SECONDS", DEFAULT_MAX_SECONDS)
-    safety = _env_float("TIERQ_TICK_SAFETY_SECONDS", DEFAULT_SAFETY_SECONDS)
+    max_seconds = _event_float(options, "max_seconds") or settings.tick_max_seconds
+    safety = settings.tick_safety_seconds
     started = time.monotonic()
     left = math.inf if context is None else \
         context.get_remaining_time_in_millis() / 1000 - safety

@@ -236,8 +236,10 @@ def handle(job: str, event: Mapping[str, Any] | None,
 
         return dispatcher.run(event, context)
     tick = tick_of(job)
-    every = registry.job(job).every(engine().settings)
-    report = run_ticks(job, tick, every=every, event=event, context=context)
+    settings = engine().settings
+    every = registry.job(job).every(settings)
+    report = run_ticks(job, tick, every=every, event=event, context=context,
+                       settings=settings)
     return report.as_dict()
 
 
