@@ -149,6 +149,8 @@ def test_the_glue_job_has_the_tenants_warm_share_as_the_functions(single: dict) 
     job = single["Resources"]["FeedQueueJob"]["Properties"]["DefaultArguments"]
     for name in ("TIERQ_WARM_CAPACITY_BYTES", "TIERQ_TENANT_WARM_MAX_BYTES"):
         assert job[f"--{name}"] == env[name]
+
+
 def rate_parameter_accepts(template: dict, value: str) -> bool:
     declared = template["Parameters"]["TenantRequestsPerSecond"]
     assert declared["Type"] == "String" and "MinValue" not in declared  # (a String's rule)
