@@ -12,7 +12,7 @@
 
 Every method of :class:`~tierq.client.Client` is here, a coroutine (the iterators are async
 iterators), with the same routes, models, retries (``asyncio.sleep`` between attempts),
-idempotency keys, authentication and errors: both walk the steps of
+idempotency keys, authentication and errors: both perform the steps of
 :mod:`tierq.client.core`. SigV4 signing reads refreshable AWS credentials synchronously, as
 botocore does, which may block the event loop for the moment a refresh takes.
 """
@@ -20,12 +20,12 @@ botocore does, which may block the event loop for the moment a refresh takes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
-from tierq.client.core import Awaiting, Emit, Operations, R, Send, Sleep, Steps, Stream, T, Walk
+from tierq.client.core import Awaiting, Operations, Send, Sleep
 
 
 class AsyncClient(Operations, Awaiting):
@@ -39,6 +39,12 @@ class AsyncClient(Operations, Awaiting):
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self._http = httpx.AsyncClient(**options)
 
+    async def _perform(self, step: Send | Sleep) -> httpx.Response | None:
+        if isinstance(step, Sleep):
+            await self._sleep(step.seconds)
+            return None
+        return await self._http.request(**step.options())
+
     async def close(self) -> None:
         await self._http.aclose()
 
@@ -49,29 +55,6 @@ class AsyncClient(Operations, Awaiting):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    async def _perform(self, step: Send | Sleep) -> httpx.Response | None:
-        if isinstance(step, Sleep):
-            await self._sleep(step.seconds)
-            return None
-        return await self._http.request(**step.options())
-
-    async def _run(self, steps: Steps[R]) -> R:
-        walk = Walk(steps)
-        for step in walk:
-            assert not isinstance(step, Emit)  # a stream's steps go to _stream
-            with walk.answering():
-                walk.answer = await self._perform(step)
-        return walk.result
-
-    async def _stream(self, steps: Stream[T]) -> AsyncIterator[T]:
-        walk = Walk(steps)
-        for step in walk:
-            if isinstance(step, Emit):
-                yield step.item
-            else:
-                with walk.answering():
-                    walk.answer = await self._perform(step)
 
 
 __all__ = ["AsyncClient"]

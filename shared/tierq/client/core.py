@@ -5,11 +5,12 @@ the errors.
 Each method of the API is a generator of *steps*: it yields :class:`Send` (one HTTP attempt)
 or :class:`Sleep` (a pause before a retry) and is sent back what the step gave (an
 ``httpx.Response``, or the ``httpx.TransportError`` it raised); its return value is the
-method's. A transport walks these steps with its own I/O: the blocking ``Client`` over
-``httpx.Client`` and ``time.sleep``, the ``AsyncClient`` over ``httpx.AsyncClient`` and
-``asyncio.sleep``. :class:`operation` binds each generator as a method of both, so a route,
-its validation and its retry rules exist in one place. A method that yields results as they
-come (the dead letters page by page) yields :class:`Emit` steps too (:class:`stream`).
+method's. A transport performs these steps with its own I/O (:meth:`Transport._perform`):
+the blocking ``Client`` with ``httpx.Client`` and ``time.sleep``, the ``AsyncClient`` with
+``httpx.AsyncClient`` and ``asyncio.sleep``; the walk through them is written once.
+:func:`operation` binds each generator as a method of both, so a route, its validation and
+its retry rules exist in one place. A method that yields results as they come (the dead
+letters page by page) yields :class:`Emit` steps too (:func:`stream`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 from urllib.parse import quote
@@ -96,6 +96,9 @@ SliceT = TypeVar("SliceT", ReplayResult, PurgeResult)
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+G = TypeVar("G")
+B = TypeVar("B")
+A = TypeVar("A")
 # a queue's view: an admin's, or a pinned caller's (told apart by its "view")
 _QUEUE_VIEW: TypeAdapter[QueueView | TenantQueueView] = TypeAdapter(AnyQueueView,
                                                                      config=DEFERRED)
@@ -131,7 +134,7 @@ class Sleep:
 
 @dataclass(frozen=True)
 class Emit(Generic[T]):
-    """One result of a :class:`stream`, handed to its caller as it comes."""
+    """One result of a :func:`stream`, handed to its caller as it comes."""
 
     item: T
 
@@ -142,9 +145,9 @@ Stream = Generator[Send | Sleep | Emit[T], Answer, None]
 
 
 class Walk(Generic[R]):
-    """A transport's walk through one method's steps: iterating gives each step to perform;
-    the transport puts what it gave in :attr:`answer` (inside :meth:`answering`, which keeps
-    a transport error as the answer); :attr:`result` holds the method's value at the end."""
+    """One method's steps as a transport walks them: iterating gives each step; the
+    transport puts what it gave in :attr:`answer`; :attr:`result` holds the method's value
+    at the end."""
 
     def __init__(self, steps: Generator[Any, Answer, R]) -> None:
         self._steps = steps
@@ -159,93 +162,116 @@ class Walk(Generic[R]):
         except StopIteration as done:
             self.result = done.value
 
-    @contextmanager
-    def answering(self) -> Iterator[None]:
+
+class Transport:
+    """Walks steps with :meth:`_perform`, the transport's I/O. Written once, as a coroutine:
+    a :class:`Blocking` transport's ``_perform`` blocks and never suspends, so its walk runs
+    to its end without an event loop (:func:`_without_loop`)."""
+
+    async def _perform(self, step: Send | Sleep) -> httpx.Response | None:
+        raise NotImplementedError
+
+    async def _walk(self, walk: Walk[Any]) -> AsyncIterator[Any]:
+        """Perform each step, handing back what it gave; yield what the steps emit."""
+        for step in walk:
+            if isinstance(step, Emit):
+                yield step.item
+                continue
+            try:
+                walk.answer = await self._perform(step)
+            except httpx.TransportError as exc:
+                walk.answer = exc  # the method decides: retry, or raise ConnectionFailed
+
+
+def _without_loop(items: AsyncIterator[T]) -> Iterator[T]:
+    """Iterate an async iterator that never suspends (a :class:`Blocking` transport's walk),
+    with no event loop: each ``__anext__`` runs to its end at its first ``send``."""
+    while True:
+        step: Any = items.__anext__()
         try:
-            yield
-        except httpx.TransportError as exc:
-            self.answer = exc  # the method decides: retry, or raise ConnectionFailed
+            step.send(None)
+        except StopIteration as done:
+            yield done.value
+            continue
+        except StopAsyncIteration:
+            return
+        step.close()
+        raise RuntimeError("a blocking transport's step awaited something")
 
 
-class Blocking:
+_NO_EMITS = "a method's steps emit nothing (a stream's are walked by _stream)"
+
+
+class Blocking(Transport):
     """A transport whose methods block (:class:`tierq.client.Client`)."""
 
     def _run(self, steps: Steps[R]) -> R:
-        raise NotImplementedError
+        walk = Walk(steps)
+        for _ in _without_loop(self._walk(walk)):
+            raise AssertionError(_NO_EMITS)
+        return walk.result
 
     def _stream(self, steps: Stream[T]) -> Iterator[T]:
-        raise NotImplementedError
+        return _without_loop(self._walk(Walk(steps)))
 
 
-class Awaiting:
+class Awaiting(Transport):
     """A transport whose methods are coroutines (:class:`tierq.client.AsyncClient`)."""
 
     async def _run(self, steps: Steps[R]) -> R:
-        raise NotImplementedError
+        walk = Walk(steps)
+        async for _ in self._walk(walk):
+            raise AssertionError(_NO_EMITS)
+        return walk.result
 
     def _stream(self, steps: Stream[T]) -> AsyncIterator[T]:
-        raise NotImplementedError
+        return self._walk(Walk(steps))
 
 
-class operation(Generic[P, R]):
-    """A method written once as steps: on a :class:`Blocking` transport it returns the value,
-    on an :class:`Awaiting` one a coroutine of it. ``Class.method.steps`` is the generator
-    itself, for a method made of others."""
+class Bound(Generic[P, G, B, A]):
+    """A method written once as steps (``G``): bound to a :class:`Blocking` transport it
+    returns ``B``, to an :class:`Awaiting` one ``A``, each through the transport's
+    ``driver`` (``_run`` or ``_stream``). ``Class.method.steps`` is the generator itself, for
+    a method made of others. Made by :func:`operation` and :func:`stream`."""
 
-    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[R]]) -> None:
+    def __init__(self, steps: Callable[Concatenate[Any, P], G], driver: str) -> None:
         self.steps = steps
+        self.driver = driver
         self.__doc__ = steps.__doc__
 
     @overload
-    def __get__(self, obj: None, owner: type | None = None) -> operation[P, R]: ...
+    def __get__(self, obj: None, owner: type | None = None) -> Bound[P, G, B, A]: ...
 
     @overload
-    def __get__(self, obj: Blocking, owner: type | None = None) -> Callable[P, R]: ...
+    def __get__(self, obj: Blocking, owner: type | None = None) -> Callable[P, B]: ...
 
     @overload
-    def __get__(self, obj: Awaiting, owner: type | None = None
-                ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+    def __get__(self, obj: Awaiting, owner: type | None = None) -> Callable[P, A]: ...
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        steps = self.steps
+        steps, drive = self.steps, getattr(obj, self.driver)
 
         @functools.wraps(steps)
         def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._run(steps(obj, *args, **kwargs))
+            return drive(steps(obj, *args, **kwargs))
 
         return bound
 
 
-class stream(Generic[P, T]):
-    """A method written once as steps that emit results: an iterator of them on a
-    :class:`Blocking` transport, an async iterator on an :class:`Awaiting` one."""
+def operation(steps: Callable[Concatenate[Any, P], Steps[R]]
+              ) -> Bound[P, Steps[R], R, Coroutine[Any, Any, R]]:
+    """A method returning a value: on a :class:`Blocking` transport the value, on an
+    :class:`Awaiting` one a coroutine of it."""
+    return Bound(steps, "_run")
 
-    def __init__(self, steps: Callable[Concatenate[Any, P], Stream[T]]) -> None:
-        self.steps = steps
-        self.__doc__ = steps.__doc__
 
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> stream[P, T]: ...
-
-    @overload
-    def __get__(self, obj: Blocking, owner: type | None = None) -> Callable[P, Iterator[T]]: ...
-
-    @overload
-    def __get__(self, obj: Awaiting, owner: type | None = None
-                ) -> Callable[P, AsyncIterator[T]]: ...
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        steps = self.steps
-
-        @functools.wraps(steps)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._stream(steps(obj, *args, **kwargs))
-
-        return bound
+def stream(steps: Callable[Concatenate[Any, P], Stream[T]]
+           ) -> Bound[P, Stream[T], Iterator[T], AsyncIterator[T]]:
+    """A method whose steps emit results: an iterator of them on a :class:`Blocking`
+    transport, an async iterator on an :class:`Awaiting` one."""
+    return Bound(steps, "_stream")
 
 
 def collect(steps: Stream[T]) -> Steps[list[T]]:
@@ -583,7 +609,8 @@ class Operations:
 
     # -- pages ---------------------------------------------------------------------------
 
-    def _pages(self, fetch: operation[..., PageT], **kwargs: Any) -> Stream[PageT]:
+    def _pages(self, fetch: Bound[..., Steps[PageT], Any, Any],
+               **kwargs: Any) -> Stream[PageT]:
         """Every page of a list route, following its ``next`` cursor. A page may be short
         (it ends before it would overrun a Lambda response), even empty, while more follow."""
         after: str | None = None

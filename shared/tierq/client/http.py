@@ -21,14 +21,15 @@ Input is validated with the API's own models before sending, so bad input raises
 :class:`~tierq.client.errors.InvalidInputError` naming the field and sends nothing.
 
 The routes, their retries and their errors are written once, without I/O, in
-:mod:`tierq.client.core`; this module walks them with ``httpx.Client`` and ``time.sleep``
+:mod:`tierq.client.core`; this module performs their steps with ``httpx.Client`` and
+``time.sleep``
 (:class:`~tierq.client.aio.AsyncClient` does with ``httpx.AsyncClient``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -39,15 +40,9 @@ from tierq.client.core import (
     MAX_BATCH,
     MAX_IDS,
     Blocking,
-    Emit,
     Operations,
-    R,
     Send,
     Sleep,
-    Steps,
-    Stream,
-    T,
-    Walk,
     enqueue_batches,
     new_idempotency_key,
 )
@@ -65,6 +60,13 @@ class Client(Operations, Blocking):
         self._sleep: Callable[[float], None] = time.sleep
         self._http = httpx.Client(**options)
 
+    async def _perform(self, step: Send | Sleep) -> httpx.Response | None:
+        """Perform a step, blocking: it never suspends (:class:`Transport`)."""
+        if isinstance(step, Sleep):
+            self._sleep(step.seconds)
+            return None
+        return self._http.request(**step.options())
+
     def close(self) -> None:
         self._http.close()
 
@@ -73,29 +75,6 @@ class Client(Operations, Blocking):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _perform(self, step: Send | Sleep) -> httpx.Response | None:
-        if isinstance(step, Sleep):
-            self._sleep(step.seconds)
-            return None
-        return self._http.request(**step.options())
-
-    def _run(self, steps: Steps[R]) -> R:
-        walk = Walk(steps)
-        for step in walk:
-            assert not isinstance(step, Emit)  # a stream's steps go to _stream
-            with walk.answering():
-                walk.answer = self._perform(step)
-        return walk.result
-
-    def _stream(self, steps: Stream[T]) -> Iterator[T]:
-        walk = Walk(steps)
-        for step in walk:
-            if isinstance(step, Emit):
-                yield step.item
-            else:
-                with walk.answering():
-                    walk.answer = self._perform(step)
 
 
 __all__ = ["DEFAULT_URL", "IDEMPOTENCY_HEADER", "MAX_BATCH", "MAX_IDS", "Client",
