@@ -10,18 +10,34 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.client.scripted_server import DroppingProxy
+from tests.client.test_worker_stop import posts
 from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
-from tests.worker.test_worker import journal_lines, start_worker_process, unfinished
-from tierq.client import AsyncClient, Client, NotFoundError
-from tierq.client.worker import AsyncWorker, PermanentError, RetryableError, WorkerStats
+from tests.worker.test_worker import (
+    check_abandoned_lease,
+    check_doubles,
+    check_fan_in,
+    check_flaky,
+    check_left_to_leases,
+    check_let_go,
+    double,
+    enqueue_doubles,
+    enqueue_fan_in,
+    enqueue_flaky,
+    fan_in,
+    flaky,
+    journal_lines,
+    start_worker_process,
+    unfinished,
+)
+from tierq.client import AsyncClient, Client
+from tierq.client.worker import AsyncWorker, WorkerStats
 from tierq.client.worker.worker import HeldLease
 from tierq.models import ClaimedTask
 
@@ -71,20 +87,6 @@ class Background:
         return self.stats
 
 
-@pytest.fixture
-def recorded(api_url: str, clean_stores: None) -> Iterator[DroppingProxy]:
-    proxy = DroppingProxy(api_url, drop=False)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
-def posts(proxy: DroppingProxy, route: str, since: float = 0.0) -> int:
-    return sum(1 for r in proxy.requests
-               if r.method == "POST" and r.path.endswith("/" + route) and r.at >= since)
-
-
 def test_a_function_that_is_not_a_coroutine_function_is_refused() -> None:
     with pytest.raises(TypeError, match="not a coroutine function"):
         AsyncWorker(AsyncClient("http://127.0.0.1:9"), "q", lambda task: None)
@@ -92,46 +94,24 @@ def test_a_function_that_is_not_a_coroutine_function_is_refused() -> None:
 
 def test_results_are_acked(api: Client, api_url: str, names: QueueNames) -> None:
     queue = names["work"]
-    kept = api.enqueue(queue, [{"payload": {"n": i}} for i in range(30)])
-    dropped = api.enqueue(queue, [{"payload": {"n": i, "discard": True}} for i in range(5)])
+    kept, dropped = enqueue_doubles(api, queue)
 
-    async def double(task: ClaimedTask) -> Any:
+    async def handle(task: ClaimedTask) -> Any:
         await asyncio.sleep(0)
-        if task.payload.get("discard"):
-            return None  # nothing to keep: the task is deleted
-        return {"double": task.payload["n"] * 2}
+        return double(task)
 
-    stats = run_worker(api_url, queue, double, concurrency=4, wait_seconds=0.5, burst=True)
-    assert (stats.claimed, stats.acked, stats.retried, stats.dead) == (35, 35, 0, 0)
-    for outcome in kept:
-        task = api.get_task(queue, outcome.id)
-        assert (task.state, task.attempts) == ("done", 1)
-        assert task.result == {"double": task.payload["n"] * 2}
-    for outcome in dropped:
-        with pytest.raises(NotFoundError):
-            api.get_task(queue, outcome.id)
-    assert unfinished(api, queue) == 0
+    stats = run_worker(api_url, queue, handle, concurrency=4, wait_seconds=0.5, burst=True)
+    check_doubles(api, queue, kept, dropped, stats)
 
 
 def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client, api_url: str,
                                                          names: QueueNames) -> None:
     queue = names["flaky"]
-    api.put_queue(queue, {"max_attempts": 3, "backoff": {
-        "kind": "fixed", "base_seconds": 0.2, "cap_seconds": 0.2, "jitter": 0}})
-    ids = {kind: api.enqueue_one(queue, {"kind": kind}).id
-           for kind in ("fails_once", "retry_later", "permanent", "always_fails")}
+    ids = enqueue_flaky(api, queue)
 
     async def handle(task: ClaimedTask) -> Any:
-        kind = task.payload["kind"]
-        if kind == "fails_once" and task.attempt == 1:
-            raise ValueError("first attempt fails")
-        if kind == "retry_later" and task.attempt == 1:
-            raise RetryableError("not yet", retry_in_seconds=0.5)
-        if kind == "permanent":
-            raise PermanentError("bad payload")
-        if kind == "always_fails":
-            raise RuntimeError(f"still broken (attempt {task.attempt})")
-        return {"ok": kind, "attempt": task.attempt}
+        await asyncio.sleep(0)
+        return flaky(task)
 
     background = Background(api_url, queue, handle, concurrency=2, wait_seconds=0.5)
     try:
@@ -139,22 +119,7 @@ def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client, api_url: s
                    timeout=30, what="every task settled")
     finally:
         stats = background.stop()
-    once = api.get_task(queue, ids["fails_once"])
-    assert (once.state, once.attempts, once.result) == ("done", 2, {"ok": "fails_once",
-                                                                     "attempt": 2})
-    assert once.last_error is not None
-    assert once.last_error.startswith("ValueError: first attempt fails")
-    assert (api.get_task(queue, ids["retry_later"]).state,
-            api.get_task(queue, ids["retry_later"]).attempts) == ("done", 2)
-    permanent = api.get_task(queue, ids["permanent"])
-    assert (permanent.state, permanent.attempts) == ("dead", 1)  # not retried
-    assert permanent.last_error is not None and "Traceback" in permanent.last_error
-    always = api.get_task(queue, ids["always_fails"])
-    assert (always.state, always.attempts) == ("dead", 3)
-    assert always.last_error is not None
-    assert always.last_error.startswith("RuntimeError: still broken (attempt 3)")
-    assert (stats.acked, stats.retried, stats.dead) == (2, 4, 2)
-    assert {t.id for t in api.dlq_list(queue).tasks} == {ids["permanent"], ids["always_fails"]}
+    check_flaky(api, queue, ids, stats)
 
 
 def test_a_handler_cancelled_on_its_own_has_failed_its_attempt(
@@ -274,19 +239,14 @@ def test_a_stop_past_the_grace_leaves_the_running_task_to_its_lease(
     assert isinstance(worker, HeldAtAbandonment) and worker.abandoned_at is not None
     # (a heartbeat already under way when the lease was let go may still arrive)
     assert posts(recorded, "heartbeats", since=worker.abandoned_at + 0.5) == 0
-    assert api.get_task(queue, task_id).state == "leased"
-    assert api.claim(queue, max=1) == []  # nobody else gets it while the lease holds
-    eventually(lambda: api.get_task(queue, task_id).state != "leased", timeout=30,
-               what="the abandoned lease ran out")
-    task = api.get_task(queue, task_id)
-    assert (task.attempts, task.last_error) == (1, "lease expired (attempt 1)")
+    check_abandoned_lease(api, queue, task_id)
 
 
 def test_let_go_releases_tasks_not_started_and_abandons_running_ones(
         api: Client, api_url: str, names: QueueNames) -> None:
     queue = names["giveback"]
     api.put_queue(queue, {"max_attempts": 1})
-    made = api.enqueue(queue, [{"payload": i} for i in range(3)])
+    made = [o.id for o in api.enqueue(queue, [{"payload": i} for i in range(3)])]
     not_started, running = api.claim(queue, max=2, lease_seconds=10)
 
     async def nothing(task: ClaimedTask) -> None:
@@ -302,14 +262,7 @@ def test_let_go_releases_tasks_not_started_and_abandons_running_ones(
             assert worker.held == 0
             return worker.stats
 
-    stats = asyncio.run(let_go())
-    assert (stats.released, stats.abandoned, stats.dead, stats.retried) == (1, 1, 0, 0)
-    released = api.get_task(queue, not_started.id)
-    assert (released.state, released.attempts) == ("warm", 0)
-    kept = api.get_task(queue, running.id)
-    assert (kept.state, kept.last_error) == ("leased", None)
-    again = api.claim(queue, max=5)
-    assert [(t.id, t.attempt) for t in again] == [(not_started.id, 1), (made[2].id, 1)]
+    check_let_go(api, queue, made, not_started, running, asyncio.run(let_go()))
 
 
 def test_tasks_a_long_poll_brings_back_after_the_stop_are_released_not_started(
@@ -338,21 +291,15 @@ def test_tasks_a_long_poll_brings_back_after_the_stop_are_released_not_started(
 def test_a_fan_in_handler_sees_its_parents_results(api: Client, api_url: str,
                                                    names: QueueNames) -> None:
     queue = names["fan"]
-    parents = api.enqueue(queue, [{"payload": {"n": i}} for i in range(5)])
-    [join] = api.enqueue(queue, [{"payload": "sum", "after": [p.id for p in parents]}])
+    join = enqueue_fan_in(api, queue)
     sums: list[int] = []
 
     async def handle(task: ClaimedTask) -> Any:
-        if task.payload == "sum":
-            sums.append(sum(p.result["square"] for p in task.parents or []))
-            return None
-        return {"square": task.payload["n"] ** 2}
+        await asyncio.sleep(0)
+        return fan_in(task, sums)
 
     stats = run_worker(api_url, queue, handle, concurrency=4, wait_seconds=0.5, burst=True)
-    assert (stats.claimed, stats.acked) == (6, 6)
-    assert sums == [0 + 1 + 4 + 9 + 16]
-    with pytest.raises(NotFoundError):
-        api.get_task(queue, join.id)
+    check_fan_in(api, queue, join, sums, stats)
 
 
 def test_tierq_worker_runs_a_coroutine_handler_and_stops_past_the_grace(
@@ -379,13 +326,5 @@ def test_tierq_worker_runs_a_coroutine_handler_and_stops_past_the_grace(
     text = output.decode(errors="replace")
     assert process.returncode == 0, text
     assert "abandoned" in text and "left to their leases" in text
-    assert journal_lines(journal, "finish") == []
-    started = set(journal_lines(journal, "start"))
-    running = [i for i in ids if str(i) in started]
-    assert {lease.id for lease in api.running(queue)} == set(running)
-    for task_id in running:
-        task = api.get_task(queue, task_id)
-        assert (task.state, task.last_error) == ("leased", None)
-    others = api.claim(queue, max=5, lease_seconds=60)
-    assert sorted(str(t.id) for t in others) == sorted(str(i) for i in ids if i not in running)
-    assert all(t.attempt == 1 for t in others)  # released: no attempt counted
+    running, others = check_left_to_leases(api, queue, ids, journal)
+    assert len(running) == 2 and all(t.attempt == 1 for t in others)

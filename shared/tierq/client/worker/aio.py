@@ -62,7 +62,6 @@ from tierq.client.worker.ledger import (
     WorkerBase,
     WorkerStats,
     failed,
-    log,
     succeeded,
 )
 from tierq.errors import TierqError
@@ -83,6 +82,7 @@ class AsyncWorker(WorkerBase):
     docstring); the arguments are the Worker's, ``concurrency`` being the most handler
     coroutines at once. :meth:`run` is a coroutine."""
 
+    _stopping: asyncio.Event
     _abort: asyncio.Event
 
     def __init__(self, client: AsyncClient, queue: str, handler: AsyncHandler,
@@ -100,7 +100,6 @@ class AsyncWorker(WorkerBase):
         self._reports: asyncio.Queue[HeldLease | None] = asyncio.Queue()
         self._running: dict[UUID, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._finished = threading.Event()
 
     # -- public ------------------------------------------------------------------------
 
@@ -110,30 +109,17 @@ class AsyncWorker(WorkerBase):
         finish early."""
         return self._stopping
 
-    @property
-    def finished(self) -> threading.Event:
-        """Set when :meth:`run` has returned (a thread may wait on it)."""
-        return self._finished
-
-    def stop(self, *, abort: bool = False) -> None:
-        """Stop claiming and finish (the module docstring). ``abort``: end the grace now.
-        Safe from any thread and from signal handlers."""
-        if self._stop_requested_at is None:
-            self._stop_requested_at = time.monotonic()
+    def _stop_now(self, abort: bool) -> None:
+        """Set the stop on the loop's thread (asyncio's events are not thread-safe)."""
         loop = self._loop
         try:
             on_loop = asyncio.get_running_loop() is loop
         except RuntimeError:
             on_loop = False
         if loop is None or on_loop or loop.is_closed():
-            self._stop_now(abort)
+            super()._stop_now(abort)
         else:
-            loop.call_soon_threadsafe(self._stop_now, abort)
-
-    def _stop_now(self, abort: bool) -> None:
-        self._stopping.set()
-        if abort:
-            self._abort.set()
+            loop.call_soon_threadsafe(super()._stop_now, abort)
 
     async def run(self) -> WorkerStats:
         """Work until stopped (or, with ``burst``, until the queue is empty); returns what
@@ -160,9 +146,7 @@ class AsyncWorker(WorkerBase):
             finally:
                 restore_signals()
                 self._finished.set()
-        stats = self.stats
-        log.info("worker %s stopped: %s", self.name, stats.as_dict())
-        return stats
+        return self._stopped()
 
     # -- setup ---------------------------------------------------------------------------
 

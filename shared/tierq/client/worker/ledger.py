@@ -436,8 +436,34 @@ class WorkerBase:
         # read from another thread
         self._cond = threading.Condition()
         self._stop_requested_at: float | None = None
+        self._stopping: threading.Event | asyncio.Event
         self._abort: threading.Event | asyncio.Event
         self._started = False
+        self._finished = threading.Event()
+
+    @property
+    def finished(self) -> threading.Event:
+        """Set when :meth:`run` has returned (any thread may wait on it)."""
+        return self._finished
+
+    def stop(self, *, abort: bool = False) -> None:
+        """Stop claiming and finish (the Worker's module docstring). ``abort``: end the grace
+        now (release the tasks not started, abandon the running ones to their leases)
+        instead of waiting up to ``grace_seconds``. Safe from any thread and from signal
+        handlers."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        self._stop_now(abort)
+
+    def _stopped(self) -> WorkerStats:
+        stats = self.stats
+        log.info("worker %s stopped: %s", self.name, stats.as_dict())
+        return stats
+
+    def _stop_now(self, abort: bool) -> None:
+        self._stopping.set()
+        if abort:
+            self._abort.set()
 
     @property
     def stats(self) -> WorkerStats:

@@ -132,6 +132,9 @@ class Worker(WorkerBase):
     worker`` does, before the abandoned tasks' leases run out (the module docstring, 5).
     """
 
+    _stopping: threading.Event
+    _abort: threading.Event
+
     def __init__(self, client: Client, queue: str, handler: Handler, *,
                  freeze_gc: bool = True, **options: Any) -> None:
         super().__init__(client, queue, handler, **options)
@@ -143,7 +146,6 @@ class Worker(WorkerBase):
         self._stopping = threading.Event()
         self._abort = threading.Event()
         self._heartbeats_done = threading.Event()
-        self._finished = threading.Event()
 
     # -- public ------------------------------------------------------------------------
 
@@ -151,21 +153,6 @@ class Worker(WorkerBase):
     def stopping(self) -> threading.Event:
         """Set once a stop was asked for; long handlers may check it to finish early."""
         return self._stopping
-
-    @property
-    def finished(self) -> threading.Event:
-        """Set when :meth:`run` has returned."""
-        return self._finished
-
-    def stop(self, *, abort: bool = False) -> None:
-        """Stop claiming and finish (see the module docstring). ``abort``: end the grace now
-        (release the tasks not started, abandon the running ones to their leases) instead of
-        waiting up to ``grace_seconds``. Safe from any thread and from signal handlers."""
-        if self._stop_requested_at is None:
-            self._stop_requested_at = time.monotonic()
-        self._stopping.set()
-        if abort:
-            self._abort.set()
 
     def run(self) -> WorkerStats:
         """Work until stopped (or, with ``burst``, until the queue is empty); returns what
@@ -197,9 +184,7 @@ class Worker(WorkerBase):
             finally:
                 restore_signals()
                 self._finished.set()
-        stats = self.stats
-        log.info("worker %s stopped: %s", self.name, stats.as_dict())
-        return stats
+        return self._stopped()
 
     # -- setup ---------------------------------------------------------------------------
 
