@@ -255,19 +255,21 @@ class Ledger:
     def extended(self, due: list[HeldLease], result: HeartbeatResult, sent_at: float,
                  lease_seconds: int) -> None:
         """Record a heartbeat's answer: the leases extended from ``sent_at``, the refused
-        ones lost (never extended again; their outcome will be refused)."""
+        ones lost (never extended again; their outcome will be refused). A refused lease
+        whose handler had already returned is not counted lost: its ack may have finished
+        the task before the heartbeat came (a report the API refuses is counted then)."""
         refused = {r.id for r in result.rejected}
         self.stats.heartbeats += len(result.extended)
         for lease in due:
-            if lease.task.id in refused:
-                lease.lost = True
-                self.stats.leases_lost += 1
-            else:
+            if lease.task.id not in refused:
                 lease.extended_at = sent_at
                 lease.lease_seconds = lease_seconds
-        for task_id in refused:
-            log.warning("worker %s: lease of task %s was lost (expired or taken over); "
-                        "its outcome will be refused", self.name, task_id)
+                continue
+            lease.lost = True
+            if lease.outcome is None:
+                self.stats.leases_lost += 1
+                log.warning("worker %s: lease of task %s was lost (expired or taken over); "
+                            "its outcome will be refused", self.name, lease.task.id)
 
     def drop(self, leases: list[HeldLease]) -> None:
         for lease in leases:
