@@ -328,3 +328,37 @@ def test_tierq_worker_runs_a_coroutine_handler_and_stops_past_the_grace(
     assert "abandoned" in text and "left to their leases" in text
     running, others = check_left_to_leases(api, queue, ids, journal)
     assert len(running) == 2 and all(t.attempt == 1 for t in others)
+
+
+def test_a_cancelled_run_stops_without_a_grace(api: Client, api_url: str,
+                                               names: QueueNames) -> None:
+    """The task running ``run()`` cancelled (here by ``asyncio.wait_for``): a stop with no
+    grace, whatever ``grace_seconds`` says; the running handler is cancelled and left to
+    its lease (no nack), and the cancellation goes on up."""
+    queue = names["cancelled-run"]
+    task_id = api.enqueue_one(queue, "long").id
+    cancelled = threading.Event()
+
+    async def blocked(task: ClaimedTask) -> Any:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def main() -> tuple[float, WorkerStats]:
+        async with AsyncClient(api_url) as client:
+            worker = AsyncWorker(client, queue, blocked, concurrency=1, lease_seconds=30,
+                                 wait_seconds=0.2, grace_seconds=60,
+                                 install_signal_handlers=False)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(worker.run(), 2)
+            return time.monotonic() - started, worker.stats
+
+    took, stats = asyncio.run(main())
+    assert took < 10  # not the 60-second grace
+    assert cancelled.is_set()
+    assert (stats.claimed, stats.abandoned, stats.acked, stats.retried) == (1, 1, 0, 0)
+    task = api.get_task(queue, task_id)
+    assert (task.state, task.last_error) == ("leased", None)
