@@ -58,13 +58,14 @@ def signature_of(request: Received) -> str:
     return request.headers["authorization"].rsplit("Signature=", 1)[1]
 
 
-def test_sigv4_signature_verifies_independently(scripted: ScriptedServer) -> None:
+def test_sigv4_signature_verifies_independently(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     scripted.script(Reply(503, {"error": {"code": "unavailable", "message": "x", "details": []}},
                           headers={"Retry-After": "0"}),
                     Reply(200, {"tasks": [], "next_cursor": None}))
     credentials = Credentials(ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)
-    api = Client(scripted.url, sigv4=True, aws_region="eu-west-1", aws_credentials=credentials,
-                 retry=RetryPolicy(max_retries=1))
+    api = client_class(scripted.url, sigv4=True, aws_region="eu-west-1",
+                       aws_credentials=credentials, retry=RetryPolicy(max_retries=1))
     with api:
         api.dlq_list("emails", tenant="acme", limit=5)
     host = urlsplit(scripted.url).netloc
@@ -76,10 +77,11 @@ def test_sigv4_signature_verifies_independently(scripted: ScriptedServer) -> Non
         assert signed == "host;x-amz-date;x-amz-security-token"
 
 
-def test_sigv4_covers_the_body(scripted: ScriptedServer) -> None:
+def test_sigv4_covers_the_body(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     scripted.script(Reply(200, {"tasks": []}))
-    api = Client(scripted.url, sigv4=True, aws_region="us-east-1",
-                 aws_credentials=Credentials(ACCESS_KEY, SECRET_KEY))
+    api = client_class(scripted.url, sigv4=True, aws_region="us-east-1",
+                       aws_credentials=Credentials(ACCESS_KEY, SECRET_KEY))
     with api:
         api.enqueue("emails", [{"payload": {"to": "a@example.com"}, "key": "welcome-1"}])
     request = scripted.received[0]
@@ -95,9 +97,10 @@ def test_sigv4_covers_the_body(scripted: ScriptedServer) -> None:
     assert wrong_secret != signature
 
 
-def test_bearer_token_is_sent(scripted: ScriptedServer) -> None:
+def test_bearer_token_is_sent(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     scripted.script(Reply(200, {"queues": []}))
-    with Client(scripted.url, token="eyJ.example.jwt") as api:
+    with client_class(scripted.url, token="eyJ.example.jwt") as api:
         api.list_queues()
     assert scripted.received[0].headers["authorization"] == "Bearer eyJ.example.jwt"
 
@@ -108,7 +111,8 @@ def test_region_comes_from_an_execute_api_url() -> None:
 
 
 def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
-                                                    tmp_path) -> None:
+                                                    tmp_path, client_class: type[Client]
+                                                    ) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                  "AWS_PROFILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
                  "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE",
@@ -118,13 +122,13 @@ def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(AuthConfigError, match="credentials"):
-        Client("https://x.execute-api.eu-west-1.amazonaws.com", sigv4=True)
+        client_class("https://x.execute-api.eu-west-1.amazonaws.com", sigv4=True)
     with pytest.raises(AuthConfigError, match="region"):
-        Client("http://127.0.0.1:3000", sigv4=True,
-               aws_credentials=Credentials(ACCESS_KEY, SECRET_KEY))
+        client_class("http://127.0.0.1:3000", sigv4=True,
+                     aws_credentials=Credentials(ACCESS_KEY, SECRET_KEY))
 
 
-def test_token_and_sigv4_together_is_refused() -> None:
+def test_token_and_sigv4_together_is_refused(client_class: type[Client]) -> None:
     with pytest.raises(ValueError, match="not both"):
-        Client("http://127.0.0.1:3000", token="t", sigv4=True,
+        client_class("http://127.0.0.1:3000", token="t", sigv4=True,
                aws_credentials=Credentials(ACCESS_KEY, SECRET_KEY), aws_region="eu-west-1")

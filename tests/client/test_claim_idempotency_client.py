@@ -23,14 +23,15 @@ def losing_proxy(api_url: str, clean_stores: None) -> Iterator[DroppingProxy]:
     proxy.close()
 
 
-def test_a_claim_call_sends_one_key_reused_by_its_retries(scripted: ScriptedServer) -> None:
+def test_a_claim_call_sends_one_key_reused_by_its_retries(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     scripted.script(
         Reply(503, {"error": {"code": "unavailable", "message": "x", "details": []}},
               headers={"Retry-After": "0"}),
         Reply(200, {"tasks": []}),
         Reply(200, {"tasks": []}),
     )
-    with Client(scripted.url, retry=RetryPolicy(max_retries=2, base_seconds=0.01,
+    with client_class(scripted.url, retry=RetryPolicy(max_retries=2, base_seconds=0.01,
                                                 cap_seconds=0.02)) as api:
         api._sleep = lambda seconds: None
         assert api.claim("q", max=2) == []
@@ -42,10 +43,10 @@ def test_a_claim_call_sends_one_key_reused_by_its_retries(scripted: ScriptedServ
 
 def test_a_claim_whose_answer_was_lost_hands_out_its_tasks_once(
         losing_proxy: DroppingProxy, api: Client, names: QueueNames,
-        valkey: redis.Redis) -> None:
+        valkey: redis.Redis, client_class: type[Client]) -> None:
     queue = names["lost-claim"]
     ids = {o.id for o in api.enqueue(queue, [{"payload": {"n": i}} for i in range(5)])}
-    with Client(losing_proxy.url, retry=RetryPolicy(max_retries=2, base_seconds=0.01,
+    with client_class(losing_proxy.url, retry=RetryPolicy(max_retries=2, base_seconds=0.01,
                                                     cap_seconds=0.02)) as flaky:
         claimed = flaky.claim(queue, max=3)
     assert losing_proxy.dropped == 1

@@ -65,7 +65,8 @@ def test_purging_2100_dead_letters_by_id_purges_them_all(
     assert states(pg, queue) == {"dead": len(kept)}
 
 
-def test_each_slice_has_its_own_key_reused_on_its_retries(scripted: ScriptedServer) -> None:
+def test_each_slice_has_its_own_key_reused_on_its_retries(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     ids = [str(uuid.uuid4()) for _ in range(2_001)]
     slices = [ids[:1000], ids[1000:2000], ids[2000:]]
     scripted.script(
@@ -75,7 +76,7 @@ def test_each_slice_has_its_own_key_reused_on_its_retries(scripted: ScriptedServ
         Reply(200, {"replayed": slices[1][:-1], "skipped": slices[1][-1:], "more": False}),
         Reply(200, {"replayed": slices[2], "skipped": [], "more": False}),
     )
-    client = Client(scripted.url, retry=RetryPolicy(max_retries=2), timeout=5)
+    client = client_class(scripted.url, retry=RetryPolicy(max_retries=2), timeout=5)
     client._sleep = lambda seconds: None
     with client:
         result = client.dlq_replay("jobs", ids)
@@ -88,11 +89,12 @@ def test_each_slice_has_its_own_key_reused_on_its_retries(scripted: ScriptedServ
     assert len({keys[0], keys[1], keys[3]}) == 3  # each slice its own
 
 
-def test_purge_slices_are_at_most_1000_ids(scripted: ScriptedServer) -> None:
+def test_purge_slices_are_at_most_1000_ids(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     ids = [str(uuid.uuid4()) for _ in range(1_001)]
     scripted.script(Reply(200, {"purged": ids[:1000], "more": False}),
                     Reply(200, {"purged": ids[1000:], "more": False}))
-    with Client(scripted.url, retry=RetryPolicy(max_retries=0), timeout=5) as client:
+    with client_class(scripted.url, retry=RetryPolicy(max_retries=0), timeout=5) as client:
         result = client.dlq_purge("jobs", ids)
     assert [str(i) for i in result.purged] == ids
     assert [len(r.json()["ids"]) for r in scripted.received] == [1000, 1]

@@ -24,14 +24,15 @@ def test_server_and_client_share_one_definition_of_each_envelope() -> None:
         assert model.model_config.get("extra") == "ignore", name
 
 
-def test_fields_a_newer_server_adds_are_ignored(scripted: ScriptedServer) -> None:
+def test_fields_a_newer_server_adds_are_ignored(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     replayed = str(uuid.uuid4())
     scripted.script(
         Reply(200, {"queues": [], "next": "a", "total": 3, "region": "eu-west-1"}),
         Reply(200, {"replayed": [replayed], "skipped": [], "more": False,
                     "replayed_at": "2030-01-01T00:00:00Z"}),
     )
-    with Client(scripted.url, timeout=5) as api:
+    with client_class(scripted.url, timeout=5) as api:
         page = api.list_queues_page()
         assert page.queues == [] and page.next == "a"
         result = api.dlq_replay("q", all=True)

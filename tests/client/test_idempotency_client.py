@@ -26,8 +26,9 @@ def error(status: int, code: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": "nope", "details": []}}
 
 
-def client_for(server: ScriptedServer, waits: list[float]) -> Client:
-    client = Client(server.url, retry=RetryPolicy(max_retries=3, base_seconds=0.1,
+def client_for(client_class: type[Client], server: ScriptedServer,
+               waits: list[float]) -> Client:
+    client = client_class(server.url, retry=RetryPolicy(max_retries=3, base_seconds=0.1,
                                                   cap_seconds=0.2), timeout=5)
     client._sleep = waits.append
     return client
@@ -37,7 +38,8 @@ def sent_keys(server: ScriptedServer) -> list[str]:
     return [r.headers.get("idempotency-key", "") for r in server.received]
 
 
-def test_one_key_per_call_reused_across_its_retries(scripted: ScriptedServer) -> None:
+def test_one_key_per_call_reused_across_its_retries(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     scripted.script(
         Reply(503, error(503, "unavailable"), headers={"Retry-After": "0"}),
         Reply(409, error(409, "idempotency_in_progress")),
@@ -45,7 +47,7 @@ def test_one_key_per_call_reused_across_its_retries(scripted: ScriptedServer) ->
         Reply(200, {"tasks": [OUTCOME]}),
     )
     waits: list[float] = []
-    with client_for(scripted, waits) as api:
+    with client_for(client_class, scripted, waits) as api:
         api.enqueue("emails", [{"payload": 1}])
         api.enqueue("emails", [{"payload": 1}])
     keys = sent_keys(scripted)
@@ -55,7 +57,8 @@ def test_one_key_per_call_reused_across_its_retries(scripted: ScriptedServer) ->
     assert len(waits) == 2
 
 
-def test_lease_calls_and_replays_carry_keys_purges_do_not(scripted: ScriptedServer) -> None:
+def test_lease_calls_and_replays_carry_keys_purges_do_not(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     lease = {"id": OUTCOME["id"], "lease_token": "t"}
     scripted.script(
         Reply(200, {"acked": [], "rejected": []}),
@@ -65,7 +68,7 @@ def test_lease_calls_and_replays_carry_keys_purges_do_not(scripted: ScriptedServ
         Reply(200, {"replayed": [], "skipped": []}),
         Reply(200, {"purged": []}),
     )
-    with client_for(scripted, []) as api:
+    with client_for(client_class, scripted, []) as api:
         api.ack("q", [lease])
         api.nack("q", [{**lease, "error": "x"}])
         api.release("q", [lease])
@@ -77,16 +80,18 @@ def test_lease_calls_and_replays_carry_keys_purges_do_not(scripted: ScriptedServ
     assert keys[5] == ""
 
 
-def test_a_409_of_another_kind_is_not_retried(scripted: ScriptedServer) -> None:
+def test_a_409_of_another_kind_is_not_retried(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     scripted.script(Reply(409, error(409, "quota_exceeded")))
     waits: list[float] = []
-    with client_for(scripted, waits) as api, pytest.raises(ApiError) as raised:
+    with client_for(client_class, scripted, waits) as api, pytest.raises(ApiError) as raised:
         api.enqueue("emails", [{"payload": 1}])
     assert raised.value.code == "quota_exceeded" and waits == []
     assert len(scripted.received) == 1
 
 
-def test_replay_and_purge_all_repeat_while_more(scripted: ScriptedServer) -> None:
+def test_replay_and_purge_all_repeat_while_more(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     ids = [str(uuid.uuid4()) for _ in range(5)]
     scripted.script(
         Reply(200, {"replayed": ids[:2], "skipped": [], "more": True}),
@@ -95,7 +100,7 @@ def test_replay_and_purge_all_repeat_while_more(scripted: ScriptedServer) -> Non
         Reply(200, {"purged": ids[:3], "more": True}),
         Reply(200, {"purged": ids[3:], "more": False}),
     )
-    with client_for(scripted, []) as api:
+    with client_for(client_class, scripted, []) as api:
         replayed = api.dlq_replay("q", all=True)
         purged = api.dlq_purge("q", all=True)
     assert [str(i) for i in replayed.replayed] == ids and not replayed.more
@@ -123,10 +128,11 @@ def test_enqueue_batches_split_by_count_and_by_bytes() -> None:
     assert raised.value.details[0]["field"] == "tasks[1]"
 
 
-def test_a_large_enqueue_is_sent_in_requests_that_fit(scripted: ScriptedServer) -> None:
+def test_a_large_enqueue_is_sent_in_requests_that_fit(
+        scripted: ScriptedServer, client_class: type[Client]) -> None:
     payload = "€" * 80_000 + "\\" * 5_000  # 245 KB once serialised
     scripted.script(*[Reply(200, {"tasks": [OUTCOME]}) for _ in range(10)])
-    with client_for(scripted, []) as api:
+    with client_for(client_class, scripted, []) as api:
         api.enqueue("q", [{"payload": payload} for _ in range(40)])
     sizes = [body_cost(r.body) for r in scripted.received]
     assert len(sizes) >= 2 and all(size <= REQUEST_BODY_LIMIT for size in sizes)
@@ -145,9 +151,10 @@ def dropping_proxy(api_url: str, clean_stores: None) -> Iterator[DroppingProxy]:
 
 
 def test_an_enqueue_whose_answer_was_lost_is_retried_into_one_task(
-        dropping_proxy: DroppingProxy, api: Client, names: QueueNames) -> None:
+        dropping_proxy: DroppingProxy, api: Client, names: QueueNames,
+        client_class: type[Client]) -> None:
     queue = names["lost"]
-    with Client(dropping_proxy.url, retry=RetryPolicy(max_retries=2, base_seconds=0.01,
+    with client_class(dropping_proxy.url, retry=RetryPolicy(max_retries=2, base_seconds=0.01,
                                                       cap_seconds=0.02)) as flaky:
         [outcome] = flaky.enqueue(queue, [{"payload": {"to": "a@example.com"}}])
     assert dropping_proxy.dropped == 1

@@ -19,10 +19,14 @@ from tierq.client import Client, NotFoundError
 from tierq.client.worker import Worker
 from tierq.models import ClaimedTask, QueueView, TenantQueueView
 
+# the Worker takes a blocking Client: its tests run once
+ONE_CLIENT = ("test_a_worker_with_a_tenants_token_leases_with_the_queues_setting",
+              "test_a_worker_of_a_fresh_pair_takes_the_queues_lease_once_it_has_tasks")
 
-def pinned(api_url: str, tenant: str) -> Client:
+
+def pinned(api_url: str, tenant: str, client_class: type[Client] = Client) -> Client:
     """A client whose requests the local gateway judges with a tenant's claims."""
-    return Client(api_url, headers={"x-tierq-jwt-claims": json.dumps(
+    return client_class(api_url, headers={"x-tierq-jwt-claims": json.dumps(
         {"sub": f"{tenant}-worker", "tenant": tenant})})
 
 
@@ -40,8 +44,8 @@ class ViewsSeen(Client):
         return view
 
 
-def test_a_pinned_client_reads_tenant_views(api: Client, api_url: str,
-                                            names: QueueNames) -> None:
+def test_a_pinned_client_reads_tenant_views(api: Client, api_url: str, names: QueueNames,
+                                            client_class: type[Client]) -> None:
     jobs = names["jobs"]
     api.put_queue(jobs, {"lease_seconds": 17, "max_attempts": 4, "max_leased": 9})
     api.enqueue(jobs, [{"payload": i, "tenant": "acme"} for i in range(3)])
@@ -50,7 +54,7 @@ def test_a_pinned_client_reads_tenant_views(api: Client, api_url: str,
     admin = api.get_queue(jobs)
     assert isinstance(admin, QueueView) and admin.settings.max_leased == 9
     assert admin.counts.warm + admin.counts.cold == 8
-    with pinned(api_url, "acme") as acme:
+    with pinned(api_url, "acme", client_class) as acme:
         view = acme.get_queue(jobs)
         assert isinstance(view, TenantQueueView)
         assert (view.tenant, view.settings.lease_seconds, view.settings.max_attempts) == \

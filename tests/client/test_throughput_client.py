@@ -12,13 +12,14 @@ from tierq.client import Client, ForbiddenError, NotFoundError
 from tierq.models.throughput import QueueThroughput
 
 
-def pinned(api_url: str, tenant: str) -> Client:
+def pinned(client_class: type[Client], api_url: str, tenant: str) -> Client:
     """A client whose requests the local gateway judges with a tenant's claims."""
-    return Client(api_url, headers={"x-tierq-jwt-claims": json.dumps({"tenant": tenant})})
+    return client_class(api_url, headers={"x-tierq-jwt-claims": json.dumps({"tenant": tenant})})
 
 
 def test_throughput_of_a_queue_and_of_one_tenant(api: Client, api_url: str,
-                                                 names: QueueNames) -> None:
+                                                 names: QueueNames,
+                                                 client_class: type[Client]) -> None:
     jobs = names["jobs"]
     api.enqueue(jobs, [{"payload": i, "tenant": "acme"} for i in range(6)])
     api.enqueue(jobs, [{"payload": i, "tenant": "beta"} for i in range(4)])
@@ -34,7 +35,7 @@ def test_throughput_of_a_queue_and_of_one_tenant(api: Client, api_url: str,
     beta = api.throughput(jobs, tenant="beta")
     assert (beta.enqueued_total, beta.acked_total) == (4, 0)
 
-    with pinned(api_url, "acme") as acme:
+    with pinned(client_class, api_url, "acme") as acme:
         own = acme.throughput(jobs)
         assert (own.tenant, own.enqueued_total, own.acked_total) == ("acme", 6, 3)
         with pytest.raises(ForbiddenError):

@@ -21,6 +21,8 @@ from tierq.client import Client
 from tierq.client.worker import Worker
 from tierq.models import ClaimedTask
 
+ONE_CLIENT = True  # the Worker takes a blocking Client (the AsyncWorker: tests/worker)
+
 
 @pytest.fixture
 def recorded(api_url: str, clean_stores: None) -> Iterator[DroppingProxy]:

@@ -1,8 +1,8 @@
 """Handlers that ``tierq worker`` runs in the worker tests (as ``tests.worker.handlers:…``).
 
-``slow`` sleeps ``payload["seconds"]`` and records each start and finish as a line in the
-file named by ``TIERQ_TEST_JOURNAL`` ("start <id>" / "finish <id>"), so a test can tell what
-ran, what finished and what was interrupted."""
+``slow`` (and ``slow_async``, its coroutine twin) sleeps ``payload["seconds"]`` and records
+each start and finish as a line in the file named by ``TIERQ_TEST_JOURNAL`` ("start <id>" /
+"finish <id>"), so a test can tell what ran, what finished and what was interrupted."""
 
 from __future__ import annotations
 
@@ -38,5 +38,15 @@ def pooled(task: ClaimedTask) -> dict[str, Any]:
     journal("start", task)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pool.submit(time.sleep, float(task.payload["seconds"])).result()
+    journal("finish", task)
+    return {"slept": task.payload["seconds"]}
+
+
+async def slow_async(task: ClaimedTask) -> dict[str, Any]:
+    """``slow`` as a coroutine function: ``tierq worker`` runs it with the AsyncWorker."""
+    import asyncio
+
+    journal("start", task)
+    await asyncio.sleep(float(task.payload["seconds"]))
     journal("finish", task)
     return {"slept": task.payload["seconds"]}

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
 from tests.support.stopping_worker import PausedAtAbandonment
 from tierq.client import Client, NotFoundError
-from tierq.client.worker import PermanentError, RetryableError, Worker
+from tierq.client.worker import PermanentError, RetryableError, Worker, WorkerStats
 from tierq.client.worker.worker import HeldLease, describe
 from tierq.models import ClaimedTask
 
@@ -31,18 +32,24 @@ def unfinished(api: Client, queue: str) -> int:
     return c.warm + c.cold + c.delayed + c.leased
 
 
-def test_results_are_acked(api: Client, names: QueueNames) -> None:
-    queue = names["work"]
-    kept = api.enqueue(queue, [{"payload": {"n": i}} for i in range(30)])
-    dropped = api.enqueue(queue, [{"payload": {"n": i, "discard": True}} for i in range(5)])
+# The handlers and checks of the matrix the AsyncWorker passes too
+# (tests/worker/test_async_worker.py, whose coroutine handlers call these functions).
 
-    def double(task: ClaimedTask) -> Any:
-        if task.payload.get("discard"):
-            return None  # nothing to keep: the task is deleted
-        return {"double": task.payload["n"] * 2}
 
-    stats = Worker(api, queue, double, concurrency=4, wait_seconds=0.5, burst=True,
-                   install_signal_handlers=False).run()
+def enqueue_doubles(api: Client, queue: str) -> tuple[list[Any], list[Any]]:
+    """30 tasks whose results are kept, 5 whose handler returns None."""
+    return (api.enqueue(queue, [{"payload": {"n": i}} for i in range(30)]),
+            api.enqueue(queue, [{"payload": {"n": i, "discard": True}} for i in range(5)]))
+
+
+def double(task: ClaimedTask) -> Any:
+    if task.payload.get("discard"):
+        return None  # nothing to keep: the task is deleted
+    return {"double": task.payload["n"] * 2}
+
+
+def check_doubles(api: Client, queue: str, kept: list[Any], dropped: list[Any],
+                  stats: WorkerStats) -> None:
     assert (stats.claimed, stats.acked, stats.retried, stats.dead) == (35, 35, 0, 0)
     for outcome in kept:
         task = api.get_task(queue, outcome.id)
@@ -55,38 +62,28 @@ def test_results_are_acked(api: Client, names: QueueNames) -> None:
     assert unfinished(api, queue) == 0
 
 
-def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client,
-                                                         names: QueueNames) -> None:
-    queue = names["flaky"]
+def enqueue_flaky(api: Client, queue: str) -> dict[str, UUID]:
+    """A task of each kind :func:`flaky` tells apart, on a queue of 3 attempts 0.2 s apart."""
     api.put_queue(queue, {"max_attempts": 3, "backoff": {
         "kind": "fixed", "base_seconds": 0.2, "cap_seconds": 0.2, "jitter": 0}})
-    ids = {kind: api.enqueue_one(queue, {"kind": kind}).id
-           for kind in ("fails_once", "retry_later", "permanent", "always_fails")}
+    return {kind: api.enqueue_one(queue, {"kind": kind}).id
+            for kind in ("fails_once", "retry_later", "permanent", "always_fails")}
 
-    def handle(task: ClaimedTask) -> Any:
-        kind = task.payload["kind"]
-        if kind == "fails_once" and task.attempt == 1:
-            raise ValueError("first attempt fails")
-        if kind == "retry_later" and task.attempt == 1:
-            raise RetryableError("not yet", retry_in_seconds=0.5)
-        if kind == "permanent":
-            raise PermanentError("bad payload")
-        if kind == "always_fails":
-            raise RuntimeError(f"still broken (attempt {task.attempt})")
-        return {"ok": kind, "attempt": task.attempt}
 
-    worker = Worker(api, queue, handle, concurrency=2, wait_seconds=0.5,
-                    install_signal_handlers=False)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        eventually(lambda: unfinished(api, queue) == 0 and worker.held == 0, timeout=30,
-                   what="every task settled")
-    finally:
-        worker.stop()
-        thread.join(timeout=30)
-    assert not thread.is_alive()
+def flaky(task: ClaimedTask) -> Any:
+    kind = task.payload["kind"]
+    if kind == "fails_once" and task.attempt == 1:
+        raise ValueError("first attempt fails")
+    if kind == "retry_later" and task.attempt == 1:
+        raise RetryableError("not yet", retry_in_seconds=0.5)
+    if kind == "permanent":
+        raise PermanentError("bad payload")
+    if kind == "always_fails":
+        raise RuntimeError(f"still broken (attempt {task.attempt})")
+    return {"ok": kind, "attempt": task.attempt}
 
+
+def check_flaky(api: Client, queue: str, ids: dict[str, UUID], stats: WorkerStats) -> None:
     once = api.get_task(queue, ids["fails_once"])
     assert (once.state, once.attempts, once.result) == ("done", 2, {"ok": "fails_once",
                                                                      "attempt": 2})
@@ -103,9 +100,57 @@ def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client,
     assert (always.state, always.attempts) == ("dead", 3)
     assert always.last_error is not None
     assert always.last_error.startswith("RuntimeError: still broken (attempt 3)")
-    stats = worker.stats
     assert (stats.acked, stats.retried, stats.dead) == (2, 4, 2)
     assert {t.id for t in api.dlq_list(queue).tasks} == {ids["permanent"], ids["always_fails"]}
+
+
+def enqueue_fan_in(api: Client, queue: str) -> UUID:
+    """Five tasks, and one after them all (its id)."""
+    parents = api.enqueue(queue, [{"payload": {"n": i}} for i in range(5)])
+    [join] = api.enqueue(queue, [{"payload": "sum", "after": [p.id for p in parents]}])
+    return join.id
+
+
+def fan_in(task: ClaimedTask, sums: list[int]) -> Any:
+    """Square a parent's n; the task after them sums their results from ``task.parents``."""
+    if task.payload == "sum":
+        sums.append(sum(p.result["square"] for p in task.parents or []))
+        return None
+    return {"square": task.payload["n"] ** 2}
+
+
+def check_fan_in(api: Client, queue: str, join: UUID, sums: list[int],
+                 stats: WorkerStats) -> None:
+    assert (stats.claimed, stats.acked) == (6, 6)
+    assert sums == [0 + 1 + 4 + 9 + 16]
+    with pytest.raises(NotFoundError):
+        api.get_task(queue, join)
+
+
+def test_results_are_acked(api: Client, names: QueueNames) -> None:
+    queue = names["work"]
+    kept, dropped = enqueue_doubles(api, queue)
+    stats = Worker(api, queue, double, concurrency=4, wait_seconds=0.5, burst=True,
+                   install_signal_handlers=False).run()
+    check_doubles(api, queue, kept, dropped, stats)
+
+
+def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client,
+                                                         names: QueueNames) -> None:
+    queue = names["flaky"]
+    ids = enqueue_flaky(api, queue)
+    worker = Worker(api, queue, flaky, concurrency=2, wait_seconds=0.5,
+                    install_signal_handlers=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        eventually(lambda: unfinished(api, queue) == 0 and worker.held == 0, timeout=30,
+                   what="every task settled")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    check_flaky(api, queue, ids, worker.stats)
 
 
 def _outer(depth: int) -> None:
@@ -240,6 +285,27 @@ def test_sigterm_lets_running_tasks_finish_and_claims_nothing_more(
     assert api.running(queue) == []
 
 
+def check_left_to_leases(api: Client, queue: str, ids: list[UUID],
+                         journal: Path) -> tuple[list[UUID], list[ClaimedTask]]:
+    """After a stop past the grace of a ``tierq worker`` process: the tasks it ran are
+    still leased by it, not nacked; another worker gets only the others. Returns the ids it
+    ran and what the other worker claimed."""
+    assert journal_lines(journal, "finish") == []
+    started = set(journal_lines(journal, "start"))
+    running = [i for i in ids if str(i) in started]
+    # not nacked: still leased by the stopped worker, no attempt recorded yet
+    leases = {lease.id: lease for lease in api.running(queue)}
+    assert set(leases) == set(running)
+    assert {lease.worker for lease in leases.values()} == {"sigterm-test"}
+    for task_id in running:
+        task = api.get_task(queue, task_id)
+        assert (task.state, task.last_error) == ("leased", None)
+    # another worker gets only what was never started, not what may still be running
+    others = api.claim(queue, max=5, lease_seconds=60)
+    assert sorted(str(t.id) for t in others) == sorted(str(i) for i in ids if i not in running)
+    return running, others
+
+
 def test_sigterm_past_the_grace_leaves_running_tasks_to_their_leases(
         api: Client, api_url: str, names: QueueNames, tmp_path: Path) -> None:
     """Past the grace the worker exits without nacking the tasks still running: nobody else
@@ -259,19 +325,7 @@ def test_sigterm_past_the_grace_leaves_running_tasks_to_their_leases(
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output.decode(errors="replace")
-    assert journal_lines(journal, "finish") == []
-    started = set(journal_lines(journal, "start"))
-    running = [i for i in ids if str(i) in started]
-    # not nacked: still leased by the stopped worker, no attempt recorded yet
-    leases = {lease.id: lease for lease in api.running(queue)}
-    assert set(leases) == set(running)
-    assert {lease.worker for lease in leases.values()} == {"sigterm-test"}
-    for task_id in running:
-        task = api.get_task(queue, task_id)
-        assert (task.state, task.last_error) == ("leased", None)
-    # another worker gets only what was never started, not what may still be running
-    others = api.claim(queue, max=5, lease_seconds=60)
-    assert sorted(str(t.id) for t in others) == sorted(str(i) for i in ids if i not in running)
+    running, others = check_left_to_leases(api, queue, ids, journal)
     assert all(t.attempt == 1 for t in others)  # released: no attempt counted
     assert {lease.id for lease in api.running(queue)} >= set(running)
     api.release(queue, [{"id": t.id, "lease_token": t.lease_token} for t in others])
@@ -340,6 +394,20 @@ def test_an_abandoned_task_is_not_claimed_while_the_stopping_process_still_runs_
     assert journal_lines(journal, "finish") == []
 
 
+def check_let_go(api: Client, queue: str, made: list[UUID], not_started: ClaimedTask,
+                 running: ClaimedTask, stats: WorkerStats) -> None:
+    """After a worker let go of ``not_started`` and ``running`` (of ``made``, three tasks):
+    the first released, the second abandoned to its lease."""
+    assert (stats.released, stats.abandoned, stats.dead, stats.retried) == (1, 1, 0, 0)
+    released = api.get_task(queue, not_started.id)
+    assert (released.state, released.attempts) == ("warm", 0)
+    kept = api.get_task(queue, running.id)
+    assert (kept.state, kept.last_error) == ("leased", None)
+    # while the lease holds, a claim gets the released task and the next one, not it
+    again = api.claim(queue, max=5)
+    assert [(t.id, t.attempt) for t in again] == [(not_started.id, 1), (made[2], 1)]
+
+
 def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leases(
         api: Client, names: QueueNames) -> None:
     """At shutdown a task whose handler never started goes back to its place in line
@@ -356,16 +424,8 @@ def test_let_go_releases_tasks_not_started_and_leaves_running_ones_to_their_leas
     leases = [HeldLease(not_started, extended_at=now, let_go=True),
               HeldLease(running, extended_at=now, started_at=now, let_go=True)]
     worker._let_go(leases)
-    stats = worker.stats
-    assert (stats.released, stats.abandoned, stats.dead, stats.retried) == (1, 1, 0, 0)
     assert worker.held == 0
-    released = api.get_task(queue, not_started.id)
-    assert (released.state, released.attempts) == ("warm", 0)
-    kept = api.get_task(queue, running.id)
-    assert (kept.state, kept.last_error) == ("leased", None)
-    # while the lease holds, a claim gets the released task and the next one, not it
-    again = api.claim(queue, max=5)
-    assert [(t.id, t.attempt) for t in again] == [(not_started.id, 1), (made[2].id, 1)]
+    check_let_go(api, queue, [o.id for o in made], not_started, running, worker.stats)
     eventually(lambda: api.get_task(queue, running.id).state == "dead", timeout=30,
                what="the reaper expired the lease of the last attempt")
     dead = api.get_task(queue, running.id)
@@ -404,8 +464,14 @@ def test_a_handler_running_past_the_grace_is_not_nacked_and_its_outcome_is_dropp
     assert worker.handed_over.is_set()  # it returned before the reporter was stopped
     stats = worker.stats
     assert (stats.abandoned, stats.acked, stats.retried, stats.released) == (1, 0, 0, 0)
+    check_abandoned_lease(api, queue, task_id)
+
+
+def check_abandoned_lease(api: Client, queue: str, task_id: UUID) -> None:
+    """A task abandoned to its lease: nobody else gets it while the lease holds; once it
+    runs out the reaper counts the attempt."""
     assert api.get_task(queue, task_id).state == "leased"
-    assert api.claim(queue, max=1) == []  # nobody else gets it while the lease holds
+    assert api.claim(queue, max=1) == []
     eventually(lambda: api.get_task(queue, task_id).state != "leased", timeout=30,
                what="the reaper expired the abandoned lease")
     task = api.get_task(queue, task_id)
@@ -416,19 +482,8 @@ def test_a_fan_in_handler_sees_its_parents_results(api: Client, names: QueueName
     """A task that waits for others (``after``) runs once they are done, and its handler
     reads their results from ``task.parents``, without a request of its own."""
     queue = names["fan"]
-    parents = api.enqueue(queue, [{"payload": {"n": i}} for i in range(5)])
-    [join] = api.enqueue(queue, [{"payload": "sum", "after": [p.id for p in parents]}])
+    join = enqueue_fan_in(api, queue)
     sums: list[int] = []
-
-    def handle(task: ClaimedTask) -> Any:
-        if task.payload == "sum":
-            sums.append(sum(p.result["square"] for p in task.parents or []))
-            return None
-        return {"square": task.payload["n"] ** 2}
-
-    stats = Worker(api, queue, handle, concurrency=4, wait_seconds=0.5, burst=True,
-                   install_signal_handlers=False).run()
-    assert (stats.claimed, stats.acked) == (6, 6)
-    assert sums == [0 + 1 + 4 + 9 + 16]
-    with pytest.raises(NotFoundError):
-        api.get_task(queue, join.id)
+    stats = Worker(api, queue, lambda task: fan_in(task, sums), concurrency=4,
+                   wait_seconds=0.5, burst=True, install_signal_handlers=False).run()
+    check_fan_in(api, queue, join, sums, stats)

@@ -1,6 +1,8 @@
 """``tierq worker QUEUE module:function``: run a handler over a queue with
 :class:`tierq.client.worker.Worker` until SIGTERM / Ctrl-C (or, with --burst, until the queue is
-empty).
+empty). A coroutine function (``async def``) runs with
+:class:`tierq.client.worker.AsyncWorker` over an ``AsyncClient`` instead, ``--concurrency``
+coroutines at once on one event loop.
 
 When the stop abandoned tasks to their leases (their handlers still running past the grace),
 the process ends with ``os._exit`` once its logs and stats are written: a normal exit would
@@ -9,12 +11,13 @@ run on here after its lease ran out and another worker got it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.logging import RichHandler
@@ -29,7 +32,8 @@ from tierq.cli.api_options import (
     usage_error,
 )
 from tierq.cli.common import console
-from tierq.client.worker import Worker
+from tierq.client import AsyncClient
+from tierq.client.worker import AsyncWorker, Worker, WorkerStats, is_coroutine_handler
 from tierq.client.worker.loading import HandlerNotFound, load_handler
 
 
@@ -41,7 +45,8 @@ def register(app: typer.Typer) -> None:
             help="The handler as module:function; it gets a ClaimedTask (payload, id, "
                  "attempt, …) and returns the result, or raises.")],
         concurrency: Annotated[int, typer.Option(
-            "--concurrency", "-c", min=1, max=500, help="Handler threads.")] = 4,
+            "--concurrency", "-c", min=1, max=500,
+            help="Handler threads (coroutines at once for an async handler).")] = 4,
         tenant: Annotated[str | None, typer.Option(
             help="Only this tenant's tasks (default: fairly across tenants).",
             show_default=False)] = None,
@@ -71,7 +76,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a handler (module:function) on the tasks of a queue.
 
-        The handler's return value acks the task (kept as its result); RetryableError or
+        A coroutine function (async def) runs on an event loop, --concurrency at once. The
+        handler's return value acks the task (kept as its result); RetryableError or
         any other exception retries it; PermanentError dead-letters it. SIGTERM or Ctrl-C:
         stop claiming, let running tasks finish for --grace seconds, release the tasks not
         started, and exit 0. Tasks still running past the grace are left to their leases,
@@ -91,19 +97,40 @@ def register(app: typer.Typer) -> None:
                             handlers=[RichHandler(console=console, show_path=False)])
         for noisy in ("httpx", "httpcore"):  # one line per request otherwise
             logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+        options: dict[str, Any] = {
+            "concurrency": concurrency, "tenant": tenant, "lease_seconds": lease_seconds,
+            "wait_seconds": wait, "grace_seconds": grace, "name": name, "burst": burst}
+        if is_coroutine_handler(function):
+            asyncio.run(run_async(function, queue, options, url, token, sigv4, aws_region))
+            return
         with api_client(url, token, sigv4, aws_region) as api:
-            runner = Worker(api, queue, function, concurrency=concurrency, tenant=tenant,
-                            lease_seconds=lease_seconds, wait_seconds=wait,
-                            grace_seconds=grace, name=name, burst=burst)
-            stats = runner.run()
-        table = Table(title=f"worker {runner.name}")
-        table.add_column("what")
-        table.add_column("tasks", justify="right")
-        for what, value in stats.as_dict().items():
-            table.add_row(what.replace("_", " "), f"{value:,}")
-        console.print(table)
-        if stats.abandoned:
-            end_now()
+            runner = Worker(api, queue, function, **options)
+            report(runner.name, runner.run())
+
+
+async def run_async(function: Any, queue: str, options: dict[str, Any], url: str,
+                    token: str | None, sigv4: bool, aws_region: str | None) -> None:
+    """Run a coroutine handler with the AsyncWorker; the API's errors end the command as the
+    other commands' do (:func:`tierq.cli.api_options.api_client`'s client is blocking, so
+    its settings are checked there and an ``AsyncClient`` made with the same)."""
+    with api_client(url, token, sigv4, aws_region) as checked:
+        async with AsyncClient(checked.base_url, token=token, sigv4=sigv4,
+                               aws_region=aws_region) as api:
+            runner = AsyncWorker(api, queue, function, **options)
+            report(runner.name, await runner.run())
+
+
+def report(name: str, stats: WorkerStats) -> None:
+    """Print what the worker did; end the process at once when it abandoned tasks (their
+    handlers' threads must not outlive it: :func:`end_now`)."""
+    table = Table(title=f"worker {name}")
+    table.add_column("what")
+    table.add_column("tasks", justify="right")
+    for what, value in stats.as_dict().items():
+        table.add_row(what.replace("_", " "), f"{value:,}")
+    console.print(table)
+    if stats.abandoned:
+        end_now()
 
 
 # The exit status of a worker that stopped with tasks abandoned to their leases: a stop as

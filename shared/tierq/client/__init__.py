@@ -5,7 +5,9 @@
     api = Client("http://127.0.0.1:3000")          # or Client.from_env(): TIERQ_URL, …
     api.enqueue_one("emails", {"to": "a@example.com"}, key="welcome-42")
 
-Workers: :class:`tierq.client.worker.Worker` runs a handler over a client.
+:class:`AsyncClient` has the same methods as coroutines, for asyncio. Workers:
+:class:`tierq.client.worker.Worker` runs a handler over a client on threads,
+:class:`tierq.client.worker.AsyncWorker` a coroutine handler over an ``AsyncClient``.
 """
 
 from tierq.extras import MissingExtraError
@@ -15,6 +17,7 @@ try:
 except ModuleNotFoundError as error:
     raise MissingExtraError.from_error(error, "client", "tierq.client") from error
 
+from tierq.client.aio import AsyncClient
 from tierq.client.auth import BearerAuth, SigV4Auth
 from tierq.client.errors import (
     ApiError,
@@ -44,6 +47,7 @@ __all__ = [
     "DEFAULT_URL",
     "NO_RETRIES",
     "ApiError",
+    "AsyncClient",
     "AuthConfigError",
     "BearerAuth",
     "Client",
