@@ -137,7 +137,14 @@ class PairKeys:
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
 PUSH_TASKS_PER_CALL = PushReady.items_per_call()
-IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
+# What admissions push per call, at most (logic/admission.py: ``push_chunks``): a script runs
+# alone on its server, and a push of 994 tasks of 1 KB took ~11 ms of Valkey (bench/README.md,
+# Valkey's slowest command), so a call carries half that, or its tasks' bytes up to the bound
+# (at least one task a call, whatever its size).
+PUSH_CALL_TASKS = min(500, PUSH_TASKS_PER_CALL)
+PUSH_CALL_BYTES = 512 * 1024
+# missing, remove, remove_ready: lookups by id, a slice per call (a slice of 1,000 took ~11 ms)
+IDS_PER_CALL = 500
 # running_page.lua: leases one call returns at most, and entries of `started` it reads at
 # most besides them (a call of 200 takes ~1 ms of Valkey; one of 1,000 took 15 ms)
 RUNNING_CALL_LEASES = 200
