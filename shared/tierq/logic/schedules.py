@@ -9,7 +9,8 @@ the whole key) while holding that schedule's lock, so who owns a schedule is dec
 same statement that writes it: there is no separate check a concurrent PUT could slip past,
 and no caller can replace, read or remove another tenant's schedule of the same name.
 
-Installing (a ``PUT`` and every ``cron_tick``), in one transaction per schedule:
+Installing (a ``PUT`` in its transaction; a ``cron_tick`` in one transaction per slice of
+due schedules, each schedule in a savepoint of its own):
 
 1. Withdraw the occurrences of older config hashes that were never claimed: delayed and cold
    ones, and warm ones still waiting in the Valkey ready set (taken out with
@@ -60,9 +61,9 @@ Missed occurrences are not made up: a tick installs instants after "now". If no 
 longer than what was installed ahead (an outage), the instants in between are skipped; the
 ones already installed run late, when the delayed mover next runs.
 
-If an install transaction fails after warm occurrences were taken out of Valkey, their rows
-are still ``warm`` in Postgres and the reaper's reconciler re-dispatches them after its grace
-period (at-least-once, nothing lost).
+If an install is rolled back (its transaction, or a tick's savepoint) after warm occurrences
+were taken out of Valkey, their rows are still ``warm`` in Postgres and the reaper's
+reconciler re-dispatches them after its grace period (at-least-once, nothing lost).
 """
 
 from __future__ import annotations
@@ -537,27 +538,28 @@ def put_schedule(ctx: Context, name: str,
     return get_schedule(ctx, name, tenant), created
 
 
-def tick_schedule(ctx: Context, tenant: str, name: str, *, queue: str | None = None,
-                  enabled: bool | None = None) -> InstallResult | None:
-    """One tick of one schedule (or of the leftovers of a removed one). None when another
-    tick or a PUT holds it right now (that one does the work). ``queue`` and ``enabled``,
-    as the caller read them (None: read here), say which pair to register first."""
-    if enabled is None:
-        peek = ctx.store.schedule_by_name(tenant, name)
-        queue, enabled = (peek.queue, peek.enabled) if peek is not None else (None, False)
+def prepare_tick(ctx: Context, queue: str | None, tenant: str, enabled: bool) -> None:
+    """Register the pair an enabled schedule installs into (``queue`` and ``enabled`` as
+    the tick read them), before the tick's transaction: registering may take another
+    pooled connection, which a connection held by an open transaction must not wait for."""
     if enabled and queue is not None:
         _register_pair(ctx, queue, tenant)
-    with ctx.db.transaction() as conn:
-        if not ctx.store.schedule_try_lock(conn, tenant, name):
-            return None
-        found = ctx.store.schedule_for_tick(conn, tenant, name)
-        if found is not None:
-            row, stale = found
-            return install(ctx, conn, row, ctx.now(), stale=stale)
-        # removed: withdraw what was locked (and so skipped) when it was removed
-        result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
-        _settle_remnant(ctx, conn, tenant, name)
-        return result
+
+
+def tick_in(ctx: Context, conn: Conn, tenant: str, name: str) -> InstallResult | None:
+    """One tick of one schedule (or of the leftovers of a removed one) inside the caller's
+    transaction, whose commit makes it count (``prepare_tick`` first). None when another
+    tick or a PUT holds it right now (that one does the work)."""
+    if not ctx.store.schedule_try_lock(conn, tenant, name):
+        return None
+    found = ctx.store.schedule_for_tick(conn, tenant, name)
+    if found is not None:
+        row, stale = found
+        return install(ctx, conn, row, ctx.now(), stale=stale)
+    # removed: withdraw what was locked (and so skipped) when it was removed
+    result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
+    _settle_remnant(ctx, conn, tenant, name)
+    return result
 
 
 def _settle_remnant(ctx: Context, conn: Conn, tenant: str, name: str) -> None:
