@@ -157,6 +157,15 @@ LEASE_INDEX_SLICES_PER_VISIT = 40
 MEMORY_READ_EVERY = 0.5
 
 
+def parse_started_cursor(text: str | None) -> tuple[int, str] | None:
+    """The pair's ``started_after`` ('<ms>|<id>', ``WarmTier.prune_started``); None (from
+    the start) for none or text that is not one."""
+    ms, bar, task_id = (text or "").partition("|")
+    if not bar or not ms.isdigit():
+        return None
+    return int(ms), task_id
+
+
 class LatePush(Exception):
     """push_ready refused a whole push: its admission began before the pair's fence, so the
     reconciler has taken its rows over (lua/missing.lua) and pushes them itself."""
@@ -1209,6 +1218,24 @@ class WarmTier:
                             lease.started_ms, lease.record.partition("|")[2] or None,
                             lease.deadline_ms) for lease in page]
         return leases, last
+
+    def prune_started(self, queue: str, tenant: str) -> bool:
+        """Read one call's slice of the pair's ``started`` index after the cursor kept in its
+        meta (``started_after``), which removes the entries of ended leases on the way
+        (lua/running_page.lua), and keep the cursor for the next call; whether the slice
+        reached the end (the cursor then starts over). Entries only a tierq that ended
+        leases without ``started`` leaves behind, which ``/running`` reads would otherwise
+        be the only ones to remove."""
+        k = PairKeys.of(queue, tenant)
+        raw = self._command("HGET", k.meta, "started_after")
+        after = parse_started_cursor(None if raw is None else _s(raw))
+        _, last = self.call(RunningPage(k, after, RUNNING_CALL_LEASES,
+                                        RUNNING_CALL_LEASES + RUNNING_SCAN_SLACK))
+        if last is not None:
+            self._command("HSET", k.meta, "started_after", f"{last[0]}|{last[1]}")
+        elif raw is not None:
+            self._command("HDEL", k.meta, "started_after")
+        return last is None
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         """The task's current lease, found by its id (lua/lease_of.lua: three lookups);

@@ -7,6 +7,8 @@
 | a warm row Valkey lost (older than the grace)     | pushed again                             |
 | a done or dead row past its queue's retention     | purged                                   |
 | a pair idle past the pair retention, no row left  | forgotten                                |
+| an entry of a pair's running-lease index whose    | removed, one slice of the index per      |
+| lease has ended                                   | visit after a cursor in the pair's meta  |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
@@ -140,6 +142,7 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
         reconcile(ctx, queue, tenant, summary, config)
+        ctx.warm.prune_started(queue, tenant)  # one slice of its running-lease index
     except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
         failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
