@@ -192,3 +192,20 @@ def test_a_broken_schedule_in_a_slice_is_rolled_back_alone(
     assert task_count(pg) == tasks_before + added  # none of s2's tasks stayed
     again = cron_tick.run(tq.ctx, budget_seconds=60)
     assert again.failed == [] and installed(pg)["s2"] > before["s2"]
+
+
+def test_a_schedule_another_holds_is_left_to_it_and_the_slice_goes_on(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """A PUT (or another tick) holds s2's lock: the pass counts it busy, installs s1 and s3
+    without waiting, and the next pass installs s2."""
+    schedules_with_work(tq)
+    before = installed(pg)
+    with pg.transaction():
+        pg.execute("SELECT pg_advisory_xact_lock(hashtextextended('tierq-schedule|_|s2', 11))")
+        summary = cron_tick.run(tq.ctx, budget_seconds=60)
+    assert (summary.schedules, summary.busy, summary.failed) == (3, 1, [])
+    after = installed(pg)
+    assert after["s2"] == before["s2"]
+    assert after["s1"] > before["s1"] and after["s3"] > before["s3"]
+    assert cron_tick.run(tq.ctx, budget_seconds=60).busy == 0
+    assert installed(pg)["s2"] > before["s2"]

@@ -1,8 +1,9 @@
 """cron_tick: keep every schedule's next occurrences installed as keyed delayed tasks, and
 withdraw the pending occurrences of outdated, disabled or removed schedules (the rules are
 in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per slice of
-due schedules, so one commit (a wait for the WAL flush) per slice, not per schedule; each
-schedule in a savepoint, so one that fails (a held row, a statement past its timeout, a
+due schedules, so one commit (a wait for the WAL flush) per slice, not per schedule; the
+slice's locks are taken and its rows read in two statements, then each schedule installs in
+a savepoint, so one that fails (a held row, a statement past its timeout, a
 broken row) is rolled back alone and the others are committed. A schedule another tick (or a
 PUT) is installing right now is left to that one, and two ticks at once never install an
 occurrence twice; a PUT of a schedule a tick holds waits for the slice's commit.
@@ -101,14 +102,21 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     finished = True
     down: Unavailable | None = None
     with ctx.db.transaction() as conn:
+        held = schedules.lock_for_tick(ctx, conn, [(e.tenant, e.name) for e in ready])
+        attempts: dict[str, int] = {}  # each queue's max_attempts, read once a slice
         for entry in ready:
             if summary.schedules and budget.spent:
                 finished = False
                 break
             summary.schedules += 1
+            key = (entry.tenant, entry.name)
+            if key not in held:
+                summary.busy += 1  # another tick or a PUT holds it and does the work
+                continue
             try:
                 with conn.transaction():  # a savepoint: what fails here is rolled back alone
-                    result = schedules.tick_in(ctx, conn, entry.tenant, entry.name)
+                    result = schedules.tick_locked(ctx, conn, entry.tenant, entry.name,
+                                                   held[key], attempts)
             except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable,
                     DatabaseTimedOut) as exc:
                 # a row held or a slow statement: this schedule waits for the next tick
@@ -123,9 +131,6 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
             except Exception:
                 # one broken schedule must not stop the others; it is retried next tick
                 _failed(summary, entry, "failed", exc_info=True)
-                continue
-            if result is None:
-                summary.busy += 1
                 continue
             summary.installed += result.installed
             summary.withdrawn += result.withdrawn
