@@ -1023,7 +1023,7 @@ class WarmTier:
         None while the pair's lease index is not complete (``index_leases``). When some
         are, the pair's fence is raised to ``fence_ms``: a push of an admission that began
         before it is refused from then on (``LatePush``). ``cursor`` (not None): the
-        reconciler's cursor to keep in the pair's meta (``reconcile_cursor``; '' forgets
+        reconciler's cursor to keep in the pair's meta (``reaper_cursors``; '' forgets
         it)."""
         k = PairKeys.of(queue, tenant)
         parts = list(chunks(ids, IDS_PER_CALL)) or [[]]
@@ -1037,11 +1037,15 @@ class WarmTier:
             found += out
         return found
 
-    def reconcile_cursor(self, queue: str, tenant: str) -> str:
-        """The reconciler's cursor over the pair's warm rows ('' when none: from the start),
-        kept by ``missing`` in the pair's meta."""
-        raw = self._command("HGET", PairKeys.of(queue, tenant).meta, "reconcile_after")
-        return "" if raw is None else _s(raw)
+    def reaper_cursors(self, queue: str, tenant: str) -> tuple[str, str | None]:
+        """The reaper's two cursors kept in the pair's meta, read in one command: the
+        reconciler's over the pair's warm rows ('' when none: from the start; kept by
+        ``missing``), and ``prune_started``'s over its ``started`` index (None when none)."""
+        raw = self._command("HMGET", PairKeys.of(queue, tenant).meta, "reconcile_after",
+                            "started_after")
+        reconcile_after, started_after = raw or (None, None)
+        return ("" if reconcile_after is None else _s(reconcile_after),
+                None if started_after is None else _s(started_after))
 
     def index_leases(self, queue: str, tenant: str, *,
                      slices: int = LEASE_INDEX_SLICES_PER_VISIT) -> bool:
@@ -1220,16 +1224,16 @@ class WarmTier:
                             lease.deadline_ms) for lease in page]
         return leases, last
 
-    def prune_started(self, queue: str, tenant: str) -> bool:
-        """Read one call's slice of the pair's ``started`` index after the cursor kept in its
-        meta (``started_after``), which removes the entries of ended leases on the way
-        (lua/running_page.lua), and keep the cursor for the next call; whether the slice
-        reached the end (the cursor then starts over). Entries only a tierq that ended
-        leases without ``started`` leaves behind, which ``/running`` reads would otherwise
-        be the only ones to remove."""
+    def prune_started(self, queue: str, tenant: str, cursor: str | None) -> bool:
+        """Read one call's slice of the pair's ``started`` index after ``cursor`` (the one
+        kept in its meta, ``started_after``: ``reaper_cursors``), which removes the entries
+        of ended leases on the way (lua/running_page.lua), and keep the cursor for the next
+        call; whether the slice reached the end (the cursor then starts over). Entries only
+        a tierq that ended leases without ``started`` leaves behind, which ``/running``
+        reads would otherwise be the only ones to remove."""
         k = PairKeys.of(queue, tenant)
-        raw = self._command("HGET", k.meta, "started_after")
-        after = parse_started_cursor(None if raw is None else _s(raw))
+        raw = cursor
+        after = parse_started_cursor(cursor)
         _, last = self.call(RunningPage(k, after, RUNNING_CALL_LEASES,
                                         RUNNING_CALL_LEASES + RUNNING_SCAN_SLACK))
         if last is not None:

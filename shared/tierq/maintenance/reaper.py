@@ -141,8 +141,10 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
     try:
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
-        reconcile(ctx, queue, tenant, summary, config)
-        ctx.warm.prune_started(queue, tenant)  # one slice of its running-lease index
+        reconcile_after, started_after = ctx.warm.reaper_cursors(queue, tenant)
+        reconcile(ctx, queue, tenant, summary, config, reconcile_after)
+        # one slice of its running-lease index
+        ctx.warm.prune_started(queue, tenant, started_after)
     except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
         failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
@@ -255,9 +257,9 @@ def record_expired(ctx: Context, queue: str, tenant: str,
 
 
 def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
-              config: ReaperConfig) -> None:
+              config: ReaperConfig, cursor: str) -> None:
     """Re-push warm rows that neither the ready set nor the lease set knows, one slice of
-    the pair's warm rows per pass after a cursor kept in the pair's meta (a pair of many
+    the pair's warm rows per pass after ``cursor``, kept in the pair's meta (a pair of many
     leases is checked all through, a slice at a time; each Valkey call looks up its ids
     only). Rows Valkey lost are taken over first: ``missing`` raises the pair's fence to
     the cutoff, so a late push of an admission older than it writes nothing
@@ -265,7 +267,7 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
     other pass takes them again within the grace. Then they are pushed (kind restore)."""
     now = ctx.now()
     before = now - ctx.settings.reconcile_grace_seconds
-    after = parse_cursor(ctx.warm.reconcile_cursor(queue, tenant))
+    after = parse_cursor(cursor)
     suspects = ctx.store.warm_suspects(queue, tenant, to_datetime(before),
                                        config.reconcile_batch, after)
     # the next pass goes on after this slice, or starts over once a slice comes back short
