@@ -86,8 +86,10 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
                 budget: Budget) -> bool:
     """Tick a slice of due schedules in one transaction, one commit (a commit waits for
     the WAL flush), each schedule in a savepoint of its own: one that fails is rolled back
-    alone and listed in ``failed``, the others are kept. Returns False when the budget ran
-    out first (checked between schedules, at least one per pass)."""
+    alone and listed in ``failed``, the others are kept. The slice's lock and read
+    statements run for all of it: one past its timeout ends the pass (the next starts
+    with the soonest due again). Returns False when the budget ran out first (checked
+    between schedules, at least one per pass)."""
     ready: list[ScheduleDue] = []
     for entry in entries:
         try:
