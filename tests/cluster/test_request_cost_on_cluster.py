@@ -58,3 +58,19 @@ def test_the_ready_tenant_index_beside_pairs_on_every_master(make_tq, valkey):
     tq.run_reaper()
     assert index(valkey) == [tenants[-1]]
     assert [t.tenant for t in tq.claim(QUEUE, max=5)] == [tenants[-1]]
+
+
+def test_the_reaper_removes_ended_entries_of_started_on_every_master(make_tq, valkey):
+    """Ended leases' entries in the ``started`` index of pairs on every master: the
+    reaper's passes remove them a slice a visit, the live leases' entries stay."""
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE)
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for i in range(5) for t in tenants])
+    for tenant in tenants:
+        assert len(tq.claim(QUEUE, max=5, tenant=tenant, lease_seconds=600)) == 5
+        valkey.zadd(PairKeys.of(QUEUE, tenant).started,
+                    {f"gone-{i:04d}": 2**40 + i for i in range(600)})
+    for _ in range(4):
+        tq.run_reaper()
+    for tenant in tenants:
+        assert valkey.zcard(PairKeys.of(QUEUE, tenant).started) == 5

@@ -95,3 +95,12 @@ def test_the_queue_index_master_down_fails_no_enqueue_or_ack(partial_cluster: An
             assert (mine.enqueued_total, mine.acked_total) == (6, 3)
         with pytest.raises(Unavailable):
             fresh.throughput(QUEUE)
+
+
+def test_a_large_tenant_index_is_read_in_pages(make_tq: TierqFactory) -> None:
+    """3,000 tenants noted (the index a hash table, not one listpack reply): every one is
+    read back through the cluster client's ZSCAN pages, each once."""
+    tq = make_tq()
+    names = [f"t{i:04d}" for i in range(3000)]
+    tq.ctx.warm.throughput.record(QUEUE, {t: (1, 0) for t in names})
+    assert tq.ctx.warm.throughput.noted_tenants(QUEUE) == names

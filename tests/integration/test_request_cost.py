@@ -5,11 +5,12 @@ queue's ready-tenant index (logic/ready_tenants.py), never every registered tena
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import redis
 
-from tierq.dal.warm_tier import RUNNING_SCAN_SLACK, PairKeys, QueueKeys
+from tierq.dal.warm_tier import RUNNING_CALL_LEASES, RUNNING_SCAN_SLACK, PairKeys, QueueKeys
 from tierq.engine import Tierq
 from tierq.logic import queues as queue_logic
 from tierq.logic import ready_tenants
@@ -88,6 +89,27 @@ def test_a_page_reads_the_page_not_the_pair(tq: Tierq, valkey: redis.Redis):
     page, after = tq.ctx.warm.running_page("q", "_", after=after, limit=10)
     assert page == [] and after is not None  # (ended leases only: passed over)
     assert 10_020 - valkey.zcard(K.started) <= 10 + RUNNING_SCAN_SLACK
+
+
+def test_the_reaper_removes_ended_entries_of_started_a_slice_a_visit(
+        tq: Tierq, valkey: redis.Redis):
+    """Entries of ended leases (as a tierq that ended leases without ``started`` left them)
+    after 20 live leases: each reaper pass reads one call's slice after the cursor kept in
+    the pair's meta and removes the ended entries it reads, until none is left; the live
+    leases stay, and the cursor starts over at the end."""
+    lease_many(tq, 20, per_claim=20)
+    last = int(valkey.zrange(K.started, -1, -1, withscores=True)[0][1])
+    valkey.zadd(K.started, {f"gone-{i:05d}": last + 1000 + i for i in range(2_000)})
+    sizes = [valkey.zcard(K.started)]
+    while sizes[-1] > 20 and len(sizes) < 20:
+        tq.run_reaper()
+        sizes.append(valkey.zcard(K.started))
+    assert sizes[-1] == 20 and len(sizes) > 5  # a slice a pass, not the whole index
+    assert max(a - b for a, b in pairwise(sizes)) <= \
+        RUNNING_CALL_LEASES + RUNNING_SCAN_SLACK
+    tq.run_reaper()
+    assert valkey.hget(K.meta, "started_after") is None  # (at the end: from the start)
+    assert len(page_all(tq, 200)) == 20
 
 
 def test_the_running_route_logic_yields_a_page_lazily(tq: Tierq, valkey: redis.Redis):

@@ -86,6 +86,22 @@ def test_a_delayed_task_counts_when_it_is_enqueued(tq: Tierq) -> None:
     assert sum(series(tq, "tp").enqueued) == 1
 
 
+def test_the_tenant_index_is_read_a_page_at_a_time(tq: Tierq, valkey: Any) -> None:
+    """3,000 tenants noted: every one is read, in several ZSCAN pages, never with one
+    command over the whole index."""
+    names = [f"t{i:04d}" for i in range(3000)]
+    tq.ctx.warm.throughput.record("tp", {t: (1, 0) for t in names})
+
+    def calls(command: str) -> int:
+        stats = valkey.info("commandstats").get(f"cmdstat_{command}")
+        return int(stats["calls"]) if stats else 0
+
+    scans, ranges = calls("zscan"), calls("zrange")
+    assert tq.ctx.warm.throughput.noted_tenants("tp") == names
+    assert calls("zscan") - scans > 3 and calls("zrange") == ranges
+    assert sum(series(tq, "tp").enqueued) == 3000
+
+
 def test_the_tenant_index_names_the_tenants_counted(tq: Tierq, valkey: Any) -> None:
     tq.enqueue("tp", [{"payload": 1, "tenant": t} for t in ("a", "b", "c")])
     assert tq.ctx.warm.throughput.noted_tenants("tp") == ["a", "b", "c"]

@@ -1,10 +1,13 @@
 """The cron tick: schedules with work are visited until its pass's budget is spent (at least
-one per pass; those left come in the next pass); its config is validated with the bad
+one per pass; those left come in the next pass); due schedules are ticked in one
+transaction per slice, a failing one rolled back alone; its config is validated with the bad
 variable named; its pass gives up a lock wait at its own lock timeout."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -102,3 +105,107 @@ def test_a_schedule_whose_tick_times_out_is_listed_failed_and_the_others_go_on(
     assert after["s1"] > before["s1"] and after["s3"] > before["s3"]
     again = cron_tick.run(tq.ctx, budget_seconds=60)
     assert again.failed == [] and installed(pg)["s2"] > before["s2"]
+
+
+def task_count(pg: psycopg.Connection[Any]) -> int:
+    row = pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@contextmanager
+def ticks_seen(pg: psycopg.Connection[Any]) -> Iterator[Callable[[], list[int]]]:
+    """The transactions that write schedules' rows, counted on the server: a trigger notes
+    the top transaction's id (``pg_current_xact_id``, the same inside a savepoint) of each
+    row an install marks. Yields a function answering how many rows each transaction
+    marked, in the order they began."""
+    pg.execute("CREATE TABLE test_tick_xacts (xact xid8 NOT NULL)")
+    pg.execute("""CREATE FUNCTION test_note_tick_xact() RETURNS trigger LANGUAGE plpgsql AS
+                  $$ BEGIN INSERT INTO test_tick_xacts VALUES (pg_current_xact_id());
+                  RETURN NULL; END $$""")
+    pg.execute("CREATE TRIGGER test_note_tick_xact AFTER UPDATE ON tierq_schedules"
+               " FOR EACH ROW EXECUTE FUNCTION test_note_tick_xact()")
+    try:
+        yield lambda: [n for _, n in pg.execute(
+            "SELECT xact::text::bigint, count(*) FROM test_tick_xacts"
+            " GROUP BY 1 ORDER BY 1").fetchall()]
+    finally:
+        pg.execute("DROP TRIGGER test_note_tick_xact ON tierq_schedules")
+        pg.execute("DROP FUNCTION test_note_tick_xact()")
+        pg.execute("DROP TABLE test_tick_xacts")
+
+
+@contextmanager
+def occurrences_of_refused(pg: psycopg.Connection[Any], schedule: str) -> Iterator[None]:
+    """A broken schedule: every insert of an occurrence of ``schedule`` raises, after its
+    install has written (pruned, withdrawn, inserted the tasks of its statement)."""
+    pg.execute(f"""CREATE FUNCTION test_refuse_occurrence() RETURNS trigger LANGUAGE plpgsql
+                   AS $$ BEGIN IF NEW.schedule = '{schedule}' THEN
+                   RAISE EXCEPTION 'schedule % is broken', NEW.schedule; END IF;
+                   RETURN NEW; END $$""")
+    pg.execute("CREATE TRIGGER test_refuse_occurrence BEFORE INSERT"
+               " ON tierq_schedule_occurrences"
+               " FOR EACH ROW EXECUTE FUNCTION test_refuse_occurrence()")
+    try:
+        yield
+    finally:
+        pg.execute("DROP TRIGGER test_refuse_occurrence ON tierq_schedule_occurrences")
+        pg.execute("DROP FUNCTION test_refuse_occurrence()")
+
+
+def test_a_tick_commits_once_per_slice_of_due_schedules(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """12 due schedules in slices of 4: three transactions write them, four each (one
+    commit per schedule would be twelve)."""
+    names = [f"c{i:02}" for i in range(12)]
+    for name in names:
+        tq.put_schedule(name, {"queue": "q", "payload": name, "every_seconds": 1})
+    tq.ctx.clock.advance(10)
+    with ticks_seen(pg) as seen:
+        summary = cron_tick.run(tq.ctx, budget_seconds=60, slice_size=4)
+        assert (summary.schedules, summary.failed, summary.busy) == (12, [], 0)
+        assert seen() == [4, 4, 4]
+        assert summary.installed >= 12 * 10
+    # with no slice size set, one transaction takes them all
+    tq.ctx.clock.advance(10)
+    with ticks_seen(pg) as seen:
+        assert cron_tick.run(tq.ctx, budget_seconds=60).schedules == 12
+        assert seen() == [12]
+
+
+def test_a_broken_schedule_in_a_slice_is_rolled_back_alone(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """The slice's other schedules are installed and committed together; the broken one's
+    writes are undone (its savepoint), it is listed failed, and it is installed at the next
+    tick once mended."""
+    schedules_with_work(tq)
+    before = installed(pg)
+    tasks_before = task_count(pg)
+    with ticks_seen(pg) as seen, occurrences_of_refused(pg, "s2"):
+        summary = cron_tick.run(tq.ctx, budget_seconds=60)
+        assert (summary.schedules, summary.failed) == (3, ["s2"])
+        assert seen() == [2]  # s1 and s3, in one transaction
+    after = installed(pg)
+    assert after["s2"] == before["s2"]
+    assert after["s1"] > before["s1"] and after["s3"] > before["s3"]
+    added = after["s1"] - before["s1"] + after["s3"] - before["s3"]
+    assert task_count(pg) == tasks_before + added  # none of s2's tasks stayed
+    again = cron_tick.run(tq.ctx, budget_seconds=60)
+    assert again.failed == [] and installed(pg)["s2"] > before["s2"]
+
+
+def test_a_schedule_another_holds_is_left_to_it_and_the_slice_goes_on(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """A PUT (or another tick) holds s2's lock: the pass counts it busy, installs s1 and s3
+    without waiting, and the next pass installs s2."""
+    schedules_with_work(tq)
+    before = installed(pg)
+    with pg.transaction():
+        pg.execute("SELECT pg_advisory_xact_lock(hashtextextended('tierq-schedule|_|s2', 11))")
+        summary = cron_tick.run(tq.ctx, budget_seconds=60)
+    assert (summary.schedules, summary.busy, summary.failed) == (3, 1, [])
+    after = installed(pg)
+    assert after["s2"] == before["s2"]
+    assert after["s1"] > before["s1"] and after["s3"] > before["s3"]
+    assert cron_tick.run(tq.ctx, budget_seconds=60).busy == 0
+    assert installed(pg)["s2"] > before["s2"]

@@ -9,9 +9,11 @@ from importlib import resources
 
 import pytest
 
+from tierq.core.ordering import Place, place
 from tierq.dal.command_limit import CALL_ARGS
-from tierq.dal.lua_calls import CALLS, LeaseExtend, LuaCall
-from tierq.dal.warm_tier import SCRIPTS, PairKeys
+from tierq.dal.lua_calls import CALLS, LeaseExtend, LuaCall, PushReady
+from tierq.dal.warm_tier import PUSH_CALL_BYTES, PUSH_CALL_TASKS, SCRIPTS, PairKeys
+from tierq.logic.admission import push_chunks
 
 LUA = resources.files("tierq.dal").joinpath("lua")
 
@@ -67,3 +69,18 @@ def test_a_bulk_call_fits_the_argument_limit(call: type[LuaCall[object]]):
 def test_a_call_refuses_an_item_of_the_wrong_width():
     with pytest.raises(ValueError, match="member, extend_ms"):
         LeaseExtend(PairKeys.of("q", "t"), 0, [("m",)]).build()
+
+
+def test_an_admission_pushes_at_most_its_count_and_bytes_a_call():
+    """push_chunks: 500 tasks or 512 KiB of blobs a push_ready call, whichever comes first,
+    and a task larger than the bound alone; every call within the argument limit."""
+    assert PushReady.items_per_call() >= PUSH_CALL_TASKS
+
+    def items(sizes: list[int]) -> list[tuple[str, Place, bytes]]:
+        return [(str(i), place(0, i + 1, str(i)), b"x" * n) for i, n in enumerate(sizes)]
+
+    assert list(push_chunks(items([100] * 1200))) == [(0, 500), (500, 1000), (1000, 1200)]
+    assert list(push_chunks(items([200_000] * 5))) == [(0, 2), (2, 4), (4, 5)]
+    assert list(push_chunks(items([10, 2 * PUSH_CALL_BYTES, 10]))) == [(0, 1), (1, 2), (2, 3)]
+    assert list(push_chunks(items([PUSH_CALL_BYTES // 2] * 2 + [1]))) == [(0, 2), (2, 3)]
+    assert list(push_chunks([])) == []

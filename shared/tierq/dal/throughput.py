@@ -224,11 +224,21 @@ class ThroughputCounts:
     # -- reading ------------------------------------------------------------------------
 
     def noted_tenants(self, queue: str) -> list[str]:
-        """The tenants of ``queue`` counted in the window (from its index)."""
-        tenants = self.warm.pipeline([("ZRANGE", tenants_key(queue), 0, -1)])[0]
-        if isinstance(tenants, Exception):
-            raise tenants
-        return sorted(_text(t) for t in tenants)
+        """The tenants of ``queue`` counted in the window (from its index), read a page at
+        a time (``ZSCAN … COUNT READ_CHUNK``): no command reads the whole index, however
+        many tenants it names. A tenant noted during the read may be missed (its counts
+        are the next read's); none named throughout is."""
+        key = tenants_key(queue)
+        names: set[str] = set()
+        cursor = 0
+        while True:
+            reply = self.warm.pipeline([("ZSCAN", key, cursor, "COUNT", READ_CHUNK)])[0]
+            if isinstance(reply, Exception):
+                raise reply
+            cursor, page = _scan_page(reply)
+            names.update(page)
+            if cursor == 0:
+                return sorted(names)
 
     def read(self, queue: str, tenants: Sequence[str] | None = None) -> Series:
         """Counts per second over the last ``WINDOW_SECONDS`` (ending at the server's
@@ -248,6 +258,16 @@ class ThroughputCounts:
                 if blob:
                     add_counts(blob, end, enqueued, acked)
         return Series(end, enqueued, acked, len(names))
+
+
+def _scan_page(reply: Any) -> tuple[int, list[str]]:
+    """(next cursor, members) of a ``ZSCAN`` reply: raw (``[cursor, [member, score, ...]]``)
+    from the direct calls of a single server, or parsed (``(cursor, [(member, score),
+    ...])``) by redis-py's cluster client."""
+    cursor, items = reply
+    if items and isinstance(items[0], (tuple, list)):
+        return int(cursor), [_text(member) for member, _ in items]
+    return int(cursor), [_text(member) for member in items[0::2]]
 
 
 def _text(value: Any) -> str:

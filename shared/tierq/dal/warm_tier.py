@@ -140,17 +140,34 @@ class PairKeys:
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
 PUSH_TASKS_PER_CALL = PushReady.items_per_call()
-IDS_PER_CALL = 1000  # missing, remove, remove_ready: lookups by id, a slice per call
+# What admissions push per call, at most (logic/admission.py: ``push_chunks``): a script runs
+# alone on its server, and a push of 994 tasks of 1 KB took ~11 ms of Valkey (bench/README.md,
+# Valkey's slowest command), so a call carries half that, or its tasks' bytes up to the bound
+# (at least one task a call, whatever its size).
+PUSH_CALL_TASKS = min(500, PUSH_TASKS_PER_CALL)
+PUSH_CALL_BYTES = 512 * 1024
+# missing, remove, remove_ready: lookups by id, a slice per call (a slice of 1,000 took ~11 ms)
+IDS_PER_CALL = 500
 # running_page.lua: leases one call returns at most, and entries of `started` it reads at
 # most besides them (a call of 200 takes ~1 ms of Valkey; one of 1,000 took 15 ms)
 RUNNING_CALL_LEASES = 200
 RUNNING_SCAN_SLACK = 200
 ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
-# lease_index.lua: leases (or claim records) per slice, and slices per reconciler visit
-LEASE_INDEX_SLICE = 500
-LEASE_INDEX_SLICES_PER_VISIT = 40
+# lease_index.lua: leases (or claim records) per slice, and slices per reconciler visit (a
+# slice of 500 took ~1.5 ms of Valkey at 100k leases, the longest call of a reaper pass)
+LEASE_INDEX_SLICE = 250
+LEASE_INDEX_SLICES_PER_VISIT = 80
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
 MEMORY_READ_EVERY = 0.5
+
+
+def parse_started_cursor(text: str | None) -> tuple[int, str] | None:
+    """The pair's ``started_after`` ('<ms>|<id>', ``WarmTier.prune_started``); None (from
+    the start) for none or text that is not one."""
+    ms, bar, task_id = (text or "").partition("|")
+    if not bar or not ms.isdigit():
+        return None
+    return int(ms), task_id
 
 
 class LatePush(Exception):
@@ -1008,7 +1025,7 @@ class WarmTier:
         None while the pair's lease index is not complete (``index_leases``). When some
         are, the pair's fence is raised to ``fence_ms``: a push of an admission that began
         before it is refused from then on (``LatePush``). ``cursor`` (not None): the
-        reconciler's cursor to keep in the pair's meta (``reconcile_cursor``; '' forgets
+        reconciler's cursor to keep in the pair's meta (``reaper_cursors``; '' forgets
         it)."""
         k = PairKeys.of(queue, tenant)
         parts = list(chunks(ids, IDS_PER_CALL)) or [[]]
@@ -1022,11 +1039,15 @@ class WarmTier:
             found += out
         return found
 
-    def reconcile_cursor(self, queue: str, tenant: str) -> str:
-        """The reconciler's cursor over the pair's warm rows ('' when none: from the start),
-        kept by ``missing`` in the pair's meta."""
-        raw = self._command("HGET", PairKeys.of(queue, tenant).meta, "reconcile_after")
-        return "" if raw is None else _s(raw)
+    def reaper_cursors(self, queue: str, tenant: str) -> tuple[str, str | None]:
+        """The reaper's two cursors kept in the pair's meta, read in one command: the
+        reconciler's over the pair's warm rows ('' when none: from the start; kept by
+        ``missing``), and ``prune_started``'s over its ``started`` index (None when none)."""
+        raw = self._command("HMGET", PairKeys.of(queue, tenant).meta, "reconcile_after",
+                            "started_after")
+        reconcile_after, started_after = raw or (None, None)
+        return ("" if reconcile_after is None else _s(reconcile_after),
+                None if started_after is None else _s(started_after))
 
     def index_leases(self, queue: str, tenant: str, *,
                      slices: int = LEASE_INDEX_SLICES_PER_VISIT) -> bool:
@@ -1204,6 +1225,24 @@ class WarmTier:
                             lease.started_ms, lease.record.partition("|")[2] or None,
                             lease.deadline_ms) for lease in page]
         return leases, last
+
+    def prune_started(self, queue: str, tenant: str, cursor: str | None) -> bool:
+        """Read one call's slice of the pair's ``started`` index after ``cursor`` (the one
+        kept in its meta, ``started_after``: ``reaper_cursors``), which removes the entries
+        of ended leases on the way (lua/running_page.lua), and keep the cursor for the next
+        call; whether the slice reached the end (the cursor then starts over). Entries only
+        a tierq that ended leases without ``started`` leaves behind, which ``/running``
+        reads would otherwise be the only ones to remove."""
+        k = PairKeys.of(queue, tenant)
+        raw = cursor
+        after = parse_started_cursor(cursor)
+        _, last = self.call(RunningPage(k, after, RUNNING_CALL_LEASES,
+                                        RUNNING_CALL_LEASES + RUNNING_SCAN_SLACK))
+        if last is not None:
+            self._command("HSET", k.meta, "started_after", f"{last[0]}|{last[1]}")
+        elif raw is not None:
+            self._command("HDEL", k.meta, "started_after")
+        return last is None
 
     def lease_of(self, queue: str, tenant: str, task_id: str) -> LeaseInfo | None:
         """The task's current lease, found by its id (lua/lease_of.lua: three lookups);

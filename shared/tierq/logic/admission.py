@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -37,15 +37,19 @@ import orjson
 from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
-from tierq.dal.warm_tier import PUSH_TASKS_PER_CALL, LatePush, PushOutcome, TenantShare
+from tierq.dal.warm_tier import (
+    PUSH_CALL_BYTES,
+    PUSH_CALL_TASKS,
+    LatePush,
+    PushOutcome,
+    TenantShare,
+)
 from tierq.errors import WarmTierFull
 from tierq.logic import ready_tenants, tenant_budget, wake
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 
 log = logging.getLogger(__name__)
 
-# tasks per push_ready call: within ElastiCache's argument limit (dal/command_limit.py)
-PUSH_CHUNK = PUSH_TASKS_PER_CALL
 # (id, place in the ready set, blob) of a task for the warm tier: a blob made here is bytes,
 # one made in SQL by promote_cold is text
 PushItem = tuple[str, Place, bytes | str]
@@ -173,8 +177,8 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
     refused: list[str] = []
     late = 0
     share, limit = tenant_budget.share(ctx, queue, tenant)
-    for start in range(0, len(items), PUSH_CHUNK):
-        chunk = items[start:start + PUSH_CHUNK]
+    for start, end in push_chunks(items):
+        chunk = items[start:end]
         def push_chunk(share: TenantShare, chunk: Sequence[PushItem] = chunk) -> PushOutcome:
             return ctx.warm.push(
                 queue, tenant, warm_max=settings.warm_max,
@@ -212,6 +216,22 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
         ready_tenants.note(ctx, queue, (tenant,))  # before the consumer's wake: it reads it
         wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
     return refused
+
+
+def push_chunks(items: Sequence[PushItem], *, tasks: int = PUSH_CALL_TASKS,
+                max_bytes: int = PUSH_CALL_BYTES) -> Iterator[tuple[int, int]]:
+    """The (start, end) of each push_ready call's items, in order: at most ``tasks`` items
+    and ``max_bytes`` of blobs a call, at least one item (a script runs alone on its server,
+    so a call's cost is bounded by both its count and its bytes)."""
+    start, size = 0, 0
+    for i, item in enumerate(items):
+        blob = len(item[2])
+        if i > start and (i - start >= tasks or size + blob > max_bytes):
+            yield start, i
+            start, size = i, 0
+        size += blob
+    if start < len(items):
+        yield start, len(items)
 
 
 def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:

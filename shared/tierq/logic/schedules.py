@@ -9,7 +9,8 @@ the whole key) while holding that schedule's lock, so who owns a schedule is dec
 same statement that writes it: there is no separate check a concurrent PUT could slip past,
 and no caller can replace, read or remove another tenant's schedule of the same name.
 
-Installing (a ``PUT`` and every ``cron_tick``), in one transaction per schedule:
+Installing (a ``PUT`` in its transaction; a ``cron_tick`` in one transaction per slice of
+due schedules, each schedule in a savepoint of its own):
 
 1. Withdraw the occurrences of older config hashes that were never claimed: delayed and cold
    ones, and warm ones still waiting in the Valkey ready set (taken out with
@@ -60,9 +61,9 @@ Missed occurrences are not made up: a tick installs instants after "now". If no 
 longer than what was installed ahead (an outage), the instants in between are skipped; the
 ones already installed run late, when the delayed mover next runs.
 
-If an install transaction fails after warm occurrences were taken out of Valkey, their rows
-are still ``warm`` in Postgres and the reaper's reconciler re-dispatches them after its grace
-period (at-least-once, nothing lost).
+If an install is rolled back (its transaction, or a tick's savepoint) after warm occurrences
+were taken out of Valkey, their rows are still ``warm`` in Postgres and the reaper's
+reconciler re-dispatches them after its grace period (at-least-once, nothing lost).
 """
 
 from __future__ import annotations
@@ -316,14 +317,19 @@ def withdraw(ctx: Context, conn: Conn, tenant: str, name: str,
 
 
 def _insert(ctx: Context, conn: Conn, row: ScheduleRow, instants: Sequence[int],
-            now: float) -> int:
+            now: float, attempts: dict[str, int] | None = None) -> int:
     """Insert occurrences as delayed tasks (with their ledger rows), in chunks; existing
-    live keys win. Returns how many were created."""
+    live keys win. Returns how many were created. ``attempts``: the queues' max_attempts
+    read so far in the caller's transaction (a tick's slice reads each queue's once)."""
     name, hash_ = row.name, row.config_hash
-    # read on this transaction's connection: taking a second pooled connection while the
-    # transaction is open can starve a small pool
-    stored = ctx.store.queue_settings_row(row.queue, conn=conn)
-    max_attempts = ctx.queue_settings.effective(stored).max_attempts
+    max_attempts = attempts.get(row.queue) if attempts is not None else None
+    if max_attempts is None:
+        # read on this transaction's connection: taking a second pooled connection while
+        # the transaction is open can starve a small pool
+        stored = ctx.store.queue_settings_row(row.queue, conn=conn)
+        max_attempts = ctx.queue_settings.effective(stored).max_attempts
+        if attempts is not None:
+            attempts[row.queue] = max_attempts
     created = 0
     for start in range(0, len(instants), INSERT_CHUNK):
         chunk = list(instants[start:start + INSERT_CHUNK])
@@ -399,12 +405,13 @@ def next_tick_ms(ctx: Context, timing: Timing, wanted: Sequence[int], through: i
 
 
 def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float, *,
-            stale: bool = True) -> InstallResult:
+            stale: bool = True, attempts: dict[str, int] | None = None) -> InstallResult:
     """Bring one schedule's installed occurrences up to date, inside the caller's
     transaction (which holds the schedule's lock), and record when the tick next has work
     for it (``tick_at_ms``: ``next_tick_ms``; the next tick when occurrences of another
     config remain; never, for a disabled schedule with none left). ``stale`` False: the
-    caller saw no occurrence of another config in the ledger, so none is withdrawn."""
+    caller saw no occurrence of another config in the ledger, so none is withdrawn.
+    ``attempts``: the queues' max_attempts read so far in this transaction (``_insert``)."""
     name, tenant, hash_ = row.name, row.tenant, row.config_hash
     now_ms = to_ms(now)
     result = InstallResult()
@@ -428,7 +435,7 @@ def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float, *,
                     "ticks", name, tenant, limit, size)
         new = [ms for ms in wanted if through is None or ms > through]
         if new:
-            result.installed = _insert(ctx, conn, row, new, now)
+            result.installed = _insert(ctx, conn, row, new, now, attempts)
         if wanted:
             through = wanted[-1] if through is None else max(through, wanted[-1])
         installed_hash: str | None = hash_
@@ -537,27 +544,40 @@ def put_schedule(ctx: Context, name: str,
     return get_schedule(ctx, name, tenant), created
 
 
-def tick_schedule(ctx: Context, tenant: str, name: str, *, queue: str | None = None,
-                  enabled: bool | None = None) -> InstallResult | None:
-    """One tick of one schedule (or of the leftovers of a removed one). None when another
-    tick or a PUT holds it right now (that one does the work). ``queue`` and ``enabled``,
-    as the caller read them (None: read here), say which pair to register first."""
-    if enabled is None:
-        peek = ctx.store.schedule_by_name(tenant, name)
-        queue, enabled = (peek.queue, peek.enabled) if peek is not None else (None, False)
+def prepare_tick(ctx: Context, queue: str | None, tenant: str, enabled: bool) -> None:
+    """Register the pair an enabled schedule installs into (``queue`` and ``enabled`` as
+    the tick read them), before the tick's transaction: registering may take another
+    pooled connection, which a connection held by an open transaction must not wait for."""
     if enabled and queue is not None:
         _register_pair(ctx, queue, tenant)
-    with ctx.db.transaction() as conn:
-        if not ctx.store.schedule_try_lock(conn, tenant, name):
-            return None
-        found = ctx.store.schedule_for_tick(conn, tenant, name)
-        if found is not None:
-            row, stale = found
-            return install(ctx, conn, row, ctx.now(), stale=stale)
-        # removed: withdraw what was locked (and so skipped) when it was removed
-        result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
-        _settle_remnant(ctx, conn, tenant, name)
-        return result
+
+
+Found = tuple[ScheduleRow, bool] | None  # a locked schedule's row and stale flag; None: removed
+
+
+def lock_for_tick(ctx: Context, conn: Conn,
+                  keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Found]:
+    """Take the locks of the schedules ``keys`` (tenant, name) that no other tick or PUT
+    holds, inside the caller's transaction, and read their rows (two statements for the
+    whole slice, the read after the locks). Returns the schedules locked, each with what
+    ``tick_locked`` takes; one left out is busy (its holder does the work)."""
+    locked = ctx.store.schedules_try_lock(conn, keys)
+    rows = ctx.store.schedules_for_tick(conn, locked)
+    return {key: rows.get(key) for key in locked}
+
+
+def tick_locked(ctx: Context, conn: Conn, tenant: str, name: str, found: Found,
+                attempts: dict[str, int] | None = None) -> InstallResult:
+    """One tick of one schedule whose lock the caller's transaction holds (or of the
+    leftovers of a removed one: ``found`` None); its commit makes it count
+    (``prepare_tick`` first). ``attempts``: as ``install`` takes it."""
+    if found is not None:
+        row, stale = found
+        return install(ctx, conn, row, ctx.now(), stale=stale, attempts=attempts)
+    # removed: withdraw what was locked (and so skipped) when it was removed
+    result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
+    _settle_remnant(ctx, conn, tenant, name)
+    return result
 
 
 def _settle_remnant(ctx: Context, conn: Conn, tenant: str, name: str) -> None:

@@ -1,8 +1,12 @@
 """cron_tick: keep every schedule's next occurrences installed as keyed delayed tasks, and
 withdraw the pending occurrences of outdated, disabled or removed schedules (the rules are
-in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per schedule;
-a schedule another tick (or a PUT) is installing right now is left to that one, and two
-ticks at once never install an occurrence twice.
+in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per slice of
+due schedules, so one commit (a wait for the WAL flush) per slice, not per schedule; the
+slice's locks are taken and its rows read in two statements, then each schedule installs in
+a savepoint, so one that fails (a held row, a statement past its timeout, a
+broken row) is rolled back alone and the others are committed. A schedule another tick (or a
+PUT) is installing right now is left to that one, and two ticks at once never install an
+occurrence twice; a PUT of a schedule a tick holds waits for the slice's commit.
 
 Only the schedules due are read: each install records when the tick next has work for its
 schedule (``tick_at_ms``: its next occurrence fires, its installed ones end within the
@@ -14,9 +18,11 @@ the schedules left when a pass stops are the soonest due of the next one."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from pydantic import Field
 
 from tierq.dal.store.rows import ScheduleDue
@@ -65,46 +71,82 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
     while summary.schedules < config.max_schedules:
         limit = min(config.slice_size, config.max_schedules - summary.schedules)
         due = ctx.store.schedules_due(now_ms, cursor, limit)
-        for entry in due:
-            cursor = (entry.tick_at_ms, entry.tenant, entry.name)
-            if (entry.tenant, entry.name) in seen:
-                continue
-            if summary.schedules and budget.spent:  # (at least one schedule per pass)
-                return summary
-            seen.add((entry.tenant, entry.name))
-            _tick_one(ctx, entry, summary)
-            if summary.schedules >= config.max_schedules:
-                return summary
+        if due:
+            cursor = (due[-1].tick_at_ms, due[-1].tenant, due[-1].name)
+        fresh = [e for e in due if (e.tenant, e.name) not in seen]
+        seen.update((e.tenant, e.name) for e in fresh)
+        if fresh and not _tick_slice(ctx, fresh, summary, budget):
+            return summary  # the budget is spent: the schedules left come first next pass
         if len(due) < limit:
             break
     return summary
 
 
-def _tick_one(ctx: Context, entry: ScheduleDue, summary: CronTickSummary) -> None:
-    tenant, name = entry.tenant, entry.name
-    summary.schedules += 1
-    try:
-        result = schedules.tick_schedule(ctx, tenant, name, queue=entry.queue,
-                                         enabled=entry.enabled)
-    except DatabaseTimedOut as exc:
-        # a row held or a slow statement (its transaction rolled back): this schedule
-        # waits for the next tick, the others go on
-        logger.warning("cron tick timed out for schedule %r of tenant %r: %s", name,
-                       tenant, exc.detail or exc.message)
-        summary.failed.append(name if tenant == DEFAULT_TENANT else f"{tenant}/{name}")
-        return
-    except Unavailable:
-        raise  # a store is down: every schedule would fail; let the caller retry
-    except Exception:
-        # one broken schedule must not stop the others; it is retried next tick
-        logger.exception("cron tick failed for schedule %r of tenant %r", name, tenant)
-        summary.failed.append(name if tenant == DEFAULT_TENANT else f"{tenant}/{name}")
-        return
-    if result is None:
-        summary.busy += 1
-        return
-    summary.installed += result.installed
-    summary.withdrawn += result.withdrawn
+def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickSummary,
+                budget: Budget) -> bool:
+    """Tick a slice of due schedules in one transaction, one commit (a commit waits for
+    the WAL flush), each schedule in a savepoint of its own: one that fails is rolled back
+    alone and listed in ``failed``, the others are kept. The slice's lock and read
+    statements run for all of it: one past its timeout ends the pass (the next starts
+    with the soonest due again). Returns False when the budget ran out first (checked
+    between schedules, at least one per pass)."""
+    ready: list[ScheduleDue] = []
+    for entry in entries:
+        try:
+            schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled))
+        except Unavailable:
+            raise  # a store is down: every schedule would fail; let the caller retry
+        except Exception:
+            summary.schedules += 1
+            _failed(summary, entry, "registering its queue failed", exc_info=True)
+            continue
+        ready.append(entry)
+    finished = True
+    down: Unavailable | None = None
+    with ctx.db.transaction() as conn:
+        held = schedules.lock_for_tick(ctx, conn, [(e.tenant, e.name) for e in ready])
+        attempts: dict[str, int] = {}  # each queue's max_attempts, read once a slice
+        for entry in ready:
+            if summary.schedules and budget.spent:
+                finished = False
+                break
+            summary.schedules += 1
+            key = (entry.tenant, entry.name)
+            if key not in held:
+                summary.busy += 1  # another tick or a PUT holds it and does the work
+                continue
+            try:
+                with conn.transaction():  # a savepoint: what fails here is rolled back alone
+                    result = schedules.tick_locked(ctx, conn, entry.tenant, entry.name,
+                                                   held[key], attempts)
+            except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable,
+                    DatabaseTimedOut) as exc:
+                # a row held or a slow statement: this schedule waits for the next tick
+                _failed(summary, entry, f"timed out: {str(exc).strip()}")
+                continue
+            except Unavailable as exc:
+                # a store is down: keep what is done (the commit may fail too), then raise
+                down = exc
+                break
+            except psycopg.OperationalError:
+                raise  # the connection is lost: the slice with it (the next pass retries)
+            except Exception:
+                # one broken schedule must not stop the others; it is retried next tick
+                _failed(summary, entry, "failed", exc_info=True)
+                continue
+            summary.installed += result.installed
+            summary.withdrawn += result.withdrawn
+    if down is not None:
+        raise down
+    return finished
+
+
+def _failed(summary: CronTickSummary, entry: ScheduleDue, why: str, *,
+            exc_info: bool = False) -> None:
+    logger.warning("cron tick of schedule %r of tenant %r %s", entry.name, entry.tenant, why,
+                   exc_info=exc_info)
+    summary.failed.append(entry.name if entry.tenant == DEFAULT_TENANT
+                          else f"{entry.tenant}/{entry.name}")
 
 
 JOB = MaintenanceJob(

@@ -7,6 +7,8 @@
 | a warm row Valkey lost (older than the grace)     | pushed again                             |
 | a done or dead row past its queue's retention     | purged                                   |
 | a pair idle past the pair retention, no row left  | forgotten                                |
+| an entry of a pair's running-lease index whose    | removed, one slice of the index per      |
+| lease has ended                                   | visit after a cursor in the pair's meta  |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
@@ -139,7 +141,10 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
     try:
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
-        reconcile(ctx, queue, tenant, summary, config)
+        reconcile_after, started_after = ctx.warm.reaper_cursors(queue, tenant)
+        reconcile(ctx, queue, tenant, summary, config, reconcile_after)
+        # one slice of its running-lease index
+        ctx.warm.prune_started(queue, tenant, started_after)
     except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
         failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
@@ -252,9 +257,9 @@ def record_expired(ctx: Context, queue: str, tenant: str,
 
 
 def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
-              config: ReaperConfig) -> None:
+              config: ReaperConfig, cursor: str) -> None:
     """Re-push warm rows that neither the ready set nor the lease set knows, one slice of
-    the pair's warm rows per pass after a cursor kept in the pair's meta (a pair of many
+    the pair's warm rows per pass after ``cursor``, kept in the pair's meta (a pair of many
     leases is checked all through, a slice at a time; each Valkey call looks up its ids
     only). Rows Valkey lost are taken over first: ``missing`` raises the pair's fence to
     the cutoff, so a late push of an admission older than it writes nothing
@@ -262,7 +267,7 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
     other pass takes them again within the grace. Then they are pushed (kind restore)."""
     now = ctx.now()
     before = now - ctx.settings.reconcile_grace_seconds
-    after = parse_cursor(ctx.warm.reconcile_cursor(queue, tenant))
+    after = parse_cursor(cursor)
     suspects = ctx.store.warm_suspects(queue, tenant, to_datetime(before),
                                        config.reconcile_batch, after)
     # the next pass goes on after this slice, or starts over once a slice comes back short

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from psycopg.rows import dict_row, scalar_row
+from psycopg.rows import dict_row, scalar_row, tuple_row
 
 from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import LiveOccurrence, PendingOccurrence, ScheduleDue, ScheduleRow
@@ -17,11 +17,17 @@ class ScheduleQueries(StoreBase):
         """Wait for the schedule's lock, held until ``conn``'s transaction ends."""
         self._fetch("schedule_lock", {"tenant": tenant, "name": name}, scalar_row, conn)
 
-    def schedule_try_lock(self, conn: Conn, tenant: str, name: str) -> bool:
-        """Take the schedule's lock if free (a tick's: see the query for its commit)."""
-        [locked] = self._fetch("schedule_try_lock", {"tenant": tenant, "name": name},
-                               scalar_row, conn)
-        return bool(locked)
+    def schedules_try_lock(self, conn: Conn,
+                           keys: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Take the locks of those of the schedules ``keys`` (tenant, name) that are free,
+        held until ``conn``'s transaction ends (a tick's: see the query for its commit);
+        the keys locked, in the order given."""
+        if not keys:
+            return []
+        rows = self._fetch("schedules_try_lock", {"tenants": [k[0] for k in keys],
+                                                  "names": [k[1] for k in keys]},
+                           tuple_row, conn)
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def upsert_schedule(self, conn: Conn, *, name: str, queue: str, tenant: str,
                         payload: str, priority: int, cron: str | None, every_ms: int | None,
@@ -43,17 +49,21 @@ class ScheduleQueries(StoreBase):
                            positional(ScheduleRow), conn)
         return rows[0] if rows else None
 
-    def schedule_for_tick(self, conn: Conn, tenant: str,
-                          name: str) -> tuple[ScheduleRow, bool] | None:
-        """The schedule's row, and whether its ledger holds occurrences of another config
-        (of any, when disabled); None when there is no such schedule."""
-        rows = self._fetch("schedule_for_tick", {"tenant": tenant, "name": name}, dict_row,
-                           conn)
-        if not rows:
-            return None
-        row = rows[0]
-        stale = bool(row.pop("stale"))
-        return ScheduleRow(**row), stale
+    def schedules_for_tick(self, conn: Conn, keys: Sequence[tuple[str, str]],
+                           ) -> dict[tuple[str, str], tuple[ScheduleRow, bool]]:
+        """The rows of the schedules ``keys`` (tenant, name), each with whether its ledger
+        holds occurrences of another config (of any, when disabled); a removed schedule is
+        not in the answer."""
+        if not keys:
+            return {}
+        rows = self._fetch("schedules_for_tick", {"tenants": [k[0] for k in keys],
+                                                  "names": [k[1] for k in keys]},
+                           dict_row, conn)
+        out: dict[tuple[str, str], tuple[ScheduleRow, bool]] = {}
+        for row in rows:
+            stale = bool(row.pop("stale"))
+            out[(row["tenant"], row["name"])] = (ScheduleRow(**row), stale)
+        return out
 
     def schedules_page(self, tenant: str | None, after: tuple[str, str],
                        limit: int) -> list[ScheduleRow]:

@@ -9,12 +9,16 @@
 SELECT pg_advisory_xact_lock(
     hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11));
 
--- name: schedule_try_lock
--- A tick's: a schedule whose lock is taken is left to whoever holds it. The tick's commit
--- waits for the WAL flush like every other: an occurrence it installed ready may be pushed
--- to the warm tier and claimed at once, so losing its row in a crash would run it twice.
-SELECT pg_try_advisory_xact_lock(
-           hashtextextended('tierq-schedule|' || %(tenant)s || '|' || %(name)s, 11)) AS locked;
+-- name: schedules_try_lock
+-- A tick's locks of a slice of schedules (tenants[i], names[i]) at once: the ones it took
+-- (a schedule whose lock is taken is left to whoever holds it). The tick's commit waits for
+-- the WAL flush like every other: an occurrence it installed ready may be pushed to the warm
+-- tier and claimed at once, so losing its row in a crash would run it twice.
+SELECT k.tenant, k.name
+FROM unnest(%(tenants)s::text[], %(names)s::text[]) WITH ORDINALITY AS k(tenant, name, i)
+WHERE pg_try_advisory_xact_lock(
+          hashtextextended('tierq-schedule|' || k.tenant || '|' || k.name, 11))
+ORDER BY k.i;
 
 -- name: upsert_schedule
 -- PUT replaces the whole schedule; created_at survives. created tells a new row from a
@@ -49,16 +53,19 @@ SELECT name, queue, tenant, payload, priority, cron, every_ms, daily_times, time
        updated_at
 FROM tierq_schedules WHERE tenant = %(tenant)s AND name = %(name)s;
 
--- name: schedule_for_tick
--- The row a tick installs, and whether occurrences of another config remain in its ledger
--- (of any config, when disabled): only then has the tick anything to withdraw.
+-- name: schedules_for_tick
+-- The rows a tick installs, of schedules (tenants[i], names[i]) whose locks it holds (read by
+-- a statement after the one that took them, so a PUT that held one has committed), and
+-- whether occurrences of another config remain in each one's ledger (of any config, when
+-- disabled): only then has the tick anything to withdraw. A removed schedule has no row.
 SELECT s.name, s.queue, s.tenant, s.payload, s.priority, s.cron, s.every_ms, s.daily_times,
        s.timezone, s.horizon, s.enabled, s.config_hash, s.installed_hash,
        s.installed_through_ms, s.last_tick_at, s.created_at, s.updated_at,
        EXISTS (SELECT 1 FROM tierq_schedule_occurrences o
                WHERE o.tenant = s.tenant AND o.schedule = s.name
                  AND (NOT s.enabled OR o.config_hash <> s.config_hash)) AS stale
-FROM tierq_schedules s WHERE s.tenant = %(tenant)s AND s.name = %(name)s;
+FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS k(tenant, name)
+JOIN tierq_schedules s ON s.tenant = k.tenant AND s.name = k.name;
 
 -- name: schedules_page
 -- Schedules after (after_tenant, after_name) in (tenant, name) order, of one tenant or
