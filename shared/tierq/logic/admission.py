@@ -191,7 +191,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
                     out = push_chunk(replace(share, bound="strict", grant=got))
                 except (WarmTierFull, LatePush):
                     # refused whole, nothing written: the grant goes back to the ledger
-                    tenant_budget.give_back(ctx, queue, tenant, got)
+                    tenant_budget.cancel(ctx, queue, tenant, got)
                     raise
         except WarmTierFull:
             go_cold(ctx, ticket, pair)
@@ -203,7 +203,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
                         "over; it re-pushes them", late, queue, tenant)
             break
         if out.given_back:
-            tenant_budget.give_back(ctx, queue, tenant, out.given_back)
+            tenant_budget.give_back(ctx, queue, tenant, out.freed)
         ctx.modes[pair] = out.mode
         if out.refused:
             ticket.registered.add(pair)
@@ -225,22 +225,39 @@ def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
 
 
 def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, bytes]]) -> None:
-    """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace).
-    When Valkey is out of memory, the tasks leave the warm tier (removing only frees memory)
-    and wait cold instead, so that no claim hands out their old data."""
+    """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace),
+    their growth counted against the pair's share of its tenant's bound as a push's is.
+    When Valkey is out of memory, or the growth does not fit the tenant's bound, the tasks
+    leave the warm tier (removing only frees memory) and wait cold instead, so that no
+    claim hands out their old data."""
     queue, tenant = pair
+    share, limit = tenant_budget.share(ctx, queue, tenant)
+    warm_max_bytes = ctx.queue_settings.get(queue).warm_max_bytes
     try:
-        ctx.warm.update_ready(queue, tenant, items,
-                              warm_max_bytes=ctx.queue_settings.get(queue).warm_max_bytes)
+        out = ctx.warm.update_ready(queue, tenant, items, warm_max_bytes=warm_max_bytes,
+                                    share=share)
+        if out.short:
+            # past the pair's allotment: take more of the tenant's bound, then replace
+            got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
+            try:
+                out = ctx.warm.update_ready(queue, tenant, items[out.done:],
+                                            warm_max_bytes=warm_max_bytes,
+                                            share=replace(share, bound="strict", grant=got))
+            except WarmTierFull:
+                tenant_budget.cancel(ctx, queue, tenant, got)  # nothing written
+                raise
+        if not out.over:
+            return
     except WarmTierFull:
-        ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
-        try:
-            go_cold(ctx, ticket, pair)
-            # only those still waiting: a claimed task's row is warm too, and stays so
-            removed = ctx.warm.remove_ready(queue, tenant, [item[1] for item in items])
-            mark_cold(ctx, removed)
-        finally:
-            close(ctx, ticket)
+        pass
+    ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
+    try:
+        go_cold(ctx, ticket, pair)
+        # only those still waiting: a claimed task's row is warm too, and stays so
+        removed = ctx.warm.remove_ready(queue, tenant, [item[1] for item in items])
+        mark_cold(ctx, removed)
+    finally:
+        close(ctx, ticket)
 
 
 def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> None:

@@ -128,14 +128,26 @@ def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
 
 
 def give_back(ctx: Context, queue: str, tenant: str, freed: int) -> None:
-    """Lower the pair's ledger entry by what a push gave back (best effort: an entry left
-    too high counts against the tenant only, until a ``reclaim`` sets it)."""
+    """Report to the ledger the pair's count of bytes given back so far (``freed``: a
+    push gave some back), which lowers its entry by what the ledger has not seen of it
+    (best effort: an entry left too high counts against the tenant only, until a later
+    report or a ``reclaim`` lowers it)."""
     try:
         ctx.warm.ledger_set(tenant, queue, allot=None, freed=freed, now_ms=to_ms(ctx.now()),
                             quiet_ms=_quiet_ms(ctx))
     except (WarmTierUnavailable, WarmTierFull):
-        log.warning("giving back %d bytes of %r/%r to its ledger failed", freed, queue, tenant,
-                    exc_info=True)
+        log.warning("reporting %d bytes given back by %r/%r to its ledger failed", freed,
+                    queue, tenant, exc_info=True)
+
+
+def cancel(ctx: Context, queue: str, tenant: str, granted: int) -> None:
+    """Take a grant out of the ledger whose push wrote nothing (best effort, as
+    ``give_back``)."""
+    try:
+        ctx.warm.ledger_cancel(tenant, queue, amount=granted)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("giving back a grant of %d bytes of %r/%r to its ledger failed", granted,
+                    queue, tenant, exc_info=True)
 
 
 def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None) -> bool:
@@ -154,7 +166,7 @@ def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None
     for queue in ctx.warm.ledger_queues(tenant, RECLAIM_SAMPLE):
         if queue == besides:
             continue
-        freed, after = ctx.warm.shrink_allot(queue, tenant, charge=TASK_CHARGE, keep=0)
+        _, after, freed = ctx.warm.shrink_allot(queue, tenant, charge=TASK_CHARGE, keep=0)
         ctx.warm.ledger_set(tenant, queue, allot=after, freed=freed, now_ms=to_ms(ctx.now()),
                             quiet_ms=_quiet_ms(ctx))
     return True

@@ -45,9 +45,12 @@
 --        later one, as above). The rule that an empty warm set takes one task does not
 --        lift this bound.
 --   Either way, an allotment more than 2 * keep over the usage after the push is lowered
---   to usage + keep, and the difference returned (the caller gives it back to the ledger).
--- Returns { mode_after, bytes given back, refused_id, ... }, { 'late' } or
--- { 'allot', bytes short }
+--   to usage + keep, and the difference returned, with the pair's count of bytes given
+--   back so far (meta `freed`): the caller reports that count to the ledger.
+-- Returns { mode_after, bytes given back, freed count (0 when none given back), tasks
+-- waiting before the push, refused_id, ... }, { 'late' } or { 'allot', bytes short }. The
+-- tasks waiting before tell the caller whether the pair's tenant must be entered in its
+-- queue's ready-tenant index (logic/ready_tenants.py): only a push into an empty line must.
 -- Valkey work for the tasks (not for 'new'): one HMGET of lease_of (and one ZMSCORE of the
 -- leases it names: Redis >= 6.2) and one HEXISTS per task; then one ZADD and one HSET of
 -- the accepted ones, however many tasks.
@@ -85,6 +88,7 @@ if not mode then
   redis.call('HSET', KEYS[3], 'mode', 'cold', 'epoch', 0)
 end
 local size = redis.call('ZCARD', KEYS[1])
+local ready_before = size
 local bytes = warm_bytes(KEYS[3], KEYS[2], size)
 local bytes_before = bytes
 local allot_before, allot, usage = 0, 0, 0
@@ -181,14 +185,15 @@ else
   call_chunked('HSET', KEYS[2], data_args)
 end
 add_warm_bytes(KEYS[3], bytes - bytes_before)
-local given_back = 0
+local given_back, freed = 0, 0
 if bound ~= '' then
   local keep = tonumber(ARGV[10])
   if allot > usage + 2 * keep then
     given_back = allot - (usage + keep)
-    allot = usage + keep
+    freed = warm_give_back(KEYS[3], allot, usage + keep)
+  elseif allot ~= allot_before then
+    redis.call('HSET', KEYS[3], ALLOT_FIELD, allot)
   end
-  if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
 end
 if n_refused > 0 then
   mode = 'cold'
@@ -201,6 +206,8 @@ elseif admits and mode == 'warm' and (size >= warm_max or bytes >= max_bytes) th
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
 end
+table.insert(refused, 1, ready_before)
+table.insert(refused, 1, freed)
 table.insert(refused, 1, given_back)
 table.insert(refused, 1, mode)
 return refused
