@@ -206,7 +206,8 @@ class PushReply:
     """What push_ready.lua answers: the pair's mode after (``late``: nothing written, the
     reconciler took the rows over; ``allot``: nothing written, ``short`` bytes of allotment
     missing), the bytes of allotment given back, the ids refused, the pair's count of bytes
-    given back so far (``freed``, for the ledger) and the tasks waiting before the push."""
+    given back so far (``freed``, for the ledger), the tasks waiting before the push and
+    the allotment left beyond the pair's usage after it (``slack``)."""
 
     mode: str
     given_back: int
@@ -214,6 +215,7 @@ class PushReply:
     refused: list[str]
     freed: int = 0
     ready_before: int = 0
+    slack: int = 0
 
 
 @dataclass(frozen=True)
@@ -264,8 +266,9 @@ class PushReady(LuaCall[PushReply]):
             return PushReply(mode, 0, 0, [])
         if mode == "allot":
             return PushReply(mode, 0, int(reply[1]), [])
-        return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[4:]],
-                         freed=int(reply[2]), ready_before=int(reply[3]))
+        return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[5:]],
+                         freed=int(reply[2]), ready_before=int(reply[3]),
+                         slack=int(reply[4]))
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from tierq.dal.lua_calls import (
     PollKey,
     PoolKeys,
     PushReady,
+    PushReply,
     QueueCapacity,
     ReadyTenantsNote,
     ReleaseLeases,
@@ -328,8 +329,10 @@ def claim_prefix(token: str) -> str:
 class PushOutcome:
     """What one ``push_ready`` call did: the pair's mode after, the ids it refused, the
     bytes of allotment it gave back and the pair's count of bytes given back so far
-    (``freed``, for the tenant's ledger), in ``ask`` mode the bytes of allotment the push
-    was short of (nothing was written then), and the tasks waiting before it."""
+    (``freed``, for the tenant's ledger), and in ``ask`` mode the bytes of allotment the
+    push was short of (no task was written then). Also the tasks waiting before it, the
+    allotment left beyond the pair's usage after it (``slack``), and whether the pair's
+    tenant was entered in its queue's ready-tenant index right after it (``noted``)."""
 
     mode: str
     refused: list[str]
@@ -337,6 +340,8 @@ class PushOutcome:
     short: int = 0
     freed: int = 0
     ready_before: int = 0
+    slack: int = 0
+    noted: bool = False
 
 
 @dataclass(frozen=True)
@@ -630,25 +635,54 @@ class WarmTier:
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
              now_ms: int, token: str, since_ms: int,
              items: Sequence[tuple[str, Place, bytes | str]],
-             share: TenantShare = TenantShare()) -> PushOutcome:
+             share: TenantShare = TenantShare(), note: bool = False,
+             shard_tag: int | None = None) -> PushOutcome:
         """Push (id, place, blob) items, at most ``PUSH_TASKS_PER_CALL``; ``since_ms``: when
         the admission began (at or before the ``state_since`` its rows were written with);
         ``share``: how it counts against its tenant's bound (lua/push_ready.lua ARGV 7-10).
-        Raises ``LatePush`` when the reconciler has taken the admission's rows over
-        (nothing was pushed), and ``WarmTierFull`` when Valkey is out of memory (nothing
-        was pushed)."""
+        ``note``: on a single server, enter the tenant in the queue's ready-tenant index
+        (``shard_tag``'s) in the same round trip, after the push (a pipeline runs in
+        order); a cluster holds the index in another slot, where a pipeline keeps no order,
+        so there the caller notes itself (``noted`` False). Raises ``LatePush`` when the
+        reconciler has taken the admission's rows over (nothing was pushed), and
+        ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
         if len(items) > PUSH_TASKS_PER_CALL:
             raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
                              "per call")
-        out = self.call(PushReady(
+        call = PushReady(
             PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
             since_ms, share.bound, share.grant, share.charge, share.keep,
-            [(at[0], at[1], task_id, blob) for task_id, at, blob in items]))
+            [(at[0], at[1], task_id, blob) for task_id, at, blob in items])
+        noted = False
+        if note and self.calls is not None:
+            out, noted = self._push_noted(call, queue, tenant, shard_tag)
+        else:
+            out = self.call(call)
         if out.mode == "late":
             raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
                            "after the reconciler took its rows over")
         return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short,
-                           freed=out.freed, ready_before=out.ready_before)
+                           freed=out.freed, ready_before=out.ready_before, slack=out.slack,
+                           noted=noted)
+
+    def _push_noted(self, call: PushReady, queue: str, tenant: str,
+                    shard_tag: int | None) -> tuple[PushReply, bool]:
+        """The push and the note of its tenant in one pipeline (a single server); whether
+        the note was made. A script the server does not know is loaded by a call of its
+        own: the push alone then, and the note is the caller's."""
+        index = ReadyTenantsNote(_Index(QueueKeys.ready_tenants(queue, shard_tag)), [tenant])
+        pushed, noted = self.pipeline([
+            evalsha(call, self.scripts[PushReady.SCRIPT].sha),
+            evalsha(index, self.scripts[ReadyTenantsNote.SCRIPT].sha)])
+        if isinstance(pushed, NoScriptError):
+            return self.call(call), False
+        if isinstance(pushed, Exception):
+            with _available(self.credentials):
+                raise pushed
+        if isinstance(noted, Exception) and not isinstance(noted, NoScriptError):
+            log.warning("entering %r in the ready-tenant index of %r failed: %s", tenant,
+                        queue, noted)
+        return call.parse(pushed), not isinstance(noted, Exception)
 
     # -- a tenant's share of the warm tier (logic/tenant_budget.py) --------------------------
 

@@ -172,6 +172,8 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     late = 0
+    # whether a push found the pair's line empty with no note of its tenant after it
+    unnoted = False
     share, limit = tenant_budget.share(ctx, queue, tenant)
     for start in range(0, len(items), PUSH_CHUNK):
         chunk = items[start:start + PUSH_CHUNK]
@@ -179,37 +181,50 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
             return ctx.warm.push(
                 queue, tenant, warm_max=settings.warm_max,
                 warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
-                token=ticket.token, since_ms=ticket.since_ms, items=chunk, share=share)
+                token=ticket.token, since_ms=ticket.since_ms, items=chunk, share=share,
+                note=True, shard_tag=ctx.id_tag)
 
+        got = 0  # taken from the ledger for this chunk
         try:
-            out = push_chunk(share)
+            if limit:
+                # a line that grows past its allotment takes its grant first (no 'ask'
+                # round trip that comes back short)
+                need = sum(len(item[2]) for item in chunk) + share.charge * len(chunk)
+                short = tenant_budget.shortfall(queue, tenant, need)
+                if short:
+                    got = tenant_budget.grant(ctx, queue, tenant, short, limit)
+            out = push_chunk(replace(share, grant=got))
             if out.mode == "allot":
                 # past the pair's allotment: take more of the tenant's bound, then push
                 # what fits of it (the rest is refused: the tenant's work waits cold)
                 got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
-                try:
-                    out = push_chunk(replace(share, bound="strict", grant=got))
-                except (WarmTierFull, LatePush):
-                    # refused whole, nothing written: the grant goes back to the ledger
-                    tenant_budget.cancel(ctx, queue, tenant, got)
-                    raise
-        except WarmTierFull:
+                out = push_chunk(replace(share, bound="strict", grant=got))
+        except (WarmTierFull, LatePush) as exc:
+            if got:
+                # refused whole, nothing written: the grant goes back to the ledger
+                tenant_budget.cancel(ctx, queue, tenant, got)
+            if isinstance(exc, LatePush):
+                late = len(items) - start
+                log.warning("a push of %d task(s) of %r/%r came after the reconciler took "
+                            "them over; it re-pushes them", late, queue, tenant)
+                break
             go_cold(ctx, ticket, pair)
             refused.extend(item[0] for item in items[start:])
             break
-        except LatePush:
-            late = len(items) - start
-            log.warning("a push of %d task(s) of %r/%r came after the reconciler took them "
-                        "over; it re-pushes them", late, queue, tenant)
-            break
         if out.given_back:
             tenant_budget.give_back(ctx, queue, tenant, out.freed)
+        if limit:
+            tenant_budget.pushed(queue, tenant, out.slack, out.ready_before)
+        unnoted = not out.noted and (unnoted or not out.ready_before)
         ctx.modes[pair] = out.mode
         if out.refused:
             ticket.registered.add(pair)
             refused.extend(out.refused)
     if len(refused) + late < len(items):
-        ready_tenants.note(ctx, queue, (tenant,))  # before the consumer's wake: it reads it
+        # the tenant enters its queue's ready-tenant index after the push that found its
+        # line empty (logic/ready_tenants.py); before the consumer's wake, which reads it
+        if unnoted:
+            ready_tenants.note(ctx, queue, (tenant,))
         wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
     return refused
 
