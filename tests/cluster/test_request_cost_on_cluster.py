@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.integration.test_request_cost import (  # noqa: F401  (run here on the cluster)
+    test_a_claims_removal_never_loses_an_admission_that_raced_it,
+)
 from tests.support.cluster import node_of, tenants_on_every_node
 from tierq.dal.warm_tier import PairKeys, QueueKeys
 from tierq.logic import queues as queue_logic
@@ -74,3 +77,26 @@ def test_the_reaper_removes_ended_entries_of_started_on_every_master(make_tq, va
         tq.run_reaper()
     for tenant in tenants:
         assert valkey.zcard(PairKeys.of(QUEUE, tenant).started) == 5
+
+
+def test_only_a_push_into_an_empty_line_enters_its_tenant(make_tq, valkey, monkeypatch):
+    """The index is in another slot: a push enters its tenant after itself (a call of its
+    own) only when it found the pair's ready set empty; a line with work has it entered."""
+    tq = make_tq()
+    notes: list[Any] = []
+    note = tq.ctx.warm.note_ready_tenants
+
+    def counted(*args: Any) -> None:
+        notes.append(args)
+        note(*args)
+
+    monkeypatch.setattr(tq.ctx.warm, "note_ready_tenants", counted)
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": "a"}])
+    assert len(notes) == 1 and index(valkey) == ["a"]
+    tq.enqueue(QUEUE, [{"payload": 2, "tenant": "a"}])  # into a line with work
+    assert len(notes) == 1 and index(valkey) == ["a"]
+    assert tq.ack(QUEUE, tq.claim(QUEUE, max=5, tenant="a")).acked
+    assert tq.claim(QUEUE, max=5) == [] and index(valkey) == []  # found empty: out
+    tq.enqueue(QUEUE, [{"payload": 3, "tenant": "a"}])  # into the empty line again
+    assert len(notes) == 2 and index(valkey) == ["a"]
+    assert [t.payload for t in tq.claim(QUEUE, max=5)] == [3]

@@ -78,7 +78,7 @@ def large_calls_stay_under_the_limit(make_tq: Any, pg: Any) -> None:
     items = [admission.row_push_item(r) for r in rows]
     ticket = Ticket(token="big-restore", since_ms=now_ms)
     assert admission.dispatch(tq.ctx, ticket, {("big", "_"): items}, kind="restore") == set()
-    assert warm.update_ready("big", "_", items, warm_max_bytes=1 << 40) == len(items)
+    assert warm.update_ready("big", "_", items, warm_max_bytes=1 << 40).found == len(items)
     assert len(warm.remove_ready("big", "_", [at for _, at, _ in items])) == MANY // 2
     acked = tq.ack("big", held[MANY // 2:])
     assert len(acked.acked) == MANY - MANY // 2

@@ -61,6 +61,7 @@ from tierq.dal.lua_calls import (
     TenantsKey,
     TierStats,
     UpdateReady,
+    UpdateReply,
     UseCounts,
     UseKeys,
     WarmLedger,
@@ -167,6 +168,11 @@ def push_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     kept = push(warm, other, task_ids, bound="strict", grant=10**6, charge=10, keep=100)
     assert (kept.mode, kept.refused, kept.short) == ("warm", [], 0)
     assert kept.given_back == 10**6 - kept_usage(valkey, other, 10) - 100
+    assert kept.freed == kept.given_back == int(valkey.hget(other.meta, "freed"))
+    assert kept.ready_before == 0
+    again = push(warm, other, ids(1), bound="strict", charge=10, keep=100)
+    assert (again.mode, again.given_back, again.freed, again.ready_before) == (
+        "warm", 0, 0, 3)
     valkey.hset(other.meta, "fence", NOW + 1)
     late = push(warm, other, ids(1), since_ms=NOW)
     assert (late.mode, late.refused, late.given_back, late.short) == ("late", [], 0, 0)
@@ -181,12 +187,24 @@ def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     task_ids = ids(2)
     push(warm, k, task_ids[:1])
     at = place(3, 1, task_ids[0])
-    found = run(warm, UpdateReady(k, 10**6, [(at.member, at.score, b'0|{"e":0,"p":"new"}'),
-                                             (task_ids[1], 1, b"0|{}")]))
-    assert found == 1
+    found = run(warm, UpdateReady(k, 10**6, items=[
+        (at.member, at.score, b'0|{"e":0,"p":"new"}'), (task_ids[1], 1, b"0|{}")]))
+    assert found == UpdateReply("ok", 1)
     assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
     assert valkey.zscore(k.ready, at.member) == at.score
     assert not valkey.hexists(k.data, task_ids[1])
+    # with a bound: growth past the allotment is asked for, then refused without a grant
+    bigger = [(at.member, at.score, b'0|{"e":0,"p":"' + b"n" * 100 + b'"}')]
+    grow = len(bigger[0][2]) - len(b'0|{"e":0,"p":"new"}')
+    usage = kept_usage(valkey, k, 10)
+    valkey.hset(k.meta, "allot", usage)
+    assert run(warm, UpdateReady(k, 10**6, "ask", 0, 10, bigger)) == UpdateReply("allot", grow)
+    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, bigger)) == UpdateReply(
+        "over", 0)
+    assert int(valkey.hget(k.meta, "allot")) == usage + 50  # the grant is the pair's
+    assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
+    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, bigger)) == UpdateReply("ok", 1)
+    assert kept_usage(valkey, k, 10) == usage + grow
 
 
 def claimed_members(out: ClaimReply) -> list[str]:
@@ -287,10 +305,15 @@ def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:
     # q1's last grant is older than the quiet time: set to its own figure
     assert run(warm, WarmLedger(ledger, "set", "q1", 30, 0, NOW + 10, 5, 0)) == LedgerReply(
         30, 80)
-    # within the quiet time, only lowered by what was freed
+    # within the quiet time, only lowered by what the pair's count of bytes given back adds
     assert run(warm, WarmLedger(ledger, "set", "q2", 0, 0, NOW + 1, 5, 20)) == LedgerReply(
         30, 60)
-    assert text(valkey.hget(ledger.warm, "~total")) == "60"
+    assert run(warm, WarmLedger(ledger, "set", "q2", "", 0, NOW + 1, 5, 20)) == LedgerReply(
+        30, 60)
+    assert text(valkey.hget(ledger.warm, "q2")) == f"30|{NOW}|20"
+    assert run(warm, WarmLedger(ledger, "cancel", "q2", 10, 0, 0, 0, 0)) == LedgerReply(
+        20, 50)
+    assert text(valkey.hget(ledger.warm, "~total")) == "50"
 
 
 def allot_shrink_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -298,8 +321,10 @@ def allot_shrink_scenario(warm: WarmTier, valkey: Any) -> None:
     push(warm, k, ids(2), bound="strict", grant=10**6, charge=10, keep=10**7)
     usage = kept_usage(valkey, k, 10)
     assert int(valkey.hget(k.meta, "allot")) == 10**6
-    assert run(warm, AllotShrink(k, 10, 5)) == (10**6 - usage - 5, usage + 5)
+    assert run(warm, AllotShrink(k, 10, 5)) == (10**6 - usage - 5, usage + 5,
+                                                10**6 - usage - 5)
     assert int(valkey.hget(k.meta, "allot")) == usage + 5
+    assert run(warm, AllotShrink(k, 10, 0)) == (5, usage, 10**6 - usage)
 
 
 def admission_begin_scenario(warm: WarmTier, valkey: Any) -> None:

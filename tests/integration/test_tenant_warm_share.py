@@ -62,19 +62,71 @@ def test_the_ledger_grants_up_to_the_bound_and_sets_entries_only_when_quiet(tq: 
     assert warm.ledger_take("acme", "c", want=1, bound=1000, now_ms=1_000) == 0
     assert warm.ledger_total("acme") == 1000
     assert warm.ledger_take("globex", "a", want=600, bound=1000, now_ms=1_000) == 600
-    # a push gave 100 back: only lowered
+    # a push gave 100 back (the pair's count of bytes given back: 100): only lowered
     assert warm.ledger_set("acme", "a", allot=None, freed=100, now_ms=1_000,
                            quiet_ms=60_000) == 900
     # a shrink says the pair holds 50: within quiet of the entry's last grant only lowered
     # by what it freed (a grant may still be on its way to the pair) ...
-    assert warm.ledger_set("acme", "a", allot=50, freed=10, now_ms=2_000,
+    assert warm.ledger_set("acme", "a", allot=50, freed=110, now_ms=2_000,
                            quiet_ms=60_000) == 890
     # ... after it, the pair's figure is the entry
-    assert warm.ledger_set("acme", "a", allot=50, freed=0, now_ms=70_000,
+    assert warm.ledger_set("acme", "a", allot=50, freed=110, now_ms=70_000,
                            quiet_ms=60_000) == 450
     assert warm.ledger_set("acme", "b", allot=0, freed=0, now_ms=70_000, quiet_ms=60_000) == 50
     assert sorted(warm.ledger_queues("acme", 16)) == ["a"]
     assert warm.ledger_total("globex") == 600
+
+
+def test_a_reclaim_between_a_push_and_its_report_leaves_the_ledger_exact(
+        make_tq: Callable[..., Tierq], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A push gives part of its pair's allotment back, then a reclaim shrinks the pair and
+    sets its ledger entry from the pair's figure, then the push's report reaches the
+    ledger: the report must not lower the entry a second time (the ledger would count
+    less than the pair holds, and the tenant could pass its bound by that much)."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    chunk = [{"payload": "w" * 200_000} for _ in range(4)]
+    assert {o.state for o in tq.enqueue("a", chunk, tenant="acme")} == {"warm"}
+    assert tq.ack("a", tq.claim("a", max=10, tenant="acme")).acked
+    assert allotted(tq, ["a"], "acme") > 800_000  # kept after the claims emptied the pair
+    reports: list[int] = []
+    report = tenant_budget.give_back
+
+    def reclaim_first(ctx: Any, queue: str, tenant: str, freed: int) -> None:
+        # the push's report is on its way: a reclaim (its entry quiet) runs before it lands
+        ctx.clock.advance(ctx.settings.admission_stale_seconds + 1)
+        assert tenant_budget.reclaim(ctx, tenant, MiB)
+        assert ctx.warm.ledger_total(tenant) == allotted(tq, ["a"], "acme")
+        report(ctx, queue, tenant, freed)
+        reports.append(freed)
+
+    monkeypatch.setattr(tenant_budget, "give_back", reclaim_first)
+    # a small push leaves the pair's allotment far over its usage: it gives the rest back
+    assert tq.enqueue("a", [{"payload": "s"}], tenant="acme")[0].state == "warm"
+    assert len(reports) == 1
+    held = allotted(tq, ["a"], "acme")
+    assert held >= usage(tq, ["a"], "acme") > 0
+    assert tq.ctx.warm.ledger_total("acme") == held
+    # the same report again (a retried call) changes nothing either
+    report(tq.ctx, "a", "acme", reports[0])
+    assert tq.ctx.warm.ledger_total("acme") == held
+
+
+def test_reports_in_either_order_count_once(tq: Tierq) -> None:
+    """The ledger's 'set' takes the pair's count of bytes given back so far: two reports
+    lower the entry by the bytes given back in all, whatever order they arrive in."""
+    warm = tq.ctx.warm
+    assert warm.ledger_take("acme", "a", want=1000, bound=10_000, now_ms=1_000) == 1000
+    # two pushes gave back 100 (count 100), then 200 (count 300); the later report lands first
+    assert warm.ledger_set("acme", "a", allot=None, freed=300, now_ms=1_000,
+                           quiet_ms=60_000) == 700
+    assert warm.ledger_set("acme", "a", allot=None, freed=100, now_ms=1_000,
+                           quiet_ms=60_000) == 700
+    # a shrink within quiet of the last grant: lowered by what its count adds
+    assert warm.ledger_set("acme", "a", allot=250, freed=350, now_ms=2_000,
+                           quiet_ms=60_000) == 650
+    # a cancelled grant leaves the entry
+    assert warm.ledger_take("acme", "a", want=500, bound=10_000, now_ms=3_000) == 500
+    assert warm.ledger_cancel("acme", "a", amount=500) == 650
 
 
 def test_an_allotment_left_by_a_caller_that_stopped_is_recovered(make_tq: Callable[..., Tierq],
@@ -168,6 +220,36 @@ def test_the_largest_overshoot_is_one_stalled_grant(make_tq: Callable[..., Tierq
               share=TenantShare("strict", stalled, TASK_CHARGE, 64 * 1024))
     queues = ["a", "b", "c", "d", "s"]
     assert usage(tq, queues, "acme") <= allotted(tq, queues, "acme") <= MiB + stalled
+
+
+def test_replacements_grow_a_pair_only_within_its_tenants_bound(
+        make_tq: Callable[..., Tierq], pg: psycopg.Connection[Any]) -> None:
+    """A replacement (on_conflict=replace) counts its growth against the pair's allotment:
+    growth that fits takes more of the tenant's bound; growth past the bound sends the
+    replaced tasks cold, where they wait with their new data."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    keyed = [{"payload": i, "key": f"k{i}"} for i in range(5)]
+    assert {o.state for o in tq.enqueue("a", keyed, tenant="acme")} == {"warm"}
+    # growth within the bound: replaced in place, warm, the allotment grown to hold it
+    out = tq.enqueue("a", [{"payload": "y" * 200_000, "key": "k0", "on_conflict": "replace"}],
+                     tenant="acme")
+    assert out[0].outcome == "updated"
+    assert count_state(pg, "a", "cold") == 0
+    assert usage(tq, ["a"], "acme") > 200_000
+    assert usage(tq, ["a"], "acme") <= allotted(tq, ["a"], "acme")
+    assert allotted(tq, ["a"], "acme") <= tq.ctx.warm.ledger_total("acme") <= MiB
+    # replacements that would take the tenant past its bound: the tasks wait cold
+    bigger = [{"payload": BIG, "key": f"k{i}", "on_conflict": "replace"} for i in range(5)]
+    assert {o.outcome for o in tq.enqueue("a", bigger, tenant="acme")} == {"updated"}
+    assert count_state(pg, "a", "cold") == 5
+    assert usage(tq, ["a"], "acme") <= allotted(tq, ["a"], "acme")
+    assert allotted(tq, ["a"], "acme") <= tq.ctx.warm.ledger_total("acme") <= MiB
+    # the mover brings back what fits the bound, with the new data
+    tq.run_cold_to_warm()
+    assert 0 < count_state(pg, "a", "cold") < 5
+    assert usage(tq, ["a"], "acme") <= MiB
+    got = tq.claim("a", max=10, tenant="acme")
+    assert got and {t.payload for t in got} == {BIG}
 
 
 # -- issue 28's reproduction: one tenant fills the shared cache -------------------------------

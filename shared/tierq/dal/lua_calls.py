@@ -205,12 +205,17 @@ class Claim(LuaCall[ClaimReply]):
 class PushReply:
     """What push_ready.lua answers: the pair's mode after (``late``: nothing written, the
     reconciler took the rows over; ``allot``: nothing written, ``short`` bytes of allotment
-    missing), the bytes of allotment given back and the ids refused."""
+    missing), the bytes of allotment given back, the ids refused, the pair's count of bytes
+    given back so far (``freed``, for the ledger), the tasks waiting before the push and
+    the allotment left beyond the pair's usage after it (``slack``)."""
 
     mode: str
     given_back: int
     short: int
     refused: list[str]
+    freed: int = 0
+    ready_before: int = 0
+    slack: int = 0
 
 
 @dataclass(frozen=True)
@@ -261,25 +266,41 @@ class PushReady(LuaCall[PushReply]):
             return PushReply(mode, 0, 0, [])
         if mode == "allot":
             return PushReply(mode, 0, int(reply[1]), [])
-        return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[2:]])
+        return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[5:]],
+                         freed=int(reply[2]), ready_before=int(reply[3]),
+                         slack=int(reply[4]))
 
 
 @dataclass(frozen=True)
-class UpdateReady(LuaCall[int]):
-    """Replace the data of tasks already in the warm tier (lua/update_ready.lua); answers
-    how many were found."""
+class UpdateReply:
+    """What update_ready.lua answers: ``ok`` with how many tasks were found, ``allot``
+    with the bytes of allotment missing, or ``over`` (the growth does not fit the pair's
+    allotment); nothing replaced but with ``ok``."""
+
+    status: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class UpdateReady(LuaCall[UpdateReply]):
+    """Replace the data of tasks already in the warm tier (lua/update_ready.lua), their
+    growth counted against the pair's share of its tenant's bound (``bound`` '', 'ask' or
+    'strict', ``grant`` and ``charge`` as push_ready takes them)."""
 
     SCRIPT: ClassVar[str] = "update_ready"
-    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta")
-    ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes",)
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased")
+    ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "score", "blob")
 
     on: Any
     warm_max_bytes: int
+    bound: str = ""
+    grant: int = 0
+    charge: int = 0
     items: Sequence[Any] = ()
 
-    def parse(self, reply: Any) -> int:
-        return int(reply)
+    def parse(self, reply: Any) -> UpdateReply:
+        return UpdateReply(text(reply[0]), int(reply[1]))
 
 
 # -- leases ---------------------------------------------------------------------------------
@@ -467,7 +488,7 @@ class Remove(LuaCall[int]):
 @dataclass(frozen=True)
 class LedgerReply:
     """What warm_ledger.lua answers: the bytes granted (``take``) or the entry after
-    (``set``), and the ledger's total after."""
+    (``set``, ``cancel``), and the ledger's total after."""
 
     amount: int
     total: int
@@ -496,9 +517,9 @@ class WarmLedger(LuaCall[LedgerReply]):
 
 
 @dataclass(frozen=True)
-class AllotShrink(LuaCall[tuple[int, int]]):
+class AllotShrink(LuaCall[tuple[int, int, int]]):
     """Lower a pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua): (bytes
-    freed, allotment after)."""
+    freed, allotment after, the pair's count of bytes given back so far)."""
 
     SCRIPT: ClassVar[str] = "allot_shrink"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased")
@@ -508,8 +529,8 @@ class AllotShrink(LuaCall[tuple[int, int]]):
     charge: int
     keep: int
 
-    def parse(self, reply: Any) -> tuple[int, int]:
-        return int(reply[0]), int(reply[1])
+    def parse(self, reply: Any) -> tuple[int, int, int]:
+        return int(reply[0]), int(reply[1]), int(reply[2])
 
 
 # -- admission modes ------------------------------------------------------------------------

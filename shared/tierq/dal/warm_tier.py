@@ -56,6 +56,7 @@ from tierq.dal.lua_calls import (
     PollKey,
     PoolKeys,
     PushReady,
+    PushReply,
     QueueCapacity,
     ReadyTenantsNote,
     ReleaseLeases,
@@ -347,13 +348,32 @@ def claim_prefix(token: str) -> str:
 @dataclass(frozen=True)
 class PushOutcome:
     """What one ``push_ready`` call did: the pair's mode after, the ids it refused, the
-    bytes of allotment it gave back (for the tenant's ledger), and, in ``ask`` mode, the
-    bytes of allotment the push was short of (nothing was written then)."""
+    bytes of allotment it gave back and the pair's count of bytes given back so far
+    (``freed``, for the tenant's ledger), and in ``ask`` mode the bytes of allotment the
+    push was short of (no task was written then). Also the tasks waiting before it, the
+    allotment left beyond the pair's usage after it (``slack``), and whether the pair's
+    tenant was entered in its queue's ready-tenant index right after it (``noted``)."""
 
     mode: str
     refused: list[str]
     given_back: int = 0
     short: int = 0
+    freed: int = 0
+    ready_before: int = 0
+    slack: int = 0
+    noted: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """What ``update_ready`` did: the tasks found (and replaced), the items done before it
+    stopped, and why it stopped: ``short`` bytes of allotment missing ('ask'), or
+    ``over`` ('strict': the growth does not fit)."""
+
+    found: int
+    done: int
+    short: int = 0
+    over: bool = False
 
 
 @dataclass(frozen=True)
@@ -634,24 +654,54 @@ class WarmTier:
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
              now_ms: int, token: str, since_ms: int,
              items: Sequence[tuple[str, Place, bytes | str]],
-             share: TenantShare = TenantShare()) -> PushOutcome:
+             share: TenantShare = TenantShare(), note: bool = False,
+             shard_tag: int | None = None) -> PushOutcome:
         """Push (id, place, blob) items, at most ``PUSH_TASKS_PER_CALL``; ``since_ms``: when
         the admission began (at or before the ``state_since`` its rows were written with);
         ``share``: how it counts against its tenant's bound (lua/push_ready.lua ARGV 7-10).
-        Raises ``LatePush`` when the reconciler has taken the admission's rows over
-        (nothing was pushed), and ``WarmTierFull`` when Valkey is out of memory (nothing
-        was pushed)."""
+        ``note``: on a single server, enter the tenant in the queue's ready-tenant index
+        (``shard_tag``'s) in the same round trip, after the push (a pipeline runs in
+        order); a cluster holds the index in another slot, where a pipeline keeps no order,
+        so there the caller notes itself (``noted`` False). Raises ``LatePush`` when the
+        reconciler has taken the admission's rows over (nothing was pushed), and
+        ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
         if len(items) > PUSH_TASKS_PER_CALL:
             raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
                              "per call")
-        out = self.call(PushReady(
+        call = PushReady(
             PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
             since_ms, share.bound, share.grant, share.charge, share.keep,
-            [(at[0], at[1], task_id, blob) for task_id, at, blob in items]))
+            [(at[0], at[1], task_id, blob) for task_id, at, blob in items])
+        noted = False
+        if note and self.calls is not None:
+            out, noted = self._push_noted(call, queue, tenant, shard_tag)
+        else:
+            out = self.call(call)
         if out.mode == "late":
             raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
                            "after the reconciler took its rows over")
-        return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short)
+        return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short,
+                           freed=out.freed, ready_before=out.ready_before, slack=out.slack,
+                           noted=noted)
+
+    def _push_noted(self, call: PushReady, queue: str, tenant: str,
+                    shard_tag: int | None) -> tuple[PushReply, bool]:
+        """The push and the note of its tenant in one pipeline (a single server); whether
+        the note was made. A script the server does not know is loaded by a call of its
+        own: the push alone then, and the note is the caller's."""
+        index = ReadyTenantsNote(_Index(QueueKeys.ready_tenants(queue, shard_tag)), [tenant])
+        pushed, noted = self.pipeline([
+            evalsha(call, self.scripts[PushReady.SCRIPT].sha),
+            evalsha(index, self.scripts[ReadyTenantsNote.SCRIPT].sha)])
+        if isinstance(pushed, NoScriptError):
+            return self.call(call), False
+        if isinstance(pushed, Exception):
+            with _available(self.credentials):
+                raise pushed
+        if isinstance(noted, Exception) and not isinstance(noted, NoScriptError):
+            log.warning("entering %r in the ready-tenant index of %r failed: %s", tenant,
+                        queue, noted)
+        return call.parse(pushed), not isinstance(noted, Exception)
 
     # -- a tenant's share of the warm tier (logic/tenant_budget.py) --------------------------
 
@@ -664,12 +714,19 @@ class WarmTier:
 
     def ledger_set(self, tenant: str, queue: str, *, allot: int | None, freed: int,
                    now_ms: int, quiet_ms: int) -> int:
-        """Tell the ledger the pair's allotment is ``allot`` after a shrink that freed
-        ``freed`` (lua/warm_ledger.lua 'set'; None: only lower the entry by ``freed``);
-        returns the ledger's total after."""
+        """Tell the ledger the pair gave bytes back: ``freed`` is its count of bytes given
+        back so far (meta ``freed``), ``allot`` its allotment after a shrink (None: a
+        push's report, which only lowers the entry); lua/warm_ledger.lua 'set'. Returns the
+        ledger's total after."""
         return self.call(WarmLedger(TenantKeys.of(tenant), "set", queue,
                                     "" if allot is None else allot, 0, now_ms, quiet_ms,
                                     freed)).total
+
+    def ledger_cancel(self, tenant: str, queue: str, *, amount: int) -> int:
+        """Take a grant the pair never received (its push wrote nothing) out of the
+        ledger (lua/warm_ledger.lua 'cancel'); returns the ledger's total after."""
+        return self.call(WarmLedger(TenantKeys.of(tenant), "cancel", queue, amount, 0, 0, 0,
+                                    0)).total
 
     def ledger_total(self, tenant: str) -> int:
         """The bytes the tenant's pairs hold allotted, as its ledger counts them."""
@@ -683,9 +740,10 @@ class WarmTier:
         return [q for q in (_s(x) for x in raw or []) if q != "~total"]
 
     def shrink_allot(self, queue: str, tenant: str, *, charge: int,
-                     keep: int) -> tuple[int, int]:
+                     keep: int) -> tuple[int, int, int]:
         """Lower the pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua);
-        returns (bytes freed, allotment after)."""
+        returns (bytes freed, allotment after, the pair's count of bytes given back so
+        far)."""
         return self.call(AllotShrink(PairKeys.of(queue, tenant), charge, keep))
 
     def pair_usage(self, queue: str, tenant: str, *, charge: int) -> tuple[int, int]:
@@ -1073,16 +1131,26 @@ class WarmTier:
                 for x in self.call(RemoveReady(k, part))]
 
     def update_ready(self, queue: str, tenant: str,
-                     items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int) -> int:
+                     items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int,
+                     share: TenantShare = TenantShare()) -> UpdateOutcome:
         """Replace the data of (id, place, blob) items already in the warm tier (a new
-        priority moves the task to its new place); returns how many were found. Raises
-        ``WarmTierFull`` when Valkey is out of memory (nothing was changed)."""
+        priority moves the task to its new place), their growth counted against the
+        pair's allotment (``share``: its ``grant`` goes with the first call). Stops at the
+        first call whose growth does not fit (lua/update_ready.lua). Raises
+        ``WarmTierFull`` when Valkey is out of memory (that call changed nothing)."""
         k = PairKeys.of(queue, tenant)
-        found = 0
+        found = done = 0
+        grant = share.grant
         for part in chunks(items, UpdateReady.items_per_call()):
-            found += self.call(UpdateReady(k, warm_max_bytes,
-                                           [(at.member, at.score, blob) for _, at, blob in part]))
-        return found
+            out = self.call(UpdateReady(k, warm_max_bytes, share.bound, grant, share.charge,
+                                        [(at.member, at.score, blob) for _, at, blob in part]))
+            grant = 0
+            if out.status != "ok":
+                return UpdateOutcome(found, done, short=out.amount if out.status == "allot"
+                                     else 0, over=out.status == "over")
+            found += out.amount
+            done += len(part)
+        return UpdateOutcome(found, done)
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""

@@ -176,6 +176,8 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     late = 0
+    # whether a push found the pair's line empty with no note of its tenant after it
+    unnoted = False
     share, limit = tenant_budget.share(ctx, queue, tenant)
     for start, end in push_chunks(items):
         chunk = items[start:end]
@@ -183,37 +185,50 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
             return ctx.warm.push(
                 queue, tenant, warm_max=settings.warm_max,
                 warm_max_bytes=settings.warm_max_bytes, kind=kind, now_ms=now_ms,
-                token=ticket.token, since_ms=ticket.since_ms, items=chunk, share=share)
+                token=ticket.token, since_ms=ticket.since_ms, items=chunk, share=share,
+                note=True, shard_tag=ctx.id_tag)
 
+        got = 0  # taken from the ledger for this chunk
         try:
-            out = push_chunk(share)
+            if limit:
+                # a line that grows past its allotment takes its grant first (no 'ask'
+                # round trip that comes back short)
+                need = sum(len(item[2]) for item in chunk) + share.charge * len(chunk)
+                short = tenant_budget.shortfall(queue, tenant, need)
+                if short:
+                    got = tenant_budget.grant(ctx, queue, tenant, short, limit)
+            out = push_chunk(replace(share, grant=got))
             if out.mode == "allot":
                 # past the pair's allotment: take more of the tenant's bound, then push
                 # what fits of it (the rest is refused: the tenant's work waits cold)
                 got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
-                try:
-                    out = push_chunk(replace(share, bound="strict", grant=got))
-                except (WarmTierFull, LatePush):
-                    # refused whole, nothing written: the grant goes back to the ledger
-                    tenant_budget.give_back(ctx, queue, tenant, got)
-                    raise
-        except WarmTierFull:
+                out = push_chunk(replace(share, bound="strict", grant=got))
+        except (WarmTierFull, LatePush) as exc:
+            if got:
+                # refused whole, nothing written: the grant goes back to the ledger
+                tenant_budget.cancel(ctx, queue, tenant, got)
+            if isinstance(exc, LatePush):
+                late = len(items) - start
+                log.warning("a push of %d task(s) of %r/%r came after the reconciler took "
+                            "them over; it re-pushes them", late, queue, tenant)
+                break
             go_cold(ctx, ticket, pair)
             refused.extend(item[0] for item in items[start:])
             break
-        except LatePush:
-            late = len(items) - start
-            log.warning("a push of %d task(s) of %r/%r came after the reconciler took them "
-                        "over; it re-pushes them", late, queue, tenant)
-            break
         if out.given_back:
-            tenant_budget.give_back(ctx, queue, tenant, out.given_back)
+            tenant_budget.give_back(ctx, queue, tenant, out.freed)
+        if limit:
+            tenant_budget.pushed(queue, tenant, out.slack, out.ready_before)
+        unnoted = not out.noted and (unnoted or not out.ready_before)
         ctx.modes[pair] = out.mode
         if out.refused:
             ticket.registered.add(pair)
             refused.extend(out.refused)
     if len(refused) + late < len(items):
-        ready_tenants.note(ctx, queue, (tenant,))  # before the consumer's wake: it reads it
+        # the tenant enters its queue's ready-tenant index after the push that found its
+        # line empty (logic/ready_tenants.py); before the consumer's wake, which reads it
+        if unnoted:
+            ready_tenants.note(ctx, queue, (tenant,))
         wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
     return refused
 
@@ -245,22 +260,39 @@ def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
 
 
 def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, bytes]]) -> None:
-    """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace).
-    When Valkey is out of memory, the tasks leave the warm tier (removing only frees memory)
-    and wait cold instead, so that no claim hands out their old data."""
+    """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace),
+    their growth counted against the pair's share of its tenant's bound as a push's is.
+    When Valkey is out of memory, or the growth does not fit the tenant's bound, the tasks
+    leave the warm tier (removing only frees memory) and wait cold instead, so that no
+    claim hands out their old data."""
     queue, tenant = pair
+    share, limit = tenant_budget.share(ctx, queue, tenant)
+    warm_max_bytes = ctx.queue_settings.get(queue).warm_max_bytes
     try:
-        ctx.warm.update_ready(queue, tenant, items,
-                              warm_max_bytes=ctx.queue_settings.get(queue).warm_max_bytes)
+        out = ctx.warm.update_ready(queue, tenant, items, warm_max_bytes=warm_max_bytes,
+                                    share=share)
+        if out.short:
+            # past the pair's allotment: take more of the tenant's bound, then replace
+            got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
+            try:
+                out = ctx.warm.update_ready(queue, tenant, items[out.done:],
+                                            warm_max_bytes=warm_max_bytes,
+                                            share=replace(share, bound="strict", grant=got))
+            except WarmTierFull:
+                tenant_budget.cancel(ctx, queue, tenant, got)  # nothing written
+                raise
+        if not out.over:
+            return
     except WarmTierFull:
-        ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
-        try:
-            go_cold(ctx, ticket, pair)
-            # only those still waiting: a claimed task's row is warm too, and stays so
-            removed = ctx.warm.remove_ready(queue, tenant, [item[1] for item in items])
-            mark_cold(ctx, removed)
-        finally:
-            close(ctx, ticket)
+        pass
+    ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
+    try:
+        go_cold(ctx, ticket, pair)
+        # only those still waiting: a claimed task's row is warm too, and stays so
+        removed = ctx.warm.remove_ready(queue, tenant, [item[1] for item in items])
+        mark_cold(ctx, removed)
+    finally:
+        close(ctx, ticket)
 
 
 def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> None:

@@ -12,9 +12,11 @@ script writes it: Python keeps it, after the pair's own calls.
 =========================================  ===========================================
 event                                      the index
 =========================================  ===========================================
-an admission pushed tasks warm, or wrote   the tenant is entered (``note``: one ZADD
-them cold (enqueue, bulk load, release,    per pair and admission, after its push)
-delayed mover, restore, ``ready_now``)
+an admission pushed tasks warm (enqueue,   the tenant is entered after the push: on a
+bulk load, release, delayed mover,         single server in the push's own pipeline;
+restore, ``ready_now``)                    on a cluster by ``note`` (one ZADD) when the
+                                           push found the pair's ready set empty
+an admission wrote tasks cold              entered when it ends (``note``)
 a maintenance pass visits a pair with      entered again (``note_pairs``): the
 ready work (reaper: warm rows with ready   backstop for every other path
 tasks; the cold → warm mover: cold rows)
@@ -26,7 +28,10 @@ cold row a refill could bring)             finds ready tasks or cold mode
 A claim that found a pair empty takes its tenant out, then looks at the pair once more
 and enters it back if it has ready tasks or is in cold mode (``forget``): an admission
 that raced the claim has pushed before it enters its tenant, so either the second look
-sees its tasks or its entry lands after the removal. The index may still lag where a write
+sees its tasks or its entry lands after the removal. A push into a ready set that holds
+tasks enters nobody on a cluster: a tenant is only taken out after a look that found its
+ready set empty, and only a push fills an empty one, so the first push after that look
+finds it empty and enters the tenant. The index may still lag where a write
 of it failed (Valkey not answering): the next maintenance pass over the pair enters the
 tenant again — at most one reaper or mover period (docs/architecture.md §5, "Tenants with
 ready work"). Its own claims (a worker of that tenant) never read the index and see the

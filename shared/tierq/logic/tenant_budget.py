@@ -13,23 +13,27 @@ lua/warm_ledger.lua), and its pushes consume it atomically (lua/push_ready.lua):
 step                    what happens
 ======================  =================================================================
 push fits its allotment one call, as without a bound ('ask')
-push short of it        nothing written; ``grant`` takes the shortfall plus ``keep`` from
+push short of it        no task written; ``grant`` takes the shortfall plus ``keep`` from
                         the ledger (sampling pairs that hold more than they use when the
                         ledger is at the bound: ``reclaim``) and pushes again, 'strict',
                         with the grant: what does not fit is refused and the pair goes cold
-push leaves slack       an allotment over usage + 2 keep is lowered to usage + keep, the
-                        difference given back to the ledger
+push expected short     a growing line (``shortfall``) takes its grant first, then asks
+push leaves slack       an allotment over usage + 2 keep is lowered to usage + keep; the
+                        pair's count of bytes given back (meta ``freed``) is reported to
+                        the ledger (``give_back``)
+replacement grows       counted as a push (lua/update_ready.lua); what does not fit waits
+                        cold (logic/admission.update_warm)
 ======================  =================================================================
 
 The ledger is written before a pair's allotment grows and after it shrinks, so a caller
 that stops between the two leaves the ledger counting more than the pairs hold (the tenant
-gets less, never more) until ``reclaim`` sets the entry from the pair's own figure, which it
-does only when the entry's last grant is older than ``quiet`` (the admission's staleness,
-TIERQ_ADMISSION_STALE_SECONDS). The largest overshoot: a grant whose push reaches its pair
-more than ``quiet`` after the grant was taken is counted by the pair but may have left the
-ledger, at most one grant (its shortfall plus ``keep``) per push so stalled; and a
-replacement (``on_conflict=replace``) is never refused for size, so it may take a pair's
-usage past its allotment by the growth of the tasks it replaces.
+gets less, never more) until a later report or ``reclaim`` corrects the entry. A report
+lowers the entry by what the pair's ``freed`` count has beyond the count the entry saw, so
+it counts once whatever order reports arrive in; ``reclaim`` also sets the entry from the
+pair's own figure, only when its last grant is older than ``quiet`` (the admission's
+staleness, TIERQ_ADMISSION_STALE_SECONDS). The largest overshoot: a grant whose push reaches
+its pair more than ``quiet`` after the grant was taken is counted by the pair but may have
+left the ledger, at most one grant (its shortfall plus ``keep``) per push so stalled.
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ RECLAIM_SAMPLE = 16
 RECLAIM_EVERY = 1.0
 _reclaimed_at: dict[str, float] = {}
 RECLAIMED_KEPT = 10_000
+# the allotment each pair had left beyond its usage after this process's last push of it,
+# when that push found tasks waiting (a line that grows): a push that needs more takes its
+# grant before it, not after an 'ask' (``shortfall``)
+_slack: dict[tuple[str, str], int] = {}
+SLACK_KEPT = 10_000
 # a task's fields besides its payload and its parents' results, at most (key, names, ids)
 TASK_FIELDS_BYTES = 16 * 1024
 # the last capacity each warm tier's INFO gave (capacity())
@@ -127,15 +136,49 @@ def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
     return got
 
 
+def pushed(queue: str, tenant: str, slack: int, ready_before: int) -> None:
+    """Remember the allotment the pair had left beyond its usage after a push that found
+    ``ready_before`` tasks waiting. A push into an empty line says claims keep up with the
+    pair: its figure is forgotten, as claims will have raised it by the next push."""
+    if not ready_before:
+        _slack.pop((queue, tenant), None)
+        return
+    if len(_slack) >= SLACK_KEPT:
+        _slack.clear()
+    _slack[(queue, tenant)] = slack
+
+
+def shortfall(queue: str, tenant: str, need: int) -> int:
+    """The bytes a push of ``need`` bytes (its tasks' data plus ``TASK_CHARGE`` each: at
+    most what it adds to the usage) is expected to be short of, from the pair's last push
+    in this process (``pushed``): 0 when it fits or nothing is known (the push asks).
+    Another process's pushes or claims may have changed the pair since: a push still short
+    asks as before, and an allotment that grew too far is given back by the push."""
+    left = _slack.get((queue, tenant))
+    return 0 if left is None else max(0, need - left)
+
+
 def give_back(ctx: Context, queue: str, tenant: str, freed: int) -> None:
-    """Lower the pair's ledger entry by what a push gave back (best effort: an entry left
-    too high counts against the tenant only, until a ``reclaim`` sets it)."""
+    """Report to the ledger the pair's count of bytes given back so far (``freed``: a
+    push gave some back), which lowers its entry by what the ledger has not seen of it
+    (best effort: an entry left too high counts against the tenant only, until a later
+    report or a ``reclaim`` lowers it)."""
     try:
         ctx.warm.ledger_set(tenant, queue, allot=None, freed=freed, now_ms=to_ms(ctx.now()),
                             quiet_ms=_quiet_ms(ctx))
     except (WarmTierUnavailable, WarmTierFull):
-        log.warning("giving back %d bytes of %r/%r to its ledger failed", freed, queue, tenant,
-                    exc_info=True)
+        log.warning("reporting %d bytes given back by %r/%r to its ledger failed", freed,
+                    queue, tenant, exc_info=True)
+
+
+def cancel(ctx: Context, queue: str, tenant: str, granted: int) -> None:
+    """Take a grant out of the ledger whose push wrote nothing (best effort, as
+    ``give_back``)."""
+    try:
+        ctx.warm.ledger_cancel(tenant, queue, amount=granted)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("giving back a grant of %d bytes of %r/%r to its ledger failed", granted,
+                    queue, tenant, exc_info=True)
 
 
 def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None) -> bool:
@@ -154,7 +197,7 @@ def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None
     for queue in ctx.warm.ledger_queues(tenant, RECLAIM_SAMPLE):
         if queue == besides:
             continue
-        freed, after = ctx.warm.shrink_allot(queue, tenant, charge=TASK_CHARGE, keep=0)
+        _, after, freed = ctx.warm.shrink_allot(queue, tenant, charge=TASK_CHARGE, keep=0)
         ctx.warm.ledger_set(tenant, queue, allot=after, freed=freed, now_ms=to_ms(ctx.now()),
                             quiet_ms=_quiet_ms(ctx))
     return True

@@ -1,11 +1,11 @@
 #!lua flags=allow-oom
 -- Give back what a (queue, tenant)'s allotment holds beyond its usage plus `keep`
 -- (lua/warm_usage.lua), so that its tenant's other pairs may have it (logic/tenant_budget.py
--- then lowers the ledger: lua/warm_ledger.lua 'set'). Allowed at maxmemory: it writes one
--- meta field at most.
+-- then tells the ledger: lua/warm_ledger.lua 'set'). Allowed at maxmemory: it writes two
+-- meta fields at most.
 -- KEYS: 1 ready, 2 data, 3 meta, 4 leased
 -- ARGV: 1 charge per task, 2 keep
--- Returns { freed, allot after }
+-- Returns { freed, allot after, the pair's bytes given back so far (meta `freed`) }
 
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: warm_usage (usage and allotment: lua/warm_usage.lua)
@@ -15,11 +15,7 @@ local usage = warm_usage(size, KEYS[4], warm_bytes(KEYS[3], KEYS[2], size), tonu
 local allot = warm_allot(KEYS[3])
 local keep = usage + tonumber(ARGV[2])
 if allot <= keep then
-  return { 0, allot }
+  -- (a pair whose keys are gone, dropped or lost by Valkey, holds none: { 0, 0, 0 })
+  return { 0, allot, warm_freed(KEYS[3]) }
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('HSET', KEYS[3], ALLOT_FIELD, keep)
-else
-  keep = 0  -- no meta: the pair's keys are gone (dropped, or lost by Valkey); it holds none
-end
-return { allot - keep, keep }
+return { allot - keep, keep, warm_give_back(KEYS[3], allot, keep) }

@@ -39,15 +39,21 @@
 -- A tenant's share (bound, grant, charge, keep; lua/warm_usage.lua): the pair's usage stays within its
 -- allotment (meta `allot`).
 --   ask: when the tasks that fit the pair's own bounds would take the usage past the
---        allotment, nothing is written and { 'allot', bytes short } is returned: the caller
---        takes that much from the ledger and pushes again, 'strict', with it as `grant`.
+--        allotment, no task is written and { 'allot', bytes short } is returned: the
+--        caller takes that much from the ledger and pushes again, 'strict', with it as
+--        `grant`. A caller that expects to be short takes a grant first and asks with it
+--        (the grant is added to the allotment even when the push is still short).
 --   strict: a task that would take the usage past the allotment is refused (and every
 --        later one, as above). The rule that an empty warm set takes one task does not
 --        lift this bound.
 --   Either way, an allotment more than 2 * keep over the usage after the push is lowered
---   to usage + keep, and the difference returned (the caller gives it back to the ledger).
--- Returns { mode_after, bytes given back, refused_id, ... }, { 'late' } or
--- { 'allot', bytes short }
+--   to usage + keep, and the difference returned, with the pair's count of bytes given
+--   back so far (meta `freed`): the caller reports that count to the ledger.
+-- Returns { mode_after, bytes given back, freed count (0 when none given back), tasks
+-- waiting before the push, allotment left beyond the usage after it (0 without a bound),
+-- refused_id, ... }, { 'late' } or { 'allot', bytes short }. The
+-- tasks waiting before tell the caller whether the pair's tenant must be entered in its
+-- queue's ready-tenant index (logic/ready_tenants.py): only a push into an empty line must.
 -- Valkey work for the tasks (not for 'new'): one HMGET of lease_of (and one ZMSCORE of the
 -- leases it names: Redis >= 6.2) and one HEXISTS per task; then one ZADD and one HSET of
 -- the accepted ones, however many tasks.
@@ -85,6 +91,7 @@ if not mode then
   redis.call('HSET', KEYS[3], 'mode', 'cold', 'epoch', 0)
 end
 local size = redis.call('ZCARD', KEYS[1])
+local ready_before = size
 local bytes = warm_bytes(KEYS[3], KEYS[2], size)
 local bytes_before = bytes
 local allot_before, allot, usage = 0, 0, 0
@@ -99,8 +106,12 @@ local function fits(blob_bytes)
     and (bound ~= 'strict' or usage + blob_bytes + charge <= allot)
 end
 -- 'ask': the accepted tasks would pass the allotment: nothing written, how much is short
+-- (a grant that came with the asking push is the pair's all the same: written first)
 local function short()
-  if bound == 'ask' and usage > allot then return usage - allot end
+  if bound == 'ask' and usage > allot then
+    if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
+    return usage - allot
+  end
   return nil
 end
 local admits = (kind == 'enqueue' or kind == 'new')
@@ -136,7 +147,8 @@ elseif kind == 'new' then
     bytes = bytes + blob_bytes
     usage = usage + blob_bytes + charge
   end
-  if short() then return { 'allot', short() } end
+  local missing = short()
+  if missing then return { 'allot', missing } end
   if take > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
     call_chunked('ZADD', KEYS[1], ARGV, ZS, ZS + 2 * take - 1)
@@ -173,7 +185,8 @@ else
       refused[n_refused] = id
     end
   end
-  if short() then return { 'allot', short() } end
+  local missing = short()
+  if missing then return { 'allot', missing } end
   if n_args > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
   end
@@ -181,14 +194,15 @@ else
   call_chunked('HSET', KEYS[2], data_args)
 end
 add_warm_bytes(KEYS[3], bytes - bytes_before)
-local given_back = 0
+local given_back, freed = 0, 0
 if bound ~= '' then
   local keep = tonumber(ARGV[10])
   if allot > usage + 2 * keep then
     given_back = allot - (usage + keep)
-    allot = usage + keep
+    freed = warm_give_back(KEYS[3], allot, usage + keep)
+  elseif allot ~= allot_before then
+    redis.call('HSET', KEYS[3], ALLOT_FIELD, allot)
   end
-  if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
 end
 if n_refused > 0 then
   mode = 'cold'
@@ -201,6 +215,9 @@ elseif admits and mode == 'warm' and (size >= warm_max or bytes >= max_bytes) th
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
 end
+table.insert(refused, 1, bound ~= '' and math.max(0, allot - usage) or 0)
+table.insert(refused, 1, ready_before)
+table.insert(refused, 1, freed)
 table.insert(refused, 1, given_back)
 table.insert(refused, 1, mode)
 return refused

@@ -6,11 +6,23 @@
 -- claim's record. A claim turns a waiting task into a leased one, so it never raises the
 -- usage; only a push (push_ready, under the pair's allotment) and a replacement
 -- (update_ready) do. The allotment the pair took from its tenant's ledger
--- (lua/warm_ledger.lua) is the meta field `allot`.
+-- (lua/warm_ledger.lua) is the meta field `allot`; the meta field `freed` counts every byte
+-- the allotment ever gave back (it only grows), so the ledger can tell a report it has
+-- counted from one it has not, whatever order reports arrive in.
 local ALLOT_FIELD = 'allot'
+local FREED_FIELD = 'freed'
 local function warm_usage(ready_size, leased, bytes, charge)
   return bytes + (ready_size + redis.call('ZCARD', leased)) * charge
 end
 local function warm_allot(meta)
   return tonumber(redis.call('HGET', meta, ALLOT_FIELD) or '0') or 0
+end
+-- lower the allotment to `after`, counting the difference as given back; returns the
+-- pair's bytes given back so far (its `freed` after)
+local function warm_give_back(meta, before, after)
+  redis.call('HSET', meta, ALLOT_FIELD, after)
+  return redis.call('HINCRBY', meta, FREED_FIELD, before - after)
+end
+local function warm_freed(meta)
+  return tonumber(redis.call('HGET', meta, FREED_FIELD) or '0') or 0
 end

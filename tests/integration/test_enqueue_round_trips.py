@@ -1,0 +1,103 @@
+"""Valkey round trips of an enqueue batch (issue 29), counted on the wire: the requests
+this process's connections send to the real server. The tenant's entry in its queue's
+ready-tenant index goes with the push (logic/ready_tenants.py), and a line that grows past
+its allotment takes its grant before its push (logic/tenant_budget.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.connection import AbstractConnection
+
+from tierq.dal.warm_tier import QueueKeys
+from tierq.engine import Tierq
+
+MiB = 1 << 20
+INDEX = QueueKeys.ready_tenants("q")
+
+
+class Wire:
+    """The requests sent while ``on``: how many, and the scripts they ran by name."""
+
+    def __init__(self, tq: Tierq) -> None:
+        self.names = {script.sha.encode(): name for name, script in tq.ctx.warm.scripts.items()}
+        self.sends = 0
+        self.scripts: Counter[str] = Counter()
+
+    def count(self, command: Any) -> None:
+        self.sends += 1
+        data = command if isinstance(command, bytes) else b"".join(bytes(p) for p in command)
+        for sha in data.split(b"EVALSHA\r\n$40\r\n")[1:]:
+            self.scripts[self.names.get(sha[:40], "?")] += 1
+        if b"EVALSHA" not in data:
+            self.scripts[data.split(b"\r\n")[2].decode()] += 1
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Tierq], Wire]]:
+    counting: list[Wire] = []
+    send = AbstractConnection.send_packed_command
+
+    def counted(conn: Any, command: Any, check_health: bool = True) -> None:
+        for w in counting:
+            w.count(command)
+        send(conn, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+
+    def start(tq: Tierq) -> Wire:
+        counting.clear()
+        counting.append(Wire(tq))
+        return counting[0]
+
+    yield start
+    counting.clear()
+
+
+def batch(n: int, tenant: str = "a") -> list[dict[str, Any]]:
+    return [{"payload": {"n": i, "pad": "x" * 40}, "tenant": tenant} for i in range(n)]
+
+
+def test_the_index_note_costs_no_round_trip_of_its_own(
+        tq: Tierq, valkey: redis.Redis, wire: Callable[[Tierq], Wire]) -> None:
+    if tq.ctx.warm.calls is None:
+        pytest.skip("a cluster keeps the index in another slot: its note is a call of its own")
+    tq.enqueue("q", batch(10))  # scripts loaded, the pair's mode known
+    assert tq.ack("q", tq.claim("q", max=10)).acked
+    valkey.delete(INDEX)
+    # into an empty line: the push and the tenant's entry, in one round trip
+    into_empty = wire(tq)
+    tq.enqueue("q", batch(500))
+    # into a line with work: the same round trips
+    into_work = wire(tq)
+    tq.enqueue("q", batch(500))
+    wire(tq)  # (the checks below are not counted)
+    assert [t.decode() for t in valkey.zrange(INDEX, 0, -1)] == ["a"]
+    assert into_empty.scripts["push_ready"] == into_empty.scripts["ready_tenants_note"] == 1
+    # (the two went in one request; every other command in one of its own)
+    assert into_empty.sends == sum(into_empty.scripts.values()) - 1
+    assert into_work.sends == into_empty.sends
+    assert into_work.scripts["push_ready"] == 1
+
+
+def test_a_growing_line_takes_its_grant_before_its_push(
+        make_tq: Callable[..., Tierq], wire: Callable[[Tierq], Wire]) -> None:
+    """Nothing claims: every batch passes what the pair kept beyond its usage (``keep``,
+    64 KiB under a bound of 1 MiB). After the first, each takes its grant first and pushes
+    once, with no 'ask' that comes back short."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    for _ in range(2):  # the first pushes of the pair ask, into an empty line then not
+        tq.enqueue("q", batch(100))
+    for _ in range(3):
+        counted = wire(tq)
+        out = tq.enqueue("q", batch(100))
+        wire(tq)
+        assert {o.state for o in out} == {"warm"}
+        assert counted.scripts["push_ready"] == 1
+        assert counted.scripts["warm_ledger"] == 1
+    stats = tq.ctx.warm.pair_usage("q", "a", charge=640)
+    assert stats[0] <= stats[1] <= tq.ctx.warm.ledger_total("a") <= MiB
