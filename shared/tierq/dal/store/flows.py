@@ -15,9 +15,14 @@ from tierq.dal.store.rows import HeldParentRow, ReleasedRow, SettledRow, WaitEdg
 
 
 class FlowQueries(StoreBase):
-    def flow_plans(self, conn: Conn) -> None:
-        """Scans by key for the rest of ``conn``'s transaction (see the query)."""
-        self._fetch("flow_plans", None, scalar_row, conn)
+    def flow_plans(self, conn: Conn) -> str:
+        """Scans by key in ``conn``'s transaction until :meth:`plans_back` (see the
+        query); the setting before."""
+        return str(self._fetch("flow_plans", None, scalar_row, conn)[0])
+
+    def plans_back(self, conn: Conn, before: str) -> None:
+        """The setting :meth:`flow_plans` found, back in ``conn``'s transaction."""
+        self._fetch("plans_back", {"before": before}, scalar_row, conn)
 
     def hold_parents(self, conn: Conn, parents: Sequence[str],
                      tenants: Sequence[str]) -> list[HeldParentRow]:

@@ -48,8 +48,10 @@ SELECT * FROM unnest(%(children)s::uuid[], %(pending)s::int[], %(on_failure)s::t
 -- count goes down by its edges settled here. The children's count rows are locked in child
 -- order first (no deadlock between two settlements), and each decrement applies to the
 -- row's latest version: of concurrent settlements of one child, exactly one brings it to 0.
--- Returns each child touched: its count left, its rule, a failed parent (the first settled
--- here, or one before) with that parent's state, and how many edges were settled for it.
+-- Returns each child touched: its count left, its rule, its failed parent (one before, or
+-- else the first settled here), that parent's state only when it failed here (NULL when a
+-- parent failed before: the child was dead-lettered or counted it then), so a message
+-- names a parent with its own state, and how many edges were settled for it.
 WITH picked AS MATERIALIZED (  -- (any of them: the count rows are what is locked in order)
     SELECT e.parent, e.child FROM tierq_task_edges e
     WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state IS NULL
@@ -68,17 +70,18 @@ WITH picked AS MATERIALIZED (  -- (any of them: the count rows are what is locke
            (array_agg(m.state ORDER BY m.position) FILTER (WHERE m.state <> 'done'))[1]
                AS failed_state
     FROM marked m GROUP BY m.child
-), locked AS (
-    SELECT w.child FROM tierq_task_waits w
+), locked AS (  -- (a row locked here reads as its latest version: its failed parent)
+    SELECT w.child, w.failed_parent AS failed_before FROM tierq_task_waits w
     WHERE w.child = ANY(ARRAY(SELECT child FROM counts))
     ORDER BY w.child
     FOR UPDATE
 )
 UPDATE tierq_task_waits w
-SET pending = w.pending - c.n, failed_parent = COALESCE(w.failed_parent, c.failed)
-FROM counts c
+SET pending = w.pending - c.n, failed_parent = COALESCE(l.failed_before, c.failed)
+FROM counts c JOIN locked l ON l.child = c.child
 WHERE w.child = ANY(ARRAY(SELECT child FROM locked)) AND w.child = c.child
-RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent, c.failed_state,
+RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent,
+          CASE WHEN l.failed_before IS NULL THEN c.failed_state END AS failed_state,
           c.n AS settled;
 
 -- name: release_waiting
@@ -169,9 +172,11 @@ WHERE w.child = ANY(%(ids)s::uuid[])
 RETURNING w.child;
 
 -- name: rearm_children
--- Parents replayed from the dead letters: the edges they failed are unsettled again, each
--- child's count goes up by them, and a child that was dead-lettered for a failed parent
--- waits again unless another of its parents failed too (still dead, or cancelled).
+-- Parents replayed from the dead letters, or re-armed (logic/flows.py, on_replay, calls it
+-- level by level down the graph): the edges they failed are unsettled again, each child's
+-- count goes up by them, and a child that was dead-lettered for a failed parent waits again
+-- unless another of its parents failed too (still dead, or cancelled). Returns the children
+-- waiting again.
 WITH reopened AS (
     UPDATE tierq_task_edges e SET parent_state = NULL
     WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state = 'dead'
@@ -234,11 +239,17 @@ RETURNING t.id::text;
 SELECT parents::text FROM tierq_tasks WHERE id = %(id)s;
 
 -- name: flow_plans
--- For the rest of the caller's transaction: scans by key. The flow tables are small and
--- never analyzed on a new deployment, so the planner would join a CTE's rows with a scan
--- of the whole table repeated per row (a release of 1,500 children took 17 s); every
--- statement of this file reads its rows by an index, so seq scans are only a last resort.
-SELECT set_config('enable_seqscan', 'off', true);
+-- Scans by key for the flow statements that follow, until plans_back: the flow tables are
+-- small and never analyzed on a new deployment, so the planner would join a CTE's rows
+-- with a scan of the whole table repeated per row (a release of 1,500 children took 17 s);
+-- every statement of this file reads its rows by an index, so seq scans are only a last
+-- resort. Returns the setting before, which plans_back restores for the rest of the
+-- caller's transaction (logic/flows.py, scans_by_key).
+SELECT current_setting('enable_seqscan') AS before, set_config('enable_seqscan', 'off', true);
+
+-- name: plans_back
+-- The setting flow_plans found, back for the rest of the caller's transaction.
+SELECT set_config('enable_seqscan', %(before)s, true);
 
 -- name: unsettled_parents_of_queue
 -- After a queue's tasks were purged: parents of that queue whose edges are not settled yet
