@@ -57,7 +57,7 @@ from tierq.aws.runtime import SERVICE, logger
 from tierq.logic.context import Context
 
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tierq")
-GAUGES = ("warm", "cold", "delayed", "leased", "dead")
+GAUGES = ("warm", "waiting", "cold", "delayed", "leased", "dead")
 
 
 def _blob(queue: str) -> EphemeralMetrics:
