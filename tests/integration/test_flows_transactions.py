@@ -179,3 +179,29 @@ def test_flow_statements_give_their_transaction_its_own_plans_back(tq, own):
         assert _seqscan(conn) == own
         assert flows.on_replay(ctx, conn, [str(a.id)]) == [str(c.id)]
         assert _seqscan(conn) == own
+
+
+def test_a_child_deleted_while_its_last_parent_is_acked_keeps_its_wait_settled(
+        tq, pg, database_url):
+    """The ack settles the edge of a child it frees without writing its state (the release
+    deletes it); when the child's row is deleted meanwhile (a purge commits while the
+    release waits for it), the edge gets its state instead, so a later pass counts it
+    never again and the wait of the deleted child goes with its parent's waiters."""
+    [a] = tq.enqueue("q", [{"payload": "a"}])
+    [c] = tq.enqueue("r", [{"payload": "c", "after": [a.id]}])
+    [ta] = tq.claim("q")
+    out: list[Any] = []
+    with psycopg.connect(database_url) as purger:
+        purger.execute("DELETE FROM tierq_tasks WHERE id = %s", (str(c.id),))
+        acking = threading.Thread(target=lambda: out.append(tq.ack("q", [ta])))
+        acking.start()
+        _wait_for_lock_waits(pg, 1)
+        purger.commit()
+    acking.join(30)
+    assert out and out[0].acked == [ta.id]
+    assert pg.execute("SELECT parent_state FROM tierq_task_edges WHERE child = %s",
+                      (str(c.id),)).fetchall() == [("done",)]
+    assert flows.forget_deleted(tq.ctx) == 1
+    _no_wait_rows_left(pg)
+    flows.on_queue_purged(tq.ctx, "q")  # nothing of a is left to settle
+    _no_wait_rows_left(pg)

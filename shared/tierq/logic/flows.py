@@ -195,15 +195,18 @@ def _add_waits(ctx: Context, conn: Conn, waits: Sequence[Wait]) -> Released:
 
 
 def _release(ctx: Context, conn: Conn, ids: Sequence[str], outcomes: Sequence[str],
-             errors: Sequence[str | None]) -> list[ReleasedRow]:
+             errors: Sequence[str | None],
+             settled: dict[str, str] | None = None) -> list[ReleasedRow]:
     """Tasks leave their wait (only those still waiting), in slices; those dead-lettered
-    here are settled as parents in turn, down the graph."""
+    here are settled as parents in turn, down the graph. ``settled``: the final state of
+    each parent whose settlement freed them, by id (their edges carry none)."""
     out: list[ReleasedRow] = []
     now = to_datetime(ctx.now())
     for start in range(0, len(ids), SETTLE_SLICE):
         out.extend(ctx.store.release_waiting(
             conn, ids[start:start + SETTLE_SLICE], outcomes[start:start + SETTLE_SLICE],
-            errors[start:start + SETTLE_SLICE], now, MAX_PARENT_RESULT_BYTES))
+            errors[start:start + SETTLE_SLICE], now, MAX_PARENT_RESULT_BYTES,
+            settled or {}))
     dead = [str(r.id) for r in out if r.state == "dead"]
     if dead:
         out.extend(_settle(ctx, conn, dead, ["dead"] * len(dead)))
@@ -215,15 +218,18 @@ def _settle(ctx: Context, conn: Conn, ids: Sequence[str],
     """Settle the edges of finished parents (``states``: done, dead or cancelled) and
     release the children that settles, a slice of edges per statement."""
     released: list[ReleasedRow] = []
+    by_id = dict(zip(ids, states, strict=True))
     while True:
         rows = ctx.store.settle_parents(conn, ids, states, SETTLE_SLICE)
-        released.extend(_release_settled(ctx, conn, rows))
+        released.extend(_release_settled(ctx, conn, rows, by_id))
         if sum(r.settled for r in rows) < SETTLE_SLICE:
             return released
 
 
-def _release_settled(ctx: Context, conn: Conn,
-                     rows: Sequence[SettledRow]) -> list[ReleasedRow]:
+def _release_settled(ctx: Context, conn: Conn, rows: Sequence[SettledRow],
+                     settled: dict[str, str]) -> list[ReleasedRow]:
+    """Release what a slice of settlement freed or failed; each of them at once, in the
+    same transaction: settle_parents leaves the edges of a freed child to this release."""
     ids: list[str] = []
     outcomes: list[str] = []
     errors: list[str | None] = []
@@ -238,7 +244,7 @@ def _release_settled(ctx: Context, conn: Conn,
             ids.append(str(r.child))
             outcomes.append("ready")
             errors.append(None)
-    return _release(ctx, conn, ids, outcomes, errors) if ids else []
+    return _release(ctx, conn, ids, outcomes, errors, settled) if ids else []
 
 
 def settle(ctx: Context, conn: Conn, ids: Sequence[str], state: str) -> Released:
