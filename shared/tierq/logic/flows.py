@@ -249,7 +249,8 @@ def _release_settled(ctx: Context, conn: Conn, rows: Sequence[SettledRow],
 
 def settle(ctx: Context, conn: Conn, ids: Sequence[str], state: str) -> Released:
     """In the transaction that finished these parents (all in ``state``): settle their
-    edges and release what that frees. Call :func:`finish` after the commit."""
+    edges and release what that frees (run by :func:`finishing`, which makes the released
+    tasks ready in that transaction too)."""
     released = Released()
     if ids:
         with scans_by_key(ctx, conn):
