@@ -48,11 +48,12 @@ SELECT * FROM unnest(%(children)s::uuid[], %(pending)s::int[], %(on_failure)s::t
 -- by its edges settled here. The edges are locked (one settlement each: a locked edge is
 -- re-read, and one settled meanwhile is skipped), then the children's count rows in child
 -- order (no deadlock between two settlements), and each decrement applies to the row's
--- latest version: of concurrent settlements of one child, exactly one brings it to 0.
--- An edge gets the parent's final state unless its child is freed here (count 0, and no
--- failed parent that dead-letters it): release_waiting, next in this transaction, deletes
--- that child's edges and reads the states of those settled here from its own arguments, so
--- an edge is never written and then deleted.
+-- latest version (a row locked reads as it): of concurrent settlements of one child,
+-- exactly one brings it to 0. A child freed here (count 0, and no failed parent that
+-- dead-letters it) keeps its edges and count row as they were: release_waiting, next in
+-- this transaction, deletes them and reads the states of the parents settled here from its
+-- own arguments, so no row is written and then deleted. The others' edges get the parent's
+-- final state and their count rows the decrement.
 -- Returns each child touched: its count left, its rule, its failed parent (one before, or
 -- else the first settled here), that parent's state only when it failed here (NULL when a
 -- parent failed before: the child was dead-lettered or counted it then), so a message
@@ -72,21 +73,27 @@ WITH v AS (
                AS failed_state
     FROM picked p JOIN v ON v.id = p.parent
     GROUP BY p.child
-), locked AS (  -- (a row locked here reads as its latest version: its failed parent)
-    SELECT w.child, w.failed_parent AS failed_before FROM tierq_task_waits w
+), locked AS (  -- (a row locked here reads as its latest version)
+    SELECT w.child, w.pending, w.on_parent_failure, w.failed_parent AS failed_before
+    FROM tierq_task_waits w
     WHERE w.child = ANY(ARRAY(SELECT child FROM counts))
     ORDER BY w.child
     FOR UPDATE
-), counted AS (
+), counted AS MATERIALIZED (
+    SELECT l.child, l.pending - c.n AS pending, l.on_parent_failure,
+           COALESCE(l.failed_before, c.failed) AS failed_parent,
+           CASE WHEN l.failed_before IS NULL THEN c.failed_state END AS failed_state,
+           c.n AS settled,
+           l.pending = c.n AND (COALESCE(l.failed_before, c.failed) IS NULL
+                                OR l.on_parent_failure = 'run') AS freed
+    FROM locked l JOIN counts c ON c.child = l.child
+), counted_down AS (  -- (a freed child's count row is deleted by its release instead)
     UPDATE tierq_task_waits w
-    SET pending = w.pending - c.n, failed_parent = COALESCE(l.failed_before, c.failed)
-    FROM counts c JOIN locked l ON l.child = c.child
-    WHERE w.child = ANY(ARRAY(SELECT child FROM locked)) AND w.child = c.child
-    RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent,
-              CASE WHEN l.failed_before IS NULL THEN c.failed_state END AS failed_state,
-              c.n AS settled,
-              w.pending = 0 AND (w.failed_parent IS NULL OR w.on_parent_failure = 'run')
-                  AS freed
+    SET pending = n.pending, failed_parent = n.failed_parent
+    FROM counted n
+    WHERE w.child = ANY(ARRAY(SELECT child FROM counted WHERE NOT freed))
+      AND w.child = n.child
+    RETURNING w.child
 ), marked AS (
     UPDATE tierq_task_edges e SET parent_state = v.state
     FROM v
