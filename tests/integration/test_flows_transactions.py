@@ -10,6 +10,7 @@ cycle (after its deadlock_timeout)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,10 +38,11 @@ def _wait_for_lock_waits(pg: Any, n: int) -> None:
         time.sleep(0.02)
 
 
-def _crossed(database_url: str, pg: Any, hold: str, held: Any,
+def _crossed(database_url: str, pg: Any, caplog: Any, hold: str, held: Any,
              first: Callable[[], Any], second: Callable[[], Any]) -> list[Any]:
     """Run ``first`` and ``second`` so that they lock in crossed orders (see the module);
-    what each returned. Fails on an error raised by either."""
+    what each returned. Fails on an error raised by either, and unless PostgreSQL did
+    find the cycle (one of them logged that it ran again)."""
     out: list[Any] = [None, None]
     errors: list[BaseException] = []
 
@@ -50,6 +52,7 @@ def _crossed(database_url: str, pg: Any, hold: str, held: Any,
         except BaseException as exc:
             errors.append(exc)
 
+    caplog.set_level(logging.WARNING, logger="tierq.dal.postgres")
     with psycopg.connect(database_url) as holder:
         holder.execute(hold, (str(held),))
         one = threading.Thread(target=run, args=(0, first))
@@ -62,6 +65,7 @@ def _crossed(database_url: str, pg: Any, hold: str, held: Any,
     one.join(30)
     two.join(30)
     assert errors == []
+    assert any("a deadlock's victim" in r.getMessage() for r in caplog.records)
     return out
 
 
@@ -72,7 +76,7 @@ def _no_wait_rows_left(pg: Any) -> None:
 
 
 def test_a_release_and_an_enqueue_naming_its_parents_in_the_other_order_both_succeed(
-        tq, pg, database_url):
+        tq, pg, database_url, caplog):
     """The ack of a holds a; releasing c then locks c's parents b, a in id order, while an
     enqueue naming a and b holds b and waits for a."""
     b, a = tq.enqueue("q", [{"payload": "b"}, {"payload": "a"}])
@@ -81,7 +85,7 @@ def test_a_release_and_an_enqueue_naming_its_parents_in_the_other_order_both_suc
     tb, ta = tq.claim("q", max=2)
     tq.ack("q", [tb])  # b done and kept: c waits for a alone
     acked, [d] = _crossed(
-        database_url, pg, "SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", c.id,
+        database_url, pg, caplog, "SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", c.id,
         lambda: tq.ack("q", [ta]),
         lambda: tq.enqueue("r", [{"payload": "d", "after": [a.id, b.id]}]))
     assert acked.acked == [ta.id]
@@ -91,14 +95,15 @@ def test_a_release_and_an_enqueue_naming_its_parents_in_the_other_order_both_suc
     _no_wait_rows_left(pg)
 
 
-def test_a_cancel_of_a_waiting_task_and_its_parents_ack_both_succeed(tq, pg, database_url):
+def test_a_cancel_of_a_waiting_task_and_its_parents_ack_both_succeed(tq, pg, database_url,
+                                                                      caplog):
     """The cancel of c holds c's row and deletes its edge from a; the ack of a holds a and
     marks that edge, then would release c; the cancel then wants a (its waiters)."""
     [a] = tq.enqueue("q", [{"payload": "a"}])
     [c] = tq.enqueue("r", [{"payload": "c", "after": [a.id]}])
     [ta] = tq.claim("q")
     cancelled, acked = _crossed(
-        database_url, pg,
+        database_url, pg, caplog,
         "SELECT 1 FROM tierq_task_edges WHERE child = %s FOR UPDATE", c.id,
         lambda: tq.cancel_task("r", c.id),
         lambda: tq.ack("q", [ta]))
@@ -107,7 +112,7 @@ def test_a_cancel_of_a_waiting_task_and_its_parents_ack_both_succeed(tq, pg, dat
     _no_wait_rows_left(pg)
 
 
-def test_an_expiry_and_the_ack_of_the_parent_both_succeed(tq, pg, database_url):
+def test_an_expiry_and_the_ack_of_the_parent_both_succeed(tq, pg, database_url, caplog):
     """The expiry holds c's count row and wants c's row and edges; the ack of a holds a and
     c's edge from a, and wants c's count row."""
     [a] = tq.enqueue("q", [{"payload": "a"}])
@@ -115,7 +120,7 @@ def test_an_expiry_and_the_ack_of_the_parent_both_succeed(tq, pg, database_url):
     [ta] = tq.claim("q")
     tq.ctx.clock.advance(11)  # type: ignore[attr-defined]
     expired, acked = _crossed(
-        database_url, pg, "SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", c.id,
+        database_url, pg, caplog, "SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", c.id,
         lambda: flows.expire(tq.ctx),
         lambda: tq.ack("q", [ta]))
     assert acked.acked == [ta.id]
