@@ -114,8 +114,8 @@ FROM counted c;
 -- 'timeout' (waited_too_long). Only rows still waiting change: a task is released once.
 -- The edges of released and timed-out tasks go, each parent's waiters with them (locked
 -- in id order), and so do their count rows (every data-modifying part of a WITH runs to
--- its end, read or not). %(settled)s maps each parent settle_parents settled just before,
--- in this transaction, to its final state: the edges of the children it freed carry none
+-- its end, read or not). %(settled)s maps each parent settle_parents settled just before
+-- in this transaction to its final state. The edges of the children it freed carry none
 -- (they are deleted here), so a `parents` entry reads its state there, and a freed child
 -- not released here (its row deleted meanwhile) gets its edges' states written instead.
 WITH v AS (
