@@ -214,14 +214,17 @@ def test_lease_commands_bad_input_exits_2(tierq: Tierq, args: list[str]) -> None
 
 def test_stats(tierq: Tierq, api: Client, names: QueueNames) -> None:
     queue = names["stats"]
-    api.enqueue(queue, [{"payload": 1, "tenant": "acme"}, {"payload": 2, "tenant": "acme"},
-                        {"payload": 3, "tenant": "globex", "delay_seconds": 600}])
+    first, _, _ = api.enqueue(queue, [{"payload": 1, "tenant": "acme"},
+                                      {"payload": 2, "tenant": "acme"},
+                                      {"payload": 3, "tenant": "globex",
+                                       "delay_seconds": 600}])
+    api.enqueue(queue, [{"payload": 4, "tenant": "acme", "after": [first.id]}])
     rows = json_of(tierq("stats", "--json", "--queue", queue))
-    assert [(r["tenant"], r["warm"], r["delayed"]) for r in rows] == [
-        ("acme", 2, 0), ("globex", 0, 1)]
+    assert [(r["tenant"], r["warm"], r["waiting"], r["delayed"]) for r in rows] == [
+        ("acme", 2, 1, 0), ("globex", 0, 0, 1)]
     grouped = json_of(tierq("stats", "--json", "--queue", queue, "--group-by-queue"))
-    assert [(r["tenant"], r["warm"], r["delayed"], r["total"]) for r in grouped] == [
-        ("2 tenants", 2, 1, 3)]
+    assert [(r["tenant"], r["warm"], r["waiting"], r["delayed"], r["total"])
+            for r in grouped] == [("2 tenants", 2, 1, 1, 4)]
     table = tierq("stats", "--once", "--queue", queue)
     assert table.exit_code == 0 and queue in table.stdout and "acme" in table.stdout
     down = tierq("stats", "--once", url=dead_port_url())

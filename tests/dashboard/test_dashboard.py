@@ -186,6 +186,8 @@ def test_a_waiting_task_shows_what_it_waits_for(page: Any, api: Client, api_url:
     assert task.id == first.id
     api.ack(queue, [{"id": task.id, "lease_token": task.lease_token}])  # kept: a child waits
     open_dashboard(page, api_url)
+    counted = cells(row(page, queue, "_"))
+    assert (counted["warm"], counted["waiting"], counted["total"]) == ("1", "1", "2")
     page.get_by_test_id("task-queue").fill(queue)
     page.get_by_test_id("task-id").fill(str(child.id))
     page.get_by_test_id("task-id").press("Enter")

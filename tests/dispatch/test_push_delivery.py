@@ -158,3 +158,27 @@ def test_batches_of_large_tasks_are_cut_to_what_an_invoke_carries(
     sizes = [len(orjson.dumps(event)) for event in JOURNAL.events]
     assert len(sizes) >= 3 and max(sizes) <= EVENT_LIMIT
     assert sum(len(e["Records"]) for e in JOURNAL.events) == 14
+
+
+def test_a_released_childs_record_carries_its_parents_as_a_claim_does(
+        tq: Tierq, pg: psycopg.Connection[Any], functions: LocalFunctions) -> None:
+    """A task released from a wait (after) reaches its consumer with a ``parents`` message
+    attribute: the JSON text of its claim's parents (id, queue, final state, result)."""
+    tq.put_queue("joins", {"consumer": {"function": "tests.dispatch.consumers:keep",
+                                        "batch_size": 10}})
+    first, second = tq.enqueue("steps", [{"payload": 1}, {"payload": 2}])
+    [child] = tq.enqueue("joins", [{"payload": "join", "after": [first.id, second.id]}])
+    [plain] = tq.enqueue("joins", [{"payload": "plain"}])
+    JOURNAL.keep_events = True
+    leased = {t.payload: t for t in tq.claim("steps", max=2)}
+    tq.ack("steps", [{"id": leased[1].id, "lease_token": leased[1].lease_token,
+                      "result": {"rows": 3, "ü": "\"q\""}}, leased[2]])
+    run_until(tq, lambda: remaining(pg, "joins") == 0)
+    records = {r["messageId"]: r for e in JOURNAL.events for r in e["Records"]}
+    attribute = records[str(child.id)]["messageAttributes"]["parents"]
+    assert attribute["dataType"] == "String"
+    assert orjson.loads(attribute["stringValue"]) == [
+        {"id": str(first.id), "queue": "steps", "state": "done",
+         "result": {"rows": 3, "ü": "\"q\""}},
+        {"id": str(second.id), "queue": "steps", "state": "done", "result": None}]
+    assert "parents" not in records[str(plain.id)]["messageAttributes"]

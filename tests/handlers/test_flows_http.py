@@ -80,3 +80,21 @@ def test_a_retried_flow_with_the_same_key_is_created_once(
     assert again.body == first.body
     assert again.headers.get("idempotent-replayed") == "true"
     assert _count(pg) == 2
+
+
+def test_waiting_tasks_are_counted_in_the_queue_metrics(call: Invoke) -> None:
+    parent = call("POST", "/v1/queues/q/tasks", {"payload": 1, "tenant": "acme"}).body
+    call("POST", "/v1/queues/r/tasks", {"tasks": [
+        {"payload": i, "tenant": "acme", "after": [parent["id"]]} for i in range(2)]})
+    call("POST", "/v1/queues/r/tasks", {"payload": "ready", "tenant": "acme"})
+    rows = call("GET", "/v1/metrics/queues/detailed").body["queues"]
+    by_pair = {(r["queue"], r["tenant"]): r for r in rows}
+    assert (by_pair[("r", "acme")]["waiting"], by_pair[("r", "acme")]["warm"]) == (2, 1)
+    assert by_pair[("q", "acme")]["waiting"] == 0
+    assert call("GET", "/v1/queues/r").body["counts"]["waiting"] == 2
+    pinned = call("GET", "/v1/queues/r", claims=TENANT_A).body
+    assert pinned["counts"]["waiting"] == 2
+    [task] = call("POST", "/v1/queues/q/claims", {"max": 1}).body["tasks"]
+    call("POST", "/v1/queues/q/acks", {"acks": [
+        {"id": task["id"], "lease_token": task["lease_token"]}]})
+    assert call("GET", "/v1/queues/r").body["counts"]["waiting"] == 0

@@ -17,7 +17,8 @@ from tierq.aws.runtime import engine
 from tierq.aws.scheduled import jobs
 from tierq.dal.postgres import execute_text
 
-GAUGE_NAMES = {"Warm", "Cold", "Delayed", "Leased", "Dead", "OldestReadyAgeSeconds"}
+GAUGE_NAMES = {"Warm", "Waiting", "Cold", "Delayed", "Leased", "Dead",
+               "OldestReadyAgeSeconds"}
 
 
 def reaper_gauges(capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any],

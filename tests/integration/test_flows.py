@@ -329,3 +329,85 @@ def test_a_dead_child_past_its_retention_and_a_purged_queue_let_their_parents_go
     tq.ack("q", [tasks["p1"]])  # nothing waits on it: deleted, as any acked task
     assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE id = %s",
                       (str(p1.id),)).fetchone()[0] == 0
+
+
+def _nack_to_death(tq: Any, queue: str, task: Any) -> None:
+    tq.nack(queue, [{"id": task.id, "lease_token": task.lease_token, "error": "boom",
+                     "dead": True}])
+
+
+def test_replaying_a_dead_parent_re_arms_the_graph_below_it(tq, pg):
+    """A child dead-lettered for its parent dead-letters its own children in turn; the
+    parent's replay re-arms them all, down the graph, in its one transaction. A grandchild
+    with on_parent_failure "run" still waiting waits for its re-armed parent again."""
+    a, x = tq.enqueue("q", [{"payload": "a"}, {"payload": "x"}])
+    [c] = tq.enqueue("r", [{"payload": "c", "after": [a.id]}])
+    g, runs = tq.enqueue("r", [{"payload": "g", "after": [c.id]},
+                               {"payload": "runs", "after": [c.id, x.id],
+                                "on_parent_failure": "run"}])
+    [h] = tq.enqueue("r", [{"payload": "h", "after": [g.id]}])
+    leased = {t.payload: t for t in tq.claim("q", max=2)}
+    _nack_to_death(tq, "q", leased["a"])
+    assert [tq.get_task("r", t.id).state for t in (c, g, h, runs)] == [
+        "dead", "dead", "dead", "waiting"]
+    assert tq.get_task("r", h.id).last_error == f"parent {g.id} ended dead"
+    replayed, _ = tq.dlq_replay("q", ids=[a.id])
+    assert replayed == [a.id]
+    for t in (c, g, h):
+        view = tq.get_task("r", t.id)
+        assert (view.state, view.last_error) == ("waiting", None)
+    tq.ack("q", [leased["x"]])
+    assert tq.get_task("r", runs.id).state == "waiting"  # c is unfinished again
+    [again] = tq.claim("q")
+    tq.ack("q", [again])
+    order = []
+    while got := tq.claim("r", max=10):
+        order.extend(t.payload for t in got)
+        tq.ack("r", got)
+    assert order[0] == "c" and sorted(order[1:3]) == ["g", "runs"] and order[3:] == ["h"]
+    assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone()[0] == 0
+
+
+def test_a_replay_re_arms_at_most_its_bound_of_levels(tq, monkeypatch):
+    monkeypatch.setattr(flows, "REARM_LEVELS", 1)
+    [a] = tq.enqueue("q", [{"payload": "a"}])
+    [c] = tq.enqueue("r", [{"payload": "c", "after": [a.id]}])
+    [g] = tq.enqueue("r", [{"payload": "g", "after": [c.id]}])
+    [ta] = tq.claim("q")
+    _nack_to_death(tq, "q", ta)
+    tq.dlq_replay("q", ids=[a.id])
+    assert tq.get_task("r", c.id).state == "waiting"
+    assert tq.get_task("r", g.id).state == "dead"  # below the bound: its own replay runs it
+
+
+def test_a_dead_child_names_the_parent_that_failed_it_with_that_parents_state(tq):
+    """Several parents ending differently (done, cancelled, dead, in several orders and in
+    one transaction): a child's message names the parent that dead-lettered it and that
+    parent's own final state, never another's."""
+    p = tq.enqueue("q", [{"payload": f"p{i}"} for i in range(4)])
+    one, two = tq.enqueue("r", [{"payload": "one", "after": [p[0].id, p[1].id, p[2].id]},
+                                {"payload": "two", "after": [p[2].id, p[1].id, p[3].id]}])
+    leased = {t.payload: t for t in tq.claim("q", max=4)}
+    tq.ack("q", [leased["p0"]])
+    tq.cancel_task("q", p[1].id)  # first failure of both
+    _nack_to_death(tq, "q", leased["p2"])  # a second failure, a different state
+    assert tq.get_task("r", one.id).last_error == f"parent {p[1].id} ended cancelled"
+    assert tq.get_task("r", two.id).last_error == f"parent {p[1].id} ended cancelled"
+    # replaying the dead one re-arms neither: the cancelled parent still failed them
+    tq.dlq_replay("q", ids=[p[2].id])
+    assert tq.get_task("r", one.id).state == "dead"
+    # in one transaction: a cancelled parent dead-letters a child, which fails its own
+    # child (named with its own state, dead), whose other parent is cancelled with it
+    [root] = tq.enqueue("q", [{"payload": "root"}])
+    [mid] = tq.enqueue("r", [{"payload": "mid", "after": [root.id]}])
+    [low] = tq.enqueue("r", [{"payload": "low", "after": [mid.id, root.id]}])
+    tq.cancel_task("q", root.id)
+    assert tq.get_task("r", mid.id).last_error == f"parent {root.id} ended cancelled"
+    assert tq.get_task("r", low.id).last_error in (f"parent {root.id} ended cancelled",
+                                                   f"parent {mid.id} ended dead")
+    [late] = tq.enqueue("r", [{"payload": "late", "after": [p[0].id, p[2].id]}])
+    assert tq.get_task("r", late.id).state == "waiting"  # p2 replayed: unfinished
+    [t2] = tq.claim("q", max=1)
+    assert t2.id == p[2].id
+    _nack_to_death(tq, "q", t2)
+    assert tq.get_task("r", late.id).last_error == f"parent {p[2].id} ended dead"

@@ -27,7 +27,7 @@ from tierq.client import Client
 from tierq.client.errors import ApiError, ConnectionFailed
 from tierq.models import TenantCounts
 
-COUNTS = ("warm", "cold", "delayed", "leased", "dead")
+COUNTS = ("warm", "cold", "waiting", "delayed", "leased", "dead")
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Row:
     mode: str
     warm: int
     cold: int
+    waiting: int
     delayed: int
     leased: int
     dead: int
@@ -44,7 +45,7 @@ class Row:
 
     @property
     def total(self) -> int:
-        return self.warm + self.cold + self.delayed + self.leased + self.dead
+        return self.warm + self.cold + self.waiting + self.delayed + self.leased + self.dead
 
 
 def oldest_seconds(row: TenantCounts, now: datetime | None) -> float | None:
@@ -58,8 +59,8 @@ def oldest_seconds(row: TenantCounts, now: datetime | None) -> float | None:
 def rows_of(counts: list[TenantCounts], now: datetime | None, *, by_queue: bool,
             queues: list[str] | None) -> list[Row]:
     wanted = set(queues or [])
-    rows = [Row(c.queue, c.tenant, c.mode, c.warm, c.cold, c.delayed, c.leased, c.dead,
-                oldest_seconds(c, now))
+    rows = [Row(c.queue, c.tenant, c.mode, c.warm, c.cold, c.waiting, c.delayed, c.leased,
+                c.dead, oldest_seconds(c, now))
             for c in counts if not wanted or c.queue in wanted]
     if by_queue:
         merged: dict[str, Row] = {}
@@ -68,8 +69,8 @@ def rows_of(counts: list[TenantCounts], now: datetime | None, *, by_queue: bool,
             tenants[r.queue] = tenants.get(r.queue, 0) + 1
             m = merged.get(r.queue)
             if m is None:
-                merged[r.queue] = Row(r.queue, "", r.mode, r.warm, r.cold, r.delayed,
-                                      r.leased, r.dead, r.oldest_seconds)
+                merged[r.queue] = Row(r.queue, "", r.mode, r.warm, r.cold, r.waiting,
+                                      r.delayed, r.leased, r.dead, r.oldest_seconds)
                 continue
             m.mode = "cold" if "cold" in (m.mode, r.mode) else "warm"
             for name in COUNTS:
@@ -93,10 +94,11 @@ def table_of(rows: list[Row], *, by_queue: bool, caption: str | None = None) -> 
     for r in rows:
         mode = "[blue]cold[/]" if r.mode == "cold" else "[dark_orange]warm[/]"
         dead = f"[red]{r.dead:,}[/]" if r.dead else "0"
-        table.add_row(r.queue, r.tenant, mode, f"{r.warm:,}", f"{r.cold:,}", f"{r.delayed:,}",
-                      f"{r.leased:,}", dead, f"{r.total:,}", age(r.oldest_seconds))
+        table.add_row(r.queue, r.tenant, mode, f"{r.warm:,}", f"{r.cold:,}",
+                      f"{r.waiting:,}", f"{r.delayed:,}", f"{r.leased:,}", dead, f"{r.total:,}",
+                      age(r.oldest_seconds))
     if not rows:
-        table.add_row("(no queues yet)", "", "", "", "", "", "", "", "", "")
+        table.add_row("(no queues yet)", "", "", "", "", "", "", "", "", "", "")
     return table
 
 
@@ -124,7 +126,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Live counts per queue and tenant.
 
-        Warm, cold, delayed, leased and dead counts and the age of the oldest ready task,
+        Warm, cold, waiting, delayed, leased and dead counts and the age of the oldest ready task,
         refreshed in place until Ctrl-C (an unreachable API is shown and retried). --once or
         --json print once (exit 1 when the API cannot answer)."""
         with api_client(url, token, sigv4, aws_region) as api:

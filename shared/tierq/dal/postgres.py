@@ -18,12 +18,14 @@ statement sends a ``set_config`` only when it wants other values (the shorter ti
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.adapt import Loader
@@ -35,6 +37,14 @@ from tierq.dal import connect
 from tierq.errors import DatabaseTimedOut, SequenceExhausted, Unavailable
 
 Row = dict[str, Any]
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# How many times in all ``Database.run_transaction`` runs a transaction that PostgreSQL
+# aborts as a deadlock's victim (40P01): the other transaction has gone on, so a second
+# run meets no cycle unless a third writer makes a new one.
+DEADLOCK_ATTEMPTS = 4
 
 # Once a checkout has waited the whole pool timeout in vain (PostgreSQL down, or every
 # connection stuck), checkouts wait at most this long until one succeeds again: a request
@@ -326,6 +336,26 @@ class Database:
         success, rolled back on an error."""
         with self.connection() as conn, transaction(conn):
             yield conn
+
+    def run_transaction(self, body: Callable[[TierqConnection], T], *, what: str,
+                        attempts: int = DEADLOCK_ATTEMPTS) -> T:
+        """``body(conn)`` in one transaction, as :meth:`transaction`, run again from its
+        start (at most ``attempts`` times in all, each logged) when PostgreSQL aborts it as
+        the victim of a deadlock: for transactions whose rows cannot all be locked in one
+        order (logic/flows.py). ``body`` must be safe to run again after a rollback;
+        ``what`` names the transaction in the log."""
+        with self.connection() as conn:
+            for attempt in range(1, attempts + 1):
+                try:
+                    with transaction(conn):
+                        return body(conn)
+                except psycopg.errors.DeadlockDetected as exc:
+                    if attempt == attempts:
+                        raise
+                    log.warning("%s: a deadlock's victim (attempt %d of %d), run again: %s",
+                                what, attempt, attempts, str(exc).strip().splitlines()[0])
+                    time.sleep(0.01 * attempt)
+        raise AssertionError("unreachable")
 
 
 def _trusts_system_roots(url: str) -> bool:

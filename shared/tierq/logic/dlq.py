@@ -67,24 +67,36 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
     more = False
     while True:
         limit = REPLAY_BATCH if max_items is None else min(REPLAY_BATCH, max_items - len(replayed))
-        pending = None
+        made: list[admission.Pending] = []
+
+        def body(conn: Conn, limit: int = limit,
+                 made: list[admission.Pending] = made) -> list[DeadKeyRow]:
+            for p in made:  # (a run before this one rolled back)
+                admission.abandon(ctx, p)
+            made.clear()
+            locked = ctx.store.lock_dead(conn, queue, tenant, all_dead, wanted, limit)
+            if not locked:
+                return locked
+            targets = [Target(str(r.id), queue, r.tenant) for r in first_of_each_key(locked)]
+            ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
+            # (a replayed task waits no more; what it failed waits for it again)
+            flows.on_replay(ctx, conn, [t.id for t in targets])
+            made.append(admission.make_ready(ctx, conn, targets))
+            if record is not None:
+                so_far = replayed + [UUID(str(r.id)) for r in made[0].rows]
+                record(conn, Slice(so_far, _skipped(wanted, so_far), more=all_dead))
+            return locked
+
         try:
-            with ctx.db.transaction() as conn:
-                locked = ctx.store.lock_dead(conn, queue, tenant, all_dead, wanted, limit)
-                if not locked:
-                    break
-                targets = [Target(str(r.id), queue, r.tenant)
-                           for r in first_of_each_key(locked)]
-                ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
-                # (a replayed task waits no more; what it failed waits for it again)
-                flows.on_replay(ctx, conn, [t.id for t in targets])
-                pending = admission.make_ready(ctx, conn, targets)
-                if record is not None:
-                    so_far = replayed + [UUID(str(r.id)) for r in pending.rows]
-                    record(conn, Slice(so_far, _skipped(wanted, so_far), more=all_dead))
+            # (run again should it be a deadlock's victim: a re-arm locks what a release may)
+            locked = ctx.db.run_transaction(body, what="a replay of dead letters")
         except BaseException:
-            admission.abandon(ctx, pending)
+            for p in made:
+                admission.abandon(ctx, p)
             raise
+        if not locked:
+            break
+        pending = made[0]
         admission.finish(ctx, pending)
         replayed.extend(UUID(str(r.id)) for r in pending.rows)
         if not all_dead or len(locked) < limit:

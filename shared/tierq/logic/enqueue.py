@@ -303,19 +303,25 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
                      columns: TaskColumns, keyed: bool, record: RoundRecorder | None
                      ) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released]:
     """The round's insert, the waits of its waiting tasks (logic/flows.py) and the caller's
-    record of it, in one transaction."""
-    with ctx.db.transaction() as conn:
+    record of it, in one transaction (run again should it be a deadlock's victim: holding
+    the parents it names, it may meet a release that holds them in the other order)."""
+    states = {p.id: p.state for p in batch}
+
+    def body(conn: Conn) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released]:
+        for p in batch:  # (as before a run that rolled back)
+            p.state = states[p.id]
         seqs, items = _insert(ctx, queue, batch, now, columns, keyed, conn)
         released = flows.add_waits(ctx, conn, waits_of(batch, seqs))
-        for row in released.rows:  # left the wait at once (its parents were finished)
-            for p in batch:
-                if p.id == str(row.id):
-                    p.state = row.state
+        by_id = {str(row.id): row.state for row in released.rows}
+        for p in batch:  # left the wait at once (its parents were finished)
+            p.state = by_id.get(p.id, p.state)
         if record is not None:
             record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
                                     "tenant": p.tenant, "key": p.key}
                           for p in batch if p.id in seqs})
-    return seqs, items, released
+        return seqs, items, released
+
+    return ctx.db.run_transaction(body, what="an enqueue")
 
 
 def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now: float,
@@ -396,7 +402,8 @@ def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[
             for p in batch:
                 p.state = ("waiting" if p.after else
                            ticket.state_for((queue, p.tenant)) if p.ready else "delayed")
-        with ctx.db.transaction() as conn:
+        def body(conn: Conn) -> tuple[dict[str, str], flows.Released]:
+            warm.clear()  # (a run before this one rolled back)
             for queue, batch in batches.items():
                 for start in range(0, len(batch), MAX_BATCH):
                     part = batch[start:start + MAX_BATCH]
@@ -409,6 +416,10 @@ def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[
             states.update({str(r.id): r.state for r in released.rows})
             if record is not None:
                 record(conn, states)
+            return states, released
+
+        # (run again should it be a deadlock's victim, as _insert_recorded)
+        states, released = ctx.db.run_transaction(body, what="a flow")
     except BaseException:
         admission.close(ctx, ticket)
         raise

@@ -32,12 +32,14 @@ transaction, down the graph.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -59,9 +61,17 @@ MAX_WAITING_CHILDREN = 10_000
 MAX_PARENT_RESULT_BYTES = 256 * 1024
 # edges settled (and children released) per statement
 SETTLE_SLICE = 1_000
-# released tasks made ready per transaction after the commit
+# released tasks made ready per statement
 READY_SLICE = 1_000
+# a replay re-arms the tasks below the replayed ones level by level, and starts no further
+# level once this many are re-armed, nor past REARM_LEVELS levels
+MAX_REARMED = 10_000
+REARM_LEVELS = 100
 WAITED_TOO_LONG = "waited_too_long"
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -85,6 +95,17 @@ class Released:
 
     def extend(self, rows: Sequence[ReleasedRow]) -> None:
         self.rows.extend(rows)
+
+
+@contextmanager
+def scans_by_key(ctx: Context, conn: Conn) -> Iterator[None]:
+    """The flow statements run inside plan scans by key (``flow_plans``), and the caller's
+    transaction gets its own setting back after them: the other statements of an enqueue,
+    an ack or a replay are planned as they would be without flows. On an error the
+    transaction is rolled back, and the setting with it."""
+    before = ctx.store.flow_plans(conn)
+    yield
+    ctx.store.plans_back(conn, before)
 
 
 def check_after(ctx: Context, where: str, parents: Sequence[str]) -> None:
@@ -114,7 +135,11 @@ def add_waits(ctx: Context, conn: Conn, waits: Sequence[Wait]) -> Released:
     ``on_parent_failure: dead``) leaves its wait at once."""
     if not waits:
         return Released()
-    ctx.store.flow_plans(conn)
+    with scans_by_key(ctx, conn):
+        return _add_waits(ctx, conn, waits)
+
+
+def _add_waits(ctx: Context, conn: Conn, waits: Sequence[Wait]) -> Released:
     flat_parents = [p for w in waits for p in w.parents]
     flat_tenants = [w.tenant for w in waits for _ in w.parents]
     held = {str(r.id): r for r in ctx.store.hold_parents(conn, flat_parents, flat_tenants)}
@@ -170,15 +195,18 @@ def add_waits(ctx: Context, conn: Conn, waits: Sequence[Wait]) -> Released:
 
 
 def _release(ctx: Context, conn: Conn, ids: Sequence[str], outcomes: Sequence[str],
-             errors: Sequence[str | None]) -> list[ReleasedRow]:
+             errors: Sequence[str | None],
+             settled: dict[str, str] | None = None) -> list[ReleasedRow]:
     """Tasks leave their wait (only those still waiting), in slices; those dead-lettered
-    here are settled as parents in turn, down the graph."""
+    here are settled as parents in turn, down the graph. ``settled``: the final state of
+    each parent whose settlement freed them, by id (their edges carry none)."""
     out: list[ReleasedRow] = []
     now = to_datetime(ctx.now())
     for start in range(0, len(ids), SETTLE_SLICE):
         out.extend(ctx.store.release_waiting(
             conn, ids[start:start + SETTLE_SLICE], outcomes[start:start + SETTLE_SLICE],
-            errors[start:start + SETTLE_SLICE], now, MAX_PARENT_RESULT_BYTES))
+            errors[start:start + SETTLE_SLICE], now, MAX_PARENT_RESULT_BYTES,
+            settled or {}))
     dead = [str(r.id) for r in out if r.state == "dead"]
     if dead:
         out.extend(_settle(ctx, conn, dead, ["dead"] * len(dead)))
@@ -190,21 +218,24 @@ def _settle(ctx: Context, conn: Conn, ids: Sequence[str],
     """Settle the edges of finished parents (``states``: done, dead or cancelled) and
     release the children that settles, a slice of edges per statement."""
     released: list[ReleasedRow] = []
+    by_id = dict(zip(ids, states, strict=True))
     while True:
         rows = ctx.store.settle_parents(conn, ids, states, SETTLE_SLICE)
-        released.extend(_release_settled(ctx, conn, rows))
+        released.extend(_release_settled(ctx, conn, rows, by_id))
         if sum(r.settled for r in rows) < SETTLE_SLICE:
             return released
 
 
-def _release_settled(ctx: Context, conn: Conn,
-                     rows: Sequence[SettledRow]) -> list[ReleasedRow]:
+def _release_settled(ctx: Context, conn: Conn, rows: Sequence[SettledRow],
+                     settled: dict[str, str]) -> list[ReleasedRow]:
+    """Release what a slice of settlement freed or failed; each of them at once, in the
+    same transaction: settle_parents leaves the edges of a freed child to this release."""
     ids: list[str] = []
     outcomes: list[str] = []
     errors: list[str | None] = []
     for r in rows:
         if r.failed_parent is not None and r.on_parent_failure == "dead":
-            if r.failed_state is None:  # failed before: dead-lettered then
+            if r.failed_state is None:  # a parent failed before: dead-lettered then
                 continue
             ids.append(str(r.child))
             outcomes.append("dead")
@@ -213,31 +244,84 @@ def _release_settled(ctx: Context, conn: Conn,
             ids.append(str(r.child))
             outcomes.append("ready")
             errors.append(None)
-    return _release(ctx, conn, ids, outcomes, errors) if ids else []
+    return _release(ctx, conn, ids, outcomes, errors, settled) if ids else []
 
 
 def settle(ctx: Context, conn: Conn, ids: Sequence[str], state: str) -> Released:
     """In the transaction that finished these parents (all in ``state``): settle their
-    edges and release what that frees. Call :func:`finish` after the commit."""
+    edges and release what that frees (run by :func:`finishing`, which makes the released
+    tasks ready in that transaction too)."""
     released = Released()
     if ids:
-        ctx.store.flow_plans(conn)
-        released.extend(_settle(ctx, conn, ids, [state] * len(ids)))
+        with scans_by_key(ctx, conn):
+            released.extend(_settle(ctx, conn, ids, [state] * len(ids)))
     return released
 
 
-def finish(ctx: Context, released: Released) -> dict[str, str]:
-    """After the commit: make the released tasks whose run_at has come ready (warm or
-    cold), in slices; the state each ended in, by id. Should this fail, they are delayed
-    and due: the delayed mover makes them ready."""
-    states: dict[str, str] = {str(r.id): r.state for r in released.rows}
+def _due(ctx: Context, released: Released) -> list[Target]:
     now = ctx.now()
-    due = [Target(str(r.id), r.queue, r.tenant) for r in released.rows
-           if r.state == "delayed" and r.run_at.timestamp() <= now]
-    for start in range(0, len(due), READY_SLICE):
-        for row in admission.ready_now(ctx, due[start:start + READY_SLICE]):
-            states[str(row.id)] = row.state
+    return [Target(str(r.id), r.queue, r.tenant) for r in released.rows
+            if r.state == "delayed" and r.run_at.timestamp() <= now]
+
+
+def finish(ctx: Context, released: Released) -> dict[str, str]:
+    """After the commit of an enqueue that released tasks: make those whose run_at has come
+    ready (warm or cold), in slices; the state each ended in, by id. A failure here is
+    logged, not raised (the enqueue has committed): the tasks are delayed and due, and the
+    delayed mover makes them ready."""
+    states: dict[str, str] = {str(r.id): r.state for r in released.rows}
+    due = _due(ctx, released)
+    try:
+        for start in range(0, len(due), READY_SLICE):
+            for row in admission.ready_now(ctx, due[start:start + READY_SLICE]):
+                states[str(row.id)] = row.state
+    except Exception:
+        log.warning("released tasks not made ready after the commit (the delayed mover "
+                    "will)", exc_info=True)
     return states
+
+
+def _abandon(ctx: Context, pending: list[admission.Pending]) -> None:
+    for p in pending:
+        admission.abandon(ctx, p)
+    pending.clear()
+
+
+def finishing(ctx: Context, what: str,
+              body: Callable[[Conn], tuple[T, Released]]) -> tuple[T, dict[str, str]]:
+    """``body`` (what finishes parents, and their settlement) in one transaction, which
+    also makes the released tasks whose run_at has come ready; run again when PostgreSQL
+    aborts it as a deadlock's victim (``Database.run_transaction``: a release locks rows
+    in an order an enqueue, a cancel or an expiry may meet in the other). After the commit
+    only the pushes to the warm tier: should one fail, it is logged, and the reconciler
+    pushes those warm rows (the caller is answered by the commit, never 5xx after it).
+    Returns body's value and the state each released task ended in, by id."""
+    pending: list[admission.Pending] = []
+
+    def run(conn: Conn) -> tuple[T, Released]:
+        _abandon(ctx, pending)  # (what a run rolled back registered)
+        value, released = body(conn)
+        due = _due(ctx, released)
+        for start in range(0, len(due), READY_SLICE):
+            pending.append(admission.make_ready(ctx, conn, due[start:start + READY_SLICE]))
+        return value, released
+
+    try:
+        value, released = ctx.db.run_transaction(run, what=what)
+    except BaseException:
+        _abandon(ctx, pending)
+        raise
+    states: dict[str, str] = {str(r.id): r.state for r in released.rows}
+    for p in pending:
+        try:
+            refused = admission.finish(ctx, p)
+        except Exception:
+            log.warning("%s: %d released task(s) not pushed after the commit (the "
+                        "reconciler will)", what, len(p.rows), exc_info=True)
+            refused = set()
+        states.update((str(r.id), "cold" if str(r.id) in refused else r.state)
+                      for r in p.rows)
+    return value, states
 
 
 # -- the paths that finish parents -------------------------------------------------------------
@@ -245,15 +329,18 @@ def finish(ctx: Context, released: Released) -> dict[str, str]:
 def ack_waited(ctx: Context, queue: str, ids: Sequence[str],
                results: Sequence[Any], attempts: Sequence[int]) -> list[str]:
     """Acks of tasks that others wait on (the plain ack statements leave them): kept done
-    with their result (or none) and settled, in one transaction; the ids acked."""
+    with their result (or none), settled, and the children that frees made ready, in one
+    transaction (:func:`finishing`); the ids acked."""
     if not ids:
         return []
-    with ctx.db.transaction() as conn:
-        kept = ctx.store.ack_keep_waited(
-            conn, queue, to_datetime(ctx.now()), ids,
-            [None if r is None else orjson.dumps(r).decode() for r in results], attempts)
-        released = settle(ctx, conn, kept, "done")
-    finish(ctx, released)
+    values = [None if r is None else orjson.dumps(r).decode() for r in results]
+
+    def body(conn: Conn) -> tuple[list[str], Released]:
+        kept = ctx.store.ack_keep_waited(conn, queue, to_datetime(ctx.now()), ids, values,
+                                         attempts)
+        return kept, settle(ctx, conn, kept, "done")
+
+    kept, _ = finishing(ctx, "the ack of awaited tasks", body)
     return kept
 
 
@@ -265,25 +352,29 @@ def record_waited(ctx: Context, queue: str, ids: Sequence[str], attempts: Sequen
     transaction; the outcome rows."""
     if not ids:
         return []
-    with ctx.db.transaction() as conn:
+
+    def body(conn: Conn) -> tuple[list[OutcomeRow], Released]:
         rows = ctx.store.lease_outcomes(queue, to_datetime(ctx.now()), ids, attempts, errors,
                                         retry_ats, deads, waited=True, conn=conn)
-        released = settle(ctx, conn, [str(r.id) for r in rows if r.state == "dead"], "dead")
-    finish(ctx, released)
+        return rows, settle(ctx, conn, [str(r.id) for r in rows if r.state == "dead"], "dead")
+
+    rows, _ = finishing(ctx, "the failed attempts of awaited tasks", body)
     return rows
 
 
 def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> TaskRow | None:
     """Cancel a task: its row deleted; when it waited, its wait is dropped; when others
-    wait on it, they settle it as ``cancelled``; one transaction. The row, or None."""
-    with ctx.db.transaction() as conn:
+    wait on it, they settle it as ``cancelled``; one transaction (:func:`finishing`). The
+    row, or None."""
+    def body(conn: Conn) -> tuple[TaskRow | None, Released]:
         row = ctx.store.cancel_task(queue, task_id, conn=conn)
         if row is None:
-            return None
-        ctx.store.flow_plans(conn)
-        ctx.store.forget_waits(conn, [str(task_id)])
-        released = settle(ctx, conn, [str(task_id)], "cancelled")
-    finish(ctx, released)
+            return None, Released()
+        with scans_by_key(ctx, conn):
+            ctx.store.forget_waits(conn, [str(task_id)])
+        return row, settle(ctx, conn, [str(task_id)], "cancelled")
+
+    row, _ = finishing(ctx, "a cancel", body)
     return row
 
 
@@ -291,9 +382,11 @@ def forget(ctx: Context, ids: Sequence[str]) -> None:
     """Deleted tasks (dead letters purged) wait for nothing any more: their edges and counts
     go, their parents' ``waiters`` down, in one short transaction."""
     if ids:
-        with ctx.db.transaction() as conn:
-            ctx.store.flow_plans(conn)
-            ctx.store.forget_waits(conn, ids)
+        def body(conn: Conn) -> None:
+            with scans_by_key(ctx, conn):
+                ctx.store.forget_waits(conn, ids)
+
+        ctx.db.run_transaction(body, what="the waits of purged dead letters")
 
 
 def forget_deleted(ctx: Context) -> int:
@@ -301,12 +394,16 @@ def forget_deleted(ctx: Context) -> int:
     retention) go, a slice per transaction, and their parents' ``waiters`` come down (so
     those parents are deleted in turn); how many."""
     forgotten = 0
-    while True:
-        with ctx.db.transaction() as conn:
-            ctx.store.flow_plans(conn)
+
+    def body(conn: Conn) -> list[str]:
+        with scans_by_key(ctx, conn):
             ids = ctx.store.waits_of_deleted(conn, SETTLE_SLICE)
             if ids:
                 ctx.store.forget_waits(conn, ids)
+        return ids
+
+    while True:
+        ids = ctx.db.run_transaction(body, what="the waits of deleted tasks")
         forgotten += len(ids)
         if len(ids) < SETTLE_SLICE:
             return forgotten
@@ -317,37 +414,61 @@ def on_queue_purged(ctx: Context, queue: str) -> None:
     as cancelled, a slice of parents per transaction; and what waited in the queue itself
     waits no more (:func:`forget_deleted`)."""
     forget_deleted(ctx)
-    while True:
-        with ctx.db.transaction() as conn:
-            ctx.store.flow_plans(conn)
+
+    def body(conn: Conn) -> tuple[list[str], Released]:
+        with scans_by_key(ctx, conn):
             ids = ctx.store.unsettled_parents_of_queue(conn, queue, SETTLE_SLICE)
-            released = settle(ctx, conn, ids, "cancelled")
-        finish(ctx, released)
+        return ids, settle(ctx, conn, ids, "cancelled")
+
+    while True:
+        ids, _ = finishing(ctx, "the waiters of a purged queue", body)
         if len(ids) < SETTLE_SLICE:
             return
 
 
-def on_replay(ctx: Context, conn: Conn, ids: Sequence[str]) -> None:
+def on_replay(ctx: Context, conn: Conn, ids: Sequence[str]) -> list[str]:
     """In the transaction that replays dead letters: a replayed task's own wait ends (it
-    runs), and what waited for it and was dead-lettered for it waits again (re-armed)."""
-    if ids:
-        ctx.store.flow_plans(conn)
+    runs), and what waited for it and was dead-lettered for it waits again (re-armed), down
+    the graph: a task re-armed is unfinished again, so what was dead-lettered for it waits
+    again too, level by level. No further level is started once :data:`MAX_REARMED` tasks
+    are re-armed or past :data:`REARM_LEVELS` levels (logged): below, tasks stay
+    dead-lettered, and each one's own replay runs it. The ids re-armed."""
+    if not ids:
+        return []
+    rearmed: list[str] = []
+    with scans_by_key(ctx, conn):
         ctx.store.forget_waits(conn, ids)
-        ctx.store.rearm_children(conn, ids, to_datetime(ctx.now()))
+        now = to_datetime(ctx.now())
+        level = list(ids)
+        for _ in range(REARM_LEVELS):
+            below: list[str] = []
+            for start in range(0, len(level), SETTLE_SLICE):
+                below.extend(ctx.store.rearm_children(conn, level[start:start + SETTLE_SLICE],
+                                                      now))
+            rearmed.extend(below)
+            level = below
+            if not level or len(rearmed) >= MAX_REARMED:
+                break
+        if level:
+            log.warning("a replay re-armed %d task(s) and stopped there: the tasks below "
+                        "%d of them stay dead-lettered", len(rearmed), len(level))
+    return rearmed
 
 
 def expire(ctx: Context, limit: int = SETTLE_SLICE) -> int:
     """Dead-letter (``waited_too_long``) up to ``limit`` waiting tasks past their
-    ``wait_timeout_seconds``, and settle them as parents; how many."""
-    with ctx.db.transaction() as conn:
-        ctx.store.flow_plans(conn)
-        ids = ctx.store.expired_waits(conn, to_datetime(ctx.now()), limit)
-        if not ids:
-            return 0
-        rows = _release(ctx, conn, ids, ["timeout"] * len(ids), [WAITED_TOO_LONG] * len(ids))
-    finish(ctx, Released(rows))
-    expired = set(ids)
-    return sum(1 for r in rows if str(r.id) in expired)
+    ``wait_timeout_seconds``, and settle them as parents, in one transaction
+    (:func:`finishing`); how many."""
+    def body(conn: Conn) -> tuple[set[str], Released]:
+        with scans_by_key(ctx, conn):
+            ids = ctx.store.expired_waits(conn, to_datetime(ctx.now()), limit)
+            if not ids:
+                return set(), Released()
+            return set(ids), Released(_release(ctx, conn, ids, ["timeout"] * len(ids),
+                                               [WAITED_TOO_LONG] * len(ids)))
+
+    expired, states = finishing(ctx, "the expiry of waits", body)
+    return sum(1 for task_id in states if task_id in expired)
 
 
 def parents_of(ctx: Context, task_ids: Sequence[str]) -> dict[str, list[ParentView]]:

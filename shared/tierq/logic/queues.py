@@ -129,6 +129,7 @@ def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
         oldest_at = oldest.get(pair)
         out.append(TenantCounts(
             queue=pair[0], tenant=pair[1], warm=ready, cold=counts.cold if counts else 0,
+            waiting=counts.waiting if counts else 0,
             delayed=counts.delayed if counts else 0, leased=leased,
             dead=counts.dead if counts else 0,
             mode="warm" if mode == "warm" else "cold",
@@ -168,7 +169,8 @@ def queue_view(ctx: Context, queue: str) -> QueueView:
     the tenants with ready work only (found by skip scans, one index descent each; their
     counters in one pipeline): idle tenants, backlogs and leases cost nothing."""
     totals = ctx.store.queue_view_state_totals(queue)
-    counts = QueueCounts(cold=totals.cold, delayed=totals.delayed, dead=totals.dead)
+    counts = QueueCounts(waiting=totals.waiting, cold=totals.cold, delayed=totals.delayed,
+                         dead=totals.dead)
     cold_mode = False
     rows = ctx.store.queue_view_ready_tenants(queue)
     busy = [row.tenant for row in rows]  # tenants with ready or leased work
@@ -194,6 +196,7 @@ def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, boo
     for t in iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK):
         counts.warm += t.warm
         counts.cold += t.cold
+        counts.waiting += t.waiting
         counts.delayed += t.delayed
         counts.leased += t.leased
         counts.dead += t.dead

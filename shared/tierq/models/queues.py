@@ -160,6 +160,7 @@ CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate",
 
 class QueueCounts(Model):
     warm: int = 0  # ready in the warm tier
+    waiting: int = 0  # enqueued with after, their parents not all finished (flows)
     cold: int = 0
     delayed: int = 0
     leased: int = 0
@@ -258,6 +259,8 @@ class TenantCounts(Model):
     tenant: str
     warm: int
     cold: int
+    # enqueued with after, their parents not all finished (flows); 0 from a server without
+    waiting: int = 0
     delayed: int
     leased: int
     dead: int

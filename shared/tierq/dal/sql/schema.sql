@@ -22,6 +22,7 @@ migrations applied:
   0015_seq_maximum
   0016_schedules_due
   0018_flows
+  0020_waiting_counts
 
 table tierq_feeder_offsets
   column feed text not null
@@ -258,6 +259,7 @@ table tierq_tasks
   CREATE INDEX tierq_tasks_done_since ON tierq_tasks USING btree (queue, finished_at) WHERE (state = 'done'::text)
   CREATE UNIQUE INDEX tierq_tasks_live_key ON tierq_tasks USING btree (queue, tenant, key) WHERE ((key IS NOT NULL) AND (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text])))
   CREATE UNIQUE INDEX tierq_tasks_pkey ON tierq_tasks USING btree (id)
+  CREATE INDEX tierq_tasks_waiting_pair ON tierq_tasks USING btree (queue, tenant) WHERE (state = 'waiting'::text)
   CREATE INDEX tierq_tasks_warm_since ON tierq_tasks USING btree (queue, tenant, state_since) WITH (fillfactor='70') WHERE (state = 'warm'::text)
   options: fillfactor=70, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_insert_scale_factor=0.02, autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_cost_delay=2, autovacuum_vacuum_cost_limit=1000
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE

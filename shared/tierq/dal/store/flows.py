@@ -3,10 +3,11 @@ migration 0018; ``tierq.logic.flows`` runs them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from uuid import UUID
 
+import orjson
 from psycopg.rows import scalar_row
 
 from tierq.dal.postgres import uuid_array
@@ -15,9 +16,14 @@ from tierq.dal.store.rows import HeldParentRow, ReleasedRow, SettledRow, WaitEdg
 
 
 class FlowQueries(StoreBase):
-    def flow_plans(self, conn: Conn) -> None:
-        """Scans by key for the rest of ``conn``'s transaction (see the query)."""
-        self._fetch("flow_plans", None, scalar_row, conn)
+    def flow_plans(self, conn: Conn) -> str:
+        """Scans by key in ``conn``'s transaction until :meth:`plans_back` (see the
+        query); the setting before."""
+        return str(self._fetch("flow_plans", None, scalar_row, conn)[0])
+
+    def plans_back(self, conn: Conn, before: str) -> None:
+        """The setting :meth:`flow_plans` found, back in ``conn``'s transaction."""
+        self._fetch("plans_back", {"before": before}, scalar_row, conn)
 
     def hold_parents(self, conn: Conn, parents: Sequence[str],
                      tenants: Sequence[str]) -> list[HeldParentRow]:
@@ -52,12 +58,14 @@ class FlowQueries(StoreBase):
                                               "limit": limit}, positional(SettledRow), conn)
 
     def release_waiting(self, conn: Conn, ids: Sequence[str], outcomes: Sequence[str],
-                        errors: Sequence[str | None], now: datetime,
-                        max_result_bytes: int) -> list[ReleasedRow]:
-        """Waiting tasks leave the wait, each by its outcome; the rows that did."""
+                        errors: Sequence[str | None], now: datetime, max_result_bytes: int,
+                        settled: Mapping[str, str]) -> list[ReleasedRow]:
+        """Waiting tasks leave the wait, each by its outcome (``settled``: the final state of
+        each parent settled just before, by id); the rows that did."""
         return self._fetch("release_waiting", {
             "ids": uuid_array(ids), "outcomes": list(outcomes), "errors": list(errors),
-            "now": now, "max_result_bytes": max_result_bytes}, positional(ReleasedRow), conn)
+            "now": now, "max_result_bytes": max_result_bytes,
+            "settled": orjson.dumps(settled).decode()}, positional(ReleasedRow), conn)
 
     def forget_waits(self, conn: Conn, ids: Sequence[str]) -> list[str]:
         """Drop the waits of tasks whose wait ends unreleased; the ids that had one."""

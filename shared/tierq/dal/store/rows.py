@@ -201,6 +201,7 @@ class ForgetRow(NamedTuple):
 class PairStateCounts(NamedTuple):
     queue: str
     tenant: str
+    waiting: int
     cold: int
     delayed: int
     dead: int
@@ -213,8 +214,9 @@ class PairOldestReady(NamedTuple):
 
 
 class StateTotals(NamedTuple):
-    """A queue's cold, delayed and dead tasks (every tenant)."""
+    """A queue's waiting, cold, delayed and dead tasks (every tenant)."""
 
+    waiting: int
     cold: int
     delayed: int
     dead: int

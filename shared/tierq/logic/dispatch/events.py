@@ -8,8 +8,10 @@ lease token, ``body`` the payload as JSON text, ``md5OfBody``, ``eventSource`` `
 ``messageAttributes``. The ``attributes`` are ``ApproximateReceiveCount`` (the attempt),
 ``SentTimestamp`` (the enqueue time), ``ApproximateFirstReceiveTimestamp`` (the time of this
 delivery: tierq keeps no first delivery time) and ``SenderId`` (the tenant), all strings.
-The ``messageAttributes`` are ``queue``, ``tenant``, ``key`` when the task has one and
-``priority``, with ``md5OfMessageAttributes`` computed as SQS does.
+The ``messageAttributes`` are ``queue``, ``tenant``, ``key`` when the task has one,
+``priority``, and ``parents`` for a task released from a wait (``after``): the JSON text of
+what its claim carries as ``parents`` (each parent's id, queue, final state and result), with
+``md5OfMessageAttributes`` computed as SQS does.
 
 A batch holds at most what a synchronous invoke's request may carry (6 MB): the claim is
 given a byte budget (:func:`claim_budget`) that leaves room for the records' fields
@@ -78,6 +80,8 @@ def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_RE
     }
     if task.key is not None:
         attributes["key"] = _string_attribute(task.key)
+    if task.parents is not None:
+        attributes["parents"] = _string_attribute(parents_text(task))
     return {
         "messageId": str(task.id),
         "receiptHandle": task.lease_token,
@@ -95,6 +99,11 @@ def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_RE
         "eventSourceARN": event_source_arn(task.queue, region, account),
         "awsRegion": region,
     }
+
+
+def parents_text(task: ClaimedTask) -> str:
+    """The JSON text of a claimed task's parents, as a claim answers them."""
+    return orjson.dumps([p.model_dump(mode="json") for p in task.parents or ()]).decode()
 
 
 def _record_fields_cost() -> int:
@@ -175,5 +184,14 @@ def read_response(payload: bytes, batch_ids: Sequence[str]) -> tuple[set[str], b
 
 
 def claimed_cost(task: ClaimedTask) -> int:
-    """What a claimed task weighs as a record, at most."""
-    return body_cost(orjson.dumps(task.payload)) + RECORD_FIELDS_COST
+    """What a claimed task weighs as a record, at most (its parents' text, escaped in its
+    attribute, on top)."""
+    cost = body_cost(orjson.dumps(task.payload)) + RECORD_FIELDS_COST
+    if task.parents is not None:
+        cost += body_cost(parents_text(task).encode()) + len(attribute_fields("parents"))
+    return cost
+
+
+def attribute_fields(name: str) -> bytes:
+    """The JSON text an attribute named ``name`` adds to a record besides its value."""
+    return orjson.dumps({name: _string_attribute("")})

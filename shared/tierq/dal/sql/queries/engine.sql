@@ -554,8 +554,10 @@ WHERE EXISTS (SELECT 1 FROM tierq_tasks t
 ORDER BY p.n;
 
 -- name: pair_state_counts
--- Cold, delayed and dead counts of the pairs given (one partial index each).
+-- Waiting, cold, delayed and dead counts of the pairs given (one partial index each).
 SELECT p.queue, p.tenant,
+       (SELECT count(*) FROM tierq_tasks t
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'waiting') AS waiting,
        (SELECT count(*) FROM tierq_tasks t
         WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold') AS cold,
        (SELECT count(*) FROM tierq_tasks t

@@ -44,42 +44,66 @@ SELECT * FROM unnest(%(children)s::uuid[], %(pending)s::int[], %(on_failure)s::t
 
 -- name: settle_parents
 -- Parents just finished (done, dead or cancelled), in the transaction that finished them:
--- at most %(limit)s of their unsettled edges get the parent's final state, and each child's
--- count goes down by its edges settled here. The children's count rows are locked in child
--- order first (no deadlock between two settlements), and each decrement applies to the
--- row's latest version: of concurrent settlements of one child, exactly one brings it to 0.
--- Returns each child touched: its count left, its rule, a failed parent (the first settled
--- here, or one before) with that parent's state, and how many edges were settled for it.
-WITH picked AS MATERIALIZED (  -- (any of them: the count rows are what is locked in order)
-    SELECT e.parent, e.child FROM tierq_task_edges e
+-- at most %(limit)s of their unsettled edges are settled, and each child's count goes down
+-- by its edges settled here. The edges are locked (one settlement each: a locked edge is
+-- re-read, and one settled meanwhile is skipped), then the children's count rows in child
+-- order (no deadlock between two settlements), and each decrement applies to the row's
+-- latest version (a row locked reads as it): of concurrent settlements of one child,
+-- exactly one brings it to 0. A child freed here (count 0, and no failed parent that
+-- dead-letters it) keeps its edges and count row as they were: release_waiting, next in
+-- this transaction, deletes them and reads the states of the parents settled here from its
+-- own arguments, so no row is written and then deleted. The others' edges get the parent's
+-- final state and their count rows the decrement.
+-- Returns each child touched: its count left, its rule, its failed parent (one before, or
+-- else the first settled here), that parent's state only when it failed here (NULL when a
+-- parent failed before: the child was dead-lettered or counted it then), so a message
+-- names a parent with its own state, and how many edges were settled for it.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS v(id, state)
+), picked AS MATERIALIZED (  -- (any of them: the count rows are what is locked in order)
+    SELECT e.parent, e.child, e.position FROM tierq_task_edges e
     WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state IS NULL
     LIMIT %(limit)s
-), marked AS (
-    UPDATE tierq_task_edges e SET parent_state = v.state
-    FROM unnest(%(ids)s::uuid[], %(states)s::text[]) AS v(id, state)
-    WHERE e.child = ANY(ARRAY(SELECT child FROM picked)) AND e.parent = v.id
-      AND (e.parent, e.child) IN (SELECT parent, child FROM picked)
-      AND e.parent_state IS NULL
-    RETURNING e.child, e.parent, e.position, v.state
+    FOR UPDATE
 ), counts AS (
-    SELECT m.child, count(*)::int AS n,
-           (array_agg(m.parent ORDER BY m.position) FILTER (WHERE m.state <> 'done'))[1]
+    SELECT p.child, count(*)::int AS n,
+           (array_agg(p.parent ORDER BY p.position) FILTER (WHERE v.state <> 'done'))[1]
                AS failed,
-           (array_agg(m.state ORDER BY m.position) FILTER (WHERE m.state <> 'done'))[1]
+           (array_agg(v.state ORDER BY p.position) FILTER (WHERE v.state <> 'done'))[1]
                AS failed_state
-    FROM marked m GROUP BY m.child
-), locked AS (
-    SELECT w.child FROM tierq_task_waits w
+    FROM picked p JOIN v ON v.id = p.parent
+    GROUP BY p.child
+), locked AS (  -- (a row locked here reads as its latest version)
+    SELECT w.child, w.pending, w.on_parent_failure, w.failed_parent AS failed_before
+    FROM tierq_task_waits w
     WHERE w.child = ANY(ARRAY(SELECT child FROM counts))
     ORDER BY w.child
     FOR UPDATE
+), counted AS MATERIALIZED (
+    SELECT l.child, l.pending - c.n AS pending, l.on_parent_failure,
+           COALESCE(l.failed_before, c.failed) AS failed_parent,
+           CASE WHEN l.failed_before IS NULL THEN c.failed_state END AS failed_state,
+           c.n AS settled,
+           l.pending = c.n AND (COALESCE(l.failed_before, c.failed) IS NULL
+                                OR l.on_parent_failure = 'run') AS freed
+    FROM locked l JOIN counts c ON c.child = l.child
+), counted_down AS (  -- (a freed child's count row is deleted by its release instead)
+    UPDATE tierq_task_waits w
+    SET pending = n.pending, failed_parent = n.failed_parent
+    FROM counted n
+    WHERE w.child = ANY(ARRAY(SELECT child FROM counted WHERE NOT freed))
+      AND w.child = n.child
+    RETURNING w.child
+), marked AS (
+    UPDATE tierq_task_edges e SET parent_state = v.state
+    FROM v
+    WHERE e.child = ANY(ARRAY(SELECT child FROM counted WHERE NOT freed))
+      AND e.parent = v.id
+      AND (e.parent, e.child) IN (SELECT parent, child FROM picked)
+    RETURNING e.child
 )
-UPDATE tierq_task_waits w
-SET pending = w.pending - c.n, failed_parent = COALESCE(w.failed_parent, c.failed)
-FROM counts c
-WHERE w.child = ANY(ARRAY(SELECT child FROM locked)) AND w.child = c.child
-RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent, c.failed_state,
-          c.n AS settled;
+SELECT c.child, c.pending, c.on_parent_failure, c.failed_parent, c.failed_state, c.settled
+FROM counted c;
 
 -- name: release_waiting
 -- Waiting tasks leave the wait, each by its outcome: 'ready' (every parent finished, or
@@ -90,10 +114,15 @@ RETURNING w.child, w.pending, w.on_parent_failure, w.failed_parent, c.failed_sta
 -- 'timeout' (waited_too_long). Only rows still waiting change: a task is released once.
 -- The edges of released and timed-out tasks go, each parent's waiters with them (locked
 -- in id order), and so do their count rows (every data-modifying part of a WITH runs to
--- its end, read or not).
+-- its end, read or not). %(settled)s maps each parent settle_parents settled just before
+-- in this transaction to its final state. The edges of the children it freed carry none
+-- (they are deleted here), so a `parents` entry reads its state there, and a freed child
+-- not released here (its row deleted meanwhile) gets its edges' states written instead.
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(outcomes)s::text[], %(errors)s::text[])
         AS v(child, outcome, error)
+), settled AS (
+    SELECT %(settled)s::jsonb AS states
 ), moved AS (
     UPDATE tierq_tasks t
     SET state = CASE WHEN v.outcome = 'ready' THEN 'delayed' ELSE 'dead' END,
@@ -108,18 +137,28 @@ WITH v AS (
                              > %(max_result_bytes)s
                         THEN jsonb_agg(jsonb_build_object(
                                  'id', e.parent, 'queue', e.parent_queue,
-                                 'state', e.parent_state, 'result', NULL) ORDER BY e.position)
+                                 'state', COALESCE(e.parent_state,
+                                                   s.states ->> e.parent::text),
+                                 'result', NULL) ORDER BY e.position)
                         ELSE jsonb_agg(jsonb_build_object(
                                  'id', e.parent, 'queue', e.parent_queue,
-                                 'state', e.parent_state, 'result', p.result)
-                                 ORDER BY e.position) END
+                                 'state', COALESCE(e.parent_state,
+                                                   s.states ->> e.parent::text),
+                                 'result', p.result) ORDER BY e.position) END
             FROM tierq_task_edges e LEFT JOIN tierq_tasks p ON p.id = e.parent
             WHERE e.child = t.id) END,
         state_since = %(now)s
-    FROM v
+    FROM v, settled s
     WHERE t.id = ANY(ARRAY(SELECT child FROM v)) AND t.id = v.child
       AND (t.state = 'waiting') IS TRUE
     RETURNING t.id, t.queue, t.tenant, t.state, t.run_at, v.outcome
+), unreleased AS (
+    UPDATE tierq_task_edges e SET parent_state = s.states ->> e.parent::text
+    FROM settled s
+    WHERE e.child = ANY(ARRAY(SELECT child FROM v WHERE outcome = 'ready'
+                              EXCEPT SELECT id FROM moved))
+      AND e.parent_state IS NULL AND s.states ? e.parent::text
+    RETURNING e.child
 ), gone_edges AS (
     DELETE FROM tierq_task_edges e
     WHERE e.child = ANY(ARRAY(SELECT id FROM moved WHERE outcome <> 'dead'))
@@ -169,9 +208,11 @@ WHERE w.child = ANY(%(ids)s::uuid[])
 RETURNING w.child;
 
 -- name: rearm_children
--- Parents replayed from the dead letters: the edges they failed are unsettled again, each
--- child's count goes up by them, and a child that was dead-lettered for a failed parent
--- waits again unless another of its parents failed too (still dead, or cancelled).
+-- Parents replayed from the dead letters, or re-armed (logic/flows.py, on_replay, calls it
+-- level by level down the graph): the edges they failed are unsettled again, each child's
+-- count goes up by them, and a child that was dead-lettered for a failed parent waits again
+-- unless another of its parents failed too (still dead, or cancelled). Returns the children
+-- waiting again.
 WITH reopened AS (
     UPDATE tierq_task_edges e SET parent_state = NULL
     WHERE e.parent = ANY(%(ids)s::uuid[]) AND e.parent_state = 'dead'
@@ -234,11 +275,17 @@ RETURNING t.id::text;
 SELECT parents::text FROM tierq_tasks WHERE id = %(id)s;
 
 -- name: flow_plans
--- For the rest of the caller's transaction: scans by key. The flow tables are small and
--- never analyzed on a new deployment, so the planner would join a CTE's rows with a scan
--- of the whole table repeated per row (a release of 1,500 children took 17 s); every
--- statement of this file reads its rows by an index, so seq scans are only a last resort.
-SELECT set_config('enable_seqscan', 'off', true);
+-- Scans by key for the flow statements that follow, until plans_back: the flow tables are
+-- small and never analyzed on a new deployment, so the planner would join a CTE's rows
+-- with a scan of the whole table repeated per row (a release of 1,500 children took 17 s);
+-- every statement of this file reads its rows by an index, so seq scans are only a last
+-- resort. Returns the setting before, which plans_back restores for the rest of the
+-- caller's transaction (logic/flows.py, scans_by_key).
+SELECT current_setting('enable_seqscan') AS before, set_config('enable_seqscan', 'off', true);
+
+-- name: plans_back
+-- The setting flow_plans found, back for the rest of the caller's transaction.
+SELECT set_config('enable_seqscan', %(before)s, true);
 
 -- name: unsettled_parents_of_queue
 -- After a queue's tasks were purged: parents of that queue whose edges are not settled yet
