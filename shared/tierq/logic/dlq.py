@@ -10,7 +10,7 @@ from uuid import UUID
 
 from tierq.dal.store.rows import DeadKeyRow
 from tierq.dal.task_store import Conn
-from tierq.logic import admission, flows
+from tierq.logic import admission, flows, groups
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
 from tierq.logic.tasks import view
@@ -78,14 +78,19 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
                 ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
                 # (a replayed task waits no more; what it failed waits for it again)
                 flows.on_replay(ctx, conn, [t.id for t in targets])
-                pending = admission.make_ready(ctx, conn, targets)
+                # (one of a group joins its group: active while it has room, else held)
+                held = groups.on_replay(ctx, conn, queue, targets)
+                pending = admission.make_ready(ctx, conn,
+                                               [t for t in targets if t.id not in held])
+                joined = [UUID(i) for i in held]
                 if record is not None:
-                    so_far = replayed + [UUID(str(r.id)) for r in pending.rows]
+                    so_far = replayed + joined + [UUID(str(r.id)) for r in pending.rows]
                     record(conn, Slice(so_far, _skipped(wanted, so_far), more=all_dead))
         except BaseException:
             admission.abandon(ctx, pending)
             raise
         admission.finish(ctx, pending)
+        replayed.extend(joined)
         replayed.extend(UUID(str(r.id)) for r in pending.rows)
         if not all_dead or len(locked) < limit:
             break
