@@ -21,7 +21,7 @@ CREATE UNIQUE INDEX tierq_tasks_live_key
     WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held');
 
 -- A group's line: its held tasks in enqueue order, read one group at a time by a release,
--- and walked by the reaper's sweep (maintenance/groups.py).
+-- and walked by the reaper's sweep (maintenance/reaper.py).
 CREATE INDEX tierq_tasks_group_held
     ON tierq_tasks (queue, tenant, grp, seq) WITH (fillfactor = 70)
     WHERE state = 'held';
