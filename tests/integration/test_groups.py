@@ -10,11 +10,12 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from pydantic import ValidationError
 
-from tests.integration.helpers import drain
+from tests.integration.helpers import drain, http_event
 from tierq.errors import InvalidInput
 from tierq.logic import groups
 from tierq.logic.context import OffsetClock
@@ -356,3 +357,30 @@ def test_enqueue_racing_ack_on_one_group_never_stalls(make_tq, pg):
         t.join(120)
     assert acked == list(range(total))
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 0
+
+
+def test_over_http_a_task_names_its_group_and_bad_values_are_422(tq, pg, monkeypatch):
+    from tierq.aws import runtime
+    from tierq.aws.http.resolver import build_resolver
+
+    monkeypatch.setattr(runtime, "_engine", tq)
+
+    def call(function: str, method: str, target: str, body: Any = None) -> tuple[int, Any]:
+        response = build_resolver(function).resolve(http_event(method, target, body), None)
+        return response["statusCode"], orjson.loads(response["body"])
+
+    status, body = call("enqueue", "POST", "/v1/queues/q/tasks",
+                        {"tasks": [{"payload": 1, "group": "order-7"},
+                                   {"payload": 2, "group": "order-7"}]})
+    assert status == 200, body
+    assert [t["state"] for t in body["tasks"]] == ["warm", "held"]
+    status, view = call("admin", "GET", f"/v1/queues/q/tasks/{body['tasks'][1]['id']}")
+    assert status == 200 and view["group"] == "order-7" and view["state"] == "held"
+    status, bad = call("enqueue", "POST", "/v1/queues/q/tasks",
+                       {"payload": 3, "group": "x" * 129})
+    assert status == 422 and "group" in orjson.dumps(bad).decode()
+    status, bad = call("admin", "PUT", "/v1/queues/q", {"group_max_leased": 1001})
+    assert status == 422 and "group_max_leased" in orjson.dumps(bad).decode()
+    status, ok = call("admin", "PUT", "/v1/queues/q", {"group_max_leased": 2})
+    assert status == 200 and ok["settings"]["group_max_leased"] == 2
+    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 2
