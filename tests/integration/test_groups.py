@@ -40,6 +40,7 @@ def test_a_group_runs_one_at_a_time_in_enqueue_order_whatever_the_priority(tq, p
     assert _group_row(pg, "q", "g") == (1, 3)
     claimed = tq.claim("q", max=10)
     assert sorted(str(t.payload) for t in claimed) == ["0", "free"]
+    assert {str(t.payload): t.group for t in claimed} == {"0": "g", "free": None}
     assert tq.get_task("q", made[1].id).state == "held"
     assert tq.get_task("q", made[1].id).group == "g"
     seen = [t.payload for t in claimed if t.payload != "free"]
@@ -153,6 +154,8 @@ def test_strict_order_one_at_a_time_under_eight_claimers_with_failures(make_tq, 
                     continue
                 for t in got:
                     grp, i = index[str(t.id)]
+                    if t.group != grp:  # (from the warm blob, whichever path pushed it)
+                        errors.append(f"{t.id} claimed with group {t.group!r}, not {grp!r}")
                     earlier = by_group[grp][:i]
                     with lock:
                         if i < highest[grp]:

@@ -301,7 +301,8 @@ def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
         if seq is not None and p.state == "warm":
             items[(queue, p.tenant)].append((
                 p.id, place(p.priority, seq, p.id),
-                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
+                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
+                          group=p.group),
             ))
     return items
 

@@ -10,10 +10,10 @@ Each group with work has a row in ``tierq_groups``: the lock that orders an enqu
 replay) against a release. Whatever takes a task of a group out of the active set (an ack,
 a nack or an expired lease that dead-letters it, a cancel, a purge) calls
 :func:`after_finish` with its groups once its own change is committed: one short
-transaction locks them, counts their active tasks and releases the first held ones by
-``seq`` (:func:`release`); the released tasks are made ready after that commit
-(:func:`finish`). The count is taken under the lock, so an enqueue that held a task because
-a finished task was still counted is released by that finish's own call. A crash between a
+transaction locks them, counts their active tasks, releases the first held ones by ``seq``
+(:func:`release`) and makes those due ready; they are pushed after its commit. The count
+is taken under the lock, so an enqueue that held a task because a finished task was still
+counted is released by that finish's own call. A crash between a
 finishing commit and its release leaves a group held with nothing active: the reaper's
 sweep (:func:`sweep`) finds such groups and releases them.
 
@@ -146,13 +146,29 @@ def after_finish(ctx: Context, queue: str, groups: Iterable[Group],
     wanted = set(groups) | set(gone)
     if not wanted:
         return {}
-    with ctx.db.transaction() as conn:
-        rows = release(ctx, conn, queue, wanted)
-        if gone:
-            keys = sorted(gone)
-            ctx.store.held_gone(conn, queue, [t for t, _ in keys], [g for _, g in keys],
-                                [gone[k] for k in keys])
-    return finish(ctx, Released(queue, rows))
+    pending: admission.Pending | None = None
+    try:
+        with ctx.db.transaction() as conn:
+            rows = release(ctx, conn, queue, wanted)
+            if gone:
+                keys = sorted(gone)
+                ctx.store.held_gone(conn, queue, [t for t, _ in keys], [g for _, g in keys],
+                                    [gone[k] for k in keys])
+            # those due made ready in the same transaction (one commit, not two)
+            now = ctx.now()
+            due = [Target(r.id, queue, r.tenant) for r in rows if r.run_at.timestamp() <= now]
+            if due:
+                pending = admission.make_ready(ctx, conn, due)
+    except BaseException:
+        admission.abandon(ctx, pending)
+        raise
+    states = {r.id: "delayed" for r in rows}
+    if pending is not None:
+        refused = admission.finish(ctx, pending)
+        for ready in pending.rows:
+            task_id = str(ready.id)
+            states[task_id] = "cold" if task_id in refused else ready.state
+    return states
 
 
 def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:

@@ -41,6 +41,7 @@ class ReadyRow(NamedTuple):
     max_attempts: int
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
+    grp: str | None  # its group (logic/groups.py)
 
 
 class ReplacedRow(NamedTuple):
@@ -57,6 +58,7 @@ class ReplacedRow(NamedTuple):
     max_attempts: int
     created_at: datetime
     run_at: datetime
+    grp: str | None  # its group (logic/groups.py)
 
 
 class RestoreRow(NamedTuple):
@@ -71,6 +73,7 @@ class RestoreRow(NamedTuple):
     max_attempts: int
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
+    grp: str | None  # its group (logic/groups.py)
 
 
 class LiveKeyRow(NamedTuple):
@@ -179,6 +182,7 @@ class ClaimedTaskRow(NamedTuple):
     max_attempts: int
     state: str
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
+    grp: str | None  # its group (logic/groups.py)
 
 
 class MarkedPair(NamedTuple):

@@ -106,7 +106,7 @@ WHERE t.id = v.id
   AND (t.payload, t.priority, t.max_attempts, t.run_at)
       IS DISTINCT FROM (v.payload, v.priority, v.max_attempts, COALESCE(v.run_at, t.run_at))
 RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.run_at;
+          t.max_attempts, t.created_at, t.run_at, t.grp;
 
 -- name: mark_cold
 -- Rows the warm tier refused go (or go back) to the cold line, keeping their seq.
@@ -136,7 +136,7 @@ SET state = s.state, seq = s.seq, ready_since = %(now)s, state_since = %(now)s
 FROM s
 WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text;
+          t.max_attempts, t.created_at, t.parents::text, t.grp;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
@@ -174,7 +174,7 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text;
+          t.max_attempts, t.created_at, t.parents::text, t.grp;
 
 -- name: ack_delete
 -- Acks whose leases all have one attempt number (the usual batch). By primary key only
@@ -251,12 +251,16 @@ RETURNING t.id::text AS id, t.priority, t.seq,
                   - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', ''))
                   -- a released task's parents ("pa", logic/flows.py), its key's quotes too
                   + COALESCE(2 + length(t.parents::text)
-                             - length(translate(t.parents::text, '"\', '')), 0))
+                             - length(translate(t.parents::text, '"\', '')), 0)
+                  -- a grouped task's group ("g", logic/groups.py), its key's quotes too
+                  + COALESCE(2 + length(to_json(t.grp)::text)
+                             - length(translate(to_json(t.grp)::text, '"\', '')), 0))
               || ',"p":' || t.payload::text
               || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
               || ',"pr":' || t.priority || ',"m":' || t.max_attempts
               || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
-              || COALESCE(',"pa":' || t.parents::text, '') || '}'
+              || COALESCE(',"pa":' || t.parents::text, '')
+              || COALESCE(',"g":' || to_json(t.grp)::text, '') || '}'
               AS blob;
 
 -- name: promote_lock_timeout
@@ -303,7 +307,7 @@ WHERE t.id = ANY(ARRAY(
         FOR UPDATE SKIP LOCKED))
   AND (t.state = 'warm') IS TRUE AND t.state_since < %(before)s
 RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts,
-          t.created_at, t.parents::text;
+          t.created_at, t.parents::text, t.grp;
 
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
@@ -800,7 +804,7 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
 -- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
-       t.max_attempts, t.state, t.parents::text AS parents
+       t.max_attempts, t.state, t.parents::text AS parents, t.grp
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 
