@@ -327,9 +327,9 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
             columns = row_columns(batch, keyed=keyed)
         seqs, items = _insert(ctx, queue, batch, now, columns, keyed, conn)
         group_released = groups.count_placed(ctx, conn, queue, batch, seqs)
-        for row in group_released.rows:  # released at once (a conflict left room)
+        for freed in group_released.rows:  # released at once (a conflict left room)
             for p in batch:
-                if p.id == row.id:
+                if p.id == str(freed.id):
                     p.state = "delayed"
         released = flows.add_waits(ctx, conn, waits_of(batch, seqs))
         for left in released.rows:  # left the wait at once (its parents were finished)

@@ -105,20 +105,24 @@ def count_placed(ctx: Context, conn: Conn, queue: str, batch: Sequence[Prepared]
     return released
 
 
-def release(ctx: Context, conn: Conn, queue: str,
-            groups: Iterable[Group]) -> list[GroupReleasedRow]:
+def release(ctx: Context, conn: Conn, queue: str, groups: Iterable[Group],
+            ticket: admission.Ticket | None = None) -> list[GroupReleasedRow]:
     """In the caller's transaction: lock the groups (name order), then release each one's
     first held tasks up to ``group_max_leased`` active, a slice of groups per statement;
-    the tasks released (call :func:`finish` after the commit)."""
+    the tasks released. With an admission ``ticket`` (begun for the groups' pairs), those
+    due are made ready in the same statement (push them after the commit); without one,
+    they are delayed (call :func:`finish` after the commit)."""
     tenants, grps = _split(groups)
     limit = ctx.queue_settings.get(queue).group_max_leased
     now = to_datetime(ctx.now())
+    states = ["delayed" if ticket is None else ticket.state_for((queue, t)) for t in tenants]
     out: list[GroupReleasedRow] = []
     for start in range(0, len(grps), RELEASE_SLICE):
-        part_t, part_g = tenants[start:start + RELEASE_SLICE], grps[start:start + RELEASE_SLICE]
-        ctx.store.lock_groups(conn, queue, part_t, part_g)
+        part = slice(start, start + RELEASE_SLICE)
+        ctx.store.lock_groups(conn, queue, tenants[part], grps[part])
         # (a statement of its own: it sees every task committed before the locks)
-        out.extend(ctx.store.release_group_heads(conn, queue, now, limit, part_t, part_g))
+        out.extend(ctx.store.release_group_heads(conn, queue, now, limit, tenants[part],
+                                                 grps[part], states[part]))
     return out
 
 
@@ -126,9 +130,9 @@ def finish(ctx: Context, released: Released) -> dict[str, str]:
     """After the commit of a release: make the released tasks whose run_at has come
     ready (warm or cold); the state each ended in, by id. Should this fail, they are
     delayed and due: the delayed mover makes them ready."""
-    states = {r.id: "delayed" for r in released.rows}
+    states = {str(r.id): "delayed" for r in released.rows}
     now = ctx.now()
-    due = [Target(r.id, released.queue, r.tenant) for r in released.rows
+    due = [Target(str(r.id), released.queue, r.tenant) for r in released.rows
            if r.run_at.timestamp() <= now]
     for start in range(0, len(due), RELEASE_SLICE):
         for row in admission.ready_now(ctx, due[start:start + RELEASE_SLICE]):
@@ -146,29 +150,22 @@ def after_finish(ctx: Context, queue: str, groups: Iterable[Group],
     wanted = set(groups) | set(gone)
     if not wanted:
         return {}
-    pending: admission.Pending | None = None
+    # (those due go ready in the release's own statement: one commit, one row write)
+    ticket = admission.begin(ctx, {(queue, tenant) for tenant, _ in wanted})
     try:
         with ctx.db.transaction() as conn:
-            rows = release(ctx, conn, queue, wanted)
+            rows = release(ctx, conn, queue, wanted, ticket)
             if gone:
                 keys = sorted(gone)
                 ctx.store.held_gone(conn, queue, [t for t, _ in keys], [g for _, g in keys],
                                     [gone[k] for k in keys])
-            # those due made ready in the same transaction (one commit, not two)
-            now = ctx.now()
-            due = [Target(r.id, queue, r.tenant) for r in rows if r.run_at.timestamp() <= now]
-            if due:
-                pending = admission.make_ready(ctx, conn, due)
+            ready = [r.ready_row() for r in rows if r.state != "delayed"]
+            pending = admission.Pending(ticket, ready, admission.warm_items(ready))
     except BaseException:
-        admission.abandon(ctx, pending)
+        admission.close(ctx, ticket)
         raise
-    states = {r.id: "delayed" for r in rows}
-    if pending is not None:
-        refused = admission.finish(ctx, pending)
-        for ready in pending.rows:
-            task_id = str(ready.id)
-            states[task_id] = "cold" if task_id in refused else ready.state
-    return states
+    refused = admission.finish(ctx, pending)
+    return {str(r.id): "cold" if str(r.id) in refused else r.state for r in rows}
 
 
 def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:

@@ -31,13 +31,15 @@ class GroupQueries(StoreBase):
             "active": list(active), "held": list(held)}, conn)
 
     def release_group_heads(self, conn: Conn, queue: str, now: datetime, max_active: int,
-                            tenants: Sequence[str],
-                            grps: Sequence[str]) -> list[GroupReleasedRow]:
+                            tenants: Sequence[str], grps: Sequence[str],
+                            ready_states: Sequence[str]) -> list[GroupReleasedRow]:
         """Release the first held tasks of the (locked) groups up to ``max_active`` active
-        each; the tasks released."""
+        each, those due into each group's ``ready_states`` entry (warm, cold, or delayed);
+        the tasks released."""
         return self._fetch("release_group_heads", {
             "queue": queue, "now": now, "max": max_active, "tenants": list(tenants),
-            "grps": list(grps)}, positional(GroupReleasedRow), conn)
+            "grps": list(grps), "ready_states": list(ready_states)},
+            positional(GroupReleasedRow), conn)
 
     def held_gone(self, conn: Conn, queue: str, tenants: Sequence[str], grps: Sequence[str],
                   counts: Sequence[int]) -> None:

@@ -426,12 +426,29 @@ class GroupCountRow(NamedTuple):
 
 
 class GroupReleasedRow(NamedTuple):
-    """A held task a release made active (delayed until its run_at)."""
+    """A held task a release made active: ready (warm or cold, the fields of a ReadyRow)
+    or delayed until its run_at."""
 
-    id: str
+    id: UUID
+    queue: str
     tenant: str
-    grp: str
+    key: str | None
+    state: StoredState
+    seq: int
+    priority: int
+    payload: str  # JSON text
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    parents: str | None
+    grp: str | None
     run_at: datetime
+
+    def ready_row(self) -> ReadyRow:
+        """The row as admission.make_ready returns one (its push item is built from it)."""
+        return ReadyRow(self.id, self.queue, self.tenant, self.key, self.state, self.seq,
+                        self.priority, self.payload, self.attempts, self.max_attempts,
+                        self.created_at, self.parents, self.grp)
 
 
 class GroupedTaskRow(NamedTuple):

@@ -32,19 +32,23 @@ WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 -- After lock_groups, in its transaction (a statement of its own, so that it sees every
 -- enqueue committed before the locks were granted): each group's active tasks are counted
 -- (by tierq_tasks_group_active: at most group_max_leased entries), and its first held tasks
--- by seq are released up to %(max)s active: delayed until their run_at (made ready at once
--- after the commit when it has passed; should that fail, the delayed mover does). The
--- group's row takes the counts found; a group left with nothing active and nothing held
--- goes. Returns the tasks released.
+-- by seq are released up to %(max)s active. A released task whose run_at has come takes its
+-- group's %(ready_states)s entry ('warm' or 'cold', from the caller's admission ticket) and
+-- a new seq, in line order (the back of its pair's line, as admission.make_ready does);
+-- one not yet due, or whose entry is 'delayed', is delayed until its run_at (the delayed
+-- mover makes it ready). The group's row takes the counts found; a group left with nothing
+-- active and nothing held goes. Returns the tasks released, as make_ready returns rows.
 WITH g AS MATERIALIZED (
-    SELECT v.tenant, v.grp,
+    SELECT v.tenant, v.grp, v.ready_state,
            (SELECT count(*) FROM tierq_tasks a
             WHERE a.queue = %(queue)s AND a.tenant = v.tenant AND a.grp = v.grp
               AND a.state IN ('delayed', 'cold', 'warm'))::int AS active
-    FROM (SELECT DISTINCT tenant, grp
-          FROM unnest(%(tenants)s::text[], %(grps)s::text[]) AS u(tenant, grp)) AS v
+    FROM (SELECT DISTINCT ON (tenant, grp) tenant, grp, ready_state
+          FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(ready_states)s::text[])
+               AS u(tenant, grp, ready_state)
+          ORDER BY tenant, grp) AS v
 ), line AS MATERIALIZED (  -- the line's first tasks, one more than there is room for
-    SELECT g.tenant, g.grp, g.active, h.id, h.n
+    SELECT g.tenant, g.grp, g.active, g.ready_state, h.id, h.n
     FROM g, LATERAL (
         SELECT t.id, row_number() OVER (ORDER BY t.seq) AS n
         FROM tierq_tasks t
@@ -52,12 +56,25 @@ WITH g AS MATERIALIZED (
           AND t.state = 'held'
         ORDER BY t.seq
         LIMIT GREATEST(%(max)s - g.active, 0) + 1) AS h
+), numbered AS MATERIALIZED (  -- new seqs in line order (nextval is volatile)
+    SELECT o.id, o.ready_state, nextval('tierq_task_seq') AS seq
+    FROM (SELECT l.id, l.ready_state FROM line l WHERE l.n <= %(max)s - l.active
+          ORDER BY l.tenant, l.grp, l.n) AS o
 ), moved AS (
     UPDATE tierq_tasks t
-    SET state = 'delayed', state_since = %(now)s, ready_since = NULL
-    WHERE t.id = ANY(ARRAY(SELECT l.id FROM line l WHERE l.n <= %(max)s - l.active))
+    SET state = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
+                     THEN s.ready_state ELSE 'delayed' END,
+        seq = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
+                   THEN s.seq ELSE t.seq END,
+        ready_since = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
+                           THEN %(now)s::timestamptz END,
+        state_since = %(now)s
+    FROM numbered s
+    WHERE t.id = ANY(ARRAY(SELECT id FROM numbered)) AND t.id = s.id
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
-    RETURNING t.id, t.tenant, t.grp, t.run_at
+    RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
+              t.attempts, t.max_attempts, t.created_at, t.parents::text AS parents, t.grp,
+              t.run_at
 ), counts AS (
     SELECT g.tenant, g.grp, g.active,
            (SELECT count(*) FROM moved m WHERE m.tenant = g.tenant AND m.grp = g.grp)::int
@@ -80,7 +97,9 @@ WITH g AS MATERIALIZED (
       AND c.active + c.released = 0 AND NOT c.more_held
     RETURNING r.grp
 )
-SELECT m.id::text AS id, m.tenant, m.grp, m.run_at FROM moved m;
+SELECT m.id, m.queue, m.tenant, m.key, m.state, m.seq, m.priority, m.payload::text AS payload,
+       m.attempts, m.max_attempts, m.created_at, m.parents, m.grp, m.run_at
+FROM moved m;
 
 -- name: held_gone
 -- Held tasks that went without running (cancelled, deleted): their groups' held counts come
