@@ -75,13 +75,16 @@ WITH g AS MATERIALIZED (
     RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
               t.attempts, t.max_attempts, t.created_at, t.parents::text AS parents, t.grp,
               t.run_at
+), released AS (
+    SELECT m.tenant, m.grp, count(*)::int AS n FROM moved m GROUP BY m.tenant, m.grp
+), still_held AS (  -- groups with a held task past the room (the line's extra one)
+    SELECT DISTINCT l.tenant, l.grp FROM line l WHERE l.n > %(max)s - l.active
 ), counts AS (
-    SELECT g.tenant, g.grp, g.active,
-           (SELECT count(*) FROM moved m WHERE m.tenant = g.tenant AND m.grp = g.grp)::int
-               AS released,
-           EXISTS (SELECT 1 FROM line l WHERE l.tenant = g.tenant AND l.grp = g.grp
-                   AND l.n > %(max)s - l.active) AS more_held
+    SELECT g.tenant, g.grp, g.active, COALESCE(r.n, 0) AS released,
+           h.grp IS NOT NULL AS more_held
     FROM g
+    LEFT JOIN released r ON r.tenant = g.tenant AND r.grp = g.grp
+    LEFT JOIN still_held h ON h.tenant = g.tenant AND h.grp = g.grp
 ), kept AS (
     UPDATE tierq_groups r
     SET active = c.active + c.released, held = GREATEST(r.held - c.released, 0),
