@@ -16,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.integration.helpers import drain, http_event
+from tests.support.stores import scratch_database
 from tierq.errors import InvalidInput
 from tierq.logic import groups
 from tierq.logic.context import OffsetClock
@@ -387,3 +388,43 @@ def test_over_http_a_task_names_its_group_and_bad_values_are_422(tq, pg, monkeyp
     status, ok = call("admin", "PUT", "/v1/queues/q", {"group_max_leased": 2})
     assert status == 200 and ok["settings"]["group_max_leased"] == 2
     assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 2
+
+
+def test_migration_0019_upgrades_a_populated_database(services, monkeypatch):
+    """A database at migration 0018 with tasks in every state (keyed live ones among them)
+    takes 0019: the rows stay as they were, without a group, their keys still one live task
+    each, and a grouped task can be written beside them."""
+    from tierq.dal import migrate as migrations
+    from tierq.dal.migrate import migrate
+
+    every = migrations.available()
+    assert every[-1].version == "0019"
+    with scratch_database(services.postgres.url, "groups_upgrade") as url:
+        monkeypatch.setattr(migrations, "available", lambda: every[:-1])
+        migrate(url)
+        monkeypatch.setattr(migrations, "available", lambda: every)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for i, state in enumerate(("waiting", "delayed", "cold", "warm", "dead", "done")):
+                conn.execute(
+                    "INSERT INTO tierq_tasks (id, queue, tenant, key, payload, state, run_at, "
+                    "run_at_initially, max_attempts, seq, created_at, state_since) VALUES "
+                    "(gen_random_uuid(), 'q', '_', %s, %s, %s, now(), now(), 3, %s, now(), "
+                    "now())", (f"k{i}" if state != "waiting" else None,
+                               orjson.dumps(i).decode(), state, i))
+            assert migrate(url) == ["0019"]
+            rows = conn.execute("SELECT state, key, grp FROM tierq_tasks ORDER BY seq").fetchall()
+            assert rows == [("waiting", None, None), ("delayed", "k1", None),
+                            ("cold", "k2", None), ("warm", "k3", None), ("dead", "k4", None),
+                            ("done", "k5", None)]
+            with pytest.raises(psycopg.errors.UniqueViolation):  # k2 is still live
+                conn.execute(
+                    "INSERT INTO tierq_tasks (id, queue, tenant, key, payload, state, run_at, "
+                    "run_at_initially, max_attempts, seq, created_at, state_since, grp) VALUES "
+                    "(gen_random_uuid(), 'q', '_', 'k2', '0', 'held', now(), now(), 3, 9, "
+                    "now(), now(), 'g')")
+            conn.execute(
+                "INSERT INTO tierq_tasks (id, queue, tenant, key, payload, state, run_at, "
+                "run_at_initially, max_attempts, seq, created_at, state_since, grp) VALUES "
+                "(gen_random_uuid(), 'q', '_', 'k4', '0', 'held', now(), now(), 3, 9, now(), "
+                "now(), 'g')")  # k4's task is dead: its key is free
+            assert conn.execute("SELECT count(*) FROM tierq_queue_limits").fetchone()[0] == 0
