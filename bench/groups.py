@@ -5,7 +5,7 @@ task releases the next task of its group (logic/groups.py: one short transaction
 ack's commit, then the released tasks made ready), which is what this measures.
 
     .venv/bin/python -m bench.groups                          # 100,000 tasks, 3 repeats
-    .venv/bin/python -m bench.groups --tasks 5000 --repeats 1 # a quick check
+    .venv/bin/python -m bench.groups --quick                  # 10,000 tasks, 1 repeat
 
 A fresh database and an empty Valkey per run; the tasks are enqueued 500 per request
 (task i in group i mod groups, so each group's line is tasks/groups long), then the
@@ -100,9 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--claim", type=int, default=100, help="tasks per claim")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="10,000 tasks, one repeat")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.tasks, args.repeats = 10_000, 1
     for name in ("tasks", "groups", "workers", "claim", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
