@@ -224,11 +224,15 @@ class WorkerSettings(Model):
                               description="Attempts before a task is dead-lettered.")
     backoff: BackoffSettings = Field(description="The wait before a failed task's retry.")
     paused: bool = Field(default=False, description="A paused queue hands out nothing.")
+    group_max_leased: int = Field(
+        default=GROUP_MAX_LEASED_DEFAULT, ge=1, le=GROUP_MAX_LEASED_MAX,
+        description="Tasks of one group (a task's `group`) active at once, at most.")
 
     @classmethod
     def of(cls, settings: QueueSettings) -> WorkerSettings:
         return cls(lease_seconds=settings.lease_seconds, max_attempts=settings.max_attempts,
-                   backoff=settings.backoff, paused=settings.paused)
+                   backoff=settings.backoff, paused=settings.paused,
+                   group_max_leased=settings.group_max_leased)
 
 
 class TenantQueueView(Model):
