@@ -4,8 +4,9 @@
 -- others committed before it was granted.
 
 -- name: lock_groups
--- The groups named, locked in (tenant, name) order (two batches never wait on each other
--- crosswise) and created when missing; each one's count of active tasks as the lock finds
+-- The groups named, locked in (tenant, name) order, by code point as Python sorts them
+-- (two batches, or two slices of one, never wait on each other crosswise) and created when
+-- missing; each one's count of active tasks as the lock finds
 -- it. The no-op update takes the row lock and reads the row's latest version (ON CONFLICT
 -- DO UPDATE does, whatever the statement's snapshot). A count may be too high for a moment
 -- (a task finished, its release not yet run), never too low: enqueue holds what it cannot
@@ -14,7 +15,7 @@ INSERT INTO tierq_groups AS g (queue, tenant, grp)
 SELECT %(queue)s, v.tenant, v.grp
 FROM unnest(%(tenants)s::text[], %(grps)s::text[]) AS v(tenant, grp)
 GROUP BY v.tenant, v.grp
-ORDER BY v.tenant, v.grp
+ORDER BY v.tenant COLLATE "C", v.grp COLLATE "C"
 ON CONFLICT (queue, tenant, grp) DO UPDATE SET active = g.active
 RETURNING g.tenant, g.grp, g.active;
 
