@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-column")
     p.add_argument("--tenant-column")
     p.add_argument("--run-at-column")
+    # refused (config_from_args): a bulk load cannot place tasks in their groups
+    p.add_argument("--group-column", help=argparse.SUPPRESS)
     p.add_argument("--strategy", default="fair", help="fair | prefer:NAME")
     p.add_argument("--max-backlog", type=_positive, default=DEFAULT_MAX_BACKLOG,
                    help="write only while ready + delayed + leased tasks stay below this")
@@ -254,6 +256,11 @@ def _format_from_path(name: str, path: str) -> FileFormat:
 def config_from_args(argv: Sequence[str]) -> FeedConfig:
     """Parse and check the job's arguments."""
     a = build_parser().parse_args(list(argv))
+    if a.group_column is not None:
+        raise FeedConfigError("--group-column",
+                              "the feeder does not load tasks with a group (a group's "
+                              "order needs each enqueue to take its lock): enqueue grouped "
+                              "tasks through the API")
     if not _NAME.match(a.queue):
         raise FeedConfigError("--queue", f"{a.queue!r} is not a valid queue name "
                                          f"(letters, digits, _ . -; at most 64)")

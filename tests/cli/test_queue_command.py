@@ -54,6 +54,21 @@ def test_set_show_and_clear_limits(tierq: Tierq, api: Client, names: QueueNames)
     assert after["rate"] is None and after["max_leased"] == 5
 
 
+def test_set_and_show_group_max_leased(tierq: Tierq, api: Client, names: QueueNames) -> None:
+    queue = names["limits"]
+    result = tierq("queue", "set", queue, "--group-max-leased", "3", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["settings"]["group_max_leased"] == 3
+    shown = tierq("queue", "show", queue)
+    lines = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines()
+             if line.count("│") >= 3}
+    assert lines["group_max_leased"].split("│")[2].strip() == "3"
+    refused = tierq("queue", "set", queue, "--group-max-leased", "1001")
+    assert refused.exit_code != 0 and "group_max_leased" in refused.output
+    restored = tierq("queue", "set", queue, "--group-max-leased", "none", "--json")
+    assert json.loads(restored.stdout)["settings"]["group_max_leased"] == 1
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--max-leased", "0"], "--max-leased"),
     (["--max-leased", "many"], "--max-leased"),

@@ -23,9 +23,10 @@ CONFIGURED = {
     "max_leased": 11, "rate": {"per_second": 7, "burst": 13},
     "tenant_max_leased": 2, "tenant_rate": {"per_second": 3, "burst": 4},
     "consumer": {"function": "orders-fn", "batch_size": 9, "max_concurrency": 6},
+    "group_max_leased": 4,
 }
 TENANT_VIEW_FIELDS = {"view", "queue", "tenant", "settings", "counts", "mode"}
-WORKER_SETTINGS = {"lease_seconds", "max_attempts", "backoff", "paused"}
+WORKER_SETTINGS = {"lease_seconds", "max_attempts", "backoff", "paused", "group_max_leased"}
 
 
 @pytest.fixture(autouse=True)
@@ -64,14 +65,15 @@ def test_a_pinned_caller_sees_the_worker_settings_and_its_own_counts(call: Invok
     assert (view["view"], view["queue"], view["tenant"]) == ("tenant", "jobs", "acme")
     assert view["settings"] == {
         "lease_seconds": 42, "max_attempts": 3, "paused": True,
-        "backoff": {"kind": "fixed", "base_seconds": 5.0, "cap_seconds": 5.0, "jitter": 0.0}}
+        "backoff": {"kind": "fixed", "base_seconds": 5.0, "cap_seconds": 5.0, "jitter": 0.0},
+        "group_max_leased": 4}  # (a worker reads how many of a group run at once)
     assert view["counts"]["warm"] + view["counts"]["cold"] == 2  # acme's, not beta's 5
     conforms(view, "/v1/queues/{queue}")
     conforms(call("GET", "/v1/queues", claims=ACME).body, "/v1/queues")
     # nothing of the admin's configuration, in any field
     text = json.dumps(view)
-    for secret in ("orders-fn", "consumer", "max_leased", "rate", "777", "123456",
-                   "999", "beta", "limits_use", "tenants"):
+    for secret in ("orders-fn", "consumer", '"max_leased"', "tenant_max_leased", "rate", "777",
+                   "123456", "999", "beta", "limits_use", "tenants"):
         assert secret not in text, secret
 
 

@@ -223,12 +223,16 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
                        WHERE state = 'cold' AND priority %% 3 = 0""",
                     ('[{"id": "a", "queue": "q", "state": "done", '
                      '"result": {"t": "quote \\" and \\\\ é"}}]',))
+        # a grouped task carries its group (logic/groups.py)
+        cur.execute("UPDATE tierq_tasks SET grp = %s WHERE state = 'cold' AND priority %% 2 = 0",
+                    ('order "7" \\ é',))
         items = tq.ctx.store.promote_cold(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
         promoted = {r["id"]: RestoreRow(**r) for r in cur.execute(
             "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
-            "max_attempts, created_at, parents::text AS parents FROM tierq_tasks "
+            "max_attempts, created_at, parents::text AS parents, grp FROM tierq_tasks "
             "WHERE state = 'warm'").fetchall()}
         assert sum(1 for r in promoted.values() if r.parents) > 5
+        assert sum(1 for r in promoted.values() if r.grp and r.parents) > 2
         raise psycopg.Rollback
     assert len(items) == 39
     for row in items:

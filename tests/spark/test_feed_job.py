@@ -91,6 +91,7 @@ def test_command_line_rejects_bad_arguments_and_writes_nothing(
     (["--jdbc-table", "a=t"], "--source", "apply to JDBC sources only"),
     (["--read-option", "zz.sep=;"], "--read-option", "'zz' is not a source"),
     (["--payload-columns", " , "], "--payload-columns", "names no column"),
+    (["--group-column", "order_id"], "--group-column", "does not load tasks with a group"),
 ])
 def test_argument_errors_name_the_argument(argv: list[str], argument: str,
                                            message: str) -> None:

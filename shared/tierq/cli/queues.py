@@ -110,6 +110,7 @@ def settings_table(view: QueueView) -> Table:
     table.add_row("tenant_rate", _rate_text(s.tenant_rate),
                   f"emptiest bucket {use.tenant_rate_tokens_min:.1f} tokens"
                   if use and use.tenant_rate_tokens_min is not None else "")
+    table.add_row("group_max_leased", str(s.group_max_leased), "")
     consumer = s.consumer
     table.add_row("consumer", "-" if consumer is None else
                   f"{consumer.function} (batch {consumer.batch_size}, concurrency "
@@ -179,6 +180,9 @@ def register(app: typer.Typer) -> None:
         tenant_rate: Annotated[str | None, typer.Option(
             "--tenant-rate", help="PER_SECOND[:BURST] per tenant; 'none' clears it.",
             show_default=False)] = None,
+        group_max_leased: Annotated[str | None, typer.Option(
+            "--group-max-leased", help="Tasks of one group active at once (1-1000); 'none' "
+                                       "restores 1.", show_default=False)] = None,
         lease_seconds: Annotated[int | None, typer.Option(
             min=1, help="Default lease length.", show_default=False)] = None,
         max_attempts: Annotated[int | None, typer.Option(
@@ -200,6 +204,8 @@ def register(app: typer.Typer) -> None:
                             ("tenant_max_leased",
                              parse_count(tenant_max_leased, "--tenant-max-leased")),
                             ("tenant_rate", parse_rate(tenant_rate, "--tenant-rate")),
+                            ("group_max_leased",
+                             parse_count(group_max_leased, "--group-max-leased")),
                             ("lease_seconds", lease_seconds), ("max_attempts", max_attempts),
                             ("paused", paused)):
             if value is not None:

@@ -15,6 +15,7 @@ from tierq.dal.store.base import Conn, StoreBase
 from tierq.dal.store.consumers import ConsumerQueries
 from tierq.dal.store.feeder import FeederQueries
 from tierq.dal.store.flows import FlowQueries
+from tierq.dal.store.groups import GroupQueries
 from tierq.dal.store.idempotency import IdempotencyQueries
 from tierq.dal.store.registry import RegistryQueries
 from tierq.dal.store.rows import Pair
@@ -24,7 +25,7 @@ from tierq.dal.store.tasks import TaskColumns, TaskQueries
 
 
 class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQueries,
-                FeederQueries, ConsumerQueries, ShardQueries, FlowQueries):
+                FeederQueries, ConsumerQueries, ShardQueries, FlowQueries, GroupQueries):
     """Every statement tierq runs on PostgreSQL, as a typed method."""
 
 

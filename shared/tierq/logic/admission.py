@@ -59,28 +59,35 @@ BLOB_KEY_QUOTES = 12
 
 def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priority: int,
               max_attempts: int, created_ms: int,
-              parents_json: bytes | str | None = None) -> bytes:
+              parents_json: bytes | str | None = None, group: str | None = None) -> bytes:
     """What the warm tier keeps of a ready task: enough to hand it out without Postgres.
     ``<attempts>|{"e":<n>,"p":<payload>,"k":<key>,"pr":<priority>,"m":<max_attempts>,
     "c":<ms>}``, formatted directly (one per task on the enqueue path); a task released
     from a wait adds ``"pa":<its parents>`` (logic/flows.py), since claims do not read
-    PostgreSQL. ``e`` counts the quotes and backslashes of that JSON text (its own key's
-    included): each costs a second byte in a Lambda response, and lua/claim.lua sizes a
-    claim by it without scanning."""
+    PostgreSQL; a task of a group adds ``"g":<its group>`` after it (logic/groups.py). ``e``
+    counts the quotes and backslashes of that JSON text (its own key's included): each
+    costs a second byte in a Lambda response, and lua/claim.lua sizes a claim by it
+    without scanning."""
     if isinstance(payload_json, str):
         payload_json = payload_json.encode()
     key_json = b"null" if key is None else orjson.dumps(key)
     escapes = (BLOB_KEY_QUOTES + payload_json.count(b'"') + payload_json.count(b"\\")
                + key_json.count(b'"') + key_json.count(b"\\"))
-    if parents_json is None:
+    if parents_json is None and group is None:
         return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d}' % (
             attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms)
-    if isinstance(parents_json, str):
-        parents_json = parents_json.encode()
-    escapes += 2 + parents_json.count(b'"') + parents_json.count(b"\\")
-    return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d,"pa":%b}' % (
-        attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms,
-        parents_json)
+    tail = b""
+    if parents_json is not None:
+        if isinstance(parents_json, str):
+            parents_json = parents_json.encode()
+        escapes += 2 + parents_json.count(b'"') + parents_json.count(b"\\")
+        tail += b',"pa":' + parents_json
+    if group is not None:
+        group_json = orjson.dumps(group)
+        escapes += 2 + group_json.count(b'"') + group_json.count(b"\\")
+        tail += b',"g":' + group_json
+    return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d%b}' % (
+        attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms, tail)
 
 
 class PushableRow(Protocol):
@@ -112,7 +119,7 @@ def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
         task_id,
         place(row.priority, row.seq, task_id),
         task_blob(row.attempts, row.payload, row.key, row.priority, row.max_attempts,
-                  created_ms, getattr(row, "parents", None)),
+                  created_ms, getattr(row, "parents", None), getattr(row, "grp", None)),
     )
 
 

@@ -228,6 +228,7 @@ class Claimer:
                 "redelivered": attempt > 1,
                 "enqueued_at": enqueued_at,
                 "parents": body.get("pa"),
+                "group": body.get("g"),
             })
         return CLAIMED_TASKS.validate_python(fields)
 

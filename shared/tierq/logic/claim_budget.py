@@ -63,6 +63,7 @@ def _task_fields_cost() -> int:
         "redelivered": False,
         "enqueued_at": "0" * 40,
         "parents": None,  # a released task's are in its blob ("pa": logic/flows.py)
+        "group": None,  # so is a grouped task's group ("g": logic/groups.py)
     }
     return body_cost(orjson.dumps(longest)) + 1
 

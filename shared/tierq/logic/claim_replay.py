@@ -153,6 +153,7 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
             "redelivered": attempt > 1,
             "enqueued_at": from_ms(created_ms),
             "parents": None if row.parents is None else orjson.loads(row.parents),
+            "group": row.grp,
         })
     # content changed while leased: not answerable as first given, so back in line with no
     # attempt counted

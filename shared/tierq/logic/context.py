@@ -18,7 +18,13 @@ from tierq.dal.task_store import TaskStore
 from tierq.dal.warm_tier import WarmTier
 from tierq.logic.metric_queues import MetricQueues
 from tierq.logic.pairs import refresh_seconds, register_pairs
-from tierq.models.queues import BackoffSettings, ConsumerSettings, QueueSettings, RateLimit
+from tierq.models.queues import (
+    GROUP_MAX_LEASED_DEFAULT,
+    BackoffSettings,
+    ConsumerSettings,
+    QueueSettings,
+    RateLimit,
+)
 
 if TYPE_CHECKING:
     from tierq.logic.dispatch.invocation import ConsumerFunctions
@@ -130,6 +136,7 @@ class QueueSettingsCache:
             else RateLimit(per_second=row.tenant_rate_per_second, burst=row.tenant_rate_burst),
             consumer=None if row is None or row.consumer is None
             else ConsumerSettings.model_validate_json(row.consumer),
+            group_max_leased=pick("group_max_leased", GROUP_MAX_LEASED_DEFAULT),
         )
 
     def invalidate(self, queue: str) -> None:

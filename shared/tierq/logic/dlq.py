@@ -10,7 +10,7 @@ from uuid import UUID
 
 from tierq.dal.store.rows import DeadKeyRow
 from tierq.dal.task_store import Conn
-from tierq.logic import admission, flows
+from tierq.logic import admission, flows, groups
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
 from tierq.logic.tasks import view
@@ -68,12 +68,14 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
     while True:
         limit = REPLAY_BATCH if max_items is None else min(REPLAY_BATCH, max_items - len(replayed))
         made: list[admission.Pending] = []
+        joined: list[UUID] = []
 
-        def body(conn: Conn, limit: int = limit,
-                 made: list[admission.Pending] = made) -> list[DeadKeyRow]:
+        def body(conn: Conn, limit: int = limit, made: list[admission.Pending] = made,
+                 joined: list[UUID] = joined) -> list[DeadKeyRow]:
             for p in made:  # (a run before this one rolled back)
                 admission.abandon(ctx, p)
             made.clear()
+            joined.clear()
             locked = ctx.store.lock_dead(conn, queue, tenant, all_dead, wanted, limit)
             if not locked:
                 return locked
@@ -81,9 +83,13 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
             # (a replayed task waits no more; what it failed waits for it again)
             flows.on_replay(ctx, conn, [t.id for t in targets])
-            made.append(admission.make_ready(ctx, conn, targets))
+            # (one of a group joins its group: active while it has room, else held)
+            held = groups.on_replay(ctx, conn, queue, targets)
+            joined.extend(UUID(i) for i in held)
+            made.append(admission.make_ready(ctx, conn,
+                                             [t for t in targets if t.id not in held]))
             if record is not None:
-                so_far = replayed + [UUID(str(r.id)) for r in made[0].rows]
+                so_far = replayed + joined + [UUID(str(r.id)) for r in made[0].rows]
                 record(conn, Slice(so_far, _skipped(wanted, so_far), more=all_dead))
             return locked
 
@@ -98,6 +104,7 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             break
         pending = made[0]
         admission.finish(ctx, pending)
+        replayed.extend(joined)
         replayed.extend(UUID(str(r.id)) for r in pending.rows)
         if not all_dead or len(locked) < limit:
             break

@@ -18,7 +18,7 @@ from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns
 from tierq.errors import InvalidInput, PayloadTooLarge
-from tierq.logic import admission, flows, tiering
+from tierq.logic import admission, flows, groups, tiering
 from tierq.logic.admission import PushItem, Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.homes import require_here
@@ -55,6 +55,8 @@ class Prepared:
     on_parent_failure: str = "dead"
     wait_until: float | None = None
     where: str = "task"
+    # its group (logic/groups.py), or None
+    group: str | None = None
 
 
 def _where_default(i: int, n: int) -> str:
@@ -114,7 +116,11 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             task.max_attempts or max_attempts, task.on_conflict, run_at <= now,
             where=_where(i, n),
         )
+        prepared.group = task.group
         if task.after:
+            if task.group is not None:
+                raise InvalidInput.field(f"{prepared.where}.group",
+                                         "a task that waits (after) cannot have a group")
             if task.key is not None:
                 raise InvalidInput.field(f"{prepared.where}.key",
                                          "a task that waits (after) cannot have a key")
@@ -196,6 +202,7 @@ def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
         "states": "{" + ",".join([p.state for p in batch]) + "}",
         "run_ats": "{" + ",".join([repr(p.run_at_s) for p in batch]) + "}",
         "max_attempts": "{" + ",".join([str(p.max_attempts) for p in batch]) + "}",
+        "grps": orjson.dumps([p.group for p in batch]).decode(),
     }
     if keyed:
         columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
@@ -217,9 +224,10 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         keyed = any(p.key is not None for p in batch)
         columns = row_columns(batch, keyed=keyed)
         released = flows.Released()
-        if record is not None or any(p.after for p in batch):
-            seqs, warm_items, released = _insert_recorded(ctx, queue, batch, now, columns,
-                                                          keyed, record)
+        group_released = groups.Released(queue)
+        if record is not None or any(p.after or p.group is not None for p in batch):
+            seqs, warm_items, released, group_released = _insert_recorded(
+                ctx, queue, batch, now, columns, keyed, record)
         else:
             seqs, warm_items = _insert(ctx, queue, batch, now, columns, keyed)
     except BaseException:
@@ -239,6 +247,12 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                 outcomes[p.index].state = "cold"
     if released.rows:  # waiting tasks whose parents were all finished: ready (or dead)
         made = flows.finish(ctx, released)
+        for p in created:
+            state = made.get(p.id)
+            if state is not None:
+                outcomes[p.index].state = state  # type: ignore[assignment]
+    if group_released.rows:  # held tasks of groups given room by a conflict
+        made = groups.finish(ctx, group_released)
         for p in created:
             state = made.get(p.id)
             if state is not None:
@@ -287,7 +301,8 @@ def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
         if seq is not None and p.state == "warm":
             items[(queue, p.tenant)].append((
                 p.id, place(p.priority, seq, p.id),
-                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms),
+                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
+                          group=p.group),
             ))
     return items
 
@@ -301,25 +316,34 @@ def waits_of(batch: Sequence[Prepared], created: set[str] | dict[str, int]) -> l
 
 def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float,
                      columns: TaskColumns, keyed: bool, record: RoundRecorder | None
-                     ) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released]:
-    """The round's insert, the waits of its waiting tasks (logic/flows.py) and the caller's
-    record of it, in one transaction (run again should it be a deadlock's victim: holding
-    the parents it names, it may meet a release that holds them in the other order)."""
+                     ) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released,
+                                groups.Released]:
+    """The round's insert, the waits of its waiting tasks (logic/flows.py), its tasks'
+    places in their groups (logic/groups.py: active or held) and the caller's record of
+    it, in one transaction (run again should it be a deadlock's victim: holding the
+    parents it names, it may meet a release that holds them in the other order)."""
     states = {p.id: p.state for p in batch}
 
-    def body(conn: Conn) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released]:
+    def body(conn: Conn) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released,
+                                  groups.Released]:
         for p in batch:  # (as before a run that rolled back)
             p.state = states[p.id]
-        seqs, items = _insert(ctx, queue, batch, now, columns, keyed, conn)
+        placed = columns
+        if any(p.group is not None for p in batch):
+            groups.place(ctx, conn, queue, batch)  # (some become held)
+            placed = row_columns(batch, keyed=keyed)
+        seqs, items = _insert(ctx, queue, batch, now, placed, keyed, conn)
+        group_released = groups.count_placed(ctx, conn, queue, batch, seqs)
+        by_id = {str(row.id): "delayed" for row in group_released.rows}  # (a conflict left room)
         released = flows.add_waits(ctx, conn, waits_of(batch, seqs))
-        by_id = {str(row.id): row.state for row in released.rows}
-        for p in batch:  # left the wait at once (its parents were finished)
+        by_id.update({str(row.id): row.state for row in released.rows})
+        for p in batch:  # released at once, or left the wait at once (parents finished)
             p.state = by_id.get(p.id, p.state)
         if record is not None:
             record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
                                     "tenant": p.tenant, "key": p.key}
                           for p in batch if p.id in seqs})
-        return seqs, items, released
+        return seqs, items, released, group_released
 
     return ctx.db.run_transaction(body, what="an enqueue")
 

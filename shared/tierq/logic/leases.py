@@ -16,8 +16,9 @@ import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.dal.command_limit import per_call
+from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
-from tierq.logic import admission, flows, limits
+from tierq.logic import admission, flows, groups, limits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.leases import (
@@ -152,24 +153,32 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         else:
             keep.append((v, value))
     done: set[str] = set()
+    finished: list[AckedRow] = []
     if plain:
         attempts = [v.attempt for v in plain]
         ids = [v.id for v in plain]
         if min(attempts) == max(attempts):
-            done.update(ctx.store.ack_delete(queue, ids, attempts[0], relaxed=relaxed))
+            finished += ctx.store.ack_delete(queue, ids, attempts[0], relaxed=relaxed)
         else:
-            done.update(ctx.store.ack_delete_by_attempt(queue, ids, attempts, relaxed=relaxed))
+            finished += ctx.store.ack_delete_by_attempt(queue, ids, attempts, relaxed=relaxed)
     if keep:
-        done.update(ctx.store.ack_keep(
+        finished += ctx.store.ack_keep(
             queue, to_datetime(ctx.now()), [v.id for v, _ in keep],
             [orjson.dumps(value).decode() for _, value in keep],
-            [v.attempt for v, _ in keep], relaxed=relaxed))
+            [v.attempt for v, _ in keep], relaxed=relaxed)
+    done.update(r.id for r in finished)
     if len(done) < len(valid):  # tasks that others wait on are kept and settled (flows)
         left = [(v, items[v.index]) for v in valid if v.id not in done]
-        done.update(flows.ack_waited(
+        waited = flows.ack_waited(
             ctx, queue, [v.id for v, _ in left],
             [item.result if isinstance(item, AckItem) else None for _, item in left],
-            [v.attempt for v, _ in left]))
+            [v.attempt for v, _ in left])
+        done.update(waited)
+        groups.after_finish_ids(ctx, queue, waited)  # (their groups, read by id)
+    if any(r.grp is not None for r in finished):  # the next tasks of their groups go on
+        tenants = {v.id: v.tenant for v in valid}
+        groups.after_finish(ctx, queue, [(tenants[r.id], r.grp) for r in finished
+                                         if r.grp is not None])
     drop_leases(ctx, queue, valid, acked=done)
     acked = result.acked
     for v in valid:
@@ -282,6 +291,9 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     due = [Target(str(r.id), queue, r.tenant) for r in rows
            if r.state == "delayed" and r.run_at.timestamp() <= now]
     admission.ready_now(ctx, due)
+    # the dead leave their groups: the next tasks go on (a retry stays its group's head)
+    groups.after_finish(ctx, queue, [(r.tenant, r.grp) for r in rows
+                                     if r.state == "dead" and r.grp is not None])
     return {str(r.id): r.state for r in rows}
 
 

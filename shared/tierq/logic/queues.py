@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
-from tierq.logic import flows, limits
+from tierq.logic import flows, groups, limits
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.queues import (
     LimitsUse,
@@ -50,7 +50,7 @@ def _limit_changes(update: QueueSettingsUpdate) -> dict[str, Any]:
     """The store's arguments for the limits and the consumer the update names (null
     clears; a field left out is not passed, so the store keeps it)."""
     out: dict[str, Any] = {}
-    for name in ("max_leased", "tenant_max_leased"):
+    for name in ("max_leased", "tenant_max_leased", "group_max_leased"):
         if update.given(name):
             out[name] = getattr(update, name)
     for name in ("rate", "tenant_rate"):
@@ -68,6 +68,7 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     ``not_owner`` on ack. Returns how many tasks were deleted."""
     deleted = ctx.store.purge_queue_tasks(queue)
     flows.on_queue_purged(ctx, queue)  # what waits on them elsewhere (logic/flows.py)
+    groups.on_queue_purged(ctx, queue)  # its groups (logic/groups.py)
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)

@@ -10,7 +10,7 @@ import orjson
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound
-from tierq.logic import flows
+from tierq.logic import flows, groups
 from tierq.logic.context import Context, from_ms
 from tierq.models.tasks import ParentView, TaskState, TaskView
 
@@ -31,6 +31,7 @@ def view(row: TaskRow, *, leased_by: str | None = None,
         last_error=row.last_error, result=_json(row.result),
         worker=leased_by,
         lease_expires_at=None if lease_deadline_ms is None else from_ms(lease_deadline_ms),
+        group=row.grp,
     )
 
 
@@ -64,10 +65,14 @@ def with_parents(ctx: Context, row: TaskRow, task: TaskView) -> TaskView:
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     """Delete a task whatever its state; a worker holding its lease gets ``not_owner`` on
     ack. Postgres first, then the warm tier. What waits on it settles it as cancelled, in
-    the same transaction (logic/flows.py)."""
+    the same transaction (logic/flows.py); the next task of its group is released
+    (logic/groups.py)."""
     row = flows.cancel(ctx, queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
+    if row.grp is not None:  # its group's next task goes on (logic/groups.py)
+        mine = [(row.tenant, row.grp)]
+        groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
     if row.state == "warm":
         ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
     return view(row)

@@ -9,6 +9,7 @@
 | a pair idle past the pair retention, no row left  | forgotten                                |
 | an entry of a pair's running-lease index whose    | removed, one slice of the index per      |
 | lease has ended                                   | visit after a cursor in the pair's meta  |
+| a group with held tasks and nothing active        | released (logic/groups.py)               |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
@@ -31,7 +32,7 @@ from pydantic import Field
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
-from tierq.logic import admission, flows, idempotency, leases, pairs, ready_tenants
+from tierq.logic import admission, flows, groups, idempotency, leases, pairs, ready_tenants
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
@@ -48,6 +49,7 @@ class ReaperConfig(SlicedWalkConfig):
     reconcile_batch: int = Field(default=5000, ge=1, le=100_000)  # warm rows checked per pair
     purge_batch: int = Field(default=5000, ge=1, le=100_000)  # rows deleted per statement
     forget_slice: int = Field(default=1000, ge=1, le=100_000)  # registry rows read per pass
+    groups_slice: int = Field(default=500, ge=1, le=10_000)  # groups with held tasks per pass
     idempotency_purge_batches: int = Field(default=4, ge=1, le=1000)  # of expired keys
     # how often the reaper's scheduled tick emits the per-queue gauges (the alarms' and the
     # dashboard's data: tierq.maintenance.gauges)
@@ -56,6 +58,7 @@ class ReaperConfig(SlicedWalkConfig):
 LEASES_WALK = "reaper.pairs"
 PURGE_WALK = "reaper.purge"
 FORGET_WALK = "reaper.forget"
+GROUPS_WALK = "reaper.groups"
 
 
 @dataclass
@@ -71,6 +74,7 @@ class ReaperSummary:
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
+    groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
     # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
     failed: list[str] = field(default_factory=list)
 
@@ -87,6 +91,7 @@ def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     reap_pairs(ctx, summary, budget, config, cursors)
     purge_queues(ctx, summary, budget, config, cursors)
     forget_idle(ctx, summary, config.forget_slice, cursors)
+    sweep_groups(ctx, summary, config.groups_slice, cursors)
     # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
     idempotency.purge_expired(ctx, max_batches=config.idempotency_purge_batches)
     return summary
@@ -216,6 +221,20 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
         if ends and ends[0].slice_rows == forget_slice else pairs.START
     if last != after:
         pairs.save_cursor(ctx.store, FORGET_WALK, last)
+
+
+def sweep_groups(ctx: Context, summary: ReaperSummary, groups_slice: int,
+                 cursors: dict[str, pairs.Pair]) -> None:
+    """One slice of the groups with held tasks per pass: those with nothing active are
+    released (a release that did not run). The cursor keeps (queue, "tenant|group"): a
+    tenant's name has no ``|``. The walk wraps round at the end."""
+    queue, joined = cursors.get(GROUPS_WALK, pairs.START)
+    tenant, _, grp = joined.partition("|")
+    released, after = groups.sweep(ctx, (queue, tenant, grp), groups_slice)
+    summary.groups_released += released
+    last = pairs.START if after is None else (after[0], f"{after[1]}|{after[2]}")
+    if last != (queue, joined):
+        pairs.save_cursor(ctx.store, GROUPS_WALK, last)
 
 
 def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,

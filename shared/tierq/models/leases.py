@@ -46,6 +46,7 @@ class ClaimedTask(Model):
     redelivered: bool
     enqueued_at: datetime
     parents: list[ParentView] | None = None  # a task released from a wait (`after`)
+    group: str | None = None  # its group, if any (logic/groups.py)
 
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than

@@ -9,11 +9,13 @@ from pydantic import StringConstraints
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 KEY_PATTERN = r"^[^\x00-\x1f]{1,512}$"
+GROUP_PATTERN = r"^[^\x00-\x1f]{1,128}$"  # a key's characters, at most 128
 DEFAULT_TENANT = "_"
 
 QueueName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 TenantName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 TaskKey = Annotated[str, StringConstraints(pattern=KEY_PATTERN)]
+GroupName = Annotated[str, StringConstraints(pattern=GROUP_PATTERN)]
 
 # Every string the API takes is stored, and PostgreSQL stores no NUL character: the HTTP
 # layer refuses one anywhere in a body. The API document says so of each free-text field.

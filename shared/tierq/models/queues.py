@@ -37,6 +37,9 @@ class BackoffSettings(RequestModel):
 
 # Limits on claims: a count of leases or a rate of tasks handed out, per queue or per tenant.
 LIMIT_MAX = 1_000_000
+# group_max_leased: its default (strictly one at a time) and its largest value
+GROUP_MAX_LEASED_DEFAULT = 1
+GROUP_MAX_LEASED_MAX = 1000
 # A consumer's batching window may be up to 5 minutes, as an SQS event source mapping's.
 BATCHING_WINDOW_MAX_MS = 300_000
 CONSUMER_BATCH_MAX = 100
@@ -121,6 +124,10 @@ class QueueSettings(Model):
     consumer: ConsumerSettings | None = Field(
         default=None, description="The function the dispatcher calls with the queue's "
                                   "tasks (null: none; workers claim over HTTP).")
+    group_max_leased: int = Field(
+        default=GROUP_MAX_LEASED_DEFAULT, ge=1, le=GROUP_MAX_LEASED_MAX,
+        description="Tasks of one group (a task's `group`) active at once, at most: the "
+                    "others wait, held in enqueue order (1: strictly one at a time).")
 
 
 class QueueSettingsUpdate(RequestModel):
@@ -144,6 +151,8 @@ class QueueSettingsUpdate(RequestModel):
     tenant_max_leased: int | None = Field(default=None, ge=1, le=LIMIT_MAX)
     tenant_rate: RateLimit | None = None
     consumer: ConsumerSettings | None = None
+    # null restores the default (1)
+    group_max_leased: int | None = Field(default=None, ge=1, le=GROUP_MAX_LEASED_MAX)
 
     def clears(self, field: str) -> bool:
         """Whether ``field`` was given as null (to clear it), not left out."""
@@ -155,7 +164,8 @@ class QueueSettingsUpdate(RequestModel):
 
 
 # The settings that null clears in a PUT.
-CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate", "consumer"})
+CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate", "consumer",
+                       "group_max_leased"})
 
 
 class QueueCounts(Model):
@@ -215,11 +225,15 @@ class WorkerSettings(Model):
                               description="Attempts before a task is dead-lettered.")
     backoff: BackoffSettings = Field(description="The wait before a failed task's retry.")
     paused: bool = Field(default=False, description="A paused queue hands out nothing.")
+    group_max_leased: int = Field(
+        default=GROUP_MAX_LEASED_DEFAULT, ge=1, le=GROUP_MAX_LEASED_MAX,
+        description="Tasks of one group (a task's `group`) active at once, at most.")
 
     @classmethod
     def of(cls, settings: QueueSettings) -> WorkerSettings:
         return cls(lease_seconds=settings.lease_seconds, max_attempts=settings.max_attempts,
-                   backoff=settings.backoff, paused=settings.paused)
+                   backoff=settings.backoff, paused=settings.paused,
+                   group_max_leased=settings.group_max_leased)
 
 
 class TenantQueueView(Model):

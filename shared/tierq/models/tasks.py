@@ -9,13 +9,13 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from tierq.models.base import Model, deferred_adapter
-from tierq.models.names import RUN_AT_PATTERN, TaskKey, TenantName
+from tierq.models.names import RUN_AT_PATTERN, GroupName, TaskKey, TenantName
 from tierq.models.strict import RequestModel
 
 MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
 MAX_PARENTS = 100  # the most tasks one task may wait for (`after`)
 
-TaskState = Literal["waiting", "delayed", "cold", "warm", "leased", "dead", "done"]
+TaskState = Literal["waiting", "held", "delayed", "cold", "warm", "leased", "dead", "done"]
 ParentState = Literal["done", "dead", "cancelled"]
 Outcome = Literal["created", "updated", "ignored"]
 
@@ -60,6 +60,12 @@ class TaskIn(RequestModel):
         default=None, gt=0, le=MAX_DELAY_SECONDS,
         description="With `after`: dead-letter the task as waited_too_long when it still "
                     "waits this long after its enqueue.")
+    group: GroupName | None = Field(
+        default=None,
+        description="A group within the task's (queue, tenant), at most 128 characters: a "
+                    "group's tasks are claimed in enqueue order, at most the queue's "
+                    "`group_max_leased` of them at once (1 by default); the others are "
+                    "`held`. Not with `after`.")
 
     @field_validator("run_at")
     @classmethod
@@ -127,6 +133,7 @@ class TaskView(Model):
     result: Any = None
     worker: str | None = None
     lease_expires_at: datetime | None = None
+    group: str | None = Field(default=None, description="The task's group, if any.")
     parents: list[ParentView] | None = Field(
         default=None, description="What the task waits or waited for (`after`), in order: "
                                   "each parent's id, queue and final state (null while it "

@@ -22,6 +22,7 @@ migrations applied:
   0015_seq_maximum
   0016_schedules_due
   0018_flows
+  0019_groups
   0020_waiting_counts
 
 table tierq_feeder_offsets
@@ -34,6 +35,20 @@ table tierq_feeder_offsets
   constraint tierq_feeder_offsets_pkey: PRIMARY KEY (feed, source, part)
   constraint tierq_feeder_offsets_rows_done_check: CHECK (rows_done >= 0)
   CREATE UNIQUE INDEX tierq_feeder_offsets_pkey ON tierq_feeder_offsets USING btree (feed, source, part)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_groups
+  column queue text not null
+  column tenant text not null
+  column grp text not null
+  column active integer not null default 0
+  column held integer not null default 0
+  column head_since timestamp with time zone
+  constraint tierq_groups_active_check: CHECK (active >= 0)
+  constraint tierq_groups_held_check: CHECK (held >= 0)
+  constraint tierq_groups_pkey: PRIMARY KEY (queue, tenant, grp)
+  CREATE UNIQUE INDEX tierq_groups_pkey ON tierq_groups USING btree (queue, tenant, grp)
+  options: fillfactor=70
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
 table tierq_idempotency
@@ -80,6 +95,8 @@ table tierq_queue_limits
   column tenant_max_leased integer
   column tenant_rate_per_second double precision
   column tenant_rate_burst integer
+  column group_max_leased integer
+  constraint tierq_queue_limits_group_max_leased_check: CHECK (group_max_leased >= 1 AND group_max_leased <= 1000)
   constraint tierq_queue_limits_max_leased_check: CHECK (max_leased >= 1 AND max_leased <= 1000000)
   constraint tierq_queue_limits_pkey: PRIMARY KEY (queue)
   constraint tierq_queue_limits_rate_burst_check: CHECK (rate_burst >= 1 AND rate_burst <= 1000000)
@@ -246,10 +263,11 @@ table tierq_tasks
   column result jsonb
   column waiters integer not null default 0
   column parents jsonb
+  column grp text
   constraint tierq_tasks_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_tasks_pkey: PRIMARY KEY (id)
   constraint tierq_tasks_priority_check: CHECK (priority >= 0 AND priority <= 9)
-  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['waiting'::text, 'delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text]))
+  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['waiting'::text, 'held'::text, 'delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text]))
   constraint tierq_tasks_waiters_check: CHECK (waiters >= 0)
   CREATE INDEX tierq_tasks_cold_line ON tierq_tasks USING btree (queue, tenant, priority DESC, seq) WITH (fillfactor='70') WHERE (state = 'cold'::text)
   CREATE INDEX tierq_tasks_dead_by_queue ON tierq_tasks USING btree (queue, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
@@ -257,7 +275,9 @@ table tierq_tasks
   CREATE INDEX tierq_tasks_delayed_due ON tierq_tasks USING btree (run_at, seq) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
   CREATE INDEX tierq_tasks_delayed_pair ON tierq_tasks USING btree (queue, tenant) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
   CREATE INDEX tierq_tasks_done_since ON tierq_tasks USING btree (queue, finished_at) WHERE (state = 'done'::text)
-  CREATE UNIQUE INDEX tierq_tasks_live_key ON tierq_tasks USING btree (queue, tenant, key) WHERE ((key IS NOT NULL) AND (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text])))
+  CREATE INDEX tierq_tasks_group_active ON tierq_tasks USING btree (queue, tenant, grp) WITH (fillfactor='70') WHERE ((grp IS NOT NULL) AND (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text])))
+  CREATE INDEX tierq_tasks_group_held ON tierq_tasks USING btree (queue, tenant, grp, seq) WITH (fillfactor='70') WHERE (state = 'held'::text)
+  CREATE UNIQUE INDEX tierq_tasks_live_key ON tierq_tasks USING btree (queue, tenant, key) WHERE ((key IS NOT NULL) AND (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text, 'held'::text])))
   CREATE UNIQUE INDEX tierq_tasks_pkey ON tierq_tasks USING btree (id)
   CREATE INDEX tierq_tasks_waiting_pair ON tierq_tasks USING btree (queue, tenant) WHERE (state = 'waiting'::text)
   CREATE INDEX tierq_tasks_warm_since ON tierq_tasks USING btree (queue, tenant, state_since) WITH (fillfactor='70') WHERE (state = 'warm'::text)

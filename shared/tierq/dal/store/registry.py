@@ -56,7 +56,8 @@ class RegistryQueries(StoreBase):
                               rate: tuple[float, int] | Keep | None = KEEP,
                               tenant_max_leased: int | Keep | None = KEEP,
                               tenant_rate: tuple[float, int] | Keep | None = KEEP,
-                              consumer: str | Keep | None = KEEP) -> QueueSettingsRow:
+                              consumer: str | Keep | None = KEEP,
+                              group_max_leased: int | Keep | None = KEEP) -> QueueSettingsRow:
         """Store the settings given (None keeps the stored value); the row after. The
         limits (a rate is ``(per_second, burst)``) and the consumer (its JSON object as
         text) are cleared by None and kept by ``KEEP``."""
@@ -83,6 +84,8 @@ class RegistryQueries(StoreBase):
                 tenant_rate_pair[1] if isinstance(tenant_rate_pair, tuple) else None,
             "set_tenant_rate": not isinstance(tenant_rate, Keep),
             "consumer": put(consumer), "set_consumer": not isinstance(consumer, Keep),
+            "group_max_leased": put(group_max_leased),
+            "set_group_max_leased": not isinstance(group_max_leased, Keep),
         }, positional(QueueSettingsRow))
         return row
 

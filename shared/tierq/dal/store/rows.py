@@ -11,8 +11,11 @@ from typing import Literal, NamedTuple
 from uuid import UUID
 
 Pair = tuple[str, str]  # (queue, tenant)
-StoredState = Literal["waiting", "delayed", "cold", "warm", "dead", "done"]  # tierq_tasks.state
+StoredState = Literal["waiting", "held", "delayed", "cold", "warm", "dead",
+                      "done"]  # tierq_tasks.state
 LiveState = Literal["delayed", "cold", "warm"]  # a task still to run (its key is taken)
+# a task still to run that holds its key: a live one, or one held in its group
+KeyedState = Literal["held", "delayed", "cold", "warm"]
 
 
 class DueRow(NamedTuple):
@@ -38,6 +41,7 @@ class ReadyRow(NamedTuple):
     max_attempts: int
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
+    grp: str | None  # its group (logic/groups.py)
 
 
 class ReplacedRow(NamedTuple):
@@ -46,7 +50,7 @@ class ReplacedRow(NamedTuple):
     id: UUID
     tenant: str
     key: str | None
-    state: LiveState
+    state: KeyedState
     seq: int
     priority: int
     payload: str
@@ -54,6 +58,7 @@ class ReplacedRow(NamedTuple):
     max_attempts: int
     created_at: datetime
     run_at: datetime
+    grp: str | None  # its group (logic/groups.py)
 
 
 class RestoreRow(NamedTuple):
@@ -68,6 +73,7 @@ class RestoreRow(NamedTuple):
     max_attempts: int
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
+    grp: str | None  # its group (logic/groups.py)
 
 
 class LiveKeyRow(NamedTuple):
@@ -76,7 +82,7 @@ class LiveKeyRow(NamedTuple):
     id: UUID
     tenant: str
     key: str
-    state: LiveState
+    state: KeyedState
 
 
 class OutcomeRow(NamedTuple):
@@ -86,6 +92,7 @@ class OutcomeRow(NamedTuple):
     tenant: str
     state: Literal["delayed", "dead"]
     run_at: datetime
+    grp: str | None  # its group (logic/groups.py)
 
 
 class SeqPosition(NamedTuple):
@@ -135,6 +142,7 @@ class TaskRow(NamedTuple):
     finished_at: datetime | None
     last_error: str | None
     result: str | None
+    grp: str | None  # its group (logic/groups.py)
 
 
 class QueueSettingsRow(NamedTuple):
@@ -160,6 +168,7 @@ class QueueSettingsRow(NamedTuple):
     tenant_rate_per_second: float | None
     tenant_rate_burst: int | None
     consumer: str | None  # the jsonb object as its text
+    group_max_leased: int | None
 
 
 class ClaimedTaskRow(NamedTuple):
@@ -173,6 +182,7 @@ class ClaimedTaskRow(NamedTuple):
     max_attempts: int
     state: str
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
+    grp: str | None  # its group (logic/groups.py)
 
 
 class MarkedPair(NamedTuple):
@@ -400,3 +410,61 @@ class WaitEdgeRow(NamedTuple):
     parent: UUID
     parent_queue: str
     parent_state: str | None
+
+
+class AckedRow(NamedTuple):
+    """A task an ack finished: its id and group (None: none)."""
+
+    id: str
+    grp: str | None
+
+
+class GroupCountRow(NamedTuple):
+    """A group locked (lock_groups): its count of active tasks as the lock found it."""
+
+    tenant: str
+    grp: str
+    active: int
+
+
+class GroupReleasedRow(NamedTuple):
+    """A held task a release made active: ready (warm or cold, the fields of a ReadyRow)
+    or delayed until its run_at."""
+
+    id: UUID
+    queue: str
+    tenant: str
+    key: str | None
+    state: StoredState
+    seq: int
+    priority: int
+    payload: str  # JSON text
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    parents: str | None
+    grp: str | None
+    run_at: datetime
+
+    def ready_row(self) -> ReadyRow:
+        """The row as admission.make_ready returns one (its push item is built from it)."""
+        return ReadyRow(self.id, self.queue, self.tenant, self.key, self.state, self.seq,
+                        self.priority, self.payload, self.attempts, self.max_attempts,
+                        self.created_at, self.parents, self.grp)
+
+
+class GroupedTaskRow(NamedTuple):
+    """A task of a group: its id, tenant and group."""
+
+    id: str
+    tenant: str
+    grp: str
+
+
+class HeldGroupRow(NamedTuple):
+    """A group with held tasks (the reaper's sweep): whether nothing of it is active."""
+
+    queue: str
+    tenant: str
+    grp: str
+    stalled: bool

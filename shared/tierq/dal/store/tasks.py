@@ -14,6 +14,7 @@ from psycopg.rows import scalar_row, tuple_row
 from tierq.dal.postgres import uuid_array
 from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import (
+    AckedRow,
     DeadKeyRow,
     DueRow,
     LiveKeyRow,
@@ -41,6 +42,7 @@ class TaskColumns(TypedDict):
     states: str
     run_ats: str
     max_attempts: str
+    grps: str  # a JSON array: each task's group, or null
     keys: NotRequired[str]
 
 
@@ -104,24 +106,25 @@ class TaskQueries(StoreBase):
     # -- leases ---------------------------------------------------------------------------
 
     def ack_delete(self, queue: str, ids: Iterable[str], attempt: int, *,
-                   relaxed: bool = False) -> list[str]:
-        """Delete acked tasks whose leases all are of ``attempt``; the ids deleted."""
+                   relaxed: bool = False) -> list[AckedRow]:
+        """Delete acked tasks whose leases all are of ``attempt``; the rows deleted."""
         return self._fetch("ack_delete", {"queue": queue, "ids": uuid_array(ids),
-                                          "attempt": attempt}, scalar_row, relaxed=relaxed)
+                                          "attempt": attempt}, positional(AckedRow),
+                           relaxed=relaxed)
 
     def ack_delete_by_attempt(self, queue: str, ids: Iterable[str], attempts: Sequence[int],
-                              *, relaxed: bool = False) -> list[str]:
+                              *, relaxed: bool = False) -> list[AckedRow]:
         """``ack_delete`` with an attempt per task."""
         return self._fetch("ack_delete_by_attempt", {
             "queue": queue, "ids": uuid_array(ids), "attempts": attempts},
-            scalar_row, relaxed=relaxed)
+            positional(AckedRow), relaxed=relaxed)
 
     def ack_keep(self, queue: str, now: datetime, ids: Iterable[str], results: Sequence[str],
-                 attempts: Sequence[int], *, relaxed: bool = False) -> list[str]:
-        """Acked tasks kept done with their results (JSON text); the ids kept."""
+                 attempts: Sequence[int], *, relaxed: bool = False) -> list[AckedRow]:
+        """Acked tasks kept done with their results (JSON text); the rows kept."""
         return self._fetch("ack_keep", {
             "queue": queue, "now": now, "ids": uuid_array(ids), "results": results,
-            "attempts": attempts}, scalar_row, relaxed=relaxed)
+            "attempts": attempts}, positional(AckedRow), relaxed=relaxed)
 
     def lease_outcomes(self, queue: str, now: datetime, ids: Iterable[str],
                        attempts: Sequence[int], errors: Sequence[str],

@@ -68,7 +68,9 @@ def _single_names(exc: TierqError) -> TierqError:
                 "(any JSON, ≤ 256 KiB), key (idempotency), priority 0 to 9, delay_seconds or "
                 "run_at (≤ a year ahead), tenant, max_attempts, on_conflict ignore|replace; "
                 "after (ids of tasks it waits for), on_parent_failure, "
-                "wait_timeout_seconds. Nothing is written when any task is invalid.",
+                "wait_timeout_seconds; group (claimed in enqueue order, at most the queue's "
+                "group_max_leased at once; the others are held). Nothing is written when "
+                "any task is invalid.",
     operation_id="enqueueTasks",
     tags=["tasks"],
     responses=responses("Outcome per task: created, updated or ignored (a live task holds "

@@ -107,8 +107,10 @@ def get_queue(queue: QueuePath) -> AnyQueueView:
                 "retention_seconds, paused; the limits on claims max_leased, rate "
                 "{per_second, burst}, tenant_max_leased, tenant_rate {per_second, burst}; "
                 "consumer {function, batch_size 1-100 (10), max_concurrency, "
-                "max_batching_window_ms 0-300000 (0)}. "
-                "Fields left out keep their value; null clears a limit or the consumer.",
+                "max_batching_window_ms 0-300000 (0)}; group_max_leased 1-1000 (1): a "
+                "group's tasks active at once. "
+                "Fields left out keep their value; null clears a limit or the consumer "
+                "(group_max_leased: back to 1).",
     operation_id="putQueue",
     tags=["queues"],
     responses=responses("The queue with its new settings.", 403),

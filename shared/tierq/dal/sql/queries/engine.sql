@@ -14,11 +14,12 @@
 -- can conflict.
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
-                         state_since)
+                         state_since, grp)
 SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state, r.run_at, r.run_at,
        v.max_attempts, b.seq + v.n - 1, %(now)s,
-       CASE WHEN v.state IN ('delayed', 'waiting') THEN NULL ELSE %(now)s::timestamptz END,
-       %(now)s
+       CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
+            ELSE %(now)s::timestamptz END,
+       %(now)s, v.grp
 FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
      ROWS FROM (unnest(%(ids)s::uuid[]),
                 jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -27,11 +28,15 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                 jsonb_array_elements(%(payloads)s::jsonb),
                 unnest(%(states)s::text[]),
                 unnest(%(run_ats)s::double precision[]),
-                unnest(%(max_attempts)s::int[]))
-     WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts, n),
+                unnest(%(max_attempts)s::int[]),
+                -- each task's group, or null (logic/groups.py)
+                jsonb_array_elements_text(%(grps)s::jsonb))
+     WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts,
+                          grp, n),
      -- a ready task's run_at is never after its ready_since: the float seconds may round
-     -- a microsecond past "now" (a waiting task keeps its own: logic/flows.py)
-     LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting') THEN to_timestamp(v.run_at)
+     -- a microsecond past "now" (a waiting or held task keeps its own)
+     LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
+                          THEN to_timestamp(v.run_at)
                           ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                      END AS run_at) AS r
 ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
@@ -45,11 +50,12 @@ RETURNING id::text, seq;
 WITH inserted AS (
     INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                              run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since)
+                             state_since, grp)
     SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, v.payload, v.state, r.run_at,
            r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
-           CASE WHEN v.state IN ('delayed', 'waiting') THEN NULL ELSE %(now)s::timestamptz END,
-           %(now)s
+           CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
+                ELSE %(now)s::timestamptz END,
+           %(now)s, v.grp
     FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
          ROWS FROM (unnest(%(ids)s::uuid[]),
                     jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -57,9 +63,12 @@ WITH inserted AS (
                     jsonb_array_elements(%(payloads)s::jsonb),
                     unnest(%(states)s::text[]),
                     unnest(%(run_ats)s::double precision[]),
-                    unnest(%(max_attempts)s::int[]))
-         WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts, n),
-         LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting') THEN to_timestamp(v.run_at)
+                    unnest(%(max_attempts)s::int[]),
+                    jsonb_array_elements_text(%(grps)s::jsonb))
+         WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts,
+                              grp, n),
+         LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
+                              THEN to_timestamp(v.run_at)
                               ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                          END AS run_at) AS r
     RETURNING seq
@@ -71,7 +80,7 @@ SELECT t.id, t.tenant, t.key, t.state
 FROM tierq_tasks t
 JOIN unnest(%(tenants)s::text[], %(keys)s::text[]) AS v(tenant, key)
   ON t.tenant = v.tenant AND t.key = v.key
-WHERE t.queue = %(queue)s AND t.state IN ('delayed', 'cold', 'warm');
+WHERE t.queue = %(queue)s AND t.state IN ('delayed', 'cold', 'warm', 'held');
 
 -- name: replace_tasks
 -- on_conflict = replace: update live tasks in place; seq is untouched, so a task never moves
@@ -93,11 +102,11 @@ FROM unnest(%(ids)s::uuid[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
             %(run_ats)s::timestamptz[], %(max_attempts)s::int[])
      AS v(id, payload, priority, run_at, max_attempts)
 WHERE t.id = v.id
-  AND t.state IN ('delayed', 'cold', 'warm')
+  AND t.state IN ('delayed', 'cold', 'warm', 'held')  -- (a held task stays held)
   AND (t.payload, t.priority, t.max_attempts, t.run_at)
       IS DISTINCT FROM (v.payload, v.priority, v.max_attempts, COALESCE(v.run_at, t.run_at))
 RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.run_at;
+          t.max_attempts, t.created_at, t.run_at, t.grp;
 
 -- name: mark_cold
 -- Rows the warm tier refused go (or go back) to the cold line, keeping their seq.
@@ -127,7 +136,7 @@ SET state = s.state, seq = s.seq, ready_since = %(now)s, state_since = %(now)s
 FROM s
 WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text;
+          t.max_attempts, t.created_at, t.parents::text, t.grp;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
@@ -152,7 +161,7 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
   AND (t.waiters = 0 OR %(waited)s)  -- (waited: logic/flows.py, with the settlement)
-RETURNING t.id, t.tenant, t.state, t.run_at;
+RETURNING t.id, t.tenant, t.state, t.run_at, t.grp;
 
 -- name: release_leased
 -- Release: tasks whose leases the caller gave back (taken from Valkey first) return to line
@@ -165,7 +174,7 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text;
+          t.max_attempts, t.created_at, t.parents::text, t.grp;
 
 -- name: ack_delete
 -- Acks whose leases all have one attempt number (the usual batch). By primary key only
@@ -177,7 +186,7 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
 DELETE FROM tierq_tasks
 WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
   AND (state = 'warm') IS TRUE AND attempts < %(attempt)s AND waiters = 0
-RETURNING id::text;
+RETURNING id::text, grp;
 
 -- name: ack_delete_by_attempt
 -- ack_delete for a batch whose leases have different attempt numbers, each row checked
@@ -187,7 +196,7 @@ USING unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
-RETURNING t.id::text;
+RETURNING t.id::text, t.grp;
 
 -- name: ack_keep
 -- An ack with a result keeps the task (state done) until the queue's retention ends.
@@ -201,7 +210,7 @@ FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
-RETURNING t.id::text;
+RETURNING t.id::text, t.grp;
 
 -- name: try_pair_lock
 -- One promoter per (queue, tenant) at a time: a session lock, held from selecting a batch
@@ -242,12 +251,16 @@ RETURNING t.id::text AS id, t.priority, t.seq,
                   - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', ''))
                   -- a released task's parents ("pa", logic/flows.py), its key's quotes too
                   + COALESCE(2 + length(t.parents::text)
-                             - length(translate(t.parents::text, '"\', '')), 0))
+                             - length(translate(t.parents::text, '"\', '')), 0)
+                  -- a grouped task's group ("g", logic/groups.py), its key's quotes too
+                  + COALESCE(2 + length(to_json(t.grp)::text)
+                             - length(translate(to_json(t.grp)::text, '"\', '')), 0))
               || ',"p":' || t.payload::text
               || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
               || ',"pr":' || t.priority || ',"m":' || t.max_attempts
               || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
-              || COALESCE(',"pa":' || t.parents::text, '') || '}'
+              || COALESCE(',"pa":' || t.parents::text, '')
+              || COALESCE(',"g":' || to_json(t.grp)::text, '') || '}'
               AS blob;
 
 -- name: promote_lock_timeout
@@ -294,7 +307,7 @@ WHERE t.id = ANY(ARRAY(
         FOR UPDATE SKIP LOCKED))
   AND (t.state = 'warm') IS TRUE AND t.state_since < %(before)s
 RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts,
-          t.created_at, t.parents::text;
+          t.created_at, t.parents::text, t.grp;
 
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
@@ -308,7 +321,7 @@ SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
        q.backoff_base_seconds, q.backoff_cap_seconds, q.backoff_jitter, q.retention_seconds,
        q.paused, q.created_at, q.updated_at, q.warm_max_bytes, l.max_leased, l.rate_per_second,
        l.rate_burst, l.tenant_max_leased, l.tenant_rate_per_second, l.tenant_rate_burst,
-       q.consumer
+       q.consumer, l.group_max_leased
 FROM tierq_queues q LEFT JOIN tierq_queue_limits l ON l.queue = q.queue
 WHERE q.queue = %(queue)s;
 
@@ -345,11 +358,12 @@ WITH q AS (
 ), l AS (
     INSERT INTO tierq_queue_limits AS l (queue, max_leased, rate_per_second, rate_burst,
                                          tenant_max_leased, tenant_rate_per_second,
-                                         tenant_rate_burst)
+                                         tenant_rate_burst, group_max_leased)
     SELECT %(queue)s, %(max_leased)s, %(rate_per_second)s, %(rate_burst)s,
-           %(tenant_max_leased)s, %(tenant_rate_per_second)s, %(tenant_rate_burst)s
+           %(tenant_max_leased)s, %(tenant_rate_per_second)s, %(tenant_rate_burst)s,
+           %(group_max_leased)s
     WHERE %(set_max_leased)s OR %(set_rate)s OR %(set_tenant_max_leased)s
-       OR %(set_tenant_rate)s
+       OR %(set_tenant_rate)s OR %(set_group_max_leased)s
     ON CONFLICT (queue) DO UPDATE SET
         max_leased = CASE WHEN %(set_max_leased)s THEN EXCLUDED.max_leased
                           ELSE l.max_leased END,
@@ -362,9 +376,11 @@ WITH q AS (
                                       THEN EXCLUDED.tenant_rate_per_second
                                       ELSE l.tenant_rate_per_second END,
         tenant_rate_burst = CASE WHEN %(set_tenant_rate)s THEN EXCLUDED.tenant_rate_burst
-                                 ELSE l.tenant_rate_burst END
+                                 ELSE l.tenant_rate_burst END,
+        group_max_leased = CASE WHEN %(set_group_max_leased)s THEN EXCLUDED.group_max_leased
+                                ELSE l.group_max_leased END
     RETURNING queue, max_leased, rate_per_second, rate_burst, tenant_max_leased,
-              tenant_rate_per_second, tenant_rate_burst
+              tenant_rate_per_second, tenant_rate_burst, group_max_leased
 )
 -- (a limits row this statement did not write is read as it was before it)
 SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
@@ -380,7 +396,9 @@ SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
             ELSE l.tenant_rate_per_second END AS tenant_rate_per_second,
        CASE WHEN l.queue IS NULL THEN o.tenant_rate_burst ELSE l.tenant_rate_burst END
            AS tenant_rate_burst,
-       q.consumer
+       q.consumer,
+       CASE WHEN l.queue IS NULL THEN o.group_max_leased ELSE l.group_max_leased END
+           AS group_max_leased
 FROM q
 LEFT JOIN l ON true
 LEFT JOIN tierq_queue_limits o ON o.queue = q.queue;
@@ -401,21 +419,21 @@ SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result
+       result, grp
 FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: cancel_task
 DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s
 RETURNING id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,
           attempts, max_attempts, seq, created_at, ready_since, state_since, finished_at,
-          last_error, result;
+          last_error, result, grp;
 
 -- name: dlq_page
 -- A queue's dead letters, newest first, before the cursor (the first page passes the
 -- greatest position: 'infinity' and the greatest id).
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result
+       result, grp
 FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -427,7 +445,7 @@ LIMIT %(limit)s;
 -- own so that even a generic plan walks that tenant's part of tierq_tasks_dead_line.
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result
+       result, grp
 FROM tierq_tasks
 WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -788,7 +806,7 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
 -- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
-       t.max_attempts, t.state, t.parents::text AS parents
+       t.max_attempts, t.state, t.parents::text AS parents, t.grp
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 

@@ -83,11 +83,14 @@ WHERE queue = %(queue)s AND tenant = %(tenant)s AND shard = %(shard)s
 -- What of a pair is still on this shard that a move must wait for: its unfinished tasks
 -- by state (leased ones are 'warm'), its dead letters and its schedules (whose occurrences
 -- are tasks). Finished tasks stay behind: their ids name this shard, and the purge removes
--- them in time. One count per state, each on that state's partial index by pair.
+-- them in time. One count per state, each on that state's partial index by pair; tasks held
+-- in their groups (logic/groups.py) count as cold: they are worked off after the active ones.
 SELECT (SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'
         AND queue = %(queue)s AND tenant = %(tenant)s) AS delayed,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'cold'
-        AND queue = %(queue)s AND tenant = %(tenant)s) AS cold,
+        AND queue = %(queue)s AND tenant = %(tenant)s)
+       + (SELECT count(*) FROM tierq_tasks WHERE state = 'held'
+          AND queue = %(queue)s AND tenant = %(tenant)s) AS cold,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'warm'
         AND queue = %(queue)s AND tenant = %(tenant)s) AS warm,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'dead'

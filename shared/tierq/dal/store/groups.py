@@ -1,0 +1,74 @@
+"""Statements of groups, ordered work per key (``sql/queries/groups.sql``, migration 0019;
+``tierq.logic.groups`` runs them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from psycopg.rows import scalar_row
+
+from tierq.dal.postgres import uuid_array
+from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.store.rows import GroupCountRow, GroupedTaskRow, GroupReleasedRow, HeldGroupRow
+
+
+class GroupQueries(StoreBase):
+    def lock_groups(self, conn: Conn, queue: str, tenants: Sequence[str],
+                    grps: Sequence[str]) -> list[GroupCountRow]:
+        """Lock the groups named (created when missing), in name order; each one's count
+        of active tasks."""
+        return self._fetch("lock_groups", {"queue": queue, "tenants": list(tenants),
+                                           "grps": list(grps)}, positional(GroupCountRow),
+                           conn)
+
+    def count_group_tasks(self, conn: Conn, queue: str, now: datetime, tenants: Sequence[str],
+                          grps: Sequence[str], active: Sequence[int],
+                          held: Sequence[int]) -> None:
+        """Count tasks made active or held on their (locked) groups."""
+        self._execute("count_group_tasks", {
+            "queue": queue, "now": now, "tenants": list(tenants), "grps": list(grps),
+            "active": list(active), "held": list(held)}, conn)
+
+    def release_group_heads(self, conn: Conn, queue: str, now: datetime, max_active: int,
+                            tenants: Sequence[str], grps: Sequence[str],
+                            ready_states: Sequence[str]) -> list[GroupReleasedRow]:
+        """Release the first held tasks of the (locked) groups up to ``max_active`` active
+        each, those due into each group's ``ready_states`` entry (warm, cold, or delayed);
+        the tasks released."""
+        return self._fetch("release_group_heads", {
+            "queue": queue, "now": now, "max": max_active, "tenants": list(tenants),
+            "grps": list(grps), "ready_states": list(ready_states)},
+            positional(GroupReleasedRow), conn)
+
+    def held_gone(self, conn: Conn, queue: str, tenants: Sequence[str], grps: Sequence[str],
+                  counts: Sequence[int]) -> None:
+        """Held tasks that went without running: their (locked) groups count them down."""
+        self._execute("held_gone", {"queue": queue, "tenants": list(tenants),
+                                    "grps": list(grps), "counts": list(counts)}, conn)
+
+    def groups_of_tasks(self, queue: str, ids: Sequence[str]) -> list[GroupedTaskRow]:
+        """The groups of the stored tasks given (of ``queue``) that have one."""
+        return self._fetch("groups_of_tasks", {"queue": queue, "ids": uuid_array(ids)},
+                           positional(GroupedTaskRow))
+
+    def grouped_of_ids(self, conn: Conn, ids: Sequence[str]) -> list[GroupedTaskRow]:
+        """Which of the tasks given have a group, in ``conn``'s transaction."""
+        return self._fetch("grouped_of_ids", {"ids": uuid_array(ids)},
+                           positional(GroupedTaskRow), conn)
+
+    def replay_into_groups(self, conn: Conn, held_ids: Sequence[str]) -> list[str]:
+        """Replayed tasks that join their group's back held, in the order given."""
+        return self._fetch("replay_into_groups", {"held_ids": uuid_array(held_ids)},
+                           scalar_row, conn)
+
+    def walk_held_groups(self, after: tuple[str, str, str], limit: int) -> list[HeldGroupRow]:
+        """Groups with held tasks after ``after`` (queue, tenant, group), at most
+        ``limit``, each flagged when nothing of it is active."""
+        return self._fetch("walk_held_groups", {
+            "after_queue": after[0], "after_tenant": after[1], "after_grp": after[2],
+            "limit": limit}, positional(HeldGroupRow))
+
+    def forget_queue_groups(self, queue: str) -> int:
+        """A purged queue's groups go; how many."""
+        return self._execute("forget_queue_groups", {"queue": queue})

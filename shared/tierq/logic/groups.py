@@ -1,0 +1,246 @@
+"""Groups: ordered work per key, at most ``group_max_leased`` of a group's tasks at once.
+
+A task enqueued with a ``group`` is *active* (delayed, cold or warm, as any task) while its
+group has room, and ``held`` otherwise: held in PostgreSQL in enqueue order (its ``seq``),
+invisible to every tier (docs/design-groups.md). Only active tasks are ever ready, so a
+claim, the cold line and the warm tier work as for tasks without a group, and a group
+blocked behind a leased head keeps nothing of its line in the warm tier.
+
+Each group with work has a row in ``tierq_groups``: the lock that orders an enqueue (or a
+replay) against a release. Whatever takes a task of a group out of the active set (an ack,
+a nack or an expired lease that dead-letters it, a cancel, a purge) calls
+:func:`after_finish` with its groups once its own change is committed: one short
+transaction locks them, counts their active tasks, releases the first held ones by ``seq``
+(:func:`release`) and makes those due ready; they are pushed after its commit. The count
+is taken under the lock, so an enqueue that held a task because a finished task was still
+counted is released by that finish's own call. A crash between a
+finishing commit and its release leaves a group held with nothing active: the reaper's
+sweep (:func:`sweep`) finds such groups and releases them.
+
+A retried task (nack, expired lease) stays active, delayed by its backoff: its group waits
+for it. A dead letter replayed joins its group's back (:func:`on_replay`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tierq.dal.store.rows import GroupReleasedRow
+from tierq.dal.task_store import Conn
+from tierq.logic import admission
+from tierq.logic.admission import Target
+from tierq.logic.context import Context, to_datetime
+
+if TYPE_CHECKING:
+    from tierq.logic.enqueue import Prepared
+
+# groups locked and released per statement
+RELEASE_SLICE = 500
+# groups the reaper's sweep reads per statement
+SWEEP_SLICE = 500
+
+Group = tuple[str, str]  # (tenant, group name) within a queue
+
+
+@dataclass
+class Released:
+    """Held tasks a release made active, to make ready after its commit."""
+
+    queue: str
+    rows: list[GroupReleasedRow] = field(default_factory=list)
+
+
+def _split(groups: Iterable[Group]) -> tuple[list[str], list[str]]:
+    ordered = sorted(set(groups))
+    return [t for t, _ in ordered], [g for _, g in ordered]
+
+
+def place(ctx: Context, conn: Conn, queue: str, batch: Sequence[Prepared]) -> None:
+    """In the transaction that inserts ``batch``, before its insert: lock the groups of
+    its grouped tasks and hold (state ``held``) each task past its group's room, in batch
+    order. Count them with :func:`count_placed` once the insert is done."""
+    grouped = [p for p in batch if p.group is not None]
+    if not grouped:
+        return
+    tenants, grps = _split((p.tenant, p.group) for p in grouped if p.group is not None)
+    room = {(r.tenant, r.grp): ctx.queue_settings.get(queue).group_max_leased - r.active
+            for r in ctx.store.lock_groups(conn, queue, tenants, grps)}
+    for p in grouped:
+        key = (p.tenant, p.group or "")
+        if room[key] > 0:
+            room[key] -= 1
+        else:
+            p.state = "held"
+
+
+def count_placed(ctx: Context, conn: Conn, queue: str, batch: Sequence[Prepared],
+                 created: set[str] | dict[str, int]) -> Released:
+    """After the insert of :func:`place`, in its transaction: the tasks created counted on
+    their groups. A grouped task not created (it met a live task's key) leaves room that
+    a held task of the batch may need, so its groups are released here."""
+    active: Counter[Group] = Counter()
+    held: Counter[Group] = Counter()
+    missed: set[Group] = set()
+    for p in batch:
+        if p.group is None:
+            continue
+        key = (p.tenant, p.group)
+        if p.id not in created:
+            missed.add(key)
+        elif p.state == "held":
+            held[key] += 1
+        else:
+            active[key] += 1
+    keys = sorted(set(active) | set(held))
+    if keys:
+        ctx.store.count_group_tasks(conn, queue, to_datetime(ctx.now()),
+                                    [t for t, _ in keys], [g for _, g in keys],
+                                    [active[k] for k in keys], [held[k] for k in keys])
+    released = Released(queue)
+    if missed:
+        released.rows.extend(release(ctx, conn, queue, missed))
+    return released
+
+
+def release(ctx: Context, conn: Conn, queue: str, groups: Iterable[Group],
+            ticket: admission.Ticket | None = None) -> list[GroupReleasedRow]:
+    """In the caller's transaction: lock the groups (name order), then release each one's
+    first held tasks up to ``group_max_leased`` active, a slice of groups per statement;
+    the tasks released. With an admission ``ticket`` (begun for the groups' pairs), those
+    due are made ready in the same statement (push them after the commit); without one,
+    they are delayed (call :func:`finish` after the commit)."""
+    tenants, grps = _split(groups)
+    limit = ctx.queue_settings.get(queue).group_max_leased
+    now = to_datetime(ctx.now())
+    states = ["delayed" if ticket is None else ticket.state_for((queue, t)) for t in tenants]
+    out: list[GroupReleasedRow] = []
+    for start in range(0, len(grps), RELEASE_SLICE):
+        part = slice(start, start + RELEASE_SLICE)
+        ctx.store.lock_groups(conn, queue, tenants[part], grps[part])
+        # (a statement of its own: it sees every task committed before the locks)
+        out.extend(ctx.store.release_group_heads(conn, queue, now, limit, tenants[part],
+                                                 grps[part], states[part]))
+    return out
+
+
+def finish(ctx: Context, released: Released) -> dict[str, str]:
+    """After the commit of a release: make the released tasks whose run_at has come
+    ready (warm or cold); the state each ended in, by id. Should this fail, they are
+    delayed and due: the delayed mover makes them ready."""
+    states = {str(r.id): "delayed" for r in released.rows}
+    now = ctx.now()
+    due = [Target(str(r.id), released.queue, r.tenant) for r in released.rows
+           if r.run_at.timestamp() <= now]
+    for start in range(0, len(due), RELEASE_SLICE):
+        for row in admission.ready_now(ctx, due[start:start + RELEASE_SLICE]):
+            states[str(row.id)] = row.state
+    return states
+
+
+def after_finish(ctx: Context, queue: str, groups: Iterable[Group],
+                 held_gone: Iterable[Group] = ()) -> dict[str, str]:
+    """Tasks of these groups left the active set (acked, dead, cancelled, deleted) and were
+    committed: release what that frees, in one short transaction, then make it ready.
+    ``held_gone``: one entry per held task that went without running (its group's count
+    comes down). The states of the tasks released, by id."""
+    gone = Counter(held_gone)
+    wanted = set(groups) | set(gone)
+    if not wanted:
+        return {}
+    # (those due go ready in the release's own statement: one commit, one row write)
+    ticket = admission.begin(ctx, {(queue, tenant) for tenant, _ in wanted})
+    try:
+        with ctx.db.transaction() as conn:
+            rows = release(ctx, conn, queue, wanted, ticket)
+            if gone:
+                keys = sorted(gone)
+                ctx.store.held_gone(conn, queue, [t for t, _ in keys], [g for _, g in keys],
+                                    [gone[k] for k in keys])
+            ready = [r.ready_row() for r in rows if r.state != "delayed"]
+            pending = admission.Pending(ticket, ready, admission.warm_items(ready))
+    except BaseException:
+        admission.close(ctx, ticket)
+        raise
+    refused = admission.finish(ctx, pending)
+    return {str(r.id): "cold" if str(r.id) in refused else r.state for r in rows}
+
+
+def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:
+    """:func:`after_finish` for finished tasks whose rows are kept (acked done, dead) and
+    whose groups the caller did not read: read here, by id."""
+    if ids:
+        rows = ctx.store.groups_of_tasks(queue, ids)
+        if rows:
+            after_finish(ctx, queue, [(r.tenant, r.grp) for r in rows])
+
+
+def on_replay(ctx: Context, conn: Conn, queue: str, targets: Sequence[Target]) -> set[str]:
+    """In the transaction that replays dead letters (reset to delayed, not yet made
+    ready): those of groups take their group's lock; each joins its group as active while
+    the group has room, and held at its back (a new seq) otherwise. The ids held (the
+    caller makes only the others ready)."""
+    grouped = ctx.store.grouped_of_ids(conn, [t.id for t in targets])
+    if not grouped:
+        return set()
+    by_id = {r.id: r for r in grouped}
+    tenants, grps = _split((r.tenant, r.grp) for r in grouped)
+    room = {(r.tenant, r.grp): ctx.queue_settings.get(queue).group_max_leased - r.active
+            for r in ctx.store.lock_groups(conn, queue, tenants, grps)}
+    active: Counter[Group] = Counter()
+    held: Counter[Group] = Counter()
+    held_ids: list[str] = []
+    for t in targets:  # (in the order given: the order they join their lines)
+        row = by_id.get(t.id)
+        if row is None:
+            continue
+        key = (row.tenant, row.grp)
+        if room[key] > 0:
+            room[key] -= 1
+            active[key] += 1
+        else:
+            held[key] += 1
+            held_ids.append(t.id)
+    keys = sorted(set(active) | set(held))
+    ctx.store.count_group_tasks(conn, queue, to_datetime(ctx.now()), [t for t, _ in keys],
+                                [g for _, g in keys], [active[k] for k in keys],
+                                [held[k] for k in keys])
+    if held_ids:
+        ctx.store.replay_into_groups(conn, held_ids)
+    return set(held_ids)
+
+
+def on_queue_purged(ctx: Context, queue: str) -> None:
+    """A queue's tasks were purged: its groups go too."""
+    ctx.store.forget_queue_groups(queue)
+
+
+def sweep(ctx: Context, after: tuple[str, str, str] = ("", "", ""),
+          limit: int = SWEEP_SLICE) -> tuple[int, tuple[str, str, str] | None]:
+    """One slice of the reaper's sweep: groups with held tasks after ``after`` (queue,
+    tenant, group); those with nothing active are released. How many tasks were released,
+    and the cursor for the next slice (None: the walk is done)."""
+    rows = ctx.store.walk_held_groups(after, limit)
+    stalled: dict[str, list[Group]] = {}
+    for r in rows:
+        if r.stalled:
+            stalled.setdefault(r.queue, []).append((r.tenant, r.grp))
+    released = 0
+    for queue, groups in stalled.items():
+        released += len(after_finish(ctx, queue, groups))
+    if len(rows) < limit:
+        return released, None
+    last = rows[-1]
+    return released, (last.queue, last.tenant, last.grp)
+
+
+def sweep_all(ctx: Context, limit: int = SWEEP_SLICE) -> int:
+    """The whole sweep, slice after slice; how many tasks it released."""
+    after: tuple[str, str, str] | None = ("", "", "")
+    total = 0
+    while after is not None:
+        released, after = sweep(ctx, after, limit)
+        total += released
+    return total
