@@ -433,3 +433,21 @@ def test_migration_0019_upgrades_a_populated_database(services, monkeypatch):
                 "(gen_random_uuid(), 'q', '_', 'k4', '0', 'held', now(), now(), 3, 9, now(), "
                 "now(), 'g')")  # k4's task is dead: its key is free
             assert conn.execute("SELECT count(*) FROM tierq_queue_limits").fetchone()[0] == 0
+
+
+def test_a_release_that_fails_after_the_ack_committed_answers_the_ack_and_the_sweep_releases(
+        make_tq: Any, pg: Any, database_url: str) -> None:
+    """The release runs after the ack's commit: when it fails (here its group's row is held
+    by another transaction past the lock timeout) the ack still answers acked, and the
+    reaper's sweep releases the group's next task."""
+    tq = make_tq(lock_timeout_ms=200)
+    tq.enqueue("q", [{"payload": i, "group": "g"} for i in range(2)])
+    [head] = tq.claim("q", max=10)
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT 1 FROM tierq_groups WHERE queue = 'q' AND grp = 'g' FOR UPDATE")
+        answer = tq.ack("q", [head])
+        assert [str(i) for i in answer.acked] == [str(head.id)] and not answer.rejected
+    assert _states(pg, "q") == {"held": 1}  # nothing released yet
+    tq.run_reaper()
+    [second] = tq.claim("q", max=10)
+    assert second.payload == 1

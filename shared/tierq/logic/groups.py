@@ -23,6 +23,7 @@ for it. A dead letter replayed joins its group's back (:func:`on_replay`).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from tierq.logic.context import Context, to_datetime
 
 if TYPE_CHECKING:
     from tierq.logic.enqueue import Prepared
+
+log = logging.getLogger(__name__)
 
 # groups locked and released per statement
 RELEASE_SLICE = 500
@@ -145,7 +148,22 @@ def after_finish(ctx: Context, queue: str, groups: Iterable[Group],
     """Tasks of these groups left the active set (acked, dead, cancelled, deleted) and were
     committed: release what that frees, in one short transaction, then make it ready.
     ``held_gone``: one entry per held task that went without running (its group's count
-    comes down). The states of the tasks released, by id."""
+    comes down). The states of the tasks released, by id.
+
+    Never raises: the caller's own work is committed, so a failure here must not answer
+    it with an error (a retried ack would find its task gone). It is logged, and the
+    reaper's sweep (:func:`sweep`) releases a group left with held tasks and none active."""
+    groups, held_gone = list(groups), list(held_gone)
+    try:
+        return _after_finish(ctx, queue, groups, held_gone)
+    except Exception:
+        log.warning("groups not released after a commit (the reaper's sweep will): %s",
+                    sorted({g for _, g in groups + held_gone}), exc_info=True)
+        return {}
+
+
+def _after_finish(ctx: Context, queue: str, groups: list[Group],
+                  held_gone: list[Group]) -> dict[str, str]:
     gone = Counter(held_gone)
     wanted = set(groups) | set(gone)
     if not wanted:
