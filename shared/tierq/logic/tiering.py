@@ -187,13 +187,20 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
                 refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
                                              kind="promote")
                 if ticket.full:
-                    if len(items) == 1:
+                    # Valkey refused a call of the batch for want of memory: the calls
+                    # before it came in (a batch is pushed in calls, admission.push_chunks),
+                    # the rest went back to the cold line in their places
+                    gone = set(refused)
+                    taken = len(items) - len(gone)
+                    moved += taken
+                    room -= taken
+                    if not taken and len(items) == 1:
                         return moved, Busy.OUT_OF_MEMORY  # not even one task fits now
-                    # Valkey refused the batch for want of memory (the rows went back to
-                    # the cold line in their places): try a quarter of it, down to one
-                    # task, so that what fits comes in rather than nothing
-                    room_bytes = max(1, sum(len(item[2]) for item in items) // 4)
-                    blob_estimate = max(blob_estimate, room_bytes // max(1, len(items) // 4))
+                    # try a quarter of what was refused, down to one task, so that what
+                    # fits comes in rather than nothing
+                    room_bytes = max(1, sum(len(item[2]) for item in items
+                                            if item[0] in gone) // 4)
+                    blob_estimate = max(blob_estimate, room_bytes // max(1, len(gone) // 4))
                     ctx.warm.forget_memory()
                     continue
                 moved += len(items) - len(refused)
