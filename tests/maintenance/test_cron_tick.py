@@ -173,6 +173,20 @@ def test_a_tick_commits_once_per_slice_of_due_schedules(
         assert seen() == [12]
 
 
+def test_a_transaction_holds_at_most_fifty_schedules_savepoints(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Each schedule's savepoint that writes takes a subtransaction id, and PostgreSQL caches
+    64 a transaction: a slice of 120 is written by transactions of 50, 50 and 20."""
+    assert cron_tick.SCHEDULES_PER_TRANSACTION == 50
+    for i in range(120):
+        tq.put_schedule(f"m{i:03}", {"queue": "q", "payload": i, "every_seconds": 60})
+    tq.ctx.clock.advance(120)
+    with ticks_seen(pg) as seen:
+        summary = cron_tick.run(tq.ctx, budget_seconds=120, slice_size=200)
+        assert (summary.schedules, summary.failed) == (120, [])
+        assert seen() == [50, 50, 20]
+
+
 def test_a_broken_schedule_in_a_slice_is_rolled_back_alone(
         tq: Tierq, pg: psycopg.Connection[Any]) -> None:
     """The slice's other schedules are installed and committed together; the broken one's

@@ -1,10 +1,13 @@
 """cron_tick: keep every schedule's next occurrences installed as keyed delayed tasks, and
 withdraw the pending occurrences of outdated, disabled or removed schedules (the rules are
-in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per slice of
-due schedules, so one commit (a wait for the WAL flush) per slice, not per schedule; the
-slice's locks are taken and its rows read in two statements, then each schedule installs in
-a savepoint, so one that fails (a held row, a statement past its timeout, a
-broken row) is rolled back alone and the others are committed. A schedule another tick (or a
+in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per
+``SCHEDULES_PER_TRANSACTION`` due schedules, so one commit (a wait for the WAL flush) per 50
+schedules, not per schedule; their locks are taken and their rows read in two statements,
+then each schedule installs in a savepoint, so one that fails (a held row, a statement past
+its timeout, a broken row) is rolled back alone and the others are committed. Each savepoint
+that writes takes a transaction id of its own, and PostgreSQL caches 64 of them per
+transaction: past that every other session's snapshot reads ``pg_subtrans``, a slowdown
+every tenant would share, hence 50. A schedule another tick (or a
 PUT) is installing right now is left to that one, and two ticks at once never install an
 occurrence twice; a PUT of a schedule a tick holds waits for the slice's commit.
 
@@ -34,6 +37,10 @@ from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 from tierq.models.names import DEFAULT_TENANT
 
 logger = logging.getLogger(__name__)
+
+# schedules installed in one transaction, each in a savepoint: under PostgreSQL's 64 cached
+# subtransactions (PGPROC_MAX_CACHED_SUBXIDS) per transaction
+SCHEDULES_PER_TRANSACTION = 50
 
 
 @dataclass
@@ -75,8 +82,10 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
             cursor = (due[-1].tick_at_ms, due[-1].tenant, due[-1].name)
         fresh = [e for e in due if (e.tenant, e.name) not in seen]
         seen.update((e.tenant, e.name) for e in fresh)
-        if fresh and not _tick_slice(ctx, fresh, summary, budget):
-            return summary  # the budget is spent: the schedules left come first next pass
+        for start in range(0, len(fresh), SCHEDULES_PER_TRANSACTION):
+            part = fresh[start:start + SCHEDULES_PER_TRANSACTION]
+            if not _tick_slice(ctx, part, summary, budget):
+                return summary  # the budget is spent: the schedules left come first next pass
         if len(due) < limit:
             break
     return summary
@@ -84,9 +93,9 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
 
 def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickSummary,
                 budget: Budget) -> bool:
-    """Tick a slice of due schedules in one transaction, one commit (a commit waits for
-    the WAL flush), each schedule in a savepoint of its own: one that fails is rolled back
-    alone and listed in ``failed``, the others are kept. The slice's lock and read
+    """Tick due schedules (at most ``SCHEDULES_PER_TRANSACTION``) in one transaction, one
+    commit (a commit waits for the WAL flush), each schedule in a savepoint of its own: one
+    that fails is rolled back alone and listed in ``failed``, the others are kept. The lock and read
     statements run for all of it: one past its timeout ends the pass (the next starts
     with the soonest due again). Returns False when the budget ran out first (checked
     between schedules, at least one per pass)."""
