@@ -32,8 +32,10 @@ SEQ_BLOCK = 512
 assert MAX_BATCH <= SEQ_BLOCK
 INSERT_RETRIES = 3
 
-# Called in the transaction that inserts a round of tasks, with their outcomes by index.
-RoundRecorder = Callable[[Conn, dict[int, dict[str, Any]]], None]
+# Called in the transaction that inserts a round of tasks, with every task of the round by
+# index: its outcome when created, None when not. A round run again (a deadlock's victim)
+# reports all of its tasks again, so its last report replaces what an earlier run said.
+RoundRecorder = Callable[[Conn, dict[int, dict[str, Any] | None]], None]
 
 
 @dataclass(slots=True)
@@ -342,7 +344,7 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
         if record is not None:
             record(conn, {p.index: {"id": p.id, "outcome": "created", "state": p.state,
                                     "tenant": p.tenant, "key": p.key}
-                          for p in batch if p.id in seqs})
+                          if p.id in seqs else None for p in batch})
         return seqs, items, released, group_released
 
     return ctx.db.run_transaction(body, what="an enqueue")

@@ -86,8 +86,8 @@ def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | No
     recorded: dict[int, dict[str, Any]] = {int(i): o for i, o in earlier.items()}
     todo = [i for i in range(len(tasks)) if i not in recorded]
 
-    def record(conn: Conn, created: dict[int, dict[str, Any]]) -> None:
-        recorded.update({todo[i]: outcome for i, outcome in created.items()})
+    def record(conn: Conn, round_: dict[int, dict[str, Any] | None]) -> None:
+        merge_round(recorded, todo, round_)
         claim.record(conn, {"outcomes": {str(i): o for i, o in recorded.items()}})
 
     outcomes: dict[int, EnqueueOutcome] = {
@@ -97,6 +97,19 @@ def enqueue_once(ctx: Context, queue: str, tasks: list[TaskIn], tenant: str | No
                                       record=record)
         outcomes.update(zip(todo, fresh, strict=True))
     return [outcomes[i] for i in range(len(tasks))]
+
+
+def merge_round(recorded: dict[int, dict[str, Any]], todo: Sequence[int],
+                round_: dict[int, dict[str, Any] | None]) -> None:
+    """Fold one insert round's report (``enqueue.RoundRecorder``: by index into ``todo``,
+    an outcome or None) into the outcomes recorded so far: a task not created loses what an
+    earlier, rolled-back run of its round said, so a record never names a task that is not
+    in the database."""
+    for i, outcome in round_.items():
+        if outcome is None:
+            recorded.pop(todo[i], None)
+        else:
+            recorded[todo[i]] = outcome
 
 
 def enqueue_body(tasks: Sequence[TaskIn], tenant: str | None) -> Any:
