@@ -404,3 +404,37 @@ def test_a_bulk_warm_up_stays_within_the_tenants_share(
 
 def _refuse_info(*args: Any, **kwargs: Any) -> Any:
     raise redis.ResponseError("NOPERM User tierq has no permissions to run the 'info' command")
+
+
+def test_a_purged_queue_leaves_the_ledger_and_its_count_starts_afresh(
+        make_tq: Callable[..., Tierq]) -> None:
+    """A purge drops the pair's keys, its allotment and its count of bytes given back with
+    them: the ledger forgets the pair, so reports of the pair's new count (from 0 again)
+    lower its entry as they say rather than being taken for reports already seen."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    warm = tq.ctx.warm
+    tq.enqueue("a", [{"payload": "w" * 100_000} for _ in range(3)], tenant="acme")
+    assert warm.ledger_total("acme") > 0
+    warm.ledger_set("acme", "a", allot=None, freed=8_000, now_ms=1, quiet_ms=60_000)
+    tq.purge_queue("a")
+    assert warm.ledger_total("acme") == 0
+    # the pair lives again: grants raise its entry, its reports (count from 0) lower it
+    assert warm.ledger_take("acme", "a", want=5_000, bound=MiB, now_ms=2) == 5_000
+    assert warm.ledger_set("acme", "a", allot=None, freed=4_000, now_ms=2,
+                           quiet_ms=60_000) == 1_000
+
+
+def test_a_pairs_own_figure_resets_the_count_the_ledger_saw(tq: Tierq) -> None:
+    """Valkey lost a pair's keys (its count of bytes given back restarts at 0) without a
+    purge: the reclaim's figure, read in the pair's slot, sets the entry and the count
+    seen together, so the pair's next reports count again."""
+    warm = tq.ctx.warm
+    assert warm.ledger_take("acme", "a", want=10_000, bound=MiB, now_ms=1) == 10_000
+    assert warm.ledger_set("acme", "a", allot=None, freed=8_000, now_ms=1,
+                           quiet_ms=60_000) == 2_000
+    # the pair's keys are lost; a quiet reclaim sets its entry from its own figures
+    assert warm.ledger_set("acme", "a", allot=0, freed=0, now_ms=100_000,
+                           quiet_ms=60_000) == 0
+    assert warm.ledger_take("acme", "a", want=5_000, bound=MiB, now_ms=100_001) == 5_000
+    assert warm.ledger_set("acme", "a", allot=None, freed=4_000, now_ms=100_001,
+                           quiet_ms=60_000) == 1_000

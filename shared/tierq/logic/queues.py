@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
-from tierq.logic import flows, groups, limits
+from tierq.logic import flows, groups, limits, tenant_budget
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.queues import (
     LimitsUse,
@@ -72,6 +72,8 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     for tenant in ctx.pairs.tenants(queue):
         ctx.warm.drop_pair(queue, tenant)
         ctx.modes.pop((queue, tenant), None)
+        # its allotment (and the count of bytes it gave back) went with its keys
+        tenant_budget.forget_pair(ctx, queue, tenant)
     ctx.warm.drop_ready_tenants(queue, ctx.id_tag)
     return deleted
 

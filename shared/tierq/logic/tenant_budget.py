@@ -171,6 +171,18 @@ def give_back(ctx: Context, queue: str, tenant: str, freed: int) -> None:
                     queue, tenant, exc_info=True)
 
 
+def forget_pair(ctx: Context, queue: str, tenant: str) -> None:
+    """The pair's keys were dropped (a queue purge): its ledger entry goes to 0 with them,
+    and so does the count of bytes given back it saw, which the pair restarts from 0 (best
+    effort, as ``give_back``: an entry left behind errs high, against the tenant only)."""
+    try:
+        ctx.warm.ledger_set(tenant, queue, allot=0, freed=0, now_ms=to_ms(ctx.now()),
+                            quiet_ms=0)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("forgetting %r/%r in its tenant's ledger failed", queue, tenant,
+                    exc_info=True)
+
+
 def cancel(ctx: Context, queue: str, tenant: str, granted: int) -> None:
     """Take a grant out of the ledger whose push wrote nothing (best effort, as
     ``give_back``)."""

@@ -17,8 +17,9 @@
 --           arrive in, so no two reports lower the entry by the same bytes. `amount` (the
 --           pair's allotment after a shrink: allot_shrink; '' for a push: push_ready) is
 --           the entry instead when its last grant is older than quiet_ms (no grant can be
---           on its way to the pair): that allotment reflects every report up to `freed`,
---           and one the entry saw beyond it at worst leaves the entry too high.
+--           on its way to the pair): that allotment reflects every report up to `freed`
+--           and none beyond, so `freed` becomes the count seen. A queue purged (its pairs'
+--           keys dropped) is set to 0 this way (amount 0, freed 0, quiet_ms 0).
 --   cancel: a grant the pair never received (its push wrote nothing) leaves the entry.
 -- Allowed at maxmemory (a few bytes per pair; giving back must not fail for want of memory).
 -- Returns { granted (take) or the entry after (set, cancel), total after }
@@ -49,11 +50,15 @@ local after
 if op == 'set' then
   local freed = tonumber(ARGV[7])
   if amount and now_ms - stamp >= tonumber(ARGV[6]) then
+    -- the pair's own figures, read together in its slot: every report up to `freed` is in
+    -- `amount` and none after it, so `freed` is exactly what the entry has seen (which also
+    -- starts a pair whose keys were dropped, and its count with them, afresh)
     after = amount
+    seen = freed
   else
     after = math.max(0, held - math.max(0, freed - seen))
+    seen = math.max(seen, freed)
   end
-  seen = math.max(seen, freed)
 elseif op == 'cancel' then
   after = math.max(0, held - amount)
 else
