@@ -278,3 +278,29 @@ def test_a_claims_removal_never_loses_an_admission_that_raced_it(
     monkeypatch.undo()
     assert index(valkey) == ["r"]
     assert [t.payload for t in tq.claim("q", max=5)] == ["raced"]
+
+
+def test_tenants_removed_are_entered_back_when_the_second_look_fails(
+        tq: Tierq, valkey: redis.Redis, monkeypatch):
+    """The removal went through, the look at the pairs after it did not (their master
+    not answering): the tenants removed are entered back rather than left out until a
+    maintenance pass, since a push into a line with work enters no one on a cluster."""
+    from tierq.errors import WarmTierUnavailable
+
+    tq.enqueue("q", [{"payload": "first", "tenant": "r"}])
+    assert len(tq.claim("q", max=5)) == 1
+    forget = tq.ctx.warm.forget_ready_tenants
+
+    def enqueue_first(queue: str, tenants: Any, id_tag: Any) -> None:
+        tq.enqueue("q", [{"payload": "raced", "tenant": "r"}])  # push, then its entry
+        forget(queue, tenants, id_tag)  # the claim's removal lands after it
+
+    def look_fails(*args: Any, **kwargs: Any) -> Any:
+        raise WarmTierUnavailable("Valkey is not answering")
+
+    monkeypatch.setattr(tq.ctx.warm, "forget_ready_tenants", enqueue_first)
+    monkeypatch.setattr(tq.ctx.warm, "stats_of", look_fails)
+    ready_tenants.forget(tq.ctx, "q", ["r"])
+    monkeypatch.undo()
+    assert index(valkey) == ["r"]
+    assert [t.payload for t in tq.claim("q", max=5)] == ["raced"]

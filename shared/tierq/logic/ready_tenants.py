@@ -82,15 +82,25 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
     pairs again and enter back those that have ready tasks or are in cold mode now: an
     admission pushes (or writes cold) before it enters its tenant, so one that raced this
     claim either lands before the second look, which sees it, or enters its tenant after
-    the removal. Best-effort: a failure is logged."""
+    the removal. Best-effort: a failure is logged. When the removal went through but the
+    second look fails (a pair's master not answering), every tenant removed is entered
+    back: a push into a line with work enters no one on a cluster, so a tenant removed
+    wrongly would otherwise wait for a maintenance pass, and an entry too many costs one
+    visit."""
     if not tenants:
         return
     try:
         ctx.warm.forget_ready_tenants(queue, tenants, ctx.id_tag)
-        now = ctx.warm.stats_of(queue, tenants)
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("taking tenants of %r out of its ready-tenant index failed",
                     queue, exc_info=True)
+        return
+    try:
+        now = ctx.warm.stats_of(queue, tenants)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("looking again at tenants of %r taken out of its ready-tenant index "
+                    "failed; they are entered back", queue, exc_info=True)
+        note(ctx, queue, tenants)
         return
     note(ctx, queue, [t for t, (ready, _, mode) in zip(tenants, now, strict=True)
                       if ready or mode != "warm"])
