@@ -1,21 +1,21 @@
-"""``tierq.core.lazy.frozen_dataclass``: nothing generated until the first instance, then
+"""``tierq.core.lazy.lazy_dataclass``: nothing generated until the first instance, then
 the dataclass ``@dataclass(frozen=True)`` makes, once, even from several threads."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
-from tierq.core.lazy import frozen_dataclass
+from tierq.core.lazy import lazy_dataclass
 
 
-def make_classes() -> tuple[type, type]:
+def make_classes() -> tuple[Any, Any]:
     """A lazy base and a lazy subclass, fresh for each test (generation happens once)."""
 
-    @frozen_dataclass
+    @lazy_dataclass(frozen=True)
     class Base:
         KIND: ClassVar[str] = "base"
         a: int
@@ -24,7 +24,7 @@ def make_classes() -> tuple[type, type]:
         def twice(self) -> int:
             return 2 * self.a
 
-    @frozen_dataclass
+    @lazy_dataclass(frozen=True)
     class Child(Base):
         c: tuple[int, ...] = ()
 
@@ -37,7 +37,7 @@ def test_nothing_is_generated_before_the_first_instance() -> None:
     assert "__repr__" not in base.__dict__ and "__eq__" not in base.__dict__
 
 
-def test_the_first_instance_makes_the_frozen_dataclass() -> None:
+def test_the_first_instance_makes_the_lazy_dataclass() -> None:
     base, _ = make_classes()
     one = base(1)
     assert dataclasses.is_dataclass(base)
@@ -47,7 +47,7 @@ def test_the_first_instance_makes_the_frozen_dataclass() -> None:
     assert one.twice() == 2 and base.KIND == "base"
     assert dataclasses.replace(one, b="x") == base(1, "x")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        one.a = 5  # type: ignore[misc]
+        one.a = 5
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
         base()
 
@@ -80,11 +80,31 @@ def test_threads_racing_to_the_first_instance_generate_it_once() -> None:
 
 def test_a_class_with_its_own_init_or_slots_is_refused() -> None:
     with pytest.raises(TypeError, match="no own __init__ or __slots__"):
-        @frozen_dataclass
+        @lazy_dataclass(frozen=True)
         class Initialised:
             def __init__(self) -> None:
                 pass
     with pytest.raises(TypeError, match="no own __init__ or __slots__"):
-        @frozen_dataclass
+        @lazy_dataclass(frozen=True)
         class Slotted:
             __slots__ = ("a",)
+
+
+def test_the_options_reach_the_dataclass() -> None:
+    @lazy_dataclass(order=True, kw_only=True)
+    class Ordered:
+        a: int
+        items: list[int] = dataclasses.field(default_factory=list)
+
+    @lazy_dataclass
+    class Plain:
+        a: int
+
+    first = Ordered(a=1)
+    assert first < Ordered(a=2) and first.items == [] and first.items is not Ordered(a=1).items
+    first.a = 3  # not frozen
+    with pytest.raises(TypeError):
+        Ordered(1)  # type: ignore[call-arg]  # keywords only
+    plain = Plain(1)
+    plain.a = 2
+    assert plain == Plain(2) and Plain.__hash__ is None  # eq without frozen: unhashable

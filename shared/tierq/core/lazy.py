@@ -9,7 +9,7 @@ function's requests never call costs nothing at its cold start.
 mypy reads the real import; at run time the name is a stand-in that imports the module the
 first time one of its attributes is read and forwards every read to it (nothing is copied,
 so a module global rebound later is seen). Python's import lock makes the first import
-thread-safe. ``frozen_dataclass`` does the same for a dataclass's generated methods. See
+thread-safe. ``lazy_dataclass`` does the same for a dataclass's generated methods. See
 docs/architecture.md (the Lambda runtime).
 """
 
@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import threading
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform, overload
 
 T = TypeVar("T")
 
@@ -49,36 +50,56 @@ def _imported(name: str) -> bool:
     return name in sys.modules
 
 
+
 _made = threading.RLock()
 
 
-@dataclass_transform(frozen_default=True)
-def frozen_dataclass(cls: type[T]) -> type[T]:
-    """``@dataclass(frozen=True)`` whose methods are generated when its first instance is
-    made: a module of many small call objects (``tierq.dal.lua_calls``) costs a function's
-    cold start only the ones its requests build.
+@overload
+def lazy_dataclass(cls: type[T], /) -> type[T]: ...
+
+
+@overload
+def lazy_dataclass(*, frozen: bool = False, eq: bool = True, order: bool = False,
+                   kw_only: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))
+def lazy_dataclass(cls: type[T] | None = None, /, *, frozen: bool = False, eq: bool = True,
+                   order: bool = False, kw_only: bool = False,
+                   ) -> type[T] | Callable[[type[T]], type[T]]:
+    """``@dataclass`` (these of its options) whose methods are generated when the class's
+    first instance is made: a module of many small classes (``tierq.dal.lua_calls``) costs
+    a function's cold start only the ones its requests make.
 
     Generating a dataclass's methods compiles their source, most of what defining one
     costs. Until the first instance, ``dataclasses.fields`` and ``is_dataclass`` do not know
-    the class; from then on it is the dataclass ``@dataclass(frozen=True)`` makes. A class
-    with its own ``__init__`` or ``__slots__`` is refused (the methods replace the one, and
-    the other needs a new class)."""
-    if "__init__" in cls.__dict__ or "__slots__" in cls.__dict__:
-        raise TypeError(f"{cls.__name__}: frozen_dataclass takes no own __init__ or __slots__")
-    setattr(cls, "__init__", _first_init)  # noqa: B010 (mypy refuses assigning a method)
-    return cls
+    the class; from then on it is the dataclass ``@dataclass`` makes with these options. A
+    class with its own ``__init__`` or ``__slots__`` is refused (the methods replace the
+    one, and the other needs a new class)."""
+    options = {"frozen": frozen, "eq": eq, "order": order, "kw_only": kw_only}
 
+    def defer(klass: type[T]) -> type[T]:
+        if "__init__" in klass.__dict__ or "__slots__" in klass.__dict__:
+            raise TypeError(f"{klass.__name__}: lazy_dataclass takes no own __init__ or "
+                            f"__slots__")
 
-def _first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """The first instance's ``__init__``: generates the methods of its class (its bases'
-    first), then runs the generated ``__init__``."""
-    for klass in reversed(type(self).__mro__):
-        _generate(klass)
-    type(self).__init__(self, *args, **kwargs)
+        def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            # the first instance's: generates its class's methods (its bases' first), then
+            # runs the generated __init__
+            for base in reversed(type(self).__mro__):
+                _generate(base)
+            type(self).__init__(self, *args, **kwargs)
+
+        first_init.lazy_dataclass_options = options  # type: ignore[attr-defined]
+        setattr(klass, "__init__", first_init)  # noqa: B010 (mypy refuses assigning a method)
+        return klass
+
+    return defer if cls is None else defer(cls)
 
 
 def _generate(klass: type) -> None:
     with _made:  # two threads' first instances: one generates, the other finds it done
-        if klass.__dict__.get("__init__") is _first_init:
+        options = getattr(klass.__dict__.get("__init__"), "lazy_dataclass_options", None)
+        if options is not None:
             delattr(klass, "__init__")
-            dataclasses.dataclass(frozen=True)(klass)
+            dataclasses.dataclass(**options)(klass)

@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tierq.core.ids import attempt_of_token
-from tierq.core.lazy import frozen_dataclass
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal.command_limit import per_call
 
 R = TypeVar("R", covariant=True)
@@ -121,7 +121,7 @@ class LuaCall(Generic[R]):
 # -- claims ---------------------------------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class ClaimReply:
     """What claim.lua answers: the ready tasks left, the pair's mode, the claimed tasks,
     when more may be had (0: the limits did not cut the claim) and what the queue-wide take
@@ -134,7 +134,7 @@ class ClaimReply:
     granted: int
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class ClaimTake:
     """The queue-wide take riding in a claim's script (claim.lua ``EXTRA_KEYS`` and
     ``EXTRA_ARGS``; single server only)."""
@@ -150,7 +150,7 @@ class ClaimTake:
     shares: int
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class Claim(LuaCall[ClaimReply]):
     """Claim up to ``n`` ready tasks of a pair and lease each one (lua/claim.lua)."""
 
@@ -204,7 +204,7 @@ class Claim(LuaCall[ClaimReply]):
 # -- admission ------------------------------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class PushReply:
     """What push_ready.lua answers: the pair's mode after (``late``: nothing written, the
     reconciler took the rows over; ``allot``: nothing written, ``short`` bytes of allotment
@@ -216,7 +216,7 @@ class PushReply:
     refused: list[str]
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class PushReady(LuaCall[PushReply]):
     """Push (id, score, member, blob) items into a pair's warm set (lua/push_ready.lua).
 
@@ -267,7 +267,7 @@ class PushReady(LuaCall[PushReply]):
         return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[2:]])
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class UpdateReady(LuaCall[int]):
     """Replace the data of tasks already in the warm tier (lua/update_ready.lua); answers
     how many were found."""
@@ -288,7 +288,7 @@ class UpdateReady(LuaCall[int]):
 # -- leases ---------------------------------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LeaseDrop(LuaCall[int]):
     """End these leases (members ``<id>|<token>``, lua/lease_drop.lua); answers how many
     were ended."""
@@ -304,7 +304,7 @@ class LeaseDrop(LuaCall[int]):
         return int(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class ReleaseLeases(LuaCall[list[str]]):
     """End those of these leases whose deadline is after ``now_ms`` (lua/release_leases.lua);
     answers the members ended."""
@@ -322,7 +322,7 @@ class ReleaseLeases(LuaCall[list[str]]):
         return [text(m) for m in reply]
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LeaseExtend(LuaCall[list[int]]):
     """Move leases' deadlines on (lua/lease_extend.lua): per (member, extend_ms) item, the
     new deadline, or 0 for a lease not held or past its deadline."""
@@ -340,7 +340,7 @@ class LeaseExtend(LuaCall[list[int]]):
         return [int(x) for x in reply]
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LeaseExpired(LuaCall[list[tuple[str, str, int]]]):
     """List and mark up to ``limit`` leases past their deadline (lua/lease_expired.lua):
     (id, token, attempt) each."""
@@ -361,7 +361,7 @@ class LeaseExpired(LuaCall[list[tuple[str, str, int]]]):
         return out
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LeaseIndex(LuaCall[bool]):
     """One slice of completing a pair's lease index (lua/lease_index.lua); answers whether
     it is complete."""
@@ -377,7 +377,7 @@ class LeaseIndex(LuaCall[bool]):
         return bool(int(reply))
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RunningLease:
     """One lease of a running page: its task, token, deadline, start and claim record
     (``<started_ms>|<worker>``, '' when none)."""
@@ -389,7 +389,7 @@ class RunningLease:
     record: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RunningPage(LuaCall[tuple[list[RunningLease], tuple[int, str] | None]]):
     """A page of a pair's running leases after (started ms, id) (lua/running_page.lua):
     the leases and where the next page starts after (None when none follows)."""
@@ -425,7 +425,7 @@ class RunningPage(LuaCall[tuple[list[RunningLease], tuple[int, str] | None]]):
 # -- the reconciler and removals ------------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class Missing(LuaCall[list[str] | None]):
     """Which of these ids are neither waiting nor leased (lua/missing.lua); None while the
     pair's lease index is not complete. ``cursor``: '' keeps the kept cursor, '0' forgets
@@ -447,7 +447,7 @@ class Missing(LuaCall[list[str] | None]):
         return [text(x) for x in reply[1:]]
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class Remove(LuaCall[int]):
     """Take tasks (their ready-set members) out of the warm tier entirely, waiting or leased
     (lua/remove.lua); answers how many were."""
@@ -467,7 +467,7 @@ class Remove(LuaCall[int]):
 # -- a tenant's share of the warm tier ------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LedgerReply:
     """What warm_ledger.lua answers: the bytes granted (``take``) or the entry after
     (``set``), and the ledger's total after."""
@@ -476,7 +476,7 @@ class LedgerReply:
     total: int
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class WarmLedger(LuaCall[LedgerReply]):
     """Take from or correct a tenant's warm-tier ledger (lua/warm_ledger.lua)."""
 
@@ -498,7 +498,7 @@ class WarmLedger(LuaCall[LedgerReply]):
         return LedgerReply(int(reply[0]), int(reply[1]))
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class AllotShrink(LuaCall[tuple[int, int]]):
     """Lower a pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua): (bytes
     freed, allotment after)."""
@@ -518,7 +518,7 @@ class AllotShrink(LuaCall[tuple[int, int]]):
 # -- admission modes ------------------------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class AdmissionBegin(LuaCall[str]):
     """Register an admission in flight and answer the pair's mode (lua/admission_begin.lua);
     ``force_cold`` turns the pair cold first."""
@@ -540,7 +540,7 @@ class AdmissionBegin(LuaCall[str]):
         return text(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class GoCold(LuaCall[str]):
     """Turn the pair cold and register an admission in flight (lua/go_cold.lua)."""
 
@@ -556,7 +556,7 @@ class GoCold(LuaCall[str]):
         return text(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class AdmissionEnd(LuaCall[int]):
     """End an admission in flight (lua/admission_end.lua): 1 when it was registered."""
 
@@ -571,7 +571,7 @@ class AdmissionEnd(LuaCall[int]):
         return int(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class ModeReply:
     """What admission_mode.lua answers."""
 
@@ -583,7 +583,7 @@ class ModeReply:
     ready_bytes: int
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class AdmissionMode(LuaCall[ModeReply]):
     """Observe a pair's mode, or flip it back to warm when it may (lua/admission_mode.lua)."""
 
@@ -605,7 +605,7 @@ class AdmissionMode(LuaCall[ModeReply]):
                          bool(reply[4]), int(reply[5]))
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class StatsReply:
     """What tier_stats.lua answers: tasks ready and leased, the mode, the bytes counted."""
 
@@ -615,7 +615,7 @@ class StatsReply:
     ready_bytes: int
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class TierStats(LuaCall[StatsReply]):
     """A pair's counts and mode (lua/tier_stats.lua)."""
 
@@ -636,7 +636,7 @@ class TierStats(LuaCall[StatsReply]):
 # -- a task's lease and waiting tasks -------------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LeaseOfReply:
     """A task's lease as lease_of.lua finds it: token, deadline (0: the reaper is expiring
     it), the claim's record ('' when none)."""
@@ -646,7 +646,7 @@ class LeaseOfReply:
     record: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LeaseOf(LuaCall[LeaseOfReply | None]):
     """The lease a task holds, by its id (lua/lease_of.lua); None when none."""
 
@@ -663,7 +663,7 @@ class LeaseOf(LuaCall[LeaseOfReply | None]):
         return LeaseOfReply(text(reply[0]), int(float(reply[1])), text(reply[2]))
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RemoveReady(LuaCall[list[str]]):
     """Remove tasks (their ready-set members) only while they wait (lua/remove_ready.lua);
     answers the ids removed."""
@@ -679,7 +679,7 @@ class RemoveReady(LuaCall[list[str]]):
         return [text(x) for x in reply]
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class ReadyTenantsNote(LuaCall[int]):
     """Enter tenants in a queue's ready-tenant index (lua/ready_tenants_note.lua); answers
     how many were new. ``on``: an object whose ``index`` is the index's key."""
@@ -698,7 +698,7 @@ class ReadyTenantsNote(LuaCall[int]):
 # -- queue-wide capacity (lua/capacity_pool.lua) --------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class PoolKeys:
     """The keys of one capacity pool of a queue and the queue's token bucket."""
 
@@ -707,7 +707,7 @@ class PoolKeys:
     bucket: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class CapacityReply:
     """What queue_capacity.lua answers: units taken, when asking again is worth it (ms) and
     the pool's units held after."""
@@ -717,7 +717,7 @@ class CapacityReply:
     held: int
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class QueueCapacity(LuaCall[CapacityReply]):
     """Take a queue's capacity, or give back what a take did not use (``want`` 0), in the
     queue's slot (lua/queue_capacity.lua)."""
@@ -754,7 +754,7 @@ class QueueCapacity(LuaCall[CapacityReply]):
         return CapacityReply(int(reply[0]), int(reply[1]), int(reply[2]))
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class CapacityFree(LuaCall[int]):
     """Give reservation units back, each at most once (lua/capacity_free.lua): ``items``
     are groups ``holder, m, k1 .. km`` (``warm_tier.unit_groups``); answers how many were
@@ -772,7 +772,7 @@ class CapacityFree(LuaCall[int]):
         return int(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class CapacityExtend(LuaCall[list[int]]):
     """Move reservation units on (lua/capacity_extend.lua): ``items`` are groups
     ``holder, deadline_ms, m, k1 .. km``; answers each unit's deadline after (0: not
@@ -792,7 +792,7 @@ class CapacityExtend(LuaCall[list[int]]):
         return [int(x) for x in reply]
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class UseKeys:
     """What capacity_use.lua reads: a set of holdings by deadline and a token bucket."""
 
@@ -800,14 +800,14 @@ class UseKeys:
     bucket: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class UseCounts:
     """A pool's counts hash, read with its pool (capacity_use.lua KEYS 3)."""
 
     counts: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class CapacityUse(LuaCall[tuple[int, float | None]]):
     """How much of a limit is in use (lua/capacity_use.lua): the holdings whose deadline
     is ahead, and the bucket's tokens now (None without a rate); changes nothing."""
@@ -841,7 +841,7 @@ class CapacityUse(LuaCall[tuple[int, float | None]]):
 # -- a tenant's own limits on the HTTP API --------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class TenantRequests(LuaCall[int]):
     """Take one token of a tenant's request bucket (lua/tenant_requests.lua): 0, or the ms
     until one."""
@@ -862,14 +862,14 @@ class TenantRequests(LuaCall[int]):
         return int(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class PollKey:
     """A set of long-poll places (a tenant's, or every caller's)."""
 
     polls: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class LongPolls(LuaCall[bool]):
     """Take one of ``cap`` long-poll places for ``hold_ms`` (lua/long_polls.lua): whether
     it was taken."""
@@ -890,14 +890,14 @@ class LongPolls(LuaCall[bool]):
 # -- throughput counts (dal/throughput.py) -------------------------------------------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RateKey:
     """A pair's throughput counts (``throughput.rate_key``)."""
 
     rate: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RateAdd(LuaCall[int]):
     """Add to a pair's counts of the server's current second (lua/rate_add.lua); answers
     that second (epoch seconds)."""
@@ -914,14 +914,14 @@ class RateAdd(LuaCall[int]):
         return int(reply)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class TenantsKey:
     """A queue's index of tenants with counts (``throughput.tenants_key``)."""
 
     tenants: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RateTenants(LuaCall[int]):
     """Note tenants as counting now in the queue's index (lua/rate_tenants.lua); answers
     the server's second."""
@@ -940,14 +940,14 @@ class RateTenants(LuaCall[int]):
 # -- idempotency records of claims and lease outcomes (logic/idempotency.py) ----------------
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RecordKey:
     """One idempotency key's record (``idempotency.valkey_key``)."""
 
     record: str
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class RecordClaim:
     """What idem_claim.lua answers: whether the caller claimed a new record, else
     the record's body fingerprint, and its status and body once its request finished (None
@@ -959,7 +959,7 @@ class RecordClaim:
     body: bytes | None = None
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class IdempotencyClaim(LuaCall[RecordClaim]):
     """Claim a key's record for ``lease_ms``, or read the one there
     (lua/idem_claim.lua)."""
@@ -981,7 +981,7 @@ class IdempotencyClaim(LuaCall[RecordClaim]):
         return RecordClaim(False, fingerprint, None if status is None else int(status), body)
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class IdempotencyFinish(LuaCall[bool]):
     """Keep a request's answer in the record the caller owns, for ``ttl_ms``
     (lua/idem_finish.lua); whether it was kept."""
@@ -1000,7 +1000,7 @@ class IdempotencyFinish(LuaCall[bool]):
         return int(reply) == 1
 
 
-@frozen_dataclass
+@lazy_dataclass(frozen=True)
 class IdempotencyAbandon(LuaCall[bool]):
     """Drop the record the caller owns (lua/idem_abandon.lua); whether it did."""
 
