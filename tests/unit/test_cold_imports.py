@@ -23,6 +23,7 @@ LEASES = ("tierq.models.leases", "tierq.logic.leases")
 ADMIN_ONLY = ("tierq.logic.dlq", "tierq.logic.throughput", "tierq.models.throughput")
 ELSEWHERE = ("tierq.sharded", "tierq.logic.pair_moves", "tierq.dal.migrate", "tierq.logic.bulk",
              "tierq.cli", "tierq.client", "tierq.local")
+ENQUEUE_PATH = ("tierq.logic.enqueue",)  # (the enqueue and admin functions' routes need it)
 OTHER_JOBS = ("tierq.maintenance.reaper", "tierq.maintenance.gauges",
               "tierq.maintenance.cold_to_warm", "tierq.maintenance.delayed_mover")
 
@@ -30,11 +31,12 @@ OTHER_JOBS = ("tierq.maintenance.reaper", "tierq.maintenance.gauges",
 NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "enqueue": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *LEASES, *ADMIN_ONLY, *ELSEWHERE,
                 *OTHER_JOBS),
-    "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS),
-    "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS),
+    "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH),
+    "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
+            *ENQUEUE_PATH),
     "admin": (*ELSEWHERE, "tierq.maintenance.registry", *OTHER_JOBS),
     "cold_to_warm": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE,
-                     "tierq.maintenance.reaper", "tierq.maintenance.gauges"),
+                     *ENQUEUE_PATH, "tierq.maintenance.reaper", "tierq.maintenance.gauges"),
     "cron_tick": (*CLAIM_PATH, *DISPATCHER, *LEASES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS),
 }
 
