@@ -9,7 +9,6 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +25,7 @@ from redis.exceptions import (
 )
 
 from tierq.core.ids import attempt_of_token
+from tierq.core.lazy import lazy_dataclass as dataclass  # (methods made at first instance)
 from tierq.core.ordering import PRIORITY_MAX, PRIORITY_MIN, SPLIT, Place, task_of
 from tierq.dal.command_limit import (
     LimitedConnectionPool,
