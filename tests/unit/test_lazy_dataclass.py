@@ -60,6 +60,17 @@ def test_a_subclass_first_generates_its_bases() -> None:
     assert base(3) == base(3) and dataclasses.is_dataclass(base)
 
 
+def test_a_plain_subclass_with_its_own_init_reaches_the_generated_one() -> None:
+    base, _ = make_classes()
+
+    class Doubled(base):  # type: ignore[misc]  # (base is a lazy dataclass made in a function)
+        def __init__(self, a: int) -> None:
+            super().__init__(2 * a, "doubled")
+
+    made = Doubled(4)
+    assert (made.a, made.b) == (8, "doubled") and made == Doubled(4)
+
+
 def test_threads_racing_to_the_first_instance_generate_it_once() -> None:
     base, _ = make_classes()
     start = threading.Barrier(8)

@@ -75,7 +75,9 @@ def lazy_dataclass(cls: type[T] | None = None, /, *, frozen: bool = False, eq: b
     costs. Until the first instance, ``dataclasses.fields`` and ``is_dataclass`` do not know
     the class; from then on it is the dataclass ``@dataclass`` makes with these options. A
     class with its own ``__init__`` or ``__slots__`` is refused (the methods replace the
-    one, and the other needs a new class)."""
+    one, and the other needs a new class). A dataclass subclass of one must be a
+    ``lazy_dataclass`` too: ``@dataclass`` would not find the fields of a base not yet
+    generated."""
     options = {"frozen": frozen, "eq": eq, "order": order, "kw_only": kw_only}
 
     def defer(klass: type[T]) -> type[T]:
@@ -84,11 +86,12 @@ def lazy_dataclass(cls: type[T] | None = None, /, *, frozen: bool = False, eq: b
                             f"__slots__")
 
         def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-            # the first instance's: generates its class's methods (its bases' first), then
-            # runs the generated __init__
+            # the first instance's: generates the methods of its class (its bases' first),
+            # then runs this class's generated __init__ (a subclass's own __init__ may have
+            # called this one through super())
             for base in reversed(type(self).__mro__):
                 _generate(base)
-            type(self).__init__(self, *args, **kwargs)
+            klass.__dict__["__init__"](self, *args, **kwargs)
 
         first_init.lazy_dataclass_options = options  # type: ignore[attr-defined]
         setattr(klass, "__init__", first_init)  # noqa: B010 (mypy refuses assigning a method)
