@@ -34,7 +34,7 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH),
     "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
             *ENQUEUE_PATH),
-    "admin": (*ELSEWHERE, "tierq.maintenance.registry", *OTHER_JOBS),
+    "admin": (*ELSEWHERE, "tierq.maintenance.registry", *OTHER_JOBS, *DISPATCHER),
     "cold_to_warm": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE,
                      *ENQUEUE_PATH, "tierq.maintenance.reaper", "tierq.maintenance.gauges"),
     "cron_tick": (*CLAIM_PATH, *DISPATCHER, *LEASES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS),
