@@ -19,7 +19,6 @@ tests/unit/test_settings_source.py, scans the modules). Outside it, by design:
 | Glue job and the schema snapshot tool               | before any engine exists             |
 """
 
-from __future__ import annotations
 
 import os
 import re
@@ -57,7 +56,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], **given: Any) -> Settings:
+    def from_environ(cls, environ: Mapping[str, str], **given: Any) -> "Settings":
         """The settings of ``environ`` (not the process environment) and ``given``."""
         return cls.model_validate(given, context={"environ": environ})
 
@@ -367,7 +366,7 @@ class Settings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _system_roots_verify_host(self) -> Settings:
+    def _system_roots_verify_host(self) -> "Settings":
         # libpq accepts sslrootcert=system only with verify-full (a public CA signs for
         # anyone's host names, so checking the chain alone would prove nothing)
         if self.db_sslrootcert == "system" and self.db_sslmode == "verify-ca":
@@ -375,14 +374,14 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _iam_user_names_its_cache(self) -> Settings:
+    def _iam_user_names_its_cache(self) -> "Settings":
         if self.valkey_iam_user and not self.valkey_cache_name:
             raise ValueError("VALKEY_IAM_USER needs VALKEY_CACHE_NAME (the serverless cache "
                              "the IAM token is signed for)")
         return self
 
     @model_validator(mode="after")
-    def _lock_timeout_within_statement_timeout(self) -> Settings:
+    def _lock_timeout_within_statement_timeout(self) -> "Settings":
         # (a lock wait is part of its statement: a longer lock timeout would never fire)
         if self.statement_timeout_ms and self.lock_timeout_ms > self.statement_timeout_ms:
             raise ValueError(
@@ -391,13 +390,13 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _backoff_cap_not_below_base(self) -> Settings:
+    def _backoff_cap_not_below_base(self) -> "Settings":
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ValueError("TIERQ_BACKOFF_CAP_SECONDS must be >= TIERQ_BACKOFF_BASE_SECONDS")
         return self
 
 
 @lru_cache(maxsize=1)
-def get_settings() -> Settings:
+def get_settings() -> "Settings":
     """The process-wide settings, read once."""
     return Settings()

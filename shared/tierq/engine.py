@@ -28,7 +28,7 @@ from tierq.dal import connect
 from tierq.dal.postgres import Database
 from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
-from tierq.logic import enqueue, queues, tasks
+from tierq.logic import queues, tasks
 from tierq.logic.context import Clock, Context, SystemClock
 from tierq.models.base import Replayable, deferred_adapter
 from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
@@ -39,7 +39,16 @@ if TYPE_CHECKING:
     from tierq.dal import migrate
     from tierq.logic import bulk as bulk_logic
     from tierq.logic import claim as claim_logic
-    from tierq.logic import claim_replay, dispatch, dlq, idempotency, leases, schedules, shard_ops
+    from tierq.logic import (
+        claim_replay,
+        dispatch,
+        dlq,
+        enqueue,
+        idempotency,
+        leases,
+        schedules,
+        shard_ops,
+    )
     from tierq.logic import flows as flows_logic
     from tierq.logic import throughput as throughput_logic
     from tierq.logic.idempotency import Caller
@@ -76,6 +85,7 @@ else:
     bulk_logic = lazy_module("tierq.logic.bulk")
     claim_logic = lazy_module("tierq.logic.claim")
     claim_replay = lazy_module("tierq.logic.claim_replay")
+    enqueue = lazy_module("tierq.logic.enqueue")
     dispatch = lazy_module("tierq.logic.dispatch")
     dlq = lazy_module("tierq.logic.dlq")
     flows_logic = lazy_module("tierq.logic.flows")

@@ -12,6 +12,9 @@ Each class states what its script (``lua/<SCRIPT>.lua``) reads, by name and in o
 | ``EXTRA_ARGS``  | arguments that follow ``ARGS`` only then                          |
 | ``GROUPED``     | the items are groups of their own length (``ITEM``: their head)   |
 
+Each class is a frozen dataclass generated on first use (``tierq.core.lazy``): a function
+pays at its cold start for none of them, and at its first request for the ones it calls.
+
 ``build()`` returns (keys, args) and ``parse(reply)`` the typed result; ``items_per_call``
 sizes a bulk call within ElastiCache Serverless's argument limit (dal/command_limit.py).
 Changing an argument changes the script and its class: ``tests/unit/test_lua_calls.py``
@@ -22,12 +25,12 @@ checks each class against the indexes its script reads, and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import cache
 from operator import attrgetter
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tierq.core.ids import attempt_of_token
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal.command_limit import per_call
 
 R = TypeVar("R", covariant=True)
@@ -118,7 +121,7 @@ class LuaCall(Generic[R]):
 # -- claims ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ClaimReply:
     """What claim.lua answers: the ready tasks left, the pair's mode, the claimed tasks,
     when more may be had (0: the limits did not cut the claim) and what the queue-wide take
@@ -131,7 +134,7 @@ class ClaimReply:
     granted: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ClaimTake:
     """The queue-wide take riding in a claim's script (claim.lua ``EXTRA_KEYS`` and
     ``EXTRA_ARGS``; single server only)."""
@@ -147,7 +150,7 @@ class ClaimTake:
     shares: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Claim(LuaCall[ClaimReply]):
     """Claim up to ``n`` ready tasks of a pair and lease each one (lua/claim.lua)."""
 
@@ -201,7 +204,7 @@ class Claim(LuaCall[ClaimReply]):
 # -- admission ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class PushReply:
     """What push_ready.lua answers: the pair's mode after (``late``: nothing written, the
     reconciler took the rows over; ``allot``: nothing written, ``short`` bytes of allotment
@@ -218,7 +221,7 @@ class PushReply:
     slack: int = 0
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class PushReady(LuaCall[PushReply]):
     """Push (id, score, member, blob) items into a pair's warm set (lua/push_ready.lua).
 
@@ -271,7 +274,7 @@ class PushReady(LuaCall[PushReply]):
                          slack=int(reply[4]))
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class UpdateReply:
     """What update_ready.lua answers: ``ok`` with how many tasks were found, ``allot``
     with the bytes of allotment missing, or ``over`` (the growth does not fit the pair's
@@ -281,7 +284,7 @@ class UpdateReply:
     amount: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class UpdateReady(LuaCall[UpdateReply]):
     """Replace the data of tasks already in the warm tier (lua/update_ready.lua), their
     growth counted against the pair's share of its tenant's bound (``bound`` '', 'ask' or
@@ -306,7 +309,7 @@ class UpdateReady(LuaCall[UpdateReply]):
 # -- leases ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseDrop(LuaCall[int]):
     """End these leases (members ``<id>|<token>``, lua/lease_drop.lua); answers how many
     were ended."""
@@ -322,7 +325,7 @@ class LeaseDrop(LuaCall[int]):
         return int(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ReleaseLeases(LuaCall[list[str]]):
     """End those of these leases whose deadline is after ``now_ms`` (lua/release_leases.lua);
     answers the members ended."""
@@ -340,7 +343,7 @@ class ReleaseLeases(LuaCall[list[str]]):
         return [text(m) for m in reply]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseExtend(LuaCall[list[int]]):
     """Move leases' deadlines on (lua/lease_extend.lua): per (member, extend_ms) item, the
     new deadline, or 0 for a lease not held or past its deadline."""
@@ -358,7 +361,7 @@ class LeaseExtend(LuaCall[list[int]]):
         return [int(x) for x in reply]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseExpired(LuaCall[list[tuple[str, str, int]]]):
     """List and mark up to ``limit`` leases past their deadline (lua/lease_expired.lua):
     (id, token, attempt) each."""
@@ -379,7 +382,7 @@ class LeaseExpired(LuaCall[list[tuple[str, str, int]]]):
         return out
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseIndex(LuaCall[bool]):
     """One slice of completing a pair's lease index (lua/lease_index.lua); answers whether
     it is complete."""
@@ -395,7 +398,7 @@ class LeaseIndex(LuaCall[bool]):
         return bool(int(reply))
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RunningLease:
     """One lease of a running page: its task, token, deadline, start and claim record
     (``<started_ms>|<worker>``, '' when none)."""
@@ -407,7 +410,7 @@ class RunningLease:
     record: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RunningPage(LuaCall[tuple[list[RunningLease], tuple[int, str] | None]]):
     """A page of a pair's running leases after (started ms, id) (lua/running_page.lua):
     the leases and where the next page starts after (None when none follows)."""
@@ -443,7 +446,7 @@ class RunningPage(LuaCall[tuple[list[RunningLease], tuple[int, str] | None]]):
 # -- the reconciler and removals ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Missing(LuaCall[list[str] | None]):
     """Which of these ids are neither waiting nor leased (lua/missing.lua); None while the
     pair's lease index is not complete. ``cursor``: '' keeps the kept cursor, '0' forgets
@@ -465,7 +468,7 @@ class Missing(LuaCall[list[str] | None]):
         return [text(x) for x in reply[1:]]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Remove(LuaCall[int]):
     """Take tasks (their ready-set members) out of the warm tier entirely, waiting or leased
     (lua/remove.lua); answers how many were."""
@@ -485,7 +488,7 @@ class Remove(LuaCall[int]):
 # -- a tenant's share of the warm tier ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LedgerReply:
     """What warm_ledger.lua answers: the bytes granted (``take``) or the entry after
     (``set``, ``cancel``), and the ledger's total after."""
@@ -494,7 +497,7 @@ class LedgerReply:
     total: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class WarmLedger(LuaCall[LedgerReply]):
     """Take from or correct a tenant's warm-tier ledger (lua/warm_ledger.lua)."""
 
@@ -516,7 +519,7 @@ class WarmLedger(LuaCall[LedgerReply]):
         return LedgerReply(int(reply[0]), int(reply[1]))
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class AllotShrink(LuaCall[tuple[int, int, int]]):
     """Lower a pair's allotment to its usage plus ``keep`` (lua/allot_shrink.lua): (bytes
     freed, allotment after, the pair's count of bytes given back so far)."""
@@ -536,7 +539,7 @@ class AllotShrink(LuaCall[tuple[int, int, int]]):
 # -- admission modes ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class AdmissionBegin(LuaCall[str]):
     """Register an admission in flight and answer the pair's mode (lua/admission_begin.lua);
     ``force_cold`` turns the pair cold first."""
@@ -558,7 +561,7 @@ class AdmissionBegin(LuaCall[str]):
         return text(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class GoCold(LuaCall[str]):
     """Turn the pair cold and register an admission in flight (lua/go_cold.lua)."""
 
@@ -574,7 +577,7 @@ class GoCold(LuaCall[str]):
         return text(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class AdmissionEnd(LuaCall[int]):
     """End an admission in flight (lua/admission_end.lua): 1 when it was registered."""
 
@@ -589,7 +592,7 @@ class AdmissionEnd(LuaCall[int]):
         return int(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ModeReply:
     """What admission_mode.lua answers."""
 
@@ -601,7 +604,7 @@ class ModeReply:
     ready_bytes: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class AdmissionMode(LuaCall[ModeReply]):
     """Observe a pair's mode, or flip it back to warm when it may (lua/admission_mode.lua)."""
 
@@ -623,7 +626,7 @@ class AdmissionMode(LuaCall[ModeReply]):
                          bool(reply[4]), int(reply[5]))
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class StatsReply:
     """What tier_stats.lua answers: tasks ready and leased, the mode, the bytes counted."""
 
@@ -633,7 +636,7 @@ class StatsReply:
     ready_bytes: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class TierStats(LuaCall[StatsReply]):
     """A pair's counts and mode (lua/tier_stats.lua)."""
 
@@ -654,7 +657,7 @@ class TierStats(LuaCall[StatsReply]):
 # -- a task's lease and waiting tasks -------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseOfReply:
     """A task's lease as lease_of.lua finds it: token, deadline (0: the reaper is expiring
     it), the claim's record ('' when none)."""
@@ -664,7 +667,7 @@ class LeaseOfReply:
     record: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseOf(LuaCall[LeaseOfReply | None]):
     """The lease a task holds, by its id (lua/lease_of.lua); None when none."""
 
@@ -681,7 +684,7 @@ class LeaseOf(LuaCall[LeaseOfReply | None]):
         return LeaseOfReply(text(reply[0]), int(float(reply[1])), text(reply[2]))
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RemoveReady(LuaCall[list[str]]):
     """Remove tasks (their ready-set members) only while they wait (lua/remove_ready.lua);
     answers the ids removed."""
@@ -697,7 +700,7 @@ class RemoveReady(LuaCall[list[str]]):
         return [text(x) for x in reply]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ReadyTenantsNote(LuaCall[int]):
     """Enter tenants in a queue's ready-tenant index (lua/ready_tenants_note.lua); answers
     how many were new. ``on``: an object whose ``index`` is the index's key."""
@@ -716,7 +719,7 @@ class ReadyTenantsNote(LuaCall[int]):
 # -- queue-wide capacity (lua/capacity_pool.lua) --------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class PoolKeys:
     """The keys of one capacity pool of a queue and the queue's token bucket."""
 
@@ -725,7 +728,7 @@ class PoolKeys:
     bucket: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class CapacityReply:
     """What queue_capacity.lua answers: units taken, when asking again is worth it (ms) and
     the pool's units held after."""
@@ -735,7 +738,7 @@ class CapacityReply:
     held: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class QueueCapacity(LuaCall[CapacityReply]):
     """Take a queue's capacity, or give back what a take did not use (``want`` 0), in the
     queue's slot (lua/queue_capacity.lua)."""
@@ -772,7 +775,7 @@ class QueueCapacity(LuaCall[CapacityReply]):
         return CapacityReply(int(reply[0]), int(reply[1]), int(reply[2]))
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class CapacityFree(LuaCall[int]):
     """Give reservation units back, each at most once (lua/capacity_free.lua): ``items``
     are groups ``holder, m, k1 .. km`` (``warm_tier.unit_groups``); answers how many were
@@ -790,7 +793,7 @@ class CapacityFree(LuaCall[int]):
         return int(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class CapacityExtend(LuaCall[list[int]]):
     """Move reservation units on (lua/capacity_extend.lua): ``items`` are groups
     ``holder, deadline_ms, m, k1 .. km``; answers each unit's deadline after (0: not
@@ -810,7 +813,7 @@ class CapacityExtend(LuaCall[list[int]]):
         return [int(x) for x in reply]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class UseKeys:
     """What capacity_use.lua reads: a set of holdings by deadline and a token bucket."""
 
@@ -818,14 +821,14 @@ class UseKeys:
     bucket: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class UseCounts:
     """A pool's counts hash, read with its pool (capacity_use.lua KEYS 3)."""
 
     counts: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class CapacityUse(LuaCall[tuple[int, float | None]]):
     """How much of a limit is in use (lua/capacity_use.lua): the holdings whose deadline
     is ahead, and the bucket's tokens now (None without a rate); changes nothing."""
@@ -859,7 +862,7 @@ class CapacityUse(LuaCall[tuple[int, float | None]]):
 # -- a tenant's own limits on the HTTP API --------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class TenantRequests(LuaCall[int]):
     """Take one token of a tenant's request bucket (lua/tenant_requests.lua): 0, or the ms
     until one."""
@@ -880,14 +883,14 @@ class TenantRequests(LuaCall[int]):
         return int(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class PollKey:
     """A set of long-poll places (a tenant's, or every caller's)."""
 
     polls: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LongPolls(LuaCall[bool]):
     """Take one of ``cap`` long-poll places for ``hold_ms`` (lua/long_polls.lua): whether
     it was taken."""
@@ -908,14 +911,14 @@ class LongPolls(LuaCall[bool]):
 # -- throughput counts (dal/throughput.py) -------------------------------------------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RateKey:
     """A pair's throughput counts (``throughput.rate_key``)."""
 
     rate: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RateAdd(LuaCall[int]):
     """Add to a pair's counts of the server's current second (lua/rate_add.lua); answers
     that second (epoch seconds)."""
@@ -932,14 +935,14 @@ class RateAdd(LuaCall[int]):
         return int(reply)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class TenantsKey:
     """A queue's index of tenants with counts (``throughput.tenants_key``)."""
 
     tenants: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RateTenants(LuaCall[int]):
     """Note tenants as counting now in the queue's index (lua/rate_tenants.lua); answers
     the server's second."""
@@ -958,14 +961,14 @@ class RateTenants(LuaCall[int]):
 # -- idempotency records of claims and lease outcomes (logic/idempotency.py) ----------------
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RecordKey:
     """One idempotency key's record (``idempotency.valkey_key``)."""
 
     record: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class RecordClaim:
     """What idem_claim.lua answers: whether the caller claimed a new record, else
     the record's body fingerprint, and its status and body once its request finished (None
@@ -977,7 +980,7 @@ class RecordClaim:
     body: bytes | None = None
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class IdempotencyClaim(LuaCall[RecordClaim]):
     """Claim a key's record for ``lease_ms``, or read the one there
     (lua/idem_claim.lua)."""
@@ -999,7 +1002,7 @@ class IdempotencyClaim(LuaCall[RecordClaim]):
         return RecordClaim(False, fingerprint, None if status is None else int(status), body)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class IdempotencyFinish(LuaCall[bool]):
     """Keep a request's answer in the record the caller owns, for ``ttl_ms``
     (lua/idem_finish.lua); whether it was kept."""
@@ -1018,7 +1021,7 @@ class IdempotencyFinish(LuaCall[bool]):
         return int(reply) == 1
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class IdempotencyAbandon(LuaCall[bool]):
     """Drop the record the caller owns (lua/idem_abandon.lua); whether it did."""
 

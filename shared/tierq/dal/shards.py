@@ -32,13 +32,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import orjson
 
 from tierq.config import Settings
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal import connect
 from tierq.extras import MissingExtraError
 
@@ -59,7 +60,7 @@ class ShardConfigError(ValueError):
     """``TIERQ_SHARD_URLS`` (or a list of shard names) is not usable; the message says why."""
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ShardSpec:
     name: str
     url: str
@@ -143,7 +144,7 @@ def parse_shard_names(text: str) -> list[str]:
     return names
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class DirectoryEntry:
     """Where a further shard of an AWS deployment is: its entry in Parameter Store."""
 

@@ -9,7 +9,6 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +25,7 @@ from redis.exceptions import (
 )
 
 from tierq.core.ids import attempt_of_token
+from tierq.core.lazy import lazy_dataclass  # (a class's methods made at its first instance)
 from tierq.core.ordering import PRIORITY_MAX, PRIORITY_MIN, SPLIT, Place, task_of
 from tierq.dal.command_limit import (
     LimitedConnectionPool,
@@ -117,7 +117,7 @@ SCRIPTS = (
 )
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class PairKeys:
     """The keys of one (queue, tenant); all share the hash tag ``{queue|tenant}``."""
 
@@ -176,7 +176,7 @@ class LatePush(Exception):
     reconciler has taken its rows over (lua/missing.lua) and pushes them itself."""
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class QueueKeys:
     """The keys of a queue as a whole, across its tenants: they share the hash tag
     ``{queue}`` (no pair's), so a queue-wide script runs in one slot (lua/queue_capacity.lua).
@@ -208,7 +208,7 @@ class QueueKeys:
         return f"tq:{{{queue}}}:held:{pool}:counts"
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class TenantKeys:
     """The keys of a tenant as a whole, across its queues: they share the hash tag
     ``{~tenant}`` (``~`` starts no queue name, so no queue's tag is the same), one slot."""
@@ -280,14 +280,14 @@ def token_groups(tokens: Sequence[str]) -> list[str]:
     return args
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class _Index:
     """A queue's ready-tenant index as ``ReadyTenantsNote`` reads its key."""
 
     index: str
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ScriptCall:
     """A script to run later, by name (``WarmTier.release``'s ``then``)."""
 
@@ -296,7 +296,7 @@ class ScriptCall:
     args: tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class QueueTake:
     """The queue-wide take a claim's first pair makes in its own script on a single server
     (lua/claim.lua KEYS 9-11): ``want`` units for the whole claim, one entry ``holder``,
@@ -313,7 +313,7 @@ class QueueTake:
     shares: int = 1
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class CapacityTaken:
     """What ``WarmTier.take_capacity`` granted: ``taken`` units, ``<holder>1`` ..
     ``<holder><taken>``, held until their deadline by one entry; ``retry_after_ms`` (0 when
@@ -345,7 +345,7 @@ def claim_prefix(token: str) -> str:
     return token[:token.rfind("~", 0, token.rfind("~")) + 1]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class PushOutcome:
     """What one ``push_ready`` call did: the pair's mode after, the ids it refused, the
     bytes of allotment it gave back and the pair's count of bytes given back so far
@@ -364,7 +364,7 @@ class PushOutcome:
     noted: bool = False
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class UpdateOutcome:
     """What ``update_ready`` did: the tasks found (and replaced), the items done before it
     stopped, and why it stopped: ``short`` bytes of allotment missing ('ask'), or
@@ -376,7 +376,7 @@ class UpdateOutcome:
     over: bool = False
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class TenantShare:
     """How a push counts against its tenant's warm-tier bound (lua/warm_usage.lua):
     ``bound`` '' (none), 'ask' or 'strict'; ``grant``: allotment just taken from the
@@ -389,7 +389,7 @@ class TenantShare:
     keep: int = 0
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Memory:
     """A Valkey server's memory (INFO memory): ``maxmemory`` (0: none) and ``used``."""
 
@@ -402,7 +402,7 @@ class Memory:
         return None if self.maxmemory <= 0 else max(0, self.maxmemory - self.used)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class ModeObservation:
     mode: str
     epoch: str
@@ -412,7 +412,7 @@ class ModeObservation:
     ready_bytes: int = 0
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class LeaseInfo:
     id: str
     token: str

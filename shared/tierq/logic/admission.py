@@ -27,13 +27,14 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
 import orjson
 
+from tierq.core.lazy import lazy_dataclass
 from tierq.core.ordering import Place, place
 from tierq.dal.store.rows import ReadyRow
 from tierq.dal.task_store import Conn
@@ -123,7 +124,7 @@ def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
     )
 
 
-@dataclass
+@lazy_dataclass
 class Ticket:
     """One admission across one or more (queue, tenant) pairs. ``since_ms``: when it
     began, at or before the ``state_since`` its rows are written with (the caller's clock):
@@ -322,7 +323,7 @@ def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[
     return refused
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Target:
     """A task about to become ready."""
 
@@ -341,7 +342,7 @@ def warm_items(rows: Iterable[ReadyRow]) -> dict[Pair, list[PushItem]]:
     return by_pair
 
 
-@dataclass
+@lazy_dataclass
 class Pending:
     """Rows made ready in an open transaction, and their push items, to dispatch once it
     commits."""

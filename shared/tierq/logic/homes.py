@@ -34,13 +34,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg_pool
 
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal.shards import rendezvous_order
 from tierq.dal.store.rows import HomeRow, HomeState
 from tierq.dal.task_store import Conn, TaskStore
@@ -103,13 +103,13 @@ class HomeConflict(TierqError):
     code = "home_conflict"
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class CopyProgress:
     copied: int
     new_here: int
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class SyncSummary:
     shards: int
     adopted: int  # pairs recorded as living where they are registered

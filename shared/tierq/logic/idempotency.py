@@ -50,13 +50,13 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 import psycopg
 import redis
 
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal.lua_calls import IdempotencyAbandon, IdempotencyClaim, IdempotencyFinish, RecordKey
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, TierqError, Unavailable, WarmTierFull
@@ -120,7 +120,7 @@ def fingerprint(body: Any) -> bytes:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Caller:
     """Whose idempotency keys these are: the same key of two callers is two keys.
 
@@ -145,7 +145,7 @@ class Caller:
         return cls(f"tenant:{tenant}", subject)
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class KeyedCall:
     """One call under an idempotency key: its caller, operation (``route``: ``enqueue``,
     ``dlq_replay``, ``claim``, ``ack``, …), queue and key, and the fingerprint of what it
@@ -189,7 +189,7 @@ def models_body(items: Sequence[Any]) -> Any:
     return [i.model_dump(mode="json") for i in items]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Kept:
     """The response a previous request with the key returned."""
 
@@ -215,7 +215,7 @@ def _in_progress() -> IdempotencyInProgress:
 # --------------------------------------------------------------------------- PostgreSQL
 
 
-@dataclass
+@lazy_dataclass
 class PgClaim:
     """The right to run the request of one key, held in ``tierq_idempotency``.
 
@@ -401,7 +401,7 @@ def valkey_key(scope: bytes) -> str:
     return f"{VALKEY_PREFIX}{{{scope.hex()}}}"
 
 
-@dataclass
+@lazy_dataclass
 class ValkeyClaim:
     ctx: Context
     key: str

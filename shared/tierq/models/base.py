@@ -4,9 +4,12 @@ A Lambda function imports every model of the engine but validates a few of them 
 function never builds a schedule). Building a model's validator is most of what defining it
 costs, so each is built the first time it validates or serializes (``defer_build``), not at
 import: a cold start pays only for the models its requests use. See docs/architecture.md
-(the Lambda runtime)."""
+(the Lambda runtime).
 
-from __future__ import annotations
+The model modules (and ``tierq.config``) leave out ``from __future__ import annotations``:
+pydantic would evaluate each field's string annotation at class creation, about a third of
+what defining a model costs at import; a name used before its class is defined is quoted."""
+
 
 from typing import Self, TypeVar
 

@@ -10,7 +10,6 @@ The envelopes of leases (``ClaimResults``, ``RunningMetrics``) are defined in
 :mod:`tierq.models.lease_envelopes` and read here on first use, so that a function that
 never answers a claim never imports the lease models."""
 
-from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING, Any

@@ -1,6 +1,5 @@
 """Flows: a graph of tasks created in one request (``POST /v1/flows``)."""
 
-from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -49,7 +48,7 @@ class FlowTaskIn(RequestModel):
         return value
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> FlowTaskIn:
+    def _one_schedule(self) -> "FlowTaskIn":
         if self.delay_seconds is not None and self.run_at is not None:
             raise ValueError("give delay_seconds or run_at, not both")
         return self

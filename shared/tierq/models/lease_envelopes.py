@@ -1,7 +1,6 @@
 """The response envelopes of leases: a claim's answer and the running leases (see
 :mod:`tierq.models.envelopes`, which reads them from here on first use)."""
 
-from __future__ import annotations
 
 from datetime import datetime
 

@@ -1,6 +1,5 @@
 """Claims, leases and their outcomes: ack, nack, release, heartbeat."""
 
-from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal

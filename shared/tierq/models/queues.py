@@ -1,6 +1,5 @@
 """Per-queue settings, counts and views."""
 
-from __future__ import annotations
 
 import math
 from datetime import datetime
@@ -26,7 +25,7 @@ class BackoffSettings(RequestModel):
     jitter: float = Field(default=0.1, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _cap_not_below_base(self) -> BackoffSettings:
+    def _cap_not_below_base(self) -> "BackoffSettings":
         if self.cap_seconds < self.base_seconds:
             raise ValueError("cap_seconds must be >= base_seconds")
         return self
@@ -68,7 +67,7 @@ class RateLimit(RequestModel):
                                    "per_second rounded up, at least 1.")
 
     @model_validator(mode="after")
-    def _burst_default(self) -> RateLimit:
+    def _burst_default(self) -> "RateLimit":
         if self.burst == 0:
             self.burst = max(1, math.ceil(self.per_second))
         return self
@@ -230,7 +229,7 @@ class WorkerSettings(Model):
         description="Tasks of one group (a task's `group`) active at once, at most.")
 
     @classmethod
-    def of(cls, settings: QueueSettings) -> WorkerSettings:
+    def of(cls, settings: QueueSettings) -> "WorkerSettings":
         return cls(lease_seconds=settings.lease_seconds, max_attempts=settings.max_attempts,
                    backoff=settings.backoff, paused=settings.paused,
                    group_max_leased=settings.group_max_leased)

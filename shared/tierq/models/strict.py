@@ -3,7 +3,6 @@ mode reads them as 1 and 0 for ``int`` and ``float`` fields, which the API docum
 Schema's ``integer`` / ``number``) does not allow; strict mode would also refuse ``3.0`` for
 an integer, which JSON Schema allows. So booleans alone are refused, naming the field."""
 
-from __future__ import annotations
 
 import types
 from typing import Any, Union, get_args, get_origin

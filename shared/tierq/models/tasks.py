@@ -1,6 +1,5 @@
 """Tasks: what producers enqueue, and how a task looks when asked for."""
 
-from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -75,7 +74,7 @@ class TaskIn(RequestModel):
         return value
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> TaskIn:
+    def _one_schedule(self) -> "TaskIn":
         if self.delay_seconds is not None and self.run_at is not None:
             raise ValueError("give delay_seconds or run_at, not both")
         return self

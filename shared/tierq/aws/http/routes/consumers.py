@@ -20,7 +20,6 @@ from pydantic import Field
 from tierq.aws.http import paging
 from tierq.aws.http.errors import responses
 from tierq.aws.runtime import default_engine
-from tierq.logic.dispatch import InvocationSlots, read_counts
 from tierq.models.base import Model
 
 router = Router()
@@ -56,6 +55,10 @@ class ConsumerMetricsList(Model):
 
 
 def consumer_metrics(after: str) -> Iterator[ConsumerMetrics]:
+    # the dispatcher's slots and counters: imported by this route's first request, not at
+    # the admin function's cold start (docs/architecture.md, the Lambda runtime)
+    from tierq.logic.dispatch import InvocationSlots, read_counts
+
     # queue settings are written to every shard, and the counters are in the warm tier
     ctx = default_engine().ctx
     slots = InvocationSlots(ctx)
