@@ -39,7 +39,16 @@ if TYPE_CHECKING:
     from tierq.dal import migrate
     from tierq.logic import bulk as bulk_logic
     from tierq.logic import claim as claim_logic
-    from tierq.logic import claim_replay, dispatch, dlq, idempotency, leases, schedules, shard_ops
+    from tierq.logic import (
+        claim_replay,
+        dispatch,
+        dlq,
+        idempotency,
+        leases,
+        schedules,
+        shard_ops,
+        waits,
+    )
     from tierq.logic import flows as flows_logic
     from tierq.logic import throughput as throughput_logic
     from tierq.logic.idempotency import Caller
@@ -85,6 +94,7 @@ else:
     leases = lazy_module("tierq.logic.leases")
     schedules = lazy_module("tierq.logic.schedules")
     throughput_logic = lazy_module("tierq.logic.throughput")
+    waits = lazy_module("tierq.logic.waits")
     registry = lazy_module("tierq.maintenance.registry")
     lease_models = lazy_module("tierq.models.leases")
 
@@ -320,8 +330,12 @@ class Tierq(Deployment):
 
     # -- tasks and dead letters ----------------------------------------------------------
 
-    def get_task(self, queue: str, task_id: UUID | str) -> TaskView:
-        return tasks.get_task(self.ctx, queue, UUID(str(task_id)))
+    def get_task(self, queue: str, task_id: UUID | str, *, wait_seconds: float = 0,
+                 tenant: str | None = None) -> TaskView:
+        if wait_seconds == 0 and tenant is None:
+            return tasks.get_task(self.ctx, queue, UUID(str(task_id)))
+        return waits.get_task(self.ctx, queue, UUID(str(task_id)),
+                              wait_seconds=wait_seconds, tenant=tenant)
 
     def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
         return tasks.cancel_task(self.ctx, queue, UUID(str(task_id)))

@@ -15,9 +15,10 @@ Valkey:
 (the bucket holds ``TIERQ_TENANT_REQUESTS_BURST``; the cap over all callers is
 ``TIERQ_LONG_POLLS_PERCENT``, 80, of the claim function's reserved concurrency).
 
-A request takes one token (``tenant_requests.lua``); a claim with ``wait_seconds > 0`` holds
-a place until it ends, or for :data:`POLL_HOLD_MS` at most (``long_polls.lua``): first one
-of its tenant's places, then one of all callers'. The per-tenant cap alone does not keep the
+A request takes one token (``tenant_requests.lua``); a claim with ``wait_seconds > 0``, or a
+task's read with it (a wait for its end, logic/waits.py), holds a place until it ends, or for
+:data:`POLL_HOLD_MS` at most (``long_polls.lua``): first one of its tenant's places, then
+one of all callers'. The per-tenant cap alone does not keep the
 claim function from throttling (with the defaults, 20 tenants at 10 polls fill its 200): the
 cap over all callers keeps long polls at 80 % of it, the rest for claims that do not wait.
 
@@ -101,9 +102,9 @@ def long_poll(ctx: Context, tenant: str | None) -> Iterator[None]:
             places.enter_context(_place(
                 ctx, TenantKeys.of(tenant).polls, tenant_cap, f"tenant {tenant!r}",
                 TooManyRequests(
-                    f"tenant {tenant!r} has {tenant_cap} long polls (claims with "
-                    "wait_seconds > 0) in flight, its most; retry after the Retry-After "
-                    "header, or claim without waiting",
+                    f"tenant {tenant!r} has {tenant_cap} long polls (claims and task "
+                    "reads with wait_seconds > 0) in flight, its most; retry after the "
+                    "Retry-After header, or claim without waiting",
                     retry_after=POLL_RETRY_SECONDS,
                     details=[{"field": "wait_seconds",
                               "message": "too many long polls in flight"}])))
@@ -112,9 +113,9 @@ def long_poll(ctx: Context, tenant: str | None) -> Iterator[None]:
             places.enter_context(_place(
                 ctx, ALL_POLLS_KEY, all_cap, "all callers",
                 TooManyRequests(
-                    f"{all_cap} long polls (claims with wait_seconds > 0) are in flight, "
-                    "the most the service takes at once; retry after the Retry-After "
-                    "header, or claim without waiting",
+                    f"{all_cap} long polls (claims and task reads with wait_seconds > 0) "
+                    "are in flight, the most the service takes at once; retry after the "
+                    "Retry-After header, or claim without waiting",
                     retry_after=POLL_RETRY_SECONDS,
                     details=[{"field": "wait_seconds",
                               "message": "too many long polls in flight in all"}])))
