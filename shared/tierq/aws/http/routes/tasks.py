@@ -48,9 +48,8 @@ WaitQuery = Annotated[float | None, Query(
                 "tenant, with what only its row held (payload, key, priority) at "
                 "defaults. Another tenant's task is 404 at once. A wait counts as a long "
                 "poll: a tenant caller holds at most TIERQ_TENANT_LONG_POLLS at once "
-                "(claims and waits together), and all callers together a share of the "
-                "claim function's reserved concurrency: one more is 429 too_many_requests "
-                "with Retry-After.",
+                "(claims and waits together); one more is 429 too_many_requests with "
+                "Retry-After.",
     operation_id="getTask",
     tags=["tasks"],
     responses=responses("The task as stored, with its lease when it is leased.", 404),
@@ -60,7 +59,9 @@ def get_task(queue: QueuePath, task_id: TaskIdPath,
     if wait_seconds is None:
         return visible_task(queue, str(task_id))
     tierq = engine()
-    with tenant_limits.long_poll(default_engine().ctx, request.pinned_tenant()):
+    # one of its tenant's long-poll places (429 past them); not one of the claim
+    # function's, which a wait does not hold
+    with tenant_limits.long_poll(default_engine().ctx, request.pinned_tenant(), claim=False):
         return tierq.get_task(queue, task_id, wait_seconds=wait_seconds,
                               tenant=request.pinned_tenant())
 
