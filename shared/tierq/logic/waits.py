@@ -29,7 +29,7 @@ about 80 bytes each, so under 1 MB per pair, made only by work the tenant's requ
 nacks) and leases did, and gone five minutes after its pair goes quiet. A task acked without
 a result and read after its row is gone answers a view from its marker: id, queue, tenant,
 state ``done``, attempts, when it was created (from its UUIDv7) and finished; what only the
-row held (payload, key, priority, max_attempts) is left at defaults.
+row held (payload, key, priority) is left at defaults, ``max_attempts`` at its attempts.
 
 A marker and its message are best-effort: when Valkey cannot take them, the work is still
 committed and a waiter answers at the end of its wait, as the task stands then. A dead letter
