@@ -15,6 +15,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from tierq.contract import QueueEngine
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import NotFound
@@ -40,7 +41,7 @@ def subscribers(valkey: redis.Redis | RedisCluster, name: str) -> int:
 class Waiter:
     """A wait run in a thread: its answer (or error) and when it came (monotonic)."""
 
-    def __init__(self, tq: Tierq, queue: str, task_id: Any, seconds: float,
+    def __init__(self, tq: QueueEngine, queue: str, task_id: Any, seconds: float,
                  tenant: str | None = None) -> None:
         self.answer: TaskView | None = None
         self.error: BaseException | None = None
