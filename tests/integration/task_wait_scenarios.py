@@ -89,6 +89,7 @@ def wakes_within_ms_of_the_ack(tq: Tierq, valkey: Any, rounds: int = 20) -> floa
         answer = waiter.result()
         late.append((waiter.ended - acked) * 1000)
         assert answer.state == "done" and answer.id == task.id  # (deleted on ack)
+        assert subscribers(valkey, channel("q", task.id)) == 0  # (its connection closed)
     median = statistics.median(late)
     print(f"wait answered after the ack: median {median:.1f} ms, max {max(late):.1f} ms "
           f"of {rounds}")
@@ -207,6 +208,20 @@ class Statements:
             return original(*args, **kwargs)
 
         monkeypatch.setattr(tq.db, "connection", counted)
+
+
+def a_broken_subscription_answers_early(tq: Tierq, valkey: Any) -> None:
+    """The wait's connection is killed on the server: it answers as the task stands."""
+    [made] = tq.enqueue("q", [{"payload": 1}])
+    waiter = Waiter(tq, "q", made.id, 15)
+    subscribed(valkey, "q", made.id, waiter)
+    clients = [c for c in valkey.client_list() if "ssubscribe" in c.get("cmd", "")
+               or int(c.get("ssub", 0) or 0) > 0]
+    assert clients, valkey.client_list()
+    for client in clients:
+        valkey.client_kill_filter(_id=client["id"])
+    assert waiter.result().state == "warm"
+    assert waiter.ended - waiter.started < 10
 
 
 def no_statement_while_it_waits(tq: Tierq, valkey: Any,

@@ -44,6 +44,10 @@ def test_a_stale_marker_does_not_end_a_wait(tq):
     scenarios.a_stale_marker_does_not_end_the_wait(tq)
 
 
+def test_a_broken_subscription_answers_early(tq, valkey):
+    scenarios.a_broken_subscription_answers_early(tq, valkey)
+
+
 def test_no_postgresql_statement_while_it_waits(tq, valkey, monkeypatch):
     scenarios.no_statement_while_it_waits(tq, valkey, monkeypatch)
 

@@ -32,7 +32,9 @@ state ``done``, attempts, when it was created (from its UUIDv7) and finished; wh
 row held (payload, key, priority) is left at defaults, ``max_attempts`` at its attempts.
 
 A marker and its message are best-effort: when Valkey cannot take them, the work is still
-committed and a waiter answers at the end of its wait, as the task stands then. A dead letter
+committed and a waiter answers at the end of its wait, as the task stands then. A
+subscription that breaks while it waits answers at once, as the task stands (a client's
+``wait`` reads again). A dead letter
 purged, a queue purged, or a task dead-lettered because a task it waited for died (flows)
 publish nothing: a waiter on it answers at the end of its wait.
 """
@@ -47,7 +49,7 @@ from uuid import UUID
 
 from tierq.dal.store.rows import TaskRow
 from tierq.dal.warm_tier import FinishMark
-from tierq.errors import NotFound
+from tierq.errors import NotFound, WarmTierUnavailable
 from tierq.logic import tasks
 from tierq.logic.context import Context, from_ms
 from tierq.models.tasks import TaskView
@@ -120,7 +122,11 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
             # a marker of an earlier end (a dead letter replayed): the message alone now
         left = wait_seconds - (time.monotonic() - started)
         if left > 0:
-            receive(left)
+            try:
+                receive(left)
+            except WarmTierUnavailable as exc:  # (the subscription broke: answer now)
+                log.warning("waits: the subscription of %s broke, the wait answers early: "
+                            "%s", task_id, exc)
     now = ctx.store.task_by_id(queue, task_id)
     mark = None if now is not None else ctx.warm.finished_of(queue, row.tenant, str(task_id))
     return answer(ctx, queue, row, now, mark)
