@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         leases,
         schedules,
         shard_ops,
+        waits,
     )
     from tierq.logic import flows as flows_logic
     from tierq.logic import throughput as throughput_logic
@@ -95,6 +96,7 @@ else:
     leases = lazy_module("tierq.logic.leases")
     schedules = lazy_module("tierq.logic.schedules")
     throughput_logic = lazy_module("tierq.logic.throughput")
+    waits = lazy_module("tierq.logic.waits")
     registry = lazy_module("tierq.maintenance.registry")
     lease_models = lazy_module("tierq.models.leases")
 
@@ -330,8 +332,12 @@ class Tierq(Deployment):
 
     # -- tasks and dead letters ----------------------------------------------------------
 
-    def get_task(self, queue: str, task_id: UUID | str) -> TaskView:
-        return tasks.get_task(self.ctx, queue, UUID(str(task_id)))
+    def get_task(self, queue: str, task_id: UUID | str, *, wait_seconds: float = 0,
+                 tenant: str | None = None) -> TaskView:
+        if wait_seconds == 0 and tenant is None:
+            return tasks.get_task(self.ctx, queue, UUID(str(task_id)))
+        return waits.get_task(self.ctx, queue, UUID(str(task_id)),
+                              wait_seconds=wait_seconds, tenant=tenant)
 
     def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
         return tasks.cancel_task(self.ctx, queue, UUID(str(task_id)))

@@ -604,11 +604,12 @@ class ShardedTierq(Deployment):
         rest = [name for name in self.engines if name != first]
         return ([first] if first else []) + rest
 
-    def _find_task(self, task_id: UUID | str, call: Callable[[Tierq], T]) -> T:
+    def _find_task(self, task_id: UUID | str, call: Callable[[Tierq], T], *,
+                   waits: float = 0.0) -> T:
         down: ShardDown | None = None
         for name in self._shards_for_id(task_id):
             try:
-                return self._on(name, call)
+                return self._on(name, call, waits=waits)
             except NotFound:
                 continue
             except ShardDown as exc:
@@ -617,8 +618,12 @@ class ShardedTierq(Deployment):
             raise down  # it may be on the shard that did not answer
         raise NotFound(f"task {task_id} not found")
 
-    def get_task(self, queue: str, task_id: UUID | str) -> TaskView:
-        return self._find_task(task_id, lambda e: e.get_task(queue, task_id))
+    def get_task(self, queue: str, task_id: UUID | str, *, wait_seconds: float = 0,
+                 tenant: str | None = None) -> TaskView:
+        """The task, found by its id's tag; a wait runs on the shard that holds it (a
+        shard without it answers ``NotFound`` before any wait)."""
+        return self._find_task(task_id, lambda e: e.get_task(
+            queue, task_id, wait_seconds=wait_seconds, tenant=tenant), waits=wait_seconds)
 
     def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
         return self._find_task(task_id, lambda e: e.cancel_task(queue, task_id))

@@ -197,6 +197,24 @@ def test_release_gives_a_claimed_task_back(tierq: Tierq, api: Client,
     assert twice.exit_code == 1 and "not_owner" in twice.stderr
 
 
+def test_wait_prints_the_task_once_it_ends(tierq: Tierq, api: Client,
+                                           names: QueueNames) -> None:
+    queue = names["jobs"]
+    made = api.enqueue_one(queue, {"n": 1})
+    still = tierq("wait", queue, str(made.id), "--timeout", "0.5")
+    assert still.exit_code == 1 and "did not end within 0.5 s" in still.stderr
+    assert "warm" in still.stderr
+    [task] = api.claim(queue)
+    api.ack(queue, [{"id": task.id, "lease_token": task.lease_token, "result": {"ok": 1}}])
+    done = tierq("wait", queue, str(made.id), "--timeout", "10", "--json")
+    assert done.exit_code == 0, done.output
+    assert (json_of(done)["state"], json_of(done)["result"]) == ("done", {"ok": 1})
+    dead = api.enqueue_one(queue, {"n": 2})
+    [task] = api.claim(queue)
+    api.nack(queue, [{"id": task.id, "lease_token": task.lease_token, "dead": True}])
+    assert tierq("wait", queue, str(dead.id)).exit_code == 1
+
+
 @pytest.mark.parametrize("args", [
     ["claim", "q", "--max", "0"],
     ["claim", "q", "--wait", "30"],

@@ -57,6 +57,7 @@ from tierq.dal.lua_calls import (
     RunningLease,
     RunningPage,
     StatsReply,
+    TaskFinished,
     TenantRequests,
     TenantsKey,
     TierStats,
@@ -468,6 +469,23 @@ def long_polls_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zrange(key, 0, -1) == [b"p1"] and 0 < valkey.pttl(key) <= 30_000
 
 
+def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    k = PairKeys.of(queue, TENANT)
+    waited, other = ids(2)
+    with warm.finished_channel(queue, TENANT, waited) as receive:
+        # (SPUBLISH from the script, on the pair's own channel: one waiter reached)
+        assert run(warm, TaskFinished(k, 60_000, 1, [(waited, "done", 2)])) == 1
+        assert receive(5) == "done"
+    state, attempt, ms = valkey.hget(k.finished, waited).decode().split("|")
+    assert (state, attempt) == ("done", "2") and abs(int(ms) / 1000 - valkey.time()[0]) < 2
+    assert run(warm, TaskFinished(k, 60_000, 1, [(other, "dead", 1)])) == 0
+    # at most `cap` markers: the older one went
+    assert valkey.hkeys(k.finished) == [other.encode()]
+    assert valkey.zrange(k.finished_at, 0, -1) == [other.encode()]
+    assert 0 < valkey.pttl(k.finished) <= 60_000 and 0 < valkey.pttl(k.finished_at) <= 60_000
+
+
 def rate_add_scenario(warm: WarmTier, valkey: Any) -> None:
     queue = f"rt{uuid.uuid4().hex[:8]}"
     key = rate_key(queue, TENANT)
@@ -558,5 +576,6 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     IdempotencyClaim: idem_claim_scenario,
     IdempotencyFinish: idem_finish_scenario,
     IdempotencyAbandon: idem_abandon_scenario,
+    TaskFinished: task_finished_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

@@ -1,5 +1,6 @@
 """``tierq claim``, ``tierq ack`` and ``tierq nack``: take and settle tasks by hand over the
-HTTP API, for debugging (a worker does this in a loop: ``tierq worker``)."""
+HTTP API, for debugging (a worker does this in a loop: ``tierq worker``); ``tierq wait``:
+wait for a task's end (``Client.wait``)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,38 @@ def register(app: typer.Typer) -> None:
         if outcome.rejected:
             refused(outcome.rejected, "release")
         console.print(f"released {task_id}: back in its place in line", highlight=False)
+
+    @app.command("wait")
+    def wait_for(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        task_id: Annotated[str, typer.Argument(help="The task's id.")],
+        timeout: Annotated[float | None, typer.Option(
+            min=0, help="Give up after this many seconds (default: wait until it ends).",
+            show_default=False)] = None,
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Wait until a task is done or dead, and print it.
+
+        Woken by the task's end on the server (reads of up to 20 s each, no polling).
+        Exit 0 when it is done; 1 when it is dead, deleted (not found) or still running
+        at --timeout."""
+        with api_client(url, token, sigv4, aws_region) as api:
+            task = api.wait(queue, task_id, timeout=timeout)
+        if as_json:
+            print_json(task.model_dump(mode="json"))
+        else:
+            console.print(f"{task.id}: {task.state} (attempts {task.attempts}/"
+                          f"{task.max_attempts})", highlight=False)
+            if task.result is not None:
+                console.print(f"result: {short_json(task.result, 200)}", highlight=False)
+            if task.last_error:
+                console.print(f"last error: {task.last_error}", highlight=False)
+        if task.state == "dead":
+            fail(f"task {task.id} is dead")
+        if task.state != "done":
+            fail(f"task {task.id} did not end within {timeout:g} s (it is {task.state})"
+                 if timeout is not None else f"task {task.id} is {task.state}")

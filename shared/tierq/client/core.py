@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import uuid
 from collections.abc import (
     AsyncIterator,
@@ -87,6 +88,8 @@ DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
 MAX_IDS = 1000  # dead-letter ids per replay or purge request (the API's limit)
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_WAIT_SECONDS = 20.0  # the longest one read of a task waits for its end (the API's)
+WAIT_AT_LEAST = 0.05  # a wait left shorter than this is a read that does not wait
 # The JSON around an enqueue batch's tasks: {"tasks":[ ... ]}
 _BATCH_ENVELOPE = body_cost(b'{"tasks":[]}')
 Model = TypeVar("Model", bound=BaseModel)
@@ -310,6 +313,12 @@ def _validated(cls: type[Model], item: Model | Mapping[str, Any], field: str) ->
 def _dump(model: BaseModel) -> dict[str, Any]:
     """The JSON body of a model: the fields that were set, payloads as given."""
     return model.model_dump(mode="json", exclude_unset=True)
+
+
+def _refused(field: str, message: str) -> InvalidInputError:
+    """The 422 for an argument the client refuses before sending (nothing is sent)."""
+    return InvalidInputError(f"{field}: {message}", status=422, code="invalid_input",
+                             details=[{"field": field, "message": message}])
 
 
 def _items(cls: type[Model], items: Iterable[Model | Mapping[str, Any]],
@@ -595,10 +604,37 @@ class Operations:
     # -- tasks ---------------------------------------------------------------------------
 
     @operation
-    def get_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
+    def get_task(self, queue: str, task_id: UUID | str, *,
+                 wait_seconds: float | None = None) -> Steps[TaskView]:
+        """The task; with ``wait_seconds`` (more than 0, at most 20), once it is done, dead
+        or deleted (``NotFoundError``), or after that long as it stands."""
+        if wait_seconds is not None and not 0 < wait_seconds <= MAX_WAIT_SECONDS:
+            raise _refused("wait_seconds", f"must be more than 0 and at most "
+                           f"{MAX_WAIT_SECONDS:g}, got {wait_seconds:g}")
         data = yield from self._exchange(
-            "GET", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}")
+            "GET", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}",
+            params={"wait_seconds": wait_seconds},
+            timeout=None if wait_seconds is None else self.timeout + wait_seconds)
         return TaskView.model_validate(data)
+
+    @operation
+    def wait(self, queue: str, task_id: UUID | str, *,
+             timeout: float | None = None) -> Steps[TaskView]:
+        """The task once it is done or dead, or as it stands after ``timeout`` seconds
+        (None: however long it takes): reads with ``wait_seconds`` (at most 20 each, woken
+        by the task's end on the server), one after another. A task deleted meanwhile is
+        ``NotFoundError``; the caller tells an answer after ``timeout`` by its state."""
+        if timeout is not None and timeout < 0:
+            raise _refused("timeout", f"must be 0 or more, got {timeout:g}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = MAX_WAIT_SECONDS if deadline is None else deadline - time.monotonic()
+            if left < WAIT_AT_LEAST:
+                return (yield from Operations.get_task.steps(self, queue, task_id))
+            task = yield from Operations.get_task.steps(
+                self, queue, task_id, wait_seconds=min(MAX_WAIT_SECONDS, left))
+            if task.state in ("done", "dead"):
+                return task
 
     @operation
     def cancel_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:

@@ -908,6 +908,28 @@ class LongPolls(LuaCall[bool]):
         return int(reply) == 1
 
 
+# -- waits for a task's end (logic/waits.py) ----------------------------------------------
+
+
+@lazy_dataclass(frozen=True)
+class TaskFinished(LuaCall[int]):
+    """Mark tasks of one pair finished and wake their waiters (lua/task_finished.lua): each
+    item is (id, state, attempt); answers how many waiters the messages reached."""
+
+    SCRIPT: ClassVar[str] = "task_finished"
+    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_at")
+    ARGS: ClassVar[tuple[str, ...]] = ("ttl_ms", "cap")
+    ITEM: ClassVar[tuple[str, ...]] = ("id", "state", "attempt")
+
+    on: Any
+    ttl_ms: int
+    cap: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
 # -- throughput counts (dal/throughput.py) -------------------------------------------------
 
 
@@ -1047,5 +1069,6 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,
-    RateAdd, RateTenants, IdempotencyClaim, IdempotencyFinish, IdempotencyAbandon)
+    RateAdd, RateTenants, IdempotencyClaim, IdempotencyFinish, IdempotencyAbandon,
+    TaskFinished)
 """Every script with a typed call, as the tests visit them."""

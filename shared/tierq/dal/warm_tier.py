@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -63,6 +63,7 @@ from tierq.dal.lua_calls import (
     Remove,
     RemoveReady,
     RunningPage,
+    TaskFinished,
     TenantRequests,
     TierStats,
     UpdateReady,
@@ -114,6 +115,7 @@ SCRIPTS = (
     "idem_claim",
     "idem_finish",
     "idem_abandon",
+    "task_finished",
 )
 
 
@@ -130,12 +132,15 @@ class PairKeys:
     bucket: str  # the tenant's token bucket (tenant_rate, lua/token_bucket.lua)
     lease_of: str  # id -> the token of its lease (lua/lease_keys.lua)
     started: str  # id -> when its lease's claim began, ms (lua/running_page.lua)
+    finished: str  # id -> completion marker; ``<finished>:<id>`` its channel (task_finished)
+    finished_at: str  # id -> when its marker was made, ms (lua/task_finished.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
-                   tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started")
+                   tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
+                   tag + "finished", tag + "finished_at")
 
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
@@ -158,6 +163,8 @@ ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 # slice of 500 took ~1.5 ms of Valkey at 100k leases, the longest call of a reaper pass)
 LEASE_INDEX_SLICE = 250
 LEASE_INDEX_SLICES_PER_VISIT = 80
+# how long a subscription's confirmation is waited for (WarmTier.finished_channel)
+SUBSCRIBE_SECONDS = 5.0
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
 MEMORY_READ_EVERY = 0.5
 
@@ -400,6 +407,16 @@ class Memory:
     def free(self) -> int | None:
         """Bytes left before maxmemory; None without one."""
         return None if self.maxmemory <= 0 else max(0, self.maxmemory - self.used)
+
+
+@lazy_dataclass(frozen=True)
+class FinishMark:
+    """A task's completion marker (lua/task_finished.lua): its end (``done``, ``dead`` or
+    ``deleted``), the attempt it ended, and when (ms, the server's clock)."""
+
+    state: str
+    attempt: int
+    at_ms: int
 
 
 @lazy_dataclass(frozen=True)
@@ -648,6 +665,67 @@ class WarmTier:
     def poll_end(self, key: str, reservation: str) -> None:
         """Give the place back (one command: an expired one is gone already)."""
         self._command("ZREM", key, reservation)
+
+    # -- waits for a task's end (logic/waits.py) ---------------------------------------
+
+    def task_finished(self, queue: str, tenant: str, items: Sequence[tuple[str, str, int]],
+                      *, ttl_ms: int, cap: int) -> int:
+        """Mark the pair's tasks (id, state, attempt) finished for ``ttl_ms`` (at most
+        ``cap`` markers kept) and wake their waiters (lua/task_finished.lua); how many
+        waiters were reached."""
+        k = PairKeys.of(queue, tenant)
+        return sum(self.call(TaskFinished(k, ttl_ms, cap, part))
+                   for part in chunks(items, TaskFinished.items_per_call()))
+
+    def finished_of(self, queue: str, tenant: str, task_id: str) -> FinishMark | None:
+        """The task's completion marker (one HGET); None when it has none."""
+        raw = self._command("HGET", PairKeys.of(queue, tenant).finished, task_id)
+        if raw is None:
+            return None
+        state, _, rest = _s(raw).partition("|")
+        attempt, _, ms = rest.partition("|")
+        return FinishMark(state, int(attempt or 0), int(ms or 0))
+
+    @contextmanager
+    def finished_channel(self, queue: str, tenant: str,
+                         task_id: str) -> Iterator[Callable[[float], str | None]]:
+        """Subscribe to the task's channel (SSUBSCRIBE: the pair's slot, on its master) for
+        the block; it gets a function that waits up to its argument's seconds for the
+        message and returns the state it names (None: none came). The subscription is
+        confirmed by the server before the block starts, so a marker looked for inside the
+        block closes the race with a finish that came before it."""
+        channel = f"{PairKeys.of(queue, tenant).finished}:{task_id}"
+        cluster = isinstance(self.client, RedisCluster)
+        with _available(self.credentials):
+            pubsub: Any = self.client.pubsub()  # type: ignore[no-untyped-call]
+        try:
+            def message(timeout: float) -> dict[str, Any] | None:
+                with _available(self.credentials):
+                    if cluster:
+                        got = pubsub.get_sharded_message(timeout=timeout)
+                    else:
+                        got = pubsub.get_message(timeout=timeout)
+                return got if isinstance(got, dict) else None
+
+            def receive(seconds: float, kind: str = "smessage") -> str | None:
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    got = message(left)
+                    if got is not None and _s(got.get("type")) == kind:
+                        return _s(got.get("data"))
+                return None
+
+            with _available(self.credentials):
+                pubsub.ssubscribe(channel)
+            if receive(SUBSCRIBE_SECONDS, "ssubscribe") is None:
+                raise WarmTierUnavailable("Valkey did not confirm a subscription",
+                                          detail=channel)
+            yield receive
+        finally:
+            try:
+                pubsub.close()
+            except Exception:  # (the connection is dropped either way)
+                log.debug("closing a subscription failed", exc_info=True)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -1333,7 +1411,7 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket, k.lease_of, k.started)
+                               k.bucket, k.lease_of, k.started, k.finished, k.finished_at)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

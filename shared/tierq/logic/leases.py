@@ -18,7 +18,7 @@ from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.dal.command_limit import per_call
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
-from tierq.logic import admission, flows, groups, limits
+from tierq.logic import admission, flows, groups, limits, waits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.leases import (
@@ -180,6 +180,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         groups.after_finish(ctx, queue, [(tenants[r.id], r.grp) for r in finished
                                          if r.grp is not None])
     drop_leases(ctx, queue, valid, acked=done)
+    waits.finished(ctx, queue, [(v.tenant, v.id, v.attempt) for v in valid if v.id in done],
+                   "done")
     acked = result.acked
     for v in valid:
         if v.id in done:
@@ -288,6 +290,9 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
             [clipped[i] for i in left], [to_datetime(retry_ats[i]) for i in left],
             [deads[i] for i in left])
     drop_leases(ctx, queue, leases)
+    attempts = {v.id: v.attempt for v in leases}
+    waits.finished(ctx, queue, [(r.tenant, str(r.id), attempts.get(str(r.id), 0))
+                                for r in rows if r.state == "dead"], "dead")
     due = [Target(str(r.id), queue, r.tenant) for r in rows
            if r.state == "delayed" and r.run_at.timestamp() <= now]
     admission.ready_now(ctx, due)

@@ -10,7 +10,7 @@ import orjson
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound
-from tierq.logic import flows, groups
+from tierq.logic import flows, groups, waits
 from tierq.logic.context import Context, from_ms
 from tierq.models.tasks import ParentView, TaskState, TaskView
 
@@ -39,8 +39,14 @@ def get_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     row = ctx.store.task_by_id(queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
+    return row_view(ctx, row)
+
+
+def row_view(ctx: Context, row: TaskRow) -> TaskView:
+    """The task of ``row`` as GET shows it: with its lease when it holds one, and its
+    parents."""
     if row.state == "warm":
-        lease = ctx.warm.lease_of(queue, row.tenant, str(task_id))
+        lease = ctx.warm.lease_of(row.queue, row.tenant, str(row.id))
         if lease is not None:
             return with_parents(ctx, row, view(row, leased_by=lease.worker,
                                                lease_deadline_ms=lease.deadline_ms,
@@ -75,4 +81,5 @@ def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
     if row.state == "warm":
         ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
+    waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "deleted")
     return view(row)

@@ -17,9 +17,12 @@ Valkey:
 
 A request takes one token (``tenant_requests.lua``); a claim with ``wait_seconds > 0`` holds
 a place until it ends, or for :data:`POLL_HOLD_MS` at most (``long_polls.lua``): first one
-of its tenant's places, then one of all callers'. The per-tenant cap alone does not keep the
-claim function from throttling (with the defaults, 20 tenants at 10 polls fill its 200): the
-cap over all callers keeps long polls at 80 % of it, the rest for claims that do not wait.
+of its tenant's places, then one of all callers'. A task's read with ``wait_seconds`` (a
+wait for its end, logic/waits.py) holds one of its tenant's places alone: it runs in the
+admin function, not the claim function the cap over all callers protects. The per-tenant
+cap alone does not keep the claim function from throttling (with the defaults, 20 tenants at
+10 polls fill its 200): the cap over all callers keeps long polls at 80 % of it, the rest
+for claims that do not wait.
 
 Memory per tenant: the bucket is a hash of two fields (under 200 bytes), gone once it would
 be full again (burst / rate + 1 s); the places are a sorted set of at most the cap's members
@@ -90,25 +93,25 @@ def admit_request(ctx: Context, tenant: str) -> None:
 
 
 @contextmanager
-def long_poll(ctx: Context, tenant: str | None) -> Iterator[None]:
+def long_poll(ctx: Context, tenant: str | None, *, claim: bool = True) -> Iterator[None]:
     """Hold a long poll's places while the block runs: one of ``tenant``'s (None: an admin,
-    no tenant's), then one of all callers'. ``TooManyRequests``, nothing run and nothing
-    held, when either cap is reached; each place is given back when the block ends, or at
-    ``POLL_HOLD_MS``."""
+    no tenant's), then (``claim``: a claim's, which holds the claim function) one of all
+    callers'. ``TooManyRequests``, nothing run and nothing held, when either cap is
+    reached; each place is given back when the block ends, or at ``POLL_HOLD_MS``."""
     with ExitStack() as places:
         tenant_cap = ctx.settings.tenant_long_polls
         if tenant is not None and tenant_cap > 0:
             places.enter_context(_place(
                 ctx, TenantKeys.of(tenant).polls, tenant_cap, f"tenant {tenant!r}",
                 TooManyRequests(
-                    f"tenant {tenant!r} has {tenant_cap} long polls (claims with "
-                    "wait_seconds > 0) in flight, its most; retry after the Retry-After "
-                    "header, or claim without waiting",
+                    f"tenant {tenant!r} has {tenant_cap} long polls (claims and task "
+                    "reads with wait_seconds > 0) in flight, its most; retry after the "
+                    "Retry-After header, or claim without waiting",
                     retry_after=POLL_RETRY_SECONDS,
                     details=[{"field": "wait_seconds",
                               "message": "too many long polls in flight"}])))
         all_cap = ctx.settings.long_polls_cap
-        if all_cap > 0:
+        if claim and all_cap > 0:
             places.enter_context(_place(
                 ctx, ALL_POLLS_KEY, all_cap, "all callers",
                 TooManyRequests(

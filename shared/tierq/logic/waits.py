@@ -1,0 +1,156 @@
+"""Waiting for a task's end: ``GET /v1/queues/{queue}/tasks/{id}?wait_seconds=N``.
+
+A wait answers as soon as its task is done, dead or deleted, or after ``N`` seconds with the
+task as it stands. It is woken by a message, not by polling PostgreSQL: each path that ends a
+task (ack, a nack or an expired lease that dead-letters it, a delete) calls :func:`finished`
+after its PostgreSQL commit, which runs ``lua/task_finished.lua`` in the pair's slot: a
+completion marker in ``tq:{q|t}:finished`` and an SPUBLISH on the task's own sharded channel
+``tq:{q|t}:finished:<id>``, together. ElastiCache Serverless runs in cluster mode and has no
+keyspace notifications; a sharded channel in the pair's hash tag stays on the pair's master.
+
+The protocol of one wait (:func:`get_task`):
+
+1. Read the row (PostgreSQL). Gone, or another tenant's: 404 at once (a tenant caller's own
+   task acked without a result answers ``done`` from its marker). Done or dead: answered.
+2. SSUBSCRIBE to the task's channel, and wait for the server's confirmation.
+3. Look for the task's marker (one HGET). A finish between 1 and 2 left one (the marker and
+   the message are made in one script): read the row again and answer. A finish after 2
+   publishes to a subscription that is in place.
+4. Wait for the message, at most until ``N`` seconds after the start; then read the row
+   once more (the answer), whichever came first.
+
+So a wait runs two PostgreSQL reads (three when a marker is stale), whatever ``N``. A stale
+marker is one left by an earlier end of a task that lives on (a dead letter replayed): when
+the read of step 3 finds the task unfinished, the wait goes on for the message alone.
+
+Markers are kept ``MARKER_TTL_MS`` (five minutes; an idle pair's keys expire with them, so
+at most twice that) and at most ``MARKERS_PER_PAIR`` per pair, the oldest dropped first:
+about 80 bytes each, so under 1 MB per pair, made only by work the tenant's requests (acks,
+nacks) and leases did, and gone five minutes after its pair goes quiet. A task acked without
+a result and read after its row is gone answers a view from its marker: id, queue, tenant,
+state ``done``, attempts, when it was created (from its UUIDv7) and finished; what only the
+row held (payload, key, priority) is left at defaults, ``max_attempts`` at its attempts.
+
+A marker and its message are best-effort: when Valkey cannot take them, the work is still
+committed and a waiter answers at the end of its wait, as the task stands then. A
+subscription that breaks while it waits answers at once, as the task stands (a client's
+``wait`` reads again). A dead letter
+purged, a queue purged, or a task dead-lettered because a task it waited for died (flows)
+publish nothing: a waiter on it answers at the end of its wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from uuid import UUID
+
+from tierq.dal.store.rows import TaskRow
+from tierq.dal.warm_tier import FinishMark
+from tierq.errors import NotFound, WarmTierUnavailable
+from tierq.logic import tasks
+from tierq.logic.context import Context, from_ms
+from tierq.models.tasks import TaskView
+
+log = logging.getLogger(__name__)
+
+# The longest wait a request may ask for: a long poll's bound (the HTTP API answers within
+# 30 s, and a wait holds one of its tenant's long-poll places).
+MAX_WAIT_SECONDS = 20.0
+# How long a completion marker is kept, and the most one pair keeps (see the module's doc).
+MARKER_TTL_MS = 300_000
+MARKERS_PER_PAIR = 10_000
+# States a task does not leave by itself: a wait for one answers at once.
+ENDED = frozenset({"done", "dead"})
+
+
+def finished(ctx: Context, queue: str, ended: Sequence[tuple[str, str, int]],
+             state: str) -> None:
+    """Tell the waiters of these tasks (tenant, id, attempt) of ``queue`` that they ended in
+    ``state`` (``done``, ``dead`` or ``deleted``): a marker and a message per task, one
+    script call per pair. Called after the PostgreSQL commit; never raises (a waiter then
+    answers at the end of its wait)."""
+    if not ended:
+        return
+    by_pair: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for tenant, task_id, attempt in ended:
+        by_pair[tenant].append((task_id, state, attempt))
+    for tenant, items in by_pair.items():
+        try:
+            ctx.warm.task_finished(queue, tenant, items, ttl_ms=MARKER_TTL_MS,
+                                   cap=MARKERS_PER_PAIR)
+        except Exception as exc:  # (best-effort: the outcome is committed already)
+            log.warning("waits: %d task(s) of %r/%r ended %s, their waiters not told "
+                        "(they answer at the end of their wait): %s: %s", len(items), queue,
+                        tenant, state, type(exc).__name__, str(exc)[:200])
+
+
+def check_wait(wait_seconds: float) -> None:
+    """``ValueError`` naming ``wait_seconds`` unless 0 ≤ it ≤ ``MAX_WAIT_SECONDS``."""
+    if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+        raise ValueError(f"wait_seconds must be between 0 and {MAX_WAIT_SECONDS:g}, got "
+                         f"{wait_seconds:g}")
+
+
+def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0,
+             tenant: str | None = None) -> TaskView:
+    """The task; with ``wait_seconds`` > 0, once it is done, dead or deleted, or after that
+    long as it stands (the protocol in the module's doc). ``tenant``: the caller's (None: an
+    admin); another tenant's task is ``NotFound`` at once."""
+    check_wait(wait_seconds)
+    started = time.monotonic()
+    row = ctx.store.task_by_id(queue, task_id)
+    if row is not None and tenant is not None and row.tenant != tenant:
+        row = None
+    if row is None:
+        mark = None
+        if wait_seconds > 0 and tenant is not None:
+            mark = ctx.warm.finished_of(queue, tenant, str(task_id))
+        if mark is not None and mark.state == "done":
+            return marker_view(queue, tenant or "", task_id, mark)
+        raise NotFound(f"no task {task_id} in queue {queue!r}")
+    if wait_seconds <= 0 or row.state in ENDED:
+        return tasks.row_view(ctx, row)
+    with ctx.warm.finished_channel(queue, row.tenant, str(task_id)) as receive:
+        mark = ctx.warm.finished_of(queue, row.tenant, str(task_id))
+        if mark is not None:
+            now = ctx.store.task_by_id(queue, task_id)
+            if now is None or now.state in ENDED:
+                return answer(ctx, queue, row, now, mark)
+            # a marker of an earlier end (a dead letter replayed): the message alone now
+        left = wait_seconds - (time.monotonic() - started)
+        if left > 0:
+            try:
+                receive(left)
+            except WarmTierUnavailable as exc:  # (the subscription broke: answer now)
+                log.warning("waits: the subscription of %s broke, the wait answers early: "
+                            "%s", task_id, exc)
+    now = ctx.store.task_by_id(queue, task_id)
+    mark = None if now is not None else ctx.warm.finished_of(queue, row.tenant, str(task_id))
+    return answer(ctx, queue, row, now, mark)
+
+
+def answer(ctx: Context, queue: str, first: TaskRow, now: TaskRow | None,
+           mark: FinishMark | None) -> TaskView:
+    """What a wait answers: the row as it is now; for a row gone with a ``done`` marker (acked
+    without a result), its first read as done; gone otherwise (deleted), ``NotFound``."""
+    if now is not None:
+        return tasks.row_view(ctx, now)
+    if mark is None or mark.state != "done":
+        raise NotFound(f"no task {first.id} in queue {queue!r}")
+    view = tasks.view(first)
+    return view.model_copy(update={"state": "done", "attempts": max(mark.attempt,
+                                                                     first.attempts),
+                                   "finished_at": from_ms(mark.at_ms), "result": None})
+
+
+def marker_view(queue: str, tenant: str, task_id: UUID, mark: FinishMark) -> TaskView:
+    """A task acked without a result, from its marker alone (its row is gone): what only
+    the row held is left at defaults (the module's doc)."""
+    created = from_ms(task_id.int >> 80)  # (a UUIDv7's first 48 bits: its creation, ms)
+    return TaskView(id=task_id, queue=queue, tenant=tenant, key=None, priority=0,
+                    payload=None, state="done", run_at=created, run_at_initially=created,
+                    attempts=mark.attempt, max_attempts=max(mark.attempt, 1),
+                    created_at=created, finished_at=from_ms(mark.at_ms))

@@ -1,0 +1,67 @@
+"""Waiting for a task's end on a single Valkey (tests/integration/task_wait_scenarios.py):
+woken within moments of the ack, after N seconds when nothing happens, ``done`` for a task
+acked without a result, no PostgreSQL statement while it waits, another tenant's task 404
+at once, and no finish missed between the first read and the subscription."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration import task_wait_scenarios as scenarios
+from tierq.logic import waits
+
+
+def test_a_wait_answers_moments_after_the_ack(tq, valkey):
+    # (the strict figure, 100 ms, is bench/task_wait.py's: timing belongs to the bench)
+    assert scenarios.wakes_within_ms_of_the_ack(tq, valkey) < 1000
+
+
+def test_a_kept_result_comes_with_the_answer(tq, valkey):
+    scenarios.a_kept_result_answers_with_it(tq, valkey)
+
+
+def test_with_nothing_happening_it_answers_after_n_seconds(tq):
+    scenarios.nothing_happens_for_n_seconds(tq)
+
+
+def test_a_task_acked_without_a_result_answers_done(tq):
+    scenarios.acked_before_the_wait_answers_done(tq)
+
+
+def test_a_nack_an_expiry_and_a_delete_wake_it(make_tq, valkey):
+    scenarios.the_other_ends_wake_it(make_tq(lease_seconds=30), valkey)
+
+
+def test_another_tenants_task_is_404_without_waiting(tq):
+    scenarios.another_tenants_task_is_404_at_once(tq)
+
+
+def test_a_finish_before_the_subscription_is_not_missed(tq, monkeypatch):
+    scenarios.a_finish_before_the_subscription_is_not_missed(tq, monkeypatch)
+
+
+def test_a_stale_marker_does_not_end_a_wait(tq):
+    scenarios.a_stale_marker_does_not_end_the_wait(tq)
+
+
+def test_a_broken_subscription_answers_early(tq, valkey):
+    scenarios.a_broken_subscription_answers_early(tq, valkey)
+
+
+def test_no_postgresql_statement_while_it_waits(tq, valkey, monkeypatch):
+    scenarios.no_statement_while_it_waits(tq, valkey, monkeypatch)
+
+
+@pytest.mark.parametrize("seconds", [-1, 20.5])
+def test_a_wait_outside_0_to_20_seconds_is_refused(tq, seconds):
+    with pytest.raises(ValueError, match="wait_seconds"):
+        tq.get_task("q", "0190a000-0000-7000-8000-000000000000", wait_seconds=seconds)
+
+
+def test_markers_are_capped_per_pair_and_expire(tq, valkey, monkeypatch):
+    monkeypatch.setattr(waits, "MARKERS_PER_PAIR", 5)
+    tq.enqueue("q", [{"payload": i} for i in range(8)])
+    tq.ack("q", tq.claim("q", max=8))
+    k = scenarios.PairKeys.of("q", "_")
+    assert valkey.hlen(k.finished) == 5 and valkey.zcard(k.finished_at) == 5
+    assert 0 < valkey.pttl(k.finished) <= waits.MARKER_TTL_MS
