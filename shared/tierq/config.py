@@ -280,22 +280,16 @@ class Settings(BaseModel):
     def _stripped(cls, value: str) -> str:
         return value.strip()
 
-    @field_validator("shard_urls")
+    @field_validator("shard_urls", "shard_names")
     @classmethod
-    def _usable_shard_urls(cls, value: str) -> str:
+    def _usable_shards(cls, value: str, info: ValidationInfo) -> str:
+        # ShardConfigError names TIERQ_SHARD_URLS or TIERQ_SHARD_NAMES and the item
         if value:
-            from tierq.dal.shards import parse_shard_urls  # (a sharded deployment's only)
+            from tierq.dal import shards  # (a sharded deployment's only)
 
-            parse_shard_urls(value)  # ShardConfigError names TIERQ_SHARD_URLS and the item
-        return value
-
-    @field_validator("shard_names")
-    @classmethod
-    def _usable_shard_names(cls, value: str) -> str:
-        if value:
-            from tierq.dal.shards import parse_shard_names
-
-            parse_shard_names(value)  # ShardConfigError names TIERQ_SHARD_NAMES and the item
+            parse = (shards.parse_shard_urls if info.field_name == "shard_urls"
+                     else shards.parse_shard_names)
+            parse(value)
         return value
 
     @field_validator("tick_max_seconds", "tick_safety_seconds", mode="before")
