@@ -11,6 +11,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
     EventType,
+    SqsFifoPartialProcessor,
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -118,3 +119,31 @@ def hold(event: dict[str, Any], context: Any) -> None:
             JOURNAL.ran(record["messageId"],
                         int(record["attributes"]["ApproximateReceiveCount"]))
         JOURNAL.gate.wait(30)
+
+
+fifo_processor = SqsFifoPartialProcessor()
+fifo_skip_processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+
+
+def fifo_record(record: SQSRecord) -> None:
+    """Fails the first run of a task whose payload says ``fail_once`` (a FIFO consumer)."""
+    payload = json.loads(record.body)
+    runs = JOURNAL.ran(record.message_id, int(record.attributes.approximate_receive_count))
+    if payload.get("fail_once") and runs == 1:
+        raise ValueError(f"task {payload['n']} fails its first run")
+
+
+def fifo(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    """A FIFO queue's consumer as Powertools documents it: the first failure stops the
+    batch, and every later record is reported."""
+    with JOURNAL.invocation(event):
+        return process_partial_response(event=event, record_handler=fifo_record,
+                                        processor=fifo_processor, context=context)
+
+
+def fifo_skip_group(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+    """``fifo`` with ``skip_group_on_error``: only the failed group's later records are
+    reported."""
+    with JOURNAL.invocation(event):
+        return process_partial_response(event=event, record_handler=fifo_record,
+                                        processor=fifo_skip_processor, context=context)

@@ -19,21 +19,25 @@ from tierq.logic.dispatch import (
     EVENT_LIMIT,
     RECORD_FIELDS_COST,
     claim_budget,
+    in_group_order,
     md5_of_message_attributes,
     read_response,
+    split_reported,
     sqs_event,
 )
 from tierq.models.leases import ClaimedTask
 
 
 def task(payload: Any = None, *, key: str | None = "order-7", attempt: int = 1,
-         priority: int = 3, tenant: str = "acme") -> ClaimedTask:
+         priority: int = 3, tenant: str = "acme", group: str | None = None,
+         seq: int | None = None) -> ClaimedTask:
     return ClaimedTask(id=uuid4(), queue="orders", tenant=tenant, key=key, priority=priority,
                        payload={"n": 1} if payload is None else payload, attempt=attempt,
                        max_attempts=5, lease_token=f"{tenant}~abc~{attempt}~1",
                        lease_expires_at=datetime.now(UTC),
                        redelivered=attempt > 1,
-                       enqueued_at=datetime(2026, 11, 23, 12, 0, 0, 123000, tzinfo=UTC))
+                       enqueued_at=datetime(2026, 11, 23, 12, 0, 0, 123000, tzinfo=UTC),
+                       group=group, seq=seq)
 
 
 def event_of(*tasks: ClaimedTask) -> dict[str, Any]:
@@ -130,3 +134,50 @@ def test_batch_item_failures_are_read_as_lambda_reads_them() -> None:
                 b'{"batchItemFailures": [{"itemIdentifier": "zzz"}]}',
                 b'{"batchItemFailures": "a"}'):
         assert read_response(bad, ids) == (set(ids), True), bad
+
+
+def test_grouped_records_carry_their_group_and_sequence_number_in_group_order() -> None:
+    """A claim takes tasks by priority, so a group's later task may come first: its
+    records are put in seq order in the places the group's tasks held; ungrouped tasks
+    keep theirs."""
+    a2 = task({"n": "a2"}, group="A", seq=907, priority=9)
+    loose = task({"n": "u"}, key=None)
+    a1 = task({"n": "a1"}, group="A", seq=42)
+    b1 = task({"n": "b1"}, group="B", seq=500)
+    a3 = task({"n": "a3"}, group="A", seq=2**63 - 1)
+    ordered = in_group_order([a2, loose, b1, a3, a1])
+    assert ordered == [a1, loose, b1, a2, a3]
+    records = event_of(*ordered)["Records"]
+    attributes = [r["attributes"] for r in records]
+    assert [(a.get("MessageGroupId"), a.get("SequenceNumber")) for a in attributes] == [
+        ("A", "00000000000000000042"), (None, None), ("B", "00000000000000000500"),
+        ("A", "00000000000000000907"), ("A", "09223372036854775807")]
+    assert all(len(a["SequenceNumber"]) == 20 for a in attributes if "SequenceNumber" in a)
+    # Powertools reads them as a FIFO queue's attributes
+    parsed = parse(event={"Records": records}, model=SqsModel)
+    assert [r.attributes.MessageGroupId for r in parsed.Records] == ["A", None, "B", "A", "A"]
+    assert parsed.Records[0].attributes.SequenceNumber == "00000000000000000042"
+    assert [r.attributes.message_group_id for r in SQSEvent({"Records": records}).records
+            ][3] == "A"
+    # the seq stays out of a claim's answer (it is for records only)
+    assert "seq" not in a1.model_dump() and a1.seq == 42
+
+
+def test_a_grouped_record_fits_the_fields_cost() -> None:
+    """RECORD_FIELDS_COST covers the longest group and sequence number."""
+    longest = task(None, key="\U0010ffff" * 512, group="\U0010ffff" * 128, seq=2**63 - 1,
+                   tenant="t" * 64)
+    raw, _ = sqs_event([longest], delivered_ms=10**19)
+    [record] = orjson.loads(raw)["Records"]
+    assert len(orjson.dumps(record)) - len(orjson.dumps(record["body"])) < RECORD_FIELDS_COST
+
+
+def test_each_groups_first_reported_record_is_retried_and_its_later_ones_given_back() -> None:
+    a1, a2, a3 = (task(group="A", seq=s) for s in (1, 2, 3))
+    b1, b2 = (task(group="B", seq=s) for s in (4, 5))
+    u1, u2 = task(key=None), task(key=None)
+    retried, given_back = split_reported([a2, u1, b2, a3, u2])  # a1 and b1 succeeded
+    assert retried == [a2, u1, b2, u2] and given_back == [a3]
+    retried, given_back = split_reported([a3, a1, b1, a2, b2])  # out of order: by seq
+    assert retried == [a1, b1] and given_back == [a2, a3, b2]
+    assert split_reported([u2, u1]) == ([u2, u1], [])

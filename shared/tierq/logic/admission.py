@@ -60,13 +60,15 @@ BLOB_KEY_QUOTES = 12
 
 def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priority: int,
               max_attempts: int, created_ms: int,
-              parents_json: bytes | str | None = None, group: str | None = None) -> bytes:
+              parents_json: bytes | str | None = None, group: str | None = None,
+              seq: int | None = None) -> bytes:
     """What the warm tier keeps of a ready task: enough to hand it out without Postgres.
     ``<attempts>|{"e":<n>,"p":<payload>,"k":<key>,"pr":<priority>,"m":<max_attempts>,
     "c":<ms>}``, formatted directly (one per task on the enqueue path); a task released
     from a wait adds ``"pa":<its parents>`` (logic/flows.py), since claims do not read
-    PostgreSQL; a task of a group adds ``"g":<its group>`` after it (logic/groups.py). ``e``
-    counts the quotes and backslashes of that JSON text (its own key's included): each
+    PostgreSQL; a task of a group adds ``"g":<its group>,"gs":<its seq>`` after it
+    (logic/groups.py; the seq is its records' ``SequenceNumber``, logic/dispatch/events.py).
+    ``e`` counts the quotes and backslashes of that JSON text (its own key's included): each
     costs a second byte in a Lambda response, and lua/claim.lua sizes a claim by it
     without scanning."""
     if isinstance(payload_json, str):
@@ -87,6 +89,9 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
         group_json = orjson.dumps(group)
         escapes += 2 + group_json.count(b'"') + group_json.count(b"\\")
         tail += b',"g":' + group_json
+        if seq is not None:
+            escapes += 2
+            tail += b',"gs":%d' % seq
     return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d%b}' % (
         attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms, tail)
 
@@ -120,7 +125,8 @@ def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
         task_id,
         place(row.priority, row.seq, task_id),
         task_blob(row.attempts, row.payload, row.key, row.priority, row.max_attempts,
-                  created_ms, getattr(row, "parents", None), getattr(row, "grp", None)),
+                  created_ms, getattr(row, "parents", None), getattr(row, "grp", None),
+                  row.seq),
     )
 
 

@@ -229,6 +229,7 @@ class Claimer:
                 "enqueued_at": enqueued_at,
                 "parents": body.get("pa"),
                 "group": body.get("g"),
+                "seq": body.get("gs"),
             })
         return CLAIMED_TASKS.validate_python(fields)
 

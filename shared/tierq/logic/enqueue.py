@@ -304,7 +304,7 @@ def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
             items[(queue, p.tenant)].append((
                 p.id, place(p.priority, seq, p.id),
                 task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
-                          group=p.group),
+                          group=p.group, seq=seq),
             ))
     return items
 

@@ -46,6 +46,9 @@ class ClaimedTask(Model):
     enqueued_at: datetime
     parents: list[ParentView] | None = None  # a task released from a wait (`after`)
     group: str | None = None  # its group, if any (logic/groups.py)
+    # a grouped task's seq, its place in its group's order: the SequenceNumber of its consumer
+    # records (logic/dispatch/events.py), left out of answers as a claim's API has no use for it
+    seq: int | None = Field(default=None, exclude=True)
 
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than

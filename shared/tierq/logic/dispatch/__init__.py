@@ -122,8 +122,10 @@ from tierq.logic.dispatch.events import (
     RECORD_FIELDS_COST,
     claim_budget,
     event_source_arn,
+    in_group_order,
     md5_of_message_attributes,
     read_response,
+    sequence_number,
     sqs_event,
     sqs_record,
 )
@@ -152,6 +154,7 @@ from tierq.logic.dispatch.settle import (
     ITEM_FAILURE,
     release_tasks,
     settle,
+    split_reported,
 )
 
 __all__ = [
@@ -161,8 +164,8 @@ __all__ = [
     "AllowList", "Consumer", "ConsumerFunctions", "ConsumerNotAllowed", "CountsSink",
     "DispatchCounts", "Dispatcher", "Invocation", "InvocationSlots", "Outcome", "QueueState",
     "allow_list", "check_consumer", "claim_budget", "counters_key", "event_source_arn",
-    "function_error_message", "function_error_type", "invalid_function",
+    "function_error_message", "function_error_type", "in_group_order", "invalid_function",
     "md5_of_message_attributes", "read_counts", "read_response", "record_counts",
-    "release_tasks", "safe_name", "saved_turn", "settle", "sqs_event", "sqs_record",
-    "turn_key",
+    "release_tasks", "safe_name", "saved_turn", "sequence_number", "settle",
+    "split_reported", "sqs_event", "sqs_record", "turn_key",
 ]

@@ -7,7 +7,11 @@ lease token, ``body`` the payload as JSON text, ``md5OfBody``, ``eventSource`` `
 ``eventSourceARN`` an ARN-shaped name of the queue, ``awsRegion``, ``attributes`` and
 ``messageAttributes``. The ``attributes`` are ``ApproximateReceiveCount`` (the attempt),
 ``SentTimestamp`` (the enqueue time), ``ApproximateFirstReceiveTimestamp`` (the time of this
-delivery: tierq keeps no first delivery time) and ``SenderId`` (the tenant), all strings.
+delivery: tierq keeps no first delivery time) and ``SenderId`` (the tenant), all strings;
+a task of a group (logic/groups.py) adds ``MessageGroupId`` (its group) and
+``SequenceNumber`` (its ``seq`` in SQS's form: a decimal string, zero-padded to 20 digits),
+as a FIFO queue's records carry them, so Powertools' ``SqsFifoPartialProcessor`` runs
+unchanged. A batch's records are in group order (:func:`in_group_order`).
 The ``messageAttributes`` are ``queue``, ``tenant``, ``key`` when the task has one,
 ``priority``, and ``parents`` for a task released from a wait (``after``): the JSON text of
 what its claim carries as ``parents`` (each parent's id, queue, final state and result), with
@@ -37,6 +41,8 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_ACCOUNT = "123456789012"
 # The longest key (models.names.KEY_PATTERN: 512 characters of up to 4 UTF-8 bytes).
 LONGEST_KEY_BYTES = 512 * 4
+# The longest group, in characters (models.tasks.GroupName).
+LONGEST_GROUP = 128
 EVENT_ENVELOPE = 1024  # {"Records": [...]} and the commas between records
 # What a batch's event may weigh: a synchronous invoke's request is at most 6 MB.
 EVENT_LIMIT = LAMBDA_PAYLOAD_LIMIT
@@ -82,16 +88,21 @@ def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_RE
         attributes["key"] = _string_attribute(task.key)
     if task.parents is not None:
         attributes["parents"] = _string_attribute(parents_text(task))
+    system: dict[str, str] = {
+        "ApproximateReceiveCount": str(task.attempt),
+        "SentTimestamp": str(to_ms(task.enqueued_at.timestamp())),
+        "SenderId": task.tenant,
+        "ApproximateFirstReceiveTimestamp": str(delivered_ms),
+    }
+    if task.group is not None:
+        system["MessageGroupId"] = task.group
+        if task.seq is not None:
+            system["SequenceNumber"] = sequence_number(task.seq)
     return {
         "messageId": str(task.id),
         "receiptHandle": task.lease_token,
         "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": str(task.attempt),
-            "SentTimestamp": str(to_ms(task.enqueued_at.timestamp())),
-            "SenderId": task.tenant,
-            "ApproximateFirstReceiveTimestamp": str(delivered_ms),
-        },
+        "attributes": system,
         "messageAttributes": attributes,
         "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
         "md5OfMessageAttributes": md5_of_message_attributes(attributes),
@@ -101,6 +112,30 @@ def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_RE
     }
 
 
+def sequence_number(seq: int) -> str:
+    """A task's ``seq`` as SQS writes a ``SequenceNumber``: decimal, zero-padded to 20
+    digits (a seq is a bigint, so it never needs more)."""
+    return f"{seq:020d}"
+
+
+def in_group_order(tasks: Sequence[ClaimedTask]) -> list[ClaimedTask]:
+    """``tasks`` with each group's tasks in ``seq`` order, in the places its tasks held:
+    a claim takes tasks by priority, so with ``group_max_leased`` above 1 a group's later
+    task may come first, and a consumer of a FIFO queue reads a group's records in order.
+    Tasks without a group (or without a seq) keep their places."""
+    places: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        if task.group is not None and task.seq is not None:
+            places.setdefault(task.group, []).append(i)
+    ordered = list(tasks)
+    for indexes in places.values():
+        if len(indexes) > 1:
+            members = sorted((tasks[i] for i in indexes), key=lambda t: t.seq or 0)
+            for i, task in zip(indexes, members, strict=True):
+                ordered[i] = task
+    return ordered
+
+
 def parents_text(task: ClaimedTask) -> str:
     """The JSON text of a claimed task's parents, as a claim answers them."""
     return orjson.dumps([p.model_dump(mode="json") for p in task.parents or ()]).decode()
@@ -108,12 +143,14 @@ def parents_text(task: ClaimedTask) -> str:
 
 def _record_fields_cost() -> int:
     """What a record weighs beyond its body's escaped text, at its longest (names of 64
-    characters, the longest key, a 200-character token, 20-digit numbers), plus a comma."""
+    characters, the longest key and group, a 200-character token, 20-digit numbers), plus a
+    comma."""
     from datetime import UTC, datetime
 
     name = "n" * 64
     longest = ClaimedTask.model_construct(
         id=uuid.UUID(int=0), queue=name, tenant=name, key="\U0010ffff" * 512,
+        group="\U0010ffff" * LONGEST_GROUP, seq=2**63 - 1,
         priority=-(2**63), payload=None, attempt=-(2**63), max_attempts=0,
         lease_token="t" * 200, lease_expires_at=datetime.now(UTC), redelivered=True,
         enqueued_at=datetime(9999, 12, 31, tzinfo=UTC))

@@ -20,7 +20,7 @@ from tierq.logic import limits, ready_tenants
 from tierq.logic.claim import claim_once
 from tierq.logic.context import Context, to_ms
 from tierq.logic.dispatch.counters import DispatchCounts, record_counts, saved_turn
-from tierq.logic.dispatch.events import claim_budget, claimed_cost, sqs_event
+from tierq.logic.dispatch.events import claim_budget, claimed_cost, in_group_order, sqs_event
 from tierq.logic.dispatch.invocation import (
     Consumer,
     ConsumerFunctions,
@@ -301,6 +301,7 @@ class Dispatcher:
                 self._found_nothing(state, fed_claims)
                 return
             fed = True
+            tasks = in_group_order(tasks)  # each group's records in order, as SQS FIFO's
             delivered_ms = to_ms(self.ctx.now())
             event, fit = sqs_event(tasks, delivered_ms=delivered_ms,
                                    region=self.functions.region,

@@ -1,5 +1,12 @@
 """Settling a batch: the function's outcome turned into acks, nacks and releases of its
-tasks (the table of :mod:`tierq.logic.dispatch`)."""
+tasks (the table of :mod:`tierq.logic.dispatch`).
+
+Records a valid response reports are read per group, as a FIFO queue's consumer writes them
+(Powertools' ``SqsFifoPartialProcessor`` reports the record that failed and every later one,
+or only its group's later ones): a group's first reported record is nacked (an attempt
+counted), its later reported records were never run, so they are released (no attempt,
+their places kept) and the group's order holds on redelivery. A reported record without a
+group is nacked."""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from collections.abc import Sequence
 from tierq.logic import leases
 from tierq.logic.context import Context
 from tierq.logic.dispatch.counters import DispatchCounts
-from tierq.logic.dispatch.events import read_response
+from tierq.logic.dispatch.events import in_group_order, read_response
 from tierq.logic.dispatch.invocation import Consumer, Invocation, safe_name
 from tierq.models.leases import ClaimedTask, NackItem, ReleaseItem
 
@@ -77,7 +84,30 @@ def settle(ctx: Context, consumer: Consumer, tasks: Sequence[ClaimedTask],
     done = [t for t in tasks if str(t.id) not in failed]
     if done:
         counts.acked += len(leases.ack(ctx, queue, done).acked)
-    _nack_all(ctx, queue, [t for t in tasks if str(t.id) in failed],
-              INVALID_RESPONSE if invalid else ITEM_FAILURE, counts)
+    reported = [t for t in tasks if str(t.id) in failed]
+    if invalid:
+        _nack_all(ctx, queue, reported, INVALID_RESPONSE, counts)
+        return counts
+    retried, given_back = split_reported(reported)
+    _nack_all(ctx, queue, retried, ITEM_FAILURE, counts)
+    release_tasks(ctx, queue, given_back, counts)
     return counts
+
+
+def split_reported(reported: Sequence[ClaimedTask]) -> tuple[list[ClaimedTask],
+                                                              list[ClaimedTask]]:
+    """The reported tasks to nack (each group's first by seq, and those without a group)
+    and those to release (each group's later ones), in group order."""
+    retried: list[ClaimedTask] = []
+    given_back: list[ClaimedTask] = []
+    seen: set[str] = set()
+    for task in in_group_order(reported):
+        if task.group is None:
+            retried.append(task)
+        elif task.group in seen:
+            given_back.append(task)
+        else:
+            seen.add(task.group)
+            retried.append(task)
+    return retried, given_back
 

@@ -252,15 +252,16 @@ RETURNING t.id::text AS id, t.priority, t.seq,
                   -- a released task's parents ("pa", logic/flows.py), its key's quotes too
                   + COALESCE(2 + length(t.parents::text)
                              - length(translate(t.parents::text, '"\', '')), 0)
-                  -- a grouped task's group ("g", logic/groups.py), its key's quotes too
-                  + COALESCE(2 + length(to_json(t.grp)::text)
+                  -- a grouped task's group and seq ("g", "gs", logic/groups.py), their
+                  -- keys' quotes too
+                  + COALESCE(4 + length(to_json(t.grp)::text)
                              - length(translate(to_json(t.grp)::text, '"\', '')), 0))
               || ',"p":' || t.payload::text
               || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
               || ',"pr":' || t.priority || ',"m":' || t.max_attempts
               || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
               || COALESCE(',"pa":' || t.parents::text, '')
-              || COALESCE(',"g":' || to_json(t.grp)::text, '') || '}'
+              || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '') || '}'
               AS blob;
 
 -- name: promote_lock_timeout
