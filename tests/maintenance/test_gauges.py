@@ -73,7 +73,7 @@ def test_only_queues_with_tasks_are_gauged_with_their_counts(make_tq, pg):
     assert list(got) == ["busy"]  # neither idle pairs nor the done-only or drained queue
     assert (summary.gauged, summary.zeroed, summary.pairs, summary.completed) == (1, 0, 2, True)
     expected = counts_of(tq, "busy")
-    assert expected == {"warm": 3, "waiting": 0, "cold": 2, "delayed": 2, "leased": 1,
+    assert expected == {"warm": 3, "waiting": 0, "held": 0, "cold": 2, "delayed": 2, "leased": 1,
                         "dead": 1}
     assert without_age(got["busy"]) == expected
     assert 5 <= got["busy"][gauges.OLDEST] < 60  # ready since the enqueue, 5 s ago
