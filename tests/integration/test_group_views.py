@@ -33,7 +33,7 @@ def test_held_tasks_and_groups_are_counted_and_the_oldest_head_ages(make_tq: Any
     assert 30 <= row.oldest_group_head_age_seconds < 60
     assert row.oldest_group_head_at == _pair(tq, "q", "_").oldest_group_head_at
     assert (_pair(tq, "q", "acme").groups, _pair(tq, "q", "acme").held) == (1, 0)
-    # a's head finishes: a's next is its head from now, b's head is still the oldest
+    # a's head finishes: a's next becomes its head, b's head stays the oldest
     heads = {t.group: t for t in tq.claim("q", max=10, tenant="_")}
     assert set(heads) == {"a", "b", None}
     tq.ack("q", [heads["a"]])
@@ -41,7 +41,7 @@ def test_held_tasks_and_groups_are_counted_and_the_oldest_head_ages(make_tq: Any
     assert (row.held, row.groups) == (2, 2)
     assert row.oldest_group_head_age_seconds is not None
     assert row.oldest_group_head_age_seconds >= 30
-    # b's head finishes too: every head became a head just now
+    # b's head finishes too: every group's head is a fresh one
     tq.ack("q", [heads["b"]])
     row = _pair(tq, "q", "_")
     assert (row.held, row.groups) == (1, 2)
