@@ -249,6 +249,29 @@ def test_stats(tierq: Tierq, api: Client, names: QueueNames) -> None:
     assert down.exit_code == 1
 
 
+def test_stats_and_dead_letters_show_groups(tierq: Tierq, api: Client,
+                                            names: QueueNames) -> None:
+    queue = names["grouped"]
+    api.enqueue(queue, [{"payload": i, "tenant": "acme", "group": g}
+                        for g in ("x", "y") for i in range(3)])
+    [row] = json_of(tierq("stats", "--json", "--queue", queue))
+    assert (row["warm"], row["held"], row["groups"], row["total"]) == (2, 4, 2, 6)
+    assert row["head_seconds"] is not None and 0 <= row["head_seconds"] < 60
+    wide = {"COLUMNS": "220"}
+    table = tierq("stats", "--once", "--queue", queue, env=wide)
+    assert table.exit_code == 0 and "held" in table.stdout and "oldest head" in table.stdout
+    shown = tierq("claim", queue, "--max", "5", env=wide)  # each group's head only
+    assert shown.exit_code == 0 and "group" in shown.stdout
+    assert " x " in shown.stdout and " y " in shown.stdout
+    dead_queue = names["grouped-dead"]
+    api.enqueue(dead_queue, [{"payload": 1, "group": "x"}, {"payload": 2}])
+    claimed = api.claim(dead_queue, max=5)
+    api.nack(dead_queue, [{"id": t.id, "lease_token": t.lease_token, "dead": True}
+                          for t in claimed])
+    listed = tierq("dlq", "list", dead_queue, env=wide)
+    assert listed.exit_code == 0 and "group" in listed.stdout and " x " in listed.stdout
+
+
 def _read_terminal(leader: int, output: bytearray, until: Callable[[bytes], bool],
                    timeout: float) -> bool:
     """Read what a process writes to its terminal into ``output`` until ``until(output)``

@@ -46,7 +46,7 @@ def test_tierq_dev_on_a_cluster_serves_tenants_on_every_master(database_url, clu
             again = http.post(f"/v1/queues/{queue}/acks", json=body, headers=key)
             assert again.status_code == 200 and again.json() == first.json()
             counts = http.get(f"/v1/queues/{queue}").json()["counts"]
-            assert counts == {"warm": 0, "waiting": 0, "cold": 0, "delayed": 0,
+            assert counts == {"warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 0,
                               "leased": 0, "dead": 0}
     finally:
         code = server.stop()

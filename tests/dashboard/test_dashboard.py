@@ -197,3 +197,39 @@ def test_a_waiting_task_shows_what_it_waits_for(page: Any, api: Client, api_url:
     states = page.get_by_test_id("task-parent").evaluate_all(
         "rs => rs.map(r => [r.dataset.task, r.querySelector('[data-col=state]').textContent])")
     assert states == [[str(first.id), "done"], [str(second.id), "not finished"]]
+
+
+def test_groups_show_in_counts_running_tasks_dead_letters_and_lookup(
+        page: Any, api: Client, api_url: str, names: QueueNames) -> None:
+    queue = names["grouped"]
+    made = api.enqueue(queue, [{"payload": i, "group": g} for g in ("x", "y") for i in range(3)]
+                       + [{"payload": "free"}])
+    [leased] = api.claim(queue)  # x's head
+    assert leased.group == "x"
+    dead_queue = names["grouped-dead"]
+    [dead_id] = make_dead_in_group(api, dead_queue, "g")
+    open_dashboard(page, api_url)
+    counted = cells(row(page, queue, "_"))
+    assert (counted["warm"], counted["leased"], counted["held"], counted["groups"],
+            counted["total"]) == ("2", "1", "4", "2", "7")
+    assert counted["oldest-head"] != "\u2013"  # (an age, not the en dash of none)
+    page.get_by_test_id("running-panel").locator("summary").click()
+    running = page.locator(f'tr[data-testid="running-row"][data-task="{leased.id}"]')
+    assert running.locator('[data-col="group"]').text_content() == "x"
+    assert page.get_by_test_id("dlq-queue").input_value() == dead_queue
+    dead_row = page.locator(f'tr[data-testid="dlq-row"][data-task="{dead_id}"]')
+    assert dead_row.locator('[data-col="group"]').text_content() == "g"
+    page.get_by_test_id("task-queue").fill(queue)
+    page.get_by_test_id("task-id").fill(str(made[1].id))
+    page.get_by_test_id("task-id").press("Enter")
+    page.wait_for_function(
+        "document.getElementById('task-summary').textContent.includes('group')")
+    assert page.get_by_test_id("task-summary").text_content() == "held · group x"
+
+
+def make_dead_in_group(api: Client, queue: str, group: str) -> list[str]:
+    """One task of ``group`` dead-lettered; its id."""
+    [made] = api.enqueue(queue, [{"payload": 1, "group": group}])
+    [claimed] = api.claim(queue)
+    api.nack(queue, [{"id": claimed.id, "lease_token": claimed.lease_token, "dead": True}])
+    return [str(made.id)]

@@ -65,7 +65,7 @@ def test_a_tenants_queue_view_over_http(http: httpx.Client, queue: str) -> None:
     nobody = http.get(f"/v1/queues/{queue}-nobody", headers=ACME)
     assert configured.status_code == other_tenants.status_code == nobody.status_code == 200
     assert without_name(configured) == without_name(other_tenants) == without_name(nobody)
-    assert nobody.json()["counts"] == {"warm": 0, "waiting": 0, "cold": 0, "delayed": 0,
+    assert nobody.json()["counts"] == {"warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 0,
                                        "leased": 0, "dead": 0}
     # once acme has used the queue: the queue's settings, its own counts
     assert http.post(f"/v1/queues/{queue}/tasks", json={"payload": 2},

@@ -83,7 +83,7 @@ def test_producer_worker_round_trip(http: httpx.Client, queue: str,
     ]}).json()
     assert nacks["dead"] == [claimed[2]["id"]] and nacks["retried"] == [claimed[3]["id"]]
     counts = http.get(f"/v1/queues/{queue}").json()["counts"]
-    assert counts == {"warm": 0, "waiting": 0, "cold": 0, "delayed": 1, "leased": 0,
+    assert counts == {"warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 1, "leased": 0,
                       "dead": 1}
     assert rows(pg, queue) == 4  # two done (kept with results), one dead, one delayed
 

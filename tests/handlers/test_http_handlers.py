@@ -192,8 +192,8 @@ def test_queue_settings_and_counts(call: Invoke) -> None:
     call("POST", "/v1/queues/jobs/tasks", {"payload": "later", "delay_seconds": 600})
     view = call("GET", "/v1/queues/jobs").body
     assert view["queue"] == "jobs"
-    assert view["counts"] == {"warm": 2, "waiting": 0, "cold": 1, "delayed": 1, "leased": 0,
-                              "dead": 0}
+    assert view["counts"] == {"warm": 2, "waiting": 0, "held": 0, "cold": 1, "delayed": 1,
+                              "leased": 0, "dead": 0}
     assert view["mode"] == "cold"
     listed = call("GET", "/v1/queues").body["queues"]
     assert [q["queue"] for q in listed] == ["jobs"]

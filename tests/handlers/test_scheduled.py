@@ -176,7 +176,7 @@ def test_cold_to_warm_promotes_when_the_warm_set_has_room(call: Invoke) -> None:
     report = invoke("cold_to_warm", scheduler_event("cold_to_warm", max_seconds=0.5))
     assert report["totals"]["promoted"] == 5
     counts = call("GET", "/v1/queues/jobs").body["counts"]
-    assert counts == {"warm": 7, "waiting": 0, "cold": 0, "delayed": 0, "leased": 8,
+    assert counts == {"warm": 7, "waiting": 0, "held": 0, "cold": 0, "delayed": 0, "leased": 8,
                       "dead": 0}
 
 
@@ -204,7 +204,7 @@ def test_reaper_expires_leases_and_emits_gauges_and_dead_letters(
     assert gauges["Dead"] == [1.0] and gauges["Warm"] == [1.0] and gauges["Leased"] == [0.0]
     assert gauges["OldestReadyAgeSeconds"][0] >= 0
     names = {m["Name"] for m in gauges["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
-    assert names == {"Warm", "Waiting", "Cold", "Delayed", "Leased", "Dead",
+    assert names == {"Warm", "Waiting", "Held", "Cold", "Delayed", "Leased", "Dead",
                      "OldestReadyAgeSeconds"}
 
 

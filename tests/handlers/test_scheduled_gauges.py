@@ -17,7 +17,7 @@ from tierq.aws.runtime import engine
 from tierq.aws.scheduled import jobs
 from tierq.dal.postgres import execute_text
 
-GAUGE_NAMES = {"Warm", "Waiting", "Cold", "Delayed", "Leased", "Dead",
+GAUGE_NAMES = {"Warm", "Waiting", "Held", "Cold", "Delayed", "Leased", "Dead",
                "OldestReadyAgeSeconds"}
 
 

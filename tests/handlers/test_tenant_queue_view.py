@@ -108,8 +108,8 @@ def test_a_pinned_caller_cannot_tell_a_queue_name_nobody_used(call: Invoke) -> N
     shown = answers["never-used"]
     assert shown["settings"]["lease_seconds"] == defaults.lease_seconds
     assert shown["settings"]["max_attempts"] == defaults.max_attempts
-    assert shown["counts"] == {"warm": 0, "waiting": 0, "cold": 0, "delayed": 0, "leased": 0,
-                               "dead": 0}
+    assert shown["counts"] == {"warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 0,
+                               "leased": 0, "dead": 0}
     # an admin is told: the name is unknown
     assert call("GET", "/v1/queues/never-used").status == 404
     # a name that is not valid is refused as for anyone

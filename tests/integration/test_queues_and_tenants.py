@@ -79,7 +79,7 @@ def test_counts_detailed_and_running(make_tq):
     [dead] = tq.claim("m", max=1, tenant="acme")
     tq.nack("m", [{"id": dead.id, "lease_token": dead.lease_token, "dead": True}])
     view = tq.get_queue("m")
-    assert view.counts.model_dump() == {"warm": 2, "waiting": 0, "cold": 2, "delayed": 1,
+    assert view.counts.model_dump() == {"warm": 2, "waiting": 0, "held": 0, "cold": 2, "delayed": 1,
                                         "leased": 2, "dead": 1}
     assert view.mode == "cold"
     rows = {r.tenant: r for r in tq.detailed_counts()}

@@ -27,7 +27,7 @@ def test_queues_nobody_configured_are_one_series(make_tq: Any) -> None:
     summary = gauge(tq, state, emitted)
     got = emitted.take()
     assert sorted(got) == sorted(["orders", OTHER])
-    assert without_age(got[OTHER]) == {"warm": 2, "waiting": 0, "cold": 0, "delayed": 0,
+    assert without_age(got[OTHER]) == {"warm": 2, "waiting": 0, "held": 0, "cold": 0, "delayed": 0,
                                        "leased": 1, "dead": 0}
     assert 7 <= got[OTHER][gauges.OLDEST] < 60  # the oldest of theirs
     assert got["orders"]["warm"] == 1

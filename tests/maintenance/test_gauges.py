@@ -57,6 +57,17 @@ def busy_queue(tq: Any) -> None:
     assert leased.tenant == "a"
 
 
+def test_held_tasks_are_gauged_with_the_other_states(make_tq):
+    tq = make_tq()
+    tq.put_queue("orders", {"warm_max": 100})  # configured: gauged under its own name
+    tq.enqueue("orders", [{"payload": i, "group": g} for g in ("x", "y") for i in range(3)])
+    emitted = Emitted()
+    gauge(tq, GaugeRound(), emitted)
+    got = emitted.take()
+    assert without_age(got["orders"]) == counts_of(tq, "orders")
+    assert (got["orders"]["held"], got["orders"]["warm"]) == (4.0, 2.0)
+
+
 def test_only_queues_with_tasks_are_gauged_with_their_counts(make_tq, pg):
     tq = make_tq()
     seed_idle_pairs(pg, 300)
@@ -73,7 +84,7 @@ def test_only_queues_with_tasks_are_gauged_with_their_counts(make_tq, pg):
     assert list(got) == ["busy"]  # neither idle pairs nor the done-only or drained queue
     assert (summary.gauged, summary.zeroed, summary.pairs, summary.completed) == (1, 0, 2, True)
     expected = counts_of(tq, "busy")
-    assert expected == {"warm": 3, "waiting": 0, "cold": 2, "delayed": 2, "leased": 1,
+    assert expected == {"warm": 3, "waiting": 0, "held": 0, "cold": 2, "delayed": 2, "leased": 1,
                         "dead": 1}
     assert without_age(got["busy"]) == expected
     assert 5 <= got["busy"][gauges.OLDEST] < 60  # ready since the enqueue, 5 s ago

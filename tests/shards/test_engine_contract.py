@@ -87,7 +87,7 @@ def test_a_queue_is_purged_on_every_shard(make: Make) -> None:
     assert len(tq.claim("q", max=5)) == 5
     assert tq.purge_queue("q") == 2 * len(TENANTS)
     assert tq.get_queue("q").counts.model_dump() == {
-        "warm": 0, "waiting": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
+        "warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
     assert tq.claim("q", max=50) == []
     assert tq.get_queue("other").counts.warm + tq.get_queue("other").counts.cold \
         == len(TENANTS)

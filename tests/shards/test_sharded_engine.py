@@ -84,7 +84,7 @@ def test_pairs_spread_over_every_shard_and_stay_home(
         assert tq.by_tag[tag_of(str(task.id))] == homes[task.tenant]  # the id tells
     assert all(order == sorted(order) for order in per_tenant.values())  # FIFO per pair
     assert tq.get_queue("q").counts.model_dump() == {
-        "warm": 0, "waiting": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
+        "warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
 
 
 def test_keys_retries_and_status_route_to_the_pair(make_sharded: ShardedFactory) -> None:

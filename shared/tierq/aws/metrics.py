@@ -56,7 +56,7 @@ from tierq.aws.runtime import SERVICE, logger
 from tierq.config import Settings, get_settings
 from tierq.logic.context import Context
 
-GAUGES = ("warm", "waiting", "cold", "delayed", "leased", "dead")
+GAUGES = ("warm", "waiting", "held", "cold", "delayed", "leased", "dead")
 
 
 def _new_blob(settings: Settings | None = None) -> EphemeralMetrics:

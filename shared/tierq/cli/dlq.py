@@ -30,12 +30,13 @@ def dead_table(tasks: list[TaskView], queue: str) -> Table:
     table = Table(title=f"dead letters of {queue!r}")
     table.add_column("id", no_wrap=True)
     table.add_column("tenant")
+    table.add_column("group")
     table.add_column("attempts", justify="right")
     table.add_column("dead since")
     table.add_column("last error", overflow="fold", ratio=1)
     for t in tasks:
         first_line = (t.last_error or "").strip().splitlines()[:1]
-        table.add_row(str(t.id), t.tenant, f"{t.attempts}/{t.max_attempts}",
+        table.add_row(str(t.id), t.tenant, t.group or "-", f"{t.attempts}/{t.max_attempts}",
                       t.finished_at.strftime("%m-%d %H:%M:%S") if t.finished_at else "-",
                       first_line[0] if first_line else "-")
     return table

@@ -29,12 +29,13 @@ from tierq.models import ClaimedTask, Rejection
 def claims_table(tasks: list[ClaimedTask]) -> Table:
     table = Table()
     table.add_column("id", no_wrap=True)
-    for column in ("tenant", "priority", "attempt", "lease until"):
+    for column in ("tenant", "group", "priority", "attempt", "lease until"):
         table.add_column(column)
     table.add_column("lease_token", no_wrap=True)
     table.add_column("payload", overflow="fold")
     for t in tasks:
-        table.add_row(str(t.id), t.tenant, str(t.priority), f"{t.attempt}/{t.max_attempts}",
+        table.add_row(str(t.id), t.tenant, t.group or "-", str(t.priority),
+                      f"{t.attempt}/{t.max_attempts}",
                       t.lease_expires_at.strftime("%H:%M:%S"), t.lease_token,
                       short_json(t.payload))
     return table
@@ -181,7 +182,8 @@ def register(app: typer.Typer) -> None:
             print_json(task.model_dump(mode="json"))
         else:
             console.print(f"{task.id}: {task.state} (attempts {task.attempts}/"
-                          f"{task.max_attempts})", highlight=False)
+                          f"{task.max_attempts})"
+                          + (f", group {task.group}" if task.group else ""), highlight=False)
             if task.result is not None:
                 console.print(f"result: {short_json(task.result, 200)}", highlight=False)
             if task.last_error:

@@ -110,7 +110,7 @@ def settings_table(view: QueueView) -> Table:
     table.add_row("tenant_rate", _rate_text(s.tenant_rate),
                   f"emptiest bucket {use.tenant_rate_tokens_min:.1f} tokens"
                   if use and use.tenant_rate_tokens_min is not None else "")
-    table.add_row("group_max_leased", str(s.group_max_leased), "")
+    table.add_row("group_max_leased", str(s.group_max_leased), f"{view.counts.held} held")
     consumer = s.consumer
     table.add_row("consumer", "-" if consumer is None else
                   f"{consumer.function} (batch {consumer.batch_size}, concurrency "
@@ -139,6 +139,7 @@ def tenant_table(view: TenantQueueView) -> Table:
                              f"jitter {b.jitter:g}", f"{view.counts.delayed} delayed")
     table.add_row("ready", "", f"{view.counts.warm} warm, {view.counts.cold} cold "
                                f"({view.mode})")
+    table.add_row("group_max_leased", str(s.group_max_leased), f"{view.counts.held} held")
     return table
 
 

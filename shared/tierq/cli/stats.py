@@ -27,7 +27,7 @@ from tierq.client import Client
 from tierq.client.errors import ApiError, ConnectionFailed
 from tierq.models import TenantCounts
 
-COUNTS = ("warm", "cold", "waiting", "delayed", "leased", "dead")
+COUNTS = ("warm", "cold", "waiting", "held", "delayed", "leased", "dead")
 
 
 @dataclass
@@ -38,14 +38,17 @@ class Row:
     warm: int
     cold: int
     waiting: int
+    held: int
     delayed: int
     leased: int
     dead: int
     oldest_seconds: float | None
+    groups: int = 0  # groups with work
+    head_seconds: float | None = None  # the oldest group head's age
 
     @property
     def total(self) -> int:
-        return self.warm + self.cold + self.waiting + self.delayed + self.leased + self.dead
+        return sum(getattr(self, name) for name in COUNTS)
 
 
 def oldest_seconds(row: TenantCounts, now: datetime | None) -> float | None:
@@ -59,8 +62,9 @@ def oldest_seconds(row: TenantCounts, now: datetime | None) -> float | None:
 def rows_of(counts: list[TenantCounts], now: datetime | None, *, by_queue: bool,
             queues: list[str] | None) -> list[Row]:
     wanted = set(queues or [])
-    rows = [Row(c.queue, c.tenant, c.mode, c.warm, c.cold, c.waiting, c.delayed, c.leased,
-                c.dead, oldest_seconds(c, now))
+    rows = [Row(c.queue, c.tenant, c.mode, c.warm, c.cold, c.waiting, c.held, c.delayed,
+                c.leased, c.dead, oldest_seconds(c, now), c.groups,
+                c.oldest_group_head_age_seconds)
             for c in counts if not wanted or c.queue in wanted]
     if by_queue:
         merged: dict[str, Row] = {}
@@ -70,17 +74,24 @@ def rows_of(counts: list[TenantCounts], now: datetime | None, *, by_queue: bool,
             m = merged.get(r.queue)
             if m is None:
                 merged[r.queue] = Row(r.queue, "", r.mode, r.warm, r.cold, r.waiting,
-                                      r.delayed, r.leased, r.dead, r.oldest_seconds)
+                                      r.held, r.delayed, r.leased, r.dead, r.oldest_seconds,
+                                      r.groups, r.head_seconds)
                 continue
             m.mode = "cold" if "cold" in (m.mode, r.mode) else "warm"
-            for name in COUNTS:
+            for name in (*COUNTS, "groups"):
                 setattr(m, name, getattr(m, name) + getattr(r, name))
-            ages = [a for a in (m.oldest_seconds, r.oldest_seconds) if a is not None]
-            m.oldest_seconds = max(ages) if ages else None
+            m.oldest_seconds = _older(m.oldest_seconds, r.oldest_seconds)
+            m.head_seconds = _older(m.head_seconds, r.head_seconds)
         for queue, row in merged.items():
             row.tenant = f"{tenants[queue]} tenant{'s' if tenants[queue] != 1 else ''}"
         rows = list(merged.values())
     return sorted(rows, key=lambda r: (r.queue, r.tenant))
+
+
+def _older(a: float | None, b: float | None) -> float | None:
+    """The larger of two ages, either of which may be missing."""
+    ages = [x for x in (a, b) if x is not None]
+    return max(ages) if ages else None
 
 
 def table_of(rows: list[Row], *, by_queue: bool, caption: str | None = None) -> Table:
@@ -91,14 +102,17 @@ def table_of(rows: list[Row], *, by_queue: bool, caption: str | None = None) -> 
     for name in (*COUNTS, "total"):
         table.add_column(name, justify="right")
     table.add_column("oldest", justify="right")
+    table.add_column("groups", justify="right")
+    table.add_column("oldest head", justify="right")
     for r in rows:
         mode = "[blue]cold[/]" if r.mode == "cold" else "[dark_orange]warm[/]"
         dead = f"[red]{r.dead:,}[/]" if r.dead else "0"
         table.add_row(r.queue, r.tenant, mode, f"{r.warm:,}", f"{r.cold:,}",
-                      f"{r.waiting:,}", f"{r.delayed:,}", f"{r.leased:,}", dead, f"{r.total:,}",
-                      age(r.oldest_seconds))
+                      f"{r.waiting:,}", f"{r.held:,}", f"{r.delayed:,}", f"{r.leased:,}", dead,
+                      f"{r.total:,}", age(r.oldest_seconds), f"{r.groups:,}",
+                      age(r.head_seconds))
     if not rows:
-        table.add_row("(no queues yet)", "", "", "", "", "", "", "", "", "", "")
+        table.add_row("(no queues yet)", *[""] * (len(COUNTS) + 5))
     return table
 
 
@@ -126,9 +140,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Live counts per queue and tenant.
 
-        Warm, cold, waiting, delayed, leased and dead counts and the age of the oldest ready task,
-        refreshed in place until Ctrl-C (an unreachable API is shown and retried). --once or
-        --json print once (exit 1 when the API cannot answer)."""
+        Warm, cold, waiting, held, delayed, leased and dead counts, the age of the oldest ready
+        task, the groups with work and the age of the oldest group head, refreshed in place
+        until Ctrl-C (an unreachable API is shown and retried). --once or --json print once
+        (exit 1 when the API cannot answer)."""
         with api_client(url, token, sigv4, aws_region) as api:
             if once or as_json:
                 rows = fetch(api, by_queue=by_queue, queues=queue)

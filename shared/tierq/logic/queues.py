@@ -130,15 +130,20 @@ def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
         ready, leased, mode = warm[pair]
         counts = pg.get(pair)
         oldest_at = oldest.get(pair)
+        head_at = counts.oldest_head if counts else None
         out.append(TenantCounts(
             queue=pair[0], tenant=pair[1], warm=ready, cold=counts.cold if counts else 0,
-            waiting=counts.waiting if counts else 0,
+            waiting=counts.waiting if counts else 0, held=counts.held if counts else 0,
             delayed=counts.delayed if counts else 0, leased=leased,
             dead=counts.dead if counts else 0,
             mode="warm" if mode == "warm" else "cold",
             oldest_ready_at=oldest_at,
             oldest_ready_age_seconds=None if oldest_at is None
             else max(0.0, now - oldest_at.timestamp()),
+            groups=counts.groups if counts else 0,
+            oldest_group_head_at=head_at,
+            oldest_group_head_age_seconds=None if head_at is None
+            else max(0.0, now - head_at.timestamp()),
         ))
     return out
 
@@ -172,8 +177,8 @@ def queue_view(ctx: Context, queue: str) -> QueueView:
     the tenants with ready work only (found by skip scans, one index descent each; their
     counters in one pipeline): idle tenants, backlogs and leases cost nothing."""
     totals = ctx.store.queue_view_state_totals(queue)
-    counts = QueueCounts(waiting=totals.waiting, cold=totals.cold, delayed=totals.delayed,
-                         dead=totals.dead)
+    counts = QueueCounts(waiting=totals.waiting, held=totals.held, cold=totals.cold,
+                         delayed=totals.delayed, dead=totals.dead)
     cold_mode = False
     rows = ctx.store.queue_view_ready_tenants(queue)
     busy = [row.tenant for row in rows]  # tenants with ready or leased work
@@ -200,6 +205,7 @@ def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, boo
         counts.warm += t.warm
         counts.cold += t.cold
         counts.waiting += t.waiting
+        counts.held += t.held
         counts.delayed += t.delayed
         counts.leased += t.leased
         counts.dead += t.dead
@@ -335,6 +341,10 @@ def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, 
     position = after
     while True:
         leases, position = ctx.warm.running_page(queue, tenant, after=position, limit=window)
+        # (their groups: one read by primary key per window, since Valkey's lease entries
+        # do not carry them)
+        grps = {row.id: row.grp for row in ctx.store.groups_of_tasks(
+            queue, [lease.id for lease in leases])} if leases else {}
         now_ms = to_ms(ctx.now())
         for lease in leases:
             yield RunningLease(
@@ -343,6 +353,7 @@ def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, 
                 started_at=from_ms(lease.started_ms),
                 running_for_ms=max(0, now_ms - lease.started_ms),
                 lease_expires_at=from_ms(lease.deadline_ms),
+                group=grps.get(lease.id),
             )
         if position is None:
             return

@@ -35,7 +35,7 @@ from tierq.logic.metric_queues import OTHER
 from tierq.logic.queues import pair_counts
 from tierq.models import TenantCounts
 
-GAUGES = ("warm", "waiting", "cold", "delayed", "leased", "dead")
+GAUGES = ("warm", "waiting", "held", "cold", "delayed", "leased", "dead")
 OLDEST = "oldest_ready_age_seconds"
 
 QueueValues = dict[str, float]

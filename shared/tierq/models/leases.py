@@ -135,6 +135,7 @@ class RunningLease(Model):
     started_at: datetime
     running_for_ms: int
     lease_expires_at: datetime
+    group: str | None = Field(default=None, description="The task's group, if any.")
 
 
 OutcomeKind = Literal["acked", "retried", "dead"]

@@ -170,6 +170,7 @@ CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate",
 class QueueCounts(Model):
     warm: int = 0  # ready in the warm tier
     waiting: int = 0  # enqueued with after, their parents not all finished (flows)
+    held: int = 0  # behind their group's active tasks (groups)
     cold: int = 0
     delayed: int = 0
     leased: int = 0
@@ -274,9 +275,19 @@ class TenantCounts(Model):
     cold: int
     # enqueued with after, their parents not all finished (flows); 0 from a server without
     waiting: int = 0
+    # behind their group's active tasks (groups); 0 from a server without
+    held: int = 0
     delayed: int
     leased: int
     dead: int
     mode: Literal["warm", "cold"] = "warm"
     oldest_ready_at: datetime | None = None
     oldest_ready_age_seconds: float | None = None
+    groups: int = Field(default=0, description="Groups of the pair with work (active or "
+                                               "held tasks).")
+    oldest_group_head_at: datetime | None = Field(
+        default=None, description="The earliest time one of the pair's groups with work "
+                                  "had its head made active: its head has been at the "
+                                  "front since (null without groups).")
+    oldest_group_head_age_seconds: float | None = Field(
+        default=None, description="Seconds since `oldest_group_head_at`.")

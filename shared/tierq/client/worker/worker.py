@@ -13,7 +13,8 @@ alive while it runs, and report each outcome.
     Worker(Client("http://127.0.0.1:3000"), "emails", send_email, concurrency=8).run()
 
 A task that waited for others (``after``, a flow) reaches its handler with ``task.parents``:
-each parent's id, queue, final state and result (tierq.logic.flows).
+each parent's id, queue, final state and result (tierq.logic.flows). A task of a group
+carries it as ``task.group`` (tierq.logic.groups).
 
 The loop, per worker:
 

@@ -214,9 +214,12 @@ class PairStateCounts(NamedTuple):
     queue: str
     tenant: str
     waiting: int
+    held: int
     cold: int
     delayed: int
     dead: int
+    groups: int  # groups with work (tierq_groups)
+    oldest_head: datetime | None  # the earliest head_since of those groups
 
 
 class PairOldestReady(NamedTuple):
@@ -226,9 +229,10 @@ class PairOldestReady(NamedTuple):
 
 
 class StateTotals(NamedTuple):
-    """A queue's waiting, cold, delayed and dead tasks (every tenant)."""
+    """A queue's waiting, held, cold, delayed and dead tasks (every tenant)."""
 
     waiting: int
+    held: int
     cold: int
     delayed: int
     dead: int

@@ -1,6 +1,7 @@
-"""Live numbers: ``GET /v1/metrics/queues/detailed`` (per (queue, tenant): warm, cold, delayed,
-leased and dead counts and the oldest ready task) and ``GET /v1/metrics/queues/running``
-(current leases: who holds them, since when, until when); ``GET /v1/queues/{queue}/throughput``
+"""Live numbers: ``GET /v1/metrics/queues/detailed`` (per (queue, tenant): warm, cold, waiting,
+held, delayed, leased and dead counts, the oldest ready task, the groups with work and the
+oldest group head) and ``GET /v1/metrics/queues/running`` (current leases: who holds them,
+since when, until when, of which group); ``GET /v1/queues/{queue}/throughput``
 (tasks enqueued and acked per second over the last 15 minutes).
 
 Both list in (queue, tenant) order, page by page (see :mod:`tierq.aws.http.paging`): a caller

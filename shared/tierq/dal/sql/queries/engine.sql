@@ -573,17 +573,27 @@ WHERE EXISTS (SELECT 1 FROM tierq_tasks t
 ORDER BY p.n;
 
 -- name: pair_state_counts
--- Waiting, cold, delayed and dead counts of the pairs given (one partial index each).
+-- Waiting, held, cold, delayed and dead counts of the pairs given (one partial index each;
+-- held by tierq_tasks_group_held), and of tierq_groups (migration 0019) the pair's groups
+-- with work and the earliest time one of them had its head made active (the primary key's
+-- range of the pair: one entry per group, never a task).
 SELECT p.queue, p.tenant,
        (SELECT count(*) FROM tierq_tasks t
         WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'waiting') AS waiting,
+       (SELECT count(*) FROM tierq_tasks t
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'held') AS held,
        (SELECT count(*) FROM tierq_tasks t
         WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'cold') AS cold,
        (SELECT count(*) FROM tierq_tasks t
         WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'delayed') AS delayed,
        (SELECT count(*) FROM tierq_tasks t
-        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'dead') AS dead
-FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
+        WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'dead') AS dead,
+       g.groups, g.oldest_head
+FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant),
+     LATERAL (SELECT count(*) AS groups, min(r.head_since) AS oldest_head
+              FROM tierq_groups r
+              WHERE r.queue = p.queue AND r.tenant = p.tenant
+                AND r.active + r.held > 0) AS g;
 
 -- name: pair_oldest_ready
 -- When the longest-waiting ready task of each pair given became ready: of its cold rows,

@@ -113,7 +113,8 @@ FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(counts)s::int[]) AS v(tenan
 WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 
 -- name: groups_of_tasks
--- The groups of the tasks given that are still stored (acked and kept done, or dead).
+-- The groups of the tasks given that have one, by primary key: tasks finished and still
+-- stored (acked and kept done, or dead), or a page of running leases (logic/queues.py).
 SELECT t.id::text AS id, t.tenant, t.grp
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s

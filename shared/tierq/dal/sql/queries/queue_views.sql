@@ -3,10 +3,11 @@
 -- tenants answers at the cost of its work, not of every tenant it ever had.
 
 -- name: queue_view_state_totals
--- The waiting, cold, delayed and dead tasks of one queue (every tenant), one partial index
--- each.
+-- The waiting, held, cold, delayed and dead tasks of one queue (every tenant), one partial
+-- index each.
 SELECT (SELECT count(*) FROM tierq_tasks WHERE queue = %(queue)s AND state = 'waiting')
            AS waiting,
+       (SELECT count(*) FROM tierq_tasks WHERE queue = %(queue)s AND state = 'held') AS held,
        (SELECT count(*) FROM tierq_tasks WHERE queue = %(queue)s AND state = 'cold') AS cold,
        (SELECT count(*) FROM tierq_tasks WHERE queue = %(queue)s AND state = 'delayed')
            AS delayed,
