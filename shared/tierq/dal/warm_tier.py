@@ -1069,7 +1069,8 @@ class WarmTier:
                 for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
 
     def release(self, queue: str, tenant: str, members: Sequence[str], *,
-                acked: int = 0, then: ScriptCall | None = None) -> int:
+                acked: int = 0, then: ScriptCall | None = None,
+                finished: TaskFinished | None = None) -> int:
         """Drop these leases (members ``lease_member(id, token)``: lua/lease_drop.lua, which
         also forgets each task's lease and its claim's record once it holds no lease); a
         lease that was re-issued since has another token and is left alone. Returns how
@@ -1077,7 +1078,9 @@ class WarmTier:
         round trip (dal/throughput.py). ``then``: a script that must run after the drop
         (giving back the leases' queue-wide reservations): on a single server in the same
         round trip, in order; in cluster mode (other slots, no order across masters) once
-        the drop has answered."""
+        the drop has answered. ``finished``: the pair's completion markers
+        (lua/task_finished.lua, in the pair's slot), sent right after the drop in its round
+        trip; an error of theirs is logged, not raised (logic/waits.py: best-effort)."""
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
@@ -1090,17 +1093,22 @@ class WarmTier:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
         drop = LeaseDrop(k, last)
-        if acked <= 0 and not after:
+        if acked <= 0 and not after and finished is None:
             dropped += self.call(drop)
             self._then(then)
             return dropped
         counts, notes = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
             else ([], [])
-        replies = self.pipeline([evalsha(drop, self.scripts[drop.SCRIPT].sha), *counts,
-                                 *after])
+        marks = [] if finished is None else [evalsha(finished,
+                                                     self.scripts[finished.SCRIPT].sha)]
+        replies = self.pipeline([evalsha(drop, self.scripts[drop.SCRIPT].sha), *marks,
+                                 *counts, *after])
         first = replies[0]
         if isinstance(first, NoScriptError):
             first = self.call(drop)  # (Valkey lost its scripts: loaded)
+        if finished is not None:
+            self._marked(queue, tenant, finished, replies[1])
+            replies = replies[:1] + replies[2:]
         if after:
             end, replies = replies[-1], replies[:-1]
             if isinstance(end, NoScriptError):
@@ -1113,6 +1121,20 @@ class WarmTier:
         if not after:
             self._then(then)
         return dropped + drop.parse(first)
+
+    def _marked(self, queue: str, tenant: str, call: TaskFinished, reply: Any) -> None:
+        """The reply of ``release``'s completion markers: a script Valkey lost is run again;
+        another error is logged, not raised (the ack it follows is committed, and its
+        waiters answer at the end of their wait)."""
+        try:
+            if isinstance(reply, NoScriptError):
+                self.call(call)
+            elif isinstance(reply, Exception):
+                raise reply
+        except Exception as exc:  # (best-effort, as logic/waits.py's finished)
+            log.warning("waits: %d task(s) of %r/%r ended, their waiters not told (they "
+                        "answer at the end of their wait): %s: %s", len(call.items), queue,
+                        tenant, type(exc).__name__, str(exc)[:200])
 
     def _then(self, call: ScriptCall | None) -> None:
         """``release``'s script after the drop, on its own; best-effort: what it would have

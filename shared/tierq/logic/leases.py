@@ -103,11 +103,19 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
 
 
 def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
-                acked: set[str] | frozenset[str] = frozenset()) -> None:
-    """``acked``: ids of those tasks just acked, counted with the drop (one round trip)."""
+                acked: set[str] | frozenset[str] = frozenset(),
+                ended: Sequence[tuple[str, str, int]] = (), state: str = "done") -> None:
+    """``acked``: ids of those tasks just acked, counted with the drop (one round trip).
+    ``ended``: tasks (tenant, id, attempt) that ended in ``state``, whose waiters are told
+    (logic/waits.py) in the round trip of their pair's drop, after it."""
     by_tenant: dict[str, list[str]] = defaultdict(list)
     for v in verified:
         by_tenant[v.tenant].append(v.member)
+    marks: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for tenant, task_id, attempt in ended:
+        marks[tenant].append((task_id, state, attempt))
+    calls = {tenant: waits.marker_call(queue, tenant, items)
+             for tenant, items in marks.items() if tenant in by_tenant}
     # then their queue-wide reservations (with the last pair's drop, after it): a
     # reservation may outlive its lease, never the reverse, so max_leased is never exceeded
     then: ScriptCall | None = None
@@ -121,7 +129,10 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     for i, (tenant, members) in enumerate(by_tenant.items()):
         ctx.warm.release(queue, tenant, members, acked=sum(
             m.partition("|")[0] in acked for m in members) if acked else 0,
-            then=then if i == last else None)
+            then=then if i == last else None, finished=calls.get(tenant))
+    waits.finished(ctx, queue, [(tenant, task_id, attempt)
+                                for tenant, task_id, attempt in ended
+                                if calls.get(tenant) is None], state)
     if apart:
         free_reservations(ctx, queue, [v.token for v in verified])
 
@@ -179,9 +190,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         tenants = {v.id: v.tenant for v in valid}
         groups.after_finish(ctx, queue, [(tenants[r.id], r.grp) for r in finished
                                          if r.grp is not None])
-    drop_leases(ctx, queue, valid, acked=done)
-    waits.finished(ctx, queue, [(v.tenant, v.id, v.attempt) for v in valid if v.id in done],
-                   "done")
+    drop_leases(ctx, queue, valid, acked=done,
+                ended=[(v.tenant, v.id, v.attempt) for v in valid if v.id in done])
     acked = result.acked
     for v in valid:
         if v.id in done:
@@ -289,10 +299,9 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
             ctx, queue, [leases[i].id for i in left], [leases[i].attempt for i in left],
             [clipped[i] for i in left], [to_datetime(retry_ats[i]) for i in left],
             [deads[i] for i in left])
-    drop_leases(ctx, queue, leases)
     attempts = {v.id: v.attempt for v in leases}
-    waits.finished(ctx, queue, [(r.tenant, str(r.id), attempts.get(str(r.id), 0))
-                                for r in rows if r.state == "dead"], "dead")
+    drop_leases(ctx, queue, leases, ended=[(r.tenant, str(r.id), attempts.get(str(r.id), 0))
+                                           for r in rows if r.state == "dead"], state="dead")
     due = [Target(str(r.id), queue, r.tenant) for r in rows
            if r.state == "delayed" and r.run_at.timestamp() <= now]
     admission.ready_now(ctx, due)

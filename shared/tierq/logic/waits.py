@@ -3,10 +3,12 @@
 A wait answers as soon as its task is done, dead or deleted, or after ``N`` seconds with the
 task as it stands. It is woken by a message, not by polling PostgreSQL: each path that ends a
 task (ack, a nack or an expired lease that dead-letters it, a delete) calls :func:`finished`
-after its PostgreSQL commit, which runs ``lua/task_finished.lua`` in the pair's slot: a
-completion marker in ``tq:{q|t}:finished`` and an SPUBLISH on the task's own sharded channel
-``tq:{q|t}:finished:<id>``, together. ElastiCache Serverless runs in cluster mode and has no
-keyspace notifications; a sharded channel in the pair's hash tag stays on the pair's master.
+after its PostgreSQL commit (an ack or a failed attempt sends :func:`marker_call` in the
+round trip of the pair's lease drop instead, after the drop), which runs
+``lua/task_finished.lua`` in the pair's slot: a completion marker in ``tq:{q|t}:finished``
+and an SPUBLISH on the task's own sharded channel ``tq:{q|t}:finished:<id>``, together.
+ElastiCache Serverless runs in cluster mode and has no keyspace notifications; a sharded
+channel in the pair's hash tag stays on the pair's master.
 
 The protocol of one wait (:func:`get_task`):
 
@@ -47,8 +49,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from uuid import UUID
 
+from tierq.dal.lua_calls import TaskFinished
 from tierq.dal.store.rows import TaskRow
-from tierq.dal.warm_tier import FinishMark
+from tierq.dal.warm_tier import FinishMark, PairKeys
 from tierq.errors import NotFound, WarmTierUnavailable
 from tierq.logic import tasks
 from tierq.logic.context import Context, from_ms
@@ -85,6 +88,17 @@ def finished(ctx: Context, queue: str, ended: Sequence[tuple[str, str, int]],
             log.warning("waits: %d task(s) of %r/%r ended %s, their waiters not told "
                         "(they answer at the end of their wait): %s: %s", len(items), queue,
                         tenant, state, type(exc).__name__, str(exc)[:200])
+
+
+def marker_call(queue: str, tenant: str, items: Sequence[tuple[str, str, int]]
+                ) -> TaskFinished | None:
+    """The markers and messages of these tasks (id, state, attempt) of one pair as one
+    script call, for the pipeline of the pair's lease drop (logic/leases.py): one round trip
+    fewer per pair an ack ends. None when they need more than one call (then
+    :func:`finished` sends them)."""
+    if not items or len(items) > TaskFinished.items_per_call():
+        return None
+    return TaskFinished(PairKeys.of(queue, tenant), MARKER_TTL_MS, MARKERS_PER_PAIR, items)
 
 
 def check_wait(wait_seconds: float) -> None:

@@ -1,0 +1,50 @@
+"""An ack's Valkey round trips, counted on the wire (bench/enqueue_round_trips.py's
+``Wire``): the completion marker of a pair's tasks (logic/waits.py) goes in the pipeline
+of that pair's lease drop, and a marker Valkey refuses is logged while the ack stands."""
+
+from __future__ import annotations
+
+import logging
+
+from bench.enqueue_round_trips import Wire
+from tierq.dal.warm_tier import PairKeys
+
+QUEUE = "rt"
+TENANT = "a"
+
+
+def claimed(tq, n: int):
+    tq.put_queue(QUEUE, {})
+    tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": TENANT} for i in range(n)])
+    got = tq.claim(QUEUE, max=n)
+    assert len(got) == n
+    return got
+
+
+def test_an_ack_of_one_pair_is_two_round_trips(tq, valkey):
+    first, *got = claimed(tq, 4)
+    tq.ack(QUEUE, [first])  # (not counted: it loads the scripts)
+    valkey.delete(PairKeys.of(QUEUE, TENANT).finished)
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        result = tq.ack(QUEUE, got)
+        wire.on = False
+    assert len(result.acked) == 3
+    # verify the tokens, then the drop with its counts and the markers: one pipeline
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+    assert wire.commands["task_finished"] == 1
+    finished = PairKeys.of(QUEUE, TENANT).finished
+    assert {v.decode() if isinstance(v, bytes) else v
+            for v in valkey.hkeys(finished)} == {str(t.id) for t in got}
+
+
+def test_a_marker_valkey_refuses_is_logged_and_the_ack_stands(tq, valkey, caplog):
+    got = claimed(tq, 2)
+    valkey.set(PairKeys.of(QUEUE, TENANT).finished, "not a hash")  # (HSET: WRONGTYPE)
+    with caplog.at_level(logging.WARNING, logger="tierq"):
+        result = tq.ack(QUEUE, got)
+    assert len(result.acked) == 2
+    assert any("not told" in r.getMessage() for r in caplog.records)
+    assert tq.ctx.store.task_by_id(QUEUE, got[0].id) is None  # (acked: deleted)
