@@ -252,6 +252,25 @@ def test_replacements_grow_a_pair_only_within_its_tenants_bound(
     assert got and {t.payload for t in got} == {BIG}
 
 
+def test_a_replacement_that_goes_cold_reports_cold(
+        make_tq: Callable[..., Tierq], pg: psycopg.Connection[Any]) -> None:
+    """A warm task replaced by content past its tenant's bound waits cold, and its enqueue
+    outcome and its row say so (the reconciler reads the row); one that fits stays warm."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    keyed = [{"payload": i, "key": f"k{i}"} for i in range(2)]
+    fill = [{"payload": BIG}] * 4  # (about 1,000,000 bytes of the tenant's 1 MiB)
+    assert {o.state for o in tq.enqueue("a", keyed + fill, tenant="acme")} == {"warm"}
+    small = tq.enqueue("a", [{"payload": "s", "key": "k1", "on_conflict": "replace"}],
+                       tenant="acme")
+    assert (small[0].outcome, small[0].state) == ("updated", "warm")
+    out = tq.enqueue("a", [{"payload": BIG, "key": "k0", "on_conflict": "replace"}],
+                     tenant="acme")
+    assert (out[0].outcome, out[0].state) == ("updated", "cold")
+    assert count_state(pg, "a", "cold") == 1
+    assert tq.get_task("a", out[0].id).state == "cold"
+    assert usage(tq, ["a"], "acme") <= MiB
+
+
 # -- issue 28's reproduction: one tenant fills the shared cache -------------------------------
 
 @pytest.fixture

@@ -273,12 +273,14 @@ def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
     ticket.full.add(pair)
 
 
-def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, bytes]]) -> None:
+def update_warm(ctx: Context, pair: Pair,
+                items: Sequence[tuple[str, Place, bytes]]) -> list[str]:
     """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace),
     their growth counted against the pair's share of its tenant's bound as a push's is.
     When Valkey is out of memory, or the growth does not fit the tenant's bound, the tasks
     leave the warm tier (removing only frees memory) and wait cold instead, so that no
-    claim hands out their old data."""
+    claim hands out their old data. Returns the ids of those that went cold (their rows
+    marked ``cold``)."""
     queue, tenant = pair
     share, limit = tenant_budget.share(ctx, queue, tenant)
     warm_max_bytes = ctx.queue_settings.get(queue).warm_max_bytes
@@ -296,7 +298,7 @@ def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, byte
                 tenant_budget.cancel(ctx, queue, tenant, got)  # nothing written
                 raise
         if not out.over:
-            return
+            return []
     except WarmTierFull:
         pass
     ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
@@ -307,6 +309,7 @@ def update_warm(ctx: Context, pair: Pair, items: Sequence[tuple[str, Place, byte
         mark_cold(ctx, removed)
     finally:
         close(ctx, ticket)
+    return removed
 
 
 def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> None:

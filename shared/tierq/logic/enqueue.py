@@ -400,8 +400,13 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
                                            tenant=p.tenant, key=p.key)
     for tenant, places in to_remove.items():
         ctx.warm.remove(queue, tenant, places)
+    cold: set[str] = set()
     for tenant, pushes in warm_updates.items():
-        admission.update_warm(ctx, (queue, tenant), pushes)
+        cold.update(admission.update_warm(ctx, (queue, tenant), pushes))
+    if cold:  # (past the pair's allotment: out of the warm tier, waiting cold)
+        for p, existing in items:
+            if str(existing.id) in cold:
+                outcomes[p.index].state = "cold"
     if now_ready:
         states = {str(r.id): r.state for r in admission.ready_now(ctx, now_ready)}
         for p, existing in items:
