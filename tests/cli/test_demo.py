@@ -31,3 +31,24 @@ def test_demo_runs_end_to_end(database_url: str, valkey_url: str) -> None:
     assert "600 / 600" in output
     assert "cold → warm" in output  # turned cold by the burst, back to warm
     assert "✗" not in output
+    assert "waiting" in output and "held" in output  # (the counts table's columns)
+
+
+def test_the_counts_table_shows_every_state_tierq_stats_shows() -> None:
+    from rich.console import Console
+
+    from tierq.cli.stats import COUNTS
+    from tierq.local.demo import DemoProgress, counts_table
+
+    progress = DemoProgress()
+    progress.counts = {"warm": 11, "cold": 12, "waiting": 13, "held": 14, "delayed": 15,
+                       "leased": 16, "dead": 17}
+    console = Console(width=200, record=True)
+    console.print(counts_table(progress, 100))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "warm" in line and "cold" in line)
+    columns = header.split()
+    columns = columns[:columns.index("peak")]  # (then "peak warm", "peak cold")
+    assert [c for c in columns if c in COUNTS] == list(COUNTS)
+    for n in range(11, 18):
+        assert str(n) in text

@@ -62,6 +62,9 @@ from tierq.errors import TierqError
 from tierq.models import ClaimedTask
 
 QUEUE = "demo"
+# The per-state counts shown, in the order and names of ``tierq stats`` (cli/stats.py, not
+# imported: the demo runs with the ``local`` extra alone, without typer).
+COUNTS = ("warm", "cold", "waiting", "held", "delayed", "leased", "dead")
 PUSH_QUEUE = "demo-push"
 PUSH_RATE = 100.0  # tasks a second handed to the consumer (the queue's rate limit)
 PUSH_BURST = 20
@@ -224,14 +227,12 @@ def make_handler(progress: DemoProgress, work_seconds: float) -> Callable[[Claim
 
 def counts_table(progress: DemoProgress, warm_max: int) -> Table:
     table = Table(title=f"queue {QUEUE!r}  (warm_max {warm_max:,})", title_justify="left")
-    for column in ("mode", "warm", "cold", "delayed", "leased", "dead", "peak warm",
-                   "peak cold"):
+    for column in ("mode", *COUNTS, "peak warm", "peak cold"):
         table.add_column(column, justify="right")
     c = progress.counts
     mode = c.get("mode_cold", 0)
     table.add_row("[blue]cold[/]" if mode else "[dark_orange]warm[/]",
-                  f"{c.get('warm', 0):,}", f"{c.get('cold', 0):,}", f"{c.get('delayed', 0):,}",
-                  f"{c.get('leased', 0):,}", f"{c.get('dead', 0):,}",
+                  *(f"{c.get(state, 0):,}" for state in COUNTS),
                   f"{progress.peak_warm:,}", f"{progress.peak_cold:,}")
     return table
 
@@ -249,9 +250,9 @@ def view(progress: DemoProgress, bar: Progress, warm_max: int,
 def sample(api: Client, progress: DemoProgress) -> None:
     queue = api.get_queue(QUEUE)
     c = queue.counts
-    progress.counts = {"warm": c.warm, "cold": c.cold, "delayed": c.delayed,
-                       "leased": c.leased, "dead": c.dead,
-                       "mode_cold": int(queue.mode == "cold")}
+    progress.counts = {"warm": c.warm, "cold": c.cold, "waiting": c.waiting,
+                       "held": c.held, "delayed": c.delayed, "leased": c.leased,
+                       "dead": c.dead, "mode_cold": int(queue.mode == "cold")}
     progress.peak_warm = max(progress.peak_warm, c.warm)
     progress.peak_cold = max(progress.peak_cold, c.cold)
     if not progress.modes or progress.modes[-1] != queue.mode:
@@ -416,8 +417,10 @@ def summary(progress: DemoProgress, stats: list[WorkerStats], plan: DemoPlan) ->
         f"{totals.claimed:,} / {totals.acked:,} / {totals.retried:,} / {totals.dead:,}",
         totals.report_failures == 0)
     c = progress.counts
-    left = c.get("warm", 0) + c.get("cold", 0) + c.get("leased", 0) + c.get("dead", 0)
-    row("left in the queue (warm + cold + leased + dead)", f"{left:,}", left == 0)
+    left = sum(c.get(state, 0) for state in ("warm", "cold", "waiting", "held", "leased",
+                                             "dead"))
+    row("left in the queue (warm + cold + waiting + held + leased + dead)", f"{left:,}",
+        left == 0)
     table.add_row("elapsed", f"{elapsed:.1f} s", "")
     if progress.burst_drained is not None and progress.workers_started is not None:
         drain = max(progress.burst_drained - progress.workers_started, 1e-6)
