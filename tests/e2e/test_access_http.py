@@ -75,7 +75,9 @@ def test_a_tenants_queue_view_over_http(http: httpx.Client, queue: str) -> None:
     view = mine.json()
     assert (view["view"], view["tenant"], view["settings"]["lease_seconds"]) == \
         ("tenant", "acme", 21)
-    assert "max_leased" not in mine.text and "globex" not in mine.text
+    # the queue's limits stay the admin's (a group's own, group_max_leased, a worker reads)
+    assert '"max_leased"' not in mine.text and "globex" not in mine.text
+    assert "max_leased" not in view["settings"] and view["settings"]["group_max_leased"] == 1
     assert view["counts"]["warm"] + view["counts"]["cold"] == 1
     full = http.get(f"/v1/queues/{queue}", headers=ADMIN).json()
     assert full["view"] == "admin" and full["settings"]["max_leased"] == 5
