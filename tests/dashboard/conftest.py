@@ -19,8 +19,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 __all__ = ["QueueNames", "api", "api_url", "browser", "names", "page"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    # (package scope: Playwright's sync API runs an event loop on the main thread while it
+    # is open, and later tests call asyncio.run there)
     if not CHROMIUM.is_file():
         pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's `chromium` package (the "
                     "dashboard tests drive it headless; no browser is downloaded)")
