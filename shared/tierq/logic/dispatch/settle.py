@@ -89,8 +89,10 @@ def settle(ctx: Context, consumer: Consumer, tasks: Sequence[ClaimedTask],
         _nack_all(ctx, queue, reported, INVALID_RESPONSE, counts)
         return counts
     retried, given_back = split_reported(reported)
-    _nack_all(ctx, queue, retried, ITEM_FAILURE, counts)
+    # (the group's later tasks go back to their places before its failed one is retried,
+    # so no claim between the two finds the retry ready without them)
     release_tasks(ctx, queue, given_back, counts)
+    _nack_all(ctx, queue, retried, ITEM_FAILURE, counts)
     return counts
 
 
