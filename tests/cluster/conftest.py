@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.dispatch.journal import JOURNAL
+from tierq.local.consumers import LocalFunctions
 from tierq.local.services import PrivateValkeyCluster
 
 
@@ -58,3 +60,13 @@ def valkey_private() -> bool:
 @pytest.fixture(scope="session")
 def valkey_cluster() -> bool:
     return True
+
+
+@pytest.fixture
+def functions() -> Iterator[LocalFunctions]:
+    """The local stack's consumer functions, with the dispatch tests' journal emptied around
+    each test (tests/dispatch/journal.py)."""
+    local = LocalFunctions()
+    JOURNAL.reset()
+    yield local
+    JOURNAL.reset()

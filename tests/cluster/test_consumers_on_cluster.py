@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -30,14 +29,6 @@ from tierq.logic.context import OffsetClock
 from tierq.logic.dispatch import Dispatcher, counters_key
 
 pytestmark = pytest.mark.usefixtures("clean_stores")
-
-
-@pytest.fixture
-def functions() -> Iterator[LocalFunctions]:
-    local = LocalFunctions()
-    JOURNAL.reset()
-    yield local
-    JOURNAL.reset()
 
 
 def tenant_of(event: dict[str, Any]) -> str:

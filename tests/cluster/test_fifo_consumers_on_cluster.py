@@ -5,7 +5,6 @@ master holds its pair (tests/dispatch/test_fifo_consumers.py on a single node)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -20,14 +19,6 @@ from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
 
 pytestmark = pytest.mark.usefixtures("clean_stores")
-
-
-@pytest.fixture
-def functions() -> Iterator[LocalFunctions]:
-    local = LocalFunctions()
-    JOURNAL.reset()
-    yield local
-    JOURNAL.reset()
 
 
 @pytest.mark.parametrize(("function", "max_leased"), [("fifo", 1), ("fifo_skip_group", 10)])
