@@ -29,8 +29,9 @@ read off the request path, and a failed read is not fatal).
   | ``ConsumerErrors`` | the dispatcher, per invocation failed: a function error, an    |
   |                    | invoke refused or cut off                                      |
 
-* Gauges, from the reaper's invocations: ``Warm``, ``Cold``, ``Delayed``, ``Leased``,
-  ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
+* Gauges, from the reaper's invocations: ``Warm``, ``Waiting`` (flow children waiting for
+  their parents), ``Held`` (group members behind their group's running task), ``Cold``,
+  ``Delayed``, ``Leased``, ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
   ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has
   tasks, and zeros once for a queue that has just emptied.
 
