@@ -50,6 +50,7 @@ from tierq.dal.lua_calls import (
     LeaseExtend,
     LeaseIndex,
     LeaseOf,
+    LeaseProgress,
     LongPolls,
     LuaCall,
     Missing,
@@ -90,6 +91,7 @@ SCRIPTS = (
     "go_cold",
     "claim",
     "lease_extend",
+    "lease_progress",
     "lease_expired",
     "lease_drop",
     "lease_of",
@@ -134,13 +136,14 @@ class PairKeys:
     started: str  # id -> when its lease's claim began, ms (lua/running_page.lua)
     finished: str  # id -> completion marker; ``<finished>:<id>`` its channel (task_finished)
     finished_at: str  # id -> when its marker was made, ms (lua/task_finished.lua)
+    progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
-                   tag + "finished", tag + "finished_at")
+                   tag + "finished", tag + "finished_at", tag + "progress")
 
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
@@ -1171,6 +1174,38 @@ class WarmTier:
                 (lease_member(task_id, token), extend_ms) for task_id, token, extend_ms in part]))
         return out
 
+    def keep_progress(self, queue: str, tenant: str, *, now_ms: int,
+                      items: Sequence[tuple[str, str]]) -> list[bool]:
+        """Keep each (lease member, progress JSON) with its lease, as of ``now_ms``
+        (lua/lease_progress.lua); whether each lease was held and unexpired. Refused
+        (``WarmTierFull``) while Valkey is out of memory."""
+        k = PairKeys.of(queue, tenant)
+        out: list[bool] = []
+        for part in chunks(items, LeaseProgress.items_per_call()):
+            out += self.call(LeaseProgress(k, now_ms, part))
+        return out
+
+    def progress_of(self, queue: str, tenant: str,
+                    leases: Sequence[tuple[str, str]]) -> dict[str, tuple[int, str]]:
+        """The progress kept with each (id, token) lease that has some: id -> (when it
+        came, epoch ms; its JSON text). An entry of another token (an older or newer
+        lease of the task) is not this lease's. One HMGET."""
+        if not leases:
+            return {}
+        progress = PairKeys.of(queue, tenant).progress
+        values: list[Any] = []
+        for part in chunks([task_id for task_id, _ in leases], per_call(2)):
+            values += self._command("HMGET", progress, *part)
+        out: dict[str, tuple[int, str]] = {}
+        for (task_id, token), raw in zip(leases, values, strict=True):
+            if raw is None:
+                continue
+            owner, _, rest = _s(raw).partition("|")
+            at, _, value = rest.partition("|")
+            if owner == token and at.isdigit():
+                out[task_id] = (int(at), value)
+        return out
+
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
         """(id, token, attempt) of leases past their deadline, oldest first."""
@@ -1433,7 +1468,8 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket, k.lease_of, k.started, k.finished, k.finished_at)
+                               k.bucket, k.lease_of, k.started, k.finished, k.finished_at,
+                               k.progress)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""
