@@ -13,7 +13,7 @@ from tierq.models.leases import MAX_PROGRESS_BYTES, ClaimedTask, progress_size
 class WorkerTask(ClaimedTask):
     """A claimed task as :class:`~tierq.client.worker.Worker` and
     :class:`~tierq.client.worker.AsyncWorker` hand it to their handler: every field of
-    :class:`~tierq.models.ClaimedTask`, and :meth:`set_progress`."""
+    :class:`~tierq.models.leases.ClaimedTask`, and :meth:`set_progress`."""
 
     _progress_to: Callable[[Any], None] | None = PrivateAttr(default=None)
 
