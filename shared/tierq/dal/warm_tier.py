@@ -446,6 +446,21 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _progress_entries(leases: Sequence[tuple[str, str]],
+                      values: Sequence[Any]) -> dict[str, tuple[int, str]]:
+    """The progress entries (``HMGET`` of a pair's progress hash) that belong to the (id,
+    token) leases at their places: id -> (ms, JSON text)."""
+    out: dict[str, tuple[int, str]] = {}
+    for (task_id, token), raw in zip(leases, values, strict=True):
+        if raw is None:
+            continue
+        owner, _, rest = _s(raw).partition("|")
+        at, _, value = rest.partition("|")
+        if owner == token and at.isdigit():
+            out[task_id] = (int(at), value)
+    return out
+
+
 _INCLUDE = re.compile(r"^-- include: (\w+)", re.MULTILINE)
 
 
@@ -1196,15 +1211,29 @@ class WarmTier:
         values: list[Any] = []
         for part in chunks([task_id for task_id, _ in leases], per_call(2)):
             values += self._command("HMGET", progress, *part)
-        out: dict[str, tuple[int, str]] = {}
-        for (task_id, token), raw in zip(leases, values, strict=True):
-            if raw is None:
-                continue
-            owner, _, rest = _s(raw).partition("|")
-            at, _, value = rest.partition("|")
-            if owner == token and at.isdigit():
-                out[task_id] = (int(at), value)
-        return out
+        return _progress_entries(leases, values)
+
+    def verify_with_progress(self, queue: str, tenant: str, *, now_ms: int,
+                             leases: Sequence[tuple[str, str]],
+                             ) -> tuple[list[bool], dict[str, tuple[int, str]]]:
+        """``verify`` of the (id, token) leases and their ``progress_of``, in one round
+        trip (the pair's slot: one master)."""
+        if not leases:
+            return [], {}
+        k = PairKeys.of(queue, tenant)
+        members = [lease_member(task_id, token) for task_id, token in leases]
+        scores = [("ZMSCORE", k.leased, *part) for part in chunks(members, ZMSCORE_PER_CALL)]
+        reads = [("HMGET", k.progress, *part)
+                 for part in chunks([task_id for task_id, _ in leases], per_call(2))]
+        replies = self.pipeline([*scores, *reads])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+        deadlines = [d for reply in replies[:len(scores)] for d in reply]
+        values = [v for reply in replies[len(scores):] for v in reply]
+        return ([d is not None and float(d) > now_ms for d in deadlines],
+                _progress_entries(leases, values))
 
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:

@@ -91,13 +91,21 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
 
 
 def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
-           rejected: list[Rejection]) -> list[Verified]:
-    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
+           rejected: list[Rejection],
+           progress: dict[str, tuple[int, str]] | None = None) -> list[Verified]:
+    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner).
+    ``progress``: filled with the progress the leases keep (``record_progress``), read in
+    the same round trip."""
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
     for tenant, entries in by_tenant(items, rejected).items():
-        held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
-                               members=[v.member for v in entries])
+        if progress is None:
+            held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
+                                   members=[v.member for v in entries])
+        else:
+            held, kept = ctx.warm.verify_with_progress(
+                queue, tenant, now_ms=now_ms, leases=[(v.id, v.token) for v in entries])
+            progress.update(kept)
         for v, ok in zip(entries, held, strict=True):
             if ok:
                 valid.append(v)
@@ -153,7 +161,10 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
     one statement, then their leases dropped. A claimed task passed as it is has no result."""
     result = AckResult()
-    valid = verify(ctx, queue, items, result.rejected)
+    # (a task kept with its result keeps its last progress: read with the check)
+    kept: dict[str, tuple[int, str]] | None = {} if any(
+        isinstance(i, AckItem) and i.result is not None for i in items) else None
+    valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         return result
     relaxed = not ctx.settings.ack_synchronous_commit
@@ -168,7 +179,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         else:
             keep.append((v, value))
     if keep:  # (kept done: its last progress with it; a plain ack deletes the row)
-        record_progress(ctx, queue, [v for v, _ in keep])
+        record_progress(ctx, queue, [v for v, _ in keep], kept)
     done: set[str] = set()
     finished: list[AckedRow] = []
     if plain:
@@ -209,7 +220,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
 
 def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
     result = NackResult()
-    valid = verify(ctx, queue, items, result.rejected)
+    kept: dict[str, tuple[int, str]] = {}  # (the leases' progress, read with the check)
+    valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         return result
     now = ctx.now()
@@ -224,6 +236,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
         errors=[items[v.index].error for v in valid],
         retry_ats=retry_ats,
         deads=[items[v.index].dead for v in valid],
+        progress=kept,
     )
     for v in valid:
         state = outcomes.get(v.id)
@@ -287,15 +300,17 @@ def release(ctx: Context, queue: str,
 
 def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
                     errors: Sequence[str], retry_ats: Sequence[float],
-                    deads: Sequence[bool]) -> dict[str, str]:
+                    deads: Sequence[bool],
+                    progress: dict[str, tuple[int, str]] | None = None) -> dict[str, str]:
     """Record failed attempts (nack, lease expiry): dead at max_attempts or when asked,
     otherwise delayed until the retry time. Then drop the leases, and only then make the
     retries due now ready (the back of the line). Returns id -> 'dead' | 'delayed' for the
     rows found. Every failed attempt is recorded here, so here each error is cut to the
-    most ``last_error`` holds (clip_error)."""
+    most ``last_error`` holds (clip_error). ``progress``: the leases' progress, when the
+    caller read it already (``verify``); else it is read here (``record_progress``)."""
     now = ctx.now()
     clipped = [clip_error(e) for e in errors]
-    record_progress(ctx, queue, leases)
+    record_progress(ctx, queue, leases, progress)
     rows = ctx.store.lease_outcomes(
         queue, to_datetime(now), (v.id for v in leases), [v.attempt for v in leases],
         clipped, [to_datetime(t) for t in retry_ats], list(deads))
@@ -391,11 +406,17 @@ def progress_of(ctx: Context, queue: str,
     return out
 
 
-def record_progress(ctx: Context, queue: str, leases: Sequence[Verified]) -> None:
-    """Write the progress kept with these leases to their tasks' rows (the attempt each
-    names, while the row is still leased by it), before the attempt's outcome is recorded
-    and the lease, with its progress, dropped: the last progress outlives the lease."""
-    kept = progress_of(ctx, queue, leases)
+def record_progress(ctx: Context, queue: str, leases: Sequence[Verified],
+                    kept: dict[str, tuple[int, str]] | None = None) -> None:
+    """Write the progress kept with these leases (``kept``, when read already: id -> (ms,
+    JSON text)) to their tasks' rows (the attempt each names, while the row is still leased
+    by it), before the attempt's outcome is recorded and the lease, with its progress,
+    dropped: the last progress outlives the lease."""
+    if kept is None:
+        kept = progress_of(ctx, queue, leases)
+    else:
+        mine = {v.id for v in leases}
+        kept = {i: p for i, p in kept.items() if i in mine}
     if not kept:
         return
     attempts = {v.id: v.attempt for v in leases}
