@@ -55,3 +55,14 @@ def test_at_maxmemory_the_heartbeat_extends_and_drops_the_progress(tq, valkey, v
     assert any("not kept" in r.getMessage() for r in caplog.records)
     assert tq.get_task("pm", made.id).progress is None
     assert scenarios.kept_bytes(valkey, "pm") == 0
+
+
+def test_the_pairs_usage_of_its_tenants_share_counts_the_progress(tq, valkey):
+    tq.enqueue("pu", [{"payload": 1}])
+    [task] = tq.claim("pu", max=1)
+    assert tq.ctx.warm.pair_usage("pu", "_", charge=0)[0] == 0  # (nothing waits)
+    scenarios.beat(tq, "pu", task, {"k": "v" * 50})
+    kept = scenarios.kept_bytes(valkey, "pu")
+    assert kept > 50 and tq.ctx.warm.pair_usage("pu", "_", charge=0)[0] == kept
+    tq.ack("pu", [task])
+    assert tq.ctx.warm.pair_usage("pu", "_", charge=0)[0] == 0

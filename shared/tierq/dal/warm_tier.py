@@ -847,13 +847,14 @@ class WarmTier:
         allotment it could give back is the difference."""
         k = PairKeys.of(queue, tenant)
         replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased),
-                                 ("HMGET", k.meta, "bytes", "allot")])
+                                 ("HMGET", k.meta, "bytes", "allot", "progress")])
         for reply in replies:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-        ready, leased, (raw_bytes, raw_allot) = replies
+        ready, leased, (raw_bytes, raw_allot, raw_progress) = replies
         used = (0 if raw_bytes is None else max(0, int(raw_bytes))) if int(ready) else 0
+        used += 0 if raw_progress is None else max(0, int(raw_progress))  # (leases' progress)
         return (used + (int(ready) + int(leased)) * charge,
                 0 if raw_allot is None else int(raw_allot))
 
