@@ -215,7 +215,27 @@ def test_wait_prints_the_task_once_it_ends(tierq: Tierq, api: Client,
     assert tierq("wait", queue, str(dead.id)).exit_code == 1
 
 
+def test_heartbeat_carries_progress_which_running_and_wait_show(
+        tierq: Tierq, api: Client, names: QueueNames) -> None:
+    queue = names["jobs"]
+    made = api.enqueue_one(queue, {"n": 1})
+    [task] = json_of(tierq("claim", queue, "--json"))
+    beat = tierq("heartbeat", queue, task["id"], task["lease_token"], "--extend", "120",
+                 "--progress", '{"page": 7}')
+    assert beat.exit_code == 0 and "extended" in beat.stderr, beat.output
+    [lease] = json_of(tierq("running", queue, "--json"))
+    assert (lease["id"], lease["progress"]) == (task["id"], {"page": 7})
+    assert tierq("running", queue).exit_code == 0  # (a table as wide as the terminal)
+    too_big = tierq("heartbeat", queue, task["id"], task["lease_token"], "--progress",
+                    '"' + "x" * 5000 + '"')
+    assert too_big.exit_code != 0 and "4096" in too_big.output
+    api.nack(queue, [{"id": made.id, "lease_token": task["lease_token"], "dead": True}])
+    dead = tierq("wait", queue, str(made.id))
+    assert dead.exit_code == 1 and 'progress: {"page":' in dead.stderr + dead.stdout
+
+
 @pytest.mark.parametrize("args", [
+    ["heartbeat", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--progress", "{oops"],
     ["claim", "q", "--max", "0"],
     ["claim", "q", "--wait", "30"],
     ["ack", "q", "not-a-uuid", "token"],

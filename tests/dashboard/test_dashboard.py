@@ -233,3 +233,25 @@ def make_dead_in_group(api: Client, queue: str, group: str) -> list[str]:
     [claimed] = api.claim(queue)
     api.nack(queue, [{"id": claimed.id, "lease_token": claimed.lease_token, "dead": True}])
     return [str(made.id)]
+
+
+def test_progress_shows_in_running_tasks_and_lookup(page: Any, api: Client, api_url: str,
+                                                    names: QueueNames) -> None:
+    queue = names["progress"]
+    [made] = api.enqueue(queue, [{"payload": 1}])
+    [task] = api.claim(queue)
+    api.heartbeat(queue, [{"id": task.id, "lease_token": task.lease_token,
+                           "progress": {"rows": 1200}}])
+    open_dashboard(page, api_url)
+    page.get_by_test_id("running-panel").locator("summary").click()
+    running = page.locator(f'tr[data-testid="running-row"][data-task="{made.id}"]')
+    cell = running.locator('[data-col="progress"]')
+    assert cell.text_content().startswith('{"rows":1200} (')
+    assert cell.get_attribute("title").startswith("at ")
+    page.get_by_test_id("task-queue").fill(queue)
+    page.get_by_test_id("task-id").fill(str(made.id))
+    page.get_by_test_id("task-id").press("Enter")
+    page.wait_for_function(
+        "document.getElementById('task-summary').textContent.includes('progress')")
+    assert page.get_by_test_id("task-summary").text_content().startswith(
+        'leased · progress {"rows":1200} (')

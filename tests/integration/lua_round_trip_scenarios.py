@@ -35,6 +35,7 @@ from tierq.dal.lua_calls import (
     LeaseIndex,
     LeaseOf,
     LeaseOfReply,
+    LeaseProgress,
     LedgerReply,
     LongPolls,
     LuaCall,
@@ -216,9 +217,32 @@ def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
     _, k = new_pair(valkey)
     push(warm, k, ids(3))
     members = claimed_members(claim(warm, k, 2))
+    assert run(warm, LeaseProgress(k, NOW, [(members[0], '{"done":1}')])) == [True]
     assert run(warm, LeaseDrop(k, [*members, "gone|t1~x~1~1"])) == 2
     assert valkey.zcard(k.leased) == 0 and valkey.hlen(k.lease_of) == 0
     assert valkey.hlen(k.claims) == 0 and valkey.zcard(k.started) == 0
+    # the lease's progress went with it, and its bytes
+    assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
+
+
+def lease_progress_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(2))
+    members = claimed_members(claim(warm, k, 2))
+    valkey.zadd(k.leased, {members[1]: 0})  # the reaper is expiring it: no progress
+    out = run(warm, LeaseProgress(k, NOW + 5, [(members[0], '{"n":1}'),
+                                               (members[1], '"x"'), ("gone|t1~x~1~1", "1")]))
+    assert out == [True, False, False]
+    task_id, _, token = members[0].partition("|")
+    kept = f'{token}|{NOW + 5}|{{"n":1}}'
+    assert text(valkey.hget(k.progress, task_id)) == kept
+    assert int(valkey.hget(k.meta, "progress")) == len(kept)
+    # a later progress replaces it; the count follows the length
+    assert run(warm, LeaseProgress(k, NOW + 6, [(members[0], '{"n":100}')])) == [True]
+    assert int(valkey.hget(k.meta, "progress")) == len(kept) + 2
+    # counted in the pair's usage of its tenant's share (nothing waits: no task bytes)
+    valkey.hset(k.meta, "allot", 10**6)
+    assert run(warm, AllotShrink(k, 0, 0))[1] == int(valkey.hget(k.meta, "progress"))
 
 
 def release_leases_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -226,7 +250,9 @@ def release_leases_scenario(warm: WarmTier, valkey: Any) -> None:
     push(warm, k, ids(2))
     members = claimed_members(claim(warm, k, 2))
     valkey.zadd(k.leased, {members[1]: NOW})  # its deadline passed: not taken back
+    run(warm, LeaseProgress(k, 0, [(members[0], "[1]")]))
     assert run(warm, ReleaseLeases(k, NOW + 1, members)) == members[:1]
+    assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
     assert text(valkey.hget(k.lease_of, members[0].partition("|")[0])) == f"~r{NOW + 1}"
 
 
@@ -290,10 +316,12 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     _, k = new_pair(valkey)
     task_ids = ids(3)
     push(warm, k, task_ids)
-    claim(warm, k, 1)
+    member = claimed_members(claim(warm, k, 1))[0]
+    run(warm, LeaseProgress(k, 0, [(member, '"half"')]))
     removed = run(warm, Remove(k, [place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
     assert removed == 2
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
+    assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
 
 
 def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -550,6 +578,7 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     LeaseDrop: lease_drop_scenario,
     ReleaseLeases: release_leases_scenario,
     LeaseExtend: lease_extend_scenario,
+    LeaseProgress: lease_progress_scenario,
     LeaseExpired: lease_expired_scenario,
     LeaseIndex: lease_index_scenario,
     RunningPage: running_page_scenario,

@@ -48,3 +48,24 @@ def test_a_marker_valkey_refuses_is_logged_and_the_ack_stands(tq, valkey, caplog
     assert len(result.acked) == 2
     assert any("not told" in r.getMessage() for r in caplog.records)
     assert tq.ctx.store.task_by_id(QUEUE, got[0].id) is None  # (acked: deleted)
+
+
+def test_an_ack_with_results_reads_the_progress_with_the_check(tq, valkey):
+    """An ack that keeps its tasks keeps their last progress: read in the pipeline of the
+    token check, so it is still two round trips."""
+    first, *got = claimed(tq, 4)
+    tq.ack(QUEUE, [first])  # (not counted: it loads the scripts)
+    tq.heartbeat(QUEUE, [{"id": got[0].id, "lease_token": got[0].lease_token,
+                          "progress": {"at": 9}}])
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        result = tq.ack(QUEUE, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                                for t in got])
+        wire.on = False
+    assert len(result.acked) == 3
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+    assert tq.get_task(QUEUE, got[0].id).progress == {"at": 9}
+    assert tq.get_task(QUEUE, got[1].id).progress is None
+    assert valkey.hlen(PairKeys.of(QUEUE, TENANT).progress) == 0

@@ -26,6 +26,7 @@ from tests.worker.test_worker import (
     check_flaky,
     check_left_to_leases,
     check_let_go,
+    check_progress,
     double,
     enqueue_doubles,
     enqueue_fan_in,
@@ -33,11 +34,12 @@ from tests.worker.test_worker import (
     fan_in,
     flaky,
     journal_lines,
+    seen_over_http,
     start_worker_process,
     unfinished,
 )
 from tierq.client import AsyncClient, Client
-from tierq.client.worker import AsyncWorker, WorkerStats
+from tierq.client.worker import AsyncWorker, WorkerStats, WorkerTask
 from tierq.client.worker.worker import HeldLease
 from tierq.models import ClaimedTask
 
@@ -168,6 +170,28 @@ def test_heartbeats_keep_a_long_tasks_lease(api: Client, api_url: str,
     assert stats.heartbeats >= 4  # every third of a second for four seconds, at least
     task = api.get_task(queue, task_id)
     assert (task.state, task.attempts, task.result) == ("done", 1, "finished")
+
+
+def test_progress_rides_the_next_heartbeat_and_stays_with_the_task(
+        api: Client, api_url: str, names: QueueNames) -> None:
+    queue = names["progress"]
+    task_id = api.enqueue_one(queue, "work").id
+    seen: list[Any] = []
+
+    async def reporting(task: WorkerTask) -> Any:
+        with pytest.raises(ValueError, match="4096"):
+            task.set_progress("x" * 5000)
+        for step in (1, 2):
+            task.set_progress({"step": step})
+            seen.append(await asyncio.to_thread(
+                eventually, lambda s=step: seen_over_http(api, queue, task.id, {"step": s}),
+                timeout=10, what=f"step {step} over HTTP"))
+        return "finished"
+
+    stats = run_worker(api_url, queue, reporting, concurrency=1, lease_seconds=60,
+                       wait_seconds=0.5, burst=True)
+    assert seen == [True, True]
+    check_progress(api, queue, task_id, stats)
 
 
 def test_the_concurrency_limit_is_honoured(api: Client, api_url: str,

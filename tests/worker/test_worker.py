@@ -20,7 +20,13 @@ from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
 from tests.support.stopping_worker import PausedAtAbandonment
 from tierq.client import Client, NotFoundError
-from tierq.client.worker import PermanentError, RetryableError, Worker, WorkerStats
+from tierq.client.worker import (
+    PermanentError,
+    RetryableError,
+    Worker,
+    WorkerStats,
+    WorkerTask,
+)
 from tierq.client.worker.worker import HeldLease, describe
 from tierq.models import ClaimedTask
 
@@ -211,6 +217,47 @@ def test_describe_keeps_a_short_error_whole() -> None:
     long = describe(RuntimeError("€" * 1000))
     assert long.startswith("RuntimeError: €€") and long.endswith("…(truncated)")
     assert len(long.encode()) <= 2048
+
+
+def seen_over_http(api: Client, queue: str, task_id: UUID, progress: Any) -> bool:
+    """Whether the task's view and its running lease show ``progress``, over HTTP."""
+    view = api.get_task(queue, task_id)
+    leases = [lease for lease in api.running(queue) if lease.id == task_id]
+    return view.progress == progress and view.progress_at is not None and bool(leases) \
+        and leases[0].progress == progress and leases[0].progress_at == view.progress_at
+
+
+def check_progress(api: Client, queue: str, task_id: UUID, stats: WorkerStats) -> None:
+    """After the handler reported {"step": 1}, then {"step": 2}, each seen while it ran,
+    and returned: the task keeps the last one with its result."""
+    assert (stats.acked, stats.leases_lost) == (1, 0)
+    task = api.get_task(queue, task_id)
+    assert (task.state, task.result, task.progress) == ("done", "finished", {"step": 2})
+    assert task.progress_at is not None
+
+
+def test_progress_rides_the_next_heartbeat_and_stays_with_the_task(
+        api: Client, names: QueueNames) -> None:
+    """A 60-second lease is heartbeated every 20 s: progress is sent within about a second
+    of being set, without waiting for it."""
+    queue = names["progress"]
+    task_id = api.enqueue_one(queue, "work").id
+    seen: list[Any] = []
+
+    def reporting(task: WorkerTask) -> Any:
+        with pytest.raises(ValueError, match="4096"):
+            task.set_progress("x" * 5000)
+        for step in (1, 2):
+            task.set_progress({"step": step})
+            seen.append(eventually(lambda s=step: seen_over_http(api, queue, task.id,
+                                                            {"step": s}), timeout=10,
+                                   what=f"step {step} over HTTP"))
+        return "finished"
+
+    stats = Worker(api, queue, reporting, concurrency=1, lease_seconds=60, wait_seconds=0.5,
+                   burst=True, install_signal_handlers=False).run()
+    assert seen == [True, True]
+    check_progress(api, queue, task_id, stats)
 
 
 def test_heartbeats_keep_a_long_tasks_lease(api: Client, names: QueueNames) -> None:

@@ -1,6 +1,7 @@
-"""``tierq claim``, ``tierq ack`` and ``tierq nack``: take and settle tasks by hand over the
-HTTP API, for debugging (a worker does this in a loop: ``tierq worker``); ``tierq wait``:
-wait for a task's end (``Client.wait``)."""
+"""``tierq claim``, ``tierq ack``, ``tierq nack`` and ``tierq heartbeat``: take, extend and
+settle tasks by hand over the HTTP API, for debugging (a worker does this in a loop:
+``tierq worker``); ``tierq running``: the current leases with their progress; ``tierq
+wait``: wait for a task's end (``Client.wait``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tierq.cli.api_options import (
     short_json,
 )
 from tierq.cli.common import console
-from tierq.models import ClaimedTask, Rejection
+from tierq.models import ClaimedTask, Rejection, RunningLease
 
 
 def claims_table(tasks: list[ClaimedTask]) -> Table:
@@ -38,6 +39,22 @@ def claims_table(tasks: list[ClaimedTask]) -> Table:
                       f"{t.attempt}/{t.max_attempts}",
                       t.lease_expires_at.strftime("%H:%M:%S"), t.lease_token,
                       short_json(t.payload))
+    return table
+
+
+def running_table(leases: list[RunningLease]) -> Table:
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    for column in ("queue", "tenant", "worker", "attempt", "running for", "lease until"):
+        table.add_column(column)
+    table.add_column("progress", overflow="fold")
+    for r in leases:
+        progress = "-" if r.progress is None else short_json(r.progress)
+        if r.progress_at is not None:
+            progress += f" ({r.progress_at.strftime('%H:%M:%S')})"
+        table.add_row(str(r.id), r.queue, r.tenant, r.worker or "-", str(r.attempt),
+                      f"{r.running_for_ms / 1000:.0f}s", r.lease_expires_at.strftime("%H:%M:%S"),
+                      progress)
     return table
 
 
@@ -158,6 +175,57 @@ def register(app: typer.Typer) -> None:
             refused(outcome.rejected, "release")
         console.print(f"released {task_id}: back in its place in line", highlight=False)
 
+    @app.command()
+    def heartbeat(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        task_id: Annotated[str, typer.Argument(help="The task's id.")],
+        lease_token: Annotated[str, typer.Argument(help="The lease token from the claim.")],
+        extend: Annotated[int | None, typer.Option(
+            min=1, help="Seconds from now (default: the queue's lease).",
+            show_default=False)] = None,
+        progress: Annotated[str | None, typer.Option(
+            help="How far the task got, kept with its lease (JSON, at most 4 KiB).",
+            show_default=False)] = None,
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+    ) -> None:
+        """Extend a claimed task's lease, with its progress if given.
+
+        Exit 1 when the API refuses it (lease lost or expired)."""
+        item: dict[str, object] = {"id": task_id, "lease_token": lease_token}
+        if extend is not None:
+            item["extend_seconds"] = extend
+        if progress is not None:
+            item["progress"] = parse_json(progress, "--progress")
+        with api_client(url, token, sigv4, aws_region) as api:
+            outcome = api.heartbeat(queue, [item])
+        if outcome.rejected:
+            refused(outcome.rejected, "heartbeat")
+        [extended] = outcome.extended
+        console.print(f"extended {task_id} until {extended.lease_expires_at:%H:%M:%S}",
+                      highlight=False)
+
+    @app.command()
+    def running(
+        queue: Annotated[str | None, typer.Argument(
+            help="Only this queue (default: every queue).", show_default=False)] = None,
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """List the tasks running now (their leases), oldest first, with each one's worker
+        and last progress."""
+        with api_client(url, token, sigv4, aws_region) as api:
+            leases = api.running(queue)
+        if as_json:
+            print_json([lease.model_dump(mode="json") for lease in leases])
+        else:
+            out.print(running_table(leases))
+
     @app.command("wait")
     def wait_for(
         queue: Annotated[str, typer.Argument(help="The queue.")],
@@ -188,6 +256,10 @@ def register(app: typer.Typer) -> None:
                 console.print(f"result: {short_json(task.result, 200)}", highlight=False)
             if task.last_error:
                 console.print(f"last error: {task.last_error}", highlight=False)
+            if task.progress is not None:
+                at = f" (at {task.progress_at:%H:%M:%S})" if task.progress_at else ""
+                console.print(f"progress: {short_json(task.progress, 200)}{at}",
+                              highlight=False)
         if task.state == "dead":
             fail(f"task {task.id} is dead")
         if task.state != "done":

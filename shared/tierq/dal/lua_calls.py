@@ -311,11 +311,12 @@ class UpdateReady(LuaCall[UpdateReply]):
 
 @lazy_dataclass(frozen=True)
 class LeaseDrop(LuaCall[int]):
-    """End these leases (members ``<id>|<token>``, lua/lease_drop.lua); answers how many
-    were ended."""
+    """End these leases (members ``<id>|<token>``, lua/lease_drop.lua), their progress with
+    them; answers how many were ended."""
 
     SCRIPT: ClassVar[str] = "lease_drop"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started")
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "progress",
+                                       "meta")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -331,7 +332,8 @@ class ReleaseLeases(LuaCall[list[str]]):
     answers the members ended."""
 
     SCRIPT: ClassVar[str] = "release_leases"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started")
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "progress",
+                                       "meta")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
@@ -359,6 +361,25 @@ class LeaseExtend(LuaCall[list[int]]):
 
     def parse(self, reply: Any) -> list[int]:
         return [int(x) for x in reply]
+
+
+@lazy_dataclass(frozen=True)
+class LeaseProgress(LuaCall[list[bool]]):
+    """Keep the progress heartbeats carry with their leases (lua/lease_progress.lua): per
+    (member, progress JSON) item, whether the lease was held with its deadline ahead (and
+    so its progress kept)."""
+
+    SCRIPT: ClassVar[str] = "lease_progress"
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "progress", "meta")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "progress")
+
+    on: Any
+    now_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> list[bool]:
+        return [bool(int(x)) for x in reply]
 
 
 @lazy_dataclass(frozen=True)
@@ -475,7 +496,7 @@ class Remove(LuaCall[int]):
 
     SCRIPT: ClassVar[str] = "remove"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "meta", "lease_of", "claims",
-                                       "started")
+                                       "started", "progress")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -1066,6 +1087,7 @@ def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
 
 CALLS: tuple[type[LuaCall[Any]], ...] = (
     Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseExpired,
+    LeaseProgress,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,

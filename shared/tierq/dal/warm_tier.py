@@ -50,6 +50,7 @@ from tierq.dal.lua_calls import (
     LeaseExtend,
     LeaseIndex,
     LeaseOf,
+    LeaseProgress,
     LongPolls,
     LuaCall,
     Missing,
@@ -90,6 +91,7 @@ SCRIPTS = (
     "go_cold",
     "claim",
     "lease_extend",
+    "lease_progress",
     "lease_expired",
     "lease_drop",
     "lease_of",
@@ -134,13 +136,14 @@ class PairKeys:
     started: str  # id -> when its lease's claim began, ms (lua/running_page.lua)
     finished: str  # id -> completion marker; ``<finished>:<id>`` its channel (task_finished)
     finished_at: str  # id -> when its marker was made, ms (lua/task_finished.lua)
+    progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
-                   tag + "finished", tag + "finished_at")
+                   tag + "finished", tag + "finished_at", tag + "progress")
 
 
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
@@ -441,6 +444,21 @@ class LeaseInfo:
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _progress_entries(leases: Sequence[tuple[str, str]],
+                      values: Sequence[Any]) -> dict[str, tuple[int, str]]:
+    """The progress entries (``HMGET`` of a pair's progress hash) that belong to the (id,
+    token) leases at their places: id -> (ms, JSON text)."""
+    out: dict[str, tuple[int, str]] = {}
+    for (task_id, token), raw in zip(leases, values, strict=True):
+        if raw is None:
+            continue
+        owner, _, rest = _s(raw).partition("|")
+        at, _, value = rest.partition("|")
+        if owner == token and at.isdigit():
+            out[task_id] = (int(at), value)
+    return out
 
 
 _INCLUDE = re.compile(r"^-- include: (\w+)", re.MULTILINE)
@@ -829,13 +847,14 @@ class WarmTier:
         allotment it could give back is the difference."""
         k = PairKeys.of(queue, tenant)
         replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased),
-                                 ("HMGET", k.meta, "bytes", "allot")])
+                                 ("HMGET", k.meta, "bytes", "allot", "progress")])
         for reply in replies:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-        ready, leased, (raw_bytes, raw_allot) = replies
+        ready, leased, (raw_bytes, raw_allot, raw_progress) = replies
         used = (0 if raw_bytes is None else max(0, int(raw_bytes))) if int(ready) else 0
+        used += 0 if raw_progress is None else max(0, int(raw_progress))  # (leases' progress)
         return (used + (int(ready) + int(leased)) * charge,
                 0 if raw_allot is None else int(raw_allot))
 
@@ -1171,6 +1190,52 @@ class WarmTier:
                 (lease_member(task_id, token), extend_ms) for task_id, token, extend_ms in part]))
         return out
 
+    def keep_progress(self, queue: str, tenant: str, *, now_ms: int,
+                      items: Sequence[tuple[str, str]]) -> list[bool]:
+        """Keep each (lease member, progress JSON) with its lease, as of ``now_ms``
+        (lua/lease_progress.lua); whether each lease was held and unexpired. Refused
+        (``WarmTierFull``) while Valkey is out of memory."""
+        k = PairKeys.of(queue, tenant)
+        out: list[bool] = []
+        for part in chunks(items, LeaseProgress.items_per_call()):
+            out += self.call(LeaseProgress(k, now_ms, part))
+        return out
+
+    def progress_of(self, queue: str, tenant: str,
+                    leases: Sequence[tuple[str, str]]) -> dict[str, tuple[int, str]]:
+        """The progress kept with each (id, token) lease that has some: id -> (when it
+        came, epoch ms; its JSON text). An entry of another token (an older or newer
+        lease of the task) is not this lease's. One HMGET."""
+        if not leases:
+            return {}
+        progress = PairKeys.of(queue, tenant).progress
+        values: list[Any] = []
+        for part in chunks([task_id for task_id, _ in leases], per_call(2)):
+            values += self._command("HMGET", progress, *part)
+        return _progress_entries(leases, values)
+
+    def verify_with_progress(self, queue: str, tenant: str, *, now_ms: int,
+                             leases: Sequence[tuple[str, str]],
+                             ) -> tuple[list[bool], dict[str, tuple[int, str]]]:
+        """``verify`` of the (id, token) leases and their ``progress_of``, in one round
+        trip (the pair's slot: one master)."""
+        if not leases:
+            return [], {}
+        k = PairKeys.of(queue, tenant)
+        members = [lease_member(task_id, token) for task_id, token in leases]
+        scores = [("ZMSCORE", k.leased, *part) for part in chunks(members, ZMSCORE_PER_CALL)]
+        reads = [("HMGET", k.progress, *part)
+                 for part in chunks([task_id for task_id, _ in leases], per_call(2))]
+        replies = self.pipeline([*scores, *reads])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+        deadlines = [d for reply in replies[:len(scores)] for d in reply]
+        values = [v for reply in replies[len(scores):] for v in reply]
+        return ([d is not None and float(d) > now_ms for d in deadlines],
+                _progress_entries(leases, values))
+
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
         """(id, token, attempt) of leases past their deadline, oldest first."""
@@ -1433,7 +1498,8 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket, k.lease_of, k.started, k.finished, k.finished_at)
+                               k.bucket, k.lease_of, k.started, k.finished, k.finished_at,
+                               k.progress)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

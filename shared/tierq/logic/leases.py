@@ -5,6 +5,7 @@ the worker may simply retry. A release is the exception: it takes its leases fir
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.dal.command_limit import per_call
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
+from tierq.errors import WarmTierFull
 from tierq.logic import admission, flows, groups, limits, waits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
@@ -34,6 +36,8 @@ from tierq.models.leases import (
     ReleaseItem,
     ReleaseResult,
 )
+
+log = logging.getLogger(__name__)
 
 # The most a task's last_error holds, in UTF-8 bytes: whatever a nack (over HTTP, from the
 # dispatcher) or an expired lease records is cut to it (clip_error).
@@ -87,13 +91,21 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
 
 
 def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
-           rejected: list[Rejection]) -> list[Verified]:
-    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner)."""
+           rejected: list[Rejection],
+           progress: dict[str, tuple[int, str]] | None = None) -> list[Verified]:
+    """Which items hold a valid lease; the others are added to ``rejected`` (not_owner).
+    ``progress``: filled with the progress the leases keep (``record_progress``), read in
+    the same round trip."""
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
     for tenant, entries in by_tenant(items, rejected).items():
-        held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
-                               members=[v.member for v in entries])
+        if progress is None:
+            held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
+                                   members=[v.member for v in entries])
+        else:
+            held, kept = ctx.warm.verify_with_progress(
+                queue, tenant, now_ms=now_ms, leases=[(v.id, v.token) for v in entries])
+            progress.update(kept)
         for v, ok in zip(entries, held, strict=True):
             if ok:
                 valid.append(v)
@@ -149,7 +161,10 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
     one statement, then their leases dropped. A claimed task passed as it is has no result."""
     result = AckResult()
-    valid = verify(ctx, queue, items, result.rejected)
+    # (a task kept with its result keeps its last progress: read with the check)
+    kept: dict[str, tuple[int, str]] | None = {} if any(
+        isinstance(i, AckItem) and i.result is not None for i in items) else None
+    valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         return result
     relaxed = not ctx.settings.ack_synchronous_commit
@@ -163,6 +178,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             plain.append(v)
         else:
             keep.append((v, value))
+    if keep:  # (kept done: its last progress with it; a plain ack deletes the row)
+        record_progress(ctx, queue, [v for v, _ in keep], kept)
     done: set[str] = set()
     finished: list[AckedRow] = []
     if plain:
@@ -203,7 +220,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
 
 def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
     result = NackResult()
-    valid = verify(ctx, queue, items, result.rejected)
+    kept: dict[str, tuple[int, str]] = {}  # (the leases' progress, read with the check)
+    valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         return result
     now = ctx.now()
@@ -218,6 +236,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
         errors=[items[v.index].error for v in valid],
         retry_ats=retry_ats,
         deads=[items[v.index].dead for v in valid],
+        progress=kept,
     )
     for v in valid:
         state = outcomes.get(v.id)
@@ -281,14 +300,17 @@ def release(ctx: Context, queue: str,
 
 def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
                     errors: Sequence[str], retry_ats: Sequence[float],
-                    deads: Sequence[bool]) -> dict[str, str]:
+                    deads: Sequence[bool],
+                    progress: dict[str, tuple[int, str]] | None = None) -> dict[str, str]:
     """Record failed attempts (nack, lease expiry): dead at max_attempts or when asked,
     otherwise delayed until the retry time. Then drop the leases, and only then make the
     retries due now ready (the back of the line). Returns id -> 'dead' | 'delayed' for the
     rows found. Every failed attempt is recorded here, so here each error is cut to the
-    most ``last_error`` holds (clip_error)."""
+    most ``last_error`` holds (clip_error). ``progress``: the leases' progress, when the
+    caller read it already (``verify``); else it is read here (``record_progress``)."""
     now = ctx.now()
     clipped = [clip_error(e) for e in errors]
+    record_progress(ctx, queue, leases, progress)
     rows = ctx.store.lease_outcomes(
         queue, to_datetime(now), (v.id for v in leases), [v.attempt for v in leases],
         clipped, [to_datetime(t) for t in retry_ats], list(deads))
@@ -338,6 +360,7 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
         deadlines = ctx.warm.extend(queue, tenant, now_ms=now_ms, leases=[
             (str(i.id), i.lease_token, ms) for i, ms in zip(group, extend_ms, strict=True)
         ])
+        keep_progress(ctx, queue, tenant, now_ms, group, deadlines)
         lost: list[str] = []
         for item, deadline, mine in zip(group, deadlines, owned, strict=True):
             if deadline:
@@ -351,3 +374,52 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
             # extended above for a lease that had ended: give it back at once
             free_reservations(ctx, queue, lost)
     return result
+
+
+def keep_progress(ctx: Context, queue: str, tenant: str, now_ms: int,
+                  items: Sequence[HeartbeatItem], deadlines: Sequence[int]) -> None:
+    """Keep the progress the heartbeat's items carry with their leases, those just extended
+    (lua/lease_progress.lua). At Valkey's maximum memory the progress is dropped, logged:
+    the extension stands, and the next heartbeat carries the handler's next progress."""
+    carried = [(lease_member(str(item.id), item.lease_token),
+                orjson.dumps(item.progress).decode())
+               for item, deadline in zip(items, deadlines, strict=True)
+               if deadline and item.progress is not None]
+    if not carried:
+        return
+    try:
+        ctx.warm.keep_progress(queue, tenant, now_ms=now_ms, items=carried)
+    except WarmTierFull:
+        log.warning("progress of %d lease(s) of %r/%r not kept: the warm tier is full",
+                    len(carried), queue, tenant)
+
+
+def progress_of(ctx: Context, queue: str,
+                leases: Sequence[Verified]) -> dict[str, tuple[int, str]]:
+    """The progress kept with these leases: id -> (when it came, ms; its JSON text)."""
+    by_pair: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for v in leases:
+        by_pair[v.tenant].append((v.id, v.token))
+    out: dict[str, tuple[int, str]] = {}
+    for tenant, pairs in by_pair.items():
+        out.update(ctx.warm.progress_of(queue, tenant, pairs))
+    return out
+
+
+def record_progress(ctx: Context, queue: str, leases: Sequence[Verified],
+                    kept: dict[str, tuple[int, str]] | None = None) -> None:
+    """Write the progress kept with these leases (``kept``, when read already: id -> (ms,
+    JSON text)) to their tasks' rows (the attempt each names, while the row is still leased
+    by it), before the attempt's outcome is recorded and the lease, with its progress,
+    dropped: the last progress outlives the lease."""
+    if kept is None:
+        kept = progress_of(ctx, queue, leases)
+    else:
+        mine = {v.id for v in leases}
+        kept = {i: p for i, p in kept.items() if i in mine}
+    if not kept:
+        return
+    attempts = {v.id: v.attempt for v in leases}
+    ids = list(kept)
+    ctx.store.write_progress(queue, ids, [attempts[i] for i in ids],
+                             [kept[i][1] for i in ids], [from_ms(kept[i][0]) for i in ids])

@@ -6,6 +6,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+import orjson
+
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
 from tierq.logic import flows, groups, limits, tenant_budget
 from tierq.logic.context import Context, Pair, from_ms, to_ms
@@ -345,6 +347,9 @@ def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, 
         # do not carry them)
         grps = {row.id: row.grp for row in ctx.store.groups_of_tasks(
             queue, [lease.id for lease in leases])} if leases else {}
+        # (and their progress: one HMGET of the pair's progress per window)
+        progress = ctx.warm.progress_of(queue, tenant, [(lease.id, lease.token)
+                                                        for lease in leases])
         now_ms = to_ms(ctx.now())
         for lease in leases:
             yield RunningLease(
@@ -354,9 +359,18 @@ def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, 
                 running_for_ms=max(0, now_ms - lease.started_ms),
                 lease_expires_at=from_ms(lease.deadline_ms),
                 group=grps.get(lease.id),
+                **progress_fields(progress.get(lease.id)),
             )
         if position is None:
             return
+
+
+def progress_fields(kept: tuple[int, str] | None) -> dict[str, Any]:
+    """A running lease's ``progress`` and ``progress_at`` from what Valkey keeps (ms, JSON
+    text); none without."""
+    if kept is None:
+        return {}
+    return {"progress": orjson.loads(kept[1]), "progress_at": from_ms(kept[0])}
 
 
 def running(ctx: Context, queue: str | None = None, tenant: str | None = None,

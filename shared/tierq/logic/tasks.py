@@ -20,7 +20,10 @@ def _json(value: str | None) -> Any:
 
 
 def view(row: TaskRow, *, leased_by: str | None = None,
-         lease_deadline_ms: int | None = None, state: str | None = None) -> TaskView:
+         lease_deadline_ms: int | None = None, state: str | None = None,
+         progress: tuple[int, str] | None = None) -> TaskView:
+    """The task of ``row``; ``progress`` (ms, JSON text): its running lease's, in place of
+    the row's (the last attempt's)."""
     return TaskView(
         id=row.id, queue=row.queue, tenant=row.tenant, key=row.key,
         priority=row.priority, payload=_json(row.payload),
@@ -32,6 +35,8 @@ def view(row: TaskRow, *, leased_by: str | None = None,
         worker=leased_by,
         lease_expires_at=None if lease_deadline_ms is None else from_ms(lease_deadline_ms),
         group=row.grp,
+        progress=_json(row.progress if progress is None else progress[1]),
+        progress_at=row.progress_at if progress is None else from_ms(progress[0]),
     )
 
 
@@ -48,9 +53,12 @@ def row_view(ctx: Context, row: TaskRow) -> TaskView:
     if row.state == "warm":
         lease = ctx.warm.lease_of(row.queue, row.tenant, str(row.id))
         if lease is not None:
+            # (the running lease's progress, when it has some; else the last attempt's)
+            progress = ctx.warm.progress_of(row.queue, row.tenant,
+                                            [(str(row.id), lease.token)]).get(str(row.id))
             return with_parents(ctx, row, view(row, leased_by=lease.worker,
                                                lease_deadline_ms=lease.deadline_ms,
-                                               state="leased"))
+                                               state="leased", progress=progress))
     return with_parents(ctx, row, view(row))
 
 

@@ -4,10 +4,11 @@ the others share (docs/architecture.md §3, "A tenant's share").
 
 What counts (lua/warm_usage.lua): each pair's task data plus ``TASK_CHARGE`` per task
 waiting or leased (its ready entry, and once claimed its lease, ``lease_of`` entry and a
-share of its claim's record). A pair's keys sit in its own slot and the tenant's pairs in
-many, so the total is kept the way the queue-wide limits are: each pair holds an
-*allotment* (meta ``allot``) taken from its tenant's ledger (``tq:{~tenant}:warm``,
-lua/warm_ledger.lua), and its pushes consume it atomically (lua/push_ready.lua):
+share of its claim's record), plus the progress its leases keep (meta ``progress``). A
+pair's keys sit in its own slot and the tenant's pairs in many, so the total is kept the
+way the queue-wide limits are: each pair holds an *allotment* (meta ``allot``) taken from
+its tenant's ledger (``tq:{~tenant}:warm``, lua/warm_ledger.lua), and its pushes consume
+it atomically (lua/push_ready.lua):
 
 ======================  =================================================================
 step                    what happens

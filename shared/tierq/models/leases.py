@@ -5,7 +5,8 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import ConfigDict, Field, TypeAdapter
+import orjson
+from pydantic import ConfigDict, Field, TypeAdapter, field_validator
 from pydantic.config import JsonDict
 
 from tierq.models.base import Model, Replayable, deferred_adapter
@@ -17,6 +18,14 @@ NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
 MAX_LEASE_SECONDS = 43_200  # 12 hours, as SQS's visibility timeout
 MAX_CLAIM = 500
+# The most a heartbeat's progress holds, encoded as JSON (UTF-8 bytes): it is kept in Valkey
+# with the lease, and in the task's row once the attempt ends.
+MAX_PROGRESS_BYTES = 4096
+
+
+def progress_size(value: Any) -> int:
+    """The bytes of ``value`` encoded as JSON, as the API keeps it."""
+    return len(orjson.dumps(value))
 
 
 class ClaimRequest(RequestModel):
@@ -90,6 +99,25 @@ class HeartbeatItem(RequestModel):
     id: UUID
     lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
     extend_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
+    progress: Any = Field(
+        default=None,
+        description="How far the task got: any JSON value, at most 4 KiB encoded. Kept with "
+                    "the lease (the last one sent wins) and written to the task when its "
+                    "attempt ends; shown with the task and its running lease, with when it "
+                    "came. Left out (or null): the progress kept stays as it is.")
+
+    @field_validator("progress")
+    @classmethod
+    def _progress_size(cls, value: Any) -> Any:
+        if value is not None:
+            try:
+                size = progress_size(value)
+            except TypeError as exc:  # (a value built in Python that JSON cannot hold)
+                raise ValueError(f"progress is not JSON: {exc}") from None
+            if size > MAX_PROGRESS_BYTES:
+                raise ValueError(f"progress is {size} bytes encoded as JSON, at most "
+                                 f"{MAX_PROGRESS_BYTES}")
+        return value
 
 
 RejectReason = Literal["not_owner", "not_found"]
@@ -136,6 +164,10 @@ class RunningLease(Model):
     running_for_ms: int
     lease_expires_at: datetime
     group: str | None = Field(default=None, description="The task's group, if any.")
+    progress: Any = Field(default=None, description="The last progress its heartbeats "
+                                                    "carried, if any.")
+    progress_at: datetime | None = Field(default=None,
+                                         description="When that progress came.")
 
 
 OutcomeKind = Literal["acked", "retried", "dead"]

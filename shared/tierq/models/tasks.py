@@ -133,6 +133,12 @@ class TaskView(Model):
     worker: str | None = None
     lease_expires_at: datetime | None = None
     group: str | None = Field(default=None, description="The task's group, if any.")
+    progress: Any = Field(
+        default=None, description="The last progress a heartbeat carried: of the running "
+                                  "lease while the task is leased, else as its last attempt "
+                                  "left it (null when none came).")
+    progress_at: datetime | None = Field(default=None,
+                                         description="When that progress came.")
     parents: list[ParentView] | None = Field(
         default=None, description="What the task waits or waited for (`after`), in order: "
                                   "each parent's id, queue and final state (null while it "

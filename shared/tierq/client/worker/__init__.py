@@ -6,7 +6,8 @@ SIGTERM. :class:`tierq.client.worker.Worker` runs a function on threads over a `
 from tierq.client.worker.aio import AsyncHandler, AsyncWorker, is_coroutine_handler
 from tierq.client.worker.errors import PermanentError, RetryableError
 from tierq.client.worker.loading import load_handler
+from tierq.client.worker.task import WorkerTask
 from tierq.client.worker.worker import Handler, Worker, WorkerStats
 
 __all__ = ["AsyncHandler", "AsyncWorker", "Handler", "PermanentError", "RetryableError",
-           "Worker", "WorkerStats", "is_coroutine_handler", "load_handler"]
+           "Worker", "WorkerStats", "WorkerTask", "is_coroutine_handler", "load_handler"]

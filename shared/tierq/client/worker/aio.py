@@ -5,7 +5,7 @@ event loop over an :class:`~tierq.client.AsyncClient`.
     from tierq.client import AsyncClient
     from tierq.client.worker import AsyncWorker, PermanentError
 
-    async def send_email(task):            # task: tierq.models.ClaimedTask
+    async def send_email(task):            # task: tierq.client.worker.WorkerTask
         if "to" not in task.payload:
             raise PermanentError("no recipient")
         await deliver(task.payload)

@@ -12,6 +12,7 @@ from any thread).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 from uuid import UUID
@@ -28,6 +30,7 @@ from pydantic_core import to_jsonable_python
 from tierq.client.core import Operations, Steps
 from tierq.client.errors import ApiError
 from tierq.client.worker.errors import PermanentError, RetryableError
+from tierq.client.worker.task import WorkerTask
 from tierq.errors import TierqError
 from tierq.models import ClaimedTask, HeartbeatResult, QueueView, TenantQueueView
 from tierq.models.leases import MAX_CLAIM
@@ -43,6 +46,9 @@ MAX_MESSAGE_BYTES = 1024
 TRUNCATED = "…(truncated)"
 DEFAULT_LEASE_SECONDS = 300
 REPORT_BATCH = 500
+# A lease whose handler reported progress (WorkerTask.set_progress) is heartbeated at most
+# this often for it, seconds: the last value set rides the next heartbeat.
+PROGRESS_EVERY_SECONDS = 1.0
 
 
 @dataclass
@@ -95,6 +101,10 @@ class HeldLease:
     # and a late outcome is dropped
     let_go: bool = False
     lost: bool = False  # a heartbeat was refused
+    # the handler's progress not sent yet (a 1-tuple of the last value set), and when the
+    # last heartbeat that carried one was sent (monotonic)
+    progress: tuple[Any] | None = None
+    progress_sent_at: float = 0.0
 
     def item(self) -> dict[str, Any]:
         return {"id": self.task.id, "lease_token": self.task.lease_token}
@@ -212,13 +222,16 @@ class Ledger:
         # settings (a tenant's, or none): read again once the first tasks come
         self.provisional = False
 
-    def take(self, tasks: list[ClaimedTask], lease_seconds: int, *,
-             late: bool) -> list[HeldLease]:
+    def take(self, tasks: list[ClaimedTask], lease_seconds: int, *, late: bool,
+             progress_to: Callable[[HeldLease, Any], None] | None = None) -> list[HeldLease]:
         """Hold the tasks a claim brought. ``late``: the stop came while the claim was under
-        way, so they are let go at once (released, never started)."""
+        way, so they are let go at once (released, never started). ``progress_to``: takes
+        what a task's handler reports (``WorkerTask.set_progress``), with its lease."""
         now = time.monotonic()
         held = [HeldLease(task, now, lease_seconds, let_go=late) for task in tasks]
         for lease in held:
+            if progress_to is not None:
+                lease.task = WorkerTask.of(lease.task, functools.partial(progress_to, lease))
             self.held[lease.task.id] = lease
         self.stats.claimed += len(held)
         return held
@@ -241,16 +254,36 @@ class Ledger:
 
     def due(self, fraction: float) -> list[HeldLease]:
         """The leases to extend now: held, neither let go nor lost, and a ``fraction`` of
-        each gone since it was claimed or last extended."""
+        each gone since it was claimed or last extended, or progress to send and
+        ``PROGRESS_EVERY_SECONDS`` gone since the last progress was sent."""
         now = time.monotonic()
         return [lease for lease in self.held.values()
                 if not lease.let_go and not lease.lost
-                and now - lease.extended_at >= lease.lease_seconds * fraction]
+                and (now - lease.extended_at >= lease.lease_seconds * fraction
+                     or (lease.progress is not None
+                         and now - lease.progress_sent_at >= PROGRESS_EVERY_SECONDS))]
 
     def heartbeat_items(self, due: list[HeldLease]) -> list[dict[str, Any]]:
-        """The heartbeat of ``due``: each extended by the current lease."""
+        """The heartbeat of ``due``: each extended by the current lease, with the progress
+        its handler set since the last heartbeat (taken: :meth:`unsent` puts it back)."""
         assert self.lease_seconds is not None
-        return [{**lease.item(), "extend_seconds": self.lease_seconds} for lease in due]
+        now = time.monotonic()
+        items = []
+        for lease in due:
+            item = {**lease.item(), "extend_seconds": self.lease_seconds}
+            if lease.progress is not None:
+                item["progress"] = to_jsonable_python(lease.progress[0])
+                lease.progress, lease.progress_sent_at = None, now
+            items.append(item)
+        return items
+
+    @staticmethod
+    def unsent(due: list[HeldLease], items: list[dict[str, Any]]) -> None:
+        """A heartbeat failed: the progress it carried is sent with the next, unless the
+        handler set a newer one meanwhile."""
+        for lease, item in zip(due, items, strict=True):
+            if "progress" in item and lease.progress is None:
+                lease.progress, lease.progress_sent_at = (item["progress"],), 0.0
 
     def extended(self, due: list[HeldLease], result: HeartbeatResult, sent_at: float,
                  lease_seconds: int) -> None:
@@ -532,12 +565,19 @@ class WorkerBase:
         was under way); returns the leases and whether the worker is done (``burst`` and
         nothing held or brought)."""
         with self._cond:
-            held = self._ledger.take(tasks, options["lease_seconds"], late=late)
+            held = self._ledger.take(tasks, options["lease_seconds"], late=late,
+                                     progress_to=self._progress)
             empty = not self._ledger.held
         done = self.burst and not tasks and empty
         if done:
             log.info("worker %s: queue %r is empty (burst mode)", self.name, self.queue)
         return held, done
+
+    def _progress(self, lease: HeldLease, value: Any) -> None:
+        """What a handler reported (``WorkerTask.set_progress``): sent with the lease's next
+        heartbeat, the last value set winning; from any thread."""
+        with self._cond:
+            lease.progress = (value,)
 
     def _lease_resolved(self, view: QueueView | TenantQueueView | None) -> int:
         """Keep the lease to claim with: ``lease_seconds`` if given, else the queue's view's
@@ -588,6 +628,8 @@ class WorkerBase:
             result = yield from Operations.heartbeat.steps(self.client, self.queue, items)
         except TierqError as exc:
             log.warning("worker %s: heartbeat failed (%s); trying again", self.name, exc)
+            with self._cond:
+                self._ledger.unsent(due, items)
             return
         with self._cond:
             self._ledger.extended(due, result, sent_at, lease_seconds)

@@ -4,7 +4,7 @@ alive while it runs, and report each outcome.
     from tierq.client import Client
     from tierq.client.worker import PermanentError, Worker
 
-    def send_email(task):                 # task: tierq.models.ClaimedTask
+    def send_email(task):                 # task: tierq.client.worker.WorkerTask
         if "to" not in task.payload:
             raise PermanentError("no recipient")   # dead-lettered now
         deliver(task.payload)                       # any other exception: retried
@@ -14,7 +14,9 @@ alive while it runs, and report each outcome.
 
 A task that waited for others (``after``, a flow) reaches its handler with ``task.parents``:
 each parent's id, queue, final state and result (tierq.logic.flows). A task of a group
-carries it as ``task.group`` (tierq.logic.groups).
+carries it as ``task.group`` (tierq.logic.groups). A handler tells how far it got with
+``task.set_progress(value)`` (any JSON, at most 4 KiB): the last value set rides the lease's
+next heartbeat, made for it within about a second (``WorkerTask``).
 
 The loop, per worker:
 
@@ -26,7 +28,8 @@ The loop, per worker:
    first heartbeat.
 2. **Run** the handler on one of ``concurrency`` threads.
 3. **Heartbeat**: a thread extends every held lease once a third of it has passed, in one
-   request for all of them, so a long task keeps its lease.
+   request for all of them, so a long task keeps its lease; a lease whose handler set
+   progress is due once a second has passed since it last sent one, carrying it.
 4. **Report**, in batches:
 
    ===============================  ========================================================

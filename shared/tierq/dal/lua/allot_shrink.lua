@@ -11,7 +11,8 @@
 -- include: warm_usage (usage and allotment: lua/warm_usage.lua)
 
 local size = redis.call('ZCARD', KEYS[1])
-local usage = warm_usage(size, KEYS[4], warm_bytes(KEYS[3], KEYS[2], size), tonumber(ARGV[1]))
+local usage = warm_usage(size, KEYS[4], warm_bytes(KEYS[3], KEYS[2], size), tonumber(ARGV[1]),
+                         KEYS[3])
 local allot = warm_allot(KEYS[3])
 local keep = usage + tonumber(ARGV[2])
 if allot <= keep then

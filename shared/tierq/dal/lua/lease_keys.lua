@@ -6,10 +6,35 @@
 -- | lease_of | hash       | id -> the token of its lease (one HGET, then one ZSCORE of '<id>|<token>', finds a task's lease by its id), or '~r<ms>' for a lease a release took back at <ms> and whose task it is about to push again (the reconciler leaves it to the release until its cutoff has passed <ms>: missing.lua; the task's next lease or push replaces it) |
 -- | claims   | hash       | '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of that claim's leases `leased` holds; both go with the claim's last lease |
 -- | started  | sorted set | id -> when its lease's claim began (epoch ms): the running leases a page at a time in start order (running_page.lua) |
+-- | progress | hash       | id -> '<token>|<ms>|<json>': the last progress its lease's heartbeats carried (lease_progress.lua); its bytes are counted in the meta field `progress` (lua/warm_usage.lua) |
 -- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
 -- Every path that ends a lease ends it here: the member leaves `leased`, its id leaves
 -- `lease_of` and `started` only while that entry still names this very token (an older token
--- never erases a newer lease's entries), and its claim's count goes down.
+-- never erases a newer lease's entries), and its claim's count goes down; given the pair's
+-- `progress` and `meta`, the lease's progress goes with it (only while it names this token).
+
+-- The meta field that counts the bytes of the pair's progress entries (lua/warm_usage.lua).
+local PROGRESS_FIELD = 'progress'
+
+-- Removes the progress entries of `ids` that name the token at the same place in `tokens`
+-- (a newer lease's entry stays) and takes their bytes off the meta field `progress`.
+local function lease_progress_drop(progress, meta, ids, tokens)
+  local values = call_chunked('HMGET', progress, ids)
+  local gone, n, freed = {}, 0, 0
+  for k = 1, #ids do
+    local value = values[k]
+    if value and string.sub(value, 1, #tokens[k] + 1) == tokens[k] .. '|' then
+      n = n + 1
+      gone[n] = ids[k]
+      freed = freed + #value
+    end
+  end
+  if n == 0 then return end
+  call_chunked('HDEL', progress, gone)
+  if redis.call('HINCRBY', meta, PROGRESS_FIELD, -freed) < 0 then
+    redis.call('HSET', meta, PROGRESS_FIELD, 0)  -- (drift: never below nothing)
+  end
+end
 
 -- The claim prefix of a token, or nil for a token of another shape.
 local function lease_prefix(token)
@@ -24,9 +49,12 @@ end
 -- Ends those of `members` ('<id>|<token>') that `leased` holds and, when `after` is given,
 -- whose deadline is after it; a member named twice is ended once. An id whose lease_of
 -- entry named the lease ended is removed from lease_of (or set to `mark` when given) and
--- from started. Returns the members ended, in the order given. Work: ZMSCORE, ZREM, HMGET,
--- HDEL (or HSET), ZREM, and an HINCRBY per claim.
-local function lease_drop(leased, lease_of, claims, started, members, after, mark)
+-- from started. With `progress` (and `meta`), each lease's progress entry is removed too and
+-- its bytes taken off the meta field `progress`. Returns the members ended, in the order
+-- given. Work: ZMSCORE, ZREM, HMGET, HDEL (or HSET), ZREM, and an HINCRBY per claim; with
+-- `progress`, an HMGET and, when some lease had progress, an HDEL and an HINCRBY.
+local function lease_drop(leased, lease_of, claims, started, members, after, mark, progress,
+                          meta)
   if #members == 0 then return {} end
   local scores = call_chunked('ZMSCORE', leased, members)
   local gone, ids, tokens, n_gone = {}, {}, {}, 0
@@ -71,6 +99,7 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
   end
   call_chunked(mark and 'HSET' or 'HDEL', lease_of, clear)
   call_chunked('ZREM', started, unstarted)
+  if progress then lease_progress_drop(progress, meta, ids, tokens) end
   for _, prefix in ipairs(claim_order) do
     -- (a claim made before the counts existed has none: its record goes with its first
     -- lease to end, which only costs the view its worker and start)

@@ -98,7 +98,7 @@ local allot_before, allot, usage = 0, 0, 0
 if bound ~= '' then
   allot_before = warm_allot(KEYS[3])
   allot = allot_before + tonumber(ARGV[8])
-  usage = warm_usage(size, KEYS[5], bytes, charge)
+  usage = warm_usage(size, KEYS[5], bytes, charge, KEYS[3])
 end
 -- whether one more task of this many bytes fits (count, bytes and, strict, the allotment)
 local function fits(blob_bytes)

@@ -48,7 +48,7 @@ if bound ~= '' then
   local allot_before = warm_allot(KEYS[3])
   local allot = allot_before + tonumber(ARGV[3])
   if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
-  local over = warm_usage(size, KEYS[4], bytes, tonumber(ARGV[4])) + grown - allot
+  local over = warm_usage(size, KEYS[4], bytes, tonumber(ARGV[4]), KEYS[3]) + grown - allot
   if grown > 0 and over > 0 then
     if bound == 'ask' then return { 'allot', over } end
     return { 'over', 0 }

@@ -8,11 +8,14 @@
 -- (update_ready) do. The allotment the pair took from its tenant's ledger
 -- (lua/warm_ledger.lua) is the meta field `allot`; the meta field `freed` counts every byte
 -- the allotment ever gave back (it only grows), so the ledger can tell a report it has
--- counted from one it has not, whatever order reports arrive in.
+-- counted from one it has not, whatever order reports arrive in. The progress its leases'
+-- heartbeats keep (lua/lease_progress.lua) counts too: the meta field `progress`, when the
+-- caller passes `meta`.
 local ALLOT_FIELD = 'allot'
 local FREED_FIELD = 'freed'
-local function warm_usage(ready_size, leased, bytes, charge)
-  return bytes + (ready_size + redis.call('ZCARD', leased)) * charge
+local function warm_usage(ready_size, leased, bytes, charge, meta)
+  local progress = meta and tonumber(redis.call('HGET', meta, 'progress') or '0') or 0
+  return bytes + math.max(progress, 0) + (ready_size + redis.call('ZCARD', leased)) * charge
 end
 local function warm_allot(meta)
   return tonumber(redis.call('HGET', meta, ALLOT_FIELD) or '0') or 0

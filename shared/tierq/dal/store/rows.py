@@ -145,6 +145,8 @@ class TaskRow(NamedTuple):
     last_error: str | None
     result: str | None
     grp: str | None  # its group (logic/groups.py)
+    progress: str | None  # its last attempt's progress (JSON text), if any
+    progress_at: datetime | None  # when that progress came
 
 
 class QueueSettingsRow(NamedTuple):

@@ -126,6 +126,14 @@ class TaskQueries(StoreBase):
             "queue": queue, "now": now, "ids": uuid_array(ids), "results": results,
             "attempts": attempts}, positional(AckedRow), relaxed=relaxed)
 
+    def write_progress(self, queue: str, ids: Sequence[str], attempts: Sequence[int],
+                       progress: Sequence[str], progress_at: Sequence[datetime]) -> int:
+        """Write the last progress (JSON text) of leases whose attempt ends to their rows,
+        those still leased for that attempt; how many were."""
+        return self._execute("write_progress", {
+            "queue": queue, "ids": uuid_array(ids), "attempts": list(attempts),
+            "progress": list(progress), "progress_at": list(progress_at)})
+
     def lease_outcomes(self, queue: str, now: datetime, ids: Iterable[str],
                        attempts: Sequence[int], errors: Sequence[str],
                        retry_ats: Sequence[datetime], deads: Sequence[bool], *,

@@ -212,6 +212,18 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
 RETURNING t.id::text, t.grp;
 
+-- name: write_progress
+-- The last progress of leases whose attempt ends (logic/leases.record_progress), written
+-- before the outcome: only to a row still leased for that attempt (warm, the attempt not
+-- recorded), by primary key.
+UPDATE tierq_tasks t
+SET progress = v.progress, progress_at = v.progress_at
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(progress)s::jsonb[],
+            %(progress_at)s::timestamptz[]) AS v(id, attempt, progress, progress_at)
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
+  AND t.queue = %(queue)s
+  AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt;
+
 -- name: try_pair_lock
 -- One promoter per (queue, tenant) at a time: a session lock, held from selecting a batch
 -- until it is pushed, so two movers never interleave their batches.
@@ -420,21 +432,21 @@ SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp
+       result, grp, progress, progress_at
 FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: cancel_task
 DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s
 RETURNING id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,
           attempts, max_attempts, seq, created_at, ready_since, state_since, finished_at,
-          last_error, result, grp;
+          last_error, result, grp, progress, progress_at;
 
 -- name: dlq_page
 -- A queue's dead letters, newest first, before the cursor (the first page passes the
 -- greatest position: 'infinity' and the greatest id).
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp
+       result, grp, progress, progress_at
 FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -446,7 +458,7 @@ LIMIT %(limit)s;
 -- own so that even a generic plan walks that tenant's part of tierq_tasks_dead_line.
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp
+       result, grp, progress, progress_at
 FROM tierq_tasks
 WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
