@@ -167,6 +167,10 @@ class DevStack:
             for name, value in spec.environment.items():
                 if name not in NOT_FROM_TEMPLATE:
                     os.environ.setdefault(name, value)
+        # big payloads: a folder stands in for the payload bucket (tierq.dal.payload_store)
+        if not os.environ.get("TIERQ_PAYLOAD_BUCKET"):
+            os.environ.setdefault("TIERQ_PAYLOAD_DIR",
+                                  str(template.path.parent / ".local" / "payloads"))
         get_settings.cache_clear()
 
     def start(self) -> None:
@@ -200,6 +204,7 @@ class DevStack:
             raise GatewayStackError(f"cannot listen on {self.options.host}:{self.options.port}: "
                                 f"{exc.strerror or exc}; pick another --port") from exc
         self.server.start()
+        os.environ["TIERQ_PAYLOAD_URL"] = self.server.url  # the local payload URLs' base
         http_functions = sorted({self.functions[r.function].spec.name for r in template.routes})
         self.say(f"{len(template.routes)} routes -> {', '.join(http_functions)}")
         if self.options.schedules and template.schedules:
