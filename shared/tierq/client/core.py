@@ -559,7 +559,8 @@ class Operations:
                                            body=body)
         upload = PayloadUpload.model_validate(answer)
         yield from self._transfer(upload.upload, data)
-        return upload.pointer
+        kind, fields = upload.pointer
+        return [kind, fields.model_dump()]
 
     @operation
     def fetch_payload(self, queue: str, payload: Any) -> Steps[Any]:

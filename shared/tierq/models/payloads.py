@@ -2,10 +2,11 @@
 what a pointer names."""
 
 
-from typing import Any
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from tierq.core.pointers import POINTER_CLASS
 from tierq.models.base import Model
 from tierq.models.names import TenantName
 from tierq.models.strict import RequestModel
@@ -13,6 +14,17 @@ from tierq.models.strict import RequestModel
 POINTER_DESCRIPTION = (
     'The SQS extended client\'s pointer: ["software.amazon.payloadoffloading.PayloadS3Pointer",'
     ' {"s3BucketName": ..., "s3Key": ...}]. Enqueue it as a task\'s payload.')
+
+
+class PointerFields(Model):
+    model_config = ConfigDict(extra="forbid")
+
+    s3BucketName: str = Field(min_length=1, max_length=63)
+    s3Key: str = Field(min_length=1, max_length=1024)
+
+
+# [POINTER_CLASS, {"s3BucketName": ..., "s3Key": ...}]
+PointerPayload = tuple[Literal[POINTER_CLASS], PointerFields]  # type: ignore[valid-type]
 
 
 class PayloadUploadRequest(RequestModel):
@@ -37,11 +49,12 @@ class PayloadTransfer(Model):
 
 
 class PayloadUpload(Model):
-    pointer: list[Any] = Field(description=POINTER_DESCRIPTION)
+    pointer: PointerPayload = Field(description=POINTER_DESCRIPTION)
     upload: PayloadTransfer
 
 
 class PayloadFetchRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
-    pointer: list[Any] = Field(description=POINTER_DESCRIPTION + " As the claim gave it.")
+    pointer: PointerPayload = Field(description=POINTER_DESCRIPTION + " As the claim gave "
+                                                                      "it.")

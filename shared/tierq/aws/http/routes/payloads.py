@@ -41,6 +41,7 @@ def create_payload_upload(
     tenant = request.check_tenant(body.tenant) or DEFAULT_TENANT
     upload = payloads.new_upload(default_engine().ctx, tenant, body.size)
     transfer = upload.transfer
-    return PayloadUpload(pointer=upload.pointer.payload(), upload=PayloadTransfer(
-        method=transfer.method, url=transfer.url, headers=transfer.headers,
-        expires_in=upload.expires_in))
+    return PayloadUpload.model_validate({
+        "pointer": upload.pointer.payload(),
+        "upload": PayloadTransfer(method=transfer.method, url=transfer.url,
+                                  headers=transfer.headers, expires_in=upload.expires_in)})
