@@ -32,7 +32,8 @@ def fetch_payload(
     queue: QueuePath,
     body: Annotated[PayloadFetchRequest, Body(description="The pointer.")],
 ) -> PayloadTransfer:
+    kind, fields = body.pointer
     transfer, seconds = payloads.new_download(default_engine().ctx, request.pinned_tenant(),
-                                              body.pointer)
+                                              [kind, fields.model_dump()])
     return PayloadTransfer(method=transfer.method, url=transfer.url, headers=transfer.headers,
                            expires_in=seconds)
