@@ -7,8 +7,9 @@
   lives ``TIERQ_PAYLOAD_URL_SECONDS``.
 - :class:`LocalPayloadStore`: ``tierq dev``'s folder (``.local/payloads`` unless
   ``TIERQ_PAYLOAD_DIR`` says otherwise), one file per key. Its URLs point at the local
-  gateway (``/_payloads/<key>``), carry an expiry and an HMAC of the method, key, size and
-  expiry made with a secret of the process, and are served by :meth:`LocalPayloadStore.serve`.
+  gateway (``/_payloads/<key>``, where :func:`set_local_base_url` says it listens) and carry
+  an expiry and an HMAC of the method, key, size and expiry made with a secret of the
+  process; the gateway serves them once :meth:`LocalPayloadStore.check` accepts them.
 
 :func:`payload_store` gives the process's store from the settings; None when the deployment
 has none (a pointer is then refused).
@@ -225,9 +226,17 @@ _made_for: tuple[str | None, str | None] | None = None
 _override: list[PayloadStore | None] = []  # use_payload_store's, when given
 
 
+_local_base = ["http://127.0.0.1:3000"]  # the local gateway's URL (`tierq dev`'s default)
+
+
 def local_base_url() -> str:
-    """The local gateway's URL (``tierq dev`` sets ``TIERQ_PAYLOAD_URL`` once it listens)."""
-    return os.environ.get("TIERQ_PAYLOAD_URL") or "http://127.0.0.1:3000"
+    """The URL of the local gateway that serves the local store's URLs."""
+    return _local_base[0]
+
+
+def set_local_base_url(url: str) -> None:
+    """Say where the local gateway listens (``tierq dev``, once its server is bound)."""
+    _local_base[0] = url
 
 
 def payload_store(settings: Settings | None = None) -> PayloadStore | None:
