@@ -137,3 +137,18 @@ def test_a_consumer_record_gets_its_object_as_its_body(s3_store: S3PayloadStore)
                            "attributes": {"SenderId": "other"}}]}
     with pytest.raises(PayloadUnavailable, match="tenant 'other'"):
         resolve_records(stolen)
+
+
+def test_a_flows_objects_are_recorded_and_a_schedule_keeps_its_payload_inline(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    pointer = _put(s3_store, "_", {"big": "flow"})
+    tq.flow({"tasks": [{"queue": "files", "ref": "a", "payload": pointer},
+                       {"queue": "files", "ref": "b", "payload": 1, "after": ["a"]}]})
+    assert _registered(pg) == 1
+    with pytest.raises(InvalidInput, match="kept inline"):
+        tq.put_schedule("nightly", {"queue": "files", "every_seconds": 60,
+                                    "payload": pointer})
+    foreign = Pointer(BUCKET, "tenants/other/x").payload()
+    with pytest.raises(Forbidden):
+        tq.flow({"tasks": [{"queue": "files", "ref": "a", "payload": foreign}]})

@@ -75,18 +75,23 @@ def check(ctx: Context, where: str, tenant: str, payload: Any) -> str | None:
 def register(ctx: Context, tasks: Sequence[Any], outcomes: Sequence[EnqueueOutcome]) -> None:
     """Record each (object, task) of an enqueue that committed: ``tasks`` (models with a
     ``payload``) and their outcomes, in the same order. An ignored task made nothing."""
+    register_tasks(ctx, [(task.payload, str(outcome.id))
+                         for task, outcome in zip(tasks, outcomes, strict=True)
+                         if outcome.outcome != "ignored"])
+
+
+def register_tasks(ctx: Context, tasks: Sequence[tuple[Any, str]]) -> None:
+    """Record each (object, task) of tasks that committed: (payload, task id) pairs."""
     keys: list[str] = []
     ids: list[str] = []
-    for task, outcome in zip(tasks, outcomes, strict=True):
-        if outcome.outcome == "ignored":
-            continue
+    for payload, task_id in tasks:
         try:
-            pointer = parse_pointer(task.payload)
+            pointer = parse_pointer(payload)
         except MalformedPointer:
             continue  # (refused by check before anything was written)
         if pointer is not None:
             keys.append(pointer.key)
-            ids.append(str(outcome.id))
+            ids.append(task_id)
     if keys:
         ctx.store.payload_objects_register(keys, ids, to_datetime(ctx.now()))
 
