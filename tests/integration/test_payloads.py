@@ -152,3 +152,24 @@ def test_a_flows_objects_are_recorded_and_a_schedule_keeps_its_payload_inline(
     foreign = Pointer(BUCKET, "tenants/other/x").payload()
     with pytest.raises(Forbidden):
         tq.flow({"tasks": [{"queue": "files", "ref": "a", "payload": foreign}]})
+
+
+class _Unreachable(S3PayloadStore):
+    def delete(self, keys: Any) -> list[str]:
+        raise ConnectionError("S3 does not answer")
+
+
+def test_a_store_that_fails_leaves_its_objects_for_the_next_pass(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    pointer = _put(s3_store, "_", {"big": 1})
+    [made] = tq.enqueue("files", [{"payload": pointer}])
+    tq.ack("files", tq.claim("files", max=1))
+    use_payload_store(_Unreachable(BUCKET, client=s3_store.client))
+    summary = reaper.run(tq.ctx)  # the pass itself is done
+    assert (summary.payloads_deleted, summary.payloads_failed) == (0, 1)
+    assert _registered(pg) == 1 and s3_store.exists(pointer[1]["s3Key"])
+    use_payload_store(s3_store)
+    assert reaper.run(tq.ctx).payloads_deleted == 1
+    assert _registered(pg) == 0 and not s3_store.exists(pointer[1]["s3Key"])
+    assert made.outcome == "created"

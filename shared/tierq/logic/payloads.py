@@ -158,16 +158,15 @@ def sweep(ctx: Context, slice_size: int, slices: int) -> Swept:
     objects after this process's cursor (it wraps round at the end). An object whose delete
     failed keeps its rows and is tried again on the next round."""
     out = Swept()
-    store = store_of(ctx)
-    if store is None:
-        return out
     with _cursor_lock:
         after = _cursors.get(id(ctx.store), "")
     for _ in range(slices):
         rows = ctx.store.payload_objects_unused(after, slice_size)
         out.visited += len(rows)
         unused = [row.object_key for row in rows if row.unused]
-        if unused:
+        # (the store, and so boto3, only once there is something to delete)
+        store = store_of(ctx) if unused else None
+        if store is not None:
             try:
                 failed = set(store.delete(unused))
             except Exception:  # the store (S3) failing must not fail the reaper's pass
