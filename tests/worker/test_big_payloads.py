@@ -131,3 +131,13 @@ def test_offloading_follows_the_clients_threshold(api: Client, api_url: str,
         eager_id = eager.enqueue_one(queue, "y" * 200).id
     assert looks_like_pointer(api.get_task(queue, eager_id).payload)
     assert INLINE_LIMIT == 256 * 1024
+
+
+def test_a_flows_big_payload_is_uploaded_too(api: Client, names: QueueNames) -> None:
+    queue = names["flow"]
+    payload = {"blob": "z" * (INLINE_LIMIT + 1)}
+    made = api.flow([{"queue": queue, "ref": "a", "payload": payload}])
+    task_id = made.tasks["a"].id
+    assert object_of(api, queue, task_id).exists()
+    [task] = api.claim(queue, max=1)
+    assert api.with_payload(task).payload == payload

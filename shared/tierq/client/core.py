@@ -612,11 +612,17 @@ class Operations:
              tenant: str | None = None) -> Steps[FlowResult]:
         """Create a flow in one request, all or nothing (``POST /v1/flows``, at most 500
         tasks, each with its ``queue``, a ``ref`` and ``after``: refs of this call or ids of
-        existing tasks). Returns each ref's task id, queue and state."""
+        existing tasks). A payload over ``offload_over`` is uploaded first, as by
+        :meth:`enqueue`. Returns each ref's task id, queue and state."""
         items = _items(FlowTaskIn, tasks, "tasks")
         body: dict[str, Any] = {"tasks": [_dump(t) for t in items]}
         if tenant is not None:
             body["tenant"] = tenant
+        limit = self.offload_over
+        for task in body["tasks"] if limit is not None else []:
+            payload = orjson.dumps(task.get("payload"))
+            if len(payload) > (limit or 0):  # a big payload: uploaded, a pointer in its place
+                task["payload"] = yield from self._offload(task["queue"], payload, tenant)
         data = yield from self._exchange("POST", "/v1/flows", body=body,
                                          idempotency_key=new_idempotency_key())
         return FlowResult.model_validate(data)

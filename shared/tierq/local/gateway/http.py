@@ -339,9 +339,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _serve_payload(self) -> None:
         """A presigned-like request to the local payload store (``/_payloads/<key>``): its
         signature is its credential, as for a presigned S3 URL (no token, no claims)."""
+        # (imported here: the gateway's other requests never need them)
         from tierq.config import get_settings
         from tierq.dal.payload_store import LocalPayloadStore, payload_store
-        # (imported here: the gateway's other requests never need them)
 
         started = time.monotonic()
         store = payload_store()
