@@ -151,6 +151,18 @@ class Settings(BaseModel):
     # all quotes doubles on the wire — 1 MiB keeps any single task far inside Lambda's 6 MB.
     max_payload_bytes: int = Field(default=256 * 1024, ge=1, le=1024 * 1024,
                                    alias="TIERQ_MAX_PAYLOAD_BYTES")
+    # Big payloads (tierq.logic.payloads): the bucket that holds them (template.yaml's
+    # PayloadBucket; unset: no offloading), or locally a folder (`tierq dev`: .local/payloads)
+    # whose presigned-like URLs the local gateway serves (tierq.dal.payload_store).
+    payload_bucket: str | None = Field(default=None, alias="TIERQ_PAYLOAD_BUCKET")
+    payload_dir: str | None = Field(default=None, alias="TIERQ_PAYLOAD_DIR")
+    # the largest payload one upload may carry (S3's single PUT takes 5 GiB; a Worker holds
+    # a payload in memory), and how long a presigned URL lives
+    max_offloaded_payload_bytes: int = Field(default=64 * 1024 * 1024, ge=1,
+                                             le=5 * 1024 ** 3,
+                                             alias="TIERQ_MAX_OFFLOADED_PAYLOAD_BYTES")
+    payload_url_seconds: int = Field(default=900, ge=60, le=43_200,
+                                     alias="TIERQ_PAYLOAD_URL_SECONDS")
 
     reconcile_grace_seconds: float = Field(
         default=60.0, ge=0, alias="TIERQ_RECONCILE_GRACE_SECONDS"

@@ -21,6 +21,11 @@ generated. Each is checked by a test of its own:
   the deployment, not of the request's shape (tests/dispatch, the allow-list). The run
   names the demo's consumer, which the local stack can import.
 
+- A big payload's ``size`` within the deployment's ``TIERQ_MAX_OFFLOADED_PAYLOAD_BYTES``
+  (a setting, not the document's bound of 5 GiB), and a pointer's ``s3Key`` one the store
+  could hold (no ``..`` or ``//`` segment): tests/integration/test_payloads.py,
+  tests/worker/test_big_payloads.py.
+
 None is API Gateway's own behaviour: the run has no hook for that (the checks only API
 Gateway answers are excluded on the command line instead).
 """
@@ -33,6 +38,7 @@ from typing import Any
 import schemathesis
 from schemathesis import GenerationMode
 
+from tierq.config import Settings
 from tierq.models.queues import BackoffSettings
 from tierq.models.schedules import normalize_cron
 from tierq.models.tasks import MAX_DELAY_SECONDS
@@ -43,6 +49,7 @@ DEFAULT_CAP = BackoffSettings.model_fields["cap_seconds"].default
 DEFAULT_BASE = BackoffSettings.model_fields["base_seconds"].default
 A_CRON = "*/5 * * * *"
 CONTRACT_CONSUMER = "tierq.local.demo:push_consumer"
+MAX_OFFLOADED = Settings.model_fields["max_offloaded_payload_bytes"].default
 
 
 def _positive(case: Any) -> bool:
@@ -102,3 +109,14 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     _a_cron_that_fires(body)
     if isinstance(body.get("consumer"), dict) and "function" in body["consumer"]:
         body["consumer"]["function"] = CONTRACT_CONSUMER
+    _a_payload_the_store_takes(case, body)
+
+
+def _a_payload_the_store_takes(case: Any, body: dict[str, Any]) -> None:
+    path = getattr(case, "path", "")
+    if path.endswith("/payloads") and isinstance(body.get("size"), int):
+        body["size"] = min(body["size"], MAX_OFFLOADED)
+    pointer = body.get("pointer")
+    if path.endswith("/payloads/fetch") and isinstance(pointer, list) and len(pointer) == 2 \
+            and isinstance(pointer[1], dict):
+        pointer[1]["s3Key"] = "tenants/_/contract"

@@ -35,7 +35,9 @@ LAYER_IDS = ("TierqLayerArm64", "TierqLayerX8664")
 ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{queue}/tasks"): "EnqueueFunction",
     ("POST", "/v1/flows"): "EnqueueFunction",
+    ("POST", "/v1/queues/{queue}/payloads"): "EnqueueFunction",
     ("POST", "/v1/queues/{queue}/claims"): "ClaimFunction",
+    ("POST", "/v1/queues/{queue}/payloads/fetch"): "ClaimFunction",
     ("POST", "/v1/queues/{queue}/acks"): "AckFunction",
     ("POST", "/v1/queues/{queue}/nacks"): "AckFunction",
     ("POST", "/v1/queues/{queue}/releases"): "AckFunction",

@@ -43,10 +43,12 @@ from tierq.client.auth import BearerAuth, SigV4Auth, region_from_url
 from tierq.client.errors import (
     ConnectionFailed,
     InvalidInputError,
+    PayloadTransferError,
     error_from_response,
     invalid_input,
 )
 from tierq.client.retry import RetryPolicy
+from tierq.core.pointers import INLINE_LIMIT, looks_like_pointer
 from tierq.core.sizing import REQUEST_BODY_LIMIT, body_cost
 from tierq.models import (
     AckItem,
@@ -80,6 +82,7 @@ from tierq.models.envelopes import (
     RunningMetrics,
 )
 from tierq.models.flows import FlowResult, FlowTaskIn
+from tierq.models.payloads import PayloadTransfer, PayloadUpload
 from tierq.models.queues import AnyQueueView
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
@@ -122,10 +125,17 @@ class Send:
     params: dict[str, Any] | None
     timeout: float
 
+    # a presigned URL of the payload store (an absolute URL): sent without the client's
+    # credentials, which the store would refuse beside the URL's own
+    external: bool = False
+
     def options(self) -> dict[str, Any]:
         """The arguments of ``httpx.Client.request`` and ``httpx.AsyncClient.request``."""
-        return {"method": self.method, "url": self.path, "content": self.content,
-                "headers": self.headers, "params": self.params, "timeout": self.timeout}
+        options = {"method": self.method, "url": self.path, "content": self.content,
+                   "headers": self.headers, "params": self.params, "timeout": self.timeout}
+        if self.external:
+            options["auth"] = None
+        return options
 
 
 @dataclass(frozen=True)
@@ -386,14 +396,18 @@ class Operations:
 
     ``token``: a bearer token (JWT); ``sigv4=True``: AWS SigV4 signing (``aws_region``,
     ``aws_credentials``); ``retry``: when to try again (:class:`RetryPolicy`);
-    ``transport``: an httpx transport of the transport's kind (tests, proxies)."""
+    ``transport``: an httpx transport of the transport's kind (tests, proxies);
+    ``offload_over``: the payload size (its JSON, in bytes) above which :meth:`enqueue`
+    uploads a payload to the deployment's payload store and enqueues a pointer to it (the
+    API's inline limit, 256 KiB, by default; None: never)."""
 
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  sigv4: bool = False, aws_region: str | None = None,
                  aws_credentials: Any = None, timeout: float = 30.0,
                  retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
                  transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-                 max_connections: int = 20) -> None:
+                 max_connections: int = 20,
+                 offload_over: int | None = INLINE_LIMIT) -> None:
         self.base_url = (base_url or os.environ.get("TIERQ_URL") or DEFAULT_URL).rstrip("/")
         if token and sigv4:
             raise ValueError("give token= (JWT) or sigv4=True (IAM), not both")
@@ -405,6 +419,8 @@ class Operations:
                              credentials=aws_credentials)
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
+        # a payload whose JSON is longer goes to the payload store (None: never)
+        self.offload_over = offload_over
         self._open({
             "base_url": self.base_url, "auth": auth, "timeout": timeout,
             "transport": transport,
@@ -499,7 +515,15 @@ class Operations:
             body = _dump(task)
             if tenant is not None and task.tenant is None:
                 body["tenant"] = tenant
-            bodies.append(orjson.dumps(body))
+            encoded = orjson.dumps(body)
+            limit = self.offload_over
+            if limit is not None and len(encoded) > limit:  # (the payload may be too)
+                payload = orjson.dumps(body.get("payload"))
+                if len(payload) > limit:
+                    body["payload"] = yield from self._offload(queue, payload,
+                                                               body.get("tenant"))
+                    encoded = orjson.dumps(body)
+            bodies.append(encoded)
         outcomes: list[EnqueueOutcome] = []
         for start, stop in enqueue_batches(bodies):
             content = b'{"tasks":[' + b",".join(bodies[start:stop]) + b"]}"
@@ -516,16 +540,89 @@ class Operations:
                                                        [{"payload": payload, **fields}])
         return outcomes[0]
 
+    # -- big payloads --------------------------------------------------------------------
+
+    @operation
+    def upload_payload(self, queue: str, payload: Any, *,
+                       tenant: str | None = None) -> Steps[list[Any]]:
+        """Upload ``payload`` (any JSON value) to the deployment's payload store under the
+        tenant's prefix (``POST /v1/queues/{queue}/payloads``, then the presigned upload);
+        returns the pointer to enqueue as a task's payload. :meth:`enqueue` does this by
+        itself for a payload over ``offload_over``."""
+        return (yield from self._offload(queue, orjson.dumps(payload), tenant))
+
+    def _offload(self, queue: str, data: bytes, tenant: str | None) -> Steps[list[Any]]:
+        body: dict[str, Any] = {"size": len(data)}
+        if tenant is not None:
+            body["tenant"] = tenant
+        answer = yield from self._exchange("POST", f"/v1/queues/{_segment(queue)}/payloads",
+                                           body=body)
+        upload = PayloadUpload.model_validate(answer)
+        yield from self._transfer(upload.upload, data)
+        kind, fields = upload.pointer
+        return [kind, fields.model_dump()]
+
+    @operation
+    def fetch_payload(self, queue: str, payload: Any) -> Steps[Any]:
+        """The payload a task carries: for a pointer to a big payload, the object it names
+        (``POST /v1/queues/{queue}/payloads/fetch``, then the presigned download, decoded
+        from JSON); any other payload as it is."""
+        if not looks_like_pointer(payload):
+            return payload
+        answer = yield from self._exchange(
+            "POST", f"/v1/queues/{_segment(queue)}/payloads/fetch", body={"pointer": payload})
+        data = yield from self._transfer(PayloadTransfer.model_validate(answer), None)
+        return orjson.loads(data)
+
+    @operation
+    def with_payload(self, task: ClaimedTask) -> Steps[ClaimedTask]:
+        """``task`` with its big payload fetched in place of its pointer (the Worker's step
+        before a handler runs); the task itself when its payload is inline."""
+        if not looks_like_pointer(task.payload):
+            return task
+        payload = yield from Operations.fetch_payload.steps(self, task.queue, task.payload)
+        return task.model_copy(update={"payload": payload})
+
+    def _transfer(self, transfer: PayloadTransfer, content: bytes | None) -> Steps[bytes]:
+        """One presigned request to the payload store and its retries (connection errors and
+        5xx); its body. Refused (4xx, or still failing): :class:`PayloadTransferError`."""
+        send = Send(transfer.method, transfer.url, content, dict(transfer.headers) or None,
+                    None, self.timeout, external=True)
+        where = transfer.url.split("?", 1)[0]  # (the query holds the signature)
+        retry = 0
+        while True:
+            answer = yield send
+            if isinstance(answer, httpx.Response) and not answer.is_error:
+                return answer.content
+            retryable = not isinstance(answer, httpx.Response) or answer.status_code >= 500
+            if retryable and retry < self.retry.max_retries:
+                yield Sleep(self.retry.delay(retry))
+                retry += 1
+                continue
+            if isinstance(answer, httpx.Response):
+                status, text = answer.status_code, answer.text[:500]
+            else:
+                status, text = 0, f"{type(answer).__name__}: {answer}"
+            raise PayloadTransferError(
+                f"the payload store refused the {transfer.method}: {text}", status=status,
+                code="payload_transfer_failed", method=transfer.method, url=where)
+
     @operation
     def flow(self, tasks: Iterable[FlowTaskIn | Mapping[str, Any]], *,
              tenant: str | None = None) -> Steps[FlowResult]:
         """Create a flow in one request, all or nothing (``POST /v1/flows``, at most 500
         tasks, each with its ``queue``, a ``ref`` and ``after``: refs of this call or ids of
-        existing tasks). Returns each ref's task id, queue and state."""
+        existing tasks). A payload over ``offload_over`` is uploaded first, as by
+        :meth:`enqueue`. Returns each ref's task id, queue and state."""
         items = _items(FlowTaskIn, tasks, "tasks")
         body: dict[str, Any] = {"tasks": [_dump(t) for t in items]}
         if tenant is not None:
             body["tenant"] = tenant
+        limit = self.offload_over
+        for task in body["tasks"] if limit is not None else []:
+            payload = orjson.dumps(task.get("payload"))
+            if len(payload) > (limit or 0):  # a big payload: uploaded, a pointer in its place
+                task["payload"] = yield from self._offload(task["queue"], payload, tenant)
         data = yield from self._exchange("POST", "/v1/flows", body=body,
                                          idempotency_key=new_idempotency_key())
         return FlowResult.model_validate(data)

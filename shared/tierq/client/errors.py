@@ -73,6 +73,12 @@ class UnavailableError(ServerError):
     """503: a backing store did not answer (still, after the client's retries)."""
 
 
+class PayloadTransferError(ApiError):
+    """A big payload's upload to, or download from, the payload store (a presigned URL) was
+    refused, or failed after the client's retries; ``status`` is the store's (0: never
+    reached)."""
+
+
 class ConnectionFailed(TierqError):
     """The API could not be reached (connection refused, reset, timed out) after retries."""
 

@@ -17,6 +17,7 @@ from tierq.dal.store.feeder import FeederQueries
 from tierq.dal.store.flows import FlowQueries
 from tierq.dal.store.groups import GroupQueries
 from tierq.dal.store.idempotency import IdempotencyQueries
+from tierq.dal.store.payloads import PayloadQueries
 from tierq.dal.store.registry import RegistryQueries
 from tierq.dal.store.rows import Pair
 from tierq.dal.store.schedules import ScheduleQueries
@@ -25,7 +26,8 @@ from tierq.dal.store.tasks import TaskColumns, TaskQueries
 
 
 class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQueries,
-                FeederQueries, ConsumerQueries, ShardQueries, FlowQueries, GroupQueries):
+                FeederQueries, ConsumerQueries, ShardQueries, FlowQueries, GroupQueries,
+                PayloadQueries):
     """Every statement tierq runs on PostgreSQL, as a typed method."""
 
 

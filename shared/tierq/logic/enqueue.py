@@ -18,7 +18,7 @@ from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns
 from tierq.errors import InvalidInput, PayloadTooLarge
-from tierq.logic import admission, flows, groups, tiering
+from tierq.logic import admission, flows, groups, payloads, tiering
 from tierq.logic.admission import PushItem, Target, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.homes import require_here
@@ -102,6 +102,8 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
                 f"the limit is {limit}",
                 details=[{"field": f"{where}.payload", "message": "too large"}],
             )
+        # a pointer to a big payload: this deployment's bucket, the task's tenant's prefix
+        payloads.check(ctx, _where(i, n), task.tenant or tenant_default, task.payload)
         run_at_given, delay = task.run_at, task.delay_seconds
         if run_at_given is not None:
             run_at = run_at_given.timestamp()
@@ -190,7 +192,9 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
         outcomes[follower.index] = base.model_copy(update={"outcome": outcome})
     ctx.warm.throughput.record_enqueued(  # the chart's counts (dal/throughput.py)
         queue, [o.tenant for o in outcomes.values() if o.outcome == "created"])
-    return [outcomes[p.index] for p in prepared]
+    result = [outcomes[p.index] for p in prepared]
+    payloads.register(ctx, tasks, result)  # the objects pointed at, for their deletion
+    return result
 
 
 def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:

@@ -84,6 +84,7 @@ from pydantic import ValidationError
 from tierq.core.ids import uuid7
 from tierq.core.json_text import has_nul
 from tierq.core.ordering import Place, place
+from tierq.core.pointers import looks_like_pointer
 from tierq.dal.store.rows import LiveOccurrence, ScheduleRow
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge, QuotaExceeded
@@ -255,6 +256,9 @@ def encode_payload(ctx: Context, payload: Any) -> str:
         raise InvalidInput.field(
             "payload", "contains a NUL character (\\u0000), which cannot be stored"
         )
+    if looks_like_pointer(payload):  # its object would have to outlive every occurrence
+        raise InvalidInput.field("payload", "a schedule's payload is kept inline: it cannot "
+                                 "be a big payload's pointer")
     limit = ctx.settings.max_payload_bytes
     size = len(text.encode())  # bytes, as an enqueued task's payload is counted
     if size > limit:

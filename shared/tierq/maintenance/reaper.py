@@ -10,6 +10,7 @@
 | an entry of a pair's running-lease index whose    | removed, one slice of the index per      |
 | lease has ended                                   | visit after a cursor in the pair's meta  |
 | a group with held tasks and nothing active        | released (logic/groups.py)               |
+| a big payload's object no task with a row names   | deleted (logic/payloads.py)              |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
@@ -32,7 +33,16 @@ from pydantic import Field
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
-from tierq.logic import admission, flows, groups, idempotency, leases, pairs, ready_tenants
+from tierq.logic import (
+    admission,
+    flows,
+    groups,
+    idempotency,
+    leases,
+    pairs,
+    payloads,
+    ready_tenants,
+)
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
 from tierq.logic.leases import Verified
@@ -54,6 +64,9 @@ class ReaperConfig(SlicedWalkConfig):
     # how often the reaper's scheduled tick emits the per-queue gauges (the alarms' and the
     # dashboard's data: tierq.maintenance.gauges)
     gauges_every_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # big payloads' recorded objects read per slice, and slices per pass (logic/payloads.py)
+    payload_slice: int = Field(default=1000, ge=1, le=10_000)
+    payload_slices: int = Field(default=4, ge=1, le=1000)
 
 LEASES_WALK = "reaper.pairs"
 PURGE_WALK = "reaper.purge"
@@ -75,6 +88,8 @@ class ReaperSummary:
     purge_queues: int = 0  # queues with finished rows visited
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
+    payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
+    payloads_failed: int = 0  # objects the store did not delete (tried again next round)
     # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
     failed: list[str] = field(default_factory=list)
 
@@ -92,9 +107,21 @@ def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     purge_queues(ctx, summary, budget, config, cursors)
     forget_idle(ctx, summary, config.forget_slice, cursors)
     sweep_groups(ctx, summary, config.groups_slice, cursors)
+    sweep_payloads(ctx, summary, budget, config)
     # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
     idempotency.purge_expired(ctx, max_batches=config.idempotency_purge_batches)
     return summary
+
+
+def sweep_payloads(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
+                   config: ReaperConfig) -> None:
+    """Delete big payloads' objects that no task needs any more. The store not answering
+    is logged and leaves them for a later pass; the rest of the pass is done."""
+    if budget.spent:
+        return
+    swept = payloads.sweep(ctx, config.payload_slice, config.payload_slices)
+    summary.payloads_deleted += swept.deleted
+    summary.payloads_failed += swept.failed
 
 
 def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,

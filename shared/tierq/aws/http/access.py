@@ -55,6 +55,8 @@ ROUTE_ACCESS: dict[str, RouteKind] = {
     "POST /v1/queues/{queue}/tasks": "tenant",
     "POST /v1/flows": "tenant",
     "POST /v1/queues/{queue}/claims": "tenant",
+    "POST /v1/queues/{queue}/payloads": "tenant",
+    "POST /v1/queues/{queue}/payloads/fetch": "tenant",
     "POST /v1/queues/{queue}/acks": "tenant",
     "POST /v1/queues/{queue}/nacks": "tenant",
     "POST /v1/queues/{queue}/releases": "tenant",

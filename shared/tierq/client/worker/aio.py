@@ -236,7 +236,8 @@ class AsyncWorker(WorkerBase):
 
     async def _call(self, lease: HeldLease) -> Ack | Nack:
         try:
-            result = await self.handler(lease.task)
+            # a big payload: fetched for the handler
+            result = await self.handler(await self.client.with_payload(lease.task))
         except asyncio.CancelledError as exc:
             if lease.let_go:
                 raise  # the stop cancelled it past the grace: nothing is reported

@@ -278,6 +278,7 @@ class Worker(WorkerBase):
 
     def _call(self, task: ClaimedTask) -> Ack | Nack:
         try:
+            task = self.client.with_payload(task)  # a big payload: fetched for the handler
             result = self.handler(task)
         except BaseException as exc:  # a handler's failure, whatever it is, is the task's
             return failed(exc, task)

@@ -25,6 +25,7 @@ migrations applied:
   0019_groups
   0020_waiting_counts
   0022_task_progress
+  0025_payload_objects
 
 table tierq_feeder_offsets
   column feed text not null
@@ -86,6 +87,14 @@ table tierq_pair_homes
   constraint tierq_pair_homes_pkey: PRIMARY KEY (queue, tenant)
   CREATE INDEX tierq_pair_homes_by_tenant ON tierq_pair_homes USING btree (tenant, queue)
   CREATE UNIQUE INDEX tierq_pair_homes_pkey ON tierq_pair_homes USING btree (queue, tenant)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_payload_objects
+  column object_key text not null
+  column task_id uuid not null
+  column created_at timestamp with time zone not null default now()
+  constraint tierq_payload_objects_pkey: PRIMARY KEY (object_key, task_id)
+  CREATE UNIQUE INDEX tierq_payload_objects_pkey ON tierq_payload_objects USING btree (object_key, task_id)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
 table tierq_queue_limits

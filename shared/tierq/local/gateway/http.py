@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 
 from tierq.aws.http.access import LOCAL_GATEWAY, LOCAL_GATEWAY_KEY
 from tierq.core import sizing
+from tierq.dal.payload_store import LOCAL_ROUTE as LOCAL_PAYLOAD_ROUTE
 from tierq.local.gateway.events import HttpResponse, build_event, to_http_response
 from tierq.local.gateway.lambdas import LocalFunction
 from tierq.local.gateway.template import HttpRoute
@@ -335,7 +336,56 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return None
         return self.rfile.read(length) if length > 0 else b""
 
+    def _serve_payload(self) -> None:
+        """A presigned-like request to the local payload store (``/_payloads/<key>``): its
+        signature is its credential, as for a presigned S3 URL (no token, no claims)."""
+        # (imported here: the gateway's other requests never need them)
+        from tierq.config import get_settings
+        from tierq.dal.payload_store import LocalPayloadStore, payload_store
+
+        started = time.monotonic()
+        store = payload_store()
+        parts = urlsplit(self.path)
+        size = int(self.headers.get("Content-Length") or 0)
+        status, body = 200, b""
+        if not isinstance(store, LocalPayloadStore):
+            status, body = 404, b"no local payload store (TIERQ_PAYLOAD_DIR)"
+        elif self.command not in ("GET", "PUT"):
+            status, body = 405, b"GET or PUT"
+        elif self.command == "PUT" and size > get_settings().max_offloaded_payload_bytes:
+            status, body = 413, b"over TIERQ_MAX_OFFLOADED_PAYLOAD_BYTES"
+            self.close_connection = True
+        else:
+            key, refusal = store.check(self.command, parts.path, parts.query,
+                                       size if self.command == "PUT" else None)
+            if refusal is not None:
+                status, body = 403, refusal.encode()
+            elif self.command == "PUT":
+                store.write(key, self.rfile.read(size))
+            else:
+                try:
+                    body = store.read(key)
+                except KeyError:
+                    status, body = 404, f"no object {key}".encode()
+        if self.command == "PUT" and status != 200 and not self.close_connection:
+            self.rfile.read(size)  # (read away: the connection stays usable)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream" if status == 200
+                         else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        if self.server.access_log:
+            elapsed = (time.monotonic() - started) * 1000
+            print(f"[tierq dev] {self.command} {parts.path} -> {status} (payloads, "
+                  f"{elapsed:.0f} ms)", file=sys.stderr, flush=True)
+
     def _serve(self) -> None:
+        if self.path.startswith(LOCAL_PAYLOAD_ROUTE):
+            self._serve_payload()
+            return
         started = time.monotonic()
         served_by = "-"
         try:

@@ -19,6 +19,7 @@ from types import FrameType
 
 from tierq.config import get_settings
 from tierq.dal.migrate import migrate
+from tierq.dal.payload_store import set_local_base_url
 from tierq.dal.shards import SHARD_URLS, ShardConfigError, ShardSpec, parse_shard_urls
 from tierq.local.gateway.http import LocalApi, LocalHttpServer
 from tierq.local.gateway.lambdas import LocalFunction
@@ -167,6 +168,10 @@ class DevStack:
             for name, value in spec.environment.items():
                 if name not in NOT_FROM_TEMPLATE:
                     os.environ.setdefault(name, value)
+        # big payloads: a folder stands in for the payload bucket (tierq.dal.payload_store)
+        if not os.environ.get("TIERQ_PAYLOAD_BUCKET"):
+            os.environ.setdefault("TIERQ_PAYLOAD_DIR",
+                                  str(template.path.parent / ".local" / "payloads"))
         get_settings.cache_clear()
 
     def start(self) -> None:
@@ -200,6 +205,7 @@ class DevStack:
             raise GatewayStackError(f"cannot listen on {self.options.host}:{self.options.port}: "
                                 f"{exc.strerror or exc}; pick another --port") from exc
         self.server.start()
+        set_local_base_url(self.server.url)  # the local payload store's URLs point here
         http_functions = sorted({self.functions[r.function].spec.name for r in template.routes})
         self.say(f"{len(template.routes)} routes -> {', '.join(http_functions)}")
         if self.options.schedules and template.schedules:

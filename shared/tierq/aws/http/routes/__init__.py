@@ -11,8 +11,9 @@ every router listed.
 from __future__ import annotations
 
 FUNCTION_ROUTERS: dict[str, tuple[str, ...]] = {
-    "enqueue": ("tierq.aws.http.routes.enqueue", "tierq.aws.http.routes.flows"),
-    "claim": ("tierq.aws.http.routes.claims",),
+    "enqueue": ("tierq.aws.http.routes.enqueue", "tierq.aws.http.routes.flows",
+                "tierq.aws.http.routes.payloads"),
+    "claim": ("tierq.aws.http.routes.claims", "tierq.aws.http.routes.payload_fetch"),
     "ack": ("tierq.aws.http.routes.leases",),
     "admin": (
         "tierq.aws.http.routes.queues",

@@ -1,0 +1,39 @@
+"""``POST /v1/queues/{queue}/payloads/fetch``: a presigned download of the big payload a
+claimed task's pointer names (tierq.logic.payloads), for a worker that holds no AWS
+credentials of its own. A caller pinned to a tenant may fetch only its tenant's objects."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from tierq.aws.http import request
+from tierq.aws.http.errors import responses
+from tierq.aws.http.params import QueuePath
+from tierq.aws.runtime import default_engine
+from tierq.logic import payloads
+from tierq.models.payloads import PayloadFetchRequest, PayloadTransfer
+
+router = Router()
+
+
+@router.post(
+    "/v1/queues/<queue>/payloads/fetch",
+    summary="Download a big payload",
+    description="A presigned GET of the object a task's pointer names (the task's payload "
+                "as claimed). The object's body is the payload's JSON.",
+    operation_id="fetchPayload",
+    tags=["leases"],
+    responses=responses("The presigned download.", 403),
+)
+def fetch_payload(
+    queue: QueuePath,
+    body: Annotated[PayloadFetchRequest, Body(description="The pointer.")],
+) -> PayloadTransfer:
+    kind, fields = body.pointer
+    transfer, seconds = payloads.new_download(default_engine().ctx, request.pinned_tenant(),
+                                              [kind, fields.model_dump()])
+    return PayloadTransfer(method=transfer.method, url=transfer.url, headers=transfer.headers,
+                           expires_in=seconds)

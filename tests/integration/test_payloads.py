@@ -1,0 +1,175 @@
+"""Big payloads on the real stores, moto standing in for S3 alone: a pointer is checked at
+enqueue (this deployment's bucket, the task's tenant's prefix; refused otherwise, nothing
+written), claimed as it was enqueued, and its object deleted by the reaper once no task
+that named it has a row left: at once for a task acked without a result, after its
+retention for one kept with its result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+import requests
+
+from tests.integration.helpers import count_rows
+from tierq.core.pointers import POINTER_CLASS, Pointer, tenant_prefix
+from tierq.dal.payload_store import S3PayloadStore, use_payload_store
+from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge
+from tierq.logic import payloads
+from tierq.maintenance import reaper
+
+BUCKET = "tierq-payloads-test"
+DAY = 86_400.0
+
+
+@pytest.fixture
+def s3_store(aws_credentials: None) -> Iterator[S3PayloadStore]:
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    store = S3PayloadStore(BUCKET, "us-east-1")
+    use_payload_store(store)
+    try:
+        yield store
+    finally:
+        use_payload_store(None)
+
+
+def _put(store: S3PayloadStore, tenant: str, value: Any) -> list[Any]:
+    key = f"{tenant_prefix(tenant)}obj-{len(str(value))}-{id(value)}"
+    store.write(key, orjson.dumps(value))
+    return Pointer(BUCKET, key).payload()
+
+
+def _registered(pg: Any) -> int:
+    row = pg.execute("SELECT count(*) FROM tierq_payload_objects").fetchone()
+    return int(row[0])
+
+
+def test_a_pointer_round_trips_and_its_object_goes_when_no_task_needs_it(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    kept = _put(s3_store, "acme", {"big": "kept with its result"})
+    acked = _put(s3_store, "acme", {"big": "acked without a result"})
+    outcomes = tq.enqueue("files", [{"payload": kept, "tenant": "acme"},
+                                    {"payload": acked, "tenant": "acme"}])
+    assert [o.outcome for o in outcomes] == ["created", "created"]
+    assert _registered(pg) == 2
+    claimed = {str(t.id): t for t in tq.claim("files", max=2)}
+    first, second = (claimed[str(o.id)] for o in outcomes)
+    assert first.payload == kept and second.payload == acked  # the claim carries the pointer
+    tq.ack("files", [{"id": first.id, "lease_token": first.lease_token, "result": "ok"}])
+    tq.ack("files", [second])  # its row deleted
+
+    summary = reaper.run(tq.ctx)
+    assert summary.payloads_deleted == 1
+    assert not s3_store.exists(acked[1]["s3Key"]) and s3_store.exists(kept[1]["s3Key"])
+
+    tq.ctx.clock.advance(8 * DAY)  # past the default retention (7 days): the row is purged
+    summary = reaper.run(tq.ctx)
+    assert summary.purged == 1 and summary.payloads_deleted == 1
+    assert not s3_store.exists(kept[1]["s3Key"])
+    assert _registered(pg) == 0
+
+
+@pytest.mark.parametrize(("payload", "error", "says"), [
+    (Pointer(BUCKET, "tenants/other/x").payload(), Forbidden, "outside tenant 'acme'"),
+    (Pointer(BUCKET, "tenants/acme-evil/x").payload(), Forbidden, "outside tenant 'acme'"),
+    (Pointer(BUCKET, "tenants/acme").payload(), Forbidden, "outside tenant 'acme'"),
+    (Pointer("someone-elses", "tenants/acme/x").payload(), Forbidden, "bucket"),
+    ([POINTER_CLASS, {"s3BucketName": BUCKET}], InvalidInput, "s3Key"),
+    ([POINTER_CLASS, {"s3BucketName": BUCKET, "s3Key": "tenants/acme/../other/x"}],
+     InvalidInput, ".."),
+])
+def test_a_pointer_outside_the_callers_prefix_is_refused_and_nothing_written(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore, payload: Any,
+        error: type[Exception], says: str) -> None:
+    tq = make_tq()
+    with pytest.raises(error, match=says) as raised:
+        tq.enqueue("files", [{"payload": "fine", "tenant": "acme"},
+                             {"payload": payload, "tenant": "acme"}])
+    assert "tasks[1].payload" in str(raised.value)
+    assert count_rows(pg) == 0 and _registered(pg) == 0
+
+
+def test_without_a_store_a_pointer_is_refused(make_tq: Any, pg: Any) -> None:
+    tq = make_tq()
+    with pytest.raises(InvalidInput, match="TIERQ_PAYLOAD_BUCKET"):
+        tq.enqueue("files", [{"payload": Pointer(BUCKET, "tenants/_/x").payload()}])
+    assert count_rows(pg) == 0
+
+
+def test_presigned_urls_upload_and_download_through_s3(
+        make_tq: Any, s3_store: S3PayloadStore) -> None:
+    """The URLs over HTTP (moto answers ``requests`` to S3's hosts): the upload URL signs
+    the size, the download URL reads the object back; a tenant caller may not fetch
+    another's object, and an upload over the limit is refused."""
+    tq = make_tq(max_offloaded_payload_bytes=1_000_000)
+    data = orjson.dumps({"blob": "x" * 300_000})
+    upload = payloads.new_upload(tq.ctx, "acme", len(data))
+    assert upload.pointer.key.startswith("tenants/acme/")
+    assert "X-Amz-SignedHeaders=content-length%3Bhost" in upload.transfer.url
+    put = requests.request(upload.transfer.method, upload.transfer.url, data=data,
+                           headers=upload.transfer.headers, timeout=10)
+    assert put.status_code == 200, put.text
+    transfer, _ = payloads.new_download(tq.ctx, "acme", upload.pointer.payload())
+    got = requests.request(transfer.method, transfer.url, timeout=10)
+    assert got.status_code == 200 and got.content == data
+    assert payloads.new_download(tq.ctx, None, upload.pointer.payload())  # an admin
+    with pytest.raises(Forbidden):  # another tenant's caller
+        payloads.new_download(tq.ctx, "other", upload.pointer.payload())
+    with pytest.raises(PayloadTooLarge):
+        payloads.new_upload(tq.ctx, "acme", 1_000_001)
+
+
+def test_a_consumer_record_gets_its_object_as_its_body(s3_store: S3PayloadStore) -> None:
+    from tierq.aws.payloads import PayloadUnavailable, resolve_records
+
+    pointer = _put(s3_store, "acme", {"big": True})
+    body = orjson.dumps(pointer).decode()
+    event = {"Records": [{"messageId": "1", "body": body, "attributes": {"SenderId": "acme"}},
+                         {"messageId": "2", "body": '{"small": 1}',
+                          "attributes": {"SenderId": "acme"}}]}
+    records = resolve_records(event)
+    assert [orjson.loads(r["body"]) for r in records] == [{"big": True}, {"small": 1}]
+    stolen = {"Records": [{"messageId": "3", "body": body,
+                           "attributes": {"SenderId": "other"}}]}
+    with pytest.raises(PayloadUnavailable, match="tenant 'other'"):
+        resolve_records(stolen)
+
+
+def test_a_flows_objects_are_recorded_and_a_schedule_keeps_its_payload_inline(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    pointer = _put(s3_store, "_", {"big": "flow"})
+    tq.flow({"tasks": [{"queue": "files", "ref": "a", "payload": pointer},
+                       {"queue": "files", "ref": "b", "payload": 1, "after": ["a"]}]})
+    assert _registered(pg) == 1
+    with pytest.raises(InvalidInput, match="kept inline"):
+        tq.put_schedule("nightly", {"queue": "files", "every_seconds": 60,
+                                    "payload": pointer})
+    foreign = Pointer(BUCKET, "tenants/other/x").payload()
+    with pytest.raises(Forbidden):
+        tq.flow({"tasks": [{"queue": "files", "ref": "a", "payload": foreign}]})
+
+
+class _Unreachable(S3PayloadStore):
+    def delete(self, keys: Any) -> list[str]:
+        raise ConnectionError("S3 does not answer")
+
+
+def test_a_store_that_fails_leaves_its_objects_for_the_next_pass(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    pointer = _put(s3_store, "_", {"big": 1})
+    [made] = tq.enqueue("files", [{"payload": pointer}])
+    tq.ack("files", tq.claim("files", max=1))
+    use_payload_store(_Unreachable(BUCKET, client=s3_store.client))
+    summary = reaper.run(tq.ctx)  # the pass itself is done
+    assert (summary.payloads_deleted, summary.payloads_failed) == (0, 1)
+    assert _registered(pg) == 1 and s3_store.exists(pointer[1]["s3Key"])
+    use_payload_store(s3_store)
+    assert reaper.run(tq.ctx).payloads_deleted == 1
+    assert _registered(pg) == 0 and not s3_store.exists(pointer[1]["s3Key"])
+    assert made.outcome == "created"
