@@ -31,9 +31,9 @@ read off the request path, and a failed read is not fatal).
 
 * Gauges, from the reaper's invocations: ``Warm``, ``Waiting`` (flow children waiting for
   their parents), ``Held`` (group members behind their group's running task), ``Cold``,
-  ``Delayed``, ``Leased``, ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms use the last one and
-  ``DeadLettered``, grouped by ``queue``), about once a minute for each queue that has
-  tasks, and zeros once for a queue that has just emptied.
+  ``Delayed``, ``Leased``, ``Dead`` and ``OldestReadyAgeSeconds`` (the template's alarms
+  use the last one and ``DeadLettered``, grouped by ``queue``), about once a minute for each
+  queue that has tasks, and zeros once for a queue that has just emptied.
 
 * ``ShardDown`` (dimension ``shard``, not ``queue``): 1 from each scheduled tick for each
   shard of a sharded deployment that did not answer it (its pairs wait); the template's
