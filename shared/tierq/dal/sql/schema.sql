@@ -24,6 +24,7 @@ migrations applied:
   0018_flows
   0019_groups
   0020_waiting_counts
+  0023_task_traces
 
 table tierq_feeder_offsets
   column feed text not null
@@ -264,6 +265,7 @@ table tierq_tasks
   column waiters integer not null default 0
   column parents jsonb
   column grp text
+  column trace text
   constraint tierq_tasks_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_tasks_pkey: PRIMARY KEY (id)
   constraint tierq_tasks_priority_check: CHECK (priority >= 0 AND priority <= 9)

@@ -44,6 +44,7 @@ class ReadyRow(NamedTuple):
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class ReplacedRow(NamedTuple):
@@ -61,6 +62,7 @@ class ReplacedRow(NamedTuple):
     created_at: datetime
     run_at: datetime
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class RestoreRow(NamedTuple):
@@ -76,6 +78,7 @@ class RestoreRow(NamedTuple):
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class LiveKeyRow(NamedTuple):
@@ -145,6 +148,7 @@ class TaskRow(NamedTuple):
     last_error: str | None
     result: str | None
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class QueueSettingsRow(NamedTuple):
@@ -185,6 +189,7 @@ class ClaimedTaskRow(NamedTuple):
     state: str
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class MarkedPair(NamedTuple):
@@ -451,12 +456,13 @@ class GroupReleasedRow(NamedTuple):
     parents: str | None
     grp: str | None
     run_at: datetime
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
     def ready_row(self) -> ReadyRow:
         """The row as admission.make_ready returns one (its push item is built from it)."""
         return ReadyRow(self.id, self.queue, self.tenant, self.key, self.state, self.seq,
                         self.priority, self.payload, self.attempts, self.max_attempts,
-                        self.created_at, self.parents, self.grp)
+                        self.created_at, self.parents, self.grp, self.trace)
 
 
 class GroupedTaskRow(NamedTuple):
