@@ -10,7 +10,7 @@ verbatim after: a claim answers it as it was given."""
 import re
 
 import orjson
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from tierq.errors import InvalidInput
 from tierq.models.base import Model
@@ -53,6 +53,8 @@ def _check_traceparent(value: str | None) -> str | None:
 class TraceContext(RequestModel):
     """A task's trace context (each part optional; ``tracestate`` only with a
     ``traceparent``)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     traceparent: str | None = Field(
         default=None, json_schema_extra={"pattern": TRACEPARENT_PATTERN},
