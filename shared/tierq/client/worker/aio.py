@@ -54,6 +54,7 @@ from uuid import UUID
 
 from tierq.client.aio import AsyncClient
 from tierq.client.errors import NotFoundError
+from tierq.client.tracing import handler_span_name
 from tierq.client.worker.ledger import (
     REPORT_BATCH,
     Ack,
@@ -235,8 +236,13 @@ class AsyncWorker(WorkerBase):
             self._running.pop(lease.task.id, None)
 
     async def _call(self, lease: HeldLease) -> Ack | Nack:
+        tracer = self.tracer
         try:
-            result = await self.handler(lease.task)
+            if tracer is None:
+                result = await self.handler(lease.task)
+            else:  # the handler's span, a child of the task's trace (client/tracing.py)
+                with tracer.span(lease.task, handler_span_name(lease.task)):
+                    result = await self.handler(lease.task)
         except asyncio.CancelledError as exc:
             if lease.let_go:
                 raise  # the stop cancelled it past the grace: nothing is reported

@@ -94,6 +94,7 @@ from typing import Any
 
 from tierq.client import Client
 from tierq.client.errors import NotFoundError
+from tierq.client.tracing import handler_span_name
 from tierq.client.worker.ledger import (
     REPORT_BATCH,
     Ack,
@@ -274,8 +275,13 @@ class Worker(WorkerBase):
         self._reports.put(lease)
 
     def _call(self, task: ClaimedTask) -> Ack | Nack:
+        tracer = self.tracer
         try:
-            result = self.handler(task)
+            if tracer is None:
+                result = self.handler(task)
+            else:  # the handler's span, a child of the task's trace (client/tracing.py)
+                with tracer.span(task, handler_span_name(task)):
+                    result = self.handler(task)
         except BaseException as exc:  # a handler's failure, whatever it is, is the task's
             return failed(exc, task)
         return succeeded(result)
