@@ -102,14 +102,14 @@ class OpenTelemetryTracer:
     """Each handler's span (kind CONSUMER, named ``<queue> process``) as a child of the
     task's ``traceparent`` (a root span when it has none), with the messaging attributes of
     OpenTelemetry's conventions. ``tracer``: an OpenTelemetry tracer (default: the global
-    provider's ``tierq.worker``)."""
+    provider's ``tierq.client.worker``)."""
 
     def __init__(self, tracer: Any = None) -> None:
         from opentelemetry import propagate, trace
 
         self._propagate = propagate
         self._kind = trace.SpanKind.CONSUMER
-        self.tracer = tracer if tracer is not None else trace.get_tracer("tierq.worker")
+        self.tracer = tracer if tracer is not None else trace.get_tracer("tierq.client.worker")
 
     def span(self, task: ClaimedTask, name: str) -> AbstractContextManager[Any]:
         context = None

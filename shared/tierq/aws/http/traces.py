@@ -10,22 +10,30 @@ from typing import Annotated, Protocol
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
 
-from tierq.models.traces import MAX_AWS_TRACE_HEADER, MAX_TRACESTATE, TraceContext, from_headers
+from tierq.models.traces import (
+    HEADER_TEXT_PATTERN,
+    MAX_AWS_TRACE_HEADER,
+    MAX_TRACESTATE,
+    TRACEPARENT_PATTERN,
+    TraceContext,
+    from_headers,
+)
 
 TraceparentHeader = Annotated[
     str | None,
-    Header(alias="traceparent",
+    Header(alias="traceparent", pattern=TRACEPARENT_PATTERN,
            description="W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not "
                        "all zeros) kept with each task that gives no trace of its own; "
                        "anything else is 422, nothing written.")]
 TracestateHeader = Annotated[
     str | None,
-    Header(alias="tracestate",
+    Header(alias="tracestate", max_length=MAX_TRACESTATE, pattern=HEADER_TEXT_PATTERN,
            description=f"W3C tracestate kept with the traceparent (at most {MAX_TRACESTATE} "
                        "printable ASCII characters).")]
 AmznTraceIdHeader = Annotated[
     str | None,
-    Header(alias="X-Amzn-Trace-Id",
+    Header(alias="X-Amzn-Trace-Id", max_length=MAX_AWS_TRACE_HEADER,
+           pattern=HEADER_TEXT_PATTERN,
            description="An X-Ray trace header kept with each task that gives no trace of its "
                        "own, handed to consumer functions as AWSTraceHeader (at most "
                        f"{MAX_AWS_TRACE_HEADER} printable ASCII characters).")]
