@@ -88,12 +88,18 @@ class TraceContext(RequestModel):
         return orjson.dumps(fields) if fields else None
 
 
-class TraceView(Model):
-    """A task's trace context as claims, the task view and consumer records hand it back."""
+def absent(value: object) -> bool:
+    """Whether a field is left out of an answer: it holds None."""
+    return value is None
 
-    traceparent: str | None = None
-    tracestate: str | None = None
-    aws_trace_header: str | None = None
+
+class TraceView(Model):
+    """A task's trace context as claims and the task view hand it back: the parts given, as
+    stored (a part not given is left out, so a claim answers the blob's text as it is)."""
+
+    traceparent: str | None = Field(default=None, exclude_if=absent)
+    tracestate: str | None = Field(default=None, exclude_if=absent)
+    aws_trace_header: str | None = Field(default=None, exclude_if=absent)
 
 
 def from_headers(traceparent: str | None, tracestate: str | None,
