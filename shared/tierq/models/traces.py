@@ -11,6 +11,7 @@ import re
 
 import orjson
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from tierq.errors import InvalidInput
 from tierq.models.base import Model
@@ -19,6 +20,9 @@ from tierq.models.strict import RequestModel
 # version 00 only (the one the W3C recommendation defines): trace id, parent id, flags
 TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _TRACEPARENT = re.compile(TRACEPARENT_PATTERN)
+# what the pattern cannot say (JSON Schema has no lookahead): neither id all zeros
+TRACEPARENT_SCHEMA: JsonDict = {"pattern": TRACEPARENT_PATTERN, "not": {"anyOf": [
+    {"pattern": "^00-0{32}-"}, {"pattern": "^00-[0-9a-f]{32}-0{16}-"}]}}
 ZERO_TRACE_ID = "0" * 32
 ZERO_PARENT_ID = "0" * 16
 # W3C asks propagators to pass on at least 512 characters of tracestate; tierq keeps that
@@ -51,18 +55,19 @@ def _check_traceparent(value: str | None) -> str | None:
 
 
 class TraceContext(RequestModel):
-    """A task's trace context (each part optional; ``tracestate`` only with a
-    ``traceparent``)."""
+    """A task's trace context (each part optional; a ``tracestate`` without a
+    ``traceparent`` is dropped, as W3C asks of a tracestate whose traceparent is missing)."""
 
     model_config = ConfigDict(extra="forbid")
 
     traceparent: str | None = Field(
-        default=None, json_schema_extra={"pattern": TRACEPARENT_PATTERN},
+        default=None, json_schema_extra=TRACEPARENT_SCHEMA,
         description="W3C traceparent: 00-<trace id: 32 hex>-<parent span id: 16 hex>-"
                     "<flags: 2 hex>, lowercase, ids not all zeros.")
     tracestate: str | None = Field(
         default=None, max_length=MAX_TRACESTATE, pattern=HEADER_TEXT_PATTERN,
-        description="W3C tracestate that goes with the traceparent (printable ASCII).")
+        description="W3C tracestate that goes with the traceparent (printable ASCII); "
+                    "dropped without one.")
     aws_trace_header: str | None = Field(
         default=None, min_length=1, max_length=MAX_AWS_TRACE_HEADER,
         pattern=HEADER_TEXT_PATTERN,
@@ -77,7 +82,7 @@ class TraceContext(RequestModel):
     @model_validator(mode="after")
     def _state_with_parent(self) -> "TraceContext":
         if self.tracestate is not None and self.traceparent is None:
-            raise ValueError("tracestate needs a traceparent")
+            self.tracestate = None
         return self
 
     def stored(self) -> bytes | None:

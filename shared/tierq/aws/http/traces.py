@@ -15,6 +15,7 @@ from tierq.models.traces import (
     MAX_AWS_TRACE_HEADER,
     MAX_TRACESTATE,
     TRACEPARENT_PATTERN,
+    TRACEPARENT_SCHEMA,
     TraceContext,
     from_headers,
 )
@@ -22,6 +23,7 @@ from tierq.models.traces import (
 TraceparentHeader = Annotated[
     str | None,
     Header(alias="traceparent", pattern=TRACEPARENT_PATTERN,
+           json_schema_extra={"not": TRACEPARENT_SCHEMA["not"]},
            description="W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not "
                        "all zeros) kept with each task that gives no trace of its own; "
                        "anything else is 422, nothing written.")]
