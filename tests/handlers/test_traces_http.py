@@ -74,6 +74,16 @@ def test_a_tracestate_without_its_traceparent_is_dropped(
     assert stored(pg, "s") == [None, '{"aws_trace_header":"Root=1-5-6"}']
 
 
+def test_the_gateways_own_xray_header_is_not_kept(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    """API Gateway adds ``X-Amzn-Trace-Id: Root=…`` to a request without one: naming no
+    Parent, it continues nothing and is not stored."""
+    reply = call("POST", "/v1/queues/g/tasks", {"tasks": [{"payload": 1}]},
+                 headers={"X-Amzn-Trace-Id": "Root=1-5759e988-bd862e3fe1be46a994272793"})
+    assert reply.status == 200, reply.body
+    assert stored(pg, "g") == [None]
+
+
 def test_a_task_without_a_trace_stores_nothing_more(
         call: Invoke, pg: psycopg.Connection[Any], valkey: redis.Redis) -> None:
     reply = call("POST", "/v1/queues/plain/tasks", {"tasks": [{"payload": {"n": 1}}]})

@@ -107,11 +107,21 @@ class TraceView(Model):
     aws_trace_header: str | None = Field(default=None, exclude_if=absent)
 
 
+def _names_parent(header: str) -> bool:
+    """Whether an X-Ray trace header names a ``Parent`` (a span to continue)."""
+    return any(part.strip().startswith("Parent=") and len(part.strip()) > len("Parent=")
+               for part in header.split(";"))
+
+
 def from_headers(traceparent: str | None, tracestate: str | None,
                  aws_trace_header: str | None) -> TraceContext | None:
     """The trace context of an HTTP request's headers (``traceparent``, ``tracestate``,
     ``X-Amzn-Trace-Id``), or None when it sends none; raises InvalidInput naming the header
-    that is wrong (nothing is written)."""
+    that is wrong (nothing is written).
+
+    API Gateway adds ``X-Amzn-Trace-Id: Root=…`` to every request that comes without one
+    (the time it arrived, no span): an X-Ray header is kept only when it names a ``Parent``,
+    the caller's span, so that a request without a trace stores none."""
     if traceparent is None and tracestate is None and aws_trace_header is None:
         return None
     if traceparent is not None:
@@ -136,7 +146,7 @@ def from_headers(traceparent: str | None, tracestate: str | None,
             raise InvalidInput.field(
                 "X-Amzn-Trace-Id", f"header must be at most {MAX_AWS_TRACE_HEADER} printable "
                                    "ASCII characters")
-        if not aws_trace_header:
+        if not _names_parent(aws_trace_header):
             aws_trace_header = None
     if traceparent is None and aws_trace_header is None:
         return None

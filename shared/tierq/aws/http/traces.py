@@ -37,8 +37,9 @@ AmznTraceIdHeader = Annotated[
     Header(alias="X-Amzn-Trace-Id", max_length=MAX_AWS_TRACE_HEADER,
            pattern=HEADER_TEXT_PATTERN,
            description="An X-Ray trace header kept with each task that gives no trace of its "
-                       "own, handed to consumer functions as AWSTraceHeader (at most "
-                       f"{MAX_AWS_TRACE_HEADER} printable ASCII characters).")]
+                       "own when it names a Parent (API Gateway adds a Root-only one to "
+                       "requests without), handed to consumer functions as AWSTraceHeader "
+                       f"(at most {MAX_AWS_TRACE_HEADER} printable ASCII characters).")]
 
 
 class Traced(Protocol):
