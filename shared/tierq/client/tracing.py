@@ -51,8 +51,9 @@ def _optional(name: str) -> Any:
 
 
 def current_trace() -> TraceContext | None:
-    """The caller's trace context: OpenTelemetry's current span (when installed) and, in a
-    Lambda function, its X-Ray header; None when there is none. Values that are not a valid
+    """The caller's trace context: OpenTelemetry's current span (when installed; its X-Ray
+    header too when an X-Ray propagator is configured) and, in a Lambda function, the
+    invocation's X-Ray header; None when there is none. Values that are not a valid
     W3C traceparent (or are too long) are left out."""
     traceparent = tracestate = None
     propagate = _optional("opentelemetry.propagate")
@@ -65,7 +66,10 @@ def current_trace() -> TraceContext | None:
         tracestate = carrier.get("tracestate") if traceparent is not None else None
         if tracestate is not None and (not tracestate or len(tracestate) > MAX_TRACESTATE):
             tracestate = None
-    header = os.environ.get("_X_AMZN_TRACE_ID") or None
+        # (a propagator for X-Ray, when configured, writes the current span's header)
+        header = carrier.get("X-Amzn-Trace-Id") or os.environ.get("_X_AMZN_TRACE_ID") or None
+    else:
+        header = os.environ.get("_X_AMZN_TRACE_ID") or None
     if header is not None and (len(header) > MAX_AWS_TRACE_HEADER or not header.isascii()):
         header = None
     if traceparent is None and header is None:

@@ -14,7 +14,9 @@ alive while it runs, and report each outcome.
 
 A task that waited for others (``after``, a flow) reaches its handler with ``task.parents``:
 each parent's id, queue, final state and result (tierq.logic.flows). A task of a group
-carries it as ``task.group`` (tierq.logic.groups).
+carries it as ``task.group`` (tierq.logic.groups). A task enqueued with a trace context
+carries it as ``task.trace``, and the handler runs in a span that continues it (``tracer``:
+tierq.client.tracing).
 
 The loop, per worker:
 
@@ -127,6 +129,9 @@ class Worker(WorkerBase):
     the process has made so far (its modules, its set-up) out of the cycle collector's way
     with ``gc.freeze()``: a long-running worker's full collections otherwise walk them again
     and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
+    ``tracer``: what starts each handler's span in the task's trace (``"auto"``: OpenTelemetry
+    or X-Ray when installed, :func:`tierq.client.tracing.default_tracer`; ``None``: no span;
+    or any object with ``span(task, name)``).
 
     A handler still running when :meth:`run` returns (``stats.abandoned > 0``) goes on, with
     the threads and child processes it started: end the process then, with ``os._exit``
