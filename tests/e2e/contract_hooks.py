@@ -20,6 +20,10 @@ generated. Each is checked by a test of its own:
   locally a function of the template or an importable ``module:function``): a question of
   the deployment, not of the request's shape (tests/dispatch, the allow-list). The run
   names the demo's consumer, which the local stack can import.
+- A ``traceparent`` header: schemathesis makes header values of letters and digits only, so
+  the header's pattern (``00-<hex>-<hex>-<hex>``) is one it cannot meet, and it sends what it
+  has ("0") as valid. A valid request carries a valid traceparent instead
+  (tests/handlers/test_traces_http.py checks the header's refusals).
 
 - A big payload's ``size`` within the deployment's ``TIERQ_MAX_OFFLOADED_PAYLOAD_BYTES``
   (a setting, not the document's bound of 5 GiB), and a pointer's ``s3Key`` one the store
@@ -32,6 +36,7 @@ Gateway answers are excluded on the command line instead).
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,12 +47,14 @@ from tierq.config import Settings
 from tierq.models.queues import BackoffSettings
 from tierq.models.schedules import normalize_cron
 from tierq.models.tasks import MAX_DELAY_SECONDS
+from tierq.models.traces import traceparent_problem
 
 # a day inside the bound, so that the request is still valid when it arrives
 LATEST_RUN_AT = timedelta(seconds=MAX_DELAY_SECONDS - 86_400)
 DEFAULT_CAP = BackoffSettings.model_fields["cap_seconds"].default
 DEFAULT_BASE = BackoffSettings.model_fields["base_seconds"].default
 A_CRON = "*/5 * * * *"
+A_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 CONTRACT_CONSUMER = "tierq.local.demo:push_consumer"
 MAX_OFFLOADED = Settings.model_fields["max_offloaded_payload_bytes"].default
 
@@ -63,7 +70,8 @@ def _within_a_year(task: dict[str, Any]) -> None:
     if not isinstance(task.get("run_at"), str):
         return
     try:
-        at = datetime.fromisoformat(task["run_at"])
+        # (RFC 3339 allows a lower-case "z", which fromisoformat does not read)
+        at = datetime.fromisoformat(task["run_at"].upper())
     except ValueError:
         return
     latest = datetime.now(UTC) + LATEST_RUN_AT
@@ -93,8 +101,18 @@ def _without_parents(task: dict[str, Any], index: int, flow: bool) -> None:
         task["ref"] = f"t{index}"  # unique in the request
 
 
+def _a_traceparent_it_cannot_write(headers: Any) -> None:
+    if isinstance(headers, MutableMapping):  # (a case's headers: a case-insensitive mapping)
+        for name, value in list(headers.items()):
+            if name.lower() == "traceparent" and (
+                    not isinstance(value, str) or traceparent_problem(value) is not None):
+                headers[name] = A_TRACEPARENT
+
+
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    if _positive(case):
+        _a_traceparent_it_cannot_write(getattr(case, "headers", None))
     body = case.body
     if not _positive(case) or not isinstance(body, dict):
         return

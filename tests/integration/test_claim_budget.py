@@ -62,3 +62,27 @@ def test_a_blob_without_its_count_is_counted_by_the_script(tq: Tierq, valkey):
     claimed = tq.ctx.warm.claim("q", "_", n=3, now_ms=1, lease_ms=60_000, token_prefix="_~y~",
                                 worker="", max_bytes=2 * cost, per_task_bytes=TASK_FIELDS_COST)[2]
     assert [c[0].decode() for c in claimed] == ids[1:3]
+
+
+def test_a_traced_task_is_answered_within_its_charge(tq: Tierq, valkey):
+    """The trace context is in the blob as the answer carries it ("tr", answered as
+    "trace"): what the answer weighs stays within the blob and TASK_FIELDS_COST, escapes
+    and all; a task without one answers no trace."""
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traces = [None, {"traceparent": parent},
+              {"traceparent": parent, "tracestate": 'q="\\' * 128,
+               "aws_trace_header": '\\"' * 128}]
+    tq.enqueue("q", [{"payload": ODD[i % 4], "key": f"{i}" + "k" * 500 if i % 2 else None,
+                      **({"trace": traces[i % 3]} if traces[i % 3] else {})}
+                     for i in range(9)])
+    charged = {task_id: body_cost(blob.partition(b"|")[2]) + TASK_FIELDS_COST
+               for task_id, blob in blobs(valkey, "q").items()}
+    for blob in blobs(valkey, "q").values():
+        json_text = blob.partition(b"|")[2]
+        assert orjson.loads(json_text)["e"] == json_text.count(b'"') + json_text.count(b"\\")
+    claimed = tq.claim("q", max=9)
+    assert len(claimed) == 9
+    for task in claimed:
+        answered = body_cost(orjson.dumps(task.model_dump(mode="json"))) + 1
+        assert answered <= charged[str(task.id)], task
+        assert ("trace" in task.model_dump(mode="json")) == (task.trace is not None)

@@ -86,6 +86,7 @@ from tierq.models.payloads import PayloadTransfer, PayloadUpload
 from tierq.models.queues import AnyQueueView
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
 from tierq.models.throughput import QueueThroughput
+from tierq.models.traces import TraceContext
 
 DEFAULT_URL = "http://127.0.0.1:3000"  # `tierq dev`
 MAX_BATCH = 500  # tasks per enqueue request, acks/nacks/heartbeats per request
@@ -350,6 +351,20 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
+def _trace_headers(trace: TraceContext | Mapping[str, Any] | None,
+                   propagate: bool) -> dict[str, str]:
+    """The trace headers of an enqueue: ``trace``'s, else the current context's when
+    ``propagate`` (tierq.client.tracing)."""
+    from tierq.client import tracing
+
+    if trace is None and propagate:
+        trace = tracing.current_trace()
+    try:
+        return tracing.trace_headers(trace)
+    except ValidationError as exc:
+        raise invalid_input(exc, "trace") from None
+
+
 def enqueue_batches(bodies: Sequence[bytes], *, max_count: int = MAX_BATCH,
                     max_bytes: int = REQUEST_BODY_LIMIT) -> Iterator[tuple[int, int]]:
     """Split serialised tasks into request bodies ``{"tasks": [...]}`` of at most
@@ -454,13 +469,16 @@ class Operations:
     def _exchange(self, method: str, path: str, *, body: Any = None,
                   params: Mapping[str, Any] | None = None,
                   timeout: float | None = None, idempotency_key: str | None = None,
-                  content: bytes | None = None) -> Steps[Any]:
+                  content: bytes | None = None,
+                  extra_headers: Mapping[str, str] | None = None) -> Steps[Any]:
         """One request and its retries (see :meth:`request`)."""
         if content is None and body is not None:
             content = orjson.dumps(body)
         headers = {"Content-Type": "application/json"} if content is not None else {}
         if idempotency_key is not None:
             headers[IDEMPOTENCY_HEADER] = idempotency_key
+        if extra_headers:
+            headers.update(extra_headers)
         query = {k: v for k, v in (params or {}).items() if v is not None}
         send = Send(method, path, content, headers or None, query or None,
                     timeout if timeout is not None else self.timeout)
@@ -505,11 +523,17 @@ class Operations:
 
     @operation
     def enqueue(self, queue: str, tasks: Iterable[TaskIn | Mapping[str, Any]], *,
-                tenant: str | None = None) -> Steps[list[EnqueueOutcome]]:
+                tenant: str | None = None,
+                trace: TraceContext | Mapping[str, Any] | None = None,
+                propagate: bool = True) -> Steps[list[EnqueueOutcome]]:
         """Enqueue tasks (any number: sent in requests of at most 500 tasks that each fit
         Lambda's request limit, each one transaction with its own idempotency key).
-        ``tenant`` applies to tasks that name none. Returns one outcome per task, in order."""
+        ``tenant`` applies to tasks that name none. ``trace`` (``traceparent``,
+        ``tracestate``, ``aws_trace_header``) applies to tasks that give none; without it
+        the current OpenTelemetry or Lambda trace context is sent unless ``propagate`` is
+        false (tierq.client.tracing). Returns one outcome per task, in order."""
         items = _items(TaskIn, tasks, "tasks")
+        headers = _trace_headers(trace, propagate)
         bodies: list[bytes] = []
         for task in items:
             body = _dump(task)
@@ -529,7 +553,8 @@ class Operations:
             content = b'{"tasks":[' + b",".join(bodies[start:stop]) + b"]}"
             data = yield from self._exchange("POST", f"/v1/queues/{_segment(queue)}/tasks",
                                              content=content,
-                                             idempotency_key=new_idempotency_key())
+                                             idempotency_key=new_idempotency_key(),
+                                             extra_headers=headers)
             outcomes.extend(EnqueueResults.model_validate(data).tasks)
         return outcomes
 
@@ -609,11 +634,14 @@ class Operations:
 
     @operation
     def flow(self, tasks: Iterable[FlowTaskIn | Mapping[str, Any]], *,
-             tenant: str | None = None) -> Steps[FlowResult]:
+             tenant: str | None = None,
+             trace: TraceContext | Mapping[str, Any] | None = None,
+             propagate: bool = True) -> Steps[FlowResult]:
         """Create a flow in one request, all or nothing (``POST /v1/flows``, at most 500
         tasks, each with its ``queue``, a ``ref`` and ``after``: refs of this call or ids of
         existing tasks). A payload over ``offload_over`` is uploaded first, as by
-        :meth:`enqueue`. Returns each ref's task id, queue and state."""
+        :meth:`enqueue`; ``trace`` and ``propagate`` as for :meth:`enqueue`. Returns each
+        ref's task id, queue and state."""
         items = _items(FlowTaskIn, tasks, "tasks")
         body: dict[str, Any] = {"tasks": [_dump(t) for t in items]}
         if tenant is not None:
@@ -624,7 +652,8 @@ class Operations:
             if len(payload) > (limit or 0):  # a big payload: uploaded, a pointer in its place
                 task["payload"] = yield from self._offload(task["queue"], payload, tenant)
         data = yield from self._exchange("POST", "/v1/flows", body=body,
-                                         idempotency_key=new_idempotency_key())
+                                         idempotency_key=new_idempotency_key(),
+                                         extra_headers=_trace_headers(trace, propagate))
         return FlowResult.model_validate(data)
 
     # -- workers -------------------------------------------------------------------------

@@ -230,6 +230,7 @@ class Claimer:
                 "parents": body.get("pa"),
                 "group": body.get("g"),
                 "seq": body.get("gs"),
+                "trace": body.get("tr"),
             })
         return CLAIMED_TASKS.validate_python(fields)
 

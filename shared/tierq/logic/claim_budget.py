@@ -65,7 +65,10 @@ def _task_fields_cost() -> int:
         "parents": None,  # a released task's are in its blob ("pa": logic/flows.py)
         "group": None,  # so is a grouped task's group ("g": logic/groups.py)
     }
-    return body_cost(orjson.dumps(longest)) + 1
+    # a traced task's trace context is in its blob as "tr" and answered as "trace": three
+    # more bytes (a task without one answers no trace at all)
+    trace_key = len('"trace"') - len('"tr"')
+    return body_cost(orjson.dumps(longest)) + 1 + trace_key
 
 
 # Per task, on top of its blob's JSON text (see _task_fields_cost).

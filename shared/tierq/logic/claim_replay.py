@@ -154,6 +154,7 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
             "enqueued_at": from_ms(created_ms),
             "parents": None if row.parents is None else orjson.loads(row.parents),
             "group": row.grp,
+            "trace": None if row.trace is None else orjson.loads(row.trace),
         })
     # content changed while leased: not answerable as first given, so back in line with no
     # attempt counted

@@ -59,6 +59,8 @@ class Prepared:
     where: str = "task"
     # its group (logic/groups.py), or None
     group: str | None = None
+    # its trace context as stored (models/traces.py), or None
+    trace: bytes | None = None
 
 
 def _where_default(i: int, n: int) -> str:
@@ -121,6 +123,8 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             where=_where(i, n),
         )
         prepared.group = task.group
+        if task.trace is not None:
+            prepared.trace = task.trace.stored()
         if task.after:
             if task.group is not None:
                 raise InvalidInput.field(f"{prepared.where}.group",
@@ -209,6 +213,10 @@ def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
         "run_ats": "{" + ",".join([repr(p.run_at_s) for p in batch]) + "}",
         "max_attempts": "{" + ",".join([str(p.max_attempts) for p in batch]) + "}",
         "grps": orjson.dumps([p.group for p in batch]).decode(),
+        # (a batch without trace contexts passes none: SQL pads the column with nulls)
+        "traces": orjson.dumps([None if p.trace is None else p.trace.decode()
+                                for p in batch]).decode()
+                  if any(p.trace is not None for p in batch) else "[]",
     }
     if keyed:
         columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
@@ -308,7 +316,7 @@ def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
             items[(queue, p.tenant)].append((
                 p.id, place(p.priority, seq, p.id),
                 task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
-                          group=p.group, seq=seq),
+                          group=p.group, seq=seq, trace_json=p.trace),
             ))
     return items
 

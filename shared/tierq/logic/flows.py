@@ -564,7 +564,7 @@ def create_flow(ctx: Context, flow: FlowIn, tenant: str | None = None, *,
                 payload=t.payload, priority=t.priority, delay_seconds=t.delay_seconds,
                 run_at=t.run_at, max_attempts=t.max_attempts, tenant=who, after=after,
                 on_parent_failure=t.on_parent_failure,
-                wait_timeout_seconds=t.wait_timeout_seconds))
+                wait_timeout_seconds=t.wait_timeout_seconds, trace=t.trace))
         batch = enqueue_logic.prepare(ctx, queue, models, now, who,
                                       fields=[f"tasks[{i}]" for i in indexes])
         for i, p in zip(indexes, batch, strict=True):

@@ -34,7 +34,7 @@ def view(row: TaskRow, *, leased_by: str | None = None,
         last_error=row.last_error, result=_json(row.result),
         worker=leased_by,
         lease_expires_at=None if lease_deadline_ms is None else from_ms(lease_deadline_ms),
-        group=row.grp,
+        group=row.grp, trace=_json(row.trace),
         progress=_json(row.progress if progress is None else progress[1]),
         progress_at=row.progress_at if progress is None else from_ms(progress[0]),
     )

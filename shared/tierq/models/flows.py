@@ -11,6 +11,7 @@ from tierq.models.base import Model, Replayable
 from tierq.models.names import NAME_PATTERN, RUN_AT_PATTERN, QueueName, TenantName
 from tierq.models.strict import RequestModel
 from tierq.models.tasks import MAX_DELAY_SECONDS, MAX_PARENTS, TaskState
+from tierq.models.traces import TraceContext
 
 MAX_FLOW_TASKS = 500
 # a ref names a task of the request; `after` takes refs or the ids of existing tasks
@@ -39,6 +40,8 @@ class FlowTaskIn(RequestModel):
                     "on the same shard, that this task waits for.")
     on_parent_failure: Literal["dead", "run"] = "dead"
     wait_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_DELAY_SECONDS)
+    trace: TraceContext | None = Field(
+        default=None, description="The producer's trace context (as a task's `trace`).")
 
     @field_validator("run_at")
     @classmethod

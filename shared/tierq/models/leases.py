@@ -13,6 +13,7 @@ from tierq.models.base import Model, Replayable, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel
 from tierq.models.tasks import ParentView
+from tierq.models.traces import TraceView, absent
 
 NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
@@ -58,6 +59,11 @@ class ClaimedTask(Model):
     # a grouped task's seq, its place in its group's order: the SequenceNumber of its consumer
     # records (logic/dispatch/events.py), left out of answers as a claim's API has no use for it
     seq: int | None = Field(default=None, exclude=True)
+    # the trace context given at enqueue (models/traces.py); left out of an answer without
+    # one, so that a task without a trace costs a claim nothing more
+    trace: TraceView | None = Field(
+        default=None, exclude_if=absent,
+        description="The trace context given at enqueue (absent without one).")
 
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than

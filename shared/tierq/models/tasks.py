@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_vali
 from tierq.models.base import Model, deferred_adapter
 from tierq.models.names import RUN_AT_PATTERN, GroupName, TaskKey, TenantName
 from tierq.models.strict import RequestModel
+from tierq.models.traces import TraceContext, TraceView
 
 MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
 MAX_PARENTS = 100  # the most tasks one task may wait for (`after`)
@@ -65,6 +66,12 @@ class TaskIn(RequestModel):
                     "group's tasks are claimed in enqueue order, at most the queue's "
                     "`group_max_leased` of them at once (1 by default); the others are "
                     "`held`. Not with `after`.")
+    trace: TraceContext | None = Field(
+        default=None,
+        description="The producer's trace context, handed back by claims, the task view "
+                    "and consumer records (AWSTraceHeader, a traceparent message "
+                    "attribute). The request's traceparent, tracestate and X-Amzn-Trace-Id "
+                    "headers apply to each task that gives none.")
 
     @field_validator("run_at")
     @classmethod
@@ -143,3 +150,5 @@ class TaskView(Model):
         default=None, description="What the task waits or waited for (`after`), in order: "
                                   "each parent's id, queue and final state (null while it "
                                   "is not finished), with its result once released.")
+    trace: TraceView | None = Field(default=None,
+                                    description="The trace context given at enqueue, if any.")

@@ -380,6 +380,10 @@ def _generate_document() -> dict[str, Any]:
         for operation in operations.values():
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 _drop_null_branch(media.get("schema", {}))
+            # likewise a header is sent or left out: its value is never JSON null
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "header":
+                    _drop_null_branch(parameter.get("schema", {}))
     # "Any JSON value" (payloads, results) as the strict body parser takes it: no NUL in a
     # string or key, integers within 64 bits (parse_json_body)
     schemas = components.setdefault("schemas", {})

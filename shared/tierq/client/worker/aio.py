@@ -54,6 +54,7 @@ from uuid import UUID
 
 from tierq.client.aio import AsyncClient
 from tierq.client.errors import NotFoundError
+from tierq.client.tracing import handler_span_name
 from tierq.client.worker.ledger import (
     REPORT_BATCH,
     Ack,
@@ -235,9 +236,14 @@ class AsyncWorker(WorkerBase):
             self._running.pop(lease.task.id, None)
 
     async def _call(self, lease: HeldLease) -> Ack | Nack:
+        tracer = self.tracer
         try:
-            # a big payload: fetched for the handler
-            result = await self.handler(await self.client.with_payload(lease.task))
+            given = await self.client.with_payload(lease.task)  # a big payload: fetched
+            if tracer is None:
+                result = await self.handler(given)
+            else:  # the handler's span, a child of the task's trace (client/tracing.py)
+                with tracer.span(given, handler_span_name(given)):
+                    result = await self.handler(given)
         except asyncio.CancelledError as exc:
             if lease.let_go:
                 raise  # the stop cancelled it past the grace: nothing is reported

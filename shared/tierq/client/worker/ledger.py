@@ -27,8 +27,10 @@ from uuid import UUID
 
 from pydantic_core import to_jsonable_python
 
+from tierq.client import tracing
 from tierq.client.core import Operations, Steps
 from tierq.client.errors import ApiError
+from tierq.client.tracing import TaskTracer
 from tierq.client.worker.errors import PermanentError, RetryableError
 from tierq.client.worker.task import WorkerTask
 from tierq.errors import TierqError
@@ -444,7 +446,8 @@ class WorkerBase:
                  lease_seconds: int | None = None, wait_seconds: float = 5.0,
                  grace_seconds: float = 25.0, name: str | None = None, burst: bool = False,
                  heartbeat_fraction: float = 1 / 3, install_signal_handlers: bool = True,
-                 report_linger_seconds: float = 0.01) -> None:
+                 report_linger_seconds: float = 0.01,
+                 tracer: TaskTracer | str | None = "auto") -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if not 0 < heartbeat_fraction < 1:
@@ -466,6 +469,8 @@ class WorkerBase:
         self.heartbeat_fraction = heartbeat_fraction
         self.install_signal_handlers = install_signal_handlers
         self.report_linger_seconds = report_linger_seconds
+        # starts each handler's span in the task's trace (tierq.client.tracing), or None
+        self.tracer: TaskTracer | None = tracing.resolve(tracer)
         self._ledger = Ledger(self.name)
         # guards the ledger: the Worker's threads share it; the AsyncWorker's stats may be
         # read from another thread

@@ -17,6 +17,8 @@ each parent's id, queue, final state and result (tierq.logic.flows). A task of a
 carries it as ``task.group`` (tierq.logic.groups). A handler tells how far it got with
 ``task.set_progress(value)`` (any JSON, at most 4 KiB): the last value set rides the lease's
 next heartbeat, made for it within about a second (``WorkerTask``).
+A task enqueued with a trace context carries it as ``task.trace``, and the handler runs in a
+span that continues it (``tracer``: tierq.client.tracing).
 
 The loop, per worker:
 
@@ -97,6 +99,7 @@ from typing import Any
 
 from tierq.client import Client
 from tierq.client.errors import NotFoundError
+from tierq.client.tracing import handler_span_name
 from tierq.client.worker.ledger import (
     REPORT_BATCH,
     Ack,
@@ -129,6 +132,9 @@ class Worker(WorkerBase):
     the process has made so far (its modules, its set-up) out of the cycle collector's way
     with ``gc.freeze()``: a long-running worker's full collections otherwise walk them again
     and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
+    ``tracer``: what starts each handler's span in the task's trace (``"auto"``: OpenTelemetry
+    or X-Ray when installed, :func:`tierq.client.tracing.default_tracer`; ``None``: no span;
+    or any object with ``span(task, name)``).
 
     A handler still running when :meth:`run` returns (``stats.abandoned > 0``) goes on, with
     the threads and child processes it started: end the process then, with ``os._exit``
@@ -277,9 +283,14 @@ class Worker(WorkerBase):
         self._reports.put(lease)
 
     def _call(self, task: ClaimedTask) -> Ack | Nack:
+        tracer = self.tracer
         try:
             task = self.client.with_payload(task)  # a big payload: fetched for the handler
-            result = self.handler(task)
+            if tracer is None:
+                result = self.handler(task)
+            else:  # the handler's span, a child of the task's trace (client/tracing.py)
+                with tracer.span(task, handler_span_name(task)):
+                    result = self.handler(task)
         except BaseException as exc:  # a handler's failure, whatever it is, is the task's
             return failed(exc, task)
         return succeeded(result)

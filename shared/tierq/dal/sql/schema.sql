@@ -25,6 +25,7 @@ migrations applied:
   0019_groups
   0020_waiting_counts
   0022_task_progress
+  0023_task_traces
   0025_payload_objects
 
 table tierq_feeder_offsets
@@ -276,6 +277,7 @@ table tierq_tasks
   column grp text
   column progress jsonb
   column progress_at timestamp with time zone
+  column trace text
   constraint tierq_tasks_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_tasks_pkey: PRIMARY KEY (id)
   constraint tierq_tasks_priority_check: CHECK (priority >= 0 AND priority <= 9)

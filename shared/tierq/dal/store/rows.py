@@ -44,6 +44,7 @@ class ReadyRow(NamedTuple):
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class ReplacedRow(NamedTuple):
@@ -61,6 +62,7 @@ class ReplacedRow(NamedTuple):
     created_at: datetime
     run_at: datetime
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class RestoreRow(NamedTuple):
@@ -76,6 +78,7 @@ class RestoreRow(NamedTuple):
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class LiveKeyRow(NamedTuple):
@@ -147,6 +150,7 @@ class TaskRow(NamedTuple):
     grp: str | None  # its group (logic/groups.py)
     progress: str | None  # its last attempt's progress (JSON text), if any
     progress_at: datetime | None  # when that progress came
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class QueueSettingsRow(NamedTuple):
@@ -187,6 +191,7 @@ class ClaimedTaskRow(NamedTuple):
     state: str
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
 class MarkedPair(NamedTuple):
@@ -453,12 +458,13 @@ class GroupReleasedRow(NamedTuple):
     parents: str | None
     grp: str | None
     run_at: datetime
+    trace: str | None  # JSON text: its trace context (models/traces.py)
 
     def ready_row(self) -> ReadyRow:
         """The row as admission.make_ready returns one (its push item is built from it)."""
         return ReadyRow(self.id, self.queue, self.tenant, self.key, self.state, self.seq,
                         self.priority, self.payload, self.attempts, self.max_attempts,
-                        self.created_at, self.parents, self.grp)
+                        self.created_at, self.parents, self.grp, self.trace)
 
 
 class GroupedTaskRow(NamedTuple):

@@ -43,6 +43,7 @@ class TaskColumns(TypedDict):
     run_ats: str
     max_attempts: str
     grps: str  # a JSON array: each task's group, or null
+    traces: str  # a JSON array: each task's trace context's JSON text, or null ([]: none)
     keys: NotRequired[str]
 
 

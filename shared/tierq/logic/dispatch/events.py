@@ -17,6 +17,12 @@ The ``messageAttributes`` are ``queue``, ``tenant``, ``key`` when the task has o
 what its claim carries as ``parents`` (each parent's id, queue, final state and result), with
 ``md5OfMessageAttributes`` computed as SQS does.
 
+A task enqueued with a trace context (models/traces.py) carries it as SQS carries one: its
+X-Ray header as the ``AWSTraceHeader`` attribute, its W3C ``traceparent`` (and
+``tracestate``) as message attributes of those names, which OpenTelemetry's SQS
+instrumentations read. The dispatcher's own invoke carries no trace header
+(aws/consumers.py): the function's records, not its invocation, continue the task's trace.
+
 A batch holds at most what a synchronous invoke's request may carry (6 MB): the claim is
 given a byte budget (:func:`claim_budget`) that leaves room for the records' fields
 (:data:`RECORD_FIELDS_COST` each).
@@ -88,6 +94,12 @@ def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_RE
         attributes["key"] = _string_attribute(task.key)
     if task.parents is not None:
         attributes["parents"] = _string_attribute(parents_text(task))
+    trace = task.trace
+    if trace is not None:
+        if trace.traceparent is not None:
+            attributes["traceparent"] = _string_attribute(trace.traceparent)
+        if trace.tracestate is not None:
+            attributes["tracestate"] = _string_attribute(trace.tracestate)
     system: dict[str, str] = {
         "ApproximateReceiveCount": str(task.attempt),
         "SentTimestamp": str(to_ms(task.enqueued_at.timestamp())),
@@ -98,6 +110,8 @@ def sqs_record(task: ClaimedTask, *, delivered_ms: int, region: str = DEFAULT_RE
         system["MessageGroupId"] = task.group
         if task.seq is not None:
             system["SequenceNumber"] = sequence_number(task.seq)
+    if trace is not None and trace.aws_trace_header is not None:
+        system["AWSTraceHeader"] = trace.aws_trace_header
     return {
         "messageId": str(task.id),
         "receiptHandle": task.lease_token,
@@ -226,6 +240,23 @@ def claimed_cost(task: ClaimedTask) -> int:
     cost = body_cost(orjson.dumps(task.payload)) + RECORD_FIELDS_COST
     if task.parents is not None:
         cost += body_cost(parents_text(task).encode()) + len(attribute_fields("parents"))
+    if task.trace is not None:  # (a record of a task without one costs nothing more)
+        cost += trace_cost(task)
+    return cost
+
+
+def trace_cost(task: ClaimedTask) -> int:
+    """What a traced task's trace context adds to its record: its attributes (each escaped
+    as the record carries it)."""
+    trace = task.trace
+    if trace is None:
+        return 0
+    cost = 0
+    for name, value in (("traceparent", trace.traceparent), ("tracestate", trace.tracestate)):
+        if value is not None:
+            cost += body_cost(orjson.dumps(value)) + len(attribute_fields(name))
+    if trace.aws_trace_header is not None:
+        cost += body_cost(orjson.dumps({"AWSTraceHeader": trace.aws_trace_header})) + 1
     return cost
 
 

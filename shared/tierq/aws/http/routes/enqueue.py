@@ -12,11 +12,12 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from tierq.aws import metrics
-from tierq.aws.http import idempotency, request
+from tierq.aws.http import idempotency, request, traces
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.models import EnqueueBody, TaskBatch
 from tierq.aws.http.params import QueuePath
+from tierq.aws.http.traces import AmznTraceIdHeader, TraceparentHeader, TracestateHeader
 from tierq.aws.runtime import default_engine, engine
 from tierq.errors import InvalidInput, TierqError
 from tierq.models import EnqueueOutcome, TaskIn
@@ -69,8 +70,10 @@ def _single_names(exc: TierqError) -> TierqError:
                 "run_at (≤ a year ahead), tenant, max_attempts, on_conflict ignore|replace; "
                 "after (ids of tasks it waits for), on_parent_failure, "
                 "wait_timeout_seconds; group (claimed in enqueue order, at most the queue's "
-                "group_max_leased at once; the others are held). Nothing is written when "
-                "any task is invalid.",
+                "group_max_leased at once; the others are held); trace (the producer's "
+                "traceparent, tracestate, aws_trace_header; by default the request's "
+                "traceparent, tracestate and X-Amzn-Trace-Id headers). Nothing is written "
+                "when any task is invalid.",
     operation_id="enqueueTasks",
     tags=["tasks"],
     responses=responses("Outcome per task: created, updated or ignored (a live task holds "
@@ -80,10 +83,14 @@ def enqueue_tasks(
     queue: QueuePath,
     body: Annotated[EnqueueBody, Body(description="One task, or {\"tasks\": [...]}.")],
     idempotency_key: IdempotencyKeyHeader = None,
+    traceparent: TraceparentHeader = None,
+    tracestate: TracestateHeader = None,
+    x_amzn_trace_id: AmznTraceIdHeader = None,
 ) -> Response[EnqueueOutcome | EnqueueResults]:
     single = not isinstance(body, TaskBatch)
     tasks = [body] if isinstance(body, TaskIn) else body.tasks
     check_tasks(tasks, single)
+    traces.apply(tasks, traceparent, tracestate, x_amzn_trace_id)
     try:
         outcomes = engine().enqueue(queue, tasks, tenant=request.pinned_tenant(),
                                     **idempotency.keyed(idempotency_key))

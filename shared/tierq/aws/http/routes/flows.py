@@ -10,9 +10,10 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from tierq.aws import metrics
-from tierq.aws.http import idempotency, request
+from tierq.aws.http import idempotency, request, traces
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
+from tierq.aws.http.traces import AmznTraceIdHeader, TraceparentHeader, TracestateHeader
 from tierq.aws.runtime import default_engine, engine
 from tierq.models.flows import FlowIn, FlowResult
 
@@ -26,7 +27,9 @@ router = Router()
                 "its queue, a ref unique in the request, payload, priority, delay_seconds or "
                 "run_at, max_attempts, after (refs of this request or ids of existing "
                 "tasks of the tenant), on_parent_failure dead|run and "
-                "wait_timeout_seconds. All or nothing: a cycle, an unknown ref or id, "
+                "wait_timeout_seconds, trace (by default the request's traceparent, "
+                "tracestate and X-Amzn-Trace-Id headers). All or nothing: a cycle, an "
+                "unknown ref or id, "
                 "another tenant's task, or tasks whose pairs live on different shards is "
                 "422 naming the field. The answer maps each ref to its task's id, queue and "
                 "state.",
@@ -38,7 +41,11 @@ router = Router()
 def create_flow(
     body: Annotated[FlowIn, Body(description="The flow's tasks.")],
     idempotency_key: IdempotencyKeyHeader = None,
+    traceparent: TraceparentHeader = None,
+    tracestate: TracestateHeader = None,
+    x_amzn_trace_id: AmznTraceIdHeader = None,
 ) -> Response[FlowResult]:
+    traces.apply(body.tasks, traceparent, tracestate, x_amzn_trace_id)
     tenant = request.check_tenant(body.tenant)
     result = engine().flow(body, tenant=tenant, **idempotency.keyed(idempotency_key))
     if not result.idempotent_replay:

@@ -14,12 +14,12 @@
 -- can conflict.
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
-                         state_since, grp)
+                         state_since, grp, trace)
 SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state, r.run_at, r.run_at,
        v.max_attempts, b.seq + v.n - 1, %(now)s,
        CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
             ELSE %(now)s::timestamptz END,
-       %(now)s, v.grp
+       %(now)s, v.grp, v.trace
 FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
      ROWS FROM (unnest(%(ids)s::uuid[]),
                 jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -30,9 +30,12 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                 unnest(%(run_ats)s::double precision[]),
                 unnest(%(max_attempts)s::int[]),
                 -- each task's group, or null (logic/groups.py)
-                jsonb_array_elements_text(%(grps)s::jsonb))
+                jsonb_array_elements_text(%(grps)s::jsonb),
+                -- each task's trace context, or null (models/traces.py); a batch without
+                -- any passes [], which ROWS FROM pads with nulls
+                jsonb_array_elements_text(%(traces)s::jsonb))
      WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts,
-                          grp, n),
+                          grp, trace, n),
      -- a ready task's run_at is never after its ready_since: the float seconds may round
      -- a microsecond past "now" (a waiting or held task keeps its own)
      LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
@@ -50,12 +53,12 @@ RETURNING id::text, seq;
 WITH inserted AS (
     INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                              run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since, grp)
+                             state_since, grp, trace)
     SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, v.payload, v.state, r.run_at,
            r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
            CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
                 ELSE %(now)s::timestamptz END,
-           %(now)s, v.grp
+           %(now)s, v.grp, v.trace
     FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
          ROWS FROM (unnest(%(ids)s::uuid[]),
                     jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -64,9 +67,10 @@ WITH inserted AS (
                     unnest(%(states)s::text[]),
                     unnest(%(run_ats)s::double precision[]),
                     unnest(%(max_attempts)s::int[]),
-                    jsonb_array_elements_text(%(grps)s::jsonb))
+                    jsonb_array_elements_text(%(grps)s::jsonb),
+                    jsonb_array_elements_text(%(traces)s::jsonb))
          WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts,
-                              grp, n),
+                              grp, trace, n),
          LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
                               THEN to_timestamp(v.run_at)
                               ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
@@ -106,7 +110,7 @@ WHERE t.id = v.id
   AND (t.payload, t.priority, t.max_attempts, t.run_at)
       IS DISTINCT FROM (v.payload, v.priority, v.max_attempts, COALESCE(v.run_at, t.run_at))
 RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.run_at, t.grp;
+          t.max_attempts, t.created_at, t.run_at, t.grp, t.trace;
 
 -- name: mark_cold
 -- Rows the warm tier refused go (or go back) to the cold line, keeping their seq.
@@ -136,7 +140,7 @@ SET state = s.state, seq = s.seq, ready_since = %(now)s, state_since = %(now)s
 FROM s
 WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text, t.grp;
+          t.max_attempts, t.created_at, t.parents::text, t.grp, t.trace;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
@@ -174,7 +178,7 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text, t.grp;
+          t.max_attempts, t.created_at, t.parents::text, t.grp, t.trace;
 
 -- name: ack_delete
 -- Acks whose leases all have one attempt number (the usual batch). By primary key only
@@ -267,13 +271,17 @@ RETURNING t.id::text AS id, t.priority, t.seq,
                   -- a grouped task's group and seq ("g", "gs", logic/groups.py), their
                   -- keys' quotes too
                   + COALESCE(4 + length(to_json(t.grp)::text)
-                             - length(translate(to_json(t.grp)::text, '"\', '')), 0))
+                             - length(translate(to_json(t.grp)::text, '"\', '')), 0)
+                  -- a traced task's trace context ("tr", models/traces.py), its key's
+                  -- quotes too
+                  + COALESCE(2 + length(t.trace) - length(translate(t.trace, '"\', '')), 0))
               || ',"p":' || t.payload::text
               || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
               || ',"pr":' || t.priority || ',"m":' || t.max_attempts
               || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
               || COALESCE(',"pa":' || t.parents::text, '')
-              || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '') || '}'
+              || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '')
+              || COALESCE(',"tr":' || t.trace, '') || '}'
               AS blob;
 
 -- name: promote_lock_timeout
@@ -320,7 +328,7 @@ WHERE t.id = ANY(ARRAY(
         FOR UPDATE SKIP LOCKED))
   AND (t.state = 'warm') IS TRUE AND t.state_since < %(before)s
 RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts,
-          t.created_at, t.parents::text, t.grp;
+          t.created_at, t.parents::text, t.grp, t.trace;
 
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
@@ -432,21 +440,21 @@ SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp, progress, progress_at
+       result, grp, progress, progress_at, trace
 FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: cancel_task
 DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s
 RETURNING id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,
           attempts, max_attempts, seq, created_at, ready_since, state_since, finished_at,
-          last_error, result, grp, progress, progress_at;
+          last_error, result, grp, progress, progress_at, trace;
 
 -- name: dlq_page
 -- A queue's dead letters, newest first, before the cursor (the first page passes the
 -- greatest position: 'infinity' and the greatest id).
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp, progress, progress_at
+       result, grp, progress, progress_at, trace
 FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -458,7 +466,7 @@ LIMIT %(limit)s;
 -- own so that even a generic plan walks that tenant's part of tierq_tasks_dead_line.
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp, progress, progress_at
+       result, grp, progress, progress_at, trace
 FROM tierq_tasks
 WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -829,7 +837,7 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
 -- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
-       t.max_attempts, t.state, t.parents::text AS parents, t.grp
+       t.max_attempts, t.state, t.parents::text AS parents, t.grp, t.trace
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 
