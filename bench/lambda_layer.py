@@ -411,12 +411,13 @@ def main(argv: list[str] | None = None) -> int:
     own_share_ms = max((result.median_ms for result in own), default=None)
     beyond_ms = max((result.median_ms for result in beyond), default=None)
     if own:
-        print("own share (import after the libraries, median):",
-              ", ".join(f"{result.function.name} {result.median_ms:.0f} ms" for result in own))
+        print("own share (import after the libraries, median; CPU):",
+              ", ".join(f"{result.function.name} {result.median_ms:.0f} ms "
+                        f"({result.median_cpu_ms:.0f})" for result in own))
     if beyond:
-        print("own share beyond the machinery (import after a model and a resolver, median):",
-              ", ".join(f"{result.function.name} {result.median_ms:.0f} ms"
-                        for result in beyond))
+        print("own share beyond the machinery (import after a model and a resolver, median; "
+              "CPU):", ", ".join(f"{result.function.name} {result.median_ms:.0f} ms "
+                                 f"({result.median_cpu_ms:.0f})" for result in beyond))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -442,9 +443,12 @@ def main(argv: list[str] | None = None) -> int:
             "libraries_floor_ms": floor.median_ms if floor else None,
             "own_share_ms": own_share_ms,
             "own_share": {result.function.name: result.import_ms for result in own},
+            "own_share_cpu": {result.function.name: result.cpu_ms for result in own},
             "own_share_beyond_machinery_ms": beyond_ms,
             "own_share_beyond_machinery": {result.function.name: result.import_ms
                                            for result in beyond},
+            "own_share_beyond_machinery_cpu": {result.function.name: result.cpu_ms
+                                               for result in beyond},
         }, indent=2) + "\n")
     if beyond_ms is not None:
         print(f"own_share_beyond_machinery_ms={beyond_ms:.0f}  (the slowest function's import "
