@@ -43,20 +43,37 @@ def test_module_routes_lists_exactly_each_modules_routes(module: str) -> None:
         f"list the routes of {module} in MODULE_ROUTES (tierq/aws/http/routes/__init__.py)"
 
 
-@pytest.mark.parametrize("function", sorted(FUNCTION_ROUTERS))
-def test_a_cold_import_of_a_function_imports_no_route_module(function: str) -> None:
+def _route_modules_imported(function: str, **environment: str) -> list[str]:
+    """The route modules a fresh interpreter imported with the function's handler."""
     code = ("import sys, json\n"
             f"sys.path[:0] = [{str(REPO / 'functions' / function)!r}]\n"
             "import app\n"
             "print(json.dumps(sorted(m for m in sys.modules\n"
             "                        if m.startswith('tierq.aws.http.routes.'))))\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "shared"), "POWERTOOLS_TRACE_DISABLED": "true"}
+    env = {name: value for name, value in os.environ.items()
+           if name != "AWS_LAMBDA_INITIALIZATION_TYPE"}
+    env.update(PYTHONPATH=str(REPO / "shared"), POWERTOOLS_TRACE_DISABLED="true", **environment)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True, timeout=120)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTION_ROUTERS))
+def test_a_cold_import_imports_a_route_module_only_when_every_request_needs_it(
+        function: str) -> None:
+    routers = FUNCTION_ROUTERS[function]
+    expected = list(routers) if len(routers) == 1 else []  # claim, ack: their one router
+    assert _route_modules_imported(function) == expected
+
+
+@pytest.mark.parametrize("initialization", ["snap-start", "provisioned-concurrency"])
+def test_initialised_ahead_a_function_imports_every_route_module(initialization: str) -> None:
+    imported = _route_modules_imported("admin", AWS_LAMBDA_INITIALIZATION_TYPE=initialization)
+    assert imported == sorted(FUNCTION_ROUTERS["admin"])
+
+
+@pytest.mark.parametrize("function", sorted(f for f, routers in FUNCTION_ROUTERS.items()
+                                             if len(routers) > 1))
 def test_routes_included_one_request_at_a_time_keep_the_eager_order(function: str) -> None:
     app = build_resolver(function)
     assert _order(app) == []

@@ -11,11 +11,14 @@ integer beyond 64 bits → 422 naming the field. A body with another content typ
 Lambda context, the route context) per thread: on AWS an execution environment handles one
 request at a time, but the local stack serves a function's requests from several threads.
 
-A function's route modules are imported when a request for one of their routes arrives
-(``MODULE_ROUTES`` of :mod:`tierq.aws.http.routes`), not at its cold start: the admin
-function's request for a queue imports neither the schedules' routes nor their models.
-Their routes keep the order an eager build gives them (the function's routers in
-``FUNCTION_ROUTERS`` order), so the same route answers a request either way.
+A function with several route modules imports each when a request for one of its routes
+arrives (``MODULE_ROUTES`` of :mod:`tierq.aws.http.routes`), not at its cold start: the
+admin function's request for a queue imports neither the schedules' routes nor their
+models. Their routes keep the order an eager build gives them (the function's routers in
+``FUNCTION_ROUTERS`` order), so the same route answers a request either way. They are all
+imported at initialisation when every request needs the one (a function with one router)
+or when initialisation runs ahead of the requests (SnapStart snapshots it, provisioned
+concurrency runs it before any request arrives: :func:`initialised_ahead`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import tierq
 from tierq.aws.http import access, errors, limits, request
 from tierq.aws.http.routes import FUNCTION_ROUTERS, MODULE_ROUTES
 from tierq.aws.runtime import logger
+from tierq.config import Settings, get_settings
 from tierq.core import sizing
 from tierq.errors import Forbidden, MalformedRequest, PayloadTooLarge
 
@@ -380,13 +384,22 @@ def _router(module: str) -> Router:
     return router
 
 
+def initialised_ahead(settings: Settings) -> bool:
+    """Whether Lambda initialises this execution environment ahead of its requests (a
+    SnapStart snapshot, provisioned concurrency): what its requests import costs none of
+    them when imported at initialisation."""
+    return settings.aws_lambda_initialization_type in ("snap-start", "provisioned-concurrency")
+
+
 def build_resolver(function: str) -> TierqResolver:
     """The resolver of one function (``enqueue``, ``claim``, ``ack``, ``admin``): exactly the
-    routes template.yaml gives that function, each router included by the first request
-    for one of its routes."""
+    routes template.yaml gives that function. A function with several routers includes
+    each by the first request for one of its routes, unless it is initialised ahead."""
     if function not in FUNCTION_ROUTERS:
         raise KeyError(f"unknown HTTP function {function!r}; known: {sorted(FUNCTION_ROUTERS)}")
     app = TierqResolver(function, FUNCTION_ROUTERS[function])
+    if len(FUNCTION_ROUTERS[function]) == 1 or initialised_ahead(get_settings()):
+        app.include_routers()
     errors.register(app)
     return app
 
