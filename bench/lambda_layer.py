@@ -26,8 +26,14 @@
    the handler, whose import alone is timed (median of ``--repeats``): what the function
    imports beyond the libraries, without the noise of subtracting two runs. The slowest
    function's is ``own_share_ms`` (docs/architecture.md, the Lambda runtime: at most 50).
+5. The own share beyond the libraries' machinery as well (when the layer holds pydantic and
+   Powertools): the same, after a floor that also defines one pydantic model (built on
+   first use) and a validating Powertools resolver with one route, which ``import
+   pydantic`` alone does not load (pydantic 2 resolves its names on first read):
+   ``own_share_beyond_machinery_ms``, what tierq's own modules cost.
 
-Last lines: ``libraries_floor_ms=F`` and ``own_share_ms=S`` (when the layer holds the
+Last lines: ``own_share_beyond_machinery_ms=M`` (with pydantic and Powertools in the
+layer), ``libraries_floor_ms=F`` and ``own_share_ms=S`` (when the layer holds the
 libraries), ``layer_mb=M`` and ``max_handler_import_ms=N``.
 """
 
@@ -63,6 +69,20 @@ MIB = 1024 * 1024
 RUNTIME_LIBRARIES = ("pydantic", "psycopg", "psycopg_pool", "redis",
                      "orjson", "croniter", "aws_lambda_powertools.event_handler")
 FLOOR_NAME = "(libraries)"
+# What a function with one pydantic model and a validating resolver loads beyond importing
+# the libraries: pydantic's model machinery and Powertools' request validation.
+MACHINERY = """\
+from pydantic import BaseModel, ConfigDict
+class _Model(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+    value: int
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+_app = APIGatewayHttpResolver(enable_validation=True)
+@_app.get("/<name>")
+def _route(name: str) -> dict[str, str]:
+    return {"name": name}
+"""
+MACHINERY_NAME = "(machinery)"
 
 # Runs inside the measured interpreter: nothing but `time` (and, for the own share, the
 # floor's imports) before the clock starts.
@@ -258,6 +278,18 @@ def libraries_floor(work: Path, layer_python: Path) -> Function | None:
     return Function(FLOOR_NAME, code_dir, "runtime_libraries")
 
 
+def machinery_floor(work: Path, layer_python: Path, floor: Function) -> Function | None:
+    """A stand-in function that imports the floor's libraries, then defines a pydantic model
+    and a validating resolver (``MACHINERY``); None without pydantic and Powertools."""
+    if not all((layer_python / name).is_dir() for name in ("pydantic", "aws_lambda_powertools")):
+        return None
+    code_dir = work / "machinery"
+    code_dir.mkdir()
+    (code_dir / "runtime_machinery.py").write_text(
+        (floor.code_dir / f"{floor.module}.py").read_text() + MACHINERY)
+    return Function(MACHINERY_NAME, code_dir, "runtime_machinery")
+
+
 def measure(python: str, functions: list[Function], layer_python: Path, runtime_dir: Path,
             repeats: int, tracing: bool, floor: Function | None = None) -> list[ImportResult]:
     """Each function's import (median of ``repeats``); with ``floor``, its import after the
@@ -362,18 +394,30 @@ def main(argv: list[str] | None = None) -> int:
         floor = (measure(python, [floor_function], layer_python, runtime_dir, args.repeats,
                          args.tracing)[0] if floor_function else None)
         own: list[ImportResult] = []
+        beyond: list[ImportResult] = []
         if floor_function is not None:
             say("each function's own share: its import after the libraries' …")
             own = measure(python, functions, layer_python, runtime_dir, args.repeats,
                           args.tracing, floor=floor_function)
+            machinery_function = machinery_floor(work, layer_python, floor_function)
+            if machinery_function is not None:
+                say("each function's own share beyond the libraries' machinery …")
+                beyond = measure(python, functions, layer_python, runtime_dir, args.repeats,
+                                 args.tracing, floor=machinery_function)
 
     print_report([*results, *([floor] if floor else [])], layer, python, arch, args.repeats,
                  args.tracing)
     max_ms = max(result.median_ms for result in results)
     own_share_ms = max((result.median_ms for result in own), default=None)
+    beyond_ms = max((result.median_ms for result in beyond), default=None)
     if own:
-        print("own share (import after the libraries, median):",
-              ", ".join(f"{result.function.name} {result.median_ms:.0f} ms" for result in own))
+        print("own share (import after the libraries, median; CPU):",
+              ", ".join(f"{result.function.name} {result.median_ms:.0f} ms "
+                        f"({result.median_cpu_ms:.0f})" for result in own))
+    if beyond:
+        print("own share beyond the machinery (import after a model and a resolver, median; "
+              "CPU):", ", ".join(f"{result.function.name} {result.median_ms:.0f} ms "
+                                 f"({result.median_cpu_ms:.0f})" for result in beyond))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -399,7 +443,16 @@ def main(argv: list[str] | None = None) -> int:
             "libraries_floor_ms": floor.median_ms if floor else None,
             "own_share_ms": own_share_ms,
             "own_share": {result.function.name: result.import_ms for result in own},
+            "own_share_cpu": {result.function.name: result.cpu_ms for result in own},
+            "own_share_beyond_machinery_ms": beyond_ms,
+            "own_share_beyond_machinery": {result.function.name: result.import_ms
+                                           for result in beyond},
+            "own_share_beyond_machinery_cpu": {result.function.name: result.cpu_ms
+                                               for result in beyond},
         }, indent=2) + "\n")
+    if beyond_ms is not None:
+        print(f"own_share_beyond_machinery_ms={beyond_ms:.0f}  (the slowest function's import "
+              "beyond the libraries, a pydantic model and a validating resolver)")
     if floor:
         print(f"libraries_floor_ms={floor.median_ms:.0f}  "
               "(the runtime's third-party packages alone, without tierq)")

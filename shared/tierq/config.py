@@ -279,6 +279,9 @@ class Settings(BaseModel):
     lambda_task_root: str = Field(default="", alias="LAMBDA_TASK_ROOT")  # set in Lambda
     aws_sam_local: str = Field(default="", alias="AWS_SAM_LOCAL")  # set by `sam local`
     aws_chalice_cli_mode: str = Field(default="", alias="AWS_CHALICE_CLI_MODE")
+    # Lambda's: on-demand, provisioned-concurrency or snap-start (empty outside Lambda)
+    aws_lambda_initialization_type: str = Field(default="",
+                                                alias="AWS_LAMBDA_INITIALIZATION_TYPE")
 
     @property
     def region(self) -> str:

@@ -139,6 +139,9 @@ def test_with_the_libraries_in_the_layer_the_floor_and_each_own_share(tmp_path: 
     medians = [sorted(runs)[0] + (sorted(runs)[1] - sorted(runs)[0]) / 2
                for runs in result["own_share"].values()]
     assert result["own_share_ms"] == pytest.approx(max(medians))
+    # no pydantic or Powertools in the stand-in layer: no machinery floor
+    assert result["own_share_beyond_machinery_ms"] is None
+    assert not any(line.startswith("own_share_beyond_machinery_ms=") for line in lines)
 
 
 def test_a_module_found_only_in_this_environment_fails_the_run(tmp_path: Path) -> None:

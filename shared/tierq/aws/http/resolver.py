@@ -10,6 +10,15 @@ integer beyond 64 bits → 422 naming the field. A body with another content typ
 ``TierqResolver`` keeps the request state Powertools stores on the resolver (the event, the
 Lambda context, the route context) per thread: on AWS an execution environment handles one
 request at a time, but the local stack serves a function's requests from several threads.
+
+A function with several route modules imports each when a request for one of its routes
+arrives (``MODULE_ROUTES`` of :mod:`tierq.aws.http.routes`), not at its cold start: the
+admin function's request for a queue imports neither the schedules' routes nor their
+models. Their routes keep the order an eager build gives them (the function's routers in
+``FUNCTION_ROUTERS`` order), so the same route answers a request either way. They are all
+imported at initialisation when every request needs the one (a function with one router)
+or when initialisation runs ahead of the requests (SnapStart snapshots it, provisioned
+concurrency runs it before any request arrives: :func:`initialised_ahead`).
 """
 
 from __future__ import annotations
@@ -20,9 +29,9 @@ import importlib
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
@@ -35,14 +44,19 @@ from pydantic import BaseModel
 
 import tierq
 from tierq.aws.http import access, errors, limits, request
-from tierq.aws.http.routes import FUNCTION_ROUTERS
+from tierq.aws.http.routes import FUNCTION_ROUTERS, MODULE_ROUTES
 from tierq.aws.runtime import logger
+from tierq.config import Settings, get_settings
 from tierq.core import sizing
 from tierq.errors import Forbidden, MalformedRequest, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.openapi.models import OpenAPI
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 _LONG_DIGITS = re.compile(rb"\d{19,}")
+_TEMPLATE_PARAMETER = re.compile(r"\{(\w+)\}")
 
 OPENAPI_TITLE = "tierq"
 OPENAPI_DESCRIPTION = (
@@ -237,11 +251,64 @@ class TierqResolver(APIGatewayHttpResolver):
     """An HTTP API (payload v2) resolver with validation on, strict JSON and per-thread
     request state."""
 
-    def __init__(self, function: str) -> None:
+    def __init__(self, function: str, routers: Sequence[str] = ()) -> None:
+        """``routers``: the route modules included on demand (:meth:`include_routers`)."""
         self._tierq_local = _RequestState()
         super().__init__(enable_validation=True, json_body_deserializer=parse_json_body,
                          serializer=serialize_body)
         self.function = function
+        self._router_modules = tuple(routers)
+        self._included: set[str] = set()
+        self._including = threading.Lock()
+        self._route_patterns: list[tuple[str, str, re.Pattern[str]]] | None = None
+        self._route_rank: dict[int, int] = {}  # id(route) → its module's place in routers
+
+    def include_routers(self, method: str | None = None, path: str | None = None) -> None:
+        """Include the routers a request of ``method`` and ``path`` may be served by; every
+        router when no request is given or none of ``MODULE_ROUTES`` matches it."""
+        wanted = self._routers_for(method, path) if method and path is not None else ()
+        if not wanted:
+            wanted = self._router_modules
+        if self._included.issuperset(wanted):
+            return
+        with self._including:
+            for module in wanted:
+                if module in self._included:
+                    continue
+                self.include_router(_router(module))
+                rank = self._router_modules.index(module)
+                for route in (*self._static_routes, *self._dynamic_routes):
+                    self._route_rank.setdefault(id(route), rank)
+                self._included.add(module)
+            # static routes are tried before dynamic ones, each list in the order it was built
+            self._static_routes = sorted(self._static_routes, key=self._rank_of)
+            self._dynamic_routes = sorted(self._dynamic_routes, key=self._rank_of)
+
+    def _rank_of(self, route: object) -> int:
+        return self._route_rank.get(id(route), -1)
+
+    def _routers_for(self, method: str, path: str) -> tuple[str, ...]:
+        """The route modules with a route of ``method`` whose path matches ``path`` (by
+        Powertools' own pattern), and those ``MODULE_ROUTES`` does not list."""
+        if self._route_patterns is None:
+            self._route_patterns = [
+                (module, verb, self._compile_regex(_TEMPLATE_PARAMETER.sub(r"<\1>", template)))
+                for module in self._router_modules
+                for verb, template in (route.split(" ", 1)
+                                       for route in MODULE_ROUTES.get(module, ()))
+            ]
+        method = method.upper()
+        matched = {module for module, verb, rule in self._route_patterns
+                   if verb == method and rule.match(path)}
+        if not matched:
+            return ()
+        return tuple(module for module in self._router_modules
+                     if module in matched or module not in MODULE_ROUTES)
+
+    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> OpenAPI:
+        """The OpenAPI schema of every route of the function (all its routers included)."""
+        self.include_routers()
+        return super().get_openapi_schema(*args, **kwargs)
 
     @property
     def current_event(self) -> APIGatewayProxyEventV2:
@@ -296,6 +363,7 @@ class TierqResolver(APIGatewayHttpResolver):
             rejected = precheck_body(proxy)
             if rejected is not None:
                 return rejected
+            self.include_routers(proxy.http_method, self._remove_prefix(proxy.path))
             return super().resolve(data, context)
         finally:
             request.bind(None)
@@ -316,14 +384,22 @@ def _router(module: str) -> Router:
     return router
 
 
+def initialised_ahead(settings: Settings) -> bool:
+    """Whether Lambda initialises this execution environment ahead of its requests (a
+    SnapStart snapshot, provisioned concurrency): what its requests import costs none of
+    them when imported at initialisation."""
+    return settings.aws_lambda_initialization_type in ("snap-start", "provisioned-concurrency")
+
+
 def build_resolver(function: str) -> TierqResolver:
     """The resolver of one function (``enqueue``, ``claim``, ``ack``, ``admin``): exactly the
-    routes template.yaml gives that function."""
+    routes template.yaml gives that function. A function with several routers includes
+    each by the first request for one of its routes, unless it is initialised ahead."""
     if function not in FUNCTION_ROUTERS:
         raise KeyError(f"unknown HTTP function {function!r}; known: {sorted(FUNCTION_ROUTERS)}")
-    app = TierqResolver(function)
-    for module in FUNCTION_ROUTERS[function]:
-        app.include_router(_router(module))
+    app = TierqResolver(function, FUNCTION_ROUTERS[function])
+    if len(FUNCTION_ROUTERS[function]) == 1 or initialised_ahead(get_settings()):
+        app.include_routers()
     errors.register(app)
     return app
 
