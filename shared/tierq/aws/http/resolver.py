@@ -16,9 +16,10 @@ arrives (``MODULE_ROUTES`` of :mod:`tierq.aws.http.routes`), not at its cold sta
 admin function's request for a queue imports neither the schedules' routes nor their
 models. Their routes keep the order an eager build gives them (the function's routers in
 ``FUNCTION_ROUTERS`` order), so the same route answers a request either way. They are all
-imported at initialisation when every request needs the one (a function with one router)
-or when initialisation runs ahead of the requests (SnapStart snapshots it, provisioned
-concurrency runs it before any request arrives: :func:`initialised_ahead`).
+imported at initialisation when every request needs the one (a function with one router;
+the claim function's claims, ``HOT_ROUTERS``) or when initialisation runs ahead of the
+requests (SnapStart snapshots it, provisioned concurrency runs it before any request
+arrives: :func:`initialised_ahead`).
 """
 
 from __future__ import annotations
@@ -267,8 +268,11 @@ class TierqResolver(APIGatewayHttpResolver):
         """Include the routers a request of ``method`` and ``path`` may be served by; every
         router when no request is given or none of ``MODULE_ROUTES`` matches it."""
         wanted = self._routers_for(method, path) if method and path is not None else ()
-        if not wanted:
-            wanted = self._router_modules
+        self.include_modules(wanted or self._router_modules)
+
+    def include_modules(self, wanted: Sequence[str]) -> None:
+        """Include the routers of these route modules (of this function's) not yet included,
+        keeping the order of an eager build."""
         if self._included.issuperset(wanted):
             return
         with self._including:
@@ -391,6 +395,12 @@ def initialised_ahead(settings: Settings) -> bool:
     return settings.aws_lambda_initialization_type in ("snap-start", "provisioned-concurrency")
 
 
+# Route modules a function includes at initialisation even beside others: the path nearly
+# every request of their function takes (the claim function's claims; its payload fetches
+# are rare), so its first request does not pay for the import.
+HOT_ROUTERS = frozenset({"tierq.aws.http.routes.claims", "tierq.aws.http.routes.leases"})
+
+
 def build_resolver(function: str) -> TierqResolver:
     """The resolver of one function (``enqueue``, ``claim``, ``ack``, ``admin``): exactly the
     routes template.yaml gives that function. A function with several routers includes
@@ -400,6 +410,8 @@ def build_resolver(function: str) -> TierqResolver:
     app = TierqResolver(function, FUNCTION_ROUTERS[function])
     if len(FUNCTION_ROUTERS[function]) == 1 or initialised_ahead(get_settings()):
         app.include_routers()
+    else:
+        app.include_modules([m for m in FUNCTION_ROUTERS[function] if m in HOT_ROUTERS])
     errors.register(app)
     return app
 

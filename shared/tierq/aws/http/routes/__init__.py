@@ -33,7 +33,9 @@ FUNCTION_ROUTERS: dict[str, tuple[str, ...]] = {
 MODULE_ROUTES: dict[str, tuple[str, ...]] = {
     "tierq.aws.http.routes.enqueue": ("POST /v1/queues/{queue}/tasks",),
     "tierq.aws.http.routes.flows": ("POST /v1/flows",),
+    "tierq.aws.http.routes.payloads": ("POST /v1/queues/{queue}/payloads",),
     "tierq.aws.http.routes.claims": ("POST /v1/queues/{queue}/claims",),
+    "tierq.aws.http.routes.payload_fetch": ("POST /v1/queues/{queue}/payloads/fetch",),
     "tierq.aws.http.routes.leases": (
         "POST /v1/queues/{queue}/acks",
         "POST /v1/queues/{queue}/nacks",
