@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import NamedTuple
 
 from tierq.dal.store.base import Conn, StoreBase, positional
-
-
-class PayloadObject(NamedTuple):
-    object_key: str
-    unused: bool
+from tierq.dal.store.rows import PayloadObject
 
 
 class PayloadQueries(StoreBase):
