@@ -335,6 +335,22 @@ def admission_begin_scenario(warm: WarmTier, valkey: Any) -> None:
     assert run(warm, AdmissionBegin(k, NOW + 1, "a2", force_cold=True)) == "cold"
     assert valkey.zscore(k.inflight, "a2") == NOW + 1
     assert text(valkey.hget(k.meta, "mode")) == "cold"
+    # with the first task to push: a warm set that can take it stays warm, one that
+    # cannot (its count, or its bytes) turns cold and registers the admission
+    _, k = new_pair(valkey)
+    assert run(warm, AdmissionBegin(k, NOW, "b1")) == "warm"
+    valkey.zadd(k.ready, {"t1": 1.0})
+    valkey.hset(k.data, "t1", "x" * 100)
+    valkey.hset(k.meta, "bytes", 100)
+    assert run(warm, AdmissionBegin(k, NOW, "b2", False, 2, 300, 200)) == "warm"
+    assert valkey.zcard(k.inflight) == 0
+    epoch = int(valkey.hget(k.meta, "epoch") or 0)
+    assert run(warm, AdmissionBegin(k, NOW + 2, "b3", False, 2, 300, 201)) == "cold"
+    assert text(valkey.hget(k.meta, "mode")) == "cold"
+    assert int(valkey.hget(k.meta, "epoch")) == epoch + 1
+    assert valkey.zscore(k.inflight, "b3") == NOW + 2
+    valkey.hset(k.meta, "mode", "warm")
+    assert run(warm, AdmissionBegin(k, NOW, "b4", False, 1, 10**6, 1)) == "cold"  # count
 
 
 def go_cold_scenario(warm: WarmTier, valkey: Any) -> None:

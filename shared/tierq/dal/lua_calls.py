@@ -542,16 +542,22 @@ class AllotShrink(LuaCall[tuple[int, int, int]]):
 @lazy_dataclass(frozen=True)
 class AdmissionBegin(LuaCall[str]):
     """Register an admission in flight and answer the pair's mode (lua/admission_begin.lua);
-    ``force_cold`` turns the pair cold first."""
+    ``force_cold`` turns the pair cold first. ``first_bytes`` (0: none): the blob of the
+    first task the caller will push; a warm set that could not take it (``warm_max``,
+    ``warm_max_bytes``) turns the pair cold, so the caller writes its rows cold at once."""
 
     SCRIPT: ClassVar[str] = "admission_begin"
-    KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight")
-    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token", "force_word")
+    KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight", "ready", "data")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token", "force_word", "warm_max",
+                                       "warm_max_bytes", "first_bytes")
 
     on: Any
     now_ms: int
     token: str
     force_cold: bool = False
+    warm_max: int = 0
+    warm_max_bytes: int = 0
+    first_bytes: int = 0
 
     @property
     def force_word(self) -> str:

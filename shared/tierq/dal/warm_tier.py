@@ -885,6 +885,30 @@ class WarmTier:
                         force_cold: bool = False) -> str:
         return self.call(AdmissionBegin(PairKeys.of(queue, tenant), now_ms, token, force_cold))
 
+    def admission_begin_fits(self, pairs: Sequence[tuple[str, str, int, int, int]], *,
+                             now_ms: int, token: str) -> list[str]:
+        """``admission_begin`` for several pairs at once, each (queue, tenant, warm_max,
+        warm_max_bytes, bytes of its first task): a pair whose warm set could not take that
+        task turns cold (lua/admission_begin.lua). One round trip on a single server (one
+        per master in cluster mode); the modes in the order given."""
+        calls = [AdmissionBegin(PairKeys.of(queue, tenant), now_ms, token, False, warm_max,
+                                warm_max_bytes, max(1, first))
+                 for queue, tenant, warm_max, warm_max_bytes, first in pairs]
+        if len(calls) == 1:
+            return [self.call(calls[0])]
+        sha = self.scripts[AdmissionBegin.SCRIPT].sha
+        replies = self.pipeline([evalsha(call, sha) for call in calls])
+        modes: list[str] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):
+                modes.append(self.call(call))  # (Valkey lost its scripts: loaded)
+                continue
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            modes.append(call.parse(reply))
+        return modes
+
     def go_cold(self, queue: str, tenant: str, *, now_ms: int, token: str) -> None:
         """Turn the pair cold and register the admission ``token`` as in flight, even while
         Valkey is out of memory (go_cold.lua); end it with ``admission_end``."""

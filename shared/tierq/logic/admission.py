@@ -148,16 +148,26 @@ class Ticket:
 
 
 def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False,
-          since: float | None = None) -> Ticket:
+          since: float | None = None, first_bytes: Mapping[Pair, int] | None = None
+          ) -> Ticket:
     """Start an admission. ``force_cold`` (bulk loads) turns each queue cold first, so the
     rows land in the cold line and nothing enqueued later can jump ahead of them; the
     caller writes them with state 'cold' and calls ``close`` after its commit. ``since``:
     the ``state_since`` the caller writes its rows with when it took that time before
-    this call (the admission counts as begun then); by default, now."""
+    this call (the admission counts as begun then); by default, now. ``first_bytes``: for
+    pairs given there, the blob of the first task the caller will push: each such pair's
+    mode is asked of Valkey whatever this process remembers, and a warm set that could
+    not take that task turns cold now (lua/admission_begin.lua), so the caller writes its
+    rows cold at once rather than warm and then marked cold (all the pairs in one round
+    trip)."""
     now_ms = to_ms(ctx.now())
     ticket = Ticket(token=uuid.uuid4().hex,
                     since_ms=now_ms if since is None else min(now_ms, to_ms(since)))
+    checked: list[Pair] = []
     for pair in sorted(set(pairs)):
+        if first_bytes is not None and pair in first_bytes and not force_cold:
+            checked.append(pair)
+            continue
         if ctx.modes.get(pair) == "warm" and not force_cold:
             ticket.modes[pair] = "warm"
             continue
@@ -167,6 +177,18 @@ def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False,
         ctx.modes[pair] = mode
         if mode == "cold":
             ticket.registered.add(pair)
+    if checked:
+        assert first_bytes is not None
+        settings = [ctx.queue_settings.get(queue) for queue, _ in checked]
+        modes = ctx.warm.admission_begin_fits(
+            [(queue, tenant, s.warm_max, s.warm_max_bytes, first_bytes[(queue, tenant)])
+             for (queue, tenant), s in zip(checked, settings, strict=True)],
+            now_ms=now_ms, token=ticket.token)
+        for pair, mode in zip(checked, modes, strict=True):
+            ticket.modes[pair] = mode
+            ctx.modes[pair] = mode
+            if mode == "cold":
+                ticket.registered.add(pair)
     return ticket
 
 

@@ -217,7 +217,8 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     """Insert; admit the created ready rows; resolve conflicts. Returns the tasks to retry
     (their conflicting task finished in between)."""
     ready_pairs = {(queue, p.tenant) for p in batch if p.ready}
-    ticket = admission.begin(ctx, ready_pairs, since=now)  # (its rows' state_since)
+    ticket = admission.begin(ctx, ready_pairs, since=now,  # (its rows' state_since)
+                             first_bytes=_first_bytes(queue, batch, int(now * 1000)))
     try:
         ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
         for p in batch:
@@ -262,6 +263,18 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     if not conflicts:
         return []
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
+
+
+def _first_bytes(queue: str, batch: Sequence[Prepared], created_ms: int) -> dict[Pair, int]:
+    """The blob of each pair's first ready task (admission.begin: a warm set that could
+    not take it turns cold before the insert, and the pair's rows are written cold)."""
+    first: dict[Pair, int] = {}
+    for p in batch:
+        if p.ready and (queue, p.tenant) not in first:
+            first[(queue, p.tenant)] = len(task_blob(0, p.payload_json, p.key, p.priority,
+                                                     p.max_attempts, created_ms,
+                                                     group=p.group))
+    return first
 
 
 Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]

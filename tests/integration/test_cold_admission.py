@@ -1,0 +1,136 @@
+"""An enqueue into a pair whose warm set cannot take its first task writes its rows cold at
+once (lua/admission_begin.lua, logic/admission.begin): no row is inserted warm and then
+rewritten cold (``mark_cold``), whatever this process remembers of the pair's mode, and
+the pair's line keeps enqueue order across both tiers (guarantee 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from tests.integration.helpers import count_state, drain, mode_of, ready_size
+from tierq.engine import Tierq
+
+PAD = "x" * 300  # a task's blob is then about 380 bytes
+
+
+class MarkCold:
+    """The ids each ``mark_cold`` statement of an engine rewrote (the real statement runs)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+
+@pytest.fixture
+def marked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Tierq], MarkCold]]:
+    def watch(tq: Tierq) -> MarkCold:
+        seen = MarkCold()
+        real = tq.ctx.store.mark_cold
+
+        def counted(ids: Sequence[str], *args: Any, **kwargs: Any) -> Any:
+            seen.ids.extend(ids)
+            return real(ids, *args, **kwargs)
+
+        monkeypatch.setattr(tq.ctx.store, "mark_cold", counted)
+        return seen
+
+    yield watch
+
+
+def versions(pg: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(live rows, row versions written): the line pointers used on each page of the
+    table, summed. Since its TRUNCATE (each test starts with one) an insert adds one row
+    and one version, and each update of a row one more version (left dead behind it)."""
+    highest: dict[int, int] = {}
+    rows = pg.execute("SELECT ctid::text FROM tierq_tasks").fetchall()
+    for (ctid,) in rows:
+        page, line = (int(part) for part in ctid.strip("()").split(","))
+        highest[page] = max(highest.get(page, 0), line)
+    return len(rows), sum(highest.values())
+
+
+def test_an_enqueue_into_a_full_warm_set_writes_its_rows_cold_at_once(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        marked: Callable[[Tierq], MarkCold]) -> None:
+    producer = make_tq(warm_max=10)
+    other = make_tq(warm_max=10)  # a second process: it saw the pair warm, then filled it
+    assert [o.state for o in producer.enqueue("q", [{"payload": i} for i in range(3)])] \
+        == ["warm"] * 3
+    assert producer.ctx.modes[("q", "_")] == "warm"
+    other.enqueue("q", [{"payload": i} for i in range(3, 10)])
+    assert ready_size(valkey, "q") == 10 and mode_of(valkey, "q") == "cold"
+    seen = marked(producer)
+    out = producer.enqueue("q", [{"payload": i} for i in range(10, 15)])
+    assert [o.state for o in out] == ["cold"] * 5
+    assert seen.ids == []  # no row written warm and then marked cold
+    assert versions(pg) == (15, 15)
+    assert count_state(pg, "q", "cold") == 5 and ready_size(valkey, "q") == 10
+    assert [t.payload for t in drain(producer, "q", batch=4)] == list(range(15))
+    assert count_state(pg, "q", "cold") == 0
+
+
+def test_a_warm_set_without_the_bytes_for_the_first_task_sends_the_batch_cold(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        marked: Callable[[Tierq], MarkCold]) -> None:
+    tq = make_tq(warm_max=1000, warm_max_bytes=4096)
+    seen = marked(tq)
+    tq.enqueue("b", [{"payload": {"n": i, "pad": PAD}} for i in range(9)])
+    assert mode_of(valkey, "b") == "warm" and ready_size(valkey, "b") == 9
+    assert 2900 < tq.ctx.warm.ready_bytes("b", "_") < 3500
+    out = tq.enqueue("b", [{"payload": {"n": i, "pad": PAD * 4}} for i in range(9, 12)])
+    assert [o.state for o in out] == ["cold"] * 3
+    assert seen.ids == [] and mode_of(valkey, "b") == "cold"
+    assert versions(pg) == (12, 12)
+    # later work waits behind the cold line, and the line keeps enqueue order
+    assert tq.enqueue_one("b", {"n": 12}).state == "cold"
+    assert [t.payload["n"] for t in drain(tq, "b", batch=2)] == list(range(13))
+
+
+def test_a_batch_that_fits_in_part_still_fills_the_set_first(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        marked: Callable[[Tierq], MarkCold]) -> None:
+    """The split a push makes is kept: the first tasks that fit go warm, the rest cold
+    (the only case left where rows are marked cold after their insert, besides a race
+    with another enqueue between this one's check and its push)."""
+    tq = make_tq(warm_max=10)
+    seen = marked(tq)
+    out = tq.enqueue("p", [{"payload": i} for i in range(15)])
+    assert [o.state for o in out] == ["warm"] * 10 + ["cold"] * 5
+    assert len(seen.ids) == 5
+    assert tq.enqueue_one("p", 15).state == "cold"
+    assert len(seen.ids) == 5  # the next one went cold at once
+    assert [t.payload for t in drain(tq, "p", batch=3)] == list(range(16))
+
+
+def test_a_new_pair_and_an_empty_set_still_take_a_task_warm(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis,
+        marked: Callable[[Tierq], MarkCold]) -> None:
+    tq = make_tq(warm_max_bytes=1024)
+    seen = marked(tq)
+    # an empty warm set takes its first task whatever its size
+    assert [o.state for o in tq.enqueue("big", [{"payload": "y" * 3000}])] == ["warm"]
+    assert [o.state for o in tq.enqueue("big", [{"payload": "z"}])] == ["cold"]
+    assert seen.ids == []
+    assert [t.payload for t in drain(tq, "big")] == ["y" * 3000, "z"]
+    tq.run_cold_to_warm()
+    assert tq.enqueue_one("big", "w").state == "warm"
+
+
+def test_a_batch_over_several_tenants_checks_each_pair(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        marked: Callable[[Tierq], MarkCold]) -> None:
+    tq = make_tq(warm_max=4)
+    tq.enqueue("t", [{"payload": i, "tenant": "full"} for i in range(4)])
+    assert mode_of(valkey, "t", "full") == "cold"
+    tq.ctx.modes[("t", "full")] = "warm"  # as a process that saw it last warm remembers it
+    seen = marked(tq)
+    out = tq.enqueue("t", [{"payload": i, "tenant": tenant}
+                           for i in range(4, 8) for tenant in ("full", "room")])
+    assert {(o.tenant, o.state) for o in out} == {("full", "cold"), ("room", "warm")}
+    assert seen.ids == []
+    assert versions(pg) == (12, 12)
+    assert [t.payload for t in drain(tq, "t", tenant="full")] == list(range(8))
