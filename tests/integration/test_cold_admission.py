@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import count_state, drain, mode_of, ready_size
+from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 
 PAD = "x" * 300  # a task's blob is then about 380 bytes
@@ -134,3 +135,57 @@ def test_a_batch_over_several_tenants_checks_each_pair(
     assert seen.ids == []
     assert versions(pg) == (12, 12)
     assert [t.payload for t in drain(tq, "t", tenant="full")] == list(range(8))
+
+
+def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanwhile(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        marked: Callable[[Tierq], MarkCold], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between one enqueue's check and its push, another process enqueues twice: the room
+    the first one found stays its own (its tasks count as coming), so the other's second
+    batch goes cold at once and the first one's push is taken though the pair is cold by
+    then. No row is marked cold, and each producer's tasks keep their order."""
+    producer = make_tq(warm_max=10)
+    other = make_tq(warm_max=10)
+    producer.enqueue("r", [{"payload": ["p", i]} for i in range(4)])
+    real = producer.ctx.store.insert_tasks_keyless
+    outcomes: list[list[str]] = []
+
+    def meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not outcomes:  # (once) the other process enqueues twice before this insert
+            for start in (0, 3):
+                out = other.enqueue("r", [{"payload": ["o", i]} for i in range(start, start + 3)])
+                outcomes.append([o.state for o in out])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(producer.ctx.store, "insert_tasks_keyless", meanwhile)
+    seen = [marked(producer), marked(other)]
+    out = producer.enqueue("r", [{"payload": ["p", i]} for i in range(4, 7)])
+    assert outcomes == [["warm"] * 3, ["cold"] * 3]
+    assert [o.state for o in out] == ["warm"] * 3
+    assert ready_size(valkey, "r") == 10 and mode_of(valkey, "r") == "cold"
+    assert [s.ids for s in seen] == [[], []]
+    assert versions(pg) == (13, 13)
+    assert not [f for f in valkey.hkeys(PairKeys.of("r", "_").meta) if f.startswith(b"rsv:")]
+    drained = [tuple(t.payload) for t in drain(producer, "r", batch=3)]
+    for who, count in (("p", 7), ("o", 6)):
+        assert [i for w, i in drained if w == who] == list(range(count))
+
+
+def test_a_record_of_tasks_about_to_be_pushed_goes_when_the_insert_fails(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tq = make_tq(warm_max=10)
+    tq.enqueue("f", [{"payload": i} for i in range(2)])
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the insert failed")
+
+    monkeypatch.setattr(tq.ctx.store, "insert_tasks_keyless", failing)
+    with pytest.raises(RuntimeError):
+        tq.enqueue("f", [{"payload": i} for i in range(2, 10)])
+    meta = PairKeys.of("f", "_").meta
+    assert not [f for f in valkey.hkeys(meta) if f.startswith(b"rsv:")]
+    monkeypatch.undo()
+    # the room it had found is free again: a batch that fills it goes warm
+    assert [o.state for o in tq.enqueue("f", [{"payload": i} for i in range(2, 10)])] \
+        == ["warm"] * 8

@@ -544,12 +544,15 @@ class AdmissionBegin(LuaCall[str]):
     """Register an admission in flight and answer the pair's mode (lua/admission_begin.lua);
     ``force_cold`` turns the pair cold first. ``first_bytes`` (0: none): the blob of the
     first task the caller will push; a warm set that could not take it (``warm_max``,
-    ``warm_max_bytes``) turns the pair cold, so the caller writes its rows cold at once."""
+    ``warm_max_bytes``, with what admissions that found room are about to push) turns the
+    pair cold, so the caller writes its rows cold at once; one that can records ``tasks``
+    and ``bytes`` as about to be pushed by this admission (for ``stale_ms`` at most)."""
 
     SCRIPT: ClassVar[str] = "admission_begin"
     KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight", "ready", "data")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token", "force_word", "warm_max",
-                                       "warm_max_bytes", "first_bytes")
+                                       "warm_max_bytes", "first_bytes", "tasks", "bytes",
+                                       "stale_ms")
 
     on: Any
     now_ms: int
@@ -558,6 +561,10 @@ class AdmissionBegin(LuaCall[str]):
     warm_max: int = 0
     warm_max_bytes: int = 0
     first_bytes: int = 0
+    # with a first task: the caller's tasks and their bytes (recorded while it pushes them)
+    tasks: int = 0
+    bytes: int = 0
+    stale_ms: int = 0
 
     @property
     def force_word(self) -> str:
@@ -585,10 +592,11 @@ class GoCold(LuaCall[str]):
 
 @lazy_dataclass(frozen=True)
 class AdmissionEnd(LuaCall[int]):
-    """End an admission in flight (lua/admission_end.lua): 1 when it was registered."""
+    """End an admission in flight (lua/admission_end.lua): 1 when it was registered. Drops
+    its record of tasks about to be pushed, if any."""
 
     SCRIPT: ClassVar[str] = "admission_end"
-    KEYS: ClassVar[tuple[str, ...]] = ("inflight",)
+    KEYS: ClassVar[tuple[str, ...]] = ("inflight", "meta")
     ARGS: ClassVar[tuple[str, ...]] = ("token",)
 
     on: Any
