@@ -31,7 +31,7 @@ it without RDS Proxy: timeouts on the session). Steps, per shape (tierq / the ba
   worker's loop, ``CLAIM`` N then ``ACK`` what came, until no task is left, split into its
   two statements (``: claim``, ``: ack``);
 * ``<shape>: vacuum``: ``VACUUM`` of the table after the acks (the debt a delete leaves);
-* ``cold path: ...`` (tierq only): cold rows, ``promote_cold_rows`` 500 a call in its
+* ``cold path: ...`` (tierq only): cold rows, ``promote_cold`` 500 a call in its
   transaction, ``lease_outcomes`` of 100 (delayed for a retry), ``make_ready`` of 100
   (delayed -> warm, in a transaction), ``ack_delete`` of 400, ``VACUUM``.
 
@@ -292,7 +292,7 @@ class TierqSide:
             while moved < total:
                 with transaction(conn):
                     self.store.promote_lock_timeout(conn, "200ms")
-                    rows = self.store.promote_cold_rows(conn, QUEUE, tenant, 500, now)
+                    rows = self.store.promote_cold(conn, QUEUE, tenant, 500, now)
                 if not rows:
                     break
                 moved += len(rows)

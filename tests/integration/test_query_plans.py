@@ -63,9 +63,8 @@ def test_settling_statements_use_the_primary_key_only(unanalyzed, name, batch, m
     assert_reads_about(nodes, batch, (name, mode))
 
 
-@pytest.mark.parametrize("name", ["promote_cold", "promote_cold_rows"])
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mode, name):
+def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mode):
     """promote_cold once joined its picked rows to the table by a hash join over a scan of
     every row of the table, for each batch."""
     cold_rows = 5 * BATCH
@@ -74,12 +73,12 @@ def test_promotion_reads_the_cold_line_and_updates_by_primary_key(unanalyzed, mo
              " SELECT gen_random_uuid(), 'q', '_', 0, '{}', 'cold', now(), now(), 5,"
              f" {WARM_ROWS} + g, now(), now(), now() FROM generate_series(1, {cold_rows}) g")
     values = {"queue": "q", "tenant": "_", "limit": BATCH, "now": "2026-01-01T00:00:00Z"}
-    nodes = explain(unanalyzed, name, values, mode, setup)
+    nodes = explain(unanalyzed, "promote_cold", values, mode, setup)
     assert nodes[0]["Node Type"] == "ModifyTable" and nodes[0]["Actual Rows"] == BATCH
     assert [n for n in nodes if n["Node Type"] == "Seq Scan"] == [], mode
     indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
     assert indexes == {"tierq_tasks_pkey", "tierq_tasks_cold_line"}, (mode, indexes)
-    assert_reads_about(nodes, BATCH, (name, mode))
+    assert_reads_about(nodes, BATCH, ("promote_cold", mode))
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])

@@ -202,8 +202,7 @@ def test_a_claim_that_finds_the_set_dry_refills_and_takes_the_rest_of_its_batch(
 def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
     """promote_cold builds each task's blob in SQL and returns its priority and seq; the
     push item made of them must be exactly what logic/admission builds from the same row
-    (row_push_item), and what the mover makes of promote_cold_rows' rows: a claim decodes
-    any of them."""
+    (row_push_item): a claim decodes either."""
     import psycopg
     from psycopg.rows import dict_row
 
@@ -227,22 +226,18 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
         # a grouped task carries its group (logic/groups.py)
         cur.execute("UPDATE tierq_tasks SET grp = %s WHERE state = 'cold' AND priority %% 2 = 0",
                     ('order "7" \\ é',))
-        with pg.transaction(force_rollback=True):
-            items = tq.ctx.store.promote_cold(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
-            promoted = {r["id"]: RestoreRow(**r) for r in cur.execute(
-                "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
-                "max_attempts, created_at, parents::text AS parents, grp FROM tierq_tasks "
-                "WHERE state = 'warm'").fetchall()}
-        # the mover's statement: the same rows, their blobs built by row_push_item
-        rows = tq.ctx.store.promote_cold_rows(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
+        items = tq.ctx.store.promote_cold(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
+        promoted = {r["id"]: RestoreRow(**r) for r in cur.execute(
+            "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
+            "max_attempts, created_at, parents::text AS parents, grp FROM tierq_tasks "
+            "WHERE state = 'warm'").fetchall()}
         assert sum(1 for r in promoted.values() if r.parents) > 5
         assert sum(1 for r in promoted.values() if r.grp and r.parents) > 2
         raise psycopg.Rollback
-    assert len(items) == len(rows) == 39
-    moved = {str(row.id): row_push_item(row) for row in rows}
+    assert len(items) == 39
     for row in items:
         assert (row.id, place(row.priority, row.seq, row.id), row.blob.encode()) \
-            == row_push_item(promoted[row.id]) == moved[row.id]
+            == row_push_item(promoted[row.id])
     assert count_state(pg, "p", "cold") == 39  # rolled back
 
 

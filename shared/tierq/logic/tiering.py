@@ -15,6 +15,7 @@ from operator import itemgetter
 import psycopg
 
 from tierq.core import hysteresis
+from tierq.core.ordering import place
 from tierq.dal.postgres import transaction
 from tierq.dal.task_store import Conn
 from tierq.logic import admission, tenant_budget
@@ -221,9 +222,8 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
 def _promote_batch(ctx: Context, conn: Conn, queue: str, tenant: str,
                    limit: int, now: float) -> list[PushItem]:
     """Mark one batch of the oldest cold rows warm (as of ``now``); their push items (id,
-    place, blob), made before the batch commits (here rather than in SQL: PostgreSQL's
-    CPU is the scarcer)."""
+    place, blob), made before the batch commits."""
     with transaction(conn):  # tierq's timeouts; then a shorter lock timeout of its own
         ctx.store.promote_lock_timeout(conn, PROMOTE_LOCK_TIMEOUT)
-        rows = ctx.store.promote_cold_rows(conn, queue, tenant, limit, to_datetime(now))
-        return [admission.row_push_item(r) for r in rows]
+        rows = ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(now))
+        return [(r.id, place(r.priority, r.seq, r.id), r.blob) for r in rows]

@@ -166,14 +166,6 @@ class TaskQueries(StoreBase):
         return self._fetch("promote_cold", {"queue": queue, "tenant": tenant, "limit": limit,
                                             "now": now}, positional(PromotedRow), conn)
 
-    def promote_cold_rows(self, conn: Conn, queue: str, tenant: str, limit: int,
-                          now: datetime) -> list[RestoreRow]:
-        """Mark the oldest ``limit`` cold rows of the pair warm; the rows, for their push
-        items (logic/admission.row_push_item)."""
-        return self._fetch("promote_cold_rows", {"queue": queue, "tenant": tenant,
-                                                 "limit": limit, "now": now},
-                           positional(RestoreRow), conn)
-
     def has_cold(self, queue: str, tenant: str) -> bool:
         [found] = self._fetch("has_cold", {"queue": queue, "tenant": tenant}, scalar_row)
         return bool(found)

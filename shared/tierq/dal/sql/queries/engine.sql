@@ -264,23 +264,6 @@ RETURNING t.id::text AS id, t.priority, t.seq,
               || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '') || '}'
               AS blob;
 
--- name: promote_cold_rows
--- promote_cold returning the rows' columns instead of their blobs, which the mover builds
--- (logic/admission.row_push_item, as for every other push): the blob's string work
--- (the payload as text three times, the count of its quotes) cost PostgreSQL about a third
--- of the statement's CPU per row (bench/README.md, "The cold churn stopped"). The same
--- rows, picked and locked the same way.
-UPDATE tierq_tasks t
-SET state = 'warm', state_since = %(now)s
-WHERE t.id = ANY(ARRAY(
-        SELECT id FROM tierq_tasks
-        WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'cold'
-        ORDER BY priority DESC, seq
-        LIMIT %(limit)s))
-  AND (t.state = 'cold') IS TRUE  -- implies no partial index (see ack_delete)
-RETURNING t.id, t.key, t.seq, t.priority, t.payload::text, t.attempts, t.max_attempts,
-          t.created_at, t.parents::text, t.grp;
-
 -- name: promote_lock_timeout
 -- For the promotion's transaction only: how long promote_cold may wait for a row lock.
 SELECT set_config('lock_timeout', %(timeout)s, true);
