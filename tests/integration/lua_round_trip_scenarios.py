@@ -363,6 +363,37 @@ def admission_begin_scenario(warm: WarmTier, valkey: Any) -> None:
     assert run(warm, AdmissionBegin(k, NOW + 1, "a2", force_cold=True)) == "cold"
     assert valkey.zscore(k.inflight, "a2") == NOW + 1
     assert text(valkey.hget(k.meta, "mode")) == "cold"
+    # with the first task to push: a warm set that can take it stays warm and records
+    # what the admission is about to push; one that cannot (its count, or its bytes, with
+    # what others are about to push) turns cold and registers the admission
+    _, k = new_pair(valkey)
+    valkey.zadd(k.ready, {"t1": 1.0})
+    valkey.hset(k.data, "t1", "x" * 100)
+    valkey.hset(k.meta, "bytes", 100)
+    assert run(warm, AdmissionBegin(k, NOW, "b1", False, 3, 400, 200, 1, 200, 1000)) == "warm"
+    assert valkey.zcard(k.inflight) == 0
+    assert text(valkey.hget(k.meta, "rsv:b1")) == f"{NOW}|1|200"
+    epoch = int(valkey.hget(k.meta, "epoch") or 0)
+    # 100 held + 200 coming + 101 > 400
+    assert run(warm, AdmissionBegin(k, NOW, "b2", False, 3, 400, 101, 1, 101, 1000)) == "cold"
+    assert text(valkey.hget(k.meta, "mode")) == "cold"
+    assert int(valkey.hget(k.meta, "epoch")) == epoch + 1
+    assert valkey.zscore(k.inflight, "b2") == NOW
+    valkey.hset(k.meta, "mode", "warm")
+    # 1 held + 1 coming: warm_max 2 reached
+    assert run(warm, AdmissionBegin(k, NOW, "b3", False, 2, 10**6, 1, 1, 1, 1000)) == "cold"
+    valkey.hset(k.meta, "mode", "warm")
+    # a record older than stale_ms counts no more, and is dropped
+    assert run(warm, AdmissionBegin(k, NOW + 1001, "b4", False, 2, 10**6, 1, 1, 1, 1000)) \
+        == "warm"
+    assert valkey.hget(k.meta, "rsv:b1") is None and valkey.hget(k.meta, "rsv:b4")
+    # b4's push is taken though the pair turned cold meantime, and uses its record up
+    valkey.hset(k.meta, "mode", "cold")
+    out = push(warm, k, ids(1), kind="new", token="b4")
+    assert (out.mode, out.refused) == ("cold", []) and valkey.zcard(k.ready) == 2
+    assert valkey.hget(k.meta, "rsv:b4") is None
+    # without a record, a push into a cold pair is refused
+    assert push(warm, k, ids(2)[1:], kind="new", token="b5").refused == ids(2)[1:]
 
 
 def go_cold_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -378,6 +409,9 @@ def admission_end_scenario(warm: WarmTier, valkey: Any) -> None:
     assert run(warm, AdmissionEnd(k, "a1")) == 1
     assert run(warm, AdmissionEnd(k, "a1")) == 0
     assert valkey.zcard(k.inflight) == 0
+    valkey.hset(k.meta, "rsv:a2", f"{NOW}|1|10")  # (a record no push used up)
+    assert run(warm, AdmissionEnd(k, "a2")) == 0
+    assert valkey.hget(k.meta, "rsv:a2") is None
 
 
 def admission_mode_scenario(warm: WarmTier, valkey: Any) -> None:

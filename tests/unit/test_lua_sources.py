@@ -63,6 +63,8 @@ BOUNDED_BY_THEIR_GUARD = {
     ("warm_bytes", "HKEYS"): "a recount runs only while HLEN is at most "
                              "RECOUNT_UNKNOWN_AT_MOST",
     ("admission_mode", "ZREMRANGEBYSCORE"): "drops admissions gone stale (a few in flight)",
+    ("admission_begin", "HGETALL"): "a pair's meta hash: its own fields and a record per "
+                                    "admission about to push (stale ones dropped)",
     ("rate_tenants", "ZREMRANGEBYSCORE"): "drops tenants not noted for 1,020 s",
     ("running_page", "ZRANGE"): "index ranges of one entry (the search for the cursor) or "
                                 "of at most the call's scan (a window of the page)",

@@ -563,16 +563,29 @@ class AllotShrink(LuaCall[tuple[int, int, int]]):
 @lazy_dataclass(frozen=True)
 class AdmissionBegin(LuaCall[str]):
     """Register an admission in flight and answer the pair's mode (lua/admission_begin.lua);
-    ``force_cold`` turns the pair cold first."""
+    ``force_cold`` turns the pair cold first. ``first_bytes`` (0: none): the blob of the
+    first task the caller will push; a warm set that could not take it (``warm_max``,
+    ``warm_max_bytes``, with what admissions that found room are about to push) turns the
+    pair cold, so the caller writes its rows cold at once; one that can records ``tasks``
+    and ``bytes`` as about to be pushed by this admission (for ``stale_ms`` at most)."""
 
     SCRIPT: ClassVar[str] = "admission_begin"
-    KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight")
-    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token", "force_word")
+    KEYS: ClassVar[tuple[str, ...]] = ("meta", "inflight", "ready", "data")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "token", "force_word", "warm_max",
+                                       "warm_max_bytes", "first_bytes", "tasks", "bytes",
+                                       "stale_ms")
 
     on: Any
     now_ms: int
     token: str
     force_cold: bool = False
+    warm_max: int = 0
+    warm_max_bytes: int = 0
+    first_bytes: int = 0
+    # with a first task: the caller's tasks and their bytes (recorded while it pushes them)
+    tasks: int = 0
+    bytes: int = 0
+    stale_ms: int = 0
 
     @property
     def force_word(self) -> str:
@@ -600,10 +613,11 @@ class GoCold(LuaCall[str]):
 
 @lazy_dataclass(frozen=True)
 class AdmissionEnd(LuaCall[int]):
-    """End an admission in flight (lua/admission_end.lua): 1 when it was registered."""
+    """End an admission in flight (lua/admission_end.lua): 1 when it was registered. Drops
+    its record of tasks about to be pushed, if any."""
 
     SCRIPT: ClassVar[str] = "admission_end"
-    KEYS: ClassVar[tuple[str, ...]] = ("inflight",)
+    KEYS: ClassVar[tuple[str, ...]] = ("inflight", "meta")
     ARGS: ClassVar[tuple[str, ...]] = ("token",)
 
     on: Any

@@ -146,6 +146,9 @@ class PairKeys:
                    tag + "finished", tag + "finished_at", tag + "progress")
 
 
+# What an admission will push into one pair (admission_begin.lua): the bytes of its first
+# task, its tasks, and their bytes.
+AdmittedSize = tuple[int, int, int]
 # How many items one call takes, within ElastiCache's argument limit (dal/command_limit.py):
 # EVALSHA, its sha and key count, then keys and fixed arguments, then the items' arguments.
 PUSH_TASKS_PER_CALL = PushReady.items_per_call()
@@ -903,6 +906,32 @@ class WarmTier:
     def admission_begin(self, queue: str, tenant: str, *, now_ms: int, token: str,
                         force_cold: bool = False) -> str:
         return self.call(AdmissionBegin(PairKeys.of(queue, tenant), now_ms, token, force_cold))
+
+    def admission_begin_fits(self, pairs: Sequence[tuple[str, str, int, int, AdmittedSize]],
+                             *, now_ms: int, token: str, stale_ms: int) -> list[str]:
+        """``admission_begin`` for several pairs at once, each (queue, tenant, warm_max,
+        warm_max_bytes, what the caller will push: the bytes of its first task, its tasks,
+        their bytes): a pair whose warm set could not take that first task turns cold, one
+        that can records the caller's tasks as about to be pushed (lua/admission_begin.lua).
+        One round trip on a single server (one per master in cluster mode); the modes in
+        the order given."""
+        calls = [AdmissionBegin(PairKeys.of(queue, tenant), now_ms, token, False, warm_max,
+                                warm_max_bytes, max(1, size[0]), size[1], size[2], stale_ms)
+                 for queue, tenant, warm_max, warm_max_bytes, size in pairs]
+        if len(calls) == 1:
+            return [self.call(calls[0])]
+        sha = self.scripts[AdmissionBegin.SCRIPT].sha
+        replies = self.pipeline([evalsha(call, sha) for call in calls])
+        modes: list[str] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):
+                modes.append(self.call(call))  # (Valkey lost its scripts: loaded)
+                continue
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            modes.append(call.parse(reply))
+        return modes
 
     def go_cold(self, queue: str, tenant: str, *, now_ms: int, token: str) -> None:
         """Turn the pair cold and register the admission ``token`` as in flight, even while

@@ -41,6 +41,7 @@ from tierq.dal.task_store import Conn
 from tierq.dal.warm_tier import (
     PUSH_CALL_BYTES,
     PUSH_CALL_TASKS,
+    AdmittedSize,
     LatePush,
     PushOutcome,
     TenantShare,
@@ -148,22 +149,37 @@ class Ticket:
     registered: set[Pair] = field(default_factory=set)
     # pairs whose push Valkey refused for want of memory (their rows went cold)
     full: set[Pair] = field(default_factory=set)
+    # pairs whose warm set recorded the tasks this admission is about to push
+    # (lua/admission_begin.lua), until its push uses the record up (or ``close`` drops it)
+    reserved: set[Pair] = field(default_factory=set)
 
     def state_for(self, pair: Pair) -> str:
         return "warm" if self.modes.get(pair) == "warm" else "cold"
 
 
 def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False,
-          since: float | None = None) -> Ticket:
+          since: float | None = None, sizes: Mapping[Pair, AdmittedSize] | None = None
+          ) -> Ticket:
     """Start an admission. ``force_cold`` (bulk loads) turns each queue cold first, so the
     rows land in the cold line and nothing enqueued later can jump ahead of them; the
     caller writes them with state 'cold' and calls ``close`` after its commit. ``since``:
     the ``state_since`` the caller writes its rows with when it took that time before
-    this call (the admission counts as begun then); by default, now."""
+    this call (the admission counts as begun then); by default, now. ``sizes``: for the
+    pairs given there, what the caller will push (the bytes of its first task, its tasks,
+    their bytes). Each such pair's mode is asked of Valkey whatever this process
+    remembers, all of them in one round trip (lua/admission_begin.lua). A warm set that
+    could not take that first task, counting what admissions that found room before are
+    about to push, turns cold now. The caller then writes its rows cold at once rather
+    than warm and then marked cold. A set that can take it records the caller's tasks as
+    about to be pushed, so that its push is taken even if the pair turns cold meanwhile."""
     now_ms = to_ms(ctx.now())
     ticket = Ticket(token=uuid.uuid4().hex,
                     since_ms=now_ms if since is None else min(now_ms, to_ms(since)))
+    checked: list[Pair] = []
     for pair in sorted(set(pairs)):
+        if sizes is not None and pair in sizes and not force_cold:
+            checked.append(pair)
+            continue
         if ctx.modes.get(pair) == "warm" and not force_cold:
             ticket.modes[pair] = "warm"
             continue
@@ -173,16 +189,35 @@ def begin(ctx: Context, pairs: Iterable[Pair], *, force_cold: bool = False,
         ctx.modes[pair] = mode
         if mode == "cold":
             ticket.registered.add(pair)
+    if checked:
+        assert sizes is not None
+        settings = [ctx.queue_settings.get(queue) for queue, _ in checked]
+        modes = ctx.warm.admission_begin_fits(
+            [(queue, tenant, s.warm_max, s.warm_max_bytes, sizes[(queue, tenant)])
+             for (queue, tenant), s in zip(checked, settings, strict=True)],
+            now_ms=now_ms, token=ticket.token,
+            stale_ms=int(ctx.settings.admission_stale_seconds * 1000))
+        for pair, mode in zip(checked, modes, strict=True):
+            ticket.modes[pair] = mode
+            ctx.modes[pair] = mode
+            if mode == "cold":
+                ticket.registered.add(pair)
+            else:
+                ticket.reserved.add(pair)
     return ticket
 
 
 def close(ctx: Context, ticket: Ticket) -> None:
     """End the admission's registrations; the pairs it wrote cold rows to (or may have:
-    a failed transaction's entry costs one visit) enter their queue's ready-tenant index."""
-    for queue, tenant in sorted(ticket.registered):
+    a failed transaction's entry costs one visit) enter their queue's ready-tenant index.
+    A record of tasks about to be pushed that no push used up (nothing to push, or the
+    push failed) is dropped."""
+    for queue, tenant in sorted(ticket.registered | ticket.reserved):
         ctx.warm.admission_end(queue, tenant, ticket.token)
-        ready_tenants.note(ctx, queue, (tenant,))
+        if (queue, tenant) in ticket.registered:
+            ready_tenants.note(ctx, queue, (tenant,))
     ticket.registered.clear()
+    ticket.reserved.clear()
 
 
 def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
@@ -235,6 +270,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
             go_cold(ctx, ticket, pair)
             refused.extend(item[0] for item in items[start:])
             break
+        ticket.reserved.discard(pair)  # (the push used up the record: lua/push_ready.lua)
         if out.given_back:
             tenant_budget.give_back(ctx, queue, tenant, out.freed)
         if limit:

@@ -17,6 +17,7 @@ from tierq.core.ordering import Place, place
 from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns
+from tierq.dal.warm_tier import AdmittedSize
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, flows, groups, payloads, tiering
 from tierq.logic.admission import PushItem, Target, task_blob
@@ -229,7 +230,8 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     """Insert; admit the created ready rows; resolve conflicts. Returns the tasks to retry
     (their conflicting task finished in between)."""
     ready_pairs = {(queue, p.tenant) for p in batch if p.ready}
-    ticket = admission.begin(ctx, ready_pairs, since=now)  # (its rows' state_since)
+    ticket = admission.begin(ctx, ready_pairs, since=now,  # (its rows' state_since)
+                             sizes=_sizes(queue, batch, int(now * 1000)))
     try:
         ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
         for p in batch:
@@ -274,6 +276,28 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     if not conflicts:
         return []
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
+
+
+def _sizes(queue: str, batch: Sequence[Prepared], created_ms: int) -> dict[Pair, AdmittedSize]:
+    """What the batch will push into each pair (admission.begin: a warm set that could not
+    take its first task turns cold before the insert, and the pair's rows are written
+    cold): the blob of its first ready task, its ready tasks, and their bytes (each blob
+    taken as its payload and key plus the first blob's other fields)."""
+    firsts: dict[Pair, tuple[int, int]] = {}  # (the first blob, its other fields)
+    counts: dict[Pair, tuple[int, int]] = {}  # (tasks, bytes)
+    for p in batch:
+        if not p.ready:
+            continue
+        pair = (queue, p.tenant)
+        own = len(p.payload_json) + (0 if p.key is None else len(p.key) + 2)
+        first = firsts.get(pair)
+        if first is None:
+            blob = len(task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts,
+                                 created_ms, group=p.group))
+            first = firsts[pair] = (blob, max(0, blob - own))
+        tasks, size = counts.get(pair, (0, 0))
+        counts[pair] = (tasks + 1, size + first[1] + own)
+    return {pair: (firsts[pair][0], *counts[pair]) for pair in firsts}
 
 
 Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]

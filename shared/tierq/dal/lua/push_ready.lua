@@ -17,7 +17,9 @@
 --            queue is in cold mode (hysteresis).
 --   new: tasks created by this very enqueue, as 'enqueue'; their ids were just made, so no
 --        copy can be in line already: the look-up is skipped, and the pairs go to ZADD and
---        HSET as they came (no table built per task).
+--        HSET as they came (no table built per task). An enqueue whose admission found
+--        room (the meta field `rsv:<token>`, lua/admission_begin.lua) is not refused for
+--        the cold mode: it began while the pair was warm.
 --   promote: the cold -> warm mover; restore: the reconciler re-pushing rows Valkey lost.
 --            Both only need room: they are the oldest work of their line.
 -- One live lease per task (docs/architecture.md §8):
@@ -85,6 +87,10 @@ local charge = tonumber(ARGV[9])
 if tonumber(ARGV[6]) < tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') then
   return { 'late' }
 end
+-- an admission that found room in the warm set (admission_begin.lua) is pushed even if
+-- the pair turned cold since: it began before that (its first call that writes uses the
+-- record up)
+local reserved = kind == 'new' and redis.call('HEXISTS', KEYS[3], 'rsv:' .. ARGV[4]) == 1
 local mode = redis.call('HGET', KEYS[3], 'mode')
 if not mode then
   mode = 'cold'
@@ -129,7 +135,7 @@ local function held_later(k)
     > tonumber(string.match(ARGV[HS + 2 * k - 1], '^(%d+)|') or '0')
 end
 
-if admits and mode == 'cold' then
+if admits and mode == 'cold' and not reserved then
   for k = 1, n do
     if not held_later(k) then
       n_refused = n_refused + 1
@@ -193,6 +199,7 @@ else
   call_chunked('ZADD', KEYS[1], ready_args)
   call_chunked('HSET', KEYS[2], data_args)
 end
+if reserved then redis.call('HDEL', KEYS[3], 'rsv:' .. ARGV[4]) end
 add_warm_bytes(KEYS[3], bytes - bytes_before)
 local given_back, freed = 0, 0
 if bound ~= '' then
