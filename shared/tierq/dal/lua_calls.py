@@ -315,7 +315,7 @@ class LeaseDrop(LuaCall[int]):
     were ended."""
 
     SCRIPT: ClassVar[str] = "lease_drop"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started")
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "limits")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -331,7 +331,7 @@ class ReleaseLeases(LuaCall[list[str]]):
     answers the members ended."""
 
     SCRIPT: ClassVar[str] = "release_leases"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started")
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "limits")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
@@ -349,9 +349,28 @@ class LeaseExtend(LuaCall[list[int]]):
     new deadline, or 0 for a lease not held or past its deadline."""
 
     SCRIPT: ClassVar[str] = "lease_extend"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased",)
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
     ITEM: ClassVar[tuple[str, ...]] = ("member", "extend_ms")
+
+    on: Any
+    now_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> list[int]:
+        return [int(x) for x in reply]
+
+
+@lazy_dataclass(frozen=True)
+class LeaseLimit(LuaCall[list[int]]):
+    """Give new leases their attempt's time limit (lua/lease_limit.lua): per (member,
+    limit_ms) item, the lease's deadline after, or 0 for a lease not held or past its
+    deadline."""
+
+    SCRIPT: ClassVar[str] = "lease_limit"
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "limit_ms")
 
     on: Any
     now_ms: int
@@ -475,7 +494,7 @@ class Remove(LuaCall[int]):
 
     SCRIPT: ClassVar[str] = "remove"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "meta", "lease_of", "claims",
-                                       "started")
+                                       "started", "limits")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -1065,7 +1084,8 @@ def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
 
 
 CALLS: tuple[type[LuaCall[Any]], ...] = (
-    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseExpired,
+    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseLimit,
+    LeaseExpired,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,

@@ -61,13 +61,14 @@ BLOB_KEY_QUOTES = 12
 def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priority: int,
               max_attempts: int, created_ms: int,
               parents_json: bytes | str | None = None, group: str | None = None,
-              seq: int | None = None) -> bytes:
+              seq: int | None = None, timeout_seconds: int | None = None) -> bytes:
     """What the warm tier keeps of a ready task: enough to hand it out without Postgres.
     ``<attempts>|{"e":<n>,"p":<payload>,"k":<key>,"pr":<priority>,"m":<max_attempts>,
     "c":<ms>}``, formatted directly (one per task on the enqueue path); a task released
     from a wait adds ``"pa":<its parents>`` (logic/flows.py), since claims do not read
     PostgreSQL; a task of a group adds ``"g":<its group>,"gs":<its seq>`` after it
-    (logic/groups.py; the seq is its records' ``SequenceNumber``, logic/dispatch/events.py).
+    (logic/groups.py; the seq is its records' ``SequenceNumber``, logic/dispatch/events.py);
+    a task with a time limit of its own adds ``"to":<seconds>`` last (logic/time_limits.py).
     ``e`` counts the quotes and backslashes of that JSON text (its own key's included): each
     costs a second byte in a Lambda response, and lua/claim.lua sizes a claim by it
     without scanning."""
@@ -76,7 +77,7 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
     key_json = b"null" if key is None else orjson.dumps(key)
     escapes = (BLOB_KEY_QUOTES + payload_json.count(b'"') + payload_json.count(b"\\")
                + key_json.count(b'"') + key_json.count(b"\\"))
-    if parents_json is None and group is None:
+    if parents_json is None and group is None and timeout_seconds is None:
         return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d}' % (
             attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms)
     tail = b""
@@ -92,6 +93,9 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
         if seq is not None:
             escapes += 2
             tail += b',"gs":%d' % seq
+    if timeout_seconds is not None:
+        escapes += 2
+        tail += b',"to":%d' % timeout_seconds
     return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d%b}' % (
         attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms, tail)
 
@@ -126,7 +130,7 @@ def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
         place(row.priority, row.seq, task_id),
         task_blob(row.attempts, row.payload, row.key, row.priority, row.max_attempts,
                   created_ms, getattr(row, "parents", None), getattr(row, "grp", None),
-                  row.seq),
+                  row.seq, getattr(row, "timeout_seconds", None)),
     )
 
 

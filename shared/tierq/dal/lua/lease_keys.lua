@@ -6,10 +6,11 @@
 -- | lease_of | hash       | id -> the token of its lease (one HGET, then one ZSCORE of '<id>|<token>', finds a task's lease by its id), or '~r<ms>' for a lease a release took back at <ms> and whose task it is about to push again (the reconciler leaves it to the release until its cutoff has passed <ms>: missing.lua; the task's next lease or push replaces it) |
 -- | claims   | hash       | '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of that claim's leases `leased` holds; both go with the claim's last lease |
 -- | started  | sorted set | id -> when its lease's claim began (epoch ms): the running leases a page at a time in start order (running_page.lua) |
+-- | limits   | sorted set | '<id>|<token>' -> the attempt's time limit (epoch ms) of a lease that has one (lease_limit.lua): no deadline passes it (lease_extend.lua) |
 -- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
--- Every path that ends a lease ends it here: the member leaves `leased`, its id leaves
--- `lease_of` and `started` only while that entry still names this very token (an older token
--- never erases a newer lease's entries), and its claim's count goes down.
+-- Every path that ends a lease ends it here: the member leaves `leased` (and `limits`), its id
+-- leaves `lease_of` and `started` only while that entry still names this very token (an older
+-- token never erases a newer lease's entries), and its claim's count goes down.
 
 -- The claim prefix of a token, or nil for a token of another shape.
 local function lease_prefix(token)
@@ -25,8 +26,8 @@ end
 -- whose deadline is after it; a member named twice is ended once. An id whose lease_of
 -- entry named the lease ended is removed from lease_of (or set to `mark` when given) and
 -- from started. Returns the members ended, in the order given. Work: ZMSCORE, ZREM, HMGET,
--- HDEL (or HSET), ZREM, and an HINCRBY per claim.
-local function lease_drop(leased, lease_of, claims, started, members, after, mark)
+-- HDEL (or HSET), ZREM, and an HINCRBY per claim; a ZREM of `limits` when it is given.
+local function lease_drop(leased, lease_of, claims, started, members, after, mark, limits)
   if #members == 0 then return {} end
   local scores = call_chunked('ZMSCORE', leased, members)
   local gone, ids, tokens, n_gone = {}, {}, {}, 0
@@ -45,6 +46,7 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
   end
   if n_gone == 0 then return gone end
   call_chunked('ZREM', leased, gone)
+  if limits then call_chunked('ZREM', limits, gone) end
   local named = call_chunked('HMGET', lease_of, ids)
   local clear, n_clear = {}, 0  -- ids, or id, mark, ... with a mark
   local unstarted, n_unstarted = {}, 0  -- the ids whose lease this was
