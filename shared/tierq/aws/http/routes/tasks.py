@@ -42,16 +42,15 @@ WaitQuery = Annotated[float | None, Query(
 @router.get(
     "/v1/queues/<queue>/tasks/<id>",
     summary="A task's status",
-    description="With wait_seconds, the answer comes as soon as the task is done, dead, "
-                "cancelled or deleted (404), or after wait_seconds as the task stands: a wait is woken "
-                "by a message from whatever ends the task, and reads the task only as it "
-                "starts and ends. A task acked without a result (its row deleted) answers "
-                "done for at least five minutes after its ack to a caller pinned to its "
-                "tenant, with what only its row held (payload, key, priority) at "
-                "defaults. Another tenant's task is 404 at once. A wait counts as a long "
-                "poll: a tenant caller holds at most TIERQ_TENANT_LONG_POLLS at once "
-                "(claims and waits together); one more is 429 too_many_requests with "
-                "Retry-After.",
+    description="With wait_seconds, the answer comes as soon as the task is done, dead, cancelled"
+                " or deleted (404), or after wait_seconds as the task stands: a wait is woken by "
+                "a message from whatever ends the task, and reads the task only as it starts and "
+                "ends. A task acked without a result (its row deleted) answers done for at least "
+                "five minutes after its ack to a caller pinned to its tenant, with what only its "
+                "row held (payload, key, priority) at defaults. Another tenant's task is 404 at "
+                "once. A wait counts as a long poll: a tenant caller holds at most "
+                "TIERQ_TENANT_LONG_POLLS at once (claims and waits together); one more is 429 "
+                "too_many_requests with Retry-After.",
     operation_id="getTask",
     tags=["tasks"],
     responses=responses("The task as stored, with its lease when it is leased.", 404),
