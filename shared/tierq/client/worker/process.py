@@ -110,6 +110,10 @@ class HandlerProcess:
             self.conn = mine
         return self.process, self.conn
 
+    def warm_up(self) -> None:
+        """Start the child now (it imports the handler's module while tasks are claimed)."""
+        self._start()
+
     def run(self, task: ClaimedTask, *, cancel_grace_seconds: float,
             aborted: Callable[[], bool]) -> Ack | Nack | None:
         """Run ``task``'s handler in the child; its outcome, or None when the child was

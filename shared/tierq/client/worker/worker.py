@@ -175,6 +175,8 @@ class Worker(WorkerBase):
         threads: list[threading.Thread] = []
         try:
             self._resolve_lease_seconds()
+            for child in self._children:
+                child.warm_up()
             executors = [threading.Thread(target=self._execute_loop, args=(i,), daemon=True,
                                           name=f"tierq-worker-{i}")
                          for i in range(self.concurrency)]
@@ -191,6 +193,8 @@ class Worker(WorkerBase):
                 if threads:
                     self._shutdown(threads)
             finally:
+                for child in self._children:
+                    child.close()
                 restore_signals()
                 self._finished.set()
         return self._stopped()
@@ -359,8 +363,6 @@ class Worker(WorkerBase):
             # a handler still running is left to its daemon thread (isolation="process":
             # its child was killed when it was let go)
             thread.join(timeout=0.05 if not self._children else 6.0)
-        for child in self._children:
-            child.close()
 
     def _let_go(self, leases: list[HeldLease]) -> None:
         """Let go of what is unfinished at shutdown (``let_go`` already set on each).
