@@ -147,6 +147,11 @@ class Rejection(Model):
     reason: RejectReason
 
 
+def _empty(value: list[UUID]) -> bool:
+    return not value
+
+
+# (left out of an answer when empty: an answer without a cancel is as it always was)
 CANCELLED_DESCRIPTION = ("Of the items rejected, the tasks that were cancelled (POST "
                          "…/tasks/{id}/cancel): their handler should stop. Each is in "
                          "`rejected` too, so a client that does not know this list acts as "
@@ -156,14 +161,16 @@ CANCELLED_DESCRIPTION = ("Of the items rejected, the tasks that were cancelled (
 class AckResult(Replayable):
     acked: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION)
+    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
+                                 exclude_if=_empty)
 
 
 class NackResult(Replayable):
     retried: list[UUID] = Field(default_factory=list)
     dead: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION)
+    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
+                                 exclude_if=_empty)
 
 
 class ReleaseResult(Replayable):
@@ -179,7 +186,8 @@ class LeaseExtended(Model):
 class HeartbeatResult(Replayable):
     extended: list[LeaseExtended] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION)
+    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
+                                 exclude_if=_empty)
 
 
 class RunningLease(Model):
