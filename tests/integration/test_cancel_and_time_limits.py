@@ -240,3 +240,14 @@ def test_a_bad_timeout_is_refused_and_nothing_is_written(tq, pg, bad):
     assert count_rows(pg, "b") == 0
     with pytest.raises(ValidationError, match="timeout_seconds"):
         tq.put_queue("b", {"timeout_seconds": bad})
+
+
+def test_a_cancelled_lease_frees_its_place_under_the_queues_limits(make_tq):
+    tq = make_tq(lease_seconds=300)
+    tq.put_queue("m", {"max_leased": 1, "tenant_max_leased": 1})
+    first, second = tq.enqueue("m", [{"payload": 1}, {"payload": 2}])
+    [task] = tq.claim("m", max=2)
+    assert task.id == first.id and tq.claim("m") == []  # the limit is reached
+    tq.cancel("m", first.id)
+    [task] = tq.claim("m")  # at once, not once the cancelled lease would have run out
+    assert task.id == second.id

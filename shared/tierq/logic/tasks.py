@@ -10,7 +10,7 @@ import orjson
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound, TaskFinished
-from tierq.logic import flows, groups, waits
+from tierq.logic import flows, groups, leases, waits
 from tierq.logic.context import Context, from_ms
 from tierq.models.tasks import ParentView, TaskState, TaskView
 
@@ -93,7 +93,12 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
     if row.state == "warm":  # out of the ready set, or its lease dropped
+        # (a lease's queue-wide reservation, under max_leased, is given back with it)
+        lease = ctx.warm.lease_of(queue, row.tenant, str(task_id)) \
+            if ctx.queue_settings.get(queue).max_leased else None
         ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
+        if lease is not None:
+            leases.free_reservations(ctx, queue, [lease.token])
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "cancelled")
     now_row = row._replace(state="cancelled")
     return view(now_row)
