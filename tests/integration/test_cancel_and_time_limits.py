@@ -233,7 +233,7 @@ def test_the_queue_default_applies_to_tasks_without_their_own(make_tq):
     assert tq.get_task("q", own.id).timeout_seconds == 1
 
 
-@pytest.mark.parametrize("bad", [0, -1, MAX_TIMEOUT_SECONDS + 1, 1.5, "2s"])
+@pytest.mark.parametrize("bad", [0, -1, MAX_TIMEOUT_SECONDS + 1, 1.5, "2s", [2]])
 def test_a_bad_timeout_is_refused_and_nothing_is_written(tq, pg, bad):
     with pytest.raises(ValidationError, match="timeout_seconds"):
         tq.enqueue("b", [{"payload": 1}, {"payload": 2, "timeout_seconds": bad}])

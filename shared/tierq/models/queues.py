@@ -160,8 +160,7 @@ class QueueSettingsUpdate(RequestModel):
     # null restores the default (1)
     group_max_leased: int | None = Field(default=None, ge=1, le=GROUP_MAX_LEASED_MAX)
     # the time limit of an attempt of the queue's tasks without their own; null: none
-    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
-                                        strict=True)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
 
     def clears(self, field: str) -> bool:
         """Whether ``field`` was given as null (to clear it), not left out."""

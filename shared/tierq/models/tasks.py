@@ -69,7 +69,7 @@ class TaskIn(RequestModel):
                     "`group_max_leased` of them at once (1 by default); the others are "
                     "`held`. Not with `after`.")
     timeout_seconds: int | None = Field(
-        default=None, ge=1, le=MAX_TIMEOUT_SECONDS, strict=True,
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
         description="The longest one attempt may run, in seconds (at most a week; default "
                     "the queue's `timeout_seconds`, if any): heartbeats do not extend the "
                     "lease past the attempt's start plus this, and an attempt that reaches "
