@@ -186,9 +186,9 @@ class QueueEngine(Protocol):
 
     def get_task(self, queue: str, task_id: UUID | str, *, wait_seconds: float = 0,
                  tenant: str | None = None) -> TaskView:
-        """The task. With ``wait_seconds`` (0 to 20), once it is done, dead or deleted, or
-        after that long as it stands, woken by a message and not by polling PostgreSQL
-        (tierq.logic.waits). ``tenant``: the caller's; another tenant's task is
+        """The task. With ``wait_seconds`` (0 to 20), once it is done, dead, cancelled or
+        deleted, or after that long as it stands, woken by a message and not by polling
+        PostgreSQL (tierq.logic.waits). ``tenant``: the caller's; another tenant's task is
         ``NotFound`` at once."""
         ...
 
