@@ -1185,8 +1185,8 @@ class WarmTier:
         return out
 
     def lease_limits(self, queue: str, tenant: str, members: Sequence[str]) -> list[int | None]:
-        """The time limit (epoch ms) of each lease (a member), None for one without (or
-        no longer held). One ZMSCORE per chunk."""
+        """The time limit (epoch ms) of each lease (a member), None for one without a
+        limit or not held. One ZMSCORE per chunk."""
         return [None if d is None else int(float(d))
                 for d in self._deadlines(PairKeys.of(queue, tenant).limits, members)]
 

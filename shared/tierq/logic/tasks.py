@@ -10,7 +10,7 @@ import orjson
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound, TaskFinished
-from tierq.logic import flows, groups, leases, waits
+from tierq.logic import flows, groups, waits
 from tierq.logic.context import Context, from_ms
 from tierq.models.tasks import ParentView, TaskState, TaskView
 
@@ -98,7 +98,9 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
             if ctx.queue_settings.get(queue).max_leased else None
         ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
         if lease is not None:
-            leases.free_reservations(ctx, queue, [lease.token])
+            # (imported here: the enqueue and cron functions load this module, not leases)
+            from tierq.logic.leases import free_reservations
+            free_reservations(ctx, queue, [lease.token])
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "cancelled")
     now_row = row._replace(state="cancelled")
     return view(now_row)

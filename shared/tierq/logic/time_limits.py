@@ -44,7 +44,7 @@ def effective(own: int | None, queue_default: int | None) -> int | None:
 def limit_leases(ctx: Context, queue: str, tenant: str, now_ms: int,
                  leases: Sequence[tuple[str, str, int]]) -> dict[str, int]:
     """Give new leases (id, token, limit in seconds) of one pair, claimed at ``now_ms``,
-    their limits; the deadline of each after, by id (0: the lease was no longer held)."""
+    their limits; the deadline of each after, by id (0: the lease had ended already)."""
     if not leases:
         return {}
     deadlines = ctx.warm.limit_leases(queue, tenant, now_ms=now_ms, limits=[

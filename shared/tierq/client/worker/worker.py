@@ -155,6 +155,7 @@ class Worker(WorkerBase):
         self._stopping = threading.Event()
         self._abort = threading.Event()
         self._heartbeats_done = threading.Event()
+        self._slot = threading.local()  # (each handler thread's slot)
 
     # -- public ------------------------------------------------------------------------
 
@@ -177,7 +178,7 @@ class Worker(WorkerBase):
             self._resolve_lease_seconds()
             for child in self._children:
                 child.warm_up()
-            executors = [threading.Thread(target=self._execute_loop, args=(i,), daemon=True,
+            executors = [threading.Thread(target=self._executor, args=(i,), daemon=True,
                                           name=f"tierq-worker-{i}")
                          for i in range(self.concurrency)]
             reporter = threading.Thread(target=self._report_loop, daemon=True,
@@ -266,7 +267,14 @@ class Worker(WorkerBase):
 
     # -- running -------------------------------------------------------------------------
 
-    def _execute_loop(self, slot: int) -> None:
+    def _executor(self, slot: int) -> None:
+        """A handler thread: its slot (the child process it runs handlers in, with
+        ``isolation="process"``), then the loop."""
+        self._slot.index = slot
+        self._execute_loop()
+
+    def _execute_loop(self) -> None:
+        slot: int = getattr(self._slot, "index", 0)
         while True:
             lease = self._work.get()
             if lease is None:
