@@ -141,7 +141,7 @@ def test_integrations_and_permissions_name_the_alias(tmp_path: Path) -> None:
     uris = [operation["x-amazon-apigateway-integration"]["uri"]["Fn::Sub"]
             for operations in body["paths"].values() for operation in operations.values()
             if isinstance(operation, dict) and "x-amazon-apigateway-integration" in operation]
-    assert len(uris) == 25  # every route of the four HTTP functions
+    assert len(uris) == 26  # every route of the four HTTP functions
     assert all(any(f"${{{alias}}}" in uri for alias in aliases.values()) for uri in uris), uris
 
 
