@@ -186,13 +186,24 @@ class QueueEngine(Protocol):
 
     def get_task(self, queue: str, task_id: UUID | str, *, wait_seconds: float = 0,
                  tenant: str | None = None) -> TaskView:
-        """The task. With ``wait_seconds`` (0 to 20), once it is done, dead or deleted, or
-        after that long as it stands, woken by a message and not by polling PostgreSQL
-        (tierq.logic.waits). ``tenant``: the caller's; another tenant's task is
+        """The task. With ``wait_seconds`` (0 to 20), once it is done, dead, cancelled or
+        deleted, or after that long as it stands, woken by a message and not by polling
+        PostgreSQL (tierq.logic.waits). ``tenant``: the caller's; another tenant's task is
         ``NotFound`` at once."""
         ...
 
-    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView: ...
+    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
+        """Delete the task whatever its state (DELETE): gone, a GET after it is 404."""
+        ...
+
+    def cancel(self, queue: str, task_id: UUID | str, *,
+               tenant: str | None = None) -> TaskView:
+        """Mark an unfinished task ``cancelled``, its row kept until retention ends
+        (tierq.logic.tasks.cancel): out of its line at once, or, leased, its worker told by
+        its next heartbeat or ack (their answers' ``cancelled``). ``tenant``: the caller's;
+        another tenant's task is ``NotFound``. A done or dead task is ``TaskFinished``
+        (409); one cancelled already is answered as it is."""
+        ...
 
     def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
                  after: tuple[datetime, UUID] | None = None) -> list[TaskView]:

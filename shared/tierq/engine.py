@@ -342,6 +342,10 @@ class Tierq(Deployment):
     def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
         return tasks.cancel_task(self.ctx, queue, UUID(str(task_id)))
 
+    def cancel(self, queue: str, task_id: UUID | str, *,
+               tenant: str | None = None) -> TaskView:
+        return tasks.cancel(self.ctx, queue, UUID(str(task_id)), tenant=tenant)
+
     def dlq_list(self, queue: str, *, tenant: str | None = None, limit: int = 100,
                  after: tuple[datetime, UUID] | None = None) -> list[TaskView]:
         return dlq.list_dead(self.ctx, queue, tenant=tenant, limit=limit, after=after)

@@ -53,6 +53,12 @@ class Conflict(TierqError):
     code = "conflict"
 
 
+class TaskFinished(Conflict):
+    """A cancel of a task that is done or dead already: nothing was changed."""
+
+    code = "task_finished"
+
+
 class QuotaExceeded(Conflict):
     """A per-tenant limit would be passed (a new queue beyond TIERQ_MAX_QUEUES_PER_TENANT, a
     new schedule beyond TIERQ_MAX_SCHEDULES_PER_TENANT); nothing was written. 409, not 429:

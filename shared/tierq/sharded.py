@@ -566,7 +566,7 @@ class ShardedTierq(Deployment):
         models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
                   for i in items]
         return self._settle_once("ack", queue, models, AckResult(),
-                                 lambda e, m: e.ack(queue, m), ["acked"],
+                                 lambda e, m: e.ack(queue, m), ["acked", "cancelled"],
                                  idempotency_key, caller, body_fingerprint)
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
@@ -574,7 +574,7 @@ class ShardedTierq(Deployment):
              body_fingerprint: bytes | None = None) -> NackResult:
         models = [i if isinstance(i, NackItem) else NackItem.model_validate(i) for i in items]
         return self._settle_once("nack", queue, models, NackResult(),
-                                 lambda e, m: e.nack(queue, m), ["retried", "dead"],
+                                 lambda e, m: e.nack(queue, m), ["retried", "dead", "cancelled"],
                                  idempotency_key, caller, body_fingerprint)
 
     def release(self, queue: str, items: Sequence[ReleaseItem | ClaimedTask | Mapping[str, Any]],
@@ -592,7 +592,7 @@ class ShardedTierq(Deployment):
         models = [i if isinstance(i, HeartbeatItem) else HeartbeatItem.model_validate(i)
                   for i in items]
         return self._settle_once("heartbeat", queue, models, HeartbeatResult(),
-                                 lambda e, m: e.heartbeat(queue, m), ["extended"],
+                                 lambda e, m: e.heartbeat(queue, m), ["extended", "cancelled"],
                                  idempotency_key, caller, body_fingerprint)
 
     # -- tasks -----------------------------------------------------------------------------
@@ -627,6 +627,12 @@ class ShardedTierq(Deployment):
 
     def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
         return self._find_task(task_id, lambda e: e.cancel_task(queue, task_id))
+
+    def cancel(self, queue: str, task_id: UUID | str, *,
+               tenant: str | None = None) -> TaskView:
+        """Cancel the task on the shard that holds it (found by its id's tag; another
+        tenant's is not found on any)."""
+        return self._find_task(task_id, lambda e: e.cancel(queue, task_id, tenant=tenant))
 
     # -- queues ----------------------------------------------------------------------------
 

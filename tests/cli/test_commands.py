@@ -234,6 +234,33 @@ def test_heartbeat_carries_progress_which_running_and_wait_show(
     assert dead.exit_code == 1 and 'progress: {"page":' in dead.stderr + dead.stdout
 
 
+def test_cancel_marks_a_running_task_cancelled(tierq: Tierq, api: Client,
+                                               names: QueueNames) -> None:
+    queue = names["jobs"]
+    made = tierq("enqueue", queue, '{"n": 1}', "--timeout", "30", "--json")
+    assert made.exit_code == 0, made.output
+    [task] = api.claim(queue)
+    assert task.timeout_seconds == 30
+    cancelled = tierq("cancel", queue, str(task.id), "--json")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert json_of(cancelled)["state"] == "cancelled"
+    beat = api.heartbeat(queue, [{"id": task.id, "lease_token": task.lease_token}])
+    assert beat.cancelled == [task.id]
+    assert tierq("cancel", queue, str(task.id)).exit_code == 0  # (already: as it is)
+    assert tierq("wait", queue, str(task.id)).exit_code == 1  # (it ended cancelled)
+    done = api.enqueue_one(queue, {"n": 2})
+    [task] = api.claim(queue)
+    api.ack(queue, [{"id": task.id, "lease_token": task.lease_token, "result": 1}])
+    refused = tierq("cancel", queue, str(done.id))
+    assert refused.exit_code == 1 and "task_finished" in refused.stderr
+    assert tierq("cancel", queue, "01a2010d-0000-7000-8000-000000000001").exit_code == 1
+    shown = tierq("queue", "set", queue, "--timeout", "120", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json_of(shown)["settings"]["timeout_seconds"] == 120
+    assert tierq("queue", "set", queue, "--timeout", "0").exit_code == 2
+    assert tierq("enqueue", queue, "1", "--timeout", "0").exit_code == 2
+
+
 @pytest.mark.parametrize("args", [
     ["heartbeat", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--progress", "{oops"],
     ["claim", "q", "--max", "0"],

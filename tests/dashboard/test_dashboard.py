@@ -255,3 +255,30 @@ def test_progress_shows_in_running_tasks_and_lookup(page: Any, api: Client, api_
         "document.getElementById('task-summary').textContent.includes('progress')")
     assert page.get_by_test_id("task-summary").text_content().startswith(
         'leased · progress {"rows":1200} (')
+
+
+def test_a_task_is_cancelled_from_the_running_panel_and_the_lookup(
+        page: Any, api: Client, api_url: str, names: QueueNames) -> None:
+    queue = names["cancelled"]
+    running, waiting = api.enqueue(queue, [{"payload": 1}, {"payload": 2,
+                                                            "timeout_seconds": 30}])
+    [leased] = api.claim(queue)
+    assert leased.id == running.id
+    open_dashboard(page, api_url)
+    page.get_by_test_id("running-panel").locator("summary").click()
+    row = page.locator(f'tr[data-testid="running-row"][data-task="{leased.id}"]')
+    row.get_by_test_id("running-cancel").click()
+    page.wait_for_function(
+        "document.querySelectorAll('[data-testid=running-row]').length === 0")
+    assert api.get_task(queue, running.id).state == "cancelled"
+    page.get_by_test_id("task-queue").fill(queue)
+    page.get_by_test_id("task-id").fill(str(waiting.id))
+    page.get_by_test_id("task-id").press("Enter")
+    page.wait_for_function(
+        "document.getElementById('task-summary').textContent.includes('limit')")
+    assert page.get_by_test_id("task-summary").text_content() == "warm · limit 30s"
+    page.get_by_test_id("task-cancel").click()
+    page.wait_for_function(
+        "document.getElementById('task-summary').textContent.startsWith('cancelled')")
+    assert page.get_by_test_id("task-cancel").is_hidden()
+    assert api.get_task(queue, waiting.id).state == "cancelled"

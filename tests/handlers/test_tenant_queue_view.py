@@ -23,10 +23,11 @@ CONFIGURED = {
     "max_leased": 11, "rate": {"per_second": 7, "burst": 13},
     "tenant_max_leased": 2, "tenant_rate": {"per_second": 3, "burst": 4},
     "consumer": {"function": "orders-fn", "batch_size": 9, "max_concurrency": 6},
-    "group_max_leased": 4,
+    "group_max_leased": 4, "timeout_seconds": 90,
 }
 TENANT_VIEW_FIELDS = {"view", "queue", "tenant", "settings", "counts", "mode"}
-WORKER_SETTINGS = {"lease_seconds", "max_attempts", "backoff", "paused", "group_max_leased"}
+WORKER_SETTINGS = {"lease_seconds", "max_attempts", "backoff", "paused", "group_max_leased",
+                   "timeout_seconds"}
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +67,8 @@ def test_a_pinned_caller_sees_the_worker_settings_and_its_own_counts(call: Invok
     assert view["settings"] == {
         "lease_seconds": 42, "max_attempts": 3, "paused": True,
         "backoff": {"kind": "fixed", "base_seconds": 5.0, "cap_seconds": 5.0, "jitter": 0.0},
-        "group_max_leased": 4}  # (a worker reads how many of a group run at once)
+        "group_max_leased": 4,  # (a worker reads how many of a group run at once)
+        "timeout_seconds": 90}  # (and how long an attempt may run)
     assert view["counts"]["warm"] + view["counts"]["cold"] == 2  # acme's, not beta's 5
     conforms(view, "/v1/queues/{queue}")
     conforms(call("GET", "/v1/queues", claims=ACME).body, "/v1/queues")

@@ -33,6 +33,7 @@ from tierq.dal.lua_calls import (
     LeaseExpired,
     LeaseExtend,
     LeaseIndex,
+    LeaseLimit,
     LeaseOf,
     LeaseOfReply,
     LeaseProgress,
@@ -218,8 +219,10 @@ def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
     push(warm, k, ids(3))
     members = claimed_members(claim(warm, k, 2))
     assert run(warm, LeaseProgress(k, NOW, [(members[0], '{"done":1}')])) == [True]
+    valkey.zadd(k.limits, {members[0]: NOW + 1})  # a time limit goes with its lease
     assert run(warm, LeaseDrop(k, [*members, "gone|t1~x~1~1"])) == 2
     assert valkey.zcard(k.leased) == 0 and valkey.hlen(k.lease_of) == 0
+    assert valkey.zcard(k.limits) == 0
     assert valkey.hlen(k.claims) == 0 and valkey.zcard(k.started) == 0
     # the lease's progress went with it, and its bytes
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
@@ -263,6 +266,21 @@ def lease_extend_scenario(warm: WarmTier, valkey: Any) -> None:
     out = run(warm, LeaseExtend(k, NOW + 10, [(member, 7_000), ("gone|t1~x~1~1", 7_000)]))
     assert out == [NOW + 10 + 7_000, 0]
     assert valkey.zscore(k.leased, member) == NOW + 10 + 7_000
+    valkey.zadd(k.limits, {member: NOW + 9_000})  # its time limit: never extended past it
+    assert run(warm, LeaseExtend(k, NOW + 20, [(member, 60_000)])) == [NOW + 9_000]
+
+
+def lease_limit_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(2))
+    members = claimed_members(claim(warm, k, 2))
+    out = run(warm, LeaseLimit(k, NOW + 1, [(members[0], NOW + 500),
+                                            (members[1], NOW + LEASE + 500),
+                                            ("gone|t1~x~1~1", NOW + 500)]))
+    assert out == [NOW + 500, NOW + LEASE, 0]  # brought down to the limit, or kept
+    assert valkey.zscore(k.leased, members[0]) == NOW + 500
+    assert valkey.zscore(k.limits, members[1]) == NOW + LEASE + 500
+    assert valkey.zscore(k.limits, "gone|t1~x~1~1") is None
 
 
 def lease_expired_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -640,5 +658,6 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     IdempotencyFinish: idem_finish_scenario,
     IdempotencyAbandon: idem_abandon_scenario,
     TaskFinished: task_finished_scenario,
+    LeaseLimit: lease_limit_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

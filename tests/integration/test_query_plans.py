@@ -25,7 +25,8 @@ BATCH = 100
 LARGE_BATCH = 400
 # the statements that settle leased (or refused) tasks by id
 SETTLING = ["ack_delete", "ack_delete_by_attempt", "ack_keep", "lease_outcomes",
-            "release_leased", "mark_cold", "take_over_for_restore", "claimed_tasks_by_ids"]
+            "release_leased", "mark_cold", "take_over_for_restore", "claimed_tasks_by_ids",
+            "cancelled_among"]
 
 
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
@@ -124,19 +125,22 @@ def test_the_cold_walk_skips_over_each_pairs_rows(unanalyzed, mode):
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 def test_the_purge_walk_reads_one_entry_per_queue_with_finished_rows(unanalyzed, mode):
-    setup = ";".join([rows_setup("done-q", "done"), rows_setup("dead-q", "dead")])
+    setup = ";".join([rows_setup("done-q", "done"), rows_setup("dead-q", "dead"),
+                      rows_setup("cancelled-q", "cancelled")])
     nodes = explain(unanalyzed, "walk_finished_queues",
                     {"after_queue": "", "limit": 100}, mode, setup)
     assert seq_scans_of_tasks(nodes) == [], mode
-    assert {"tierq_tasks_done_since", "tierq_tasks_dead_line"} <= {
+    assert {"tierq_tasks_done_since", "tierq_tasks_dead_line",
+            "tierq_tasks_cancelled_since"} <= {
         n["Index Name"] for n in nodes if "Index Name" in n}
-    assert nodes[0]["Actual Rows"] == 2
-    assert rows_read(nodes) <= 4, (mode, rows_read(nodes))
+    assert nodes[0]["Actual Rows"] == 3
+    assert rows_read(nodes) <= 6, (mode, rows_read(nodes))
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 @pytest.mark.parametrize(("name", "state", "index"), [
     ("purge_done_before", "done", "tierq_tasks_done_since"),
+    ("purge_cancelled_before", "cancelled", "tierq_tasks_cancelled_since"),
     ("purge_dead_before", "dead", "tierq_tasks_dead_line")])
 def test_the_retention_purge_reads_its_partial_index(unanalyzed, name, state, index, mode):
     setup = rows_setup("p", state)

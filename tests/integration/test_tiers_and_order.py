@@ -227,6 +227,9 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
         # a grouped task carries its group (logic/groups.py)
         cur.execute("UPDATE tierq_tasks SET grp = %s WHERE state = 'cold' AND priority %% 2 = 0",
                     ('order "7" \\ é',))
+        # a task with a time limit of its own carries it (logic/time_limits.py)
+        cur.execute("UPDATE tierq_tasks SET timeout_seconds = 30 + priority "
+                    "WHERE state = 'cold' AND priority % 4 < 2")
         # a traced task carries its trace context as stored (models/traces.py)
         cur.execute("UPDATE tierq_tasks SET trace = %s WHERE state = 'cold' AND priority %% 5 = 0",
                     (orjson.dumps({"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
@@ -234,8 +237,8 @@ def test_promotion_pushes_what_an_enqueue_would_have_pushed(make_tq, pg):
         items = tq.ctx.store.promote_cold(pg, "p", "_", 100, to_datetime(tq.ctx.now()))
         promoted = {r["id"]: RestoreRow(**r) for r in cur.execute(
             "SELECT id::text AS id, key, seq, priority, payload::text AS payload, attempts, "
-            "max_attempts, created_at, parents::text AS parents, grp, trace FROM tierq_tasks "
-            "WHERE state = 'warm'").fetchall()}
+            "max_attempts, created_at, parents::text AS parents, grp, timeout_seconds, trace "
+            "FROM tierq_tasks WHERE state = 'warm'").fetchall()}
         assert sum(1 for r in promoted.values() if r.parents) > 5
         assert sum(1 for r in promoted.values() if r.grp and r.parents) > 2
         assert sum(1 for r in promoted.values() if r.grp and r.trace) > 2

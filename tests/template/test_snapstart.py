@@ -145,7 +145,7 @@ def test_integrations_and_permissions_name_the_alias(tmp_path: Path) -> None:
     declared = [event for f in HTTP_FUNCTIONS
                 for event in load_template()["Resources"][f]["Properties"]["Events"].values()
                 if event["Type"] == "HttpApi"]
-    assert len(uris) == len(declared) >= 27
+    assert len(uris) == len(declared) >= 28
     assert all(any(f"${{{alias}}}" in uri for alias in aliases.values()) for uri in uris), uris
 
 

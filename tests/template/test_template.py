@@ -47,6 +47,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("PUT", "/v1/queues/{queue}"): "AdminFunction",
     ("GET", "/v1/queues/{queue}/tasks/{id}"): "AdminFunction",
     ("DELETE", "/v1/queues/{queue}/tasks/{id}"): "AdminFunction",
+    ("POST", "/v1/queues/{queue}/tasks/{id}/cancel"): "AdminFunction",
     ("GET", "/v1/queues/{queue}/dlq"): "AdminFunction",
     ("POST", "/v1/queues/{queue}/dlq/replay"): "AdminFunction",
     ("POST", "/v1/queues/{queue}/dlq/purge"): "AdminFunction",

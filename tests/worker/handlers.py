@@ -50,3 +50,21 @@ async def slow_async(task: ClaimedTask) -> dict[str, Any]:
     await asyncio.sleep(float(task.payload["seconds"]))
     journal("finish", task)
     return {"slept": task.payload["seconds"]}
+
+
+def hangs(task: ClaimedTask) -> str:
+    """Hangs past any time limit, deaf to ``task.cancelled`` (only a kill stops it)."""
+    journal("start", task)
+    time.sleep(float(task.payload.get("seconds", 60)))
+    journal("finish", task)
+    return "finished"
+
+
+def until_cancelled(task: ClaimedTask) -> str:
+    """Works until ``task.cancelled`` is set, then stops by itself ("stopped <id>")."""
+    journal("start", task)
+    if task.cancelled.wait(float(task.payload.get("seconds", 60))):
+        journal("stopped", task)
+        return "stopped"
+    journal("finish", task)
+    return "finished"

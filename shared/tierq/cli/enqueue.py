@@ -40,6 +40,7 @@ from tierq.client.errors import field_path
 from tierq.client.http import MAX_BATCH
 from tierq.errors import TierqError
 from tierq.models import EnqueueOutcome, TaskIn
+from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
 MAX_LINE_ERRORS = 20
 
@@ -148,6 +149,10 @@ def register(app: typer.Typer) -> None:
         on_conflict: Annotated[Literal["ignore", "replace"] | None, typer.Option(
             "--on-conflict", help="When a live task has the key: keep it, or update it in "
                                   "place.", show_default=False)] = None,
+        timeout: Annotated[int | None, typer.Option(
+            "--timeout", min=1, max=MAX_TIMEOUT_SECONDS,
+            help="The longest one attempt may run, in seconds (default: the queue's "
+                 "timeout_seconds, if any).", show_default=False)] = None,
         url: UrlOption = "http://127.0.0.1:3000",
         token: TokenOption = None,
         sigv4: SigV4Option = False,
@@ -166,6 +171,7 @@ def register(app: typer.Typer) -> None:
             name: value for name, value in {
                 "key": key, "priority": priority, "delay_seconds": delay, "run_at": run_at,
                 "tenant": tenant, "max_attempts": max_attempts, "on_conflict": on_conflict,
+                "timeout_seconds": timeout,
             }.items() if value is not None}
         if file is not None:
             if key is not None:

@@ -1,7 +1,8 @@
 """``tierq claim``, ``tierq ack``, ``tierq nack`` and ``tierq heartbeat``: take, extend and
 settle tasks by hand over the HTTP API, for debugging (a worker does this in a loop:
 ``tierq worker``); ``tierq running``: the current leases with their progress; ``tierq
-wait``: wait for a task's end (``Client.wait``)."""
+wait``: wait for a task's end (``Client.wait``); ``tierq cancel``: cancel a task, running or
+not (``Client.cancel``)."""
 
 from __future__ import annotations
 
@@ -239,11 +240,11 @@ def register(app: typer.Typer) -> None:
         aws_region: RegionOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """Wait until a task is done or dead, and print it.
+        """Wait until a task is done, dead or cancelled, and print it.
 
         Woken by the task's end on the server (reads of up to 20 s each, no polling).
-        Exit 0 when it is done; 1 when it is dead, deleted (not found) or still running
-        at --timeout."""
+        Exit 0 when it is done; 1 when it is dead, cancelled, deleted (not found) or still
+        running at --timeout."""
         with api_client(url, token, sigv4, aws_region) as api:
             task = api.wait(queue, task_id, timeout=timeout)
         if as_json:
@@ -260,8 +261,32 @@ def register(app: typer.Typer) -> None:
                 at = f" (at {task.progress_at:%H:%M:%S})" if task.progress_at else ""
                 console.print(f"progress: {short_json(task.progress, 200)}{at}",
                               highlight=False)
-        if task.state == "dead":
-            fail(f"task {task.id} is dead")
+        if task.state in ("dead", "cancelled"):
+            fail(f"task {task.id} is {task.state}")
         if task.state != "done":
             fail(f"task {task.id} did not end within {timeout:g} s (it is {task.state})"
                  if timeout is not None else f"task {task.id} is {task.state}")
+
+    @app.command("cancel")
+    def cancel(
+        queue: Annotated[str, typer.Argument(help="The queue.")],
+        task_id: Annotated[str, typer.Argument(help="The task's id.")],
+        url: UrlOption = "http://127.0.0.1:3000",
+        token: TokenOption = None,
+        sigv4: SigV4Option = False,
+        aws_region: RegionOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Cancel a task, running or not, and print it.
+
+        It is kept as cancelled until its queue's retention ends. Waiting in line, it
+        leaves at once; running, its worker is told at its next heartbeat (the handler's
+        task.cancelled is set) and nothing is retried. Exit 0 when it is cancelled (or was
+        already); 1 when it is done or dead already, or not found."""
+        with api_client(url, token, sigv4, aws_region) as api:
+            task = api.cancel(queue, task_id)
+        if as_json:
+            print_json(task.model_dump(mode="json"))
+        else:
+            console.print(f"cancelled {task.id} (attempts {task.attempts}/"
+                          f"{task.max_attempts})", highlight=False)

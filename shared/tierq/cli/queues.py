@@ -118,6 +118,8 @@ def settings_table(view: QueueView) -> Table:
                   f"{consumer.max_batching_window_ms} ms)", "")
     table.add_row("paused", "yes" if s.paused else "no", "")
     table.add_row("lease_seconds", str(s.lease_seconds), f"{view.counts.leased} leased")
+    table.add_row("timeout_seconds", "-" if s.timeout_seconds is None
+                  else str(s.timeout_seconds), "")
     table.add_row("max_attempts", str(s.max_attempts), "")
     table.add_row("warm_max", str(s.warm_max), f"{view.counts.warm} warm, "
                                                f"{view.counts.cold} cold ({view.mode})")
@@ -186,6 +188,10 @@ def register(app: typer.Typer) -> None:
                                        "restores 1.", show_default=False)] = None,
         lease_seconds: Annotated[int | None, typer.Option(
             min=1, help="Default lease length.", show_default=False)] = None,
+        timeout: Annotated[str | None, typer.Option(
+            "--timeout", help="The longest one attempt of a task without its own time limit "
+                              "may run, in seconds (1-604800); 'none' clears it.",
+            show_default=False)] = None,
         max_attempts: Annotated[int | None, typer.Option(
             min=1, help="Attempts before a task is dead-lettered.", show_default=False)] = None,
         paused: Annotated[bool | None, typer.Option(
@@ -208,6 +214,7 @@ def register(app: typer.Typer) -> None:
                             ("group_max_leased",
                              parse_count(group_max_leased, "--group-max-leased")),
                             ("lease_seconds", lease_seconds), ("max_attempts", max_attempts),
+                            ("timeout_seconds", parse_count(timeout, "--timeout")),
                             ("paused", paused)):
             if value is not None:
                 body[name] = None if value == CLEAR else value

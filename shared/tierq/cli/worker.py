@@ -35,6 +35,7 @@ from tierq.cli.common import console
 from tierq.client import AsyncClient
 from tierq.client.worker import AsyncWorker, Worker, WorkerStats, is_coroutine_handler
 from tierq.client.worker.loading import HandlerNotFound, load_handler
+from tierq.client.worker.process import ISOLATIONS, check_picklable
 
 
 def register(app: typer.Typer) -> None:
@@ -65,6 +66,10 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str | None, typer.Option(
             help="Worker name shown on its leases (default host-pid-random).",
             show_default=False)] = None,
+        isolation: Annotated[str, typer.Option(
+            help="'thread', or 'process': each handler slot runs in a child process, killed "
+                 "when its task reaches its time limit (or is cancelled and does not "
+                 "return). Not for an async handler.")] = "thread",
         app_dir: Annotated[Path, typer.Option(
             help="Directory to import the handler's module from.")] = Path("."),
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")]
@@ -100,11 +105,21 @@ def register(app: typer.Typer) -> None:
         options: dict[str, Any] = {
             "concurrency": concurrency, "tenant": tenant, "lease_seconds": lease_seconds,
             "wait_seconds": wait, "grace_seconds": grace, "name": name, "burst": burst}
+        if isolation not in ISOLATIONS:
+            usage_error(f"--isolation: one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         if is_coroutine_handler(function):
+            if isolation != "thread":
+                usage_error("--isolation process runs threads' handlers in processes; an "
+                            "async handler's coroutines are cancelled at their limit anyway")
             asyncio.run(run_async(function, queue, options, url, token, sigv4, aws_region))
             return
+        if isolation == "process":
+            try:
+                check_picklable(function)
+            except ValueError as exc:
+                usage_error(str(exc))
         with api_client(url, token, sigv4, aws_region) as api:
-            runner = Worker(api, queue, function, **options)
+            runner = Worker(api, queue, function, isolation=isolation, **options)
             report(runner.name, runner.run())
 
 

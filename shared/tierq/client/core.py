@@ -746,7 +746,7 @@ class Operations:
     @operation
     def wait(self, queue: str, task_id: UUID | str, *,
              timeout: float | None = None) -> Steps[TaskView]:
-        """The task once it is done or dead, or as it stands after ``timeout`` seconds
+        """The task once it is done, dead or cancelled, or as it stands after ``timeout`` seconds
         (None: however long it takes): reads with ``wait_seconds`` (at most 20 each, woken
         by the task's end on the server), one after another. A task deleted meanwhile is
         ``NotFoundError``; the caller tells an answer after ``timeout`` by its state."""
@@ -759,12 +759,25 @@ class Operations:
                 return (yield from Operations.get_task.steps(self, queue, task_id))
             task = yield from Operations.get_task.steps(
                 self, queue, task_id, wait_seconds=min(MAX_WAIT_SECONDS, left))
-            if task.state in ("done", "dead"):
+            if task.state in ("done", "dead", "cancelled"):
                 return task
 
     @operation
+    def cancel(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
+        """Cancel a task that has not finished, running or not: it is kept as
+        ``cancelled`` until its queue's retention ends; a worker running it is told by its
+        next heartbeat (``task.cancelled`` is set) and nothing is retried. Returns it
+        cancelled (one cancelled already: as it is). A done or dead task is a
+        ``ConflictError`` (409 ``task_finished``); another tenant's, ``NotFoundError``."""
+        data = yield from self._exchange(
+            "POST", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}/cancel")
+        return TaskView.model_validate(data)
+
+    @operation
     def cancel_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
-        """Withdraw a task that has not finished; returns it as it was."""
+        """Delete a task whatever its state (DELETE): gone, a GET after it is 404; a
+        worker running it is only refused its ack. Returns it as it was. To stop a task
+        and keep it, :meth:`cancel`."""
         data = yield from self._exchange(
             "DELETE", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}")
         return TaskView.model_validate(data)

@@ -316,7 +316,7 @@ class LeaseDrop(LuaCall[int]):
 
     SCRIPT: ClassVar[str] = "lease_drop"
     KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "progress",
-                                       "meta")
+                                       "meta", "limits")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -333,7 +333,7 @@ class ReleaseLeases(LuaCall[list[str]]):
 
     SCRIPT: ClassVar[str] = "release_leases"
     KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "progress",
-                                       "meta")
+                                       "meta", "limits")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
@@ -351,7 +351,7 @@ class LeaseExtend(LuaCall[list[int]]):
     new deadline, or 0 for a lease not held or past its deadline."""
 
     SCRIPT: ClassVar[str] = "lease_extend"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased",)
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
     ITEM: ClassVar[tuple[str, ...]] = ("member", "extend_ms")
 
@@ -380,6 +380,25 @@ class LeaseProgress(LuaCall[list[bool]]):
 
     def parse(self, reply: Any) -> list[bool]:
         return [bool(int(x)) for x in reply]
+
+
+@lazy_dataclass(frozen=True)
+class LeaseLimit(LuaCall[list[int]]):
+    """Give new leases their attempt's time limit (lua/lease_limit.lua): per (member,
+    limit_ms) item, the lease's deadline after, or 0 for a lease not held or past its
+    deadline."""
+
+    SCRIPT: ClassVar[str] = "lease_limit"
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "limit_ms")
+
+    on: Any
+    now_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> list[int]:
+        return [int(x) for x in reply]
 
 
 @lazy_dataclass(frozen=True)
@@ -496,7 +515,7 @@ class Remove(LuaCall[int]):
 
     SCRIPT: ClassVar[str] = "remove"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "meta", "lease_of", "claims",
-                                       "started", "progress")
+                                       "started", "progress", "limits")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -1100,8 +1119,8 @@ def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
 
 
 CALLS: tuple[type[LuaCall[Any]], ...] = (
-    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseExpired,
-    LeaseProgress,
+    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseLimit,
+    LeaseExpired, LeaseProgress,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,

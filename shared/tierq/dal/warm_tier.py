@@ -49,6 +49,7 @@ from tierq.dal.lua_calls import (
     LeaseExpired,
     LeaseExtend,
     LeaseIndex,
+    LeaseLimit,
     LeaseOf,
     LeaseProgress,
     LongPolls,
@@ -92,6 +93,7 @@ SCRIPTS = (
     "claim",
     "lease_extend",
     "lease_progress",
+    "lease_limit",
     "lease_expired",
     "lease_drop",
     "lease_of",
@@ -137,13 +139,14 @@ class PairKeys:
     finished: str  # id -> completion marker; ``<finished>:<id>`` its channel (task_finished)
     finished_at: str  # id -> when its marker was made, ms (lua/task_finished.lua)
     progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
+    limits: str  # lease member -> its attempt's time limit, ms (lua/lease_limit.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
-                   tag + "finished", tag + "finished_at", tag + "progress")
+                   tag + "finished", tag + "finished_at", tag + "progress", tag + "limits")
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -1265,6 +1268,22 @@ class WarmTier:
         return ([d is not None and float(d) > now_ms for d in deadlines],
                 _progress_entries(leases, values))
 
+    def limit_leases(self, queue: str, tenant: str, *, now_ms: int,
+                     limits: Sequence[tuple[str, int]]) -> list[int]:
+        """Give leases (member, limit_ms) their attempt's time limit (lua/lease_limit.lua);
+        each lease's deadline after, 0 for one not held or past its deadline."""
+        k = PairKeys.of(queue, tenant)
+        out: list[int] = []
+        for part in chunks(limits, LeaseLimit.items_per_call()):
+            out += self.call(LeaseLimit(k, now_ms, part))
+        return out
+
+    def lease_limits(self, queue: str, tenant: str, members: Sequence[str]) -> list[int | None]:
+        """The time limit (epoch ms) of each lease (a member), None for one without a
+        limit or not held. One ZMSCORE per chunk."""
+        return [None if d is None else int(float(d))
+                for d in self._deadlines(PairKeys.of(queue, tenant).limits, members)]
+
     def expired(self, queue: str, tenant: str, *, now_ms: int,
                 limit: int) -> list[tuple[str, str, int]]:
         """(id, token, attempt) of leases past their deadline, oldest first."""
@@ -1528,7 +1547,7 @@ class WarmTier:
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
                                k.bucket, k.lease_of, k.started, k.finished, k.finished_at,
-                               k.progress)
+                               k.progress, k.limits)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

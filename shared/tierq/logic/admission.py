@@ -62,14 +62,16 @@ BLOB_KEY_QUOTES = 12
 def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priority: int,
               max_attempts: int, created_ms: int,
               parents_json: bytes | str | None = None, group: str | None = None,
-              seq: int | None = None, trace_json: bytes | str | None = None) -> bytes:
+              seq: int | None = None, timeout_seconds: int | None = None,
+              trace_json: bytes | str | None = None) -> bytes:
     """What the warm tier keeps of a ready task: enough to hand it out without Postgres.
     ``<attempts>|{"e":<n>,"p":<payload>,"k":<key>,"pr":<priority>,"m":<max_attempts>,
     "c":<ms>}``, formatted directly (one per task on the enqueue path); a task released
     from a wait adds ``"pa":<its parents>`` (logic/flows.py), since claims do not read
     PostgreSQL; a task of a group adds ``"g":<its group>,"gs":<its seq>`` after it
     (logic/groups.py; the seq is its records' ``SequenceNumber``, logic/dispatch/events.py);
-    a traced task adds ``"tr":<its trace context>`` last (models/traces.py, as stored).
+    a task with a time limit of its own adds ``"to":<seconds>`` (logic/time_limits.py), and a
+    traced task ``"tr":<its trace context>`` last (models/traces.py, as stored).
     ``e`` counts the quotes and backslashes of that JSON text (its own key's included): each
     costs a second byte in a Lambda response, and lua/claim.lua sizes a claim by it
     without scanning."""
@@ -78,7 +80,8 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
     key_json = b"null" if key is None else orjson.dumps(key)
     escapes = (BLOB_KEY_QUOTES + payload_json.count(b'"') + payload_json.count(b"\\")
                + key_json.count(b'"') + key_json.count(b"\\"))
-    if parents_json is None and group is None and trace_json is None:
+    if (parents_json is None and group is None and timeout_seconds is None
+            and trace_json is None):
         return b'%d|{"e":%d,"p":%b,"k":%b,"pr":%d,"m":%d,"c":%d}' % (
             attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms)
     tail = b""
@@ -94,6 +97,9 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
         if seq is not None:
             escapes += 2
             tail += b',"gs":%d' % seq
+    if timeout_seconds is not None:
+        escapes += 2
+        tail += b',"to":%d' % timeout_seconds
     if trace_json is not None:
         if isinstance(trace_json, str):
             trace_json = trace_json.encode()
@@ -133,7 +139,7 @@ def row_push_item(row: PushableRow) -> tuple[str, Place, bytes]:
         place(row.priority, row.seq, task_id),
         task_blob(row.attempts, row.payload, row.key, row.priority, row.max_attempts,
                   created_ms, getattr(row, "parents", None), getattr(row, "grp", None),
-                  row.seq, getattr(row, "trace", None)),
+                  row.seq, getattr(row, "timeout_seconds", None), getattr(row, "trace", None)),
     )
 
 

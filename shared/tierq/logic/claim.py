@@ -26,7 +26,7 @@ import orjson
 
 from tierq.dal.warm_tier import Claimed
 from tierq.errors import WarmTierFull
-from tierq.logic import leases, ready_tenants, tiering
+from tierq.logic import leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
 from tierq.logic.claim_limits import ClaimLimits
 from tierq.logic.context import Context, from_ms
@@ -203,13 +203,17 @@ class Claimer:
         tiering.refill(self.ctx, self.queue, tenant, limit=LOW_WATER_REFILL)
 
     def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
-        """The claimed tasks as models, validated as one list (see models.CLAIMED_TASKS)."""
+        """The claimed tasks as models, validated as one list (see models.CLAIMED_TASKS).
+        Leases of tasks with a time limit get it first (logic/time_limits.py)."""
         expires = from_ms(now_ms + self.lease_ms)
         queue = self.queue
         enqueued: dict[int, datetime] = {}  # tasks enqueued together share one instant
         fields = []
+        default_limit = self.ctx.queue_settings.get(queue).timeout_seconds
+        limited: list[tuple[str, str, int]] = []
         for raw_id, attempt, raw_token, task_json in claimed:
             body = orjson.loads(task_json)
+            limit = body.get("to", default_limit)
             created_ms = body["c"]
             enqueued_at = enqueued.get(created_ms)
             if enqueued_at is None:
@@ -230,8 +234,17 @@ class Claimer:
                 "parents": body.get("pa"),
                 "group": body.get("g"),
                 "seq": body.get("gs"),
+                "timeout_seconds": limit,
                 "trace": body.get("tr"),
             })
+            if limit is not None:
+                limited.append((fields[-1]["id"], fields[-1]["lease_token"], limit))
+        if limited:  # (a failure here gives the popped tasks back: claim_once_outcome)
+            deadlines = time_limits.limit_leases(self.ctx, queue, tenant, now_ms, limited)
+            for item in fields:
+                deadline = deadlines.get(item["id"])
+                if deadline:
+                    item["lease_expires_at"] = from_ms(deadline)
         return CLAIMED_TASKS.validate_python(fields)
 
 

@@ -64,6 +64,7 @@ def _task_fields_cost() -> int:
         "enqueued_at": "0" * 40,
         "parents": None,  # a released task's are in its blob ("pa": logic/flows.py)
         "group": None,  # so is a grouped task's group ("g": logic/groups.py)
+        "timeout_seconds": number,  # its queue's, when the blob has none ("to")
     }
     # a traced task's trace context is in its blob as "tr" and answered as "trace": three
     # more bytes (a task without one answers no trace at all)

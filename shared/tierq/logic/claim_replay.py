@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tierq.dal.warm_tier import lease_member
+from tierq.logic import time_limits
 from tierq.logic.claim import ClaimOutcome, give_back
 from tierq.logic.context import Context, from_ms, to_ms
 from tierq.logic.idempotency import KeyedCall, once_in_valkey
@@ -154,6 +155,8 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
             "enqueued_at": from_ms(created_ms),
             "parents": None if row.parents is None else orjson.loads(row.parents),
             "group": row.grp,
+            "timeout_seconds": time_limits.effective(
+                row.timeout_seconds, ctx.queue_settings.get(queue).timeout_seconds),
             "trace": None if row.trace is None else orjson.loads(row.trace),
         })
     # content changed while leased: not answerable as first given, so back in line with no

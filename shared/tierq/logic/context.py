@@ -137,6 +137,7 @@ class QueueSettingsCache:
             consumer=None if row is None or row.consumer is None
             else ConsumerSettings.model_validate_json(row.consumer),
             group_max_leased=pick("group_max_leased", GROUP_MAX_LEASED_DEFAULT),
+            timeout_seconds=None if row is None else row.timeout_seconds,
         )
 
     def invalidate(self, queue: str) -> None:

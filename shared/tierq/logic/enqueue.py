@@ -60,6 +60,8 @@ class Prepared:
     where: str = "task"
     # its group (logic/groups.py), or None
     group: str | None = None
+    # its own time limit of an attempt (logic/time_limits.py), or None
+    timeout_seconds: int | None = None
     # its trace context as stored (models/traces.py), or None
     trace: bytes | None = None
 
@@ -124,6 +126,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             where=_where(i, n),
         )
         prepared.group = task.group
+        prepared.timeout_seconds = task.timeout_seconds
         if task.trace is not None:
             prepared.trace = task.trace.stored()
         if task.after:
@@ -175,6 +178,7 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
         if p.on_conflict == "replace":
             first.payload_json, first.priority = p.payload_json, p.priority
             first.max_attempts, first.on_conflict = p.max_attempts, "replace"
+            first.timeout_seconds = p.timeout_seconds
             if p.run_at_explicit:
                 first.run_at_s, first.ready, first.run_at_explicit = p.run_at_s, p.ready, True
 
@@ -221,6 +225,10 @@ def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
     }
     if keyed:
         columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
+    if any(p.timeout_seconds is not None for p in batch):
+        columns["timeouts"] = "{" + ",".join(
+            ["NULL" if p.timeout_seconds is None else str(p.timeout_seconds)
+             for p in batch]) + "}"
     return columns
 
 
@@ -340,7 +348,8 @@ def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
             items[(queue, p.tenant)].append((
                 p.id, place(p.priority, seq, p.id),
                 task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
-                          group=p.group, seq=seq, trace_json=p.trace),
+                          group=p.group, seq=seq, timeout_seconds=p.timeout_seconds,
+                          trace_json=p.trace),
             ))
     return items
 
@@ -413,7 +422,7 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
         to_datetime(now), [str(e.id) for _, e in items],
         [p.payload_json.decode() for p, _ in items], [p.priority for p, _ in items],
         [to_datetime(p.run_at_s) if p.run_at_explicit else None for p, _ in items],
-        [p.max_attempts for p, _ in items])
+        [p.max_attempts for p, _ in items], [p.timeout_seconds for p, _ in items])
     updated = {str(r.id): r for r in rows}
     now_ready: list[Target] = []
     warm_updates: dict[str, list[tuple[str, Place, bytes]]] = defaultdict(list)

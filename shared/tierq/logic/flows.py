@@ -378,6 +378,25 @@ def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> TaskRow | None:
     return row
 
 
+def cancel_mark(ctx: Context, queue: str, task_id: uuid.UUID,
+                tenant: str | None) -> TaskRow | None:
+    """Mark an unfinished task ``cancelled`` (of ``tenant`` when given), its row kept: when
+    it waited, its wait is dropped; when others wait on it, they settle it as
+    ``cancelled`` (their own ``on_parent_failure`` then applies: dead-lettered, or run); one
+    transaction (:func:`finishing`). The row with the state it had before, or None."""
+    def body(conn: Conn) -> tuple[TaskRow | None, Released]:
+        row = ctx.store.cancel_mark(queue, task_id, tenant, to_datetime(ctx.now()), conn=conn)
+        if row is None:
+            return None, Released()
+        if row.state == "waiting":
+            with scans_by_key(ctx, conn):
+                ctx.store.forget_waits(conn, [str(task_id)])
+        return row, settle(ctx, conn, [str(task_id)], "cancelled")
+
+    row, _ = finishing(ctx, "a cancel", body)
+    return row
+
+
 def forget(ctx: Context, ids: Sequence[str]) -> None:
     """Deleted tasks (dead letters purged) wait for nothing any more: their edges and counts
     go, their parents' ``waiters`` down, in one short transaction."""

@@ -166,6 +166,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         isinstance(i, AckItem) and i.result is not None for i in items) else None
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
+        result.cancelled = cancelled_of(ctx, queue, result.rejected)
         return result
     relaxed = not ctx.settings.ack_synchronous_commit
     plain: list[Verified] = []
@@ -215,7 +216,20 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             acked.append(items[v.index].id)
         else:  # cancelled or rescheduled while it ran
             result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
+    result.cancelled = cancelled_of(ctx, queue, result.rejected)
     return result
+
+
+def cancelled_of(ctx: Context, queue: str, rejected: Sequence[Rejection]) -> list[UUID]:
+    """Of the rejected items, the tasks that were cancelled (logic/tasks.cancel): the
+    ``cancelled`` list of an ack's, nack's or heartbeat's answer, beside ``rejected`` (a
+    client that knows only the reasons acts as for a lost lease). A cancel drops the lease,
+    so this is asked only when a lease was refused: one statement by primary key."""
+    if not rejected:
+        return []
+    found = ctx.store.cancelled_among(queue, list(dict.fromkeys(str(r.id) for r in rejected)))
+    return [UUID(task_id) for task_id in dict.fromkeys(str(r.id) for r in rejected)
+            if task_id in found]
 
 
 def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
@@ -223,6 +237,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
     kept: dict[str, tuple[int, str]] = {}  # (the leases' progress, read with the check)
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
+        result.cancelled = cancelled_of(ctx, queue, result.rejected)
         return result
     now = ctx.now()
     policy = ctx.queue_settings.get(queue).backoff.policy()
@@ -246,6 +261,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
             result.retried.append(UUID(v.id))
         else:
             result.rejected.append(Rejection(id=UUID(v.id), reason="not_found"))
+    result.cancelled = cancelled_of(ctx, queue, result.rejected)
     return result
 
 
@@ -373,6 +389,7 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
         if lost:
             # extended above for a lease that had ended: give it back at once
             free_reservations(ctx, queue, lost)
+    result.cancelled = cancelled_of(ctx, queue, result.rejected)
     return result
 
 

@@ -52,7 +52,7 @@ def _limit_changes(update: QueueSettingsUpdate) -> dict[str, Any]:
     """The store's arguments for the limits and the consumer the update names (null
     clears; a field left out is not passed, so the store keeps it)."""
     out: dict[str, Any] = {}
-    for name in ("max_leased", "tenant_max_leased", "group_max_leased"):
+    for name in ("max_leased", "tenant_max_leased", "group_max_leased", "timeout_seconds"):
         if update.given(name):
             out[name] = getattr(update, name)
     for name in ("rate", "tenant_rate"):

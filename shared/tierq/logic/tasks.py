@@ -1,4 +1,4 @@
-"""One task: its status, and cancelling it."""
+"""One task: its status, cancelling it (kept as ``cancelled``) and deleting it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import orjson
 
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
-from tierq.errors import NotFound
+from tierq.errors import NotFound, TaskFinished
 from tierq.logic import flows, groups, waits
 from tierq.logic.context import Context, from_ms
 from tierq.models.tasks import ParentView, TaskState, TaskView
@@ -34,7 +34,7 @@ def view(row: TaskRow, *, leased_by: str | None = None,
         last_error=row.last_error, result=_json(row.result),
         worker=leased_by,
         lease_expires_at=None if lease_deadline_ms is None else from_ms(lease_deadline_ms),
-        group=row.grp, trace=_json(row.trace),
+        group=row.grp, trace=_json(row.trace), timeout_seconds=row.timeout_seconds,
         progress=_json(row.progress if progress is None else progress[1]),
         progress_at=row.progress_at if progress is None else from_ms(progress[0]),
     )
@@ -76,11 +76,50 @@ def with_parents(ctx: Context, row: TaskRow, task: TaskView) -> TaskView:
     return task
 
 
+def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None) -> TaskView:
+    """Mark an unfinished task ``cancelled`` (POST …/tasks/{id}/cancel): its row is kept
+    until its queue's retention ends, as a finished task's. Of ``tenant`` only when given:
+    another tenant's task is ``NotFound``, as one that does not exist. A task not leased
+    leaves its line at once (warm: out of the ready set; cold, delayed, held or waiting: its
+    state is its line). A leased task's lease is dropped at once, which frees its place
+    under the queue's limits: the worker's next heartbeat, ack or nack is refused and names
+    it in its answer's ``cancelled`` list (logic/leases.py), and nothing is retried. What
+    waits on it settles it as ``cancelled`` (logic/flows.py); the next task of its group
+    goes on (logic/groups.py); a wait for it answers at once (logic/waits.py). Cancelling
+    a task already cancelled answers it as it is; a done or dead one is ``TaskFinished``
+    (409), nothing changed."""
+    row = flows.cancel_mark(ctx, queue, task_id, tenant)
+    if row is None:
+        now = ctx.store.task_by_id(queue, task_id)
+        if now is None or (tenant is not None and now.tenant != tenant):
+            raise NotFound(f"no task {task_id} in queue {queue!r}")
+        if now.state == "cancelled":
+            return view(now)
+        raise TaskFinished(f"task {task_id} is {now.state} already: only an unfinished task "
+                           "can be cancelled")
+    if row.grp is not None:  # its group's next task goes on (logic/groups.py)
+        mine = [(row.tenant, row.grp)]
+        groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
+    if row.state == "warm":  # out of the ready set, or its lease dropped
+        # (a lease's queue-wide reservation, under max_leased, is given back with it)
+        lease = ctx.warm.lease_of(queue, row.tenant, str(task_id)) \
+            if ctx.queue_settings.get(queue).max_leased else None
+        ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
+        if lease is not None:
+            # (imported here: the enqueue and cron functions load this module, not leases)
+            from tierq.logic.leases import free_reservations
+            free_reservations(ctx, queue, [lease.token])
+    waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "cancelled")
+    now_row = row._replace(state="cancelled")
+    return view(now_row)
+
+
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
-    """Delete a task whatever its state; a worker holding its lease gets ``not_owner`` on
-    ack. Postgres first, then the warm tier. What waits on it settles it as cancelled, in
-    the same transaction (logic/flows.py); the next task of its group is released
-    (logic/groups.py)."""
+    """Delete a task whatever its state (DELETE …/tasks/{id}): gone, a GET after it is
+    404; a worker holding its lease gets ``not_owner`` on ack (no ``cancelled`` list: the
+    row that would say so is gone; :func:`cancel` keeps it). Postgres first, then the warm
+    tier. What waits on it settles it as cancelled, in the same transaction
+    (logic/flows.py); the next task of its group is released (logic/groups.py)."""
     row = flows.cancel(ctx, queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")

@@ -1,19 +1,21 @@
 """Waiting for a task's end: ``GET /v1/queues/{queue}/tasks/{id}?wait_seconds=N``.
 
-A wait answers as soon as its task is done, dead or deleted, or after ``N`` seconds with the
-task as it stands. It is woken by a message, not by polling PostgreSQL: each path that ends a
-task (ack, a nack or an expired lease that dead-letters it, a delete) calls :func:`finished`
-after its PostgreSQL commit (an ack or a failed attempt sends :func:`marker_call` in the
-round trip of the pair's lease drop instead, after the drop), which runs
-``lua/task_finished.lua`` in the pair's slot: a completion marker in ``tq:{q|t}:finished``
-and an SPUBLISH on the task's own sharded channel ``tq:{q|t}:finished:<id>``, together.
+A wait answers as soon as its task is done, dead, cancelled or deleted, or after ``N``
+seconds with the task as it stands. It is woken by a message, not by polling PostgreSQL:
+each path that ends a task (ack, a nack or an expired lease that dead-letters it, a cancel,
+a delete) calls :func:`finished` after its PostgreSQL commit (an ack or a failed attempt
+sends :func:`marker_call` in the round trip of the pair's lease drop instead, after the
+drop), which runs ``lua/task_finished.lua`` in the pair's slot: a completion marker in
+``tq:{q|t}:finished`` and an SPUBLISH on the task's own sharded channel
+``tq:{q|t}:finished:<id>``, together.
 ElastiCache Serverless runs in cluster mode and has no keyspace notifications; a sharded
 channel in the pair's hash tag stays on the pair's master.
 
 The protocol of one wait (:func:`get_task`):
 
 1. Read the row (PostgreSQL). Gone, or another tenant's: 404 at once (a tenant caller's own
-   task acked without a result answers ``done`` from its marker). Done or dead: answered.
+   task acked without a result answers ``done`` from its marker). Done, dead or cancelled:
+   answered.
 2. SSUBSCRIBE to the task's channel, and wait for the server's confirmation.
 3. Look for the task's marker (one HGET). A finish between 1 and 2 left one (the marker and
    the message are made in one script): read the row again and answer. A finish after 2
@@ -66,7 +68,7 @@ MAX_WAIT_SECONDS = 20.0
 MARKER_TTL_MS = 300_000
 MARKERS_PER_PAIR = 10_000
 # States a task does not leave by itself: a wait for one answers at once.
-ENDED = frozenset({"done", "dead"})
+ENDED = frozenset({"done", "dead", "cancelled"})
 
 
 def finished(ctx: Context, queue: str, ended: Sequence[tuple[str, str, int]],

@@ -4,8 +4,11 @@
 | ------------------------------------------------- | ---------------------------------------- |
 | an expired lease                                  | back of its line with the attempt        |
 |                                                   | counted; dead letter at max_attempts     |
+| a lease at its attempt's time limit               | failed as by a nack (``timeout``: the    |
+|                                                   | queue's backoff; dead at max_attempts)   |
 | a warm row Valkey lost (older than the grace)     | pushed again                             |
-| a done or dead row past its queue's retention     | purged                                   |
+| a done, cancelled or dead row past its queue's    | purged                                   |
+| retention                                         |                                          |
 | a pair idle past the pair retention, no row left  | forgotten                                |
 | an entry of a pair's running-lease index whose    | removed, one slice of the index per      |
 | lease has ended                                   | visit after a cursor in the pair's meta  |
@@ -42,6 +45,7 @@ from tierq.logic import (
     pairs,
     payloads,
     ready_tenants,
+    time_limits,
 )
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
@@ -76,7 +80,8 @@ GROUPS_WALK = "reaper.groups"
 
 @dataclass
 class ReaperSummary:
-    expired: int = 0
+    expired: int = 0  # leases listed past their deadline (timed out ones too)
+    timed_out: int = 0  # of those, attempts that reached their time limit
     requeued: int = 0
     dead: int = 0
     restored: int = 0
@@ -281,19 +286,36 @@ def expire_leases(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
 
 
 def record_expired(ctx: Context, queue: str, tenant: str,
-                   expired: Sequence[tuple[str, str, int]], summary: ReaperSummary) -> None:
-    """Record the expired leases ``(id, token, attempt)`` as failed attempts, then drop
-    them. Another pass may have listed the same leases: the outcome statement only takes an
-    attempt not recorded yet, so only one pass counts and re-queues each expiry."""
+                   listed: Sequence[tuple[str, str, int]], summary: ReaperSummary) -> None:
+    """Record the listed leases ``(id, token, attempt)`` as failed attempts, then drop
+    them: those that reached their attempt's time limit fail as a nack would (``timeout``,
+    retried after the queue's backoff: logic/time_limits.py), the others expired (back of
+    the line at once). Another pass may have listed the same leases: the outcome statement
+    only takes an attempt not recorded yet, so only one pass counts and re-queues each."""
     now = ctx.now()
-    held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
-            for i, (task_id, token, attempt) in enumerate(expired)]
-    states = leases.record_outcomes(
-        ctx, queue, held,
-        errors=[f"lease expired (attempt {v.attempt})" for v in held],
-        retry_ats=[now] * len(held),
-        deads=[False] * len(held),
-    )
+    timed_out, expired = time_limits.split(ctx, queue, tenant, to_ms(now), listed)
+    states: dict[str, str] = {}
+    if expired:
+        held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+                for i, (task_id, token, attempt) in enumerate(expired)]
+        states.update(leases.record_outcomes(
+            ctx, queue, held,
+            errors=[f"lease expired (attempt {v.attempt})" for v in held],
+            retry_ats=[now] * len(held),
+            deads=[False] * len(held),
+        ))
+    if timed_out:
+        held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+                for i, (task_id, token, attempt) in enumerate(timed_out)]
+        policy = ctx.queue_settings.get(queue).backoff.policy()
+        timed = leases.record_outcomes(
+            ctx, queue, held,
+            errors=[time_limits.error_text(v.attempt, None) for v in held],
+            retry_ats=[now + policy.delay(v.attempt) for v in held],
+            deads=[False] * len(held),
+        )
+        summary.timed_out += len(timed)
+        states.update(timed)
     summary.expired += len(states)
     dead = sum(1 for s in states.values() if s == "dead")
     summary.dead += dead
@@ -349,11 +371,13 @@ def parse_cursor(text: str) -> datetime:
 
 def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig,
           budget: pairs.Budget | None = None) -> bool:
-    """Delete the queue's done and dead rows past its retention, in batches; returns False
-    when the budget ran out with more to delete (at least one batch is done)."""
+    """Delete the queue's done, cancelled and dead rows past its retention, in batches;
+    returns False when the budget ran out with more to delete (at least one batch is
+    done)."""
     retention = ctx.queue_settings.get(queue).retention_seconds
     before = to_datetime(ctx.now() - retention)
     for purge_before, dead in ((ctx.store.purge_done_before, False),
+                               (ctx.store.purge_cancelled_before, False),
                                (ctx.store.purge_dead_before, True)):
         while True:
             deleted = purge_before(queue, before, config.purge_batch)

@@ -1,8 +1,10 @@
 """Claims, leases and their outcomes: ack, nack, release, heartbeat."""
 
 
+import asyncio
+import threading
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 import orjson
@@ -27,6 +29,10 @@ MAX_PROGRESS_BYTES = 4096
 def progress_size(value: Any) -> int:
     """The bytes of ``value`` encoded as JSON, as the API keeps it."""
     return len(orjson.dumps(value))
+
+
+# Why a worker tells a handler to stop (ClaimedTask.cancelled).
+StopReason = Literal["cancelled", "timeout"]
 
 
 class ClaimRequest(RequestModel):
@@ -56,6 +62,11 @@ class ClaimedTask(Model):
     enqueued_at: datetime
     parents: list[ParentView] | None = None  # a task released from a wait (`after`)
     group: str | None = None  # its group, if any (logic/groups.py)
+    timeout_seconds: int | None = Field(
+        default=None, description="The attempt's time limit (the task's own, else its "
+                                  "queue's; null: none): its lease ends at the attempt's "
+                                  "start plus this, whatever its heartbeats, and the attempt "
+                                  "then fails with `timeout`.")
     # a grouped task's seq, its place in its group's order: the SequenceNumber of its consumer
     # records (logic/dispatch/events.py), left out of answers as a claim's API has no use for it
     seq: int | None = Field(default=None, exclude=True)
@@ -64,6 +75,45 @@ class ClaimedTask(Model):
     trace: TraceView | None = Field(
         default=None, exclude_if=absent,
         description="The trace context given at enqueue (absent without one).")
+
+    # What a worker's handler is told to stop by (the ``cancelled`` property). Not fields,
+    # nor pydantic private attributes (whose set-up per instance doubles what a claim's
+    # tasks cost to build): a worker sets them on its own tasks with object.__setattr__,
+    # into the instance's __dict__, which serialisation and equality leave out.
+    _stop: ClassVar["threading.Event | asyncio.Event | None"] = None
+    _stop_reason: ClassVar[StopReason | None] = None
+
+    @property
+    def cancelled(self) -> "threading.Event | asyncio.Event":
+        """Set when the handler should stop: the task was cancelled (POST
+        …/tasks/{id}/cancel) or the attempt reached its time limit (``stop_reason`` says
+        which). A ``threading.Event`` under the Worker (check ``is_set()`` or ``wait()``
+        on it), an ``asyncio.Event`` under the AsyncWorker (``await task.cancelled.wait()``).
+        A task that no worker runs gets a ``threading.Event`` that nothing sets."""
+        if self._stop is None:
+            object.__setattr__(self, "_stop", threading.Event())
+        assert self._stop is not None
+        return self._stop
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why ``cancelled`` is set: ``cancelled`` or ``timeout``; None while it is not."""
+        return self._stop_reason
+
+    def signal_stop(self, reason: StopReason) -> bool:
+        """Set ``cancelled`` for ``reason`` (the first reason stays); whether this set it.
+        Call it from the thread (or event loop) the handler's signal belongs to."""
+        if self._stop_reason is not None:
+            return False
+        object.__setattr__(self, "_stop_reason", reason)
+        self.cancelled.set()
+        return True
+
+    def with_signal(self, signal: "threading.Event | asyncio.Event | Any") -> "ClaimedTask":
+        """This task with ``signal`` as its ``cancelled`` (an event of the worker's kind, or
+        a multiprocessing event in a handler's process); returns it."""
+        object.__setattr__(self, "_stop", signal)
+        return self
 
 
 # A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than
@@ -134,15 +184,30 @@ class Rejection(Model):
     reason: RejectReason
 
 
+def _empty(value: list[UUID]) -> bool:
+    return not value
+
+
+# (left out of an answer when empty: an answer without a cancel is as it always was)
+CANCELLED_DESCRIPTION = ("Of the items rejected, the tasks that were cancelled (POST "
+                         "…/tasks/{id}/cancel): their handler should stop. Each is in "
+                         "`rejected` too, so a client that does not know this list acts as "
+                         "for a lost lease.")
+
+
 class AckResult(Replayable):
     acked: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
+    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
+                                 exclude_if=_empty)
 
 
 class NackResult(Replayable):
     retried: list[UUID] = Field(default_factory=list)
     dead: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
+    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
+                                 exclude_if=_empty)
 
 
 class ReleaseResult(Replayable):
@@ -158,6 +223,8 @@ class LeaseExtended(Model):
 class HeartbeatResult(Replayable):
     extended: list[LeaseExtended] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
+    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
+                                 exclude_if=_empty)
 
 
 class RunningLease(Model):

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 from tierq.core.backoff import BackoffPolicy
 from tierq.models.base import Model
 from tierq.models.strict import RequestModel
+from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
 # warm_max_bytes: from 1 KiB (tests, tiny queues) to 1 TiB
 WARM_MAX_BYTES_MIN = 1024
@@ -127,6 +128,12 @@ class QueueSettings(Model):
         default=GROUP_MAX_LEASED_DEFAULT, ge=1, le=GROUP_MAX_LEASED_MAX,
         description="Tasks of one group (a task's `group`) active at once, at most: the "
                     "others wait, held in enqueue order (1: strictly one at a time).")
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
+        description="The longest one attempt of a task without a `timeout_seconds` of its "
+                    "own may run: heartbeats do not extend its lease past it, and an attempt "
+                    "that reaches it fails with `timeout` (retried with the backoff, "
+                    "dead-lettered past max_attempts). Null: no limit.")
 
 
 class QueueSettingsUpdate(RequestModel):
@@ -152,6 +159,8 @@ class QueueSettingsUpdate(RequestModel):
     consumer: ConsumerSettings | None = None
     # null restores the default (1)
     group_max_leased: int | None = Field(default=None, ge=1, le=GROUP_MAX_LEASED_MAX)
+    # the time limit of an attempt of the queue's tasks without their own; null: none
+    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
 
     def clears(self, field: str) -> bool:
         """Whether ``field`` was given as null (to clear it), not left out."""
@@ -164,7 +173,7 @@ class QueueSettingsUpdate(RequestModel):
 
 # The settings that null clears in a PUT.
 CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate", "consumer",
-                       "group_max_leased"})
+                       "group_max_leased", "timeout_seconds"})
 
 
 class QueueCounts(Model):
@@ -228,12 +237,16 @@ class WorkerSettings(Model):
     group_max_leased: int = Field(
         default=GROUP_MAX_LEASED_DEFAULT, ge=1, le=GROUP_MAX_LEASED_MAX,
         description="Tasks of one group (a task's `group`) active at once, at most.")
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
+        description="The time limit of an attempt of a task without its own (null: none).")
 
     @classmethod
     def of(cls, settings: QueueSettings) -> "WorkerSettings":
         return cls(lease_seconds=settings.lease_seconds, max_attempts=settings.max_attempts,
                    backoff=settings.backoff, paused=settings.paused,
-                   group_max_leased=settings.group_max_leased)
+                   group_max_leased=settings.group_max_leased,
+                   timeout_seconds=settings.timeout_seconds)
 
 
 class TenantQueueView(Model):

@@ -14,8 +14,11 @@ from tierq.models.traces import TraceContext, TraceView
 
 MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
 MAX_PARENTS = 100  # the most tasks one task may wait for (`after`)
+# The longest time limit an attempt may have (`timeout_seconds`): a week.
+MAX_TIMEOUT_SECONDS = 7 * 86_400
 
-TaskState = Literal["waiting", "held", "delayed", "cold", "warm", "leased", "dead", "done"]
+TaskState = Literal["waiting", "held", "delayed", "cold", "warm", "leased", "dead", "done",
+                    "cancelled"]
 ParentState = Literal["done", "dead", "cancelled"]
 Outcome = Literal["created", "updated", "ignored"]
 
@@ -72,6 +75,13 @@ class TaskIn(RequestModel):
                     "and consumer records (AWSTraceHeader, a traceparent message "
                     "attribute). The request's traceparent, tracestate and X-Amzn-Trace-Id "
                     "headers apply to each task that gives none.")
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_TIMEOUT_SECONDS,
+        description="The longest one attempt may run, in seconds (at most a week; default "
+                    "the queue's `timeout_seconds`, if any): heartbeats do not extend the "
+                    "lease past the attempt's start plus this, and an attempt that reaches "
+                    "it fails with `timeout` like a nack (counted, retried with the queue's "
+                    "backoff, dead-lettered past max_attempts).")
 
     @field_validator("run_at")
     @classmethod
@@ -146,6 +156,9 @@ class TaskView(Model):
                                   "left it (null when none came).")
     progress_at: datetime | None = Field(default=None,
                                          description="When that progress came.")
+    timeout_seconds: int | None = Field(
+        default=None, description="The task's own time limit of an attempt, if any (the "
+                                  "queue's applies otherwise).")
     parents: list[ParentView] | None = Field(
         default=None, description="What the task waits or waited for (`after`), in order: "
                                   "each parent's id, queue and final state (null while it "

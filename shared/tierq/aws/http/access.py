@@ -66,6 +66,7 @@ ROUTE_ACCESS: dict[str, RouteKind] = {
     "PUT /v1/queues/{queue}": "admin",
     "GET /v1/queues/{queue}/tasks/{id}": "tenant",
     "DELETE /v1/queues/{queue}/tasks/{id}": "tenant",
+    "POST /v1/queues/{queue}/tasks/{id}/cancel": "tenant",
     "GET /v1/queues/{queue}/dlq": "tenant",
     "POST /v1/queues/{queue}/dlq/replay": "tenant",
     "POST /v1/queues/{queue}/dlq/purge": "tenant",

@@ -70,7 +70,8 @@ _DESCRIPTIONS: dict[int, str] = {
     404: "No such route, queue or task",
     409: "Conflict with the current state: idempotency_key_reused (the Idempotency-Key "
          "was used with another body; use a fresh key), idempotency_in_progress (its first "
-         "request still runs; retry), quota_exceeded (a per-tenant limit)",
+         "request still runs; retry), quota_exceeded (a per-tenant limit), task_finished "
+         "(a cancel of a task done or dead already)",
     413: "Payload too large",
     422: "Invalid input; nothing was written",
     429: "too_many_requests: the caller's tenant is over its requests a second or its long "

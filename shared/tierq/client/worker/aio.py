@@ -208,6 +208,7 @@ class AsyncWorker(WorkerBase):
                     await self._let_go(held)
                 return
             for lease in held:
+                lease.task.with_signal(asyncio.Event())  # (its task.cancelled)
                 self._running[lease.task.id] = asyncio.create_task(
                     self._execute(lease), name=f"tierq-task-{lease.task.id}")
             if held and self._ledger.provisional:
@@ -226,16 +227,28 @@ class AsyncWorker(WorkerBase):
             with self._cond:
                 if lease.let_go:
                     return
+                if lease.told_to_stop():  # cancelled before it started
+                    self._ledger.stopped_returned(lease, None)
+                    self._dropped()
+                    return
                 lease.started_at = time.monotonic()
             outcome = await self._call(lease)
             with self._cond:
-                keep = self._ledger.hand_over(lease, outcome)
+                if outcome is None:
+                    self._ledger.stats.killed += 1
+                keep = outcome is not None and self._ledger.hand_over(lease, outcome)
+                if not keep and lease.told_to_stop() and not lease.let_go:
+                    self._ledger.stopped_returned(lease, outcome)
+                    self._dropped()
             if keep:
                 self._reports.put_nowait(lease)
         finally:
             self._running.pop(lease.task.id, None)
 
-    async def _call(self, lease: HeldLease) -> Ack | Nack:
+    async def _call(self, lease: HeldLease) -> Ack | Nack | None:
+        """The handler's outcome; None when the worker cancelled its coroutine (its task
+        was cancelled and it did not return within ``cancel_grace_seconds``, or its time
+        limit came)."""
         tracer = self.tracer
         try:
             given = await self.client.with_payload(lease.task)  # a big payload: fetched
@@ -249,7 +262,9 @@ class AsyncWorker(WorkerBase):
                 raise  # the stop cancelled it past the grace: nothing is reported
             task = asyncio.current_task()
             if task is not None and task.cancelling():
-                task.uncancel()  # this task's cancel was the handler's own failure
+                task.uncancel()  # this task's cancel was the handler's own failure, or ours
+            if lease.told_to_stop():
+                return None  # (ours: cancelled or past its time limit)
             return failed(exc, lease.task)
         except Exception as exc:  # a handler's failure, whatever it is, is the task's
             return failed(exc, lease.task)
@@ -259,7 +274,23 @@ class AsyncWorker(WorkerBase):
 
     async def _heartbeat_loop(self) -> None:
         while not await _until(self._heartbeats_done, self._tick()):
+            self._check_limits()
             await self.client._run(self._beat())
+
+    def _signal(self, leases: list[HeldLease]) -> None:
+        """Set the handlers' ``task.cancelled``; then, unlike a thread, a coroutine can be
+        stopped: at its time limit at once, after ``cancel_grace_seconds`` for a cancel
+        (``CancelledError`` at its next ``await``), and nothing is reported for it."""
+        super()._signal(leases)
+        loop = asyncio.get_running_loop()
+        for lease in leases:
+            handler = self._running.get(lease.task.id)
+            if handler is None or lease.started_at is None:
+                continue
+            if lease.stopped == "timeout":
+                handler.cancel()
+            else:
+                loop.call_later(self.cancel_grace_seconds, handler.cancel)
 
     async def _report_loop(self) -> None:
         """Report outcomes in batches: what comes within ``report_linger_seconds`` of the

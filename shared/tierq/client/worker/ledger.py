@@ -35,7 +35,7 @@ from tierq.client.worker.errors import PermanentError, RetryableError
 from tierq.client.worker.task import WorkerTask
 from tierq.errors import TierqError
 from tierq.models import ClaimedTask, HeartbeatResult, QueueView, TenantQueueView
-from tierq.models.leases import MAX_CLAIM
+from tierq.models.leases import MAX_CLAIM, StopReason
 
 log = logging.getLogger("tierq.client.worker")
 
@@ -66,6 +66,9 @@ class WorkerStats:
     rejected: int = 0  # reports the API refused: the lease had been lost
     heartbeats: int = 0  # lease extensions granted
     leases_lost: int = 0  # heartbeats refused
+    cancelled: int = 0  # tasks cancelled while this worker held them (nothing reported)
+    timed_out: int = 0  # attempts that reached their time limit (the server fails them)
+    killed: int = 0  # handlers killed (isolation="process": past their limit or a cancel)
     report_failures: int = 0  # reports that could not be delivered
     claim_failures: int = 0
 
@@ -107,9 +110,21 @@ class HeldLease:
     # last heartbeat that carried one was sent (monotonic)
     progress: tuple[Any] | None = None
     progress_sent_at: float = 0.0
+    # when the attempt's time limit comes (monotonic; the claim's arrival plus the task's
+    # timeout_seconds: never before the server's own limit, which counts from the claim)
+    limit_at: float | None = None
+    # why the handler was told to stop (task.cancelled set): no more heartbeats, and its
+    # outcome is not reported (the server refuses it: cancelled, or failed as timeout)
+    stopped: StopReason | None = None
+    stopped_at: float | None = None
 
     def item(self) -> dict[str, Any]:
         return {"id": self.task.id, "lease_token": self.task.lease_token}
+
+    def told_to_stop(self) -> bool:
+        """Whether its handler was told to stop (``stopped`` is set: by another thread, or
+        while the handler ran, which a type checker does not see)."""
+        return self.stopped is not None
 
 
 def _size(text: str) -> int:
@@ -230,7 +245,9 @@ class Ledger:
         way, so they are let go at once (released, never started). ``progress_to``: takes
         what a task's handler reports (``WorkerTask.set_progress``), with its lease."""
         now = time.monotonic()
-        held = [HeldLease(task, now, lease_seconds, let_go=late) for task in tasks]
+        held = [HeldLease(task, now, lease_seconds, let_go=late,
+                          limit_at=None if task.timeout_seconds is None
+                          else now + task.timeout_seconds) for task in tasks]
         for lease in held:
             if progress_to is not None:
                 lease.task = WorkerTask.of(lease.task, functools.partial(progress_to, lease))
@@ -240,24 +257,67 @@ class Ledger:
 
     def hand_over(self, lease: HeldLease, outcome: Ack | Nack) -> bool:
         """Keep the handler's outcome, unless the lease was let go at shutdown while the
-        handler ran (its lease runs out and the task runs again): whether to report it."""
-        if lease.let_go:
+        handler ran (its lease runs out and the task runs again) or the handler was told to
+        stop (:meth:`stopped_returned`): whether to report it."""
+        if lease.let_go or lease.stopped is not None:
             return False
         lease.outcome = outcome
         return True
 
+    def stop(self, lease: HeldLease, reason: StopReason) -> bool:
+        """Mark the lease's handler told to stop for ``reason``: no more heartbeats, no
+        report; whether it was not already (the caller then sets ``task.cancelled``)."""
+        if lease.stopped is not None or lease.let_go or lease.outcome is not None:
+            return False
+        lease.stopped, lease.stopped_at, lease.lost = reason, time.monotonic(), True
+        if reason == "cancelled":
+            self.stats.cancelled += 1
+            log.info("worker %s: task %s was cancelled; its handler is told to stop "
+                     "(task.cancelled) and nothing is reported", self.name, lease.task.id)
+        else:
+            self.stats.timed_out += 1
+            log.warning("worker %s: task %s reached its time limit of %ss (attempt %d): its "
+                        "handler is told to stop and no longer heartbeated; the server fails "
+                        "the attempt (timeout). Its slot stays taken until the handler "
+                        "returns", self.name, lease.task.id, lease.task.timeout_seconds,
+                        lease.task.attempt)
+        return True
+
+    def past_limit(self) -> list[HeldLease]:
+        """The running leases whose time limit has come, marked stopped (``timeout``)."""
+        now = time.monotonic()
+        return [lease for lease in self.held.values()
+                if lease.limit_at is not None and lease.limit_at <= now
+                and self.stop(lease, "timeout")]
+
+    def stopped_returned(self, lease: HeldLease, outcome: Ack | Nack | None) -> None:
+        """A handler told to stop returned (``outcome`` None: it was killed): its lease is
+        let go of, unreported, and its slot is free again."""
+        self.held.pop(lease.task.id, None)
+        late = time.monotonic() - (lease.stopped_at or time.monotonic())
+        how = ("was killed" if outcome is None
+               else "returned" if isinstance(outcome, Ack) else "raised")
+        log.info("worker %s: task %s (%s): its handler %s %.1fs after it was told to stop; "
+                 "nothing reported", self.name, lease.task.id, lease.stopped, how, late)
+
     def tick(self, fraction: float) -> float:
         """How often to look for leases due: a third of the shortest interval between
-        heartbeats (a ``fraction`` of a lease), 0.05 to 1 s."""
+        heartbeats (a ``fraction`` of a lease), 0.05 to 1 s, and no later than the next
+        time limit."""
         shortest = min((lease.lease_seconds for lease in self.held.values()),
                        default=self.lease_seconds or DEFAULT_LEASE_SECONDS)
         shortest = min(shortest, self.lease_seconds or shortest)
-        return max(0.05, min(1.0, shortest * fraction / 3))
+        tick = max(0.05, min(1.0, shortest * fraction / 3))
+        limits = [lease.limit_at for lease in self.held.values()
+                  if lease.limit_at is not None and lease.stopped is None]
+        if limits:
+            tick = max(0.02, min(tick, min(limits) - time.monotonic()))
+        return tick
 
     def due(self, fraction: float) -> list[HeldLease]:
-        """The leases to extend now: held, neither let go nor lost, and a ``fraction`` of
-        each gone since it was claimed or last extended, or progress to send and
-        ``PROGRESS_EVERY_SECONDS`` gone since the last progress was sent."""
+        """The leases to extend now: held, neither let go nor lost (nor told to stop), and
+        a ``fraction`` of each gone since it was claimed or last extended, or progress to send
+        and ``PROGRESS_EVERY_SECONDS`` gone since the last progress was sent."""
         now = time.monotonic()
         return [lease for lease in self.held.values()
                 if not lease.let_go and not lease.lost
@@ -288,23 +348,33 @@ class Ledger:
                 lease.progress, lease.progress_sent_at = (item["progress"],), 0.0
 
     def extended(self, due: list[HeldLease], result: HeartbeatResult, sent_at: float,
-                 lease_seconds: int) -> None:
+                 lease_seconds: int) -> list[HeldLease]:
         """Record a heartbeat's answer: the leases extended from ``sent_at``, the refused
         ones lost (never extended again; their outcome will be refused). A refused lease
         whose handler had already returned is not counted lost: its ack may have finished
-        the task before the heartbeat came (a report the API refuses is counted then)."""
+        the task before the heartbeat came (a report the API refuses is counted then).
+        Returns the leases the answer says were cancelled (marked stopped): the caller sets
+        their ``task.cancelled``."""
         refused = {r.id for r in result.rejected}
+        cancelled = set(result.cancelled)
         self.stats.heartbeats += len(result.extended)
+        stop: list[HeldLease] = []
         for lease in due:
+            if lease.task.id in cancelled and self.stop(lease, "cancelled"):
+                stop.append(lease)
+                continue
             if lease.task.id not in refused:
                 lease.extended_at = sent_at
                 lease.lease_seconds = lease_seconds
                 continue
+            if lease.stopped is not None:
+                continue  # (its time limit came while the heartbeat was under way)
             lease.lost = True
             if lease.outcome is None:
                 self.stats.leases_lost += 1
                 log.warning("worker %s: lease of task %s was lost (expired or taken over); "
                             "its outcome will be refused", self.name, lease.task.id)
+        return stop
 
     def drop(self, leases: list[HeldLease]) -> None:
         for lease in leases:
@@ -387,9 +457,11 @@ def report(client: Operations, queue: str, name: str,
             tally.retried += len(result.retried)
             tally.dead += len(result.dead)
             tally.rejected += len(result.rejected)
+            _cancelled(name, "nack", result.cancelled, tally)
             for rejection in result.rejected:
-                log.warning("worker %s: nack of task %s refused (%s)", name, rejection.id,
-                            rejection.reason)
+                if rejection.id not in result.cancelled:
+                    log.warning("worker %s: nack of task %s refused (%s)", name,
+                                rejection.id, rejection.reason)
     return tally
 
 
@@ -416,9 +488,20 @@ def _send_acks(client: Operations, queue: str, name: str, acks: list[HeldLease],
         return
     tally.acked += len(result.acked)
     tally.rejected += len(result.rejected)
+    _cancelled(name, "ack", result.cancelled, tally)
     for rejection in result.rejected:
-        log.warning("worker %s: ack of task %s refused (%s): its lease was lost, so it "
-                    "may run again", name, rejection.id, rejection.reason)
+        if rejection.id not in result.cancelled:
+            log.warning("worker %s: ack of task %s refused (%s): its lease was lost, so it "
+                        "may run again", name, rejection.id, rejection.reason)
+
+
+def _cancelled(name: str, what: str, ids: list[UUID], tally: WorkerStats) -> None:
+    """Count and log the tasks a report's answer says were cancelled while they ran (the
+    handler finished before a heartbeat could tell it): nothing runs again."""
+    tally.cancelled += len(ids)
+    for task_id in ids:
+        log.info("worker %s: %s of task %s refused: it was cancelled while it ran (nothing "
+                 "runs again)", name, what, task_id)
 
 
 def release(client: Operations, queue: str, name: str,
@@ -446,7 +529,7 @@ class WorkerBase:
                  lease_seconds: int | None = None, wait_seconds: float = 5.0,
                  grace_seconds: float = 25.0, name: str | None = None, burst: bool = False,
                  heartbeat_fraction: float = 1 / 3, install_signal_handlers: bool = True,
-                 report_linger_seconds: float = 0.01,
+                 report_linger_seconds: float = 0.01, cancel_grace_seconds: float = 5.0,
                  tracer: TaskTracer | str | None = "auto") -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -456,6 +539,8 @@ class WorkerBase:
             raise ValueError("wait_seconds must be between 0 and 20")
         if grace_seconds < 0:
             raise ValueError("grace_seconds must be >= 0")
+        if cancel_grace_seconds < 0:
+            raise ValueError("cancel_grace_seconds must be >= 0")
         self.client = client
         self.queue = queue
         self.handler = handler
@@ -469,6 +554,7 @@ class WorkerBase:
         self.heartbeat_fraction = heartbeat_fraction
         self.install_signal_handlers = install_signal_handlers
         self.report_linger_seconds = report_linger_seconds
+        self.cancel_grace_seconds = cancel_grace_seconds
         # starts each handler's span in the task's trace (tierq.client.tracing), or None
         self.tracer: TaskTracer | None = tracing.resolve(tracer)
         self._ledger = Ledger(self.name)
@@ -637,7 +723,21 @@ class WorkerBase:
                 self._ledger.unsent(due, items)
             return
         with self._cond:
-            self._ledger.extended(due, result, sent_at, lease_seconds)
+            stop = self._ledger.extended(due, result, sent_at, lease_seconds)
+        self._signal(stop)
+
+    def _check_limits(self) -> None:
+        """Tell the handlers whose attempt reached its time limit to stop."""
+        with self._cond:
+            stop = self._ledger.past_limit()
+        self._signal(stop)
+
+    def _signal(self, leases: list[HeldLease]) -> None:
+        """Set ``task.cancelled`` of these leases (marked stopped by the ledger). Called
+        where the tasks' events may be set (the AsyncWorker's loop)."""
+        for lease in leases:
+            assert lease.stopped is not None
+            lease.task.signal_stop(lease.stopped)
 
     def _reported(self, batch: list[HeldLease]) -> Steps[None]:
         """Report a batch of outcomes (:func:`report`), then let go of their leases."""

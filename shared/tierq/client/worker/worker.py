@@ -111,6 +111,7 @@ from tierq.client.worker.ledger import (
     failed,
     succeeded,
 )
+from tierq.client.worker.process import ISOLATIONS, HandlerProcess, check_picklable
 from tierq.errors import TierqError
 from tierq.models import ClaimedTask, QueueView, TenantQueueView
 
@@ -146,16 +147,24 @@ class Worker(WorkerBase):
     _abort: threading.Event
 
     def __init__(self, client: Client, queue: str, handler: Handler, *,
-                 freeze_gc: bool = True, **options: Any) -> None:
+                 freeze_gc: bool = True, isolation: str = "thread", **options: Any) -> None:
         super().__init__(client, queue, handler, **options)
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
+        if isolation == "process":
+            check_picklable(handler)
         self.client: Client = client
         self.handler: Handler = handler
         self.freeze_gc = freeze_gc
+        self.isolation = isolation
+        self._children = [HandlerProcess(handler, f"tierq-handler-{i}")
+                          for i in range(self.concurrency)] if isolation == "process" else []
         self._work: queue_module.Queue[HeldLease | None] = queue_module.Queue()
         self._reports: queue_module.Queue[HeldLease | None] = queue_module.Queue()
         self._stopping = threading.Event()
         self._abort = threading.Event()
         self._heartbeats_done = threading.Event()
+        self._slot = threading.local()  # (each handler thread's slot)
 
     # -- public ------------------------------------------------------------------------
 
@@ -176,7 +185,9 @@ class Worker(WorkerBase):
         threads: list[threading.Thread] = []
         try:
             self._resolve_lease_seconds()
-            executors = [threading.Thread(target=self._execute_loop, daemon=True,
+            for child in self._children:
+                child.warm_up()
+            executors = [threading.Thread(target=self._executor, args=(i,), daemon=True,
                                           name=f"tierq-worker-{i}")
                          for i in range(self.concurrency)]
             reporter = threading.Thread(target=self._report_loop, daemon=True,
@@ -192,6 +203,8 @@ class Worker(WorkerBase):
                 if threads:
                     self._shutdown(threads)
             finally:
+                for child in self._children:
+                    child.close()
                 restore_signals()
                 self._finished.set()
         return self._stopped()
@@ -263,7 +276,14 @@ class Worker(WorkerBase):
 
     # -- running -------------------------------------------------------------------------
 
+    def _executor(self, slot: int) -> None:
+        """A handler thread: its slot (the child process it runs handlers in, with
+        ``isolation="process"``), then the loop."""
+        self._slot.index = slot
+        self._execute_loop()
+
     def _execute_loop(self) -> None:
+        slot: int = getattr(self._slot, "index", 0)
         while True:
             lease = self._work.get()
             if lease is None:
@@ -271,14 +291,31 @@ class Worker(WorkerBase):
             with self._cond:
                 if lease.let_go:
                     continue
+                if lease.told_to_stop():  # cancelled before it started
+                    self._ledger.stopped_returned(lease, None)
+                    self._dropped()
+                    continue
                 lease.started_at = time.monotonic()
-            self._hand_over(lease, self._call(lease.task))
+            if self._children:
+                outcome = self._children[slot].run(
+                    lease.task, cancel_grace_seconds=self.cancel_grace_seconds,
+                    aborted=lambda lease=lease: lease.let_go)  # type: ignore[misc]
+            else:
+                outcome = self._call(lease.task)
+            self._hand_over(lease, outcome)
 
-    def _hand_over(self, lease: HeldLease, outcome: Ack | Nack) -> None:
+    def _hand_over(self, lease: HeldLease, outcome: Ack | Nack | None) -> None:
         """Hand ``outcome`` to the reporter, unless the lease was let go at shutdown while the
-        handler ran (its lease runs out and the task runs again)."""
+        handler ran (its lease runs out and the task runs again) or its handler was told to
+        stop (cancelled, or past its time limit: its slot is free again now). None: the
+        handler's process was killed."""
         with self._cond:
-            if not self._ledger.hand_over(lease, outcome):
+            if outcome is None:
+                self._ledger.stats.killed += 1
+            if outcome is None or not self._ledger.hand_over(lease, outcome):
+                if lease.told_to_stop() and not lease.let_go:
+                    self._ledger.stopped_returned(lease, outcome)
+                    self._dropped()
                 return
         self._reports.put(lease)
 
@@ -299,6 +336,7 @@ class Worker(WorkerBase):
 
     def _heartbeat_loop(self) -> None:
         while not self._heartbeats_done.wait(self._tick()):
+            self._check_limits()
             self.client._run(self._beat())
 
     # -- reporting -----------------------------------------------------------------------
@@ -345,7 +383,9 @@ class Worker(WorkerBase):
         for _ in executors:
             self._work.put(None)
         for thread in executors:
-            thread.join(timeout=0.05)  # a handler still running is left to its daemon thread
+            # a handler still running is left to its daemon thread (isolation="process":
+            # its child was killed when it was let go)
+            thread.join(timeout=0.05 if not self._children else 6.0)
 
     def _let_go(self, leases: list[HeldLease]) -> None:
         """Let go of what is unfinished at shutdown (``let_go`` already set on each).

@@ -7,11 +7,13 @@
 -- | claims   | hash       | '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of that claim's leases `leased` holds; both go with the claim's last lease |
 -- | started  | sorted set | id -> when its lease's claim began (epoch ms): the running leases a page at a time in start order (running_page.lua) |
 -- | progress | hash       | id -> '<token>|<ms>|<json>': the last progress its lease's heartbeats carried (lease_progress.lua); its bytes are counted in the meta field `progress` (lua/warm_usage.lua) |
+-- | limits   | sorted set | '<id>|<token>' -> the attempt's time limit (epoch ms) of a lease that has one (lease_limit.lua): no deadline passes it (lease_extend.lua) |
 -- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
--- Every path that ends a lease ends it here: the member leaves `leased`, its id leaves
--- `lease_of` and `started` only while that entry still names this very token (an older token
--- never erases a newer lease's entries), and its claim's count goes down; given the pair's
--- `progress` and `meta`, the lease's progress goes with it (only while it names this token).
+-- Every path that ends a lease ends it here: the member leaves `leased` (and `limits`), its id
+-- leaves `lease_of` and `started` only while that entry still names this very token (an older
+-- token never erases a newer lease's entries), and its claim's count goes down; given the
+-- pair's `progress` and `meta`, the lease's progress goes with it (only while it names this
+-- token).
 
 -- The meta field that counts the bytes of the pair's progress entries (lua/warm_usage.lua).
 local PROGRESS_FIELD = 'progress'
@@ -51,10 +53,11 @@ end
 -- entry named the lease ended is removed from lease_of (or set to `mark` when given) and
 -- from started. With `progress` (and `meta`), each lease's progress entry is removed too and
 -- its bytes taken off the meta field `progress`. Returns the members ended, in the order
--- given. Work: ZMSCORE, ZREM, HMGET, HDEL (or HSET), ZREM, and an HINCRBY per claim; with
--- `progress`, an HMGET and, when some lease had progress, an HDEL and an HINCRBY.
+-- given. Work: ZMSCORE, ZREM, HMGET, HDEL (or HSET), ZREM, and an HINCRBY per claim; a ZREM
+-- of `limits` when it is given; with `progress`, an HMGET and, when some lease had progress,
+-- an HDEL and an HINCRBY.
 local function lease_drop(leased, lease_of, claims, started, members, after, mark, progress,
-                          meta)
+                          meta, limits)
   if #members == 0 then return {} end
   local scores = call_chunked('ZMSCORE', leased, members)
   local gone, ids, tokens, n_gone = {}, {}, {}, 0
@@ -73,6 +76,7 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
   end
   if n_gone == 0 then return gone end
   call_chunked('ZREM', leased, gone)
+  if limits then call_chunked('ZREM', limits, gone) end
   local named = call_chunked('HMGET', lease_of, ids)
   local clear, n_clear = {}, 0  -- ids, or id, mark, ... with a mark
   local unstarted, n_unstarted = {}, 0  -- the ids whose lease this was

@@ -9,7 +9,8 @@
 -- the release's push cannot add a task the reconciler has already put back.
 -- Allowed while Valkey is out of memory: it deletes, lowers counts and writes a mark per
 -- task in place of its token.
--- KEYS: 1 leased, 2 lease_of, 3 claims, 4 started, 5 progress, 6 meta (lua/lease_keys.lua)
+-- KEYS: 1 leased, 2 lease_of, 3 claims, 4 started, 5 progress, 6 meta, 7 limits
+-- (lua/lease_keys.lua)
 -- ARGV: 1 now_ms, then lease members ('<id>|<token>')
 -- Returns the members taken (removed from the leased set), in the order given.
 
@@ -19,4 +20,4 @@
 local members = {}
 for i = 2, #ARGV do members[i - 1] = ARGV[i] end
 return lease_drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], members, tonumber(ARGV[1]),
-                  '~r' .. ARGV[1], KEYS[5], KEYS[6])
+                  '~r' .. ARGV[1], KEYS[5], KEYS[6], KEYS[7])

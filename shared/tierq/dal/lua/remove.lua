@@ -3,7 +3,8 @@
 -- the ready set with their data, and their leases (found by id in lease_of, ended as
 -- lua/lease_keys.lua ends any lease). Reads nothing beyond the ids given.
 -- Allowed while Valkey is out of memory: it only frees memory.
--- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims, 7 started, 8 progress
+-- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims, 7 started, 8 progress,
+-- 9 limits
 -- ARGV: the tasks' ready-set members (core/ordering.py place: their data and leases are
 --       found by the id in the member, lua/ready_member.lua task_of)
 -- Returns how many were ready or leased.
@@ -28,5 +29,5 @@ local held = lease_held(KEYS[3], KEYS[5], ids)
 local members = {}
 for k, token in pairs(held) do members[#members + 1] = ids[k] .. '|' .. token end
 removed = removed + #lease_drop(KEYS[3], KEYS[5], KEYS[6], KEYS[7], members, nil, nil, KEYS[8],
-                                KEYS[4])
+                                KEYS[4], KEYS[9])
 return removed

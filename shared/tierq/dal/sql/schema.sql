@@ -24,6 +24,7 @@ migrations applied:
   0018_flows
   0019_groups
   0020_waiting_counts
+  0021_cancel_and_time_limits
   0022_task_progress
   0023_task_traces
   0025_payload_objects
@@ -147,6 +148,7 @@ table tierq_queues
   column updated_at timestamp with time zone not null default now()
   column warm_max_bytes bigint
   column consumer jsonb
+  column timeout_seconds integer
   constraint tierq_queues_backoff_base_seconds_check: CHECK (backoff_base_seconds >= 0::double precision)
   constraint tierq_queues_backoff_cap_seconds_check: CHECK (backoff_cap_seconds >= 0::double precision)
   constraint tierq_queues_backoff_jitter_check: CHECK (backoff_jitter >= 0::double precision AND backoff_jitter <= 1::double precision)
@@ -156,6 +158,7 @@ table tierq_queues
   constraint tierq_queues_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_queues_pkey: PRIMARY KEY (queue)
   constraint tierq_queues_retention_seconds_check: CHECK (retention_seconds >= 0)
+  constraint tierq_queues_timeout_seconds_check: CHECK (timeout_seconds >= 1 AND timeout_seconds <= 604800)
   constraint tierq_queues_warm_max_bytes_check: CHECK (warm_max_bytes >= 1024 AND warm_max_bytes <= '1099511627776'::bigint)
   constraint tierq_queues_warm_max_check: CHECK (warm_max >= 1)
   CREATE UNIQUE INDEX tierq_queues_pkey ON tierq_queues USING btree (queue)
@@ -275,14 +278,17 @@ table tierq_tasks
   column waiters integer not null default 0
   column parents jsonb
   column grp text
+  column timeout_seconds integer
   column progress jsonb
   column progress_at timestamp with time zone
   column trace text
   constraint tierq_tasks_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_tasks_pkey: PRIMARY KEY (id)
   constraint tierq_tasks_priority_check: CHECK (priority >= 0 AND priority <= 9)
-  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['waiting'::text, 'held'::text, 'delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text]))
+  constraint tierq_tasks_state_check: CHECK (state = ANY (ARRAY['waiting'::text, 'held'::text, 'delayed'::text, 'cold'::text, 'warm'::text, 'dead'::text, 'done'::text, 'cancelled'::text]))
+  constraint tierq_tasks_timeout_seconds_check: CHECK (timeout_seconds >= 1 AND timeout_seconds <= 604800)
   constraint tierq_tasks_waiters_check: CHECK (waiters >= 0)
+  CREATE INDEX tierq_tasks_cancelled_since ON tierq_tasks USING btree (queue, finished_at) WHERE (state = 'cancelled'::text)
   CREATE INDEX tierq_tasks_cold_line ON tierq_tasks USING btree (queue, tenant, priority DESC, seq) WITH (fillfactor='70') WHERE (state = 'cold'::text)
   CREATE INDEX tierq_tasks_dead_by_queue ON tierq_tasks USING btree (queue, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
   CREATE INDEX tierq_tasks_dead_line ON tierq_tasks USING btree (queue, tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text)

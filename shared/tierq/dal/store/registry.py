@@ -57,10 +57,11 @@ class RegistryQueries(StoreBase):
                               tenant_max_leased: int | Keep | None = KEEP,
                               tenant_rate: tuple[float, int] | Keep | None = KEEP,
                               consumer: str | Keep | None = KEEP,
-                              group_max_leased: int | Keep | None = KEEP) -> QueueSettingsRow:
+                              group_max_leased: int | Keep | None = KEEP,
+                              timeout_seconds: int | Keep | None = KEEP) -> QueueSettingsRow:
         """Store the settings given (None keeps the stored value); the row after. The
-        limits (a rate is ``(per_second, burst)``) and the consumer (its JSON object as
-        text) are cleared by None and kept by ``KEEP``."""
+        limits (a rate is ``(per_second, burst)``), the consumer (its JSON object as
+        text) and the time limit are cleared by None and kept by ``KEEP``."""
         def put(value: object) -> object:
             return None if isinstance(value, Keep) else value
 
@@ -86,6 +87,8 @@ class RegistryQueries(StoreBase):
             "consumer": put(consumer), "set_consumer": not isinstance(consumer, Keep),
             "group_max_leased": put(group_max_leased),
             "set_group_max_leased": not isinstance(group_max_leased, Keep),
+            "timeout_seconds": put(timeout_seconds),
+            "set_timeout": not isinstance(timeout_seconds, Keep),
         }, positional(QueueSettingsRow))
         return row
 

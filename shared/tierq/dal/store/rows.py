@@ -14,7 +14,7 @@ from uuid import UUID
 
 Pair = tuple[str, str]  # (queue, tenant)
 StoredState = Literal["waiting", "held", "delayed", "cold", "warm", "dead",
-                      "done"]  # tierq_tasks.state
+                      "done", "cancelled"]  # tierq_tasks.state
 LiveState = Literal["delayed", "cold", "warm"]  # a task still to run (its key is taken)
 # a task still to run that holds its key: a live one, or one held in its group
 KeyedState = Literal["held", "delayed", "cold", "warm"]
@@ -44,6 +44,7 @@ class ReadyRow(NamedTuple):
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    timeout_seconds: int | None  # its time limit (logic/time_limits.py)
     trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
@@ -62,6 +63,7 @@ class ReplacedRow(NamedTuple):
     created_at: datetime
     run_at: datetime
     grp: str | None  # its group (logic/groups.py)
+    timeout_seconds: int | None  # its time limit (logic/time_limits.py)
     trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
@@ -78,6 +80,7 @@ class RestoreRow(NamedTuple):
     created_at: datetime
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    timeout_seconds: int | None  # its time limit (logic/time_limits.py)
     trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
@@ -151,6 +154,7 @@ class TaskRow(NamedTuple):
     progress: str | None  # its last attempt's progress (JSON text), if any
     progress_at: datetime | None  # when that progress came
     trace: str | None  # JSON text: its trace context (models/traces.py)
+    timeout_seconds: int | None  # its time limit (logic/time_limits.py)
 
 
 class QueueSettingsRow(NamedTuple):
@@ -177,6 +181,7 @@ class QueueSettingsRow(NamedTuple):
     tenant_rate_burst: int | None
     consumer: str | None  # the jsonb object as its text
     group_max_leased: int | None
+    timeout_seconds: int | None  # the queue's time limit of an attempt (migration 0021)
 
 
 class ClaimedTaskRow(NamedTuple):
@@ -191,6 +196,7 @@ class ClaimedTaskRow(NamedTuple):
     state: str
     parents: str | None  # JSON text: a released task's parents (logic/flows.py)
     grp: str | None  # its group (logic/groups.py)
+    timeout_seconds: int | None  # its time limit (logic/time_limits.py)
     trace: str | None  # JSON text: its trace context (models/traces.py)
 
 
@@ -458,13 +464,15 @@ class GroupReleasedRow(NamedTuple):
     parents: str | None
     grp: str | None
     run_at: datetime
+    timeout_seconds: int | None
     trace: str | None  # JSON text: its trace context (models/traces.py)
 
     def ready_row(self) -> ReadyRow:
         """The row as admission.make_ready returns one (its push item is built from it)."""
         return ReadyRow(self.id, self.queue, self.tenant, self.key, self.state, self.seq,
                         self.priority, self.payload, self.attempts, self.max_attempts,
-                        self.created_at, self.parents, self.grp, self.trace)
+                        self.created_at, self.parents, self.grp, self.timeout_seconds,
+                        self.trace)
 
 
 class GroupedTaskRow(NamedTuple):

@@ -45,6 +45,8 @@ class TaskColumns(TypedDict):
     grps: str  # a JSON array: each task's group, or null
     traces: str  # a JSON array: each task's trace context's JSON text, or null ([]: none)
     keys: NotRequired[str]
+    # each task's time limit (NULL for none); left out: none has one
+    timeouts: NotRequired[str]
 
 
 class TaskQueries(StoreBase):
@@ -54,15 +56,16 @@ class TaskQueries(StoreBase):
                      conn: Conn | None = None) -> dict[str, int]:
         """Insert a batch with keys; {id: seq} of the rows inserted (the others met a live
         task's key)."""
-        rows = self._fetch("insert_tasks", {"queue": queue, "now": now, **columns},
-                           tuple_row, conn)
+        rows = self._fetch("insert_tasks", {"queue": queue, "now": now, "timeouts": "{}",
+                                            **columns}, tuple_row, conn)
         return dict(rows)
 
     def insert_tasks_keyless(self, queue: str, now: datetime, columns: TaskColumns, *,
                              conn: Conn | None = None) -> tuple[int, int]:
         """Insert a batch without keys; (seq of its first row, rows inserted)."""
-        [(first, count)] = self._fetch("insert_tasks_keyless",
-                                       {"queue": queue, "now": now, **columns}, tuple_row, conn)
+        [(first, count)] = self._fetch(
+            "insert_tasks_keyless", {"queue": queue, "now": now, "timeouts": "{}", **columns},
+            tuple_row, conn)
         return first, count
 
     def task_seq_position(self) -> SeqPosition:
@@ -77,11 +80,13 @@ class TaskQueries(StoreBase):
 
     def replace_tasks(self, now: datetime, ids: Sequence[str], payloads: Sequence[str],
                       priorities: Sequence[int], run_ats: Sequence[datetime | None],
-                      max_attempts: Sequence[int]) -> list[ReplacedRow]:
+                      max_attempts: Sequence[int],
+                      timeouts: Sequence[int | None]) -> list[ReplacedRow]:
         """Update live tasks in place; the rows that changed."""
         return self._fetch("replace_tasks", {
             "now": now, "ids": ids, "payloads": payloads, "priorities": priorities,
-            "run_ats": run_ats, "max_attempts": max_attempts}, positional(ReplacedRow))
+            "run_ats": run_ats, "max_attempts": max_attempts, "timeouts": list(timeouts)},
+            positional(ReplacedRow))
 
     # -- admission ------------------------------------------------------------------------
 
@@ -203,6 +208,11 @@ class TaskQueries(StoreBase):
         return self._execute("purge_done_before",
                              {"queue": queue, "before": before, "limit": limit})
 
+    def purge_cancelled_before(self, queue: str, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` cancelled rows of the queue cancelled before ``before``."""
+        return self._execute("purge_cancelled_before",
+                             {"queue": queue, "before": before, "limit": limit})
+
     def purge_dead_before(self, queue: str, before: datetime, limit: int) -> int:
         """Delete up to ``limit`` dead rows of the queue finished before ``before``."""
         return self._execute("purge_dead_before",
@@ -220,6 +230,21 @@ class TaskQueries(StoreBase):
         rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, positional(TaskRow),
                            conn)
         return rows[0] if rows else None
+
+    def cancel_mark(self, queue: str, task_id: UUID, tenant: str | None, now: datetime, *,
+                    conn: Conn | None = None) -> TaskRow | None:
+        """Mark the unfinished task cancelled (of ``tenant`` when given); the row with the
+        state it had before, or None (not found, another tenant's, or finished)."""
+        rows = self._fetch("cancel_mark", {"queue": queue, "id": task_id, "tenant": tenant,
+                                           "now": now}, positional(TaskRow), conn)
+        return rows[0] if rows else None
+
+    def cancelled_among(self, queue: str, ids: Sequence[str]) -> set[str]:
+        """Which of these tasks of the queue are cancelled."""
+        if not ids:
+            return set()
+        return {r[0] for r in self._fetch("cancelled_among", {"queue": queue, "ids": list(ids)},
+                                          tuple_row)}
 
     def purge_queue_tasks(self, queue: str) -> int:
         """Delete every task of the queue; how many."""

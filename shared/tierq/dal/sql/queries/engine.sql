@@ -14,12 +14,12 @@
 -- can conflict.
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
-                         state_since, grp, trace)
+                         state_since, grp, timeout_seconds, trace)
 SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, v.state, r.run_at, r.run_at,
        v.max_attempts, b.seq + v.n - 1, %(now)s,
        CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
             ELSE %(now)s::timestamptz END,
-       %(now)s, v.grp, v.trace
+       %(now)s, v.grp, v.timeout_seconds, v.trace
 FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
      ROWS FROM (unnest(%(ids)s::uuid[]),
                 jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -31,11 +31,13 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                 unnest(%(max_attempts)s::int[]),
                 -- each task's group, or null (logic/groups.py)
                 jsonb_array_elements_text(%(grps)s::jsonb),
+                -- each task's time limit, or null (migration 0021)
+                unnest(%(timeouts)s::int[]),
                 -- each task's trace context, or null (models/traces.py); a batch without
                 -- any passes [], which ROWS FROM pads with nulls
                 jsonb_array_elements_text(%(traces)s::jsonb))
      WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts,
-                          grp, trace, n),
+                          grp, timeout_seconds, trace, n),
      -- a ready task's run_at is never after its ready_since: the float seconds may round
      -- a microsecond past "now" (a waiting or held task keeps its own)
      LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
@@ -53,12 +55,12 @@ RETURNING id::text, seq;
 WITH inserted AS (
     INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                              run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since, grp, trace)
+                             state_since, grp, timeout_seconds, trace)
     SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, v.payload, v.state, r.run_at,
            r.run_at, v.max_attempts, b.seq + v.n - 1, %(now)s,
            CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
                 ELSE %(now)s::timestamptz END,
-           %(now)s, v.grp, v.trace
+           %(now)s, v.grp, v.timeout_seconds, v.trace
     FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
          ROWS FROM (unnest(%(ids)s::uuid[]),
                     jsonb_array_elements_text(%(tenants)s::jsonb),
@@ -68,9 +70,10 @@ WITH inserted AS (
                     unnest(%(run_ats)s::double precision[]),
                     unnest(%(max_attempts)s::int[]),
                     jsonb_array_elements_text(%(grps)s::jsonb),
+                    unnest(%(timeouts)s::int[]),
                     jsonb_array_elements_text(%(traces)s::jsonb))
          WITH ORDINALITY AS v(id, tenant, priority, payload, state, run_at, max_attempts,
-                              grp, trace, n),
+                              grp, timeout_seconds, trace, n),
          LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
                               THEN to_timestamp(v.run_at)
                               ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
@@ -94,6 +97,7 @@ UPDATE tierq_tasks t
 SET payload = v.payload,
     priority = v.priority,
     max_attempts = v.max_attempts,
+    timeout_seconds = v.timeout_seconds,
     run_at = COALESCE(v.run_at, t.run_at),
     run_at_initially = COALESCE(v.run_at, t.run_at_initially),
     state = CASE WHEN t.state IN ('cold', 'warm') AND v.run_at > %(now)s THEN 'delayed'
@@ -103,14 +107,15 @@ SET payload = v.payload,
     ready_since = CASE WHEN t.state IN ('cold', 'warm') AND v.run_at > %(now)s THEN NULL
                        ELSE t.ready_since END
 FROM unnest(%(ids)s::uuid[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
-            %(run_ats)s::timestamptz[], %(max_attempts)s::int[])
-     AS v(id, payload, priority, run_at, max_attempts)
+            %(run_ats)s::timestamptz[], %(max_attempts)s::int[], %(timeouts)s::int[])
+     AS v(id, payload, priority, run_at, max_attempts, timeout_seconds)
 WHERE t.id = v.id
   AND t.state IN ('delayed', 'cold', 'warm', 'held')  -- (a held task stays held)
-  AND (t.payload, t.priority, t.max_attempts, t.run_at)
-      IS DISTINCT FROM (v.payload, v.priority, v.max_attempts, COALESCE(v.run_at, t.run_at))
+  AND (t.payload, t.priority, t.max_attempts, t.run_at, t.timeout_seconds)
+      IS DISTINCT FROM (v.payload, v.priority, v.max_attempts, COALESCE(v.run_at, t.run_at),
+                        v.timeout_seconds)
 RETURNING t.id, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.run_at, t.grp, t.trace;
+          t.max_attempts, t.created_at, t.run_at, t.grp, t.timeout_seconds, t.trace;
 
 -- name: mark_cold
 -- Rows the warm tier refused go (or go back) to the cold line, keeping their seq.
@@ -140,7 +145,7 @@ SET state = s.state, seq = s.seq, ready_since = %(now)s, state_since = %(now)s
 FROM s
 WHERE t.id = s.id AND t.state = ANY(%(from_states)s::text[])
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text, t.grp, t.trace;
+          t.max_attempts, t.created_at, t.parents::text, t.grp, t.timeout_seconds, t.trace;
 
 -- name: lease_outcomes
 -- Nack and lease expiry: record the attempt and error, then retry later or dead-letter.
@@ -178,7 +183,7 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
   AND t.queue = %(queue)s
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
-          t.max_attempts, t.created_at, t.parents::text, t.grp, t.trace;
+          t.max_attempts, t.created_at, t.parents::text, t.grp, t.timeout_seconds, t.trace;
 
 -- name: ack_delete
 -- Acks whose leases all have one attempt number (the usual batch). By primary key only
@@ -240,7 +245,8 @@ SELECT pg_advisory_unlock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) A
 -- Cold -> warm: the oldest of the line (priority desc, seq), in one large batch. Returns
 -- what the warm tier takes of each task: the id, the priority and seq (its place in the
 -- ready set, core/ordering.py) and the task's blob in the layout of
--- logic/admission.task_blob (`<attempts>|{"e":…,"p":…,"k":…,"pr":…,"m":…,"c":<created ms>}`),
+-- logic/admission.task_blob (`<attempts>|{"e":…,"p":…,"k":…,"pr":…,"m":…,"c":<created ms>}`,
+-- then "pa", "g" and "gs", "to" when the task has them),
 -- built here rather than row by row in Python (tests/integration/test_tiers_and_order.py
 -- checks the two agree).
 -- No FOR UPDATE: locking the picked rows first wrote each row twice (a lock record, then
@@ -272,6 +278,8 @@ RETURNING t.id::text AS id, t.priority, t.seq,
                   -- keys' quotes too
                   + COALESCE(4 + length(to_json(t.grp)::text)
                              - length(translate(to_json(t.grp)::text, '"\', '')), 0)
+                  -- a time limit's key ("to", migration 0021)
+                  + CASE WHEN t.timeout_seconds IS NULL THEN 0 ELSE 2 END
                   -- a traced task's trace context ("tr", models/traces.py), its key's
                   -- quotes too
                   + COALESCE(2 + length(t.trace) - length(translate(t.trace, '"\', '')), 0))
@@ -281,6 +289,7 @@ RETURNING t.id::text AS id, t.priority, t.seq,
               || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
               || COALESCE(',"pa":' || t.parents::text, '')
               || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '')
+              || COALESCE(',"to":' || t.timeout_seconds, '')
               || COALESCE(',"tr":' || t.trace, '') || '}'
               AS blob;
 
@@ -328,7 +337,7 @@ WHERE t.id = ANY(ARRAY(
         FOR UPDATE SKIP LOCKED))
   AND (t.state = 'warm') IS TRUE AND t.state_since < %(before)s
 RETURNING t.id, t.key, t.seq, t.priority, t.payload, t.attempts, t.max_attempts,
-          t.created_at, t.parents::text, t.grp, t.trace;
+          t.created_at, t.parents::text, t.grp, t.timeout_seconds, t.trace;
 
 -- name: all_pairs
 SELECT queue, tenant FROM tierq_queue_tenants ORDER BY queue, tenant;
@@ -342,24 +351,24 @@ SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
        q.backoff_base_seconds, q.backoff_cap_seconds, q.backoff_jitter, q.retention_seconds,
        q.paused, q.created_at, q.updated_at, q.warm_max_bytes, l.max_leased, l.rate_per_second,
        l.rate_burst, l.tenant_max_leased, l.tenant_rate_per_second, l.tenant_rate_burst,
-       q.consumer, l.group_max_leased
+       q.consumer, l.group_max_leased, q.timeout_seconds
 FROM tierq_queues q LEFT JOIN tierq_queue_limits l ON l.queue = q.queue
 WHERE q.queue = %(queue)s;
 
 -- name: upsert_queue_settings
--- The queue's row (the consumer is written when set_consumer is true, NULL removing it; the
--- other settings keep their stored value when given NULL), and its limits row
+-- The queue's row (the consumer and the time limit are written when set_consumer and
+-- set_timeout are true, NULL removing them; the other settings keep their stored value when given NULL), and its limits row
 -- (tierq_queue_limits) when any set_* flag of a limit is true: those limits are written,
 -- NULL clearing them, the others kept. The row after, both tables read as one.
 WITH q AS (
     INSERT INTO tierq_queues AS q (queue, warm_max, warm_max_bytes, lease_seconds,
                                    max_attempts, backoff_kind, backoff_base_seconds,
                                    backoff_cap_seconds, backoff_jitter, retention_seconds,
-                                   paused, consumer)
+                                   paused, consumer, timeout_seconds)
     VALUES (%(queue)s, %(warm_max)s, %(warm_max_bytes)s, %(lease_seconds)s, %(max_attempts)s,
             %(backoff_kind)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s,
             %(backoff_jitter)s, %(retention_seconds)s, COALESCE(%(paused)s, false),
-            %(consumer)s::jsonb)
+            %(consumer)s::jsonb, %(timeout_seconds)s)
     ON CONFLICT (queue) DO UPDATE SET
         warm_max = COALESCE(EXCLUDED.warm_max, q.warm_max),
         warm_max_bytes = COALESCE(EXCLUDED.warm_max_bytes, q.warm_max_bytes),
@@ -372,10 +381,12 @@ WITH q AS (
         retention_seconds = COALESCE(EXCLUDED.retention_seconds, q.retention_seconds),
         paused = COALESCE(%(paused)s, q.paused),
         consumer = CASE WHEN %(set_consumer)s THEN EXCLUDED.consumer ELSE q.consumer END,
+        timeout_seconds = CASE WHEN %(set_timeout)s THEN EXCLUDED.timeout_seconds
+                               ELSE q.timeout_seconds END,
         updated_at = now()
     RETURNING queue, warm_max, lease_seconds, max_attempts, backoff_kind,
               backoff_base_seconds, backoff_cap_seconds, backoff_jitter, retention_seconds,
-              paused, created_at, updated_at, warm_max_bytes, consumer
+              paused, created_at, updated_at, warm_max_bytes, consumer, timeout_seconds
 ), l AS (
     INSERT INTO tierq_queue_limits AS l (queue, max_leased, rate_per_second, rate_burst,
                                          tenant_max_leased, tenant_rate_per_second,
@@ -419,7 +430,8 @@ SELECT q.queue, q.warm_max, q.lease_seconds, q.max_attempts, q.backoff_kind,
            AS tenant_rate_burst,
        q.consumer,
        CASE WHEN l.queue IS NULL THEN o.group_max_leased ELSE l.group_max_leased END
-           AS group_max_leased
+           AS group_max_leased,
+       q.timeout_seconds
 FROM q
 LEFT JOIN l ON true
 LEFT JOIN tierq_queue_limits o ON o.queue = q.queue;
@@ -440,21 +452,49 @@ SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp, progress, progress_at, trace
+       result, grp, progress, progress_at, trace, timeout_seconds
 FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: cancel_task
 DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s
 RETURNING id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,
           attempts, max_attempts, seq, created_at, ready_since, state_since, finished_at,
-          last_error, result, grp, progress, progress_at, trace;
+          last_error, result, grp, progress, progress_at, trace, timeout_seconds;
+
+-- name: cancel_mark
+-- POST …/cancel: the task marked cancelled (kept until its queue's retention ends), when
+-- it is not finished and is the tenant's given (NULL: any tenant's). Returns the row with
+-- the state it had before (what the caller takes it out of), or nothing: not found, not
+-- the tenant's, or finished already (the caller reads the row to tell which).
+WITH old AS (
+    SELECT id, state FROM tierq_tasks
+    WHERE queue = %(queue)s AND id = %(id)s
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+    FOR UPDATE
+)
+UPDATE tierq_tasks t
+SET state = 'cancelled', finished_at = %(now)s, state_since = %(now)s, ready_since = NULL
+FROM old
+WHERE t.id = old.id AND old.state IN ('waiting', 'held', 'delayed', 'cold', 'warm')
+RETURNING t.id, t.queue, t.tenant, t.key, t.priority, t.payload, old.state, t.run_at,
+          t.run_at_initially, t.attempts, t.max_attempts, t.seq, t.created_at,
+          t.ready_since, t.state_since, t.finished_at, t.last_error, t.result, t.grp,
+          t.progress, t.progress_at, t.trace, t.timeout_seconds;
+
+-- name: cancelled_among
+-- Which of these tasks of the queue are cancelled: what a heartbeat, an ack or a nack
+-- whose lease was refused tells its worker (logic/leases.py). By primary key (see
+-- mark_cold).
+SELECT id::text FROM tierq_tasks
+WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
+  AND (state = 'cancelled') IS TRUE;
 
 -- name: dlq_page
 -- A queue's dead letters, newest first, before the cursor (the first page passes the
 -- greatest position: 'infinity' and the greatest id).
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp, progress, progress_at, trace
+       result, grp, progress, progress_at, trace, timeout_seconds
 FROM tierq_tasks
 WHERE queue = %(queue)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -466,7 +506,7 @@ LIMIT %(limit)s;
 -- own so that even a generic plan walks that tenant's part of tierq_tasks_dead_line.
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
-       result, grp, progress, progress_at, trace
+       result, grp, progress, progress_at, trace, timeout_seconds
 FROM tierq_tasks
 WHERE queue = %(queue)s AND tenant = %(tenant)s AND state = 'dead'
   AND (finished_at, id) < (%(after)s::timestamptz, %(after_id)s::uuid)
@@ -681,7 +721,7 @@ ORDER BY queue, tenant
 LIMIT %(limit)s;
 
 -- name: walk_finished_queues
--- The retention purge's walk: queues with done or dead rows, after the cursor.
+-- The retention purge's walk: queues with done, dead or cancelled rows, after the cursor.
 WITH RECURSIVE done_walk AS (
     SELECT (SELECT queue FROM tierq_tasks
             WHERE state = 'done' AND queue > %(after_queue)s ORDER BY queue LIMIT 1) AS queue
@@ -696,11 +736,21 @@ WITH RECURSIVE done_walk AS (
     SELECT (SELECT t.queue FROM tierq_tasks t
             WHERE t.state = 'dead' AND t.queue > d.queue ORDER BY t.queue LIMIT 1)
     FROM dead_walk d WHERE d.queue IS NOT NULL
+), cancelled_walk AS (
+    SELECT (SELECT queue FROM tierq_tasks
+            WHERE state = 'cancelled' AND queue > %(after_queue)s ORDER BY queue LIMIT 1)
+           AS queue
+    UNION ALL
+    SELECT (SELECT t.queue FROM tierq_tasks t
+            WHERE t.state = 'cancelled' AND t.queue > d.queue ORDER BY t.queue LIMIT 1)
+    FROM cancelled_walk d WHERE d.queue IS NOT NULL
 )
 SELECT queue FROM (
     (SELECT queue FROM done_walk WHERE queue IS NOT NULL LIMIT %(limit)s)
     UNION
     (SELECT queue FROM dead_walk WHERE queue IS NOT NULL LIMIT %(limit)s)
+    UNION
+    (SELECT queue FROM cancelled_walk WHERE queue IS NOT NULL LIMIT %(limit)s)
 ) AS q
 ORDER BY queue
 LIMIT %(limit)s;
@@ -713,6 +763,15 @@ WHERE id = ANY(ARRAY(
     WHERE queue = %(queue)s AND state = 'done' AND finished_at < %(before)s
     LIMIT %(limit)s))
   AND (state = 'done') IS TRUE AND waiters = 0;  -- (its children read its result)
+
+-- name: purge_cancelled_before
+-- Retention of cancelled tasks, one queue, bounded (tierq_tasks_cancelled_since).
+DELETE FROM tierq_tasks
+WHERE id = ANY(ARRAY(
+    SELECT id FROM tierq_tasks
+    WHERE queue = %(queue)s AND state = 'cancelled' AND finished_at < %(before)s
+    LIMIT %(limit)s))
+  AND (state = 'cancelled') IS TRUE AND waiters = 0;  -- (its children read its state)
 
 -- name: purge_dead_before
 -- Retention of dead letters, one queue, bounded (tierq_tasks_dead_line).
@@ -804,6 +863,8 @@ WITH slice AS MATERIALIZED (
                       AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'done'
                       AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'cancelled'
+                      AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM tierq_schedules c
                       WHERE c.queue = s.queue AND c.tenant = s.tenant OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM tierq_feeder_offsets f WHERE f.feed = s.queue OFFSET 0)
@@ -837,7 +898,7 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
 -- (see mark_cold).
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
-       t.max_attempts, t.state, t.parents::text AS parents, t.grp, t.trace
+       t.max_attempts, t.state, t.parents::text AS parents, t.grp, t.timeout_seconds, t.trace
 FROM tierq_tasks t
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 

@@ -75,7 +75,7 @@ WITH g AS MATERIALIZED (
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
     RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
               t.attempts, t.max_attempts, t.created_at, t.parents::text AS parents, t.grp,
-              t.run_at, t.trace
+              t.run_at, t.timeout_seconds, t.trace
 ), released AS (
     SELECT m.tenant, m.grp, count(*)::int AS n FROM moved m GROUP BY m.tenant, m.grp
 ), still_held AS (  -- groups with a held task past the room (the line's extra one)
@@ -102,7 +102,8 @@ WITH g AS MATERIALIZED (
     RETURNING r.grp
 )
 SELECT m.id, m.queue, m.tenant, m.key, m.state, m.seq, m.priority, m.payload::text AS payload,
-       m.attempts, m.max_attempts, m.created_at, m.parents, m.grp, m.run_at, m.trace
+       m.attempts, m.max_attempts, m.created_at, m.parents, m.grp, m.run_at,
+       m.timeout_seconds, m.trace
 FROM moved m;
 
 -- name: held_gone

@@ -1,0 +1,71 @@
+"""Time limits: the longest one attempt of a task may run (``timeout_seconds``).
+
+A task's own limit (enqueued with it, kept in its row and its warm blob as ``"to"``) or else
+its queue's (``QueueSettings.timeout_seconds``) is read by the claim that leases it, which
+gives each such lease its limit: the attempt's start (the claim) plus the limit, kept in the
+pair's ``limits`` set beside the lease (lua/lease_limit.lua, right after the claim's pop, in
+a second call made only when a task of the pop has a limit). The lease's deadline is brought
+down to it, and no heartbeat extends a lease past it (lua/lease_extend.lua), so at the limit
+the lease runs out whatever its worker does: an ack, a nack or a heartbeat after it is
+refused (``not_owner``).
+
+The reaper then tells such a lease from one that merely expired (:func:`split`): a lease
+whose limit had come when the reaper listed it timed out, and its attempt fails through the
+nack's path (:func:`record`: ``timeout`` as its error, the attempt counted, a retry after
+the queue's backoff, a dead letter past ``max_attempts``), where an expired lease is put
+back in line at once. The limit leaves with the lease (lua/lease_keys.lua).
+
+Why the reaper and not the worker: the worker may be hung or gone; the limit holds whatever
+it does. The worker is told the limit in the claimed task (``timeout_seconds``) and stops
+its handler itself (tierq.client.worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tierq.dal.warm_tier import lease_member
+from tierq.logic.context import Context
+
+# The error a timed-out attempt records (its prefix: the reason, as clients match it).
+TIMEOUT_REASON = "timeout"
+
+
+def error_text(attempt: int, seconds: int | None) -> str:
+    """The ``last_error`` of an attempt that reached its time limit."""
+    limit = "its time limit" if seconds is None else f"its time limit of {seconds}s"
+    return f"{TIMEOUT_REASON}: attempt {attempt} ran past {limit}"
+
+
+def effective(own: int | None, queue_default: int | None) -> int | None:
+    """The limit of an attempt: the task's own, else its queue's; None for none."""
+    return own if own is not None else queue_default
+
+
+def limit_leases(ctx: Context, queue: str, tenant: str, now_ms: int,
+                 leases: Sequence[tuple[str, str, int]]) -> dict[str, int]:
+    """Give new leases (id, token, limit in seconds) of one pair, claimed at ``now_ms``,
+    their limits; the deadline of each after, by id (0: the lease had ended already)."""
+    if not leases:
+        return {}
+    deadlines = ctx.warm.limit_leases(queue, tenant, now_ms=now_ms, limits=[
+        (lease_member(task_id, token), now_ms + seconds * 1000)
+        for task_id, token, seconds in leases])
+    return {task_id: deadline
+            for (task_id, _, _), deadline in zip(leases, deadlines, strict=True)}
+
+
+def split(ctx: Context, queue: str, tenant: str, now_ms: int,
+          listed: Sequence[tuple[str, str, int]]
+          ) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]]]:
+    """The leases the reaper listed as past their deadline, (id, token, attempt) each, split
+    into (timed out: their limit had come by ``now_ms``, expired). One ZMSCORE of the
+    pair's ``limits``."""
+    if not listed:
+        return [], []
+    limits = ctx.warm.lease_limits(queue, tenant, [lease_member(task_id, token)
+                                                   for task_id, token, _ in listed])
+    timed_out: list[tuple[str, str, int]] = []
+    expired: list[tuple[str, str, int]] = []
+    for lease, limit in zip(listed, limits, strict=True):
+        (timed_out if limit is not None and limit <= now_ms else expired).append(lease)
+    return timed_out, expired

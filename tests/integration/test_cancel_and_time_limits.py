@@ -1,0 +1,253 @@
+"""Cancelling a task, running or not (kept as ``cancelled``: logic/tasks.cancel), and the
+time limit of an attempt (``timeout_seconds``: logic/time_limits.py), on the real stores."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tests.integration.helpers import count_rows, count_state
+from tierq.dal.warm_tier import PairKeys, lease_member
+from tierq.errors import NotFound, TaskFinished
+from tierq.logic.context import to_ms
+from tierq.models.tasks import MAX_TIMEOUT_SECONDS
+
+# -- cancel ---------------------------------------------------------------------------------
+
+
+def test_a_ready_task_cancelled_leaves_the_line_at_once_and_is_kept(tq, pg, valkey):
+    first, second = tq.enqueue("c", [{"payload": 1}, {"payload": 2}])
+    view = tq.cancel("c", first.id)
+    assert view.state == "cancelled" and view.finished_at is not None
+    assert tq.get_task("c", first.id).state == "cancelled"  # kept, as a finished task
+    assert valkey.zcard(PairKeys.of("c", "_").ready) == 1
+    [claimed] = tq.claim("c", max=5)
+    assert claimed.id == second.id
+    # cancelling it again answers it as it is; a finished task cannot be cancelled
+    assert tq.cancel("c", first.id).state == "cancelled"
+    tq.ack("c", [claimed])
+    with pytest.raises(NotFound):  # (acked without a result: deleted)
+        tq.cancel("c", second.id)
+
+
+def test_a_done_or_dead_task_is_not_cancelled(tq):
+    tq.put_queue("f", {"max_attempts": 1})
+    done_id = tq.enqueue_one("f", "done").id
+    [task] = tq.claim("f")
+    tq.ack("f", [{"id": task.id, "lease_token": task.lease_token, "result": 1}])
+    dead_id = tq.enqueue_one("f", "dead").id
+    [task] = tq.claim("f")
+    tq.nack("f", [{"id": task.id, "lease_token": task.lease_token, "error": "x"}])
+    for task_id, state in ((done_id, "done"), (dead_id, "dead")):
+        with pytest.raises(TaskFinished, match=state):
+            tq.cancel("f", task_id)
+        assert tq.get_task("f", task_id).state == state
+
+
+def test_cold_delayed_and_waiting_tasks_leave_their_lines(make_tq, pg):
+    tq = make_tq(warm_max=1)
+    _, cold = tq.enqueue("l", [{"payload": "w"}, {"payload": "c"}])
+    later = tq.enqueue_one("l", "later", delay_seconds=60)
+    assert count_state(pg, "l", "cold") == 1
+    parent = tq.enqueue_one("l", "parent", delay_seconds=3600)
+    child = tq.enqueue("l", [{"payload": "child", "after": [parent.id]}])[0]
+    for task_id in (cold.id, later.id, child.id):
+        assert tq.cancel("l", task_id).state == "cancelled"
+    tq.ctx.clock.advance(61)
+    tq.run_delayed_mover()
+    tq.run_cold_to_warm()
+    assert [t.payload for t in tq.claim("l", max=10)] == ["w"]
+    assert count_state(pg, "l", "cancelled") == 3
+
+
+def test_a_cancelled_parent_settles_its_children_as_cancelled(tq):
+    parent = tq.enqueue_one("p", "parent")
+    dies, runs = tq.enqueue("p", [
+        {"payload": "dies", "after": [parent.id]},
+        {"payload": "runs", "after": [parent.id], "on_parent_failure": "run"}])
+    tq.cancel("p", parent.id)
+    assert tq.get_task("p", dies.id).state == "dead"
+    [task] = tq.claim("p", max=5)
+    assert task.id == runs.id
+    assert [(p.id, p.state) for p in task.parents or []] == [(parent.id, "cancelled")]
+
+
+def test_a_cancelled_group_member_releases_its_group(tq):
+    first, second = tq.enqueue("g", [{"payload": 1, "group": "g1"},
+                                     {"payload": 2, "group": "g1"}])
+    assert second.state == "held"
+    [leased] = tq.claim("g")
+    assert leased.id == first.id
+    tq.cancel("g", first.id)  # running: its group's next task goes on
+    [task] = tq.claim("g")
+    assert task.id == second.id
+    # and a held one cancelled leaves the line without running
+    third = tq.enqueue_one("g", 3, group="g1")
+    tq.cancel("g", third.id)
+    tq.ack("g", [task])
+    assert tq.claim("g") == []
+
+
+def test_a_leased_task_cancelled_is_told_at_its_heartbeat_and_ack_and_never_retried(
+        make_tq, pg, valkey):
+    tq = make_tq(lease_seconds=30, max_attempts=3)
+    out = tq.enqueue_one("r", "work")
+    [task] = tq.claim("r")
+    tq.cancel("r", out.id)
+    # the lease is gone at once (its place under the limits is free)
+    assert valkey.zcard(PairKeys.of("r", "_").leased) == 0
+    beat = tq.heartbeat("r", [{"id": task.id, "lease_token": task.lease_token}])
+    assert beat.extended == [] and beat.cancelled == [task.id]
+    assert [r.reason for r in beat.rejected] == ["not_owner"]  # (what older clients read)
+    acked = tq.ack("r", [task])
+    assert acked.acked == [] and acked.cancelled == [task.id]
+    nacked = tq.nack("r", [{"id": task.id, "lease_token": task.lease_token}])
+    assert nacked.retried == [] and nacked.cancelled == [task.id]
+    tq.ctx.clock.advance(60)
+    summary = tq.run_reaper()
+    assert summary.expired == 0
+    row = tq.get_task("r", out.id)
+    assert (row.state, row.attempts) == ("cancelled", 0)
+    assert tq.claim("r") == []
+    # an ordinary lost lease is not reported as cancelled
+    other = tq.enqueue_one("r", "other")
+    [task2] = tq.claim("r")
+    tq.ctx.clock.advance(31)
+    late = tq.heartbeat("r", [{"id": task2.id, "lease_token": task2.lease_token}])
+    assert late.cancelled == [] and late.rejected[0].id == other.id
+
+
+def test_a_tenant_cancels_only_its_own_tasks(tq):
+    mine = tq.enqueue_one("t", "x", tenant="acme")
+    with pytest.raises(NotFound):
+        tq.cancel("t", mine.id, tenant="other")
+    assert tq.get_task("t", mine.id).state == "warm"
+    assert tq.cancel("t", mine.id, tenant="acme").state == "cancelled"
+
+
+def test_a_wait_wakes_on_a_cancel(tq):
+    out = tq.enqueue_one("w", "x", tenant="acme")
+    seen: list[Any] = []
+    waiter = threading.Thread(target=lambda: seen.append(
+        tq.get_task("w", out.id, wait_seconds=10, tenant="acme")))
+    started = time.monotonic()
+    waiter.start()
+    time.sleep(0.3)
+    tq.cancel("w", out.id)
+    waiter.join(10)
+    assert seen[0].state == "cancelled" and time.monotonic() - started < 3
+
+
+def test_cancelled_tasks_are_purged_when_retention_ends(tq, pg):
+    tq.put_queue("k", {"retention_seconds": 60})
+    out = tq.enqueue_one("k", "x")
+    tq.cancel("k", out.id)
+    tq.run_reaper()
+    assert count_rows(pg, "k") == 1
+    tq.ctx.clock.advance(61)
+    assert tq.run_reaper().purged == 1
+    assert count_rows(pg, "k") == 0
+    with pytest.raises(NotFound):
+        tq.get_task("k", out.id)
+
+
+def test_delete_keeps_its_meaning(tq):
+    out = tq.enqueue_one("d", "x")
+    tq.cancel_task("d", out.id)
+    with pytest.raises(NotFound):
+        tq.get_task("d", out.id)
+
+
+# -- time limits ----------------------------------------------------------------------------
+
+
+def test_heartbeats_never_extend_a_lease_past_its_time_limit(make_tq, valkey):
+    tq = make_tq(lease_seconds=30)
+    tq.enqueue("h", [{"payload": "limited", "timeout_seconds": 2}, {"payload": "free"}])
+    limited, free = tq.claim("h", max=2)
+    started = to_ms(tq.ctx.now())
+    assert (limited.timeout_seconds, free.timeout_seconds) == (2, None)
+    assert to_ms(limited.lease_expires_at.timestamp()) <= started + 2000
+    tq.ctx.clock.advance(1)
+    beat = tq.heartbeat("h", [{"id": t.id, "lease_token": t.lease_token, "extend_seconds": 60}
+                              for t in (limited, free)])
+    deadlines = {e.id: to_ms(e.lease_expires_at.timestamp()) for e in beat.extended}
+    assert deadlines[limited.id] <= started + 2000
+    assert deadlines[free.id] >= started + 60_000
+    tq.ctx.clock.advance(1.1)  # past the limit: refused whatever the heartbeats
+    late = tq.heartbeat("h", [{"id": limited.id, "lease_token": limited.lease_token}])
+    assert late.extended == [] and late.cancelled == []
+    assert tq.ack("h", [limited]).rejected[0].reason == "not_owner"
+    key = PairKeys.of("h", "_").limits
+    assert valkey.zscore(key, lease_member(str(limited.id), limited.lease_token)) is not None
+
+
+def test_an_attempt_at_its_limit_fails_as_a_nack_with_backoff_then_dies(make_tq, valkey):
+    tq = make_tq(lease_seconds=30)
+    tq.put_queue("x", {"max_attempts": 2, "backoff": {
+        "kind": "fixed", "base_seconds": 10, "cap_seconds": 10, "jitter": 0}})
+    out = tq.enqueue_one("x", "hangs", timeout_seconds=2)
+    [task] = tq.claim("x")
+    tq.ctx.clock.advance(2.5)
+    summary = tq.run_reaper()
+    assert (summary.timed_out, summary.requeued) == (1, 1)
+    row = tq.get_task("x", out.id)
+    assert row.state == "delayed" and row.attempts == 1
+    assert row.last_error is not None and row.last_error.startswith("timeout:")
+    # the queue's backoff, not the expired lease's "back of the line at once"
+    assert row.run_at.timestamp() == pytest.approx(tq.ctx.now() + 10, abs=0.5)
+    assert valkey.zcard(PairKeys.of("x", "_").limits) == 0  # it left with its lease
+    tq.ctx.clock.advance(11)
+    tq.run_delayed_mover()
+    [again] = tq.claim("x")
+    assert again.attempt == 2 and again.timeout_seconds == 2
+    tq.ctx.clock.advance(2.5)
+    assert tq.run_reaper().dead == 1
+    assert tq.get_task("x", out.id).state == "dead"
+    assert task.id == out.id
+
+
+def test_an_expired_lease_with_a_limit_far_ahead_is_an_expiry(make_tq):
+    tq = make_tq(lease_seconds=5)
+    out = tq.enqueue_one("e", "x", timeout_seconds=600)
+    tq.claim("e")
+    tq.ctx.clock.advance(6)  # no heartbeat: the lease expired long before its limit
+    summary = tq.run_reaper()
+    assert (summary.expired, summary.timed_out) == (1, 0)
+    assert tq.get_task("e", out.id).last_error == "lease expired (attempt 1)"
+
+
+def test_the_queue_default_applies_to_tasks_without_their_own(make_tq):
+    tq = make_tq(lease_seconds=30)
+    tq.put_queue("q", {"timeout_seconds": 5})
+    tq.enqueue("q", [{"payload": "default"}, {"payload": "own", "timeout_seconds": 1}])
+    default, own = tq.claim("q", max=2)
+    assert (default.timeout_seconds, own.timeout_seconds) == (5, 1)
+    assert tq.get_queue("q").settings.timeout_seconds == 5
+    tq.put_queue("q", {"timeout_seconds": None})  # cleared
+    assert tq.get_queue("q").settings.timeout_seconds is None
+    assert tq.get_task("q", own.id).timeout_seconds == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_TIMEOUT_SECONDS + 1, 1.5, "2s", [2]])
+def test_a_bad_timeout_is_refused_and_nothing_is_written(tq, pg, bad):
+    with pytest.raises(ValidationError, match="timeout_seconds"):
+        tq.enqueue("b", [{"payload": 1}, {"payload": 2, "timeout_seconds": bad}])
+    assert count_rows(pg, "b") == 0
+    with pytest.raises(ValidationError, match="timeout_seconds"):
+        tq.put_queue("b", {"timeout_seconds": bad})
+
+
+def test_a_cancelled_lease_frees_its_place_under_the_queues_limits(make_tq):
+    tq = make_tq(lease_seconds=300)
+    tq.put_queue("m", {"max_leased": 1, "tenant_max_leased": 1})
+    first, second = tq.enqueue("m", [{"payload": 1}, {"payload": 2}])
+    [task] = tq.claim("m", max=2)
+    assert task.id == first.id and tq.claim("m") == []  # the limit is reached
+    tq.cancel("m", first.id)
+    [task] = tq.claim("m")  # at once, not once the cancelled lease would have run out
+    assert task.id == second.id
