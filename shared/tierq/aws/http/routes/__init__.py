@@ -50,6 +50,7 @@ MODULE_ROUTES: dict[str, tuple[str, ...]] = {
     "tierq.aws.http.routes.tasks": (
         "GET /v1/queues/{queue}/tasks/{id}",
         "DELETE /v1/queues/{queue}/tasks/{id}",
+        "POST /v1/queues/{queue}/tasks/{id}/cancel",
     ),
     "tierq.aws.http.routes.dlq": (
         "GET /v1/queues/{queue}/dlq",
