@@ -20,6 +20,7 @@ from tests.client.test_worker_stop import posts
 from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
 from tests.worker.test_worker import (
+    all_finished,
     check_abandoned_lease,
     check_doubles,
     check_fan_in,
@@ -117,8 +118,8 @@ def test_exceptions_are_nacked_retried_and_dead_lettered(api: Client, api_url: s
 
     background = Background(api_url, queue, handle, concurrency=2, wait_seconds=0.5)
     try:
-        eventually(lambda: unfinished(api, queue) == 0 and background.running.held == 0,
-                   timeout=30, what="every task settled")
+        eventually(lambda: all_finished(api, queue, ids.values())
+                   and background.running.held == 0, timeout=30, what="every task settled")
     finally:
         stats = background.stop()
     check_flaky(api, queue, ids, stats)
