@@ -282,3 +282,24 @@ def test_a_task_is_cancelled_from_the_running_panel_and_the_lookup(
         "document.getElementById('task-summary').textContent.startsWith('cancelled')")
     assert page.get_by_test_id("task-cancel").is_hidden()
     assert api.get_task(queue, waiting.id).state == "cancelled"
+
+
+def test_the_lookup_shows_the_trace_a_task_was_enqueued_in(
+        page: Any, api: Client, api_url: str, names: QueueNames) -> None:
+    queue = names["traced"]
+    traceparent = "00-" + "4bf92f3577b34da6a3ce929d0e0e4736" + "-00f067aa0ba902b7-01"
+    [traced] = api.enqueue(queue, [{"payload": 1, "trace": {"traceparent": traceparent}}],
+                           propagate=False)
+    [plain] = api.enqueue(queue, [{"payload": 2}], propagate=False)
+    open_dashboard(page, api_url)
+    page.get_by_test_id("task-queue").fill(queue)
+    page.get_by_test_id("task-id").fill(str(traced.id))
+    page.get_by_test_id("task-id").press("Enter")
+    page.wait_for_function(
+        "document.getElementById('task-summary').textContent.includes('trace')")
+    assert page.get_by_test_id("task-summary").text_content() == (
+        "warm · trace 4bf92f3577b34da6a3ce929d0e0e4736")
+    page.get_by_test_id("task-id").fill(str(plain.id))
+    page.get_by_test_id("task-id").press("Enter")
+    page.wait_for_function(
+        "document.getElementById('task-summary').textContent === 'warm'")
