@@ -122,7 +122,7 @@ def release(ctx: Context, conn: Conn, queue: str, groups: Iterable[Group],
     out: list[GroupReleasedRow] = []
     for start in range(0, len(grps), RELEASE_SLICE):
         part = slice(start, start + RELEASE_SLICE)
-        ctx.store.lock_groups(conn, queue, tenants[part], grps[part])
+        ctx.store.lock_groups_quietly(conn, queue, tenants[part], grps[part])
         # (a statement of its own: it sees every task committed before the locks)
         out.extend(ctx.store.release_group_heads(conn, queue, now, limit, tenants[part],
                                                  grps[part], states[part]))
@@ -171,14 +171,18 @@ def _after_finish(ctx: Context, queue: str, groups: list[Group],
     # (those due go ready in the release's own statement: one commit, one row write)
     ticket = admission.begin(ctx, {(queue, tenant) for tenant, _ in wanted})
     try:
-        with ctx.db.transaction() as conn:
-            rows = release(ctx, conn, queue, wanted, ticket)
-            if gone:
-                keys = sorted(gone)
-                ctx.store.held_gone(conn, queue, [t for t, _ in keys], [g for _, g in keys],
-                                    [gone[k] for k in keys])
-            ready = [r.ready_row() for r in rows if r.state != "delayed"]
-            pending = admission.Pending(ticket, ready, admission.warm_items(ready))
+        tenants, grps = _split(wanted)
+        states = [ticket.state_for((queue, t)) for t in tenants]
+        keys = sorted(gone)
+        # (the whole transaction in one round trip: the locks, the release, the commit)
+        rows = ctx.store.release_groups(
+            queue, to_datetime(ctx.now()), ctx.queue_settings.get(queue).group_max_leased,
+            [(tenants[i:i + RELEASE_SLICE], grps[i:i + RELEASE_SLICE],
+              states[i:i + RELEASE_SLICE]) for i in range(0, len(grps), RELEASE_SLICE)],
+            ([t for t, _ in keys], [g for _, g in keys], [gone[k] for k in keys])
+            if gone else None)
+        ready = [r.ready_row() for r in rows if r.state != "delayed"]
+        pending = admission.Pending(ticket, ready, admission.warm_items(ready))
     except BaseException:
         admission.close(ctx, ticket)
         raise

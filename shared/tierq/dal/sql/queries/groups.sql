@@ -19,6 +19,18 @@ ORDER BY v.tenant COLLATE "C", v.grp COLLATE "C"
 ON CONFLICT (queue, tenant, grp) DO UPDATE SET active = g.active
 RETURNING g.tenant, g.grp, g.active;
 
+-- name: lock_groups_quietly
+-- lock_groups for a release, which recounts: the same locks in the same order (rows created
+-- when missing), but no new version of the rows found and no counts read. ON CONFLICT DO
+-- UPDATE locks the conflicting row before its WHERE declines the update, and the lock is
+-- held to the end of the transaction (as the no-op update's would be).
+INSERT INTO tierq_groups AS g (queue, tenant, grp)
+SELECT %(queue)s, v.tenant, v.grp
+FROM unnest(%(tenants)s::text[], %(grps)s::text[]) AS v(tenant, grp)
+GROUP BY v.tenant, v.grp
+ORDER BY v.tenant COLLATE "C", v.grp COLLATE "C"
+ON CONFLICT (queue, tenant, grp) DO UPDATE SET active = g.active WHERE false;
+
 -- name: count_group_tasks
 -- Tasks an enqueue (or a replay) made active or held, counted on their groups (locked by
 -- lock_groups in the same transaction).
@@ -57,21 +69,24 @@ WITH g AS MATERIALIZED (
           AND t.state = 'held'
         ORDER BY t.seq
         LIMIT GREATEST(%(max)s - g.active, 0) + 1) AS h
-), numbered AS MATERIALIZED (  -- new seqs in line order (nextval is volatile)
-    SELECT o.id, o.ready_state, nextval('tierq_task_seq') AS seq
-    FROM (SELECT l.id, l.ready_state FROM line l WHERE l.n <= %(max)s - l.active
-          ORDER BY l.tenant, l.grp, l.n) AS o
+), numbered AS MATERIALIZED (  -- the tasks to release, counted from 0 in line order
+    SELECT l.id, l.ready_state,
+           row_number() OVER (ORDER BY l.tenant COLLATE "C", l.grp COLLATE "C", l.n) - 1 AS k
+    FROM line l WHERE l.n <= %(max)s - l.active
+), blocks AS MATERIALIZED (  -- one nextval per 512 of them (the sequence steps by 512)
+    SELECT b.i, nextval('tierq_task_seq') AS base
+    FROM generate_series(0, (SELECT max(k) FROM numbered) / 512) AS b(i)
 ), moved AS (
     UPDATE tierq_tasks t
     SET state = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
                      THEN s.ready_state ELSE 'delayed' END,
         seq = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
-                   THEN s.seq ELSE t.seq END,
+                   THEN b.base + s.k %% 512 ELSE t.seq END,
         ready_since = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
                            THEN %(now)s::timestamptz END,
         state_since = %(now)s
-    FROM numbered s
-    WHERE t.id = ANY(ARRAY(SELECT id FROM numbered)) AND t.id = s.id
+    FROM numbered s JOIN blocks b ON b.i = s.k / 512
+    WHERE t.id = s.id  -- (by primary key, one lookup per task)
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
     RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
               t.attempts, t.max_attempts, t.created_at, t.parents::text AS parents, t.grp,
