@@ -451,3 +451,37 @@ def test_a_release_that_fails_after_the_ack_committed_answers_the_ack_and_the_sw
     tq.run_reaper()
     [second] = tq.claim("q", max=10)
     assert second.payload == 1
+
+
+def test_a_release_pushes_what_an_enqueue_would_have_pushed(tq, pg):
+    """release_group_heads builds each released task's blob in SQL (as promote_cold does);
+    the push item made of it must be exactly what logic/admission builds from the same row
+    (row_push_item): a claim decodes either."""
+    from psycopg.rows import dict_row
+
+    from tierq.core.ordering import place
+    from tierq.dal.store.rows import RestoreRow
+    from tierq.logic.admission import row_push_item
+    from tierq.logic.context import to_datetime
+
+    odd = ['quote " and \\ backslash', "non-ascii é ✓", "del\u007f and /", None]
+    trace = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "tracestate": "k=v"}
+    tq.enqueue("q", [{"payload": {"n": i, "text": odd[i % 4] or "", "nested": [1.5, None]},
+                      "key": odd[i % 4] and f"{odd[i % 4]}-{i}", "priority": i % 10,
+                      "max_attempts": 1 + i, "group": f"g-{i % 6}",
+                      **({"trace": trace} if i % 5 == 0 else {})} for i in range(24)])
+    heads = [r[0] for r in pg.execute(
+        "DELETE FROM tierq_tasks WHERE queue = 'q' AND state = 'warm' RETURNING grp")]
+    assert len(heads) == 6
+    rows = tq.ctx.store.release_groups(
+        "q", to_datetime(tq.ctx.now()), 1, [(["_"] * 6, sorted(heads), ["warm"] * 6)])
+    assert len(rows) == 6 and {r.state for r in rows} == {"warm"}
+    with pg.cursor(row_factory=dict_row) as cur:
+        stored = {str(r["id"]): RestoreRow(**r) for r in cur.execute(
+            "SELECT id, key, seq, priority, payload::text AS payload, attempts, "
+            "max_attempts, created_at, parents::text AS parents, grp, trace FROM tierq_tasks "
+            "WHERE state = 'warm'").fetchall()}
+    assert sum(1 for r in stored.values() if r.trace) >= 1
+    for row in rows:
+        assert (row.id, place(row.priority, row.seq, row.id), row.blob.encode()) \
+            == row_push_item(stored[row.id])

@@ -24,11 +24,12 @@ for it. A dead letter replayed joins its group's back (:func:`on_replay`).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tierq.core import ordering
 from tierq.dal.store.rows import GroupReleasedRow
 from tierq.dal.task_store import Conn
 from tierq.logic import admission
@@ -181,13 +182,17 @@ def _after_finish(ctx: Context, queue: str, groups: list[Group],
               states[i:i + RELEASE_SLICE]) for i in range(0, len(grps), RELEASE_SLICE)],
             ([t for t, _ in keys], [g for _, g in keys], [gone[k] for k in keys])
             if gone else None)
-        ready = [r.ready_row() for r in rows if r.state != "delayed"]
-        pending = admission.Pending(ticket, ready, admission.warm_items(ready))
+        items: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
+        for r in rows:  # (their blobs built by the release statement)
+            if r.state == "warm":
+                items[(queue, r.tenant)].append(
+                    (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
+        pending = admission.Pending(ticket, [], items)
     except BaseException:
         admission.close(ctx, ticket)
         raise
     refused = admission.finish(ctx, pending)
-    return {str(r.id): "cold" if str(r.id) in refused else r.state for r in rows}
+    return {r.id: "cold" if r.id in refused else r.state for r in rows}
 
 
 def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:

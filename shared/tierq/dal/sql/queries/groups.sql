@@ -88,9 +88,26 @@ WITH g AS MATERIALIZED (
     FROM numbered s JOIN blocks b ON b.i = s.k / 512
     WHERE t.id = s.id  -- (by primary key, one lookup per task)
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
-    RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
-              t.attempts, t.max_attempts, t.created_at, t.parents::text AS parents, t.grp,
-              t.run_at, t.trace
+    RETURNING t.id::text AS id, t.tenant, t.grp, t.state, t.seq, t.priority, t.run_at,
+              -- its blob, as promote_cold (engine.sql) builds it: task_blob's layout
+              t.attempts || '|{"e":'
+                  || (12 + length(t.payload::text)
+                      - length(translate(t.payload::text, '"\', ''))
+                      + length(COALESCE(to_json(t.key)::text, ''))
+                      - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', ''))
+                      + COALESCE(2 + length(t.parents::text)
+                                 - length(translate(t.parents::text, '"\', '')), 0)
+                      + COALESCE(4 + length(to_json(t.grp)::text)
+                                 - length(translate(to_json(t.grp)::text, '"\', '')), 0)
+                      + COALESCE(2 + length(t.trace)
+                                 - length(translate(t.trace, '"\', '')), 0))
+                  || ',"p":' || t.payload::text
+                  || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
+                  || ',"pr":' || t.priority || ',"m":' || t.max_attempts
+                  || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
+                  || COALESCE(',"pa":' || t.parents::text, '')
+                  || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '')
+                  || COALESCE(',"tr":' || t.trace, '') || '}' AS blob
 ), released AS (
     SELECT m.tenant, m.grp, count(*)::int AS n FROM moved m GROUP BY m.tenant, m.grp
 ), still_held AS (  -- groups with a held task past the room (the line's extra one)
@@ -116,9 +133,7 @@ WITH g AS MATERIALIZED (
       AND c.active + c.released = 0 AND NOT c.more_held
     RETURNING r.grp
 )
-SELECT m.id, m.queue, m.tenant, m.key, m.state, m.seq, m.priority, m.payload::text AS payload,
-       m.attempts, m.max_attempts, m.created_at, m.parents, m.grp, m.run_at, m.trace
-FROM moved m;
+SELECT m.id, m.tenant, m.state, m.seq, m.priority, m.run_at, m.blob FROM moved m;
 
 -- name: held_gone
 -- Held tasks that went without running (cancelled, deleted): their groups' held counts come
