@@ -23,10 +23,12 @@ RETURNING g.tenant, g.grp, g.active;
 -- lock_groups for a release, which recounts: the same locks in the same order (rows created
 -- when missing), but no new version of the rows found and no counts read. ON CONFLICT DO
 -- UPDATE locks the conflicting row before its WHERE declines the update, and the lock is
--- held to the end of the transaction (as the no-op update's would be).
+-- held to the end of the transaction (as the no-op update's would be). Names come as JSON
+-- arrays of strings, as release_group_heads' (cheaper to send than text[]).
 INSERT INTO tierq_groups AS g (queue, tenant, grp)
 SELECT %(queue)s, v.tenant, v.grp
-FROM unnest(%(tenants)s::text[], %(grps)s::text[]) AS v(tenant, grp)
+FROM ROWS FROM (jsonb_array_elements_text(%(tenants)s::jsonb),
+               jsonb_array_elements_text(%(grps)s::jsonb)) AS v(tenant, grp)
 GROUP BY v.tenant, v.grp
 ORDER BY v.tenant COLLATE "C", v.grp COLLATE "C"
 ON CONFLICT (queue, tenant, grp) DO UPDATE SET active = g.active WHERE false;
@@ -57,7 +59,9 @@ WITH g AS MATERIALIZED (
             WHERE a.queue = %(queue)s AND a.tenant = v.tenant AND a.grp = v.grp
               AND a.state IN ('delayed', 'cold', 'warm'))::int AS active
     FROM (SELECT DISTINCT ON (tenant, grp) tenant, grp, ready_state
-          FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(ready_states)s::text[])
+          FROM ROWS FROM (jsonb_array_elements_text(%(tenants)s::jsonb),
+                          jsonb_array_elements_text(%(grps)s::jsonb),
+                          jsonb_array_elements_text(%(ready_states)s::jsonb))
                AS u(tenant, grp, ready_state)
           ORDER BY tenant, grp) AS v
 ), line AS MATERIALIZED (  -- the line's first tasks, one more than there is room for
