@@ -485,3 +485,20 @@ def test_a_release_pushes_what_an_enqueue_would_have_pushed(tq, pg):
     for row in rows:
         assert (row.id, place(row.priority, row.seq, row.id), row.blob.encode()) \
             == row_push_item(stored[row.id])
+
+
+def test_a_release_past_one_block_of_seqs_keeps_the_line_order(tq, pg):
+    """A release numbers its tasks from one nextval per 512 (tierq_task_seq steps by 512):
+    700 released at once take distinct seqs in their line's order."""
+    tasks = [{"payload": i, "group": g} for i in range(350) for g in "ab"]
+    made = tq.enqueue("q", tasks[:350]) + tq.enqueue("q", tasks[350:])
+    assert [o.state for o in made].count("held") == 698
+    tq.put_queue("q", {"group_max_leased": 1000})
+    heads = tq.claim("q", max=10)
+    assert sorted(t.payload for t in heads) == [0, 0]
+    tq.ack("q", heads)
+    rows = pg.execute("SELECT grp, payload::int, seq FROM tierq_tasks WHERE queue = 'q' "
+                      "ORDER BY seq").fetchall()
+    assert len(rows) == 698 and len({seq for _, _, seq in rows}) == 698
+    assert [(g, n) for g, n, _ in rows] == [(g, n) for g in "ab" for n in range(1, 350)]
+    assert set(_states(pg, "q")) <= {"warm", "cold"}

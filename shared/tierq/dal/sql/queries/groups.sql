@@ -78,19 +78,20 @@ WITH g AS MATERIALIZED (
            row_number() OVER (ORDER BY l.tenant COLLATE "C", l.grp COLLATE "C", l.n) - 1 AS k
     FROM line l WHERE l.n <= %(max)s - l.active
 ), blocks AS MATERIALIZED (  -- one nextval per 512 of them (the sequence steps by 512)
-    SELECT b.i, nextval('tierq_task_seq') AS base
-    FROM generate_series(0, (SELECT max(k) FROM numbered) / 512) AS b(i)
+    SELECT array_agg(b.base ORDER BY b.i) AS bases
+    FROM (SELECT i, nextval('tierq_task_seq') AS base
+          FROM generate_series(0, (SELECT max(k) FROM numbered) / 512) AS i) AS b
 ), moved AS (
     UPDATE tierq_tasks t
     SET state = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
                      THEN s.ready_state ELSE 'delayed' END,
         seq = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
-                   THEN b.base + s.k %% 512 ELSE t.seq END,
+                   THEN b.bases[s.k / 512 + 1] + s.k %% 512 ELSE t.seq END,
         ready_since = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
                            THEN %(now)s::timestamptz END,
         state_since = %(now)s
-    FROM numbered s JOIN blocks b ON b.i = s.k / 512
-    WHERE t.id = s.id  -- (by primary key, one lookup per task)
+    FROM blocks b, numbered s
+    WHERE t.id = s.id  -- (by primary key, one lookup per task, in line order)
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
     RETURNING t.id::text AS id, t.tenant, t.grp, t.state, t.seq, t.priority, t.run_at,
               -- its blob, as promote_cold (engine.sql) builds it: task_blob's layout
