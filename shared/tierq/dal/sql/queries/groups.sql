@@ -44,15 +44,17 @@ FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(active)s::int[], %(held)s::
 WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 
 -- name: release_group_heads
--- After lock_groups, in its transaction (a statement of its own, so that it sees every
--- enqueue committed before the locks were granted): each group's active tasks are counted
+-- After lock_groups or lock_groups_quietly, in its transaction (a statement of its own, so
+-- that it sees every enqueue committed before the locks were granted; names as JSON arrays
+-- of strings, states 'warm', 'cold' or 'delayed'): each group's active tasks are counted
 -- (by tierq_tasks_group_active: at most group_max_leased entries), and its first held tasks
 -- by seq are released up to %(max)s active. A released task whose run_at has come takes its
 -- group's %(ready_states)s entry ('warm' or 'cold', from the caller's admission ticket) and
 -- a new seq, in line order (the back of its pair's line, as admission.make_ready does);
 -- one not yet due, or whose entry is 'delayed', is delayed until its run_at (the delayed
 -- mover makes it ready). The group's row takes the counts found; a group left with nothing
--- active and nothing held goes. Returns the tasks released, as make_ready returns rows.
+-- active and nothing held goes. Returns the tasks released, each with its warm blob (built
+-- as promote_cold builds one; unused for those delayed).
 WITH g AS MATERIALIZED (
     SELECT v.tenant, v.grp, v.ready_state,
            (SELECT count(*) FROM tierq_tasks a
