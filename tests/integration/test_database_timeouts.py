@@ -15,7 +15,13 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tierq.dal.postgres import Database, execute_text, scoped_timeouts, transaction
+from tierq.dal.postgres import (
+    Database,
+    execute_text,
+    pipelined_transaction,
+    scoped_timeouts,
+    transaction,
+)
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
 from tierq.errors import DatabaseTimedOut
@@ -118,6 +124,27 @@ def test_transactions_commit_on_success_and_roll_back_on_errors(db: Database,
     assert queues == ["kept"]
     with db.connection() as conn:  # the connection went back clean
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_pipelined_transaction_carries_the_timeouts_and_rolls_back_whole(
+        db: Database, pg: Any) -> None:
+    """pipelined_transaction (one round trip: BEGIN, the statements, COMMIT): its statements
+    carry tierq's settings, a failing one rolls back those before it, and the connection
+    goes back clean."""
+    with db.connection() as conn:
+        shown, _ = pipelined_transaction(conn, [
+            (SHOW, {}, None),
+            ("INSERT INTO tierq_queues (queue) VALUES (%(q)s)", {"q": "kept"}, None)])
+        assert shown.fetchone() == {"statement_timeout": "300ms", "lock_timeout": "150ms",
+                                    "synchronous_commit": "on"}
+        with pytest.raises(errors.UniqueViolation):
+            pipelined_transaction(conn, [
+                ("INSERT INTO tierq_queues (queue) VALUES (%(q)s)", {"q": "dropped"}, None),
+                ("INSERT INTO tierq_queues (queue) VALUES (%(q)s)", {"q": "kept"}, None)])
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert conn.execute(SHOW).fetchone()["statement_timeout"] == "0"
+    queues = [r[0] for r in pg.execute("SELECT queue FROM tierq_queues ORDER BY 1")]
+    assert queues == ["kept"]
 
 
 def test_zero_means_no_limit(app_database_url: str, clean_stores: None) -> None:

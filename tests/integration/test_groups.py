@@ -451,3 +451,54 @@ def test_a_release_that_fails_after_the_ack_committed_answers_the_ack_and_the_sw
     tq.run_reaper()
     [second] = tq.claim("q", max=10)
     assert second.payload == 1
+
+
+def test_a_release_pushes_what_an_enqueue_would_have_pushed(tq, pg):
+    """release_group_heads builds each released task's blob in SQL (as promote_cold does);
+    the push item made of it must be exactly what logic/admission builds from the same row
+    (row_push_item): a claim decodes either."""
+    from psycopg.rows import dict_row
+
+    from tierq.core.ordering import place
+    from tierq.dal.store.rows import RestoreRow
+    from tierq.logic.admission import row_push_item
+    from tierq.logic.context import to_datetime
+
+    odd = ['quote " and \\ backslash', "non-ascii é ✓", "del\u007f and /", None]
+    trace = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "tracestate": "k=v"}
+    tq.enqueue("q", [{"payload": {"n": i, "text": odd[i % 4] or "", "nested": [1.5, None]},
+                      "key": odd[i % 4] and f"{odd[i % 4]}-{i}", "priority": i % 10,
+                      "max_attempts": 1 + i, "group": f"g-{i % 6}",
+                      **({"trace": trace} if i % 5 == 0 else {})} for i in range(24)])
+    heads = [r[0] for r in pg.execute(
+        "DELETE FROM tierq_tasks WHERE queue = 'q' AND state = 'warm' RETURNING grp")]
+    assert len(heads) == 6
+    rows = tq.ctx.store.release_groups(
+        "q", to_datetime(tq.ctx.now()), 1, [(["_"] * 6, sorted(heads), ["warm"] * 6)])
+    assert len(rows) == 6 and {r.state for r in rows} == {"warm"}
+    with pg.cursor(row_factory=dict_row) as cur:
+        stored = {str(r["id"]): RestoreRow(**r) for r in cur.execute(
+            "SELECT id, key, seq, priority, payload::text AS payload, attempts, "
+            "max_attempts, created_at, parents::text AS parents, grp, trace FROM tierq_tasks "
+            "WHERE state = 'warm'").fetchall()}
+    assert sum(1 for r in stored.values() if r.trace) >= 1
+    for row in rows:
+        assert (row.id, place(row.priority, row.seq, row.id), row.blob.encode()) \
+            == row_push_item(stored[row.id])
+
+
+def test_a_release_past_one_block_of_seqs_keeps_the_line_order(tq, pg):
+    """A release numbers its tasks from one nextval per 512 (tierq_task_seq steps by 512):
+    700 released at once take distinct seqs in their line's order."""
+    tasks = [{"payload": i, "group": g} for i in range(350) for g in "ab"]
+    made = tq.enqueue("q", tasks[:350]) + tq.enqueue("q", tasks[350:])
+    assert [o.state for o in made].count("held") == 698
+    tq.put_queue("q", {"group_max_leased": 1000})
+    heads = tq.claim("q", max=10)
+    assert sorted(t.payload for t in heads) == [0, 0]
+    tq.ack("q", heads)
+    rows = pg.execute("SELECT grp, payload::int, seq FROM tierq_tasks WHERE queue = 'q' "
+                      "ORDER BY seq").fetchall()
+    assert len(rows) == 698 and len({seq for _, _, seq in rows}) == 698
+    assert [(g, n) for g, n, _ in rows] == [(g, n) for g in "ab" for n in range(1, 350)]
+    assert set(_states(pg, "q")) <= {"warm", "cold"}

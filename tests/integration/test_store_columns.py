@@ -32,6 +32,9 @@ OTHER_READS = {"upsert_schedule": (*rows.ScheduleRow._fields, "created")}
 WHOLE_ROWS = {"task_by_id", "cancel_task", "dlq_page", "dlq_page_of_tenant",
               "queue_settings_row", "upsert_queue_settings", "schedule_by_name",
               "schedules_page", "upsert_schedule"}
+# Statements also read by ``positional`` outside ``_fetch`` (a pipeline's cursors:
+# GroupQueries.release_groups), each into the class its ``_fetch`` read uses.
+PIPELINED_READS = {"release_group_heads": rows.GroupReleasedRow}
 LAST_ID = uuid.UUID(int=2**128 - 1)
 _PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -52,7 +55,9 @@ def positional_reads() -> dict[str, type]:
             if (isinstance(row, ast.Call) and getattr(row.func, "id", None) == "positional"):
                 assert isinstance(query, ast.Constant) and isinstance(row.args[0], ast.Name)
                 found[query.value] = getattr(rows, row.args[0].id)
-    assert calls == len(found), "a positional read this test cannot map to its statement"
+    assert all(found.get(query) is cls for query, cls in PIPELINED_READS.items())
+    assert calls == len(found) + len(PIPELINED_READS), \
+        "a positional read this test cannot map to its statement"
     return found
 
 

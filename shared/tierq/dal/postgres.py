@@ -424,3 +424,34 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
                 conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+Statement = tuple[str, Mapping[str, Any], Any]  # text, parameters, row factory (None: default)
+
+
+def pipelined_transaction(conn: psycopg.Connection[Any],
+                          statements: Iterable[Statement]) -> list[psycopg.Cursor[Any]]:
+    """``statements`` in one transaction on an idle autocommit connection, sent as one
+    pipeline with its ``BEGIN`` (and tierq's timeouts) and its ``COMMIT``: one round trip
+    for the whole transaction. Each statement still runs on its own (under READ COMMITTED it
+    sees what committed before it started, locks the one before took included). Each
+    statement's cursor, its rows fetched; on an error the transaction is rolled back and
+    the error raised."""
+    set_local = conn.statements()[0] if isinstance(conn, TierqConnection) else None
+    cursors: list[psycopg.Cursor[Any]] = []
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN", prepare=False)
+            if set_local is not None:
+                conn.execute(set_local)
+            for text, params, row_factory in statements:
+                cur = conn.cursor(row_factory=row_factory) if row_factory else conn.cursor()
+                cur.execute(text, params)
+                cursors.append(cur)
+            conn.execute("COMMIT", prepare=False)
+    except BaseException:
+        if not _idle(conn) and not conn.closed:
+            with suppress(psycopg.Error):  # a broken connection: the pool discards it
+                conn.execute("ROLLBACK")
+        raise
+    return cursors

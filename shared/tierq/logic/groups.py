@@ -24,11 +24,12 @@ for it. A dead letter replayed joins its group's back (:func:`on_replay`).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tierq.core import ordering
 from tierq.dal.store.rows import GroupReleasedRow
 from tierq.dal.task_store import Conn
 from tierq.logic import admission
@@ -122,7 +123,7 @@ def release(ctx: Context, conn: Conn, queue: str, groups: Iterable[Group],
     out: list[GroupReleasedRow] = []
     for start in range(0, len(grps), RELEASE_SLICE):
         part = slice(start, start + RELEASE_SLICE)
-        ctx.store.lock_groups(conn, queue, tenants[part], grps[part])
+        ctx.store.lock_groups_quietly(conn, queue, tenants[part], grps[part])
         # (a statement of its own: it sees every task committed before the locks)
         out.extend(ctx.store.release_group_heads(conn, queue, now, limit, tenants[part],
                                                  grps[part], states[part]))
@@ -171,19 +172,27 @@ def _after_finish(ctx: Context, queue: str, groups: list[Group],
     # (those due go ready in the release's own statement: one commit, one row write)
     ticket = admission.begin(ctx, {(queue, tenant) for tenant, _ in wanted})
     try:
-        with ctx.db.transaction() as conn:
-            rows = release(ctx, conn, queue, wanted, ticket)
-            if gone:
-                keys = sorted(gone)
-                ctx.store.held_gone(conn, queue, [t for t, _ in keys], [g for _, g in keys],
-                                    [gone[k] for k in keys])
-            ready = [r.ready_row() for r in rows if r.state != "delayed"]
-            pending = admission.Pending(ticket, ready, admission.warm_items(ready))
+        tenants, grps = _split(wanted)
+        states = [ticket.state_for((queue, t)) for t in tenants]
+        keys = sorted(gone)
+        # (the whole transaction in one round trip: the locks, the release, the commit)
+        rows = ctx.store.release_groups(
+            queue, to_datetime(ctx.now()), ctx.queue_settings.get(queue).group_max_leased,
+            [(tenants[i:i + RELEASE_SLICE], grps[i:i + RELEASE_SLICE],
+              states[i:i + RELEASE_SLICE]) for i in range(0, len(grps), RELEASE_SLICE)],
+            ([t for t, _ in keys], [g for _, g in keys], [gone[k] for k in keys])
+            if gone else None)
+        items: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
+        for r in rows:  # (their blobs built by the release statement)
+            if r.state == "warm":
+                items[(queue, r.tenant)].append(
+                    (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
+        pending = admission.Pending(ticket, [], items)
     except BaseException:
         admission.close(ctx, ticket)
         raise
     refused = admission.finish(ctx, pending)
-    return {str(r.id): "cold" if str(r.id) in refused else r.state for r in rows}
+    return {r.id: "cold" if r.id in refused else r.state for r in rows}
 
 
 def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:

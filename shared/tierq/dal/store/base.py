@@ -108,6 +108,12 @@ class StoreBase:
         return execute_text(conn, text, params).rowcount
 
 
+def checked(row: Positional[Any], name: str, cursor: psycopg.Cursor[Any]) -> None:
+    """``row.check`` of query ``name``'s cursor, once per (class, query) and process."""
+    if (row.cls, name) not in _checked:
+        row.check(name, cursor)
+
+
 def _rows(conn: Conn, name: str, text: str, params: Params | None, row: RowFactory[T],
           unchecked: Positional[T] | None) -> list[T]:
     with execute_text(conn, text, params, row_factory=row) as cur:

@@ -6,11 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+import orjson
 from psycopg.rows import scalar_row
 
-from tierq.dal.postgres import uuid_array
-from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.postgres import Statement, pipelined_transaction, uuid_array
+from tierq.dal.store.base import Conn, StoreBase, checked, positional
 from tierq.dal.store.rows import GroupCountRow, GroupedTaskRow, GroupReleasedRow, HeldGroupRow
+
+
+def _json(names: Sequence[str]) -> str:
+    """Names as a JSON array of strings (for jsonb_array_elements_text): far cheaper to
+    send than a text[], which psycopg dumps element by element."""
+    return orjson.dumps(list(names)).decode()
 
 
 class GroupQueries(StoreBase):
@@ -21,6 +28,13 @@ class GroupQueries(StoreBase):
         return self._fetch("lock_groups", {"queue": queue, "tenants": list(tenants),
                                            "grps": list(grps)}, positional(GroupCountRow),
                            conn)
+
+    def lock_groups_quietly(self, conn: Conn, queue: str, tenants: Sequence[str],
+                            grps: Sequence[str]) -> None:
+        """Lock the groups named (created when missing), in name order, writing nothing
+        to those found: for a release, which recounts."""
+        self._execute("lock_groups_quietly", {"queue": queue, "tenants": _json(tenants),
+                                              "grps": _json(grps)}, conn)
 
     def count_group_tasks(self, conn: Conn, queue: str, now: datetime, tenants: Sequence[str],
                           grps: Sequence[str], active: Sequence[int],
@@ -37,9 +51,38 @@ class GroupQueries(StoreBase):
         each, those due into each group's ``ready_states`` entry (warm, cold, or delayed);
         the tasks released."""
         return self._fetch("release_group_heads", {
-            "queue": queue, "now": now, "max": max_active, "tenants": list(tenants),
-            "grps": list(grps), "ready_states": list(ready_states)},
+            "queue": queue, "now": now, "max": max_active, "tenants": _json(tenants),
+            "grps": _json(grps), "ready_states": _json(ready_states)},
             positional(GroupReleasedRow), conn)
+
+    def release_groups(self, queue: str, now: datetime, max_active: int,
+                       slices: Sequence[tuple[Sequence[str], Sequence[str], Sequence[str]]],
+                       held_gone: tuple[Sequence[str], Sequence[str], Sequence[int]] | None
+                       = None) -> list[GroupReleasedRow]:
+        """One transaction in one round trip: for each slice (tenants, groups, ready
+        states), its groups locked (``lock_groups_quietly``) then released
+        (``release_group_heads``, a statement of its own after the locks); then, if given,
+        held tasks gone counted down (``held_gone``); committed. The tasks released."""
+        row = positional(GroupReleasedRow)
+        statements: list[Statement] = []
+        for tenants, grps, states in slices:
+            names = {"tenants": _json(tenants), "grps": _json(grps)}
+            statements.append((self._sql["lock_groups_quietly"], {"queue": queue, **names},
+                               None))
+            statements.append((self._sql["release_group_heads"], {
+                "queue": queue, "now": now, "max": max_active, **names,
+                "ready_states": _json(states)}, row.factory))
+        if held_gone is not None:
+            statements.append((self._sql["held_gone"], {
+                "queue": queue, "tenants": list(held_gone[0]), "grps": list(held_gone[1]),
+                "counts": list(held_gone[2])}, None))
+        with self.db.connection() as conn:
+            cursors = pipelined_transaction(conn, statements)
+        out: list[GroupReleasedRow] = []
+        for cur in cursors[1:2 * len(slices):2]:
+            checked(row, "release_group_heads", cur)
+            out.extend(cur.fetchall())
+        return out
 
     def held_gone(self, conn: Conn, queue: str, tenants: Sequence[str], grps: Sequence[str],
                   counts: Sequence[int]) -> None:

@@ -447,32 +447,16 @@ class GroupCountRow(NamedTuple):
 
 
 class GroupReleasedRow(NamedTuple):
-    """A held task a release made active: ready (warm or cold, the fields of a ReadyRow)
-    or delayed until its run_at."""
+    """A held task a release made active: ready (warm or cold) or delayed until its
+    run_at; with its blob for the warm tier, built in SQL (as promote_cold's)."""
 
-    id: UUID
-    queue: str
+    id: str
     tenant: str
-    key: str | None
     state: StoredState
     seq: int
     priority: int
-    payload: str  # JSON text
-    attempts: int
-    max_attempts: int
-    created_at: datetime
-    parents: str | None
-    grp: str | None
     run_at: datetime
-    timeout_seconds: int | None
-    trace: str | None  # JSON text: its trace context (models/traces.py)
-
-    def ready_row(self) -> ReadyRow:
-        """The row as admission.make_ready returns one (its push item is built from it)."""
-        return ReadyRow(self.id, self.queue, self.tenant, self.key, self.state, self.seq,
-                        self.priority, self.payload, self.attempts, self.max_attempts,
-                        self.created_at, self.parents, self.grp, self.timeout_seconds,
-                        self.trace)
+    blob: str  # logic/admission.task_blob's layout
 
 
 class GroupedTaskRow(NamedTuple):

@@ -19,6 +19,20 @@ ORDER BY v.tenant COLLATE "C", v.grp COLLATE "C"
 ON CONFLICT (queue, tenant, grp) DO UPDATE SET active = g.active
 RETURNING g.tenant, g.grp, g.active;
 
+-- name: lock_groups_quietly
+-- lock_groups for a release, which recounts: the same locks in the same order (rows created
+-- when missing), but no new version of the rows found and no counts read. ON CONFLICT DO
+-- UPDATE locks the conflicting row before its WHERE declines the update, and the lock is
+-- held to the end of the transaction (as the no-op update's would be). Names come as JSON
+-- arrays of strings, as release_group_heads' (cheaper to send than text[]).
+INSERT INTO tierq_groups AS g (queue, tenant, grp)
+SELECT %(queue)s, v.tenant, v.grp
+FROM ROWS FROM (jsonb_array_elements_text(%(tenants)s::jsonb),
+               jsonb_array_elements_text(%(grps)s::jsonb)) AS v(tenant, grp)
+GROUP BY v.tenant, v.grp
+ORDER BY v.tenant COLLATE "C", v.grp COLLATE "C"
+ON CONFLICT (queue, tenant, grp) DO UPDATE SET active = g.active WHERE false;
+
 -- name: count_group_tasks
 -- Tasks an enqueue (or a replay) made active or held, counted on their groups (locked by
 -- lock_groups in the same transaction).
@@ -30,22 +44,26 @@ FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(active)s::int[], %(held)s::
 WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 
 -- name: release_group_heads
--- After lock_groups, in its transaction (a statement of its own, so that it sees every
--- enqueue committed before the locks were granted): each group's active tasks are counted
+-- After lock_groups or lock_groups_quietly, in its transaction (a statement of its own, so
+-- that it sees every enqueue committed before the locks were granted; names as JSON arrays
+-- of strings, states 'warm', 'cold' or 'delayed'): each group's active tasks are counted
 -- (by tierq_tasks_group_active: at most group_max_leased entries), and its first held tasks
 -- by seq are released up to %(max)s active. A released task whose run_at has come takes its
 -- group's %(ready_states)s entry ('warm' or 'cold', from the caller's admission ticket) and
 -- a new seq, in line order (the back of its pair's line, as admission.make_ready does);
 -- one not yet due, or whose entry is 'delayed', is delayed until its run_at (the delayed
 -- mover makes it ready). The group's row takes the counts found; a group left with nothing
--- active and nothing held goes. Returns the tasks released, as make_ready returns rows.
+-- active and nothing held goes. Returns the tasks released, each with its warm blob (built
+-- as promote_cold builds one; unused for those delayed).
 WITH g AS MATERIALIZED (
     SELECT v.tenant, v.grp, v.ready_state,
            (SELECT count(*) FROM tierq_tasks a
             WHERE a.queue = %(queue)s AND a.tenant = v.tenant AND a.grp = v.grp
               AND a.state IN ('delayed', 'cold', 'warm'))::int AS active
     FROM (SELECT DISTINCT ON (tenant, grp) tenant, grp, ready_state
-          FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(ready_states)s::text[])
+          FROM ROWS FROM (jsonb_array_elements_text(%(tenants)s::jsonb),
+                          jsonb_array_elements_text(%(grps)s::jsonb),
+                          jsonb_array_elements_text(%(ready_states)s::jsonb))
                AS u(tenant, grp, ready_state)
           ORDER BY tenant, grp) AS v
 ), line AS MATERIALIZED (  -- the line's first tasks, one more than there is room for
@@ -57,25 +75,48 @@ WITH g AS MATERIALIZED (
           AND t.state = 'held'
         ORDER BY t.seq
         LIMIT GREATEST(%(max)s - g.active, 0) + 1) AS h
-), numbered AS MATERIALIZED (  -- new seqs in line order (nextval is volatile)
-    SELECT o.id, o.ready_state, nextval('tierq_task_seq') AS seq
-    FROM (SELECT l.id, l.ready_state FROM line l WHERE l.n <= %(max)s - l.active
-          ORDER BY l.tenant, l.grp, l.n) AS o
+), numbered AS MATERIALIZED (  -- the tasks to release, counted from 0 in line order
+    SELECT l.id, l.ready_state,
+           row_number() OVER (ORDER BY l.tenant COLLATE "C", l.grp COLLATE "C", l.n) - 1 AS k
+    FROM line l WHERE l.n <= %(max)s - l.active
+), blocks AS MATERIALIZED (  -- one nextval per 512 of them (the sequence steps by 512)
+    SELECT array_agg(b.base ORDER BY b.i) AS bases
+    FROM (SELECT i, nextval('tierq_task_seq') AS base
+          FROM generate_series(0, (SELECT max(k) FROM numbered) / 512) AS i) AS b
 ), moved AS (
     UPDATE tierq_tasks t
     SET state = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
                      THEN s.ready_state ELSE 'delayed' END,
         seq = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
-                   THEN s.seq ELSE t.seq END,
+                   THEN b.bases[s.k / 512 + 1] + s.k %% 512 ELSE t.seq END,
         ready_since = CASE WHEN s.ready_state <> 'delayed' AND t.run_at <= %(now)s
                            THEN %(now)s::timestamptz END,
         state_since = %(now)s
-    FROM numbered s
-    WHERE t.id = ANY(ARRAY(SELECT id FROM numbered)) AND t.id = s.id
+    FROM blocks b, numbered s
+    WHERE t.id = s.id  -- (by primary key, one lookup per task, in line order)
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
-    RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
-              t.attempts, t.max_attempts, t.created_at, t.parents::text AS parents, t.grp,
-              t.run_at, t.timeout_seconds, t.trace
+    RETURNING t.id::text AS id, t.tenant, t.grp, t.state, t.seq, t.priority, t.run_at,
+              -- its blob, as promote_cold (engine.sql) builds it: task_blob's layout
+              t.attempts || '|{"e":'
+                  || (12 + length(t.payload::text)
+                      - length(translate(t.payload::text, '"\', ''))
+                      + length(COALESCE(to_json(t.key)::text, ''))
+                      - length(translate(COALESCE(to_json(t.key)::text, ''), '"\', ''))
+                      + COALESCE(2 + length(t.parents::text)
+                                 - length(translate(t.parents::text, '"\', '')), 0)
+                      + COALESCE(4 + length(to_json(t.grp)::text)
+                                 - length(translate(to_json(t.grp)::text, '"\', '')), 0)
+                      + CASE WHEN t.timeout_seconds IS NULL THEN 0 ELSE 2 END
+                      + COALESCE(2 + length(t.trace)
+                                 - length(translate(t.trace, '"\', '')), 0))
+                  || ',"p":' || t.payload::text
+                  || ',"k":' || COALESCE(to_json(t.key)::text, 'null')
+                  || ',"pr":' || t.priority || ',"m":' || t.max_attempts
+                  || ',"c":' || floor(extract(epoch FROM t.created_at) * 1000)::bigint
+                  || COALESCE(',"pa":' || t.parents::text, '')
+                  || COALESCE(',"g":' || to_json(t.grp)::text || ',"gs":' || t.seq, '')
+                  || COALESCE(',"to":' || t.timeout_seconds, '')
+                  || COALESCE(',"tr":' || t.trace, '') || '}' AS blob
 ), released AS (
     SELECT m.tenant, m.grp, count(*)::int AS n FROM moved m GROUP BY m.tenant, m.grp
 ), still_held AS (  -- groups with a held task past the room (the line's extra one)
@@ -101,10 +142,7 @@ WITH g AS MATERIALIZED (
       AND c.active + c.released = 0 AND NOT c.more_held
     RETURNING r.grp
 )
-SELECT m.id, m.queue, m.tenant, m.key, m.state, m.seq, m.priority, m.payload::text AS payload,
-       m.attempts, m.max_attempts, m.created_at, m.parents, m.grp, m.run_at,
-       m.timeout_seconds, m.trace
-FROM moved m;
+SELECT m.id, m.tenant, m.state, m.seq, m.priority, m.run_at, m.blob FROM moved m;
 
 -- name: held_gone
 -- Held tasks that went without running (cancelled, deleted): their groups' held counts come
