@@ -469,7 +469,9 @@ def test_a_release_pushes_what_an_enqueue_would_have_pushed(tq, pg):
     tq.enqueue("q", [{"payload": {"n": i, "text": odd[i % 4] or "", "nested": [1.5, None]},
                       "key": odd[i % 4] and f"{odd[i % 4]}-{i}", "priority": i % 10,
                       "max_attempts": 1 + i, "group": f"g-{i % 6}",
-                      **({"trace": trace} if i % 5 == 0 else {})} for i in range(24)])
+                      **({"trace": trace} if i % 5 == 0 else {}),
+                      **({"timeout_seconds": 30 + i} if i % 4 < 2 else {})}
+                     for i in range(24)])
     heads = [r[0] for r in pg.execute(
         "DELETE FROM tierq_tasks WHERE queue = 'q' AND state = 'warm' RETURNING grp")]
     assert len(heads) == 6
@@ -479,9 +481,10 @@ def test_a_release_pushes_what_an_enqueue_would_have_pushed(tq, pg):
     with pg.cursor(row_factory=dict_row) as cur:
         stored = {str(r["id"]): RestoreRow(**r) for r in cur.execute(
             "SELECT id, key, seq, priority, payload::text AS payload, attempts, "
-            "max_attempts, created_at, parents::text AS parents, grp, trace FROM tierq_tasks "
-            "WHERE state = 'warm'").fetchall()}
+            "max_attempts, created_at, parents::text AS parents, grp, timeout_seconds, trace "
+            "FROM tierq_tasks WHERE state = 'warm'").fetchall()}
     assert sum(1 for r in stored.values() if r.trace) >= 1
+    assert sum(1 for r in stored.values() if r.timeout_seconds) >= 1
     for row in rows:
         assert (row.id, place(row.priority, row.seq, row.id), row.blob.encode()) \
             == row_push_item(stored[row.id])
