@@ -29,7 +29,9 @@ router = Router()
                 "Send the bytes with the method, URL and headers given (no other "
                 "credentials), then enqueue `pointer` as the task's payload. The object is "
                 "deleted once its task is finished and its retention has ended; an object "
-                "never enqueued goes with the bucket's lifecycle rule.",
+                "no task names within TIERQ_PAYLOAD_PENDING_SECONDS (a day) is deleted too, "
+                "and a tenant may have at most TIERQ_MAX_PENDING_PAYLOADS such uploads "
+                "(429 beyond). A pointer is enqueued on the shard that made it.",
     operation_id="createPayloadUpload",
     tags=["tasks"],
     responses=responses("The pointer and its presigned upload.", 403, 413),
