@@ -13,13 +13,12 @@ import boto3
 import orjson
 import pytest
 import requests
-
-from tests.integration.helpers import count_rows
-from tierq.core.pointers import POINTER_CLASS, Pointer, tenant_prefix
-from tierq.dal.payload_store import S3PayloadStore, use_payload_store
 from pydantic import ValidationError
 
+from tests.integration.helpers import count_rows
 from tierq.config import Settings
+from tierq.core.pointers import POINTER_CLASS, Pointer
+from tierq.dal.payload_store import S3PayloadStore, use_payload_store
 from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge, TooManyRequests
 from tierq.logic import payloads
 from tierq.maintenance import reaper
@@ -145,7 +144,7 @@ def test_a_consumer_record_gets_its_object_as_its_body(s3_store: S3PayloadStore)
     with pytest.raises(PayloadUnavailable, match="tenant 'other'"):
         resolve_records(stolen)
     unsigned = {"Records": [{"messageId": "4", "body": body, "attributes": {}}]}
-    with pytest.raises(PayloadUnavailable, match="no attributes.SenderId"):
+    with pytest.raises(PayloadUnavailable, match=r"no attributes\.SenderId"):
         resolve_records(unsigned)  # no tenant to check the pointer against
 
 
@@ -323,10 +322,10 @@ def test_a_bulk_loads_pointers_are_checked_and_recorded(
     foreign = Pointer(BUCKET, "tenants/other/x").payload()
     rows = [(0, "acme", "a", 0, orjson.dumps(pointer).decode(), None),
             (1, "acme", "b", 0, orjson.dumps(foreign).decode(), None)]
-    with pytest.raises(Forbidden, match="outside tenant 'acme'"):
-        with tq.bulk_load("fed", rows=2, tenants=["acme"]) as load, \
-                tq.bulk_writer(load) as writer:
-            writer.write(bulk.copy_text(rows), tenants=["acme"])
+    with pytest.raises(Forbidden, match="outside tenant 'acme'"), \
+            tq.bulk_load("fed", rows=2, tenants=["acme"]) as load, \
+            tq.bulk_writer(load) as writer:
+        writer.write(bulk.copy_text(rows), tenants=["acme"])
     assert _tasks(pg) == 0 and _registered(pg) == 0
     with tq.bulk_load("fed", rows=1, tenants=["acme"]) as load, \
             tq.bulk_writer(load) as writer:
