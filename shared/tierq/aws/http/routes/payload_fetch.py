@@ -14,7 +14,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from tierq.aws.http import request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import default_engine
+from tierq.aws.runtime import default_engine, engine
+from tierq.core.pointers import Pointer
 from tierq.logic import payloads
 from tierq.models.payloads import PayloadFetchRequest, PayloadTransfer
 
@@ -36,7 +37,11 @@ def fetch_payload(
     body: Annotated[PayloadFetchRequest, Body(description="The pointer.")],
 ) -> PayloadTransfer:
     kind, fields = body.pointer
-    transfer, seconds = payloads.new_download(default_engine().ctx, request.pinned_tenant(),
+    tq = default_engine()
+    owner = Pointer(fields.s3BucketName, fields.s3Key).tenant()
+    if body.task_id is not None and owner is not None:  # the task's shard: its pair's home
+        tq = engine().engine_of(queue, owner, create=False) or tq
+    transfer, seconds = payloads.new_download(tq.ctx, request.pinned_tenant(),
                                               [kind, fields.model_dump()],
                                               None if body.task_id is None
                                               else str(body.task_id))

@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from tierq.aws.http import request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import default_engine
+from tierq.aws.runtime import default_engine, engine
 from tierq.logic import payloads
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.payloads import PayloadTransfer, PayloadUpload, PayloadUploadRequest
@@ -41,7 +41,10 @@ def create_payload_upload(
     body: Annotated[PayloadUploadRequest, Body(description="The payload's size.")],
 ) -> PayloadUpload:
     tenant = request.check_tenant(body.tenant) or DEFAULT_TENANT
-    upload = payloads.new_upload(default_engine().ctx, tenant, body.size)
+    # recorded on the shard of the pair's home, where its enqueues go (a pointer belongs
+    # to that shard)
+    home = engine().engine_of(queue, tenant) or default_engine()
+    upload = payloads.new_upload(home.ctx, tenant, body.size)
     transfer = upload.transfer
     return PayloadUpload.model_validate({
         "pointer": upload.pointer.payload(),
