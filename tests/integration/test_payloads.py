@@ -331,3 +331,14 @@ def test_a_bulk_loads_pointers_are_checked_and_recorded(
             tq.bulk_writer(load) as writer:
         assert writer.write(bulk.copy_text(rows[:1]), tenants=["acme"]) == 1
     assert _registered(pg) == 1
+
+
+def test_a_replace_records_its_new_object_with_the_live_task(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    [made] = tq.enqueue("files", [{"payload": "inline", "key": "k", "tenant": "acme"}])
+    pointer = _put(tq, s3_store, "acme", {"big": "replaced in"})
+    [again] = tq.enqueue("files", [{"payload": pointer, "key": "k", "tenant": "acme",
+                                    "on_conflict": "replace"}])
+    assert (again.outcome, again.id) == ("updated", made.id) and _registered(pg) == 1
+    assert reaper.run(tq.ctx).payloads_deleted == 0 and s3_store.exists(pointer[1]["s3Key"])
