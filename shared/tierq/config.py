@@ -163,6 +163,13 @@ class Settings(BaseModel):
                                              alias="TIERQ_MAX_OFFLOADED_PAYLOAD_BYTES")
     payload_url_seconds: int = Field(default=900, ge=60, le=43_200,
                                      alias="TIERQ_PAYLOAD_URL_SECONDS")
+    # an upload no task named within this long is deleted by the reaper (its key pending
+    # since the presign; at most 30 days, well inside the bucket's lifecycle backstop), and
+    # the most such uploads a tenant may have pending at once (a presign past it is 429)
+    payload_pending_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400,
+                                         alias="TIERQ_PAYLOAD_PENDING_SECONDS")
+    max_pending_payloads: int = Field(default=10_000, ge=1, le=10_000_000,
+                                      alias="TIERQ_MAX_PENDING_PAYLOADS")
 
     reconcile_grace_seconds: float = Field(
         default=60.0, ge=0, alias="TIERQ_RECONCILE_GRACE_SECONDS"
@@ -305,6 +312,17 @@ class Settings(BaseModel):
             parse = (shards.parse_shard_urls if info.field_name == "shard_urls"
                      else shards.parse_shard_names)
             parse(value)
+        return value
+
+    @field_validator("payload_pending_seconds")
+    @classmethod
+    def _pending_outlives_its_url(cls, value: int, info: ValidationInfo) -> int:
+        # an upload still allowed by its URL must not be swept as never enqueued
+        url = info.data.get("payload_url_seconds")
+        if url is not None and value <= url:
+            raise ValueError(f"TIERQ_PAYLOAD_PENDING_SECONDS ({value}) must be longer than "
+                             f"TIERQ_PAYLOAD_URL_SECONDS ({url}), how long an upload URL "
+                             "lives")
         return value
 
     @field_validator("tick_max_seconds", "tick_safety_seconds", mode="before")

@@ -13,11 +13,13 @@ import boto3
 import orjson
 import pytest
 import requests
+from pydantic import ValidationError
 
 from tests.integration.helpers import count_rows
-from tierq.core.pointers import POINTER_CLASS, Pointer, tenant_prefix
+from tierq.config import Settings
+from tierq.core.pointers import POINTER_CLASS, Pointer
 from tierq.dal.payload_store import S3PayloadStore, use_payload_store
-from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge
+from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge, TooManyRequests
 from tierq.logic import payloads
 from tierq.maintenance import reaper
 
@@ -36,9 +38,12 @@ def s3_store(aws_credentials: None) -> Iterator[S3PayloadStore]:
         use_payload_store(None)
 
 
-def _put(store: S3PayloadStore, tenant: str, value: Any) -> list[Any]:
-    key = f"{tenant_prefix(tenant)}obj-{len(str(value))}-{id(value)}"
-    store.write(key, orjson.dumps(value))
+def _put(tq: Any, store: S3PayloadStore, tenant: str, value: Any) -> list[Any]:
+    """An object uploaded as the client does: a key handed out (recorded pending), then
+    its bytes written."""
+    data = orjson.dumps(value)
+    key = payloads.new_upload(tq.ctx, tenant, len(data)).pointer.key
+    store.write(key, data)
     return Pointer(BUCKET, key).payload()
 
 
@@ -50,8 +55,8 @@ def _registered(pg: Any) -> int:
 def test_a_pointer_round_trips_and_its_object_goes_when_no_task_needs_it(
         make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
     tq = make_tq()
-    kept = _put(s3_store, "acme", {"big": "kept with its result"})
-    acked = _put(s3_store, "acme", {"big": "acked without a result"})
+    kept = _put(tq, s3_store, "acme", {"big": "kept with its result"})
+    acked = _put(tq, s3_store, "acme", {"big": "acked without a result"})
     outcomes = tq.enqueue("files", [{"payload": kept, "tenant": "acme"},
                                     {"payload": acked, "tenant": "acme"}])
     assert [o.outcome for o in outcomes] == ["created", "created"]
@@ -126,7 +131,8 @@ def test_presigned_urls_upload_and_download_through_s3(
 def test_a_consumer_record_gets_its_object_as_its_body(s3_store: S3PayloadStore) -> None:
     from tierq.aws.payloads import PayloadUnavailable, resolve_records
 
-    pointer = _put(s3_store, "acme", {"big": True})
+    s3_store.write("tenants/acme/consumed", orjson.dumps({"big": True}))
+    pointer = Pointer(BUCKET, "tenants/acme/consumed").payload()
     body = orjson.dumps(pointer).decode()
     event = {"Records": [{"messageId": "1", "body": body, "attributes": {"SenderId": "acme"}},
                          {"messageId": "2", "body": '{"small": 1}',
@@ -137,12 +143,15 @@ def test_a_consumer_record_gets_its_object_as_its_body(s3_store: S3PayloadStore)
                            "attributes": {"SenderId": "other"}}]}
     with pytest.raises(PayloadUnavailable, match="tenant 'other'"):
         resolve_records(stolen)
+    unsigned = {"Records": [{"messageId": "4", "body": body, "attributes": {}}]}
+    with pytest.raises(PayloadUnavailable, match=r"no attributes\.SenderId"):
+        resolve_records(unsigned)  # no tenant to check the pointer against
 
 
 def test_a_flows_objects_are_recorded_and_a_schedule_keeps_its_payload_inline(
         make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
     tq = make_tq()
-    pointer = _put(s3_store, "_", {"big": "flow"})
+    pointer = _put(tq, s3_store, "_", {"big": "flow"})
     tq.flow({"tasks": [{"queue": "files", "ref": "a", "payload": pointer},
                        {"queue": "files", "ref": "b", "payload": 1, "after": ["a"]}]})
     assert _registered(pg) == 1
@@ -162,7 +171,7 @@ class _Unreachable(S3PayloadStore):
 def test_a_store_that_fails_leaves_its_objects_for_the_next_pass(
         make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
     tq = make_tq()
-    pointer = _put(s3_store, "_", {"big": 1})
+    pointer = _put(tq, s3_store, "_", {"big": 1})
     [made] = tq.enqueue("files", [{"payload": pointer}])
     tq.ack("files", tq.claim("files", max=1))
     use_payload_store(_Unreachable(BUCKET, client=s3_store.client))
@@ -173,3 +182,163 @@ def test_a_store_that_fails_leaves_its_objects_for_the_next_pass(
     assert reaper.run(tq.ctx).payloads_deleted == 1
     assert _registered(pg) == 0 and not s3_store.exists(pointer[1]["s3Key"])
     assert made.outcome == "created"
+
+
+def _tasks(pg: Any) -> int:
+    return int(pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0])
+
+
+def test_a_pointer_enqueued_again_keeps_its_object_and_a_deleted_one_is_refused(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    """One pointer, two tasks (README: upload_payload, then enqueue by hand): the object
+    stays while either task has a row; once swept, its key is a tombstone and an enqueue
+    naming it is refused (422), nothing written."""
+    tq = make_tq()
+    pointer = _put(tq, s3_store, "acme", {"big": "shared"})
+    key = pointer[1]["s3Key"]
+    tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    tq.ack("files", tq.claim("files", max=1))  # the first task's row deleted
+    tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    assert reaper.run(tq.ctx).payloads_deleted == 0 and s3_store.exists(key)
+    tq.ack("files", tq.claim("files", max=1))
+    assert reaper.run(tq.ctx).payloads_deleted == 1 and not s3_store.exists(key)
+    with pytest.raises(InvalidInput, match=f"payload object '{key}' was deleted"):
+        tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    assert _tasks(pg) == 0
+    with pytest.raises(InvalidInput, match="was deleted"):
+        tq.flow({"tenant": "acme",
+                 "tasks": [{"queue": "files", "ref": "a", "payload": pointer}]})
+
+
+def test_a_sweep_during_an_enqueue_never_leaves_a_task_without_its_object(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep runs after the enqueue's insert, before it commits. Either the sweep
+    deleted the object first (the enqueue is then refused, nothing written) or it leaves
+    the object (the enqueue holds its key); never a task whose object is gone."""
+    from tierq.logic import enqueue as enqueue_logic
+
+    tq = make_tq()
+    pointer = _put(tq, s3_store, "acme", {"big": "raced"})
+    key = pointer[1]["s3Key"]
+    tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    tq.ack("files", tq.claim("files", max=1))  # nothing needs the object now
+    real_insert = enqueue_logic._insert
+
+    def insert_then_sweep(*args: Any, **kwargs: Any) -> Any:
+        out = real_insert(*args, **kwargs)
+        payloads.sweep(tq.ctx, 100, 1)  # on connections of its own
+        return out
+
+    monkeypatch.setattr(enqueue_logic, "_insert", insert_then_sweep)
+    try:
+        tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    except InvalidInput as exc:
+        assert "was deleted" in str(exc)
+    assert _tasks(pg) == 0 or s3_store.exists(key)
+    assert _tasks(pg) == 0  # (here the sweep came first: the enqueue was refused)
+
+
+def test_the_sweep_skips_an_object_an_enqueue_holds(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once an enqueue has recorded its object (its key's row locked until it commits), a
+    sweep leaves that object: the task that commits has it."""
+    tq = make_tq()
+    pointer = _put(tq, s3_store, "acme", {"big": "held"})
+    key = pointer[1]["s3Key"]
+    tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    tq.ack("files", tq.claim("files", max=1))
+    real_use = payloads.use
+    swept: list[payloads.Swept] = []
+
+    def use_then_sweep(*args: Any, **kwargs: Any) -> None:
+        real_use(*args, **kwargs)
+        swept.append(payloads.sweep(tq.ctx, 100, 1))
+
+    monkeypatch.setattr(payloads, "use", use_then_sweep)
+    [made] = tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    assert made.outcome == "created" and swept[0].deleted == 0 and s3_store.exists(key)
+    monkeypatch.setattr(payloads, "use", real_use)
+    assert reaper.run(tq.ctx).payloads_deleted == 0 and s3_store.exists(key)
+
+
+def test_a_key_this_shard_never_handed_out_is_refused(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    """A pointer belongs to the shard whose upload route made it: one under the tenant's
+    prefix that this shard's store does not know (another shard's upload, or a made-up
+    key) is refused, 422, nothing written."""
+    tq = make_tq()
+    s3_store.write("tenants/acme/elsewhere", b"1")
+    with pytest.raises(InvalidInput, match="is not known here"):
+        tq.enqueue("files", [{"payload": Pointer(BUCKET, "tenants/acme/elsewhere").payload(),
+                              "tenant": "acme"}])
+    assert _tasks(pg) == 0 and _registered(pg) == 0
+
+
+def test_an_upload_never_enqueued_goes_after_the_grace_and_counts_against_its_tenant(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq(max_pending_payloads=2)
+    first = _put(tq, s3_store, "acme", {"n": 1})
+    used = _put(tq, s3_store, "acme", {"n": 2})
+    with pytest.raises(TooManyRequests, match="tenant 'acme' has 2 uploads"):
+        payloads.new_upload(tq.ctx, "acme", 10)
+    assert payloads.new_upload(tq.ctx, "other", 10)  # another tenant's count
+    tq.enqueue("files", [{"payload": used, "tenant": "acme"}])  # no longer pending
+    assert payloads.new_upload(tq.ctx, "acme", 10)
+    assert reaper.run(tq.ctx).payloads_deleted == 0  # young: the producer may enqueue it
+    tq.ctx.clock.advance(DAY + 60)
+    summary = reaper.run(tq.ctx)
+    assert summary.payloads_deleted == 3  # the pending ones (one never even uploaded)
+    assert not s3_store.exists(first[1]["s3Key"]) and s3_store.exists(used[1]["s3Key"])
+    with pytest.raises(InvalidInput, match="was deleted"):
+        tq.enqueue("files", [{"payload": first, "tenant": "acme"}])
+
+
+def test_the_pending_grace_must_outlive_an_upload_url() -> None:
+    with pytest.raises(ValidationError, match="TIERQ_PAYLOAD_PENDING_SECONDS"):
+        Settings(payload_url_seconds=900, payload_pending_seconds=600)
+
+
+def test_a_fetch_naming_its_task_must_be_that_tasks_object(
+        make_tq: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    pointer = _put(tq, s3_store, "acme", {"big": "mine"})
+    other = _put(tq, s3_store, "acme", {"big": "not this task's"})
+    [made] = tq.enqueue("files", [{"payload": pointer, "tenant": "acme"}])
+    assert payloads.new_download(tq.ctx, None, pointer, str(made.id))  # an admin Worker
+    with pytest.raises(Forbidden, match="does not carry"):
+        payloads.new_download(tq.ctx, None, other, str(made.id))
+    with pytest.raises(Forbidden, match="not one of the caller's"):
+        payloads.new_download(tq.ctx, None, Pointer(BUCKET, "loose/x").payload())
+
+
+def test_a_bulk_loads_pointers_are_checked_and_recorded(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    from tierq.logic import bulk
+
+    tq = make_tq()
+    pointer = _put(tq, s3_store, "acme", {"big": "bulk"})
+    foreign = Pointer(BUCKET, "tenants/other/x").payload()
+    rows = [(0, "acme", "a", 0, orjson.dumps(pointer).decode(), None),
+            (1, "acme", "b", 0, orjson.dumps(foreign).decode(), None)]
+    with pytest.raises(Forbidden, match="outside tenant 'acme'"), \
+            tq.bulk_load("fed", rows=2, tenants=["acme"]) as load, \
+            tq.bulk_writer(load) as writer:
+        writer.write(bulk.copy_text(rows), tenants=["acme"])
+    assert _tasks(pg) == 0 and _registered(pg) == 0
+    with tq.bulk_load("fed", rows=1, tenants=["acme"]) as load, \
+            tq.bulk_writer(load) as writer:
+        assert writer.write(bulk.copy_text(rows[:1]), tenants=["acme"]) == 1
+    assert _registered(pg) == 1
+
+
+def test_a_replace_records_its_new_object_with_the_live_task(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    tq = make_tq()
+    [made] = tq.enqueue("files", [{"payload": "inline", "key": "k", "tenant": "acme"}])
+    pointer = _put(tq, s3_store, "acme", {"big": "replaced in"})
+    [again] = tq.enqueue("files", [{"payload": pointer, "key": "k", "tenant": "acme",
+                                    "on_conflict": "replace"}])
+    assert (again.outcome, again.id) == ("updated", made.id) and _registered(pg) == 1
+    assert reaper.run(tq.ctx).payloads_deleted == 0 and s3_store.exists(pointer[1]["s3Key"])

@@ -394,3 +394,21 @@ def test_metrics_over_a_shard_behind_on_migrations_answer_503(
         with psycopg.connect(behind.url, autocommit=True) as conn:
             conn.execute("INSERT INTO tierq_schema_migrations (version, name, checksum) "
                          "VALUES (%s, %s, %s)", record)
+
+
+def test_an_uploads_pointer_enqueues_on_its_pairs_home(api: Api, tmp_path: Any) -> None:
+    """The upload route records its key on the shard of the (queue, tenant) pair's home,
+    where the pair's enqueue goes: every tenant's pointer enqueues, whatever its shard."""
+    from tierq.dal.payload_store import LocalPayloadStore, use_payload_store
+
+    use_payload_store(LocalPayloadStore(tmp_path, lambda: "http://127.0.0.1:1"))
+    try:
+        for tenant in TENANTS:
+            upload = api("POST", "/v1/queues/big/payloads", {"size": 3, "tenant": tenant})
+            assert upload.status == 200, upload.body
+            reply = api("POST", "/v1/queues/big/tasks",
+                        {"tasks": [{"payload": upload.body["pointer"], "tenant": tenant}]})
+            assert reply.status == 200, reply.body
+        assert len(set(homes("big").values())) == 3  # (the pointers spanned every shard)
+    finally:
+        use_payload_store(None)

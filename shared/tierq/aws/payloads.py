@@ -15,7 +15,8 @@ The function reads the payload bucket with its own role: attach the stack's
 Under ``tierq dev`` the same call reads the local folder (``TIERQ_PAYLOAD_DIR``). Records
 whose body is no pointer are left as they are; so is a record whose object is another
 tenant's (its ``SenderId``): it raises :class:`PayloadUnavailable` instead, as does one
-whose object is gone. Powertools' batch processors report the raising record alone when
+whose object is gone, and one without a ``SenderId`` (no tenant to check the pointer
+against). Powertools' batch processors report the raising record alone when
 the call is made per record (:func:`resolve_record`).
 """
 
@@ -54,7 +55,11 @@ def resolve_record(record: dict[str, Any], store: PayloadStore | None = None
         raise PayloadUnavailable("no payload store: set TIERQ_PAYLOAD_BUCKET to the stack's "
                                  "PayloadBucketName")
     sender = (record.get("attributes") or {}).get("SenderId")
-    if pointer.bucket != store.bucket or (sender is not None and pointer.tenant() != sender):
+    if not sender:
+        raise PayloadUnavailable(f"record {record.get('messageId')}: no attributes.SenderId "
+                                 "(the task's tenant) to check the pointer's tenant against; "
+                                 "pass the record as the consumer function received it")
+    if pointer.bucket != store.bucket or pointer.tenant() != sender:
         raise PayloadUnavailable(f"record {record.get('messageId')}: the pointer names "
                                  f"{pointer.bucket}/{pointer.key}, not one of tenant "
                                  f"{sender!r}'s payloads in {store.bucket}")

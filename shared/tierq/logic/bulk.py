@@ -18,6 +18,8 @@ A load is driven in three steps, each a method of the engine (``Tierq.bulk_load`
    ``tierq_tasks``. A row's place in line is its ``ord`` (0-based place in the load)
    mapped onto the reserved blocks in SQL, so writers may commit in any order and the line
    still follows ``ord``. A live task with the same key keeps its place, payload and id.
+   A row whose payload is a big payload's pointer is checked and recorded as an enqueue's
+   (``logic.payloads.use_bulk``, in the chunk's transaction; the chunk refused otherwise).
    The insert is a plain one (about a third cheaper in PostgreSQL than speculative
    insertion); a key that a live task holds or that the chunk repeats makes it fail on
    ``tierq_tasks_live_key``, and the chunk is written again with
@@ -54,7 +56,7 @@ import psycopg
 
 from tierq.core.ids import uuid7_strings
 from tierq.dal.task_store import Conn
-from tierq.logic import admission, pairs, tiering
+from tierq.logic import admission, pairs, payloads, tiering
 from tierq.logic.context import Context, to_datetime
 from tierq.logic.homes import require_here
 
@@ -202,6 +204,8 @@ class BulkWriter:
                 created = ctx.store.feeder_insert_from_stage(
                     self.conn, queue, to_datetime(now), load.max_attempts,
                     list(load.blocks), SEQ_BLOCK, plain=not self.repeats_seen)
+                # big payloads' pointers: checked as an enqueue's, recorded with their tasks
+                payloads.use_bulk(ctx, self.conn)
                 settled = 0
                 if created < staged:  # a repeated key or a live task: rare, and only then
                     settled = ctx.store.feeder_settle_repeats(

@@ -64,6 +64,8 @@ class Prepared:
     timeout_seconds: int | None = None
     # its trace context as stored (models/traces.py), or None
     trace: bytes | None = None
+    # the big payload's object its payload points at (logic/payloads.py), or None
+    object_key: str | None = None
 
 
 def _where_default(i: int, n: int) -> str:
@@ -108,7 +110,8 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
                 details=[{"field": f"{where}.payload", "message": "too large"}],
             )
         # a pointer to a big payload: this deployment's bucket, the task's tenant's prefix
-        payloads.check(ctx, _where(i, n), task.tenant or tenant_default, task.payload)
+        object_key = payloads.check(ctx, _where(i, n), task.tenant or tenant_default,
+                                    task.payload)
         run_at_given, delay = task.run_at, task.delay_seconds
         if run_at_given is not None:
             run_at = run_at_given.timestamp()
@@ -126,6 +129,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             where=_where(i, n),
         )
         prepared.group = task.group
+        prepared.object_key = object_key
         prepared.timeout_seconds = task.timeout_seconds
         if task.trace is not None:
             prepared.trace = task.trace.stored()
@@ -146,6 +150,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             raise InvalidInput.field(f"{prepared.where}.wait_timeout_seconds",
                                      "only for a task that waits (after)")
         out.append(prepared)
+    payloads.precheck(ctx, [(p.object_key, p.where) for p in out if p.object_key])
     return out
 
 
@@ -177,6 +182,7 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
         followers.append((p, first))
         if p.on_conflict == "replace":
             first.payload_json, first.priority = p.payload_json, p.priority
+            first.object_key = p.object_key
             first.max_attempts, first.on_conflict = p.max_attempts, "replace"
             first.timeout_seconds = p.timeout_seconds
             if p.run_at_explicit:
@@ -201,9 +207,7 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
         outcomes[follower.index] = base.model_copy(update={"outcome": outcome})
     ctx.warm.throughput.record_enqueued(  # the chart's counts (dal/throughput.py)
         queue, [o.tenant for o in outcomes.values() if o.outcome == "created"])
-    result = [outcomes[p.index] for p in prepared]
-    payloads.register(ctx, tasks, result)  # the objects pointed at, for their deletion
-    return result
+    return [outcomes[p.index] for p in prepared]
 
 
 def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
@@ -249,7 +253,8 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
         columns = row_columns(batch, keyed=keyed)
         released = flows.Released()
         group_released = groups.Released(queue)
-        if record is not None or any(p.after or p.group is not None for p in batch):
+        if record is not None or any(p.after or p.group is not None or p.object_key
+                                     for p in batch):
             seqs, warm_items, released, group_released = _insert_recorded(
                 ctx, queue, batch, now, columns, keyed, record)
         else:
@@ -380,6 +385,9 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
             groups.place(ctx, conn, queue, batch)  # (some become held)
             placed = row_columns(batch, keyed=keyed)
         seqs, items = _insert(ctx, queue, batch, now, placed, keyed, conn)
+        # big payloads' objects: recorded with their tasks, refused if deleted meanwhile
+        payloads.use(ctx, conn, [(p.object_key, p.id, p.where)
+                                 for p in batch if p.object_key and p.id in seqs])
         group_released = groups.count_placed(ctx, conn, queue, batch, seqs)
         by_id = {str(row.id): "delayed" for row in group_released.rows}  # (a conflict left room)
         released = flows.add_waits(ctx, conn, waits_of(batch, seqs))
@@ -418,6 +426,10 @@ def _resolve_conflicts(ctx: Context, queue: str, conflicts: list[Prepared], now:
 def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
              now: float, outcomes: dict[int, EnqueueOutcome]) -> None:
     """Update live tasks in place: same id, same seq (docs/architecture.md §8, guarantee 5)."""
+    # a new payload's object recorded first with the task it replaces into (which exists,
+    # so the object is kept even should the replace not happen)
+    payloads.use_now(ctx, [(p.object_key, str(e.id), p.where) for p, e in items
+                           if p.object_key])
     rows = ctx.store.replace_tasks(
         to_datetime(now), [str(e.id) for _, e in items],
         [p.payload_json.decode() for p, _ in items], [p.priority for p, _ in items],
@@ -487,6 +499,8 @@ def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[
                                        False, conn)
                     for pair, pushes in items.items():
                         warm.setdefault(pair, []).extend(pushes)
+            payloads.use(ctx, conn, [(p.object_key, p.id, p.where)
+                                     for p in ordered if p.object_key])
             released = flows.add_waits(ctx, conn, waits_of(ordered, {p.id for p in ordered}))
             states = {p.id: p.state for p in ordered}
             states.update({str(r.id): r.state for r in released.rows})

@@ -48,7 +48,7 @@ from tierq.dal.shards import tag_ids, tag_of
 from tierq.dal.store.rows import OutcomeRow, ReleasedRow, SettledRow, TaskRow
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput
-from tierq.logic import admission, payloads
+from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
 from tierq.models.flows import FlowIn, FlowResult
@@ -605,6 +605,4 @@ def create_flow(ctx: Context, flow: FlowIn, tenant: str | None = None, *,
     states = enqueue_logic.insert_flow(
         ctx, {q: [prepared[i] for i in ix] for q, ix in by_queue.items()},
         [prepared[i] for i in order], now, keep)
-    # big payloads' objects, for their deletion (every task of a flow is created)
-    payloads.register_tasks(ctx, [(flow.tasks[i].payload, ids[i]) for i in order])
     return answer(states)

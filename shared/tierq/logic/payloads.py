@@ -3,22 +3,28 @@ an object in the payload store instead (``tierq.core.pointers``, the SQS extende
 format), and its handler gets the object.
 
 1. **upload** (the producer, ``Client.enqueue``): ``POST /v1/queues/{queue}/payloads`` gives
-   a key under the caller's tenant prefix and a presigned upload (:func:`new_upload`); the
+   a key under the caller's tenant prefix and a presigned upload (:func:`new_upload`), and
+   records the key as pending (a tenant has at most ``TIERQ_MAX_PENDING_PAYLOADS``); the
    producer sends the bytes to the store itself.
 2. **enqueue** (the API): the pointer is checked (:func:`check`: this deployment's bucket,
-   the task's tenant's prefix; otherwise refused, nothing written); after the commit each
-   (object, task) is recorded (:func:`register`).
+   the task's tenant's prefix, 403 otherwise; :func:`precheck`: a key this shard handed out
+   and has not deleted, 422 otherwise) and, in the insert's own transaction, its key's row
+   locked and each (object, task) recorded (:func:`use`). A pointer belongs to the shard
+   whose upload route made it: another shard refuses it (it knows no such key). One
+   pointer may be enqueued again, on that shard, until its object is deleted.
 3. **claim**: the claim carries the pointer (claims and consumer batches stay within 6 MB);
    ``POST /v1/queues/{queue}/payloads/fetch`` gives a Worker a presigned download
    (:func:`new_download`); a consumer function reads the bucket with its own role
    (``tierq.aws.payloads``).
-4. **delete** (the reaper): once no task that named an object has a row left (acked without
-   a result, deleted, or purged when its retention ended), the object, then its rows
-   (:func:`sweep`).
+4. **delete** (the reaper, :func:`sweep`): a key's row is locked, then checked in the same
+   transaction and tombstoned ('deleted') when no task needs the object: no task that
+   named it has a row left (acked without a result, deleted, or purged when its retention
+   ended), or, pending, no task named it within ``TIERQ_PAYLOAD_PENDING_SECONDS``; then the
+   object, then its (object, task) rows. The tombstone stays: an enqueue naming the key is
+   refused (422 "was deleted").
 
 The bucket's lifecycle rule (template.yaml ``PayloadExpirationDays``, longer than a year's
-delay plus retention) is the backstop for objects nothing recorded: uploads never enqueued,
-a record lost to a crash between the enqueue's commit and :func:`register`.
+delay plus retention) is the backstop for objects the reaper could not delete.
 """
 
 from __future__ import annotations
@@ -29,12 +35,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tierq.core.ids import uuid7_strings
-from tierq.core.pointers import MalformedPointer, Pointer, parse_pointer, tenant_prefix
+from tierq.core.pointers import (
+    POINTER_CLASS,
+    MalformedPointer,
+    Pointer,
+    parse_pointer,
+    tenant_prefix,
+)
 from tierq.dal.payload_store import PayloadStore, Transfer, payload_store
-from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge
+from tierq.dal.store.base import Conn
+from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge, TooManyRequests
 from tierq.logic.context import Context, to_datetime
-from tierq.models.tasks import EnqueueOutcome
 
 log = logging.getLogger(__name__)
 
@@ -72,28 +86,69 @@ def check(ctx: Context, where: str, tenant: str, payload: Any) -> str | None:
     raise Forbidden(f"{field}: {message}", details=[{"field": field, "message": message}])
 
 
-def register(ctx: Context, tasks: Sequence[Any], outcomes: Sequence[EnqueueOutcome]) -> None:
-    """Record each (object, task) of an enqueue that committed: ``tasks`` (models with a
-    ``payload``) and their outcomes, in the same order. An ignored task made nothing."""
-    register_tasks(ctx, [(task.payload, str(outcome.id))
-                         for task, outcome in zip(tasks, outcomes, strict=True)
-                         if outcome.outcome != "ignored"])
+def _refusal(key: str, where: str, state: str | None) -> InvalidInput:
+    field = f"{where}.payload"
+    if state is None:
+        message = (f"payload object {key!r} is not known here: a pointer belongs to the "
+                   "shard its upload was made through (POST /v1/queues/{queue}/payloads "
+                   "to a queue of this shard); upload the payload again for this queue")
+    else:
+        message = (f"payload object {key!r} was deleted (no task needed it any more); "
+                   "upload the payload again")
+    return InvalidInput(f"{field}: {message}", details=[{"field": field, "message": message}])
 
 
-def register_tasks(ctx: Context, tasks: Sequence[tuple[Any, str]]) -> None:
-    """Record each (object, task) of tasks that committed: (payload, task id) pairs."""
-    keys: list[str] = []
-    ids: list[str] = []
-    for payload, task_id in tasks:
-        try:
-            pointer = parse_pointer(payload)
-        except MalformedPointer:
-            continue  # (refused by check before anything was written)
-        if pointer is not None:
-            keys.append(pointer.key)
-            ids.append(task_id)
-    if keys:
-        ctx.store.payload_objects_register(keys, ids, to_datetime(ctx.now()))
+def precheck(ctx: Context, keys: Sequence[tuple[str, str]]) -> None:
+    """Refuse, before anything is written, pointers (``(key, where)`` pairs) to objects
+    this shard never handed out or has deleted (422). :func:`use` checks again under
+    lock."""
+    if not keys:
+        return
+    states = ctx.store.payload_keys_states([key for key, _ in keys])
+    for key, where in keys:
+        state = states.get(key)
+        if state is None or state == "deleted":
+            raise _refusal(key, where, state)
+
+
+def use(ctx: Context, conn: Conn, tasks: Sequence[tuple[str | None, str, str]]) -> None:
+    """Record each (object, task) of tasks being inserted in ``conn``'s transaction:
+    ``(key, task id, where)``. Their keys' rows are locked until it commits, so the reaper
+    cannot delete an object between this check and the commit; a key deleted or unknown
+    refuses the whole transaction (422)."""
+    pairs = [(key, task_id, where) for key, task_id, where in tasks if key]
+    if not pairs:
+        return
+    states = ctx.store.payload_keys_use([key for key, _, _ in pairs], conn)
+    for key, _, where in pairs:
+        state = states.get(key)
+        if state is None or state == "deleted":
+            raise _refusal(key, where, state)
+    ctx.store.payload_objects_register([key for key, _, _ in pairs],
+                                       [task_id for _, task_id, _ in pairs],
+                                       to_datetime(ctx.now()), conn)
+
+
+def use_bulk(ctx: Context, conn: Conn) -> None:
+    """A bulk chunk's pointers (logic/bulk.py), in its transaction after its insert: each
+    checked as an enqueue's (:func:`check`, :func:`use`; the chunk refused otherwise) and
+    recorded with its task when the task was created."""
+    rows = ctx.store.payload_bulk_pointers(conn, POINTER_CLASS)
+    if not rows:
+        return
+    used: list[tuple[str | None, str, str]] = []
+    for ord_, task_id, tenant, text, created in rows:
+        where = f"row {ord_}"
+        key = check(ctx, where, tenant, orjson.loads(text))
+        if created:
+            used.append((key, task_id, where))
+    use(ctx, conn, used)
+
+
+def use_now(ctx: Context, tasks: Sequence[tuple[str | None, str, str]]) -> None:
+    """:func:`use` in a transaction of its own."""
+    if any(key for key, _, _ in tasks):
+        ctx.db.run_transaction(lambda conn: use(ctx, conn, tasks), what="payload records")
 
 
 @dataclass(frozen=True)
@@ -113,14 +168,25 @@ def new_upload(ctx: Context, tenant: str, size: int) -> Upload:
     if size > limit:
         raise PayloadTooLarge(f"size is {size} bytes; an offloaded payload is at most {limit}",
                               details=[{"field": "size", "message": "too large"}])
+    now = ctx.now()
+    cap = ctx.settings.max_pending_payloads
+    since = to_datetime(now - ctx.settings.payload_pending_seconds)
+    if ctx.store.payload_keys_pending(tenant, since) >= cap:
+        raise TooManyRequests(
+            f"tenant {tenant!r} has {cap} uploads no task has named yet "
+            "(TIERQ_MAX_PENDING_PAYLOADS): enqueue them, or wait for the reaper to delete "
+            "those never enqueued", retry_after=60)
     key = f"{tenant_prefix(tenant)}{uuid7_strings(1)[0]}"
+    ctx.store.payload_keys_add(key, tenant, to_datetime(now))  # pending until enqueued
     seconds = ctx.settings.payload_url_seconds
     return Upload(Pointer(store.bucket, key), store.upload(key, size, seconds), seconds)
 
 
-def new_download(ctx: Context, tenant: str | None, payload: Any) -> tuple[Transfer, int]:
+def new_download(ctx: Context, tenant: str | None, payload: Any,
+                 task_id: str | None = None) -> tuple[Transfer, int]:
     """A presigned download of the object ``payload`` points at; ``tenant``: the caller's
-    pinned tenant (None: an admin, any tenant's objects)."""
+    pinned tenant (None: an admin, any tenant's objects). ``task_id``, when given: the
+    task must carry that object and be of the key's tenant (403 otherwise)."""
     store = store_of(ctx)
     try:
         pointer = parse_pointer(payload)
@@ -136,6 +202,11 @@ def new_download(ctx: Context, tenant: str | None, payload: Any) -> tuple[Transf
             tenant is not None and owner != tenant):
         message = f"the object {pointer.key!r} is not one of the caller's payloads"
         raise Forbidden(message, details=[{"field": "pointer", "message": message}])
+    if task_id is not None and ctx.store.payload_object_of_task(pointer.key,
+                                                                task_id) != owner:
+        message = (f"task {task_id} of tenant {owner!r} does not carry the object "
+                   f"{pointer.key!r}")
+        raise Forbidden(message, details=[{"field": "task_id", "message": message}])
     seconds = ctx.settings.payload_url_seconds
     return store.download(pointer.key, seconds), seconds
 
@@ -154,35 +225,44 @@ class Swept:
 
 
 def sweep(ctx: Context, slice_size: int, slices: int) -> Swept:
-    """Delete the objects no task needs any more: up to ``slices`` slices of recorded
-    objects after this process's cursor (it wraps round at the end). An object whose delete
-    failed keeps its rows and is tried again on the next round."""
+    """Delete the objects no task needs any more: up to ``slices`` slices of live keys after
+    this process's cursor (it wraps round at the end). Each slice's keys are locked,
+    checked and tombstoned in one transaction (an enqueue naming one waits, then is
+    refused; one holding it is skipped), then deleted from the store. A used key goes once
+    no task that named it has a row left; a pending one once it is older than
+    ``TIERQ_PAYLOAD_PENDING_SECONDS``. An object whose delete failed is live again and
+    tried on the next round."""
     out = Swept()
     with _cursor_lock:
         after = _cursors.get(id(ctx.store), "")
+    now = ctx.now()
+    pending_before = to_datetime(now - ctx.settings.payload_pending_seconds)
     for _ in range(slices):
-        rows = ctx.store.payload_objects_unused(after, slice_size)
-        out.visited += len(rows)
-        unused = [row.object_key for row in rows if row.unused]
-        # (the store, and so boto3, only once there is something to delete)
-        store = store_of(ctx) if unused else None
+        keys = ctx.store.payload_keys_after(after, slice_size)
+        out.visited += len(keys)
+        # (the store, and so boto3, only once there may be something to delete)
+        store = store_of(ctx) if keys else None
         if store is not None:
-            try:
-                failed = set(store.delete(unused))
-            except Exception:  # the store (S3) failing must not fail the reaper's pass
-                log.exception("deleting %d payload objects failed; tried again next round",
-                              len(unused))
-                out.failed += len(unused)
-                break
-            out.failed += len(failed)
-            done = [key for key in unused if key not in failed]
-            out.deleted += len(done)
-            if done:
-                ctx.store.payload_objects_forget(done)
-        if len(rows) < slice_size:
+            unused = ctx.store.payload_keys_mark_deleted(keys, to_datetime(now),
+                                                         pending_before)
+            if unused:
+                try:
+                    failed = set(store.delete(unused))
+                except Exception:  # the store (S3) failing must not fail the reaper's pass
+                    log.exception("deleting %d payload objects failed; tried again next "
+                                  "round", len(unused))
+                    failed = set(unused)
+                out.failed += len(failed)
+                if failed:
+                    ctx.store.payload_keys_restore(sorted(failed))
+                done = [key for key in unused if key not in failed]
+                out.deleted += len(done)
+                if done:
+                    ctx.store.payload_objects_forget(done)
+        if len(keys) < slice_size:
             after = ""  # round complete: the next starts from the first key
             break
-        after = rows[-1].object_key
+        after = keys[-1]
     with _cursor_lock:
         _cursors[id(ctx.store)] = after
     return out

@@ -3,6 +3,7 @@ what a pointer names."""
 
 
 from typing import Literal
+from uuid import UUID
 
 from pydantic import ConfigDict, Field
 
@@ -58,3 +59,6 @@ class PayloadFetchRequest(RequestModel):
 
     pointer: PointerPayload = Field(description=POINTER_DESCRIPTION + " As the claim gave "
                                                                       "it.")
+    task_id: UUID | None = Field(
+        default=None, description="The claimed task that carries the pointer: when given, "
+                                  "the task must carry this object and be of its tenant.")

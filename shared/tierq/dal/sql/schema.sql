@@ -91,6 +91,18 @@ table tierq_pair_homes
   CREATE UNIQUE INDEX tierq_pair_homes_pkey ON tierq_pair_homes USING btree (queue, tenant)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
+table tierq_payload_keys
+  column object_key text not null
+  column tenant text not null
+  column state text not null default 'pending'::text
+  column created_at timestamp with time zone not null default now()
+  column deleted_at timestamp with time zone
+  constraint tierq_payload_keys_pkey: PRIMARY KEY (object_key)
+  constraint tierq_payload_keys_state_check: CHECK (state = ANY (ARRAY['pending'::text, 'used'::text, 'deleted'::text]))
+  CREATE INDEX tierq_payload_keys_pending ON tierq_payload_keys USING btree (tenant, created_at) WHERE (state = 'pending'::text)
+  CREATE UNIQUE INDEX tierq_payload_keys_pkey ON tierq_payload_keys USING btree (object_key)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
 table tierq_payload_objects
   column object_key text not null
   column task_id uuid not null

@@ -5,21 +5,67 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from tierq.dal.store.base import Conn, StoreBase, positional
-from tierq.dal.store.rows import PayloadObject
+from psycopg.rows import scalar_row, tuple_row
+
+from tierq.dal.store.base import Conn, StoreBase
 
 
 class PayloadQueries(StoreBase):
+    def payload_keys_add(self, key: str, tenant: str, now: datetime) -> None:
+        self._execute("payload_keys_add", {"key": key, "tenant": tenant, "now": now})
+
+    def payload_keys_pending(self, tenant: str, since: datetime) -> int:
+        [count] = self._fetch("payload_keys_pending", {"tenant": tenant, "since": since},
+                              scalar_row)
+        return int(count)
+
+    def payload_keys_states(self, keys: Sequence[str]) -> dict[str, str]:
+        rows = self._fetch("payload_keys_states", {"keys": list(keys)}, tuple_row)
+        return {str(key): str(state) for key, state in rows}
+
+    def payload_keys_use(self, keys: Sequence[str], conn: Conn) -> dict[str, str]:
+        """Lock these keys' rows until ``conn`` commits and mark the pending ones used; each
+        key this shard knows with its state before."""
+        rows = self._fetch("payload_keys_use", {"keys": sorted(set(keys))}, tuple_row, conn)
+        self._execute("payload_keys_mark_used", {"keys": list(keys)}, conn)
+        return {str(key): str(state) for key, state in rows}
+
     def payload_objects_register(self, keys: Sequence[str], ids: Sequence[str],
                                  now: datetime, conn: Conn | None = None) -> None:
         self._execute("payload_objects_register", {"keys": list(keys), "ids": list(ids),
                                                    "now": now}, conn)
 
-    def payload_objects_unused(self, after: str, limit: int) -> list[PayloadObject]:
-        """Up to ``limit`` objects after ``after`` in key order, each with whether no task
-        that named it has a row left."""
-        return self._fetch("payload_objects_unused", {"after": after, "limit": limit},
-                           positional(PayloadObject))
+    def payload_keys_after(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` keys not deleted after ``after``, in key order."""
+        return self._fetch("payload_keys_after", {"after": after, "limit": limit}, scalar_row)
+
+    def payload_keys_mark_deleted(self, keys: Sequence[str], now: datetime,
+                                  pending_before: datetime) -> list[str]:
+        """Tombstone the keys among ``keys`` no task needs, in one transaction that locks
+        their rows first (those an enqueue holds are skipped); the keys tombstoned."""
+        def body(conn: Conn) -> list[str]:
+            locked = self._fetch("payload_keys_lock", {"keys": list(keys)}, scalar_row, conn)
+            if not locked:
+                return []
+            return self._fetch("payload_keys_mark_deleted",
+                               {"keys": locked, "now": now, "pending_before": pending_before},
+                               scalar_row, conn)
+        return self.db.run_transaction(body, what="a payload sweep")
+
+    def payload_keys_restore(self, keys: Sequence[str]) -> int:
+        return self._execute("payload_keys_restore", {"keys": list(keys)})
 
     def payload_objects_forget(self, keys: Sequence[str]) -> int:
         return self._execute("payload_objects_forget", {"keys": list(keys)})
+
+    def payload_object_of_task(self, key: str, task_id: str) -> str | None:
+        """The tenant of task ``task_id`` when it carries object ``key``."""
+        rows = self._fetch("payload_object_of_task", {"key": key, "task_id": task_id},
+                           scalar_row)
+        return str(rows[0]) if rows else None
+
+    def payload_bulk_pointers(self, conn: Conn, kind: str
+                              ) -> list[tuple[int, str, str, str, bool]]:
+        """A bulk chunk's staged rows whose payload looks like a pointer: (ord, id, tenant,
+        payload JSON, whether its task was created)."""
+        return self._fetch("payload_bulk_pointers", {"kind": kind}, tuple_row, conn)

@@ -474,10 +474,3 @@ class HeldGroupRow(NamedTuple):
     tenant: str
     grp: str
     stalled: bool
-
-
-class PayloadObject(NamedTuple):
-    """A big payload's object (migration 0025) and whether no task that named it has a row
-    left (then the reaper deletes it)."""
-    object_key: str
-    unused: bool

@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from tierq.aws.http import request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath
-from tierq.aws.runtime import default_engine
+from tierq.aws.runtime import default_engine, engine
 from tierq.logic import payloads
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.payloads import PayloadTransfer, PayloadUpload, PayloadUploadRequest
@@ -29,7 +29,9 @@ router = Router()
                 "Send the bytes with the method, URL and headers given (no other "
                 "credentials), then enqueue `pointer` as the task's payload. The object is "
                 "deleted once its task is finished and its retention has ended; an object "
-                "never enqueued goes with the bucket's lifecycle rule.",
+                "no task names within TIERQ_PAYLOAD_PENDING_SECONDS (a day) is deleted too, "
+                "and a tenant may have at most TIERQ_MAX_PENDING_PAYLOADS such uploads "
+                "(429 beyond). A pointer is enqueued on the shard that made it.",
     operation_id="createPayloadUpload",
     tags=["tasks"],
     responses=responses("The pointer and its presigned upload.", 403, 413),
@@ -39,7 +41,10 @@ def create_payload_upload(
     body: Annotated[PayloadUploadRequest, Body(description="The payload's size.")],
 ) -> PayloadUpload:
     tenant = request.check_tenant(body.tenant) or DEFAULT_TENANT
-    upload = payloads.new_upload(default_engine().ctx, tenant, body.size)
+    # recorded on the shard of the pair's home, where its enqueues go (a pointer belongs
+    # to that shard)
+    home = engine().engine_of(queue, tenant) or default_engine()
+    upload = payloads.new_upload(home.ctx, tenant, body.size)
     transfer = upload.transfer
     return PayloadUpload.model_validate({
         "pointer": upload.pointer.payload(),
