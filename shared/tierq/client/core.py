@@ -19,6 +19,7 @@ import functools
 import os
 import time
 import uuid
+import warnings
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -774,13 +775,24 @@ class Operations:
         return TaskView.model_validate(data)
 
     @operation
-    def cancel_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
-        """Delete a task whatever its state (DELETE): gone, a GET after it is 404; a
-        worker running it is only refused its ack. Returns it as it was. To stop a task
-        and keep it, :meth:`cancel`."""
+    def delete_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
+        """Delete a task whatever its state (``DELETE …/tasks/{id}``): gone, a GET after it
+        is 404; a worker running it is only refused its ack. Returns it as it was. To stop a
+        task and keep it, :meth:`cancel`."""
         data = yield from self._exchange(
             "DELETE", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}")
         return TaskView.model_validate(data)
+
+    def _cancel_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
+        """Deprecated: :meth:`delete_task` (this name deletes the task, while :meth:`cancel`
+        cancels it and keeps it). Warns at the call (``DeprecationWarning``), then deletes."""
+        # (not a generator: the warning points at the caller, for both clients alike)
+        warnings.warn(f"{type(self).__name__}.cancel_task deletes the task: call delete_task "
+                      f"(or cancel, which stops it and keeps it as cancelled)",
+                      DeprecationWarning, stacklevel=3)
+        return Operations.delete_task.steps(self, queue, task_id)
+
+    cancel_task = operation(_cancel_task)
 
     # -- pages ---------------------------------------------------------------------------
 
