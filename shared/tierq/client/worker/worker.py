@@ -344,7 +344,13 @@ class Worker(WorkerBase):
             self._fetch(task)
         except BaseException as exc:  # (as when the thread's handler gets no payload)
             return failed(exc, task)
-        progress = task.set_progress if isinstance(task, WorkerTask) else None
+        def progress(value: Any) -> None:  # (checked in the child already)
+            if isinstance(task, WorkerTask):
+                try:
+                    task.set_progress(value)
+                except ValueError as exc:
+                    log.warning("worker %s: task %s: progress dropped (%s)", self.name,
+                                task.id, exc)
 
         def run() -> Ack | Nack | None:
             return child.run(task, cancel_grace_seconds=self.cancel_grace_seconds,
