@@ -4,6 +4,7 @@ Redis behind it)."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -45,8 +46,8 @@ def test_enqueue_keys_and_task_status(api: Client, names: QueueNames) -> None:
     assert (task.payload, task.priority, task.key) == ({"to": "c@example.com"}, 0, "welcome-1")
     delayed = api.enqueue_one(emails, "later", delay_seconds=3600, tenant="acme")
     assert (delayed.state, delayed.tenant) == ("delayed", "acme")
-    cancelled = api.cancel_task(emails, delayed.id)
-    assert cancelled.id == delayed.id
+    deleted = api.delete_task(emails, delayed.id)
+    assert deleted.id == delayed.id
     with pytest.raises(NotFoundError):
         api.get_task(emails, delayed.id)
 
@@ -149,3 +150,17 @@ def test_openapi_and_server_side_validation(api: Client, names: QueueNames) -> N
     assert caught.value.url is not None
     with pytest.raises(NotFoundError):
         api.get_task(emails, uuid.uuid4())
+
+
+def test_cancel_task_is_a_deprecated_name_of_delete_task(api: Any, names: QueueNames) -> None:
+    """``cancel_task`` deletes (DELETE), as ``delete_task`` does, and warns at the caller's
+    line: ``cancel`` is the method that cancels and keeps the task."""
+    queue = names["deleted"]
+    made = api.enqueue_one(queue, "x")
+    with pytest.warns(DeprecationWarning, match="call delete_task") as warned:
+        gone = api.cancel_task(queue, made.id)
+    assert gone.id == made.id
+    if type(api) is Client:  # (the facade over AsyncClient is the caller otherwise)
+        assert [w.filename for w in warned] == [__file__]
+    with pytest.raises(NotFoundError):
+        api.get_task(queue, made.id)

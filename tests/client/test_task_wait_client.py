@@ -51,7 +51,7 @@ def test_a_task_deleted_while_waited_for_is_not_found(api: Any, api_url: str,
     queue = names["work"]
     made = api.enqueue_one(queue, {"n": 1})
     with Client(api_url) as other:
-        deleter = later(0.5, lambda: other.cancel_task(queue, made.id))
+        deleter = later(0.5, lambda: other.delete_task(queue, made.id))
         with pytest.raises(NotFoundError):
             api.wait(queue, made.id, timeout=30)
         deleter.join()

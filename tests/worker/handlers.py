@@ -68,3 +68,33 @@ def until_cancelled(task: ClaimedTask) -> str:
         return "stopped"
     journal("finish", task)
     return "finished"
+
+
+def describes_payload(task: ClaimedTask) -> dict[str, Any]:
+    """What a process's handler got: its payload's tag and size, and its trace."""
+    payload = task.payload
+    return {"tag": payload["tag"], "blob": len(payload["blob"]),
+            "traceparent": task.trace.traceparent if task.trace is not None else None}
+
+
+def reports_progress(task: Any) -> str:
+    """Reports ``{"step": 1}``, then ``{"step": 2}`` once the file ``payload["go"]`` exists,
+    and returns once ``payload["end"]`` exists (a test looks at each step meanwhile). A value
+    over 4 KiB is refused in the process (it says so in its result otherwise)."""
+    try:
+        task.set_progress("x" * 5000)
+    except ValueError:
+        pass
+    else:
+        return "a progress over 4 KiB was taken"
+    task.set_progress({"step": 1})
+    _wait_for(task.payload["go"])
+    task.set_progress({"step": 2})
+    _wait_for(task.payload["end"])
+    return "finished"
+
+
+def _wait_for(path: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -100,6 +100,34 @@ def test_a_running_task_cancelled_sees_its_signal_within_a_heartbeat(
     assert not api.running(queue)
 
 
+def test_a_handler_given_a_big_payload_sees_its_cancel_too(
+        api: Client, api_url: str, names: QueueNames) -> None:
+    """The payload fetched for the handler goes on the task its lease signals (a copy of the
+    task would never see ``task.cancelled`` set)."""
+    queue = names["cancel_big"]
+    api.put_queue(queue, SLOW_RETRY)
+    seen: list[str | None] = []
+    started = threading.Event()
+
+    def handler(task: ClaimedTask) -> None:
+        assert task.payload == "y" * 200
+        started.set()
+        if task.cancelled.wait(LEASE + 5):
+            seen.append(task.stop_reason)
+
+    with Client(api_url, offload_over=100) as eager:
+        task_id = eager.enqueue_one(queue, "y" * 200).id
+    worker = Threaded(api, queue, handler, concurrency=1)
+    try:
+        assert started.wait(20)
+        api.cancel(queue, task_id)
+        eventually(lambda: seen, timeout=LEASE + 2, what="the handler saw the cancel")
+    finally:
+        stats = worker.stop()
+    assert seen == ["cancelled"]
+    assert (stats.cancelled, stats.acked, stats.retried) == (1, 0, 0)
+
+
 def test_a_cancelled_task_is_counted_when_its_ack_says_so(api: Client,
                                                          names: QueueNames) -> None:
     """A handler that finishes before any heartbeat: its ack is refused as cancelled."""

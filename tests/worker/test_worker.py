@@ -279,7 +279,7 @@ def test_heartbeats_keep_a_long_tasks_lease(api: Client, names: QueueNames) -> N
                what="the reaper expired the lease")
     refused = api.ack(queue, [{"id": held.id, "lease_token": held.lease_token}])
     assert [r.reason for r in refused.rejected] == ["not_owner"]
-    api.cancel_task(queue, control)
+    api.delete_task(queue, control)
 
     task_id = api.enqueue_one(queue, {"seconds": 4}).id
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 import uuid
+import warnings
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -41,6 +43,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from tierq import __version__
 from tierq.client.auth import BearerAuth, SigV4Auth, region_from_url
 from tierq.client.errors import (
+    ApiError,
     ConnectionFailed,
     InvalidInputError,
     PayloadTransferError,
@@ -96,6 +99,8 @@ MAX_WAIT_SECONDS = 20.0  # the longest one read of a task waits for its end (the
 WAIT_AT_LEAST = 0.05  # a wait left shorter than this is a read that does not wait
 # The JSON around an enqueue batch's tasks: {"tasks":[ ... ]}
 _BATCH_ENVELOPE = body_cost(b'{"tasks":[]}')
+# a task's field in the client's own refusal of one no request can carry (enqueue_batches)
+_TASK_FIELD = re.compile(r"tasks\[\d+\]")
 Model = TypeVar("Model", bound=BaseModel)
 ResultT = TypeVar("ResultT", AckResult, NackResult, ReleaseResult, HeartbeatResult)
 PageT = TypeVar("PageT", QueueList, DetailedMetrics, RunningMetrics, ScheduleList)
@@ -401,6 +406,36 @@ def _selections(ids: Sequence[UUID | str] | None, all: bool) -> list[dict[str, A
     return [{"ids": named[start:start + MAX_IDS]} for start in range(0, len(named), MAX_IDS)]
 
 
+def _inline_too_large(exc: ApiError) -> bool:
+    """Whether ``exc`` refuses a task's payload as too large inline: the API's 413 (or a
+    422) naming ``….payload``, or the client's own 413 for a task no request can carry."""
+    if exc.status not in (413, 422):
+        return False
+    for detail in exc.details:
+        field, message = str(detail.get("field", "")), str(detail.get("message", ""))
+        too_large = exc.code == "payload_too_large" or "too large" in message
+        if too_large and (field.endswith(".payload") or _TASK_FIELD.fullmatch(field)):
+            return True
+    return False
+
+
+def _offload_hint(exc: ApiError, offload_over: int | None) -> ApiError:
+    """``exc``, its message followed by what ``offload_over`` does when it refuses a payload
+    as too large inline (:func:`_inline_too_large`); any other error as it is."""
+    if not _inline_too_large(exc):
+        return exc
+    if offload_over is None:
+        hint = ("this client never uploads payloads (offload_over=None): give "
+                "offload_over=<bytes> to upload those larger to the payload store")
+    else:
+        hint = (f"this client uploads to the payload store only payloads over "
+                f"offload_over={offload_over} bytes, above this API's inline limit: give a "
+                f"lower offload_over (at most the API's TIERQ_MAX_PAYLOAD_BYTES)")
+    exc.message = f"{exc.message} ({hint})"
+    exc.args = (exc.message,)
+    return exc
+
+
 # -- the API --------------------------------------------------------------------------------
 
 
@@ -412,9 +447,13 @@ class Operations:
     ``token``: a bearer token (JWT); ``sigv4=True``: AWS SigV4 signing (``aws_region``,
     ``aws_credentials``); ``retry``: when to try again (:class:`RetryPolicy`);
     ``transport``: an httpx transport of the transport's kind (tests, proxies);
-    ``offload_over``: the payload size (its JSON, in bytes) above which :meth:`enqueue`
-    uploads a payload to the deployment's payload store and enqueues a pointer to it (the
-    API's inline limit, 256 KiB, by default; None: never)."""
+    ``offload_over``: the payload size (its JSON, in bytes) above which :meth:`enqueue` and
+    :meth:`flow` upload a payload to the deployment's payload store and enqueue a pointer to
+    it; None: never. Its default, 256 KiB (:data:`~tierq.core.pointers.INLINE_LIMIT`), is the
+    API's default inline limit: the client does not ask the server for its own
+    (``TIERQ_MAX_PAYLOAD_BYTES``, which may be set lower, or higher up to 1 MiB), so give a
+    deployment whose limit is lower that limit here. A payload the API refuses as too large
+    inline raises an error whose message says that ``offload_over`` lowers the threshold."""
 
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  sigv4: bool = False, aws_region: str | None = None,
@@ -549,13 +588,15 @@ class Operations:
                     encoded = orjson.dumps(body)
             bodies.append(encoded)
         outcomes: list[EnqueueOutcome] = []
-        for start, stop in enqueue_batches(bodies):
-            content = b'{"tasks":[' + b",".join(bodies[start:stop]) + b"]}"
-            data = yield from self._exchange("POST", f"/v1/queues/{_segment(queue)}/tasks",
-                                             content=content,
-                                             idempotency_key=new_idempotency_key(),
-                                             extra_headers=headers)
-            outcomes.extend(EnqueueResults.model_validate(data).tasks)
+        try:
+            for start, stop in enqueue_batches(bodies):
+                content = b'{"tasks":[' + b",".join(bodies[start:stop]) + b"]}"
+                data = yield from self._exchange(
+                    "POST", f"/v1/queues/{_segment(queue)}/tasks", content=content,
+                    idempotency_key=new_idempotency_key(), extra_headers=headers)
+                outcomes.extend(EnqueueResults.model_validate(data).tasks)
+        except ApiError as exc:
+            raise _offload_hint(exc, self.offload_over) from None
         return outcomes
 
     @operation
@@ -651,9 +692,12 @@ class Operations:
             payload = orjson.dumps(task.get("payload"))
             if len(payload) > (limit or 0):  # a big payload: uploaded, a pointer in its place
                 task["payload"] = yield from self._offload(task["queue"], payload, tenant)
-        data = yield from self._exchange("POST", "/v1/flows", body=body,
-                                         idempotency_key=new_idempotency_key(),
-                                         extra_headers=_trace_headers(trace, propagate))
+        try:
+            data = yield from self._exchange("POST", "/v1/flows", body=body,
+                                             idempotency_key=new_idempotency_key(),
+                                             extra_headers=_trace_headers(trace, propagate))
+        except ApiError as exc:
+            raise _offload_hint(exc, self.offload_over) from None
         return FlowResult.model_validate(data)
 
     # -- workers -------------------------------------------------------------------------
@@ -774,13 +818,24 @@ class Operations:
         return TaskView.model_validate(data)
 
     @operation
-    def cancel_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
-        """Delete a task whatever its state (DELETE): gone, a GET after it is 404; a
-        worker running it is only refused its ack. Returns it as it was. To stop a task
-        and keep it, :meth:`cancel`."""
+    def delete_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
+        """Delete a task whatever its state (``DELETE …/tasks/{id}``): gone, a GET after it
+        is 404; a worker running it is only refused its ack. Returns it as it was. To stop a
+        task and keep it, :meth:`cancel`."""
         data = yield from self._exchange(
             "DELETE", f"/v1/queues/{_segment(queue)}/tasks/{_segment(task_id)}")
         return TaskView.model_validate(data)
+
+    def _cancel_task(self, queue: str, task_id: UUID | str) -> Steps[TaskView]:
+        """Deprecated: :meth:`delete_task` (this name deletes the task, while :meth:`cancel`
+        cancels it and keeps it). Warns at the call (``DeprecationWarning``), then deletes."""
+        # (not a generator: the warning points at the caller, for both clients alike)
+        warnings.warn(f"{type(self).__name__}.cancel_task deletes the task: call delete_task "
+                      f"(or cancel, which stops it and keeps it as cancelled)",
+                      DeprecationWarning, stacklevel=3)
+        return Operations.delete_task.steps(self, queue, task_id)
+
+    cancel_task = operation(_cancel_task)
 
     # -- pages ---------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ from tierq.client.worker.ledger import (
     failed,
     succeeded,
 )
+from tierq.core.pointers import looks_like_pointer
 from tierq.errors import TierqError
 from tierq.models import ClaimedTask, QueueView, TenantQueueView
 
@@ -251,7 +252,11 @@ class AsyncWorker(WorkerBase):
         limit came)."""
         tracer = self.tracer
         try:
-            given = await self.client.with_payload(lease.task)  # a big payload: fetched
+            given = lease.task
+            if looks_like_pointer(given.payload):  # a big payload: fetched, on the task
+                # itself (a copy would not see stop_reason when the lease signals it)
+                object.__setattr__(given, "payload", await self.client.fetch_payload(
+                    given.queue, given.payload))
             if tracer is None:
                 result = await self.handler(given)
             else:  # the handler's span, a child of the task's trace (client/tracing.py)

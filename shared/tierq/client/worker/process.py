@@ -20,6 +20,15 @@ the child dies by itself (a crash,     the attempt fails (nacked for a retry) na
 the Worker's grace ends at a stop      killed, as the thread's handler is abandoned
 =====================================  ===================================================
 
+The task a child's handler gets is a :class:`~tierq.client.worker.WorkerTask` as under
+threads: a big payload is fetched by the Worker before the task is sent, and
+``task.set_progress`` (checked in the child: JSON, at most 4 KiB) sends each value to the
+Worker over the child's pipe, where it rides the lease's next heartbeat. The handler's span
+(the Worker's ``tracer``) is started in the Worker's process around the child's run: it
+continues the task's trace and lasts as long as the handler, but the child has no current
+span of its own (a tracer's context does not cross processes); a handler that starts spans
+of its own continues ``task.trace`` itself.
+
 What it takes: the handler and what it returns or raises travel between processes by
 pickle, so the handler must be importable by name (a function defined at a module's top
 level, or an instance of such a class), and its result JSON-able (what an ack keeps
@@ -32,9 +41,11 @@ connections) as a killed process does."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import pickle
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -43,6 +54,7 @@ from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
 
 from tierq.client.worker.ledger import Ack, Nack, failed, succeeded
+from tierq.client.worker.task import WorkerTask
 from tierq.models import ClaimedTask
 
 log = logging.getLogger("tierq.client.worker")
@@ -67,8 +79,18 @@ def check_picklable(handler: Callable[..., Any]) -> None:
 
 def _child(handler: Callable[[ClaimedTask], Any], conn: Connection,
            stop: ProcessEvent) -> None:
-    """A child's loop: run the handler for each task sent (its fields), answer its Ack or
-    Nack; None or a closed pipe ends it."""
+    """A child's loop: run the handler for each task sent (its fields), answer
+    ``("outcome", Ack | Nack)``; None or a closed pipe ends it. What the handler reports
+    with ``task.set_progress`` goes up the pipe meanwhile as ``("progress", id, value)``."""
+    lock = threading.Lock()  # (a handler's own threads may report progress too)
+
+    def send(message: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(message)
+
+    def relay(task_id: Any, value: Any) -> None:
+        send(("progress", task_id, value))
+
     while True:
         try:
             fields = conn.recv()
@@ -76,17 +98,19 @@ def _child(handler: Callable[[ClaimedTask], Any], conn: Connection,
             return
         if fields is None:
             return
-        task = ClaimedTask.model_validate(fields).with_signal(stop)
+        claimed = ClaimedTask.model_validate(fields)
+        task = WorkerTask.of(claimed, functools.partial(relay, claimed.id))
+        task.with_signal(stop)
         outcome: Ack | Nack
         try:
             outcome = succeeded(handler(task))
         except BaseException as exc:  # a handler's failure, whatever it is, is the task's
             outcome = failed(exc, task)
         try:
-            conn.send(outcome)
+            send(("outcome", outcome))
         except Exception as exc:  # (a result pickle cannot carry)
-            conn.send(Nack(f"the handler's outcome could not reach the worker: "
-                           f"{type(exc).__name__}: {exc}"))
+            send(("outcome", Nack(f"the handler's outcome could not reach the worker: "
+                                  f"{type(exc).__name__}: {exc}")))
 
 
 class HandlerProcess:
@@ -115,11 +139,13 @@ class HandlerProcess:
         self._start()
 
     def run(self, task: ClaimedTask, *, cancel_grace_seconds: float,
-            aborted: Callable[[], bool]) -> Ack | Nack | None:
-        """Run ``task``'s handler in the child; its outcome, or None when the child was
-        killed (the task reached its time limit, was cancelled and did not return within
-        ``cancel_grace_seconds``, or ``aborted()`` became true: the Worker's grace
-        ended)."""
+            aborted: Callable[[], bool],
+            progress: Callable[[Any], None] | None = None) -> Ack | Nack | None:
+        """Run ``task``'s handler in the child (``task`` as the handler gets it: its payload
+        fetched); its outcome, or None when the child was killed (the task reached its time
+        limit, was cancelled and did not return within ``cancel_grace_seconds``, or
+        ``aborted()`` became true: the Worker's grace ended). ``progress`` takes each value
+        the handler reports, as it comes."""
         process, conn = self._start()
         self.stop.clear()
         conn.send(task.model_dump(mode="python"))
@@ -127,11 +153,17 @@ class HandlerProcess:
         while True:
             if conn.poll(POLL_SECONDS):
                 try:
-                    answer: Ack | Nack = conn.recv()
+                    kind, *message = conn.recv()
                 except (EOFError, OSError):
                     return self._died(process)
-                return answer
-            if not process.is_alive():
+                if kind == "outcome":
+                    answer: Ack | Nack = message[0]
+                    return answer
+                task_id, value = message
+                # (a value a handler's thread reported after its task's outcome is dropped)
+                if task_id == task.id and progress is not None:
+                    progress(value)
+            elif not process.is_alive():
                 return self._died(process)
             reason = task.stop_reason
             if aborted():

@@ -112,6 +112,8 @@ from tierq.client.worker.ledger import (
     succeeded,
 )
 from tierq.client.worker.process import ISOLATIONS, HandlerProcess, check_picklable
+from tierq.client.worker.task import WorkerTask
+from tierq.core.pointers import looks_like_pointer
 from tierq.errors import TierqError
 from tierq.models import ClaimedTask, QueueView, TenantQueueView
 
@@ -135,7 +137,10 @@ class Worker(WorkerBase):
     and again (a fifth of a busy worker's CPU in the benchmarks, bench/README.md).
     ``tracer``: what starts each handler's span in the task's trace (``"auto"``: OpenTelemetry
     or X-Ray when installed, :func:`tierq.client.tracing.default_tracer`; ``None``: no span;
-    or any object with ``span(task, name)``).
+    or any object with ``span(task, name)``). ``isolation``: ``"thread"``, or ``"process"``
+    to run each slot's handlers in a child process that can be killed at a time limit
+    (:mod:`tierq.client.worker.process`: the payload is fetched and the span started in the
+    Worker's process; progress is relayed from the child).
 
     A handler still running when :meth:`run` returns (``stats.abandoned > 0``) goes on, with
     the threads and child processes it started: end the process then, with ``os._exit``
@@ -297,9 +302,7 @@ class Worker(WorkerBase):
                     continue
                 lease.started_at = time.monotonic()
             if self._children:
-                outcome = self._children[slot].run(
-                    lease.task, cancel_grace_seconds=self.cancel_grace_seconds,
-                    aborted=lambda lease=lease: lease.let_go)  # type: ignore[misc]
+                outcome = self._call_in(self._children[slot], lease)
             else:
                 outcome = self._call(lease.task)
             self._hand_over(lease, outcome)
@@ -322,7 +325,7 @@ class Worker(WorkerBase):
     def _call(self, task: ClaimedTask) -> Ack | Nack:
         tracer = self.tracer
         try:
-            task = self.client.with_payload(task)  # a big payload: fetched for the handler
+            self._fetch(task)
             if tracer is None:
                 result = self.handler(task)
             else:  # the handler's span, a child of the task's trace (client/tracing.py)
@@ -331,6 +334,41 @@ class Worker(WorkerBase):
         except BaseException as exc:  # a handler's failure, whatever it is, is the task's
             return failed(exc, task)
         return succeeded(result)
+
+    def _call_in(self, child: HandlerProcess, lease: HeldLease) -> Ack | Nack | None:
+        """``_call`` with ``isolation="process"``: the payload fetched and the handler's span
+        started here, the handler run in ``child``, the progress it reports relayed to the
+        lease (None: the child was killed)."""
+        task = lease.task
+        try:
+            self._fetch(task)
+        except BaseException as exc:  # (as when the thread's handler gets no payload)
+            return failed(exc, task)
+        def progress(value: Any) -> None:  # (checked in the child already)
+            if isinstance(task, WorkerTask):
+                try:
+                    task.set_progress(value)
+                except ValueError as exc:
+                    log.warning("worker %s: task %s: progress dropped (%s)", self.name,
+                                task.id, exc)
+
+        def run() -> Ack | Nack | None:
+            return child.run(task, cancel_grace_seconds=self.cancel_grace_seconds,
+                             aborted=lambda: lease.let_go, progress=progress)
+
+        if self.tracer is None:
+            return run()
+        # the span is the Worker's, around the child's run: a span does not cross processes
+        with self.tracer.span(task, handler_span_name(task)):
+            return run()
+
+    def _fetch(self, task: ClaimedTask) -> None:
+        """Put a big payload in place of the pointer the task carries, on the task itself: a
+        copy would not be the task its lease signals (``task.cancelled``) when it must
+        stop."""
+        if looks_like_pointer(task.payload):
+            object.__setattr__(task, "payload",
+                               self.client.fetch_payload(task.queue, task.payload))
 
     # -- heartbeats ----------------------------------------------------------------------
 
