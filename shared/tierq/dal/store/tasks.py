@@ -239,12 +239,14 @@ class TaskQueries(StoreBase):
                                            "now": now}, positional(TaskRow), conn)
         return rows[0] if rows else None
 
-    def cancelled_among(self, queue: str, ids: Sequence[str]) -> set[str]:
-        """Which of these tasks of the queue are cancelled."""
-        if not ids:
+    def cancelled_among(self, queue: str, leases: Sequence[tuple[str, str]]) -> set[str]:
+        """Which of these (id, tenant) tasks of the queue are cancelled: the ids of those
+        that are, and are that tenant's."""
+        if not leases:
             return set()
-        return {r[0] for r in self._fetch("cancelled_among", {"queue": queue, "ids": list(ids)},
-                                          tuple_row)}
+        return {r[0] for r in self._fetch("cancelled_among", {
+            "queue": queue, "ids": [i for i, _ in leases],
+            "tenants": [t for _, t in leases]}, tuple_row)}
 
     def purge_queue_tasks(self, queue: str) -> int:
         """Delete every task of the queue; how many."""
