@@ -337,7 +337,11 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     member = claimed_members(claim(warm, k, 1))[0]
     run(warm, LeaseProgress(k, 0, [(member, '"half"')]))
     removed = run(warm, Remove(k, [place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
-    assert removed == 2
+    # the lease it ended is named, with the progress it kept (read before it went)
+    task_id, token = member.split("|", 1)
+    assert removed.count == 2
+    assert [(i, t, p.split("|")[2]) for i, t, p in removed.leases] == [
+        (task_id, token, '"half"')]
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from tests.integration.helpers import count_rows, count_state
 from tierq.dal.warm_tier import PairKeys, lease_member
 from tierq.errors import NotFound, TaskFinished
+from tierq.logic import flows
 from tierq.logic.context import to_ms
 from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
@@ -160,6 +161,52 @@ def test_delete_keeps_its_meaning(tq):
     tq.cancel_task("d", out.id)
     with pytest.raises(NotFound):
         tq.get_task("d", out.id)
+
+
+def test_a_retried_cancel_takes_out_a_task_its_first_call_left_ready(tq, valkey):
+    """The first call committed its mark and failed before the task left the warm tier (a
+    5xx): the retry takes it out, or it would stay claimable."""
+    first, second = tq.enqueue("y", [{"payload": 1}, {"payload": 2}])
+    flows.cancel_mark(tq.ctx, "y", first.id, None)  # (the first call's commit, no more)
+    assert tq.cancel("y", first.id).state == "cancelled"
+    assert [t.id for t in tq.claim("y", max=5)] == [second.id]
+    assert valkey.zcard(PairKeys.of("y", "_").ready) == 0
+
+
+def test_a_retried_cancel_ends_a_lease_claimed_in_between_and_frees_its_place(make_tq):
+    """Claimed between the first call's commit and its (failed) removal: the retry ends
+    the lease the removal finds and gives back its queue-wide reservation (max_leased),
+    whoever claimed it."""
+    tq = make_tq(lease_seconds=300)
+    tq.put_queue("z", {"max_leased": 1})
+    first, second = tq.enqueue("z", [{"payload": 1}, {"payload": 2}])
+    flows.cancel_mark(tq.ctx, "z", first.id, None)
+    [task] = tq.claim("z", max=2)
+    assert task.id == first.id and tq.claim("z") == []  # the limit is reached
+    tq.cancel("z", first.id)
+    beat = tq.heartbeat("z", [{"id": task.id, "lease_token": task.lease_token}])
+    assert beat.extended == [] and beat.cancelled == [task.id]
+    [task] = tq.claim("z")  # its place is free at once
+    assert task.id == second.id
+
+
+def test_a_running_task_cancelled_keeps_its_last_progress(make_tq, pg):
+    tq = make_tq(lease_seconds=300)
+    out = tq.enqueue_one("pr", "work")
+    [task] = tq.claim("pr")
+    tq.heartbeat("pr", [{"id": task.id, "lease_token": task.lease_token,
+                         "progress": {"done": 1}}])
+    tq.ctx.clock.advance(2)
+    tq.heartbeat("pr", [{"id": task.id, "lease_token": task.lease_token,
+                         "progress": {"done": 3}}])
+    view = tq.cancel("pr", out.id)
+    assert view.progress == {"done": 3} and view.progress_at is not None
+    row = tq.get_task("pr", out.id)
+    assert (row.state, row.progress) == ("cancelled", {"done": 3})
+    assert row.progress_at == view.progress_at
+    assert row.progress_at.timestamp() == pytest.approx(tq.ctx.now(), abs=1)  # (the last)
+    # a retry answers it with its progress, unchanged
+    assert tq.cancel("pr", out.id).progress == {"done": 3}
 
 
 # -- time limits ----------------------------------------------------------------------------

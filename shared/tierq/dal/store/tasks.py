@@ -239,6 +239,14 @@ class TaskQueries(StoreBase):
                                            "now": now}, positional(TaskRow), conn)
         return rows[0] if rows else None
 
+    def cancelled_progress(self, queue: str, task_id: UUID | str, attempt: int,
+                           progress: str, progress_at: datetime) -> int:
+        """Write the last progress (JSON text) of the lease of ``attempt`` a cancel ended to
+        the cancelled task's row, unless it holds a later one; how many rows were."""
+        return self._execute("cancelled_progress", {
+            "queue": queue, "id": task_id, "attempt": attempt, "progress": progress,
+            "progress_at": progress_at})
+
     def cancelled_among(self, queue: str, leases: Sequence[tuple[str, str]]) -> set[str]:
         """Which of these (id, tenant) tasks of the queue are cancelled: the ids of those
         that are, and are that tenant's."""

@@ -481,6 +481,16 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.priority, t.payload, old.state, t.ru
           t.ready_since, t.state_since, t.finished_at, t.last_error, t.result, t.grp,
           t.progress, t.progress_at, t.trace, t.timeout_seconds;
 
+-- name: cancelled_progress
+-- The last progress of a cancelled task's lease, which the cancel ended (logic/tasks.cancel):
+-- written to the row cancelled while that attempt ran (its attempt not recorded), unless the
+-- row holds a later progress already.
+UPDATE tierq_tasks
+SET progress = %(progress)s::jsonb, progress_at = %(progress_at)s
+WHERE queue = %(queue)s AND id = %(id)s AND (state = 'cancelled') IS TRUE
+  AND attempts < %(attempt)s
+  AND (progress_at IS NULL OR progress_at < %(progress_at)s);
+
 -- name: cancelled_among
 -- Which of these (id, tenant) tasks of the queue are cancelled: what a heartbeat, an ack or
 -- a nack whose lease was refused tells its worker (logic/leases.py). Only a task of the
