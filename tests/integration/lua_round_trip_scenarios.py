@@ -287,10 +287,16 @@ def lease_expired_scenario(warm: WarmTier, valkey: Any) -> None:
     _, k = new_pair(valkey)
     task_ids = ids(2)
     push(warm, k, task_ids)
-    claim(warm, k, 2)
+    members = claimed_members(claim(warm, k, 2))
+    # the first ran out before its limit (an expiry: its limit goes), the second at it
+    valkey.zadd(k.limits, {members[0]: NOW + LEASE + 1, members[1]: NOW + LEASE - 1})
+    valkey.zadd(k.leased, {members[1]: NOW + LEASE - 1}, xx=True)
     out = run(warm, LeaseExpired(k, NOW + LEASE, 1))
-    assert out == [(task_ids[0], f"{PREFIX}1~1", 1)]
-    assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~1")) == 0
+    assert out == [(task_ids[1], f"{PREFIX}1~2", 1)]
+    assert valkey.zscore(k.leased, members[1]) == 0
+    out = run(warm, LeaseExpired(k, NOW + LEASE, 2))  # (the marked one first)
+    assert out == [(task_ids[1], f"{PREFIX}1~2", 1), (task_ids[0], f"{PREFIX}1~1", 1)]
+    assert valkey.zrange(k.limits, 0, -1) == [members[1].encode()]
 
 
 def lease_index_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -268,6 +268,41 @@ def test_an_expired_lease_with_a_limit_far_ahead_is_an_expiry(make_tq):
     assert tq.get_task("e", out.id).last_error == "lease expired (attempt 1)"
 
 
+def test_a_lease_that_expired_before_its_limit_and_is_reaped_after_it_is_an_expiry(make_tq,
+                                                                                   valkey):
+    """The worker stopped heartbeating at 5 s; the reaper came only past the 10 s limit:
+    the lease expired (back in line at once), the limit did not end it."""
+    tq = make_tq(lease_seconds=5)
+    out = tq.enqueue_one("late", "x", timeout_seconds=10)
+    tq.claim("late")
+    tq.ctx.clock.advance(12)
+    summary = tq.run_reaper()
+    assert (summary.expired, summary.timed_out) == (1, 0)
+    row = tq.get_task("late", out.id)
+    assert row.last_error == "lease expired (attempt 1)" and row.state == "warm"
+    assert valkey.zcard(PairKeys.of("late", "_").limits) == 0
+
+
+@pytest.mark.parametrize("heartbeats", [True, False])
+def test_a_lease_ended_by_its_limit_times_out_whenever_it_is_reaped(make_tq, heartbeats):
+    """Its deadline was the limit: brought to it by heartbeats, or by the claim itself (a
+    lease longer than the limit); listed by one pass and recorded by a later one, as a
+    reaper stopped in between would leave it."""
+    tq = make_tq(lease_seconds=5 if heartbeats else 60)
+    out = tq.enqueue_one("capped", "x", timeout_seconds=8)
+    [task] = tq.claim("capped")
+    if heartbeats:
+        for _ in range(3):
+            tq.ctx.clock.advance(3)
+            tq.heartbeat("capped", [{"id": task.id, "lease_token": task.lease_token}])
+    tq.ctx.clock.advance(30)
+    # listed (and marked) by a pass that stopped before recording them
+    assert len(tq.ctx.warm.expired("capped", "_", now_ms=to_ms(tq.ctx.now()), limit=10)) == 1
+    summary = tq.run_reaper()
+    assert (summary.expired, summary.timed_out) == (1, 1)
+    assert (tq.get_task("capped", out.id).last_error or "").startswith("timeout:")
+
+
 def test_the_queue_default_applies_to_tasks_without_their_own(make_tq):
     tq = make_tq(lease_seconds=30)
     tq.put_queue("q", {"timeout_seconds": 5})

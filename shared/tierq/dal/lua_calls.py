@@ -407,7 +407,7 @@ class LeaseExpired(LuaCall[list[tuple[str, str, int]]]):
     (id, token, attempt) each."""
 
     SCRIPT: ClassVar[str] = "lease_expired"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased",)
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "limit")
 
     on: Any
