@@ -89,3 +89,24 @@ def test_a_bad_time_limit_is_422_and_nothing_is_written(
     else:  # null is no limit (a PUT clears the queue's)
         assert call("POST", "/v1/queues/jobs/tasks",
                     {"payload": 1, "timeout_seconds": None}).status == 200
+
+
+def test_another_tenants_cancelled_task_is_not_reported_to_a_made_up_token(
+        call: Invoke) -> None:
+    """A pinned tenant sending another tenant's task id with a token of its own (made up)
+    is refused and told nothing of that task: its ``cancelled`` lists name only tasks of
+    the tenant the token names."""
+    made = call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, claims=ACME).body
+    [task] = call("POST", "/v1/queues/jobs/claims", {"max": 1}, claims=ACME).body["tasks"]
+    assert call("POST", f"/v1/queues/jobs/tasks/{made['id']}/cancel",
+                claims=ACME).status == 200
+    forged = {"id": made["id"], "lease_token": "globex~0123456789abcdef01234567~1~0"}
+    for route, key in (("heartbeats", "leases"), ("acks", "acks"), ("nacks", "nacks")):
+        item = dict(forged, error="x") if route == "nacks" else forged
+        body = call("POST", f"/v1/queues/jobs/{route}", {key: [item]}, claims=GLOBEX).body
+        assert [r["reason"] for r in body["rejected"]] == ["not_owner"], (route, body)
+        assert body.get("cancelled", []) == [], (route, body)  # (left out when empty)
+    # the owner's own worker is still told
+    mine = {"id": task["id"], "lease_token": task["lease_token"]}
+    beat = call("POST", "/v1/queues/jobs/heartbeats", {"leases": [mine]}, claims=ACME).body
+    assert beat["cancelled"] == [task["id"]]

@@ -287,10 +287,16 @@ def lease_expired_scenario(warm: WarmTier, valkey: Any) -> None:
     _, k = new_pair(valkey)
     task_ids = ids(2)
     push(warm, k, task_ids)
-    claim(warm, k, 2)
+    members = claimed_members(claim(warm, k, 2))
+    # the first ran out before its limit (an expiry: its limit goes), the second at it
+    valkey.zadd(k.limits, {members[0]: NOW + LEASE + 1, members[1]: NOW + LEASE - 1})
+    valkey.zadd(k.leased, {members[1]: NOW + LEASE - 1}, xx=True)
     out = run(warm, LeaseExpired(k, NOW + LEASE, 1))
-    assert out == [(task_ids[0], f"{PREFIX}1~1", 1)]
-    assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~1")) == 0
+    assert out == [(task_ids[1], f"{PREFIX}1~2", 1)]
+    assert valkey.zscore(k.leased, members[1]) == 0
+    out = run(warm, LeaseExpired(k, NOW + LEASE, 2))  # (the marked one first)
+    assert out == [(task_ids[1], f"{PREFIX}1~2", 1), (task_ids[0], f"{PREFIX}1~1", 1)]
+    assert valkey.zrange(k.limits, 0, -1) == [members[1].encode()]
 
 
 def lease_index_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -337,7 +343,11 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     member = claimed_members(claim(warm, k, 1))[0]
     run(warm, LeaseProgress(k, 0, [(member, '"half"')]))
     removed = run(warm, Remove(k, [place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
-    assert removed == 2
+    # the lease it ended is named, with the progress it kept (read before it went)
+    task_id, token = member.split("|", 1)
+    assert removed.count == 2
+    assert [(i, t, p.split("|")[2]) for i, t, p in removed.leases] == [
+        (task_id, token, '"half"')]
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from tests.integration.helpers import count_rows, count_state
 from tierq.dal.warm_tier import PairKeys, lease_member
 from tierq.errors import NotFound, TaskFinished
+from tierq.logic import flows
 from tierq.logic.context import to_ms
 from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
@@ -162,6 +163,52 @@ def test_delete_keeps_its_meaning(tq):
         tq.get_task("d", out.id)
 
 
+def test_a_retried_cancel_takes_out_a_task_its_first_call_left_ready(tq, valkey):
+    """The first call committed its mark and failed before the task left the warm tier (a
+    5xx): the retry takes it out, or it would stay claimable."""
+    first, second = tq.enqueue("y", [{"payload": 1}, {"payload": 2}])
+    flows.cancel_mark(tq.ctx, "y", first.id, None)  # (the first call's commit, no more)
+    assert tq.cancel("y", first.id).state == "cancelled"
+    assert [t.id for t in tq.claim("y", max=5)] == [second.id]
+    assert valkey.zcard(PairKeys.of("y", "_").ready) == 0
+
+
+def test_a_retried_cancel_ends_a_lease_claimed_in_between_and_frees_its_place(make_tq):
+    """Claimed between the first call's commit and its (failed) removal: the retry ends
+    the lease the removal finds and gives back its queue-wide reservation (max_leased),
+    whoever claimed it."""
+    tq = make_tq(lease_seconds=300)
+    tq.put_queue("z", {"max_leased": 1})
+    first, second = tq.enqueue("z", [{"payload": 1}, {"payload": 2}])
+    flows.cancel_mark(tq.ctx, "z", first.id, None)
+    [task] = tq.claim("z", max=2)
+    assert task.id == first.id and tq.claim("z") == []  # the limit is reached
+    tq.cancel("z", first.id)
+    beat = tq.heartbeat("z", [{"id": task.id, "lease_token": task.lease_token}])
+    assert beat.extended == [] and beat.cancelled == [task.id]
+    [task] = tq.claim("z")  # its place is free at once
+    assert task.id == second.id
+
+
+def test_a_running_task_cancelled_keeps_its_last_progress(make_tq, pg):
+    tq = make_tq(lease_seconds=300)
+    out = tq.enqueue_one("pr", "work")
+    [task] = tq.claim("pr")
+    tq.heartbeat("pr", [{"id": task.id, "lease_token": task.lease_token,
+                         "progress": {"done": 1}}])
+    tq.ctx.clock.advance(2)
+    tq.heartbeat("pr", [{"id": task.id, "lease_token": task.lease_token,
+                         "progress": {"done": 3}}])
+    view = tq.cancel("pr", out.id)
+    assert view.progress == {"done": 3} and view.progress_at is not None
+    row = tq.get_task("pr", out.id)
+    assert (row.state, row.progress) == ("cancelled", {"done": 3})
+    assert row.progress_at == view.progress_at
+    assert row.progress_at.timestamp() == pytest.approx(tq.ctx.now(), abs=1)  # (the last)
+    # a retry answers it with its progress, unchanged
+    assert tq.cancel("pr", out.id).progress == {"done": 3}
+
+
 # -- time limits ----------------------------------------------------------------------------
 
 
@@ -219,6 +266,41 @@ def test_an_expired_lease_with_a_limit_far_ahead_is_an_expiry(make_tq):
     summary = tq.run_reaper()
     assert (summary.expired, summary.timed_out) == (1, 0)
     assert tq.get_task("e", out.id).last_error == "lease expired (attempt 1)"
+
+
+def test_a_lease_that_expired_before_its_limit_and_is_reaped_after_it_is_an_expiry(make_tq,
+                                                                                   valkey):
+    """The worker stopped heartbeating at 5 s; the reaper came only past the 10 s limit:
+    the lease expired (back in line at once), the limit did not end it."""
+    tq = make_tq(lease_seconds=5)
+    out = tq.enqueue_one("late", "x", timeout_seconds=10)
+    tq.claim("late")
+    tq.ctx.clock.advance(12)
+    summary = tq.run_reaper()
+    assert (summary.expired, summary.timed_out) == (1, 0)
+    row = tq.get_task("late", out.id)
+    assert row.last_error == "lease expired (attempt 1)" and row.state == "warm"
+    assert valkey.zcard(PairKeys.of("late", "_").limits) == 0
+
+
+@pytest.mark.parametrize("heartbeats", [True, False])
+def test_a_lease_ended_by_its_limit_times_out_whenever_it_is_reaped(make_tq, heartbeats):
+    """Its deadline was the limit: brought to it by heartbeats, or by the claim itself (a
+    lease longer than the limit); listed by one pass and recorded by a later one, as a
+    reaper stopped in between would leave it."""
+    tq = make_tq(lease_seconds=5 if heartbeats else 60)
+    out = tq.enqueue_one("capped", "x", timeout_seconds=8)
+    [task] = tq.claim("capped")
+    if heartbeats:
+        for _ in range(3):
+            tq.ctx.clock.advance(3)
+            tq.heartbeat("capped", [{"id": task.id, "lease_token": task.lease_token}])
+    tq.ctx.clock.advance(30)
+    # listed (and marked) by a pass that stopped before recording them
+    assert len(tq.ctx.warm.expired("capped", "_", now_ms=to_ms(tq.ctx.now()), limit=10)) == 1
+    summary = tq.run_reaper()
+    assert (summary.expired, summary.timed_out) == (1, 1)
+    assert (tq.get_task("capped", out.id).last_error or "").startswith("timeout:")
 
 
 def test_the_queue_default_applies_to_tasks_without_their_own(make_tq):

@@ -35,7 +35,8 @@ def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
             "before": "2999-01-01T00:00:00Z",
             "attempt": 1, "attempts": [1] * n, "errors": ["boom"] * n,
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
-            "results": ['{"ok": true}'] * n, "waited": False}
+            "results": ['{"ok": true}'] * n, "waited": False,
+            "tenants": ["_"] * n}
 
 
 def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str, ...]) -> None:

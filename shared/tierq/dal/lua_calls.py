@@ -407,7 +407,7 @@ class LeaseExpired(LuaCall[list[tuple[str, str, int]]]):
     (id, token, attempt) each."""
 
     SCRIPT: ClassVar[str] = "lease_expired"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased",)
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "limit")
 
     on: Any
@@ -509,9 +509,18 @@ class Missing(LuaCall[list[str] | None]):
 
 
 @lazy_dataclass(frozen=True)
-class Remove(LuaCall[int]):
+class Removed:
+    """What remove.lua answers: how many tasks were ready or leased, and the leases it
+    ended, each (id, token, its progress entry ``<token>|<ms>|<json>`` or None)."""
+
+    count: int
+    leases: list[tuple[str, str, str | None]]
+
+
+@lazy_dataclass(frozen=True)
+class Remove(LuaCall[Removed]):
     """Take tasks (their ready-set members) out of the warm tier entirely, waiting or leased
-    (lua/remove.lua); answers how many were."""
+    (lua/remove.lua); answers how many were, and the leases it ended."""
 
     SCRIPT: ClassVar[str] = "remove"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "meta", "lease_of", "claims",
@@ -521,8 +530,11 @@ class Remove(LuaCall[int]):
     on: Any
     items: Sequence[Any] = ()
 
-    def parse(self, reply: Any) -> int:
-        return int(reply)
+    def parse(self, reply: Any) -> Removed:
+        rest = reply[1:]
+        return Removed(int(reply[0]), [
+            (text(rest[i]), text(rest[i + 1]), None if rest[i + 2] is None
+             else text(rest[i + 2])) for i in range(0, len(rest), 3)])
 
 
 # -- a tenant's share of the warm tier ------------------------------------------------------

@@ -448,6 +448,16 @@ class LeaseInfo:
     deadline_ms: int
 
 
+@lazy_dataclass(frozen=True)
+class RemovedLease:
+    """A lease ``remove`` ended: its task, its token and the progress it kept (when it came,
+    epoch ms; its JSON text), or None."""
+
+    id: str
+    token: str
+    progress: tuple[int, str] | None
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -1331,9 +1341,23 @@ class WarmTier:
         """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
         their data, their leases (lua/remove.lua: found by the id in each member). Returns
         how many were waiting or leased."""
+        return self.remove_leased(queue, tenant, places)[0]
+
+    def remove_leased(self, queue: str, tenant: str, places: Sequence[Place],
+                      ) -> tuple[int, list[RemovedLease]]:
+        """``remove``, and the leases it ended, each with the progress it kept (read by the
+        script that ended it): what the caller gives back and writes to their rows."""
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
-        return sum(self.call(Remove(k, part)) for part in chunks(members, IDS_PER_CALL))
+        count = 0
+        leases: list[RemovedLease] = []
+        for part in chunks(members, IDS_PER_CALL):
+            out = self.call(Remove(k, part))
+            count += out.count
+            for task_id, token, entry in out.leases:
+                progress = _progress_entries([(task_id, token)], [entry]).get(task_id)
+                leases.append(RemovedLease(task_id, token, progress))
+        return count, leases
 
     def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
         """Remove these tasks (their ready-set places) only while they wait in the ready set

@@ -291,26 +291,43 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     return _resolve_conflicts(ctx, queue, conflicts, now, outcomes)
 
 
+# The seq a grouped task's blob names ("gs") is known only once its row is inserted: its
+# size is taken at the widest a seq (a bigint) can be, so a blob is never larger than sized.
+SEQ_BOUND = 2**63 - 1
+# What a blob of attempt 0 starts with, before its count of escapes (task_blob).
+_BLOB_HEAD = len(b'0|{"e":')
+
+
 def _sizes(queue: str, batch: Sequence[Prepared], created_ms: int) -> dict[Pair, AdmittedSize]:
     """What the batch will push into each pair (admission.begin: a warm set that could not
     take its first task turns cold before the insert, and the pair's rows are written
-    cold): the blob of its first ready task, its ready tasks, and their bytes (each blob
-    taken as its payload and key plus the first blob's other fields)."""
-    firsts: dict[Pair, tuple[int, int]] = {}  # (the first blob, its other fields)
+    cold): the blob of its first ready task, its ready tasks, and their bytes. Each blob is
+    sized as ``_warm_items`` will make it, never under: the blob of its shape (key,
+    priority, attempts, group, time limit, trace) made once without a payload, plus its
+    payload and the digits the payload's escapes may add to the count ``e``. Those digits
+    and a group's seq are taken at their widest (a few bytes over at most): counting the
+    payload's quotes would read every payload once more (~1 µs per KiB)."""
+    shapes: dict[tuple[Any, ...], tuple[int, int]] = {}  # (bytes, escapes) without payload
+    firsts: dict[Pair, int] = {}
     counts: dict[Pair, tuple[int, int]] = {}  # (tasks, bytes)
     for p in batch:
         if not p.ready:
             continue
         pair = (queue, p.tenant)
-        own = len(p.payload_json) + (0 if p.key is None else len(p.key) + 2)
-        first = firsts.get(pair)
-        if first is None:
-            blob = len(task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts,
-                                 created_ms, group=p.group))
-            first = firsts[pair] = (blob, max(0, blob - own))
-        tasks, size = counts.get(pair, (0, 0))
-        counts[pair] = (tasks + 1, size + first[1] + own)
-    return {pair: (firsts[pair][0], *counts[pair]) for pair in firsts}
+        shape = (p.key, p.priority, p.max_attempts, p.group, p.timeout_seconds, p.trace)
+        empty = shapes.get(shape)
+        if empty is None:
+            blob = task_blob(0, b"", p.key, p.priority, p.max_attempts, created_ms,
+                             group=p.group, seq=None if p.group is None else SEQ_BOUND,
+                             timeout_seconds=p.timeout_seconds, trace_json=p.trace)
+            empty = shapes[shape] = (len(blob),
+                                     int(blob[_BLOB_HEAD:blob.index(b",", _BLOB_HEAD)]))
+        own = len(p.payload_json)
+        size = empty[0] + own + len(str(empty[1] + own)) - len(str(empty[1]))
+        firsts.setdefault(pair, size)
+        tasks, total = counts.get(pair, (0, 0))
+        counts[pair] = (tasks + 1, total + size)
+    return {pair: (firsts[pair], *counts[pair]) for pair in firsts}
 
 
 Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]

@@ -166,7 +166,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         isinstance(i, AckItem) and i.result is not None for i in items) else None
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
-        result.cancelled = cancelled_of(ctx, queue, result.rejected)
+        result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result
     relaxed = not ctx.settings.ack_synchronous_commit
     plain: list[Verified] = []
@@ -216,18 +216,30 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             acked.append(items[v.index].id)
         else:  # cancelled or rescheduled while it ran
             result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
-    result.cancelled = cancelled_of(ctx, queue, result.rejected)
+    result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
     return result
 
 
-def cancelled_of(ctx: Context, queue: str, rejected: Sequence[Rejection]) -> list[UUID]:
+def cancelled_of(ctx: Context, queue: str, rejected: Sequence[Rejection],
+                 items: Sequence[AckItem | NackItem | HeartbeatItem | ClaimedTask],
+                 ) -> list[UUID]:
     """Of the rejected items, the tasks that were cancelled (logic/tasks.cancel): the
     ``cancelled`` list of an ack's, nack's or heartbeat's answer, beside ``rejected`` (a
     client that knows only the reasons acts as for a lost lease). A cancel drops the lease,
-    so this is asked only when a lease was refused: one statement by primary key."""
+    so this is asked only when a lease was refused: one statement by primary key. Only a
+    task of the tenant the item names (its token's, a claimed task's own) is reported: a
+    caller that sends another tenant's task id with a token of its own learns nothing."""
     if not rejected:
         return []
-    found = ctx.store.cancelled_among(queue, list(dict.fromkeys(str(r.id) for r in rejected)))
+    refused = {str(r.id) for r in rejected}
+    pairs: dict[tuple[str, str], None] = {}
+    for item in items:
+        task_id = str(item.id)
+        tenant = item.tenant if isinstance(item, ClaimedTask) \
+            else tenant_of_token(item.lease_token)
+        if task_id in refused and tenant is not None:
+            pairs[(task_id, tenant)] = None
+    found = ctx.store.cancelled_among(queue, list(pairs))
     return [UUID(task_id) for task_id in dict.fromkeys(str(r.id) for r in rejected)
             if task_id in found]
 
@@ -237,7 +249,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
     kept: dict[str, tuple[int, str]] = {}  # (the leases' progress, read with the check)
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
-        result.cancelled = cancelled_of(ctx, queue, result.rejected)
+        result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result
     now = ctx.now()
     policy = ctx.queue_settings.get(queue).backoff.policy()
@@ -261,7 +273,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
             result.retried.append(UUID(v.id))
         else:
             result.rejected.append(Rejection(id=UUID(v.id), reason="not_found"))
-    result.cancelled = cancelled_of(ctx, queue, result.rejected)
+    result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
     return result
 
 
@@ -389,7 +401,7 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
         if lost:
             # extended above for a lease that had ended: give it back at once
             free_reservations(ctx, queue, lost)
-    result.cancelled = cancelled_of(ctx, queue, result.rejected)
+    result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
     return result
 
 

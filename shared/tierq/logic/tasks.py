@@ -7,6 +7,7 @@ from uuid import UUID
 
 import orjson
 
+from tierq.core.ids import attempt_of_token
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound, TaskFinished
@@ -94,24 +95,47 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
         if now is None or (tenant is not None and now.tenant != tenant):
             raise NotFound(f"no task {task_id} in queue {queue!r}")
         if now.state == "cancelled":
-            return view(now)
+            # (a retry: the first call may have committed and failed before the task left
+            # the warm tier, which would leave it claimable; leaving is idempotent)
+            progress = leave_warm(ctx, queue, now)
+            waits.finished(ctx, queue, [(now.tenant, str(task_id), now.attempts)], "cancelled")
+            return view(now, progress=progress)
         raise TaskFinished(f"task {task_id} is {now.state} already: only an unfinished task "
                            "can be cancelled")
     if row.grp is not None:  # its group's next task goes on (logic/groups.py)
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
-    if row.state == "warm":  # out of the ready set, or its lease dropped
-        # (a lease's queue-wide reservation, under max_leased, is given back with it)
-        lease = ctx.warm.lease_of(queue, row.tenant, str(task_id)) \
-            if ctx.queue_settings.get(queue).max_leased else None
-        ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
-        if lease is not None:
-            # (imported here: the enqueue and cron functions load this module, not leases)
-            from tierq.logic.leases import free_reservations
-            free_reservations(ctx, queue, [lease.token])
+    # out of the ready set, or its lease dropped
+    progress = leave_warm(ctx, queue, row) if row.state == "warm" else None
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "cancelled")
     now_row = row._replace(state="cancelled")
-    return view(now_row)
+    return view(now_row, progress=progress)
+
+
+def leave_warm(ctx: Context, queue: str, row: TaskRow, *,
+               keep_progress: bool = True) -> tuple[int, str] | None:
+    """Take the task of ``row`` out of the warm tier (its place in line, or its lease) and
+    give back the queue-wide reservations (max_leased) of the leases that took (whatever
+    claimed it meanwhile: named by the removal itself). With ``keep_progress``, the last
+    progress of the lease it ended is written to its cancelled row; returned when it was
+    (ms, JSON text)."""
+    _, ended = ctx.warm.remove_leased(queue, row.tenant,
+                                      [place(row.priority, row.seq, str(row.id))])
+    if ended:
+        # (imported here: the enqueue and cron functions load this module, not leases)
+        from tierq.logic.leases import free_reservations
+        free_reservations(ctx, queue, [lease.token for lease in ended])
+    if not keep_progress:
+        return None
+    written: tuple[int, str] | None = None
+    for lease in ended:
+        attempt = attempt_of_token(lease.token)
+        if lease.progress is None or attempt is None:
+            continue
+        at_ms, text = lease.progress
+        if ctx.store.cancelled_progress(queue, lease.id, attempt, text, from_ms(at_ms)):
+            written = lease.progress
+    return written
 
 
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
@@ -127,6 +151,6 @@ def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
     if row.state == "warm":
-        ctx.warm.remove(queue, row.tenant, [place(row.priority, row.seq, str(task_id))])
+        leave_warm(ctx, queue, row, keep_progress=False)
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "deleted")
     return view(row)

@@ -10,10 +10,13 @@ the lease runs out whatever its worker does: an ack, a nack or a heartbeat after
 refused (``not_owner``).
 
 The reaper then tells such a lease from one that merely expired (:func:`split`): a lease
-whose limit had come when the reaper listed it timed out, and its attempt fails through the
-nack's path (:func:`record`: ``timeout`` as its error, the attempt counted, a retry after
-the queue's backoff, a dead letter past ``max_attempts``), where an expired lease is put
-back in line at once. The limit leaves with the lease (lua/lease_keys.lua).
+that ran out at its limit (its deadline was the limit) timed out, and its attempt fails
+through the nack's path (:func:`record`: ``timeout`` as its error, the attempt counted, a
+retry after the queue's backoff, a dead letter past ``max_attempts``), where an expired
+lease is put back in line at once, even when the reaper lists it after its limit. The script
+that lists expired leases (lua/lease_expired.lua) knows each deadline: it removes the limit
+of a lease whose deadline came first, so a listed lease keeps its limit only when the limit
+ended it. The limit leaves with the lease (lua/lease_keys.lua).
 
 Why the reaper and not the worker: the worker may be hung or gone; the limit holds whatever
 it does. The worker is told the limit in the claimed task (``timeout_seconds``) and stops
@@ -58,8 +61,10 @@ def split(ctx: Context, queue: str, tenant: str, now_ms: int,
           listed: Sequence[tuple[str, str, int]]
           ) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]]]:
     """The leases the reaper listed as past their deadline, (id, token, attempt) each, split
-    into (timed out: their limit had come by ``now_ms``, expired). One ZMSCORE of the
-    pair's ``limits``."""
+    into (timed out: their limit ended them, expired). A listed lease keeps its limit only
+    when its deadline was that limit (lua/lease_expired.lua removes the others'), so one
+    that expired earlier and was reaped after its limit is still an expiry. One ZMSCORE of
+    the pair's ``limits``."""
     if not listed:
         return [], []
     limits = ctx.warm.lease_limits(queue, tenant, [lease_member(task_id, token)

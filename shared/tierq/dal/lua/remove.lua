@@ -7,7 +7,10 @@
 -- 9 limits
 -- ARGV: the tasks' ready-set members (core/ordering.py place: their data and leases are
 --       found by the id in the member, lua/ready_member.lua task_of)
--- Returns how many were ready or leased.
+-- Returns {how many were ready or leased, then id, token, progress for each lease ended}.
+-- The progress is the lease's entry ('<token>|<ms>|<json>', read before it went) or false.
+-- The caller gives back those leases' queue-wide reservations and keeps their progress.
+-- This call names them itself: a lease claimed after the caller looked is not missed.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
@@ -26,8 +29,27 @@ for k, member in ipairs(ARGV) do
 end
 add_warm_bytes(KEYS[4], -freed)
 local held = lease_held(KEYS[3], KEYS[5], ids)
-local members = {}
-for k, token in pairs(held) do members[#members + 1] = ids[k] .. '|' .. token end
-removed = removed + #lease_drop(KEYS[3], KEYS[5], KEYS[6], KEYS[7], members, nil, nil, KEYS[8],
-                                KEYS[4], KEYS[9])
-return removed
+local members, held_ids, held_tokens = {}, {}, {}
+for k, token in pairs(held) do
+  members[#members + 1] = ids[k] .. '|' .. token
+  held_ids[#held_ids + 1] = ids[k]
+  held_tokens[#held_tokens + 1] = token
+end
+local kept = call_chunked('HMGET', KEYS[8], held_ids)
+local gone = lease_drop(KEYS[3], KEYS[5], KEYS[6], KEYS[7], members, nil, nil, KEYS[8],
+                        KEYS[4], KEYS[9])
+local ended = {}
+for _, member in ipairs(gone) do ended[member] = true end
+local out = {removed + #gone}
+for j = 1, #members do
+  if ended[members[j]] then
+    ended[members[j]] = nil  -- (an id named twice: its lease once)
+    local token = held_tokens[j]
+    local value = kept[j]
+    if not (value and string.sub(value, 1, #token + 1) == token .. '|') then value = false end
+    out[#out + 1] = held_ids[j]
+    out[#out + 1] = token
+    out[#out + 1] = value
+  end
+end
+return out

@@ -239,12 +239,22 @@ class TaskQueries(StoreBase):
                                            "now": now}, positional(TaskRow), conn)
         return rows[0] if rows else None
 
-    def cancelled_among(self, queue: str, ids: Sequence[str]) -> set[str]:
-        """Which of these tasks of the queue are cancelled."""
-        if not ids:
+    def cancelled_progress(self, queue: str, task_id: UUID | str, attempt: int,
+                           progress: str, progress_at: datetime) -> int:
+        """Write the last progress (JSON text) of the lease of ``attempt`` a cancel ended to
+        the cancelled task's row, unless it holds a later one; how many rows were."""
+        return self._execute("cancelled_progress", {
+            "queue": queue, "id": task_id, "attempt": attempt, "progress": progress,
+            "progress_at": progress_at})
+
+    def cancelled_among(self, queue: str, leases: Sequence[tuple[str, str]]) -> set[str]:
+        """Which of these (id, tenant) tasks of the queue are cancelled: the ids of those
+        that are, and are that tenant's."""
+        if not leases:
             return set()
-        return {r[0] for r in self._fetch("cancelled_among", {"queue": queue, "ids": list(ids)},
-                                          tuple_row)}
+        return {r[0] for r in self._fetch("cancelled_among", {
+            "queue": queue, "ids": [i for i, _ in leases],
+            "tenants": [t for _, t in leases]}, tuple_row)}
 
     def purge_queue_tasks(self, queue: str) -> int:
         """Delete every task of the queue; how many."""

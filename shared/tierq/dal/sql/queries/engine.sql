@@ -481,13 +481,27 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.priority, t.payload, old.state, t.ru
           t.ready_since, t.state_since, t.finished_at, t.last_error, t.result, t.grp,
           t.progress, t.progress_at, t.trace, t.timeout_seconds;
 
+-- name: cancelled_progress
+-- The last progress of a cancelled task's lease, which the cancel ended (logic/tasks.cancel):
+-- written to the row cancelled while that attempt ran (its attempt not recorded), unless the
+-- row holds a later progress already.
+UPDATE tierq_tasks
+SET progress = %(progress)s::jsonb, progress_at = %(progress_at)s
+WHERE queue = %(queue)s AND id = %(id)s AND (state = 'cancelled') IS TRUE
+  AND attempts < %(attempt)s
+  AND (progress_at IS NULL OR progress_at < %(progress_at)s);
+
 -- name: cancelled_among
--- Which of these tasks of the queue are cancelled: what a heartbeat, an ack or a nack
--- whose lease was refused tells its worker (logic/leases.py). By primary key (see
--- mark_cold).
-SELECT id::text FROM tierq_tasks
-WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
-  AND (state = 'cancelled') IS TRUE;
+-- Which of these (id, tenant) tasks of the queue are cancelled: what a heartbeat, an ack or
+-- a nack whose lease was refused tells its worker (logic/leases.py). Only a task of the
+-- tenant its item names counts: a made-up token must not tell a tenant about another's
+-- task. By primary key (see mark_cold).
+SELECT DISTINCT t.id::text
+FROM tierq_tasks t
+JOIN unnest(%(ids)s::uuid[], %(tenants)s::text[]) AS v(id, tenant)
+  ON t.id = v.id AND t.tenant = v.tenant
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s
+  AND (t.state = 'cancelled') IS TRUE;
 
 -- name: dlq_page
 -- A queue's dead letters, newest first, before the cursor (the first page passes the
