@@ -353,3 +353,20 @@ def test_the_data_hash_stays_a_hashtable_however_small(make_tq, valkey, refill):
     seen.extend(t.payload for t in drain(tq, "enc"))
     assert sorted(seen) == list(range(5))
     assert valkey.hkeys(data) == [b"~encoding"]
+
+
+def test_a_leased_task_replaced_into_the_future_frees_its_place(make_tq):
+    """A replace that reschedules a leased task ends its lease: the queue-wide reservation
+    (max_leased) that lease held is given back at once, as a cancel gives it back."""
+    tq = make_tq(lease_seconds=300)
+    tq.put_queue("rf", {"max_leased": 1})
+    [first] = tq.enqueue("rf", [{"payload": 1, "key": "K"}])
+    [task] = tq.claim("rf")
+    assert task.id == first.id
+    later = tq.ctx.now() + 3600
+    [out] = tq.enqueue("rf", [{"payload": 2, "key": "K", "on_conflict": "replace",
+                               "run_at": later}])
+    assert (out.outcome, out.state) == ("updated", "delayed")
+    [second] = tq.enqueue("rf", [{"payload": 3}])
+    [task] = tq.claim("rf")  # the rescheduled lease's place is free
+    assert task.id == second.id

@@ -473,7 +473,11 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
         outcomes[p.index] = EnqueueOutcome(id=row.id, outcome="updated", state=state,
                                            tenant=p.tenant, key=p.key)
     for tenant, places in to_remove.items():
-        ctx.warm.remove(queue, tenant, places)
+        # a leased task rescheduled loses its lease: its queue-wide reservation goes back
+        _, ended = ctx.warm.remove_leased(queue, tenant, places)
+        if ended:
+            from tierq.logic.leases import free_reservations  # (not on every enqueue's path)
+            free_reservations(ctx, queue, [lease.token for lease in ended])
     cold: set[str] = set()
     for tenant, pushes in warm_updates.items():
         cold.update(admission.update_warm(ctx, (queue, tenant), pushes))
