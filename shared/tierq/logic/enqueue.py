@@ -226,13 +226,13 @@ def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
         "traces": orjson.dumps([None if p.trace is None else p.trace.decode()
                                 for p in batch]).decode()
                   if any(p.trace is not None for p in batch) else "[]",
+        # (a batch without time limits passes none: SQL pads the column with nulls)
+        "timeouts": "{" + ",".join(["NULL" if p.timeout_seconds is None
+                                    else str(p.timeout_seconds) for p in batch]) + "}"
+                    if any(p.timeout_seconds is not None for p in batch) else "{}",
     }
     if keyed:
         columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
-    if any(p.timeout_seconds is not None for p in batch):
-        columns["timeouts"] = "{" + ",".join(
-            ["NULL" if p.timeout_seconds is None else str(p.timeout_seconds)
-             for p in batch]) + "}"
     return columns
 
 

@@ -44,9 +44,8 @@ class TaskColumns(TypedDict):
     max_attempts: str
     grps: str  # a JSON array: each task's group, or null
     traces: str  # a JSON array: each task's trace context's JSON text, or null ([]: none)
+    timeouts: str  # an int array: each task's time limit, or NULL ({}: none has one)
     keys: NotRequired[str]
-    # each task's time limit (NULL for none); left out: none has one
-    timeouts: NotRequired[str]
 
 
 class TaskQueries(StoreBase):
@@ -56,15 +55,15 @@ class TaskQueries(StoreBase):
                      conn: Conn | None = None) -> dict[str, int]:
         """Insert a batch with keys; {id: seq} of the rows inserted (the others met a live
         task's key)."""
-        rows = self._fetch("insert_tasks", {"queue": queue, "now": now, "timeouts": "{}",
-                                            **columns}, tuple_row, conn)
+        rows = self._fetch("insert_tasks", {"queue": queue, "now": now, **columns}, tuple_row,
+                           conn)
         return dict(rows)
 
     def insert_tasks_keyless(self, queue: str, now: datetime, columns: TaskColumns, *,
                              conn: Conn | None = None) -> tuple[int, int]:
         """Insert a batch without keys; (seq of its first row, rows inserted)."""
         [(first, count)] = self._fetch(
-            "insert_tasks_keyless", {"queue": queue, "now": now, "timeouts": "{}", **columns},
+            "insert_tasks_keyless", {"queue": queue, "now": now, **columns},
             tuple_row, conn)
         return first, count
 
