@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.reliability.harness import (
     QUEUE,
@@ -20,6 +21,8 @@ from tests.reliability.harness import (
     wait_for_acks,
     wait_until_finished,
 )
+from tests.support.polling import eventually
+from tierq.dal.warm_tier import PairKeys
 from tierq.errors import Unavailable
 
 TASKS = 8000
@@ -37,6 +40,12 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
             fleet.start_workers(4, batch=20, lease_seconds=30, work_seconds=0.02)
             fleet.start_producers(TASKS, rate=1200)
             wait_for_acks(journal_dir, 1000)
+            # the fault must find work in Valkey to lose: leases held, or tasks ready (a
+            # loaded machine can find the pair cold for a moment, everything in PostgreSQL)
+            keys = PairKeys.of(QUEUE, "_")
+            with redis.Redis.from_url(clean.valkey_url) as valkey:
+                eventually(lambda: valkey.zcard(keys.leased) + valkey.zcard(keys.ready) > 0,
+                           timeout=30, what="work in Valkey", interval=0.01)
             clean.services.valkey.kill()
             wiped_at = time.time()
             with pytest.raises(Unavailable):
