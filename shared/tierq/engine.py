@@ -285,8 +285,8 @@ class Tierq(Deployment):
             body_fingerprint: bytes | None = None) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
-        models = [i if isinstance(i, lease_models.AckItem | lease_models.ClaimedTask)
-                  else lease_models.AckItem.model_validate(i) for i in items]
+        item, claimed = lease_models.AckItem, lease_models.ClaimedTask  # read once, not per item
+        models = [i if isinstance(i, item | claimed) else item.model_validate(i) for i in items]
         return self._lease_outcome("ack", queue, models, leases.ack, lease_models.AckResult,
                                    idempotency_key, caller, body_fingerprint)
 

@@ -25,6 +25,9 @@ from typing import Any, TypeVar, dataclass_transform, overload
 T = TypeVar("T")
 
 
+_TARGET = "_lazy_target"
+
+
 class LazyModule(ModuleType):
     """A stand-in for module ``name``: reading an attribute imports it (once) and reads it
     there."""
@@ -33,7 +36,13 @@ class LazyModule(ModuleType):
         if attribute.startswith("__") and attribute.endswith("__"):
             # copy, pickle and introspection probe dunders: answer them without importing
             raise AttributeError(attribute)
-        return getattr(importlib.import_module(self.__name__), attribute)
+        # the module once imported, kept: a read on the hot path (per item of an ack) costs
+        # a dictionary look-up, not importlib's
+        target = self.__dict__.get(_TARGET)
+        if target is None:
+            target = importlib.import_module(self.__name__)
+            self.__dict__[_TARGET] = target
+        return getattr(target, attribute)
 
     def __repr__(self) -> str:
         return f"<lazy module {self.__name__!r}>"
