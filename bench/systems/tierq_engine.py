@@ -35,8 +35,14 @@ if TYPE_CHECKING:
     from tierq import Tierq
 
 # The fork server of tierq's worker processes (engine and HTTP paths) imports these once.
+# The engine imports its enqueue, claim and lease logic on first use (tierq.core.lazy: what
+# a Lambda function's requests never call costs its cold start nothing); a long-running
+# worker holds them after its first call, so they are preloaded too, not imported (and,
+# without bytecode caches, compiled) inside the measured phase.
 TIERQ_PRELOAD = ("bench.systems.tierq_engine", "bench.systems.tierq_http", "tierq.engine",
-                 "tierq.config", "tierq.models", "psycopg", "redis", "httpx")
+                 "tierq.config", "tierq.models", "psycopg", "redis", "httpx",
+                 "tierq.logic.enqueue", "tierq.logic.claim", "tierq.logic.leases",
+                 "tierq.logic.tiering", "tierq.models.leases")
 UNFINISHED = "SELECT count(*) FROM tierq_tasks WHERE state IN ('delayed', 'cold', 'warm')"
 
 
