@@ -585,6 +585,12 @@ def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
     assert set(valkey.hkeys(k.finished)) == {third.encode()} | own
     assert set(valkey.hkeys(k.finished_prev)) == {waited.encode(), other.encode()} | own
     assert 0 < valkey.pttl(k.finished_prev) <= 120_000
+    # a hash of the old layout (no '@started') becomes the previous generation
+    old = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
+    valkey.hset(old.finished, waited, "done|1|5")
+    run(warm, TaskFinished(old, 60_000, 4, [(other, "done", 1)]))
+    assert valkey.hget(old.finished_prev, waited) == b"done|1|5"
+    assert valkey.hexists(old.finished, other) and valkey.hexists(old.finished, "@started")
 
 
 def task_wait_scenario(warm: WarmTier, valkey: Any) -> None:
