@@ -34,3 +34,19 @@ def test_no_postgresql_statement_while_it_waits(tq, valkey, monkeypatch):
 
 def test_another_tenants_task_is_404_without_waiting(tq):
     scenarios.another_tenants_task_is_404_at_once(tq)
+
+
+def test_an_ack_tells_only_a_registered_wait(tq, valkey):
+    scenarios.only_a_registered_wait_is_told(tq, valkey)
+
+
+def test_a_finish_before_the_registration_is_not_missed(tq, monkeypatch):
+    scenarios.a_finish_before_the_registration_is_not_missed(tq, monkeypatch)
+
+
+def test_a_marker_outlives_a_rotation_by_its_ttl(tq, valkey, monkeypatch):
+    scenarios.a_marker_outlives_a_rotation_by_its_ttl(tq, valkey, monkeypatch)
+
+
+def test_markers_are_capped_per_pair(tq, valkey, monkeypatch):
+    scenarios.markers_are_capped_per_pair(tq, valkey, monkeypatch)

@@ -60,6 +60,7 @@ from tierq.dal.lua_calls import (
     RunningPage,
     StatsReply,
     TaskFinished,
+    TaskWait,
     TenantRequests,
     TenantsKey,
     TierStats,
@@ -562,18 +563,53 @@ def long_polls_scenario(warm: WarmTier, valkey: Any) -> None:
 def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
     queue = f"rt{uuid.uuid4().hex[:8]}"
     k = PairKeys.of(queue, TENANT)
-    waited, other = ids(2)
-    with warm.finished_channel(queue, TENANT, waited) as receive:
+    waited, other, third = ids(3)
+    with warm.finished_channel(queue, TENANT, waited) as receive, \
+            warm.finished_channel(queue, TENANT, other) as unregistered:
+        # subscribed but not registered: no message at all
+        assert run(warm, TaskFinished(k, 60_000, 4, [(other, "dead", 1)])) == 0
+        assert unregistered(0.3) is None
+        valkey.hset(k.waiters, waited, 1)
         # (SPUBLISH from the script, on the pair's own channel: one waiter reached)
-        assert run(warm, TaskFinished(k, 60_000, 1, [(waited, "done", 2)])) == 1
+        assert run(warm, TaskFinished(k, 60_000, 4, [(waited, "done", 2)])) == 1
         assert receive(5) == "done"
+    assert valkey.exists(k.waiters) == 0  # (told: its registration went)
     state, attempt, ms = valkey.hget(k.finished, waited).decode().split("|")
     assert (state, attempt) == ("done", "2") and abs(int(ms) / 1000 - valkey.time()[0]) < 2
-    assert run(warm, TaskFinished(k, 60_000, 1, [(other, "dead", 1)])) == 0
-    # at most `cap` markers: the older one went
-    assert valkey.hkeys(k.finished) == [other.encode()]
-    assert valkey.zrange(k.finished_at, 0, -1) == [other.encode()]
-    assert 0 < valkey.pttl(k.finished) <= 60_000 and 0 < valkey.pttl(k.finished_at) <= 60_000
+    started = int(valkey.hget(k.finished, "@started"))
+    assert abs(started / 1000 - valkey.time()[0]) < 2
+    assert 0 < valkey.pttl(k.finished) <= 120_000  # (2 TTL after the generation began)
+    # a cap of 4 is two generations of 2: a third marker starts a new one
+    assert run(warm, TaskFinished(k, 60_000, 4, [(third, "done", 1)])) == 0
+    own = {b"@started", b"~encoding"}
+    assert set(valkey.hkeys(k.finished)) == {third.encode()} | own
+    assert set(valkey.hkeys(k.finished_prev)) == {waited.encode(), other.encode()} | own
+    assert 0 < valkey.pttl(k.finished_prev) <= 120_000
+    # a hash of the old layout (no '@started') becomes the previous generation
+    old = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
+    valkey.hset(old.finished, waited, "done|1|5")
+    run(warm, TaskFinished(old, 60_000, 4, [(other, "done", 1)]))
+    assert valkey.hget(old.finished_prev, waited) == b"done|1|5"
+    assert valkey.hexists(old.finished, other) and valkey.hexists(old.finished, "@started")
+
+
+def task_wait_scenario(warm: WarmTier, valkey: Any) -> None:
+    k = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
+    [task] = ids(1)
+    assert run(warm, TaskWait(k, task, 1, 30_000)) is None  # registered, no marker
+    assert run(warm, TaskWait(k, task, 1, 30_000)) is None
+    assert valkey.hget(k.waiters, task) == b"2" and 0 < valkey.pttl(k.waiters) <= 30_000
+    assert run(warm, TaskWait(k, task, -1, 0)) is None
+    assert valkey.hget(k.waiters, task) == b"1"
+    run(warm, TaskWait(k, task, -1, 0))
+    assert valkey.exists(k.waiters) == 0
+    run(warm, TaskWait(k, task, -1, 0))  # (taken back already: nothing made)
+    assert valkey.exists(k.waiters) == 0
+    valkey.hset(k.finished_prev, task, "dead|3|42")
+    assert run(warm, TaskWait(k, task, 0, 0)) == "dead|3|42"
+    valkey.hset(k.finished, task, "done|4|43")
+    assert run(warm, TaskWait(k, task, 0, 0)) == "done|4|43"  # the current one first
+    assert valkey.exists(k.waiters) == 0  # (0: a look alone)
 
 
 def rate_add_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -668,6 +704,7 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     IdempotencyFinish: idem_finish_scenario,
     IdempotencyAbandon: idem_abandon_scenario,
     TaskFinished: task_finished_scenario,
+    TaskWait: task_wait_scenario,
     LeaseLimit: lease_limit_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

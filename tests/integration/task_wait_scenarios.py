@@ -19,6 +19,7 @@ from tierq.contract import QueueEngine
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.errors import NotFound
+from tierq.logic import waits
 from tierq.models import TaskView
 
 TENANT = "_"
@@ -74,6 +75,25 @@ def subscribed(valkey: Any, queue: str, task_id: Any, waiter: Waiter) -> None:
         assert waiter.thread.is_alive() or waiter.error is None, waiter.error
         assert time.monotonic() < deadline, "the waiter never subscribed"
         time.sleep(0.005)
+
+
+def registered(valkey: Any, queue: str, task_id: Any, waiter: Waiter) -> None:
+    """Until the waiter has registered for its task's message (after its subscription)."""
+    deadline = time.monotonic() + 10
+    while not valkey.hexists(PairKeys.of(queue, TENANT).waiters, str(task_id)):
+        assert waiter.thread.is_alive() or waiter.error is None, waiter.error
+        assert time.monotonic() < deadline, "the waiter never registered"
+        time.sleep(0.005)
+
+
+def markers(valkey: Any, queue: str, tenant: str = TENANT) -> tuple[set[str], set[str]]:
+    """The ids with a marker in the pair's current generation, and in its previous one."""
+    k = PairKeys.of(queue, tenant)
+
+    def ids(key: str) -> set[str]:
+        return {v.decode() for v in valkey.hkeys(key)} - {"@started", "~encoding"}
+
+    return ids(k.finished), ids(k.finished_prev)
 
 
 def wakes_within_ms_of_the_ack(tq: Tierq, valkey: Any, rounds: int = 20) -> float:
@@ -250,3 +270,81 @@ def no_statement_while_it_waits(tq: Tierq, valkey: Any,
         counts.append(len(statements.at))
     assert counts[0] == counts[1] <= 3, counts
     assert acked_at > subscribed_at
+
+
+def only_a_registered_wait_is_told(tq: Tierq, valkey: Any) -> None:
+    """An ack publishes to the tasks a wait registered for, and to no other: a bare
+    subscriber of another task's channel gets nothing, though its marker is made."""
+    tq.enqueue("q", [{"payload": 1}, {"payload": 2}])
+    lone, waited = tq.claim("q", max=2)
+    waiter = Waiter(tq, "q", waited.id, 10)
+    registered(valkey, "q", waited.id, waiter)
+    with tq.ctx.warm.finished_channel("q", TENANT, str(lone.id)) as receive:
+        acked = time.monotonic()
+        assert sorted(tq.ack("q", [lone, waited]).acked) == sorted([lone.id, waited.id])
+        assert waiter.result().state == "done" and waiter.ended - acked < 5
+        assert receive(0.5) is None
+    mark = tq.ctx.warm.finished_of("q", TENANT, str(lone.id))
+    assert mark is not None and mark.state == "done"
+    assert valkey.exists(PairKeys.of("q", TENANT).waiters) == 0  # (told, taken back)
+    [made] = tq.enqueue("q", [{"payload": 3}])
+    Waiter(tq, "q", made.id, 0.3).result()  # a wait that times out takes its own back
+    assert valkey.exists(PairKeys.of("q", TENANT).waiters) == 0
+
+
+def a_finish_before_the_registration_is_not_missed(tq: Tierq,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task is acked once the wait is subscribed but before it registers: no message
+    (no one registered), and the marker the registration's call finds answers."""
+    tq.enqueue("q", [{"payload": 1}])
+    [task] = tq.claim("q")
+    begin = tq.ctx.warm.wait_begin
+
+    def late(queue: str, tenant: str, task_id: str, **kwargs: Any) -> Any:
+        tq.ack("q", [task])  # (subscribed, not registered)
+        return begin(queue, tenant, task_id, **kwargs)
+
+    monkeypatch.setattr(tq.ctx.warm, "wait_begin", late)
+    waiter = Waiter(tq, "q", task.id, 10)
+    assert waiter.result().state == "done"
+    assert waiter.ended - waiter.started < 2
+
+
+def a_marker_outlives_a_rotation_by_its_ttl(tq: Tierq, valkey: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marker moved to the previous generation still answers a TTL after its ack, and is
+    gone 2 TTL after its generation began."""
+    monkeypatch.setattr(waits, "MARKER_TTL_MS", 2_000)
+    tq.enqueue("q", [{"payload": 1}, {"payload": 2}])
+    first, second = tq.claim("q", max=2)
+    tq.ack("q", [first])
+    acked = time.monotonic()
+    time.sleep(2.2)
+    tq.ack("q", [second])  # (its generation is a TTL old: renamed the previous one)
+    assert markers(valkey, "q") == ({str(second.id)}, {str(first.id)})
+    answer = tq.get_task("q", first.id, wait_seconds=5, tenant=TENANT)
+    assert answer.state == "done" and time.monotonic() - acked >= 2.0
+    time.sleep(max(0.0, acked + 4.3 - time.monotonic()))
+    with pytest.raises(NotFound):
+        tq.get_task("q", first.id, wait_seconds=1, tenant=TENANT)
+    assert valkey.exists(PairKeys.of("q", TENANT).finished_prev) == 0
+
+
+def markers_are_capped_per_pair(tq: Tierq, valkey: Any,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two generations of at most half the cap each: the newest markers are kept."""
+    monkeypatch.setattr(waits, "MARKERS_PER_PAIR", 6)
+    tq.enqueue("q", [{"payload": i} for i in range(8)])
+    got = tq.claim("q", max=8)
+    for task in got:
+        tq.ack("q", [task])
+    current, previous = markers(valkey, "q")
+    assert (current, previous) == ({str(t.id) for t in got[6:]},
+                                   {str(t.id) for t in got[3:6]})
+    tq.enqueue("q", [{"payload": i} for i in range(8)])
+    tq.ack("q", tq.claim("q", max=8))  # (one call past half the cap keeps its last half)
+    current, previous = markers(valkey, "q")
+    assert len(current) == 3 and previous == {str(t.id) for t in got[6:]}
+    k = PairKeys.of("q", TENANT)
+    for key in (k.finished, k.finished_prev):
+        assert 0 < valkey.pttl(key) <= 2 * waits.MARKER_TTL_MS

@@ -37,7 +37,31 @@ def test_an_ack_of_one_pair_is_two_round_trips(tq, valkey):
     assert wire.commands["task_finished"] == 1
     finished = PairKeys.of(QUEUE, TENANT).finished
     assert {v.decode() if isinstance(v, bytes) else v
-            for v in valkey.hkeys(finished)} == {str(t.id) for t in got}
+            for v in valkey.hkeys(finished)} == {str(t.id) for t in got} | {"@started", "~encoding"}
+
+
+def commands(valkey) -> dict[str, int]:
+    """Calls per command so far (INFO commandstats)."""
+    return {name.removeprefix("cmdstat_"): int(stats["calls"])
+            for name, stats in valkey.info("commandstats").items()}
+
+
+def test_an_ack_without_a_waiter_sends_no_command_per_task(tq, valkey):
+    """The completion markers of a 399-task ack are one HSET, and with no wait registered
+    nothing is published (lua/task_finished.lua)."""
+    first, *got = claimed(tq, 400)
+    tq.ack(QUEUE, [first])  # (not counted: it loads the scripts)
+    before = commands(valkey)
+    assert len(tq.ack(QUEUE, got).acked) == 399
+    after = commands(valkey)
+    delta = {name: n - before.get(name, 0) for name, n in after.items()
+             if n > before.get(name, 0)}
+    assert "spublish" not in delta, delta
+    assert delta["hset"] <= 2, delta
+    assert max(delta.values()) < 20, delta  # (no command runs once per task)
+    markers = valkey.hkeys(PairKeys.of(QUEUE, TENANT).finished)
+    assert len(markers) == 400 + 2  # (every task's marker, and the generation's two fields)
+    assert valkey.object("encoding", PairKeys.of(QUEUE, TENANT).finished) == b"hashtable"
 
 
 def test_a_marker_valkey_refuses_is_logged_and_the_ack_stands(tq, valkey, caplog):

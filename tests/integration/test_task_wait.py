@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from tests.integration import task_wait_scenarios as scenarios
-from tierq.logic import waits
 
 
 def test_a_wait_answers_moments_after_the_ack(tq, valkey):
@@ -59,9 +58,16 @@ def test_a_wait_outside_0_to_20_seconds_is_refused(tq, seconds):
 
 
 def test_markers_are_capped_per_pair_and_expire(tq, valkey, monkeypatch):
-    monkeypatch.setattr(waits, "MARKERS_PER_PAIR", 5)
-    tq.enqueue("q", [{"payload": i} for i in range(8)])
-    tq.ack("q", tq.claim("q", max=8))
-    k = scenarios.PairKeys.of("q", "_")
-    assert valkey.hlen(k.finished) == 5 and valkey.zcard(k.finished_at) == 5
-    assert 0 < valkey.pttl(k.finished) <= waits.MARKER_TTL_MS
+    scenarios.markers_are_capped_per_pair(tq, valkey, monkeypatch)
+
+
+def test_an_ack_tells_only_a_registered_wait(tq, valkey):
+    scenarios.only_a_registered_wait_is_told(tq, valkey)
+
+
+def test_a_finish_before_the_registration_is_not_missed(tq, monkeypatch):
+    scenarios.a_finish_before_the_registration_is_not_missed(tq, monkeypatch)
+
+
+def test_a_marker_outlives_a_rotation_by_its_ttl(tq, valkey, monkeypatch):
+    scenarios.a_marker_outlives_a_rotation_by_its_ttl(tq, valkey, monkeypatch)

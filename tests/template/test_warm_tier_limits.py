@@ -32,8 +32,9 @@ TENANT_LIMIT_SCRIPTS = frozenset({"tenant_requests.lua", "long_polls.lua"})
 IDEMPOTENCY_SCRIPTS = frozenset({"idem_claim.lua", "idem_finish.lua"})
 # Task waits' completion markers (logic/waits.py) expire: a marker lost to eviction means a
 # wait begun after its task's row was deleted answers 404 rather than "done", never a lost
-# task. The script writes only the pair's `finished` and `finished_at` keys.
-WAIT_SCRIPTS = frozenset({"task_finished.lua"})
+# task; a registration of a wait lost means that wait answers at the end of its time. The
+# scripts write only the pair's `finished`, `finished_prev` and `waiters` keys.
+WAIT_SCRIPTS = frozenset({"task_finished.lua", "task_wait.lua"})
 
 
 def test_tierq_keys_carry_no_ttl() -> None:

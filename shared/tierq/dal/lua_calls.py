@@ -979,11 +979,12 @@ class LongPolls(LuaCall[bool]):
 
 @lazy_dataclass(frozen=True)
 class TaskFinished(LuaCall[int]):
-    """Mark tasks of one pair finished and wake their waiters (lua/task_finished.lua): each
-    item is (id, state, attempt); answers how many waiters the messages reached."""
+    """Mark tasks of one pair finished and wake their registered waiters
+    (lua/task_finished.lua): each item is (id, state, attempt); answers how many waiters
+    the messages reached."""
 
     SCRIPT: ClassVar[str] = "task_finished"
-    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_at")
+    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters")
     ARGS: ClassVar[tuple[str, ...]] = ("ttl_ms", "cap")
     ITEM: ClassVar[tuple[str, ...]] = ("id", "state", "attempt")
 
@@ -994,6 +995,25 @@ class TaskFinished(LuaCall[int]):
 
     def parse(self, reply: Any) -> int:
         return int(reply)
+
+
+@lazy_dataclass(frozen=True)
+class TaskWait(LuaCall[str | None]):
+    """One wait's registration for a task's message, and its marker (lua/task_wait.lua):
+    ``step`` 1 registers and looks, 0 only looks, -1 takes a registration back; answers
+    the marker text ('<state>|<attempt>|<ms>'), None when there is none."""
+
+    SCRIPT: ClassVar[str] = "task_wait"
+    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters")
+    ARGS: ClassVar[tuple[str, ...]] = ("id", "step", "waiters_ttl_ms")
+
+    on: Any
+    id: str
+    step: int
+    waiters_ttl_ms: int
+
+    def parse(self, reply: Any) -> str | None:
+        return None if reply is None else text(reply)
 
 
 # -- throughput counts (dal/throughput.py) -------------------------------------------------
@@ -1137,5 +1157,5 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,
     RateAdd, RateTenants, IdempotencyClaim, IdempotencyFinish, IdempotencyAbandon,
-    TaskFinished)
+    TaskFinished, TaskWait)
 """Every script with a typed call, as the tests visit them."""

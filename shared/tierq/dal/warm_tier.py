@@ -66,6 +66,7 @@ from tierq.dal.lua_calls import (
     RemoveReady,
     RunningPage,
     TaskFinished,
+    TaskWait,
     TenantRequests,
     TierStats,
     UpdateReady,
@@ -120,6 +121,7 @@ SCRIPTS = (
     "idem_finish",
     "idem_abandon",
     "task_finished",
+    "task_wait",
 )
 
 
@@ -137,7 +139,8 @@ class PairKeys:
     lease_of: str  # id -> the token of its lease (lua/lease_keys.lua)
     started: str  # id -> when its lease's claim began, ms (lua/running_page.lua)
     finished: str  # id -> completion marker; ``<finished>:<id>`` its channel (task_finished)
-    finished_at: str  # id -> when its marker was made, ms (lua/task_finished.lua)
+    finished_prev: str  # the previous generation of markers (lua/task_finished.lua)
+    waiters: str  # id -> how many waits registered for its message (lua/task_wait.lua)
     progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
     limits: str  # lease member -> its attempt's time limit, ms (lua/lease_limit.lua)
 
@@ -146,7 +149,8 @@ class PairKeys:
         tag = f"tq:{{{queue}|{tenant}}}:"
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
-                   tag + "finished", tag + "finished_at", tag + "progress", tag + "limits")
+                   tag + "finished", tag + "finished_prev", tag + "waiters", tag + "progress",
+                   tag + "limits")
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -426,6 +430,15 @@ class FinishMark:
     state: str
     attempt: int
     at_ms: int
+
+    @classmethod
+    def of(cls, text: str | None) -> FinishMark | None:
+        """The marker stored as '<state>|<attempt>|<ms>'; None for none."""
+        if text is None:
+            return None
+        state, _, rest = text.partition("|")
+        attempt, _, ms = rest.partition("|")
+        return cls(state, int(attempt or 0), int(ms or 0))
 
 
 @lazy_dataclass(frozen=True)
@@ -712,13 +725,22 @@ class WarmTier:
                    for part in chunks(items, TaskFinished.items_per_call()))
 
     def finished_of(self, queue: str, tenant: str, task_id: str) -> FinishMark | None:
-        """The task's completion marker (one HGET); None when it has none."""
-        raw = self._command("HGET", PairKeys.of(queue, tenant).finished, task_id)
-        if raw is None:
-            return None
-        state, _, rest = _s(raw).partition("|")
-        attempt, _, ms = rest.partition("|")
-        return FinishMark(state, int(attempt or 0), int(ms or 0))
+        """The task's completion marker, of either generation (lua/task_wait.lua, one
+        call); None when it has none."""
+        return FinishMark.of(self.call(TaskWait(PairKeys.of(queue, tenant), task_id, 0, 0)))
+
+    def wait_begin(self, queue: str, tenant: str, task_id: str, *,
+                   ttl_ms: int) -> FinishMark | None:
+        """Register a wait for the task's message (kept ``ttl_ms`` after the pair's last
+        registration) and look for its marker, in one atomic call (lua/task_wait.lua): call
+        it once subscribed to the task's channel (``finished_channel``), so a finish either
+        left the marker this answers or publishes to the subscription."""
+        return FinishMark.of(self.call(TaskWait(PairKeys.of(queue, tenant), task_id, 1,
+                                                ttl_ms)))
+
+    def wait_end(self, queue: str, tenant: str, task_id: str) -> None:
+        """Take a registration of ``wait_begin`` back (a finish may have taken it)."""
+        self.call(TaskWait(PairKeys.of(queue, tenant), task_id, -1, 0))
 
     @contextmanager
     def finished_channel(self, queue: str, tenant: str,
@@ -1570,8 +1592,8 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket, k.lease_of, k.started, k.finished, k.finished_at,
-                               k.progress, k.limits)
+                               k.bucket, k.lease_of, k.started, k.finished, k.finished_prev,
+                               k.waiters, k.progress, k.limits)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

@@ -5,9 +5,11 @@ seconds with the task as it stands. It is woken by a message, not by polling Pos
 each path that ends a task (ack, a nack or an expired lease that dead-letters it, a cancel,
 a delete) calls :func:`finished` after its PostgreSQL commit (an ack or a failed attempt
 sends :func:`marker_call` in the round trip of the pair's lease drop instead, after the
-drop), which runs ``lua/task_finished.lua`` in the pair's slot: a completion marker in
-``tq:{q|t}:finished`` and an SPUBLISH on the task's own sharded channel
-``tq:{q|t}:finished:<id>``, together.
+drop), which runs ``lua/task_finished.lua`` in the pair's slot: completion markers in
+``tq:{q|t}:finished`` and, for each task a wait registered for in ``tq:{q|t}:waiters``, an
+SPUBLISH on the task's own sharded channel ``tq:{q|t}:finished:<id>``, together. A call
+costs a fixed number of commands whatever its tasks (one multi-field HSET; no publish at
+all when no one waits): the markers are on every ack's path, waits are rare.
 ElastiCache Serverless runs in cluster mode and has no keyspace notifications; a sharded
 channel in the pair's hash tag stays on the pair's master.
 
@@ -17,23 +19,33 @@ The protocol of one wait (:func:`get_task`):
    task acked without a result answers ``done`` from its marker). Done, dead or cancelled:
    answered.
 2. SSUBSCRIBE to the task's channel, and wait for the server's confirmation.
-3. Look for the task's marker (one HGET). A finish between 1 and 2 left one (the marker and
-   the message are made in one script): read the row again and answer. A finish after 2
-   publishes to a subscription that is in place.
+3. Register the wait in ``tq:{q|t}:waiters`` and look for the task's marker, in one atomic
+   call (``lua/task_wait.lua``). A finish before it left a marker: read the row again and
+   answer. A finish after it sees the registration and publishes to a subscription that
+   is in place (both scripts run atomically in the pair's slot).
 4. Wait for the message, at most until ``N`` seconds after the start; then read the row
-   once more (the answer), whichever came first.
+   once more (the answer), whichever came first. Leaving, take the registration back
+   (best-effort: a finish drops the registrations it published to, and a pair's hash
+   expires ``WAITERS_TTL_MS`` after its last registration, so one left behind costs at
+   most a useless publish).
 
 So a wait runs two PostgreSQL reads (three when a marker is stale), whatever ``N``. A stale
 marker is one left by an earlier end of a task that lives on (a dead letter replayed): when
 the read of step 3 finds the task unfinished, the wait goes on for the message alone.
 
-Markers are kept ``MARKER_TTL_MS`` (five minutes; an idle pair's keys expire with them, so
-at most twice that) and at most ``MARKERS_PER_PAIR`` per pair, the oldest dropped first:
-about 80 bytes each, so under 1 MB per pair, made only by work the tenant's requests (acks,
-nacks) and leases did, and gone five minutes after its pair goes quiet. A task acked without
-a result and read after its row is gone answers a view from its marker: id, queue, tenant,
-state ``done``, attempts, when it was created (from its UUIDv7) and finished; what only the
-row held (payload, key, priority) is left at defaults, ``max_attempts`` at its attempts.
+Markers are kept in two generations, ``tq:{q|t}:finished`` and ``tq:{q|t}:finished_prev``:
+the current one is renamed over the previous (the oldest generation dropped whole) once it
+is ``MARKER_TTL_MS`` old (five minutes) or would hold more than half ``MARKERS_PER_PAIR``,
+and each generation expires twice the TTL after it began. So a marker is kept at least five
+minutes (unless the cap pushed it out) and at most ten, a pair keeps at most
+``MARKERS_PER_PAIR`` (about 80 bytes each, under 1 MB), made only by work the tenant's
+requests (acks, nacks) and leases did, and an idle pair's keys are gone at most ten
+minutes after it goes quiet. A lookup reads the current generation, then the previous.
+
+A task acked without a result and read after its row is gone answers a view from its
+marker: id, queue, tenant, state ``done``, attempts, when it was created (from its UUIDv7)
+and finished; what only the row held (payload, key, priority) is left at defaults,
+``max_attempts`` at its attempts.
 
 A marker and its message are best-effort: when Valkey cannot take them, the work is still
 committed and a waiter answers at the end of its wait, as the task stands then. A
@@ -67,6 +79,8 @@ MAX_WAIT_SECONDS = 20.0
 # How long a completion marker is kept, and the most one pair keeps (see the module's doc).
 MARKER_TTL_MS = 300_000
 MARKERS_PER_PAIR = 10_000
+# How long a pair's registrations of waits are kept after its last one: longer than a wait.
+WAITERS_TTL_MS = int(MAX_WAIT_SECONDS * 1000) + 10_000
 # States a task does not leave by itself: a wait for one answers at once.
 ENDED = frozenset({"done", "dead", "cancelled"})
 
@@ -130,22 +144,35 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
     if wait_seconds <= 0 or row.state in ENDED:
         return tasks.row_view(ctx, row)
     with ctx.warm.finished_channel(queue, row.tenant, str(task_id)) as receive:
-        mark = ctx.warm.finished_of(queue, row.tenant, str(task_id))
-        if mark is not None:
-            now = ctx.store.task_by_id(queue, task_id)
-            if now is None or now.state in ENDED:
-                return answer(ctx, queue, row, now, mark)
-            # a marker of an earlier end (a dead letter replayed): the message alone now
-        left = wait_seconds - (time.monotonic() - started)
-        if left > 0:
-            try:
-                receive(left)
-            except WarmTierUnavailable as exc:  # (the subscription broke: answer now)
-                log.warning("waits: the subscription of %s broke, the wait answers early: "
-                            "%s", task_id, exc)
+        mark = ctx.warm.wait_begin(queue, row.tenant, str(task_id), ttl_ms=WAITERS_TTL_MS)
+        try:
+            if mark is not None:
+                now = ctx.store.task_by_id(queue, task_id)
+                if now is None or now.state in ENDED:
+                    return answer(ctx, queue, row, now, mark)
+                # a marker of an earlier end (a dead letter replayed): the message alone now
+            left = wait_seconds - (time.monotonic() - started)
+            if left > 0:
+                try:
+                    receive(left)
+                except WarmTierUnavailable as exc:  # (the subscription broke: answer now)
+                    log.warning("waits: the subscription of %s broke, the wait answers "
+                                "early: %s", task_id, exc)
+        finally:
+            leave(ctx, queue, row.tenant, str(task_id))
     now = ctx.store.task_by_id(queue, task_id)
     mark = None if now is not None else ctx.warm.finished_of(queue, row.tenant, str(task_id))
     return answer(ctx, queue, row, now, mark)
+
+
+def leave(ctx: Context, queue: str, tenant: str, task_id: str) -> None:
+    """Take the wait's registration back; best-effort (a registration left costs at most
+    a useless publish, and expires with the pair's waiters hash)."""
+    try:
+        ctx.warm.wait_end(queue, tenant, task_id)
+    except Exception as exc:  # (best-effort: the wait's answer stands)
+        log.warning("waits: the registration of %s was not taken back: %s: %s", task_id,
+                    type(exc).__name__, str(exc)[:200])
 
 
 def answer(ctx: Context, queue: str, first: TaskRow, now: TaskRow | None,

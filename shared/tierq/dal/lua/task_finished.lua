@@ -1,45 +1,90 @@
 #!lua flags=allow-oom
--- Tasks of one pair that just finished (done, dead, or deleted): each gets a completion
--- marker and a message on its own sharded channel, which wakes whoever waits for it
--- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py). The marker and the message are made
--- together, so a waiter that subscribed and then finds no marker is sure to get the message.
--- The channel `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH stays in the
--- pair's slot (ElastiCache Serverless has no keyspace notifications).
+-- include: call_chunked
+-- Tasks of one pair that just finished (done, dead, or deleted): their completion markers,
+-- and a message on its own sharded channel for each one a waiter registered for
+-- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua). A fixed number
+-- of commands per call, whatever its tasks: one multi-field HSET, and without a waiter no
+-- publish at all. The channel `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
+-- stays in the pair's slot (ElastiCache Serverless has no keyspace notifications).
 --
--- KEYS[1]  tq:{q|t}:finished     hash: id -> '<state>|<attempt>|<ms>'
--- KEYS[2]  tq:{q|t}:finished_at  sorted set: id -> ms (the server's clock)
--- ARGV[1]  how long a marker is kept (ms)
--- ARGV[2]  the most markers the pair keeps (the oldest go first)
+-- KEYS[1]  tq:{q|t}:finished       hash: id -> '<state>|<attempt>|<ms>', the current
+--                                   generation; '@started' -> when it began (ms), and
+--                                   '~encoding' (below)
+-- KEYS[2]  tq:{q|t}:finished_prev  hash: the previous generation, read until it goes
+-- KEYS[3]  tq:{q|t}:waiters        hash: id -> how many waits registered for it
+-- ARGV[1]  how long a marker is kept at least (ms): the TTL
+-- ARGV[2]  the most markers the pair keeps (two generations of at most half of it)
 -- ARGV[3..] per task: id, state, attempt
 -- Returns  how many waiters the messages reached.
 --
--- Markers older than ARGV[1] are dropped first (a bounded slice per call), and both keys
--- expire ARGV[1] after the last call: an idle pair keeps nothing. allow-oom: the work is
--- committed; a full cache must not leave its waiters asleep (the marker is small and capped).
+-- Generations: the current hash is renamed over the previous one (the oldest generation
+-- dropped whole) once it is a TTL old, or when this call's markers would take it past half
+-- the cap. A generation expires 2 TTL after it began (RENAME keeps the expiry), and every
+-- marker in it was written before it was a TTL old: each marker is kept at least the TTL
+-- (unless the cap pushes it out) and at most 2 TTL, and an idle pair keeps nothing. A call
+-- of more than half the cap keeps only its last half-cap markers (the cap holds). The
+-- generation dropped is UNLINKed (freed off the main thread) before the RENAME.
+-- A generation starts with a field '~encoding' longer than hash-max-listpack-value, as the
+-- data hash does (push_ready.lua): a hashtable from its first marker, not a listpack that
+-- scans for each field of an HSET up to hash-max-listpack-entries of them.
+--
+-- No missed waiter: a wait subscribes, and once the server has confirmed it registers in
+-- KEYS[3] and looks for the marker in one call of task_wait.lua. Both scripts are atomic in
+-- the pair's slot: when this one runs first, the wait finds the marker; when the
+-- registration runs first, this one sees it and publishes to a subscription in place. A
+-- published id leaves KEYS[3] (its waiters have their message; a later wait finds the
+-- marker), so a registration a crashed wait never took back ends at its task's end, or
+-- with the hash's expiry.
+--
+-- allow-oom: the work is committed; a full cache must not leave its waiters asleep (the
+-- markers are small and capped).
+local ENCODING_FIELD = '~encoding'
+local ENCODING_VALUE = 'kept by tierq so that this hash stays in hashtable encoding '
+  .. '(O(1) field access); see tierq/dal/lua/README.md'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local at = '|' .. now
 local ttl = tonumber(ARGV[1])
-local cap = tonumber(ARGV[2])
-local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl, 'LIMIT', 0, 1000)
-if #old > 0 then
-  redis.call('ZREM', KEYS[2], unpack(old))
-  redis.call('HDEL', KEYS[1], unpack(old))
+local half = math.max(1, math.floor(tonumber(ARGV[2]) / 2))
+local n = (#ARGV - 2) / 3
+local first = 1 + math.max(0, n - half)  -- the first item whose marker is kept
+local started = tonumber(redis.call('HGET', KEYS[1], '@started'))
+local held = redis.call('HLEN', KEYS[1])  -- its markers, and its two fields of its own
+if held > 0 and (started == nil or now - started >= ttl or held - 2 + n - first + 1 > half) then
+  redis.call('UNLINK', KEYS[2])
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  held = 0
+end
+local marks = {}
+local m = 0
+for i = 3 * first, #ARGV, 3 do
+  marks[m + 1] = ARGV[i]
+  marks[m + 2] = ARGV[i + 1] .. '|' .. ARGV[i + 2] .. at
+  m = m + 2
+end
+if held == 0 then
+  marks[m + 1] = '@started'
+  marks[m + 2] = now
+  marks[m + 3] = ENCODING_FIELD
+  marks[m + 4] = ENCODING_VALUE
+end
+call_chunked('HSET', KEYS[1], marks)
+if held == 0 then
+  redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 end
 local woken = 0
-for i = 3, #ARGV, 3 do
-  local id = ARGV[i]
-  redis.call('HSET', KEYS[1], id, ARGV[i + 1] .. '|' .. ARGV[i + 2] .. '|' .. now)
-  redis.call('ZADD', KEYS[2], now, id)
-  woken = woken + redis.call('SPUBLISH', KEYS[1] .. ':' .. id, ARGV[i + 1])
-end
-local over = redis.call('ZCARD', KEYS[2]) - cap
-while over > 0 do
-  local gone = redis.call('ZPOPMIN', KEYS[2], math.min(over, 1000))
-  for j = 1, #gone, 2 do
-    redis.call('HDEL', KEYS[1], gone[j])
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local ids = {}
+  for i = 3, #ARGV, 3 do
+    ids[#ids + 1] = ARGV[i]
   end
-  over = over - #gone / 2
+  local told = {}
+  for k, count in ipairs(call_chunked('HMGET', KEYS[3], ids)) do
+    if count then
+      told[#told + 1] = ids[k]
+      woken = woken + redis.call('SPUBLISH', KEYS[1] .. ':' .. ids[k], ARGV[3 * k + 1])
+    end
+  end
+  call_chunked('HDEL', KEYS[3], told)
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
 return woken
