@@ -1363,6 +1363,8 @@ class WarmTier:
         members = [at.member for at in places]
         count = 0
         leases: list[RemovedLease] = []
+        if gone_ms is not None and gone_ttl_ms <= 0:
+            raise ValueError("a tombstone needs a positive gone_ttl_ms")
         stone = "" if gone_ms is None else gone_ms
         for part in chunks(members, IDS_PER_CALL):
             out = self.call(Remove(k, stone, gone_ttl_ms, GONE_CAP, part))
