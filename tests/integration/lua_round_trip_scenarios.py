@@ -180,6 +180,18 @@ def push_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     valkey.hset(other.meta, "fence", NOW + 1)
     late = push(warm, other, ids(1), since_ms=NOW)
     assert (late.mode, late.refused, late.given_back, late.short) == ("late", [], 0, 0)
+    # tombstoned ids (a cancel's or delete's, lua/remove.lua) are left out, neither pushed
+    # nor refused, whatever the kind
+    for kind, mode in (("new", "cold"), ("restore", "warm")):
+        _, third = new_pair(valkey)
+        valkey.zadd(third.gone, {task_ids[0]: NOW, task_ids[2]: NOW})
+        # (one task fits: without the tombstones the second and third were refused)
+        out = push(warm, third, task_ids, warm_max=1, kind=kind)
+        assert (out.mode, out.refused, out.gone) == (mode, [], 2), kind
+        assert [text(m) for m in valkey.zrange(third.ready, 0, -1)] == task_ids[1:2]
+        assert not valkey.hexists(third.data, task_ids[0])
+        assert int(valkey.hget(third.meta, "bytes")) == valkey.hstrlen(third.data, task_ids[1])
+    assert push(warm, other, ids(1)).gone == 0
 
 
 def kept_usage(valkey: Any, k: PairKeys, charge: int) -> int:
@@ -343,7 +355,8 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     push(warm, k, task_ids)
     member = claimed_members(claim(warm, k, 1))[0]
     run(warm, LeaseProgress(k, 0, [(member, '"half"')]))
-    removed = run(warm, Remove(k, [place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
+    removed = run(warm, Remove(k, NOW, 60_000, 2, [
+        place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
     # the lease it ended is named, with the progress it kept (read before it went)
     task_id, token = member.split("|", 1)
     assert removed.count == 2
@@ -351,6 +364,21 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
         (task_id, token, '"half"')]
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
+    # both left tombstones (gone_ms), kept ttl_ms; past the cap the oldest go first
+    assert sorted(text(x) for x in valkey.zrange(k.gone, 0, -1)) == sorted(task_ids[:2])
+    assert 0 < valkey.pttl(k.gone) <= 60_000
+    run(warm, Remove(k, NOW + 1, 60_000, 2, [place(0, 3, task_ids[2]).member]))
+    assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
+        (task_ids[1].encode(), NOW), (task_ids[2].encode(), NOW + 1)]
+    # a removal without gone_ms (a replace into the future) leaves none; one past ttl_ms
+    # drops the old ones
+    _, other = new_pair(valkey)
+    push(warm, other, task_ids[:1])
+    assert run(warm, Remove(other, "", 0, 0, [task_ids[0]])).count == 1
+    assert not valkey.exists(other.gone)
+    run(warm, Remove(k, NOW + 60_001, 60_000, 2, [task_ids[0]]))
+    assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
+        (task_ids[2].encode(), NOW + 1), (task_ids[0].encode(), NOW + 60_001)]
 
 
 def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -210,7 +210,8 @@ class PushReply:
     reconciler took the rows over; ``allot``: nothing written, ``short`` bytes of allotment
     missing), the bytes of allotment given back, the ids refused, the pair's count of bytes
     given back so far (``freed``, for the ledger), the tasks waiting before the push and
-    the allotment left beyond the pair's usage after it (``slack``)."""
+    the allotment left beyond the pair's usage after it (``slack``), and how many tasks it
+    left out as cancelled or deleted (``gone``: neither pushed nor refused)."""
 
     mode: str
     given_back: int
@@ -219,6 +220,7 @@ class PushReply:
     freed: int = 0
     ready_before: int = 0
     slack: int = 0
+    gone: int = 0
 
 
 @lazy_dataclass(frozen=True)
@@ -230,7 +232,7 @@ class PushReady(LuaCall[PushReply]):
 
     SCRIPT: ClassVar[str] = "push_ready"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "inflight", "leased",
-                                       "lease_of")
+                                       "lease_of", "gone")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max", "kind", "now_ms", "token",
                                        "warm_max_bytes", "since_ms", "bound", "grant",
                                        "charge", "keep")
@@ -269,9 +271,9 @@ class PushReady(LuaCall[PushReply]):
             return PushReply(mode, 0, 0, [])
         if mode == "allot":
             return PushReply(mode, 0, int(reply[1]), [])
-        return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[5:]],
+        return PushReply(mode, int(reply[1]), 0, [text(x) for x in reply[6:]],
                          freed=int(reply[2]), ready_before=int(reply[3]),
-                         slack=int(reply[4]))
+                         slack=int(reply[4]), gone=int(reply[5]))
 
 
 @lazy_dataclass(frozen=True)
@@ -520,14 +522,20 @@ class Removed:
 @lazy_dataclass(frozen=True)
 class Remove(LuaCall[Removed]):
     """Take tasks (their ready-set members) out of the warm tier entirely, waiting or leased
-    (lua/remove.lua); answers how many were, and the leases it ended."""
+    (lua/remove.lua); answers how many were, and the leases it ended. ``gone_ms`` (a
+    cancel or delete; '' for none): each id's tombstone, kept ``ttl_ms`` and at most
+    ``cap`` of them, which makes every later push leave the task out."""
 
     SCRIPT: ClassVar[str] = "remove"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "meta", "lease_of", "claims",
-                                       "started", "progress", "limits")
+                                       "started", "progress", "limits", "gone")
+    ARGS: ClassVar[tuple[str, ...]] = ("gone_ms", "ttl_ms", "cap")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
+    gone_ms: int | str = ""
+    ttl_ms: int = 0
+    cap: int = 0
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> Removed:

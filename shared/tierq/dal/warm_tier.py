@@ -143,6 +143,7 @@ class PairKeys:
     waiters: str  # id -> how many waits registered for its message (lua/task_wait.lua)
     progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
     limits: str  # lease member -> its attempt's time limit, ms (lua/lease_limit.lua)
+    gone: str  # id -> when it was cancelled or deleted, ms: pushes leave it out (lua/remove.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
@@ -150,7 +151,7 @@ class PairKeys:
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
                    tag + "finished", tag + "finished_prev", tag + "waiters", tag + "progress",
-                   tag + "limits")
+                   tag + "limits", tag + "gone")
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -176,6 +177,9 @@ ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 # slice of 500 took ~1.5 ms of Valkey at 100k leases, the longest call of a reaper pass)
 LEASE_INDEX_SLICE = 250
 LEASE_INDEX_SLICES_PER_VISIT = 80
+# The tombstones of cancelled and deleted tasks a pair keeps at most (lua/remove.lua): the
+# oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair.
+GONE_CAP = 10_000
 # how long a subscription's confirmation is waited for (WarmTier.finished_channel)
 SUBSCRIBE_SECONDS = 5.0
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
@@ -371,8 +375,9 @@ class PushOutcome:
     bytes of allotment it gave back and the pair's count of bytes given back so far
     (``freed``, for the tenant's ledger), and in ``ask`` mode the bytes of allotment the
     push was short of (no task was written then). Also the tasks waiting before it, the
-    allotment left beyond the pair's usage after it (``slack``), and whether the pair's
-    tenant was entered in its queue's ready-tenant index right after it (``noted``)."""
+    allotment left beyond the pair's usage after it (``slack``), whether the pair's
+    tenant was entered in its queue's ready-tenant index right after it (``noted``), and
+    how many tasks it left out as cancelled or deleted (``gone``)."""
 
     mode: str
     refused: list[str]
@@ -382,6 +387,7 @@ class PushOutcome:
     ready_before: int = 0
     slack: int = 0
     noted: bool = False
+    gone: int = 0
 
 
 @lazy_dataclass(frozen=True)
@@ -816,7 +822,7 @@ class WarmTier:
                            "after the reconciler took its rows over")
         return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short,
                            freed=out.freed, ready_before=out.ready_before, slack=out.slack,
-                           noted=noted)
+                           noted=noted, gone=out.gone)
 
     def _push_noted(self, call: PushReady, queue: str, tenant: str,
                     shard_tag: int | None) -> tuple[PushReply, bool]:
@@ -1359,13 +1365,18 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         return any(self.call(LeaseIndex(k, LEASE_INDEX_SLICE)) for _ in range(slices))
 
-    def remove(self, queue: str, tenant: str, places: Sequence[Place]) -> int:
+    def remove(self, queue: str, tenant: str, places: Sequence[Place], *,
+               gone_ms: int | None = None, gone_ttl_ms: int = 0) -> int:
         """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
         their data, their leases (lua/remove.lua: found by the id in each member). Returns
-        how many were waiting or leased."""
-        return self.remove_leased(queue, tenant, places)[0]
+        how many were waiting or leased. ``gone_ms`` (a cancel or delete): each task's
+        tombstone is kept ``gone_ttl_ms`` (at most ``GONE_CAP`` a pair), so a push that
+        read the task as ready before leaves it out."""
+        return self.remove_leased(queue, tenant, places, gone_ms=gone_ms,
+                                  gone_ttl_ms=gone_ttl_ms)[0]
 
-    def remove_leased(self, queue: str, tenant: str, places: Sequence[Place],
+    def remove_leased(self, queue: str, tenant: str, places: Sequence[Place], *,
+                      gone_ms: int | None = None, gone_ttl_ms: int = 0,
                       ) -> tuple[int, list[RemovedLease]]:
         """``remove``, and the leases it ended, each with the progress it kept (read by the
         script that ended it): what the caller gives back and writes to their rows."""
@@ -1373,8 +1384,11 @@ class WarmTier:
         members = [at.member for at in places]
         count = 0
         leases: list[RemovedLease] = []
+        if gone_ms is not None and gone_ttl_ms <= 0:
+            raise ValueError("a tombstone needs a positive gone_ttl_ms")
+        stone = "" if gone_ms is None else gone_ms
         for part in chunks(members, IDS_PER_CALL):
-            out = self.call(Remove(k, part))
+            out = self.call(Remove(k, stone, gone_ttl_ms, GONE_CAP, part))
             count += out.count
             for task_id, token, entry in out.leases:
                 progress = _progress_entries([(task_id, token)], [entry]).get(task_id)
@@ -1593,7 +1607,7 @@ class WarmTier:
         with _available(self.credentials):
             self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
                                k.bucket, k.lease_of, k.started, k.finished, k.finished_prev,
-                               k.waiters, k.progress, k.limits)
+                               k.waiters, k.progress, k.limits, k.gone)
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

@@ -228,7 +228,9 @@ def close(ctx: Context, ticket: Ticket) -> None:
 
 def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
          *, kind: str) -> list[str]:
-    """Push items of one pair; returns the ids refused (to be marked cold by the caller).
+    """Push items of one pair; returns the ids refused (to be marked cold by the caller;
+    a task cancelled or deleted since its row was read is left out, neither pushed nor
+    refused).
     Valkey out of memory refuses the rest of the items: see ``go_cold``. A push the
     reconciler has overtaken (``LatePush``) leaves the rest of the items to it: they are
     neither pushed nor refused (their rows stay warm)."""
@@ -237,6 +239,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     late = 0
+    gone = 0  # left out: cancelled or deleted since their rows were read (lua/push_ready.lua)
     # whether a push found the pair's line empty with no note of its tenant after it
     unnoted = False
     share, limit = tenant_budget.share(ctx, queue, tenant)
@@ -283,10 +286,14 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
             tenant_budget.pushed(queue, tenant, out.slack, out.ready_before)
         unnoted = not out.noted and (unnoted or not out.ready_before)
         ctx.modes[pair] = out.mode
+        gone += out.gone
         if out.refused:
             ticket.registered.add(pair)
             refused.extend(out.refused)
-    if len(refused) + late < len(items):
+    if gone:
+        log.info("a push of %r/%r left out %d task(s) cancelled or deleted since their rows "
+                 "were read", queue, tenant, gone)
+    if len(refused) + late + gone < len(items):
         # the tenant enters its queue's ready-tenant index after the push that found its
         # line empty (logic/ready_tenants.py); before the consumer's wake, which reads it
         if unnoted:

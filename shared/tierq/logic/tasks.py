@@ -7,12 +7,13 @@ from uuid import UUID
 
 import orjson
 
+from tierq.config import MAX_INVOCATION_SECONDS, Settings
 from tierq.core.ids import attempt_of_token
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.errors import NotFound, TaskFinished
 from tierq.logic import flows, groups, waits
-from tierq.logic.context import Context, from_ms
+from tierq.logic.context import Context, from_ms, to_ms
 from tierq.models.tasks import ParentView, TaskState, TaskView
 
 
@@ -112,15 +113,36 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
     return view(now_row, progress=progress)
 
 
+def gone_ttl_ms(settings: Settings) -> int:
+    """How long a cancelled or deleted task's tombstone is kept in the warm tier (ms): longer
+    than any push can lag behind its read of the task's row.
+
+    A push reads its rows (an enqueue's insert, the mover's promotion, a claim's refill, a
+    retry, a release, the reconciler's take-over) and pushes them right after that commit,
+    in the same invocation. The Lambda runtime ends any invocation within
+    MAX_INVOCATION_SECONDS (900 s; the HTTP functions within 29 s, a maintenance pass
+    within its budget, at most 600 s, plus one statement). A statement in between ends
+    within the statement timeout. The engine already counts an admission still unpushed
+    after ``admission_stale_seconds`` as a crashed one, and the reconciler leaves a row to
+    its writer for ``reconcile_grace_seconds``. Twice the longest of these (30 min by
+    default) leaves a margin for a process outside Lambda, which no runtime ends."""
+    longest = max(MAX_INVOCATION_SECONDS, settings.statement_timeout_ms / 1000,
+                  settings.admission_stale_seconds, settings.reconcile_grace_seconds)
+    return int(2 * longest * 1000)
+
+
 def leave_warm(ctx: Context, queue: str, row: TaskRow, *,
                keep_progress: bool = True) -> tuple[int, str] | None:
     """Take the task of ``row`` out of the warm tier (its place in line, or its lease) and
     give back the queue-wide reservations (max_leased) of the leases that took (whatever
-    claimed it meanwhile: named by the removal itself). With ``keep_progress``, the last
-    progress of the lease it ended is written to its cancelled row; returned when it was
-    (ms, JSON text)."""
+    claimed it meanwhile: named by the removal itself). Leaves a tombstone of its id, so a
+    push that read it as ready before its cancel or delete committed leaves it out
+    (lua/remove.lua, lua/push_ready.lua). With ``keep_progress``, the last progress of the
+    lease it ended is written to its cancelled row; returned when it was (ms, JSON text)."""
     _, ended = ctx.warm.remove_leased(queue, row.tenant,
-                                      [place(row.priority, row.seq, str(row.id))])
+                                      [place(row.priority, row.seq, str(row.id))],
+                                      gone_ms=to_ms(ctx.now()),
+                                      gone_ttl_ms=gone_ttl_ms(ctx.settings))
     if ended:
         # (imported here: the enqueue and cron functions load this module, not leases)
         from tierq.logic.leases import free_reservations

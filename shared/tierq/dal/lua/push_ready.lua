@@ -2,7 +2,7 @@
 -- nor warm_max_bytes bytes of task data (an empty warm set takes one task whatever its size,
 -- so that no task is too large to ever be delivered).
 -- Called through `PushReady` (dal/lua_calls.py), which names its keys and arguments in order:
--- | KEYS | ready, data, meta, inflight, leased, lease_of                                      |
+-- | KEYS | ready, data, meta, inflight, leased, lease_of, gone                                |
 -- | ARGV | name           | what                                                             |
 -- | 1    | warm_max       | tasks the warm set holds at most                                 |
 -- | 2    | kind           | 'new', 'enqueue', 'promote' or 'restore' (below)                 |
@@ -31,6 +31,11 @@
 --     id: lease_of, lua/lease_keys.lua) is left out, as one already in line is: a worker
 --     holds it. ('new' tasks are not looked up: their ids were made by this admission, so
 --     only the reconciler can have put them in Valkey before, and that fenced this push.)
+-- A task cancelled or deleted meanwhile (its id in `gone`, the tombstones lua/remove.lua
+-- writes for a cancel or delete) is left out: neither accepted nor refused, so its row is
+-- not marked cold either (a push may have read it as ready before the cancel committed).
+-- That costs one EXISTS of `gone` per call, and one ZMSCORE of the ids only while the pair
+-- holds a tombstone.
 -- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
 -- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
 -- copy is the one accepted). Once one task is refused, every later one is too (a smaller
@@ -53,10 +58,12 @@
 --   back so far (meta `freed`): the caller reports that count to the ledger.
 -- Returns { mode_after, bytes given back, freed count (0 when none given back), tasks
 -- waiting before the push, allotment left beyond the usage after it (0 without a bound),
--- refused_id, ... }, { 'late' } or { 'allot', bytes short }. The
+-- tasks left out as cancelled or deleted, refused_id, ... }, { 'late' } or
+-- { 'allot', bytes short }. The
 -- tasks waiting before tell the caller whether the pair's tenant must be entered in its
 -- queue's ready-tenant index (logic/ready_tenants.py): only a push into an empty line must.
--- Valkey work for the tasks (not for 'new'): one HMGET of lease_of (and one ZMSCORE of the
+-- Valkey work for the tasks: one EXISTS of `gone` (its ZMSCORE while it exists); not for
+-- 'new': one HMGET of lease_of (and one ZMSCORE of the
 -- leases it names: Redis >= 6.2) and one HEXISTS per task; then one ZADD and one HSET of
 -- the accepted ones, however many tasks.
 
@@ -90,6 +97,19 @@ end
 -- an admission that found room in the warm set (admission_begin.lua) is pushed even if
 -- the pair turned cold since: it began before that (its first call that writes uses the
 -- record up)
+-- the tasks cancelled or deleted since the caller read them (k -> true): left out
+local gone, n_gone = {}, 0
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  local names = {}
+  for k = 1, n do names[k] = ARGV[HS + 2 * k - 2] end
+  local at = call_chunked('ZMSCORE', KEYS[7], names)
+  for k = 1, n do
+    if at[k] then
+      gone[k] = true
+      n_gone = n_gone + 1
+    end
+  end
+end
 local reserved = kind == 'new' and redis.call('HEXISTS', KEYS[3], 'rsv:' .. ARGV[4]) == 1
 local mode = redis.call('HGET', KEYS[3], 'mode')
 if not mode then
@@ -137,16 +157,33 @@ end
 
 if admits and mode == 'cold' and not reserved then
   for k = 1, n do
-    if not held_later(k) then
+    if not (gone[k] or held_later(k)) then
       n_refused = n_refused + 1
       refused[n_refused] = ARGV[HS + 2 * k - 2]
     end
   end
 elseif kind == 'new' then
-  -- the first tasks that fit are accepted, the rest refused
+  -- the first tasks that fit are accepted, the rest refused; read from ARGV as it came,
+  -- or, when some are left out as gone, from a copy of the others' arguments in the same
+  -- two columns
+  local src, zs, hs, m = ARGV, ZS, HS, n
+  if n_gone > 0 then
+    src, m = {}, n - n_gone
+    local j = 0
+    for k = 1, n do
+      if not gone[k] then
+        j = j + 1
+        src[2 * j - 1] = ARGV[ZS + 2 * k - 2]
+        src[2 * j] = ARGV[ZS + 2 * k - 1]
+        src[2 * m + 2 * j - 1] = ARGV[HS + 2 * k - 2]
+        src[2 * m + 2 * j] = ARGV[HS + 2 * k - 1]
+      end
+    end
+    zs, hs = 1, 2 * m + 1
+  end
   local take = 0
-  while take < n do
-    local blob_bytes = #ARGV[HS + 2 * take + 1]
+  while take < m do
+    local blob_bytes = #src[hs + 2 * take + 1]
     if not fits(blob_bytes) then break end
     take = take + 1
     size = size + 1
@@ -157,12 +194,12 @@ elseif kind == 'new' then
   if missing then return { 'allot', missing } end
   if take > 0 then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
-    call_chunked('ZADD', KEYS[1], ARGV, ZS, ZS + 2 * take - 1)
-    call_chunked('HSET', KEYS[2], ARGV, HS, HS + 2 * take - 1)
+    call_chunked('ZADD', KEYS[1], src, zs, zs + 2 * take - 1)
+    call_chunked('HSET', KEYS[2], src, hs, hs + 2 * take - 1)
   end
-  for k = take + 1, n do
+  for k = take + 1, m do
     n_refused = n_refused + 1
-    refused[n_refused] = ARGV[HS + 2 * k - 2]
+    refused[n_refused] = src[hs + 2 * k - 2]
   end
 else
   local accepted = {}      -- id -> true: a later copy in this batch finds it in line
@@ -172,7 +209,9 @@ else
   for k = 1, n do
     local id = ids[k]
     local blob = ARGV[HS + 2 * k - 1]
-    if accepted[id] or waiting(KEYS[2], id) then
+    if gone[k] then
+      -- cancelled or deleted since the caller read it: left out
+    elseif accepted[id] or waiting(KEYS[2], id) then
       -- already waiting in line: it keeps its place
     elseif held_later(k) then
       -- a worker holds it for a later attempt than this push knows: it is not added
@@ -222,6 +261,7 @@ elseif admits and mode == 'warm' and (size >= warm_max or bytes >= max_bytes) th
   redis.call('HSET', KEYS[3], 'mode', 'cold')
   redis.call('HINCRBY', KEYS[3], 'epoch', 1)
 end
+table.insert(refused, 1, n_gone)
 table.insert(refused, 1, bound ~= '' and math.max(0, allot - usage) or 0)
 table.insert(refused, 1, ready_before)
 table.insert(refused, 1, freed)

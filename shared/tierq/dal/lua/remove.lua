@@ -1,12 +1,20 @@
 #!lua flags=allow-oom
--- Remove tasks from the warm tier entirely (cancel, replace into the future, purge): from
+-- Remove tasks from the warm tier entirely (cancel, delete, replace into the future): from
 -- the ready set with their data, and their leases (found by id in lease_of, ended as
 -- lua/lease_keys.lua ends any lease). Reads nothing beyond the ids given.
--- Allowed while Valkey is out of memory: it only frees memory.
+-- A cancel or delete also leaves a tombstone of each id in `gone` (id -> gone_ms): a push
+-- that read the task as ready before the cancel committed and reaches Valkey after this
+-- call leaves it out (lua/push_ready.lua), so it is never claimed. Tombstones older than
+-- ttl_ms are dropped, then the oldest past cap; the key expires ttl_ms after the last one.
+-- Allowed while Valkey is out of memory: it frees the task's data; a tombstone is a few
+-- dozen bytes, capped, and must not be lost to a full cache.
+-- Called through `Remove` (dal/lua_calls.py).
 -- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims, 7 started, 8 progress,
--- 9 limits
--- ARGV: the tasks' ready-set members (core/ordering.py place: their data and leases are
---       found by the id in the member, lua/ready_member.lua task_of)
+-- 9 limits, 10 gone.
+-- ARGV: 1 gone_ms (the caller's clock; '': no tombstone, for a replace into the future,
+--       whose task is pushed again when due), 2 ttl_ms, 3 cap (tombstones kept at most).
+--       Then the tasks' ready-set members (core/ordering.py place: their data and leases
+--       are found by the id in the member, lua/ready_member.lua task_of).
 -- Returns {how many were ready or leased, then id, token, progress for each lease ended}.
 -- The progress is the lease's entry ('<token>|<ms>|<json>', read before it went) or false.
 -- The caller gives back those leases' queue-wide reservations and keeps their progress.
@@ -20,14 +28,29 @@
 local removed = 0
 local freed = 0
 local ids = {}
-for k, member in ipairs(ARGV) do
+for i = 4, #ARGV do
+  local member = ARGV[i]
   local id = task_of(member)
-  ids[k] = id
+  ids[i - 3] = id
   removed = removed + redis.call('ZREM', KEYS[1], member)
   freed = freed + redis.call('HSTRLEN', KEYS[2], id)
   redis.call('HDEL', KEYS[2], id)
 end
 add_warm_bytes(KEYS[4], -freed)
+if ARGV[1] ~= '' and #ids > 0 then
+  local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+  -- (an entry is dropped once: what one call drops is bounded by the cap)
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. (now - ttl))
+  local stones = {}
+  for k, id in ipairs(ids) do
+    stones[2 * k - 1] = now
+    stones[2 * k] = id
+  end
+  call_chunked('ZADD', KEYS[10], stones)
+  local over = redis.call('ZCARD', KEYS[10]) - tonumber(ARGV[3])
+  if over > 0 then redis.call('ZPOPMIN', KEYS[10], over) end
+  redis.call('PEXPIRE', KEYS[10], ttl)
+end
 local held = lease_held(KEYS[3], KEYS[5], ids)
 local members, held_ids, held_tokens = {}, {}, {}
 for k, token in pairs(held) do

@@ -1,0 +1,170 @@
+"""A task cancelled or deleted while a push of it is on its way never runs: the push read
+the row as ready before the cancel committed and reaches Valkey after the cancel took the
+task out of the warm tier. The cancel's tombstone (lua/remove.lua) makes the push leave it
+out (lua/push_ready.lua). Each race is made deterministic by running the cancel inside the
+engine's own push step, after the push's rows were read and before its script runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from tests.integration.helpers import count_rows, count_state
+from tests.integration.test_warm_bytes import assert_exact
+from tierq.dal.warm_tier import PairKeys
+from tierq.engine import Tierq
+from tierq.errors import NotFound
+from tierq.logic.context import OffsetClock
+from tierq.logic.tasks import gone_ttl_ms
+
+Q = "race"
+
+
+@pytest.fixture
+def cancel_before_push(monkeypatch: pytest.MonkeyPatch) -> Iterator[
+        Callable[[Tierq, str, str], list[str]]]:
+    """``arm(tq, kind, how)``: the next push of that kind first cancels (``how`` 'cancel')
+    or deletes ('delete') every task it carries; answers the ids it did it to."""
+
+    def arm(tq: Tierq, kind: str, how: str) -> list[str]:
+        real = tq.ctx.warm.push
+        done: list[str] = []
+
+        def push(queue: str, tenant: str, **kw: Any) -> Any:
+            if kw["kind"] == kind and not done:
+                for task_id, _, _ in kw["items"]:
+                    done.append(str(task_id))
+                    if how == "cancel":
+                        tq.cancel(queue, task_id)
+                    else:
+                        tq.cancel_task(queue, task_id)
+            return real(queue, tenant, **kw)
+
+        monkeypatch.setattr(tq.ctx.warm, "push", push)
+        return done
+
+    yield arm
+
+
+def assert_never_runs(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                      ids: list[str], how: str) -> None:
+    """The tasks are not in line, not claimed, their rows cancelled (or gone), and the
+    pair's byte count matches its data."""
+    assert ids
+    k = PairKeys.of(Q, "_")
+    for task_id in ids:
+        assert valkey.zscore(k.ready, task_id) is None
+        assert not valkey.hexists(k.data, task_id)
+        assert valkey.zscore(k.gone, task_id) is not None
+    assert tq.claim(Q, max=10) == []
+    assert valkey.zcard(k.ready) == 0 and valkey.zcard(k.leased) == 0
+    assert assert_exact(tq, valkey, Q) == 0
+    for task_id in ids:
+        if how == "cancel":
+            assert tq.get_task(Q, task_id).state == "cancelled"
+        else:
+            with pytest.raises(NotFound):
+                tq.get_task(Q, task_id)
+    # (every row left is cancelled: none was marked cold, or anything else, after)
+    assert count_state(pg, Q, "cancelled") == count_rows(pg, Q)
+
+
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_an_enqueue_whose_push_comes_after_a_cancel_does_not_run_it(
+        tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+        cancel_before_push: Any, how: str) -> None:
+    tq.put_queue(Q, {})
+    done = cancel_before_push(tq, "new", how)
+    made = tq.enqueue(Q, [{"payload": {"n": i}} for i in range(3)])
+    assert sorted(done) == sorted(str(t.id) for t in made)
+    assert_never_runs(tq, valkey, pg, done, how)
+    # the pair's tombstones cost a look-up, nothing else: later work goes on
+    later = tq.enqueue_one(Q, "later")
+    [task] = tq.claim(Q, max=10)
+    assert task.id == later.id
+    tq.ack(Q, [task])
+
+
+def two_tasks_one_cold(tq: Tierq, pg: psycopg.Connection[Any]) -> str:
+    """warm_max 1: the first task warm, then cancelled (the warm set empty), the second
+    waiting cold; the second's id."""
+    first, second = tq.enqueue(Q, [{"payload": "warm"}, {"payload": "cold"}])
+    assert count_state(pg, Q, "cold") == 1
+    tq.cancel(Q, first.id)
+    return str(second.id)
+
+
+@pytest.mark.parametrize("by", ["mover", "refill"])
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_promotion_whose_push_comes_after_a_cancel_does_not_run_it(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        cancel_before_push: Any, how: str, by: str) -> None:
+    tq = make_tq(warm_max=1)
+    cold_id = two_tasks_one_cold(tq, pg)
+    done = cancel_before_push(tq, "promote", how)
+    if by == "mover":
+        tq.run_cold_to_warm()
+    else:  # a claim that finds the warm set dry promotes inline
+        assert tq.claim(Q, max=5) == []
+    assert done == [cold_id]
+    assert_never_runs(tq, valkey, pg, done, how)
+
+
+def test_a_release_whose_push_comes_after_a_cancel_does_not_run_it(
+        tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+        cancel_before_push: Any) -> None:
+    tq.enqueue_one(Q, "x")
+    [task] = tq.claim(Q, max=1)
+    done = cancel_before_push(tq, "restore", "cancel")
+    tq.release(Q, [task])
+    assert done == [str(task.id)]
+    assert_never_runs(tq, valkey, pg, done, "cancel")
+
+
+def test_a_restore_whose_push_comes_after_a_cancel_does_not_run_it(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        cancel_before_push: Any) -> None:
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    task_id = str(tq.enqueue_one(Q, "lost").id)
+    k = PairKeys.of(Q, "_")
+    valkey.delete(k.ready, k.data, k.meta)  # Valkey lost the pair
+    clock.advance(tq.ctx.settings.reconcile_grace_seconds + 1)
+    done = cancel_before_push(tq, "restore", "cancel")
+    tq.run_reaper()
+    assert done == [task_id]
+    assert_never_runs(tq, valkey, pg, done, "cancel")
+
+
+def test_a_replace_into_the_future_pushes_the_task_again_when_due(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
+    """A replace that takes a keyed task out of the warm tier (into the future) leaves no
+    tombstone: the same id is pushed again when it is due."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    first = tq.enqueue_one(Q, 1, key="k")
+    tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 60}])
+    k = PairKeys.of(Q, "_")
+    assert valkey.zcard(k.ready) == 0 and not valkey.exists(k.gone)
+    clock.advance(61)
+    tq.run_delayed_mover()
+    [task] = tq.claim(Q, max=5)
+    assert (task.id, task.payload) == (first.id, 2)
+    assert assert_exact(tq, valkey, Q) == 0
+
+
+def test_a_tombstone_outlives_any_push_and_is_renewed_on_write(
+        tq: Tierq, valkey: redis.Redis) -> None:
+    ttl = gone_ttl_ms(tq.ctx.settings)
+    assert ttl >= 2 * 900_000  # (twice the longest Lambda invocation, by default)
+    a, b = tq.enqueue(Q, [{"payload": 1}, {"payload": 2}])
+    tq.cancel(Q, a.id)
+    k = PairKeys.of(Q, "_")
+    valkey.pexpire(k.gone, 1000)
+    tq.cancel_task(Q, b.id)
+    assert ttl - 60_000 < valkey.pttl(k.gone) <= ttl
+    assert valkey.zcard(k.gone) == 2
