@@ -253,16 +253,18 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
 
         got = 0  # taken from the ledger for this chunk
         try:
-            if limit:
-                # a line that grows past its allotment takes its grant first (no 'ask'
-                # round trip that comes back short)
-                need = sum(len(item[2]) for item in chunk) + share.charge * len(chunk)
-                short = tenant_budget.shortfall(queue, tenant, need)
-                if short:
-                    got = tenant_budget.grant(ctx, queue, tenant, short, limit)
-            if along is not None and not got and start == 0 and end == len(items):
-                out = ctx.warm.pushed_along(along)  # (sent with this very share and chunk)
+            if along is not None and start == 0 and end == len(items):
+                # sent already with this chunk and share, as expecting no shortfall (an
+                # 'allot' answer is taken up below as a push's)
+                out = ctx.warm.pushed_along(along)
             else:
+                if limit:
+                    # a line that grows past its allotment takes its grant first (no 'ask'
+                    # round trip that comes back short)
+                    need = sum(len(item[2]) for item in chunk) + share.charge * len(chunk)
+                    short = tenant_budget.shortfall(queue, tenant, need)
+                    if short:
+                        got = tenant_budget.grant(ctx, queue, tenant, short, limit)
                 out = push_chunk(replace(share, grant=got))
             if out.mode == "allot":
                 # past the pair's allotment: take more of the tenant's bound, then push
