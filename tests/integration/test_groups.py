@@ -505,3 +505,39 @@ def test_a_release_past_one_block_of_seqs_keeps_the_line_order(tq, pg):
     assert len(rows) == 698 and len({seq for _, _, seq in rows}) == 698
     assert [(g, n) for g, n, _ in rows] == [(g, n) for g in "ab" for n in range(1, 350)]
     assert set(_states(pg, "q")) <= {"warm", "cold"}
+
+
+def test_a_grouped_ack_pushes_the_next_tasks_in_the_round_trip_of_its_lease_drop(tq, pg):
+    """The release of a grouped ack commits before its leases are dropped, and the tasks it
+    released are pushed in the round trip of their pair's drop (admission.push_along): an
+    ack of four groups' heads is two Valkey round trips (the token check, then the drop
+    with the push), as an ack of ungrouped tasks is."""
+    from bench.enqueue_round_trips import Wire
+
+    tq.enqueue("q", [{"payload": i, "group": f"g{i % 5}"} for i in range(15)])
+    first, *heads = sorted(tq.claim("q", max=10), key=lambda t: t.payload)
+    assert [t.payload for t in heads] == [1, 2, 3, 4]
+    tq.ack("q", [first])  # (not counted: it loads the scripts)
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        result = tq.ack("q", heads)
+        wire.on = False
+    assert len(result.acked) == 4
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+    assert wire.commands["push_ready"] == 1
+    assert sorted(t.payload for t in tq.claim("q", max=10)) == [5, 6, 7, 8, 9]
+    assert _states(pg, "q") == {"warm": 5, "held": 5}
+
+
+def test_a_push_sent_along_a_drop_whose_script_valkey_lost_is_pushed_on_its_own(tq, valkey):
+    """Valkey that lost its scripts (a restart, SCRIPT FLUSH) answers the push sent in the
+    drop's round trip with NOSCRIPT: the push is then sent on its own, and the next task of
+    the group is claimed."""
+    tq.enqueue("q", [{"payload": i, "group": "g"} for i in range(3)])
+    [head] = tq.claim("q", max=10)
+    valkey.script_flush()
+    assert [str(i) for i in tq.ack("q", [head]).acked] == [str(head.id)]
+    [second] = tq.claim("q", max=10)
+    assert second.payload == 1

@@ -457,3 +457,43 @@ def test_a_pairs_own_figure_resets_the_count_the_ledger_saw(tq: Tierq) -> None:
     assert warm.ledger_take("acme", "a", want=5_000, bound=MiB, now_ms=100_001) == 5_000
     assert warm.ledger_set("acme", "a", allot=None, freed=4_000, now_ms=100_001,
                            quiet_ms=60_000) == 1_000
+
+
+def test_grouped_acks_push_their_released_tasks_within_the_tenants_bound(
+        make_tq: Callable[..., Tierq], pg: psycopg.Connection[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grouped ack pushes the tasks its release made ready in the round trip of its
+    lease drop (admission.push_along) as a push that expects no shortfall: when the pair is
+    short of allotment the answer is taken up as any push's (a grant, then a strict push, the
+    rest cold). The tenant stays within its bound, the ledger counts each push once, and
+    every group still runs in order."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    modes: list[str] = []  # the answers of the pushes sent along
+    read = tq.ctx.warm.pushed_along
+
+    def pushed_along(along: Any) -> Any:
+        out = read(along)
+        modes.append(out.mode)
+        return out
+
+    monkeypatch.setattr(tq.ctx.warm, "pushed_along", pushed_along)
+    payload = "x" * 60_000
+    tq.enqueue("g", [{"payload": {"n": i, "pad": payload}, "group": f"g{i % 6}"}
+                     for i in range(36)], tenant="acme")
+    seen: dict[str, list[int]] = {}
+    done = 0
+    for _ in range(200):
+        got = tq.claim("g", max=10, tenant="acme")
+        if not got:
+            if done == 36:
+                break
+            tq.run_cold_to_warm()  # (what went cold for the bound comes in as room frees)
+            continue
+        for task in got:
+            seen.setdefault(f"g{task.payload['n'] % 6}", []).append(task.payload["n"])
+        assert usage(tq, ["g"], "acme") <= MiB
+        done += len(tq.ack("g", got).acked)
+        assert allotted(tq, ["g"], "acme") <= tq.ctx.warm.ledger_total("acme") <= MiB
+    assert done == 36
+    assert seen == {f"g{k}": list(range(k, 36, 6)) for k in range(6)}
+    assert modes, "no push went along a lease drop"

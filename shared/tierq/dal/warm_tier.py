@@ -390,6 +390,26 @@ class PushOutcome:
     gone: int = 0
 
 
+class PushAlong:
+    """A push of one pair sent in the round trip of another call of its pair (``release``:
+    after the lease drop), with its tenant's note in the queue's ready-tenant index; once
+    sent, ``reply`` holds the push's reply (or its error) and ``noted`` whether the note was
+    made. ``WarmTier.pushed_along`` reads the outcome as ``push`` returns it."""
+
+    __slots__ = ("call", "note", "noted", "queue", "reply", "sent", "tasks", "tenant")
+
+    def __init__(self, queue: str, tenant: str, call: PushReady, note: ReadyTenantsNote,
+                 tasks: int) -> None:
+        self.queue = queue
+        self.tenant = tenant
+        self.call = call
+        self.note = note
+        self.tasks = tasks
+        self.sent = False
+        self.reply: Any = None
+        self.noted = False
+
+
 @lazy_dataclass(frozen=True)
 class UpdateOutcome:
     """What ``update_ready`` did: the tasks found (and replaced), the items done before it
@@ -548,6 +568,31 @@ def _refused_credentials(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _push_call(queue: str, tenant: str, warm_max: int, warm_max_bytes: int, kind: str,
+               now_ms: int, token: str, since_ms: int,
+               items: Sequence[tuple[str, Place, bytes | str]], share: TenantShare
+               ) -> PushReady:
+    """``WarmTier.push``'s script call."""
+    if len(items) > PUSH_TASKS_PER_CALL:
+        raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
+                         "per call")
+    return PushReady(
+        PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
+        since_ms, share.bound, share.grant, share.charge, share.keep,
+        [(at[0], at[1], task_id, blob) for task_id, at, blob in items])
+
+
+def _push_outcome(out: PushReply, noted: bool, tasks: int, queue: str,
+                  tenant: str) -> PushOutcome:
+    """``WarmTier.push``'s outcome of a parsed reply; ``LatePush`` when it came late."""
+    if out.mode == "late":
+        raise LatePush(f"the push of {tasks} task(s) of {queue!r}/{tenant!r} came "
+                       "after the reconciler took its rows over")
+    return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short,
+                       freed=out.freed, ready_before=out.ready_before, slack=out.slack,
+                       noted=noted, gone=out.gone)
 
 
 @contextmanager
@@ -805,24 +850,44 @@ class WarmTier:
         so there the caller notes itself (``noted`` False). Raises ``LatePush`` when the
         reconciler has taken the admission's rows over (nothing was pushed), and
         ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
-        if len(items) > PUSH_TASKS_PER_CALL:
-            raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
-                             "per call")
-        call = PushReady(
-            PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
-            since_ms, share.bound, share.grant, share.charge, share.keep,
-            [(at[0], at[1], task_id, blob) for task_id, at, blob in items])
+        call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
+                          since_ms, items, share)
         noted = False
         if note and self.calls is not None:
             out, noted = self._push_noted(call, queue, tenant, shard_tag)
         else:
             out = self.call(call)
-        if out.mode == "late":
-            raise LatePush(f"the push of {len(items)} task(s) of {queue!r}/{tenant!r} came "
-                           "after the reconciler took its rows over")
-        return PushOutcome(out.mode, out.refused, given_back=out.given_back, short=out.short,
-                           freed=out.freed, ready_before=out.ready_before, slack=out.slack,
-                           noted=noted, gone=out.gone)
+        return _push_outcome(out, noted, len(items), queue, tenant)
+
+    def push_along(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int,
+                   kind: str, now_ms: int, token: str, since_ms: int,
+                   items: Sequence[tuple[str, Place, bytes | str]],
+                   share: TenantShare = TenantShare(),
+                   shard_tag: int | None = None) -> PushAlong | None:
+        """``push`` (with ``note``) made ready to send in ``release``'s round trip of the
+        same pair; None in cluster mode, where a pipeline keeps no order across masters
+        (the caller pushes on its own)."""
+        if self.calls is None:
+            return None
+        call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
+                          since_ms, items, share)
+        index = ReadyTenantsNote(_Index(QueueKeys.ready_tenants(queue, shard_tag)), [tenant])
+        return PushAlong(queue, tenant, call, index, len(items))
+
+    def pushed_along(self, along: PushAlong) -> PushOutcome:
+        """The outcome of a push sent along (``push_along``), raised as ``push`` raises
+        (``LatePush``, ``WarmTierFull``, ``WarmTierUnavailable``). A push that was not sent,
+        or whose script Valkey did not know, is sent now on its own (the note is then the
+        caller's)."""
+        reply, noted = along.reply, along.noted
+        if not along.sent or isinstance(reply, NoScriptError):
+            reply, noted = self.call(along.call), False
+        elif isinstance(reply, Exception):
+            with _available(self.credentials):
+                raise reply
+        else:
+            reply = along.call.parse(reply)
+        return _push_outcome(reply, noted, along.tasks, along.queue, along.tenant)
 
     def _push_noted(self, call: PushReady, queue: str, tenant: str,
                     shard_tag: int | None) -> tuple[PushReply, bool]:
@@ -1159,7 +1224,7 @@ class WarmTier:
 
     def release(self, queue: str, tenant: str, members: Sequence[str], *,
                 acked: int = 0, then: ScriptCall | None = None,
-                finished: TaskFinished | None = None) -> int:
+                finished: TaskFinished | None = None, push: PushAlong | None = None) -> int:
         """Drop these leases (members ``lease_member(id, token)``: lua/lease_drop.lua, which
         also forgets each task's lease and its claim's record once it holds no lease); a
         lease that was re-issued since has another token and is left alone. Returns how
@@ -1169,7 +1234,9 @@ class WarmTier:
         round trip, in order; in cluster mode (other slots, no order across masters) once
         the drop has answered. ``finished``: the pair's completion markers
         (lua/task_finished.lua, in the pair's slot), sent right after the drop in its round
-        trip; an error of theirs is logged, not raised (logic/waits.py: best-effort)."""
+        trip; an error of theirs is logged, not raised (logic/waits.py: best-effort).
+        ``push``: a push of the pair's tasks (``push_along``), sent last in the round trip;
+        its reply is kept in it for ``pushed_along``, never raised here."""
         if not members:
             return 0
         k = PairKeys.of(queue, tenant)
@@ -1182,7 +1249,7 @@ class WarmTier:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
         drop = LeaseDrop(k, last)
-        if acked <= 0 and not after and finished is None:
+        if acked <= 0 and not after and finished is None and push is None:
             dropped += self.call(drop)
             self._then(then)
             return dropped
@@ -1190,8 +1257,18 @@ class WarmTier:
             else ([], [])
         marks = [] if finished is None else [evalsha(finished,
                                                      self.scripts[finished.SCRIPT].sha)]
+        pushed = [] if push is None else [
+            evalsha(push.call, self.scripts[PushReady.SCRIPT].sha),
+            evalsha(push.note, self.scripts[ReadyTenantsNote.SCRIPT].sha)]
         replies = self.pipeline([evalsha(drop, self.scripts[drop.SCRIPT].sha), *marks,
-                                 *counts, *after])
+                                 *counts, *after, *pushed])
+        if push is not None:  # (its two replies last: read, then left out of the rest)
+            push.sent, push.reply, noted = True, replies[-2], replies[-1]
+            push.noted = not isinstance(noted, Exception)
+            if isinstance(noted, Exception) and not isinstance(noted, NoScriptError):
+                log.warning("entering %r in the ready-tenant index of %r failed: %s",
+                            tenant, queue, noted)
+            replies = replies[:-2]
         first = replies[0]
         if isinstance(first, NoScriptError):
             first = self.call(drop)  # (Valkey lost its scripts: loaded)

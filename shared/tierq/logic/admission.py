@@ -43,6 +43,7 @@ from tierq.dal.warm_tier import (
     PUSH_CALL_TASKS,
     AdmittedSize,
     LatePush,
+    PushAlong,
     PushOutcome,
     TenantShare,
 )
@@ -227,13 +228,14 @@ def close(ctx: Context, ticket: Ticket) -> None:
 
 
 def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
-         *, kind: str) -> list[str]:
+         *, kind: str, along: PushAlong | None = None) -> list[str]:
     """Push items of one pair; returns the ids refused (to be marked cold by the caller;
     a task cancelled or deleted since its row was read is left out, neither pushed nor
     refused).
     Valkey out of memory refuses the rest of the items: see ``go_cold``. A push the
     reconciler has overtaken (``LatePush``) leaves the rest of the items to it: they are
-    neither pushed nor refused (their rows stay warm)."""
+    neither pushed nor refused (their rows stay warm). ``along``: the same push sent
+    already in another round trip (``push_along``), whose outcome is read instead."""
     queue, tenant = pair
     settings = ctx.queue_settings.get(queue)
     now_ms = to_ms(ctx.now())
@@ -254,14 +256,19 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
 
         got = 0  # taken from the ledger for this chunk
         try:
-            if limit:
-                # a line that grows past its allotment takes its grant first (no 'ask'
-                # round trip that comes back short)
-                need = sum(len(item[2]) for item in chunk) + share.charge * len(chunk)
-                short = tenant_budget.shortfall(queue, tenant, need)
-                if short:
-                    got = tenant_budget.grant(ctx, queue, tenant, short, limit)
-            out = push_chunk(replace(share, grant=got))
+            if along is not None and start == 0 and end == len(items):
+                # sent already with this chunk and share, as expecting no shortfall (an
+                # 'allot' answer is taken up below as a push's)
+                out = ctx.warm.pushed_along(along)
+            else:
+                if limit:
+                    # a line that grows past its allotment takes its grant first (no 'ask'
+                    # round trip that comes back short)
+                    need = sum(len(item[2]) for item in chunk) + share.charge * len(chunk)
+                    short = tenant_budget.shortfall(queue, tenant, need)
+                    if short:
+                        got = tenant_budget.grant(ctx, queue, tenant, short, limit)
+                out = push_chunk(replace(share, grant=got))
             if out.mode == "allot":
                 # past the pair's allotment: take more of the tenant's bound, then push
                 # what fits of it (the rest is refused: the tenant's work waits cold)
@@ -373,14 +380,16 @@ def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> Non
 
 
 def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[PushItem]],
-             *, kind: str = "enqueue") -> set[str]:
+             *, kind: str = "enqueue", along: Mapping[Pair, PushAlong] | None = None
+             ) -> set[str]:
     """Push committed warm rows, mark what the warm tier refused cold, end the admission.
-    Returns the refused ids."""
+    Returns the refused ids. ``along``: pushes of pairs sent already (``push_along``)."""
     refused: set[str] = set()
     try:
         for pair, items in rows_by_pair.items():
             if items:
-                refused.update(push(ctx, ticket, pair, items, kind=kind))
+                refused.update(push(ctx, ticket, pair, items, kind=kind,
+                                    along=along.get(pair) if along else None))
         mark_cold(ctx, sorted(refused))
     finally:
         close(ctx, ticket)
@@ -414,6 +423,8 @@ class Pending:
     ticket: Ticket
     rows: list[ReadyRow]
     items: dict[Pair, list[PushItem]]
+    # pushes sent in another round trip of their pair (push_along), read by finish
+    along: dict[Pair, PushAlong] = field(default_factory=dict)
 
 
 def make_ready(ctx: Context, conn: Conn, targets: Sequence[Target],
@@ -434,8 +445,36 @@ def make_ready(ctx: Context, conn: Conn, targets: Sequence[Target],
 
 
 def finish(ctx: Context, pending: Pending) -> set[str]:
-    """After commit: push the warm rows; returns the ids that went cold instead."""
-    return dispatch(ctx, pending.ticket, pending.items)
+    """After commit: push the warm rows (or read the outcome of those pushed along);
+    returns the ids that went cold instead."""
+    return dispatch(ctx, pending.ticket, pending.items, along=pending.along)
+
+
+def push_along(ctx: Context, pending: Pending, pair: Pair) -> PushAlong | None:
+    """After commit: the push of ``pending``'s warm rows of ``pair`` made ready for the
+    caller to send in a round trip of its own to the pair's server (``WarmTier.release``),
+    and kept in ``pending`` so that ``finish`` reads its outcome rather than pushing. None
+    when it cannot go along (nothing to push, more than one call's worth, a cluster, or a
+    tenant's bound that needs a grant first): ``finish`` pushes it then."""
+    items = pending.items.get(pair)
+    if not items or pair in pending.along:
+        return None
+    if next(iter(push_chunks(items)))[1] != len(items):
+        return None
+    queue, tenant = pair
+    share, limit = tenant_budget.share(ctx, queue, tenant)
+    if limit and tenant_budget.shortfall(queue, tenant, sum(len(item[2]) for item in items)
+                                         + share.charge * len(items)):
+        return None
+    settings = ctx.queue_settings.get(queue)
+    ticket = pending.ticket
+    along = ctx.warm.push_along(
+        queue, tenant, warm_max=settings.warm_max, warm_max_bytes=settings.warm_max_bytes,
+        kind="enqueue", now_ms=to_ms(ctx.now()), token=ticket.token,
+        since_ms=ticket.since_ms, items=items, share=share, shard_tag=ctx.id_tag)
+    if along is not None:
+        pending.along[pair] = along
+    return along
 
 
 def abandon(ctx: Context, pending: Pending | None) -> None:

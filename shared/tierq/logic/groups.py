@@ -154,21 +154,56 @@ def after_finish(ctx: Context, queue: str, groups: Iterable[Group],
     Never raises: the caller's own work is committed, so a failure here must not answer
     it with an error (a retried ack would find its task gone). It is logged, and the
     reaper's sweep (:func:`sweep`) releases a group left with held tasks and none active."""
+    return push_released(ctx, release_after_finish(ctx, queue, groups, held_gone))
+
+
+@dataclass
+class Freed:
+    """A release committed (:func:`release_after_finish`) whose tasks are still to push
+    (:func:`push_released`); ``pending``'s pushes may be sent along another round trip
+    of their pair first (``admission.push_along``)."""
+
+    queue: str
+    groups: list[Group]
+    rows: list[GroupReleasedRow]
+    pending: admission.Pending
+
+
+def release_after_finish(ctx: Context, queue: str, groups: Iterable[Group],
+                         held_gone: Iterable[Group] = ()) -> Freed | None:
+    """The first half of :func:`after_finish`: its transaction, committed; None when there
+    was nothing to release or it failed (logged: the sweep repairs). Never raises. Call
+    :func:`push_released` with what it returns, whatever happens in between."""
     groups, held_gone = list(groups), list(held_gone)
     try:
-        return _after_finish(ctx, queue, groups, held_gone)
+        return _release(ctx, queue, groups, held_gone)
     except Exception:
         log.warning("groups not released after a commit (the reaper's sweep will): %s",
                     sorted({g for _, g in groups + held_gone}), exc_info=True)
+        return None
+
+
+def push_released(ctx: Context, freed: Freed | None) -> dict[str, str]:
+    """The second half of :func:`after_finish`: the tasks released pushed (or the outcome
+    of those pushed along read); the state of each, by id. Never raises: should the push
+    fail, the rows stay warm and the reconciler puts them back in line (logged)."""
+    if freed is None:
         return {}
+    try:
+        refused = admission.finish(ctx, freed.pending)
+    except Exception:
+        log.warning("tasks released from groups not pushed (the reconciler will): %s",
+                    sorted({g for _, g in freed.groups}), exc_info=True)
+        return {}
+    return {r.id: "cold" if r.id in refused else r.state for r in freed.rows}
 
 
-def _after_finish(ctx: Context, queue: str, groups: list[Group],
-                  held_gone: list[Group]) -> dict[str, str]:
+def _release(ctx: Context, queue: str, groups: list[Group],
+             held_gone: list[Group]) -> Freed | None:
     gone = Counter(held_gone)
     wanted = set(groups) | set(gone)
     if not wanted:
-        return {}
+        return None
     # (those due go ready in the release's own statement: one commit, one row write)
     ticket = admission.begin(ctx, {(queue, tenant) for tenant, _ in wanted})
     try:
@@ -187,12 +222,10 @@ def _after_finish(ctx: Context, queue: str, groups: list[Group],
             if r.state == "warm":
                 items[(queue, r.tenant)].append(
                     (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
-        pending = admission.Pending(ticket, [], items)
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    refused = admission.finish(ctx, pending)
-    return {r.id: "cold" if r.id in refused else r.state for r in rows}
+    return Freed(queue, groups + held_gone, rows, admission.Pending(ticket, [], items))
 
 
 def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:

@@ -116,10 +116,14 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
 
 def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
                 acked: set[str] | frozenset[str] = frozenset(),
-                ended: Sequence[tuple[str, str, int]] = (), state: str = "done") -> None:
+                ended: Sequence[tuple[str, str, int]] = (), state: str = "done",
+                pushes: admission.Pending | None = None) -> None:
     """``acked``: ids of those tasks just acked, counted with the drop (one round trip).
     ``ended``: tasks (tenant, id, attempt) that ended in ``state``, whose waiters are told
-    (logic/waits.py) in the round trip of their pair's drop, after it."""
+    (logic/waits.py) in the round trip of their pair's drop, after it. ``pushes``: tasks
+    made ready in a transaction committed already (groups released by the ack), each
+    pair's push sent last in the round trip of its drop where it can be
+    (``admission.push_along``); ``admission.finish`` reads their outcome afterwards."""
     by_tenant: dict[str, list[str]] = defaultdict(list)
     for v in verified:
         by_tenant[v.tenant].append(v.member)
@@ -139,9 +143,11 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
             then = ctx.warm.return_capacity_call(queue, limits.LEASES_POOL, groups)
     last = len(by_tenant) - 1
     for i, (tenant, members) in enumerate(by_tenant.items()):
+        along = None if pushes is None else admission.push_along(ctx, pushes,
+                                                                 (queue, tenant))
         ctx.warm.release(queue, tenant, members, acked=sum(
             m.partition("|")[0] in acked for m in members) if acked else 0,
-            then=then if i == last else None, finished=calls.get(tenant))
+            then=then if i == last else None, finished=calls.get(tenant), push=along)
     waits.finished(ctx, queue, [(tenant, task_id, attempt)
                                 for tenant, task_id, attempt in ended
                                 if calls.get(tenant) is None], state)
@@ -204,12 +210,18 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             [v.attempt for v, _ in left])
         done.update(waited)
         groups.after_finish_ids(ctx, queue, waited)  # (their groups, read by id)
+    freed: groups.Freed | None = None
     if any(r.grp is not None for r in finished):  # the next tasks of their groups go on
         tenants = {v.id: v.tenant for v in valid}
-        groups.after_finish(ctx, queue, [(tenants[r.id], r.grp) for r in finished
-                                         if r.grp is not None])
-    drop_leases(ctx, queue, valid, acked=done,
-                ended=[(v.tenant, v.id, v.attempt) for v in valid if v.id in done])
+        freed = groups.release_after_finish(ctx, queue, [(tenants[r.id], r.grp)
+                                                         for r in finished
+                                                         if r.grp is not None])
+    try:  # (their push in the round trip of their pair's drop)
+        drop_leases(ctx, queue, valid, acked=done,
+                    ended=[(v.tenant, v.id, v.attempt) for v in valid if v.id in done],
+                    pushes=None if freed is None else freed.pending)
+    finally:
+        groups.push_released(ctx, freed)
     acked = result.acked
     for v in valid:
         if v.id in done:

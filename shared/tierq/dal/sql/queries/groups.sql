@@ -66,19 +66,16 @@ WITH g AS MATERIALIZED (
                           jsonb_array_elements_text(%(ready_states)s::jsonb))
                AS u(tenant, grp, ready_state)
           ORDER BY tenant, grp) AS v
-), line AS MATERIALIZED (  -- the line's first tasks, one more than there is room for
-    SELECT g.tenant, g.grp, g.active, g.ready_state, h.id, h.n
-    FROM g, LATERAL (
-        SELECT t.id, row_number() OVER (ORDER BY t.seq) AS n
+), numbered AS MATERIALIZED (  -- the tasks to release, counted from 0 in line order
+    SELECT h.id, g.ready_state,
+           row_number() OVER (ORDER BY g.tenant COLLATE "C", g.grp COLLATE "C", h.seq) - 1 AS k
+    FROM g, LATERAL (  -- (no index scan for a group without room)
+        SELECT t.id, t.seq
         FROM tierq_tasks t
         WHERE t.queue = %(queue)s AND t.tenant = g.tenant AND t.grp = g.grp
           AND t.state = 'held'
         ORDER BY t.seq
-        LIMIT GREATEST(%(max)s - g.active, 0) + 1) AS h
-), numbered AS MATERIALIZED (  -- the tasks to release, counted from 0 in line order
-    SELECT l.id, l.ready_state,
-           row_number() OVER (ORDER BY l.tenant COLLATE "C", l.grp COLLATE "C", l.n) - 1 AS k
-    FROM line l WHERE l.n <= %(max)s - l.active
+        LIMIT GREATEST(%(max)s - g.active, 0)) AS h
 ), blocks AS MATERIALIZED (  -- one nextval per 512 of them (the sequence steps by 512)
     SELECT array_agg(b.base ORDER BY b.i) AS bases
     FROM (SELECT i, nextval('tierq_task_seq') AS base
@@ -93,7 +90,9 @@ WITH g AS MATERIALIZED (
                            THEN %(now)s::timestamptz END,
         state_since = %(now)s
     FROM blocks b, numbered s
-    WHERE t.id = s.id  -- (by primary key, one lookup per task, in line order)
+    -- (the ids as an array too: the tasks are read by primary key, one lookup each,
+    -- whatever the planner guesses of numbered's size, which a LIMIT per group hides)
+    WHERE t.id = s.id AND t.id = ANY(ARRAY(SELECT n.id FROM numbered n))
       AND (t.state = 'held') IS TRUE  -- implies no partial index (see ack_delete)
     RETURNING t.id::text AS id, t.tenant, t.grp, t.state, t.seq, t.priority, t.run_at,
               -- its blob, as promote_cold (engine.sql) builds it: task_blob's layout
@@ -119,27 +118,22 @@ WITH g AS MATERIALIZED (
                   || COALESCE(',"tr":' || t.trace, '') || '}' AS blob
 ), released AS (
     SELECT m.tenant, m.grp, count(*)::int AS n FROM moved m GROUP BY m.tenant, m.grp
-), still_held AS (  -- groups with a held task past the room (the line's extra one)
-    SELECT DISTINCT l.tenant, l.grp FROM line l WHERE l.n > %(max)s - l.active
-), counts AS (
-    SELECT g.tenant, g.grp, g.active, COALESCE(r.n, 0) AS released,
-           h.grp IS NOT NULL AS more_held
-    FROM g
-    LEFT JOIN released r ON r.tenant = g.tenant AND r.grp = g.grp
-    LEFT JOIN still_held h ON h.tenant = g.tenant AND h.grp = g.grp
+), counts AS (  -- (a group with nothing active had room: none released, none held)
+    SELECT g.tenant, g.grp, g.active, COALESCE(r.n, 0) AS released
+    FROM g LEFT JOIN released r ON r.tenant = g.tenant AND r.grp = g.grp
 ), kept AS (
     UPDATE tierq_groups r
     SET active = c.active + c.released, held = GREATEST(r.held - c.released, 0),
         head_since = CASE WHEN c.released > 0 THEN %(now)s::timestamptz ELSE r.head_since END
     FROM counts c
     WHERE r.queue = %(queue)s AND r.tenant = c.tenant AND r.grp = c.grp
-      AND (c.active + c.released > 0 OR c.more_held)
+      AND c.active + c.released > 0
     RETURNING r.grp
 ), gone AS (
     DELETE FROM tierq_groups r
     USING counts c
     WHERE r.queue = %(queue)s AND r.tenant = c.tenant AND r.grp = c.grp
-      AND c.active + c.released = 0 AND NOT c.more_held
+      AND c.active + c.released = 0
     RETURNING r.grp
 )
 SELECT m.id, m.tenant, m.state, m.seq, m.priority, m.run_at, m.blob FROM moved m;
