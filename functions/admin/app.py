@@ -4,6 +4,9 @@ and /dashboard (the routers of tierq.aws.http.routes.FUNCTION_ROUTERS["admin"]).
 The route code lives in the tierq package (the Lambda layer).
 """
 
-from tierq.aws.http.resolver import http_handler
+from tierq.core.cold_start import initialising
 
-lambda_handler = http_handler("admin")
+with initialising():
+    from tierq.aws.http.resolver import http_handler
+
+    lambda_handler = http_handler("admin")

@@ -3,6 +3,9 @@
 The route code lives in the tierq package (the Lambda layer).
 """
 
-from tierq.aws.http.resolver import http_handler
+from tierq.core.cold_start import initialising
 
-lambda_handler = http_handler("claim")
+with initialising():
+    from tierq.aws.http.resolver import http_handler
+
+    lambda_handler = http_handler("claim")

@@ -3,6 +3,9 @@ seconds (default 10) within one invocation, keeps each cron schedule's next occu
 installed as keyed delayed tasks and withdraws the pending occurrences of changed, disabled
 or removed schedules (tierq.maintenance.cron_tick)."""
 
-from tierq.aws.scheduled.jobs import scheduled_handler
+from tierq.core.cold_start import initialising
 
-lambda_handler = scheduled_handler("cron_tick")
+with initialising():
+    from tierq.aws.scheduled.jobs import scheduled_handler
+
+    lambda_handler = scheduled_handler("cron_tick")

@@ -5,6 +5,9 @@ EventBridge Scheduler starts it once a minute, and a task of such a queue becomi
 while no dispatcher runs wakes it. It runs until nothing is ready for a few seconds or its
 minute is over, then waits for the invocations it started."""
 
-from tierq.aws.scheduled.jobs import scheduled_handler
+from tierq.core.cold_start import initialising
 
-lambda_handler = scheduled_handler("dispatcher")
+with initialising():
+    from tierq.aws.scheduled.jobs import scheduled_handler
+
+    lambda_handler = scheduled_handler("dispatcher")

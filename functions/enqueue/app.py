@@ -4,6 +4,9 @@ POST /v1/flows (tierq.aws.http.routes.flows).
 The route code lives in the tierq package (the Lambda layer).
 """
 
-from tierq.aws.http.resolver import http_handler
+from tierq.core.cold_start import initialising
 
-lambda_handler = http_handler("enqueue")
+with initialising():
+    from tierq.aws.http.resolver import http_handler
+
+    lambda_handler = http_handler("enqueue")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from tierq.core.cold_start import initialising
 
-from tierq.aws.custom_resource import handle
-from tierq.aws.runtime import logger, tracer
+with initialising():
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from tierq.aws.custom_resource import handle
+    from tierq.aws.runtime import logger, tracer
 
 
 @logger.inject_lambda_context

@@ -2,6 +2,9 @@
 seconds (default 5) expires leases, re-pushes warm tasks Valkey lost and purges rows past
 retention; emits the per-queue gauges (EMF) once a minute."""
 
-from tierq.aws.scheduled.jobs import scheduled_handler
+from tierq.core.cold_start import initialising
 
-lambda_handler = scheduled_handler("reaper")
+with initialising():
+    from tierq.aws.scheduled.jobs import scheduled_handler
+
+    lambda_handler = scheduled_handler("reaper")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
+
+from tierq.core.lazy import lazy_dataclass
 
 BackoffKind = Literal["fixed", "linear", "exponential"]
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class BackoffPolicy:
     kind: BackoffKind = "exponential"
     base_seconds: float = 2.0

@@ -16,8 +16,9 @@ maintenance jobs decide with, and what the property tests pin down.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from tierq.core.lazy import lazy_dataclass
 
 Mode = Literal["warm", "cold"]
 
@@ -51,7 +52,7 @@ def may_return_warm(
     return cold_backlog == 0 and admissions_in_flight == 0 and ready * 10 <= warm_max * 8
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Admission:
     """Where n new ready tasks go, given the mode and the warm set's size."""
 

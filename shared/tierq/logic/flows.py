@@ -39,11 +39,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from tierq.core.ids import uuid7_strings
+from tierq.core.lazy import lazy_dataclass, lazy_module
 from tierq.dal.shards import tag_ids, tag_of
 from tierq.dal.store.rows import OutcomeRow, ReleasedRow, SettledRow, TaskRow
 from tierq.dal.task_store import Conn
@@ -51,9 +52,14 @@ from tierq.errors import InvalidInput
 from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
-from tierq.models.flows import FlowIn, FlowResult
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.tasks import MAX_PARENTS, ParentView, TaskIn
+
+if TYPE_CHECKING:
+    from tierq.models import flows as flow_models
+    from tierq.models.flows import FlowIn, FlowResult
+else:  # (the flow models: the flows route's and a replay's, not every function's)
+    flow_models = lazy_module("tierq.models.flows")
 
 # a parent's waiting children at most
 MAX_WAITING_CHILDREN = 10_000
@@ -87,7 +93,7 @@ class Wait:
     where: str
 
 
-@dataclass
+@lazy_dataclass
 class Released:
     """What a settlement released, to finish after its commit."""
 
@@ -552,7 +558,7 @@ def _order(flow: FlowIn) -> list[int]:
     return order
 
 
-FlowRecorder = Callable[[Conn, FlowResult], None]
+FlowRecorder = Callable[[Conn, "FlowResult"], None]
 
 
 def create_flow(ctx: Context, flow: FlowIn, tenant: str | None = None, *,
@@ -591,7 +597,7 @@ def create_flow(ctx: Context, flow: FlowIn, tenant: str | None = None, *,
             prepared[i] = p
 
     def answer(states: dict[str, str]) -> FlowResult:
-        return FlowResult.model_validate({"tenant": who, "tasks": {
+        return flow_models.FlowResult.model_validate({"tenant": who, "tasks": {
             t.ref: {"id": ids[i], "queue": t.queue, "state": states[ids[i]]}
             for i, t in enumerate(flow.tasks)}})
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from tierq.core import ordering
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal.store.rows import GroupReleasedRow
 from tierq.dal.task_store import Conn
 from tierq.logic import admission
@@ -49,7 +50,7 @@ SWEEP_SLICE = 500
 Group = tuple[str, str]  # (tenant, group name) within a queue
 
 
-@dataclass
+@lazy_dataclass
 class Released:
     """Held tasks a release made active, to make ready after its commit."""
 
@@ -157,7 +158,7 @@ def after_finish(ctx: Context, queue: str, groups: Iterable[Group],
     return push_released(ctx, release_after_finish(ctx, queue, groups, held_gone))
 
 
-@dataclass
+@lazy_dataclass
 class Freed:
     """A release committed (:func:`release_after_finish`) whose tasks are still to push
     (:func:`push_released`); ``pending``'s pushes may be sent along another round trip

@@ -35,8 +35,8 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from tierq.core.lazy import lazy_dataclass
 from tierq.logic.context import Context, to_ms
 
 # The pool of the claims' leases (max_leased).
@@ -44,7 +44,7 @@ LEASES_POOL = "leases"
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
-@dataclass(frozen=True)
+@lazy_dataclass(frozen=True)
 class Held:
     """Reservations held in one pool of a queue until ``deadline_ms`` (epoch ms, the
     caller's clock as every lease deadline); ``retry_after_ms`` (0 when every unit asked

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from typing import Any
 
 from tierq.config import Settings
+from tierq.core.lazy import lazy_dataclass
 from tierq.dal.task_store import Conn, TaskStore
 from tierq.errors import QuotaExceeded
 from tierq.logic.homes import require_here
@@ -95,7 +96,7 @@ def save_cursor(store: TaskStore, walk: str, at: Pair) -> None:
     store.save_maintenance_cursor(walk, at)
 
 
-@dataclass
+@lazy_dataclass
 class WalkStats:
     """What one pass of a walk did: the items visited, the slices read, where it stopped
     and whether it got once around every item with work."""

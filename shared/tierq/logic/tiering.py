@@ -9,12 +9,12 @@ Valkey refuses for want of memory is tried again a quarter the size."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from operator import itemgetter
 
 import psycopg
 
 from tierq.core import hysteresis
+from tierq.core.lazy import lazy_dataclass
 from tierq.core.ordering import place
 from tierq.dal.postgres import transaction
 from tierq.dal.task_store import Conn
@@ -48,7 +48,7 @@ class Busy(enum.Enum):
     OUT_OF_MEMORY = "out_of_memory"  # Valkey refused the push: maxmemory reached
 
 
-@dataclass
+@lazy_dataclass
 class RefillResult:
     promoted: int = 0
     returned_to_warm: bool = False

@@ -115,17 +115,17 @@ def json_response(status: int, body: Any, headers: Mapping[str, str] | None = No
 
 # What gives a store's whereabouts or a driver's words away: a URL, an IP address, a
 # host:port, libpq's `host=`/`port N` wording.
-_INTERNALS = re.compile(
+_INTERNALS = (
     r"[a-z][a-z0-9+.-]*://|\b\d{1,3}(?:\.\d{1,3}){3}\b|\[?[0-9a-f]*:[0-9a-f:]+\]?:\d+"
-    r"|\b[\w.-]+:\d{2,5}\b|\bhost\s*=|\bport\s+\d+|server at|connection to|socket",
-    re.IGNORECASE)
+    r"|\b[\w.-]+:\d{2,5}\b|\bhost\s*=|\bport\s+\d+|server at|connection to|socket")
 UNAVAILABLE_FALLBACK = "a backing store is not answering; retry later"
 
 
 def public_unavailable(exc: Unavailable) -> Unavailable:
     """``exc`` as the caller may see it: its message, unless that gives internals away
     (then a generic one); the detail never."""
-    if _INTERNALS.search(exc.message) is None:
+    # (compiled by the first 503: re caches it, and a request that fails none pays nothing)
+    if re.search(_INTERNALS, exc.message, re.IGNORECASE) is None:
         return exc
     return Unavailable(UNAVAILABLE_FALLBACK, retry_after=exc.retry_after)
 
