@@ -157,14 +157,26 @@ def test_a_replace_into_the_future_pushes_the_task_again_when_due(
     assert assert_exact(tq, valkey, Q) == 0
 
 
-def test_a_tombstone_outlives_any_push_and_is_renewed_on_write(
+def test_a_tombstone_outlives_any_push_and_lapses_without_a_key_ttl(
         tq: Tierq, valkey: redis.Redis) -> None:
+    """A tombstone lasts twice the longest a push can lag; the key carries no TTL (under a
+    volatile-* policy it would be evicted first), its entries are scored by when they
+    lapse, and a push that looks drops the lapsed ones (the key with them)."""
     ttl = gone_ttl_ms(tq.ctx.settings)
     assert ttl >= 2 * 900_000  # (twice the longest Lambda invocation, by default)
     a, b = tq.enqueue(Q, [{"payload": 1}, {"payload": 2}])
     tq.cancel(Q, a.id)
-    k = PairKeys.of(Q, "_")
-    valkey.pexpire(k.gone, 1000)
     tq.cancel_task(Q, b.id)
-    assert ttl - 60_000 < valkey.pttl(k.gone) <= ttl
-    assert valkey.zcard(k.gone) == 2
+    k = PairKeys.of(Q, "_")
+    assert valkey.pttl(k.gone) == -1
+    now_ms = int(tq.ctx.now().timestamp() * 1000)
+    stones = valkey.zrange(k.gone, 0, -1, withscores=True)
+    assert len(stones) == 2
+    assert all(now_ms + ttl - 60_000 < lapses <= now_ms + ttl for _, lapses in stones)
+    valkey.zadd(k.gone, {stones[0][0]: now_ms - 1})  # lapsed
+    tq.enqueue(Q, [{"payload": 3}])
+    assert valkey.zrange(k.gone, 0, -1) == [stones[1][0]]
+    valkey.zadd(k.gone, {stones[1][0]: now_ms - 1})
+    tq.enqueue(Q, [{"payload": 4}])
+    assert not valkey.exists(k.gone)
+    assert [t.payload for t in tq.claim(Q, max=5)] == [3, 4]

@@ -34,8 +34,8 @@
 -- A task cancelled or deleted meanwhile (its id in `gone`, the tombstones lua/remove.lua
 -- writes for a cancel or delete) is left out: neither accepted nor refused, so its row is
 -- not marked cold either (a push may have read it as ready before the cancel committed).
--- That costs one EXISTS of `gone` per call, and one ZMSCORE of the ids only while the pair
--- holds a tombstone.
+-- That costs one EXISTS of `gone` per call, and while the pair holds a tombstone the
+-- removal of the lapsed ones and one ZMSCORE of the ids.
 -- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
 -- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
 -- copy is the one accepted). Once one task is refused, every later one is too (a smaller
@@ -100,6 +100,9 @@ end
 -- the tasks cancelled or deleted since the caller read them (k -> true): left out
 local gone, n_gone = {}, 0
 if redis.call('EXISTS', KEYS[7]) == 1 then
+  -- lapsed tombstones go first (scored by when they lapse, lua/remove.lua): a pair whose
+  -- cancels stopped loses the key, and its pushes the look-up
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. ARGV[3])
   local names = {}
   for k = 1, n do names[k] = ARGV[HS + 2 * k - 2] end
   local at = call_chunked('ZMSCORE', KEYS[7], names)

@@ -2,12 +2,14 @@
 -- Remove tasks from the warm tier entirely (cancel, delete, replace into the future): from
 -- the ready set with their data, and their leases (found by id in lease_of, ended as
 -- lua/lease_keys.lua ends any lease). Reads nothing beyond the ids given.
--- A cancel or delete also leaves a tombstone of each id in `gone` (id -> gone_ms): a push
--- that read the task as ready before the cancel committed and reaches Valkey after this
--- call leaves it out (lua/push_ready.lua), so it is never claimed. Tombstones older than
--- ttl_ms are dropped, then the oldest past cap; the key expires ttl_ms after the last one.
+-- A cancel or delete also leaves a tombstone of each id in `gone` (id -> when it lapses:
+-- gone_ms + ttl_ms): a push that read the task as ready before the cancel committed and
+-- reaches Valkey after this call leaves it out (lua/push_ready.lua), so it is never
+-- claimed. Lapsed tombstones are dropped here and by the pushes that look, then the oldest
+-- past cap. The key has no TTL, as no tierq key has: under a volatile-* eviction policy a
+-- key with one would be evicted first, and a tombstone must not be lost to a full cache.
 -- Allowed while Valkey is out of memory: it frees the task's data; a tombstone is a few
--- dozen bytes, capped, and must not be lost to a full cache.
+-- dozen bytes, capped.
 -- Called through `Remove` (dal/lua_calls.py).
 -- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims, 7 started, 8 progress,
 -- 9 limits, 10 gone.
@@ -40,16 +42,16 @@ add_warm_bytes(KEYS[4], -freed)
 if ARGV[1] ~= '' and #ids > 0 then
   local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
   -- (an entry is dropped once: what one call drops is bounded by the cap)
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. (now - ttl))
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. now)
+  local lapses = now + ttl
   local stones = {}
   for k, id in ipairs(ids) do
-    stones[2 * k - 1] = now
+    stones[2 * k - 1] = lapses
     stones[2 * k] = id
   end
   call_chunked('ZADD', KEYS[10], stones)
   local over = redis.call('ZCARD', KEYS[10]) - tonumber(ARGV[3])
   if over > 0 then redis.call('ZPOPMIN', KEYS[10], over) end
-  redis.call('PEXPIRE', KEYS[10], ttl)
 end
 local held = lease_held(KEYS[3], KEYS[5], ids)
 local members, held_ids, held_tokens = {}, {}, {}
