@@ -1,15 +1,16 @@
 """Waiting for a task's end: ``GET /v1/queues/{queue}/tasks/{id}?wait_seconds=N``.
 
 A wait answers as soon as its task is done, dead, cancelled or deleted, or after ``N``
-seconds with the task as it stands. It is woken by a message, not by polling PostgreSQL:
-each path that ends a task (ack, a nack or an expired lease that dead-letters it, a cancel,
-a delete) calls :func:`finished` after its PostgreSQL commit (an ack or a failed attempt
+seconds with the task as it stands. It is woken by a message, not by polling PostgreSQL.
+Each path that ends a task (ack, a nack or an expired lease that dead-letters it, a cancel,
+a delete) calls :func:`finished` after its PostgreSQL commit; an ack or a failed attempt
 sends :func:`marker_call` in the round trip of the pair's lease drop instead, after the
-drop), which runs ``lua/task_finished.lua`` in the pair's slot: completion markers in
-``tq:{q|t}:finished`` and, for each task a wait registered for in ``tq:{q|t}:waiters``, an
-SPUBLISH on the task's own sharded channel ``tq:{q|t}:finished:<id>``, together. A call
-costs a fixed number of commands whatever its tasks (one multi-field HSET; no publish at
-all when no one waits): the markers are on every ack's path, waits are rare.
+drop. Either runs ``lua/task_finished.lua`` in the pair's slot. It writes completion
+markers in ``tq:{q|t}:finished``. For each task a wait registered for in
+``tq:{q|t}:waiters`` it also sends an SPUBLISH on the task's own sharded channel
+``tq:{q|t}:finished:<id>``. A call costs a fixed number of commands whatever its tasks
+(one multi-field HSET; no publish at all when no one waits): the markers are on every
+ack's path, waits are rare.
 ElastiCache Serverless runs in cluster mode and has no keyspace notifications; a sharded
 channel in the pair's hash tag stays on the pair's master.
 
@@ -145,6 +146,9 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
         return tasks.row_view(ctx, row)
     with ctx.warm.finished_channel(queue, row.tenant, str(task_id)) as receive:
         mark = ctx.warm.wait_begin(queue, row.tenant, str(task_id), ttl_ms=WAITERS_TTL_MS)
+        # a message means the publish took the task's registrations (task_finished.lua):
+        # taking this one back then could take a later wait's, registered since
+        told: str | None = None
         try:
             if mark is not None:
                 now = ctx.store.task_by_id(queue, task_id)
@@ -154,12 +158,13 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
             left = wait_seconds - (time.monotonic() - started)
             if left > 0:
                 try:
-                    receive(left)
+                    told = receive(left)
                 except WarmTierUnavailable as exc:  # (the subscription broke: answer now)
                     log.warning("waits: the subscription of %s broke, the wait answers "
                                 "early: %s", task_id, exc)
         finally:
-            leave(ctx, queue, row.tenant, str(task_id))
+            if told is None:
+                leave(ctx, queue, row.tenant, str(task_id))
     now = ctx.store.task_by_id(queue, task_id)
     mark = None if now is not None else ctx.warm.finished_of(queue, row.tenant, str(task_id))
     return answer(ctx, queue, row, now, mark)
