@@ -184,7 +184,7 @@ def push_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     # nor refused, whatever the kind
     for kind, mode in (("new", "cold"), ("restore", "warm")):
         _, third = new_pair(valkey)
-        valkey.zadd(third.gone, {task_ids[0]: NOW, task_ids[2]: NOW})
+        valkey.zadd(third.gone, {task_ids[0]: NOW + 1, task_ids[2]: NOW + 1})
         # (one task fits: without the tombstones the second and third were refused)
         out = push(warm, third, task_ids, warm_max=1, kind=kind)
         assert (out.mode, out.refused, out.gone) == (mode, [], 2), kind
@@ -192,6 +192,11 @@ def push_ready_scenario(warm: WarmTier, valkey: Any) -> None:
         assert not valkey.hexists(third.data, task_ids[0])
         assert int(valkey.hget(third.meta, "bytes")) == valkey.hstrlen(third.data, task_ids[1])
     assert push(warm, other, ids(1)).gone == 0
+    # a push drops the lapsed tombstones before it looks (the key with the last one)
+    _, fourth = new_pair(valkey)
+    valkey.zadd(fourth.gone, {task_ids[0]: NOW - 1})
+    out = push(warm, fourth, task_ids[:1], now_ms=NOW)
+    assert (out.refused, out.gone) == ([], 0) and not valkey.exists(fourth.gone)
 
 
 def kept_usage(valkey: Any, k: PairKeys, charge: int) -> int:
@@ -364,21 +369,23 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
         (task_id, token, '"half"')]
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
-    # both left tombstones (gone_ms), kept ttl_ms; past the cap the oldest go first
-    assert sorted(text(x) for x in valkey.zrange(k.gone, 0, -1)) == sorted(task_ids[:2])
-    assert 0 < valkey.pttl(k.gone) <= 60_000
+    # both left tombstones scored by when they lapse (gone_ms + ttl_ms), on a key without a
+    # TTL; past the cap the oldest go first
+    assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
+        (task_ids[0].encode(), NOW + 60_000), (task_ids[1].encode(), NOW + 60_000)]
+    assert valkey.pttl(k.gone) == -1
     run(warm, Remove(k, NOW + 1, 60_000, 2, [place(0, 3, task_ids[2]).member]))
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
-        (task_ids[1].encode(), NOW), (task_ids[2].encode(), NOW + 1)]
-    # a removal without gone_ms (a replace into the future) leaves none; one past ttl_ms
-    # drops the old ones
+        (task_ids[1].encode(), NOW + 60_000), (task_ids[2].encode(), NOW + 60_001)]
+    # a removal without gone_ms (a replace into the future) leaves none; a later one drops
+    # the lapsed ones
     _, other = new_pair(valkey)
     push(warm, other, task_ids[:1])
     assert run(warm, Remove(other, "", 0, 0, [task_ids[0]])).count == 1
     assert not valkey.exists(other.gone)
     run(warm, Remove(k, NOW + 60_001, 60_000, 2, [task_ids[0]]))
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
-        (task_ids[2].encode(), NOW + 1), (task_ids[0].encode(), NOW + 60_001)]
+        (task_ids[2].encode(), NOW + 60_001), (task_ids[0].encode(), NOW + 120_001)]
 
 
 def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:
