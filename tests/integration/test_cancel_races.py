@@ -180,3 +180,56 @@ def test_a_tombstone_outlives_any_push_and_lapses_without_a_key_ttl(
     tq.enqueue(Q, [{"payload": 4}])
     assert not valkey.exists(k.gone)
     assert [t.payload for t in tq.claim(Q, max=5)] == [3, 4]
+
+
+@pytest.fixture
+def purge_before_push(monkeypatch: pytest.MonkeyPatch) -> Callable[[Tierq, str], list[str]]:
+    """``arm(tq, kind)``: the next push of that kind first purges the queue; answers the ids
+    that push carried."""
+
+    def arm(tq: Tierq, kind: str) -> list[str]:
+        real = tq.ctx.warm.push
+        carried: list[str] = []
+
+        def push(queue: str, tenant: str, **kw: Any) -> Any:
+            if kw["kind"] == kind and not carried:
+                carried.extend(str(task_id) for task_id, _, _ in kw["items"])
+                tq.purge_queue(queue)
+            return real(queue, tenant, **kw)
+
+        monkeypatch.setattr(tq.ctx.warm, "push", push)
+        return carried
+
+    return arm
+
+
+@pytest.mark.parametrize("kind", ["new", "promote"])
+def test_a_push_that_comes_after_a_purge_puts_nothing_back(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        purge_before_push: Any, kind: str) -> None:
+    """A purge fences its pairs: an enqueue's push or a promotion that read rows before the
+    purge deleted them is late, its tasks are not put back in line (they would run, their
+    acks refused), and work enqueued after the purge goes on."""
+    tq = make_tq(warm_max=1)
+    tq.put_queue(Q, {})
+    if kind == "promote":
+        two = tq.enqueue(Q, [{"payload": "warm"}, {"payload": "cold"}])
+        assert count_state(pg, Q, "cold") == 1
+        [first] = tq.claim(Q, max=1)
+        tq.ack(Q, [first])
+        carried = purge_before_push(tq, kind)
+        tq.run_cold_to_warm()
+        assert carried == [str(two[1].id)]
+    else:
+        carried = purge_before_push(tq, kind)
+        made = tq.enqueue(Q, [{"payload": "purged"}])
+        assert carried == [str(made[0].id)]
+    k = PairKeys.of(Q, "_")
+    assert valkey.zcard(k.ready) == 0 and valkey.hlen(k.data) == 0
+    assert count_rows(pg, Q) == 0
+    assert tq.claim(Q, max=10) == []
+    later = tq.enqueue_one(Q, "later")
+    tq.run_cold_to_warm()
+    [task] = tq.claim(Q, max=10)
+    assert (task.id, task.payload) == (later.id, "later")
+    assert not tq.ack(Q, [task]).rejected

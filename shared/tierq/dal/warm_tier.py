@@ -1677,14 +1677,27 @@ class WarmTier:
         started, _, worker = claims.get(claim_prefix(token), "0|").partition("|")
         return LeaseInfo(task_id, token, attempt, int(started), worker or None, deadline_ms)
 
-    def drop_pair(self, queue: str, tenant: str) -> None:
+    def drop_pair(self, queue: str, tenant: str, *, fence_ms: int | None = None) -> None:
         """Delete every warm-tier key of one (queue, tenant). UNLINK: a large set is freed
-        off the server's main thread, so the call costs O(1) per key."""
+        off the server's main thread, so the call costs O(1) per key.
+
+        ``fence_ms`` (a purge: the caller's clock) leaves the pair's meta holding only a
+        fence at that instant, in the same transaction: a push whose admission began before
+        it (a mover's promotion or an enqueue's push that read rows the purge deleted) is
+        late and leaves its rows to the reconciler (lua/push_ready.lua), which finds them
+        gone; without it such a push would put purged tasks back in line."""
         k = PairKeys.of(queue, tenant)
+        keys = (k.ready, k.data, k.leased, k.claims, k.meta, k.inflight, k.bucket, k.lease_of,
+                k.started, k.finished, k.finished_prev, k.waiters, k.progress, k.limits,
+                k.gone)
         with _available(self.credentials):
-            self.client.unlink(k.ready, k.data, k.leased, k.claims, k.meta, k.inflight,
-                               k.bucket, k.lease_of, k.started, k.finished, k.finished_prev,
-                               k.waiters, k.progress, k.limits, k.gone)
+            if fence_ms is None:
+                self.client.unlink(*keys)
+                return
+            pipe = self.client.pipeline(transaction=True)  # (one slot: the pair's tag)
+            pipe.unlink(*keys)
+            pipe.hset(k.meta, "fence", fence_ms)
+            pipe.execute()
 
     def is_ready(self, queue: str, tenant: str, task_id: str) -> bool:
         """Whether the task waits in the pair's ready set (its blob is in the data hash)."""

@@ -71,8 +71,10 @@ def purge_tasks(ctx: Context, queue: str) -> int:
     deleted = ctx.store.purge_queue_tasks(queue)
     flows.on_queue_purged(ctx, queue)  # what waits on them elsewhere (logic/flows.py)
     groups.on_queue_purged(ctx, queue)  # its groups (logic/groups.py)
+    # a push that read rows before the purge and comes after it is late: the fence
+    fence_ms = to_ms(ctx.now())
     for tenant in ctx.pairs.tenants(queue):
-        ctx.warm.drop_pair(queue, tenant)
+        ctx.warm.drop_pair(queue, tenant, fence_ms=fence_ms)
         ctx.modes.pop((queue, tenant), None)
         # its allotment (and the count of bytes it gave back) went with its keys
         tenant_budget.forget_pair(ctx, queue, tenant)
