@@ -59,6 +59,7 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     quiet_logs()
     tq = tierq_engine(spec)
     tq.queue_settings(spec["queue"])  # connect and warm the settings cache before the start
+    tq.warm_up()  # a long-running worker's first calls: before the start (tierq.core.warm_up)
     latencies: list[float] = []
     lo = spec["range"][0]
     rows = mixed_rows(spec, os.urandom(4).hex())
@@ -99,6 +100,7 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
     queue = spec["queue"]
     tq.queue_settings(queue)
     tq.warm.ping()
+    tq.warm_up()
     request = ClaimRequest(max=spec.get("claim_batch", TIERQ_CLAIM_BATCH),
                            lease_seconds=spec.get("lease_seconds", 300))
     next_payload = [spec["index"] * 1_000_000_000]  # recycled tasks' payloads

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tierq.config import Settings
+    from tierq.core.warm_up import WarmedUp
     from tierq.engine import Tierq
     from tierq.logic.bulk import BulkLoad, BulkWriter, ShardedBulkLoad, ShardedBulkWriter
     from tierq.logic.claim import ClaimOutcome
@@ -120,6 +121,14 @@ class QueueEngine(Protocol):
         class): the answer of the first call with the key, recorded in the flow's own
         transaction."""
         ...
+
+    def warm_up(self) -> WarmedUp:
+        """Do now what the first enqueue, claim and ack would do once (import, generate and
+        build what tierq defers for Lambda's cold starts): for a long-running process whose
+        first calls should be as fast as its later ones (tierq.core.warm_up)."""
+        from tierq.core.warm_up import warm_up
+
+        return warm_up()
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         """Enqueue one task (``fields``: the rest of its ``TaskIn``)."""

@@ -109,6 +109,18 @@ def lazy_dataclass(cls: type[T] | None = None, /, *, frozen: bool = False, eq: b
     return defer if cls is None else defer(cls)
 
 
+def is_deferred_dataclass(klass: type) -> bool:
+    """Whether ``klass`` is a ``lazy_dataclass`` whose methods are not generated yet."""
+    return getattr(klass.__dict__.get("__init__"), "lazy_dataclass_options", None) is not None
+
+
+def generate(klass: type) -> None:
+    """Generate the methods of ``klass`` and of its bases now (tierq.core.warm_up), as its
+    first instance would."""
+    for base in reversed(klass.__mro__):
+        _generate(base)
+
+
 def _generate(klass: type) -> None:
     with _made:  # two threads' first instances: one generates, the other finds it done
         options = getattr(klass.__dict__.get("__init__"), "lazy_dataclass_options", None)

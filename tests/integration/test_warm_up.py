@@ -1,0 +1,82 @@
+"""``warm_up`` (tierq.core.warm_up): after it, a fresh process's first enqueue, claim and ack
+import no module, generate no dataclass and build no pydantic model or adapter; without it
+they do (so the probe can see what it checks). Each case runs in a fresh interpreter, as a
+worker process starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+import json, sys
+import pydantic._internal._model_construction as construction
+from pydantic import TypeAdapter
+import dataclasses
+from tierq import ClaimRequest, Tierq
+from tierq.config import Settings
+
+tq = Tierq(settings=Settings(database_url=sys.argv[1], valkey_url=sys.argv[2]))
+tq.queue_settings("wu")
+warmed = tq.warm_up() if sys.argv[3] == "warm" else None
+built = []
+complete = construction.complete_model_class
+def spy(cls, *args, **kwargs):
+    built.append(cls.__name__)
+    return complete(cls, *args, **kwargs)
+construction.complete_model_class = spy
+rebuild = TypeAdapter.rebuild
+def spy_adapter(self, *args, **kwargs):
+    if not self.pydantic_complete:
+        built.append(repr(self._type))
+    return rebuild(self, *args, **kwargs)
+TypeAdapter.rebuild = spy_adapter
+generated = []
+process = dataclasses._process_class
+def spy_dataclass(cls, *args, **kwargs):
+    generated.append(cls.__name__)
+    return process(cls, *args, **kwargs)
+dataclasses._process_class = spy_dataclass
+before = set(sys.modules)
+tq.enqueue("wu", [{"payload": {"i": i}} for i in range(3)])
+got = tq.claim("wu", ClaimRequest(max=3))
+assert len(got) == 3, got
+tq.ack("wu", got)
+tq.close()
+print(json.dumps({"modules": sorted(m for m in set(sys.modules) - before
+                                    if m.startswith("tierq")),
+                  "built": built, "generated": generated,
+                  "warmed": None if warmed is None else [warmed.modules, warmed.dataclasses,
+                                                         warmed.models, warmed.adapters]}))
+"""
+
+
+def first_calls(app_database_url: str, valkey_url: str, mode: str) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "shared")}
+    done = subprocess.run([sys.executable, "-c", PROBE, app_database_url, valkey_url, mode],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.usefixtures("clean_stores")
+def test_first_calls_build_nothing_after_warm_up(app_database_url: str, valkey_url: str,
+                                                 valkey_cluster: bool) -> None:
+    if valkey_cluster:
+        pytest.skip("the probe's engine talks to one node")
+    cold = first_calls(app_database_url, valkey_url, "cold")
+    # the probe sees what the first calls defer: without warm_up they build it
+    assert cold["built"] and cold["generated"], cold
+    warm = first_calls(app_database_url, valkey_url, "warm")
+    assert warm["built"] == [] and warm["generated"] == [] and warm["modules"] == [], warm
+    _modules, dataclasses, models, adapters = warm["warmed"]  # type: ignore[misc]
+    assert dataclasses > 0 and models > 0 and adapters > 0, warm
