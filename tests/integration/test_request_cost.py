@@ -304,3 +304,21 @@ def test_tenants_removed_are_entered_back_when_the_second_look_fails(
     monkeypatch.undo()
     assert index(valkey) == ["r"]
     assert [t.payload for t in tq.claim("q", max=5)] == ["raced"]
+
+
+def test_a_claim_naming_no_tenant_reads_the_index_in_one_round_trip(tq: Tierq):
+    """A queue of one tenant wraps round the ready-tenant index at every claim: both halves
+    of the window are read in one pipeline, so the claim is that read and its script."""
+    from bench.enqueue_round_trips import Wire
+
+    tq.enqueue("q", [{"payload": i, "tenant": "a"} for i in range(30)])
+    tq.claim("q", max=5)  # (not counted: it loads the scripts and sets the cursor)
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        got = tq.claim("q", max=5)
+        wire.on = False
+    assert len(got) == 5
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+    assert wire.commands["ZRANGE"] == 2 and wire.commands["claim"] == 1, dict(wire.commands)

@@ -1551,19 +1551,22 @@ class WarmTier:
     def ready_tenants_after(self, queue: str, after: str | None, limit: int,
                             shard_tag: int | None = None) -> list[str]:
         """Up to ``limit`` tenants of the queue's ready-tenant index, by name after
-        ``after`` and then on from the first (wrapping round, each at most once): one or
-        two ``ZRANGE … BYLEX LIMIT``, whatever the index holds."""
+        ``after`` and then on from the first (wrapping round, each at most once): one
+        ``ZRANGE … BYLEX LIMIT``, or with ``after`` both halves in one pipeline (one round
+        trip: a queue of one tenant wraps round at every claim)."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         key = QueueKeys.ready_tenants(queue, shard_tag)
-        start = "-" if not after else "(" + after
-        first = [_s(t) for t in self._command("ZRANGE", key, start, "+", "BYLEX",
-                                              "LIMIT", 0, limit)]
-        if not after or len(first) == limit:
-            return first
-        rest = [_s(t) for t in self._command("ZRANGE", key, "-", "[" + after, "BYLEX",
-                                             "LIMIT", 0, limit - len(first))]
-        return first + rest
+        if not after:
+            return [_s(t) for t in self._command("ZRANGE", key, "-", "+", "BYLEX",
+                                                 "LIMIT", 0, limit)]
+        replies = self.pipeline([("ZRANGE", key, "(" + after, "+", "BYLEX", "LIMIT", 0, limit),
+                                 ("ZRANGE", key, "-", "[" + after, "BYLEX", "LIMIT", 0, limit)])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        first = [_s(t) for t in replies[0]]
+        return first + [_s(t) for t in replies[1][:limit - len(first)]]
 
     def ready_counts(self, queue: str, tenants: Sequence[str]) -> list[int]:
         """How many tasks each tenant's warm set of ``queue`` holds ready, in one pipeline
