@@ -123,7 +123,7 @@ def _heartbeats() -> TypeAdapter[list[HeartbeatItem]]:
 def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
             items: Sequence[ModelT | Mapping[str, Any]]) -> list[ModelT]:
     """Models of ``cls`` from models or plain mappings (``batch`` validates a list of them)."""
-    if items and not any(isinstance(i, cls) for i in items):
+    if items and not any(map(isinstance, items, itertools.repeat(cls))):
         return batch.validate_python(items)
     return [i if isinstance(i, cls) else cls.model_validate(i) for i in items]
 
@@ -285,8 +285,10 @@ class Tierq(Deployment):
             body_fingerprint: bytes | None = None) -> AckResult:
         """Acknowledge tasks: ``AckItem``s (with an optional result), or the claimed tasks
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
-        item, claimed = lease_models.AckItem, lease_models.ClaimedTask  # read once, not per item
-        models = [i if isinstance(i, item | claimed) else item.model_validate(i) for i in items]
+        item = lease_models.AckItem
+        kinds = (item, lease_models.ClaimedTask)  # (read once, not per item)
+        models = list(items) if all(map(isinstance, items, itertools.repeat(kinds))) else \
+            [i if isinstance(i, kinds) else item.model_validate(i) for i in items]
         return self._lease_outcome("ack", queue, models, leases.ack, lease_models.AckResult,
                                    idempotency_key, caller, body_fingerprint)
 

@@ -117,7 +117,7 @@ def push(warm: WarmTier, k: PairKeys, task_ids: list[str], **fixed: Any) -> Push
                                   warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0,
                                   charge=0, keep=0)
     values.update(fixed)
-    items = [(*place(0, i + 1, task_id), task_id, f'0|{{"e":0,"p":{i}}}')
+    items = [(task_id, place(0, i + 1, task_id), f'0|{{"e":0,"p":{i}}}')
              for i, task_id in enumerate(task_ids)]
     return run(warm, PushReady(k, items=items, **values))
 

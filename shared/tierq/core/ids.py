@@ -40,7 +40,9 @@ def uuid7(now_ms: int | None = None) -> uuid.UUID:
 
 def uuid7_strings(n: int, now_ms: int | None = None) -> list[str]:
     """``n`` UUIDv7s as strings, for bulk writers: the layout of ``uuid7`` and its
-    per-process order (each id greater than the one before), about twice as fast."""
+    per-process order (each id greater than the one before), a few times as fast. The
+    random half's variant bits are set on all its bytes at once (``bytes.translate``), and
+    the text before the counter is formatted once per millisecond."""
     global _last_ms, _counter
     if n <= 0:
         return []
@@ -52,24 +54,28 @@ def uuid7_strings(n: int, now_ms: int | None = None) -> list[str]:
             first = int.from_bytes(os.urandom(2), "big") & 0x3FF
         last = first + n - 1  # the counter carries into the next milliseconds
         _last_ms, _counter = ms + (last >> 12), last & 0xFFF
-    rand = os.urandom(8 * n).hex()  # 16 random hex digits per id
-    out = []
-    last_ms, ms_hex = -1, ""
-    for i in range(n):
-        c = first + i
+    raw = bytearray(os.urandom(8 * n))  # 8 random bytes per id
+    raw[0::8] = raw[0::8].translate(_VARIANT_BYTE)  # (each id's first: variant 0b10)
+    rand = raw.hex()  # 16 hex digits per id
+    out: list[str] = []
+    c, end = first, first + n
+    while c < end:  # the ids of one millisecond at a time
         id_ms = (ms + (c >> 12)) & _MS_MASK
-        if id_ms != last_ms:  # once per millisecond the counter carries into
-            last_ms, ms_hex = id_ms, f"{id_ms:012x}"
-        low = rand[16 * i:16 * i + 16]
-        # version 7 and the 12-bit counter; then the variant (10) over 62 random bits
-        out.append(f"{ms_hex[:8]}-{ms_hex[8:]}-7{c & 0xFFF:03x}-"
-                   f"{_VARIANT[low[0]]}{low[1:4]}-{low[4:]}")
+        ms_hex = f"{id_ms:012x}"
+        head = f"{ms_hex[:8]}-{ms_hex[8:]}-7"  # then the version and the 12-bit counter
+        stop = min(end, (c | 0xFFF) + 1)
+        at = 16 * (c - first)
+        for k in range(c, stop):
+            out.append(f"{head}{_COUNTER_HEX[k & 0xFFF]}-{rand[at:at + 4]}-{rand[at + 4:at + 16]}")
+            at += 16
+        c = stop
     return out
 
 
 _MS_MASK = (1 << 48) - 1
-# the first hex digit of the random half, with its top two bits set to the variant 0b10
-_VARIANT = {f"{v:x}": f"{0x8 | (v & 0x3):x}" for v in range(16)}
+# a random byte with its top two bits set to the variant 0b10
+_VARIANT_BYTE = bytes(0x80 | (b & 0x3F) for b in range(256))
+_COUNTER_HEX = [f"{c:03x}" for c in range(0x1000)]
 
 
 def reseed() -> None:

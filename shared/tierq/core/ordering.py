@@ -48,6 +48,10 @@ class Place(NamedTuple):
 def place(priority: int, seq: int, task_id: str) -> Place:
     """The ready-set place of a task; ValueError for a priority or seq that no row can
     hold (every value tierq_task_seq hands out has a place)."""
+    if PRIORITY_MIN <= priority <= PRIORITY_MAX and SEQ_MIN <= seq < SPLIT:
+        # the short form, as most places are (one per task enqueued: built without the
+        # named tuple's own constructor)
+        return _new_place(Place, ((PRIORITY_MAX - priority) * SPLIT + seq, task_id))
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise ValueError(f"priority must be {PRIORITY_MIN}..{PRIORITY_MAX}, got {priority}")
     if not SEQ_MIN <= seq <= SEQ_MAX + SEQ_STEP - 1:
@@ -55,6 +59,9 @@ def place(priority: int, seq: int, task_id: str) -> Place:
     if seq < SPLIT:
         return Place((PRIORITY_MAX - priority) * SPLIT + seq, task_id)
     return Place((PRIORITY_MAX + 1 - priority) * SPLIT, f"{seq:016x}|{task_id}")
+
+
+_new_place = tuple.__new__
 
 
 def task_of(member: str) -> str:

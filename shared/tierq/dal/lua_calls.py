@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cache
+from itertools import chain
 from operator import attrgetter
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -98,13 +99,11 @@ class LuaCall(Generic[R]):
         width = len(self.ITEM)
         if width == 1 or self.GROUPED:  # (the items are the arguments themselves)
             return list(self.items)
-        out: list[Any] = []
-        for item in self.items:
-            if len(item) != width:
-                raise ValueError(f"{self.SCRIPT}: an item of {len(item)} fields, expected "
-                                 f"{width} ({', '.join(self.ITEM)})")
-            out += item
-        return out
+        if set(map(len, self.items)) - {width}:
+            item = next(item for item in self.items if len(item) != width)
+            raise ValueError(f"{self.SCRIPT}: an item of {len(item)} fields, expected "
+                             f"{width} ({', '.join(self.ITEM)})")
+        return list(chain.from_iterable(self.items))
 
     def parse(self, reply: Any) -> R:
         raise NotImplementedError
@@ -225,7 +224,8 @@ class PushReply:
 
 @lazy_dataclass(frozen=True)
 class PushReady(LuaCall[PushReply]):
-    """Push (id, score, member, blob) items into a pair's warm set (lua/push_ready.lua).
+    """Push items into a pair's warm set (lua/push_ready.lua): (id, place, blob) each, as
+    the admission makes them (logic/admission.py ``PushItem``).
 
     The script reads the items in two columns, the (score, member) pairs as ZADD takes them,
     then the (id, blob) pairs as HSET does: four arguments per item all the same."""
@@ -255,14 +255,9 @@ class PushReady(LuaCall[PushReply]):
         # columns: every item's (score, member), then every item's (id, blob)
         zadd: list[Any] = []
         hset: list[Any] = []
-        for item in self.items:
-            if len(item) != 4:
-                raise ValueError(f"push_ready: an item of {len(item)} fields, expected 4 "
-                                 f"({', '.join(self.ITEM)})")
-            zadd.append(item[0])
-            zadd.append(item[1])
-            hset.append(item[2])
-            hset.append(item[3])
+        for task_id, (score, member), blob in self.items:
+            zadd += (score, member)
+            hset += (task_id, blob)
         return zadd + hset
 
     def parse(self, reply: Any) -> PushReply:

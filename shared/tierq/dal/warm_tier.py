@@ -580,8 +580,7 @@ def _push_call(queue: str, tenant: str, warm_max: int, warm_max_bytes: int, kind
                          "per call")
     return PushReady(
         PairKeys.of(queue, tenant), warm_max, kind, now_ms, token, warm_max_bytes,
-        since_ms, share.bound, share.grant, share.charge, share.keep,
-        [(at[0], at[1], task_id, blob) for task_id, at, blob in items])
+        since_ms, share.bound, share.grant, share.charge, share.keep, items)
 
 
 def _push_outcome(out: PushReply, noted: bool, tasks: int, queue: str,

@@ -110,6 +110,14 @@ def task_blob(attempts: int, payload_json: bytes | str, key: str | None, priorit
         attempts, escapes, payload_json, key_json, priority, max_attempts, created_ms, tail)
 
 
+def plain_blob(payload_json: bytes, priority: int, max_attempts: int, created_ms: int) -> bytes:
+    """``task_blob`` of a new task (attempt 0) without a key, parents, group, time limit or
+    trace: most of what an enqueue pushes, made with one format and no branches."""
+    return b'0|{"e":%d,"p":%b,"k":null,"pr":%d,"m":%d,"c":%d}' % (
+        BLOB_KEY_QUOTES + payload_json.count(b'"') + payload_json.count(b"\\"), payload_json,
+        priority, max_attempts, created_ms)
+
+
 class PushableRow(Protocol):
     """A task row read back from Postgres with what the warm tier keeps of it."""
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import orjson
@@ -43,6 +44,9 @@ INLINE_REFILL = 2000
 LOW_WATER_FRACTION = 4
 LOW_WATER_EVERY = 0.05
 LOW_WATER_REFILL = 500  # small: the claim that tops up returns soon
+# the fields of a task's blob without parents, group, time limit or trace: e, p, k, pr, m, c
+# (logic/admission.py task_blob)
+PLAIN_BLOB_FIELDS = 6
 
 
 def low_water(warm_max: int) -> int:
@@ -127,7 +131,8 @@ class Claimer:
     worker: str
     budget: ClaimBudget
     limits: ClaimLimits
-    popped: list[tuple[str, str]] = field(default_factory=list)  # (id, lease token)
+    # each pop's tasks as the script answered them (``popped_leases``: (id, lease token))
+    popped: list[list[Claimed]] = field(default_factory=list)
     # an inline refill found Valkey out of memory (the cold work could not be moved warm)
     out_of_memory: bool = False
     # the ready tasks the last pop left in its pair's warm set (None: no pop was made)
@@ -135,6 +140,10 @@ class Claimer:
     # tenants whose pair this claim found empty: nothing ready warm, no cold row a refill
     # could bring (logic/ready_tenants.py takes them out of the queue's index)
     empty: list[str] = field(default_factory=list)
+
+    def popped_leases(self) -> list[tuple[str, str]]:
+        """(id, lease token) of every task the claim popped."""
+        return [(c[0].decode(), c[2].decode()) for claimed in self.popped for c in claimed]
 
     def _may_refill(self) -> bool:
         return self.budget.may_refill(self.ctx.settings, holding=bool(self.popped))
@@ -156,8 +165,10 @@ class Claimer:
             tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take)
         self.ready_left = left
         self.limits.popped(pop, granted, len(claimed), retry_ms)
-        self.popped.extend((c[0].decode(), c[2].decode()) for c in claimed)
-        budget.charge(c[3] for c in claimed)
+        if claimed:
+            self.popped.append(claimed)
+            if budget.max_bytes:
+                budget.charge(c[3] for c in claimed)
         return left, mode, claimed, pop.now_ms
 
     def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
@@ -204,41 +215,47 @@ class Claimer:
 
     def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
         """The claimed tasks as models, validated as one list (see models.CLAIMED_TASKS).
-        Leases of tasks with a time limit get it first (logic/time_limits.py)."""
+        Leases of tasks with a time limit get it first (logic/time_limits.py). A blob of
+        the six fields every task has (no parents, group, time limit of its own or trace)
+        is read without looking for the others."""
         expires = from_ms(now_ms + self.lease_ms)
         queue = self.queue
         enqueued: dict[int, datetime] = {}  # tasks enqueued together share one instant
-        fields = []
+        fields: list[dict[str, Any]] = []
+        append = fields.append
+        loads = orjson.loads
         default_limit = self.ctx.queue_settings.get(queue).timeout_seconds
         limited: list[tuple[str, str, int]] = []
         for raw_id, attempt, raw_token, task_json in claimed:
-            body = orjson.loads(task_json)
-            limit = body.get("to", default_limit)
+            body = loads(task_json)
             created_ms = body["c"]
             enqueued_at = enqueued.get(created_ms)
             if enqueued_at is None:
                 enqueued_at = enqueued[created_ms] = from_ms(created_ms)
-            fields.append({
-                "id": raw_id.decode(),
-                "queue": queue,
-                "tenant": tenant,
-                "key": body["k"],
-                "priority": body["pr"],
-                "payload": body["p"],
-                "attempt": attempt,
-                "max_attempts": body["m"],
-                "lease_token": raw_token.decode(),
-                "lease_expires_at": expires,
-                "redelivered": attempt > 1,
-                "enqueued_at": enqueued_at,
-                "parents": body.get("pa"),
-                "group": body.get("g"),
-                "seq": body.get("gs"),
-                "timeout_seconds": limit,
-                "trace": body.get("tr"),
-            })
+            task_id, token = raw_id.decode(), raw_token.decode()
+            if len(body) == PLAIN_BLOB_FIELDS:
+                limit = default_limit
+                append({
+                    "id": task_id, "queue": queue, "tenant": tenant, "key": body["k"],
+                    "priority": body["pr"], "payload": body["p"], "attempt": attempt,
+                    "max_attempts": body["m"], "lease_token": token,
+                    "lease_expires_at": expires, "redelivered": attempt > 1,
+                    "enqueued_at": enqueued_at, "parents": None, "group": None, "seq": None,
+                    "timeout_seconds": limit, "trace": None,
+                })
+            else:
+                limit = body.get("to", default_limit)
+                append({
+                    "id": task_id, "queue": queue, "tenant": tenant, "key": body["k"],
+                    "priority": body["pr"], "payload": body["p"], "attempt": attempt,
+                    "max_attempts": body["m"], "lease_token": token,
+                    "lease_expires_at": expires, "redelivered": attempt > 1,
+                    "enqueued_at": enqueued_at, "parents": body.get("pa"),
+                    "group": body.get("g"), "seq": body.get("gs"), "timeout_seconds": limit,
+                    "trace": body.get("tr"),
+                })
             if limit is not None:
-                limited.append((fields[-1]["id"], fields[-1]["lease_token"], limit))
+                limited.append((task_id, token, limit))
         if limited:  # (a failure here gives the popped tasks back: claim_once_outcome)
             deadlines = time_limits.limit_leases(self.ctx, queue, tenant, now_ms, limited)
             for item in fields:
@@ -279,7 +296,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         got = _claim_pairs(claimer, ctx, queue, request, tenants)
     except BaseException:
         claimer.limits.flush()
-        give_back(ctx, queue, claimer.popped)
+        give_back(ctx, queue, claimer.popped_leases())
         raise
     claimer.limits.flush()
     if indexed:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import orjson
 
 from tierq.core.ids import uuid7_strings
-from tierq.core.json_text import has_nul
+from tierq.core.json_text import NUL_ESCAPE, has_nul
 from tierq.core.ordering import Place, place
 from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
@@ -20,7 +20,7 @@ from tierq.dal.task_store import Conn, TaskColumns
 from tierq.dal.warm_tier import AdmittedSize
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, flows, groups, payloads, tiering
-from tierq.logic.admission import PushItem, Target, task_blob
+from tierq.logic.admission import PushItem, Target, plain_blob, task_blob
 from tierq.logic.context import Context, Pair, to_datetime
 from tierq.logic.homes import require_here
 from tierq.models.names import DEFAULT_TENANT
@@ -53,11 +53,13 @@ class Prepared:
     on_conflict: str
     ready: bool
     state: str = ""
-    # a task that waits (`after`, logic/flows.py): its parents' ids, its rules
-    after: list[str] = field(default_factory=list)
+    # a task that waits (`after`, logic/flows.py): its parents' ids (a list; none: empty),
+    # its rules
+    after: list[str] | tuple[()] = ()
     on_parent_failure: str = "dead"
     wait_until: float | None = None
-    where: str = "task"
+    # how errors name it (``where``); None: ``tasks[<index>]``
+    label: str | None = None
     # its group (logic/groups.py), or None
     group: str | None = None
     # its own time limit of an attempt (logic/time_limits.py), or None
@@ -66,10 +68,14 @@ class Prepared:
     trace: bytes | None = None
     # the big payload's object its payload points at (logic/payloads.py), or None
     object_key: str | None = None
+    # its blob for the warm tier, made by ``_sizes`` for a task without a group (whose
+    # blob needs no seq) so that ``_warm_items`` makes it once; None: not made
+    blob: bytes | None = None
 
-
-def _where_default(i: int, n: int) -> str:
-    return f"tasks[{i}]" if n > 1 else "task"
+    @property
+    def where(self) -> str:
+        """How errors name the task: ``tasks[i]``, ``task`` alone, or as the caller said."""
+        return f"tasks[{self.index}]" if self.label is None else self.label
 
 
 def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
@@ -77,7 +83,10 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             fields: Sequence[str] | None = None) -> list[Prepared]:
     """Turn validated models into rows; raises (writing nothing) on what pydantic cannot see:
     payload size, schedules beyond a year, a waiting task's key or parents. ``fields``:
-    how errors name each task (by default ``tasks[i]``, or ``task`` for one)."""
+    how errors name each task (by default ``tasks[i]``, or ``task`` for one).
+
+    One pass, the common task's work only: a payload is checked as a pointer only when it
+    is a list, and a task's name in errors is made only when one is raised."""
     n = len(tasks)
     if n > MAX_BATCH:
         raise InvalidInput.field("tasks", f"at most {MAX_BATCH} tasks per request, got {n}")
@@ -86,53 +95,54 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
     tenant_default = default_tenant or DEFAULT_TENANT
     dumps = orjson.dumps
     out: list[Prepared] = []
+    append = out.append
     ids = uuid7_strings(n)
     if ctx.id_tag is not None:  # a shard's ids tell it (dal/shards.py)
         ids = tag_ids(ids, ctx.id_tag)
-    def _where(i: int, n: int) -> str:
-        return fields[i] if fields is not None else _where_default(i, n)
+    alone = "task" if n == 1 and fields is None else None
 
     for i, task in enumerate(tasks):
+        payload = task.payload
+        label = alone if fields is None else fields[i]
         try:
-            payload_json = dumps(task.payload)
+            payload_json = dumps(payload)
         except TypeError as exc:
-            raise InvalidInput.field(f"{_where(i, n)}.payload",
+            raise InvalidInput.field(f"{_named(i, label)}.payload",
                                      f"not JSON-serialisable: {exc}") from exc
-        if has_nul(payload_json):
+        if NUL_ESCAPE in payload_json and has_nul(payload_json):
             raise InvalidInput.field(
-                f"{_where(i, n)}.payload",
+                f"{_named(i, label)}.payload",
                 "contains a NUL character (\\u0000), which cannot be stored")
         if len(payload_json) > limit:
-            where = _where(i, n)
+            where = _named(i, label)
             raise PayloadTooLarge(
                 f"{where}.payload is {len(payload_json)} bytes once serialised; "
                 f"the limit is {limit}",
                 details=[{"field": f"{where}.payload", "message": "too large"}],
             )
-        # a pointer to a big payload: this deployment's bucket, the task's tenant's prefix
-        object_key = payloads.check(ctx, _where(i, n), task.tenant or tenant_default,
-                                    task.payload)
+        tenant = task.tenant or tenant_default
+        # a pointer to a big payload (a list: core/pointers.py): this deployment's bucket,
+        # the task's tenant's prefix
+        object_key = payloads.check(ctx, _named(i, label), tenant, payload) \
+            if isinstance(payload, list) else None
         run_at_given, delay = task.run_at, task.delay_seconds
         if run_at_given is not None:
             run_at = run_at_given.timestamp()
             if run_at - now > MAX_DELAY_SECONDS:
-                raise InvalidInput.field(f"{_where(i, n)}.run_at",
+                raise InvalidInput.field(f"{_named(i, label)}.run_at",
                                          "must be within a year from now")
         elif delay:
             run_at = now + delay
         else:
             run_at = now
-        prepared = Prepared(
-            i, ids[i], task.tenant or tenant_default, task.key, task.priority, payload_json,
+        trace = task.trace
+        prepared = Prepared(  # (every field in order: faster than by name)
+            i, ids[i], tenant, task.key, task.priority, payload_json,
             run_at_given is not None or delay is not None, run_at,
             task.max_attempts or max_attempts, task.on_conflict, run_at <= now,
-            where=_where(i, n),
+            "", (), "dead", None, label, task.group, task.timeout_seconds,
+            None if trace is None else trace.stored(), object_key,
         )
-        prepared.group = task.group
-        prepared.object_key = object_key
-        prepared.timeout_seconds = task.timeout_seconds
-        if task.trace is not None:
-            prepared.trace = task.trace.stored()
         if task.after:
             if task.group is not None:
                 raise InvalidInput.field(f"{prepared.where}.group",
@@ -149,9 +159,14 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
         elif task.wait_timeout_seconds is not None:
             raise InvalidInput.field(f"{prepared.where}.wait_timeout_seconds",
                                      "only for a task that waits (after)")
-        out.append(prepared)
+        append(prepared)
     payloads.precheck(ctx, [(p.object_key, p.where) for p in out if p.object_key])
     return out
+
+
+def _named(index: int, label: str | None) -> str:
+    """How errors name task ``index`` (``Prepared.where``)."""
+    return f"tasks[{index}]" if label is None else label
 
 
 def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
@@ -213,23 +228,27 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
 def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
     """The batch's columns as insert_tasks takes them: array literals where every value is a
     number, a uuid or a state word; JSON arrays for names, keys and payloads."""
+    run_ats = [p.run_at_s for p in batch]
+    texts = {at: repr(at) for at in set(run_ats)}  # (most tasks of a batch share theirs)
+    traces = [p.trace for p in batch]
+    limits = [p.timeout_seconds for p in batch]
     columns: TaskColumns = {
         "ids": "{" + ",".join([p.id for p in batch]) + "}",
         "tenants": orjson.dumps([p.tenant for p in batch]).decode(),
-        "priorities": "{" + ",".join([str(p.priority) for p in batch]) + "}",
+        "priorities": "{" + ",".join(map(str, [p.priority for p in batch])) + "}",
         "payloads": (b"[" + b",".join([p.payload_json for p in batch]) + b"]").decode(),
         "states": "{" + ",".join([p.state for p in batch]) + "}",
-        "run_ats": "{" + ",".join([repr(p.run_at_s) for p in batch]) + "}",
-        "max_attempts": "{" + ",".join([str(p.max_attempts) for p in batch]) + "}",
+        "run_ats": "{" + ",".join(map(texts.__getitem__, run_ats)) + "}",
+        "max_attempts": "{" + ",".join(map(str, [p.max_attempts for p in batch])) + "}",
         "grps": orjson.dumps([p.group for p in batch]).decode(),
         # (a batch without trace contexts passes none: SQL pads the column with nulls)
-        "traces": orjson.dumps([None if p.trace is None else p.trace.decode()
-                                for p in batch]).decode()
-                  if any(p.trace is not None for p in batch) else "[]",
+        "traces": orjson.dumps([None if trace is None else trace.decode()
+                                for trace in traces]).decode()
+                  if traces.count(None) < len(batch) else "[]",
         # (a batch without time limits passes none: SQL pads the column with nulls)
-        "timeouts": "{" + ",".join(["NULL" if p.timeout_seconds is None
-                                    else str(p.timeout_seconds) for p in batch]) + "}"
-                    if any(p.timeout_seconds is not None for p in batch) else "{}",
+        "timeouts": "{" + ",".join(["NULL" if limit is None else str(limit)
+                                    for limit in limits]) + "}"
+                    if limits.count(None) < len(batch) else "{}",
     }
     if keyed:
         columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
@@ -246,15 +265,24 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                              sizes=_sizes(queue, batch, int(now * 1000)))
     try:
         ready_state = {tenant: ticket.state_for((queue, tenant)) for _, tenant in ready_pairs}
+        keyed = False
+        # whether a task waits, has a group or a big payload's object (its transaction
+        # writes more than the rows)
+        more = record is not None
         for p in batch:
-            p.state = ("waiting" if p.after else
-                       ready_state[p.tenant] if p.ready else "delayed")
-        keyed = any(p.key is not None for p in batch)
+            if p.after:
+                p.state = "waiting"
+                more = True
+            else:
+                p.state = ready_state[p.tenant] if p.ready else "delayed"
+            if p.key is not None:
+                keyed = True
+            if p.group is not None or p.object_key:
+                more = True
         columns = row_columns(batch, keyed=keyed)
         released = flows.Released()
         group_released = groups.Released(queue)
-        if record is not None or any(p.after or p.group is not None or p.object_key
-                                     for p in batch):
+        if more:
             seqs, warm_items, released, group_released = _insert_recorded(
                 ctx, queue, batch, now, columns, keyed, record)
         else:
@@ -262,8 +290,11 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    created = [p for p in batch if p.id in seqs]
-    conflicts = [p for p in batch if p.id not in seqs]
+    if len(seqs) == len(batch):  # (every task inserted: no key met a live task's)
+        created, conflicts = batch, []
+    else:
+        created = [p for p in batch if p.id in seqs]
+        conflicts = [p for p in batch if p.id not in seqs]
     for p, outcome in zip(created, ENQUEUE_OUTCOMES.validate_python([
         {"id": p.id, "outcome": "created", "state": p.state, "tenant": p.tenant, "key": p.key}
         for p in created
@@ -302,32 +333,46 @@ def _sizes(queue: str, batch: Sequence[Prepared], created_ms: int) -> dict[Pair,
     """What the batch will push into each pair (admission.begin: a warm set that could not
     take its first task turns cold before the insert, and the pair's rows are written
     cold): the blob of its first ready task, its ready tasks, and their bytes. Each blob is
-    sized as ``_warm_items`` will make it, never under: the blob of its shape (key,
-    priority, attempts, group, time limit, trace) made once without a payload, plus its
-    payload and the digits the payload's escapes may add to the count ``e``. Those digits
-    and a group's seq are taken at their widest (a few bytes over at most): counting the
-    payload's quotes would read every payload once more (~1 µs per KiB)."""
+    sized as ``_warm_items`` will make it, never under. A task without a group has its
+    blob made here (kept in ``Prepared.blob`` for ``_warm_items``): its exact bytes. A
+    grouped task's blob names its seq, known only once its row is inserted: it is sized as
+    the blob of its shape (key, priority, attempts, group, time limit, trace) made once
+    without a payload, plus its payload and the digits the payload's escapes may add to
+    the count ``e``, those digits and the seq taken at their widest (a few bytes over at
+    most)."""
     shapes: dict[tuple[Any, ...], tuple[int, int]] = {}  # (bytes, escapes) without payload
-    firsts: dict[Pair, int] = {}
-    counts: dict[Pair, tuple[int, int]] = {}  # (tasks, bytes)
+    by_tenant: dict[str, list[int]] = {}  # [first task's bytes, tasks, bytes]
     for p in batch:
         if not p.ready:
             continue
-        pair = (queue, p.tenant)
-        shape = (p.key, p.priority, p.max_attempts, p.group, p.timeout_seconds, p.trace)
-        empty = shapes.get(shape)
-        if empty is None:
-            blob = task_blob(0, b"", p.key, p.priority, p.max_attempts, created_ms,
-                             group=p.group, seq=None if p.group is None else SEQ_BOUND,
-                             timeout_seconds=p.timeout_seconds, trace_json=p.trace)
-            empty = shapes[shape] = (len(blob),
-                                     int(blob[_BLOB_HEAD:blob.index(b",", _BLOB_HEAD)]))
-        own = len(p.payload_json)
-        size = empty[0] + own + len(str(empty[1] + own)) - len(str(empty[1]))
-        firsts.setdefault(pair, size)
-        tasks, total = counts.get(pair, (0, 0))
-        counts[pair] = (tasks + 1, total + size)
-    return {pair: (firsts[pair], *counts[pair]) for pair in firsts}
+        if p.group is None:
+            if p.key is None and p.timeout_seconds is None and p.trace is None:
+                blob = plain_blob(p.payload_json, p.priority, p.max_attempts, created_ms)
+            else:
+                blob = task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts,
+                                 created_ms, timeout_seconds=p.timeout_seconds,
+                                 trace_json=p.trace)
+            p.blob = blob
+            size = len(blob)
+        else:
+            shape = (p.key, p.priority, p.max_attempts, p.group, p.timeout_seconds, p.trace)
+            empty = shapes.get(shape)
+            if empty is None:
+                blob = task_blob(0, b"", p.key, p.priority, p.max_attempts, created_ms,
+                                 group=p.group, seq=SEQ_BOUND,
+                                 timeout_seconds=p.timeout_seconds, trace_json=p.trace)
+                empty = shapes[shape] = (len(blob),
+                                         int(blob[_BLOB_HEAD:blob.index(b",", _BLOB_HEAD)]))
+            own = len(p.payload_json)
+            size = empty[0] + own + len(str(empty[1] + own)) - len(str(empty[1]))
+        counts = by_tenant.get(p.tenant)
+        if counts is None:
+            by_tenant[p.tenant] = [size, 1, size]
+        else:
+            counts[1] += 1
+            counts[2] += size
+    return {(queue, tenant): (first, tasks, total)
+            for tenant, (first, tasks, total) in by_tenant.items()}
 
 
 Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
@@ -362,23 +407,29 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
 
 def _warm_items(queue: str, batch: list[Prepared], seqs: dict[str, int],
                 created_ms: int) -> dict[Pair, list[PushItem]]:
-    """The push items of the batch's tasks created warm (their places from their seqs)."""
-    items: dict[Pair, list[PushItem]] = defaultdict(list)
+    """The push items of the batch's tasks created warm (their places from their seqs;
+    their blobs as ``_sizes`` made them, else made here)."""
+    items: dict[Pair, list[PushItem]] = {}
+    tenant, pushes = None, None
     for p in batch:
         seq = seqs.get(p.id)
-        if seq is not None and p.state == "warm":
-            items[(queue, p.tenant)].append((
-                p.id, place(p.priority, seq, p.id),
-                task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
-                          group=p.group, seq=seq, timeout_seconds=p.timeout_seconds,
-                          trace_json=p.trace),
-            ))
+        if seq is None or p.state != "warm":
+            continue
+        blob = p.blob
+        if blob is None:
+            blob = task_blob(0, p.payload_json, p.key, p.priority, p.max_attempts, created_ms,
+                             group=p.group, seq=seq, timeout_seconds=p.timeout_seconds,
+                             trace_json=p.trace)
+        if p.tenant != tenant or pushes is None:
+            tenant = p.tenant
+            pushes = items.setdefault((queue, tenant), [])
+        pushes.append((p.id, place(p.priority, seq, p.id), blob))
     return items
 
 
 def waits_of(batch: Sequence[Prepared], created: set[str] | dict[str, int]) -> list[flows.Wait]:
     """The waits of the batch's waiting tasks that were created."""
-    return [flows.Wait(p.id, p.tenant, p.after, p.on_parent_failure,
+    return [flows.Wait(p.id, p.tenant, list(p.after), p.on_parent_failure,
                        None if p.wait_until is None else to_datetime(p.wait_until), p.where)
             for p in batch if p.after and p.id in created]
 

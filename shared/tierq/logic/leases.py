@@ -68,11 +68,12 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
               rejected: list[Rejection]) -> dict[str, list[Verified]]:
     """The leases the items name, by tenant (from their tokens), not checked yet; an item
     whose token names no tenant, or a task named twice, is added to ``rejected``."""
-    out: dict[str, list[Verified]] = defaultdict(list)
+    out: dict[str, list[Verified]] = {}
     seen: set[str] = set()
+    claimed = ClaimedTask
     for i, item in enumerate(items):
         token = item.lease_token
-        if isinstance(item, ClaimedTask):
+        if isinstance(item, claimed):
             # a claimed task names its tenant and attempt; its token is still checked
             # against that tenant's leases, so a changed token only fails
             tenant: str | None = item.tenant
@@ -85,8 +86,12 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
             rejected.append(Rejection(id=item.id, reason="not_owner"))
             continue
         seen.add(task_id)
-        out[tenant].append(Verified(tenant, task_id, token, attempt, i,
-                                    lease_member(task_id, token)))
+        verified = Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+        entries = out.get(tenant)
+        if entries is None:
+            out[tenant] = [verified]
+        else:
+            entries.append(verified)
     return out
 
 
@@ -125,8 +130,11 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     pair's push sent last in the round trip of its drop where it can be
     (``admission.push_along``); ``admission.finish`` reads their outcome afterwards."""
     by_tenant: dict[str, list[str]] = defaultdict(list)
+    counted: dict[str, int] = defaultdict(int)  # of each tenant's, those acked
     for v in verified:
         by_tenant[v.tenant].append(v.member)
+        if v.id in acked:
+            counted[v.tenant] += 1
     marks: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
     for tenant, task_id, attempt in ended:
         marks[tenant].append((task_id, state, attempt))
@@ -145,9 +153,9 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     for i, (tenant, members) in enumerate(by_tenant.items()):
         along = None if pushes is None else admission.push_along(ctx, pushes,
                                                                  (queue, tenant))
-        ctx.warm.release(queue, tenant, members, acked=sum(
-            m.partition("|")[0] in acked for m in members) if acked else 0,
-            then=then if i == last else None, finished=calls.get(tenant), push=along)
+        ctx.warm.release(queue, tenant, members, acked=counted[tenant],
+                         then=then if i == last else None, finished=calls.get(tenant),
+                         push=along)
     waits.finished(ctx, queue, [(tenant, task_id, attempt)
                                 for tenant, task_id, attempt in ended
                                 if calls.get(tenant) is None], state)
