@@ -80,6 +80,8 @@ def test_a_pointer_round_trips_and_its_object_goes_when_no_task_needs_it(
 
 @pytest.mark.parametrize(("payload", "error", "says"), [
     (Pointer(BUCKET, "tenants/other/x").payload(), Forbidden, "outside tenant 'acme'"),
+    # a tuple is a JSON array once serialised: a Python caller's pointer is checked too
+    (tuple(Pointer(BUCKET, "tenants/other/x").payload()), Forbidden, "outside tenant 'acme'"),
     (Pointer(BUCKET, "tenants/acme-evil/x").payload(), Forbidden, "outside tenant 'acme'"),
     (Pointer(BUCKET, "tenants/acme").payload(), Forbidden, "outside tenant 'acme'"),
     (Pointer("someone-elses", "tenants/acme/x").payload(), Forbidden, "bucket"),

@@ -48,9 +48,9 @@ def tenant_prefix(tenant: str) -> str:
 
 
 def looks_like_pointer(payload: Any) -> bool:
-    """Whether ``payload`` claims to be a pointer: a JSON array whose first item is the
-    extended client's class name (cheap: checked on every payload)."""
-    return (isinstance(payload, list) and len(payload) >= 1
+    """Whether ``payload`` claims to be a pointer: a JSON array (a list, or a tuple from a
+    Python caller) whose first item is the extended client's class name."""
+    return (isinstance(payload, (list, tuple)) and len(payload) >= 1
             and isinstance(payload[0], str) and payload[0] == POINTER_CLASS)
 
 

@@ -121,10 +121,10 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
                 details=[{"field": f"{where}.payload", "message": "too large"}],
             )
         tenant = task.tenant or tenant_default
-        # a pointer to a big payload (a list: core/pointers.py): this deployment's bucket,
-        # the task's tenant's prefix
+        # a pointer to a big payload (a JSON array, core/pointers.py): this deployment's
+        # bucket, the task's tenant's prefix
         object_key = payloads.check(ctx, _named(i, label), tenant, payload) \
-            if isinstance(payload, list) else None
+            if isinstance(payload, (list, tuple)) else None
         run_at_given, delay = task.run_at, task.delay_seconds
         if run_at_given is not None:
             run_at = run_at_given.timestamp()
