@@ -144,6 +144,17 @@ def claim_scenario(warm: WarmTier, valkey: Any) -> None:
         (task_ids[1], 1, f"{PREFIX}1~6", '{"e":0,"p":1}')]
     assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~5")) == NOW + LEASE
     assert text(valkey.hget(k.claims, PREFIX)) == f"{NOW}|w9"
+    # the leases' places are numbered on across tens and hundreds (claim.lua writes the
+    # tens once per ten leases)
+    _, n = new_pair(valkey)
+    many = ids(14)
+    push(warm, n, many)
+    first = claim(warm, n, 3, first_k=8)
+    rest = claim(warm, n, 11, first_k=95)
+    assert [text(t) for _, _, t, _ in first.claimed + rest.claimed] == [
+        f"{PREFIX}1~{place}" for place in [9, 10, 11, *range(96, 107)]]
+    assert [text(i) for i, _, _, _ in first.claimed + rest.claimed] == many
+    assert rest.left == 0 and valkey.zcard(n.ready) == 0 and valkey.zcard(n.leased) == 14
     # the tenant's limits: two leases held of at most two, then a bucket with no token
     capped = claim(warm, k, 1, tenant_max_leased=2)
     assert (capped.claimed, capped.left) == ([], 1) and capped.retry_after_ms > 0

@@ -161,3 +161,43 @@ def test_a_missing_byte_count_of_a_large_warm_set_is_not_recounted(make_tq, valk
     tq.enqueue("q", [{"payload": "later"}])
     assert calls_of(valkey, "hkeys") == hkeys + 1  # 500 tasks left: recounted, once
     assert tq.ctx.warm.ready_bytes("q", "_") == tq.ctx.warm.count_ready_bytes("q", "_")
+
+
+def test_a_claim_of_tasks_at_several_attempts_tokens_each_by_its_own(tq: Tierq, valkey):
+    """claim.lua builds a token's '<prefix><attempt>~' once per run of one attempt: a claim
+    whose tasks go 1, 1, 2, 1 numbers them on, each with its own attempt."""
+    tq.enqueue("q", [{"payload": i} for i in range(3)])
+    [first] = tq.claim("q", max=1)
+    tq.nack("q", [{"id": first.id, "lease_token": first.lease_token, "retry_in_seconds": 0}])
+    tq.enqueue("q", [{"payload": 3}])  # the line: 1, 2, the nacked one, 3
+    held = tq.claim("q", max=4)
+    assert [t.attempt for t in held] == [1, 1, 2, 1] and held[2].id == first.id
+    prefix = held[0].lease_token.rsplit("~", 2)[0]
+    assert [t.lease_token for t in held] == [
+        f"{prefix}~{t.attempt}~{k}" for k, t in enumerate(held, 1)]
+    assert {str(t.id): t.lease_token for t in held} == {
+        k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items()}
+    assert [str(i) for i in tq.ack("q", held).acked] == [str(t.id) for t in held]
+
+
+def test_a_drop_of_interleaved_claims_counts_each_claim_down(tq: Tierq, valkey):
+    """lease_drop() finds each lease's claim, whether or not the lease before it was of the
+    same claim, and a member whose token has no claim prefix is ended alone."""
+    tq.enqueue("q", [{"payload": i} for i in range(6)])
+    a = tq.claim("q", max=3, worker="a")
+    b = tq.claim("q", max=3, worker="b")
+    odd = lease_member("not-a-task", "no-prefix")
+    valkey.zadd(K.leased, {odd: 2**50})
+
+    def count(t: Any) -> int | None:
+        raw = valkey.hget(K.claims, t.lease_token.rsplit("~", 2)[0] + "~#")
+        return None if raw is None else int(raw)
+
+    members = [lease_member(str(t.id), t.lease_token) for t in (a[0], b[0], a[1], b[1])]
+    assert tq.ctx.warm.release("q", "_", [members[0], odd, *members[1:]]) == 5
+    assert count(a[2]) == 1 and count(b[2]) == 1
+    assert tq.ctx.warm.release("q", "_", [lease_member(str(a[2].id), a[2].lease_token)]) == 1
+    assert count(a[2]) is None and count(b[2]) == 1
+    assert tq.get_task("q", b[2].id).worker == "b"
+    tq.ack("q", b[2:])
+    assert valkey.hlen(K.claims) == 0 and valkey.hlen(K.lease_of) == 0

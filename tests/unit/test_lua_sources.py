@@ -68,6 +68,8 @@ BOUNDED_BY_THEIR_GUARD = {
     ("rate_tenants", "ZREMRANGEBYSCORE"): "drops tenants not noted for 1,020 s",
     ("running_page", "ZRANGE"): "index ranges of one entry (the search for the cursor) or "
                                 "of at most the call's scan (a window of the page)",
+    ("claim", "ZRANGE"): "the first `want` by rank, 0 .. want - 1: at most the claim's n "
+                         "(its tasks, as ZPOPMIN's count would be)",
 }
 CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
 

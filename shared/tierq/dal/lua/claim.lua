@@ -18,12 +18,15 @@
 -- | 12    | first_k        | the leases are numbered from first_k + 1                      |
 -- | 13-18 | want, holder, max_held, rate_per_second, rate_burst, shares | with KEYS 9-11: the queue-wide take (lua/capacity_take.lua), made first with the lease's deadline; n is cut to ceil(granted / shares) |
 -- The per-tenant limits are enforced here, atomically with the pop: n is cut to what they
--- allow before ZPOPMIN, and tokens taken for tasks not handed out are given back.
+-- allow before they are taken, and tokens taken for tasks not handed out are given back.
 -- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
 -- response body is a JSON string inside the runtime's JSON: each of those is escaped once
 -- more), plus per_task_bytes. The count of quotes and backslashes comes with the blob
--- ('<attempts>|{"e":<count>,...', logic/admission.task_blob); a blob written without it
--- is counted here.
+-- ('<attempts>|{"e":<count>,...', logic/admission.task_blob; taken as at most the JSON's
+-- bytes); a blob written without it is counted here. While the tasks at their most (twice
+-- their JSON's bytes, plus per_task_bytes) fit the budget, that decides as their costs
+-- would and no count is read; from the first task that would not, the tasks handed out are
+-- counted once and every later one exactly.
 -- Returns { ready_left, mode, retry_ms, granted, then per task: id, attempt, lease_token,
 --           json } (parsed by `Claim.parse`)
 -- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
@@ -41,21 +44,22 @@
 -- claims[prefix .. '#'] counting its leases (the record goes with its last lease,
 -- lua/lease_keys.lua).
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
--- ZPOPMIN, one HMGET of the data, then at most one ZADD (back to ready), HDEL and ZADD
--- (leased), one HSET of lease_of, one ZADD of started and one HSET and HINCRBY of the claim.
+-- ZRANGE of the first in line, one HMGET of the data, then ZREMRANGEBYRANK of those taken,
+-- HDEL and ZADD (leased), one HSET of lease_of, one ZADD of started and one HSET and
+-- HINCRBY of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
 -- include: capacity_pool (lua/capacity_pool.lua)
 -- include: capacity_take (lua/capacity_take.lua)
--- include: ready_member (members and ids: lua/ready_member.lua)
 
 local now = tonumber(ARGV[2])
 local prefix = ARGV[4]
 local budget = tonumber(ARGV[6] or '0')
 local strict = ARGV[7] == 'strict'
 local per_task = tonumber(ARGV[8] or '0')
-local used = 0
+local used = 0       -- what the tasks handed out cost: exactly once `exact`, else at most
+local exact = false  -- (below: each task at its most, 2 bytes a JSON byte, until near the budget)
 local freed = 0  -- bytes of the data handed out: the meta field 'bytes' (lua/warm_bytes.lua)
 -- Formatted once per claim rather than once per task (number -> string is not cheap here).
 -- '%.17g' is how Redis itself formats a Lua number argument, so ZADD gets the same score.
@@ -66,7 +70,8 @@ local find = string.find
 local function response_cost(blob, sep)
   local count = string.match(blob, '^{"e":(%d+),', sep + 1)
   if count then
-    count = tonumber(count)
+    -- (no more than the JSON's bytes: the claim's bound below counts on it)
+    count = math.min(tonumber(count), #blob - sep)
   else
     count = 0
     for _, char in ipairs({ '"', '\\' }) do
@@ -117,66 +122,106 @@ if want <= 0 then
   return { redis.call('ZCARD', KEYS[1]), mode, retry, granted }
 end
 
-local popped = redis.call('ZPOPMIN', KEYS[1], want)
+-- The first `want` in line, read by rank; the ones taken leave by rank after the loop
+-- (ZREMRANGEBYRANK), so a task over the budget never leaves its place, and no score is
+-- formatted for the reply (ZPOPMIN's scores cost more than the pop).
+local popped = redis.call('ZRANGE', KEYS[1], 0, want - 1)
 local out = { 0, mode, retry, granted }
 
 local popped_ids = {}
-local n_popped = #popped / 2
-for k = 1, n_popped do popped_ids[k] = task_of(popped[2 * k - 1]) end
+local n_popped = #popped
+local byte, sub = string.byte, string.sub
+for k = 1, n_popped do
+  local member = popped[k]
+  -- (task_of of lua/ready_member.lua, inline: once per task)
+  if byte(member, 17) == 124 then member = sub(member, 18) end
+  popped_ids[k] = member
+end
 -- HMGET keeps the order of its fields: blobs[k] belongs to popped_ids[k]
 local blobs = call_chunked('HMGET', KEYS[2], popped_ids)
 
+-- Per task the loop builds only what differs: a claim's tasks mostly share their attempt,
+-- so '<prefix><attempt>~' is built once per attempt seen in a row, and the start is the
+-- caller's text (a Lua number would be formatted once per task on its way to ZADD).
 -- (tables are filled by counters: Lua's # operator searches for the border each time)
-local put_back = {}      -- score, member, ...: over the budget, back in their places
+local n_taken = n_popped -- the first n_taken in line leave it (handed out, or without data)
 local handed_ids = {}    -- for the variadic HDEL of their data
 local n_handed = 0
 local leased_args = {}   -- deadline, '<id>|<token>', ...
 local lease_of_args = {} -- id, token, ...
 local started_args = {}  -- now, id, ...
+local now_arg = ARGV[2]
+local attempts_seen, attempt, head = nil, 0, ''  -- the last blob's attempts, and its token head
+-- k (the lease's place, first_k + 1, ...) as text: its tens formatted once per ten leases,
+-- its last digit from DIGITS (a Lua number is formatted by sprintf each time it is joined)
+local DIGITS = { '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
+local k_tens, k_unit = math.floor(first_k / 10), first_k % 10  -- the last k handed out
+local tens_text = k_tens > 0 and tostring(k_tens) or ''
 local n_out = 4
 for k = 1, n_popped do
   local id = popped_ids[k]
   local blob = blobs[k]
   local sep = blob and find(blob, '|', 1, true)
   local cost = 0
-  if blob and budget > 0 then
+  if blob and budget > 0 and not exact then
+    -- far from the budget a task's most (its JSON's bytes twice) decides as its cost would;
+    -- near it, the tasks handed out are counted once and every later one exactly
+    local most = 2 * (#blob - sep) + per_task
+    if used + most <= budget then
+      cost = most
+    else
+      exact = true
+      used = 0
+      for j = 1, k - 1 do
+        local before = blobs[j]
+        if before then used = used + response_cost(before, find(before, '|', 1, true)) end
+      end
+    end
+  end
+  if blob and exact then
     cost = response_cost(blob, sep)
     if (n_out > 4 or strict) and used + cost > budget then
       -- over the budget: this one and the rest (even those without data, as before) keep
       -- their places in line
-      local n_back = 0
-      for j = k, n_popped do
-        put_back[n_back + 1] = popped[2 * j]
-        put_back[n_back + 2] = popped[2 * j - 1]
-        n_back = n_back + 2
-      end
+      n_taken = k - 1
       break
     end
   end
   if blob then
     used = used + cost
     freed = freed + #blob
-    local attempt = tonumber(string.sub(blob, 1, sep - 1)) + 1
+    local attempts = sub(blob, 1, sep - 1)
+    if attempts ~= attempts_seen then
+      attempts_seen = attempts
+      attempt = tonumber(attempts) + 1
+      head = prefix .. attempt .. '~'
+    end
     n_handed = n_handed + 1
     -- numbered on from first_k: a claim under queue-wide limits holds reservation k for lease k
-    local token = prefix .. attempt .. '~' .. (first_k + n_handed)
+    k_unit = k_unit + 1
+    if k_unit == 10 then
+      k_unit, k_tens = 0, k_tens + 1
+      tens_text = tostring(k_tens)
+    end
+    local token = head .. tens_text .. DIGITS[k_unit + 1]
+    local at = 2 * n_handed
     handed_ids[n_handed] = id
-    leased_args[2 * n_handed - 1] = deadline_arg
-    leased_args[2 * n_handed] = id .. '|' .. token
-    lease_of_args[2 * n_handed - 1] = id
-    lease_of_args[2 * n_handed] = token
-    started_args[2 * n_handed - 1] = now
-    started_args[2 * n_handed] = id
+    leased_args[at - 1] = deadline_arg
+    leased_args[at] = id .. '|' .. token
+    lease_of_args[at - 1] = id
+    lease_of_args[at] = token
+    started_args[at - 1] = now_arg
+    started_args[at] = id
     out[n_out + 1] = id
     out[n_out + 2] = attempt
     out[n_out + 3] = token
-    out[n_out + 4] = string.sub(blob, sep + 1)
+    out[n_out + 4] = sub(blob, sep + 1)
     n_out = n_out + 4
   end
   -- an id without data is a leftover of a partial loss; the reconciler re-dispatches it
 end
 
-call_chunked('ZADD', KEYS[1], put_back)
+if n_taken > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n_taken - 1) end
 call_chunked('HDEL', KEYS[2], handed_ids)
 if freed > 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -freed) end
 call_chunked('ZADD', KEYS[3], leased_args)

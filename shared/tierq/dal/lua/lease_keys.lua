@@ -53,9 +53,10 @@ end
 -- entry named the lease ended is removed from lease_of (or set to `mark` when given) and
 -- from started. With `progress` (and `meta`), each lease's progress entry is removed too and
 -- its bytes taken off the meta field `progress`. Returns the members ended, in the order
--- given. Work: ZMSCORE, ZREM, HMGET, HDEL (or HSET), ZREM, and an HINCRBY per claim; a ZREM
--- of `limits` when it is given; with `progress`, an HMGET and, when some lease had progress,
--- an HDEL and an HINCRBY.
+-- given. Work: ZMSCORE, ZREM, HMGET, HDEL (or HSET), ZREM, and an HINCRBY per claim; when
+-- `limits` is given, an EXISTS and, while the key exists, a ZREM; with `progress`, an EXISTS
+-- and, while the key exists, an HMGET and, when some lease had progress, an HDEL and an
+-- HINCRBY.
 local function lease_drop(leased, lease_of, claims, started, members, after, mark, progress,
                           meta, limits)
   if #members == 0 then return {} end
@@ -76,11 +77,14 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
   end
   if n_gone == 0 then return gone end
   call_chunked('ZREM', leased, gone)
-  if limits then call_chunked('ZREM', limits, gone) end
+  -- (a pair whose tasks have no time limit nor progress holds neither key: one EXISTS each
+  -- spares the variadic command of every member)
+  if limits and redis.call('EXISTS', limits) == 1 then call_chunked('ZREM', limits, gone) end
   local named = call_chunked('HMGET', lease_of, ids)
   local clear, n_clear = {}, 0  -- ids, or id, mark, ... with a mark
   local unstarted, n_unstarted = {}, 0  -- the ids whose lease this was
   local per_claim, claim_order = {}, {}
+  local last_prefix, last_len = nil, 0  -- the claim of the lease before: most share it
   for k = 1, n_gone do
     if named[k] == tokens[k] then
       n_unstarted = n_unstarted + 1
@@ -92,7 +96,15 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
         clear[n_clear] = mark
       end
     end
-    local prefix = lease_prefix(tokens[k])
+    local token = tokens[k]
+    local prefix
+    if last_prefix and string.sub(token, 1, last_len) == last_prefix
+        and string.find(token, '^%d+~%d+$', last_len + 1) then
+      prefix = last_prefix  -- (what lease_prefix answers: the rest has no room for a '~' more)
+    else
+      prefix = lease_prefix(token)
+      if prefix then last_prefix, last_len = prefix, #prefix end
+    end
     if prefix then
       if per_claim[prefix] == nil then
         per_claim[prefix] = 0
@@ -103,7 +115,9 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
   end
   call_chunked(mark and 'HSET' or 'HDEL', lease_of, clear)
   call_chunked('ZREM', started, unstarted)
-  if progress then lease_progress_drop(progress, meta, ids, tokens) end
+  if progress and redis.call('EXISTS', progress) == 1 then
+    lease_progress_drop(progress, meta, ids, tokens)
+  end
   for _, prefix in ipairs(claim_order) do
     -- (a claim made before the counts existed has none: its record goes with its first
     -- lease to end, which only costs the view its worker and start)
