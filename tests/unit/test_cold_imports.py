@@ -24,20 +24,27 @@ ADMIN_ONLY = ("tierq.logic.dlq", "tierq.logic.throughput", "tierq.models.through
 ELSEWHERE = ("tierq.sharded", "tierq.logic.pair_moves", "tierq.dal.migrate", "tierq.logic.bulk",
              "tierq.cli", "tierq.client", "tierq.local")
 ENQUEUE_PATH = ("tierq.logic.enqueue",)  # (the enqueue and admin functions' routes need it)
+# the views of a queue and their envelopes: the admin function's (on a request for them)
+QUEUE_VIEWS = ("tierq.models.queue_views",)
+# the outcomes of a lease (ack, nack, release, heartbeat): not the claim function's requests'
+LEASE_OUTCOMES = ("tierq.models.lease_outcomes",)
 OTHER_JOBS = ("tierq.maintenance.reaper", "tierq.maintenance.gauges",
               "tierq.maintenance.cold_to_warm", "tierq.maintenance.delayed_mover")
 
 # function -> tierq modules its import must not load
 NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "enqueue": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *LEASES, *ADMIN_ONLY, *ELSEWHERE,
-                *OTHER_JOBS),
-    "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH),
+                *OTHER_JOBS, *QUEUE_VIEWS),
+    "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH,
+              *QUEUE_VIEWS, *LEASE_OUTCOMES),
     "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
-            *ENQUEUE_PATH),
+            *ENQUEUE_PATH, *QUEUE_VIEWS),
     "admin": (*ELSEWHERE, "tierq.maintenance.registry", *OTHER_JOBS, *DISPATCHER),
     "cold_to_warm": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE,
-                     *ENQUEUE_PATH, "tierq.maintenance.reaper", "tierq.maintenance.gauges"),
-    "cron_tick": (*CLAIM_PATH, *DISPATCHER, *LEASES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS),
+                     *ENQUEUE_PATH, "tierq.maintenance.reaper", "tierq.maintenance.gauges",
+                     *QUEUE_VIEWS, *LEASE_OUTCOMES),
+    "cron_tick": (*CLAIM_PATH, *DISPATCHER, *LEASES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
+                  *QUEUE_VIEWS),
 }
 
 PROBE = """

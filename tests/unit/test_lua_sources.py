@@ -153,3 +153,22 @@ def test_each_guarded_exception_is_still_there():
     for (name, command) in BOUNDED_BY_THEIR_GUARD:
         text = LUA.joinpath(f"{name}.lua").read_text("utf-8")
         assert command in {c for c, _ in redis_calls(text)}, (name, command)
+
+
+def test_a_script_is_read_and_registered_when_first_asked_for():
+    """A warm tier registers a script by the first call that runs it (a claim runs three of
+    the 36), as the whole set when iterated, and each once; the client is not called."""
+    import hashlib
+
+    import redis
+
+    from tierq.dal.warm_tier import Scripts
+
+    scripts = Scripts(redis.Redis(host="unused.invalid"))
+    assert scripts._registered == {} and len(scripts) == len(SCRIPTS)
+    first = scripts["push_ready"]
+    assert first is scripts["push_ready"] and list(scripts._registered) == ["push_ready"]
+    assert first.sha == hashlib.sha1(script_source("push_ready").encode()).hexdigest()
+    assert "claim" in scripts and "no_such_script" not in scripts
+    assert {name for name, _ in scripts.items()} == set(SCRIPTS)
+    assert scripts._registered["push_ready"] is first

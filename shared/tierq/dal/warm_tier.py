@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -538,6 +538,33 @@ def script_source(name: str) -> str:
     return shebang + "\n".join([*pieces, body])
 
 
+class Scripts(Mapping[str, Script]):
+    """The scripts of ``SCRIPTS`` registered on one client, each read and registered when
+    first asked for: a request runs a few of the 36 (a claim three), and reading them all
+    (their files and shared pieces) and hashing them cost a function's first request about
+    as much as the rest of it. Iterating registers them all."""
+
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
+        self._client = client
+        self._registered: dict[str, Script] = {}
+
+    def __getitem__(self, name: str) -> Script:
+        script = self._registered.get(name)
+        if script is None:
+            if name not in SCRIPTS:
+                raise KeyError(name)
+            # two threads' first calls may both register it: the same text, the same hash
+            script = self._registered.setdefault(
+                name, self._client.register_script(script_source(name)))
+        return script
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SCRIPTS)
+
+    def __len__(self) -> int:
+        return len(SCRIPTS)
+
+
 # A Valkey that cannot serve: no connection or no reply in time, or in cluster mode a master
 # down (CLUSTERDOWN once the others notice), a slot no master serves, a slot being moved,
 # or no node reachable or no agreed slot map (redis-py's RedisClusterException, which is
@@ -639,9 +666,7 @@ class WarmTier:
         options = client.nodes_manager.connection_kwargs if isinstance(client, RedisCluster) \
             else client.connection_pool.connection_kwargs
         self.credentials: CredentialProvider | None = options.get("credential_provider")
-        self.scripts: dict[str, Script] = {
-            name: client.register_script(script_source(name)) for name in SCRIPTS
-        }
+        self.scripts = Scripts(client)
         # cluster clients route each call by its key slot themselves
         self.calls = None if isinstance(client, RedisCluster) else DirectCalls(client)
         # INFO memory per server (``memory``): when it was read (time.monotonic()) and what

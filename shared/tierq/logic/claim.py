@@ -31,7 +31,7 @@ from tierq.logic import leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
 from tierq.logic.claim_limits import ClaimLimits
 from tierq.logic.context import Context, from_ms
-from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest, ReleaseItem
+from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,8 @@ def give_back(ctx: Context, queue: str, popped: Sequence[tuple[str, str]]) -> No
     not raised: the claim's own error is the one to answer with."""
     if not popped:
         return
+    from tierq.models.lease_outcomes import ReleaseItem  # (a give-back's only: rare)
+
     try:
         leases.release(ctx, queue, [ReleaseItem(id=UUID(task_id), lease_token=token)
                                     for task_id, token in popped])

@@ -10,12 +10,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import orjson
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
+from tierq.core.lazy import lazy_module
 from tierq.dal.command_limit import per_call
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
@@ -23,19 +24,23 @@ from tierq.errors import WarmTierFull
 from tierq.logic import admission, flows, groups, limits, waits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
-from tierq.models.leases import (
-    AckItem,
-    AckResult,
-    ClaimedTask,
-    HeartbeatItem,
-    HeartbeatResult,
-    LeaseExtended,
-    NackItem,
-    NackResult,
-    Rejection,
-    ReleaseItem,
-    ReleaseResult,
-)
+from tierq.models.leases import ClaimedTask
+
+if TYPE_CHECKING:
+    from tierq.models import lease_outcomes
+    from tierq.models.lease_outcomes import (
+        AckItem,
+        AckResult,
+        HeartbeatItem,
+        HeartbeatResult,
+        NackItem,
+        NackResult,
+        Rejection,
+        ReleaseItem,
+        ReleaseResult,
+    )
+else:  # the outcomes' models: the claim function's requests claim, few give tasks back
+    lease_outcomes = lazy_module("tierq.models.lease_outcomes")
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +88,7 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
             attempt = attempt_of_token(token) or 0
         task_id = str(item.id)
         if tenant is None or task_id in seen:
-            rejected.append(Rejection(id=item.id, reason="not_owner"))
+            rejected.append(lease_outcomes.Rejection(id=item.id, reason="not_owner"))
             continue
         seen.add(task_id)
         verified = Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
@@ -115,7 +120,7 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
             if ok:
                 valid.append(v)
             else:
-                rejected.append(Rejection(id=items[v.index].id, reason="not_owner"))
+                rejected.append(lease_outcomes.Rejection(id=items[v.index].id, reason="not_owner"))
     return valid
 
 
@@ -174,10 +179,10 @@ def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
     one statement, then their leases dropped. A claimed task passed as it is has no result."""
-    result = AckResult()
+    result = lease_outcomes.AckResult()
     # (a task kept with its result keeps its last progress: read with the check)
     kept: dict[str, tuple[int, str]] | None = {} if any(
-        isinstance(i, AckItem) and i.result is not None for i in items) else None
+        isinstance(i, lease_outcomes.AckItem) and i.result is not None for i in items) else None
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
@@ -188,7 +193,7 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     for v in valid:
         item = items[v.index]
         # (a ClaimedTask has no result: asking pydantic for a missing attribute is slow)
-        value = item.result if isinstance(item, AckItem) else None
+        value = item.result if isinstance(item, lease_outcomes.AckItem) else None
         if value is None:
             plain.append(v)
         else:
@@ -214,7 +219,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         left = [(v, items[v.index]) for v in valid if v.id not in done]
         waited = flows.ack_waited(
             ctx, queue, [v.id for v, _ in left],
-            [item.result if isinstance(item, AckItem) else None for _, item in left],
+            [item.result if isinstance(item, lease_outcomes.AckItem) else None
+             for _, item in left],
             [v.attempt for v, _ in left])
         done.update(waited)
         groups.after_finish_ids(ctx, queue, waited)  # (their groups, read by id)
@@ -235,7 +241,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         if v.id in done:
             acked.append(items[v.index].id)
         else:  # cancelled or rescheduled while it ran
-            result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
+            result.rejected.append(lease_outcomes.Rejection(
+                id=items[v.index].id, reason="not_found"))
     result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
     return result
 
@@ -265,7 +272,7 @@ def cancelled_of(ctx: Context, queue: str, rejected: Sequence[Rejection],
 
 
 def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
-    result = NackResult()
+    result = lease_outcomes.NackResult()
     kept: dict[str, tuple[int, str]] = {}  # (the leases' progress, read with the check)
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
@@ -292,7 +299,7 @@ def nack(ctx: Context, queue: str, items: Sequence[NackItem]) -> NackResult:
         elif state == "delayed":
             result.retried.append(UUID(v.id))
         else:
-            result.rejected.append(Rejection(id=UUID(v.id), reason="not_found"))
+            result.rejected.append(lease_outcomes.Rejection(id=UUID(v.id), reason="not_found"))
     result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
     return result
 
@@ -312,7 +319,7 @@ def release(ctx: Context, queue: str,
     the reconciler leaves it to this release for its grace period (lua/lease_keys.lua). If
     Postgres then fails, the row is still warm and out of Valkey: the reconciler puts it
     back in line after its grace period, and the caller's retry is answered not_owner."""
-    result = ReleaseResult()
+    result = lease_outcomes.ReleaseResult()
     now = ctx.now()
     taken: list[Verified] = []
     for tenant, group in by_tenant(items, result.rejected).items():
@@ -322,7 +329,8 @@ def release(ctx: Context, queue: str,
             if v.member in dropped:
                 taken.append(v)
             else:  # not held, expired, or listed by the reaper
-                result.rejected.append(Rejection(id=items[v.index].id, reason="not_owner"))
+                result.rejected.append(lease_outcomes.Rejection(
+                    id=items[v.index].id, reason="not_owner"))
     if not taken:
         return result
     free_reservations(ctx, queue, [v.token for v in taken])
@@ -342,7 +350,8 @@ def release(ctx: Context, queue: str,
         if v.id in found:
             result.released.append(UUID(v.id))
         else:  # cancelled (or its attempt recorded) while it was leased
-            result.rejected.append(Rejection(id=items[v.index].id, reason="not_found"))
+            result.rejected.append(lease_outcomes.Rejection(
+                id=items[v.index].id, reason="not_found"))
     return result
 
 
@@ -382,13 +391,13 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
 
 
 def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> HeartbeatResult:
-    result = HeartbeatResult()
+    result = lease_outcomes.HeartbeatResult()
     qs = ctx.queue_settings.get(queue)
     by_tenant: dict[str, list[HeartbeatItem]] = defaultdict(list)
     for item in items:
         tenant = tenant_of_token(item.lease_token)
         if tenant is None:
-            result.rejected.append(Rejection(id=item.id, reason="not_owner"))
+            result.rejected.append(lease_outcomes.Rejection(id=item.id, reason="not_owner"))
         else:
             by_tenant[tenant].append(item)
     now_ms = to_ms(ctx.now())
@@ -412,10 +421,10 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
         lost: list[str] = []
         for item, deadline, mine in zip(group, deadlines, owned, strict=True):
             if deadline:
-                result.extended.append(LeaseExtended(id=item.id,
+                result.extended.append(lease_outcomes.LeaseExtended(id=item.id,
                                                      lease_expires_at=from_ms(deadline)))
             else:
-                result.rejected.append(Rejection(id=item.id, reason="not_owner"))
+                result.rejected.append(lease_outcomes.Rejection(id=item.id, reason="not_owner"))
                 if mine:
                     lost.append(item.lease_token)
         if lost:

@@ -8,23 +8,24 @@ from uuid import UUID
 
 import orjson
 
+from tierq.core.lazy import lazy_module
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
 from tierq.logic import flows, groups, limits, tenant_budget
 from tierq.logic.context import Context, Pair, from_ms, to_ms
-from tierq.models.queues import (
-    LimitsUse,
-    QueueCounts,
-    QueueSettings,
-    QueueSettingsUpdate,
-    QueueView,
-    RateLimit,
-    TenantCounts,
-    TenantQueueView,
-    WorkerSettings,
-)
+from tierq.models.queues import QueueSettings, QueueSettingsUpdate, RateLimit
 
 if TYPE_CHECKING:
+    from tierq.models import queue_views
     from tierq.models.leases import RunningLease
+    from tierq.models.queue_views import (
+        LimitsUse,
+        QueueCounts,
+        QueueView,
+        TenantCounts,
+        TenantQueueView,
+    )
+else:  # the views: every function reads a queue's settings, few build its views
+    queue_views = lazy_module("tierq.models.queue_views")
 
 
 def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> QueueSettings:
@@ -135,7 +136,7 @@ def pair_counts(ctx: Context, pairs: Sequence[Pair]) -> list[TenantCounts]:
         counts = pg.get(pair)
         oldest_at = oldest.get(pair)
         head_at = counts.oldest_head if counts else None
-        out.append(TenantCounts(
+        out.append(queue_views.TenantCounts(
             queue=pair[0], tenant=pair[1], warm=ready, cold=counts.cold if counts else 0,
             waiting=counts.waiting if counts else 0, held=counts.held if counts else 0,
             delayed=counts.delayed if counts else 0, leased=leased,
@@ -181,8 +182,9 @@ def queue_view(ctx: Context, queue: str) -> QueueView:
     the tenants with ready work only (found by skip scans, one index descent each; their
     counters in one pipeline): idle tenants, backlogs and leases cost nothing."""
     totals = ctx.store.queue_view_state_totals(queue)
-    counts = QueueCounts(waiting=totals.waiting, held=totals.held, cold=totals.cold,
-                         delayed=totals.delayed, dead=totals.dead)
+    counts = queue_views.QueueCounts(waiting=totals.waiting, held=totals.held,
+                                     cold=totals.cold, delayed=totals.delayed,
+                                     dead=totals.dead)
     cold_mode = False
     rows = ctx.store.queue_view_ready_tenants(queue)
     busy = [row.tenant for row in rows]  # tenants with ready or leased work
@@ -193,16 +195,16 @@ def queue_view(ctx: Context, queue: str) -> QueueView:
     shown = [t for _, t in pairs_after(ctx, limit=TENANTS_SHOWN, queue=queue)]
     total = ctx.store.queue_view_tenant_count(queue)
     settings = ctx.queue_settings.get(queue)
-    return QueueView(queue=queue, settings=settings, counts=counts,
-                     mode="cold" if cold_mode else "warm", tenants=shown,
-                     tenants_total=total, tenants_truncated=total > len(shown),
-                     limits_use=limits_use(ctx, queue, settings, busy[:TENANTS_SHOWN]))
+    return queue_views.QueueView(
+        queue=queue, settings=settings, counts=counts, mode="cold" if cold_mode else "warm",
+        tenants=shown, tenants_total=total, tenants_truncated=total > len(shown),
+        limits_use=limits_use(ctx, queue, settings, busy[:TENANTS_SHOWN]))
 
 
 def _own_counts(ctx: Context, queue: str, tenant: str) -> tuple[QueueCounts, bool, bool]:
     """One tenant's counts in a queue (its own pair alone), whether its ready work waits
     cold, and whether the pair is registered (when not: zero counts)."""
-    counts = QueueCounts()
+    counts = queue_views.QueueCounts()
     registered = False
     cold_mode = False
     for t in iter_counts(ctx, tenant=tenant, queue=queue, chunk=PAIR_CHUNK):
@@ -237,8 +239,9 @@ def tenant_queue_view(ctx: Context, queue: str, tenant: str) -> TenantQueueView:
     counts, cold_mode, registered = _own_counts(ctx, queue, tenant)
     settings = ctx.queue_settings.get(queue) if registered \
         else ctx.queue_settings.effective(None)
-    return TenantQueueView(queue=queue, tenant=tenant, settings=WorkerSettings.of(settings),
-                           counts=counts, mode="cold" if cold_mode else "warm")
+    return queue_views.TenantQueueView(queue=queue, tenant=tenant,
+                                       settings=queue_views.WorkerSettings.of(settings),
+                                       counts=counts, mode="cold" if cold_mode else "warm")
 
 
 def _rate_of(limit: RateLimit | None) -> tuple[float, int] | None:
@@ -256,7 +259,7 @@ def limits_use(ctx: Context, queue: str, settings: QueueSettings,
     if not queue_wide and not per_tenant:
         return None
     now_ms = to_ms(ctx.now())
-    use = LimitsUse()
+    use = queue_views.LimitsUse()
     if queue_wide:
         held, tokens = ctx.warm.capacity_use(queue, limits.LEASES_POOL, now_ms=now_ms,
                                              rate=_rate_of(settings.rate))

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, is_dataclass, replace
 from functools import cache
@@ -178,6 +177,8 @@ class MaintenanceJob(Generic[C, S]):
 @cache
 def jobs() -> dict[str, MaintenanceJob[Any, Any]]:
     """Every job, by name: the ``JOB`` of each module of :mod:`tierq.maintenance`."""
+    import pkgutil  # (every job: the local stack's and the tests'; a function names its own)
+
     import tierq.maintenance as package
 
     found: dict[str, MaintenanceJob[Any, Any]] = {}

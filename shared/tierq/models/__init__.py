@@ -10,11 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tierq.models.leases import (
+    from tierq.models.lease_outcomes import (
         AckItem,
         AckResult,
-        ClaimedTask,
-        ClaimRequest,
         HeartbeatItem,
         HeartbeatResult,
         LeaseExtended,
@@ -25,50 +23,53 @@ if TYPE_CHECKING:
         ReleaseResult,
         RunningLease,
     )
+    from tierq.models.leases import ClaimedTask, ClaimRequest
     from tierq.models.names import KEY_PATTERN, NAME_PATTERN, QueueName, TenantName
-    from tierq.models.queues import (
-        BackoffSettings,
-        ConsumerSettings,
+    from tierq.models.queue_views import (
         QueueCounts,
-        QueueSettings,
-        QueueSettingsUpdate,
         QueueView,
-        RateLimit,
         TenantCounts,
         TenantQueueView,
         WorkerSettings,
+    )
+    from tierq.models.queues import (
+        BackoffSettings,
+        ConsumerSettings,
+        QueueSettings,
+        QueueSettingsUpdate,
+        RateLimit,
     )
     from tierq.models.tasks import Enqueued, EnqueueOutcome, TaskIn, TaskView
 
 # Each name and the module that defines it.
 _MODULES = {
-    "AckItem": "tierq.models.leases",
-    "AckResult": "tierq.models.leases",
+    "AckItem": "tierq.models.lease_outcomes",
+    "AckResult": "tierq.models.lease_outcomes",
     "ClaimedTask": "tierq.models.leases",
     "ClaimRequest": "tierq.models.leases",
-    "HeartbeatItem": "tierq.models.leases",
-    "HeartbeatResult": "tierq.models.leases",
-    "LeaseExtended": "tierq.models.leases",
-    "NackItem": "tierq.models.leases",
-    "NackResult": "tierq.models.leases",
-    "Rejection": "tierq.models.leases",
-    "ReleaseItem": "tierq.models.leases",
-    "ReleaseResult": "tierq.models.leases",
-    "RunningLease": "tierq.models.leases",
+    "HeartbeatItem": "tierq.models.lease_outcomes",
+    "HeartbeatResult": "tierq.models.lease_outcomes",
+    "LeaseExtended": "tierq.models.lease_outcomes",
+    "NackItem": "tierq.models.lease_outcomes",
+    "NackResult": "tierq.models.lease_outcomes",
+    "Rejection": "tierq.models.lease_outcomes",
+    "ReleaseItem": "tierq.models.lease_outcomes",
+    "ReleaseResult": "tierq.models.lease_outcomes",
+    "RunningLease": "tierq.models.lease_outcomes",
     "KEY_PATTERN": "tierq.models.names",
     "NAME_PATTERN": "tierq.models.names",
     "QueueName": "tierq.models.names",
     "TenantName": "tierq.models.names",
     "BackoffSettings": "tierq.models.queues",
     "ConsumerSettings": "tierq.models.queues",
-    "QueueCounts": "tierq.models.queues",
+    "QueueCounts": "tierq.models.queue_views",
     "QueueSettings": "tierq.models.queues",
     "QueueSettingsUpdate": "tierq.models.queues",
-    "QueueView": "tierq.models.queues",
+    "QueueView": "tierq.models.queue_views",
     "RateLimit": "tierq.models.queues",
-    "TenantCounts": "tierq.models.queues",
-    "TenantQueueView": "tierq.models.queues",
-    "WorkerSettings": "tierq.models.queues",
+    "TenantCounts": "tierq.models.queue_views",
+    "TenantQueueView": "tierq.models.queue_views",
+    "WorkerSettings": "tierq.models.queue_views",
     "Enqueued": "tierq.models.tasks",
     "EnqueueOutcome": "tierq.models.tasks",
     "TaskIn": "tierq.models.tasks",

@@ -6,24 +6,32 @@ The items inside (tasks, claims, outcomes, counts, leases) are the models of
 Fields a response carries that a model does not know are ignored (``extra="ignore"``, said
 here, not left to pydantic's default), so a newer server never breaks an older client.
 
-The envelopes of leases (``ClaimResults``, ``RunningMetrics``) are defined in
-:mod:`tierq.models.lease_envelopes` and read here on first use, so that a function that
-never answers a claim never imports the lease models."""
+Some envelopes are defined beside what they carry and read here on first use:
+
+| envelope                           | defined in                              |
+| ---------------------------------- | --------------------------------------- |
+| ``ClaimResults``                   | :mod:`tierq.models.lease_envelopes`     |
+| ``RunningMetrics``                 | :mod:`tierq.models.lease_outcomes`      |
+| ``QueueList``, ``DetailedMetrics`` | :mod:`tierq.models.queue_views`         |
+
+so that a function that never answers a claim never imports the lease models, and one
+that never shows a queue or a running lease never defines them."""
 
 
-from datetime import datetime
+import importlib
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pydantic import ConfigDict, Field
 
 from tierq.models.base import Model, Replayable
-from tierq.models.queues import AnyQueueView, TenantCounts
 from tierq.models.tasks import EnqueueOutcome, TaskView
 
 if TYPE_CHECKING:
     from tierq.models.lease_envelopes import ClaimResults as ClaimResults
-    from tierq.models.lease_envelopes import RunningMetrics as RunningMetrics
+    from tierq.models.lease_outcomes import RunningMetrics as RunningMetrics
+    from tierq.models.queue_views import DetailedMetrics as DetailedMetrics
+    from tierq.models.queue_views import QueueList as QueueList
 
 NEXT_DESCRIPTION = ("The cursor of the next page (the position of this page's last item): "
                     "pass it as ?after=; null on the last page. A page ends at its limit or "
@@ -50,13 +58,6 @@ class EnqueueResults(Envelope):
     tasks: list[EnqueueOutcome]
 
 
-class QueueList(Envelope):
-    queues: list[AnyQueueView] = Field(
-        description="Admin views for an admin; for a caller pinned to a tenant, tenant views "
-                    "of the queues its tenant has had tasks in.")
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
-
-
 class DeadLetterPage(Envelope):
     tasks: list[TaskView]
     next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
@@ -79,18 +80,17 @@ class PurgeResult(Envelope):
     more: bool = Field(default=False, description=MORE_DESCRIPTION)
 
 
-class DetailedMetrics(Envelope):
-    queues: list[TenantCounts] = Field(description="One row per (queue, tenant).")
-    timestamp: datetime
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
-
-
-_LEASE_ENVELOPES = frozenset({"ClaimResults", "RunningMetrics"})
+# Each envelope defined elsewhere and its module.
+_ELSEWHERE = {
+    "ClaimResults": "tierq.models.lease_envelopes",
+    "RunningMetrics": "tierq.models.lease_outcomes",
+    "QueueList": "tierq.models.queue_views",
+    "DetailedMetrics": "tierq.models.queue_views",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LEASE_ENVELOPES:
-        from tierq.models import lease_envelopes
-
-        return getattr(lease_envelopes, name)
+    module = _ELSEWHERE.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'tierq.models.envelopes' has no attribute {name!r}")

@@ -1,13 +1,12 @@
-"""The response envelopes of leases: a claim's answer and the running leases (see
-:mod:`tierq.models.envelopes`, which reads them from here on first use)."""
+"""The response envelope of a claim (see :mod:`tierq.models.envelopes`, which reads it from
+here on first use; that of the running leases is in :mod:`tierq.models.lease_outcomes`)."""
 
 
-from datetime import datetime
 
 from pydantic import Field
 
-from tierq.models.envelopes import NEXT_DESCRIPTION, Envelope
-from tierq.models.leases import ClaimedTask, RunningLease
+from tierq.models.envelopes import Envelope
+from tierq.models.leases import ClaimedTask
 
 
 class ClaimResults(Envelope):
@@ -20,9 +19,3 @@ class ClaimResults(Envelope):
                     "is worth it (the next token of a rate; for a count, the earliest lease "
                     "end, at most 1000 ms, since an ack frees capacity at once). Left out when "
                     "no limit cut the claim.")
-
-
-class RunningMetrics(Envelope):
-    running: list[RunningLease]
-    timestamp: datetime
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)

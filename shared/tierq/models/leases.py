@@ -1,21 +1,40 @@
-"""Claims, leases and their outcomes: ack, nack, release, heartbeat."""
+"""Claims and the tasks they lease.
+
+The outcomes of a lease (the items of an ack, nack, release or heartbeat, their answers,
+a running lease) are defined in :mod:`tierq.models.lease_outcomes` and read here on first
+use: every request of the claim function claims, few give tasks back."""
 
 
 import asyncio
 import threading
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
 
 import orjson
-from pydantic import ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.config import JsonDict
 
-from tierq.models.base import Model, Replayable, deferred_adapter
+from tierq.models.base import Model, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
 from tierq.models.strict import RequestModel
 from tierq.models.tasks import ParentView
 from tierq.models.traces import TraceView, absent
+
+if TYPE_CHECKING:
+    from tierq.models.lease_outcomes import CANCELLED_DESCRIPTION as CANCELLED_DESCRIPTION
+    from tierq.models.lease_outcomes import AckItem as AckItem
+    from tierq.models.lease_outcomes import AckResult as AckResult
+    from tierq.models.lease_outcomes import HeartbeatItem as HeartbeatItem
+    from tierq.models.lease_outcomes import HeartbeatResult as HeartbeatResult
+    from tierq.models.lease_outcomes import LeaseExtended as LeaseExtended
+    from tierq.models.lease_outcomes import NackItem as NackItem
+    from tierq.models.lease_outcomes import NackResult as NackResult
+    from tierq.models.lease_outcomes import Rejection as Rejection
+    from tierq.models.lease_outcomes import RejectReason as RejectReason
+    from tierq.models.lease_outcomes import ReleaseItem as ReleaseItem
+    from tierq.models.lease_outcomes import ReleaseResult as ReleaseResult
+    from tierq.models.lease_outcomes import RunningLease as RunningLease
 
 NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
 
@@ -121,126 +140,17 @@ class ClaimedTask(Model):
 CLAIMED_TASKS: TypeAdapter[list[ClaimedTask]] = deferred_adapter(list[ClaimedTask])
 
 
-class AckItem(RequestModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: UUID
-    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
-    result: Any = Field(default=None, description="Kept with the task until retention ends.")
-
-
-class NackItem(RequestModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: UUID
-    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
-    error: str = Field(default="", max_length=10_000, json_schema_extra=NO_NUL,
-                       description="Why it failed; kept as the task's last_error, cut to its "
-                                   "first 2 KiB (UTF-8).")
-    retry_in_seconds: float | None = Field(default=None, ge=0, le=366 * 86_400)
-    dead: bool = Field(default=False, strict=True,
-                       description="Dead-letter now, whatever the attempts left.")
-
-
-class ReleaseItem(RequestModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: UUID
-    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
-
-
-class HeartbeatItem(RequestModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: UUID
-    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
-    extend_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
-    progress: Any = Field(
-        default=None,
-        description="How far the task got: any JSON value, at most 4 KiB encoded. Kept with "
-                    "the lease (the last one sent wins) and written to the task when its "
-                    "attempt ends; shown with the task and its running lease, with when it "
-                    "came. Left out (or null): the progress kept stays as it is.")
-
-    @field_validator("progress")
-    @classmethod
-    def _progress_size(cls, value: Any) -> Any:
-        if value is not None:
-            try:
-                size = progress_size(value)
-            except TypeError as exc:  # (a value built in Python that JSON cannot hold)
-                raise ValueError(f"progress is not JSON: {exc}") from None
-            if size > MAX_PROGRESS_BYTES:
-                raise ValueError(f"progress is {size} bytes encoded as JSON, at most "
-                                 f"{MAX_PROGRESS_BYTES}")
-        return value
-
-
-RejectReason = Literal["not_owner", "not_found"]
-
-
-class Rejection(Model):
-    id: UUID
-    reason: RejectReason
-
-
-def _empty(value: list[UUID]) -> bool:
-    return not value
-
-
-# (left out of an answer when empty: an answer without a cancel is as it always was)
-CANCELLED_DESCRIPTION = ("Of the items rejected, the tasks that were cancelled (POST "
-                         "…/tasks/{id}/cancel): their handler should stop. Each is in "
-                         "`rejected` too, so a client that does not know this list acts as "
-                         "for a lost lease.")
-
-
-class AckResult(Replayable):
-    acked: list[UUID] = Field(default_factory=list)
-    rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
-                                 exclude_if=_empty)
-
-
-class NackResult(Replayable):
-    retried: list[UUID] = Field(default_factory=list)
-    dead: list[UUID] = Field(default_factory=list)
-    rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
-                                 exclude_if=_empty)
-
-
-class ReleaseResult(Replayable):
-    released: list[UUID] = Field(default_factory=list)
-    rejected: list[Rejection] = Field(default_factory=list)
-
-
-class LeaseExtended(Model):
-    id: UUID
-    lease_expires_at: datetime
-
-
-class HeartbeatResult(Replayable):
-    extended: list[LeaseExtended] = Field(default_factory=list)
-    rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
-                                 exclude_if=_empty)
-
-
-class RunningLease(Model):
-    queue: str
-    tenant: str
-    id: UUID
-    worker: str | None
-    attempt: int
-    started_at: datetime
-    running_for_ms: int
-    lease_expires_at: datetime
-    group: str | None = Field(default=None, description="The task's group, if any.")
-    progress: Any = Field(default=None, description="The last progress its heartbeats "
-                                                    "carried, if any.")
-    progress_at: datetime | None = Field(default=None,
-                                         description="When that progress came.")
-
-
 OutcomeKind = Literal["acked", "retried", "dead"]
+
+
+_OUTCOMES = frozenset({"AckItem", "NackItem", "ReleaseItem", "HeartbeatItem", "RejectReason",
+                       "Rejection", "CANCELLED_DESCRIPTION", "AckResult", "NackResult",
+                       "ReleaseResult", "LeaseExtended", "HeartbeatResult", "RunningLease"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OUTCOMES:
+        from tierq.models import lease_outcomes
+
+        return getattr(lease_outcomes, name)
+    raise AttributeError(f"module 'tierq.models.leases' has no attribute {name!r}")

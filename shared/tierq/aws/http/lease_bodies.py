@@ -7,7 +7,8 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from tierq.models.base import Model
-from tierq.models.leases import MAX_CLAIM, AckItem, HeartbeatItem, NackItem, ReleaseItem
+from tierq.models.lease_outcomes import AckItem, HeartbeatItem, NackItem, ReleaseItem
+from tierq.models.leases import MAX_CLAIM
 
 
 class AckRequest(Model):

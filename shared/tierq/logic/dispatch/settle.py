@@ -17,7 +17,8 @@ from tierq.logic.context import Context
 from tierq.logic.dispatch.counters import DispatchCounts
 from tierq.logic.dispatch.events import in_group_order, read_response
 from tierq.logic.dispatch.invocation import Consumer, Invocation, safe_name
-from tierq.models.leases import ClaimedTask, NackItem, ReleaseItem
+from tierq.models.lease_outcomes import NackItem, ReleaseItem
+from tierq.models.leases import ClaimedTask
 
 # What settle writes as last_error (see the module's documentation).
 ITEM_FAILURE = "batch_item_failure"
