@@ -32,6 +32,7 @@ from tierq.core import lazy
 # them through lazy modules).
 HOT_PATH = ("tierq.engine", "tierq.logic.enqueue", "tierq.logic.claim", "tierq.logic.leases",
             "tierq.logic.tiering", "tierq.logic.idempotency", "tierq.models.leases",
+            "tierq.models.lease_outcomes",
             "tierq.models.tasks")
 
 
