@@ -122,10 +122,17 @@ def _heartbeats() -> TypeAdapter[list[HeartbeatItem]]:
 
 def _models(cls: type[ModelT], batch: TypeAdapter[list[ModelT]],
             items: Sequence[ModelT | Mapping[str, Any]]) -> list[ModelT]:
-    """Models of ``cls`` from models or plain mappings (``batch`` validates a list of them)."""
+    """Models of ``cls`` from models or plain mappings (``batch`` validates a list of them).
+    ``items`` is read once more after the check: an iterator is made a list first."""
+    items = _listed(items)
     if items and not any(map(isinstance, items, itertools.repeat(cls))):
         return batch.validate_python(items)
     return [i if isinstance(i, cls) else cls.model_validate(i) for i in items]
+
+
+def _listed(items: Iterable[T]) -> Sequence[T]:
+    """``items`` as a sequence (a generator would be used up by a first pass over it)."""
+    return items if isinstance(items, list | tuple) else list(items)
 
 
 class Tierq(Deployment):
@@ -287,6 +294,7 @@ class Tierq(Deployment):
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
         item = lease_models.AckItem
         kinds = (item, lease_models.ClaimedTask)  # (read once, not per item)
+        items = _listed(items)
         models = list(items) if all(map(isinstance, items, itertools.repeat(kinds))) else \
             [i if isinstance(i, kinds) else item.model_validate(i) for i in items]
         return self._lease_outcome("ack", queue, models, leases.ack, lease_models.AckResult,

@@ -314,3 +314,15 @@ def test_one_ack_for_leases_of_different_attempts(make_tq, pg):
     assert sorted(map(str, acked.acked)) == sorted([str(retried.id), str(fresh.id)])
     assert acked.rejected == []
     assert count_state(pg, "r", "warm") == 0
+
+
+def test_lease_outcomes_take_any_iterable_of_items(tq) -> None:
+    """A generator of items is read once: every task in it is acked (or nacked), none
+    lost to a first pass over it."""
+    tq.enqueue("q", [{"payload": i} for i in range(6)])
+    got = tq.claim("q", max=6)
+    assert len(got) == 6
+    assert len(tq.ack("q", (t for t in got[:3])).acked) == 3
+    nacked = tq.nack("q", ({"id": t.id, "lease_token": t.lease_token, "error": "x"}
+                           for t in got[3:]))
+    assert len(nacked.retried) + len(nacked.dead) == 3 and not nacked.rejected, nacked

@@ -8,10 +8,12 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
+import pytest
 import redis
 
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES, RUNNING_SCAN_SLACK, PairKeys, QueueKeys
 from tierq.engine import Tierq
+from tierq.errors import WarmTierUnavailable
 from tierq.logic import queues as queue_logic
 from tierq.logic import ready_tenants
 
@@ -322,3 +324,13 @@ def test_a_claim_naming_no_tenant_reads_the_index_in_one_round_trip(tq: Tierq):
     assert len(got) == 5
     assert wire.sends == 2, (wire.sends, dict(wire.commands))
     assert wire.commands["ZRANGE"] == 2 and wire.commands["claim"] == 1, dict(wire.commands)
+
+
+def test_an_error_reply_to_the_window_read_is_the_warm_tier_unavailable(
+        tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster's pipeline returns a node's failure as a reply: the claim answers 503
+    (WarmTierUnavailable), not 500."""
+    monkeypatch.setattr(tq.ctx.warm, "pipeline",
+                        lambda commands: [redis.exceptions.ConnectionError("node down"), []])
+    with pytest.raises(WarmTierUnavailable):
+        tq.ctx.warm.ready_tenants_after("q", "a", 5)

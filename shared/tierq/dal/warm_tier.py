@@ -1587,8 +1587,9 @@ class WarmTier:
         replies = self.pipeline([("ZRANGE", key, "(" + after, "+", "BYLEX", "LIMIT", 0, limit),
                                  ("ZRANGE", key, "-", "[" + after, "BYLEX", "LIMIT", 0, limit)])
         for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+            if isinstance(reply, Exception):  # (a cluster's pipeline returns its errors)
+                with _available(self.credentials):
+                    raise reply
         first = [_s(t) for t in replies[0]]
         return first + [_s(t) for t in replies[1][:limit - len(first)]]
 
