@@ -22,6 +22,10 @@ def lease_of(valkey: redis.Redis, task_id: Any) -> str | None:
     return None if raw is None else raw.decode()
 
 
+# lease_of's one field of its own, which keeps it a hashtable (lua/claim.lua)
+ENCODING = b"~encoding"
+
+
 def calls_of(valkey: redis.Redis, command: str) -> int:
     stats = valkey.info("commandstats").get(f"cmdstat_{command}")
     return int(stats["calls"]) if stats else 0
@@ -31,11 +35,23 @@ def test_a_claim_enters_each_lease_by_id_and_its_end_removes_it(tq: Tierq, valke
     tq.enqueue("q", [{"payload": i} for i in range(3)])
     held = tq.claim("q", max=3)
     assert {str(t.id): t.lease_token for t in held} == {
-        k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items()}
+        k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items() if k != ENCODING}
     tq.ack("q", held[:1])
     tq.nack("q", [{"id": held[1].id, "lease_token": held[1].lease_token}])
     assert lease_of(valkey, held[0].id) is None and lease_of(valkey, held[1].id) is None
     assert lease_of(valkey, held[2].id) == held[2].lease_token
+
+
+def test_lease_of_is_a_hashtable_from_a_claims_first_lease(tq: Tierq, valkey):
+    """A pair's few leases in flight are found by hash, not by a scan of a listpack: the
+    first claim writes lease_of's own field, and it stays when the leases end."""
+    tq.enqueue("q", [{"payload": 1}])
+    [held] = tq.claim("q")
+    assert valkey.object("encoding", K.lease_of) == b"hashtable"
+    assert len(valkey.hget(K.lease_of, ENCODING)) > 64  # (hash-max-listpack-value)
+    tq.ack("q", [held])
+    assert valkey.hkeys(K.lease_of) == [ENCODING]
+    assert valkey.object("encoding", K.lease_of) == b"hashtable"
 
 
 def test_an_old_token_never_erases_a_newer_leases_entry(make_tq, valkey):
@@ -54,7 +70,7 @@ def test_an_old_token_never_erases_a_newer_leases_entry(make_tq, valkey):
     assert lease_of(valkey, second.id) == second.lease_token  # the newer lease's entry
     assert tq.ctx.warm.release("q", "_", [old]) == 0
     assert [str(i) for i in tq.ack("q", [second]).acked] == [str(second.id)]
-    assert valkey.hlen(K.lease_of) == 0 and valkey.hlen(K.claims) == 0
+    assert valkey.hkeys(K.lease_of) == [ENCODING] and valkey.hlen(K.claims) == 0
 
 
 def test_a_task_view_finds_its_lease_without_a_scan(tq: Tierq, valkey):
@@ -115,7 +131,8 @@ def test_a_pair_of_an_older_tierq_is_indexed_before_it_is_reconciled(make_tq, va
     assert tq.ctx.warm.index_leases("q", "_", slices=1) is False  # one slice: the leases
     assert tq.ctx.warm.index_leases("q", "_") is True
     assert tq.ctx.warm.missing("q", "_", ids, fence_ms=0) == []
-    assert {k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items()} == {
+    assert {k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items()
+            if k != ENCODING} == {
         str(t.id): t.lease_token for t in first + second}
     records = {k.decode(): v.decode() for k, v in valkey.hgetall(K.claims).items()}
     assert sorted(v for k, v in records.items() if k.endswith("#")) == ["2", "4"]
@@ -176,7 +193,7 @@ def test_a_claim_of_tasks_at_several_attempts_tokens_each_by_its_own(tq: Tierq, 
     assert [t.lease_token for t in held] == [
         f"{prefix}~{t.attempt}~{k}" for k, t in enumerate(held, 1)]
     assert {str(t.id): t.lease_token for t in held} == {
-        k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items()}
+        k.decode(): v.decode() for k, v in valkey.hgetall(K.lease_of).items() if k != ENCODING}
     assert [str(i) for i in tq.ack("q", held).acked] == [str(t.id) for t in held]
 
 
@@ -200,4 +217,4 @@ def test_a_drop_of_interleaved_claims_counts_each_claim_down(tq: Tierq, valkey):
     assert count(a[2]) is None and count(b[2]) == 1
     assert tq.get_task("q", b[2].id).worker == "b"
     tq.ack("q", b[2:])
-    assert valkey.hlen(K.claims) == 0 and valkey.hlen(K.lease_of) == 0
+    assert valkey.hlen(K.claims) == 0 and valkey.hkeys(K.lease_of) == [ENCODING]
