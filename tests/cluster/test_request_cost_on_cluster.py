@@ -100,3 +100,18 @@ def test_only_a_push_into_an_empty_line_enters_its_tenant(make_tq, valkey, monke
     tq.enqueue(QUEUE, [{"payload": 3, "tenant": "a"}])  # into the empty line again
     assert len(notes) == 2 and index(valkey) == ["a"]
     assert [t.payload for t in tq.claim(QUEUE, max=5)] == [3]
+
+
+def test_an_ack_of_tenants_on_every_master_checks_each_lease(tq, valkey):
+    """The ack's token checks go in one pipeline, split by master: every tenant's tasks are
+    acked, and a lease that ended already is refused whichever master holds it."""
+    tenants = tenants_on_every_node(valkey, QUEUE, per_node=2)
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for t in tenants for i in range(2)])
+    got = tq.claim(QUEUE, max=4 * len(tenants))
+    assert {t.tenant for t in got} == set(tenants) and len(got) == 2 * len(tenants)
+    first = [next(t for t in got if t.tenant == tenant) for tenant in tenants]
+    assert len(tq.ack(QUEUE, first).acked) == len(tenants)
+    result = tq.ack(QUEUE, got)  # the rest, and again the ones acked already
+    assert len(result.acked) == len(tenants)
+    assert sorted(str(r.id) for r in result.rejected) == sorted(str(t.id) for t in first)
+    assert {r.reason for r in result.rejected} == {"not_owner"}

@@ -93,3 +93,26 @@ def test_an_ack_with_results_reads_the_progress_with_the_check(tq, valkey):
     assert tq.get_task(QUEUE, got[0].id).progress == {"at": 9}
     assert tq.get_task(QUEUE, got[1].id).progress is None
     assert valkey.hlen(PairKeys.of(QUEUE, TENANT).progress) == 0
+
+
+def test_an_ack_checks_every_tenants_leases_in_one_round_trip(tq):
+    """A claim naming no tenant hands out tasks of several tenants: the ack checks all
+    their tokens in one pipeline, then drops each pair's leases in its own round trip."""
+    tq.put_queue(QUEUE, {})
+    tenants = ["a", "b", "c"]
+    tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in tenants for i in range(3)])
+    got = tq.claim(QUEUE, max=9)
+    assert sorted({t.tenant for t in got}) == tenants and len(got) == 9
+    tq.ack(QUEUE, got[:1])  # (not counted: it loads the scripts)
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        result = tq.ack(QUEUE, got[1:])
+        wire.on = False
+    assert len(result.acked) == 8 and not result.rejected
+    assert wire.commands["ZMSCORE"] == 3, dict(wire.commands)
+    # one pipeline of the three ZMSCOREs, then one drop per pair
+    assert wire.sends == 1 + 3, (wire.sends, dict(wire.commands))
+    # acked once: a second ack of one of them is refused (its lease is gone)
+    assert [r.reason for r in tq.ack(QUEUE, got[1:2]).rejected] == ["not_owner"]

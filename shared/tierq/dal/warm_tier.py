@@ -1232,6 +1232,31 @@ class WarmTier:
         return [d is not None and float(d) > now_ms
                 for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
 
+    def verify_tenants(self, queue: str, members: Mapping[str, Sequence[str]], *,
+                       now_ms: int) -> dict[str, list[bool]]:
+        """``verify`` of several tenants' leases of ``queue`` in one pipeline (one round
+        trip on a single server; one per master in cluster mode), by tenant."""
+        commands: list[tuple[Any, ...]] = []
+        spans: list[tuple[str, int]] = []  # (tenant, its ZMSCORE calls), in order
+        for tenant, names in members.items():
+            leased = PairKeys.of(queue, tenant).leased
+            parts = list(chunks(names, ZMSCORE_PER_CALL))
+            commands += [("ZMSCORE", leased, *part) for part in parts]
+            spans.append((tenant, len(parts)))
+        replies = self.pipeline(commands) if commands else []
+        out: dict[str, list[bool]] = {}
+        at = 0
+        for tenant, calls in spans:
+            deadlines: list[Any] = []
+            for reply in replies[at:at + calls]:
+                if isinstance(reply, Exception):
+                    with _available(self.credentials):
+                        raise reply
+                deadlines += reply
+            at += calls
+            out[tenant] = [d is not None and float(d) > now_ms for d in deadlines]
+        return out
+
     def _deadlines(self, leased: str, members: Sequence[str]) -> list[Any]:
         """ZMSCORE of the members, in calls within the argument limit."""
         out: list[Any] = []

@@ -108,10 +108,14 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
     the same round trip."""
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
-    for tenant, entries in by_tenant(items, rejected).items():
+    tenants = by_tenant(items, rejected)
+    # (every tenant's ZMSCORE in one pipeline; with progress, a call per tenant)
+    held_by = ctx.warm.verify_tenants(
+        queue, {tenant: [v.member for v in entries] for tenant, entries in tenants.items()},
+        now_ms=now_ms) if progress is None else {}
+    for tenant, entries in tenants.items():
         if progress is None:
-            held = ctx.warm.verify(queue, tenant, now_ms=now_ms,
-                                   members=[v.member for v in entries])
+            held = held_by[tenant]
         else:
             held, kept = ctx.warm.verify_with_progress(
                 queue, tenant, now_ms=now_ms, leases=[(v.id, v.token) for v in entries])
