@@ -294,9 +294,9 @@ class Tierq(Deployment):
         themselves (``tq.ack(queue, tasks)``: acked without a result)."""
         item = lease_models.AckItem
         kinds = (item, lease_models.ClaimedTask)  # (read once, not per item)
-        items = _listed(items)
-        models = list(items) if all(map(isinstance, items, itertools.repeat(kinds))) else \
-            [i if isinstance(i, kinds) else item.model_validate(i) for i in items]
+        listed = list(items)  # (read twice below: a generator once)
+        models = listed if all(map(isinstance, listed, itertools.repeat(kinds))) else \
+            [i if isinstance(i, kinds) else item.model_validate(i) for i in listed]
         return self._lease_outcome("ack", queue, models, leases.ack, lease_models.AckResult,
                                    idempotency_key, caller, body_fingerprint)
 
