@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+import redis
+
 from bench.enqueue_round_trips import Wire
+from tests.integration import ack_pairs_scenarios
+from tierq.dal.lua_calls import LeaseDrop
 from tierq.dal.warm_tier import PairKeys
 
 QUEUE = "rt"
@@ -95,14 +100,77 @@ def test_an_ack_with_results_reads_the_progress_with_the_check(tq, valkey):
     assert valkey.hlen(PairKeys.of(QUEUE, TENANT).progress) == 0
 
 
-def test_an_ack_checks_every_tenants_leases_in_one_round_trip(tq):
+def test_an_ack_of_ten_tenants_is_two_round_trips(tq, valkey):
     """A claim naming no tenant hands out tasks of several tenants: the ack checks all
-    their tokens in one pipeline, then drops each pair's leases in its own round trip."""
+    their tokens in one pipeline, then drops every pair's leases in one more, with each
+    pair's completion markers and throughput count (11 round trips when each pair's drop
+    was a round trip of its own)."""
+    tq.put_queue(QUEUE, {})
+    tenants = [f"t{i}" for i in range(10)]
+    tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in tenants for i in range(3)])
+    got = tq.claim(QUEUE, max=30)
+    assert sorted({t.tenant for t in got}) == tenants and len(got) == 30
+    first = [next(t for t in got if t.tenant == tenant) for tenant in tenants]
+    tq.ack(QUEUE, first)  # (not counted: it loads the scripts and notes the tenants)
+    rest = [t for t in got if t not in first]
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        result = tq.ack(QUEUE, rest)
+        wire.on = False
+    assert len(result.acked) == 20 and not result.rejected
+    assert wire.commands["ZMSCORE"] == 10, dict(wire.commands)
+    assert wire.commands["lease_drop"] == 10, dict(wire.commands)
+    assert wire.commands["task_finished"] == 10, dict(wire.commands)
+    # one pipeline of the ten ZMSCOREs, then one of the ten drops, markers and counts
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+    for tenant in tenants:
+        assert valkey.zcard(PairKeys.of(QUEUE, tenant).leased) == 0
+        assert tq.throughput(QUEUE, tenant=tenant).acked_total == 3
+        finished = {v.decode() for v in valkey.hkeys(PairKeys.of(QUEUE, tenant).finished)}
+        assert {str(t.id) for t in got if t.tenant == tenant} <= finished
+    # acked once: a second ack of one of them is refused (its lease is gone)
+    assert [r.reason for r in tq.ack(QUEUE, rest[:1]).rejected] == ["not_owner"]
+
+
+def test_an_ack_of_tenants_drops_leases_counts_gives_back_and_wakes(tq, valkey):
+    ack_pairs_scenarios.an_ack_of_tenants_drops_every_lease(tq, valkey, ["a", "b", "c"])
+
+
+def test_an_ack_of_tenants_after_valkey_lost_its_scripts(tq, valkey):
+    """Every script of the pipeline (drops, markers, counts, give-back, pushes) is loaded
+    and run again."""
+    ack_pairs_scenarios.an_ack_of_tenants_drops_every_lease(tq, valkey, ["a", "b", "c"],
+                                                            scripts_lost=True)
+
+
+def test_a_pair_whose_drop_fails_is_raised_after_the_others(tq, valkey):
+    """One pair's drop answers an error: every other pair's leases are dropped and counted
+    in the same pipeline before the error is raised (the ack is committed already)."""
     tq.put_queue(QUEUE, {})
     tenants = ["a", "b", "c"]
-    tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in tenants for i in range(3)])
-    got = tq.claim(QUEUE, max=9)
-    assert sorted({t.tenant for t in got}) == tenants and len(got) == 9
+    tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in tenants for i in range(2)])
+    got = tq.claim(QUEUE, max=6)
+    got.sort(key=lambda t: t.tenant != "b")  # (b's pair first)
+    valkey.delete(PairKeys.of(QUEUE, "b").lease_of)
+    valkey.set(PairKeys.of(QUEUE, "b").lease_of, "not a hash")  # (HMGET: WRONGTYPE)
+    with pytest.raises(redis.ResponseError):
+        tq.ack(QUEUE, got)
+    for tenant in ["a", "c"]:
+        assert valkey.zcard(PairKeys.of(QUEUE, tenant).leased) == 0
+        assert tq.throughput(QUEUE, tenant=tenant).acked_total == 2
+    assert all(tq.ctx.store.task_by_id(QUEUE, t.id) is None for t in got)  # (committed)
+
+
+def test_a_pair_of_more_leases_than_one_call_holds(tq, valkey, monkeypatch):
+    """A pair with more members than one drop call takes goes in several calls of the same
+    pipeline, beside the other pairs'."""
+    monkeypatch.setattr(LeaseDrop, "items_per_call", classmethod(lambda cls: 3))
+    tq.put_queue(QUEUE, {})
+    tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in ["a", "b"]
+                       for i in range(8)])
+    got = tq.claim(QUEUE, max=16)
     tq.ack(QUEUE, got[:1])  # (not counted: it loads the scripts)
     wire = Wire()
     wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
@@ -110,9 +178,8 @@ def test_an_ack_checks_every_tenants_leases_in_one_round_trip(tq):
         wire.on = True
         result = tq.ack(QUEUE, got[1:])
         wire.on = False
-    assert len(result.acked) == 8 and not result.rejected
-    assert wire.commands["ZMSCORE"] == 3, dict(wire.commands)
-    # one pipeline of the three ZMSCOREs, then one drop per pair
-    assert wire.sends == 1 + 3, (wire.sends, dict(wire.commands))
-    # acked once: a second ack of one of them is refused (its lease is gone)
-    assert [r.reason for r in tq.ack(QUEUE, got[1:2]).rejected] == ["not_owner"]
+    assert len(result.acked) == 15
+    assert wire.commands["lease_drop"] == 6 and wire.sends == 2, (wire.sends,
+                                                                  dict(wire.commands))
+    for tenant in ["a", "b"]:
+        assert valkey.zcard(PairKeys.of(QUEUE, tenant).leased) == 0

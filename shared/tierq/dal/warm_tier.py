@@ -411,6 +411,20 @@ class PushAlong:
 
 
 @lazy_dataclass(frozen=True)
+class PairDrop:
+    """One pair's part of ``WarmTier.release_pairs``: its leases (members
+    ``lease_member(id, token)``), how many of its tasks were just acked (counted with the
+    drop, dal/throughput.py), its completion markers (``release``'s ``finished``) and a push
+    of its tasks to send along (``push_along``)."""
+
+    tenant: str
+    members: Sequence[str]
+    acked: int = 0
+    finished: TaskFinished | None = None
+    push: PushAlong | None = None
+
+
+@lazy_dataclass(frozen=True)
 class UpdateOutcome:
     """What ``update_ready`` did: the tasks found (and replaced), the items done before it
     stopped, and why it stopped: ``short`` bytes of allotment missing ('ask'), or
@@ -1285,57 +1299,102 @@ class WarmTier:
         (lua/task_finished.lua, in the pair's slot), sent right after the drop in its round
         trip; an error of theirs is logged, not raised (logic/waits.py: best-effort).
         ``push``: a push of the pair's tasks (``push_along``), sent last in the round trip;
-        its reply is kept in it for ``pushed_along``, never raised here."""
-        if not members:
-            return 0
-        k = PairKeys.of(queue, tenant)
-        *before, last = chunks(list(dict.fromkeys(members)), LeaseDrop.items_per_call())
-        dropped = 0
-        for part in before:  # (more than one call holds: the earlier parts on their own)
-            dropped += self.call(LeaseDrop(k, part))
+        its reply is kept in it for ``pushed_along``, never raised here. One pair of
+        ``release_pairs``."""
+        return self.release_pairs(queue, [PairDrop(tenant, members, acked, finished, push)],
+                                  then=then)[0]
+
+    def release_pairs(self, queue: str, drops: Sequence[PairDrop], *,
+                      then: ScriptCall | None = None) -> list[int]:
+        """``release`` of several pairs of ``queue`` in one pipeline: one round trip on a
+        single server, one per master in cluster mode. It holds every pair's drop (calls of
+        at most ``LeaseDrop.items_per_call()`` members: ElastiCache's argument limit), then
+        the pairs' markers and throughput counts, then ``then`` (single server: after every
+        drop, in order), then the pushes. In cluster mode ``then`` runs once every drop has
+        answered, and not when one failed (a reservation may outlive its lease, never the
+        reverse). A script Valkey lost is loaded and run again; every reply is dealt with
+        before the first error of a drop is raised. Returns how many leases each pair
+        dropped, in order (a pair without members sends nothing)."""
+        sha = self.scripts[LeaseDrop.SCRIPT].sha
+        calls: list[LeaseDrop] = []
+        spans: list[int] = []  # each pair's drop calls, in order
+        acked: dict[str, int] = {}
+        for d in drops:
+            parts = [LeaseDrop(PairKeys.of(queue, d.tenant), part)
+                     for part in chunks(list(dict.fromkeys(d.members)),
+                                        LeaseDrop.items_per_call())] if d.members else []
+            calls += parts
+            spans.append(len(parts))
+            if parts and d.acked > 0:
+                acked[d.tenant] = acked.get(d.tenant, 0) + d.acked
+        if not calls:
+            return [0] * len(drops)
+        sent = [d for d, n in zip(drops, spans, strict=True) if n]
+        marked = [d for d in sent if d.finished is not None]
+        pushes = [d.push for d in sent if d.push is not None]
         after: list[tuple[Any, ...]] = []
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
-        drop = LeaseDrop(k, last)
-        if acked <= 0 and not after and finished is None and push is None:
-            dropped += self.call(drop)
+        if len(calls) == 1 and not acked and not after and not marked and not pushes:
+            alone = self.call(calls[0])  # (a lone drop: no pipeline)
             self._then(then)
-            return dropped
-        counts, notes = self.throughput.along(queue, {tenant: (0, acked)}) if acked > 0 \
-            else ([], [])
-        marks = [] if finished is None else [evalsha(finished,
-                                                     self.scripts[finished.SCRIPT].sha)]
-        pushed = [] if push is None else [
-            evalsha(push.call, self.scripts[PushReady.SCRIPT].sha),
-            evalsha(push.note, self.scripts[ReadyTenantsNote.SCRIPT].sha)]
-        replies = self.pipeline([evalsha(drop, self.scripts[drop.SCRIPT].sha), *marks,
-                                 *counts, *after, *pushed])
-        if push is not None:  # (its two replies last: read, then left out of the rest)
-            push.sent, push.reply, noted = True, replies[-2], replies[-1]
+            return [alone if n else 0 for n in spans]
+        counts, notes = self.throughput.along(queue, {t: (0, n) for t, n in acked.items()}) \
+            if acked else ([], [])
+        commands = [evalsha(call, sha) for call in calls]
+        commands += [evalsha(d.finished, self.scripts[TaskFinished.SCRIPT].sha)
+                     for d in marked if d.finished is not None]
+        commands += [*counts, *after]
+        push_sha = self.scripts[PushReady.SCRIPT].sha
+        note_sha = self.scripts[ReadyTenantsNote.SCRIPT].sha
+        for push in pushes:
+            commands += [evalsha(push.call, push_sha), evalsha(push.note, note_sha)]
+        replies = self.pipeline(commands)
+        at = len(calls) + len(marked) + len(counts) + len(after)
+        for push in pushes:  # (their two replies each, last: kept for pushed_along)
+            push.sent, push.reply, noted = True, replies[at], replies[at + 1]
             push.noted = not isinstance(noted, Exception)
             if isinstance(noted, Exception) and not isinstance(noted, NoScriptError):
                 log.warning("entering %r in the ready-tenant index of %r failed: %s",
-                            tenant, queue, noted)
-            replies = replies[:-2]
-        first = replies[0]
-        if isinstance(first, NoScriptError):
-            first = self.call(drop)  # (Valkey lost its scripts: loaded)
-        if finished is not None:
-            self._marked(queue, tenant, finished, replies[1])
-            replies = replies[:1] + replies[2:]
+                            push.tenant, queue, noted)
+            at += 2
+        error: Exception | None = None
+        dropped: list[int] = []
+        for call, reply in zip(calls, replies, strict=False):
+            if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded)
+                try:
+                    reply = self.call(call)
+                except Exception as exc:  # (raised once every reply is dealt with)
+                    reply = exc
+            if isinstance(reply, Exception):
+                error = error or reply
+                dropped.append(0)
+            else:
+                dropped.append(call.parse(reply))
+        at = len(calls)
+        for d in marked:
+            if d.finished is not None:
+                self._marked(queue, d.tenant, d.finished, replies[at])
+            at += 1
+        count_replies = replies[at:at + len(counts)]
+        at += len(counts)
         if after:
-            end, replies = replies[-1], replies[:-1]
-            if isinstance(end, NoScriptError):
+            if isinstance(replies[at], NoScriptError):
                 self._then(then)  # (Valkey lost its scripts: _run loads it again)
             # (another error there: the reservations end at their deadline)
-        self.throughput.settle(queue, counts, replies[1:], notes)
-        if isinstance(first, Exception):
-            with _available(self.credentials):
-                raise first
-        if not after:
+        elif error is None:
             self._then(then)
-        return dropped + drop.parse(first)
+        self.throughput.settle(queue, counts, count_replies, notes)
+        if error is not None:
+            with _available(self.credentials):
+                raise error
+        out: list[int] = []
+        at = 0
+        for n in spans:
+            out.append(sum(dropped[at:at + n]))
+            at += n
+        return out
 
     def _marked(self, queue: str, tenant: str, call: TaskFinished, reply: Any) -> None:
         """The reply of ``release``'s completion markers: a script Valkey lost is run again;

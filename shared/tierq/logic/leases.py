@@ -19,7 +19,13 @@ from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.core.lazy import lazy_module
 from tierq.dal.command_limit import per_call
 from tierq.dal.store.rows import AckedRow
-from tierq.dal.warm_tier import ScriptCall, lease_member, reservation_of, token_groups
+from tierq.dal.warm_tier import (
+    PairDrop,
+    ScriptCall,
+    lease_member,
+    reservation_of,
+    token_groups,
+)
 from tierq.errors import WarmTierFull
 from tierq.logic import admission, flows, groups, limits, waits
 from tierq.logic.admission import Target
@@ -132,11 +138,13 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
                 acked: set[str] | frozenset[str] = frozenset(),
                 ended: Sequence[tuple[str, str, int]] = (), state: str = "done",
                 pushes: admission.Pending | None = None) -> None:
-    """``acked``: ids of those tasks just acked, counted with the drop (one round trip).
-    ``ended``: tasks (tenant, id, attempt) that ended in ``state``, whose waiters are told
-    (logic/waits.py) in the round trip of their pair's drop, after it. ``pushes``: tasks
-    made ready in a transaction committed already (groups released by the ack), each
-    pair's push sent last in the round trip of its drop where it can be
+    """Drop these leases, every pair's in one pipeline (``WarmTier.release_pairs``: one
+    round trip on a single server, one per master on a cluster). ``acked``: ids of those
+    tasks just acked, counted with the drop. ``ended``: tasks (tenant, id, attempt) that
+    ended in ``state``, whose waiters are told (logic/waits.py) in the round trip of the
+    drops, after their pair's. ``pushes``: tasks made ready in a transaction committed
+    already (groups released by the ack), each pair's push sent last in the round trip of
+    the drops where it can be
     (``admission.push_along``); ``admission.finish`` reads their outcome afterwards."""
     by_tenant: dict[str, list[str]] = defaultdict(list)
     counted: dict[str, int] = defaultdict(int)  # of each tenant's, those acked
@@ -149,8 +157,8 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
         marks[tenant].append((task_id, state, attempt))
     calls = {tenant: waits.marker_call(queue, tenant, items)
              for tenant, items in marks.items() if tenant in by_tenant}
-    # then their queue-wide reservations (with the last pair's drop, after it): a
-    # reservation may outlive its lease, never the reverse, so max_leased is never exceeded
+    # then their queue-wide reservations (after every drop): a reservation may outlive its
+    # lease, never the reverse, so max_leased is never exceeded
     then: ScriptCall | None = None
     apart = False  # too many to give back in one call: after the drops, in several
     if verified and ctx.queue_settings.get(queue).max_leased:
@@ -158,13 +166,10 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
         apart = len(groups) > per_call(3 + 2)
         if not apart:
             then = ctx.warm.return_capacity_call(queue, limits.LEASES_POOL, groups)
-    last = len(by_tenant) - 1
-    for i, (tenant, members) in enumerate(by_tenant.items()):
-        along = None if pushes is None else admission.push_along(ctx, pushes,
-                                                                 (queue, tenant))
-        ctx.warm.release(queue, tenant, members, acked=counted[tenant],
-                         then=then if i == last else None, finished=calls.get(tenant),
-                         push=along)
+    ctx.warm.release_pairs(queue, [
+        PairDrop(tenant, members, counted[tenant], calls.get(tenant),
+                 None if pushes is None else admission.push_along(ctx, pushes, (queue, tenant)))
+        for tenant, members in by_tenant.items()], then=then)
     waits.finished(ctx, queue, [(tenant, task_id, attempt)
                                 for tenant, task_id, attempt in ended
                                 if calls.get(tenant) is None], state)
