@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.integration import ack_pairs_scenarios
 from tests.integration.test_request_cost import (  # noqa: F401  (run here on the cluster)
     test_a_claims_removal_never_loses_an_admission_that_raced_it,
 )
@@ -115,3 +116,19 @@ def test_an_ack_of_tenants_on_every_master_checks_each_lease(tq, valkey):
     assert len(result.acked) == len(tenants)
     assert sorted(str(r.id) for r in result.rejected) == sorted(str(t.id) for t in first)
     assert {r.reason for r in result.rejected} == {"not_owner"}
+
+
+def test_an_ack_of_tenants_on_every_master_drops_every_lease(tq, valkey):
+    """The drops of every pair go in one pipeline, split by master: every lease is dropped,
+    each pair's acks counted, the max_leased reservations given back once the drops
+    answered, a waiter of each tenant woken and each group's next task pushed."""
+    tenants = tenants_on_every_node(valkey, ack_pairs_scenarios.QUEUE, per_node=2)
+    assert len({node_of(valkey, ack_pairs_scenarios.QUEUE, t) for t in tenants}) == \
+        len(valkey.get_primaries())
+    ack_pairs_scenarios.an_ack_of_tenants_drops_every_lease(tq, valkey, tenants)
+
+
+def test_an_ack_of_tenants_on_every_master_after_the_scripts_were_lost(tq, valkey):
+    tenants = tenants_on_every_node(valkey, ack_pairs_scenarios.QUEUE)
+    ack_pairs_scenarios.an_ack_of_tenants_drops_every_lease(tq, valkey, tenants,
+                                                            scripts_lost=True)
