@@ -15,9 +15,10 @@ import redis
 
 from tests.integration.helpers import count_rows, count_state
 from tests.integration.test_warm_bytes import assert_exact
-from tierq.dal.warm_tier import PairKeys
+from tierq.dal.warm_tier import PairKeys, _available
 from tierq.engine import Tierq
-from tierq.errors import NotFound
+from tierq.errors import NotFound, WarmTierUnavailable
+from tierq.local.services.process import free_port
 from tierq.logic.context import OffsetClock
 from tierq.logic.tasks import gone_ttl_ms
 
@@ -233,3 +234,67 @@ def test_a_push_that_comes_after_a_purge_puts_nothing_back(
     [task] = tq.claim(Q, max=10)
     assert (task.id, task.payload) == (later.id, "later")
     assert not tq.ack(Q, [task]).rejected
+
+
+@pytest.fixture
+def valkey_fails_once() -> Iterator[Callable[[Tierq], None]]:
+    """``arm(tq)``: the next removal from the warm tier (lua/remove.lua) goes to a port
+    nobody listens on, a real connection failure (``WarmTierUnavailable``); every other
+    call, and the removals after it, reach Valkey."""
+    armed: list[Any] = []
+
+    def arm(tq: Tierq) -> None:
+        warm = tq.ctx.warm
+        armed.append(warm)
+
+        def remove_leased(*args: Any, **kw: Any) -> Any:
+            del warm.remove_leased  # (once: the class's own from here on)
+            dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+
+            def run_script(script: Any, keys: Any, argv: Any) -> Any:
+                with _available():
+                    return dead.evalsha(script.sha, len(keys), *keys, *argv)
+
+            warm.run_script = run_script  # type: ignore[method-assign]
+            try:
+                return warm.remove_leased(*args, **kw)
+            finally:
+                del warm.run_script
+                dead.close()
+
+        warm.remove_leased = remove_leased  # type: ignore[method-assign]
+
+    yield arm
+    for warm in armed:
+        vars(warm).pop("remove_leased", None)
+
+
+def row_state(pg: psycopg.Connection[Any], task_id: str) -> str | None:
+    row = pg.execute("SELECT state FROM tierq_tasks WHERE id = %s", (task_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+@pytest.mark.parametrize("leased", [False, True])
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_that_valkey_fails_changes_nothing_and_its_retry_finishes(
+        tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+        valkey_fails_once: Callable[[Tierq], None], how: str, leased: bool) -> None:
+    """Valkey fails the removal of a cancel or delete (503): nothing is changed, so no claim
+    hands out a task whose row is cancelled or gone, and the retry cancels or deletes it;
+    after that no claim returns it."""
+    task_id = str(tq.enqueue_one(Q, "x").id)
+    if leased:
+        [held] = tq.claim(Q, max=1)
+    op = tq.cancel if how == "cancel" else tq.cancel_task
+    valkey_fails_once(tq)
+    with pytest.raises(WarmTierUnavailable):
+        op(Q, task_id)
+    # the task is as it was: a claim between the failure and the retry hands out only live
+    # rows
+    assert row_state(pg, task_id) == "warm"
+    for task in tq.claim(Q, max=5):
+        assert row_state(pg, str(task.id)) == "warm"
+    op(Q, task_id)  # the caller's retry
+    if leased:
+        assert tq.ack(Q, [held]).acked == []
+    assert_never_runs(tq, valkey, pg, [task_id], how)
