@@ -143,18 +143,83 @@ def test_a_restore_whose_push_comes_after_a_cancel_does_not_run_it(
 
 def test_a_replace_into_the_future_pushes_the_task_again_when_due(
         make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
-    """A replace that takes a keyed task out of the warm tier (into the future) leaves no
-    tombstone: the same id is pushed again when it is due."""
+    """A replace that takes a keyed task out of the warm tier (into the future) leaves a
+    tombstone that lapses just before the task is due: the same id is pushed again then."""
     clock = OffsetClock()
     tq = make_tq(clock=clock)
     first = tq.enqueue_one(Q, 1, key="k")
     tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 60}])
     k = PairKeys.of(Q, "_")
-    assert valkey.zcard(k.ready) == 0 and not valkey.exists(k.gone)
+    assert valkey.zcard(k.ready) == 0
+    [(stone, lapses)] = valkey.zrange(k.gone, 0, -1, withscores=True)
+    due_ms = int(tq.get_task(Q, first.id).run_at.timestamp() * 1000)
+    assert (stone.decode(), lapses) == (str(first.id), due_ms - 1)
     clock.advance(61)
     tq.run_delayed_mover()
     [task] = tq.claim(Q, max=5)
     assert (task.id, task.payload) == (first.id, 2)
+    assert assert_exact(tq, valkey, Q) == 0
+    assert not valkey.exists(k.gone)
+
+
+@pytest.mark.parametrize("kind", ["new", "restore"])
+def test_a_push_that_comes_after_a_replace_into_the_future_does_not_run_it_early(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+        kind: str) -> None:
+    """A push that read a keyed task as ready before a replace moved it into the future
+    (its enqueue's own push, 'new'; a release's, 'restore') reaches Valkey after the
+    replace: the task is not claimed before it is due, and then runs with the new
+    payload."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    replace = [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 60}]
+    real = tq.ctx.warm.push
+    replaced: list[str] = []
+
+    def push(queue: str, tenant: str, **kw: Any) -> Any:
+        if kw["kind"] == kind and not replaced:
+            replaced.extend(str(task_id) for task_id, _, _ in kw["items"])
+            [outcome] = tq.enqueue(queue, replace)
+            assert (outcome.outcome, outcome.state) == ("updated", "delayed")
+        return real(queue, tenant, **kw)
+
+    if kind == "restore":
+        tq.enqueue_one(Q, 1, key="k")
+        [held] = tq.claim(Q, max=1)
+        monkeypatch.setattr(tq.ctx.warm, "push", push)
+        assert tq.release(Q, [held]).released == [held.id]
+    else:
+        monkeypatch.setattr(tq.ctx.warm, "push", push)
+        tq.enqueue(Q, [{"payload": 1, "key": "k"}])
+    [task_id] = replaced
+    k = PairKeys.of(Q, "_")
+    assert tq.claim(Q, max=5) == []
+    assert valkey.zcard(k.ready) == 0 and assert_exact(tq, valkey, Q) == 0
+    assert tq.get_task(Q, task_id).state == "delayed"
+    clock.advance(61)
+    tq.run_delayed_mover()
+    [task] = tq.claim(Q, max=5)
+    assert (str(task.id), task.payload) == (task_id, 2)
+    assert tq.ack(Q, [task]).acked == [task.id]
+
+
+@pytest.mark.parametrize("delay", [0, 10])
+def test_a_replace_that_brings_a_task_sooner_lowers_its_tombstone(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, delay: int) -> None:
+    """A task replaced into the future, then replaced again due sooner (now, or in 10 s),
+    runs when the second replace says: the first one's tombstone lapses by then."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    first = tq.enqueue_one(Q, 1, key="k")
+    tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 600}])
+    tq.enqueue(Q, [{"payload": 3, "key": "k", "on_conflict": "replace",
+                    "delay_seconds": delay}])
+    if delay:
+        assert tq.claim(Q, max=5) == []
+        clock.advance(delay + 1)
+        tq.run_delayed_mover()
+    [task] = tq.claim(Q, max=5)
+    assert (task.id, task.payload) == (first.id, 3)
     assert assert_exact(tq, valkey, Q) == 0
 
 
