@@ -6,6 +6,8 @@ engine's own push step, after the push's rows were read and before its script ru
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,9 +19,9 @@ from tests.integration.helpers import count_rows, count_state
 from tests.integration.test_warm_bytes import assert_exact
 from tierq.dal.warm_tier import PairKeys, _available
 from tierq.engine import Tierq
-from tierq.errors import NotFound, WarmTierUnavailable
+from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
 from tierq.local.services.process import free_port
-from tierq.logic.context import OffsetClock
+from tierq.logic.context import OffsetClock, to_datetime
 from tierq.logic.tasks import gone_ttl_ms
 
 Q = "race"
@@ -203,6 +205,35 @@ def test_a_push_that_comes_after_a_replace_into_the_future_does_not_run_it_early
     assert tq.ack(Q, [task]).acked == [task.id]
 
 
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_that_postgres_fails_after_the_removal_leaves_the_task_to_run_later(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        how: str) -> None:
+    """PostgreSQL fails a cancel or delete after it took the task out of Valkey (its row
+    locked by another session past the lock timeout): the row is as it was, the task out
+    of line and claimed by no one while its tombstone lasts; the retry cancels it, and
+    without one the reconciler puts it back once the tombstone lapsed."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock, lock_timeout_ms=200)
+    task_id = str(tq.enqueue_one(Q, "x").id)
+    op = tq.cancel if how == "cancel" else tq.cancel_task
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (task_id,))
+        with pytest.raises(DatabaseTimedOut):
+            op(Q, task_id)
+    assert row_state(pg, task_id) == "warm"
+    k = PairKeys.of(Q, "_")
+    assert valkey.zscore(k.gone, task_id) is not None
+    assert tq.claim(Q, max=5) == []
+    clock.advance(gone_ttl_ms(tq.ctx.settings) / 1000 + 1)
+    tq.run_reaper()
+    [task] = tq.claim(Q, max=5)
+    assert str(task.id) == task_id
+    op(Q, task_id)  # (a retry this late still cancels it, its lease dropped)
+    assert tq.ack(Q, [task]).acked == []
+    assert tq.claim(Q, max=5) == []
+
+
 @pytest.mark.parametrize("delay", [0, 10])
 def test_a_replace_that_brings_a_task_sooner_lowers_its_tombstone(
         make_tq: Callable[..., Tierq], valkey: redis.Redis, delay: int) -> None:
@@ -218,6 +249,35 @@ def test_a_replace_that_brings_a_task_sooner_lowers_its_tombstone(
         assert tq.claim(Q, max=5) == []
         clock.advance(delay + 1)
         tq.run_delayed_mover()
+    [task] = tq.claim(Q, max=5)
+    assert (task.id, task.payload) == (first.id, 3)
+    assert assert_exact(tq, valkey, Q) == 0
+
+
+class FrozenClock(OffsetClock):
+    """A clock that stands still at ``at`` (seconds)."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__()
+        self.at = at
+
+    def now(self) -> float:
+        return self.at + self.offset
+
+
+def test_a_replace_to_now_runs_at_once_when_now_rounds_up(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
+    """A delayed task replaced with a run_at of now is ready at once, also when now rounded
+    to the microsecond (as it is stored) is past the float it came from."""
+    at = float(int(time.time()))
+    while to_datetime(at).timestamp() <= at:
+        at = math.nextafter(at + 3e-7, math.inf)
+    tq = make_tq(clock=FrozenClock(at))
+    first = tq.enqueue_one(Q, 1, key="k")
+    tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 600}])
+    [outcome] = tq.enqueue(Q, [{"payload": 3, "key": "k", "on_conflict": "replace",
+                                "delay_seconds": 0}])
+    assert outcome.state == "warm"
     [task] = tq.claim(Q, max=5)
     assert (task.id, task.payload) == (first.id, 3)
     assert assert_exact(tq, valkey, Q) == 0

@@ -525,7 +525,9 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
             to_remove[p.tenant].append(place(row.priority, row.seq, str(row.id)))
             due = to_ms(row.run_at.timestamp())
             due_ms[p.tenant] = min(due, due_ms.get(p.tenant, due))
-        elif state == "delayed" and row.run_at.timestamp() <= now:
+        elif state == "delayed" and row.run_at <= to_datetime(now):
+            # (compared as stored: a run_at of now, rounded to the microsecond, may be past
+            # the float it came from)
             now_ready.append(Target(str(row.id), queue, p.tenant))
         elif state == "warm":
             warm_updates[p.tenant].append(admission.row_push_item(row))
