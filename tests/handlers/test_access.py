@@ -269,6 +269,14 @@ def test_claim_words() -> None:
     ({"sub": "m2m", "client_id": "m2m", "scope": "tierq/admin"},
      access.Caller("admin", None, "sub:m2m")),
     ({"scope": "tierq/admin"}, access.Caller("admin", None, None)),
+    # the issuer in front, with its length
+    ({"iss": "https://idp", "sub": "user-1", "tenant": "acme"},
+     access.Caller("tenant", "acme", "iss:11:https://idp|sub:user-1")),
+    ({"iss": "https://idp", "client_id": "app", "scope": "tierq/admin"},
+     access.Caller("admin", None, "iss:11:https://idp|client_id:app")),
+    ({"iss": "", "sub": "user-1", "tenant": "acme"},
+     access.Caller("tenant", "acme", "sub:user-1")),
+    ({"iss": "https://idp", "tenant": "acme"}, access.Caller("tenant", "acme", None)),
 ])
 def test_a_callers_subject_is_its_sub_else_its_client_id(
         api_event: ApiEvent, lambda_env: None, claims: dict[str, str],

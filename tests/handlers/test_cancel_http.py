@@ -6,12 +6,16 @@ nothing written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.handlers.support import Invoke
+from tests.integration.test_cancel_races import valkey_fails_once  # noqa: F401  (fixture)
+from tierq.aws.runtime import engine
+from tierq.engine import Tierq
 from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
 ACME = {"tenant": "acme"}
@@ -110,3 +114,26 @@ def test_another_tenants_cancelled_task_is_not_reported_to_a_made_up_token(
     mine = {"id": task["id"], "lease_token": task["lease_token"]}
     beat = call("POST", "/v1/queues/jobs/heartbeats", {"leases": [mine]}, claims=ACME).body
     assert beat["cancelled"] == [task["id"]]
+
+
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_or_delete_that_valkey_fails_is_a_503_whose_retry_does_it(
+        call: Invoke, pg: psycopg.Connection[Any],
+        valkey_fails_once: Callable[[Tierq], None],  # noqa: F811  (the fixture)
+        how: str) -> None:
+    """Valkey fails the removal (a connection to a closed port): 503 with nothing changed,
+    the retry is 200, and no claim returns the task after it."""
+    made = call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, claims=ACME).body
+    method, path = (("POST", f"/v1/queues/jobs/tasks/{made['id']}/cancel") if how == "cancel"
+                    else ("DELETE", f"/v1/queues/jobs/tasks/{made['id']}"))
+    tq = engine()
+    assert isinstance(tq, Tierq)
+    valkey_fails_once(tq)
+    failed = call(method, path, claims=ACME)
+    assert failed.status == 503, failed.body
+    assert call("GET", f"/v1/queues/jobs/tasks/{made['id']}",
+                claims=ACME).body["state"] == "warm"
+    retried = call(method, path, claims=ACME)
+    assert retried.status == 200, retried.body
+    assert call("POST", "/v1/queues/jobs/claims", {"max": 5}, claims=ACME).body["tasks"] == []
+    assert rows(pg) == (1 if how == "cancel" else 0)

@@ -443,6 +443,37 @@ def test_client_id_is_the_subject_of_a_token_without_sub_and_never_an_equal_sub(
     assert task_count(pg, "jobs") == 3
 
 
+def test_two_issuers_tokens_with_one_sub_are_two_callers(
+        call: Invoke, pg: psycopg.Connection[Any]) -> None:
+    """The subject includes the token's issuer: tokens of two identity providers that name
+    the same ``sub`` (or ``client_id``) each get their own enqueue under one key, a token of
+    the same issuer replays, and a token without ``iss`` is a caller of its own. An issuer
+    and a value that hold ``|`` do not read as another pair."""
+    body = {"payload": "same"}
+    headers = key()
+    one = {"iss": "https://idp-one.example", "sub": "svc", "tenant": "acme"}
+    two = {"iss": "https://idp-two.example", "sub": "svc", "tenant": "acme"}
+    bare = {"sub": "svc", "tenant": "acme"}
+    # ("a|sub:b", "c") against ("a", "b|sub:c"): one string joined naively, two callers here
+    piped = {"iss": "a|sub:b", "sub": "c", "tenant": "acme"}
+    split = {"iss": "a", "sub": "b|sub:c", "tenant": "acme"}
+    replies = {name: call("POST", "/v1/queues/jobs/tasks", body, headers=headers, claims=claims)
+               for name, claims in (("one", one), ("two", two), ("bare", bare),
+                                    ("piped", piped), ("split", split))}
+    assert {r.status for r in replies.values()} == {200}
+    assert not any("idempotent-replayed" in r.headers for r in replies.values())
+    assert len({r.body["id"] for r in replies.values()}) == 5
+    again = call("POST", "/v1/queues/jobs/tasks", body, headers=headers,
+                 claims={**one, "email": "other@example.com"})
+    assert again.body == replies["one"].body
+    assert again.headers.get("idempotent-replayed") == "true"
+    # another body under the key is refused for that issuer's subject alone
+    other = call("POST", "/v1/queues/jobs/tasks", {"payload": "other"}, headers=headers,
+                 claims=two)
+    assert other.status == 409 and other.body["error"]["code"] == "idempotency_key_reused"
+    assert task_count(pg, "jobs") == 5
+
+
 def test_a_sub_that_is_a_lone_surrogate_has_a_scope_of_its_own(
         call: Invoke, pg: psycopg.Connection[Any]) -> None:
     """JSON can carry a lone surrogate (``"\\ud800"``), which UTF-8 cannot encode: such a

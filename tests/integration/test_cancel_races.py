@@ -6,6 +6,8 @@ engine's own push step, after the push's rows were read and before its script ru
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,10 +17,11 @@ import redis
 
 from tests.integration.helpers import count_rows, count_state
 from tests.integration.test_warm_bytes import assert_exact
-from tierq.dal.warm_tier import PairKeys
+from tierq.dal.warm_tier import PairKeys, _available
 from tierq.engine import Tierq
-from tierq.errors import NotFound
-from tierq.logic.context import OffsetClock
+from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
+from tierq.local.services.process import free_port
+from tierq.logic.context import OffsetClock, to_datetime
 from tierq.logic.tasks import gone_ttl_ms
 
 Q = "race"
@@ -142,18 +145,141 @@ def test_a_restore_whose_push_comes_after_a_cancel_does_not_run_it(
 
 def test_a_replace_into_the_future_pushes_the_task_again_when_due(
         make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
-    """A replace that takes a keyed task out of the warm tier (into the future) leaves no
-    tombstone: the same id is pushed again when it is due."""
+    """A replace that takes a keyed task out of the warm tier (into the future) leaves a
+    tombstone that lapses just before the task is due: the same id is pushed again then."""
     clock = OffsetClock()
     tq = make_tq(clock=clock)
     first = tq.enqueue_one(Q, 1, key="k")
     tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 60}])
     k = PairKeys.of(Q, "_")
-    assert valkey.zcard(k.ready) == 0 and not valkey.exists(k.gone)
+    assert valkey.zcard(k.ready) == 0
+    [(stone, lapses)] = valkey.zrange(k.gone, 0, -1, withscores=True)
+    due_ms = int(tq.get_task(Q, first.id).run_at.timestamp() * 1000)
+    assert (stone.decode(), lapses) == (str(first.id), due_ms - 1)
     clock.advance(61)
     tq.run_delayed_mover()
     [task] = tq.claim(Q, max=5)
     assert (task.id, task.payload) == (first.id, 2)
+    assert assert_exact(tq, valkey, Q) == 0
+    assert not valkey.exists(k.gone)
+
+
+@pytest.mark.parametrize("kind", ["new", "restore"])
+def test_a_push_that_comes_after_a_replace_into_the_future_does_not_run_it_early(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+        kind: str) -> None:
+    """A push that read a keyed task as ready before a replace moved it into the future
+    (its enqueue's own push, 'new'; a release's, 'restore') reaches Valkey after the
+    replace: the task is not claimed before it is due, and then runs with the new
+    payload."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    replace = [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 60}]
+    real = tq.ctx.warm.push
+    replaced: list[str] = []
+
+    def push(queue: str, tenant: str, **kw: Any) -> Any:
+        if kw["kind"] == kind and not replaced:
+            replaced.extend(str(task_id) for task_id, _, _ in kw["items"])
+            [outcome] = tq.enqueue(queue, replace)
+            assert (outcome.outcome, outcome.state) == ("updated", "delayed")
+        return real(queue, tenant, **kw)
+
+    if kind == "restore":
+        tq.enqueue_one(Q, 1, key="k")
+        [held] = tq.claim(Q, max=1)
+        monkeypatch.setattr(tq.ctx.warm, "push", push)
+        assert tq.release(Q, [held]).released == [held.id]
+    else:
+        monkeypatch.setattr(tq.ctx.warm, "push", push)
+        tq.enqueue(Q, [{"payload": 1, "key": "k"}])
+    [task_id] = replaced
+    k = PairKeys.of(Q, "_")
+    assert tq.claim(Q, max=5) == []
+    assert valkey.zcard(k.ready) == 0 and assert_exact(tq, valkey, Q) == 0
+    assert tq.get_task(Q, task_id).state == "delayed"
+    clock.advance(61)
+    tq.run_delayed_mover()
+    [task] = tq.claim(Q, max=5)
+    assert (str(task.id), task.payload) == (task_id, 2)
+    assert tq.ack(Q, [task]).acked == [task.id]
+
+
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_that_postgres_fails_after_the_removal_leaves_the_task_to_run_later(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
+        how: str) -> None:
+    """PostgreSQL fails a cancel or delete after it took the task out of Valkey (its row
+    locked by another session past the lock timeout): the row is as it was, the task out
+    of line and claimed by no one while its tombstone lasts; the retry cancels it, and
+    without one the reconciler puts it back once the tombstone lapsed."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock, lock_timeout_ms=200)
+    task_id = str(tq.enqueue_one(Q, "x").id)
+    op = tq.cancel if how == "cancel" else tq.cancel_task
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (task_id,))
+        with pytest.raises(DatabaseTimedOut):
+            op(Q, task_id)
+    assert row_state(pg, task_id) == "warm"
+    k = PairKeys.of(Q, "_")
+    assert valkey.zscore(k.gone, task_id) is not None
+    assert tq.claim(Q, max=5) == []
+    clock.advance(gone_ttl_ms(tq.ctx.settings) / 1000 + 1)
+    tq.run_reaper()
+    [task] = tq.claim(Q, max=5)
+    assert str(task.id) == task_id
+    op(Q, task_id)  # (a retry this late still cancels it, its lease dropped)
+    assert tq.ack(Q, [task]).acked == []
+    assert tq.claim(Q, max=5) == []
+
+
+@pytest.mark.parametrize("delay", [0, 10])
+def test_a_replace_that_brings_a_task_sooner_lowers_its_tombstone(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, delay: int) -> None:
+    """A task replaced into the future, then replaced again due sooner (now, or in 10 s),
+    runs when the second replace says: the first one's tombstone lapses by then."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    first = tq.enqueue_one(Q, 1, key="k")
+    tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 600}])
+    tq.enqueue(Q, [{"payload": 3, "key": "k", "on_conflict": "replace",
+                    "delay_seconds": delay}])
+    if delay:
+        assert tq.claim(Q, max=5) == []
+        clock.advance(delay + 1)
+        tq.run_delayed_mover()
+    [task] = tq.claim(Q, max=5)
+    assert (task.id, task.payload) == (first.id, 3)
+    assert assert_exact(tq, valkey, Q) == 0
+
+
+class FrozenClock(OffsetClock):
+    """A clock that stands still at ``at`` (seconds)."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__()
+        self.at = at
+
+    def now(self) -> float:
+        return self.at + self.offset
+
+
+def test_a_replace_to_now_runs_at_once_when_now_rounds_up(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
+    """A delayed task replaced with a run_at of now is ready at once, also when now rounded
+    to the microsecond (as it is stored) is past the float it came from."""
+    at = float(int(time.time()))
+    while to_datetime(at).timestamp() <= at:
+        at = math.nextafter(at + 3e-7, math.inf)
+    tq = make_tq(clock=FrozenClock(at))
+    first = tq.enqueue_one(Q, 1, key="k")
+    tq.enqueue(Q, [{"payload": 2, "key": "k", "on_conflict": "replace", "delay_seconds": 600}])
+    [outcome] = tq.enqueue(Q, [{"payload": 3, "key": "k", "on_conflict": "replace",
+                                "delay_seconds": 0}])
+    assert outcome.state == "warm"
+    [task] = tq.claim(Q, max=5)
+    assert (task.id, task.payload) == (first.id, 3)
     assert assert_exact(tq, valkey, Q) == 0
 
 
@@ -233,3 +359,67 @@ def test_a_push_that_comes_after_a_purge_puts_nothing_back(
     [task] = tq.claim(Q, max=10)
     assert (task.id, task.payload) == (later.id, "later")
     assert not tq.ack(Q, [task]).rejected
+
+
+@pytest.fixture
+def valkey_fails_once() -> Iterator[Callable[[Tierq], None]]:
+    """``arm(tq)``: the next removal from the warm tier (lua/remove.lua) goes to a port
+    nobody listens on, a real connection failure (``WarmTierUnavailable``); every other
+    call, and the removals after it, reach Valkey."""
+    armed: list[Any] = []
+
+    def arm(tq: Tierq) -> None:
+        warm = tq.ctx.warm
+        armed.append(warm)
+
+        def remove_leased(*args: Any, **kw: Any) -> Any:
+            del warm.remove_leased  # (once: the class's own from here on)
+            dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+
+            def run_script(script: Any, keys: Any, argv: Any) -> Any:
+                with _available():
+                    return dead.evalsha(script.sha, len(keys), *keys, *argv)
+
+            warm.run_script = run_script  # type: ignore[method-assign]
+            try:
+                return warm.remove_leased(*args, **kw)
+            finally:
+                del warm.run_script
+                dead.close()
+
+        warm.remove_leased = remove_leased  # type: ignore[method-assign]
+
+    yield arm
+    for warm in armed:
+        vars(warm).pop("remove_leased", None)
+
+
+def row_state(pg: psycopg.Connection[Any], task_id: str) -> str | None:
+    row = pg.execute("SELECT state FROM tierq_tasks WHERE id = %s", (task_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+@pytest.mark.parametrize("leased", [False, True])
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_that_valkey_fails_changes_nothing_and_its_retry_finishes(
+        tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+        valkey_fails_once: Callable[[Tierq], None], how: str, leased: bool) -> None:
+    """Valkey fails the removal of a cancel or delete (503): nothing is changed, so no claim
+    hands out a task whose row is cancelled or gone, and the retry cancels or deletes it;
+    after that no claim returns it."""
+    task_id = str(tq.enqueue_one(Q, "x").id)
+    if leased:
+        [held] = tq.claim(Q, max=1)
+    op = tq.cancel if how == "cancel" else tq.cancel_task
+    valkey_fails_once(tq)
+    with pytest.raises(WarmTierUnavailable):
+        op(Q, task_id)
+    # the task is as it was: a claim between the failure and the retry hands out only live
+    # rows
+    assert row_state(pg, task_id) == "warm"
+    for task in tq.claim(Q, max=5):
+        assert row_state(pg, str(task.id)) == "warm"
+    op(Q, task_id)  # the caller's retry
+    if leased:
+        assert tq.ack(Q, [held]).acked == []
+    assert_never_runs(tq, valkey, pg, [task_id], how)

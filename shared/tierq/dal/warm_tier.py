@@ -1554,9 +1554,9 @@ class WarmTier:
                gone_ms: int | None = None, gone_ttl_ms: int = 0) -> int:
         """Take these tasks (their ready-set places) out of the warm tier entirely: waiting,
         their data, their leases (lua/remove.lua: found by the id in each member). Returns
-        how many were waiting or leased. ``gone_ms`` (a cancel or delete): each task's
-        tombstone is kept ``gone_ttl_ms`` (at most ``GONE_CAP`` a pair), so a push that
-        read the task as ready before leaves it out."""
+        how many were waiting or leased. ``gone_ms`` (a cancel, a delete, a replace into
+        the future): each task's tombstone is kept ``gone_ttl_ms`` (at most ``GONE_CAP`` a
+        pair), so a push that read the task as ready before leaves it out."""
         return self.remove_leased(queue, tenant, places, gone_ms=gone_ms,
                                   gone_ttl_ms=gone_ttl_ms)[0]
 
@@ -1579,6 +1579,21 @@ class WarmTier:
                 progress = _progress_entries([(task_id, token)], [entry]).get(task_id)
                 leases.append(RemovedLease(task_id, token, progress))
         return count, leases
+
+    def lower_tombstones(self, queue: str, tenant: str, lapses: Sequence[tuple[str, int]]
+                         ) -> None:
+        """Make the tombstones these (id, lapses at ms) name lapse by then at the latest;
+        an id without one gets none (``ZADD XX LT``: Redis >= 6.2). For a replace that
+        brings a task due sooner than an earlier replace into the future said: its
+        tombstone (lua/remove.lua) must not keep out the push that finds it due. An error
+        reply (out of memory) is ignored: the tombstone then lapses when it was to."""
+        if not lapses:
+            return
+        k = PairKeys.of(queue, tenant)
+        flat: list[Any] = []
+        for task_id, at_ms in lapses:
+            flat += [at_ms, task_id]
+        self.pipeline([["ZADD", k.gone, "XX", "LT", *flat]])
 
     def remove_ready(self, queue: str, tenant: str, places: Sequence[Place]) -> list[str]:
         """Remove these tasks (their ready-set places) only while they wait in the ready set

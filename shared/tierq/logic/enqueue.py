@@ -21,8 +21,9 @@ from tierq.dal.warm_tier import AdmittedSize
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, flows, groups, payloads, tiering
 from tierq.logic.admission import PushItem, Target, plain_blob, task_blob
-from tierq.logic.context import Context, Pair, to_datetime
+from tierq.logic.context import Context, Pair, to_datetime, to_ms
 from tierq.logic.homes import require_here
+from tierq.logic.tasks import gone_ttl_ms
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.tasks import ENQUEUE_OUTCOMES, MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
 
@@ -507,6 +508,8 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
     now_ready: list[Target] = []
     warm_updates: dict[str, list[tuple[str, Place, bytes]]] = defaultdict(list)
     to_remove: dict[str, list[Place]] = defaultdict(list)
+    due_ms: dict[str, int] = {}  # per tenant, the soonest a task it takes out is due
+    sooner: dict[str, list[tuple[str, int]]] = defaultdict(list)  # (id, due ms) per tenant
     for p, existing in items:
         row = updated.get(str(existing.id))
         if row is None:
@@ -514,21 +517,36 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
                                                state=existing.state, tenant=p.tenant, key=p.key)
             continue
         state = row.state
+        if existing.state == "delayed":
+            # (an earlier replace into the future may have left a tombstone lapsing later)
+            sooner[p.tenant].append((str(row.id), to_ms(row.run_at.timestamp()) - 1))
         if state == "delayed" and existing.state in ("warm", "cold"):
             # rescheduled into the future
             to_remove[p.tenant].append(place(row.priority, row.seq, str(row.id)))
-        elif state == "delayed" and row.run_at.timestamp() <= now:
+            due = to_ms(row.run_at.timestamp())
+            due_ms[p.tenant] = min(due, due_ms.get(p.tenant, due))
+        elif state == "delayed" and row.run_at <= to_datetime(now):
+            # (compared as stored: a run_at of now, rounded to the microsecond, may be past
+            # the float it came from)
             now_ready.append(Target(str(row.id), queue, p.tenant))
         elif state == "warm":
             warm_updates[p.tenant].append(admission.row_push_item(row))
         outcomes[p.index] = EnqueueOutcome(id=row.id, outcome="updated", state=state,
                                            tenant=p.tenant, key=p.key)
+    now_ms = to_ms(now)
+    longest = gone_ttl_ms(ctx.settings)
     for tenant, places in to_remove.items():
-        # a leased task rescheduled loses its lease: its queue-wide reservation goes back
-        _, ended = ctx.warm.remove_leased(queue, tenant, places)
+        # a leased task rescheduled loses its lease: its queue-wide reservation goes back.
+        # Its tombstone lapses just before it is due (a push that read it as ready before
+        # this replace committed leaves it out; the push that finds it due passes).
+        ttl = max(1, min(longest, due_ms[tenant] - 1 - now_ms))
+        _, ended = ctx.warm.remove_leased(queue, tenant, places, gone_ms=now_ms,
+                                          gone_ttl_ms=ttl)
         if ended:
             from tierq.logic.leases import free_reservations  # (not on every enqueue's path)
             free_reservations(ctx, queue, [lease.token for lease in ended])
+    for tenant, lapses in sooner.items():
+        ctx.warm.lower_tombstones(queue, tenant, lapses)
     cold: set[str] = set()
     for tenant, pushes in warm_updates.items():
         cold.update(admission.update_warm(ctx, (queue, tenant), pushes))

@@ -104,10 +104,11 @@ def scope_key(caller: str, route: str, queue: str, key: str, *,
               subject: str | None = None) -> bytes:
     """The record's identity: one key means one thing per caller, route and queue.
     ``caller``: the tenant (``tenant:<name>``) or ``admin``; ``subject``: whom the caller's
-    token was issued to, as ``<claim>:<value>`` (tierq.aws.http.access.subject_of; None:
-    shared by every caller of ``caller`` without one). The subject is hashed as the hex of
-    its UTF-8 bytes, surrogates passed through: any string a token's JSON can carry (a lone
-    surrogate too, which UTF-8 cannot encode) has its own scope."""
+    token was issued to, as ``<claim>:<value>``, behind its issuer when it names one
+    (tierq.aws.http.access.subject_of; None: shared by every caller of ``caller`` without
+    one). The subject is hashed as the hex of its UTF-8 bytes, surrogates passed through:
+    any string a token's JSON can carry (a lone surrogate too, which UTF-8 cannot encode)
+    has its own scope."""
     parts: list[Any] = [caller, route, queue, key]
     if subject is not None:
         parts.insert(1, {"subject": subject.encode("utf-8", "surrogatepass").hex()})
@@ -125,10 +126,10 @@ class Caller:
     """Whose idempotency keys these are: the same key of two callers is two keys.
 
     ``owner`` is ``admin`` or ``tenant:<name>``; ``subject`` is whom the caller's token was
-    issued to, as ``<claim>:<value>`` (``sub:X`` and ``client_id:X`` differ;
-    tierq.aws.http.access.subject_of), or None: shared by every caller of ``owner``
-    without one. A Python caller of the engine is ``Caller()`` (admin, no subject) unless
-    it says otherwise."""
+    issued to, as ``<claim>:<value>`` (``sub:X`` and ``client_id:X`` differ), behind its
+    issuer when the token names one (tierq.aws.http.access.subject_of), or None: shared by
+    every caller of ``owner`` without one. A Python caller of the engine is ``Caller()``
+    (admin, no subject) unless it says otherwise."""
 
     owner: str = "admin"
     subject: str | None = None

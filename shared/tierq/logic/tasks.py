@@ -11,6 +11,7 @@ from tierq.config import MAX_INVOCATION_SECONDS, Settings
 from tierq.core.ids import attempt_of_token
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
+from tierq.dal.warm_tier import RemovedLease
 from tierq.errors import NotFound, TaskFinished
 from tierq.logic import flows, groups, waits
 from tierq.logic.context import Context, from_ms, to_ms
@@ -89,16 +90,22 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
     waits on it settles it as ``cancelled`` (logic/flows.py); the next task of its group
     goes on (logic/groups.py); a wait for it answers at once (logic/waits.py). Cancelling
     a task already cancelled answers it as it is; a done or dead one is ``TaskFinished``
-    (409), nothing changed."""
+    (409), nothing changed.
+
+    The warm tier first, then PostgreSQL (:func:`take_out`): Valkey failing fails the
+    cancel with nothing marked, and its retry runs it whole."""
+    before = ctx.store.task_by_id(queue, task_id)
+    if before is None or (tenant is not None and before.tenant != tenant):
+        raise NotFound(f"no task {task_id} in queue {queue!r}")
+    ended = take_out(ctx, queue, before) if before.state == "warm" else []
     row = flows.cancel_mark(ctx, queue, task_id, tenant)
     if row is None:
         now = ctx.store.task_by_id(queue, task_id)
         if now is None or (tenant is not None and now.tenant != tenant):
             raise NotFound(f"no task {task_id} in queue {queue!r}")
         if now.state == "cancelled":
-            # (a retry: the first call may have committed and failed before the task left
-            # the warm tier, which would leave it claimable; leaving is idempotent)
-            progress = leave_warm(ctx, queue, now)
+            # (a retry, or a cancel that raced this one: leaving is idempotent)
+            progress = keep_progress(ctx, queue, ended + take_out(ctx, queue, now))
             waits.finished(ctx, queue, [(now.tenant, str(task_id), now.attempts)], "cancelled")
             return view(now, progress=progress)
         raise TaskFinished(f"task {task_id} is {now.state} already: only an unfinished task "
@@ -106,8 +113,9 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
     if row.grp is not None:  # its group's next task goes on (logic/groups.py)
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
-    # out of the ready set, or its lease dropped
-    progress = leave_warm(ctx, queue, row) if row.state == "warm" else None
+    if row.state == "warm" and _moved(before, row):
+        ended += take_out(ctx, queue, row)  # (it went warm, or moved, since it was read)
+    progress = keep_progress(ctx, queue, ended)
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "cancelled")
     now_row = row._replace(state="cancelled")
     return view(now_row, progress=progress)
@@ -131,14 +139,29 @@ def gone_ttl_ms(settings: Settings) -> int:
     return int(2 * longest * 1000)
 
 
-def leave_warm(ctx: Context, queue: str, row: TaskRow, *,
-               keep_progress: bool = True) -> tuple[int, str] | None:
+def _moved(before: TaskRow, after: TaskRow) -> bool:
+    """Whether the row's place in the warm tier differs from the one read before (its state
+    or its place in line): the removal made with ``before`` may have missed it."""
+    return (before.state != "warm"
+            or (before.priority, before.seq) != (after.priority, after.seq))
+
+
+def take_out(ctx: Context, queue: str, row: TaskRow) -> list[RemovedLease]:
     """Take the task of ``row`` out of the warm tier (its place in line, or its lease) and
     give back the queue-wide reservations (max_leased) of the leases that took (whatever
-    claimed it meanwhile: named by the removal itself). Leaves a tombstone of its id, so a
-    push that read it as ready before its cancel or delete committed leaves it out
-    (lua/remove.lua, lua/push_ready.lua). With ``keep_progress``, the last progress of the
-    lease it ended is written to its cancelled row; returned when it was (ms, JSON text)."""
+    claimed it meanwhile: named by the removal itself); the leases it ended.
+
+    Leaves a tombstone of its id, so a push that read it as ready before its cancel or
+    delete committed leaves it out (lua/remove.lua, lua/push_ready.lua). A cancel or delete
+    calls it before its PostgreSQL change: a Valkey failure then fails the call with nothing
+    changed, so its retry finds the task and finishes the work (after the change, a delete's
+    retry would find no row and the task could still be claimed once). A PostgreSQL failure
+    after leaves a task out of line whose row is still live: the retry finishes; without
+    one, the reconciler puts it back once its tombstone lapses (``gone_ttl_ms``). The
+    removal drops the data by id, so a ready-set member at an older place is skipped by a
+    claim (lua/claim.lua). A row read as not warm (or at another place) that went warm
+    before the change is taken out after it, as a push that reads it then is refused by
+    the tombstone."""
     _, ended = ctx.warm.remove_leased(queue, row.tenant,
                                       [place(row.priority, row.seq, str(row.id))],
                                       gone_ms=to_ms(ctx.now()),
@@ -147,8 +170,13 @@ def leave_warm(ctx: Context, queue: str, row: TaskRow, *,
         # (imported here: the enqueue and cron functions load this module, not leases)
         from tierq.logic.leases import free_reservations
         free_reservations(ctx, queue, [lease.token for lease in ended])
-    if not keep_progress:
-        return None
+    return ended
+
+
+def keep_progress(ctx: Context, queue: str,
+                  ended: list[RemovedLease]) -> tuple[int, str] | None:
+    """Write the last progress of the leases a cancel ended to its cancelled row; returned
+    when it was (ms, JSON text)."""
     written: tuple[int, str] | None = None
     for lease in ended:
         attempt = attempt_of_token(lease.token)
@@ -163,16 +191,23 @@ def leave_warm(ctx: Context, queue: str, row: TaskRow, *,
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     """Delete a task whatever its state (DELETE …/tasks/{id}): gone, a GET after it is
     404; a worker holding its lease gets ``not_owner`` on ack (no ``cancelled`` list: the
-    row that would say so is gone; :func:`cancel` keeps it). Postgres first, then the warm
-    tier. What waits on it settles it as cancelled, in the same transaction
-    (logic/flows.py); the next task of its group is released (logic/groups.py)."""
+    row that would say so is gone; :func:`cancel` keeps it). The warm tier first, then
+    PostgreSQL (:func:`take_out`): a deleted task never runs, and a delete failed by Valkey
+    changed nothing, so its retry deletes. What waits on it settles it as cancelled, in the
+    same transaction (logic/flows.py); the next task of its group is released
+    (logic/groups.py)."""
+    before = ctx.store.task_by_id(queue, task_id)
+    if before is None:
+        raise NotFound(f"no task {task_id} in queue {queue!r}")
+    if before.state == "warm":
+        take_out(ctx, queue, before)
     row = flows.cancel(ctx, queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     if row.grp is not None:  # its group's next task goes on (logic/groups.py)
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
-    if row.state == "warm":
-        leave_warm(ctx, queue, row, keep_progress=False)
+    if row.state == "warm" and _moved(before, row):
+        take_out(ctx, queue, row)  # (it went warm, or moved, since it was read)
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "deleted")
     return view(row)

@@ -24,7 +24,8 @@ The caller, from the claims API Gateway's JWT authoriser puts in
 
 An admin or tenant caller also has a **subject**: the token's ``sub`` claim, or its
 ``client_id`` when it has no ``sub``, tagged with the claim it came from (``sub:<value>``,
-``client_id:<value>``: :func:`subject_of`); None when the token has neither. It says whose
+``client_id:<value>``), behind the token's issuer when it names one (``iss``:
+:func:`subject_of`); None when the token has neither ``sub`` nor ``client_id``. It says whose
 ``Idempotency-Key`` a request carries (:func:`tierq.aws.http.idempotency.caller_scope`),
 never what the caller may do.
 
@@ -169,7 +170,10 @@ SUBJECT_CLAIMS = ("sub", "client_id")
 def subject_of(claims: dict[str, Any]) -> str | None:
     """Whom the token was issued to, tagged with the claim that says so: ``sub:<sub>``, else
     ``client_id:<client_id>`` (an OAuth client-credentials token may carry only that), else
-    None; the first non-empty string of the two wins.
+    None; the first non-empty string of the two wins. A token naming its issuer (``iss``, a
+    non-empty string) has it in front, with its length: ``iss:<n>:<iss>|sub:<sub>``, so two
+    identity providers' tokens with an equal ``sub`` are two subjects (the length keeps an
+    issuer and a value that holds ``|`` from reading as another pair).
 
     ``sub`` wins because it names the principal: in a Cognito user's access token ``sub`` is
     the user and ``client_id`` the app client every user of the app shares. A Cognito
@@ -181,6 +185,9 @@ def subject_of(claims: dict[str, Any]) -> str | None:
     for name in SUBJECT_CLAIMS:
         value = claims.get(name)
         if isinstance(value, str) and value:
+            issuer = claims.get("iss")
+            if isinstance(issuer, str) and issuer:
+                return f"iss:{len(issuer)}:{issuer}|{name}:{value}"
             return f"{name}:{value}"
     return None
 

@@ -56,15 +56,18 @@ class Keyed(TypedDict):
 
 def caller_scope() -> Caller:
     """Whose keys these are: the tenant the caller is pinned to, or ``admin`` for every
-    unpinned caller, and the subject of its token.
+    unpinned caller, and the subject of its token (its issuer, when it names one, and its
+    ``sub`` or ``client_id``: :func:`tierq.aws.http.access.subject_of`).
 
     ========================================  ==========================================
     the caller                                its keys are shared with
     ========================================  ==========================================
-    tenant token with ``sub`` / ``client_id``  the tokens of that tenant and that subject
+    tenant token with ``sub`` / ``client_id``  the tokens of that tenant, that issuer
+                                              (``iss``, or none) and that subject
                                               (``sub:X`` and ``client_id:X`` differ)
-    admin token with ``sub`` / ``client_id``   the admin tokens of that subject
-    tenant token with neither                  every such token of the tenant
+    admin token with ``sub`` / ``client_id``   the admin tokens of that issuer and subject
+    tenant token with neither                  every such token of the tenant, whatever
+                                              its issuer
     admin token with neither, local gateway    every such admin caller
     ========================================  ==========================================
     """

@@ -13,8 +13,11 @@
 -- Called through `Remove` (dal/lua_calls.py).
 -- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims, 7 started, 8 progress,
 -- 9 limits, 10 gone.
--- ARGV: 1 gone_ms (the caller's clock; '': no tombstone, for a replace into the future,
---       whose task is pushed again when due), 2 ttl_ms, 3 cap (tombstones kept at most).
+-- A replace into the future leaves one too, its ttl_ms ending just before the task is due
+-- (logic/enqueue.py): a push that read the task as ready before the replace leaves it out,
+-- the push that finds it due passes.
+-- ARGV: 1 gone_ms (the caller's clock; '': no tombstone), 2 ttl_ms, 3 cap (tombstones kept
+--       at most).
 --       Then the tasks' ready-set members (core/ordering.py place: their data and leases
 --       are found by the id in the member, lua/ready_member.lua task_of).
 -- Returns {how many were ready or leased, then id, token, progress for each lease ended}.
