@@ -96,6 +96,37 @@ def test_the_claim_function_imports_its_path_at_its_cold_start() -> None:
     assert {"tierq.logic.claim", "tierq.models.leases", "tierq.logic.leases"} <= loaded
 
 
+def test_the_ack_function_imports_its_path_at_its_cold_start() -> None:
+    """What every ack, nack, release and heartbeat needs is imported before the first
+    request: the lease path, with what an ack settles (a flow's children, a group)."""
+    loaded = imported_by("ack")
+    assert {"tierq.logic.leases", "tierq.models.leases", "tierq.models.lease_outcomes",
+            "tierq.logic.flows", "tierq.logic.groups", "tierq.logic.waits"} <= loaded
+
+
+def test_the_enqueue_function_imports_its_path_at_its_cold_start() -> None:
+    """Every enqueue request takes its route and the enqueue logic: imported before the
+    first request, the flows' and uploads' routes by the first request for one."""
+    loaded = imported_by("enqueue")
+    assert {"tierq.aws.http.routes.enqueue", "tierq.logic.enqueue"} <= loaded
+    assert not {"tierq.aws.http.routes.flows", "tierq.aws.http.routes.payloads"} & loaded
+
+
+# the task models and the task logic: the scheduled functions' (and migrate's) imports never
+# make or show a task (the reaper's and dispatcher's lease path names the task models)
+TASKS = ("tierq.models.tasks", "tierq.models.envelopes", "tierq.models.traces",
+         "tierq.logic.tasks", "tierq.logic.flows")
+
+
+@pytest.mark.parametrize("function", ["cold_to_warm", "delayed_mover", "cron_tick", "migrate"])
+def test_a_scheduled_function_imports_no_task_model(function: str) -> None:
+    loaded = imported_by(function)
+    unwanted = sorted(name for name in TASKS if name in loaded)
+    if function == "delayed_mover":  # (it settles moved tasks' flows)
+        unwanted.remove("tierq.logic.flows")
+    assert unwanted == [], f"{function} imports {unwanted} at its cold start"
+
+
 @pytest.mark.parametrize("function", sorted(NOT_IMPORTED))
 def test_a_function_makes_no_lazy_dataclass_at_its_cold_start(function: str) -> None:
     """The Lua call objects, idempotency records, homes' summaries, admission tickets and

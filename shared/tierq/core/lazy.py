@@ -191,6 +191,18 @@ class LazyNamedTuple(tuple, metaclass=_LazyNamedTupleMeta):  # type: ignore[type
         return cls._make(iterable)
 
 
+def is_deferred_namedtuple(klass: type) -> bool:
+    """Whether ``klass`` is a ``LazyNamedTuple`` whose methods are not generated yet."""
+    return issubclass(klass, LazyNamedTuple) and klass is not LazyNamedTuple \
+        and "_make" not in klass.__dict__
+
+
+def generate_namedtuple(klass: type) -> None:
+    """Generate the methods of LazyNamedTuple ``klass`` now (tierq.core.warm_up), as its
+    first instance would."""
+    _generate_namedtuple(klass)
+
+
 def _generate_namedtuple(klass: type) -> None:
     with _made:
         if "_make" in klass.__dict__:
