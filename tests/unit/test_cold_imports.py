@@ -45,6 +45,10 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
                      *QUEUE_VIEWS, *LEASE_OUTCOMES),
     "cron_tick": (*CLAIM_PATH, *DISPATCHER, *LEASES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
                   *QUEUE_VIEWS),
+    # (the lease path: by the first expired lease a pass records)
+    "reaper": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *LEASES, *ADMIN_ONLY, *ELSEWHERE,
+               *ENQUEUE_PATH, "tierq.maintenance.cold_to_warm",
+               "tierq.maintenance.delayed_mover", *QUEUE_VIEWS, *LEASE_OUTCOMES),
 }
 
 PROBE = """
@@ -113,16 +117,17 @@ def test_the_enqueue_function_imports_its_path_at_its_cold_start() -> None:
 
 
 # the task models and the task logic: the scheduled functions' (and migrate's) imports never
-# make or show a task (the reaper's and dispatcher's lease path names the task models)
+# make or show a task (the dispatcher's lease path names the task models)
 TASKS = ("tierq.models.tasks", "tierq.models.envelopes", "tierq.models.traces",
          "tierq.logic.tasks", "tierq.logic.flows")
 
 
-@pytest.mark.parametrize("function", ["cold_to_warm", "delayed_mover", "cron_tick", "migrate"])
+@pytest.mark.parametrize("function",
+                         ["cold_to_warm", "delayed_mover", "cron_tick", "migrate", "reaper"])
 def test_a_scheduled_function_imports_no_task_model(function: str) -> None:
     loaded = imported_by(function)
     unwanted = sorted(name for name in TASKS if name in loaded)
-    if function == "delayed_mover":  # (it settles moved tasks' flows)
+    if function in ("delayed_mover", "reaper"):  # (they settle or forget tasks' flows)
         unwanted.remove("tierq.logic.flows")
     assert unwanted == [], f"{function} imports {unwanted} at its cold start"
 
