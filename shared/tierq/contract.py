@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
 # what the default methods below build or take as defaults (the others: annotations only)
-from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.models.bounds import SLICE_MAX_ITEMS, SLICE_SECONDS
 from tierq.models.queues import QueueSettingsUpdate
-from tierq.models.tasks import TaskIn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.tasks import TaskIn
     from tierq.models.throughput import QueueThroughput
 
 T = TypeVar("T")
@@ -132,6 +132,8 @@ class QueueEngine(Protocol):
 
     def enqueue_one(self, queue: str, payload: Any, **fields: Any) -> EnqueueOutcome:
         """Enqueue one task (``fields``: the rest of its ``TaskIn``)."""
+        from tierq.models.tasks import TaskIn  # (the task models: not every function's)
+
         return self.enqueue(queue, [TaskIn(payload=payload, **fields)])[0]
 
     def bulk_load(self, queue: str, *, rows: int, tenants: Iterable[str]

@@ -11,7 +11,6 @@ the contract of ``tierq.contract``).
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -28,12 +27,11 @@ from tierq.dal import connect
 from tierq.dal.postgres import Database
 from tierq.dal.shards import DEFAULT_SHARD
 from tierq.dal.warm_tier import WarmTier
-from tierq.logic import queues, tasks
+from tierq.logic import queues
 from tierq.logic.context import Clock, Context, SystemClock
-from tierq.models.base import Replayable, deferred_adapter
-from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS
+from tierq.models.base import Replayable, adapter_on_first_call, deferred_adapter
+from tierq.models.bounds import SLICE_MAX_ITEMS, SLICE_SECONDS
 from tierq.models.queues import QueueSettingsUpdate
-from tierq.models.tasks import Enqueued, TaskIn
 
 if TYPE_CHECKING:
     from tierq.dal import migrate
@@ -48,6 +46,7 @@ if TYPE_CHECKING:
         leases,
         schedules,
         shard_ops,
+        tasks,
         waits,
     )
     from tierq.logic import flows as flows_logic
@@ -75,9 +74,11 @@ if TYPE_CHECKING:
     )
     from tierq.models import flows as flow_models
     from tierq.models import leases as lease_models
+    from tierq.models import tasks as task_models
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
+    from tierq.models.tasks import Enqueued, TaskIn
     from tierq.models.throughput import QueueThroughput
 else:
     # What only some operations use is imported by the first of them (tierq.core.lazy): the
@@ -96,9 +97,11 @@ else:
     leases = lazy_module("tierq.logic.leases")
     schedules = lazy_module("tierq.logic.schedules")
     throughput_logic = lazy_module("tierq.logic.throughput")
+    tasks = lazy_module("tierq.logic.tasks")
     waits = lazy_module("tierq.logic.waits")
     registry = lazy_module("tierq.maintenance.registry")
     lease_models = lazy_module("tierq.models.leases")
+    task_models = lazy_module("tierq.models.tasks")  # (a scheduled function makes no task)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ResultT = TypeVar("ResultT", bound=Replayable)  # a keyed operation's answer
@@ -106,16 +109,19 @@ T = TypeVar("T")
 QUEUE_VIEWS_CHUNK = 20  # queues (schedules) read per statement while a page fills
 
 # A batch of mappings is validated as one list: in Rust, faster than one model at a time,
-# and errors name the item's index.
-_TASKS_IN = deferred_adapter(list[TaskIn])
+# and errors name the item's index. Each is made by its first call, with its models (the
+# scheduled functions make no task, the enqueue function no nack).
+@adapter_on_first_call
+def _tasks_in() -> TypeAdapter[list[TaskIn]]:
+    return deferred_adapter(list[task_models.TaskIn])
 
 
-@functools.cache
+@adapter_on_first_call
 def _nacks() -> TypeAdapter[list[NackItem]]:
     return deferred_adapter(list[lease_models.NackItem])
 
 
-@functools.cache
+@adapter_on_first_call
 def _heartbeats() -> TypeAdapter[list[HeartbeatItem]]:
     return deferred_adapter(list[lease_models.HeartbeatItem])
 
@@ -194,9 +200,9 @@ class Tierq(Deployment):
                 body_fingerprint: bytes | None = None) -> Enqueued:
         """Enqueue a batch (≤ 500). ``tenant`` is the default for tasks that name none; with
         ``idempotency_key``, once per key (``tierq.contract.QueueEngine``)."""
-        tasks = _models(TaskIn, _TASKS_IN, items)
+        tasks = _models(task_models.TaskIn, _tasks_in(), items)
         if idempotency_key is None:
-            return Enqueued(enqueue.enqueue(self.ctx, queue, tasks, tenant))
+            return task_models.Enqueued(enqueue.enqueue(self.ctx, queue, tasks, tenant))
         call = idempotency.keyed_call("enqueue", queue, idempotency_key, caller, body_fingerprint,
                           lambda: shard_ops.enqueue_body(tasks, tenant))
         return shard_ops.enqueue(self, queue, tasks, tenant, call)

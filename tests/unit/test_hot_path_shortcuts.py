@@ -10,6 +10,7 @@ import uuid
 import orjson
 import pytest
 
+from tierq.core import ids as ids_module
 from tierq.core.ids import uuid7_strings
 from tierq.core.ordering import PRIORITY_MAX, SEQ_MAX, SEQ_STEP, SPLIT, Place, place, unpack
 from tierq.logic.admission import plain_blob, task_blob
@@ -60,6 +61,12 @@ def test_uuid7_strings_are_version_7_in_order_across_milliseconds():
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert len({i[:13] for i in ids}) >= 3  # (the milliseconds, as uuid7 writes them)
     assert uuid7_strings(0) == []
+
+
+def test_the_counters_hex_digits_are_the_formatted_ones():
+    formatted = [f"{c:03x}" for c in range(0x1000)]
+    table = ids_module._COUNTER_HEX
+    assert table == formatted
 
 
 def task(i: int, payload: object, *, tenant: str = "acme", key: str | None = None,

@@ -15,9 +15,11 @@ docs/architecture.md (the Lambda runtime).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib
 import threading
+from _collections import _tuplegetter  # type: ignore[import-not-found]
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar, dataclass_transform, overload
@@ -127,3 +129,88 @@ def _generate(klass: type) -> None:
         if options is not None:
             delattr(klass, "__init__")
             dataclasses.dataclass(**options)(klass)
+
+
+# What ``collections.namedtuple`` generates that a LazyNamedTuple class takes from it on
+# its first instance (``_fields``, ``_field_defaults``, ``__match_args__`` and the fields'
+# properties are set when the class is defined).
+_NAMEDTUPLE_METHODS = ("__new__", "_make", "_replace", "__repr__", "_asdict", "__getnewargs__")
+
+
+class _LazyNamedTupleMeta(type):
+    """Defines a LazyNamedTuple class as ``typing.NamedTuple`` would, without compiling its
+    ``__new__``: a tuple subclass with its fields' properties and defaults."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any],
+                ) -> _LazyNamedTupleMeta:
+        if namespace.get("_lazy_root"):
+            return super().__new__(mcs, name, bases, namespace)
+        if bases != (LazyNamedTuple,):
+            raise TypeError(f"{name}: a LazyNamedTuple class has no other base")
+        fields = tuple(namespace.get("__annotations__", {}))
+        defaults: dict[str, Any] = {}
+        for index, field in enumerate(fields):
+            if field.startswith("_"):
+                raise ValueError(f"{name}: field names cannot start with an underscore: "
+                                 f"{field!r}")
+            if field in namespace:
+                defaults[field] = namespace[field]
+            elif defaults:
+                raise TypeError(f"{name}: non-default namedtuple field {field} cannot "
+                                f"follow default field{'s' if len(defaults) > 1 else ''} "
+                                f"{', '.join(defaults)}")
+            namespace[field] = _tuplegetter(index, f"Alias for field number {index}")
+        namespace.update(__slots__=(), _fields=fields, _field_defaults=defaults,
+                         __match_args__=fields)
+        return super().__new__(mcs, name, bases, namespace)
+
+
+class LazyNamedTuple(tuple, metaclass=_LazyNamedTupleMeta):  # type: ignore[type-arg]
+    """Base of a ``typing.NamedTuple``-like class whose methods ``collections.namedtuple``
+    generates on its first instance (``cls(...)`` or ``cls._make``): defining one costs a
+    fraction of a NamedTuple, whose ``__new__`` is compiled from source, so a module of many
+    row classes (``tierq.dal.store.rows``) costs a cold start little.
+
+    Declare fields by annotations, with defaults last, as in a NamedTuple; no other base.
+    mypy reads it as ``typing.NamedTuple`` (import it under ``TYPE_CHECKING``). Until the
+    first instance the class has its fields' properties, ``_fields`` and
+    ``_field_defaults``; from then on it has every method a NamedTuple has."""
+
+    _lazy_root = True
+    __slots__ = ()
+    _fields: tuple[str, ...]
+    _field_defaults: dict[str, Any]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        _generate_namedtuple(cls)
+        return cls(*args, **kwargs)
+
+    @classmethod
+    def _make(cls, iterable: Any) -> Any:
+        _generate_namedtuple(cls)
+        return cls._make(iterable)
+
+
+def is_deferred_namedtuple(klass: type) -> bool:
+    """Whether ``klass`` is a ``LazyNamedTuple`` whose methods are not generated yet."""
+    return issubclass(klass, LazyNamedTuple) and klass is not LazyNamedTuple \
+        and "_make" not in klass.__dict__
+
+
+def generate_namedtuple(klass: type) -> None:
+    """Generate the methods of LazyNamedTuple ``klass`` now (tierq.core.warm_up), as its
+    first instance would."""
+    _generate_namedtuple(klass)
+
+
+def _generate_namedtuple(klass: type) -> None:
+    with _made:
+        if "_make" in klass.__dict__:
+            return
+        fields: tuple[str, ...] = klass._fields  # type: ignore[attr-defined]
+        defaults: dict[str, Any] = klass._field_defaults  # type: ignore[attr-defined]
+        make: Any = collections.namedtuple  # (mypy takes only literal arguments to it)
+        made = make(klass.__name__, fields, defaults=tuple(defaults.values()) or None,
+                    module=klass.__module__)
+        for name in _NAMEDTUPLE_METHODS:  # (as they are stored: __new__ a staticmethod)
+            setattr(klass, name, made.__dict__[name])

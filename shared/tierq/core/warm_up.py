@@ -15,6 +15,8 @@ slow first call and, in a benchmark's short phase, as several microseconds a tas
 | a ``lazy_dataclass`` of any loaded ``tierq`` module | its methods generated |
 | a deferred pydantic model of any loaded ``tierq`` module | ``model_rebuild`` |
 | a deferred module-level ``TypeAdapter`` of any loaded ``tierq`` module | ``rebuild`` |
+| an adapter made on first call (``tierq.models.base.adapter_on_first_call``) | made, ``rebuild`` |
+| a ``LazyNamedTuple`` of any loaded ``tierq`` module (the store's rows) | its methods generated |
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from types import ModuleType
 from pydantic import BaseModel, TypeAdapter
 
 from tierq.core import lazy
+from tierq.models.base import adapters_on_first_call
 
 # What an enqueue, a claim and the lease outcomes import on first use (tierq.engine reads
 # them through lazy modules).
@@ -38,8 +41,9 @@ HOT_PATH = ("tierq.engine", "tierq.logic.enqueue", "tierq.logic.claim", "tierq.l
 
 @dataclass(frozen=True, slots=True)
 class WarmedUp:
-    """What :func:`warm_up` built: modules imported, dataclasses generated, pydantic models
-    and adapters built (each counted once; a second call finds nothing left)."""
+    """What :func:`warm_up` built: modules imported, dataclasses (and row classes)
+    generated, pydantic models and adapters built (each counted once; a second call finds
+    nothing left)."""
 
     modules: int
     dataclasses: int
@@ -67,6 +71,9 @@ def warm_up(modules: tuple[str, ...] = HOT_PATH) -> WarmedUp:
                 if lazy.is_deferred_dataclass(value):
                     lazy.generate(value)
                     generated += 1
+                elif lazy.is_deferred_namedtuple(value):
+                    lazy.generate_namedtuple(value)
+                    generated += 1
                 elif issubclass(value, BaseModel) and not value.__pydantic_complete__ \
                         and _ours(value.__module__):
                     value.model_rebuild(force=True)
@@ -74,6 +81,10 @@ def warm_up(modules: tuple[str, ...] = HOT_PATH) -> WarmedUp:
             elif isinstance(value, TypeAdapter) and not value.pydantic_complete:
                 value.rebuild(force=True)
                 adapters += 1
+    for adapter in adapters_on_first_call():  # (the engine's batches of tasks and items)
+        if not adapter.pydantic_complete:
+            adapter.rebuild(force=True)
+            adapters += 1
     return WarmedUp(imported, generated, models, adapters)
 
 

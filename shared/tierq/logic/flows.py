@@ -52,14 +52,18 @@ from tierq.errors import InvalidInput
 from tierq.logic import admission
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, to_datetime
+from tierq.models.bounds import MAX_PARENTS
 from tierq.models.names import DEFAULT_TENANT
-from tierq.models.tasks import MAX_PARENTS, ParentView, TaskIn
 
 if TYPE_CHECKING:
     from tierq.models import flows as flow_models
+    from tierq.models import tasks as task_models
     from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.tasks import ParentView
 else:  # (the flow models: the flows route's and a replay's, not every function's)
     flow_models = lazy_module("tierq.models.flows")
+    # (the task models: by a flow's first task or parents' view, not every function's)
+    task_models = lazy_module("tierq.models.tasks")
 
 # a parent's waiting children at most
 MAX_WAITING_CHILDREN = 10_000
@@ -500,7 +504,7 @@ def parents_of(ctx: Context, task_ids: Sequence[str]) -> dict[str, list[ParentVi
     """What these tasks wait for (each parent, its state so far), by task id."""
     out: dict[str, list[ParentView]] = defaultdict(list)
     for r in ctx.store.waits_of_tasks(task_ids):
-        out[str(r.child)].append(ParentView(id=r.parent, queue=r.parent_queue,
+        out[str(r.child)].append(task_models.ParentView(id=r.parent, queue=r.parent_queue,
                                             state=r.parent_state))  # type: ignore[arg-type]
     return dict(out)
 
@@ -585,7 +589,7 @@ def create_flow(ctx: Context, flow: FlowIn, tenant: str | None = None, *,
         for i in indexes:
             t = flow.tasks[i]
             after = [uuid.UUID(by_ref.get(name, name)) for name in t.after] or None
-            models.append(TaskIn(
+            models.append(task_models.TaskIn(
                 payload=t.payload, priority=t.priority, delay_seconds=t.delay_seconds,
                 run_at=t.run_at, max_attempts=t.max_attempts, tenant=who, after=after,
                 on_parent_failure=t.on_parent_failure,

@@ -10,11 +10,12 @@ import orjson
 
 from tierq.core.lazy import lazy_module
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
-from tierq.logic import flows, groups, limits, tenant_budget
+from tierq.logic import limits, tenant_budget
 from tierq.logic.context import Context, Pair, from_ms, to_ms
 from tierq.models.queues import QueueSettings, QueueSettingsUpdate, RateLimit
 
 if TYPE_CHECKING:
+    from tierq.logic import flows, groups
     from tierq.models import queue_views
     from tierq.models.leases import RunningLease
     from tierq.models.queue_views import (
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     )
 else:  # the views: every function reads a queue's settings, few build its views
     queue_views = lazy_module("tierq.models.queue_views")
+    # (what a purge tells: the admin function's)
+    flows = lazy_module("tierq.logic.flows")
+    groups = lazy_module("tierq.logic.groups")
 
 
 def put_settings(ctx: Context, queue: str, update: QueueSettingsUpdate) -> QueueSettings:

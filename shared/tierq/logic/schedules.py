@@ -91,6 +91,7 @@ from tierq.errors import InvalidInput, NotFound, PayloadTooLarge, QuotaExceeded
 from tierq.logic import tiering
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.logic.homes import require_here
+from tierq.models.bounds import MAX_DELAY_SECONDS
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.schedules import (
     DEFAULT_TIMEZONE,
@@ -104,7 +105,6 @@ from tierq.models.schedules import (
     parse_daily_time,
     zone,
 )
-from tierq.models.tasks import MAX_DELAY_SECONDS
 
 logger = logging.getLogger(__name__)
 

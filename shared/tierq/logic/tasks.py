@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import orjson
 
 from tierq.config import MAX_INVOCATION_SECONDS, Settings
 from tierq.core.ids import attempt_of_token
+from tierq.core.lazy import lazy_module
 from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.dal.warm_tier import RemovedLease
 from tierq.errors import NotFound, TaskFinished
 from tierq.logic import flows, groups, waits
 from tierq.logic.context import Context, from_ms, to_ms
-from tierq.models.tasks import ParentView, TaskState, TaskView
+
+if TYPE_CHECKING:
+    from tierq.models import tasks as task_models
+    from tierq.models.tasks import TaskState, TaskView
+else:
+    # (the task models: by the first task viewed, not every function's)
+    task_models = lazy_module("tierq.models.tasks")
 
 
 def _json(value: str | None) -> Any:
@@ -27,10 +34,10 @@ def view(row: TaskRow, *, leased_by: str | None = None,
          progress: tuple[int, str] | None = None) -> TaskView:
     """The task of ``row``; ``progress`` (ms, JSON text): its running lease's, in place of
     the row's (the last attempt's)."""
-    return TaskView(
+    return task_models.TaskView(
         id=row.id, queue=row.queue, tenant=row.tenant, key=row.key,
         priority=row.priority, payload=_json(row.payload),
-        state=cast(TaskState, state or row.state), run_at=row.run_at,
+        state=cast("TaskState", state or row.state), run_at=row.run_at,
         run_at_initially=row.run_at_initially, attempts=row.attempts,
         max_attempts=row.max_attempts, created_at=row.created_at,
         ready_since=row.ready_since, finished_at=row.finished_at,
@@ -75,7 +82,7 @@ def with_parents(ctx: Context, row: TaskRow, task: TaskView) -> TaskView:
             return task
     released = ctx.store.parents_of_task(row.id)
     if released is not None:
-        task.parents = [ParentView.model_validate(p) for p in orjson.loads(released)]
+        task.parents = [task_models.ParentView.model_validate(p) for p in orjson.loads(released)]
     return task
 
 

@@ -62,15 +62,22 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from uuid import UUID
 
+from tierq.core.lazy import lazy_module
 from tierq.dal.lua_calls import TaskFinished
 from tierq.dal.store.rows import TaskRow
 from tierq.dal.warm_tier import FinishMark, PairKeys
 from tierq.errors import NotFound, WarmTierUnavailable
 from tierq.logic import tasks
 from tierq.logic.context import Context, from_ms
-from tierq.models.tasks import TaskView
+
+if TYPE_CHECKING:
+    from tierq.models import tasks as task_models
+    from tierq.models.tasks import TaskView
+else:  # (the task models: by the first wait's answer, not every function's)
+    task_models = lazy_module("tierq.models.tasks")
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +205,7 @@ def marker_view(queue: str, tenant: str, task_id: UUID, mark: FinishMark) -> Tas
     """A task acked without a result, from its marker alone (its row is gone): what only
     the row held is left at defaults (the module's doc)."""
     created = from_ms(task_id.int >> 80)  # (a UUIDv7's first 48 bits: its creation, ms)
-    return TaskView(id=task_id, queue=queue, tenant=tenant, key=None, priority=0,
+    return task_models.TaskView(id=task_id, queue=queue, tenant=tenant, key=None, priority=0,
                     payload=None, state="done", run_at=created, run_at_initially=created,
                     attempts=mark.attempt, max_attempts=max(mark.attempt, 1),
                     created_at=created, finished_at=from_ms(mark.at_ms))

@@ -29,10 +29,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from tierq.core.lazy import lazy_module
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
@@ -41,7 +42,6 @@ from tierq.logic import (
     flows,
     groups,
     idempotency,
-    leases,
     pairs,
     payloads,
     ready_tenants,
@@ -49,9 +49,13 @@ from tierq.logic import (
 )
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
-from tierq.logic.leases import Verified
 from tierq.maintenance.pair_failures import PairFailures
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
+
+if TYPE_CHECKING:
+    from tierq.logic import leases
+else:  # (the lease path, with the lease and task models: by the first expired lease)
+    leases = lazy_module("tierq.logic.leases")
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +300,7 @@ def record_expired(ctx: Context, queue: str, tenant: str,
     timed_out, expired = time_limits.split(ctx, queue, tenant, to_ms(now), listed)
     states: dict[str, str] = {}
     if expired:
-        held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+        held = [leases.Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
                 for i, (task_id, token, attempt) in enumerate(expired)]
         states.update(leases.record_outcomes(
             ctx, queue, held,
@@ -305,7 +309,7 @@ def record_expired(ctx: Context, queue: str, tenant: str,
             deads=[False] * len(held),
         ))
     if timed_out:
-        held = [Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+        held = [leases.Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
                 for i, (task_id, token, attempt) in enumerate(timed_out)]
         policy = ctx.queue_settings.get(queue).backoff.policy()
         timed = leases.record_outcomes(

@@ -11,7 +11,9 @@ pydantic would evaluate each field's string annotation at class creation, about 
 what defining a model costs at import; a name used before its class is defined is quoted."""
 
 
-from typing import Self, TypeVar
+import functools
+from collections.abc import Callable
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter
 
@@ -53,3 +55,20 @@ class Replayable(Model):
 def deferred_adapter(annotation: type[T]) -> TypeAdapter[T]:
     """A ``TypeAdapter`` of ``annotation`` (e.g. ``list[TaskIn]``) built on first use."""
     return TypeAdapter(annotation, config=DEFERRED)
+
+
+_on_first_call: list[Callable[[], TypeAdapter[Any]]] = []
+
+
+def adapter_on_first_call(make: Callable[[], TypeAdapter[T]]) -> Callable[[], TypeAdapter[T]]:
+    """``make`` cached: the adapter of models imported on first use, made (and its models
+    imported) by the first call, not by the import of the module that names it.
+    ``tierq.core.warm_up`` makes and builds each ahead (:func:`adapters_on_first_call`)."""
+    cached = functools.cache(make)
+    _on_first_call.append(cached)
+    return cached
+
+
+def adapters_on_first_call() -> list[TypeAdapter[Any]]:
+    """The adapters of every :func:`adapter_on_first_call` of the loaded modules, made."""
+    return [make() for make in _on_first_call]

@@ -25,6 +25,8 @@ from uuid import UUID
 from pydantic import ConfigDict, Field
 
 from tierq.models.base import Model, Replayable
+from tierq.models.bounds import SLICE_MAX_ITEMS as SLICE_MAX_ITEMS
+from tierq.models.bounds import SLICE_SECONDS as SLICE_SECONDS
 from tierq.models.tasks import EnqueueOutcome, TaskView
 
 if TYPE_CHECKING:
@@ -37,10 +39,6 @@ NEXT_DESCRIPTION = ("The cursor of the next page (the position of this page's la
                     "pass it as ?after=; null on the last page. A page ends at its limit or "
                     "before it would overrun a Lambda response (6 MB), so it may hold fewer "
                     "items than asked for.")
-# A dead-letter replay or purge of "all" acts on a slice: at most this many, within about
-# this many seconds (tierq.logic.dlq).
-SLICE_MAX_ITEMS = 10_000
-SLICE_SECONDS = 5.0
 MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at most 10,000 '
                     'dead letters, about 5 seconds): true when some may be left, so repeat the '
                     'request until it is false.')

@@ -12,8 +12,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from tierq.core.backoff import BackoffPolicy
 from tierq.models.base import Model
+from tierq.models.bounds import MAX_TIMEOUT_SECONDS
 from tierq.models.strict import RequestModel
-from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from tierq.models.queue_views import AnyQueueView as AnyQueueView

@@ -8,14 +8,12 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from tierq.models.base import Model, deferred_adapter
+from tierq.models.bounds import MAX_DELAY_SECONDS as MAX_DELAY_SECONDS
+from tierq.models.bounds import MAX_PARENTS as MAX_PARENTS
+from tierq.models.bounds import MAX_TIMEOUT_SECONDS as MAX_TIMEOUT_SECONDS
 from tierq.models.names import RUN_AT_PATTERN, GroupName, TaskKey, TenantName
 from tierq.models.strict import RequestModel
 from tierq.models.traces import TraceContext, TraceView
-
-MAX_DELAY_SECONDS = 366 * 86_400  # a year (and a leap day)
-MAX_PARENTS = 100  # the most tasks one task may wait for (`after`)
-# The longest time limit an attempt may have (`timeout_seconds`): a week.
-MAX_TIMEOUT_SECONDS = 7 * 86_400
 
 TaskState = Literal["waiting", "held", "delayed", "cold", "warm", "leased", "dead", "done",
                     "cancelled"]

@@ -17,9 +17,9 @@ admin function's request for a queue imports neither the schedules' routes nor t
 models. Their routes keep the order an eager build gives them (the function's routers in
 ``FUNCTION_ROUTERS`` order), so the same route answers a request either way. They are all
 imported at initialisation when every request needs the one (a function with one router;
-the claim function's claims, ``HOT_ROUTERS``) or when initialisation runs ahead of the
-requests (SnapStart snapshots it, provisioned concurrency runs it before any request
-arrives: :func:`initialised_ahead`).
+the claim function's claims and the enqueue function's enqueues, ``HOT_ROUTERS``) or when
+initialisation runs ahead of the requests (SnapStart snapshots it, provisioned concurrency
+runs it before any request arrives: :func:`initialised_ahead`).
 """
 
 from __future__ import annotations
@@ -396,9 +396,11 @@ def initialised_ahead(settings: Settings) -> bool:
 
 
 # Route modules a function includes at initialisation even beside others: the path nearly
-# every request of their function takes (the claim function's claims; its payload fetches
-# are rare), so its first request does not pay for the import.
-HOT_ROUTERS = frozenset({"tierq.aws.http.routes.claims", "tierq.aws.http.routes.leases"})
+# every request of their function takes (the claim function's claims, its payload fetches
+# being rare; the enqueue function's enqueues, its flows and uploads being rare), so its
+# first request does not pay for the import.
+HOT_ROUTERS = frozenset({"tierq.aws.http.routes.claims", "tierq.aws.http.routes.leases",
+                         "tierq.aws.http.routes.enqueue"})
 
 
 def build_resolver(function: str) -> TierqResolver:

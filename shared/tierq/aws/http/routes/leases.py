@@ -23,6 +23,11 @@ from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.ids import tenant_of_token
 from tierq.errors import InvalidInput, PayloadTooLarge
+
+# the lease path (ack, nack, release, heartbeat, with what an ack settles): every request of
+# this function runs it, so it is imported at the cold start (and so in a SnapStart
+# snapshot), not on the first request's clock (tests/unit/test_cold_imports.py)
+from tierq.logic import leases  # noqa: F401
 from tierq.models import (
     AckItem,
     AckResult,
