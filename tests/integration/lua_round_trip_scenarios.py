@@ -230,12 +230,13 @@ def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     grow = len(bigger[0][2]) - len(b'0|{"e":0,"p":"new"}')
     usage = kept_usage(valkey, k, 10)
     valkey.hset(k.meta, "allot", usage)
-    assert run(warm, UpdateReady(k, 10**6, "ask", 0, 10, bigger)) == UpdateReply("allot", grow)
-    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, bigger)) == UpdateReply(
+    assert run(warm, UpdateReady(k, 10**6, "ask", 0, 10, items=bigger)) == UpdateReply(
+        "allot", grow)
+    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, items=bigger)) == UpdateReply(
         "over", 0)
     assert int(valkey.hget(k.meta, "allot")) == usage + 50  # the grant is the pair's
     assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
-    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, bigger)) == UpdateReply("ok", 1)
+    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, items=bigger)) == UpdateReply("ok", 1)
     assert kept_usage(valkey, k, 10) == usage + grow
 
 
