@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tierq.core.ordering import place
+from tierq.core.ordering import SPLIT, place
 from tierq.dal.lua_calls import (
     CALLS,
     AdmissionBegin,
@@ -238,6 +238,42 @@ def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
     assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, items=bigger)) == UpdateReply("ok", 1)
     assert kept_usage(valkey, k, 10) == usage + grow
+    newer_entries_scenario(warm, valkey)
+
+
+def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
+    """A replacement of a task not waiting is kept for its push (lua/update_ready.lua): a
+    push of the same seq writes the entry's place and blob, one of a greater seq keeps its
+    own (long-form places compare by seq too); a lapsed entry goes at the next push."""
+    _, k = new_pair(valkey)
+    a, b, c, d = ids(4)
+    long_seq = SPLIT + 7  # a long-form place (core/ordering.py)
+    entry = {a: place(2, 5, a), b: place(0, long_seq, b), c: place(0, 9, c)}
+    assert run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, items=[
+        (at.member, at.score, f'0|{{"e":0,"p":"{i}2"}}') for i, at in entry.items()])) == (
+        UpdateReply("ok", 0))
+    assert valkey.hlen(k.newer) == 3 and valkey.zcard(k.newer_at) == 3
+    # pushes that read the tasks before the replace (a, b) and after a new readiness (c)
+    read = {a: place(0, 5, a), b: place(0, long_seq, b), c: place(0, long_seq + 512, c)}
+    values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
+                                  warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0,
+                                  charge=0, keep=0)
+    run(warm, PushReady(k, items=[(i, at, f'0|{{"e":0,"p":"{i}1"}}')
+                                  for i, at in read.items()], **values))
+    # (a's place is the entry's: its priority's score)
+    for at in (entry[a], entry[b], read[c]):
+        assert valkey.zscore(k.ready, at.member) == at.score
+    assert valkey.zcard(k.ready) == 3
+    assert [valkey.hget(k.data, i) for i in (a, b, c)] == [
+        f'0|{{"e":0,"p":"{a}2"}}'.encode(), f'0|{{"e":0,"p":"{b}2"}}'.encode(),
+        f'0|{{"e":0,"p":"{c}1"}}'.encode()]
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    # an entry lapsed: gone at the next push (of any task)
+    at = place(0, 3, d)
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, items=[(at.member, at.score, "x")]))
+    assert valkey.hexists(k.newer, d)
+    run(warm, PushReady(k, items=[(c, read[c], "y")], **{**values, "now_ms": NOW + 1}))
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
 
 
 def claimed_members(out: ClaimReply) -> list[str]:
