@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from tests.integration.helpers import drain, http_event
 from tests.support.stores import scratch_database
 from tierq.errors import InvalidInput
-from tierq.logic import groups
+from tierq.logic import flows, groups
 from tierq.logic.context import OffsetClock
 
 
@@ -556,23 +556,23 @@ def _wait_for_a_lock_wait(pg: Any, timeout: float = 10.0) -> None:
     raise AssertionError("no session came to wait on a lock")
 
 
-def test_a_cancel_of_the_first_held_task_inside_a_release_keeps_the_group_row(make_tq, pg):
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_of_the_first_held_task_inside_a_release_keeps_the_group_row(
+        make_tq: Any, pg: Any, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """A release (an ack's) that read the group's first held task in its snapshot while a
-    cancel of that task was not yet committed skips it once the cancel commits: it releases
-    nothing, yet the group still holds tasks. Its row stays (the cancel's own release
-    recounts it under the lock): the next task is released and the held count is exact.
-    Deterministic: the cancel stops inside its transaction, after its change, until the
-    ack's release waits on that task's row lock."""
+    cancel (or delete) of that task was not yet committed skips it once the cancel commits:
+    it releases nothing, yet the group still holds tasks. Its row stays (the cancel's own
+    release recounts it under the lock): the next task is released and the held count is
+    exact. Deterministic: the cancel stops inside its transaction, after its change, until
+    the ack's release waits on that task's row lock."""
     acker, canceller = make_tq(), make_tq()
     made = acker.enqueue("q", [{"payload": i, "group": "g"} for i in range(4)])
     assert _group_row(pg, "q", "g") == (1, 3)
     [head] = acker.claim("q")
-    store = canceller.ctx.store
-    original = store.forget_waits
+    original = flows.settle
     acking: list[threading.Thread] = []
 
-    def forget_waits(conn: Any, ids: Any) -> None:
-        original(conn, ids)
+    def settle(ctx: Any, conn: Any, ids: Any, state: str) -> Any:
         if threading.current_thread() is threading.main_thread() and not acking:
             # the cancel's change made, not committed: the ack's release reads the held
             # task in its snapshot, then waits on its row
@@ -580,13 +580,16 @@ def test_a_cancel_of_the_first_held_task_inside_a_release_keeps_the_group_row(ma
             acking.append(t)
             t.start()
             _wait_for_a_lock_wait(pg)
+        return original(ctx, conn, ids, state)
 
-    store.forget_waits = forget_waits  # type: ignore[method-assign]
-    try:
+    monkeypatch.setattr(flows, "settle", settle)
+    if how == "cancel":
+        assert canceller.cancel("q", made[1].id).state == "cancelled"
+    else:
         assert canceller.cancel_task("q", made[1].id).state == "held"
-    finally:
-        store.forget_waits = original  # type: ignore[method-assign]
+    monkeypatch.setattr(flows, "settle", original)
     acking[0].join(30)
+    assert acking and not acking[0].is_alive()
     assert tq_state(acker, made[2].id) == "warm"  # the next task was released
     assert tq_state(acker, made[3].id) == "held"
     assert _group_row(pg, "q", "g") == (1, 1)
