@@ -249,10 +249,12 @@ def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
     a, b, c, d = ids(4)
     long_seq = SPLIT + 7  # a long-form place (core/ordering.py)
     entry = {a: place(2, 5, a), b: place(0, long_seq, b), c: place(0, 9, c)}
-    assert run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, items=[
-        (at.member, at.score, f'0|{{"e":0,"p":"{i}2"}}') for i, at in entry.items()])) == (
-        UpdateReply("ok", 0))
-    assert valkey.hlen(k.newer) == 3 and valkey.zcard(k.newer_at) == 3
+    assert run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=10**6,
+                                 items=[(at.member, at.score, f'0|{{"e":0,"p":"{i}2"}}')
+                                        for i, at in entry.items()])) == UpdateReply("ok", 0)
+    assert valkey.zcard(k.newer_at) == 3
+    held = sum(valkey.hstrlen(k.newer, i) for i in entry)
+    assert held > 0 and int(valkey.hget(k.newer, "~bytes")) == held
     # pushes that read the tasks before the replace (a, b) and after a new readiness (c)
     read = {a: place(0, 5, a), b: place(0, long_seq, b), c: place(0, long_seq + 512, c)}
     values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
@@ -270,9 +272,33 @@ def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
     assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
     # an entry lapsed: gone at the next push (of any task)
     at = place(0, 3, d)
-    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, items=[(at.member, at.score, "x")]))
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, newer_max_bytes=10**6,
+                          items=[(at.member, at.score, "x")]))
     assert valkey.hexists(k.newer, d)
     run(warm, PushReady(k, items=[(c, read[c], "y")], **{**values, "now_ms": NOW + 1}))
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    newer_bound_scenario(warm, valkey)
+
+
+def newer_bound_scenario(warm: WarmTier, valkey: Any) -> None:
+    """A pair keeps at most newer_max_bytes of entries (lua/newer_entries.lua): one that
+    does not fit is not kept, and the id's older entry goes with it."""
+    _, k = new_pair(valkey)
+    a, b = ids(2)
+    at_a, at_b = place(0, 5, a), place(0, 6, b)
+    bound = len(f"{at_a.score} {at_a.member} ") + 20
+
+    def replace(member: str, score: str, blob: str) -> None:
+        run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=bound,
+                              items=[(member, score, blob)]))
+
+    replace(at_a.member, at_a.score, "a" * 20)  # fits exactly
+    assert int(valkey.hget(k.newer, "~bytes")) == bound
+    replace(at_b.member, at_b.score, "b")  # past the bound: not kept
+    assert not valkey.hexists(k.newer, b) and valkey.zscore(k.newer_at, b) is None
+    replace(at_a.member, at_a.score, "a" * 10)  # a's own entry replaced: fits
+    assert int(valkey.hget(k.newer, "~bytes")) == bound - 10
+    replace(at_a.member, at_a.score, "a" * 30)  # too large: a's older entry goes too
     assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
 
 

@@ -291,7 +291,7 @@ class UpdateReady(LuaCall[UpdateReply]):
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "newer",
                                        "newer_at")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge",
-                                       "now_ms", "ttl_ms")
+                                       "now_ms", "ttl_ms", "newer_max_bytes")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "score", "blob")
 
     on: Any
@@ -301,6 +301,7 @@ class UpdateReady(LuaCall[UpdateReply]):
     charge: int = 0
     now_ms: int = 0
     ttl_ms: int = 0
+    newer_max_bytes: int = 0
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> UpdateReply:

@@ -182,6 +182,9 @@ LEASE_INDEX_SLICES_PER_VISIT = 80
 # The tombstones of cancelled and deleted tasks a pair keeps at most (lua/remove.lua): the
 # oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair.
 GONE_CAP = 10_000
+# The bytes of replacements kept for pushes on their way a pair holds at most
+# (lua/newer_entries.lua): a tenant replacing tasks that are not waiting holds no more.
+NEWER_MAX_BYTES = 4 * 1024 * 1024
 # how long a subscription's confirmation is waited for (WarmTier.finished_channel)
 SUBSCRIBE_SECONDS = 5.0
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
@@ -1622,7 +1625,7 @@ class WarmTier:
         grant = share.grant
         for part in chunks(items, UpdateReady.items_per_call()):
             out = self.call(UpdateReady(k, warm_max_bytes, share.bound, grant, share.charge,
-                                        now_ms, ttl_ms,
+                                        now_ms, ttl_ms, NEWER_MAX_BYTES,
                                         [(at.member, at.score, blob) for _, at, blob in part]))
             grant = 0
             if out.status != "ok":

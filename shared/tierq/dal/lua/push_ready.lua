@@ -79,6 +79,7 @@
 -- include: ready_member (members and ids: lua/ready_member.lua)
 -- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 -- include: warm_usage (a tenant's share: lua/warm_usage.lua)
+-- include: newer_entries (replacements for pushes on their way: lua/newer_entries.lua)
 
 -- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
 -- the data hash in hashtable encoding even while it is small. A listpack finds a field by
@@ -124,10 +125,7 @@ end
 local newer, n_newer = {}, 0
 if redis.call('EXISTS', KEYS[9]) == 1 then
   local lapsed = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '(' .. ARGV[3], 'LIMIT', 0, 100)
-  if #lapsed > 0 then
-    redis.call('ZREM', KEYS[9], unpack(lapsed))
-    redis.call('HDEL', KEYS[8], unpack(lapsed))
-  end
+  if #lapsed > 0 then newer_drop(KEYS[8], KEYS[9], lapsed) end
   local names = {}
   for k = 1, n do names[k] = ARGV[HS + 2 * k - 2] end
   local got = call_chunked('HMGET', KEYS[8], names)
@@ -139,8 +137,7 @@ if redis.call('EXISTS', KEYS[9]) == 1 then
         newer[k] = { score, member, blob }
         n_newer = n_newer + 1
       else  -- older than this push's read
-        redis.call('ZREM', KEYS[9], names[k])
-        redis.call('HDEL', KEYS[8], names[k])
+        newer_drop(KEYS[8], KEYS[9], { names[k] })
       end
     end
   end
@@ -152,8 +149,7 @@ local function blob_of(k) return newer[k] and newer[k][3] or ARGV[HS + 2 * k - 1
 -- a replacement used: its entry goes
 local function used(k)
   if newer[k] then
-    redis.call('ZREM', KEYS[9], ARGV[HS + 2 * k - 2])
-    redis.call('HDEL', KEYS[8], ARGV[HS + 2 * k - 2])
+    newer_drop(KEYS[8], KEYS[9], { ARGV[HS + 2 * k - 2] })
   end
 end
 local reserved = kind == 'new' and redis.call('HEXISTS', KEYS[3], 'rsv:' .. ARGV[4]) == 1

@@ -15,10 +15,13 @@
 -- <member> <blob>'), lapsing at now_ms + ttl_ms (`newer_at`, id -> ms): the push writes
 -- that instead of the blob it read, unless it read a later readiness of the task (a greater
 -- seq) (lua/push_ready.lua). A task found waiting is replaced in place and its entry goes.
+-- A pair keeps at most newer_max_bytes of entries (lua/newer_entries.lua): past that a
+-- replace keeps none, and a push already on its way may still carry the old data.
 -- KEYS: 1 ready, 2 data, 3 meta, 4 leased, 5 newer, 6 newer_at.
 -- ARGV: 1 warm_max_bytes, 2 bound ('', 'ask' or 'strict'), 3 grant (bytes just taken for
 --       the pair from its tenant's ledger, added to the allotment first), 4 charge per task.
---       5 now_ms, 6 ttl_ms: the caller's clock, how long an entry of `newer` lasts.
+--       5 now_ms, 6 ttl_ms: the caller's clock, how long an entry of `newer` lasts;
+--       7 newer_max_bytes: the bytes of `newer` entries a pair holds at most.
 --       Then triples: member, score (core/ordering.py place), blob.
 -- Returns { 'ok', how many were found }, { 'allot', bytes short } or { 'over', 0 } (the
 -- last two: nothing replaced).
@@ -26,6 +29,7 @@
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: ready_member (members and ids: lua/ready_member.lua)
 -- include: warm_usage (a tenant's share: lua/warm_usage.lua)
+-- include: newer_entries (replacements for pushes on their way: lua/newer_entries.lua)
 
 local size = redis.call('ZCARD', KEYS[1])
 local bytes = warm_bytes(KEYS[3], KEYS[2], size)
@@ -37,7 +41,8 @@ local found_at = {}
 local found = 0
 local grown = 0
 local lapses = tonumber(ARGV[5]) + tonumber(ARGV[6])
-for i = 7, #ARGV, 3 do
+local newer_max = tonumber(ARGV[7])
+for i = 8, #ARGV, 3 do
   local id = task_of(ARGV[i])
   local old = length[id]
   if old == nil then
@@ -52,8 +57,8 @@ for i = 7, #ARGV, 3 do
   else
     -- not waiting: kept for a push on its way (written whatever the bound says: a push
     -- is sized when it lands)
-    redis.call('HSET', KEYS[5], id, ARGV[i + 1] .. ' ' .. ARGV[i] .. ' ' .. ARGV[i + 2])
-    redis.call('ZADD', KEYS[6], lapses, id)
+    newer_put(KEYS[5], KEYS[6], id, ARGV[i + 1] .. ' ' .. ARGV[i] .. ' ' .. ARGV[i + 2],
+              lapses, newer_max)
   end
 end
 if bound ~= '' then
@@ -71,7 +76,7 @@ for k = 1, found do
   local id = task_of(ARGV[i])
   redis.call('HSET', KEYS[2], id, ARGV[i + 2])
   redis.call('ZADD', KEYS[1], 'XX', ARGV[i + 1], ARGV[i])
-  if redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[5], id) end
+  newer_drop(KEYS[5], KEYS[6], { id })
 end
 if found > 0 then
   add_warm_bytes(KEYS[3], grown)
