@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tierq.core.ordering import place
+from tierq.core.ordering import SPLIT, place
 from tierq.dal.lua_calls import (
     CALLS,
     AdmissionBegin,
@@ -230,13 +230,76 @@ def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     grow = len(bigger[0][2]) - len(b'0|{"e":0,"p":"new"}')
     usage = kept_usage(valkey, k, 10)
     valkey.hset(k.meta, "allot", usage)
-    assert run(warm, UpdateReady(k, 10**6, "ask", 0, 10, bigger)) == UpdateReply("allot", grow)
-    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, bigger)) == UpdateReply(
+    assert run(warm, UpdateReady(k, 10**6, "ask", 0, 10, items=bigger)) == UpdateReply(
+        "allot", grow)
+    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, items=bigger)) == UpdateReply(
         "over", 0)
     assert int(valkey.hget(k.meta, "allot")) == usage + 50  # the grant is the pair's
     assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
-    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, bigger)) == UpdateReply("ok", 1)
+    assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, items=bigger)) == UpdateReply("ok", 1)
     assert kept_usage(valkey, k, 10) == usage + grow
+    newer_entries_scenario(warm, valkey)
+
+
+def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
+    """A replacement of a task not waiting is kept for its push (lua/update_ready.lua): a
+    push of the same seq writes the entry's place and blob, one of a greater seq keeps its
+    own (long-form places compare by seq too); a lapsed entry goes at the next push."""
+    _, k = new_pair(valkey)
+    a, b, c, d = ids(4)
+    long_seq = SPLIT + 7  # a long-form place (core/ordering.py)
+    entry = {a: place(2, 5, a), b: place(0, long_seq, b), c: place(0, 9, c)}
+    assert run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=10**6,
+                                 items=[(at.member, at.score, f'0|{{"e":0,"p":"{i}2"}}')
+                                        for i, at in entry.items()])) == UpdateReply("ok", 0)
+    assert valkey.zcard(k.newer_at) == 3
+    held = sum(valkey.hstrlen(k.newer, i) for i in entry)
+    assert held > 0 and int(valkey.hget(k.newer, "~bytes")) == held
+    # pushes that read the tasks before the replace (a, b) and after a new readiness (c)
+    read = {a: place(0, 5, a), b: place(0, long_seq, b), c: place(0, long_seq + 512, c)}
+    values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
+                                  warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0,
+                                  charge=0, keep=0)
+    run(warm, PushReady(k, items=[(i, at, f'0|{{"e":0,"p":"{i}1"}}')
+                                  for i, at in read.items()], **values))
+    # (a's place is the entry's: its priority's score)
+    for at in (entry[a], entry[b], read[c]):
+        assert valkey.zscore(k.ready, at.member) == at.score
+    assert valkey.zcard(k.ready) == 3
+    assert [valkey.hget(k.data, i) for i in (a, b, c)] == [
+        f'0|{{"e":0,"p":"{a}2"}}'.encode(), f'0|{{"e":0,"p":"{b}2"}}'.encode(),
+        f'0|{{"e":0,"p":"{c}1"}}'.encode()]
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    # an entry lapsed: gone at the next push (of any task)
+    at = place(0, 3, d)
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, newer_max_bytes=10**6,
+                          items=[(at.member, at.score, "x")]))
+    assert valkey.hexists(k.newer, d)
+    run(warm, PushReady(k, items=[(c, read[c], "y")], **{**values, "now_ms": NOW + 1}))
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    newer_bound_scenario(warm, valkey)
+
+
+def newer_bound_scenario(warm: WarmTier, valkey: Any) -> None:
+    """A pair keeps at most newer_max_bytes of entries (lua/newer_entries.lua): one that
+    does not fit is not kept, and the id's older entry goes with it."""
+    _, k = new_pair(valkey)
+    a, b = ids(2)
+    at_a, at_b = place(0, 5, a), place(0, 6, b)
+    bound = len(f"{at_a.score} {at_a.member} ") + 20
+
+    def replace(member: str, score: str, blob: str) -> None:
+        run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=bound,
+                              items=[(member, score, blob)]))
+
+    replace(at_a.member, at_a.score, "a" * 20)  # fits exactly
+    assert int(valkey.hget(k.newer, "~bytes")) == bound
+    replace(at_b.member, at_b.score, "b")  # past the bound: not kept
+    assert not valkey.hexists(k.newer, b) and valkey.zscore(k.newer_at, b) is None
+    replace(at_a.member, at_a.score, "a" * 10)  # a's own entry replaced: fits
+    assert int(valkey.hget(k.newer, "~bytes")) == bound - 10
+    replace(at_a.member, at_a.score, "a" * 30)  # too large: a's older entry goes too
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
 
 
 def claimed_members(out: ClaimReply) -> list[str]:

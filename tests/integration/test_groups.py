@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from tests.integration.helpers import drain, http_event
 from tests.support.stores import scratch_database
 from tierq.errors import InvalidInput
-from tierq.logic import groups
+from tierq.logic import flows, groups
 from tierq.logic.context import OffsetClock
 
 
@@ -541,3 +542,61 @@ def test_a_push_sent_along_a_drop_whose_script_valkey_lost_is_pushed_on_its_own(
     assert [str(i) for i in tq.ack("q", [head]).acked] == [str(head.id)]
     [second] = tq.claim("q", max=10)
     assert second.payload == 1
+
+
+def _wait_for_a_lock_wait(pg: Any, timeout: float = 10.0) -> None:
+    """Until another session of this database waits on a lock (a row lock here)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = pg.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()").fetchone()[0]
+        if n:
+            return
+        time.sleep(0.01)
+    raise AssertionError("no session came to wait on a lock")
+
+
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_of_the_first_held_task_inside_a_release_keeps_the_group_row(
+        make_tq: Any, pg: Any, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """A release (an ack's) that read the group's first held task in its snapshot while a
+    cancel (or delete) of that task was not yet committed skips it once the cancel commits:
+    it releases nothing, yet the group still holds tasks. Its row stays (the cancel's own
+    release recounts it under the lock): the next task is released and the held count is
+    exact. Deterministic: the cancel stops inside its transaction, after its change, until
+    the ack's release waits on that task's row lock."""
+    acker, canceller = make_tq(), make_tq()
+    made = acker.enqueue("q", [{"payload": i, "group": "g"} for i in range(4)])
+    assert _group_row(pg, "q", "g") == (1, 3)
+    [head] = acker.claim("q")
+    original = flows.settle
+    acking: list[threading.Thread] = []
+
+    def settle(ctx: Any, conn: Any, ids: Any, state: str) -> Any:
+        if threading.current_thread() is threading.main_thread() and not acking:
+            # the cancel's change made, not committed: the ack's release reads the held
+            # task in its snapshot, then waits on its row
+            t = threading.Thread(target=acker.ack, args=("q", [head]))
+            acking.append(t)
+            t.start()
+            _wait_for_a_lock_wait(pg)
+        return original(ctx, conn, ids, state)
+
+    monkeypatch.setattr(flows, "settle", settle)
+    if how == "cancel":
+        assert canceller.cancel("q", made[1].id).state == "cancelled"
+    else:
+        assert canceller.cancel_task("q", made[1].id).state == "held"
+    monkeypatch.setattr(flows, "settle", original)
+    acking[0].join(30)
+    assert acking and not acking[0].is_alive()
+    assert tq_state(acker, made[2].id) == "warm"  # the next task was released
+    assert tq_state(acker, made[3].id) == "held"
+    assert _group_row(pg, "q", "g") == (1, 1)
+    got = drain(acker, "q", batch=10)
+    assert [t.payload for t in got] == [2, 3]
+    assert _group_row(pg, "q", "g") is None
+
+
+def tq_state(tq: Any, task_id: Any) -> str:
+    return str(tq.get_task("q", task_id).state)

@@ -232,7 +232,7 @@ class PushReady(LuaCall[PushReply]):
 
     SCRIPT: ClassVar[str] = "push_ready"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "inflight", "leased",
-                                       "lease_of", "gone")
+                                       "lease_of", "gone", "newer", "newer_at")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max", "kind", "now_ms", "token",
                                        "warm_max_bytes", "since_ms", "bound", "grant",
                                        "charge", "keep")
@@ -288,8 +288,10 @@ class UpdateReady(LuaCall[UpdateReply]):
     'strict', ``grant`` and ``charge`` as push_ready takes them)."""
 
     SCRIPT: ClassVar[str] = "update_ready"
-    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased")
-    ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge")
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "newer",
+                                       "newer_at")
+    ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge",
+                                       "now_ms", "ttl_ms", "newer_max_bytes")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "score", "blob")
 
     on: Any
@@ -297,6 +299,9 @@ class UpdateReady(LuaCall[UpdateReply]):
     bound: str = ""
     grant: int = 0
     charge: int = 0
+    now_ms: int = 0
+    ttl_ms: int = 0
+    newer_max_bytes: int = 0
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> UpdateReply:

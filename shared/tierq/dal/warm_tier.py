@@ -144,6 +144,8 @@ class PairKeys:
     progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
     limits: str  # lease member -> its attempt's time limit, ms (lua/lease_limit.lua)
     gone: str  # id -> when it was cancelled or deleted, ms: pushes leave it out (lua/remove.lua)
+    newer: str  # id -> '<score> <member> <blob>' a replace wrote: pushes use it (update_ready)
+    newer_at: str  # id -> when its `newer` entry lapses, ms (lua/update_ready.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
@@ -151,7 +153,7 @@ class PairKeys:
         return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
                    tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
                    tag + "finished", tag + "finished_prev", tag + "waiters", tag + "progress",
-                   tag + "limits", tag + "gone")
+                   tag + "limits", tag + "gone", tag + "newer", tag + "newer_at")
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -180,6 +182,9 @@ LEASE_INDEX_SLICES_PER_VISIT = 80
 # The tombstones of cancelled and deleted tasks a pair keeps at most (lua/remove.lua): the
 # oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair.
 GONE_CAP = 10_000
+# The bytes of replacements kept for pushes on their way a pair holds at most
+# (lua/newer_entries.lua): a tenant replacing tasks that are not waiting holds no more.
+NEWER_MAX_BYTES = 4 * 1024 * 1024
 # how long a subscription's confirmation is waited for (WarmTier.finished_channel)
 SUBSCRIBE_SECONDS = 5.0
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
@@ -1605,10 +1610,14 @@ class WarmTier:
 
     def update_ready(self, queue: str, tenant: str,
                      items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int,
-                     share: TenantShare = TenantShare()) -> UpdateOutcome:
+                     share: TenantShare = TenantShare(), now_ms: int = 0,
+                     ttl_ms: int = 0) -> UpdateOutcome:
         """Replace the data of (id, place, blob) items already in the warm tier (a new
         priority moves the task to its new place), their growth counted against the
-        pair's allotment (``share``: its ``grant`` goes with the first call). Stops at the
+        pair's allotment (``share``: its ``grant`` goes with the first call). An item not
+        waiting leaves its replacement in the pair's ``newer`` entries, lapsing ``ttl_ms``
+        after ``now_ms``: a push that read the task before the replace writes it instead
+        of its own blob (lua/update_ready.lua, lua/push_ready.lua). Stops at the
         first call whose growth does not fit (lua/update_ready.lua). Raises
         ``WarmTierFull`` when Valkey is out of memory (that call changed nothing)."""
         k = PairKeys.of(queue, tenant)
@@ -1616,6 +1625,7 @@ class WarmTier:
         grant = share.grant
         for part in chunks(items, UpdateReady.items_per_call()):
             out = self.call(UpdateReady(k, warm_max_bytes, share.bound, grant, share.charge,
+                                        now_ms, ttl_ms, NEWER_MAX_BYTES,
                                         [(at.member, at.score, blob) for _, at, blob in part]))
             grant = 0
             if out.status != "ok":
@@ -1816,7 +1826,7 @@ class WarmTier:
         k = PairKeys.of(queue, tenant)
         keys = (k.ready, k.data, k.leased, k.claims, k.meta, k.inflight, k.bucket, k.lease_of,
                 k.started, k.finished, k.finished_prev, k.waiters, k.progress, k.limits,
-                k.gone)
+                k.gone, k.newer, k.newer_at)
         with _available(self.credentials):
             if fence_ms is None:
                 self.client.unlink(*keys)

@@ -351,19 +351,25 @@ def update_warm(ctx: Context, pair: Pair,
     leave the warm tier (removing only frees memory) and wait cold instead, so that no
     claim hands out their old data. Returns the ids of those that went cold (their rows
     marked ``cold``)."""
+    # (logic/tasks.py imports this module, through logic/groups.py)
+    from tierq.logic.tasks import gone_ttl_ms
     queue, tenant = pair
     share, limit = tenant_budget.share(ctx, queue, tenant)
     warm_max_bytes = ctx.queue_settings.get(queue).warm_max_bytes
+    # a task not waiting (a push of it read before the replace may be on its way) keeps
+    # its replacement for the push, as long as a tombstone would stay (lua/update_ready.lua)
+    now_ms, ttl_ms = to_ms(ctx.now()), gone_ttl_ms(ctx.settings)
     try:
         out = ctx.warm.update_ready(queue, tenant, items, warm_max_bytes=warm_max_bytes,
-                                    share=share)
+                                    share=share, now_ms=now_ms, ttl_ms=ttl_ms)
         if out.short:
             # past the pair's allotment: take more of the tenant's bound, then replace
             got = tenant_budget.grant(ctx, queue, tenant, out.short, limit)
             try:
                 out = ctx.warm.update_ready(queue, tenant, items[out.done:],
                                             warm_max_bytes=warm_max_bytes,
-                                            share=replace(share, bound="strict", grant=got))
+                                            share=replace(share, bound="strict", grant=got),
+                                            now_ms=now_ms, ttl_ms=ttl_ms)
             except WarmTierFull:
                 tenant_budget.cancel(ctx, queue, tenant, got)  # nothing written
                 raise

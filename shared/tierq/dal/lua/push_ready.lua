@@ -2,7 +2,7 @@
 -- nor warm_max_bytes bytes of task data (an empty warm set takes one task whatever its size,
 -- so that no task is too large to ever be delivered).
 -- Called through `PushReady` (dal/lua_calls.py), which names its keys and arguments in order:
--- | KEYS | ready, data, meta, inflight, leased, lease_of, gone                                |
+-- | KEYS | ready, data, meta, inflight, leased, lease_of, gone, newer, newer_at            |
 -- | ARGV | name           | what                                                             |
 -- | 1    | warm_max       | tasks the warm set holds at most                                 |
 -- | 2    | kind           | 'new', 'enqueue', 'promote' or 'restore' (below)                 |
@@ -36,6 +36,13 @@
 -- not marked cold either (a push may have read it as ready before the cancel committed).
 -- That costs one EXISTS of `gone` per call, and while the pair holds a tombstone the
 -- removal of the lapsed ones and one ZMSCORE of the ids.
+-- A task replaced (on_conflict = replace) while it was not waiting has its replacement in
+-- `newer` (lua/update_ready.lua): a push that read it before the replace committed carries
+-- the old blob, so a task whose entry has a seq at least its push's (the same readiness, or
+-- a later one) is written with the entry's score, member and blob instead, and the entry
+-- goes; an entry with a smaller seq is older than the push's read and goes unused. That
+-- costs one EXISTS of `newer_at` per call; while the pair holds entries, one HMGET of the
+-- ids and the removal of at most 100 lapsed ones.
 -- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
 -- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
 -- copy is the one accepted). Once one task is refused, every later one is too (a smaller
@@ -72,6 +79,7 @@
 -- include: ready_member (members and ids: lua/ready_member.lua)
 -- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 -- include: warm_usage (a tenant's share: lua/warm_usage.lua)
+-- include: newer_entries (replacements for pushes on their way: lua/newer_entries.lua)
 
 -- One field whose value is longer than hash-max-listpack-value (64 bytes by default) keeps
 -- the data hash in hashtable encoding even while it is small. A listpack finds a field by
@@ -111,6 +119,37 @@ if redis.call('EXISTS', KEYS[7]) == 1 then
       gone[k] = true
       n_gone = n_gone + 1
     end
+  end
+end
+-- the replacements written since the caller read them (k -> { score, member, blob })
+local newer, n_newer = {}, 0
+if redis.call('EXISTS', KEYS[9]) == 1 then
+  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '(' .. ARGV[3], 'LIMIT', 0, 100)
+  if #lapsed > 0 then newer_drop(KEYS[8], KEYS[9], lapsed) end
+  local names = {}
+  for k = 1, n do names[k] = ARGV[HS + 2 * k - 2] end
+  local got = call_chunked('HMGET', KEYS[8], names)
+  for k = 1, n do
+    if got[k] and not gone[k] then
+      local score, member, blob = string.match(got[k], '^(%S+) (%S+) (.*)$')
+      if score and seq_key(score, member)
+          >= seq_key(ARGV[ZS + 2 * k - 2], ARGV[ZS + 2 * k - 1]) then
+        newer[k] = { score, member, blob }
+        n_newer = n_newer + 1
+      else  -- older than this push's read
+        newer_drop(KEYS[8], KEYS[9], { names[k] })
+      end
+    end
+  end
+end
+-- what task k is pushed as: its (score, member, blob), the replacement's when it has one
+local function score_of(k) return newer[k] and newer[k][1] or ARGV[ZS + 2 * k - 2] end
+local function member_of(k) return newer[k] and newer[k][2] or ARGV[ZS + 2 * k - 1] end
+local function blob_of(k) return newer[k] and newer[k][3] or ARGV[HS + 2 * k - 1] end
+-- a replacement used: its entry goes
+local function used(k)
+  if newer[k] then
+    newer_drop(KEYS[8], KEYS[9], { ARGV[HS + 2 * k - 2] })
   end
 end
 local reserved = kind == 'new' and redis.call('HEXISTS', KEYS[3], 'rsv:' .. ARGV[4]) == 1
@@ -170,16 +209,18 @@ elseif kind == 'new' then
   -- or, when some are left out as gone, from a copy of the others' arguments in the same
   -- two columns
   local src, zs, hs, m = ARGV, ZS, HS, n
-  if n_gone > 0 then
+  local kept = {}  -- j -> k: the task of the copy's j-th row
+  if n_gone > 0 or n_newer > 0 then
     src, m = {}, n - n_gone
     local j = 0
     for k = 1, n do
       if not gone[k] then
         j = j + 1
-        src[2 * j - 1] = ARGV[ZS + 2 * k - 2]
-        src[2 * j] = ARGV[ZS + 2 * k - 1]
+        kept[j] = k
+        src[2 * j - 1] = score_of(k)
+        src[2 * j] = member_of(k)
         src[2 * m + 2 * j - 1] = ARGV[HS + 2 * k - 2]
-        src[2 * m + 2 * j] = ARGV[HS + 2 * k - 1]
+        src[2 * m + 2 * j] = blob_of(k)
       end
     end
     zs, hs = 1, 2 * m + 1
@@ -199,6 +240,9 @@ elseif kind == 'new' then
     redis.call('HSET', KEYS[2], ENCODING_FIELD, ENCODING_VALUE)
     call_chunked('ZADD', KEYS[1], src, zs, zs + 2 * take - 1)
     call_chunked('HSET', KEYS[2], src, hs, hs + 2 * take - 1)
+    if n_newer > 0 then
+      for j = 1, take do used(kept[j]) end
+    end
   end
   for k = take + 1, m do
     n_refused = n_refused + 1
@@ -211,7 +255,7 @@ else
   local n_args = 0
   for k = 1, n do
     local id = ids[k]
-    local blob = ARGV[HS + 2 * k - 1]
+    local blob = blob_of(k)
     if gone[k] then
       -- cancelled or deleted since the caller read it: left out
     elseif accepted[id] or waiting(KEYS[2], id) then
@@ -220,8 +264,9 @@ else
       -- a worker holds it for a later attempt than this push knows: it is not added
     elseif n_refused == 0 and fits(#blob) then
       accepted[id] = true
-      ready_args[n_args + 1] = ARGV[ZS + 2 * k - 2]
-      ready_args[n_args + 2] = ARGV[ZS + 2 * k - 1]
+      used(k)
+      ready_args[n_args + 1] = score_of(k)
+      ready_args[n_args + 2] = member_of(k)
       data_args[n_args + 1] = id
       data_args[n_args + 2] = blob
       n_args = n_args + 2

@@ -14,3 +14,12 @@ end
 local function waiting(data, id)
   return redis.call('HEXISTS', data, id) == 1
 end
+-- A task's seq as 16 lowercase hex digits, from its (score, member) (core/ordering.py):
+-- two of them compare as their seqs do. The short form's seq is its score modulo 2^49
+-- (every score is below 2^53: exact).
+local function seq_key(score, member)
+  if string.byte(member, 17) == 124 then  -- '|'
+    return string.sub(member, 1, 16)
+  end
+  return string.format('%016x', tonumber(score) % 562949953421312)
+end

@@ -10,16 +10,26 @@
 -- takes the tasks out of the warm tier, to wait cold).
 -- Not allowed while Valkey is out of memory (it may grow the data): the caller then takes
 -- the tasks out of the warm tier and sends them cold (logic/admission.update_warm).
--- KEYS: 1 ready, 2 data, 3 meta, 4 leased
+-- A task not waiting in line (a push that read it as ready before the replace committed may
+-- be on its way, or a worker holds it) keeps its replacement in `newer` (id -> '<score>
+-- <member> <blob>'), lapsing at now_ms + ttl_ms (`newer_at`, id -> ms): the push writes
+-- that instead of the blob it read, unless it read a later readiness of the task (a greater
+-- seq) (lua/push_ready.lua). A task found waiting is replaced in place and its entry goes.
+-- A pair keeps at most newer_max_bytes of entries (lua/newer_entries.lua): past that a
+-- replace keeps none, and a push already on its way may still carry the old data.
+-- KEYS: 1 ready, 2 data, 3 meta, 4 leased, 5 newer, 6 newer_at.
 -- ARGV: 1 warm_max_bytes, 2 bound ('', 'ask' or 'strict'), 3 grant (bytes just taken for
---       the pair from its tenant's ledger, added to the allotment first), 4 charge per task,
---       then triples: member, score (core/ordering.py place), blob
+--       the pair from its tenant's ledger, added to the allotment first), 4 charge per task.
+--       5 now_ms, 6 ttl_ms: the caller's clock, how long an entry of `newer` lasts;
+--       7 newer_max_bytes: the bytes of `newer` entries a pair holds at most.
+--       Then triples: member, score (core/ordering.py place), blob.
 -- Returns { 'ok', how many were found }, { 'allot', bytes short } or { 'over', 0 } (the
 -- last two: nothing replaced).
 
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: ready_member (members and ids: lua/ready_member.lua)
 -- include: warm_usage (a tenant's share: lua/warm_usage.lua)
+-- include: newer_entries (replacements for pushes on their way: lua/newer_entries.lua)
 
 local size = redis.call('ZCARD', KEYS[1])
 local bytes = warm_bytes(KEYS[3], KEYS[2], size)
@@ -30,7 +40,9 @@ local length = {}
 local found_at = {}
 local found = 0
 local grown = 0
-for i = 5, #ARGV, 3 do
+local lapses = tonumber(ARGV[5]) + tonumber(ARGV[6])
+local newer_max = tonumber(ARGV[7])
+for i = 8, #ARGV, 3 do
   local id = task_of(ARGV[i])
   local old = length[id]
   if old == nil then
@@ -42,6 +54,11 @@ for i = 5, #ARGV, 3 do
     grown = grown + #ARGV[i + 2] - old
     found = found + 1
     found_at[found] = i
+  else
+    -- not waiting: kept for a push on its way (written whatever the bound says: a push
+    -- is sized when it lands)
+    newer_put(KEYS[5], KEYS[6], id, ARGV[i + 1] .. ' ' .. ARGV[i] .. ' ' .. ARGV[i + 2],
+              lapses, newer_max)
   end
 end
 if bound ~= '' then
@@ -56,8 +73,10 @@ if bound ~= '' then
 end
 for k = 1, found do
   local i = found_at[k]
-  redis.call('HSET', KEYS[2], task_of(ARGV[i]), ARGV[i + 2])
+  local id = task_of(ARGV[i])
+  redis.call('HSET', KEYS[2], id, ARGV[i + 2])
   redis.call('ZADD', KEYS[1], 'XX', ARGV[i + 1], ARGV[i])
+  newer_drop(KEYS[5], KEYS[6], { id })
 end
 if found > 0 then
   add_warm_bytes(KEYS[3], grown)

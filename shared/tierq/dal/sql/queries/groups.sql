@@ -53,7 +53,8 @@ WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 -- a new seq, in line order (the back of its pair's line, as admission.make_ready does);
 -- one not yet due, or whose entry is 'delayed', is delayed until its run_at (the delayed
 -- mover makes it ready). The group's row takes the counts found; a group left with nothing
--- active and nothing held goes. Returns the tasks released, each with its warm blob (built
+-- active and nothing held goes (not one whose picked held task a concurrent cancel took:
+-- see `gone`). Returns the tasks released, each with its warm blob (built
 -- as promote_cold builds one; unused for those delayed).
 WITH g AS MATERIALIZED (
     SELECT v.tenant, v.grp, v.ready_state,
@@ -67,7 +68,7 @@ WITH g AS MATERIALIZED (
                AS u(tenant, grp, ready_state)
           ORDER BY tenant, grp) AS v
 ), numbered AS MATERIALIZED (  -- the tasks to release, counted from 0 in line order
-    SELECT h.id, g.ready_state,
+    SELECT h.id, g.tenant, g.grp, g.ready_state,
            row_number() OVER (ORDER BY g.tenant COLLATE "C", g.grp COLLATE "C", h.seq) - 1 AS k
     FROM g, LATERAL (  -- (no index scan for a group without room)
         SELECT t.id, t.seq
@@ -118,22 +119,30 @@ WITH g AS MATERIALIZED (
                   || COALESCE(',"tr":' || t.trace, '') || '}' AS blob
 ), released AS (
     SELECT m.tenant, m.grp, count(*)::int AS n FROM moved m GROUP BY m.tenant, m.grp
+), picked AS (
+    SELECT s.tenant, s.grp, count(*)::int AS n FROM numbered s GROUP BY s.tenant, s.grp
 ), counts AS (  -- (a group with nothing active had room: none released, none held)
-    SELECT g.tenant, g.grp, g.active, COALESCE(r.n, 0) AS released
+    SELECT g.tenant, g.grp, g.active, COALESCE(r.n, 0) AS released,
+           COALESCE(p.n, 0) AS picked
     FROM g LEFT JOIN released r ON r.tenant = g.tenant AND r.grp = g.grp
+           LEFT JOIN picked p ON p.tenant = g.tenant AND p.grp = g.grp
 ), kept AS (
     UPDATE tierq_groups r
     SET active = c.active + c.released, held = GREATEST(r.held - c.released, 0),
         head_since = CASE WHEN c.released > 0 THEN %(now)s::timestamptz ELSE r.head_since END
     FROM counts c
     WHERE r.queue = %(queue)s AND r.tenant = c.tenant AND r.grp = c.grp
-      AND c.active + c.released > 0
+      AND c.active + c.released + c.picked > 0
     RETURNING r.grp
 ), gone AS (
+    -- (a held task picked but not moved was cancelled or deleted after this statement's
+    -- snapshot, its change committed while the update waited on its row: the group may
+    -- hold more, so its row stays, and that change's own release, which waits on this
+    -- lock, recounts it and counts the task down)
     DELETE FROM tierq_groups r
     USING counts c
     WHERE r.queue = %(queue)s AND r.tenant = c.tenant AND r.grp = c.grp
-      AND c.active + c.released = 0
+      AND c.active + c.released + c.picked = 0
     RETURNING r.grp
 )
 SELECT m.id, m.tenant, m.state, m.seq, m.priority, m.run_at, m.blob FROM moved m;
