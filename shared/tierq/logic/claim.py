@@ -397,19 +397,23 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
     handles each reply as a pop of its own, in rotation order; the rest of it, and the
     second pass, pop one pair at a time:
 
-    | case                                   | first pass                                     |
-    | -------------------------------------- | ---------------------------------------------- |
-    | one candidate, or fewer than two full  | one pair at a time                             |
-    | shares (``wanted // share < 2``)       |                                                |
-    | a queue-wide limit (``max_leased``,    | one pair at a time: on a single server the     |
-    | ``rate``)                              | take rides with the first pop, whose grant     |
-    |                                        | sets the later shares; each pop is cut to what |
-    |                                        | the pops before it left of the grant           |
-    | the time budget is up                  | no pop                                         |
-    | otherwise                              | one pipeline of full shares, then one pair at  |
-    |                                        | a time, each wanting what is still missing     |
+    =====================================  ===============================================
+    case                                   the first pass
+    =====================================  ===============================================
+    one candidate, or fewer than two full  one pair at a time
+    shares (``wanted // share < 2``)
+    a queue-wide limit (``max_leased``,    one pair at a time: on a single server the take
+    ``rate``)                              rides with the first pop, whose grant sets the
+                                           later shares; each pop is cut to what the pops
+                                           before it left of the grant and numbers its
+                                           leases on from theirs (lease k holds unit k,
+                                           logic/claim_limits.py)
+    the time budget is up                  no pop
+    otherwise                              one pipeline of full shares, then one pair at a
+                                           time, each wanting what is still missing
+    =====================================  ===============================================
 
-    In the pipeline, the per-tenant limits are the claim script's, per pair, as ever. Under
+    In the pipeline, the per-tenant limits are the claim script's, pair by pair. Under
     a byte cap each pipelined pop may cost its part of what is left (strictly: no pop's
     first task passes its part), so the pops stay within the cap together; a pop its part
     cut goes on to the second pass, whose first pop, while nothing is handed out yet, brings
