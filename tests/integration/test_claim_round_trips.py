@@ -95,3 +95,30 @@ def test_a_queue_wide_limit_pops_a_pair_at_a_time_within_its_grant(tq: Tierq):
     # (shares of three: eight pops of three, one of one, each its own round trip)
     assert wire.commands["claim"] == 9 and wire.sends >= 1 + 9, dict(wire.commands)
     assert tq.claim(QUEUE, max=100) == []
+
+
+def test_the_tenant_limits_cut_each_pipelined_pop_in_its_script(tq: Tierq):
+    """``tenant_max_leased`` is checked by each pair's script in the pipeline: three each,
+    still two round trips, and the claim says when more may be had."""
+    tq.put_queue(QUEUE, {"tenant_max_leased": 3})
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for t in TENANTS for _ in range(30)])
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    tq.claim(QUEUE, max=1, tenant=TENANTS[0])  # (not counted: it loads the script)
+    with wire.installed():
+        wire.on = True
+        outcome = tq.claim_outcome(QUEUE, max=100)
+        wire.on = False
+    assert Counter(t.tenant for t in outcome.tasks) == {
+        t: 2 if t == TENANTS[0] else 3 for t in TENANTS}
+    assert outcome.retry_after_ms is not None and outcome.retry_after_ms > 0
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+
+
+def test_a_script_valkey_lost_is_loaded_and_every_pop_made(tq: Tierq, valkey):
+    ready(tq, 10)
+    tq.claim(QUEUE, max=1, tenant=TENANTS[0])
+    valkey.script_flush()
+    got = tq.claim(QUEUE, max=100)
+    assert len(got) == 99 and len({t.id for t in got}) == 99
+    assert len(tq.running(QUEUE)) == 100
