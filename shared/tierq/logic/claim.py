@@ -25,7 +25,7 @@ from uuid import UUID
 
 import orjson
 
-from tierq.dal.warm_tier import Claimed
+from tierq.dal.warm_tier import Claimed, PairPop
 from tierq.errors import WarmTierFull
 from tierq.logic import leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
@@ -181,7 +181,65 @@ class Claimer:
         popped = self._pop(tenant, n)
         if popped is None:
             return []
-        left, mode, claimed, now_ms = popped
+        return self._answer(tenant, n, *popped)
+
+    def may_pipeline(self) -> bool:
+        """Whether a pass may pop its pairs in one pipeline (:meth:`pairs`): the queue has
+        no queue-wide limit (its take rides with, or must come before, the first pop and
+        each pop stays within what the pops before it left), and the claim may still pop."""
+        return self.limits.gate is None and not self.budget.expired()
+
+    def pairs(self, tenants: Sequence[str], n: int) -> list[tuple[list[ClaimedTask], bool]]:
+        """Up to ``n`` tasks of each tenant's pair, every pop sent in one pipeline (one round
+        trip on a single server, one per master in cluster mode), each reply then handled
+        as :meth:`pair` handles its pop's, in order (refills included). Per tenant: its
+        tasks, and whether a byte cap cut its pop (it may get more from what is left).
+        Under a byte cap each pop may cost its part of what is left, strictly (no pop's
+        first task passes its part), so that the pops together stay within it. Only when
+        :meth:`may_pipeline`."""
+        budget = self.budget
+        capped = budget.max_bytes > 0
+        part = max(1, budget.remaining_bytes() // len(tenants)) if capped else 0
+        limits = self.limits
+        pops: list[tuple[PairPop, int]] = []
+        for tenant in tenants:
+            allowed = limits.for_pop(tenant, n)
+            assert allowed is not None and allowed[1].take is None  # (no queue-wide gate)
+            pop = allowed[1]
+            pops.append((PairPop(
+                tenant, n, pop.now_ms, self.lease_ms, pop.token_prefix, self.worker,
+                max_bytes=part, strict=capped, per_task_bytes=budget.per_task_bytes,
+                tenant_max_leased=limits.tenant_max_leased,
+                tenant_rate=limits.tenant_rate), pop.now_ms))
+        replies = self.ctx.warm.claim_pairs(self.queue, [pop for pop, _ in pops])
+        # every pop that leased tasks is recorded (to be given back should the claim fail)
+        # before the first error goes up
+        error: Exception | None = None
+        for reply in replies:
+            if isinstance(reply, Exception):
+                error = error or reply
+                continue
+            limits.note(reply.retry_after_ms)
+            if reply.claimed:
+                self.popped.append(reply.claimed)
+                budget.charge(c[3] for c in reply.claimed)
+        if error is not None:
+            raise error
+        out: list[tuple[list[ClaimedTask], bool]] = []
+        for (sent, now_ms), reply in zip(pops, replies, strict=True):
+            assert not isinstance(reply, Exception)
+            self.ready_left = reply.left
+            cut = capped and len(reply.claimed) < n and reply.left > 0 \
+                and reply.retry_after_ms == 0
+            out.append((self._answer(sent.tenant, n, reply.left, reply.mode, reply.claimed,
+                                     now_ms), cut))
+        return out
+
+    def _answer(self, tenant: str, n: int, left: int, mode: str, claimed: list[Claimed],
+                now_ms: int) -> list[ClaimedTask]:
+        """A pop's tasks (``claimed``, of ``n`` asked, ``left`` ready after it, the pair in
+        ``mode``) as models, refilling the pair inline when its warm set ran dry or runs
+        low while cold work waits (and, when it ran dry, popping what is still wanted)."""
         out = self._tasks(tenant, claimed, now_ms)
         if mode != "cold":
             if not claimed and left == 0:
@@ -331,6 +389,38 @@ def _had_ready_work(claimer: Claimer, tenant: str) -> bool:
 
 def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimRequest,
                  tenants: Sequence[str] | None) -> list[ClaimedTask]:
+    """The claim's tasks from its pairs: one pair, or a fair rotation of several (a first
+    pass of equal shares, then the rest from the tenants that still had work).
+
+    The first pass sends the pops of the tenants whose full share it asks for whatever the
+    others answer (the first ``wanted // share``) in one pipeline (``Claimer.pairs``), then
+    handles each reply as a pop of its own, in rotation order; the rest of it, and the
+    second pass, pop one pair at a time:
+
+    =====================================  ===============================================
+    case                                   the first pass
+    =====================================  ===============================================
+    one candidate, or fewer than two full  one pair at a time
+    shares (``wanted // share < 2``)
+    a queue-wide limit (``max_leased``,    one pair at a time: on a single server the take
+    ``rate``)                              rides with the first pop, whose grant sets the
+                                           later shares; each pop is cut to what the pops
+                                           before it left of the grant and numbers its
+                                           leases on from theirs (lease k holds unit k,
+                                           logic/claim_limits.py)
+    the time budget is up                  no pop
+    otherwise                              one pipeline of full shares, then one pair at a
+                                           time, each wanting what is still missing
+    =====================================  ===============================================
+
+    In the pipeline, the per-tenant limits are the claim script's, pair by pair. Under
+    a byte cap each pipelined pop may cost its part of what is left (strictly: no pop's
+    first task passes its part), so the pops stay within the cap together; a pop its part
+    cut goes on to the second pass, whose first pop, while nothing is handed out yet, brings
+    its first task whatever it costs. The inline refills follow the pipeline, in rotation
+    order; under ``answer_by`` a refill counts as holding popped tasks once any pop of the
+    pipeline leased some (``ClaimBudget.may_refill``: the safe side).
+    """
     if request.tenant is not None:
         candidates = [request.tenant]
     elif tenants is not None:
@@ -366,7 +456,18 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
     share = max(1, math.ceil(wanted / len(rotated)))
     out: list[ClaimedTask] = []
     had_more: list[str] = []
-    for tenant in rotated:
+    # the tenants whose full share the first pass asks for whatever the others answer: their
+    # pops go in one pipeline (see _claim_pairs' table)
+    ahead = min(len(rotated), wanted // share)
+    if ahead >= 2 and claimer.may_pipeline():
+        for tenant, (got, cut) in zip(rotated, claimer.pairs(rotated[:ahead], share),
+                                      strict=False):
+            out.extend(got)
+            if len(got) == share or cut:
+                had_more.append(tenant)
+    else:
+        ahead = 0
+    for tenant in rotated[ahead:]:
         want = min(share, wanted - len(out))
         if want <= 0 or claimer.budget.exhausted:
             break

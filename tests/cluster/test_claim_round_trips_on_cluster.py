@@ -1,0 +1,62 @@
+"""On a cluster: a claim naming no tenant sends its first pass's pops in one pipeline, one
+round trip per master (tests/integration/test_claim_round_trips.py has the single-server
+cases), with the same fair shares as a pop at a time; a pop one master refuses fails the
+claim only once every other master's pops are given back."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis
+
+from bench.enqueue_round_trips import Wire
+from tests.support.cluster import node_of, tenants_on_every_node
+from tierq.core.ordering import task_of
+from tierq.dal.warm_tier import PairKeys
+
+QUEUE = "pipe"
+
+
+def test_a_claim_over_tenants_on_every_master_pops_each_master_once(make_tq, valkey):
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE, per_node=4)
+    masters = {node_of(valkey, QUEUE, t) for t in tenants}
+    assert len(masters) == 3 and len(tenants) == 12
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for t in tenants for i in range(20)])
+    # (not counted: the script loaded on every master; one task of each master's first)
+    loaded = {node_of(valkey, QUEUE, t): t for t in reversed(tenants)}
+    for tenant in loaded.values():
+        assert len(tq.claim(QUEUE, max=1, tenant=tenant)) == 1
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        got = tq.claim(QUEUE, max=120)
+        wire.on = False
+    assert len(got) == 120
+    assert Counter(t.tenant for t in got) == dict.fromkeys(tenants, 10)  # a share each
+    assert wire.commands["claim"] == 12
+    # the index's window on the queue's master, then one send per master
+    assert wire.sends == 1 + len(masters), (wire.sends, dict(wire.commands))
+    for tenant in tenants:  # (each tenant's next ten, in its order)
+        first = 1 if tenant in loaded.values() else 0
+        assert [t.payload for t in got if t.tenant == tenant] == list(range(first, first + 10))
+
+def test_a_pop_one_master_refuses_gives_back_the_other_masters_tasks(make_tq, valkey):
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE)
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for t in tenants for i in range(5)])
+    bad = tenants[-1]
+    ready = PairKeys.of(QUEUE, bad).ready
+    valkey.delete(ready)
+    valkey.set(ready, "not a sorted set")  # (its pop: WRONGTYPE)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        tq.claim(QUEUE, max=15)
+    for tenant in tenants[:-1]:
+        assert valkey.zcard(PairKeys.of(QUEUE, tenant).leased) == 0
+        line = [task_of(m.decode())
+                for m in valkey.zrange(PairKeys.of(QUEUE, tenant).ready, 0, -1)]
+        assert len(line) == 5
+    got = tq.claim(QUEUE, max=5, tenant=tenants[0])
+    assert [t.payload for t in got] == list(range(5)) and {t.attempt for t in got} == {1}

@@ -1,0 +1,124 @@
+"""A claim's Valkey round trips, counted on the wire (bench/enqueue_round_trips.py's
+``Wire``): a claim naming no tenant reads a window of the ready-tenant index, then sends the
+first pass's pops of every tenant in one pipeline (logic/claim.py ``_claim_pairs``), with
+the shares, the byte cap and the queue-wide limits as a pop at a time gives them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench.enqueue_round_trips import Wire
+from tierq.core.sizing import body_cost
+from tierq.engine import Tierq
+from tierq.logic.claim_budget import TASK_FIELDS_COST
+
+QUEUE = "rt"
+TENANTS = [f"t{i}" for i in range(10)]
+
+
+def ready(tq: Tierq, per_tenant: int, payload: object = 1) -> None:
+    tq.put_queue(QUEUE, {})
+    tq.enqueue(QUEUE, [{"payload": payload, "tenant": t} for t in TENANTS
+                       for _ in range(per_tenant)])
+
+
+def counted(tq: Tierq, **claim: object) -> tuple[list, Wire]:
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        got = tq.claim(QUEUE, **claim)
+        wire.on = False
+    return got, wire
+
+
+def test_a_claim_of_ten_tenants_is_two_round_trips(tq: Tierq):
+    """The index's window, then the ten pops in one pipeline (eleven round trips a pop at
+    a time); each tenant gets its share of ten."""
+    ready(tq, 30)
+    tq.claim(QUEUE, max=10, tenant=TENANTS[0])  # (not counted: it loads the script)
+    got, wire = counted(tq, max=100)
+    assert len(got) == 100
+    assert Counter(t.tenant for t in got) == dict.fromkeys(TENANTS, 10)
+    assert wire.commands["claim"] == 10
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+    assert len({t.lease_token for t in got}) == 100
+    assert len(tq.running(QUEUE)) == 110
+
+
+def test_the_tenants_short_of_their_share_leave_the_rest_to_those_with_more(tq: Tierq):
+    """Tenants with fewer tasks than their share give what they have; the second pass takes
+    the rest from the others, a pop at a time, as without the pipeline."""
+    tq.put_queue(QUEUE, {})
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for i, t in enumerate(TENANTS)
+                       for _ in range(3 if i % 2 else 30)])
+    got, wire = counted(tq, max=100)
+    assert len(got) == 100
+    shares = Counter(t.tenant for t in got)
+    assert all(shares[t] == 3 for t in TENANTS[1::2])
+    assert sum(shares[t] for t in TENANTS[::2]) == 85
+    assert all(shares[t] >= 10 for t in TENANTS[::2])
+    assert wire.sends <= 2 + 5 + 5  # (the window, the pipeline, then a pass a tenant)
+
+
+def test_a_byte_cap_holds_over_the_pipelined_pops(tq: Tierq):
+    """Each pipelined pop costs at most its part of the cap; the claim as a whole stays
+    within it and the second pass fills what the parts left."""
+    ready(tq, 20, payload="x" * 1000)
+    one = tq.claim(QUEUE, max=1, tenant=TENANTS[0])[0]
+    cost = body_cost(one.model_dump_json().encode()) + 1
+    assert cost <= TASK_FIELDS_COST + 1100
+    cap = 37 * (TASK_FIELDS_COST + 1100)
+    got, _ = counted(tq, max=100, max_bytes=cap)
+    spent = sum(body_cost(t.model_dump_json().encode()) + 1 for t in got)
+    assert 30 <= len(got) <= 37 and spent <= cap
+    shares = Counter(t.tenant for t in got)
+    assert len(shares) == 10 and min(shares.values()) >= 3
+
+
+def test_a_task_over_every_part_still_comes_first(tq: Tierq):
+    """Tasks each over its part of the cap: no pipelined pop takes one, and the second
+    pass's first pop brings the first task whatever it costs, as a claim always does."""
+    ready(tq, 2, payload="y" * 20_000)
+    got, _ = counted(tq, max=20, max_bytes=30_000)
+    assert len(got) == 1
+    assert len(tq.claim(QUEUE, max=20)) == 19
+
+
+def test_a_queue_wide_limit_pops_a_pair_at_a_time_within_its_grant(tq: Tierq):
+    """Under ``max_leased`` the take rides with the first pop, and each pop stays within
+    what the pops before it left: no pipeline, and never more than the limit."""
+    tq.put_queue(QUEUE, {"max_leased": 25})
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for t in TENANTS for _ in range(30)])
+    got, wire = counted(tq, max=100)
+    assert len(got) == 25
+    # (shares of three: eight pops of three, one of one, each its own round trip)
+    assert wire.commands["claim"] == 9 and wire.sends >= 1 + 9, dict(wire.commands)
+    assert tq.claim(QUEUE, max=100) == []
+
+
+def test_the_tenant_limits_cut_each_pipelined_pop_in_its_script(tq: Tierq):
+    """``tenant_max_leased`` is checked by each pair's script in the pipeline: three each,
+    still two round trips, and the claim says when more may be had."""
+    tq.put_queue(QUEUE, {"tenant_max_leased": 3})
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for t in TENANTS for _ in range(30)])
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    tq.claim(QUEUE, max=1, tenant=TENANTS[0])  # (not counted: it loads the script)
+    with wire.installed():
+        wire.on = True
+        outcome = tq.claim_outcome(QUEUE, max=100)
+        wire.on = False
+    assert Counter(t.tenant for t in outcome.tasks) == {
+        t: 2 if t == TENANTS[0] else 3 for t in TENANTS}
+    assert outcome.retry_after_ms is not None and outcome.retry_after_ms > 0
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
+
+
+def test_a_script_valkey_lost_is_loaded_and_every_pop_made(tq: Tierq, valkey):
+    ready(tq, 10)
+    tq.claim(QUEUE, max=1, tenant=TENANTS[0])
+    valkey.script_flush()
+    got = tq.claim(QUEUE, max=100)
+    assert len(got) == 99 and len({t.id for t in got}) == 99
+    assert len(tq.running(QUEUE)) == 100
