@@ -117,3 +117,24 @@ def test_the_store_rows_are_lazy_namedtuples() -> None:
                if isinstance(cls, type) and cls.__module__ == rows.__name__]
     assert len(classes) >= 40
     assert all(issubclass(cls, LazyNamedTuple) for cls in classes)
+
+
+@pytest.mark.skipif(not hasattr(copy, "replace"), reason="copy.replace: Python 3.13 on")
+def test_copy_replace_works_as_on_a_namedtuple() -> None:
+    lazy, eager = make_classes()
+    replace: Any = getattr(copy, "replace")  # noqa: B009 (3.13 on; mypy reads 3.11)
+    assert replace(lazy(1), b="c") == replace(eager(1), b="c") == (1, "c")
+
+
+def test_the_stores_row_maker_is_the_generated_one() -> None:
+    """The store reads rows through the class's ``_make`` (``Positional``): the generated
+    one, not the stand-in that generates and calls it again for every row."""
+    from tierq.core.lazy import is_deferred_namedtuple
+    from tierq.dal.store.base import Positional
+
+    lazy, _ = make_classes()
+    assert is_deferred_namedtuple(lazy)
+    maker: Any = Positional(lazy).factory(None)  # type: ignore[arg-type]
+    assert not is_deferred_namedtuple(lazy)
+    assert maker.__func__ is lazy.__dict__["_make"].__func__
+    assert maker((1, "x")) == (1, "x") and maker((1, "x")).both == "1x"

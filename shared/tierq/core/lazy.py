@@ -134,7 +134,8 @@ def _generate(klass: type) -> None:
 # What ``collections.namedtuple`` generates that a LazyNamedTuple class takes from it on
 # its first instance (``_fields``, ``_field_defaults``, ``__match_args__`` and the fields'
 # properties are set when the class is defined).
-_NAMEDTUPLE_METHODS = ("__new__", "_make", "_replace", "__repr__", "_asdict", "__getnewargs__")
+_NAMEDTUPLE_METHODS = ("__new__", "_make", "_replace", "__repr__", "_asdict", "__getnewargs__",
+                       "__replace__")
 
 
 class _LazyNamedTupleMeta(type):
@@ -213,4 +214,5 @@ def _generate_namedtuple(klass: type) -> None:
         made = make(klass.__name__, fields, defaults=tuple(defaults.values()) or None,
                     module=klass.__module__)
         for name in _NAMEDTUPLE_METHODS:  # (as they are stored: __new__ a staticmethod)
-            setattr(klass, name, made.__dict__[name])
+            if name in made.__dict__:  # (__replace__: Python 3.13 on)
+                setattr(klass, name, made.__dict__[name])

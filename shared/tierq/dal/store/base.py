@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, cast
 import psycopg
 from psycopg.rows import RowFactory, RowMaker
 
+from tierq.core.lazy import generate_namedtuple, is_deferred_namedtuple
 from tierq.dal.postgres import Database, execute_text
 from tierq.dal.sql_files import queries
 
@@ -51,6 +52,8 @@ class Positional(Generic[T]):
 
     def __init__(self, cls: type[T]) -> None:
         named: Any = cls  # (typing has no name for "a NamedTuple class")
+        if is_deferred_namedtuple(cls):
+            generate_namedtuple(cls)  # (else `_make` below is the stand-in's, per row)
         self.cls = cls
         self.fields: tuple[str, ...] = named._fields
         make: RowMaker[T] = named._make
