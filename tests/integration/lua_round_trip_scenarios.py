@@ -300,6 +300,19 @@ def newer_bound_scenario(warm: WarmTier, valkey: Any) -> None:
     assert int(valkey.hget(k.newer, "~bytes")) == bound - 10
     replace(at_a.member, at_a.score, "a" * 30)  # too large: a's older entry goes too
     assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    # a lapsed entry goes at the next replace that keeps one (it counts against the bound)
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, newer_max_bytes=bound,
+                          items=[(at_a.member, at_a.score, "a")]))
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW + 1, ttl_ms=1000, newer_max_bytes=bound,
+                          items=[(at_b.member, at_b.score, "b")]))
+    assert not valkey.hexists(k.newer, a) and valkey.hexists(k.newer, b)
+    assert int(valkey.hget(k.newer, "~bytes")) == valkey.hstrlen(k.newer, b)
+    # a push that refuses the task (it goes cold) drops its entry: the cold row is the truth
+    values: dict[str, Any] = dict(warm_max=0, kind="restore", now_ms=NOW + 2, token="adm",
+                                  warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0,
+                                  charge=0, keep=0)
+    assert run(warm, PushReady(k, items=[(b, at_b, "old")], **values)).refused
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
 
 
 def claimed_members(out: ClaimReply) -> list[str]:

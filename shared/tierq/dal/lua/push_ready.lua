@@ -40,9 +40,10 @@
 -- `newer` (lua/update_ready.lua): a push that read it before the replace committed carries
 -- the old blob, so a task whose entry has a seq at least its push's (the same readiness, or
 -- a later one) is written with the entry's score, member and blob instead, and the entry
--- goes; an entry with a smaller seq is older than the push's read and goes unused. That
--- costs one EXISTS of `newer_at` per call; while the pair holds entries, one HMGET of the
--- ids and the removal of at most 100 lapsed ones.
+-- goes; an entry with a smaller seq is older than the push's read and goes unused, as
+-- does the entry of a task the call refuses (it waits cold, read again from PostgreSQL
+-- when promoted). That costs one EXISTS of `newer_at` per call; while the pair holds
+-- entries, one HMGET of the ids and the removal of at most 100 lapsed ones.
 -- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
 -- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
 -- copy is the one accepted). Once one task is refused, every later one is too (a smaller
@@ -286,6 +287,9 @@ else
   call_chunked('ZADD', KEYS[1], ready_args)
   call_chunked('HSET', KEYS[2], data_args)
 end
+-- a refused task waits cold and is read again from PostgreSQL when promoted: its entry is
+-- stale (kept, a later replace of the cold row would lose to it)
+if n_newer > 0 and n_refused > 0 then newer_drop(KEYS[8], KEYS[9], refused) end
 if reserved then redis.call('HDEL', KEYS[3], 'rsv:' .. ARGV[4]) end
 add_warm_bytes(KEYS[3], bytes - bytes_before)
 local given_back, freed = 0, 0

@@ -42,6 +42,7 @@ local found = 0
 local grown = 0
 local lapses = tonumber(ARGV[5]) + tonumber(ARGV[6])
 local newer_max = tonumber(ARGV[7])
+local swept = false
 for i = 8, #ARGV, 3 do
   local id = task_of(ARGV[i])
   local old = length[id]
@@ -55,6 +56,12 @@ for i = 8, #ARGV, 3 do
     found = found + 1
     found_at[found] = i
   else
+    if not swept then  -- (lapsed entries go first: they count against the bound)
+      swept = true
+      local lapsed = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[5], 'LIMIT', 0,
+                                100)
+      if #lapsed > 0 then newer_drop(KEYS[5], KEYS[6], lapsed) end
+    end
     -- not waiting: kept for a push on its way (written whatever the bound says: a push
     -- is sized when it lands)
     newer_put(KEYS[5], KEYS[6], id, ARGV[i + 1] .. ' ' .. ARGV[i] .. ' ' .. ARGV[i + 2],
