@@ -21,7 +21,7 @@ from tierq.dal.warm_tier import PairKeys, _available
 from tierq.engine import Tierq
 from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
 from tierq.local.services.process import free_port
-from tierq.logic.context import OffsetClock, to_datetime
+from tierq.logic.context import OffsetClock, to_datetime, to_ms
 from tierq.logic.tasks import gone_ttl_ms
 
 Q = "race"
@@ -423,3 +423,24 @@ def test_a_cancel_that_valkey_fails_changes_nothing_and_its_retry_finishes(
     if leased:
         assert tq.ack(Q, [held]).acked == []
     assert_never_runs(tq, valkey, pg, [task_id], how)
+
+
+def test_a_batch_replacing_tasks_into_the_future_gives_each_its_own_lapse(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
+    """One batch replaces two tasks into the future, one due in 2 s, one in an hour: each
+    tombstone lapses just before its own task is due (at most ``gone_ttl_ms`` away), so a
+    late push of the later task is kept out past the sooner one's due time."""
+    clock = OffsetClock()
+    tq = make_tq(clock=clock)
+    soon = tq.enqueue_one(Q, 1, key="soon")
+    late = tq.enqueue_one(Q, 1, key="late")
+    now_ms = to_ms(clock.now())
+    tq.enqueue(Q, [{"payload": 2, "key": "soon", "on_conflict": "replace", "delay_seconds": 2},
+                   {"payload": 2, "key": "late", "on_conflict": "replace",
+                    "delay_seconds": 3600}])
+    k = PairKeys.of(Q, "_")
+    lapse_soon = valkey.zscore(k.gone, str(soon.id))
+    lapse_late = valkey.zscore(k.gone, str(late.id))
+    assert lapse_soon is not None and lapse_late is not None
+    assert lapse_soon < now_ms + 2_000 + 50  # by its due time
+    assert lapse_late >= now_ms + gone_ttl_ms(tq.ctx.settings) - 50  # not at the sooner one's

@@ -508,7 +508,7 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
     now_ready: list[Target] = []
     warm_updates: dict[str, list[tuple[str, Place, bytes]]] = defaultdict(list)
     to_remove: dict[str, list[Place]] = defaultdict(list)
-    due_ms: dict[str, int] = {}  # per tenant, the soonest a task it takes out is due
+    due_ms: dict[str, list[tuple[str, int]]] = defaultdict(list)  # (id, due ms) taken out
     sooner: dict[str, list[tuple[str, int]]] = defaultdict(list)  # (id, due ms) per tenant
     for p, existing in items:
         row = updated.get(str(existing.id))
@@ -523,8 +523,7 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
         if state == "delayed" and existing.state in ("warm", "cold"):
             # rescheduled into the future
             to_remove[p.tenant].append(place(row.priority, row.seq, str(row.id)))
-            due = to_ms(row.run_at.timestamp())
-            due_ms[p.tenant] = min(due, due_ms.get(p.tenant, due))
+            due_ms[p.tenant].append((str(row.id), to_ms(row.run_at.timestamp())))
         elif state == "delayed" and row.run_at <= to_datetime(now):
             # (compared as stored: a run_at of now, rounded to the microsecond, may be past
             # the float it came from)
@@ -537,11 +536,16 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
     longest = gone_ttl_ms(ctx.settings)
     for tenant, places in to_remove.items():
         # a leased task rescheduled loses its lease: its queue-wide reservation goes back.
-        # Its tombstone lapses just before it is due (a push that read it as ready before
-        # this replace committed leaves it out; the push that finds it due passes).
-        ttl = max(1, min(longest, due_ms[tenant] - 1 - now_ms))
+        # Each tombstone lapses just before its task is due (a push that read it as ready
+        # before this replace committed leaves it out; the push that finds it due passes):
+        # written for the latest, then lowered to each task's own when they differ.
+        dues = due_ms[tenant]
+        latest = max(due for _, due in dues)
+        ttl = max(1, min(longest, latest - 1 - now_ms))
         _, ended = ctx.warm.remove_leased(queue, tenant, places, gone_ms=now_ms,
                                           gone_ttl_ms=ttl)
+        if any(due != latest for _, due in dues):
+            sooner[tenant] += [(task_id, due - 1) for task_id, due in dues]
         if ended:
             from tierq.logic.leases import free_reservations  # (not on every enqueue's path)
             free_reservations(ctx, queue, [lease.token for lease in ended])
