@@ -447,7 +447,7 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     push(warm, k, task_ids)
     member = claimed_members(claim(warm, k, 1))[0]
     run(warm, LeaseProgress(k, 0, [(member, '"half"')]))
-    removed = run(warm, Remove(k, NOW, 60_000, 2, [
+    removed = run(warm, Remove(k, NOW, 60_000, 2, "1", [
         place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
     # the lease it ended is named, with the progress it kept (read before it went)
     task_id, token = member.split("|", 1)
@@ -461,18 +461,34 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[0].encode(), NOW + 60_000), (task_ids[1].encode(), NOW + 60_000)]
     assert valkey.pttl(k.gone) == -1
-    run(warm, Remove(k, NOW + 1, 60_000, 2, [place(0, 3, task_ids[2]).member]))
+    run(warm, Remove(k, NOW + 1, 60_000, 2, "1", [place(0, 3, task_ids[2]).member]))
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[1].encode(), NOW + 60_000), (task_ids[2].encode(), NOW + 60_001)]
     # a removal without gone_ms (a replace into the future) leaves none; a later one drops
     # the lapsed ones
     _, other = new_pair(valkey)
     push(warm, other, task_ids[:1])
-    assert run(warm, Remove(other, "", 0, 0, [task_ids[0]])).count == 1
+    assert run(warm, Remove(other, "", 0, 0, "1", [task_ids[0]])).count == 1
     assert not valkey.exists(other.gone)
-    run(warm, Remove(k, NOW + 60_001, 60_000, 2, [task_ids[0]]))
+    run(warm, Remove(k, NOW + 60_001, 60_000, 2, "1", [task_ids[0]]))
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[2].encode(), NOW + 60_001), (task_ids[0].encode(), NOW + 120_001)]
+    # waiting tasks only (leases '0'): a held task keeps its lease and its data; both ids
+    # get their tombstones
+    _, held = new_pair(valkey)
+    two = ids(2)
+    push(warm, held, two)
+    lease = claimed_members(claim(warm, held, 1))[0]
+    held_id = lease.split("|", 1)[0]
+    waiting_id = next(t for t in two if t != held_id)
+    held_data = valkey.hget(held.data, held_id)
+    out = run(warm, Remove(held, NOW, 60_000, 10, "0", [
+        place(0, i + 1, t).member for i, t in enumerate(two)]))
+    assert (out.count, out.leases) == (1, [])
+    assert valkey.zcard(held.ready) == 0 and valkey.zcard(held.leased) == 1
+    assert valkey.hget(held.data, held_id) == held_data
+    assert not valkey.hexists(held.data, waiting_id)
+    assert valkey.zcard(held.gone) == 2
 
 
 def warm_ledger_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -234,6 +234,26 @@ def test_a_cancel_that_postgres_fails_after_the_removal_leaves_the_task_to_run_l
     assert tq.claim(Q, max=5) == []
 
 
+@pytest.mark.parametrize("how", ["cancel", "delete"])
+def test_a_cancel_that_postgres_fails_leaves_a_running_workers_lease(
+        make_tq: Callable[..., Tierq], pg: psycopg.Connection[Any], how: str) -> None:
+    """PostgreSQL fails a cancel or delete of a task a worker holds: the lease is ended only
+    after the change commits, so the worker's ack stands (the task runs once, its outcome
+    kept); a retry then finds no task (an ack without a result leaves no row)."""
+    tq = make_tq(lock_timeout_ms=200)
+    task_id = str(tq.enqueue_one(Q, "x").id)
+    [task] = tq.claim(Q, max=1)
+    op = tq.cancel if how == "cancel" else tq.cancel_task
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (task_id,))
+        with pytest.raises(DatabaseTimedOut):
+            op(Q, task_id)
+    assert tq.ack(Q, [task]).acked == [task.id]
+    with pytest.raises(NotFound):
+        op(Q, task_id)
+    assert tq.claim(Q, max=5) == []
+
+
 @pytest.mark.parametrize("delay", [0, 10])
 def test_a_replace_that_brings_a_task_sooner_lowers_its_tombstone(
         make_tq: Callable[..., Tierq], valkey: redis.Redis, delay: int) -> None:

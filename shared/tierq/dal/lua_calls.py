@@ -522,20 +522,22 @@ class Removed:
 @lazy_dataclass(frozen=True)
 class Remove(LuaCall[Removed]):
     """Take tasks (their ready-set members) out of the warm tier entirely, waiting or leased
-    (lua/remove.lua); answers how many were, and the leases it ended. ``gone_ms`` (a
+    (lua/remove.lua; ``leases`` '0': waiting ones only); answers how many were, and the
+    leases it ended. ``gone_ms`` (a
     cancel or delete; '' for none): each id's tombstone, kept ``ttl_ms`` and at most
     ``cap`` of them, which makes every later push leave the task out."""
 
     SCRIPT: ClassVar[str] = "remove"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "meta", "lease_of", "claims",
                                        "started", "progress", "limits", "gone")
-    ARGS: ClassVar[tuple[str, ...]] = ("gone_ms", "ttl_ms", "cap")
+    ARGS: ClassVar[tuple[str, ...]] = ("gone_ms", "ttl_ms", "cap", "leases")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
     gone_ms: int | str = ""
     ttl_ms: int = 0
     cap: int = 0
+    leases: str = "1"  # '0': waiting tasks only, leases and their data left alone
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> Removed:

@@ -1627,9 +1627,11 @@ class WarmTier:
 
     def remove_leased(self, queue: str, tenant: str, places: Sequence[Place], *,
                       gone_ms: int | None = None, gone_ttl_ms: int = 0,
-                      ) -> tuple[int, list[RemovedLease]]:
+                      with_leases: bool = True) -> tuple[int, list[RemovedLease]]:
         """``remove``, and the leases it ended, each with the progress it kept (read by the
-        script that ended it): what the caller gives back and writes to their rows."""
+        script that ended it): what the caller gives back and writes to their rows. Without
+        ``with_leases``, only waiting tasks leave (a held one keeps its lease and data; every id
+        still gets its tombstone) and no lease is ended."""
         k = PairKeys.of(queue, tenant)
         members = [at.member for at in places]
         count = 0
@@ -1638,7 +1640,8 @@ class WarmTier:
             raise ValueError("a tombstone needs a positive gone_ttl_ms")
         stone = "" if gone_ms is None else gone_ms
         for part in chunks(members, IDS_PER_CALL):
-            out = self.call(Remove(k, stone, gone_ttl_ms, GONE_CAP, part))
+            out = self.call(Remove(k, stone, gone_ttl_ms, GONE_CAP, "1" if with_leases else "0",
+                                   part))
             count += out.count
             for task_id, token, entry in out.leases:
                 progress = _progress_entries([(task_id, token)], [entry]).get(task_id)

@@ -99,12 +99,14 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
     a task already cancelled answers it as it is; a done or dead one is ``TaskFinished``
     (409), nothing changed.
 
-    The warm tier first, then PostgreSQL (:func:`take_out`): Valkey failing fails the
-    cancel with nothing marked, and its retry runs it whole."""
+    A waiting task leaves the warm tier first, then PostgreSQL changes, then a lease ends
+    (:func:`leave_line`): Valkey failing first fails the cancel with nothing marked, and its
+    retry runs it whole; a worker's lease is ended only once the cancel is committed."""
     before = ctx.store.task_by_id(queue, task_id)
     if before is None or (tenant is not None and before.tenant != tenant):
         raise NotFound(f"no task {task_id} in queue {queue!r}")
-    ended = take_out(ctx, queue, before) if before.state == "warm" else []
+    waited = leave_line(ctx, queue, before) if before.state == "warm" else False
+    ended: list[RemovedLease] = []
     row = flows.cancel_mark(ctx, queue, task_id, tenant)
     if row is None:
         now = ctx.store.task_by_id(queue, task_id)
@@ -112,7 +114,7 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
             raise NotFound(f"no task {task_id} in queue {queue!r}")
         if now.state == "cancelled":
             # (a retry, or a cancel that raced this one: leaving is idempotent)
-            progress = keep_progress(ctx, queue, ended + take_out(ctx, queue, now))
+            progress = keep_progress(ctx, queue, take_out(ctx, queue, now))
             waits.finished(ctx, queue, [(now.tenant, str(task_id), now.attempts)], "cancelled")
             return view(now, progress=progress)
         raise TaskFinished(f"task {task_id} is {now.state} already: only an unfinished task "
@@ -120,8 +122,9 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
     if row.grp is not None:  # its group's next task goes on (logic/groups.py)
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
-    if row.state == "warm" and _moved(before, row):
-        ended += take_out(ctx, queue, row)  # (it went warm, or moved, since it was read)
+    if row.state == "warm" and (not waited or _moved(before, row)):
+        # its lease ends, or it went warm (or moved) since it was read
+        ended = take_out(ctx, queue, row)
     progress = keep_progress(ctx, queue, ended)
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "cancelled")
     now_row = row._replace(state="cancelled")
@@ -153,22 +156,45 @@ def _moved(before: TaskRow, after: TaskRow) -> bool:
             or (before.priority, before.seq) != (after.priority, after.seq))
 
 
+def leave_line(ctx: Context, queue: str, row: TaskRow) -> bool:
+    """Take the task of ``row`` out of the ready set if it waits there, and leave a
+    tombstone of its id (a push that read it as ready before its cancel or delete committed
+    leaves it out: lua/remove.lua, lua/push_ready.lua); whether it was waiting. A task a
+    worker holds keeps its lease: :func:`take_out` ends it after the change.
+
+    A cancel or delete calls it before its PostgreSQL change:
+
+    ====================================  ==============================================
+    what fails                            what follows
+    ====================================  ==============================================
+    this call (Valkey)                    nothing changed; the retry does it all (after
+                                          the change, a delete's retry would find no row
+                                          while the task could still be claimed once)
+    the PostgreSQL change, after it       the task is out of line, its row live: a retry
+                                          finishes; without one, the reconciler puts it
+                                          back once its tombstone lapses (``gone_ttl_ms``);
+                                          a worker holding it keeps its lease and its ack
+    the lease's end, after the change     the worker's ack is refused (the row is
+                                          cancelled or gone); the lease lapses
+    ====================================  ==============================================
+
+    The removal drops the data by id, so a ready-set member at an older place is skipped by
+    a claim (lua/claim.lua). A row read as not warm (or at another place) that went warm
+    before the change is taken out after it, as a push that reads it then is refused by the
+    tombstone."""
+    waiting, _ = ctx.warm.remove_leased(queue, row.tenant,
+                                        [place(row.priority, row.seq, str(row.id))],
+                                        gone_ms=to_ms(ctx.now()),
+                                        gone_ttl_ms=gone_ttl_ms(ctx.settings),
+                                        with_leases=False)
+    return waiting > 0
+
+
 def take_out(ctx: Context, queue: str, row: TaskRow) -> list[RemovedLease]:
     """Take the task of ``row`` out of the warm tier (its place in line, or its lease) and
     give back the queue-wide reservations (max_leased) of the leases that took (whatever
-    claimed it meanwhile: named by the removal itself); the leases it ended.
-
-    Leaves a tombstone of its id, so a push that read it as ready before its cancel or
-    delete committed leaves it out (lua/remove.lua, lua/push_ready.lua). A cancel or delete
-    calls it before its PostgreSQL change: a Valkey failure then fails the call with nothing
-    changed, so its retry finds the task and finishes the work (after the change, a delete's
-    retry would find no row and the task could still be claimed once). A PostgreSQL failure
-    after leaves a task out of line whose row is still live: the retry finishes; without
-    one, the reconciler puts it back once its tombstone lapses (``gone_ttl_ms``). The
-    removal drops the data by id, so a ready-set member at an older place is skipped by a
-    claim (lua/claim.lua). A row read as not warm (or at another place) that went warm
-    before the change is taken out after it, as a push that reads it then is refused by
-    the tombstone."""
+    claimed it meanwhile: named by the removal itself); the leases it ended. Leaves a
+    tombstone of its id (:func:`leave_line`)."""
     _, ended = ctx.warm.remove_leased(queue, row.tenant,
                                       [place(row.priority, row.seq, str(row.id))],
                                       gone_ms=to_ms(ctx.now()),
@@ -198,23 +224,23 @@ def keep_progress(ctx: Context, queue: str,
 def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     """Delete a task whatever its state (DELETE …/tasks/{id}): gone, a GET after it is
     404; a worker holding its lease gets ``not_owner`` on ack (no ``cancelled`` list: the
-    row that would say so is gone; :func:`cancel` keeps it). The warm tier first, then
-    PostgreSQL (:func:`take_out`): a deleted task never runs, and a delete failed by Valkey
-    changed nothing, so its retry deletes. What waits on it settles it as cancelled, in the
+    row that would say so is gone; :func:`cancel` keeps it). A waiting task leaves the warm
+    tier first, then PostgreSQL changes, then a lease ends (:func:`leave_line`): a deleted
+    task never runs, and a delete failed by Valkey first changed nothing, so its retry
+    deletes. What waits on it settles it as cancelled, in the
     same transaction (logic/flows.py); the next task of its group is released
     (logic/groups.py)."""
     before = ctx.store.task_by_id(queue, task_id)
     if before is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
-    if before.state == "warm":
-        take_out(ctx, queue, before)
+    waited = leave_line(ctx, queue, before) if before.state == "warm" else False
     row = flows.cancel(ctx, queue, task_id)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     if row.grp is not None:  # its group's next task goes on (logic/groups.py)
         mine = [(row.tenant, row.grp)]
         groups.after_finish(ctx, queue, mine, held_gone=mine if row.state == "held" else ())
-    if row.state == "warm" and _moved(before, row):
-        take_out(ctx, queue, row)  # (it went warm, or moved, since it was read)
+    if row.state == "warm" and (not waited or _moved(before, row)):
+        take_out(ctx, queue, row)  # its lease ends, or it went warm (or moved) since read
     waits.finished(ctx, queue, [(row.tenant, str(task_id), row.attempts)], "deleted")
     return view(row)

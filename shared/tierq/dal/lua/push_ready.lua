@@ -40,7 +40,7 @@
 -- `newer` (lua/update_ready.lua): a push that read it before the replace committed carries
 -- the old blob, so a task whose entry has a seq at least its push's (the same readiness, or
 -- a later one) is written with the entry's score, member and blob instead, and the entry
--- goes; an entry with a smaller seq is older than the push's read and goes unused, as
+-- goes. An entry with a smaller seq is older than the push's read and goes unused, as
 -- does the entry of a task the call refuses (it waits cold, read again from PostgreSQL
 -- when promoted). That costs one EXISTS of `newer_at` per call; while the pair holds
 -- entries, one HMGET of the ids and the removal of at most 100 lapsed ones.

@@ -16,8 +16,11 @@
 -- A replace into the future leaves one too, its ttl_ms ending just before the task is due
 -- (logic/enqueue.py): a push that read the task as ready before the replace leaves it out,
 -- the push that finds it due passes.
+-- With leases '0' (a cancel or delete before its PostgreSQL change) a task held by a worker
+-- keeps its lease and its data: only waiting tasks leave, and every id gets its tombstone;
+-- the caller ends the leases once the change is committed (logic/tasks.py take_out).
 -- ARGV: 1 gone_ms (the caller's clock; '': no tombstone), 2 ttl_ms, 3 cap (tombstones kept
---       at most).
+--       at most), 4 leases ('1': end them too, '0': waiting tasks only).
 --       Then the tasks' ready-set members (core/ordering.py place: their data and leases
 --       are found by the id in the member, lua/ready_member.lua task_of).
 -- Returns {how many were ready or leased, then id, token, progress for each lease ended}.
@@ -33,13 +36,17 @@
 local removed = 0
 local freed = 0
 local ids = {}
-for i = 4, #ARGV do
+local with_leases = ARGV[4] == '1'
+for i = 5, #ARGV do
   local member = ARGV[i]
   local id = task_of(member)
-  ids[i - 3] = id
-  removed = removed + redis.call('ZREM', KEYS[1], member)
-  freed = freed + redis.call('HSTRLEN', KEYS[2], id)
-  redis.call('HDEL', KEYS[2], id)
+  ids[i - 4] = id
+  local was = redis.call('ZREM', KEYS[1], member)
+  removed = removed + was
+  if with_leases or was == 1 then
+    freed = freed + redis.call('HSTRLEN', KEYS[2], id)
+    redis.call('HDEL', KEYS[2], id)
+  end
 end
 add_warm_bytes(KEYS[4], -freed)
 if ARGV[1] ~= '' and #ids > 0 then
@@ -56,6 +63,7 @@ if ARGV[1] ~= '' and #ids > 0 then
   local over = redis.call('ZCARD', KEYS[10]) - tonumber(ARGV[3])
   if over > 0 then redis.call('ZPOPMIN', KEYS[10], over) end
 end
+if not with_leases then return { removed } end
 local held = lease_held(KEYS[3], KEYS[5], ids)
 local members, held_ids, held_tokens = {}, {}, {}
 for k, token in pairs(held) do
