@@ -344,24 +344,6 @@ class QueueTake:
 
 
 @lazy_dataclass(frozen=True)
-class PairPop:
-    """One pair's pop in ``WarmTier.claim_pairs``: ``claim_limited``'s arguments for
-    ``tenant``, without a queue-wide take."""
-
-    tenant: str
-    n: int
-    now_ms: int
-    lease_ms: int
-    token_prefix: str
-    worker: str
-    max_bytes: int = 0
-    strict: bool = False
-    per_task_bytes: int = 0
-    tenant_max_leased: int = 0
-    tenant_rate: tuple[float, int] | None = None
-
-
-@lazy_dataclass(frozen=True)
 class CapacityTaken:
     """What ``WarmTier.take_capacity`` granted: ``taken`` units, ``<holder>1`` ..
     ``<holder><taken>``, held until their deadline by one entry; ``retry_after_ms`` (0 when
@@ -1168,21 +1150,15 @@ class WarmTier:
             take=riding))
         return out.left, out.mode, out.claimed, out.retry_after_ms, out.granted
 
-    def claim_pairs(self, queue: str, pops: Sequence[PairPop]
-                    ) -> list[ClaimReply | Exception]:
-        """The pops of several pairs of ``queue`` (lua/claim.lua each, as ``claim_limited``
-        without a take) in one pipeline: one round trip on a single server, one per master
+    def claim_pairs(self, calls: Sequence[Claim]) -> list[ClaimReply | Exception]:
+        """The pops of several pairs (lua/claim.lua each, as ``claim_limited`` without a
+        take) in one pipeline: one round trip on a single server, one per master
         in cluster mode. A script Valkey lost is loaded and that pop run again. Each pop's
         reply or error is returned in its place, never raised here: the caller records
         every pop that leased tasks before it raises the first error (a failing claim gives
         back what it popped). The errors are as ``claim_limited`` would raise them
         (``WarmTierUnavailable``, ``WarmTierFull``, a script's error reply); a Valkey that
         does not answer at all raises ``WarmTierUnavailable``."""
-        calls = [Claim(PairKeys.of(queue, p.tenant), p.n, p.now_ms, p.lease_ms,
-                       p.token_prefix, p.worker, max_bytes=p.max_bytes, strict=p.strict,
-                       per_task_bytes=p.per_task_bytes,
-                       tenant_max_leased=p.tenant_max_leased, tenant_rate=p.tenant_rate)
-                 for p in pops]
         if not calls:
             return []
         sha = self.scripts[Claim.SCRIPT].sha

@@ -25,7 +25,8 @@ from uuid import UUID
 
 import orjson
 
-from tierq.dal.warm_tier import Claimed, PairPop
+from tierq.dal.lua_calls import Claim
+from tierq.dal.warm_tier import Claimed, PairKeys
 from tierq.errors import WarmTierFull
 from tierq.logic import leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
@@ -201,17 +202,17 @@ class Claimer:
         capped = budget.max_bytes > 0
         part = max(1, budget.remaining_bytes() // len(tenants)) if capped else 0
         limits = self.limits
-        pops: list[tuple[PairPop, int]] = []
+        pops: list[tuple[str, Claim]] = []
         for tenant in tenants:
             allowed = limits.for_pop(tenant, n)
             assert allowed is not None and allowed[1].take is None  # (no queue-wide gate)
             pop = allowed[1]
-            pops.append((PairPop(
-                tenant, n, pop.now_ms, self.lease_ms, pop.token_prefix, self.worker,
-                max_bytes=part, strict=capped, per_task_bytes=budget.per_task_bytes,
-                tenant_max_leased=limits.tenant_max_leased,
-                tenant_rate=limits.tenant_rate), pop.now_ms))
-        replies = self.ctx.warm.claim_pairs(self.queue, [pop for pop, _ in pops])
+            pops.append((tenant, Claim(
+                PairKeys.of(self.queue, tenant), n, pop.now_ms, self.lease_ms,
+                pop.token_prefix, self.worker, max_bytes=part, strict=capped,
+                per_task_bytes=budget.per_task_bytes,
+                tenant_max_leased=limits.tenant_max_leased, tenant_rate=limits.tenant_rate)))
+        replies = self.ctx.warm.claim_pairs([call for _, call in pops])
         # every pop that leased tasks is recorded (to be given back should the claim fail)
         # before the first error goes up
         error: Exception | None = None
@@ -226,13 +227,13 @@ class Claimer:
         if error is not None:
             raise error
         out: list[tuple[list[ClaimedTask], bool]] = []
-        for (sent, now_ms), reply in zip(pops, replies, strict=True):
+        for (tenant, sent), reply in zip(pops, replies, strict=True):
             assert not isinstance(reply, Exception)
             self.ready_left = reply.left
             cut = capped and len(reply.claimed) < n and reply.left > 0 \
                 and reply.retry_after_ms == 0
-            out.append((self._answer(sent.tenant, n, reply.left, reply.mode, reply.claimed,
-                                     now_ms), cut))
+            out.append((self._answer(tenant, n, reply.left, reply.mode, reply.claimed,
+                                     sent.now_ms), cut))
         return out
 
     def _answer(self, tenant: str, n: int, left: int, mode: str, claimed: list[Claimed],
