@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -12,6 +13,7 @@ import orjson
 import psycopg
 import redis
 
+from bench.enqueue_round_trips import Wire
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.models import ClaimedTask
@@ -95,3 +97,17 @@ def http_event(method: str, target: str, body: Any = None,
     if query:
         event["queryStringParameters"] = dict(parse_qsl(query))
     return event
+
+
+@contextlib.contextmanager
+def counted_sends(tq: Any) -> Iterator[Wire]:
+    """Valkey's round trips and commands (scripts by name) while the block runs
+    (``bench.enqueue_round_trips.Wire``)."""
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        try:
+            yield wire
+        finally:
+            wire.on = False

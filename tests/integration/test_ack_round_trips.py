@@ -9,8 +9,8 @@ import logging
 import pytest
 import redis
 
-from bench.enqueue_round_trips import Wire
 from tests.integration import ack_pairs_scenarios
+from tests.integration.helpers import counted_sends
 from tierq.dal.lua_calls import LeaseDrop
 from tierq.dal.warm_tier import PairKeys
 
@@ -30,12 +30,8 @@ def test_an_ack_of_one_pair_is_two_round_trips(tq, valkey):
     first, *got = claimed(tq, 4)
     tq.ack(QUEUE, [first])  # (not counted: it loads the scripts)
     valkey.delete(PairKeys.of(QUEUE, TENANT).finished)
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
-    with wire.installed():
-        wire.on = True
+    with counted_sends(tq) as wire:
         result = tq.ack(QUEUE, got)
-        wire.on = False
     assert len(result.acked) == 3
     # verify the tokens, then the drop with its counts and the markers: one pipeline
     assert wire.sends == 2, (wire.sends, dict(wire.commands))
@@ -86,13 +82,9 @@ def test_an_ack_with_results_reads_the_progress_with_the_check(tq, valkey):
     tq.ack(QUEUE, [first])  # (not counted: it loads the scripts)
     tq.heartbeat(QUEUE, [{"id": got[0].id, "lease_token": got[0].lease_token,
                           "progress": {"at": 9}}])
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
-    with wire.installed():
-        wire.on = True
+    with counted_sends(tq) as wire:
         result = tq.ack(QUEUE, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
                                 for t in got])
-        wire.on = False
     assert len(result.acked) == 3
     assert wire.sends == 2, (wire.sends, dict(wire.commands))
     assert tq.get_task(QUEUE, got[0].id).progress == {"at": 9}
@@ -113,12 +105,8 @@ def test_an_ack_of_ten_tenants_is_two_round_trips(tq, valkey):
     first = [next(t for t in got if t.tenant == tenant) for tenant in tenants]
     tq.ack(QUEUE, first)  # (not counted: it loads the scripts and notes the tenants)
     rest = [t for t in got if t not in first]
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
-    with wire.installed():
-        wire.on = True
+    with counted_sends(tq) as wire:
         result = tq.ack(QUEUE, rest)
-        wire.on = False
     assert len(result.acked) == 20 and not result.rejected
     assert wire.commands["ZMSCORE"] == 10, dict(wire.commands)
     assert wire.commands["lease_drop"] == 10, dict(wire.commands)
@@ -172,12 +160,8 @@ def test_a_pair_of_more_leases_than_one_call_holds(tq, valkey, monkeypatch):
                        for i in range(8)])
     got = tq.claim(QUEUE, max=16)
     tq.ack(QUEUE, got[:1])  # (not counted: it loads the scripts)
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
-    with wire.installed():
-        wire.on = True
+    with counted_sends(tq) as wire:
         result = tq.ack(QUEUE, got[1:])
-        wire.on = False
     assert len(result.acked) == 15
     assert wire.commands["lease_drop"] == 6 and wire.sends == 2, (wire.sends,
                                                                   dict(wire.commands))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bench.enqueue_round_trips import Wire
+from tests.integration.helpers import counted_sends
 from tierq.core.sizing import body_cost
 from tierq.engine import Tierq
 from tierq.logic.claim_budget import TASK_FIELDS_COST
@@ -23,12 +24,8 @@ def ready(tq: Tierq, per_tenant: int, payload: object = 1) -> None:
 
 
 def counted(tq: Tierq, **claim: object) -> tuple[list, Wire]:
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
-    with wire.installed():
-        wire.on = True
+    with counted_sends(tq) as wire:
         got = tq.claim(QUEUE, **claim)
-        wire.on = False
     return got, wire
 
 
@@ -102,13 +99,9 @@ def test_the_tenant_limits_cut_each_pipelined_pop_in_its_script(tq: Tierq):
     still two round trips, and the claim says when more may be had."""
     tq.put_queue(QUEUE, {"tenant_max_leased": 3})
     tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for t in TENANTS for _ in range(30)])
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
     tq.claim(QUEUE, max=1, tenant=TENANTS[0])  # (not counted: it loads the script)
-    with wire.installed():
-        wire.on = True
+    with counted_sends(tq) as wire:
         outcome = tq.claim_outcome(QUEUE, max=100)
-        wire.on = False
     assert Counter(t.tenant for t in outcome.tasks) == {
         t: 2 if t == TENANTS[0] else 3 for t in TENANTS}
     assert outcome.retry_after_ms is not None and outcome.retry_after_ms > 0
