@@ -43,6 +43,34 @@ def test_a_claim_over_tenants_on_every_master_pops_each_master_once(make_tq, val
         first = 1 if tenant in loaded.values() else 0
         assert [t.payload for t in got if t.tenant == tenant] == list(range(first, first + 10))
 
+def test_time_limits_ride_in_each_masters_pops(make_tq, valkey):
+    """Tasks with a time limit (their queue's, or their own) get it in their pair's claim
+    script: still one send per master, and each lease is limited on its pair's slot."""
+    tq = make_tq()
+    tq.put_queue(QUEUE, {"timeout_seconds": 30})
+    tenants = tenants_on_every_node(valkey, QUEUE, per_node=2)
+    masters = {node_of(valkey, QUEUE, t) for t in tenants}
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t, "timeout_seconds": 5 if i % 2 else None}
+                       for t in tenants for i in range(20)])
+    loaded = {node_of(valkey, QUEUE, t): t for t in reversed(tenants)}
+    for tenant in loaded.values():
+        assert len(tq.claim(QUEUE, max=1, tenant=tenant)) == 1
+    wire = Wire()
+    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
+    with wire.installed():
+        wire.on = True
+        got = tq.claim(QUEUE, max=60, lease_seconds=600)
+        wire.on = False
+    assert len(got) == 60 and wire.commands["claim"] == 6
+    assert wire.sends == 1 + len(masters), (wire.sends, dict(wire.commands))
+    for task in got:
+        k = PairKeys.of(QUEUE, task.tenant)
+        limit = valkey.zscore(k.limits, f"{task.id}|{task.lease_token}")
+        assert limit == valkey.zscore(k.leased, f"{task.id}|{task.lease_token}")
+        assert task.lease_expires_at.timestamp() * 1000 == pytest.approx(limit, abs=1)
+        assert task.timeout_seconds == (5 if task.payload % 2 else 30)
+
+
 def test_a_pop_one_master_refuses_gives_back_the_other_masters_tasks(make_tq, valkey):
     tq = make_tq()
     tenants = tenants_on_every_node(valkey, QUEUE)

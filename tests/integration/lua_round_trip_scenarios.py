@@ -33,7 +33,6 @@ from tierq.dal.lua_calls import (
     LeaseExpired,
     LeaseExtend,
     LeaseIndex,
-    LeaseLimit,
     LeaseOf,
     LeaseOfReply,
     LeaseProgress,
@@ -144,6 +143,26 @@ def claim_scenario(warm: WarmTier, valkey: Any) -> None:
         (task_ids[1], 1, f"{PREFIX}1~6", '{"e":0,"p":1}')]
     assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~5")) == NOW + LEASE
     assert text(valkey.hget(k.claims, PREFIX)) == f"{NOW}|w9"
+    assert valkey.zcard(k.limits) == 0  # (no task of the claim has a time limit)
+    # time limits: the queue's (timeout_seconds) or the task's own "to", found however the
+    # payload or the trace after it reads; a lease ends at its limit when that comes first
+    _, t = new_pair(valkey)
+    blobs = ['0|{"e":0,"p":{"to":1},"c":5}',                    # the queue's: 2 s
+             '0|{"e":0,"p":0,"c":5,"to":1}',                    # its own: 1 s
+             '0|{"e":0,"p":0,"c":5,"to":9,"tr":{"tracestate":"a,\\"tr\\":{"}}',
+             '0|{"e":0,"p":{"x":1,"to":1,"tr":{}},"c":5,"tr":{"tracestate":"b"}}']
+    limited = ids(4)
+    run(warm, PushReady(t, items=[(task_id, place(0, i + 1, task_id), blob) for i, (task_id, blob)
+                                  in enumerate(zip(limited, blobs, strict=True))],
+                        warm_max=100, kind="restore", now_ms=NOW, token="adm",
+                        warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0, charge=0,
+                        keep=0))
+    timed = claim(warm, t, 4, timeout_seconds=2)
+    members = claimed_members(timed)
+    assert [valkey.zscore(t.limits, m) for m in members] == [
+        NOW + 2000, NOW + 1000, NOW + 9000, NOW + 2000]
+    assert [valkey.zscore(t.leased, m) for m in members] == [
+        NOW + 2000, NOW + 1000, NOW + LEASE, NOW + 2000]
     # the leases' places are numbered on across tens and hundreds (claim.lua writes the
     # tens once per ten leases)
     _, n = new_pair(valkey)
@@ -373,19 +392,6 @@ def lease_extend_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zscore(k.leased, member) == NOW + 10 + 7_000
     valkey.zadd(k.limits, {member: NOW + 9_000})  # its time limit: never extended past it
     assert run(warm, LeaseExtend(k, NOW + 20, [(member, 60_000)])) == [NOW + 9_000]
-
-
-def lease_limit_scenario(warm: WarmTier, valkey: Any) -> None:
-    _, k = new_pair(valkey)
-    push(warm, k, ids(2))
-    members = claimed_members(claim(warm, k, 2))
-    out = run(warm, LeaseLimit(k, NOW + 1, [(members[0], NOW + 500),
-                                            (members[1], NOW + LEASE + 500),
-                                            ("gone|t1~x~1~1", NOW + 500)]))
-    assert out == [NOW + 500, NOW + LEASE, 0]  # brought down to the limit, or kept
-    assert valkey.zscore(k.leased, members[0]) == NOW + 500
-    assert valkey.zscore(k.limits, members[1]) == NOW + LEASE + 500
-    assert valkey.zscore(k.limits, "gone|t1~x~1~1") is None
 
 
 def lease_expired_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -843,6 +849,5 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     IdempotencyAbandon: idem_abandon_scenario,
     TaskFinished: task_finished_scenario,
     TaskWait: task_wait_scenario,
-    LeaseLimit: lease_limit_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

@@ -3,18 +3,23 @@ time limit of an attempt (``timeout_seconds``: logic/time_limits.py), on the rea
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+import uuid
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
 from tests.integration.helpers import count_rows, count_state
+from tierq.core.ordering import place
+from tierq.dal.lua_calls import PushReady
 from tierq.dal.warm_tier import PairKeys, lease_member
 from tierq.errors import NotFound, TaskFinished
-from tierq.logic import flows
-from tierq.logic.context import to_ms
+from tierq.logic import admission, flows, time_limits
+from tierq.logic.context import from_ms, to_ms
 from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
 # -- cancel ---------------------------------------------------------------------------------
@@ -313,6 +318,44 @@ def test_the_queue_default_applies_to_tasks_without_their_own(make_tq):
     tq.put_queue("q", {"timeout_seconds": None})  # cleared
     assert tq.get_queue("q").settings.timeout_seconds is None
     assert tq.get_task("q", own.id).timeout_seconds == 1
+
+
+def test_the_claim_script_reads_a_tasks_own_limit_as_the_claim_does(tq, valkey):
+    """lua/claim.lua finds a task's own "to" at the end of its blob (or before its trace)
+    without parsing it; the claim's answer parses the blob. Both agree on every shape of
+    blob (logic/admission.task_blob), whatever "to" or "tr" the payload, a group's name or
+    a trace's text hold, a trace longer than the script's first window included: each lease
+    is limited and ends as the claim reports (logic/time_limits.cut_deadlines)."""
+    queue, now, lease_ms, default = "shapes", 1_000_000, 8_000, 7
+    big = orjson.dumps({"x": [1, "to"], "to": 4, "tr": {"to": 5}, "pad": ',"tr":{' * 2000})
+    payloads = [b"1", b'{"to":3}', b'",\\"to\\":3,\\"tr\\":{"', big]
+    traces = [None, b'{"traceparent":"00-%s-%s-01"}' % (b"a" * 32, b"b" * 16),
+              orjson.dumps({"tracestate": ',"to":2,"tr":{' * 300})]
+    blobs = [admission.task_blob(0, payload, None, 0, 3, 5, parents, group, seq, own, trace)
+             for payload, (parents, group, seq), own, trace in itertools.product(
+                 payloads, [(None, None, None), (b'["p"]', ',"to":3', 4)], [None, 2, 11],
+                 traces)]
+    k = PairKeys.of(queue, "_")
+    valkey.hset(k.meta, "mode", "warm")
+    ids = [str(uuid.UUID(int=i + 1)) for i in range(len(blobs))]
+    tq.ctx.warm.call(PushReady(
+        k, items=[(task_id, place(0, i + 1, task_id), blob)
+                  for i, (task_id, blob) in enumerate(zip(ids, blobs, strict=True))],
+        warm_max=1000, kind="restore", now_ms=now, token="adm", warm_max_bytes=10**8,
+        since_ms=now, bound="", grant=0, charge=0, keep=0))
+    _, _, claimed, _, _ = tq.ctx.warm.claim_limited(
+        queue, "_", n=len(blobs), now_ms=now, lease_ms=lease_ms, token_prefix="_~x~",
+        worker="w", timeout_seconds=default)
+    assert len(claimed) == len(blobs)
+    leases = [(raw_id.decode(), token.decode(), orjson.loads(body).get("to", default))
+              for raw_id, _, token, body in claimed]
+    assert {own for *_, own in leases} == {2, 7, 11}
+    cut = time_limits.cut_deadlines(now, lease_ms, leases)
+    for task_id, token, limit in leases:
+        member = lease_member(task_id, token)
+        assert valkey.zscore(k.limits, member) == now + limit * 1000, (task_id, limit)
+        expected = cut[task_id] if task_id in cut else from_ms(now + lease_ms)
+        assert from_ms(int(valkey.zscore(k.leased, member))) == expected
 
 
 @pytest.mark.parametrize("bad", [0, -1, MAX_TIMEOUT_SECONDS + 1, 1.5, "2s", [2]])

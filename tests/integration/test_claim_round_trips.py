@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from bench.enqueue_round_trips import Wire
 from tests.integration.helpers import counted_sends
 from tierq.core.sizing import body_cost
@@ -115,3 +117,25 @@ def test_a_script_valkey_lost_is_loaded_and_every_pop_made(tq: Tierq, valkey):
     got = tq.claim(QUEUE, max=100)
     assert len(got) == 99 and len({t.id for t in got}) == 99
     assert len(tq.running(QUEUE)) == 100
+
+
+def test_a_claim_with_time_limits_costs_no_round_trip_more(tq: Tierq):
+    """Tasks with a time limit (the queue's ``timeout_seconds``, or their own) get it in the
+    claim script itself: one round trip for one pair, two for ten tenants, as without
+    limits; every lease ends at its limit, as the claim reports it."""
+    tq.put_queue(QUEUE, {"timeout_seconds": 30})
+    tq.enqueue(QUEUE, [{"payload": 1, "tenant": t, "timeout_seconds": 5 if i % 2 else None}
+                       for t in TENANTS for i in range(30)])
+    tq.claim(QUEUE, max=1, tenant=TENANTS[0])  # (not counted: it loads the script)
+    got, wire = counted(tq, max=10, tenant=TENANTS[1], lease_seconds=600)
+    assert len(got) == 10 and wire.sends == 1, (wire.sends, dict(wire.commands))
+    got, wire = counted(tq, max=100, lease_seconds=600)
+    assert len(got) == 100 and wire.sends == 2, (wire.sends, dict(wire.commands))
+    assert wire.commands["claim"] == 10
+    for task in got:
+        limit = task.timeout_seconds
+        assert limit in (5, 30)
+        held = tq.ctx.warm.lease_limits(QUEUE, task.tenant,
+                                        [f"{task.id}|{task.lease_token}"])[0]
+        assert held is not None
+        assert task.lease_expires_at.timestamp() * 1000 == pytest.approx(held, abs=1)

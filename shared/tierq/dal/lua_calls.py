@@ -151,14 +151,17 @@ class ClaimTake:
 
 @lazy_dataclass(frozen=True)
 class Claim(LuaCall[ClaimReply]):
-    """Claim up to ``n`` ready tasks of a pair and lease each one (lua/claim.lua)."""
+    """Claim up to ``n`` ready tasks of a pair and lease each one (lua/claim.lua), each
+    lease with its task's time limit (its own, else ``timeout_seconds``, the queue's; 0:
+    none) recorded in ``limits``."""
 
     SCRIPT: ClassVar[str] = "claim"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "leased", "claims", "meta", "bucket",
-                                       "lease_of", "started")
+                                       "lease_of", "started", "limits")
     ARGS: ClassVar[tuple[str, ...]] = (
         "n", "now_ms", "lease_ms", "token_prefix", "worker", "max_bytes", "strict_word",
-        "per_task_bytes", "tenant_max_leased", "tenant_per_second", "tenant_burst", "first_k")
+        "per_task_bytes", "tenant_max_leased", "tenant_per_second", "tenant_burst", "first_k",
+        "timeout_seconds")
     EXTRA_KEYS: ClassVar[tuple[str, ...]] = ("pool", "counts", "bucket")
     EXTRA_ARGS: ClassVar[tuple[str, ...]] = ("want", "holder", "max_held", "rate_per_second",
                                              "rate_burst", "shares")
@@ -175,6 +178,7 @@ class Claim(LuaCall[ClaimReply]):
     tenant_max_leased: int = 0
     tenant_rate: tuple[float, int] | None = None
     first_k: int = 0
+    timeout_seconds: int = 0
     take: ClaimTake | None = None
 
     @property
@@ -382,25 +386,6 @@ class LeaseProgress(LuaCall[list[bool]]):
 
     def parse(self, reply: Any) -> list[bool]:
         return [bool(int(x)) for x in reply]
-
-
-@lazy_dataclass(frozen=True)
-class LeaseLimit(LuaCall[list[int]]):
-    """Give new leases their attempt's time limit (lua/lease_limit.lua): per (member,
-    limit_ms) item, the lease's deadline after, or 0 for a lease not held or past its
-    deadline."""
-
-    SCRIPT: ClassVar[str] = "lease_limit"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "limits")
-    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
-    ITEM: ClassVar[tuple[str, ...]] = ("member", "limit_ms")
-
-    on: Any
-    now_ms: int
-    items: Sequence[Any] = ()
-
-    def parse(self, reply: Any) -> list[int]:
-        return [int(x) for x in reply]
 
 
 @lazy_dataclass(frozen=True)
@@ -1161,7 +1146,7 @@ def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
 
 
 CALLS: tuple[type[LuaCall[Any]], ...] = (
-    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend, LeaseLimit,
+    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend,
     LeaseExpired, LeaseProgress,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,

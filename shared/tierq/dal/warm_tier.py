@@ -50,7 +50,6 @@ from tierq.dal.lua_calls import (
     LeaseExpired,
     LeaseExtend,
     LeaseIndex,
-    LeaseLimit,
     LeaseOf,
     LeaseProgress,
     LongPolls,
@@ -95,7 +94,6 @@ SCRIPTS = (
     "claim",
     "lease_extend",
     "lease_progress",
-    "lease_limit",
     "lease_expired",
     "lease_drop",
     "lease_of",
@@ -143,7 +141,7 @@ class PairKeys:
     finished_prev: str  # the previous generation of markers (lua/task_finished.lua)
     waiters: str  # id -> how many waits registered for its message (lua/task_wait.lua)
     progress: str  # id -> '<token>|<ms>|<json>': its lease's last progress (lease_progress)
-    limits: str  # lease member -> its attempt's time limit, ms (lua/lease_limit.lua)
+    limits: str  # lease member -> its attempt's time limit, ms (lua/claim.lua)
     gone: str  # id -> when it was cancelled or deleted, ms: pushes leave it out (lua/remove.lua)
     newer: str  # id -> '<score> <member> <blob>' a replace wrote: pushes use it (update_ready)
     newer_at: str  # id -> when its `newer` entry lapses, ms (lua/update_ready.lua)
@@ -329,7 +327,7 @@ class ScriptCall:
 @lazy_dataclass(frozen=True)
 class QueueTake:
     """The queue-wide take a claim's first pair makes in its own script on a single server
-    (lua/claim.lua KEYS 9-11): ``want`` units for the whole claim, one entry ``holder``,
+    (lua/claim.lua KEYS 10-12): ``want`` units for the whole claim, one entry ``holder``,
     at most ``max_held`` held in the pool (0: no count limit), tokens of the queue's bucket
     at ``rate`` (per_second, burst) if any. The pair pops at most its share of the grant:
     one of ``shares`` (the tenants the claim's rotation shares it among)."""
@@ -1124,6 +1122,7 @@ class WarmTier:
                       strict: bool = False, per_task_bytes: int = 0,
                       tenant_max_leased: int = 0, tenant_rate: tuple[float, int] | None = None,
                       first_k: int = 0, take: QueueTake | None = None,
+                      timeout_seconds: int | None = None,
                       ) -> tuple[int, str, list[Claimed], int, int]:
         """``claim`` under the tenant's limits: ``tenant_max_leased`` (0: none) and
         ``tenant_rate`` (per_second, burst) cut ``n`` atomically with the pop. The leases
@@ -1132,7 +1131,9 @@ class WarmTier:
         the same script, with the leases' deadline; ``n`` is cut to what it grants.
         Returns (ready left, mode, claimed, retry_after_ms, granted): retry_after_ms is
         when more may be had, 0 when the limits did not cut the claim; granted is what
-        ``take`` granted (-1 without one)."""
+        ``take`` granted (-1 without one). ``timeout_seconds``: the queue's time limit of
+        an attempt, recorded with each lease whose task has none of its own (lua/claim.lua);
+        a lease's deadline is then at most its claim's ``now_ms`` plus its limit."""
         riding: ClaimTake | None = None
         if take is not None:
             if not self.single_server:
@@ -1147,7 +1148,7 @@ class WarmTier:
             PairKeys.of(queue, tenant), n, now_ms, lease_ms, token_prefix, worker,
             max_bytes=max_bytes, strict=strict, per_task_bytes=per_task_bytes,
             tenant_max_leased=tenant_max_leased, tenant_rate=tenant_rate, first_k=first_k,
-            take=riding))
+            timeout_seconds=timeout_seconds or 0, take=riding))
         return out.left, out.mode, out.claimed, out.retry_after_ms, out.granted
 
     def claim_pairs(self, calls: Sequence[Claim]) -> list[ClaimReply | Exception]:
@@ -1531,16 +1532,6 @@ class WarmTier:
         values = [v for reply in replies[len(scores):] for v in reply]
         return ([d is not None and float(d) > now_ms for d in deadlines],
                 _progress_entries(leases, values))
-
-    def limit_leases(self, queue: str, tenant: str, *, now_ms: int,
-                     limits: Sequence[tuple[str, int]]) -> list[int]:
-        """Give leases (member, limit_ms) their attempt's time limit (lua/lease_limit.lua);
-        each lease's deadline after, 0 for one not held or past its deadline."""
-        k = PairKeys.of(queue, tenant)
-        out: list[int] = []
-        for part in chunks(limits, LeaseLimit.items_per_call()):
-            out += self.call(LeaseLimit(k, now_ms, part))
-        return out
 
     def lease_limits(self, queue: str, tenant: str, members: Sequence[str]) -> list[int | None]:
         """The time limit (epoch ms) of each lease (a member), None for one without a

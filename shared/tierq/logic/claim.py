@@ -134,6 +134,9 @@ class Claimer:
     worker: str
     budget: ClaimBudget
     limits: ClaimLimits
+    # the queue's time limit of an attempt (None: none), read once: the claim script records
+    # it with each lease whose task has no limit of its own, and the answer reports the same
+    timeout_seconds: int | None = None
     # each pop's tasks as the script answered them (``popped_leases``: (id, lease token))
     popped: list[list[Claimed]] = field(default_factory=list)
     # an inline refill found Valkey out of memory (the cold work could not be moved warm)
@@ -165,7 +168,8 @@ class Claimer:
             max_bytes=budget.remaining_bytes(), strict=budget.used_bytes > 0,
             per_task_bytes=budget.per_task_bytes,
             tenant_max_leased=self.limits.tenant_max_leased,
-            tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take)
+            tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take,
+            timeout_seconds=self.timeout_seconds)
         self.ready_left = left
         self.limits.popped(pop, granted, len(claimed), retry_ms)
         if claimed:
@@ -211,7 +215,8 @@ class Claimer:
                 PairKeys.of(self.queue, tenant), n, pop.now_ms, self.lease_ms,
                 pop.token_prefix, self.worker, max_bytes=part, strict=capped,
                 per_task_bytes=budget.per_task_bytes,
-                tenant_max_leased=limits.tenant_max_leased, tenant_rate=limits.tenant_rate)))
+                tenant_max_leased=limits.tenant_max_leased, tenant_rate=limits.tenant_rate,
+                timeout_seconds=self.timeout_seconds or 0)))
         replies = self.ctx.warm.claim_pairs([call for _, call in pops])
         # every pop that leased tasks is recorded (to be given back should the claim fail)
         # before the first error goes up
@@ -276,7 +281,8 @@ class Claimer:
 
     def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
         """The claimed tasks as models, validated as one list (see models.CLAIMED_TASKS).
-        Leases of tasks with a time limit get it first (logic/time_limits.py). A blob of
+        A lease whose task has a time limit ends at it when it comes before the lease's
+        own end, as the claim script recorded it (logic/time_limits.py). A blob of
         the six fields every task has (no parents, group, time limit of its own or trace)
         is read without looking for the others."""
         expires = from_ms(now_ms + self.lease_ms)
@@ -285,7 +291,7 @@ class Claimer:
         fields: list[dict[str, Any]] = []
         append = fields.append
         loads = orjson.loads
-        default_limit = self.ctx.queue_settings.get(queue).timeout_seconds
+        default_limit = self.timeout_seconds
         limited: list[tuple[str, str, int]] = []
         for raw_id, attempt, raw_token, task_json in claimed:
             body = loads(task_json)
@@ -317,12 +323,13 @@ class Claimer:
                 })
             if limit is not None:
                 limited.append((task_id, token, limit))
-        if limited:  # (a failure here gives the popped tasks back: claim_once_outcome)
-            deadlines = time_limits.limit_leases(self.ctx, queue, tenant, now_ms, limited)
-            for item in fields:
-                deadline = deadlines.get(item["id"])
-                if deadline:
-                    item["lease_expires_at"] = from_ms(deadline)
+        if limited:
+            cut = time_limits.cut_deadlines(now_ms, self.lease_ms, limited)
+            if cut:
+                for item in fields:
+                    deadline = cut.get(item["id"])
+                    if deadline is not None:
+                        item["lease_expires_at"] = deadline
         return CLAIMED_TASKS.validate_python(fields)
 
 
@@ -351,7 +358,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         return ClaimOutcome([])
     claimer = Claimer(ctx, queue, (request.lease_seconds or qs.lease_seconds) * 1000,
                       request.worker or "", ClaimBudget(max_bytes, answer_by),
-                      ClaimLimits.of(ctx, queue, qs))
+                      ClaimLimits.of(ctx, queue, qs), qs.timeout_seconds)
     indexed = request.tenant is None and tenants is None
     try:
         got = _claim_pairs(claimer, ctx, queue, request, tenants)

@@ -1,13 +1,13 @@
 """Time limits: the longest one attempt of a task may run (``timeout_seconds``).
 
 A task's own limit (enqueued with it, kept in its row and its warm blob as ``"to"``) or else
-its queue's (``QueueSettings.timeout_seconds``) is read by the claim that leases it, which
-gives each such lease its limit: the attempt's start (the claim) plus the limit, kept in the
-pair's ``limits`` set beside the lease (lua/lease_limit.lua, right after the claim's pop, in
-a second call made only when a task of the pop has a limit). The lease's deadline is brought
-down to it, and no heartbeat extends a lease past it (lua/lease_extend.lua), so at the limit
-the lease runs out whatever its worker does: an ack, a nack or a heartbeat after it is
-refused (``not_owner``).
+its queue's (``QueueSettings.timeout_seconds``, passed to the claim script) is read by the
+claim script that leases it (lua/claim.lua), which gives each such lease its limit in the
+same call: the attempt's start (the claim's ``now_ms``) plus the limit, kept in the pair's
+``limits`` set beside the lease. The lease's deadline is the sooner of its own and the limit
+(:func:`cut_deadlines` reports the same in the claim's answer), and no heartbeat extends a
+lease past it (lua/lease_extend.lua), so at the limit the lease runs out whatever its worker
+does: an ack, a nack or a heartbeat after it is refused (``not_owner``).
 
 The reaper then tells such a lease from one that merely expired (:func:`split`): a lease
 that ran out at its limit (its deadline was the limit) timed out, and its attempt fails
@@ -25,9 +25,10 @@ its handler itself (tierq.client.worker)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from tierq.dal.warm_tier import lease_member
-from tierq.logic.context import Context
+from tierq.logic.context import Context, from_ms
 
 # The error a timed-out attempt records (its prefix: the reason, as clients match it).
 TIMEOUT_REASON = "timeout"
@@ -44,17 +45,22 @@ def effective(own: int | None, queue_default: int | None) -> int | None:
     return own if own is not None else queue_default
 
 
-def limit_leases(ctx: Context, queue: str, tenant: str, now_ms: int,
-                 leases: Sequence[tuple[str, str, int]]) -> dict[str, int]:
-    """Give new leases (id, token, limit in seconds) of one pair, claimed at ``now_ms``,
-    their limits; the deadline of each after, by id (0: the lease had ended already)."""
-    if not leases:
-        return {}
-    deadlines = ctx.warm.limit_leases(queue, tenant, now_ms=now_ms, limits=[
-        (lease_member(task_id, token), now_ms + seconds * 1000)
-        for task_id, token, seconds in leases])
-    return {task_id: deadline
-            for (task_id, _, _), deadline in zip(leases, deadlines, strict=True)}
+def cut_deadlines(now_ms: int, lease_ms: int, leases: Sequence[tuple[str, str, int]]
+                  ) -> dict[str, datetime]:
+    """The deadlines of new leases (id, token, limit in seconds) of a claim made at
+    ``now_ms`` with leases of ``lease_ms``, by id, for those whose limit comes first: as
+    lua/claim.lua scores them, ``now_ms`` plus the limit (the others keep ``now_ms`` plus
+    ``lease_ms``)."""
+    out: dict[str, datetime] = {}
+    instants: dict[int, datetime] = {}  # (a claim's limits are mostly its queue's one)
+    for task_id, _, seconds in leases:
+        limit_ms = seconds * 1000
+        if limit_ms < lease_ms:
+            at = instants.get(limit_ms)
+            if at is None:
+                at = instants[limit_ms] = from_ms(now_ms + limit_ms)
+            out[task_id] = at
+    return out
 
 
 def split(ctx: Context, queue: str, tenant: str, now_ms: int,

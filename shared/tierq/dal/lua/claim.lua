@@ -4,7 +4,8 @@
 -- Called through `Claim` (dal/lua_calls.py), which names its keys and arguments in order:
 -- | KEYS  | name           | what                                                          |
 -- | 1-8   | ready .. started | the pair's keys: ready, data, leased, claims, meta, bucket (the tenant's token bucket), lease_of, started (lua/lease_keys.lua) |
--- | 9-11  | pool, counts, bucket | the queue-wide take of the claim's first pair, on a single server only (the queue's slot) |
+-- | 9     | limits         | the pair's time limits of leases (lua/lease_keys.lua)          |
+-- | 10-12 | pool, counts, bucket | the queue-wide take of the claim's first pair, on a single server only (the queue's slot) |
 -- | ARGV  | name           | what                                                          |
 -- | 1     | n              | tasks wanted                                                  |
 -- | 2, 3  | now_ms, lease_ms | the caller's clock; the lease's length                      |
@@ -16,7 +17,8 @@
 -- | 9     | tenant_max_leased | this pair's leases whose deadline is ahead, at most (0: none) |
 -- | 10, 11 | tenant_per_second, tenant_burst | the tenant's token bucket (KEYS 6, server clock, lua/token_bucket.lua; 0: none) |
 -- | 12    | first_k        | the leases are numbered from first_k + 1                      |
--- | 13-18 | want, holder, max_held, rate_per_second, rate_burst, shares | with KEYS 9-11: the queue-wide take (lua/capacity_take.lua), made first with the lease's deadline; n is cut to ceil(granted / shares) |
+-- | 13    | timeout_seconds | the queue's time limit of an attempt (0: none), for a task without one of its own ("to") |
+-- | 14-19 | want, holder, max_held, rate_per_second, rate_burst, shares | with KEYS 10-12: the queue-wide take (lua/capacity_take.lua), made first with the lease's deadline; n is cut to ceil(granted / shares) |
 -- The per-tenant limits are enforced here, atomically with the pop: n is cut to what they
 -- allow before they are taken, and tokens taken for tasks not handed out are given back.
 -- A task's cost is its JSON text's bytes, plus one byte for each quote and backslash (the
@@ -32,7 +34,7 @@
 -- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
 -- next token; for a count, the earliest deadline, at most 1 s; the sooner of the
 -- queue-wide take's and the tenant's). granted: what the queue-wide take granted, -1
--- without one (KEYS 9-11).
+-- without one (KEYS 10-12).
 -- A lease is the member '<id>|<token>' of the leased set, scored by its deadline; the token
 -- is '<prefix><attempt>~<k>', k = first_k + 1, first_k + 2, ... in the order handed out
 -- (a claim under queue-wide limits numbers its leases on across its pairs: the k-th holds
@@ -43,10 +45,16 @@
 -- was made is kept once per claim: claims[prefix] = '<now>|<worker>', with
 -- claims[prefix .. '#'] counting its leases (the record goes with its last lease,
 -- lua/lease_keys.lua).
+-- A lease whose task has a time limit (its own "to", else the queue's, ARGV 13: the
+-- caller's logic/time_limits.py) gets it here, with the lease: the member scored by
+-- now + limit in `limits` (KEYS 9), and the lease's deadline is the sooner of its own and
+-- that limit (the caller reports the same: now + min(lease_ms, limit)). No heartbeat
+-- extends it past the limit (lease_extend.lua); the reaper tells a lease that ran out at
+-- its limit from one that expired (lease_expired.lua, logic/time_limits.py split).
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
 -- ZRANGE of the first in line, one HMGET of the data, then ZREMRANGEBYRANK of those taken,
--- HDEL and ZADD (leased), one HSET of lease_of, one ZADD of started and one HSET and
--- HINCRBY of the claim.
+-- HDEL and ZADD (leased), one HSET of lease_of, one ZADD of started, one ZADD of limits
+-- (only when a task has a time limit) and one HSET and HINCRBY of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
@@ -65,6 +73,7 @@ local freed = 0  -- bytes of the data handed out: the meta field 'bytes' (lua/wa
 -- '%.17g' is how Redis itself formats a Lua number argument, so ZADD gets the same score.
 local deadline_arg = string.format('%.17g', now + tonumber(ARGV[3]))
 local find = string.find
+local byte, sub, match = string.byte, string.sub, string.match
 
 -- What a task costs in the response (see above); sep is the position of the blob's '|'.
 local function response_cost(blob, sep)
@@ -85,6 +94,40 @@ local function response_cost(blob, sep)
   return #blob - sep + count + per_task
 end
 
+-- A task's own time limit (its blob's "to", in seconds), or nil; sep is the position of the
+-- blob's '|'. In a blob (logic/admission.task_blob) "to" is the last field but a trace
+-- ("tr", an object), and nothing after the payload holds an unescaped '"to":' or '"tr":'
+-- (JSON strings escape their quotes; a trace's keys are fixed names), so "to" is looked
+-- for in the blob's last bytes only, or in those before its trace: the payload is never
+-- scanned, whatever its size.
+local TO_FIELD_BYTES = 16  -- ',"to":' and a limit's digits (a week: 604800), at most
+local TRACE_WINDOW = 2048  -- a trace's JSON is shorter (models/traces.py)
+local function own_limit(blob, sep)
+  local size = #blob
+  local before = size  -- where "to" would end: at the blob's last '}', or at its trace
+  if byte(blob, size - 1) == 125 then  -- '}}': a trace ends the blob (its field: the last ',"tr":{')
+    local trace
+    local window = TRACE_WINDOW
+    while not trace do
+      local from = math.max(sep + 1, size - window)
+      local at = find(blob, ',"tr":{', from, true)
+      while at do
+        trace = at
+        at = find(blob, ',"tr":{', at + 1, true)
+      end
+      if from == sep + 1 then break end
+      window = window * 4
+    end
+    if not trace then return nil end
+    before = trace
+  end
+  local at = find(blob, ',"to":', math.max(sep + 1, before - TO_FIELD_BYTES), true)
+  if not at or at >= before then return nil end
+  local seconds, ends = match(blob, '^,"to":(%d+)()', at)
+  if ends ~= before then return nil end
+  return tonumber(seconds)
+end
+
 local COUNT_RETRY_MS = 1000
 local LEASE_OF_ENCODING = 'kept by tierq so that this hash stays in hashtable encoding '
   .. '(O(1) field access); see tierq/dal/lua/README.md'
@@ -96,11 +139,11 @@ local burst = tonumber(ARGV[11] or '0')
 local first_k = tonumber(ARGV[12] or '0')
 local granted = -1
 local queue_retry = 0
-if KEYS[9] then
-  granted, queue_retry = capacity_take(KEYS[9], KEYS[10], KEYS[11], tonumber(ARGV[13]), now,
-                                       deadline_arg, ARGV[14], tonumber(ARGV[15]),
-                                       tonumber(ARGV[16]), tonumber(ARGV[17]))
-  local share = math.ceil(granted / tonumber(ARGV[18]))
+if KEYS[10] then
+  granted, queue_retry = capacity_take(KEYS[10], KEYS[11], KEYS[12], tonumber(ARGV[14]), now,
+                                       deadline_arg, ARGV[15], tonumber(ARGV[16]),
+                                       tonumber(ARGV[17]), tonumber(ARGV[18]))
+  local share = math.ceil(granted / tonumber(ARGV[19]))
   if share < want then want = share end
 end
 if tenant_max > 0 then
@@ -132,7 +175,6 @@ local out = { 0, mode, retry, granted }
 
 local popped_ids = {}
 local n_popped = #popped
-local byte, sub = string.byte, string.sub
 for k = 1, n_popped do
   local member = popped[k]
   -- (task_of of lua/ready_member.lua, inline: once per task)
@@ -159,6 +201,14 @@ local attempts_seen, attempt, head = nil, 0, ''  -- the last blob's attempts, an
 local DIGITS = { '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
 local k_tens, k_unit = math.floor(first_k / 10), first_k % 10  -- the last k handed out
 local tens_text = k_tens > 0 and tostring(k_tens) or ''
+-- time limits: the queue's (seconds, nil for none), each limit's score text by its seconds
+-- (formatted once per claim and limit), and the pairs for `limits`
+local lease_ms = tonumber(ARGV[3])
+local queue_limit = tonumber(ARGV[13] or '0')
+if queue_limit == 0 then queue_limit = nil end
+local limit_texts = {}
+local limits_args = {}   -- limit, '<id>|<token>', ...
+local n_limited = 0
 local n_out = 4
 for k = 1, n_popped do
   local id = popped_ids[k]
@@ -207,9 +257,23 @@ for k = 1, n_popped do
     end
     local token = head .. tens_text .. DIGITS[k_unit + 1]
     local at = 2 * n_handed
+    local member = id .. '|' .. token
+    local deadline = deadline_arg
+    local limit = own_limit(blob, sep) or queue_limit
+    if limit then
+      local limit_text = limit_texts[limit]
+      if not limit_text then
+        limit_text = string.format('%.17g', now + limit * 1000)
+        limit_texts[limit] = limit_text
+      end
+      n_limited = n_limited + 1
+      limits_args[2 * n_limited - 1] = limit_text
+      limits_args[2 * n_limited] = member
+      if limit * 1000 < lease_ms then deadline = limit_text end
+    end
     handed_ids[n_handed] = id
-    leased_args[at - 1] = deadline_arg
-    leased_args[at] = id .. '|' .. token
+    leased_args[at - 1] = deadline
+    leased_args[at] = member
     lease_of_args[at - 1] = id
     lease_of_args[at] = token
     started_args[at - 1] = now_arg
@@ -227,6 +291,7 @@ if n_taken > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n_taken - 1) end
 call_chunked('HDEL', KEYS[2], handed_ids)
 if freed > 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -freed) end
 call_chunked('ZADD', KEYS[3], leased_args)
+call_chunked('ZADD', KEYS[9], limits_args)
 if n_handed > 0 then
   -- lease_of keeps a field '~encoding' longer than hash-max-listpack-value, as the data hash
   -- does (README, "Small calls"): its few dozen leases in flight are then found by hash, not

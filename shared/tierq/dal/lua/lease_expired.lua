@@ -8,7 +8,7 @@
 -- leaves nothing behind, and recording an attempt twice does nothing (lease_outcomes).
 -- Claim records are not read here: each goes with its claim's last lease
 -- (lua/lease_keys.lua).
--- A lease newly listed whose deadline came before its time limit (`limits`: lease_limit.lua)
+-- A lease newly listed whose deadline came before its time limit (`limits`: claim.lua)
 -- merely expired (its worker stopped heartbeating): its limit is removed here, where its
 -- deadline is still known, so that only a lease that ran out at its limit keeps one and is
 -- failed as timed out (logic/time_limits.py split), on this pass and on any later one.

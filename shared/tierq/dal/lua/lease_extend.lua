@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- Heartbeat: extend valid leases. Valkey only.
 -- Allowed while Valkey is out of memory: it only changes the scores of existing members.
--- A lease with a time limit (its attempt's, in `limits`: lease_limit.lua) is never extended
+-- A lease with a time limit (its attempt's, in `limits`: claim.lua) is never extended
 -- past it: at the limit its deadline passes and the reaper fails the attempt (timeout).
 -- KEYS: 1 leased, 2 limits (lua/lease_keys.lua)
 -- ARGV: 1 now_ms, then pairs: lease member ('<id>|<token>'), extend_ms

@@ -7,7 +7,7 @@
 -- | claims   | hash       | '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of that claim's leases `leased` holds; both go with the claim's last lease |
 -- | started  | sorted set | id -> when its lease's claim began (epoch ms): the running leases a page at a time in start order (running_page.lua) |
 -- | progress | hash       | id -> '<token>|<ms>|<json>': the last progress its lease's heartbeats carried (lease_progress.lua); its bytes are counted in the meta field `progress` (lua/warm_usage.lua) |
--- | limits   | sorted set | '<id>|<token>' -> the attempt's time limit (epoch ms) of a lease that has one (lease_limit.lua): no deadline passes it (lease_extend.lua) |
+-- | limits   | sorted set | '<id>|<token>' -> the attempt's time limit (epoch ms) of a lease that has one (written by claim.lua with the lease): no deadline passes it (lease_extend.lua) |
 -- A token is '<tenant>~<random>~<attempt>~<k>'; its claim's prefix is '<tenant>~<random>~'.
 -- Every path that ends a lease ends it here: the member leaves `leased` (and `limits`), its id
 -- leaves `lease_of` and `started` only while that entry still names this very token (an older
