@@ -115,6 +115,11 @@ def redis_calls(text: str) -> list[tuple[str, list[str]]]:
     return calls
 
 
+def fixed_bounds(args: list[str]) -> bool:
+    """Whether a rank range's two bounds (after its key) are literal numbers."""
+    return len(args) > 2 and args[1].isdigit() and args[2].isdigit()
+
+
 def whole_set_reads(name: str, text: str) -> list[str]:
     """What in one script reads a whole set, each as 'script: COMMAND args'."""
     found = []
@@ -125,10 +130,8 @@ def whole_set_reads(name: str, text: str) -> list[str]:
         if command in WHOLE_SET | REMOVES_ANY \
                 or (command in NEEDS_LIMIT and "LIMIT" not in words) \
                 or (command in NEEDS_COUNT and "COUNT" not in words) \
-                or (command in POPS and len(args) > 1):
-            found.append(f"{name}: {command} {', '.join(args)}")
-        elif command == "ZREMRANGEBYRANK" and not (
-                len(args) > 2 and args[1].isdigit() and args[2].isdigit()):
+                or (command in POPS and len(args) > 1) \
+                or (command == "ZREMRANGEBYRANK" and not fixed_bounds(args)):
             found.append(f"{name}: {command} {', '.join(args)}")
         elif command in {"ZRANGE", "ZREVRANGE"}:
             by = {"BYSCORE", "BYLEX"} & words
