@@ -123,7 +123,11 @@ class Settings(BaseModel):
     valkey_cache_name: str | None = Field(default=None, alias="VALKEY_CACHE_NAME")
     valkey_iam_region: str | None = Field(default=None, alias="VALKEY_IAM_REGION")
 
-    warm_max: int = Field(default=5000, ge=1, alias="TIERQ_WARM_MAX")
+    # Ready tasks the warm tier holds per (queue, tenant). The bytes below bound Valkey's
+    # memory; this count only keeps each script's work per call bounded, which it is at this
+    # size too (every script reads a pair's keys by id, by rank or in slices: lua/README.md),
+    # and a larger one sends fewer tasks through the cold line (docs/architecture.md §3).
+    warm_max: int = Field(default=50_000, ge=1, alias="TIERQ_WARM_MAX")
     # Bytes of task data (payload, key and a small envelope) the warm tier holds per
     # (queue, tenant); past it, tasks wait cold like past warm_max.
     warm_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=1 << 40,

@@ -51,7 +51,7 @@ def test_warm_max_is_per_tenant(make_tq, valkey):
 
 def test_settings_put_get_and_defaults(tq):
     defaults = tq.queue_settings("s")
-    assert (defaults.warm_max, defaults.lease_seconds, defaults.max_attempts) == (5000, 300, 5)
+    assert (defaults.warm_max, defaults.lease_seconds, defaults.max_attempts) == (50_000, 300, 5)
     updated = tq.put_queue("s", {"warm_max": 10, "backoff": {"kind": "linear",
                                                              "base_seconds": 1,
                                                              "cap_seconds": 5, "jitter": 0}})
@@ -67,7 +67,7 @@ def test_invalid_settings_are_refused(tq):
                                               "cap_seconds": 1}}, {"nope": 1}):
         with pytest.raises(ValidationError):
             tq.put_queue("s", bad)
-    assert tq.queue_settings("s").warm_max == 5000
+    assert tq.queue_settings("s").warm_max == 50_000
 
 
 def test_counts_detailed_and_running(make_tq):
