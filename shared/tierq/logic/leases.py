@@ -10,6 +10,8 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_not
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -126,6 +128,9 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
             held, kept = ctx.warm.verify_with_progress(
                 queue, tenant, now_ms=now_ms, leases=[(v.id, v.token) for v in entries])
             progress.update(kept)
+        if len(held) == len(entries) and all(held):  # (the usual case: every lease held)
+            valid += entries
+            continue
         for v, ok in zip(entries, held, strict=True):
             if ok:
                 valid.append(v)
@@ -189,24 +194,30 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
     one statement, then their leases dropped. A claimed task passed as it is has no result."""
     result = lease_outcomes.AckResult()
+    # each item's result, read once (a ClaimedTask has none: asking pydantic for a missing
+    # attribute is slow)
+    ack_item = lease_outcomes.AckItem
+    results = [i.result if isinstance(i, ack_item) else None for i in items]
     # (a task kept with its result keeps its last progress: read with the check)
-    kept: dict[str, tuple[int, str]] | None = {} if any(
-        isinstance(i, lease_outcomes.AckItem) and i.result is not None for i in items) else None
+    kept: dict[str, tuple[int, str]] | None = \
+        {} if any(map(is_not, results, repeat(None))) else None
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result
     relaxed = not ctx.settings.ack_synchronous_commit
-    plain: list[Verified] = []
-    keep: list[tuple[Verified, Any]] = []
-    for v in valid:
-        item = items[v.index]
-        # (a ClaimedTask has no result: asking pydantic for a missing attribute is slow)
-        value = item.result if isinstance(item, lease_outcomes.AckItem) else None
-        if value is None:
-            plain.append(v)
-        else:
-            keep.append((v, value))
+    if kept is None:  # (no result among them: every task is deleted)
+        plain = valid
+        keep: list[tuple[Verified, Any]] = []
+    else:
+        plain = []
+        keep = []
+        for v in valid:
+            value = results[v.index]
+            if value is None:
+                plain.append(v)
+            else:
+                keep.append((v, value))
     if keep:  # (kept done: its last progress with it; a plain ack deletes the row)
         record_progress(ctx, queue, [v for v, _ in keep], kept)
     done: set[str] = set()
@@ -223,18 +234,16 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
             queue, to_datetime(ctx.now()), [v.id for v, _ in keep],
             [orjson.dumps(value).decode() for _, value in keep],
             [v.attempt for v, _ in keep], relaxed=relaxed)
-    done.update(r.id for r in finished)
+    done.update([r.id for r in finished])
     if len(done) < len(valid):  # tasks that others wait on are kept and settled (flows)
-        left = [(v, items[v.index]) for v in valid if v.id not in done]
+        left = [v for v in valid if v.id not in done]
         waited = flows.ack_waited(
-            ctx, queue, [v.id for v, _ in left],
-            [item.result if isinstance(item, lease_outcomes.AckItem) else None
-             for _, item in left],
-            [v.attempt for v, _ in left])
+            ctx, queue, [v.id for v in left], [results[v.index] for v in left],
+            [v.attempt for v in left])
         done.update(waited)
         groups.after_finish_ids(ctx, queue, waited)  # (their groups, read by id)
     freed: groups.Freed | None = None
-    if any(r.grp is not None for r in finished):  # the next tasks of their groups go on
+    if any([r.grp is not None for r in finished]):  # the next tasks of their groups go on
         tenants = {v.id: v.tenant for v in valid}
         freed = groups.release_after_finish(ctx, queue, [(tenants[r.id], r.grp)
                                                          for r in finished
