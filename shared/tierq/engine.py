@@ -340,6 +340,8 @@ class Tierq(Deployment):
                        body_fingerprint: bytes | None) -> ResultT:
         """``run(ctx, queue, models)`` once per key (the empty ``result`` without items): the
         keyed shape of ack, nack, release and heartbeat."""
+        if idempotency_key is None:  # (a worker's call: nothing kept, nothing to wrap)
+            return run(self.ctx, queue, models) if models else result()
         call = idempotency.keyed_call(route, queue, idempotency_key, caller, body_fingerprint,
                                       lambda: idempotency.models_body(models))
         return idempotency.answer_once(

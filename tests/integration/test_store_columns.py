@@ -21,7 +21,7 @@ from tests.support.stores import migrated_database
 from tierq.dal.postgres import Database
 from tierq.dal.sql_files import queries
 from tierq.dal.store import rows
-from tierq.dal.store.base import ColumnMismatch, StoreBase, positional
+from tierq.dal.store.base import ColumnMismatch, StoreBase, positional, returns_rows
 from tierq.dal.task_store import TaskStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +177,22 @@ def test_the_column_check_is_made_per_statement_not_per_row_class(migrated: str)
         assert store.read("in_order") == [Counts(1, 2)]
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT 1 AS a, 'b' AS b",
+    "SELECT 1 AS a WHERE false",
+    "SELECT",
+    "CREATE TEMP TABLE IF NOT EXISTS returns_rows_probe (a int)",
+    "INSERT INTO returns_rows_probe VALUES (1)",
+    "INSERT INTO returns_rows_probe VALUES (2) RETURNING a",
+    "DELETE FROM returns_rows_probe WHERE false RETURNING a",
+    "DELETE FROM returns_rows_probe",
+])
+def test_returns_rows_is_what_the_cursor_describes(database_url: str, statement: str) -> None:
+    """``returns_rows`` (read by ``_fetch`` for every statement) says what psycopg's
+    ``description`` does, without building its columns."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS returns_rows_probe (a int)")
+        cur = conn.execute(statement)
+        assert returns_rows(cur) is (cur.description is not None)

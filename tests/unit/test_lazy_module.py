@@ -4,6 +4,7 @@ attribute, then forwards every read to it (a global rebound later is seen)."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +40,59 @@ def test_the_module_is_imported_at_the_first_read_and_rebinding_is_seen(probe: P
 def test_an_imported_module_is_handed_out_itself(probe: Path) -> None:
     lazy_module(NAME).VALUE  # noqa: B018
     assert lazy_module(NAME) is sys.modules[NAME]
+
+
+IMPORTER = "tierq_lazy_importer"
+
+
+@pytest.fixture
+def importer(probe: Path) -> Iterator[Path]:
+    """A module whose global ``target`` is ``lazy_module(NAME)``."""
+    (probe / f"{IMPORTER}.py").write_text(
+        "from tierq.core.lazy import lazy_module\n"
+        f"target = lazy_module({NAME!r})\n"
+        "def read():\n    return target.VALUE\n")
+    yield probe
+    sys.modules.pop(IMPORTER, None)
+
+
+def test_the_first_read_rebinds_the_importers_global_to_the_module(importer: Path) -> None:
+    import tierq_lazy_importer as module  # type: ignore[import-not-found]
+
+    stand_in = module.target
+    assert isinstance(stand_in, LazyModule) and NAME not in sys.modules
+    assert module.read() == 1
+    # later reads go to the module itself, no stand-in in between
+    assert module.target is sys.modules[NAME]
+    # a stand-in kept elsewhere still forwards, and sees a global rebound later
+    sys.modules[NAME].VALUE = 3
+    assert stand_in.VALUE == 3 and module.read() == 3
+
+
+def test_threads_reading_at_once_import_once_and_all_answer(importer: Path) -> None:
+    (importer / f"{NAME}.py").write_text("import time\nIMPORTS = []\nIMPORTS.append(1)\n"
+                                         "time.sleep(0.05)\nVALUE = 1\n")
+    import tierq_lazy_importer as module
+
+    barrier = threading.Barrier(8)
+    seen: list[int] = []
+
+    def read() -> None:
+        barrier.wait()
+        seen.append(module.read())
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [1] * 8
+    assert sys.modules[NAME].IMPORTS == [1] and module.target is sys.modules[NAME]
+
+
+def test_a_lease_outcome_read_through_the_lease_models_is_kept_there() -> None:
+    from tierq.models import lease_outcomes, leases
+
+    assert leases.AckResult is lease_outcomes.AckResult
+    # (the next read finds it in the module, not through its __getattr__)
+    assert vars(leases)["AckResult"] is lease_outcomes.AckResult

@@ -84,3 +84,15 @@ def test_an_admission_pushes_at_most_its_count_and_bytes_a_call():
     assert list(push_chunks(items([10, 2 * PUSH_CALL_BYTES, 10]))) == [(0, 1), (1, 2), (2, 3)]
     assert list(push_chunks(items([PUSH_CALL_BYTES // 2] * 2 + [1]))) == [(0, 2), (2, 3)]
     assert list(push_chunks([])) == []
+
+
+def test_a_pairs_keys_are_kept_and_the_same_as_built() -> None:
+    from tierq.dal.warm_tier import PAIR_KEYS_KEPT, _make_pair_keys
+
+    keys = PairKeys.of("q", "t")
+    assert PairKeys.of("q", "t") is keys  # (kept: not built again)
+    assert keys == _make_pair_keys(PairKeys, "q", "t")
+    assert keys.ready == "tq:{q|t}:ready" and PairKeys.of("q", "u").ready == "tq:{q|u}:ready"
+    for i in range(PAIR_KEYS_KEPT):  # (bounded: the least recently used goes first)
+        PairKeys.of("q", f"t{i}")
+    assert PairKeys.of("q", "t") is not keys and PairKeys.of("q", "t") == keys

@@ -7,10 +7,13 @@ function's requests never call costs nothing at its cold start.
         schedules = lazy_module("tierq.logic.schedules")
 
 mypy reads the real import; at run time the name is a stand-in that imports the module the
-first time one of its attributes is read and forwards every read to it (nothing is copied,
-so a module global rebound later is seen). Python's import lock makes the first import
-thread-safe. ``lazy_dataclass`` does the same for a dataclass's generated methods. See
-docs/architecture.md (the Lambda runtime).
+first time one of its attributes is read, then rebinds the importer's global to the module
+itself: later reads cost what any module's do (on the hot path, an ack reads several per
+item). A reference to the stand-in kept elsewhere still forwards every read to the module
+(nothing is copied, so a module global rebound later is seen). Python's import lock makes
+the first import thread-safe; a thread that reads the global while another rebinds it finds
+either the stand-in or the module, both of which answer. ``lazy_dataclass`` does the same
+for a dataclass's generated methods. See docs/architecture.md (the Lambda runtime).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
+import sys
 import threading
 from _collections import _tuplegetter  # type: ignore[import-not-found]
 from collections.abc import Callable
@@ -30,20 +34,28 @@ T = TypeVar("T")
 _TARGET = "_lazy_target"
 
 
+_IMPORTER = "_lazy_importer"
+
+
 class LazyModule(ModuleType):
-    """A stand-in for module ``name``: reading an attribute imports it (once) and reads it
-    there."""
+    """A stand-in for module ``name``: reading an attribute imports it (once), rebinds the
+    importer's globals that hold this stand-in to it, and reads it there."""
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("__") and attribute.endswith("__"):
             # copy, pickle and introspection probe dunders: answer them without importing
             raise AttributeError(attribute)
-        # the module once imported, kept: a read on the hot path (per item of an ack) costs
-        # a dictionary look-up, not importlib's
         target = self.__dict__.get(_TARGET)
         if target is None:
             target = importlib.import_module(self.__name__)
             self.__dict__[_TARGET] = target
+            importer: dict[str, Any] | None = self.__dict__.get(_IMPORTER)
+            if importer is not None:
+                # (a snapshot: another thread may bind a global meanwhile; each store of
+                # the module is a single dictionary write, atomic under the GIL)
+                for global_name, value in list(importer.items()):
+                    if value is self:
+                        importer[global_name] = target
         return getattr(target, attribute)
 
     def __repr__(self) -> str:
@@ -51,13 +63,16 @@ class LazyModule(ModuleType):
 
 
 def lazy_module(name: str) -> ModuleType:
-    """Module ``name`` itself when it is already imported, else a :class:`LazyModule`."""
-    return importlib.import_module(name) if _imported(name) else LazyModule(name)
+    """Module ``name`` itself when it is already imported, else a :class:`LazyModule` that
+    rebinds the caller's global holding it to the module at its first use."""
+    if _imported(name):
+        return importlib.import_module(name)
+    stand_in = LazyModule(name)
+    stand_in.__dict__[_IMPORTER] = sys._getframe(1).f_globals
+    return stand_in
 
 
 def _imported(name: str) -> bool:
-    import sys
-
     return name in sys.modules
 
 

@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -148,11 +149,29 @@ class PairKeys:
 
     @classmethod
     def of(cls, queue: str, tenant: str) -> PairKeys:
-        tag = f"tq:{{{queue}|{tenant}}}:"
-        return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
-                   tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
-                   tag + "finished", tag + "finished_prev", tag + "waiters", tag + "progress",
-                   tag + "limits", tag + "gone", tag + "newer", tag + "newer_at")
+        """The pair's keys: the same (immutable) object for a pair used lately, since a
+        claim or an ack names its pair's keys several times and building them costs about
+        3 µs (``PAIR_KEYS_KEPT`` pairs are kept, the least recently used dropped first)."""
+        if cls is not PairKeys:  # (a subclass's: built each time)
+            return _make_pair_keys(cls, queue, tenant)
+        return _pair_keys(queue, tenant)
+
+
+# How many pairs' keys ``PairKeys.of`` keeps: about 1.5 KB each.
+PAIR_KEYS_KEPT = 1024
+
+
+@lru_cache(maxsize=PAIR_KEYS_KEPT)
+def _pair_keys(queue: str, tenant: str) -> PairKeys:
+    return _make_pair_keys(PairKeys, queue, tenant)
+
+
+def _make_pair_keys(cls: type[PairKeys], queue: str, tenant: str) -> PairKeys:
+    tag = f"tq:{{{queue}|{tenant}}}:"
+    return cls(tag + "ready", tag + "data", tag + "leased", tag + "claims", tag + "meta",
+               tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
+               tag + "finished", tag + "finished_prev", tag + "waiters", tag + "progress",
+               tag + "limits", tag + "gone", tag + "newer", tag + "newer_at")
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -1388,10 +1407,11 @@ class WarmTier:
         commands += [evalsha(d.finished, self.scripts[TaskFinished.SCRIPT].sha)
                      for d in marked if d.finished is not None]
         commands += [*counts, *after]
-        push_sha = self.scripts[PushReady.SCRIPT].sha
-        note_sha = self.scripts[ReadyTenantsNote.SCRIPT].sha
-        for push in pushes:
-            commands += [evalsha(push.call, push_sha), evalsha(push.note, note_sha)]
+        if pushes:
+            push_sha = self.scripts[PushReady.SCRIPT].sha
+            note_sha = self.scripts[ReadyTenantsNote.SCRIPT].sha
+            for push in pushes:
+                commands += [evalsha(push.call, push_sha), evalsha(push.note, note_sha)]
         replies = self.pipeline(commands)
         at = len(calls) + len(marked) + len(counts) + len(after)
         for push in pushes:  # (their two replies each, last: kept for pushed_along)

@@ -152,5 +152,7 @@ def __getattr__(name: str) -> Any:
     if name in _OUTCOMES:
         from tierq.models import lease_outcomes
 
-        return getattr(lease_outcomes, name)
+        value = getattr(lease_outcomes, name)
+        globals()[name] = value  # the next read (an ack reads two) finds it without this
+        return value
     raise AttributeError(f"module 'tierq.models.leases' has no attribute {name!r}")
