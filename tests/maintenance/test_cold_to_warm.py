@@ -115,3 +115,19 @@ def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(make_tq, pg) -> None:
                                 lambda: cold_to_warm.run(tq.ctx, lock_timeout_ms=200))
     assert 0.15 < waited < 2.0  # the pool's lock timeout is 5 s
     assert cold_to_warm.run(tq.ctx).promoted == 4  # the next pass does the work
+
+
+def test_a_spent_budget_stops_a_pairs_promotion_between_batches(make_tq, valkey, monkeypatch):
+    """A pair of many batches (warm_max rows is 25 batches at the default) promotes one
+    batch per pass once the budget is spent, not all of its room: the pass keeps its time."""
+    from tierq.logic import tiering
+
+    monkeypatch.setattr(tiering, "PROMOTE_BATCH", 5)
+    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
+    cold_work(tq, "big", tasks=24)  # 4 warm, 20 cold, room for 86
+    passes = []
+    while (summary := tq.run_cold_to_warm()).promoted:
+        passes.append((summary.promoted, summary.busy))
+        assert len(passes) <= 4
+    assert passes == [(5, 0)] * 4  # one batch a pass, none counted as busy
+    assert ready_size(valkey, "big") == 24

@@ -9,6 +9,7 @@ Valkey refuses for want of memory is tried again a quarter the size."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from operator import itemgetter
 
 import psycopg
@@ -46,6 +47,7 @@ class Busy(enum.Enum):
     ROW_HELD = "row_held"  # a batch met a cold row another writer holds (lock timeout)
     WARM_FULL = "warm_full"  # the warm set reached warm_max_bytes (push_ready refused rows)
     OUT_OF_MEMORY = "out_of_memory"  # Valkey refused the push: maxmemory reached
+    BUDGET_SPENT = "budget_spent"  # the scheduled pass's time ran out between two batches
 
 
 @lazy_dataclass
@@ -61,9 +63,12 @@ class RefillResult:
     cold_mode: bool = True
 
 
-def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -> RefillResult:
+def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None,
+           until: Callable[[], bool] | None = None) -> RefillResult:
     """One pass for one (queue, tenant). ``limit`` caps how many tasks this pass promotes
-    (a claim refilling inline moves one batch and returns; the scheduled job fills up)."""
+    (a claim refilling inline moves one batch and returns; the scheduled job fills up);
+    ``until`` is asked after each batch and stops the promotion when true (the scheduled
+    pass's time budget: a pair of warm_max rows is many batches)."""
     result = RefillResult()
     settings = ctx.queue_settings.get(queue)
     warm_max, warm_max_bytes = settings.warm_max, settings.warm_max_bytes
@@ -100,11 +105,13 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None) -
         room = min(room, limit)
     drained = False  # this call's promotion emptied the cold line
     if room > 0:
-        moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate)
+        moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate, until)
         result.out_of_memory = busy is Busy.OUT_OF_MEMORY
         drained = moved < room and busy is None
-        result.promoted, result.skipped_busy = moved, busy is not None
-        if moved == room or busy in (Busy.ROW_HELD, Busy.WARM_FULL, Busy.OUT_OF_MEMORY):
+        result.promoted = moved
+        result.skipped_busy = busy is not None and busy is not Busy.BUDGET_SPENT
+        if moved == room or busy in (Busy.ROW_HELD, Busy.WARM_FULL, Busy.OUT_OF_MEMORY,
+                                     Busy.BUDGET_SPENT):
             # this pass filled all the room it was given, or a batch met a row another
             # writer holds: the cold line still has rows, so asking Postgres would be wasted
             return result
@@ -158,7 +165,8 @@ def _remember_cold_mode(ctx: Context, queue: str, tenant: str) -> None:
 
 
 def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
-             blob_estimate: int) -> tuple[int, Busy | None]:
+             blob_estimate: int, until: Callable[[], bool] | None = None
+             ) -> tuple[int, Busy | None]:
     """Move up to ``room`` of the oldest cold tasks, about ``room_bytes`` of task data,
     into the warm set, holding the (queue, tenant) promotion lock so two movers never
     interleave their batches. Batches are sized by bytes too, from ``blob_estimate`` and
@@ -166,7 +174,8 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
     refuses goes back to the cold line in its place).
     Returns (moved, busy): busy says why the pass stopped early, if it did: another mover
     held the lock, a batch gave up waiting for a row another writer held
-    (PROMOTE_LOCK_TIMEOUT), the warm set's bytes are full, or Valkey is out of memory."""
+    (PROMOTE_LOCK_TIMEOUT), the warm set's bytes are full, Valkey is out of memory, or
+    ``until`` said stop between two batches."""
     moved = 0
     with ctx.db.connection() as conn:
         if not ctx.store.try_pair_lock(conn, queue, tenant):
@@ -214,6 +223,8 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
                     return moved, Busy.WARM_FULL
                 if len(items) < want:
                     break  # the cold line is drained
+                if room > 0 and until is not None and until():
+                    return moved, Busy.BUDGET_SPENT
         finally:
             ctx.store.release_pair_lock(conn, queue, tenant)
     return moved, None

@@ -63,7 +63,7 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
         changed: list[tuple[str, str, bool]] = []
         ready: list[tuple[str, str]] = []  # pairs with cold or promoted work
         for queue, tenant, marked in chunk:
-            result = _refill(ctx, failures, queue, tenant)
+            result = _refill(ctx, failures, queue, tenant, budget)
             stats.items.append((queue, tenant))  # visited, even when its master failed
             if result is not None and (result.promoted or result.cold_mode):
                 ready.append((queue, tenant))
@@ -91,14 +91,14 @@ JOB = MaintenanceJob(
     description="promote cold tasks while the warm tier has room, pair by pair")
 
 
-def _refill(ctx: Context, failures: PairFailures, queue: str,
-            tenant: str) -> tiering.RefillResult | None:
+def _refill(ctx: Context, failures: PairFailures, queue: str, tenant: str,
+            budget: pairs.Budget) -> tiering.RefillResult | None:
     """One pair's refill; None when its master failed (in this call or earlier in the pass)
     or PostgreSQL cancelled one of its statements at the pass's timeout."""
     if failures.skip((queue, tenant)):
         return None
     try:
-        return tiering.refill(ctx, queue, tenant)
+        return tiering.refill(ctx, queue, tenant, until=lambda: budget.spent)
     except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
         failures.timed_out((queue, tenant), exc)
         return None
