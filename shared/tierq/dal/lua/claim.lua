@@ -98,8 +98,9 @@ end
 -- blob's '|'. In a blob (logic/admission.task_blob) "to" is the last field but a trace
 -- ("tr", an object), and nothing after the payload holds an unescaped '"to":' or '"tr":'
 -- (JSON strings escape their quotes; a trace's keys are fixed names), so "to" is looked
--- for in the blob's last bytes only, or in those before its trace: the payload is never
--- scanned, whatever its size.
+-- for in the blob's last bytes only, or in those before its trace: a search reads at most
+-- the blob's last TRACE_WINDOW bytes (more only for a longer trace), whatever the
+-- payload's size.
 local TO_FIELD_BYTES = 16  -- ',"to":' and a limit's digits (a week: 604800), at most
 local TRACE_WINDOW = 2048  -- a trace's JSON is shorter (models/traces.py)
 local function own_limit(blob, sep)
