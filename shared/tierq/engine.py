@@ -340,13 +340,14 @@ class Tierq(Deployment):
                        body_fingerprint: bytes | None) -> ResultT:
         """``run(ctx, queue, models)`` once per key (the empty ``result`` without items): the
         keyed shape of ack, nack, release and heartbeat."""
-        if idempotency_key is None:  # (a worker's call: nothing kept, nothing to wrap)
+        def work() -> ResultT:
             return run(self.ctx, queue, models) if models else result()
+
+        if idempotency_key is None:  # (a worker's call: nothing kept, nothing to wrap)
+            return work()
         call = idempotency.keyed_call(route, queue, idempotency_key, caller, body_fingerprint,
                                       lambda: idempotency.models_body(models))
-        return idempotency.answer_once(
-            self.ctx, call, lambda: run(self.ctx, queue, models) if models else result(),
-            result)
+        return idempotency.answer_once(self.ctx, call, work, result)
 
     # -- tasks and dead letters ----------------------------------------------------------
 
