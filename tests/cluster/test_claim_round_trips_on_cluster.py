@@ -18,13 +18,11 @@ from tierq.dal.warm_tier import PairKeys
 QUEUE = "pipe"
 
 
-def test_a_claim_over_tenants_on_every_master_pops_each_master_once(make_tq, valkey):
-    tq = make_tq()
-    tenants = tenants_on_every_node(valkey, QUEUE, per_node=4)
-    masters = {node_of(valkey, QUEUE, t) for t in tenants}
-    assert len(masters) == 3 and len(tenants) == 12
-    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for t in tenants for i in range(20)])
-    # (not counted: the script loaded on every master; one task of each master's first)
+def counted_claim(tq, valkey, tenants: list[str], **claim: int
+                  ) -> tuple[dict[str, str], Wire, list]:
+    """A claim of ``QUEUE`` naming no tenant with its sends counted, after one task of
+    each master's first tenant was claimed (not counted: the script loaded on every
+    master). Returns (that tenant by master, the wire, the claimed tasks)."""
     loaded = {node_of(valkey, QUEUE, t): t for t in reversed(tenants)}
     for tenant in loaded.values():
         assert len(tq.claim(QUEUE, max=1, tenant=tenant)) == 1
@@ -32,8 +30,18 @@ def test_a_claim_over_tenants_on_every_master_pops_each_master_once(make_tq, val
     wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
     with wire.installed():
         wire.on = True
-        got = tq.claim(QUEUE, max=120)
+        got = tq.claim(QUEUE, **claim)
         wire.on = False
+    return loaded, wire, got
+
+
+def test_a_claim_over_tenants_on_every_master_pops_each_master_once(make_tq, valkey):
+    tq = make_tq()
+    tenants = tenants_on_every_node(valkey, QUEUE, per_node=4)
+    masters = {node_of(valkey, QUEUE, t) for t in tenants}
+    assert len(masters) == 3 and len(tenants) == 12
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for t in tenants for i in range(20)])
+    loaded, wire, got = counted_claim(tq, valkey, tenants, max=120)
     assert len(got) == 120
     assert Counter(t.tenant for t in got) == dict.fromkeys(tenants, 10)  # a share each
     assert wire.commands["claim"] == 12
@@ -42,6 +50,7 @@ def test_a_claim_over_tenants_on_every_master_pops_each_master_once(make_tq, val
     for tenant in tenants:  # (each tenant's next ten, in its order)
         first = 1 if tenant in loaded.values() else 0
         assert [t.payload for t in got if t.tenant == tenant] == list(range(first, first + 10))
+
 
 def test_time_limits_ride_in_each_masters_pops(make_tq, valkey):
     """Tasks with a time limit (their queue's, or their own) get it in their pair's claim
@@ -52,15 +61,7 @@ def test_time_limits_ride_in_each_masters_pops(make_tq, valkey):
     masters = {node_of(valkey, QUEUE, t) for t in tenants}
     tq.enqueue(QUEUE, [{"payload": i, "tenant": t, "timeout_seconds": 5 if i % 2 else None}
                        for t in tenants for i in range(20)])
-    loaded = {node_of(valkey, QUEUE, t): t for t in reversed(tenants)}
-    for tenant in loaded.values():
-        assert len(tq.claim(QUEUE, max=1, tenant=tenant)) == 1
-    wire = Wire()
-    wire.names = {s.sha.encode(): name for name, s in tq.ctx.warm.scripts.items()}
-    with wire.installed():
-        wire.on = True
-        got = tq.claim(QUEUE, max=60, lease_seconds=600)
-        wire.on = False
+    _, wire, got = counted_claim(tq, valkey, tenants, max=60, lease_seconds=600)
     assert len(got) == 60 and wire.commands["claim"] == 6
     assert wire.sends == 1 + len(masters), (wire.sends, dict(wire.commands))
     for task in got:
