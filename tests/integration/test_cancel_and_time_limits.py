@@ -350,7 +350,7 @@ def test_the_claim_script_reads_a_tasks_own_limit_as_the_claim_does(tq, valkey):
     leases = [(raw_id.decode(), token.decode(), orjson.loads(body).get("to", default))
               for raw_id, _, token, body in claimed]
     assert {own for *_, own in leases} == {2, 7, 11}
-    cut = time_limits.cut_deadlines(now, lease_ms, leases)
+    cut = time_limits.cut_deadlines(now, lease_ms, [(i, limit) for i, _, limit in leases])
     for task_id, token, limit in leases:
         member = lease_member(task_id, token)
         assert valkey.zscore(k.limits, member) == now + limit * 1000, (task_id, limit)

@@ -292,7 +292,7 @@ class Claimer:
         append = fields.append
         loads = orjson.loads
         default_limit = self.timeout_seconds
-        limited: list[tuple[str, str, int]] = []
+        limited: list[tuple[str, int]] = []
         for raw_id, attempt, raw_token, task_json in claimed:
             body = loads(task_json)
             created_ms = body["c"]
@@ -322,7 +322,7 @@ class Claimer:
                     "trace": body.get("tr"),
                 })
             if limit is not None:
-                limited.append((task_id, token, limit))
+                limited.append((task_id, limit))
         if limited:
             cut = time_limits.cut_deadlines(now_ms, self.lease_ms, limited)
             if cut:

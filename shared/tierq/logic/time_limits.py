@@ -45,15 +45,14 @@ def effective(own: int | None, queue_default: int | None) -> int | None:
     return own if own is not None else queue_default
 
 
-def cut_deadlines(now_ms: int, lease_ms: int, leases: Sequence[tuple[str, str, int]]
+def cut_deadlines(now_ms: int, lease_ms: int, leases: Sequence[tuple[str, int]]
                   ) -> dict[str, datetime]:
-    """The deadlines of new leases (id, token, limit in seconds) of a claim made at
-    ``now_ms`` with leases of ``lease_ms``, by id, for those whose limit comes first: as
-    lua/claim.lua scores them, ``now_ms`` plus the limit (the others keep ``now_ms`` plus
-    ``lease_ms``)."""
+    """The deadlines of new leases (task id, limit in seconds) of a claim made at ``now_ms``
+    with leases of ``lease_ms``, by id, for those whose limit comes first: as lua/claim.lua
+    scores them, ``now_ms`` plus the limit (the others keep ``now_ms`` plus ``lease_ms``)."""
     out: dict[str, datetime] = {}
     instants: dict[int, datetime] = {}  # (a claim's limits are mostly its queue's one)
-    for task_id, _, seconds in leases:
+    for task_id, seconds in leases:
         limit_ms = seconds * 1000
         if limit_ms < lease_ms:
             at = instants.get(limit_ms)
