@@ -1,7 +1,8 @@
 """``warm_up`` (tierq.core.warm_up): after it, a fresh process's first enqueue, claim and ack
 import no module, generate no dataclass and build no pydantic model or adapter; without it
-they do (so the probe can see what it checks). Each case runs in a fresh interpreter, as a
-worker process starts."""
+they do (so the probe can see what it checks). It also sets the process's collector for a
+worker (tierq.core.collector), unless asked not to. Each case runs in a fresh interpreter,
+as a worker process starts."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tierq.core.collector import YOUNG_THRESHOLD
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
-import json, sys
+import gc, json, sys
 import pydantic._internal._model_construction as construction
 from pydantic import TypeAdapter
 import dataclasses
@@ -25,7 +28,9 @@ from tierq.config import Settings
 
 tq = Tierq(settings=Settings(database_url=sys.argv[1], valkey_url=sys.argv[2]))
 tq.queue_settings("wu")
-warmed = tq.warm_up() if sys.argv[3] == "warm" else None
+default_threshold = gc.get_threshold()[0]
+warmed = (tq.warm_up() if sys.argv[3] == "warm"
+          else tq.warm_up(tune_collector=False) if sys.argv[3] == "warm-untuned" else None)
 built = []
 complete = construction.complete_model_class
 def spy(cls, *args, **kwargs):
@@ -53,8 +58,11 @@ tq.close()
 print(json.dumps({"modules": sorted(m for m in set(sys.modules) - before
                                     if m.startswith("tierq")),
                   "built": built, "generated": generated,
+                  "threshold": [default_threshold, gc.get_threshold()[0]],
+                  "frozen": gc.get_freeze_count(),
                   "warmed": None if warmed is None else [warmed.modules, warmed.dataclasses,
-                                                         warmed.models, warmed.adapters]}))
+                                                         warmed.models, warmed.adapters,
+                                                         warmed.young_threshold]}))
 """
 
 
@@ -78,5 +86,20 @@ def test_first_calls_build_nothing_after_warm_up(app_database_url: str, valkey_u
     assert cold["built"] and cold["generated"], cold
     warm = first_calls(app_database_url, valkey_url, "warm")
     assert warm["built"] == [] and warm["generated"] == [] and warm["modules"] == [], warm
-    _modules, dataclasses, models, adapters = warm["warmed"]  # type: ignore[misc]
+    _modules, dataclasses, models, adapters, _young = warm["warmed"]  # type: ignore[misc]
     assert dataclasses > 0 and models > 0 and adapters > 0, warm
+
+
+@pytest.mark.usefixtures("clean_stores")
+def test_warm_up_sets_the_collector_for_a_worker(app_database_url: str, valkey_url: str,
+                                                 valkey_cluster: bool) -> None:
+    if valkey_cluster:
+        pytest.skip("the probe's engine talks to one node")
+    cold = first_calls(app_database_url, valkey_url, "cold")
+    default, after = cold["threshold"]  # type: ignore[misc]
+    assert after == default < YOUNG_THRESHOLD and cold["frozen"] == 0, cold
+    warm = first_calls(app_database_url, valkey_url, "warm")
+    assert warm["threshold"] == [default, YOUNG_THRESHOLD], warm
+    assert warm["warmed"][-1] == YOUNG_THRESHOLD and warm["frozen"] > 0, warm  # type: ignore[index]
+    untuned = first_calls(app_database_url, valkey_url, "warm-untuned")
+    assert untuned["threshold"] == [default, default] and untuned["frozen"] == 0, untuned

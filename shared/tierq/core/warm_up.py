@@ -17,6 +17,7 @@ slow first call and, in a benchmark's short phase, as several microseconds a tas
 | a deferred module-level ``TypeAdapter`` of any loaded ``tierq`` module | ``rebuild`` |
 | an adapter made on first call (``tierq.models.base.adapter_on_first_call``) | made, ``rebuild`` |
 | a ``LazyNamedTuple`` of any loaded ``tierq`` module (the store's rows) | its methods generated |
+| CPython's collector, set for short scripts | set for a worker (``tierq.core.collector``) |
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from types import ModuleType
 
 from pydantic import BaseModel, TypeAdapter
 
-from tierq.core import lazy
+from tierq.core import collector, lazy
 from tierq.models.base import adapters_on_first_call
 
 # What an enqueue, a claim and the lease outcomes import on first use (tierq.engine reads
@@ -43,16 +44,19 @@ HOT_PATH = ("tierq.engine", "tierq.logic.enqueue", "tierq.logic.claim", "tierq.l
 class WarmedUp:
     """What :func:`warm_up` built: modules imported, dataclasses (and row classes)
     generated, pydantic models and adapters built (each counted once; a second call finds
-    nothing left)."""
+    nothing left), and the collector's young-generation threshold after it."""
 
     modules: int
     dataclasses: int
     models: int
     adapters: int
+    young_threshold: int
 
 
-def warm_up(modules: tuple[str, ...] = HOT_PATH) -> WarmedUp:
-    """Import ``modules``, then build whatever every loaded ``tierq`` module still defers."""
+def warm_up(modules: tuple[str, ...] = HOT_PATH, *, tune_collector: bool = True) -> WarmedUp:
+    """Import ``modules``, then build whatever every loaded ``tierq`` module still defers;
+    with ``tune_collector``, set CPython's collector for a worker (``collector.tune``: it
+    is the process's, so a host that manages it itself passes False)."""
     before = len(sys.modules)
     for name in modules:
         importlib.import_module(name)
@@ -85,7 +89,9 @@ def warm_up(modules: tuple[str, ...] = HOT_PATH) -> WarmedUp:
         if not adapter.pydantic_complete:
             adapter.rebuild(force=True)
             adapters += 1
-    return WarmedUp(imported, generated, models, adapters)
+    if tune_collector:
+        collector.tune()
+    return WarmedUp(imported, generated, models, adapters, collector.young_threshold())
 
 
 def _ours(module: str) -> bool:
