@@ -14,6 +14,11 @@
 # maintenance, dispatch, shards and template. A test of the fast folders that takes more
 # than a few seconds alone is marked slow. `--fast` may stand anywhere; the other arguments
 # go to pytest after the selection (`--fast -x`, `--fast -k claim`).
+#
+# pytest runs in parallel (pytest-xdist): the tests mostly wait on servers, subprocesses and
+# clocks, so twice as many workers as cores, at most 8 (TIERQ_TEST_WORKERS overrides; `-n 0`
+# runs in one process). Each worker is a test session with its own servers; work goes out a
+# file at a time, in order, the Spark files as one unit (tests/support/parallel.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FAST_FOLDERS=(tests/unit tests/integration)
@@ -41,7 +46,11 @@ check() {
 }
 check ruff .venv/bin/ruff check .
 check mypy .venv/bin/mypy
+cores="$(nproc)"
+workers="${TIERQ_TEST_WORKERS:-$(( cores * 2 < 8 ? cores * 2 : 8 ))}"
+parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 if $fast; then
-  exec .venv/bin/python -m pytest "${FAST_FOLDERS[@]}" -m "$FAST_MARKERS" "${pytest_args[@]}"
+  exec .venv/bin/python -m pytest "${parallel[@]}" "${FAST_FOLDERS[@]}" -m "$FAST_MARKERS" \
+    "${pytest_args[@]}"
 fi
-exec .venv/bin/python -m pytest "${pytest_args[@]}"
+exec .venv/bin/python -m pytest "${parallel[@]}" "${pytest_args[@]}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from tests.shards.conftest import ShardedFactory
 from tierq.cli import app
+from tierq.config import get_settings
 from tierq.dal.shards import ShardSpec, tag_of
 from tierq.dal.store.rows import HomeState
 from tierq.dal.warm_tier import PairKeys
@@ -338,6 +340,16 @@ def test_a_stopped_second_move_is_finished_whatever_copy_is_read_first(
     assert [t.payload for t in tq.claim(QUEUE, max=5)] == [1]
 
 
+@pytest.fixture
+def settings_from_env() -> Iterator[None]:
+    """The CLI's engine reads ``get_settings()``, cached for the process: emptied around the
+    test, so the command reads the environment it is given, not what an earlier test left."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("settings_from_env")
 def test_tierq_shards_move_and_home(make_sharded: ShardedFactory,
                                     shard_specs: list[ShardSpec], valkey_url: str) -> None:
     tq = quick(make_sharded(**FAST))
@@ -365,6 +377,7 @@ def test_tierq_shards_move_and_home(make_sharded: ShardedFactory,
     assert set(states(tq).values()) == {HomeState(to, None)}
 
 
+@pytest.mark.usefixtures("settings_from_env")
 def test_tierq_shards_with_one_database(shard_specs: list[ShardSpec], valkey_url: str) -> None:
     """One database (TIERQ_SHARD_URLS names one shard, or is not set): every pair's home is
     the default shard, and there is no other to move a pair to."""

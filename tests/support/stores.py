@@ -4,7 +4,9 @@
 Each test session gets its own servers: when DATABASE_URL / VALKEY_URL are set and answer,
 they are reused (with a fresh database, and the Valkey db of the URL flushed between tests);
 otherwise private servers start under a per-session folder in /tmp (about a second) and stop
-at the end. Concurrent test sessions therefore never flush each other's data.
+at the end. Concurrent test sessions therefore never flush each other's data. An xdist worker
+is a session of its own; on a shared Valkey it takes the db of the URL plus its number
+(a private server when that db does not exist, or the URL names a cluster).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import redis
 from psycopg import sql
 from redis.cluster import RedisCluster
 
+from tests.support.parallel import worker_index
 from tierq.config import Settings
 from tierq.dal.migrate import app_group, ensure_app_login, migrate
 from tierq.engine import Tierq
@@ -55,9 +58,50 @@ def session_dir() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def worker_valkey_url(url: str, index: int) -> str | None:
+    """The db of ``url`` for xdist worker ``index`` (the URL's db plus ``index``), so that
+    workers never flush each other's data; None when the server has no such db or is a
+    cluster (a cluster has only db 0)."""
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    mine = urlunsplit(parts._replace(path=f"/{base + index}"))
+    try:
+        if cluster_enabled(url):
+            return None
+        client = redis.Redis.from_url(mine, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except redis.ResponseError:  # DB index is out of range
+        return None
+    except redis.RedisError:
+        return mine  # does not answer: ensure_services says so and starts a private one
+    return mine
+
+
+@contextmanager
+def worker_environ() -> Iterator[None]:
+    """VALKEY_URL as this xdist worker is to use it, for as long as the session runs."""
+    index = worker_index()
+    given = os.environ.get("VALKEY_URL", "")
+    if index is None or not given.strip():
+        yield
+        return
+    mine = worker_valkey_url(given.strip(), index)
+    if mine is None:
+        del os.environ["VALKEY_URL"]
+    else:
+        os.environ["VALKEY_URL"] = mine
+    try:
+        yield
+    finally:
+        os.environ["VALKEY_URL"] = given
+
+
 @pytest.fixture(scope="session")
 def services(session_dir: Path) -> Iterator[LocalServices]:
-    with ensure_services(session_dir / "services") as local:
+    with worker_environ(), ensure_services(session_dir / "services") as local:
         yield local
 
 
@@ -278,5 +322,6 @@ def valkey(valkey_url: str, valkey_cluster: bool) -> Iterator[redis.Redis]:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     given = [name for name in ("DATABASE_URL", "VALKEY_URL") if os.environ.get(name)]
     if given:
-        return [f"tierq: reusing {', '.join(given)} when they answer (fresh database per session)"]
+        return [f"tierq: reusing {', '.join(given)} when they answer (fresh database per session"
+                f", a Valkey db per xdist worker)"]
     return ["tierq: private PostgreSQL and Redis per test session (under /tmp)"]
