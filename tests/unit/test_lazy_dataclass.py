@@ -4,6 +4,7 @@ the dataclass ``@dataclass(frozen=True)`` makes, once, even from several threads
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from typing import Any, ClassVar
 
@@ -87,6 +88,36 @@ def test_threads_racing_to_the_first_instance_generate_it_once() -> None:
         thread.join()
     assert made == [base(7)] * 8
     assert base.__init__.__qualname__.endswith("Base.__init__")  # the generated one
+
+
+def test_an_instance_made_while_another_thread_generates_the_class_is_whole() -> None:
+    """A thread that makes an instance while another generates the class's methods gets the
+    generated ``__init__`` (or waits for it), never ``object``'s: the class has an
+    ``__init__`` at every moment. Threads switch every microsecond here, so that some land
+    inside the generation of some of the 60 classes."""
+    errors: list[BaseException] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(60):
+            base, _child = make_classes()
+            start = threading.Barrier(4)
+
+            def first(base: Any = base, start: threading.Barrier = start) -> None:
+                start.wait()
+                try:
+                    assert base(7).a == 7
+                except BaseException as exc:  # (reported below, with the others)
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=first) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
 
 
 def test_a_class_with_its_own_init_or_slots_is_refused() -> None:

@@ -139,11 +139,26 @@ def generate(klass: type) -> None:
 
 
 def _generate(klass: type) -> None:
+    """Make ``klass`` the dataclass its options say, keeping an ``__init__`` on it at every
+    moment: another thread's instance made meanwhile runs the first one, which waits here,
+    then the generated one (a moment without would make it ``object``'s, which takes no
+    arguments). ``@dataclass`` sets no ``__init__`` over one the class has, so the class is
+    made with ``init=False`` and its ``__init__`` generated on a throwaway subclass, then
+    set in one assignment."""
     with _made:  # two threads' first instances: one generates, the other finds it done
         options = getattr(klass.__dict__.get("__init__"), "lazy_dataclass_options", None)
-        if options is not None:
-            delattr(klass, "__init__")
-            dataclasses.dataclass(**options)(klass)
+        if options is None:
+            return
+        dataclasses.dataclass(init=False, **options)(klass)
+        # (only the __init__ is taken: nothing else generated; frozen as the class, since a
+        # dataclass cannot change that from its base's)
+        bare = type(klass.__name__, (klass,), {"__module__": klass.__module__,
+                                                "__qualname__": klass.__qualname__})
+        scratch: type = dataclasses.dataclass(frozen=options["frozen"], repr=False, eq=False,
+                                              match_args=False)(bare)
+        init = scratch.__dict__["__init__"]
+        init.__qualname__ = f"{klass.__qualname__}.__init__"
+        setattr(klass, "__init__", init)  # noqa: B010 (mypy refuses assigning a method)
 
 
 # What ``collections.namedtuple`` generates that a LazyNamedTuple class takes from it on
