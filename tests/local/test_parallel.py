@@ -1,42 +1,51 @@
-"""The suite under pytest-xdist (tests/support/parallel.py, stores.py): on a shared Valkey
-each worker takes a db of its own, and the Spark files make one work unit."""
+"""The suite under pytest-xdist (tests/support/parallel.py, stores.py): each worker runs
+without a shared VALKEY_URL (a private Valkey), apt-get runs one process at a time, and the
+Spark files make one work unit."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 
 import pytest
 
 from tests.support.parallel import in_spark_unit, worker_index
-from tests.support.stores import worker_environ, worker_valkey_url
+from tests.support.stores import worker_environ
+from tierq.local.services import install
 
 
-def test_a_worker_takes_the_db_of_the_url_plus_its_number(valkey_url: str,
-                                                          valkey_private: bool) -> None:
-    if not valkey_private:
-        pytest.skip("a shared VALKEY_URL: its db count is not ours to know")
-    base = valkey_url.rsplit("/", 1)[0]
-    assert worker_valkey_url(f"{base}/0", 0) == f"{base}/0"
-    assert worker_valkey_url(f"{base}/2", 3) == f"{base}/5"
-    assert worker_valkey_url(base, 1) == f"{base}/1"
-    assert worker_valkey_url(f"{base}/0", 16) is None  # past the server's 16 dbs: private
-
-
-def test_the_worker_environ_names_its_db_and_gives_the_url_back(
-        monkeypatch: pytest.MonkeyPatch, valkey_url: str, valkey_private: bool) -> None:
-    if not valkey_private:
-        pytest.skip("a shared VALKEY_URL: its db count is not ours to know")
-    base = valkey_url.rsplit("/", 1)[0]
+def test_a_worker_runs_without_the_shared_valkey_url_and_gives_it_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VALKEY_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    with worker_environ():  # not a worker: the URL as given
+        assert os.environ["VALKEY_URL"] == "redis://127.0.0.1:6379/0"
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
-    monkeypatch.setenv("VALKEY_URL", f"{base}/0")
     assert worker_index() == 3
     with worker_environ():
-        assert os.environ["VALKEY_URL"] == f"{base}/3"
-    assert os.environ["VALKEY_URL"] == f"{base}/0"
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw16")
-    with worker_environ():
-        assert "VALKEY_URL" not in os.environ  # no db 16: a private server instead
-    assert os.environ["VALKEY_URL"] == f"{base}/0"
+        assert "VALKEY_URL" not in os.environ
+    assert os.environ["VALKEY_URL"] == "redis://127.0.0.1:6379/0"
+
+
+def test_apt_install_waits_for_another_process_holding_its_lock(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> None:
+    lock_path = os.path.join(tmp_path, "apt.lock")
+    monkeypatch.setattr(install, "APT_LOCK", install.Path(lock_path))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(install, "_apt_install", lambda packages: ran.append(list(packages)))
+    with open(lock_path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        pid = os.fork()
+        if pid == 0:  # the other process: waits for the lock, then installs
+            held.close()  # (the lock stays with the parent's copy of the open file)
+            install.apt_install(["redis-server"])
+            os._exit(0 if ran == [["redis-server"]] else 1)
+        time.sleep(0.3)  # (time for the other process to reach the lock)
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        assert done == 0 and not ran  # still waiting while the lock is held
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
 
 
 def test_the_spark_unit_is_told_by_path() -> None:

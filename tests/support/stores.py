@@ -5,8 +5,8 @@ Each test session gets its own servers: when DATABASE_URL / VALKEY_URL are set a
 they are reused (with a fresh database, and the Valkey db of the URL flushed between tests);
 otherwise private servers start under a per-session folder in /tmp (about a second) and stop
 at the end. Concurrent test sessions therefore never flush each other's data. An xdist worker
-is a session of its own; on a shared Valkey it takes the db of the URL plus its number
-(a private server when that db does not exist, or the URL names a cluster).
+is a session of its own, with a fresh database on a shared PostgreSQL and always a private
+Valkey (``worker_environ``).
 """
 
 from __future__ import annotations
@@ -58,41 +58,16 @@ def session_dir() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def worker_valkey_url(url: str, index: int) -> str | None:
-    """The db of ``url`` for xdist worker ``index`` (the URL's db plus ``index``), so that
-    workers never flush each other's data; None when the server has no such db or is a
-    cluster (a cluster has only db 0)."""
-    parts = urlsplit(url)
-    base = int(parts.path.strip("/") or 0)
-    mine = urlunsplit(parts._replace(path=f"/{base + index}"))
-    try:
-        if cluster_enabled(url):
-            return None
-        client = redis.Redis.from_url(mine, socket_connect_timeout=3, socket_timeout=3)
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except redis.ResponseError:  # DB index is out of range
-        return None
-    except redis.RedisError:
-        return mine  # does not answer: ensure_services says so and starts a private one
-    return mine
-
-
 @contextmanager
 def worker_environ() -> Iterator[None]:
-    """VALKEY_URL as this xdist worker is to use it, for as long as the session runs."""
-    index = worker_index()
-    given = os.environ.get("VALKEY_URL", "")
-    if index is None or not given.strip():
+    """Under xdist, this worker's session runs without VALKEY_URL (a private Valkey of its
+    own): some tests change a server's settings (``maxmemory``, ``SCRIPT FLUSH``), which on
+    a shared server would reach the other workers' tests."""
+    given = os.environ.get("VALKEY_URL")
+    if worker_index() is None or given is None:
         yield
         return
-    mine = worker_valkey_url(given.strip(), index)
-    if mine is None:
-        del os.environ["VALKEY_URL"]
-    else:
-        os.environ["VALKEY_URL"] = mine
+    del os.environ["VALKEY_URL"]
     try:
         yield
     finally:
@@ -323,5 +298,5 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     given = [name for name in ("DATABASE_URL", "VALKEY_URL") if os.environ.get(name)]
     if given:
         return [f"tierq: reusing {', '.join(given)} when they answer (fresh database per session"
-                f", a Valkey db per xdist worker)"]
+                f"; a private Valkey per xdist worker)"]
     return ["tierq: private PostgreSQL and Redis per test session (under /tmp)"]

@@ -5,6 +5,7 @@ undoes both."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -21,12 +22,27 @@ def collector_as_found() -> Iterator[None]:
         gc.unfreeze()
 
 
+class Cycle:
+    """An object in a reference cycle: only the collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
 def test_tune_raises_the_young_threshold_and_freezes_then_restore_undoes_it() -> None:
     gc.set_threshold(700, 10, 10)
-    state = collector.tune()
+    frozen = gc.get_freeze_count()
+    # garbage not collected yet: tune frees it rather than freezing it for good
+    garbage = [weakref.ref(Cycle()) for _ in range(100)]
+    gc.disable()  # (no collection of its own before tune's)
+    try:
+        state = collector.tune()
+    finally:
+        gc.enable()
     assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, 10, 10)
     assert collector.young_threshold() == collector.YOUNG_THRESHOLD
-    assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() > frozen
+    assert all(ref() is None for ref in garbage)
     collector.restore(state)
     assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
 
@@ -34,8 +50,9 @@ def test_tune_raises_the_young_threshold_and_freezes_then_restore_undoes_it() ->
 @pytest.mark.parametrize(("found", "kept"), [(200_000, 200_000), (0, 0)])
 def test_tune_keeps_a_higher_threshold_and_a_stopped_collector(found: int, kept: int) -> None:
     gc.set_threshold(found, 5, 7)
+    frozen = gc.get_freeze_count()
     state = collector.tune(freeze=False)
-    assert gc.get_threshold() == (kept, 5, 7) and gc.get_freeze_count() == 0
+    assert gc.get_threshold() == (kept, 5, 7) and gc.get_freeze_count() == frozen
     assert state == collector.CollectorState((found, 5, 7), froze=False)
 
 

@@ -144,20 +144,26 @@ def _generate(klass: type) -> None:
     then the generated one (a moment without would make it ``object``'s, which takes no
     arguments). ``@dataclass`` sets no ``__init__`` over one the class has, so the class is
     made with ``init=False`` and its ``__init__`` generated on a throwaway subclass, then
-    set in one assignment."""
+    set in one assignment. A class without a docstring gets the one ``@dataclass`` writes
+    (its name and signature), read once, from the subclass."""
     with _made:  # two threads' first instances: one generates, the other finds it done
         options = getattr(klass.__dict__.get("__init__"), "lazy_dataclass_options", None)
         if options is None:
             return
+        undocumented = klass.__dict__.get("__doc__") is None
+        if undocumented:  # (else @dataclass would write the first __init__'s signature)
+            klass.__doc__ = klass.__name__
         dataclasses.dataclass(init=False, **options)(klass)
-        # (only the __init__ is taken: nothing else generated; frozen as the class, since a
-        # dataclass cannot change that from its base's)
-        bare = type(klass.__name__, (klass,), {"__module__": klass.__module__,
-                                                "__qualname__": klass.__qualname__})
+        # the __init__ alone (and, frozen as the class must be, __setattr__ and __delattr__)
+        bare = type(klass.__name__, (klass,), {
+            "__module__": klass.__module__, "__qualname__": klass.__qualname__,
+            "__doc__": None if undocumented else klass.__doc__})
         scratch: type = dataclasses.dataclass(frozen=options["frozen"], repr=False, eq=False,
                                               match_args=False)(bare)
         init = scratch.__dict__["__init__"]
         init.__qualname__ = f"{klass.__qualname__}.__init__"
+        if undocumented:
+            klass.__doc__ = scratch.__doc__
         setattr(klass, "__init__", init)  # noqa: B010 (mypy refuses assigning a method)
 
 

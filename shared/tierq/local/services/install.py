@@ -3,6 +3,7 @@ user PostgreSQL runs as when we are root."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import re
@@ -52,8 +53,21 @@ def is_debian_root() -> bool:
     )
 
 
+# Held while apt-get runs: several processes that start servers at once (the test suite's
+# parallel workers) would otherwise each run apt-get and fail on dpkg's own lock; the later
+# ones wait, then find the packages installed (apt-get returns at once).
+APT_LOCK = Path("/tmp/tierq-apt-install.lock")
+
+
 def apt_install(packages: Sequence[str]) -> None:
-    """Non-interactive ``apt-get install``; runs ``apt-get update`` and retries on failure."""
+    """Non-interactive ``apt-get install``, one process at a time (``APT_LOCK``); runs
+    ``apt-get update`` and retries on failure."""
+    with APT_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _apt_install(packages)
+
+
+def _apt_install(packages: Sequence[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     cmd = [
         "apt-get",
