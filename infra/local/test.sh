@@ -16,7 +16,7 @@
 # go to pytest after the selection (`--fast -x`, `--fast -k claim`).
 #
 # pytest runs in parallel (pytest-xdist): the tests mostly wait on servers, subprocesses and
-# clocks, so twice as many workers as cores, at most 8 (TIERQ_TEST_WORKERS overrides; `-n 0`
+# clocks, so as many workers as cores, at least 2 and at most 8 (TIERQ_TEST_WORKERS overrides; `-n 0`
 # runs in one process). Each worker is a test session with its own servers; work goes out a
 # file at a time, in order, the Spark files as one unit (tests/support/parallel.py).
 set -euo pipefail
@@ -47,7 +47,7 @@ check() {
 check ruff .venv/bin/ruff check .
 check mypy .venv/bin/mypy
 cores="$(nproc)"
-workers="${TIERQ_TEST_WORKERS:-$(( cores * 2 < 8 ? cores * 2 : 8 ))}"
+workers="${TIERQ_TEST_WORKERS:-$(( cores < 2 ? 2 : cores < 8 ? cores : 8 ))}"
 parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 if $fast; then
   exec .venv/bin/python -m pytest "${parallel[@]}" "${FAST_FOLDERS[@]}" -m "$FAST_MARKERS" \
