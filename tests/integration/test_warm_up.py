@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,30 +77,34 @@ def first_calls(app_database_url: str, valkey_url: str, mode: str) -> dict[str, 
     return result
 
 
-@pytest.mark.usefixtures("clean_stores")
-def test_first_calls_build_nothing_after_warm_up(app_database_url: str, valkey_url: str,
-                                                 valkey_cluster: bool) -> None:
+Probe = Callable[[str], dict[str, object]]
+
+
+@pytest.fixture
+def probe(app_database_url: str, valkey_url: str, valkey_cluster: bool,
+          clean_stores: None) -> Probe:
+    """``probe(mode)``: what a fresh process's first calls did (``first_calls``)."""
     if valkey_cluster:
         pytest.skip("the probe's engine talks to one node")
-    cold = first_calls(app_database_url, valkey_url, "cold")
+    return lambda mode: first_calls(app_database_url, valkey_url, mode)
+
+
+def test_first_calls_build_nothing_after_warm_up(probe: Probe) -> None:
+    cold = probe("cold")
     # the probe sees what the first calls defer: without warm_up they build it
     assert cold["built"] and cold["generated"], cold
-    warm = first_calls(app_database_url, valkey_url, "warm")
+    warm = probe("warm")
     assert warm["built"] == [] and warm["generated"] == [] and warm["modules"] == [], warm
     _modules, dataclasses, models, adapters, _young = warm["warmed"]  # type: ignore[misc]
     assert dataclasses > 0 and models > 0 and adapters > 0, warm
 
 
-@pytest.mark.usefixtures("clean_stores")
-def test_warm_up_sets_the_collector_for_a_worker(app_database_url: str, valkey_url: str,
-                                                 valkey_cluster: bool) -> None:
-    if valkey_cluster:
-        pytest.skip("the probe's engine talks to one node")
-    cold = first_calls(app_database_url, valkey_url, "cold")
+def test_warm_up_sets_the_collector_for_a_worker(probe: Probe) -> None:
+    cold = probe("cold")
     default, after = cold["threshold"]  # type: ignore[misc]
     assert after == default < YOUNG_THRESHOLD and cold["frozen"] == 0, cold
-    warm = first_calls(app_database_url, valkey_url, "warm")
+    warm = probe("warm")
     assert warm["threshold"] == [default, YOUNG_THRESHOLD], warm
     assert warm["warmed"][-1] == YOUNG_THRESHOLD and warm["frozen"] > 0, warm  # type: ignore[index]
-    untuned = first_calls(app_database_url, valkey_url, "warm-untuned")
+    untuned = probe("warm-untuned")
     assert untuned["threshold"] == [default, default] and untuned["frozen"] == 0, untuned
