@@ -154,9 +154,11 @@ class Claimer:
     def _may_refill(self) -> bool:
         return self.budget.may_refill(self.ctx.settings, holding=bool(self.popped))
 
-    def _pop(self, tenant: str, n: int) -> tuple[int, str, list[Claimed], int] | None:
+    def _pop(self, tenant: str, n: int, part: int = 0
+             ) -> tuple[int, str, list[Claimed], int] | None:
         """Pop up to ``n`` of the pair's tasks under the limits; None when the queue-wide
-        limits left no room for any."""
+        limits left no room for any. ``part``: at most these bytes of what is left of the
+        byte cap (0: all of it)."""
         allowed = self.limits.for_pop(tenant, n)
         if allowed is None:
             return None
@@ -165,7 +167,8 @@ class Claimer:
         left, mode, claimed, retry_ms, granted = self.ctx.warm.claim_limited(
             self.queue, tenant, n=n, now_ms=pop.now_ms, lease_ms=self.lease_ms,
             token_prefix=pop.token_prefix, worker=self.worker,
-            max_bytes=budget.remaining_bytes(), strict=budget.used_bytes > 0,
+            max_bytes=min(part or budget.remaining_bytes(), budget.remaining_bytes()),
+            strict=budget.used_bytes > 0,
             per_task_bytes=budget.per_task_bytes,
             tenant_max_leased=self.limits.tenant_max_leased,
             tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take,
@@ -178,12 +181,12 @@ class Claimer:
                 budget.charge(c[3] for c in claimed)
         return left, mode, claimed, pop.now_ms
 
-    def pair(self, tenant: str, n: int) -> list[ClaimedTask]:
+    def pair(self, tenant: str, n: int, part: int = 0) -> list[ClaimedTask]:
         """Up to ``n`` of one pair's tasks, refilling the pair inline when its warm set ran
-        dry or runs low while cold work waits."""
+        dry or runs low while cold work waits; ``part`` as :meth:`_pop`'s."""
         if self.budget.expired() or not self.limits.room:
             return []
-        popped = self._pop(tenant, n)
+        popped = self._pop(tenant, n, part)
         if popped is None:
             return []
         return self._answer(tenant, n, *popped)
@@ -417,17 +420,24 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
                                            leases on from theirs (lease k holds unit k,
                                            logic/claim_limits.py)
     the time budget is up                  no pop
+    a byte cap (``max_bytes``)             the rotation's first tenant alone (its part,
+                                           its first task whatever it costs), then as
+                                           below for the others: one round trip more
     otherwise                              one pipeline of full shares, then one pair at a
                                            time, each wanting what is still missing
     =====================================  ===============================================
 
     In the pipeline, the per-tenant limits are the claim script's, pair by pair. Under
-    a byte cap each pipelined pop may cost its part of what is left (strictly: no pop's
-    first task passes its part), so the pops stay within the cap together; a pop its part
-    cut goes on to the second pass, whose first pop, while nothing is handed out yet, brings
-    its first task whatever it costs. The inline refills follow the pipeline, in rotation
-    order; under ``answer_by`` a refill counts as holding popped tasks once any pop of the
-    pipeline leased some (``ClaimBudget.may_refill``: the safe side).
+    a byte cap the rotation's first tenant pops alone first, within its part of the cap
+    but for its first task, which comes whatever it costs, as in a pop at a time: else a
+    tenant whose tasks each pass a pipelined pop's part would get none at any claim while
+    the others' smaller tasks fill the cap. Each pipelined pop may then cost its part of
+    what is left (strictly: no pop's first task passes its part), so the pops stay within
+    the cap together; a pop its part cut goes on to the second pass, whose first pop, while
+    nothing is handed out yet, brings its first task whatever it costs. The inline refills
+    follow the pipeline, in rotation order; under ``answer_by`` a refill counts as holding
+    popped tasks once any pop of the pipeline leased some (``ClaimBudget.may_refill``: the
+    safe side).
     """
     if request.tenant is not None:
         candidates = [request.tenant]
@@ -467,15 +477,29 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
     # the tenants whose full share the first pass asks for whatever the others answer: their
     # pops go in one pipeline (see _claim_pairs' table)
     ahead = min(len(rotated), wanted // share)
+    done = 0  # the tenants of the rotation the first pass popped already
     if ahead >= 2 and claimer.may_pipeline():
-        for tenant, (got, cut) in zip(rotated, claimer.pairs(rotated[:ahead], share),
-                                      strict=False):
+        budget = claimer.budget
+        if budget.max_bytes:
+            # under a byte cap the rotation's first tenant pops alone, its part of the cap
+            # not strict: its first task comes whatever it costs, as in a pop at a time (a
+            # strict part in the pipeline cannot promise it: a tenant whose tasks each pass
+            # their part would wait behind the others' smaller ones at every claim)
+            got = claimer.pair(rotated[0], share,
+                               max(1, budget.remaining_bytes() // ahead))
             out.extend(got)
-            if len(got) == share or cut:
-                had_more.append(tenant)
-    else:
-        ahead = 0
-    for tenant in rotated[ahead:]:
+            if len(got) == share or (claimer.ready_left or 0) > 0:  # (or its part cut it)
+                had_more.append(rotated[0])
+            done = 1
+        if ahead - done >= 2 and not budget.exhausted and claimer.may_pipeline():
+            for tenant, (got, cut) in zip(rotated[done:],
+                                          claimer.pairs(rotated[done:ahead], share),
+                                          strict=False):
+                out.extend(got)
+                if len(got) == share or cut:
+                    had_more.append(tenant)
+            done = ahead
+    for tenant in rotated[done:]:
         want = min(share, wanted - len(out))
         if want <= 0 or claimer.budget.exhausted:
             break
