@@ -33,7 +33,7 @@ def counted(tq: Tierq, **claim: object) -> tuple[list, Wire]:
 
 def test_a_claim_of_ten_tenants_is_two_round_trips(tq: Tierq):
     """The index's window, then the ten pops in one pipeline (eleven round trips a pop at
-    a time); each tenant gets its share of ten."""
+    a time); each tenant gets its share of ten. A byte cap adds one round trip."""
     ready(tq, 30)
     tq.claim(QUEUE, max=10, tenant=TENANTS[0])  # (not counted: it loads the script)
     got, wire = counted(tq, max=100)
@@ -43,6 +43,10 @@ def test_a_claim_of_ten_tenants_is_two_round_trips(tq: Tierq):
     assert wire.sends == 2, (wire.sends, dict(wire.commands))
     assert len({t.lease_token for t in got}) == 100
     assert len(tq.running(QUEUE)) == 110
+    # under a byte cap the rotation's first tenant pops alone first: one round trip more
+    got, wire = counted(tq, max=100, max_bytes=10**7)
+    assert len(got) == 100 and Counter(t.tenant for t in got) == dict.fromkeys(TENANTS, 10)
+    assert wire.sends == 3, (wire.sends, dict(wire.commands))
 
 
 def test_the_tenants_short_of_their_share_leave_the_rest_to_those_with_more(tq: Tierq):
@@ -82,6 +86,23 @@ def test_a_task_over_every_part_still_comes_first(tq: Tierq):
     got, _ = counted(tq, max=20, max_bytes=30_000)
     assert len(got) == 1
     assert len(tq.claim(QUEUE, max=20)) == 19
+
+
+def test_a_tenant_whose_tasks_pass_every_part_is_not_starved_under_a_byte_cap(tq: Tierq):
+    """Under a byte cap the rotation's first tenant pops alone, its first task whatever it
+    costs: a tenant whose tasks each cost more than a pipelined pop's part (half the cap
+    here) gets one when its turn comes, though another's smaller tasks would fill the cap."""
+    cap = 100_000
+    tq.put_queue(QUEUE, {})
+    small = "x" * (9_000 - TASK_FIELDS_COST - 200)  # five fit a half, ten the cap
+    tq.enqueue(QUEUE, [{"payload": "y" * 60_000, "tenant": "big"} for _ in range(3)]
+               + [{"payload": small, "tenant": "small"} for _ in range(100)])
+    got: Counter[str] = Counter()
+    for _ in range(6):  # (the turn alternates between the two tenants)
+        tasks, _ = counted(tq, max=10, max_bytes=cap)
+        assert sum(body_cost(t.model_dump_json().encode()) + 1 for t in tasks) <= cap
+        got.update(t.tenant for t in tasks)
+    assert got["big"] == 3, got
 
 
 def test_a_queue_wide_limit_pops_a_pair_at_a_time_within_its_grant(tq: Tierq):
