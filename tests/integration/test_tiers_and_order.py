@@ -296,3 +296,35 @@ def test_a_new_queue_starts_warm_while_another_mover_holds_its_promotion_lock(ma
     assert mode_of(valkey, "fresh") == "warm"
     assert ready_size(valkey, "fresh") == 1
     assert count_state(pg, "fresh", "cold") == 0
+
+
+def test_no_return_to_warm_while_a_promotion_is_on_its_way(make_tq, valkey, pg, monkeypatch):
+    """A promotion's rows are warm in PostgreSQL from its batch's commit, in Valkey only
+    after its push: another process's return-to-warm check in between (an enqueue's first
+    sight of the pair, run beside the mover holding the pair lock) must not flip the pair,
+    or later work goes warm and is claimed before the promoted tasks arrive."""
+    tq = make_tq(warm_max=10)
+    first = tq.enqueue("onway", [{"payload": i} for i in range(15)])  # 10 warm, 5 cold
+    for task in first[:10]:
+        tq.cancel("onway", task.id)  # the warm set empty, 5 waiting cold
+    assert count_state(pg, "onway", "cold") == 5 and mode_of(valkey, "onway") == "cold"
+    other = make_tq(warm_max=10)  # another process: it sees the pair for the first time
+    claimed: list = []
+    real = tq.ctx.warm.push
+
+    def push(queue, tenant, **kw):
+        if kw["kind"] == "promote" and not claimed:
+            # the batch is committed, its push not yet sent: the other process enqueues
+            # and claims
+            assert count_state(pg, "onway", "cold") == 0
+            claimed.append(other.enqueue_one("onway", "later").state)
+            claimed.extend(t.payload for t in other.claim("onway", max=20))
+        return real(queue, tenant, **kw)
+
+    monkeypatch.setattr(tq.ctx.warm, "push", push)
+    assert tq.run_cold_to_warm().promoted == 5
+    state, *early = claimed
+    assert early == [], "nothing is handed out ahead of the promoted tasks"
+    assert state == "cold"  # the pair stayed cold: the later task waits behind them
+    got = [t.payload for t in other.claim("onway", max=20)]
+    assert got == [10, 11, 12, 13, 14, "later"]

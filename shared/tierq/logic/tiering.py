@@ -184,17 +184,14 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
             while room > 0:
                 want = min(room, PROMOTE_BATCH, room_bytes // max(1, blob_estimate) + 1)
                 since = ctx.now()  # the batch's state_since: its admission began then
-                try:
-                    items = _promote_batch(ctx, conn, queue, tenant, want, since)
-                except psycopg.errors.LockNotAvailable:
+                ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}",
+                                          since_ms=to_ms(since))
+                items, refused = _promote_and_push(ctx, conn, queue, tenant, want, since,
+                                                   ticket)
+                if items is None:
                     return moved, Busy.ROW_HELD  # a writer holds one of the rows: next pass
                 if not items:
                     break
-                items.sort(key=itemgetter(1))  # line order (a place sorts as Valkey does)
-                ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}",
-                                          since_ms=to_ms(since))
-                refused = admission.dispatch(ctx, ticket, {(queue, tenant): items},
-                                             kind="promote")
                 if ticket.full:
                     # Valkey refused a call of the batch for want of memory: the calls
                     # before it came in (a batch is pushed in calls, admission.push_chunks),
@@ -228,6 +225,34 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
         finally:
             ctx.store.release_pair_lock(conn, queue, tenant)
     return moved, None
+
+
+def _promote_and_push(ctx: Context, conn: Conn, queue: str, tenant: str, limit: int,
+                      since: float, ticket: admission.Ticket
+                      ) -> tuple[list[PushItem] | None, set[str]]:
+    """One batch: its rows marked warm, then pushed (``dispatch``); its items in line order
+    and the ids the warm tier refused; (None, no ids) when it met a row another writer holds.
+
+    The batch is registered in flight (lua/admission_begin.lua) from before its commit
+    until its push ends: its rows are warm in PostgreSQL before they are in Valkey, and a
+    return to warm in between (``refill`` run beside this one, which sees no cold row) would
+    let later work go warm and be claimed ahead of them."""
+    pair = (queue, tenant)
+    registered = ctx.warm.admission_begin(queue, tenant, now_ms=to_ms(ctx.now()),
+                                          token=ticket.token) == "cold"
+    try:
+        try:
+            items = _promote_batch(ctx, conn, queue, tenant, limit, since)
+        except psycopg.errors.LockNotAvailable:
+            return None, set()
+        if not items:
+            return items, set()
+        items.sort(key=itemgetter(1))  # line order (a place sorts as Valkey does)
+        refused = admission.dispatch(ctx, ticket, {pair: items}, kind="promote")
+        return items, refused
+    finally:
+        if registered:  # (a push that refused rows registered it too: ended already)
+            ctx.warm.admission_end(queue, tenant, ticket.token)
 
 
 def _promote_batch(ctx: Context, conn: Conn, queue: str, tenant: str,
