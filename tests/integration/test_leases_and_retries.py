@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.integration.helpers import count_state, drain
-from tierq.dal.store.tasks import FEW_IDS
 from tierq.dal.warm_tier import PairKeys
 from tierq.maintenance import reaper
 
@@ -277,8 +275,7 @@ def test_a_reaper_pass_that_listed_a_lease_late_changes_nothing(make_tq, pg):
     assert acked.acked == [second.id]
 
 
-@pytest.mark.parametrize("statement", ["ack_delete_few", "ack_delete",
-                                       "ack_delete_by_attempt"])
+@pytest.mark.parametrize("statement", ["ack_delete", "ack_delete_by_attempt"])
 def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq, pg,
                                                                          statement):
     """An ack checks its lease in Valkey, then deletes the row. If the reaper expires that
@@ -292,12 +289,8 @@ def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq
     tq.ctx.clock.advance(11)
     assert tq.run_reaper().requeued == 1
     # the late ack's own statement, as leases.ack sends it after its lease check passed
-    if statement == "ack_delete_few":
+    if statement == "ack_delete":
         deleted = tq.ctx.store.ack_delete("r", [str(first.id)], first.attempt)
-    elif statement == "ack_delete":  # (more ids than FEW_IDS: the others name no task)
-        deleted = tq.ctx.store.ack_delete(
-            "r", [str(first.id), *(str(uuid.uuid4()) for _ in range(FEW_IDS))],
-            first.attempt)
     else:
         deleted = tq.ctx.store.ack_delete_by_attempt("r", [str(first.id)], [first.attempt])
     assert deleted == []

@@ -20,7 +20,6 @@ from tests.integration.plans import (
     rows_setup,
     seq_scans_of_tasks,
 )
-from tierq.dal.store.tasks import FEW_IDS
 
 BATCH = 100
 LARGE_BATCH = 400
@@ -50,17 +49,13 @@ def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str,
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-@pytest.mark.parametrize(("name", "batch"), [
-    *[(name, batch) for name in SETTLING for batch in (BATCH, LARGE_BATCH)],
-    # the plain array of a small ack: up to its most, and one
-    ("ack_delete_few", FEW_IDS), ("ack_delete_few", 1)])
+@pytest.mark.parametrize("batch", [BATCH, LARGE_BATCH])
+@pytest.mark.parametrize("name", SETTLING)
 def test_settling_statements_use_the_primary_key_only(unanalyzed, name, batch, mode):
     """Also for a batch of 400 (a claim's most): a custom plan costs each id of the array at
     the default selectivity of a table without statistics, so 400 ids looked like most of
     20,000 rows and the whole table was read (13 ms a batch, against 0.5 by key). An
-    engine behind RDS Proxy (no prepared statements) plans every statement custom.
-    ``ack_delete_few`` names its ids as the array itself, which is safe only up to
-    ``FEW_IDS`` of them (200 were read by a scan of the table)."""
+    engine behind RDS Proxy (no prepared statements) plans every statement custom."""
     ids = [r[0] for r in unanalyzed.execute(
         "SELECT id FROM tierq_tasks ORDER BY random() LIMIT %s", (batch,))]
     nodes = explain(unanalyzed, name, arguments(ids), mode)

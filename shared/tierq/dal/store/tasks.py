@@ -30,11 +30,6 @@ from tierq.dal.store.rows import (
 
 NEVER = datetime.min.replace(tzinfo=UTC)  # before every state_since
 
-# The most ids an ack names as a plain array (``ack_delete_few``): a plan made for the values
-# still reads them by primary key on a table without statistics (a batch of 200 did not:
-# tests/integration/test_query_plans.py); more go through ``ack_delete``.
-FEW_IDS = 32
-
 
 class TaskColumns(TypedDict):
     """A batch of new tasks, one array literal (or JSON array) per column, in batch order
@@ -118,11 +113,9 @@ class TaskQueries(StoreBase):
     def ack_delete(self, queue: str, ids: Iterable[str], attempt: int, *,
                    relaxed: bool = False) -> list[AckedRow]:
         """Delete acked tasks whose leases all are of ``attempt``; the rows deleted."""
-        ids = list(ids)
-        params = {"queue": queue, "ids": uuid_array(ids), "attempt": attempt}
-        if len(ids) <= FEW_IDS:
-            return self._fetch("ack_delete_few", params, positional(AckedRow), relaxed=relaxed)
-        return self._fetch("ack_delete", params, positional(AckedRow), relaxed=relaxed)
+        return self._fetch("ack_delete", {"queue": queue, "ids": uuid_array(ids),
+                                          "attempt": attempt}, positional(AckedRow),
+                           relaxed=relaxed)
 
     def ack_delete_by_attempt(self, queue: str, ids: Iterable[str], attempts: Sequence[int],
                               *, relaxed: bool = False) -> list[AckedRow]:

@@ -197,18 +197,6 @@ WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
   AND (state = 'warm') IS TRUE AND attempts < %(attempt)s AND waiters = 0
 RETURNING id::text, grp;
 
--- name: ack_delete_few
--- ack_delete of at most FEW_IDS ids (dal/store/tasks.py; logic/leases.ack, acks of a few):
--- the same rows, the ids as the array itself. A plan made for the values costs each id at
--- the default selectivity of a table without statistics, which for this many still reads
--- by primary key (test_query_plans.py); the subplan of ARRAY(SELECT unnest(...)) costs
--- 12–25 µs of backend CPU a call, 5–9% of an ack of 10 (its executor nodes, set up on
--- every call).
-DELETE FROM tierq_tasks
-WHERE id = ANY(%(ids)s::uuid[]) AND queue = %(queue)s
-  AND (state = 'warm') IS TRUE AND attempts < %(attempt)s AND waiters = 0
-RETURNING id::text, grp;
-
 -- name: ack_delete_by_attempt
 -- ack_delete for a batch whose leases have different attempt numbers, each row checked
 -- against its own (the join costs ~2.5 µs per row, so the usual batch does without it).
