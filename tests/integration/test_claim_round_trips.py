@@ -55,6 +55,7 @@ def test_the_tenants_short_of_their_share_leave_the_rest_to_those_with_more(tq: 
     tq.put_queue(QUEUE, {})
     tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for i, t in enumerate(TENANTS)
                        for _ in range(3 if i % 2 else 30)])
+    tq.warm.client.script_load(tq.warm.scripts["claim"].script)  # (run alone: not counted)
     got, wire = counted(tq, max=100)
     assert len(got) == 100
     shares = Counter(t.tenant for t in got)
@@ -105,11 +106,29 @@ def test_a_tenant_whose_tasks_pass_every_part_is_not_starved_under_a_byte_cap(tq
     assert got["big"] == 3, got
 
 
+def test_the_first_tenant_refilled_inline_stays_within_its_part(make_tq):
+    """The rotation's first tenant, popped alone under a byte cap, refills inline when its
+    warm set is dry while cold work waits; its pop after the refill stays within its part
+    of the cap, so the others still get theirs in the same claim."""
+    tq = make_tq(warm_max=10)
+    tq.put_queue(QUEUE, {})
+    task = "x" * (9_000 - TASK_FIELDS_COST - 200)  # ten fit the cap
+    first = tq.enqueue(QUEUE, [{"payload": task, "tenant": "a"} for _ in range(20)])
+    for done in first[:10]:
+        tq.cancel(QUEUE, done.id)  # a: its warm set empty, ten cold behind it
+    tq.enqueue(QUEUE, [{"payload": task, "tenant": t} for t in ("b", "c") for _ in range(10)])
+    for _ in range(3):  # (each tenant first once)
+        got = tq.claim(QUEUE, max=30, max_bytes=90_000)
+        assert sum(body_cost(t.model_dump_json().encode()) + 1 for t in got) <= 90_000
+        assert len({t.tenant for t in got}) > 1, Counter(t.tenant for t in got)
+
+
 def test_a_queue_wide_limit_pops_a_pair_at_a_time_within_its_grant(tq: Tierq):
     """Under ``max_leased`` the take rides with the first pop, and each pop stays within
     what the pops before it left: no pipeline, and never more than the limit."""
     tq.put_queue(QUEUE, {"max_leased": 25})
     tq.enqueue(QUEUE, [{"payload": 1, "tenant": t} for t in TENANTS for _ in range(30)])
+    tq.warm.client.script_load(tq.warm.scripts["claim"].script)  # (run alone: not counted)
     got, wire = counted(tq, max=100)
     assert len(got) == 25
     # (shares of three: eight pops of three, one of one, each its own round trip)

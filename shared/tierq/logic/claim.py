@@ -186,10 +186,11 @@ class Claimer:
         dry or runs low while cold work waits; ``part`` as :meth:`_pop`'s."""
         if self.budget.expired() or not self.limits.room:
             return []
+        part_end = self.budget.used_bytes + part if part else 0
         popped = self._pop(tenant, n, part)
         if popped is None:
             return []
-        return self._answer(tenant, n, *popped)
+        return self._answer(tenant, n, *popped, part_end=part_end)
 
     def may_pipeline(self) -> bool:
         """Whether a pass may pop its pairs in one pipeline (:meth:`pairs`): the queue has
@@ -245,10 +246,12 @@ class Claimer:
         return out
 
     def _answer(self, tenant: str, n: int, left: int, mode: str, claimed: list[Claimed],
-                now_ms: int) -> list[ClaimedTask]:
+                now_ms: int, part_end: int = 0) -> list[ClaimedTask]:
         """A pop's tasks (``claimed``, of ``n`` asked, ``left`` ready after it, the pair in
         ``mode``) as models, refilling the pair inline when its warm set ran dry or runs
-        low while cold work waits (and, when it ran dry, popping what is still wanted)."""
+        low while cold work waits (and, when it ran dry, popping what is still wanted).
+        ``part_end``: the byte budget's use the pair's pops may reach (0: what is left of
+        the cap), so a refill's pop stays within the part its first pop was given."""
         out = self._tasks(tenant, claimed, now_ms)
         if mode != "cold":
             if not claimed and left == 0:
@@ -262,8 +265,10 @@ class Claimer:
                 if not claimed and not refilled.promoted and not refilled.skipped_busy \
                         and not refilled.out_of_memory:
                     self.empty.append(tenant)
-                if refilled.promoted and not self.budget.expired():
-                    again = self._pop(tenant, n - len(claimed))
+                part = part_end - self.budget.used_bytes if part_end else 0
+                if refilled.promoted and not self.budget.expired() \
+                        and (not part_end or part > 0):
+                    again = self._pop(tenant, n - len(claimed), part)
                     if again is not None:
                         _, _, more, now_ms = again
                         out.extend(self._tasks(tenant, more, now_ms))
@@ -435,9 +440,10 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
     what is left (strictly: no pop's first task passes its part), so the pops stay within
     the cap together; a pop its part cut goes on to the second pass, whose first pop, while
     nothing is handed out yet, brings its first task whatever it costs. The inline refills
-    follow the pipeline, in rotation order; under ``answer_by`` a refill counts as holding
-    popped tasks once any pop of the pipeline leased some (``ClaimBudget.may_refill``: the
-    safe side).
+    follow the pipeline, in rotation order (the first tenant's, popped alone under a byte
+    cap, comes before it, its pop after the refill within the same part); under
+    ``answer_by`` a refill counts as holding popped tasks once any pop of the pipeline
+    leased some (``ClaimBudget.may_refill``: the safe side).
     """
     if request.tenant is not None:
         candidates = [request.tenant]
