@@ -9,6 +9,7 @@ Valkey refuses for want of memory is tried again a quarter the size."""
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Callable
 from operator import itemgetter
 
@@ -184,7 +185,7 @@ def _promote(ctx: Context, queue: str, tenant: str, room: int, room_bytes: int,
             while room > 0:
                 want = min(room, PROMOTE_BATCH, room_bytes // max(1, blob_estimate) + 1)
                 since = ctx.now()  # the batch's state_since: its admission began then
-                ticket = admission.Ticket(token=f"promote-{queue}-{tenant}-{to_ms(ctx.now())}",
+                ticket = admission.Ticket(token=f"promote-{uuid.uuid4().hex}",
                                           since_ms=to_ms(since))
                 items, refused = _promote_and_push(ctx, conn, queue, tenant, want, since,
                                                    ticket)
