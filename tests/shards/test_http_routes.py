@@ -412,3 +412,20 @@ def test_an_uploads_pointer_enqueues_on_its_pairs_home(api: Api, tmp_path: Any) 
         assert len(set(homes("big").values())) == 3  # (the pointers spanned every shard)
     finally:
         use_payload_store(None)
+
+
+def test_another_tenants_task_reads_as_one_that_does_not_exist(api: Api) -> None:
+    """A pinned caller's GET, wait and DELETE of another tenant's task answer exactly as for
+    an id no shard holds (the id aside): the answer tells nothing of its existence."""
+    theirs, gone = (api("POST", "/v1/queues/hid/tasks", {"payload": n, "tenant": "t1"}).body["id"]
+                    for n in range(2))
+    assert api("DELETE", f"/v1/queues/hid/tasks/{gone}").status == 200
+    t3 = {"sub": "x", "tenant": "t3"}
+    for method, query in (("GET", None), ("GET", {"wait_seconds": "0.1"}), ("DELETE", None)):
+        other = api(method, f"/v1/queues/hid/tasks/{theirs}", query=query, claims=t3)
+        missing = api(method, f"/v1/queues/hid/tasks/{gone}", query=query, claims=t3)
+        assert (other.status, missing.status) == (404, 404), (method, query)
+        assert (str(other.body).replace(theirs, "ID")
+                == str(missing.body).replace(gone, "ID")), (method, query, other.body,
+                                                            missing.body)
+    assert api("GET", f"/v1/queues/hid/tasks/{theirs}").body["state"] != "cancelled"

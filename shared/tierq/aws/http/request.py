@@ -70,9 +70,3 @@ def check_tenants(named: Iterable[tuple[str, str | None]]) -> None:
         return
     for field, tenant in named:
         check_tenant(tenant, field)
-
-
-def visible(tenant: str) -> bool:
-    """Whether the caller may see data of ``tenant``."""
-    pinned = pinned_tenant()
-    return pinned is None or tenant == pinned

@@ -16,7 +16,6 @@ from tierq.aws.http import request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.params import QueuePath, TaskIdPath
 from tierq.aws.runtime import default_engine, engine
-from tierq.errors import NotFound
 from tierq.logic import tenant_limits
 from tierq.logic.waits import MAX_WAIT_SECONDS
 from tierq.models import TaskView
@@ -25,10 +24,9 @@ router = Router()
 
 
 def visible_task(queue: str, task_id: str) -> TaskView:
-    task = engine().get_task(queue, task_id)
-    if not request.visible(task.tenant):
-        raise NotFound(f"no task {task_id} in queue {queue!r}")
-    return task
+    """The task, when the caller may see it; the engine checks its tenant, so another
+    tenant's task raises the very ``NotFound`` an id no shard holds raises."""
+    return engine().get_task(queue, task_id, tenant=request.pinned_tenant())
 
 
 WaitQuery = Annotated[float | None, Query(
