@@ -284,7 +284,7 @@ def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
     assert reaper.run(tq.ctx).purge_queues == 0
 
 
-def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
+def test_a_pair_with_more_expired_leases_than_a_pass_allows_takes_turns_with_the_others(
         make_tq, pg, monkeypatch):
     monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
     tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
@@ -293,11 +293,12 @@ def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
     lease_and_expire(tq, "b")
     tq.ctx.clock.advance(2)
     progress = []
-    for _ in range(4):
+    for _ in range(5):
         summary = tq.run_reaper()
         progress.append((summary.expired, summary.pairs, cursor_of(pg, reaper.LEASES_WALK)))
-    # one batch per pass while "a" has more; the cursor moves past it only once it is done
-    assert progress == [(10, 0, None), (10, 0, None), (5, 1, ("a", "_")), (1, 1, ("b", "_"))]
+    # one batch of "a" per turn; its turn ends with the budget, and "b" comes next
+    assert progress == [(10, 1, ("a", "_")), (1, 1, ("b", "_")), (10, 1, ("a", "_")),
+                        (0, 1, ("b", "_")), (5, 1, ("a", "_"))]
 
 
 def test_config_has_the_reapers_batches_with_their_defaults() -> None:
@@ -358,3 +359,4 @@ def test_a_pair_whose_rows_stay_locked_is_listed_failed_and_the_others_are_reape
     assert (summary.pairs, summary.expired, summary.requeued) == (2, 1, 1)
     again = reaper.run(tq.ctx)
     assert (again.failed, again.expired) == ([], 1)
+

@@ -147,10 +147,12 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            if not reap_pair(ctx, failures, queue, tenant, summary, budget, config):
-                break  # out of time inside this pair: the next pass starts with it again
+            finished = reap_pair(ctx, failures, queue, tenant, summary, budget, config)
+            # out of time inside this pair still counts as its turn: the next pass goes on
+            # after it, so a pair that keeps more leases expiring than a pass can expire
+            # never holds back the pairs after it (it is served again next round)
             visited.append((queue, tenant))
-            if budget.spent:
+            if not finished or budget.spent:
                 break
         stats.items.extend(visited)
         ctx.pairs.warm_round_now.update(visited)
