@@ -360,3 +360,28 @@ def test_a_pair_whose_rows_stay_locked_is_listed_failed_and_the_others_are_reape
     again = reaper.run(tq.ctx)
     assert (again.failed, again.expired) == ([], 1)
 
+
+def test_a_pair_that_keeps_its_leases_expiring_never_holds_back_the_pairs_after_it(
+        make_tq, pg, monkeypatch):
+    """A tenant whose workers claim and die as fast as the reaper expires (more expired
+    leases every pass than a pass's budget allows) is served its turn, then the walk moves
+    on: the other pairs' expired leases are reaped within a pass or two, not after it
+    stops."""
+    monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
+    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
+    tq.enqueue("a", [{"payload": i} for i in range(25)])
+    assert len(tq.claim("a", max=25, lease_seconds=1)) == 25
+    lease_and_expire(tq, "b")
+    tq.ctx.clock.advance(2)
+
+    def b_reaped() -> bool:
+        row = pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'b'").fetchone()
+        return row is not None and row[0] == 1
+
+    passes = 0
+    while passes < 6 and not b_reaped():
+        tq.run_reaper()
+        passes += 1
+        tq.claim("a", max=25, lease_seconds=1)  # a's workers take back its tasks and die
+        tq.ctx.clock.advance(2)
+    assert b_reaped() and passes <= 2
