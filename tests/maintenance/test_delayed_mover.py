@@ -46,6 +46,7 @@ def test_a_pass_with_budget_left_stops_at_max_batches(tq: Tierq) -> None:
 def test_config_defaults_and_the_shared_budget() -> None:
     config = delayed_mover.JOB.configure(Settings(maintenance_budget_seconds=1.25), environ={})
     assert (config.batch, config.max_batches, config.budget_seconds) == (1000, 50, 1.25)
+    assert config.batch_bytes == 32 * 1024 * 1024
     assert (config.statement_timeout_ms, config.lock_timeout_ms) == (10_000, 2_000)
     assert delayed_mover.JOB.schedule_env == "TIERQ_DELAYED_EVERY"
 
@@ -54,6 +55,7 @@ def test_config_defaults_and_the_shared_budget() -> None:
     ("TIERQ_DELAYED_MOVER_BATCH", "0"),
     ("TIERQ_DELAYED_MOVER_BATCH", "10001"),
     ("TIERQ_DELAYED_MOVER_MAX_BATCHES", "1.5"),
+    ("TIERQ_DELAYED_MOVER_BATCH_BYTES", "1000"),
     ("TIERQ_DELAYED_MOVER_BUDGET_SECONDS", "-1"),
     ("TIERQ_DELAYED_MOVER_STATEMENT_TIMEOUT_MS", "-1"),  # (0: the pool's alone)
 ])
