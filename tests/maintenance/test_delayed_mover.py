@@ -98,3 +98,27 @@ def test_waits_that_fail_to_expire_never_hold_back_the_delayed_tasks(
     summary = delayed_mover.run(tq.ctx, batch=10, budget_seconds=60)
     assert summary.moved == 3 and summary.waited_too_long == 0
     assert len(tq.claim("q", max=10)) == 3
+
+
+def test_a_batch_reads_back_at_most_its_bytes_and_the_rest_moves_after_it(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Due rows are read back whole (payloads, parents) and held until their push, so a
+    batch stops at ``batch_bytes``: a thousand payloads of 256 KiB due at once would
+    otherwise be one batch of about 500 MB of the mover's memory, past its function's,
+    and the same oldest rows would come first in every pass. The rows past it stay
+    delayed, in place, and move in the next batches."""
+    big = "x" * (100 * 1024)
+    tq.enqueue("q", [{"payload": {"b": big, "i": i}, "delay_seconds": 5} for i in range(9)])
+    tq.ctx.clock.advance(6)
+    first = delayed_mover.run(tq.ctx, batch_bytes=256 * 1024, budget_seconds=TINY_BUDGET)
+    assert (first.moved, first.batches) == (2, 1)
+    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'").fetchone()
+    assert row is not None and row[0] == 7
+    rest = delayed_mover.run(tq.ctx, batch_bytes=256 * 1024, budget_seconds=60)
+    assert (rest.moved, rest.batches) == (7, 4)
+    moved = [t.payload["i"] for t in tq.claim("q", max=10)]
+    assert moved == list(range(9))  # in their order
+    # one row over the bytes still moves: a batch takes at least one
+    tq.enqueue("q", [{"payload": {"b": big}, "delay_seconds": 5}])
+    tq.ctx.clock.advance(6)
+    assert delayed_mover.run(tq.ctx, batch_bytes=64 * 1024).moved == 1
