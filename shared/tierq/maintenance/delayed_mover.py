@@ -14,6 +14,9 @@ ready, and the pass reports the failed pairs:
 | commit                                | place, and later batches of the pass skip the pair   |
 | its push fails after the commit       | stay warm in PostgreSQL with their seq (their place  |
 |                                       | in line), for the reaper's reconciler to push        |
+
+A script of the pair's that Valkey answers with an error (its keys in a state no script
+expects) fails that pair the same way, without passing over the other pairs of its master.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+import redis
 from pydantic import Field
 
 from tierq.dal.store.rows import DueRow, ReadyRow
@@ -98,6 +102,9 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                     except WarmTierUnavailable as exc:
                         failed.add(pair)
                         failures.record(pair, exc, when="before its rows moved")
+                    except redis.ResponseError as exc:  # its keys: not every batch's end
+                        failed.add(pair)
+                        failures.broken(pair, exc)
                 ready = [r for r in kept if (r.queue, r.tenant) in tickets]
                 if ready:
                     rows = ctx.store.make_ready(
@@ -118,10 +125,13 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
             items = warm_by_pair.get(pair, [])
             try:
                 refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
-            except WarmTierUnavailable as exc:
+            except (WarmTierUnavailable, redis.ResponseError) as exc:
                 # committed warm, not pushed: the reconciler pushes them after its grace
                 failed.add(pair)
-                failures.record(pair, exc, when="after its rows were made ready")
+                if isinstance(exc, WarmTierUnavailable):
+                    failures.record(pair, exc, when="after its rows were made ready")
+                else:
+                    failures.broken(pair, exc)
                 summary.warm += len(items)
                 continue
             summary.warm += len(items) - len(refused)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import redis
 from pydantic import Field
 
 from tierq.core.lazy import lazy_module
@@ -170,6 +171,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                 failures.timed_out((queue, tenant), exc)
             except WarmTierUnavailable as exc:
                 failures.record((queue, tenant), exc)
+            except redis.ResponseError as exc:
+                failures.broken((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
 
@@ -192,6 +195,8 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
+    except redis.ResponseError as exc:  # its keys in a state no script expects
+        failures.broken((queue, tenant), exc)
     return True
 
 
