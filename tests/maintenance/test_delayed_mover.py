@@ -122,3 +122,21 @@ def test_a_batch_reads_back_at_most_its_bytes_and_the_rest_moves_after_it(
     tq.enqueue("q", [{"payload": {"b": big}, "delay_seconds": 5}])
     tq.ctx.clock.advance(6)
     assert delayed_mover.run(tq.ctx, batch_bytes=64 * 1024).moved == 1
+
+
+def test_a_pair_whose_keys_hold_the_wrong_type_keeps_its_rows_and_the_others_move(
+        make_tq: Any, valkey: Any, pg: psycopg.Connection[Any]) -> None:
+    """An error reply to one pair's admission leaves that pair's due rows delayed, in
+    place (the batch would otherwise fail whole, pass after pass)."""
+    tq = make_tq()
+    tq.enqueue("a", [{"payload": 1, "delay_seconds": 5}])
+    tq.enqueue("b", [{"payload": 2, "delay_seconds": 5}])
+    tq.ctx.clock.advance(6)
+    valkey.delete("tq:{a|_}:meta")
+    valkey.set("tq:{a|_}:meta", "not a hash")
+    fresh = make_tq()  # no mode remembered: each pair's admission asks Valkey
+    fresh.ctx.clock.advance(6)
+    summary = delayed_mover.run(fresh.ctx, budget_seconds=60)
+    assert (summary.moved, summary.failed) == (1, ["a|_"])
+    rows = pg.execute("SELECT queue, state FROM tierq_tasks ORDER BY queue").fetchall()
+    assert rows == [("a", "delayed"), ("b", "warm")]

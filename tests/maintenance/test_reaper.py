@@ -385,3 +385,22 @@ def test_a_pair_that_keeps_its_leases_expiring_never_holds_back_the_pairs_after_
         tq.claim("a", max=25, lease_seconds=1)  # a's workers take back its tasks and die
         tq.ctx.clock.advance(2)
     assert b_reaped() and passes <= 2
+
+
+def test_a_pair_whose_keys_hold_the_wrong_type_is_listed_failed_and_the_others_are_reaped(
+        make_tq, pg, valkey):
+    """An error reply to one pair's script (its keys in a state no script expects) costs
+    that pair alone: before, every pass raised at it and the pairs after it kept their
+    expired leases."""
+    tq = make_tq()
+    lease_and_expire(tq, "a", ready=1)
+    lease_and_expire(tq, "b", ready=1)
+    tq.ctx.clock.advance(2)
+    valkey.delete("tq:{a|_}:leased")
+    valkey.set("tq:{a|_}:leased", "not a sorted set")
+    for _ in range(2):  # and again the next pass: the others still go on
+        summary = reaper.run(tq.ctx, budget_seconds=60)
+        assert summary.failed == ["a|_"] and summary.pairs == 2
+    row = pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'b' AND attempts > 0"
+                     ).fetchone()
+    assert row == (1,)  # b's lease was reaped (once)
