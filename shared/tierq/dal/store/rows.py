@@ -29,7 +29,7 @@ class DueRow(NamedTuple):
     id: UUID
     queue: str
     tenant: str
-    size: int  # bytes of its payload and parents as text (what make_ready reads back)
+    size: int  # about the bytes of its payload and parents (what make_ready reads back)
 
 
 class ReadyRow(NamedTuple):
