@@ -96,6 +96,9 @@ class ReaperSummary:
     slices: int = 0  # slices read by the pair walk
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
+    # queues whose purge statement PostgreSQL cancelled at the pass's timeout (a finished
+    # row held by another transaction): tried again next pass, the others purged
+    purge_failed: list[str] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
@@ -229,7 +232,11 @@ def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
 
 def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                  config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
-    """Retention: only the queues that have done or dead rows."""
+    """Retention: only the queues that have done or dead rows. A queue whose statement
+    PostgreSQL cancels at the pass's timeout is listed in ``purge_failed`` and passed over,
+    as a pair is in the lease walk: one held row would otherwise end every pass there,
+    before the other queues' retention and the pass's later parts (idle pairs, stalled
+    groups, payloads, idempotency keys)."""
     limit = config.slice_size
     stats = pairs.WalkStats()
 
@@ -239,7 +246,15 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     for chunk in pairs.walk(ctx.store, PURGE_WALK, fetch, lambda item: item, budget, stats,
                             cursors, limit):
         for queue, _ in chunk:
-            if not purge(ctx, queue, summary, config, budget):
+            try:
+                finished = purge(ctx, queue, summary, config, budget)
+            except DatabaseTimedOut as exc:  # a row held: the other queues and parts go on
+                log.warning("reaper: PostgreSQL timed out purging queue %r; it is tried "
+                            "again next pass: %s", queue, exc.detail or exc.message,
+                            extra={"job": "reaper", "queue": queue})
+                summary.purge_failed.append(queue)
+                finished = True
+            if not finished:
                 break  # out of time inside this queue: the next pass starts with it again
             stats.items.append((queue, ""))
             if budget.spent:
