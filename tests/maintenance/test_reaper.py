@@ -404,3 +404,24 @@ def test_a_pair_whose_keys_hold_the_wrong_type_is_listed_failed_and_the_others_a
     row = pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'b' AND attempts > 0"
                      ).fetchone()
     assert row == (1,)  # b's lease was reaped (once)
+
+
+def test_a_queue_whose_finished_rows_stay_locked_is_passed_over_and_the_others_purged(
+        make_tq, pg):
+    """A finished row held past the pass's lock timeout costs its queue's retention alone:
+    before, every pass ended there, before the other queues' purge and the pass's later
+    parts."""
+    tq = make_tq(retention_seconds=10)
+    for queue in ("a", "b"):
+        tq.enqueue(queue, [{"payload": i} for i in range(3)])
+        tq.ack(queue, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                       for t in tq.claim(queue, max=5)])
+    tq.ctx.clock.advance(11)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE queue = 'a' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.purge_failed, summary.purge_queues, summary.purged) == (["a"], 2, 3)
+        assert count_rows(pg, "b") == 0 and count_rows(pg, "a") == 3
+    again = reaper.run(tq.ctx)
+    assert (again.purge_failed, again.purged) == ([], 3)
+    assert count_rows(pg) == 0
