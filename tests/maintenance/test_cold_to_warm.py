@@ -131,3 +131,17 @@ def test_a_spent_budget_stops_a_pairs_promotion_between_batches(make_tq, valkey,
         assert len(passes) <= 4
     assert passes == [(5, 0)] * 4  # one batch a pass, none counted as busy
     assert ready_size(valkey, "big") == 24
+
+
+def test_a_pair_whose_keys_hold_the_wrong_type_is_listed_failed_and_the_others_promoted(
+        make_tq, valkey):
+    """An error reply to one pair's script fails that pair alone, pass after pass; the
+    pairs after it are still promoted."""
+    tq = make_tq()
+    cold_work(tq, "a")
+    cold_work(tq, "b")
+    valkey.delete("tq:{a|_}:ready")
+    valkey.set("tq:{a|_}:ready", "not a sorted set")
+    summary = cold_to_warm.run(tq.ctx, budget_seconds=60)
+    assert summary.failed == ["a|_"] and (summary.pairs, summary.promoted) == (2, 4)
+    assert ready_size(valkey, "b") == 8

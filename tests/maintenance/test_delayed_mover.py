@@ -46,6 +46,7 @@ def test_a_pass_with_budget_left_stops_at_max_batches(tq: Tierq) -> None:
 def test_config_defaults_and_the_shared_budget() -> None:
     config = delayed_mover.JOB.configure(Settings(maintenance_budget_seconds=1.25), environ={})
     assert (config.batch, config.max_batches, config.budget_seconds) == (1000, 50, 1.25)
+    assert config.batch_bytes == 32 * 1024 * 1024
     assert (config.statement_timeout_ms, config.lock_timeout_ms) == (10_000, 2_000)
     assert delayed_mover.JOB.schedule_env == "TIERQ_DELAYED_EVERY"
 
@@ -54,6 +55,7 @@ def test_config_defaults_and_the_shared_budget() -> None:
     ("TIERQ_DELAYED_MOVER_BATCH", "0"),
     ("TIERQ_DELAYED_MOVER_BATCH", "10001"),
     ("TIERQ_DELAYED_MOVER_MAX_BATCHES", "1.5"),
+    ("TIERQ_DELAYED_MOVER_BATCH_BYTES", "1000"),
     ("TIERQ_DELAYED_MOVER_BUDGET_SECONDS", "-1"),
     ("TIERQ_DELAYED_MOVER_STATEMENT_TIMEOUT_MS", "-1"),  # (0: the pool's alone)
 ])
@@ -96,3 +98,45 @@ def test_waits_that_fail_to_expire_never_hold_back_the_delayed_tasks(
     summary = delayed_mover.run(tq.ctx, batch=10, budget_seconds=60)
     assert summary.moved == 3 and summary.waited_too_long == 0
     assert len(tq.claim("q", max=10)) == 3
+
+
+def test_a_batch_reads_back_at_most_its_bytes_and_the_rest_moves_after_it(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Due rows are read back whole (payloads, parents) and held until their push, so a
+    batch stops at ``batch_bytes``: a thousand payloads of 256 KiB due at once would
+    otherwise be one batch of about 500 MB of the mover's memory, past its function's,
+    and the same oldest rows would come first in every pass. The rows past it stay
+    delayed, in place, and move in the next batches."""
+    big = "x" * (100 * 1024)
+    tq.enqueue("q", [{"payload": {"b": big, "i": i}, "delay_seconds": 5} for i in range(9)])
+    tq.ctx.clock.advance(6)
+    first = delayed_mover.run(tq.ctx, batch_bytes=256 * 1024, budget_seconds=TINY_BUDGET)
+    assert (first.moved, first.batches) == (2, 1)
+    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'").fetchone()
+    assert row is not None and row[0] == 7
+    rest = delayed_mover.run(tq.ctx, batch_bytes=256 * 1024, budget_seconds=60)
+    assert (rest.moved, rest.batches) == (7, 4)
+    moved = [t.payload["i"] for t in tq.claim("q", max=10)]
+    assert moved == list(range(9))  # in their order
+    # one row over the bytes still moves: a batch takes at least one
+    tq.enqueue("q", [{"payload": {"b": big}, "delay_seconds": 5}])
+    tq.ctx.clock.advance(6)
+    assert delayed_mover.run(tq.ctx, batch_bytes=64 * 1024).moved == 1
+
+
+def test_a_pair_whose_keys_hold_the_wrong_type_keeps_its_rows_and_the_others_move(
+        make_tq: Any, valkey: Any, pg: psycopg.Connection[Any]) -> None:
+    """An error reply to one pair's admission leaves that pair's due rows delayed, in
+    place (the batch would otherwise fail whole, pass after pass)."""
+    tq = make_tq()
+    tq.enqueue("a", [{"payload": 1, "delay_seconds": 5}])
+    tq.enqueue("b", [{"payload": 2, "delay_seconds": 5}])
+    tq.ctx.clock.advance(6)
+    valkey.delete("tq:{a|_}:meta")
+    valkey.set("tq:{a|_}:meta", "not a hash")
+    fresh = make_tq()  # no mode remembered: each pair's admission asks Valkey
+    fresh.ctx.clock.advance(6)
+    summary = delayed_mover.run(fresh.ctx, budget_seconds=60)
+    assert (summary.moved, summary.failed) == (1, ["a|_"])
+    rows = pg.execute("SELECT queue, state FROM tierq_tasks ORDER BY queue").fetchall()
+    assert rows == [("a", "delayed"), ("b", "warm")]

@@ -284,7 +284,7 @@ def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
     assert reaper.run(tq.ctx).purge_queues == 0
 
 
-def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
+def test_a_pair_with_more_expired_leases_than_a_pass_allows_takes_turns_with_the_others(
         make_tq, pg, monkeypatch):
     monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
     tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
@@ -293,11 +293,12 @@ def test_a_pair_with_more_expired_leases_than_a_pass_allows_is_resumed_first(
     lease_and_expire(tq, "b")
     tq.ctx.clock.advance(2)
     progress = []
-    for _ in range(4):
+    for _ in range(5):
         summary = tq.run_reaper()
         progress.append((summary.expired, summary.pairs, cursor_of(pg, reaper.LEASES_WALK)))
-    # one batch per pass while "a" has more; the cursor moves past it only once it is done
-    assert progress == [(10, 0, None), (10, 0, None), (5, 1, ("a", "_")), (1, 1, ("b", "_"))]
+    # one batch of "a" per turn; its turn ends with the budget, and "b" comes next
+    assert progress == [(10, 1, ("a", "_")), (1, 1, ("b", "_")), (10, 1, ("a", "_")),
+                        (0, 1, ("b", "_")), (5, 1, ("a", "_"))]
 
 
 def test_config_has_the_reapers_batches_with_their_defaults() -> None:
@@ -358,3 +359,69 @@ def test_a_pair_whose_rows_stay_locked_is_listed_failed_and_the_others_are_reape
     assert (summary.pairs, summary.expired, summary.requeued) == (2, 1, 1)
     again = reaper.run(tq.ctx)
     assert (again.failed, again.expired) == ([], 1)
+
+
+def test_a_pair_that_keeps_its_leases_expiring_never_holds_back_the_pairs_after_it(
+        make_tq, pg, monkeypatch):
+    """A tenant whose workers claim and die as fast as the reaper expires (more expired
+    leases every pass than a pass's budget allows) is served its turn, then the walk moves
+    on: the other pairs' expired leases are reaped within a pass or two, not after it
+    stops."""
+    monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
+    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
+    tq.enqueue("a", [{"payload": i} for i in range(25)])
+    assert len(tq.claim("a", max=25, lease_seconds=1)) == 25
+    lease_and_expire(tq, "b")
+    tq.ctx.clock.advance(2)
+
+    def b_reaped() -> bool:
+        row = pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'b'").fetchone()
+        return row is not None and row[0] == 1
+
+    passes = 0
+    while passes < 6 and not b_reaped():
+        tq.run_reaper()
+        passes += 1
+        tq.claim("a", max=25, lease_seconds=1)  # a's workers take back its tasks and die
+        tq.ctx.clock.advance(2)
+    assert b_reaped() and passes <= 2
+
+
+def test_a_pair_whose_keys_hold_the_wrong_type_is_listed_failed_and_the_others_are_reaped(
+        make_tq, pg, valkey):
+    """An error reply to one pair's script (its keys in a state no script expects) costs
+    that pair alone: before, every pass raised at it and the pairs after it kept their
+    expired leases."""
+    tq = make_tq()
+    lease_and_expire(tq, "a", ready=1)
+    lease_and_expire(tq, "b", ready=1)
+    tq.ctx.clock.advance(2)
+    valkey.delete("tq:{a|_}:leased")
+    valkey.set("tq:{a|_}:leased", "not a sorted set")
+    for _ in range(2):  # and again the next pass: the others still go on
+        summary = reaper.run(tq.ctx, budget_seconds=60)
+        assert summary.failed == ["a|_"] and summary.pairs == 2
+    row = pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'b' AND attempts > 0"
+                     ).fetchone()
+    assert row == (1,)  # b's lease was reaped (once)
+
+
+def test_a_queue_whose_finished_rows_stay_locked_is_passed_over_and_the_others_purged(
+        make_tq, pg):
+    """A finished row held past the pass's lock timeout costs its queue's retention alone:
+    before, every pass ended there, before the other queues' purge and the pass's later
+    parts."""
+    tq = make_tq(retention_seconds=10)
+    for queue in ("a", "b"):
+        tq.enqueue(queue, [{"payload": i} for i in range(3)])
+        tq.ack(queue, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                       for t in tq.claim(queue, max=5)])
+    tq.ctx.clock.advance(11)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE queue = 'a' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.purge_failed, summary.purge_queues, summary.purged) == (["a"], 2, 3)
+        assert count_rows(pg, "b") == 0 and count_rows(pg, "a") == 3
+    again = reaper.run(tq.ctx)
+    assert (again.purge_failed, again.purged) == ([], 3)
+    assert count_rows(pg) == 0

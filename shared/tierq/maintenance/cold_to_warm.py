@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic import pairs, ready_tenants, tiering
 from tierq.logic.context import Context, to_datetime
@@ -93,8 +95,9 @@ JOB = MaintenanceJob(
 
 def _refill(ctx: Context, failures: PairFailures, queue: str, tenant: str,
             budget: pairs.Budget) -> tiering.RefillResult | None:
-    """One pair's refill; None when its master failed (in this call or earlier in the pass)
-    or PostgreSQL cancelled one of its statements at the pass's timeout."""
+    """One pair's refill; None when its master failed (in this call or earlier in the pass),
+    PostgreSQL cancelled one of its statements at the pass's timeout, or Valkey refused one
+    of its scripts."""
     if failures.skip((queue, tenant)):
         return None
     try:
@@ -104,4 +107,7 @@ def _refill(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         return None
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
+        return None
+    except redis.ResponseError as exc:  # its keys in a state no script expects
+        failures.broken((queue, tenant), exc)
         return None

@@ -1,6 +1,8 @@
 """delayed_mover: delayed tasks whose run_at has come become ready (warm or cold) at the back
 of their line. Bounded batches selected with FOR UPDATE SKIP LOCKED from the due index, so
-the cost is proportional to what is due, not to the delayed backlog (codeQ).
+the cost is proportional to what is due, not to the delayed backlog (codeQ). A batch is
+bounded by the bytes it reads back (``batch_bytes``) as well as by rows, so big payloads due
+at once never take a pass past its function's memory.
 
 A batch mixes pairs whose keys live on different Valkey masters (cluster mode), so each pair
 is admitted and pushed on its own. Whichever way a pair fails, the other pairs' tasks become
@@ -12,18 +14,23 @@ ready, and the pass reports the failed pairs:
 | commit                                | place, and later batches of the pass skip the pair   |
 | its push fails after the commit       | stay warm in PostgreSQL with their seq (their place  |
 |                                       | in line), for the reaper's reconciler to push        |
+
+A script of the pair's that Valkey answers with an error (its keys in a state no script
+expects) fails that pair the same way, without passing over the other pairs of its master.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+import redis
 from pydantic import Field
 
-from tierq.dal.store.rows import ReadyRow
+from tierq.dal.store.rows import DueRow, ReadyRow
 from tierq.errors import Unavailable, WarmTierUnavailable
 from tierq.logic import admission, flows
 from tierq.logic.admission import PushItem, Ticket
@@ -36,10 +43,15 @@ logger = logging.getLogger(__name__)
 
 
 class DelayedMoverConfig(JobConfig):
-    """``TIERQ_DELAYED_MOVER_<FIELD>``: rows locked per batch (one transaction each) and
-    batches per pass at most; the budget is checked between batches."""
+    """``TIERQ_DELAYED_MOVER_<FIELD>``: rows locked per batch (one transaction each), the
+    bytes of payload a batch reads back at most, and batches per pass at most; the budget
+    is checked between batches."""
 
     batch: int = Field(default=1000, ge=1, le=10_000)
+    # a batch's rows are read back whole (payloads, parents) and held until their push: at
+    # 1000 payloads of 256 KiB one batch took about 500 MB, past a 512 MB function's memory,
+    # and the same oldest rows came first again in every pass
+    batch_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     max_batches: int = Field(default=50, ge=1, le=10_000)
 
 
@@ -61,7 +73,7 @@ def run(ctx: Context, config: DelayedMoverConfig | None = None,
 
 def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
     summary = DelayedMoverSummary()
-    batch = config.batch
+    batch = limit = config.batch
     budget = Budget(config.budget_seconds)
     failed: set[Pair] = set()  # left alone for the rest of this pass
     failures = PairFailures("delayed mover", ctx, summary.failed)
@@ -75,11 +87,13 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
         warm_by_pair: dict[Pair, list[PushItem]] = {}
         try:
             with ctx.db.transaction() as conn:
-                due = ctx.store.lock_due_skipping(conn, to_datetime(ctx.now()), batch,
+                due = ctx.store.lock_due_skipping(conn, to_datetime(ctx.now()), limit,
                                                   sorted(failed))
                 if not due:
                     break
-                for pair in dict.fromkeys((r.queue, r.tenant) for r in due):
+                # the rows past batch_bytes stay delayed, in place (unlocked at the commit)
+                kept = within_bytes(due, config.batch_bytes)
+                for pair in dict.fromkeys((r.queue, r.tenant) for r in kept):
                     if failures.skip(pair):
                         failed.add(pair)
                         continue
@@ -88,7 +102,10 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                     except WarmTierUnavailable as exc:
                         failed.add(pair)
                         failures.record(pair, exc, when="before its rows moved")
-                ready = [r for r in due if (r.queue, r.tenant) in tickets]
+                    except redis.ResponseError as exc:  # its keys: not every batch's end
+                        failed.add(pair)
+                        failures.broken(pair, exc)
+                ready = [r for r in kept if (r.queue, r.tenant) in tickets]
                 if ready:
                     rows = ctx.store.make_ready(
                         conn, (str(r.id) for r in ready),
@@ -108,17 +125,34 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
             items = warm_by_pair.get(pair, [])
             try:
                 refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
-            except WarmTierUnavailable as exc:
+            except (WarmTierUnavailable, redis.ResponseError) as exc:
                 # committed warm, not pushed: the reconciler pushes them after its grace
                 failed.add(pair)
-                failures.record(pair, exc, when="after its rows were made ready")
+                if isinstance(exc, WarmTierUnavailable):
+                    failures.record(pair, exc, when="after its rows were made ready")
+                else:
+                    failures.broken(pair, exc)
                 summary.warm += len(items)
                 continue
             summary.warm += len(items) - len(refused)
             summary.cold += len(refused)
-        if len(due) < batch or budget.spent:  # (what is left waits for the next pass)
-            break
+        if (len(due) < limit and len(kept) == len(due)) or budget.spent:
+            break  # none left due, or out of time (what is left waits for the next pass)
+        # big payloads: lock about what the bytes allow (twice the rows kept), so a batch
+        # does not read the sizes of many rows it leaves; back to ``batch`` as they shrink
+        limit = min(batch, 2 * len(kept) if len(kept) < len(due) else 2 * limit)
     return summary
+
+
+def within_bytes(due: Sequence[DueRow], most: int) -> Sequence[DueRow]:
+    """The first rows of ``due`` whose sizes add up to at most ``most`` bytes (at least
+    one row, whatever its size)."""
+    total = 0
+    for i, row in enumerate(due):
+        total += row.size
+        if total > most and i > 0:
+            return due[:i]
+    return due
 
 
 JOB = MaintenanceJob(

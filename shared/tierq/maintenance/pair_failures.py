@@ -9,11 +9,15 @@ over the other pairs of the same master without calling it (a master that does n
 may cost the client's whole timeout per call, which would spend the pass's budget). A
 statement of the pair's that PostgreSQL cancelled at the pass's statement or lock timeout
 (``DatabaseTimedOut``: a row held, a slow plan) fails that pair alone the same way, without
-passing over others. Any other PostgreSQL failure still ends the pass: every pair needs it."""
+passing over others, as does an error reply to one of the pair's scripts (``broken``: a key
+of the wrong type, an entry a script cannot read), which would otherwise end every pass at
+the same pair. Any other PostgreSQL failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
 import logging
+
+import redis
 
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic.context import Context, Pair
@@ -63,6 +67,15 @@ class PairFailures:
         logger.warning("%s: PostgreSQL timed out for queue %r tenant %r; it is tried again "
                        "next pass: %s", self.job, pair[0], pair[1], exc.detail or exc.message,
                        extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
+
+    def broken(self, pair: Pair, exc: redis.ResponseError) -> None:
+        """List the pair as failed: Valkey answered one of its scripts with an error (its
+        keys are in a state no script expects, for an operator to look at); the other
+        pairs, of its master too, go on, and the next pass tries it again."""
+        self._list(pair)
+        logger.error("%s: Valkey refused a script for queue %r tenant %r; it is tried again "
+                     "next pass: %s", self.job, pair[0], pair[1], exc,
+                     extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
 
     def _list(self, pair: Pair) -> None:
         name = f"{pair[0]}|{pair[1]}"

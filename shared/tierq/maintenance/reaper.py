@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import redis
 from pydantic import Field
 
 from tierq.core.lazy import lazy_module
@@ -95,6 +96,9 @@ class ReaperSummary:
     slices: int = 0  # slices read by the pair walk
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
+    # queues whose purge statement PostgreSQL cancelled at the pass's timeout (a finished
+    # row held by another transaction): tried again next pass, the others purged
+    purge_failed: list[str] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
@@ -147,10 +151,12 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            if not reap_pair(ctx, failures, queue, tenant, summary, budget, config):
-                break  # out of time inside this pair: the next pass starts with it again
+            finished = reap_pair(ctx, failures, queue, tenant, summary, budget, config)
+            # out of time inside this pair still counts as its turn: the next pass goes on
+            # after it, so a pair that keeps more leases expiring than a pass can expire
+            # never holds back the pairs after it (it is served again next round)
             visited.append((queue, tenant))
-            if budget.spent:
+            if not finished or budget.spent:
                 break
         stats.items.extend(visited)
         ctx.pairs.warm_round_now.update(visited)
@@ -168,6 +174,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                 failures.timed_out((queue, tenant), exc)
             except WarmTierUnavailable as exc:
                 failures.record((queue, tenant), exc)
+            except redis.ResponseError as exc:
+                failures.broken((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
 
@@ -190,6 +198,8 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
         failures.record((queue, tenant), exc)
+    except redis.ResponseError as exc:  # its keys in a state no script expects
+        failures.broken((queue, tenant), exc)
     return True
 
 
@@ -222,7 +232,11 @@ def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
 
 def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                  config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
-    """Retention: only the queues that have done or dead rows."""
+    """Retention: only the queues that have done or dead rows. A queue whose statement
+    PostgreSQL cancels at the pass's timeout is listed in ``purge_failed`` and passed over,
+    as a pair is in the lease walk: one held row would otherwise end every pass there,
+    before the other queues' retention and the pass's later parts (idle pairs, stalled
+    groups, payloads, idempotency keys)."""
     limit = config.slice_size
     stats = pairs.WalkStats()
 
@@ -232,7 +246,15 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     for chunk in pairs.walk(ctx.store, PURGE_WALK, fetch, lambda item: item, budget, stats,
                             cursors, limit):
         for queue, _ in chunk:
-            if not purge(ctx, queue, summary, config, budget):
+            try:
+                finished = purge(ctx, queue, summary, config, budget)
+            except DatabaseTimedOut as exc:  # a row held: the other queues and parts go on
+                log.warning("reaper: PostgreSQL timed out purging queue %r; it is tried "
+                            "again next pass: %s", queue, exc.detail or exc.message,
+                            extra={"job": "reaper", "queue": queue})
+                summary.purge_failed.append(queue)
+                finished = True
+            if not finished:
                 break  # out of time inside this queue: the next pass starts with it again
             stats.items.append((queue, ""))
             if budget.spent:

@@ -29,6 +29,7 @@ class DueRow(NamedTuple):
     id: UUID
     queue: str
     tenant: str
+    size: int  # about the bytes of its payload and parents (what make_ready reads back)
 
 
 class ReadyRow(NamedTuple):
