@@ -5,6 +5,7 @@ variable named; its pass gives up a lock wait at its own lock timeout."""
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ from tests.maintenance.helpers import TINY_BUDGET, lock_wait_given_up
 from tierq.config import Settings
 from tierq.engine import Tierq
 from tierq.maintenance import delayed_mover
+from tierq.maintenance.pair_failures import PairsBroken
 from tierq.maintenance.registry import JobConfigError
 
 
@@ -107,7 +109,7 @@ def test_a_batch_reads_back_at_most_its_bytes_and_the_rest_moves_after_it(
     otherwise be one batch of about 500 MB of the mover's memory, past its function's,
     and the same oldest rows would come first in every pass. The rows past it stay
     delayed, in place, and move in the next batches."""
-    big = "x" * (100 * 1024)
+    big = secrets.token_urlsafe(75 * 1024)  # 100 KiB that do not compress: stored as is
     tq.enqueue("q", [{"payload": {"b": big, "i": i}, "delay_seconds": 5} for i in range(9)])
     tq.ctx.clock.advance(6)
     first = delayed_mover.run(tq.ctx, batch_bytes=256 * 1024, budget_seconds=TINY_BUDGET)
@@ -136,7 +138,10 @@ def test_a_pair_whose_keys_hold_the_wrong_type_keeps_its_rows_and_the_others_mov
     valkey.set("tq:{a|_}:meta", "not a hash")
     fresh = make_tq()  # no mode remembered: each pair's admission asks Valkey
     fresh.ctx.clock.advance(6)
-    summary = delayed_mover.run(fresh.ctx, budget_seconds=60)
+    with pytest.raises(PairsBroken) as raised:  # (after the pass: the function fails)
+        delayed_mover.run(fresh.ctx, budget_seconds=60)
+    summary = raised.value.summary
+    assert isinstance(summary, delayed_mover.DelayedMoverSummary)
     assert (summary.moved, summary.failed) == (1, ["a|_"])
     rows = pg.execute("SELECT queue, state FROM tierq_tasks ORDER BY queue").fetchall()
     assert rows == [("a", "delayed"), ("b", "warm")]

@@ -992,16 +992,12 @@ WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
 -- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due; the
 -- tierq_tasks_delayed_due index), leaving out the pairs whose warm tier failed earlier in
 -- this pass (their master is down): their rows stay delayed, in place, for a later pass,
--- and cannot fill every batch. With each row about the bytes make_ready hands back (its
--- payload and parents), so the mover bounds a batch's memory, not only its rows: a value
--- stored uncompressed is its stored size (no detoasting, nothing serialized), a compressed
--- one (large, or it would not be) its text's length.
+-- and cannot fill every batch. With each row the bytes its payload and parents are stored
+-- in (pg_column_size: read from the value's header, nothing detoasted or serialized), so the
+-- mover bounds a batch's memory, not only its rows; a compressed value counts what it
+-- stores, so a batch of very compressible payloads may hold a few times that in memory.
 SELECT t.id, t.queue, t.tenant,
-       CASE WHEN pg_column_compression(t.payload) IS NULL THEN pg_column_size(t.payload)
-            ELSE octet_length(t.payload::text) END
-       + COALESCE(CASE WHEN pg_column_compression(t.parents) IS NULL
-                       THEN pg_column_size(t.parents)
-                       ELSE octet_length(t.parents::text) END, 0) AS size
+       pg_column_size(t.payload) + COALESCE(pg_column_size(t.parents), 0) AS size
 FROM tierq_tasks t
 WHERE t.state = 'delayed' AND t.run_at <= %(now)s
   AND NOT EXISTS (
