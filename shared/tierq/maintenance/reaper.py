@@ -26,6 +26,7 @@ are still served (``tierq.maintenance.pair_failures``)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -116,13 +117,15 @@ def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     summary = ReaperSummary()
     budget = pairs.Budget(config.budget_seconds)
     cursors = pairs.load_cursors(ctx.store)
-    reap_pairs(ctx, summary, budget, config, cursors)
+    failures = PairFailures("reaper", ctx, summary.failed)
+    reap_pairs(ctx, summary, budget, config, cursors, failures)
     purge_queues(ctx, summary, budget, config, cursors)
     forget_idle(ctx, summary, config.forget_slice, cursors)
     sweep_groups(ctx, summary, config.groups_slice, cursors)
     sweep_payloads(ctx, summary, budget, config)
     # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
     idempotency.purge_expired(ctx, max_batches=config.idempotency_purge_batches)
+    failures.raise_broken(summary)  # (a pair's error reply, after every other part)
     return summary
 
 
@@ -138,11 +141,11 @@ def sweep_payloads(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
 
 
 def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
-               config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
+               config: ReaperConfig, cursors: dict[str, pairs.Pair],
+               failures: PairFailures) -> None:
     """Expire leases and reconcile, pair by pair, over the pairs with warm rows."""
     limit = config.slice_size
     stats = pairs.WalkStats()
-    failures = PairFailures("reaper", ctx, summary.failed)
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
         return ctx.store.walk_warm_pairs(after, limit)
@@ -381,7 +384,7 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
                    key=lambda item: item[1])  # line order: a refusal refuses the rest
     if not items:
         return
-    ticket = Ticket(token=f"restore-{queue}-{tenant}-{to_ms(now)}", since_ms=to_ms(now))
+    ticket = Ticket(token=f"restore-{uuid.uuid4().hex}", since_ms=to_ms(now))
     admission.dispatch(ctx, ticket, {(queue, tenant): items}, kind="restore")
     summary.restored += len(items)
 
