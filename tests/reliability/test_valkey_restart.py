@@ -65,8 +65,8 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
     assert report.stuck == 0 and report.dead == 0
     assert report.double_dispatch == [], report.double_dispatch[:5]
     # The fault found work in Valkey: leases whose acks were then refused, or tasks the
-    # reconciler put back. Every task delivered again was put back by the reconciler (no
-    # lease of it was left to expire). A kill that found only leases whose acks had
+    # reconciler put back. Tasks delivered again mean the reconciler put some back (no
+    # lease of theirs was left to expire). A kill that found only leases whose acks had
     # committed in PostgreSQL (their drops failed) leaves nothing to put back: under load
     # that happened, with 20 acks refused, nothing delivered twice, nothing lost.
     assert report.rejected_acks > 0 or jobs.restored > 0
