@@ -3,16 +3,23 @@ it lets them go, while its reporter and heartbeat threads still run.
 
 A test of what a stopping Worker sends about a task it abandoned must look in that window:
 after :meth:`Worker.run` returned, those threads are joined and nothing could be sent,
-whatever the Worker did wrong."""
+whatever the Worker did wrong. Once the abandoned lease runs out, :func:`reaped` waits for
+the reaper to record its attempt."""
 
 from __future__ import annotations
 
 import threading
 import time
 from typing import Any
+from uuid import UUID
 
+from tests.support.polling import eventually
+from tierq.client import Client
 from tierq.client.worker import Worker
 from tierq.client.worker.worker import Ack, HeldLease, Nack
+from tierq.models import TaskView
+
+FINISHED = ("done", "dead", "cancelled")
 
 
 class PausedAtAbandonment(Worker):
@@ -41,3 +48,35 @@ class PausedAtAbandonment(Worker):
     def _hand_over(self, lease: HeldLease, outcome: Ack | Nack) -> None:
         super()._hand_over(lease, outcome)
         self.handed_over.set()
+
+
+def reaped(api: Client, queue: str, task_id: UUID | str, *,
+           timeout: float = 30.0) -> TaskView:
+    """The task once its lease has ended and its attempt is counted (or it finished): what
+    the caller then asserts on.
+
+    The lease leaving the task's view is not enough to wait for: the reaper first marks an
+    expired lease as being reaped (tierq/dal/lua/lease_expired.lua), which takes it out of
+    the view (``WarmTier.lease_of``), and only then records the attempt in PostgreSQL, so for
+    a few milliseconds (longer on a loaded machine) the task shows ``warm`` with no attempt
+    counted. A task whose outcome was reported after all (done) ends the wait too, for the
+    caller's assertions to fail on; a lease dropped without its attempt counted times out
+    here, naming the task as last seen."""
+    last: list[TaskView] = []
+
+    def settled() -> TaskView | None:
+        task = api.get_task(queue, task_id)
+        last[:] = [task]
+        done = task.state != "leased" and (task.attempts > 0 or task.state in FINISHED)
+        return task if done else None
+
+    try:
+        task = eventually(settled, timeout=timeout,
+                          what="the reaper recorded the expired lease's attempt")
+    except AssertionError as exc:
+        seen = last[0] if last else None
+        detail = "" if seen is None else \
+            f" (last seen: {seen.state}, attempts {seen.attempts}, {seen.last_error!r})"
+        raise AssertionError(f"{exc}{detail}") from None
+    assert task is not None
+    return task

@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
-from tests.support.stopping_worker import PausedAtAbandonment
+from tests.support.stopping_worker import PausedAtAbandonment, reaped
 from tierq.client import Client, NotFoundError
 from tierq.client.worker import (
     PermanentError,
@@ -386,12 +386,8 @@ def test_sigterm_past_the_grace_leaves_running_tasks_to_their_leases(
     api.release(queue, [{"id": t.id, "lease_token": t.lease_token} for t in others])
 
     # the leases run out (8 s after the last heartbeat); the reaper counts the attempt
-    def requeued() -> bool:
-        return all(api.get_task(queue, i).state not in ("leased",) for i in running)
-
-    eventually(requeued, timeout=30, what="the reaper expired the abandoned leases")
     for task_id in running:
-        task = api.get_task(queue, task_id)
+        task = reaped(api, queue, task_id)
         assert task.attempts == 1
         assert task.last_error == "lease expired (attempt 1)"
 
@@ -527,10 +523,9 @@ def check_abandoned_lease(api: Client, queue: str, task_id: UUID) -> None:
     runs out the reaper counts the attempt."""
     assert api.get_task(queue, task_id).state == "leased"
     assert api.claim(queue, max=1) == []
-    eventually(lambda: api.get_task(queue, task_id).state != "leased", timeout=30,
-               what="the reaper expired the abandoned lease")
-    task = api.get_task(queue, task_id)
-    assert (task.attempts, task.last_error) == (1, "lease expired (attempt 1)")
+    task = reaped(api, queue, task_id)  # (not merely out of the view: counted)
+    assert (task.attempts, task.last_error, task.result) == \
+        (1, "lease expired (attempt 1)", None)
 
 
 def test_a_fan_in_handler_sees_its_parents_results(api: Client, names: QueueNames) -> None:
