@@ -285,14 +285,21 @@ def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
     assert reaper.run(tq.ctx).purge_queues == 0
 
 
-def test_a_pair_with_more_expired_leases_than_a_pass_allows_takes_turns_with_the_others(
-        make_tq, pg, monkeypatch):
+def more_expired_than_a_pass(make_tq, monkeypatch):
+    """An engine whose reaper expires 10 leases a batch within a tiny budget, with 25 of
+    pair "a"'s leases and one of pair "b"'s expired."""
     monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
     tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
     tq.enqueue("a", [{"payload": i} for i in range(25)])
     assert len(tq.claim("a", max=25, lease_seconds=1)) == 25
     lease_and_expire(tq, "b")
     tq.ctx.clock.advance(2)
+    return tq
+
+
+def test_a_pair_with_more_expired_leases_than_a_pass_allows_takes_turns_with_the_others(
+        make_tq, pg, monkeypatch):
+    tq = more_expired_than_a_pass(make_tq, monkeypatch)
     progress = []
     for _ in range(5):
         summary = tq.run_reaper()
@@ -368,12 +375,7 @@ def test_a_pair_that_keeps_its_leases_expiring_never_holds_back_the_pairs_after_
     leases every pass than a pass's budget allows) is served its turn, then the walk moves
     on: the other pairs' expired leases are reaped within a pass or two, not after it
     stops."""
-    monkeypatch.setenv("TIERQ_REAPER_EXPIRED_BATCH", "10")  # read on the first pass
-    tq = make_tq(maintenance_budget_seconds=TINY_BUDGET)
-    tq.enqueue("a", [{"payload": i} for i in range(25)])
-    assert len(tq.claim("a", max=25, lease_seconds=1)) == 25
-    lease_and_expire(tq, "b")
-    tq.ctx.clock.advance(2)
+    tq = more_expired_than_a_pass(make_tq, monkeypatch)
 
     def b_reaped() -> bool:
         row = pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'b'").fetchone()
