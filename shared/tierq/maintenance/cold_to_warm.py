@@ -84,7 +84,6 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
                                      [c[2] for c in changed], to_datetime(ctx.now()))
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
-    failures.raise_broken(summary)
     return summary
 
 

@@ -11,11 +11,10 @@ statement of the pair's that PostgreSQL cancelled at the pass's statement or loc
 (``DatabaseTimedOut``: a row held, a slow plan) fails that pair alone the same way, without
 passing over others, as does an error reply to one of the pair's scripts (``broken``: a key
 of the wrong type, an entry a script cannot read), which would otherwise end every pass at
-the same pair. The job then raises ``PairsBroken`` once the pass has done its other work, so
-its function's error alarm still fires. A reply that speaks for the whole server (a replica
-answering after a failover, a permission refused, a script missing, a busy or resharding
-node) ends the pass at once, as before. Any other PostgreSQL failure still ends the pass:
-every pair needs it."""
+the same pair (logged as an error for an operator). A reply that speaks for the whole
+server (a replica answering after a failover, a permission refused, a script missing, a
+busy or resharding node: ``SERVER_WIDE``) ends the pass at once, as before. Any other
+PostgreSQL failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
@@ -29,23 +28,20 @@ from tierq.logic.context import Context, Pair
 logger = logging.getLogger(__name__)
 
 # Error replies that are not one pair's keys but the server's state: every pair would get
-# them, so they end the pass (redis-py's own classes, and the codes of the rest).
-SERVER_WIDE: tuple[type[redis.ResponseError], ...] = (
+# them, so they end the pass. redis-py makes most codes a class of their own (and strips the
+# code from the message); the others keep it as the message's first word.
+SERVER_WIDE: tuple[type[redis.RedisError], ...] = (
     redis.exceptions.ReadOnlyError, redis.exceptions.NoPermissionError,
-    redis.exceptions.NoScriptError, redis.exceptions.ExecAbortError)
-SERVER_WIDE_CODES = ("READONLY", "NOPERM", "NOSCRIPT", "BUSY", "LOADING", "MASTERDOWN",
-                     "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "OOM", "NOAUTH",
-                     "WRONGPASS")
+    redis.exceptions.NoScriptError, redis.exceptions.ExecAbortError,
+    redis.exceptions.AskError, redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterError, redis.exceptions.ClusterCrossSlotError,
+    redis.exceptions.OutOfMemoryError)
+SERVER_WIDE_CODES = frozenset({"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "NOAUTH"})
 
 
-class PairsBroken(RuntimeError):
-    """A pass served every pair it could, but some pair's script got an error reply: raised
-    at the pass's end so the scheduled function counts as failed (its error alarm); the
-    pass's ``summary`` rides with it."""
-
-    def __init__(self, message: str, summary: object) -> None:
-        super().__init__(message)
-        self.summary = summary
+def server_wide(exc: redis.ResponseError) -> bool:
+    """Whether an error reply speaks for the whole server, not for one pair's keys."""
+    return isinstance(exc, SERVER_WIDE) or str(exc).split(" ", 1)[0] in SERVER_WIDE_CODES
 
 
 class PairFailures:
@@ -57,8 +53,6 @@ class PairFailures:
         self.ctx = ctx
         self.failed = failed
         self.masters: set[str] = set()
-        self.first_broken: redis.ResponseError | None = None
-        self.broken_pairs: set[Pair] = set()
 
     def skip(self, pair: Pair) -> bool:
         """Whether the pair's master already failed in this pass (the pair is then listed
@@ -97,12 +91,9 @@ class PairFailures:
         """List the pair as failed: Valkey answered one of its scripts with an error (its
         keys are in a state no script expects, for an operator to look at); the other
         pairs, of its master too, go on, and the next pass tries it again. A reply that
-        speaks for the whole server is raised here (``SERVER_WIDE``)."""
-        if isinstance(exc, SERVER_WIDE) or str(exc).startswith(SERVER_WIDE_CODES):
+        speaks for the whole server is raised here (``server_wide``)."""
+        if server_wide(exc):
             raise exc
-        if self.first_broken is None:
-            self.first_broken = exc
-        self.broken_pairs.add(pair)
         self._list(pair)
         logger.error("%s: Valkey refused a script for queue %r tenant %r; it is tried again "
                      "next pass: %s", self.job, pair[0], pair[1], exc,
@@ -112,11 +103,3 @@ class PairFailures:
         name = f"{pair[0]}|{pair[1]}"
         if name not in self.failed:
             self.failed.append(name)
-
-    def raise_broken(self, summary: object) -> None:
-        """Raise ``PairsBroken`` (with ``summary``) when a pair's script got an error reply
-        in this pass (``broken``): called once the pass has done its other work."""
-        if self.first_broken is not None:
-            broken = len(self.broken_pairs)
-            raise PairsBroken(f"{self.job}: Valkey refused a script of {broken} pair(s), "
-                              f"the first: {self.first_broken}", summary)

@@ -994,8 +994,8 @@ WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
 -- this pass (their master is down): their rows stay delayed, in place, for a later pass,
 -- and cannot fill every batch. With each row the bytes its payload and parents are stored
 -- in (pg_column_size: read from the value's header, nothing detoasted or serialized), so the
--- mover bounds a batch's memory, not only its rows; a compressed value counts what it
--- stores, so a batch of very compressible payloads may hold a few times that in memory.
+-- mover bounds a batch's bytes, not only its rows; a compressed value counts what it
+-- stores, so for compressible payloads this bounds the stored bytes, not the memory.
 SELECT t.id, t.queue, t.tenant,
        pg_column_size(t.payload) + COALESCE(pg_column_size(t.parents), 0) AS size
 FROM tierq_tasks t
