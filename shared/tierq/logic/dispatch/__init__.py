@@ -12,6 +12,7 @@ The records are built by :mod:`tierq.logic.dispatch.events`.
 | :mod:`tierq.logic.dispatch.invocation`     | calling a function, its slots, its consumer    |
 | :mod:`tierq.logic.dispatch.counters`       | what dispatching did, per queue                |
 | :mod:`tierq.logic.dispatch.settle`         | acks, nacks and releases after an invocation   |
+| :mod:`tierq.logic.dispatch.shares`         | the queues' and the tenants' fair shares       |
 | :mod:`tierq.logic.dispatch.loop`           | the dispatcher: turns, widths, backoff         |
 
 The dispatcher is given its consumer functions (the context's ``consumers``, set by the
@@ -156,6 +157,7 @@ from tierq.logic.dispatch.settle import (
     settle,
     split_reported,
 )
+from tierq.logic.dispatch.shares import queue_shares, tenant_share
 
 __all__ = [
     "COUNTER_FIELDS", "DEFAULT_ACCOUNT", "DEFAULT_REGION", "DISPATCHER_WORKER",
@@ -165,7 +167,7 @@ __all__ = [
     "DispatchCounts", "Dispatcher", "Invocation", "InvocationSlots", "Outcome", "QueueState",
     "allow_list", "check_consumer", "claim_budget", "counters_key", "event_source_arn",
     "function_error_message", "function_error_type", "in_group_order", "invalid_function",
-    "md5_of_message_attributes", "read_counts", "read_response", "record_counts",
-    "release_tasks", "safe_name", "saved_turn", "sequence_number", "settle",
-    "split_reported", "sqs_event", "sqs_record", "turn_key",
+    "md5_of_message_attributes", "queue_shares", "read_counts", "read_response",
+    "record_counts", "release_tasks", "safe_name", "saved_turn", "sequence_number", "settle",
+    "split_reported", "sqs_event", "sqs_record", "tenant_share", "turn_key",
 ]
