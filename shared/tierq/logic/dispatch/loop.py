@@ -450,7 +450,13 @@ class Dispatcher:
         try:
             return self._claim_window(consumer, state, lease, tenants, empty)
         finally:
-            ready_tenants.forget(self.ctx, queue, empty)
+            # best-effort: the tasks got must still reach their batch, which uncounts their
+            # tenant (state.running) when it ends
+            try:
+                ready_tenants.forget(self.ctx, queue, empty)
+            except Exception:
+                log.warning("taking tenants of %r out of its ready-tenant index failed",
+                            queue, exc_info=True)
 
     def _claim_window(self, consumer: Consumer, state: QueueState, lease: int,
                       tenants: Sequence[str], empty: list[str],
