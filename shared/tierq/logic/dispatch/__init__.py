@@ -72,8 +72,9 @@ Where the turns stand, and what that does not cover:
   share of the queue's slots does not follow how many tenants it holds.
 - A tenant's share counts one dispatcher's batches (in its memory: no round trip): two
   dispatchers running at once may each give a tenant its share, and a shard's dispatcher
-  splits ``max_concurrency`` among its own shard's tenants; the slots in Valkey
-  (:class:`InvocationSlots`) still bound the queue as a whole.
+  splits ``max_concurrency`` among its own shard's tenants, so a slow tenant alone on its
+  shard may hold every slot of the queue while another shard's tenants wait; the slots in
+  Valkey (:class:`InvocationSlots`) still bound the queue as a whole.
 - The tenants counted are those of the batch's window (``DISPATCH_WINDOW``) and those
   running: a queue with more tenants ready shares as if it had that many. A tenant listed
   without ready work (the index lags) lowers the others' share until a batch visits it,
