@@ -4,12 +4,12 @@ tenants with ready work taking turns — for up to ``budget_seconds`` and ends e
 nothing was ready for ``idle_seconds``; its invocations run on the dispatcher's threads and
 outlive the pass (the scheduled function waits for them before it returns:
 ``tierq.aws.scheduled.jobs``). The dispatcher of an engine lives as long as the engine, so
-its in-flight count, its per-queue back-off and width, each queue's turn among its tenants
-and its cached timeouts carry over from pass to pass (a new dispatcher resumes a queue's
-turns after the tenant its last batch served: tierq.logic.dispatch). Each shard's engine
-of a sharded deployment has a dispatcher of its own (its database's pairs; the shards share
-the warm tier, the wake flag and each queue's ``max_concurrency``:
-tierq.aws.scheduled.dispatcher).
+its in-flight count, its per-queue back-off and width, each queue's turn among its tenants,
+the batches it runs per tenant (their fair shares) and its cached timeouts carry over from
+pass to pass (a new dispatcher resumes a queue's turns after the tenant its last batch
+served: tierq.logic.dispatch). Each shard's engine of a sharded deployment has a dispatcher
+of its own (its database's pairs; the shards share the warm tier, the wake flag and each
+queue's ``max_concurrency``: tierq.aws.scheduled.dispatcher).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ The records are built by :mod:`tierq.logic.dispatch.events`.
 | :mod:`tierq.logic.dispatch.invocation`     | calling a function, its slots, its consumer    |
 | :mod:`tierq.logic.dispatch.counters`       | what dispatching did, per queue                |
 | :mod:`tierq.logic.dispatch.settle`         | acks, nacks and releases after an invocation   |
+| :mod:`tierq.logic.dispatch.shares`         | the queues' and the tenants' fair shares       |
 | :mod:`tierq.logic.dispatch.loop`           | the dispatcher: turns, widths, backoff         |
 
 The dispatcher is given its consumer functions (the context's ``consumers``, set by the
@@ -33,7 +34,29 @@ How many batches of a queue run at once follows the batches that find work, neve
 length of the tenants' list (which may name tenants with nothing ready): a claim that got
 tasks while more is likely ready (a full batch, other tenants listed) lets one more batch
 start at once; an empty batch halves that number and backs the queue off only when no other
-batch of it holds tasks. ``max_concurrency`` and the dispatcher's threads bound it.
+batch of it holds tasks. ``max_concurrency``, the queue's share of the dispatcher's threads
+and its tenants' shares bound it.
+
+Turns alone are not fair to slow invocations: a batch holds its slot until it is settled,
+so a tenant whose invocations are slow comes to hold every slot of its queue (each of its
+turns starts one more batch, which outlives the others'), and a queue without
+``max_concurrency`` every thread of the dispatcher. Shares bound what a batch may start
+(:mod:`tierq.logic.dispatch.shares`):
+
+- A queue starts batches while it runs fewer than its share of the dispatcher's threads
+  (``max_in_flight``), split max-min fairly (:func:`queue_shares`) among the queues with
+  batches running (each counted for those) and the queues due to start some (each for its
+  width, at most its cap): a queue that needs less leaves the rest to the others, and a
+  queue alone may use every thread.
+- A batch claims for a tenant only while the dispatcher's batches of that tenant (claiming
+  or running: ``QueueState.running``) are fewer than its share of the queue's limit (its
+  ``max_concurrency`` and its share of the threads): the limit over the tenants listed
+  with ready work and those with batches running, rounded up, at least 1
+  (:func:`tenant_share`). A tenant at its share passes its turn; a tenant alone may use
+  the whole limit.
+
+A share never stops a batch that runs: work arriving beside slow batches gets its share as
+they end, within one slow invocation.
 
 Where the turns stand, and what that does not cover:
 
@@ -47,6 +70,15 @@ Where the turns stand, and what that does not cover:
 - On a sharded deployment each shard's dispatcher goes round the tenants of its own shard,
   while ``max_concurrency`` is shared: turns are fair among a shard's tenants, and a shard's
   share of the queue's slots does not follow how many tenants it holds.
+- A tenant's share counts one dispatcher's batches (in its memory: no round trip): two
+  dispatchers running at once may each give a tenant its share, and a shard's dispatcher
+  splits ``max_concurrency`` among its own shard's tenants, so a slow tenant alone on its
+  shard may hold every slot of the queue while another shard's tenants wait; the slots in
+  Valkey (:class:`InvocationSlots`) still bound the queue as a whole.
+- The tenants counted are those of the batch's window (``DISPATCH_WINDOW``) and those
+  running: a queue with more tenants ready shares as if it had that many. A tenant listed
+  without ready work (the index lags) lowers the others' share until a batch visits it,
+  which takes it out of the index.
 
 The message of a failed invocation (the function's error message, the AWS SDK's) goes to the
 dispatcher's log with the queue, the tenant and the function (:meth:`Dispatcher._log_outcome`),
@@ -156,6 +188,7 @@ from tierq.logic.dispatch.settle import (
     settle,
     split_reported,
 )
+from tierq.logic.dispatch.shares import queue_shares, tenant_share
 
 __all__ = [
     "COUNTER_FIELDS", "DEFAULT_ACCOUNT", "DEFAULT_REGION", "DISPATCHER_WORKER",
@@ -165,7 +198,7 @@ __all__ = [
     "DispatchCounts", "Dispatcher", "Invocation", "InvocationSlots", "Outcome", "QueueState",
     "allow_list", "check_consumer", "claim_budget", "counters_key", "event_source_arn",
     "function_error_message", "function_error_type", "in_group_order", "invalid_function",
-    "md5_of_message_attributes", "read_counts", "read_response", "record_counts",
-    "release_tasks", "safe_name", "saved_turn", "sequence_number", "settle",
-    "split_reported", "sqs_event", "sqs_record", "turn_key",
+    "md5_of_message_attributes", "queue_shares", "read_counts", "read_response",
+    "record_counts", "release_tasks", "safe_name", "saved_turn", "sequence_number", "settle",
+    "split_reported", "sqs_event", "sqs_record", "tenant_share", "turn_key",
 ]

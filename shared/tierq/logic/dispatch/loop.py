@@ -28,6 +28,7 @@ from tierq.logic.dispatch.invocation import (
     InvocationSlots,
 )
 from tierq.logic.dispatch.settle import release_tasks, settle
+from tierq.logic.dispatch.shares import queue_shares, tenant_share
 from tierq.models.leases import ClaimedTask, ClaimRequest
 
 # one logger for the whole dispatcher (its package's name)
@@ -64,6 +65,11 @@ class QueueState:
     # the tenant whose turn came last (round robin by name)
     last_tenant: str | None = None
     resumed: bool = False  # the turn saved in Valkey was read (once per dispatcher)
+    # the queue's share of the dispatcher's threads, set by each pass that may start its
+    # batches (0: not set yet, all of them)
+    share: int = 0
+    # this dispatcher's batches claiming or holding each tenant's tasks (no zero entries)
+    running: dict[str, int] = field(default_factory=dict)
 
 
 # How long a consumer function's timeout is trusted before it is read again: a raised
@@ -223,6 +229,7 @@ class Dispatcher:
         if not queues:
             return 0, wake_at
         self._rotation = (self._rotation + 1) % len(queues)
+        due: list[tuple[Consumer, QueueState, int]] = []
         for queue in queues[self._rotation:] + queues[:self._rotation]:
             state = self._states.setdefault(queue, QueueState())
             if now < state.not_before:
@@ -236,9 +243,14 @@ class Dispatcher:
                 if self.began + lease > finish_by:
                     self._say_unfit(consumer, lease, finish_by)
                 continue  # its invoke could outlive this dispatcher
+            due.append((consumer, state, lease))
+        shares = self._shares(due)
+        for consumer, state, lease in due:
             cap = self._cap(consumer)
             with self._changed:
-                room = min(cap - state.in_flight, self.max_in_flight - self._in_flight)
+                state.share = shares[consumer.queue]
+                room = min(min(cap, state.share) - state.in_flight,
+                           self.max_in_flight - self._in_flight)
                 want = min(room, state.width - state.in_flight)  # (see _fed)
                 if want <= 0:
                     continue
@@ -249,6 +261,18 @@ class Dispatcher:
                 self._pool.submit(self._batch, consumer, state, lease)
             started += want
         return started, wake_at
+
+    def _shares(self, due: Sequence[tuple[Consumer, QueueState, int]]) -> dict[str, int]:
+        """Each queue's share of the threads (:func:`queue_shares`) among the queues with
+        batches running and those due to start some: a due queue would use as many as its
+        width (at most its cap), a queue not due those it runs."""
+        with self._changed:
+            demands = {queue: state.in_flight for queue, state in self._states.items()
+                       if state.in_flight > 0}
+            for consumer, state, _ in due:
+                demands[consumer.queue] = min(self._cap(consumer),
+                                              max(state.in_flight, state.width))
+        return queue_shares(self.max_in_flight, demands)
 
     def _say_unfit(self, consumer: Consumer, lease: int, finish_by: float) -> None:
         """A queue this dispatcher can never serve: a configuration error, not a wait."""
@@ -287,6 +311,7 @@ class Dispatcher:
         slot: limits.Held | None = None
         tasks: list[ClaimedTask] = []
         invoked = fed = False
+        tenant = ""  # whose tasks the batch got (entered in state.running by _claim_window)
         with self._changed:
             fed_claims = state.fed_claims
         try:
@@ -301,6 +326,7 @@ class Dispatcher:
                 self._found_nothing(state, fed_claims)
                 return
             fed = True
+            tenant = tasks[0].tenant
             tasks = in_group_order(tasks)  # each group's records in order, as SQS FIFO's
             delivered_ms = to_ms(self.ctx.now())
             event, fit = sqs_event(tasks, delivered_ms=delivered_ms,
@@ -356,6 +382,7 @@ class Dispatcher:
                 self._in_flight -= 1
                 if fed:
                     state.fed -= 1
+                    self._leave(state, tenant)
                 self.totals.add(counts)
                 self._changed.notify_all()
             try:
@@ -408,8 +435,11 @@ class Dispatcher:
         ``DatabaseTimedOut``): each listed tenant is tried once at most, and the tenants of a
         master that failed are passed over for the rest of the batch without a call. The
         batch fails (its error raised) only when every listed tenant failed; PostgreSQL not
-        answering (``Unavailable``) fails it at once, as every tenant needs it. Returns the
-        tasks, and how many tenants were listed (more is likely ready when others were)."""
+        answering (``Unavailable``) fails it at once, as every tenant needs it. A tenant
+        that holds its share of the queue's running invocations passes its turn too
+        (:meth:`_enter`). Returns the tasks, and how many tenants were listed (more is
+        likely ready when others were); the tenant of the tasks stays entered in
+        ``state.running`` until the batch ends."""
         queue = consumer.queue
         self._resume_turn(queue, state)
         with self._changed:
@@ -420,7 +450,13 @@ class Dispatcher:
         try:
             return self._claim_window(consumer, state, lease, tenants, empty)
         finally:
-            ready_tenants.forget(self.ctx, queue, empty)
+            # best-effort: the tasks got must still reach their batch, which uncounts their
+            # tenant (state.running) when it ends
+            try:
+                ready_tenants.forget(self.ctx, queue, empty)
+            except Exception:
+                log.warning("taking tenants of %r out of its ready-tenant index failed",
+                            queue, exc_info=True)
 
     def _claim_window(self, consumer: Consumer, state: QueueState, lease: int,
                       tenants: Sequence[str], empty: list[str],
@@ -436,6 +472,9 @@ class Dispatcher:
             if down and self.ctx.warm.master_of(queue, tenant) in down:
                 failures += 1
                 continue
+            if not self._enter(consumer, state, tenant, tenants):
+                continue  # it holds its share while others have work: its turn passes
+            tasks: list[ClaimedTask] = []
             try:
                 tasks = self._claim_tenant(consumer, tenant, lease, empty)
             except WarmTierFull:  # its cold work finds no room warm: the others go on
@@ -453,11 +492,40 @@ class Dispatcher:
                             queue, tenant, exc.message, exc.detail or "",
                             extra=self._fields(consumer, tenant))
                 continue
+            finally:
+                if not tasks:
+                    with self._changed:
+                        self._leave(state, tenant)
             if tasks:
                 return tasks, len(tenants)
         if failure is not None and failures == len(tenants):
             raise failure
         return [], len(tenants)
+
+    def _enter(self, consumer: Consumer, state: QueueState, tenant: str,
+               listed: Sequence[str]) -> bool:
+        """Count a batch for ``tenant`` before it claims, unless the tenant holds its share
+        already: the queue's limit (its ``max_concurrency`` and its share of the threads)
+        split among the tenants listed with ready work and those with batches running
+        (:func:`tenant_share`). Checked and counted under the lock, so concurrent batches
+        of this dispatcher never take a tenant past its share."""
+        with self._changed:
+            limit = min(self._cap(consumer), state.share or self.max_in_flight)
+            tenants = len(set(listed).union(state.running))
+            held = state.running.get(tenant, 0)
+            if held >= tenant_share(limit, tenants):
+                return False
+            state.running[tenant] = held + 1
+            return True
+
+    @staticmethod
+    def _leave(state: QueueState, tenant: str) -> None:
+        """Uncount a batch of ``tenant`` (:meth:`_enter`; under the lock)."""
+        held = state.running.get(tenant, 0) - 1
+        if held > 0:
+            state.running[tenant] = held
+        else:
+            state.running.pop(tenant, None)
 
     def _resume_turn(self, queue: str, state: QueueState) -> None:
         """Once per queue and dispatcher: resume the turns after the tenant the queue's last
