@@ -191,7 +191,7 @@ TOMBSTONES_SETUP = (
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 def test_forgetting_tombstones_reads_the_oldest_by_index(unanalyzed, mode):
     """The reaper's removal of old payload tombstones (logic/payloads.sweep) reads the
-    oldest tombstones by migration 0026's index and deletes by key: a slice's worth of
+    oldest tombstones by migration 0027's index and deletes by key: a slice's worth of
     rows, never the whole table (20,000 keys here, 100 removed). Checked on an analyzed
     table, unlike the statements above: without statistics the planner reads every old
     tombstone's index entry (a bitmap) and sorts them, which costs the tail of tombstones

@@ -28,7 +28,7 @@ migrations applied:
   0022_task_progress
   0023_task_traces
   0025_payload_objects
-  0026_payload_tombstones
+  0027_payload_tombstones
 
 table tierq_feeder_offsets
   column feed text not null

@@ -36,7 +36,7 @@ ORDER BY object_key
 LIMIT %(limit)s;
 
 -- name: payload_tombstones_forget
--- Forget up to `limit` tombstones made before the cutoff, oldest first (migration 0026's
+-- Forget up to `limit` tombstones made before the cutoff, oldest first (migration 0027's
 -- index): a key unknown is refused as a deleted one is, so a tombstone only has to
 -- outlive the enqueues that may still name its key. Rows an enqueue holds are skipped.
 DELETE FROM tierq_payload_keys

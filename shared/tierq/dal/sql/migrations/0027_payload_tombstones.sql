@@ -1,4 +1,4 @@
--- tierq schema, version 26: old payload tombstones found by when they were made.
+-- tierq schema, version 27: old payload tombstones found by when they were made.
 --
 -- The reaper removes the rows of keys deleted more than TIERQ_REAPER_PAYLOAD_TOMBSTONE_DAYS
 -- ago (logic/payloads.py, sweep), oldest first, a slice a pass: this index gives it the
