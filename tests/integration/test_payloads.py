@@ -212,6 +212,49 @@ def test_a_pointer_enqueued_again_keeps_its_object_and_a_deleted_one_is_refused(
                  "tasks": [{"queue": "files", "ref": "a", "payload": pointer}]})
 
 
+def _tombstones(pg: Any) -> int:
+    row = pg.execute("SELECT count(*) FROM tierq_payload_keys WHERE state = 'deleted'"
+                     ).fetchone()
+    return int(row[0])
+
+
+def test_a_deleted_objects_key_is_forgotten_after_its_days(
+        make_tq: Any, pg: Any, s3_store: S3PayloadStore) -> None:
+    """A deleted object's key is refused as deleted while its tombstone lasts
+    (``payload_tombstone_days``), then its row goes and the key is refused as unknown: the
+    table keeps the live keys and a bounded tail, whatever the uploads ever made. Only the
+    old tombstones go, a slice at a time, live keys between them untouched."""
+    tq = make_tq()
+    old = [_put(tq, s3_store, "acme", {"n": n}) for n in range(5)]
+    tq.enqueue("files", [{"payload": pointer, "tenant": "acme"} for pointer in old])
+    tq.ack("files", tq.claim("files", max=5))
+    live = _put(tq, s3_store, "acme", {"live": True})
+    tq.enqueue("files", [{"payload": live, "tenant": "acme"}])  # its task keeps it
+    assert reaper.run(tq.ctx).payloads_deleted == 5 and _tombstones(pg) == 5
+    tq.ctx.clock.advance(2 * DAY)
+    young = _put(tq, s3_store, "acme", {"young": True})
+    tq.enqueue("files", [{"payload": young, "tenant": "acme"}])
+    tq.ack("files", [task for task in tq.claim("files", max=2)
+                     if task.payload == young])
+    assert reaper.run(tq.ctx, payload_tombstone_days=3).payloads_deleted == 1
+    assert _tombstones(pg) == 6  # none past 3 days yet
+    with pytest.raises(InvalidInput, match="was deleted"):
+        tq.enqueue("files", [{"payload": old[0], "tenant": "acme"}])
+
+    tq.ctx.clock.advance(1.5 * DAY)  # the first five are 3.5 days old, the last 1.5
+    forgotten = [reaper.run(tq.ctx, payload_tombstone_days=3, payload_slice=2,
+                            payload_slices=1).payload_tombstones_forgotten
+                 for _ in range(4)]
+    assert forgotten == [2, 2, 1, 0] and _tombstones(pg) == 1  # a slice's worth a pass
+    with pytest.raises(InvalidInput, match="is not known here"):
+        tq.enqueue("files", [{"payload": old[0], "tenant": "acme"}])
+    with pytest.raises(InvalidInput, match="was deleted"):
+        tq.enqueue("files", [{"payload": young, "tenant": "acme"}])
+    live_key = live[1]["s3Key"]
+    assert pg.execute("SELECT state FROM tierq_payload_keys WHERE object_key = %s",
+                      (live_key,)).fetchone()[0] == "used" and s3_store.exists(live_key)
+
+
 def test_a_sweep_during_an_enqueue_never_leaves_a_task_without_its_object(
         make_tq: Any, pg: Any, s3_store: S3PayloadStore,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,8 +20,10 @@ format), and its handler gets the object.
    transaction and tombstoned ('deleted') when no task needs the object: no task that
    named it has a row left (acked without a result, deleted, or purged when its retention
    ended), or, pending, no task named it within ``TIERQ_PAYLOAD_PENDING_SECONDS``; then the
-   object, then its (object, task) rows. The tombstone stays: an enqueue naming the key is
-   refused (422 "was deleted").
+   object, then its (object, task) rows. The tombstone stays ``TIERQ_REAPER_PAYLOAD_
+   TOMBSTONE_DAYS`` (30): an enqueue naming the key is refused (422 "was deleted"); after
+   that the key's row goes too, and the key is refused as one this shard does not know
+   (422 "is not known here"), so the table holds the live keys and a bounded tail.
 
 The bucket's lifecycle rule (template.yaml ``PayloadExpirationDays``, longer than a year's
 delay plus retention) is the backstop for objects the reaper could not delete.
@@ -217,26 +219,35 @@ _cursors: dict[int, str] = {}  # per store (one per shard): the last key a sweep
 _cursor_lock = threading.Lock()
 
 
+# How long a deleted object's key is remembered as deleted (its tombstone), by default.
+TOMBSTONE_DAYS = 30
+
+
 @dataclass
 class Swept:
     visited: int = 0
     deleted: int = 0
     failed: int = 0
+    forgotten: int = 0  # tombstones past their days, removed
 
 
-def sweep(ctx: Context, slice_size: int, slices: int) -> Swept:
+def sweep(ctx: Context, slice_size: int, slices: int,
+          tombstone_days: float = TOMBSTONE_DAYS) -> Swept:
     """Delete the objects no task needs any more: up to ``slices`` slices of live keys after
     this process's cursor (it wraps round at the end). Each slice's keys are locked,
     checked and tombstoned in one transaction (an enqueue naming one waits, then is
     refused; one holding it is skipped), then deleted from the store. A used key goes once
     no task that named it has a row left; a pending one once it is older than
     ``TIERQ_PAYLOAD_PENDING_SECONDS``. An object whose delete failed is live again and
-    tried on the next round."""
+    tried on the next round. Then up to ``slice_size`` tombstones older than
+    ``tombstone_days`` are removed, oldest first: the table keeps the live keys and the
+    recent tombstones, which the live keys' scan would otherwise step over forever."""
     out = Swept()
     with _cursor_lock:
         after = _cursors.get(id(ctx.store), "")
     now = ctx.now()
     pending_before = to_datetime(now - ctx.settings.payload_pending_seconds)
+    forget_before = to_datetime(now - tombstone_days * 86_400)
     for _ in range(slices):
         keys = ctx.store.payload_keys_after(after, slice_size)
         out.visited += len(keys)
@@ -265,4 +276,5 @@ def sweep(ctx: Context, slice_size: int, slices: int) -> Swept:
         after = keys[-1]
     with _cursor_lock:
         _cursors[id(ctx.store)] = after
+    out.forgotten = ctx.store.payload_tombstones_forget(forget_before, slice_size)
     return out

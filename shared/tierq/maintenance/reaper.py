@@ -14,6 +14,7 @@
 | lease has ended                                   | visit after a cursor in the pair's meta  |
 | a group with held tasks and nothing active        | released (logic/groups.py)               |
 | a big payload's object no task with a row names   | deleted (logic/payloads.py)              |
+| a deleted payload object's key past its days      | forgotten (logic/payloads.py)            |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
@@ -77,6 +78,8 @@ class ReaperConfig(SlicedWalkConfig):
     # big payloads' recorded objects read per slice, and slices per pass (logic/payloads.py)
     payload_slice: int = Field(default=1000, ge=1, le=10_000)
     payload_slices: int = Field(default=4, ge=1, le=1000)
+    # days a deleted object's key is remembered (refused as "was deleted", then as unknown)
+    payload_tombstone_days: float = Field(default=payloads.TOMBSTONE_DAYS, gt=0, le=3650)
 
 LEASES_WALK = "reaper.pairs"
 PURGE_WALK = "reaper.purge"
@@ -104,6 +107,7 @@ class ReaperSummary:
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
+    payload_tombstones_forgotten: int = 0  # deleted objects' keys past their days, removed
     # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
     failed: list[str] = field(default_factory=list)
 
@@ -134,9 +138,11 @@ def sweep_payloads(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     is logged and leaves them for a later pass; the rest of the pass is done."""
     if budget.spent:
         return
-    swept = payloads.sweep(ctx, config.payload_slice, config.payload_slices)
+    swept = payloads.sweep(ctx, config.payload_slice, config.payload_slices,
+                           config.payload_tombstone_days)
     summary.payloads_deleted += swept.deleted
     summary.payloads_failed += swept.failed
+    summary.payload_tombstones_forgotten += swept.forgotten
 
 
 def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,

@@ -28,6 +28,7 @@ migrations applied:
   0022_task_progress
   0023_task_traces
   0025_payload_objects
+  0027_payload_tombstones
 
 table tierq_feeder_offsets
   column feed text not null
@@ -99,6 +100,7 @@ table tierq_payload_keys
   column deleted_at timestamp with time zone
   constraint tierq_payload_keys_pkey: PRIMARY KEY (object_key)
   constraint tierq_payload_keys_state_check: CHECK (state = ANY (ARRAY['pending'::text, 'used'::text, 'deleted'::text]))
+  CREATE INDEX tierq_payload_keys_deleted ON tierq_payload_keys USING btree (deleted_at) WHERE (state = 'deleted'::text)
   CREATE INDEX tierq_payload_keys_pending ON tierq_payload_keys USING btree (tenant, created_at) WHERE (state = 'pending'::text)
   CREATE UNIQUE INDEX tierq_payload_keys_pkey ON tierq_payload_keys USING btree (object_key)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE

@@ -39,6 +39,11 @@ class PayloadQueries(StoreBase):
         """Up to ``limit`` keys not deleted after ``after``, in key order."""
         return self._fetch("payload_keys_after", {"after": after, "limit": limit}, scalar_row)
 
+    def payload_tombstones_forget(self, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` tombstones made before ``before``, oldest first; how many
+        went."""
+        return self._execute("payload_tombstones_forget", {"before": before, "limit": limit})
+
     def payload_keys_mark_deleted(self, keys: Sequence[str], now: datetime,
                                   pending_before: datetime) -> list[str]:
         """Tombstone the keys among ``keys`` no task needs, in one transaction that locks

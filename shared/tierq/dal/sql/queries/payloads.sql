@@ -35,6 +35,18 @@ WHERE object_key > %(after)s AND state <> 'deleted'
 ORDER BY object_key
 LIMIT %(limit)s;
 
+-- name: payload_tombstones_forget
+-- Forget up to `limit` tombstones made before the cutoff, oldest first (migration 0027's
+-- index): a key unknown is refused as a deleted one is, so a tombstone only has to
+-- outlive the enqueues that may still name its key. Rows an enqueue holds are skipped.
+DELETE FROM tierq_payload_keys
+WHERE object_key = ANY(ARRAY(SELECT object_key FROM tierq_payload_keys
+                             WHERE state = 'deleted' AND deleted_at < %(before)s
+                             ORDER BY deleted_at
+                             LIMIT %(limit)s
+                             FOR UPDATE SKIP LOCKED))
+  AND state = 'deleted';
+
 -- name: payload_keys_lock
 -- Lock these live keys against enqueues for the sweep's check (rows an enqueue holds are
 -- skipped: they are in use).
