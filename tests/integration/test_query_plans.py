@@ -206,3 +206,63 @@ def test_forgetting_tombstones_reads_the_oldest_by_index(unanalyzed, mode):
         if "Index Name" in node:
             read = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
             assert read <= 2 * 100, (mode, node["Node Type"], read)
+
+
+# -- the delayed mover: a window of pairs, then each pair's share from the front of its line --
+
+NOW = "2026-01-01T00:00:00Z"
+BUSY_DUE = 5_000  # due rows of one pair
+LATER_PAIRS = 50  # pairs whose delayed rows are not due
+DELAYED_SETUP = ";".join(
+    "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+    " run_at_initially, max_attempts, seq, created_at, state_since)"
+    f" SELECT gen_random_uuid(), {queue}, {tenant}, 0, '{{}}', 'delayed', {run_at},"
+    f" {run_at}, 5, 200000 + {seq}, now(), now() FROM generate_series(1, {n}) AS g"
+    for queue, tenant, run_at, seq, n in [
+        ("'d'", "'busy'", f"timestamptz '{NOW}' - interval '1 day' + g * interval '1 ms'",
+         "g", BUSY_DUE),
+        ("'d'", "'one'", f"timestamptz '{NOW}' - interval '1 hour'", "10000 + g", 1),
+        ("'later-' || (g % 50)", "'_'", f"timestamptz '{NOW}' + interval '1 hour'",
+         "20000 + g", 20 * LATER_PAIRS)])
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_delayed_walk_reads_one_entry_per_pair_with_delayed_rows(unanalyzed, mode):
+    """5,000 due rows of one pair, one of another, 50 pairs with rows not due: one index
+    entry per pair (its oldest), never a pair's backlog."""
+    values = {"after_queue": "", "after_tenant": "", "now": NOW, "limit": 1000}
+    nodes = explain(unanalyzed, "walk_delayed_pairs", values, mode, DELAYED_SETUP)
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert nodes[0]["Actual Rows"] == 2 + LATER_PAIRS
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes == {"tierq_tasks_delayed_pair", "tierq_tasks_delayed_due"}, (mode, indexes)
+    assert rows_read(nodes) <= 2 + LATER_PAIRS + 2, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_delayed_walk_reads_nothing_when_nothing_is_due(unanalyzed, mode):
+    values = {"after_queue": "", "after_tenant": "", "now": "2025-01-01T00:00:00Z",
+              "limit": 1000}
+    nodes = explain(unanalyzed, "walk_delayed_pairs", values, mode, DELAYED_SETUP)
+    assert nodes[0]["Actual Rows"] == 0
+    assert seq_scans_of_tasks(nodes) == [], mode
+    # the first entry of tierq_tasks_delayed_due; the walk itself never runs
+    run = {n["Index Name"]: n["Actual Rows"] for n in nodes
+           if "Index Name" in n and n.get("Actual Loops", 0) > 0}
+    assert run == {"tierq_tasks_delayed_due": 1}, (mode, run)
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_a_delayed_batch_reads_each_pairs_share_from_the_front_of_its_line(unanalyzed, mode):
+    """Each pair's share read from tierq_tasks_delayed_pair in due order (no sort of the
+    busy pair's 5,000 rows), locked: the batch reads about its own rows."""
+    share = BATCH // 2
+    values = {"queues": ["d", "d", "later-1"], "tenants": ["busy", "one", "_"], "now": NOW,
+              "share": share}
+    nodes = explain(unanalyzed, "lock_due_of_pairs", values, mode, DELAYED_SETUP)
+    assert nodes[0]["Actual Rows"] == share + 1  # the busy pair's share, the other's one
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {
+        "tierq_tasks_delayed_pair"}, mode
+    assert "LockRows" in {n["Node Type"] for n in nodes}
+    assert_reads_about(nodes, share, ("lock_due_of_pairs", mode))

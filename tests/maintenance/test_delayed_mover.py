@@ -141,3 +141,82 @@ def test_a_pair_whose_keys_hold_the_wrong_type_keeps_its_rows_and_the_others_mov
     assert (summary.moved, summary.failed) == (1, ["a|_"])
     rows = pg.execute("SELECT queue, state FROM tierq_tasks ORDER BY queue").fetchall()
     assert rows == [("a", "delayed"), ("b", "warm")]
+
+
+# -- fair across pairs: one pair's due rows never hold back another's ----------------------
+
+def _delayed(pg: psycopg.Connection[Any], queue: str, tenant: str) -> int:
+    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND tenant = %s"
+                     " AND state = 'delayed'", (queue, tenant)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_tenant_with_one_due_row_moves_in_the_first_pass_behind_anothers_fifty(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """50 due rows of tenant a, due before the one of tenant b; batches of 10, one a
+    pass: b's row moves in the first pass (oldest due first across every pair would take
+    a's 50 first, b's row in the sixth pass), and a's rows keep their order."""
+    tq.enqueue("q", [{"payload": i, "delay_seconds": 5} for i in range(50)], tenant="a")
+    tq.ctx.clock.advance(1)
+    tq.enqueue("q", [{"payload": "b", "delay_seconds": 5}], tenant="b")
+    tq.ctx.clock.advance(6)
+    first = delayed_mover.run(tq.ctx, batch=10, max_batches=1, budget_seconds=60)
+    assert _delayed(pg, "q", "b") == 0
+    assert (first.moved, first.batches) == (6, 1)  # b's one row and a's first 5: half each
+    assert [t.payload for t in tq.claim("q", tenant="b", max=5)] == ["b"]
+    rest = delayed_mover.run(tq.ctx, batch=10, budget_seconds=60)
+    assert (rest.moved, rest.batches) == (45, 5)
+    assert [t.payload for t in tq.claim("q", tenant="a", max=50)] == list(range(50))
+
+
+def test_a_batch_shares_its_rows_among_the_pairs_oldest_due_first(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Three pairs with due rows and a batch of 4: one row of each (the share, 4 // 3),
+    whichever pair's rows are oldest; the pass then goes on with what is left."""
+    for queue, tenant in (("q", "a"), ("q", "b"), ("r", "a")):
+        tq.enqueue(queue, [{"payload": i, "delay_seconds": 5} for i in range(3)],
+                   tenant=tenant)
+    tq.ctx.clock.advance(6)
+    first = delayed_mover.run(tq.ctx, batch=4, max_batches=1, budget_seconds=60)
+    assert first.moved == 3
+    assert [_delayed(pg, q, t) for q, t in (("q", "a"), ("q", "b"), ("r", "a"))] == [2, 2, 2]
+    rest = delayed_mover.run(tq.ctx, batch=4, budget_seconds=60)
+    assert rest.moved == 6
+    for queue, tenant in (("q", "a"), ("q", "b"), ("r", "a")):
+        got = tq.claim(queue, tenant=tenant, max=5)
+        assert [t.payload for t in got] == [0, 1, 2], (queue, tenant)
+
+
+def test_pairs_past_one_window_take_turns_across_passes(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """A pass reads the pairs a window of ``batch`` at a time and goes on after the pairs
+    it served; the next pass starts after the last (its cursor is saved), so the pairs
+    past the first windows are not left for ever behind the first ones."""
+    tenants = [f"t{i}" for i in range(5)]
+    for tenant in tenants:
+        tq.enqueue("q", [{"payload": i, "delay_seconds": 5} for i in range(4)], tenant=tenant)
+    tq.ctx.clock.advance(6)
+    delayed_mover.run(tq.ctx, batch=2, max_batches=1, budget_seconds=60)
+    assert [_delayed(pg, "q", t) for t in tenants] == [3, 3, 4, 4, 4]
+    delayed_mover.run(tq.ctx, batch=2, max_batches=1, budget_seconds=60)
+    assert [_delayed(pg, "q", t) for t in tenants] == [3, 3, 3, 3, 4]
+    delayed_mover.run(tq.ctx, batch=2, max_batches=1, budget_seconds=60)
+    assert [_delayed(pg, "q", t) for t in tenants] == [3, 3, 3, 3, 2]  # t4's window, alone
+    delayed_mover.run(tq.ctx, batch=2, max_batches=1, budget_seconds=60)
+    assert [_delayed(pg, "q", t) for t in tenants] == [2, 2, 3, 3, 2]  # round to the start
+    rest = delayed_mover.run(tq.ctx, batch=2, budget_seconds=60)
+    assert rest.moved == 12
+    assert sum(_delayed(pg, "q", t) for t in tenants) == 0
+    assert delayed_mover.run(tq.ctx, batch=2, budget_seconds=60).moved == 0
+
+
+def test_rows_not_due_yet_hold_back_nothing(tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Pairs whose delayed rows are not due are walked past; due rows move, the others
+    stay delayed."""
+    tq.enqueue("q", [{"payload": i, "delay_seconds": 600} for i in range(5)], tenant="later")
+    tq.enqueue("q", [{"payload": i, "delay_seconds": 5} for i in range(3)], tenant="now")
+    tq.ctx.clock.advance(6)
+    summary = delayed_mover.run(tq.ctx, batch=2, budget_seconds=60)
+    assert (summary.moved, summary.batches) == (3, 2)
+    assert (_delayed(pg, "q", "later"), _delayed(pg, "q", "now")) == (5, 0)
