@@ -335,10 +335,29 @@ def test_purges_go_in_batches_of_its_config_and_stop_once_the_budget_is_spent(ma
                  for t in tq.claim("q", max=5)])
     tq.ctx.clock.advance(11)
     first = reaper.run(tq.ctx, purge_batch=2, budget_seconds=TINY_BUDGET)
-    assert (first.purge_queues, first.purged) == (0, 2)  # out of time inside the queue
+    assert (first.purge_queues, first.purged) == (1, 2)  # out of time inside the queue
     rest = reaper.run(tq.ctx, purge_batch=2, budget_seconds=60)
     assert (rest.purge_queues, rest.purged) == (1, 3)
     assert count_rows(pg) == 0
+
+
+def test_a_queue_with_more_to_purge_than_a_pass_allows_takes_turns_with_the_others(
+        make_tq, pg):
+    """Running out of time inside a queue's retention ends its turn: the next pass purges
+    the queue after it, not the same backlog again."""
+    tq = make_tq(retention_seconds=10)
+    for queue, n in (("a", 20), ("b", 1)):
+        tq.enqueue(queue, [{"payload": i} for i in range(n)])
+        tq.ack(queue, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                       for t in tq.claim(queue, max=n)])
+    tq.ctx.clock.advance(11)
+    progress = []
+    for _ in range(4):
+        summary = reaper.run(tq.ctx, purge_batch=2, budget_seconds=TINY_BUDGET)
+        progress.append((summary.purged, cursor_of(pg, reaper.PURGE_WALK)))
+    # one batch of "a" per turn; "b" comes next, then "a" again (round from the start)
+    assert progress == [(2, ("a", "")), (1, ("b", "")), (2, ("a", "")), (2, ("a", ""))]
+    assert (count_rows(pg, "a"), count_rows(pg, "b")) == (14, 0)
 
 
 def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(make_tq, pg) -> None:

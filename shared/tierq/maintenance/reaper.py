@@ -238,7 +238,9 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     PostgreSQL cancels at the pass's timeout is listed in ``purge_failed`` and passed over,
     as a pair is in the lease walk: one held row would otherwise end every pass there,
     before the other queues' retention and the pass's later parts (idle pairs, stalled
-    groups, payloads, idempotency keys)."""
+    groups, payloads, idempotency keys). Running out of time inside a queue ends its turn
+    too: the next pass goes on after it, so a queue whose backlog outlasts a pass's budget
+    never holds back the queues after it (it is purged on when the walk comes round)."""
     limit = config.slice_size
     stats = pairs.WalkStats()
 
@@ -256,10 +258,10 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                             extra={"job": "reaper", "queue": queue})
                 summary.purge_failed.append(queue)
                 finished = True
-            if not finished:
-                break  # out of time inside this queue: the next pass starts with it again
+            # out of time inside this queue still counts as its turn (as a pair's in
+            # reap_pairs): the next pass goes on after it
             stats.items.append((queue, ""))
-            if budget.spent:
+            if not finished or budget.spent:
                 break
     summary.purge_queues = stats.visited
 
