@@ -446,3 +446,26 @@ def test_a_queue_whose_finished_rows_stay_locked_is_passed_over_and_the_others_p
     again = reaper.run(tq.ctx)
     assert (again.purge_failed, again.purged) == ([], 3)
     assert count_rows(pg) == 0
+
+
+def test_a_pair_whose_registry_row_is_held_is_reaped_and_touched_next_pass(make_tq, pg):
+    """A registry row held past the pass's lock timeout is not waited for when the walk
+    records its pairs busy: before, the pass ended there, before its cursor was saved, so
+    every pass stopped at the same slice and the pass's later parts never ran."""
+    tq = make_tq(retention_seconds=10)
+    lease_and_expire(tq, "a")
+    tq.enqueue("b", [{"payload": 1}])
+    tq.ack("b", [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                 for t in tq.claim("b", max=1)])
+    tq.ctx.clock.advance(3600)  # past the lease, the retention and the refresh interval
+    seen = "SELECT last_seen FROM tierq_queue_tenants WHERE queue = 'a'"
+    [before] = pg.execute(seen).fetchone() or (None,)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'a' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.pairs, summary.expired, summary.purged) == (1, 1, 1)
+        assert cursor_of(pg, reaper.LEASES_WALK) == ("a", "_")
+    assert pg.execute(seen).fetchone() == (before,)  # left for the next pass
+    reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+    [after] = pg.execute(seen).fetchone() or (None,)
+    assert after > before

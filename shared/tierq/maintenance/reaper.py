@@ -224,7 +224,10 @@ def note_ready(ctx: Context, visited: Sequence[pairs.Pair]) -> None:
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
     """Record that these pairs were busy now (at most once per refresh interval each), so
-    that a pair's idle time counts from its last work, not from its last registration."""
+    that a pair's idle time counts from its last work, not from its last registration. A
+    pair whose registry row another transaction holds is left for the next pass: waiting
+    for it would end the pass at the lock timeout, before the walk saved its cursor, and so
+    every pass at the same slice while the row is held."""
     if not busy:
         return
     now = ctx.now()

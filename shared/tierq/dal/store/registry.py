@@ -131,7 +131,8 @@ class RegistryQueries(StoreBase):
             "queue": queue, "tenants": tenants, "now": now, "cap": cap}, scalar_row, conn)
 
     def touch_pairs(self, pairs: Sequence[Pair], now: datetime, stale: datetime) -> None:
-        """Pairs seen busy now (those last seen before ``stale``)."""
+        """Pairs seen busy now (those last seen before ``stale``); a row another
+        transaction holds is passed over, not waited for."""
         self._execute("touch_pairs", {"queues": [p[0] for p in pairs],
                                       "tenants": [p[1] for p in pairs],
                                       "now": now, "stale": stale})

@@ -835,10 +835,20 @@ ON CONFLICT (queue, tenant) DO UPDATE SET last_seen = EXCLUDED.last_seen
 RETURNING p.tenant;
 
 -- name: touch_pairs
--- Pairs maintenance found busy: seen now (written at most once per `stale` interval).
+-- Pairs maintenance found busy: seen now (written at most once per `stale` interval). A row
+-- another transaction holds (a registration refreshing it, a move) is passed over, never
+-- waited for: its holder is at work on the pair, and the next pass touches it.
+WITH picked AS MATERIALIZED (
+    SELECT p.queue, p.tenant FROM tierq_queue_tenants p
+    JOIN unnest(%(queues)s::text[], %(tenants)s::text[]) AS v(queue, tenant)
+      ON p.queue = v.queue AND p.tenant = v.tenant
+    WHERE p.last_seen < %(stale)s
+    ORDER BY p.queue, p.tenant
+    FOR UPDATE OF p SKIP LOCKED
+)
 UPDATE tierq_queue_tenants p SET last_seen = %(now)s
-FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS v(queue, tenant)
-WHERE p.queue = v.queue AND p.tenant = v.tenant AND p.last_seen < %(stale)s;
+FROM picked
+WHERE p.queue = picked.queue AND p.tenant = picked.tenant;
 
 -- name: mark_cold_mode
 -- Pairs the mover left in cold mode (`cold`), or found warm again (not `cold`).
