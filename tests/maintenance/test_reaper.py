@@ -469,3 +469,19 @@ def test_a_pair_whose_registry_row_is_held_is_reaped_and_touched_next_pass(make_
     reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
     [after] = pg.execute(seen).fetchone() or (None,)
     assert after > before
+
+
+def test_an_idle_pair_whose_registry_row_is_held_is_kept_and_the_others_forgotten(
+        make_tq, pg):
+    """An idle pair's registry row held past the pass's lock timeout is passed over: before,
+    the delete waited for it and the pass ended there, every pass, with none of the slice's
+    pairs forgotten and the pass's later parts not run."""
+    tq = make_tq(pair_retention_seconds=RETENTION)
+    seed_idle_pairs(pg, 3)
+    tq.ctx.clock.advance(RETENTION + 1)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'idle-000002' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert summary.forgotten == ["idle-000001|_", "idle-000003|_"]
+    assert registered(pg, "idle-000002")
+    assert reaper.run(tq.ctx).forgotten == ["idle-000002|_"]  # the walk came round

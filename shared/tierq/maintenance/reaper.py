@@ -272,7 +272,9 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
 def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
                 cursors: dict[str, pairs.Pair]) -> None:
     """One slice of the registry per pass: pairs nobody registered or saw busy for the pair
-    retention, with no row of any kind left, are deleted. The walk wraps round at the end."""
+    retention, with no row of any kind left, are deleted. The walk wraps round at the end.
+    A pair whose registry row another transaction holds is kept until the walk comes round
+    again: the others of its slice are forgotten, and the pass goes on."""
     after = cursors.get(FORGET_WALK, pairs.START)
     before = to_datetime(ctx.now() - ctx.settings.pair_retention_seconds)
     rows = ctx.store.forget_idle_pairs(after, forget_slice, before)

@@ -145,7 +145,8 @@ class RegistryQueries(StoreBase):
                                          "cold": cold, "now": now})
 
     def forget_idle_pairs(self, after: Pair, limit: int, before: datetime) -> list[ForgetRow]:
-        """Forget the idle pairs of one slice of the registry after ``after``."""
+        """Forget the idle pairs of one slice of the registry after ``after``; a pair
+        whose row another transaction holds is kept, not waited for."""
         return self._fetch("forget_idle_pairs", {
             "after_queue": after[0], "after_tenant": after[1], "limit": limit,
             "before": before}, positional(ForgetRow))
