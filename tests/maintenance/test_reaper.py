@@ -485,3 +485,32 @@ def test_an_idle_pair_whose_registry_row_is_held_is_kept_and_the_others_forgotte
         assert summary.forgotten == ["idle-000001|_", "idle-000003|_"]
     assert registered(pg, "idle-000002")
     assert reaper.run(tq.ctx).forgotten == ["idle-000002|_"]  # the walk came round
+
+
+def stalled_group(tq: Any, pg: Any, queue: str, tenant: str) -> list[Any]:
+    """Three tasks of group "g" of (queue, tenant), the first claimed and its row deleted
+    (a crash between an ack's commit and its release): held with nothing active."""
+    made = tq.enqueue(queue, [{"payload": i, "group": "g", "tenant": tenant}
+                              for i in range(3)])
+    [head] = tq.claim(queue, tenant=tenant)
+    pg.execute("DELETE FROM tierq_tasks WHERE id = %s", (str(head.id),))
+    return made
+
+
+def test_a_stalled_group_whose_row_is_held_is_passed_over_and_the_others_released(
+        make_tq, pg):
+    """A group row held past the pass's lock timeout costs that group's release alone:
+    before, the sweep released a queue's stalled groups in one transaction that waited for
+    it, so every other tenant's stalled group of the queue stayed held with it."""
+    tq = make_tq()
+    held = stalled_group(tq, pg, "q", "ta")
+    other = stalled_group(tq, pg, "q", "tb")
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_groups WHERE tenant = 'ta' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.groups_released, summary.groups_failed) == (1, ["q|ta|g"])
+    assert tq.get_task("q", other[1].id).state == "warm"
+    assert tq.get_task("q", held[1].id).state == "held"
+    again = reaper.run(tq.ctx)  # the sweep came round
+    assert (again.groups_released, again.groups_failed) == (1, [])
+    assert tq.get_task("q", held[1].id).state == "warm"

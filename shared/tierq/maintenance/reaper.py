@@ -102,6 +102,9 @@ class ReaperSummary:
     purge_failed: list[str] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
+    # "queue|tenant|group" of stalled groups passed over: a group row another transaction
+    # holds, or a release that failed (tried again when the sweep comes round)
+    groups_failed: list[str] = field(default_factory=list)
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
     # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
@@ -293,12 +296,16 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
 def sweep_groups(ctx: Context, summary: ReaperSummary, groups_slice: int,
                  cursors: dict[str, pairs.Pair]) -> None:
     """One slice of the groups with held tasks per pass: those with nothing active are
-    released (a release that did not run). The cursor keeps (queue, "tenant|group"): a
-    tenant's name has no ``|``. The walk wraps round at the end."""
+    released (a release that did not run). A group whose row another transaction holds is
+    listed in ``groups_failed`` and passed over, not waited for: the slice's other groups
+    are released. The cursor keeps (queue, "tenant|group"): a tenant's name has no ``|``.
+    The walk wraps round at the end."""
     queue, joined = cursors.get(GROUPS_WALK, pairs.START)
     tenant, _, grp = joined.partition("|")
-    released, after = groups.sweep(ctx, (queue, tenant, grp), groups_slice)
-    summary.groups_released += released
+    swept = groups.sweep(ctx, (queue, tenant, grp), groups_slice)
+    summary.groups_released += swept.released
+    summary.groups_failed.extend(swept.failed)
+    after = swept.after
     last = pairs.START if after is None else (after[0], f"{after[1]}|{after[2]}")
     if last != (queue, joined):
         pairs.save_cursor(ctx.store, GROUPS_WALK, last)
