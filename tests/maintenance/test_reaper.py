@@ -514,3 +514,25 @@ def test_a_stalled_group_whose_row_is_held_is_passed_over_and_the_others_release
     again = reaper.run(tq.ctx)  # the sweep came round
     assert (again.groups_released, again.groups_failed) == (1, [])
     assert tq.get_task("q", held[1].id).state == "warm"
+
+
+def test_a_broken_ready_tenant_index_or_ready_set_costs_its_own_entry_alone(
+        make_tq, pg, valkey):
+    """Queue a's ready-tenant index holding the wrong type, and pair (b, tx)'s ready set
+    too: the pass goes on, and (b, ty) is entered in b's index. Before, a's index refused
+    the entry and the error ended every pass at the same slice; tx's count failing left
+    every pair of b out of the backstop."""
+    tq = make_tq()
+    tq.enqueue("a", [{"payload": 1}])
+    tq.enqueue("b", [{"payload": 1, "tenant": "tx"}, {"payload": 2, "tenant": "ty"}])
+    lease_and_expire(tq, "c")
+    tq.ctx.clock.advance(2)
+    valkey.delete("tq:{a}:ready_tenants", "tq:{b|tx}:ready")
+    valkey.set("tq:{a}:ready_tenants", "not a sorted set")
+    valkey.set("tq:{b|tx}:ready", "not a sorted set")
+    valkey.zrem("tq:{b}:ready_tenants", "ty")
+    passes = [reaper.run(tq.ctx, budget_seconds=60) for _ in range(2)]  # the next one too
+    assert [(s.ready_index_failed, s.pairs, s.expired) for s in passes] == [
+        (["a"], 4, 1), (["a"], 4, 0)]
+    assert valkey.zscore("tq:{b}:ready_tenants", "ty") is not None
+    assert pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'c'").fetchone() == (1,)

@@ -51,7 +51,7 @@ from tierq.logic import (
 )
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
-from tierq.maintenance.pair_failures import PairFailures
+from tierq.maintenance.pair_failures import PairFailures, server_wide
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
 if TYPE_CHECKING:
@@ -109,6 +109,9 @@ class ReaperSummary:
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
     # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
     failed: list[str] = field(default_factory=list)
+    # queues whose ready-tenant index Valkey refused an entry (a key in a state no script
+    # expects: logged as an error; its pairs are entered again next pass)
+    ready_index_failed: list[str] = field(default_factory=list)
 
 
 def run(ctx: Context, config: ReaperConfig | None = None, **overrides: Any) -> ReaperSummary:
@@ -166,7 +169,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
         stats.items.extend(visited)
         ctx.pairs.warm_round_now.update(visited)
         touch(ctx, visited)
-        note_ready(ctx, visited)
+        note_ready(ctx, visited, summary.ready_index_failed)
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     if stats.completed:
@@ -208,21 +211,34 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
     return True
 
 
-def note_ready(ctx: Context, visited: Sequence[pairs.Pair]) -> None:
+def note_ready(ctx: Context, visited: Sequence[pairs.Pair], failed: list[str]) -> None:
     """Enter the visited pairs that hold ready tasks in their queues' ready-tenant indexes
     (logic/ready_tenants.py: the backstop that bounds the index's lag to one pass); one
-    pipeline of counts per queue. Best-effort: the next pass tries again."""
+    pipeline of counts per queue. Best-effort: the next pass tries again. A pair whose
+    count is an error reply is left out, not its queue's other pairs; a queue whose index
+    Valkey refuses (a key of the wrong type) is logged and listed in ``failed``, and the
+    other queues and the pass go on (a reply for the whole server ends the pass)."""
     by_queue: dict[str, list[str]] = {}
     for queue, tenant in visited:
         by_queue.setdefault(queue, []).append(tenant)
     for queue, tenants in by_queue.items():
         try:
-            counts = ctx.warm.ready_counts(queue, tenants)
-        except Exception:  # (a master down: its pairs' replies are errors)
+            counts = ctx.warm.ready_counts_each(queue, tenants)
+        except Exception:  # (a master down)
             log.warning("counting the ready tasks of %r's pairs failed; the next pass enters "
                         "them", queue, exc_info=True)
             continue
-        ready_tenants.note(ctx, queue, [t for t, n in zip(tenants, counts, strict=True) if n])
+        try:
+            ready_tenants.note(ctx, queue,
+                               [t for t, n in zip(tenants, counts, strict=True) if n])
+        except redis.ResponseError as exc:
+            if server_wide(exc):
+                raise
+            if queue not in failed:
+                failed.append(queue)
+            log.error("reaper: Valkey refused an entry in queue %r's ready-tenant index; "
+                      "tried again next pass: %s", queue, exc,
+                      extra={"job": "reaper", "queue": queue})
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
