@@ -536,3 +536,40 @@ def test_a_broken_ready_tenant_index_or_ready_set_costs_its_own_entry_alone(
         (["a"], 4, 1), (["a"], 4, 0)]
     assert valkey.zscore("tq:{b}:ready_tenants", "ty") is not None
     assert pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'c'").fetchone() == (1,)
+
+
+def dead_child(tq: Any, tenant: str) -> tuple[Any, Any]:
+    """A parent in queue "q" dead at its first failure, and its child in "r" dead-lettered
+    with it while waiting (the child keeps its wait)."""
+    [parent] = tq.enqueue("q", [{"payload": "p", "max_attempts": 1, "tenant": tenant}])
+    [child] = tq.enqueue("r", [{"payload": "c", "after": [parent.id], "tenant": tenant}])
+    [task] = tq.claim("q", tenant=tenant)
+    tq.nack("q", [{"id": task.id, "lease_token": task.lease_token, "error": "boom"}])
+    assert tq.get_task("r", child.id).state == "dead"
+    return parent, child
+
+
+def test_a_dead_childs_parent_held_keeps_its_wait_alone_and_the_others_are_forgotten(
+        make_tq, pg):
+    """A parent's row held past the pass's lock timeout when its dead child's retention
+    ends keeps that child's wait alone: before, the waits of every tenant's purged dead
+    letters went in one transaction that waited for it, so none were forgotten (their
+    parents' waiters stayed up), and the queue's purge was listed failed."""
+    tq = make_tq()
+    held, _ = dead_child(tq, "x")
+    other, _ = dead_child(tq, "y")
+    tq.put_queue("r", {"retention_seconds": 60})
+    tq.ctx.clock.advance(120)
+    waiters = "SELECT waiters FROM tierq_tasks WHERE id = %s"
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (str(held.id),))
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.purge_failed, summary.purged, summary.waits_kept) == ([], 2, 1)
+    assert pg.execute(waiters, (str(other.id),)).fetchone() == (0,)
+    assert pg.execute(waiters, (str(held.id),)).fetchone() == (1,)
+    dead_child(tq, "z")  # a later purge of dead letters forgets the wait kept
+    tq.ctx.clock.advance(120)
+    again = reaper.run(tq.ctx)
+    assert (again.purged, again.waits_kept) == (1, 0)
+    assert pg.execute(waiters, (str(held.id),)).fetchone() == (0,)
+    assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone() == (0,)

@@ -100,6 +100,9 @@ class ReaperSummary:
     # queues whose purge statement PostgreSQL cancelled at the pass's timeout (a finished
     # row held by another transaction): tried again next pass, the others purged
     purge_failed: list[str] = field(default_factory=list)
+    # waits of purged dead letters kept, a parent's row held by another transaction (the
+    # other waits are forgotten; these after a later purge of dead letters)
+    waits_kept: int = 0
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
     # "queue|tenant|group" of stalled groups passed over: a group row another transaction
@@ -440,8 +443,8 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig
         while True:
             deleted = purge_before(queue, before, config.purge_batch)
             summary.purged += max(0, deleted)
-            if dead and deleted > 0:
-                flows.forget_deleted(ctx)  # a dead child's wait goes with it (logic/flows.py)
+            if dead and deleted > 0:  # a dead child's wait goes with it (logic/flows.py)
+                summary.waits_kept += flows.forget_deleted_unless_held(ctx)[1]
             if deleted < config.purge_batch:
                 break
             if budget is not None and budget.spent:
