@@ -573,3 +573,26 @@ def test_a_dead_childs_parent_held_keeps_its_wait_alone_and_the_others_are_forgo
     assert (again.purged, again.waits_kept) == (1, 0)
     assert pg.execute(waiters, (str(held.id),)).fetchone() == (0,)
     assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone() == (0,)
+
+
+def test_a_queue_whose_stored_settings_are_refused_is_passed_over_and_the_others_reaped(
+        make_tq, pg):
+    """A queue's settings row holding a value the table allows but the settings model
+    refuses (max_attempts 5000, written by hand) costs that queue alone: before, its first
+    pair's lease expiry raised the model's error every pass, before the walk saved its
+    cursor, and no other pair's lease was reaped nor any queue purged."""
+    tq = make_tq(retention_seconds=10)
+    for queue in ("a", "b"):
+        tq.enqueue(queue, [{"payload": 1}])
+        tq.ack(queue, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                       for t in tq.claim(queue, max=1)])
+        lease_and_expire(tq, queue)
+    tq.put_queue("a", {"max_attempts": 5})
+    pg.execute("UPDATE tierq_queues SET max_attempts = 5000 WHERE queue = 'a'")
+    tq.ctx.clock.advance(20)
+    for _ in range(2):  # and again the next pass
+        summary = reaper.run(tq.ctx, budget_seconds=60)
+        assert (summary.failed, summary.purge_failed) == (["a|_"], ["a"])
+    leased = "SELECT attempts FROM tierq_tasks WHERE queue = %s AND state <> 'done'"
+    assert pg.execute(leased, ("b",)).fetchone() == (1,)  # b's lease reaped
+    assert (count_rows(pg, "a"), count_rows(pg, "b")) == (2, 1)  # b's done row purged

@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from tierq.core.lazy import lazy_module
 from tierq.dal.store.tasks import NEVER
@@ -51,7 +51,7 @@ from tierq.logic import (
 )
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
-from tierq.maintenance.pair_failures import PairFailures, server_wide
+from tierq.maintenance.pair_failures import PairFailures, refused, server_wide
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
 if TYPE_CHECKING:
@@ -98,7 +98,8 @@ class ReaperSummary:
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
     # queues whose purge statement PostgreSQL cancelled at the pass's timeout (a finished
-    # row held by another transaction): tried again next pass, the others purged
+    # row held by another transaction), or whose stored settings are refused: tried again
+    # next pass, the others purged
     purge_failed: list[str] = field(default_factory=list)
     # waits of purged dead letters kept, a parent's row held by another transaction (the
     # other waits are forgotten; these after a later purge of dead letters)
@@ -110,7 +111,8 @@ class ReaperSummary:
     groups_failed: list[str] = field(default_factory=list)
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
-    # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
+    # "queue|tenant" whose Valkey failed, whose statement timed out, whose keys a script
+    # refused or whose queue's stored settings are refused (tried next pass)
     failed: list[str] = field(default_factory=list)
     # queues whose ready-tenant index Valkey refused an entry (a key in a state no script
     # expects: logged as an error; its pairs are entered again next pass)
@@ -187,6 +189,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                 failures.record((queue, tenant), exc)
             except redis.ResponseError as exc:
                 failures.broken((queue, tenant), exc)
+            except ValidationError as exc:
+                failures.refused_settings((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
 
@@ -194,8 +198,9 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
 def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
               summary: ReaperSummary, budget: pairs.Budget, config: ReaperConfig) -> bool:
     """Expire the pair's leases and reconcile it; False when out of time inside it. A pair
-    whose master fails (now or earlier in the pass), or whose statement PostgreSQL cancels
-    at the pass's timeout, is listed as failed and done with."""
+    whose master fails (now or earlier in the pass), whose statement PostgreSQL cancels at
+    the pass's timeout, whose keys a script refuses or whose queue's stored settings the
+    settings model refuses, is listed as failed and done with."""
     if failures.skip((queue, tenant)):
         return True
     try:
@@ -211,6 +216,8 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         failures.record((queue, tenant), exc)
     except redis.ResponseError as exc:  # its keys in a state no script expects
         failures.broken((queue, tenant), exc)
+    except ValidationError as exc:  # its queue's stored settings refused
+        failures.refused_settings((queue, tenant), exc)
     return True
 
 
@@ -260,8 +267,9 @@ def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
 def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                  config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
     """Retention: only the queues that have done or dead rows. A queue whose statement
-    PostgreSQL cancels at the pass's timeout is listed in ``purge_failed`` and passed over,
-    as a pair is in the lease walk: one held row would otherwise end every pass there,
+    PostgreSQL cancels at the pass's timeout (or whose stored settings are refused) is
+    listed in ``purge_failed`` and passed over, as a pair is in the lease walk: one held row
+    (or one bad settings row) would otherwise end every pass there,
     before the other queues' retention and the pass's later parts (idle pairs, stalled
     groups, payloads, idempotency keys). Running out of time inside a queue ends its turn
     too: the next pass goes on after it, so a queue whose backlog outlasts a pass's budget
@@ -281,6 +289,12 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                 log.warning("reaper: PostgreSQL timed out purging queue %r; it is tried "
                             "again next pass: %s", queue, exc.detail or exc.message,
                             extra={"job": "reaper", "queue": queue})
+                summary.purge_failed.append(queue)
+                finished = True
+            except ValidationError as exc:  # its stored settings refused: for an operator
+                log.error("reaper: the stored settings of queue %r are refused, so its "
+                          "retention is passed over until they are fixed: %s", queue,
+                          refused(exc), extra={"job": "reaper", "queue": queue})
                 summary.purge_failed.append(queue)
                 finished = True
             # out of time inside this queue still counts as its turn (as a pair's in
