@@ -11,9 +11,10 @@ statement of the pair's that PostgreSQL cancelled at the pass's statement or loc
 (``DatabaseTimedOut``: a row held, a slow plan) fails that pair alone the same way, without
 passing over others, as does an error reply to one of the pair's scripts (``broken``: a key
 of the wrong type, an entry a script cannot read), which would otherwise end every pass at
-the same pair (logged as an error for an operator), and so does a queue whose stored
-settings the settings model refuses (``refused_settings``: a value the table allows but the
-model does not, a row written by hand), which would end every pass at its first pair. A
+the same pair (logged as an error for an operator). A queue whose stored settings the
+settings model refuses (``refused_settings``: a value the table allows but the model does
+not, a row written by hand) fails each of its pairs alone too: it would otherwise end every
+pass at its first pair. A
 reply that speaks for the whole server (a replica answering after a failover, a permission
 refused, a script missing, a busy or resharding node: ``SERVER_WIDE``) ends the pass at
 once, as before. Any other PostgreSQL failure still ends the pass: every pair needs it."""
