@@ -335,10 +335,29 @@ def test_purges_go_in_batches_of_its_config_and_stop_once_the_budget_is_spent(ma
                  for t in tq.claim("q", max=5)])
     tq.ctx.clock.advance(11)
     first = reaper.run(tq.ctx, purge_batch=2, budget_seconds=TINY_BUDGET)
-    assert (first.purge_queues, first.purged) == (0, 2)  # out of time inside the queue
+    assert (first.purge_queues, first.purged) == (1, 2)  # out of time inside the queue
     rest = reaper.run(tq.ctx, purge_batch=2, budget_seconds=60)
     assert (rest.purge_queues, rest.purged) == (1, 3)
     assert count_rows(pg) == 0
+
+
+def test_a_queue_with_more_to_purge_than_a_pass_allows_takes_turns_with_the_others(
+        make_tq, pg):
+    """Running out of time inside a queue's retention ends its turn: the next pass purges
+    the queue after it, not the same backlog again."""
+    tq = make_tq(retention_seconds=10)
+    for queue, n in (("a", 20), ("b", 1)):
+        tq.enqueue(queue, [{"payload": i} for i in range(n)])
+        tq.ack(queue, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                       for t in tq.claim(queue, max=n)])
+    tq.ctx.clock.advance(11)
+    progress = []
+    for _ in range(4):
+        summary = reaper.run(tq.ctx, purge_batch=2, budget_seconds=TINY_BUDGET)
+        progress.append((summary.purged, cursor_of(pg, reaper.PURGE_WALK)))
+    # one batch of "a" per turn; "b" comes next, then "a" again (round from the start)
+    assert progress == [(2, ("a", "")), (1, ("b", "")), (2, ("a", "")), (2, ("a", ""))]
+    assert (count_rows(pg, "a"), count_rows(pg, "b")) == (14, 0)
 
 
 def test_a_pass_gives_up_a_lock_wait_at_its_lock_timeout(make_tq, pg) -> None:
@@ -427,3 +446,153 @@ def test_a_queue_whose_finished_rows_stay_locked_is_passed_over_and_the_others_p
     again = reaper.run(tq.ctx)
     assert (again.purge_failed, again.purged) == ([], 3)
     assert count_rows(pg) == 0
+
+
+def test_a_pair_whose_registry_row_is_held_is_reaped_and_touched_next_pass(make_tq, pg):
+    """A registry row held past the pass's lock timeout is not waited for when the walk
+    records its pairs busy: before, the pass ended there, before its cursor was saved, so
+    every pass stopped at the same slice and the pass's later parts never ran."""
+    tq = make_tq(retention_seconds=10)
+    lease_and_expire(tq, "a")
+    tq.enqueue("b", [{"payload": 1}])
+    tq.ack("b", [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                 for t in tq.claim("b", max=1)])
+    tq.ctx.clock.advance(3600)  # past the lease, the retention and the refresh interval
+    seen = "SELECT last_seen FROM tierq_queue_tenants WHERE queue = 'a'"
+    [before] = pg.execute(seen).fetchone() or (None,)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'a' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.pairs, summary.expired, summary.purged) == (1, 1, 1)
+        assert cursor_of(pg, reaper.LEASES_WALK) == ("a", "_")
+    assert pg.execute(seen).fetchone() == (before,)  # left for the next pass
+    reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+    [after] = pg.execute(seen).fetchone() or (None,)
+    assert after > before
+
+
+def test_an_idle_pair_whose_registry_row_is_held_is_kept_and_the_others_forgotten(
+        make_tq, pg):
+    """An idle pair's registry row held past the pass's lock timeout is passed over: before,
+    the delete waited for it and the pass ended there, every pass, with none of the slice's
+    pairs forgotten and the pass's later parts not run."""
+    tq = make_tq(pair_retention_seconds=RETENTION)
+    seed_idle_pairs(pg, 3)
+    tq.ctx.clock.advance(RETENTION + 1)
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'idle-000002' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert summary.forgotten == ["idle-000001|_", "idle-000003|_"]
+    assert registered(pg, "idle-000002")
+    assert reaper.run(tq.ctx).forgotten == ["idle-000002|_"]  # the walk came round
+
+
+def stalled_group(tq: Any, pg: Any, queue: str, tenant: str) -> list[Any]:
+    """Three tasks of group "g" of (queue, tenant), the first claimed and its row deleted
+    (a crash between an ack's commit and its release): held with nothing active."""
+    made = tq.enqueue(queue, [{"payload": i, "group": "g", "tenant": tenant}
+                              for i in range(3)])
+    [head] = tq.claim(queue, tenant=tenant)
+    pg.execute("DELETE FROM tierq_tasks WHERE id = %s", (str(head.id),))
+    return made
+
+
+def test_a_stalled_group_whose_row_is_held_is_passed_over_and_the_others_released(
+        make_tq, pg):
+    """A group row held past the pass's lock timeout costs that group's release alone:
+    before, the sweep released a queue's stalled groups in one transaction that waited for
+    it, so every other tenant's stalled group of the queue stayed held with it."""
+    tq = make_tq()
+    held = stalled_group(tq, pg, "q", "ta")
+    other = stalled_group(tq, pg, "q", "tb")
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_groups WHERE tenant = 'ta' FOR UPDATE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.groups_released, summary.groups_failed) == (1, ["q|ta|g"])
+    assert tq.get_task("q", other[1].id).state == "warm"
+    assert tq.get_task("q", held[1].id).state == "held"
+    again = reaper.run(tq.ctx)  # the sweep came round
+    assert (again.groups_released, again.groups_failed) == (1, [])
+    assert tq.get_task("q", held[1].id).state == "warm"
+
+
+def test_a_broken_ready_tenant_index_or_ready_set_costs_its_own_entry_alone(
+        make_tq, pg, valkey):
+    """Queue a's ready-tenant index holding the wrong type, and pair (b, tx)'s ready set
+    too: the pass goes on, and (b, ty) is entered in b's index. Before, a's index refused
+    the entry and the error ended every pass at the same slice; tx's count failing left
+    every pair of b out of the backstop."""
+    tq = make_tq()
+    tq.enqueue("a", [{"payload": 1}])
+    tq.enqueue("b", [{"payload": 1, "tenant": "tx"}, {"payload": 2, "tenant": "ty"}])
+    lease_and_expire(tq, "c")
+    tq.ctx.clock.advance(2)
+    valkey.delete("tq:{a}:ready_tenants", "tq:{b|tx}:ready")
+    valkey.set("tq:{a}:ready_tenants", "not a sorted set")
+    valkey.set("tq:{b|tx}:ready", "not a sorted set")
+    valkey.zrem("tq:{b}:ready_tenants", "ty")
+    passes = [reaper.run(tq.ctx, budget_seconds=60) for _ in range(2)]  # the next one too
+    assert [(s.ready_index_failed, s.pairs, s.expired) for s in passes] == [
+        (["a"], 4, 1), (["a"], 4, 0)]
+    assert valkey.zscore("tq:{b}:ready_tenants", "ty") is not None
+    assert pg.execute("SELECT attempts FROM tierq_tasks WHERE queue = 'c'").fetchone() == (1,)
+
+
+def dead_child(tq: Any, tenant: str) -> tuple[Any, Any]:
+    """A parent in queue "q" dead at its first failure, and its child in "r" dead-lettered
+    with it while waiting (the child keeps its wait)."""
+    [parent] = tq.enqueue("q", [{"payload": "p", "max_attempts": 1, "tenant": tenant}])
+    [child] = tq.enqueue("r", [{"payload": "c", "after": [parent.id], "tenant": tenant}])
+    [task] = tq.claim("q", tenant=tenant)
+    tq.nack("q", [{"id": task.id, "lease_token": task.lease_token, "error": "boom"}])
+    assert tq.get_task("r", child.id).state == "dead"
+    return parent, child
+
+
+def test_a_dead_childs_parent_held_keeps_its_wait_alone_and_the_others_are_forgotten(
+        make_tq, pg):
+    """A parent's row held past the pass's lock timeout when its dead child's retention
+    ends keeps that child's wait alone: before, the waits of every tenant's purged dead
+    letters went in one transaction that waited for it, so none were forgotten (their
+    parents' waiters stayed up), and the queue's purge was listed failed."""
+    tq = make_tq()
+    held, _ = dead_child(tq, "x")
+    other, _ = dead_child(tq, "y")
+    tq.put_queue("r", {"retention_seconds": 60})
+    tq.ctx.clock.advance(120)
+    waiters = "SELECT waiters FROM tierq_tasks WHERE id = %s"
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (str(held.id),))
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.purge_failed, summary.purged, summary.waits_kept) == ([], 2, 1)
+    assert pg.execute(waiters, (str(other.id),)).fetchone() == (0,)
+    assert pg.execute(waiters, (str(held.id),)).fetchone() == (1,)
+    dead_child(tq, "z")  # a later purge of dead letters forgets the wait kept
+    tq.ctx.clock.advance(120)
+    again = reaper.run(tq.ctx)
+    assert (again.purged, again.waits_kept) == (1, 0)
+    assert pg.execute(waiters, (str(held.id),)).fetchone() == (0,)
+    assert pg.execute("SELECT count(*) FROM tierq_task_waits").fetchone() == (0,)
+
+
+def test_a_queue_whose_stored_settings_are_refused_is_passed_over_and_the_others_reaped(
+        make_tq, pg):
+    """A queue's settings row holding a value the table allows but the settings model
+    refuses (max_attempts 5000, written by hand) costs that queue alone: before, its first
+    pair's lease expiry raised the model's error every pass, before the walk saved its
+    cursor, and no other pair's lease was reaped nor any queue purged."""
+    tq = make_tq(retention_seconds=10)
+    for queue in ("a", "b"):
+        tq.enqueue(queue, [{"payload": 1}])
+        tq.ack(queue, [{"id": t.id, "lease_token": t.lease_token, "result": 1}
+                       for t in tq.claim(queue, max=1)])
+        lease_and_expire(tq, queue)
+    tq.put_queue("a", {"max_attempts": 5})
+    pg.execute("UPDATE tierq_queues SET max_attempts = 5000 WHERE queue = 'a'")
+    tq.ctx.clock.advance(20)
+    for _ in range(2):  # and again the next pass
+        summary = reaper.run(tq.ctx, budget_seconds=60)
+        assert (summary.failed, summary.purge_failed) == (["a|_"], ["a"])
+    leased = "SELECT attempts FROM tierq_tasks WHERE queue = %s AND state <> 'done'"
+    assert pg.execute(leased, ("b",)).fetchone() == (1,)  # b's lease reaped
+    assert (count_rows(pg, "a"), count_rows(pg, "b")) == (2, 1)  # b's done row purged

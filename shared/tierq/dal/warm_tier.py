@@ -1763,6 +1763,14 @@ class WarmTier:
                 raise reply
         return [int(reply) for reply in replies]
 
+    def ready_counts_each(self, queue: str, tenants: Sequence[str]) -> list[int | None]:
+        """As :meth:`ready_counts`, with None in place of a tenant whose reply was an error
+        (its ready set in a state ``ZCARD`` refuses): one broken pair costs its own count."""
+        if not tenants:
+            return []
+        replies = self.pipeline([("ZCARD", PairKeys.of(queue, t).ready) for t in tenants])
+        return [None if isinstance(reply, Exception) else int(reply) for reply in replies]
+
     def ready_heads(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         """The ids first in line of each priority in these pairs' ready sets (at most ten a
         pair: a line is in the order its tasks became ready within a priority, so the

@@ -438,6 +438,33 @@ def forget_deleted(ctx: Context) -> int:
             return forgotten
 
 
+def forget_deleted_unless_held(ctx: Context) -> tuple[int, int]:
+    """:func:`forget_deleted` for the reaper's retention: a wait whose parent another
+    transaction holds is passed over, not waited for (logged; forgotten after a later purge
+    of dead letters), so one held parent costs its own children's waits alone, not every
+    tenant's in its slice. How many waits were forgotten, and how many passed over."""
+    forgotten = 0
+
+    def body(conn: Conn) -> tuple[list[str], list[str]]:
+        with scans_by_key(ctx, conn):
+            ids = ctx.store.waits_of_deleted(conn, SETTLE_SLICE)
+            free = ctx.store.waits_with_free_parents(conn, ids)
+            if free:
+                ctx.store.forget_waits(conn, free)
+        return ids, free
+
+    while True:
+        ids, free = ctx.db.run_transaction(body, what="the waits of deleted tasks")
+        forgotten += len(free)
+        if len(free) < len(ids):  # (the next slice would begin with those again: stop)
+            log.warning("waits of %d deleted tasks kept, a parent's row held by another "
+                        "transaction; forgotten after a later purge of dead letters",
+                        len(ids) - len(free))
+            return forgotten, len(ids) - len(free)
+        if len(ids) < SETTLE_SLICE:
+            return forgotten, 0
+
+
 def on_queue_purged(ctx: Context, queue: str) -> None:
     """After a queue's tasks were purged: what waits on them (in other queues) settles them
     as cancelled, a slice of parents per transaction; and what waited in the queue itself

@@ -278,23 +278,74 @@ def on_queue_purged(ctx: Context, queue: str) -> None:
     ctx.store.forget_queue_groups(queue)
 
 
+@lazy_dataclass
+class Swept:
+    """One slice of the reaper's sweep (:func:`sweep`): the tasks released, the cursor for
+    the next slice (None: the walk is done), and the stalled groups passed over
+    (``"queue|tenant|group"``: a row another transaction holds, or a release that failed),
+    tried again when the walk comes round."""
+
+    released: int = 0
+    after: tuple[str, str, str] | None = None
+    failed: list[str] = field(default_factory=list)
+
+
 def sweep(ctx: Context, after: tuple[str, str, str] = ("", "", ""),
-          limit: int = SWEEP_SLICE) -> tuple[int, tuple[str, str, str] | None]:
+          limit: int = SWEEP_SLICE) -> Swept:
     """One slice of the reaper's sweep: groups with held tasks after ``after`` (queue,
-    tenant, group); those with nothing active are released. How many tasks were released,
-    and the cursor for the next slice (None: the walk is done)."""
+    tenant, group); those with nothing active are released, a queue's in one transaction.
+    A group whose row another transaction holds is passed over, not waited for (its
+    holder, an enqueue or a release, is at work on it), and a queue whose release fails
+    is logged: either way its groups are listed in ``failed`` and the other queues' are
+    released."""
     rows = ctx.store.walk_held_groups(after, limit)
     stalled: dict[str, list[Group]] = {}
     for r in rows:
         if r.stalled:
             stalled.setdefault(r.queue, []).append((r.tenant, r.grp))
-    released = 0
+    out = Swept()
     for queue, groups in stalled.items():
-        released += len(after_finish(ctx, queue, groups))
-    if len(rows) < limit:
-        return released, None
-    last = rows[-1]
-    return released, (last.queue, last.tenant, last.grp)
+        try:
+            freed, passed = _release_stalled(ctx, queue, groups)
+        except Exception:  # (a statement timeout, a held task row: the other queues go on)
+            log.warning("stalled groups of queue %r not released; tried again when the "
+                        "sweep comes round: %s", queue, sorted(f"{t}|{g}" for t, g in groups),
+                        exc_info=True, extra={"queue": queue})
+            out.failed.extend(f"{queue}|{t}|{g}" for t, g in groups)
+            continue
+        if passed:
+            log.warning("stalled groups of queue %r passed over, their rows held by another "
+                        "transaction; tried again when the sweep comes round: %s", queue,
+                        sorted(f"{t}|{g}" for t, g in passed), extra={"queue": queue})
+            out.failed.extend(f"{queue}|{t}|{g}" for t, g in passed)
+        out.released += len(push_released(ctx, freed))
+    if len(rows) >= limit:
+        last = rows[-1]
+        out.after = (last.queue, last.tenant, last.grp)
+    return out
+
+
+def _release_stalled(ctx: Context, queue: str,
+                     groups: list[Group]) -> tuple[Freed | None, list[Group]]:
+    """The sweep's release of a queue's stalled groups (as :func:`release_after_finish`'s,
+    but passing over a group whose row another transaction holds): what to push, and the
+    groups passed over."""
+    ticket = admission.begin(ctx, {(queue, tenant) for tenant, _ in groups})
+    try:
+        tenants, grps = _split(groups)
+        states = [ticket.state_for((queue, t)) for t in tenants]
+        rows, passed = ctx.store.release_free_groups(
+            queue, to_datetime(ctx.now()), ctx.queue_settings.get(queue).group_max_leased,
+            tenants, grps, states, RELEASE_SLICE)
+        items: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
+        for r in rows:  # (their blobs built by the release statement)
+            if r.state == "warm":
+                items[(queue, r.tenant)].append(
+                    (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
+    except BaseException:
+        admission.close(ctx, ticket)
+        raise
+    return Freed(queue, groups, rows, admission.Pending(ticket, [], items)), passed
 
 
 def sweep_all(ctx: Context, limit: int = SWEEP_SLICE) -> int:
@@ -302,6 +353,6 @@ def sweep_all(ctx: Context, limit: int = SWEEP_SLICE) -> int:
     after: tuple[str, str, str] | None = ("", "", "")
     total = 0
     while after is not None:
-        released, after = sweep(ctx, after, limit)
-        total += released
+        swept = sweep(ctx, after, limit)
+        total, after = total + swept.released, swept.after
     return total

@@ -11,16 +11,20 @@ statement of the pair's that PostgreSQL cancelled at the pass's statement or loc
 (``DatabaseTimedOut``: a row held, a slow plan) fails that pair alone the same way, without
 passing over others, as does an error reply to one of the pair's scripts (``broken``: a key
 of the wrong type, an entry a script cannot read), which would otherwise end every pass at
-the same pair (logged as an error for an operator). A reply that speaks for the whole
-server (a replica answering after a failover, a permission refused, a script missing, a
-busy or resharding node: ``SERVER_WIDE``) ends the pass at once, as before. Any other
-PostgreSQL failure still ends the pass: every pair needs it."""
+the same pair (logged as an error for an operator). A queue whose stored settings the
+settings model refuses (``refused_settings``: a value the table allows but the model does
+not, a row written by hand) fails each of its pairs alone too: it would otherwise end every
+pass at its first pair. A
+reply that speaks for the whole server (a replica answering after a failover, a permission
+refused, a script missing, a busy or resharding node: ``SERVER_WIDE``) ends the pass at
+once, as before. Any other PostgreSQL failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
 import logging
 
 import redis
+from pydantic import ValidationError
 
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic.context import Context, Pair
@@ -42,6 +46,11 @@ SERVER_WIDE_CODES = frozenset({"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "
 def server_wide(exc: redis.ResponseError) -> bool:
     """Whether an error reply speaks for the whole server, not for one pair's keys."""
     return isinstance(exc, SERVER_WIDE) or str(exc).split(" ", 1)[0] in SERVER_WIDE_CODES
+
+
+def refused(exc: ValidationError) -> str:
+    """A settings model's refusal in one line: each field with its message."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
 
 class PairFailures:
@@ -98,6 +107,15 @@ class PairFailures:
         logger.error("%s: Valkey refused a script for queue %r tenant %r; it is tried again "
                      "next pass: %s", self.job, pair[0], pair[1], exc,
                      extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
+
+    def refused_settings(self, pair: Pair, exc: ValidationError) -> None:
+        """List the pair as failed: its queue's stored settings are refused (a value the
+        table allows but the settings model does not: a row written by hand, for an
+        operator to fix); the other pairs go on, and the next pass tries it again."""
+        self._list(pair)
+        logger.error("%s: the stored settings of queue %r are refused, so tenant %r is "
+                     "passed over until they are fixed: %s", self.job, pair[0], pair[1],
+                     refused(exc), extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
 
     def _list(self, pair: Pair) -> None:
         name = f"{pair[0]}|{pair[1]}"

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from tierq.core.lazy import lazy_module
 from tierq.dal.store.tasks import NEVER
@@ -52,7 +52,7 @@ from tierq.logic import (
 )
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
-from tierq.maintenance.pair_failures import PairFailures
+from tierq.maintenance.pair_failures import PairFailures, refused, server_wide
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
 if TYPE_CHECKING:
@@ -101,15 +101,26 @@ class ReaperSummary:
     completed: bool = False  # the pair walk got round every pair with warm rows
     purge_queues: int = 0  # queues with finished rows visited
     # queues whose purge statement PostgreSQL cancelled at the pass's timeout (a finished
-    # row held by another transaction): tried again next pass, the others purged
+    # row held by another transaction), or whose stored settings are refused: tried again
+    # next pass, the others purged
     purge_failed: list[str] = field(default_factory=list)
+    # waits of purged dead letters kept, a parent's row held by another transaction (the
+    # other waits are forgotten; these after a later purge of dead letters)
+    waits_kept: int = 0
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
+    # "queue|tenant|group" of stalled groups passed over: a group row another transaction
+    # holds, or a release that failed (tried again when the sweep comes round)
+    groups_failed: list[str] = field(default_factory=list)
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
     payload_tombstones_forgotten: int = 0  # deleted objects' keys past their days, removed
-    # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
+    # "queue|tenant" whose Valkey failed, whose statement timed out, whose keys a script
+    # refused or whose queue's stored settings are refused (tried next pass)
     failed: list[str] = field(default_factory=list)
+    # queues whose ready-tenant index Valkey refused an entry (a key in a state no script
+    # expects: logged as an error; its pairs are entered again next pass)
+    ready_index_failed: list[str] = field(default_factory=list)
 
 
 def run(ctx: Context, config: ReaperConfig | None = None, **overrides: Any) -> ReaperSummary:
@@ -169,7 +180,7 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
         stats.items.extend(visited)
         ctx.pairs.warm_round_now.update(visited)
         touch(ctx, visited)
-        note_ready(ctx, visited)
+        note_ready(ctx, visited, summary.ready_index_failed)
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     if stats.completed:
@@ -184,6 +195,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                 failures.record((queue, tenant), exc)
             except redis.ResponseError as exc:
                 failures.broken((queue, tenant), exc)
+            except ValidationError as exc:
+                failures.refused_settings((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
 
@@ -191,8 +204,9 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
 def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
               summary: ReaperSummary, budget: pairs.Budget, config: ReaperConfig) -> bool:
     """Expire the pair's leases and reconcile it; False when out of time inside it. A pair
-    whose master fails (now or earlier in the pass), or whose statement PostgreSQL cancels
-    at the pass's timeout, is listed as failed and done with."""
+    whose master fails (now or earlier in the pass), whose statement PostgreSQL cancels at
+    the pass's timeout, whose keys a script refuses or whose queue's stored settings the
+    settings model refuses, is listed as failed and done with."""
     if failures.skip((queue, tenant)):
         return True
     try:
@@ -208,29 +222,47 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         failures.record((queue, tenant), exc)
     except redis.ResponseError as exc:  # its keys in a state no script expects
         failures.broken((queue, tenant), exc)
+    except ValidationError as exc:  # its queue's stored settings refused
+        failures.refused_settings((queue, tenant), exc)
     return True
 
 
-def note_ready(ctx: Context, visited: Sequence[pairs.Pair]) -> None:
+def note_ready(ctx: Context, visited: Sequence[pairs.Pair], failed: list[str]) -> None:
     """Enter the visited pairs that hold ready tasks in their queues' ready-tenant indexes
     (logic/ready_tenants.py: the backstop that bounds the index's lag to one pass); one
-    pipeline of counts per queue. Best-effort: the next pass tries again."""
+    pipeline of counts per queue. Best-effort: the next pass tries again. A pair whose
+    count is an error reply is left out, not its queue's other pairs; a queue whose index
+    Valkey refuses (a key of the wrong type) is logged and listed in ``failed``, and the
+    other queues and the pass go on (a reply for the whole server ends the pass)."""
     by_queue: dict[str, list[str]] = {}
     for queue, tenant in visited:
         by_queue.setdefault(queue, []).append(tenant)
     for queue, tenants in by_queue.items():
         try:
-            counts = ctx.warm.ready_counts(queue, tenants)
-        except Exception:  # (a master down: its pairs' replies are errors)
+            counts = ctx.warm.ready_counts_each(queue, tenants)
+        except Exception:  # (a master down)
             log.warning("counting the ready tasks of %r's pairs failed; the next pass enters "
                         "them", queue, exc_info=True)
             continue
-        ready_tenants.note(ctx, queue, [t for t, n in zip(tenants, counts, strict=True) if n])
+        try:
+            ready_tenants.note(ctx, queue,
+                               [t for t, n in zip(tenants, counts, strict=True) if n])
+        except redis.ResponseError as exc:
+            if server_wide(exc):
+                raise
+            if queue not in failed:
+                failed.append(queue)
+            log.error("reaper: Valkey refused an entry in queue %r's ready-tenant index; "
+                      "tried again next pass: %s", queue, exc,
+                      extra={"job": "reaper", "queue": queue})
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
     """Record that these pairs were busy now (at most once per refresh interval each), so
-    that a pair's idle time counts from its last work, not from its last registration."""
+    that a pair's idle time counts from its last work, not from its last registration. A
+    pair whose registry row another transaction holds is left for the next pass: waiting
+    for it would end the pass at the lock timeout, before the walk saved its cursor, and so
+    every pass at the same slice while the row is held."""
     if not busy:
         return
     now = ctx.now()
@@ -241,10 +273,13 @@ def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
 def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                  config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
     """Retention: only the queues that have done or dead rows. A queue whose statement
-    PostgreSQL cancels at the pass's timeout is listed in ``purge_failed`` and passed over,
-    as a pair is in the lease walk: one held row would otherwise end every pass there,
+    PostgreSQL cancels at the pass's timeout (or whose stored settings are refused) is
+    listed in ``purge_failed`` and passed over, as a pair is in the lease walk: one held row
+    (or one bad settings row) would otherwise end every pass there,
     before the other queues' retention and the pass's later parts (idle pairs, stalled
-    groups, payloads, idempotency keys)."""
+    groups, payloads, idempotency keys). Running out of time inside a queue ends its turn
+    too: the next pass goes on after it, so a queue whose backlog outlasts a pass's budget
+    never holds back the queues after it (it is purged on when the walk comes round)."""
     limit = config.slice_size
     stats = pairs.WalkStats()
 
@@ -262,10 +297,16 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                             extra={"job": "reaper", "queue": queue})
                 summary.purge_failed.append(queue)
                 finished = True
-            if not finished:
-                break  # out of time inside this queue: the next pass starts with it again
+            except ValidationError as exc:  # its stored settings refused: for an operator
+                log.error("reaper: the stored settings of queue %r are refused, so its "
+                          "retention is passed over until they are fixed: %s", queue,
+                          refused(exc), extra={"job": "reaper", "queue": queue})
+                summary.purge_failed.append(queue)
+                finished = True
+            # out of time inside this queue still counts as its turn (as a pair's in
+            # reap_pairs): the next pass goes on after it
             stats.items.append((queue, ""))
-            if budget.spent:
+            if not finished or budget.spent:
                 break
     summary.purge_queues = stats.visited
 
@@ -273,7 +314,9 @@ def purge_queues(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
 def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
                 cursors: dict[str, pairs.Pair]) -> None:
     """One slice of the registry per pass: pairs nobody registered or saw busy for the pair
-    retention, with no row of any kind left, are deleted. The walk wraps round at the end."""
+    retention, with no row of any kind left, are deleted. The walk wraps round at the end.
+    A pair whose registry row another transaction holds is kept until the walk comes round
+    again: the others of its slice are forgotten, and the pass goes on."""
     after = cursors.get(FORGET_WALK, pairs.START)
     before = to_datetime(ctx.now() - ctx.settings.pair_retention_seconds)
     rows = ctx.store.forget_idle_pairs(after, forget_slice, before)
@@ -292,12 +335,16 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
 def sweep_groups(ctx: Context, summary: ReaperSummary, groups_slice: int,
                  cursors: dict[str, pairs.Pair]) -> None:
     """One slice of the groups with held tasks per pass: those with nothing active are
-    released (a release that did not run). The cursor keeps (queue, "tenant|group"): a
-    tenant's name has no ``|``. The walk wraps round at the end."""
+    released (a release that did not run). A group whose row another transaction holds is
+    listed in ``groups_failed`` and passed over, not waited for: the slice's other groups
+    are released. The cursor keeps (queue, "tenant|group"): a tenant's name has no ``|``.
+    The walk wraps round at the end."""
     queue, joined = cursors.get(GROUPS_WALK, pairs.START)
     tenant, _, grp = joined.partition("|")
-    released, after = groups.sweep(ctx, (queue, tenant, grp), groups_slice)
-    summary.groups_released += released
+    swept = groups.sweep(ctx, (queue, tenant, grp), groups_slice)
+    summary.groups_released += swept.released
+    summary.groups_failed.extend(swept.failed)
+    after = swept.after
     last = pairs.START if after is None else (after[0], f"{after[1]}|{after[2]}")
     if last != (queue, joined):
         pairs.save_cursor(ctx.store, GROUPS_WALK, last)
@@ -416,8 +463,8 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig
         while True:
             deleted = purge_before(queue, before, config.purge_batch)
             summary.purged += max(0, deleted)
-            if dead and deleted > 0:
-                flows.forget_deleted(ctx)  # a dead child's wait goes with it (logic/flows.py)
+            if dead and deleted > 0:  # a dead child's wait goes with it (logic/flows.py)
+                summary.waits_kept += flows.forget_deleted_unless_held(ctx)[1]
             if deleted < config.purge_batch:
                 break
             if budget is not None and budget.spent:

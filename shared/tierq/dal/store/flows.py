@@ -8,7 +8,7 @@ from datetime import datetime
 from uuid import UUID
 
 import orjson
-from psycopg.rows import scalar_row
+from psycopg.rows import scalar_row, tuple_row
 
 from tierq.dal.postgres import uuid_array
 from tierq.dal.store.base import Conn, StoreBase, positional
@@ -98,6 +98,23 @@ class FlowQueries(StoreBase):
         """Tasks deleted while they had a wait (at most ``limit``)."""
         return [str(i) for i in self._fetch("waits_of_deleted", {"limit": limit},
                                             scalar_row, conn)]
+
+    def waits_with_free_parents(self, conn: Conn, ids: Sequence[str]) -> list[str]:
+        """Of these children (deleted tasks' waits), those whose parents no other
+        transaction holds, their parents locked in ``conn``'s transaction (in id order,
+        never waiting: ``lock_free_parents``); a parent with no row left holds nothing."""
+        if not ids:
+            return []
+        edges = self._fetch("parents_of_waits", {"ids": uuid_array(ids)}, tuple_row, conn)
+        parents = sorted({str(parent) for _, parent in edges})
+        held: set[str] = set()
+        if parents:
+            locked = set(self._fetch("lock_free_parents", {"ids": uuid_array(parents)},
+                                     scalar_row, conn))
+            held = set(self._fetch("tasks_found", {"ids": uuid_array(parents)}, scalar_row,
+                                   conn)) - locked
+        blocked = {str(child) for child, parent in edges if str(parent) in held}
+        return [i for i in ids if i not in blocked]
 
     def unsettled_parents_of_queue(self, conn: Conn, queue: str, limit: int) -> list[str]:
         """Purged parents of ``queue`` whose edges are not settled yet (at most ``limit``)."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import orjson
-from psycopg.rows import scalar_row
+from psycopg.rows import scalar_row, tuple_row
 
 from tierq.dal.postgres import Statement, pipelined_transaction, uuid_array
 from tierq.dal.store.base import Conn, StoreBase, checked, positional
@@ -83,6 +83,38 @@ class GroupQueries(StoreBase):
             checked(row, "release_group_heads", cur)
             out.extend(cur.fetchall())
         return out
+
+    def release_free_groups(self, queue: str, now: datetime, max_active: int,
+                            tenants: Sequence[str], grps: Sequence[str],
+                            ready_states: Sequence[str], slice_size: int
+                            ) -> tuple[list[GroupReleasedRow], list[tuple[str, str]]]:
+        """The reaper's sweep's release, in one transaction: the groups named whose row
+        another transaction holds are passed over, never waited for (``lock_free_groups``);
+        the others are locked (``lock_groups_quietly``, rows created when missing) and
+        released (``release_group_heads``) ``slice_size`` groups a statement, as
+        ``release_groups`` does. The tasks released, and the (tenant, group) passed over."""
+        row = positional(GroupReleasedRow)
+
+        def body(conn: Conn) -> tuple[list[GroupReleasedRow], list[tuple[str, str]]]:
+            names = {"queue": queue, "tenants": _json(tenants), "grps": _json(grps)}
+            locked = set(self._fetch("lock_free_groups", names, tuple_row, conn))
+            held = sorted(g for g in self._fetch("groups_found", names, tuple_row, conn)
+                          if g not in locked)
+            skip = set(held)
+            kept = [i for i, g in enumerate(zip(tenants, grps, strict=True)) if g not in skip]
+            out: list[GroupReleasedRow] = []
+            for start in range(0, len(kept), slice_size):
+                part = kept[start:start + slice_size]
+                sliced = {"queue": queue, "tenants": _json([tenants[i] for i in part]),
+                          "grps": _json([grps[i] for i in part])}
+                self._execute("lock_groups_quietly", sliced, conn)
+                # (a statement of its own: it sees every task committed before the locks)
+                out.extend(self._fetch("release_group_heads", {
+                    **sliced, "now": now, "max": max_active,
+                    "ready_states": _json([ready_states[i] for i in part])}, row, conn))
+            return out, held
+
+        return self.db.run_transaction(body, what="a release of stalled groups")
 
     def held_gone(self, conn: Conn, queue: str, tenants: Sequence[str], grps: Sequence[str],
                   counts: Sequence[int]) -> None:

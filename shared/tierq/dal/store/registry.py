@@ -131,7 +131,8 @@ class RegistryQueries(StoreBase):
             "queue": queue, "tenants": tenants, "now": now, "cap": cap}, scalar_row, conn)
 
     def touch_pairs(self, pairs: Sequence[Pair], now: datetime, stale: datetime) -> None:
-        """Pairs seen busy now (those last seen before ``stale``)."""
+        """Pairs seen busy now (those last seen before ``stale``); a row another
+        transaction holds is passed over, not waited for."""
         self._execute("touch_pairs", {"queues": [p[0] for p in pairs],
                                       "tenants": [p[1] for p in pairs],
                                       "now": now, "stale": stale})
@@ -144,7 +145,8 @@ class RegistryQueries(StoreBase):
                                          "cold": cold, "now": now})
 
     def forget_idle_pairs(self, after: Pair, limit: int, before: datetime) -> list[ForgetRow]:
-        """Forget the idle pairs of one slice of the registry after ``after``."""
+        """Forget the idle pairs of one slice of the registry after ``after``; a pair
+        whose row another transaction holds is kept, not waited for."""
         return self._fetch("forget_idle_pairs", {
             "after_queue": after[0], "after_tenant": after[1], "limit": limit,
             "before": before}, positional(ForgetRow))

@@ -835,10 +835,20 @@ ON CONFLICT (queue, tenant) DO UPDATE SET last_seen = EXCLUDED.last_seen
 RETURNING p.tenant;
 
 -- name: touch_pairs
--- Pairs maintenance found busy: seen now (written at most once per `stale` interval).
+-- Pairs maintenance found busy: seen now (written at most once per `stale` interval). A row
+-- another transaction holds (a registration refreshing it, a move) is passed over, never
+-- waited for: its holder is at work on the pair, and the next pass touches it.
+WITH picked AS MATERIALIZED (
+    SELECT p.queue, p.tenant FROM tierq_queue_tenants p
+    JOIN unnest(%(queues)s::text[], %(tenants)s::text[]) AS v(queue, tenant)
+      ON p.queue = v.queue AND p.tenant = v.tenant
+    WHERE p.last_seen < %(stale)s
+    ORDER BY p.queue, p.tenant
+    FOR UPDATE OF p SKIP LOCKED
+)
 UPDATE tierq_queue_tenants p SET last_seen = %(now)s
-FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS v(queue, tenant)
-WHERE p.queue = v.queue AND p.tenant = v.tenant AND p.last_seen < %(stale)s;
+FROM picked
+WHERE p.queue = picked.queue AND p.tenant = picked.tenant;
 
 -- name: mark_cold_mode
 -- Pairs the mover left in cold mode (`cold`), or found warm again (not `cold`).
@@ -855,10 +865,12 @@ WHERE p.queue = v.queue AND p.tenant = v.tenant
 -- Returns the pairs forgotten, then the slice's last pair (the next cursor) with the
 -- number of pairs the slice read. Only the slice's idle pairs are
 -- checked for rows, one index probe per state and pair (OFFSET 0 keeps each NOT EXISTS a
--- correlated probe: as an anti join it could read a whole partial index), and deleted by
--- primary key. A registration racing with this holds the row: the DELETE waits, then
--- re-checks last_seen on the row it waited for, and keeps a pair registered again meanwhile
--- (or one re-created after it is committed).
+-- correlated probe: as an anti join it could read a whole partial index), then locked and
+-- deleted by primary key. A row another transaction holds (a registration racing with this,
+-- a move) is passed over, never waited for: one held row would otherwise cost the whole
+-- slice at the lock timeout, and the pass's later parts with it; it is looked at again when
+-- the walk comes round. The lock re-checks last_seen on the row's latest version, so a pair
+-- registered again meanwhile is kept (as is one re-created after this commits).
 WITH slice AS MATERIALIZED (
     SELECT queue, tenant, last_seen FROM tierq_queue_tenants
     WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
@@ -885,10 +897,16 @@ WITH slice AS MATERIALIZED (
       -- a pair being moved to another shard keeps its home records until the move ends
       AND NOT EXISTS (SELECT 1 FROM tierq_pair_homes h WHERE h.queue = s.queue
                       AND h.tenant = s.tenant AND h.moving_to IS NOT NULL OFFSET 0)
-), gone AS (
-    DELETE FROM tierq_queue_tenants p
+), locked AS MATERIALIZED (
+    SELECT p.queue, p.tenant FROM tierq_queue_tenants p
     WHERE (p.queue, p.tenant) IN (SELECT queue, tenant FROM idle)
       AND p.last_seen < %(before)s
+    ORDER BY p.queue, p.tenant
+    FOR UPDATE OF p SKIP LOCKED
+), gone AS (
+    DELETE FROM tierq_queue_tenants p
+    USING locked l
+    WHERE p.queue = l.queue AND p.tenant = l.tenant
     RETURNING p.queue, p.tenant
 ), homes_gone AS (
     -- a sharded deployment's record that this shard is the pair's home goes with it (an

@@ -306,3 +306,24 @@ SELECT w.child
 FROM tierq_task_waits w
 WHERE NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.id = w.child)
 LIMIT %(limit)s;
+
+-- name: parents_of_waits
+-- The reaper's forgetting of deleted tasks' waits: the parents each of these children has an
+-- edge to, (child, parent), by tierq_task_edges_child.
+SELECT e.child::text, e.parent::text FROM tierq_task_edges e
+WHERE e.child = ANY(%(ids)s::uuid[]);
+
+-- name: lock_free_parents
+-- Of these parents, lock (in id order) those no other transaction holds, never waiting
+-- (SKIP LOCKED: one parent held would otherwise cost every wait of the slice, of every
+-- tenant); the ids locked. By primary key.
+SELECT t.id::text FROM tierq_tasks t
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[])))
+ORDER BY t.id
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: tasks_found
+-- Which of these ids have a row (with lock_free_parents: the parents another transaction
+-- holds). By primary key.
+SELECT t.id::text FROM tierq_tasks t
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[])));

@@ -43,6 +43,30 @@ FROM unnest(%(tenants)s::text[], %(grps)s::text[], %(active)s::int[], %(held)s::
      AS v(tenant, grp, active, held)
 WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 
+-- name: lock_free_groups
+-- The reaper's sweep, before its release: of the groups named (JSON arrays of strings, as
+-- lock_groups_quietly's), lock the rows no other transaction holds, in name order, never
+-- waiting (SKIP LOCKED: a held row is an enqueue's or a release's at work on its group, and
+-- waiting for one would cost every other group of the release). The groups locked.
+SELECT g.tenant, g.grp FROM tierq_groups g
+WHERE g.queue = %(queue)s
+  AND (g.tenant, g.grp) IN (
+      SELECT v.tenant, v.grp
+      FROM ROWS FROM (jsonb_array_elements_text(%(tenants)s::jsonb),
+                      jsonb_array_elements_text(%(grps)s::jsonb)) AS v(tenant, grp))
+ORDER BY g.tenant COLLATE "C", g.grp COLLATE "C"
+FOR UPDATE OF g SKIP LOCKED;
+
+-- name: groups_found
+-- Which of the groups named (JSON arrays of strings) have a row: with lock_free_groups, the
+-- sweep's groups whose row another transaction holds.
+SELECT g.tenant, g.grp FROM tierq_groups g
+WHERE g.queue = %(queue)s
+  AND (g.tenant, g.grp) IN (
+      SELECT v.tenant, v.grp
+      FROM ROWS FROM (jsonb_array_elements_text(%(tenants)s::jsonb),
+                      jsonb_array_elements_text(%(grps)s::jsonb)) AS v(tenant, grp));
+
 -- name: release_group_heads
 -- After lock_groups or lock_groups_quietly, in its transaction (a statement of its own, so
 -- that it sees every enqueue committed before the locks were granted; names as JSON arrays
