@@ -129,14 +129,15 @@ def end_leases(ctx: Context, queue: str, targets: Sequence[Target]) -> None:
     replay's push leaves the task out (lua/push_ready.lua). Called with the dead rows
     locked, before the reset: only a reaper pass that listed such a lease just before can
     still record it (docs/architecture.md §2)."""
-    by_tenant: dict[str, list[Place]] = defaultdict(list)
+    by_tenant: dict[str, list[str]] = defaultdict(list)
     for t in targets:
-        # (the member is the id: remove.lua finds a lease by its task's id; a dead task
-        # waits in no ready set)
-        by_tenant[t.tenant].append(Place(0, t.id))
+        by_tenant[t.tenant].append(t.id)
     tokens: list[str] = []
-    for tenant, places in by_tenant.items():
-        _, ended = ctx.warm.remove_leased(queue, tenant, places)
+    # (one round trip finds the few that have an entry; most dead letters have none)
+    for tenant, ids in ctx.warm.lease_indexed(queue, by_tenant).items():
+        # the member is the id: remove.lua finds a lease by its task's id, and a dead task
+        # waits in no ready set
+        _, ended = ctx.warm.remove_leased(queue, tenant, [Place(0, i) for i in ids])
         tokens += [lease.token for lease in ended]
     if tokens:
         from tierq.logic.leases import free_reservations  # (only when a lease was left)
