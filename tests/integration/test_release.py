@@ -151,9 +151,10 @@ def test_a_release_with_leases_of_several_tenants(tq):
     "an ack whose lease check passed before a release of the same lease took it deletes the "
     "row after release_leased, and the release's push (before or after the delete) puts the "
     "acked task back in line: nothing in PostgreSQL tells the release's take-back from the "
-    "ack's lease (a release counts no attempt). Fix: the ack's lease drop (lease_drop.lua) "
-    "tombstones in `gone` each acked id whose lease it no longer finds, and takes a waiting "
-    "copy out of `data` (claim.lua drops a ready member without data)"))
+    "ack's lease (a release counts no attempt). A complete fix makes the ack's check and the "
+    "release's take-back exclusive: the check marks its leases as being acked in the same "
+    "round trip (a script where the ZMSCORE is), and release_leases.lua takes no marked "
+    "lease; it costs every ack a write per lease, to be measured first"))
 def test_an_ack_checked_before_a_release_took_its_lease_stays_answered(make_tq, valkey):
     """A client that acks and releases one lease at once (a misuse: a task is released
     only when it was not started) gets both answered: the ack is acked, the release
