@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from tests.shards.conftest import ShardedFactory
@@ -317,6 +318,39 @@ def test_a_move_waits_for_the_caches_and_a_pair_can_move_back(
     tq.move_pair(QUEUE, TENANT, home, poll_seconds=0.05)
     tq.enqueue(QUEUE, [{"payload": 1}], tenant=TENANT)
     assert [t.payload for t in tq.claim(QUEUE, max=5)] == [1]  # a queue-wide claim
+
+
+def test_the_old_homes_last_visit_leaves_the_new_homes_leases_to_it(
+        make_sharded: ShardedFactory, valkey_url: str) -> None:
+    """The old home's reaper visits a pair whose warm rows are gone once more, to expire
+    what leases it left. Once the pair has moved, the leases in its (shared) Valkey keys
+    are the new home's: the old home would find no row to record an expired one on and
+    drop it, and its attempt would never be counted. It leaves them to the new home."""
+    tq = quick(make_sharded(**FAST))
+    tq.enqueue(QUEUE, [{"payload": "before"}], tenant=TENANT)
+    home = tq.homes.home_of(QUEUE, TENANT, create=False)
+    assert home is not None
+    to = other_shard(tq, home)
+    old, new = tq.engines[home], tq.engines[to]
+    assert old.run_reaper().completed  # a round with the pair's warm rows in it
+    assert not tq.ack(QUEUE, tq.claim(QUEUE, tenant=TENANT)).rejected
+    tq.move_pair(QUEUE, TENANT, to, drain_seconds=10, poll_seconds=0.05)
+    [after] = tq.enqueue(QUEUE, [{"payload": "after"}], tenant=TENANT)
+    [task] = tq.claim(QUEUE, tenant=TENANT, lease_seconds=10)
+    assert task.id == after.id
+    for engine in tq.engines.values():
+        engine.ctx.clock.advance(11)
+    leased = redis.Redis.from_url(valkey_url)
+    try:
+        # a round without the pair: its last visit there
+        assert old.run_reaper().completed
+        assert leased.zcard(PairKeys.of(QUEUE, TENANT).leased) == 1
+    finally:
+        leased.close()
+    assert new.run_reaper().requeued == 1
+    [again] = tq.claim(QUEUE, tenant=TENANT)
+    assert (again.id, again.attempt) == (after.id, 2)
+    assert not tq.ack(QUEUE, [again]).rejected
 
 
 def test_a_stopped_second_move_is_finished_whatever_copy_is_read_first(

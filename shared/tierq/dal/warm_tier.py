@@ -1339,6 +1339,31 @@ class WarmTier:
             out += self._command("ZMSCORE", leased, *part)
         return out
 
+    def lease_indexed(self, queue: str, ids: Mapping[str, Sequence[str]]
+                      ) -> dict[str, list[str]]:
+        """Of each tenant's task ids (``ids``: by tenant), those its pair's lease index
+        (``lease_of``) names: a lease, or a release's mark, whether or not it still holds.
+        One HMGET per pair and IDS_PER_CALL ids, all in one pipeline (one round trip on a
+        single server; one per master in cluster mode)."""
+        commands: list[tuple[Any, ...]] = []
+        asked: list[tuple[str, Sequence[str]]] = []
+        for tenant, names in ids.items():
+            lease_of = PairKeys.of(queue, tenant).lease_of
+            for part in chunks(names, IDS_PER_CALL):
+                commands.append(("HMGET", lease_of, *part))
+                asked.append((tenant, part))
+        replies = self.pipeline(commands) if commands else []
+        out: dict[str, list[str]] = {}
+        for (tenant, part), reply in zip(asked, replies, strict=True):
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            named = [task_id for task_id, entry in zip(part, reply, strict=True)
+                     if entry is not None]
+            if named:
+                out.setdefault(tenant, []).extend(named)
+        return out
+
     def lease_deadlines(self, queue: str, tenant: str,
                         members: Sequence[str]) -> list[int | None]:
         """The deadline (epoch ms) of each lease (a member ``lease_member(id, token)``),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from tierq.core.ordering import Place
 from tierq.dal.store.rows import DeadKeyRow
 from tierq.dal.task_store import Conn
 from tierq.logic import admission, flows, groups
@@ -80,6 +82,7 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             if not locked:
                 return locked
             targets = [Target(str(r.id), queue, r.tenant) for r in first_of_each_key(locked)]
+            end_leases(ctx, queue, targets)
             ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
             # (a replayed task waits no more; what it failed waits for it again)
             flows.on_replay(ctx, conn, [t.id for t in targets])
@@ -112,6 +115,33 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             more = True
             break
     return Slice(replayed, _skipped(wanted, replayed), more)
+
+
+def end_leases(ctx: Context, queue: str, targets: Sequence[Target]) -> None:
+    """End the leases that dead letters about to be replayed still hold in Valkey, giving
+    back their queue-wide reservations.
+
+    Such a lease is the one of the attempt that dead-lettered the task: its drop is still
+    on its way (a nack or the reaper commits, then drops), or a Valkey failure after that
+    commit left it. The replay resets the attempts to 0, below that lease's attempt, so the
+    lease would pass the attempt checks against the replayed task: the reaper would list
+    it again and dead-letter the task without it having run, and while it stays the
+    replay's push leaves the task out (lua/push_ready.lua). Called with the dead rows
+    locked, before the reset: only a reaper pass that listed such a lease just before can
+    still record it (docs/architecture.md §2)."""
+    by_tenant: dict[str, list[str]] = defaultdict(list)
+    for t in targets:
+        by_tenant[t.tenant].append(t.id)
+    tokens: list[str] = []
+    # (one round trip finds the few that have an entry; most dead letters have none)
+    for tenant, ids in ctx.warm.lease_indexed(queue, by_tenant).items():
+        # the member is the id: remove.lua finds a lease by its task's id, and a dead task
+        # waits in no ready set
+        _, ended = ctx.warm.remove_leased(queue, tenant, [Place(0, i) for i in ids])
+        tokens += [lease.token for lease in ended]
+    if tokens:
+        from tierq.logic.leases import free_reservations  # (only when a lease was left)
+        free_reservations(ctx, queue, tokens)
 
 
 def first_of_each_key(locked: Sequence[DeadKeyRow]) -> list[DeadKeyRow]:

@@ -37,6 +37,7 @@ import redis
 from pydantic import Field, ValidationError
 
 from tierq.core.lazy import lazy_module
+from tierq.dal.shards import shard_tag
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
@@ -187,7 +188,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
         # pairs whose warm rows are all gone since the last round: one last visit
         for queue, tenant in sorted(ctx.pairs.warm_round_before - ctx.pairs.warm_round_now):
             try:
-                if not failures.skip((queue, tenant)):
+                if not failures.skip((queue, tenant)) and not lives_elsewhere(ctx, queue,
+                                                                              tenant):
                     expire_leases(ctx, queue, tenant, summary, config)
             except DatabaseTimedOut as exc:
                 failures.timed_out((queue, tenant), exc)
@@ -199,6 +201,19 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                 failures.refused_settings((queue, tenant), exc)
         ctx.pairs.warm_round_before = ctx.pairs.warm_round_now
         ctx.pairs.warm_round_now = set()
+
+
+def lives_elsewhere(ctx: Context, queue: str, tenant: str) -> bool:
+    """Whether the pair's home is another shard now (a move switched it: logic/pair_moves.py).
+    The pair's Valkey keys are shared by every shard, so its leases there are the new
+    home's tasks': this shard would list them, find no row to record their attempts on and
+    drop them, and the new home's reaper would not count those attempts (the reconciler
+    puts the tasks back after its grace). One read of this shard's copy of the home, on
+    the last visit of a sharded deployment's pair only."""
+    if ctx.id_tag is None:
+        return False
+    state = ctx.store.home_state(queue, tenant)
+    return state is not None and shard_tag(state.shard) != ctx.id_tag
 
 
 def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
