@@ -89,3 +89,38 @@ def test_a_slow_queue_holds_only_its_share_of_the_dispatchers_threads(
     fast = tq.enqueue("quick", [{"payload": {"n": 100 + n}} for n in range(20)])
     took = drain_time(tq, functions, ids(fast), "slow", max_in_flight=4)
     assert took < 1.5 * SLOW, f"the fast queue took {took:.2f}s"
+
+
+@pytest.mark.parametrize("max_concurrency", [4, None])
+def test_a_share_lends_what_its_tenant_cannot_use(
+        tq: Tierq, functions: LocalFunctions, max_concurrency: int | None) -> None:
+    """A tenant whose one long invocation runs with nothing more ready still counts among
+    the tenants sharing the queue, yet its unused part goes to the tenant that has work:
+    four invocations at once (three of the busy tenant), never a slot left idle while
+    tasks wait (with shares that bind whatever the others can use: three at most)."""
+    consumer: dict[str, Any] = {"function": CONSUMER, "batch_size": 1}
+    if max_concurrency is not None:
+        consumer["max_concurrency"] = max_concurrency
+    tq.put_queue("lent", {"consumer": consumer})
+    [long] = tq.enqueue("lent", [{"payload": {"n": 0, "sleep": 4 * SLOW}, "tenant": "b-one"}])
+    tq.enqueue("lent", [{"payload": {"n": 1 + n, "sleep": 0.3}, "tenant": "a-many"}
+                        for n in range(40)])
+    dispatcher = Dispatcher(tq.ctx, functions, max_in_flight=4)
+    done = threading.Event()
+    runner = threading.Thread(target=dispatcher.run, kwargs={
+        "until": time.monotonic() + 20, "idle_seconds": 20, "should_stop": done.is_set})
+    runner.start()
+    try:
+        eventually(lambda: str(long.id) in JOURNAL.running_ids, timeout=5,
+                   what="b-one's long invocation to start")
+        peak, began = 0, time.monotonic()
+        while time.monotonic() - began < 2 * SLOW:  # b-one's invocation runs all along
+            with JOURNAL.lock:
+                assert str(long.id) in JOURNAL.running_ids
+                peak = max(peak, JOURNAL.running.get("lent", 0))
+            time.sleep(0.01)
+    finally:
+        done.set()
+        runner.join()
+        dispatcher.close()
+    assert peak == 4, f"{peak} invocations at most while a-many alone had work"

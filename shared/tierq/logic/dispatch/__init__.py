@@ -52,8 +52,11 @@ turns starts one more batch, which outlives the others'), and a queue without
   or running: ``QueueState.running``) are fewer than its share of the queue's limit (its
   ``max_concurrency`` and its share of the threads): the limit over the tenants listed
   with ready work and those with batches running, rounded up, at least 1
-  (:func:`tenant_share`). A tenant at its share passes its turn; a tenant alone may use
-  the whole limit.
+  (:func:`tenant_share`). A tenant at its share passes its turn, unless no tenant under
+  its share gives tasks: then the tenants at their share are tried in the same order, so
+  a share binds only while another tenant gets work, and a part a tenant cannot use (its
+  batch runs with nothing more ready; it cannot claim: warm tier full, master down, its
+  own limits) goes to those that can. A tenant alone may use the whole limit.
 
 A share never stops a batch that runs: work arriving beside slow batches gets its share as
 they end, within one slow invocation.
@@ -77,8 +80,7 @@ Where the turns stand, and what that does not cover:
   Valkey (:class:`InvocationSlots`) still bound the queue as a whole.
 - The tenants counted are those of the batch's window (``DISPATCH_WINDOW``) and those
   running: a queue with more tenants ready shares as if it had that many. A tenant listed
-  without ready work (the index lags) lowers the others' share until a batch visits it,
-  which takes it out of the index.
+  without ready work (the index lags) costs the others nothing: its part is lent.
 
 The message of a failed invocation (the function's error message, the AWS SDK's) goes to the
 dispatcher's log with the queue, the tenant and the function (:meth:`Dispatcher._log_outcome`),

@@ -462,25 +462,33 @@ class Dispatcher:
                       tenants: Sequence[str], empty: list[str],
                       ) -> tuple[list[ClaimedTask], int]:
         """``_claim`` over a window of tenants; the tenants found without ready work are
-        added to ``empty``."""
+        added to ``empty``. The tenants under their share are tried first, in turn; only
+        when none of them gives tasks are those that hold their share tried (in the same
+        order), so a share binds while another tenant gets work and never leaves a slot
+        idle: a tenant whose batch still runs with nothing more ready, or one that cannot
+        claim (warm tier full, master down, at its own limits), lends its part to the
+        others."""
         queue = consumer.queue
         failures = 0
         failure: Exception | None = None
         down: set[str] = set()  # masters that failed in this batch ("": a single server)
-        for _ in range(len(tenants)):
-            tenant = self._next_tenant(state, tenants)
+
+        def attempt(tenant: str, *, over_share: bool) -> list[ClaimedTask] | None:
+            """The tenant's tasks ([] when it had none, failed or is passed over); None
+            when it holds its share and ``over_share`` is off. A tenant with tasks stays
+            counted in ``state.running`` until its batch ends."""
+            nonlocal failures, failure
             if down and self.ctx.warm.master_of(queue, tenant) in down:
                 failures += 1
-                continue
-            if not self._enter(consumer, state, tenant, tenants):
-                continue  # it holds its share while others have work: its turn passes
+                return []
+            if not self._enter(consumer, state, tenant, tenants, over_share=over_share):
+                return None  # it holds its share while others may have work
             tasks: list[ClaimedTask] = []
             try:
                 tasks = self._claim_tenant(consumer, tenant, lease, empty)
             except WarmTierFull:  # its cold work finds no room warm: the others go on
                 log.info("queue %r, tenant %r: the warm tier is full; its turn passes",
                          queue, tenant, extra=self._fields(consumer, tenant))
-                continue
             except (WarmTierUnavailable, DatabaseTimedOut) as exc:
                 failures += 1
                 failure = exc
@@ -491,11 +499,22 @@ class Dispatcher:
                 log.warning("queue %r, tenant %r: claiming failed (%s); its turn passes: %s",
                             queue, tenant, exc.message, exc.detail or "",
                             extra=self._fields(consumer, tenant))
-                continue
             finally:
                 if not tasks:
                     with self._changed:
                         self._leave(state, tenant)
+            return tasks
+
+        at_share: list[str] = []
+        for _ in range(len(tenants)):
+            tenant = self._next_tenant(state, tenants)
+            tasks = attempt(tenant, over_share=False)
+            if tasks is None:
+                at_share.append(tenant)
+            elif tasks:
+                return tasks, len(tenants)
+        for tenant in at_share:  # none under its share had work: the slot is not left idle
+            tasks = attempt(tenant, over_share=True)
             if tasks:
                 return tasks, len(tenants)
         if failure is not None and failures == len(tenants):
@@ -503,17 +522,18 @@ class Dispatcher:
         return [], len(tenants)
 
     def _enter(self, consumer: Consumer, state: QueueState, tenant: str,
-               listed: Sequence[str]) -> bool:
+               listed: Sequence[str], *, over_share: bool = False) -> bool:
         """Count a batch for ``tenant`` before it claims, unless the tenant holds its share
-        already: the queue's limit (its ``max_concurrency`` and its share of the threads)
-        split among the tenants listed with ready work and those with batches running
+        already (and ``over_share`` is off: no tenant under its share had work): the
+        queue's limit (its ``max_concurrency`` and its share of the threads) split among
+        the tenants listed with ready work and those with batches running
         (:func:`tenant_share`). Checked and counted under the lock, so concurrent batches
-        of this dispatcher never take a tenant past its share."""
+        of this dispatcher take a tenant past its share only when the others had none."""
         with self._changed:
             limit = min(self._cap(consumer), state.share or self.max_in_flight)
             tenants = len(set(listed).union(state.running))
             held = state.running.get(tenant, 0)
-            if held >= tenant_share(limit, tenants):
+            if not over_share and held >= tenant_share(limit, tenants):
                 return False
             state.running[tenant] = held + 1
             return True
