@@ -243,9 +243,9 @@ def test_a_deleted_objects_key_is_forgotten_after_its_days(
 
     tq.ctx.clock.advance(1.5 * DAY)  # the first five are 3.5 days old, the last 1.5
     forgotten = [reaper.run(tq.ctx, payload_tombstone_days=3, payload_slice=2,
-                            payload_slices=1).payload_tombstones_forgotten
-                 for _ in range(4)]
-    assert forgotten == [2, 2, 1, 0] and _tombstones(pg) == 1  # a slice's worth a pass
+                            payload_slices=2).payload_tombstones_forgotten
+                 for _ in range(3)]
+    assert forgotten == [4, 1, 0] and _tombstones(pg) == 1  # slices × slice a pass at most
     with pytest.raises(InvalidInput, match="is not known here"):
         tq.enqueue("files", [{"payload": old[0], "tenant": "acme"}])
     with pytest.raises(InvalidInput, match="was deleted"):

@@ -93,7 +93,9 @@ def _refusal(key: str, where: str, state: str | None) -> InvalidInput:
     if state is None:
         message = (f"payload object {key!r} is not known here: a pointer belongs to the "
                    "shard its upload was made through (POST /v1/queues/{queue}/payloads "
-                   "to a queue of this shard); upload the payload again for this queue")
+                   "to a queue of this shard), and a deleted object's key is forgotten "
+                   "after TIERQ_REAPER_PAYLOAD_TOMBSTONE_DAYS; upload the payload again "
+                   "for this queue")
     else:
         message = (f"payload object {key!r} was deleted (no task needed it any more); "
                    "upload the payload again")
@@ -239,9 +241,10 @@ def sweep(ctx: Context, slice_size: int, slices: int,
     refused; one holding it is skipped), then deleted from the store. A used key goes once
     no task that named it has a row left; a pending one once it is older than
     ``TIERQ_PAYLOAD_PENDING_SECONDS``. An object whose delete failed is live again and
-    tried on the next round. Then up to ``slice_size`` tombstones older than
-    ``tombstone_days`` are removed, oldest first: the table keeps the live keys and the
-    recent tombstones, which the live keys' scan would otherwise step over forever."""
+    tried on the next round. Then the tombstones older than ``tombstone_days`` are
+    removed, oldest first, up to ``slices`` slices (as many as a pass may tombstone, so
+    the old ones never pile up): the table keeps the live keys and the recent tombstones,
+    which the live keys' scan would otherwise step over forever."""
     out = Swept()
     with _cursor_lock:
         after = _cursors.get(id(ctx.store), "")
@@ -276,5 +279,9 @@ def sweep(ctx: Context, slice_size: int, slices: int,
         after = keys[-1]
     with _cursor_lock:
         _cursors[id(ctx.store)] = after
-    out.forgotten = ctx.store.payload_tombstones_forget(forget_before, slice_size)
+    for _ in range(slices):  # as many slices as may have been tombstoned: the tail stays short
+        forgotten = ctx.store.payload_tombstones_forget(forget_before, slice_size)
+        out.forgotten += forgotten
+        if forgotten < slice_size:
+            break
     return out

@@ -79,8 +79,9 @@ class ReaperConfig(SlicedWalkConfig):
     # big payloads' recorded objects read per slice, and slices per pass (logic/payloads.py)
     payload_slice: int = Field(default=1000, ge=1, le=10_000)
     payload_slices: int = Field(default=4, ge=1, le=1000)
-    # days a deleted object's key is remembered (refused as "was deleted", then as unknown)
-    payload_tombstone_days: float = Field(default=payloads.TOMBSTONE_DAYS, gt=0, le=3650)
+    # days a deleted object's key is remembered (refused as "was deleted", then as
+    # unknown); a day at least, far longer than a failed delete takes to restore its key
+    payload_tombstone_days: float = Field(default=payloads.TOMBSTONE_DAYS, ge=1, le=3650)
 
 LEASES_WALK = "reaper.pairs"
 PURGE_WALK = "reaper.purge"
