@@ -124,3 +124,35 @@ def test_a_share_lends_what_its_tenant_cannot_use(
         runner.join()
         dispatcher.close()
     assert peak == 4, f"{peak} invocations at most while a-many alone had work"
+
+
+def _raise(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a failure in the batch's way")
+
+
+@pytest.mark.parametrize("where", ["claim", "event", "invoke", "settle", "forget",
+                                   "record"])
+def test_a_failing_batch_gives_back_what_it_counted(
+        tq: Tierq, functions: LocalFunctions, monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    """Whatever step of a batch raises, the dispatcher's counts of its queue (running per
+    tenant, in flight, batches that got tasks) come back to zero: a count left behind
+    would hold a tenant at its share, or weaken the queue's backoff, for good."""
+    from tierq.logic.dispatch import loop
+
+    tq.put_queue("q", {"consumer": {"function": CONSUMER, "batch_size": 1,
+                                    "max_concurrency": 2}})
+    tq.enqueue("q", [{"payload": {"n": n}, "tenant": t} for n in range(3) for t in "ab"])
+    dispatcher = Dispatcher(tq.ctx, functions, max_in_flight=4)
+    target = {"claim": (dispatcher, "_claim_tenant"), "event": (loop, "sqs_event"),
+              "invoke": (functions, "invoke"), "settle": (loop, "settle"),
+              "forget": (loop.ready_tenants, "forget"),
+              "record": (loop, "record_counts")}[where]
+    monkeypatch.setattr(*target, _raise)
+    try:
+        for _ in range(3):
+            dispatcher.dispatch_once("q")
+        state = dispatcher._states["q"]
+        assert (state.running, state.in_flight, state.fed) == ({}, 0, 0)
+    finally:
+        dispatcher.close()

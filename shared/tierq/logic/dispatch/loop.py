@@ -310,7 +310,7 @@ class Dispatcher:
         counts = DispatchCounts()
         slot: limits.Held | None = None
         tasks: list[ClaimedTask] = []
-        invoked = fed = False
+        invoked = fed = counted = False
         tenant = ""  # whose tasks the batch got (entered in state.running by _claim_window)
         with self._changed:
             fed_claims = state.fed_claims
@@ -336,6 +336,7 @@ class Dispatcher:
             # or other tenants are listed with ready work
             self._fed(consumer, state, more=len(tasks) >= consumer.batch_size
                       or fit < len(tasks) or listed > 1)
+            counted = True  # (state.fed: given back below only once taken)
             if fit < len(tasks):  # larger than an invoke may carry: the tail goes back
                 release_tasks(self.ctx, consumer.queue, tasks[fit:], counts)
                 tasks = tasks[:fit]
@@ -380,8 +381,9 @@ class Dispatcher:
             with self._changed:
                 state.in_flight -= 1
                 self._in_flight -= 1
-                if fed:
+                if counted:
                     state.fed -= 1
+                if fed:
                     self._leave(state, tenant)
                 self.totals.add(counts)
                 self._changed.notify_all()
