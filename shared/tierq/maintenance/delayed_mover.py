@@ -1,27 +1,8 @@
 """delayed_mover: delayed tasks whose run_at has come become ready (warm or cold) at the back
-of their line, fair across the (queue, tenant) pairs, so one pair's due backlog never holds
-back another's due rows. A batch is bounded by the bytes it reads back (``batch_bytes``) as
-well as by rows, so big payloads due at once never take a pass past its function's memory.
-
-Each batch (one transaction) is made in two steps, both index-driven (``engine.sql``):
-
-1. ``walk_delayed_pairs``: a window of up to ``batch`` pairs with delayed rows, after the
-   pass's cursor in (queue, tenant) order, each with its oldest run_at (one entry of
-   ``tierq_tasks_delayed_pair`` per pair; nothing read when no row at all is due);
-2. ``lock_due_of_pairs``: of the window's pairs with a row due, oldest due first (at most
-   ``limit`` of them), each pair's share of the batch, ``limit // pairs`` rows (one at
-   least), from the front of its line: oldest due first, then seq, locked with
-   ``FOR UPDATE SKIP LOCKED``. The rows come in round robin (each pair's first, then each
-   pair's second), so the ``batch_bytes`` cut takes from every pair, and a pair's rows
-   keep their order when ``make_ready`` gives them new seqs.
-
-The next batch reads the next window, round to the first pair after the last; the pass
-ends once round every pair with nothing left behind (no pair that filled its share, no row
-past the bytes), at ``max_batches`` or when its budget is spent. Where a pass stops is
-saved (``tierq_maintenance_cursors``, walk ``delayed_mover``; written only when it moved),
-so the next pass goes on after it. The cost of a batch is its window's pairs (one index entry
-each) and its rows, whatever the delayed backlog. With 50 due rows of tenant a before 1 of
-tenant b and a batch of 10, the first batch takes a's first 5 and b's row.
+of their line. Bounded batches selected with FOR UPDATE SKIP LOCKED from the due index, so
+the cost is proportional to what is due, not to the delayed backlog (codeQ). A batch is
+bounded by the bytes it reads back (``batch_bytes``) as well as by rows, so big payloads due
+at once never take a pass past its function's memory.
 
 A batch mixes pairs whose keys live on different Valkey masters (cluster mode), so each pair
 is admitted and pushed on its own. Whichever way a pair fails, the other pairs' tasks become
@@ -41,33 +22,30 @@ expects) fails that pair the same way, without passing over the other pairs of i
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import psycopg
 import redis
 from pydantic import Field
 
-from tierq.dal.store.rows import DelayedPair, DueRow, ReadyRow
+from tierq.dal.store.rows import DueRow, ReadyRow
 from tierq.errors import Unavailable, WarmTierUnavailable
 from tierq.logic import admission, flows
 from tierq.logic.admission import PushItem, Ticket
 from tierq.logic.context import Context, Pair, to_datetime
-from tierq.logic.pairs import START, Budget, load_cursors, save_cursor
+from tierq.logic.pairs import Budget
 from tierq.maintenance.pair_failures import PairFailures
 from tierq.maintenance.registry import JobConfig, MaintenanceJob
 
 logger = logging.getLogger(__name__)
-WALK = "delayed_mover"  # its cursor's name in tierq_maintenance_cursors
 
 
 class DelayedMoverConfig(JobConfig):
-    """``TIERQ_DELAYED_MOVER_<FIELD>``: rows locked per batch (one transaction each; also
-    the pairs of its window), the bytes of payload a batch reads back at most, and batches
-    per pass at most; the budget is checked between batches."""
+    """``TIERQ_DELAYED_MOVER_<FIELD>``: rows locked per batch (one transaction each), the
+    bytes of payload a batch reads back at most, and batches per pass at most; the budget
+    is checked between batches."""
 
     batch: int = Field(default=1000, ge=1, le=10_000)
     # a batch's rows are read back whole (payloads, parents) and held until their push: at
@@ -103,23 +81,16 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
         summary.waited_too_long = flows.expire(ctx, limit=batch)  # (logic/flows.py)
     except (Unavailable, psycopg.Error):
         logger.exception("expiring waits past their wait_timeout_seconds failed; moving on")
-    begin = position = load_cursors(ctx.store).get(WALK, START)
-    # the window where the walk last found every due row it saw taken (None: rows were left
-    # behind since), and whether the walk came back round to the start after it
-    quiet_from: Pair | None = None
-    wrapped = False
     for _ in range(config.max_batches):
         tickets: dict[Pair, Ticket] = {}
         rows: list[ReadyRow] = []
         warm_by_pair: dict[Pair, list[PushItem]] = {}
         try:
             with ctx.db.transaction() as conn:
-                now = to_datetime(ctx.now())
-                window = ctx.store.walk_delayed_pairs(conn, position, now, batch)
-                waiting = due_turns(window, now, failed)
-                turns = waiting[:limit]  # (a pair's share is one row at least)
-                share = max(1, limit // len(turns)) if turns else 0
-                due = ctx.store.lock_due_of_pairs(conn, turns, now, share) if turns else []
+                due = ctx.store.lock_due_skipping(conn, to_datetime(ctx.now()), limit,
+                                                  sorted(failed))
+                if not due:
+                    break
                 # the rows past batch_bytes stay delayed, in place (unlocked at the commit)
                 kept = within_bytes(due, config.batch_bytes)
                 for pair in dict.fromkeys((r.queue, r.tenant) for r in kept):
@@ -147,10 +118,7 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
             for ticket in tickets.values():
                 _close_quietly(ctx, ticket)
             raise
-        if not window and position == START:
-            break  # nothing due (the walk reads nothing then)
-        if due:
-            summary.batches += 1
+        summary.batches += 1
         summary.moved += len(rows)
         summary.cold += sum(1 for r in rows if r.state != "warm")
         for pair, ticket in tickets.items():
@@ -168,42 +136,12 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                 continue
             summary.warm += len(items) - len(refused)
             summary.cold += len(refused)
-        if len(turns) < len(waiting) or left_behind(due, kept, share):
-            quiet_from = None
-        elif quiet_from is None:
-            quiet_from, wrapped = position, False
-        if len(window) < batch:  # the last pairs: round to the start
-            position, wrapped = START, True
-        else:
-            position = (window[-1].queue, window[-1].tenant)
-        if quiet_from is not None and wrapped and position >= quiet_from:
-            break  # once round every pair with nothing left behind: none left due
-        if budget.spent:
-            break  # out of time (what is left waits for the next pass)
+        if (len(due) < limit and len(kept) == len(due)) or budget.spent:
+            break  # none left due, or out of time (what is left waits for the next pass)
         # big payloads: lock about what the bytes allow (twice the rows kept), so a batch
         # does not read the sizes of many rows it leaves; back to ``batch`` as they shrink
         limit = min(batch, 2 * len(kept) if len(kept) < len(due) else 2 * limit)
-    if position != begin:
-        save_cursor(ctx.store, WALK, position)
     return summary
-
-
-def due_turns(window: Sequence[DelayedPair], now: datetime,
-              failed: set[Pair]) -> list[Pair]:
-    """The window's pairs with a row due (but those failed in this pass), oldest due
-    first: the order a batch takes them in."""
-    due = sorted((p.oldest, p.queue, p.tenant) for p in window
-                 if p.oldest <= now and (p.queue, p.tenant) not in failed)
-    return [(queue, tenant) for _, queue, tenant in due]
-
-
-def left_behind(due: Sequence[DueRow], kept: Sequence[DueRow], share: int) -> bool:
-    """Whether a batch may have left due rows of the pairs it took from: a pair that filled
-    its share, or rows past the batch's bytes."""
-    if len(kept) < len(due):
-        return True
-    taken = Counter((r.queue, r.tenant) for r in due)
-    return any(n >= share for n in taken.values())
 
 
 def within_bytes(due: Sequence[DueRow], most: int) -> Sequence[DueRow]:

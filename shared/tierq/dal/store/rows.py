@@ -32,14 +32,6 @@ class DueRow(NamedTuple):
     size: int  # about the bytes of its payload and parents (what make_ready reads back)
 
 
-class DelayedPair(NamedTuple):
-    """A pair with delayed rows and the run_at of its oldest (the delayed mover's window)."""
-
-    queue: str
-    tenant: str
-    oldest: datetime
-
-
 class ReadyRow(NamedTuple):
     """A task made ready or given back, with what the warm tier keeps of it."""
 

@@ -16,7 +16,6 @@ from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import (
     AckedRow,
     DeadKeyRow,
-    DelayedPair,
     DueRow,
     LiveKeyRow,
     OutcomeRow,
@@ -102,21 +101,12 @@ class TaskQueries(StoreBase):
             "ids": uuid_array(ids), "states": states, "from_states": from_states, "now": now,
         }, positional(ReadyRow), conn)
 
-    def walk_delayed_pairs(self, conn: Conn, after: Pair, now: datetime,
-                           limit: int) -> list[DelayedPair]:
-        """Up to ``limit`` pairs with delayed rows after ``after``, each with its oldest
-        run_at; none when no row at all is due."""
-        return self._fetch("walk_delayed_pairs", {
-            "after_queue": after[0], "after_tenant": after[1], "now": now, "limit": limit},
-            positional(DelayedPair), conn)
-
-    def lock_due_of_pairs(self, conn: Conn, pairs: Sequence[Pair], now: datetime,
-                          share: int) -> list[DueRow]:
-        """The delayed mover's batch: at most ``share`` due rows of each pair, oldest due
-        first, locked (skipping locked rows), in round robin over ``pairs``."""
-        return self._fetch("lock_due_of_pairs", {
-            "queues": [p[0] for p in pairs], "tenants": [p[1] for p in pairs], "now": now,
-            "share": share}, positional(DueRow), conn)
+    def lock_due_skipping(self, conn: Conn, now: datetime, limit: int,
+                          skip: Sequence[Pair]) -> list[DueRow]:
+        """The delayed mover's batch (locked, skipping locked rows), leaving out ``skip``."""
+        return self._fetch("lock_due_skipping", {
+            "now": now, "limit": limit, "skip_queues": [p[0] for p in skip],
+            "skip_tenants": [p[1] for p in skip]}, positional(DueRow), conn)
 
     # -- leases ---------------------------------------------------------------------------
 

@@ -1004,51 +1004,23 @@ SELECT COALESCE(last_value, 0) AS last_value, max_value
 FROM pg_sequences
 WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
 
--- ============================================================================================
--- The delayed mover (maintenance/delayed_mover.py): due rows fair across the pairs, a
--- window of pairs at a time; a pair's rows oldest due first.
--- ============================================================================================
+-- == Maintenance passes when one Valkey master is down ====================================
 
--- name: walk_delayed_pairs
--- The delayed mover's window: up to ``limit`` pairs with delayed rows after the cursor, in
--- (queue, tenant) order, each with the run_at of its oldest delayed row (due when it is at
--- most now). A skip scan of tierq_tasks_delayed_pair reads one index entry per pair, never
--- a pair's backlog; nothing more is read when no row at all is due (the first entry of
--- tierq_tasks_delayed_due says so).
-WITH RECURSIVE walk AS (
-    (SELECT t.queue, t.tenant, t.run_at FROM tierq_tasks t
-     WHERE t.state = 'delayed' AND (t.queue, t.tenant) > (%(after_queue)s, %(after_tenant)s)
-     ORDER BY t.queue, t.tenant, t.run_at, t.seq LIMIT 1)
-    UNION ALL
-    SELECT step.queue, step.tenant, step.run_at
-    FROM walk w, LATERAL (
-        SELECT t.queue, t.tenant, t.run_at FROM tierq_tasks t
-        WHERE t.state = 'delayed' AND (t.queue, t.tenant) > (w.queue, w.tenant)
-        ORDER BY t.queue, t.tenant, t.run_at, t.seq LIMIT 1) AS step
-)
-SELECT queue, tenant, run_at AS oldest FROM walk
-WHERE (SELECT d.run_at FROM tierq_tasks d WHERE d.state = 'delayed'
-       ORDER BY d.run_at, d.seq LIMIT 1) <= %(now)s
-LIMIT %(limit)s;
-
--- name: lock_due_of_pairs
--- The delayed mover's batch: of each pair given (in the order given, ``turn``), at most
--- ``share`` due rows from the front of its line (oldest due first, then seq: the
--- tierq_tasks_delayed_pair index), locked with SKIP LOCKED. Rows come in round robin: each
--- pair's first row by turn, then each pair's second, so a batch cut short by its bytes
--- still takes from every pair. With each row the bytes its payload and parents are stored
+-- name: lock_due_skipping
+-- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due; the
+-- tierq_tasks_delayed_due index), leaving out the pairs whose warm tier failed earlier in
+-- this pass (their master is down): their rows stay delayed, in place, for a later pass,
+-- and cannot fill every batch. With each row the bytes its payload and parents are stored
 -- in (pg_column_size: read from the value's header, nothing detoasted or serialized), so the
 -- mover bounds a batch's bytes, not only its rows; a compressed value counts what it
 -- stores, so for compressible payloads this bounds the stored bytes, not the memory.
-SELECT d.id, d.queue, d.tenant, d.size
-FROM unnest(%(queues)s::text[], %(tenants)s::text[]) WITH ORDINALITY AS p(queue, tenant, turn),
-     LATERAL (
-        SELECT t.id, t.queue, t.tenant, t.run_at, t.seq,
-               pg_column_size(t.payload) + COALESCE(pg_column_size(t.parents), 0) AS size
-        FROM tierq_tasks t
-        WHERE t.state = 'delayed' AND t.queue = p.queue AND t.tenant = p.tenant
-          AND t.run_at <= %(now)s
-        ORDER BY t.run_at, t.seq
-        LIMIT %(share)s
-        FOR UPDATE OF t SKIP LOCKED) AS d
-ORDER BY row_number() OVER (PARTITION BY p.turn ORDER BY d.run_at, d.seq), p.turn;
+SELECT t.id, t.queue, t.tenant,
+       pg_column_size(t.payload) + COALESCE(pg_column_size(t.parents), 0) AS size
+FROM tierq_tasks t
+WHERE t.state = 'delayed' AND t.run_at <= %(now)s
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest(%(skip_queues)s::text[], %(skip_tenants)s::text[]) AS s(queue, tenant)
+      WHERE s.queue = t.queue AND s.tenant = t.tenant)
+ORDER BY t.run_at, t.seq
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED;
