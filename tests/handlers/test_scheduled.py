@@ -194,6 +194,11 @@ def test_reaper_expires_leases_and_emits_gauges_and_dead_letters(
     assert report["totals"]["expired"] == 2
     assert report["totals"]["dead"] == 1
     assert report["totals"]["gauged_queues"] == 1
+    # what the pass passed over, counted (none here)
+    assert {name: report["totals"][name] for name in (
+        "failed_pairs", "purge_failed", "groups_failed", "ready_index_failed",
+        "waits_kept")} == dict.fromkeys(("failed_pairs", "purge_failed", "groups_failed",
+                                         "ready_index_failed", "waits_kept"), 0)
     counts = call("GET", "/v1/queues/jobs").body["counts"]
     assert counts["dead"] == 1 and counts["warm"] == 1 and counts["leased"] == 0
     blobs = emf_lines(capsys.readouterr().out)

@@ -549,12 +549,14 @@ def dead_child(tq: Any, tenant: str) -> tuple[Any, Any]:
     return parent, child
 
 
+@pytest.mark.parametrize("purge_batch", [5000, 1])
 def test_a_dead_childs_parent_held_keeps_its_wait_alone_and_the_others_are_forgotten(
-        make_tq, pg):
+        make_tq, pg, purge_batch):
     """A parent's row held past the pass's lock timeout when its dead child's retention
     ends keeps that child's wait alone: before, the waits of every tenant's purged dead
     letters went in one transaction that waited for it, so none were forgotten (their
-    parents' waiters stayed up), and the queue's purge was listed failed."""
+    parents' waiters stayed up), and the queue's purge was listed failed. The wait kept is
+    counted once, however many batches of dead letters the pass purged."""
     tq = make_tq()
     held, _ = dead_child(tq, "x")
     other, _ = dead_child(tq, "y")
@@ -563,7 +565,8 @@ def test_a_dead_childs_parent_held_keeps_its_wait_alone_and_the_others_are_forgo
     waiters = "SELECT waiters FROM tierq_tasks WHERE id = %s"
     with pg.transaction():
         pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (str(held.id),))
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60,
+                             purge_batch=purge_batch)
         assert (summary.purge_failed, summary.purged, summary.waits_kept) == ([], 2, 1)
     assert pg.execute(waiters, (str(other.id),)).fetchone() == (0,)
     assert pg.execute(waiters, (str(held.id),)).fetchone() == (1,)

@@ -106,8 +106,9 @@ class ReaperSummary:
     # row held by another transaction), or whose stored settings are refused: tried again
     # next pass, the others purged
     purge_failed: list[str] = field(default_factory=list)
-    # waits of purged dead letters kept, a parent's row held by another transaction (the
-    # other waits are forgotten; these after a later purge of dead letters)
+    # waits of purged dead letters kept at the pass's last look, a parent's row held by
+    # another transaction (the other waits are forgotten; these after a later purge of
+    # dead letters)
     waits_kept: int = 0
     forgotten: list[str] = field(default_factory=list)  # "queue|tenant" of forgotten pairs
     groups_released: int = 0  # held tasks of stalled groups released (logic/groups.py)
@@ -480,7 +481,8 @@ def purge(ctx: Context, queue: str, summary: ReaperSummary, config: ReaperConfig
             deleted = purge_before(queue, before, config.purge_batch)
             summary.purged += max(0, deleted)
             if dead and deleted > 0:  # a dead child's wait goes with it (logic/flows.py)
-                summary.waits_kept += flows.forget_deleted_unless_held(ctx)[1]
+                # (each look sees every deleted task's waits: the last one's count holds)
+                summary.waits_kept = flows.forget_deleted_unless_held(ctx)[1]
             if deleted < config.purge_batch:
                 break
             if budget is not None and budget.spent:

@@ -192,8 +192,14 @@ class ReaperTick:
             "expired": summary.expired, "requeued": summary.requeued, "dead": summary.dead,
             "restored": summary.restored, "purged": summary.purged, "gauged_queues": 0,
             "zeroed_queues": 0, "pairs": summary.pairs, "forgotten": len(summary.forgotten),
-            # "queue|tenant" whose Valkey master failed or whose statement timed out
+            # what the pass passed over, to be tried again (ReaperSummary): "queue|tenant"
+            # whose Valkey failed, whose statement timed out, whose keys a script refused
+            # or whose queue's settings are refused
             "failed_pairs": summary.failed,
+            "purge_failed": summary.purge_failed, "groups_failed": summary.groups_failed,
+            "ready_index_failed": summary.ready_index_failed,
+            "waits_kept": summary.waits_kept,
+            "payload_tombstones_forgotten": summary.payload_tombstones_forgotten,
         }
         now = self.clock()
         every = self.gauges_every if self.gauges_every is not None \
