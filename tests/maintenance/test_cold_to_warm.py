@@ -145,3 +145,63 @@ def test_a_pair_whose_keys_hold_the_wrong_type_is_listed_failed_and_the_others_p
     summary = cold_to_warm.run(tq.ctx, budget_seconds=60)
     assert summary.failed == ["a|_"] and (summary.pairs, summary.promoted) == (2, 4)
     assert ready_size(valkey, "b") == 8
+
+
+def test_a_broken_ready_tenant_index_costs_its_queue_alone(make_tq, valkey, pg):
+    """Queue a's ready-tenant index holding the wrong type: the backstop's entry is refused
+    for a alone, listed in ``ready_index_failed``, and the pass goes on: b is promoted,
+    entered in its index and recorded in cold mode, and the cursor moves past the slice.
+    Before, the error reply ended every pass at the same slice, before the cold-mode
+    record and the cursor."""
+    tq = make_tq()
+    tq.put_queue("a", {"warm_max": 4})
+    tq.enqueue("a", [{"payload": i} for i in range(8)])  # cold mode, no room: no push
+    tq.put_queue("b", {"warm_max": 10})
+    tq.enqueue("b", [{"payload": i} for i in range(12)])  # 10 warm, 2 cold
+    tq.ack("b", tq.claim("b", max=3))  # 7 warm: room for 2, then above 80%: stays cold
+    valkey.delete("tq:{a}:ready_tenants", "tq:{b}:ready_tenants")
+    valkey.set("tq:{a}:ready_tenants", "not a sorted set")
+    passes = [cold_to_warm.run(tq.ctx, budget_seconds=60) for _ in range(2)]
+    assert [(s.ready_index_failed, s.failed, s.pairs, s.promoted) for s in passes] == [
+        (["a"], [], 2, 2), (["a"], [], 2, 0)]
+    assert valkey.zscore("tq:{b}:ready_tenants", "_") is not None
+    assert marked(pg) == ["a", "b"]
+    assert cursor_of(pg, cold_to_warm.WALK) == ("b", "_")
+
+
+def test_a_pair_whose_registry_row_is_held_is_promoted_and_recorded_next_pass(make_tq, pg):
+    """Pair a's registry row held past the pass's lock timeout: its cold-mode record is
+    passed over, not waited for (a is listed in ``failed``), and b's is written. Before,
+    the record waited for the row and raised, before the walk saved its cursor: every pass
+    ended at the same slice and no pair's record changed."""
+    tq = make_tq()
+    tq.put_queue("a", {"warm_max": 4})
+    tq.enqueue("a", [{"payload": i} for i in range(8)])  # cold mode, no room: stays cold
+    tq.put_queue("b", {"warm_max": 10})
+    tq.enqueue("b", [{"payload": i} for i in range(12)])  # 10 warm, 2 cold
+    tq.ack("b", tq.claim("b", max=3))  # room for 2, then above 80%: stays cold
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'a' FOR UPDATE")
+        summary = cold_to_warm.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        assert (summary.failed, summary.pairs, summary.promoted) == (["a|_"], 2, 2)
+        assert cursor_of(pg, cold_to_warm.WALK) == ("b", "_")
+        assert marked(pg) == ["b"]
+    again = cold_to_warm.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+    assert (again.failed, again.pairs, again.promoted) == ([], 2, 0)
+    assert marked(pg) == ["a", "b"]
+
+
+def test_a_queue_whose_stored_settings_are_refused_is_passed_over_and_the_others_promoted(
+        make_tq, valkey, pg):
+    """A queue's settings row holding a value the table allows but the settings model
+    refuses (max_attempts 5000, written by hand) costs that queue alone, pass after pass.
+    Before, its pair's refill raised the model's error, before the walk saved its cursor,
+    and no pair after it was promoted."""
+    tq = make_tq()
+    cold_work(tq, "a")
+    cold_work(tq, "b")
+    pg.execute("UPDATE tierq_queues SET max_attempts = 5000 WHERE queue = 'a'")
+    passes = [cold_to_warm.run(tq.ctx, budget_seconds=60) for _ in range(2)]
+    assert [(s.failed, s.pairs, s.promoted) for s in passes] == [
+        (["a|_"], 2, 4), (["a|_"], 1, 0)]
+    assert (ready_size(valkey, "a"), ready_size(valkey, "b")) == (4, 8)

@@ -223,3 +223,25 @@ def test_a_schedule_another_holds_is_left_to_it_and_the_slice_goes_on(
     assert after["s1"] > before["s1"] and after["s3"] > before["s3"]
     assert cron_tick.run(tq.ctx, budget_seconds=60).busy == 0
     assert installed(pg)["s2"] > before["s2"]
+
+
+def test_a_schedule_whose_queues_registry_row_is_held_is_listed_failed_and_the_others_go_on(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Registering s1's queue (a process that has not registered it lately) meets its
+    registry row held past the pass's lock timeout: s1 and s4 (same queue) alone wait for
+    the next tick, s2 and s3 are installed. Before, the lock timeout ended the pass as if
+    PostgreSQL were down, and the next pass started with s1 again."""
+    for name, queue in (("s1", "a"), ("s2", "b"), ("s3", "b"), ("s4", "a")):
+        tq.put_schedule(name, {"queue": queue, "payload": name, "every_seconds": 1})
+    tq.ctx.clock.advance(10)
+    before = installed(pg)
+    tq.ctx.pairs.forget_local([("a", "_")])  # as a process new to the pair
+    with pg.transaction():
+        pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'a' FOR UPDATE")
+        summary = cron_tick.run(tq.ctx, budget_seconds=60, lock_timeout_ms=200)
+    assert (summary.schedules, summary.failed) == (4, ["s1", "s4"])
+    after = installed(pg)
+    assert (after["s1"], after["s4"]) == (before["s1"], before["s4"])
+    assert after["s2"] > before["s2"] and after["s3"] > before["s3"]
+    again = cron_tick.run(tq.ctx, budget_seconds=60)
+    assert again.failed == [] and installed(pg)["s1"] > before["s1"]

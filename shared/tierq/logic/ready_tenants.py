@@ -17,8 +17,8 @@ bulk load, release, delayed mover,         single server in the push's own pipel
 restore, ``ready_now``)                    on a cluster by ``note`` (one ZADD) when the
                                            push found the pair's ready set empty
 an admission wrote tasks cold              entered when it ends (``note``)
-a maintenance pass visits a pair with      entered again (``note_pairs``): the
-ready work (reaper: warm rows with ready   backstop for every other path
+a maintenance pass visits a pair with      entered again (``note``, one call per
+ready work (reaper: warm rows with ready   queue): the backstop for every other path
 tasks; the cold → warm mover: cold rows)
 a queue-wide claim or the dispatcher finds the tenant is taken out (``forget``), and
 the pair empty (nothing ready warm, no     entered back if a second look at the pair
@@ -65,16 +65,6 @@ def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("entering tenants of %r in its ready-tenant index failed; the next "
                     "maintenance pass does", queue, exc_info=True)
-
-
-def note_pairs(ctx: Context, pairs: Iterable[tuple[str, str]]) -> None:
-    """Enter the pairs (queue, tenant) in their queues' indexes, one call per queue: a
-    maintenance pass's backstop."""
-    by_queue: dict[str, list[str]] = {}
-    for queue, tenant in pairs:
-        by_queue.setdefault(queue, []).append(tenant)
-    for queue, tenants in by_queue.items():
-        note(ctx, queue, tenants)
 
 
 def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:

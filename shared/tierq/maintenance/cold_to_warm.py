@@ -7,21 +7,43 @@ a visit finds them warm again), are visited: idle pairs cost nothing. The walk g
 slices in (queue, tenant) order and stops once the pass's time budget is spent; the next
 pass goes on after the last pair visited (``tierq.logic.pairs.walk``). A pair whose Valkey
 master does not answer is logged, listed in ``failed`` and passed over
-(``tierq.maintenance.pair_failures``)."""
+(``tierq.maintenance.pair_failures``), as is one whose statement PostgreSQL cancels at the
+pass's timeout, whose keys a script refuses, or whose queue's stored settings the settings
+model refuses. One pair's or queue's failure is never waited for past the lock timeout nor
+raised out of the pass: the walk saves its cursor only after a slice, so a failure raised
+there would end every pass at that same slice.
+
+=========================================  ==============================================
+one pair or queue                          the pass
+=========================================  ==============================================
+its registry row held by another           its cold-mode record is passed over, not
+transaction                                waited for (``mark_cold_mode_unless_held``),
+                                           listed in ``failed``; its next visit writes it
+its queue's ready-tenant index refuses     the queue is logged as an error, listed in
+the backstop's entry (a key of the         ``ready_index_failed``; the other queues are
+wrong type)                                entered (a reply for the whole server ends
+                                           the pass)
+its queue's stored settings refused        each pair of the queue is listed in ``failed``
+=========================================  ==============================================
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic import pairs, ready_tenants, tiering
 from tierq.logic.context import Context, to_datetime
-from tierq.maintenance.pair_failures import PairFailures
+from tierq.maintenance.pair_failures import PairFailures, server_wide
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
+
+log = logging.getLogger(__name__)
 
 WALK = "cold_to_warm"
 
@@ -34,8 +56,13 @@ class ColdToWarmSummary:
     busy: int = 0
     slices: int = 0
     completed: bool = False  # the pass got round every pair with work
-    # "queue|tenant" whose Valkey failed or whose statement timed out (tried next pass)
+    # "queue|tenant" whose Valkey failed, whose statement timed out, whose keys a script
+    # refused, whose queue's stored settings are refused, or whose registry row another
+    # transaction held when its cold-mode record changed (tried next pass)
     failed: list[str] = field(default_factory=list)
+    # queues whose ready-tenant index Valkey refused an entry (a key in a state no script
+    # expects: logged as an error; its pairs are entered again next pass)
+    ready_index_failed: list[str] = field(default_factory=list)
 
 
 class ColdToWarmConfig(SlicedWalkConfig):
@@ -78,10 +105,9 @@ def run_pass(ctx: Context, config: ColdToWarmConfig) -> ColdToWarmSummary:
                     changed.append((queue, tenant, result.cold_mode))
             if budget.spent:
                 break
-        ready_tenants.note_pairs(ctx, ready)  # (the index's backstop: one call per queue)
+        note_ready(ctx, ready, summary.ready_index_failed)
         if changed:
-            ctx.store.mark_cold_mode([(c[0], c[1]) for c in changed],
-                                     [c[2] for c in changed], to_datetime(ctx.now()))
+            mark_cold_mode(ctx, changed, failures)
     summary.pairs, summary.slices, summary.completed = stats.visited, stats.slices, \
         stats.completed
     return summary
@@ -111,3 +137,41 @@ def _refill(ctx: Context, failures: PairFailures, queue: str, tenant: str,
     except redis.ResponseError as exc:  # its keys in a state no script expects
         failures.broken((queue, tenant), exc)
         return None
+    except ValidationError as exc:  # its queue's stored settings refused
+        failures.refused_settings((queue, tenant), exc)
+        return None
+
+
+def note_ready(ctx: Context, ready: Sequence[pairs.Pair], failed: list[str]) -> None:
+    """Enter the pairs with cold or promoted work in their queues' ready-tenant indexes
+    (logic/ready_tenants.py: the index's backstop), one call per queue. A queue whose index
+    Valkey refuses (a key of the wrong type) is logged and listed in ``failed``; the other
+    queues and the pass go on (a reply for the whole server ends the pass)."""
+    by_queue: dict[str, list[str]] = {}
+    for queue, tenant in ready:
+        by_queue.setdefault(queue, []).append(tenant)
+    for queue, tenants in by_queue.items():
+        try:
+            ready_tenants.note(ctx, queue, tenants)
+        except redis.ResponseError as exc:
+            if server_wide(exc):
+                raise
+            if queue not in failed:
+                failed.append(queue)
+            log.error("cold_to_warm: Valkey refused an entry in queue %r's ready-tenant "
+                      "index; tried again next pass: %s", queue, exc,
+                      extra={"job": "cold_to_warm", "queue": queue})
+
+
+def mark_cold_mode(ctx: Context, changed: Sequence[tuple[str, str, bool]],
+                   failures: PairFailures) -> None:
+    """Record which pairs the slice left in cold mode or found warm again. A pair whose
+    registry row another transaction holds is passed over, not waited for, and listed as
+    failed: its next visit records it (one with cold rows is visited again; one whose cold
+    line this pass drained returns to warm mode at a claim's refill once its warm set
+    empties, or is visited again at its next cold row)."""
+    held = ctx.store.mark_cold_mode_unless_held([(c[0], c[1]) for c in changed],
+                                                [c[2] for c in changed],
+                                                to_datetime(ctx.now()))
+    for queue, tenant in held:
+        failures.held((queue, tenant))

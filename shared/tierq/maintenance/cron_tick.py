@@ -4,10 +4,11 @@ in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction 
 ``SCHEDULES_PER_TRANSACTION`` due schedules, so one commit (a wait for the WAL flush) per 50
 schedules, not per schedule; their locks are taken and their rows read in two statements,
 then each schedule installs in a savepoint, so one that fails (a held row, a statement past
-its timeout, a broken row) is rolled back alone and the others are committed. Each savepoint
-that writes takes a transaction id of its own, and PostgreSQL caches 64 of them per
-transaction: past that every other session's snapshot reads ``pg_subtrans``, a slowdown
-every tenant would share, hence 50. A schedule another tick (or a
+its timeout, a broken row) is rolled back alone and the others are committed; one whose
+queue's registration times out before (its registry row held) waits for the next tick
+alone. Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches
+64 of them per transaction: past that every other session's snapshot reads
+``pg_subtrans``, a slowdown every tenant would share, hence 50. A schedule another tick (or a
 PUT) is installing right now is left to that one, and two ticks at once never install an
 occurrence twice; a PUT of a schedule a tick holds waits for the slice's commit.
 
@@ -97,12 +98,29 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     commit (a commit waits for the WAL flush), each schedule in a savepoint of its own: one
     that fails is rolled back alone and listed in ``failed``, the others are kept. The lock and read
     statements run for all of it: one past its timeout ends the pass (the next starts
-    with the soonest due again). Returns False when the budget ran out first (checked
+    with the soonest due again). Registering a schedule's queue first (``prepare_tick``)
+    that times out (its registry row held by another transaction) fails that schedule
+    alone, and the slice's other schedules of the same pair without a second wait; the
+    next tick tries them again. Returns False when the budget ran out first (checked
     between schedules, at least one per pass)."""
     ready: list[ScheduleDue] = []
+    held: set[tuple[str | None, str]] = set()  # pairs whose registration timed out
     for entry in entries:
+        pair = (entry.queue, entry.tenant)
+        if pair in held:  # (its registry row held: not waited for again in this slice)
+            summary.schedules += 1
+            _failed(summary, entry, "registering its queue timed out earlier in the slice")
+            continue
         try:
             schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled))
+        except DatabaseTimedOut as exc:
+            # its queue's registry row held by another transaction, or a slow statement:
+            # this schedule waits for the next tick, the others go on
+            held.add(pair)
+            summary.schedules += 1
+            _failed(summary, entry, f"registering its queue timed out: "
+                    f"{exc.detail or exc.message}")
+            continue
         except Unavailable:
             raise  # a store is down: every schedule would fail; let the caller retry
         except Exception:
@@ -113,7 +131,7 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     finished = True
     down: Unavailable | None = None
     with ctx.db.transaction() as conn:
-        held = schedules.lock_for_tick(ctx, conn, [(e.tenant, e.name) for e in ready])
+        locked = schedules.lock_for_tick(ctx, conn, [(e.tenant, e.name) for e in ready])
         attempts: dict[str, int] = {}  # each queue's max_attempts, read once a slice
         for entry in ready:
             if summary.schedules and budget.spent:
@@ -121,13 +139,13 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
                 break
             summary.schedules += 1
             key = (entry.tenant, entry.name)
-            if key not in held:
+            if key not in locked:
                 summary.busy += 1  # another tick or a PUT holds it and does the work
                 continue
             try:
                 with conn.transaction():  # a savepoint: what fails here is rolled back alone
                     result = schedules.tick_locked(ctx, conn, entry.tenant, entry.name,
-                                                   held[key], attempts)
+                                                   locked[key], attempts)
             except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable,
                     DatabaseTimedOut) as exc:
                 # a row held or a slow statement: this schedule waits for the next tick

@@ -11,13 +11,15 @@ statement of the pair's that PostgreSQL cancelled at the pass's statement or loc
 (``DatabaseTimedOut``: a row held, a slow plan) fails that pair alone the same way, without
 passing over others, as does an error reply to one of the pair's scripts (``broken``: a key
 of the wrong type, an entry a script cannot read), which would otherwise end every pass at
-the same pair (logged as an error for an operator). A queue whose stored settings the
-settings model refuses (``refused_settings``: a value the table allows but the model does
-not, a row written by hand) fails each of its pairs alone too: it would otherwise end every
-pass at its first pair. A
-reply that speaks for the whole server (a replica answering after a failover, a permission
-refused, a script missing, a busy or resharding node: ``SERVER_WIDE``) ends the pass at
-once, as before. Any other PostgreSQL failure still ends the pass: every pair needs it."""
+the same pair (logged as an error for an operator). A row of the pair's that the pass
+only records and finds held by another transaction (``held``: the mover's cold-mode record
+in its registry row) is passed over and the pair listed the same way. A queue whose stored
+settings the settings model refuses (``refused_settings``: a value the table allows but
+the model does not, a row written by hand) fails each of its pairs alone too: it would
+otherwise end every pass at its first pair. A reply that speaks for the whole server (a
+replica answering after a failover, a permission refused, a script missing, a busy or
+resharding node: ``SERVER_WIDE``) ends the pass at once, as before. Any other PostgreSQL
+failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
@@ -94,6 +96,16 @@ class PairFailures:
         self._list(pair)
         logger.warning("%s: PostgreSQL timed out for queue %r tenant %r; it is tried again "
                        "next pass: %s", self.job, pair[0], pair[1], exc.detail or exc.message,
+                       extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
+
+    def held(self, pair: Pair) -> None:
+        """List the pair as failed: a row of its that the pass only records (its registry
+        row) was held by another transaction and passed over, not waited for; the next
+        visit writes it."""
+        self._list(pair)
+        logger.warning("%s: the registry row of queue %r tenant %r is held by another "
+                       "transaction; its record is written by a later visit", self.job,
+                       pair[0], pair[1],
                        extra={"job": self.job, "queue": pair[0], "tenant": pair[1]})
 
     def broken(self, pair: Pair, exc: redis.ResponseError) -> None:

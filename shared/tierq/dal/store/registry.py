@@ -144,6 +144,14 @@ class RegistryQueries(StoreBase):
                                          "tenants": [p[1] for p in pairs],
                                          "cold": cold, "now": now})
 
+    def mark_cold_mode_unless_held(self, pairs: Sequence[Pair], cold: Sequence[bool],
+                                   now: datetime) -> list[Pair]:
+        """As :meth:`mark_cold_mode`, passing over a row another transaction holds, not
+        waiting for it; returns the pairs passed over."""
+        return cast(list[Pair], self._fetch("mark_cold_mode_unless_held", {
+            "queues": [p[0] for p in pairs], "tenants": [p[1] for p in pairs],
+            "cold": cold, "now": now}, tuple_row))
+
     def forget_idle_pairs(self, after: Pair, limit: int, before: datetime) -> list[ForgetRow]:
         """Forget the idle pairs of one slice of the registry after ``after``; a pair
         whose row another transaction holds is kept, not waited for."""

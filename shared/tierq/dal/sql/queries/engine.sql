@@ -858,6 +858,33 @@ FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(cold)s::bool[]) AS v(queu
 WHERE p.queue = v.queue AND p.tenant = v.tenant
   AND (p.cold_mode_since IS NOT NULL) IS DISTINCT FROM v.cold;
 
+-- name: mark_cold_mode_unless_held
+-- The mover's record of the pairs it left in cold mode (`cold`) or found warm again (not
+-- `cold`). A row another transaction holds (a registration refreshing it, a move) is passed
+-- over, never waited for: one held row would otherwise end the pass at the lock timeout,
+-- before its walk saved its cursor, and so every pass at the same slice. Returns the pairs
+-- passed over, whose record still differs (the next visit writes it).
+WITH wanted AS MATERIALIZED (
+    SELECT p.queue, p.tenant, v.cold FROM tierq_queue_tenants p
+    JOIN unnest(%(queues)s::text[], %(tenants)s::text[], %(cold)s::bool[])
+      AS v(queue, tenant, cold) ON p.queue = v.queue AND p.tenant = v.tenant
+    WHERE (p.cold_mode_since IS NOT NULL) IS DISTINCT FROM v.cold
+), picked AS MATERIALIZED (
+    SELECT p.queue, p.tenant FROM tierq_queue_tenants p
+    JOIN wanted w ON p.queue = w.queue AND p.tenant = w.tenant
+    ORDER BY p.queue, p.tenant
+    FOR UPDATE OF p SKIP LOCKED
+), marked AS (
+    UPDATE tierq_queue_tenants p
+    SET cold_mode_since = CASE WHEN w.cold THEN COALESCE(p.cold_mode_since, %(now)s) END
+    FROM picked JOIN wanted w ON w.queue = picked.queue AND w.tenant = picked.tenant
+    WHERE p.queue = picked.queue AND p.tenant = picked.tenant
+      AND (p.cold_mode_since IS NOT NULL) IS DISTINCT FROM w.cold
+)
+SELECT w.queue, w.tenant FROM wanted w
+WHERE NOT EXISTS (SELECT 1 FROM picked k WHERE k.queue = w.queue AND k.tenant = w.tenant)
+ORDER BY w.queue, w.tenant;
+
 -- name: forget_idle_pairs
 -- One slice of the registry after the cursor: pairs not seen since `before`, without any
 -- row left (tasks in any state, schedules, feeder offsets of a feed named after the queue;
