@@ -245,7 +245,7 @@ def test_a_deleted_objects_key_is_forgotten_after_its_days(
     forgotten = [reaper.run(tq.ctx, payload_tombstone_days=3, payload_slice=2,
                             payload_slices=2).payload_tombstones_forgotten
                  for _ in range(3)]
-    assert forgotten == [4, 1, 0] and _tombstones(pg) == 1  # slices × slice a pass at most
+    assert forgotten == [4, 1, 0] and _tombstones(pg) == 1  # two slices of two a pass at most
     with pytest.raises(InvalidInput, match="is not known here"):
         tq.enqueue("files", [{"payload": old[0], "tenant": "acme"}])
     with pytest.raises(InvalidInput, match="was deleted"):
