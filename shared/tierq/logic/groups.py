@@ -218,15 +218,23 @@ def _release(ctx: Context, queue: str, groups: list[Group],
               states[i:i + RELEASE_SLICE]) for i in range(0, len(grps), RELEASE_SLICE)],
             ([t for t, _ in keys], [g for _, g in keys], [gone[k] for k in keys])
             if gone else None)
-        items: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
-        for r in rows:  # (their blobs built by the release statement)
-            if r.state == "warm":
-                items[(queue, r.tenant)].append(
-                    (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    return Freed(queue, groups + held_gone, rows, admission.Pending(ticket, [], items))
+    return Freed(queue, groups + held_gone, rows,
+                 admission.Pending(ticket, [], _push_items(queue, rows)))
+
+
+def _push_items(queue: str, rows: Sequence[GroupReleasedRow],
+                ) -> dict[tuple[str, str], list[admission.PushItem]]:
+    """The push of the released tasks admitted warm, per pair (their blobs built by the
+    release statement)."""
+    items: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
+    for r in rows:
+        if r.state == "warm":
+            items[(queue, r.tenant)].append(
+                (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
+    return items
 
 
 def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:
@@ -337,15 +345,11 @@ def _release_stalled(ctx: Context, queue: str,
         rows, passed = ctx.store.release_free_groups(
             queue, to_datetime(ctx.now()), ctx.queue_settings.get(queue).group_max_leased,
             tenants, grps, states, RELEASE_SLICE)
-        items: dict[tuple[str, str], list[admission.PushItem]] = defaultdict(list)
-        for r in rows:  # (their blobs built by the release statement)
-            if r.state == "warm":
-                items[(queue, r.tenant)].append(
-                    (r.id, ordering.place(r.priority, r.seq, r.id), r.blob))
     except BaseException:
         admission.close(ctx, ticket)
         raise
-    return Freed(queue, groups, rows, admission.Pending(ticket, [], items)), passed
+    return Freed(queue, groups, rows,
+                 admission.Pending(ticket, [], _push_items(queue, rows))), passed
 
 
 def sweep_all(ctx: Context, limit: int = SWEEP_SLICE) -> int:

@@ -38,9 +38,9 @@ import redis
 from pydantic import ValidationError
 
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
-from tierq.logic import pairs, ready_tenants, tiering
+from tierq.logic import pairs, tiering
 from tierq.logic.context import Context, to_datetime
-from tierq.maintenance.pair_failures import PairFailures, server_wide
+from tierq.maintenance.pair_failures import PairFailures, note_ready_tenants
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
 log = logging.getLogger(__name__)
@@ -151,16 +151,7 @@ def note_ready(ctx: Context, ready: Sequence[pairs.Pair], failed: list[str]) -> 
     for queue, tenant in ready:
         by_queue.setdefault(queue, []).append(tenant)
     for queue, tenants in by_queue.items():
-        try:
-            ready_tenants.note(ctx, queue, tenants)
-        except redis.ResponseError as exc:
-            if server_wide(exc):
-                raise
-            if queue not in failed:
-                failed.append(queue)
-            log.error("cold_to_warm: Valkey refused an entry in queue %r's ready-tenant "
-                      "index; tried again next pass: %s", queue, exc,
-                      extra={"job": "cold_to_warm", "queue": queue})
+        note_ready_tenants(ctx, "cold_to_warm", queue, tenants, failed)
 
 
 def mark_cold_mode(ctx: Context, changed: Sequence[tuple[str, str, bool]],

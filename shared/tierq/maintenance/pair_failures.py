@@ -24,11 +24,13 @@ failure still ends the pass: every pair needs it."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import redis
 from pydantic import ValidationError
 
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
+from tierq.logic import ready_tenants
 from tierq.logic.context import Context, Pair
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,23 @@ SERVER_WIDE_CODES = frozenset({"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "
 def server_wide(exc: redis.ResponseError) -> bool:
     """Whether an error reply speaks for the whole server, not for one pair's keys."""
     return isinstance(exc, SERVER_WIDE) or str(exc).split(" ", 1)[0] in SERVER_WIDE_CODES
+
+
+def note_ready_tenants(ctx: Context, job: str, queue: str, tenants: Sequence[str],
+                       failed: list[str]) -> None:
+    """Enter ``tenants`` in ``queue``'s ready-tenant index (logic/ready_tenants.py) for a
+    maintenance pass of ``job``. An index Valkey refuses (a key of the wrong type) is
+    logged as an error and the queue listed in ``failed``, so the pass goes on with the
+    other queues; a reply that speaks for the whole server is raised."""
+    try:
+        ready_tenants.note(ctx, queue, tenants)
+    except redis.ResponseError as exc:
+        if server_wide(exc):
+            raise
+        if queue not in failed:
+            failed.append(queue)
+        logger.error("%s: Valkey refused an entry in queue %r's ready-tenant index; tried "
+                     "again next pass: %s", job, queue, exc, extra={"job": job, "queue": queue})
 
 
 def refused(exc: ValidationError) -> str:

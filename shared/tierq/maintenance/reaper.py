@@ -48,12 +48,11 @@ from tierq.logic import (
     idempotency,
     pairs,
     payloads,
-    ready_tenants,
     time_limits,
 )
 from tierq.logic.admission import Ticket
 from tierq.logic.context import Context, to_datetime, to_ms
-from tierq.maintenance.pair_failures import PairFailures, refused, server_wide
+from tierq.maintenance.pair_failures import PairFailures, note_ready_tenants, refused
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
 
 if TYPE_CHECKING:
@@ -261,17 +260,8 @@ def note_ready(ctx: Context, visited: Sequence[pairs.Pair], failed: list[str]) -
             log.warning("counting the ready tasks of %r's pairs failed; the next pass enters "
                         "them", queue, exc_info=True)
             continue
-        try:
-            ready_tenants.note(ctx, queue,
-                               [t for t, n in zip(tenants, counts, strict=True) if n])
-        except redis.ResponseError as exc:
-            if server_wide(exc):
-                raise
-            if queue not in failed:
-                failed.append(queue)
-            log.error("reaper: Valkey refused an entry in queue %r's ready-tenant index; "
-                      "tried again next pass: %s", queue, exc,
-                      extra={"job": "reaper", "queue": queue})
+        note_ready_tenants(ctx, "reaper", queue,
+                           [t for t, n in zip(tenants, counts, strict=True) if n], failed)
 
 
 def touch(ctx: Context, busy: Sequence[pairs.Pair]) -> None:
