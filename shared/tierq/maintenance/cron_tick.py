@@ -102,10 +102,13 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     that times out (its registry row held by another transaction) fails that schedule
     alone, and the slice's other schedules of the same pair without a second wait; the
     next tick tries them again. Returns False when the budget ran out first (checked
-    between schedules, at least one per pass)."""
+    between schedules, registrations included, at least one per pass): a timeout costs
+    its wait, so held rows of many pairs end the pass at its budget, not one wait each."""
     ready: list[ScheduleDue] = []
     held: set[tuple[str | None, str]] = set()  # pairs whose registration timed out
     for entry in entries:
+        if summary.schedules and budget.spent:
+            return False  # (the registered ones are ticked next pass, first in line)
         pair = (entry.queue, entry.tenant)
         if pair in held:  # (its registry row held: not waited for again in this slice)
             summary.schedules += 1
