@@ -438,8 +438,8 @@ class Dispatcher:
         master that failed are passed over for the rest of the batch without a call. The
         batch fails (its error raised) only when every listed tenant failed; PostgreSQL not
         answering (``Unavailable``) fails it at once, as every tenant needs it. A tenant
-        that holds its share of the queue's running invocations passes its turn too
-        (:meth:`_enter`). Returns the tasks, and how many tenants were listed (more is
+        that holds its share of the queue's running invocations passes its turn too, unless no
+        tenant under its share gives tasks (:meth:`_claim_window`, :meth:`_enter`). Returns the tasks, and how many tenants were listed (more is
         likely ready when others were); the tenant of the tasks stays entered in
         ``state.running`` until the batch ends."""
         queue = consumer.queue
@@ -466,7 +466,7 @@ class Dispatcher:
         """``_claim`` over a window of tenants; the tenants found without ready work are
         added to ``empty``. The tenants under their share are tried first, in turn; only
         when none of them gives tasks are those that hold their share tried (in the same
-        order), so a share binds while another tenant gets work and never leaves a slot
+        order), so a share binds while another tenant gets work and does not leave a slot
         idle: a tenant whose batch still runs with nothing more ready, or one that cannot
         claim (warm tier full, master down, at its own limits), lends its part to the
         others."""
