@@ -93,8 +93,6 @@ class GroupQueries(StoreBase):
         the others are locked (``lock_groups_quietly``, rows created when missing) and
         released (``release_group_heads``) ``slice_size`` groups a statement, as
         ``release_groups`` does. The tasks released, and the (tenant, group) passed over."""
-        row = positional(GroupReleasedRow)
-
         def body(conn: Conn) -> tuple[list[GroupReleasedRow], list[tuple[str, str]]]:
             names = {"queue": queue, "tenants": _json(tenants), "grps": _json(grps)}
             locked = set(self._fetch("lock_free_groups", names, tuple_row, conn))
@@ -111,7 +109,8 @@ class GroupQueries(StoreBase):
                 # (a statement of its own: it sees every task committed before the locks)
                 out.extend(self._fetch("release_group_heads", {
                     **sliced, "now": now, "max": max_active,
-                    "ready_states": _json([ready_states[i] for i in part])}, row, conn))
+                    "ready_states": _json([ready_states[i] for i in part])},
+                    positional(GroupReleasedRow), conn))
             return out, held
 
         return self.db.run_transaction(body, what="a release of stalled groups")
