@@ -438,10 +438,11 @@ class Dispatcher:
         master that failed are passed over for the rest of the batch without a call. The
         batch fails (its error raised) only when every listed tenant failed; PostgreSQL not
         answering (``Unavailable``) fails it at once, as every tenant needs it. A tenant
-        that holds its share of the queue's running invocations passes its turn too, unless no
-        tenant under its share gives tasks (:meth:`_claim_window`, :meth:`_enter`). Returns the tasks, and how many tenants were listed (more is
-        likely ready when others were); the tenant of the tasks stays entered in
-        ``state.running`` until the batch ends."""
+        that holds its share of the queue's running invocations passes its turn too, unless
+        no tenant under its share gives tasks (:meth:`_claim_window`, :meth:`_enter`).
+        Returns the tasks, and how many tenants were listed (more is likely ready when
+        others were); the tenant of the tasks stays entered in ``state.running`` until the
+        batch ends."""
         queue = consumer.queue
         self._resume_turn(queue, state)
         with self._changed:
