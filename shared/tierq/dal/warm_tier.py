@@ -1780,9 +1780,7 @@ class WarmTier:
     def ready_counts(self, queue: str, tenants: Sequence[str]) -> list[int]:
         """How many tasks each tenant's warm set of ``queue`` holds ready, in one pipeline
         (one round trip per master in cluster mode, not one per tenant)."""
-        if not tenants:
-            return []
-        replies = self.pipeline([("ZCARD", PairKeys.of(queue, t).ready) for t in tenants])
+        replies = self._ready_replies(queue, tenants)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -1791,10 +1789,15 @@ class WarmTier:
     def ready_counts_each(self, queue: str, tenants: Sequence[str]) -> list[int | None]:
         """As :meth:`ready_counts`, with None in place of a tenant whose reply was an error
         (its ready set in a state ``ZCARD`` refuses): one broken pair costs its own count."""
+        return [None if isinstance(reply, Exception) else int(reply)
+                for reply in self._ready_replies(queue, tenants)]
+
+    def _ready_replies(self, queue: str, tenants: Sequence[str]) -> list[Any]:
+        """Each tenant's ``ZCARD`` of its ready set, or the error it replied, in one
+        pipeline."""
         if not tenants:
             return []
-        replies = self.pipeline([("ZCARD", PairKeys.of(queue, t).ready) for t in tenants])
-        return [None if isinstance(reply, Exception) else int(reply) for reply in replies]
+        return list(self.pipeline([("ZCARD", PairKeys.of(queue, t).ready) for t in tenants]))
 
     def ready_heads(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         """The ids first in line of each priority in these pairs' ready sets (at most ten a
