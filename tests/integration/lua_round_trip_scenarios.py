@@ -29,6 +29,7 @@ from tierq.dal.lua_calls import (
     IdempotencyAbandon,
     IdempotencyClaim,
     IdempotencyFinish,
+    LeaseCheck,
     LeaseDrop,
     LeaseExpired,
     LeaseExtend,
@@ -336,6 +337,29 @@ def newer_bound_scenario(warm: WarmTier, valkey: Any) -> None:
 
 def claimed_members(out: ClaimReply) -> list[str]:
     return [lease_member(text(i), text(t)) for i, _, t, _ in out.claimed]
+
+
+def lease_check_scenario(warm: WarmTier, valkey: Any) -> None:
+    _, k = new_pair(valkey)
+    push(warm, k, ids(3))
+    members = claimed_members(claim(warm, k, 3))
+    deadline = NOW + LEASE
+    valkey.zadd(k.leased, {members[2]: NOW})  # its deadline passed: not held
+    out = run(warm, LeaseCheck(k, NOW + 1, [*members, "gone|t1~x~1~1"]))
+    assert out == [True, True, False, False]
+    # the leases held are marked (half a millisecond on), the others left as they were
+    assert [valkey.zscore(k.leased, m) for m in members] == [deadline + 0.5,
+                                                              deadline + 0.5, NOW]
+    assert not valkey.zscore(k.leased, "gone|t1~x~1~1")
+    # a second check (a retried ack) still holds them and marks nothing twice
+    assert run(warm, LeaseCheck(k, NOW + 2, members[:1])) == [True]
+    assert valkey.zscore(k.leased, members[0]) == deadline + 0.5
+    # a heartbeat keeps the mark; a release takes no marked lease
+    assert run(warm, LeaseExtend(k, NOW + 3, [(members[0], 7_000)])) == [NOW + 3 + 7_000]
+    assert valkey.zscore(k.leased, members[0]) == NOW + 3 + 7_000 + 0.5
+    assert run(warm, ReleaseLeases(k, NOW + 4, members)) == []
+    # a marked lease past its deadline is not held
+    assert run(warm, LeaseCheck(k, NOW + LEASE + 1, members[1:2])) == [False]
 
 
 def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -817,6 +841,7 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     Claim: claim_scenario,
     PushReady: push_ready_scenario,
     UpdateReady: update_ready_scenario,
+    LeaseCheck: lease_check_scenario,
     LeaseDrop: lease_drop_scenario,
     ReleaseLeases: release_leases_scenario,
     LeaseExtend: lease_extend_scenario,

@@ -93,10 +93,10 @@ def test_an_ack_with_results_reads_the_progress_with_the_check(tq, valkey):
 
 
 def test_an_ack_of_ten_tenants_is_two_round_trips(tq, valkey):
-    """A claim naming no tenant hands out tasks of several tenants: the ack checks all
-    their tokens in one pipeline, then drops every pair's leases in one more, with each
-    pair's completion markers and throughput count (11 round trips when each pair's drop
-    was a round trip of its own)."""
+    """A claim naming no tenant hands out tasks of several tenants: the ack checks (and
+    marks) all their leases in one pipeline, then drops every pair's leases in one more,
+    with each pair's completion markers and throughput count (11 round trips when each
+    pair's drop was a round trip of its own)."""
     tq.put_queue(QUEUE, {})
     tenants = [f"t{i}" for i in range(10)]
     tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in tenants for i in range(3)])
@@ -108,10 +108,10 @@ def test_an_ack_of_ten_tenants_is_two_round_trips(tq, valkey):
     with counted_sends(tq) as wire:
         result = tq.ack(QUEUE, rest)
     assert len(result.acked) == 20 and not result.rejected
-    assert wire.commands["ZMSCORE"] == 10, dict(wire.commands)
+    assert wire.commands["lease_check"] == 10, dict(wire.commands)
     assert wire.commands["lease_drop"] == 10, dict(wire.commands)
     assert wire.commands["task_finished"] == 10, dict(wire.commands)
-    # one pipeline of the ten ZMSCOREs, then one of the ten drops, markers and counts
+    # one pipeline of the ten checks, then one of the ten drops, markers and counts
     assert wire.sends == 2, (wire.sends, dict(wire.commands))
     for tenant in tenants:
         assert valkey.zcard(PairKeys.of(QUEUE, tenant).leased) == 0

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.integration.helpers import count_state, drain, mode_of
 from tests.integration.one_lease_scenarios import stalled
 from tierq.maintenance import reaper
@@ -147,18 +145,11 @@ def test_a_release_with_leases_of_several_tenants(tq):
     assert {t.payload for t in drain(tq, "q")} == {"acme", "globex", "initech"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an ack whose lease check passed before a release of the same lease took it deletes the "
-    "row after release_leased, and the release's push (before or after the delete) puts the "
-    "acked task back in line: nothing in PostgreSQL tells the release's take-back from the "
-    "ack's lease (a release counts no attempt). A complete fix makes the ack's check and the "
-    "release's take-back exclusive: the check marks its leases as being acked in the same "
-    "round trip (a script where the ZMSCORE is), and release_leases.lua takes no marked "
-    "lease; it costs every ack a write per lease, to be measured first"))
-def test_an_ack_checked_before_a_release_took_its_lease_stays_answered(make_tq, valkey):
+def test_a_release_of_a_lease_an_ack_checked_is_refused_and_the_task_runs_once(make_tq):
     """A client that acks and releases one lease at once (a misuse: a task is released
-    only when it was not started) gets both answered: the ack is acked, the release
-    released. The acked task must not run again."""
+    only when it was not started): the ack's check marks the lease (lua/lease_check.lua)
+    and the release takes no marked lease, so the release is refused, the ack answered, and
+    the acked task does not run again."""
     tq = make_tq()
     [out] = tq.enqueue("q", [{"payload": "once"}])
     [task] = tq.claim("q")
@@ -166,6 +157,40 @@ def test_an_ack_checked_before_a_release_took_its_lease_stays_answered(make_tq, 
     answers: list[Any] = []
     # the ack checked its lease; its delete waits until the release has run
     with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
-        assert tq.release("q", [item]).released == [out.id]
+        refused = tq.release("q", [item])
+        assert refused.released == []
+        assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
     assert answers[0].acked == [out.id]
     assert tq.claim("q") == [], "a task ran again after its ack was answered"
+
+
+def test_a_release_of_a_lease_a_nack_checked_is_refused_and_the_task_waits_its_retry(make_tq):
+    """The same for a nack: the release is refused, the task is retried once, at its
+    retry time, not at once as well."""
+    tq = make_tq()
+    [out] = tq.enqueue("q", [{"payload": "once"}])
+    [task] = tq.claim("q")
+    item = {"id": task.id, "lease_token": task.lease_token}
+    answers: list[Any] = []
+    nack = {**item, "error": "boom", "retry_in_seconds": 3600}
+    with stalled(tq.ctx.store, "lease_outcomes", lambda: answers.append(tq.nack("q", [nack]))):
+        refused = tq.release("q", [item])
+        assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
+    assert answers[0].retried == [out.id]
+    assert tq.claim("q") == [], "a nacked task ran again before its retry time"
+
+
+def test_a_lease_an_ack_checked_keeps_its_mark_through_a_heartbeat(make_tq):
+    """A heartbeat between an ack's check and a release keeps the check's mark: the
+    release still takes nothing."""
+    tq = make_tq()
+    [out] = tq.enqueue("q", [{"payload": "once"}])
+    [task] = tq.claim("q")
+    item = {"id": task.id, "lease_token": task.lease_token}
+    answers: list[Any] = []
+    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
+        [extended] = tq.heartbeat("q", [{**item, "extend_seconds": 60}]).extended
+        assert extended.id == out.id
+        assert tq.release("q", [item]).released == []
+    assert answers[0].acked == [out.id]
+    assert tq.claim("q") == []

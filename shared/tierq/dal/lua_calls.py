@@ -316,6 +316,25 @@ class UpdateReady(LuaCall[UpdateReply]):
 
 
 @lazy_dataclass(frozen=True)
+class LeaseCheck(LuaCall[list[bool]]):
+    """An ack's or a nack's check of its leases (lua/lease_check.lua): per member, whether
+    the lease is held with its deadline after ``now_ms``; each one held is marked as ending,
+    so a release of it takes nothing."""
+
+    SCRIPT: ClassVar[str] = "lease_check"
+    KEYS: ClassVar[tuple[str, ...]] = ("leased",)
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
+    ITEM: ClassVar[tuple[str, ...]] = ("member",)
+
+    on: Any
+    now_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> list[bool]:
+        return [x == 1 for x in reply]
+
+
+@lazy_dataclass(frozen=True)
 class LeaseDrop(LuaCall[int]):
     """End these leases (members ``<id>|<token>``, lua/lease_drop.lua), their progress with
     them; answers how many were ended."""
@@ -1146,7 +1165,7 @@ def evalsha(call: LuaCall[Any], sha: str) -> tuple[Any, ...]:
 
 
 CALLS: tuple[type[LuaCall[Any]], ...] = (
-    Claim, PushReady, UpdateReady, LeaseDrop, ReleaseLeases, LeaseExtend,
+    Claim, PushReady, UpdateReady, LeaseCheck, LeaseDrop, ReleaseLeases, LeaseExtend,
     LeaseExpired, LeaseProgress,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,

@@ -47,6 +47,7 @@ from tierq.dal.lua_calls import (
     ClaimReply,
     ClaimTake,
     GoCold,
+    LeaseCheck,
     LeaseDrop,
     LeaseExpired,
     LeaseExtend,
@@ -96,6 +97,7 @@ SCRIPTS = (
     "lease_extend",
     "lease_progress",
     "lease_expired",
+    "lease_check",
     "lease_drop",
     "lease_of",
     "lease_index",
@@ -1309,27 +1311,42 @@ class WarmTier:
 
     def verify_tenants(self, queue: str, members: Mapping[str, Sequence[str]], *,
                        now_ms: int) -> dict[str, list[bool]]:
-        """``verify`` of several tenants' leases of ``queue`` in one pipeline (one round
-        trip on a single server; one per master in cluster mode), by tenant."""
-        commands: list[tuple[Any, ...]] = []
-        spans: list[tuple[str, int]] = []  # (tenant, its ZMSCORE calls), in order
+        """An ack's or a nack's check of several tenants' leases of ``queue``, by tenant:
+        whether each lease (a member ``lease_member(id, token)``) is held and unexpired,
+        each one held marked as ending so that a release of it takes nothing
+        (lua/lease_check.lua). One script call, or a pipeline of them (one round trip on a
+        single server; one per master in cluster mode)."""
+        calls: list[LeaseCheck] = []
+        spans: list[tuple[str, int]] = []  # (tenant, its calls), in order
         for tenant, names in members.items():
-            leased = PairKeys.of(queue, tenant).leased
-            parts = list(chunks(names, ZMSCORE_PER_CALL))
-            commands += [("ZMSCORE", leased, *part) for part in parts]
+            leased = PairKeys.of(queue, tenant)
+            parts = [LeaseCheck(leased, now_ms, part)
+                     for part in chunks(names, LeaseCheck.items_per_call())]
+            calls += parts
             spans.append((tenant, len(parts)))
-        replies = self.pipeline(commands) if commands else []
+        if len(calls) == 1:  # (the usual ack: one tenant's leases, one call)
+            return {spans[0][0]: self.call(calls[0])}
+        held = self._checked(calls, self.pipeline(
+            [evalsha(call, self.scripts[LeaseCheck.SCRIPT].sha) for call in calls]))
         out: dict[str, list[bool]] = {}
         at = 0
-        for tenant, calls in spans:
-            deadlines: list[Any] = []
-            for reply in replies[at:at + calls]:
-                if isinstance(reply, Exception):
-                    with _available(self.credentials):
-                        raise reply
-                deadlines += reply
-            at += calls
-            out[tenant] = [d is not None and float(d) > now_ms for d in deadlines]
+        for tenant, n in spans:
+            out[tenant] = [ok for reply in held[at:at + n] for ok in reply]
+            at += n
+        return out
+
+    def _checked(self, calls: Sequence[LeaseCheck], replies: Sequence[Any]) -> list[list[bool]]:
+        """The parsed replies of pipelined lease checks; a script Valkey lost is loaded and
+        run again; any other error reply is raised."""
+        out: list[list[bool]] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded)
+                out.append(self.call(call))
+                continue
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            out.append(call.parse(reply))
         return out
 
     def _deadlines(self, leased: str, members: Sequence[str]) -> list[Any]:
@@ -1559,24 +1576,26 @@ class WarmTier:
     def verify_with_progress(self, queue: str, tenant: str, *, now_ms: int,
                              leases: Sequence[tuple[str, str]],
                              ) -> tuple[list[bool], dict[str, tuple[int, str]]]:
-        """``verify`` of the (id, token) leases and their ``progress_of``, in one round
-        trip (the pair's slot: one master)."""
+        """``verify_tenants`` of one tenant's (id, token) leases (each one held marked as
+        ending) and their ``progress_of``, in one round trip (the pair's slot: one
+        master)."""
         if not leases:
             return [], {}
         k = PairKeys.of(queue, tenant)
         members = [lease_member(task_id, token) for task_id, token in leases]
-        scores = [("ZMSCORE", k.leased, *part) for part in chunks(members, ZMSCORE_PER_CALL)]
+        checks = [LeaseCheck(k, now_ms, part)
+                  for part in chunks(members, LeaseCheck.items_per_call())]
         reads = [("HMGET", k.progress, *part)
                  for part in chunks([task_id for task_id, _ in leases], per_call(2))]
-        replies = self.pipeline([*scores, *reads])
-        for reply in replies:
+        sha = self.scripts[LeaseCheck.SCRIPT].sha
+        replies = self.pipeline([*(evalsha(call, sha) for call in checks), *reads])
+        for reply in replies[len(checks):]:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-        deadlines = [d for reply in replies[:len(scores)] for d in reply]
-        values = [v for reply in replies[len(scores):] for v in reply]
-        return ([d is not None and float(d) > now_ms for d in deadlines],
-                _progress_entries(leases, values))
+        held = self._checked(checks, replies[:len(checks)])
+        values = [v for reply in replies[len(checks):] for v in reply]
+        return ([ok for reply in held for ok in reply], _progress_entries(leases, values))
 
     def lease_limits(self, queue: str, tenant: str, members: Sequence[str]) -> list[int | None]:
         """The time limit (epoch ms) of each lease (a member), None for one without a

@@ -123,12 +123,14 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
            rejected: list[Rejection],
            progress: dict[str, tuple[int, str]] | None = None) -> list[Verified]:
     """Which items hold a valid lease; the others are added to ``rejected`` (not_owner).
+    Each valid lease is marked as ending in the same step (lua/lease_check.lua): a release
+    of it takes nothing, so an ack or a nack and a release of one lease never both happen.
     ``progress``: filled with the progress the leases keep (``record_progress``), read in
     the same round trip."""
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
     tenants = by_tenant(items, rejected)
-    # (every tenant's ZMSCORE in one pipeline; with progress, a call per tenant)
+    # (every tenant's check in one pipeline; with progress, a call per tenant)
     held_by = ctx.warm.verify_tenants(
         queue, {tenant: [v.member for v in entries] for tenant, entries in tenants.items()},
         now_ms=now_ms) if progress is None else {}
@@ -343,7 +345,9 @@ def release(ctx: Context, queue: str,
 
     The leases are taken from Valkey first, atomically with their deadline check: the
     reaper marks every lease it lists, so a release and an expiry of one lease never both
-    happen (the expiry would re-queue a task already released and claimed again). Each
+    happen (the expiry would re-queue a task already released and claimed again); an ack's
+    or a nack's check marks its leases too, so a release of a lease being acked is refused
+    (the acked task would run again). Each
     task taken keeps a release mark in its pair's lease index until it is pushed again, so
     the reconciler leaves it to this release for its grace period (lua/lease_keys.lua). If
     Postgres then fails, the row is still warm and out of Valkey: the reconciler puts it

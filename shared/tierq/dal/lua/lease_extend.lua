@@ -15,7 +15,9 @@ for i = 2, #ARGV, 2 do
     deadline = now + tonumber(ARGV[i + 1])
     local cap = redis.call('ZSCORE', KEYS[2], ARGV[i])
     if cap and tonumber(cap) < deadline then deadline = tonumber(cap) end
-    redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[i])
+    -- (a lease an ack or a nack checked keeps its mark: lease_check.lua)
+    redis.call('ZADD', KEYS[1], 'XX', string.format('%.1f', deadline + tonumber(current) % 1),
+               ARGV[i])
   end
   out[#out + 1] = deadline
 end

@@ -2,7 +2,7 @@
 -- "Leases"). A pair's leases live in three keys that the scripts always change together,
 -- and a fourth that lists them:
 -- | key      | type       | holds                                                         |
--- | leased   | sorted set | '<id>|<token>' -> deadline (epoch ms; 0 while the reaper reaps it) |
+-- | leased   | sorted set | '<id>|<token>' -> deadline (epoch ms; 0 while the reaper reaps it; half a millisecond more once an ack or a nack checked it: lease_check.lua) |
 -- | lease_of | hash       | id -> the token of its lease (one HGET, then one ZSCORE of '<id>|<token>', finds a task's lease by its id), or '~r<ms>' for a lease a release took back at <ms> and whose task it is about to push again (the reconciler leaves it to the release until its cutoff has passed <ms>: missing.lua; the task's next lease or push replaces it) |
 -- | claims   | hash       | '<prefix>' -> '<started_ms>|<worker>', and '<prefix>#' -> how many of that claim's leases `leased` holds; both go with the claim's last lease |
 -- | started  | sorted set | id -> when its lease's claim began (epoch ms): the running leases a page at a time in start order (running_page.lua) |
@@ -49,7 +49,8 @@ local function lease_attempt(token)
 end
 
 -- Ends those of `members` ('<id>|<token>') that `leased` holds and, when `after` is given,
--- whose deadline is after it; a member named twice is ended once. An id whose lease_of
+-- whose deadline is after it and unmarked (a release: an ack or a nack that checked the lease,
+-- lease_check.lua, ends it instead); a member named twice is ended once. An id whose lease_of
 -- entry named the lease ended is removed from lease_of (or set to `mark` when given) and
 -- from started. With `progress` (and `meta`), each lease's progress entry is removed too and
 -- its bytes taken off the meta field `progress`. Returns the members ended, in the order
@@ -66,7 +67,8 @@ local function lease_drop(leased, lease_of, claims, started, members, after, mar
   for i = 1, #members do
     local member = members[i]
     local score = scores[i]
-    if score and not seen[member] and (after == nil or tonumber(score) > after) then
+    if score and not seen[member]
+        and (after == nil or (tonumber(score) > after and tonumber(score) % 1 == 0)) then
       seen[member] = true
       local bar = string.find(member, '|', 1, true)
       n_gone = n_gone + 1
