@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.integration.helpers import count_state, drain, mode_of
 from tests.integration.one_lease_scenarios import stalled
+from tierq.errors import Unavailable
 from tierq.maintenance import reaper
 
 
@@ -193,4 +196,58 @@ def test_a_lease_an_ack_checked_keeps_its_mark_through_a_heartbeat(make_tq):
         assert extended.id == out.id
         assert tq.release("q", [item]).released == []
     assert answers[0].acked == [out.id]
+    assert tq.claim("q") == []
+
+
+def test_releases_of_several_tenants_leases_an_ack_checked_are_refused(make_tq):
+    """The same race over an ack of two tenants (their checks sent in one pipeline)."""
+    tq = make_tq()
+    made = tq.enqueue("q", [{"payload": t, "tenant": t} for t in ("acme", "globex")])
+    taken = tq.claim("q", max=2)
+    assert {t.tenant for t in taken} == {"acme", "globex"}
+    items = [{"id": t.id, "lease_token": t.lease_token} for t in taken]
+    answers: list[Any] = []
+    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", items))):
+        refused = tq.release("q", items)
+        assert refused.released == []
+        assert sorted(r.reason for r in refused.rejected) == ["not_owner", "not_owner"]
+    assert sorted(answers[0].acked) == sorted(o.id for o in made)
+    assert tq.claim("q", max=2) == []
+
+
+def test_a_release_of_a_lease_an_ack_with_a_result_checked_is_refused(make_tq):
+    """An ack keeping a result checks its leases with their progress (one round trip):
+    that check marks them too."""
+    tq = make_tq()
+    [out] = tq.enqueue("q", [{"payload": "once"}])
+    [task] = tq.claim("q")
+    item = {"id": task.id, "lease_token": task.lease_token}
+    answers: list[Any] = []
+    with stalled(tq.ctx.store, "ack_keep",
+                 lambda: answers.append(tq.ack("q", [{**item, "result": {"n": 1}}]))):
+        assert tq.release("q", [item]).released == []
+    assert answers[0].acked == [out.id]
+    assert tq.claim("q") == []
+
+
+def test_after_an_ack_that_failed_past_its_check_a_release_is_refused_and_a_retry_acks(
+        make_tq, monkeypatch):
+    """An ack whose PostgreSQL step fails after its check leaves the lease marked: a
+    release of it is refused (not_owner) and the ack's retry acks it."""
+    tq = make_tq()
+    [out] = tq.enqueue("q", [{"payload": "once"}])
+    [task] = tq.claim("q")
+    item = {"id": task.id, "lease_token": task.lease_token}
+    real = tq.ctx.store.ack_delete
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise Unavailable("PostgreSQL is not answering")
+
+    monkeypatch.setattr(tq.ctx.store, "ack_delete", failing)
+    with pytest.raises(Unavailable):
+        tq.ack("q", [item])
+    monkeypatch.setattr(tq.ctx.store, "ack_delete", real)
+    refused = tq.release("q", [item])
+    assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
+    assert tq.ack("q", [item]).acked == [out.id]
     assert tq.claim("q") == []

@@ -1305,7 +1305,8 @@ class WarmTier:
     def verify(self, queue: str, tenant: str, *, now_ms: int,
                members: Sequence[str]) -> list[bool]:
         """Whether each lease (a member ``lease_member(id, token)``) is held and unexpired:
-        one ZMSCORE (a token not issued for that id names no member)."""
+        one ZMSCORE (a token not issued for that id names no member). It marks nothing: a
+        heartbeat's check; an ack's or a nack's is ``verify_tenants``."""
         return [d is not None and float(d) > now_ms
                 for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
 
@@ -1324,8 +1325,11 @@ class WarmTier:
                      for part in chunks(names, LeaseCheck.items_per_call())]
             calls += parts
             spans.append((tenant, len(parts)))
+        if not calls:
+            return {tenant: [] for tenant in members}
         if len(calls) == 1:  # (the usual ack: one tenant's leases, one call)
-            return {spans[0][0]: self.call(calls[0])}
+            return {tenant: (self.call(calls[0]) if n else [])
+                    for tenant, n in spans}
         held = self._checked(calls, self.pipeline(
             [evalsha(call, self.scripts[LeaseCheck.SCRIPT].sha) for call in calls]))
         out: dict[str, list[bool]] = {}

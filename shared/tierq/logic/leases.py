@@ -343,14 +343,21 @@ def release(ctx: Context, queue: str,
     did not start (shutting down, or claimed more than it could run); a task that failed
     is nacked instead.
 
-    The leases are taken from Valkey first, atomically with their deadline check: the
-    reaper marks every lease it lists, so a release and an expiry of one lease never both
-    happen (the expiry would re-queue a task already released and claimed again); an ack's
-    or a nack's check marks its leases too, so a release of a lease being acked is refused
-    (the acked task would run again). Each
-    task taken keeps a release mark in its pair's lease index until it is pushed again, so
-    the reconciler leaves it to this release for its grace period (lua/lease_keys.lua). If
-    Postgres then fails, the row is still warm and out of Valkey: the reconciler puts it
+    The leases are taken from Valkey first, atomically with their deadline check, and only
+    leases nobody else is ending are taken:
+
+    | the lease                             | the release | because                          |
+    | ------------------------------------- | ----------- | -------------------------------- |
+    | held, deadline ahead                  | takes it    |                                  |
+    | listed by the reaper (deadline 0)     | not_owner   | its expiry re-queues the task    |
+    | checked by an ack or a nack (marked)  | not_owner   | an acked task would run again    |
+
+    A lease whose ack or nack failed past its check stays marked: a retry of the ack or
+    nack ends it, or its deadline does (an attempt counted).
+
+    Each task taken keeps a release mark in its pair's lease index until it is pushed again,
+    so the reconciler leaves it to this release for its grace period (lua/lease_keys.lua).
+    If Postgres then fails, the row is still warm and out of Valkey: the reconciler puts it
     back in line after its grace period, and the caller's retry is answered not_owner."""
     result = lease_outcomes.ReleaseResult()
     now = ctx.now()

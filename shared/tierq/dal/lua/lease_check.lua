@@ -27,7 +27,7 @@ for i = 2, #ARGV do
   if score and score > now then
     held[i - 1] = 1
     if score % 1 == 0 then
-      -- (formatted: Lua's own number format keeps 14 digits, a deadline and its mark 14)
+      -- (formatted as the score Valkey stores: one decimal, exact for a whole deadline)
       marks[n_marks + 1] = string.format('%.1f', score + ENDING)
       marks[n_marks + 2] = ARGV[i]
       n_marks = n_marks + 2

@@ -125,7 +125,9 @@ def nack_tasks(queue: QueuePath, body: Annotated[NackRequest, Body()],
     description="{\"releases\": [{id, lease_token}]} (1 to 500). Each task returns to its "
                 "old place in line, ready at once, and no attempt is counted: for tasks a "
                 "worker took but did not start (shutting down, or claimed more than it can "
-                "run). A task that failed is nacked instead.",
+                "run). A task that failed is nacked instead. A lease an ack or a nack has "
+                "checked (even one that then failed) is not released: not_owner; it ends by "
+                "its outcome, or at its deadline as an expired attempt.",
     operation_id="releaseTasks",
     tags=["leases"],
     responses=responses("Which tasks were given back and which were rejected.", 409),
