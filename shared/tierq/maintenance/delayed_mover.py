@@ -16,7 +16,9 @@ ready, and the pass reports the failed pairs:
 |                                       | in line), for the reaper's reconciler to push        |
 
 A script of the pair's that Valkey answers with an error (its keys in a state no script
-expects) fails that pair the same way, without passing over the other pairs of its master.
+expects) fails that pair the same way, without passing over the other pairs of its master;
+so does a queue whose stored settings the settings model refuses (checked before the rows
+move: they stay delayed, listed and logged until an operator fixes the row).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import psycopg
 import redis
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from tierq.dal.store.rows import DueRow, ReadyRow
 from tierq.errors import Unavailable, WarmTierUnavailable
@@ -98,6 +100,12 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                         failed.add(pair)
                         continue
                     try:
+                        ctx.queue_settings.get(pair[0])  # (its push reads them)
+                    except ValidationError as exc:
+                        failed.add(pair)
+                        failures.refused_settings(pair, exc)
+                        continue
+                    try:
                         tickets[pair] = admission.begin(ctx, [pair])
                     except WarmTierUnavailable as exc:
                         failed.add(pair)
@@ -125,11 +133,13 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
             items = warm_by_pair.get(pair, [])
             try:
                 refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
-            except (WarmTierUnavailable, redis.ResponseError) as exc:
+            except (WarmTierUnavailable, redis.ResponseError, ValidationError) as exc:
                 # committed warm, not pushed: the reconciler pushes them after its grace
                 failed.add(pair)
                 if isinstance(exc, WarmTierUnavailable):
                     failures.record(pair, exc, when="after its rows were made ready")
+                elif isinstance(exc, ValidationError):  # (settings written since the check)
+                    failures.refused_settings(pair, exc)
                 else:
                     failures.broken(pair, exc)
                 summary.warm += len(items)
