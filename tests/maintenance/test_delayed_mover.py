@@ -158,3 +158,14 @@ def test_a_queue_whose_stored_settings_are_refused_is_passed_over_and_the_others
     states = dict(pg.execute("SELECT queue, array_agg(DISTINCT state) FROM tierq_tasks"
                              " GROUP BY queue").fetchall())
     assert states == {"a": ["delayed"], "b": ["warm"]}
+
+
+def test_a_pass_reads_the_settings_on_its_own_connection(make_tq: Any) -> None:
+    """The settings are read inside the batch's transaction on its connection: a pool of
+    one connection (a miss of the settings cache each time) moves the rows, where a
+    second pooled connection would wait out the pool's timeout."""
+    tq = make_tq(db_pool_max=1, db_pool_timeout=1.0)
+    tq.put_queue("a", {"max_attempts": 5})
+    due_tasks(tq, "a", 3)
+    summary = delayed_mover.run(tq.ctx)
+    assert (summary.moved, summary.failed) == (3, [])

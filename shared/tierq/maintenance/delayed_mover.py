@@ -32,6 +32,7 @@ import psycopg
 import redis
 from pydantic import Field, ValidationError
 
+from tierq.dal.store.base import Conn
 from tierq.dal.store.rows import DueRow, ReadyRow
 from tierq.errors import Unavailable, WarmTierUnavailable
 from tierq.logic import admission, flows
@@ -95,15 +96,19 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                     break
                 # the rows past batch_bytes stay delayed, in place (unlocked at the commit)
                 kept = within_bytes(due, config.batch_bytes)
+                # (each queue's settings once a batch, on this transaction's connection: its
+                # push reads them, and a refused row must fail its own pairs alone)
+                refusals: dict[str, ValidationError | None] = {}
                 for pair in dict.fromkeys((r.queue, r.tenant) for r in kept):
                     if failures.skip(pair):
                         failed.add(pair)
                         continue
-                    try:
-                        ctx.queue_settings.get(pair[0])  # (its push reads them)
-                    except ValidationError as exc:
+                    if pair[0] not in refusals:
+                        refusals[pair[0]] = _settings_refused(ctx, conn, pair[0])
+                    refusal = refusals[pair[0]]
+                    if refusal is not None:
                         failed.add(pair)
-                        failures.refused_settings(pair, exc)
+                        failures.refused_settings(pair, refusal)
                         continue
                     try:
                         tickets[pair] = admission.begin(ctx, [pair])
@@ -152,6 +157,16 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
         # does not read the sizes of many rows it leaves; back to ``batch`` as they shrink
         limit = min(batch, 2 * len(kept) if len(kept) < len(due) else 2 * limit)
     return summary
+
+
+def _settings_refused(ctx: Context, conn: Conn, queue: str) -> ValidationError | None:
+    """Why the settings model refuses the queue's stored settings, None when it takes
+    them (read on ``conn`` on a cache miss)."""
+    try:
+        ctx.queue_settings.get(queue, conn=conn)
+    except ValidationError as exc:
+        return exc
+    return None
 
 
 def within_bytes(due: Sequence[DueRow], most: int) -> Sequence[DueRow]:
