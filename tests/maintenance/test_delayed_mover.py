@@ -141,3 +141,31 @@ def test_a_pair_whose_keys_hold_the_wrong_type_keeps_its_rows_and_the_others_mov
     assert (summary.moved, summary.failed) == (1, ["a|_"])
     rows = pg.execute("SELECT queue, state FROM tierq_tasks ORDER BY queue").fetchall()
     assert rows == [("a", "delayed"), ("b", "warm")]
+
+
+def test_a_queue_whose_stored_settings_are_refused_is_passed_over_and_the_others_moved(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """A queue's settings row holding a value the table allows but the settings model
+    refuses (max_attempts 5000, written by hand) costs that queue alone, pass after pass:
+    its due rows stay delayed and are listed; another queue's, due later, are moved."""
+    tq.put_queue("a", {"max_attempts": 5})
+    due_tasks(tq, "a", 3)  # the oldest due: every batch meets them first
+    due_tasks(tq, "b", 2)
+    pg.execute("UPDATE tierq_queues SET max_attempts = 5000 WHERE queue = 'a'")
+    for _ in range(2):
+        summary = delayed_mover.run(tq.ctx, batch=2)
+        assert summary.failed == ["a|_"]
+    states = dict(pg.execute("SELECT queue, array_agg(DISTINCT state) FROM tierq_tasks"
+                             " GROUP BY queue").fetchall())
+    assert states == {"a": ["delayed"], "b": ["warm"]}
+
+
+def test_a_pass_reads_the_settings_on_its_own_connection(make_tq: Any) -> None:
+    """The settings are read inside the batch's transaction on its connection: a pool of
+    one connection (a miss of the settings cache each time) moves the rows, where a
+    second pooled connection would wait out the pool's timeout."""
+    tq = make_tq(db_pool_max=1, db_pool_timeout=1.0)
+    tq.put_queue("a", {"max_attempts": 5})
+    due_tasks(tq, "a", 3)
+    summary = delayed_mover.run(tq.ctx)
+    assert (summary.moved, summary.failed) == (3, [])

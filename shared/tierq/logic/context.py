@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tierq.config import Settings
 from tierq.dal.postgres import Database
+from tierq.dal.store.base import Conn
 from tierq.dal.store.rows import QueueSettingsRow
 from tierq.dal.task_store import TaskStore
 from tierq.dal.warm_tier import WarmTier
@@ -91,7 +92,10 @@ class QueueSettingsCache:
         with self._lock:
             return len(self._cache)
 
-    def get(self, queue: str) -> QueueSettings:
+    def get(self, queue: str, *, conn: Conn | None = None) -> QueueSettings:
+        """The queue's settings, from the cache while fresh; a miss reads the row on
+        ``conn`` when given (a caller inside a transaction must not wait for a second
+        pooled connection)."""
         ttl = self.defaults.settings_cache_seconds
         now = time.monotonic()
         with self._lock:
@@ -99,7 +103,7 @@ class QueueSettingsCache:
             if hit is not None and now - hit[0] < ttl:
                 self._cache.move_to_end(queue)
                 return hit[1]
-        value = self.effective(self.store.queue_settings_row(queue))
+        value = self.effective(self.store.queue_settings_row(queue, conn=conn))
         with self._lock:
             self._cache[queue] = (now, value)
             self._cache.move_to_end(queue)

@@ -16,7 +16,9 @@ ready, and the pass reports the failed pairs:
 |                                       | in line), for the reaper's reconciler to push        |
 
 A script of the pair's that Valkey answers with an error (its keys in a state no script
-expects) fails that pair the same way, without passing over the other pairs of its master.
+expects) fails that pair the same way, without passing over the other pairs of its master;
+so does a queue whose stored settings the settings model refuses (checked before the rows
+move: they stay delayed, listed and logged until an operator fixes the row).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from typing import Any
 
 import psycopg
 import redis
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from tierq.dal.store.base import Conn
 from tierq.dal.store.rows import DueRow, ReadyRow
 from tierq.errors import Unavailable, WarmTierUnavailable
 from tierq.logic import admission, flows
@@ -93,9 +96,19 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                     break
                 # the rows past batch_bytes stay delayed, in place (unlocked at the commit)
                 kept = within_bytes(due, config.batch_bytes)
+                # (each queue's settings once a batch, on this transaction's connection: its
+                # push reads them, and a refused row must fail its own pairs alone)
+                refusals: dict[str, ValidationError | None] = {}
                 for pair in dict.fromkeys((r.queue, r.tenant) for r in kept):
                     if failures.skip(pair):
                         failed.add(pair)
+                        continue
+                    if pair[0] not in refusals:
+                        refusals[pair[0]] = _settings_refused(ctx, conn, pair[0])
+                    refusal = refusals[pair[0]]
+                    if refusal is not None:
+                        failed.add(pair)
+                        failures.refused_settings(pair, refusal)
                         continue
                     try:
                         tickets[pair] = admission.begin(ctx, [pair])
@@ -125,11 +138,13 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
             items = warm_by_pair.get(pair, [])
             try:
                 refused = admission.dispatch(ctx, ticket, {pair: items} if items else {})
-            except (WarmTierUnavailable, redis.ResponseError) as exc:
+            except (WarmTierUnavailable, redis.ResponseError, ValidationError) as exc:
                 # committed warm, not pushed: the reconciler pushes them after its grace
                 failed.add(pair)
                 if isinstance(exc, WarmTierUnavailable):
                     failures.record(pair, exc, when="after its rows were made ready")
+                elif isinstance(exc, ValidationError):  # (settings written since the check)
+                    failures.refused_settings(pair, exc)
                 else:
                     failures.broken(pair, exc)
                 summary.warm += len(items)
@@ -142,6 +157,16 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
         # does not read the sizes of many rows it leaves; back to ``batch`` as they shrink
         limit = min(batch, 2 * len(kept) if len(kept) < len(due) else 2 * limit)
     return summary
+
+
+def _settings_refused(ctx: Context, conn: Conn, queue: str) -> ValidationError | None:
+    """Why the settings model refuses the queue's stored settings, None when it takes
+    them (read on ``conn`` on a cache miss)."""
+    try:
+        ctx.queue_settings.get(queue, conn=conn)
+    except ValidationError as exc:
+        return exc
+    return None
 
 
 def within_bytes(due: Sequence[DueRow], most: int) -> Sequence[DueRow]:
