@@ -3,14 +3,21 @@ withdraw the pending occurrences of outdated, disabled or removed schedules (the
 in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per
 ``SCHEDULES_PER_TRANSACTION`` due schedules, so one commit (a wait for the WAL flush) per 50
 schedules, not per schedule; their locks are taken and their rows read in two statements,
-then each schedule installs in a savepoint, so one that fails (a held row, a statement past
-its timeout, a broken row) is rolled back alone and the others are committed; one whose
-queue's registration times out before (its registry row held) waits for the next tick
-alone. Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches
-64 of them per transaction: past that every other session's snapshot reads
-``pg_subtrans``, a slowdown every tenant would share, hence 50. A schedule another tick (or a
-PUT) is installing right now is left to that one, and two ticks at once never install an
-occurrence twice; a PUT of a schedule a tick holds waits for the slice's commit.
+then each schedule installs in a savepoint, so what one meets costs it alone:
+
+| what one schedule meets                         | the schedule                          |
+| ----------------------------------------------- | ------------------------------------- |
+| a held row, a statement past its timeout        | rolled back, listed, next tick again  |
+| a broken row                                    | rolled back, listed, next tick again  |
+| a Valkey master down for a pair it withdraws from | rolled back, listed, next tick again |
+| its queue's registry row held (registering)     | listed, next tick again               |
+| its pair's master down (registering)            | installed: occurrences are delayed rows |
+
+Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches 64 of
+them per transaction: past that every other session's snapshot reads ``pg_subtrans``, a
+slowdown every tenant would share, hence 50. A schedule another tick (or a PUT) is
+installing right now is left to that one, and two ticks at once never install an occurrence
+twice; a PUT of a schedule a tick holds waits for the slice's commit.
 
 Only the schedules due are read: each install records when the tick next has work for its
 schedule (``tick_at_ms``: its next occurrence fires, its installed ones end within the
@@ -30,7 +37,7 @@ import psycopg
 from pydantic import Field
 
 from tierq.dal.store.rows import ScheduleDue
-from tierq.errors import DatabaseTimedOut, Unavailable
+from tierq.errors import DatabaseTimedOut, Unavailable, WarmTierUnavailable
 from tierq.logic import schedules
 from tierq.logic.context import Context, to_ms
 from tierq.logic.pairs import Budget
@@ -116,6 +123,13 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
             continue
         try:
             schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled))
+        except WarmTierUnavailable as exc:
+            # the master of its pair is down: the pair is registered in PostgreSQL, and
+            # installing occurrences (delayed rows) needs no Valkey; the cold -> warm mover
+            # sets its mode once the master is back
+            logger.warning("cron tick of schedule %r of tenant %r: Valkey did not answer for "
+                           "its queue's pair (%s); installing without it", entry.name,
+                           entry.tenant, exc.detail or exc.message)
         except DatabaseTimedOut as exc:
             # its queue's registry row held by another transaction, or a slow statement:
             # this schedule waits for the next tick, the others go on
@@ -153,6 +167,12 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
                     DatabaseTimedOut) as exc:
                 # a row held or a slow statement: this schedule waits for the next tick
                 _failed(summary, entry, f"timed out: {str(exc).strip()}")
+                continue
+            except WarmTierUnavailable as exc:
+                # the master of a pair it withdraws from is down: this schedule waits for
+                # the next tick (rolled back: its occurrences taken out of Valkey are still
+                # warm rows, which the reconciler pushes again), the others go on
+                _failed(summary, entry, f"Valkey did not answer: {exc.detail or exc.message}")
                 continue
             except Unavailable as exc:
                 # a store is down: keep what is done (the commit may fail too), then raise
