@@ -4,8 +4,11 @@ Each (queue, tenant) lives on one master. With the master of the first pair in w
 stopped for real (SIGKILL), a reaper pass still expires the leases of the pairs on the other
 masters, a cold -> warm pass still promotes their cold work, and a delayed-mover pass still
 makes their due tasks ready; each pass lists the failed pair in its summary, and a second
-pass does the same (the failing pair does not pin the walk). Once the cache is back (empty,
-the worst case), the failed pair is served again and every committed task is delivered.
+pass does the same (the failing pair does not pin the walk). A cron tick installs every
+schedule, the stopped master's pair's too (occurrences are delayed rows), and one that must
+withdraw an occurrence from that master's ready set is rolled back and listed alone. Once
+the cache is back (empty, the worst case), the failed pair is served again and every
+committed task is delivered.
 
 The surviving masters keep serving their own slots (``cluster-require-full-coverage no``,
 as a cache whose failed shard is being replaced keeps the others available); with full
@@ -27,7 +30,7 @@ from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.local.services.process import wait_pid_gone
 from tierq.logic.context import OffsetClock
-from tierq.maintenance import delayed_mover
+from tierq.maintenance import cron_tick, delayed_mover
 
 QUEUE = "mfail"
 WARM_MAX = 5
@@ -51,9 +54,9 @@ def _expired_leases(pg: psycopg.Connection[Any], tenant: str) -> int:
         " AND last_error LIKE 'lease expired%%'", (QUEUE, tenant)).fetchone()[0])
 
 
-def _refused(tq: Tierq, tenant: str) -> bool:
+def _refused(tq: Tierq, tenant: str, queue: str = QUEUE) -> bool:
     try:
-        tq.claim(QUEUE, tenant=tenant, max=1)
+        tq.claim(queue, tenant=tenant, max=1)
     except Unavailable:
         return True
     return False
@@ -200,3 +203,103 @@ def test_a_push_that_fails_after_the_commit_leaves_the_rows_to_the_reconciler(
         got = tq.claim(QUEUE, tenant=down, max=10)
         assert [t.payload[1] for t in got] == list(range(1 + DELAYED))  # in line, none lost
         tq.ack(QUEUE, got)
+
+
+def _occurrences(pg: psycopg.Connection[Any]) -> dict[str, int]:
+    """Occurrences installed so far, by schedule."""
+    return dict(pg.execute("SELECT schedule, count(*) FROM tierq_schedule_occurrences"
+                           " GROUP BY schedule").fetchall())
+
+
+def test_a_cron_tick_installs_every_schedule_while_a_master_is_down(
+        partial_cluster, app_database_url, clean_stores, pg, caplog):
+    """A process new to the pairs (a new Lambda container) registers each schedule's pair
+    before installing it: the pairs of the stopped master do not end the pass, and their
+    schedules are installed too (occurrences are delayed rows, PostgreSQL alone); that
+    master is asked once a pass, not once a pair."""
+    queue = "crondown"
+    settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
+                        valkey_cluster=True, settings_cache_seconds=0)
+    clock = OffsetClock()
+    with Tierq(settings=settings, clock=clock) as tq:
+        tenants = tenants_on_every_node(tq.warm.client, queue, per_node=2)  # type: ignore[arg-type]
+        # not the master the URL names, which a new process's client starts from
+        down = next(t for t in tenants if node_of(tq.warm.client, queue, t)  # type: ignore[arg-type]
+                    != f"127.0.0.1:{partial_cluster.port}")
+        port = int(node_of(tq.warm.client, queue, down).split(":")[1])  # type: ignore[arg-type]
+        on_down = [t for t in tenants if node_of(tq.warm.client, queue, t)  # type: ignore[arg-type]
+                   == f"127.0.0.1:{port}"]
+        assert len(on_down) == 2
+        tenants.sort(key=lambda t: t not in on_down)  # their schedules the soonest due
+        for tenant in tenants:
+            tq.put_schedule(f"s-{tenant}", {"queue": queue, "tenant": tenant,
+                                            "payload": tenant, "every_seconds": 1})
+        serve_own_slots(partial_cluster)
+        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert wait_pid_gone(pid, 10)
+        eventually(lambda: _refused(tq, down, queue), timeout=20,
+                   what="the stopped master's pair still answers")
+    clock.advance(10)  # each schedule has 10 occurrences more to install
+    before = _occurrences(pg)
+    with Tierq(settings=settings, clock=clock) as fresh:
+        caplog.clear()
+        ticked = cron_tick.run(fresh.ctx, budget_seconds=60)
+        assert ticked.failed == []
+        assert ticked.schedules == len(tenants)
+        now = _occurrences(pg)
+        for tenant in tenants:
+            assert now[f"s-{tenant}"] >= before[f"s-{tenant}"] + 10, tenant
+        warned = [r.getMessage() for r in caplog.records
+                  if r.name == "tierq.maintenance.cron_tick" and r.levelname == "WARNING"]
+        assert len(warned) == 1, warned  # (the other pair of that master: not asked)
+        assert any(f"'{t}'" in warned[0] for t in on_down), warned
+
+
+def test_a_cron_tick_withdrawing_from_a_stopped_master_fails_that_schedule_alone(
+        partial_cluster, app_database_url, clean_stores, pg):
+    """A schedule whose old occurrence still waits in the ready set of the stopped master
+    (it was held when its config changed, so the tick comes back to withdraw it): that
+    schedule is rolled back and listed, the others are installed in the same slice."""
+    queue = "crondraw"
+    settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
+                        valkey_cluster=True, settings_cache_seconds=0)
+    with Tierq(settings=settings, clock=OffsetClock()) as tq:
+        tenants = tenants_on_every_node(tq.warm.client, queue)  # type: ignore[arg-type]
+        down = next(t for t in tenants if node_of(tq.warm.client, queue, t)  # type: ignore[arg-type]
+                    != f"127.0.0.1:{partial_cluster.port}")
+        port = int(node_of(tq.warm.client, queue, down).split(":")[1])  # type: ignore[arg-type]
+        tenants.sort(key=lambda t: t != down)  # its schedule the soonest due: met first
+        for tenant in tenants:
+            tq.put_schedule(f"s-{tenant}", {"queue": queue, "tenant": tenant,
+                                            "payload": "old", "every_seconds": 1})
+        tq.ctx.clock.advance(2)
+        tq.run_delayed_mover()  # the first occurrences are due: warm, in the ready sets
+        [[held_id]] = pg.execute(
+            "SELECT t.id FROM tierq_tasks t JOIN tierq_schedule_occurrences o"
+            " ON o.task_id = t.id WHERE o.tenant = %s AND t.state = 'warm' LIMIT 1",
+            (down,)).fetchall()
+        with psycopg.connect(app_database_url) as holder:
+            holder.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (held_id,))
+            tq.put_schedule(f"s-{down}", {"queue": queue, "tenant": down,
+                                          "payload": "new", "every_seconds": 1})
+            holder.rollback()
+        serve_own_slots(partial_cluster)
+        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert wait_pid_gone(pid, 10)
+        eventually(lambda: _refused(tq, down, queue), timeout=20,
+                   what="the stopped master's pair still answers")
+        tq.ctx.clock.advance(10)
+        before = _occurrences(pg)
+        ticked = cron_tick.run(tq.ctx, budget_seconds=60)
+        assert ticked.failed == [f"{down}/s-{down}"]
+        now = _occurrences(pg)
+        for tenant in tenants:
+            if tenant != down:
+                assert now[f"s-{tenant}"] >= before[f"s-{tenant}"] + 10, tenant
+        # the old occurrence is still a warm row, left for the next tick
+        assert pg.execute("SELECT state FROM tierq_tasks WHERE id = %s",
+                          (held_id,)).fetchone()[0] == "warm"

@@ -454,11 +454,14 @@ def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float, *,
     return result
 
 
-def _register_pair(ctx: Context, queue: str, tenant: str) -> None:
+def _register_pair(ctx: Context, queue: str, tenant: str, *, set_mode: bool = True) -> None:
     """Register (queue, tenant) as enqueue does; a pair new to this process starts (or,
-    after Valkey lost its data, returns) in warm mode when it has no cold work."""
+    after Valkey lost its data, returns) in warm mode when it has no cold work. Without
+    ``set_mode`` Valkey is not asked (its master is known down): a pair without a mode
+    reads as cold, and the cold -> warm mover sets it later."""
     for new_tenant in ctx.pairs.ensure(queue, [tenant]):
-        tiering.refill(ctx, queue, new_tenant)
+        if set_mode:
+            tiering.refill(ctx, queue, new_tenant)
 
 
 # -- operations -------------------------------------------------------------------------------
@@ -548,12 +551,14 @@ def put_schedule(ctx: Context, name: str,
     return get_schedule(ctx, name, tenant), created
 
 
-def prepare_tick(ctx: Context, queue: str | None, tenant: str, enabled: bool) -> None:
+def prepare_tick(ctx: Context, queue: str | None, tenant: str, enabled: bool, *,
+                 set_mode: bool = True) -> None:
     """Register the pair an enabled schedule installs into (``queue`` and ``enabled`` as
     the tick read them), before the tick's transaction: registering may take another
-    pooled connection, which a connection held by an open transaction must not wait for."""
+    pooled connection, which a connection held by an open transaction must not wait for.
+    ``set_mode``: as ``_register_pair`` takes it."""
     if enabled and queue is not None:
-        _register_pair(ctx, queue, tenant)
+        _register_pair(ctx, queue, tenant, set_mode=set_mode)
 
 
 Found = tuple[ScheduleRow, bool] | None  # a locked schedule's row and stale flag; None: removed

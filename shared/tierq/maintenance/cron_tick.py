@@ -3,14 +3,21 @@ withdraw the pending occurrences of outdated, disabled or removed schedules (the
 in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction per
 ``SCHEDULES_PER_TRANSACTION`` due schedules, so one commit (a wait for the WAL flush) per 50
 schedules, not per schedule; their locks are taken and their rows read in two statements,
-then each schedule installs in a savepoint, so one that fails (a held row, a statement past
-its timeout, a broken row) is rolled back alone and the others are committed; one whose
-queue's registration times out before (its registry row held) waits for the next tick
-alone. Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches
-64 of them per transaction: past that every other session's snapshot reads
-``pg_subtrans``, a slowdown every tenant would share, hence 50. A schedule another tick (or a
-PUT) is installing right now is left to that one, and two ticks at once never install an
-occurrence twice; a PUT of a schedule a tick holds waits for the slice's commit.
+then each schedule installs in a savepoint, so what one meets costs it alone:
+
+| what one schedule meets                         | the schedule                          |
+| ----------------------------------------------- | ------------------------------------- |
+| a held row, a statement past its timeout        | rolled back, listed, next tick again  |
+| a broken row                                    | rolled back, listed, next tick again  |
+| a Valkey master down for a pair it withdraws from | rolled back, listed, next tick again |
+| its queue's registry row held (registering)     | listed, next tick again               |
+| its pair's master down (registering)            | installed: occurrences are delayed rows |
+
+Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches 64 of
+them per transaction: past that every other session's snapshot reads ``pg_subtrans``, a
+slowdown every tenant would share, hence 50. A schedule another tick (or a PUT) is
+installing right now is left to that one, and two ticks at once never install an occurrence
+twice; a PUT of a schedule a tick holds waits for the slice's commit.
 
 Only the schedules due are read: each install records when the tick next has work for its
 schedule (``tick_at_ms``: its next occurrence fires, its installed ones end within the
@@ -30,7 +37,7 @@ import psycopg
 from pydantic import Field
 
 from tierq.dal.store.rows import ScheduleDue
-from tierq.errors import DatabaseTimedOut, Unavailable
+from tierq.errors import DatabaseTimedOut, Unavailable, WarmTierUnavailable
 from tierq.logic import schedules
 from tierq.logic.context import Context, to_ms
 from tierq.logic.pairs import Budget
@@ -76,6 +83,7 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
     # cursor: read again in this pass, it is skipped (once: its tick_at_ms stays put).
     cursor: tuple[int, str, str] = (-1, "", "")
     seen: set[tuple[str, str]] = set()
+    warm_down: set[str] = set()  # Valkey masters that failed a registration in this pass
     while summary.schedules < config.max_schedules:
         limit = min(config.slice_size, config.max_schedules - summary.schedules)
         due = ctx.store.schedules_due(now_ms, cursor, limit)
@@ -85,7 +93,7 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
         seen.update((e.tenant, e.name) for e in fresh)
         for start in range(0, len(fresh), SCHEDULES_PER_TRANSACTION):
             part = fresh[start:start + SCHEDULES_PER_TRANSACTION]
-            if not _tick_slice(ctx, part, summary, budget):
+            if not _tick_slice(ctx, part, summary, budget, warm_down):
                 return summary  # the budget is spent: the schedules left come first next pass
         if len(due) < limit:
             break
@@ -93,7 +101,7 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
 
 
 def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickSummary,
-                budget: Budget) -> bool:
+                budget: Budget, warm_down: set[str]) -> bool:
     """Tick due schedules (at most ``SCHEDULES_PER_TRANSACTION``) in one transaction, one
     commit (a commit waits for the WAL flush), each schedule in a savepoint of its own: one
     that fails is rolled back alone and listed in ``failed``, the others are kept. The lock and read
@@ -101,21 +109,39 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     with the soonest due again). Registering a schedule's queue first (``prepare_tick``)
     that times out (its registry row held by another transaction) fails that schedule
     alone, and the slice's other schedules of the same pair without a second wait; the
-    next tick tries them again. Returns False when the budget ran out first (checked
-    between schedules, registrations included, at least one per pass): a timeout costs
-    its wait, so held rows of many pairs end the pass at its budget, not one wait each."""
+    next tick tries them again. A registration whose pair's Valkey master does not answer
+    installs the schedule all the same, and the pairs of that master (``warm_down``, for the
+    pass) are registered without asking it. Returns False when the budget ran out first
+    (checked between schedules, registrations included, at least one per pass): a timeout
+    costs its wait, so held rows of many pairs end the pass at its budget, not one wait
+    each."""
     ready: list[ScheduleDue] = []
     held: set[tuple[str | None, str]] = set()  # pairs whose registration timed out
+    registered = 0  # registrations tried in this slice (each may wait on a store)
+    stopped = False  # the budget ran out among the registrations
     for entry in entries:
-        if summary.schedules and budget.spent:
-            return False  # (the registered ones are ticked next pass, first in line)
+        if (summary.schedules or registered) and budget.spent:
+            stopped = True  # (the ones left are ticked next pass, first in line)
+            break
         pair = (entry.queue, entry.tenant)
         if pair in held:  # (its registry row held: not waited for again in this slice)
             summary.schedules += 1
             _failed(summary, entry, "registering its queue timed out earlier in the slice")
             continue
+        master = ctx.warm.master_of(entry.queue, entry.tenant) if entry.queue else None
+        registered += 1
         try:
-            schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled))
+            schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled),
+                                   set_mode=master is None or master not in warm_down)
+        except WarmTierUnavailable as exc:
+            # the master of its pair is down: the pair is registered in PostgreSQL, and
+            # installing occurrences (delayed rows) needs no Valkey; the cold -> warm mover
+            # sets its mode once the master is back
+            if master is not None:
+                warm_down.add(master)
+            logger.warning("cron tick of schedule %r of tenant %r: Valkey failed for its "
+                           "queue's pair (%s); installing without it", entry.name,
+                           entry.tenant, exc.detail or exc.message)
         except DatabaseTimedOut as exc:
             # its queue's registry row held by another transaction, or a slow statement:
             # this schedule waits for the next tick, the others go on
@@ -131,7 +157,9 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
             _failed(summary, entry, "registering its queue failed", exc_info=True)
             continue
         ready.append(entry)
-    finished = True
+    if not ready or (stopped and summary.schedules):
+        return not stopped  # (else the pass's first schedule is ticked: one at least)
+    finished = not stopped
     down: Unavailable | None = None
     with ctx.db.transaction() as conn:
         locked = schedules.lock_for_tick(ctx, conn, [(e.tenant, e.name) for e in ready])
@@ -153,6 +181,12 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
                     DatabaseTimedOut) as exc:
                 # a row held or a slow statement: this schedule waits for the next tick
                 _failed(summary, entry, f"timed out: {str(exc).strip()}")
+                continue
+            except WarmTierUnavailable as exc:
+                # the master of a pair it withdraws from is down: this schedule waits for
+                # the next tick (rolled back: its occurrences taken out of Valkey are still
+                # warm rows, which the reconciler pushes again), the others go on
+                _failed(summary, entry, f"Valkey failed: {exc.detail or exc.message}")
                 continue
             except Unavailable as exc:
                 # a store is down: keep what is done (the commit may fail too), then raise
