@@ -37,3 +37,14 @@ def test_an_enqueue_whose_grouped_task_meets_a_live_key(make_tq: Any, pg: Any) -
     one = pool_of_one(make_tq, setup)
     [again] = one.enqueue("q", [{"payload": 1, "group": "g", "key": "k"}])
     assert (again.id, again.outcome) == (first.id, "ignored")
+
+
+def test_a_replay_of_a_grouped_dead_letter(make_tq: Any, pg: Any) -> None:
+    """groups.on_replay reads the group's room in the replay's transaction."""
+    setup = make_tq(max_attempts=1)
+    [made] = setup.enqueue("q", [{"payload": 0, "group": "g"}])
+    [task] = setup.claim("q")
+    setup.nack("q", [{"id": task.id, "lease_token": task.lease_token, "error": "boom"}])
+    one = pool_of_one(make_tq, setup)
+    assert one.dlq_replay_slice("q", ids=[made.id]).replayed == [made.id]
+    assert states(pg, "q") == ["warm"]

@@ -258,7 +258,9 @@ def on_replay(ctx: Context, conn: Conn, queue: str, targets: Sequence[Target]) -
         return set()
     by_id = {r.id: r for r in grouped}
     tenants, grps = _split((r.tenant, r.grp) for r in grouped)
-    room = {(r.tenant, r.grp): ctx.queue_settings.get(queue).group_max_leased - r.active
+    # (on a miss, read on this transaction's connection: not a second pooled one)
+    limit = ctx.queue_settings.get(queue, conn=conn).group_max_leased
+    room = {(r.tenant, r.grp): limit - r.active
             for r in ctx.store.lock_groups(conn, queue, tenants, grps)}
     active: Counter[Group] = Counter()
     held: Counter[Group] = Counter()
