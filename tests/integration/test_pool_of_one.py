@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierq.engine import Tierq
+from tierq.errors import WarmTierUnavailable
 
 
 def pool_of_one(make_tq: Any, setup: Tierq) -> Tierq:
@@ -45,6 +46,25 @@ def test_a_replay_of_a_grouped_dead_letter(make_tq: Any, pg: Any) -> None:
     [made] = setup.enqueue("q", [{"payload": 0, "group": "g"}])
     [task] = setup.claim("q")
     setup.nack("q", [{"id": task.id, "lease_token": task.lease_token, "error": "boom"}])
+    one = pool_of_one(make_tq, setup)
+    assert one.dlq_replay_slice("q", ids=[made.id]).replayed == [made.id]
+    assert states(pg, "q") == ["warm"]
+
+
+def test_a_replay_of_a_dead_letter_whose_lease_is_left(make_tq: Any, pg: Any) -> None:
+    """A dead letter whose lease Valkey still holds (its drop failed after the reaper's
+    commit): the replay ends it in its transaction (dlq.end_leases), and gives back its
+    reservation, which reads the queue's settings."""
+    setup = make_tq(lease_seconds=10, max_attempts=1)
+    [made] = setup.enqueue("q", [{"payload": 0}])
+    setup.claim("q")
+    setup.ctx.clock.advance(11)
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise WarmTierUnavailable("the master did not answer")
+
+    setup.ctx.warm.release_pairs = down  # type: ignore[method-assign]
+    assert setup.run_reaper().failed == ["q|_"]
     one = pool_of_one(make_tq, setup)
     assert one.dlq_replay_slice("q", ids=[made.id]).replayed == [made.id]
     assert states(pg, "q") == ["warm"]
