@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from tierq.engine import Tierq
-from tierq.errors import WarmTierUnavailable
+from tierq.errors import WarmTierFull, WarmTierUnavailable
+from tierq.logic import wake
+from tierq.maintenance import cold_to_warm
 
 
 def pool_of_one(make_tq: Any, setup: Tierq) -> Tierq:
@@ -68,3 +70,59 @@ def test_a_replay_of_a_dead_letter_whose_lease_is_left(make_tq: Any, pg: Any) ->
     one = pool_of_one(make_tq, setup)
     assert one.dlq_replay_slice("q", ids=[made.id]).replayed == [made.id]
     assert states(pg, "q") == ["warm"]
+
+
+def cold_work(make_tq: Any) -> Tierq:
+    """4 warm and 4 cold tasks of queue 'q', room for them all (warm_max 4 at the
+    enqueue, then 100), made by an engine with the default pool; the engine of one
+    connection."""
+    setup = make_tq()
+    setup.put_queue("q", {"warm_max": 4})
+    setup.enqueue("q", [{"payload": i} for i in range(8)])
+    setup.put_queue("q", {"warm_max": 100})
+    return pool_of_one(make_tq, setup)
+
+
+def test_the_cold_to_warm_mover_promotes(make_tq: Any, pg: Any) -> None:
+    """The promotion holds its connection (the pair's lock) while it pushes each batch:
+    the push reads the queue's settings (tiering._promote, admission.dispatch)."""
+    one = cold_work(make_tq)
+    summary = cold_to_warm.run(one.ctx)
+    assert (summary.promoted, summary.failed) == (4, [])
+    assert states(pg, "q") == ["warm"] * 8
+
+
+def test_a_claims_inline_refill(make_tq: Any, pg: Any) -> None:
+    """A claim that finds the warm set dry refills it inline (tiering._promote)."""
+    one = cold_work(make_tq)
+    got = one.claim("q", max=8)
+    assert sorted(t.payload for t in got) == list(range(8))
+
+
+def test_a_promotion_valkey_refuses_marks_its_rows_cold(make_tq: Any, pg: Any) -> None:
+    """Valkey out of memory refuses the promotion's push: its rows are marked cold again
+    (admission.dispatch's mark_cold) while the promotion holds the pair's lock."""
+    one = cold_work(make_tq)
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise WarmTierFull()
+
+    one.ctx.warm.push = full  # type: ignore[method-assign]
+    summary = cold_to_warm.run(one.ctx)
+    assert (summary.promoted, summary.failed) == (0, [])
+    assert sorted(states(pg, "q")) == ["cold"] * 4 + ["warm"] * 4
+
+
+def test_a_promotion_asks_the_waker_on_the_held_connection(make_tq: Any, pg: Any,
+                                                          caplog: Any) -> None:
+    """With a waker installed (a dispatcher's deployment), a push asks whether the
+    queue has a consumer (wake.task_ready): read on the promotion's connection, not
+    logged as a failed wake after the pool's timeout."""
+    one = cold_work(make_tq)
+    previous = wake.install(lambda: None)
+    try:
+        summary = cold_to_warm.run(one.ctx)
+    finally:
+        wake.install(previous)
+    assert summary.promoted == 4
+    assert "waking the dispatcher" not in caplog.text
