@@ -236,16 +236,20 @@ def close(ctx: Context, ticket: Ticket) -> None:
 
 
 def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
-         *, kind: str, along: PushAlong | None = None) -> list[str]:
+         *, kind: str, along: PushAlong | None = None, conn: Conn | None = None
+         ) -> list[str]:
     """Push items of one pair; returns the ids refused (to be marked cold by the caller;
     a task cancelled or deleted since its row was read is left out, neither pushed nor
     refused).
     Valkey out of memory refuses the rest of the items: see ``go_cold``. A push the
     reconciler has overtaken (``LatePush``) leaves the rest of the items to it: they are
     neither pushed nor refused (their rows stay warm). ``along``: the same push sent
-    already in another round trip (``push_along``), whose outcome is read instead."""
+    already in another round trip (``push_along``), whose outcome is read instead.
+    ``conn``: a connection the caller holds (the promotion's, holding the pair's lock),
+    where the queue's settings are read on a cache miss rather than on a second pooled
+    one."""
     queue, tenant = pair
-    settings = ctx.queue_settings.get(queue)
+    settings = ctx.queue_settings.get(queue, conn=conn)
     now_ms = to_ms(ctx.now())
     refused: list[str] = []
     late = 0
@@ -313,7 +317,7 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
         # line empty (logic/ready_tenants.py); before the consumer's wake, which reads it
         if unnoted:
             ready_tenants.note(ctx, queue, (tenant,))
-        wake.task_ready(ctx, queue)  # the queue's consumer, if any, has work now
+        wake.task_ready(ctx, queue, conn=conn)  # the queue's consumer, if any, has work
     return refused
 
 
@@ -394,17 +398,19 @@ def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> Non
 
 
 def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[PushItem]],
-             *, kind: str = "enqueue", along: Mapping[Pair, PushAlong] | None = None
-             ) -> set[str]:
+             *, kind: str = "enqueue", along: Mapping[Pair, PushAlong] | None = None,
+             conn: Conn | None = None) -> set[str]:
     """Push committed warm rows, mark what the warm tier refused cold, end the admission.
-    Returns the refused ids. ``along``: pushes of pairs sent already (``push_along``)."""
+    Returns the refused ids. ``along``: pushes of pairs sent already (``push_along``).
+    ``conn``: a connection the caller holds, not in a transaction (the promotion's):
+    the settings read on a cache miss and the refused rows' marks run on it."""
     refused: set[str] = set()
     try:
         for pair, items in rows_by_pair.items():
             if items:
                 refused.update(push(ctx, ticket, pair, items, kind=kind,
-                                    along=along.get(pair) if along else None))
-        mark_cold(ctx, sorted(refused))
+                                    along=along.get(pair) if along else None, conn=conn))
+        mark_cold(ctx, sorted(refused), conn)
     finally:
         close(ctx, ticket)
     return refused

@@ -82,7 +82,7 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             if not locked:
                 return locked
             targets = [Target(str(r.id), queue, r.tenant) for r in first_of_each_key(locked)]
-            end_leases(ctx, queue, targets)
+            end_leases(ctx, queue, targets, conn)
             ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
             # (a replayed task waits no more; what it failed waits for it again)
             flows.on_replay(ctx, conn, [t.id for t in targets])
@@ -117,7 +117,8 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
     return Slice(replayed, _skipped(wanted, replayed), more)
 
 
-def end_leases(ctx: Context, queue: str, targets: Sequence[Target]) -> None:
+def end_leases(ctx: Context, queue: str, targets: Sequence[Target],
+               conn: Conn | None = None) -> None:
     """End the leases that dead letters about to be replayed still hold in Valkey, giving
     back their queue-wide reservations.
 
@@ -128,7 +129,8 @@ def end_leases(ctx: Context, queue: str, targets: Sequence[Target]) -> None:
     it again and dead-letter the task without it having run, and while it stays the
     replay's push leaves the task out (lua/push_ready.lua). Called with the dead rows
     locked, before the reset: only a reaper pass that listed such a lease just before can
-    still record it (docs/architecture.md §2)."""
+    still record it (docs/architecture.md §2). ``conn``: the replay's transaction's, where
+    the queue's settings are read on a cache miss."""
     by_tenant: dict[str, list[str]] = defaultdict(list)
     for t in targets:
         by_tenant[t.tenant].append(t.id)
@@ -141,7 +143,7 @@ def end_leases(ctx: Context, queue: str, targets: Sequence[Target]) -> None:
         tokens += [lease.token for lease in ended]
     if tokens:
         from tierq.logic.leases import free_reservations  # (only when a lease was left)
-        free_reservations(ctx, queue, tokens)
+        free_reservations(ctx, queue, tokens, conn=conn)
 
 
 def first_of_each_key(locked: Sequence[DeadKeyRow]) -> list[DeadKeyRow]:

@@ -71,7 +71,9 @@ def place(ctx: Context, conn: Conn, queue: str, batch: Sequence[Prepared]) -> No
     if not grouped:
         return
     tenants, grps = _split((p.tenant, p.group) for p in grouped if p.group is not None)
-    room = {(r.tenant, r.grp): ctx.queue_settings.get(queue).group_max_leased - r.active
+    # (on a miss, read on this transaction's connection: not a second pooled one)
+    limit = ctx.queue_settings.get(queue, conn=conn).group_max_leased
+    room = {(r.tenant, r.grp): limit - r.active
             for r in ctx.store.lock_groups(conn, queue, tenants, grps)}
     for p in grouped:
         key = (p.tenant, p.group or "")
@@ -118,7 +120,7 @@ def release(ctx: Context, conn: Conn, queue: str, groups: Iterable[Group],
     due are made ready in the same statement (push them after the commit); without one,
     they are delayed (call :func:`finish` after the commit)."""
     tenants, grps = _split(groups)
-    limit = ctx.queue_settings.get(queue).group_max_leased
+    limit = ctx.queue_settings.get(queue, conn=conn).group_max_leased
     now = to_datetime(ctx.now())
     states = ["delayed" if ticket is None else ticket.state_for((queue, t)) for t in tenants]
     out: list[GroupReleasedRow] = []
@@ -256,7 +258,9 @@ def on_replay(ctx: Context, conn: Conn, queue: str, targets: Sequence[Target]) -
         return set()
     by_id = {r.id: r for r in grouped}
     tenants, grps = _split((r.tenant, r.grp) for r in grouped)
-    room = {(r.tenant, r.grp): ctx.queue_settings.get(queue).group_max_leased - r.active
+    # (on a miss, read on this transaction's connection: not a second pooled one)
+    limit = ctx.queue_settings.get(queue, conn=conn).group_max_leased
+    room = {(r.tenant, r.grp): limit - r.active
             for r in ctx.store.lock_groups(conn, queue, tenants, grps)}
     active: Counter[Group] = Counter()
     held: Counter[Group] = Counter()

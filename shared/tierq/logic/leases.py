@@ -22,6 +22,7 @@ from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.core.lazy import lazy_module
 from tierq.dal.command_limit import per_call
 from tierq.dal.store.rows import AckedRow
+from tierq.dal.task_store import Conn
 from tierq.dal.warm_tier import (
     PairDrop,
     ScriptCall,
@@ -195,11 +196,13 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
         free_reservations(ctx, queue, [v.token for v in verified])
 
 
-def free_reservations(ctx: Context, queue: str, tokens: Sequence[str]) -> None:
+def free_reservations(ctx: Context, queue: str, tokens: Sequence[str], *,
+                      conn: Conn | None = None) -> None:
     """Give back the queue-wide reservations (max_leased, logic/limits.py) of leases that
     ended. Only while the queue has max_leased: leases claimed without it hold none (and
-    those of a limit cleared meanwhile end at their deadline)."""
-    if tokens and ctx.queue_settings.get(queue).max_leased:
+    those of a limit cleared meanwhile end at their deadline). ``conn``: the caller's
+    transaction's, where a settings cache miss reads the queue's row."""
+    if tokens and ctx.queue_settings.get(queue, conn=conn).max_leased:
         ctx.warm.return_capacity(queue, limits.LEASES_POOL, tokens, tokens=True)
 
 

@@ -249,7 +249,8 @@ def _promote_and_push(ctx: Context, conn: Conn, queue: str, tenant: str, limit: 
         if not items:
             return items, set()
         items.sort(key=itemgetter(1))  # line order (a place sorts as Valkey does)
-        refused = admission.dispatch(ctx, ticket, {pair: items}, kind="promote")
+        # (on the connection that holds the pair's lock: not a second pooled one)
+        refused = admission.dispatch(ctx, ticket, {pair: items}, kind="promote", conn=conn)
         return items, refused
     finally:
         if registered:  # (a push that refused rows registered it too: ended already)

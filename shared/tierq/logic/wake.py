@@ -38,6 +38,7 @@ from collections.abc import Callable
 
 import redis
 
+from tierq.dal.task_store import Conn
 from tierq.logic.context import Context
 
 log = logging.getLogger(__name__)
@@ -77,16 +78,17 @@ def installed() -> Waker | None:
     return _waker
 
 
-def task_ready(ctx: Context, queue: str) -> bool:
+def task_ready(ctx: Context, queue: str, *, conn: Conn | None = None) -> bool:
     """Tasks of ``queue`` became ready (pushed to the warm tier): wake the dispatcher if the
     queue has a consumer and none is running. Returns whether this call woke it. Never
-    raises: a failed wake leaves the task to the schedule (at most a minute)."""
+    raises: a failed wake leaves the task to the schedule (at most a minute). ``conn``: a
+    connection the caller holds, where the queue's settings are read on a cache miss."""
     global _seen_awake_until
     waker = _waker
     if waker is None:
         return False
     try:
-        if getattr(ctx.queue_settings.get(queue), "consumer", None) is None:
+        if getattr(ctx.queue_settings.get(queue, conn=conn), "consumer", None) is None:
             return False
         if time.monotonic() < _seen_awake_until:
             return False
