@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -62,6 +63,17 @@ def _refused(tq: Tierq, tenant: str, queue: str = QUEUE) -> bool:
     return False
 
 
+def _stop_master(cluster: Any, port: int, refused: Callable[[], bool]) -> None:
+    """Stop the master on ``port`` for real (SIGKILL), the others serving their own slots,
+    and wait until ``refused`` (a pair of that master refuses)."""
+    serve_own_slots(cluster)
+    pid = cluster.node_pids()[cluster.ports.index(port)]
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert wait_pid_gone(pid, 10)
+    eventually(refused, timeout=20, what="the stopped master's pair still answers")
+
+
 def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_database_url,
                                                           clean_stores, pg, caplog):
     settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
@@ -89,13 +101,7 @@ def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_da
         cold_before = {t: _states(pg, t).get("cold", 0) for t in tenants}
         assert all(n > 0 for n in cold_before.values()), cold_before
 
-        serve_own_slots(partial_cluster)
-        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        assert wait_pid_gone(pid, 10)
-        eventually(lambda: _refused(tq, down), timeout=20,
-                   what="the stopped master's pair still answers")
+        _stop_master(partial_cluster, port, lambda: _refused(tq, down))
         tq.ctx.clock.advance(DELAY + 1)  # past the leases and the delays
 
         caplog.clear()
@@ -234,13 +240,7 @@ def test_a_cron_tick_installs_every_schedule_while_a_master_is_down(
         for tenant in tenants:
             tq.put_schedule(f"s-{tenant}", {"queue": queue, "tenant": tenant,
                                             "payload": tenant, "every_seconds": 1})
-        serve_own_slots(partial_cluster)
-        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        assert wait_pid_gone(pid, 10)
-        eventually(lambda: _refused(tq, down, queue), timeout=20,
-                   what="the stopped master's pair still answers")
+        _stop_master(partial_cluster, port, lambda: _refused(tq, down, queue))
     clock.advance(10)  # each schedule has 10 occurrences more to install
     before = _occurrences(pg)
     with Tierq(settings=settings, clock=clock) as fresh:
@@ -285,13 +285,7 @@ def test_a_cron_tick_withdrawing_from_a_stopped_master_fails_that_schedule_alone
             tq.put_schedule(f"s-{down}", {"queue": queue, "tenant": down,
                                           "payload": "new", "every_seconds": 1})
             holder.rollback()
-        serve_own_slots(partial_cluster)
-        pid = partial_cluster.node_pids()[partial_cluster.ports.index(port)]
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        assert wait_pid_gone(pid, 10)
-        eventually(lambda: _refused(tq, down, queue), timeout=20,
-                   what="the stopped master's pair still answers")
+        _stop_master(partial_cluster, port, lambda: _refused(tq, down, queue))
         tq.ctx.clock.advance(10)
         before = _occurrences(pg)
         ticked = cron_tick.run(tq.ctx, budget_seconds=60)

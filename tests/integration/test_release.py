@@ -148,15 +148,20 @@ def test_a_release_with_leases_of_several_tenants(tq):
     assert {t.payload for t in drain(tq, "q")} == {"acme", "globex", "initech"}
 
 
+def one_leased(tq: Any) -> tuple[Any, dict[str, Any]]:
+    """A task enqueued and claimed: its enqueue outcome and its lease as an item."""
+    [out] = tq.enqueue("q", [{"payload": "once"}])
+    [task] = tq.claim("q")
+    return out, {"id": task.id, "lease_token": task.lease_token}
+
+
 def test_a_release_of_a_lease_an_ack_checked_is_refused_and_the_task_runs_once(make_tq):
     """A client that acks and releases one lease at once (a misuse: a task is released
     only when it was not started): the ack's check marks the lease (lua/lease_check.lua)
     and the release takes no marked lease, so the release is refused, the ack answered, and
     the acked task does not run again."""
     tq = make_tq()
-    [out] = tq.enqueue("q", [{"payload": "once"}])
-    [task] = tq.claim("q")
-    item = {"id": task.id, "lease_token": task.lease_token}
+    out, item = one_leased(tq)
     answers: list[Any] = []
     # the ack checked its lease; its delete waits until the release has run
     with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
@@ -171,9 +176,7 @@ def test_a_release_of_a_lease_a_nack_checked_is_refused_and_the_task_waits_its_r
     """The same for a nack: the release is refused, the task is retried once, at its
     retry time, not at once as well."""
     tq = make_tq()
-    [out] = tq.enqueue("q", [{"payload": "once"}])
-    [task] = tq.claim("q")
-    item = {"id": task.id, "lease_token": task.lease_token}
+    out, item = one_leased(tq)
     answers: list[Any] = []
     nack = {**item, "error": "boom", "retry_in_seconds": 3600}
     with stalled(tq.ctx.store, "lease_outcomes", lambda: answers.append(tq.nack("q", [nack]))):
@@ -187,9 +190,7 @@ def test_a_lease_an_ack_checked_keeps_its_mark_through_a_heartbeat(make_tq):
     """A heartbeat between an ack's check and a release keeps the check's mark: the
     release still takes nothing."""
     tq = make_tq()
-    [out] = tq.enqueue("q", [{"payload": "once"}])
-    [task] = tq.claim("q")
-    item = {"id": task.id, "lease_token": task.lease_token}
+    out, item = one_leased(tq)
     answers: list[Any] = []
     with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
         [extended] = tq.heartbeat("q", [{**item, "extend_seconds": 60}]).extended
@@ -219,9 +220,7 @@ def test_a_release_of_a_lease_an_ack_with_a_result_checked_is_refused(make_tq):
     """An ack keeping a result checks its leases with their progress (one round trip):
     that check marks them too."""
     tq = make_tq()
-    [out] = tq.enqueue("q", [{"payload": "once"}])
-    [task] = tq.claim("q")
-    item = {"id": task.id, "lease_token": task.lease_token}
+    out, item = one_leased(tq)
     answers: list[Any] = []
     with stalled(tq.ctx.store, "ack_keep",
                  lambda: answers.append(tq.ack("q", [{**item, "result": {"n": 1}}]))):
@@ -235,9 +234,7 @@ def test_after_an_ack_that_failed_past_its_check_a_release_is_refused_and_a_retr
     """An ack whose PostgreSQL step fails after its check leaves the lease marked: a
     release of it is refused (not_owner) and the ack's retry acks it."""
     tq = make_tq()
-    [out] = tq.enqueue("q", [{"payload": "once"}])
-    [task] = tq.claim("q")
-    item = {"id": task.id, "lease_token": task.lease_token}
+    out, item = one_leased(tq)
     real = tq.ctx.store.ack_delete
 
     def failing(*args: Any, **kwargs: Any) -> Any:
