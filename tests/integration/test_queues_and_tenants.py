@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from typing import Any
 
 import psycopg
 import pytest
@@ -133,6 +134,32 @@ def test_purge_queue_deletes_every_task_in_every_state(make_tq, valkey):
     assert tq.ack("x", [{"id": leased.id, "lease_token": leased.lease_token}]).rejected
     assert tq.enqueue_one("x", "fresh").state == "warm"
     assert len(tq.claim("y")) == 1
+
+
+def test_the_settings_cache_keeps_a_refused_row_as_its_refusal(make_tq, pg):
+    """A stored row the settings model refuses (written by hand) is read once while
+    cached: each get raises the model's error again without reading the row, so a pass
+    over the queue's many pairs costs one read."""
+    from pydantic import ValidationError
+
+    from tierq.logic.context import QueueSettingsCache
+
+    tq = make_tq(settings_cache_seconds=3600)
+    tq.put_queue("bad", {"max_attempts": 5})
+    pg.execute("UPDATE tierq_queues SET max_attempts = 5000 WHERE queue = 'bad'")
+    reads: list[str] = []
+    store = tq.ctx.store
+
+    class CountingStore:  # (the real store, its reads of a settings row counted)
+        def queue_settings_row(self, queue: str, **kwargs: Any) -> Any:
+            reads.append(queue)
+            return store.queue_settings_row(queue, **kwargs)
+
+    cache = QueueSettingsCache(CountingStore(), tq.ctx.settings)  # type: ignore[arg-type]
+    for _ in range(3):
+        with pytest.raises(ValidationError, match="max_attempts"):
+            cache.get("bad")
+    assert reads == ["bad"]
 
 
 def test_the_settings_cache_keeps_the_queues_used_last_and_drops_the_others(make_tq):

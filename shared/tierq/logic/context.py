@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import ValidationError
+
 from tierq.config import Settings
 from tierq.dal.postgres import Database
 from tierq.dal.store.base import Conn
@@ -73,7 +75,9 @@ class QueueSettingsCache:
     """Effective per-queue settings (stored row over deployment defaults), cached briefly
     (``settings_cache_seconds``) for at most ``max_entries`` queues, the least recently used
     dropped first: every queue name a caller uses is an entry, and a Lambda environment lives
-    for hours."""
+    for hours. A row the settings model refuses (a value the table allows, written by hand)
+    is cached as its refusal, raised again on each hit: a maintenance pass over the
+    queue's many pairs reads it once, not once a pair."""
 
     # ~1 KB an entry (the name, a QueueSettings): about 10 MB at most per process
     MAX_ENTRIES = 10_000
@@ -85,7 +89,8 @@ class QueueSettingsCache:
         self.store = store
         self.defaults = defaults
         self.max_entries = max_entries
-        self._cache: OrderedDict[str, tuple[float, QueueSettings]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[float, QueueSettings | ValidationError]] = \
+            OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -102,13 +107,22 @@ class QueueSettingsCache:
             hit = self._cache.get(queue)
             if hit is not None and now - hit[0] < ttl:
                 self._cache.move_to_end(queue)
-                return hit[1]
-        value = self.effective(self.store.queue_settings_row(queue, conn=conn))
+                found = hit[1]
+                if isinstance(found, ValidationError):
+                    raise found.with_traceback(None)  # (a fresh traceback each time)
+                return found
+        value: QueueSettings | ValidationError
+        try:
+            value = self.effective(self.store.queue_settings_row(queue, conn=conn))
+        except ValidationError as exc:
+            value = exc
         with self._lock:
             self._cache[queue] = (now, value)
             self._cache.move_to_end(queue)
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
+        if isinstance(value, ValidationError):
+            raise value
         return value
 
     def effective(self, row: QueueSettingsRow | None) -> QueueSettings:
