@@ -4,13 +4,10 @@ never both happen."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.integration import release_race_scenarios as races
 from tests.integration.helpers import count_state, drain, mode_of
-from tests.integration.one_lease_scenarios import stalled
-from tierq.errors import Unavailable
 from tierq.maintenance import reaper
 
 
@@ -148,103 +145,6 @@ def test_a_release_with_leases_of_several_tenants(tq):
     assert {t.payload for t in drain(tq, "q")} == {"acme", "globex", "initech"}
 
 
-def one_leased(tq: Any) -> tuple[Any, dict[str, Any]]:
-    """A task enqueued and claimed: its enqueue outcome and its lease as an item."""
-    [out] = tq.enqueue("q", [{"payload": "once"}])
-    [task] = tq.claim("q")
-    return out, {"id": task.id, "lease_token": task.lease_token}
-
-
-def test_a_release_of_a_lease_an_ack_checked_is_refused_and_the_task_runs_once(make_tq):
-    """A client that acks and releases one lease at once (a misuse: a task is released
-    only when it was not started): the ack's check marks the lease (lua/lease_check.lua)
-    and the release takes no marked lease, so the release is refused, the ack answered, and
-    the acked task does not run again."""
-    tq = make_tq()
-    out, item = one_leased(tq)
-    answers: list[Any] = []
-    # the ack checked its lease; its delete waits until the release has run
-    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
-        refused = tq.release("q", [item])
-        assert refused.released == []
-        assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
-    assert answers[0].acked == [out.id]
-    assert tq.claim("q") == [], "a task ran again after its ack was answered"
-
-
-def test_a_release_of_a_lease_a_nack_checked_is_refused_and_the_task_waits_its_retry(make_tq):
-    """The same for a nack: the release is refused, the task is retried once, at its
-    retry time, not at once as well."""
-    tq = make_tq()
-    out, item = one_leased(tq)
-    answers: list[Any] = []
-    nack = {**item, "error": "boom", "retry_in_seconds": 3600}
-    with stalled(tq.ctx.store, "lease_outcomes", lambda: answers.append(tq.nack("q", [nack]))):
-        refused = tq.release("q", [item])
-        assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
-    assert answers[0].retried == [out.id]
-    assert tq.claim("q") == [], "a nacked task ran again before its retry time"
-
-
-def test_a_lease_an_ack_checked_keeps_its_mark_through_a_heartbeat(make_tq):
-    """A heartbeat between an ack's check and a release keeps the check's mark: the
-    release still takes nothing."""
-    tq = make_tq()
-    out, item = one_leased(tq)
-    answers: list[Any] = []
-    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
-        [extended] = tq.heartbeat("q", [{**item, "extend_seconds": 60}]).extended
-        assert extended.id == out.id
-        assert tq.release("q", [item]).released == []
-    assert answers[0].acked == [out.id]
-    assert tq.claim("q") == []
-
-
-def test_releases_of_several_tenants_leases_an_ack_checked_are_refused(make_tq):
-    """The same race over an ack of two tenants (their checks sent in one pipeline)."""
-    tq = make_tq()
-    made = tq.enqueue("q", [{"payload": t, "tenant": t} for t in ("acme", "globex")])
-    taken = tq.claim("q", max=2)
-    assert {t.tenant for t in taken} == {"acme", "globex"}
-    items = [{"id": t.id, "lease_token": t.lease_token} for t in taken]
-    answers: list[Any] = []
-    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", items))):
-        refused = tq.release("q", items)
-        assert refused.released == []
-        assert sorted(r.reason for r in refused.rejected) == ["not_owner", "not_owner"]
-    assert sorted(answers[0].acked) == sorted(o.id for o in made)
-    assert tq.claim("q", max=2) == []
-
-
-def test_a_release_of_a_lease_an_ack_with_a_result_checked_is_refused(make_tq):
-    """An ack keeping a result checks its leases with their progress (one round trip):
-    that check marks them too."""
-    tq = make_tq()
-    out, item = one_leased(tq)
-    answers: list[Any] = []
-    with stalled(tq.ctx.store, "ack_keep",
-                 lambda: answers.append(tq.ack("q", [{**item, "result": {"n": 1}}]))):
-        assert tq.release("q", [item]).released == []
-    assert answers[0].acked == [out.id]
-    assert tq.claim("q") == []
-
-
-def test_after_an_ack_that_failed_past_its_check_a_release_is_refused_and_a_retry_acks(
-        make_tq, monkeypatch):
-    """An ack whose PostgreSQL step fails after its check leaves the lease marked: a
-    release of it is refused (not_owner) and the ack's retry acks it."""
-    tq = make_tq()
-    out, item = one_leased(tq)
-    real = tq.ctx.store.ack_delete
-
-    def failing(*args: Any, **kwargs: Any) -> Any:
-        raise Unavailable("PostgreSQL is not answering")
-
-    monkeypatch.setattr(tq.ctx.store, "ack_delete", failing)
-    with pytest.raises(Unavailable):
-        tq.ack("q", [item])
-    monkeypatch.setattr(tq.ctx.store, "ack_delete", real)
-    refused = tq.release("q", [item])
-    assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
-    assert tq.ack("q", [item]).acked == [out.id]
-    assert tq.claim("q") == []
+@pytest.mark.parametrize("race", sorted(races.RACES))
+def test_an_outcome_and_a_release_of_one_lease_never_both_happen(make_tq, monkeypatch, race):
+    races.RACES[race](make_tq, monkeypatch)
