@@ -222,7 +222,7 @@ def test_a_cron_tick_installs_every_schedule_while_a_master_is_down(
     """A process new to the pairs (a new Lambda container) registers each schedule's pair
     before installing it: the pairs of the stopped master do not end the pass, and their
     schedules are installed too (occurrences are delayed rows, PostgreSQL alone); that
-    master is asked once a pass, not once a pair."""
+    master is asked once, not once a pair, and not again for a minute."""
     queue = "crondown"
     settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
                         valkey_cluster=True, settings_cache_seconds=0)
@@ -254,6 +254,8 @@ def test_a_cron_tick_installs_every_schedule_while_a_master_is_down(
         warned = [r.getMessage() for r in caplog.records
                   if r.name == "tierq.maintenance.cron_tick" and r.levelname == "WARNING"]
         assert len(warned) == 1, warned  # (the other pair of that master: not asked)
+        # (nor for a minute after: a master that times out costs a pass's budget a pair)
+        assert list(fresh.ctx.warm_down_until) == [f"127.0.0.1:{port}"]
         assert any(f"'{t}'" in warned[0] for t in on_down), warned
 
 

@@ -6,6 +6,7 @@ variable named; its pass gives up a lock wait at its own lock timeout."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from tests.maintenance.helpers import TINY_BUDGET, lock_wait_given_up
 from tierq.config import Settings
 from tierq.engine import Tierq
+from tierq.logic import schedules
 from tierq.maintenance import cron_tick
 from tierq.maintenance.registry import JobConfigError
 
@@ -268,3 +270,27 @@ def test_registry_rows_held_for_many_pairs_end_the_pass_at_its_budget(
     again = cron_tick.run(tq.ctx, budget_seconds=60)
     assert again.failed == [] and all(installed(pg)[f"s{i}"] > before[f"s{i}"]
                                       for i in range(8))
+
+
+def test_registrations_count_against_the_budget_and_the_first_schedule_is_ticked(
+        tq: Tierq, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering each schedule's pair may wait on a store (a Valkey master that times
+    out): the registrations stop at the pass's budget, and the first schedule registered
+    is still ticked, so a pass makes progress."""
+    for i in range(8):
+        tq.put_schedule(f"r{i}", {"queue": f"rq{i}", "payload": i, "every_seconds": 1})
+    tq.ctx.clock.advance(10)
+    tq.ctx.pairs.forget_local([(f"rq{i}", "_") for i in range(8)])  # new to this process
+    registered: list[str | None] = []
+    real = schedules.prepare_tick
+
+    def slow(ctx: Any, queue: str | None, *args: Any, **kwargs: Any) -> None:
+        registered.append(queue)
+        time.sleep(0.1)  # (a store that answers slowly)
+        real(ctx, queue, *args, **kwargs)
+
+    monkeypatch.setattr(schedules, "prepare_tick", slow)
+    summary = cron_tick.run(tq.ctx, budget_seconds=0.15)
+    assert (summary.schedules, summary.failed) == (1, [])
+    assert summary.installed >= 10
+    assert len(registered) <= 3, registered

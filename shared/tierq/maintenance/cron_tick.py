@@ -29,6 +29,7 @@ the schedules left when a pass stops are the soonest due of the next one."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,9 @@ logger = logging.getLogger(__name__)
 # schedules installed in one transaction, each in a savepoint: under PostgreSQL's 64 cached
 # subtransactions (PGPROC_MAX_CACHED_SUBXIDS) per transaction
 SCHEDULES_PER_TRANSACTION = 50
+# how long a Valkey master a registration found down is not asked again: one that times
+# out (5 s to connect) would spend a pass's budget (2.5 s by default) on each new pair
+WARM_DOWN_SECONDS = 60.0
 
 
 @dataclass
@@ -83,7 +87,6 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
     # cursor: read again in this pass, it is skipped (once: its tick_at_ms stays put).
     cursor: tuple[int, str, str] = (-1, "", "")
     seen: set[tuple[str, str]] = set()
-    warm_down: set[str] = set()  # Valkey masters that failed a registration in this pass
     while summary.schedules < config.max_schedules:
         limit = min(config.slice_size, config.max_schedules - summary.schedules)
         due = ctx.store.schedules_due(now_ms, cursor, limit)
@@ -93,7 +96,7 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
         seen.update((e.tenant, e.name) for e in fresh)
         for start in range(0, len(fresh), SCHEDULES_PER_TRANSACTION):
             part = fresh[start:start + SCHEDULES_PER_TRANSACTION]
-            if not _tick_slice(ctx, part, summary, budget, warm_down):
+            if not _tick_slice(ctx, part, summary, budget):
                 return summary  # the budget is spent: the schedules left come first next pass
         if len(due) < limit:
             break
@@ -101,7 +104,7 @@ def run_pass(ctx: Context, config: CronTickConfig) -> CronTickSummary:
 
 
 def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickSummary,
-                budget: Budget, warm_down: set[str]) -> bool:
+                budget: Budget) -> bool:
     """Tick due schedules (at most ``SCHEDULES_PER_TRANSACTION``) in one transaction, one
     commit (a commit waits for the WAL flush), each schedule in a savepoint of its own: one
     that fails is rolled back alone and listed in ``failed``, the others are kept. The lock and read
@@ -110,11 +113,11 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     that times out (its registry row held by another transaction) fails that schedule
     alone, and the slice's other schedules of the same pair without a second wait; the
     next tick tries them again. A registration whose pair's Valkey master does not answer
-    installs the schedule all the same, and the pairs of that master (``warm_down``, for the
-    pass) are registered without asking it. Returns False when the budget ran out first
-    (checked between schedules, registrations included, at least one per pass): a timeout
-    costs its wait, so held rows of many pairs end the pass at its budget, not one wait
-    each."""
+    installs the schedule all the same, and the pairs of that master are registered
+    without asking it for ``WARM_DOWN_SECONDS`` (``Context.warm_down_until``). Returns
+    False when the budget ran out first (checked between schedules, registrations included,
+    at least one per pass): a timeout costs its wait, so held rows of many pairs end the
+    pass at its budget, not one wait each."""
     ready: list[ScheduleDue] = []
     held: set[tuple[str | None, str]] = set()  # pairs whose registration timed out
     registered = 0  # registrations tried in this slice (each may wait on a store)
@@ -132,13 +135,13 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
         registered += 1
         try:
             schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled),
-                                   set_mode=master is None or master not in warm_down)
+                                   set_mode=not _known_down(ctx, master))
         except WarmTierUnavailable as exc:
             # the master of its pair is down: the pair is registered in PostgreSQL, and
             # installing occurrences (delayed rows) needs no Valkey; the cold -> warm mover
             # sets its mode once the master is back
             if master is not None:
-                warm_down.add(master)
+                ctx.warm_down_until[master] = time.monotonic() + WARM_DOWN_SECONDS
             logger.warning("cron tick of schedule %r of tenant %r: Valkey failed for its "
                            "queue's pair (%s); installing without it", entry.name,
                            entry.tenant, exc.detail or exc.message)
@@ -159,6 +162,8 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
         ready.append(entry)
     if not ready or (stopped and summary.schedules):
         return not stopped  # (else the pass's first schedule is ticked: one at least)
+    if stopped:
+        ready = ready[:1]  # (the one ticked: the others' locks are not taken)
     finished = not stopped
     down: Unavailable | None = None
     with ctx.db.transaction() as conn:
@@ -203,6 +208,19 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     if down is not None:
         raise down
     return finished
+
+
+def _known_down(ctx: Context, master: str | None) -> bool:
+    """Whether a registration found the pair's master down within ``WARM_DOWN_SECONDS``."""
+    if master is None:
+        return False
+    until = ctx.warm_down_until.get(master)
+    if until is None:
+        return False
+    if until > time.monotonic():
+        return True
+    ctx.warm_down_until.pop(master, None)
+    return False
 
 
 def _failed(summary: CronTickSummary, entry: ScheduleDue, why: str, *,

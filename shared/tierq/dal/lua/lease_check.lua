@@ -27,7 +27,7 @@ for i = 2, #ARGV do
   if score and score > now then
     held[i - 1] = 1
     if score % 1 == 0 then
-      -- (formatted as the score Valkey stores: one decimal, exact for a whole deadline)
+      -- (one decimal: exact for a whole number of milliseconds and the mark's half)
       marks[n_marks + 1] = string.format('%.1f', score + ENDING)
       marks[n_marks + 2] = ARGV[i]
       n_marks = n_marks + 2
