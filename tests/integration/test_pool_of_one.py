@@ -99,6 +99,14 @@ def test_a_claims_inline_refill(make_tq: Any, pg: Any) -> None:
     assert sorted(t.payload for t in got) == list(range(8))
 
 
+def test_an_enqueues_first_refill_of_a_pair(make_tq: Any, pg: Any) -> None:
+    """An engine that meets a pair for the first time registers it and refills it
+    (tiering.refill: the cold line promoted first), then writes the new tasks after them."""
+    one = cold_work(make_tq)
+    one.enqueue("q", [{"payload": 8}])
+    assert states(pg, "q") == ["warm"] * 9
+
+
 def test_a_promotion_valkey_refuses_marks_its_rows_cold(make_tq: Any, pg: Any) -> None:
     """Valkey out of memory refuses the promotion's push: its rows are marked cold again
     (admission.dispatch's mark_cold) while the promotion holds the pair's lock."""
