@@ -100,6 +100,13 @@ class Settings(BaseModel):
                                       alias="TIERQ_STATEMENT_TIMEOUT_MS")
     lock_timeout_ms: int = Field(default=5_000, ge=0, le=3_600_000,
                                  alias="TIERQ_LOCK_TIMEOUT_MS")
+    # The migrations' own lock waits (tierq.dal.migrate): a transactional migration gives
+    # up a lock wait after this long, lets the writers queued behind it through, and tries
+    # again after a growing pause, this many times in all.
+    migrate_lock_timeout_ms: int = Field(default=5_000, ge=1, le=600_000,
+                                         alias="TIERQ_MIGRATE_LOCK_TIMEOUT_MS")
+    migrate_lock_attempts: int = Field(default=10, ge=1, le=1_000,
+                                       alias="TIERQ_MIGRATE_LOCK_ATTEMPTS")
     db_pool_max: int = Field(default=10, ge=1, alias="TIERQ_DB_POOL_MAX")
     # How long a request waits for a pooled connection before it is answered 503. Once a
     # wait has run out, later ones wait at most a second until a checkout succeeds again.

@@ -190,7 +190,9 @@ class Tierq(Deployment):
 
     def migrate(self) -> list[str]:
         """Apply pending SQL migrations; returns the versions applied now."""
-        return migrate.migrate(self.db.url)
+        return migrate.migrate(self.db.url,
+                               lock_timeout_ms=self.settings.migrate_lock_timeout_ms,
+                               lock_attempts=self.settings.migrate_lock_attempts)
 
     # -- producers -----------------------------------------------------------------------
 

@@ -31,3 +31,46 @@ def test_migrations_are_ordered_and_numbered_once():
     assert versions == sorted(versions)
     assert versions[0] == "0001"
     assert len(set(versions)) == len(versions)
+
+
+def test_a_migration_says_it_runs_outside_a_transaction_in_its_leading_comments():
+    header = migrate.Migration("0099", "m", "-- what it does\n-- tierq: no-transaction\n"
+                               "DROP INDEX CONCURRENTLY IF EXISTS i;\n"
+                               "CREATE INDEX CONCURRENTLY i ON t (a); -- the index\n"
+                               "\n-- done\n")
+    assert not header.transactional
+    assert header.statements() == ["DROP INDEX CONCURRENTLY IF EXISTS i",
+                                   "CREATE INDEX CONCURRENTLY i ON t (a)"]
+    later = migrate.Migration("0099", "m", "SELECT 1;\n-- tierq: no-transaction\n")
+    assert later.transactional  # (only the leading comments count)
+    assert migrate.Migration("0099", "m", "CREATE TABLE t (a int);\n").transactional
+
+
+def test_a_no_transaction_migration_with_a_function_body_is_refused():
+    body = migrate.Migration("0099", "m", "-- tierq: no-transaction\n"
+                             "CREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql;\n")
+    with pytest.raises(RuntimeError, match="0099_m is no-transaction"):
+        body.statements()
+
+
+def test_every_shipped_concurrent_build_can_be_repeated():
+    """A no-transaction migration stopped half way is applied again from its start, so each
+    concurrent index build must follow a DROP INDEX CONCURRENTLY IF EXISTS of its index
+    (an invalid index left by a failed build is dropped, not kept)."""
+    import re
+
+    build = re.compile(r"CREATE (?:UNIQUE )?INDEX CONCURRENTLY (\w+)", re.IGNORECASE)
+    for m in migrate.available():
+        if m.transactional:
+            assert "CONCURRENTLY" not in m.sql.upper(), (
+                f"{m.version}_{m.name} builds concurrently inside a transaction: mark it "
+                f"'{migrate.NO_TRANSACTION}'")
+            continue
+        dropped: set[str] = set()
+        for statement in m.statements():
+            drop = re.match(r"DROP INDEX CONCURRENTLY IF EXISTS (\w+)", statement, re.I)
+            if drop:
+                dropped.add(drop[1])
+            made = build.match(statement)
+            if made:
+                assert made[1] in dropped, f"{m.version}_{m.name}: {made[1]} is not dropped first"

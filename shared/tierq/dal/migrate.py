@@ -2,6 +2,26 @@
 recorded in ``tierq_schema_migrations``. An advisory lock makes concurrent runners safe:
 the second waits, then finds nothing left to do.
 
+A migration must not stall the queue it upgrades: every tenant's enqueues and acks write
+the same tables. Two rules keep a live upgrade from doing so:
+
+| migration                   | how it runs                    | why                              |
+| --------------------------- | ------------------------------ | -------------------------------- |
+| plain (the default)         | one transaction, under         | a DDL lock that waits behind a   |
+|                             | ``lock_timeout``; retried with | long transaction queues every    |
+|                             | a pause when the lock is not   | later write behind it: it gives  |
+|                             | had in time                    | up and tries again instead       |
+| ``-- tierq: no-transaction``| statement by statement, in     | ``CREATE INDEX CONCURRENTLY``    |
+| in its leading comments     | autocommit, no lock timeout    | builds an index while writes go  |
+|                             |                                | on; it cannot run in a           |
+|                             |                                | transaction                      |
+
+A no-transaction migration may stop half way (a failed concurrent build leaves an invalid
+index): the next run applies it again from its first statement, so each of its statements
+must be safe to repeat (``DROP INDEX CONCURRENTLY IF EXISTS`` before each build; a unit
+test checks the shipped ones). Its statements are split at each ``;`` that ends a line, so
+it holds no function bodies.
+
 They run as the database's owner. Migration 0007 creates the application's group role
 (``tierq_app_<database>``: roles are cluster-wide, so one per database); every run grants
 it tierq's tables again, and ``ensure_app_login`` makes a login its member."""
@@ -10,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -20,6 +41,17 @@ from psycopg import sql
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 LOCK_KEY = 0x7469_6572_71  # "tierq"
+NO_TRANSACTION = "-- tierq: no-transaction"
+# How long a transactional migration waits for a table's lock before it gives up, lets the
+# writers queued behind it through, and tries again after a pause (doubling, at most
+# RETRY_PAUSE_MAX_SECONDS); how many times it tries in all. The defaults of
+# TIERQ_MIGRATE_LOCK_TIMEOUT_MS and TIERQ_MIGRATE_LOCK_ATTEMPTS (tierq.config).
+LOCK_TIMEOUT_MS = 5_000
+LOCK_ATTEMPTS = 10
+RETRY_PAUSE_SECONDS = 1.0
+RETRY_PAUSE_MAX_SECONDS = 30.0
+# A statement of a no-transaction migration ends with ';' at the end of a line.
+_STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -31,6 +63,37 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def transactional(self) -> bool:
+        """False when its leading comments say ``-- tierq: no-transaction``."""
+        for line in self.sql.splitlines():
+            stripped = line.strip()
+            if stripped and not stripped.startswith("--"):
+                return True
+            if stripped == NO_TRANSACTION:
+                return False
+        return True
+
+    def statements(self) -> list[str]:
+        """Its statements, one by one (split at each ``;`` that ends a line); refused when
+        it holds a dollar-quoted body, which such a split would cut."""
+        if "$$" in self.sql or re.search(r"\$\w*\$", self.sql):
+            raise RuntimeError(
+                f"migration {self.version}_{self.name} is no-transaction and holds a "
+                "dollar-quoted body; put function bodies in a transactional migration")
+        statements = []
+        for part in _STATEMENT_END.split(self.sql):
+            code = [line for line in part.splitlines()
+                    if line.strip() and not line.strip().startswith("--")]
+            if code:  # (the comments of whole lines left out)
+                statements.append("\n".join(code).strip())
+        return statements
+
+
+class MigrationLockTimeout(RuntimeError):
+    """A migration never had its tables' locks within ``lock_timeout`` in every attempt:
+    a long transaction holds them (the message names the migration)."""
 
 
 def available() -> list[Migration]:
@@ -70,15 +133,22 @@ def _col(row: Sequence[Any] | Mapping[str, Any] | None, i: int) -> str:
     return str(row[i])
 
 
-def migrate(url: str) -> list[str]:
-    """Apply what is missing, each migration in its own transaction. Returns the versions
-    applied now. Refuses to run when an applied migration's file has changed."""
+def migrate(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+            lock_attempts: int = LOCK_ATTEMPTS,
+            migrations: Sequence[Migration] | None = None) -> list[str]:
+    """Apply what is missing (``migrations``: the shipped ones by default), each as its
+    kind says (the module's table). Returns the versions applied now. Refuses to run when
+    an applied migration's file has changed; raises :class:`MigrationLockTimeout` when a
+    transactional one never had its locks in ``lock_attempts`` tries of
+    ``lock_timeout_ms`` each (what came before it stays applied)."""
+    if lock_timeout_ms < 1 or lock_attempts < 1:
+        raise ValueError("lock_timeout_ms and lock_attempts must be at least 1")
     done_now: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
         try:
             have = applied(conn)
-            for m in available():
+            for m in available() if migrations is None else migrations:
                 if m.version in have:
                     if have[m.version] != m.checksum:
                         raise RuntimeError(
@@ -86,18 +156,53 @@ def migrate(url: str) -> list[str]:
                             "add a new migration instead of editing an applied one"
                         )
                     continue
-                with conn.transaction():
-                    conn.execute(m.sql)
-                    conn.execute(
-                        "INSERT INTO tierq_schema_migrations (version, name, checksum)"
-                        " VALUES (%s, %s, %s)",
-                        (m.version, m.name, m.checksum),
-                    )
+                if m.transactional:
+                    _apply_in_transaction(conn, m, lock_timeout_ms, lock_attempts)
+                else:
+                    _apply_statement_by_statement(conn, m)
                 done_now.append(m.version)
             grant_app_group(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return done_now
+
+
+def _record(conn: psycopg.Connection[Any], m: Migration) -> None:
+    conn.execute(
+        "INSERT INTO tierq_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+        (m.version, m.name, m.checksum))
+
+
+def _apply_in_transaction(conn: psycopg.Connection[Any], m: Migration, lock_timeout_ms: int,
+                          attempts: int) -> None:
+    """``m`` and its record in one transaction whose lock waits end at ``lock_timeout_ms``;
+    rolled back and tried again after a growing pause when one does."""
+    pause = RETRY_PAUSE_SECONDS
+    for attempt in range(1, attempts + 1):
+        try:
+            with conn.transaction():
+                # (set_config(..., true) is SET LOCAL: it ends with the transaction)
+                conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                             (f"{lock_timeout_ms}ms",))
+                conn.execute(m.sql)
+                _record(conn, m)
+            return
+        except psycopg.errors.LockNotAvailable as exc:
+            if attempt == attempts:
+                raise MigrationLockTimeout(
+                    f"migration {m.version}_{m.name} waited {lock_timeout_ms} ms for a lock "
+                    f"{attempts} times and gave up (a long transaction holds one of its "
+                    f"tables: {exc.diag.message_primary}); nothing of it was applied") from exc
+            time.sleep(pause)
+            pause = min(2 * pause, RETRY_PAUSE_MAX_SECONDS)
+
+
+def _apply_statement_by_statement(conn: psycopg.Connection[Any], m: Migration) -> None:
+    """``m``'s statements one at a time in autocommit (what ``CREATE INDEX CONCURRENTLY``
+    needs), then its record."""
+    for statement in m.statements():
+        conn.execute(statement)
+    _record(conn, m)
 
 
 def grant_app_group(conn: psycopg.Connection[Any]) -> str | None:
