@@ -9,7 +9,8 @@ finds it dry refills at once and takes what it still wants.
 A claim never holds leases it will not answer with. Its budget (logic/claim_budget.py) caps
 the bytes of its answer and the time it may take. Its limits (logic/claim_limits.py) cut
 what it pops. A claim that fails after it popped tasks gives them back through the release
-path before the error goes up.
+path before the error goes up; one tenant's failing pair fails only its own part of a claim
+over several tenants (logic/claim_isolation.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import orjson
 from tierq.dal.lua_calls import Claim
 from tierq.dal.warm_tier import Claimed, PairKeys
 from tierq.errors import WarmTierFull
-from tierq.logic import leases, ready_tenants, tiering, time_limits
+from tierq.logic import claim_isolation, leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
 from tierq.logic.claim_limits import ClaimLimits
 from tierq.logic.context import Context, from_ms
@@ -146,6 +147,11 @@ class Claimer:
     # tenants whose pair this claim found empty: nothing ready warm, no cold row a refill
     # could bring (logic/ready_tenants.py takes them out of the queue's index)
     empty: list[str] = field(default_factory=list)
+    # a claim over several tenants: a pair's failure fails that pair alone
+    # (logic/claim_isolation.py); the failures, and how many pops answered
+    isolate: bool = False
+    failures: list[Exception] = field(default_factory=list)
+    answered: int = 0
 
     def popped_leases(self) -> list[tuple[str, str]]:
         """(id, lease token) of every task the claim popped."""
@@ -153,6 +159,19 @@ class Claimer:
 
     def _may_refill(self) -> bool:
         return self.budget.may_refill(self.ctx.settings, holding=bool(self.popped))
+
+    def _isolated(self, tenant: str, exc: Exception) -> bool:
+        """Whether the claim goes on past ``tenant``'s failure ``exc`` (set aside either
+        way): only a claim over several tenants, and not when the failed pop carried the
+        queue-wide take (what it reserved is not known)."""
+        if not isinstance(exc, claim_isolation.PAIR_ERRORS):
+            return False
+        claim_isolation.set_aside(self.ctx, self.queue, tenant, exc)
+        gate = self.limits.gate
+        if not self.isolate or (gate is not None and gate.riding is not None):
+            return False
+        self.failures.append(exc)
+        return True
 
     def _pop(self, tenant: str, n: int, part: int = 0
              ) -> tuple[int, str, list[Claimed], int] | None:
@@ -173,6 +192,7 @@ class Claimer:
             tenant_max_leased=self.limits.tenant_max_leased,
             tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take,
             timeout_seconds=self.timeout_seconds)
+        self.answered += 1
         self.ready_left = left
         self.limits.popped(pop, granted, len(claimed), retry_ms)
         if claimed:
@@ -187,7 +207,12 @@ class Claimer:
         if self.budget.expired() or not self.limits.room:
             return []
         part_end = self.budget.used_bytes + part if part else 0
-        popped = self._pop(tenant, n, part)
+        try:
+            popped = self._pop(tenant, n, part)
+        except Exception as exc:
+            if not self._isolated(tenant, exc):
+                raise
+            return []
         if popped is None:
             return []
         return self._answer(tenant, n, *popped, part_end=part_end)
@@ -223,21 +248,23 @@ class Claimer:
                 timeout_seconds=self.timeout_seconds or 0)))
         replies = self.ctx.warm.claim_pairs([call for _, call in pops])
         # every pop that leased tasks is recorded (to be given back should the claim fail)
-        # before the first error goes up
-        error: Exception | None = None
+        # before an error goes up; a pair's own failure fails it alone
         for reply in replies:
             if isinstance(reply, Exception):
-                error = error or reply
                 continue
+            self.answered += 1
             limits.note(reply.retry_after_ms)
             if reply.claimed:
                 self.popped.append(reply.claimed)
                 budget.charge(c[3] for c in reply.claimed)
-        if error is not None:
-            raise error
+        for (tenant, _), reply in zip(pops, replies, strict=True):
+            if isinstance(reply, Exception) and not self._isolated(tenant, reply):
+                raise reply
         out: list[tuple[list[ClaimedTask], bool]] = []
         for (tenant, sent), reply in zip(pops, replies, strict=True):
-            assert not isinstance(reply, Exception)
+            if isinstance(reply, Exception):
+                out.append(([], False))
+                continue
             self.ready_left = reply.left
             cut = capped and len(reply.claimed) < n and reply.left > 0 \
                 and reply.retry_after_ms == 0
@@ -260,7 +287,13 @@ class Claimer:
         if len(claimed) < n and left == 0 and not self.budget.exhausted:
             # the warm set ran dry while cold work may wait: refill now, not at the tick
             if self._may_refill():
-                refilled = tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL)
+                try:
+                    refilled = tiering.refill(self.ctx, self.queue, tenant,
+                                              limit=INLINE_REFILL)
+                except Exception as exc:
+                    if not self._isolated(tenant, exc):
+                        raise
+                    return out  # (what its pop leased stays the claim's)
                 self.out_of_memory |= refilled.out_of_memory
                 if not claimed and not refilled.promoted and not refilled.skipped_busy \
                         and not refilled.out_of_memory:
@@ -268,13 +301,22 @@ class Claimer:
                 part = part_end - self.budget.used_bytes if part_end else 0
                 if refilled.promoted and not self.budget.expired() \
                         and (not part_end or part > 0):
-                    again = self._pop(tenant, n - len(claimed), part)
+                    try:
+                        again = self._pop(tenant, n - len(claimed), part)
+                    except Exception as exc:
+                        if not self._isolated(tenant, exc):
+                            raise
+                        again = None
                     if again is not None:
                         _, _, more, now_ms = again
                         out.extend(self._tasks(tenant, more, now_ms))
         elif (left < low_water(self.ctx.queue_settings.get(self.queue).warm_max)
               and self._may_refill()):
-            self._refill_before_dry(tenant)
+            try:
+                self._refill_before_dry(tenant)
+            except Exception as exc:
+                if not self._isolated(tenant, exc):
+                    raise
         return out
 
     def _refill_before_dry(self, tenant: str) -> None:
@@ -456,8 +498,21 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
                                                  ready_tenants.CLAIM_WINDOW)
         if candidates:
             ctx.claim_turns[queue] = candidates[0]
+    if request.tenant is None and (tenants is None or len(tenants) > 1):
+        # a claim over the queue's tenants (logic/claim_isolation.py)
+        claimer.isolate = True
+        candidates = claim_isolation.usable(ctx, queue, candidates)
     if not candidates:
         return []
+    out = _rotate(claimer, ctx, queue, request, tenants, candidates)
+    if claimer.failures and not claimer.answered:
+        raise claimer.failures[0]  # (every pair it tried failed: the claim's error)
+    return out
+
+
+def _rotate(claimer: Claimer, ctx: Context, queue: str, request: ClaimRequest,
+            tenants: Sequence[str] | None, candidates: list[str]) -> list[ClaimedTask]:
+    """The claim's tasks from ``candidates`` (the rest of :func:`_claim_pairs`)."""
     # reserve first (the queue-wide limits): every pop stays within the grant
     wanted = claimer.limits.reserve(request.max, len(candidates), claimer.lease_ms)
     if wanted == 0:
