@@ -251,7 +251,7 @@ class Context:
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
     # Valkey masters a cron tick's pair registration found down, until when (monotonic
     # seconds): their new pairs are registered in PostgreSQL alone meanwhile
-    # (maintenance/cron_tick.py)
+    # (logic/masters_down.py)
     warm_down_until: dict[str, float] = field(default_factory=dict)
     # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)
     id_tag: int | None = None
