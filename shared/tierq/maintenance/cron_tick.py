@@ -13,6 +13,10 @@ then each schedule installs in a savepoint, so what one meets costs it alone:
 | its queue's registry row held (registering)       | listed, next tick again                 |
 | its pair's master down (registering)              | installed: occurrences are delayed rows |
 
+A master found down, by a registration or a withdrawal, is not asked again for
+``masters_down.WARM_DOWN_SECONDS`` (one minute): the later schedules that need it meet it
+down without a call (a hung master would cost each a socket timeout).
+
 Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches 64 of
 them per transaction: past that every other session's snapshot reads ``pg_subtrans``, a
 slowdown every tenant would share, hence 50. A schedule another tick (or a PUT) is
@@ -109,8 +113,9 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     that times out (its registry row held by another transaction) fails that schedule
     alone, and the slice's other schedules of the same pair without a second wait; the
     next tick tries them again. A registration whose pair's Valkey master does not answer
-    installs the schedule all the same, and the pairs of that master are registered
-    without asking it for ``WARM_DOWN_SECONDS`` (``masters_down``). Returns
+    installs the schedule all the same. A master that failed a registration or a
+    withdrawal is not asked for ``WARM_DOWN_SECONDS`` (``masters_down``): the pairs of
+    that master are registered without it, and a withdrawal from it fails at once. Returns
     False when the budget ran out first (checked between schedules, registrations included,
     at least one per pass): a timeout costs its wait, so held rows of many pairs end the
     pass at its budget, not one wait each."""
@@ -183,9 +188,10 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
                 _failed(summary, entry, f"timed out: {str(exc).strip()}")
                 continue
             except WarmTierUnavailable as exc:
-                # the master of a pair it withdraws from is down: this schedule waits for
-                # the next tick (rolled back: its occurrences taken out of Valkey are still
-                # warm rows, which the reconciler pushes again), the others go on
+                # the master of a pair it withdraws from is down, or remembered down (not
+                # asked): this schedule waits for a later tick (rolled back: its
+                # occurrences taken out of Valkey are still warm rows, which the reconciler
+                # pushes again), the others go on
                 _failed(summary, entry, f"Valkey failed: {exc.detail or exc.message}")
                 continue
             except Unavailable as exc:
