@@ -529,8 +529,9 @@ LIMIT %(limit)s;
 
 -- name: lock_dead
 -- DLQ replay: dead rows of a queue (all, or the ids given; of one tenant when given) whose
--- key is not taken by a live task (a replay must not create a second live task with the
--- same key). Two dead rows may share a key (it died, was enqueued again and died again):
+-- key no task holds in tierq_tasks_live_key (a replay must not create a second live task
+-- with the same key). The states probed are exactly that index's: a held task holds its
+-- key too. Two dead rows may share a key (it died, was enqueued again and died again):
 -- the caller replays only the first of them per key.
 SELECT d.id, d.tenant, d.key
 FROM tierq_tasks d
@@ -540,7 +541,7 @@ WHERE d.queue = %(queue)s AND d.state = 'dead'
   AND (d.key IS NULL OR NOT EXISTS (
         SELECT 1 FROM tierq_tasks l
         WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
-          AND l.state IN ('delayed', 'cold', 'warm')))
+          AND l.state IN ('delayed', 'cold', 'warm', 'held')))
 ORDER BY d.finished_at, d.seq
 LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED;
