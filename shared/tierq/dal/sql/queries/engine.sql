@@ -547,9 +547,19 @@ LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED;
 
 -- name: reset_dead
-UPDATE tierq_tasks
+-- DLQ replay: the dead rows lock_dead locked go back to delayed, attempts reset; the ids
+-- reset. A row whose key a task holds in tierq_tasks_live_key stays dead: one committed
+-- since lock_dead's snapshot (the caller skips the row). One committed while this statement
+-- runs still fails it on the index; the caller runs it again in a savepoint (logic/dlq.py).
+-- By primary key only (see mark_cold); the key probe reads tierq_tasks_live_key.
+UPDATE tierq_tasks d
 SET attempts = 0, finished_at = NULL, state = 'delayed', run_at = %(now)s, state_since = %(now)s
-WHERE id = ANY(%(ids)s::uuid[]) AND state = 'dead';
+WHERE d.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (d.state = 'dead') IS TRUE
+  AND (d.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM tierq_tasks l
+        WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
+          AND l.state IN ('delayed', 'cold', 'warm', 'held')))
+RETURNING d.id;
 
 -- name: purge_dead
 -- DLQ purge: at most %(limit)s dead rows of a queue (all, or the ids given; of one tenant
