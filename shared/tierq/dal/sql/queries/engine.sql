@@ -8,7 +8,8 @@
 -- rules to get wrong); payloads as one JSON array. That costs ~1 µs of PostgreSQL CPU per
 -- row, where a JSON record per row costs ~3 µs looking up its fields. The batch
 -- takes one value of tierq_task_seq (it steps by 512, migration 0004) and numbers its rows
--- from it in batch order. A live task with the same key wins (DO NOTHING); the caller reads
+-- from it in batch order. A live task with the same key, held in its group or not, wins
+-- (DO NOTHING; the predicate names tierq_tasks_live_key's states); the caller reads
 -- the rows that were not returned as conflicts. A batch without keys uses
 -- insert_tasks_keyless: ON CONFLICT costs a speculative insertion per row even where no key
 -- can conflict.
@@ -44,7 +45,8 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                           THEN to_timestamp(v.run_at)
                           ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                      END AS run_at) AS r
-ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+ON CONFLICT (queue, tenant, key)
+    WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
 DO NOTHING
 RETURNING id::text, seq;
 
