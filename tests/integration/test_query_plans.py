@@ -206,3 +206,43 @@ def test_forgetting_tombstones_reads_the_oldest_by_index(unanalyzed, mode):
         if "Index Name" in node:
             read = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
             assert read <= 2 * 100, (mode, node["Node Type"], read)
+
+
+REPLAY_BATCH = 1000  # logic/dlq.REPLAY_BATCH
+
+
+def dead_keyed_setup(ids: list[uuid.UUID]) -> str:
+    """Dead rows of queue 'dq' with these ids, keys k1, k2, …; every tenth key held by a
+    warm task."""
+    literal = "{" + ",".join(map(str, ids)) + "}"
+    columns = ("id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,"
+               " max_attempts, seq, created_at, ready_since, state_since, finished_at")
+    return (f"INSERT INTO tierq_tasks ({columns})"
+            f" SELECT v.id, 'dq', '_', 'k' || v.n, 0, '{{}}', 'dead', now(), now(), 5,"
+            " 200000 + v.n, now(), now(), now(), now()"
+            f" FROM unnest('{literal}'::uuid[]) WITH ORDINALITY AS v(id, n);"
+            f" INSERT INTO tierq_tasks ({columns})"
+            " SELECT gen_random_uuid(), 'dq', '_', 'k' || g, 0, '{}', 'warm', now(), now(), 5,"
+            f" 300000 + g, now(), now(), now(), NULL FROM generate_series(10, {len(ids)}, 10) g")
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize(("name", "everything", "index"), [
+    ("lock_dead", True, "tierq_tasks_dead_by_queue"),
+    ("lock_dead", False, "tierq_tasks_dead_by_queue"),
+    ("reset_dead", False, "tierq_tasks_pkey")])
+def test_a_replay_reads_its_dead_rows_by_index_and_probes_the_live_keys(
+        unanalyzed, name, everything, index, mode):
+    """A replay's batch of dead rows (its lock, then its reset) is read by index, and each
+    row's key is probed on tierq_tasks_live_key: the 20,000 warm rows of queue 'q' are
+    never read."""
+    ids = [uuid.uuid4() for _ in range(REPLAY_BATCH)]
+    values = {"queue": "dq", "tenant": None, "all": everything,
+              "ids": [] if everything else ids, "limit": REPLAY_BATCH,
+              "now": "2026-01-01T00:00:00Z"}
+    nodes = explain(unanalyzed, name, values, mode, dead_keyed_setup(ids))
+    assert nodes[0]["Actual Rows"] == REPLAY_BATCH - REPLAY_BATCH // 10  # (the keys free)
+    assert seq_scans_of_tasks(nodes) == [], (name, mode)
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes == {index, "tierq_tasks_live_key"}, (name, mode, indexes)
+    assert_reads_about(nodes, REPLAY_BATCH, (name, mode))

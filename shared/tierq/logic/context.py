@@ -254,9 +254,9 @@ class Context:
     # meanwhile (logic/claim_isolation.py)
     claim_set_aside: dict[Pair, float] = field(default_factory=dict)
     claim_masters_down: dict[str, float] = field(default_factory=dict)
-    # Valkey masters a cron tick's pair registration found down, until when (monotonic
-    # seconds): their new pairs are registered in PostgreSQL alone meanwhile
-    # (maintenance/cron_tick.py)
+    # Valkey masters a cron tick found down (registering a pair, withdrawing an occurrence),
+    # until when (monotonic seconds): the tick does not ask them meanwhile
+    # (logic/masters_down.py)
     warm_down_until: dict[str, float] = field(default_factory=dict)
     # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)
     id_tag: int | None = None

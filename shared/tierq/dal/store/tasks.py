@@ -277,8 +277,10 @@ class TaskQueries(StoreBase):
                                           "ids": ids, "limit": limit},
                            positional(DeadKeyRow), conn)
 
-    def reset_dead(self, conn: Conn, ids: Sequence[str], now: datetime) -> None:
-        self._execute("reset_dead", {"ids": ids, "now": now}, conn)
+    def reset_dead(self, conn: Conn, ids: Sequence[str], now: datetime) -> list[UUID]:
+        """Reset locked dead rows to delayed, but those whose key a task holds now; the ids
+        reset."""
+        return self._fetch("reset_dead", {"ids": ids, "now": now}, scalar_row, conn)
 
     def purge_dead(self, queue: str, tenant: str | None, all_dead: bool, ids: Sequence[str],
                    limit: int) -> list[UUID]:

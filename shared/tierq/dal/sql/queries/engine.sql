@@ -8,7 +8,8 @@
 -- rules to get wrong); payloads as one JSON array. That costs ~1 µs of PostgreSQL CPU per
 -- row, where a JSON record per row costs ~3 µs looking up its fields. The batch
 -- takes one value of tierq_task_seq (it steps by 512, migration 0004) and numbers its rows
--- from it in batch order. A live task with the same key wins (DO NOTHING); the caller reads
+-- from it in batch order. A live task with the same key, held in its group or not, wins
+-- (DO NOTHING; the predicate names tierq_tasks_live_key's states); the caller reads
 -- the rows that were not returned as conflicts. A batch without keys uses
 -- insert_tasks_keyless: ON CONFLICT costs a speculative insertion per row even where no key
 -- can conflict.
@@ -44,7 +45,8 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                           THEN to_timestamp(v.run_at)
                           ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                      END AS run_at) AS r
-ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+ON CONFLICT (queue, tenant, key)
+    WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
 DO NOTHING
 RETURNING id::text, seq;
 
@@ -529,8 +531,9 @@ LIMIT %(limit)s;
 
 -- name: lock_dead
 -- DLQ replay: dead rows of a queue (all, or the ids given; of one tenant when given) whose
--- key is not taken by a live task (a replay must not create a second live task with the
--- same key). Two dead rows may share a key (it died, was enqueued again and died again):
+-- key no task holds in tierq_tasks_live_key (a replay must not create a second live task
+-- with the same key). The states probed are exactly that index's: a held task holds its
+-- key too. Two dead rows may share a key (it died, was enqueued again and died again):
 -- the caller replays only the first of them per key.
 SELECT d.id, d.tenant, d.key
 FROM tierq_tasks d
@@ -540,15 +543,25 @@ WHERE d.queue = %(queue)s AND d.state = 'dead'
   AND (d.key IS NULL OR NOT EXISTS (
         SELECT 1 FROM tierq_tasks l
         WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
-          AND l.state IN ('delayed', 'cold', 'warm')))
+          AND l.state IN ('delayed', 'cold', 'warm', 'held')))
 ORDER BY d.finished_at, d.seq
 LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED;
 
 -- name: reset_dead
-UPDATE tierq_tasks
+-- DLQ replay: the dead rows lock_dead locked go back to delayed, attempts reset; the ids
+-- reset. A row whose key a task holds in tierq_tasks_live_key stays dead: one committed
+-- since lock_dead's snapshot (the caller skips the row). One committed while this statement
+-- runs still fails it on the index; the caller runs it again in a savepoint (logic/dlq.py).
+-- By primary key only (see mark_cold); the key probe reads tierq_tasks_live_key.
+UPDATE tierq_tasks d
 SET attempts = 0, finished_at = NULL, state = 'delayed', run_at = %(now)s, state_since = %(now)s
-WHERE id = ANY(%(ids)s::uuid[]) AND state = 'dead';
+WHERE d.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (d.state = 'dead') IS TRUE
+  AND (d.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM tierq_tasks l
+        WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
+          AND l.state IN ('delayed', 'cold', 'warm', 'held')))
+RETURNING d.id;
 
 -- name: purge_dead
 -- DLQ purge: at most %(limit)s dead rows of a queue (all, or the ids given; of one tenant
