@@ -1206,13 +1206,17 @@ class WarmTier:
         sha = self.scripts[Claim.SCRIPT].sha
         try:
             replies = self.pipeline([evalsha(call, sha) for call in calls])
-        except WarmTierUnavailable:
+        except WarmTierUnavailable as exc:
             if self.single_server:
                 raise
-            # a master refused its connection: redis-py's cluster pipeline takes every
-            # master's connection before it writes, so nothing ran; each pop on its own, so
-            # the pairs of the masters that answer are popped (logic/claim_isolation.py)
-            return [self._call_or_error(call) for call in calls]
+            if isinstance(exc.__cause__, redis.ConnectionError | redis.TimeoutError):
+                # a master refused its connection: redis-py's cluster pipeline takes every
+                # master's connection before it writes, and after the writes keeps such
+                # errors in their places, so nothing ran; each pop on its own, so the pairs
+                # of the masters that answer are popped (logic/claim_isolation.py)
+                return [self._call_or_error(call) for call in calls]
+            # (another error may come after the writes, some pops run: none is sent again)
+            return [exc] * len(calls)
         out: list[ClaimReply | Exception] = []
         for call, reply in zip(calls, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (the script did not run: run it again)

@@ -1,28 +1,34 @@
 """One tenant's failing pair never fails a claim that spans several tenants.
 
 A claim naming no tenant (or several) visits a window of the queue's tenants; their pairs
-live on different Valkey masters in cluster mode. A pair whose master does not answer,
-whose keys a script refuses (a key of the wrong type), or whose master is out of memory
-fails that pair's pop alone:
+live on different Valkey masters in cluster mode. What one pair's pop or inline refill may
+raise, and what the claim does:
 
-| what fails                          | the claim                                      |
-| ----------------------------------- | ---------------------------------------------- |
-| one pair's pop, the others answered | answers with the others' tasks                 |
-| a pair's inline refill              | keeps what that pair's pop leased              |
-| every pair it tried                 | raises the first error (503 or 500), as a      |
-|                                     | claim of one tenant does                       |
-| the pop carrying the queue-wide     | raises: what the take reserved is not known,   |
-| take (single server, ``rate`` or    | so the claim gives back all it popped          |
-| ``max_leased``)                     |                                                |
+| what fails                                | the claim                                    |
+| ----------------------------------------- | -------------------------------------------- |
+| a pair's master does not answer (cluster) | goes on with the others; the master's other  |
+|                                           | pairs are passed over from then on           |
+| a script refuses the pair's keys (a key   | goes on with the others                      |
+| of the wrong type, an entry it cannot     |                                              |
+| read)                                     |                                              |
+| a refill's database timeout               | keeps what the pair's pop leased; no more    |
+|                                           | inline refills in this claim                 |
+| every pair it tried                       | raises the first error (503 or 500), as a    |
+|                                           | claim of one tenant does                     |
+| the single server does not answer, a      | raises, giving back what it popped: every    |
+| reply for the whole server                | pair would fail alike                        |
+| (``dal/valkey_replies.server_wide``)      |                                              |
+| the pop carrying the queue-wide take      | raises: what the take reserved is not known  |
+| (single server, ``rate``/``max_leased``)  |                                              |
 
-This process's later claims over several tenants then pass the pair over for
-``SET_ASIDE_SECONDS`` (and, for a master that did not answer, its other pairs too); not
-after a master out of memory (claims and acks free it) nor a refill's database timeout.
-
-A claim pinned to one tenant raises as before: its caller has no other work to get. A claim
-over several tenants all of whose candidates are set aside answers empty (a long poll
-waits for other work): a whole Valkey down still fails it, at the read of the queue's
-ready tenants or when no pair it tried answered.
+A pair, or a master, that failed is then passed over by this process's claims over several
+tenants for ``SET_ASIDE_SECONDS``, so a hung master costs one socket timeout per period,
+not one per claim; not after a master out of memory (claims and acks free it) nor a
+refill's database timeout. A claim pinned to one tenant raises as before: its caller has no
+other work to get. A claim over several tenants all of whose candidates are set aside
+answers empty (a long poll waits for other work); each failure is counted in the claim's
+outcome (``ClaimOutcome.failed_pairs``, the HTTP route's ``ClaimPairsFailed`` metric), so
+an outage that answers empty claims still shows.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import TypeVar
 
 import redis
 
+from tierq.dal.valkey_replies import server_wide
 from tierq.errors import DatabaseTimedOut, WarmTierFull, WarmTierUnavailable
 from tierq.logic.context import Context
 
@@ -44,30 +51,51 @@ K = TypeVar("K")
 # tenants: long enough that a master that times out is not waited for by every claim,
 # short enough that a pair back in service is visited again soon.
 SET_ASIDE_SECONDS = 10.0
-# What one pair's pop or refill may raise without failing the claim's other pairs
-# (WarmTierFull is a WarmTierUnavailable; DatabaseTimedOut: a refill's lock or statement
-# timeout, the pair's rows held).
-PAIR_ERRORS: tuple[type[Exception], ...] = (WarmTierUnavailable, redis.ResponseError,
-                                            DatabaseTimedOut)
+
+
+def isolable(ctx: Context, exc: Exception) -> bool:
+    """Whether ``exc`` is one pair's failure (the module's table), which a claim over
+    several tenants goes on past."""
+    if isinstance(exc, DatabaseTimedOut | WarmTierFull):
+        return True
+    if isinstance(exc, WarmTierUnavailable):
+        return not ctx.warm.single_server  # (one server down: every pair is)
+    if isinstance(exc, redis.ResponseError):
+        return not server_wide(exc)
+    return False
 
 
 def set_aside(ctx: Context, queue: str, tenant: str, exc: Exception) -> None:
     """Pass the pair over (and its master, when it did not answer) for SET_ASIDE_SECONDS;
     logged once each time it is set aside. Not for a master out of memory, nor for a
     refill's database timeout."""
-    if isinstance(exc, (WarmTierFull, DatabaseTimedOut)):
-        return  # (a full master frees memory as claims and acks go on; a row held a while)
-    until = time.monotonic() + SET_ASIDE_SECONDS
+    if isinstance(exc, WarmTierFull | DatabaseTimedOut):
+        return
+    now = time.monotonic()
     pair = (queue, tenant)
-    if ctx.claim_set_aside.get(pair, 0.0) <= time.monotonic():
+    if ctx.claim_set_aside.get(pair, 0.0) <= now:
         log.warning("claim on %r: tenant %r's pair failed; its tasks are passed over for "
                     "%.0f s: %s", queue, tenant, SET_ASIDE_SECONDS, exc,
                     extra={"queue": queue, "tenant": tenant})
+    until = now + SET_ASIDE_SECONDS
     ctx.claim_set_aside[pair] = until
     if isinstance(exc, WarmTierUnavailable):
         master = ctx.warm.master_of(queue, tenant)
         if master:
             ctx.claim_masters_down[master] = until
+
+
+def passed_over(ctx: Context, queue: str, tenant: str) -> bool:
+    """Whether the pair, or its master, is set aside now."""
+    now = time.monotonic()
+    until = ctx.claim_set_aside.get((queue, tenant))
+    if until is not None and until > now:
+        return True
+    masters = ctx.claim_masters_down
+    if not masters:
+        return False
+    until = masters.get(ctx.warm.master_of(queue, tenant) or "")
+    return until is not None and until > now
 
 
 def usable(ctx: Context, queue: str, candidates: Sequence[str]) -> list[str]:
@@ -77,13 +105,13 @@ def usable(ctx: Context, queue: str, candidates: Sequence[str]) -> list[str]:
     now = time.monotonic()
     _expire(ctx.claim_set_aside, now)
     _expire(ctx.claim_masters_down, now)
-    masters = ctx.claim_masters_down
-    kept = [t for t in candidates
-            if (queue, t) not in ctx.claim_set_aside
-            and not (masters and ctx.warm.master_of(queue, t) in masters)]
-    return kept
+    return [t for t in candidates if not passed_over(ctx, queue, t)]
 
 
 def _expire(entries: dict[K, float], now: float) -> None:
-    for key in [key for key, until in entries.items() if until <= now]:
-        del entries[key]
+    """Drop the entries whose time is up. Safe while other threads add or drop entries:
+    ``list()`` copies the items in one step under the GIL, and ``pop`` of a key another
+    thread dropped first does nothing."""
+    for key, until in list(entries.items()):
+        if until <= now:
+            entries.pop(key, None)
