@@ -1204,20 +1204,36 @@ class WarmTier:
         if not calls:
             return []
         sha = self.scripts[Claim.SCRIPT].sha
-        replies = self.pipeline([evalsha(call, sha) for call in calls])
+        try:
+            replies = self.pipeline([evalsha(call, sha) for call in calls])
+        except WarmTierUnavailable as exc:
+            if self.single_server:
+                raise
+            if isinstance(exc.__cause__, redis.ConnectionError | redis.TimeoutError):
+                # a master refused its connection: redis-py's cluster pipeline takes every
+                # master's connection before it writes, and after the writes keeps such
+                # errors in their places, so nothing ran; each pop on its own, so the pairs
+                # of the masters that answer are popped (logic/claim_isolation.py)
+                return [self._call_or_error(call) for call in calls]
+            # (another error may come after the writes, some pops run: none is sent again)
+            return [exc] * len(calls)
         out: list[ClaimReply | Exception] = []
         for call, reply in zip(calls, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (the script did not run: run it again)
-                try:
-                    out.append(self.call(call))
-                except Exception as exc:
-                    out.append(exc)
+                out.append(self._call_or_error(call))
                 continue
             if isinstance(reply, Exception):
                 out.append(self._as_raised(reply))
             else:
                 out.append(call.parse(reply))
         return out
+
+    def _call_or_error(self, call: Claim) -> ClaimReply | Exception:
+        """One pop's reply, or the error it raised."""
+        try:
+            return self.call(call)
+        except Exception as exc:
+            return exc
 
     def _as_raised(self, error: Exception) -> Exception:
         """A pipeline's error reply as a call of its own would raise it (``_available``)."""
