@@ -47,7 +47,7 @@ def test_a_pass_with_budget_left_stops_at_max_batches(tq: Tierq) -> None:
 def test_config_defaults_and_the_shared_budget() -> None:
     config = delayed_mover.JOB.configure(Settings(maintenance_budget_seconds=1.25), environ={})
     assert (config.batch, config.max_batches, config.budget_seconds) == (1000, 50, 1.25)
-    assert config.batch_bytes == 32 * 1024 * 1024
+    assert (config.batch_bytes, config.pairs) == (32 * 1024 * 1024, 100)
     assert (config.statement_timeout_ms, config.lock_timeout_ms) == (10_000, 2_000)
     assert delayed_mover.JOB.schedule_env == "TIERQ_DELAYED_EVERY"
 
@@ -57,6 +57,7 @@ def test_config_defaults_and_the_shared_budget() -> None:
     ("TIERQ_DELAYED_MOVER_BATCH", "10001"),
     ("TIERQ_DELAYED_MOVER_MAX_BATCHES", "1.5"),
     ("TIERQ_DELAYED_MOVER_BATCH_BYTES", "1000"),
+    ("TIERQ_DELAYED_MOVER_PAIRS", "0"),
     ("TIERQ_DELAYED_MOVER_BUDGET_SECONDS", "-1"),
     ("TIERQ_DELAYED_MOVER_STATEMENT_TIMEOUT_MS", "-1"),  # (0: the pool's alone)
 ])
@@ -244,6 +245,25 @@ def test_pairs_past_one_batch_take_turns_across_passes(
     assert delayed_mover.run(tq.ctx, batch=2, budget_seconds=60).moved == 0
     for tenant in tenants:
         assert [t.payload for t in tq.claim("q", tenant=tenant, max=5)] == [0, 1, 2, 3]
+
+
+def test_past_its_pairs_a_batch_shares_among_the_next_ones_in_turn(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Each pair a batch takes rows of costs it a Valkey round trip, so a batch shares its
+    rows among ``pairs`` pairs at once: the next two in turn here, 3 rows each of a batch of
+    6; the room they leave (one row each due) goes to the next two. The next batch starts
+    after the last pair in turn it took rows of."""
+    tenants = [f"t{i}" for i in range(5)]
+    for tenant, n in zip(tenants, (1, 1, 5, 5, 5), strict=True):
+        tq.enqueue("q", [{"payload": i, "delay_seconds": 5} for i in range(n)], tenant=tenant)
+    tq.ctx.clock.advance(6)
+    left = []
+    for _ in range(3):
+        delayed_mover.run(tq.ctx, batch=6, pairs=2, max_batches=1, budget_seconds=60)
+        left.append([_delayed(pg, "q", t) for t in tenants])
+    assert left == [[0, 0, 3, 3, 5], [0, 0, 0, 3, 2], [0, 0, 0, 0, 0]]
+    for tenant, n in zip(tenants, (1, 1, 5, 5, 5), strict=True):
+        assert [t.payload for t in tq.claim("q", tenant=tenant, max=9)] == list(range(n))
 
 
 def test_under_the_byte_bound_the_first_place_goes_round(

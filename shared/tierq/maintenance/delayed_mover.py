@@ -9,16 +9,20 @@ tierq_tasks_delayed_line per pair, ``FOR UPDATE SKIP LOCKED``). One pair's due b
 never holds back another pair's due rows, and the cost is what is due (rows and pairs),
 never the delayed backlog not due yet:
 
-| pairs with rows due, n      | each pair's share of a batch of ``batch`` rows          |
-| --------------------------- | ------------------------------------------------------- |
-| n <= ``batch``              | an equal share; what a pair has not got (it has fewer   |
-|                             | rows due) is shared again among the others, so one pair |
-|                             | alone fills a batch                                     |
-| n > ``batch``               | one row each for the first ``batch`` pairs in turn      |
+| pairs with rows due, n      | each pair's share of a batch of ``batch`` rows           |
+| --------------------------- | -------------------------------------------------------- |
+| n <= ``pairs`` (100)        | an equal share; what a pair has not got (it has fewer    |
+|                             | rows due) is shared again among the others, so one pair  |
+|                             | alone fills a batch                                      |
+| n > ``pairs``               | the next ``pairs`` pairs in turn share it so; the room   |
+|                             | they leave goes to the next ones in turn (one row each   |
+|                             | past ``batch`` pairs), then to those that have more      |
 
-The pairs take turns in (queue, tenant) order after the pair whose row came last in the batch
-before, kept across passes (cursor ``delayed_mover``): the rows left over when a batch does
-not divide evenly go round, and so do the first places of a batch cut short by its bytes.
+The pairs take turns in (queue, tenant) order, kept across passes (cursor ``delayed_mover``):
+a batch starts after the last pair in turn the batch before took rows of, or, when that one
+reached every pair, after the pair whose row came last in it. So no pair waits behind pairs
+served again, the rows left over when a batch does not divide evenly go round, and so do
+the first places of a batch cut short by its bytes.
 A batch lists its rows one of each pair, then a second of each, and so on. It is bounded by
 the bytes it reads back (``batch_bytes``) as well as by rows, so big payloads due at once
 never take a pass past its function's memory: it keeps the rows of that list that fit, the
@@ -49,7 +53,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import islice, zip_longest
+from itertools import zip_longest
 from typing import Any
 
 import psycopg
@@ -74,8 +78,8 @@ WALK = "delayed_mover"  # its cursor: the pair whose row came last in the last b
 
 class DelayedMoverConfig(JobConfig):
     """``TIERQ_DELAYED_MOVER_<FIELD>``: rows locked per batch (one transaction each), the
-    bytes of payload a batch reads back at most, and batches per pass at most; the budget
-    is checked between batches."""
+    bytes of payload a batch reads back at most, batches per pass at most, and the pairs a
+    batch shares its rows among at once; the budget is checked between batches."""
 
     batch: int = Field(default=1000, ge=1, le=10_000)
     # a batch's rows are read back whole (payloads, parents) and held until their push: at
@@ -83,6 +87,11 @@ class DelayedMoverConfig(JobConfig):
     # and the same oldest rows came first again in every pass
     batch_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     max_batches: int = Field(default=50, ge=1, le=10_000)
+    # each pair a batch takes rows of costs it a Valkey round trip (its push): a batch of
+    # 1000 rows over 1000 pairs took about 1 s where one pair's 1000 took 50 ms, so a batch
+    # shares its rows among this many pairs at once, and asks the next ones in turn only
+    # for the room they leave
+    pairs: int = Field(default=100, ge=1, le=10_000)
 
 
 @dataclass
@@ -135,10 +144,11 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                     break
                 if begin is None:  # (read once something is due, on this connection)
                     begin = cursor = load_cursors(ctx.store, conn).get(WALK, START)
-                taken, drained = take(ctx, conn, filter(usable, due.after(cursor)), limit,
-                                      now)
+                got = take(ctx, conn, filter(usable, due.after(cursor)), limit,
+                           config.pairs, now)
+                taken = got.rows
                 if not taken:
-                    due.drop(drained | failed)
+                    due.drop(got.drained | failed)
                     break
                 # the rows past batch_bytes stay delayed, in place (unlocked at the commit)
                 kept = within_bytes(taken, config.batch_bytes)
@@ -197,9 +207,9 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
                 continue
             summary.warm += len(items) - len(refused)
             summary.cold += len(refused)
-        cursor = (kept[-1].queue, kept[-1].tenant)  # the next batch starts after it
+        cursor = got.cursor(kept)
         # a pair that had fewer rows due than asked has none left, unless some were cut
-        due.drop((drained - {(r.queue, r.tenant) for r in taken[len(kept):]}) | failed)
+        due.drop((got.drained - {(r.queue, r.tenant) for r in taken[len(kept):]}) | failed)
         if not due.pairs or budget.spent:
             break  # none left due, or out of time (what is left waits for the next pass)
         # big payloads: lock about what the bytes allow (twice the rows kept), so a batch
@@ -241,27 +251,49 @@ class DuePairs:
         yield from self.pairs[:i]
 
 
-def take(ctx: Context, conn: Conn, turns: Iterable[Pair], limit: int,
-         now: datetime) -> tuple[list[DueRow], set[Pair]]:
-    """Lock up to ``limit`` due rows of the pairs of ``turns`` (in turn order), shared
-    among them (the table of the module's docstring). Returns the rows one of each pair in
-    turn, then a second of each, and so on, and the pairs that had fewer rows due than
-    they were asked for (none left, or the rest locked by another mover).
+@dataclass
+class Taken:
+    """A batch's rows (one of each pair in turn, then a second of each, and so on) and what
+    ``take`` learned of its pairs."""
 
-    The pairs not asked yet come first, as many as there is room for; once every pair is
-    in, the room left is shared among those that got all they were asked for (``shares``),
-    reading each pair's line on after the last row taken of it."""
+    rows: list[DueRow]
+    drained: set[Pair]  # asked for more rows than they had due (or than were not locked)
+    position: dict[Pair, int]  # each pair asked, by its place in turn
+    reached_all: bool  # every pair in turn was asked
+
+    def cursor(self, kept: Sequence[DueRow]) -> Pair:
+        """Where the next batch starts, given the rows kept of ``rows`` (at least one):
+        after the last pair in turn that has a row kept, or, when every pair was asked,
+        after the pair of the last row kept (so the odd rows go round)."""
+        if self.reached_all:
+            return (kept[-1].queue, kept[-1].tenant)
+        return max(((r.queue, r.tenant) for r in kept), key=self.position.__getitem__)
+
+
+def take(ctx: Context, conn: Conn, turns: Iterable[Pair], limit: int, at_once: int,
+         now: datetime) -> Taken:
+    """Lock up to ``limit`` due rows of the pairs of ``turns`` (in turn order), shared
+    among them (the table of the module's docstring).
+
+    Each round asks the next pairs in turn, up to ``at_once`` and no more than there is
+    room for, an equal share of the room each. Once every pair was asked, the room left
+    goes to those that got all they were asked for (``shares``), each read on after the
+    last row taken of it."""
     taken: dict[Pair, list[DueRow]] = {}
     position: dict[Pair, int] = {}  # (the order the pairs were first asked in: turn order)
     drained: set[Pair] = set()
     fresh = iter(turns)
+    pending = next(fresh, None)  # the next pair in turn not asked yet
     more: list[Pair] = []  # asked, and got all they were asked for: may have more rows due
     room = limit
     while room > 0:
-        asked = list(islice(fresh, room))
+        asked: list[Pair] = []
+        while pending is not None and len(asked) < min(room, at_once):
+            asked.append(pending)
+            pending = next(fresh, None)
         for pair in asked:
             taken[pair], position[pair] = [], len(position)
-        if len(asked) < room:  # every pair is in: those with more rows take the room left
+        if pending is None:  # every pair was asked: those with more rows take the rest
             asked = sorted(more, key=position.__getitem__) + asked
             more = []
         if not asked:
@@ -281,7 +313,7 @@ def take(ctx: Context, conn: Conn, turns: Iterable[Pair], limit: int,
                 more.append(pair)
         room -= len(got)
     in_turn = [r for level in zip_longest(*taken.values()) for r in level if r is not None]
-    return in_turn, drained
+    return Taken(in_turn, drained, position, reached_all=pending is None)
 
 
 def shares(have: Sequence[int], room: int) -> list[int]:
