@@ -27,11 +27,14 @@ LIVE_KEY_INDEX = "tierq_tasks_live_key"
 
 
 class DueRow(NamedTuple):
-    """A delayed task now due (the delayed mover's batch)."""
+    """A delayed task now due (the delayed mover's batch), with its place in its pair's line
+    of delayed rows."""
 
     id: UUID
     queue: str
     tenant: str
+    run_at: datetime
+    seq: int
     size: int  # about the bytes of its payload and parents (what make_ready reads back)
 
 
