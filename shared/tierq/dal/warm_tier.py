@@ -703,10 +703,10 @@ class ClusterClient(RedisCluster):
     that is how a failover is followed: the call never reached a server. After a timeout
     it multiplied a hung master's cost by eleven (110 s at the 10 s socket timeout, past
     every function's time), and the call may have run: a claim's pop sent again leaves the
-    first pop's leases to expire. So a timeout goes up at once (``WarmTierUnavailable``),
-    as on a single server after its one retry on a fresh connection
-    (dal/direct_calls.py). A pipeline's command that timed out is still sent once more
-    alone: redis-py's pipeline decides that by its own class, not this one.
+    first pop's leases held until their deadline. So a timeout goes up at once
+    (``WarmTierUnavailable``), as on a single server after its one retry on a fresh
+    connection (dal/direct_calls.py). A pipeline's command that timed out is still sent
+    once more alone: redis-py's pipeline decides that by its own class, not this one.
     """
 
     # (a fixed-length tuple in redis-py's stubs: this one is shorter)
