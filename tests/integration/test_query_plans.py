@@ -271,7 +271,8 @@ DELAYED_SETUP = ";".join(
 def test_the_pairs_come_due_are_read_from_the_due_rows_alone(unanalyzed, mode):
     """5,001 rows due of two pairs, 6,000 not due (the busy pair's other half, 50 pairs of
     20): the due range of tierq_tasks_delayed_due, never a row not due."""
-    values = {"after": "0001-01-01T00:00:00Z", "now": NOW}
+    values = {"after_run_at": "0001-01-01T00:00:00Z", "after_seq": -(2**63), "now": NOW,
+              "rows": 20_000}
     nodes = explain(unanalyzed, "pairs_come_due", values, mode, DELAYED_SETUP)
     assert nodes[0]["Actual Rows"] == 2
     assert seq_scans_of_tasks(nodes) == [], mode
@@ -281,11 +282,28 @@ def test_the_pairs_come_due_are_read_from_the_due_rows_alone(unanalyzed, mode):
     assert rows_read(nodes) <= BUSY_DUE + 1 + 10, (mode, rows_read(nodes))
 
 
+def test_a_look_reads_at_most_its_slice_of_the_rows_due(unanalyzed):
+    """However many rows are due, one look reads its slice of them (here 1,000 of the
+    busy pair's 5,000), from where the last one stopped: the prepared (generic) plan. A
+    custom plan of this small table reads the range through a bitmap and sorts it (the
+    planner finds that cheaper for 5,000 rows); for a flood it takes the index in order,
+    as tests/maintenance/test_delayed_mover.py's flood under a short statement timeout
+    shows."""
+    mode = "force_generic_plan"
+    values = {"after_run_at": "2025-12-31T00:00:00.100Z", "after_seq": 200100, "now": NOW,
+              "rows": 1_000}
+    nodes = explain(unanalyzed, "pairs_come_due", values, mode, DELAYED_SETUP)
+    assert nodes[0]["Actual Rows"] == 1  # the busy pair alone in that slice
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert rows_read(nodes) <= 1_000 + 10, (mode, rows_read(nodes))
+
+
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 def test_a_batch_looks_again_only_at_the_rows_come_due_since(unanalyzed, mode):
-    """After the pass's first look, a batch reads the rows come due since the one before:
-    a millisecond of the busy pair's rows, not its 5,000 due before."""
-    values = {"after": "2025-12-31T00:00:04.998Z", "now": "2025-12-31T00:00:04.999Z"}
+    """After the pass has seen every row due, a batch reads the rows come due since the
+    one before: a millisecond of the busy pair's rows, not its 5,000 due before."""
+    values = {"after_run_at": "2025-12-31T00:00:04.998Z", "after_seq": 2**63 - 1,
+              "now": "2025-12-31T00:00:04.999Z", "rows": 20_000}
     nodes = explain(unanalyzed, "pairs_come_due", values, mode, DELAYED_SETUP)
     assert nodes[0]["Actual Rows"] == 1
     assert {n["Index Name"] for n in nodes if "Index Name" in n} == {

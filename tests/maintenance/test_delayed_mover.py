@@ -350,3 +350,45 @@ def test_a_failed_pairs_backlog_is_not_read_again_and_the_others_move(
     assert (summary.moved, summary.failed) == (2, ["a|_"])
     assert read == ["a", "b", "b"]  # (b came last before: a's turn comes after it)
     assert (_delayed(pg, "a"), _delayed(pg, "b")) == (50, 0)
+
+
+def test_a_flood_due_is_looked_at_a_slice_a_batch(
+        tq: Tierq, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each batch looks at the next LOOK_ROWS rows due (here 20): tenant b's row, due after
+    a's 100, is found by the sixth look and moved in that batch; every row moves once."""
+    monkeypatch.setattr(delayed_mover, "LOOK_ROWS", 20)
+    tq.enqueue("q", [{"payload": i, "delay_seconds": 5} for i in range(100)], tenant="a")
+    tq.ctx.clock.advance(0.001)
+    tq.enqueue("q", [{"payload": "b", "delay_seconds": 5}], tenant="b")
+    tq.ctx.clock.advance(6)
+    five = delayed_mover.run(tq.ctx, batch=5, max_batches=5, budget_seconds=60)
+    assert (five.moved, _delayed(pg, "q", "b")) == (25, 1)  # (a's 100 fill five looks)
+    sixth = delayed_mover.run(tq.ctx, batch=5, max_batches=6, budget_seconds=60)
+    assert _delayed(pg, "q", "b") == 0 and sixth.moved == 30
+    rest = delayed_mover.run(tq.ctx, batch=50, budget_seconds=60)
+    assert five.moved + sixth.moved + rest.moved == 101
+    assert [t.payload for t in tq.claim("q", tenant="a", max=200)] == list(range(100))
+
+
+def test_a_flood_due_past_the_statement_timeout_still_moves(
+        tq: Tierq, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """200,000 rows due over 100 pairs and a statement timeout of 100 ms: a look at every
+    row due at once outlasts it, so every pass failed before its first batch; a slice a
+    batch keeps each statement short and the rows move."""
+    monkeypatch.setattr(delayed_mover, "LOOK_ROWS", 1_000)
+    for i in range(100):  # (each pair once through the engine: its queue and pair known)
+        tq.enqueue("q", [{"payload": 0, "delay_seconds": 5}], tenant=f"t{i}")
+    tq.ctx.clock.advance(6)
+    pg.execute(
+        "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+        " run_at_initially, max_attempts, seq, created_at, state_since)"
+        " SELECT gen_random_uuid(), 'q', 't' || (g % 100), 0, '{}', 'delayed',"
+        " now() - interval '1 hour' + g * interval '1 microsecond',"
+        " now() - interval '1 hour', 5, 1000000 + g, now(), now()"
+        " FROM generate_series(1, 200000) AS g")
+    pg.execute("ANALYZE tierq_tasks")
+    moved = 0
+    for _ in range(3):
+        moved += delayed_mover.run(tq.ctx, batch=100, statement_timeout_ms=100,
+                                   lock_timeout_ms=100, budget_seconds=1).moved
+    assert moved > 0

@@ -2,12 +2,12 @@
 of their line, in batches shared fairly among the (queue, tenant) pairs with rows due.
 
 A pass first looks for the pairs with a row due (``pairs_come_due``: the due range of
-tierq_tasks_delayed_due, read whole once a pass; each later batch reads only the rows come
-due since the one before). Each batch then takes from each of those pairs its share, from
-the front of the pair's line, oldest due first (``lock_due_of_pairs``: one descent of
-tierq_tasks_delayed_line per pair, ``FOR UPDATE SKIP LOCKED``). One pair's due backlog so
-never holds back another pair's due rows, and the cost is what is due (rows and pairs),
-never the delayed backlog not due yet:
+tierq_tasks_delayed_due, ``LOOK_ROWS`` rows a batch in due order until the pass has seen
+every row due, then only the rows come due since the batch before). Each batch then takes
+from each of those pairs its share, from the front of the pair's line, oldest due first
+(``lock_due_of_pairs``: one descent of tierq_tasks_delayed_line per pair, ``FOR UPDATE
+SKIP LOCKED``). One pair's due backlog so never holds back another pair's due rows, and
+the cost is what is due (rows and pairs), never the delayed backlog not due yet:
 
 | pairs with rows due, n      | each pair's share of a batch of ``batch`` rows           |
 | --------------------------- | -------------------------------------------------------- |
@@ -74,6 +74,11 @@ from tierq.maintenance.registry import JobConfig, MaintenanceJob
 logger = logging.getLogger(__name__)
 
 WALK = "delayed_mover"  # its cursor: the pair whose row came last in the last batch
+# The due rows one look reads at most (DuePairs): about 15 ms of index entries here
+LOOK_ROWS = 20_000
+# seq bounds (a bigint) for a look's position: before every row, after every row
+FIRST_SEQ = -(2**63)
+LAST_SEQ = 2**63 - 1
 
 
 class DelayedMoverConfig(JobConfig):
@@ -221,19 +226,24 @@ def run_pass(ctx: Context, config: DelayedMoverConfig) -> DelayedMoverSummary:
 
 
 class DuePairs:
-    """The pairs with rows due as far as a pass knows, in (queue, tenant) order: every row
-    due is looked at once, by the pass's first batch, then only the rows come due since
-    the batch before (a pair that gets rows due again after it ran out is found then)."""
+    """The pairs with rows due as far as a pass knows, in (queue, tenant) order: each batch
+    looks at the next ``LOOK_ROWS`` rows due, in due order, until the pass has seen every
+    row due, then only at the rows come due since the batch before (a pair that gets rows
+    due again after it ran out is found then). A look so costs at most ``LOOK_ROWS`` index
+    entries, however many rows are due: a flood's pairs are found a slice a batch, never by
+    one look that outlasts the statement timeout and stops every pass."""
 
     def __init__(self) -> None:
         self.pairs: list[Pair] = []
         self.known: set[Pair] = set()
-        self.until: datetime = NEVER  # rows due up to here have been looked at
+        # the (run_at, seq) of the last row looked at: every row due up to it was
+        self.until: tuple[datetime, int] = (NEVER, FIRST_SEQ)
 
     def look(self, ctx: Context, conn: Conn, now: datetime, failed: set[Pair]) -> None:
-        """Add the pairs with rows come due since the last look (``failed`` left out)."""
-        come = ctx.store.pairs_come_due(conn, self.until, now)
-        self.until = now
+        """Add the pairs of the next rows due (``failed`` left out)."""
+        come, last, cut = ctx.store.pairs_come_due(conn, self.until, now, LOOK_ROWS)
+        # (a slice cut short: on from its last row; else every row due up to now was seen)
+        self.until = last if cut and last is not None else (now, LAST_SEQ)
         new = [p for p in come if p not in self.known and p not in failed]
         if new:
             self.known.update(new)

@@ -101,10 +101,18 @@ class TaskQueries(StoreBase):
             "ids": uuid_array(ids), "states": states, "from_states": from_states, "now": now,
         }, positional(ReadyRow), conn)
 
-    def pairs_come_due(self, conn: Conn, after: datetime, now: datetime) -> list[Pair]:
-        """The pairs with a delayed row whose run_at is after ``after``, up to ``now``."""
-        return cast(list[Pair], self._fetch("pairs_come_due", {"after": after, "now": now},
-                                            tuple_row, conn))
+    def pairs_come_due(self, conn: Conn, after: tuple[datetime, int], now: datetime,
+                       rows: int) -> tuple[list[Pair], tuple[datetime, int] | None, bool]:
+        """The pairs of the first ``rows`` delayed rows due after ``after`` (a row's
+        (run_at, seq)) up to ``now``; the last of those rows (None: none due); whether
+        there were ``rows`` of them (more may be due)."""
+        found = cast(list[tuple[str, str, datetime, int, int]], self._fetch(
+            "pairs_come_due", {"after_run_at": after[0], "after_seq": after[1], "now": now,
+                               "rows": rows}, tuple_row, conn))
+        if not found:
+            return [], None, False
+        _, _, run_at, seq, looked = found[0]
+        return [(q, t) for q, t, _, _, _ in found], (run_at, seq), looked >= rows
 
     def lock_due_of_pairs(self, conn: Conn, now: datetime,
                           shares: Sequence[tuple[Pair, int, DueRow | None]]) -> list[DueRow]:

@@ -1047,14 +1047,26 @@ WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
 -- == The delayed mover: each batch shared among the pairs with rows due ====================
 
 -- name: pairs_come_due
--- The pairs with a delayed row whose run_at is in (after, now]: the delayed mover's pass
--- looks at every row due once, at its start (after: the earliest time), then each batch at
--- the rows come due since the last. A range of tierq_tasks_delayed_due, so the cost is what
--- is due, never the rows not due yet nor the pairs that have only those.
-SELECT t.queue, t.tenant
-FROM tierq_tasks t
-WHERE t.state = 'delayed' AND t.run_at > %(after)s AND t.run_at <= %(now)s
-GROUP BY t.queue, t.tenant;
+-- The pairs with a delayed row due after (after_run_at, after_seq) and up to now, among
+-- at most `rows` such rows in due order: the delayed mover's pass looks at the rows due in
+-- slices of that many, each batch one slice further until it has seen every row due, then
+-- at the rows come due since its last look. A range of tierq_tasks_delayed_due, so a look
+-- costs at most `rows` entries, whatever the flood due, and never a row not due yet. Each
+-- pair comes with the slice's last row and its size (fewer than `rows`: the slice reached
+-- the rows due now); no row: nothing due.
+WITH due AS MATERIALIZED (
+    SELECT t.queue, t.tenant, t.run_at, t.seq
+    FROM tierq_tasks t
+    WHERE t.state = 'delayed' AND (t.run_at, t.seq) > (%(after_run_at)s, %(after_seq)s)
+      AND t.run_at <= %(now)s
+    ORDER BY t.run_at, t.seq
+    LIMIT %(rows)s
+), last AS (
+    SELECT d.run_at, d.seq, (SELECT count(*) FROM due) AS looked
+    FROM due d ORDER BY d.run_at DESC, d.seq DESC LIMIT 1
+)
+SELECT p.queue, p.tenant, last.run_at, last.seq, last.looked
+FROM (SELECT DISTINCT queue, tenant FROM due) p CROSS JOIN last;
 
 -- name: lock_due_of_pairs
 -- Each pair's share of a delayed mover's batch (limits, at least 1 each) from the front of
