@@ -279,10 +279,12 @@ class PushReady(LuaCall[PushReply]):
 class UpdateReply:
     """What update_ready.lua answers: ``ok`` with how many tasks were found, ``allot``
     with the bytes of allotment missing, or ``over`` (the growth does not fit the pair's
-    allotment); nothing replaced but with ``ok``."""
+    allotment); nothing replaced but with ``ok``. ``made``: the call made the pair's
+    ``newer_at``."""
 
     status: str
     amount: int
+    made: bool = False
 
 
 @lazy_dataclass(frozen=True)
@@ -293,7 +295,7 @@ class UpdateReady(LuaCall[UpdateReply]):
 
     SCRIPT: ClassVar[str] = "update_ready"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "newer",
-                                       "newer_at")
+                                       "newer_at", "gone")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge",
                                        "now_ms", "ttl_ms", "newer_max_bytes")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "score", "blob")
@@ -309,7 +311,37 @@ class UpdateReady(LuaCall[UpdateReply]):
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> UpdateReply:
-        return UpdateReply(text(reply[0]), int(reply[1]))
+        return UpdateReply(text(reply[0]), int(reply[1]), int(reply[2]) == 1)
+
+
+@lazy_dataclass(frozen=True)
+class ColdReply:
+    """What replace_cold.lua answers: the ids of the waiting tasks it took out, and whether
+    it made the pair's ``newer_at`` (its marks)."""
+
+    removed: list[str]
+    made: bool
+
+
+@lazy_dataclass(frozen=True)
+class ReplaceCold(LuaCall[ColdReply]):
+    """Send replaced tasks cold whose replacement the warm tier cannot keep
+    (lua/replace_cold.lua): waiting ones leave the ready set, the others keep a mark that
+    makes a push of them refuse them (lapsing ``ttl_ms`` after ``now_ms``). Items: (member,
+    score) of each task's place."""
+
+    SCRIPT: ClassVar[str] = "replace_cold"
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "newer", "newer_at")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "ttl_ms")
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "score")
+
+    on: Any
+    now_ms: int
+    ttl_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> ColdReply:
+        return ColdReply([text(x) for x in reply[1:]], int(reply[0]) == 1)
 
 
 # -- leases ---------------------------------------------------------------------------------
@@ -591,7 +623,7 @@ class AllotShrink(LuaCall[tuple[int, int, int]]):
     freed, allotment after, the pair's count of bytes given back so far)."""
 
     SCRIPT: ClassVar[str] = "allot_shrink"
-    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased")
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "gone")
     ARGS: ClassVar[tuple[str, ...]] = ("charge", "keep")
 
     on: Any
@@ -794,6 +826,7 @@ class ReadyTenantsNote(LuaCall[int]):
 
     def parse(self, reply: Any) -> int:
         return int(reply)
+
 
 
 # -- queue-wide capacity (lua/capacity_pool.lua) --------------------------------------------
@@ -1169,7 +1202,7 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     LeaseExpired, LeaseProgress,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
-    QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,
-    RateAdd, RateTenants, IdempotencyClaim, IdempotencyFinish, IdempotencyAbandon,
-    TaskFinished, TaskWait)
+    ReplaceCold, QueueCapacity, CapacityFree, CapacityExtend,
+    CapacityUse, TenantRequests, LongPolls, RateAdd, RateTenants, IdempotencyClaim,
+    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait)
 """Every script with a typed call, as the tests visit them."""

@@ -66,6 +66,7 @@ from tierq.dal.lua_calls import (
     ReleaseLeases,
     Remove,
     RemoveReady,
+    ReplaceCold,
     RunningPage,
     TaskFinished,
     TaskWait,
@@ -106,6 +107,7 @@ SCRIPTS = (
     "remove",
     "remove_ready",
     "update_ready",
+    "replace_cold",
     "tier_stats",
     "queue_capacity",
     "capacity_free",
@@ -200,11 +202,15 @@ ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 LEASE_INDEX_SLICE = 250
 LEASE_INDEX_SLICES_PER_VISIT = 80
 # The tombstones of cancelled and deleted tasks a pair keeps at most (lua/remove.lua): the
-# oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair.
+# oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair;
+# each counts GONE_CHARGE against its tenant's share (lua/warm_usage.lua, the same number).
 GONE_CAP = 10_000
-# The bytes of replacements kept for pushes on their way a pair holds at most
-# (lua/newer_entries.lua): a tenant replacing tasks that are not waiting holds no more.
+GONE_CHARGE = 150
+# The bytes of whole replacements kept for pushes on their way a pair holds at most
+# (lua/newer_entries.lua): past them a replacement keeps a mark. Each entry counts its
+# length plus NEWER_CHARGE against its tenant's share (the same number as the script's).
 NEWER_MAX_BYTES = 4 * 1024 * 1024
+NEWER_CHARGE = 256
 # how long a subscription's confirmation is waited for (WarmTier.finished_channel)
 SUBSCRIBE_SECONDS = 5.0
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
@@ -1018,15 +1024,17 @@ class WarmTier:
         """(usage, allotment) of the pair (lua/warm_usage.lua), changing nothing: the
         allotment it could give back is the difference."""
         k = PairKeys.of(queue, tenant)
-        replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased),
-                                 ("HMGET", k.meta, "bytes", "allot", "progress")])
+        replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased), ("ZCARD", k.gone),
+                                 ("HMGET", k.meta, "bytes", "allot", "progress", "newer")])
         for reply in replies:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-        ready, leased, (raw_bytes, raw_allot, raw_progress) = replies
+        ready, leased, stones, (raw_bytes, raw_allot, raw_progress, raw_newer) = replies
         used = (0 if raw_bytes is None else max(0, int(raw_bytes))) if int(ready) else 0
-        used += 0 if raw_progress is None else max(0, int(raw_progress))  # (leases' progress)
+        # the leases' progress, the replacements kept for pushes, the tombstones
+        used += sum(0 if raw is None else max(0, int(raw)) for raw in (raw_progress, raw_newer))
+        used += int(stones) * GONE_CHARGE
         return (used + (int(ready) + int(leased)) * charge,
                 0 if raw_allot is None else int(raw_allot))
 
@@ -1713,9 +1721,10 @@ class WarmTier:
         """Replace the data of (id, place, blob) items already in the warm tier (a new
         priority moves the task to its new place), their growth counted against the
         pair's allotment (``share``: its ``grant`` goes with the first call). An item not
-        waiting leaves its replacement in the pair's ``newer`` entries, lapsing ``ttl_ms``
-        after ``now_ms``: a push that read the task before the replace writes it instead
-        of its own blob (lua/update_ready.lua, lua/push_ready.lua). Stops at the
+        waiting leaves its replacement in the pair's ``newer`` entries (counted with the
+        growth; a mark when it does not fit), lapsing ``ttl_ms`` after ``now_ms``: a push
+        that read the task before the replace writes it instead of its own blob, or refuses
+        the task for a mark (lua/update_ready.lua, lua/push_ready.lua). Stops at the
         first call whose growth does not fit (lua/update_ready.lua). Raises
         ``WarmTierFull`` when Valkey is out of memory (that call changed nothing)."""
         k = PairKeys.of(queue, tenant)
@@ -1732,6 +1741,21 @@ class WarmTier:
             found += out.amount
             done += len(part)
         return UpdateOutcome(found, done)
+
+    def replace_cold(self, queue: str, tenant: str, places: Sequence[Place], *, now_ms: int,
+                     ttl_ms: int) -> list[str]:
+        """Send replaced tasks cold whose replacement the warm tier cannot keep
+        (lua/replace_cold.lua): waiting ones leave the ready set (their ids are returned,
+        for the caller to mark their rows cold); each of the others keeps a mark, lapsing
+        ``ttl_ms`` after ``now_ms``, that makes a push of it refuse it. Allowed while
+        Valkey is out of memory."""
+        k = PairKeys.of(queue, tenant)
+        removed: list[str] = []
+        for part in chunks(places, ReplaceCold.items_per_call()):
+            out = self.call(ReplaceCold(k, now_ms, ttl_ms,
+                                        [(at.member, at.score) for at in part]))
+            removed += out.removed
+        return removed
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""
