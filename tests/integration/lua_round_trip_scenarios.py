@@ -455,12 +455,19 @@ def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
     members = claimed_members(claim(warm, k, 2))
     assert run(warm, LeaseProgress(k, NOW, [(members[0], '{"done":1}')])) == [True]
     valkey.zadd(k.limits, {members[0]: NOW + 1})  # a time limit goes with its lease
+    # replacements kept for both leased tasks (lua/update_ready.lua) and for the waiting one
+    at = {task_id: place(0, i + 1, task_id) for i, task_id in enumerate(ids(3))}
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=10**6,
+                          items=[(p.member, p.score, "new") for p in at.values()]))
+    assert valkey.zcard(k.newer_at) == 2
     assert run(warm, LeaseDrop(k, [*members, "gone|t1~x~1~1"])) == 2
     assert valkey.zcard(k.leased) == 0 and valkey.hkeys(k.lease_of) == [b"~encoding"]
     assert valkey.zcard(k.limits) == 0
     assert valkey.hlen(k.claims) == 0 and valkey.zcard(k.started) == 0
-    # the lease's progress went with it, and its bytes
+    # the lease's progress went with it, and its bytes; so did the tasks' replacements
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    assert not valkey.hexists(k.meta, "newer")
 
 
 def lease_progress_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -368,12 +368,12 @@ class LeaseCheck(LuaCall[list[bool]]):
 
 @lazy_dataclass(frozen=True)
 class LeaseDrop(LuaCall[int]):
-    """End these leases (members ``<id>|<token>``, lua/lease_drop.lua), their progress with
-    them; answers how many were ended."""
+    """End these leases (members ``<id>|<token>``, lua/lease_drop.lua), their progress and
+    their tasks' ``newer`` entries with them; answers how many were ended."""
 
     SCRIPT: ClassVar[str] = "lease_drop"
     KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "progress",
-                                       "meta", "limits")
+                                       "meta", "limits", "newer", "newer_at")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
