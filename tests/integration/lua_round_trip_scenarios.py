@@ -30,6 +30,7 @@ from tierq.dal.lua_calls import (
     IdempotencyAbandon,
     IdempotencyClaim,
     IdempotencyFinish,
+    LapseIndex,
     LeaseCheck,
     LeaseDrop,
     LeaseExpired,
@@ -43,6 +44,7 @@ from tierq.dal.lua_calls import (
     LuaCall,
     Missing,
     ModeReply,
+    PairSweep,
     PollKey,
     PoolKeys,
     PushReady,
@@ -56,11 +58,13 @@ from tierq.dal.lua_calls import (
     RecordKey,
     ReleaseLeases,
     Remove,
+    Removed,
     RemoveReady,
     ReplaceCold,
     RunningLease,
     RunningPage,
     StatsReply,
+    SweepReply,
     TaskFinished,
     TaskWait,
     TenantRequests,
@@ -575,7 +579,7 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
         place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
     # the lease it ended is named, with the progress it kept (read before it went)
     task_id, token = member.split("|", 1)
-    assert removed.count == 2
+    assert (removed.count, removed.made) == (2, True)  # (its `gone` made: the pair is noted)
     assert [(i, t, p.split("|")[2]) for i, t, p in removed.leases] == [
         (task_id, token, '"half"')]
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
@@ -585,14 +589,15 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[0].encode(), NOW + 60_000), (task_ids[1].encode(), NOW + 60_000)]
     assert valkey.pttl(k.gone) == -1
-    run(warm, Remove(k, NOW + 1, 60_000, 2, "1", [place(0, 3, task_ids[2]).member]))
+    assert not run(warm, Remove(k, NOW + 1, 60_000, 2, "1", [place(0, 3, task_ids[2]).member])
+                   ).made
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[1].encode(), NOW + 60_000), (task_ids[2].encode(), NOW + 60_001)]
     # a removal without gone_ms (a replace into the future) leaves none; a later one drops
     # the lapsed ones
     _, other = new_pair(valkey)
     push(warm, other, task_ids[:1])
-    assert run(warm, Remove(other, "", 0, 0, "1", [task_ids[0]])).count == 1
+    assert run(warm, Remove(other, "", 0, 0, "1", [task_ids[0]])) == Removed(1, [], False)
     assert not valkey.exists(other.gone)
     run(warm, Remove(k, NOW + 60_001, 60_000, 2, "1", [task_ids[0]]))
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
@@ -608,7 +613,7 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     held_data = valkey.hget(held.data, held_id)
     out = run(warm, Remove(held, NOW, 60_000, 10, "0", [
         place(0, i + 1, t).member for i, t in enumerate(two)]))
-    assert (out.count, out.leases) == (1, [])
+    assert (out.count, out.leases, out.made) == (1, [], True)
     assert valkey.zcard(held.ready) == 0 and valkey.zcard(held.leased) == 1
     assert valkey.hget(held.data, held_id) == held_data
     assert not valkey.hexists(held.data, waiting_id)
@@ -787,6 +792,38 @@ def replace_cold_scenario(warm: WarmTier, valkey: Any) -> None:
     assert pushed.refused == [on_its_way] and not valkey.hexists(k.newer, on_its_way)
     assert run(warm, ReplaceCold(k, NOW, 1000, [(places[1].member, places[1].score)])
                ) == ColdReply([], False)
+
+
+def pair_sweep_scenario(warm: WarmTier, valkey: Any) -> None:
+    """The reaper's sweep of a pair (lua/pair_sweep.lua): lapsed `newer` entries (at most
+    the limit a call) and tombstones go; the first lapse left is answered."""
+    _, k = new_pair(valkey)
+    a, b, c = ids(3)
+    for task_id, ttl in ((a, 0), (b, 0), (c, 100)):
+        at = place(0, 1, task_id)
+        run(warm, UpdateReady(k, 10**6, now_ms=NOW - 1, ttl_ms=ttl, newer_max_bytes=10**6,
+                              items=[(at.member, at.score, "x")]))
+    valkey.zadd(k.gone, {"g1": NOW - 1, "g2": NOW + 50})
+    valkey.hset(k.newer, "~bytes", 10)  # (a count an older tierq kept in the key)
+    assert run(warm, PairSweep(k, NOW, 1)) == SweepReply(NOW - 1, True)
+    assert valkey.zcard(k.newer_at) == 2 and valkey.zrange(k.gone, 0, -1) == [b"g2"]
+    assert run(warm, PairSweep(k, NOW, 10)) == SweepReply(NOW + 50, False)
+    assert int(valkey.hget(k.meta, "newer")) == newer_cost(valkey.hget(k.newer, c))
+    assert run(warm, PairSweep(k, NOW + 200, 10)) == SweepReply(0, False)
+    assert not any(valkey.exists(key) for key in (k.newer, k.newer_at, k.gone))
+    assert not valkey.hexists(k.meta, "newer")
+
+
+def lapse_index_scenario(warm: WarmTier, valkey: Any) -> None:
+    """The index of lapses (lua/lapse_index.lua): a note enters a pair or raises it; a
+    sweep's move or removal applies only while the score is the one it read."""
+    index = Index(f"tq:{{~}}:lapses-{uuid.uuid4().hex[:8]}")
+    assert run(warm, LapseIndex(index, [("q|t", "", 100), ("r|t", "", 300)])) == 2
+    assert run(warm, LapseIndex(index, [("q|t", "", 50)])) == 0  # (raised, never lowered)
+    assert run(warm, LapseIndex(index, [("q|t", 99, 200), ("r|t", 300, "")])) == 1
+    assert valkey.zrange(index.index, 0, -1, withscores=True) == [(b"q|t", 100)]
+    assert run(warm, LapseIndex(index, [("q|t", 100, 200)])) == 1
+    assert valkey.zscore(index.index, "q|t") == 200
 
 
 def pool_of(queue: str) -> PoolKeys:
@@ -986,6 +1023,8 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     RemoveReady: remove_ready_scenario,
     ReadyTenantsNote: ready_tenants_note_scenario,
     ReplaceCold: replace_cold_scenario,
+    PairSweep: pair_sweep_scenario,
+    LapseIndex: lapse_index_scenario,
     QueueCapacity: queue_capacity_scenario,
     CapacityFree: capacity_free_scenario,
     CapacityExtend: capacity_extend_scenario,

@@ -77,6 +77,7 @@ BOUNDED_BY_THEIR_GUARD = {
     ("claim", "ZREMRANGEBYRANK"): "the first n_taken by rank: the tasks the claim handed out",
     ("push_ready", "ZREMRANGEBYSCORE"): "lapsed tombstones: at most GONE_CAP (10,000) a pair",
     ("remove", "ZREMRANGEBYSCORE"): "lapsed tombstones: at most GONE_CAP (10,000) a pair",
+    ("pair_sweep", "ZREMRANGEBYSCORE"): "lapsed tombstones: at most GONE_CAP (10,000) a pair",
     ("remove", "ZPOPMIN"): "the oldest tombstones past GONE_CAP: at most the call's ids",
     ("long_polls", "ZREMRANGEBYSCORE"): "reservations past their deadline: at most the cap",
     ("idem_abandon", "DEL"): "one idempotency record (a few fields)",

@@ -9,7 +9,8 @@
 -- an id, a place and a few bytes (counted against the tenant's share, never refused).
 -- KEYS: 1 ready, 2 data, 3 meta, 4 newer, 5 newer_at.
 -- ARGV: 1 now_ms, 2 ttl_ms, then pairs: member, score (core/ordering.py place).
--- Returns { made, ids removed ... }: made is 1 when this call made the pair's `newer_at`.
+-- Returns { made, ids removed ... }: made is 1 when this call made the pair's `newer_at`
+-- (the caller enters the pair in the index of lapses: lua/lapse_index.lua).
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)

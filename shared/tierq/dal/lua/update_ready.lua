@@ -29,7 +29,7 @@
 --       Then triples: member, score (core/ordering.py place), blob.
 -- Returns { 'ok', how many were found, made }, { 'allot', bytes short, 0 } or
 -- { 'over', 0, 0 } (the last two: nothing replaced); made is 1 when this call made the
--- pair's `newer_at`.
+-- pair's `newer_at` (the caller enters the pair in the index of lapses: lua/lapse_index.lua).
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
