@@ -470,6 +470,7 @@ class ShardedTierq(Deployment):
         with self._lock:
             start = next(self._turn) % len(names)
         tasks: list[ClaimedTask] = []
+        failed_pairs = 0
         retry: list[int] = []
         down: list[ShardDown] = []
         for name in names[start:] + names[:start]:
@@ -484,13 +485,15 @@ class ShardedTierq(Deployment):
                 down.append(exc)
                 continue
             tasks.extend(got.tasks)
+            failed_pairs += got.failed_pairs
             if got.retry_after_ms is not None:
                 retry.append(got.retry_after_ms)
             if max_bytes and got.tasks:
                 break  # the byte budget was one shard's to fill: one answer must fit it
         if len(down) == len(names):
             raise down[0]
-        return claim_logic.ClaimOutcome(tasks, min(retry) if retry else None)
+        return claim_logic.ClaimOutcome(tasks, min(retry) if retry else None,
+                                        failed_pairs=failed_pairs)
 
     def replay_claim(self, queue: str, record: Any) -> list[ClaimedTask]:
         """A kept claim record's tasks still leased, rebuilt on each pair's home, in the

@@ -68,6 +68,19 @@ def test_maintenance_bench_reaps_and_promotes_the_live_work_and_prints_the_idle_
         assert repeat["reaper_pairs"] <= 2 and repeat["cold_to_warm_pairs"] == 1
 
 
+def test_delayed_mover_bench_drains_each_case_and_prints_the_rates(
+        services: LocalServices, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.delayed_mover", services, tmp_path / "delayed.json",
+                              "--backlog", "2000", "--backlog-pairs", "200", "--due", "3000",
+                              "--pairs", "150", "--repeat", "1")
+    assert re.fullmatch(r"delayed_rows_per_s_many_pairs=\d+", lines[-1]), lines[-1]
+    assert re.fullmatch(r"delayed_rows_per_s_one_pair=\d+", lines[-2]), lines[-2]
+    for case in ("one_pair", "many_pairs"):  # (the benchmark drains each case or fails)
+        assert sum(moved for moved, _ in result[case]["passes"]) == 3000, case
+    assert result["batches_behind"] == 1
+    assert result["index_bytes"]  # tierq_tasks_delayed_*
+
+
 def test_cron_tick_bench_visits_the_due_schedules_only_and_prints_the_pass(
         services: LocalServices, tmp_path: Path) -> None:
     lines, result = run_bench("bench.cron_tick", services, tmp_path / "cron_tick.json",

@@ -6,9 +6,10 @@ masters, a cold -> warm pass still promotes their cold work, and a delayed-mover
 makes their due tasks ready; each pass lists the failed pair in its summary, and a second
 pass does the same (the failing pair does not pin the walk). A cron tick installs every
 schedule, the stopped master's pair's too (occurrences are delayed rows), and one that must
-withdraw an occurrence from that master's ready set is rolled back and listed alone. Once
-the cache is back (empty, the worst case), the failed pair is served again and every
-committed task is delivered.
+withdraw an occurrence from that master's ready set is rolled back and listed alone; a hung
+master (SIGSTOP: each call waits the socket timeout) is asked once for all of a pass's
+withdrawals from it, and not again for a minute. Once the cache is back (empty, the worst
+case), the failed pair is served again and every committed task is delivered.
 
 The surviving masters keep serving their own slots (``cluster-require-full-coverage no``,
 as a cache whose failed shard is being replaced keeps the others available); with full
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,6 +31,7 @@ import psycopg
 from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node
 from tests.support.polling import eventually
 from tierq.config import Settings
+from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.local.services.process import wait_pid_gone
@@ -72,6 +77,28 @@ def _stop_master(cluster: Any, port: int, refused: Callable[[], bool]) -> None:
     os.kill(pid, signal.SIGKILL)
     assert wait_pid_gone(pid, 10)
     eventually(refused, timeout=20, what="the stopped master's pair still answers")
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process ``pid`` is stopped (state T), as SIGSTOP leaves it."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@contextmanager
+def _hung_master(cluster: Any, port: int) -> Iterator[None]:
+    """The master on ``port`` hung (SIGSTOP: its connections accept and never answer, so
+    each call to it waits the client's socket timeout) for the block, the others serving
+    their own slots; it goes on (SIGCONT) on every way out."""
+    serve_own_slots(cluster)
+    pid = cluster.node_pids()[cluster.ports.index(port)]
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        eventually(lambda: _stopped(pid), timeout=10, what="the master stopped",
+                   interval=0.01)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_passes_go_on_past_the_pairs_of_a_stopped_master(partial_cluster, app_database_url,
@@ -299,3 +326,87 @@ def test_a_cron_tick_withdrawing_from_a_stopped_master_fails_that_schedule_alone
         # the old occurrence is still a warm row, left for the next tick
         assert pg.execute("SELECT state FROM tierq_tasks WHERE id = %s",
                           (held_id,)).fetchone()[0] == "warm"
+
+
+# the socket timeout of the hung-master test's client: the cluster client tries a call
+# that times out 11 times in all (redis-py's retries), so one call to that master waits
+# about 11 of them
+HUNG_TIMEOUT = 0.2
+WITHDRAWING = 3  # schedules with an occurrence to withdraw from the hung master
+
+
+def test_a_cron_tick_asks_a_hung_master_once_for_every_withdrawal_from_it(
+        partial_cluster, app_database_url, clean_stores, pg):
+    """Several schedules whose old occurrences wait in the ready set of a hung master
+    (SIGSTOP: not dead, each call waits the socket timeout): the first withdrawal asks it
+    and fails, and it is remembered down, so the others fail at once without a call; each
+    is rolled back and listed, and the schedule of another master is installed. Until its
+    time is up the master is not asked again, back or not; then the withdrawals are done."""
+    queue = "crondraws"
+    settings = Settings(database_url=app_database_url, valkey_url=partial_cluster.url,
+                        valkey_cluster=True, settings_cache_seconds=0)
+    short = (f"{partial_cluster.url}?socket_timeout={HUNG_TIMEOUT}"
+             f"&socket_connect_timeout={HUNG_TIMEOUT}")
+    with Tierq(settings=settings, clock=OffsetClock(),
+               warm=WarmTier.from_url(short, cluster=True)) as tq:
+        tenants = tenants_on_every_node(tq.warm.client, queue)  # type: ignore[arg-type]
+        down, live = [t for t in tenants if node_of(tq.warm.client, queue, t)  # type: ignore[arg-type]
+                      != f"127.0.0.1:{partial_cluster.port}"]
+        master = node_of(tq.warm.client, queue, down)  # type: ignore[arg-type]
+        names = [f"s-{i}" for i in range(WITHDRAWING)]
+        for name in names:
+            tq.put_schedule(name, {"queue": queue, "tenant": down, "payload": "old",
+                                   "every_seconds": 1})
+        tq.put_schedule("s-live", {"queue": queue, "tenant": live, "payload": "old",
+                                   "every_seconds": 1})
+        tq.ctx.clock.advance(2)
+        tq.run_delayed_mover()  # the first occurrences are due: warm, in the ready sets
+        held = [r[0] for r in pg.execute(
+            "SELECT DISTINCT ON (o.schedule) t.id FROM tierq_tasks t"
+            " JOIN tierq_schedule_occurrences o ON o.task_id = t.id"
+            " WHERE o.tenant = %s AND t.state = 'warm' ORDER BY o.schedule, t.id",
+            (down,)).fetchall()]
+        assert len(held) == WITHDRAWING
+        with psycopg.connect(app_database_url) as holder:
+            # each schedule's PUT passes over its held occurrence: the tick withdraws it
+            holder.execute("SELECT 1 FROM tierq_tasks WHERE id = ANY(%s) FOR UPDATE", (held,))
+            for name in names:
+                tq.put_schedule(name, {"queue": queue, "tenant": down, "payload": "new",
+                                       "every_seconds": 1})
+            holder.rollback()
+        asked: list[str] = []  # the tenants whose pair's master a withdrawal called
+        remove_ready = tq.warm.remove_ready
+
+        def counted(queue: str, tenant: str, places: Any) -> list[str]:
+            asked.append(tenant)
+            return remove_ready(queue, tenant, places)
+
+        tq.warm.remove_ready = counted  # type: ignore[method-assign]
+        tq.ctx.clock.advance(10)
+        before = _occurrences(pg)
+        failed = [f"{down}/{name}" for name in names]
+        with _hung_master(partial_cluster, int(master.split(":")[1])):
+            started = time.monotonic()
+            ticked = cron_tick.run(tq.ctx, budget_seconds=60)
+            took = time.monotonic() - started
+        assert sorted(ticked.failed) == failed
+        assert asked.count(down) == 1, (asked, f"{took:.1f} s")  # (the others: no call)
+        assert list(tq.ctx.warm_down_until) == [master]
+        assert _occurrences(pg)["s-live"] >= before["s-live"] + 10
+        # the old occurrences are still warm rows, left for a later tick
+        states = "SELECT state FROM tierq_tasks WHERE id = ANY(%s)"
+        assert [r[0] for r in pg.execute(states, (held,))] == ["warm"] * WITHDRAWING
+
+        # back, but remembered down for a minute: not asked
+        assert sorted(cron_tick.run(tq.ctx, budget_seconds=60).failed) == failed
+        assert asked.count(down) == 1
+        # its time is up: asked again, the old occurrences withdrawn (the first call's
+        # script may have run as the master went on, after the client gave up: that
+        # occurrence is out of the ready set, a warm row the reconciler pushes again)
+        tq.ctx.warm_down_until[master] = time.monotonic()
+        ticked = cron_tick.run(tq.ctx, budget_seconds=60)
+        assert ticked.failed == []
+        assert ticked.withdrawn in (WITHDRAWING - 1, WITHDRAWING)
+        assert asked.count(down) == 1 + WITHDRAWING
+        assert list(tq.ctx.warm_down_until) == []
+        assert len(pg.execute(states, (held,)).fetchall()) == WITHDRAWING - ticked.withdrawn

@@ -499,6 +499,33 @@ def test_pinned_dlq_touches_only_its_tenant(call: Invoke) -> None:
     assert len(call("GET", "/v1/queues/jobs/dlq").body["tasks"]) == 2
 
 
+def test_replay_passes_over_a_dead_letter_whose_key_a_held_task_holds(call: Invoke) -> None:
+    """Acme's dead letter of key K while its task of K is held in its group: a replay naming
+    it answers it skipped, acme's replay of all leaves it dead, and an admin's replay of the
+    queue replays globex's dead letters (all three were a 500: the live-key index refused
+    the batch, which held the older dead letter)."""
+    acme = {"tenant": "acme"}
+    call("POST", "/v1/queues/jobs/tasks", {"payload": "dies", "key": "K", "max_attempts": 1},
+         claims=acme)
+    [dying] = claim(call, "jobs", tenant="acme")
+    call("POST", "/v1/queues/jobs/nacks", {"nacks": [
+        {"id": dying["id"], "lease_token": dying["lease_token"], "error": "e"}]})
+    made = call("POST", "/v1/queues/jobs/tasks", {"tasks": [
+        {"payload": "head", "group": "g"}, {"payload": "again", "group": "g", "key": "K"}]},
+        claims=acme).body["tasks"]
+    assert [t["state"] for t in made] == ["warm", "held"]
+    theirs = dead_letters(call, 2, tenant="globex")
+    named = call("POST", "/v1/queues/jobs/dlq/replay", {"ids": [dying["id"]]}, claims=acme)
+    assert (named.status, named.body) == (
+        200, {"replayed": [], "skipped": [dying["id"]], "more": False})
+    mine = call("POST", "/v1/queues/jobs/dlq/replay", {"all": True}, claims=acme)
+    assert (mine.status, mine.body) == (200, {"replayed": [], "skipped": [], "more": False})
+    everyone = call("POST", "/v1/queues/jobs/dlq/replay", {"all": True})
+    assert everyone.status == 200, everyone.body
+    assert sorted(everyone.body["replayed"]) == sorted(theirs)
+    assert [t["id"] for t in call("GET", "/v1/queues/jobs/dlq").body["tasks"]] == [dying["id"]]
+
+
 # ----------------------------------------------------------------------- stores down
 
 

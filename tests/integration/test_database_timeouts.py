@@ -7,6 +7,7 @@ RDS Proxy) the same limits are the session's, and only shorter ones are sent per
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +25,7 @@ from tierq.dal.postgres import (
 )
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
-from tierq.errors import DatabaseTimedOut
+from tierq.errors import DatabaseTimedOut, Unavailable
 
 SHOW = ("SELECT current_setting('statement_timeout') AS statement_timeout,"
         " current_setting('lock_timeout') AS lock_timeout,"
@@ -223,3 +224,38 @@ def test_an_engine_without_rds_proxy_sets_the_timeouts_on_its_sessions(make_tq: 
     with tq.db.connection() as conn:
         assert conn.statements() == (None, "BEGIN")
         assert conn.execute(SHOW).fetchone()["lock_timeout"] == "5s"
+
+
+def test_a_dedicated_connection_carries_the_timeouts_as_the_pools_do(
+        db: Database, direct: Database) -> None:
+    """A connection outside the pools (``dedicated_connection``: the feed's lock): behind
+    a proxy each statement carries the timeouts, on a direct connection its session does;
+    no startup option either way, no prepared statement, and the store's errors."""
+    with db.dedicated_connection() as conn:
+        assert "options" not in conn.info.get_parameters() and conn.prepare_threshold is None
+        assert execute_text(conn, SHOW).fetchone() == {
+            "statement_timeout": "300ms", "lock_timeout": "150ms", "synchronous_commit": "on"}
+        assert conn.execute(SHOW).fetchone()["statement_timeout"] == "0"
+    with direct.dedicated_connection() as conn:
+        assert conn.statements() == (None, "BEGIN")
+        assert conn.execute(SHOW).fetchone()["lock_timeout"] == "150ms"
+    assert conn.closed
+    with pytest.raises(DatabaseTimedOut), direct.dedicated_connection() as conn:
+        execute_text(conn, "SELECT pg_sleep(5)")
+
+
+def test_a_dedicated_connection_that_gets_no_answer_gives_up_at_the_pools_timeout() -> None:
+    """A server that accepts the connection and never answers: the attempt waits about
+    the pool's timeout (libpq's ``connect_timeout``), not the minutes of psycopg's
+    default, and is ``Unavailable``."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        database = Database(f"postgresql://nobody@127.0.0.1:{port}/x", min_size=0,
+                            timeout=1.0)
+        try:
+            started = time.monotonic()
+            with pytest.raises(Unavailable), database.dedicated_connection():
+                pytest.fail("connected to a server that never answered")
+            assert time.monotonic() - started < 5
+        finally:
+            database.close()

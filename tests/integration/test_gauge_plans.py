@@ -15,7 +15,7 @@ from tests.integration.plans import (
     seq_scans_of_tasks,
 )
 
-STATE_INDEXES = {"tierq_tasks_warm_since", "tierq_tasks_cold_line", "tierq_tasks_delayed_pair",
+STATE_INDEXES = {"tierq_tasks_warm_since", "tierq_tasks_cold_line", "tierq_tasks_delayed_line",
                  "tierq_tasks_dead_line"}
 
 

@@ -8,6 +8,8 @@ changes wait behind it (tierq.dal.migrate's table).
 | plain, an ``ALTER TABLE``       | gives up each ``lock_timeout``, tries again; | go on between  |
 |                                 | applied once the transaction ends, or        | its tries      |
 |                                 | refused with nothing applied                 |                |
+
+A second runner meanwhile waits for the first without a deadlock.
 """
 
 from __future__ import annotations
@@ -100,6 +102,23 @@ def test_a_concurrent_index_build_lets_writers_go_on(table_url: str) -> None:
         assert valid == (True,)
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (2,)
     assert migrate(table_url, migrations=[TABLE, INDEX]) == []
+
+
+def test_a_second_runner_waits_for_a_concurrent_build_without_a_deadlock(
+        table_url: str) -> None:
+    """A runner that comes while another builds an index concurrently waits for the runners'
+    lock without holding a snapshot: waiting inside pg_advisory_lock it held one, which the
+    build waits for, and PostgreSQL failed one of the two (deadlock detected)."""
+    with psycopg.connect(table_url) as holder:
+        holder.execute("INSERT INTO t VALUES (1)")  # (the build waits for it)
+        first, first_outcome = run_in_thread(migrate, table_url, migrations=[TABLE, INDEX])
+        wait_until_blocked(table_url, "CREATE INDEX CONCURRENTLY")
+        second, second_outcome = run_in_thread(migrate, table_url, migrations=[TABLE, INDEX])
+        threading.Event().wait(0.5)  # (the second runner is waiting for the lock)
+        holder.commit()
+    first.join(30)
+    second.join(30)
+    assert (first_outcome, second_outcome) == ([["0002"]], [[]])
 
 
 def test_a_failed_concurrent_build_is_built_again_by_the_next_run(table_url: str) -> None:

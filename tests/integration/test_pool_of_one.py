@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tierq.dal.store.rows import FeedOffsetRow
 from tierq.engine import Tierq
 from tierq.errors import WarmTierFull, WarmTierUnavailable
-from tierq.logic import wake
+from tierq.logic import feed, wake
 from tierq.maintenance import cold_to_warm
 
 
@@ -134,3 +135,15 @@ def test_a_promotion_asks_the_waker_on_the_held_connection(make_tq: Any, pg: Any
         wake.install(previous)
     assert summary.promoted == 4
     assert "waking the dispatcher" not in caplog.text
+
+
+def test_a_feed_run_under_its_lock(make_tq: Any, pg: Any) -> None:
+    """The feed's session lock is held for the whole run (feed.feed_lock) while the run
+    takes pooled connections: its offsets, its backlog, an enqueue."""
+    one = pool_of_one(make_tq, make_tq())
+    with feed.feed_lock(one.ctx, "feed"):
+        assert feed.load_offsets(one.ctx, "feed") == []
+        one.enqueue("fed", [{"payload": i} for i in range(3)])
+        assert feed.backlog(one.ctx, "fed", cap=10).warm == 3
+        feed.save_offsets(one.ctx, "feed", [FeedOffsetRow("s", "", 3, "2")])
+    assert [o.rows_done for o in feed.load_offsets(one.ctx, "feed")] == [3]

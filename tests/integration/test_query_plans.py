@@ -206,3 +206,112 @@ def test_forgetting_tombstones_reads_the_oldest_by_index(unanalyzed, mode):
         if "Index Name" in node:
             read = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
             assert read <= 2 * 100, (mode, node["Node Type"], read)
+
+
+REPLAY_BATCH = 1000  # logic/dlq.REPLAY_BATCH
+
+
+def dead_keyed_setup(ids: list[uuid.UUID]) -> str:
+    """Dead rows of queue 'dq' with these ids, keys k1, k2, …; every tenth key held by a
+    warm task."""
+    literal = "{" + ",".join(map(str, ids)) + "}"
+    columns = ("id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,"
+               " max_attempts, seq, created_at, ready_since, state_since, finished_at")
+    return (f"INSERT INTO tierq_tasks ({columns})"
+            f" SELECT v.id, 'dq', '_', 'k' || v.n, 0, '{{}}', 'dead', now(), now(), 5,"
+            " 200000 + v.n, now(), now(), now(), now()"
+            f" FROM unnest('{literal}'::uuid[]) WITH ORDINALITY AS v(id, n);"
+            f" INSERT INTO tierq_tasks ({columns})"
+            " SELECT gen_random_uuid(), 'dq', '_', 'k' || g, 0, '{}', 'warm', now(), now(), 5,"
+            f" 300000 + g, now(), now(), now(), NULL FROM generate_series(10, {len(ids)}, 10) g")
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize(("name", "everything", "index"), [
+    ("lock_dead", True, "tierq_tasks_dead_by_queue"),
+    ("lock_dead", False, "tierq_tasks_dead_by_queue"),
+    ("reset_dead", False, "tierq_tasks_pkey")])
+def test_a_replay_reads_its_dead_rows_by_index_and_probes_the_live_keys(
+        unanalyzed, name, everything, index, mode):
+    """A replay's batch of dead rows (its lock, then its reset) is read by index, and each
+    row's key is probed on tierq_tasks_live_key: the 20,000 warm rows of queue 'q' are
+    never read."""
+    ids = [uuid.uuid4() for _ in range(REPLAY_BATCH)]
+    values = {"queue": "dq", "tenant": None, "all": everything,
+              "ids": [] if everything else ids, "limit": REPLAY_BATCH,
+              "now": "2026-01-01T00:00:00Z"}
+    nodes = explain(unanalyzed, name, values, mode, dead_keyed_setup(ids))
+    assert nodes[0]["Actual Rows"] == REPLAY_BATCH - REPLAY_BATCH // 10  # (the keys free)
+    assert seq_scans_of_tasks(nodes) == [], (name, mode)
+    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    assert indexes == {index, "tierq_tasks_live_key"}, (name, mode, indexes)
+    assert_reads_about(nodes, REPLAY_BATCH, (name, mode))
+
+
+# -- the delayed mover: the pairs with rows due, then each pair's share from its line --------
+
+NOW = "2026-01-01T00:00:00Z"
+BUSY_DUE = 5_000  # due rows of one pair, which has as many not due
+LATER_PAIRS = 50  # pairs whose delayed rows are not due, 20 each
+DELAYED_SETUP = ";".join(
+    "INSERT INTO tierq_tasks (id, queue, tenant, priority, payload, state, run_at,"
+    " run_at_initially, max_attempts, seq, created_at, state_since)"
+    f" SELECT gen_random_uuid(), {queue}, {tenant}, 0, '{{}}', 'delayed', {run_at},"
+    f" {run_at}, 5, 200000 + {seq}, now(), now() FROM generate_series(1, {n}) AS g"
+    for queue, tenant, run_at, seq, n in [
+        ("'d'", "'busy'", f"timestamptz '{NOW}' - interval '1 day' + g * interval '1 ms'",
+         "g", BUSY_DUE),
+        ("'d'", "'busy'", f"timestamptz '{NOW}' + g * interval '1 ms'", "5000 + g", BUSY_DUE),
+        ("'d'", "'one'", f"timestamptz '{NOW}' - interval '1 hour'", "10000 + g", 1),
+        ("'later-' || (g % 50)", "'_'", f"timestamptz '{NOW}' + interval '1 hour'",
+         "20000 + g", 20 * LATER_PAIRS)])
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_pairs_come_due_are_read_from_the_due_rows_alone(unanalyzed, mode):
+    """5,001 rows due of two pairs, 6,000 not due (the busy pair's other half, 50 pairs of
+    20): the due range of tierq_tasks_delayed_due, never a row not due."""
+    values = {"after": "0001-01-01T00:00:00Z", "now": NOW}
+    nodes = explain(unanalyzed, "pairs_come_due", values, mode, DELAYED_SETUP)
+    assert nodes[0]["Actual Rows"] == 2
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {
+        "tierq_tasks_delayed_due"}, mode
+    assert_reads_about(nodes, BUSY_DUE + 1, ("pairs_come_due", mode))
+    assert rows_read(nodes) <= BUSY_DUE + 1 + 10, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_a_batch_looks_again_only_at_the_rows_come_due_since(unanalyzed, mode):
+    """After the pass's first look, a batch reads the rows come due since the one before:
+    a millisecond of the busy pair's rows, not its 5,000 due before."""
+    values = {"after": "2025-12-31T00:00:04.998Z", "now": "2025-12-31T00:00:04.999Z"}
+    nodes = explain(unanalyzed, "pairs_come_due", values, mode, DELAYED_SETUP)
+    assert nodes[0]["Actual Rows"] == 1
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {
+        "tierq_tasks_delayed_due"}, mode
+    assert rows_read(nodes) <= 3, (mode, rows_read(nodes))
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize("after", [None, 100])
+def test_a_delayed_batch_reads_each_pairs_share_from_the_front_of_its_line(
+        unanalyzed, mode, after):
+    """Each pair's share read from tierq_tasks_delayed_line in due order (no sort of the
+    busy pair's 10,000 rows), locked; a pair whose rows are not due reads one entry. The
+    batch reads about its own rows, also after a row it took in an earlier round."""
+    share = BATCH // 2
+    after_run_at = None if after is None else f"2025-12-31T00:00:00.{after:03d}Z"
+    values = {"queues": ["d", "d", "later-1"], "tenants": ["busy", "one", "_"],
+              "limits": [share, share, share], "now": NOW,
+              "after_run_ats": [after_run_at, None, None],
+              "after_seqs": [None if after is None else 200000 + after, None, None]}
+    nodes = explain(unanalyzed, "lock_due_of_pairs", values, mode, DELAYED_SETUP)
+    assert nodes[0]["Actual Rows"] == share + 1  # the busy pair's share, the other's one
+    assert seq_scans_of_tasks(nodes) == [], mode
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {
+        "tierq_tasks_delayed_line"}, mode
+    assert "LockRows" in {n["Node Type"] for n in nodes}
+    assert "Sort" not in {n["Node Type"] for n in nodes}
+    assert_reads_about(nodes, share, ("lock_due_of_pairs", mode))
+    assert rows_read(nodes) <= share + 1 + 3, (mode, rows_read(nodes))

@@ -93,6 +93,10 @@ def test_counts_detailed_and_running(make_tq):
 
 
 def test_two_migration_runners_at_once_apply_each_migration_once(services):
+    """Both runners return: the one that waits for the other's lock holds no snapshot
+    meanwhile, which the other's CREATE INDEX CONCURRENTLY (a migration outside a
+    transaction) would wait for while it waits for the lock: a deadlock PostgreSQL ends by
+    failing one of them."""
     admin = services.postgres.url
     name = "tierq_migrate_race"
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -102,11 +106,20 @@ def test_two_migration_runners_at_once_apply_each_migration_once(services):
 
     url = with_database(admin, name)
     results: list[list[str]] = []
-    threads = [threading.Thread(target=lambda: results.append(migrate(url))) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(migrate(url))
+        except BaseException as exc:  # (a thread's exception would only be a warning)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert errors == [] and len(results) == 2
     applied = sorted(v for r in results for v in r)
     assert applied == [m.version for m in available()]  # each applied by exactly one runner
     with psycopg.connect(url) as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tierq.maintenance.pair_failures import server_wide
+from tierq.dal.valkey_replies import server_wide
 
 
 @pytest.mark.parametrize(("reply", "whole_server"), [

@@ -106,7 +106,7 @@ def test_the_indexes_and_scripts_the_architecture_names_exist() -> None:
                            sorted((ROOT / "shared/tierq/dal/sql/migrations").glob("*.sql")))
     named_indexes = set(re.findall(r"`(tierq_(?:tasks|queue_tenants)_[a-z_]+)`", text))
     assert named_indexes
-    created = set(re.findall(r"CREATE (?:UNIQUE )?INDEX (\w+)", migrations))
+    created = set(re.findall(r"CREATE (?:UNIQUE )?INDEX (?:CONCURRENTLY )?(\w+)", migrations))
     assert named_indexes <= created, named_indexes - created
     scripts = set(re.findall(r"`(\w+)\.lua`", text))
     assert scripts

@@ -21,7 +21,7 @@ def test_duplicate_names_are_refused():
 def test_every_shipped_query_loads():
     loaded = queries()
     for name in ("insert_tasks", "make_ready", "promote_cold", "lease_outcomes",
-                 "lock_due_skipping"):
+                 "pairs_come_due", "lock_due_of_pairs"):
         assert name in loaded and loaded[name].strip()
 
 

@@ -16,6 +16,11 @@ the same tables. Two rules keep a live upgrade from doing so:
 |                             |                                | on; it cannot run in a           |
 |                             |                                | transaction                      |
 
+A runner waiting for another's lock asks for it again and again (``pg_try_advisory_lock``)
+rather than waiting inside ``pg_advisory_lock``, which would hold its statement's snapshot
+all the while: the other runner's ``CREATE INDEX CONCURRENTLY`` waits for every older
+snapshot of the database, and the two would deadlock (PostgreSQL then fails one of them).
+
 A no-transaction migration may stop half way (a failed concurrent build leaves an invalid
 index): the next run applies it again from its first statement, so each of its statements
 must be safe to repeat (``DROP INDEX CONCURRENTLY IF EXISTS`` before each build; a unit
@@ -50,6 +55,7 @@ LOCK_TIMEOUT_MS = 5_000
 LOCK_ATTEMPTS = 10
 RETRY_PAUSE_SECONDS = 1.0
 RETRY_PAUSE_MAX_SECONDS = 30.0
+RUNNER_POLL_SECONDS = 0.1  # between two asks for the runners' advisory lock
 # A statement of a no-transaction migration ends with ';' at the end of a line.
 _STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.MULTILINE)
 
@@ -145,7 +151,7 @@ def migrate(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS,
         raise ValueError("lock_timeout_ms and lock_attempts must be at least 1")
     done_now: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        _lock_runners(conn)
         try:
             have = applied(conn)
             for m in available() if migrations is None else migrations:
@@ -165,6 +171,14 @@ def migrate(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS,
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
     return done_now
+
+
+def _lock_runners(conn: psycopg.Connection[Any]) -> None:
+    """Take the runners' advisory lock, asking again until it is free (the module's
+    docstring says why not ``pg_advisory_lock``)."""
+    while _col(conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone(),
+               0) != "True":
+        time.sleep(RUNNER_POLL_SECONDS)
 
 
 def _record(conn: psycopg.Connection[Any], m: Migration) -> None:

@@ -19,6 +19,7 @@ statement sends a ``set_config`` only when it wants other values (the shorter ti
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -310,25 +311,45 @@ class Database:
         ``tierq_task_seq`` ``SequenceExhausted``."""
         pool = self.relaxed_pool() if relaxed else self.pool
         failing_fast = self._checkout_timed_out
-        try:
-            with pool.connection(
-                    timeout=self._fail_fast_timeout if failing_fast else None) as conn:
-                if failing_fast:
-                    self._checkout_timed_out = False
+        with _store_errors():
+            try:
+                with pool.connection(
+                        timeout=self._fail_fast_timeout if failing_fast else None) as conn:
+                    if failing_fast:
+                        self._checkout_timed_out = False
+                    yield conn
+            except PoolTimeout as exc:  # (an OperationalError: caught before the others)
+                self._checkout_timed_out = True
+                waited = self._fail_fast_timeout if failing_fast else pool.timeout
+                raise Unavailable(f"PostgreSQL is not answering (no connection within "
+                                  f"{waited:g}s)") from exc
+
+    @contextmanager
+    def dedicated_connection(self) -> Iterator[TierqConnection]:
+        """A connection of its own, outside the pools, closed at the block's end (which
+        ends its session and every session lock it took); store errors map as
+        :meth:`connection`'s.
+
+        It is opened as the pool opens one: the URL of ``resolve_url``, autocommit, no
+        prepared statements, tierq's timeouts given as the pool gives them (no libpq
+        startup ``options``, which RDS Proxy refuses). It is for a lock held through a run
+        that takes pooled connections meanwhile: held on a pooled connection, such a lock
+        would leave the run one connection fewer, none with a pool of one. The connection
+        attempt waits at most the pool's timeout, unless the URL sets ``connect_timeout``."""
+        with _store_errors():
+            conninfo = self._conninfo()
+            if "connect_timeout" not in _conninfo_params(conninfo):
+                conninfo = psycopg.conninfo.make_conninfo(
+                    conninfo, connect_timeout=max(1, math.ceil(self.pool.timeout)))
+            conn = TierqConnection.connect(conninfo, autocommit=True, row_factory=dict_row,
+                                           prepare_threshold=None)
+            try:
+                _configure(conn)
+                conn.use_local_settings(self.local_settings, session=self.session_settings)
+                self._connected()
                 yield conn
-        except PoolTimeout as exc:
-            self._checkout_timed_out = True
-            waited = self._fail_fast_timeout if failing_fast else pool.timeout
-            raise Unavailable(f"PostgreSQL is not answering (no connection within "
-                              f"{waited:g}s)") from exc
-        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
-            # (OperationalErrors too, but PostgreSQL answered: it is up, the work was slow)
-            raise DatabaseTimedOut(detail=str(exc).strip()) from exc
-        except psycopg.errors.SequenceGeneratorLimitExceeded as exc:
-            raise SequenceExhausted("no place in line is left: tierq_task_seq has reached "
-                                    "its maximum") from exc
-        except psycopg.OperationalError as exc:
-            raise Unavailable("PostgreSQL is not answering", detail=str(exc).strip()) from exc
+            finally:
+                conn.close()
 
     @contextmanager
     def transaction(self) -> Iterator[TierqConnection]:
@@ -358,11 +379,34 @@ class Database:
         raise AssertionError("unreachable")
 
 
-def _trusts_system_roots(url: str) -> bool:
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Store errors as tierq's: a statement or lock wait over its timeout
+    ``DatabaseTimedOut``, the end of ``tierq_task_seq`` ``SequenceExhausted``, any other
+    operational error (a connection refused or lost) ``Unavailable``."""
     try:
-        return psycopg.conninfo.conninfo_to_dict(url).get("sslrootcert") == "system"
+        yield
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        # (OperationalErrors too, but PostgreSQL answered: it is up, the work was slow)
+        raise DatabaseTimedOut(detail=str(exc).strip()) from exc
+    except psycopg.errors.SequenceGeneratorLimitExceeded as exc:
+        raise SequenceExhausted("no place in line is left: tierq_task_seq has reached "
+                                "its maximum") from exc
+    except psycopg.OperationalError as exc:
+        raise Unavailable("PostgreSQL is not answering", detail=str(exc).strip()) from exc
+
+
+def _conninfo_params(url: str) -> dict[str, Any]:
+    """The parameters a URL or conninfo string gives libpq (none when libpq cannot read
+    it: the connection attempt will say why)."""
+    try:
+        return psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
-        return False  # not a URL libpq reads: the connection attempt will say why
+        return {}
+
+
+def _trusts_system_roots(url: str) -> bool:
+    return _conninfo_params(url).get("sslrootcert") == "system"
 
 
 def uuid_array(ids: Iterable[object]) -> str:

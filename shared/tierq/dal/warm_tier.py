@@ -718,6 +718,26 @@ def client_options(url: str, credential_provider: CredentialProvider | None = No
     return options
 
 
+class ClusterClient(RedisCluster):
+    """redis-py's cluster client, but a call that timed out is not sent again.
+
+    redis-py sends a call again up to ten times (its default ``retry``) after a connection
+    error or a timeout, reading the slot map anew each time. After a refused connection
+    that is how a failover is followed: the call never reached a server. After a timeout
+    it multiplied a hung master's cost by eleven (110 s at the 10 s socket timeout, past
+    every function's time), and the call may have run: a claim's pop sent again leaves the
+    first pop's leases to expire. So a timeout goes up at once (``WarmTierUnavailable``),
+    as on a single server after its one retry on a fresh connection
+    (dal/direct_calls.py). A pipeline's command that timed out is still sent once more
+    alone: redis-py's pipeline decides that by its own class, not this one.
+    """
+
+    # (a fixed-length tuple in redis-py's stubs: this one is shorter)
+    ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
+        error for error in RedisCluster.ERRORS_ALLOW_RETRY
+        if error is not redis.exceptions.TimeoutError)
+
+
 class WarmTier:
     """The warm tier of every (queue, tenant), over one Valkey client."""
 
@@ -748,7 +768,7 @@ class WarmTier:
             # (a cluster client reads the slot map from a node as it is made: unreachable,
             # that is Valkey not answering, as for any call)
             with _available(credential_provider):
-                return cls(RedisCluster.from_url(
+                return cls(ClusterClient.from_url(
                     url, connection_pool_class=LimitedConnectionPool, **options))
         return cls(redis.Redis.from_url(url, connection_class=connection_class(url),
                                         **options))
@@ -1209,20 +1229,36 @@ class WarmTier:
         if not calls:
             return []
         sha = self.scripts[Claim.SCRIPT].sha
-        replies = self.pipeline([evalsha(call, sha) for call in calls])
+        try:
+            replies = self.pipeline([evalsha(call, sha) for call in calls])
+        except WarmTierUnavailable as exc:
+            if self.single_server:
+                raise
+            if isinstance(exc.__cause__, redis.ConnectionError | redis.TimeoutError):
+                # a master refused its connection: redis-py's cluster pipeline takes every
+                # master's connection before it writes, and after the writes keeps such
+                # errors in their places, so nothing ran; each pop on its own, so the pairs
+                # of the masters that answer are popped (logic/claim_isolation.py)
+                return [self._call_or_error(call) for call in calls]
+            # (another error may come after the writes, some pops run: none is sent again)
+            return [exc] * len(calls)
         out: list[ClaimReply | Exception] = []
         for call, reply in zip(calls, replies, strict=True):
             if isinstance(reply, NoScriptError):  # (the script did not run: run it again)
-                try:
-                    out.append(self.call(call))
-                except Exception as exc:
-                    out.append(exc)
+                out.append(self._call_or_error(call))
                 continue
             if isinstance(reply, Exception):
                 out.append(self._as_raised(reply))
             else:
                 out.append(call.parse(reply))
         return out
+
+    def _call_or_error(self, call: Claim) -> ClaimReply | Exception:
+        """One pop's reply, or the error it raised."""
+        try:
+            return self.call(call)
+        except Exception as exc:
+            return exc
 
     def _as_raised(self, error: Exception) -> Exception:
         """A pipeline's error reply as a call of its own would raise it (``_available``)."""

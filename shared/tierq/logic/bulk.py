@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import psycopg
 
 from tierq.core.ids import uuid7_strings
+from tierq.dal.store.rows import LIVE_KEY_INDEX
 from tierq.dal.task_store import Conn
 from tierq.logic import admission, pairs, payloads, tiering
 from tierq.logic.context import Context, to_datetime
@@ -65,8 +66,6 @@ SEQ_BLOCK = 512
 # a chunk aborted by a deadlock (chunks holding the same keys in crossed orders) is written
 # again up to this many times in all: each abort lets the other chunk through
 CHUNK_ATTEMPTS = 5
-# the unique index a plain insert's live or repeated key fails on (migration 0001)
-LIVE_KEY_INDEX = "tierq_tasks_live_key"
 STAGE_COLUMNS = ("id", "ord", "tenant", "key", "priority", "payload", "run_at_us")
 
 

@@ -9,7 +9,8 @@ finds it dry refills at once and takes what it still wants.
 A claim never holds leases it will not answer with. Its budget (logic/claim_budget.py) caps
 the bytes of its answer and the time it may take. Its limits (logic/claim_limits.py) cut
 what it pops. A claim that fails after it popped tasks gives them back through the release
-path before the error goes up.
+path before the error goes up; one tenant's failing pair fails only its own part of a claim
+over several tenants (logic/claim_isolation.py).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import orjson
 
 from tierq.dal.lua_calls import Claim
 from tierq.dal.warm_tier import Claimed, PairKeys
-from tierq.errors import WarmTierFull
-from tierq.logic import leases, ready_tenants, tiering, time_limits
+from tierq.errors import DatabaseTimedOut, WarmTierFull
+from tierq.logic import claim_isolation, leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
-from tierq.logic.claim_limits import ClaimLimits
+from tierq.logic.claim_limits import ClaimLimits, PopLimits
 from tierq.logic.context import Context, from_ms
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
@@ -60,11 +61,14 @@ class ClaimOutcome:
     """What a claim handed out, and when more may be had if the queue's limits (max_leased,
     rate, tenant_max_leased, tenant_rate) cut it: ``retry_after_ms`` is None when they did
     not (the claim got all it asked for, or all that was ready). ``idempotent_replay``: the
-    tasks are a keyed claim's first answer rebuilt (tierq.logic.claim_replay)."""
+    tasks are a keyed claim's first answer rebuilt (tierq.logic.claim_replay). ``failed_pairs``:
+    how many tenants' pairs failed alone in a claim over several tenants."""
 
     tasks: list[ClaimedTask]
     retry_after_ms: int | None = None
     idempotent_replay: bool = False
+    # the pairs whose failure the claim went on past (logic/claim_isolation.py)
+    failed_pairs: int = 0
 
 
 def claim(ctx: Context, queue: str, request: ClaimRequest,
@@ -146,13 +150,36 @@ class Claimer:
     # tenants whose pair this claim found empty: nothing ready warm, no cold row a refill
     # could bring (logic/ready_tenants.py takes them out of the queue's index)
     empty: list[str] = field(default_factory=list)
+    # a claim over several tenants: a pair's failure fails that pair alone
+    # (logic/claim_isolation.py); the failures, and how many pops answered
+    isolate: bool = False
+    failures: list[Exception] = field(default_factory=list)
+    answered: int = 0
+    refills_off: bool = False  # a refill's database timeout: no more inline refills
 
     def popped_leases(self) -> list[tuple[str, str]]:
         """(id, lease token) of every task the claim popped."""
         return [(c[0].decode(), c[2].decode()) for claimed in self.popped for c in claimed]
 
     def _may_refill(self) -> bool:
-        return self.budget.may_refill(self.ctx.settings, holding=bool(self.popped))
+        return not self.refills_off and \
+            self.budget.may_refill(self.ctx.settings, holding=bool(self.popped))
+
+    def _isolated(self, tenant: str, exc: Exception) -> bool:
+        """Whether the claim goes on past ``tenant``'s failure ``exc``, which then sets the
+        pair aside (logic/claim_isolation.py's table): only a claim over several tenants,
+        only one pair's failure, and not when the failed pop carried the queue-wide take
+        (what it reserved is not known)."""
+        if not self.isolate or not claim_isolation.isolable(self.ctx, exc):
+            return False
+        gate = self.limits.gate
+        if gate is not None and gate.riding is not None:
+            return False
+        claim_isolation.set_aside(self.ctx, self.queue, tenant, exc)
+        self.failures.append(exc)
+        if isinstance(exc, DatabaseTimedOut):
+            self.refills_off = True  # (PostgreSQL slow: no refill more waits its timeout)
+        return True
 
     def _pop(self, tenant: str, n: int, part: int = 0
              ) -> tuple[int, str, list[Claimed], int] | None:
@@ -164,15 +191,12 @@ class Claimer:
             return None
         n, pop = allowed
         budget = self.budget
-        left, mode, claimed, retry_ms, granted = self.ctx.warm.claim_limited(
-            self.queue, tenant, n=n, now_ms=pop.now_ms, lease_ms=self.lease_ms,
-            token_prefix=pop.token_prefix, worker=self.worker,
-            max_bytes=min(part or budget.remaining_bytes(), budget.remaining_bytes()),
-            strict=budget.used_bytes > 0,
-            per_task_bytes=budget.per_task_bytes,
-            tenant_max_leased=self.limits.tenant_max_leased,
-            tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take,
-            timeout_seconds=self.timeout_seconds)
+        try:
+            left, mode, claimed, retry_ms, granted = self._claim_limited(tenant, n, pop, part)
+        except Exception:
+            self.limits.lost(pop, n)
+            raise
+        self.answered += 1
         self.ready_left = left
         self.limits.popped(pop, granted, len(claimed), retry_ms)
         if claimed:
@@ -181,13 +205,34 @@ class Claimer:
                 budget.charge(c[3] for c in claimed)
         return left, mode, claimed, pop.now_ms
 
+    def _claim_limited(self, tenant: str, n: int, pop: PopLimits, part: int
+                       ) -> tuple[int, str, list[Claimed], int, int]:
+        """The pop's script call (``WarmTier.claim_limited``)."""
+        budget = self.budget
+        return self.ctx.warm.claim_limited(
+            self.queue, tenant, n=n, now_ms=pop.now_ms, lease_ms=self.lease_ms,
+            token_prefix=pop.token_prefix, worker=self.worker,
+            max_bytes=min(part or budget.remaining_bytes(), budget.remaining_bytes()),
+            strict=budget.used_bytes > 0,
+            per_task_bytes=budget.per_task_bytes,
+            tenant_max_leased=self.limits.tenant_max_leased,
+            tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take,
+            timeout_seconds=self.timeout_seconds)
+
     def pair(self, tenant: str, n: int, part: int = 0) -> list[ClaimedTask]:
         """Up to ``n`` of one pair's tasks, refilling the pair inline when its warm set ran
         dry or runs low while cold work waits; ``part`` as :meth:`_pop`'s."""
         if self.budget.expired() or not self.limits.room:
             return []
+        if self.isolate and claim_isolation.passed_over(self.ctx, self.queue, tenant):
+            return []  # (it, or its master, failed earlier in this claim or lately)
         part_end = self.budget.used_bytes + part if part else 0
-        popped = self._pop(tenant, n, part)
+        try:
+            popped = self._pop(tenant, n, part)
+        except Exception as exc:
+            if not self._isolated(tenant, exc):
+                raise
+            return []
         if popped is None:
             return []
         return self._answer(tenant, n, *popped, part_end=part_end)
@@ -212,6 +257,8 @@ class Claimer:
         limits = self.limits
         pops: list[tuple[str, Claim]] = []
         for tenant in tenants:
+            if claim_isolation.passed_over(self.ctx, self.queue, tenant):
+                continue  # (set aside: answered as a pop that got nothing)
             allowed = limits.for_pop(tenant, n)
             assert allowed is not None and allowed[1].take is None  # (no queue-wide gate)
             pop = allowed[1]
@@ -223,21 +270,26 @@ class Claimer:
                 timeout_seconds=self.timeout_seconds or 0)))
         replies = self.ctx.warm.claim_pairs([call for _, call in pops])
         # every pop that leased tasks is recorded (to be given back should the claim fail)
-        # before the first error goes up
-        error: Exception | None = None
+        # before an error goes up; a pair's own failure fails it alone
         for reply in replies:
             if isinstance(reply, Exception):
-                error = error or reply
                 continue
+            self.answered += 1
             limits.note(reply.retry_after_ms)
             if reply.claimed:
                 self.popped.append(reply.claimed)
                 budget.charge(c[3] for c in reply.claimed)
-        if error is not None:
-            raise error
+        for (tenant, _), reply in zip(pops, replies, strict=True):
+            if isinstance(reply, Exception) and not self._isolated(tenant, reply):
+                raise reply
+        answered = {tenant: (sent, reply) for (tenant, sent), reply
+                    in zip(pops, replies, strict=True) if not isinstance(reply, Exception)}
         out: list[tuple[list[ClaimedTask], bool]] = []
-        for (tenant, sent), reply in zip(pops, replies, strict=True):
-            assert not isinstance(reply, Exception)
+        for tenant in tenants:
+            if tenant not in answered:  # (set aside, or failed alone)
+                out.append(([], False))
+                continue
+            sent, reply = answered[tenant]
             self.ready_left = reply.left
             cut = capped and len(reply.claimed) < n and reply.left > 0 \
                 and reply.retry_after_ms == 0
@@ -260,7 +312,13 @@ class Claimer:
         if len(claimed) < n and left == 0 and not self.budget.exhausted:
             # the warm set ran dry while cold work may wait: refill now, not at the tick
             if self._may_refill():
-                refilled = tiering.refill(self.ctx, self.queue, tenant, limit=INLINE_REFILL)
+                try:
+                    refilled = tiering.refill(self.ctx, self.queue, tenant,
+                                              limit=INLINE_REFILL)
+                except Exception as exc:
+                    if not self._isolated(tenant, exc):
+                        raise
+                    return out  # (what its pop leased stays the claim's)
                 self.out_of_memory |= refilled.out_of_memory
                 if not claimed and not refilled.promoted and not refilled.skipped_busy \
                         and not refilled.out_of_memory:
@@ -268,13 +326,22 @@ class Claimer:
                 part = part_end - self.budget.used_bytes if part_end else 0
                 if refilled.promoted and not self.budget.expired() \
                         and (not part_end or part > 0):
-                    again = self._pop(tenant, n - len(claimed), part)
+                    try:
+                        again = self._pop(tenant, n - len(claimed), part)
+                    except Exception as exc:
+                        if not self._isolated(tenant, exc):
+                            raise
+                        again = None
                     if again is not None:
                         _, _, more, now_ms = again
                         out.extend(self._tasks(tenant, more, now_ms))
         elif (left < low_water(self.ctx.queue_settings.get(self.queue).warm_max)
               and self._may_refill()):
-            self._refill_before_dry(tenant)
+            try:
+                self._refill_before_dry(tenant)
+            except Exception as exc:
+                if not self._isolated(tenant, exc):
+                    raise
         return out
 
     def _refill_before_dry(self, tenant: str) -> None:
@@ -390,7 +457,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
         limited = None
     if empty is not None:
         empty.extend(claimer.empty)
-    return ClaimOutcome(got, limited)
+    return ClaimOutcome(got, limited, failed_pairs=len(claimer.failures))
 
 
 def _had_ready_work(claimer: Claimer, tenant: str) -> bool:
@@ -456,8 +523,21 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
                                                  ready_tenants.CLAIM_WINDOW)
         if candidates:
             ctx.claim_turns[queue] = candidates[0]
+    if request.tenant is None and (tenants is None or len(tenants) > 1):
+        # a claim over the queue's tenants (logic/claim_isolation.py)
+        claimer.isolate = True
+        candidates = claim_isolation.usable(ctx, queue, candidates)
     if not candidates:
         return []
+    out = _rotate(claimer, ctx, queue, request, tenants, candidates)
+    if claimer.failures and not claimer.answered:
+        raise claimer.failures[0]  # (every pair it tried failed: the claim's error)
+    return out
+
+
+def _rotate(claimer: Claimer, ctx: Context, queue: str, request: ClaimRequest,
+            tenants: Sequence[str] | None, candidates: list[str]) -> list[ClaimedTask]:
+    """The claim's tasks from ``candidates`` (the rest of :func:`_claim_pairs`)."""
     # reserve first (the queue-wide limits): every pop stays within the grant
     wanted = claimer.limits.reserve(request.max, len(candidates), claimer.lease_ms)
     if wanted == 0:

@@ -197,6 +197,15 @@ class ClaimLimits:
             gate.used += count
         self.note(retry_ms)
 
+    def lost(self, pop: PopLimits, n: int) -> None:
+        """A pop made with ``pop`` of up to ``n`` tasks failed, its script may have leased
+        some: the claim's later pops number their leases past its ``n`` units, and
+        :meth:`flush` does not give them back (they end at their deadline), so no two
+        leases hold one unit."""
+        gate = self.gate
+        if gate is not None and pop.take is None:
+            gate.used += n
+
     @property
     def grant(self) -> int | None:
         """What the queue-wide take granted, once made (None: no gate or not made yet)."""

@@ -249,9 +249,14 @@ class Context:
     claim_turns: dict[str, str] = field(default_factory=dict)
     # when this process last topped up each (queue, tenant) at the claim's low-water mark
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
-    # Valkey masters a cron tick's pair registration found down, until when (monotonic
-    # seconds): their new pairs are registered in PostgreSQL alone meanwhile
-    # (maintenance/cron_tick.py)
+    # pairs, and Valkey masters, that failed a claim spanning several tenants, until when
+    # (monotonic seconds): this process's claims over several tenants pass them over
+    # meanwhile (logic/claim_isolation.py)
+    claim_set_aside: dict[Pair, float] = field(default_factory=dict)
+    claim_masters_down: dict[str, float] = field(default_factory=dict)
+    # Valkey masters a cron tick found down (registering a pair, withdrawing an occurrence),
+    # until when (monotonic seconds): the tick does not ask them meanwhile
+    # (logic/masters_down.py)
     warm_down_until: dict[str, float] = field(default_factory=dict)
     # a shard of a sharded deployment writes its tag into the ids it makes (dal/shards.py)
     id_tag: int | None = None

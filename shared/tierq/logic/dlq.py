@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -9,8 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+import psycopg
+
 from tierq.core.ordering import Place
-from tierq.dal.store.rows import DeadKeyRow
+from tierq.dal.store.rows import LIVE_KEY_INDEX, DeadKeyRow
 from tierq.dal.task_store import Conn
 from tierq.logic import admission, flows, groups
 from tierq.logic.admission import Target
@@ -26,6 +29,12 @@ PURGE_BATCH = 1000
 # "more" (SLICE_MAX_ITEMS, SLICE_SECONDS): its ids stay far inside a Lambda response (about
 # 41 bytes each as the runtime writes them: 410 KB), and it answers long before the
 # function's timeout.
+
+# How many times a replay's reset runs while tasks committed during it take keys of its
+# batch (each run sees those committed before it).
+RESET_ATTEMPTS = 3
+
+log = logging.getLogger(__name__)
 
 # The greatest id: with finished_at 'infinity', a position after every dead letter.
 LAST_ID = UUID(int=2**128 - 1)
@@ -62,7 +71,7 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
     """Make dead tasks (of ``tenant`` only, when given) ready again with attempts reset, in
     transactions of at most REPLAY_BATCH. An "all" pass stops after ``max_items`` or
     ``seconds`` (None: no bound) with ``more`` set. A task is skipped when it is not dead
-    (anymore), not the tenant's, or a live task holds its key."""
+    (anymore), not the tenant's, or a live task (held in its group too) holds its key."""
     wanted = [str(i) for i in ids]
     replayed: list[UUID] = []
     started = time.monotonic()
@@ -81,9 +90,12 @@ def replay_slice(ctx: Context, queue: str, *, ids: Sequence[UUID] = (), all_dead
             locked = ctx.store.lock_dead(conn, queue, tenant, all_dead, wanted, limit)
             if not locked:
                 return locked
-            targets = [Target(str(r.id), queue, r.tenant) for r in first_of_each_key(locked)]
+            first = first_of_each_key(locked)
+            targets = [Target(str(r.id), queue, r.tenant) for r in first]
             end_leases(ctx, queue, targets, conn)
-            ctx.store.reset_dead(conn, [t.id for t in targets], to_datetime(ctx.now()))
+            # (a row whose key a task enqueued meanwhile holds stays dead: skipped)
+            reset = reset_dead(ctx, conn, first)
+            targets = [t for t in targets if t.id in reset]
             # (a replayed task waits no more; what it failed waits for it again)
             flows.on_replay(ctx, conn, [t.id for t in targets])
             # (one of a group joins its group: active while it has room, else held)
@@ -144,6 +156,31 @@ def end_leases(ctx: Context, queue: str, targets: Sequence[Target],
     if tokens:
         from tierq.logic.leases import free_reservations  # (only when a lease was left)
         free_reservations(ctx, queue, tokens, conn=conn)
+
+
+def reset_dead(ctx: Context, conn: Conn, rows: Sequence[DeadKeyRow]) -> set[str]:
+    """Reset the locked dead ``rows`` to delayed with fresh attempts; the ids reset.
+
+    A row whose key a task holds by then stays dead: the statement checks the keys again.
+    A task of such a key whose transaction commits while the statement runs still fails
+    it on tierq_tasks_live_key. The statement then runs again in a new savepoint, which
+    sees that task, so the batch goes on without that row rather than rolling back. The
+    rows share no key (:func:`first_of_each_key`), so only another transaction's task can
+    fail it. A batch without keys needs no savepoint."""
+    ids = [str(r.id) for r in rows]
+    now = to_datetime(ctx.now())
+    if all(r.key is None for r in rows):
+        return {str(i) for i in ctx.store.reset_dead(conn, ids, now)}
+    for attempt in range(1, RESET_ATTEMPTS + 1):
+        try:
+            with conn.transaction():  # a savepoint, inside the replay's transaction
+                return {str(i) for i in ctx.store.reset_dead(conn, ids, now)}
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != LIVE_KEY_INDEX or attempt == RESET_ATTEMPTS:
+                raise
+            log.info("a replay's reset met a key taken meanwhile (attempt %d of %d): run "
+                     "again", attempt, RESET_ATTEMPTS)
+    raise AssertionError("unreachable")
 
 
 def first_of_each_key(locked: Sequence[DeadKeyRow]) -> list[DeadKeyRow]:

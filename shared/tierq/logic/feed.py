@@ -5,12 +5,15 @@ watches. Its rows go in through the engine's bulk path (``tierq.logic.bulk``:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
 from tierq.dal.store.rows import FeedOffsetRow
 from tierq.logic.context import Context
+
+log = logging.getLogger(__name__)
 
 
 class FeedBusy(RuntimeError):
@@ -19,15 +22,34 @@ class FeedBusy(RuntimeError):
 
 @contextmanager
 def feed_lock(ctx: Context, feed: str) -> Iterator[None]:
-    """Hold the feed's advisory lock (a session lock on one pooled connection; no
-    transaction stays open); FeedBusy when another run holds it."""
-    with ctx.db.connection() as conn:
+    """Hold the feed's advisory lock for the block; FeedBusy when another run holds it.
+
+    The lock is a session lock on a connection of its own, outside the engine's pool
+    (``Database.dedicated_connection``; no transaction stays open): the run takes pooled
+    connections while it holds the lock, and a pooled connection held for the lock would
+    leave it one fewer (none with a pool of one). The connection is closed on every way
+    out, which ends its session and so its lock whatever the release did:
+
+    | the block    | the release                 | ``feed_lock``                           |
+    | ------------ | --------------------------- | --------------------------------------- |
+    | ends         | done                        | returns                                 |
+    | ends         | fails (its connection lost) | raises its error: the lock may have     |
+    |              |                             | ended before the run did                |
+    | raises       | done or fails (logged)      | raises the block's error                |
+    """
+    with ctx.db.dedicated_connection() as conn:
         if not ctx.store.feeder_try_lock(conn, feed):
             raise FeedBusy(f"another run of feed {feed!r} is in progress")
         try:
             yield
-        finally:
-            ctx.store.feeder_unlock(conn, feed)
+        except BaseException:
+            try:
+                ctx.store.feeder_unlock(conn, feed)
+            except Exception as exc:  # (the block's error is the one to raise)
+                log.warning("releasing the lock of feed %r failed; closing its connection "
+                            "ends it: %s", feed, exc)
+            raise
+        ctx.store.feeder_unlock(conn, feed)
 
 
 def load_offsets(ctx: Context, feed: str) -> list[FeedOffsetRow]:

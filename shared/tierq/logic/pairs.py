@@ -88,8 +88,9 @@ class Budget:
         return self.clock() >= self.deadline
 
 
-def load_cursors(store: TaskStore) -> dict[str, Pair]:
-    return {r.walk: (r.queue, r.tenant) for r in store.maintenance_cursors()}
+def load_cursors(store: TaskStore, conn: Conn | None = None) -> dict[str, Pair]:
+    """Where each walk's last pass stopped (read on ``conn`` when given)."""
+    return {r.walk: (r.queue, r.tenant) for r in store.maintenance_cursors(conn)}
 
 
 def save_cursor(store: TaskStore, walk: str, at: Pair) -> None:

@@ -73,6 +73,7 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
@@ -88,7 +89,7 @@ from tierq.core.pointers import looks_like_pointer
 from tierq.dal.store.rows import LiveOccurrence, ScheduleRow
 from tierq.dal.task_store import Conn
 from tierq.errors import InvalidInput, NotFound, PayloadTooLarge, QuotaExceeded
-from tierq.logic import tiering
+from tierq.logic import masters_down, tiering
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.logic.homes import require_here
 from tierq.models.bounds import MAX_DELAY_SECONDS
@@ -301,9 +302,11 @@ class InstallResult:
 
 
 def withdraw(ctx: Context, conn: Conn, tenant: str, name: str,
-             keep_hash: str | None) -> int:
+             keep_hash: str | None, *, remember_down: bool = False) -> int:
     """Delete the never-claimed occurrences of schedule (tenant, name) of every hash but
-    ``keep_hash`` (None: all). Returns how many were withdrawn."""
+    ``keep_hash`` (None: all). Returns how many were withdrawn. ``remember_down`` (the
+    tick's): a Valkey master remembered down is not asked, and one that fails is
+    remembered (``masters_down.asking``); either raises ``WarmTierUnavailable``."""
     rows = ctx.store.lock_pending_occurrences(conn, tenant, name, keep_hash)
     ids: list[str] = []
     warm: dict[tuple[str, str], list[Place]] = defaultdict(list)
@@ -314,7 +317,8 @@ def withdraw(ctx: Context, conn: Conn, tenant: str, name: str,
             ids.append(str(r.id))
     for (queue, tenant), places in warm.items():
         # only those still waiting: a claimed one is running and stays
-        ids.extend(ctx.warm.remove_ready(queue, tenant, places))
+        with masters_down.asking(ctx, queue, tenant) if remember_down else nullcontext():
+            ids.extend(ctx.warm.remove_ready(queue, tenant, places))
     if not ids:
         return 0
     return len(ctx.store.delete_occurrence_tasks(conn, ids))
@@ -409,18 +413,21 @@ def next_tick_ms(ctx: Context, timing: Timing, wanted: Sequence[int], through: i
 
 
 def install(ctx: Context, conn: Conn, row: ScheduleRow, now: float, *,
-            stale: bool = True, attempts: dict[str, int] | None = None) -> InstallResult:
+            stale: bool = True, attempts: dict[str, int] | None = None,
+            remember_down: bool = False) -> InstallResult:
     """Bring one schedule's installed occurrences up to date, inside the caller's
     transaction (which holds the schedule's lock), and record when the tick next has work
     for it (``tick_at_ms``: ``next_tick_ms``; the next tick when occurrences of another
     config remain; never, for a disabled schedule with none left). ``stale`` False: the
     caller saw no occurrence of another config in the ledger, so none is withdrawn.
-    ``attempts``: the queues' max_attempts read so far in this transaction (``_insert``)."""
+    ``attempts``: the queues' max_attempts read so far in this transaction (``_insert``);
+    ``remember_down``: as ``withdraw`` takes it."""
     name, tenant, hash_ = row.name, row.tenant, row.config_hash
     now_ms = to_ms(now)
     result = InstallResult()
     if stale:
-        result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row.enabled else None)
+        result.withdrawn = withdraw(ctx, conn, tenant, name, hash_ if row.enabled else None,
+                                    remember_down=remember_down)
     through = row.installed_through_ms if row.installed_hash == hash_ else None
     # forget finished occurrences first: a ledger row must never outlive its task's key
     ctx.store.prune_occurrences(conn, tenant, name)
@@ -579,12 +586,15 @@ def tick_locked(ctx: Context, conn: Conn, tenant: str, name: str, found: Found,
                 attempts: dict[str, int] | None = None) -> InstallResult:
     """One tick of one schedule whose lock the caller's transaction holds (or of the
     leftovers of a removed one: ``found`` None); its commit makes it count
-    (``prepare_tick`` first). ``attempts``: as ``install`` takes it."""
+    (``prepare_tick`` first). ``attempts``: as ``install`` takes it. Its withdrawals
+    skip and remember Valkey masters that do not answer (``masters_down``)."""
     if found is not None:
         row, stale = found
-        return install(ctx, conn, row, ctx.now(), stale=stale, attempts=attempts)
+        return install(ctx, conn, row, ctx.now(), stale=stale, attempts=attempts,
+                       remember_down=True)
     # removed: withdraw what was locked (and so skipped) when it was removed
-    result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None))
+    result = InstallResult(withdrawn=withdraw(ctx, conn, tenant, name, None,
+                                              remember_down=True))
     _settle_remnant(ctx, conn, tenant, name)
     return result
 

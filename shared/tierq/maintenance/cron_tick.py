@@ -5,13 +5,17 @@ in :mod:`tierq.logic.schedules`; a schedule is (tenant, name)). One transaction 
 schedules, not per schedule; their locks are taken and their rows read in two statements,
 then each schedule installs in a savepoint, so what one meets costs it alone:
 
-| what one schedule meets                         | the schedule                          |
-| ----------------------------------------------- | ------------------------------------- |
-| a held row, a statement past its timeout        | rolled back, listed, next tick again  |
-| a broken row                                    | rolled back, listed, next tick again  |
-| a Valkey master down for a pair it withdraws from | rolled back, listed, next tick again |
-| its queue's registry row held (registering)     | listed, next tick again               |
-| its pair's master down (registering)            | installed: occurrences are delayed rows |
+| what one schedule meets                           | the schedule                            |
+| ------------------------------------------------- | --------------------------------------- |
+| a held row, a statement past its timeout          | rolled back, listed, next tick again    |
+| a broken row                                      | rolled back, listed, next tick again    |
+| a Valkey master down for a pair it withdraws from | rolled back, listed, next tick again    |
+| its queue's registry row held (registering)       | listed, next tick again                 |
+| its pair's master down (registering)              | installed: occurrences are delayed rows |
+
+A master found down, by a registration or a withdrawal, is not asked again for
+``masters_down.WARM_DOWN_SECONDS`` (one minute): the later schedules that need it meet it
+down without a call (a hung master would cost each a socket timeout).
 
 Each savepoint that writes takes a transaction id of its own, and PostgreSQL caches 64 of
 them per transaction: past that every other session's snapshot reads ``pg_subtrans``, a
@@ -29,7 +33,6 @@ the schedules left when a pass stops are the soonest due of the next one."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +42,7 @@ from pydantic import Field
 
 from tierq.dal.store.rows import ScheduleDue
 from tierq.errors import DatabaseTimedOut, Unavailable, WarmTierUnavailable
-from tierq.logic import schedules
+from tierq.logic import masters_down, schedules
 from tierq.logic.context import Context, to_ms
 from tierq.logic.pairs import Budget
 from tierq.maintenance.registry import MaintenanceJob, SlicedWalkConfig
@@ -50,9 +53,6 @@ logger = logging.getLogger(__name__)
 # schedules installed in one transaction, each in a savepoint: under PostgreSQL's 64 cached
 # subtransactions (PGPROC_MAX_CACHED_SUBXIDS) per transaction
 SCHEDULES_PER_TRANSACTION = 50
-# how long a Valkey master a registration found down is not asked again: one that times
-# out (5 s to connect) would spend a pass's budget (2.5 s by default) on each new pair
-WARM_DOWN_SECONDS = 60.0
 
 
 @dataclass
@@ -113,8 +113,9 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     that times out (its registry row held by another transaction) fails that schedule
     alone, and the slice's other schedules of the same pair without a second wait; the
     next tick tries them again. A registration whose pair's Valkey master does not answer
-    installs the schedule all the same, and the pairs of that master are registered
-    without asking it for ``WARM_DOWN_SECONDS`` (``Context.warm_down_until``). Returns
+    installs the schedule all the same. A master that failed a registration or a
+    withdrawal is not asked for ``WARM_DOWN_SECONDS`` (``masters_down``): the pairs of
+    that master are registered without it, and a withdrawal from it fails at once. Returns
     False when the budget ran out first (checked between schedules, registrations included,
     at least one per pass): a timeout costs its wait, so held rows of many pairs end the
     pass at its budget, not one wait each."""
@@ -135,13 +136,12 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
         registered += 1
         try:
             schedules.prepare_tick(ctx, entry.queue, entry.tenant, bool(entry.enabled),
-                                   set_mode=not _known_down(ctx, master))
+                                   set_mode=not masters_down.known_down(ctx, master))
         except WarmTierUnavailable as exc:
             # the master of its pair is down: the pair is registered in PostgreSQL, and
             # installing occurrences (delayed rows) needs no Valkey; the cold -> warm mover
             # sets its mode once the master is back
-            if master is not None:
-                ctx.warm_down_until[master] = time.monotonic() + WARM_DOWN_SECONDS
+            masters_down.note_down(ctx, master)
             logger.warning("cron tick of schedule %r of tenant %r: Valkey failed for its "
                            "queue's pair (%s); installing without it", entry.name,
                            entry.tenant, exc.detail or exc.message)
@@ -188,9 +188,10 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
                 _failed(summary, entry, f"timed out: {str(exc).strip()}")
                 continue
             except WarmTierUnavailable as exc:
-                # the master of a pair it withdraws from is down: this schedule waits for
-                # the next tick (rolled back: its occurrences taken out of Valkey are still
-                # warm rows, which the reconciler pushes again), the others go on
+                # the master of a pair it withdraws from is down, or remembered down (not
+                # asked): this schedule waits for a later tick (rolled back: its
+                # occurrences taken out of Valkey are still warm rows, which the reconciler
+                # pushes again), the others go on
                 _failed(summary, entry, f"Valkey failed: {exc.detail or exc.message}")
                 continue
             except Unavailable as exc:
@@ -208,19 +209,6 @@ def _tick_slice(ctx: Context, entries: Sequence[ScheduleDue], summary: CronTickS
     if down is not None:
         raise down
     return finished
-
-
-def _known_down(ctx: Context, master: str | None) -> bool:
-    """Whether a registration found the pair's master down within ``WARM_DOWN_SECONDS``."""
-    if master is None:
-        return False
-    until = ctx.warm_down_until.get(master)
-    if until is None:
-        return False
-    if until > time.monotonic():
-        return True
-    ctx.warm_down_until.pop(master, None)
-    return False
 
 
 def _failed(summary: CronTickSummary, entry: ScheduleDue, why: str, *,

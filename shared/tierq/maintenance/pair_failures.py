@@ -18,8 +18,8 @@ settings the settings model refuses (``refused_settings``: a value the table all
 the model does not, a row written by hand) fails each of its pairs alone too: it would
 otherwise end every pass at its first pair. A reply that speaks for the whole server (a
 replica answering after a failover, a permission refused, a script missing, a busy or
-resharding node: ``SERVER_WIDE``) ends the pass at once, as before. Any other PostgreSQL
-failure still ends the pass: every pair needs it."""
+resharding node: ``tierq.dal.valkey_replies``) ends the pass at once, as before. Any other
+PostgreSQL failure still ends the pass: every pair needs it."""
 
 from __future__ import annotations
 
@@ -29,28 +29,12 @@ from collections.abc import Sequence
 import redis
 from pydantic import ValidationError
 
+from tierq.dal.valkey_replies import server_wide
 from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
 from tierq.logic import ready_tenants
 from tierq.logic.context import Context, Pair
 
 logger = logging.getLogger(__name__)
-
-# Error replies that are not one pair's keys but the server's state: every pair would get
-# them, so they end the pass. redis-py makes most codes a class of their own (and strips the
-# code from the message); the others keep it as the message's first word.
-SERVER_WIDE: tuple[type[redis.RedisError], ...] = (
-    redis.exceptions.ReadOnlyError, redis.exceptions.NoPermissionError,
-    redis.exceptions.NoScriptError, redis.exceptions.ExecAbortError,
-    redis.exceptions.AskError, redis.exceptions.TryAgainError,
-    redis.exceptions.ClusterError, redis.exceptions.ClusterCrossSlotError,
-    redis.exceptions.OutOfMemoryError)
-SERVER_WIDE_CODES = frozenset({"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "NOAUTH"})
-
-
-def server_wide(exc: redis.ResponseError) -> bool:
-    """Whether an error reply speaks for the whole server, not for one pair's keys."""
-    return isinstance(exc, SERVER_WIDE) or str(exc).split(" ", 1)[0] in SERVER_WIDE_CODES
-
 
 def note_ready_tenants(ctx: Context, job: str, queue: str, tenants: Sequence[str],
                        failed: list[str]) -> None:

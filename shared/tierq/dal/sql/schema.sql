@@ -29,6 +29,7 @@ migrations applied:
   0023_task_traces
   0025_payload_objects
   0027_payload_tombstones
+  0028_delayed_line
 
 table tierq_feeder_offsets
   column feed text not null
@@ -307,7 +308,7 @@ table tierq_tasks
   CREATE INDEX tierq_tasks_dead_by_queue ON tierq_tasks USING btree (queue, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
   CREATE INDEX tierq_tasks_dead_line ON tierq_tasks USING btree (queue, tenant, finished_at DESC, id DESC) WHERE (state = 'dead'::text)
   CREATE INDEX tierq_tasks_delayed_due ON tierq_tasks USING btree (run_at, seq) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
-  CREATE INDEX tierq_tasks_delayed_pair ON tierq_tasks USING btree (queue, tenant) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
+  CREATE INDEX tierq_tasks_delayed_line ON tierq_tasks USING btree (queue, tenant, run_at, seq) WITH (fillfactor='70') WHERE (state = 'delayed'::text)
   CREATE INDEX tierq_tasks_done_since ON tierq_tasks USING btree (queue, finished_at) WHERE (state = 'done'::text)
   CREATE INDEX tierq_tasks_group_active ON tierq_tasks USING btree (queue, tenant, grp) WITH (fillfactor='70') WHERE ((grp IS NOT NULL) AND (state = ANY (ARRAY['delayed'::text, 'cold'::text, 'warm'::text])))
   CREATE INDEX tierq_tasks_group_held ON tierq_tasks USING btree (queue, tenant, grp, seq) WITH (fillfactor='70') WHERE (state = 'held'::text)

@@ -161,8 +161,8 @@ class RegistryQueries(StoreBase):
 
     # -- the walks of maintenance ---------------------------------------------------------
 
-    def maintenance_cursors(self) -> list[CursorRow]:
-        return self._fetch("maintenance_cursors", None, positional(CursorRow))
+    def maintenance_cursors(self, conn: Conn | None = None) -> list[CursorRow]:
+        return self._fetch("maintenance_cursors", None, positional(CursorRow), conn)
 
     def save_maintenance_cursor(self, walk: str, at: Pair) -> None:
         self._execute("save_maintenance_cursor", {"walk": walk, "queue": at[0],

@@ -21,14 +21,20 @@ StoredState = Literal["waiting", "held", "delayed", "cold", "warm", "dead",
 LiveState = Literal["delayed", "cold", "warm"]  # a task still to run (its key is taken)
 # a task still to run that holds its key: a live one, or one held in its group
 KeyedState = Literal["held", "delayed", "cold", "warm"]
+# The unique index of keys that tasks in a KeyedState hold (migration 0019): what a bulk
+# chunk's plain insert of a live or repeated key, or a replay's reset, fails on.
+LIVE_KEY_INDEX = "tierq_tasks_live_key"
 
 
 class DueRow(NamedTuple):
-    """A delayed task now due (the delayed mover's batch)."""
+    """A delayed task now due (the delayed mover's batch), with its place in its pair's line
+    of delayed rows."""
 
     id: UUID
     queue: str
     tenant: str
+    run_at: datetime
+    seq: int
     size: int  # about the bytes of its payload and parents (what make_ready reads back)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 from uuid import UUID
 
 from psycopg.rows import scalar_row, tuple_row
@@ -101,12 +101,22 @@ class TaskQueries(StoreBase):
             "ids": uuid_array(ids), "states": states, "from_states": from_states, "now": now,
         }, positional(ReadyRow), conn)
 
-    def lock_due_skipping(self, conn: Conn, now: datetime, limit: int,
-                          skip: Sequence[Pair]) -> list[DueRow]:
-        """The delayed mover's batch (locked, skipping locked rows), leaving out ``skip``."""
-        return self._fetch("lock_due_skipping", {
-            "now": now, "limit": limit, "skip_queues": [p[0] for p in skip],
-            "skip_tenants": [p[1] for p in skip]}, positional(DueRow), conn)
+    def pairs_come_due(self, conn: Conn, after: datetime, now: datetime) -> list[Pair]:
+        """The pairs with a delayed row whose run_at is after ``after``, up to ``now``."""
+        return cast(list[Pair], self._fetch("pairs_come_due", {"after": after, "now": now},
+                                            tuple_row, conn))
+
+    def lock_due_of_pairs(self, conn: Conn, now: datetime,
+                          shares: Sequence[tuple[Pair, int, DueRow | None]]) -> list[DueRow]:
+        """The delayed mover's rows of a batch (locked, skipping locked rows): for each
+        (pair, n, last) of ``shares``, up to n of the pair's due rows after ``last`` (the
+        last row of it the batch took, or None), oldest due first."""
+        return self._fetch("lock_due_of_pairs", {
+            "now": now, "queues": [p[0] for p, _, _ in shares],
+            "tenants": [p[1] for p, _, _ in shares], "limits": [n for _, n, _ in shares],
+            "after_run_ats": [r.run_at if r else None for _, _, r in shares],
+            "after_seqs": [r.seq if r else None for _, _, r in shares]},
+            positional(DueRow), conn)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -277,8 +287,10 @@ class TaskQueries(StoreBase):
                                           "ids": ids, "limit": limit},
                            positional(DeadKeyRow), conn)
 
-    def reset_dead(self, conn: Conn, ids: Sequence[str], now: datetime) -> None:
-        self._execute("reset_dead", {"ids": ids, "now": now}, conn)
+    def reset_dead(self, conn: Conn, ids: Sequence[str], now: datetime) -> list[UUID]:
+        """Reset locked dead rows to delayed, but those whose key a task holds now; the ids
+        reset."""
+        return self._fetch("reset_dead", {"ids": ids, "now": now}, scalar_row, conn)
 
     def purge_dead(self, queue: str, tenant: str | None, all_dead: bool, ids: Sequence[str],
                    limit: int) -> list[UUID]:

@@ -129,7 +129,10 @@ def _claim(queue: str, claim: ClaimRequest,
         return idempotency.answer(ClaimResults(tasks=outcome.tasks), replayed=True)
     tasks = outcome.tasks
     try:
-        metrics.count_queue(default_engine().ctx, queue, {"Claimed": len(tasks)})
+        counts = {"Claimed": len(tasks)}
+        if outcome.failed_pairs:  # (tenants' pairs the claim went on past: an outage shows)
+            counts["ClaimPairsFailed"] = outcome.failed_pairs
+        metrics.count_queue(default_engine().ctx, queue, counts)
         results = ClaimResults(tasks=tasks, retry_after_ms=outcome.retry_after_ms)
         return idempotency.answer(results, replayed=False)
     except BaseException:

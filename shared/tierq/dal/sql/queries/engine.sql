@@ -8,7 +8,8 @@
 -- rules to get wrong); payloads as one JSON array. That costs ~1 µs of PostgreSQL CPU per
 -- row, where a JSON record per row costs ~3 µs looking up its fields. The batch
 -- takes one value of tierq_task_seq (it steps by 512, migration 0004) and numbers its rows
--- from it in batch order. A live task with the same key wins (DO NOTHING); the caller reads
+-- from it in batch order. A live task with the same key, held in its group or not, wins
+-- (DO NOTHING; the predicate names tierq_tasks_live_key's states); the caller reads
 -- the rows that were not returned as conflicts. A batch without keys uses
 -- insert_tasks_keyless: ON CONFLICT costs a speculative insertion per row even where no key
 -- can conflict.
@@ -44,7 +45,8 @@ FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
                           THEN to_timestamp(v.run_at)
                           ELSE LEAST(to_timestamp(v.run_at), %(now)s::timestamptz)
                      END AS run_at) AS r
-ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+ON CONFLICT (queue, tenant, key)
+    WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
 DO NOTHING
 RETURNING id::text, seq;
 
@@ -529,8 +531,9 @@ LIMIT %(limit)s;
 
 -- name: lock_dead
 -- DLQ replay: dead rows of a queue (all, or the ids given; of one tenant when given) whose
--- key is not taken by a live task (a replay must not create a second live task with the
--- same key). Two dead rows may share a key (it died, was enqueued again and died again):
+-- key no task holds in tierq_tasks_live_key (a replay must not create a second live task
+-- with the same key). The states probed are exactly that index's: a held task holds its
+-- key too. Two dead rows may share a key (it died, was enqueued again and died again):
 -- the caller replays only the first of them per key.
 SELECT d.id, d.tenant, d.key
 FROM tierq_tasks d
@@ -540,15 +543,25 @@ WHERE d.queue = %(queue)s AND d.state = 'dead'
   AND (d.key IS NULL OR NOT EXISTS (
         SELECT 1 FROM tierq_tasks l
         WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
-          AND l.state IN ('delayed', 'cold', 'warm')))
+          AND l.state IN ('delayed', 'cold', 'warm', 'held')))
 ORDER BY d.finished_at, d.seq
 LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED;
 
 -- name: reset_dead
-UPDATE tierq_tasks
+-- DLQ replay: the dead rows lock_dead locked go back to delayed, attempts reset; the ids
+-- reset. A row whose key a task holds in tierq_tasks_live_key stays dead: one committed
+-- since lock_dead's snapshot (the caller skips the row). One committed while this statement
+-- runs still fails it on the index; the caller runs it again in a savepoint (logic/dlq.py).
+-- By primary key only (see mark_cold); the key probe reads tierq_tasks_live_key.
+UPDATE tierq_tasks d
 SET attempts = 0, finished_at = NULL, state = 'delayed', run_at = %(now)s, state_since = %(now)s
-WHERE id = ANY(%(ids)s::uuid[]) AND state = 'dead';
+WHERE d.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND (d.state = 'dead') IS TRUE
+  AND (d.key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM tierq_tasks l
+        WHERE l.queue = d.queue AND l.tenant = d.tenant AND l.key = d.key
+          AND l.state IN ('delayed', 'cold', 'warm', 'held')))
+RETURNING d.id;
 
 -- name: purge_dead
 -- DLQ purge: at most %(limit)s dead rows of a queue (all, or the ids given; of one tenant
@@ -1031,23 +1044,40 @@ SELECT COALESCE(last_value, 0) AS last_value, max_value
 FROM pg_sequences
 WHERE schemaname = current_schema() AND sequencename = 'tierq_task_seq';
 
--- == Maintenance passes when one Valkey master is down ====================================
+-- == The delayed mover: each batch shared among the pairs with rows due ====================
 
--- name: lock_due_skipping
--- The delayed mover's batch: due rows only, oldest due first (cost ~ what is due; the
--- tierq_tasks_delayed_due index), leaving out the pairs whose warm tier failed earlier in
--- this pass (their master is down): their rows stay delayed, in place, for a later pass,
--- and cannot fill every batch. With each row the bytes its payload and parents are stored
--- in (pg_column_size: read from the value's header, nothing detoasted or serialized), so the
--- mover bounds a batch's bytes, not only its rows; a compressed value counts what it
--- stores, so for compressible payloads this bounds the stored bytes, not the memory.
-SELECT t.id, t.queue, t.tenant,
-       pg_column_size(t.payload) + COALESCE(pg_column_size(t.parents), 0) AS size
+-- name: pairs_come_due
+-- The pairs with a delayed row whose run_at is in (after, now]: the delayed mover's pass
+-- looks at every row due once, at its start (after: the earliest time), then each batch at
+-- the rows come due since the last. A range of tierq_tasks_delayed_due, so the cost is what
+-- is due, never the rows not due yet nor the pairs that have only those.
+SELECT t.queue, t.tenant
 FROM tierq_tasks t
-WHERE t.state = 'delayed' AND t.run_at <= %(now)s
-  AND NOT EXISTS (
-      SELECT 1 FROM unnest(%(skip_queues)s::text[], %(skip_tenants)s::text[]) AS s(queue, tenant)
-      WHERE s.queue = t.queue AND s.tenant = t.tenant)
-ORDER BY t.run_at, t.seq
-LIMIT %(limit)s
-FOR UPDATE OF t SKIP LOCKED;
+WHERE t.state = 'delayed' AND t.run_at > %(after)s AND t.run_at <= %(now)s
+GROUP BY t.queue, t.tenant;
+
+-- name: lock_due_of_pairs
+-- Each pair's share of a delayed mover's batch (limits, at least 1 each) from the front of
+-- its line: its due rows oldest due first, then seq, after (after_run_ats, after_seqs), the
+-- last row the batch took of it (NULL: none yet), locked, skipping locked rows. One descent
+-- of tierq_tasks_delayed_line per pair, then its share: neither the pair's rows not due nor
+-- another pair's rows are read, so a pair the pass leaves out costs it nothing. With each
+-- row the bytes its payload and parents are stored in (pg_column_size: read from the
+-- value's header, nothing detoasted or serialized), so the mover bounds a batch's bytes,
+-- not only its rows; a compressed value counts what it stores, so for compressible
+-- payloads this bounds the stored bytes, not the memory.
+SELECT d.id, p.queue, p.tenant, d.run_at, d.seq, d.size
+FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(limits)s::int[],
+            %(after_run_ats)s::timestamptz[], %(after_seqs)s::bigint[])
+     AS p(queue, tenant, lim, after_run_at, after_seq),
+     LATERAL (
+         SELECT t.id, t.run_at, t.seq,
+                pg_column_size(t.payload) + COALESCE(pg_column_size(t.parents), 0) AS size
+         FROM tierq_tasks t
+         WHERE t.state = 'delayed' AND t.queue = p.queue AND t.tenant = p.tenant
+           AND t.run_at <= %(now)s
+           AND (t.run_at, t.seq) > (COALESCE(p.after_run_at, '-infinity'::timestamptz),
+                                    COALESCE(p.after_seq, -9223372036854775808))
+         ORDER BY t.run_at, t.seq
+         LIMIT p.lim
+         FOR UPDATE OF t SKIP LOCKED) AS d;

@@ -103,7 +103,8 @@ FROM tierq_bulk_stage s,
      LATERAL (SELECT t.run_at,
                      CASE WHEN t.run_at > %(now)s THEN 'delayed' ELSE 'cold' END AS state) AS r
 ORDER BY s.ord
-ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+ON CONFLICT (queue, tenant, key)
+    WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
 DO NOTHING;
 
 -- name: feeder_settle_plan

@@ -177,7 +177,8 @@ WITH v AS (
            %(max_attempts)s, nextval('tierq_task_seq'), %(now)s, NULL, %(now)s
     FROM v
     ORDER BY v.fire_at_ms
-    ON CONFLICT (queue, tenant, key) WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm')
+    ON CONFLICT (queue, tenant, key)
+        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
     DO NOTHING
     RETURNING id
 )
