@@ -291,3 +291,25 @@ def test_tombstones_count_against_the_tenants_share(tq: Tierq, valkey: redis.Red
         tq.cancel(Q, o.id)
     assert valkey.zcard(PairKeys.of(Q, "_").gone) == 3
     assert tq.ctx.warm.pair_usage(Q, "_", charge=TASK_CHARGE)[0] == 3 * 150  # GONE_CHARGE
+
+
+def test_a_task_a_mark_refuses_is_not_passed_by_the_rest_of_its_push(
+        tq: Tierq, valkey: redis.Redis, pg: Any) -> None:
+    """Three big leased tasks are released in one push of two calls (two fill a call's
+    bytes); a replace left a mark on the first. Its call is refused, and the call after it
+    is not sent: the third waits cold behind the first, never claimed ahead of it."""
+    from tierq.core.ordering import place
+    from tierq.logic.context import to_ms
+    from tierq.logic.tasks import gone_ttl_ms
+
+    queue, big = "order", "x" * 260_000
+    made = tq.enqueue(queue, [{"payload": big} for _ in range(3)])
+    held = tq.claim(queue, max=3)
+    assert len(held) == 3
+    seq = pg.execute("SELECT seq FROM tierq_tasks WHERE id = %s", (made[0].id,)).fetchone()[0]
+    row = tq.get_task(queue, made[0].id)
+    tq.ctx.warm.replace_cold(queue, "_", [place(row.priority, seq, str(made[0].id))],
+                             now_ms=to_ms(tq.ctx.now()), ttl_ms=gone_ttl_ms(tq.ctx.settings))
+    assert len(tq.release(queue, held).released) == 3
+    got = tq.claim(queue, max=1)
+    assert [str(t.id) for t in got] in ([], [str(made[0].id)])

@@ -309,6 +309,12 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
         if out.refused:
             ticket.registered.add(pair)
             refused.extend(out.refused)
+            if end < len(items):
+                # the line's order holds across calls: what follows a refused task waits
+                # cold behind it, not in Valkey ahead of it (a mark refuses its task in any
+                # call, and a cold pair's later calls would take the rest)
+                refused.extend(item[0] for item in items[end:])
+                break
     if gone:
         log.info("a push of %r/%r left out %d task(s) cancelled or deleted since their rows "
                  "were read", queue, tenant, gone)
