@@ -25,10 +25,12 @@ from tierq.dal.lua_calls import (
     Claim,
     ClaimReply,
     ClaimTake,
+    ColdReply,
     GoCold,
     IdempotencyAbandon,
     IdempotencyClaim,
     IdempotencyFinish,
+    LapseIndex,
     LeaseCheck,
     LeaseDrop,
     LeaseExpired,
@@ -42,6 +44,7 @@ from tierq.dal.lua_calls import (
     LuaCall,
     Missing,
     ModeReply,
+    PairSweep,
     PollKey,
     PoolKeys,
     PushReady,
@@ -55,10 +58,13 @@ from tierq.dal.lua_calls import (
     RecordKey,
     ReleaseLeases,
     Remove,
+    Removed,
     RemoveReady,
+    ReplaceCold,
     RunningLease,
     RunningPage,
     StatsReply,
+    SweepReply,
     TaskFinished,
     TaskWait,
     TenantRequests,
@@ -72,7 +78,15 @@ from tierq.dal.lua_calls import (
     wire_float,
 )
 from tierq.dal.throughput import rate_key, tenants_key
-from tierq.dal.warm_tier import PairKeys, QueueKeys, TenantKeys, WarmTier, lease_member
+from tierq.dal.warm_tier import (
+    GONE_CHARGE,
+    NEWER_CHARGE,
+    PairKeys,
+    QueueKeys,
+    TenantKeys,
+    WarmTier,
+    lease_member,
+)
 from tierq.logic.idempotency import valkey_key
 
 R = TypeVar("R")
@@ -241,14 +255,17 @@ def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     at = place(3, 1, task_ids[0])
     found = run(warm, UpdateReady(k, 10**6, items=[
         (at.member, at.score, b'0|{"e":0,"p":"new"}'), (task_ids[1], 1, b"0|{}")]))
-    assert found == UpdateReply("ok", 1)
+    assert found == UpdateReply("ok", 1, made=True)
     assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
     assert valkey.zscore(k.ready, at.member) == at.score
     assert not valkey.hexists(k.data, task_ids[1])
+    # (the task not waiting keeps a mark: no room for whole entries, newer_max_bytes 0)
+    assert text(valkey.hget(k.newer, task_ids[1])) == f"1|{task_ids[1]}"
     # with a bound: growth past the allotment is asked for, then refused without a grant
     bigger = [(at.member, at.score, b'0|{"e":0,"p":"' + b"n" * 100 + b'"}')]
     grow = len(bigger[0][2]) - len(b'0|{"e":0,"p":"new"}')
-    usage = kept_usage(valkey, k, 10)
+    marks = int(valkey.hget(k.meta, "newer"))
+    usage = kept_usage(valkey, k, 10) + marks
     valkey.hset(k.meta, "allot", usage)
     assert run(warm, UpdateReady(k, 10**6, "ask", 0, 10, items=bigger)) == UpdateReply(
         "allot", grow)
@@ -257,8 +274,13 @@ def update_ready_scenario(warm: WarmTier, valkey: Any) -> None:
     assert int(valkey.hget(k.meta, "allot")) == usage + 50  # the grant is the pair's
     assert valkey.hget(k.data, task_ids[0]) == b'0|{"e":0,"p":"new"}'
     assert run(warm, UpdateReady(k, 10**6, "strict", 50, 10, items=bigger)) == UpdateReply("ok", 1)
-    assert kept_usage(valkey, k, 10) == usage + grow
+    assert kept_usage(valkey, k, 10) + marks == usage + grow
     newer_entries_scenario(warm, valkey)
+
+
+def newer_cost(entry: str | bytes) -> int:
+    """What an entry of `newer` counts in the meta field `newer` (lua/newer_entries.lua)."""
+    return len(entry) + NEWER_CHARGE
 
 
 def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -271,10 +293,11 @@ def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
     entry = {a: place(2, 5, a), b: place(0, long_seq, b), c: place(0, 9, c)}
     assert run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=10**6,
                                  items=[(at.member, at.score, f'0|{{"e":0,"p":"{i}2"}}')
-                                        for i, at in entry.items()])) == UpdateReply("ok", 0)
+                                        for i, at in entry.items()])) == UpdateReply(
+        "ok", 0, made=True)
     assert valkey.zcard(k.newer_at) == 3
-    held = sum(valkey.hstrlen(k.newer, i) for i in entry)
-    assert held > 0 and int(valkey.hget(k.newer, "~bytes")) == held
+    held = sum(newer_cost(valkey.hget(k.newer, i)) for i in entry)
+    assert int(valkey.hget(k.meta, "newer")) == held  # (their bytes and charges)
     # pushes that read the tasks before the replace (a, b) and after a new readiness (c)
     read = {a: place(0, 5, a), b: place(0, long_seq, b), c: place(0, long_seq + 512, c)}
     values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
@@ -290,49 +313,117 @@ def newer_entries_scenario(warm: WarmTier, valkey: Any) -> None:
         f'0|{{"e":0,"p":"{a}2"}}'.encode(), f'0|{{"e":0,"p":"{b}2"}}'.encode(),
         f'0|{{"e":0,"p":"{c}1"}}'.encode()]
     assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    assert not valkey.hexists(k.meta, "newer")
     # an entry lapsed: gone at the next push (of any task)
     at = place(0, 3, d)
-    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, newer_max_bytes=10**6,
-                          items=[(at.member, at.score, "x")]))
+    assert run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, newer_max_bytes=10**6,
+                                 items=[(at.member, at.score, "x")])).made
     assert valkey.hexists(k.newer, d)
     run(warm, PushReady(k, items=[(c, read[c], "y")], **{**values, "now_ms": NOW + 1}))
     assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    assert not valkey.hexists(k.meta, "newer")
     newer_bound_scenario(warm, valkey)
+    newer_share_scenario(warm, valkey)
 
 
 def newer_bound_scenario(warm: WarmTier, valkey: Any) -> None:
-    """A pair keeps at most newer_max_bytes of entries (lua/newer_entries.lua): one that
-    does not fit is not kept, and the id's older entry goes with it."""
+    """A pair keeps at most newer_max_bytes of whole entries (lua/newer_entries.lua): past
+    them a replacement keeps a mark, which makes a push of the task refuse it (it waits
+    cold, and its promotion reads the replaced row)."""
     _, k = new_pair(valkey)
     a, b = ids(2)
     at_a, at_b = place(0, 5, a), place(0, 6, b)
-    bound = len(f"{at_a.score} {at_a.member} ") + 20
+    mark_b = f"{at_b.score}|{at_b.member}"
+    bound = newer_cost(f"{at_a.score} {at_a.member} " + "a" * 20) + newer_cost(mark_b)
 
-    def replace(member: str, score: str, blob: str) -> None:
-        run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=bound,
-                              items=[(member, score, blob)]))
+    def replace(at: Any, blob: str, now_ms: int = NOW, ttl_ms: int = 1000) -> UpdateReply:
+        return run(warm, UpdateReady(k, 10**6, now_ms=now_ms, ttl_ms=ttl_ms,
+                                     newer_max_bytes=bound, items=[(at.member, at.score, blob)]))
 
-    replace(at_a.member, at_a.score, "a" * 20)  # fits exactly
-    assert int(valkey.hget(k.newer, "~bytes")) == bound
-    replace(at_b.member, at_b.score, "b")  # past the bound: not kept
-    assert not valkey.hexists(k.newer, b) and valkey.zscore(k.newer_at, b) is None
-    replace(at_a.member, at_a.score, "a" * 10)  # a's own entry replaced: fits
-    assert int(valkey.hget(k.newer, "~bytes")) == bound - 10
-    replace(at_a.member, at_a.score, "a" * 30)  # too large: a's older entry goes too
-    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
-    # a lapsed entry goes at the next replace that keeps one (it counts against the bound)
-    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=0, newer_max_bytes=bound,
-                          items=[(at_a.member, at_a.score, "a")]))
-    run(warm, UpdateReady(k, 10**6, now_ms=NOW + 1, ttl_ms=1000, newer_max_bytes=bound,
-                          items=[(at_b.member, at_b.score, "b")]))
-    assert not valkey.hexists(k.newer, a) and valkey.hexists(k.newer, b)
-    assert int(valkey.hget(k.newer, "~bytes")) == valkey.hstrlen(k.newer, b)
-    # a push that refuses the task (it goes cold) drops its entry: the cold row is the truth
-    values: dict[str, Any] = dict(warm_max=0, kind="restore", now_ms=NOW + 2, token="adm",
+    assert replace(at_a, "a" * 20).made  # fits
+    assert replace(at_b, "b") == UpdateReply("ok", 0)  # past the bound: a mark
+    assert text(valkey.hget(k.newer, b)) == mark_b
+    assert int(valkey.hget(k.meta, "newer")) == bound
+    replace(at_a, "a" * 10)  # a's own entry replaced: fits
+    assert int(valkey.hget(k.meta, "newer")) == bound - 10
+    replace(at_a, "a" * 30)  # too large: a keeps a mark
+    assert text(valkey.hget(k.newer, a)) == f"{at_a.score}|{at_a.member}"
+    assert int(valkey.hget(k.meta, "newer")) == 2 * newer_cost(mark_b)
+    # a push of a marked task refuses it, and every later one; their marks go
+    values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
                                   warm_max_bytes=10**6, since_ms=NOW, bound="", grant=0,
                                   charge=0, keep=0)
-    assert run(warm, PushReady(k, items=[(b, at_b, "old")], **values)).refused
+    other = ids(3)[2]
+    out = run(warm, PushReady(k, items=[(a, at_a, "old a"), (other, place(0, 7, other), "o")],
+                              **values))
+    assert (out.mode, out.refused) == ("cold", [a, other])
+    assert not valkey.hexists(k.newer, a) and valkey.zcard(k.ready) == 0
+    # a push of a later readiness (a greater seq) passes, and the mark goes unused
+    later = place(0, 6 + 512, b)
+    valkey.hset(k.meta, "mode", "warm")
+    out = run(warm, PushReady(k, items=[(b, later, "b again")], **values))
+    assert (out.mode, out.refused) == ("warm", []) and valkey.hget(k.data, b) == b"b again"
     assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    assert not valkey.hexists(k.meta, "newer")
+    # an enqueue's own push ('new') of a marked task refuses it too
+    _, fresh = new_pair(valkey)
+    run(warm, UpdateReady(fresh, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=0,
+                          items=[(at_a.member, at_a.score, "new a")]))
+    out = run(warm, PushReady(fresh, items=[(b, at_b, "b"), (a, at_a, "old a")],
+                              **{**values, "kind": "new"}))
+    assert (out.mode, out.refused) == ("cold", [a])
+    assert valkey.hget(fresh.data, b) == b"b" and not valkey.exists(fresh.newer)
+    # a lapsed entry goes at the next replace (it counts against the bound)
+    replace(at_a, "a", ttl_ms=0)
+    replace(place(0, 7, other), "o", now_ms=NOW + 1)
+    assert not valkey.hexists(k.newer, a) and valkey.hexists(k.newer, other)
+    assert int(valkey.hget(k.meta, "newer")) == newer_cost(valkey.hget(k.newer, other))
+
+
+def newer_share_scenario(warm: WarmTier, valkey: Any) -> None:
+    """The entries count against the pair's share of its tenant's bound
+    (lua/warm_usage.lua): a replacement past the allotment is asked for; without a grant
+    the tasks not waiting keep marks; a push that writes an entry counts its task's data in
+    place of the entry."""
+    _, k = new_pair(valkey)
+    a, b = ids(2)
+    push(warm, k, [a])
+    at_a, at_b = place(0, 1, a), place(0, 9, b)
+    usage = kept_usage(valkey, k, 10)
+    valkey.hset(k.meta, "allot", usage)
+    items = [(at_a.member, at_a.score, b'0|{"e":0,"p":0}'), (at_b.member, at_b.score, "B" * 50)]
+    cost = newer_cost(f"{at_b.score} {at_b.member} " + "B" * 50)
+    share: dict[str, Any] = dict(charge=10, now_ms=NOW, ttl_ms=1000, newer_max_bytes=10**6)
+    assert run(warm, UpdateReady(k, 10**6, "ask", 0, items=items, **share)) == UpdateReply(
+        "allot", cost)
+    assert not valkey.exists(k.newer)
+    # strict without the room: a (waiting) is replaced, b keeps a mark, counted
+    assert run(warm, UpdateReady(k, 10**6, "strict", 0, items=items, **share)) == UpdateReply(
+        "ok", 1, made=True)
+    mark = f"{at_b.score}|{at_b.member}"
+    assert text(valkey.hget(k.newer, b)) == mark
+    assert int(valkey.hget(k.meta, "newer")) == newer_cost(mark)
+    # with the room: b's whole entry
+    run(warm, UpdateReady(k, 10**6, "strict", cost, items=items, **share))
+    assert int(valkey.hget(k.meta, "newer")) == cost
+    # a strict push that writes b's entry fits the allotment: b's data takes the entry's room
+    allot = int(valkey.hget(k.meta, "allot"))
+    values: dict[str, Any] = dict(warm_max=100, kind="restore", now_ms=NOW, token="adm",
+                                  warm_max_bytes=10**6, since_ms=NOW, bound="strict",
+                                  grant=0, charge=10, keep=10**6)
+    asked = run(warm, PushReady(k, items=[(b, at_b, "old b")],
+                                **{**values, "bound": "ask", "charge": 10**6}))
+    assert asked.mode == "allot" and valkey.hexists(k.newer, b)  # (kept for the next try)
+    out = run(warm, PushReady(k, items=[(b, at_b, "old b")], **values))
+    assert (out.mode, out.refused) == ("warm", [])
+    assert valkey.hget(k.data, b) == b"B" * 50 and int(valkey.hget(k.meta, "allot")) == allot
+    assert not valkey.hexists(k.meta, "newer")
+    # tombstones count too (GONE_CHARGE each): a strict push finds no room left
+    valkey.zadd(k.gone, {"x1": NOW + 10, "x2": NOW + 10})
+    valkey.hset(k.meta, "allot", kept_usage(valkey, k, 10) + 2 * GONE_CHARGE + 10)
+    c = ids(3)[2]
+    out = run(warm, PushReady(k, items=[(c, place(0, 10, c), "c")], **values))
+    assert (out.mode, out.refused) == ("cold", [c])
 
 
 def claimed_members(out: ClaimReply) -> list[str]:
@@ -368,12 +459,19 @@ def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
     members = claimed_members(claim(warm, k, 2))
     assert run(warm, LeaseProgress(k, NOW, [(members[0], '{"done":1}')])) == [True]
     valkey.zadd(k.limits, {members[0]: NOW + 1})  # a time limit goes with its lease
+    # replacements kept for both leased tasks (lua/update_ready.lua) and for the waiting one
+    at = {task_id: place(0, i + 1, task_id) for i, task_id in enumerate(ids(3))}
+    run(warm, UpdateReady(k, 10**6, now_ms=NOW, ttl_ms=1000, newer_max_bytes=10**6,
+                          items=[(p.member, p.score, "new") for p in at.values()]))
+    assert valkey.zcard(k.newer_at) == 2
     assert run(warm, LeaseDrop(k, [*members, "gone|t1~x~1~1"])) == 2
     assert valkey.zcard(k.leased) == 0 and valkey.hkeys(k.lease_of) == [b"~encoding"]
     assert valkey.zcard(k.limits) == 0
     assert valkey.hlen(k.claims) == 0 and valkey.zcard(k.started) == 0
-    # the lease's progress went with it, and its bytes
+    # the lease's progress went with it, and its bytes; so did the tasks' replacements
     assert valkey.hlen(k.progress) == 0 and int(valkey.hget(k.meta, "progress")) == 0
+    assert not valkey.exists(k.newer) and not valkey.exists(k.newer_at)
+    assert not valkey.hexists(k.meta, "newer")
 
 
 def lease_progress_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -481,7 +579,7 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
         place(0, i + 1, t).member for i, t in enumerate(task_ids[:2])]))
     # the lease it ended is named, with the progress it kept (read before it went)
     task_id, token = member.split("|", 1)
-    assert removed.count == 2
+    assert (removed.count, removed.made) == (2, True)  # (its `gone` made: the pair is noted)
     assert [(i, t, p.split("|")[2]) for i, t, p in removed.leases] == [
         (task_id, token, '"half"')]
     assert valkey.zcard(k.leased) == 0 and valkey.zcard(k.ready) == 1
@@ -491,14 +589,15 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[0].encode(), NOW + 60_000), (task_ids[1].encode(), NOW + 60_000)]
     assert valkey.pttl(k.gone) == -1
-    run(warm, Remove(k, NOW + 1, 60_000, 2, "1", [place(0, 3, task_ids[2]).member]))
+    assert not run(warm, Remove(k, NOW + 1, 60_000, 2, "1", [place(0, 3, task_ids[2]).member])
+                   ).made
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
         (task_ids[1].encode(), NOW + 60_000), (task_ids[2].encode(), NOW + 60_001)]
     # a removal without gone_ms (a replace into the future) leaves none; a later one drops
     # the lapsed ones
     _, other = new_pair(valkey)
     push(warm, other, task_ids[:1])
-    assert run(warm, Remove(other, "", 0, 0, "1", [task_ids[0]])).count == 1
+    assert run(warm, Remove(other, "", 0, 0, "1", [task_ids[0]])) == Removed(1, [], False)
     assert not valkey.exists(other.gone)
     run(warm, Remove(k, NOW + 60_001, 60_000, 2, "1", [task_ids[0]]))
     assert valkey.zrange(k.gone, 0, -1, withscores=True) == [
@@ -514,7 +613,7 @@ def remove_scenario(warm: WarmTier, valkey: Any) -> None:
     held_data = valkey.hget(held.data, held_id)
     out = run(warm, Remove(held, NOW, 60_000, 10, "0", [
         place(0, i + 1, t).member for i, t in enumerate(two)]))
-    assert (out.count, out.leases) == (1, [])
+    assert (out.count, out.leases, out.made) == (1, [], True)
     assert valkey.zcard(held.ready) == 0 and valkey.zcard(held.leased) == 1
     assert valkey.hget(held.data, held_id) == held_data
     assert not valkey.hexists(held.data, waiting_id)
@@ -551,6 +650,11 @@ def allot_shrink_scenario(warm: WarmTier, valkey: Any) -> None:
                                                 10**6 - usage - 5)
     assert int(valkey.hget(k.meta, "allot")) == usage + 5
     assert run(warm, AllotShrink(k, 10, 0)) == (5, usage, 10**6 - usage)
+    # its tombstones and `newer` entries count too (lua/warm_usage.lua): nothing to give back
+    valkey.zadd(k.gone, {"x": NOW})
+    valkey.hset(k.meta, "newer", 100)
+    valkey.hset(k.meta, "allot", usage + GONE_CHARGE + 100)
+    assert run(warm, AllotShrink(k, 10, 0)) == (0, usage + GONE_CHARGE + 100, 10**6 - usage)
 
 
 def admission_begin_scenario(warm: WarmTier, valkey: Any) -> None:
@@ -663,6 +767,63 @@ def ready_tenants_note_scenario(warm: WarmTier, valkey: Any) -> None:
 @dataclass(frozen=True)
 class Index:
     index: str
+
+
+def replace_cold_scenario(warm: WarmTier, valkey: Any) -> None:
+    """Replaced tasks the warm tier cannot keep go cold (lua/replace_cold.lua): a waiting
+    one leaves the ready set, one not waiting keeps a mark that a push of it refuses."""
+    _, k = new_pair(valkey)
+    waiting, leased, on_its_way = ids(3)
+    push(warm, k, [leased, waiting])  # (places 1 and 2)
+    claim(warm, k, 1)  # leased is the first in line
+    places = [place(0, 2, waiting), place(0, 1, leased), place(0, 3, on_its_way)]
+    out = run(warm, ReplaceCold(k, NOW, 1000, [(at.member, at.score) for at in places]))
+    assert out == ColdReply([waiting], True)
+    assert valkey.zcard(k.ready) == 0 and not valkey.hexists(k.data, waiting)
+    assert int(valkey.hget(k.meta, "bytes")) == 0 and valkey.zcard(k.leased) == 1
+    marks = {leased: place(0, 1, leased), on_its_way: place(0, 3, on_its_way)}
+    for task_id, at in marks.items():
+        assert text(valkey.hget(k.newer, task_id)) == f"{at.score}|{at.member}"
+        assert valkey.zscore(k.newer_at, task_id) == NOW + 1000
+    assert int(valkey.hget(k.meta, "newer")) == sum(
+        newer_cost(f"{at.score}|{at.member}") for at in marks.values())
+    # the push on its way is refused: its task waits cold, read again when promoted
+    pushed = push(warm, k, [on_its_way], now_ms=NOW)
+    assert pushed.refused == [on_its_way] and not valkey.hexists(k.newer, on_its_way)
+    assert run(warm, ReplaceCold(k, NOW, 1000, [(places[1].member, places[1].score)])
+               ) == ColdReply([], False)
+
+
+def pair_sweep_scenario(warm: WarmTier, valkey: Any) -> None:
+    """The reaper's sweep of a pair (lua/pair_sweep.lua): lapsed `newer` entries (at most
+    the limit a call) and tombstones go; the first lapse left is answered."""
+    _, k = new_pair(valkey)
+    a, b, c = ids(3)
+    for task_id, ttl in ((a, 0), (b, 0), (c, 100)):
+        at = place(0, 1, task_id)
+        run(warm, UpdateReady(k, 10**6, now_ms=NOW - 1, ttl_ms=ttl, newer_max_bytes=10**6,
+                              items=[(at.member, at.score, "x")]))
+    valkey.zadd(k.gone, {"g1": NOW - 1, "g2": NOW + 50})
+    valkey.hset(k.newer, "~bytes", 10)  # (a count an older tierq kept in the key)
+    assert run(warm, PairSweep(k, NOW, 1)) == SweepReply(NOW - 1, True)
+    assert valkey.zcard(k.newer_at) == 2 and valkey.zrange(k.gone, 0, -1) == [b"g2"]
+    assert run(warm, PairSweep(k, NOW, 10)) == SweepReply(NOW + 50, False)
+    assert int(valkey.hget(k.meta, "newer")) == newer_cost(valkey.hget(k.newer, c))
+    assert run(warm, PairSweep(k, NOW + 200, 10)) == SweepReply(0, False)
+    assert not any(valkey.exists(key) for key in (k.newer, k.newer_at, k.gone))
+    assert not valkey.hexists(k.meta, "newer")
+
+
+def lapse_index_scenario(warm: WarmTier, valkey: Any) -> None:
+    """The index of lapses (lua/lapse_index.lua): a note enters a pair or raises it; a
+    sweep's move or removal applies only while the score is the one it read."""
+    index = Index(f"tq:{{~}}:lapses-{uuid.uuid4().hex[:8]}")
+    assert run(warm, LapseIndex(index, [("q|t", "", 100), ("r|t", "", 300)])) == 2
+    assert run(warm, LapseIndex(index, [("q|t", "", 50)])) == 0  # (raised, never lowered)
+    assert run(warm, LapseIndex(index, [("q|t", 99, 200), ("r|t", 300, "")])) == 1
+    assert valkey.zrange(index.index, 0, -1, withscores=True) == [(b"q|t", 100)]
+    assert run(warm, LapseIndex(index, [("q|t", 100, 200)])) == 1
+    assert valkey.zscore(index.index, "q|t") == 200
 
 
 def pool_of(queue: str) -> PoolKeys:
@@ -861,6 +1022,9 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     LeaseOf: lease_of_scenario,
     RemoveReady: remove_ready_scenario,
     ReadyTenantsNote: ready_tenants_note_scenario,
+    ReplaceCold: replace_cold_scenario,
+    PairSweep: pair_sweep_scenario,
+    LapseIndex: lapse_index_scenario,
     QueueCapacity: queue_capacity_scenario,
     CapacityFree: capacity_free_scenario,
     CapacityExtend: capacity_extend_scenario,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from tierq.dal.warm_tier import SCRIPTS, script_source
+from tierq.dal.warm_tier import GONE_CHARGE, NEWER_CHARGE, SCRIPTS, script_source
 
 LUA = resources.files("tierq.dal").joinpath("lua")
 
@@ -77,6 +77,7 @@ BOUNDED_BY_THEIR_GUARD = {
     ("claim", "ZREMRANGEBYRANK"): "the first n_taken by rank: the tasks the claim handed out",
     ("push_ready", "ZREMRANGEBYSCORE"): "lapsed tombstones: at most GONE_CAP (10,000) a pair",
     ("remove", "ZREMRANGEBYSCORE"): "lapsed tombstones: at most GONE_CAP (10,000) a pair",
+    ("pair_sweep", "ZREMRANGEBYSCORE"): "lapsed tombstones: at most GONE_CAP (10,000) a pair",
     ("remove", "ZPOPMIN"): "the oldest tombstones past GONE_CAP: at most the call's ids",
     ("long_polls", "ZREMRANGEBYSCORE"): "reservations past their deadline: at most the cap",
     ("idem_abandon", "DEL"): "one idempotency record (a few fields)",
@@ -200,3 +201,12 @@ def test_a_script_is_read_and_registered_when_first_asked_for():
     assert "claim" in scripts and "no_such_script" not in scripts
     assert {name for name, _ in scripts.items()} == set(SCRIPTS)
     assert scripts._registered["push_ready"] is first
+
+
+def test_the_share_counts_with_the_scripts_own_charges():
+    """``WarmTier.pair_usage`` counts a tombstone and a ``newer`` entry as the scripts do
+    (lua/warm_usage.lua, lua/newer_entries.lua)."""
+    usage = LUA.joinpath("warm_usage.lua").read_text("utf-8")
+    newer = LUA.joinpath("newer_entries.lua").read_text("utf-8")
+    assert re.search(rf"^local GONE_CHARGE = {GONE_CHARGE}$", usage, re.M)
+    assert re.search(rf"^local NEWER_CHARGE = {NEWER_CHARGE}$", newer, re.M)

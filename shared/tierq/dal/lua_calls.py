@@ -279,10 +279,12 @@ class PushReady(LuaCall[PushReply]):
 class UpdateReply:
     """What update_ready.lua answers: ``ok`` with how many tasks were found, ``allot``
     with the bytes of allotment missing, or ``over`` (the growth does not fit the pair's
-    allotment); nothing replaced but with ``ok``."""
+    allotment); nothing replaced but with ``ok``. ``made``: the call made the pair's
+    ``newer_at`` (the caller enters the pair in the index of lapses)."""
 
     status: str
     amount: int
+    made: bool = False
 
 
 @lazy_dataclass(frozen=True)
@@ -293,7 +295,7 @@ class UpdateReady(LuaCall[UpdateReply]):
 
     SCRIPT: ClassVar[str] = "update_ready"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "newer",
-                                       "newer_at")
+                                       "newer_at", "gone")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge",
                                        "now_ms", "ttl_ms", "newer_max_bytes")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "score", "blob")
@@ -309,7 +311,38 @@ class UpdateReady(LuaCall[UpdateReply]):
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> UpdateReply:
-        return UpdateReply(text(reply[0]), int(reply[1]))
+        return UpdateReply(text(reply[0]), int(reply[1]), int(reply[2]) == 1)
+
+
+@lazy_dataclass(frozen=True)
+class ColdReply:
+    """What replace_cold.lua answers: the ids of the waiting tasks it took out, and whether
+    it made the pair's ``newer_at`` (its marks: the caller enters the pair in the index of
+    lapses)."""
+
+    removed: list[str]
+    made: bool
+
+
+@lazy_dataclass(frozen=True)
+class ReplaceCold(LuaCall[ColdReply]):
+    """Send replaced tasks cold whose replacement the warm tier cannot keep
+    (lua/replace_cold.lua): waiting ones leave the ready set, the others keep a mark that
+    makes a push of them refuse them (lapsing ``ttl_ms`` after ``now_ms``). Items: (member,
+    score) of each task's place."""
+
+    SCRIPT: ClassVar[str] = "replace_cold"
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "newer", "newer_at")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "ttl_ms")
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "score")
+
+    on: Any
+    now_ms: int
+    ttl_ms: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> ColdReply:
+        return ColdReply([text(x) for x in reply[1:]], int(reply[0]) == 1)
 
 
 # -- leases ---------------------------------------------------------------------------------
@@ -336,12 +369,12 @@ class LeaseCheck(LuaCall[list[bool]]):
 
 @lazy_dataclass(frozen=True)
 class LeaseDrop(LuaCall[int]):
-    """End these leases (members ``<id>|<token>``, lua/lease_drop.lua), their progress with
-    them; answers how many were ended."""
+    """End these leases (members ``<id>|<token>``, lua/lease_drop.lua), their progress and
+    their tasks' ``newer`` entries with them; answers how many were ended."""
 
     SCRIPT: ClassVar[str] = "lease_drop"
     KEYS: ClassVar[tuple[str, ...]] = ("leased", "lease_of", "claims", "started", "progress",
-                                       "meta", "limits")
+                                       "meta", "limits", "newer", "newer_at")
     ITEM: ClassVar[tuple[str, ...]] = ("member",)
 
     on: Any
@@ -517,10 +550,13 @@ class Missing(LuaCall[list[str] | None]):
 @lazy_dataclass(frozen=True)
 class Removed:
     """What remove.lua answers: how many tasks were ready or leased, and the leases it
-    ended, each (id, token, its progress entry ``<token>|<ms>|<json>`` or None)."""
+    ended, each (id, token, its progress entry ``<token>|<ms>|<json>`` or None).
+    ``made``: the call made the pair's ``gone`` (the caller enters the pair in the index
+    of lapses)."""
 
     count: int
     leases: list[tuple[str, str, str | None]]
+    made: bool = False
 
 
 @lazy_dataclass(frozen=True)
@@ -545,10 +581,10 @@ class Remove(LuaCall[Removed]):
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> Removed:
-        rest = reply[1:]
+        rest = reply[2:]
         return Removed(int(reply[0]), [
             (text(rest[i]), text(rest[i + 1]), None if rest[i + 2] is None
-             else text(rest[i + 2])) for i in range(0, len(rest), 3)])
+             else text(rest[i + 2])) for i in range(0, len(rest), 3)], int(reply[1]) == 1)
 
 
 # -- a tenant's share of the warm tier ------------------------------------------------------
@@ -591,7 +627,7 @@ class AllotShrink(LuaCall[tuple[int, int, int]]):
     freed, allotment after, the pair's count of bytes given back so far)."""
 
     SCRIPT: ClassVar[str] = "allot_shrink"
-    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased")
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "gone")
     ARGS: ClassVar[tuple[str, ...]] = ("charge", "keep")
 
     on: Any
@@ -788,6 +824,53 @@ class ReadyTenantsNote(LuaCall[int]):
     SCRIPT: ClassVar[str] = "ready_tenants_note"
     KEYS: ClassVar[tuple[str, ...]] = ("index",)
     ITEM: ClassVar[tuple[str, ...]] = ("tenant",)
+
+    on: Any
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+# -- lapsed replacements and tombstones: the reaper's sweep -----------------------------------
+
+
+@lazy_dataclass(frozen=True)
+class SweepReply:
+    """What pair_sweep.lua answers: when the pair's first entry left lapses (ms; 0: none is
+    left), and whether lapsed ``newer`` entries were left for a later call."""
+
+    first_ms: int
+    more: bool
+
+
+@lazy_dataclass(frozen=True)
+class PairSweep(LuaCall[SweepReply]):
+    """Drop a pair's lapsed ``newer`` entries (at most ``limit``) and tombstones
+    (lua/pair_sweep.lua)."""
+
+    SCRIPT: ClassVar[str] = "pair_sweep"
+    KEYS: ClassVar[tuple[str, ...]] = ("meta", "newer", "newer_at", "gone")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "limit")
+
+    on: Any
+    now_ms: int
+    limit: int
+
+    def parse(self, reply: Any) -> SweepReply:
+        return SweepReply(int(reply[0]), int(reply[1]) == 1)
+
+
+@lazy_dataclass(frozen=True)
+class LapseIndex(LuaCall[int]):
+    """Note pairs in the index of lapses, or move or take out those a sweep read
+    (lua/lapse_index.lua); answers how many entries changed. Items: (member, seen, next),
+    ``seen`` '' for a note, ``next`` '' to take the pair out. ``on``: an object whose
+    ``index`` is the index's key."""
+
+    SCRIPT: ClassVar[str] = "lapse_index"
+    KEYS: ClassVar[tuple[str, ...]] = ("index",)
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "seen", "next")
 
     on: Any
     items: Sequence[Any] = ()
@@ -1169,7 +1252,7 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     LeaseExpired, LeaseProgress,
     LeaseIndex, RunningPage, Missing, Remove, WarmLedger, AllotShrink, AdmissionBegin,
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
-    QueueCapacity, CapacityFree, CapacityExtend, CapacityUse, TenantRequests, LongPolls,
-    RateAdd, RateTenants, IdempotencyClaim, IdempotencyFinish, IdempotencyAbandon,
-    TaskFinished, TaskWait)
+    ReplaceCold, PairSweep, LapseIndex, QueueCapacity, CapacityFree, CapacityExtend,
+    CapacityUse, TenantRequests, LongPolls, RateAdd, RateTenants, IdempotencyClaim,
+    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait)
 """Every script with a typed call, as the tests visit them."""

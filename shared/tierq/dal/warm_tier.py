@@ -47,6 +47,7 @@ from tierq.dal.lua_calls import (
     ClaimReply,
     ClaimTake,
     GoCold,
+    LapseIndex,
     LeaseCheck,
     LeaseDrop,
     LeaseExpired,
@@ -57,6 +58,7 @@ from tierq.dal.lua_calls import (
     LongPolls,
     LuaCall,
     Missing,
+    PairSweep,
     PollKey,
     PoolKeys,
     PushReady,
@@ -66,7 +68,9 @@ from tierq.dal.lua_calls import (
     ReleaseLeases,
     Remove,
     RemoveReady,
+    ReplaceCold,
     RunningPage,
+    SweepReply,
     TaskFinished,
     TaskWait,
     TenantRequests,
@@ -106,6 +110,9 @@ SCRIPTS = (
     "remove",
     "remove_ready",
     "update_ready",
+    "replace_cold",
+    "pair_sweep",
+    "lapse_index",
     "tier_stats",
     "queue_capacity",
     "capacity_free",
@@ -200,15 +207,31 @@ ZMSCORE_PER_CALL = per_call(2)  # ZMSCORE key member ...
 LEASE_INDEX_SLICE = 250
 LEASE_INDEX_SLICES_PER_VISIT = 80
 # The tombstones of cancelled and deleted tasks a pair keeps at most (lua/remove.lua): the
-# oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair.
+# oldest go first. ~146 bytes each (MEMORY USAGE at the cap), so at most ~1.5 MB a pair;
+# each counts GONE_CHARGE against its tenant's share (lua/warm_usage.lua, the same number).
 GONE_CAP = 10_000
-# The bytes of replacements kept for pushes on their way a pair holds at most
-# (lua/newer_entries.lua): a tenant replacing tasks that are not waiting holds no more.
+GONE_CHARGE = 150
+# The bytes of whole replacements kept for pushes on their way a pair holds at most
+# (lua/newer_entries.lua): past them a replacement keeps a mark. Each entry counts its
+# length plus NEWER_CHARGE against its tenant's share (the same number as the script's).
 NEWER_MAX_BYTES = 4 * 1024 * 1024
+NEWER_CHARGE = 256
+# The index of lapses (lua/lapse_index.lua): pair -> when the reaper sweeps its lapsed
+# `newer` entries and tombstones (lua/pair_sweep.lua). A pair is swept again at most every
+# LAPSE_SWEEP_EVERY_MS while it holds entries, dropping at most LAPSE_SWEEP_ENTRIES a call.
+LAPSES_KEY = "tq:{~}:lapses"
+LAPSE_SWEEP_EVERY_MS = 60_000
+LAPSE_SWEEP_ENTRIES = 1000
 # how long a subscription's confirmation is waited for (WarmTier.finished_channel)
 SUBSCRIBE_SECONDS = 5.0
 # how long a server's INFO memory is trusted (WarmTier.memory): promotions read it per pass
 MEMORY_READ_EVERY = 0.5
+
+
+def lapse_member(queue: str, tenant: str) -> str:
+    """A pair's member of the index of lapses (``LAPSES_KEY``): a queue's name has no
+    ``|``."""
+    return f"{queue}|{tenant}"
 
 
 def parse_started_cursor(text: str | None) -> tuple[int, str] | None:
@@ -1038,15 +1061,17 @@ class WarmTier:
         """(usage, allotment) of the pair (lua/warm_usage.lua), changing nothing: the
         allotment it could give back is the difference."""
         k = PairKeys.of(queue, tenant)
-        replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased),
-                                 ("HMGET", k.meta, "bytes", "allot", "progress")])
+        replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased), ("ZCARD", k.gone),
+                                 ("HMGET", k.meta, "bytes", "allot", "progress", "newer")])
         for reply in replies:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-        ready, leased, (raw_bytes, raw_allot, raw_progress) = replies
+        ready, leased, stones, (raw_bytes, raw_allot, raw_progress, raw_newer) = replies
         used = (0 if raw_bytes is None else max(0, int(raw_bytes))) if int(ready) else 0
-        used += 0 if raw_progress is None else max(0, int(raw_progress))  # (leases' progress)
+        # the leases' progress, the replacements kept for pushes, the tombstones
+        used += sum(0 if raw is None else max(0, int(raw)) for raw in (raw_progress, raw_newer))
+        used += int(stones) * GONE_CHARGE
         return (used + (int(ready) + int(leased)) * charge,
                 0 if raw_allot is None else int(raw_allot))
 
@@ -1710,13 +1735,17 @@ class WarmTier:
         if gone_ms is not None and gone_ttl_ms <= 0:
             raise ValueError("a tombstone needs a positive gone_ttl_ms")
         stone = "" if gone_ms is None else gone_ms
+        made = False
         for part in chunks(members, IDS_PER_CALL):
             out = self.call(Remove(k, stone, gone_ttl_ms, GONE_CAP, "1" if with_leases else "0",
                                    part))
             count += out.count
+            made = made or out.made
             for task_id, token, entry in out.leases:
                 progress = _progress_entries([(task_id, token)], [entry]).get(task_id)
                 leases.append(RemovedLease(task_id, token, progress))
+        if made and gone_ms is not None:
+            self.note_lapses(queue, tenant, gone_ms + gone_ttl_ms)
         return count, leases
 
     def lower_tombstones(self, queue: str, tenant: str, lapses: Sequence[tuple[str, int]]
@@ -1749,25 +1778,56 @@ class WarmTier:
         """Replace the data of (id, place, blob) items already in the warm tier (a new
         priority moves the task to its new place), their growth counted against the
         pair's allotment (``share``: its ``grant`` goes with the first call). An item not
-        waiting leaves its replacement in the pair's ``newer`` entries, lapsing ``ttl_ms``
-        after ``now_ms``: a push that read the task before the replace writes it instead
-        of its own blob (lua/update_ready.lua, lua/push_ready.lua). Stops at the
+        waiting leaves its replacement in the pair's ``newer`` entries (counted with the
+        growth; a mark when it does not fit), lapsing ``ttl_ms`` after ``now_ms``: a push
+        that read the task before the replace writes it instead of its own blob, or refuses
+        the task for a mark (lua/update_ready.lua, lua/push_ready.lua). Stops at the
         first call whose growth does not fit (lua/update_ready.lua). Raises
         ``WarmTierFull`` when Valkey is out of memory (that call changed nothing)."""
         k = PairKeys.of(queue, tenant)
         found = done = 0
         grant = share.grant
-        for part in chunks(items, UpdateReady.items_per_call()):
-            out = self.call(UpdateReady(k, warm_max_bytes, share.bound, grant, share.charge,
-                                        now_ms, ttl_ms, NEWER_MAX_BYTES,
-                                        [(at.member, at.score, blob) for _, at, blob in part]))
-            grant = 0
-            if out.status != "ok":
-                return UpdateOutcome(found, done, short=out.amount if out.status == "allot"
-                                     else 0, over=out.status == "over")
-            found += out.amount
-            done += len(part)
-        return UpdateOutcome(found, done)
+        made = False
+        try:
+            for part in chunks(items, UpdateReady.items_per_call()):
+                out = self.call(UpdateReady(k, warm_max_bytes, share.bound, grant,
+                                            share.charge, now_ms, ttl_ms, NEWER_MAX_BYTES,
+                                            [(at.member, at.score, blob)
+                                             for _, at, blob in part]))
+                grant = 0
+                if out.made:  # (a call that made the key: noted once its calls are done)
+                    made = True
+                if out.status != "ok":
+                    return UpdateOutcome(found, done, short=out.amount
+                                         if out.status == "allot" else 0,
+                                         over=out.status == "over")
+                found += out.amount
+                done += len(part)
+            return UpdateOutcome(found, done)
+        finally:
+            if made:
+                self.note_lapses(queue, tenant, now_ms + ttl_ms)
+
+    def replace_cold(self, queue: str, tenant: str, places: Sequence[Place], *, now_ms: int,
+                     ttl_ms: int) -> list[str]:
+        """Send replaced tasks cold whose replacement the warm tier cannot keep
+        (lua/replace_cold.lua): waiting ones leave the ready set (their ids are returned,
+        for the caller to mark their rows cold); each of the others keeps a mark, lapsing
+        ``ttl_ms`` after ``now_ms``, that makes a push of it refuse it. Allowed while
+        Valkey is out of memory."""
+        k = PairKeys.of(queue, tenant)
+        removed: list[str] = []
+        made = False
+        try:
+            for part in chunks(places, ReplaceCold.items_per_call()):
+                out = self.call(ReplaceCold(k, now_ms, ttl_ms,
+                                            [(at.member, at.score) for at in part]))
+                removed += out.removed
+                made = made or out.made
+        finally:
+            if made:
+                self.note_lapses(queue, tenant, now_ms + ttl_ms)
+        return removed
 
     def stats(self, queue: str, tenant: str) -> tuple[int, int, str]:
         """(ready, leased, mode) of one (queue, tenant)."""
@@ -1958,6 +2018,70 @@ class WarmTier:
         task_id, token, attempt = split_member(member)
         started, _, worker = claims.get(claim_prefix(token), "0|").partition("|")
         return LeaseInfo(task_id, token, attempt, int(started), worker or None, deadline_ms)
+
+    # -- lapsed replacements and tombstones: the index of lapses --------------------------
+
+    def note_lapses(self, queue: str, tenant: str, lapse_ms: int) -> None:
+        """Enter the pair in the index of lapses at ``lapse_ms``, or raise it to that
+        (lua/lapse_index.lua): the reaper then drops the pair's lapsed ``newer`` entries
+        and tombstones, though the pair goes idle. Best effort: a note that fails is
+        logged, and what has lapsed goes at the pair's next push, replace or cancel (or at
+        the note of the next call that makes the key again)."""
+        try:
+            self.call(LapseIndex(_Index(LAPSES_KEY), [(lapse_member(queue, tenant), "",
+                                                       lapse_ms)]))
+        except (WarmTierUnavailable, WarmTierFull, redis.RedisError):
+            log.warning("noting %r/%r in the index of lapses failed: its lapsed entries go "
+                        "at its next push, replace or cancel", queue, tenant, exc_info=True)
+
+    def due_lapses(self, now_ms: int, limit: int) -> list[tuple[str, str, int]]:
+        """The first ``limit`` pairs of the index of lapses due by ``now_ms``: (queue,
+        tenant, their score in the index)."""
+        raw = self._command("ZRANGEBYSCORE", LAPSES_KEY, "-inf", now_ms, "WITHSCORES",
+                            "LIMIT", 0, limit) or []
+        pairs = (list(zip(raw[::2], raw[1::2], strict=True))
+                 if raw and not isinstance(raw[0], (list, tuple)) else raw)
+        out: list[tuple[str, str, int]] = []
+        for member, score in pairs:
+            queue, _, tenant = _s(member).partition("|")
+            out.append((queue, tenant, int(float(score))))
+        return out
+
+    def sweep_pairs(self, pairs: Sequence[tuple[str, str]], *, now_ms: int,
+                    limit: int = LAPSE_SWEEP_ENTRIES) -> list[SweepReply | Exception]:
+        """Drop each pair's lapsed ``newer`` entries (at most ``limit``) and tombstones
+        (lua/pair_sweep.lua), in one pipeline (one round trip per master); per pair its
+        reply, or the error its master answered. A pipeline that fails whole (a master
+        down) is sent again pair by pair, so the other masters' pairs are swept."""
+        if not pairs:
+            return []
+        calls = [PairSweep(PairKeys.of(q, t), now_ms, limit) for q, t in pairs]
+        script = self.scripts[PairSweep.SCRIPT]
+        try:
+            replies: list[Any] = self.pipeline([evalsha(call, script.sha) for call in calls])
+        except WarmTierUnavailable:
+            replies = [None] * len(calls)
+        out: list[SweepReply | Exception] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if reply is None or isinstance(reply, NoScriptError):  # (alone; or loaded)
+                try:
+                    out.append(self.call(call))
+                except (WarmTierUnavailable, WarmTierFull, redis.RedisError) as exc:
+                    out.append(exc)
+            elif isinstance(reply, Exception):
+                out.append(reply)
+            else:
+                out.append(call.parse(reply))
+        return out
+
+    def reschedule_lapses(self, moves: Sequence[tuple[str, str, int, int | None]]) -> int:
+        """Move each (queue, tenant, seen, next) of the index of lapses to ``next`` (None:
+        out of the index), only while its score is still ``seen`` (lua/lapse_index.lua: a
+        note that came meanwhile wins); how many moved."""
+        items = [(lapse_member(q, t), seen, "" if next_ms is None else next_ms)
+                 for q, t, seen, next_ms in moves]
+        return sum(self.call(LapseIndex(_Index(LAPSES_KEY), part))
+                   for part in chunks(items, LapseIndex.items_per_call()))
 
     def drop_pair(self, queue: str, tenant: str, *, fence_ms: int | None = None) -> None:
         """Delete every warm-tier key of one (queue, tenant). UNLINK: a large set is freed

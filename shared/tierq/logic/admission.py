@@ -309,6 +309,12 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
         if out.refused:
             ticket.registered.add(pair)
             refused.extend(out.refused)
+            if end < len(items):
+                # the line's order holds across calls: what follows a refused task waits
+                # cold behind it, not in Valkey ahead of it (a mark refuses its task in any
+                # call, and a cold pair's later calls would take the rest)
+                refused.extend(item[0] for item in items[end:])
+                break
     if gone:
         log.info("a push of %r/%r left out %d task(s) cancelled or deleted since their rows "
                  "were read", queue, tenant, gone)
@@ -350,11 +356,24 @@ def go_cold(ctx: Context, ticket: Ticket, pair: Pair) -> None:
 def update_warm(ctx: Context, pair: Pair,
                 items: Sequence[tuple[str, Place, bytes]]) -> list[str]:
     """Replace in the warm tier the data of tasks updated in Postgres (on_conflict=replace),
-    their growth counted against the pair's share of its tenant's bound as a push's is.
-    When Valkey is out of memory, or the growth does not fit the tenant's bound, the tasks
-    leave the warm tier (removing only frees memory) and wait cold instead, so that no
-    claim hands out their old data. Returns the ids of those that went cold (their rows
-    marked ``cold``)."""
+    their growth counted against the pair's share of its tenant's bound as a push's is
+    (the replacements kept for pushes on their way too: lua/update_ready.lua).
+
+    ==========================  ===========================================================
+    the growth                  what happens
+    ==========================  ===========================================================
+    fits the tenant's bound     the waiting tasks are replaced in place; the others keep
+                                their replacements for a push on its way
+    fits for the waiting tasks  they are replaced; each of the others keeps a mark, so a
+    only                        push that read it before the replace refuses it and it
+                                waits cold (its promotion reads the row)
+    does not fit, or Valkey is  the waiting tasks leave the warm tier and wait cold (their
+    out of memory               rows marked ``cold``); each of the others keeps a mark
+                                (lua/replace_cold.lua)
+    ==========================  ===========================================================
+
+    So no claim hands out the old data, and the row, which holds the new, is what a
+    promotion reads. Returns the ids of the waiting tasks that went cold."""
     # (logic/tasks.py imports this module, through logic/groups.py)
     from tierq.logic.tasks import gone_ttl_ms
     queue, tenant = pair
@@ -384,8 +403,10 @@ def update_warm(ctx: Context, pair: Pair,
     ticket = Ticket(token=f"update-{uuid.uuid4().hex}", since_ms=to_ms(ctx.now()))
     try:
         go_cold(ctx, ticket, pair)
-        # only those still waiting: a claimed task's row is warm too, and stays so
-        removed = ctx.warm.remove_ready(queue, tenant, [item[1] for item in items])
+        # only those still waiting are marked cold: a claimed task's row is warm too, and
+        # stays so (a push of it on its way meets its mark and is refused)
+        removed = ctx.warm.replace_cold(queue, tenant, [item[1] for item in items],
+                                        now_ms=now_ms, ttl_ms=ttl_ms)
         mark_cold(ctx, removed)
     finally:
         close(ctx, ticket)

@@ -4,7 +4,9 @@ the others share (docs/architecture.md §3, "A tenant's share").
 
 What counts (lua/warm_usage.lua): each pair's task data plus ``TASK_CHARGE`` per task
 waiting or leased (its ready entry, and once claimed its lease, ``lease_of`` entry and a
-share of its claim's record), plus the progress its leases keep (meta ``progress``). A
+share of its claim's record), plus the progress its leases keep (meta ``progress``), the
+replacements it keeps for pushes on their way (meta ``newer``, lua/newer_entries.lua) and
+its tombstones (``GONE_CHARGE`` each, dal/warm_tier.py). A
 pair's keys sit in its own slot and the tenant's pairs in many, so the total is kept the
 way the queue-wide limits are: each pair holds an *allotment* (meta ``allot``) taken from
 its tenant's ledger (``tq:{~tenant}:warm``, lua/warm_ledger.lua), and its pushes consume
@@ -22,8 +24,9 @@ push expected short     a growing line (``shortfall``) takes its grant first, th
 push leaves slack       an allotment over usage + 2 keep is lowered to usage + keep; the
                         pair's count of bytes given back (meta ``freed``) is reported to
                         the ledger (``give_back``)
-replacement grows       counted as a push (lua/update_ready.lua); what does not fit waits
-                        cold (logic/admission.update_warm)
+replacement grows       counted as a push (lua/update_ready.lua), with the entries it keeps
+                        for pushes; what does not fit waits cold, a task not waiting behind
+                        a mark its push refuses (logic/admission.update_warm)
 ======================  =================================================================
 
 The ledger is written before a pair's allotment grows and after it shrinks, so a caller

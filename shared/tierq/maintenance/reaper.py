@@ -13,6 +13,8 @@
 | an entry of a pair's running-lease index whose    | removed, one slice of the index per      |
 | lease has ended                                   | visit after a cursor in the pair's meta  |
 | a group with held tasks and nothing active        | released (logic/groups.py)               |
+| a replacement kept for a push (``newer``) or a    | dropped, by the index of lapses, though  |
+| tombstone (``gone``), lapsed                      | its pair went idle (``sweep_lapses``)    |
 | a big payload's object no task with a row names   | deleted (logic/payloads.py)              |
 | a deleted payload object's key past its days      | forgotten (logic/payloads.py)            |
 
@@ -20,9 +22,10 @@ Each part walks only what has work: pairs with warm rows (every ready task and e
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
 idle pairs. Walks go in slices after a cursor saved in PostgreSQL and stop once the pass's
 time budget is spent (each part makes progress every pass); the next pass goes on after
-the last item visited, so nothing starves (``tierq.logic.pairs.walk``). A pair whose Valkey
-master does not answer is logged, listed in ``failed`` and passed over: the pairs after it
-are still served (``tierq.maintenance.pair_failures``)."""
+the last item visited, so nothing starves (``tierq.logic.pairs.walk``). The lapsed entries
+are found by the index of lapses in Valkey, one slice of the pairs it says are due a pass.
+A pair whose Valkey master does not answer is logged, listed in ``failed`` and passed over:
+the pairs after it are still served (``tierq.maintenance.pair_failures``)."""
 
 from __future__ import annotations
 
@@ -39,8 +42,8 @@ from pydantic import Field, ValidationError
 from tierq.core.lazy import lazy_module
 from tierq.dal.shards import shard_tag
 from tierq.dal.store.tasks import NEVER
-from tierq.dal.warm_tier import lease_member
-from tierq.errors import DatabaseTimedOut, WarmTierUnavailable
+from tierq.dal.warm_tier import LAPSE_SWEEP_EVERY_MS, lease_member
+from tierq.errors import DatabaseTimedOut, WarmTierFull, WarmTierUnavailable
 from tierq.logic import (
     admission,
     flows,
@@ -71,6 +74,8 @@ class ReaperConfig(SlicedWalkConfig):
     purge_batch: int = Field(default=5000, ge=1, le=100_000)  # rows deleted per statement
     forget_slice: int = Field(default=1000, ge=1, le=100_000)  # registry rows read per pass
     groups_slice: int = Field(default=500, ge=1, le=10_000)  # groups with held tasks per pass
+    # pairs of the index of lapses swept per pass (lapsed `newer` entries and tombstones)
+    lapse_slice: int = Field(default=500, ge=1, le=10_000)
     idempotency_purge_batches: int = Field(default=4, ge=1, le=1000)  # of expired keys
     # how often the reaper's scheduled tick emits the per-queue gauges (the alarms' and the
     # dashboard's data: tierq.maintenance.gauges)
@@ -117,6 +122,10 @@ class ReaperSummary:
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
     payload_tombstones_forgotten: int = 0  # deleted objects' keys past their days, removed
+    # pairs whose lapsed `newer` entries and tombstones were dropped (sweep_lapses), and
+    # "queue|tenant" of those whose master failed (tried again a minute later)
+    lapses_swept: int = 0
+    lapses_failed: list[str] = field(default_factory=list)
     # "queue|tenant" whose Valkey failed, whose statement timed out, whose keys a script
     # refused or whose queue's stored settings are refused (tried next pass)
     failed: list[str] = field(default_factory=list)
@@ -138,6 +147,7 @@ def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     reap_pairs(ctx, summary, budget, config, cursors, failures)
     purge_queues(ctx, summary, budget, config, cursors)
     forget_idle(ctx, summary, config.forget_slice, cursors)
+    sweep_lapses(ctx, summary, config.lapse_slice)
     sweep_groups(ctx, summary, config.groups_slice, cursors)
     sweep_payloads(ctx, summary, budget, config)
     # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
@@ -337,6 +347,53 @@ def forget_idle(ctx: Context, summary: ReaperSummary, forget_slice: int,
         if ends and ends[0].slice_rows == forget_slice else pairs.START
     if last != after:
         pairs.save_cursor(ctx.store, FORGET_WALK, last)
+
+
+def sweep_lapses(ctx: Context, summary: ReaperSummary, lapse_slice: int) -> None:
+    """Drop the lapsed replacements kept for pushes and the lapsed tombstones of the pairs
+    the index of lapses says are due (lua/pair_sweep.lua, lua/lapse_index.lua), one slice
+    per pass: a pair that went idle keeps neither past its lapse, and its tenant's share
+    gets their room back.
+
+    ==================================  ===================================================
+    the pair after its sweep            its entry in the index
+    ==================================  ===================================================
+    holds nothing more                  taken out
+    holds entries not lapsed yet        moved to the first one's lapse, at least
+                                        LAPSE_SWEEP_EVERY_MS on
+    holds more lapsed ones (the limit)  due again at once: the next pass goes on
+    its master failed                   moved LAPSE_SWEEP_EVERY_MS on (``lapses_failed``)
+    ==================================  ===================================================
+
+    An entry is moved only while it is as the pass read it, so a pair noted meanwhile (a
+    key made again) stays in. The index not answering is logged and left to the next pass."""
+    now_ms = to_ms(ctx.now())
+    later = now_ms + LAPSE_SWEEP_EVERY_MS
+    try:
+        due = ctx.warm.due_lapses(now_ms, lapse_slice)
+        if not due:
+            return
+        replies = ctx.warm.sweep_pairs([(q, t) for q, t, _ in due], now_ms=now_ms)
+        moves: list[tuple[str, str, int, int | None]] = []
+        for (queue, tenant, seen), reply in zip(due, replies, strict=True):
+            if isinstance(reply, Exception):
+                log.warning("reaper: sweeping the lapsed entries of %r/%r failed; tried "
+                            "again in %d s: %s", queue, tenant, LAPSE_SWEEP_EVERY_MS // 1000,
+                            reply, extra={"job": "reaper", "queue": queue})
+                summary.lapses_failed.append(f"{queue}|{tenant}")
+                moves.append((queue, tenant, seen, later))
+                continue
+            summary.lapses_swept += 1
+            if reply.more:
+                moves.append((queue, tenant, seen, now_ms))
+            elif reply.first_ms:
+                moves.append((queue, tenant, seen, max(reply.first_ms, later)))
+            else:
+                moves.append((queue, tenant, seen, None))
+        ctx.warm.reschedule_lapses(moves)
+    except (WarmTierUnavailable, WarmTierFull):
+        log.warning("reaper: the index of lapses did not answer; the next pass sweeps",
+                    exc_info=True, extra={"job": "reaper"})
 
 
 def sweep_groups(ctx: Context, summary: ReaperSummary, groups_slice: int,

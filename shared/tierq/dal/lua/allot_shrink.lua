@@ -3,7 +3,7 @@
 -- (lua/warm_usage.lua), so that its tenant's other pairs may have it (logic/tenant_budget.py
 -- then tells the ledger: lua/warm_ledger.lua 'set'). Allowed at maxmemory: it writes two
 -- meta fields at most.
--- KEYS: 1 ready, 2 data, 3 meta, 4 leased
+-- KEYS: 1 ready, 2 data, 3 meta, 4 leased, 5 gone (its tombstones count: lua/warm_usage.lua)
 -- ARGV: 1 charge per task, 2 keep
 -- Returns { freed, allot after, the pair's bytes given back so far (meta `freed`) }
 
@@ -12,7 +12,7 @@
 
 local size = redis.call('ZCARD', KEYS[1])
 local usage = warm_usage(size, KEYS[4], warm_bytes(KEYS[3], KEYS[2], size), tonumber(ARGV[1]),
-                         KEYS[3])
+                         KEYS[3], redis.call('ZCARD', KEYS[5]))
 local allot = warm_allot(KEYS[3])
 local keep = usage + tonumber(ARGV[2])
 if allot <= keep then

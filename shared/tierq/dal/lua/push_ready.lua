@@ -40,10 +40,13 @@
 -- `newer` (lua/update_ready.lua): a push that read it before the replace committed carries
 -- the old blob, so a task whose entry has a seq at least its push's (the same readiness, or
 -- a later one) is written with the entry's score, member and blob instead, and the entry
--- goes. An entry with a smaller seq is older than the push's read and goes unused, as
--- does the entry of a task the call refuses (it waits cold, read again from PostgreSQL
--- when promoted). That costs one EXISTS of `newer_at` per call; while the pair holds
--- entries, one HMGET of the ids and the removal of at most 100 lapsed ones.
+-- goes. A task whose entry is a mark (a replacement the pair could not keep,
+-- lua/newer_entries.lua) is refused instead, and every later one with it: it waits cold,
+-- and its promotion reads the replaced row. An entry with a smaller seq is older than the
+-- push's read and goes unused, as does the entry of a task the call refuses (it waits
+-- cold, read again from PostgreSQL when promoted). That costs one EXISTS of `newer_at` per
+-- call; while the pair holds entries, one HMGET of the ids and the removal of at most 100
+-- lapsed ones.
 -- A task already waiting keeps its place (ZADD NX semantics, by id: its blob is in the data
 -- hash, lua/ready_member.lua); so does the second copy of an id listed twice (the first
 -- copy is the one accepted). Once one task is refused, every later one is too (a smaller
@@ -52,7 +55,8 @@
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
 -- A tenant's share (bound, grant, charge, keep; lua/warm_usage.lua): the pair's usage stays within its
--- allotment (meta `allot`).
+-- allotment (meta `allot`). The usage counts the pair's tombstones and `newer` entries; an
+-- entry the push writes leaves them as its task's data joins.
 --   ask: when the tasks that fit the pair's own bounds would take the usage past the
 --        allotment, no task is written and { 'allot', bytes short } is returned: the
 --        caller takes that much from the ledger and pushes again, 'strict', with it as
@@ -70,7 +74,7 @@
 -- { 'allot', bytes short }. The
 -- tasks waiting before tell the caller whether the pair's tenant must be entered in its
 -- queue's ready-tenant index (logic/ready_tenants.py): only a push into an empty line must.
--- Valkey work for the tasks: one EXISTS of `gone` (its ZMSCORE while it exists); not for
+-- Valkey work for the tasks: one ZCARD of `gone` (its ZMSCORE while it exists); not for
 -- 'new': one HMGET of lease_of (and one ZMSCORE of the
 -- leases it names: Redis >= 6.2) and one HEXISTS per task; then one ZADD and one HSET of
 -- the accepted ones, however many tasks.
@@ -108,10 +112,11 @@ end
 -- record up)
 -- the tasks cancelled or deleted since the caller read them (k -> true): left out
 local gone, n_gone = {}, 0
-if redis.call('EXISTS', KEYS[7]) == 1 then
+local stones = redis.call('ZCARD', KEYS[7])  -- (they count against the tenant's share)
+if stones > 0 then
   -- lapsed tombstones go first (scored by when they lapse, lua/remove.lua): a pair whose
   -- cancels stopped loses the key, and its pushes the look-up
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. ARGV[3])
+  stones = stones - redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. ARGV[3])
   local names = {}
   for k = 1, n do names[k] = ARGV[HS + 2 * k - 2] end
   local at = call_chunked('ZMSCORE', KEYS[7], names)
@@ -122,23 +127,26 @@ if redis.call('EXISTS', KEYS[7]) == 1 then
     end
   end
 end
--- the replacements written since the caller read them (k -> { score, member, blob })
+-- the replacements written since the caller read them (k -> { score, member, blob, the
+-- entry's cost }; a mark's blob is false), and the ids whose entries go
 local newer, n_newer = {}, 0
+local spent, n_spent = {}, 0
 if redis.call('EXISTS', KEYS[9]) == 1 then
   local lapsed = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', '(' .. ARGV[3], 'LIMIT', 0, 100)
-  if #lapsed > 0 then newer_drop(KEYS[8], KEYS[9], lapsed) end
+  newer_drop(KEYS[3], KEYS[8], KEYS[9], lapsed)
   local names = {}
   for k = 1, n do names[k] = ARGV[HS + 2 * k - 2] end
   local got = call_chunked('HMGET', KEYS[8], names)
   for k = 1, n do
     if got[k] and not gone[k] then
-      local score, member, blob = string.match(got[k], '^(%S+) (%S+) (.*)$')
+      local score, member, blob = newer_parse(got[k])
       if score and seq_key(score, member)
           >= seq_key(ARGV[ZS + 2 * k - 2], ARGV[ZS + 2 * k - 1]) then
-        newer[k] = { score, member, blob }
+        newer[k] = { score, member, blob, newer_cost(#got[k]) }
         n_newer = n_newer + 1
       else  -- older than this push's read
-        newer_drop(KEYS[8], KEYS[9], { names[k] })
+        n_spent = n_spent + 1
+        spent[n_spent] = names[k]
       end
     end
   end
@@ -147,10 +155,15 @@ end
 local function score_of(k) return newer[k] and newer[k][1] or ARGV[ZS + 2 * k - 2] end
 local function member_of(k) return newer[k] and newer[k][2] or ARGV[ZS + 2 * k - 1] end
 local function blob_of(k) return newer[k] and newer[k][3] or ARGV[HS + 2 * k - 1] end
+-- whether task k's replacement could not be kept (a mark): it is refused
+local function marked(k) return newer[k] ~= nil and not newer[k][3] end
+-- what task k's entry counts against the share: it goes once the task is written
+local function credit(k) return newer[k] and newer[k][4] or 0 end
 -- a replacement used: its entry goes
 local function used(k)
   if newer[k] then
-    newer_drop(KEYS[8], KEYS[9], { ARGV[HS + 2 * k - 2] })
+    n_spent = n_spent + 1
+    spent[n_spent] = ARGV[HS + 2 * k - 2]
   end
 end
 local reserved = kind == 'new' and redis.call('HEXISTS', KEYS[3], 'rsv:' .. ARGV[4]) == 1
@@ -167,12 +180,13 @@ local allot_before, allot, usage = 0, 0, 0
 if bound ~= '' then
   allot_before = warm_allot(KEYS[3])
   allot = allot_before + tonumber(ARGV[8])
-  usage = warm_usage(size, KEYS[5], bytes, charge, KEYS[3])
+  usage = warm_usage(size, KEYS[5], bytes, charge, KEYS[3], stones)
 end
--- whether one more task of this many bytes fits (count, bytes and, strict, the allotment)
-local function fits(blob_bytes)
+-- whether one more task of this many bytes fits (count, bytes and, strict, the allotment;
+-- `paid`: what its entry, which goes, counts already)
+local function fits(blob_bytes, paid)
   return size < warm_max and (size == 0 or bytes + blob_bytes <= max_bytes)
-    and (bound ~= 'strict' or usage + blob_bytes + charge <= allot)
+    and (bound ~= 'strict' or usage + blob_bytes + charge - paid <= allot)
 end
 -- 'ask': the accepted tasks would pass the allotment: nothing written, how much is short
 -- (a grant that came with the asking push is the pair's all the same: written first)
@@ -228,12 +242,15 @@ elseif kind == 'new' then
   end
   local take = 0
   while take < m do
+    local k = kept[take + 1]
+    local paid = k and credit(k) or 0
+    if k and marked(k) then break end
     local blob_bytes = #src[hs + 2 * take + 1]
-    if not fits(blob_bytes) then break end
+    if not fits(blob_bytes, paid) then break end
     take = take + 1
     size = size + 1
     bytes = bytes + blob_bytes
-    usage = usage + blob_bytes + charge
+    usage = usage + blob_bytes + charge - paid
   end
   local missing = short()
   if missing then return { 'allot', missing } end
@@ -263,7 +280,7 @@ else
       -- already waiting in line: it keeps its place
     elseif held_later(k) then
       -- a worker holds it for a later attempt than this push knows: it is not added
-    elseif n_refused == 0 and fits(#blob) then
+    elseif n_refused == 0 and not marked(k) and fits(#blob, credit(k)) then
       accepted[id] = true
       used(k)
       ready_args[n_args + 1] = score_of(k)
@@ -273,7 +290,7 @@ else
       n_args = n_args + 2
       size = size + 1
       bytes = bytes + #blob
-      usage = usage + #blob + charge
+      usage = usage + #blob + charge - credit(k)
     else
       n_refused = n_refused + 1
       refused[n_refused] = id
@@ -289,7 +306,13 @@ else
 end
 -- a refused task waits cold and is read again from PostgreSQL when promoted: its entry is
 -- stale (kept, a later replace of the cold row would lose to it)
-if n_newer > 0 and n_refused > 0 then newer_drop(KEYS[8], KEYS[9], refused) end
+if n_newer > 0 then
+  for _, id in ipairs(refused) do
+    n_spent = n_spent + 1
+    spent[n_spent] = id
+  end
+end
+newer_drop(KEYS[3], KEYS[8], KEYS[9], spent)
 if reserved then redis.call('HDEL', KEYS[3], 'rsv:' .. ARGV[4]) end
 add_warm_bytes(KEYS[3], bytes - bytes_before)
 local given_back, freed = 0, 0

@@ -9,7 +9,9 @@
 -- past cap. The key has no TTL, as no tierq key has: under a volatile-* eviction policy a
 -- key with one would be evicted first, and a tombstone must not be lost to a full cache.
 -- Allowed while Valkey is out of memory: it frees the task's data; a tombstone is a few
--- dozen bytes, capped.
+-- dozen bytes, capped. Tombstones count against the tenant's share (lua/warm_usage.lua)
+-- and are never refused for it; the reaper drops lapsed ones of a pair that goes idle
+-- (lua/pair_sweep.lua).
 -- Called through `Remove` (dal/lua_calls.py).
 -- KEYS: 1 ready, 2 data, 3 leased, 4 meta, 5 lease_of, 6 claims, 7 started, 8 progress,
 -- 9 limits, 10 gone.
@@ -23,7 +25,9 @@
 --       at most), 4 leases ('1': end them too, '0': waiting tasks only).
 --       Then the tasks' ready-set members (core/ordering.py place: their data and leases
 --       are found by the id in the member, lua/ready_member.lua task_of).
--- Returns {how many were ready or leased, then id, token, progress for each lease ended}.
+-- Returns {how many were ready or leased, made, then id, token, progress for each lease
+-- ended}: made is 1 when this call made the pair's `gone` (the caller enters the pair in the
+-- index of lapses: lua/lapse_index.lua).
 -- The progress is the lease's entry ('<token>|<ms>|<json>', read before it went) or false.
 -- The caller gives back those leases' queue-wide reservations and keeps their progress.
 -- This call names them itself: a lease claimed after the caller looked is not missed.
@@ -49,10 +53,12 @@ for i = 5, #ARGV do
   end
 end
 add_warm_bytes(KEYS[4], -freed)
+local made = 0
 if ARGV[1] ~= '' and #ids > 0 then
   local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
   -- (an entry is dropped once: what one call drops is bounded by the cap)
   redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. now)
+  if redis.call('EXISTS', KEYS[10]) == 0 then made = 1 end
   local lapses = now + ttl
   local stones = {}
   for k, id in ipairs(ids) do
@@ -63,7 +69,7 @@ if ARGV[1] ~= '' and #ids > 0 then
   local over = redis.call('ZCARD', KEYS[10]) - tonumber(ARGV[3])
   if over > 0 then redis.call('ZPOPMIN', KEYS[10], over) end
 end
-if not with_leases then return { removed } end
+if not with_leases then return { removed, made } end
 local held = lease_held(KEYS[3], KEYS[5], ids)
 local members, held_ids, held_tokens = {}, {}, {}
 for k, token in pairs(held) do
@@ -76,7 +82,7 @@ local gone = lease_drop(KEYS[3], KEYS[5], KEYS[6], KEYS[7], members, nil, nil, K
                         KEYS[4], KEYS[9])
 local ended = {}
 for _, member in ipairs(gone) do ended[member] = true end
-local out = {removed + #gone}
+local out = {removed + #gone, made}
 for j = 1, #members do
   if ended[members[j]] then
     ended[members[j]] = nil  -- (an id named twice: its lease once)

@@ -9,13 +9,22 @@
 -- (lua/warm_ledger.lua) is the meta field `allot`; the meta field `freed` counts every byte
 -- the allotment ever gave back (it only grows), so the ledger can tell a report it has
 -- counted from one it has not, whatever order reports arrive in. The progress its leases'
--- heartbeats keep (lua/lease_progress.lua) counts too: the meta field `progress`, when the
--- caller passes `meta`.
+-- heartbeats keep (lua/lease_progress.lua) counts too, the meta field `progress`, and so
+-- do the pair's replacements kept for pushes on their way (the meta field `newer`, their
+-- bytes and charges: lua/newer_entries.lua) and its tombstones (`stones`, the members of
+-- `gone`, lua/remove.lua), GONE_CHARGE each. Progress, tombstones and the marks of
+-- replacements not kept are never refused for the bound (a whole replacement is: its mark
+-- is kept instead); later pushes and replacements see the room they take.
 local ALLOT_FIELD = 'allot'
 local FREED_FIELD = 'freed'
-local function warm_usage(ready_size, leased, bytes, charge, meta)
-  local progress = meta and tonumber(redis.call('HGET', meta, 'progress') or '0') or 0
-  return bytes + math.max(progress, 0) + (ready_size + redis.call('ZCARD', leased)) * charge
+-- what Valkey keeps of a tombstone (MEMORY USAGE at the cap: about 146 bytes)
+local GONE_CHARGE = 150
+local function warm_usage(ready_size, leased, bytes, charge, meta, stones)
+  local kept = redis.call('HMGET', meta, 'progress', 'newer')
+  local progress = math.max(tonumber(kept[1] or '0') or 0, 0)
+  local newer = math.max(tonumber(kept[2] or '0') or 0, 0)
+  return bytes + progress + newer + stones * GONE_CHARGE
+    + (ready_size + redis.call('ZCARD', leased)) * charge
 end
 local function warm_allot(meta)
   return tonumber(redis.call('HGET', meta, ALLOT_FIELD) or '0') or 0
