@@ -36,6 +36,25 @@ of it failed (Valkey not answering): the next maintenance pass over the pair ent
 tenant again — at most one reaper or mover period (docs/architecture.md §5, "Tenants with
 ready work"). Its own claims (a worker of that tenant) never read the index and see the
 work at once. An entry of a tenant without work costs one visit, which takes it out.
+
+On a cluster the index lives on one master, which may hold none of the queue's pairs; its
+outage must not stop the claims of the tenants whose masters answer:
+
+=========================================  ===========================================
+the index's master                         reads and writes of the index
+=========================================  ===========================================
+answers                                    as above
+does not answer (a call raised             set aside for ``SET_ASIDE_SECONDS``
+``WarmTierUnavailable``), or was set       (logic/claim_isolation.py): a window comes
+aside by this process within that time     from the queue's registered tenants in
+                                           PostgreSQL (``tierq_queue_tenants``, by name,
+                                           wrapping), each visited as an entry is;
+                                           ``note`` and ``forget`` do nothing (the
+                                           maintenance passes enter the tenants again)
+=========================================  ===========================================
+
+A single server, or a shard of a sharded deployment (whose registered pairs include
+pairs homed on other shards), raises ``WarmTierUnavailable`` as before.
 """
 
 from __future__ import annotations
@@ -44,6 +63,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from tierq.errors import WarmTierFull, WarmTierUnavailable
+from tierq.logic import claim_isolation
 from tierq.logic.context import Context
 
 log = logging.getLogger(__name__)
@@ -58,11 +78,12 @@ def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
     """Enter ``tenants`` in the queue's index. Best-effort: a failure is logged, and the
     next maintenance pass over the pair enters the tenant again."""
     todo = list(tenants)
-    if not todo:
+    if not todo or _index_set_aside(ctx, queue):
         return
     try:
         ctx.warm.note_ready_tenants(queue, todo, ctx.id_tag)
-    except (WarmTierUnavailable, WarmTierFull):
+    except (WarmTierUnavailable, WarmTierFull) as exc:
+        _index_failed(ctx, queue, exc)
         log.warning("entering tenants of %r in its ready-tenant index failed; the next "
                     "maintenance pass does", queue, exc_info=True)
 
@@ -77,11 +98,12 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
     back: a push into a line with work enters no one on a cluster, so a tenant removed
     wrongly would otherwise wait for a maintenance pass, and an entry too many costs one
     visit."""
-    if not tenants:
+    if not tenants or _index_set_aside(ctx, queue):
         return
     try:
         ctx.warm.forget_ready_tenants(queue, tenants, ctx.id_tag)
-    except (WarmTierUnavailable, WarmTierFull):
+    except (WarmTierUnavailable, WarmTierFull) as exc:
+        _index_failed(ctx, queue, exc)
         log.warning("taking tenants of %r out of its ready-tenant index failed",
                     queue, exc_info=True)
         return
@@ -98,5 +120,51 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
 
 def tenants_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
     """Up to ``k`` tenants of the queue's index by name after ``after``, wrapping round to
-    the first (``after`` None: from the first)."""
-    return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag)
+    the first (``after`` None: from the first); the registered ones while the index's
+    master is set aside (the module's second table)."""
+    if not _may_stand_in(ctx):
+        return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag)
+    if _index_set_aside(ctx, queue):
+        return _registered_after(ctx, queue, after, k)
+    try:
+        return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag)
+    except WarmTierUnavailable as exc:
+        _index_failed(ctx, queue, exc)
+        return _registered_after(ctx, queue, after, k)
+
+
+def _may_stand_in(ctx: Context) -> bool:
+    """Whether the registered tenants may stand in for the index: on a cluster of an
+    unsharded deployment (a shard's registered pairs include pairs homed elsewhere)."""
+    return not ctx.warm.single_server and ctx.id_tag is None
+
+
+def _index_set_aside(ctx: Context, queue: str) -> bool:
+    """Whether the index's master is set aside now (only where the registered tenants
+    stand in for it)."""
+    if not ctx.claim_masters_down or not _may_stand_in(ctx):
+        return False
+    return claim_isolation.master_passed_over(ctx, ctx.warm.index_master(queue, ctx.id_tag))
+
+
+def _index_failed(ctx: Context, queue: str, exc: Exception) -> None:
+    """Set the index's master aside after it did not answer (not when it is out of memory:
+    it answers)."""
+    if isinstance(exc, WarmTierUnavailable) and _may_stand_in(ctx):
+        master = ctx.warm.index_master(queue, ctx.id_tag)
+        if master and not claim_isolation.master_passed_over(ctx, master):
+            log.warning("the ready-tenant index of %r did not answer; claims read its "
+                        "registered tenants for %.0f s: %s", queue,
+                        claim_isolation.SET_ASIDE_SECONDS, exc, extra={"queue": queue})
+        claim_isolation.set_master_aside(ctx, master)
+
+
+def _registered_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
+    """Up to ``k`` of the queue's registered tenants by name after ``after``, then from the
+    first up to ``after`` itself: the index's window, from PostgreSQL."""
+    first = [t for _, t in ctx.store.pairs_page((queue, after or ""), k, tenant=None,
+                                                 queue=queue)]
+    if not after or len(first) >= k:
+        return first
+    rest = ctx.store.pairs_page((queue, ""), k - len(first), tenant=None, queue=queue)
+    return first + [t for _, t in rest if t <= after]
