@@ -1,7 +1,7 @@
 """A master of the cluster down fails only its own tenants' part of a claim over several
 tenants (logic/claim_isolation.py): the tenants on the masters that answer get their tasks,
 and this process's later claims pass the down master's tenants over for a while. (The
-master of the queue's ready-tenant index is another: down, it fails every such claim.)"""
+master of the queue's ready-tenant index down: test_claims_with_the_index_down.py.)"""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_a_queue_wide_claim_goes_on_past_a_stopped_master(partial_cluster, app_d
     with Tierq(settings=settings, clock=OffsetClock()) as tq:
         client: Any = tq.warm.client
         tenants = tenants_on_every_node(client, QUEUE, per_node=2)
-        # a master other than the one of the queue's ready-tenant index (without it no
-        # claim over the queue's tenants can start: logic/ready_tenants.py)
+        # a master other than the one of the queue's ready-tenant index (that one down:
+        # test_claims_with_the_index_down.py)
         index = client.get_node_from_key(QueueKeys.ready_tenants(QUEUE))
         down = next(t for t in tenants
                     if node_of(client, QUEUE, t) != f"{index.host}:{index.port}")

@@ -776,10 +776,18 @@ class WarmTier:
     def master_of(self, queue: str, tenant: str) -> str | None:
         """``host:port`` of the cluster master serving the pair's keys (from the client's
         slot map, no call); ``""`` for a single server; None when the map does not say."""
+        return self._master_of_key(PairKeys.of(queue, tenant).ready)
+
+    def index_master(self, queue: str, shard_tag: int | None = None) -> str | None:
+        """``host:port`` of the master serving the queue's ready-tenant index, as
+        ``master_of`` answers for a pair."""
+        return self._master_of_key(QueueKeys.ready_tenants(queue, shard_tag))
+
+    def _master_of_key(self, key: str) -> str | None:
         if not isinstance(self.client, RedisCluster):
             return ""
         try:
-            node = self.client.get_node_from_key(PairKeys.of(queue, tenant).ready)
+            node = self.client.get_node_from_key(key)
         except _SLOT_MAP_UNKNOWN:
             return None
         return None if node is None else f"{node.host}:{node.port}"

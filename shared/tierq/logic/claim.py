@@ -519,10 +519,12 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
     else:
         # a window of the tenants with ready work, from one further than the last claim's
         # first: the turn goes round whatever the index gains or loses meanwhile
-        candidates = ready_tenants.tenants_after(ctx, queue, ctx.claim_turns.get(queue),
-                                                 ready_tenants.CLAIM_WINDOW)
+        candidates, registered = ready_tenants.window(
+            ctx, queue, ctx.claim_turns.get(queue), ready_tenants.CLAIM_WINDOW)
         if candidates:
-            ctx.claim_turns[queue] = candidates[0]
+            # (the registered tenants, mostly idle, stand in for the index: the next
+            # window starts after this one, so a turn round them takes few claims)
+            ctx.claim_turns[queue] = candidates[-1 if registered else 0]
     if request.tenant is None and (tenants is None or len(tenants) > 1):
         # a claim over the queue's tenants (logic/claim_isolation.py)
         claimer.isolate = True

@@ -20,6 +20,8 @@ raise, and what the claim does:
 | (``dal/valkey_replies.server_wide``)      |                                              |
 | the pop carrying the queue-wide take      | raises: what the take reserved is not known  |
 | (single server, ``rate``/``max_leased``)  |                                              |
+| the master of the queue's ready-tenant    | its window comes from the queue's registered |
+| index (cluster)                           | tenants (logic/ready_tenants.py)             |
 
 A pair, or a master, that failed is then passed over by this process's claims over several
 tenants for ``SET_ASIDE_SECONDS``, so a hung master costs one socket timeout per period,
@@ -80,9 +82,7 @@ def set_aside(ctx: Context, queue: str, tenant: str, exc: Exception) -> None:
     until = now + SET_ASIDE_SECONDS
     ctx.claim_set_aside[pair] = until
     if isinstance(exc, WarmTierUnavailable):
-        master = ctx.warm.master_of(queue, tenant)
-        if master:
-            ctx.claim_masters_down[master] = until
+        set_master_aside(ctx, ctx.warm.master_of(queue, tenant))
 
 
 def passed_over(ctx: Context, queue: str, tenant: str) -> bool:
@@ -91,11 +91,21 @@ def passed_over(ctx: Context, queue: str, tenant: str) -> bool:
     until = ctx.claim_set_aside.get((queue, tenant))
     if until is not None and until > now:
         return True
-    masters = ctx.claim_masters_down
-    if not masters:
+    if not ctx.claim_masters_down:
         return False
-    until = masters.get(ctx.warm.master_of(queue, tenant) or "")
-    return until is not None and until > now
+    return master_passed_over(ctx, ctx.warm.master_of(queue, tenant))
+
+
+def master_passed_over(ctx: Context, master: str | None) -> bool:
+    """Whether ``master`` (``WarmTier.master_of``; None or "": not known) is set aside now."""
+    until = ctx.claim_masters_down.get(master) if master else None
+    return until is not None and until > time.monotonic()
+
+
+def set_master_aside(ctx: Context, master: str | None) -> None:
+    """Pass ``master`` over for SET_ASIDE_SECONDS (a master not known is not remembered)."""
+    if master:
+        ctx.claim_masters_down[master] = time.monotonic() + SET_ASIDE_SECONDS
 
 
 def usable(ctx: Context, queue: str, candidates: Sequence[str]) -> list[str]:

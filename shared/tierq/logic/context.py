@@ -254,6 +254,11 @@ class Context:
     # meanwhile (logic/claim_isolation.py)
     claim_set_aside: dict[Pair, float] = field(default_factory=dict)
     claim_masters_down: dict[str, float] = field(default_factory=dict)
+    # Valkey masters of ready-tenant indexes that did not answer an index call, until when
+    # (monotonic seconds), and per queue the tenants to enter once its index answers
+    # (logic/ready_tenants.py)
+    ready_index_down: dict[str, float] = field(default_factory=dict)
+    ready_index_pending: dict[str, set[str]] = field(default_factory=dict)
     # Valkey masters a cron tick found down (registering a pair, withdrawing an occurrence),
     # until when (monotonic seconds): the tick does not ask them meanwhile
     # (logic/masters_down.py)

@@ -36,14 +36,43 @@ of it failed (Valkey not answering): the next maintenance pass over the pair ent
 tenant again — at most one reaper or mover period (docs/architecture.md §5, "Tenants with
 ready work"). Its own claims (a worker of that tenant) never read the index and see the
 work at once. An entry of a tenant without work costs one visit, which takes it out.
+
+On a cluster the index lives on one master, which may hold none of the queue's pairs; its
+outage must not stop the claims of the tenants whose masters answer:
+
+=========================================  ===========================================
+the index's master                         reads and writes of the index
+=========================================  ===========================================
+answers                                    as above
+did not answer an index call of this       remembered down for ``SET_ASIDE_SECONDS``
+process (``WarmTierUnavailable``) within   (``Context.ready_index_down``, and its pairs
+``SET_ASIDE_SECONDS``                      set aside: logic/claim_isolation.py): a
+                                           window comes from the queue's registered
+                                           tenants in PostgreSQL (``tierq_queue_tenants``,
+                                           by name, wrapping) and the next window starts
+                                           after its last tenant; ``forget`` takes
+                                           nothing out; ``note`` keeps its tenants and
+                                           enters them with the queue's first entry after
+                                           (at most ``PENDING_MAX`` per process)
+set aside by a claim's failed pair there   reads as in the row above (no timeout spent
+                                           on the index); writes are tried
+=========================================  ===========================================
+
+What the registered tenants do not replace: a queue's claim limits (``rate``,
+``max_leased``), its consumer's invocation slots (``max_concurrency``) and the
+dispatcher's counts live on the queue's slot too, so their calls fail with that master as
+before. A single server, or a shard of a sharded deployment (whose registered pairs
+include pairs homed on other shards), raises ``WarmTierUnavailable`` as before.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 
 from tierq.errors import WarmTierFull, WarmTierUnavailable
+from tierq.logic import claim_isolation
 from tierq.logic.context import Context
 
 log = logging.getLogger(__name__)
@@ -56,13 +85,23 @@ DISPATCH_WINDOW = 64
 
 def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
     """Enter ``tenants`` in the queue's index. Best-effort: a failure is logged, and the
-    next maintenance pass over the pair enters the tenant again."""
+    next maintenance pass over the pair enters the tenant again. While the index's master
+    is remembered down, the tenants are kept (``Context.ready_index_pending``) and entered
+    with the queue's first entry after it."""
     todo = list(tenants)
     if not todo:
         return
+    if _index_down(ctx, queue):
+        _keep_pending(ctx, queue, todo)
+        return
+    pending = ctx.ready_index_pending.pop(queue, None) if ctx.ready_index_pending else None
+    if pending:
+        todo = [*todo, *pending]
     try:
         ctx.warm.note_ready_tenants(queue, todo, ctx.id_tag)
-    except (WarmTierUnavailable, WarmTierFull):
+    except (WarmTierUnavailable, WarmTierFull) as exc:
+        if _index_failed(ctx, queue, exc):
+            _keep_pending(ctx, queue, todo)
         log.warning("entering tenants of %r in its ready-tenant index failed; the next "
                     "maintenance pass does", queue, exc_info=True)
 
@@ -76,12 +115,13 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
     second look fails (a pair's master not answering), every tenant removed is entered
     back: a push into a line with work enters no one on a cluster, so a tenant removed
     wrongly would otherwise wait for a maintenance pass, and an entry too many costs one
-    visit."""
-    if not tenants:
+    visit. Nothing is taken out while the index's master is remembered down."""
+    if not tenants or _index_down(ctx, queue):
         return
     try:
         ctx.warm.forget_ready_tenants(queue, tenants, ctx.id_tag)
-    except (WarmTierUnavailable, WarmTierFull):
+    except (WarmTierUnavailable, WarmTierFull) as exc:
+        _index_failed(ctx, queue, exc)
         log.warning("taking tenants of %r out of its ready-tenant index failed",
                     queue, exc_info=True)
         return
@@ -98,5 +138,100 @@ def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
 
 def tenants_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
     """Up to ``k`` tenants of the queue's index by name after ``after``, wrapping round to
-    the first (``after`` None: from the first)."""
-    return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag)
+    the first (``after`` None: from the first); :func:`window` says where they came from."""
+    return window(ctx, queue, after, k)[0]
+
+
+def window(ctx: Context, queue: str, after: str | None, k: int) -> tuple[list[str], bool]:
+    """``tenants_after``, and whether the tenants are the queue's registered ones (the
+    index's master is set aside: the module's second table), most of which may have no
+    work: a caller's next window then starts after this one's last tenant."""
+    if not _may_stand_in(ctx):
+        return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag), False
+    if _index_down(ctx, queue, reading=True):
+        return _registered_after(ctx, queue, after, k), True
+    try:
+        return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag), False
+    except WarmTierUnavailable as exc:
+        _index_failed(ctx, queue, exc)
+        return _registered_after(ctx, queue, after, k), True
+
+
+# The most tenants a process keeps for entries its index's master did not take (beyond, the
+# maintenance passes enter them).
+PENDING_MAX = 10_000
+
+
+def _may_stand_in(ctx: Context) -> bool:
+    """Whether the registered tenants may stand in for the index: on a cluster of an
+    unsharded deployment (a shard's registered pairs include pairs homed elsewhere)."""
+    return not ctx.warm.single_server and ctx.id_tag is None
+
+
+def _index_down(ctx: Context, queue: str, *, reading: bool = False) -> bool:
+    """Whether the index's master is remembered down: after a call to the index failed
+    (``Context.ready_index_down``), or, for a read, after any pair of that master failed a
+    claim (logic/claim_isolation.py): a read then costs no timeout, and skipping a write
+    would lose an entry."""
+    if not _may_stand_in(ctx) or not (ctx.ready_index_down or
+                                      (reading and ctx.claim_masters_down)):
+        return False
+    master = ctx.warm.index_master(queue, ctx.id_tag)
+    if not master:
+        return False
+    until = ctx.ready_index_down.get(master)
+    if until is not None and until > time.monotonic():
+        return True
+    return reading and claim_isolation.master_passed_over(ctx, master)
+
+
+def _index_failed(ctx: Context, queue: str, exc: Exception) -> bool:
+    """Remember the index's master down after it did not answer (not when it is out of
+    memory: it answers), for this process's index calls and its claims' pairs there;
+    whether it was."""
+    if not isinstance(exc, WarmTierUnavailable) or not _may_stand_in(ctx):
+        return False
+    master = ctx.warm.index_master(queue, ctx.id_tag)
+    if not master:
+        return False
+    now = time.monotonic()
+    if ctx.ready_index_down.get(master, 0.0) <= now:
+        log.warning("the ready-tenant index of %r did not answer; claims read its "
+                    "registered tenants for %.0f s: %s", queue,
+                    claim_isolation.SET_ASIDE_SECONDS, exc, extra={"queue": queue})
+    ctx.ready_index_down[master] = now + claim_isolation.SET_ASIDE_SECONDS
+    claim_isolation.set_master_aside(ctx, master)
+    return True
+
+
+def _keep_pending(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
+    """Keep entries for the queue's first entry once its index answers (at most
+    ``PENDING_MAX`` tenants in all)."""
+    kept = ctx.ready_index_pending.setdefault(queue, set())
+    room = PENDING_MAX - sum(len(v) for v in list(ctx.ready_index_pending.values()))
+    for tenant in tenants:
+        if room <= 0:
+            return
+        if tenant not in kept:
+            kept.add(tenant)
+            room -= 1
+
+
+def _registered_after(ctx: Context, queue: str, after: str | None, k: int) -> list[str]:
+    """Up to ``k`` of the queue's registered tenants by name after ``after``, then from the
+    first up to ``after`` itself (each once, in the database's order of names): the
+    index's window, from PostgreSQL."""
+    first = [t for _, t in ctx.store.pairs_page((queue, after or ""), k, tenant=None,
+                                                 queue=queue)]
+    if not after or len(first) >= k:
+        return first
+    seen = set(first)
+    out = list(first)
+    for _, tenant in ctx.store.pairs_page((queue, ""), k - len(first), tenant=None,
+                                          queue=queue):
+        if tenant in seen:
+            break
+        out.append(tenant)
+        if tenant == after:
+            break
+    return out

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tierq.errors import DatabaseTimedOut, WarmTierFull, WarmTierUnavailable
-from tierq.logic import limits, ready_tenants
+from tierq.logic import claim_isolation, limits, ready_tenants
 from tierq.logic.claim import claim_once
 from tierq.logic.context import Context, to_ms
 from tierq.logic.dispatch.counters import DispatchCounts, record_counts, saved_turn
@@ -186,10 +186,13 @@ class Dispatcher:
             consumer = self.consumer(queue)
             if consumer is None or now + consumer.lease_seconds() > self.finish_by:
                 continue  # (nothing this dispatcher could take)
-            window = ready_tenants.tenants_after(self.ctx, queue, None,
-                                                 ready_tenants.DISPATCH_WINDOW)
-            # (a full window may have more after it: taken as work, a batch tells)
-            if len(window) == ready_tenants.DISPATCH_WINDOW \
+            window, registered = ready_tenants.window(self.ctx, queue, None,
+                                                      ready_tenants.DISPATCH_WINDOW)
+            if registered:  # (mostly idle; those of a master set aside are not asked)
+                window = claim_isolation.usable(self.ctx, queue, window)
+            # (a full window of the index may have more after it: taken as work, a batch
+            # tells)
+            if (len(window) == ready_tenants.DISPATCH_WINDOW and not registered) \
                     or any(self.ctx.warm.ready_counts(queue, window)):
                 return True
         return False
@@ -447,8 +450,11 @@ class Dispatcher:
         self._resume_turn(queue, state)
         with self._changed:
             after = state.last_tenant
-        tenants = sorted(set(ready_tenants.tenants_after(self.ctx, queue, after,
-                                                         ready_tenants.DISPATCH_WINDOW)))
+        listed, registered = ready_tenants.window(self.ctx, queue, after,
+                                                  ready_tenants.DISPATCH_WINDOW)
+        if registered:  # (the tenants of a master set aside are not asked)
+            listed = claim_isolation.usable(self.ctx, queue, listed)
+        tenants = sorted(set(listed))
         empty: list[str] = []
         try:
             return self._claim_window(consumer, state, lease, tenants, empty)
