@@ -1,12 +1,14 @@
-"""The fixture of the query-plan tests (helpers: tests/integration/plans.py)."""
+"""The fixtures of the integration tests: the query-plan tests' database (helpers:
+tests/integration/plans.py) and a private Valkey with little memory left."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
+import redis
 
 from tests.integration.plans import WARM_ROWS
 from tests.support.stores import migrated_database
@@ -24,3 +26,21 @@ def unanalyzed(services: Any) -> Iterator[psycopg.Connection[Any]]:
             " SELECT gen_random_uuid(), 'q', '_', 0, '{}', 'warm', now(), now(), 5, g,"
             " now(), now(), now() FROM generate_series(1, %s) AS g", (WARM_ROWS,))
         yield conn
+
+
+@pytest.fixture
+def small_valkey(valkey: redis.Redis) -> Iterator[Callable[[int], None]]:
+    """``limit(n)``: the session's private Valkey takes n bytes more than it holds now, then
+    refuses writes (``noeviction``); its settings are restored afterwards."""
+    before = valkey.config_get("maxmemory*")
+
+    def limit(extra: int) -> None:
+        used = int(valkey.info("memory")["used_memory"])
+        valkey.config_set("maxmemory", used + extra)
+
+    valkey.config_set("maxmemory-policy", "noeviction")
+    try:
+        yield limit
+    finally:
+        valkey.config_set("maxmemory", before["maxmemory"])
+        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])

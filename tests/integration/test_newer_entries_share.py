@@ -10,7 +10,7 @@ with their tasks' leases, and what lapses in a pair that went idle is swept by t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -31,22 +31,6 @@ from tierq.logic.tenant_budget import TASK_CHARGE
 MiB = 1 << 20
 BIG = "x" * 250_000
 LAPSES = "tq:{~}:lapses"  # (dal/warm_tier.py LAPSES_KEY)
-
-
-@pytest.fixture
-def small_valkey(valkey: redis.Redis) -> Iterator[Callable[[int], None]]:
-    before = valkey.config_get("maxmemory*")
-
-    def limit(extra: int) -> None:
-        used = int(valkey.info("memory")["used_memory"])
-        valkey.config_set("maxmemory", used + extra)
-
-    valkey.config_set("maxmemory-policy", "noeviction")
-    try:
-        yield limit
-    finally:
-        valkey.config_set("maxmemory", before["maxmemory"])
-        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ reproduction of issue 28's "one tenant fills the shared cache"."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -272,24 +272,6 @@ def test_a_replacement_that_goes_cold_reports_cold(
 
 
 # -- issue 28's reproduction: one tenant fills the shared cache -------------------------------
-
-@pytest.fixture
-def small_valkey(valkey: redis.Redis) -> Iterator[Callable[[int], None]]:
-    """``limit(n)``: the session's private Valkey takes n bytes more than it holds now, then
-    refuses writes (``noeviction``); its settings are restored afterwards."""
-    before = valkey.config_get("maxmemory*")
-
-    def limit(extra: int) -> None:
-        used = int(valkey.info("memory")["used_memory"])
-        valkey.config_set("maxmemory", used + extra)
-
-    valkey.config_set("maxmemory-policy", "noeviction")
-    try:
-        yield limit
-    finally:
-        valkey.config_set("maxmemory", before["maxmemory"])
-        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])
-
 
 def test_a_tenant_spreading_big_tasks_over_60_queues_does_not_starve_another(
         make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
