@@ -254,13 +254,23 @@ class TierqSide:
             self.backend = conn.info.backend_pid
 
     def columns(self, batch: Batch, state: str, *, keyed: bool) -> Any:
-        from tierq.logic.enqueue import Prepared, row_columns
+        from tierq.logic.enqueue import row_columns
+
+        return row_columns(self.prepared(batch, state), keyed=keyed)
+
+    def prepared(self, batch: Batch, state: str) -> Any:
+        from tierq.logic.enqueue import Prepared
 
         now = time.time()
-        prepared = [Prepared(i, batch.ids[i], batch.tenants[i], batch.keys[i],
-                             batch.priorities[i], b'{"i":%d}' % i, False, now, 3, "ignore",
-                             True, state) for i in range(len(batch.ids))]
-        return row_columns(prepared, keyed=keyed)
+        return [Prepared(i, batch.ids[i], batch.tenants[i], batch.keys[i],
+                         batch.priorities[i], b'{"i":%d}' % i, False, now, 3, "ignore",
+                         True, state) for i in range(len(batch.ids))]
+
+    def uniform(self, batch: Batch, state: str) -> Any:
+        """The batch's columns as insert_tasks_uniform takes them (None: not uniform)."""
+        from tierq.logic.enqueue import uniform_columns
+
+        return uniform_columns(self.prepared(batch, state))
 
     def insert(self, batches: Sequence[Batch], state: str, *, keyed: bool) -> None:
         now = datetime.now(UTC)

@@ -147,7 +147,7 @@ def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanw
     producer = make_tq(warm_max=10)
     other = make_tq(warm_max=10)
     producer.enqueue("r", [{"payload": ["p", i]} for i in range(4)])
-    real = producer.ctx.store.insert_tasks_keyless
+    real = producer.ctx.store.insert_tasks_uniform
     outcomes: list[list[str]] = []
 
     def meanwhile(*args: Any, **kwargs: Any) -> Any:
@@ -157,7 +157,7 @@ def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanw
                 outcomes.append([o.state for o in out])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(producer.ctx.store, "insert_tasks_keyless", meanwhile)
+    monkeypatch.setattr(producer.ctx.store, "insert_tasks_uniform", meanwhile)
     seen = [marked(producer), marked(other)]
     out = producer.enqueue("r", [{"payload": ["p", i]} for i in range(4, 7)])
     assert outcomes == [["warm"] * 3, ["cold"] * 3]
@@ -180,7 +180,7 @@ def test_a_record_of_tasks_about_to_be_pushed_goes_when_the_insert_fails(
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(tq.ctx.store, "insert_tasks_keyless", failing)
+    monkeypatch.setattr(tq.ctx.store, "insert_tasks_uniform", failing)
     with pytest.raises(RuntimeError):
         tq.enqueue("f", [{"payload": i} for i in range(2, 10)])
     meta = PairKeys.of("f", "_").meta

@@ -370,3 +370,64 @@ def test_a_leased_task_replaced_into_the_future_frees_its_place(make_tq):
     [second] = tq.enqueue("rf", [{"payload": 3}])
     [task] = tq.claim("rf")  # the rescheduled lease's place is free
     assert task.id == second.id
+
+
+_ROW = ("SELECT tenant, key, priority, payload, state, max_attempts, grp, timeout_seconds,"
+        " trace, attempts, run_at - created_at, run_at_initially - created_at,"
+        " ready_since - created_at, state_since - created_at, seq"
+        " FROM tierq_tasks WHERE queue = %s ORDER BY seq")
+
+
+@pytest.mark.parametrize("shape", ["defaults", "tenants and priorities", "delayed",
+                                   "attempts and time limit", "past run_at"])
+def test_a_uniform_batch_writes_the_rows_of_the_general_insert(tq, pg, monkeypatch, shape):
+    """A batch whose tasks share their state, run_at, attempts and time limit goes in by
+    insert_tasks_uniform: its rows are those of insert_tasks_keyless, column by column."""
+    from datetime import UTC, datetime, timedelta
+
+    from tierq.logic import enqueue as enqueue_logic
+
+    extra = {"defaults": {}, "tenants and priorities": {},
+             "delayed": {"run_at": datetime.now(UTC) + timedelta(hours=1)},
+             "attempts and time limit": {"max_attempts": 7, "timeout_seconds": 30},
+             "past run_at": {"run_at": datetime.now(UTC) - timedelta(hours=1)}}[shape]
+    varied = shape == "tenants and priorities"
+    tasks = [{"payload": {"n": i}, **extra,
+              **({"tenant": f"t{i % 3}", "priority": i % 4} if varied else {})}
+             for i in range(12)]
+    calls: list[str] = []
+    for name in ("insert_tasks_uniform", "insert_tasks_keyless"):
+        monkeypatch.setattr(tq.ctx.store, name, _spied(calls, name, getattr(tq.ctx.store, name)))
+    tq.enqueue("uniform", tasks)
+    monkeypatch.setattr(enqueue_logic, "uniform_columns", lambda batch: None)
+    tq.enqueue("general", tasks)
+    assert calls == ["insert_tasks_uniform", "insert_tasks_keyless"]
+    uniform = pg.execute(_ROW, ("uniform",)).fetchall()
+    general = pg.execute(_ROW, ("general",)).fetchall()
+    assert len(uniform) == len(general) == 12
+    # the same rows but their places in line (and the enqueue's own moment: run_at of a
+    # ready task is its enqueue's, which differ by microseconds between the two)
+    def comparable(row: tuple) -> tuple:
+        *cols, _seq = row
+        return tuple(cols[:10]) + tuple(
+            None if d is None else round(d.total_seconds()) for d in cols[10:])
+    assert [comparable(r) for r in uniform] == [comparable(r) for r in general]
+    seqs = [r[-1] for r in uniform]
+    assert seqs == list(range(seqs[0], seqs[0] + 12))
+
+
+def _spied(calls: list[str], name: str, call: object) -> object:
+    def spied(*args: object, **kwargs: object) -> object:
+        calls.append(name)
+        return call(*args, **kwargs)  # type: ignore[operator]
+    return spied
+
+
+def test_a_batch_that_differs_goes_by_the_general_insert(tq, monkeypatch):
+    calls: list[str] = []
+    for name in ("insert_tasks_uniform", "insert_tasks_keyless"):
+        monkeypatch.setattr(tq.ctx.store, name, _spied(calls, name, getattr(tq.ctx.store, name)))
+    tq.enqueue("mixed", [{"payload": 1}, {"payload": 2, "max_attempts": 9}])
+    tq.enqueue("mixed", [{"payload": 1}, {"payload": 2, "timeout_seconds": 5}])
+    tq.enqueue("mixed", [{"payload": 1}, {"payload": 2, "group": "g"}])
+    assert calls == ["insert_tasks_keyless"] * 3

@@ -48,6 +48,21 @@ class TaskColumns(TypedDict):
     keys: NotRequired[str]
 
 
+class UniformColumns(TypedDict):
+    """A batch of new tasks without keys whose tasks share every column but their id,
+    tenant, priority and payload: those as in ``TaskColumns``, the rest one value each
+    (``tierq.logic.enqueue.uniform_columns``)."""
+
+    ids: str
+    tenants: str
+    priorities: str
+    payloads: str
+    state: str
+    run_at: float
+    max_attempts: int
+    timeout: int | None
+
+
 class TaskQueries(StoreBase):
     # -- enqueue --------------------------------------------------------------------------
 
@@ -64,6 +79,14 @@ class TaskQueries(StoreBase):
         """Insert a batch without keys; (seq of its first row, rows inserted)."""
         [(first, count)] = self._fetch(
             "insert_tasks_keyless", {"queue": queue, "now": now, **columns},
+            tuple_row, conn)
+        return first, count
+
+    def insert_tasks_uniform(self, queue: str, now: datetime, columns: UniformColumns, *,
+                             conn: Conn | None = None) -> tuple[int, int]:
+        """``insert_tasks_keyless`` for a uniform batch (``UniformColumns``)."""
+        [(first, count)] = self._fetch(
+            "insert_tasks_uniform", {"queue": queue, "now": now, **columns},
             tuple_row, conn)
         return first, count
 

@@ -84,6 +84,39 @@ WITH inserted AS (
 )
 SELECT min(seq), count(*) FROM inserted;
 
+-- name: insert_tasks_uniform
+-- insert_tasks_keyless for a batch whose tasks share their state, run_at, max_attempts and
+-- time limit, with no group nor trace context (logic/enqueue.uniform_columns): those come
+-- as single values, so each row evaluates four array elements where the general statement
+-- evaluates ten (about 14% less PostgreSQL CPU per row, python -m bench.pg_layouts). It
+-- returns as insert_tasks_keyless does.
+WITH inserted AS (
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since, grp, timeout_seconds, trace)
+    SELECT v.id, %(queue)s, v.tenant, NULL, v.priority, v.payload, r.state, r.run_at,
+           r.run_at, %(max_attempts)s, b.seq + v.n - 1, %(now)s, r.ready_since,
+           %(now)s, NULL, %(timeout)s, NULL
+    FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
+         -- as insert_tasks_keyless computes them per row
+         (SELECT s.state,
+                 CASE WHEN s.state IN ('delayed', 'waiting', 'held')
+                      THEN to_timestamp(%(run_at)s::double precision)
+                      ELSE LEAST(to_timestamp(%(run_at)s::double precision),
+                                 %(now)s::timestamptz)
+                 END AS run_at,
+                 CASE WHEN s.state IN ('delayed', 'waiting', 'held') THEN NULL
+                      ELSE %(now)s::timestamptz END AS ready_since
+          FROM (SELECT %(state)s::text AS state) AS s) AS r,
+         ROWS FROM (unnest(%(ids)s::uuid[]),
+                    jsonb_array_elements_text(%(tenants)s::jsonb),
+                    unnest(%(priorities)s::smallint[]),
+                    jsonb_array_elements(%(payloads)s::jsonb))
+         WITH ORDINALITY AS v(id, tenant, priority, payload, n)
+    RETURNING seq
+)
+SELECT min(seq), count(*) FROM inserted;
+
 -- name: live_by_keys
 SELECT t.id, t.tenant, t.key, t.state
 FROM tierq_tasks t
