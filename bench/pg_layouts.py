@@ -60,6 +60,8 @@ ACK_ROWS = "INSERT INTO slot_done SELECT unnest(%(ids)s::uuid[]) ON CONFLICT DO 
 VARIANTS = [
     ("today: insert_tasks_keyless", "insert"),
     ("today: insert_tasks_uniform", "insert"),
+    ("general: insert_tasks, 1 in 10 keyed", "keyed insert"),
+    ("today: insert_tasks_uniform_keyed", "keyed insert"),
     ("bare table: PRODUCE", "insert"),
     ("narrow table, primary key", "insert"),
     ("narrow table, no index", "insert"),
@@ -92,6 +94,8 @@ class Layouts:
         self.tasks = dict.fromkeys(self.conns, 0)
         self.insert = queries()["insert_tasks_keyless"]
         self.uniform = queries()["insert_tasks_uniform"]
+        self.keyed = queries()["insert_tasks"]
+        self.uniform_keyed = queries()["insert_tasks_uniform_keyed"]
         self.ack = queries()["ack_delete"]
         self.now = datetime.now(UTC)
 
@@ -134,6 +138,22 @@ class Layouts:
             uniform += batch.ids
         self.setup.execute("DELETE FROM tierq_tasks WHERE id = ANY(%s::uuid[])",
                            (uuid_array(uniform),))
+        # batches of 10 tenants, priorities and a key on one task in ten (the mixed shape's),
+        # by the general keyed statement and by the uniform one, then deleted (not measured)
+        mixed = make_tasks(1000, mixed=True, seed=seed)
+        keyed_ids: list[str] = []
+        for name, statement, batch in (
+                ("general: insert_tasks, 1 in 10 keyed", self.keyed, mixed[seed % 2]),
+                ("today: insert_tasks_uniform_keyed", self.uniform_keyed,
+                 mixed[1 - seed % 2])):
+            columns = (self.helper.columns(batch, "warm", keyed=True)
+                       if statement is self.keyed
+                       else self.helper.uniform(batch, "warm", keyed=True))
+            self.run(name, 500, statement, {"queue": QUEUE, "now": self.now, **columns},
+                     fetch=True)
+            keyed_ids += batch.ids
+        self.setup.execute("DELETE FROM tierq_tasks WHERE id = ANY(%s::uuid[])",
+                           (uuid_array(keyed_ids),))
         # the bare table's insert (its claims and acks: bench.pg_writes)
         for _ in range(2):
             payloads = [orjson.dumps({"i": i}).decode() for i in range(500)]

@@ -379,32 +379,45 @@ _ROW = ("SELECT tenant, key, priority, payload, state, max_attempts, grp, timeou
 
 
 @pytest.mark.parametrize("shape", ["defaults", "tenants and priorities", "delayed",
-                                   "attempts and time limit", "past run_at"])
+                                   "attempts and time limit", "past run_at", "keys on some"])
 def test_a_uniform_batch_writes_the_rows_of_the_general_insert(tq, pg, monkeypatch, shape):
     """A batch whose tasks share their state, run_at, attempts and time limit goes in by
-    insert_tasks_uniform: its rows are those of insert_tasks_keyless, column by column."""
+    insert_tasks_uniform (with keys, insert_tasks_uniform_keyed): its rows and outcomes are
+    those of the general statement, column by column."""
     from datetime import UTC, datetime, timedelta
 
     from tierq.logic import enqueue as enqueue_logic
 
-    extra = {"defaults": {}, "tenants and priorities": {},
+    extra = {"defaults": {}, "tenants and priorities": {}, "keys on some": {},
              "delayed": {"run_at": datetime.now(UTC) + timedelta(hours=1)},
              "attempts and time limit": {"max_attempts": 7, "timeout_seconds": 30},
              "past run_at": {"run_at": datetime.now(UTC) - timedelta(hours=1)}}[shape]
-    varied = shape == "tenants and priorities"
+    varied = shape in ("tenants and priorities", "keys on some")
+    keyed = shape == "keys on some"
     tasks = [{"payload": {"n": i}, **extra,
-              **({"tenant": f"t{i % 3}", "priority": i % 4} if varied else {})}
+              **({"tenant": f"t{i % 3}", "priority": i % 4} if varied else {}),
+              **({"key": f"k{i}"} if keyed and i % 4 == 0 else {})}
              for i in range(12)]
+    general_name = "insert_tasks" if keyed else "insert_tasks_keyless"
+    uniform_name = "insert_tasks_uniform_keyed" if keyed else "insert_tasks_uniform"
     calls: list[str] = []
-    for name in ("insert_tasks_uniform", "insert_tasks_keyless"):
+    for name in (uniform_name, general_name):
         monkeypatch.setattr(tq.ctx.store, name, _spied(calls, name, getattr(tq.ctx.store, name)))
-    tq.enqueue("uniform", tasks)
-    monkeypatch.setattr(enqueue_logic, "uniform_columns", lambda batch: None)
-    tq.enqueue("general", tasks)
-    assert calls == ["insert_tasks_uniform", "insert_tasks_keyless"]
+    outcomes = {}
+    for queue in ("uniform", "general"):
+        if queue == "general":
+            monkeypatch.setattr(enqueue_logic, "uniform_columns", lambda batch, keyed: None)
+        if keyed:  # (a live task holds the key of the batch's first keyed task)
+            tq.enqueue(queue, [{"payload": "live", "tenant": "t0", "key": "k0"}])
+        outcomes[queue] = [(o.outcome, o.state, o.tenant, o.key)
+                           for o in tq.enqueue(queue, tasks)]
+    assert calls == [uniform_name] * (1 + keyed) + [general_name] * (1 + keyed)
+    assert outcomes["uniform"] == outcomes["general"]
+    assert [o[0] for o in outcomes["uniform"]].count("created") == 12 - keyed
     uniform = pg.execute(_ROW, ("uniform",)).fetchall()
     general = pg.execute(_ROW, ("general",)).fetchall()
-    assert len(uniform) == len(general) == 12
+    assert len(uniform) == len(general) == 12  # (with keys: the live task, 11 of the batch)
+
     # the same rows but their places in line (and the enqueue's own moment: run_at of a
     # ready task is its enqueue's, which differ by microseconds between the two)
     def comparable(row: tuple) -> tuple:
@@ -412,8 +425,9 @@ def test_a_uniform_batch_writes_the_rows_of_the_general_insert(tq, pg, monkeypat
         return tuple(cols[:10]) + tuple(
             None if d is None else round(d.total_seconds()) for d in cols[10:])
     assert [comparable(r) for r in uniform] == [comparable(r) for r in general]
-    seqs = [r[-1] for r in uniform]
-    assert seqs == list(range(seqs[0], seqs[0] + 12))
+    for rows in (uniform, general):  # the batch's rows in batch order (its first refused)
+        seqs = [r[-1] for r in rows[keyed:]]
+        assert seqs == list(range(seqs[0], seqs[0] + 12 - keyed))
 
 
 def _spied(calls: list[str], name: str, call: object) -> object:

@@ -230,32 +230,34 @@ def insert_columns(batch: Sequence[Prepared], *, keyed: bool
                    ) -> TaskColumns | UniformColumns:
     """The batch's columns for its insert: ``uniform_columns`` where they apply, else
     ``row_columns``."""
-    if not keyed:
-        uniform = uniform_columns(batch)
-        if uniform is not None:
-            return uniform
+    uniform = uniform_columns(batch, keyed=keyed)
+    if uniform is not None:
+        return uniform
     return row_columns(batch, keyed=keyed)
 
 
-def uniform_columns(batch: Sequence[Prepared]) -> UniformColumns | None:
-    """The columns of a batch without keys whose tasks share their state, run_at,
-    max_attempts and time limit and have no group nor trace context (insert_tasks_uniform:
-    one value each for those); None for any other batch."""
+def uniform_columns(batch: Sequence[Prepared], *, keyed: bool = False
+                    ) -> UniformColumns | None:
+    """The columns of a batch whose tasks share their state, run_at, max_attempts and time
+    limit and have no group nor trace context (insert_tasks_uniform, or with ``keyed``
+    insert_tasks_uniform_keyed: one value each for those); None for any other batch."""
     first = batch[0]
     state, run_at, attempts, limit = (first.state, first.run_at_s, first.max_attempts,
                                       first.timeout_seconds)
     for p in batch:
         if p.state != state or p.run_at_s != run_at or p.max_attempts != attempts \
-                or p.timeout_seconds != limit or p.group is not None or p.trace is not None \
-                or p.key is not None:
+                or p.timeout_seconds != limit or p.group is not None or p.trace is not None:
             return None
-    return {
+    columns: UniformColumns = {
         "ids": "{" + ",".join([p.id for p in batch]) + "}",
         "tenants": orjson.dumps([p.tenant for p in batch]).decode(),
         "priorities": "{" + ",".join(map(str, [p.priority for p in batch])) + "}",
         "payloads": (b"[" + b",".join([p.payload_json for p in batch]) + b"]").decode(),
         "state": state, "run_at": run_at, "max_attempts": attempts, "timeout": limit,
     }
+    if keyed:
+        columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
+    return columns
 
 
 def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
@@ -428,6 +430,11 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
             with ctx.db.transaction() as own:
                 return _insert(ctx, queue, batch, now, columns, keyed, own)
         require_here(ctx.store, conn, queue, [p.tenant for p in batch])
+    if "state" in columns and keyed:
+        first, seqs = ctx.store.insert_tasks_uniform_keyed(
+            queue, to_datetime(now), cast(UniformColumns, columns), conn=conn)
+        seqs.update((p.id, first + i) for i, p in enumerate(batch) if p.key is None)
+        return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
     if "state" in columns:
         first, count = ctx.store.insert_tasks_uniform(
             queue, to_datetime(now), cast(UniformColumns, columns), conn=conn)

@@ -61,6 +61,7 @@ class UniformColumns(TypedDict):
     run_at: float
     max_attempts: int
     timeout: int | None
+    keys: NotRequired[str]  # a JSON array: each task's key, or null (some have one)
 
 
 class TaskQueries(StoreBase):
@@ -89,6 +90,21 @@ class TaskQueries(StoreBase):
             "insert_tasks_uniform", {"queue": queue, "now": now, **columns},
             tuple_row, conn)
         return first, count
+
+    def insert_tasks_uniform_keyed(self, queue: str, now: datetime, columns: UniformColumns,
+                                   *, conn: Conn | None = None) -> tuple[int, dict[str, int]]:
+        """``insert_tasks`` for a uniform batch with keys: (seq of its first row, {id: seq}
+        of the keyed rows inserted); every row without a key is inserted."""
+        first = 0
+        inserted: dict[str, int] = {}
+        for task_id, seq in self._fetch("insert_tasks_uniform_keyed",
+                                        {"queue": queue, "now": now, **columns}, tuple_row,
+                                        conn):
+            if task_id is None:
+                first = seq
+            else:
+                inserted[task_id] = seq
+        return first, inserted
 
     def task_seq_position(self) -> SeqPosition:
         """How far tierq_task_seq has come (places in line: core/ordering.py)."""
