@@ -277,6 +277,7 @@ class TierqSide:
         now = datetime.now(UTC)
         for batch in batches:  # (the engine's statements: uniform batches, as these are)
             columns = self.uniform(batch, state, keyed=keyed)
+            assert columns is not None, "the benchmark's batches are uniform"
             if keyed:
                 self.store.insert_tasks_uniform_keyed(QUEUE, now, columns)
             else:

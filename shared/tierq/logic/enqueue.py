@@ -226,6 +226,12 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
     return [outcomes[p.index] for p in prepared]
 
 
+# The most payload bytes of a keyed batch insert_tasks_uniform_keyed takes: it keeps the
+# batch's rows once more (read by both of its inserts), which past the server's work_mem
+# (4 MB by default) are written to a temporary file.
+UNIFORM_KEYED_MAX_BYTES = 1 << 20
+
+
 def insert_columns(batch: Sequence[Prepared], *, keyed: bool
                    ) -> TaskColumns | UniformColumns:
     """The batch's columns for its insert: ``uniform_columns`` where they apply, else
@@ -240,7 +246,12 @@ def uniform_columns(batch: Sequence[Prepared], *, keyed: bool = False
                     ) -> UniformColumns | None:
     """The columns of a batch whose tasks share their state, run_at, max_attempts and time
     limit and have no group nor trace context (insert_tasks_uniform, or with ``keyed``
-    insert_tasks_uniform_keyed: one value each for those); None for any other batch."""
+    insert_tasks_uniform_keyed: one value each for those); None for any other batch, and
+    for a keyed one whose payloads pass ``UNIFORM_KEYED_MAX_BYTES``."""
+    if not batch:
+        return None
+    if keyed and sum(len(p.payload_json) for p in batch) > UNIFORM_KEYED_MAX_BYTES:
+        return None
     first = batch[0]
     state, run_at, attempts, limit = (first.state, first.run_at_s, first.max_attempts,
                                       first.timeout_seconds)

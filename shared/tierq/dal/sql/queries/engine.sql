@@ -122,7 +122,9 @@ SELECT min(seq), count(*) FROM inserted;
 -- key: the rows without one go in without ON CONFLICT, whose speculative insertion would
 -- cost each of them (about 16% less PostgreSQL CPU per row of a batch with a key on one
 -- task in ten). It returns the keyed rows inserted (id, seq), then one row (NULL, the
--- batch's first seq): the n-th row of the batch has that seq + n - 1.
+-- batch's first seq): the n-th row of the batch has that seq + n - 1. Its rows are kept
+-- once more for its two inserts, so a batch of big payloads takes insert_tasks
+-- (logic/enqueue.UNIFORM_KEYED_MAX_BYTES).
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 v AS (
     SELECT v.id, v.tenant, v.key, v.priority, v.payload, b.seq + v.n - 1 AS seq
