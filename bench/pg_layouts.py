@@ -59,6 +59,9 @@ ACK_ROWS = "INSERT INTO slot_done SELECT unnest(%(ids)s::uuid[]) ON CONFLICT DO 
 # (variant, the step it stands for): each step's first variant is today's statement
 VARIANTS = [
     ("today: insert_tasks_keyless", "insert"),
+    ("today: insert_tasks_uniform", "insert"),
+    ("general: insert_tasks, 1 in 10 keyed", "keyed insert"),
+    ("today: insert_tasks_uniform_keyed", "keyed insert"),
     ("bare table: PRODUCE", "insert"),
     ("narrow table, primary key", "insert"),
     ("narrow table, no index", "insert"),
@@ -90,6 +93,9 @@ class Layouts:
         self.ns = dict.fromkeys(self.conns, 0)
         self.tasks = dict.fromkeys(self.conns, 0)
         self.insert = queries()["insert_tasks_keyless"]
+        self.uniform = queries()["insert_tasks_uniform"]
+        self.keyed = queries()["insert_tasks"]
+        self.uniform_keyed = queries()["insert_tasks_uniform_keyed"]
         self.ack = queries()["ack_delete"]
         self.now = datetime.now(UTC)
 
@@ -110,7 +116,7 @@ class Layouts:
     def round(self, seed: int) -> None:
         from tierq.dal.postgres import uuid_array
 
-        batches = make_tasks(3000, mixed=False, seed=seed)
+        batches = make_tasks(4000, mixed=False, seed=seed)
         # today's table: 1,000 tasks in, 800 acked by 400, 200 by 10
         ids: list[str] = []
         for batch in batches[:2]:
@@ -123,6 +129,31 @@ class Layouts:
         for lo in range(800, 1000, 10):
             self.run("today: ack_delete of 10", 10, self.ack, {
                 "ids": uuid_array(ids[lo:lo + 10]), "queue": QUEUE, "attempt": 1}, fetch=True)
+        # the same rows by the statement of a uniform batch, then deleted (not measured)
+        uniform: list[str] = []
+        for batch in batches[6:8]:
+            self.run("today: insert_tasks_uniform", 500, self.uniform,
+                     {"queue": QUEUE, "now": self.now, **self.helper.uniform(batch, "warm")},
+                     fetch=True)
+            uniform += batch.ids
+        self.setup.execute("DELETE FROM tierq_tasks WHERE id = ANY(%s::uuid[])",
+                           (uuid_array(uniform),))
+        # batches of 10 tenants, priorities and a key on one task in ten (the mixed shape's),
+        # by the general keyed statement and by the uniform one, then deleted (not measured)
+        mixed = make_tasks(1000, mixed=True, seed=seed)
+        keyed_ids: list[str] = []
+        for name, statement, batch in (
+                ("general: insert_tasks, 1 in 10 keyed", self.keyed, mixed[seed % 2]),
+                ("today: insert_tasks_uniform_keyed", self.uniform_keyed,
+                 mixed[1 - seed % 2])):
+            columns = (self.helper.columns(batch, "warm", keyed=True)
+                       if statement is self.keyed
+                       else self.helper.uniform(batch, "warm", keyed=True))
+            self.run(name, 500, statement, {"queue": QUEUE, "now": self.now, **columns},
+                     fetch=True)
+            keyed_ids += batch.ids
+        self.setup.execute("DELETE FROM tierq_tasks WHERE id = ANY(%s::uuid[])",
+                           (uuid_array(keyed_ids),))
         # the bare table's insert (its claims and acks: bench.pg_writes)
         for _ in range(2):
             payloads = [orjson.dumps({"i": i}).decode() for i in range(500)]

@@ -25,8 +25,8 @@ The tierq steps run the engine's own named statements through ``TaskStore`` (so
 ``bench/systems/bare_table.py``'s, unchanged (the engine's connection as the engine opens
 it without RDS Proxy: timeouts on the session). Steps, per shape (tierq / the bare table):
 
-* ``<shape>: insert``: ``insert_tasks_keyless`` (mixed: ``insert_tasks``) / ``PRODUCE``
-  (mixed: ``PRODUCE_MIXED``), 500 a statement;
+* ``<shape>: insert``: ``insert_tasks_uniform`` (mixed: ``insert_tasks_uniform_keyed``) /
+  ``PRODUCE`` (mixed: ``PRODUCE_MIXED``), 500 a statement;
 * ``<shape>: ack`` / ``claim + ack``: ``ack_delete`` of N ids (claims are Valkey's) / a
   worker's loop, ``CLAIM`` N then ``ACK`` what came, until no task is left, split into its
   two statements (``: claim``, ``: ack``);
@@ -254,22 +254,34 @@ class TierqSide:
             self.backend = conn.info.backend_pid
 
     def columns(self, batch: Batch, state: str, *, keyed: bool) -> Any:
-        from tierq.logic.enqueue import Prepared, row_columns
+        from tierq.logic.enqueue import row_columns
+
+        return row_columns(self.prepared(batch, state), keyed=keyed)
+
+    def prepared(self, batch: Batch, state: str) -> Any:
+        from tierq.logic.enqueue import Prepared
 
         now = time.time()
-        prepared = [Prepared(i, batch.ids[i], batch.tenants[i], batch.keys[i],
-                             batch.priorities[i], b'{"i":%d}' % i, False, now, 3, "ignore",
-                             True, state) for i in range(len(batch.ids))]
-        return row_columns(prepared, keyed=keyed)
+        return [Prepared(i, batch.ids[i], batch.tenants[i], batch.keys[i],
+                         batch.priorities[i], b'{"i":%d}' % i, False, now, 3, "ignore",
+                         True, state) for i in range(len(batch.ids))]
+
+    def uniform(self, batch: Batch, state: str, *, keyed: bool = False) -> Any:
+        """The batch's columns as insert_tasks_uniform (``keyed``: insert_tasks_uniform_keyed)
+        takes them (None: not uniform)."""
+        from tierq.logic.enqueue import uniform_columns
+
+        return uniform_columns(self.prepared(batch, state), keyed=keyed)
 
     def insert(self, batches: Sequence[Batch], state: str, *, keyed: bool) -> None:
         now = datetime.now(UTC)
-        for batch in batches:
-            columns = self.columns(batch, state, keyed=keyed)
+        for batch in batches:  # (the engine's statements: uniform batches, as these are)
+            columns = self.uniform(batch, state, keyed=keyed)
+            assert columns is not None, "the benchmark's batches are uniform"
             if keyed:
-                self.store.insert_tasks(QUEUE, now, columns)
+                self.store.insert_tasks_uniform_keyed(QUEUE, now, columns)
             else:
-                self.store.insert_tasks_keyless(QUEUE, now, columns)
+                self.store.insert_tasks_uniform(QUEUE, now, columns)
 
     def claim_order(self, batches: Sequence[Batch]) -> list[str]:
         """The ids in the order claims hand them out (priority first, then seq)."""

@@ -137,9 +137,16 @@ def test_a_batch_over_several_tenants_checks_each_pair(
     assert [t.payload for t in drain(tq, "t", tenant="full")] == list(range(8))
 
 
+# each insert statement a batch may take: a uniform batch's, and the general one's (a task
+# with other max_attempts than the rest)
+INSERTS = [("insert_tasks_uniform", {}), ("insert_tasks_keyless", {"max_attempts": 9})]
+
+
+@pytest.mark.parametrize(("statement", "last"), INSERTS)
 def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanwhile(
         make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
-        marked: Callable[[Tierq], MarkCold], monkeypatch: pytest.MonkeyPatch) -> None:
+        marked: Callable[[Tierq], MarkCold], monkeypatch: pytest.MonkeyPatch,
+        statement: str, last: dict[str, Any]) -> None:
     """Between one enqueue's check and its push, another process enqueues twice: the room
     the first one found stays its own (its tasks count as coming), so the other's second
     batch goes cold at once and the first one's push is taken though the pair is cold by
@@ -147,7 +154,7 @@ def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanw
     producer = make_tq(warm_max=10)
     other = make_tq(warm_max=10)
     producer.enqueue("r", [{"payload": ["p", i]} for i in range(4)])
-    real = producer.ctx.store.insert_tasks_keyless
+    real = getattr(producer.ctx.store, statement)
     outcomes: list[list[str]] = []
 
     def meanwhile(*args: Any, **kwargs: Any) -> Any:
@@ -157,9 +164,10 @@ def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanw
                 outcomes.append([o.state for o in out])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(producer.ctx.store, "insert_tasks_keyless", meanwhile)
+    monkeypatch.setattr(producer.ctx.store, statement, meanwhile)
     seen = [marked(producer), marked(other)]
-    out = producer.enqueue("r", [{"payload": ["p", i]} for i in range(4, 7)])
+    out = producer.enqueue("r", [{"payload": ["p", i]} for i in range(4, 6)]
+                           + [{"payload": ["p", 6], **last}])
     assert outcomes == [["warm"] * 3, ["cold"] * 3]
     assert [o.state for o in out] == ["warm"] * 3
     assert ready_size(valkey, "r") == 10 and mode_of(valkey, "r") == "cold"
@@ -171,18 +179,19 @@ def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanw
         assert [i for w, i in drained if w == who] == list(range(count))
 
 
+@pytest.mark.parametrize(("statement", "last"), INSERTS)
 def test_a_record_of_tasks_about_to_be_pushed_goes_when_the_insert_fails(
         make_tq: Callable[..., Tierq], valkey: redis.Redis,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, statement: str, last: dict[str, Any]) -> None:
     tq = make_tq(warm_max=10)
     tq.enqueue("f", [{"payload": i} for i in range(2)])
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(tq.ctx.store, "insert_tasks_keyless", failing)
+    monkeypatch.setattr(tq.ctx.store, statement, failing)
     with pytest.raises(RuntimeError):
-        tq.enqueue("f", [{"payload": i} for i in range(2, 10)])
+        tq.enqueue("f", [{"payload": i} for i in range(2, 9)] + [{"payload": 9, **last}])
     meta = PairKeys.of("f", "_").meta
     assert not [f for f in valkey.hkeys(meta) if f.startswith(b"rsv:")]
     monkeypatch.undo()

@@ -370,3 +370,101 @@ def test_a_leased_task_replaced_into_the_future_frees_its_place(make_tq):
     [second] = tq.enqueue("rf", [{"payload": 3}])
     [task] = tq.claim("rf")  # the rescheduled lease's place is free
     assert task.id == second.id
+
+
+_ROW = ("SELECT id::text, tenant, key, priority, payload, state, max_attempts, grp,"
+        " timeout_seconds, trace, attempts, run_at, run_at_initially, ready_since,"
+        " state_since, created_at, seq FROM tierq_tasks WHERE queue = %s ORDER BY seq")
+
+
+@pytest.mark.parametrize("shape", ["defaults", "tenants and priorities", "delayed",
+                                   "attempts and time limit", "past run_at", "keys on some",
+                                   "waiting"])
+def test_a_uniform_batch_writes_the_rows_of_the_general_insert(tq, pg, valkey, monkeypatch,
+                                                               shape):
+    """A batch whose tasks share their state, run_at, attempts and time limit goes in by
+    insert_tasks_uniform (with keys, insert_tasks_uniform_keyed): its rows and outcomes are
+    those of the general statement, column by column at one moment, and each warm task's
+    place in Valkey is its row's."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from tierq.core.ordering import place
+    from tierq.dal.warm_tier import PairKeys
+    from tierq.logic import enqueue as enqueue_logic
+
+    moment = time.time()
+    monkeypatch.setattr(tq.ctx.clock, "now", lambda: moment)
+    parent = str(tq.enqueue("parents", [{"payload": 0, "tenant": "t0"}])[0].id)
+    extra = {"defaults": {}, "tenants and priorities": {}, "keys on some": {},
+             "delayed": {"run_at": datetime.now(UTC) + timedelta(hours=1)},
+             "attempts and time limit": {"max_attempts": 7, "timeout_seconds": 30},
+             "past run_at": {"run_at": datetime.now(UTC) - timedelta(hours=1)},
+             "waiting": {"after": [parent], "tenant": "t0"}}[shape]
+    varied = shape in ("tenants and priorities", "keys on some")
+    keyed = shape == "keys on some"
+    tasks = [{"payload": {"n": i}, **extra,
+              **({"tenant": f"t{i % 3}", "priority": i % 4} if varied else {}),
+              **({"key": f"k{i}"} if keyed and i % 4 == 0 else {})}
+             for i in range(12)]
+    general_name = "insert_tasks" if keyed else "insert_tasks_keyless"
+    uniform_name = "insert_tasks_uniform_keyed" if keyed else "insert_tasks_uniform"
+    calls: list[str] = []
+    for name in (uniform_name, general_name):
+        monkeypatch.setattr(tq.ctx.store, name, _spied(calls, name, getattr(tq.ctx.store, name)))
+    outcomes = {}
+    for queue in ("uniform", "general"):
+        if queue == "general":
+            monkeypatch.setattr(enqueue_logic, "uniform_columns", lambda batch, keyed: None)
+        if keyed:  # (a live task holds the key of the batch's first keyed task)
+            tq.enqueue(queue, [{"payload": "live", "tenant": "t0", "key": "k0"}])
+        outcomes[queue] = [(o.outcome, o.state, o.tenant, o.key)
+                           for o in tq.enqueue(queue, tasks)]
+    assert calls == [uniform_name] * (1 + keyed) + [general_name] * (1 + keyed)
+    assert outcomes["uniform"] == outcomes["general"]
+    assert [o[0] for o in outcomes["uniform"]].count("created") == 12 - keyed
+    rows = {q: pg.execute(_ROW, (q,)).fetchall() for q in ("uniform", "general")}
+    assert len(rows["uniform"]) == len(rows["general"]) == 12  # (keyed: the live one, 11)
+    # the same rows, exactly, but their ids and places in line
+    assert [r[1:-1] for r in rows["uniform"]] == [r[1:-1] for r in rows["general"]]
+    for queue in ("uniform", "general"):
+        batch = rows[queue][keyed:]  # the batch's rows in batch order (its first refused)
+        seqs = [r[-1] for r in batch]
+        assert seqs == list(range(seqs[0], seqs[0] + 12 - keyed))
+        # each warm task's place is its row's (the seqs the insert answered with)
+        for task_id, tenant, priority, seq in [(r[0], r[1], r[3], r[-1]) for r in batch
+                                               if r[5] == "warm"]:
+            score = valkey.zscore(PairKeys.of(queue, tenant).ready, task_id)
+            assert score == place(priority, seq, task_id)[0], (queue, task_id)
+
+
+def _spied(calls: list[str], name: str, call: object) -> object:
+    def spied(*args: object, **kwargs: object) -> object:
+        calls.append(name)
+        return call(*args, **kwargs)  # type: ignore[operator]
+    return spied
+
+
+def test_a_batch_that_differs_goes_by_the_general_insert(tq, monkeypatch):
+    calls: list[str] = []
+    for name in ("insert_tasks_uniform", "insert_tasks_keyless"):
+        monkeypatch.setattr(tq.ctx.store, name, _spied(calls, name, getattr(tq.ctx.store, name)))
+    tq.enqueue("mixed", [{"payload": 1}, {"payload": 2, "max_attempts": 9}])
+    tq.enqueue("mixed", [{"payload": 1}, {"payload": 2, "timeout_seconds": 5}])
+    tq.enqueue("mixed", [{"payload": 1}, {"payload": 2, "group": "g"}])
+    assert calls == ["insert_tasks_keyless"] * 3
+
+
+def test_a_keyed_batch_of_big_payloads_goes_by_the_general_insert(tq, monkeypatch):
+    """Past UNIFORM_KEYED_MAX_BYTES of payloads, the keyed batch takes insert_tasks (the
+    uniform statement would keep its rows once more, spilling to a temporary file)."""
+    from tierq.logic.enqueue import UNIFORM_KEYED_MAX_BYTES
+
+    calls: list[str] = []
+    for name in ("insert_tasks_uniform_keyed", "insert_tasks"):
+        monkeypatch.setattr(tq.ctx.store, name, _spied(calls, name, getattr(tq.ctx.store, name)))
+    size = 200_000
+    count = UNIFORM_KEYED_MAX_BYTES // size + 1
+    tq.enqueue("big", [{"payload": "x" * size, "key": f"k{i}"} for i in range(count)])
+    tq.enqueue("big", [{"payload": "x" * size, "key": "small"}])
+    assert calls == ["insert_tasks", "insert_tasks_uniform_keyed"]

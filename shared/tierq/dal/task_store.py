@@ -22,7 +22,7 @@ from tierq.dal.store.registry import RegistryQueries
 from tierq.dal.store.rows import Pair
 from tierq.dal.store.schedules import ScheduleQueries
 from tierq.dal.store.shards import ShardQueries
-from tierq.dal.store.tasks import TaskColumns, TaskQueries
+from tierq.dal.store.tasks import TaskColumns, TaskQueries, UniformColumns
 
 
 class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQueries,
@@ -31,4 +31,4 @@ class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQuerie
     """Every statement tierq runs on PostgreSQL, as a typed method."""
 
 
-__all__ = ["Conn", "Pair", "StoreBase", "TaskColumns", "TaskStore"]
+__all__ = ["Conn", "Pair", "StoreBase", "TaskColumns", "TaskStore", "UniformColumns"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import orjson
@@ -16,7 +16,7 @@ from tierq.core.json_text import NUL_ESCAPE, has_nul
 from tierq.core.ordering import Place, place
 from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
-from tierq.dal.task_store import Conn, TaskColumns
+from tierq.dal.task_store import Conn, TaskColumns, UniformColumns
 from tierq.dal.warm_tier import AdmittedSize
 from tierq.errors import InvalidInput, PayloadTooLarge
 from tierq.logic import admission, flows, groups, payloads, tiering
@@ -226,6 +226,51 @@ def enqueue(ctx: Context, queue: str, tasks: Sequence[TaskIn],
     return [outcomes[p.index] for p in prepared]
 
 
+# The most payload bytes of a keyed batch insert_tasks_uniform_keyed takes: it keeps the
+# batch's rows once more (read by both of its inserts), which past the server's work_mem
+# (4 MB by default) are written to a temporary file.
+UNIFORM_KEYED_MAX_BYTES = 1 << 20
+
+
+def insert_columns(batch: Sequence[Prepared], *, keyed: bool
+                   ) -> TaskColumns | UniformColumns:
+    """The batch's columns for its insert: ``uniform_columns`` where they apply, else
+    ``row_columns``."""
+    uniform = uniform_columns(batch, keyed=keyed)
+    if uniform is not None:
+        return uniform
+    return row_columns(batch, keyed=keyed)
+
+
+def uniform_columns(batch: Sequence[Prepared], *, keyed: bool = False
+                    ) -> UniformColumns | None:
+    """The columns of a batch whose tasks share their state, run_at, max_attempts and time
+    limit and have no group nor trace context (insert_tasks_uniform, or with ``keyed``
+    insert_tasks_uniform_keyed: one value each for those); None for any other batch, and
+    for a keyed one whose payloads pass ``UNIFORM_KEYED_MAX_BYTES``."""
+    if not batch:
+        return None
+    if keyed and sum(len(p.payload_json) for p in batch) > UNIFORM_KEYED_MAX_BYTES:
+        return None
+    first = batch[0]
+    state, run_at, attempts, limit = (first.state, first.run_at_s, first.max_attempts,
+                                      first.timeout_seconds)
+    for p in batch:
+        if p.state != state or p.run_at_s != run_at or p.max_attempts != attempts \
+                or p.timeout_seconds != limit or p.group is not None or p.trace is not None:
+            return None
+    columns: UniformColumns = {
+        "ids": "{" + ",".join([p.id for p in batch]) + "}",
+        "tenants": orjson.dumps([p.tenant for p in batch]).decode(),
+        "priorities": "{" + ",".join(map(str, [p.priority for p in batch])) + "}",
+        "payloads": (b"[" + b",".join([p.payload_json for p in batch]) + b"]").decode(),
+        "state": state, "run_at": run_at, "max_attempts": attempts, "timeout": limit,
+    }
+    if keyed:
+        columns["keys"] = orjson.dumps([p.key for p in batch]).decode()
+    return columns
+
+
 def row_columns(batch: Sequence[Prepared], *, keyed: bool) -> TaskColumns:
     """The batch's columns as insert_tasks takes them: array literals where every value is a
     number, a uuid or a state word; JSON arrays for names, keys and payloads."""
@@ -280,7 +325,7 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                 keyed = True
             if p.group is not None or p.object_key:
                 more = True
-        columns = row_columns(batch, keyed=keyed)
+        columns = insert_columns(batch, keyed=keyed)
         released = flows.Released()
         group_released = groups.Released(queue)
         if more:
@@ -380,7 +425,8 @@ Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
 
 
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
-            columns: TaskColumns, keyed: bool, conn: Conn | None = None) -> Inserted:
+            columns: TaskColumns | UniformColumns, keyed: bool,
+            conn: Conn | None = None) -> Inserted:
     """Insert the batch: {id: seq} of the rows inserted, and the push items of those created
     warm.
 
@@ -395,11 +441,20 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
             with ctx.db.transaction() as own:
                 return _insert(ctx, queue, batch, now, columns, keyed, own)
         require_here(ctx.store, conn, queue, [p.tenant for p in batch])
-    if keyed:
+    if "state" in columns and keyed:
+        first, seqs = ctx.store.insert_tasks_uniform_keyed(
+            queue, to_datetime(now), cast(UniformColumns, columns), conn=conn)
+        seqs.update((p.id, first + i) for i, p in enumerate(batch) if p.key is None)
+        return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
+    if "state" in columns:
+        first, count = ctx.store.insert_tasks_uniform(
+            queue, to_datetime(now), cast(UniformColumns, columns), conn=conn)
+    elif keyed:
         seqs = ctx.store.insert_tasks(queue, to_datetime(now), columns, conn=conn)
     else:
         first, count = ctx.store.insert_tasks_keyless(queue, to_datetime(now), columns,
                                                       conn=conn)
+    if not keyed:
         if count != len(batch):
             raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
         seqs = {p.id: first + i for i, p in enumerate(batch)}
@@ -436,7 +491,8 @@ def waits_of(batch: Sequence[Prepared], created: set[str] | dict[str, int]) -> l
 
 
 def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float,
-                     columns: TaskColumns, keyed: bool, record: RoundRecorder | None
+                     columns: TaskColumns | UniformColumns, keyed: bool,
+                     record: RoundRecorder | None
                      ) -> tuple[dict[str, int], dict[Pair, list[PushItem]], flows.Released,
                                 groups.Released]:
     """The round's insert, the waits of its waiting tasks (logic/flows.py), its tasks'
@@ -452,7 +508,7 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
         placed = columns
         if any(p.group is not None for p in batch):
             groups.place(ctx, conn, queue, batch)  # (some become held)
-            placed = row_columns(batch, keyed=keyed)
+            placed = insert_columns(batch, keyed=keyed)
         seqs, items = _insert(ctx, queue, batch, now, placed, keyed, conn)
         # big payloads' objects: recorded with their tasks, refused if deleted meanwhile
         payloads.use(ctx, conn, [(p.object_key, p.id, p.where)
@@ -589,7 +645,7 @@ def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[
             for queue, batch in batches.items():
                 for start in range(0, len(batch), MAX_BATCH):
                     part = batch[start:start + MAX_BATCH]
-                    _, items = _insert(ctx, queue, part, now, row_columns(part, keyed=False),
+                    _, items = _insert(ctx, queue, part, now, insert_columns(part, keyed=False),
                                        False, conn)
                     for pair, pushes in items.items():
                         warm.setdefault(pair, []).extend(pushes)

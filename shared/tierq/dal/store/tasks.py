@@ -48,6 +48,22 @@ class TaskColumns(TypedDict):
     keys: NotRequired[str]
 
 
+class UniformColumns(TypedDict):
+    """A batch of new tasks without keys whose tasks share every column but their id,
+    tenant, priority and payload: those as in ``TaskColumns``, the rest one value each
+    (``tierq.logic.enqueue.uniform_columns``)."""
+
+    ids: str
+    tenants: str
+    priorities: str
+    payloads: str
+    state: str
+    run_at: float
+    max_attempts: int
+    timeout: int | None
+    keys: NotRequired[str]  # a JSON array: each task's key, or null (some have one)
+
+
 class TaskQueries(StoreBase):
     # -- enqueue --------------------------------------------------------------------------
 
@@ -66,6 +82,29 @@ class TaskQueries(StoreBase):
             "insert_tasks_keyless", {"queue": queue, "now": now, **columns},
             tuple_row, conn)
         return first, count
+
+    def insert_tasks_uniform(self, queue: str, now: datetime, columns: UniformColumns, *,
+                             conn: Conn | None = None) -> tuple[int, int]:
+        """``insert_tasks_keyless`` for a uniform batch (``UniformColumns``)."""
+        [(first, count)] = self._fetch(
+            "insert_tasks_uniform", {"queue": queue, "now": now, **columns},
+            tuple_row, conn)
+        return first, count
+
+    def insert_tasks_uniform_keyed(self, queue: str, now: datetime, columns: UniformColumns,
+                                   *, conn: Conn | None = None) -> tuple[int, dict[str, int]]:
+        """``insert_tasks`` for a uniform batch with keys: (seq of its first row, {id: seq}
+        of the keyed rows inserted); every row without a key is inserted."""
+        first = 0
+        inserted: dict[str, int] = {}
+        for task_id, seq in self._fetch("insert_tasks_uniform_keyed",
+                                        {"queue": queue, "now": now, **columns}, tuple_row,
+                                        conn):
+            if task_id is None:
+                first = seq
+            else:
+                inserted[task_id] = seq
+        return first, inserted
 
     def task_seq_position(self) -> SeqPosition:
         """How far tierq_task_seq has come (places in line: core/ordering.py)."""
