@@ -70,6 +70,10 @@ class SettingsError(ValueError):
             message = f"{len(problems)} bad settings:" + "".join(f"\n  {p}" for p in problems)
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[type["SettingsError"], tuple[list[str]]]:
+        # (pickled or copied, it is rebuilt from its problems, not from its message)
+        return SettingsError, (self.problems,)
+
 
 class _Refused(Exception):
     """A value breaks its setting's rule; the message says how (``must be …``)."""
@@ -605,6 +609,12 @@ class Settings:
         if sound("backoff_base_seconds", "backoff_cap_seconds") \
                 and self.backoff_cap_seconds < self.backoff_base_seconds:
             yield "TIERQ_BACKOFF_CAP_SECONDS must be >= TIERQ_BACKOFF_BASE_SECONDS"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # (a misspelt name is refused, not kept beside the settings)
+        if name not in self.fields:
+            raise AttributeError(f"Settings has no field {name!r}")
+        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.fields)

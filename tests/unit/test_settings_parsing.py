@@ -188,3 +188,21 @@ def test_the_rules_between_values_are_all_reported() -> None:
     assert [p.split()[0] for p in refused.value.problems] == [
         "TIERQ_PAYLOAD_PENDING_SECONDS", "DB_SSLROOTCERT=system", "VALKEY_IAM_USER",
         "TIERQ_BACKOFF_CAP_SECONDS"]
+
+
+def test_a_settings_error_survives_pickling_and_copying() -> None:
+    import copy
+    import pickle
+
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_environ({"DB_PORT": "x", "TIERQ_WARM_MAX": "0"})
+    error = refused.value
+    for again in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert again.problems == error.problems and str(again) == str(error)
+
+
+def test_a_misspelt_attribute_is_refused() -> None:
+    settings = Settings.from_environ({})
+    settings.warm_max = 7  # (a field: set as before)
+    with pytest.raises(AttributeError, match="warm_mx"):
+        settings.warm_mx = 5  # type: ignore[attr-defined]
