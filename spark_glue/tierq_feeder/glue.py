@@ -61,7 +61,7 @@ def stores_from_options(options: Mapping[str, str]) -> StoreConfig:
     """The stores' addresses from job parameters (or the environment), resolved once on
     the driver: a Secrets Manager secret becomes a database URL here."""
     given = {name: options[name] for name in STORE_PARAMETERS if options.get(name)}
-    settings = Settings.model_validate(given)
+    settings = Settings(**given)
     return StoreConfig(database_url=connect.database_url(settings),
                        valkey_url=connect.valkey_url(settings),
                        valkey_cluster=settings.valkey_cluster,

@@ -86,7 +86,7 @@ class StoreConfig:
         if len(specs) > 1:
             return ShardedTierq(specs, settings=settings)
         if specs:  # one shard named: that database, exactly as without shards
-            return Tierq(settings=settings.model_copy(update={"database_url": specs[0].url}))
+            return Tierq(settings=settings.replace(database_url=specs[0].url))
         return Tierq(settings=settings)
 
 

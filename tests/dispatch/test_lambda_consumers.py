@@ -390,8 +390,7 @@ def test_the_dispatchers_function_gives_lambda_functions_to_engines_without_thei
         dispatcher_of(bare.ctx)
     own = LocalFunctions()
     local.ctx.consumers = own
-    settings = bare.settings.model_copy(update={"consumer_functions": ARN,
-                                                "consumer_arn_prefix": PREFIX})
+    settings = bare.settings.replace(consumer_functions=ARN, consumer_arn_prefix=PREFIX)
     provide_functions([bare.ctx, other.ctx, local.ctx], settings)
     assert isinstance(bare.ctx.consumers, LambdaFunctions)
     assert other.ctx.consumers is bare.ctx.consumers

@@ -56,7 +56,7 @@ DEFAULT_BASE = BackoffSettings.model_fields["base_seconds"].default
 A_CRON = "*/5 * * * *"
 A_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 CONTRACT_CONSUMER = "tierq.local.demo:push_consumer"
-MAX_OFFLOADED = Settings.model_fields["max_offloaded_payload_bytes"].default
+MAX_OFFLOADED = Settings.fields["max_offloaded_payload_bytes"].default
 
 
 def _positive(case: Any) -> bool:

@@ -15,11 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
-from pydantic import ValidationError
 
 from tests.handlers.support import Invoke
 from tierq.aws.runtime import default_engine
-from tierq.config import Settings
+from tierq.config import Settings, SettingsError
 from tierq.dal.warm_tier import ALL_POLLS_KEY, TenantKeys
 from tierq.logic import tenant_limits
 
@@ -168,12 +167,12 @@ def test_the_cap_over_all_callers_follows_the_reserved_concurrency() -> None:
     assert Settings(claim_reserved_concurrency=200, long_polls_percent=50).long_polls_cap == 100
     assert Settings(claim_reserved_concurrency=1).long_polls_cap == 1
     assert Settings(claim_reserved_concurrency=0).long_polls_cap == 0  # no reservation, no cap
-    with pytest.raises(ValidationError, match="TIERQ_LONG_POLLS_PERCENT"):
+    with pytest.raises(SettingsError, match="TIERQ_LONG_POLLS_PERCENT"):
         Settings(TIERQ_LONG_POLLS_PERCENT=0)  # (as the environment gives it)
 
 
 def test_a_rate_too_small_to_count_is_refused_naming_the_variable() -> None:
-    with pytest.raises(ValidationError, match="TIERQ_TENANT_REQUESTS_PER_SECOND must be 0"):
+    with pytest.raises(SettingsError, match="TIERQ_TENANT_REQUESTS_PER_SECOND must be 0"):
         Settings(TIERQ_TENANT_REQUESTS_PER_SECOND="0.000001")
     assert Settings(tenant_requests_per_second=0).tenant_requests_per_second == 0
     assert Settings(tenant_requests_per_second=0.01).tenant_requests_per_second == 0.01

@@ -13,10 +13,9 @@ import boto3
 import orjson
 import pytest
 import requests
-from pydantic import ValidationError
 
 from tests.integration.helpers import count_rows
-from tierq.config import Settings
+from tierq.config import Settings, SettingsError
 from tierq.core.pointers import POINTER_CLASS, Pointer
 from tierq.dal.payload_store import S3PayloadStore, use_payload_store
 from tierq.errors import Forbidden, InvalidInput, PayloadTooLarge, TooManyRequests
@@ -341,7 +340,7 @@ def test_an_upload_never_enqueued_goes_after_the_grace_and_counts_against_its_te
 
 
 def test_the_pending_grace_must_outlive_an_upload_url() -> None:
-    with pytest.raises(ValidationError, match="TIERQ_PAYLOAD_PENDING_SECONDS"):
+    with pytest.raises(SettingsError, match="TIERQ_PAYLOAD_PENDING_SECONDS"):
         Settings(payload_url_seconds=900, payload_pending_seconds=600)
 
 

@@ -159,13 +159,11 @@ def rate_parameter_accepts(template: dict, value: str) -> bool:
 
 
 def settings_accept_rate(value: str) -> bool:
-    from pydantic import ValidationError
-
-    from tierq.config import Settings
+    from tierq.config import Settings, SettingsError
 
     try:
         Settings.from_environ({"TIERQ_TENANT_REQUESTS_PER_SECOND": value})
-    except ValidationError:
+    except SettingsError:
         return False
     return True
 
@@ -195,9 +193,10 @@ def test_the_tenant_limit_parameters_stay_within_the_settings_bounds(single: dic
                              ("TenantLongPolls", "tenant_long_polls"),
                              ("ClaimReservedConcurrency", "claim_reserved_concurrency"),
                              ("LongPollsPercent", "long_polls_percent")):
-        bounds = {type(m).__name__: m for m in Settings.model_fields[field].metadata}
-        assert params[parameter]["MinValue"] >= bounds["Ge"].ge, parameter
-        assert params[parameter]["MaxValue"] <= bounds["Le"].le, parameter
+        bounds = Settings.fields[field]
+        assert bounds.ge is not None and bounds.le is not None, field
+        assert params[parameter]["MinValue"] >= bounds.ge, parameter
+        assert params[parameter]["MaxValue"] <= bounds.le, parameter
 
 
 # ---------------------------------------------------------------- the cache's users

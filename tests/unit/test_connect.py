@@ -13,9 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import psycopg
 import pytest
-from pydantic import ValidationError
 
-from tierq.config import Settings
+from tierq.config import Settings, SettingsError
 from tierq.dal import connect
 from tierq.dal.postgres import Database
 
@@ -66,13 +65,13 @@ def test_a_secret_without_credentials_is_refused_by_name(secrets: object) -> Non
 
 
 def test_system_roots_need_verify_full() -> None:
-    with pytest.raises(ValidationError, match="verify-full"):
+    with pytest.raises(SettingsError, match="verify-full"):
         Settings(DB_SSLMODE="verify-ca")
     assert Settings(DB_SSLMODE="verify-ca", DB_SSLROOTCERT="/etc/rds-ca.pem").db_sslmode
 
 
 def test_lock_timeout_may_not_exceed_the_statement_timeout() -> None:
-    with pytest.raises(ValidationError, match="TIERQ_LOCK_TIMEOUT_MS"):
+    with pytest.raises(SettingsError, match="TIERQ_LOCK_TIMEOUT_MS"):
         Settings(TIERQ_STATEMENT_TIMEOUT_MS=1000, TIERQ_LOCK_TIMEOUT_MS=2000)
     assert Settings(TIERQ_STATEMENT_TIMEOUT_MS=0, TIERQ_LOCK_TIMEOUT_MS=2000).lock_timeout_ms
     defaults = Settings()

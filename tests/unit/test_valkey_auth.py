@@ -9,9 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from botocore.credentials import Credentials
-from pydantic import ValidationError
 
-from tierq.config import Settings
+from tierq.config import Settings, SettingsError
 from tierq.dal import connect
 from tierq.dal.valkey_auth import (
     TOKEN_REUSE_SECONDS,
@@ -120,7 +119,7 @@ def test_settings_name_the_user_the_cache_and_the_region() -> None:
     assert isinstance(made, ElastiCacheIAMProvider)
     assert (made.user, made.cache_name, made.region) == ("tierq-x-app", "tierq-dev-valkey",
                                                          "eu-west-1")
-    with pytest.raises(ValidationError, match="VALKEY_CACHE_NAME"):
+    with pytest.raises(SettingsError, match="VALKEY_CACHE_NAME"):
         Settings(valkey_iam_user="tierq-x-app")
     # the region: the setting, else Lambda's AWS_REGION, else AWS_DEFAULT_REGION
     iam = {"VALKEY_URL": "rediss://c:6379/0", "VALKEY_IAM_USER": "u", "VALKEY_CACHE_NAME": "c"}

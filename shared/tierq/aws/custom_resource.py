@@ -253,11 +253,10 @@ def migrate_shards(properties: Mapping[str, Any] | None = None) -> Migrated:
     if props.get("OwnerSecretArn"):
         shard = str(props.get("Shard") or "")
         check_names([shard])
-        one = settings.model_copy(update={
-            "db_host": str(props["Host"]), "db_name": str(props.get("DbName") or
-                                                           settings.db_name),
-            "db_secret_arn": str(props["OwnerSecretArn"]),
-            "db_app_secret_arn": str(props.get("AppSecretArn") or "") or None})
+        one = settings.replace(
+            db_host=str(props["Host"]), db_name=str(props.get("DbName") or settings.db_name),
+            db_secret_arn=str(props["OwnerSecretArn"]),
+            db_app_secret_arn=str(props.get("AppSecretArn") or "") or None)
         return Migrated(_migrate_database(one, connect.database_url(one)), [shard])
     specs = shards_from_settings(settings, login="owner")
     names = [spec.name for spec in specs]

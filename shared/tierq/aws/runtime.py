@@ -41,9 +41,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger, Tracer
-from pydantic import ValidationError
 
-from tierq.config import Settings, get_settings
+from tierq.config import Settings, SettingsError, get_settings
 from tierq.contract import Deployment
 from tierq.core import ids
 from tierq.dal.shards import (
@@ -106,7 +105,7 @@ def _settings_at_import() -> Settings:
     the variable, when the engine reads the settings (``get_settings``)."""
     try:
         return get_settings()
-    except ValidationError:
+    except SettingsError:
         return Settings.from_environ({})
 
 

@@ -174,10 +174,10 @@ class DirectoryEntry:
         (then with the application's secret as ``DB_APP_SECRET_ARN``, as the migrations
         expect)."""
         owner = login == "owner"
-        return base.model_copy(update={
-            "db_host": self.host, "db_name": self.dbname or base.db_name,
-            "db_secret_arn": self.owner_secret if owner else self.app_secret,
-            "db_app_secret_arn": self.app_secret if owner else None})
+        return base.replace(
+            db_host=self.host, db_name=self.dbname or base.db_name,
+            db_secret_arn=self.owner_secret if owner else self.app_secret,
+            db_app_secret_arn=self.app_secret if owner else None)
 
 
 def read_directory(path: str) -> dict[str, str]:

@@ -106,7 +106,7 @@ class MaintenanceJob(Generic[C, S]):
     description: str
 
     def __post_init__(self) -> None:
-        if self.schedule_setting not in Settings.model_fields:
+        if self.schedule_setting not in Settings.fields:
             raise ValueError(f"{self.name}: no setting {self.schedule_setting!r}")
 
     def env_name(self, field: str) -> str:
@@ -116,9 +116,7 @@ class MaintenanceJob(Generic[C, S]):
     @property
     def schedule_env(self) -> str:
         """The environment variable of the tick interval (``TIERQ_REAPER_EVERY``)."""
-        alias = Settings.model_fields[self.schedule_setting].alias
-        assert alias is not None
-        return alias
+        return Settings.fields[self.schedule_setting].variable
 
     def every(self, settings: Settings) -> float:
         """Seconds between two ticks of this job."""
@@ -134,7 +132,7 @@ class MaintenanceJob(Generic[C, S]):
         for field, setting in SHARED_SETTINGS.items():
             if field in fields:
                 values[field] = getattr(settings, setting)
-                sources[field] = Settings.model_fields[setting].alias or setting
+                sources[field] = Settings.fields[setting].variable
         for field in fields:
             raw = env.get(self.env_name(field))
             if raw is not None and raw.strip():
