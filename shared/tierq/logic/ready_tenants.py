@@ -45,8 +45,9 @@ the index's master                         reads and writes of the index
 =========================================  ===========================================
 answers                                    as above
 did not answer an index call of this       remembered down for ``SET_ASIDE_SECONDS``
-process (``WarmTierUnavailable``) within   (``Context.ready_index_down``, and its pairs
-``SET_ASIDE_SECONDS``                      set aside: logic/claim_isolation.py): a
+process (``WarmTierUnavailable``) within   (``Context.ready_index_down``; after a read,
+``SET_ASIDE_SECONDS``                      its pairs set aside too, before the claim's
+                                           pops: logic/claim_isolation.py): a
                                            window comes from the queue's registered
                                            tenants in PostgreSQL (``tierq_queue_tenants``,
                                            by name, wrapping) and the next window starts
@@ -153,7 +154,7 @@ def window(ctx: Context, queue: str, after: str | None, k: int) -> tuple[list[st
     try:
         return ctx.warm.ready_tenants_after(queue, after, k, ctx.id_tag), False
     except WarmTierUnavailable as exc:
-        _index_failed(ctx, queue, exc)
+        _index_failed(ctx, queue, exc, pairs_too=True)
         return _registered_after(ctx, queue, after, k), True
 
 
@@ -185,10 +186,11 @@ def _index_down(ctx: Context, queue: str, *, reading: bool = False) -> bool:
     return reading and claim_isolation.master_passed_over(ctx, master)
 
 
-def _index_failed(ctx: Context, queue: str, exc: Exception) -> bool:
+def _index_failed(ctx: Context, queue: str, exc: Exception, *,
+                  pairs_too: bool = False) -> bool:
     """Remember the index's master down after it did not answer (not when it is out of
-    memory: it answers), for this process's index calls and its claims' pairs there;
-    whether it was."""
+    memory: it answers), for this process's index calls, and with ``pairs_too`` (a claim's
+    or a batch's read: its pops come next) for its claims' pairs there; whether it was."""
     if not isinstance(exc, WarmTierUnavailable) or not _may_stand_in(ctx):
         return False
     master = ctx.warm.index_master(queue, ctx.id_tag)
@@ -200,7 +202,8 @@ def _index_failed(ctx: Context, queue: str, exc: Exception) -> bool:
                     "registered tenants for %.0f s: %s", queue,
                     claim_isolation.SET_ASIDE_SECONDS, exc, extra={"queue": queue})
     ctx.ready_index_down[master] = now + claim_isolation.SET_ASIDE_SECONDS
-    claim_isolation.set_master_aside(ctx, master)
+    if pairs_too:
+        claim_isolation.set_master_aside(ctx, master)
     return True
 
 
