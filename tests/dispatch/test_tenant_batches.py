@@ -19,6 +19,7 @@ import redis
 from tests.dispatch.journal import JOURNAL
 from tests.dispatch.support import run_until
 from tests.support.polling import eventually
+from tests.support.valkey_memory import memory_bound
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
 from tierq.logic import ready_tenants
@@ -226,13 +227,8 @@ def test_concurrent_batches_take_successive_tenants(
 def full_switch(valkey: redis.Redis) -> Iterator[redis.Redis]:
     """The session's private Redis, whose ``config_set("maxmemory", 1)`` makes every write
     that needs memory fail with a real OOM reply; restored afterwards."""
-    before = valkey.config_get("maxmemory*")
-    valkey.config_set("maxmemory-policy", "noeviction")
-    try:
+    with memory_bound(valkey):
         yield valkey
-    finally:
-        valkey.config_set("maxmemory", before["maxmemory"])
-        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])
 
 
 def cold(pg: psycopg.Connection[Any], queue: str) -> int:

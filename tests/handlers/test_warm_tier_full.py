@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.handlers.support import Invoke
+from tests.support.valkey_memory import memory_bound
 
 TENANT = {"tenant": "acme"}
 
@@ -22,13 +23,8 @@ TENANT = {"tenant": "acme"}
 def full_valkey(valkey: redis.Redis) -> Iterator[redis.Redis]:
     """A switch for the session's private Redis: ``config_set("maxmemory", 1)`` makes every
     write that needs memory fail with a real OOM reply. Restored afterwards."""
-    before = valkey.config_get("maxmemory*")
-    valkey.config_set("maxmemory-policy", "noeviction")
-    try:
+    with memory_bound(valkey):
         yield valkey
-    finally:
-        valkey.config_set("maxmemory", before["maxmemory"])
-        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])
 
 
 def cold_rows(pg: psycopg.Connection[Any], queue: str) -> int:

@@ -12,6 +12,7 @@ import redis
 
 from tests.integration.plans import WARM_ROWS
 from tests.support.stores import migrated_database
+from tests.support.valkey_memory import memory_bound
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +33,9 @@ def unanalyzed(services: Any) -> Iterator[psycopg.Connection[Any]]:
 def small_valkey(valkey: redis.Redis) -> Iterator[Callable[[int], None]]:
     """``limit(n)``: the session's private Valkey takes n bytes more than it holds now, then
     refuses writes (``noeviction``); its settings are restored afterwards."""
-    before = valkey.config_get("maxmemory*")
-
     def limit(extra: int) -> None:
         used = int(valkey.info("memory")["used_memory"])
         valkey.config_set("maxmemory", used + extra)
 
-    valkey.config_set("maxmemory-policy", "noeviction")
-    try:
+    with memory_bound(valkey):
         yield limit
-    finally:
-        valkey.config_set("maxmemory", before["maxmemory"])
-        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import count_state, mode_of, ready_size
+from tests.support.valkey_memory import memory_bound
 from tierq.core.ordering import place
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
@@ -212,17 +213,11 @@ def valkey_full(valkey: redis.Redis) -> Iterator[FullSwitch]:
     """``full(True)``: the session's private Redis refuses every write that needs memory
     with a real OOM reply (``maxmemory`` 1 byte, policy ``noeviction``); ``full(False)``
     frees it. The server's settings are restored afterwards."""
-    before = valkey.config_get("maxmemory*")
+    with memory_bound(valkey) as before:
+        def full(on: bool) -> None:
+            valkey.config_set("maxmemory", 1 if on else before["maxmemory"])
 
-    def full(on: bool) -> None:
-        valkey.config_set("maxmemory", 1 if on else before["maxmemory"])
-
-    valkey.config_set("maxmemory-policy", "noeviction")
-    try:
         yield full
-    finally:
-        valkey.config_set("maxmemory", before["maxmemory"])
-        valkey.config_set("maxmemory-policy", before["maxmemory-policy"])
 
 
 def test_an_enqueue_while_valkey_is_full_answers_cold_and_delivers_later(
