@@ -181,8 +181,11 @@ def _index_down(ctx: Context, queue: str, *, reading: bool = False) -> bool:
     if not master:
         return False
     until = ctx.ready_index_down.get(master)
-    if until is not None and until > time.monotonic():
-        return True
+    if until is not None:
+        if until > time.monotonic():
+            return True
+        # (forgotten once its time is up: calls after the outage skip the slot lookup)
+        ctx.ready_index_down.pop(master, None)
     return reading and claim_isolation.master_passed_over(ctx, master)
 
 

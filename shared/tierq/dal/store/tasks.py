@@ -49,9 +49,9 @@ class TaskColumns(TypedDict):
 
 
 class UniformColumns(TypedDict):
-    """A batch of new tasks without keys whose tasks share every column but their id,
-    tenant, priority and payload: those as in ``TaskColumns``, the rest one value each
-    (``tierq.logic.enqueue.uniform_columns``)."""
+    """A batch of new tasks that share every column but their id, tenant, priority, payload
+    and key: those as in ``TaskColumns`` (``keys`` only for a batch with some), the rest one
+    value each (``tierq.logic.enqueue.uniform_columns``)."""
 
     ids: str
     tenants: str
