@@ -953,7 +953,7 @@ class WarmTier:
     def push(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int, kind: str,
              now_ms: int, token: str, since_ms: int,
              items: Sequence[tuple[str, Place, bytes | str]],
-             share: TenantShare = TenantShare(), note: bool = False,
+             share: TenantShare | None = None, note: bool = False,
              shard_tag: int | None = None) -> PushOutcome:
         """Push (id, place, blob) items, at most ``PUSH_TASKS_PER_CALL``; ``since_ms``: when
         the admission began (at or before the ``state_since`` its rows were written with);
@@ -963,9 +963,10 @@ class WarmTier:
         order); a cluster holds the index in another slot, where a pipeline keeps no order,
         so there the caller notes itself (``noted`` False). Raises ``LatePush`` when the
         reconciler has taken the admission's rows over (nothing was pushed), and
-        ``WarmTierFull`` when Valkey is out of memory (nothing was pushed)."""
+        ``WarmTierFull`` when Valkey is out of memory (nothing was pushed). Without
+        ``share``: no bound (``TenantShare()``)."""
         call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
-                          since_ms, items, share)
+                          since_ms, items, share or TenantShare())
         noted = False
         if note and self.calls is not None:
             out, noted = self._push_noted(call, queue, tenant, shard_tag)
@@ -976,7 +977,7 @@ class WarmTier:
     def push_along(self, queue: str, tenant: str, *, warm_max: int, warm_max_bytes: int,
                    kind: str, now_ms: int, token: str, since_ms: int,
                    items: Sequence[tuple[str, Place, bytes | str]],
-                   share: TenantShare = TenantShare(),
+                   share: TenantShare | None = None,
                    shard_tag: int | None = None) -> PushAlong | None:
         """``push`` (with ``note``) made ready to send in ``release``'s round trip of the
         same pair; None in cluster mode, where a pipeline keeps no order across masters
@@ -984,7 +985,7 @@ class WarmTier:
         if self.calls is None:
             return None
         call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
-                          since_ms, items, share)
+                          since_ms, items, share or TenantShare())
         index = ReadyTenantsNote(_Index(QueueKeys.ready_tenants(queue, shard_tag)), [tenant])
         return PushAlong(queue, tenant, call, index, len(items))
 
@@ -1781,7 +1782,7 @@ class WarmTier:
 
     def update_ready(self, queue: str, tenant: str,
                      items: Sequence[tuple[str, Place, bytes]], *, warm_max_bytes: int,
-                     share: TenantShare = TenantShare(), now_ms: int = 0,
+                     share: TenantShare | None = None, now_ms: int = 0,
                      ttl_ms: int = 0) -> UpdateOutcome:
         """Replace the data of (id, place, blob) items already in the warm tier (a new
         priority moves the task to its new place), their growth counted against the
@@ -1794,6 +1795,7 @@ class WarmTier:
         ``WarmTierFull`` when Valkey is out of memory (that call changed nothing)."""
         k = PairKeys.of(queue, tenant)
         found = done = 0
+        share = share or TenantShare()
         grant = share.grant
         made = False
         try:

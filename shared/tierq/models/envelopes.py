@@ -10,23 +10,28 @@ Some envelopes are defined beside what they carry and read here on first use:
 
 | envelope                           | defined in                              |
 | ---------------------------------- | --------------------------------------- |
+| ``Envelope`` (their base)          | :mod:`tierq.models.envelope_base`       |
 | ``ClaimResults``                   | :mod:`tierq.models.lease_envelopes`     |
 | ``RunningMetrics``                 | :mod:`tierq.models.lease_outcomes`      |
 | ``QueueList``, ``DetailedMetrics`` | :mod:`tierq.models.queue_views`         |
 
-so that a function that never answers a claim never imports the lease models, and one
-that never shows a queue or a running lease never defines them."""
+so that a function that never answers a claim never imports the lease models, one that
+never shows a queue or a running lease never defines them, and the claim and ack functions,
+which answer with the envelopes of leases only, define none of the task envelopes here."""
 
 
 import importlib
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from tierq.models.base import Model, Replayable
+from tierq.models.base import Replayable
 from tierq.models.bounds import SLICE_MAX_ITEMS as SLICE_MAX_ITEMS
 from tierq.models.bounds import SLICE_SECONDS as SLICE_SECONDS
+from tierq.models.envelope_base import MORE_DESCRIPTION as MORE_DESCRIPTION
+from tierq.models.envelope_base import NEXT_DESCRIPTION as NEXT_DESCRIPTION
+from tierq.models.envelope_base import Envelope as Envelope
 from tierq.models.tasks import EnqueueOutcome, TaskView
 
 if TYPE_CHECKING:
@@ -34,21 +39,6 @@ if TYPE_CHECKING:
     from tierq.models.lease_outcomes import RunningMetrics as RunningMetrics
     from tierq.models.queue_views import DetailedMetrics as DetailedMetrics
     from tierq.models.queue_views import QueueList as QueueList
-
-NEXT_DESCRIPTION = ("The cursor of the next page (the position of this page's last item): "
-                    "pass it as ?after=; null on the last page. A page ends at its limit or "
-                    "before it would overrun a Lambda response (6 MB), so it may hold fewer "
-                    "items than asked for.")
-MORE_DESCRIPTION = ('With "all": true, each request acts on a bounded slice (at most 10,000 '
-                    'dead letters, about 5 seconds): true when some may be left, so repeat the '
-                    'request until it is false.')
-
-
-class Envelope(Model):
-    """A response body: unknown fields are ignored (a newer server may add some)."""
-
-    model_config = ConfigDict(extra="ignore")
-
 
 class EnqueueResults(Envelope):
     """Outcome of a batch enqueue, one entry per task in request order."""

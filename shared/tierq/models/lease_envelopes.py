@@ -5,7 +5,7 @@ here on first use; that of the running leases is in :mod:`tierq.models.lease_out
 
 from pydantic import Field
 
-from tierq.models.envelopes import Envelope
+from tierq.models.envelope_base import Envelope
 from tierq.models.leases import ClaimedTask
 
 

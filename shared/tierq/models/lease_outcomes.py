@@ -12,7 +12,7 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, field_validator
 
 from tierq.models.base import Model, Replayable
-from tierq.models.envelopes import NEXT_DESCRIPTION, Envelope
+from tierq.models.envelope_base import NEXT_DESCRIPTION, Envelope
 from tierq.models.leases import MAX_LEASE_SECONDS, MAX_PROGRESS_BYTES, NO_NUL, progress_size
 from tierq.models.strict import RequestModel
 

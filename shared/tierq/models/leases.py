@@ -17,8 +17,8 @@ from pydantic.config import JsonDict
 
 from tierq.models.base import Model, deferred_adapter
 from tierq.models.names import NO_NUL_PATTERN, TenantName
+from tierq.models.parents import ParentView
 from tierq.models.strict import RequestModel
-from tierq.models.tasks import ParentView
 from tierq.models.traces import TraceView, absent
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from tierq.models.base import Model
-from tierq.models.envelopes import NEXT_DESCRIPTION, Envelope
+from tierq.models.envelope_base import NEXT_DESCRIPTION, Envelope
 from tierq.models.queues import (
     GROUP_MAX_LEASED_DEFAULT,
     GROUP_MAX_LEASED_MAX,

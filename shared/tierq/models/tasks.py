@@ -12,12 +12,13 @@ from tierq.models.bounds import MAX_DELAY_SECONDS as MAX_DELAY_SECONDS
 from tierq.models.bounds import MAX_PARENTS as MAX_PARENTS
 from tierq.models.bounds import MAX_TIMEOUT_SECONDS as MAX_TIMEOUT_SECONDS
 from tierq.models.names import RUN_AT_PATTERN, GroupName, TaskKey, TenantName
+from tierq.models.parents import ParentState as ParentState
+from tierq.models.parents import ParentView as ParentView
 from tierq.models.strict import RequestModel
 from tierq.models.traces import TraceContext, TraceView
 
 TaskState = Literal["waiting", "held", "delayed", "cold", "warm", "leased", "dead", "done",
                     "cancelled"]
-ParentState = Literal["done", "dead", "cancelled"]
 Outcome = Literal["created", "updated", "ignored"]
 
 
@@ -93,17 +94,6 @@ class TaskIn(RequestModel):
         if self.delay_seconds is not None and self.run_at is not None:
             raise ValueError("give delay_seconds or run_at, not both")
         return self
-
-
-class ParentView(Model):
-    """A task's parent (``after``): its final state (None while it is not finished) and,
-    in a claim of the released task, its result (left out when the parents' results
-    together pass 256 KiB: read them with GET)."""
-
-    id: UUID
-    queue: str
-    state: ParentState | None = None
-    result: Any = None
 
 
 class EnqueueOutcome(Model):

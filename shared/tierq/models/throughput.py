@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from tierq.models.envelopes import Envelope
+from tierq.models.envelope_base import Envelope
 
 
 class QueueThroughput(Envelope):

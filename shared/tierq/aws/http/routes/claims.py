@@ -28,7 +28,7 @@ from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
 # request's clock (tests/unit/test_cold_imports.py)
 from tierq.logic import claim_replay, tenant_limits  # noqa: F401
 from tierq.models import ClaimRequest
-from tierq.models.envelopes import ClaimResults
+from tierq.models.lease_envelopes import ClaimResults
 
 router = Router()
 
