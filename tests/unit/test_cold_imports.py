@@ -28,6 +28,8 @@ ENQUEUE_PATH = ("tierq.logic.enqueue",)  # (the enqueue and admin functions' rou
 QUEUE_VIEWS = ("tierq.models.queue_views",)
 # the outcomes of a lease (ack, nack, release, heartbeat): not the claim function's requests'
 LEASE_OUTCOMES = ("tierq.models.lease_outcomes",)
+# big payloads' checks, records and uploads: by the first task whose payload is a pointer
+BIG_PAYLOADS = ("tierq.logic.payloads", "tierq.dal.payload_store")
 # the enqueue's and a task view's models and their envelopes: not a claim's nor an ack's
 TASK_VIEWS = ("tierq.models.tasks", "tierq.models.envelopes")
 OTHER_JOBS = ("tierq.maintenance.reaper", "tierq.maintenance.gauges",
@@ -36,7 +38,7 @@ OTHER_JOBS = ("tierq.maintenance.reaper", "tierq.maintenance.gauges",
 # function -> tierq modules its import must not load
 NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "enqueue": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *LEASES, *ADMIN_ONLY, *ELSEWHERE,
-                *OTHER_JOBS, *QUEUE_VIEWS),
+                *OTHER_JOBS, *QUEUE_VIEWS, *BIG_PAYLOADS),
     "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH,
               *QUEUE_VIEWS, *LEASE_OUTCOMES, *TASK_VIEWS),
     "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,

@@ -6,26 +6,33 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import orjson
 
 from tierq.core.ids import uuid7_strings
 from tierq.core.json_text import NUL_ESCAPE, has_nul
+from tierq.core.lazy import lazy_module
 from tierq.core.ordering import Place, place
+from tierq.core.pointers import looks_like_pointer
 from tierq.dal.shards import tag_ids
 from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns, UniformColumns
 from tierq.dal.warm_tier import AdmittedSize
 from tierq.errors import InvalidInput, PayloadTooLarge
-from tierq.logic import admission, flows, groups, payloads, tiering
+from tierq.logic import admission, flows, groups, tiering
 from tierq.logic.admission import PushItem, Target, plain_blob, task_blob
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 from tierq.logic.homes import require_here
 from tierq.logic.tasks import gone_ttl_ms
 from tierq.models.names import DEFAULT_TENANT
 from tierq.models.tasks import ENQUEUE_OUTCOMES, MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
+
+if TYPE_CHECKING:
+    from tierq.logic import payloads
+else:  # (big payloads' checks and records: by the first task whose payload is a pointer)
+    payloads = lazy_module("tierq.logic.payloads")
 
 MAX_BATCH = 500
 # insert_tasks numbers a batch's rows from one value of tierq_task_seq, which steps by 512
@@ -125,7 +132,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
         # a pointer to a big payload (a JSON array, core/pointers.py): this deployment's
         # bucket, the task's tenant's prefix
         object_key = payloads.check(ctx, _named(i, label), tenant, payload) \
-            if isinstance(payload, (list, tuple)) else None
+            if looks_like_pointer(payload) else None
         run_at_given, delay = task.run_at, task.delay_seconds
         if run_at_given is not None:
             run_at = run_at_given.timestamp()
@@ -161,7 +168,9 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             raise InvalidInput.field(f"{prepared.where}.wait_timeout_seconds",
                                      "only for a task that waits (after)")
         append(prepared)
-    payloads.precheck(ctx, [(p.object_key, p.where) for p in out if p.object_key])
+    pointed = [(p.object_key, p.where) for p in out if p.object_key]
+    if pointed:
+        payloads.precheck(ctx, pointed)
     return out
 
 
@@ -511,8 +520,10 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
             placed = insert_columns(batch, keyed=keyed)
         seqs, items = _insert(ctx, queue, batch, now, placed, keyed, conn)
         # big payloads' objects: recorded with their tasks, refused if deleted meanwhile
-        payloads.use(ctx, conn, [(p.object_key, p.id, p.where)
-                                 for p in batch if p.object_key and p.id in seqs])
+        objects = [(p.object_key, p.id, p.where)
+                   for p in batch if p.object_key and p.id in seqs]
+        if objects:
+            payloads.use(ctx, conn, objects)
         group_released = groups.count_placed(ctx, conn, queue, batch, seqs)
         by_id = {str(row.id): "delayed" for row in group_released.rows}  # (a conflict left room)
         released = flows.add_waits(ctx, conn, waits_of(batch, seqs))
@@ -553,8 +564,9 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
     """Update live tasks in place: same id, same seq (docs/architecture.md §8, guarantee 5)."""
     # a new payload's object recorded first with the task it replaces into (which exists,
     # so the object is kept even should the replace not happen)
-    payloads.use_now(ctx, [(p.object_key, str(e.id), p.where) for p, e in items
-                           if p.object_key])
+    objects = [(p.object_key, str(e.id), p.where) for p, e in items if p.object_key]
+    if objects:
+        payloads.use_now(ctx, objects)
     rows = ctx.store.replace_tasks(
         to_datetime(now), [str(e.id) for _, e in items],
         [p.payload_json.decode() for p, _ in items], [p.priority for p, _ in items],
@@ -649,8 +661,9 @@ def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[
                                        False, conn)
                     for pair, pushes in items.items():
                         warm.setdefault(pair, []).extend(pushes)
-            payloads.use(ctx, conn, [(p.object_key, p.id, p.where)
-                                     for p in ordered if p.object_key])
+            objects = [(p.object_key, p.id, p.where) for p in ordered if p.object_key]
+            if objects:
+                payloads.use(ctx, conn, objects)
             released = flows.add_waits(ctx, conn, waits_of(ordered, {p.id for p in ordered}))
             states = {p.id: p.state for p in ordered}
             states.update({str(r.id): r.state for r in released.rows})
