@@ -33,7 +33,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from datetime import datetime
 from functools import partial
@@ -188,12 +188,16 @@ class ShardedTierq(Deployment):
         """``call`` with shard ``name``'s engine, under the shard's call deadline."""
         return self._on(name, call, waits=waits)
 
-    def _on(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0) -> T:
+    def _on(self, name: str, call: Callable[[Tierq], T], *, waits: float = 0.0,
+            undo_late: Callable[[Tierq, T], None] | None = None) -> T:
         """``call`` on shard ``name``. A shard that fails to connect, or gives no answer
         within ``call_seconds`` (+ ``waits``, what the call waits for by design), is
         ``ShardDown`` (503); after a hang it is for ``suspect_seconds`` without trying.
         A call given up on may still complete later (as any request whose answer is lost:
-        a retried enqueue should carry an Idempotency-Key or a task key)."""
+        a retried enqueue should carry an Idempotency-Key or a task key); ``undo_late``,
+        when given, is run on the shard's engine with that late result (a claim gives its
+        tasks back: else their leases, held by nobody, would each cost an attempt and keep
+        the task out of line until they expired)."""
         if time.monotonic() < self._suspect_until.get(name, 0.0):
             raise ShardDown(name, detail="it did not answer in time moments ago")
         future = self._calls.submit(self._current_then, name, call)
@@ -203,6 +207,9 @@ class ShardedTierq(Deployment):
         except FuturesTimeout:
             with self._lock:
                 self._suspect_until[name] = time.monotonic() + self.suspect_seconds
+            if undo_late is not None:
+                future.add_done_callback(
+                    lambda done: self._undo_late(name, done, undo_late))
             raise ShardDown(name, detail=f"no answer within {limit:g} s") from None
         except PairMoving as moving:  # the shard answered: this process's home was stale
             self.homes.invalidate(moving.queue, moving.tenant)
@@ -211,6 +218,18 @@ class ShardedTierq(Deployment):
             raise
         except SHARD_ERRORS as exc:
             raise ShardDown(name, detail=str(exc)) from exc
+
+    def _undo_late(self, name: str, done: Future[T],
+                   undo: Callable[[Tierq, T], None]) -> None:
+        """``undo`` a call's result that came after ``_on`` gave up on it (run by the
+        thread that completed it); a call that failed or was cancelled left nothing to
+        undo, and a failing undo is logged (nothing is waiting for it)."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        try:
+            undo(self.engines[name], done.result())
+        except Exception:
+            log.exception("undoing a late answer of shard %r failed", name)
 
     def _current_then(self, name: str, call: Callable[[Tierq], T]) -> T:
         """``call`` on shard ``name`` once its schema has every migration this code ships:
@@ -456,7 +475,8 @@ class ShardedTierq(Deployment):
             left = max(0.0, deadline - time.monotonic())
             pinned = request.model_copy(update={"wait_seconds": left})
             return self._on(home, lambda e: e.claim_outcome(
-                queue, pinned, max_bytes=max_bytes, answer_by=answer_by), waits=left)
+                queue, pinned, max_bytes=max_bytes, answer_by=answer_by), waits=left,
+                undo_late=lambda e, late: e.give_back(queue, late.tasks))
         once = request.model_copy(update={"wait_seconds": 0})
         while True:
             outcome = self._claim_round(queue, once, max_bytes, answer_by)
@@ -480,7 +500,8 @@ class ShardedTierq(Deployment):
             try:
                 got = self._on(name, lambda e, w=want: e.claim_outcome(  # type: ignore[misc]
                     queue, request.model_copy(update={"max": w}), max_bytes=max_bytes,
-                    answer_by=answer_by))
+                    answer_by=answer_by),
+                    undo_late=lambda e, late: e.give_back(queue, late.tasks))
             except ShardDown as exc:  # the other shards' pairs still serve
                 down.append(exc)
                 continue

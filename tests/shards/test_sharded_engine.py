@@ -181,6 +181,50 @@ def test_a_stopped_shard_fails_only_its_own_pairs(
         private.stop()
 
 
+@pytest.mark.parametrize("claim", ["one tenant", "over the tenants"])
+def test_a_claim_answered_past_its_deadline_gives_its_tasks_back(
+        make_sharded: ShardedFactory, claim: str) -> None:
+    """A shard whose claim outlasts the call's deadline is 503 for that claim; when the
+    claim completes after all, its tasks go back in line at once without an attempt (held
+    by nobody, their leases would have kept them out of line until they expired, each an
+    attempt lost)."""
+    tq = make_sharded()
+    tq.call_seconds, tq.suspect_seconds = 0.5, 0.0
+    tq.enqueue("q", [{"payload": t, "tenant": t} for t in TENANTS])
+    slow = tq.homes.home_of("q", TENANTS[0])
+    assert slow is not None
+    on_slow = [t for t in TENANTS if tq.homes.home_of("q", t) == slow]
+    engine = tq.engines[slow]
+    real = engine.claim_outcome
+    late: list[int] = []
+
+    def claim_late(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)  # past call_seconds: the caller has given up
+        outcome = real(*args, **kwargs)
+        late.append(len(outcome.tasks))
+        return outcome
+
+    engine.claim_outcome = claim_late  # type: ignore[method-assign]
+    try:
+        if claim == "one tenant":
+            with pytest.raises(ShardDown):
+                tq.claim("q", tenant=on_slow[0], max=5)
+        else:
+            got = tq.claim("q", max=len(TENANTS))  # the other shards answer
+            assert {c.tenant for c in got}.isdisjoint(on_slow)
+            tq.ack("q", got)
+        deadline = time.monotonic() + 5
+        while not late and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert late and late[0] >= 1  # the late claim leased tasks
+        time.sleep(0.3)  # (its give-back runs right after it, on the same thread)
+    finally:
+        del engine.claim_outcome
+    again = [c for t in on_slow for c in tq.claim("q", tenant=t, max=5)]
+    assert sorted(c.tenant for c in again) == sorted(on_slow)  # none held by nobody
+    assert {c.attempt for c in again} == {1}  # no attempt counted for the late claim
+
+
 def test_a_hung_shard_fails_only_its_own_pairs_in_time_and_loses_nothing(
         make_sharded: ShardedFactory, shard_specs: list[ShardSpec], session_dir: Path) -> None:
     private = PrivatePostgres(session_dir / "green-shard")
