@@ -51,15 +51,20 @@ def __getattr__(name: str) -> Any:
         from tierq.engine import Tierq
 
         return Tierq
-    if name in _ERRORS:
+    if name in _ERRORS or name == "errors":
         import tierq.errors
 
-        return getattr(tierq.errors, name)
+        return tierq.errors if name == "errors" else getattr(tierq.errors, name)
     if name in _MODELS:
         import tierq.models
 
         return getattr(tierq.models, name)
     raise AttributeError(f"module 'tierq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The names of ``__all__`` too, which ``__getattr__`` reads on first use."""
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

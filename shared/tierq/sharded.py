@@ -194,8 +194,9 @@ class ShardedTierq(Deployment):
         within ``call_seconds`` (+ ``waits``, what the call waits for by design), is
         ``ShardDown`` (503); after a hang it is for ``suspect_seconds`` without trying.
         A call given up on may still complete later (as any request whose answer is lost:
-        a retried enqueue should carry an Idempotency-Key or a task key); ``undo_late``,
-        when given, is run on the shard's engine with that late result (a claim gives its
+        a retried enqueue should carry an Idempotency-Key or a task key). With
+        ``undo_late`` a call given up on is cancelled if it has not started, else
+        ``undo_late`` is run on the shard's engine with its late result (a claim gives its
         tasks back: else their leases, held by nobody, would each cost an attempt and keep
         the task out of line until they expired)."""
         if time.monotonic() < self._suspect_until.get(name, 0.0):
@@ -207,7 +208,9 @@ class ShardedTierq(Deployment):
         except FuturesTimeout:
             with self._lock:
                 self._suspect_until[name] = time.monotonic() + self.suspect_seconds
-            if undo_late is not None:
+            if undo_late is not None and not future.cancel():
+                # it runs (or just ended): undone once it ends, by the thread that ran it
+                # (by this one, before the 503, if it ended already)
                 future.add_done_callback(
                     lambda done: self._undo_late(name, done, undo_late))
             raise ShardDown(name, detail=f"no answer within {limit:g} s") from None

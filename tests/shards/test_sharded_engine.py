@@ -217,12 +217,49 @@ def test_a_claim_answered_past_its_deadline_gives_its_tasks_back(
         while not late and time.monotonic() < deadline:
             time.sleep(0.05)
         assert late and late[0] >= 1  # the late claim leased tasks
-        time.sleep(0.3)  # (its give-back runs right after it, on the same thread)
     finally:
         del engine.claim_outcome
-    again = [c for t in on_slow for c in tq.claim("q", tenant=t, max=5)]
+    again: list[Any] = []
+    deadline = time.monotonic() + 10  # (its give-back runs right after it, on its thread)
+    while len(again) < len(on_slow) and time.monotonic() < deadline:
+        again += [c for t in on_slow for c in tq.claim("q", tenant=t, max=5)]
+        time.sleep(0.02)
     assert sorted(c.tenant for c in again) == sorted(on_slow)  # none held by nobody
     assert {c.attempt for c in again} == {1}  # no attempt counted for the late claim
+
+
+def test_a_claim_given_up_on_before_it_started_never_runs(
+        make_sharded: ShardedFactory) -> None:
+    """A claim still waiting for a thread of the calls' pool when its deadline passes is
+    cancelled: it leases nothing later (on a shard that was just marked suspect)."""
+    tq = make_sharded()
+    tq.call_seconds, tq.suspect_seconds = 0.3, 0.0
+    tq.enqueue("q", [{"payload": t, "tenant": t} for t in TENANTS])
+    home = tq.homes.home_of("q", TENANTS[0])
+    assert home is not None
+    engine = tq.engines[home]
+    real = engine.claim_outcome
+    ran: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        ran.append(1)
+        return real(*args, **kwargs)
+
+    engine.claim_outcome = counted  # type: ignore[method-assign]
+    release = threading.Event()
+    busy = [tq._calls.submit(release.wait) for _ in range(tq._calls._max_workers)]
+    try:
+        with pytest.raises(ShardDown):
+            tq.claim("q", tenant=TENANTS[0], max=5)
+    finally:
+        release.set()
+        for waiting in busy:
+            waiting.result(timeout=10)
+    tq._calls.submit(lambda: None).result(timeout=10)  # (the queue behind them has run)
+    assert ran == []  # the claim given up on never ran
+    del engine.claim_outcome
+    [task] = tq.claim("q", tenant=TENANTS[0], max=5)
+    assert task.attempt == 1
 
 
 def test_a_hung_shard_fails_only_its_own_pairs_in_time_and_loses_nothing(

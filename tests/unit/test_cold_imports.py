@@ -43,9 +43,9 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
               *QUEUE_VIEWS, *LEASE_OUTCOMES, *TASK_VIEWS),
     "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
             *ENQUEUE_PATH, *QUEUE_VIEWS, *TASK_VIEWS),
-    # (the lease outcomes: by the first batch that did not succeed whole)
+    # (the lease outcomes are the dispatcher's: it acks every batch it ran)
     "dispatcher": (*SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH,
-                   *QUEUE_VIEWS, *LEASE_OUTCOMES, *TASK_VIEWS),
+                   *QUEUE_VIEWS, *TASK_VIEWS),
     "admin": (*ELSEWHERE, "tierq.maintenance.registry", *OTHER_JOBS, *DISPATCHER),
     "cold_to_warm": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE,
                      *ENQUEUE_PATH, "tierq.maintenance.reaper", "tierq.maintenance.gauges",
@@ -124,7 +124,7 @@ def test_the_enqueue_function_imports_its_path_at_its_cold_start() -> None:
 
 
 # the task models and the task logic: the scheduled functions' (and migrate's) imports never
-# make or show a task (the dispatcher's lease path names the task models)
+# make or show a task
 TASKS = ("tierq.models.tasks", "tierq.models.envelopes", "tierq.models.traces",
          "tierq.logic.tasks", "tierq.logic.flows")
 

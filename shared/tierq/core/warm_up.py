@@ -33,11 +33,10 @@ from tierq.core import collector, lazy
 from tierq.models.base import adapters_on_first_call
 
 # What an enqueue, a claim and the lease outcomes import on first use (tierq.engine reads
-# them through lazy modules).
+# them through lazy modules; logic/enqueue.py the big payloads' code).
 HOT_PATH = ("tierq.engine", "tierq.logic.enqueue", "tierq.logic.claim", "tierq.logic.leases",
             "tierq.logic.tiering", "tierq.logic.idempotency", "tierq.models.leases",
-            "tierq.models.lease_outcomes",
-            "tierq.models.tasks")
+            "tierq.models.lease_outcomes", "tierq.models.tasks", "tierq.logic.payloads")
 
 
 @dataclass(frozen=True, slots=True)

@@ -966,7 +966,7 @@ class WarmTier:
         ``WarmTierFull`` when Valkey is out of memory (nothing was pushed). Without
         ``share``: no bound (``TenantShare()``)."""
         call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
-                          since_ms, items, share or TenantShare())
+                          since_ms, items, TenantShare() if share is None else share)
         noted = False
         if note and self.calls is not None:
             out, noted = self._push_noted(call, queue, tenant, shard_tag)
@@ -985,7 +985,7 @@ class WarmTier:
         if self.calls is None:
             return None
         call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
-                          since_ms, items, share or TenantShare())
+                          since_ms, items, TenantShare() if share is None else share)
         index = ReadyTenantsNote(_Index(QueueKeys.ready_tenants(queue, shard_tag)), [tenant])
         return PushAlong(queue, tenant, call, index, len(items))
 
@@ -1795,7 +1795,7 @@ class WarmTier:
         ``WarmTierFull`` when Valkey is out of memory (that call changed nothing)."""
         k = PairKeys.of(queue, tenant)
         found = done = 0
-        share = share or TenantShare()
+        share = TenantShare() if share is None else share
         grant = share.grant
         made = False
         try:

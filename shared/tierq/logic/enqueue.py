@@ -94,7 +94,8 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
     how errors name each task (by default ``tasks[i]``, or ``task`` for one).
 
     One pass, the common task's work only: a payload is checked as a pointer only when it
-    is a list, and a task's name in errors is made only when one is raised."""
+    is a list whose first item names the pointer's class, and a task's name in errors is
+    made only when one is raised."""
     n = len(tasks)
     if n > MAX_BATCH:
         raise InvalidInput.field("tasks", f"at most {MAX_BATCH} tasks per request, got {n}")
@@ -132,7 +133,7 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
         # a pointer to a big payload (a JSON array, core/pointers.py): this deployment's
         # bucket, the task's tenant's prefix
         object_key = payloads.check(ctx, _named(i, label), tenant, payload) \
-            if looks_like_pointer(payload) else None
+            if isinstance(payload, list | tuple) and looks_like_pointer(payload) else None
         run_at_given, delay = task.run_at, task.delay_seconds
         if run_at_given is not None:
             run_at = run_at_given.timestamp()

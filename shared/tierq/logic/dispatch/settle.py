@@ -11,20 +11,14 @@ group is nacked."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from tierq.core.lazy import lazy_module
 from tierq.logic import leases
 from tierq.logic.context import Context
 from tierq.logic.dispatch.counters import DispatchCounts
 from tierq.logic.dispatch.events import in_group_order, read_response
 from tierq.logic.dispatch.invocation import Consumer, Invocation, safe_name
+from tierq.models.lease_outcomes import NackItem, ReleaseItem
 from tierq.models.leases import ClaimedTask
-
-if TYPE_CHECKING:
-    from tierq.models import lease_outcomes
-else:  # (the lease outcomes' models: by the first batch that did not succeed whole)
-    lease_outcomes = lazy_module("tierq.models.lease_outcomes")
 
 # What settle writes as last_error (see the module's documentation).
 ITEM_FAILURE = "batch_item_failure"
@@ -47,8 +41,7 @@ def _nack_all(ctx: Context, queue: str, tasks: Sequence[ClaimedTask], error: str
         retry_in = [max(policy.delay(t.attempt), t.lease_expires_at.timestamp() - now, 0.0)
                     for t in tasks]
     result = leases.nack(ctx, queue, [
-        lease_outcomes.NackItem(id=t.id, lease_token=t.lease_token, error=error,
-                                retry_in_seconds=delay)
+        NackItem(id=t.id, lease_token=t.lease_token, error=error, retry_in_seconds=delay)
         for t, delay in zip(tasks, retry_in, strict=True)])
     counts.retried += len(result.retried)
     counts.dead += len(result.dead)
@@ -58,8 +51,8 @@ def release_tasks(ctx: Context, queue: str, tasks: Sequence[ClaimedTask],
                   counts: DispatchCounts) -> None:
     if not tasks:
         return
-    result = leases.release(ctx, queue, [
-        lease_outcomes.ReleaseItem(id=t.id, lease_token=t.lease_token) for t in tasks])
+    result = leases.release(ctx, queue, [ReleaseItem(id=t.id, lease_token=t.lease_token)
+                                         for t in tasks])
     counts.released += len(result.released)
 
 
