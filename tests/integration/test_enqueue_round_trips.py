@@ -5,6 +5,7 @@ its allotment takes its grant before its push (logic/tenant_budget.py)."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,14 +22,18 @@ INDEX = QueueKeys.ready_tenants("q")
 
 
 class Wire:
-    """The requests sent while ``on``: how many, and the scripts they ran by name."""
+    """The requests this thread sent while counting: how many, and the scripts they ran by
+    name (another thread's, a background job's or one a test left, are not the enqueue's)."""
 
     def __init__(self, tq: Tierq) -> None:
+        self.thread = threading.get_ident()
         self.names = {script.sha.encode(): name for name, script in tq.ctx.warm.scripts.items()}
         self.sends = 0
         self.scripts: Counter[str] = Counter()
 
     def count(self, command: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
         self.sends += 1
         data = command if isinstance(command, bytes) else b"".join(bytes(p) for p in command)
         for sha in data.split(b"EVALSHA\r\n$40\r\n")[1:]:
