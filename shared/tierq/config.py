@@ -354,6 +354,10 @@ class Settings:
     migrate_lock_timeout_ms: int = setting("TIERQ_MIGRATE_LOCK_TIMEOUT_MS", 5_000, ge=1,
                                             le=600_000)
     migrate_lock_attempts: int = setting("TIERQ_MIGRATE_LOCK_ATTEMPTS", 10, ge=1, le=1_000)
+    # How long a migration run waits for another run's advisory lock before it fails
+    # naming the holder (within the migrate function's 300 s timeout).
+    migrate_runner_wait_seconds: float = setting("TIERQ_MIGRATE_RUNNER_WAIT_SECONDS", 240.0,
+                                                 gt=0, le=3_600)
     db_pool_max: int = setting("TIERQ_DB_POOL_MAX", 10, ge=1)
     # How long a request waits for a pooled connection before it is answered 503. Once a
     # wait has run out, later ones wait at most a second until a checkout succeeds again.

@@ -192,7 +192,8 @@ class Tierq(Deployment):
         """Apply pending SQL migrations; returns the versions applied now."""
         return migrate.migrate(self.db.url,
                                lock_timeout_ms=self.settings.migrate_lock_timeout_ms,
-                               lock_attempts=self.settings.migrate_lock_attempts)
+                               lock_attempts=self.settings.migrate_lock_attempts,
+                               runner_wait_seconds=self.settings.migrate_runner_wait_seconds)
 
     # -- producers -----------------------------------------------------------------------
 

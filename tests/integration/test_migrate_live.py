@@ -22,7 +22,13 @@ import pytest
 
 from tests.support.stores import scratch_database
 from tierq.dal import migrate as migrations
-from tierq.dal.migrate import Migration, MigrationLockTimeout, migrate
+from tierq.dal.migrate import (
+    LOCK_KEY,
+    Migration,
+    MigrationLockTimeout,
+    MigrationRunnerBusy,
+    migrate,
+)
 
 TABLE = Migration("0001", "table", "CREATE TABLE t (id int NOT NULL);\n")
 INDEX = Migration("0002", "index", "-- The index, built while writes go on.\n"
@@ -172,6 +178,29 @@ def test_a_migration_that_never_has_its_lock_applies_nothing(table_url: str) -> 
                                "WHERE table_name = 't'").fetchall()
         assert columns == [("id",)]
     assert migrate(table_url, migrations=[TABLE, COLUMN]) == ["0002"]
+
+
+def test_a_runner_waits_for_another_only_so_long_and_names_it(table_url: str) -> None:
+    """A session that holds the runners' lock (a run still migrating, or stuck) makes the
+    next run give up after runner_wait_seconds, naming the session's backend, having
+    applied nothing; once it ends the next run applies the migration."""
+    with psycopg.connect(table_url, autocommit=True) as holder:
+        holder.execute("SET application_name = 'stuck-runner'")
+        holder.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        pid = holder.info.backend_pid
+        with pytest.raises(MigrationRunnerBusy, match=f"pid {pid} 'stuck-runner'"):
+            migrate(table_url, migrations=[TABLE, COLUMN], runner_wait_seconds=0.3)
+    with psycopg.connect(table_url) as conn:
+        columns = conn.execute("SELECT column_name FROM information_schema.columns "
+                               "WHERE table_name = 't'").fetchall()
+        assert columns == [("id",)]
+    assert migrate(table_url, migrations=[TABLE, COLUMN]) == ["0002"]
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_the_runner_wait_is_checked(bad: float) -> None:
+    with pytest.raises(ValueError, match="runner_wait_seconds"):
+        migrate("postgresql://unused", runner_wait_seconds=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -1])

@@ -280,7 +280,8 @@ def migrate_shards(properties: Mapping[str, Any] | None = None) -> Migrated:
 
 def _migrate_database(settings: Settings, url: str) -> list[str]:
     applied = migrate(url, lock_timeout_ms=settings.migrate_lock_timeout_ms,
-                      lock_attempts=settings.migrate_lock_attempts)
+                      lock_attempts=settings.migrate_lock_attempts,
+                      runner_wait_seconds=settings.migrate_runner_wait_seconds)
     _app_login(settings, url)
     return applied
 

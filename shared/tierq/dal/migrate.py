@@ -56,6 +56,10 @@ LOCK_ATTEMPTS = 10
 RETRY_PAUSE_SECONDS = 1.0
 RETRY_PAUSE_MAX_SECONDS = 30.0
 RUNNER_POLL_SECONDS = 0.1  # between two asks for the runners' advisory lock
+# How long a runner waits for another's advisory lock before it gives up naming the holder
+# (TIERQ_MIGRATE_RUNNER_WAIT_SECONDS): within the migrate function's 300 s, so its failure
+# says why rather than timing out.
+RUNNER_WAIT_SECONDS = 240.0
 # A statement of a no-transaction migration ends with ';' at the end of a line.
 _STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.MULTILINE)
 
@@ -95,6 +99,11 @@ class Migration:
             if code:  # (the comments of whole lines left out)
                 statements.append("\n".join(code).strip())
         return statements
+
+
+class MigrationRunnerBusy(RuntimeError):
+    """Another runner held the migrations' advisory lock for all of ``runner_wait_seconds``
+    (the message names its backend): it is still migrating, or its session is stuck."""
 
 
 class MigrationLockTimeout(RuntimeError):
@@ -141,17 +150,22 @@ def _col(row: Sequence[Any] | Mapping[str, Any] | None, i: int) -> str:
 
 def migrate(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS,
             lock_attempts: int = LOCK_ATTEMPTS,
+            runner_wait_seconds: float = RUNNER_WAIT_SECONDS,
             migrations: Sequence[Migration] | None = None) -> list[str]:
     """Apply what is missing (``migrations``: the shipped ones by default), each as its
     kind says (the module's table). Returns the versions applied now. Refuses to run when
     an applied migration's file has changed; raises :class:`MigrationLockTimeout` when a
     transactional one never had its locks in ``lock_attempts`` tries of
-    ``lock_timeout_ms`` each (what came before it stays applied)."""
+    ``lock_timeout_ms`` each (what came before it stays applied), and
+    :class:`MigrationRunnerBusy`, having applied nothing, when another runner held the
+    runners' lock for ``runner_wait_seconds``."""
     if lock_timeout_ms < 1 or lock_attempts < 1:
         raise ValueError("lock_timeout_ms and lock_attempts must be at least 1")
+    if not runner_wait_seconds > 0:
+        raise ValueError("runner_wait_seconds must be more than 0")
     done_now: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        _lock_runners(conn)
+        _lock_runners(conn, runner_wait_seconds)
         try:
             have = applied(conn)
             for m in available() if migrations is None else migrations:
@@ -173,12 +187,35 @@ def migrate(url: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     return done_now
 
 
-def _lock_runners(conn: psycopg.Connection[Any]) -> None:
+def _lock_runners(conn: psycopg.Connection[Any], wait_seconds: float) -> None:
     """Take the runners' advisory lock, asking again until it is free (the module's
-    docstring says why not ``pg_advisory_lock``)."""
+    docstring says why not ``pg_advisory_lock``), for ``wait_seconds`` at most."""
+    deadline = time.monotonic() + wait_seconds
     while _col(conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone(),
                0) != "True":
+        if time.monotonic() >= deadline:
+            raise MigrationRunnerBusy(
+                f"another migration runner ({_runner_holding(conn)}) has held the "
+                f"migrations' lock for the {wait_seconds:g} s this one waited; nothing was "
+                "applied: run the migrations again once it has finished, or end its "
+                "session if it is stuck")
         time.sleep(RUNNER_POLL_SECONDS)
+
+
+def _runner_holding(conn: psycopg.Connection[Any]) -> str:
+    """Who holds the runners' advisory lock, as an operator would look for it."""
+    row = conn.execute(
+        "SELECT a.pid, coalesce(a.application_name, ''), a.backend_start, a.state "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s "
+        "AND l.objsubid = 1 LIMIT 1",
+        (LOCK_KEY >> 32, LOCK_KEY & 0xFFFF_FFFF)).fetchone()
+    if row is None:
+        return "its session has just ended"
+    values = list(row.values()) if isinstance(row, Mapping) else list(row)
+    pid, application, started, state = values
+    named = f" '{application}'" if application else ""
+    return f"backend pid {pid}{named}, connected since {started:%Y-%m-%d %H:%M:%S %Z}, {state}"
 
 
 def _record(conn: psycopg.Connection[Any], m: Migration) -> None:
