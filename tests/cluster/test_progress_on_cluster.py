@@ -26,3 +26,13 @@ def test_given_back_by_a_release_and_a_plain_ack(tq, valkey):
 
 def test_larger_than_4_kib_is_refused_naming_it(tq, valkey):
     scenarios.larger_than_4_kib_is_refused_naming_it(tq, valkey)
+
+
+def test_held_to_the_tenants_share(make_tq, valkey):
+    scenarios.held_to_the_tenants_share(
+        make_tq(tenant_warm_max_bytes=scenarios.SHARE), valkey)
+
+
+def test_kept_with_a_grant_when_the_share_has_room(make_tq, valkey):
+    scenarios.kept_with_a_grant_when_the_share_has_room(
+        make_tq(tenant_warm_max_bytes=scenarios.SHARE), valkey)

@@ -457,7 +457,7 @@ def lease_drop_scenario(warm: WarmTier, valkey: Any) -> None:
     _, k = new_pair(valkey)
     push(warm, k, ids(3))
     members = claimed_members(claim(warm, k, 2))
-    assert run(warm, LeaseProgress(k, NOW, [(members[0], '{"done":1}')])) == [True]
+    assert run(warm, LeaseProgress(k, NOW, [(members[0], '{"done":1}')])) == ([1], 0)
     valkey.zadd(k.limits, {members[0]: NOW + 1})  # a time limit goes with its lease
     # replacements kept for both leased tasks (lua/update_ready.lua) and for the waiting one
     at = {task_id: place(0, i + 1, task_id) for i, task_id in enumerate(ids(3))}
@@ -481,17 +481,37 @@ def lease_progress_scenario(warm: WarmTier, valkey: Any) -> None:
     valkey.zadd(k.leased, {members[1]: 0})  # the reaper is expiring it: no progress
     out = run(warm, LeaseProgress(k, NOW + 5, [(members[0], '{"n":1}'),
                                                (members[1], '"x"'), ("gone|t1~x~1~1", "1")]))
-    assert out == [True, False, False]
+    assert out == ([1, 0, 0], 0)
     task_id, _, token = members[0].partition("|")
     kept = f'{token}|{NOW + 5}|{{"n":1}}'
     assert text(valkey.hget(k.progress, task_id)) == kept
     assert int(valkey.hget(k.meta, "progress")) == len(kept)
     # a later progress replaces it; the count follows the length
-    assert run(warm, LeaseProgress(k, NOW + 6, [(members[0], '{"n":100}')])) == [True]
+    assert run(warm, LeaseProgress(k, NOW + 6, [(members[0], '{"n":100}')])) == ([1], 0)
     assert int(valkey.hget(k.meta, "progress")) == len(kept) + 2
     # counted in the pair's usage of its tenant's share (nothing waits: no task bytes)
     valkey.hset(k.meta, "allot", 10**6)
     assert run(warm, AllotShrink(k, 0, 0))[1] == int(valkey.hget(k.meta, "progress"))
+    # held to the pair's allotment (bound, grant, charge): usage = progress + 2 leases'
+    # charge; 'ask' past it writes nothing and says how much is short
+    usage = int(valkey.hget(k.meta, "progress")) + 2 * 100
+    valkey.hset(k.meta, "allot", usage + 10)
+    big = '"' + "p" * 50 + '"'
+    grows = len(f'{token}|{NOW + 7}|{big}') - int(valkey.hget(k.meta, "progress"))
+    assert run(warm, LeaseProgress(k, NOW + 7, [(members[0], big)], "ask", 0, 100)) \
+        == ([], grows - 10)
+    assert text(valkey.hget(k.progress, task_id)) != f'{token}|{NOW + 7}|{big}'
+    # 'strict' without the grant refuses it (2); with it, the grant joins the allotment
+    assert run(warm, LeaseProgress(k, NOW + 7, [(members[0], big)], "strict", 0, 100)) \
+        == ([2], 0)
+    assert run(warm, LeaseProgress(k, NOW + 7, [(members[0], big)], "strict", grows - 10,
+                                   100)) == ([1], 0)
+    assert int(valkey.hget(k.meta, "allot")) == usage + grows
+    assert text(valkey.hget(k.progress, task_id)) == f'{token}|{NOW + 7}|{big}'
+    # a progress that shrinks goes in whatever the allotment
+    valkey.hset(k.meta, "allot", 0)
+    assert run(warm, LeaseProgress(k, NOW + 8, [(members[0], "1")], "strict", 0, 100)) \
+        == ([1], 0)
 
 
 def release_leases_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -126,3 +126,66 @@ def larger_than_4_kib_is_refused_naming_it(tq: QueueEngine, valkey: Valkey) -> N
     assert tq.get_task("pl", made.id).lease_expires_at == deadline
     beat(tq, "pl", task, "x" * (MAX_PROGRESS_BYTES - 2))
     assert tq.get_task("pl", made.id).progress == "x" * (MAX_PROGRESS_BYTES - 2)
+
+
+# a tenant bound: the least TIERQ_TENANT_WARM_MAX_BYTES takes
+SHARE = 1 << 20
+BIG_PROGRESS = "p" * 4_000  # 4,002 bytes encoded: within MAX_PROGRESS_BYTES
+
+
+def held_to_the_tenants_share(tq: QueueEngine, valkey: Valkey) -> None:
+    """A tenant whose leases fill its share of the warm tier cannot grow past it by
+    heartbeating progress (tiny tasks, 4 KB of progress each: about 6 times the share
+    unchecked). The extensions stand, the progress that does not fit is dropped, and
+    another tenant's work still goes warm."""
+    from tierq.logic.tenant_budget import TASK_CHARGE
+
+    queues = ["pa", "pb"]
+    leased: list[tuple[str, ClaimedTask]] = []
+    for queue in queues:
+        for _ in range(2):
+            tq.enqueue(queue, [{"payload": 0, "tenant": "hog"} for _ in range(300)])
+        while got := tq.claim(queue, max=500, tenant="hog", lease_seconds=3600):
+            leased += [(queue, t) for t in got]
+    assert len(leased) == 1200
+
+    def usage() -> int:
+        return sum(tq_usage(tq, queue, "hog", TASK_CHARGE) for queue in queues)
+
+    assert usage() <= SHARE
+    for start in range(0, len(leased), 300):
+        for queue in queues:
+            part = [t for q, t in leased[start:start + 300] if q == queue]
+            if part:
+                out = tq.heartbeat(queue, [{"id": t.id, "lease_token": t.lease_token,
+                                            "progress": BIG_PROGRESS} for t in part])
+                assert len(out.extended) == len(part) and out.rejected == []
+    assert usage() <= SHARE
+    kept = sum(kept_bytes(valkey, queue, "hog") for queue in queues)
+    assert 0 < kept < 1200 * len(BIG_PROGRESS) // 2  # some fit, most did not
+    made = tq.enqueue("pc", [{"payload": "y" * 1_000, "tenant": "other"} for _ in range(50)])
+    assert {o.state for o in made} == {"warm"}
+
+
+def kept_with_a_grant_when_the_share_has_room(tq: QueueEngine, valkey: Valkey) -> None:
+    """A pair whose allotment has no room left beyond its usage asks its tenant's ledger
+    for more, as a push does: well within the share, the progress is kept."""
+    from tierq.logic.tenant_budget import TASK_CHARGE
+
+    tq.enqueue("pg", [{"payload": 0} for _ in range(3)])
+    tasks = tq.claim("pg", max=3)
+    engine_of(tq, "pg").ctx.warm.shrink_allot("pg", TENANT, charge=TASK_CHARGE, keep=0)
+    for task in tasks:
+        beat(tq, "pg", task, BIG_PROGRESS)
+    assert kept_bytes(valkey, "pg") > 3 * len(BIG_PROGRESS)
+    assert all(tq.get_task("pg", t.id).progress == BIG_PROGRESS for t in tasks)
+
+
+def engine_of(tq: QueueEngine, queue: str, tenant: str = TENANT) -> Any:
+    """The engine that holds the pair (the engine itself, or a shard's)."""
+    on = getattr(tq, "engine_of", None)
+    return tq if on is None else on(queue, tenant)
+
+
+def tq_usage(tq: QueueEngine, queue: str, tenant: str, charge: int) -> int:
+    return engine_of(tq, queue, tenant).ctx.warm.pair_usage(queue, tenant, charge=charge)[0]

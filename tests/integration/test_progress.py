@@ -66,3 +66,13 @@ def test_the_pairs_usage_of_its_tenants_share_counts_the_progress(tq, valkey):
     assert kept > 50 and tq.ctx.warm.pair_usage("pu", "_", charge=0)[0] == kept
     tq.ack("pu", [task])
     assert tq.ctx.warm.pair_usage("pu", "_", charge=0)[0] == 0
+
+
+def test_held_to_the_tenants_share(make_tq, valkey):
+    scenarios.held_to_the_tenants_share(
+        make_tq(tenant_warm_max_bytes=scenarios.SHARE), valkey)
+
+
+def test_kept_with_a_grant_when_the_share_has_room(make_tq, valkey):
+    scenarios.kept_with_a_grant_when_the_share_has_room(
+        make_tq(tenant_warm_max_bytes=scenarios.SHARE), valkey)

@@ -32,3 +32,14 @@ def test_given_back_by_a_release_and_a_plain_ack(make_sharded: ShardedFactory,
 def test_larger_than_4_kib_is_refused_naming_it(make_sharded: ShardedFactory,
                                                 valkey) -> None:
     scenarios.larger_than_4_kib_is_refused_naming_it(make_sharded(), valkey)
+
+
+def test_held_to_the_tenants_share(make_sharded: ShardedFactory, valkey) -> None:
+    scenarios.held_to_the_tenants_share(
+        make_sharded(tenant_warm_max_bytes=scenarios.SHARE), valkey)
+
+
+def test_kept_with_a_grant_when_the_share_has_room(make_sharded: ShardedFactory,
+                                                   valkey) -> None:
+    scenarios.kept_with_a_grant_when_the_share_has_room(
+        make_sharded(tenant_warm_max_bytes=scenarios.SHARE), valkey)

@@ -421,23 +421,34 @@ class LeaseExtend(LuaCall[list[int]]):
         return [int(x) for x in reply]
 
 
+# What lua/lease_progress.lua answers per lease.
+PROGRESS_NOT_HELD, PROGRESS_KEPT, PROGRESS_NO_ROOM = 0, 1, 2
+
+
 @lazy_dataclass(frozen=True)
-class LeaseProgress(LuaCall[list[bool]]):
-    """Keep the progress heartbeats carry with their leases (lua/lease_progress.lua): per
-    (member, progress JSON) item, whether the lease was held with its deadline ahead (and
-    so its progress kept)."""
+class LeaseProgress(LuaCall[tuple[list[int], int]]):
+    """Keep the progress heartbeats carry with their leases (lua/lease_progress.lua), held
+    to the tenant's share (``bound``, ``grant``, ``charge``: as ``PushReady``'s): (per
+    (member, progress JSON) item ``PROGRESS_KEPT``, ``PROGRESS_NOT_HELD`` (no lease held
+    with its deadline ahead) or ``PROGRESS_NO_ROOM`` (held, the progress refused for the
+    share), bytes short: with 'ask', ``([], short)`` when nothing was written)."""
 
     SCRIPT: ClassVar[str] = "lease_progress"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "progress", "meta")
-    ARGS: ClassVar[tuple[str, ...]] = ("now_ms",)
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "progress", "meta", "ready", "data", "gone")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "bound", "grant", "charge")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "progress")
 
     on: Any
     now_ms: int
     items: Sequence[Any] = ()
+    bound: str = ""
+    grant: int = 0
+    charge: int = 0
 
-    def parse(self, reply: Any) -> list[bool]:
-        return [bool(int(x)) for x in reply]
+    def parse(self, reply: Any) -> tuple[list[int], int]:
+        if reply and text(reply[0]) == "allot":
+            return [], int(reply[1])
+        return [int(x) for x in reply], 0
 
 
 @lazy_dataclass(frozen=True)

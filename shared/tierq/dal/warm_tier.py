@@ -1624,15 +1624,29 @@ class WarmTier:
         return out
 
     def keep_progress(self, queue: str, tenant: str, *, now_ms: int,
-                      items: Sequence[tuple[str, str]]) -> list[bool]:
+                      items: Sequence[tuple[str, str]], share: TenantShare | None = None
+                      ) -> tuple[list[int | None], int]:
         """Keep each (lease member, progress JSON) with its lease, as of ``now_ms``
-        (lua/lease_progress.lua); whether each lease was held and unexpired. Refused
-        (``WarmTierFull``) while Valkey is out of memory."""
+        (lua/lease_progress.lua), held to the tenant's share as ``share`` says (its
+        ``bound``, ``grant``, with the first call only, and ``charge``): per item
+        ``PROGRESS_KEPT``, ``PROGRESS_NOT_HELD``, ``PROGRESS_NO_ROOM`` or, for an item of a
+        call that 'ask' found short (nothing of it written), None; and the bytes those
+        calls were short. Refused (``WarmTierFull``) while Valkey is out of memory."""
+        share = TenantShare() if share is None else share
         k = PairKeys.of(queue, tenant)
-        out: list[bool] = []
+        out: list[int | None] = []
+        short = 0
+        grant = share.grant
         for part in chunks(items, LeaseProgress.items_per_call()):
-            out += self.call(LeaseProgress(k, now_ms, part))
-        return out
+            codes, part_short = self.call(LeaseProgress(
+                k, now_ms, part, share.bound, grant, share.charge))
+            grant = 0  # (added to the allotment by the first call)
+            if part_short:
+                short += part_short
+                out += [None] * len(part)
+            else:
+                out += codes
+        return out, short
 
     def progress_of(self, queue: str, tenant: str,
                     leases: Sequence[tuple[str, str]]) -> dict[str, tuple[int, str]]:

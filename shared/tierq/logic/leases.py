@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import is_not
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from pydantic import TypeAdapter
 from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.core.lazy import lazy_module
 from tierq.dal.command_limit import per_call
+from tierq.dal.lua_calls import PROGRESS_NO_ROOM
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.task_store import Conn
 from tierq.dal.warm_tier import (
@@ -31,7 +32,7 @@ from tierq.dal.warm_tier import (
     token_groups,
 )
 from tierq.errors import WarmTierFull
-from tierq.logic import admission, flows, groups, limits, waits
+from tierq.logic import admission, flows, groups, limits, tenant_budget, waits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.base import deferred_adapter
@@ -480,16 +481,31 @@ def heartbeat(ctx: Context, queue: str, items: Sequence[HeartbeatItem]) -> Heart
 def keep_progress(ctx: Context, queue: str, tenant: str, now_ms: int,
                   items: Sequence[HeartbeatItem], deadlines: Sequence[int]) -> None:
     """Keep the progress the heartbeat's items carry with their leases, those just extended
-    (lua/lease_progress.lua). At Valkey's maximum memory the progress is dropped, logged:
-    the extension stands, and the next heartbeat carries the handler's next progress."""
+    (lua/lease_progress.lua), within the tenant's share of the warm tier as a push is
+    (logic/tenant_budget.py): asked first, then, short, with a grant from the tenant's
+    ledger. Progress that does not fit, or comes at Valkey's maximum memory, is dropped,
+    logged: the extension stands, and the next heartbeat carries the handler's next
+    progress."""
     carried = [(lease_member(str(item.id), item.lease_token),
                 orjson.dumps(item.progress).decode())
                for item, deadline in zip(items, deadlines, strict=True)
                if deadline and item.progress is not None]
     if not carried:
         return
+    share, limit = tenant_budget.share(ctx, queue, tenant)
     try:
-        ctx.warm.keep_progress(queue, tenant, now_ms=now_ms, items=carried)
+        codes, short = ctx.warm.keep_progress(queue, tenant, now_ms=now_ms, items=carried,
+                                              share=share)
+        if short:
+            asked = [item for item, code in zip(carried, codes, strict=True) if code is None]
+            granted = tenant_budget.grant(ctx, queue, tenant, short, limit)
+            codes, _ = ctx.warm.keep_progress(
+                queue, tenant, now_ms=now_ms, items=asked,
+                share=replace(share, bound="strict", grant=granted))
+        refused = sum(1 for code in codes if code == PROGRESS_NO_ROOM)
+        if refused:
+            log.warning("progress of %d lease(s) of %r/%r not kept: its tenant's share of "
+                        "the warm tier is full", refused, queue, tenant)
     except WarmTierFull:
         log.warning("progress of %d lease(s) of %r/%r not kept: the warm tier is full",
                     len(carried), queue, tenant)

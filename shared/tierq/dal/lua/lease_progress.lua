@@ -5,25 +5,71 @@
 -- bytes go with the lease (lease_drop in lua/lease_keys.lua).
 -- Not allowed while Valkey is out of memory (it grows the data): the caller keeps the
 -- heartbeat's extension and drops the progress.
--- KEYS: 1 leased, 2 progress, 3 meta
--- ARGV: 1 now_ms, then pairs: lease member ('<id>|<token>'), progress (JSON text)
--- Returns one number per pair: 1 kept, 0 not held or expired.
+-- Called through `LeaseProgress` (dal/lua_calls.py), which names its keys and arguments:
+-- | KEYS | leased, progress, meta, ready, data, gone                                       |
+-- | ARGV | name     | what                                                                  |
+-- | 1    | now_ms   | the caller's clock                                                    |
+-- | 2    | bound    | the tenant's bound: '' (none), 'ask' or 'strict' (below)              |
+-- | 3    | grant    | bytes just taken for this pair from its tenant's ledger, added to the allotment first |
+-- | 4    | charge   | per task charge (lua/warm_usage.lua)                                  |
+-- | then | member, progress | per lease: its member ('<id>|<token>') and the progress's JSON text |
+-- A tenant's share, as push_ready.lua holds a push to it (what progress grows the usage by:
+-- each entry's bytes less the entry it replaces; an entry that shrinks always goes in):
+--   ask: when the entries would take the usage past the pair's allotment, none is written
+--        and { 'allot', bytes short } is returned: the caller takes that much from the
+--        ledger and calls again, 'strict', with it as `grant`;
+--   strict: an entry that would take the usage past the allotment is refused (2), the
+--        lease kept as it is: one tenant's progress never takes room another's tasks need.
+-- Returns one number per pair: 1 kept, 0 not held or expired, 2 held but refused for the
+-- tenant's share; or { 'allot', bytes short } (ask).
+
+-- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
+-- include: warm_usage (a tenant's share: lua/warm_usage.lua)
+
 local now = tonumber(ARGV[1])
-local out = {}
-local grown = 0
-for i = 2, #ARGV, 2 do
+local bound = ARGV[2]
+local FIRST = 5
+-- per pair: false (not held), else { id, entry, what it grows the usage by }
+local rows = {}
+local growth = 0
+for i = FIRST, #ARGV, 2 do
   local member = ARGV[i]
-  local kept = 0
   local deadline = redis.call('ZSCORE', KEYS[1], member)
   if deadline and tonumber(deadline) > now then
     local bar = string.find(member, '|', 1, true)
     local id = string.sub(member, 1, bar - 1)
     local value = string.sub(member, bar + 1) .. '|' .. ARGV[1] .. '|' .. ARGV[i + 1]
-    grown = grown + #value - redis.call('HSTRLEN', KEYS[2], id)
-    redis.call('HSET', KEYS[2], id, value)
-    kept = 1
+    local grows = #value - redis.call('HSTRLEN', KEYS[2], id)
+    rows[#rows + 1] = { id, value, grows }
+    if grows > 0 then growth = growth + grows end
+  else
+    rows[#rows + 1] = false
   end
-  out[#out + 1] = kept
+end
+local allot, usage = 0, 0
+if bound ~= '' then
+  local allot_before = warm_allot(KEYS[3])
+  allot = allot_before + tonumber(ARGV[3])
+  if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
+  local size = redis.call('ZCARD', KEYS[4])
+  usage = warm_usage(size, KEYS[1], warm_bytes(KEYS[3], KEYS[5], size), tonumber(ARGV[4]),
+                     KEYS[3], redis.call('ZCARD', KEYS[6]))
+  if bound == 'ask' and growth > 0 and usage + growth > allot then
+    return { 'allot', usage + growth - allot }
+  end
+end
+local out = {}
+local grown = 0
+for k, row in ipairs(rows) do
+  if not row then
+    out[k] = 0
+  elseif bound == 'strict' and row[3] > 0 and usage + grown + row[3] > allot then
+    out[k] = 2
+  else
+    redis.call('HSET', KEYS[2], row[1], row[2])
+    grown = grown + row[3]
+    out[k] = 1
+  end
 end
 if grown ~= 0 then redis.call('HINCRBY', KEYS[3], 'progress', grown) end
 return out

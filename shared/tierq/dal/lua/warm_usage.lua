@@ -12,9 +12,10 @@
 -- heartbeats keep (lua/lease_progress.lua) counts too, the meta field `progress`, and so
 -- do the pair's replacements kept for pushes on their way (the meta field `newer`, their
 -- bytes and charges: lua/newer_entries.lua) and its tombstones (`stones`, the members of
--- `gone`, lua/remove.lua), GONE_CHARGE each. Progress, tombstones and the marks of
--- replacements not kept are never refused for the bound (a whole replacement is: its mark
--- is kept instead); later pushes and replacements see the room they take.
+-- `gone`, lua/remove.lua), GONE_CHARGE each. Progress is held to the allotment as pushes
+-- are (lua/lease_progress.lua); tombstones and the marks of replacements not kept are
+-- never refused for the bound (a whole replacement is: its mark is kept instead); later
+-- pushes and replacements see the room they take.
 local ALLOT_FIELD = 'allot'
 local FREED_FIELD = 'freed'
 -- what Valkey keeps of a tombstone (MEMORY USAGE at the cap: about 146 bytes)
