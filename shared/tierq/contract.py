@@ -205,8 +205,10 @@ class QueueEngine(Protocol):
         ``NotFound`` at once."""
         ...
 
-    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
-        """Delete the task whatever its state (DELETE): gone, a GET after it is 404."""
+    def cancel_task(self, queue: str, task_id: UUID | str, *,
+                    tenant: str | None = None) -> TaskView:
+        """Delete the task whatever its state (DELETE): gone, a GET after it is 404.
+        ``tenant``: the caller's; another tenant's task is ``NotFound``."""
         ...
 
     def cancel(self, queue: str, task_id: UUID | str, *,

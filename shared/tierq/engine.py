@@ -361,8 +361,9 @@ class Tierq(Deployment):
         return waits.get_task(self.ctx, queue, UUID(str(task_id)),
                               wait_seconds=wait_seconds, tenant=tenant)
 
-    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
-        return tasks.cancel_task(self.ctx, queue, UUID(str(task_id)))
+    def cancel_task(self, queue: str, task_id: UUID | str, *,
+                    tenant: str | None = None) -> TaskView:
+        return tasks.cancel_task(self.ctx, queue, UUID(str(task_id)), tenant=tenant)
 
     def cancel(self, queue: str, task_id: UUID | str, *,
                tenant: str | None = None) -> TaskView:

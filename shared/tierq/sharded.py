@@ -652,8 +652,9 @@ class ShardedTierq(Deployment):
         return self._find_task(task_id, lambda e: e.get_task(
             queue, task_id, wait_seconds=wait_seconds, tenant=tenant), waits=wait_seconds)
 
-    def cancel_task(self, queue: str, task_id: UUID | str) -> TaskView:
-        return self._find_task(task_id, lambda e: e.cancel_task(queue, task_id))
+    def cancel_task(self, queue: str, task_id: UUID | str, *,
+                    tenant: str | None = None) -> TaskView:
+        return self._find_task(task_id, lambda e: e.cancel_task(queue, task_id, tenant=tenant))
 
     def cancel(self, queue: str, task_id: UUID | str, *,
                tenant: str | None = None) -> TaskView:

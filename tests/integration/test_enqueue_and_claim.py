@@ -249,6 +249,27 @@ def test_cancel_removes_a_task_from_both_tiers(tq, valkey, pg):
     assert b.outcome == "created" and count_rows(pg) == 0
 
 
+def test_a_delete_naming_another_tenant_changes_nothing(tq, valkey, pg):
+    """The tenant is checked before the task leaves its line, and again by the statement
+    that deletes: another tenant's delete is NotFound, the task stays in both tiers."""
+    a = tq.enqueue_one("q", "a", tenant="acme")
+    with pytest.raises(NotFound):
+        tq.cancel_task("q", a.id, tenant="evil")
+    assert count_rows(pg) == 1
+    assert [t.payload for t in drain(tq, "q")] == ["a"]
+    b = tq.enqueue_one("q", "b", tenant="acme")
+    assert tq.cancel_task("q", b.id, tenant="acme").id == b.id
+    assert count_rows(pg) == 0
+
+
+def test_the_delete_statement_checks_the_tenant_itself(tq, pg):
+    a = tq.enqueue_one("q", "a", tenant="acme")
+    assert tq.ctx.store.cancel_task("q", a.id, "evil") is None
+    assert count_rows(pg) == 1
+    row = tq.ctx.store.cancel_task("q", a.id, "acme")
+    assert row is not None and row.tenant == "acme"
+
+
 def test_cancel_of_a_leased_task_rejects_its_ack(tq):
     tq.enqueue_one("q", "a")
     [task] = tq.claim("q")

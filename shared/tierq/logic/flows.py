@@ -372,12 +372,13 @@ def record_waited(ctx: Context, queue: str, ids: Sequence[str], attempts: Sequen
     return rows
 
 
-def cancel(ctx: Context, queue: str, task_id: uuid.UUID) -> TaskRow | None:
-    """Cancel a task: its row deleted; when it waited, its wait is dropped; when others
-    wait on it, they settle it as ``cancelled``; one transaction (:func:`finishing`). The
-    row, or None."""
+def cancel(ctx: Context, queue: str, task_id: uuid.UUID,
+           tenant: str | None = None) -> TaskRow | None:
+    """Cancel a task (of ``tenant`` when given): its row deleted; when it waited, its wait
+    is dropped; when others wait on it, they settle it as ``cancelled``; one transaction
+    (:func:`finishing`). The row, or None."""
     def body(conn: Conn) -> tuple[TaskRow | None, Released]:
-        row = ctx.store.cancel_task(queue, task_id, conn=conn)
+        row = ctx.store.cancel_task(queue, task_id, tenant, conn=conn)
         if row is None:
             return None, Released()
         with scans_by_key(ctx, conn):

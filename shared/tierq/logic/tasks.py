@@ -221,20 +221,22 @@ def keep_progress(ctx: Context, queue: str,
     return written
 
 
-def cancel_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
+def cancel_task(ctx: Context, queue: str, task_id: UUID, *,
+                tenant: str | None = None) -> TaskView:
     """Delete a task whatever its state (DELETE …/tasks/{id}): gone, a GET after it is
-    404; a worker holding its lease gets ``not_owner`` on ack (no ``cancelled`` list: the
-    row that would say so is gone; :func:`cancel` keeps it). A waiting task leaves the warm
-    tier first, then PostgreSQL changes, then a lease ends (:func:`leave_line`): a deleted
-    task never runs, and a delete failed by Valkey first changed nothing, so its retry
-    deletes. What waits on it settles it as cancelled, in the
-    same transaction (logic/flows.py); the next task of its group is released
+    404 (another ``tenant``'s is ``NotFound``, checked before anything changes and again
+    in the statement that deletes); a worker holding its lease gets ``not_owner`` on ack
+    (no ``cancelled`` list: the row that would say so is gone; :func:`cancel` keeps it).
+    A waiting task leaves the warm tier first, then PostgreSQL changes, then a lease ends
+    (:func:`leave_line`): a deleted task never runs, and a delete failed by Valkey first
+    changed nothing, so its retry deletes. What waits on it settles it as cancelled, in
+    the same transaction (logic/flows.py); the next task of its group is released
     (logic/groups.py)."""
     before = ctx.store.task_by_id(queue, task_id)
-    if before is None:
+    if before is None or (tenant is not None and before.tenant != tenant):
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     waited = leave_line(ctx, queue, before) if before.state == "warm" else False
-    row = flows.cancel(ctx, queue, task_id)
+    row = flows.cancel(ctx, queue, task_id, tenant)
     if row is None:
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     if row.grp is not None:  # its group's next task goes on (logic/groups.py)

@@ -13,13 +13,13 @@
 -- | 3    | grant    | bytes just taken for this pair from its tenant's ledger, added to the allotment first |
 -- | 4    | charge   | per task charge (lua/warm_usage.lua)                                  |
 -- | then | member, progress | per lease: its member ('<id>|<token>') and the progress's JSON text |
--- A tenant's share, as push_ready.lua holds a push to it (what progress grows the usage by:
--- each entry's bytes less the entry it replaces; an entry that shrinks always goes in):
---   ask: when the entries would take the usage past the pair's allotment, none is written
---        and { 'allot', bytes short } is returned: the caller takes that much from the
---        ledger and calls again, 'strict', with it as `grant`;
---   strict: an entry that would take the usage past the allotment is refused (2), the
---        lease kept as it is: one tenant's progress never takes room another's tasks need.
+-- A tenant's share holds progress as push_ready.lua holds a push. An entry grows the usage
+-- by its bytes less those of the entry it replaces; one that shrinks always goes in.
+--   ask: entries that would take the usage past the pair's allotment are not written, none
+--        of them; { 'allot', bytes short } is returned. The caller takes that much from
+--        the ledger and calls again, 'strict', with it as `grant`.
+--   strict: an entry past the allotment is refused (2), its lease kept as it is. So one
+--        tenant's progress never takes the room another's tasks need.
 -- Returns one number per pair: 1 kept, 0 not held or expired, 2 held but refused for the
 -- tenant's share; or { 'allot', bytes short } (ask).
 
@@ -28,11 +28,10 @@
 
 local now = tonumber(ARGV[1])
 local bound = ARGV[2]
-local FIRST = 5
 -- per pair: false (not held), else { id, entry, what it grows the usage by }
 local rows = {}
 local growth = 0
-for i = FIRST, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
   if deadline and tonumber(deadline) > now then

@@ -280,11 +280,12 @@ class TaskQueries(StoreBase):
         rows = self._fetch("task_by_id", {"queue": queue, "id": task_id}, positional(TaskRow))
         return rows[0] if rows else None
 
-    def cancel_task(self, queue: str, task_id: UUID, *,
+    def cancel_task(self, queue: str, task_id: UUID, tenant: str | None = None, *,
                     conn: Conn | None = None) -> TaskRow | None:
-        """Delete the task whatever its state; the row deleted."""
-        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id}, positional(TaskRow),
-                           conn)
+        """Delete the task whatever its state, when it is ``tenant``'s (None: any
+        tenant's); the row deleted."""
+        rows = self._fetch("cancel_task", {"queue": queue, "id": task_id, "tenant": tenant},
+                           positional(TaskRow), conn)
         return rows[0] if rows else None
 
     def cancel_mark(self, queue: str, task_id: UUID, tenant: str | None, now: datetime, *,

@@ -99,5 +99,4 @@ def cancel(queue: QueuePath, task_id: TaskIdPath) -> TaskView:
     responses=responses("The task as it was when deleted.", 404),
 )
 def cancel_task(queue: QueuePath, task_id: TaskIdPath) -> TaskView:
-    visible_task(queue, str(task_id))
-    return engine().cancel_task(queue, task_id)
+    return engine().cancel_task(queue, task_id, tenant=request.pinned_tenant())

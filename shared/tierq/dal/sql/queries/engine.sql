@@ -545,7 +545,9 @@ SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initiall
 FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: cancel_task
-DELETE FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s
+-- DELETE …/tasks/{id}: the task's row, when it is the tenant's given (NULL: any tenant's).
+DELETE FROM tierq_tasks
+WHERE queue = %(queue)s AND id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING id, queue, tenant, key, priority, payload, state, run_at, run_at_initially,
           attempts, max_attempts, seq, created_at, ready_since, state_since, finished_at,
           last_error, result, grp, progress, progress_at, trace, timeout_seconds;
