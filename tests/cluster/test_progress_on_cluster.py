@@ -36,3 +36,8 @@ def test_held_to_the_tenants_share(make_tq, valkey):
 def test_kept_with_a_grant_when_the_share_has_room(make_tq, valkey):
     scenarios.kept_with_a_grant_when_the_share_has_room(
         make_tq(tenant_warm_max_bytes=scenarios.SHARE), valkey)
+
+
+def test_a_grant_refused_at_its_pair_goes_back_to_the_ledger(make_tq, valkey, monkeypatch):
+    scenarios.a_grant_refused_at_its_pair_goes_back_to_the_ledger(
+        make_tq(tenant_warm_max_bytes=scenarios.SHARE), valkey, monkeypatch)

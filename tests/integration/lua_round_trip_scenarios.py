@@ -512,6 +512,11 @@ def lease_progress_scenario(warm: WarmTier, valkey: Any) -> None:
     valkey.hset(k.meta, "allot", 0)
     assert run(warm, LeaseProgress(k, NOW + 8, [(members[0], "1")], "strict", 0, 100)) \
         == ([1], 0)
+    # a lease named twice in one call: its last entry kept, and counted as stored
+    valkey.hset(k.meta, "allot", 10**6)
+    twice = [(members[0], "1"), (members[0], big)] * 3
+    assert run(warm, LeaseProgress(k, NOW + 9, twice, "ask", 0, 100)) == ([1] * 6, 0)
+    assert int(valkey.hget(k.meta, "progress")) == int(valkey.hstrlen(k.progress, task_id))
 
 
 def release_leases_scenario(warm: WarmTier, valkey: Any) -> None:

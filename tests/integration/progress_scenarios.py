@@ -181,6 +181,40 @@ def kept_with_a_grant_when_the_share_has_room(tq: QueueEngine, valkey: Valkey) -
     assert all(tq.get_task("pg", t.id).progress == BIG_PROGRESS for t in tasks)
 
 
+def a_grant_refused_at_its_pair_goes_back_to_the_ledger(
+        tq: QueueEngine, valkey: Valkey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A progress short of its allotment takes a grant; when the pair then refuses the
+    call that would add it (Valkey at its maximum memory between the two), the grant goes
+    back to the tenant's ledger instead of counting there for nothing, heartbeat after
+    heartbeat; the heartbeat answers its extension all the same."""
+    from tierq.dal.warm_tier import TenantKeys, WarmTier
+    from tierq.errors import WarmTierFull
+    from tierq.logic.tenant_budget import TASK_CHARGE
+
+    tq.enqueue("pr", [{"payload": 0}])
+    [task] = tq.claim("pr", max=1)
+    warm = engine_of(tq, "pr").ctx.warm
+    warm.shrink_allot("pr", TENANT, charge=TASK_CHARGE, keep=0)
+    ledger = TenantKeys.of(TENANT).warm
+    entry = text_of(valkey.hget(ledger, "pr")).partition("|")[0]
+    real = WarmTier.keep_progress
+
+    def full_when_strict(self: WarmTier, *args: Any, **kwargs: Any) -> Any:
+        if kwargs["share"].bound == "strict":
+            raise WarmTierFull()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(WarmTier, "keep_progress", full_when_strict)
+    for _ in range(3):
+        beat(tq, "pr", task, BIG_PROGRESS)
+    assert text_of(valkey.hget(ledger, "pr")).partition("|")[0] == entry
+    assert kept_bytes(valkey, "pr") == 0
+
+
+def text_of(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def engine_of(tq: QueueEngine, queue: str, tenant: str = TENANT) -> Any:
     """The engine that holds the pair (the engine itself, or a shard's)."""
     on = getattr(tq, "engine_of", None)

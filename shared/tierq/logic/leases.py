@@ -31,7 +31,7 @@ from tierq.dal.warm_tier import (
     reservation_of,
     token_groups,
 )
-from tierq.errors import WarmTierFull
+from tierq.errors import WarmTierFull, WarmTierUnavailable
 from tierq.logic import admission, flows, groups, limits, tenant_budget, waits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
@@ -499,16 +499,26 @@ def keep_progress(ctx: Context, queue: str, tenant: str, now_ms: int,
         if short:
             asked = [item for item, code in zip(carried, codes, strict=True) if code is None]
             granted = tenant_budget.grant(ctx, queue, tenant, short, limit)
-            codes, _ = ctx.warm.keep_progress(
-                queue, tenant, now_ms=now_ms, items=asked,
-                share=replace(share, bound="strict", grant=granted))
+            try:
+                codes, _ = ctx.warm.keep_progress(
+                    queue, tenant, now_ms=now_ms, items=asked,
+                    share=replace(share, bound="strict", grant=granted))
+            except WarmTierFull:
+                # refused at its first write (the allotment's): the grant is the ledger's
+                # again (not after WarmTierUnavailable, when it may have run: an entry left
+                # high counts against the tenant only, until a reclaim)
+                if granted:
+                    tenant_budget.cancel(ctx, queue, tenant, granted)
+                raise
         refused = sum(1 for code in codes if code == PROGRESS_NO_ROOM)
         if refused:
             log.warning("progress of %d lease(s) of %r/%r not kept: its tenant's share of "
                         "the warm tier is full", refused, queue, tenant)
-    except WarmTierFull:
-        log.warning("progress of %d lease(s) of %r/%r not kept: the warm tier is full",
-                    len(carried), queue, tenant)
+    except (WarmTierFull, WarmTierUnavailable) as exc:
+        # (the extensions stand: progress is the lease's extra, never its heartbeat's error)
+        log.warning("progress of %d lease(s) of %r/%r not kept: %s", len(carried), queue,
+                    tenant, "the warm tier is full" if isinstance(exc, WarmTierFull)
+                    else "the warm tier did not answer")
 
 
 def progress_of(ctx: Context, queue: str,

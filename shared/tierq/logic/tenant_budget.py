@@ -27,6 +27,9 @@ push leaves slack       an allotment over usage + 2 keep is lowered to usage + k
 replacement grows       counted as a push (lua/update_ready.lua), with the entries it keeps
                         for pushes; what does not fit waits cold, a task not waiting behind
                         a mark its push refuses (logic/admission.update_warm)
+progress grows          a heartbeat's progress as a push (lua/lease_progress.lua): 'ask',
+                        short a grant, then 'strict'; what does not fit is dropped, the
+                        lease extended all the same (logic/leases.keep_progress)
 ======================  =================================================================
 
 The ledger is written before a pair's allotment grows and after it shrinks, so a caller
@@ -135,7 +138,8 @@ def grant(ctx: Context, queue: str, tenant: str, short: int, limit: int) -> int:
             got += ctx.warm.ledger_take(tenant, queue, want=want - got, bound=limit,
                                         now_ms=to_ms(ctx.now()))
     except (WarmTierUnavailable, WarmTierFull):
-        log.warning("the warm-tier ledger of tenant %r did not answer; %r waits cold", tenant,
+        log.warning("the warm-tier ledger of tenant %r did not answer; %r waits cold (its "
+                    "progress is dropped)", tenant,
                     queue, exc_info=True)
     return got
 

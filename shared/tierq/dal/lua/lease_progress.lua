@@ -28,9 +28,10 @@
 
 local now = tonumber(ARGV[1])
 local bound = ARGV[2]
--- per pair: false (not held), else { id, entry, what it grows the usage by }
+-- per pair: false (not held), else { id, entry }
 local rows = {}
-local growth = 0
+-- the bytes of each lease's entry as the call goes (a lease named twice: its last entry)
+local before, after = {}, {}
 for i = 5, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -38,9 +39,9 @@ for i = 5, #ARGV, 2 do
     local bar = string.find(member, '|', 1, true)
     local id = string.sub(member, 1, bar - 1)
     local value = string.sub(member, bar + 1) .. '|' .. ARGV[1] .. '|' .. ARGV[i + 1]
-    local grows = #value - redis.call('HSTRLEN', KEYS[2], id)
-    rows[#rows + 1] = { id, value, grows }
-    if grows > 0 then growth = growth + grows end
+    if not before[id] then before[id] = redis.call('HSTRLEN', KEYS[2], id) end
+    after[id] = #value
+    rows[#rows + 1] = { id, value }
   else
     rows[#rows + 1] = false
   end
@@ -53,21 +54,28 @@ if bound ~= '' then
   local size = redis.call('ZCARD', KEYS[4])
   usage = warm_usage(size, KEYS[1], warm_bytes(KEYS[3], KEYS[5], size), tonumber(ARGV[4]),
                      KEYS[3], redis.call('ZCARD', KEYS[6]))
+  local growth = 0
+  for id, bytes in pairs(after) do growth = growth + bytes - before[id] end
   if bound == 'ask' and growth > 0 and usage + growth > allot then
     return { 'allot', usage + growth - allot }
   end
 end
 local out = {}
 local grown = 0
+local held = before  -- (from here: each entry's bytes as written)
 for k, row in ipairs(rows) do
   if not row then
     out[k] = 0
-  elseif bound == 'strict' and row[3] > 0 and usage + grown + row[3] > allot then
-    out[k] = 2
   else
-    redis.call('HSET', KEYS[2], row[1], row[2])
-    grown = grown + row[3]
-    out[k] = 1
+    local grows = #row[2] - held[row[1]]
+    if bound == 'strict' and grows > 0 and usage + grown + grows > allot then
+      out[k] = 2
+    else
+      redis.call('HSET', KEYS[2], row[1], row[2])
+      held[row[1]] = #row[2]
+      grown = grown + grows
+      out[k] = 1
+    end
   end
 end
 if grown ~= 0 then redis.call('HINCRBY', KEYS[3], 'progress', grown) end

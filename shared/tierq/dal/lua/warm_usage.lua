@@ -4,8 +4,8 @@
 -- waits (the ready set) or is leased (the leased set), for what Valkey keeps of it beside
 -- the data: its ready entry, and once claimed its lease, lease_of entry and a share of its
 -- claim's record. A claim turns a waiting task into a leased one, so it never raises the
--- usage; only a push (push_ready, under the pair's allotment) and a replacement
--- (update_ready) do. The allotment the pair took from its tenant's ledger
+-- usage; a push (push_ready, under the pair's allotment), a replacement (update_ready)
+-- and a heartbeat's progress (lease_progress, under the allotment too) do. The allotment the pair took from its tenant's ledger
 -- (lua/warm_ledger.lua) is the meta field `allot`; the meta field `freed` counts every byte
 -- the allotment ever gave back (it only grows), so the ledger can tell a report it has
 -- counted from one it has not, whatever order reports arrive in. The progress its leases'
