@@ -661,9 +661,11 @@ def _refused_credentials(exc: BaseException) -> bool:
 
 def _push_call(queue: str, tenant: str, warm_max: int, warm_max_bytes: int, kind: str,
                now_ms: int, token: str, since_ms: int,
-               items: Sequence[tuple[str, Place, bytes | str]], share: TenantShare
+               items: Sequence[tuple[str, Place, bytes | str]], share: TenantShare | None
                ) -> PushReady:
-    """``WarmTier.push``'s script call."""
+    """``WarmTier.push``'s script call (without ``share``: no bound)."""
+    if share is None:
+        share = TenantShare()
     if len(items) > PUSH_TASKS_PER_CALL:
         raise ValueError(f"a push of {len(items)} tasks: at most {PUSH_TASKS_PER_CALL} "
                          "per call")
@@ -966,7 +968,7 @@ class WarmTier:
         ``WarmTierFull`` when Valkey is out of memory (nothing was pushed). Without
         ``share``: no bound (``TenantShare()``)."""
         call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
-                          since_ms, items, TenantShare() if share is None else share)
+                          since_ms, items, share)
         noted = False
         if note and self.calls is not None:
             out, noted = self._push_noted(call, queue, tenant, shard_tag)
@@ -985,7 +987,7 @@ class WarmTier:
         if self.calls is None:
             return None
         call = _push_call(queue, tenant, warm_max, warm_max_bytes, kind, now_ms, token,
-                          since_ms, items, TenantShare() if share is None else share)
+                          since_ms, items, share)
         index = ReadyTenantsNote(_Index(QueueKeys.ready_tenants(queue, shard_tag)), [tenant])
         return PushAlong(queue, tenant, call, index, len(items))
 
