@@ -17,6 +17,11 @@ Steps:
    .pyc files in __pycache__/ (used whatever the sources' timestamps become in the zip);
    the other packages ship bytecode only (a .pyc in place of each .py, ~9 MB less), plus
    no type stubs or C sources. Their tracebacks then name file and line without the text.
+5. Import every function (`functions/<name>/app.py`) once with that interpreter, recording
+   the methods its dataclasses generate, compiled (`tierq/core/dataclass_code.marshal`):
+   a cold start then reads them instead of compiling them (`tierq.core.dataclass_code`).
+   For another architecture than this machine's, the imports run from a copy of the same
+   packages for this machine's (the texts depend on the packages' versions, not on it).
 
 Run by layers/tierq/Makefile under `sam build`; can be run by hand too:
     python3 layers/tierq/build_layer.py --repo-root . --out /tmp/layer/python --arch arm64
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -56,6 +62,14 @@ NOT_IN_LAYER = {
     "typer", "click", "rich", "pygments", "markdown-it-py", "mdurl", "shellingham",
     "httpx", "httpcore", "h11", "anyio", "pyyaml",
 }
+# Run in each function's folder by the layer's interpreter: the function's import with the
+# recorder of tierq.core.dataclass_code on, adding to the file the earlier ones wrote.
+RECORDER = """\
+from tierq.core import dataclass_code
+with dataclass_code.recording({path!r}):
+    import app
+print(dataclass_code.held({path!r}))
+"""
 SOURCE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 
@@ -149,6 +163,40 @@ def platform_args(arch: str) -> list[str]:
     ]
 
 
+def host_arch() -> str | None:
+    """This machine's Lambda architecture, or None for another CPU."""
+    machine = platform.machine().lower()
+    return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        machine)
+
+
+def record_dataclass_code(repo_root: Path, out: Path, interpreter: str,
+                          packages: Path) -> int:
+    """Step 5: every function of ``functions/`` imported from ``packages`` with the recorder
+    on; the file lands in the layer's ``tierq/core/``. Answers how many texts it holds."""
+    target = out / "tierq" / "core" / "dataclass_code.marshal"
+    target.unlink(missing_ok=True)
+    held = 0
+    for app in sorted((repo_root / "functions").glob("*/app.py")):
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": os.pathsep.join([str(app.parent), str(packages)]),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "POWERTOOLS_SERVICE_NAME": "tierq",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+        done = subprocess.run(
+            [interpreter, "-S", "-s", "-c", RECORDER.format(path=str(target))],
+            env=env, cwd=app.parent, capture_output=True, text=True, check=False, timeout=300)
+        if done.returncode != 0:
+            raise SystemExit(f"importing {app.parent.name}/app.py to record its dataclasses "
+                             f"failed:\n{done.stderr[-3000:]}")
+        held = int(done.stdout.split()[-1])
+    return held
+
+
 def build_wheel(repo_root: Path, work: Path) -> Path:
     src = work / "src"
     src.mkdir()
@@ -211,11 +259,20 @@ def main() -> int:
         out.mkdir(parents=True)
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile"]
         run([*pip, "--target", str(out), *platform_args(args.arch), str(wheel), *pins])
-    # Console scripts carry this machine's interpreter path in their shebang: useless in a
-    # layer (Lambda only imports from python/).
-    shutil.rmtree(out / "bin", ignore_errors=True)
-    drop_build_only_files(out)
-    compile_bytecode(out, compiler)
+        # Console scripts carry this machine's interpreter path in their shebang: useless in
+        # a layer (Lambda only imports from python/).
+        shutil.rmtree(out / "bin", ignore_errors=True)
+        drop_build_only_files(out)
+        compile_bytecode(out, compiler)
+        packages = out
+        here = host_arch()
+        if here != args.arch:
+            if here is None:
+                raise SystemExit(f"no Lambda architecture for this machine "
+                                 f"({platform.machine()}) to record the dataclasses on")
+            packages = work / "host"
+            run([*pip, "--target", str(packages), *platform_args(here), str(wheel), *pins])
+        recorded = record_dataclass_code(repo_root, out, compiler, packages)
     (out / "tierq_layer.json").write_text(
         json.dumps(
             {
@@ -224,6 +281,7 @@ def main() -> int:
                 "bytecode": f"cpython {python_full_version(compiler)}, unchecked-hash",
                 "packages": ["tierq", *pins],
                 "left_to_runtime": sorted(RUNTIME_PROVIDED),
+                "dataclass_code": recorded,
             },
             indent=2,
         )

@@ -186,3 +186,72 @@ def test_the_layer_build_compiles_tierq_beside_its_sources_and_the_rest_in_their
         env={"PYTHONPATH": str(out), "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True, text=True, check=False, timeout=60)
     assert done.stdout.strip() == "8", done.stderr
+
+
+# A function whose initialisation defines dataclasses, as the real ones do.
+RECORDED_APP = """\
+from dataclasses import dataclass
+from tierq.core.cold_start import initialising
+
+with initialising():
+    @dataclass(frozen=True)
+    class Point:
+        x: int
+        y: int = 0
+
+    @dataclass
+    class Box:
+        corner: Point
+        label: str = "box"
+"""
+COUNTS_AFTER_IMPORT = """\
+import app
+from tierq.core import dataclass_code
+print(*dataclass_code.counts())
+"""
+
+
+def test_the_layer_build_records_each_functions_dataclasses_and_a_cold_start_reads_them(
+        tmp_path: Path) -> None:
+    import shutil
+
+    from bench.lambda_layer import load_build_layer
+
+    build_layer = load_build_layer()
+    python = lambda_python()
+    repo = tmp_path / "repo"
+    for name in ("one", "two"):
+        (repo / "functions" / name).mkdir(parents=True)
+        (repo / "functions" / name / "app.py").write_text(
+            RECORDED_APP.replace("label", "label" if name == "one" else "tag"))
+    out = tmp_path / "python"
+    shutil.copytree(ROOT / "shared" / "tierq", out / "tierq",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+    held = build_layer.record_dataclass_code(repo, out, python, out)
+
+    assert (out / "tierq" / "core" / "dataclass_code.marshal").is_file()
+    assert held == 3  # Point's, Box's, and Box's with a tag: one text a class on 3.13
+    for name in ("one", "two"):
+        done = subprocess.run(
+            [python, "-S", "-s", "-c", COUNTS_AFTER_IMPORT],
+            env={"PYTHONPATH": os.pathsep.join([str(repo / "functions" / name), str(out)]),
+                 "PYTHONDONTWRITEBYTECODE": "1"},
+            cwd=repo / "functions" / name, capture_output=True, text=True, check=False,
+            timeout=60)
+        assert done.returncode == 0, done.stderr
+        hits, misses = map(int, done.stdout.split())
+        assert (hits, misses) == (2, 0), (name, done.stdout)
+
+
+def test_a_function_that_fails_to_import_fails_the_recording(tmp_path: Path) -> None:
+    from bench.lambda_layer import load_build_layer
+
+    build_layer = load_build_layer()
+    repo = tmp_path / "repo"
+    (repo / "functions" / "broken").mkdir(parents=True)
+    (repo / "functions" / "broken" / "app.py").write_text("import not_in_the_layer\n")
+    out = tmp_path / "python"
+    (out / "tierq").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"importing broken/app\.py to record its dataclasses"):
+        build_layer.record_dataclass_code(repo, out, lambda_python(), ROOT / "shared")
