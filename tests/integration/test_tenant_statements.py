@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from tierq.engine import Tierq
-from tierq.errors import NotFound
-from tierq.logic import groups, leases, tasks
+from tierq.errors import InvalidInput, NotFound
+from tierq.logic import groups, leases, payloads, tasks
 from tierq.logic.context import to_datetime
 from tierq.models import ClaimedTask
 
@@ -168,3 +168,31 @@ def test_a_replayed_claim_rebuilds_only_rows_of_the_tenant_its_record_names(tq: 
     assert store.claimed_tasks_by_ids(QUEUE, [str(task.id)], ["evil"]) == []
     [row] = store.claimed_tasks_by_ids(QUEUE, [str(task.id)], ["acme"])
     assert row.tenant == "acme"
+
+
+# -- big payloads' objects ------------------------------------------------------------------
+
+def test_a_payload_key_is_used_only_by_a_task_of_its_tenant(tq: Tierq, pg: Any) -> None:
+    """``payloads.use`` (the enqueue's transaction) with a task of another tenant than the
+    key's: refused (422), the key still pending, no object recorded."""
+    key = "tenants/acme/0190b8a0-0000-7000-8000-000000000001"
+    tq.ctx.store.payload_keys_add(key, "acme", to_datetime(tq.ctx.now()))
+    task_id = "0190b8a0-0000-7000-8000-0000000000aa"
+    with pytest.raises(InvalidInput, match="is not known here"):
+        tq.ctx.db.run_transaction(lambda conn: payloads.use(
+            tq.ctx, conn, [(key, task_id, "evil", "tasks[0]")]), what="test")
+    assert pg.execute("SELECT state FROM tierq_payload_keys").fetchall() == [("pending",)]
+    assert pg.execute("SELECT count(*) FROM tierq_payload_objects").fetchone() == (0,)
+    tq.ctx.db.run_transaction(lambda conn: payloads.use(
+        tq.ctx, conn, [(key, task_id, "acme", "tasks[0]")]), what="test")
+    assert pg.execute("SELECT state FROM tierq_payload_keys").fetchall() == [("used",)]
+
+
+def test_payload_object_of_task_checks_the_tasks_tenant(tq: Tierq, pg: Any) -> None:
+    made = tq.enqueue_one(QUEUE, "a", tenant="acme")
+    key = "tenants/acme/0190b8a0-0000-7000-8000-000000000002"
+    tq.ctx.store.payload_objects_register([key], [str(made.id)],
+                                          to_datetime(tq.ctx.now() - 1))
+    store = tq.ctx.store
+    assert store.payload_object_of_task(key, str(made.id), "evil") is False
+    assert store.payload_object_of_task(key, str(made.id), "acme") is True
