@@ -125,10 +125,12 @@ class Layouts:
             ids += batch.ids
         for lo in (0, 400):
             self.run("today: ack_delete of 400", 400, self.ack, {
-                "ids": uuid_array(ids[lo:lo + 400]), "queue": QUEUE, "attempt": 1}, fetch=True)
+                "ids": uuid_array(ids[lo:lo + 400]), "queue": QUEUE, "tenant_set": ["_"],
+                "attempt": 1}, fetch=True)
         for lo in range(800, 1000, 10):
             self.run("today: ack_delete of 10", 10, self.ack, {
-                "ids": uuid_array(ids[lo:lo + 10]), "queue": QUEUE, "attempt": 1}, fetch=True)
+                "ids": uuid_array(ids[lo:lo + 10]), "queue": QUEUE, "tenant_set": ["_"],
+                "attempt": 1}, fetch=True)
         # the same rows by the statement of a uniform batch, then deleted (not measured)
         uniform: list[str] = []
         for batch in batches[6:8]:

@@ -250,6 +250,7 @@ class TierqSide:
         # as the engine opens its connections without RDS Proxy
         self.db = Database(url, min_size=1, max_size=1, session_settings=True)
         self.store = TaskStore(self.db)
+        self.tenant_of: dict[str, str] = {}  # (the settling statements take each id's tenant)
         with self.db.connection() as conn:
             self.backend = conn.info.backend_pid
 
@@ -276,6 +277,7 @@ class TierqSide:
     def insert(self, batches: Sequence[Batch], state: str, *, keyed: bool) -> None:
         now = datetime.now(UTC)
         for batch in batches:  # (the engine's statements: uniform batches, as these are)
+            self.tenant_of.update(zip(batch.ids, batch.tenants, strict=True))
             columns = self.uniform(batch, state, keyed=keyed)
             assert columns is not None, "the benchmark's batches are uniform"
             if keyed:
@@ -291,7 +293,8 @@ class TierqSide:
 
     def ack(self, ids: Sequence[str], size: int, attempt: int = 1) -> None:
         for part in chunks(ids, size):
-            done = self.store.ack_delete(QUEUE, part, attempt)
+            done = self.store.ack_delete(QUEUE, part, [self.tenant_of[i] for i in part],
+                                         attempt)
             if len(done) != len(part):
                 raise RuntimeError(f"acked {len(done)} of {len(part)}")
 
@@ -315,8 +318,8 @@ class TierqSide:
         now = datetime.now(UTC)
         for part in chunks(ids, size):
             n = len(part)
-            rows = self.store.lease_outcomes(QUEUE, now, part, [1] * n, ["boom"] * n,
-                                             [now] * n, [False] * n)
+            rows = self.store.lease_outcomes(QUEUE, now, part, [self.tenant_of[i] for i in part],
+                                             [1] * n, ["boom"] * n, [now] * n, [False] * n)
             if len(rows) != n:
                 raise RuntimeError(f"nacked {len(rows)} of {n}")
 

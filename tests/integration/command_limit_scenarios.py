@@ -74,7 +74,7 @@ def large_calls_stay_under_the_limit(make_tq: Any, pg: Any) -> None:
     assert len(warm.take_back("big", "_", now_ms=now_ms, members=member_list[:MANY // 2])) \
         == MANY // 2
     rows = tq.ctx.store.release_leased("big", to_datetime(tq.ctx.now()), ids[:MANY // 2],
-                                       [t.attempt for t in held[:MANY // 2]])
+                                       ["_"] * (MANY // 2), [t.attempt for t in held[:MANY // 2]])
     items = [admission.row_push_item(r) for r in rows]
     ticket = Ticket(token="big-restore", since_ms=now_ms)
     assert admission.dispatch(tq.ctx, ticket, {("big", "_"): items}, kind="restore") == set()

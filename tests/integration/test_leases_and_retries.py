@@ -290,9 +290,10 @@ def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq
     assert tq.run_reaper().requeued == 1
     # the late ack's own statement, as leases.ack sends it after its lease check passed
     if statement == "ack_delete":
-        deleted = tq.ctx.store.ack_delete("r", [str(first.id)], first.attempt)
+        deleted = tq.ctx.store.ack_delete("r", [str(first.id)], ["_"], first.attempt)
     else:
-        deleted = tq.ctx.store.ack_delete_by_attempt("r", [str(first.id)], [first.attempt])
+        deleted = tq.ctx.store.ack_delete_by_attempt("r", [str(first.id)], ["_"],
+                                                     [first.attempt])
     assert deleted == []
     [second] = tq.claim("r")
     assert second.id == created.id and second.attempt == 2

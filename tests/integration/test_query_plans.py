@@ -36,7 +36,7 @@ def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
             "attempt": 1, "attempts": [1] * n, "errors": ["boom"] * n,
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
             "results": ['{"ok": true}'] * n, "waited": False,
-            "tenants": ["_"] * n}
+            "tenants": ["_"] * n, "tenant_set": ["_"]}
 
 
 def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str, ...]) -> None:

@@ -128,7 +128,10 @@ def replay(ctx: Context, queue: str, record: Any) -> list[ClaimedTask]:
                 deadlines[entry[0]] = deadline
     if not deadlines:
         return []
-    rows = {r.id: r for r in ctx.store.claimed_tasks_by_ids(queue, deadlines)}
+    tenant_of = {entry[0]: entry[1] for entry in entries}
+    ids = list(deadlines)
+    rows = {r.id: r for r in ctx.store.claimed_tasks_by_ids(
+        queue, ids, [tenant_of[i] for i in ids])}
     fields: list[dict[str, Any]] = []
     changed: list[tuple[str, str]] = []
     for task_id, tenant, token, attempt, created_ms, digest in entries:

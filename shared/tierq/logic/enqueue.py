@@ -521,7 +521,7 @@ def _insert_recorded(ctx: Context, queue: str, batch: list[Prepared], now: float
             placed = insert_columns(batch, keyed=keyed)
         seqs, items = _insert(ctx, queue, batch, now, placed, keyed, conn)
         # big payloads' objects: recorded with their tasks, refused if deleted meanwhile
-        objects = [(p.object_key, p.id, p.where)
+        objects = [(p.object_key, p.id, p.tenant, p.where)
                    for p in batch if p.object_key and p.id in seqs]
         if objects:
             payloads.use(ctx, conn, objects)
@@ -565,7 +565,7 @@ def _replace(ctx: Context, queue: str, items: list[tuple[Prepared, LiveKeyRow]],
     """Update live tasks in place: same id, same seq (docs/architecture.md §8, guarantee 5)."""
     # a new payload's object recorded first with the task it replaces into (which exists,
     # so the object is kept even should the replace not happen)
-    objects = [(p.object_key, str(e.id), p.where) for p, e in items if p.object_key]
+    objects = [(p.object_key, str(e.id), p.tenant, p.where) for p, e in items if p.object_key]
     if objects:
         payloads.use_now(ctx, objects)
     rows = ctx.store.replace_tasks(
@@ -662,7 +662,7 @@ def insert_flow(ctx: Context, batches: dict[str, list[Prepared]], ordered: list[
                                        False, conn)
                     for pair, pushes in items.items():
                         warm.setdefault(pair, []).extend(pushes)
-            objects = [(p.object_key, p.id, p.where) for p in ordered if p.object_key]
+            objects = [(p.object_key, p.id, p.tenant, p.where) for p in ordered if p.object_key]
             if objects:
                 payloads.use(ctx, conn, objects)
             released = flows.add_waits(ctx, conn, waits_of(ordered, {p.id for p in ordered}))

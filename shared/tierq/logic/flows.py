@@ -336,36 +336,37 @@ def finishing(ctx: Context, what: str,
 
 # -- the paths that finish parents -------------------------------------------------------------
 
-def ack_waited(ctx: Context, queue: str, ids: Sequence[str],
+def ack_waited(ctx: Context, queue: str, ids: Sequence[str], tenants: Sequence[str],
                results: Sequence[Any], attempts: Sequence[int]) -> list[str]:
     """Acks of tasks that others wait on (the plain ack statements leave them): kept done
     with their result (or none), settled, and the children that frees made ready, in one
-    transaction (:func:`finishing`); the ids acked."""
+    transaction (:func:`finishing`); the ids acked. Each task only when it is of the tenant
+    given with it (its lease's)."""
     if not ids:
         return []
     values = [None if r is None else orjson.dumps(r).decode() for r in results]
 
     def body(conn: Conn) -> tuple[list[str], Released]:
-        kept = ctx.store.ack_keep_waited(conn, queue, to_datetime(ctx.now()), ids, values,
-                                         attempts)
+        kept = ctx.store.ack_keep_waited(conn, queue, to_datetime(ctx.now()), ids, tenants,
+                                         values, attempts)
         return kept, settle(ctx, conn, kept, "done")
 
     kept, _ = finishing(ctx, "the ack of awaited tasks", body)
     return kept
 
 
-def record_waited(ctx: Context, queue: str, ids: Sequence[str], attempts: Sequence[int],
-                  errors: Sequence[str], retry_ats: Sequence[datetime],
-                  deads: Sequence[bool]) -> list[OutcomeRow]:
+def record_waited(ctx: Context, queue: str, ids: Sequence[str], tenants: Sequence[str],
+                  attempts: Sequence[int], errors: Sequence[str],
+                  retry_ats: Sequence[datetime], deads: Sequence[bool]) -> list[OutcomeRow]:
     """Failed attempts of tasks that others wait on (the plain statement leaves them): the
     outcome recorded and, for those dead-lettered, their edges settled, in one
-    transaction; the outcome rows."""
+    transaction; the outcome rows. Each task only when it is of the tenant given with it."""
     if not ids:
         return []
 
     def body(conn: Conn) -> tuple[list[OutcomeRow], Released]:
-        rows = ctx.store.lease_outcomes(queue, to_datetime(ctx.now()), ids, attempts, errors,
-                                        retry_ats, deads, waited=True, conn=conn)
+        rows = ctx.store.lease_outcomes(queue, to_datetime(ctx.now()), ids, tenants, attempts,
+                                        errors, retry_ats, deads, waited=True, conn=conn)
         return rows, settle(ctx, conn, [str(r.id) for r in rows if r.state == "dead"], "dead")
 
     rows, _ = finishing(ctx, "the failed attempts of awaited tasks", body)
@@ -528,10 +529,12 @@ def expire(ctx: Context, limit: int = SETTLE_SLICE) -> int:
     return sum(1 for task_id in states if task_id in expired)
 
 
-def parents_of(ctx: Context, task_ids: Sequence[str]) -> dict[str, list[ParentView]]:
-    """What these tasks wait for (each parent, its state so far), by task id."""
+def parents_of(ctx: Context, queue: str, task_ids: Sequence[str],
+               tenant: str | None = None) -> dict[str, list[ParentView]]:
+    """What these tasks of ``queue`` (of ``tenant`` only, when given) wait for (each
+    parent, its state so far), by task id."""
     out: dict[str, list[ParentView]] = defaultdict(list)
-    for r in ctx.store.waits_of_tasks(task_ids):
+    for r in ctx.store.waits_of_tasks(queue, task_ids, tenant):
         out[str(r.child)].append(task_models.ParentView(id=r.parent, queue=r.parent_queue,
                                             state=r.parent_state))  # type: ignore[arg-type]
     return dict(out)

@@ -239,11 +239,12 @@ def _push_items(queue: str, rows: Sequence[GroupReleasedRow],
     return items
 
 
-def after_finish_ids(ctx: Context, queue: str, ids: Sequence[str]) -> None:
+def after_finish_ids(ctx: Context, queue: str, tasks: Sequence[tuple[str, str]]) -> None:
     """:func:`after_finish` for finished tasks whose rows are kept (acked done, dead) and
-    whose groups the caller did not read: read here, by id."""
-    if ids:
-        rows = ctx.store.groups_of_tasks(queue, ids)
+    whose groups the caller did not read: ``(tenant, id)`` each, read here by id (a row of
+    another tenant than the one given is not read)."""
+    if tasks:
+        rows = ctx.store.groups_of_tasks(queue, [i for _, i in tasks], [t for t, _ in tasks])
         if rows:
             after_finish(ctx, queue, [(r.tenant, r.grp) for r in rows])
 

@@ -242,23 +242,27 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     if plain:
         attempts = [v.attempt for v in plain]
         ids = [v.id for v in plain]
+        owners = [v.tenant for v in plain]  # (its lease's tenant: the statements check it)
         if min(attempts) == max(attempts):
-            finished += ctx.store.ack_delete(queue, ids, attempts[0], relaxed=relaxed)
+            finished += ctx.store.ack_delete(queue, ids, owners, attempts[0], relaxed=relaxed)
         else:
-            finished += ctx.store.ack_delete_by_attempt(queue, ids, attempts, relaxed=relaxed)
+            finished += ctx.store.ack_delete_by_attempt(queue, ids, owners, attempts,
+                                                        relaxed=relaxed)
     if keep:
         finished += ctx.store.ack_keep(
             queue, to_datetime(ctx.now()), [v.id for v, _ in keep],
-            [orjson.dumps(value).decode() for _, value in keep],
+            [v.tenant for v, _ in keep], [orjson.dumps(value).decode() for _, value in keep],
             [v.attempt for v, _ in keep], relaxed=relaxed)
     done.update([r.id for r in finished])
     if len(done) < len(valid):  # tasks that others wait on are kept and settled (flows)
         left = [v for v in valid if v.id not in done]
         waited = flows.ack_waited(
-            ctx, queue, [v.id for v in left], [results[v.index] for v in left],
-            [v.attempt for v in left])
+            ctx, queue, [v.id for v in left], [v.tenant for v in left],
+            [results[v.index] for v in left], [v.attempt for v in left])
         done.update(waited)
-        groups.after_finish_ids(ctx, queue, waited)  # (their groups, read by id)
+        tenant_of = {v.id: v.tenant for v in left}
+        # (their groups, read by id)
+        groups.after_finish_ids(ctx, queue, [(tenant_of[i], i) for i in waited])
     freed: groups.Freed | None = None
     if any([r.grp is not None for r in finished]):  # the next tasks of their groups go on
         tenants = {v.id: v.tenant for v in valid}
@@ -378,8 +382,8 @@ def release(ctx: Context, queue: str,
     if not taken:
         return result
     free_reservations(ctx, queue, [v.token for v in taken])
-    rows = ctx.store.release_leased(queue, to_datetime(now), (v.id for v in taken),
-                                    [v.attempt for v in taken])
+    rows = ctx.store.release_leased(queue, to_datetime(now), [v.id for v in taken],
+                                    [v.tenant for v in taken], [v.attempt for v in taken])
     # Back in line as the oldest work of their line (they were at its front when claimed),
     # like rows the reconciler restores: into the warm set while it has room, whatever the
     # mode; what it refuses goes to the front of the cold line (its seq is kept).
@@ -413,13 +417,14 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     clipped = [clip_error(e) for e in errors]
     record_progress(ctx, queue, leases, progress)
     rows = ctx.store.lease_outcomes(
-        queue, to_datetime(now), (v.id for v in leases), [v.attempt for v in leases],
-        clipped, [to_datetime(t) for t in retry_ats], list(deads))
+        queue, to_datetime(now), [v.id for v in leases], [v.tenant for v in leases],
+        [v.attempt for v in leases], clipped, [to_datetime(t) for t in retry_ats], list(deads))
     if len(rows) < len(leases):  # tasks that others wait on: with their settlement (flows)
         found = {str(r.id) for r in rows}
         left = [i for i, v in enumerate(leases) if v.id not in found]
         rows = rows + flows.record_waited(
-            ctx, queue, [leases[i].id for i in left], [leases[i].attempt for i in left],
+            ctx, queue, [leases[i].id for i in left], [leases[i].tenant for i in left],
+            [leases[i].attempt for i in left],
             [clipped[i] for i in left], [to_datetime(retry_ats[i]) for i in left],
             [deads[i] for i in left])
     attempts = {v.id: v.attempt for v in leases}
@@ -547,6 +552,7 @@ def record_progress(ctx: Context, queue: str, leases: Sequence[Verified],
     if not kept:
         return
     attempts = {v.id: v.attempt for v in leases}
+    tenants = {v.id: v.tenant for v in leases}
     ids = list(kept)
-    ctx.store.write_progress(queue, ids, [attempts[i] for i in ids],
+    ctx.store.write_progress(queue, ids, [tenants[i] for i in ids], [attempts[i] for i in ids],
                              [kept[i][1] for i in ids], [from_ms(kept[i][0]) for i in ids])

@@ -91,7 +91,8 @@ def check(ctx: Context, where: str, tenant: str, payload: Any) -> str | None:
 def _refusal(key: str, where: str, state: str | None) -> InvalidInput:
     field = f"{where}.payload"
     if state is None:
-        message = (f"payload object {key!r} is not known here: a pointer belongs to the "
+        message = (f"payload object {key!r} is not known here (for the task's tenant): a "
+                   "pointer belongs to the tenant and the "
                    "shard its upload was made through (POST /v1/queues/{queue}/payloads "
                    "to a queue of this shard), and a deleted object's key is forgotten "
                    "after TIERQ_REAPER_PAYLOAD_TOMBSTONE_DAYS; upload the payload again "
@@ -115,21 +116,23 @@ def precheck(ctx: Context, keys: Sequence[tuple[str, str]]) -> None:
             raise _refusal(key, where, state)
 
 
-def use(ctx: Context, conn: Conn, tasks: Sequence[tuple[str | None, str, str]]) -> None:
+def use(ctx: Context, conn: Conn,
+        tasks: Sequence[tuple[str | None, str, str, str]]) -> None:
     """Record each (object, task) of tasks being inserted in ``conn``'s transaction:
-    ``(key, task id, where)``. Their keys' rows are locked until it commits, so the reaper
-    cannot delete an object between this check and the commit; a key deleted or unknown
-    refuses the whole transaction (422)."""
-    pairs = [(key, task_id, where) for key, task_id, where in tasks if key]
+    ``(key, task id, task's tenant, where)``. Their keys' rows are locked until it commits,
+    so the reaper cannot delete an object between this check and the commit. A key deleted,
+    unknown or handed out to another tenant than the task's refuses the whole transaction
+    (422), the statement that locks the keys matching each key's tenant with its task's."""
+    pairs = [(key, task_id, tenant, where) for key, task_id, tenant, where in tasks if key]
     if not pairs:
         return
-    states = ctx.store.payload_keys_use([key for key, _, _ in pairs], conn)
-    for key, _, where in pairs:
-        state = states.get(key)
+    states = ctx.store.payload_keys_use([(key, tenant) for key, _, tenant, _ in pairs], conn)
+    for key, _, tenant, where in pairs:
+        state = states.get((key, tenant))
         if state is None or state == "deleted":
             raise _refusal(key, where, state)
-    ctx.store.payload_objects_register([key for key, _, _ in pairs],
-                                       [task_id for _, task_id, _ in pairs],
+    ctx.store.payload_objects_register([key for key, _, _, _ in pairs],
+                                       [task_id for _, task_id, _, _ in pairs],
                                        to_datetime(ctx.now()), conn)
 
 
@@ -140,18 +143,18 @@ def use_bulk(ctx: Context, conn: Conn) -> None:
     rows = ctx.store.payload_bulk_pointers(conn, POINTER_CLASS)
     if not rows:
         return
-    used: list[tuple[str | None, str, str]] = []
+    used: list[tuple[str | None, str, str, str]] = []
     for ord_, task_id, tenant, text, created in rows:
         where = f"row {ord_}"
         key = check(ctx, where, tenant, orjson.loads(text))
         if created:
-            used.append((key, task_id, where))
+            used.append((key, task_id, tenant, where))
     use(ctx, conn, used)
 
 
-def use_now(ctx: Context, tasks: Sequence[tuple[str | None, str, str]]) -> None:
+def use_now(ctx: Context, tasks: Sequence[tuple[str | None, str, str, str]]) -> None:
     """:func:`use` in a transaction of its own."""
-    if any(key for key, _, _ in tasks):
+    if any(key for key, _, _, _ in tasks):
         ctx.db.run_transaction(lambda conn: use(ctx, conn, tasks), what="payload records")
 
 
@@ -186,6 +189,12 @@ def new_upload(ctx: Context, tenant: str, size: int) -> Upload:
     return Upload(Pointer(store.bucket, key), store.upload(key, size, seconds), seconds)
 
 
+def not_the_callers(key: str) -> Forbidden:
+    """The 403 of a download whose pointer is not one of the caller's payloads."""
+    message = f"the object {key!r} is not one of the caller's payloads"
+    return Forbidden(message, details=[{"field": "pointer", "message": message}])
+
+
 def new_download(ctx: Context, tenant: str | None, payload: Any,
                  task_id: str | None = None) -> tuple[Transfer, int]:
     """A presigned download of the object ``payload`` points at; ``tenant``: the caller's
@@ -204,10 +213,9 @@ def new_download(ctx: Context, tenant: str | None, payload: Any,
     owner = pointer.tenant()
     if pointer.bucket != store.bucket or owner is None or (
             tenant is not None and owner != tenant):
-        message = f"the object {pointer.key!r} is not one of the caller's payloads"
-        raise Forbidden(message, details=[{"field": "pointer", "message": message}])
-    if task_id is not None and ctx.store.payload_object_of_task(pointer.key,
-                                                                task_id) != owner:
+        raise not_the_callers(pointer.key)
+    if task_id is not None and not ctx.store.payload_object_of_task(pointer.key, task_id,
+                                                                    owner):
         message = (f"task {task_id} of tenant {owner!r} does not carry the object "
                    f"{pointer.key!r}")
         raise Forbidden(message, details=[{"field": "task_id", "message": message}])

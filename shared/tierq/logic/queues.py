@@ -355,7 +355,7 @@ def pair_leases(ctx: Context, pair: Pair, after: tuple[int, str] | None = None, 
         # (their groups: one read by primary key per window, since Valkey's lease entries
         # do not carry them)
         grps = {row.id: row.grp for row in ctx.store.groups_of_tasks(
-            queue, [lease.id for lease in leases])} if leases else {}
+            queue, [lease.id for lease in leases], [tenant] * len(leases))} if leases else {}
         # (and their progress: one HMGET of the pair's progress per window)
         progress = ctx.warm.progress_of(queue, tenant, [(lease.id, lease.token)
                                                         for lease in leases])

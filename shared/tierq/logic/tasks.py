@@ -57,9 +57,9 @@ def get_task(ctx: Context, queue: str, task_id: UUID) -> TaskView:
     return row_view(ctx, row)
 
 
-def row_view(ctx: Context, row: TaskRow) -> TaskView:
+def row_view(ctx: Context, row: TaskRow, tenant: str | None = None) -> TaskView:
     """The task of ``row`` as GET shows it: with its lease when it holds one, and its
-    parents."""
+    parents (read as ``tenant``'s, the caller's, when given)."""
     if row.state == "warm":
         lease = ctx.warm.lease_of(row.queue, row.tenant, str(row.id))
         if lease is not None:
@@ -68,19 +68,21 @@ def row_view(ctx: Context, row: TaskRow) -> TaskView:
                                             [(str(row.id), lease.token)]).get(str(row.id))
             return with_parents(ctx, row, view(row, leased_by=lease.worker,
                                                lease_deadline_ms=lease.deadline_ms,
-                                               state="leased", progress=progress))
-    return with_parents(ctx, row, view(row))
+                                               state="leased", progress=progress), tenant)
+    return with_parents(ctx, row, view(row), tenant)
 
 
-def with_parents(ctx: Context, row: TaskRow, task: TaskView) -> TaskView:
+def with_parents(ctx: Context, row: TaskRow, task: TaskView,
+                 tenant: str | None = None) -> TaskView:
     """The task with what it waits for (a waiting task, or one dead-lettered for a parent:
-    its edges) or waited for (a released one: the parents its claims hand out)."""
+    its edges) or waited for (a released one: the parents its claims hand out). ``tenant``:
+    the caller's, when it has one; the statements read nothing of another tenant's task."""
     if row.state in ("waiting", "dead"):
-        waits = flows.parents_of(ctx, [str(row.id)]).get(str(row.id))
+        waits = flows.parents_of(ctx, row.queue, [str(row.id)], tenant).get(str(row.id))
         if waits:
             task.parents = waits
             return task
-    released = ctx.store.parents_of_task(row.id)
+    released = ctx.store.parents_of_task(row.queue, row.id, tenant)
     if released is not None:
         task.parents = [task_models.ParentView.model_validate(p) for p in orjson.loads(released)]
     return task
@@ -102,14 +104,14 @@ def cancel(ctx: Context, queue: str, task_id: UUID, *, tenant: str | None = None
     A waiting task leaves the warm tier first, then PostgreSQL changes, then a lease ends
     (:func:`leave_line`): Valkey failing first fails the cancel with nothing marked, and its
     retry runs it whole; a worker's lease is ended only once the cancel is committed."""
-    before = ctx.store.task_by_id(queue, task_id)
+    before = ctx.store.task_by_id(queue, task_id, tenant)
     if before is None or (tenant is not None and before.tenant != tenant):
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     waited = leave_line(ctx, queue, before) if before.state == "warm" else False
     ended: list[RemovedLease] = []
     row = flows.cancel_mark(ctx, queue, task_id, tenant)
     if row is None:
-        now = ctx.store.task_by_id(queue, task_id)
+        now = ctx.store.task_by_id(queue, task_id, tenant)
         if now is None or (tenant is not None and now.tenant != tenant):
             raise NotFound(f"no task {task_id} in queue {queue!r}")
         if now.state == "cancelled":
@@ -232,7 +234,7 @@ def cancel_task(ctx: Context, queue: str, task_id: UUID, *,
     changed nothing, so its retry deletes. What waits on it settles it as cancelled, in
     the same transaction (logic/flows.py); the next task of its group is released
     (logic/groups.py)."""
-    before = ctx.store.task_by_id(queue, task_id)
+    before = ctx.store.task_by_id(queue, task_id, tenant)
     if before is None or (tenant is not None and before.tenant != tenant):
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     waited = leave_line(ctx, queue, before) if before.state == "warm" else False

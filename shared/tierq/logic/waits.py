@@ -139,7 +139,7 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
     admin); another tenant's task is ``NotFound`` at once."""
     check_wait(wait_seconds)
     started = time.monotonic()
-    row = ctx.store.task_by_id(queue, task_id)
+    row = ctx.store.task_by_id(queue, task_id, tenant)
     if row is not None and tenant is not None and row.tenant != tenant:
         row = None
     if row is None:
@@ -150,7 +150,7 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
             return marker_view(queue, tenant or "", task_id, mark)
         raise NotFound(f"no task {task_id} in queue {queue!r}")
     if wait_seconds <= 0 or row.state in ENDED:
-        return tasks.row_view(ctx, row)
+        return tasks.row_view(ctx, row, tenant)
     with ctx.warm.finished_channel(queue, row.tenant, str(task_id)) as receive:
         mark = ctx.warm.wait_begin(queue, row.tenant, str(task_id), ttl_ms=WAITERS_TTL_MS)
         # a message means the publish took the task's registrations (task_finished.lua):
@@ -158,9 +158,9 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
         told: str | None = None
         try:
             if mark is not None:
-                now = ctx.store.task_by_id(queue, task_id)
+                now = ctx.store.task_by_id(queue, task_id, tenant)
                 if now is None or now.state in ENDED:
-                    return answer(ctx, queue, row, now, mark)
+                    return answer(ctx, queue, row, now, mark, tenant)
                 # a marker of an earlier end (a dead letter replayed): the message alone now
             left = wait_seconds - (time.monotonic() - started)
             if left > 0:
@@ -172,9 +172,9 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
         finally:
             if told is None:
                 leave(ctx, queue, row.tenant, str(task_id))
-    now = ctx.store.task_by_id(queue, task_id)
+    now = ctx.store.task_by_id(queue, task_id, tenant)
     mark = None if now is not None else ctx.warm.finished_of(queue, row.tenant, str(task_id))
-    return answer(ctx, queue, row, now, mark)
+    return answer(ctx, queue, row, now, mark, tenant)
 
 
 def leave(ctx: Context, queue: str, tenant: str, task_id: str) -> None:
@@ -188,11 +188,11 @@ def leave(ctx: Context, queue: str, tenant: str, task_id: str) -> None:
 
 
 def answer(ctx: Context, queue: str, first: TaskRow, now: TaskRow | None,
-           mark: FinishMark | None) -> TaskView:
+           mark: FinishMark | None, tenant: str | None = None) -> TaskView:
     """What a wait answers: the row as it is now; for a row gone with a ``done`` marker (acked
     without a result), its first read as done; gone otherwise (deleted), ``NotFound``."""
     if now is not None:
-        return tasks.row_view(ctx, now)
+        return tasks.row_view(ctx, now, tenant)
     if mark is None or mark.state != "done":
         raise NotFound(f"no task {first.id} in queue {queue!r}")
     view = tasks.view(first)

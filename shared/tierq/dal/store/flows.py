@@ -82,17 +82,21 @@ class FlowQueries(StoreBase):
         return [str(i) for i in self._fetch("expired_waits", {"now": now, "limit": limit},
                                             scalar_row, conn)]
 
-    def waits_of_tasks(self, ids: Sequence[str]) -> list[WaitEdgeRow]:
-        """The parents of these tasks, in their ``after`` order."""
-        return self._fetch("waits_of_tasks", {"ids": uuid_array(ids)},
-                           positional(WaitEdgeRow))
+    def waits_of_tasks(self, queue: str, ids: Sequence[str],
+                       tenant: str | None = None) -> list[WaitEdgeRow]:
+        """The parents of these tasks of ``queue`` (and of ``tenant``, when given), in
+        their ``after`` order."""
+        return self._fetch("waits_of_tasks", {"queue": queue, "ids": uuid_array(ids),
+                                              "tenant": tenant}, positional(WaitEdgeRow))
 
     def ack_keep_waited(self, conn: Conn, queue: str, now: datetime, ids: Sequence[str],
-                        results: Sequence[str | None], attempts: Sequence[int]) -> list[str]:
-        """Acked tasks that others wait on, kept done (with their result, or none)."""
+                        tenants: Sequence[str], results: Sequence[str | None],
+                        attempts: Sequence[int]) -> list[str]:
+        """Acked tasks that others wait on, kept done (with their result, or none), each
+        when it is of the tenant given with it."""
         return self._fetch("ack_keep_waited", {
-            "queue": queue, "now": now, "ids": uuid_array(ids), "results": list(results),
-            "attempts": list(attempts)}, scalar_row, conn)
+            "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
+            "results": list(results), "attempts": list(attempts)}, scalar_row, conn)
 
     def waits_of_deleted(self, conn: Conn, limit: int) -> list[str]:
         """Tasks deleted while they had a wait (at most ``limit``)."""
@@ -122,7 +126,10 @@ class FlowQueries(StoreBase):
                                             {"queue": queue, "limit": limit}, scalar_row,
                                             conn)]
 
-    def parents_of_task(self, task_id: UUID) -> str | None:
-        """The parents a released task's claims hand out (JSON text), or None."""
-        rows = self._fetch("task_parents", {"id": task_id}, scalar_row)
+    def parents_of_task(self, queue: str, task_id: UUID,
+                        tenant: str | None = None) -> str | None:
+        """The parents a released task's claims hand out (JSON text), or None; None too
+        for a task not of ``queue``, or not ``tenant``'s when it is given."""
+        rows = self._fetch("task_parents", {"queue": queue, "id": task_id, "tenant": tenant},
+                           scalar_row)
         return rows[0] if rows else None

@@ -121,9 +121,12 @@ class GroupQueries(StoreBase):
         self._execute("held_gone", {"queue": queue, "tenants": list(tenants),
                                     "grps": list(grps), "counts": list(counts)}, conn)
 
-    def groups_of_tasks(self, queue: str, ids: Sequence[str]) -> list[GroupedTaskRow]:
-        """The groups of the stored tasks given (of ``queue``) that have one."""
-        return self._fetch("groups_of_tasks", {"queue": queue, "ids": uuid_array(ids)},
+    def groups_of_tasks(self, queue: str, ids: Sequence[str],
+                        tenants: Sequence[str]) -> list[GroupedTaskRow]:
+        """The groups of the stored tasks given (of ``queue``, each of the tenant given
+        with it) that have one."""
+        return self._fetch("groups_of_tasks", {"queue": queue, "ids": uuid_array(ids),
+                                               "tenants": list(tenants)},
                            positional(GroupedTaskRow))
 
     def grouped_of_ids(self, conn: Conn, ids: Sequence[str]) -> list[GroupedTaskRow]:

@@ -23,12 +23,20 @@ class PayloadQueries(StoreBase):
         rows = self._fetch("payload_keys_states", {"keys": list(keys)}, tuple_row)
         return {str(key): str(state) for key, state in rows}
 
-    def payload_keys_use(self, keys: Sequence[str], conn: Conn) -> dict[str, str]:
-        """Lock these keys' rows until ``conn`` commits and mark the pending ones used; each
-        key this shard knows with its state before."""
-        rows = self._fetch("payload_keys_use", {"keys": sorted(set(keys))}, tuple_row, conn)
-        self._execute("payload_keys_mark_used", {"keys": list(keys)}, conn)
-        return {str(key): str(state) for key, state in rows}
+    def payload_keys_use(self, keys: Sequence[tuple[str, str]],
+                         conn: Conn) -> dict[tuple[str, str], str]:
+        """Lock the rows of these (key, tenant) pairs' keys until ``conn`` commits and mark
+        the pending ones used; each pair whose key this shard handed out to that tenant,
+        with the key's state before."""
+        pairs = sorted(set(keys))
+        rows = self._fetch("payload_keys_use", {"keys": [k for k, _ in pairs],
+                                                "tenants": [t for _, t in pairs]},
+                           tuple_row, conn)
+        found = {(str(key), str(tenant)): str(state) for key, tenant, state in rows}
+        if found:
+            self._execute("payload_keys_mark_used",
+                          {"keys": sorted({key for key, _ in found})}, conn)
+        return found
 
     def payload_objects_register(self, keys: Sequence[str], ids: Sequence[str],
                                  now: datetime, conn: Conn | None = None) -> None:
@@ -63,11 +71,11 @@ class PayloadQueries(StoreBase):
     def payload_objects_forget(self, keys: Sequence[str]) -> int:
         return self._execute("payload_objects_forget", {"keys": list(keys)})
 
-    def payload_object_of_task(self, key: str, task_id: str) -> str | None:
-        """The tenant of task ``task_id`` when it carries object ``key``."""
-        rows = self._fetch("payload_object_of_task", {"key": key, "task_id": task_id},
-                           scalar_row)
-        return str(rows[0]) if rows else None
+    def payload_object_of_task(self, key: str, task_id: str, tenant: str) -> bool:
+        """Whether task ``task_id`` carries object ``key`` and is ``tenant``'s."""
+        return bool(self._fetch("payload_object_of_task",
+                                {"key": key, "task_id": task_id, "tenant": tenant},
+                                scalar_row))
 
     def payload_bulk_pointers(self, conn: Conn, kind: str
                               ) -> list[tuple[int, str, str, str, bool]]:

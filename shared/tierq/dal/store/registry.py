@@ -5,7 +5,7 @@ their cursors, the listings of the HTTP API and a queue's view."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -249,7 +249,10 @@ class RegistryQueries(StoreBase):
 
     # -- idempotent claims ----------------------------------------------------------------
 
-    def claimed_tasks_by_ids(self, queue: str, ids: Iterable[str]) -> list[ClaimedTaskRow]:
-        return self._fetch("claimed_tasks_by_ids", {"queue": queue, "ids": uuid_array(ids)},
+    def claimed_tasks_by_ids(self, queue: str, ids: Sequence[str],
+                             tenants: Sequence[str]) -> list[ClaimedTaskRow]:
+        """The claimed tasks' rows, each when it is of the tenant given with its id."""
+        return self._fetch("claimed_tasks_by_ids", {"queue": queue, "ids": uuid_array(ids),
+                                                    "tenants": list(tenants)},
                            positional(ClaimedTaskRow))
 

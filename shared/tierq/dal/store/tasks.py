@@ -167,53 +167,62 @@ class TaskQueries(StoreBase):
 
     # -- leases ---------------------------------------------------------------------------
 
-    def ack_delete(self, queue: str, ids: Iterable[str], attempt: int, *,
-                   relaxed: bool = False) -> list[AckedRow]:
-        """Delete acked tasks whose leases all are of ``attempt``; the rows deleted."""
+    # (Each statement here settles a row only when it is of the tenant given with it: its
+    # lease's, whatever the caller checked before.)
+
+    def ack_delete(self, queue: str, ids: Iterable[str], tenants: Sequence[str], attempt: int,
+                   *, relaxed: bool = False) -> list[AckedRow]:
+        """Delete acked tasks whose leases all are of ``attempt``, those of one of
+        ``tenants`` (the batch's leases' tenants); the rows deleted."""
         return self._fetch("ack_delete", {"queue": queue, "ids": uuid_array(ids),
+                                          "tenant_set": sorted(set(tenants)),
                                           "attempt": attempt}, positional(AckedRow),
                            relaxed=relaxed)
 
-    def ack_delete_by_attempt(self, queue: str, ids: Iterable[str], attempts: Sequence[int],
-                              *, relaxed: bool = False) -> list[AckedRow]:
-        """``ack_delete`` with an attempt per task."""
+    def ack_delete_by_attempt(self, queue: str, ids: Iterable[str], tenants: Sequence[str],
+                              attempts: Sequence[int], *,
+                              relaxed: bool = False) -> list[AckedRow]:
+        """``ack_delete`` with a tenant and an attempt per task."""
         return self._fetch("ack_delete_by_attempt", {
-            "queue": queue, "ids": uuid_array(ids), "attempts": attempts},
-            positional(AckedRow), relaxed=relaxed)
-
-    def ack_keep(self, queue: str, now: datetime, ids: Iterable[str], results: Sequence[str],
-                 attempts: Sequence[int], *, relaxed: bool = False) -> list[AckedRow]:
-        """Acked tasks kept done with their results (JSON text); the rows kept."""
-        return self._fetch("ack_keep", {
-            "queue": queue, "now": now, "ids": uuid_array(ids), "results": results,
+            "queue": queue, "ids": uuid_array(ids), "tenants": list(tenants),
             "attempts": attempts}, positional(AckedRow), relaxed=relaxed)
 
-    def write_progress(self, queue: str, ids: Sequence[str], attempts: Sequence[int],
-                       progress: Sequence[str], progress_at: Sequence[datetime]) -> int:
+    def ack_keep(self, queue: str, now: datetime, ids: Iterable[str], tenants: Sequence[str],
+                 results: Sequence[str], attempts: Sequence[int], *,
+                 relaxed: bool = False) -> list[AckedRow]:
+        """Acked tasks kept done with their results (JSON text); the rows kept."""
+        return self._fetch("ack_keep", {
+            "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
+            "results": results, "attempts": attempts}, positional(AckedRow), relaxed=relaxed)
+
+    def write_progress(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
+                       attempts: Sequence[int], progress: Sequence[str],
+                       progress_at: Sequence[datetime]) -> int:
         """Write the last progress (JSON text) of leases whose attempt ends to their rows,
         those still leased for that attempt; how many were."""
         return self._execute("write_progress", {
-            "queue": queue, "ids": uuid_array(ids), "attempts": list(attempts),
-            "progress": list(progress), "progress_at": list(progress_at)})
+            "queue": queue, "ids": uuid_array(ids), "tenants": list(tenants),
+            "attempts": list(attempts), "progress": list(progress),
+            "progress_at": list(progress_at)})
 
     def lease_outcomes(self, queue: str, now: datetime, ids: Iterable[str],
-                       attempts: Sequence[int], errors: Sequence[str],
+                       tenants: Sequence[str], attempts: Sequence[int], errors: Sequence[str],
                        retry_ats: Sequence[datetime], deads: Sequence[bool], *,
                        waited: bool = False, conn: Conn | None = None) -> list[OutcomeRow]:
         """Record failed attempts: each task delayed until its retry, or dead. Tasks that
         others wait on are left out unless ``waited`` (logic/flows.py settles them in the
         same transaction)."""
         return self._fetch("lease_outcomes", {
-            "queue": queue, "now": now, "ids": uuid_array(ids), "attempts": attempts,
-            "errors": errors, "retry_ats": retry_ats, "deads": deads, "waited": waited},
-            positional(OutcomeRow), conn)
+            "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
+            "attempts": attempts, "errors": errors, "retry_ats": retry_ats, "deads": deads,
+            "waited": waited}, positional(OutcomeRow), conn)
 
     def release_leased(self, queue: str, now: datetime, ids: Iterable[str],
-                       attempts: Sequence[int]) -> list[ReadyRow]:
+                       tenants: Sequence[str], attempts: Sequence[int]) -> list[ReadyRow]:
         """Leased tasks given back return to line in their old place."""
         return self._fetch("release_leased", {
-            "queue": queue, "now": now, "ids": uuid_array(ids), "attempts": attempts},
-            positional(ReadyRow))
+            "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
+            "attempts": attempts}, positional(ReadyRow))
 
     # -- cold -> warm ---------------------------------------------------------------------
 
@@ -276,8 +285,11 @@ class TaskQueries(StoreBase):
 
     # -- one task -------------------------------------------------------------------------
 
-    def task_by_id(self, queue: str, task_id: UUID) -> TaskRow | None:
-        rows = self._fetch("task_by_id", {"queue": queue, "id": task_id}, positional(TaskRow))
+    def task_by_id(self, queue: str, task_id: UUID,
+                   tenant: str | None = None) -> TaskRow | None:
+        """The task's row, when it is ``tenant``'s (None: any tenant's)."""
+        rows = self._fetch("task_by_id", {"queue": queue, "id": task_id, "tenant": tenant},
+                           positional(TaskRow))
         return rows[0] if rows else None
 
     def cancel_task(self, queue: str, task_id: UUID, tenant: str | None = None, *,

@@ -39,9 +39,12 @@ def fetch_payload(
     kind, fields = body.pointer
     tq = default_engine()
     owner = Pointer(fields.s3BucketName, fields.s3Key).tenant()
+    pinned = request.pinned_tenant()
+    if pinned is not None and owner != pinned:  # refused before any lookup of its tenant's
+        raise payloads.not_the_callers(fields.s3Key)
     if body.task_id is not None and owner is not None:  # the task's shard: its pair's home
         tq = engine().engine_of(queue, owner, create=False) or tq
-    transfer, seconds = payloads.new_download(tq.ctx, request.pinned_tenant(),
+    transfer, seconds = payloads.new_download(tq.ctx, pinned,
                                               [kind, fields.model_dump()],
                                               None if body.task_id is None
                                               else str(body.task_id))

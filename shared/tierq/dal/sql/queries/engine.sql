@@ -242,7 +242,8 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
 -- (or a nack and the reaper) that both saw one lease record it once, and the later one
 -- cannot put back in line a task already leased again for its next attempt. A task that
 -- others wait on (waiters > 0) only when %(waited)s: its settlement runs in the same
--- transaction (logic/flows.py).
+-- transaction (logic/flows.py). Each row only when it is the tenant given with it (its
+-- lease's), whatever the caller checked before.
 UPDATE tierq_tasks t
 SET attempts = v.attempt,
     last_error = v.error,
@@ -252,11 +253,11 @@ SET attempts = v.attempt,
                        THEN %(now)s::timestamptz ELSE NULL END,
     ready_since = NULL,
     state_since = %(now)s
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(errors)s::text[],
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[], %(errors)s::text[],
             %(retry_ats)s::timestamptz[], %(deads)s::bool[])
-     AS v(id, attempt, error, retry_at, dead)
+     AS v(id, tenant, attempt, error, retry_at, dead)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
-  AND t.queue = %(queue)s
+  AND t.queue = %(queue)s AND t.tenant = v.tenant
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
   AND (t.waiters = 0 OR %(waited)s)  -- (waited: logic/flows.py, with the settlement)
 RETURNING t.id, t.tenant, t.state, t.run_at, t.grp;
@@ -264,12 +265,12 @@ RETURNING t.id, t.tenant, t.state, t.run_at, t.grp;
 -- name: release_leased
 -- Release: tasks whose leases the caller gave back (taken from Valkey first) return to line
 -- in their old place (their seq); no attempt is recorded. By primary key only (see
--- mark_cold); not an attempt already recorded.
+-- mark_cold); not an attempt already recorded; only the tenant given with each (its lease's).
 UPDATE tierq_tasks t
 SET state_since = %(now)s
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[]) AS v(id, tenant, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
-  AND t.queue = %(queue)s
+  AND t.queue = %(queue)s AND t.tenant = v.tenant
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload, t.attempts,
           t.max_attempts, t.created_at, t.parents::text, t.grp, t.timeout_seconds, t.trace;
@@ -281,45 +282,52 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
 -- back in line; deleting the row then would leave the task in line without it (delivered
 -- again after an accepted ack). The ack is refused instead. A task that others wait on
 -- (waiters > 0) is left to ack_keep_waited (logic/flows.py), which keeps it and settles it.
+-- Only rows of the tenants given: the batch's leases' tenants, one for a caller pinned to a
+-- tenant (an admin's batch may hold several). Not joined row by row: that join costs what
+-- this form saves, and the leases' own check pairs each id with its tenant.
 DELETE FROM tierq_tasks
 WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
+  AND tenant = ANY(%(tenant_set)s::text[])
   AND (state = 'warm') IS TRUE AND attempts < %(attempt)s AND waiters = 0
 RETURNING id::text, grp;
 
 -- name: ack_delete_by_attempt
 -- ack_delete for a batch whose leases have different attempt numbers, each row checked
--- against its own (the join costs ~2.5 µs per row, so the usual batch does without it).
+-- against its own (the join costs ~2.5 µs per row, so the usual batch does without it),
+-- and against the tenant given with it (its lease's).
 DELETE FROM tierq_tasks t
-USING unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+USING unnest(%(ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[])
+      AS v(id, tenant, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
-  AND t.queue = %(queue)s
+  AND t.queue = %(queue)s AND t.tenant = v.tenant
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
 RETURNING t.id::text, t.grp;
 
 -- name: ack_keep
 -- An ack with a result keeps the task (state done) until the queue's retention ends.
 -- By primary key only (see mark_cold). Not an attempt already recorded as failed (the
--- reaper expired it meanwhile: the task is in line again).
+-- reaper expired it meanwhile: the task is in line again). Only the tenant given with each
+-- row (its lease's).
 UPDATE tierq_tasks t
 SET state = 'done', result = v.result, attempts = v.attempt, finished_at = %(now)s,
     state_since = %(now)s, ready_since = NULL
-FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
-     AS v(id, result, attempt)
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(results)s::jsonb[], %(attempts)s::int[])
+     AS v(id, tenant, result, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
-  AND t.queue = %(queue)s
+  AND t.queue = %(queue)s AND t.tenant = v.tenant
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt AND t.waiters = 0
 RETURNING t.id::text, t.grp;
 
 -- name: write_progress
 -- The last progress of leases whose attempt ends (logic/leases.record_progress), written
 -- before the outcome: only to a row still leased for that attempt (warm, the attempt not
--- recorded), by primary key.
+-- recorded) of the tenant given with it (its lease's), by primary key.
 UPDATE tierq_tasks t
 SET progress = v.progress, progress_at = v.progress_at
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(progress)s::jsonb[],
-            %(progress_at)s::timestamptz[]) AS v(id, attempt, progress, progress_at)
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[], %(progress)s::jsonb[],
+            %(progress_at)s::timestamptz[]) AS v(id, tenant, attempt, progress, progress_at)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
-  AND t.queue = %(queue)s
+  AND t.queue = %(queue)s AND t.tenant = v.tenant
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt;
 
 -- name: try_pair_lock
@@ -538,11 +546,13 @@ ORDER BY queue;
 SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
 
 -- name: task_by_id
+-- The task's row, when it is the tenant's given (NULL: any tenant's; an admin's read).
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
        result, grp, progress, progress_at, trace, timeout_seconds
-FROM tierq_tasks WHERE queue = %(queue)s AND id = %(id)s;
+FROM tierq_tasks
+WHERE queue = %(queue)s AND id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: cancel_task
 -- DELETE …/tasks/{id}: the task's row, when it is the tenant's given (NULL: any tenant's).
@@ -1057,10 +1067,12 @@ SELECT * FROM (SELECT queue, tenant, false, (SELECT count(*) FROM slice)
 -- What a replayed claim (logic/claim_replay.py) rebuilds its tasks from: the fields of a
 -- claimed task that PostgreSQL keeps (the lease's own fields come from the key's record and
 -- the leased set). The payload as JSON text, as the claim's blobs carry it. By primary key
--- (see mark_cold).
+-- (see mark_cold); each row only when it is the tenant the key's record gives with its id.
 SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload,
        t.max_attempts, t.state, t.parents::text AS parents, t.grp, t.timeout_seconds, t.trace
 FROM tierq_tasks t
+JOIN unnest(%(ids)s::uuid[], %(tenants)s::text[]) AS v(id, tenant)
+  ON t.id = v.id AND t.tenant = v.tenant
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
 
 -- ============================================================================================

@@ -250,29 +250,35 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: waits_of_tasks
 -- What the tasks given wait for (their parents, in their `after` order, with each one's
--- state so far: NULL while not finished).
+-- state so far: NULL while not finished). Only of tasks of the queue and of the tenant given
+-- (NULL: any tenant's): the edges hold neither, so each child's row is read by primary key.
 SELECT e.child, e.parent, e.parent_queue, e.parent_state
 FROM tierq_task_edges e
-WHERE e.child = ANY(%(ids)s::uuid[])
+JOIN tierq_tasks t ON t.id = e.child
+WHERE e.child = ANY(%(ids)s::uuid[]) AND t.queue = %(queue)s
+  AND (%(tenant)s::text IS NULL OR t.tenant = %(tenant)s)
 ORDER BY e.child, e.position;
 
 -- name: ack_keep_waited
 -- An ack of tasks that others wait on: kept done (with the result given, or none) so that
 -- their children read it at release; the edges are settled by settle_parents in the same
--- transaction. By primary key (see ack_delete); not an attempt already recorded.
+-- transaction. By primary key (see ack_delete); not an attempt already recorded; only the
+-- tenant given with each row (its lease's).
 UPDATE tierq_tasks t
 SET state = 'done', result = v.result, attempts = v.attempt, finished_at = %(now)s,
     state_since = %(now)s, ready_since = NULL
-FROM unnest(%(ids)s::uuid[], %(results)s::jsonb[], %(attempts)s::int[])
-     AS v(id, result, attempt)
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(results)s::jsonb[], %(attempts)s::int[])
+     AS v(id, tenant, result, attempt)
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.id = v.id
-  AND t.queue = %(queue)s
+  AND t.queue = %(queue)s AND t.tenant = v.tenant
   AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
 RETURNING t.id::text;
 
 -- name: task_parents
--- The parents a released task's claims hand out (JSON text), or NULL.
-SELECT parents::text FROM tierq_tasks WHERE id = %(id)s;
+-- The parents a released task's claims hand out (JSON text), or NULL; nothing when the task
+-- is not in the queue or not the tenant's given (NULL: any tenant's).
+SELECT parents::text FROM tierq_tasks
+WHERE id = %(id)s AND queue = %(queue)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: flow_plans
 -- Scans by key for the flow statements that follow, until plans_back: the flow tables are

@@ -181,8 +181,11 @@ WHERE g.queue = %(queue)s AND g.tenant = v.tenant AND g.grp = v.grp;
 -- name: groups_of_tasks
 -- The groups of the tasks given that have one, by primary key: tasks finished and still
 -- stored (acked and kept done, or dead), or a page of running leases (logic/queues.py).
+-- Each row only when it is the tenant given with its id (its lease's).
 SELECT t.id::text AS id, t.tenant, t.grp
 FROM tierq_tasks t
+JOIN unnest(%(ids)s::uuid[], %(tenants)s::text[]) AS v(id, tenant)
+  ON t.id = v.id AND t.tenant = v.tenant
 WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s
   AND t.grp IS NOT NULL;
 

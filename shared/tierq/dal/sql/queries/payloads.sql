@@ -11,13 +11,18 @@ SELECT count(*) FROM tierq_payload_keys
 WHERE tenant = %(tenant)s AND state = 'pending' AND created_at >= %(since)s;
 
 -- name: payload_keys_use
--- Mark the keys an enqueue's tasks name as used (locking their rows until it commits);
--- each key with its state before, a key this shard never handed out absent.
-SELECT k.object_key, k.state FROM tierq_payload_keys k
+-- Lock the keys an enqueue's tasks name until it commits (payload_keys_mark_used then marks
+-- them used): each (key, tenant) given, the tenant of a task that names the key, with the
+-- key's state before. A key this shard never handed out is absent, and so is a key handed
+-- out to another tenant than the task's.
+SELECT k.object_key, k.tenant, k.state FROM tierq_payload_keys k
+JOIN unnest(%(keys)s::text[], %(tenants)s::text[]) AS v(object_key, tenant)
+  ON k.object_key = v.object_key AND k.tenant = v.tenant
 WHERE k.object_key = ANY(%(keys)s::text[])
-FOR UPDATE;
+FOR UPDATE OF k;
 
 -- name: payload_keys_mark_used
+-- The keys payload_keys_use locked (pending ones become used).
 UPDATE tierq_payload_keys SET state = 'used'
 WHERE object_key = ANY(%(keys)s::text[]) AND state = 'pending';
 
@@ -83,9 +88,9 @@ WHERE o.object_key = ANY(%(keys)s::text[])
   AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.id = o.task_id);
 
 -- name: payload_object_of_task
--- The tenant of a task that carries this object, when it does.
-SELECT t.tenant FROM tierq_payload_objects o JOIN tierq_tasks t ON t.id = o.task_id
-WHERE o.object_key = %(key)s AND o.task_id = %(task_id)s;
+-- Whether the task carries this object and is the tenant's given (a row, or none).
+SELECT true FROM tierq_payload_objects o JOIN tierq_tasks t ON t.id = o.task_id
+WHERE o.object_key = %(key)s AND o.task_id = %(task_id)s AND t.tenant = %(tenant)s;
 
 -- name: payload_keys_states
 -- These keys' states, without a lock (an enqueue's early check).
