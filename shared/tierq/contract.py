@@ -32,7 +32,6 @@ from uuid import UUID
 
 # what the default methods below build or take as defaults (the others: annotations only)
 from tierq.models.bounds import SLICE_MAX_ITEMS, SLICE_SECONDS
-from tierq.models.queues import QueueSettingsUpdate
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,6 +69,7 @@ if TYPE_CHECKING:
     )
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
     from tierq.models.tasks import TaskIn
     from tierq.models.throughput import QueueThroughput
@@ -269,10 +269,10 @@ class QueueEngine(Protocol):
                   update: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings: ...
 
     def pause(self, queue: str) -> QueueSettings:
-        return self.put_queue(queue, QueueSettingsUpdate(paused=True))
+        return self.put_queue(queue, {"paused": True})
 
     def resume(self, queue: str) -> QueueSettings:
-        return self.put_queue(queue, QueueSettingsUpdate(paused=False))
+        return self.put_queue(queue, {"paused": False})
 
     def purge_queue(self, queue: str) -> int:
         """Delete every task of a queue, in every state; how many."""

@@ -31,7 +31,6 @@ from tierq.logic import queues
 from tierq.logic.context import Clock, Context, SystemClock
 from tierq.models.base import Replayable, adapter_on_first_call, deferred_adapter
 from tierq.models.bounds import SLICE_MAX_ITEMS, SLICE_SECONDS
-from tierq.models.queues import QueueSettingsUpdate
 
 if TYPE_CHECKING:
     from tierq.dal import migrate
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
     from tierq.models import tasks as task_models
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
     from tierq.models.tasks import Enqueued, TaskIn
     from tierq.models.throughput import QueueThroughput
@@ -399,6 +399,8 @@ class Tierq(Deployment):
 
     def put_queue(self, queue: str,
                   update: QueueSettingsUpdate | Mapping[str, Any]) -> QueueSettings:
+        from tierq.models.queue_update import QueueSettingsUpdate
+
         model = update if isinstance(update, QueueSettingsUpdate) else \
             QueueSettingsUpdate.model_validate(update)
         if model.consumer is not None:  # before anything is written

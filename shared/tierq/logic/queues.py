@@ -12,12 +12,13 @@ from tierq.core.lazy import lazy_module
 from tierq.dal.warm_tier import RUNNING_CALL_LEASES
 from tierq.logic import limits, tenant_budget
 from tierq.logic.context import Context, Pair, from_ms, to_ms
-from tierq.models.queues import QueueSettings, QueueSettingsUpdate, RateLimit
+from tierq.models.queues import QueueSettings, RateLimit
 
 if TYPE_CHECKING:
     from tierq.logic import flows, groups
     from tierq.models import queue_views
     from tierq.models.leases import RunningLease
+    from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.queue_views import (
         LimitsUse,
         QueueCounts,

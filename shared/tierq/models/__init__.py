@@ -10,21 +10,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tierq.models.heartbeats import HeartbeatItem, HeartbeatResult, LeaseExtended
     from tierq.models.lease_outcomes import (
         AckItem,
         AckResult,
-        HeartbeatItem,
-        HeartbeatResult,
-        LeaseExtended,
         NackItem,
         NackResult,
         Rejection,
         ReleaseItem,
         ReleaseResult,
-        RunningLease,
     )
     from tierq.models.leases import ClaimedTask, ClaimRequest
     from tierq.models.names import KEY_PATTERN, NAME_PATTERN, QueueName, TenantName
+    from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.queue_views import (
         QueueCounts,
         QueueView,
@@ -36,9 +34,9 @@ if TYPE_CHECKING:
         BackoffSettings,
         ConsumerSettings,
         QueueSettings,
-        QueueSettingsUpdate,
         RateLimit,
     )
+    from tierq.models.running import RunningLease
     from tierq.models.tasks import Enqueued, EnqueueOutcome, TaskIn, TaskView
 
 # Each name and the module that defines it.
@@ -47,15 +45,15 @@ _MODULES = {
     "AckResult": "tierq.models.lease_outcomes",
     "ClaimedTask": "tierq.models.leases",
     "ClaimRequest": "tierq.models.leases",
-    "HeartbeatItem": "tierq.models.lease_outcomes",
-    "HeartbeatResult": "tierq.models.lease_outcomes",
-    "LeaseExtended": "tierq.models.lease_outcomes",
+    "HeartbeatItem": "tierq.models.heartbeats",
+    "HeartbeatResult": "tierq.models.heartbeats",
+    "LeaseExtended": "tierq.models.heartbeats",
     "NackItem": "tierq.models.lease_outcomes",
     "NackResult": "tierq.models.lease_outcomes",
     "Rejection": "tierq.models.lease_outcomes",
     "ReleaseItem": "tierq.models.lease_outcomes",
     "ReleaseResult": "tierq.models.lease_outcomes",
-    "RunningLease": "tierq.models.lease_outcomes",
+    "RunningLease": "tierq.models.running",
     "KEY_PATTERN": "tierq.models.names",
     "NAME_PATTERN": "tierq.models.names",
     "QueueName": "tierq.models.names",
@@ -64,7 +62,7 @@ _MODULES = {
     "ConsumerSettings": "tierq.models.queues",
     "QueueCounts": "tierq.models.queue_views",
     "QueueSettings": "tierq.models.queues",
-    "QueueSettingsUpdate": "tierq.models.queues",
+    "QueueSettingsUpdate": "tierq.models.queue_update",
     "QueueView": "tierq.models.queue_views",
     "RateLimit": "tierq.models.queues",
     "TenantCounts": "tierq.models.queue_views",

@@ -1,20 +1,28 @@
-"""The outcomes of a lease: the items of an ack, nack, release or heartbeat, their answers,
-and the running leases as the admin sees them (``RunningLease``, its envelope
-``RunningMetrics``). :mod:`tierq.models.leases` (and
-:mod:`tierq.models`) read them from here on first use, so that the claim function, whose
-requests claim, defines them only when it gives tasks back."""
+"""The outcomes of a lease: the items of an ack, nack or release and their answers.
+
+:mod:`tierq.models.leases` (and :mod:`tierq.models`) read them from here on first use, so
+that the claim function, whose requests claim, defines them only when it gives tasks back.
+A heartbeat's item and answer (:mod:`tierq.models.heartbeats`) and the running leases as
+the admin sees them (:mod:`tierq.models.running`) are read here on first use too: the
+dispatcher settles leases but never extends them nor lists them."""
 
 
-from datetime import datetime
-from typing import Any, Literal
+import importlib
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 
 from tierq.models.base import Model, Replayable
-from tierq.models.envelope_base import NEXT_DESCRIPTION, Envelope
-from tierq.models.leases import MAX_LEASE_SECONDS, MAX_PROGRESS_BYTES, NO_NUL, progress_size
+from tierq.models.lease_bounds import NO_NUL
 from tierq.models.strict import RequestModel
+
+if TYPE_CHECKING:
+    from tierq.models.heartbeats import HeartbeatItem as HeartbeatItem
+    from tierq.models.heartbeats import HeartbeatResult as HeartbeatResult
+    from tierq.models.heartbeats import LeaseExtended as LeaseExtended
+    from tierq.models.running import RunningLease as RunningLease
+    from tierq.models.running import RunningMetrics as RunningMetrics
 
 
 class AckItem(RequestModel):
@@ -45,33 +53,6 @@ class ReleaseItem(RequestModel):
     lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
 
 
-class HeartbeatItem(RequestModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: UUID
-    lease_token: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
-    extend_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
-    progress: Any = Field(
-        default=None,
-        description="How far the task got: any JSON value, at most 4 KiB encoded. Kept with "
-                    "the lease (the last one sent wins) and written to the task when its "
-                    "attempt ends; shown with the task and its running lease, with when it "
-                    "came. Left out (or null): the progress kept stays as it is.")
-
-    @field_validator("progress")
-    @classmethod
-    def _progress_size(cls, value: Any) -> Any:
-        if value is not None:
-            try:
-                size = progress_size(value)
-            except TypeError as exc:  # (a value built in Python that JSON cannot hold)
-                raise ValueError(f"progress is not JSON: {exc}") from None
-            if size > MAX_PROGRESS_BYTES:
-                raise ValueError(f"progress is {size} bytes encoded as JSON, at most "
-                                 f"{MAX_PROGRESS_BYTES}")
-        return value
-
-
 RejectReason = Literal["not_owner", "not_found"]
 
 
@@ -80,7 +61,7 @@ class Rejection(Model):
     reason: RejectReason
 
 
-def _empty(value: list[UUID]) -> bool:
+def left_out_when_empty(value: list[UUID]) -> bool:
     return not value
 
 
@@ -95,7 +76,7 @@ class AckResult(Replayable):
     acked: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
     cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
-                                 exclude_if=_empty)
+                                 exclude_if=left_out_when_empty)
 
 
 class NackResult(Replayable):
@@ -103,7 +84,7 @@ class NackResult(Replayable):
     dead: list[UUID] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
     cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
-                                 exclude_if=_empty)
+                                 exclude_if=left_out_when_empty)
 
 
 class ReleaseResult(Replayable):
@@ -111,35 +92,15 @@ class ReleaseResult(Replayable):
     rejected: list[Rejection] = Field(default_factory=list)
 
 
-class LeaseExtended(Model):
-    id: UUID
-    lease_expires_at: datetime
+_ELSEWHERE = {"HeartbeatItem": "heartbeats", "LeaseExtended": "heartbeats",
+              "HeartbeatResult": "heartbeats", "RunningLease": "running",
+              "RunningMetrics": "running"}
 
 
-class HeartbeatResult(Replayable):
-    extended: list[LeaseExtended] = Field(default_factory=list)
-    rejected: list[Rejection] = Field(default_factory=list)
-    cancelled: list[UUID] = Field(default_factory=list, description=CANCELLED_DESCRIPTION,
-                                 exclude_if=_empty)
-
-
-class RunningLease(Model):
-    queue: str
-    tenant: str
-    id: UUID
-    worker: str | None
-    attempt: int
-    started_at: datetime
-    running_for_ms: int
-    lease_expires_at: datetime
-    group: str | None = Field(default=None, description="The task's group, if any.")
-    progress: Any = Field(default=None, description="The last progress its heartbeats "
-                                                    "carried, if any.")
-    progress_at: datetime | None = Field(default=None,
-                                         description="When that progress came.")
-
-
-class RunningMetrics(Envelope):
-    running: list[RunningLease]
-    timestamp: datetime
-    next: str | None = Field(default=None, description=NEXT_DESCRIPTION)
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tierq.models.lease_outcomes' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tierq.models.{module}"), name)
+    globals()[name] = value  # the next read finds it without this
+    return value

@@ -11,12 +11,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
 
-import orjson
 from pydantic import ConfigDict, Field, TypeAdapter
-from pydantic.config import JsonDict
 
 from tierq.models.base import Model, deferred_adapter
-from tierq.models.names import NO_NUL_PATTERN, TenantName
+from tierq.models.lease_bounds import MAX_CLAIM as MAX_CLAIM
+from tierq.models.lease_bounds import MAX_LEASE_SECONDS as MAX_LEASE_SECONDS
+from tierq.models.lease_bounds import MAX_PROGRESS_BYTES as MAX_PROGRESS_BYTES
+from tierq.models.lease_bounds import NO_NUL as NO_NUL
+from tierq.models.lease_bounds import progress_size as progress_size
+from tierq.models.names import TenantName
 from tierq.models.parents import ParentView
 from tierq.models.strict import RequestModel
 from tierq.models.traces import TraceView, absent
@@ -35,20 +38,6 @@ if TYPE_CHECKING:
     from tierq.models.lease_outcomes import ReleaseItem as ReleaseItem
     from tierq.models.lease_outcomes import ReleaseResult as ReleaseResult
     from tierq.models.lease_outcomes import RunningLease as RunningLease
-
-NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
-
-MAX_LEASE_SECONDS = 43_200  # 12 hours, as SQS's visibility timeout
-MAX_CLAIM = 500
-# The most a heartbeat's progress holds, encoded as JSON (UTF-8 bytes): it is kept in Valkey
-# with the lease, and in the task's row once the attempt ends.
-MAX_PROGRESS_BYTES = 4096
-
-
-def progress_size(value: Any) -> int:
-    """The bytes of ``value`` encoded as JSON, as the API keeps it."""
-    return len(orjson.dumps(value))
-
 
 # Why a worker tells a handler to stop (ClaimedTask.cancelled).
 StopReason = Literal["cancelled", "timeout"]

@@ -1,8 +1,9 @@
-"""Per-queue settings: the deployment's defaults over a queue's own, and their update.
+"""Per-queue settings: the deployment's defaults over a queue's own.
 
-The views of a queue (its counts, an admin's and a tenant's view, the per-tenant counts)
-are defined in :mod:`tierq.models.queue_views` and read here on first use: every request
-reads a queue's settings, only the admin function's and a few jobs' build its views."""
+Their update (``QueueSettingsUpdate``, :mod:`tierq.models.queue_update`) and the views of a
+queue (its counts, an admin's and a tenant's view, the per-tenant counts,
+:mod:`tierq.models.queue_views`) are read here on first use: every request reads a queue's
+settings, only the admin function's and a few jobs' change them or build their views."""
 
 
 import math
@@ -16,6 +17,7 @@ from tierq.models.bounds import MAX_TIMEOUT_SECONDS
 from tierq.models.strict import RequestModel
 
 if TYPE_CHECKING:
+    from tierq.models.queue_update import QueueSettingsUpdate as QueueSettingsUpdate
     from tierq.models.queue_views import AnyQueueView as AnyQueueView
     from tierq.models.queue_views import LimitsUse as LimitsUse
     from tierq.models.queue_views import QueueCounts as QueueCounts
@@ -148,41 +150,6 @@ class QueueSettings(Model):
                     "dead-lettered past max_attempts). Null: no limit.")
 
 
-class QueueSettingsUpdate(RequestModel):
-    """PUT /v1/queues/{queue}: only the fields given change."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    warm_max: int | None = Field(default=None, ge=1, le=1_000_000)
-    # bytes of task data held warm per (queue, tenant); an empty warm set still takes one
-    # task, however large
-    warm_max_bytes: int | None = Field(default=None, ge=WARM_MAX_BYTES_MIN,
-                                       le=WARM_MAX_BYTES_MAX)
-    lease_seconds: int | None = Field(default=None, ge=1, le=43_200)
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
-    backoff: BackoffSettings | None = None
-    retention_seconds: int | None = Field(default=None, ge=0, le=10 * 366 * 86_400)
-    paused: bool | None = Field(default=None, strict=True)  # "true" or 1 is not a boolean
-    # The limits and the consumer: left out keeps the stored value, null clears it.
-    max_leased: int | None = Field(default=None, ge=1, le=LIMIT_MAX)
-    rate: RateLimit | None = None
-    tenant_max_leased: int | None = Field(default=None, ge=1, le=LIMIT_MAX)
-    tenant_rate: RateLimit | None = None
-    consumer: ConsumerSettings | None = None
-    # null restores the default (1)
-    group_max_leased: int | None = Field(default=None, ge=1, le=GROUP_MAX_LEASED_MAX)
-    # the time limit of an attempt of the queue's tasks without their own; null: none
-    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
-
-    def clears(self, field: str) -> bool:
-        """Whether ``field`` was given as null (to clear it), not left out."""
-        return field in self.model_fields_set and getattr(self, field) is None
-
-    def given(self, field: str) -> bool:
-        """Whether ``field`` was given (a value, or null to clear it)."""
-        return field in self.model_fields_set
-
-
 # The settings that null clears in a PUT.
 CLEARABLE = frozenset({"max_leased", "rate", "tenant_max_leased", "tenant_rate", "consumer",
                        "group_max_leased", "timeout_seconds"})
@@ -197,4 +164,8 @@ def __getattr__(name: str) -> Any:
         from tierq.models import queue_views
 
         return getattr(queue_views, name)
+    if name == "QueueSettingsUpdate":
+        from tierq.models import queue_update
+
+        return queue_update.QueueSettingsUpdate
     raise AttributeError(f"module 'tierq.models.queues' has no attribute {name!r}")
