@@ -20,8 +20,10 @@ Steps:
 5. Import every function (`functions/<name>/app.py`) once with that interpreter, recording
    the methods its dataclasses generate, compiled (`tierq/core/dataclass_code.marshal`):
    a cold start then reads them instead of compiling them (`tierq.core.dataclass_code`).
-   For another architecture than this machine's, the imports run from a copy of the same
-   packages for this machine's (the texts depend on the packages' versions, not on it).
+   The imports run from the layer itself on a Linux machine of the layer's architecture,
+   else (or when that fails: an older glibc than the wheels') from a copy of the same
+   versions for this machine (the texts depend on the versions only). When neither works,
+   the build warns and the layer ships no file: its cold starts compile as before.
 
 Run by layers/tierq/Makefile under `sam build`; can be run by hand too:
     python3 layers/tierq/build_layer.py --repo-root . --out /tmp/layer/python --arch arm64
@@ -38,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # Lambda runtime python3.13 (template.yaml). The package itself still supports 3.11, the
@@ -163,18 +166,29 @@ def platform_args(arch: str) -> list[str]:
     ]
 
 
-def host_arch() -> str | None:
-    """This machine's Lambda architecture, or None for another CPU."""
+class RecordingFailed(Exception):
+    """Step 5 could not import a function from the packages it was given."""
+
+
+def layer_loads_here(arch: str) -> bool:
+    """Whether this machine can import the layer's own packages: Linux, same architecture
+    (the glibc may still be too old: the recording then falls back)."""
     machine = platform.machine().lower()
-    return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(
+    here = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(
         machine)
+    return sys.platform.startswith("linux") and here == arch
+
+
+def dataclass_code_file(out: Path) -> Path:
+    return out / "tierq" / "core" / "dataclass_code.marshal"
 
 
 def record_dataclass_code(repo_root: Path, out: Path, interpreter: str,
                           packages: Path) -> int:
     """Step 5: every function of ``functions/`` imported from ``packages`` with the recorder
-    on; the file lands in the layer's ``tierq/core/``. Answers how many texts it holds."""
-    target = out / "tierq" / "core" / "dataclass_code.marshal"
+    on; the file lands in the layer's ``tierq/core/``. Answers how many texts it holds;
+    raises :class:`RecordingFailed` naming a function that does not import."""
+    target = dataclass_code_file(out)
     target.unlink(missing_ok=True)
     held = 0
     for app in sorted((repo_root / "functions").glob("*/app.py")):
@@ -191,10 +205,27 @@ def record_dataclass_code(repo_root: Path, out: Path, interpreter: str,
             [interpreter, "-S", "-s", "-c", RECORDER.format(path=str(target))],
             env=env, cwd=app.parent, capture_output=True, text=True, check=False, timeout=300)
         if done.returncode != 0:
-            raise SystemExit(f"importing {app.parent.name}/app.py to record its dataclasses "
-                             f"failed:\n{done.stderr[-3000:]}")
+            target.unlink(missing_ok=True)
+            raise RecordingFailed(f"importing {app.parent.name}/app.py to record its "
+                                  f"dataclasses failed:\n{done.stderr[-3000:]}")
         held = int(done.stdout.split()[-1])
     return held
+
+
+def record_best_effort(repo_root: Path, out: Path, interpreter: str,
+                       sources: list[tuple[str, Callable[[], Path]]]) -> int:
+    """Step 5 from the first of ``sources`` (a label, and what makes its packages' folder)
+    that works; 0 and a warning when none does: the layer then ships no file."""
+    for label, packages in sources:
+        try:
+            return record_dataclass_code(repo_root, out, interpreter, packages())
+        except (RecordingFailed, subprocess.CalledProcessError) as exc:
+            print(f"warning: recording the dataclasses' code from {label} failed: {exc}",
+                  file=sys.stderr, flush=True)
+    dataclass_code_file(out).unlink(missing_ok=True)
+    print("warning: the layer holds no dataclass code; its cold starts compile the "
+          "dataclasses' methods as before", file=sys.stderr, flush=True)
+    return 0
 
 
 def build_wheel(repo_root: Path, work: Path) -> Path:
@@ -264,15 +295,19 @@ def main() -> int:
         shutil.rmtree(out / "bin", ignore_errors=True)
         drop_build_only_files(out)
         compile_bytecode(out, compiler)
-        packages = out
-        here = host_arch()
-        if here != args.arch:
-            if here is None:
-                raise SystemExit(f"no Lambda architecture for this machine "
-                                 f"({platform.machine()}) to record the dataclasses on")
-            packages = work / "host"
-            run([*pip, "--target", str(packages), *platform_args(here), str(wheel), *pins])
-        recorded = record_dataclass_code(repo_root, out, compiler, packages)
+
+        def native_copy() -> Path:
+            """The same versions for this machine (pip's own platform), in the work folder."""
+            native = work / "native"
+            run([*pip, "--target", str(native), "--python-version", PYTHON_VERSION,
+                 "--implementation", "cp", "--only-binary=:all:", str(wheel), *pins])
+            return native
+
+        sources: list[tuple[str, Callable[[], Path]]] = []
+        if layer_loads_here(args.arch):
+            sources.append(("the layer", lambda: out))
+        sources.append(("a copy of its packages for this machine", native_copy))
+        recorded = record_best_effort(repo_root, out, compiler, sources)
     (out / "tierq_layer.json").write_text(
         json.dumps(
             {

@@ -253,5 +253,37 @@ def test_a_function_that_fails_to_import_fails_the_recording(tmp_path: Path) -> 
     (repo / "functions" / "broken" / "app.py").write_text("import not_in_the_layer\n")
     out = tmp_path / "python"
     (out / "tierq").mkdir(parents=True)
-    with pytest.raises(SystemExit, match=r"importing broken/app\.py to record its dataclasses"):
+    with pytest.raises(build_layer.RecordingFailed,
+                       match=r"importing broken/app\.py to record its dataclasses"):
         build_layer.record_dataclass_code(repo, out, lambda_python(), ROOT / "shared")
+    assert not (out / "tierq" / "core" / "dataclass_code.marshal").exists()
+
+
+def test_the_recording_falls_back_to_the_next_packages_then_to_no_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Packages this machine cannot load (another OS's, an older glibc than the wheels')
+    make the build try the next source, and with none left ship no file, not fail."""
+    import shutil
+
+    from bench.lambda_layer import load_build_layer
+
+    build_layer = load_build_layer()
+    python = lambda_python()
+    repo = tmp_path / "repo"
+    (repo / "functions" / "one").mkdir(parents=True)
+    (repo / "functions" / "one" / "app.py").write_text(RECORDED_APP)
+    out = tmp_path / "python"
+    shutil.copytree(ROOT / "shared" / "tierq", out / "tierq",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    unloadable = tmp_path / "unloadable"  # (no tierq in it: the import fails)
+    unloadable.mkdir()
+
+    held = build_layer.record_best_effort(
+        repo, out, python, [("the layer", lambda: unloadable), ("a copy", lambda: out)])
+    assert held == 2 and (out / "tierq" / "core" / "dataclass_code.marshal").is_file()
+    assert "recording the dataclasses' code from the layer failed" in capsys.readouterr().err
+
+    held = build_layer.record_best_effort(repo, out, python,
+                                          [("the layer", lambda: unloadable)])
+    assert held == 0 and not (out / "tierq" / "core" / "dataclass_code.marshal").exists()
+    assert "holds no dataclass code" in capsys.readouterr().err

@@ -4,10 +4,14 @@ compile gives, and the store is used only when it is this Python's and holds the
 from __future__ import annotations
 
 import dataclasses
+import marshal
 import sys
+import threading
 import types
 from collections.abc import Iterator
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,4 +158,88 @@ def test_a_failing_block_still_takes_the_hook_away(tmp_path: Path,
     recorded(store, modules)
     with pytest.raises(RuntimeError), dataclass_code.precompiled(str(store)):
         raise RuntimeError("import failed")
+    assert "exec" not in vars(dataclasses)
+
+
+# The text dataclasses writes for one `x: int` field's __init__ (as of Python 3.13).
+ONE_FIELD_TEXT = ("def __create_fn__(__dataclass_type_x__):\n"
+                  " def __init__(self, x:__dataclass_type_x__):\n  self.x=x\n"
+                  " return (__init__,)")
+
+
+def test_a_text_compiled_without_a_store_takes_no_future_flag() -> None:
+    """A thread that found the hook just as a block ended compiles without the store: as
+    ``dataclasses`` would, not with this package's ``from __future__ import annotations``."""
+    ours: dict[str, Any] = {}
+    dataclass_code._exec(ONE_FIELD_TEXT, {}, ours)
+    theirs: dict[str, Any] = {}
+    exec(compile(ONE_FIELD_TEXT, "<string>", "exec", dont_inherit=True), {}, theirs)
+    assert (ours["__create_fn__"](int)[0].__annotations__
+            == theirs["__create_fn__"](int)[0].__annotations__ == {"x": int})
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.99])
+def test_a_truncated_store_is_skipped_with_a_warning(
+        tmp_path: Path, cut: float, modules: list[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    store = tmp_path / "dataclass_code.marshal"
+    recorded(store, modules)
+    data = store.read_bytes()
+    store.write_bytes(data[:int(len(data) * cut)])
+    modules.append("after_truncation")
+    with dataclass_code.precompiled(str(store)):
+        assert "exec" not in vars(dataclasses)
+        module = define("after_truncation")
+    assert module.Plain("a").count == 0
+    assert "unreadable" in caplog.text
+
+
+def test_a_store_of_another_shape_is_skipped_with_a_warning(
+        tmp_path: Path, modules: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    store = tmp_path / "dataclass_code.marshal"
+    store.write_bytes(MAGIC_NUMBER + marshal.dumps(["not", "a", "dict"]))
+    modules.append("after_another_shape")
+    with dataclass_code.precompiled(str(store)):
+        assert "exec" not in vars(dataclasses)
+        module = define("after_another_shape")
+    assert module.Plain("a").count == 0
+    assert "holds no texts and code" in caplog.text
+
+
+def test_overlapping_blocks_of_two_threads_leave_no_hook_and_raise_nothing(
+        tmp_path: Path, modules: list[str]) -> None:
+    """The first block to open sets the hook, the last to close takes it away, whatever
+    the order in which two threads open and close theirs."""
+    store = tmp_path / "dataclass_code.marshal"
+    recorded(store, modules)
+    first_in, second_in, first_may_leave = (threading.Event() for _ in range(3))
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            with dataclass_code.precompiled(str(store)):
+                first_in.set()
+                second_in.wait(10)
+                first_may_leave.wait(10)
+        except BaseException as exc:  # (reported by the test thread)
+            errors.append(exc)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_in.wait(10)
+    with dataclass_code.precompiled(str(store)):
+        second_in.set()
+        first_may_leave.set()
+        thread.join(10)  # the first block closes while this one is open
+        assert "exec" in vars(dataclasses)
+    assert not errors and "exec" not in vars(dataclasses)
+
+
+def test_a_recording_inside_another_block_is_refused(tmp_path: Path,
+                                                      modules: list[str]) -> None:
+    store = tmp_path / "dataclass_code.marshal"
+    recorded(store, modules)
+    with (dataclass_code.precompiled(str(store)), pytest.raises(RuntimeError, match="recording"),
+          dataclass_code.recording(str(tmp_path / "other.marshal"))):
+        pass
     assert "exec" not in vars(dataclasses)

@@ -17,16 +17,21 @@ code object, in ``marshal`` (the format of ``.pyc`` files), beside this module a
 | holds the class's exact source text | the stored code object: what compiling gives |
 | lacks the text (the class differs from the built one) | compiled as usual |
 
-The hook is the name ``exec`` in the ``dataclasses`` module's globals, where it shadows the
-builtin for that module alone, set for the block only. A text is compiled as ``exec`` of a
-string compiles it: as ``<string>``, without the caller's ``__future__`` flags.
+A file that cannot be read (truncated, another shape) is skipped with a warning: it is a
+cache, and a cold start that fails over it would stop the function. The hook is the name
+``exec`` in the ``dataclasses`` module's globals, where it shadows the builtin for that
+module alone, set by the first of overlapping blocks and taken away by the last. A text is
+compiled as ``exec`` of a string compiles it: as ``<string>``, without the caller's
+``__future__`` flags.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import marshal
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib.util import MAGIC_NUMBER
@@ -35,10 +40,14 @@ from typing import Any
 
 CODE_FILE = os.path.join(os.path.dirname(__file__), "dataclass_code.marshal")
 
+logger = logging.getLogger(__name__)
+
 
 class _State:
     """The texts and code objects in use while the hook is set, and what it found."""
 
+    lock = threading.Lock()
+    depth = 0  # the blocks open (the hook is set while above 0)
     codes: dict[str, CodeType] | None = None
     recording = False
     hits = 0
@@ -53,13 +62,13 @@ def counts() -> tuple[int, int]:
 def _exec(source: Any, globals_: dict[str, Any], locals_: Mapping[str, Any] | None = None,
           ) -> None:
     """``exec`` as ``dataclasses`` calls it, with the code of a known text taken as stored."""
-    codes = _State.codes
-    if type(source) is str and codes is not None:
-        code = codes.get(source)
+    if type(source) is str:
+        codes = _State.codes  # (None in a thread that found the hook as a block ended)
+        code = codes.get(source) if codes is not None else None
         if code is None:
             code = compile(source, "<string>", "exec", dont_inherit=True)
             _State.misses += 1
-            if _State.recording:
+            if _State.recording and codes is not None:
                 codes[source] = code
         else:
             _State.hits += 1
@@ -68,7 +77,8 @@ def _exec(source: Any, globals_: dict[str, Any], locals_: Mapping[str, Any] | No
 
 
 def load(path: str = CODE_FILE) -> dict[str, CodeType] | None:
-    """The stored texts and code objects; None when the file is absent or another Python's."""
+    """The stored texts and code objects; None when the file is absent, another Python's or
+    unreadable (the last logged)."""
     try:
         with open(path, "rb") as stored:
             data = stored.read()
@@ -76,48 +86,66 @@ def load(path: str = CODE_FILE) -> dict[str, CodeType] | None:
         return None
     if data[:len(MAGIC_NUMBER)] != MAGIC_NUMBER:
         return None
-    codes: dict[str, CodeType] = marshal.loads(data[len(MAGIC_NUMBER):])
+    try:
+        codes = marshal.loads(data[len(MAGIC_NUMBER):])
+    except (EOFError, ValueError, TypeError) as exc:
+        logger.warning("dataclass code store %s unreadable (%s): compiling as usual", path, exc)
+        return None
+    if not (isinstance(codes, dict) and all(
+            type(text) is str and isinstance(code, CodeType) for text, code in codes.items())):
+        logger.warning("dataclass code store %s holds no texts and code: compiling as usual",
+                       path)
+        return None
     return codes
 
 
-def _hooked() -> bool:
-    return "exec" in vars(dataclasses)
+@contextmanager
+def _hook(codes: dict[str, CodeType] | None, recording: bool) -> Iterator[None]:
+    """The hook set with ``codes`` by the first of overlapping blocks, taken away by the
+    last; ``codes`` None sets nothing."""
+    with _State.lock:
+        if _State.depth == 0:
+            if codes is None:
+                hooked = False
+            else:
+                _State.codes, _State.recording = codes, recording
+                dataclasses.exec = _exec  # type: ignore[attr-defined]
+                hooked = True
+        else:
+            hooked = True
+        if hooked:
+            _State.depth += 1
+    try:
+        yield
+    finally:
+        if hooked:
+            with _State.lock:
+                _State.depth -= 1
+                if _State.depth == 0:
+                    del dataclasses.exec  # type: ignore[attr-defined]
+                    _State.codes = None  # (the texts are freed; the classes keep their code)
+                    _State.recording = False
 
 
 @contextmanager
 def precompiled(path: str = CODE_FILE) -> Iterator[None]:
     """Dataclasses defined in the block take their methods' code from ``path`` when it holds
-    their text; inside a recording or another such block, nothing more is set."""
-    if _hooked():
+    their text; inside a recording or another such block, that block's texts are used."""
+    with _hook(load(path) if _State.depth == 0 else None, recording=False):
         yield
-        return
-    codes = load(path)
-    if codes is None:
-        yield
-        return
-    _State.codes = codes
-    dataclasses.exec = _exec  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        del dataclasses.exec  # type: ignore[attr-defined]
-        _State.codes = None  # (the texts are freed; the classes keep their code)
 
 
 @contextmanager
 def recording(path: str = CODE_FILE) -> Iterator[None]:
     """Keeps every dataclass text compiled in the block, with those ``path`` already holds,
-    and writes them all to ``path`` at its end (the layer build's recorder)."""
-    _State.codes = load(path) or {}
-    _State.recording = True
-    dataclasses.exec = _exec  # type: ignore[attr-defined]
-    try:
+    and writes them all to ``path`` at its end (the layer build's recorder, never inside
+    another block)."""
+    if _State.depth:
+        raise RuntimeError("recording inside another block of tierq.core.dataclass_code")
+    codes = load(path) or {}
+    with _hook(codes, recording=True):
         yield
-        _save(_State.codes, path)
-    finally:
-        del dataclasses.exec  # type: ignore[attr-defined]
-        _State.codes = None
-        _State.recording = False
+        _save(codes, path)
 
 
 def _save(codes: dict[str, CodeType], path: str) -> None:
