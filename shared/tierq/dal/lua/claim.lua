@@ -60,9 +60,10 @@
 -- extends it past the limit (lease_extend.lua); the reaper tells a lease that ran out at
 -- its limit from one that expired (lease_expired.lua, logic/time_limits.py split).
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
--- ZRANGE of the first in line, one HMGET of the data, then ZREMRANGEBYRANK of those taken,
--- HDEL and ZADD (leased), one HSET of lease_of, one ZADD of started, one ZADD of limits
--- (only when a task has a time limit) and one HSET and HINCRBY of the claim.
+-- one HGET of the claim's count (a repeat, above), ZRANGE of the first in line, one HMGET
+-- of the data, then ZREMRANGEBYRANK of those taken, HDEL and ZADD (leased), one HSET of
+-- lease_of, one ZADD of started, one ZADD of limits (only when a task has a time limit)
+-- and one HSET and HINCRBY of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
