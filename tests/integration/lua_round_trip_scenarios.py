@@ -136,8 +136,9 @@ def push(warm: WarmTier, k: PairKeys, task_ids: list[str], **fixed: Any) -> Push
     return run(warm, PushReady(k, items=items, **values))
 
 
-def claim(warm: WarmTier, k: PairKeys, n: int, **more: Any) -> ClaimReply:
-    return run(warm, Claim(k, n, NOW, LEASE, PREFIX, "w9", **more))
+def claim(warm: WarmTier, k: PairKeys, n: int, prefix: str = PREFIX, **more: Any
+          ) -> ClaimReply:
+    return run(warm, Claim(k, n, NOW, LEASE, prefix, "w9", **more))
 
 
 def text(value: Any) -> str:
@@ -159,6 +160,14 @@ def claim_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.zscore(k.leased, lease_member(task_ids[0], f"{PREFIX}1~5")) == NOW + LEASE
     assert text(valkey.hget(k.claims, PREFIX)) == f"{NOW}|w9"
     assert valkey.zcard(k.limits) == 0  # (no task of the claim has a time limit)
+    # the same call again (its reply lost, sent once more) pops nothing: it answers the
+    # first run's leases
+    again = claim(warm, k, 2, first_k=4)
+    assert (again.left, again.mode, again.claimed, again.retry_after_ms, again.granted) == (
+        1, "repeat", [], 0, -1)
+    assert sorted(again.repeated) == [(task_ids[0], f"{PREFIX}1~5"),
+                                      (task_ids[1], f"{PREFIX}1~6")]
+    assert valkey.zcard(k.leased) == 2 and valkey.zcard(k.ready) == 1
     # time limits: the queue's (timeout_seconds) or the task's own "to", found however the
     # payload or the trace after it reads; a lease ends at its limit when that comes first
     _, t = new_pair(valkey)
@@ -189,11 +198,15 @@ def claim_scenario(warm: WarmTier, valkey: Any) -> None:
         f"{PREFIX}1~{place}" for place in [9, 10, 11, *range(96, 107)]]
     assert [text(i) for i, _, _, _ in first.claimed + rest.claimed] == many
     assert rest.left == 0 and valkey.zcard(n.ready) == 0 and valkey.zcard(n.leased) == 14
+    # a later pop of the same claim numbers past the leases before it, so it was no repeat;
+    # its own repeat answers its leases alone
+    assert sorted(claim(warm, n, 11, first_k=95).repeated) == sorted(
+        (text(i), text(t)) for i, _, t, _ in rest.claimed)
     # the tenant's limits: two leases held of at most two, then a bucket with no token
-    capped = claim(warm, k, 1, tenant_max_leased=2)
+    capped = claim(warm, k, 1, "t1~def~", tenant_max_leased=2)
     assert (capped.claimed, capped.left) == ([], 1) and capped.retry_after_ms > 0
     valkey.hset(k.bucket, mapping={"tokens": 0, "at": 10**18})
-    rated = claim(warm, k, 1, tenant_rate=(0.5, 1))
+    rated = claim(warm, k, 1, "t1~ghi~", tenant_rate=(0.5, 1))
     assert rated.claimed == [] and rated.retry_after_ms > 0
     if warm.single_server:  # the queue-wide take rides in the claim on one server only
         queue, q = new_pair(valkey)

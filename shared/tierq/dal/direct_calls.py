@@ -12,8 +12,8 @@ the call is tried once more on a fresh one (a server that restarted leaves every
 connection stale); if that fails too, the error goes up (``WarmTier`` turns it into
 ``Unavailable``). A script the server does not know (``NOSCRIPT``: restarted, flushed) is
 loaded again and the call repeated. As with the pool's retry, a call whose reply was lost
-can run twice; every script is safe to repeat or, for a claim, leaves leases that expire
-(the tasks are handed out again, nothing is lost).
+can run twice; every script is safe to repeat. A claim's repeat pops nothing and answers
+its first run's leases, which the claim gives back (lua/claim.lua, logic/claim.py).
 
 Commands are packed here, not by the connection, so each is checked against ElastiCache's
 argument limit here too (``dal/command_limit.check``).

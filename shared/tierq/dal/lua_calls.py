@@ -124,13 +124,16 @@ class LuaCall(Generic[R]):
 class ClaimReply:
     """What claim.lua answers: the ready tasks left, the pair's mode, the claimed tasks,
     when more may be had (0: the limits did not cut the claim) and what the queue-wide take
-    granted (-1 without one)."""
+    granted (-1 without one). ``repeated``: the call ran before and its reply was lost, and
+    these are the (id, lease token) of the leases that first run made (mode ``repeat``,
+    nothing claimed)."""
 
     left: int
     mode: str
     claimed: list[Claimed]
     retry_after_ms: int
     granted: int
+    repeated: tuple[tuple[str, str], ...] = ()
 
 
 @lazy_dataclass(frozen=True)
@@ -197,11 +200,14 @@ class Claim(LuaCall[ClaimReply]):
         return self.take
 
     def parse(self, reply: Any) -> ClaimReply:
+        mode = text(reply[1])
+        if mode == "repeat":  # (after the four fields, per lease of the first run: id, token)
+            return ClaimReply(int(reply[0]), mode, [], 0, -1, tuple(zip(
+                [text(x) for x in reply[4::2]], [text(x) for x in reply[5::2]], strict=True)))
         # after the four fields, per task: id, attempt, lease token, JSON
         claimed: list[Claimed] = list(zip(reply[4::4], reply[5::4], reply[6::4], reply[7::4],
                                           strict=True))
-        return ClaimReply(int(reply[0]), text(reply[1]), claimed, int(reply[2]),
-                          int(reply[3]))
+        return ClaimReply(int(reply[0]), mode, claimed, int(reply[2]), int(reply[3]))
 
 
 # -- admission ------------------------------------------------------------------------------

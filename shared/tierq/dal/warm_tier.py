@@ -248,6 +248,17 @@ class LatePush(Exception):
     reconciler has taken its rows over (lua/missing.lua) and pushes them itself."""
 
 
+class ClaimRepeated(Exception):
+    """A pop's script ran twice: its first reply was lost (a connection reset after the
+    send) and the call was sent again. The repeat popped nothing; ``leases`` are the
+    (id, lease token) of the first run's leases, held by nobody until the caller gives
+    them back (lua/claim.lua, logic/claim.py)."""
+
+    def __init__(self, leases: Sequence[tuple[str, str]]) -> None:
+        super().__init__(f"a claim's reply was lost after it leased {len(leases)} tasks")
+        self.leases = list(leases)
+
+
 @lazy_dataclass(frozen=True)
 class QueueKeys:
     """The keys of a queue as a whole, across its tenants: they share the hash tag
@@ -685,6 +696,11 @@ def _push_outcome(out: PushReply, noted: bool, tasks: int, queue: str,
                        noted=noted, gone=out.gone)
 
 
+def _repeated_or(reply: ClaimReply) -> ClaimReply | Exception:
+    """A pop's reply, or ``ClaimRepeated`` when it repeated a pop that ran before."""
+    return ClaimRepeated(reply.repeated) if reply.repeated else reply
+
+
 @contextmanager
 def _available(credentials: CredentialProvider | None = None) -> Iterator[None]:
     try:
@@ -727,11 +743,11 @@ class ClusterClient(RedisCluster):
     error or a timeout, reading the slot map anew each time. After a refused connection
     that is how a failover is followed: the call never reached a server. After a timeout
     it multiplied a hung master's cost by eleven (110 s at the 10 s socket timeout, past
-    every function's time), and the call may have run: a claim's pop sent again leaves the
-    first pop's leases held until their deadline. So a timeout goes up at once
+    every function's time), and the call may have run. So a timeout goes up at once
     (``WarmTierUnavailable``), as on a single server after its one retry on a fresh
     connection (dal/direct_calls.py). A pipeline's command that timed out is still sent
-    once more alone: redis-py's pipeline decides that by its own class, not this one.
+    once more alone: redis-py's pipeline decides that by its own class, not this one. A
+    claim's pop sent again after a reset answers its first run's leases (lua/claim.lua).
     """
 
     # (a fixed-length tuple in redis-py's stubs: this one is shorter)
@@ -1226,6 +1242,8 @@ class WarmTier:
             max_bytes=max_bytes, strict=strict, per_task_bytes=per_task_bytes,
             tenant_max_leased=tenant_max_leased, tenant_rate=tenant_rate, first_k=first_k,
             timeout_seconds=timeout_seconds or 0, take=riding))
+        if out.repeated:
+            raise ClaimRepeated(out.repeated)
         return out.left, out.mode, out.claimed, out.retry_after_ms, out.granted
 
     def claim_pairs(self, calls: Sequence[Claim]) -> list[ClaimReply | Exception]:
@@ -1235,8 +1253,9 @@ class WarmTier:
         reply or error is returned in its place, never raised here: the caller records
         every pop that leased tasks before it raises the first error (a failing claim gives
         back what it popped). The errors are as ``claim_limited`` would raise them
-        (``WarmTierUnavailable``, ``WarmTierFull``, a script's error reply); a Valkey that
-        does not answer at all raises ``WarmTierUnavailable``."""
+        (``WarmTierUnavailable``, ``WarmTierFull``, a script's error reply, ``ClaimRepeated``
+        for a pop sent again after its reply was lost); a Valkey that does not answer at
+        all raises ``WarmTierUnavailable``."""
         if not calls:
             return []
         sha = self.scripts[Claim.SCRIPT].sha
@@ -1261,13 +1280,13 @@ class WarmTier:
             if isinstance(reply, Exception):
                 out.append(self._as_raised(reply))
             else:
-                out.append(call.parse(reply))
+                out.append(_repeated_or(call.parse(reply)))
         return out
 
     def _call_or_error(self, call: Claim) -> ClaimReply | Exception:
         """One pop's reply, or the error it raised."""
         try:
-            return self.call(call)
+            return _repeated_or(self.call(call))
         except Exception as exc:
             return exc
 

@@ -10,7 +10,9 @@ A claim never holds leases it will not answer with. Its budget (logic/claim_budg
 the bytes of its answer and the time it may take. Its limits (logic/claim_limits.py) cut
 what it pops. A claim that fails after it popped tasks gives them back through the release
 path before the error goes up; one tenant's failing pair fails only its own part of a claim
-over several tenants (logic/claim_isolation.py).
+over several tenants (logic/claim_isolation.py). A pop whose reply was lost and which was
+sent again answers the leases of its first run (lua/claim.lua): the claim gives them back
+the same way and pops once more.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from uuid import UUID
 import orjson
 
 from tierq.dal.lua_calls import Claim
-from tierq.dal.warm_tier import Claimed, PairKeys
+from tierq.dal.warm_tier import Claimed, ClaimRepeated, PairKeys
 from tierq.errors import DatabaseTimedOut, WarmTierFull
 from tierq.logic import claim_isolation, leases, ready_tenants, tiering, time_limits
 from tierq.logic.claim_budget import ClaimBudget
@@ -181,11 +183,13 @@ class Claimer:
             self.refills_off = True  # (PostgreSQL slow: no refill more waits its timeout)
         return True
 
-    def _pop(self, tenant: str, n: int, part: int = 0
+    def _pop(self, tenant: str, n: int, part: int = 0, again: bool = False
              ) -> tuple[int, str, list[Claimed], int] | None:
         """Pop up to ``n`` of the pair's tasks under the limits; None when the queue-wide
         limits left no room for any. ``part``: at most these bytes of what is left of the
-        byte cap (0: all of it)."""
+        byte cap (0: all of it). A pop answered as a repeat (``ClaimRepeated``) has its
+        first run's leases given back and is made once more (``again``)."""
+        wanted = n
         allowed = self.limits.for_pop(tenant, n)
         if allowed is None:
             return None
@@ -193,6 +197,11 @@ class Claimer:
         budget = self.budget
         try:
             left, mode, claimed, retry_ms, granted = self._claim_limited(tenant, n, pop, part)
+        except ClaimRepeated as repeat:
+            self._repeated(pop, n, repeat)
+            if again:
+                return None  # (lost twice in a row: its tasks are back in line all the same)
+            return self._pop(tenant, wanted, part, again=True)
         except Exception:
             self.limits.lost(pop, n)
             raise
@@ -204,6 +213,21 @@ class Claimer:
             if budget.max_bytes:
                 budget.charge(c[3] for c in claimed)
         return left, mode, claimed, pop.now_ms
+
+    def _repeated(self, pop: PopLimits, n: int, repeat: ClaimRepeated) -> None:
+        """A pop of up to ``n`` tasks, made with ``pop``, ran twice (its first reply was
+        lost): the first run's leases go back through the release path, no attempt
+        counted, the tasks back in their places. Under the queue-wide limits the pop counts
+        as lost (:meth:`ClaimLimits.lost`); one that carried the take leaves no grant to
+        pop within, since the grant went with the lost reply."""
+        self.answered += 1
+        if pop.take is not None:
+            self.limits.popped(pop, 0, 0, 0)
+        else:
+            self.limits.lost(pop, n)
+        log.warning("a claim's reply on %r was lost after it leased %d tasks; giving them "
+                    "back", self.queue, len(repeat.leases))
+        give_back(self.ctx, self.queue, repeat.leases)
 
     def _claim_limited(self, tenant: str, n: int, pop: PopLimits, part: int
                        ) -> tuple[int, str, list[Claimed], int, int]:
@@ -269,6 +293,17 @@ class Claimer:
                 tenant_max_leased=limits.tenant_max_leased, tenant_rate=limits.tenant_rate,
                 timeout_seconds=self.timeout_seconds or 0)))
         replies = self.ctx.warm.claim_pairs([call for _, call in pops])
+        # a pop sent again after its reply was lost answered its first run's leases: given
+        # back before anything else, its pair is popped once more below
+        again = {tenant for (tenant, _), reply in zip(pops, replies, strict=True)
+                 if isinstance(reply, ClaimRepeated)}
+        lost = [lease for reply in replies if isinstance(reply, ClaimRepeated)
+                for lease in reply.leases]
+        if lost:
+            self.answered += len(again)
+            log.warning("a claim's replies on %r were lost after they leased %d tasks; "
+                        "giving them back", self.queue, len(lost))
+            give_back(self.ctx, self.queue, lost)
         # every pop that leased tasks is recorded (to be given back should the claim fail)
         # before an error goes up; a pair's own failure fails it alone
         for reply in replies:
@@ -280,12 +315,16 @@ class Claimer:
                 self.popped.append(reply.claimed)
                 budget.charge(c[3] for c in reply.claimed)
         for (tenant, _), reply in zip(pops, replies, strict=True):
-            if isinstance(reply, Exception) and not self._isolated(tenant, reply):
+            if isinstance(reply, Exception) and tenant not in again \
+                    and not self._isolated(tenant, reply):
                 raise reply
         answered = {tenant: (sent, reply) for (tenant, sent), reply
                     in zip(pops, replies, strict=True) if not isinstance(reply, Exception)}
         out: list[tuple[list[ClaimedTask], bool]] = []
         for tenant in tenants:
+            if tenant in again:
+                out.append((self.pair(tenant, n, part), False))
+                continue
             if tenant not in answered:  # (set aside, or failed alone)
                 out.append(([], False))
                 continue

@@ -30,7 +30,15 @@
 -- would and no count is read; from the first task that would not, the tasks handed out are
 -- counted once and every later one exactly.
 -- Returns { ready_left, mode, retry_ms, granted, then per task: id, attempt, lease_token,
---           json } (parsed by `Claim.parse`)
+--           json } (parsed by `Claim.parse`); a repeat (below) returns
+--         { ready_left, 'repeat', 0, -1, then per lease: id, lease_token }.
+-- A repeat is this very call run again after its reply was lost (a connection reset after
+-- the send: dal/direct_calls.py and redis-py's cluster client send it once more). It pops
+-- nothing and takes no limit: it answers the first run's leases, those of the claim's
+-- record (claims[prefix]) that began at now (started) numbered past first_k, and the
+-- caller gives them back through the release path (logic/claim.py). A later pop of the
+-- same claim and pair (the queue-wide limits keep the prefix) numbers its leases past
+-- those, so it is no repeat.
 -- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
 -- next token; for a count, the earliest deadline, at most 1 s; the sooner of the
 -- queue-wide take's and the tenant's). granted: what the queue-wide take granted, -1
@@ -52,9 +60,10 @@
 -- extends it past the limit (lease_extend.lua); the reaper tells a lease that ran out at
 -- its limit from one that expired (lease_expired.lua, logic/time_limits.py split).
 -- Valkey work is a fixed handful of variadic commands per claim, not several per task:
--- ZRANGE of the first in line, one HMGET of the data, then ZREMRANGEBYRANK of those taken,
--- HDEL and ZADD (leased), one HSET of lease_of, one ZADD of started, one ZADD of limits
--- (only when a task has a time limit) and one HSET and HINCRBY of the claim.
+-- one HGET of the claim's count (a repeat, above), ZRANGE of the first in line, one HMGET
+-- of the data, then ZREMRANGEBYRANK of those taken, HDEL and ZADD (leased), one HSET of
+-- lease_of, one ZADD of started, one ZADD of limits (only when a task has a time limit)
+-- and one HSET and HINCRBY of the claim.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
 -- include: token_bucket (lua/token_bucket.lua)
@@ -140,6 +149,46 @@ local burst = tonumber(ARGV[11] or '0')
 local first_k = tonumber(ARGV[12] or '0')
 local granted = -1
 local queue_retry = 0
+
+-- The leases a first run of this call made (id, token, ...), or nil when it made none.
+-- Read a page of the leases that began at now at a time, until the record's count of the
+-- claim's leases is found: only the claims of this very millisecond are read.
+local STARTED_PAGE = 1000
+local function first_run()
+  local held = tonumber(redis.call('HGET', KEYS[4], prefix .. '#') or '0')
+  if held <= 0 then return nil end
+  local found, n, seen, offset = {}, 0, 0, 0
+  local len = #prefix
+  while seen < held do
+    local ids = redis.call('ZRANGEBYSCORE', KEYS[8], ARGV[2], ARGV[2], 'LIMIT', offset,
+                           STARTED_PAGE)
+    if #ids == 0 then break end
+    local tokens = call_chunked('HMGET', KEYS[7], ids)
+    for k = 1, #ids do
+      local token = tokens[k]
+      if token and sub(token, 1, len) == prefix then
+        seen = seen + 1
+        if tonumber(match(token, '~(%d+)$')) > first_k then
+          found[n + 1] = ids[k]
+          found[n + 2] = token
+          n = n + 2
+        end
+      end
+    end
+    if #ids < STARTED_PAGE then break end
+    offset = offset + STARTED_PAGE
+  end
+  if n == 0 then return nil end
+  return found
+end
+
+local repeated = first_run()
+if repeated then
+  local out = { redis.call('ZCARD', KEYS[1]), 'repeat', 0, -1 }
+  for k = 1, #repeated do out[4 + k] = repeated[k] end
+  return out
+end
+
 if KEYS[10] then
   granted, queue_retry = capacity_take(KEYS[10], KEYS[11], KEYS[12], tonumber(ARGV[14]), now,
                                        deadline_arg, ARGV[15], tonumber(ARGV[16]),

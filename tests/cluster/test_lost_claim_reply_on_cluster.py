@@ -1,0 +1,26 @@
+"""A claim's reply lost after its master ran it leaves no lease held by nobody, on a
+three-master cluster: redis-py's cluster client sends a pop again after the reset, and its
+pipeline sends each pop of the reset connection again alone
+(tests/integration/lost_claim_reply_scenarios.py)."""
+
+from __future__ import annotations
+
+from tests.integration import lost_claim_reply_scenarios as scenarios
+
+
+def test_a_lost_reply_of_one_tenants_pop_gives_its_leases_back(tq, valkey, pg, monkeypatch):
+    scenarios.one_tenant(tq, valkey, pg, monkeypatch)
+
+
+def test_a_lost_reply_of_a_pipeline_of_pops_gives_every_pairs_leases_back(
+        tq, valkey, pg, monkeypatch):
+    scenarios.several_tenants(tq, valkey, pg, monkeypatch)
+
+
+def test_a_lost_reply_under_max_leased_frees_its_capacity_too(make_tq, valkey, pg,
+                                                              monkeypatch):
+    scenarios.under_max_leased(make_tq, valkey, pg, monkeypatch)
+
+
+def test_a_reply_lost_twice_leaves_the_tasks_in_line(tq, valkey, pg, monkeypatch):
+    scenarios.lost_twice(tq, valkey, pg, monkeypatch)
