@@ -26,7 +26,7 @@ LARGE_BATCH = 400
 # the statements that settle leased (or refused) tasks by id
 SETTLING = ["ack_delete", "ack_delete_by_attempt", "ack_keep", "lease_outcomes",
             "release_leased", "mark_cold", "take_over_for_restore", "claimed_tasks_by_ids",
-            "cancelled_among"]
+            "cancelled_among", "groups_of_tasks", "write_progress", "ack_keep_waited"]
 
 
 def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
@@ -36,7 +36,8 @@ def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
             "attempt": 1, "attempts": [1] * n, "errors": ["boom"] * n,
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
             "results": ['{"ok": true}'] * n, "waited": False,
-            "tenants": ["_"] * n, "tenant_set": ["_"]}
+            "tenants": ["_"] * n, "tenant_set": ["_"], "progress": ['{"n": 1}'] * n,
+            "progress_at": ["2026-01-01T00:00:00Z"] * n}
 
 
 def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str, ...]) -> None:

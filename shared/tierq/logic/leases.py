@@ -243,7 +243,9 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         attempts = [v.attempt for v in plain]
         ids = [v.id for v in plain]
         owners = [v.tenant for v in plain]  # (its lease's tenant: the statements check it)
-        if min(attempts) == max(attempts):
+        # (one attempt and one tenant, the usual batch: checked against the set; an admin's
+        # batch over tenants pairs each row with its own)
+        if min(attempts) == max(attempts) and min(owners) == max(owners):
             finished += ctx.store.ack_delete(queue, ids, owners, attempts[0], relaxed=relaxed)
         else:
             finished += ctx.store.ack_delete_by_attempt(queue, ids, owners, attempts,

@@ -172,8 +172,8 @@ class TaskQueries(StoreBase):
 
     def ack_delete(self, queue: str, ids: Iterable[str], tenants: Sequence[str], attempt: int,
                    *, relaxed: bool = False) -> list[AckedRow]:
-        """Delete acked tasks whose leases all are of ``attempt``, those of one of
-        ``tenants`` (the batch's leases' tenants); the rows deleted."""
+        """Delete acked tasks whose leases all are of ``attempt`` and of one tenant (each
+        of ``tenants``, checked as a set); the rows deleted."""
         return self._fetch("ack_delete", {"queue": queue, "ids": uuid_array(ids),
                                           "tenant_set": sorted(set(tenants)),
                                           "attempt": attempt}, positional(AckedRow),

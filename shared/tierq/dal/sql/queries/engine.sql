@@ -282,9 +282,9 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
 -- back in line; deleting the row then would leave the task in line without it (delivered
 -- again after an accepted ack). The ack is refused instead. A task that others wait on
 -- (waiters > 0) is left to ack_keep_waited (logic/flows.py), which keeps it and settles it.
--- Only rows of the tenants given: the batch's leases' tenants, one for a caller pinned to a
--- tenant (an admin's batch may hold several). Not joined row by row: that join costs what
--- this form saves, and the leases' own check pairs each id with its tenant.
+-- Only rows of the tenant given: the batch's leases' one tenant (a batch over several, an
+-- admin's, goes to ack_delete_by_attempt, which pairs each row with its own). Not joined
+-- row by row: that join costs what this form saves.
 DELETE FROM tierq_tasks
 WHERE id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND queue = %(queue)s
   AND tenant = ANY(%(tenant_set)s::text[])
