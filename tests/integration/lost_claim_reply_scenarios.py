@@ -2,8 +2,9 @@
 send, and the call layer sends the pop again (dal/direct_calls.py on a single server,
 redis-py's cluster client and pipeline on a cluster). The repeat answers the first run's
 leases, which the claim gives back through the release path (lua/claim.lua,
-logic/claim.py): no lease is left held by nobody, no attempt is counted, and each task is
-handed out once. Run on a single Valkey (tests/integration/test_lost_claim_reply.py) and on
+logic/claim.py): no lease is left held by nobody, no attempt is counted, each task is
+handed out once, and under ``max_leased`` the queue's capacity held is that of the leases
+held. Run on a single Valkey (tests/integration/test_lost_claim_reply.py) and on
 a three-master cluster (tests/cluster/test_lost_claim_reply_on_cluster.py).
 
 The loss is real: ``LostReplies`` lets the claim's command reach the server, reads its
@@ -25,6 +26,7 @@ from tests.integration.helpers import drain
 from tierq.dal.command_limit import LimitedConnection
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
+from tierq.logic import limits
 from tierq.models import ClaimedTask
 
 Factory = Callable[..., Tierq]
@@ -98,6 +100,11 @@ def attempts(pg: psycopg.Connection[Any], queue: str) -> list[int]:
         "SELECT attempts FROM tierq_tasks WHERE queue = %s", (queue,)).fetchall()]
 
 
+def capacity_held(tq: Tierq, queue: str) -> int:
+    """The units of the queue's ``max_leased`` held now."""
+    return limits.in_use(tq.ctx, queue, limits.LEASES_POOL)
+
+
 def enqueued(tq: Tierq, queue: str, tenants: tuple[str, ...], per_tenant: int
              ) -> list[str]:
     """``per_tenant`` tasks of each tenant, at their last attempt (max_attempts 1), with the
@@ -158,20 +165,63 @@ def several_tenants(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
 
 def under_max_leased(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connection[Any],
                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue with ``max_leased``: the lost pop held its units of the queue's capacity;
-    its leases go back with them (the release frees their units), so the next claim gets
-    every task within the same limit."""
+    """A queue with ``max_leased`` as big as the claim's three tasks: the lost pop leased
+    the claim's whole grant, so the claim answers nothing; the leases go back with their
+    units (the release frees them), and the next claim gets every task within the limit."""
     tq = make_tq()
     tq.put_queue("q", {"max_leased": 3})
     ids = enqueued(tq, "q", ("_",), 3)
     with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
         got = tq.claim("q", max=3, tenant="_")
     assert (losses.lost, losses.refused) == (1, 0)
-    assert held(valkey, "q", ("_",)) == members_of(got)
-    if not got:  # (the claim's grant went with the lost reply: it pops no more)
-        got = tq.claim("q", max=3, tenant="_")
+    # (the first run leased the claim's whole grant: no unit is left to pop within)
+    assert got == [] and held(valkey, "q", ("_",)) == set()
+    assert capacity_held(tq, "q") == 0
+    got = tq.claim("q", max=3, tenant="_")
     assert [str(t.id) for t in got] == ids
+    assert capacity_held(tq, "q") == 3
     assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+
+
+def grant_past_the_leases(make_tq: Factory, valkey: redis.Redis,
+                          pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+                          ) -> None:
+    """The claim's grant is bigger than what its lost pop leased (``max_leased`` 10, three
+    tasks): the pop made once more leases them within the grant, and the units no lease
+    holds go back with the claim's end, so the capacity held is that of the three leases,
+    as without the loss."""
+    tq = make_tq()
+    tq.put_queue("q", {"max_leased": 10})
+    ids = enqueued(tq, "q", ("_",), 3)
+    with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
+        got = tq.claim("q", max=10, tenant="_")
+    assert (losses.lost, losses.refused) == (1, 0)
+    assert [str(t.id) for t in got] == ids
+    assert capacity_held(tq, "q") == 3
+    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+    assert capacity_held(tq, "q") == 0
+
+
+def later_pair_lost(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``max_leased`` the reply of a claim's second pair is lost (tenants a, one task,
+    and b, two; the grant of 10 made before it or with the first pair's pop): the pop made
+    once more numbers its leases on from the first run's, not past every unit the lost pop
+    could have taken, so the capacity held is that of the three leases."""
+    tq = make_tq()
+    tq.put_queue("q", {"max_leased": 10})
+    tq.warm.client.script_load(tq.warm.scripts["claim"].script)
+    ids = [str(o.id) for o in tq.enqueue("q", [
+        {"payload": i, "tenant": tenant, "max_attempts": 1}
+        for i, tenant in enumerate(("a", "b", "b"))])]
+    with LostReplies(tq.warm.scripts["claim"].sha, frozenset({2})).on(
+            monkeypatch) as losses:
+        got = tq.claim("q", max=10)
+    assert (losses.lost, losses.refused) == (1, 0)
+    assert sorted(str(t.id) for t in got) == sorted(ids)
+    assert capacity_held(tq, "q") == 3
+    assert_none_stranded(tq, valkey, pg, "q", ("a", "b"), ids, got)
+    assert capacity_held(tq, "q") == 0
 
 
 def lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],

@@ -198,9 +198,12 @@ class Claimer:
         try:
             left, mode, claimed, retry_ms, granted = self._claim_limited(tenant, n, pop, part)
         except ClaimRepeated as repeat:
-            self._repeated(pop, n, repeat)
+            self._repeated(pop, repeat)
             if again:
                 return None  # (lost twice in a row: its tasks are back in line all the same)
+            if pop.take is not None and repeat.granted >= 0:
+                # (at most the pair's share of the grant, as the script cut the first run)
+                wanted = min(wanted, math.ceil(repeat.granted / pop.take.shares))
             return self._pop(tenant, wanted, part, again=True)
         except Exception:
             self.limits.lost(pop, n)
@@ -214,17 +217,14 @@ class Claimer:
                 budget.charge(c[3] for c in claimed)
         return left, mode, claimed, pop.now_ms
 
-    def _repeated(self, pop: PopLimits, n: int, repeat: ClaimRepeated) -> None:
-        """A pop of up to ``n`` tasks, made with ``pop``, ran twice (its first reply was
-        lost): the first run's leases go back through the release path, no attempt
-        counted, the tasks back in their places. Under the queue-wide limits the pop counts
-        as lost (:meth:`ClaimLimits.lost`); one that carried the take leaves no grant to
-        pop within, since the grant went with the lost reply."""
+    def _repeated(self, pop: PopLimits, repeat: ClaimRepeated) -> None:
+        """A pop made with ``pop`` ran twice (its first reply was lost): the first run's
+        leases go back through the release path, no attempt counted, the tasks back in
+        their places. Under the queue-wide limits the claim's later pops number their
+        leases past the first run's and stay within the grant, which a take riding with
+        the pop reported with the repeat (:meth:`ClaimLimits.repeated`)."""
         self.answered += 1
-        if pop.take is not None:
-            self.limits.popped(pop, 0, 0, 0)
-        else:
-            self.limits.lost(pop, n)
+        self.limits.repeated(pop, repeat.granted, repeat.last_unit)
         log.warning("a claim's reply on %r was lost after it leased %d tasks; giving them "
                     "back", self.queue, len(repeat.leases))
         give_back(self.ctx, self.queue, repeat.leases)
