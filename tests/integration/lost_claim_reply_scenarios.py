@@ -14,6 +14,7 @@ own read fails as on a reset. Nothing of Valkey or PostgreSQL is replaced."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from tests.integration.helpers import drain
 from tierq.dal.command_limit import LimitedConnection
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
+from tierq.logic import claim as claim_logic
 from tierq.logic import limits
 from tierq.models import ClaimedTask
 
@@ -222,6 +224,42 @@ def later_pair_lost(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connectio
     assert capacity_held(tq, "q") == 3
     assert_none_stranded(tq, valkey, pg, "q", ("a", "b"), ids, got)
     assert capacity_held(tq, "q") == 0
+
+
+def past_answer_by(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time of a claim with ``answer_by`` runs out while it gives the first run's leases
+    back: it pops no more, answers nothing, and the tasks are in line for the next claim."""
+    ids = enqueued(tq, "q", ("_",), 3)
+    answer_by = time.monotonic() + 1.5
+    real_give_back = claim_logic.give_back
+
+    def slow_give_back(*args: Any) -> None:
+        real_give_back(*args)
+        time.sleep(max(0.0, answer_by - time.monotonic()) + 0.01)
+
+    monkeypatch.setattr(claim_logic, "give_back", slow_give_back)
+    with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
+        got = tq.claim("q", max=3, tenant="_", answer_by=answer_by)
+    # (the first send and the call layer's second: no pop after the time ran out)
+    assert (losses.sent, losses.lost, losses.refused, got) == (2, 1, 0, [])
+    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, [])
+
+
+def pipelined_lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a claim over several tenants, the pipeline's reply is lost, then that of the first
+    pair's pop made once more: that pair answers nothing, as a pop lost twice in a row
+    does (no third pop), and the other pairs answer theirs."""
+    ids = enqueued(tq, "q", TENANTS, 2)
+    with LostReplies(tq.warm.scripts["claim"].sha, frozenset({1, 3})).on(
+            monkeypatch) as losses:
+        got = tq.claim("q", max=6)
+    assert (losses.lost, losses.refused) == (2, 0)
+    assert held(valkey, "q", TENANTS) == members_of(got)
+    # (the two other pairs' tasks; the first pair's, in line, are claimed next)
+    assert len(got) == 4 and len({t.tenant for t in got}) == 2
+    assert_none_stranded(tq, valkey, pg, "q", TENANTS, ids, got)
 
 
 def lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
