@@ -2,8 +2,9 @@
 send, and the call layer sends the pop again (dal/direct_calls.py on a single server,
 redis-py's cluster client and pipeline on a cluster). The repeat answers the first run's
 leases, which the claim gives back through the release path (lua/claim.lua,
-logic/claim.py): no lease is left held by nobody, no attempt is counted, and each task is
-handed out once. Run on a single Valkey (tests/integration/test_lost_claim_reply.py) and on
+logic/claim.py): no lease is left held by nobody, no attempt is counted, each task is
+handed out once, and under ``max_leased`` the queue's capacity held is that of the leases
+held. Run on a single Valkey (tests/integration/test_lost_claim_reply.py) and on
 a three-master cluster (tests/cluster/test_lost_claim_reply_on_cluster.py).
 
 The loss is real: ``LostReplies`` lets the claim's command reach the server, reads its
@@ -13,6 +14,7 @@ own read fails as on a reset. Nothing of Valkey or PostgreSQL is replaced."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +27,8 @@ from tests.integration.helpers import drain
 from tierq.dal.command_limit import LimitedConnection
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
+from tierq.logic import claim as claim_logic
+from tierq.logic import limits
 from tierq.models import ClaimedTask
 
 Factory = Callable[..., Tierq]
@@ -93,9 +97,22 @@ def members_of(tasks: list[ClaimedTask]) -> set[str]:
     return {f"{t.id}|{t.lease_token}" for t in tasks}
 
 
-def attempts(pg: psycopg.Connection[Any], queue: str) -> list[int]:
-    return [r[0] for r in pg.execute(
-        "SELECT attempts FROM tierq_tasks WHERE queue = %s", (queue,)).fetchall()]
+def in_line(valkey: redis.Redis, queue: str, tenants: tuple[str, ...]) -> dict[str, int]:
+    """The tasks ready in the pairs of ``tenants``, each with the attempts its data in
+    Valkey counts (``<attempts>|<json>``)."""
+    out: dict[str, int] = {}
+    for tenant in tenants:
+        k = PairKeys.of(queue, tenant)
+        members = [m.decode().rpartition("|")[2] for m in valkey.zrange(k.ready, 0, -1)]
+        blobs = valkey.hmget(k.data, members) if members else []
+        for task_id, blob in zip(members, blobs, strict=True):
+            out[task_id] = int(blob.split(b"|", 1)[0])
+    return out
+
+
+def capacity_held(tq: Tierq, queue: str) -> int:
+    """The units of the queue's ``max_leased`` held now."""
+    return limits.in_use(tq.ctx, queue, limits.LEASES_POOL)
 
 
 def enqueued(tq: Tierq, queue: str, tenants: tuple[str, ...], per_tenant: int
@@ -111,11 +128,13 @@ def enqueued(tq: Tierq, queue: str, tenants: tuple[str, ...], per_tenant: int
 def assert_none_stranded(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
                          queue: str, tenants: tuple[str, ...], ids: list[str],
                          got: list[ClaimedTask]) -> None:
-    """Every lease Valkey holds is one the claim answered (none held by nobody), no attempt
-    was counted, and each task comes once, at its first attempt, the claimed first; with
-    the leases' time passed, nothing expires into the dead letters."""
+    """Every lease Valkey holds is one the claim answered (none held by nobody), every other
+    task is back in line with no attempt counted, and each task comes once, at its first
+    attempt, the claimed first; with the leases' time passed, nothing expires into the
+    dead letters."""
     assert held(valkey, queue, tenants) == members_of(got)
-    assert attempts(pg, queue) == [0] * len(ids)
+    claimed = {str(t.id) for t in got}
+    assert in_line(valkey, queue, tenants) == {i: 0 for i in ids if i not in claimed}
     rest = drain(tq, queue, batch=len(ids))
     if got:
         assert tq.ack(queue, got).rejected == []
@@ -150,7 +169,7 @@ def several_tenants(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
     ids = enqueued(tq, "q", TENANTS, 2)
     with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
         got = tq.claim("q", max=6)
-    assert losses.lost >= 1 and losses.refused == 0
+    assert (losses.lost, losses.refused) == (1, 0)
     assert held(valkey, "q", TENANTS) == members_of(got)
     assert sorted(str(t.id) for t in got) == sorted(ids)
     assert_none_stranded(tq, valkey, pg, "q", TENANTS, ids, got)
@@ -158,20 +177,99 @@ def several_tenants(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
 
 def under_max_leased(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connection[Any],
                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue with ``max_leased``: the lost pop held its units of the queue's capacity;
-    its leases go back with them (the release frees their units), so the next claim gets
-    every task within the same limit."""
+    """A queue with ``max_leased`` as big as the claim's three tasks: the lost pop leased
+    the claim's whole grant, so the claim answers nothing; the leases go back with their
+    units (the release frees them), and the next claim gets every task within the limit."""
     tq = make_tq()
     tq.put_queue("q", {"max_leased": 3})
     ids = enqueued(tq, "q", ("_",), 3)
     with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
         got = tq.claim("q", max=3, tenant="_")
     assert (losses.lost, losses.refused) == (1, 0)
-    assert held(valkey, "q", ("_",)) == members_of(got)
-    if not got:  # (the claim's grant went with the lost reply: it pops no more)
-        got = tq.claim("q", max=3, tenant="_")
+    # (the first run leased the claim's whole grant: no unit is left to pop within)
+    assert got == [] and held(valkey, "q", ("_",)) == set()
+    assert capacity_held(tq, "q") == 0
+    got = tq.claim("q", max=3, tenant="_")
     assert [str(t.id) for t in got] == ids
+    assert capacity_held(tq, "q") == 3
     assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+
+
+def grant_past_the_leases(make_tq: Factory, valkey: redis.Redis,
+                          pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+                          ) -> None:
+    """The claim's grant is bigger than what its lost pop leased (``max_leased`` 10, three
+    tasks): the pop made once more leases them within the grant, and the units no lease
+    holds go back with the claim's end, so the capacity held is that of the three leases,
+    as without the loss."""
+    tq = make_tq()
+    tq.put_queue("q", {"max_leased": 10})
+    ids = enqueued(tq, "q", ("_",), 3)
+    with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
+        got = tq.claim("q", max=10, tenant="_")
+    assert (losses.lost, losses.refused) == (1, 0)
+    assert [str(t.id) for t in got] == ids
+    assert capacity_held(tq, "q") == 3
+    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+    assert capacity_held(tq, "q") == 0
+
+
+def later_pair_lost(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``max_leased`` the reply of a claim's second pair is lost (tenants a, one task,
+    and b, two; the grant of 10 made before it or with the first pair's pop): the pop made
+    once more numbers its leases on from the first run's, not past every unit the lost pop
+    could have taken, so the capacity held is that of the three leases."""
+    tq = make_tq()
+    tq.put_queue("q", {"max_leased": 10})
+    tq.warm.client.script_load(tq.warm.scripts["claim"].script)
+    ids = [str(o.id) for o in tq.enqueue("q", [
+        {"payload": i, "tenant": tenant, "max_attempts": 1}
+        for i, tenant in enumerate(("a", "b", "b"))])]
+    with LostReplies(tq.warm.scripts["claim"].sha, frozenset({2})).on(
+            monkeypatch) as losses:
+        got = tq.claim("q", max=10)
+    assert (losses.lost, losses.refused) == (1, 0)
+    assert sorted(str(t.id) for t in got) == sorted(ids)
+    assert capacity_held(tq, "q") == 3
+    assert_none_stranded(tq, valkey, pg, "q", ("a", "b"), ids, got)
+    assert capacity_held(tq, "q") == 0
+
+
+def past_answer_by(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time of a claim with ``answer_by`` runs out while it gives the first run's leases
+    back: it pops no more, answers nothing, and the tasks are in line for the next claim."""
+    ids = enqueued(tq, "q", ("_",), 3)
+    answer_by = time.monotonic() + 1.5
+    real_give_back = claim_logic.give_back
+
+    def slow_give_back(*args: Any) -> None:
+        real_give_back(*args)
+        time.sleep(max(0.0, answer_by - time.monotonic()) + 0.01)
+
+    monkeypatch.setattr(claim_logic, "give_back", slow_give_back)
+    with LostReplies(tq.warm.scripts["claim"].sha).on(monkeypatch) as losses:
+        got = tq.claim("q", max=3, tenant="_", answer_by=answer_by)
+    # (the first send and the call layer's second: no pop after the time ran out)
+    assert (losses.sent, losses.lost, losses.refused, got) == (2, 1, 0, [])
+    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, [])
+
+
+def pipelined_lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a claim over several tenants, the pipeline's reply is lost, then that of the first
+    pair's pop made once more: that pair answers nothing, as a pop lost twice in a row
+    does (no third pop), and the other pairs answer theirs."""
+    ids = enqueued(tq, "q", TENANTS, 2)
+    with LostReplies(tq.warm.scripts["claim"].sha, frozenset({1, 3})).on(
+            monkeypatch) as losses:
+        got = tq.claim("q", max=6)
+    assert (losses.lost, losses.refused) == (2, 0)
+    assert held(valkey, "q", TENANTS) == members_of(got)
+    # (the two other pairs' tasks; the first pair's, in line, are claimed next)
+    assert len(got) == 4 and len({t.tenant for t in got}) == 2
+    assert_none_stranded(tq, valkey, pg, "q", TENANTS, ids, got)
 
 
 def lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],

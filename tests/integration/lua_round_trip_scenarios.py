@@ -215,6 +215,18 @@ def claim_scenario(warm: WarmTier, valkey: Any) -> None:
                          QueueKeys.of(queue).bucket, 5, "h~", 1, wire_float(0.0), 0, 1)
         taken = claim(warm, q, 2, take=take)
         assert taken.granted == 1 and len(taken.claimed) == 1 and taken.retry_after_ms > 0
+        # its repeat answers the take's grant, as the pool's counts keep it, and takes
+        # nothing more; under a rate alone no count is kept: -1
+        again = claim(warm, q, 2, take=take)
+        assert (again.mode, again.granted, len(again.repeated)) == ("repeat", 1, 1)
+        assert text(valkey.hget(QueueKeys.counts(queue, "leases"), "h~")) == "1|1|"
+        rated_take = ClaimTake(QueueKeys.held(queue, "leases"),
+                               QueueKeys.counts(queue, "leases"), QueueKeys.of(queue).bucket,
+                               5, "r~", 0, wire_float(1.0), 5, 1)
+        by_rate = claim(warm, q, 1, "t1~rate~", take=rated_take)
+        assert by_rate.granted == 5 and len(by_rate.claimed) == 1
+        again = claim(warm, q, 1, "t1~rate~", take=rated_take)
+        assert (again.mode, again.granted, len(again.repeated)) == ("repeat", -1, 1)
 
 
 def push_ready_scenario(warm: WarmTier, valkey: Any) -> None:

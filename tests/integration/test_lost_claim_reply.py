@@ -21,5 +21,24 @@ def test_a_lost_reply_under_max_leased_frees_its_capacity_too(make_tq, valkey, p
     scenarios.under_max_leased(make_tq, valkey, pg, monkeypatch)
 
 
+def test_a_lost_reply_under_a_bigger_grant_holds_the_leases_units_alone(
+        make_tq, valkey, pg, monkeypatch):
+    scenarios.grant_past_the_leases(make_tq, valkey, pg, monkeypatch)
+
+
+def test_a_lost_reply_of_a_later_pair_holds_the_leases_units_alone(make_tq, valkey, pg,
+                                                                   monkeypatch):
+    scenarios.later_pair_lost(make_tq, valkey, pg, monkeypatch)
+
+
+def test_a_lost_reply_pops_no_more_once_the_claims_time_is_up(tq, valkey, pg, monkeypatch):
+    scenarios.past_answer_by(tq, valkey, pg, monkeypatch)
+
+
 def test_a_reply_lost_twice_leaves_the_tasks_in_line(tq, valkey, pg, monkeypatch):
     scenarios.lost_twice(tq, valkey, pg, monkeypatch)
+
+
+def test_a_pipelined_pairs_reply_lost_twice_leaves_its_tasks_in_line(tq, valkey, pg,
+                                                                     monkeypatch):
+    scenarios.pipelined_lost_twice(tq, valkey, pg, monkeypatch)

@@ -126,7 +126,8 @@ class ClaimReply:
     when more may be had (0: the limits did not cut the claim) and what the queue-wide take
     granted (-1 without one). ``repeated``: the call ran before and its reply was lost, and
     these are the (id, lease token) of the leases that first run made (mode ``repeat``,
-    nothing claimed)."""
+    nothing claimed); ``granted`` is then what a take riding with that run granted (-1:
+    none, or not known under a rate alone)."""
 
     left: int
     mode: str
@@ -202,7 +203,7 @@ class Claim(LuaCall[ClaimReply]):
     def parse(self, reply: Any) -> ClaimReply:
         mode = text(reply[1])
         if mode == "repeat":  # (after the four fields, per lease of the first run: id, token)
-            return ClaimReply(int(reply[0]), mode, [], 0, -1, tuple(zip(
+            return ClaimReply(int(reply[0]), mode, [], 0, int(reply[3]), tuple(zip(
                 [text(x) for x in reply[4::2]], [text(x) for x in reply[5::2]], strict=True)))
         # after the four fields, per task: id, attempt, lease token, JSON
         claimed: list[Claimed] = list(zip(reply[4::4], reply[5::4], reply[6::4], reply[7::4],

@@ -252,11 +252,19 @@ class ClaimRepeated(Exception):
     """A pop's script ran twice: its first reply was lost (a connection reset after the
     send) and the call was sent again. The repeat popped nothing; ``leases`` are the
     (id, lease token) of the first run's leases, held by nobody until the caller gives
-    them back (lua/claim.lua, logic/claim.py)."""
+    them back (lua/claim.lua, logic/claim.py). ``granted``: what a queue-wide take riding
+    with the first run granted (-1: no such take, or not known under a rate alone)."""
 
-    def __init__(self, leases: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, leases: Sequence[tuple[str, str]], granted: int = -1) -> None:
         super().__init__(f"a claim's reply was lost after it leased {len(leases)} tasks")
         self.leases = list(leases)
+        self.granted = granted
+
+    @property
+    def last_unit(self) -> int:
+        """The highest lease number of the first run's leases: under the queue-wide limits,
+        the claim's units up to it are those pops made (lease k holds unit k)."""
+        return max(int(token[token.rfind("~") + 1:]) for _, token in self.leases)
 
 
 @lazy_dataclass(frozen=True)
@@ -698,7 +706,7 @@ def _push_outcome(out: PushReply, noted: bool, tasks: int, queue: str,
 
 def _repeated_or(reply: ClaimReply) -> ClaimReply | Exception:
     """A pop's reply, or ``ClaimRepeated`` when it repeated a pop that ran before."""
-    return ClaimRepeated(reply.repeated) if reply.repeated else reply
+    return ClaimRepeated(reply.repeated, reply.granted) if reply.repeated else reply
 
 
 @contextmanager
@@ -1243,7 +1251,7 @@ class WarmTier:
             tenant_max_leased=tenant_max_leased, tenant_rate=tenant_rate, first_k=first_k,
             timeout_seconds=timeout_seconds or 0, take=riding))
         if out.repeated:
-            raise ClaimRepeated(out.repeated)
+            raise ClaimRepeated(out.repeated, out.granted)
         return out.left, out.mode, out.claimed, out.retry_after_ms, out.granted
 
     def claim_pairs(self, calls: Sequence[Claim]) -> list[ClaimReply | Exception]:

@@ -188,7 +188,8 @@ class Claimer:
         """Pop up to ``n`` of the pair's tasks under the limits; None when the queue-wide
         limits left no room for any. ``part``: at most these bytes of what is left of the
         byte cap (0: all of it). A pop answered as a repeat (``ClaimRepeated``) has its
-        first run's leases given back and is made once more (``again``)."""
+        first run's leases given back and is made once more (``again``), unless the
+        claim's time ran out meanwhile; a second repeat in a row answers nothing."""
         wanted = n
         allowed = self.limits.for_pop(tenant, n)
         if allowed is None:
@@ -198,9 +199,14 @@ class Claimer:
         try:
             left, mode, claimed, retry_ms, granted = self._claim_limited(tenant, n, pop, part)
         except ClaimRepeated as repeat:
-            self._repeated(pop, n, repeat)
-            if again:
-                return None  # (lost twice in a row: its tasks are back in line all the same)
+            self._repeated(pop, repeat)
+            if again or budget.expired():
+                # (lost twice in a row, or no time left: its tasks are back in line)
+                self.answered += 1
+                return None
+            if pop.take is not None and repeat.granted >= 0:
+                # (at most the pair's share of the grant, as the script cut the first run)
+                wanted = min(wanted, math.ceil(repeat.granted / pop.take.shares))
             return self._pop(tenant, wanted, part, again=True)
         except Exception:
             self.limits.lost(pop, n)
@@ -214,17 +220,13 @@ class Claimer:
                 budget.charge(c[3] for c in claimed)
         return left, mode, claimed, pop.now_ms
 
-    def _repeated(self, pop: PopLimits, n: int, repeat: ClaimRepeated) -> None:
-        """A pop of up to ``n`` tasks, made with ``pop``, ran twice (its first reply was
-        lost): the first run's leases go back through the release path, no attempt
-        counted, the tasks back in their places. Under the queue-wide limits the pop counts
-        as lost (:meth:`ClaimLimits.lost`); one that carried the take leaves no grant to
-        pop within, since the grant went with the lost reply."""
-        self.answered += 1
-        if pop.take is not None:
-            self.limits.popped(pop, 0, 0, 0)
-        else:
-            self.limits.lost(pop, n)
+    def _repeated(self, pop: PopLimits, repeat: ClaimRepeated) -> None:
+        """A pop made with ``pop`` ran twice (its first reply was lost): the first run's
+        leases go back through the release path, no attempt counted, the tasks back in
+        their places. Under the queue-wide limits the claim's later pops number their
+        leases past the first run's and stay within the grant, which a take riding with
+        the pop reported with the repeat (:meth:`ClaimLimits.repeated`)."""
+        self.limits.repeated(pop, repeat.granted, repeat.last_unit)
         log.warning("a claim's reply on %r was lost after it leased %d tasks; giving them "
                     "back", self.queue, len(repeat.leases))
         give_back(self.ctx, self.queue, repeat.leases)
@@ -243,16 +245,17 @@ class Claimer:
             tenant_rate=self.limits.tenant_rate, first_k=pop.first_k, take=pop.take,
             timeout_seconds=self.timeout_seconds)
 
-    def pair(self, tenant: str, n: int, part: int = 0) -> list[ClaimedTask]:
+    def pair(self, tenant: str, n: int, part: int = 0, again: bool = False
+             ) -> list[ClaimedTask]:
         """Up to ``n`` of one pair's tasks, refilling the pair inline when its warm set ran
-        dry or runs low while cold work waits; ``part`` as :meth:`_pop`'s."""
+        dry or runs low while cold work waits; ``part`` and ``again`` as :meth:`_pop`'s."""
         if self.budget.expired() or not self.limits.room:
             return []
         if self.isolate and claim_isolation.passed_over(self.ctx, self.queue, tenant):
             return []  # (it, or its master, failed earlier in this claim or lately)
         part_end = self.budget.used_bytes + part if part else 0
         try:
-            popped = self._pop(tenant, n, part)
+            popped = self._pop(tenant, n, part, again)
         except Exception as exc:
             if not self._isolated(tenant, exc):
                 raise
@@ -300,7 +303,6 @@ class Claimer:
         lost = [lease for reply in replies if isinstance(reply, ClaimRepeated)
                 for lease in reply.leases]
         if lost:
-            self.answered += len(again)
             log.warning("a claim's replies on %r were lost after they leased %d tasks; "
                         "giving them back", self.queue, len(lost))
             give_back(self.ctx, self.queue, lost)
@@ -322,8 +324,12 @@ class Claimer:
                     in zip(pops, replies, strict=True) if not isinstance(reply, Exception)}
         out: list[tuple[list[ClaimedTask], bool]] = []
         for tenant in tenants:
-            if tenant in again:
-                out.append((self.pair(tenant, n, part), False))
+            if tenant in again:  # (a second repeat in a row, or no time left: nothing)
+                if budget.expired():
+                    self.answered += 1
+                    out.append(([], False))
+                else:
+                    out.append((self.pair(tenant, n, part, again=True), False))
                 continue
             if tenant not in answered:  # (set aside, or failed alone)
                 out.append(([], False))

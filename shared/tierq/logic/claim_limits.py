@@ -206,6 +206,19 @@ class ClaimLimits:
         if gate is not None and pop.take is None:
             gate.used += n
 
+    def repeated(self, pop: PopLimits, granted: int, last: int) -> None:
+        """A pop made with ``pop`` ran twice (its first reply was lost), and the first run's
+        leases, numbered up to ``last``, go back: the claim's later pops number theirs past
+        ``last``, and :meth:`flush` gives back the units past what they use. A take that
+        rode with it granted ``granted`` (-1: not known, under a rate alone, so no unit past
+        ``last`` is popped or given back)."""
+        gate = self.gate
+        if gate is None:
+            return
+        if pop.take is not None:
+            gate.took(granted if granted >= 0 else last)
+        gate.used = max(gate.used, last)
+
     @property
     def grant(self) -> int | None:
         """What the queue-wide take granted, once made (None: no gate or not made yet)."""

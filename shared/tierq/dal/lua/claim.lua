@@ -31,14 +31,16 @@
 -- counted once and every later one exactly.
 -- Returns { ready_left, mode, retry_ms, granted, then per task: id, attempt, lease_token,
 --           json } (parsed by `Claim.parse`); a repeat (below) returns
---         { ready_left, 'repeat', 0, -1, then per lease: id, lease_token }.
+--         { ready_left, 'repeat', 0, granted, then per lease: id, lease_token }.
 -- A repeat is this very call run again after its reply was lost (a connection reset after
 -- the send: dal/direct_calls.py and redis-py's cluster client send it once more). It pops
 -- nothing and takes no limit: it answers the first run's leases, those of the claim's
 -- record (claims[prefix]) that began at now (started) numbered past first_k, and the
--- caller gives them back through the release path (logic/claim.py). A later pop of the
--- same claim and pair (the queue-wide limits keep the prefix) numbers its leases past
--- those, so it is no repeat.
+-- caller gives them back through the release path (logic/claim.py). Its granted is what
+-- a take riding with the first run granted, read from the pool's counts (KEYS 11); -1
+-- without a take, or under a rate alone (no counts kept). A later pop of the same claim
+-- and pair (the queue-wide limits keep the prefix) numbers its leases past those, so it
+-- is no repeat.
 -- retry_ms: 0, or the limits cut the claim and this is when trying again is worth it (the
 -- next token; for a count, the earliest deadline, at most 1 s; the sooner of the
 -- queue-wide take's and the tenant's). granted: what the queue-wide take granted, -1
@@ -184,7 +186,14 @@ end
 
 local repeated = first_run()
 if repeated then
-  local out = { redis.call('ZCARD', KEYS[1]), 'repeat', 0, -1 }
+  -- a take that rode with the first run: its grant, as the pool's counts keep it
+  -- ('<granted>|<count>|<bitmap>', lua/capacity_pool.lua; none under a rate alone)
+  local grant = -1
+  if KEYS[10] then
+    local entry = redis.call('HGET', KEYS[11], ARGV[15])
+    if entry then grant = tonumber(match(entry, '^(%d+)|')) end
+  end
+  local out = { redis.call('ZCARD', KEYS[1]), 'repeat', 0, grant }
   for k = 1, #repeated do out[4 + k] = repeated[k] end
   return out
 end
