@@ -68,14 +68,16 @@ def heartbeat_between(make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def several_tenants(make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same race over an ack of two tenants (their checks sent in one pipeline)."""
+    """The same race over an ack of two tenants (their checks sent in one pipeline; their
+    rows deleted by the statement that pairs each with its tenant)."""
     tq = make_tq()
     made = tq.enqueue("q", [{"payload": t, "tenant": t} for t in ("acme", "globex")])
     taken = tq.claim("q", max=2)
     assert {t.tenant for t in taken} == {"acme", "globex"}
     items = [{"id": t.id, "lease_token": t.lease_token} for t in taken]
     answers: list[Any] = []
-    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", items))):
+    with stalled(tq.ctx.store, "ack_delete_by_attempt",
+                 lambda: answers.append(tq.ack("q", items))):
         refused = tq.release("q", items)
         assert refused.released == []
         assert sorted(r.reason for r in refused.rejected) == ["not_owner", "not_owner"]
