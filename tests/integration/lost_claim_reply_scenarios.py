@@ -125,8 +125,8 @@ def enqueued(tq: Tierq, queue: str, tenants: tuple[str, ...], per_tenant: int
         for tenant in tenants for i in range(per_tenant)])]
 
 
-def assert_none_stranded(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
-                         queue: str, tenants: tuple[str, ...], ids: list[str],
+def assert_none_stranded(tq: Tierq, valkey: redis.Redis, queue: str,
+                         tenants: tuple[str, ...], ids: list[str],
                          got: list[ClaimedTask]) -> None:
     """Every lease Valkey holds is one the claim answered (none held by nobody), every other
     task is back in line with no attempt counted, and each task comes once, at its first
@@ -159,7 +159,7 @@ def one_tenant(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
     assert (losses.lost, losses.refused) == (1, 0)
     assert held(valkey, "q", ("_",)) == members_of(got)
     assert [str(t.id) for t in got] == ids
-    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+    assert_none_stranded(tq, valkey, "q", ("_",), ids, got)
 
 
 def several_tenants(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
@@ -172,7 +172,7 @@ def several_tenants(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
     assert (losses.lost, losses.refused) == (1, 0)
     assert held(valkey, "q", TENANTS) == members_of(got)
     assert sorted(str(t.id) for t in got) == sorted(ids)
-    assert_none_stranded(tq, valkey, pg, "q", TENANTS, ids, got)
+    assert_none_stranded(tq, valkey, "q", TENANTS, ids, got)
 
 
 def under_max_leased(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connection[Any],
@@ -192,7 +192,7 @@ def under_max_leased(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connecti
     got = tq.claim("q", max=3, tenant="_")
     assert [str(t.id) for t in got] == ids
     assert capacity_held(tq, "q") == 3
-    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+    assert_none_stranded(tq, valkey, "q", ("_",), ids, got)
 
 
 def grant_past_the_leases(make_tq: Factory, valkey: redis.Redis,
@@ -210,7 +210,7 @@ def grant_past_the_leases(make_tq: Factory, valkey: redis.Redis,
     assert (losses.lost, losses.refused) == (1, 0)
     assert [str(t.id) for t in got] == ids
     assert capacity_held(tq, "q") == 3
-    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, got)
+    assert_none_stranded(tq, valkey, "q", ("_",), ids, got)
     assert capacity_held(tq, "q") == 0
 
 
@@ -232,7 +232,7 @@ def later_pair_lost(make_tq: Factory, valkey: redis.Redis, pg: psycopg.Connectio
     assert (losses.lost, losses.refused) == (1, 0)
     assert sorted(str(t.id) for t in got) == sorted(ids)
     assert capacity_held(tq, "q") == 3
-    assert_none_stranded(tq, valkey, pg, "q", ("a", "b"), ids, got)
+    assert_none_stranded(tq, valkey, "q", ("a", "b"), ids, got)
     assert capacity_held(tq, "q") == 0
 
 
@@ -253,7 +253,7 @@ def past_answer_by(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
         got = tq.claim("q", max=3, tenant="_", answer_by=answer_by)
     # (the first send and the call layer's second: no pop after the time ran out)
     assert (losses.sent, losses.lost, losses.refused, got) == (2, 1, 0, [])
-    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, [])
+    assert_none_stranded(tq, valkey, "q", ("_",), ids, [])
 
 
 def pipelined_lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
@@ -269,7 +269,7 @@ def pipelined_lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[
     assert held(valkey, "q", TENANTS) == members_of(got)
     # (the two other pairs' tasks; the first pair's, in line, are claimed next)
     assert len(got) == 4 and len({t.tenant for t in got}) == 2
-    assert_none_stranded(tq, valkey, pg, "q", TENANTS, ids, got)
+    assert_none_stranded(tq, valkey, "q", TENANTS, ids, got)
 
 
 def lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
@@ -283,4 +283,4 @@ def lost_twice(tq: Tierq, valkey: redis.Redis, pg: psycopg.Connection[Any],
         got = tq.claim("q", max=3, tenant="_")
     assert (losses.lost, losses.refused, got) == (2, 0, [])
     assert held(valkey, "q", ("_",)) == set()
-    assert_none_stranded(tq, valkey, pg, "q", ("_",), ids, [])
+    assert_none_stranded(tq, valkey, "q", ("_",), ids, [])
