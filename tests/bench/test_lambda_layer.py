@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.lambda_layer import LAMBDA_PYTHON, find_lambda_python, template_functions
+from bench.lambda_layer import (
+    LAMBDA_PYTHON,
+    find_lambda_python,
+    globals_import_environment,
+    template_functions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,6 +96,46 @@ def test_every_function_of_the_real_template_is_found_with_its_handler_module() 
     with_app = sorted(path.parent.name for path in (ROOT / "functions").glob("*/app.py"))
     assert sorted(function.name for function in functions) == with_app
     assert {function.module for function in functions} == {"app"}
+
+
+GLOBALS_WITH_ENVIRONMENT = """\
+Globals:
+  Function:
+    Runtime: python3.13
+    Environment:
+      Variables:
+        # a comment
+        DB_PORT: "5432"
+        POWERTOOLS_SERVICE_NAME: tierq
+        POWERTOOLS_LOG_LEVEL: !Ref LogLevel
+        PYDANTIC_DISABLE_PLUGINS: __all__
+        VALKEY_URL: !Sub rediss://x
+    Tags:
+      app: tierq
+
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Environment:
+        Variables:
+          POWERTOOLS_OTHER: not-global
+"""
+
+
+def test_the_import_environment_is_the_globals_literal_powertools_and_pydantic_variables(
+        tmp_path: Path) -> None:
+    (tmp_path / "template.yaml").write_text(GLOBALS_WITH_ENVIRONMENT)
+    assert globals_import_environment(tmp_path) == {
+        "POWERTOOLS_SERVICE_NAME": "tierq", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+
+
+def test_the_real_template_turns_pydantic_plugin_discovery_off() -> None:
+    """pydantic scans every distribution's entry points at its first model unless told not
+    to: the functions (and so the benchmark's imports) are told not to."""
+    environment = globals_import_environment(ROOT)
+    assert environment["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+    assert environment["POWERTOOLS_SERVICE_NAME"] == "tierq"
 
 
 def test_the_stand_in_template_yields_functions_only_with_their_own_handler(
