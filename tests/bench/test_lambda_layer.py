@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -209,6 +210,9 @@ def test_the_layer_build_compiles_tierq_beside_its_sources_and_the_rest_in_their
     out = tmp_path / "python"
     (out / "tierq").mkdir(parents=True)
     (out / "tierq" / "__init__.py").write_text("from otherlib import VALUE\n")
+    (out / "tierq" / "core").mkdir()
+    shutil.copy(ROOT / "shared" / "tierq" / "core" / "module_code.py",
+                out / "tierq" / "core" / "module_code.py")
     (out / "otherlib").mkdir()
     (out / "otherlib" / "__init__.py").write_text("VALUE = 7\n")
     (out / "otherlib" / "__init__.pyi").write_text("VALUE: int\n")
@@ -220,12 +224,19 @@ def test_the_layer_build_compiles_tierq_beside_its_sources_and_the_rest_in_their
     build_layer.drop_build_only_files(out)
     build_layer.compile_bytecode(out, python)
 
+    tag = f"cpython-{LAMBDA_PYTHON.replace('.', '')}"
     files = sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_file())
     assert files == ["otherlib/__init__.pyc", "single.pyc", "tierq/__init__.py",
-                     f"tierq/__pycache__/__init__.cpython-{LAMBDA_PYTHON.replace('.', '')}.pyc"]
+                     f"tierq/__pycache__/__init__.{tag}.pyc",
+                     f"tierq/core/__pycache__/module_code.{tag}.pyc",
+                     "tierq/core/module_code.marshal", "tierq/core/module_code.py"]
     # unchecked-hash: flags 0b01 in the .pyc header (hash-based, check_source off)
-    pyc = out / files[-1]
+    pyc = out / files[3]
     assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01
+    # the same bytecode, all of tierq's modules, in the module store
+    store = (out / "tierq" / "core" / "module_code.marshal").read_bytes()
+    assert store[:4] == pyc.read_bytes()[:4]
+    assert pyc.read_bytes()[16:] in store
     done = subprocess.run(
         [python, "-S", "-s", "-c", "import tierq, single; print(tierq.VALUE + single.ONE)"],
         env={"PYTHONPATH": str(out), "PYTHONDONTWRITEBYTECODE": "1"},
