@@ -156,8 +156,10 @@ def globals_import_environment(repo_root: Path) -> dict[str, str]:
     found = {}
     for name, value in re.findall(r"^        ([A-Z][A-Z0-9_]*):\s*(\S.*?)\s*$",
                                   variables.group(1) if variables else "", re.M):
+        value = re.sub(r"\s+#.*$", "", value)
         if name.startswith(IMPORT_VARIABLE_PREFIXES) and not value.startswith("!"):
-            found[name] = value.strip("\"'")
+            quoted = len(value) > 1 and value[0] == value[-1] and value[0] in "\"'"
+            found[name] = value[1:-1] if quoted else value
     return found
 
 

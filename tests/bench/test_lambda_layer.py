@@ -107,7 +107,8 @@ Globals:
       Variables:
         # a comment
         DB_PORT: "5432"
-        POWERTOOLS_SERVICE_NAME: tierq
+        POWERTOOLS_SERVICE_NAME: tierq  # the service
+        POWERTOOLS_METRICS_NAMESPACE: "Tierq"
         POWERTOOLS_LOG_LEVEL: !Ref LogLevel
         PYDANTIC_DISABLE_PLUGINS: __all__
         VALKEY_URL: !Sub rediss://x
@@ -128,7 +129,8 @@ def test_the_import_environment_is_the_globals_literal_powertools_and_pydantic_v
         tmp_path: Path) -> None:
     (tmp_path / "template.yaml").write_text(GLOBALS_WITH_ENVIRONMENT)
     assert globals_import_environment(tmp_path) == {
-        "POWERTOOLS_SERVICE_NAME": "tierq", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+        "POWERTOOLS_SERVICE_NAME": "tierq", "POWERTOOLS_METRICS_NAMESPACE": "Tierq",
+        "PYDANTIC_DISABLE_PLUGINS": "__all__"}
 
 
 def test_the_real_template_turns_pydantic_plugin_discovery_off() -> None:

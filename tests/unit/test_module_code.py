@@ -55,7 +55,8 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert compileall.compile_dir(
         out / "tierq", quiet=1,
         invalidation_mode=compileall.py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    module_code.write(out / "tierq", sys.implementation.cache_tag)
+    module_code.write(out / "tierq", sys.implementation.cache_tag,
+                      skip=("cli", "client", "local"))
     return out
 
 
@@ -134,11 +135,39 @@ def test_a_broken_store_leaves_the_imports_to_the_path_finder(
     assert result["stored"] == [] and result["queries"] == probe(layer)["queries"]
 
 
+def test_a_module_whose_stored_code_is_bad_comes_from_its_bytecode(
+        layer: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = str(layer / "tierq" / "core" / "ids.py")
+    for stored in (memoryview(marshal.dumps(7)), memoryview(b"\xff\x00garbled")):
+        with caplog.at_level(logging.WARNING, logger="tierq.core.module_code"):
+            code = StoredLoader("tierq.core.ids", source, stored).get_code("tierq.core.ids")
+        assert code.co_filename == source and "uuid7_strings" in code.co_names
+        assert "tierq.core.ids" in caplog.text
+        caplog.clear()
+
+
+def test_a_store_that_is_a_folder_is_ignored(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="tierq.core.module_code"):
+        assert module_code.load(str(tmp_path)) is None
+    assert "unreadable" in caplog.text
+
+
+def test_an_optimising_interpreter_leaves_the_imports_to_the_path_finder(layer: Path) -> None:
+    code = ("import json, sys\nfrom tierq.core import module_code\n"
+            "print(json.dumps([sys.flags.optimize, module_code.install()]))\n")
+    env = {**os.environ, "PYTHONPATH": str(layer), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-O", "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert json.loads(done.stdout) == [1, False]
+
+
 def test_the_finder_answers_only_its_own_copys_modules(layer: Path) -> None:
     codes = module_code.load(str(layer / "tierq" / "core" / "module_code.marshal"))
     assert codes is not None
     finder = StoredModules(str(layer / "tierq"), codes)
     assert finder.find_spec("json") is None
+    assert finder.find_spec("tierq") is None  # (imported before; again: maybe another copy)
     assert finder.find_spec("tierq.engine", [str(ROOT / "shared" / "tierq")]) is None
     spec = finder.find_spec("tierq.engine", [str(layer / "tierq")])
     assert spec is not None and isinstance(spec.loader, StoredLoader)
@@ -172,7 +201,13 @@ def test_the_writer_takes_unchecked_hash_bytecode_only(tmp_path: Path) -> None:
     assert compileall.compile_dir(
         package, quiet=1, force=True,
         invalidation_mode=compileall.py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    assert module_code.write(package, sys.implementation.cache_tag, tmp_path / "s") == 2
+    (package / "cli").mkdir()
+    (package / "cli" / "__init__.py").write_text("")
+    assert compileall.compile_dir(
+        package, quiet=1, force=True,
+        invalidation_mode=compileall.py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert module_code.write(package, sys.implementation.cache_tag, tmp_path / "s",
+                             skip=("cli",)) == 2
     codes = module_code.load(str(tmp_path / "s"))
     assert codes is not None and sorted(codes) == ["tierq", "tierq.one"]
     assert codes["tierq"][0] is True and codes["tierq.one"][0] is False

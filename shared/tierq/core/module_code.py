@@ -16,11 +16,15 @@ module are what the path finder gives, and a loader whose code comes from the fi
 | absent (sources, a wheel) | the path finder, as always | the path finder |
 | written by another Python (another bytecode magic number) | the path finder | the path finder |
 | unreadable (truncated, another shape) | the path finder, with a warning | the path finder |
-| this Python's | its stored code | the path finder |
+| this Python's | its stored code (a bad entry: its ``.pyc``, with a warning) | the path finder |
+| any, under ``python -O`` | the path finder (the stored code keeps its asserts) | the path finder |
 
 The file is trusted as the layer's unchecked-hash ``.pyc`` files are: it is written with
 them, and a published layer never changes. It stays installed after the initialisation, so a
-module imported by a first request (``tierq.core.lazy``) is read from it too. This module
+module imported by a first request (``tierq.core.lazy``) is read from it too, and the file's
+bytes (under 2 MB: the command line's, the client's and the local stack's modules are left
+out) stay in memory with it. A top-level name is never answered: ``tierq`` itself is imported
+before the finder is installed, from wherever the path finder found it. This module
 imports nothing of tierq: the layer build loads it by path to write the file.
 """
 
@@ -32,11 +36,17 @@ import marshal
 import os
 import sys
 import threading
-from collections.abc import Sequence
 from importlib.machinery import ModuleSpec, SourceFileLoader
 from importlib.util import MAGIC_NUMBER
-from pathlib import Path
 from types import CodeType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the layer build loads this module into its own Python, 3.8 or later)
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    # module name -> (whether it is a package, its marshalled code: a view of the file)
+    Codes = dict[str, tuple[bool, memoryview]]
 
 CODE_FILE = os.path.join(os.path.dirname(__file__), "module_code.marshal")
 # tierq's folder: the package whose modules the file holds
@@ -47,8 +57,6 @@ UNCHECKED_HASH = 0b01
 
 logger = logging.getLogger(__name__)
 
-# module name -> (whether it is a package, its marshalled code: a view of the file's bytes)
-Codes = dict[str, tuple[bool, memoryview]]
 # the file: the magic number, the index's length (8 bytes, little-endian), the index
 # (marshalled: module name -> (is a package, offset, length) in the codes that follow), the
 # codes (each module's marshalled code, one after another)
@@ -64,12 +72,20 @@ class StoredLoader(SourceFileLoader):
         self.stored_code = code
 
     def get_code(self, fullname: str) -> CodeType:
-        if fullname != self.name:
-            return super().get_code(fullname)  # type: ignore[return-value]
-        code = marshal.loads(self.stored_code)
-        # the code names the file it was compiled from: the build's copy of the layer
-        _imp._fix_co_filename(code, self.path)  # type: ignore[attr-defined]
-        return code  # type: ignore[no-any-return]
+        if fullname == self.name:
+            try:
+                code = marshal.loads(self.stored_code)
+            except Exception as exc:  # (a cache: a bad entry must not stop the import)
+                logger.warning("module code store: %s unreadable (%s): importing its "
+                               "source's bytecode", fullname, exc)
+            else:
+                if type(code) is CodeType:
+                    # the code names the file it was compiled from: the build's copy
+                    _imp._fix_co_filename(code, self.path)  # type: ignore[attr-defined]
+                    return code
+                logger.warning("module code store: %s holds no code: importing its "
+                               "source's bytecode", fullname)
+        return super().get_code(fullname)  # type: ignore[return-value]
 
 
 class StoredModules:
@@ -83,7 +99,9 @@ class StoredModules:
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: object = None) -> ModuleSpec | None:
         entry = self.codes.get(fullname)
-        if entry is None:
+        if entry is None or path is None:
+            # (a top-level name: tierq itself is imported before the finder is installed,
+            # and one imported again may be another copy)
             return None
         is_package, code = entry
         # (string operations: os.path.join costs more than the rest of the look-up)
@@ -98,7 +116,7 @@ class StoredModules:
             stem = source.rpartition(sep)[2][:-3]
         folder = source.rpartition(sep)[0]
         parent_dir = folder.rpartition(sep)[0] if is_package else folder
-        if path is not None and parent_dir not in path:
+        if parent_dir not in path:
             return None  # (another copy of the package, imported from elsewhere)
         spec = ModuleSpec(fullname, StoredLoader(fullname, source, code), origin=source,
                           is_package=is_package)
@@ -113,46 +131,61 @@ class StoredModules:
         """Nothing to forget: the file does not change."""
 
 
-_installed = threading.Lock()
+_installed = threading.Lock()  # (held while one thread checks and installs)
 
 
 def load(path: str = CODE_FILE) -> Codes | None:
     """The stored modules; None when the file is absent, another Python's or unreadable (the
-    last logged)."""
+    last logged: a cache that cannot be read must not stop a cold start)."""
     try:
         with open(path, "rb") as stored:
             data = stored.read()
     except FileNotFoundError:
         return None
-    if data[:len(MAGIC_NUMBER)] != MAGIC_NUMBER:
-        return None
-    start = len(MAGIC_NUMBER) + LENGTH_BYTES
-    index_length = int.from_bytes(data[len(MAGIC_NUMBER):start], "little")
-    view = memoryview(data)
-    try:
-        index = marshal.loads(view[start:start + index_length])
-        if not isinstance(index, dict):
-            raise TypeError(f"an index of {type(index).__name__}")
-        codes_start = start + index_length
-        codes: Codes = {}
-        for name, (is_package, offset, length) in index.items():
-            if not (type(name) is str and type(is_package) is bool and type(offset) is int
-                    and type(length) is int and offset >= 0 and length >= 0
-                    and codes_start + offset + length <= len(data)):
-                raise ValueError(f"a bad entry {name!r}")
-            codes[name] = (is_package, view[codes_start + offset:codes_start + offset + length])
-    except (EOFError, ValueError, TypeError) as exc:
+    except Exception as exc:  # (a folder, no permission, …)
         logger.warning("module code store %s unreadable (%s): importing as usual", path, exc)
         return None
+    if data[:len(MAGIC_NUMBER)] != MAGIC_NUMBER:
+        return None
+    try:
+        return _parse(data)
+    except Exception as exc:  # (MemoryError included: a length that claims gigabytes)
+        logger.warning("module code store %s unreadable (%s): importing as usual", path, exc)
+        return None
+
+
+def _parse(data: bytes) -> Codes:
+    start = len(MAGIC_NUMBER) + LENGTH_BYTES
+    index_length = int.from_bytes(data[len(MAGIC_NUMBER):start], "little")
+    if start + index_length > len(data):
+        raise ValueError(f"an index of {index_length} bytes in a file of {len(data)}")
+    view = memoryview(data)
+    index = marshal.loads(view[start:start + index_length])
+    if not isinstance(index, dict):
+        raise TypeError(f"an index of {type(index).__name__}")
+    codes_start = start + index_length
+    codes: Codes = {}
+    for name, entry in index.items():
+        if not (type(name) is str and type(entry) is tuple and len(entry) == 3):
+            raise ValueError(f"a bad entry {name!r}")
+        is_package, offset, length = entry
+        if not (type(is_package) is bool and type(offset) is int and type(length) is int
+                and offset >= 0 and length >= 0
+                and codes_start + offset + length <= len(data)):
+            raise ValueError(f"a bad entry {name!r}")
+        codes[name] = (is_package, view[codes_start + offset:codes_start + offset + length])
     return codes
 
 
 def install(path: str = CODE_FILE, package_dir: str = PACKAGE_DIR) -> bool:
     """The finder of ``path``'s modules first on ``sys.meta_path`` (once a process); whether
     it is there."""
+    if sys.flags.optimize:
+        return False  # (the stored code is the unoptimised one: asserts kept)
     with _installed:
-        if any(isinstance(finder, StoredModules) for finder in sys.meta_path):
-            return True
+        if any(type(finder).__name__ == "StoredModules"
+               and type(finder).__module__ == __name__ for finder in sys.meta_path):
+            return True  # (a reloaded module's class is another class of the same name)
         codes = load(path)
         if codes is None:
             return False
@@ -160,9 +193,11 @@ def install(path: str = CODE_FILE, package_dir: str = PACKAGE_DIR) -> bool:
         return True
 
 
-def write(package_dir: Path, cache_tag: str, path: Path | None = None) -> int:
+def write(package_dir: Path, cache_tag: str, path: Path | None = None,
+          skip: tuple[str, ...] = ()) -> int:
     """Writes the unchecked-hash bytecode of every module under ``package_dir`` (compiled
-    for ``cache_tag``, e.g. ``cpython-313``, in ``__pycache__``) to ``path`` (by default
+    for ``cache_tag``, e.g. ``cpython-313``, in ``__pycache__``) but those of the
+    subpackages ``skip`` names (``"cli"``: ``tierq.cli`` and below) to ``path`` (by default
     ``core/module_code.marshal`` there), stamped with that bytecode's magic number; how
     many modules. A module without such bytecode fails the build: ValueError."""
     index: dict[str, tuple[bool, int, int]] = {}
@@ -170,6 +205,8 @@ def write(package_dir: Path, cache_tag: str, path: Path | None = None) -> int:
     offset = 0
     magic: bytes | None = None
     for source in sorted(package_dir.rglob("*.py")):
+        if source.relative_to(package_dir).parts[0] in skip:
+            continue
         compiled = source.parent / "__pycache__" / f"{source.stem}.{cache_tag}.pyc"
         try:
             data = compiled.read_bytes()
