@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -140,6 +141,28 @@ def machine_arch() -> str:
     raise SystemExit(f"no Lambda architecture for this machine ({machine})")
 
 
+# Globals variables read at import or at the first model by the runtime's libraries
+# (Powertools', pydantic's): the rest name AWS resources that no import touches.
+IMPORT_VARIABLE_PREFIXES = ("POWERTOOLS_", "PYDANTIC_")
+
+
+def globals_import_environment(repo_root: Path) -> dict[str, str]:
+    """template.yaml's Globals variables named with IMPORT_VARIABLE_PREFIXES whose value is
+    literal (a ``!Ref`` is a deployment's choice: ``lambda_environment`` sets its default)."""
+    text = (repo_root / "template.yaml").read_text()
+    block = re.search(r"^Globals:\n((?:  .*\n|\s*\n)+)", text, re.M)
+    variables = re.search(r"^    Environment:\n      Variables:\n((?:        .*\n|\s*\n)+)",
+                          block.group(1) if block else "", re.M)
+    found = {}
+    for name, value in re.findall(r"^        ([A-Z][A-Z0-9_]*):\s*(\S.*?)\s*$",
+                                  variables.group(1) if variables else "", re.M):
+        value = re.sub(r"\s+#.*$", "", value)
+        if name.startswith(IMPORT_VARIABLE_PREFIXES) and not value.startswith("!"):
+            quoted = len(value) > 1 and value[0] == value[-1] and value[0] in "\"'"
+            found[name] = value[1:-1] if quoted else value
+    return found
+
+
 def template_functions(repo_root: Path) -> list[Function]:
     """The template's functions whose code is a folder of functions/, in template order.
 
@@ -221,7 +244,7 @@ def disk_bytes(root: Path) -> int:
 
 
 def lambda_environment(function: Function, layer_python: Path, runtime_dir: Path,
-                       tracing: bool) -> dict[str, str]:
+                       tracing: bool, template_env: Mapping[str, str]) -> dict[str, str]:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "en_US.UTF-8",
@@ -237,10 +260,10 @@ def lambda_environment(function: Function, layer_python: Path, runtime_dir: Path
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
         "LAMBDA_TASK_ROOT": str(function.code_dir),
         "_HANDLER": f"{function.module}.lambda_handler",
-        # … and what template.yaml's Globals add that matters at import.
-        "POWERTOOLS_SERVICE_NAME": "tierq",
-        "POWERTOOLS_METRICS_NAMESPACE": "Tierq",
+        # … and what template.yaml's Globals add that matters at import
+        # (globals_import_environment), its log level a parameter (LogLevel's default).
         "POWERTOOLS_LOG_LEVEL": "INFO",
+        **template_env,
     }
     if not tracing:
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
@@ -291,12 +314,13 @@ def machinery_floor(work: Path, layer_python: Path, floor: Function) -> Function
 
 
 def measure(python: str, functions: list[Function], layer_python: Path, runtime_dir: Path,
-            repeats: int, tracing: bool, floor: Function | None = None) -> list[ImportResult]:
+            repeats: int, tracing: bool, template_env: Mapping[str, str],
+            floor: Function | None = None) -> list[ImportResult]:
     """Each function's import (median of ``repeats``); with ``floor``, its import after the
     floor's modules (the own share)."""
     results = []
     for index, function in enumerate(functions, 1):
-        env = lambda_environment(function, layer_python, runtime_dir, tracing)
+        env = lambda_environment(function, layer_python, runtime_dir, tracing, template_env)
         if floor is not None:  # the floor's module is found next to the function's
             env["PYTHONPATH"] = os.pathsep.join([str(floor.code_dir), env["PYTHONPATH"]])
         runs = [import_once(python, function, env, floor.module if floor else "")
@@ -368,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     arch = machine_arch()
     python = find_lambda_python(args.python)
     functions = template_functions(repo_root)
+    template_env = globals_import_environment(repo_root)
     with tempfile.TemporaryDirectory(prefix="tierq-layer-bench-") as tmp:
         work = Path(tmp)
         if args.layer:
@@ -389,21 +414,21 @@ def main(argv: list[str] | None = None) -> int:
             install_runtime_sdk(runtime_dir, python)
         say(f"importing {len(functions)} functions with {python}, {args.repeats} time(s) each …")
         results = measure(python, functions, layer_python, runtime_dir, args.repeats,
-                          args.tracing)
+                          args.tracing, template_env)
         floor_function = libraries_floor(work, layer_python)
         floor = (measure(python, [floor_function], layer_python, runtime_dir, args.repeats,
-                         args.tracing)[0] if floor_function else None)
+                         args.tracing, template_env)[0] if floor_function else None)
         own: list[ImportResult] = []
         beyond: list[ImportResult] = []
         if floor_function is not None:
             say("each function's own share: its import after the libraries' …")
             own = measure(python, functions, layer_python, runtime_dir, args.repeats,
-                          args.tracing, floor=floor_function)
+                          args.tracing, template_env, floor=floor_function)
             machinery_function = machinery_floor(work, layer_python, floor_function)
             if machinery_function is not None:
                 say("each function's own share beyond the libraries' machinery …")
                 beyond = measure(python, functions, layer_python, runtime_dir, args.repeats,
-                                 args.tracing, floor=machinery_function)
+                                 args.tracing, template_env, floor=machinery_function)
 
     print_report([*results, *([floor] if floor else [])], layer, python, arch, args.repeats,
                  args.tracing)

@@ -17,6 +17,8 @@ Steps:
    .pyc files in __pycache__/ (used whatever the sources' timestamps become in the zip);
    the other packages ship bytecode only (a .pyc in place of each .py, ~9 MB less), plus
    no type stubs or C sources. Their tracebacks then name file and line without the text.
+   tierq's bytecode is also written to one file, `tierq/core/module_code.marshal`, from
+   which a cold start reads its modules (`tierq.core.module_code`).
 5. Import every function (`functions/<name>/app.py`) once with that interpreter, recording
    the methods its dataclasses generate, compiled (`tierq/core/dataclass_code.marshal`):
    a cold start then reads them instead of compiling them (`tierq.core.dataclass_code`).
@@ -32,6 +34,7 @@ Run by layers/tierq/Makefile under `sam build`; can be run by hand too:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -73,6 +76,11 @@ with dataclass_code.recording({path!r}):
     import app
 print(dataclass_code.held({path!r}))
 """
+# tierq's modules' bytecode in one file, under tierq/ (tierq.core.module_code), but for
+# the subpackages of the command line, the HTTP client and the local stack: no function
+# imports them (their libraries are not in the layer)
+MODULE_CODE_FILE = "core/module_code.marshal"
+NOT_STORED = ("cli", "client", "local")
 SOURCE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 
@@ -124,12 +132,15 @@ def python_full_version(interpreter: str) -> str:
     return done.stdout.strip()
 
 
-def compile_bytecode(out: Path, interpreter: str) -> None:
+def compile_bytecode(out: Path, interpreter: str) -> int:
     """Bytecode for every module, as the runtime's interpreter looks for it: tierq's in
     __pycache__/ beside its sources (so its tracebacks show their lines), every other
-    package's in place of its sources (``compileall -b``, then the .py removed)."""
+    package's in place of its sources (``compileall -b``, then the .py removed); tierq's
+    also in its module store. How many modules the store holds."""
     compileall = [interpreter, "-m", "compileall", "-q", "-j", "0"]
     run([*compileall, "--invalidation-mode", "unchecked-hash", str(out / "tierq")])
+    stored = write_module_code(out / "tierq", PYTHON_VERSION)
+    print(f"tierq's {stored} modules stored in {MODULE_CODE_FILE}", flush=True)
     others = sorted(
         path for path in out.iterdir()
         if path.name != "tierq" and not path.name.endswith(".dist-info")
@@ -140,6 +151,22 @@ def compile_bytecode(out: Path, interpreter: str) -> None:
         for source in sources:
             if source.with_suffix(".pyc").is_file():
                 source.unlink()
+    return stored
+
+
+def write_module_code(package_dir: Path, python_version: str) -> int:
+    """tierq's bytecode in one file (``tierq.core.module_code``, loaded by path from the
+    layer's copy: the build's Python may not import the layer's packages); how many
+    modules."""
+    spec = importlib.util.spec_from_file_location(
+        "tierq_layer_module_code", package_dir / "core" / "module_code.py")
+    assert spec is not None and spec.loader is not None
+    module_code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module_code)
+    cache_tag = "cpython-" + python_version.replace(".", "")
+    count: int = module_code.write(package_dir, cache_tag, package_dir / MODULE_CODE_FILE,
+                                   skip=NOT_STORED)
+    return count
 
 
 def drop_build_only_files(out: Path) -> None:
@@ -294,7 +321,7 @@ def main() -> int:
         # a layer (Lambda only imports from python/).
         shutil.rmtree(out / "bin", ignore_errors=True)
         drop_build_only_files(out)
-        compile_bytecode(out, compiler)
+        stored_modules = compile_bytecode(out, compiler)
 
         def native_copy() -> Path:
             """The same versions for this machine (pip's own platform), in the work folder."""
@@ -317,6 +344,7 @@ def main() -> int:
                 "packages": ["tierq", *pins],
                 "left_to_runtime": sorted(RUNTIME_PROVIDED),
                 "dataclass_code": recorded,
+                "module_code": stored_modules,
             },
             indent=2,
         )

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.lambda_layer import LAMBDA_PYTHON, find_lambda_python, template_functions
+from bench.lambda_layer import (
+    LAMBDA_PYTHON,
+    find_lambda_python,
+    globals_import_environment,
+    template_functions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,6 +99,48 @@ def test_every_function_of_the_real_template_is_found_with_its_handler_module() 
     assert {function.module for function in functions} == {"app"}
 
 
+GLOBALS_WITH_ENVIRONMENT = """\
+Globals:
+  Function:
+    Runtime: python3.13
+    Environment:
+      Variables:
+        # a comment
+        DB_PORT: "5432"
+        POWERTOOLS_SERVICE_NAME: tierq  # the service
+        POWERTOOLS_METRICS_NAMESPACE: "Tierq"
+        POWERTOOLS_LOG_LEVEL: !Ref LogLevel
+        PYDANTIC_DISABLE_PLUGINS: __all__
+        VALKEY_URL: !Sub rediss://x
+    Tags:
+      app: tierq
+
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Environment:
+        Variables:
+          POWERTOOLS_OTHER: not-global
+"""
+
+
+def test_the_import_environment_is_the_globals_literal_powertools_and_pydantic_variables(
+        tmp_path: Path) -> None:
+    (tmp_path / "template.yaml").write_text(GLOBALS_WITH_ENVIRONMENT)
+    assert globals_import_environment(tmp_path) == {
+        "POWERTOOLS_SERVICE_NAME": "tierq", "POWERTOOLS_METRICS_NAMESPACE": "Tierq",
+        "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+
+
+def test_the_real_template_turns_pydantic_plugin_discovery_off() -> None:
+    """pydantic scans every distribution's entry points at its first model unless told not
+    to: the functions (and so the benchmark's imports) are told not to."""
+    environment = globals_import_environment(ROOT)
+    assert environment["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+    assert environment["POWERTOOLS_SERVICE_NAME"] == "tierq"
+
+
 def test_the_stand_in_template_yields_functions_only_with_their_own_handler(
         tmp_path: Path) -> None:
     functions = template_functions(stand_in_checkout(tmp_path, "layerlib"))
@@ -164,6 +212,9 @@ def test_the_layer_build_compiles_tierq_beside_its_sources_and_the_rest_in_their
     out = tmp_path / "python"
     (out / "tierq").mkdir(parents=True)
     (out / "tierq" / "__init__.py").write_text("from otherlib import VALUE\n")
+    (out / "tierq" / "core").mkdir()
+    shutil.copy(ROOT / "shared" / "tierq" / "core" / "module_code.py",
+                out / "tierq" / "core" / "module_code.py")
     (out / "otherlib").mkdir()
     (out / "otherlib" / "__init__.py").write_text("VALUE = 7\n")
     (out / "otherlib" / "__init__.pyi").write_text("VALUE: int\n")
@@ -175,12 +226,19 @@ def test_the_layer_build_compiles_tierq_beside_its_sources_and_the_rest_in_their
     build_layer.drop_build_only_files(out)
     build_layer.compile_bytecode(out, python)
 
+    tag = f"cpython-{LAMBDA_PYTHON.replace('.', '')}"
     files = sorted(str(path.relative_to(out)) for path in out.rglob("*") if path.is_file())
     assert files == ["otherlib/__init__.pyc", "single.pyc", "tierq/__init__.py",
-                     f"tierq/__pycache__/__init__.cpython-{LAMBDA_PYTHON.replace('.', '')}.pyc"]
+                     f"tierq/__pycache__/__init__.{tag}.pyc",
+                     f"tierq/core/__pycache__/module_code.{tag}.pyc",
+                     "tierq/core/module_code.marshal", "tierq/core/module_code.py"]
     # unchecked-hash: flags 0b01 in the .pyc header (hash-based, check_source off)
-    pyc = out / files[-1]
+    pyc = out / files[3]
     assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01
+    # the same bytecode, all of tierq's modules, in the module store
+    store = (out / "tierq" / "core" / "module_code.marshal").read_bytes()
+    assert store[:4] == pyc.read_bytes()[:4]
+    assert pyc.read_bytes()[16:] in store
     done = subprocess.run(
         [python, "-S", "-s", "-c", "import tierq, single; print(tierq.VALUE + single.ONE)"],
         env={"PYTHONPATH": str(out), "PYTHONDONTWRITEBYTECODE": "1"},

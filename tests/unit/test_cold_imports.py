@@ -32,6 +32,9 @@ LEASE_OUTCOMES = ("tierq.models.lease_outcomes",)
 BIG_PAYLOADS = ("tierq.logic.payloads", "tierq.dal.payload_store")
 # the enqueue's and a task view's models and their envelopes: not a claim's nor an ack's
 TASK_VIEWS = ("tierq.models.tasks", "tierq.models.envelopes")
+# a flow's and a group's logic: by the first request that enqueues into, settles or cancels
+# a task of one (every enqueue does: it counts both)
+FLOWS_AND_GROUPS = ("tierq.logic.flows", "tierq.logic.groups")
 OTHER_JOBS = ("tierq.maintenance.reaper", "tierq.maintenance.gauges",
               "tierq.maintenance.cold_to_warm", "tierq.maintenance.delayed_mover")
 
@@ -40,9 +43,9 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "enqueue": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *LEASES, *ADMIN_ONLY, *ELSEWHERE,
                 *OTHER_JOBS, *QUEUE_VIEWS, *BIG_PAYLOADS),
     "claim": (*DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH,
-              *QUEUE_VIEWS, *LEASE_OUTCOMES, *TASK_VIEWS),
+              *QUEUE_VIEWS, *LEASE_OUTCOMES, *TASK_VIEWS, *FLOWS_AND_GROUPS),
     "ack": (*CLAIM_PATH, *DISPATCHER, *SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS,
-            *ENQUEUE_PATH, *QUEUE_VIEWS, *TASK_VIEWS),
+            *ENQUEUE_PATH, *QUEUE_VIEWS, *TASK_VIEWS, *FLOWS_AND_GROUPS),
     # (the lease outcomes are the dispatcher's: it acks every batch it ran)
     "dispatcher": (*SCHEDULES, *ADMIN_ONLY, *ELSEWHERE, *OTHER_JOBS, *ENQUEUE_PATH,
                    *QUEUE_VIEWS, *TASK_VIEWS),
@@ -109,10 +112,10 @@ def test_the_claim_function_imports_its_path_at_its_cold_start() -> None:
 
 def test_the_ack_function_imports_its_path_at_its_cold_start() -> None:
     """What every ack, nack, release and heartbeat needs is imported before the first
-    request: the lease path, with what an ack settles (a flow's children, a group)."""
+    request: the lease path, with the finish markers a wait for the task reads."""
     loaded = imported_by("ack")
     assert {"tierq.logic.leases", "tierq.models.leases", "tierq.models.lease_outcomes",
-            "tierq.logic.flows", "tierq.logic.groups", "tierq.logic.waits"} <= loaded
+            "tierq.logic.waits"} <= loaded
 
 
 def test_the_enqueue_function_imports_its_path_at_its_cold_start() -> None:

@@ -32,13 +32,13 @@ from tierq.dal.warm_tier import (
     token_groups,
 )
 from tierq.errors import WarmTierFull, WarmTierUnavailable
-from tierq.logic import admission, flows, groups, limits, tenant_budget, waits
-from tierq.logic.admission import Target
+from tierq.logic import limits, tenant_budget, waits
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.base import deferred_adapter
 from tierq.models.leases import ClaimedTask
 
 if TYPE_CHECKING:
+    from tierq.logic import admission, flows, groups
     from tierq.models import lease_outcomes
     from tierq.models.lease_outcomes import (
         AckItem,
@@ -51,8 +51,13 @@ if TYPE_CHECKING:
         ReleaseItem,
         ReleaseResult,
     )
-else:  # the outcomes' models: the claim function's requests claim, few give tasks back
+else:
+    # the outcomes' models: the claim function's requests claim, few give tasks back; the
+    # pushes of a give-back, a flow's waiters and a group's next task: by their first use
     lease_outcomes = lazy_module("tierq.models.lease_outcomes")
+    admission = lazy_module("tierq.logic.admission")
+    flows = lazy_module("tierq.logic.flows")
+    groups = lazy_module("tierq.logic.groups")
 
 log = logging.getLogger(__name__)
 
@@ -432,7 +437,7 @@ def record_outcomes(ctx: Context, queue: str, leases: Sequence[Verified], *,
     attempts = {v.id: v.attempt for v in leases}
     drop_leases(ctx, queue, leases, ended=[(r.tenant, str(r.id), attempts.get(str(r.id), 0))
                                            for r in rows if r.state == "dead"], state="dead")
-    due = [Target(str(r.id), queue, r.tenant) for r in rows
+    due = [admission.Target(str(r.id), queue, r.tenant) for r in rows
            if r.state == "delayed" and r.run_at.timestamp() <= now]
     admission.ready_now(ctx, due)
     # the dead leave their groups: the next tasks go on (a retry stays its group's head)

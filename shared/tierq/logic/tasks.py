@@ -14,15 +14,19 @@ from tierq.core.ordering import place
 from tierq.dal.store.rows import TaskRow
 from tierq.dal.warm_tier import RemovedLease
 from tierq.errors import NotFound, TaskFinished
-from tierq.logic import flows, groups, waits
+from tierq.logic import waits
 from tierq.logic.context import Context, from_ms, to_ms
 
 if TYPE_CHECKING:
+    from tierq.logic import flows, groups
     from tierq.models import tasks as task_models
     from tierq.models.tasks import TaskState, TaskView
 else:
-    # (the task models: by the first task viewed, not every function's)
+    # (the task models: by the first task viewed, not every function's; flows and groups:
+    # by the first cancel)
     task_models = lazy_module("tierq.models.tasks")
+    flows = lazy_module("tierq.logic.flows")
+    groups = lazy_module("tierq.logic.groups")
 
 
 def _json(value: str | None) -> Any:

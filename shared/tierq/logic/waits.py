@@ -70,13 +70,14 @@ from tierq.dal.lua_calls import TaskFinished
 from tierq.dal.store.rows import TaskRow
 from tierq.dal.warm_tier import FinishMark, PairKeys
 from tierq.errors import NotFound, WarmTierUnavailable
-from tierq.logic import tasks
 from tierq.logic.context import Context, from_ms
 
 if TYPE_CHECKING:
+    from tierq.logic import tasks
     from tierq.models import tasks as task_models
     from tierq.models.tasks import TaskView
-else:  # (the task models: by the first wait's answer, not every function's)
+else:  # (a task's view and models: by the first wait's answer, not every function's)
+    tasks = lazy_module("tierq.logic.tasks")
     task_models = lazy_module("tierq.models.tasks")
 
 log = logging.getLogger(__name__)
