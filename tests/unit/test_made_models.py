@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from tierq.models.base import Replayable, made
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask
-from tierq.models.tasks import ENQUEUE_OUTCOMES, EnqueueOutcome
+from tierq.models.tasks import EnqueueOutcome
 
 
 def _claimed(i: int) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def test_enqueue_outcomes_made_as_validated() -> None:
     rows = [{"id": uuid.uuid4(), "outcome": "created", "state": "warm", "tenant": "t",
              "key": None}]
     assert made(EnqueueOutcome, [dict(row) for row in rows]) == \
-        ENQUEUE_OUTCOMES.validate_python(rows)
+        TypeAdapter(list[EnqueueOutcome]).validate_python(rows)
     assert made(EnqueueOutcome, []) == []
 
 

@@ -27,7 +27,6 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from pydantic import TypeAdapter
 
 from tierq.dal.lua_calls import Claim
 from tierq.dal.warm_tier import Claimed, ClaimRepeated, PairKeys
@@ -36,13 +35,10 @@ from tierq.logic import claim_isolation, leases, ready_tenants, tiering, time_li
 from tierq.logic.claim_budget import ClaimBudget
 from tierq.logic.claim_limits import ClaimLimits, PopLimits
 from tierq.logic.context import Context, from_ms
-from tierq.models.base import deferred_adapter, made
+from tierq.models.base import UUIDS, made
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
 log = logging.getLogger(__name__)
-
-# A claim's task ids parsed as one list (in Rust: a few times as fast as ``UUID(text)``).
-_UUIDS: TypeAdapter[list[UUID]] = deferred_adapter(list[UUID])
 
 POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
@@ -463,7 +459,7 @@ class Claimer:
                         item["lease_expires_at"] = deadline
         if not plain:
             return CLAIMED_TASKS.validate_python(fields)
-        for item, task_uuid in zip(fields, _UUIDS.validate_python(texts), strict=True):
+        for item, task_uuid in zip(fields, UUIDS.validate_python(texts), strict=True):
             item["id"] = task_uuid
         return made(ClaimedTask, fields)
 

@@ -26,8 +26,9 @@ from tierq.logic.admission import PushItem, Target, plain_blob, task_blob
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 from tierq.logic.homes import require_here
 from tierq.logic.tasks import gone_ttl_ms
+from tierq.models.base import UUIDS, made
 from tierq.models.names import DEFAULT_TENANT
-from tierq.models.tasks import ENQUEUE_OUTCOMES, MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
+from tierq.models.tasks import MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
 
 if TYPE_CHECKING:
     from tierq.logic import payloads
@@ -351,9 +352,12 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     else:
         created = [p for p in batch if p.id in seqs]
         conflicts = [p for p in batch if p.id not in seqs]
-    for p, outcome in zip(created, ENQUEUE_OUTCOMES.validate_python([
-        {"id": p.id, "outcome": "created", "state": p.state, "tenant": p.tenant, "key": p.key}
-        for p in created
+    # (made from their values, every one of its field's type: models.base.made)
+    for p, outcome in zip(created, made(EnqueueOutcome, [
+        {"id": task_id, "outcome": "created", "state": p.state, "tenant": p.tenant,
+         "key": p.key}
+        for p, task_id in zip(created, UUIDS.validate_python([p.id for p in created]),
+                              strict=True)
     ]), strict=True):
         outcomes[p.index] = outcome
     refused = admission.dispatch(ctx, ticket, warm_items, kind="new")  # ids made just now
@@ -362,15 +366,15 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
             if p.id in refused:
                 outcomes[p.index].state = "cold"
     if released.rows:  # waiting tasks whose parents were all finished: ready (or dead)
-        made = flows.finish(ctx, released)
+        states = flows.finish(ctx, released)
         for p in created:
-            state = made.get(p.id)
+            state = states.get(p.id)
             if state is not None:
                 outcomes[p.index].state = state  # type: ignore[assignment]
     if group_released.rows:  # held tasks of groups given room by a conflict
-        made = groups.finish(ctx, group_released)
+        states = groups.finish(ctx, group_released)
         for p in created:
-            state = made.get(p.id)
+            state = states.get(p.id)
             if state is not None:
                 outcomes[p.index].state = state  # type: ignore[assignment]
     if not conflicts:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import orjson
-from pydantic import TypeAdapter
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.core.lazy import lazy_module
@@ -35,7 +34,7 @@ from tierq.errors import WarmTierFull, WarmTierUnavailable
 from tierq.logic import admission, flows, groups, limits, tenant_budget, waits
 from tierq.logic.admission import Target
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
-from tierq.models.base import deferred_adapter
+from tierq.models.base import UUIDS
 from tierq.models.leases import ClaimedTask
 
 if TYPE_CHECKING:
@@ -81,10 +80,6 @@ class Verified:
     member: str  # the lease as the warm tier holds it (warm_tier.lease_member)
 
 
-# A batch's task ids as text (``by_tenant``): built on first use.
-_ID_TEXTS: TypeAdapter[list[UUID]] = deferred_adapter(list[UUID])
-
-
 def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
               rejected: list[Rejection]) -> dict[str, list[Verified]]:
     """The leases the items name, by tenant (from their tokens), not checked yet; an item
@@ -94,7 +89,7 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
     claimed = ClaimedTask
     # the ids as text in one call, in Rust (``str`` of a UUID costs about 1 µs each); an id
     # that is no UUID (a model built without validation) is passed through as it is
-    texts = _ID_TEXTS.dump_python([item.id for item in items], mode="json", warnings=False)
+    texts = UUIDS.dump_python([item.id for item in items], mode="json", warnings=False)
     for i, item in enumerate(items):
         token = item.lease_token
         if isinstance(item, claimed):
