@@ -645,6 +645,14 @@ class Scripts(Mapping[str, Script]):
     def __len__(self) -> int:
         return len(SCRIPTS)
 
+    def register_all(self) -> int:
+        """Read and register every script now (a long-running process's ``warm_up``: its
+        first calls then read no file); how many were registered now."""
+        before = len(self._registered)
+        for name in SCRIPTS:
+            self[name]
+        return len(self._registered) - before
+
 
 # A Valkey that cannot serve: no connection or no reply in time, or in cluster mode a master
 # down (CLUSTERDOWN once the others notice), a slot no master serves, a slot being moved,
