@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache, lru_cache
 from importlib import resources
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
@@ -717,24 +718,38 @@ def _repeated_or(reply: ClaimReply) -> ClaimReply | Exception:
     return ClaimRepeated(reply.repeated, reply.granted) if reply.repeated else reply
 
 
-@contextmanager
-def _available(credentials: CredentialProvider | None = None) -> Iterator[None]:
-    try:
-        yield
-    except VALKEY_DOWN as exc:
-        if _refused_credentials(exc):
-            # an IAM token signed with credentials that have since expired or been replaced:
-            # the next connection signs a new one (dal/valkey_auth.py)
-            forget = getattr(credentials, "forget", None)
-            if callable(forget):
-                forget()
-            raise WarmTierUnavailable("Valkey refused the connection's credentials",
-                                      detail=str(exc)) from exc
-        raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
-    except redis.exceptions.OutOfMemoryError as exc:
-        # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
-        # can (admission) send the work cold instead
-        raise WarmTierFull() from exc
+class _available:  # (lower case: used as a function, ``with _available(credentials):``)
+    """Valkey's failures around a call as tierq's: not answering (or credentials refused)
+    is ``WarmTierUnavailable``, out of memory ``WarmTierFull``. A class, not a generator's
+    context manager: it wraps every call to Valkey, and a generator costs a microsecond
+    more each time."""
+
+    __slots__ = ("credentials",)
+
+    def __init__(self, credentials: CredentialProvider | None = None) -> None:
+        self.credentials = credentials
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, VALKEY_DOWN):
+            if _refused_credentials(exc):
+                # an IAM token signed with credentials that have since expired or been
+                # replaced: the next connection signs a new one (dal/valkey_auth.py)
+                forget = getattr(self.credentials, "forget", None)
+                if callable(forget):
+                    forget()
+                raise WarmTierUnavailable("Valkey refused the connection's credentials",
+                                          detail=str(exc)) from exc
+            raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers
+            # that can (admission) send the work cold instead
+            raise WarmTierFull() from exc
 
 
 @cache

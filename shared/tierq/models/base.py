@@ -85,7 +85,8 @@ _set = object.__setattr__
 # ``object.__setattr__``, which looks each up by name)
 _fields_set, _extra, _private = (vars(BaseModel)[name].__set__ for name in (
     "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"))
-_plain: dict[type, set[str]] = {}  # the classes found fit for ``made``: their fields
+# the classes found fit for ``made``: their fields, as a set and in order
+_plain: dict[type, tuple[set[str], tuple[str, ...]]] = {}
 
 
 def made(cls: type[M], rows: list[dict[str, Any]]) -> list[M]:
@@ -99,14 +100,14 @@ def made(cls: type[M], rows: list[dict[str, Any]]) -> list[M]:
     (TypeError)."""
     if not rows:
         return []
-    names = _plain.get(cls)
-    if names is None:
+    known = _plain.get(cls)
+    if known is None:
         if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
             raise TypeError(f"{cls.__name__} has private attributes or extra fields")
-        names = _plain[cls] = set(cls.model_fields)
-    if list(rows[0]) != list(cls.model_fields):
-        raise TypeError(f"{cls.__name__} has fields {list(cls.model_fields)}, "
-                        f"not {list(rows[0])}")
+        known = _plain[cls] = (set(cls.model_fields), tuple(cls.model_fields))
+    names, order = known
+    if tuple(rows[0]) != order:
+        raise TypeError(f"{cls.__name__} has fields {list(order)}, not {list(rows[0])}")
     out: list[M] = []
     append, new, copy = out.append, cls.__new__, names.copy
     for values in rows:
