@@ -2203,5 +2203,10 @@ class WarmTier:
             return bool(self.client.hexists(PairKeys.of(queue, tenant).data, task_id))
 
     def ping(self) -> bool:
+        """Whether Valkey answers; on a single server, on the connection this thread's calls
+        use (dal/direct_calls.py: opened now if it was not, so a worker that pings before its
+        loop has its first call's connection made)."""
         with _available(self.credentials):
+            if self.calls is not None:
+                return bool(self.calls.command("PING"))
             return bool(self.client.ping())
