@@ -97,6 +97,7 @@ RULES: tuple[tuple[str, str], ...] = (
     (BENCH, r"^bench/|^multiprocessing/"),
     (BENCH, r"^~:<method '\w+' of '_multiprocessing\.SemLock' objects>"),
     # tierq
+    (REPLIES, r"^tierq/models/base\.py:made$"),  # (answers' models from tierq's own values)
     (VALIDATION, r"^tierq/models/"),
     (VALIDATION, r"^tierq/core/json_text\.py:"),
     (VALIDATION, r"^tierq/engine\.py:(_models|<genexpr>|<listcomp>)$"),
@@ -105,7 +106,7 @@ RULES: tuple[tuple[str, str], ...] = (
     (ARGUMENTS, r"^tierq/logic/enqueue\.py:(prepare|row_columns|_insert_round|<listcomp>"
                 r"|<genexpr>)$"),
     (ARGUMENTS, r"^tierq/logic/leases\.py:(by_tenant|<listcomp>|<genexpr>)$"),
-    (REPLIES, r"^tierq/logic/claim\.py:_tasks$"),
+    (REPLIES, r"^tierq/logic/claim\.py:(_fields|models)$"),
     (ROUND_TRIPS, r"^tierq/dal/(direct_calls|postgres)\.py:"),
     (ROUND_TRIPS, r"^tierq/dal/store/base\.py:(_fetch|_rows|_execute)$"),
     (ARGUMENTS, r"^tierq/dal/"),

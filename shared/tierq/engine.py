@@ -33,6 +33,7 @@ from tierq.models.base import Replayable, adapter_on_first_call, deferred_adapte
 from tierq.models.bounds import SLICE_MAX_ITEMS, SLICE_SECONDS
 
 if TYPE_CHECKING:
+    from tierq.core.warm_up import WarmedUp
     from tierq.dal import migrate
     from tierq.logic import bulk as bulk_logic
     from tierq.logic import claim as claim_logic
@@ -187,6 +188,13 @@ class Tierq(Deployment):
     def close(self) -> None:
         self.db.close()
         self.warm.close()
+
+    def warm_up(self, *, tune_collector: bool = True) -> WarmedUp:
+        """``Deployment.warm_up``, and every script of the warm tier read and registered
+        (``dal/warm_tier.Scripts``: else each on its first call, a file read and a hash
+        inside a claim or an ack); no call to a server."""
+        self.warm.scripts.register_all()
+        return super().warm_up(tune_collector=tune_collector)
 
     def migrate(self) -> list[str]:
         """Apply pending SQL migrations; returns the versions applied now."""

@@ -43,6 +43,7 @@ from uuid import UUID
 from tierq.config import Settings, get_settings
 from tierq.contract import Deployment
 from tierq.core.ids import tenant_of_token
+from tierq.core.warm_up import WarmedUp
 from tierq.dal import connect
 from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
@@ -161,6 +162,11 @@ class ShardedTierq(Deployment):
     def from_urls(cls, text: str, **kwargs: Any) -> ShardedTierq:
         """From a ``TIERQ_SHARD_URLS`` value (``name=url`` or bare URLs, comma-separated)."""
         return cls(parse_shard_urls(text), **kwargs)
+
+    def warm_up(self, *, tune_collector: bool = True) -> WarmedUp:
+        """``Tierq.warm_up`` for the shards' warm tier (one for all of them)."""
+        self.warm.scripts.register_all()
+        return super().warm_up(tune_collector=tune_collector)
 
     def close(self) -> None:
         self._calls.shutdown(wait=False, cancel_futures=True)

@@ -108,6 +108,10 @@ def test_a_profile_splits_by_stage_and_builtins_take_their_callers_stage() -> No
     assert rule_of(("/x/site-packages/psycopg/_cursor_base.py", 1, "_execute_gen")) \
         == "round trips"
     assert rule_of(("~", 0, "<method 'gets' of 'hiredis.Reader' objects>")) == REPLIES
+    # answers' models made from tierq's own values are replies, not the caller's validation
+    assert rule_of(("/w/shared/tierq/models/base.py", 1, "made")) == REPLIES
+    assert rule_of(("/w/shared/tierq/logic/claim.py", 1, "_fields")) == REPLIES
+    assert rule_of(("/w/shared/tierq/models/tasks.py", 1, "_one_schedule")) == VALIDATION
     assert rule_of((bench.systems.__file__, 1, "claim_and_ack_loop")) == BENCH
     assert rule_of((__file__, 1, "loop")) is None  # a test is not the benchmark
     assert rule_of(("~", 0, "<method 'append' of 'list' objects>")) is None  # inherits

@@ -1,8 +1,8 @@
 """``warm_up`` (tierq.core.warm_up): after it, a fresh process's first enqueue, claim and ack
-import no module, generate no dataclass and build no pydantic model or adapter; without it
-they do (so the probe can see what it checks). It also sets the process's collector for a
-worker (tierq.core.collector), unless asked not to. Each case runs in a fresh interpreter,
-as a worker process starts."""
+import no module, generate no dataclass, build no pydantic model or adapter and read no Lua
+script (Tierq.warm_up); without it they do (so the probe can see what it checks). It also
+sets the process's collector for a worker (tierq.core.collector), unless asked not to. Each
+case runs in a fresh interpreter, as a worker process starts."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ def spy_dataclass(cls, *args, **kwargs):
     generated.append(cls.__name__)
     return process(cls, *args, **kwargs)
 dataclasses._process_class = spy_dataclass
+import tierq.dal.warm_tier as warm_tier
+read = []
+source = warm_tier.script_source
+def spy_source(name):
+    read.append(name)
+    return source(name)
+warm_tier.script_source = spy_source
 before = set(sys.modules)
 tq.enqueue("wu", [{"payload": {"i": i}} for i in range(3)])
 got = tq.claim("wu", ClaimRequest(max=3))
@@ -58,7 +65,7 @@ tq.ack("wu", got)
 tq.close()
 print(json.dumps({"modules": sorted(m for m in set(sys.modules) - before
                                     if m.startswith("tierq")),
-                  "built": built, "generated": generated,
+                  "built": built, "generated": generated, "scripts": read,
                   "threshold": [default_threshold, gc.get_threshold()[0]],
                   "frozen": gc.get_freeze_count(),
                   "warmed": None if warmed is None else [warmed.modules, warmed.dataclasses,
@@ -93,8 +100,10 @@ def test_first_calls_build_nothing_after_warm_up(probe: Probe) -> None:
     cold = probe("cold")
     # the probe sees what the first calls defer: without warm_up they build it
     assert cold["built"] and cold["generated"], cold
+    assert cold["scripts"], cold
     warm = probe("warm")
     assert warm["built"] == [] and warm["generated"] == [] and warm["modules"] == [], warm
+    assert warm["scripts"] == [], warm  # (every Lua script read by warm_up)
     _modules, dataclasses, models, adapters, _young = warm["warmed"]  # type: ignore[misc]
     assert dataclasses > 0 and models > 0 and adapters > 0, warm
 

@@ -112,9 +112,17 @@ class LuaCall(Generic[R]):
     def items_per_call(cls) -> int:
         """How many items one call of the script takes (EVALSHA, its sha and key count,
         the keys and fixed arguments, then ``ITEM`` per item); for ``GROUPED`` items, how
-        many of their arguments."""
-        fixed = 3 + len(cls.KEYS) + len(cls.EXTRA_KEYS) + len(cls.ARGS) + len(cls.EXTRA_ARGS)
-        return per_call(fixed, 1 if cls.GROUPED else max(1, len(cls.ITEM)))
+        many of their arguments. Worked out once per class (asked per pair and call)."""
+        n = _ITEMS_PER_CALL.get(cls)
+        if n is None:
+            fixed = 3 + len(cls.KEYS) + len(cls.EXTRA_KEYS) + len(cls.ARGS) \
+                + len(cls.EXTRA_ARGS)
+            n = _ITEMS_PER_CALL[cls] = per_call(fixed, 1 if cls.GROUPED
+                                                else max(1, len(cls.ITEM)))
+        return n
+
+
+_ITEMS_PER_CALL: dict[type, int] = {}  # (LuaCall.items_per_call, by class)
 
 
 # -- claims ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from functools import lru_cache
@@ -412,6 +412,24 @@ def _trusts_system_roots(url: str) -> bool:
 def uuid_array(ids: Iterable[object]) -> str:
     """A ``uuid[]`` literal: much cheaper to send than a list adapted element by element."""
     return "{" + ",".join(map(str, ids)) + "}"
+
+
+def int_array(values: Iterable[int]) -> str:
+    """An ``int[]`` (or ``bigint[]``) literal, as ``uuid_array``."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def text_array(values: Sequence[str]) -> str:
+    """A ``text[]`` literal, as ``uuid_array``: every element quoted, so that none is read
+    as NULL nor split at a comma, a brace or a space; a backslash or a double quote in one
+    is escaped (the only characters special inside quotes). Values from the caller (a lease
+    token's tenant) cannot add, drop or shift an element."""
+    if not values:
+        return "{}"
+    inner = '","'.join(values)
+    if "\\" in inner or inner.count('"') != 2 * (len(values) - 1):
+        inner = '","'.join([v.replace("\\", "\\\\").replace('"', '\\"') for v in values])
+    return '{"' + inner + '"}'
 
 
 def _set_local_for(conn: psycopg.Connection[Any]) -> str | None:

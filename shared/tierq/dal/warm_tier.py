@@ -9,8 +9,9 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
@@ -645,6 +646,14 @@ class Scripts(Mapping[str, Script]):
     def __len__(self) -> int:
         return len(SCRIPTS)
 
+    def register_all(self) -> int:
+        """Read and register every script now (a long-running process's ``warm_up``: its
+        first calls then read no file); how many were registered now."""
+        before = len(self._registered)
+        for name in SCRIPTS:
+            self[name]
+        return len(self._registered) - before
+
 
 # A Valkey that cannot serve: no connection or no reply in time, or in cluster mode a master
 # down (CLUSTERDOWN once the others notice), a slot no master serves, a slot being moved,
@@ -709,24 +718,51 @@ def _repeated_or(reply: ClaimReply) -> ClaimReply | Exception:
     return ClaimRepeated(reply.repeated, reply.granted) if reply.repeated else reply
 
 
-@contextmanager
-def _available(credentials: CredentialProvider | None = None) -> Iterator[None]:
+class _available:  # (lower case: used as a function, ``with _available(credentials):``)
+    """Valkey's failures around a call as tierq's: not answering (or credentials refused)
+    is ``WarmTierUnavailable``, out of memory ``WarmTierFull``. A class, not a generator's
+    context manager: it wraps every call to Valkey, and a generator costs a microsecond
+    more each time."""
+
+    __slots__ = ("credentials",)
+
+    def __init__(self, credentials: CredentialProvider | None = None) -> None:
+        self.credentials = credentials
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, VALKEY_DOWN):
+            if _refused_credentials(exc):
+                # an IAM token signed with credentials that have since expired or been
+                # replaced: the next connection signs a new one (dal/valkey_auth.py)
+                forget = getattr(self.credentials, "forget", None)
+                if callable(forget):
+                    forget()
+                raise WarmTierUnavailable("Valkey refused the connection's credentials",
+                                          detail=str(exc)) from exc
+            raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers
+            # that can (admission) send the work cold instead
+            raise WarmTierFull() from exc
+
+
+@cache
+def _driver_info() -> Any | None:
+    """What each new connection tells the server of its client (``CLIENT SETINFO``: redis-py
+    and its version), made once per process: without it redis-py reads its package's
+    metadata for every connection it makes (about half a millisecond of CPU each). None on
+    a redis-py without ``redis.driver_info``, which reads it then."""
     try:
-        yield
-    except VALKEY_DOWN as exc:
-        if _refused_credentials(exc):
-            # an IAM token signed with credentials that have since expired or been replaced:
-            # the next connection signs a new one (dal/valkey_auth.py)
-            forget = getattr(credentials, "forget", None)
-            if callable(forget):
-                forget()
-            raise WarmTierUnavailable("Valkey refused the connection's credentials",
-                                      detail=str(exc)) from exc
-        raise WarmTierUnavailable("Valkey is not answering", detail=str(exc)) from exc
-    except redis.exceptions.OutOfMemoryError as exc:
-        # maxmemory reached (noeviction): a 503 with Retry-After, never a 500; callers that
-        # can (admission) send the work cold instead
-        raise WarmTierFull() from exc
+        from redis.driver_info import DriverInfo
+    except ImportError:
+        return None
+    return DriverInfo()
 
 
 def client_options(url: str, credential_provider: CredentialProvider | None = None
@@ -735,6 +771,9 @@ def client_options(url: str, credential_provider: CredentialProvider | None = No
     user and password of each new connection (ElastiCache IAM tokens, dal/valkey_auth.py)."""
     options: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5,
                                "health_check_interval": 30}
+    driver = _driver_info()
+    if driver is not None:
+        options["driver_info"] = driver
     if credential_provider is not None:
         options["credential_provider"] = credential_provider
     if url.startswith("rediss://"):
@@ -2164,5 +2203,10 @@ class WarmTier:
             return bool(self.client.hexists(PairKeys.of(queue, tenant).data, task_id))
 
     def ping(self) -> bool:
+        """Whether Valkey answers; on a single server, on the connection this thread's calls
+        use (dal/direct_calls.py: opened now if it was not, so a worker that pings before its
+        loop has its first call's connection made)."""
         with _available(self.credentials):
+            if self.calls is not None:
+                return bool(self.calls.command("PING"))
             return bool(self.client.ping())

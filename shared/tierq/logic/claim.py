@@ -35,9 +35,14 @@ from tierq.logic import claim_isolation, leases, ready_tenants, tiering, time_li
 from tierq.logic.claim_budget import ClaimBudget
 from tierq.logic.claim_limits import ClaimLimits, PopLimits
 from tierq.logic.context import Context, from_ms
+from tierq.models.base import UUIDS, made
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask, ClaimRequest
 
 log = logging.getLogger(__name__)
+
+# A claimed task's fields, as its model takes them: a claim's pops make these, and the claim
+# makes its models from all of them at once (``Claimer.models``).
+TaskFields = dict[str, Any]
 
 POLL_FIRST_SLEEP = 0.05
 POLL_MAX_SLEEP = 0.5
@@ -158,6 +163,9 @@ class Claimer:
     failures: list[Exception] = field(default_factory=list)
     answered: int = 0
     refills_off: bool = False  # a refill's database timeout: no more inline refills
+    # a popped task's blob had more than the six plain fields (parents, a group, a time
+    # limit of its own or a trace): the claim's models are validated (``models``)
+    unplain: bool = False
 
     def popped_leases(self) -> list[tuple[str, str]]:
         """(id, lease token) of every task the claim popped."""
@@ -246,7 +254,7 @@ class Claimer:
             timeout_seconds=self.timeout_seconds)
 
     def pair(self, tenant: str, n: int, part: int = 0, again: bool = False
-             ) -> list[ClaimedTask]:
+             ) -> list[TaskFields]:
         """Up to ``n`` of one pair's tasks, refilling the pair inline when its warm set ran
         dry or runs low while cold work waits; ``part`` and ``again`` as :meth:`_pop`'s."""
         if self.budget.expired() or not self.limits.room:
@@ -270,7 +278,7 @@ class Claimer:
         each pop stays within what the pops before it left), and the claim may still pop."""
         return self.limits.gate is None and not self.budget.expired()
 
-    def pairs(self, tenants: Sequence[str], n: int) -> list[tuple[list[ClaimedTask], bool]]:
+    def pairs(self, tenants: Sequence[str], n: int) -> list[tuple[list[TaskFields], bool]]:
         """Up to ``n`` tasks of each tenant's pair, every pop sent in one pipeline (one round
         trip on a single server, one per master in cluster mode), each reply then handled
         as :meth:`pair` handles its pop's, in order (refills included). Per tenant: its
@@ -322,7 +330,7 @@ class Claimer:
                 raise reply
         answered = {tenant: (sent, reply) for (tenant, sent), reply
                     in zip(pops, replies, strict=True) if not isinstance(reply, Exception)}
-        out: list[tuple[list[ClaimedTask], bool]] = []
+        out: list[tuple[list[TaskFields], bool]] = []
         for tenant in tenants:
             if tenant in again:  # (a second repeat in a row, or no time left: nothing)
                 if budget.expired():
@@ -343,13 +351,13 @@ class Claimer:
         return out
 
     def _answer(self, tenant: str, n: int, left: int, mode: str, claimed: list[Claimed],
-                now_ms: int, part_end: int = 0) -> list[ClaimedTask]:
+                now_ms: int, part_end: int = 0) -> list[TaskFields]:
         """A pop's tasks (``claimed``, of ``n`` asked, ``left`` ready after it, the pair in
-        ``mode``) as models, refilling the pair inline when its warm set ran dry or runs
+        ``mode``) as their fields, refilling the pair inline when its warm set ran dry or runs
         low while cold work waits (and, when it ran dry, popping what is still wanted).
         ``part_end``: the byte budget's use the pair's pops may reach (0: what is left of
         the cap), so a refill's pop stays within the part its first pop was given."""
-        out = self._tasks(tenant, claimed, now_ms)
+        out = self._fields(tenant, claimed, now_ms)
         if mode != "cold":
             if not claimed and left == 0:
                 self.empty.append(tenant)
@@ -379,7 +387,7 @@ class Claimer:
                         again = None
                     if again is not None:
                         _, _, more, now_ms = again
-                        out.extend(self._tasks(tenant, more, now_ms))
+                        out.extend(self._fields(tenant, more, now_ms))
         elif (left < low_water(self.ctx.queue_settings.get(self.queue).warm_max)
               and self._may_refill()):
             try:
@@ -399,16 +407,18 @@ class Claimer:
         self.ctx.low_water_refills[pair] = now
         tiering.refill(self.ctx, self.queue, tenant, limit=LOW_WATER_REFILL)
 
-    def _tasks(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[ClaimedTask]:
-        """The claimed tasks as models, validated as one list (see models.CLAIMED_TASKS).
-        A lease whose task has a time limit ends at it when it comes before the lease's
-        own end, as the claim script recorded it (logic/time_limits.py). A blob of
-        the six fields every task has (no parents, group, time limit of its own or trace)
-        is read without looking for the others."""
+    def _fields(self, tenant: str, claimed: list[Claimed], now_ms: int) -> list[TaskFields]:
+        """The claimed tasks' fields (their models are made once for the whole claim:
+        ``models``). A lease whose task has a time limit ends at it when it comes before
+        the lease's own end, as the claim script recorded it (logic/time_limits.py). A blob
+        of the six fields every task has (no parents, group, time limit of its own or
+        trace) is read without looking for the others."""
+        if not claimed:
+            return []
         expires = from_ms(now_ms + self.lease_ms)
         queue = self.queue
         enqueued: dict[int, datetime] = {}  # tasks enqueued together share one instant
-        fields: list[dict[str, Any]] = []
+        fields: list[TaskFields] = []
         append = fields.append
         loads = orjson.loads
         default_limit = self.timeout_seconds
@@ -419,26 +429,27 @@ class Claimer:
             enqueued_at = enqueued.get(created_ms)
             if enqueued_at is None:
                 enqueued_at = enqueued[created_ms] = from_ms(created_ms)
-            task_id, token = raw_id.decode(), raw_token.decode()
+            task_id = raw_id.decode()
             if len(body) == PLAIN_BLOB_FIELDS:
                 limit = default_limit
                 append({
                     "id": task_id, "queue": queue, "tenant": tenant, "key": body["k"],
                     "priority": body["pr"], "payload": body["p"], "attempt": attempt,
-                    "max_attempts": body["m"], "lease_token": token,
+                    "max_attempts": body["m"], "lease_token": raw_token.decode(),
                     "lease_expires_at": expires, "redelivered": attempt > 1,
-                    "enqueued_at": enqueued_at, "parents": None, "group": None, "seq": None,
-                    "timeout_seconds": limit, "trace": None,
+                    "enqueued_at": enqueued_at, "parents": None, "group": None,
+                    "timeout_seconds": limit, "seq": None, "trace": None,
                 })
             else:
+                self.unplain = True
                 limit = body.get("to", default_limit)
                 append({
                     "id": task_id, "queue": queue, "tenant": tenant, "key": body["k"],
                     "priority": body["pr"], "payload": body["p"], "attempt": attempt,
-                    "max_attempts": body["m"], "lease_token": token,
+                    "max_attempts": body["m"], "lease_token": raw_token.decode(),
                     "lease_expires_at": expires, "redelivered": attempt > 1,
                     "enqueued_at": enqueued_at, "parents": body.get("pa"),
-                    "group": body.get("g"), "seq": body.get("gs"), "timeout_seconds": limit,
+                    "group": body.get("g"), "timeout_seconds": limit, "seq": body.get("gs"),
                     "trace": body.get("tr"),
                 })
             if limit is not None:
@@ -450,7 +461,21 @@ class Claimer:
                     deadline = cut.get(item["id"])
                     if deadline is not None:
                         item["lease_expires_at"] = deadline
-        return CLAIMED_TASKS.validate_python(fields)
+        return fields
+
+    def models(self, fields: list[TaskFields]) -> list[ClaimedTask]:
+        """The claim's tasks as models, made in one call for all its pops. When every
+        blob was of the six plain fields, from their values (``models.base.made``: each
+        is of its field's type, written by an enqueue from validated input; the ids
+        parsed as one list); else validated as one list (see models.CLAIMED_TASKS)."""
+        if not fields:
+            return []
+        if self.unplain:
+            return CLAIMED_TASKS.validate_python(fields)
+        ids = UUIDS.validate_python([item["id"] for item in fields])
+        for item, task_id in zip(fields, ids, strict=True):
+            item["id"] = task_id
+        return made(ClaimedTask, fields)
 
 
 def claim_once(ctx: Context, queue: str, request: ClaimRequest,
@@ -481,7 +506,7 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
                       ClaimLimits.of(ctx, queue, qs), qs.timeout_seconds)
     indexed = request.tenant is None and tenants is None
     try:
-        got = _claim_pairs(claimer, ctx, queue, request, tenants)
+        got = claimer.models(_claim_pairs(claimer, ctx, queue, request, tenants))
     except BaseException:
         claimer.limits.flush()
         give_back(ctx, queue, claimer.popped_leases())
@@ -516,7 +541,7 @@ def _had_ready_work(claimer: Claimer, tenant: str) -> bool:
 
 
 def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimRequest,
-                 tenants: Sequence[str] | None) -> list[ClaimedTask]:
+                 tenants: Sequence[str] | None) -> list[TaskFields]:
     """The claim's tasks from its pairs: one pair, or a fair rotation of several (a first
     pass of equal shares, then the rest from the tenants that still had work).
 
@@ -583,7 +608,7 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
 
 
 def _rotate(claimer: Claimer, ctx: Context, queue: str, request: ClaimRequest,
-            tenants: Sequence[str] | None, candidates: list[str]) -> list[ClaimedTask]:
+            tenants: Sequence[str] | None, candidates: list[str]) -> list[TaskFields]:
     """The claim's tasks from ``candidates`` (the rest of :func:`_claim_pairs`)."""
     # reserve first (the queue-wide limits): every pop stays within the grant
     wanted = claimer.limits.reserve(request.max, len(candidates), claimer.lease_ms)
@@ -605,7 +630,7 @@ def _rotate(claimer: Claimer, ctx: Context, queue: str, request: ClaimRequest,
     # rotation does not take it all; a take riding with the first pop cuts that pop to its
     # share of the grant itself)
     share = max(1, math.ceil(wanted / len(rotated)))
-    out: list[ClaimedTask] = []
+    out: list[TaskFields] = []
     had_more: list[str] = []
     # the tenants whose full share the first pass asks for whatever the others answer: their
     # pops go in one pipeline (see _claim_pairs' table)

@@ -26,8 +26,9 @@ from tierq.logic.admission import PushItem, Target, plain_blob, task_blob
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 from tierq.logic.homes import require_here
 from tierq.logic.tasks import gone_ttl_ms
+from tierq.models.base import UUIDS, made
 from tierq.models.names import DEFAULT_TENANT
-from tierq.models.tasks import ENQUEUE_OUTCOMES, MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
+from tierq.models.tasks import MAX_DELAY_SECONDS, EnqueueOutcome, TaskIn
 
 if TYPE_CHECKING:
     from tierq.logic import payloads
@@ -110,8 +111,10 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
         ids = tag_ids(ids, ctx.id_tag)
     alone = "task" if n == 1 and fields is None else None
 
-    for i, task in enumerate(tasks):
-        payload = task.payload
+    pointers = False  # (whether a payload points at a big payload's object)
+    for i, (task_id, task) in enumerate(zip(ids, tasks, strict=True)):
+        fields_of = task.__dict__  # (a validated model's fields: read as a dict, faster)
+        payload = fields_of["payload"]
         label = alone if fields is None else fields[i]
         try:
             payload_json = dumps(payload)
@@ -129,12 +132,14 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
                 f"the limit is {limit}",
                 details=[{"field": f"{where}.payload", "message": "too large"}],
             )
-        tenant = task.tenant or tenant_default
+        tenant = fields_of["tenant"] or tenant_default
         # a pointer to a big payload (a JSON array, core/pointers.py): this deployment's
         # bucket, the task's tenant's prefix
-        object_key = payloads.check(ctx, _named(i, label), tenant, payload) \
-            if isinstance(payload, list | tuple) and looks_like_pointer(payload) else None
-        run_at_given, delay = task.run_at, task.delay_seconds
+        object_key = None
+        if isinstance(payload, (list, tuple)) and looks_like_pointer(payload):
+            object_key = payloads.check(ctx, _named(i, label), tenant, payload)
+            pointers = True
+        run_at_given, delay = fields_of["run_at"], fields_of["delay_seconds"]
         if run_at_given is not None:
             run_at = run_at_given.timestamp()
             if run_at - now > MAX_DELAY_SECONDS:
@@ -144,34 +149,34 @@ def prepare(ctx: Context, queue: str, tasks: Sequence[TaskIn], now: float,
             run_at = now + delay
         else:
             run_at = now
-        trace = task.trace
+        trace = fields_of["trace"]
         prepared = Prepared(  # (every field in order: faster than by name)
-            i, ids[i], tenant, task.key, task.priority, payload_json,
+            i, task_id, tenant, fields_of["key"], fields_of["priority"], payload_json,
             run_at_given is not None or delay is not None, run_at,
-            task.max_attempts or max_attempts, task.on_conflict, run_at <= now,
-            "", (), "dead", None, label, task.group, task.timeout_seconds,
+            fields_of["max_attempts"] or max_attempts, fields_of["on_conflict"], run_at <= now,
+            "", (), "dead", None, label, fields_of["group"], fields_of["timeout_seconds"],
             None if trace is None else trace.stored(), object_key,
         )
-        if task.after:
+        after = fields_of["after"]
+        if after:
             if task.group is not None:
                 raise InvalidInput.field(f"{prepared.where}.group",
                                          "a task that waits (after) cannot have a group")
             if task.key is not None:
                 raise InvalidInput.field(f"{prepared.where}.key",
                                          "a task that waits (after) cannot have a key")
-            prepared.after = [str(parent) for parent in task.after]
+            prepared.after = [str(parent) for parent in after]
             flows.check_after(ctx, prepared.where, prepared.after)
             prepared.ready = False
             prepared.on_parent_failure = task.on_parent_failure
             if task.wait_timeout_seconds is not None:
                 prepared.wait_until = now + task.wait_timeout_seconds
-        elif task.wait_timeout_seconds is not None:
+        elif fields_of["wait_timeout_seconds"] is not None:
             raise InvalidInput.field(f"{prepared.where}.wait_timeout_seconds",
                                      "only for a task that waits (after)")
         append(prepared)
-    pointed = [(p.object_key, p.where) for p in out if p.object_key]
-    if pointed:
-        payloads.precheck(ctx, pointed)
+    if pointers:
+        payloads.precheck(ctx, [(p.object_key, p.where) for p in out if p.object_key])
     return out
 
 
@@ -351,9 +356,12 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
     else:
         created = [p for p in batch if p.id in seqs]
         conflicts = [p for p in batch if p.id not in seqs]
-    for p, outcome in zip(created, ENQUEUE_OUTCOMES.validate_python([
-        {"id": p.id, "outcome": "created", "state": p.state, "tenant": p.tenant, "key": p.key}
-        for p in created
+    # (made from their values, every one of its field's type: models.base.made)
+    for p, outcome in zip(created, made(EnqueueOutcome, [
+        {"id": task_id, "outcome": "created", "state": p.state, "tenant": p.tenant,
+         "key": p.key}
+        for p, task_id in zip(created, UUIDS.validate_python([p.id for p in created]),
+                              strict=True)
     ]), strict=True):
         outcomes[p.index] = outcome
     refused = admission.dispatch(ctx, ticket, warm_items, kind="new")  # ids made just now
@@ -362,15 +370,15 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
             if p.id in refused:
                 outcomes[p.index].state = "cold"
     if released.rows:  # waiting tasks whose parents were all finished: ready (or dead)
-        made = flows.finish(ctx, released)
+        states = flows.finish(ctx, released)
         for p in created:
-            state = made.get(p.id)
+            state = states.get(p.id)
             if state is not None:
                 outcomes[p.index].state = state  # type: ignore[assignment]
     if group_released.rows:  # held tasks of groups given room by a conflict
-        made = groups.finish(ctx, group_released)
+        states = groups.finish(ctx, group_released)
         for p in created:
-            state = made.get(p.id)
+            state = states.get(p.id)
             if state is not None:
                 outcomes[p.index].state = state  # type: ignore[assignment]
     if not conflicts:

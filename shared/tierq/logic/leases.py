@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import orjson
-from pydantic import TypeAdapter
 
 from tierq.core.ids import attempt_of_token, tenant_of_token
 from tierq.core.lazy import lazy_module
@@ -34,7 +33,7 @@ from tierq.dal.warm_tier import (
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 from tierq.logic import limits, tenant_budget, waits
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
-from tierq.models.base import deferred_adapter
+from tierq.models.base import UUIDS
 from tierq.models.leases import ClaimedTask
 
 if TYPE_CHECKING:
@@ -86,21 +85,21 @@ class Verified:
     member: str  # the lease as the warm tier holds it (warm_tier.lease_member)
 
 
-# A batch's task ids as text (``by_tenant``): built on first use.
-_ID_TEXTS: TypeAdapter[list[UUID]] = deferred_adapter(list[UUID])
-
-
 def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
               rejected: list[Rejection]) -> dict[str, list[Verified]]:
     """The leases the items name, by tenant (from their tokens), not checked yet; an item
     whose token names no tenant, or a task named twice, is added to ``rejected``."""
     out: dict[str, list[Verified]] = {}
-    seen: set[str] = set()
     claimed = ClaimedTask
     # the ids as text in one call, in Rust (``str`` of a UUID costs about 1 µs each); an id
     # that is no UUID (a model built without validation) is passed through as it is
-    texts = _ID_TEXTS.dump_python([item.id for item in items], mode="json", warnings=False)
-    for i, item in enumerate(items):
+    texts = UUIDS.dump_python([item.id for item in items], mode="json", warnings=False)
+    if set(map(type, texts)) - {str}:  # (an id of another type: its text as str makes it)
+        texts = [t if type(t) is str else str(item.id)
+                 for t, item in zip(texts, items, strict=True)]
+    # a task named twice is looked for only when two ids are equal (the usual batch has none)
+    seen: set[str] | None = None if len(set(texts)) == len(texts) else set()
+    for i, (task_id, item) in enumerate(zip(texts, items, strict=True)):
         token = item.lease_token
         if isinstance(item, claimed):
             # a claimed task names its tenant and attempt; its token is still checked
@@ -110,14 +109,13 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
         else:
             tenant = tenant_of_token(token)
             attempt = attempt_of_token(token) or 0
-        task_id = texts[i]
-        if type(task_id) is not str:  # (an id of another type: its text as str makes it)
-            task_id = str(item.id)
-        if tenant is None or task_id in seen:
+        if tenant is None or (seen is not None and task_id in seen):
             rejected.append(lease_outcomes.Rejection(id=item.id, reason="not_owner"))
             continue
-        seen.add(task_id)
-        verified = Verified(tenant, task_id, token, attempt, i, lease_member(task_id, token))
+        if seen is not None:
+            seen.add(task_id)
+        # (the member as warm_tier.lease_member writes it, made here: a call less per item)
+        verified = Verified(tenant, task_id, token, attempt, i, f"{task_id}|{token}")
         entries = out.get(tenant)
         if entries is None:
             out[tenant] = [verified]
@@ -165,21 +163,36 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
                 pushes: admission.Pending | None = None) -> None:
     """Drop these leases, every pair's in one pipeline (``WarmTier.release_pairs``: one
     round trip on a single server, one per master on a cluster). ``acked``: ids of those
-    tasks just acked, counted with the drop. ``ended``: tasks (tenant, id, attempt) that
-    ended in ``state``, whose waiters are told (logic/waits.py) in the round trip of the
-    drops, after their pair's. ``pushes``: tasks made ready in a transaction committed
-    already (groups released by the ack), each pair's push sent last in the round trip of
-    the drops where it can be
-    (``admission.push_along``); ``admission.finish`` reads their outcome afterwards."""
-    by_tenant: dict[str, list[str]] = defaultdict(list)
-    counted: dict[str, int] = defaultdict(int)  # of each tenant's, those acked
+    tasks (among ``verified``'s) just acked, counted with the drop. ``ended``: tasks
+    (tenant, id, attempt) that ended in ``state``, whose waiters are told (logic/waits.py)
+    in the round trip of the drops, after their pair's. ``pushes``: tasks made ready in a
+    transaction committed already (groups released by the ack), each pair's push sent last
+    in the round trip of the drops where it can be (``admission.push_along``);
+    ``admission.finish`` reads their outcome afterwards."""
+    by_tenant: dict[str, list[str]] = {}
     for v in verified:
-        by_tenant[v.tenant].append(v.member)
-        if v.id in acked:
-            counted[v.tenant] += 1
-    marks: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+        members = by_tenant.get(v.tenant)
+        if members is None:
+            by_tenant[v.tenant] = [v.member]
+        else:
+            members.append(v.member)
+    # of each tenant's, those acked (every one of them when all were)
+    counted: dict[str, int]
+    if len(acked) == len(verified):
+        counted = {tenant: len(members) for tenant, members in by_tenant.items()}
+    else:
+        counted = defaultdict(int)
+        for v in verified:
+            if v.id in acked:
+                counted[v.tenant] += 1
+    marks: dict[str, list[tuple[str, str, int]]] = {}
     for tenant, task_id, attempt in ended:
-        marks[tenant].append((task_id, state, attempt))
+        mark = (task_id, state, attempt)
+        pair_marks = marks.get(tenant)
+        if pair_marks is None:
+            marks[tenant] = [mark]
+        else:
+            pair_marks.append(mark)
     calls = {tenant: waits.marker_call(queue, tenant, items)
              for tenant, items in marks.items() if tenant in by_tenant}
     # then their queue-wide reservations (after every drop): a reservation may outlive its
@@ -192,12 +205,14 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
         if not apart:
             then = ctx.warm.return_capacity_call(queue, limits.LEASES_POOL, groups)
     ctx.warm.release_pairs(queue, [
-        PairDrop(tenant, members, counted[tenant], calls.get(tenant),
+        PairDrop(tenant, members, counted.get(tenant, 0), calls.get(tenant),
                  None if pushes is None else admission.push_along(ctx, pushes, (queue, tenant)))
         for tenant, members in by_tenant.items()], then=then)
-    waits.finished(ctx, queue, [(tenant, task_id, attempt)
-                                for tenant, task_id, attempt in ended
-                                if calls.get(tenant) is None], state)
+    unsent = {tenant for tenant in marks if calls.get(tenant) is None}
+    if unsent:  # (their markers: apart, after the drops)
+        waits.finished(ctx, queue, [(tenant, task_id, attempt)
+                                    for tenant, task_id, attempt in ended
+                                    if tenant in unsent], state)
     if apart:
         free_reservations(ctx, queue, [v.token for v in verified])
 
@@ -217,18 +232,19 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     one statement, then their leases dropped. A claimed task passed as it is has no result."""
     result = lease_outcomes.AckResult()
     # each item's result, read once (a ClaimedTask has none: asking pydantic for a missing
-    # attribute is slow)
+    # attribute is slow); None when no item can have one (claimed tasks acked as they are)
     ack_item = lease_outcomes.AckItem
-    results = [i.result if isinstance(i, ack_item) else None for i in items]
+    results = [i.result if isinstance(i, ack_item) else None for i in items] \
+        if any(map(isinstance, items, repeat(ack_item))) else None
     # (a task kept with its result keeps its last progress: read with the check)
     kept: dict[str, tuple[int, str]] | None = \
-        {} if any(map(is_not, results, repeat(None))) else None
+        {} if results is not None and any(map(is_not, results, repeat(None))) else None
     valid = verify(ctx, queue, items, result.rejected, kept)
     if not valid:
         result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result
     relaxed = not ctx.settings.ack_synchronous_commit
-    if kept is None:  # (no result among them: every task is deleted)
+    if kept is None or results is None:  # (no result among them: every task is deleted)
         plain = valid
         keep: list[tuple[Verified, Any]] = []
     else:
@@ -265,7 +281,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         left = [v for v in valid if v.id not in done]
         waited = flows.ack_waited(
             ctx, queue, [v.id for v in left], [v.tenant for v in left],
-            [results[v.index] for v in left], [v.attempt for v in left])
+            [None] * len(left) if results is None else [results[v.index] for v in left],
+            [v.attempt for v in left])
         done.update(waited)
         tenant_of = {v.id: v.tenant for v in left}
         # (their groups, read by id)
@@ -276,19 +293,24 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         freed = groups.release_after_finish(ctx, queue, [(tenants[r.id], r.grp)
                                                          for r in finished
                                                          if r.grp is not None])
+    every = len(done) == len(valid)  # (the usual ack: each of them; done holds valid's ids)
     try:  # (their push in the round trip of their pair's drop)
         drop_leases(ctx, queue, valid, acked=done,
-                    ended=[(v.tenant, v.id, v.attempt) for v in valid if v.id in done],
+                    ended=[(v.tenant, v.id, v.attempt) for v in valid
+                           if every or v.id in done],
                     pushes=None if freed is None else freed.pending)
     finally:
         groups.push_released(ctx, freed)
-    acked = result.acked
-    for v in valid:
-        if v.id in done:
-            acked.append(items[v.index].id)
-        else:  # cancelled or rescheduled while it ran
-            result.rejected.append(lease_outcomes.Rejection(
-                id=items[v.index].id, reason="not_found"))
+    if every:
+        result.acked.extend([items[v.index].id for v in valid])
+    else:
+        acked = result.acked
+        for v in valid:
+            if v.id in done:
+                acked.append(items[v.index].id)
+            else:  # cancelled or rescheduled while it ran
+                result.rejected.append(lease_outcomes.Rejection(
+                    id=items[v.index].id, reason="not_found"))
     result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
     return result
 

@@ -124,8 +124,9 @@ class ClaimedTask(Model):
         return self
 
 
-# A claim builds its tasks in one call: pydantic validates a whole list in Rust faster than
-# Python builds the models one by one.
+# Tasks whose blobs carry parents, a group, a time limit or a trace are built in one call:
+# pydantic validates a whole list in Rust faster than Python builds the models one by one
+# (a claim of plain tasks makes them from their values: models.base.made).
 CLAIMED_TASKS: TypeAdapter[list[ClaimedTask]] = deferred_adapter(list[ClaimedTask])
 
 

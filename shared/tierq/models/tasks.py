@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from tierq.models.base import Model, deferred_adapter
+from tierq.models.base import Model
 from tierq.models.bounds import MAX_DELAY_SECONDS as MAX_DELAY_SECONDS
 from tierq.models.bounds import MAX_PARENTS as MAX_PARENTS
 from tierq.models.bounds import MAX_TIMEOUT_SECONDS as MAX_TIMEOUT_SECONDS
@@ -111,9 +111,6 @@ class Enqueued(list[EnqueueOutcome]):
 
     idempotent_replay: bool = False
 
-
-# An enqueue builds its outcomes in one call (faster than one model at a time).
-ENQUEUE_OUTCOMES: TypeAdapter[list[EnqueueOutcome]] = deferred_adapter(list[EnqueueOutcome])
 
 
 class TaskView(Model):

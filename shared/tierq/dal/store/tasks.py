@@ -11,7 +11,7 @@ from uuid import UUID
 
 from psycopg.rows import scalar_row, tuple_row
 
-from tierq.dal.postgres import uuid_array
+from tierq.dal.postgres import int_array, text_array, uuid_array
 from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import (
     AckedRow,
@@ -175,7 +175,7 @@ class TaskQueries(StoreBase):
         """Delete acked tasks whose leases all are of ``attempt`` and of one tenant (each
         of ``tenants``, checked as a set); the rows deleted."""
         return self._fetch("ack_delete", {"queue": queue, "ids": uuid_array(ids),
-                                          "tenant_set": sorted(set(tenants)),
+                                          "tenant_set": text_array(sorted(set(tenants))),
                                           "attempt": attempt}, positional(AckedRow),
                            relaxed=relaxed)
 
@@ -184,16 +184,17 @@ class TaskQueries(StoreBase):
                               relaxed: bool = False) -> list[AckedRow]:
         """``ack_delete`` with a tenant and an attempt per task."""
         return self._fetch("ack_delete_by_attempt", {
-            "queue": queue, "ids": uuid_array(ids), "tenants": list(tenants),
-            "attempts": attempts}, positional(AckedRow), relaxed=relaxed)
+            "queue": queue, "ids": uuid_array(ids), "tenants": text_array(tenants),
+            "attempts": int_array(attempts)}, positional(AckedRow), relaxed=relaxed)
 
     def ack_keep(self, queue: str, now: datetime, ids: Iterable[str], tenants: Sequence[str],
                  results: Sequence[str], attempts: Sequence[int], *,
                  relaxed: bool = False) -> list[AckedRow]:
         """Acked tasks kept done with their results (JSON text); the rows kept."""
         return self._fetch("ack_keep", {
-            "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
-            "results": results, "attempts": attempts}, positional(AckedRow), relaxed=relaxed)
+            "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": text_array(tenants),
+            "results": results, "attempts": int_array(attempts)}, positional(AckedRow),
+            relaxed=relaxed)
 
     def write_progress(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
                        attempts: Sequence[int], progress: Sequence[str],
