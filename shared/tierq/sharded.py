@@ -37,13 +37,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from tierq.config import Settings, get_settings
 from tierq.contract import Deployment
 from tierq.core.ids import tenant_of_token
-from tierq.core.warm_up import WarmedUp
 from tierq.dal import connect
 from tierq.dal.migrate import available as shipped_migrations
 from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
@@ -93,6 +92,9 @@ from tierq.models.queues import QueueCounts, QueueSettings, QueueView, TenantQue
 from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
 from tierq.models.tasks import TaskView
 from tierq.models.throughput import QueueThroughput
+
+if TYPE_CHECKING:
+    from tierq.core.warm_up import WarmedUp
 
 T = TypeVar("T")
 P = TypeVar("P")

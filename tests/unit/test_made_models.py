@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from tierq.models.base import Replayable, made
+from tierq.models.base import Model, Replayable, made
 from tierq.models.leases import CLAIMED_TASKS, ClaimedTask
 from tierq.models.tasks import EnqueueOutcome
 
@@ -64,3 +64,33 @@ def test_a_class_with_private_attributes_refused() -> None:
 
     with pytest.raises(TypeError, match="private attributes"):
         made(Answer, [{"n": 1}])
+
+
+def test_a_class_that_would_change_its_values_is_refused() -> None:
+    """A validator or a ``model_post_init`` would be skipped: ``made`` refuses the class."""
+    from pydantic import field_validator, model_validator
+
+    class Checked(Model):
+        value: int
+
+        @field_validator("value")
+        @classmethod
+        def positive(cls, value: int) -> int:
+            return abs(value)
+
+    class Whole(Model):
+        value: int
+
+        @model_validator(mode="after")
+        def whole(self) -> Whole:
+            return self
+
+    class Posted(Model):
+        value: int
+
+        def model_post_init(self, context: object, /) -> None:
+            self.__dict__["value"] += 1
+
+    for cls in (Checked, Whole, Posted):
+        with pytest.raises(TypeError, match="validators or a model_post_init"):
+            made(cls, [{"value": -1}])

@@ -96,14 +96,20 @@ def made(cls: type[M], rows: list[dict[str, Any]]) -> list[M]:
     (the first row is checked) and becomes its model's ``__dict__``: the model is what
     validating the row would build (its fields set: all of them), made as pydantic's
     ``model_construct`` makes one without that call's walk over the fields, in half the
-    time validation takes. Only for a class without private attributes or extra fields
-    (TypeError)."""
+    time validation takes. Only for a class without private attributes, extra fields,
+    validators or ``model_post_init`` (TypeError)."""
     if not rows:
         return []
     known = _plain.get(cls)
     if known is None:
+        decorators = cls.__pydantic_decorators__
         if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
             raise TypeError(f"{cls.__name__} has private attributes or extra fields")
+        if (decorators.validators or decorators.field_validators or decorators.root_validators
+                or decorators.model_validators
+                or cls.model_post_init is not BaseModel.model_post_init):
+            # (each would be skipped: what the model makes of its values is not the values)
+            raise TypeError(f"{cls.__name__} has validators or a model_post_init")
         known = _plain[cls] = (set(cls.model_fields), tuple(cls.model_fields))
     names, order = known
     if tuple(rows[0]) != order:

@@ -112,7 +112,6 @@ class Enqueued(list[EnqueueOutcome]):
     idempotent_replay: bool = False
 
 
-
 class TaskView(Model):
     """A task as stored (GET /v1/queues/{queue}/tasks/{id})."""
 
