@@ -120,8 +120,10 @@ def usable(ctx: Context, queue: str, candidates: Sequence[str]) -> list[str]:
 
 def _expire(entries: dict[K, float], now: float) -> None:
     """Drop the entries whose time is up. Safe while other threads add or drop entries:
-    ``list()`` copies the items in one step under the GIL, and ``pop`` of a key another
-    thread dropped first does nothing."""
-    for key, until in list(entries.items()):
+    ``dict.copy()`` runs no Python code while it reads the dict (``list(entries.items())``
+    makes a tuple per item, and a tuple's allocation may start the cycle collector, whose
+    finalisers can hand the GIL to a thread that changes the dict meanwhile), and ``pop``
+    of a key another thread dropped first does nothing."""
+    for key, until in entries.copy().items():
         if until <= now:
             entries.pop(key, None)
