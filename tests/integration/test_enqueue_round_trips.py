@@ -14,7 +14,7 @@ import pytest
 import redis
 from redis.connection import AbstractConnection
 
-from tierq.dal.warm_tier import QueueKeys
+from tierq.dal.warm_tier import PairKeys, QueueKeys
 from tierq.engine import Tierq
 
 MiB = 1 << 20
@@ -131,3 +131,24 @@ def test_the_pairs_of_a_batch_push_in_one_round_trip(
     for tenant in tenants:
         got = tq.claim("q", max=100, tenant=tenant)
         assert [t.payload["n"] for t in got] == list(range(10)) + list(range(30))
+
+
+def test_a_pair_whose_push_fails_leaves_the_others_pushed_or_cold(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: Any) -> None:
+    """One pair's push fails (a key of the wrong type) after the batch's pushes were sent
+    together: the error rises as before, and every other pair's outcome is still read,
+    its refused rows marked cold, so none is left warm in PostgreSQL and absent from
+    Valkey."""
+    tq = make_tq(warm_max=5)
+    if tq.ctx.warm.calls is None:
+        pytest.skip("a cluster sends each pair's push on its own, and stops at the error")
+    tq.enqueue("q", batch(1, "a"))
+    tq.enqueue("q", batch(1, "b"))
+    valkey.set(PairKeys.of("q", "a").gone, "not a sorted set")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        tq.enqueue("q", batch(3, "a") + batch(10, "b"))
+    warm_b = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'q' AND tenant = 'b'"
+                        " AND state = 'warm'").fetchone()[0]
+    assert warm_b == valkey.zcard(PairKeys.of("q", "b").ready) == 5
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'q' AND tenant = 'b'"
+                      " AND state = 'cold'").fetchone()[0] == 6

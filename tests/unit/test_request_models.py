@@ -50,3 +50,23 @@ def test_a_boolean_is_refused_for_each_numeric_field_and_only_there(
         refused = [e for e in errors_of(cls, {name: True})
                    if e["loc"] == (name,) and "not true or false" in e["msg"]]
         assert bool(refused) == (name in numeric), name
+
+
+class _LaterNumber(RequestModel):
+    """A model whose numeric field names a type defined after it."""
+
+    count: LaterInt  # (defined below: the model's build, at its first use, resolves them)
+    ratio: LaterFloat | None = None
+
+
+LaterInt = int
+LaterFloat = float
+
+
+def test_a_field_whose_type_is_defined_later_still_refuses_a_boolean() -> None:
+    """Which fields are numbers is not known when such a class is made: it keeps the check
+    on every field, so its numbers still refuse true and false."""
+    for body in ({"count": True}, {"count": 1, "ratio": False}):
+        with pytest.raises(ValidationError, match="must be a number, not true or false"):
+            _LaterNumber.model_validate(body)
+    assert _LaterNumber.model_validate({"count": 3, "ratio": 0.5}).count == 3

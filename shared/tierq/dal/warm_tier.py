@@ -1085,8 +1085,8 @@ class WarmTier:
         """Send pushes made by ``push_along`` in one pipeline (a single server: in order),
         each followed by its tenant's note, as ``push`` with ``note`` sends each; every
         reply is kept in its push for ``pushed_along``, never raised here.
-        ``WarmTierUnavailable`` when Valkey does not answer (nothing kept: ``pushed_along``
-        then sends each push on its own)."""
+        ``WarmTierUnavailable`` when Valkey does not answer (nothing kept; it rises from
+        ``admission.dispatch`` as a push's own would)."""
         push_sha = self.scripts[PushReady.SCRIPT].sha
         note_sha = self.scripts[ReadyTenantsNote.SCRIPT].sha
         commands: list[tuple[Any, ...]] = []

@@ -431,16 +431,30 @@ def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[
     ``conn``: a connection the caller holds, not in a transaction (the promotion's):
     the settings read on a cache miss and the refused rows' marks run on it.
     ``together`` (without ``along``): the pairs' pushes that can go along are sent in one
-    round trip first (``push_together``), then each pair's outcome is read in turn."""
+    round trip first (``push_together``), then each pair's outcome is read in turn. When a
+    pair's push fails, the outcomes of the pushes sent already are still read and their
+    refusals marked cold, the pairs not sent yet are not pushed, and the first error is
+    raised."""
     refused: set[str] = set()
+    error: Exception | None = None
     try:
         if together and along is None:
             along = push_together(ctx, ticket, rows_by_pair, kind=kind, conn=conn)
         for pair, items in rows_by_pair.items():
-            if items:
-                refused.update(push(ctx, ticket, pair, items, kind=kind,
-                                    along=along.get(pair) if along else None, conn=conn))
+            if not items:
+                continue
+            sent = along.get(pair) if along else None
+            if error is not None and sent is None:
+                continue  # (not sent: its rows wait for the reconciler, as after any failure)
+            try:
+                refused.update(push(ctx, ticket, pair, items, kind=kind, along=sent,
+                                    conn=conn))
+            except Exception as exc:  # (the pushes sent already: their outcomes still read)
+                if error is None:
+                    error = exc
         mark_cold(ctx, sorted(refused), conn)
+        if error is not None:
+            raise error
     finally:
         close(ctx, ticket)
     return refused
@@ -522,9 +536,10 @@ def push_together(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequ
     ``push`` would send them one pair after another; ``dispatch`` reads their outcomes
     (and pushes the other pairs on their own). The pairs share nothing a push of another
     changes (each its own keys and its tenant's share), so sending them before reading
-    any outcome leaves each push as it would be. None when fewer than two pairs have
-    items; ``WarmTierUnavailable`` as ``push`` raises it."""
-    if sum(1 for items in rows_by_pair.values() if items) < 2:
+    any outcome leaves each push as it would be: for distinct tenants of one queue only.
+    None when fewer than two pairs have items, or on a cluster (each pair's push goes to
+    its own master); ``WarmTierUnavailable`` as ``push`` raises it."""
+    if ctx.warm.calls is None or sum(1 for items in rows_by_pair.values() if items) < 2:
         return None
     alongs: dict[Pair, PushAlong] = {}
     for pair, items in rows_by_pair.items():

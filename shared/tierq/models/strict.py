@@ -6,7 +6,7 @@ an integer, which JSON Schema allows. So booleans alone are refused, naming the 
 
 import types
 from dataclasses import replace
-from typing import Any, Union, get_args, get_origin
+from typing import Any, ForwardRef, Union, get_args, get_origin
 
 from pydantic import ValidationInfo, field_validator
 
@@ -39,8 +39,13 @@ class RequestModel(Model):
         super().__pydantic_init_subclass__(**kwargs)
         validators = cls.__pydantic_decorators__.field_validators
         check = validators.get("_no_boolean_numbers")
-        if check is None or getattr(cls, "__pydantic_complete__", False):
-            return  # (a model built already keeps "*": the same refusals)
+        if check is None or getattr(cls, "__pydantic_complete__", False) \
+                or not getattr(cls, "__pydantic_fields_complete__", True) \
+                or any(isinstance(field.annotation, str | ForwardRef)
+                       for field in cls.model_fields.values()):
+            # (a model built already keeps "*", and so does one whose fields name a type
+            # not defined yet: which of them are numbers is known only at its build)
+            return
         numeric = tuple(name for name, field in cls.model_fields.items()
                         if _numeric(field.annotation))
         validators["_no_boolean_numbers"] = replace(check, info=replace(check.info,
