@@ -14,7 +14,7 @@ import pytest
 import redis
 from redis.connection import AbstractConnection
 
-from tierq.dal.warm_tier import QueueKeys
+from tierq.dal.warm_tier import PairKeys, QueueKeys
 from tierq.engine import Tierq
 
 MiB = 1 << 20
@@ -106,3 +106,49 @@ def test_a_growing_line_takes_its_grant_before_its_push(
         assert counted.scripts["warm_ledger"] == 1
     stats = tq.ctx.warm.pair_usage("q", "a", charge=640)
     assert stats[0] <= stats[1] <= tq.ctx.warm.ledger_total("a") <= MiB
+
+
+def test_the_pairs_of_a_batch_push_in_one_round_trip(
+        tq: Tierq, valkey: redis.Redis, wire: Callable[[Tierq], Wire]) -> None:
+    """A batch over several tenants sends its pairs' pushes (each with its tenant's note)
+    in one request, as many as a batch of one tenant sends; each pair's tasks are pushed
+    in order and its tenant entered in the index."""
+    if tq.ctx.warm.calls is None:
+        pytest.skip("a cluster sends each pair's push on its own")
+    tenants = ["a", "b", "c"]
+    tq.enqueue("q", batch(10, "z"))  # scripts loaded
+    for tenant in tenants:  # the pairs' modes known
+        tq.enqueue("q", batch(10, tenant))
+    one = wire(tq)
+    tq.enqueue("q", batch(30, "z"))
+    several = wire(tq)
+    out = tq.enqueue("q", [task for tenant in tenants for task in batch(30, tenant)])
+    wire(tq)  # (the checks below are not counted)
+    assert {o.state for o in out} == {"warm"}
+    assert several.scripts["push_ready"] == several.scripts["ready_tenants_note"] == 3
+    assert several.sends == one.sends
+    assert sorted(t.decode() for t in valkey.zrange(INDEX, 0, -1)) == ["a", "b", "c", "z"]
+    for tenant in tenants:
+        got = tq.claim("q", max=100, tenant=tenant)
+        assert [t.payload["n"] for t in got] == list(range(10)) + list(range(30))
+
+
+def test_a_pair_whose_push_fails_leaves_the_others_pushed_or_cold(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: Any) -> None:
+    """One pair's push fails (a key of the wrong type) after the batch's pushes were sent
+    together: the error rises as before, and every other pair's outcome is still read,
+    its refused rows marked cold, so none is left warm in PostgreSQL and absent from
+    Valkey."""
+    tq = make_tq(warm_max=5)
+    if tq.ctx.warm.calls is None:
+        pytest.skip("a cluster sends each pair's push on its own, and stops at the error")
+    tq.enqueue("q", batch(1, "a"))
+    tq.enqueue("q", batch(1, "b"))
+    valkey.set(PairKeys.of("q", "a").gone, "not a sorted set")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        tq.enqueue("q", batch(3, "a") + batch(10, "b"))
+    warm_b = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'q' AND tenant = 'b'"
+                        " AND state = 'warm'").fetchone()[0]
+    assert warm_b == valkey.zcard(PairKeys.of("q", "b").ready) == 5
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'q' AND tenant = 'b'"
+                      " AND state = 'cold'").fetchone()[0] == 6

@@ -84,6 +84,13 @@ def test_an_admission_pushes_at_most_its_count_and_bytes_a_call():
     assert list(push_chunks(items([10, 2 * PUSH_CALL_BYTES, 10]))) == [(0, 1), (1, 2), (2, 3)]
     assert list(push_chunks(items([PUSH_CALL_BYTES // 2] * 2 + [1]))) == [(0, 2), (2, 3)]
     assert list(push_chunks([])) == []
+    # at the bounds: one call (its count or its bytes just reached), then two
+    assert list(push_chunks(items([100] * 500))) == [(0, 500)]
+    assert list(push_chunks(items([100] * 501))) == [(0, 500), (500, 501)]
+    assert list(push_chunks(items([PUSH_CALL_BYTES // 2] * 2))) == [(0, 2)]
+    assert list(push_chunks(items([PUSH_CALL_BYTES // 2] * 2 + [0]))) == [(0, 3)]
+    assert list(push_chunks(items([PUSH_CALL_BYTES // 2 + 1] * 2))) == [(0, 1), (1, 2)]
+    assert list(push_chunks(items([2 * PUSH_CALL_BYTES]))) == [(0, 1)]
 
 
 def test_a_pairs_keys_are_kept_and_the_same_as_built() -> None:

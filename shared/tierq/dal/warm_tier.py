@@ -713,6 +713,18 @@ def _push_outcome(out: PushReply, noted: bool, tasks: int, queue: str,
                        noted=noted, gone=out.gone)
 
 
+def _kept(pushes: Sequence[PushAlong], replies: Sequence[Any], at: int) -> None:
+    """Keep in each push sent along its two replies (the push's, then its note's), from
+    ``replies[at]`` on; a failed note is logged (the push's outcome says it was not made)."""
+    for push in pushes:
+        push.sent, push.reply, noted = True, replies[at], replies[at + 1]
+        push.noted = not isinstance(noted, Exception)
+        if isinstance(noted, Exception) and not isinstance(noted, NoScriptError):
+            log.warning("entering %r in the ready-tenant index of %r failed: %s",
+                        push.tenant, push.queue, noted)
+        at += 2
+
+
 def _repeated_or(reply: ClaimReply) -> ClaimReply | Exception:
     """A pop's reply, or ``ClaimRepeated`` when it repeated a pop that ran before."""
     return ClaimRepeated(reply.repeated, reply.granted) if reply.repeated else reply
@@ -1068,6 +1080,19 @@ class WarmTier:
         else:
             reply = along.call.parse(reply)
         return _push_outcome(reply, noted, along.tasks, along.queue, along.tenant)
+
+    def push_pairs(self, pushes: Sequence[PushAlong]) -> None:
+        """Send pushes made by ``push_along`` in one pipeline (a single server: in order),
+        each followed by its tenant's note, as ``push`` with ``note`` sends each; every
+        reply is kept in its push for ``pushed_along``, never raised here.
+        ``WarmTierUnavailable`` when Valkey does not answer (nothing kept; it rises from
+        ``admission.dispatch`` as a push's own would)."""
+        push_sha = self.scripts[PushReady.SCRIPT].sha
+        note_sha = self.scripts[ReadyTenantsNote.SCRIPT].sha
+        commands: list[tuple[Any, ...]] = []
+        for push in pushes:
+            commands += [evalsha(push.call, push_sha), evalsha(push.note, note_sha)]
+        _kept(pushes, self.pipeline(commands), 0)
 
     def _push_noted(self, call: PushReady, queue: str, tenant: str,
                     shard_tag: int | None) -> tuple[PushReply, bool]:
@@ -1597,14 +1622,8 @@ class WarmTier:
             for push in pushes:
                 commands += [evalsha(push.call, push_sha), evalsha(push.note, note_sha)]
         replies = self.pipeline(commands)
-        at = len(calls) + len(marked) + len(counts) + len(after)
-        for push in pushes:  # (their two replies each, last: kept for pushed_along)
-            push.sent, push.reply, noted = True, replies[at], replies[at + 1]
-            push.noted = not isinstance(noted, Exception)
-            if isinstance(noted, Exception) and not isinstance(noted, NoScriptError):
-                log.warning("entering %r in the ready-tenant index of %r failed: %s",
-                            push.tenant, queue, noted)
-            at += 2
+        # (the pushes' two replies each, last: kept for pushed_along)
+        _kept(pushes, replies, len(calls) + len(marked) + len(counts) + len(after))
         error: Exception | None = None
         dropped: list[int] = []
         for call, reply in zip(calls, replies, strict=False):

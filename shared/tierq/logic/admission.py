@@ -332,6 +332,11 @@ def push_chunks(items: Sequence[PushItem], *, tasks: int = PUSH_CALL_TASKS,
     """The (start, end) of each push_ready call's items, in order: at most ``tasks`` items
     and ``max_bytes`` of blobs a call, at least one item (a script runs alone on its server,
     so a call's cost is bounded by both its count and its bytes)."""
+    if len(items) <= tasks and sum([len(item[2]) for item in items]) <= max_bytes:
+        # (one call, as most pushes are: the bytes summed without the walk below)
+        if items:
+            yield 0, len(items)
+        return
     start, size = 0, 0
     for i, item in enumerate(items):
         blob = len(item[2])
@@ -420,18 +425,36 @@ def mark_cold(ctx: Context, ids: Sequence[str], conn: Conn | None = None) -> Non
 
 def dispatch(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[PushItem]],
              *, kind: str = "enqueue", along: Mapping[Pair, PushAlong] | None = None,
-             conn: Conn | None = None) -> set[str]:
+             conn: Conn | None = None, together: bool = False) -> set[str]:
     """Push committed warm rows, mark what the warm tier refused cold, end the admission.
     Returns the refused ids. ``along``: pushes of pairs sent already (``push_along``).
     ``conn``: a connection the caller holds, not in a transaction (the promotion's):
-    the settings read on a cache miss and the refused rows' marks run on it."""
+    the settings read on a cache miss and the refused rows' marks run on it.
+    ``together`` (without ``along``): the pairs' pushes that can go along are sent in one
+    round trip first (``push_together``), then each pair's outcome is read in turn. When a
+    pair's push fails, the outcomes of the pushes sent already are still read and their
+    refusals marked cold, the pairs not sent yet are not pushed, and the first error is
+    raised."""
     refused: set[str] = set()
+    error: Exception | None = None
     try:
+        if together and along is None:
+            along = push_together(ctx, ticket, rows_by_pair, kind=kind, conn=conn)
         for pair, items in rows_by_pair.items():
-            if items:
-                refused.update(push(ctx, ticket, pair, items, kind=kind,
-                                    along=along.get(pair) if along else None, conn=conn))
+            if not items:
+                continue
+            sent = along.get(pair) if along else None
+            if error is not None and sent is None:
+                continue  # (not sent: its rows wait for the reconciler, as after any failure)
+            try:
+                refused.update(push(ctx, ticket, pair, items, kind=kind, along=sent,
+                                    conn=conn))
+            except Exception as exc:  # (the pushes sent already: their outcomes still read)
+                if error is None:
+                    error = exc
         mark_cold(ctx, sorted(refused), conn)
+        if error is not None:
+            raise error
     finally:
         close(ctx, ticket)
     return refused
@@ -500,6 +523,41 @@ def push_along(ctx: Context, pending: Pending, pair: Pair) -> PushAlong | None:
     items = pending.items.get(pair)
     if not items or pair in pending.along:
         return None
+    along = _along(ctx, pending.ticket, pair, items, kind="enqueue")
+    if along is not None:
+        pending.along[pair] = along
+    return along
+
+
+def push_together(ctx: Context, ticket: Ticket, rows_by_pair: Mapping[Pair, Sequence[PushItem]],
+                  *, kind: str, conn: Conn | None = None) -> dict[Pair, PushAlong] | None:
+    """The pushes of the pairs (an enqueue's: one queue, a pair per tenant) that can go
+    along (``_along``), sent in one round trip, each followed by its tenant's note, as
+    ``push`` would send them one pair after another; ``dispatch`` reads their outcomes
+    (and pushes the other pairs on their own). The pairs share nothing a push of another
+    changes (each its own keys and its tenant's share), so sending them before reading
+    any outcome leaves each push as it would be: for distinct tenants of one queue only.
+    None when fewer than two pairs have items, or on a cluster (each pair's push goes to
+    its own master); ``WarmTierUnavailable`` as ``push`` raises it."""
+    if ctx.warm.calls is None or sum(1 for items in rows_by_pair.values() if items) < 2:
+        return None
+    alongs: dict[Pair, PushAlong] = {}
+    for pair, items in rows_by_pair.items():
+        if items:
+            along = _along(ctx, ticket, pair, items, kind=kind, conn=conn)
+            if along is not None:
+                alongs[pair] = along
+    if alongs:
+        ctx.warm.push_pairs(list(alongs.values()))
+    return alongs
+
+
+def _along(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem], *, kind: str,
+           conn: Conn | None = None) -> PushAlong | None:
+    """The push of ``items`` to ``pair`` made ready to send in another round trip
+    (``WarmTier.push_along``), as ``push`` would send it. None when it cannot go along:
+    more than one call's worth, a cluster, or a tenant's bound that needs a grant first
+    (``push`` sends it then)."""
     if next(iter(push_chunks(items)))[1] != len(items):
         return None
     queue, tenant = pair
@@ -507,15 +565,11 @@ def push_along(ctx: Context, pending: Pending, pair: Pair) -> PushAlong | None:
     if limit and tenant_budget.shortfall(queue, tenant, sum(len(item[2]) for item in items)
                                          + share.charge * len(items)):
         return None
-    settings = ctx.queue_settings.get(queue)
-    ticket = pending.ticket
-    along = ctx.warm.push_along(
+    settings = ctx.queue_settings.get(queue, conn=conn)
+    return ctx.warm.push_along(
         queue, tenant, warm_max=settings.warm_max, warm_max_bytes=settings.warm_max_bytes,
-        kind="enqueue", now_ms=to_ms(ctx.now()), token=ticket.token,
+        kind=kind, now_ms=to_ms(ctx.now()), token=ticket.token,
         since_ms=ticket.since_ms, items=items, share=share, shard_tag=ctx.id_tag)
-    if along is not None:
-        pending.along[pair] = along
-    return along
 
 
 def abandon(ctx: Context, pending: Pending | None) -> None:

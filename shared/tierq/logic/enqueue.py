@@ -364,7 +364,8 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                               strict=True)
     ]), strict=True):
         outcomes[p.index] = outcome
-    refused = admission.dispatch(ctx, ticket, warm_items, kind="new")  # ids made just now
+    # (ids made just now; the pairs' pushes in one round trip)
+    refused = admission.dispatch(ctx, ticket, warm_items, kind="new", together=True)
     if refused:
         for p in batch:
             if p.id in refused:
