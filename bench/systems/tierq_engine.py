@@ -59,6 +59,7 @@ def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     quiet_logs()
     tq = tierq_engine(spec)
     tq.queue_settings(spec["queue"])  # connect and warm the settings cache before the start
+    tq.warm.ping()  # (and Valkey's connection, as the consumers do)
     tq.warm_up()  # a long-running worker's first calls: before the start (tierq.core.warm_up)
     latencies: list[float] = []
     lo = spec["range"][0]
