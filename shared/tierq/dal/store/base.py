@@ -34,6 +34,8 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]  # a pooled connection, or one inside a transaction
 Params = Mapping[str, Any]
 
+# The prefix of a named statement's call of its PL/pgSQL function (migration 0029)
+ROUTINE = "routine_"
 # (row class, query name) pairs whose columns were found to be the class's fields
 _checked: set[tuple[type, str]] = set()
 
@@ -86,13 +88,17 @@ class StoreBase:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._sql = queries()
+        # the named statements run as calls of their functions (``routine_<name>``, migration
+        # 0029) on a database that prepares nothing: only the call is planned each time
+        self._routine_of = {name: f"{ROUTINE}{name}" for name in self._sql
+                            if f"{ROUTINE}{name}" in self._sql} if db.routines else {}
 
     def _fetch(self, name: str, params: Params | None, row: RowFactory[T] | Positional[T],
                conn: Conn | None = None, *, relaxed: bool = False) -> list[T]:
         """Run the named query; its rows (empty when it returns none). Without ``conn``: one
         autocommit statement on a pooled connection (``relaxed``: the pool whose commits do
         not wait for the WAL flush)."""
-        text = self._sql[name]
+        text = self._sql[self._routine_of.get(name, name)]
         unchecked: Positional[T] | None = None
         if isinstance(row, Positional):
             if (row.cls, name) not in _checked:
