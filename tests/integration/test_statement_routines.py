@@ -65,8 +65,10 @@ def stores(migrated: str) -> Iterator[tuple[TaskStore, TaskStore, psycopg.Connec
 
 def test_every_routine_is_its_named_statement(migrated: str) -> None:
     named = queries()
-    assert set(routines()) == {"ack_delete", "ack_delete_by_attempt", "insert_tasks_uniform",
-                               "insert_tasks_keyless"}
+    assert set(routines()) == {
+        "insert_tasks", "insert_tasks_keyless", "insert_tasks_uniform",
+        "insert_tasks_uniform_keyed", "ack_delete", "ack_delete_by_attempt", "ack_keep",
+        "lease_outcomes", "release_leased"}
     with psycopg.connect(migrated) as pg:
         for name, call in routines().items():
             found = pg.execute(
