@@ -6,6 +6,7 @@ and attempts checked alike, on the real PostgreSQL and Valkey."""
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Iterator
@@ -90,18 +91,46 @@ def test_every_routine_is_its_named_statement(migrated: str) -> None:
 
 
 def test_the_store_calls_a_function_only_where_nothing_is_prepared(
-        stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]]) -> None:
+        stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A missing function (code deployed before migration 0029 ran) fails the statement
+    once inside a transaction, which its caller retries, and an autocommit statement not
+    at all; from then on the process runs the statements, warned once."""
     prepared, proxied, pg = stores
-    ids = [str(uuid.uuid4())]
-    pg.execute("ALTER FUNCTION tierq_ack_delete(uuid[], text, text[], integer)"
-               " RENAME TO tierq_ack_delete_gone")
+
+    def batch() -> Any:
+        return columns([str(uuid.uuid4()) for _ in range(3)], state="warm", run_at=0.0,
+                       max_attempts=1, timeout=None)
+
+    def warnings() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "migration 0029" in r.getMessage()]
+
+    caplog.set_level(logging.WARNING, logger="tierq.dal.store.base")
+    now = datetime.now(UTC)
+    pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform RENAME TO tierq_gone")
     try:
-        assert prepared.ack_delete(QUEUE, ids, ["t"], 1) == []
-        with pytest.raises(psycopg.errors.UndefinedFunction):
-            proxied.ack_delete(QUEUE, ids, ["t"], 1)
+        assert prepared.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert not warnings()
+        with pytest.raises(psycopg.errors.UndefinedFunction), \
+                proxied.db.transaction() as conn:
+            proxied.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)
+        [warned] = warnings()
+        assert "'insert_tasks_uniform'" in warned.getMessage()
+        assert proxied.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        mine = warm_rows(pg, ["t"])
+        assert proxied.ack_delete(QUEUE, mine, ["t"], 1) == [(mine[0], "g-t")]
+        assert len(warnings()) == 1
     finally:
-        pg.execute("ALTER FUNCTION tierq_ack_delete_gone(uuid[], text, text[], integer)"
-                   " RENAME TO tierq_ack_delete")
+        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform")
+    fresh = TaskStore(Database(proxied.db.url, max_size=1, prepare=False))
+    pg.execute("ALTER FUNCTION tierq_ack_delete RENAME TO tierq_gone")
+    try:
+        mine = warm_rows(pg, ["t"])
+        assert fresh.ack_delete(QUEUE, mine, ["t"], 1) == [(mine[0], "g-t")]
+        assert len(warnings()) == 2
+    finally:
+        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_ack_delete")
+        fresh.db.close()
     assert Database("postgresql://127.0.0.1:1/x", min_size=0, prepare=False).routines
     assert not Database("postgresql://127.0.0.1:1/x", min_size=0).routines
     assert not Database("postgresql://127.0.0.1:1/x", min_size=0, prepare=False,
@@ -187,7 +216,8 @@ def test_the_acks_delete_only_what_the_statements_delete(
 
 def test_an_engine_as_on_aws_enqueues_claims_and_acks_over_tenants(
         app_database_url: str, valkey_url: str, valkey_cluster: bool,
-        clean_stores: None, pg: psycopg.Connection[Any]) -> None:
+        clean_stores: None, pg: psycopg.Connection[Any],
+        caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings(database_url=app_database_url, valkey_url=valkey_url,
                         settings_cache_seconds=0.0, valkey_cluster=valkey_cluster)
     # (as on AWS: no prepared statement, timeouts set per transaction, never per session)
@@ -216,13 +246,15 @@ def test_an_engine_as_on_aws_enqueues_claims_and_acks_over_tenants(
         result = tq.ack(QUEUE, mine)
         assert len(result.acked) == 2
         assert pg.execute("SELECT tenant FROM tierq_tasks").fetchall() == [("b",)]
-        # (the enqueue above went through the function: without it, an enqueue fails)
+        # (the enqueues above went through the functions: without one, the engine warns
+        # and goes on with the statements)
         pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform RENAME TO tierq_gone")
         try:
-            with pytest.raises(psycopg.errors.UndefinedFunction):
+            with caplog.at_level(logging.WARNING, logger="tierq.dal.store.base"):
                 tq.enqueue(QUEUE, [{"payload": 4}], tenant="a")
         finally:
             pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform")
-        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (1,)
+        assert any("insert_tasks_uniform" in r.getMessage() for r in caplog.records)
+        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (2,)
     finally:
         tq.close()
