@@ -11,8 +11,8 @@
 # session) less the tests marked slow, spark, e2e or browser. The whole suite (CI: .ci/run)
 # adds those and every other folder: cluster (a Redis Cluster), spark, e2e, client, cli,
 # worker, local (a local stack), dashboard (Chromium), reliability, bench, handlers,
-# maintenance, dispatch, shards and template. A test of the fast folders that takes more
-# than a few seconds alone is marked slow. `--fast` may stand anywhere; the other arguments
+# maintenance, dispatch, shards, pooled (engines behind a transaction pooler) and template.
+# A test of the fast folders that takes more than a few seconds alone is marked slow. `--fast` may stand anywhere; the other arguments
 # go to pytest after the selection (`--fast -x`, `--fast -k claim`).
 #
 # pytest runs in parallel (pytest-xdist): the tests mostly wait on servers, subprocesses and

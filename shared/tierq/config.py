@@ -358,10 +358,25 @@ class Settings:
     # naming the holder (within the migrate function's 300 s timeout).
     migrate_runner_wait_seconds: float = setting("TIERQ_MIGRATE_RUNNER_WAIT_SECONDS", 240.0,
                                                  gt=0, le=3_600)
+    # What hands tierq's connections to PostgreSQL: ``transaction`` for a pooler that may give
+    # the next transaction another server connection (RDS Proxy, PgBouncer in transaction
+    # mode): nothing prepared (a prepared statement pins the client there, or is missing on
+    # the next connection), timeouts per transaction, and the hottest statements run as
+    # their PL/pgSQL functions (migration 0029), whose plans the server keeps; ``none`` for
+    # a direct connection; ``auto``: ``transaction`` with DB_SECRET_ARN (RDS Proxy on AWS),
+    # else ``none``.
+    db_pooler: Literal["auto", "none", "transaction"] = setting("TIERQ_DB_POOLER", "auto")
     db_pool_max: int = setting("TIERQ_DB_POOL_MAX", 10, ge=1)
     # How long a request waits for a pooled connection before it is answered 503. Once a
     # wait has run out, later ones wait at most a second until a checkout succeeds again.
     db_pool_timeout: float = setting("TIERQ_DB_POOL_TIMEOUT", 10.0, gt=0)
+
+    @property
+    def db_behind_pooler(self) -> bool:
+        """Whether a transaction-pooling proxy stands before PostgreSQL (``db_pooler``)."""
+        if self.db_pooler == "auto":
+            return bool(self.db_secret_arn)
+        return self.db_pooler == "transaction"
 
     # False lets acks commit without waiting for the WAL flush: faster, but a database crash
     # can forget the last few milliseconds of acks, and those tasks are delivered again

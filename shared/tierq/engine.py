@@ -154,16 +154,17 @@ class Tierq(Deployment):
         under a running process (a rotated secret; by default, on AWS, the secret of
         DB_SECRET_ARN when no ``database_url`` is given)."""
         self.settings = settings or get_settings()
+        pooled = self.settings.db_behind_pooler  # (RDS Proxy on AWS: TIERQ_DB_POOLER)
         self.db = db or Database(database_url or connect.database_url(self.settings),
                                  max_size=self.settings.db_pool_max,
                                  timeout=self.settings.db_pool_timeout,
-                                 prepare=not self.settings.db_secret_arn,  # RDS Proxy on AWS
+                                 prepare=not pooled,
                                  statement_timeout_ms=self.settings.statement_timeout_ms,
                                  lock_timeout_ms=self.settings.lock_timeout_ms,
                                  resolve_url=resolve_url or (
                                      None if database_url else self._secret_url()),
                                  # timeouts on the session where no proxy is pinned by it
-                                 session_settings=not self.settings.db_secret_arn)
+                                 session_settings=not pooled)
         self.warm = warm or WarmTier.from_url(valkey_url or connect.valkey_url(self.settings),
                                               cluster=self.settings.valkey_cluster,
                                               credential_provider=connect.valkey_credentials(

@@ -39,7 +39,8 @@ def before_0028(services: Any) -> Iterator[str]:
 
 def test_it_builds_the_line_and_drops_the_pair_index(before_0028: str) -> None:
     assert not next(m for m in migrations.available() if m.version == "0028").transactional
-    assert migrations.migrate(before_0028) == ["0028"]
+    assert migrations.migrate(before_0028, migrations=[
+        m for m in migrations.available() if m.version <= "0028"]) == ["0028"]
     with psycopg.connect(before_0028, autocommit=True) as conn:
         indexes = conn.execute(DELAYED_INDEXES).fetchall()
         assert [(name, valid) for name, valid, _ in indexes] == [
@@ -48,4 +49,5 @@ def test_it_builds_the_line_and_drops_the_pair_index(before_0028: str) -> None:
         counts = conn.execute("SELECT tenant, count(*) FROM tierq_tasks WHERE state ="
                               " 'delayed' AND queue = 'q' GROUP BY 1 ORDER BY 1").fetchall()
         assert counts == [("t0", 50), ("t1", 50)]
-    assert migrations.migrate(before_0028) == []
+    assert migrations.migrate(before_0028, migrations=[
+        m for m in migrations.available() if m.version <= "0028"]) == []

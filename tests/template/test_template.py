@@ -360,6 +360,9 @@ def test_migrations_custom_resource_reruns_on_version_change(resources: dict) ->
     props = res["Properties"]
     assert props["ServiceToken"] == {"Fn::GetAtt": ["MigrateFunction", "Arn"]}
     assert props["MigrationsVersion"] == {"Ref": "MigrationsVersion"}
+    # (a new layer, whose tierq holds the migrations, re-runs it too)
+    assert props["Layer"] == {"Fn::If": ["IsArm64", {"Ref": "TierqLayerArm64"},
+                                         {"Ref": "TierqLayerX8664"}]}
 
 
 def test_no_wildcard_resources_in_inline_policies(resources: dict) -> None:

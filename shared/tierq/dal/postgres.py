@@ -219,9 +219,12 @@ class Database:
                  timeout: float = 10.0, prepare: bool = True,
                  statement_timeout_ms: int = 15_000, lock_timeout_ms: int = 5_000,
                  resolve_url: Callable[[bool], str] | None = None,
-                 session_settings: bool = False) -> None:
+                 session_settings: bool = False, routines: bool | None = None) -> None:
         """``prepare=False`` turns psycopg's automatic prepared statements off: needed behind
         RDS Proxy, where a prepared statement pins the client to one database connection.
+        ``routines`` (by default: when not ``prepare``): the store runs the statements of
+        which migration 0029 made PL/pgSQL functions as calls of those, whose plans the
+        backend keeps where nothing is prepared (``StoreBase``).
         The timeouts go with every statement and transaction (see the module's doc): as
         ``SET LOCAL`` of each, or with ``session_settings`` (a direct connection, never
         behind a proxy: a session ``SET`` pins it there too) on the session of each
@@ -240,6 +243,7 @@ class Database:
         self._resolve_url = resolve_url
         self._unconfirmed_attempts = 0  # connection attempts since the last that succeeded
         self.session_settings = session_settings
+        self.routines = not prepare if routines is None else routines
         self.pool = self._pool(self._conninfo, min_size, max_size, timeout, prepare, "tierq",
                                self.local_settings, self._connected, session_settings)
         self._relaxed: ConnectionPool[TierqConnection] | None = None

@@ -19,6 +19,7 @@ their columns, never ``*``: a column a migration adds must not reach code that p
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar, cast
 
@@ -30,10 +31,13 @@ from tierq.core.lazy import generate_namedtuple, is_deferred_namedtuple
 from tierq.dal.postgres import Database, execute_text
 from tierq.dal.sql_files import queries
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]  # a pooled connection, or one inside a transaction
 Params = Mapping[str, Any]
 
+# The prefix of a named statement's call of its PL/pgSQL function (migration 0029)
+ROUTINE = "routine_"
 # (row class, query name) pairs whose columns were found to be the class's fields
 _checked: set[tuple[type, str]] = set()
 
@@ -86,22 +90,48 @@ class StoreBase:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._sql = queries()
+        # the named statements run as calls of their functions (``routine_<name>``, migration
+        # 0029) on a database that prepares nothing: only the call is planned each time
+        self._routine_of = {name: f"{ROUTINE}{name}" for name in self._sql
+                            if f"{ROUTINE}{name}" in self._sql} if db.routines else {}
 
     def _fetch(self, name: str, params: Params | None, row: RowFactory[T] | Positional[T],
                conn: Conn | None = None, *, relaxed: bool = False) -> list[T]:
         """Run the named query; its rows (empty when it returns none). Without ``conn``: one
         autocommit statement on a pooled connection (``relaxed``: the pool whose commits do
         not wait for the WAL flush)."""
-        text = self._sql[name]
+        routine = self._routine_of.get(name)
         unchecked: Positional[T] | None = None
         if isinstance(row, Positional):
             if (row.cls, name) not in _checked:
                 unchecked = row
             row = row.factory
+        if routine is not None:
+            try:
+                return self._rows_of(routine, name, params, row, unchecked, conn, relaxed)
+            except psycopg.errors.UndefinedFunction:
+                self._without_routines(name)
+                if conn is not None:  # (its transaction is aborted: the caller's to retry)
+                    raise
+        return self._rows_of(name, name, params, row, unchecked, conn, relaxed)
+
+    def _rows_of(self, query: str, name: str, params: Params | None, row: RowFactory[T],
+                 unchecked: Positional[T] | None, conn: Conn | None,
+                 relaxed: bool) -> list[T]:
+        text = self._sql[query]
         if conn is None:
             with self.db.connection(relaxed=relaxed) as own:
                 return _rows(own, name, text, params, row, unchecked)
         return _rows(conn, name, text, params, row, unchecked)
+
+    def _without_routines(self, name: str) -> None:
+        """Run the statements themselves from now on: the database lacks a function of
+        migration 0029 (the code was deployed before the migrations ran). Slower behind a
+        pooler, never wrong; said once, as a warning."""
+        if self._routine_of:
+            self._routine_of = {}
+            log.warning("the function of %r is missing (migration 0029 not applied?): this "
+                        "process runs the statements unprepared; apply the migrations", name)
 
     def _execute(self, name: str, params: Params | None, conn: Conn | None = None) -> int:
         """Run a named statement that returns no rows; the number of rows it changed."""

@@ -1194,3 +1194,121 @@ FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(limits)s::int[],
          ORDER BY t.run_at, t.seq
          LIMIT p.lim
          FOR UPDATE OF t SKIP LOCKED) AS d;
+
+
+-- ============================================================================================
+-- The statements above that run as functions (migration 0029) where nothing is prepared
+-- (behind RDS Proxy): StoreBase runs `routine_<name>` in place of `<name>` there. Each call
+-- returns the columns of its statement.
+-- ============================================================================================
+
+-- name: routine_ack_delete
+SELECT id, grp
+FROM tierq_ack_delete(
+    p_ids => %(ids)s::uuid[],
+    p_queue => %(queue)s::text,
+    p_tenant_set => %(tenant_set)s::text[],
+    p_attempt => %(attempt)s::integer);
+
+-- name: routine_ack_delete_by_attempt
+SELECT id, grp
+FROM tierq_ack_delete_by_attempt(
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::text[],
+    p_attempts => %(attempts)s::integer[],
+    p_queue => %(queue)s::text);
+
+-- name: routine_insert_tasks_uniform
+SELECT min, count
+FROM tierq_insert_tasks_uniform(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::jsonb,
+    p_priorities => %(priorities)s::smallint[],
+    p_payloads => %(payloads)s::jsonb,
+    p_state => %(state)s::text,
+    p_run_at => %(run_at)s::double precision,
+    p_max_attempts => %(max_attempts)s::integer,
+    p_timeout => %(timeout)s::integer);
+
+-- name: routine_insert_tasks_keyless
+SELECT min, count
+FROM tierq_insert_tasks_keyless(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::jsonb,
+    p_priorities => %(priorities)s::smallint[],
+    p_payloads => %(payloads)s::jsonb,
+    p_states => %(states)s::text[],
+    p_run_ats => %(run_ats)s::double precision[],
+    p_max_attempts => %(max_attempts)s::integer[],
+    p_grps => %(grps)s::jsonb,
+    p_timeouts => %(timeouts)s::integer[],
+    p_traces => %(traces)s::jsonb);
+
+-- name: routine_insert_tasks
+SELECT id, seq
+FROM tierq_insert_tasks(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::jsonb,
+    p_keys => %(keys)s::jsonb,
+    p_priorities => %(priorities)s::smallint[],
+    p_payloads => %(payloads)s::jsonb,
+    p_states => %(states)s::text[],
+    p_run_ats => %(run_ats)s::double precision[],
+    p_max_attempts => %(max_attempts)s::integer[],
+    p_grps => %(grps)s::jsonb,
+    p_timeouts => %(timeouts)s::integer[],
+    p_traces => %(traces)s::jsonb);
+
+-- name: routine_insert_tasks_uniform_keyed
+SELECT id, seq
+FROM tierq_insert_tasks_uniform_keyed(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::jsonb,
+    p_keys => %(keys)s::jsonb,
+    p_priorities => %(priorities)s::smallint[],
+    p_payloads => %(payloads)s::jsonb,
+    p_state => %(state)s::text,
+    p_run_at => %(run_at)s::double precision,
+    p_max_attempts => %(max_attempts)s::integer,
+    p_timeout => %(timeout)s::integer);
+
+-- name: routine_ack_keep
+SELECT id, grp
+FROM tierq_ack_keep(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::text[],
+    p_results => %(results)s::jsonb[],
+    p_attempts => %(attempts)s::integer[]);
+
+-- name: routine_lease_outcomes
+SELECT id, tenant, state, run_at, grp
+FROM tierq_lease_outcomes(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::text[],
+    p_attempts => %(attempts)s::integer[],
+    p_errors => %(errors)s::text[],
+    p_retry_ats => %(retry_ats)s::timestamp with time zone[],
+    p_deads => %(deads)s::boolean[],
+    p_waited => %(waited)s::boolean);
+
+-- name: routine_release_leased
+SELECT id, queue, tenant, key, state, seq, priority, payload, attempts, max_attempts,
+       created_at, parents, grp, timeout_seconds, trace
+FROM tierq_release_leased(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::text[],
+    p_attempts => %(attempts)s::integer[]);
