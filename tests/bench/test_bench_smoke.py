@@ -156,3 +156,19 @@ def test_request_cost_bench_pages_and_claims_and_prints_both_figures(
         "queue view (admin)", "queue view (the tenant's)",
         "every lease of the pair (for scale)", "admin claim (a window of idle tenants)",
         "admin claim (index empty)"}
+
+
+def test_pg_routines_bench_measures_every_step_every_way(services: LocalServices,
+                                                          tmp_path: Path) -> None:
+    """bench.pg_routines: every step measured all three ways (each ack finds its rows: the
+    bench asserts it), the ratios end the output."""
+    from bench.pg_routines import STEPS, WAYS, key_of
+
+    lines, result = run_bench("bench.pg_routines", services, tmp_path / "pg_routines.json",
+                              "--rounds", "1", "--scale", "0.05")
+    last = dict(line.partition("=")[::2] for line in lines[-2 * len(STEPS):])
+    for step in STEPS:
+        for ratio in ("routine_vs_proxy", "routine_vs_prepared"):
+            assert float(last[f"{ratio}_{key_of(step)}"]) > 0, (ratio, step.name)
+        for way in WAYS:
+            assert result["us_per_task"][f"{key_of(step)}|{way}"] > 0, (step.name, way)
