@@ -149,6 +149,59 @@ def test_a_missing_function_leaves_its_statement_to_run_itself_until_found(
         store.db.close()
 
 
+def test_a_function_gone_after_it_was_found_is_looked_for_again(
+        migrated: str, stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropped or renamed after the store found it: an autocommit statement runs itself at
+    once, one in a caller's transaction fails once (its caller retries), and the store
+    looks again, finding it once it is back; another function's error is not taken for
+    it."""
+    _, _, pg = stores
+    monkeypatch.setattr(base, "ROUTINE_RECHECK_SECONDS", 0.0)  # (a minute, at once)
+    store = TaskStore(Database(migrated, max_size=1, prepare=False))
+    now = datetime.now(UTC)
+
+    def batch() -> Any:
+        return columns([str(uuid.uuid4()) for _ in range(3)], state="warm", run_at=0.0,
+                       max_attempts=1, timeout=None)
+
+    try:
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
+        pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform_v1 RENAME TO tierq_gone")
+        try:
+            with pytest.raises(psycopg.errors.UndefinedFunction), \
+                    store.db.transaction() as conn:
+                store.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)
+            assert store.routines_in_use == ALL  # (looked for at the next call)
+            with store.db.transaction() as conn:  # (the retry)
+                assert store.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)[1] == 3
+            assert store.routines_in_use == ALL - {"insert_tasks_uniform"}
+        finally:
+            pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform_v1")
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
+        pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform_v1 RENAME TO tierq_gone")
+        try:
+            assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3  # (at once)
+            assert store.routines_in_use == ALL
+            assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+            assert store.routines_in_use == ALL - {"insert_tasks_uniform"}
+            mine = warm_rows(pg, ["t"])  # (the others go on as functions)
+            assert store.ack_delete(QUEUE, mine, ["t"], 1) == [(mine[0], "g-t")]
+        finally:
+            pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform_v1")
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
+        # an error naming another function is the caller's, not a missing routine
+        with pytest.raises(psycopg.errors.UndefinedFunction), \
+                store.db.transaction() as conn:
+            conn.execute("SELECT tierq_no_such_function()")
+        assert store.routines_in_use == ALL
+    finally:
+        store.db.close()
+
+
 def rows_of(pg: psycopg.Connection[Any], ids: list[str]) -> list[tuple[Any, ...]]:
     """The columns an insert writes, without the id and seq (each store's own)."""
     return pg.execute(

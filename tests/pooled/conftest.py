@@ -1,8 +1,8 @@
 """Engines connected as through RDS Proxy (``TIERQ_DB_POOLER=transaction``): nothing
 prepared, timeouts per transaction, the hottest statements run as their PL/pgSQL
 functions (migration 0029). The modules here run integration tests again on such
-engines; each test fails if an engine ran one of those statements other than as its
-function."""
+engines; each test fails unless every engine that ran one of those statements had found
+all their functions."""
 
 from __future__ import annotations
 

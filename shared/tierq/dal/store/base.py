@@ -140,6 +140,25 @@ class StoreBase:
             if (row.cls, name) not in _checked:
                 unchecked = row
             row = row.factory
+        if query != name:
+            try:
+                return self._run_rows(text, name, params, row, unchecked, conn, relaxed)
+            except (psycopg.errors.UndefinedFunction,
+                    psycopg.errors.InsufficientPrivilege) as exc:
+                # its function went (dropped, EXECUTE revoked) after it was found: look
+                # again at the next call; an autocommit statement runs itself now, one in a
+                # caller's transaction fails (the transaction is aborted) for it to retry
+                if self._routines_wanted[name][1] not in str(exc):
+                    raise
+                self._routines_due = 0.0
+                if conn is not None:
+                    raise
+                text = self._sql[name]
+        return self._run_rows(text, name, params, row, unchecked, conn, relaxed)
+
+    def _run_rows(self, text: str, name: str, params: Params | None, row: RowFactory[T],
+                  unchecked: Positional[T] | None, conn: Conn | None,
+                  relaxed: bool) -> list[T]:
         if conn is None:
             with self.db.connection(relaxed=relaxed) as own:
                 return _rows(own, name, text, params, row, unchecked)

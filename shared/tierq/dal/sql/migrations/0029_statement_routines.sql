@@ -27,15 +27,17 @@
 -- replaced: a change to its statement makes the next version (`_v2`) in a new migration,
 -- and the call names it, so code runs the body it was written with while the migration is
 -- pending (the store runs the statement until it finds the function) and after a rollback
--- of the code. `#variable_conflict use_column`: a name that is both a column and an output
--- column (id, grp, ...) means the column, as in the statement. `plan_cache_mode =
--- force_generic_plan`: the plan is made once per backend; left to choose, PostgreSQL plans
--- a small batch again on every call (a custom plan looks cheaper than the generic one),
--- which is the cost these functions are here to save, and the generic plans are the custom
--- ones (the ids reach each statement through an InitPlan either way). SECURITY INVOKER (the
--- default): a call runs with the caller's privileges and search_path, as the statement
--- does. EXECUTE is granted to the application's group (below) as well as to PUBLIC, so a
--- database that revokes it from PUBLIC still serves the engine.
+-- of the code; a later migration that makes one grants its EXECUTE as below, and drops an
+-- older version only once no code that names it can still run. `#variable_conflict
+-- use_column`: a name that is both a column and an output column (id, grp, ...) means the
+-- column, as in the statement. `plan_cache_mode = force_generic_plan`: the plan is made
+-- once per backend; left to choose, PostgreSQL plans a small batch again on every call (a
+-- custom plan looks cheaper than the generic one), which is the cost these functions are
+-- here to save, and the generic plans are the custom ones (the ids reach each statement
+-- through an InitPlan either way). SECURITY INVOKER (the default): a call runs with the
+-- caller's privileges and search_path, as the statement does. EXECUTE is granted to the
+-- application's group (below) as well as to PUBLIC, so a database that revokes it from
+-- PUBLIC still serves the engine.
 
 CREATE FUNCTION tierq_ack_delete_v1(p_ids uuid[], p_queue text, p_tenant_set text[], p_attempt integer)
 RETURNS TABLE (id text, grp text)
