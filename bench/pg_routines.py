@@ -194,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"  {step.name}: {tasks:,} tasks a way, done")
                 with ways[0].db.connection() as conn:  # (the next round on a clean table)
                     conn.execute("VACUUM tierq_tasks")
+            # (the routine way ran every statement as its function: a database without
+            # migration 0029 would have measured the statements under its name)
+            used = ways[2].store.routines_in_use
+            ran = {"insert_tasks_uniform", "insert_tasks_keyless", "ack_delete",
+                   "ack_delete_by_attempt"}
+            if not ran <= used:
+                raise SystemExit(f"the routine way ran {sorted(ran - used)} as statements: "
+                                 "is migration 0029 applied to --database-url?")
         finally:
             for way in ways:
                 way.close()

@@ -358,13 +358,13 @@ class Settings:
     # naming the holder (within the migrate function's 300 s timeout).
     migrate_runner_wait_seconds: float = setting("TIERQ_MIGRATE_RUNNER_WAIT_SECONDS", 240.0,
                                                  gt=0, le=3_600)
-    # What hands tierq's connections to PostgreSQL: ``transaction`` for a pooler that may give
-    # the next transaction another server connection (RDS Proxy, PgBouncer in transaction
-    # mode): nothing prepared (a prepared statement pins the client there, or is missing on
-    # the next connection), timeouts per transaction, and the hottest statements run as
+    # What hands tierq's connections to PostgreSQL: ``transaction`` for RDS Proxy, which may
+    # give each transaction another server connection and pins a client that keeps session
+    # state: nothing prepared, timeouts per transaction, and the hottest statements run as
     # their PL/pgSQL functions (migration 0029), whose plans the server keeps; ``none`` for
-    # a direct connection; ``auto``: ``transaction`` with DB_SECRET_ARN (RDS Proxy on AWS),
-    # else ``none``.
+    # a direct connection; ``auto``: ``transaction`` with DB_SECRET_ARN (on AWS), else
+    # ``none``. A pooler that never pins (PgBouncer in transaction mode) is not enough:
+    # promotion holds a session advisory lock over several transactions.
     db_pooler: Literal["auto", "none", "transaction"] = setting("TIERQ_DB_POOLER", "auto")
     db_pool_max: int = setting("TIERQ_DB_POOL_MAX", 10, ge=1)
     # How long a request waits for a pooled connection before it is answered 503. Once a

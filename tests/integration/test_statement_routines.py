@@ -20,13 +20,18 @@ from tests.support.stores import migrated_database
 from tierq.config import Settings
 from tierq.dal.postgres import Database, uuid_array
 from tierq.dal.sql_files import queries
+from tierq.dal.store import base
 from tierq.dal.store.base import ROUTINE
+from tierq.dal.store.base import _called_function as called_function
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
 from tierq.logic.context import OffsetClock
 from tierq.models import AckItem
 
 QUEUE = "q"
+ALL = frozenset({"insert_tasks", "insert_tasks_keyless", "insert_tasks_uniform",
+                 "insert_tasks_uniform_keyed", "ack_delete", "ack_delete_by_attempt", "ack_keep",
+                 "lease_outcomes", "release_leased"})
 _PARAM = re.compile(r"%\((\w+)\)s")
 _COMMENT = re.compile(r"--[^\n]*")
 
@@ -65,76 +70,136 @@ def stores(migrated: str) -> Iterator[tuple[TaskStore, TaskStore, psycopg.Connec
 
 
 def test_every_routine_is_its_named_statement(migrated: str) -> None:
+    """Each call names a function whose body is its statement and whose parameters are
+    the call's arguments, typed as the call casts them; the application's group may call
+    it even where PUBLIC may not."""
     named = queries()
-    assert set(routines()) == {
-        "insert_tasks", "insert_tasks_keyless", "insert_tasks_uniform",
-        "insert_tasks_uniform_keyed", "ack_delete", "ack_delete_by_attempt", "ack_keep",
-        "lease_outcomes", "release_leased"}
+    assert set(routines()) == ALL
     with psycopg.connect(migrated) as pg:
         for name, call in routines().items():
+            function = called_function(call)
+            assert re.fullmatch(rf"tierq_{name}_v\d+", function), function
             found = pg.execute(
-                "SELECT prosrc, proargnames, prolang::regproc FROM pg_proc p"
-                " JOIN pg_language l ON l.oid = p.prolang"
-                " WHERE proname = %s AND pronamespace = current_schema()::regnamespace",
-                (f"tierq_{name}",)).fetchall()
-            assert len(found) == 1, f"tierq_{name}: {len(found)} functions"
-            [(body, argnames, _)] = found
+                "SELECT prosrc, pg_get_function_identity_arguments(oid),"
+                " has_function_privilege(tierq_app_group(), oid, 'EXECUTE')"
+                " FROM pg_proc WHERE proname = %s"
+                " AND pronamespace = current_schema()::regnamespace", (function,)).fetchall()
+            assert len(found) == 1, f"{function}: {len(found)} functions"
+            [(body, arguments, granted)] = found
+            assert granted, f"{function}: no EXECUTE for the application's group"
             statement = named[name]
             params = sorted(set(_PARAM.findall(statement)))
-            # the function's own parameters, then the columns of RETURNS TABLE
-            assert sorted(a for a in argnames if a.startswith("p_")) == [f"p_{p}" for p in params]
-            assert sorted(set(_PARAM.findall(call))) == params, name
-            assert set(re.findall(r"\bp_(\w+) =>", call)) == set(params), name
+            casts = dict(re.findall(r"\b(p_\w+) => %\(\w+\)s::([^,)]+)", call))
+            assert sorted(casts) == [f"p_{p}" for p in params], name
+            assert all(f"p_{p} => %({p})s::" in call for p in params), name
+            assert dict(a.split(" ", 1) for a in arguments.split(", ")) == casts, (
+                f"{function}({arguments}) is not called as {casts}")
             expected = "#variable_conflict use_column BEGIN RETURN QUERY " + words(
                 _PARAM.sub(lambda m: f"p_{m.group(1)}", statement)) + "; END"
-            assert words(body) == expected, f"tierq_{name} is not the statement {name}"
+            assert words(body) == expected, f"{function} is not the statement {name}"
 
 
 def test_the_store_calls_a_function_only_where_nothing_is_prepared(
-        stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]],
-        caplog: pytest.LogCaptureFixture) -> None:
-    """A missing function (code deployed before migration 0029 ran) fails the statement
-    once inside a transaction, which its caller retries, and an autocommit statement not
-    at all; from then on the process runs the statements, warned once."""
+        stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]]) -> None:
     prepared, proxied, pg = stores
+    mine = warm_rows(pg, ["t", "t"])
+    assert prepared.ack_delete(QUEUE, mine[:1], ["t"], 1) == [(mine[0], "g-t")]
+    assert proxied.ack_delete(QUEUE, mine[1:], ["t"], 1) == [(mine[1], "g-t")]
+    assert prepared.routines_in_use == frozenset()
+    assert proxied.routines_in_use == ALL
+    assert Database("postgresql://127.0.0.1:1/x", min_size=0, prepare=False).routines
+    assert not Database("postgresql://127.0.0.1:1/x", min_size=0).routines
+    assert not Database("postgresql://127.0.0.1:1/x", min_size=0, prepare=False,
+                        routines=False).routines
+
+
+def test_a_missing_function_leaves_its_statement_to_run_itself_until_found(
+        migrated: str, stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Code deployed before migration 0029 ran (or EXECUTE revoked): the statement runs
+    itself, inside a transaction too, warned once; the function is used once found."""
+    _, _, pg = stores
+    caplog.set_level(logging.WARNING, logger="tierq.dal.store.base")
+    now = datetime.now(UTC)
 
     def batch() -> Any:
         return columns([str(uuid.uuid4()) for _ in range(3)], state="warm", run_at=0.0,
                        max_attempts=1, timeout=None)
 
     def warnings() -> list[logging.LogRecord]:
-        return [r for r in caplog.records if "migration 0029" in r.getMessage()]
+        return [r for r in caplog.records if "missing or not callable" in r.getMessage()]
 
-    caplog.set_level(logging.WARNING, logger="tierq.dal.store.base")
-    now = datetime.now(UTC)
-    pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform RENAME TO tierq_gone")
+    monkeypatch.setattr(base, "ROUTINE_RECHECK_SECONDS", 0.0)  # (looks on every call)
+    pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform_v1 RENAME TO tierq_gone")
+    store = TaskStore(Database(migrated, max_size=1, prepare=False))
     try:
-        assert prepared.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
-        assert not warnings()
-        with pytest.raises(psycopg.errors.UndefinedFunction), \
-                proxied.db.transaction() as conn:
-            proxied.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)
+        with store.db.transaction() as conn:
+            assert store.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)[1] == 3
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL - {"insert_tasks_uniform"}
         [warned] = warnings()
-        assert "'insert_tasks_uniform'" in warned.getMessage()
-        assert proxied.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
-        mine = warm_rows(pg, ["t"])
-        assert proxied.ack_delete(QUEUE, mine, ["t"], 1) == [(mine[0], "g-t")]
+        assert "tierq_insert_tasks_uniform_v1" in warned.getMessage()
+    finally:
+        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform_v1")
+    try:
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
         assert len(warnings()) == 1
     finally:
-        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform")
-    fresh = TaskStore(Database(proxied.db.url, max_size=1, prepare=False))
-    pg.execute("ALTER FUNCTION tierq_ack_delete RENAME TO tierq_gone")
+        store.db.close()
+
+
+def test_a_function_gone_after_it_was_found_is_looked_for_again(
+        migrated: str, stores: tuple[TaskStore, TaskStore, psycopg.Connection[Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropped or renamed after the store found it: an autocommit statement runs itself at
+    once, one in a caller's transaction fails once (its caller retries), and the store
+    looks again, finding it once it is back; another function's error is not taken for
+    it."""
+    _, _, pg = stores
+    monkeypatch.setattr(base, "ROUTINE_RECHECK_SECONDS", 0.0)  # (a minute, at once)
+    store = TaskStore(Database(migrated, max_size=1, prepare=False))
+    now = datetime.now(UTC)
+
+    def batch() -> Any:
+        return columns([str(uuid.uuid4()) for _ in range(3)], state="warm", run_at=0.0,
+                       max_attempts=1, timeout=None)
+
     try:
-        mine = warm_rows(pg, ["t"])
-        assert fresh.ack_delete(QUEUE, mine, ["t"], 1) == [(mine[0], "g-t")]
-        assert len(warnings()) == 2
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
+        pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform_v1 RENAME TO tierq_gone")
+        try:
+            with pytest.raises(psycopg.errors.UndefinedFunction), \
+                    store.db.transaction() as conn:
+                store.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)
+            assert store.routines_in_use == ALL  # (looked for at the next call)
+            with store.db.transaction() as conn:  # (the retry)
+                assert store.insert_tasks_uniform(QUEUE, now, batch(), conn=conn)[1] == 3
+            assert store.routines_in_use == ALL - {"insert_tasks_uniform"}
+        finally:
+            pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform_v1")
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
+        pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform_v1 RENAME TO tierq_gone")
+        try:
+            assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3  # (at once)
+            assert store.routines_in_use == ALL
+            assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+            assert store.routines_in_use == ALL - {"insert_tasks_uniform"}
+            mine = warm_rows(pg, ["t"])  # (the others go on as functions)
+            assert store.ack_delete(QUEUE, mine, ["t"], 1) == [(mine[0], "g-t")]
+        finally:
+            pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform_v1")
+        assert store.insert_tasks_uniform(QUEUE, now, batch())[1] == 3
+        assert store.routines_in_use == ALL
+        # an error naming another function is the caller's, not a missing routine
+        with pytest.raises(psycopg.errors.UndefinedFunction), \
+                store.db.transaction() as conn:
+            conn.execute("SELECT tierq_no_such_function()")
+        assert store.routines_in_use == ALL
     finally:
-        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_ack_delete")
-        fresh.db.close()
-    assert Database("postgresql://127.0.0.1:1/x", min_size=0, prepare=False).routines
-    assert not Database("postgresql://127.0.0.1:1/x", min_size=0).routines
-    assert not Database("postgresql://127.0.0.1:1/x", min_size=0, prepare=False,
-                        routines=False).routines
+        store.db.close()
 
 
 def rows_of(pg: psycopg.Connection[Any], ids: list[str]) -> list[tuple[Any, ...]]:
@@ -216,8 +281,7 @@ def test_the_acks_delete_only_what_the_statements_delete(
 
 def test_an_engine_as_on_aws_enqueues_claims_and_acks_over_tenants(
         app_database_url: str, valkey_url: str, valkey_cluster: bool,
-        clean_stores: None, pg: psycopg.Connection[Any],
-        caplog: pytest.LogCaptureFixture) -> None:
+        clean_stores: None, pg: psycopg.Connection[Any]) -> None:
     settings = Settings(database_url=app_database_url, valkey_url=valkey_url,
                         settings_cache_seconds=0.0, valkey_cluster=valkey_cluster)
     # (as on AWS: no prepared statement, timeouts set per transaction, never per session)
@@ -246,15 +310,6 @@ def test_an_engine_as_on_aws_enqueues_claims_and_acks_over_tenants(
         result = tq.ack(QUEUE, mine)
         assert len(result.acked) == 2
         assert pg.execute("SELECT tenant FROM tierq_tasks").fetchall() == [("b",)]
-        # (the enqueues above went through the functions: without one, the engine warns
-        # and goes on with the statements)
-        pg.execute("ALTER FUNCTION tierq_insert_tasks_uniform RENAME TO tierq_gone")
-        try:
-            with caplog.at_level(logging.WARNING, logger="tierq.dal.store.base"):
-                tq.enqueue(QUEUE, [{"payload": 4}], tenant="a")
-        finally:
-            pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_insert_tasks_uniform")
-        assert any("insert_tasks_uniform" in r.getMessage() for r in caplog.records)
-        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (2,)
+        assert tq.ctx.store.routines_in_use == ALL
     finally:
         tq.close()

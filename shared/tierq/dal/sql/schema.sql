@@ -323,21 +323,9 @@ table tierq_tasks
 sequence tierq_task_seq bigint start 1 increment 512 min 1 max 9223372036854774784 cache 1
   grant to <app_group>: USAGE
 
-function tierq_ack_delete(p_ids uuid[], p_queue text, p_tenant_set text[], p_attempt integer) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_ack_delete_by_attempt_v1(p_ids uuid[], p_tenants text[], p_attempts integer[], p_queue text) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
-  body:
-    #variable_conflict use_column
-    BEGIN
-    RETURN QUERY
-    DELETE FROM tierq_tasks
-    WHERE id = ANY(ARRAY(SELECT unnest(p_ids::uuid[]))) AND queue = p_queue
-      AND tenant = ANY(p_tenant_set::text[])
-      AND (state = 'warm') IS TRUE AND attempts < p_attempt AND waiters = 0
-    RETURNING id::text, grp;
-    END
-
-function tierq_ack_delete_by_attempt(p_ids uuid[], p_tenants text[], p_attempts integer[], p_queue text) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
-  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
   body:
     #variable_conflict use_column
     BEGIN
@@ -351,8 +339,23 @@ function tierq_ack_delete_by_attempt(p_ids uuid[], p_tenants text[], p_attempts 
     RETURNING t.id::text, t.grp;
     END
 
-function tierq_ack_keep(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_results jsonb[], p_attempts integer[]) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_ack_delete_v1(p_ids uuid[], p_queue text, p_tenant_set text[], p_attempt integer) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    DELETE FROM tierq_tasks
+    WHERE id = ANY(ARRAY(SELECT unnest(p_ids::uuid[]))) AND queue = p_queue
+      AND tenant = ANY(p_tenant_set::text[])
+      AND (state = 'warm') IS TRUE AND attempts < p_attempt AND waiters = 0
+    RETURNING id::text, grp;
+    END
+
+function tierq_ack_keep_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_results jsonb[], p_attempts integer[]) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
   body:
     #variable_conflict use_column
     BEGIN
@@ -417,46 +420,9 @@ function tierq_grant_app_group() returns text language plpgsql volatile
         RETURN grp;
     END
 
-function tierq_insert_tasks(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb) returns TABLE(id text, seq bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_insert_tasks_keyless_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb) returns TABLE(min bigint, count bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
-  body:
-    #variable_conflict use_column
-    BEGIN
-    RETURN QUERY
-    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
-                             run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since, grp, timeout_seconds, trace)
-    SELECT v.id, p_queue, v.tenant, v.key, v.priority, v.payload, v.state, r.run_at, r.run_at,
-           v.max_attempts, b.seq + v.n - 1, p_now,
-           CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
-                ELSE p_now::timestamptz END,
-           p_now, v.grp, v.timeout_seconds, v.trace
-    FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
-         ROWS FROM (unnest(p_ids::uuid[]),
-                    jsonb_array_elements_text(p_tenants::jsonb),
-                    jsonb_array_elements_text(p_keys::jsonb),
-                    unnest(p_priorities::smallint[]),
-                    jsonb_array_elements(p_payloads::jsonb),
-                    unnest(p_states::text[]),
-                    unnest(p_run_ats::double precision[]),
-                    unnest(p_max_attempts::int[]),
-                    jsonb_array_elements_text(p_grps::jsonb),
-                    unnest(p_timeouts::int[]),
-                    jsonb_array_elements_text(p_traces::jsonb))
-         WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts,
-                              grp, timeout_seconds, trace, n),
-         LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
-                              THEN to_timestamp(v.run_at)
-                              ELSE LEAST(to_timestamp(v.run_at), p_now::timestamptz)
-                         END AS run_at) AS r
-    ON CONFLICT (queue, tenant, key)
-        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
-    DO NOTHING
-    RETURNING id::text, seq;
-    END
-
-function tierq_insert_tasks_keyless(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb) returns TABLE(min bigint, count bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
-  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
   body:
     #variable_conflict use_column
     BEGIN
@@ -492,41 +458,9 @@ function tierq_insert_tasks_keyless(p_queue text, p_now timestamp with time zone
     SELECT min(seq), count(*) FROM inserted;
     END
 
-function tierq_insert_tasks_uniform(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer) returns TABLE(min bigint, count bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_insert_tasks_uniform_keyed_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer) returns TABLE(id text, seq bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
-  body:
-    #variable_conflict use_column
-    BEGIN
-    RETURN QUERY
-    WITH inserted AS (
-        INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
-                                 run_at_initially, max_attempts, seq, created_at, ready_since,
-                                 state_since, grp, timeout_seconds, trace)
-        SELECT v.id, p_queue, v.tenant, NULL, v.priority, v.payload, r.state, r.run_at,
-               r.run_at, p_max_attempts, b.seq + v.n - 1, p_now, r.ready_since,
-               p_now, NULL, p_timeout, NULL
-        FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
-             (SELECT s.state,
-                     CASE WHEN s.state IN ('delayed', 'waiting', 'held')
-                          THEN to_timestamp(p_run_at::double precision)
-                          ELSE LEAST(to_timestamp(p_run_at::double precision),
-                                     p_now::timestamptz)
-                     END AS run_at,
-                     CASE WHEN s.state IN ('delayed', 'waiting', 'held') THEN NULL
-                          ELSE p_now::timestamptz END AS ready_since
-              FROM (SELECT p_state::text AS state) AS s) AS r,
-             ROWS FROM (unnest(p_ids::uuid[]),
-                        jsonb_array_elements_text(p_tenants::jsonb),
-                        unnest(p_priorities::smallint[]),
-                        jsonb_array_elements(p_payloads::jsonb))
-             WITH ORDINALITY AS v(id, tenant, priority, payload, n)
-        RETURNING seq
-    )
-    SELECT min(seq), count(*) FROM inserted;
-    END
-
-function tierq_insert_tasks_uniform_keyed(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer) returns TABLE(id text, seq bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
-  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
   body:
     #variable_conflict use_column
     BEGIN
@@ -577,8 +511,82 @@ function tierq_insert_tasks_uniform_keyed(p_queue text, p_now timestamp with tim
     UNION ALL SELECT NULL, seq FROM b;
     END
 
-function tierq_lease_outcomes(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[], p_errors text[], p_retry_ats timestamp with time zone[], p_deads boolean[], p_waited boolean) returns TABLE(id uuid, tenant text, state text, run_at timestamp with time zone, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_insert_tasks_uniform_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer) returns TABLE(min bigint, count bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    WITH inserted AS (
+        INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                                 run_at_initially, max_attempts, seq, created_at, ready_since,
+                                 state_since, grp, timeout_seconds, trace)
+        SELECT v.id, p_queue, v.tenant, NULL, v.priority, v.payload, r.state, r.run_at,
+               r.run_at, p_max_attempts, b.seq + v.n - 1, p_now, r.ready_since,
+               p_now, NULL, p_timeout, NULL
+        FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
+             (SELECT s.state,
+                     CASE WHEN s.state IN ('delayed', 'waiting', 'held')
+                          THEN to_timestamp(p_run_at::double precision)
+                          ELSE LEAST(to_timestamp(p_run_at::double precision),
+                                     p_now::timestamptz)
+                     END AS run_at,
+                     CASE WHEN s.state IN ('delayed', 'waiting', 'held') THEN NULL
+                          ELSE p_now::timestamptz END AS ready_since
+              FROM (SELECT p_state::text AS state) AS s) AS r,
+             ROWS FROM (unnest(p_ids::uuid[]),
+                        jsonb_array_elements_text(p_tenants::jsonb),
+                        unnest(p_priorities::smallint[]),
+                        jsonb_array_elements(p_payloads::jsonb))
+             WITH ORDINALITY AS v(id, tenant, priority, payload, n)
+        RETURNING seq
+    )
+    SELECT min(seq), count(*) FROM inserted;
+    END
+
+function tierq_insert_tasks_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb) returns TABLE(id text, seq bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since, grp, timeout_seconds, trace)
+    SELECT v.id, p_queue, v.tenant, v.key, v.priority, v.payload, v.state, r.run_at, r.run_at,
+           v.max_attempts, b.seq + v.n - 1, p_now,
+           CASE WHEN v.state IN ('delayed', 'waiting', 'held') THEN NULL
+                ELSE p_now::timestamptz END,
+           p_now, v.grp, v.timeout_seconds, v.trace
+    FROM (SELECT nextval('tierq_task_seq') AS seq) AS b,
+         ROWS FROM (unnest(p_ids::uuid[]),
+                    jsonb_array_elements_text(p_tenants::jsonb),
+                    jsonb_array_elements_text(p_keys::jsonb),
+                    unnest(p_priorities::smallint[]),
+                    jsonb_array_elements(p_payloads::jsonb),
+                    unnest(p_states::text[]),
+                    unnest(p_run_ats::double precision[]),
+                    unnest(p_max_attempts::int[]),
+                    jsonb_array_elements_text(p_grps::jsonb),
+                    unnest(p_timeouts::int[]),
+                    jsonb_array_elements_text(p_traces::jsonb))
+         WITH ORDINALITY AS v(id, tenant, key, priority, payload, state, run_at, max_attempts,
+                              grp, timeout_seconds, trace, n),
+         LATERAL (SELECT CASE WHEN v.state IN ('delayed', 'waiting', 'held')
+                              THEN to_timestamp(v.run_at)
+                              ELSE LEAST(to_timestamp(v.run_at), p_now::timestamptz)
+                         END AS run_at) AS r
+    ON CONFLICT (queue, tenant, key)
+        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
+    DO NOTHING
+    RETURNING id::text, seq;
+    END
+
+function tierq_lease_outcomes_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[], p_errors text[], p_retry_ats timestamp with time zone[], p_deads boolean[], p_waited boolean) returns TABLE(id uuid, tenant text, state text, run_at timestamp with time zone, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
   body:
     #variable_conflict use_column
     BEGIN
@@ -602,8 +610,9 @@ function tierq_lease_outcomes(p_queue text, p_now timestamp with time zone, p_id
     RETURNING t.id, t.tenant, t.state, t.run_at, t.grp;
     END
 
-function tierq_release_leased(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[]) returns TABLE(id uuid, queue text, tenant text, key text, state text, seq bigint, priority smallint, payload jsonb, attempts integer, max_attempts integer, created_at timestamp with time zone, parents text, grp text, timeout_seconds integer, trace text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_release_leased_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[]) returns TABLE(id uuid, queue text, tenant text, key text, state text, seq bigint, priority smallint, payload jsonb, attempts integer, max_attempts integer, created_at timestamp with time zone, parents text, grp text, timeout_seconds integer, trace text) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
   body:
     #variable_conflict use_column
     BEGIN

@@ -20,12 +20,15 @@ their columns, never ``*``: a column a migration adds must not reach code that p
 from __future__ import annotations
 
 import logging
+import math
+import re
+import time
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar, cast
 
 import psycopg
 from psycopg.pq import ExecStatus
-from psycopg.rows import RowFactory, RowMaker
+from psycopg.rows import RowFactory, RowMaker, scalar_row
 
 from tierq.core.lazy import generate_namedtuple, is_deferred_namedtuple
 from tierq.dal.postgres import Database, execute_text
@@ -38,6 +41,9 @@ Params = Mapping[str, Any]
 
 # The prefix of a named statement's call of its PL/pgSQL function (migration 0029)
 ROUTINE = "routine_"
+# How often a store looks again for the functions it did not find (``_find_routines``)
+ROUTINE_RECHECK_SECONDS = 60.0
+_CALLED = re.compile(r"\bFROM\s+(tierq_\w+)\(")
 # (row class, query name) pairs whose columns were found to be the class's fields
 _checked: set[tuple[type, str]] = set()
 
@@ -90,48 +96,94 @@ class StoreBase:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._sql = queries()
-        # the named statements run as calls of their functions (``routine_<name>``, migration
-        # 0029) on a database that prepares nothing: only the call is planned each time
-        self._routine_of = {name: f"{ROUTINE}{name}" for name in self._sql
-                            if f"{ROUTINE}{name}" in self._sql} if db.routines else {}
+        # The statements that run as calls of their functions (``routine_<name>``, migration
+        # 0029) on a database that prepares nothing, where only the call is planned each
+        # time: {statement: (its call, the function the call names)}. Each runs as its
+        # call once the function is found (``_find_routines``), as itself until then.
+        self._routines_wanted: dict[str, tuple[str, str]] = {}
+        if db.routines:
+            for name in self._sql:
+                call = self._sql.get(f"{ROUTINE}{name}")
+                if call is not None:
+                    self._routines_wanted[name] = (f"{ROUTINE}{name}",
+                                                   _called_function(call))
+        self._routine_of: dict[str, str] = {}  # {statement: its call} of the ones found
+        # when to look for the functions (time.monotonic()): now, or never again
+        self._routines_due = 0.0 if self._routines_wanted else math.inf
+        self._routines_warned = False
+
+    @property
+    def routines_wanted(self) -> frozenset[str]:
+        """The statements that run as their functions once found (none where statements
+        are prepared)."""
+        return frozenset(self._routines_wanted)
+
+    @property
+    def routines_in_use(self) -> frozenset[str]:
+        """The statements that run as their functions (none where statements are prepared,
+        or before the first of them ran)."""
+        return frozenset(self._routine_of)
 
     def _fetch(self, name: str, params: Params | None, row: RowFactory[T] | Positional[T],
                conn: Conn | None = None, *, relaxed: bool = False) -> list[T]:
         """Run the named query; its rows (empty when it returns none). Without ``conn``: one
         autocommit statement on a pooled connection (``relaxed``: the pool whose commits do
         not wait for the WAL flush)."""
-        routine = self._routine_of.get(name)
+        query = name
+        if name in self._routines_wanted:
+            if time.monotonic() >= self._routines_due:
+                self._find_routines(conn)
+            query = self._routine_of.get(name, name)
+        text = self._sql[query]
         unchecked: Positional[T] | None = None
         if isinstance(row, Positional):
             if (row.cls, name) not in _checked:
                 unchecked = row
             row = row.factory
-        if routine is not None:
+        if query != name:
             try:
-                return self._rows_of(routine, name, params, row, unchecked, conn, relaxed)
-            except psycopg.errors.UndefinedFunction:
-                self._without_routines(name)
-                if conn is not None:  # (its transaction is aborted: the caller's to retry)
+                return self._run_rows(text, name, params, row, unchecked, conn, relaxed)
+            except (psycopg.errors.UndefinedFunction,
+                    psycopg.errors.InsufficientPrivilege) as exc:
+                # its function went (dropped, EXECUTE revoked) after it was found: look
+                # again at the next call; an autocommit statement runs itself now, one in a
+                # caller's transaction fails (the transaction is aborted) for it to retry
+                if self._routines_wanted[name][1] not in str(exc):
                     raise
-        return self._rows_of(name, name, params, row, unchecked, conn, relaxed)
+                self._routines_due = 0.0
+                if conn is not None:
+                    raise
+                text = self._sql[name]
+        return self._run_rows(text, name, params, row, unchecked, conn, relaxed)
 
-    def _rows_of(self, query: str, name: str, params: Params | None, row: RowFactory[T],
-                 unchecked: Positional[T] | None, conn: Conn | None,
-                 relaxed: bool) -> list[T]:
-        text = self._sql[query]
+    def _run_rows(self, text: str, name: str, params: Params | None, row: RowFactory[T],
+                  unchecked: Positional[T] | None, conn: Conn | None,
+                  relaxed: bool) -> list[T]:
         if conn is None:
             with self.db.connection(relaxed=relaxed) as own:
                 return _rows(own, name, text, params, row, unchecked)
         return _rows(conn, name, text, params, row, unchecked)
 
-    def _without_routines(self, name: str) -> None:
-        """Run the statements themselves from now on: the database lacks a function of
-        migration 0029 (the code was deployed before the migrations ran). Slower behind a
-        pooler, never wrong; said once, as a warning."""
-        if self._routine_of:
-            self._routine_of = {}
-            log.warning("the function of %r is missing (migration 0029 not applied?): this "
-                        "process runs the statements unprepared; apply the migrations", name)
+    def _find_routines(self, conn: Conn | None) -> None:
+        """Look for the functions of the statements that run as functions (one query, on
+        ``conn`` when given); the ones found run from now on. While one is missing or not
+        callable (code deployed before its migration ran, EXECUTE revoked), its statement
+        runs itself, slower behind a pooler but never wrong; the store looks again every
+        ``ROUTINE_RECHECK_SECONDS``, and says so once, as a warning."""
+        wanted = self._routines_wanted
+        functions = sorted({function for _, function in wanted.values()})
+        found = set(self._fetch("routines_found", {"functions": functions}, scalar_row, conn))
+        self._routine_of = {name: call for name, (call, function) in wanted.items()
+                            if function in found}
+        missing = [f for f in functions if f not in found]
+        self._routines_due = time.monotonic() + ROUTINE_RECHECK_SECONDS if missing \
+            else math.inf
+        if missing and not self._routines_warned:
+            self._routines_warned = True
+            log.warning("functions of the statements are missing or not callable (%s): the "
+                        "statements run unprepared until they are found (apply the "
+                        "migrations); looked for again every %.0f s", ", ".join(missing),
+                        ROUTINE_RECHECK_SECONDS)
 
     def _execute(self, name: str, params: Params | None, conn: Conn | None = None) -> int:
         """Run a named statement that returns no rows; the number of rows it changed."""
@@ -140,6 +192,14 @@ class StoreBase:
             with self.db.connection() as own:
                 return execute_text(own, text, params).rowcount
         return execute_text(conn, text, params).rowcount
+
+
+def _called_function(call: str) -> str:
+    """The function a ``routine_<name>`` query calls (``SELECT … FROM tierq_…(…)``)."""
+    found = _CALLED.search(call)
+    if found is None:
+        raise ValueError(f"no function call in {call[:80]!r}")
+    return found.group(1)
 
 
 def checked(row: Positional[Any], name: str, cursor: psycopg.Cursor[Any]) -> None:

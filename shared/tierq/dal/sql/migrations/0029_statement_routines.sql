@@ -7,33 +7,39 @@
 -- backend, which the proxy shares between its clients without pinning: only the call is
 -- planned each time (python -m bench.pg_routines). The engine calls these where its
 -- connections prepare nothing (`Database(routines=...)`, dal/postgres.py; StoreBase runs
--- `routine_<name>` of sql/queries/engine.sql for `<name>`); elsewhere it runs the named
--- statements themselves, prepared.
+-- `routine_<name>` of sql/queries/engine.sql for `<name>` once it has found the function);
+-- elsewhere it runs the named statements themselves, prepared.
 --
--- | function                         | runs the named statement   | for                   |
--- | -------------------------------- | -------------------------- | --------------------- |
--- | tierq_insert_tasks               | insert_tasks               | enqueue, with keys    |
--- | tierq_insert_tasks_keyless       | insert_tasks_keyless       | enqueue               |
--- | tierq_insert_tasks_uniform       | insert_tasks_uniform       | enqueue               |
--- | tierq_insert_tasks_uniform_keyed | insert_tasks_uniform_keyed | enqueue, with keys    |
--- | tierq_ack_delete                 | ack_delete                 | ack                   |
--- | tierq_ack_delete_by_attempt      | ack_delete_by_attempt      | ack                   |
--- | tierq_ack_keep                   | ack_keep                   | ack with a result     |
--- | tierq_lease_outcomes             | lease_outcomes             | nack, lease expiry    |
--- | tierq_release_leased             | release_leased             | release               |
+-- | function                            | runs the named statement   | for                |
+-- | ----------------------------------- | -------------------------- | ------------------ |
+-- | tierq_insert_tasks_v1               | insert_tasks               | enqueue, with keys |
+-- | tierq_insert_tasks_keyless_v1       | insert_tasks_keyless       | enqueue            |
+-- | tierq_insert_tasks_uniform_v1       | insert_tasks_uniform       | enqueue            |
+-- | tierq_insert_tasks_uniform_keyed_v1 | insert_tasks_uniform_keyed | enqueue, with keys |
+-- | tierq_ack_delete_v1                 | ack_delete                 | ack                |
+-- | tierq_ack_delete_by_attempt_v1      | ack_delete_by_attempt      | ack                |
+-- | tierq_ack_keep_v1                   | ack_keep                   | ack with a result  |
+-- | tierq_lease_outcomes_v1             | lease_outcomes             | nack, lease expiry |
+-- | tierq_release_leased_v1             | release_leased             | release            |
 --
 -- Each body is its named statement, each %(name)s written p_name, and nothing else
--- (tests/integration/test_statement_routines.py compares them): a change to one of those
--- statements needs a migration that replaces its function. `#variable_conflict
+-- (tests/integration/test_statement_routines.py compares them). A function is never
+-- replaced: a change to its statement makes the next version (`_v2`) in a new migration,
+-- and the call names it, so code runs the body it was written with while the migration is
+-- pending (the store runs the statement until it finds the function) and after a rollback
+-- of the code; a later migration that makes one grants its EXECUTE as below, and drops an
+-- older version only once no code that names it can still run. `#variable_conflict
 -- use_column`: a name that is both a column and an output column (id, grp, ...) means the
 -- column, as in the statement. `plan_cache_mode = force_generic_plan`: the plan is made
 -- once per backend; left to choose, PostgreSQL plans a small batch again on every call (a
 -- custom plan looks cheaper than the generic one), which is the cost these functions are
 -- here to save, and the generic plans are the custom ones (the ids reach each statement
 -- through an InitPlan either way). SECURITY INVOKER (the default): a call runs with the
--- caller's privileges and search_path, as the statement does, so EXECUTE stays with PUBLIC.
+-- caller's privileges and search_path, as the statement does. EXECUTE is granted to the
+-- application's group (below) as well as to PUBLIC, so a database that revokes it from
+-- PUBLIC still serves the engine.
 
-CREATE FUNCTION tierq_ack_delete(p_ids uuid[], p_queue text, p_tenant_set text[], p_attempt integer)
+CREATE FUNCTION tierq_ack_delete_v1(p_ids uuid[], p_queue text, p_tenant_set text[], p_attempt integer)
 RETURNS TABLE (id text, grp text)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -49,7 +55,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_ack_delete_by_attempt(p_ids uuid[], p_tenants text[], p_attempts integer[], p_queue text)
+CREATE FUNCTION tierq_ack_delete_by_attempt_v1(p_ids uuid[], p_tenants text[], p_attempts integer[], p_queue text)
 RETURNS TABLE (id text, grp text)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -67,7 +73,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_insert_tasks_uniform(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer)
+CREATE FUNCTION tierq_insert_tasks_uniform_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer)
 RETURNS TABLE (min bigint, count bigint)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -103,7 +109,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_insert_tasks_keyless(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb)
+CREATE FUNCTION tierq_insert_tasks_keyless_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb)
 RETURNS TABLE (min bigint, count bigint)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -143,7 +149,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_insert_tasks(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb)
+CREATE FUNCTION tierq_insert_tasks_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb)
 RETURNS TABLE (id text, seq bigint)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -184,7 +190,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_insert_tasks_uniform_keyed(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer)
+CREATE FUNCTION tierq_insert_tasks_uniform_keyed_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_keys jsonb, p_priorities smallint[], p_payloads jsonb, p_state text, p_run_at double precision, p_max_attempts integer, p_timeout integer)
 RETURNS TABLE (id text, seq bigint)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -239,7 +245,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_ack_keep(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_results jsonb[], p_attempts integer[])
+CREATE FUNCTION tierq_ack_keep_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_results jsonb[], p_attempts integer[])
 RETURNS TABLE (id text, grp text)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -259,7 +265,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_lease_outcomes(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[], p_errors text[], p_retry_ats timestamp with time zone[], p_deads boolean[], p_waited boolean)
+CREATE FUNCTION tierq_lease_outcomes_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[], p_errors text[], p_retry_ats timestamp with time zone[], p_deads boolean[], p_waited boolean)
 RETURNS TABLE (id uuid, tenant text, state text, run_at timestamp with time zone, grp text)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -287,7 +293,7 @@ END
 $$;
 
 
-CREATE FUNCTION tierq_release_leased(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[])
+CREATE FUNCTION tierq_release_leased_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[])
 RETURNS TABLE (id uuid, queue text, tenant text, key text, state text, seq bigint, priority smallint, payload jsonb, attempts integer, max_attempts integer, created_at timestamp with time zone, parents text, grp text, timeout_seconds integer, trace text)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
 AS $$
@@ -305,4 +311,21 @@ RETURNING t.id, t.queue, t.tenant, t.key, t.state, t.seq, t.priority, t.payload,
 END
 $$;
 
-
+-- (the group exists since migration 0007)
+DO $$
+DECLARE
+    fn regprocedure;
+BEGIN
+    FOR fn IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = current_schema()::regnamespace
+          AND p.proname IN ('tierq_insert_tasks_v1', 'tierq_insert_tasks_keyless_v1',
+                            'tierq_insert_tasks_uniform_v1',
+                            'tierq_insert_tasks_uniform_keyed_v1', 'tierq_ack_delete_v1',
+                            'tierq_ack_delete_by_attempt_v1', 'tierq_ack_keep_v1',
+                            'tierq_lease_outcomes_v1', 'tierq_release_leased_v1')
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', fn, tierq_app_group());
+    END LOOP;
+END
+$$;

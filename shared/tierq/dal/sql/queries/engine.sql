@@ -1198,29 +1198,20 @@ FROM unnest(%(queues)s::text[], %(tenants)s::text[], %(limits)s::int[],
 
 -- ============================================================================================
 -- The statements above that run as functions (migration 0029) where nothing is prepared
--- (behind RDS Proxy): StoreBase runs `routine_<name>` in place of `<name>` there. Each call
--- returns the columns of its statement.
+-- (behind RDS Proxy): StoreBase runs `routine_<name>` in place of `<name>` there, once it has
+-- found the function the call names. Each call returns the columns of its statement; a
+-- change to a statement makes the next version of its function (migration 0029's header).
 -- ============================================================================================
 
--- name: routine_ack_delete
-SELECT id, grp
-FROM tierq_ack_delete(
-    p_ids => %(ids)s::uuid[],
-    p_queue => %(queue)s::text,
-    p_tenant_set => %(tenant_set)s::text[],
-    p_attempt => %(attempt)s::integer);
-
--- name: routine_ack_delete_by_attempt
-SELECT id, grp
-FROM tierq_ack_delete_by_attempt(
-    p_ids => %(ids)s::uuid[],
-    p_tenants => %(tenants)s::text[],
-    p_attempts => %(attempts)s::integer[],
-    p_queue => %(queue)s::text);
+-- name: routines_found
+-- Which of the functions named the login can call, found by the search_path its statements
+-- use (StoreBase._find_routines).
+SELECT f FROM unnest(%(functions)s::text[]) AS f
+WHERE to_regproc(f) IS NOT NULL AND has_function_privilege(to_regproc(f)::oid, 'EXECUTE');
 
 -- name: routine_insert_tasks_uniform
 SELECT min, count
-FROM tierq_insert_tasks_uniform(
+FROM tierq_insert_tasks_uniform_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
@@ -1234,7 +1225,7 @@ FROM tierq_insert_tasks_uniform(
 
 -- name: routine_insert_tasks_keyless
 SELECT min, count
-FROM tierq_insert_tasks_keyless(
+FROM tierq_insert_tasks_keyless_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
@@ -1248,9 +1239,25 @@ FROM tierq_insert_tasks_keyless(
     p_timeouts => %(timeouts)s::integer[],
     p_traces => %(traces)s::jsonb);
 
+-- name: routine_ack_delete
+SELECT id, grp
+FROM tierq_ack_delete_v1(
+    p_ids => %(ids)s::uuid[],
+    p_queue => %(queue)s::text,
+    p_tenant_set => %(tenant_set)s::text[],
+    p_attempt => %(attempt)s::integer);
+
+-- name: routine_ack_delete_by_attempt
+SELECT id, grp
+FROM tierq_ack_delete_by_attempt_v1(
+    p_ids => %(ids)s::uuid[],
+    p_tenants => %(tenants)s::text[],
+    p_attempts => %(attempts)s::integer[],
+    p_queue => %(queue)s::text);
+
 -- name: routine_insert_tasks
 SELECT id, seq
-FROM tierq_insert_tasks(
+FROM tierq_insert_tasks_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
@@ -1267,7 +1274,7 @@ FROM tierq_insert_tasks(
 
 -- name: routine_insert_tasks_uniform_keyed
 SELECT id, seq
-FROM tierq_insert_tasks_uniform_keyed(
+FROM tierq_insert_tasks_uniform_keyed_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
@@ -1282,7 +1289,7 @@ FROM tierq_insert_tasks_uniform_keyed(
 
 -- name: routine_ack_keep
 SELECT id, grp
-FROM tierq_ack_keep(
+FROM tierq_ack_keep_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
@@ -1292,7 +1299,7 @@ FROM tierq_ack_keep(
 
 -- name: routine_lease_outcomes
 SELECT id, tenant, state, run_at, grp
-FROM tierq_lease_outcomes(
+FROM tierq_lease_outcomes_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
@@ -1306,7 +1313,7 @@ FROM tierq_lease_outcomes(
 -- name: routine_release_leased
 SELECT id, queue, tenant, key, state, seq, priority, payload, attempts, max_attempts,
        created_at, parents, grp, timeout_seconds, trace
-FROM tierq_release_leased(
+FROM tierq_release_leased_v1(
     p_queue => %(queue)s::text,
     p_now => %(now)s::timestamp with time zone,
     p_ids => %(ids)s::uuid[],
