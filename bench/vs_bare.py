@@ -5,6 +5,7 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare                 # 20,000 tasks, medians of 3 runs
     .venv/bin/python -m bench.vs_bare --breakdown     # and where a task's microseconds go
     .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run)
+    .venv/bin/python -m bench.vs_bare --sketch        # and design A's writes, sketched
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
@@ -26,6 +27,12 @@ microseconds per task: what one PostgreSQL core sustains), then tierq ÷ bare fo
 and for PostgreSQL CPU per task. ``--breakdown`` adds where a task's microseconds go
 (bench/breakdown.py): statements, commits, rows and WAL per task, each statement's share,
 and the client's CPU split by stage from one more, profiled, run of each system.
+
+``--sketch`` adds a third system taking turns with the two, ``tierq-hot-sketch``: tierq's
+engine with the writes of design A (docs/design-rotating-tables.md) in place of its insert
+and ack statements (bench/systems/hot_sketch.py says what it leaves out), and prints
+``sketch_ratio_vs_bare_<shape>=`` and ``sketch_pg_cpu_vs_bare_<shape>=`` before the last
+lines: what the design would give end to end, measured before it is built.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -62,11 +69,13 @@ from bench.stores import (
 )
 from bench.systems import System, Workload
 from bench.systems.bare_table import BareTable
+from bench.systems.hot_sketch import HotTableSketch
 from bench.systems.tierq_engine import TierqEngine
 from bench.vs_peers import Runs, alternate, rate
 
 TIERQ = "tierq-engine"
 BARE = "bare-table"
+SKETCH = "tierq-hot-sketch"
 PHASES = ("enqueue", "drain", "e2e")
 
 
@@ -143,6 +152,11 @@ class ShapeResult:
         }
         for phase in ("enqueue", "drain"):
             out[f"{phase}_ratio_vs_bare"] = divided(rate(mine, phase), rate(bare, phase))
+        sketch = self.runs.get(SKETCH)
+        if sketch is not None:
+            out["sketch_ratio_vs_bare"] = divided(rate(sketch, "e2e"), rate(bare, "e2e"))
+            out["sketch_pg_cpu_vs_bare"] = divided(cpu_part(sketch, "postgres"),
+                                                   cpu_part(bare, "postgres"))
         for name, runs in self.runs.items():
             out[name] = {
                 **{f"{p}_per_s": rate(runs, p) for p in PHASES},
@@ -172,6 +186,9 @@ def print_shape(result: ShapeResult) -> None:
     say(f"tierq / bare: end-to-end {fmt_ratio(f['ratio_vs_bare'])}, PostgreSQL CPU per task "
         f"{fmt_ratio(f['pg_cpu_vs_bare'])} (enqueue {fmt_ratio(f['enqueue_ratio_vs_bare'])}, "
         f"drain {fmt_ratio(f['drain_ratio_vs_bare'])})")
+    if "sketch_ratio_vs_bare" in f:
+        say(f"design A sketch / bare: end-to-end {fmt_ratio(f['sketch_ratio_vs_bare'])}, "
+            f"PostgreSQL CPU per task {fmt_ratio(f['sketch_pg_cpu_vs_bare'])}")
 
 
 def print_summary(results: list[ShapeResult]) -> None:
@@ -195,9 +212,12 @@ def print_summary(results: list[ShapeResult]) -> None:
 
 
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
-              statements: bool, profile_root: Path | None) -> ShapeResult:
+              statements: bool, profile_root: Path | None,
+              sketch: bool = False) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
+    if sketch:
+        systems.append(HotTableSketch(workload=shape.workload))
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -235,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per phase before a system is stopped (600; 60 --quick)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--sketch", action="store_true",
+                        help="also run design A's writes sketched into tierq's engine "
+                             "(bench/systems/hot_sketch.py), taking turns with the other two")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -243,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     if total < 1 or repeat < 1:
         parser.error("--tasks and --repeat must be positive")
     shapes = [SHAPES[name] for name in SHAPES if name in args.shapes]
-    # one fork server for both systems' worker processes, holding both systems' modules
-    process_context(tuple(dict.fromkeys(TierqEngine.preload + BareTable.preload)))
+    # one fork server for the systems' worker processes, holding their modules
+    process_context(tuple(dict.fromkeys(TierqEngine.preload + BareTable.preload
+                                        + (HotTableSketch.preload if args.sketch else ()))))
 
     with tempfile.TemporaryDirectory(prefix="tierq-vs-bare-") as scratch:
         profile_root = None
@@ -259,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"statements counted by "
                 f"{'pg_stat_statements' if statements else '(unavailable)'}")
             results = [run_shape(shape, stores, total=total, repeat=repeat, timeout=timeout,
-                                 statements=statements, profile_root=profile_root)
+                                 statements=statements, profile_root=profile_root,
+                                 sketch=args.sketch)
                        for shape in shapes]
         for result in results:
             print_shape(result)
@@ -290,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
             value = f[name]["tasks_per_pg_cpu_s"]
             lines.append(f"tasks_per_pg_cpu_s_{short}_{r.shape.name}="
                          + ("nan" if value is None else f"{value:.0f}"))
+    for key in ("sketch_ratio_vs_bare", "sketch_pg_cpu_vs_bare"):
+        for r in results:
+            if key in r.figures():
+                value = r.figures()[key]
+                lines.append(f"{key}_{r.shape.name}="
+                             + ("nan" if value is None else f"{value:.2f}"))
     for key in ("ratio_vs_bare", "pg_cpu_vs_bare"):
         for r in results:
             value = r.figures()[key]

@@ -8,6 +8,9 @@ prepare a fresh store, producer and consumer process targets, count what is left
   environment of their own (bench/peers/), so no pin of theirs caps tierq's packages;
 * ``bare-table`` (bare_table.py): one durable PostgreSQL table read with ``FOR UPDATE SKIP
   LOCKED``, the floor the peers sit on (bench.vs_bare).
+* ``tierq-hot-sketch`` (hot_sketch.py): ``tierq-engine`` with design A's insert and ack
+  statements sketched in (``bench.vs_bare --sketch``): a measurement of a design, not a
+  product path.
 
 Every task is a no-op carrying a tiny JSON payload (``{"i": n}``). Each system gets its own
 fresh database on the same PostgreSQL server. This module is imported on both sides (the

@@ -52,7 +52,12 @@ def tierq_engine(spec: dict[str, Any]) -> Tierq:
 
     settings = Settings(database_url=spec["database_url"], valkey_url=spec["valkey_url"],
                         db_pool_max=4, **spec.get("settings", {}))
-    return Tierq(settings=settings)
+    tq = Tierq(settings=settings)
+    if spec.get("sketch") == "hot":  # design A's writes (bench/systems/hot_sketch.py)
+        from bench.systems.hot_sketch import sketch_store
+
+        sketch_store(tq.ctx.store)
+    return tq
 
 
 def tierq_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
