@@ -157,6 +157,7 @@ def run_system(system: System, stores: Stores, *, workers: int, total: int, time
                 say(f"  {tag} {title}: {measured.rate:,.0f} tasks/s "
                     f"({measured.phase.seconds:.1f}s)"
                     + (f", left {measured.left}" if consumers else ""))
+        run.notes.extend(system.run_notes(prepared))
     finally:
         system.cleanup(stores, prepared)
     for m in (run.drain, run.e2e):

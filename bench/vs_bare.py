@@ -6,6 +6,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --breakdown     # and where a task's microseconds go
     .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run)
     .venv/bin/python -m bench.vs_bare --sketch        # and design A's writes, sketched
+    .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
+                                                      # clients 22 µs a task heavier
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
@@ -33,6 +35,9 @@ engine with the writes of design A (docs/design-rotating-tables.md) in place of 
 and ack statements (bench/systems/hot_sketch.py says what it leaves out), and prints
 ``sketch_ratio_vs_bare_<shape>=`` and ``sketch_pg_cpu_vs_bare_<shape>=`` before the last
 lines: what the design would give end to end, measured before it is built.
+``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
+(``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
+to PostgreSQL's CPU per task on the same cores.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -213,11 +218,13 @@ def print_summary(results: list[ShapeResult]) -> None:
 
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None,
-              sketch: bool = False) -> ShapeResult:
+              sketch: bool = False, bare_client_us: float = 0.0) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
     if sketch:
         systems.append(HotTableSketch(workload=shape.workload))
+    if bare_client_us:
+        systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -258,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sketch", action="store_true",
                         help="also run design A's writes sketched into tierq's engine "
                              "(bench/systems/hot_sketch.py), taking turns with the other two")
+    parser.add_argument("--bare-client-us", type=float, default=0.0, metavar="N",
+                        help="also run the bare table with clients spending N µs more CPU "
+                             "per task (bench/systems/bare_table.py)")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -265,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout or (60.0 if args.quick else 600.0)
     if total < 1 or repeat < 1:
         parser.error("--tasks and --repeat must be positive")
+    if args.bare_client_us < 0:
+        parser.error(f"--bare-client-us must be 0 or more, got {args.bare_client_us:g}")
     shapes = [SHAPES[name] for name in SHAPES if name in args.shapes]
     # one fork server for the systems' worker processes, holding their modules
     process_context(tuple(dict.fromkeys(TierqEngine.preload + BareTable.preload
@@ -284,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'pg_stat_statements' if statements else '(unavailable)'}")
             results = [run_shape(shape, stores, total=total, repeat=repeat, timeout=timeout,
                                  statements=statements, profile_root=profile_root,
-                                 sketch=args.sketch)
+                                 sketch=args.sketch, bare_client_us=args.bare_client_us)
                        for shape in shapes]
         for result in results:
             print_shape(result)

@@ -163,10 +163,13 @@ def start_fork_server(systems: list[System]) -> None:
 def alternate(systems: list[System], stores: Stores, *, workers: int, total: int, repeat: int,
               timeout: float, statements: bool, detail: bool = False) -> dict[str, Runs]:
     """``repeat`` runs of every system at one worker count, the systems taking turns so
-    that drifts of the machine hit all of them alike (``detail``: see runs.measure_phase)."""
+    that drifts of the machine hit all of them alike, each round starting one system
+    further (no system always runs after the same one) (``detail``: see
+    runs.measure_phase)."""
     by_system: dict[str, Runs] = {s.name: [] for s in systems}
     for round_no in range(repeat):
-        for system in systems:
+        start = round_no % len(systems)
+        for system in systems[start:] + systems[:start]:
             say(f"-- {system.name}, {workers} worker process(es)"
                 + (f", run {round_no + 1}/{repeat}" if repeat > 1 else ""))
             try:

@@ -123,6 +123,11 @@ class System:
     def consumer(self) -> Target:
         raise NotImplementedError
 
+    def run_notes(self, prepared: Prepared) -> list[str]:
+        """What a run's table should say of this system's run once its phases are over
+        (before its store is dropped); nothing by default."""
+        return []
+
     def remaining(self, prepared: Prepared) -> int:
         """Tasks not finished (still queued or running) in the store."""
         raise NotImplementedError

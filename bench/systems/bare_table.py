@@ -17,6 +17,12 @@ across tenants. Keys are not stored: the table has no idempotency to spend them 
 Payloads are serialised with orjson, as tierq does, and sent as one text array cast to
 ``jsonb[]``; claimed payloads are parsed with orjson too (psycopg's ``set_json_loads``), so
 the floor's client is no slower than it needs to be.
+
+``BareTable(client_us=N)`` (``bench.vs_bare --bare-client-us N``, named
+``bare-table+<N>us``) makes its clients spend N µs more CPU per task, spinning (half after
+each produce, half after each ack): whether a heavier client on the same 2 cores changes
+what PostgreSQL spends per task, which tierq's clients (several times the bare loop's CPU)
+could otherwise be blamed for.
 """
 
 from __future__ import annotations
@@ -74,6 +80,15 @@ def connect(spec: dict[str, Any]) -> Any:
     return conn
 
 
+def spin(us_per_task: float, tasks: int) -> None:
+    """Spend ``us_per_task`` µs of this thread's CPU per task (nothing for 0)."""
+    if us_per_task <= 0:
+        return
+    until = time.thread_time() + us_per_task * tasks / 1e6
+    while time.thread_time() < until:
+        pass
+
+
 def bare_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     import orjson
 
@@ -93,6 +108,7 @@ def bare_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
                 [rows.tenants[i - lo] or "_" for i in batch],
                 [rows.priorities[i - lo] for i in batch], payloads))
         latencies.append(time.perf_counter() - began)
+        spin(spec.get("client_us", 0.0) / 2, len(payloads))
         sync.add_enqueued(len(payloads))
     t_end = time.time()
     conn.close()
@@ -112,6 +128,7 @@ def bare_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 
     def ack(got: Sequence[Any]) -> tuple[int, int]:
         deleted = conn.execute(ACK, ([row[0] for row in got],)).rowcount
+        spin(spec.get("client_us", 0.0) / 2, len(got))
         return deleted, len(got) - deleted
 
     sync.ready_and_wait(spec["index"])
@@ -124,8 +141,13 @@ class BareTable(System):
     name = "bare-table"
     preload = PRELOAD
 
-    def __init__(self, workload: Workload | None = None) -> None:
+    def __init__(self, workload: Workload | None = None, client_us: float = 0.0) -> None:
+        if client_us < 0:
+            raise ValueError(f"client_us must be 0 or more, got {client_us:g}")
         self.workload = workload
+        self.client_us = client_us
+        if client_us:
+            self.name = f"bare-table+{client_us:g}us"
 
     def prepare(self, stores: Stores) -> Prepared:
         import psycopg
@@ -138,6 +160,7 @@ class BareTable(System):
         spec: dict[str, Any] = {"database_url": url}
         if self.workload is not None:
             spec.update(self.workload.spec())
+        spec["client_us"] = self.client_us
         return Prepared(self.name, spec, url)
 
     def producer(self) -> Target:

@@ -23,13 +23,20 @@ the engine's statement             the sketch's (when)
                                    with its own tenant and attempt (acks over tenants)
 =================================  ==========================================================
 
-Any other batch and every other statement run as the engine's. What the sketch leaves
-out, so that its PostgreSQL figures are a floor for design A rather than a measure of it:
-the reaper's and reconciler's reads of the hot rows (they see only ``tierq_tasks`` here: a
-hot row lost by Valkey would never come back), the statements that move a hot row into
-``tierq_tasks`` (nack, expiry, release, refusal by a full warm tier: none happens in these
-shapes, whose warm tier never fills), and deleting ``tierq_hot_pairs`` rows once their
-minute is past (about one row per pair and minute).
+Any other batch and every other statement run as the engine's; each run's notes say how
+many of its rows went into ``tierq_hot`` (none: the figures are the engine's). What the
+sketch leaves out, so that its PostgreSQL figures are roughly a floor for design A, not a
+measure of it: the reaper's and reconciler's reads of the hot rows (they see only
+``tierq_tasks`` here: a hot row lost by Valkey would never come back, and the reaper does
+not expire the leases of a pair whose rows are all hot), the statements that move a hot row
+into ``tierq_tasks`` or read it by id (nack, expiry, release, an ack with a result, cancel,
+a task's GET, a child waiting on it: none happens in these shapes, whose warm tier never
+fills either), deleting ``tierq_hot_pairs`` rows once their minute is past (about one row
+per pair and minute), and vacuum's share (autovacuum runs inside a phase by chance only).
+The ack is the sketch's own form: it is not told which ids are keyed, so it looks in both
+tables; an engine that told it could delete each row from its own table. Behind a pooler
+(``TIERQ_DB_POOLER=transaction``) the engine's statements run as functions and the
+sketch's do not: compare on direct connections.
 """
 
 from __future__ import annotations
@@ -169,6 +176,18 @@ UNION ALL SELECT id, grp FROM rest""",
 }
 
 
+def rows_written(database_url: str) -> tuple[int, int]:
+    """Rows inserted so far into (``tierq_hot``, ``tierq_tasks``), as the server's
+    statistics count them."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        found = dict(conn.execute(
+            "SELECT relname, n_tup_ins FROM pg_stat_user_tables "
+            "WHERE relname IN ('tierq_hot', 'tierq_tasks')").fetchall())
+    return int(found.get("tierq_hot", 0)), int(found.get("tierq_tasks", 0))
+
+
 def sketch_store(store: Any) -> None:
     """Swap the four statements of this process's engine store for the sketch's (the
     module's table); every other statement stays the engine's."""
@@ -234,6 +253,9 @@ class HotTableSketch(TierqEngine):
     preload = (*TierqEngine.preload, "bench.systems.hot_sketch")
 
     def prepare(self, stores: Stores) -> Prepared:
+        """tierq's fresh database and Valkey (``TierqEngine.prepare``), the sketch's tables,
+        and the spec's word that makes each process's engine take the sketch's statements
+        (``bench.systems.tierq_engine.tierq_engine``)."""
         import psycopg
 
         prepared = super().prepare(stores)
@@ -242,6 +264,16 @@ class HotTableSketch(TierqEngine):
         prepared.spec["sketch"] = "hot"
         return prepared
 
+    def run_notes(self, prepared: Prepared) -> list[str]:
+        """How many of the run's rows went into ``tierq_hot``: a run whose batches all took
+        the engine's statements (admitted cold, a time limit, a changed engine) measured
+        today's code, not the sketch, and says so."""
+        hot, tasks = rows_written(prepared.database_url)
+        if hot == 0:
+            return [f"NOT THE SKETCH: no row of {tasks:,} went into tierq_hot"]
+        return [f"{hot:,} of {hot + tasks:,} rows into tierq_hot"]
+
     def remaining(self, prepared: Prepared) -> int:
+        """Unfinished tasks of both tables."""
         return (count_rows(prepared.database_url, UNFINISHED)
                 + count_rows(prepared.database_url, "SELECT count(*) FROM tierq_hot"))

@@ -136,3 +136,5 @@ def test_the_sketch_of_design_a_runs_beside_the_two_and_prints_its_ratios_first(
     for r in result["runs"]:
         assert r["drain"]["left"] == 0 and r["e2e"]["left"] == 0, r
     assert result["shapes"]["mixed"]["sketch_pg_cpu_vs_bare"] > 0
+    (sketched,) = [r for r in result["runs"] if r["system"] == "tierq-hot-sketch"]
+    assert any(note.endswith("rows into tierq_hot") for note in sketched["notes"]), sketched
