@@ -11,6 +11,9 @@ import pytest
 
 from tests.integration.helpers import count_state, drain, mode_of, ready_size
 from tierq.core import hysteresis
+from tierq.dal.warm_tier import PairKeys
+from tierq.logic import tiering
+from tierq.logic.context import to_ms
 
 
 @pytest.mark.slow
@@ -296,6 +299,55 @@ def test_a_new_queue_starts_warm_while_another_mover_holds_its_promotion_lock(ma
     assert mode_of(valkey, "fresh") == "warm"
     assert ready_size(valkey, "fresh") == 1
     assert count_state(pg, "fresh", "cold") == 0
+
+
+def test_a_refill_with_no_cold_row_registers_nothing_in_flight(make_tq, valkey, pg):
+    """A refill whose pair has no cold row promotes nothing and so registers no batch in
+    flight: the pair's epoch stays as it was, and a return to warm that another refill
+    observed before it is not failed by it (an empty batch's moment in flight used to fail
+    every refill beside it, so a new queue's concurrent first producers all wrote cold)."""
+    tq = make_tq()
+    keys = PairKeys.of("quiet", "_")
+    # the pair in cold mode with a producer's admission in flight: no refill may flip it
+    assert tq.ctx.warm.admission_begin("quiet", "_", now_ms=to_ms(tq.ctx.now()),
+                                       token="elsewhere") == "cold"
+    epoch = valkey.hget(keys.meta, "epoch")
+    result = tiering.refill(make_tq().ctx, "quiet", "_")
+    assert result.promoted == 0 and not result.returned_to_warm
+    assert valkey.hget(keys.meta, "epoch") == epoch  # nothing began, nothing to wait for
+    assert valkey.zcard(keys.inflight) == 1
+    tq.ctx.warm.admission_end("quiet", "_", "elsewhere")
+    assert count_state(pg, "quiet", "cold") == 0
+    tiering.refill(make_tq().ctx, "quiet", "_")
+    assert mode_of(valkey, "quiet") == "warm"
+
+
+def test_a_new_queues_first_producers_all_write_warm(make_tq, valkey, pg):
+    """Several producers enqueueing into a new (queue, tenant) at once, each seeing it for
+    the first time: the pair turns warm and no task is written cold."""
+    def produce(tq, queue, k, start, errors):
+        try:
+            start.wait()
+            for batch in range(3):
+                tq.enqueue(queue, [{"payload": [k, batch, i]} for i in range(100)])
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    for trial in range(3):
+        queue = f"fresh{trial}"
+        engines = [make_tq() for _ in range(4)]
+        start = threading.Barrier(len(engines))
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=produce, args=(tq, queue, k, start, errors))
+                   for k, tq in enumerate(engines)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert count_state(pg, queue, "cold") == 0, trial
+        assert count_state(pg, queue, "warm") == 1200
+        assert mode_of(valkey, queue) == "warm"
 
 
 def test_no_return_to_warm_while_a_promotion_is_on_its_way(make_tq, valkey, pg, monkeypatch):

@@ -105,6 +105,13 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None,
     if limit is not None:
         room = min(room, limit)
     drained = False  # this call's promotion emptied the cold line
+    if room > 0 and not ctx.store.has_cold(queue, tenant):
+        # Nothing to promote: no batch, so nothing registered in flight. An empty batch
+        # registered for its moment moves the pair's epoch, which fails the return to warm
+        # of every refill beside it; a new pair whose first producers all refill at once
+        # then stayed cold, its first tasks written cold and promoted one by one.
+        drained = True
+        room = 0
     if room > 0:
         moved, busy = _promote(ctx, queue, tenant, room, room_bytes, blob_estimate, until)
         result.out_of_memory = busy is Busy.OUT_OF_MEMORY
