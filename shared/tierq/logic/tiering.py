@@ -127,7 +127,8 @@ def refill(ctx: Context, queue: str, tenant: str, *, limit: int | None = None,
             return result  # a claim refilling inline: the mover at work checks for itself
         # Another mover holding the pair lock cannot always return the queue to warm mode
         # itself: an admission that began in cold mode meanwhile (the first enqueue to a
-        # new queue) blocks its flip. The check below is safe to run beside it.
+        # new queue) blocks its flip. The check below is safe to run beside it, and after a
+        # refill that found the cold line empty and promoted nothing.
     # Return to warm mode: observe (epoch e), see no cold rows in Postgres, flip iff still e.
     seen = ctx.warm.mode(queue, tenant, op="observe", now_ms=to_ms(ctx.now()),
                          stale_ms=stale_ms, warm_max=warm_max, warm_max_bytes=warm_max_bytes)
