@@ -24,15 +24,18 @@ the engine's statement             the sketch's (when)
 =================================  ==========================================================
 
 Any other batch and every other statement run as the engine's; each run's notes say how
-many of its rows went into ``tierq_hot`` (none: the figures are the engine's). What the
-sketch leaves out, so that its PostgreSQL figures are roughly a floor for design A, not a
-measure of it: the reaper's and reconciler's reads of the hot rows (they see only
-``tierq_tasks`` here: a hot row lost by Valkey would never come back, and the reaper does
-not expire the leases of a pair whose rows are all hot), the statements that move a hot row
-into ``tierq_tasks`` or read it by id (nack, expiry, release, an ack with a result, cancel,
-a task's GET, a child waiting on it: none happens in these shapes, whose warm tier never
-fills either), deleting ``tierq_hot_pairs`` rows once their minute is past (about one row
-per pair and minute), and vacuum's share (autovacuum runs inside a phase by chance only).
+many of its rows went into ``tierq_hot`` (none: the figures are the engine's). Its PostgreSQL
+figures are roughly a floor for design A, not a measure of it, since it leaves out:
+
+* the reaper's and reconciler's reads of the hot rows: they see only ``tierq_tasks`` here,
+  so a hot row lost by Valkey would never come back, and the reaper does not expire the
+  leases of a pair whose rows are all hot;
+* the statements that move a hot row into ``tierq_tasks`` or read it by id (nack, expiry,
+  release, an ack with a result, cancel, a task's GET, a child waiting on it): none happens
+  in these shapes, whose warm tier never fills either;
+* deleting ``tierq_hot_pairs`` rows once their minute is past (about one row per pair and
+  minute);
+* vacuum's share: autovacuum runs inside a phase by chance only.
 The ack is the sketch's own form: it is not told which ids are keyed, so it looks in both
 tables; an engine that told it could delete each row from its own table. Behind a pooler
 (``TIERQ_DB_POOLER=transaction``) the engine's statements run as functions and the
