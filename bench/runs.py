@@ -46,6 +46,8 @@ class SystemRun:
     drain: Measured | None = None
     e2e: Measured | None = None
     notes: list[str] = field(default_factory=list)
+    # PostgreSQL CPU per task spent outside the phases (System.pg_us_per_task_apart)
+    pg_us_apart: float | None = None
 
     @property
     def left(self) -> int:
@@ -73,7 +75,7 @@ class SystemRun:
             }
         return {"system": self.system, "workers": self.workers, "tasks": self.total,
                 "enqueue": one(self.enqueue), "drain": one(self.drain), "e2e": one(self.e2e),
-                "notes": self.notes}
+                "pg_us_apart": self.pg_us_apart, "notes": self.notes}
 
 
 def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str, *,
@@ -158,6 +160,9 @@ def run_system(system: System, stores: Stores, *, workers: int, total: int, time
                     f"({measured.phase.seconds:.1f}s)"
                     + (f", left {measured.left}" if consumers else ""))
         run.notes.extend(system.run_notes(prepared))
+        run.pg_us_apart = system.pg_us_per_task_apart(prepared)
+        if run.pg_us_apart is not None:
+            run.notes.append(f"PostgreSQL apart: {run.pg_us_apart:.2f} us a task")
     finally:
         system.cleanup(stores, prepared)
     for m in (run.drain, run.e2e):

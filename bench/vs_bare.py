@@ -6,6 +6,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --breakdown     # and where a task's microseconds go
     .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run)
     .venv/bin/python -m bench.vs_bare --sketch        # and design A's writes, sketched
+    .venv/bin/python -m bench.vs_bare --sketch b      # or design B's (--sketch a --sketch b:
+                                                      # both)
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
 
@@ -30,11 +32,14 @@ and for PostgreSQL CPU per task. ``--breakdown`` adds where a task's microsecond
 (bench/breakdown.py): statements, commits, rows and WAL per task, each statement's share,
 and the client's CPU split by stage from one more, profiled, run of each system.
 
-``--sketch`` adds a third system taking turns with the two, ``tierq-hot-sketch``: tierq's
-engine with the writes of design A (docs/design-rotating-tables.md) in place of its insert
-and ack statements (bench/systems/hot_sketch.py says what it leaves out), and prints
-``sketch_ratio_vs_bare_<shape>=`` and ``sketch_pg_cpu_vs_bare_<shape>=`` before the last
-lines: what the design would give end to end, measured before it is built.
+``--sketch [a|b]`` (a by default; repeat it for both) adds a system taking turns with the
+two: tierq's engine with the writes of a design of docs/design-rotating-tables.md in place
+of its insert and ack statements, ``tierq-hot-sketch`` for design A (a narrow table,
+bench/systems/hot_sketch.py) or ``tierq-log-sketch`` for design B (rotating slot tables
+whose acks append, bench/systems/log_sketch.py; its rotation is measured after the phases
+and added to its PostgreSQL CPU per task). Each prints ``sketch_<a|b>_ratio_vs_bare_<shape>=``
+and ``sketch_<a|b>_pg_cpu_vs_bare_<shape>=`` before the last lines: what the design would
+give end to end, measured before it is built (each module says what it leaves out).
 ``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
 to PostgreSQL's CPU per task on the same cores.
@@ -75,12 +80,14 @@ from bench.stores import (
 from bench.systems import System, Workload
 from bench.systems.bare_table import BareTable
 from bench.systems.hot_sketch import HotTableSketch
+from bench.systems.log_sketch import LogSlotsSketch
 from bench.systems.tierq_engine import TierqEngine
 from bench.vs_peers import Runs, alternate, rate
 
 TIERQ = "tierq-engine"
 BARE = "bare-table"
-SKETCH = "tierq-hot-sketch"
+# the designs' sketches (--sketch), by the letter of docs/design-rotating-tables.md
+SKETCHES: dict[str, type[TierqEngine]] = {"a": HotTableSketch, "b": LogSlotsSketch}
 PHASES = ("enqueue", "drain", "e2e")
 
 
@@ -117,6 +124,14 @@ def median_of(values: Sequence[float | None]) -> float | None:
 def cpu_part(runs: Runs, part: str) -> float | None:
     """The median over the repeats of one part of the end-to-end CPU per task."""
     return median_of([m.cpu_us_per_task()[part] for m in e2e_phases(runs)])
+
+
+def pg_with_apart(runs: Runs) -> float | None:
+    """PostgreSQL CPU per task of the end-to-end phases (median) plus what the system
+    spends apart, after its phases (median; a sketch's rotation)."""
+    pg = cpu_part(runs, "postgres")
+    apart = median_of([r.pg_us_apart for r in runs])
+    return None if pg is None else pg + (apart or 0.0)
 
 
 def claim_ms(runs: Runs, q: float) -> float | None:
@@ -157,11 +172,13 @@ class ShapeResult:
         }
         for phase in ("enqueue", "drain"):
             out[f"{phase}_ratio_vs_bare"] = divided(rate(mine, phase), rate(bare, phase))
-        sketch = self.runs.get(SKETCH)
-        if sketch is not None:
-            out["sketch_ratio_vs_bare"] = divided(rate(sketch, "e2e"), rate(bare, "e2e"))
-            out["sketch_pg_cpu_vs_bare"] = divided(cpu_part(sketch, "postgres"),
-                                                   cpu_part(bare, "postgres"))
+        for letter, system in SKETCHES.items():
+            sketch = self.runs.get(system.name)
+            if sketch is not None:
+                out[f"sketch_{letter}_ratio_vs_bare"] = divided(rate(sketch, "e2e"),
+                                                                rate(bare, "e2e"))
+                out[f"sketch_{letter}_pg_cpu_vs_bare"] = divided(pg_with_apart(sketch),
+                                                                 cpu_part(bare, "postgres"))
         for name, runs in self.runs.items():
             out[name] = {
                 **{f"{p}_per_s": rate(runs, p) for p in PHASES},
@@ -169,6 +186,7 @@ class ShapeResult:
                 "cpu_us_per_task": {part: cpu_part(runs, part)
                                     for part in ("client", "postgres", "valkey")},
                 "tasks_per_pg_cpu_s": tasks_per_pg_cpu_second(runs),
+                "pg_us_apart": median_of([r.pg_us_apart for r in runs]),
             }
         return out
 
@@ -191,9 +209,12 @@ def print_shape(result: ShapeResult) -> None:
     say(f"tierq / bare: end-to-end {fmt_ratio(f['ratio_vs_bare'])}, PostgreSQL CPU per task "
         f"{fmt_ratio(f['pg_cpu_vs_bare'])} (enqueue {fmt_ratio(f['enqueue_ratio_vs_bare'])}, "
         f"drain {fmt_ratio(f['drain_ratio_vs_bare'])})")
-    if "sketch_ratio_vs_bare" in f:
-        say(f"design A sketch / bare: end-to-end {fmt_ratio(f['sketch_ratio_vs_bare'])}, "
-            f"PostgreSQL CPU per task {fmt_ratio(f['sketch_pg_cpu_vs_bare'])}")
+    for letter in SKETCHES:
+        if f"sketch_{letter}_ratio_vs_bare" in f:
+            say(f"design {letter.upper()} sketch / bare: end-to-end "
+                f"{fmt_ratio(f[f'sketch_{letter}_ratio_vs_bare'])}, PostgreSQL CPU per task "
+                f"{fmt_ratio(f[f'sketch_{letter}_pg_cpu_vs_bare'])}"
+                + (" (with the rotation measured apart)" if letter == "b" else ""))
 
 
 def print_summary(results: list[ShapeResult]) -> None:
@@ -218,11 +239,10 @@ def print_summary(results: list[ShapeResult]) -> None:
 
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None,
-              sketch: bool = False, bare_client_us: float = 0.0) -> ShapeResult:
+              sketches: Sequence[str] = (), bare_client_us: float = 0.0) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
-    if sketch:
-        systems.append(HotTableSketch(workload=shape.workload))
+    systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
     if bare_client_us:
         systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
     say(f"-- shape {shape.name}: {shape.title}")
@@ -262,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per phase before a system is stopped (600; 60 --quick)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
-    parser.add_argument("--sketch", action="store_true",
-                        help="also run design A's writes sketched into tierq's engine "
-                             "(bench/systems/hot_sketch.py), taking turns with the other two")
+    parser.add_argument("--sketch", action="append", nargs="?", const="a",
+                        choices=list(SKETCHES), default=[],
+                        help="also run a design's writes sketched into tierq's engine, "
+                             "taking turns with the other two: a (design A, "
+                             "bench/systems/hot_sketch.py; the default) or b (design B, "
+                             "bench/systems/log_sketch.py); repeat for both")
     parser.add_argument("--bare-client-us", type=float, default=0.0, metavar="N",
                         help="also run the bare table with clients spending N µs more CPU "
                              "per task (bench/systems/bare_table.py)")
@@ -278,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.bare_client_us < 0:
         parser.error(f"--bare-client-us must be 0 or more, got {args.bare_client_us:g}")
     shapes = [SHAPES[name] for name in SHAPES if name in args.shapes]
+    sketches = list(dict.fromkeys(args.sketch))
     # one fork server for the systems' worker processes, holding their modules
-    process_context(tuple(dict.fromkeys(TierqEngine.preload + BareTable.preload
-                                        + (HotTableSketch.preload if args.sketch else ()))))
+    process_context(tuple(dict.fromkeys(
+        TierqEngine.preload + BareTable.preload
+        + tuple(m for letter in sketches for m in SKETCHES[letter].preload))))
 
     with tempfile.TemporaryDirectory(prefix="tierq-vs-bare-") as scratch:
         profile_root = None
@@ -296,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'pg_stat_statements' if statements else '(unavailable)'}")
             results = [run_shape(shape, stores, total=total, repeat=repeat, timeout=timeout,
                                  statements=statements, profile_root=profile_root,
-                                 sketch=args.sketch, bare_client_us=args.bare_client_us)
+                                 sketches=sketches, bare_client_us=args.bare_client_us)
                        for shape in shapes]
         for result in results:
             print_shape(result)
@@ -327,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             value = f[name]["tasks_per_pg_cpu_s"]
             lines.append(f"tasks_per_pg_cpu_s_{short}_{r.shape.name}="
                          + ("nan" if value is None else f"{value:.0f}"))
-    for key in ("sketch_ratio_vs_bare", "sketch_pg_cpu_vs_bare"):
+    for key in [f"sketch_{letter}_{figure}" for letter in SKETCHES
+                for figure in ("ratio_vs_bare", "pg_cpu_vs_bare")]:
         for r in results:
             if key in r.figures():
                 value = r.figures()[key]

@@ -128,6 +128,12 @@ class System:
         (before its store is dropped); nothing by default."""
         return []
 
+    def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
+        """PostgreSQL CPU microseconds per task this system spends outside the measured
+        phases, measured apart once they are over (a sketch's rotation,
+        bench/systems/log_sketch.py); None: none."""
+        return None
+
     def remaining(self, prepared: Prepared) -> int:
         """Tasks not finished (still queued or running) in the store."""
         raise NotImplementedError

@@ -76,7 +76,7 @@ CREATE TABLE tierq_hot_pairs (
 """
 
 # The batch's rows as insert_tasks_uniform reads them, and their place in line (seq).
-_ROWS = """ROWS FROM (unnest(%(ids)s::uuid[]),
+ROWS = """ROWS FROM (unnest(%(ids)s::uuid[]),
                    jsonb_array_elements_text(%(tenants)s::jsonb),
                    unnest(%(priorities)s::smallint[]),
                    jsonb_array_elements(%(payloads)s::jsonb))
@@ -99,7 +99,7 @@ ins AS (
     INSERT INTO tierq_hot (id, queue, tenant, priority, seq, max_attempts, payload, created_at)
     SELECT v.id, %(queue)s, v.tenant, v.priority, b.seq + v.n - 1, %(max_attempts)s,
            v.payload, %(now)s
-    FROM b, {_ROWS}
+    FROM b, {ROWS}
     RETURNING tenant
 ),
 {_PAIRS}

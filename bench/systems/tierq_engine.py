@@ -57,6 +57,10 @@ def tierq_engine(spec: dict[str, Any]) -> Tierq:
         from bench.systems.hot_sketch import sketch_store
 
         sketch_store(tq.ctx.store)
+    elif spec.get("sketch") == "log":  # design B's (bench/systems/log_sketch.py)
+        from bench.systems import log_sketch
+
+        log_sketch.sketch_store(tq.ctx.store)
     return tq
 
 

@@ -1,0 +1,412 @@
+"""``tierq-log-sketch``: tierq's engine with the writes of design B sketched in, to measure
+end to end what the design's estimates say (docs/design-rotating-tables.md, section 4).
+
+A benchmark system, not a product path: it answers "would rotating slot tables, whose acks
+append and whose rows are never deleted one by one, bring PostgreSQL's CPU per task to half
+the bare table's?" before the three to four weeks the design needs are spent. Each worker
+process runs the ``Tierq`` engine of ``tierq-engine`` (bench/systems/tierq_engine.py) with
+four of its store's statements swapped for design B's, and one step of the enqueue marking
+each id:
+
+=================================  ==========================================================
+the engine's step                  the sketch's (when)
+=================================  ==========================================================
+``enqueue.prepare``                each id's last hex digit made even, or odd for a task with
+                                   a key: an ack tells from the id alone which table holds
+                                   the row (a deployment's shard tag is read the same way)
+``insert_tasks_uniform``           ``sketch_b_insert_<slot>``: the rows into the slot table
+                                   of the batch's first id (its primary key only), each
+                                   (pair, minute) once into ``tierq_log_pairs`` (a batch
+                                   admitted warm without a time limit: the shapes' batches)
+``insert_tasks_uniform_keyed``     ``sketch_b_insert_keyed_<slot>``: the keyless rows as
+                                   above, the keyed ones into ``tierq_tasks`` as today
+``ack_delete``                     ``sketch_b_ack_<slot>``: the even ids appended to the
+                                   slot's ``done`` table, whose primary key arbitrates a task
+                                   finished twice; with odd ids,
+                                   ``sketch_b_ack_keyed_<slot>`` also deletes those from
+                                   ``tierq_tasks`` as today, in the same statement
+``ack_delete_by_attempt``          the same (the appended rows name no tenant or attempt)
+=================================  ==========================================================
+
+A slot is an id's milliseconds // ``SLOT_MS`` mod ``SLOTS``; an ack whose ids fall in two
+slots (at a slot's boundary) is one statement per slot. The rotation (``rotate``: the
+owner function ``tierq_rotate_slot`` counts the slot's rows without a ``done`` row by
+anti-join, refuses when any is left, then truncates the slot and its ``done`` table) runs
+after the run's phases over every slot that has rows; its backend's CPU per row is the
+run's PostgreSQL work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the
+sketch's end-to-end figure. Any other batch and every other statement run as the engine's;
+each run's notes say how many rows went into the slots ("NOT THE SKETCH" when none).
+
+Its PostgreSQL figures are roughly a floor for design B, since it leaves out:
+
+* the readers of slot rows: the reaper, the reconciler, a release, a nack, an expiry, a
+  cancel, a task's GET, and a child waiting on a task see only ``tierq_tasks`` here (none
+  happens in these shapes, whose warm tier never fills; a slot row lost by Valkey would
+  never come back);
+* the rotation's copy of survivors (tasks ready or leased for longer than the slots turn)
+  and the moved-ids table an ack would probe for them: ``tierq_rotate_slot`` refuses a slot
+  with survivors, and these shapes leave none;
+* the tenant and attempt checks today's ack makes in PostgreSQL: an appended row names
+  only the id (the lease check in Valkey stays);
+* deleting ``tierq_log_pairs`` rows once their minute is past.
+Behind a pooler (``TIERQ_DB_POOLER=transaction``) the engine's statements run as functions
+and the sketch's do not: compare on direct connections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bench.stores import Stores
+from bench.systems import Prepared, count_rows
+from bench.systems.hot_sketch import ROWS
+from bench.systems.tierq_engine import UNFINISHED, TierqEngine
+
+SLOTS = 4  # slot tables that take turns
+SLOT_MS = 60_000  # how long a slot takes new rows; it is emptied (SLOTS - 1) turns later
+# the last hex digit of a keyed task's id is odd, of any other task's even
+EVEN, ODD = "02468ace", "13579bdf"
+
+
+def slot_of(task_id: object) -> int:
+    """The slot of a UUIDv7 (a ``UUID`` or its text): its milliseconds // SLOT_MS, mod
+    SLOTS."""
+    text = str(task_id)
+    return (int(text[:8] + text[9:13], 16) // SLOT_MS) % SLOTS
+
+
+def keyed_id(task_id: object) -> bool:
+    """Whether the sketch marked ``task_id`` as a keyed task's (its last digit odd)."""
+    return int(str(task_id)[-1], 16) & 1 == 1
+
+
+def _slot_schema(slot: int) -> str:
+    return f"""
+CREATE TABLE tierq_log_{slot} (
+    id uuid PRIMARY KEY,
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    priority smallint NOT NULL,
+    seq bigint NOT NULL,
+    attempts int NOT NULL DEFAULT 0,
+    max_attempts int NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamptz NOT NULL
+) WITH (fillfactor = 100, autovacuum_enabled = false);
+CREATE TABLE tierq_log_done_{slot} (id uuid PRIMARY KEY) WITH (autovacuum_enabled = false);
+"""
+
+
+# The sketch's tables, created in the system's fresh database after tierq's migrations: the
+# slots (the columns of design A's hot table: no key, group, flow, time limit or trace; such
+# a task stays in tierq_tasks), their done tables, the pairs with slot rows, and the owner
+# function that empties a slot (the application's login has no TRUNCATE).
+SCHEMA = "".join(_slot_schema(s) for s in range(SLOTS)) + """
+CREATE TABLE tierq_log_pairs (
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    minute bigint NOT NULL,
+    PRIMARY KEY (queue, tenant, minute)
+);
+CREATE FUNCTION tierq_rotate_slot(slot int) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
+DECLARE
+    total bigint;
+    left_over bigint;
+BEGIN
+    IF slot < 0 OR slot >= """ + str(SLOTS) + """ THEN
+        RAISE EXCEPTION 'no slot %', slot;
+    END IF;
+    EXECUTE format('LOCK TABLE tierq_log_%s, tierq_log_done_%s IN ACCESS EXCLUSIVE MODE',
+                   slot, slot);
+    EXECUTE format('SELECT count(*), count(*) FILTER (WHERE NOT EXISTS ('
+                   'SELECT 1 FROM tierq_log_done_%s d WHERE d.id = l.id)) '
+                   'FROM tierq_log_%s l', slot, slot) INTO total, left_over;
+    IF left_over > 0 THEN
+        RAISE EXCEPTION 'slot % has % unfinished tasks', slot, left_over;
+    END IF;
+    EXECUTE format('TRUNCATE tierq_log_%s, tierq_log_done_%s', slot, slot);
+    RETURN total;
+END $$;
+"""
+
+_PAIRS = """pairs AS (
+    INSERT INTO tierq_log_pairs (queue, tenant, minute)
+    SELECT DISTINCT %(queue)s, i.tenant,
+           floor(extract(epoch FROM %(now)s::timestamptz) / 60)::bigint
+    FROM ins AS i
+    ON CONFLICT DO NOTHING
+)"""
+
+
+def _queries(slot: int) -> dict[str, str]:
+    """The sketch's statements that name slot ``slot``'s tables."""
+    log, done = f"tierq_log_{slot}", f"tierq_log_done_{slot}"
+    return {
+        # insert_tasks_uniform for a batch admitted warm: (first seq, rows inserted)
+        f"sketch_b_insert_{slot}": f"""
+WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
+ins AS (
+    INSERT INTO {log} (id, queue, tenant, priority, seq, max_attempts, payload, created_at)
+    SELECT v.id, %(queue)s, v.tenant, v.priority, b.seq + v.n - 1, %(max_attempts)s,
+           v.payload, %(now)s
+    FROM b, {ROWS}
+    RETURNING tenant
+),
+{_PAIRS}
+SELECT b.seq, (SELECT count(*) FROM ins) FROM b""",
+        # insert_tasks_uniform_keyed for a batch admitted warm: the keyed rows inserted
+        # (id, seq), then (NULL, the batch's first seq)
+        f"sketch_b_insert_keyed_{slot}": f"""
+WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
+v AS (
+    SELECT v.id, v.tenant, v.key, v.priority, v.payload, b.seq + v.n - 1 AS seq
+    FROM b, ROWS FROM (unnest(%(ids)s::uuid[]),
+                       jsonb_array_elements_text(%(tenants)s::jsonb),
+                       jsonb_array_elements_text(%(keys)s::jsonb),
+                       unnest(%(priorities)s::smallint[]),
+                       jsonb_array_elements(%(payloads)s::jsonb))
+            WITH ORDINALITY AS v(id, tenant, key, priority, payload, n)
+),
+ins AS (
+    INSERT INTO {log} (id, queue, tenant, priority, seq, max_attempts, payload, created_at)
+    SELECT v.id, %(queue)s, v.tenant, v.priority, v.seq, %(max_attempts)s, v.payload, %(now)s
+    FROM v WHERE v.key IS NULL
+    RETURNING tenant
+),
+{_PAIRS},
+keyed AS (
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since, grp, timeout_seconds, trace)
+    SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, 'warm', %(now)s,
+           %(now)s, %(max_attempts)s, v.seq, %(now)s, %(now)s, %(now)s, NULL, NULL, NULL
+    FROM v WHERE v.key IS NOT NULL
+    ON CONFLICT (queue, tenant, key)
+        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
+    DO NOTHING
+    RETURNING id::text, seq
+)
+SELECT id, seq FROM keyed
+UNION ALL SELECT NULL, seq FROM b""",
+        # an ack of slot rows only: the ids appended; those already there (finished
+        # before) are not returned, as today's refused ack
+        f"sketch_b_ack_{slot}": f"""
+INSERT INTO {done} (id) SELECT unnest(%(ids)s::uuid[])
+ON CONFLICT DO NOTHING
+RETURNING id::text AS id, NULL::text AS grp""",
+        # the same with keyed tasks' rows: those deleted from tierq_tasks as today, each
+        # paired with its lease's tenant and attempt
+        f"sketch_b_ack_keyed_{slot}": f"""
+WITH appended AS (
+    INSERT INTO {done} (id) SELECT unnest(%(ids)s::uuid[])
+    ON CONFLICT DO NOTHING
+    RETURNING id
+),
+v AS (
+    SELECT * FROM unnest(%(keyed_ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[])
+        AS v(id, tenant, attempt)
+),
+deleted AS (
+    DELETE FROM tierq_tasks t USING v
+    WHERE t.id = ANY(%(keyed_ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+      AND t.tenant = v.tenant AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
+      AND t.waiters = 0
+    RETURNING t.id::text, t.grp
+)
+SELECT id::text AS id, NULL::text AS grp FROM appended
+UNION ALL SELECT id, grp FROM deleted""",
+    }
+
+
+QUERIES = {name: sql for s in range(SLOTS) for name, sql in _queries(s).items()}
+
+
+def rows_written(database_url: str) -> tuple[int, int]:
+    """Rows inserted so far into (the slot tables, ``tierq_tasks``), as the server's
+    statistics count them."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        found = dict(conn.execute(
+            "SELECT relname, n_tup_ins FROM pg_stat_user_tables "
+            "WHERE relname = 'tierq_tasks' OR relname ~ '^tierq_log_[0-9]+$'").fetchall())
+    tasks = int(found.pop("tierq_tasks", 0))
+    return sum(int(n) for n in found.values()), tasks
+
+
+def unfinished_in_slots(database_url: str) -> int:
+    """Slot rows without a ``done`` row, over every slot."""
+    return sum(count_rows(database_url, f"SELECT count(*) FROM tierq_log_{s} l WHERE NOT "
+                                        f"EXISTS (SELECT 1 FROM tierq_log_done_{s} d "
+                                        "WHERE d.id = l.id)")
+               for s in range(SLOTS))
+
+
+def rotate(database_url: str) -> tuple[int, float | None]:
+    """Empty every slot that has rows, as the rotation job would once the slots' turn came:
+    (rows emptied, the backend's CPU seconds for it, None where its process cannot be
+    read). Raises when a slot still holds an unfinished task (the sketch copies none
+    forward)."""
+    import psycopg
+
+    from bench.measure import schedstat_ns
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+        try:
+            before: int | None = schedstat_ns(pid)
+        except OSError:
+            before = None
+        emptied = 0
+        for s in range(SLOTS):
+            if conn.execute(f"SELECT EXISTS (SELECT 1 FROM tierq_log_{s})").fetchone() \
+                    == (True,):
+                [(rows,)] = conn.execute("SELECT tierq_rotate_slot(%s)", [s]).fetchall()
+                emptied += int(rows)
+        seconds = None if before is None else (schedstat_ns(pid) - before) / 1e9
+    return emptied, seconds
+
+
+def mark_ids(prepared: Sequence[Any]) -> None:
+    """Make each prepared task's id end in an even hex digit, or an odd one when it has a
+    key (``keyed_id``)."""
+    for p in prepared:
+        digits = ODD if p.key is not None else EVEN
+        p.id = p.id[:-1] + digits[int(p.id[-1], 16) >> 1]
+
+
+def sketch_store(store: Any) -> None:
+    """Swap the four statements of this process's engine store for the sketch's (the
+    module's table) and mark the ids its enqueues make; every other statement stays the
+    engine's."""
+    from psycopg.rows import tuple_row
+
+    import tierq.logic.enqueue as enqueue
+    from tierq.dal.postgres import int_array, text_array, uuid_array
+    from tierq.dal.store.base import positional
+    from tierq.dal.store.rows import AckedRow
+
+    if not getattr(enqueue.prepare, "sketch_b", False):  # (once per process)
+        prepare = enqueue.prepare
+
+        def marked(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+            out = prepare(ctx, *args, **kwargs)
+            if getattr(ctx.store, "sketch_b", False):  # (an engine of the sketch's only)
+                mark_ids(out)
+            return out
+
+        marked.sketch_b = True  # type: ignore[attr-defined]
+        marked.unmarked = prepare  # type: ignore[attr-defined]
+        enqueue.prepare = marked
+    store.sketch_b = True
+    store._sql = {**store._sql, **QUERIES}
+    plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
+    acked = positional(AckedRow)
+
+    def hot(columns: dict[str, Any]) -> bool:
+        return columns.get("state") == "warm" and columns.get("timeout") is None
+
+    def first_slot(columns: dict[str, Any]) -> int:
+        return slot_of(columns["ids"][1:37])  # (a uuid[] literal: "{id,id,...}")
+
+    def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
+                       ) -> tuple[int, int]:
+        if not hot(columns):
+            return plain(queue, now, columns, conn=conn)
+        [(first, count)] = store._fetch(f"sketch_b_insert_{first_slot(columns)}",
+                                        {"queue": queue, "now": now, **columns}, tuple_row,
+                                        conn)
+        return first, count
+
+    def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
+                             ) -> tuple[int, dict[str, int]]:
+        if not hot(columns):
+            return keyed(queue, now, columns, conn=conn)
+        first, inserted = 0, {}
+        for task_id, seq in store._fetch(f"sketch_b_insert_keyed_{first_slot(columns)}",
+                                         {"queue": queue, "now": now, **columns}, tuple_row,
+                                         conn):
+            if task_id is None:
+                first = seq
+            else:
+                inserted[task_id] = seq
+        return first, inserted
+
+    def ack(queue: str, ids: Iterable[str], tenants: Sequence[str],
+            attempts: Sequence[int], relaxed: bool) -> list[Any]:
+        by_slot: dict[int, list[str]] = {}
+        keyed_rows: list[tuple[str, str, int]] = []
+        for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
+            if keyed_id(task_id):
+                keyed_rows.append((task_id, tenant, attempt))
+            else:
+                by_slot.setdefault(slot_of(task_id), []).append(task_id)
+        out: list[Any] = []
+        slots = sorted(by_slot) or [0]
+        for n, slot in enumerate(slots):
+            appended = uuid_array(by_slot.get(slot, ()))
+            if n or not keyed_rows:
+                out += store._fetch(f"sketch_b_ack_{slot}", {"ids": appended}, acked,
+                                    relaxed=relaxed)
+            else:
+                out += store._fetch(f"sketch_b_ack_keyed_{slot}", {
+                    "queue": queue, "ids": appended,
+                    "keyed_ids": uuid_array(r[0] for r in keyed_rows),
+                    "tenants": text_array([r[1] for r in keyed_rows]),
+                    "attempts": int_array(r[2] for r in keyed_rows)}, acked, relaxed=relaxed)
+        return out
+
+    def ack_delete(queue: str, ids: Any, tenants: Any, attempt: int, *,
+                   relaxed: bool = False) -> list[Any]:
+        ids = list(ids)
+        return ack(queue, ids, tenants, [attempt] * len(ids), relaxed)
+
+    def ack_delete_by_attempt(queue: str, ids: Any, tenants: Any, attempts: Any, *,
+                              relaxed: bool = False) -> list[Any]:
+        return ack(queue, ids, tenants, attempts, relaxed)
+
+    store.insert_tasks_uniform = insert_uniform
+    store.insert_tasks_uniform_keyed = insert_uniform_keyed
+    store.ack_delete = ack_delete
+    store.ack_delete_by_attempt = ack_delete_by_attempt
+
+
+class LogSlotsSketch(TierqEngine):
+    """tierq's engine with design B's writes sketched in (the module's docstring)."""
+
+    name = "tierq-log-sketch"
+    preload = (*TierqEngine.preload, "bench.systems.log_sketch")
+
+    def prepare(self, stores: Stores) -> Prepared:
+        """tierq's fresh database and Valkey (``TierqEngine.prepare``), the sketch's tables,
+        and the spec's word that makes each process's engine take the sketch's statements
+        (``bench.systems.tierq_engine.tierq_engine``)."""
+        import psycopg
+
+        prepared = super().prepare(stores)
+        with psycopg.connect(prepared.database_url, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+        prepared.spec["sketch"] = "log"
+        return prepared
+
+    def run_notes(self, prepared: Prepared) -> list[str]:
+        """How many of the run's rows went into the slots: a run whose batches all took the
+        engine's statements measured today's code, not the sketch, and says so."""
+        slotted, tasks = rows_written(prepared.database_url)
+        if slotted == 0:
+            return [f"NOT THE SKETCH: no row of {tasks:,} went into a slot"]
+        return [f"{slotted:,} of {slotted + tasks:,} rows into the slots"]
+
+    def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
+        """The rotation of every slot the run filled, in backend CPU microseconds per row
+        emptied (``rotate``); None when there was nothing to empty or its backend's CPU
+        cannot be read."""
+        emptied, seconds = rotate(prepared.database_url)
+        return None if not emptied or seconds is None else seconds * 1e6 / emptied
+
+    def remaining(self, prepared: Prepared) -> int:
+        """Unfinished tasks of ``tierq_tasks`` and of the slots."""
+        return (count_rows(prepared.database_url, UNFINISHED)
+                + unfinished_in_slots(prepared.database_url))
