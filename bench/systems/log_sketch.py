@@ -14,28 +14,35 @@ the engine's step                  the sketch's (when)
 ``enqueue.prepare``                each id's last hex digit made even, or odd for a task with
                                    a key: an ack tells from the id alone which table holds
                                    the row (a deployment's shard tag is read the same way)
-``insert_tasks_uniform``           ``sketch_b_insert_<slot>``: the rows into the slot table
-                                   of the batch's first id (its primary key only), each
-                                   (pair, minute) once into ``tierq_log_pairs`` (a batch
-                                   admitted warm without a time limit: the shapes' batches)
-``insert_tasks_uniform_keyed``     ``sketch_b_insert_keyed_<slot>``: the keyless rows as
-                                   above, the keyed ones into ``tierq_tasks`` as today
-``ack_delete``                     ``sketch_b_ack_<slot>``: the even ids appended to the
-                                   slot's ``done`` table, whose primary key arbitrates a task
-                                   finished twice; with odd ids,
+``insert_tasks_uniform``           ``sketch_b_insert_<slot>``: the rows into the table of
+                                   their ids' slot (its primary key only), each (pair,
+                                   minute) once into ``tierq_log_pairs`` (a batch admitted
+                                   warm without a time limit: the shapes' batches);
+                                   ``sketch_b_insert_split`` when the ids straddle a slot's
+                                   boundary, each row into its id's slot
+``insert_tasks_uniform_keyed``     ``sketch_b_insert_keyed_<slot>`` (or ``_split``): the
+                                   keyless rows as above, the keyed ones into
+                                   ``tierq_tasks`` as today
+``ack_delete``                     ``sketch_b_ack_<slot>``: the even ids appended to their
+                                   slot's ``done`` table, whose primary key arbitrates a
+                                   task finished twice; with odd ids,
                                    ``sketch_b_ack_keyed_<slot>`` also deletes those from
                                    ``tierq_tasks`` as today, in the same statement
 ``ack_delete_by_attempt``          the same (the appended rows name no tenant or attempt)
 =================================  ==========================================================
 
 A slot is an id's milliseconds // ``SLOT_MS`` mod ``SLOTS``; an ack whose ids fall in two
-slots (at a slot's boundary) is one statement per slot. The rotation (``rotate``: the
-owner function ``tierq_rotate_slot`` counts the slot's rows without a ``done`` row by
-anti-join, refuses when any is left, then truncates the slot and its ``done`` table) runs
-after the run's phases over every slot that has rows; its backend's CPU per row is the
-run's PostgreSQL work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the
-sketch's end-to-end figure. Any other batch and every other statement run as the engine's;
-each run's notes say how many rows went into the slots ("NOT THE SKETCH" when none).
+slots (at a slot's boundary) is one statement per slot, and an ack of an id older than the
+slots' turn ((SLOTS - 1) * SLOT_MS) is refused: its slot may have been emptied and taken
+again, and a ``done`` row appended there would count as another task's. So a slot's
+``done`` rows are ids of its own rows, and the rotation (``rotate``: the owner function
+``tierq_rotate_slot``) compares the two tables' counts, looks for the unfinished rows by
+anti-join only when the counts differ (0.1 against 1.1 µs a row, one connection), refuses
+when any is left, then truncates the slot and its ``done`` table. It runs after the run's
+phases over every slot that has rows; its backend's CPU per row is the run's PostgreSQL
+work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's
+end-to-end figure. Any other batch and every other statement run as the engine's; each
+run's notes say how many rows went into the slots ("NOT THE SKETCH" when none).
 
 Its PostgreSQL figures are roughly a floor for design B, since it leaves out:
 
@@ -55,12 +62,12 @@ and the sketch's do not: compare on direct connections.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from bench.stores import Stores
 from bench.systems import Prepared, count_rows
-from bench.systems.hot_sketch import ROWS
 from bench.systems.tierq_engine import UNFINISHED, TierqEngine
 
 SLOTS = 4  # slot tables that take turns
@@ -69,11 +76,16 @@ SLOT_MS = 60_000  # how long a slot takes new rows; it is emptied (SLOTS - 1) tu
 EVEN, ODD = "02468ace", "13579bdf"
 
 
-def slot_of(task_id: object) -> int:
-    """The slot of a UUIDv7 (a ``UUID`` or its text): its milliseconds // SLOT_MS, mod
-    SLOTS."""
+def ms_of(task_id: object) -> int:
+    """The milliseconds of a UUIDv7 (a ``UUID`` or its text): its first 48 bits."""
     text = str(task_id)
-    return (int(text[:8] + text[9:13], 16) // SLOT_MS) % SLOTS
+    return int(text[:8] + text[9:13], 16)
+
+
+def slot_of(task_id: object) -> int:
+    """The slot of a UUIDv7: its milliseconds // SLOT_MS, mod SLOTS (the insert's
+    ``_SLOT_OF_ID`` in SQL)."""
+    return (ms_of(task_id) // SLOT_MS) % SLOTS
 
 
 def keyed_id(task_id: object) -> bool:
@@ -113,69 +125,53 @@ CREATE FUNCTION tierq_rotate_slot(slot int) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
 DECLARE
     total bigint;
-    left_over bigint;
+    finished bigint;
+    left_over bigint := 0;
 BEGIN
     IF slot < 0 OR slot >= """ + str(SLOTS) + """ THEN
         RAISE EXCEPTION 'no slot %', slot;
     END IF;
     EXECUTE format('LOCK TABLE tierq_log_%s, tierq_log_done_%s IN ACCESS EXCLUSIVE MODE',
                    slot, slot);
-    EXECUTE format('SELECT count(*), count(*) FILTER (WHERE NOT EXISTS ('
-                   'SELECT 1 FROM tierq_log_done_%s d WHERE d.id = l.id)) '
-                   'FROM tierq_log_%s l', slot, slot) INTO total, left_over;
-    IF left_over > 0 THEN
-        RAISE EXCEPTION 'slot % has % unfinished tasks', slot, left_over;
+    EXECUTE format('SELECT (SELECT count(*) FROM tierq_log_%s), '
+                   '(SELECT count(*) FROM tierq_log_done_%s)', slot, slot)
+        INTO total, finished;
+    IF finished < total THEN
+        EXECUTE format('SELECT count(*) FROM tierq_log_%s l WHERE NOT EXISTS ('
+                       'SELECT 1 FROM tierq_log_done_%s d WHERE d.id = l.id)', slot, slot)
+            INTO left_over;
+    END IF;
+    IF left_over > 0 OR finished > total THEN
+        RAISE EXCEPTION 'slot % has % unfinished tasks (% rows, % finished)', slot,
+            left_over, total, finished;
     END IF;
     EXECUTE format('TRUNCATE tierq_log_%s, tierq_log_done_%s', slot, slot);
     RETURN total;
 END $$;
 """
 
-_PAIRS = """pairs AS (
-    INSERT INTO tierq_log_pairs (queue, tenant, minute)
-    SELECT DISTINCT %(queue)s, i.tenant,
-           floor(extract(epoch FROM %(now)s::timestamptz) / 60)::bigint
-    FROM ins AS i
-    ON CONFLICT DO NOTHING
-)"""
+# A row's slot in SQL, from its id's first 48 bits (as slot_of)
+_SLOT_OF_ID = (f"((('x' || translate(left(v.id::text, 13), '-', ''))::bit(48)::bigint"
+               f" / {SLOT_MS}) %% {SLOTS})")  # (%%: the statements take parameters)
 
 
-def _queries(slot: int) -> dict[str, str]:
-    """The sketch's statements that name slot ``slot``'s tables."""
-    log, done = f"tierq_log_{slot}", f"tierq_log_done_{slot}"
-    return {
-        # insert_tasks_uniform for a batch admitted warm: (first seq, rows inserted)
-        f"sketch_b_insert_{slot}": f"""
-WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
-ins AS (
-    INSERT INTO {log} (id, queue, tenant, priority, seq, max_attempts, payload, created_at)
-    SELECT v.id, %(queue)s, v.tenant, v.priority, b.seq + v.n - 1, %(max_attempts)s,
-           v.payload, %(now)s
-    FROM b, {ROWS}
-    RETURNING tenant
-),
-{_PAIRS}
-SELECT b.seq, (SELECT count(*) FROM ins) FROM b""",
-        # insert_tasks_uniform_keyed for a batch admitted warm: the keyed rows inserted
-        # (id, seq), then (NULL, the batch's first seq)
-        f"sketch_b_insert_keyed_{slot}": f"""
-WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
-v AS (
-    SELECT v.id, v.tenant, v.key, v.priority, v.payload, b.seq + v.n - 1 AS seq
-    FROM b, ROWS FROM (unnest(%(ids)s::uuid[]),
-                       jsonb_array_elements_text(%(tenants)s::jsonb),
-                       jsonb_array_elements_text(%(keys)s::jsonb),
-                       unnest(%(priorities)s::smallint[]),
-                       jsonb_array_elements(%(payloads)s::jsonb))
-            WITH ORDINALITY AS v(id, tenant, key, priority, payload, n)
-),
-ins AS (
-    INSERT INTO {log} (id, queue, tenant, priority, seq, max_attempts, payload, created_at)
+def _insert(slot: int | None, keyed: bool) -> str:
+    """The insert of a batch admitted warm into slot ``slot``, or (None) into each row's own
+    slot (a batch whose ids straddle a slot's boundary); ``keyed``: the batch has keys,
+    its keyed rows go into ``tierq_tasks`` as today. Its rows: the keyed rows inserted (id,
+    seq), then (NULL, the batch's first seq, the rows inserted)."""
+    keys = "jsonb_array_elements_text(%(keys)s::jsonb)," if keyed else ""
+    key = "v.key" if keyed else "NULL::text"
+    slots = range(SLOTS) if slot is None else [slot]
+    inserts = [f"""ins_{s} AS (
+    INSERT INTO tierq_log_{s} (id, queue, tenant, priority, seq, max_attempts, payload,
+                               created_at)
     SELECT v.id, %(queue)s, v.tenant, v.priority, v.seq, %(max_attempts)s, v.payload, %(now)s
-    FROM v WHERE v.key IS NULL
+    FROM v WHERE v.key IS NULL{f" AND {_SLOT_OF_ID} = {s}" if slot is None else ""}
     RETURNING tenant
-),
-{_PAIRS},
+)""" for s in slots]
+    inserted = " UNION ALL ".join(f"SELECT tenant FROM ins_{s}" for s in slots)
+    keyed_insert = """,
 keyed AS (
     INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                              run_at_initially, max_attempts, seq, created_at, ready_since,
@@ -187,9 +183,37 @@ keyed AS (
         WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
     DO NOTHING
     RETURNING id::text, seq
-)
-SELECT id, seq FROM keyed
-UNION ALL SELECT NULL, seq FROM b""",
+)""" if keyed else ""
+    return f"""
+WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
+v AS (
+    SELECT v.id, v.tenant, {key} AS key, v.priority, v.payload, b.seq + v.n - 1 AS seq
+    FROM b, ROWS FROM (unnest(%(ids)s::uuid[]),
+                       jsonb_array_elements_text(%(tenants)s::jsonb), {keys}
+                       unnest(%(priorities)s::smallint[]),
+                       jsonb_array_elements(%(payloads)s::jsonb))
+            WITH ORDINALITY AS v(id, tenant, {"key, " if keyed else ""}priority, payload, n)
+),
+{",".join(inserts)},
+inserted AS ({inserted}),
+pairs AS (
+    INSERT INTO tierq_log_pairs (queue, tenant, minute)
+    SELECT DISTINCT %(queue)s, i.tenant,
+           floor(extract(epoch FROM %(now)s::timestamptz) / 60)::bigint
+    FROM inserted AS i
+    ON CONFLICT DO NOTHING
+){keyed_insert}
+{"SELECT id, seq, NULL::bigint FROM keyed UNION ALL " if keyed else ""}\
+SELECT NULL::text, seq, (SELECT count(*) FROM inserted) FROM b"""
+
+
+def _queries(slot: int) -> dict[str, str]:
+    """The sketch's statements that name slot ``slot``'s tables."""
+    done = f"tierq_log_done_{slot}"
+    return {
+        # insert_tasks_uniform and insert_tasks_uniform_keyed for a batch admitted warm
+        f"sketch_b_insert_{slot}": _insert(slot, keyed=False),
+        f"sketch_b_insert_keyed_{slot}": _insert(slot, keyed=True),
         # an ack of slot rows only: the ids appended; those already there (finished
         # before) are not returned, as today's refused ack
         f"sketch_b_ack_{slot}": f"""
@@ -221,6 +245,8 @@ UNION ALL SELECT id, grp FROM deleted""",
 
 
 QUERIES = {name: sql for s in range(SLOTS) for name, sql in _queries(s).items()}
+QUERIES["sketch_b_insert_split"] = _insert(None, keyed=False)
+QUERIES["sketch_b_insert_keyed_split"] = _insert(None, keyed=True)
 
 
 def rows_written(database_url: str) -> tuple[int, int]:
@@ -308,16 +334,19 @@ def sketch_store(store: Any) -> None:
     def hot(columns: dict[str, Any]) -> bool:
         return columns.get("state") == "warm" and columns.get("timeout") is None
 
-    def first_slot(columns: dict[str, Any]) -> int:
-        return slot_of(columns["ids"][1:37])  # (a uuid[] literal: "{id,id,...}")
+    def statement(columns: dict[str, Any], name: str) -> str:
+        # (a uuid[] literal "{id,...,id}": its first and last ids name the batch's slots)
+        ids = columns["ids"]
+        first, last = slot_of(ids[1:37]), slot_of(ids[-37:-1])
+        return f"{name}_{first}" if first == last else f"{name}_split"
 
     def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
                        ) -> tuple[int, int]:
         if not hot(columns):
             return plain(queue, now, columns, conn=conn)
-        [(first, count)] = store._fetch(f"sketch_b_insert_{first_slot(columns)}",
-                                        {"queue": queue, "now": now, **columns}, tuple_row,
-                                        conn)
+        [(_, first, count)] = store._fetch(statement(columns, "sketch_b_insert"),
+                                           {"queue": queue, "now": now, **columns},
+                                           tuple_row, conn)
         return first, count
 
     def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
@@ -325,9 +354,9 @@ def sketch_store(store: Any) -> None:
         if not hot(columns):
             return keyed(queue, now, columns, conn=conn)
         first, inserted = 0, {}
-        for task_id, seq in store._fetch(f"sketch_b_insert_keyed_{first_slot(columns)}",
-                                         {"queue": queue, "now": now, **columns}, tuple_row,
-                                         conn):
+        for task_id, seq, _ in store._fetch(statement(columns, "sketch_b_insert_keyed"),
+                                            {"queue": queue, "now": now, **columns},
+                                            tuple_row, conn):
             if task_id is None:
                 first = seq
             else:
@@ -338,9 +367,13 @@ def sketch_store(store: Any) -> None:
             attempts: Sequence[int], relaxed: bool) -> list[Any]:
         by_slot: dict[int, list[str]] = {}
         keyed_rows: list[tuple[str, str, int]] = []
+        oldest = time.time() * 1000 - (SLOTS - 1) * SLOT_MS
         for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
             if keyed_id(task_id):
                 keyed_rows.append((task_id, tenant, attempt))
+            elif ms_of(task_id) < oldest:  # (its slot may have turned: see the docstring)
+                raise RuntimeError(f"task {task_id} is older than the slots' turn; the "
+                                   "sketch copies no survivor forward")
             else:
                 by_slot.setdefault(slot_of(task_id), []).append(task_id)
         out: list[Any] = []

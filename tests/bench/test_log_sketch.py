@@ -6,7 +6,9 @@ something else. Its own fresh database: the sketch's tables must not reach the s
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ import tierq.logic.enqueue as enqueue
 from bench.systems import Prepared
 from bench.systems.log_sketch import (
     SCHEMA,
+    SLOT_MS,
     SLOTS,
     LogSlotsSketch,
     keyed_id,
@@ -118,6 +121,36 @@ def test_a_task_finished_twice_is_refused_the_second_time(
     assert counts(conn) == (30, 30, 0)
 
 
+@pytest.mark.parametrize("keys", [False, True])
+def test_a_batch_straddling_a_slots_boundary_puts_each_row_in_its_ids_slot(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str], monkeypatch: pytest.MonkeyPatch,
+        keys: bool) -> None:
+    tq, conn, url = sketch
+    boundary = int(time.time() * 1000) // SLOT_MS * SLOT_MS  # (the current slot's start)
+
+    def straddling(n: int, now_ms: int | None = None) -> list[str]:
+        return [id_at(boundary - 1, i) for i in range(n // 2)] + [
+            id_at(boundary, i) for i in range(n - n // 2)]
+
+    monkeypatch.setattr(enqueue, "uuid7_strings", straddling)
+    outcomes = tq.enqueue("q", [{"payload": {"i": i},
+                                 **({"key": f"k{i}"} if keys and i % 5 == 0 else {})}
+                                for i in range(20)])
+    monkeypatch.undo()
+    before, after = slot_of(id_at(boundary - 1, 0)), slot_of(id_at(boundary, 0))
+    assert before != after
+    keyed = 4 if keys else 0
+    in_slot = {s: conn.execute(f"SELECT count(*) FROM tierq_log_{s}").fetchone()
+               for s in (before, after)}
+    assert in_slot == {before: (10 - keyed // 2,), after: (10 - keyed // 2,)}
+    assert counts(conn) == (20 - keyed, 0, keyed)
+    assert len({o.id for o in outcomes}) == 20
+    assert drain(tq, "q", 7) == 20
+    assert counts(conn) == (20 - keyed, 20 - keyed, 0)
+    assert rotate(url)[0] == 20 - keyed
+    assert counts(conn) == (0, 0, 0)
+
+
 def test_work_not_admitted_warm_takes_the_engines_statements(
         sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
     tq, conn, url = sketch
@@ -150,6 +183,13 @@ def test_an_engine_without_the_sketch_keeps_its_ids(
         plain.close()
     assert any(keyed_id(o.id) for o in outcomes)
     assert counts(conn) == (0, 0, 64)
+
+
+def id_at(ms: int, counter: int) -> str:
+    """A UUIDv7 of millisecond ``ms`` (the per-process ids would not go back in time)."""
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62)
+                         | rand))
 
 
 def wait_for_rows(url: str, want: tuple[int, int]) -> tuple[int, int]:
