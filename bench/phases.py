@@ -24,6 +24,7 @@ from typing import Any
 from bench.report import say
 
 READY_TIMEOUT = 180.0
+RESULT_GRACE = 10.0  # seconds a process that exited 0 has for its result to arrive
 
 
 class Sync:
@@ -266,6 +267,14 @@ def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
             if any(not p.is_alive() for p in procs) and len(results) + len(errors) < len(procs):
                 drain_results(1.0)
                 gone = [p for i, p in enumerate(procs) if not p.is_alive() and i not in results]
+                if gone and all(p.exitcode == 0 for p in gone):
+                    # (a process that exited 0 put its result before it ended: wait for it
+                    # in the queue a little longer before calling it lost)
+                    waited = time.monotonic() + RESULT_GRACE
+                    while gone and time.monotonic() < waited:
+                        drain_results(0.5)
+                        gone = [p for i, p in enumerate(procs) if i not in results]
+                        gone = [p for p in gone if not p.is_alive()]
                 if gone and len(results) + len(errors) < len(procs):
                     errors.append("exited without a result: " + ", ".join(
                         f"{p.name} (exit {p.exitcode})" for p in gone))
