@@ -10,7 +10,8 @@ prepare a fresh store, producer and consumer process targets, count what is left
   LOCKED``, the floor the peers sit on (bench.vs_bare).
 * ``tierq-hot-sketch`` (hot_sketch.py): ``tierq-engine`` with design A's insert and ack
   statements sketched in (``bench.vs_bare --sketch``): a measurement of a design, not a
-  product path.
+  product path;
+* ``tierq-log-sketch`` (log_sketch.py): the same with design B's (``--sketch b``).
 
 Every task is a no-op carrying a tiny JSON payload (``{"i": n}``). Each system gets its own
 fresh database on the same PostgreSQL server. This module is imported on both sides (the
