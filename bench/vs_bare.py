@@ -6,8 +6,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --breakdown     # and where a task's microseconds go
     .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run)
     .venv/bin/python -m bench.vs_bare --sketch        # and design A's writes, sketched
-    .venv/bin/python -m bench.vs_bare --sketch b      # or design B's (--sketch a --sketch b:
-                                                      # both)
+    .venv/bin/python -m bench.vs_bare --sketch b      # or design B's, or C's (--sketch c);
+                                                      # repeat the option for several
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
 
@@ -32,13 +32,15 @@ and for PostgreSQL CPU per task. ``--breakdown`` adds where a task's microsecond
 (bench/breakdown.py): statements, commits, rows and WAL per task, each statement's share,
 and the client's CPU split by stage from one more, profiled, run of each system.
 
-``--sketch [a|b]`` (a by default; repeat it for both) adds a system taking turns with the
-two: tierq's engine with the writes of a design of docs/design-rotating-tables.md in place
-of its insert and ack statements, ``tierq-hot-sketch`` for design A (a narrow table,
-bench/systems/hot_sketch.py) or ``tierq-log-sketch`` for design B (rotating slot tables
-whose acks append, bench/systems/log_sketch.py; its rotation is measured after the phases
-and added to its PostgreSQL CPU per task). Each prints ``sketch_<a|b>_ratio_vs_bare_<shape>=``
-and ``sketch_<a|b>_pg_cpu_vs_bare_<shape>=`` before the last lines: what the design would
+``--sketch [a|b|c]`` (a by default; repeat it for several) adds a system taking turns with
+the two: tierq's engine with the writes of a design of docs/design-rotating-tables.md in
+place of its insert and ack statements: ``tierq-hot-sketch`` for design A (a narrow table,
+bench/systems/hot_sketch.py), ``tierq-log-sketch`` for design B (rotating slot tables whose
+acks append, bench/systems/log_sketch.py) or ``tierq-batch-sketch`` for design C (a row per
+batch whose tasks are finished by bits, bench/systems/batch_sketch.py). What B and C do
+after the phases (B's rotation, C's sweep) is measured then and added to their PostgreSQL
+CPU per task. Each prints ``sketch_<letter>_ratio_vs_bare_<shape>=`` and
+``sketch_<letter>_pg_cpu_vs_bare_<shape>=`` before the last lines: what the design would
 give end to end, measured before it is built (each module says what it leaves out).
 ``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
@@ -79,6 +81,7 @@ from bench.stores import (
 )
 from bench.systems import System, Workload
 from bench.systems.bare_table import BareTable
+from bench.systems.batch_sketch import BatchRowsSketch
 from bench.systems.hot_sketch import HotTableSketch
 from bench.systems.log_sketch import LogSlotsSketch
 from bench.systems.tierq_engine import TierqEngine
@@ -87,7 +90,8 @@ from bench.vs_peers import Runs, alternate, rate
 TIERQ = "tierq-engine"
 BARE = "bare-table"
 # the designs' sketches (--sketch), by the letter of docs/design-rotating-tables.md
-SKETCHES: dict[str, type[TierqEngine]] = {"a": HotTableSketch, "b": LogSlotsSketch}
+SKETCHES: dict[str, type[TierqEngine]] = {"a": HotTableSketch, "b": LogSlotsSketch,
+                                          "c": BatchRowsSketch}
 PHASES = ("enqueue", "drain", "e2e")
 
 
@@ -214,7 +218,7 @@ def print_shape(result: ShapeResult) -> None:
             say(f"design {letter.upper()} sketch / bare: end-to-end "
                 f"{fmt_ratio(f[f'sketch_{letter}_ratio_vs_bare'])}, PostgreSQL CPU per task "
                 f"{fmt_ratio(f[f'sketch_{letter}_pg_cpu_vs_bare'])}"
-                + (" (with the rotation measured apart)" if letter == "b" else ""))
+                + (" (with its work after the phases)" if letter in "bc" else ""))
 
 
 def print_summary(results: list[ShapeResult]) -> None:
@@ -286,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
                         choices=list(SKETCHES), default=[],
                         help="also run a design's writes sketched into tierq's engine, "
                              "taking turns with the other two: a (design A, "
-                             "bench/systems/hot_sketch.py; the default) or b (design B, "
-                             "bench/systems/log_sketch.py); repeat for both")
+                             "bench/systems/hot_sketch.py; the default), b (design B, "
+                             "bench/systems/log_sketch.py) or c (design C, "
+                             "bench/systems/batch_sketch.py); repeat for several")
     parser.add_argument("--bare-client-us", type=float, default=0.0, metavar="N",
                         help="also run the bare table with clients spending N µs more CPU "
                              "per task (bench/systems/bare_table.py)")

@@ -61,6 +61,10 @@ def tierq_engine(spec: dict[str, Any]) -> Tierq:
         from bench.systems import log_sketch
 
         log_sketch.sketch_store(tq.ctx.store)
+    elif spec.get("sketch") == "batch":  # design C's (bench/systems/batch_sketch.py)
+        from bench.systems import batch_sketch
+
+        batch_sketch.sketch_store(tq.ctx.store)
     return tq
 
 

@@ -117,23 +117,25 @@ def test_a_profile_splits_by_stage_and_builtins_take_their_callers_stage() -> No
     assert rule_of(("~", 0, "<method 'append' of 'list' objects>")) is None  # inherits
 
 
-def test_the_sketches_of_designs_a_and_b_run_beside_the_two_and_print_their_ratios_first(
+def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
         session_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "vs_bare_sketch.json"
     run = subprocess.run(
         [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
-         "--shapes", "mixed", "--sketch", "--sketch", "b",
+         "--shapes", "mixed", "--sketch", "--sketch", "b", "--sketch", "c",
          "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     lines = run.stdout.strip().splitlines()
-    keys = [line.partition("=")[0] for line in lines[-6:]]
+    keys = [line.partition("=")[0] for line in lines[-8:]]
     assert keys == ["sketch_a_ratio_vs_bare_mixed", "sketch_a_pg_cpu_vs_bare_mixed",
                     "sketch_b_ratio_vs_bare_mixed", "sketch_b_pg_cpu_vs_bare_mixed",
+                    "sketch_c_ratio_vs_bare_mixed", "sketch_c_pg_cpu_vs_bare_mixed",
                     "ratio_vs_bare_mixed", "pg_cpu_vs_bare_mixed"]
     result: dict[str, Any] = json.loads(out.read_text())
     assert sorted(r["system"] for r in result["runs"]) == [
-        "bare-table", "tierq-engine", "tierq-hot-sketch", "tierq-log-sketch"]
+        "bare-table", "tierq-batch-sketch", "tierq-engine", "tierq-hot-sketch",
+        "tierq-log-sketch"]
     for r in result["runs"]:
         assert r["drain"]["left"] == 0 and r["e2e"]["left"] == 0, r
     shape = result["shapes"]["mixed"]
@@ -145,3 +147,6 @@ def test_the_sketches_of_designs_a_and_b_run_beside_the_two_and_print_their_rati
     # the rotation emptied the slots after the phases, its cost measured apart and added
     assert logged["pg_us_apart"] > 0, logged
     assert shape["tierq-log-sketch"]["pg_us_apart"] == logged["pg_us_apart"]
+    (batched,) = [r for r in result["runs"] if r["system"] == "tierq-batch-sketch"]
+    assert any(note.endswith("tasks in batch rows") for note in batched["notes"]), batched
+    assert batched["pg_us_apart"] > 0 and shape["sketch_c_pg_cpu_vs_bare"] > 0

@@ -1,0 +1,419 @@
+"""``tierq-batch-sketch``: tierq's engine with the writes of design C sketched in: one row per
+enqueued batch, its tasks finished by setting bits (docs/design-rotating-tables.md, section
+5).
+
+A benchmark system, not a product path: it answers "would a row per batch of 500, whose
+tasks are finished by setting a bit each, bring PostgreSQL's CPU per task to half the bare
+table's?" before the design is built. Designs A and B kept a row per task and found that
+its insert and its finish are what is left (section 6); here neither is per task. Each
+worker process runs the ``Tierq`` engine of ``tierq-engine`` (bench/systems/tierq_engine.py)
+with four of its store's statements swapped for design C's, and one step of the enqueue
+numbering each id:
+
+=================================  ==========================================================
+the engine's step                  the sketch's (when)
+=================================  ==========================================================
+``enqueue.prepare``                the batch's keyless tasks get ids that name their batch
+                                   and their place in it (``batch_id``); a keyed task's id
+                                   says it has a row of its own
+``insert_tasks_uniform``           ``sketch_c_insert``: one row into ``tierq_batches`` (the
+                                   batch's tenants, priorities and payloads as arrays, a
+                                   ``done`` bit string), each (pair, minute) once into
+                                   ``tierq_batch_pairs`` (a batch admitted warm without a
+                                   time limit: the shapes' batches)
+``insert_tasks_uniform_keyed``     ``sketch_c_insert_keyed``: the keyless tasks as above,
+                                   the keyed ones into ``tierq_tasks`` as today
+``ack_delete``                     ``sketch_c_ack``: each batch row named by the ids locked,
+                                   the ids' bits set, the bits that were clear returned (a
+                                   task finished twice is refused the second time); the
+                                   ids of tasks with a row of their own deleted from
+                                   ``tierq_tasks`` as today, in the same statement
+``ack_delete_by_attempt``          the same
+=================================  ==========================================================
+
+A task's id is a UUIDv7 whose 12-bit counter is its place in its batch and whose other bits
+are the batch's (``BATCH_MARK`` set in its variant's digit); the batch row's key is that id
+with the counter zeroed. So an ack needs no look-up to find a task's row, and a batch's
+tasks keep their order (seq = the row's first seq + the place). A task on its first attempt
+is in its batch row; in the design a nack, an expiry or a refusal by the warm tier moves it
+out to ``tierq_tasks`` (its bit set), so an ack of a later attempt goes there.
+
+A batch row whose bits are all set is deleted by a sweep (``sweep``) that runs after the
+run's phases; its backend's CPU per task is the run's PostgreSQL work apart
+(``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's figure. Any other
+batch and every other statement run as the engine's; each run's notes say how many tasks
+went into batch rows ("NOT THE SKETCH" when none).
+
+Its PostgreSQL figures are roughly a floor for design C, since it leaves out:
+
+* the readers of batch rows: the reaper, the reconciler, a release, a nack, an expiry, a
+  cancel, a task's GET, and a child waiting on a task see only ``tierq_tasks`` here (none
+  happens in these shapes, whose warm tier never fills; a task lost by Valkey would never
+  come back), and moving a task out of its batch row;
+* the tenant check today's ack makes in PostgreSQL (the lease check in Valkey stays);
+* deleting ``tierq_batch_pairs`` rows once their minute is past.
+Behind a pooler (``TIERQ_DB_POOLER=transaction``) the engine's statements run as functions
+and the sketch's do not: compare on direct connections.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bench.stores import Stores
+from bench.systems import Prepared, count_rows
+from bench.systems.tierq_engine import UNFINISHED, TierqEngine
+
+BITS = 512  # a batch row's done bits: at most a batch (500) of tasks; the rest set at once
+# the hex digit after the variant's: 8 or 9 for a task with a row of its own, a or b for a
+# task in a batch row (its 0x2 bit)
+BATCH_MARK = 0x2
+
+
+def batch_member(task_id: object) -> bool:
+    """Whether ``task_id`` (a ``UUID`` or its text) names a task in a batch row."""
+    return int(str(task_id)[19], 16) & BATCH_MARK != 0
+
+
+def batch_id(task_id: object) -> tuple[str, int]:
+    """(The batch row's key, the task's place in it) of a batch member's id."""
+    text = str(task_id)
+    return text[:15] + "000" + text[18:], int(text[15:18], 16)
+
+
+def number_ids(prepared: Sequence[Any]) -> None:
+    """Give a prepared batch's keyless tasks the ids of one batch, each its place in it,
+    and its keyed tasks ids that say they have a row of their own."""
+    if not prepared:
+        return
+    # (the first id's milliseconds and version digit, the place, then random bits shared
+    # by the batch, marked)
+    rand = os.urandom(8).hex()
+    variant = f"{0x8 | BATCH_MARK | (int(rand[0], 16) & 0x1):x}"
+    shared = f"{prepared[0].id[:15]}{{:03x}}-{variant}{rand[1:4]}-{rand[4:16]}"
+    place = 0
+    for p in prepared:
+        if p.key is None:
+            p.id = shared.format(place)
+            place += 1
+        else:
+            digit = int(p.id[19], 16) & ~BATCH_MARK
+            p.id = f"{p.id[:19]}{digit:x}{p.id[20:]}"
+
+
+def _mask(places: Iterable[int]) -> str:
+    bits = ["0"] * BITS
+    for place in places:
+        bits[place] = "1"
+    return "".join(bits)
+
+
+_PAIRS = """pairs AS (
+    INSERT INTO tierq_batch_pairs (queue, tenant, minute)
+    SELECT DISTINCT %(queue)s, t.tenant,
+           floor(extract(epoch FROM %(now)s::timestamptz) / 60)::bigint
+    FROM ins, jsonb_array_elements_text(ins.tenants) AS t(tenant)
+    ON CONFLICT DO NOTHING
+)"""
+
+# The sketch's tables, created in the system's fresh database after tierq's migrations.
+SCHEMA = f"""
+CREATE TABLE tierq_batches (
+    id uuid PRIMARY KEY,
+    queue text NOT NULL,
+    first_seq bigint NOT NULL,
+    tasks int NOT NULL,
+    max_attempts int NOT NULL,
+    tenants jsonb NOT NULL,
+    priorities smallint[] NOT NULL,
+    payloads jsonb NOT NULL,
+    done bit({BITS}) NOT NULL,
+    created_at timestamptz NOT NULL
+) WITH (fillfactor = 50);
+CREATE TABLE tierq_batch_pairs (
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    minute bigint NOT NULL,
+    PRIMARY KEY (queue, tenant, minute)
+);
+"""
+
+# Bits [n, BITS) of a new batch row's done: set at once (no task there)
+_UNUSED = f"(~(B'0'::bit({BITS}))) >> %(tasks)s::int"
+
+QUERIES = {
+    # insert_tasks_uniform for a batch admitted warm: (first seq, tasks inserted)
+    "sketch_c_insert": f"""
+WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
+ins AS (
+    INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
+                               priorities, payloads, done, created_at)
+    SELECT %(batch)s::uuid, %(queue)s, b.seq, %(tasks)s, %(max_attempts)s,
+           %(tenants)s::jsonb, %(priorities)s::smallint[], %(payloads)s::jsonb,
+           {_UNUSED}, %(now)s
+    FROM b
+    RETURNING tenants
+),
+{_PAIRS}
+SELECT b.seq, %(tasks)s FROM b""",
+    # insert_tasks_uniform_keyed for a batch admitted warm: the keyed rows inserted (id,
+    # seq), then (NULL, the batch's first seq)
+    "sketch_c_insert_keyed": f"""
+WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
+v AS MATERIALIZED (
+    SELECT v.id, v.tenant, v.key, v.priority, v.payload, b.seq + v.n - 1 AS seq, v.n
+    FROM b, ROWS FROM (unnest(%(ids)s::uuid[]),
+                       jsonb_array_elements_text(%(tenants)s::jsonb),
+                       jsonb_array_elements_text(%(keys)s::jsonb),
+                       unnest(%(priorities)s::smallint[]),
+                       jsonb_array_elements(%(payloads)s::jsonb))
+            WITH ORDINALITY AS v(id, tenant, key, priority, payload, n)
+),
+ins AS (
+    INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
+                               priorities, payloads, done, created_at)
+    SELECT %(batch)s::uuid, %(queue)s, b.seq, %(tasks)s, %(max_attempts)s,
+           (SELECT jsonb_agg(to_jsonb(v.tenant) ORDER BY v.n) FROM v WHERE v.key IS NULL),
+           (SELECT array_agg(v.priority ORDER BY v.n) FROM v WHERE v.key IS NULL),
+           (SELECT jsonb_agg(v.payload ORDER BY v.n) FROM v WHERE v.key IS NULL),
+           {_UNUSED}, %(now)s
+    FROM b
+    RETURNING tenants
+),
+{_PAIRS},
+keyed AS (
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since, grp, timeout_seconds, trace)
+    SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, 'warm', %(now)s,
+           %(now)s, %(max_attempts)s, v.seq, %(now)s, %(now)s, %(now)s, NULL, NULL, NULL
+    FROM v WHERE v.key IS NOT NULL
+    ON CONFLICT (queue, tenant, key)
+        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
+    DO NOTHING
+    RETURNING id::text, seq
+)
+SELECT id, seq FROM keyed
+UNION ALL SELECT NULL, seq FROM b""",
+    # an ack: each batch row locked, its tasks' bits set; (the batch, the bits that were
+    # clear of those asked) per row, then the rows of their own deleted (id, grp)
+    "sketch_c_ack": """
+WITH v AS (
+    SELECT * FROM unnest(%(batches)s::uuid[], %(masks)s::bit(512)[]) AS v(id, mask)
+),
+old AS MATERIALIZED (
+    SELECT b.id, b.done, v.mask FROM tierq_batches b JOIN v ON b.id = v.id
+    WHERE b.id = ANY(%(batches)s::uuid[]) AND b.queue = %(queue)s
+    FOR UPDATE OF b
+),
+upd AS (
+    UPDATE tierq_batches b SET done = old.done | old.mask
+    FROM old WHERE b.id = old.id
+),
+own AS (
+    SELECT * FROM unnest(%(own_ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[])
+        AS o(id, tenant, attempt)
+),
+deleted AS (
+    DELETE FROM tierq_tasks t USING own
+    WHERE t.id = ANY(%(own_ids)s::uuid[]) AND t.id = own.id AND t.queue = %(queue)s
+      AND t.tenant = own.tenant AND (t.state = 'warm') IS TRUE AND t.attempts < own.attempt
+      AND t.waiters = 0
+    RETURNING t.id::text, t.grp
+)
+SELECT old.id::text AS id, (old.mask & ~old.done)::text AS grp FROM old
+UNION ALL SELECT id, grp FROM deleted""",
+}
+
+
+def tasks_written(database_url: str) -> tuple[int, int]:
+    """(Tasks in batch rows, rows of ``tierq_tasks``) inserted so far (rows in
+    ``tierq_tasks`` as the server's statistics count them)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [(batched,)] = conn.execute(
+            "SELECT coalesce(sum(tasks), 0) FROM tierq_batches").fetchall()
+        [(rows,)] = conn.execute(
+            "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables "
+            "WHERE relname = 'tierq_tasks'").fetchall()
+    return int(batched), int(rows)
+
+
+def unfinished_in_batches(database_url: str) -> int:
+    """Tasks of batch rows whose bits are clear."""
+    return count_rows(database_url, f"SELECT coalesce(sum({BITS} - bit_count(done)), 0) "
+                                    "FROM tierq_batches")
+
+
+def sweep(database_url: str) -> tuple[int, float | None]:
+    """Delete the batch rows whose bits are all set, as the maintenance job would: (tasks
+    of the rows deleted, the backend's CPU seconds for it, None where its process cannot
+    be read)."""
+    import psycopg
+
+    from bench.measure import schedstat_ns
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+        try:
+            before: int | None = schedstat_ns(pid)
+        except OSError:
+            before = None
+        [(tasks,)] = conn.execute(
+            "WITH d AS (DELETE FROM tierq_batches WHERE done = ~(B'0'::bit(512)) "
+            "RETURNING tasks) SELECT coalesce(sum(tasks), 0) FROM d").fetchall()
+        seconds = None if before is None else (schedstat_ns(pid) - before) / 1e9
+    return int(tasks), seconds
+
+
+def sketch_store(store: Any) -> None:
+    """Swap the four statements of this process's engine store for the sketch's (the
+    module's table) and number the ids its enqueues make; every other statement stays the
+    engine's."""
+    from psycopg.rows import tuple_row
+
+    import tierq.logic.enqueue as enqueue
+    from tierq.dal.postgres import int_array, text_array, uuid_array
+    from tierq.dal.store.base import positional
+    from tierq.dal.store.rows import AckedRow
+
+    if not getattr(enqueue.prepare, "sketch_c", False):  # (once per process)
+        prepare = enqueue.prepare
+
+        def numbered(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+            out = prepare(ctx, *args, **kwargs)
+            if getattr(ctx.store, "sketch_c", False):  # (an engine of the sketch's only)
+                number_ids(out)
+            return out
+
+        numbered.sketch_c = True  # type: ignore[attr-defined]
+        numbered.unnumbered = prepare  # type: ignore[attr-defined]
+        enqueue.prepare = numbered
+    store.sketch_c = True
+    store._sql = {**store._sql, **QUERIES}
+    plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
+    acked = positional(AckedRow)
+
+    def batch_of(columns: dict[str, Any]) -> tuple[str, int] | None:
+        """(The batch row's key, its tasks) of a batch admitted warm whose keyless ids are
+        one batch's, numbered 0, 1, …; None for any other."""
+        if columns.get("state") != "warm" or columns.get("timeout") is not None:
+            return None
+        members = [i for i in columns["ids"][1:-1].split(",") if batch_member(i)]
+        if not members:
+            return None
+        places = [batch_id(i) for i in members]
+        key = places[0][0]
+        if any(k != key or place != n for n, (k, place) in enumerate(places)):
+            raise RuntimeError("a batch's keyless ids are not one batch's, in order: the "
+                               "sketch takes whole batches")
+        return key, len(members)
+
+    def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
+                       ) -> tuple[int, int]:
+        batch = batch_of(columns)
+        if batch is None:
+            return plain(queue, now, columns, conn=conn)
+        [(first, count)] = store._fetch("sketch_c_insert", {
+            "queue": queue, "now": now, "batch": batch[0], "tasks": batch[1], **columns},
+            tuple_row, conn)
+        return first, count
+
+    def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
+                             ) -> tuple[int, dict[str, int]]:
+        batch = batch_of(columns)
+        if batch is None:
+            return keyed(queue, now, columns, conn=conn)
+        first, inserted = 0, {}
+        for task_id, seq in store._fetch("sketch_c_insert_keyed", {
+                "queue": queue, "now": now, "batch": batch[0], "tasks": batch[1], **columns},
+                tuple_row, conn):
+            if task_id is None:
+                first = seq
+            else:
+                inserted[task_id] = seq
+        return first, inserted
+
+    def ack(queue: str, ids: Iterable[str], tenants: Sequence[str],
+            attempts: Sequence[int], relaxed: bool) -> list[Any]:
+        batches: dict[str, list[tuple[int, str]]] = {}
+        own: list[tuple[str, str, int]] = []
+        for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
+            if batch_member(task_id) and attempt == 1:
+                key, place = batch_id(task_id)
+                batches.setdefault(key, []).append((place, str(task_id)))
+            else:  # (a keyed task, or one moved out of its batch row by an earlier attempt)
+                own.append((str(task_id), tenant, attempt))
+        keys = list(batches)
+        rows = store._fetch("sketch_c_ack", {
+            "queue": queue, "batches": uuid_array(keys),
+            "masks": "{" + ",".join(_mask(p for p, _ in batches[k]) for k in keys) + "}",
+            "own_ids": uuid_array(o[0] for o in own),
+            "tenants": text_array([o[1] for o in own]),
+            "attempts": int_array(o[2] for o in own)}, acked, relaxed=relaxed)
+        out: list[Any] = []
+        for row in rows:
+            members = batches.get(row.id)
+            if members is None:  # (a row of its own, deleted)
+                out.append(row)
+                continue
+            cleared = row.grp  # (the bits that were clear, as text)
+            out += [AckedRow(task_id, None) for place, task_id in members
+                    if cleared[place] == "1"]
+        return out
+
+    def ack_delete(queue: str, ids: Any, tenants: Any, attempt: int, *,
+                   relaxed: bool = False) -> list[Any]:
+        ids = list(ids)
+        return ack(queue, ids, tenants, [attempt] * len(ids), relaxed)
+
+    def ack_delete_by_attempt(queue: str, ids: Any, tenants: Any, attempts: Any, *,
+                              relaxed: bool = False) -> list[Any]:
+        return ack(queue, ids, tenants, attempts, relaxed)
+
+    store.insert_tasks_uniform = insert_uniform
+    store.insert_tasks_uniform_keyed = insert_uniform_keyed
+    store.ack_delete = ack_delete
+    store.ack_delete_by_attempt = ack_delete_by_attempt
+
+
+class BatchRowsSketch(TierqEngine):
+    """tierq's engine with design C's writes sketched in (the module's docstring)."""
+
+    name = "tierq-batch-sketch"
+    preload = (*TierqEngine.preload, "bench.systems.batch_sketch")
+
+    def prepare(self, stores: Stores) -> Prepared:
+        """tierq's fresh database and Valkey (``TierqEngine.prepare``), the sketch's tables,
+        and the spec's word that makes each process's engine take the sketch's statements
+        (``bench.systems.tierq_engine.tierq_engine``)."""
+        import psycopg
+
+        prepared = super().prepare(stores)
+        with psycopg.connect(prepared.database_url, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+        prepared.spec["sketch"] = "batch"
+        return prepared
+
+    def run_notes(self, prepared: Prepared) -> list[str]:
+        """How many of the run's tasks went into batch rows: a run whose batches all took
+        the engine's statements measured today's code, not the sketch, and says so."""
+        batched, rows = tasks_written(prepared.database_url)
+        if batched == 0:
+            return [f"NOT THE SKETCH: no task of {rows:,} went into a batch row"]
+        return [f"{batched:,} of {batched + rows:,} tasks in batch rows"]
+
+    def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
+        """The sweep of the finished batch rows, in backend CPU microseconds per task of
+        the rows deleted (``sweep``); None when there was nothing to delete or its
+        backend's CPU cannot be read."""
+        tasks, seconds = sweep(prepared.database_url)
+        return None if not tasks or seconds is None else seconds * 1e6 / tasks
+
+    def remaining(self, prepared: Prepared) -> int:
+        """Unfinished tasks of ``tierq_tasks`` and of the batch rows."""
+        return (count_rows(prepared.database_url, UNFINISHED)
+                + unfinished_in_batches(prepared.database_url))

@@ -1,0 +1,150 @@
+"""The design C sketch of ``bench.vs_bare --sketch c`` (bench/systems/batch_sketch.py) on
+real servers: one row per batch, each task finished once by its bit, keyed tasks in rows of
+their own, every task counted until it is finished, and a run that did not use it says so;
+or its figures would measure something else. Its own fresh database: the sketch's tables
+must not reach the session's (the schema snapshot compares that one with the
+migrations)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import tierq.logic.enqueue as enqueue
+from bench.systems import Prepared
+from bench.systems.batch_sketch import (
+    SCHEMA,
+    BatchRowsSketch,
+    batch_id,
+    batch_member,
+    sweep,
+    tasks_written,
+)
+from bench.systems.tierq_engine import tierq_engine
+from tests.support.stores import flush_valkey, migrated_database
+from tierq import ClaimRequest, Tierq
+from tierq.local.services import LocalServices
+
+
+@pytest.fixture
+def sketch(services: LocalServices, valkey_url: str, valkey_private: bool
+           ) -> Iterator[tuple[Tierq, psycopg.Connection[Any], str]]:
+    """An engine with the sketch's statements, over a fresh database holding its tables;
+    the enqueue's id numbering taken out again after (it is installed once per process)."""
+    with migrated_database(services.postgres.url, "tierq_batch_sketch") as url:
+        flush_valkey(valkey_url, valkey_private)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+            tq = tierq_engine({"database_url": url, "valkey_url": valkey_url,
+                               "sketch": "batch"})
+            try:
+                yield tq, conn, url
+            finally:
+                tq.close()
+                enqueue.prepare = getattr(enqueue.prepare, "unnumbered", enqueue.prepare)
+        flush_valkey(valkey_url, valkey_private)
+
+
+def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
+    """(batch rows, their tasks not finished, rows of tierq_tasks)."""
+    row = conn.execute("SELECT count(*), coalesce(sum(512 - bit_count(done)), 0), "
+                       "(SELECT count(*) FROM tierq_tasks) FROM tierq_batches").fetchone()
+    assert row is not None
+    return row
+
+
+def drain(tq: Tierq, queue: str, batch: int) -> int:
+    """Claim (no tenant: the rotation) and ack until nothing is left; how many acked."""
+    acked = 0
+    while got := tq.claim(queue, ClaimRequest(max=batch)):
+        result = tq.ack(queue, got)
+        assert not result.rejected, result.rejected
+        acked += len(result.acked)
+    return acked
+
+
+def test_a_batch_is_one_row_keyed_tasks_have_their_own_and_all_are_acked(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
+    tq, conn, url = sketch
+    tasks = [{"payload": {"i": i}, "tenant": f"t{i % 3}", "priority": i % 10,
+              **({"key": f"k{i}"} if i % 10 == 0 else {})} for i in range(200)]
+    outcomes = tq.enqueue("q", tasks)
+    assert [o.outcome for o in outcomes] == ["created"] * 200
+    # the keyless tasks' ids name one batch and their places in it, in order
+    members = [batch_id(o.id) for o in outcomes if batch_member(o.id)]
+    assert [place for _, place in members] == list(range(180))
+    assert len({key for key, _ in members}) == 1
+    assert [batch_member(o.id) for o in outcomes] == [i % 10 != 0 for i in range(200)]
+    assert counts(conn) == (1, 180, 20)
+    assert conn.execute("SELECT count(*) FROM tierq_batch_pairs").fetchone() == (3,)
+    # the row holds the keyless tasks' tenants, priorities and payloads in their order
+    [(tenants, priorities, payloads)] = conn.execute(
+        "SELECT tenants, priorities, payloads FROM tierq_batches").fetchall()
+    keyless = [t for i, t in enumerate(tasks) if i % 10 != 0]
+    assert tenants == [t["tenant"] for t in keyless]
+    assert priorities == [t["priority"] for t in keyless]
+    assert payloads == [t["payload"] for t in keyless]
+    prepared = Prepared("tierq-batch-sketch", {}, url)
+    assert BatchRowsSketch().remaining(prepared) == 200
+    assert sweep(url)[0] == 0  # (nothing finished: nothing deleted)
+    assert drain(tq, "q", 100) == 200
+    assert counts(conn) == (1, 0, 0)
+    assert BatchRowsSketch().remaining(prepared) == 0
+    assert sweep(url)[0] == 180
+    assert counts(conn) == (0, 0, 0)
+
+
+def test_a_task_finished_twice_is_refused_the_second_time(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
+    tq, conn, _ = sketch
+    tq.enqueue("q", [{"payload": {"i": i}, "tenant": "a",
+                      **({"key": f"k{i}"} if i % 4 == 0 else {})} for i in range(40)])
+    assert counts(conn) == (1, 30, 10)
+    got = tq.claim("q", ClaimRequest(max=40, tenant="a"))
+    assert len(got) == 40
+    # the bits arbitrate: a second finisher of the same tasks (here the same statement
+    # again, as after a lost lease) is told nothing was finished
+    store = tq.ctx.store
+    ids = [str(t.id) for t in got]
+    first = store.ack_delete("q", ids[:25], ["a"] * 25, 1)
+    assert sorted(r.id for r in first) == sorted(ids[:25])
+    second = store.ack_delete("q", ids, ["a"] * 40, 1)  # (the other 15 only)
+    assert sorted(r.id for r in second) == sorted(ids[25:])
+    assert store.ack_delete("q", ids, ["a"] * 40, 1) == []
+    assert counts(conn) == (1, 0, 0)
+
+
+def test_work_not_admitted_warm_takes_the_engines_statements(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
+    tq, conn, url = sketch
+    tq.enqueue("q", [{"payload": {"i": i}, "delay_seconds": 3600} for i in range(10)])
+    tq.enqueue("q", [{"payload": {"i": i}, "timeout_seconds": 30} for i in range(5)])
+    assert counts(conn) == (0, 0, 15)
+    prepared = Prepared("tierq-batch-sketch", {}, url)
+    assert BatchRowsSketch().remaining(prepared) == 15
+    assert tasks_written(url)[0] == 0
+
+
+def test_a_run_that_used_no_batch_row_says_so(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
+    tq, _, url = sketch
+    prepared = Prepared("tierq-batch-sketch", {}, url)
+    assert BatchRowsSketch().run_notes(prepared)[0].startswith("NOT THE SKETCH")
+    tq.enqueue("q", [{"payload": {"i": i}} for i in range(6)])
+    assert BatchRowsSketch().run_notes(prepared)[0].startswith("6 of ")
+
+
+def test_an_engine_without_the_sketch_keeps_its_ids(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str], valkey_url: str) -> None:
+    _, conn, url = sketch
+    plain = tierq_engine({"database_url": url, "valkey_url": valkey_url})
+    try:
+        outcomes = plain.enqueue("q", [{"payload": {"i": i}} for i in range(64)])
+    finally:
+        plain.close()
+    # (numbered ids would share everything but their places)
+    assert len({batch_id(o.id)[0] for o in outcomes}) > 1
+    assert counts(conn) == (0, 0, 64)
