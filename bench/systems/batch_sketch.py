@@ -5,7 +5,7 @@ enqueued batch, its tasks finished by setting bits (docs/design-rotating-tables.
 A benchmark system, not a product path: it answers "would a row per batch of 500, whose
 tasks are finished by setting a bit each, bring PostgreSQL's CPU per task to half the bare
 table's?" before the design is built. Designs A and B kept a row per task and found that
-its insert and its finish are what is left (section 6); here neither is per task. Each
+its insert and its finish are what is left (section 7); here neither is per task. Each
 worker process runs the ``Tierq`` engine of ``tierq-engine`` (bench/systems/tierq_engine.py)
 with four of its store's statements swapped for design C's, and one step of the enqueue
 numbering each id:
