@@ -66,7 +66,8 @@ from bench.stores import Stores
 from bench.systems import Prepared, count_rows
 from bench.systems.tierq_engine import UNFINISHED, TierqEngine
 
-BITS = 512  # a batch row's done bits: at most a batch (500) of tasks; the rest set at once
+BITS = 512  # a slice row's done bits: one per place of its batch (at most 500)
+SLICE = 16  # a tenant's tasks of a batch per slice row, in their order
 # the hex digit after the variant's: 8 or 9 for a task with a row of its own, a or b for a
 # task in a batch row (its 0x2 bit)
 BATCH_MARK = 0x2
@@ -77,36 +78,44 @@ def batch_member(task_id: object) -> bool:
     return int(str(task_id)[19], 16) & BATCH_MARK != 0
 
 
-def batch_id(task_id: object) -> tuple[str, int]:
-    """(The batch row's key, the task's place in it) of a batch member's id."""
+def batch_id(task_id: object) -> tuple[str, int, int]:
+    """(The batch row's key, the task's place in it, its slice among its tenant's tasks of
+    the batch) of a batch member's id: ``xxxxxxxx-xxxx-7PPP-vSSr-rrrrrrrrrrrr``, P the
+    place, S the slice, the rest the batch's."""
     text = str(task_id)
-    return text[:15] + "000" + text[18:], int(text[15:18], 16)
+    return (text[:15] + "000" + text[18:20] + "00" + text[22:], int(text[15:18], 16),
+            int(text[20:22], 16))
 
 
 def number_ids(prepared: Sequence[Any]) -> None:
-    """Give a prepared batch's keyless tasks the ids of one batch, each its place in it,
-    and its keyed tasks ids that say they have a row of their own."""
+    """Give a prepared batch's keyless tasks the ids of one batch, each with its place in
+    it and its slice (its rank among the batch's tasks of its tenant // SLICE), and its
+    keyed tasks ids that say they have a row of their own."""
     if not prepared:
         return
-    # (the first id's milliseconds and version digit, the place, then random bits shared
-    # by the batch, marked)
+    # (the first id's milliseconds and version digit, then random bits shared by the
+    # batch, marked)
     rand = os.urandom(8).hex()
     variant = f"{0x8 | BATCH_MARK | (int(rand[0], 16) & 0x1):x}"
-    shared = f"{prepared[0].id[:15]}{{:03x}}-{variant}{rand[1:4]}-{rand[4:16]}"
+    head, tail = prepared[0].id[:15], f"{rand[1]}-{rand[4:16]}"
     place = 0
+    ranks: dict[str, int] = {}
     for p in prepared:
         if p.key is None:
-            p.id = shared.format(place)
+            rank = ranks.get(p.tenant, 0)
+            ranks[p.tenant] = rank + 1
+            p.id = f"{head}{place:03x}-{variant}{rank // SLICE:02x}{tail}"
             place += 1
         else:
             digit = int(p.id[19], 16) & ~BATCH_MARK
             p.id = f"{p.id[:19]}{digit:x}{p.id[20:]}"
 
 
-def _mask(places: Iterable[int]) -> str:
-    bits = ["0"] * BITS
+def _mask(places: Iterable[int], *, clear: bool = False) -> str:
+    """A bit(BITS) literal with ``places`` set (or, ``clear``, with only those clear)."""
+    bits = ["1" if clear else "0"] * BITS
     for place in places:
-        bits[place] = "1"
+        bits[place] = "0" if clear else "1"
     return "".join(bits)
 
 
@@ -129,8 +138,15 @@ CREATE TABLE tierq_batches (
     tenants jsonb NOT NULL,
     priorities smallint[] NOT NULL,
     payloads jsonb NOT NULL,
-    done bit({BITS}) NOT NULL,
     created_at timestamptz NOT NULL
+);
+CREATE TABLE tierq_batch_done (
+    batch uuid NOT NULL,
+    tenant text NOT NULL,
+    slice smallint NOT NULL,
+    queue text NOT NULL,
+    done bit({BITS}) NOT NULL,
+    PRIMARY KEY (batch, tenant, slice)
 ) WITH (fillfactor = 50);
 CREATE TABLE tierq_batch_pairs (
     queue text NOT NULL,
@@ -140,8 +156,14 @@ CREATE TABLE tierq_batch_pairs (
 );
 """
 
-# Bits [n, BITS) of a new batch row's done: set at once (no task there)
-_UNUSED = f"(~(B'0'::bit({BITS}))) >> %(tasks)s::int"
+# A batch's slice rows: each a tenant's SLICE tasks of the batch in their order, its done
+# bits clear at their places and set everywhere else
+_SLICES = """slices AS (
+    INSERT INTO tierq_batch_done (batch, tenant, slice, queue, done)
+    SELECT %(batch)s::uuid, s.tenant, s.slice, %(queue)s, s.done
+    FROM unnest(%(slice_tenants)s::text[], %(slice_numbers)s::smallint[],
+                %(slice_masks)s::bit(512)[]) AS s(tenant, slice, done)
+)"""
 
 QUERIES = {
     # insert_tasks_uniform for a batch admitted warm: (first seq, tasks inserted)
@@ -149,13 +171,13 @@ QUERIES = {
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 ins AS (
     INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
-                               priorities, payloads, done, created_at)
+                               priorities, payloads, created_at)
     SELECT %(batch)s::uuid, %(queue)s, b.seq, %(tasks)s, %(max_attempts)s,
-           %(tenants)s::jsonb, %(priorities)s::smallint[], %(payloads)s::jsonb,
-           {_UNUSED}, %(now)s
+           %(tenants)s::jsonb, %(priorities)s::smallint[], %(payloads)s::jsonb, %(now)s
     FROM b
     RETURNING tenants
 ),
+{_SLICES},
 {_PAIRS}
 SELECT b.seq, %(tasks)s FROM b""",
     # insert_tasks_uniform_keyed for a batch admitted warm: the keyed rows inserted (id,
@@ -173,15 +195,15 @@ v AS MATERIALIZED (
 ),
 ins AS (
     INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
-                               priorities, payloads, done, created_at)
+                               priorities, payloads, created_at)
     SELECT %(batch)s::uuid, %(queue)s, b.seq, %(tasks)s, %(max_attempts)s,
            (SELECT jsonb_agg(to_jsonb(v.tenant) ORDER BY v.n) FROM v WHERE v.key IS NULL),
            (SELECT array_agg(v.priority ORDER BY v.n) FROM v WHERE v.key IS NULL),
-           (SELECT jsonb_agg(v.payload ORDER BY v.n) FROM v WHERE v.key IS NULL),
-           {_UNUSED}, %(now)s
+           (SELECT jsonb_agg(v.payload ORDER BY v.n) FROM v WHERE v.key IS NULL), %(now)s
     FROM b
     RETURNING tenants
 ),
+{_SLICES},
 {_PAIRS},
 keyed AS (
     INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
@@ -197,24 +219,28 @@ keyed AS (
 )
 SELECT id, seq FROM keyed
 UNION ALL SELECT NULL, seq FROM b""",
-    # an ack: each batch row locked, its tasks' bits set; (the batch, the bits that were
-    # clear of those asked) per row, then the rows of their own deleted (id, grp)
+    # an ack: each slice row named (batch, the lease's tenant, slice) locked and its tasks'
+    # bits set; ('s', batch, tenant, slice, the bits that were clear of those asked) per
+    # slice row, then ('o', id, grp) per row of its own deleted
     "sketch_c_ack": """
 WITH v AS (
-    SELECT * FROM unnest(%(batches)s::uuid[], %(masks)s::bit(512)[]) AS v(id, mask)
+    SELECT * FROM unnest(%(batches)s::uuid[], %(tenants)s::text[], %(slices)s::smallint[],
+                         %(masks)s::bit(512)[]) AS v(batch, tenant, slice, mask)
 ),
 old AS MATERIALIZED (
-    SELECT b.id, b.done, v.mask FROM tierq_batches b JOIN v ON b.id = v.id
-    WHERE b.id = ANY(%(batches)s::uuid[]) AND b.queue = %(queue)s
-    FOR UPDATE OF b
+    SELECT d.batch, d.tenant, d.slice, d.done, v.mask FROM tierq_batch_done d
+    JOIN v ON d.batch = v.batch AND d.tenant = v.tenant AND d.slice = v.slice
+    WHERE d.batch = ANY(%(batches)s::uuid[]) AND d.queue = %(queue)s
+    FOR UPDATE OF d
 ),
 upd AS (
-    UPDATE tierq_batches b SET done = old.done | old.mask
-    FROM old WHERE b.id = old.id
+    UPDATE tierq_batch_done d SET done = old.done | old.mask
+    FROM old
+    WHERE d.batch = old.batch AND d.tenant = old.tenant AND d.slice = old.slice
 ),
 own AS (
-    SELECT * FROM unnest(%(own_ids)s::uuid[], %(tenants)s::text[], %(attempts)s::int[])
-        AS o(id, tenant, attempt)
+    SELECT * FROM unnest(%(own_ids)s::uuid[], %(own_tenants)s::text[],
+                         %(own_attempts)s::int[]) AS o(id, tenant, attempt)
 ),
 deleted AS (
     DELETE FROM tierq_tasks t USING own
@@ -223,8 +249,8 @@ deleted AS (
       AND t.waiters = 0
     RETURNING t.id::text, t.grp
 )
-SELECT old.id::text AS id, (old.mask & ~old.done)::text AS grp FROM old
-UNION ALL SELECT id, grp FROM deleted""",
+SELECT 's', old.batch::text, old.tenant, old.slice, (old.mask & ~old.done)::text FROM old
+UNION ALL SELECT 'o', id, grp, NULL, NULL FROM deleted""",
 }
 
 
@@ -243,15 +269,15 @@ def tasks_written(database_url: str) -> tuple[int, int]:
 
 
 def unfinished_in_batches(database_url: str) -> int:
-    """Tasks of batch rows whose bits are clear."""
+    """Tasks of batch rows whose bits are clear in their slice rows."""
     return count_rows(database_url, f"SELECT coalesce(sum({BITS} - bit_count(done)), 0) "
-                                    "FROM tierq_batches")
+                                    "FROM tierq_batch_done")
 
 
 def sweep(database_url: str) -> tuple[int, float | None]:
-    """Delete the batch rows whose bits are all set, as the maintenance job would: (tasks
-    of the rows deleted, the backend's CPU seconds for it, None where its process cannot
-    be read)."""
+    """Delete the batch rows whose slice rows' bits are all set, and those slice rows, as
+    the maintenance job would: (tasks of the batch rows deleted, the backend's CPU seconds
+    for it, None where its process cannot be read)."""
     import psycopg
 
     from bench.measure import schedstat_ns
@@ -262,9 +288,15 @@ def sweep(database_url: str) -> tuple[int, float | None]:
             before: int | None = schedstat_ns(pid)
         except OSError:
             before = None
-        [(tasks,)] = conn.execute(
-            "WITH d AS (DELETE FROM tierq_batches WHERE done = ~(B'0'::bit(512)) "
-            "RETURNING tasks) SELECT coalesce(sum(tasks), 0) FROM d").fetchall()
+        [(tasks,)] = conn.execute("""
+WITH finished AS (
+    SELECT batch FROM tierq_batch_done GROUP BY batch
+    HAVING bool_and(done = ~(B'0'::bit(512)))
+),
+slices AS (DELETE FROM tierq_batch_done d USING finished f WHERE d.batch = f.batch),
+batches AS (DELETE FROM tierq_batches b USING finished f WHERE b.id = f.batch
+            RETURNING b.tasks)
+SELECT coalesce(sum(tasks), 0) FROM batches""").fetchall()
         seconds = None if before is None else (schedstat_ns(pid) - before) / 1e9
     return int(tasks), seconds
 
@@ -273,11 +305,11 @@ def sketch_store(store: Any) -> None:
     """Swap the four statements of this process's engine store for the sketch's (the
     module's table) and number the ids its enqueues make; every other statement stays the
     engine's."""
+    import orjson
     from psycopg.rows import tuple_row
 
     import tierq.logic.enqueue as enqueue
     from tierq.dal.postgres import int_array, text_array, uuid_array
-    from tierq.dal.store.base import positional
     from tierq.dal.store.rows import AckedRow
 
     if not getattr(enqueue.prepare, "sketch_c", False):  # (once per process)
@@ -295,22 +327,35 @@ def sketch_store(store: Any) -> None:
     store.sketch_c = True
     store._sql = {**store._sql, **QUERIES}
     plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
-    acked = positional(AckedRow)
 
-    def batch_of(columns: dict[str, Any]) -> tuple[str, int] | None:
-        """(The batch row's key, its tasks) of a batch admitted warm whose keyless ids are
-        one batch's, numbered 0, 1, …; None for any other."""
+    def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
+        """The parameters of a batch admitted warm whose keyless ids are one batch's,
+        numbered 0, 1, …: its key, its tasks and its slice rows; None for any other."""
         if columns.get("state") != "warm" or columns.get("timeout") is not None:
             return None
-        members = [i for i in columns["ids"][1:-1].split(",") if batch_member(i)]
-        if not members:
+        ids = columns["ids"][1:-1].split(",")
+        tenants = orjson.loads(columns["tenants"])
+        slices: dict[tuple[str, int], list[int]] = {}
+        key = None
+        places = 0
+        for task_id, tenant in zip(ids, tenants, strict=True):
+            if not batch_member(task_id):
+                continue
+            batch, place, number = batch_id(task_id)
+            if key is None:
+                key = batch
+            if batch != key or place != places:
+                raise RuntimeError("a batch's keyless ids are not one batch's, in order: "
+                                   "the sketch takes whole batches")
+            slices.setdefault((tenant, number), []).append(place)
+            places += 1
+        if key is None:
             return None
-        places = [batch_id(i) for i in members]
-        key = places[0][0]
-        if any(k != key or place != n for n, (k, place) in enumerate(places)):
-            raise RuntimeError("a batch's keyless ids are not one batch's, in order: the "
-                               "sketch takes whole batches")
-        return key, len(members)
+        return {"batch": key, "tasks": places,
+                "slice_tenants": text_array([t for t, _ in slices]),
+                "slice_numbers": int_array(n for _, n in slices),
+                "slice_masks": "{" + ",".join(_mask(p, clear=True)
+                                              for p in slices.values()) + "}"}
 
     def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
                        ) -> tuple[int, int]:
@@ -318,8 +363,7 @@ def sketch_store(store: Any) -> None:
         if batch is None:
             return plain(queue, now, columns, conn=conn)
         [(first, count)] = store._fetch("sketch_c_insert", {
-            "queue": queue, "now": now, "batch": batch[0], "tasks": batch[1], **columns},
-            tuple_row, conn)
+            "queue": queue, "now": now, **batch, **columns}, tuple_row, conn)
         return first, count
 
     def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
@@ -329,8 +373,7 @@ def sketch_store(store: Any) -> None:
             return keyed(queue, now, columns, conn=conn)
         first, inserted = 0, {}
         for task_id, seq in store._fetch("sketch_c_insert_keyed", {
-                "queue": queue, "now": now, "batch": batch[0], "tasks": batch[1], **columns},
-                tuple_row, conn):
+                "queue": queue, "now": now, **batch, **columns}, tuple_row, conn):
             if task_id is None:
                 first = seq
             else:
@@ -339,30 +382,31 @@ def sketch_store(store: Any) -> None:
 
     def ack(queue: str, ids: Iterable[str], tenants: Sequence[str],
             attempts: Sequence[int], relaxed: bool) -> list[Any]:
-        batches: dict[str, list[tuple[int, str]]] = {}
+        slices: dict[tuple[str, str, int], list[tuple[int, str]]] = {}
         own: list[tuple[str, str, int]] = []
         for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
             if batch_member(task_id) and attempt == 1:
-                key, place = batch_id(task_id)
-                batches.setdefault(key, []).append((place, str(task_id)))
+                batch, place, number = batch_id(task_id)
+                slices.setdefault((batch, tenant, number), []).append((place, str(task_id)))
             else:  # (a keyed task, or one moved out of its batch row by an earlier attempt)
                 own.append((str(task_id), tenant, attempt))
-        keys = list(batches)
+        names = list(slices)
         rows = store._fetch("sketch_c_ack", {
-            "queue": queue, "batches": uuid_array(keys),
-            "masks": "{" + ",".join(_mask(p for p, _ in batches[k]) for k in keys) + "}",
+            "queue": queue, "batches": uuid_array(n[0] for n in names),
+            "tenants": text_array([n[1] for n in names]),
+            "slices": int_array(n[2] for n in names),
+            "masks": "{" + ",".join(_mask(p for p, _ in slices[n]) for n in names) + "}",
             "own_ids": uuid_array(o[0] for o in own),
-            "tenants": text_array([o[1] for o in own]),
-            "attempts": int_array(o[2] for o in own)}, acked, relaxed=relaxed)
+            "own_tenants": text_array([o[1] for o in own]),
+            "own_attempts": int_array(o[2] for o in own)}, tuple_row, relaxed=relaxed)
         out: list[Any] = []
-        for row in rows:
-            members = batches.get(row.id)
-            if members is None:  # (a row of its own, deleted)
-                out.append(row)
-                continue
-            cleared = row.grp  # (the bits that were clear, as text)
-            out += [AckedRow(task_id, None) for place, task_id in members
-                    if cleared[place] == "1"]
+        for kind, first, second, number, cleared in rows:
+            if kind == "o":  # (a row of its own, deleted: its id and group)
+                out.append(AckedRow(first, second))
+            else:  # (a slice row: its tasks whose bits were clear)
+                out += [AckedRow(task_id, None)
+                        for place, task_id in slices[(first, second, number)]
+                        if cleared[place] == "1"]
         return out
 
     def ack_delete(queue: str, ids: Any, tenants: Any, attempt: int, *,

@@ -50,8 +50,9 @@ def sketch(services: LocalServices, valkey_url: str, valkey_private: bool
 
 def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
     """(batch rows, their tasks not finished, rows of tierq_tasks)."""
-    row = conn.execute("SELECT count(*), coalesce(sum(512 - bit_count(done)), 0), "
-                       "(SELECT count(*) FROM tierq_tasks) FROM tierq_batches").fetchone()
+    row = conn.execute("SELECT (SELECT count(*) FROM tierq_batches), "
+                       "(SELECT coalesce(sum(512 - bit_count(done)), 0) FROM tierq_batch_done), "
+                       "(SELECT count(*) FROM tierq_tasks)").fetchone()
     assert row is not None
     return row
 
@@ -75,15 +76,23 @@ def test_a_batch_is_one_row_keyed_tasks_have_their_own_and_all_are_acked(
     assert [o.outcome for o in outcomes] == ["created"] * 200
     # the keyless tasks' ids name one batch and their places in it, in order
     members = [batch_id(o.id) for o in outcomes if batch_member(o.id)]
-    assert [place for _, place in members] == list(range(180))
-    assert len({key for key, _ in members}) == 1
+    assert [place for _, place, _ in members] == list(range(180))
+    assert len({key for key, _, _ in members}) == 1
+    # each tenant's tasks in slices of 16, in their order (60 keyless tasks a tenant)
+    keyless = [t for i, t in enumerate(tasks) if i % 10 != 0]
+    ranks: dict[str, int] = {}
+    expected = []
+    for task in keyless:
+        ranks[task["tenant"]] = ranks.get(task["tenant"], 0) + 1
+        expected.append((ranks[task["tenant"]] - 1) // 16)
+    assert [number for _, _, number in members] == expected
+    assert conn.execute("SELECT count(*) FROM tierq_batch_done").fetchone() == (12,)
     assert [batch_member(o.id) for o in outcomes] == [i % 10 != 0 for i in range(200)]
     assert counts(conn) == (1, 180, 20)
     assert conn.execute("SELECT count(*) FROM tierq_batch_pairs").fetchone() == (3,)
     # the row holds the keyless tasks' tenants, priorities and payloads in their order
     [(tenants, priorities, payloads)] = conn.execute(
         "SELECT tenants, priorities, payloads FROM tierq_batches").fetchall()
-    keyless = [t for i, t in enumerate(tasks) if i % 10 != 0]
     assert tenants == [t["tenant"] for t in keyless]
     assert priorities == [t["priority"] for t in keyless]
     assert payloads == [t["payload"] for t in keyless]
@@ -114,6 +123,19 @@ def test_a_task_finished_twice_is_refused_the_second_time(
     second = store.ack_delete("q", ids, ["a"] * 40, 1)  # (the other 15 only)
     assert sorted(r.id for r in second) == sorted(ids[25:])
     assert store.ack_delete("q", ids, ["a"] * 40, 1) == []
+    assert counts(conn) == (1, 0, 0)
+
+
+def test_an_ack_naming_another_tenant_finishes_nothing(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
+    tq, conn, _ = sketch
+    tq.enqueue("q", [{"payload": {"i": i}, "tenant": "a"} for i in range(8)])
+    got = tq.claim("q", ClaimRequest(max=8, tenant="a"))
+    ids = [str(t.id) for t in got]
+    # (the slice rows are keyed by tenant: the lease's, whatever the caller checked)
+    assert tq.ctx.store.ack_delete("q", ids, ["b"] * 8, 1) == []
+    assert counts(conn) == (1, 8, 0)
+    assert len(tq.ctx.store.ack_delete("q", ids, ["a"] * 8, 1)) == 8
     assert counts(conn) == (1, 0, 0)
 
 
