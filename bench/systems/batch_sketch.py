@@ -13,33 +13,40 @@ numbering each id:
 =================================  ==========================================================
 the engine's step                  the sketch's (when)
 =================================  ==========================================================
-``enqueue.prepare``                the batch's keyless tasks get ids that name their batch
-                                   and their place in it (``batch_id``); a keyed task's id
-                                   says it has a row of its own
+``enqueue.prepare``                the batch's keyless tasks get ids that name their batch,
+                                   their place in it and their slice (``batch_id``); a
+                                   keyed task's id says it has a row of its own
 ``insert_tasks_uniform``           ``sketch_c_insert``: one row into ``tierq_batches`` (the
-                                   batch's tenants, priorities and payloads as arrays, a
-                                   ``done`` bit string), each (pair, minute) once into
-                                   ``tierq_batch_pairs`` (a batch admitted warm without a
-                                   time limit: the shapes' batches)
+                                   batch's tenants, priorities and payloads as arrays), its
+                                   slice rows into ``tierq_batch_done``, each (pair,
+                                   minute) once into ``tierq_batch_pairs`` (a batch admitted
+                                   warm without a time limit: the shapes' batches)
 ``insert_tasks_uniform_keyed``     ``sketch_c_insert_keyed``: the keyless tasks as above,
                                    the keyed ones into ``tierq_tasks`` as today
-``ack_delete``                     ``sketch_c_ack``: each batch row named by the ids locked,
-                                   the ids' bits set, the bits that were clear returned (a
-                                   task finished twice is refused the second time); the
-                                   ids of tasks with a row of their own deleted from
-                                   ``tierq_tasks`` as today, in the same statement
+``ack_delete``                     ``sketch_c_ack``: each slice row the ids name, with the
+                                   lease's tenant, locked, the ids' bits set and the bits
+                                   that were clear returned (a task finished twice is
+                                   refused the second time); the ids of tasks with a row
+                                   of their own deleted from ``tierq_tasks`` as today, in
+                                   the same statement
 ``ack_delete_by_attempt``          the same
 =================================  ==========================================================
 
-A task's id is a UUIDv7 whose 12-bit counter is its place in its batch and whose other bits
-are the batch's (``BATCH_MARK`` set in its variant's digit); the batch row's key is that id
-with the counter zeroed. So an ack needs no look-up to find a task's row, and a batch's
-tasks keep their order (seq = the row's first seq + the place). A task on its first attempt
-is in its batch row; in the design a nack, an expiry or a refusal by the warm tier moves it
-out to ``tierq_tasks`` (its bit set), so an ack of a later attempt goes there.
+A task's id is a UUIDv7 whose 12-bit counter is its place in its batch, whose next two hex
+digits after the variant's are its slice, and whose other bits are the batch's
+(``BATCH_MARK`` set in its variant's digit); the batch row's key is that id with the place
+and the slice zeroed. So an ack needs no look-up to find a task's rows, and a batch's tasks
+keep their order (seq = the row's first seq + the place). A slice row holds the done bits
+of ``SLICE`` tasks of one tenant of the batch, in their order, keyed (batch, tenant,
+slice): concurrent claims take a tenant's tasks in order, so two workers' acks meet on a
+slice row only at their claims' edges (one row per batch had every ack of a batch wait on
+its lock: bench/README.md, *Design C measured end to end*), and an ack naming another
+tenant than the task's finds no row. A task on its first attempt is in its batch row; in
+the design a nack, an expiry or a refusal by the warm tier moves it out to ``tierq_tasks``
+(its bit set), so an ack of a later attempt goes there.
 
-A batch row whose bits are all set is deleted by a sweep (``sweep``) that runs after the
-run's phases; its backend's CPU per task is the run's PostgreSQL work apart
+A batch whose slice rows' bits are all set is deleted with them by a sweep (``sweep``) that
+runs after the run's phases; its backend's CPU per task is the run's PostgreSQL work apart
 (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's figure. Any other
 batch and every other statement run as the engine's; each run's notes say how many tasks
 went into batch rows ("NOT THE SKETCH" when none).
@@ -50,7 +57,6 @@ Its PostgreSQL figures are roughly a floor for design C, since it leaves out:
   cancel, a task's GET, and a child waiting on a task see only ``tierq_tasks`` here (none
   happens in these shapes, whose warm tier never fills; a task lost by Valkey would never
   come back), and moving a task out of its batch row;
-* the tenant check today's ack makes in PostgreSQL (the lease check in Valkey stays);
 * deleting ``tierq_batch_pairs`` rows once their minute is past.
 Behind a pooler (``TIERQ_DB_POOLER=transaction``) the engine's statements run as functions
 and the sketch's do not: compare on direct connections.
@@ -231,6 +237,7 @@ old AS MATERIALIZED (
     SELECT d.batch, d.tenant, d.slice, d.done, v.mask FROM tierq_batch_done d
     JOIN v ON d.batch = v.batch AND d.tenant = v.tenant AND d.slice = v.slice
     WHERE d.batch = ANY(%(batches)s::uuid[]) AND d.queue = %(queue)s
+    ORDER BY d.batch, d.tenant, d.slice  -- (locked in one order: acks cannot deadlock)
     FOR UPDATE OF d
 ),
 upd AS (
@@ -244,7 +251,8 @@ own AS (
 ),
 deleted AS (
     DELETE FROM tierq_tasks t USING own
-    WHERE t.id = ANY(%(own_ids)s::uuid[]) AND t.id = own.id AND t.queue = %(queue)s
+    WHERE t.id = ANY(ARRAY(SELECT unnest(%(own_ids)s::uuid[]))) AND t.id = own.id
+      AND t.queue = %(queue)s
       AND t.tenant = own.tenant AND (t.state = 'warm') IS TRUE AND t.attempts < own.attempt
       AND t.waiters = 0
     RETURNING t.id::text, t.grp

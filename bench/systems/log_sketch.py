@@ -234,7 +234,8 @@ v AS (
 ),
 deleted AS (
     DELETE FROM tierq_tasks t USING v
-    WHERE t.id = ANY(%(keyed_ids)s::uuid[]) AND t.id = v.id AND t.queue = %(queue)s
+    WHERE t.id = ANY(ARRAY(SELECT unnest(%(keyed_ids)s::uuid[])))
+      AND t.id = v.id AND t.queue = %(queue)s
       AND t.tenant = v.tenant AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
       AND t.waiters = 0
     RETURNING t.id::text, t.grp
