@@ -68,9 +68,15 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bench.stores import Stores
 from bench.systems import Prepared, count_rows
-from bench.systems.tierq_engine import UNFINISHED, TierqEngine
+from bench.systems.sketches import (
+    KEYED_INTO_TASKS,
+    SketchedEngine,
+    mark_prepared_ids,
+    swap_acks,
+    warm_batch,
+)
+from bench.systems.tierq_engine import UNFINISHED
 
 BITS = 512  # a slice row's done bits: one per place of its batch (at most 500)
 SLICE = 16  # a tenant's tasks of a batch per slice row, in their order
@@ -211,18 +217,7 @@ ins AS (
 ),
 {_SLICES},
 {_PAIRS},
-keyed AS (
-    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
-                             run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since, grp, timeout_seconds, trace)
-    SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, 'warm', %(now)s,
-           %(now)s, %(max_attempts)s, v.seq, %(now)s, %(now)s, %(now)s, NULL, NULL, NULL
-    FROM v WHERE v.key IS NOT NULL
-    ON CONFLICT (queue, tenant, key)
-        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
-    DO NOTHING
-    RETURNING id::text, seq
-)
+{KEYED_INTO_TASKS}
 SELECT id, seq FROM keyed
 UNION ALL SELECT NULL, seq FROM b""",
     # an ack: each slice row named (batch, the lease's tenant, slice) locked and its tasks'
@@ -316,30 +311,17 @@ def sketch_store(store: Any) -> None:
     import orjson
     from psycopg.rows import tuple_row
 
-    import tierq.logic.enqueue as enqueue
     from tierq.dal.postgres import int_array, text_array, uuid_array
     from tierq.dal.store.rows import AckedRow
 
-    if not getattr(enqueue.prepare, "sketch_c", False):  # (once per process)
-        prepare = enqueue.prepare
-
-        def numbered(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-            out = prepare(ctx, *args, **kwargs)
-            if getattr(ctx.store, "sketch_c", False):  # (an engine of the sketch's only)
-                number_ids(out)
-            return out
-
-        numbered.sketch_c = True  # type: ignore[attr-defined]
-        numbered.unnumbered = prepare  # type: ignore[attr-defined]
-        enqueue.prepare = numbered
-    store.sketch_c = True
+    mark_prepared_ids(store, "batch", number_ids)
     store._sql = {**store._sql, **QUERIES}
     plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
 
     def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
         """The parameters of a batch admitted warm whose keyless ids are one batch's,
         numbered 0, 1, …: its key, its tasks and its slice rows; None for any other."""
-        if columns.get("state") != "warm" or columns.get("timeout") is not None:
+        if not warm_batch(columns):
             return None
         ids = columns["ids"][1:-1].split(",")
         tenants = orjson.loads(columns["tenants"])
@@ -417,38 +399,18 @@ def sketch_store(store: Any) -> None:
                         if cleared[place] == "1"]
         return out
 
-    def ack_delete(queue: str, ids: Any, tenants: Any, attempt: int, *,
-                   relaxed: bool = False) -> list[Any]:
-        ids = list(ids)
-        return ack(queue, ids, tenants, [attempt] * len(ids), relaxed)
-
-    def ack_delete_by_attempt(queue: str, ids: Any, tenants: Any, attempts: Any, *,
-                              relaxed: bool = False) -> list[Any]:
-        return ack(queue, ids, tenants, attempts, relaxed)
-
     store.insert_tasks_uniform = insert_uniform
     store.insert_tasks_uniform_keyed = insert_uniform_keyed
-    store.ack_delete = ack_delete
-    store.ack_delete_by_attempt = ack_delete_by_attempt
+    swap_acks(store, ack)
 
 
-class BatchRowsSketch(TierqEngine):
+class BatchRowsSketch(SketchedEngine):
     """tierq's engine with design C's writes sketched in (the module's docstring)."""
 
     name = "tierq-batch-sketch"
-    preload = (*TierqEngine.preload, "bench.systems.batch_sketch")
-
-    def prepare(self, stores: Stores) -> Prepared:
-        """tierq's fresh database and Valkey (``TierqEngine.prepare``), the sketch's tables,
-        and the spec's word that makes each process's engine take the sketch's statements
-        (``bench.systems.tierq_engine.tierq_engine``)."""
-        import psycopg
-
-        prepared = super().prepare(stores)
-        with psycopg.connect(prepared.database_url, autocommit=True) as conn:
-            conn.execute(SCHEMA)
-        prepared.spec["sketch"] = "batch"
-        return prepared
+    preload = (*SketchedEngine.preload, "bench.systems.batch_sketch")
+    schema = SCHEMA
+    word = "batch"
 
     def run_notes(self, prepared: Prepared) -> list[str]:
         """How many of the run's tasks went into batch rows: a run whose batches all took

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.stores import Stores
 from bench.systems import Prepared, count_rows
-from bench.systems.tierq_engine import UNFINISHED, TierqEngine
+from bench.systems.sketches import KEYED_INTO_TASKS, SketchedEngine, warm_batch
+from bench.systems.tierq_engine import UNFINISHED
 
 # The sketch's tables, created in the system's fresh database after tierq's migrations.
 # tierq_hot holds the columns a hot task needs to be claimed again from PostgreSQL (a
@@ -124,18 +124,7 @@ ins AS (
     RETURNING tenant
 ),
 {_PAIRS},
-keyed AS (
-    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
-                             run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since, grp, timeout_seconds, trace)
-    SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, 'warm', %(now)s,
-           %(now)s, %(max_attempts)s, v.seq, %(now)s, %(now)s, %(now)s, NULL, NULL, NULL
-    FROM v WHERE v.key IS NOT NULL
-    ON CONFLICT (queue, tenant, key)
-        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
-    DO NOTHING
-    RETURNING id::text, seq
-)
+{KEYED_INTO_TASKS}
 SELECT id, seq FROM keyed
 UNION ALL SELECT NULL, seq FROM b""",
     # ack_delete: the hot rows by key, then the ids not found there in tierq_tasks
@@ -204,12 +193,9 @@ def sketch_store(store: Any) -> None:
     plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
     acked = positional(AckedRow)
 
-    def hot(columns: dict[str, Any]) -> bool:
-        return columns.get("state") == "warm" and columns.get("timeout") is None
-
     def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
                        ) -> tuple[int, int]:
-        if not hot(columns):
+        if not warm_batch(columns):
             return plain(queue, now, columns, conn=conn)
         [(first, count)] = store._fetch("sketch_insert_hot",
                                         {"queue": queue, "now": now, **columns}, tuple_row,
@@ -218,7 +204,7 @@ def sketch_store(store: Any) -> None:
 
     def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
                              ) -> tuple[int, dict[str, int]]:
-        if not hot(columns):
+        if not warm_batch(columns):
             return keyed(queue, now, columns, conn=conn)
         first, inserted = 0, {}
         for task_id, seq in store._fetch("sketch_insert_hot_keyed",
@@ -249,23 +235,13 @@ def sketch_store(store: Any) -> None:
     store.ack_delete_by_attempt = ack_delete_by_attempt
 
 
-class HotTableSketch(TierqEngine):
+class HotTableSketch(SketchedEngine):
     """tierq's engine with design A's writes sketched in (the module's docstring)."""
 
     name = "tierq-hot-sketch"
-    preload = (*TierqEngine.preload, "bench.systems.hot_sketch")
-
-    def prepare(self, stores: Stores) -> Prepared:
-        """tierq's fresh database and Valkey (``TierqEngine.prepare``), the sketch's tables,
-        and the spec's word that makes each process's engine take the sketch's statements
-        (``bench.systems.tierq_engine.tierq_engine``)."""
-        import psycopg
-
-        prepared = super().prepare(stores)
-        with psycopg.connect(prepared.database_url, autocommit=True) as conn:
-            conn.execute(SCHEMA)
-        prepared.spec["sketch"] = "hot"
-        return prepared
+    preload = (*SketchedEngine.preload, "bench.systems.hot_sketch")
+    schema = SCHEMA
+    word = "hot"
 
     def run_notes(self, prepared: Prepared) -> list[str]:
         """How many of the run's rows went into ``tierq_hot``: a run whose batches all took

@@ -66,9 +66,15 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bench.stores import Stores
 from bench.systems import Prepared, count_rows
-from bench.systems.tierq_engine import UNFINISHED, TierqEngine
+from bench.systems.sketches import (
+    KEYED_INTO_TASKS,
+    SketchedEngine,
+    mark_prepared_ids,
+    swap_acks,
+    warm_batch,
+)
+from bench.systems.tierq_engine import UNFINISHED
 
 SLOTS = 4  # slot tables that take turns
 SLOT_MS = 60_000  # how long a slot takes new rows; it is emptied (SLOTS - 1) turns later
@@ -171,19 +177,7 @@ def _insert(slot: int | None, keyed: bool) -> str:
     RETURNING tenant
 )""" for s in slots]
     inserted = " UNION ALL ".join(f"SELECT tenant FROM ins_{s}" for s in slots)
-    keyed_insert = """,
-keyed AS (
-    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
-                             run_at_initially, max_attempts, seq, created_at, ready_since,
-                             state_since, grp, timeout_seconds, trace)
-    SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, 'warm', %(now)s,
-           %(now)s, %(max_attempts)s, v.seq, %(now)s, %(now)s, %(now)s, NULL, NULL, NULL
-    FROM v WHERE v.key IS NOT NULL
-    ON CONFLICT (queue, tenant, key)
-        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
-    DO NOTHING
-    RETURNING id::text, seq
-)""" if keyed else ""
+    keyed_insert = f",\n{KEYED_INTO_TASKS}" if keyed else ""
     return f"""
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 v AS (
@@ -310,30 +304,14 @@ def sketch_store(store: Any) -> None:
     engine's."""
     from psycopg.rows import tuple_row
 
-    import tierq.logic.enqueue as enqueue
     from tierq.dal.postgres import int_array, text_array, uuid_array
     from tierq.dal.store.base import positional
     from tierq.dal.store.rows import AckedRow
 
-    if not getattr(enqueue.prepare, "sketch_b", False):  # (once per process)
-        prepare = enqueue.prepare
-
-        def marked(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-            out = prepare(ctx, *args, **kwargs)
-            if getattr(ctx.store, "sketch_b", False):  # (an engine of the sketch's only)
-                mark_ids(out)
-            return out
-
-        marked.sketch_b = True  # type: ignore[attr-defined]
-        marked.unmarked = prepare  # type: ignore[attr-defined]
-        enqueue.prepare = marked
-    store.sketch_b = True
+    mark_prepared_ids(store, "log", mark_ids)
     store._sql = {**store._sql, **QUERIES}
     plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
     acked = positional(AckedRow)
-
-    def hot(columns: dict[str, Any]) -> bool:
-        return columns.get("state") == "warm" and columns.get("timeout") is None
 
     def statement(columns: dict[str, Any], name: str) -> str:
         # (a uuid[] literal "{id,...,id}": its first and last ids name the batch's slots)
@@ -343,7 +321,7 @@ def sketch_store(store: Any) -> None:
 
     def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
                        ) -> tuple[int, int]:
-        if not hot(columns):
+        if not warm_batch(columns):
             return plain(queue, now, columns, conn=conn)
         [(_, first, count)] = store._fetch(statement(columns, "sketch_b_insert"),
                                            {"queue": queue, "now": now, **columns},
@@ -352,7 +330,7 @@ def sketch_store(store: Any) -> None:
 
     def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
                              ) -> tuple[int, dict[str, int]]:
-        if not hot(columns):
+        if not warm_batch(columns):
             return keyed(queue, now, columns, conn=conn)
         first, inserted = 0, {}
         for task_id, seq, _ in store._fetch(statement(columns, "sketch_b_insert_keyed"),
@@ -392,38 +370,18 @@ def sketch_store(store: Any) -> None:
                     "attempts": int_array(r[2] for r in keyed_rows)}, acked, relaxed=relaxed)
         return out
 
-    def ack_delete(queue: str, ids: Any, tenants: Any, attempt: int, *,
-                   relaxed: bool = False) -> list[Any]:
-        ids = list(ids)
-        return ack(queue, ids, tenants, [attempt] * len(ids), relaxed)
-
-    def ack_delete_by_attempt(queue: str, ids: Any, tenants: Any, attempts: Any, *,
-                              relaxed: bool = False) -> list[Any]:
-        return ack(queue, ids, tenants, attempts, relaxed)
-
     store.insert_tasks_uniform = insert_uniform
     store.insert_tasks_uniform_keyed = insert_uniform_keyed
-    store.ack_delete = ack_delete
-    store.ack_delete_by_attempt = ack_delete_by_attempt
+    swap_acks(store, ack)
 
 
-class LogSlotsSketch(TierqEngine):
+class LogSlotsSketch(SketchedEngine):
     """tierq's engine with design B's writes sketched in (the module's docstring)."""
 
     name = "tierq-log-sketch"
-    preload = (*TierqEngine.preload, "bench.systems.log_sketch")
-
-    def prepare(self, stores: Stores) -> Prepared:
-        """tierq's fresh database and Valkey (``TierqEngine.prepare``), the sketch's tables,
-        and the spec's word that makes each process's engine take the sketch's statements
-        (``bench.systems.tierq_engine.tierq_engine``)."""
-        import psycopg
-
-        prepared = super().prepare(stores)
-        with psycopg.connect(prepared.database_url, autocommit=True) as conn:
-            conn.execute(SCHEMA)
-        prepared.spec["sketch"] = "log"
-        return prepared
+    preload = (*SketchedEngine.preload, "bench.systems.log_sketch")
+    schema = SCHEMA
+    word = "log"
 
     def run_notes(self, prepared: Prepared) -> list[str]:
         """How many of the run's rows went into the slots: a run whose batches all took the

@@ -44,6 +44,8 @@ TIERQ_PRELOAD = ("bench.systems.tierq_engine", "bench.systems.tierq_http", "tier
                  "tierq.logic.enqueue", "tierq.logic.claim", "tierq.logic.leases",
                  "tierq.logic.tiering", "tierq.models.leases")
 UNFINISHED = "SELECT count(*) FROM tierq_tasks WHERE state IN ('delayed', 'cold', 'warm')"
+# a spec's "sketch": the module of bench/systems/ whose sketch_store the engines take
+SKETCH_MODULES = {"hot": "hot_sketch", "log": "log_sketch", "batch": "batch_sketch"}
 
 
 def tierq_engine(spec: dict[str, Any]) -> Tierq:
@@ -53,18 +55,11 @@ def tierq_engine(spec: dict[str, Any]) -> Tierq:
     settings = Settings(database_url=spec["database_url"], valkey_url=spec["valkey_url"],
                         db_pool_max=4, **spec.get("settings", {}))
     tq = Tierq(settings=settings)
-    if spec.get("sketch") == "hot":  # design A's writes (bench/systems/hot_sketch.py)
-        from bench.systems.hot_sketch import sketch_store
+    if spec.get("sketch"):  # a design's writes (bench/systems/sketches.py)
+        import importlib
 
-        sketch_store(tq.ctx.store)
-    elif spec.get("sketch") == "log":  # design B's (bench/systems/log_sketch.py)
-        from bench.systems import log_sketch
-
-        log_sketch.sketch_store(tq.ctx.store)
-    elif spec.get("sketch") == "batch":  # design C's (bench/systems/batch_sketch.py)
-        from bench.systems import batch_sketch
-
-        batch_sketch.sketch_store(tq.ctx.store)
+        module = SKETCH_MODULES[spec["sketch"]]
+        importlib.import_module(f"bench.systems.{module}").sketch_store(tq.ctx.store)
     return tq
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import psycopg
 import pytest
 
-import tierq.logic.enqueue as enqueue
 from bench.systems import Prepared
 from bench.systems.batch_sketch import (
     SCHEMA,
@@ -24,7 +23,7 @@ from bench.systems.batch_sketch import (
     tasks_written,
 )
 from bench.systems.tierq_engine import tierq_engine
-from tests.support.stores import flush_valkey, migrated_database
+from tests.support.sketches import drain, sketched_engine
 from tierq import ClaimRequest, Tierq
 from tierq.local.services import LocalServices
 
@@ -32,20 +31,10 @@ from tierq.local.services import LocalServices
 @pytest.fixture
 def sketch(services: LocalServices, valkey_url: str, valkey_private: bool
            ) -> Iterator[tuple[Tierq, psycopg.Connection[Any], str]]:
-    """An engine with the sketch's statements, over a fresh database holding its tables;
-    the enqueue's id numbering taken out again after (it is installed once per process)."""
-    with migrated_database(services.postgres.url, "tierq_batch_sketch") as url:
-        flush_valkey(valkey_url, valkey_private)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(SCHEMA)
-            tq = tierq_engine({"database_url": url, "valkey_url": valkey_url,
-                               "sketch": "batch"})
-            try:
-                yield tq, conn, url
-            finally:
-                tq.close()
-                enqueue.prepare = getattr(enqueue.prepare, "unnumbered", enqueue.prepare)
-        flush_valkey(valkey_url, valkey_private)
+    """An engine with the sketch's statements, over a fresh database holding its tables."""
+    with sketched_engine(services.postgres.url, valkey_url, valkey_private,
+                         database="tierq_batch_sketch", schema=SCHEMA, word="batch") as made:
+        yield made
 
 
 def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
@@ -55,16 +44,6 @@ def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
                        "(SELECT count(*) FROM tierq_tasks)").fetchone()
     assert row is not None
     return row
-
-
-def drain(tq: Tierq, queue: str, batch: int) -> int:
-    """Claim (no tenant: the rotation) and ack until nothing is left; how many acked."""
-    acked = 0
-    while got := tq.claim(queue, ClaimRequest(max=batch)):
-        result = tq.ack(queue, got)
-        assert not result.rejected, result.rejected
-        acked += len(result.acked)
-    return acked
 
 
 def test_a_batch_is_one_row_keyed_tasks_have_their_own_and_all_are_acked(

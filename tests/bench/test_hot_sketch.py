@@ -15,7 +15,7 @@ import pytest
 from bench.systems import Prepared
 from bench.systems.hot_sketch import SCHEMA, HotTableSketch, rows_written
 from bench.systems.tierq_engine import tierq_engine
-from tests.support.stores import flush_valkey, migrated_database
+from tests.support.sketches import drain, sketched_engine
 from tierq import ClaimRequest, Tierq
 from tierq.local.services import LocalServices
 
@@ -24,17 +24,9 @@ from tierq.local.services import LocalServices
 def sketch(services: LocalServices, valkey_url: str, valkey_private: bool
            ) -> Iterator[tuple[Tierq, psycopg.Connection[Any], str]]:
     """An engine with the sketch's statements, over a fresh database holding its tables."""
-    with migrated_database(services.postgres.url, "tierq_sketch") as url:
-        flush_valkey(valkey_url, valkey_private)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(SCHEMA)
-            tq = tierq_engine({"database_url": url, "valkey_url": valkey_url,
-                               "sketch": "hot"})
-            try:
-                yield tq, conn, url
-            finally:
-                tq.close()
-        flush_valkey(valkey_url, valkey_private)
+    with sketched_engine(services.postgres.url, valkey_url, valkey_private,
+                         database="tierq_sketch", schema=SCHEMA, word="hot") as made:
+        yield made
 
 
 def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
@@ -43,16 +35,6 @@ def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
                        "tierq_tasks), (SELECT count(*) FROM tierq_hot_pairs)").fetchone()
     assert row is not None
     return row
-
-
-def drain(tq: Tierq, queue: str, batch: int) -> int:
-    """Claim (no tenant: the rotation) and ack until nothing is left; how many acked."""
-    acked = 0
-    while got := tq.claim(queue, ClaimRequest(max=batch)):
-        result = tq.ack(queue, got)
-        assert not result.rejected, result.rejected
-        acked += len(result.acked)
-    return acked
 
 
 def test_keyless_warm_rows_go_to_the_hot_table_keyed_ones_stay_and_both_are_acked(
