@@ -273,8 +273,10 @@ def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
                     waited = time.monotonic() + RESULT_GRACE
                     while gone and time.monotonic() < waited:
                         drain_results(0.5)
-                        gone = [p for i, p in enumerate(procs) if i not in results]
-                        gone = [p for p in gone if not p.is_alive()]
+                        gone = [p for i, p in enumerate(procs)
+                                if i not in results and not p.is_alive()]
+                        if any(p.exitcode != 0 for p in gone):
+                            break
                 if gone and len(results) + len(errors) < len(procs):
                     errors.append("exited without a result: " + ", ".join(
                         f"{p.name} (exit {p.exitcode})" for p in gone))

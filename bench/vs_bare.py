@@ -218,7 +218,8 @@ def print_shape(result: ShapeResult) -> None:
             say(f"design {letter.upper()} sketch / bare: end-to-end "
                 f"{fmt_ratio(f[f'sketch_{letter}_ratio_vs_bare'])}, PostgreSQL CPU per task "
                 f"{fmt_ratio(f[f'sketch_{letter}_pg_cpu_vs_bare'])}"
-                + (" (with its work after the phases)" if letter in "bc" else ""))
+                + (" (with its work after the phases)"
+                   if f[SKETCHES[letter].name]["pg_us_apart"] is not None else ""))
 
 
 def print_summary(results: list[ShapeResult]) -> None:

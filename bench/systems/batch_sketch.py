@@ -32,8 +32,8 @@ the engine's step                  the sketch's (when)
 ``ack_delete_by_attempt``          the same
 =================================  ==========================================================
 
-A task's id is a UUIDv7 whose 12-bit counter is its place in its batch, whose next two hex
-digits after the variant's are its slice, and whose other bits are the batch's
+A task's id is a UUIDv7 whose 12-bit counter is its place in its batch, whose two hex
+digits after the variant's digit are its slice, and whose other bits are the batch's
 (``BATCH_MARK`` set in its variant's digit); the batch row's key is that id with the place
 and the slice zeroed. So an ack needs no look-up to find a task's rows, and a batch's tasks
 keep their order (seq = the row's first seq + the place). A slice row holds the done bits
@@ -48,8 +48,10 @@ the design a nack, an expiry or a refusal by the warm tier moves it out to ``tie
 A batch whose slice rows' bits are all set is deleted with them by a sweep (``sweep``) that
 runs after the run's phases; its backend's CPU per task is the run's PostgreSQL work apart
 (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's figure. Any other
-batch and every other statement run as the engine's; each run's notes say how many tasks
-went into batch rows ("NOT THE SKETCH" when none).
+batch and every other statement run as the engine's, but its ids are numbered all the
+same: an ack of such a keyless task finds no slice row and finishes nothing, which the
+run's ``left`` shows (the shapes' batches are all admitted warm). Each run's notes say how
+many tasks went into batch rows ("NOT THE SKETCH" when none).
 
 Its PostgreSQL figures are roughly a floor for design C, since it leaves out:
 
@@ -231,7 +233,7 @@ WITH v AS (
 old AS MATERIALIZED (
     SELECT d.batch, d.tenant, d.slice, d.done, v.mask FROM tierq_batch_done d
     JOIN v ON d.batch = v.batch AND d.tenant = v.tenant AND d.slice = v.slice
-    WHERE d.batch = ANY(%(batches)s::uuid[]) AND d.queue = %(queue)s
+    WHERE d.batch = ANY(ARRAY(SELECT unnest(%(batches)s::uuid[]))) AND d.queue = %(queue)s
     ORDER BY d.batch, d.tenant, d.slice  -- (locked in one order: acks cannot deadlock)
     FOR UPDATE OF d
 ),
@@ -287,10 +289,7 @@ def sweep(database_url: str) -> tuple[int, float | None]:
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
-        try:
-            before: int | None = schedstat_ns(pid)
-        except OSError:
-            before = None
+        before = schedstat_ns(pid)  # (0: not a process of this machine)
         [(tasks,)] = conn.execute("""
 WITH finished AS (
     SELECT batch FROM tierq_batch_done GROUP BY batch
@@ -300,7 +299,7 @@ slices AS (DELETE FROM tierq_batch_done d USING finished f WHERE d.batch = f.bat
 batches AS (DELETE FROM tierq_batches b USING finished f WHERE b.id = f.batch
             RETURNING b.tasks)
 SELECT coalesce(sum(tasks), 0) FROM batches""").fetchall()
-        seconds = None if before is None else (schedstat_ns(pid) - before) / 1e9
+        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
     return int(tasks), seconds
 
 

@@ -13,7 +13,7 @@ the engine's step                  the sketch's (when)
 =================================  ==========================================================
 ``enqueue.prepare``                each id's last hex digit made even, or odd for a task with
                                    a key: an ack tells from the id alone which table holds
-                                   the row (a deployment's shard tag is read the same way)
+                                   the row (the sketch overwrites a shard's id tag)
 ``insert_tasks_uniform``           ``sketch_b_insert_<slot>``: the rows into the table of
                                    their ids' slot (its primary key only), each (pair,
                                    minute) once into ``tierq_log_pairs`` (a batch admitted
@@ -34,15 +34,20 @@ the engine's step                  the sketch's (when)
 A slot is an id's milliseconds // ``SLOT_MS`` mod ``SLOTS``; an ack whose ids fall in two
 slots (at a slot's boundary) is one statement per slot, and an ack of an id older than the
 slots' turn ((SLOTS - 1) * SLOT_MS) is refused: its slot may have been emptied and taken
-again, and a ``done`` row appended there would count as another task's. So a slot's
-``done`` rows are ids of its own rows, and the rotation (``rotate``: the owner function
-``tierq_rotate_slot``) compares the two tables' counts, looks for the unfinished rows by
-anti-join only when the counts differ (0.1 against 1.1 µs a row, one connection), refuses
-when any is left, then truncates the slot and its ``done`` table. It runs after the run's
-phases over every slot that has rows; its backend's CPU per row is the run's PostgreSQL
-work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's
-end-to-end figure. Any other batch and every other statement run as the engine's; each
-run's notes say how many rows went into the slots ("NOT THE SKETCH" when none).
+again, and a ``done`` row appended there would count as another task's. The rotation
+(``rotate``: the owner function ``tierq_rotate_slot``) compares the two tables' counts and
+looks for the unfinished rows by anti-join only when they differ (0.1 against 1.1 µs a
+row, one connection), refuses when any is left, then truncates the slot and its ``done``
+table. The count is a sound check only while every ``done`` row is an id of the slot's own
+rows: the design must keep it so (each id's slot from its milliseconds, old ids refused,
+the lease check in Valkey before any append); the function does not verify it. It runs
+after the run's phases over every slot that has rows; its backend's CPU per row is the
+run's PostgreSQL work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to
+the sketch's end-to-end figure. Any other batch and every other statement run as the engine's, but
+its ids are marked all the same: an ack of such a keyless task appends to a slot's ``done``
+table and leaves its row in ``tierq_tasks``, which the run's ``left`` shows (the shapes'
+batches are all admitted warm). Each run's notes say how many rows went into the slots
+("NOT THE SKETCH" when none).
 
 Its PostgreSQL figures are roughly a floor for design B, since it leaves out:
 
@@ -128,7 +133,7 @@ CREATE TABLE tierq_log_pairs (
     PRIMARY KEY (queue, tenant, minute)
 );
 CREATE FUNCTION tierq_rotate_slot(slot int) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     total bigint;
     finished bigint;
@@ -276,17 +281,14 @@ def rotate(database_url: str) -> tuple[int, float | None]:
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
-        try:
-            before: int | None = schedstat_ns(pid)
-        except OSError:
-            before = None
+        before = schedstat_ns(pid)  # (0: not a process of this machine)
         emptied = 0
         for s in range(SLOTS):
             if conn.execute(f"SELECT EXISTS (SELECT 1 FROM tierq_log_{s})").fetchone() \
                     == (True,):
                 [(rows,)] = conn.execute("SELECT tierq_rotate_slot(%s)", [s]).fetchall()
                 emptied += int(rows)
-        seconds = None if before is None else (schedstat_ns(pid) - before) / 1e9
+        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
     return emptied, seconds
 
 
@@ -393,9 +395,14 @@ class LogSlotsSketch(SketchedEngine):
 
     def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
         """The rotation of every slot the run filled, in backend CPU microseconds per row
-        emptied (``rotate``); None when there was nothing to empty or its backend's CPU
-        cannot be read."""
-        emptied, seconds = rotate(prepared.database_url)
+        emptied (``rotate``); None when there was nothing to empty, a slot still held work
+        (the run's ``left`` says so) or its backend's CPU cannot be read."""
+        import psycopg
+
+        try:
+            emptied, seconds = rotate(prepared.database_url)
+        except psycopg.errors.RaiseException:  # (a slot with work left: the run says so)
+            return None
         return None if not emptied or seconds is None else seconds * 1e6 / emptied
 
     def remaining(self, prepared: Prepared) -> int:

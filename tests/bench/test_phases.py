@@ -40,10 +40,10 @@ def test_a_phase_gathers_every_processs_result() -> None:
 
 def test_a_process_that_ends_without_a_result_fails_the_phase_after_the_grace(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(phases, "RESULT_GRACE", 2.5)
+    monkeypatch.setattr(phases, "RESULT_GRACE", 4.0)
     started = time.monotonic()
     with pytest.raises(PhaseFailed, match="exited without a result: lost-consumer-1"):
         run_phase("lost", roles(finishes, ends_without_a_result), total=10, timeout=60,
                   preload=("tests.bench.test_phases",))
-    # (it waited for the result first, beyond the second the first look gives it)
-    assert time.monotonic() - started >= 2.5
+    # (it waited for the result first: the set-up and the first look take about a second)
+    assert time.monotonic() - started >= 4.0

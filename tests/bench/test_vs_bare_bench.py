@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 import bench.systems
 from bench.breakdown import (
@@ -150,3 +151,8 @@ def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
     (batched,) = [r for r in result["runs"] if r["system"] == "tierq-batch-sketch"]
     assert any(note.endswith("tasks in batch rows") for note in batched["notes"]), batched
     assert batched["pg_us_apart"] > 0 and shape["sketch_c_pg_cpu_vs_bare"] > 0
+    # what they spend after the phases is added to their PostgreSQL figures
+    bare_pg = shape["bare-table"]["cpu_us_per_task"]["postgres"]
+    for name, letter in (("tierq-log-sketch", "b"), ("tierq-batch-sketch", "c")):
+        pg = shape[name]["cpu_us_per_task"]["postgres"] + shape[name]["pg_us_apart"]
+        assert shape[f"sketch_{letter}_pg_cpu_vs_bare"] == pytest.approx(pg / bare_pg)
