@@ -10,6 +10,7 @@ run, on the same private servers.
                                                       # repeat the option for several
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
+    .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
@@ -44,7 +45,10 @@ CPU per task. Each prints ``sketch_<letter>_ratio_vs_bare_<shape>=`` and
 give end to end, measured before it is built (each module says what it leaves out).
 ``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
-to PostgreSQL's CPU per task on the same cores.
+to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's engine
+whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
+acks of several workers committed together (docs/design-rotating-tables.md, section 6)
+would leave PostgreSQL, without the cost of gathering them.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -244,12 +248,15 @@ def print_summary(results: list[ShapeResult]) -> None:
 
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None,
-              sketches: Sequence[str] = (), bare_client_us: float = 0.0) -> ShapeResult:
+              sketches: Sequence[str] = (), bare_client_us: float = 0.0,
+              ack_claims: int = 1) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
     systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
     if bare_client_us:
         systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
+    if ack_claims > 1:
+        systems.append(TierqEngine(workload=shape.workload, ack_claims=ack_claims))
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -297,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bare-client-us", type=float, default=0.0, metavar="N",
                         help="also run the bare table with clients spending N µs more CPU "
                              "per task (bench/systems/bare_table.py)")
+    parser.add_argument("--ack-claims", type=int, default=1, metavar="N",
+                        help="also run tierq's engine whose consumers ack N claims at once "
+                             "(what acks of several workers committed together would cost "
+                             "PostgreSQL)")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -304,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout or (60.0 if args.quick else 600.0)
     if total < 1 or repeat < 1:
         parser.error("--tasks and --repeat must be positive")
+    if args.ack_claims < 1:
+        parser.error(f"--ack-claims must be 1 or more, got {args.ack_claims}")
     if args.bare_client_us < 0:
         parser.error(f"--bare-client-us must be 0 or more, got {args.bare_client_us:g}")
     shapes = [SHAPES[name] for name in SHAPES if name in args.shapes]
@@ -327,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'pg_stat_statements' if statements else '(unavailable)'}")
             results = [run_shape(shape, stores, total=total, repeat=repeat, timeout=timeout,
                                  statements=statements, profile_root=profile_root,
-                                 sketches=sketches, bare_client_us=args.bare_client_us)
+                                 sketches=sketches, bare_client_us=args.bare_client_us,
+                                 ack_claims=args.ack_claims)
                        for shape in shapes]
         for result in results:
             print_shape(result)

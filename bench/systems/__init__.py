@@ -211,10 +211,14 @@ def run_quietly(work: Callable[[dict[str, Any], Sync], Coroutine[Any, Any, dict[
 
 
 def claim_and_ack_loop(sync: Sync, claim: Callable[[], Sequence[Any]],
-                       ack: Callable[[Sequence[Any]], tuple[int, int]]) -> dict[str, Any]:
+                       ack: Callable[[Sequence[Any]], tuple[int, int]],
+                       flush: Callable[[], tuple[int, int]] | None = None
+                       ) -> dict[str, Any]:
     """A tierq consumer's loop until the phase's tasks are finished: ``claim`` a batch,
     ``ack`` it (returns how many were acked and rejected), each call timed. Claims that
-    found nothing are counted, not timed."""
+    found nothing are counted, not timed. ``flush``: called at a claim that found nothing,
+    for a consumer whose ``ack`` holds claimed tasks back to ack several claims at once
+    (returns as ``ack``)."""
     claim_latency: list[float] = []
     ack_latency: list[float] = []
     acked = rejected = empty = 0
@@ -225,6 +229,14 @@ def claim_and_ack_loop(sync: Sync, claim: Callable[[], Sequence[Any]],
         took = time.perf_counter() - began
         if not got:
             empty += 1
+            if flush is not None:
+                done, refused = flush()
+                acked += done
+                rejected += refused
+                if done:
+                    t_end = time.time()
+                    sync.add_finished(done)
+                    continue
             time.sleep(EMPTY_CLAIM_SLEEP)
             continue
         claim_latency.append(took)

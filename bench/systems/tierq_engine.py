@@ -117,7 +117,30 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
     def claim() -> Sequence[Any]:
         return tq.claim(queue, request)
 
+    # acks of several claims at once (TierqEngine(ack_claims=N)): claimed tasks held back
+    # until N claims are, or a claim finds nothing
+    ack_claims = spec.get("ack_claims", 1)
+    held: list[Any] = []
+    claims_held = [0]
+
     def ack(got: Sequence[Any]) -> tuple[int, int]:
+        if ack_claims > 1:
+            held.extend(got)
+            claims_held[0] += 1
+            if claims_held[0] < ack_claims:
+                return 0, 0
+            return flush()
+        return ack_now(got)
+
+    def flush() -> tuple[int, int]:
+        if not held:
+            return 0, 0
+        got = list(held)
+        held.clear()
+        claims_held[0] = 0
+        return ack_now(got)
+
+    def ack_now(got: Sequence[Any]) -> tuple[int, int]:
         result = tq.ack(queue, got)  # the claimed tasks themselves, acked without a result
         if recycle:
             n = len(result.acked)
@@ -127,7 +150,7 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
         return len(result.acked), len(result.rejected)
 
     sync.ready_and_wait(spec["index"])
-    out = claim_and_ack_loop(sync, claim, ack)
+    out = claim_and_ack_loop(sync, claim, ack, flush if ack_claims > 1 else None)
     tq.close()
     return out
 
@@ -182,10 +205,19 @@ class TierqEngine(System):
     preload = TIERQ_PRELOAD
 
     def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True,
-                 workload: Workload | None = None) -> None:
+                 workload: Workload | None = None, ack_claims: int = 1) -> None:
+        """``ack_claims`` > 1: each consumer acks its tasks once it holds that many claims
+        (or a claim finds nothing), as acks of several workers committed together would
+        reach PostgreSQL (docs/design-rotating-tables.md, section 6); named
+        ``tierq-engine+acks-of-<N>-claims``."""
+        if ack_claims < 1:
+            raise ValueError(f"ack_claims must be 1 or more, got {ack_claims}")
         self.settings = settings or {}
         self.maintenance = maintenance
         self.workload = workload
+        self.ack_claims = ack_claims
+        if ack_claims > 1:
+            self.name = f"tierq-engine+acks-of-{ack_claims}-claims"
 
     def prepare(self, stores: Stores) -> Prepared:
         from tierq.dal.migrate import migrate
@@ -197,6 +229,8 @@ class TierqEngine(System):
                 "settings": self.settings}
         if self.workload is not None:
             spec.update(self.workload.spec())
+        if self.ack_claims > 1:
+            spec["ack_claims"] = self.ack_claims
         return Prepared(self.name, spec, url)
 
     def producer(self) -> Target:

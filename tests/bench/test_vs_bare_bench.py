@@ -156,3 +156,27 @@ def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
     for name, letter in (("tierq-log-sketch", "b"), ("tierq-batch-sketch", "c")):
         pg = shape[name]["cpu_us_per_task"]["postgres"] + shape[name]["pg_us_apart"]
         assert shape[f"sketch_{letter}_pg_cpu_vs_bare"] == pytest.approx(pg / bare_pg)
+
+
+def test_acks_of_several_claims_run_beside_the_two_and_finish_every_task(
+        session_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vs_bare_ack_claims.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
+         "--shapes", "8x10", "--ack-claims", "4",
+         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.read_text())
+    runs = {r["system"]: r for r in result["runs"]}
+    held = runs["tierq-engine+acks-of-4-claims"]
+    assert held["drain"]["left"] == 0 and held["e2e"]["left"] == 0, held
+    # (a quarter of the acks: fewer commits a task than the engine acking each claim)
+    assert held["drain"]["commits_per_task"] < runs["tierq-engine"]["drain"]["commits_per_task"]
+
+
+def test_acks_of_no_claim_are_refused() -> None:
+    run = subprocess.run([sys.executable, "-m", "bench.vs_bare", "--ack-claims", "0"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and "--ack-claims must be 1 or more, got 0" in run.stderr
