@@ -2,15 +2,16 @@
 ``FOR UPDATE SKIP LOCKED``, bench/systems/bare_table.py) at the shapes of issue 29, in one
 run, on the same private servers.
 
-    .venv/bin/python -m bench.vs_bare                 # 20,000 tasks, medians of 3 runs.
-    .venv/bin/python -m bench.vs_bare --breakdown     # And where a task's µs go.
-    .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run).
-    .venv/bin/python -m bench.vs_bare --sketch        # And design A's writes, sketched.
-    .venv/bin/python -m bench.vs_bare --sketch b      # Or design B's, or C's (--sketch c);
-                                                      # repeat the option for several.
-    .venv/bin/python -m bench.vs_bare --bare-client-us 22  # And the bare table, its
-                                                      # clients 22 µs a task heavier.
-    .venv/bin/python -m bench.vs_bare --ack-claims 8  # And tierq acking 8 claims at once.
+    .venv/bin/python -m bench.vs_bare                 # 20,000 tasks, medians of 3 runs
+    .venv/bin/python -m bench.vs_bare --breakdown     # and where a task's microseconds go
+    .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run)
+
+    .venv/bin/python -m bench.vs_bare --sketch        # and design A's writes, sketched
+    .venv/bin/python -m bench.vs_bare --sketch b      # or design B's, or C's (--sketch c);
+                                                      # repeat the option for several
+    .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
+                                                      # clients 22 µs a task heavier
+    .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
