@@ -75,6 +75,7 @@ from bench.systems.sketches import (
     KEYED_INTO_TASKS,
     SketchedEngine,
     mark_prepared_ids,
+    pairs_table,
     swap_acks,
     warm_batch,
 )
@@ -162,13 +163,7 @@ CREATE TABLE tierq_batch_done (
     done bit({BITS}) NOT NULL,
     PRIMARY KEY (batch, tenant, slice)
 ) WITH (fillfactor = 50);
-CREATE TABLE tierq_batch_pairs (
-    queue text NOT NULL,
-    tenant text NOT NULL,
-    minute bigint NOT NULL,
-    PRIMARY KEY (queue, tenant, minute)
-);
-"""
+{pairs_table("tierq_batch_pairs")}"""
 
 # A batch's slice rows: each a tenant's SLICE tasks of the batch in their order, its done
 # bits clear at their places and set everywhere else

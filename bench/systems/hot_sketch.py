@@ -47,33 +47,24 @@ from __future__ import annotations
 from typing import Any
 
 from bench.systems import Prepared, count_rows
-from bench.systems.sketches import KEYED_INTO_TASKS, SketchedEngine, warm_batch
+from bench.systems.sketches import (
+    KEYED_INTO_TASKS,
+    NARROW_TASK_COLUMNS,
+    SketchedEngine,
+    pairs_table,
+    warm_batch,
+)
 from bench.systems.tierq_engine import UNFINISHED
 
 # The sketch's tables, created in the system's fresh database after tierq's migrations.
 # tierq_hot holds the columns a hot task needs to be claimed again from PostgreSQL (a
 # retry, a restore) and nothing else: no key, group, flow, time limit or trace (such a
 # task stays in tierq_tasks); its state is "warm", so it has no column.
-SCHEMA = """
-CREATE TABLE tierq_hot (
-    id uuid PRIMARY KEY,
-    queue text NOT NULL,
-    tenant text NOT NULL,
-    priority smallint NOT NULL,
-    seq bigint NOT NULL,
-    attempts int NOT NULL DEFAULT 0,
-    max_attempts int NOT NULL,
-    payload jsonb NOT NULL,
-    created_at timestamptz NOT NULL
-) WITH (fillfactor = 100, autovacuum_vacuum_scale_factor = 0.01,
-        autovacuum_vacuum_insert_scale_factor = 0.01);
-CREATE TABLE tierq_hot_pairs (
-    queue text NOT NULL,
-    tenant text NOT NULL,
-    minute bigint NOT NULL,
-    PRIMARY KEY (queue, tenant, minute)
-);
-"""
+SCHEMA = f"""
+CREATE TABLE tierq_hot ({NARROW_TASK_COLUMNS})
+WITH (fillfactor = 100, autovacuum_vacuum_scale_factor = 0.01,
+      autovacuum_vacuum_insert_scale_factor = 0.01);
+{pairs_table("tierq_hot_pairs")}"""
 
 # The batch's rows as insert_tasks_uniform reads them, and their place in line (seq).
 ROWS = """ROWS FROM (unnest(%(ids)s::uuid[]),

@@ -74,8 +74,10 @@ from typing import Any
 from bench.systems import Prepared, count_rows
 from bench.systems.sketches import (
     KEYED_INTO_TASKS,
+    NARROW_TASK_COLUMNS,
     SketchedEngine,
     mark_prepared_ids,
+    pairs_table,
     swap_acks,
     warm_batch,
 )
@@ -106,17 +108,8 @@ def keyed_id(task_id: object) -> bool:
 
 def _slot_schema(slot: int) -> str:
     return f"""
-CREATE TABLE tierq_log_{slot} (
-    id uuid PRIMARY KEY,
-    queue text NOT NULL,
-    tenant text NOT NULL,
-    priority smallint NOT NULL,
-    seq bigint NOT NULL,
-    attempts int NOT NULL DEFAULT 0,
-    max_attempts int NOT NULL,
-    payload jsonb NOT NULL,
-    created_at timestamptz NOT NULL
-) WITH (fillfactor = 100, autovacuum_enabled = false);
+CREATE TABLE tierq_log_{slot} ({NARROW_TASK_COLUMNS})
+WITH (fillfactor = 100, autovacuum_enabled = false);
 CREATE TABLE tierq_log_done_{slot} (id uuid PRIMARY KEY) WITH (autovacuum_enabled = false);
 """
 
@@ -126,12 +119,7 @@ CREATE TABLE tierq_log_done_{slot} (id uuid PRIMARY KEY) WITH (autovacuum_enable
 # a task stays in tierq_tasks), their done tables, the pairs with slot rows, and the owner
 # function that empties a slot (the application's login has no TRUNCATE).
 SCHEMA = "".join(_slot_schema(s) for s in range(SLOTS)) + """
-CREATE TABLE tierq_log_pairs (
-    queue text NOT NULL,
-    tenant text NOT NULL,
-    minute bigint NOT NULL,
-    PRIMARY KEY (queue, tenant, minute)
-);
+""" + pairs_table("tierq_log_pairs") + """
 CREATE FUNCTION tierq_rotate_slot(slot int) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE

@@ -7,6 +7,8 @@ piece                              used by
 =================================  ==========================================================
 ``SketchedEngine``                 each sketch's system: the engine's database, the
                                    sketch's tables, the spec's word for its processes
+``NARROW_TASK_COLUMNS``,           a narrow table's columns (A, B) and the table of pairs
+``pairs_table``                    with rows written (A, B, C)
 ``KEYED_INTO_TASKS``               the keyed rows of an insert, into ``tierq_tasks`` as
                                    today (every design keeps them there)
 ``warm_batch``                     which batches a sketch takes: admitted warm without a
@@ -26,6 +28,34 @@ from typing import Any, ClassVar
 from bench.stores import Stores
 from bench.systems import Prepared
 from bench.systems.tierq_engine import TierqEngine
+
+# The columns of a narrow table of tasks admitted warm without a key (design A's hot
+# table, design B's slots): what such a task needs to be claimed again from PostgreSQL.
+NARROW_TASK_COLUMNS = """
+    id uuid PRIMARY KEY,
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    priority smallint NOT NULL,
+    seq bigint NOT NULL,
+    attempts int NOT NULL DEFAULT 0,
+    max_attempts int NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamptz NOT NULL
+"""
+
+
+def pairs_table(name: str) -> str:
+    """A table of the (queue, tenant, minute) a sketch's rows were written in, one row each:
+    what maintenance would read for the pairs with work (designs A, B and C)."""
+    return f"""
+CREATE TABLE {name} (
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    minute bigint NOT NULL,
+    PRIMARY KEY (queue, tenant, minute)
+);
+"""
+
 
 # The CTE of a sketch's keyed insert that writes the batch's keyed rows (CTE v: id, tenant,
 # key, priority, payload, seq) into tierq_tasks as insert_tasks_uniform_keyed does.
