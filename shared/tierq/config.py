@@ -470,6 +470,11 @@ class Settings:
     home_cache_seconds: float = setting("TIERQ_HOME_CACHE_SECONDS", 300.0, ge=0, le=3600)
     # How long in-process caches of queue settings and tenant lists may be stale.
     settings_cache_seconds: float = setting("TIERQ_SETTINGS_CACHE_SECONDS", 1.0, ge=0)
+    # How long a process's queue-wide claims may go on rotating over the ready tenants they
+    # last read, instead of reading the index again each claim (logic/ready_tenants.py,
+    # ``claim_window``): a tenant whose work became ready meanwhile waits at most this long
+    # for them. 0: every claim reads the index.
+    claim_window_reuse_ms: int = setting("TIERQ_CLAIM_WINDOW_REUSE_MS", 100, ge=0, le=5_000)
     # How long an Idempotency-Key of an enqueue or a dead-letter replay is remembered (in
     # PostgreSQL; the reaper purges it after), and one of an ack, nack, release or heartbeat
     # (in Valkey, where a busy worker fleet's keys would otherwise fill the cache).

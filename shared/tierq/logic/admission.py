@@ -323,6 +323,8 @@ def push(ctx: Context, ticket: Ticket, pair: Pair, items: Sequence[PushItem],
         # line empty (logic/ready_tenants.py); before the consumer's wake, which reads it
         if unnoted:
             ready_tenants.note(ctx, queue, (tenant,))
+        else:  # (entered in the push's own pipeline: this process's claims see it at once)
+            ready_tenants.window_changed(ctx, queue, (tenant,))
         wake.task_ready(ctx, queue, conn=conn)  # the queue's consumer, if any, has work
     return refused
 

@@ -508,11 +508,14 @@ def claim_once_outcome(ctx: Context, queue: str, request: ClaimRequest,
     try:
         got = claimer.models(_claim_pairs(claimer, ctx, queue, request, tenants))
     except BaseException:
+        if indexed:
+            ready_tenants.window_changed(ctx, queue)
         claimer.limits.flush()
         give_back(ctx, queue, claimer.popped_leases())
         raise
     claimer.limits.flush()
-    if indexed:
+    if indexed and claimer.empty:
+        ready_tenants.window_changed(ctx, queue)
         ready_tenants.forget(ctx, queue, claimer.empty)
     if not got and claimer.out_of_memory:
         # cold work waits but Valkey is full: 503 with Retry-After rather than an empty
@@ -589,8 +592,7 @@ def _claim_pairs(claimer: Claimer, ctx: Context, queue: str, request: ClaimReque
     else:
         # a window of the tenants with ready work, from one further than the last claim's
         # first: the turn goes round whatever the index gains or loses meanwhile
-        candidates, registered = ready_tenants.window(
-            ctx, queue, ctx.claim_turns.get(queue), ready_tenants.CLAIM_WINDOW)
+        candidates, registered = ready_tenants.claim_window(ctx, queue)
         if candidates:
             # (the registered tenants, mostly idle, stand in for the index: the next
             # window starts after this one, so a turn round them takes few claims)

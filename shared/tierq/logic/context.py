@@ -247,6 +247,10 @@ class Context:
     # per queue, the tenant this process's last queue-wide claim started its turn with
     # (logic/ready_tenants.py: the next claim's window starts after it)
     claim_turns: dict[str, str] = field(default_factory=dict)
+    # per queue, until when (monotonic seconds) this process's queue-wide claims may rotate
+    # over the window of ready tenants they last read, and that window as the next claim
+    # takes it (logic/ready_tenants.py, ``claim_window``)
+    claim_windows: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
     # when this process last topped up each (queue, tenant) at the claim's low-water mark
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
     # pairs, and Valkey masters, that failed a claim spanning several tenants, until when

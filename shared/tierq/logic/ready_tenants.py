@@ -25,6 +25,24 @@ the pair empty (nothing ready warm, no     entered back if a second look at the 
 cold row a refill could bring)             finds ready tasks or cold mode
 =========================================  ===========================================
 
+A process's queue-wide claims read a window once and rotate over it for up to
+``TIERQ_CLAIM_WINDOW_REUSE_MS`` (``claim_window``): each claim's window starts one tenant
+further, as a read from the turn would, at a round trip less per claim, the busy shapes'
+most frequent Valkey call. Only a window that is the whole index is kept:
+
+=========================================  ===========================================
+what happens                               the window the next claim takes
+=========================================  ===========================================
+the last read returned fewer than          the kept one, one tenant further, until the
+``CLAIM_WINDOW`` tenants (the whole index) reuse time is up
+it returned a full window, or the          read again (tenants beyond the window get
+registered tenants stood in                their turns; the stand-in has its own turns)
+a claim found a pair of it empty, or       read again: the index changed
+failed
+this process entered a tenant the window   read again: its work is seen at once (other
+lacks (a push, ``note``)                   processes' work within the reuse time)
+=========================================  ===========================================
+
 A claim that found a pair empty takes its tenant out, then looks at the pair once more
 and enters it back if it has ready tasks or is in cold mode (``forget``): an admission
 that raced the claim has pushed before it enters its tenant, so either the second look
@@ -92,6 +110,7 @@ def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
     todo = list(tenants)
     if not todo:
         return
+    window_changed(ctx, queue, todo)
     if _index_down(ctx, queue):
         _keep_pending(ctx, queue, todo)
         return
@@ -105,6 +124,38 @@ def note(ctx: Context, queue: str, tenants: Iterable[str]) -> None:
             _keep_pending(ctx, queue, todo)
         log.warning("entering tenants of %r in its ready-tenant index failed; the next "
                     "maintenance pass does", queue, exc_info=True)
+
+
+def claim_window(ctx: Context, queue: str) -> tuple[list[str], bool]:
+    """The window a queue-wide claim of this process starts from, and whether the registered
+    tenants stood in (``window``, from the turn after the last claim's first tenant): the
+    kept window one tenant further while it may be reused (the module docstring's second
+    table), else a read, kept when it is the whole index."""
+    reuse_ms = ctx.settings.claim_window_reuse_ms
+    now = time.monotonic()
+    kept = ctx.claim_windows.get(queue)
+    if kept is not None:
+        until, tenants = kept
+        if now < until:
+            turned = [*tenants[1:], tenants[0]]
+            ctx.claim_windows[queue] = (until, turned)
+            return turned, False
+        del ctx.claim_windows[queue]
+    candidates, registered = window(ctx, queue, ctx.claim_turns.get(queue), CLAIM_WINDOW)
+    if reuse_ms and not registered and 0 < len(candidates) < CLAIM_WINDOW:
+        ctx.claim_windows[queue] = (now + reuse_ms / 1000, candidates)
+    return candidates, registered
+
+
+def window_changed(ctx: Context, queue: str, tenants: Iterable[str] = ()) -> None:
+    """Read the queue's index at the next claim instead of reusing the kept window: a pair
+    of it was found empty (no ``tenants``), or this process made ``tenants`` ready and one
+    of them is not in the window."""
+    kept = ctx.claim_windows.get(queue)
+    if kept is None:
+        return
+    if not tenants or not set(tenants).issubset(kept[1]):
+        ctx.claim_windows.pop(queue, None)
 
 
 def forget(ctx: Context, queue: str, tenants: Sequence[str]) -> None:
