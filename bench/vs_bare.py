@@ -12,6 +12,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
+    .venv/bin/python -m bench.vs_bare --tierq-setting claim_window_reuse_ms=0
+                                                      # and tierq with a setting changed
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
@@ -49,7 +51,9 @@ give end to end, measured before it is built (each module says what it leaves ou
 to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's engine
 whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
 acks of several workers committed together (docs/design-rotating-tables.md, section 6)
-would leave PostgreSQL, without the cost of gathering them.
+would leave PostgreSQL, without the cost of gathering them. ``--tierq-setting FIELD=VALUE``
+(repeat it for several, all in one system) adds tierq's engine with those settings
+(``tierq-engine+<field>=<value>``): a setting's effect measured side by side.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -250,7 +254,8 @@ def print_summary(results: list[ShapeResult]) -> None:
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None,
               sketches: Sequence[str] = (), bare_client_us: float = 0.0,
-              ack_claims: int = 1) -> ShapeResult:
+              ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None
+              ) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
     systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
@@ -258,6 +263,9 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
         systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
     if ack_claims > 1:
         systems.append(TierqEngine(workload=shape.workload, ack_claims=ack_claims))
+    if tierq_settings:
+        systems.append(TierqEngine(tierq_settings, workload=shape.workload,
+                                   named_settings=True))
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -275,6 +283,25 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
             except PhaseFailed as exc:
                 say(f"  the profiled run of {system.name} failed: {exc}")
     return ShapeResult(shape, runs, profiled)
+
+
+def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` items as settings, each checked by ``tierq.config.Settings`` (a field
+    it does not have, or a value its rule refuses, ends the run before anything starts)."""
+    from tierq.config import Settings, SettingsError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or field not in Settings.fields:
+            parser.error(f"--tierq-setting wants FIELD=VALUE with a field of "
+                         f"tierq.config.Settings, got {item!r}")
+        out[field] = value
+    try:
+        Settings(database_url="postgresql://check", valkey_url="redis://check", **out)
+    except SettingsError as exc:
+        parser.error(f"--tierq-setting: {exc}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run tierq's engine whose consumers ack N claims at once "
                              "(what acks of several workers committed together would cost "
                              "PostgreSQL)")
+    parser.add_argument("--tierq-setting", action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="also run tierq's engine with this setting (a field of "
+                             "tierq.config.Settings); repeat for several in that one system")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -320,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--ack-claims must be 1 or more, got {args.ack_claims}")
     if args.bare_client_us < 0:
         parser.error(f"--bare-client-us must be 0 or more, got {args.bare_client_us:g}")
+    tierq_settings = parsed_settings(parser, args.tierq_setting)
     shapes = [SHAPES[name] for name in SHAPES if name in args.shapes]
     sketches = list(dict.fromkeys(args.sketch))
     # one fork server for the systems' worker processes, holding their modules
@@ -342,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             results = [run_shape(shape, stores, total=total, repeat=repeat, timeout=timeout,
                                  statements=statements, profile_root=profile_root,
                                  sketches=sketches, bare_client_us=args.bare_client_us,
-                                 ack_claims=args.ack_claims)
+                                 ack_claims=args.ack_claims,
+                                 tierq_settings=tierq_settings)
                        for shape in shapes]
         for result in results:
             print_shape(result)

@@ -205,11 +205,13 @@ class TierqEngine(System):
     preload = TIERQ_PRELOAD
 
     def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True,
-                 workload: Workload | None = None, ack_claims: int = 1) -> None:
+                 workload: Workload | None = None, ack_claims: int = 1,
+                 named_settings: bool = False) -> None:
         """``ack_claims`` > 1: each consumer acks its tasks once it holds that many claims
         (or a claim finds nothing), as acks of several workers committed together would
         reach PostgreSQL (docs/design-rotating-tables.md, section 6); named
-        ``tierq-engine+acks-of-<N>-claims``."""
+        ``tierq-engine+acks-of-<N>-claims``. ``named_settings``: the settings name the
+        system (``tierq-engine+<field>=<value>``), to run beside the defaults."""
         if ack_claims < 1:
             raise ValueError(f"ack_claims must be 1 or more, got {ack_claims}")
         self.settings = settings or {}
@@ -218,6 +220,8 @@ class TierqEngine(System):
         self.ack_claims = ack_claims
         if ack_claims > 1:
             self.name = f"tierq-engine+acks-of-{ack_claims}-claims"
+        elif named_settings and self.settings:
+            self.name = "tierq-engine+" + ",".join(f"{k}={v}" for k, v in self.settings.items())
 
     def prepare(self, stores: Stores) -> Prepared:
         from tierq.dal.migrate import migrate

@@ -180,3 +180,31 @@ def test_acks_of_no_claim_are_refused() -> None:
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert run.returncode == 2 and "--ack-claims must be 1 or more, got 0" in run.stderr
+
+
+def test_a_tierq_setting_runs_beside_the_defaults_and_finishes_every_task(
+        session_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vs_bare_setting.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
+         "--shapes", "mixed", "--tierq-setting", "claim_window_reuse_ms=0",
+         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.read_text())
+    runs = {r["system"]: r for r in result["runs"]}
+    changed = runs["tierq-engine+claim_window_reuse_ms=0"]
+    assert changed["drain"]["left"] == 0 and changed["e2e"]["left"] == 0, changed
+    assert runs["tierq-engine"]["e2e"]["left"] == 0
+
+
+@pytest.mark.parametrize(("item", "says"), [
+    ("no_such_field=1", "a field of tierq.config.Settings, got 'no_such_field=1'"),
+    ("claim_window_reuse_ms", "got 'claim_window_reuse_ms'"),
+    ("claim_window_reuse_ms=-1", "TIERQ_CLAIM_WINDOW_REUSE_MS must be greater than or equal"),
+])
+def test_a_tierq_setting_it_cannot_use_is_refused(item: str, says: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "bench.vs_bare", "--tierq-setting", item],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and says in run.stderr, run.stderr
