@@ -382,6 +382,11 @@ class Settings:
     # can forget the last few milliseconds of acks, and those tasks are delivered again
     # (never lost). The default waits: an ack that returned success is durable.
     ack_synchronous_commit: bool = setting("TIERQ_ACK_SYNCHRONOUS_COMMIT", True)
+    # True: acks of one (queue, tenant) that arrive while another's commit is under way are
+    # committed together, in one statement and one commit, by whichever of them finds the
+    # pair's committer lock free (logic/ack_gathering.py): fewer PostgreSQL commits a task for
+    # workers that ack in small batches, for two or three more Valkey calls an ack.
+    ack_group_commit: bool = setting("TIERQ_ACK_GROUP_COMMIT", False)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
     # that makes it an administrator (one whole word of the `scope` claim).

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from tierq.core.ordering import SPLIT, place
 from tierq.dal.lua_calls import (
     CALLS,
+    AckGather,
+    AckPass,
     AdmissionBegin,
     AdmissionEnd,
     AdmissionMode,
@@ -81,6 +83,7 @@ from tierq.dal.throughput import rate_key, tenants_key
 from tierq.dal.warm_tier import (
     GONE_CHARGE,
     NEWER_CHARGE,
+    AckMail,
     PairKeys,
     QueueKeys,
     TenantKeys,
@@ -991,6 +994,62 @@ def task_wait_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.exists(k.waiters) == 0  # (0: a look alone)
 
 
+def ack_gather_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    first, second, third = (AckMail.of(queue, TENANT, None, r) for r in ("r1", "r2", "r3"))
+    # the lock free: the first commits (nothing waits); the others join the line
+    assert run(warm, AckGather(first, "r1 x 1", 5_000, 31, "join")) == ("commit", [])
+    assert text(valkey.get(first.lock)) == "r1 x 1" and 0 < valkey.pttl(first.lock) <= 5_000
+    assert run(warm, AckGather(second, "r2 y 1", 5_000, 31, "join")) == ("wait", [])
+    assert run(warm, AckGather(third, "r3 z 2", 5_000, 31, "join")) == ("wait", [])
+    assert [text(e) for e in valkey.lrange(first.mailbox, 0, -1)] == ["r2 y 1", "r3 z 2"]
+    assert 5_000 < valkey.pttl(first.mailbox) <= 10_000
+    # looking while the lock is held: wait; an answer: taken
+    assert run(warm, AckGather(second, "r2 y 1", 5_000, 31, "look")) == ("wait", [])
+    valkey.rpush(second.reply, "D[]")
+    assert run(warm, AckGather(second, "r2 y 1", 5_000, 31, "look")) == ("reply", ["D[]"])
+    assert not valkey.exists(second.reply)
+    # the lock gone with r3 in line: r3 takes it, and what waits behind it (at most 1 here)
+    valkey.delete(first.lock)
+    valkey.rpush(first.mailbox, "r4 w 1", "r5 v 1")
+    got = run(warm, AckGather(third, "r3 z 2", 4_000, 1, "look"))
+    assert got == ("commit", ["r2 y 1"])  # (r2's entry was still in line: taken)
+    assert text(valkey.get(first.lock)) == "r3 z 2" and valkey.pttl(first.lock) <= 4_000
+    assert [text(e) for e in valkey.lrange(first.mailbox, 0, -1)] == ["r4 w 1", "r5 v 1"]
+    # taken, no answer, the lock gone: orphan
+    valkey.delete(first.lock)
+    assert run(warm, AckGather(second, "r2 y 1", 5_000, 31, "look")) == ("orphan", [])
+
+
+def ack_pass_scenario(warm: WarmTier, valkey: Any) -> None:
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    keys = AckMail.of(queue, TENANT, 7, "r1")
+    assert keys.mailbox.endswith(":acks:7") and keys.reply_of("r2") == keys.mailbox + ":r:r2"
+    valkey.set(keys.lock, "r1 x 1", px=1_000)
+    valkey.rpush(keys.mailbox, "r2 y 1", "r3 z 1", "r4 w 1")
+    # the committer's lock: it takes at most 2 and extends its lock
+    assert run(warm, AckPass(keys, "r1 x 1", 2, 9_000)) == ["r2 y 1", "r3 z 1"]
+    assert 1_000 < valkey.pttl(keys.lock) <= 9_000
+    # not its lock (it expired, another took it): nothing taken, the lock left alone
+    assert run(warm, AckPass(keys, "r0 q 1", 5, 9_000)) == []
+    assert text(valkey.get(keys.lock)) == "r1 x 1" and valkey.llen(keys.mailbox) == 1
+    # none to take (0): the lock let go, the line left for the next to look
+    assert run(warm, AckPass(keys, "r1 x 1", 0, 9_000)) == []
+    assert not valkey.exists(keys.lock) and valkey.llen(keys.mailbox) == 1
+    # through the tier: the answers sent in the pass's round trip
+    valkey.set(keys.lock, "r1 x 1", px=1_000)
+    taken = warm.ack_answer(keys, "r1 x 1", [("r2", b"D[]"), ("r3", b"E")], most=5,
+                            lock_ms=9_000, reply_ttl_ms=60_000)
+    assert taken == ["r4 w 1"]
+    assert valkey.lrange(keys.reply_of("r2"), 0, -1) == [b"D[]"]
+    assert 0 < valkey.pttl(keys.reply_of("r3")) <= 60_000
+    assert warm.ack_reply_wait(AckMail.of(queue, TENANT, 7, "r2"), 0.01) == b"D[]"
+    assert warm.ack_reply_wait(AckMail.of(queue, TENANT, 7, "r2"), 0.01) is None
+    assert warm.ack_answer(keys, "r1 x 1", [], most=5, lock_ms=9_000,
+                           reply_ttl_ms=60_000) == []
+    assert not valkey.exists(keys.lock)
+
+
 def rate_add_scenario(warm: WarmTier, valkey: Any) -> None:
     queue = f"rt{uuid.uuid4().hex[:8]}"
     key = rate_key(queue, TENANT)
@@ -1088,5 +1147,7 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     IdempotencyAbandon: idem_abandon_scenario,
     TaskFinished: task_finished_scenario,
     TaskWait: task_wait_scenario,
+    AckGather: ack_gather_scenario,
+    AckPass: ack_pass_scenario,
 }
 assert set(SCENARIOS) == set(CALLS), "every typed call has a round-trip scenario"

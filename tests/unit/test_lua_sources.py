@@ -81,6 +81,7 @@ BOUNDED_BY_THEIR_GUARD = {
     ("remove", "ZPOPMIN"): "the oldest tombstones past GONE_CAP: at most the call's ids",
     ("long_polls", "ZREMRANGEBYSCORE"): "reservations past their deadline: at most the cap",
     ("idem_abandon", "DEL"): "one idempotency record (a few fields)",
+    ("ack_pass", "DEL"): "one committer's lock (a string)",
     ("task_finished", "RENAME"): "its destination UNLINKed first (freed off the main "
                                  "thread); the source is renamed, not copied",
 }

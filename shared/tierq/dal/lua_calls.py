@@ -858,6 +858,47 @@ class ReadyTenantsNote(LuaCall[int]):
         return int(reply)
 
 
+# -- acks committed together: the pair's mailbox (logic/ack_gathering.py) -----------------------
+
+
+@lazy_dataclass(frozen=True)
+class AckGather(LuaCall[tuple[str, list[str]]]):
+    """An ack's delete joins its pair's mailbox, or looks at it again while it waits
+    (lua/ack_gather.lua): (``commit``, the entries it takes), (``wait``, []), (``reply``,
+    [the answer]) or (``orphan``, []). ``on``: the request's ``AckMail``."""
+
+    SCRIPT: ClassVar[str] = "ack_gather"
+    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "reply")
+    ARGS: ClassVar[tuple[str, ...]] = ("entry", "lock_ms", "most", "mode")
+
+    on: Any
+    entry: str
+    lock_ms: int
+    most: int
+    mode: str
+
+    def parse(self, reply: Any) -> tuple[str, list[str]]:
+        return text(reply[0]), [text(x) for x in reply[1:]]
+
+
+@lazy_dataclass(frozen=True)
+class AckPass(LuaCall[list[str]]):
+    """The committer of a pair's acks goes on with the entries that came meanwhile (at most
+    ``most``; 0: none) or lets the lock go (lua/ack_pass.lua); the entries it takes."""
+
+    SCRIPT: ClassVar[str] = "ack_pass"
+    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock")
+    ARGS: ClassVar[tuple[str, ...]] = ("owner", "most", "lock_ms")
+
+    on: Any
+    owner: str
+    most: int
+    lock_ms: int
+
+    def parse(self, reply: Any) -> list[str]:
+        return [text(x) for x in reply]
+
+
 # -- lapsed replacements and tombstones: the reaper's sweep -----------------------------------
 
 
@@ -1280,5 +1321,5 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     ReplaceCold, PairSweep, LapseIndex, QueueCapacity, CapacityFree, CapacityExtend,
     CapacityUse, TenantRequests, LongPolls, RateAdd, RateTenants, IdempotencyClaim,
-    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait)
+    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait, AckGather, AckPass)
 """Every script with a typed call, as the tests visit them."""

@@ -37,6 +37,8 @@ from tierq.dal.command_limit import (
 )
 from tierq.dal.direct_calls import DirectCalls
 from tierq.dal.lua_calls import (
+    AckGather,
+    AckPass,
     AdmissionBegin,
     AdmissionEnd,
     AdmissionMode,
@@ -132,6 +134,8 @@ SCRIPTS = (
     "idem_abandon",
     "task_finished",
     "task_wait",
+    "ack_gather",
+    "ack_pass",
 )
 
 
@@ -182,6 +186,26 @@ def _make_pair_keys(cls: type[PairKeys], queue: str, tenant: str) -> PairKeys:
                tag + "inflight", tag + "bucket", tag + "lease_of", tag + "started",
                tag + "finished", tag + "finished_prev", tag + "waiters", tag + "progress",
                tag + "limits", tag + "gone", tag + "newer", tag + "newer_at")
+
+
+@lazy_dataclass(frozen=True)
+class AckMail:
+    """One ack's keys in its pair's mailbox of acks committed together (lua/ack_gather.lua,
+    logic/ack_gathering.py), on the pair's slot: a shard's acks have a mailbox of their own,
+    since its committer deletes rows of its own database only."""
+
+    mailbox: str
+    lock: str
+    reply: str
+
+    @classmethod
+    def of(cls, queue: str, tenant: str, shard_tag: int | None, request: str) -> AckMail:
+        base = f"tq:{{{queue}|{tenant}}}:acks" + ("" if shard_tag is None else f":{shard_tag}")
+        return cls(base, base + ":lock", f"{base}:r:{request}")
+
+    def reply_of(self, request: str) -> str:
+        """The reply list of another request of the same mailbox."""
+        return f"{self.mailbox}:r:{request}"
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -1472,6 +1496,41 @@ class WarmTier:
         heartbeat's check; an ack's or a nack's is ``verify_tenants``."""
         return [d is not None and float(d) > now_ms
                 for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
+
+    def ack_gather(self, mail: AckMail, entry: str, *, lock_ms: int, most: int,
+                   mode: str) -> tuple[str, list[str]]:
+        """Join the pair's mailbox of acks committed together, or look at it again
+        (lua/ack_gather.lua)."""
+        return self.call(AckGather(mail, entry, lock_ms, most, mode))
+
+    def ack_answer(self, mail: AckMail, owner: str, answers: Sequence[tuple[str, bytes]], *,
+                   most: int, lock_ms: int, reply_ttl_ms: int) -> list[str]:
+        """Send each waiting ack its answer (its reply list, expiring after
+        ``reply_ttl_ms``), then go on with the entries that came meanwhile or let the lock
+        go (lua/ack_pass.lua), in one round trip; the entries taken."""
+        call = AckPass(mail, owner, most, lock_ms)
+        if not answers:
+            return self.call(call)
+        commands: list[tuple[Any, ...]] = []
+        for request, answer in answers:
+            key = mail.reply_of(request)
+            commands += [("RPUSH", key, answer), ("PEXPIRE", key, reply_ttl_ms)]
+        commands.append(evalsha(call, self.scripts[AckPass.SCRIPT].sha))
+        replies = self.pipeline(commands)
+        passed = replies[-1]
+        if isinstance(passed, NoScriptError):  # (Valkey lost its scripts: loaded)
+            passed = self.call(call)
+        failed = next((r for r in replies if isinstance(r, Exception)
+                       and not isinstance(r, NoScriptError)), None)
+        if failed is not None:
+            with _available(self.credentials):
+                raise failed
+        return call.parse(passed)
+
+    def ack_reply_wait(self, mail: AckMail, seconds: float) -> bytes | None:
+        """The answer to this ack, waited for at most ``seconds`` (``BLPOP``); None."""
+        got = self._command("BLPOP", mail.reply, seconds)
+        return None if got is None else bytes(got[1])
 
     def verify_tenants(self, queue: str, members: Mapping[str, Sequence[str]], *,
                        now_ms: int) -> dict[str, list[bool]]:

@@ -232,6 +232,16 @@ class PairRegistry:
 
 
 @dataclass
+class AckCommitCounts:
+    """What this process's acks committed together did (logic/ack_gathering.py)."""
+
+    commits: int = 0  # commits this process made for gathered acks
+    committed: int = 0  # the acks those commits carried (its own and others')
+    answered: int = 0  # acks of this process another's commit answered
+    alone: int = 0  # acks that committed alone after gathering failed or was left
+
+
+@dataclass
 class Context:
     db: Database
     warm: WarmTier
@@ -251,6 +261,8 @@ class Context:
     # over the window of ready tenants they last read, and that window as the next claim
     # takes it (logic/ready_tenants.py, ``claim_window``)
     claim_windows: dict[str, tuple[float, list[str]]] = field(default_factory=dict)
+    # acks committed together (logic/ack_gathering.py), as this process saw them
+    ack_commits: AckCommitCounts = field(default_factory=AckCommitCounts)
     # when this process last topped up each (queue, tenant) at the claim's low-water mark
     low_water_refills: dict[Pair, float] = field(default_factory=dict)
     # pairs, and Valkey masters, that failed a claim spanning several tenants, until when

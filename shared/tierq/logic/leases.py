@@ -37,7 +37,7 @@ from tierq.models.base import UUIDS
 from tierq.models.leases import ClaimedTask
 
 if TYPE_CHECKING:
-    from tierq.logic import admission, flows, groups
+    from tierq.logic import ack_gathering, admission, flows, groups
     from tierq.models import lease_outcomes
     from tierq.models.lease_outcomes import (
         AckItem,
@@ -55,6 +55,7 @@ else:
     # pushes of a give-back, a flow's waiters and a group's next task: by their first use
     lease_outcomes = lazy_module("tierq.models.lease_outcomes")
     admission = lazy_module("tierq.logic.admission")
+    ack_gathering = lazy_module("tierq.logic.ack_gathering")
     flows = lazy_module("tierq.logic.flows")
     groups = lazy_module("tierq.logic.groups")
 
@@ -266,7 +267,10 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         owners = [v.tenant for v in plain]  # (its lease's tenant: the statements check it)
         # (one attempt and one tenant, the usual batch: checked against the set; an admin's
         # batch over tenants pairs each row with its own)
-        if min(attempts) == max(attempts) and min(owners) == max(owners):
+        if ctx.settings.ack_group_commit and not relaxed and min(owners) == max(owners):
+            # (committed with other acks of the pair that meet it: logic/ack_gathering.py)
+            finished += ack_gathering.delete_acked(ctx, queue, owners[0], ids, attempts)
+        elif min(attempts) == max(attempts) and min(owners) == max(owners):
             finished += ctx.store.ack_delete(queue, ids, owners, attempts[0], relaxed=relaxed)
         else:
             finished += ctx.store.ack_delete_by_attempt(queue, ids, owners, attempts,

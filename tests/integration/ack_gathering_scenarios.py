@@ -1,0 +1,189 @@
+"""Acks committed together (``TIERQ_ACK_GROUP_COMMIT``, logic/ack_gathering.py), run on one
+Valkey (tests/integration/test_ack_group_commit.py) and on a cluster
+(tests/cluster/test_ack_group_commit_on_cluster.py).
+
+Each scenario holds the pair's committer lock as a committer would while the acks join the
+mailbox, so that they meet whatever the threads' timing, then lets it go (or lets it
+expire, as a committer that stopped would):
+
+==================================  ==================================================
+scenario                            what it shows
+==================================  ==================================================
+``many_acks_one_commit``            six acks waiting: one commit answers all, every
+                                    task gone, every lease dropped
+``a_stopped_committer``             acks taken by a committer that stopped: each
+                                    commits alone once its lock expired, none lost
+``a_failed_commit``                 the committer's statement fails: it answers the
+                                    error, the other ack commits alone; the failed
+                                    one's tasks stay leased and its retry acks them
+``groups_go_on``                    a grouped task acked by another's commit frees its
+                                    group's next task
+``tenants_apart``                   one tenant's held lock never delays another's ack
+==================================  ==================================================
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.support.polling import eventually
+from tierq.dal.warm_tier import AckMail
+from tierq.engine import Tierq
+from tierq.logic import ack_gathering
+
+QUEUE = "gathered"
+
+
+def mail(tenant: str) -> AckMail:
+    return AckMail.of(QUEUE, tenant, None, "-")
+
+
+def hold_lock(valkey: Any, tenant: str, ms: int = 30_000) -> None:
+    """Hold the pair's committer lock as a committer under way would."""
+    assert valkey.set(mail(tenant).lock, "a committer", px=ms, nx=True)
+
+
+def joined(valkey: Any, tenant: str, n: int) -> None:
+    eventually(lambda: valkey.llen(mail(tenant).mailbox) == n, timeout=10,
+               what=f"{n} acks in the mailbox")
+
+
+def engines(make_tq: Callable[..., Tierq], n: int) -> list[Tierq]:
+    return [make_tq(ack_group_commit=True) for _ in range(n)]
+
+
+def acking(tq: Tierq, tasks: list[Any], out: dict[int, Any], key: int) -> threading.Thread:
+    """A thread that acks ``tasks`` and keeps its result (or its error) in ``out[key]``."""
+    def run() -> None:
+        try:
+            out[key] = tq.ack(QUEUE, tasks)
+        except Exception as exc:  # (kept for the test to look at)
+            out[key] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def many_acks_one_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> None:
+    tqs = engines(make_tq, 6)
+    tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(60)])
+    claims = [tq.claim(QUEUE, max=10, tenant="a") for tq in tqs]
+    assert [len(c) for c in claims] == [10] * 6
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
+    joined(valkey, "a", 6)
+    valkey.delete(mail("a").lock)  # the committer under way let it go
+    for thread in threads:
+        thread.join(timeout=30)
+    for i, claim in enumerate(claims):
+        assert not isinstance(out[i], Exception), out[i]
+        assert sorted(map(str, out[i].acked)) == sorted(str(t.id) for t in claim)
+        assert not out[i].rejected
+    counts = [tq.ctx.ack_commits for tq in tqs]
+    assert sum(c.commits for c in counts) == 1 and sum(c.committed for c in counts) == 6
+    assert sum(c.answered for c in counts) == 5 and sum(c.alone for c in counts) == 0
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+                      (QUEUE,)).fetchone()[0] == 0
+    assert tqs[0].running(QUEUE) == []
+    assert not valkey.exists(mail("a").lock) and valkey.llen(mail("a").mailbox) == 0
+
+
+def a_stopped_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> None:
+    tqs = engines(make_tq, 3)
+    tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(6)])
+    claims = [tq.claim(QUEUE, max=2, tenant="a") for tq in tqs]
+    hold_lock(valkey, "a", ms=800)
+    out: dict[int, Any] = {}
+    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
+    joined(valkey, "a", 3)
+    valkey.delete(mail("a").mailbox)  # taken by the committer, which stops before its commit
+    for thread in threads:
+        thread.join(timeout=30)
+    for i, claim in enumerate(claims):
+        assert not isinstance(out[i], Exception), out[i]
+        assert sorted(map(str, out[i].acked)) == sorted(str(t.id) for t in claim)
+    assert sum(tq.ctx.ack_commits.alone for tq in tqs) == 3
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+                      (QUEUE,)).fetchone()[0] == 0
+    assert tqs[0].running(QUEUE) == []
+
+
+def a_failed_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    tqs = engines(make_tq, 2)
+    tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(4)])
+    claims = [tq.claim(QUEUE, max=2, tenant="a") for tq in tqs]
+    for tq in tqs:  # a statement for more than one ack fails, as on a database error
+        real = tq.ctx.store.ack_delete
+
+        def failing(queue: str, ids: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
+            if len(ids) > 2:
+                raise RuntimeError("the database refused the commit")
+            return real(queue, ids, *args, **kw)
+
+        monkeypatch.setattr(tq.ctx.store, "ack_delete", failing)
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
+    joined(valkey, "a", 2)
+    valkey.delete(mail("a").lock)
+    for thread in threads:
+        thread.join(timeout=30)
+    failed = [i for i in out if isinstance(out[i], Exception)]
+    assert len(failed) == 1 and "refused the commit" in str(out[failed[0]])
+    done = 1 - failed[0]
+    assert sorted(map(str, out[done].acked)) == sorted(str(t.id) for t in claims[done])
+    assert sum(tq.ctx.ack_commits.alone for tq in tqs) == 1
+    left = pg.execute("SELECT id::text FROM tierq_tasks WHERE queue = %s",
+                      (QUEUE,)).fetchall()
+    assert sorted(r[0] for r in left) == sorted(str(t.id) for t in claims[failed[0]])
+    monkeypatch.undo()
+    again = tqs[failed[0]].ack(QUEUE, claims[failed[0]])
+    assert len(again.acked) == 2 and not again.rejected
+    assert not valkey.exists(mail("a").lock)
+
+
+def groups_go_on(make_tq: Callable[..., Tierq], valkey: Any) -> None:
+    tqs = engines(make_tq, 2)
+    tqs[0].enqueue(QUEUE, [{"payload": [g, i], "tenant": "a", "group": g}
+                           for g in ("g1", "g2") for i in range(2)])
+    claims = [tq.claim(QUEUE, max=1, tenant="a") for tq in tqs]
+    assert sorted(t.payload[0] for c in claims for t in c) == ["g1", "g2"]  # one a group
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
+    joined(valkey, "a", 2)
+    valkey.delete(mail("a").lock)
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(len(out[i].acked) == 1 for i in range(2)), out
+    assert sum(tq.ctx.ack_commits.answered for tq in tqs) == 1
+    nxt = eventually(lambda: tqs[0].claim(QUEUE, max=2, tenant="a") or None, timeout=10,
+                     what="the groups' next tasks")
+    got = list(nxt)
+    if len(got) < 2:
+        got += eventually(lambda: tqs[0].claim(QUEUE, max=2, tenant="a") or None, timeout=10)
+    assert sorted(tuple(t.payload) for t in got) == [("g1", 1), ("g2", 1)]
+
+
+def tenants_apart(make_tq: Callable[..., Tierq], valkey: Any) -> None:
+    tqs = engines(make_tq, 2)
+    tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": t} for t in "ab" for i in range(2)])
+    held_a = tqs[0].claim(QUEUE, max=2, tenant="a")
+    held_b = tqs[1].claim(QUEUE, max=2, tenant="b")
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    waiting = acking(tqs[0], held_a, out, 0)
+    joined(valkey, "a", 1)
+    assert len(tqs[1].ack(QUEUE, held_b).acked) == 2  # b's pair: its own lock, free
+    assert waiting.is_alive()  # a's ack still waits for a's committer
+    valkey.delete(mail("a").lock)
+    waiting.join(timeout=30)
+    assert len(out[0].acked) == 2
+    assert ack_gathering.MOST_ENTRIES >= 2
