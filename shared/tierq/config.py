@@ -635,6 +635,12 @@ class Settings:
                 and self.lock_timeout_ms > self.statement_timeout_ms:
             yield (f"TIERQ_LOCK_TIMEOUT_MS ({self.lock_timeout_ms}) must not exceed "
                    f"TIERQ_STATEMENT_TIMEOUT_MS ({self.statement_timeout_ms})")
+        # (a committer of gathered acks holds its lock for its statement's time at most: a
+        # statement without a limit could outlive the lock and answer acks twice)
+        if sound("ack_group_commit", "statement_timeout_ms") and self.ack_group_commit \
+                and not self.statement_timeout_ms:
+            yield ("TIERQ_ACK_GROUP_COMMIT needs a TIERQ_STATEMENT_TIMEOUT_MS (0: no limit): "
+                   "a committer's lock lasts its statement's time at most")
         if sound("backoff_base_seconds", "backoff_cap_seconds") \
                 and self.backoff_cap_seconds < self.backoff_base_seconds:
             yield "TIERQ_BACKOFF_CAP_SECONDS must be >= TIERQ_BACKOFF_BASE_SECONDS"

@@ -24,3 +24,11 @@ def test_a_group_acked_by_another_s_commit_goes_on(make_tq, valkey):
 
 def test_one_tenant_s_committer_never_delays_another_s_ack(make_tq, valkey):
     scenarios.tenants_apart(make_tq, valkey)
+
+
+def test_two_acks_of_one_task_answer_it_once(make_tq, valkey):
+    scenarios.one_task_twice(make_tq, valkey)
+
+
+def test_a_later_pass_that_fails_keeps_the_committer_s_answer(make_tq, valkey, pg, monkeypatch):
+    scenarios.a_later_pass_fails(make_tq, valkey, pg, monkeypatch)

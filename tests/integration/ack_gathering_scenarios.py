@@ -12,7 +12,12 @@ scenario                            what it shows
 ``many_acks_one_commit``            six acks waiting: one commit answers all, every
                                     task gone, every lease dropped
 ``a_stopped_committer``             acks taken by a committer that stopped: each
-                                    commits alone once its lock expired, none lost
+                                    waits while its lock lasts, then commits alone,
+                                    none lost
+``one_task_twice``                  two acks of one task meet: one answer has it, the
+                                    other is ``not_found``, as one after the other
+``a_later_pass_fails``              the committer's second commit fails: its own ack
+                                    (committed) is answered, the one taken commits alone
 ``a_failed_commit``                 the committer's statement fails: it answers the
                                     error, the other ack commits alone; the failed
                                     one's tasks stay leased and its retry acks them
@@ -25,6 +30,7 @@ scenario                            what it shows
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -102,7 +108,15 @@ def a_stopped_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> 
     out: dict[int, Any] = {}
     threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
     joined(valkey, "a", 3)
-    valkey.delete(mail("a").mailbox)  # taken by the committer, which stops before its commit
+    # taken by the committer (at once, as its script takes them), which stops before its
+    # commit
+    valkey.eval("""
+        for _, entry in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+          redis.call('HSET', KEYS[2], string.match(entry, '^[^ ]*'), 'a committer')
+        end
+        return redis.call('DEL', KEYS[1])""", 2, mail("a").mailbox, mail("a").taken)
+    time.sleep(0.3)
+    assert all(thread.is_alive() for thread in threads)  # (its lock still lasts)
     for thread in threads:
         thread.join(timeout=30)
     for i, claim in enumerate(claims):
@@ -187,3 +201,50 @@ def tenants_apart(make_tq: Callable[..., Tierq], valkey: Any) -> None:
     waiting.join(timeout=30)
     assert len(out[0].acked) == 2
     assert ack_gathering.MOST_ENTRIES >= 2
+
+
+def one_task_twice(make_tq: Callable[..., Tierq], valkey: Any) -> None:
+    tqs = engines(make_tq, 2)
+    tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(2)])
+    tasks = tqs[0].claim(QUEUE, max=2, tenant="a")
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    threads = [acking(tq, tasks, out, i) for i, tq in enumerate(tqs)]  # (a retried ack)
+    joined(valkey, "a", 2)
+    valkey.delete(mail("a").lock)
+    for thread in threads:
+        thread.join(timeout=30)
+    results = sorted((out[0], out[1]), key=lambda r: len(r.acked))
+    assert results[1].acked and sorted(map(str, results[1].acked)) == \
+        sorted(str(t.id) for t in tasks)
+    assert results[0].acked == []
+    assert sorted(r.reason for r in results[0].rejected) == ["not_found", "not_found"]
+
+
+def a_later_pass_fails(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    committer, later = engines(make_tq, 2)
+    committer.enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(4)])
+    own = committer.claim(QUEUE, max=2, tenant="a")
+    taken = later.claim(QUEUE, max=2, tenant="a")
+    real = committer.ctx.store.ack_delete
+    out: dict[int, Any] = {}
+    threads: list[threading.Thread] = []
+
+    def first_then_failing(queue: str, ids: Any, *args: Any, **kw: Any) -> Any:
+        if not threads:  # its first commit: another ack joins meanwhile
+            rows = real(queue, ids, *args, **kw)
+            threads.append(acking(later, taken, out, 1))
+            joined(valkey, "a", 1)
+            return rows
+        raise RuntimeError("the database refused the commit")
+
+    monkeypatch.setattr(committer.ctx.store, "ack_delete", first_then_failing)
+    mine = committer.ack(QUEUE, own)
+    assert sorted(map(str, mine.acked)) == sorted(str(t.id) for t in own)
+    threads[0].join(timeout=30)
+    assert sorted(map(str, out[1].acked)) == sorted(str(t.id) for t in taken)
+    assert later.ctx.ack_commits.alone == 1 and committer.ctx.ack_commits.commits == 1
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+                      (QUEUE,)).fetchone()[0] == 0
+    assert committer.running(QUEUE) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.integration import ack_gathering_scenarios as scenarios
 
 
@@ -23,3 +25,37 @@ def test_a_group_acked_by_another_s_commit_goes_on(make_tq, valkey):
 
 def test_one_tenant_s_committer_never_delays_another_s_ack(make_tq, valkey):
     scenarios.tenants_apart(make_tq, valkey)
+
+
+def test_two_acks_of_one_task_answer_it_once(make_tq, valkey):
+    scenarios.one_task_twice(make_tq, valkey)
+
+
+def test_a_later_pass_that_fails_keeps_the_committer_s_answer(make_tq, valkey, pg, monkeypatch):
+    scenarios.a_later_pass_fails(make_tq, valkey, pg, monkeypatch)
+
+
+def test_the_gathering_needs_a_statement_timeout():
+    from tierq.config import Settings, SettingsError
+
+    with pytest.raises(SettingsError, match="TIERQ_ACK_GROUP_COMMIT needs a"):
+        Settings(database_url="postgresql://x", ack_group_commit=True, statement_timeout_ms=0)
+    assert Settings(database_url="postgresql://x", ack_group_commit=True).ack_group_commit
+
+
+def test_an_ack_alone_is_its_check_its_pass_and_its_drop(make_tq):
+    """No other ack meets it: it checks and joins in one call, commits, lets the lock go
+    (ack_pass.lua), then drops its leases: one Valkey round trip more than without the
+    gathering (test_ack_round_trips.py)."""
+    from tests.integration.helpers import counted_sends
+
+    tq = make_tq(ack_group_commit=True)
+    tq.enqueue(scenarios.QUEUE, [{"payload": i, "tenant": "a"} for i in range(4)])
+    first, *rest = tq.claim(scenarios.QUEUE, max=4, tenant="a")
+    tq.ack(scenarios.QUEUE, [first])  # (not counted: it loads the scripts)
+    with counted_sends(tq) as wire:
+        result = tq.ack(scenarios.QUEUE, rest)
+    assert len(result.acked) == 3
+    assert wire.sends == 3, (wire.sends, dict(wire.commands))
+    assert wire.commands["ack_check_join"] == 1 and wire.commands["ack_pass"] == 1
+    assert tq.ctx.ack_commits.commits == 2 and tq.ctx.ack_commits.answered == 0

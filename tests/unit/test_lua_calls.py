@@ -39,6 +39,9 @@ def reads_items_from(code: str, start: int, width: int, grouped: bool = False) -
         return True
     if re.search(rf"\(#ARGV - {start - 1}\) / {width}\b", code):
         return True
+    # handed to a shared piece from there, one item an argument (lua/lease_marks.lua)
+    if width == 1 and re.search(rf"\bARGV, {start}\)", code):
+        return True
     # the whole ARGV as the items (no fixed argument)
     return start == 1 and width == 1 and re.search(r"ipairs\(ARGV\)|[(,]\s*ARGV\s*\)", code) \
         is not None

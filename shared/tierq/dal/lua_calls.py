@@ -862,20 +862,43 @@ class ReadyTenantsNote(LuaCall[int]):
 
 
 @lazy_dataclass(frozen=True)
-class AckGather(LuaCall[tuple[str, list[str]]]):
-    """An ack's delete joins its pair's mailbox, or looks at it again while it waits
-    (lua/ack_gather.lua): (``commit``, the entries it takes), (``wait``, []), (``reply``,
-    [the answer]) or (``orphan``, []). ``on``: the request's ``AckMail``."""
+class AckCheckJoin(LuaCall[tuple[list[bool], str | None, str, list[str]]]):
+    """An ack's check of one pair's leases (as ``LeaseCheck``), then its delete's place in
+    the pair's mailbox of acks committed together (lua/ack_check_join.lua): (held per
+    item, this ack's entry or None when none is held, ``none`` / ``commit`` / ``wait``,
+    the entries it takes). ``on``: the request's ``AckMail``; items (member, attempt)."""
 
-    SCRIPT: ClassVar[str] = "ack_gather"
-    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "reply")
-    ARGS: ClassVar[tuple[str, ...]] = ("entry", "lock_ms", "most", "mode")
+    SCRIPT: ClassVar[str] = "ack_check_join"
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "mailbox", "lock", "taken")
+    ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "request", "lock_ms", "most")
+    ITEM: ClassVar[tuple[str, ...]] = ("member", "attempt")
+
+    on: Any
+    now_ms: int
+    request: str
+    lock_ms: int
+    most: int
+    items: Sequence[Any] = ()
+
+    def parse(self, reply: Any) -> tuple[list[bool], str | None, str, list[str]]:
+        entry = None if reply[1] is None else text(reply[1])
+        return [x == 1 for x in reply[0]], entry, text(reply[2]), [text(x) for x in reply[3:]]
+
+
+@lazy_dataclass(frozen=True)
+class AckLook(LuaCall[tuple[str, list[str]]]):
+    """A waiting ack looks at its pair's mailbox again (lua/ack_look.lua): (``reply``,
+    [the answer]), (``wait``, []), (``commit``, the entries it takes) or (``orphan``, []).
+    ``on``: the request's ``AckMail``."""
+
+    SCRIPT: ClassVar[str] = "ack_look"
+    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "taken", "reply")
+    ARGS: ClassVar[tuple[str, ...]] = ("entry", "lock_ms", "most")
 
     on: Any
     entry: str
     lock_ms: int
     most: int
-    mode: str
 
     def parse(self, reply: Any) -> tuple[str, list[str]]:
         return text(reply[0]), [text(x) for x in reply[1:]]
@@ -883,17 +906,20 @@ class AckGather(LuaCall[tuple[str, list[str]]]):
 
 @lazy_dataclass(frozen=True)
 class AckPass(LuaCall[list[str]]):
-    """The committer of a pair's acks goes on with the entries that came meanwhile (at most
-    ``most``; 0: none) or lets the lock go (lua/ack_pass.lua); the entries it takes."""
+    """The committer of a pair's acks forgets the requests it answered (``items``), then goes
+    on with the entries that came meanwhile (at most ``most``; 0: none) or lets the lock go
+    (lua/ack_pass.lua); the entries it takes."""
 
     SCRIPT: ClassVar[str] = "ack_pass"
-    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock")
+    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "taken")
     ARGS: ClassVar[tuple[str, ...]] = ("owner", "most", "lock_ms")
+    ITEM: ClassVar[tuple[str, ...]] = ("request",)
 
     on: Any
     owner: str
     most: int
     lock_ms: int
+    items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> list[str]:
         return [text(x) for x in reply]
@@ -1321,5 +1347,6 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     ReplaceCold, PairSweep, LapseIndex, QueueCapacity, CapacityFree, CapacityExtend,
     CapacityUse, TenantRequests, LongPolls, RateAdd, RateTenants, IdempotencyClaim,
-    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait, AckGather, AckPass)
+    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait, AckCheckJoin, AckLook,
+    AckPass)
 """Every script with a typed call, as the tests visit them."""

@@ -37,7 +37,8 @@ from tierq.dal.command_limit import (
 )
 from tierq.dal.direct_calls import DirectCalls
 from tierq.dal.lua_calls import (
-    AckGather,
+    AckCheckJoin,
+    AckLook,
     AckPass,
     AdmissionBegin,
     AdmissionEnd,
@@ -134,7 +135,8 @@ SCRIPTS = (
     "idem_abandon",
     "task_finished",
     "task_wait",
-    "ack_gather",
+    "ack_check_join",
+    "ack_look",
     "ack_pass",
 )
 
@@ -190,18 +192,22 @@ def _make_pair_keys(cls: type[PairKeys], queue: str, tenant: str) -> PairKeys:
 
 @lazy_dataclass(frozen=True)
 class AckMail:
-    """One ack's keys in its pair's mailbox of acks committed together (lua/ack_gather.lua,
-    logic/ack_gathering.py), on the pair's slot: a shard's acks have a mailbox of their own,
-    since its committer deletes rows of its own database only."""
+    """One ack's keys in its pair's mailbox of acks committed together
+    (lua/ack_check_join.lua, logic/ack_gathering.py), on the pair's slot: a shard's acks
+    have a mailbox of their own, since its committer deletes rows of its own database
+    only."""
 
     mailbox: str
     lock: str
     reply: str
+    leased: str  # the pair's leases (``PairKeys.leased``), which the ack checks first
+    taken: str  # request -> the committer that took it (lua/ack_mailbox.lua)
 
     @classmethod
     def of(cls, queue: str, tenant: str, shard_tag: int | None, request: str) -> AckMail:
         base = f"tq:{{{queue}|{tenant}}}:acks" + ("" if shard_tag is None else f":{shard_tag}")
-        return cls(base, base + ":lock", f"{base}:r:{request}")
+        return cls(base, base + ":lock", f"{base}:r:{request}",
+                   PairKeys.of(queue, tenant).leased, base + ":taken")
 
     def reply_of(self, request: str) -> str:
         """The reply list of another request of the same mailbox."""
@@ -1497,20 +1503,29 @@ class WarmTier:
         return [d is not None and float(d) > now_ms
                 for d in self._deadlines(PairKeys.of(queue, tenant).leased, members)]
 
-    def ack_gather(self, mail: AckMail, entry: str, *, lock_ms: int, most: int,
-                   mode: str) -> tuple[str, list[str]]:
-        """Join the pair's mailbox of acks committed together, or look at it again
-        (lua/ack_gather.lua)."""
-        return self.call(AckGather(mail, entry, lock_ms, most, mode))
+    def ack_check_join(self, mail: AckMail, leases: Sequence[tuple[str, int]], *, now_ms: int,
+                       lock_ms: int, most: int
+                       ) -> tuple[list[bool], str | None, str, list[str]]:
+        """Check one pair's leases (``leases``: member and attempt), each held marked as
+        ending, and join the pair's mailbox of acks committed together with those held
+        (lua/ack_check_join.lua), in one call."""
+        request = mail.reply.rpartition(":")[2]
+        return self.call(AckCheckJoin(mail, now_ms, request, lock_ms, most, leases))
+
+    def ack_look(self, mail: AckMail, entry: str, *, lock_ms: int,
+                 most: int) -> tuple[str, list[str]]:
+        """A waiting ack looks at its pair's mailbox again (lua/ack_look.lua)."""
+        return self.call(AckLook(mail, entry, lock_ms, most))
 
     def ack_answer(self, mail: AckMail, owner: str, answers: Sequence[tuple[str, bytes]], *,
-                   most: int, lock_ms: int, reply_ttl_ms: int) -> list[str]:
+                   most: int, lock_ms: int, reply_ttl_ms: int) -> tuple[list[str], int]:
         """Send each waiting ack its answer (its reply list, expiring after
-        ``reply_ttl_ms``), then go on with the entries that came meanwhile or let the lock
-        go (lua/ack_pass.lua), in one round trip; the entries taken."""
-        call = AckPass(mail, owner, most, lock_ms)
+        ``reply_ttl_ms``), then forget those requests and go on with the entries that came
+        meanwhile or let the lock go (lua/ack_pass.lua), in one round trip: (the entries
+        taken, how many answers Valkey refused). Raises when the pass itself failed."""
+        call = AckPass(mail, owner, most, lock_ms, [request for request, _ in answers])
         if not answers:
-            return self.call(call)
+            return self.call(call), 0
         commands: list[tuple[Any, ...]] = []
         for request, answer in answers:
             key = mail.reply_of(request)
@@ -1520,12 +1535,11 @@ class WarmTier:
         passed = replies[-1]
         if isinstance(passed, NoScriptError):  # (Valkey lost its scripts: loaded)
             passed = self.call(call)
-        failed = next((r for r in replies if isinstance(r, Exception)
-                       and not isinstance(r, NoScriptError)), None)
-        if failed is not None:
+        if isinstance(passed, Exception):
             with _available(self.credentials):
-                raise failed
-        return call.parse(passed)
+                raise passed
+        refused = sum(1 for r in replies[:-1:2] if isinstance(r, Exception))
+        return call.parse(passed), refused
 
     def ack_reply_wait(self, mail: AckMail, seconds: float) -> bytes | None:
         """The answer to this ack, waited for at most ``seconds`` (``BLPOP``); None."""

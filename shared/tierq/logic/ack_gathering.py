@@ -2,11 +2,13 @@
 of acks that arrive while another's commit is under way go into PostgreSQL in one statement
 and one commit, so workers that ack in small batches cost the database fewer commits.
 
-Each ack has checked its leases already (logic/leases.py ``verify``) and drops them itself
-after its delete is committed, as it does alone: only the delete is gathered, and the answer
-200 still comes after its commit. The gathering lives on the pair's slot (lua/ack_gather.lua,
-lua/ack_pass.lua; ``AckMail``): acks of different tenants never share a mailbox, a lock or a
-commit, and a shard's acks have a mailbox of their own.
+An ack of one tenant's tasks without results checks its leases and joins the pair's mailbox
+in one call (lua/ack_check_join.lua: the check as ``leases.verify`` makes it, marks
+included); it drops its leases itself after its rows' commit, as it does alone: only the
+delete is gathered, and the answer 200 still comes after its commit. The gathering lives on
+the pair's slot (lua/ack_look.lua, lua/ack_pass.lua; ``AckMail``): acks of different
+tenants never share a mailbox, a lock or a commit, and a shard's acks have a mailbox of
+their own.
 
 ===========================================  ===============================================
 an ack's delete                              what it does
@@ -23,7 +25,8 @@ its committer's delete failed                (answer ``E``) deletes its own rows
 the lock went with the ack still in line     takes the lock and commits as above
 the lock went, the ack taken, no answer      its committer stopped (its lock expired after
 (``orphan``)                                 ``lock_ms``): deletes its own rows alone
-Valkey refuses or does not answer            deletes its own rows alone
+Valkey at ``maxmemory`` at the join          checks as usual and deletes its own rows alone
+Valkey refuses or does not answer later      deletes its own rows alone
 ===========================================  ===============================================
 
 An ack that deletes alone after its committer stopped may find its rows gone (that commit
@@ -35,16 +38,33 @@ deletes (warm, of the attempt leased, no waiter), each ack's own ids and attempt
 
 from __future__ import annotations
 
+import logging
+import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 
+from tierq.core.lazy import lazy_module
+from tierq.dal.lua_calls import AckCheckJoin
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import AckMail
 from tierq.errors import WarmTierFull, WarmTierUnavailable
-from tierq.logic.context import Context
+from tierq.logic import leases
+from tierq.logic.context import Context, to_ms
+from tierq.logic.leases import Verified
+
+if TYPE_CHECKING:
+    from tierq.models import lease_outcomes
+    from tierq.models.lease_outcomes import AckItem, Rejection
+    from tierq.models.leases import ClaimedTask
+else:
+    lease_outcomes = lazy_module("tierq.models.lease_outcomes")
+
+log = logging.getLogger(__name__)
 
 # Acks one commit carries at most: its own and those it takes from the mailbox.
 MOST_ENTRIES = 32
@@ -65,39 +85,77 @@ class Entry:
     request: str
     ids: list[str]
     attempts: list[int]
-
-    @property
-    def text(self) -> str:
-        return f"{self.request} {','.join(self.ids)} {','.join(map(str, self.attempts))}"
+    text: str
 
     @classmethod
     def parse(cls, text: str) -> Entry:
         request, ids, attempts = text.split(" ")
-        return cls(request, ids.split(","), [int(a) for a in attempts.split(",")])
+        return cls(request, ids.split(","), [int(a) for a in attempts.split(",")], text)
+
+
+@dataclass(slots=True)
+class Joined:
+    """An ack's leases checked and, for those held, its delete's place in the pair's
+    mailbox (``check_and_join``): ``role`` ``commit`` (the lock is its own; ``taken`` the
+    acks it commits with its own), ``wait`` or ``none`` (no lease held: nothing joined)."""
+
+    tenant: str
+    valid: list[Verified]
+    mail: AckMail
+    entry: str | None
+    role: str
+    taken: list[str]
+    hold_ms: int
 
 
 def lock_ms(ctx: Context) -> int:
-    """How long a committer's lock lasts without its passes: past its statement's timeout,
-    so that only a committer that stopped loses it."""
-    return max(5_000, ctx.settings.statement_timeout_ms + 5_000)
+    """How long a committer's lock lasts without its passes: past the wait for a connection
+    and its statement's timeout (``Settings`` refuses the gathering without one), so that
+    only a committer that stopped loses it."""
+    settings = ctx.settings
+    return settings.statement_timeout_ms + math.ceil(settings.db_pool_timeout * 1000) + 5_000
 
 
-def delete_acked(ctx: Context, queue: str, tenant: str, ids: Sequence[str],
-                 attempts: Sequence[int]) -> list[AckedRow]:
-    """The rows of ``tenant``'s acked tasks ``ids`` (each leased at its attempt) deleted and
-    committed, together with other acks of the pair where they meet (the module's table)."""
-    mine = Entry(os.urandom(8).hex(), list(ids), list(attempts))
-    mail = AckMail.of(queue, tenant, ctx.id_tag, mine.request)
-    hold_ms = lock_ms(ctx)
+def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
+                   rejected: list[Rejection]) -> Joined | None:
+    """``leases.verify`` of an ack whose items are one tenant's, fitting one call, and the
+    delete of its leases held joined to the pair's mailbox in the same call
+    (lua/ack_check_join.lua); leases not held are added to ``rejected`` (not_owner). None:
+    not such an ack, or Valkey at ``maxmemory`` refused the join (the leases it marked
+    check again as held): the caller verifies as usual and deletes alone."""
+    found: list[Rejection] = []
+    tenants = leases.by_tenant(items, found)
+    if len(tenants) != 1:
+        return None
+    [(tenant, entries)] = tenants.items()
+    if len(entries) > AckCheckJoin.items_per_call():
+        return None
+    mail = AckMail.of(queue, tenant, ctx.id_tag, os.urandom(8).hex())
+    hold = lock_ms(ctx)
     try:
-        role, entries = ctx.warm.ack_gather(mail, mine.text, lock_ms=hold_ms,
-                                            most=MOST_ENTRIES - 1, mode="join")
-    except (WarmTierUnavailable, WarmTierFull):
-        return _alone(ctx, queue, tenant, mine)
-    if role == "commit":
-        return _commit(ctx, queue, tenant, mail, mine, [Entry.parse(e) for e in entries],
-                       hold_ms)
-    return _wait(ctx, queue, tenant, mail, mine, hold_ms)
+        held, entry, role, taken = ctx.warm.ack_check_join(
+            mail, [(v.member, v.attempt) for v in entries], now_ms=to_ms(ctx.now()),
+            lock_ms=hold, most=MOST_ENTRIES - 1)
+    except WarmTierFull:
+        return None
+    rejected.extend(found)
+    valid = [v for v, ok in zip(entries, held, strict=True) if ok]
+    if len(valid) < len(entries):
+        rejected.extend(lease_outcomes.Rejection(id=items[v.index].id, reason="not_owner")
+                        for v, ok in zip(entries, held, strict=True) if not ok)
+    return Joined(tenant, valid, mail, entry, role, taken, hold)
+
+
+def delete_joined(ctx: Context, queue: str, joined: Joined) -> list[AckedRow]:
+    """The rows of the joined ack's leases held deleted and committed: by its own commit
+    with the acks it took, or by another's (the module's table)."""
+    if joined.entry is None:
+        return []
+    mine = Entry.parse(joined.entry)
+    if joined.role == "commit":
+        return _commit(ctx, queue, joined.tenant, joined.mail, mine,
+                       [Entry.parse(e) for e in joined.taken], joined.hold_ms)
+    return _wait(ctx, queue, joined.tenant, joined.mail, mine, joined.hold_ms)
 
 
 def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> list[AckedRow]:
@@ -114,15 +172,36 @@ def _alone(ctx: Context, queue: str, tenant: str, mine: Entry) -> list[AckedRow]
     return _delete(ctx, queue, tenant, [mine])
 
 
+def _rows_of(entry: Entry, deleted: dict[str, AckedRow]) -> list[AckedRow]:
+    """The rows of ``entry`` among those deleted, taken out: a task two acks named (a retry
+    of an ack still waiting) is answered to the first only, as two acks one after the other
+    would be."""
+    return [row for row in (deleted.pop(i, None) for i in entry.ids) if row is not None]
+
+
 def _answer(entry: Entry, deleted: dict[str, AckedRow]) -> bytes:
     """A waiting ack's answer: ``D`` and its rows deleted, ``[[id, group], …]``."""
-    return b"D" + orjson.dumps([[i, deleted[i].grp] for i in entry.ids if i in deleted])
+    return b"D" + orjson.dumps([[r.id, r.grp] for r in _rows_of(entry, deleted)])
 
 
 def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
             waiting: list[Entry], hold_ms: int) -> list[AckedRow]:
     """As the pair's committer: delete ``mine`` and ``waiting`` in one commit, answer the
-    waiting acks, go on with those that came meanwhile; ``mine``'s rows deleted."""
+    waiting acks, go on with those that came meanwhile; ``mine``'s rows deleted.
+
+    ===========================  =========================================================
+    what fails                   what follows
+    ===========================  =========================================================
+    the first pass's statement   the waiting acks are answered ``E`` (each deletes
+                                 alone), the lock let go, and the error raised: nothing of
+                                 this ack was committed
+    a later pass's statement     the same answers, logged; this ack's own rows, committed
+                                 by the first pass, are its answer
+    sending answers or the pass  logged; this ack's rows are its answer, and the acks
+                                 answered by no one find their committer gone once its
+                                 lock is (``orphan``)
+    ===========================  =========================================================
+    """
     own: list[AckedRow] = []
     batch = [mine, *waiting]
     passes = 0
@@ -133,12 +212,16 @@ def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
         except BaseException:
             # (each waiting ack deletes its rows alone: its own error, if any, is its answer)
             _send(ctx, mail, mine, [(e.request, b"E") for e in waiting], 0, hold_ms)
-            raise
+            if passes == 0:
+                raise
+            log.warning("a commit of acks gathered for %r failed; they commit alone", queue,
+                        exc_info=True)
+            return own
         counts.commits += 1
         counts.committed += len(batch)
         deleted = {r.id: r for r in rows}
         if passes == 0:
-            own = [deleted[i] for i in mine.ids if i in deleted]
+            own = _rows_of(mine, deleted)
         more = _send(ctx, mail, mine, [(e.request, _answer(e, deleted)) for e in waiting],
                      MOST_ENTRIES if passes < MOST_PASSES else 0, hold_ms)
         if not more:
@@ -149,24 +232,37 @@ def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
 
 def _send(ctx: Context, mail: AckMail, mine: Entry, answers: list[tuple[str, bytes]],
           most: int, hold_ms: int) -> list[str]:
-    """The answers sent and the acks taken next (lua/ack_pass.lua); none when Valkey did not
-    answer (the waiting acks then find their committer gone and delete alone)."""
+    """The answers sent and the acks taken next (lua/ack_pass.lua); none when the pass did
+    not go through (logged: the waiting acks then find their committer gone once its lock
+    is, and delete alone)."""
     try:
-        return ctx.warm.ack_answer(mail, mine.text, answers, most=most, lock_ms=hold_ms,
-                                   reply_ttl_ms=REPLY_TTL_MS)
-    except (WarmTierUnavailable, WarmTierFull):
+        taken, refused = ctx.warm.ack_answer(mail, mine.text, answers, most=most,
+                                             lock_ms=hold_ms, reply_ttl_ms=REPLY_TTL_MS)
+    except Exception:  # (the committer's own rows are committed: they stay its answer)
+        log.warning("answering the acks gathered for a pair failed", exc_info=True)
         return []
+    if refused:
+        log.warning("%d answers to gathered acks were refused by Valkey; those acks delete "
+                    "alone once their committer's lock is gone", refused)
+    return taken
 
 
 def _wait(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
           hold_ms: int) -> list[AckedRow]:
-    """As a waiting ack: its answer, or a commit of its own (the module's table)."""
+    """As a waiting ack: its answer, or a commit of its own (the module's table). Past
+    ``give_up`` (every pass a committer may make, each within its lock's time, and one
+    more) it deletes alone whatever the mailbox says."""
+    give_up = time.monotonic() + (MOST_PASSES + 2) * hold_ms / 1000
     while True:
         try:
             answer = ctx.warm.ack_reply_wait(mail, POLL_SECONDS)
             if answer is None:
-                role, got = ctx.warm.ack_gather(mail, mine.text, lock_ms=hold_ms,
-                                                most=MOST_ENTRIES - 1, mode="look")
+                if time.monotonic() > give_up:
+                    log.warning("an ack of %r waited past its committers' time; it "
+                                "commits alone", queue)
+                    return _alone(ctx, queue, tenant, mine)
+                role, got = ctx.warm.ack_look(mail, mine.text, lock_ms=hold_ms,
+                                              most=MOST_ENTRIES - 1)
                 if role == "wait":
                     continue
                 if role == "commit":

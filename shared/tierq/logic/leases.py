@@ -240,11 +240,16 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     # (a task kept with its result keeps its last progress: read with the check)
     kept: dict[str, tuple[int, str]] | None = \
         {} if results is not None and any(map(is_not, results, repeat(None))) else None
-    valid = verify(ctx, queue, items, result.rejected, kept)
+    relaxed = not ctx.settings.ack_synchronous_commit
+    # (one tenant's tasks without results: checked and joined to the pair's acks committed
+    # together in one call, logic/ack_gathering.py)
+    joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected) \
+        if kept is None and ctx.settings.ack_group_commit and not relaxed else None
+    valid = verify(ctx, queue, items, result.rejected, kept) if joined is None \
+        else joined.valid
     if not valid:
         result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result
-    relaxed = not ctx.settings.ack_synchronous_commit
     if kept is None or results is None:  # (no result among them: every task is deleted)
         plain = valid
         keep: list[tuple[Verified, Any]] = []
@@ -267,9 +272,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
         owners = [v.tenant for v in plain]  # (its lease's tenant: the statements check it)
         # (one attempt and one tenant, the usual batch: checked against the set; an admin's
         # batch over tenants pairs each row with its own)
-        if ctx.settings.ack_group_commit and not relaxed and min(owners) == max(owners):
-            # (committed with other acks of the pair that meet it: logic/ack_gathering.py)
-            finished += ack_gathering.delete_acked(ctx, queue, owners[0], ids, attempts)
+        if joined is not None:  # (committed with the pair's acks that met it)
+            finished += ack_gathering.delete_joined(ctx, queue, joined)
         elif min(attempts) == max(attempts) and min(owners) == max(owners):
             finished += ctx.store.ack_delete(queue, ids, owners, attempts[0], relaxed=relaxed)
         else:

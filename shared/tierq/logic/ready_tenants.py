@@ -38,9 +38,12 @@ the last read returned fewer than          the kept one, one tenant further, unt
 it returned a full window, or the          read again (tenants beyond the window get
 registered tenants stood in                their turns; the stand-in has its own turns)
 a claim found a pair of it empty, or       read again: the index changed
-failed
-this process entered a tenant the window   read again: its work is seen at once (other
-lacks (a push, ``note``)                   processes' work within the reuse time)
+raised
+this process entered a tenant the window   read again: its work is seen by the next claim
+lacks (a push, ``note``)                   that starts (a claim of another thread under
+                                           way may keep the old window: at most the reuse
+                                           time); other processes' work within the reuse
+                                           time
 =========================================  ===========================================
 
 A claim that found a pair empty takes its tenant out, then looks at the pair once more
@@ -140,7 +143,7 @@ def claim_window(ctx: Context, queue: str) -> tuple[list[str], bool]:
             turned = [*tenants[1:], tenants[0]]
             ctx.claim_windows[queue] = (until, turned)
             return turned, False
-        del ctx.claim_windows[queue]
+        ctx.claim_windows.pop(queue, None)  # (another thread's claim may have dropped it)
     candidates, registered = window(ctx, queue, ctx.claim_turns.get(queue), CLAIM_WINDOW)
     if reuse_ms and not registered and 0 < len(candidates) < CLAIM_WINDOW:
         ctx.claim_windows[queue] = (now + reuse_ms / 1000, candidates)

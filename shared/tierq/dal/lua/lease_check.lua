@@ -17,25 +17,6 @@
 -- Returns one number per member, in order: 1 held, 0 not.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
+-- include: lease_marks (the check and its marks: lua/lease_marks.lua)
 
-local ENDING = 0.5
-local now = tonumber(ARGV[1])
-local scores = call_chunked('ZMSCORE', KEYS[1], ARGV, 2)
-local held, marks, n_marks = {}, {}, 0
-for i = 2, #ARGV do
-  local score = scores[i - 1] and tonumber(scores[i - 1])
-  if score and score > now then
-    held[i - 1] = 1
-    if score % 1 == 0 then
-      -- (one decimal: exact for a whole number of milliseconds and the mark's half)
-      marks[n_marks + 1] = string.format('%.1f', score + ENDING)
-      marks[n_marks + 2] = ARGV[i]
-      n_marks = n_marks + 2
-    end
-  else
-    held[i - 1] = 0
-  end
-end
--- (every member marked was just read: ZADD updates it)
-call_chunked('ZADD', KEYS[1], marks)
-return held
+return check_leases(KEYS[1], tonumber(ARGV[1]), ARGV, 2)
