@@ -158,17 +158,20 @@ def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
         assert shape[f"sketch_{letter}_pg_cpu_vs_bare"] == pytest.approx(pg / bare_pg)
 
 
-def test_acks_of_several_claims_run_beside_the_two_and_finish_every_task(
-        session_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "vs_bare_ack_claims.json"
+def small_runs(session_dir: Path, out: Path, *options: str) -> dict[str, Any]:
+    """A run of 400 tasks with ``options``: its systems' runs by name."""
     run = subprocess.run(
-        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
-         "--shapes", "8x10", "--ack-claims", "4",
+        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1", *options,
          "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.read_text())
-    runs = {r["system"]: r for r in result["runs"]}
+    return {r["system"]: r for r in json.loads(out.read_text())["runs"]}
+
+
+def test_acks_of_several_claims_run_beside_the_two_and_finish_every_task(
+        session_dir: Path, tmp_path: Path) -> None:
+    runs = small_runs(session_dir, tmp_path / "vs_bare_ack_claims.json",
+                      "--shapes", "8x10", "--ack-claims", "4")
     held = runs["tierq-engine+acks-of-4-claims"]
     assert held["drain"]["left"] == 0 and held["e2e"]["left"] == 0, held
     # (a quarter of the acks: fewer commits a task than the engine acking each claim)
@@ -184,15 +187,8 @@ def test_acks_of_no_claim_are_refused() -> None:
 
 def test_a_tierq_setting_runs_beside_the_defaults_and_finishes_every_task(
         session_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "vs_bare_setting.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
-         "--shapes", "mixed", "--tierq-setting", "claim_window_reuse_ms=0",
-         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.read_text())
-    runs = {r["system"]: r for r in result["runs"]}
+    runs = small_runs(session_dir, tmp_path / "vs_bare_setting.json",
+                      "--shapes", "mixed", "--tierq-setting", "claim_window_reuse_ms=0")
     changed = runs["tierq-engine+claim_window_reuse_ms=0"]
     assert changed["drain"]["left"] == 0 and changed["e2e"]["left"] == 0, changed
     assert runs["tierq-engine"]["e2e"]["left"] == 0

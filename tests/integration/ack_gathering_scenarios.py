@@ -75,18 +75,25 @@ def acking(tq: Tierq, tasks: list[Any], out: dict[int, Any], key: int) -> thread
     return thread
 
 
+def meet(valkey: Any, tqs: list[Tierq], claims: list[list[Any]]) -> dict[int, Any]:
+    """Each engine acks its claim on a thread of its own while the pair's lock is held,
+    then the lock goes once they all wait in the mailbox: their results (or errors)."""
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
+    joined(valkey, "a", len(threads))
+    valkey.delete(mail("a").lock)  # the committer under way let it go
+    for thread in threads:
+        thread.join(timeout=30)
+    return out
+
+
 def many_acks_one_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> None:
     tqs = engines(make_tq, 6)
     tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(60)])
     claims = [tq.claim(QUEUE, max=10, tenant="a") for tq in tqs]
     assert [len(c) for c in claims] == [10] * 6
-    hold_lock(valkey, "a")
-    out: dict[int, Any] = {}
-    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
-    joined(valkey, "a", 6)
-    valkey.delete(mail("a").lock)  # the committer under way let it go
-    for thread in threads:
-        thread.join(timeout=30)
+    out = meet(valkey, tqs, claims)
     for i, claim in enumerate(claims):
         assert not isinstance(out[i], Exception), out[i]
         assert sorted(map(str, out[i].acked)) == sorted(str(t.id) for t in claim)
@@ -142,13 +149,7 @@ def a_failed_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
             return real(queue, ids, *args, **kw)
 
         monkeypatch.setattr(tq.ctx.store, "ack_delete", failing)
-    hold_lock(valkey, "a")
-    out: dict[int, Any] = {}
-    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
-    joined(valkey, "a", 2)
-    valkey.delete(mail("a").lock)
-    for thread in threads:
-        thread.join(timeout=30)
+    out = meet(valkey, tqs, claims)
     failed = [i for i in out if isinstance(out[i], Exception)]
     assert len(failed) == 1 and "refused the commit" in str(out[failed[0]])
     done = 1 - failed[0]
@@ -169,13 +170,7 @@ def groups_go_on(make_tq: Callable[..., Tierq], valkey: Any) -> None:
                            for g in ("g1", "g2") for i in range(2)])
     claims = [tq.claim(QUEUE, max=1, tenant="a") for tq in tqs]
     assert sorted(t.payload[0] for c in claims for t in c) == ["g1", "g2"]  # one a group
-    hold_lock(valkey, "a")
-    out: dict[int, Any] = {}
-    threads = [acking(tq, c, out, i) for i, (tq, c) in enumerate(zip(tqs, claims, strict=True))]
-    joined(valkey, "a", 2)
-    valkey.delete(mail("a").lock)
-    for thread in threads:
-        thread.join(timeout=30)
+    out = meet(valkey, tqs, claims)
     assert all(len(out[i].acked) == 1 for i in range(2)), out
     assert sum(tq.ctx.ack_commits.answered for tq in tqs) == 1
     nxt = eventually(lambda: tqs[0].claim(QUEUE, max=2, tenant="a") or None, timeout=10,
@@ -207,13 +202,7 @@ def one_task_twice(make_tq: Callable[..., Tierq], valkey: Any) -> None:
     tqs = engines(make_tq, 2)
     tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(2)])
     tasks = tqs[0].claim(QUEUE, max=2, tenant="a")
-    hold_lock(valkey, "a")
-    out: dict[int, Any] = {}
-    threads = [acking(tq, tasks, out, i) for i, tq in enumerate(tqs)]  # (a retried ack)
-    joined(valkey, "a", 2)
-    valkey.delete(mail("a").lock)
-    for thread in threads:
-        thread.join(timeout=30)
+    out = meet(valkey, tqs, [tasks, tasks])  # (the second a retried ack)
     results = sorted((out[0], out[1]), key=lambda r: len(r.acked))
     assert results[1].acked and sorted(map(str, results[1].acked)) == \
         sorted(str(t.id) for t in tasks)
