@@ -16,6 +16,8 @@ scenario                            what it shows
                                     none lost
 ``one_task_twice``                  two acks of one task meet: one answer has it, the
                                     other is ``not_found``, as one after the other
+``a_slow_committer``                its committer holds the lock past the wait: the
+                                    ack deletes alone after ``WAIT_ALONE_SECONDS``
 ``a_later_pass_fails``              the committer's second commit fails: its own ack
                                     (committed) is answered, the one taken commits alone
 ``a_failed_commit``                 the committer's statement fails: it answers the
@@ -121,7 +123,7 @@ def a_stopped_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> 
         for _, entry in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
           redis.call('HSET', KEYS[2], string.match(entry, '^[^ ]*'), 'a committer')
         end
-        return redis.call('DEL', KEYS[1])""", 2, mail("a").mailbox, mail("a").taken)
+        return redis.call('DEL', KEYS[1])""", 2, mail("a").mailbox, mail("a").states)
     time.sleep(0.3)
     assert all(thread.is_alive() for thread in threads)  # (its lock still lasts)
     for thread in threads:
@@ -237,3 +239,25 @@ def a_later_pass_fails(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
     assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
                       (QUEUE,)).fetchone()[0] == 0
     assert committer.running(QUEUE) == []
+
+
+def a_slow_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> None:
+    [tq] = engines(make_tq, 1)
+    tq.enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(2)])
+    tasks = tq.claim(QUEUE, max=2, tenant="a")
+    hold_lock(valkey, "a")
+    out: dict[int, Any] = {}
+    began = time.monotonic()
+    thread = acking(tq, tasks, out, 0)
+    joined(valkey, "a", 1)
+    # taken by the committer holding the lock, which takes its time
+    valkey.eval("""
+        local entry = redis.call('LPOP', KEYS[1])
+        return redis.call('HSET', KEYS[2], string.match(entry, '^[^ ]*'), 'a committer')""",
+                2, mail("a").mailbox, mail("a").states)
+    thread.join(timeout=30)
+    assert time.monotonic() - began >= ack_gathering.WAIT_ALONE_SECONDS
+    assert sorted(map(str, out[0].acked)) == sorted(str(t.id) for t in tasks)
+    assert tq.ctx.ack_commits.alone == 1
+    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+                      (QUEUE,)).fetchone()[0] == 0

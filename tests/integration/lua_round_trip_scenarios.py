@@ -1007,7 +1007,7 @@ def ack_check_join_scenario(warm: WarmTier, valkey: Any) -> None:
     ids_of = [m.partition("|")[0] for m in members]
     assert held == [True, True] and role == "commit" and taken == []
     assert entry == f"r1 {ids_of[0]},{ids_of[1]} 1,1"
-    assert text(valkey.get(first.lock)) == entry and 0 < valkey.pttl(first.lock) <= 5_000
+    assert valkey.get(first.lock) == b"r1" and 0 < valkey.pttl(first.lock) <= 5_000
     assert valkey.zscore(k.leased, members[0]) % 1 == 0.5  # (marked as ending)
     # sent again after its reply was lost: the lock is its own, it commits (takes nothing)
     assert run(warm, call) == ([True, True], entry, "commit", [])
@@ -1017,7 +1017,9 @@ def ack_check_join_scenario(warm: WarmTier, valkey: Any) -> None:
     assert held == [False, True] and role == "wait" and taken == []
     assert entry == f"r2 {ids_of[2]} 2"
     assert [text(e) for e in valkey.lrange(first.mailbox, 0, -1)] == [entry]
+    assert valkey.hget(first.states, "r2") == b""  # (in line)
     assert 5_000 < valkey.pttl(first.mailbox) <= 10_000
+    assert 5_000 < valkey.pttl(first.states) <= 10_000
     # none held: nothing joined
     assert run(warm, AckCheckJoin(second, NOW, "r3", 5_000, 31, [("gone|t1~x~1~1", 1)])) \
         == ([False], None, "none", [])
@@ -1030,15 +1032,15 @@ def ack_check_join_scenario(warm: WarmTier, valkey: Any) -> None:
         third, NOW, "r4", 5_000, 31, [("t4|t1~y~1~1", 1)]))
     assert (held, entry, role) == ([True], "r4 t4 1", "commit")
     assert taken == [f"r2 {ids_of[2]} 2"] and valkey.llen(first.mailbox) == 0
-    assert valkey.hget(first.taken, "r2") == b"r4 t4 1"
-    assert 5_000 < valkey.pttl(first.taken) <= 10_000
+    assert valkey.hget(first.states, "r2") == b"r4"
 
 
 def ack_look_scenario(warm: WarmTier, valkey: Any) -> None:
     queue = f"rt{uuid.uuid4().hex[:8]}"
     first, second, third = (AckMail.of(queue, TENANT, None, r) for r in ("r1", "r2", "r3"))
-    valkey.set(first.lock, "r1 x 1", px=5_000)
+    valkey.set(first.lock, "r1", px=5_000)
     valkey.rpush(first.mailbox, "r2 y 1", "r3 z 2", "r4 w 1", "r5 v 1")
+    valkey.hset(first.states, mapping={r: "" for r in ("r2", "r3", "r4", "r5")})
     # in line, the lock held: wait; an answer: taken
     assert run(warm, AckLook(second, "r2 y 1", 5_000, 31)) == ("wait", [])
     valkey.rpush(second.reply, "D[]")
@@ -1047,49 +1049,49 @@ def ack_look_scenario(warm: WarmTier, valkey: Any) -> None:
     # in line, the lock gone: r3 takes it and what waits (at most 1 here), as its own
     valkey.delete(first.lock)
     assert run(warm, AckLook(third, "r3 z 2", 4_000, 1)) == ("commit", ["r2 y 1"])
-    assert text(valkey.get(first.lock)) == "r3 z 2" and valkey.pttl(first.lock) <= 4_000
+    assert valkey.get(first.lock) == b"r3" and valkey.pttl(first.lock) <= 4_000
     assert [text(e) for e in valkey.lrange(first.mailbox, 0, -1)] == ["r4 w 1", "r5 v 1"]
-    assert valkey.hget(first.taken, "r2") == b"r3 z 2"
+    assert valkey.hget(first.states, "r2") == b"r3" and not valkey.hexists(first.states, "r3")
     # sent again after its reply was lost: its own lock
     assert run(warm, AckLook(third, "r3 z 2", 4_000, 1)) == ("commit", [])
     # taken, its taker at work: wait; the taker gone (another holds the lock, or none)
     assert run(warm, AckLook(second, "r2 y 1", 5_000, 31)) == ("wait", [])
-    valkey.set(first.lock, "r9 q 1", px=5_000)
+    valkey.set(first.lock, "r9", px=5_000)
     assert run(warm, AckLook(second, "r2 y 1", 5_000, 31)) == ("orphan", [])
-    valkey.delete(first.lock)
-    assert run(warm, AckLook(second, "r2 y 1", 5_000, 31)) == ("orphan", [])
+    assert not valkey.hexists(first.states, "r2")  # (its state dropped)
+    assert run(warm, AckLook(second, "r2 y 1", 5_000, 31)) == ("orphan", [])  # (none)
 
 
 def ack_pass_scenario(warm: WarmTier, valkey: Any) -> None:
     queue = f"rt{uuid.uuid4().hex[:8]}"
     keys = AckMail.of(queue, TENANT, 7, "r1")
     assert keys.mailbox.endswith(":acks:7") and keys.reply_of("r2") == keys.mailbox + ":r:r2"
-    valkey.set(keys.lock, "r1 x 1", px=1_000)
+    valkey.set(keys.lock, "r1", px=1_000)
     valkey.rpush(keys.mailbox, "r2 y 1", "r3 z 1", "r4 w 1")
-    valkey.hset(keys.taken, mapping={"r8": "r1 x 1", "r9": "r1 x 1"})
+    valkey.hset(keys.states, mapping={"r8": "r1", "r9": "r1", "r2": "", "r3": "", "r4": ""})
     # the committer's lock: it forgets r8, takes at most 2 and extends its lock
-    assert run(warm, AckPass(keys, "r1 x 1", 2, 9_000, ["r8"])) == ["r2 y 1", "r3 z 1"]
+    assert run(warm, AckPass(keys, "r1", 2, 9_000, ["r8"])) == ["r2 y 1", "r3 z 1"]
     assert 1_000 < valkey.pttl(keys.lock) <= 9_000
-    assert {k: text(v) for k, v in valkey.hgetall(keys.taken).items()} == {
-        b"r9": "r1 x 1", b"r2": "r1 x 1", b"r3": "r1 x 1"}
+    assert {k: text(v) for k, v in valkey.hgetall(keys.states).items()} == {
+        b"r9": "r1", b"r2": "r1", b"r3": "r1", b"r4": ""}
     # not its lock (it expired, another took it): it forgets, takes nothing, leaves the lock
-    assert run(warm, AckPass(keys, "r0 q 1", 5, 9_000, ["r9"])) == []
-    assert text(valkey.get(keys.lock)) == "r1 x 1" and valkey.llen(keys.mailbox) == 1
-    assert not valkey.hexists(keys.taken, "r9")
+    assert run(warm, AckPass(keys, "r0", 5, 9_000, ["r9"])) == []
+    assert valkey.get(keys.lock) == b"r1" and valkey.llen(keys.mailbox) == 1
+    assert not valkey.hexists(keys.states, "r9")
     # none to take (0): the lock let go, the line left for the next to look
-    assert run(warm, AckPass(keys, "r1 x 1", 0, 9_000, [])) == []
+    assert run(warm, AckPass(keys, "r1", 0, 9_000, [])) == []
     assert not valkey.exists(keys.lock) and valkey.llen(keys.mailbox) == 1
     # through the tier: the answers sent in the pass's round trip
-    valkey.set(keys.lock, "r1 x 1", px=1_000)
-    taken = warm.ack_answer(keys, "r1 x 1", [("r2", b"D[]"), ("r3", b"E")], most=5,
+    valkey.set(keys.lock, "r1", px=1_000)
+    taken = warm.ack_answer(keys, "r1", [("r2", b"D[]"), ("r3", b"E")], most=5,
                             lock_ms=9_000, reply_ttl_ms=60_000)
     assert taken == (["r4 w 1"], 0)
     assert valkey.lrange(keys.reply_of("r2"), 0, -1) == [b"D[]"]
     assert 0 < valkey.pttl(keys.reply_of("r3")) <= 60_000
-    assert not valkey.hexists(keys.taken, "r2") and not valkey.hexists(keys.taken, "r3")
+    assert not valkey.hexists(keys.states, "r2") and not valkey.hexists(keys.states, "r3")
     assert warm.ack_reply_wait(AckMail.of(queue, TENANT, 7, "r2"), 0.01) == b"D[]"
     assert warm.ack_reply_wait(AckMail.of(queue, TENANT, 7, "r2"), 0.01) is None
-    assert warm.ack_answer(keys, "r1 x 1", [], most=5, lock_ms=9_000,
+    assert warm.ack_answer(keys, "r1", [], most=5, lock_ms=9_000,
                            reply_ttl_ms=60_000) == ([], 0)
     assert not valkey.exists(keys.lock)
 

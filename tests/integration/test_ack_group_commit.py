@@ -59,3 +59,15 @@ def test_an_ack_alone_is_its_check_its_pass_and_its_drop(make_tq):
     assert wire.sends == 3, (wire.sends, dict(wire.commands))
     assert wire.commands["ack_check_join"] == 1 and wire.commands["ack_pass"] == 1
     assert tq.ctx.ack_commits.commits == 2 and tq.ctx.ack_commits.answered == 0
+
+
+def test_a_slow_committer_s_ack_deletes_alone_after_its_wait(make_tq, valkey, pg):
+    scenarios.a_slow_committer(make_tq, valkey, pg)
+
+
+def test_acks_naming_a_task_an_earlier_one_names_commit_alone():
+    from tierq.logic.ack_gathering import Entry, _apart
+
+    first, second, third = (Entry.parse(t) for t in ("r1 a,b 1,1", "r2 c 1", "r3 b,d 2,1"))
+    assert _apart([first, second, third]) == ([first, second], [third])
+    assert _apart([third, first]) == ([third], [first])

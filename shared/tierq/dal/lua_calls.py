@@ -869,7 +869,7 @@ class AckCheckJoin(LuaCall[tuple[list[bool], str | None, str, list[str]]]):
     the entries it takes). ``on``: the request's ``AckMail``; items (member, attempt)."""
 
     SCRIPT: ClassVar[str] = "ack_check_join"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "mailbox", "lock", "taken")
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "mailbox", "lock", "states")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "request", "lock_ms", "most")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "attempt")
 
@@ -892,7 +892,7 @@ class AckLook(LuaCall[tuple[str, list[str]]]):
     ``on``: the request's ``AckMail``."""
 
     SCRIPT: ClassVar[str] = "ack_look"
-    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "taken", "reply")
+    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "states", "reply")
     ARGS: ClassVar[tuple[str, ...]] = ("entry", "lock_ms", "most")
 
     on: Any
@@ -911,7 +911,7 @@ class AckPass(LuaCall[list[str]]):
     (lua/ack_pass.lua); the entries it takes."""
 
     SCRIPT: ClassVar[str] = "ack_pass"
-    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "taken")
+    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "states")
     ARGS: ClassVar[tuple[str, ...]] = ("owner", "most", "lock_ms")
     ITEM: ClassVar[tuple[str, ...]] = ("request",)
 

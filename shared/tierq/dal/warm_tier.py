@@ -201,13 +201,13 @@ class AckMail:
     lock: str
     reply: str
     leased: str  # the pair's leases (``PairKeys.leased``), which the ack checks first
-    taken: str  # request -> the committer that took it (lua/ack_mailbox.lua)
+    states: str  # request -> '' in line, or the request of the committer that took it
 
     @classmethod
     def of(cls, queue: str, tenant: str, shard_tag: int | None, request: str) -> AckMail:
         base = f"tq:{{{queue}|{tenant}}}:acks" + ("" if shard_tag is None else f":{shard_tag}")
         return cls(base, base + ":lock", f"{base}:r:{request}",
-                   PairKeys.of(queue, tenant).leased, base + ":taken")
+                   PairKeys.of(queue, tenant).leased, base + ":states")
 
     def reply_of(self, request: str) -> str:
         """The reply list of another request of the same mailbox."""

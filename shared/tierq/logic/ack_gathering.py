@@ -20,17 +20,20 @@ finds the pair's committer lock free         takes it; deletes its own rows and 
                                              meanwhile (``MOST_PASSES`` times at most), then
                                              lets the lock go
 finds it held                                waits in the mailbox for its answer, looking
-                                             again every ``POLL_SECONDS``
+                                             again after ``POLL_SECONDS``; past
+                                             ``WAIT_ALONE_SECONDS`` deletes alone
 its committer's delete failed                (answer ``E``) deletes its own rows alone
 the lock went with the ack still in line     takes the lock and commits as above
-the lock went, the ack taken, no answer      its committer stopped (its lock expired after
-(``orphan``)                                 ``lock_ms``): deletes its own rows alone
+taken, the lock not its taker's, no answer   its committer stopped (its lock expired after
+(``orphan``)                                 ``lock_ms``, or was let go): deletes alone
+a task another ack of the batch names too    (answer ``E``) deletes alone: each checks its
+                                             own attempt
 Valkey at ``maxmemory`` at the join          checks as usual and deletes its own rows alone
 Valkey refuses or does not answer later      deletes its own rows alone
 ===========================================  ===============================================
 
-An ack that deletes alone after its committer stopped may find its rows gone (that commit
-went through before the committer stopped): they are answered as ``not_found`` rejections,
+An ack that deletes alone after its committer stopped, or after its wait, may find its rows
+gone (that commit went through first): they are answered as ``not_found`` rejections,
 and the group they held is released by the reaper's pass over held groups; every other
 answer is the one the ack would have had alone. The rows deleted are those ``ack_delete``
 deletes (warm, of the attempt leased, no waiter), each ack's own ids and attempts checked.
@@ -68,12 +71,17 @@ log = logging.getLogger(__name__)
 
 # Acks one commit carries at most: its own and those it takes from the mailbox.
 MOST_ENTRIES = 32
-# How often a waiting ack looks at the mailbox again without an answer, seconds (its
-# committer may have stopped, or let the lock go while the ack was still in line).
-POLL_SECONDS = 0.05
-# Commits a committer makes for acks that came during its own before it lets the lock go:
-# its own caller waits meanwhile.
+# How long a waiting ack waits for an answer before it looks at the mailbox again, seconds:
+# the first wait, doubled after each look up to the last (its committer may have stopped,
+# or let the lock go while the ack was still in line; an answer wakes it at once).
+POLL_SECONDS = (0.05, 0.2)
+# How long an ack waits in all before it deletes alone, seconds: going alone is always safe
+# (of two deletes of a row one wins), and an HTTP function's time is short (29 s).
+WAIT_ALONE_SECONDS = 2.0
+# Commits a committer makes for acks that came during its own before it lets the lock go,
+# and the time it may spend on them, seconds: its own caller waits meanwhile.
 MOST_PASSES = 3
+PASSES_SECONDS = 0.5
 # How long an answer waits for its ack in Valkey, ms (an ack gone meanwhile never reads it).
 REPLY_TTL_MS = 60_000
 
@@ -130,7 +138,8 @@ def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTa
     [(tenant, entries)] = tenants.items()
     if len(entries) > AckCheckJoin.items_per_call():
         return None
-    mail = AckMail.of(queue, tenant, ctx.id_tag, os.urandom(8).hex())
+    request = os.urandom(8).hex()
+    mail = AckMail.of(queue, tenant, ctx.id_tag, request)
     hold = lock_ms(ctx)
     try:
         held, entry, role, taken = ctx.warm.ack_check_join(
@@ -138,6 +147,9 @@ def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTa
             lock_ms=hold, most=MOST_ENTRIES - 1)
     except WarmTierFull:
         return None
+    except WarmTierUnavailable:
+        _let_go(ctx, mail, request)  # (the call may have run and taken the lock)
+        raise
     rejected.extend(found)
     valid = [v for v, ok in zip(entries, held, strict=True) if ok]
     if len(valid) < len(entries):
@@ -172,10 +184,17 @@ def _alone(ctx: Context, queue: str, tenant: str, mine: Entry) -> list[AckedRow]
     return _delete(ctx, queue, tenant, [mine])
 
 
+def _let_go(ctx: Context, mail: AckMail, request: str) -> None:
+    """Let the pair's lock go if it is ``request``'s, best-effort (lua/ack_pass.lua): after
+    a call whose reply never came; the acks it took find their taker gone and go alone."""
+    try:
+        ctx.warm.ack_answer(mail, request, [], most=0, lock_ms=1, reply_ttl_ms=REPLY_TTL_MS)
+    except Exception:  # (Valkey not answering: the lock expires after its time)
+        log.warning("letting a pair's committer lock go failed", exc_info=True)
+
+
 def _rows_of(entry: Entry, deleted: dict[str, AckedRow]) -> list[AckedRow]:
-    """The rows of ``entry`` among those deleted, taken out: a task two acks named (a retry
-    of an ack still waiting) is answered to the first only, as two acks one after the other
-    would be."""
+    """The rows of ``entry`` among those deleted, taken out."""
     return [row for row in (deleted.pop(i, None) for i in entry.ids) if row is not None]
 
 
@@ -184,10 +203,27 @@ def _answer(entry: Entry, deleted: dict[str, AckedRow]) -> bytes:
     return b"D" + orjson.dumps([[r.id, r.grp] for r in _rows_of(entry, deleted)])
 
 
+def _apart(batch: list[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(the entries one statement may carry, those naming a task an earlier one names):
+    two acks of one task (a retry, or a late ack of an expired attempt beside the next
+    attempt's) each check their own attempt, so the later ones delete alone, after."""
+    seen: set[str] = set()
+    carried: list[Entry] = []
+    alone: list[Entry] = []
+    for entry in batch:
+        if seen.isdisjoint(entry.ids):
+            carried.append(entry)
+            seen.update(entry.ids)
+        else:
+            alone.append(entry)
+    return carried, alone
+
+
 def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
             waiting: list[Entry], hold_ms: int) -> list[AckedRow]:
     """As the pair's committer: delete ``mine`` and ``waiting`` in one commit, answer the
-    waiting acks, go on with those that came meanwhile; ``mine``'s rows deleted.
+    waiting acks, go on with those that came meanwhile (``MOST_PASSES`` times, within
+    ``PASSES_SECONDS``); ``mine``'s rows deleted.
 
     ===========================  =========================================================
     what fails                   what follows
@@ -197,21 +233,24 @@ def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
                                  this ack was committed
     a later pass's statement     the same answers, logged; this ack's own rows, committed
                                  by the first pass, are its answer
-    sending answers or the pass  logged; this ack's rows are its answer, and the acks
-                                 answered by no one find their committer gone once its
-                                 lock is (``orphan``)
+    sending answers or the pass  logged, the lock let go if Valkey takes it; this ack's
+                                 rows are its answer, and the acks answered by no one find
+                                 their committer gone (``orphan``)
     ===========================  =========================================================
     """
     own: list[AckedRow] = []
-    batch = [mine, *waiting]
     passes = 0
     counts = ctx.ack_commits
+    ends = time.monotonic() + PASSES_SECONDS
+    batch, alone = _apart([mine, *waiting])
     while True:
+        answers = [(e.request, b"E") for e in alone]
         try:
             rows = _delete(ctx, queue, tenant, batch)
         except BaseException:
             # (each waiting ack deletes its rows alone: its own error, if any, is its answer)
-            _send(ctx, mail, mine, [(e.request, b"E") for e in waiting], 0, hold_ms)
+            answers += [(e.request, b"E") for e in batch if e is not mine]
+            _send(ctx, mail, mine, answers, 0, hold_ms)
             if passes == 0:
                 raise
             log.warning("a commit of acks gathered for %r failed; they commit alone", queue,
@@ -222,45 +261,48 @@ def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
         deleted = {r.id: r for r in rows}
         if passes == 0:
             own = _rows_of(mine, deleted)
-        more = _send(ctx, mail, mine, [(e.request, _answer(e, deleted)) for e in waiting],
-                     MOST_ENTRIES if passes < MOST_PASSES else 0, hold_ms)
+        answers += [(e.request, _answer(e, deleted)) for e in batch if e is not mine]
+        go_on = passes < MOST_PASSES and time.monotonic() < ends
+        more = _send(ctx, mail, mine, answers, MOST_ENTRIES if go_on else 0, hold_ms)
         if not more:
             return own
-        waiting = batch = [Entry.parse(e) for e in more]
+        batch, alone = _apart([Entry.parse(e) for e in more])
         passes += 1
 
 
 def _send(ctx: Context, mail: AckMail, mine: Entry, answers: list[tuple[str, bytes]],
           most: int, hold_ms: int) -> list[str]:
     """The answers sent and the acks taken next (lua/ack_pass.lua); none when the pass did
-    not go through (logged: the waiting acks then find their committer gone once its lock
-    is, and delete alone)."""
+    not go through (logged, the lock let go if Valkey takes it: the waiting acks then find
+    their committer gone and delete alone)."""
     try:
-        taken, refused = ctx.warm.ack_answer(mail, mine.text, answers, most=most,
+        taken, refused = ctx.warm.ack_answer(mail, mine.request, answers, most=most,
                                              lock_ms=hold_ms, reply_ttl_ms=REPLY_TTL_MS)
     except Exception:  # (the committer's own rows are committed: they stay its answer)
         log.warning("answering the acks gathered for a pair failed", exc_info=True)
+        _let_go(ctx, mail, mine.request)
         return []
     if refused:
         log.warning("%d answers to gathered acks were refused by Valkey; those acks delete "
-                    "alone once their committer's lock is gone", refused)
+                    "alone", refused)
     return taken
 
 
 def _wait(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
           hold_ms: int) -> list[AckedRow]:
-    """As a waiting ack: its answer, or a commit of its own (the module's table). Past
-    ``give_up`` (every pass a committer may make, each within its lock's time, and one
-    more) it deletes alone whatever the mailbox says."""
-    give_up = time.monotonic() + (MOST_PASSES + 2) * hold_ms / 1000
+    """As a waiting ack: its answer, or a commit of its own (the module's table); past
+    ``WAIT_ALONE_SECONDS`` it deletes alone whatever the mailbox says."""
+    give_up = time.monotonic() + WAIT_ALONE_SECONDS
+    poll, longest = POLL_SECONDS
     while True:
         try:
-            answer = ctx.warm.ack_reply_wait(mail, POLL_SECONDS)
+            answer = ctx.warm.ack_reply_wait(mail, poll)
             if answer is None:
                 if time.monotonic() > give_up:
-                    log.warning("an ack of %r waited past its committers' time; it "
-                                "commits alone", queue)
+                    log.warning("an ack of %r waited %.1f s for its committer; it commits "
+                                "alone", queue, WAIT_ALONE_SECONDS)
                     return _alone(ctx, queue, tenant, mine)
+                poll = min(2 * poll, longest)
                 role, got = ctx.warm.ack_look(mail, mine.text, lock_ms=hold_ms,
                                               most=MOST_ENTRIES - 1)
                 if role == "wait":

@@ -1,15 +1,17 @@
 -- An ack's check of one pair's leases (as lease_check.lua: each lease held with its deadline
 -- ahead marked as ending, atomically with the check), then, for the leases held, its
 -- delete's place among the pair's acks committed together (logic/ack_gathering.py):
--- | the leases held | the committer lock | answer                   | after                  |
--- | none            | (not looked at)    | held, false, 'none'      | nothing more           |
--- | some            | free, or the       | held, entry, 'commit',   | the lock taken (its    |
--- |                 | entry's (a call    | the entries taken (none  | value the entry), the  |
--- |                 | sent again)        | when it was the entry's) | entries out of line    |
--- | some            | held               | held, entry, 'wait'      | the entry in line      |
+-- | the leases held | the committer lock  | answer                   | after                 |
+-- | none            | (not looked at)     | held, false, 'none'      | nothing more          |
+-- | some            | free                | held, entry, 'commit',   | the lock taken (its   |
+-- |                 |                     | the entries taken        | value the request),   |
+-- |                 |                     |                          | the entries taken     |
+-- | some            | the request's (a    | held, entry, 'commit'    | unchanged             |
+-- |                 | call sent again)    |                          |                       |
+-- | some            | another's           | held, entry, 'wait'      | the entry in line     |
 -- "entries": the acks waiting in line, at most ARGV[4], oldest first; "entry": this ack's,
 -- '<request> <ids> <attempts>' of the leases held (ids and attempts comma separated).
--- KEYS: 1 leased (lua/lease_keys.lua), 2 mailbox (list), 3 lock (string), 4 taken (hash)
+-- KEYS: 1 leased (lua/lease_keys.lua), 2 mailbox (list), 3 lock (string), 4 states (hash)
 -- ARGV: 1 now_ms, 2 request, 3 lock_ms, 4 most entries taken,
 --       then per lease: its member ('<id>|<token>') and its attempt
 -- Returns {held (1 or 0 per lease, in order), entry or false, role, entry...}.
@@ -39,7 +41,7 @@ if k == 0 then
   return {held, false, 'none'}
 end
 local entry = request .. ' ' .. table.concat(ids, ',') .. ' ' .. table.concat(tries, ',')
-local out = ack_join(KEYS[2], KEYS[3], KEYS[4], entry, lock_ms, most)
+local out = ack_join(KEYS[2], KEYS[3], KEYS[4], request, entry, lock_ms, most)
 table.insert(out, 1, entry)
 table.insert(out, 1, held)
 return out

@@ -8,8 +8,8 @@
 -- |                                         |          | look (ack_look.lua) takes it     |
 -- | the lock is not this committer's (it    | (empty)  | the lock unchanged               |
 -- | expired, another took it)               |          |                                  |
--- KEYS: 1 mailbox (list), 2 lock (string), 3 taken (hash)
--- ARGV: 1 the lock's value (the committer's entry), 2 most entries taken (0: none),
+-- KEYS: 1 mailbox (list), 2 lock (string), 3 states (hash)
+-- ARGV: 1 the lock's value (the committer's request), 2 most entries taken (0: none),
 --       3 lock_ms, then the requests it answered
 -- Returns the entries taken, oldest first.
 
