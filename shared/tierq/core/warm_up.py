@@ -33,10 +33,12 @@ from tierq.core import collector, lazy
 from tierq.models.base import adapters_on_first_call
 
 # What an enqueue, a claim and the lease outcomes import on first use (tierq.engine reads
-# them through lazy modules; logic/enqueue.py the big payloads' code).
+# them through lazy modules; logic/enqueue.py the big payloads' code; an ack with
+# TIERQ_ACK_GROUP_COMMIT its gathering).
 HOT_PATH = ("tierq.engine", "tierq.logic.enqueue", "tierq.logic.claim", "tierq.logic.leases",
             "tierq.logic.tiering", "tierq.logic.idempotency", "tierq.models.leases",
-            "tierq.models.lease_outcomes", "tierq.models.tasks", "tierq.logic.payloads")
+            "tierq.models.lease_outcomes", "tierq.models.tasks", "tierq.logic.payloads",
+            "tierq.logic.ack_gathering")
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,9 +174,10 @@ def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> 
     """One statement and commit for the rows of ``entries``."""
     ids = [i for e in entries for i in e.ids]
     attempts = [a for e in entries for a in e.attempts]
+    owners = [tenant] * len(ids)  # (each row's tenant, as leases.ack passes them)
     if min(attempts) == max(attempts):
-        return ctx.store.ack_delete(queue, ids, [tenant], attempts[0])
-    return ctx.store.ack_delete_by_attempt(queue, ids, [tenant] * len(ids), attempts)
+        return ctx.store.ack_delete(queue, ids, owners, attempts[0])
+    return ctx.store.ack_delete_by_attempt(queue, ids, owners, attempts)
 
 
 def _alone(ctx: Context, queue: str, tenant: str, mine: Entry) -> list[AckedRow]:
