@@ -168,14 +168,17 @@ def small_runs(session_dir: Path, out: Path, *options: str) -> dict[str, Any]:
     return {r["system"]: r for r in json.loads(out.read_text())["runs"]}
 
 
-def test_acks_of_several_claims_run_beside_the_two_and_finish_every_task(
+def test_acks_of_several_claims_and_a_setting_run_beside_the_two_and_finish_every_task(
         session_dir: Path, tmp_path: Path) -> None:
-    runs = small_runs(session_dir, tmp_path / "vs_bare_ack_claims.json",
-                      "--shapes", "8x10", "--ack-claims", "4")
+    """``--ack-claims`` and ``--tierq-setting`` in one run (four systems taking turns)."""
+    runs = small_runs(session_dir, tmp_path / "vs_bare_ack_claims.json", "--shapes", "8x10",
+                      "--ack-claims", "4", "--tierq-setting", "claim_window_reuse_ms=0")
     held = runs["tierq-engine+acks-of-4-claims"]
     assert held["drain"]["left"] == 0 and held["e2e"]["left"] == 0, held
     # (a quarter of the acks: fewer commits a task than the engine acking each claim)
     assert held["drain"]["commits_per_task"] < runs["tierq-engine"]["drain"]["commits_per_task"]
+    changed = runs["tierq-engine+claim_window_reuse_ms=0"]
+    assert changed["drain"]["left"] == 0 and changed["e2e"]["left"] == 0, changed
 
 
 def test_acks_of_no_claim_are_refused() -> None:
@@ -183,15 +186,6 @@ def test_acks_of_no_claim_are_refused() -> None:
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert run.returncode == 2 and "--ack-claims must be 1 or more, got 0" in run.stderr
-
-
-def test_a_tierq_setting_runs_beside_the_defaults_and_finishes_every_task(
-        session_dir: Path, tmp_path: Path) -> None:
-    runs = small_runs(session_dir, tmp_path / "vs_bare_setting.json",
-                      "--shapes", "mixed", "--tierq-setting", "claim_window_reuse_ms=0")
-    changed = runs["tierq-engine+claim_window_reuse_ms=0"]
-    assert changed["drain"]["left"] == 0 and changed["e2e"]["left"] == 0, changed
-    assert runs["tierq-engine"]["e2e"]["left"] == 0
 
 
 @pytest.mark.parametrize(("item", "says"), [
