@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from tests.support.template import TEMPLATE, CfnLoader
-from tierq.dal.warm_tier import WarmTier
+from tierq.dal.warm_tier import AnswersAlong
 
 # commands and options that give a key a time to live
 TTL = re.compile(r"\b(P?EXPIRE(AT)?|SETEX|PSETEX|GETEX)\b|['\"](EX|PX|EXAT|PXAT)['\"]"
@@ -38,7 +38,7 @@ IDEMPOTENCY_SCRIPTS = frozenset({"idem_claim.lua", "idem_finish.lua"})
 # scripts write only the pair's `finished`, `finished_prev` and `waiters` keys.
 WAIT_SCRIPTS = frozenset({"task_finished.lua", "task_wait.lua"})
 # The mailbox of acks committed together (logic/ack_gathering.py) expires, and so do the
-# answers its committer sends (``WarmTier.ack_answer``): a mailbox, lock, state or answer lost
+# answers its committer sends (``AnswersAlong.commands``): a mailbox, lock, state or answer lost
 # to eviction means an ack waits at most its 2 s and deletes alone, never a lost task. They
 # write only the pair's `acks` keys.
 ACK_GATHERING_SCRIPTS = frozenset({"ack_check_join.lua", "ack_look.lua", "ack_pass.lua",
@@ -52,7 +52,7 @@ def test_tierq_keys_carry_no_ttl() -> None:
                if entry.name.endswith(".lua")
                and entry.name not in CHART_SCRIPTS | TENANT_LIMIT_SCRIPTS | IDEMPOTENCY_SCRIPTS
                | WAIT_SCRIPTS | ACK_GATHERING_SCRIPTS}
-    answers = inspect.getsource(WarmTier.ack_answer)  # (the gathering's answers: above)
+    answers = inspect.getsource(AnswersAlong.commands)  # (the gathering's answers: above)
     tier = dal.joinpath("warm_tier.py").read_text("utf-8")
     assert answers in tier
     sources["warm_tier.py"] = tier.replace(answers, "")

@@ -508,6 +508,42 @@ class PushAlong:
         self.noted = False
 
 
+class AnswersAlong:
+    """A committer's answers to the acks it committed and its pass (``WarmTier.ack_answer``:
+    lua/ack_pass.lua) sent in the round trip of its own lease drop (``release_pairs``'
+    ``answers``, the same pair's slot). Once sent, ``taken`` holds the entries its pass took
+    and ``refused`` how many answers Valkey refused, or ``error`` what failed."""
+
+    __slots__ = ("answers", "error", "lock_ms", "mail", "most", "owner", "refused",
+                 "reply_ttl_ms", "sent", "taken")
+
+    def __init__(self, mail: AckMail, owner: str, answers: Sequence[tuple[str, bytes]], *,
+                 most: int, lock_ms: int, reply_ttl_ms: int) -> None:
+        self.mail = mail
+        self.owner = owner
+        self.answers = answers
+        self.most = most
+        self.lock_ms = lock_ms
+        self.reply_ttl_ms = reply_ttl_ms
+        self.sent = False
+        self.taken: list[str] = []
+        self.refused = 0
+        self.error: Exception | None = None
+
+    def call(self) -> AckPass:
+        return AckPass(self.mail, self.owner, self.most, self.lock_ms,
+                       [request for request, _ in self.answers])
+
+    def commands(self, sha: str) -> list[tuple[Any, ...]]:
+        """The answers' ``RPUSH`` and ``PEXPIRE``, then the pass."""
+        out: list[tuple[Any, ...]] = []
+        for request, answer in self.answers:
+            key = self.mail.reply_of(request)
+            out += [("RPUSH", key, answer), ("PEXPIRE", key, self.reply_ttl_ms)]
+        out.append(evalsha(self.call(), sha))
+        return out
+
+
 @lazy_dataclass(frozen=True)
 class PairDrop:
     """One pair's part of ``WarmTier.release_pairs``: its leases (members
@@ -1523,23 +1559,31 @@ class WarmTier:
         ``reply_ttl_ms``), then forget those requests and go on with the entries that came
         meanwhile or let the lock go (lua/ack_pass.lua), in one round trip: (the entries
         taken, how many answers Valkey refused). Raises when the pass itself failed."""
-        call = AckPass(mail, owner, most, lock_ms, [request for request, _ in answers])
+        along = AnswersAlong(mail, owner, answers, most=most, lock_ms=lock_ms,
+                             reply_ttl_ms=reply_ttl_ms)
         if not answers:
-            return self.call(call), 0
-        commands: list[tuple[Any, ...]] = []
-        for request, answer in answers:
-            key = mail.reply_of(request)
-            commands += [("RPUSH", key, answer), ("PEXPIRE", key, reply_ttl_ms)]
-        commands.append(evalsha(call, self.scripts[AckPass.SCRIPT].sha))
-        replies = self.pipeline(commands)
-        passed = replies[-1]
-        if isinstance(passed, NoScriptError):  # (Valkey lost its scripts: loaded)
-            passed = self.call(call)
-        if isinstance(passed, Exception):
+            return self.call(along.call()), 0
+        self._answered(along, self.pipeline(along.commands(self.scripts[AckPass.SCRIPT].sha)))
+        if along.error is not None:
             with _available(self.credentials):
-                raise passed
-        refused = sum(1 for r in replies[:-1:2] if isinstance(r, Exception))
-        return call.parse(passed), refused
+                raise along.error
+        return along.taken, along.refused
+
+    def _answered(self, along: AnswersAlong, replies: Sequence[Any]) -> None:
+        """Keep in ``along`` what its commands answered (``replies``: theirs, in order); a
+        pass whose script Valkey lost is loaded and run again."""
+        along.sent = True
+        passed = replies[-1]
+        if isinstance(passed, NoScriptError):
+            try:
+                passed = self.call(along.call())
+            except Exception as exc:
+                passed = exc
+        if isinstance(passed, Exception):
+            along.error = passed
+            return
+        along.taken = along.call().parse(passed)
+        along.refused = sum(1 for r in replies[:-1:2] if isinstance(r, Exception))
 
     def ack_reply_wait(self, mail: AckMail, seconds: float) -> bytes | None:
         """The answer to this ack, waited for at most ``seconds`` (``BLPOP``); None."""
@@ -1648,7 +1692,8 @@ class WarmTier:
                                   then=then)[0]
 
     def release_pairs(self, queue: str, drops: Sequence[PairDrop], *,
-                      then: ScriptCall | None = None) -> list[int]:
+                      then: ScriptCall | None = None,
+                      answers: AnswersAlong | None = None) -> list[int]:
         """``release`` of several pairs of ``queue`` in one pipeline: one round trip on a
         single server, one per master in cluster mode. It holds every pair's drop (calls of
         at most ``LeaseDrop.items_per_call()`` members: ElastiCache's argument limit), then
@@ -1657,7 +1702,9 @@ class WarmTier:
         answered, and not when one failed (a reservation may outlive its lease, never the
         reverse). A script Valkey lost is loaded and run again; every reply is dealt with
         before the first error of a drop is raised. Returns how many leases each pair
-        dropped, in order (a pair without members sends nothing)."""
+        dropped, in order (a pair without members sends nothing). ``answers``: a
+        committer's answers and pass sent last in the same round trip (their outcome kept
+        in it; not sent when no pair has members)."""
         sha = self.scripts[LeaseDrop.SCRIPT].sha
         calls: list[LeaseDrop] = []
         spans: list[int] = []  # each pair's drop calls, in order
@@ -1679,7 +1726,8 @@ class WarmTier:
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
-        if len(calls) == 1 and not acked and not after and not marked and not pushes:
+        if len(calls) == 1 and not acked and not after and not marked and not pushes \
+                and answers is None:
             alone = self.call(calls[0])  # (a lone drop: no pipeline)
             self._then(then)
             return [alone if n else 0 for n in spans]
@@ -1694,7 +1742,14 @@ class WarmTier:
             note_sha = self.scripts[ReadyTenantsNote.SCRIPT].sha
             for push in pushes:
                 commands += [evalsha(push.call, push_sha), evalsha(push.note, note_sha)]
+        answered = 0
+        if answers is not None:
+            along = answers.commands(self.scripts[AckPass.SCRIPT].sha)
+            answered = len(along)
+            commands += along
         replies = self.pipeline(commands)
+        if answers is not None:
+            self._answered(answers, replies[len(replies) - answered:])
         # (the pushes' two replies each, last: kept for pushed_along)
         _kept(pushes, replies, len(calls) + len(marked) + len(counts) + len(after))
         error: Exception | None = None

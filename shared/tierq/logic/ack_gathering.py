@@ -54,7 +54,7 @@ import orjson
 from tierq.core.lazy import lazy_module
 from tierq.dal.lua_calls import AckCheckJoin
 from tierq.dal.store.rows import AckedRow
-from tierq.dal.warm_tier import AckMail
+from tierq.dal.warm_tier import AckMail, AnswersAlong
 from tierq.errors import WarmTierFull, WarmTierUnavailable
 from tierq.logic import leases
 from tierq.logic.context import Context, to_ms
@@ -114,6 +114,10 @@ class Joined:
     role: str
     taken: list[str]
     hold_ms: int
+    # as the committer, its first answers and pass, to send with its lease drop
+    # (``after_drop`` reads what they did); the time its passes may take, from its commit
+    along: AnswersAlong | None = None
+    passes_end: float = 0.0
 
 
 def lock_ms(ctx: Context) -> int:
@@ -164,10 +168,32 @@ def delete_joined(ctx: Context, queue: str, joined: Joined) -> list[AckedRow]:
     if joined.entry is None:
         return []
     mine = Entry.parse(joined.entry)
-    if joined.role == "commit":
-        return _commit(ctx, queue, joined.tenant, joined.mail, mine,
-                       [Entry.parse(e) for e in joined.taken], joined.hold_ms)
-    return _wait(ctx, queue, joined.tenant, joined.mail, mine, joined.hold_ms)
+    if joined.role != "commit":
+        return _wait(ctx, queue, joined.tenant, joined.mail, mine, joined.hold_ms)
+    joined.passes_end = time.monotonic() + PASSES_SECONDS
+    own, answers = _first_pass(ctx, queue, joined.tenant, joined.mail, mine,
+                               [Entry.parse(e) for e in joined.taken], joined.hold_ms)
+    joined.along = AnswersAlong(joined.mail, mine.request, answers, most=MOST_ENTRIES,
+                                lock_ms=joined.hold_ms, reply_ttl_ms=REPLY_TTL_MS)
+    return own
+
+
+def after_drop(ctx: Context, queue: str, joined: Joined) -> None:
+    """The committer's first answers and pass, sent with its lease drop (or now, when the
+    drop did not send them or failed), and the passes for the acks it took meanwhile."""
+    along = joined.along
+    if along is None or joined.entry is None:
+        return
+    mine = Entry.parse(joined.entry)
+    if along.sent and along.error is None:
+        if along.refused:
+            log.warning("%d answers to gathered acks were refused by Valkey; those acks "
+                        "delete alone", along.refused)
+        more = along.taken
+    else:  # (sent again: an answer twice is read once, a request forgotten twice is gone)
+        more = _send(ctx, joined.mail, mine, list(along.answers), along.most, joined.hold_ms)
+    _go_on(ctx, queue, joined.tenant, joined.mail, mine, more, joined.hold_ms,
+           joined.passes_end)
 
 
 def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> list[AckedRow]:
@@ -220,54 +246,75 @@ def _apart(batch: list[Entry]) -> tuple[list[Entry], list[Entry]]:
     return carried, alone
 
 
+def _first_pass(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
+                waiting: list[Entry], hold_ms: int
+                ) -> tuple[list[AckedRow], list[tuple[str, bytes]]]:
+    """As the pair's committer: delete ``mine`` and ``waiting`` in one commit; (``mine``'s
+    rows deleted, the answers to send). Its statement failing: the waiting acks are
+    answered ``E`` (each deletes alone), the lock let go, and the error raised: nothing of
+    this ack was committed."""
+    batch, alone = _apart([mine, *waiting])
+    answers = [(e.request, b"E") for e in alone]
+    try:
+        rows = _delete(ctx, queue, tenant, batch)
+    except BaseException:
+        answers += [(e.request, b"E") for e in batch if e is not mine]
+        _send(ctx, mail, mine, answers, 0, hold_ms)
+        raise
+    ctx.ack_commits.commits += 1
+    ctx.ack_commits.committed += len(batch)
+    deleted = {r.id: r for r in rows}
+    own = _rows_of(mine, deleted)
+    answers += [(e.request, _answer(e, deleted)) for e in batch if e is not mine]
+    return own, answers
+
+
 def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
             waiting: list[Entry], hold_ms: int) -> list[AckedRow]:
-    """As the pair's committer: delete ``mine`` and ``waiting`` in one commit, answer the
-    waiting acks, go on with those that came meanwhile (``MOST_PASSES`` times, within
-    ``PASSES_SECONDS``); ``mine``'s rows deleted.
+    """As the pair's committer after a wait (``ack_look.lua`` gave it the lock): its first
+    pass, its answers sent at once, then the passes for the acks taken meanwhile."""
+    ends = time.monotonic() + PASSES_SECONDS
+    own, answers = _first_pass(ctx, queue, tenant, mail, mine, waiting, hold_ms)
+    more = _send(ctx, mail, mine, answers, MOST_ENTRIES, hold_ms)
+    _go_on(ctx, queue, tenant, mail, mine, more, hold_ms, ends)
+    return own
+
+
+def _go_on(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
+           more: list[str], hold_ms: int, ends: float) -> None:
+    """The committer's further passes: commit and answer the acks its last pass took, then
+    those of the next, ``MOST_PASSES`` times at most and until ``ends`` (its own caller
+    waits meanwhile); the last pass lets the lock go.
 
     ===========================  =========================================================
     what fails                   what follows
     ===========================  =========================================================
-    the first pass's statement   the waiting acks are answered ``E`` (each deletes
-                                 alone), the lock let go, and the error raised: nothing of
-                                 this ack was committed
-    a later pass's statement     the same answers, logged; this ack's own rows, committed
-                                 by the first pass, are its answer
-    sending answers or the pass  logged, the lock let go if Valkey takes it; this ack's
-                                 rows are its answer, and the acks answered by no one find
-                                 their committer gone (``orphan``)
+    a pass's statement           the acks it carried are answered ``E`` (each deletes
+                                 alone), the lock let go, logged: this ack's own rows,
+                                 committed by its first pass, stay its answer
+    sending answers or the pass  logged, the lock let go if Valkey takes it; the acks
+                                 answered by no one find their committer gone
+                                 (``orphan``)
     ===========================  =========================================================
     """
-    own: list[AckedRow] = []
-    passes = 0
+    passes = 1
     counts = ctx.ack_commits
-    ends = time.monotonic() + PASSES_SECONDS
-    batch, alone = _apart([mine, *waiting])
-    while True:
+    while more:
+        batch, alone = _apart([Entry.parse(e) for e in more])
         answers = [(e.request, b"E") for e in alone]
         try:
             rows = _delete(ctx, queue, tenant, batch)
         except BaseException:
-            # (each waiting ack deletes its rows alone: its own error, if any, is its answer)
-            answers += [(e.request, b"E") for e in batch if e is not mine]
-            _send(ctx, mail, mine, answers, 0, hold_ms)
-            if passes == 0:
-                raise
+            _send(ctx, mail, mine, answers + [(e.request, b"E") for e in batch], 0, hold_ms)
             log.warning("a commit of acks gathered for %r failed; they commit alone", queue,
                         exc_info=True)
-            return own
+            return
         counts.commits += 1
         counts.committed += len(batch)
         deleted = {r.id: r for r in rows}
-        if passes == 0:
-            own = _rows_of(mine, deleted)
-        answers += [(e.request, _answer(e, deleted)) for e in batch if e is not mine]
+        answers += [(e.request, _answer(e, deleted)) for e in batch]
         go_on = passes < MOST_PASSES and time.monotonic() < ends
         more = _send(ctx, mail, mine, answers, MOST_ENTRIES if go_on else 0, hold_ms)
-        if not more:
-            return own
-        batch, alone = _apart([Entry.parse(e) for e in more])
         passes += 1
 
 

@@ -24,6 +24,7 @@ from tierq.dal.lua_calls import PROGRESS_NO_ROOM
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.task_store import Conn
 from tierq.dal.warm_tier import (
+    AnswersAlong,
     PairDrop,
     ScriptCall,
     lease_member,
@@ -161,7 +162,8 @@ def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | Claime
 def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
                 acked: set[str] | frozenset[str] = frozenset(),
                 ended: Sequence[tuple[str, str, int]] = (), state: str = "done",
-                pushes: admission.Pending | None = None) -> None:
+                pushes: admission.Pending | None = None,
+                answers: AnswersAlong | None = None) -> None:
     """Drop these leases, every pair's in one pipeline (``WarmTier.release_pairs``: one
     round trip on a single server, one per master on a cluster). ``acked``: ids of those
     tasks (among ``verified``'s) just acked, counted with the drop. ``ended``: tasks
@@ -169,7 +171,9 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     in the round trip of the drops, after their pair's. ``pushes``: tasks made ready in a
     transaction committed already (groups released by the ack), each pair's push sent last
     in the round trip of the drops where it can be (``admission.push_along``);
-    ``admission.finish`` reads their outcome afterwards."""
+    ``admission.finish`` reads their outcome afterwards. ``answers``: a committer's answers
+    to the acks it committed and its pass, last in the same round trip
+    (logic/ack_gathering.py)."""
     by_tenant: dict[str, list[str]] = {}
     for v in verified:
         members = by_tenant.get(v.tenant)
@@ -208,7 +212,7 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
     ctx.warm.release_pairs(queue, [
         PairDrop(tenant, members, counted.get(tenant, 0), calls.get(tenant),
                  None if pushes is None else admission.push_along(ctx, pushes, (queue, tenant)))
-        for tenant, members in by_tenant.items()], then=then)
+        for tenant, members in by_tenant.items()], then=then, answers=answers)
     unsent = {tenant for tenant in marks if calls.get(tenant) is None}
     if unsent:  # (their markers: apart, after the drops)
         waits.finished(ctx, queue, [(tenant, task_id, attempt)
@@ -230,7 +234,21 @@ def free_reservations(ctx: Context, queue: str, tokens: Sequence[str], *,
 
 def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
-    one statement, then their leases dropped. A claimed task passed as it is has no result."""
+    one statement, then their leases dropped. A claimed task passed as it is has no result.
+    An ack that committed others' deletes with its own (logic/ack_gathering.py) answers
+    them with its drop, or after whatever stopped it before."""
+    joined: list[ack_gathering.Joined] = []
+    try:
+        return _ack(ctx, queue, items, joined)
+    finally:
+        if joined and joined[0].along is not None:
+            ack_gathering.after_drop(ctx, queue, joined[0])
+
+
+def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
+         gathered: list[ack_gathering.Joined]) -> AckResult:
+    """``ack``; ``gathered`` gets the ack's place among the pair's acks committed together,
+    when it has one."""
     result = lease_outcomes.AckResult()
     # each item's result, read once (a ClaimedTask has none: asking pydantic for a missing
     # attribute is slow); None when no item can have one (claimed tasks acked as they are)
@@ -245,6 +263,8 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
     # together in one call, logic/ack_gathering.py)
     joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected) \
         if kept is None and ctx.settings.ack_group_commit and not relaxed else None
+    if joined is not None:
+        gathered.append(joined)
     valid = verify(ctx, queue, items, result.rejected, kept) if joined is None \
         else joined.valid
     if not valid:
@@ -302,11 +322,13 @@ def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> Ack
                                                          for r in finished
                                                          if r.grp is not None])
     every = len(done) == len(valid)  # (the usual ack: each of them; done holds valid's ids)
+    # (a committer's answers and pass ride with its drop: logic/ack_gathering.py)
+    along = None if joined is None else joined.along
     try:  # (their push in the round trip of their pair's drop)
         drop_leases(ctx, queue, valid, acked=done,
                     ended=[(v.tenant, v.id, v.attempt) for v in valid
                            if every or v.id in done],
-                    pushes=None if freed is None else freed.pending)
+                    pushes=None if freed is None else freed.pending, answers=along)
     finally:
         groups.push_released(ctx, freed)
     if every:
