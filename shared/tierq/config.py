@@ -385,7 +385,7 @@ class Settings:
     # True: acks of one (queue, tenant) that arrive while another's commit is under way are
     # committed together, in one statement and one commit, by whichever of them finds the
     # pair's committer lock free (logic/ack_gathering.py): fewer PostgreSQL commits a task for
-    # workers that ack in small batches, for one Valkey call more an ack alone (its pass).
+    # workers that ack in small batches; a waiting ack's BLPOP takes the place of its commit.
     ack_group_commit: bool = setting("TIERQ_ACK_GROUP_COMMIT", False)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
