@@ -515,14 +515,16 @@ class AnswersAlong:
     and ``refused`` how many answers Valkey refused, or ``error`` what failed."""
 
     __slots__ = ("answers", "error", "lock_ms", "mail", "most", "owner", "refused",
-                 "reply_ttl_ms", "sent", "taken")
+                 "reply_ttl_ms", "sent", "taken", "until")
 
     def __init__(self, mail: AckMail, owner: str, answers: Sequence[tuple[str, bytes]], *,
-                 most: int, lock_ms: int, reply_ttl_ms: int) -> None:
+                 most: int, lock_ms: int, reply_ttl_ms: int, until: float | None = None
+                 ) -> None:
         self.mail = mail
         self.owner = owner
         self.answers = answers
         self.most = most
+        self.until = until  # (monotonic: the pass takes no more acks once it is past)
         self.lock_ms = lock_ms
         self.reply_ttl_ms = reply_ttl_ms
         self.sent = False
@@ -531,7 +533,8 @@ class AnswersAlong:
         self.error: Exception | None = None
 
     def call(self) -> AckPass:
-        return AckPass(self.mail, self.owner, self.most, self.lock_ms,
+        most = self.most if self.until is None or time.monotonic() < self.until else 0
+        return AckPass(self.mail, self.owner, most, self.lock_ms,
                        [request for request, _ in self.answers])
 
     def commands(self, sha: str) -> list[tuple[Any, ...]]:

@@ -174,8 +174,21 @@ def delete_joined(ctx: Context, queue: str, joined: Joined) -> list[AckedRow]:
     own, answers = _first_pass(ctx, queue, joined.tenant, joined.mail, mine,
                                [Entry.parse(e) for e in joined.taken], joined.hold_ms)
     joined.along = AnswersAlong(joined.mail, mine.request, answers, most=MOST_ENTRIES,
-                                lock_ms=joined.hold_ms, reply_ttl_ms=REPLY_TTL_MS)
+                                lock_ms=joined.hold_ms, reply_ttl_ms=REPLY_TTL_MS,
+                                until=joined.passes_end)
     return own
+
+
+def answer_now(ctx: Context, joined: Joined) -> None:
+    """Send the committer's first answers and pass now rather than with its lease drop:
+    its ack has more PostgreSQL work before the drop (flows, groups), which must not hold
+    the acks it answers past their wait."""
+    along = joined.along
+    if along is None or along.sent or joined.entry is None:
+        return
+    taken = _send(ctx, joined.mail, Entry.parse(joined.entry), list(along.answers),
+                  along.call().most, joined.hold_ms)
+    along.sent, along.taken, along.refused, along.error = True, taken, 0, None
 
 
 def after_drop(ctx: Context, queue: str, joined: Joined) -> None:

@@ -305,6 +305,9 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
             [v.tenant for v, _ in keep], [orjson.dumps(value).decode() for _, value in keep],
             [v.attempt for v, _ in keep], relaxed=relaxed)
     done.update([r.id for r in finished])
+    if joined is not None and (len(done) < len(valid) or any([r.grp for r in finished])):
+        # (PostgreSQL work follows before the drop: the acks it committed are answered now)
+        ack_gathering.answer_now(ctx, joined)
     if len(done) < len(valid):  # tasks that others wait on are kept and settled (flows)
         left = [v for v in valid if v.id not in done]
         waited = flows.ack_waited(
@@ -323,7 +326,8 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
                                                          if r.grp is not None])
     every = len(done) == len(valid)  # (the usual ack: each of them; done holds valid's ids)
     # (a committer's answers and pass ride with its drop: logic/ack_gathering.py)
-    along = None if joined is None else joined.along
+    along = None if joined is None or joined.along is None or joined.along.sent \
+        else joined.along
     try:  # (their push in the round trip of their pair's drop)
         drop_leases(ctx, queue, valid, acked=done,
                     ended=[(v.tenant, v.id, v.attempt) for v in valid
