@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     )
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.lease_envelopes import AckClaimResult
     from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
     from tierq.models.tasks import TaskIn
@@ -182,6 +183,14 @@ class QueueEngine(Protocol):
     def ack(self, queue: str, items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]], *,
             idempotency_key: str | None = None, caller: Caller | None = None,
             body_fingerprint: bytes | None = None) -> AckResult: ...
+
+    def ack_and_claim(self, queue: str,
+                      items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]],
+                      request: ClaimRequest | None = None, *, max_bytes: int = 0,
+                      answer_by: float | None = None, **fields: Any) -> AckClaimResult:
+        """Ack ``items``, then claim the next tasks, in one call (logic/ack_claim.py): a
+        failed claim leaves the ack done and says why (``claim_error``)."""
+        ...
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

@@ -35,9 +35,8 @@ from tierq.models.bounds import SLICE_MAX_ITEMS, SLICE_SECONDS
 if TYPE_CHECKING:
     from tierq.core.warm_up import WarmedUp
     from tierq.dal import migrate
-    from tierq.logic import bulk as bulk_logic
-    from tierq.logic import claim as claim_logic
     from tierq.logic import (
+        ack_claim,
         claim_replay,
         dispatch,
         dlq,
@@ -49,6 +48,8 @@ if TYPE_CHECKING:
         tasks,
         waits,
     )
+    from tierq.logic import bulk as bulk_logic
+    from tierq.logic import claim as claim_logic
     from tierq.logic import flows as flows_logic
     from tierq.logic import throughput as throughput_logic
     from tierq.logic.idempotency import Caller
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from tierq.models import tasks as task_models
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
+    from tierq.models.lease_envelopes import AckClaimResult
     from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
     from tierq.models.tasks import Enqueued, TaskIn
@@ -86,6 +88,7 @@ else:
     # enqueue function never imports the claim path, the dispatcher or the schedules.
     migrate = lazy_module("tierq.dal.migrate")
     bulk_logic = lazy_module("tierq.logic.bulk")
+    ack_claim = lazy_module("tierq.logic.ack_claim")
     claim_logic = lazy_module("tierq.logic.claim")
     claim_replay = lazy_module("tierq.logic.claim_replay")
     enqueue = lazy_module("tierq.logic.enqueue")
@@ -317,6 +320,21 @@ class Tierq(Deployment):
             [i if isinstance(i, kinds) else item.model_validate(i) for i in listed]
         return self._lease_outcome("ack", queue, models, leases.ack, lease_models.AckResult,
                                    idempotency_key, caller, body_fingerprint)
+
+    def ack_and_claim(self, queue: str,
+                      items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]],
+                      request: ClaimRequest | None = None, *, max_bytes: int = 0,
+                      answer_by: float | None = None, **fields: Any) -> AckClaimResult:
+        """Ack ``items`` as ``ack`` does, then claim as ``claim_outcome`` does with ``request``
+        (or its ``fields``), in one call whose ack's lease drop rides in the claim's first
+        round trip (logic/ack_claim.py). A failed claim does not undo the ack: the answer
+        has no tasks and says why (``claim_error``)."""
+        item = lease_models.AckItem
+        kinds = (item, lease_models.ClaimedTask)
+        models = [i if isinstance(i, kinds) else item.model_validate(i) for i in items]
+        return ack_claim.ack_and_claim(
+            self.ctx, queue, models, request or lease_models.ClaimRequest(**fields),
+            max_bytes=max_bytes, answer_by=answer_by)
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

@@ -49,9 +49,9 @@ from tierq.dal.shards import ShardSpec, parse_shard_urls, tag_of
 from tierq.dal.warm_tier import WarmTier
 from tierq.engine import Tierq
 from tierq.errors import DatabaseTimedOut, InvalidInput, NotFound, WarmTierUnavailable
+from tierq.logic import ack_claim, claim_replay, idempotency, shard_ops
 from tierq.logic import bulk as bulk_logic
 from tierq.logic import claim as claim_logic
-from tierq.logic import claim_replay, idempotency, shard_ops
 from tierq.logic.context import Clock, SystemClock
 from tierq.logic.homes import (
     SHARD_ERRORS,
@@ -79,6 +79,7 @@ from tierq.models import (
 )
 from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS, PurgeResult, ReplayResult
 from tierq.models.flows import FlowIn, FlowResult
+from tierq.models.lease_envelopes import AckClaimResult
 from tierq.models.leases import (
     AckResult,
     HeartbeatResult,
@@ -603,6 +604,21 @@ class ShardedTierq(Deployment):
         return self._settle_once("ack", queue, models, AckResult(),
                                  lambda e, m: e.ack(queue, m), ["acked", "cancelled"],
                                  idempotency_key, caller, body_fingerprint)
+
+    def ack_and_claim(self, queue: str,
+                      items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]],
+                      request: ClaimRequest | None = None, *, max_bytes: int = 0,
+                      answer_by: float | None = None, **fields: Any) -> AckClaimResult:
+        """``ack`` then ``claim_outcome``: on one shard in one call whose drop rides with
+        the claim (``Tierq.ack_and_claim``); over several, the ack on the items' homes, then
+        the claim over the shards (logic/ack_claim.py says what a failed claim answers)."""
+        request = request or ClaimRequest(**fields)
+        if len(self.engines) == 1:
+            return self.engines[self.default_shard].ack_and_claim(
+                queue, items, request, max_bytes=max_bytes, answer_by=answer_by)
+        acked = self.ack(queue, items)
+        return ack_claim.then_claim(queue, acked, lambda: self.claim_outcome(
+            queue, request, max_bytes=max_bytes, answer_by=answer_by))
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

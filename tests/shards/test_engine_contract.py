@@ -175,3 +175,18 @@ def test_a_maintenance_run_is_each_shards_summary_and_their_total(make: Make) ->
     assert isinstance(tq.run_cron_tick(), CronTickSummary)
     claimed = tq.claim("q", max=len(TENANTS))
     assert len(claimed) == len(TENANTS)
+
+
+def test_an_ack_that_claims_the_next_tasks(make: Make):
+    """``ack_and_claim``: on one database in one call (logic/ack_claim.py), over shards the
+    ack on the items' homes and then the claim over the shards; the same answer."""
+    tq = make()
+    tq.put_queue("ac", {})
+    tq.enqueue("ac", [{"payload": i, "tenant": t} for t in TENANTS[:4] for i in range(2)])
+    got = tq.claim("ac", max=4)
+    answer = tq.ack_and_claim("ac", got, max=4)
+    assert sorted(answer.acked) == sorted(t.id for t in got)
+    assert answer.rejected == [] and answer.claim_error is None
+    assert len(answer.tasks) == 4 and not {t.id for t in answer.tasks} & set(answer.acked)
+    last = tq.ack_and_claim("ac", answer.tasks, max=4)
+    assert len(last.acked) == 4 and last.tasks == []

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache, lru_cache
 from importlib import resources
 from types import TracebackType
@@ -884,6 +885,26 @@ class ClusterClient(RedisCluster):
         if error is not redis.exceptions.TimeoutError)
 
 
+class Ride:
+    """A lease drop held back within ``WarmTier.riding``, to go at the front of the next
+    round trip the tier makes on the same thread (an ack's drop riding with the claim that
+    follows it: logic/ack_claim.py).
+
+    | what happened                          | ``error``                                   |
+    | -------------------------------------- | ------------------------------------------- |
+    | the drop went and was answered         | None                                        |
+    | a drop's error reply (as ``release_pairs`` raises it) | that error                   |
+    | the round trip it rode in failed       | that round trip's error (the drop may have run) |
+    """
+
+    __slots__ = ("commands", "error", "settle")
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[Any, ...]] | None = None  # the held drop's, None: none held
+        self.settle: Callable[[list[Any]], Any] | None = None  # what handles their replies
+        self.error: Exception | None = None
+
+
 class WarmTier:
     """The warm tier of every (queue, tenant), over one Valkey client."""
 
@@ -903,6 +924,8 @@ class WarmTier:
         self.info_refused = False
         from tierq.dal.throughput import ThroughputCounts  # it reads this module's scripts
         self.throughput: ThroughputCounts = ThroughputCounts(self)
+        # the drop held to ride along on this thread (``riding``)
+        self._riding = threading.local()
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False,
@@ -954,6 +977,15 @@ class WarmTier:
     def run_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script registered on this tier's client, on the master of its keys' slot;
         ``WarmTierUnavailable`` / ``WarmTierFull`` when Valkey cannot answer."""
+        ride: Ride | None = getattr(self._riding, "ride", None)
+        if ride is not None and ride.commands is not None:
+            reply = self._along(ride, [("EVALSHA", script.sha, len(keys), *keys, *args)])[0]
+            if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded, run)
+                return self.run_script(script, keys, args)
+            if isinstance(reply, Exception):
+                with _available(self.credentials):
+                    raise reply
+            return reply
         with _available(self.credentials):
             if self.calls is not None:
                 return self.calls.script(script, keys, args)
@@ -972,7 +1004,15 @@ class WarmTier:
         """The replies of several commands, sent together: one round trip on a single
         server; in cluster mode one per master their keys' slots live on (sent to all of
         them before any reply is read). An error reply is returned in its place, not
-        raised; ``WarmTierUnavailable`` when Valkey does not answer."""
+        raised; ``WarmTierUnavailable`` when Valkey does not answer. A drop held to ride
+        along (``riding``) goes first in the same round trip."""
+        ride: Ride | None = getattr(self._riding, "ride", None)
+        if ride is not None and ride.commands is not None:
+            return self._along(ride, commands)
+        return self._pipeline(commands)
+
+    def _pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """``pipeline``, without a held drop."""
         with _available(self.credentials):
             if self.calls is not None:
                 return self.calls.pipeline(commands)
@@ -988,6 +1028,44 @@ class WarmTier:
                 else:
                     pipe.execute_command(*args)
             return list(pipe.execute(raise_on_error=False))
+
+    @contextmanager
+    def riding(self) -> Iterator[Ride]:
+        """Within the block, the first lease drop of ``release_pairs`` made on this thread
+        that carries no answers and no pushes is held, not sent: it goes at the front of
+        the next script call or pipeline the tier makes on this thread, one round trip for
+        both. One still held when the block ends is sent then, alone. Whatever the drop's
+        replies raise is kept in the ``Ride`` (``error``), not raised where it rode: the
+        caller raises it (logic/ack_claim.py)."""
+        if getattr(self._riding, "ride", None) is not None:
+            raise RuntimeError("a drop already rides on this thread")
+        ride = Ride()
+        self._riding.ride = ride
+        try:
+            yield ride
+        finally:
+            self._riding.ride = None
+            if ride.commands is not None:
+                with suppress(Exception):  # (kept in ride.error for the caller)
+                    self._along(ride, [])
+
+    def _along(self, ride: Ride, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies of ``commands``, sent after the drop ``ride`` holds in one round
+        trip; the drop's replies handled by its own code, its error kept in ``ride``. When
+        the round trip fails, the error is kept and raised."""
+        held, settle = ride.commands, ride.settle
+        assert held is not None and settle is not None
+        ride.commands = ride.settle = None
+        try:
+            replies = self._pipeline([*held, *commands])
+        except Exception as exc:
+            ride.error = exc
+            raise
+        try:
+            settle(replies[:len(held)])
+        except Exception as exc:
+            ride.error = exc
+        return replies[len(held):]
 
     def server_time(self, key: str) -> float:
         """The server's clock (epoch seconds); in cluster mode the clock of the master that
@@ -1707,7 +1785,9 @@ class WarmTier:
         before the first error of a drop is raised. Returns how many leases each pair
         dropped, in order (a pair without members sends nothing). ``answers``: a
         committer's answers and pass sent last in the same round trip (their outcome kept
-        in it; not sent when no pair has members)."""
+        in it; not sent when no pair has members). Within ``riding``, a drop without
+        answers or pushes is held to ride with the next round trip: it returns zeros then,
+        and its error goes to the ``Ride``."""
         sha = self.scripts[LeaseDrop.SCRIPT].sha
         calls: list[LeaseDrop] = []
         spans: list[int] = []  # each pair's drop calls, in order
@@ -1729,8 +1809,11 @@ class WarmTier:
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
+        ride: Ride | None = getattr(self._riding, "ride", None)
+        if ride is not None and (ride.commands is not None or answers is not None or pushes):
+            ride = None  # (one drop rides; answers and pushes are read right after it)
         if len(calls) == 1 and not acked and not after and not marked and not pushes \
-                and answers is None:
+                and answers is None and ride is None:
             alone = self.call(calls[0])  # (a lone drop: no pipeline)
             self._then(then)
             return [alone if n else 0 for n in spans]
@@ -1750,7 +1833,21 @@ class WarmTier:
             along = answers.commands(self.scripts[AckPass.SCRIPT].sha)
             answered = len(along)
             commands += along
-        replies = self.pipeline(commands)
+        def settle(replies: list[Any]) -> list[int]:
+            return self._dropped(queue, replies, calls, spans, marked, counts, notes, after,
+                                 then, pushes, answers, answered)
+
+        if ride is not None:  # (held: it rides with the next round trip, ``riding``)
+            ride.commands, ride.settle = commands, settle
+            return [0] * len(drops)
+        return settle(self.pipeline(commands))
+
+    def _dropped(self, queue: str, replies: list[Any], calls: Sequence[LeaseDrop],
+                 spans: Sequence[int], marked: Sequence[PairDrop], counts: Sequence[Any],
+                 notes: list[Any], after: Sequence[Any], then: ScriptCall | None,
+                 pushes: Sequence[PushAlong], answers: AnswersAlong | None,
+                 answered: int) -> list[int]:
+        """``release_pairs``' replies handled, in its order (its docstring)."""
         if answers is not None:
             self._answered(answers, replies[len(replies) - answered:])
         # (the pushes' two replies each, last: kept for pushed_along)
