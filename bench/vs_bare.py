@@ -12,6 +12,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
+    .venv/bin/python -m bench.vs_bare --ack-and-claim # and tierq's workers acking and
+                                                      # claiming in one call
     .venv/bin/python -m bench.vs_bare --tierq-setting claim_window_reuse_ms=0
                                                       # and tierq with a setting changed
 
@@ -54,6 +56,9 @@ acks of several workers committed together (docs/design-rotating-tables.md, sect
 would leave PostgreSQL, without the cost of gathering them. ``--tierq-setting FIELD=VALUE``
 (repeat it for several, all in one system) adds tierq's engine with those settings
 (``tierq-engine+<field>=<value>``): a setting's effect measured side by side.
+``--ack-and-claim`` adds tierq's engine whose consumers ack a batch and claim the next in
+one call (``tierq-engine+ack-and-claim``, ``Tierq.ack_and_claim``); its claim latency is
+that of the claims made alone.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -254,8 +259,8 @@ def print_summary(results: list[ShapeResult]) -> None:
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None,
               sketches: Sequence[str] = (), bare_client_us: float = 0.0,
-              ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None
-              ) -> ShapeResult:
+              ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None,
+              ack_and_claim: bool = False) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
     systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
@@ -266,6 +271,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
     if tierq_settings:
         systems.append(TierqEngine(tierq_settings, workload=shape.workload,
                                    named_settings=True))
+    if ack_and_claim:
+        systems.append(TierqEngine(workload=shape.workload, ack_and_claim=True))
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -340,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="FIELD=VALUE",
                         help="also run tierq's engine with this setting (a field of "
                              "tierq.config.Settings); repeat for several in that one system")
+    parser.add_argument("--ack-and-claim", action="store_true",
+                        help="also run tierq's engine whose consumers ack a batch and claim "
+                             "the next in one call (Tierq.ack_and_claim)")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -375,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                                  statements=statements, profile_root=profile_root,
                                  sketches=sketches, bare_client_us=args.bare_client_us,
                                  ack_claims=args.ack_claims,
-                                 tierq_settings=tierq_settings)
+                                 tierq_settings=tierq_settings,
+                                 ack_and_claim=args.ack_and_claim)
                        for shape in shapes]
         for result in results:
             print_shape(result)

@@ -114,7 +114,16 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
                            lease_seconds=spec.get("lease_seconds", 300))
     next_payload = [spec["index"] * 1_000_000_000]  # recycled tasks' payloads
 
+    # an ack that claims the next batch (TierqEngine(ack_and_claim=True)): the tasks it
+    # claimed are the next claim's, which then makes no call
+    fused = spec.get("ack_and_claim", False)
+    claimed_along: list[Any] = []
+
     def claim() -> Sequence[Any]:
+        if claimed_along:
+            got = list(claimed_along)
+            claimed_along.clear()
+            return got
         return tq.claim(queue, request)
 
     # acks of several claims at once (TierqEngine(ack_claims=N)): claimed tasks held back
@@ -141,6 +150,10 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
         return ack_now(got)
 
     def ack_now(got: Sequence[Any]) -> tuple[int, int]:
+        if fused:
+            answer = tq.ack_and_claim(queue, got, request)
+            claimed_along.extend(answer.tasks)
+            return len(answer.acked), len(answer.rejected)
         result = tq.ack(queue, got)  # the claimed tasks themselves, acked without a result
         if recycle:
             n = len(result.acked)
@@ -206,20 +219,28 @@ class TierqEngine(System):
 
     def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True,
                  workload: Workload | None = None, ack_claims: int = 1,
-                 named_settings: bool = False) -> None:
+                 named_settings: bool = False, ack_and_claim: bool = False) -> None:
         """``ack_claims`` > 1: each consumer acks its tasks once it holds that many claims
         (or a claim finds nothing), as acks of several workers committed together would
         reach PostgreSQL (docs/design-rotating-tables.md, section 6); named
         ``tierq-engine+acks-of-<N>-claims``. ``named_settings``: the settings name the
-        system (``tierq-engine+<field>=<value>``), to run beside the defaults."""
+        system (``tierq-engine+<field>=<value>``), to run beside the defaults.
+        ``ack_and_claim``: each consumer acks a batch and claims the next in one call
+        (``Tierq.ack_and_claim``), named ``tierq-engine+ack-and-claim``; its claim latency
+        is that of the claims made alone (the first, and after one found nothing)."""
+        if ack_claims > 1 and ack_and_claim:
+            raise ValueError("ack_claims and ack_and_claim do not go together")
         if ack_claims < 1:
             raise ValueError(f"ack_claims must be 1 or more, got {ack_claims}")
         self.settings = settings or {}
         self.maintenance = maintenance
         self.workload = workload
         self.ack_claims = ack_claims
+        self.ack_and_claim = ack_and_claim
         if ack_claims > 1:
             self.name = f"tierq-engine+acks-of-{ack_claims}-claims"
+        elif ack_and_claim:
+            self.name = "tierq-engine+ack-and-claim"
         elif named_settings and self.settings:
             self.name = "tierq-engine+" + ",".join(f"{k}={v}" for k, v in self.settings.items())
 
@@ -235,6 +256,8 @@ class TierqEngine(System):
             spec.update(self.workload.spec())
         if self.ack_claims > 1:
             spec["ack_claims"] = self.ack_claims
+        if self.ack_and_claim:
+            spec["ack_and_claim"] = True
         return Prepared(self.name, spec, url)
 
     def producer(self) -> Target:
