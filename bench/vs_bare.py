@@ -12,10 +12,11 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
-    .venv/bin/python -m bench.vs_bare --ack-and-claim # and tierq's workers acking and
-                                                      # claiming in one call
     .venv/bin/python -m bench.vs_bare --tierq-setting claim_window_reuse_ms=0
                                                       # and tierq with a setting changed
+
+    .venv/bin/python -m bench.vs_bare --ack-and-claim # and workers that ack and claim in
+                                                      # one call
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 

@@ -67,9 +67,9 @@ if TYPE_CHECKING:
         TenantCounts,
         TenantQueueView,
     )
+    from tierq.models.ack_claims import AckClaimResult
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
-    from tierq.models.lease_envelopes import AckClaimResult
     from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
     from tierq.models.tasks import TaskIn

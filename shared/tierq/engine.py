@@ -76,9 +76,9 @@ if TYPE_CHECKING:
     from tierq.models import flows as flow_models
     from tierq.models import leases as lease_models
     from tierq.models import tasks as task_models
+    from tierq.models.ack_claims import AckClaimResult
     from tierq.models.envelopes import PurgeResult, ReplayResult
     from tierq.models.flows import FlowIn, FlowResult
-    from tierq.models.lease_envelopes import AckClaimResult
     from tierq.models.queue_update import QueueSettingsUpdate
     from tierq.models.schedules import ScheduleIn, ScheduleRemoved, ScheduleView
     from tierq.models.tasks import Enqueued, TaskIn
@@ -324,17 +324,25 @@ class Tierq(Deployment):
     def ack_and_claim(self, queue: str,
                       items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]],
                       request: ClaimRequest | None = None, *, max_bytes: int = 0,
-                      answer_by: float | None = None, **fields: Any) -> AckClaimResult:
+                      answer_by: float | None = None, idempotency_key: str | None = None,
+                      caller: Caller | None = None, body_fingerprint: bytes | None = None,
+                      **fields: Any) -> AckClaimResult:
         """Ack ``items`` as ``ack`` does, then claim as ``claim_outcome`` does with ``request``
         (or its ``fields``), in one call whose ack's lease drop rides in the claim's first
         round trip (logic/ack_claim.py). A failed claim does not undo the ack: the answer
-        has no tasks and says why (``claim_error``)."""
+        has no tasks and says why (``claim_error``). Keyed, a repeat answers the ack's kept
+        outcome and claims nothing (``ack_claim.keyed``)."""
         item = lease_models.AckItem
         kinds = (item, lease_models.ClaimedTask)
         models = [i if isinstance(i, kinds) else item.model_validate(i) for i in items]
-        return ack_claim.ack_and_claim(
-            self.ctx, queue, models, request or lease_models.ClaimRequest(**fields),
-            max_bytes=max_bytes, answer_by=answer_by)
+        claim = request or lease_models.ClaimRequest(**fields)
+        call = idempotency.keyed_call(
+            "ack_and_claim", queue, idempotency_key, caller, body_fingerprint,
+            lambda: {"acks": idempotency.models_body(models),
+                     "claim": claim.model_dump(mode="json")})
+        return ack_claim.keyed(self.ctx, call, lambda: ack_claim.ack_and_claim(
+            self.ctx, queue, models, claim, max_bytes=max_bytes, answer_by=answer_by),
+            lambda tasks: self.give_back(queue, tasks))
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

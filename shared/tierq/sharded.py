@@ -77,9 +77,9 @@ from tierq.models import (
     TaskIn,
     TenantCounts,
 )
+from tierq.models.ack_claims import AckClaimResult
 from tierq.models.envelopes import SLICE_MAX_ITEMS, SLICE_SECONDS, PurgeResult, ReplayResult
 from tierq.models.flows import FlowIn, FlowResult
-from tierq.models.lease_envelopes import AckClaimResult
 from tierq.models.leases import (
     AckResult,
     HeartbeatResult,
@@ -608,17 +608,29 @@ class ShardedTierq(Deployment):
     def ack_and_claim(self, queue: str,
                       items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]],
                       request: ClaimRequest | None = None, *, max_bytes: int = 0,
-                      answer_by: float | None = None, **fields: Any) -> AckClaimResult:
+                      answer_by: float | None = None, idempotency_key: str | None = None,
+                      caller: Caller | None = None, body_fingerprint: bytes | None = None,
+                      **fields: Any) -> AckClaimResult:
         """``ack`` then ``claim_outcome``: on one shard in one call whose drop rides with
         the claim (``Tierq.ack_and_claim``); over several, the ack on the items' homes, then
-        the claim over the shards (logic/ack_claim.py says what a failed claim answers)."""
+        the claim over the shards (logic/ack_claim.py says what a failed claim answers).
+        Keyed, a repeat answers the ack's kept outcome and claims nothing."""
         request = request or ClaimRequest(**fields)
         if len(self.engines) == 1:
             return self.engines[self.default_shard].ack_and_claim(
-                queue, items, request, max_bytes=max_bytes, answer_by=answer_by)
-        acked = self.ack(queue, items)
-        return ack_claim.then_claim(queue, acked, lambda: self.claim_outcome(
-            queue, request, max_bytes=max_bytes, answer_by=answer_by))
+                queue, items, request, max_bytes=max_bytes, answer_by=answer_by,
+                idempotency_key=idempotency_key, caller=caller,
+                body_fingerprint=body_fingerprint)
+        models = [i if isinstance(i, AckItem | ClaimedTask) else AckItem.model_validate(i)
+                  for i in items]
+        call = keyed_call("ack_and_claim", queue, idempotency_key, caller, body_fingerprint,
+                          lambda: {"acks": models_body(models),
+                                   "claim": request.model_dump(mode="json")})
+        return ack_claim.keyed(
+            self.engines[self.default_shard].ctx, call,
+            lambda: ack_claim.then_claim(queue, self.ack(queue, models), lambda: (
+                self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by))),
+            lambda tasks: self.give_back(queue, tasks))
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

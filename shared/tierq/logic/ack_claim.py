@@ -23,14 +23,18 @@ import logging
 from collections.abc import Callable, Sequence
 
 from tierq.errors import TierqError, Unavailable
-from tierq.logic import claim, leases
+from tierq.logic import claim, idempotency, leases
 from tierq.logic.claim import ClaimOutcome
 from tierq.logic.context import Context
-from tierq.models.lease_envelopes import AckClaimResult
+from tierq.logic.idempotency import KeyedCall
+from tierq.models.ack_claims import AckClaimResult
 from tierq.models.lease_outcomes import AckItem, AckResult
 from tierq.models.leases import ClaimedTask, ClaimRequest
 
 log = logging.getLogger(__name__)
+
+# What a keyed ack-and-claim keeps of its answer: the ack's outcome (``keyed``).
+ACK_FIELDS = {"acked", "rejected", "cancelled"}
 
 
 def ack_and_claim(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
@@ -67,3 +71,18 @@ def then_claim(queue: str, acked: AckResult,
                           cancelled=acked.cancelled, tasks=outcome.tasks,
                           retry_after_ms=retry_after_ms,
                           claim_error=None if claim_error is None else claim_error.code)
+
+
+def keyed(ctx: Context, call: KeyedCall | None, work: Callable[[], AckClaimResult],
+          give_back: Callable[[list[ClaimedTask]], None]) -> AckClaimResult:
+    """``work`` (an ack and its claim) once per key: the ack's outcome is kept, and a
+    repeat answers it, marked a replay, without tasks and without claiming. A claim's tasks
+    are not kept: a repeat that leased again would leave the first answer's tasks leased
+    with nobody to run them, so the first answer's tasks, when it was lost, are back in
+    line when their leases end. Should keeping the outcome fail, the claimed tasks are
+    given back (``give_back``) before the error goes up."""
+    answer, replayed = idempotency.once_in_valkey(
+        ctx, call, work, load=AckClaimResult.model_validate,
+        record=lambda got: (got.model_dump(mode="json", include=ACK_FIELDS), None),
+        undo=lambda got: give_back(got.tasks))
+    return answer.as_replay() if replayed else answer

@@ -1,13 +1,11 @@
 """The response envelope of a claim (see :mod:`tierq.models.envelopes`, which reads it from
-here on first use; that of the running leases is in :mod:`tierq.models.lease_outcomes`),
-and that of an ack that claims the next tasks."""
+here on first use; that of the running leases is in :mod:`tierq.models.lease_outcomes`)."""
 
 
 
 from pydantic import Field
 
 from tierq.models.envelope_base import Envelope
-from tierq.models.lease_outcomes import AckResult
 from tierq.models.leases import ClaimedTask
 
 
@@ -23,19 +21,3 @@ class ClaimResults(Envelope):
                     "no limit cut the claim.")
 
 
-class AckClaimResult(AckResult):
-    """The answer of an ack that claims the next tasks (logic/ack_claim.py): the ack's
-    outcome, then the claim's."""
-
-    tasks: list[ClaimedTask] = Field(default_factory=list,
-                                     description="The tasks claimed after the ack, in claim "
-                                                 "order, as a claim answers them.")
-    retry_after_ms: int | None = Field(
-        default=None, ge=0, exclude_if=lambda value: value is None,
-        description="As a claim's: set when the queue's limits cut the claim; also when the "
-                    "claim failed (claim_error): when claiming again is worth it.")
-    claim_error: str | None = Field(
-        default=None, exclude_if=lambda value: value is None,
-        description="Set when the claim failed after the ack went through: the error code a "
-                    "claim would have answered (for example unavailable). The ack's outcome "
-                    "stands; claim again later.")

@@ -43,7 +43,10 @@ if TYPE_CHECKING:
 StopReason = Literal["cancelled", "timeout"]
 
 
-class ClaimRequest(RequestModel):
+class ClaimOptions(RequestModel):
+    """A claim's options but its wait: those of a claim an ack makes after it
+    (``POST …/acks`` with ``claim``, which never long-polls)."""
+
     model_config = ConfigDict(extra="forbid")
 
     max: int = Field(default=1, ge=1, le=MAX_CLAIM, description="How many tasks at most.")
@@ -52,6 +55,14 @@ class ClaimRequest(RequestModel):
         default=None, description="Only this tenant; without it claims rotate across tenants."
     )
     worker: str | None = Field(default=None, max_length=128, json_schema_extra=NO_NUL)
+
+    def request(self) -> "ClaimRequest":
+        """These options as a claim that does not wait."""
+        return ClaimRequest(max=self.max, lease_seconds=self.lease_seconds, tenant=self.tenant,
+                            worker=self.worker)
+
+
+class ClaimRequest(ClaimOptions):
     wait_seconds: float = Field(default=0, ge=0, le=20, description="Long-poll up to this long.")
 
 

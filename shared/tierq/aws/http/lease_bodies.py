@@ -8,13 +8,16 @@ from pydantic import ConfigDict, Field
 
 from tierq.models.base import Model
 from tierq.models.lease_outcomes import AckItem, HeartbeatItem, NackItem, ReleaseItem
-from tierq.models.leases import MAX_CLAIM
+from tierq.models.leases import MAX_CLAIM, ClaimOptions
 
 
 class AckRequest(Model):
     model_config = ConfigDict(extra="forbid")
 
     acks: list[AckItem] = Field(min_length=1, max_length=MAX_CLAIM)
+    claim: ClaimOptions | None = Field(
+        default=None, description="Claim the next tasks once the ack is done, in the same "
+                                  "call.")
 
 
 class NackRequest(Model):

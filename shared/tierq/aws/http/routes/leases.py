@@ -18,10 +18,16 @@ from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
-from tierq.aws.http.lease_bodies import AckRequest, HeartbeatRequest, NackRequest, ReleaseRequest
+from tierq.aws.http.lease_bodies import (
+    AckRequest,
+    HeartbeatRequest,
+    NackRequest,
+    ReleaseRequest,
+)
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
 from tierq.core.ids import tenant_of_token
+from tierq.core.sizing import body_cost
 from tierq.errors import InvalidInput, PayloadTooLarge
 
 # the lease path (ack, nack, release, heartbeat, with what an ack settles): every request of
@@ -39,8 +45,15 @@ from tierq.models import (
     ReleaseItem,
     ReleaseResult,
 )
+from tierq.models.ack_claims import AckAnswer
+from tierq.models.leases import ClaimOptions
 
 router = Router()
+
+# The most an ack's outcome costs per item in the body of an ack with claim: an id as JSON
+# text, and a rejection of the longest reason.
+ID_TEXT = "00000000-0000-0000-0000-000000000000"
+REJECTION = {"id": ID_TEXT, "reason": "not_owner"}
 
 Item = TypeVar("Item", AckItem, NackItem, ReleaseItem, HeartbeatItem)
 
@@ -77,22 +90,73 @@ def check_results(acks: Sequence[AckItem]) -> None:
 @router.post(
     "/v1/queues/<queue>/acks",
     summary="Acknowledge finished tasks",
-    description="{\"acks\": [{id, lease_token, result?}]} (1 to 500). An acked task is gone, "
-                "or kept with its result until the queue's retention ends.",
+    description="{\"acks\": [{id, lease_token, result?}], \"claim\"?: {max, lease_seconds, "
+                "tenant, worker}} (1 to 500 acks). An acked task is gone, or kept with its "
+                "result until the queue's retention ends. With claim, the next tasks are "
+                "claimed once the ack is done, in the same call (a worker's loop in one "
+                "request): the answer adds tasks (and retry_after_ms as a claim's). A claim "
+                "that fails then does not undo the ack: the answer says claim_error and "
+                "retry_after_ms. The claim does not wait: a long poll is a claim of its "
+                "own. With an Idempotency-Key, a repeat answers the ack's outcome as first "
+                "given and claims nothing (the first answer's tasks, if it was lost, are "
+                "back in line when their leases end).",
     operation_id="ackTasks",
     tags=["leases"],
-    responses=responses("Which tasks were acked and which were rejected.", 409, 413),
+    responses=responses("Which tasks were acked and which were rejected; with claim, the "
+                        "tasks claimed next.", 409, 413),
 )
 def ack_tasks(queue: QueuePath, body: Annotated[AckRequest, Body()],
-              idempotency_key: IdempotencyKeyHeader = None) -> Response[AckResult]:
+              idempotency_key: IdempotencyKeyHeader = None) -> Response[AckAnswer]:
     check_results(body.acks)
     mine, rejected = pinned_items(body.acks)
+    if body.claim is not None:
+        return _ack_and_claim(queue, mine, rejected, body.claim, idempotency_key)
     result = engine().ack(queue, mine, **idempotency.keyed(idempotency_key)) \
         if mine or idempotency_key is not None else AckResult()
     result.rejected.extend(rejected)
     if not result.idempotent_replay:
         metrics.count_queue(default_engine().ctx, queue, {"Acked": len(result.acked)})
-    return idempotency.answer(result, result.idempotent_replay)
+    answer = AckAnswer(acked=result.acked, rejected=result.rejected,
+                       cancelled=result.cancelled)
+    return idempotency.answer(answer, result.idempotent_replay)
+
+
+def _ack_and_claim(queue: str, mine: list[AckItem], rejected: list[Rejection],
+                   next_claim: ClaimOptions, idempotency_key: str | None) -> Response[AckAnswer]:
+    """An ack that claims the next tasks (``Tierq.ack_and_claim``), within the claim route's
+    bounds: its tasks fit one Lambda response beside the ack's outcome, and the claim stops
+    in time to answer before the function's or the HTTP API's cut-off. Keyed, a repeat
+    answers the ack's kept outcome and claims nothing."""
+    from tierq.aws.http.routes.claims import (  # (the claim's bounds: this route's only)
+        CLAIM_RESPONSE_BUDGET,
+        answer_margin,
+        claim_cut_off,
+    )
+
+    tenant = request.check_tenant(next_claim.tenant, "claim.tenant")
+    claim = next_claim.request()
+    if tenant != claim.tenant:
+        claim = claim.model_copy(update={"tenant": tenant})
+    tierq = engine()
+    lambda_context = router.lambda_context
+    cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
+    answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
+    # (the ack's outcome comes before the tasks in the body: at most 500 ids and
+    # rejections, sized at their most, as the runtime would encode them)
+    room = CLAIM_RESPONSE_BUDGET - body_cost(orjson.dumps(
+        {"acked": [ID_TEXT] * len(mine), "rejected": [REJECTION] * (len(mine) + len(rejected)),
+         "cancelled": [ID_TEXT] * len(mine), "claim_error": "unavailable"}))
+    answer = tierq.ack_and_claim(queue, mine, claim, max_bytes=room, answer_by=answer_by,
+                                 **idempotency.keyed(idempotency_key))
+    try:
+        answer.rejected.extend(rejected)
+        if not answer.idempotent_replay:
+            metrics.count_queue(default_engine().ctx, queue, {"Acked": len(answer.acked),
+                                                              "Claimed": len(answer.tasks)})
+        return idempotency.answer(answer, answer.idempotent_replay)
+    except BaseException:
+        tierq.give_back(queue, answer.tasks)  # (leased but not answered: back in line)
+        raise
 
 
 @router.post(
