@@ -75,6 +75,33 @@ def test_claim_heartbeat_ack_with_result(api: Client, names: QueueNames) -> None
     assert api.claim(work, max=1) == []
 
 
+def test_ack_and_claim_in_one_request(api: Client, names: QueueNames) -> None:
+    work = names["work"]
+    api.enqueue(work, [{"payload": i} for i in range(4)])
+    first = api.claim(work, max=2)
+    answer = api.ack_and_claim(work, first, max=2, worker="w")
+    assert sorted(answer.acked) == sorted(t.id for t in first) and answer.rejected == []
+    assert [t.payload for t in answer.tasks] == [2, 3] and answer.claim_error is None
+    assert [r.worker for r in api.running(queue=work)] == ["w", "w"]
+    last = api.ack_and_claim(work, [{"id": t.id, "lease_token": t.lease_token,
+                                     "result": {"n": t.payload}} for t in answer.tasks])
+    assert len(last.acked) == 2 and last.tasks == []
+    assert api.get_task(work, answer.tasks[0].id).result == {"n": 2}
+    with pytest.raises(InvalidInputError):
+        api.ack_and_claim(work, first, max=0)  # (refused before sending)
+
+
+def test_ack_and_claim_of_more_than_500_acks_the_first_apart(api: Client,
+                                                             names: QueueNames) -> None:
+    work = names["work"]
+    api.enqueue(work, [{"payload": i} for i in range(503)])
+    got = api.claim(work, max=500) + api.claim(work, max=3)
+    api.enqueue(work, [{"payload": "next"}])
+    answer = api.ack_and_claim(work, got, max=5)
+    assert len(answer.acked) == 503 and answer.rejected == []
+    assert [t.payload for t in answer.tasks] == ["next"]
+
+
 def test_release_puts_tasks_back_in_their_places(api: Client, names: QueueNames) -> None:
     work = names["work"]
     api.put_queue(work, {"max_attempts": 1})

@@ -73,6 +73,7 @@ from tierq.models import (
     TenantCounts,
     TenantQueueView,
 )
+from tierq.models.ack_claims import AckClaimResult
 from tierq.models.base import DEFERRED
 from tierq.models.envelopes import (
     ClaimResults,
@@ -85,6 +86,7 @@ from tierq.models.envelopes import (
     RunningMetrics,
 )
 from tierq.models.flows import FlowResult, FlowTaskIn
+from tierq.models.leases import ClaimOptions
 from tierq.models.payloads import PayloadTransfer, PayloadUpload
 from tierq.models.queues import AnyQueueView
 from tierq.models.schedules import ScheduleIn, ScheduleList, ScheduleRemoved, ScheduleView
@@ -725,6 +727,42 @@ class Operations:
         kept (state ``done``) until the queue's retention ends."""
         return (yield from self._settle(queue, "acks", _items(AckItem, acks, "acks"),
                                         AckResult()))
+
+    @operation
+    def ack_and_claim(self, queue: str,
+                      acks: Iterable[AckItem | ClaimedTask | Mapping[str, Any]], *,
+                      max: int = 1, lease_seconds: int | None = None,
+                      tenant: str | None = None,
+                      worker: str | None = None) -> Steps[AckClaimResult]:
+        """Finish tasks and claim the next ones in one request, a worker's loop (``POST
+        …/acks`` with ``claim``): the answer's ``tasks`` are claimed after the ack. A claim
+        that fails after the ack leaves it done: no tasks, ``claim_error`` and
+        ``retry_after_ms`` say why and when to claim again. The claim never long-polls
+        (``claim`` does). The call's retries reuse one ``Idempotency-Key``: a repeat after
+        a lost answer gets the ack's outcome and no tasks (the first answer's tasks are
+        back in line once their leases end). Past 500 acks, the first go as plain acks and
+        the last 500 with the claim."""
+        options = _validated(ClaimOptions, {"max": max, "lease_seconds": lease_seconds,
+                                            "tenant": tenant, "worker": worker}, "")
+        items = _items(AckItem, [AckItem(id=i.id, lease_token=i.lease_token)
+                                 if isinstance(i, ClaimedTask) else i for i in acks], "acks")
+        out = AckClaimResult()
+        head = len(items) - (len(items) - 1) % MAX_BATCH - 1  # (the last 500 at most: claim)
+        if head:
+            acked = yield from self._settle(queue, "acks", items[:head], AckResult())
+            out.acked, out.rejected, out.cancelled = acked.acked, acked.rejected, acked.cancelled
+        data = yield from self._exchange(
+            "POST", f"/v1/queues/{_segment(queue)}/acks",
+            body={"acks": [_dump(i) for i in items[head:]],
+                  "claim": options.model_dump(mode="json", exclude_none=True)},
+            idempotency_key=new_idempotency_key())
+        last = AckClaimResult.model_validate(data)
+        out.acked += last.acked
+        out.rejected += last.rejected
+        out.cancelled += last.cancelled
+        out.tasks, out.retry_after_ms, out.claim_error = \
+            last.tasks, last.retry_after_ms, last.claim_error
+        return out
 
     @operation
     def nack(self, queue: str,
