@@ -3,9 +3,11 @@
 
     .venv/bin/python -m bench.vs_peers            # 20,000 tasks, 1/2/4 worker processes
     .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, 1/4 processes: < 2 minutes
+    .venv/bin/python -m bench.vs_peers --systems tierq-http tierq-http+ack-and-claim
 
 Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
-when this environment has it), PGQueuer and procrastinate, and the bare table. The bare
+when this environment has it; on request, ``tierq-http+ack-and-claim``, whose acks claim the
+next batch), PGQueuer and procrastinate, and the bare table. The bare
 table is one durable table read with ``FOR UPDATE SKIP LOCKED``: the floor the peers sit on,
 not a peer (bench.vs_bare runs it at more shapes). bench/systems/ gives the settings of
 each. For
@@ -53,8 +55,10 @@ from bench.systems.tierq_http import TierqHttp, tierq_dev_available
 
 PEERS = ("pgqueuer", "procrastinate")
 FLOOR = ("bare-table",)  # compared with, never a peer
-TIERQ_PATHS = ("tierq-engine", "tierq-http")
+TIERQ_PATHS = ("tierq-engine", "tierq-http", "tierq-http+ack-and-claim")
 SYSTEMS = ["tierq-engine", "tierq-http", "pgqueuer", "procrastinate", "bare-table"]
+# on request only: tierq over HTTP, each ack claiming the next batch (one request a loop)
+HTTP_ACK_AND_CLAIM = "tierq-http+ack-and-claim"
 PHASES = ("enqueue", "drain", "e2e")
 PHASE_TITLES = {"enqueue": "enqueue/s", "drain": "drain/s", "e2e": "end-to-end/s"}
 
@@ -138,11 +142,11 @@ def make_systems(names: list[str]) -> tuple[list[System], list[str]]:
     for name in names:
         if name == "tierq-engine":
             systems.append(TierqEngine())
-        elif name == "tierq-http":
+        elif name in ("tierq-http", HTTP_ACK_AND_CLAIM):
             if tierq_dev_available():
-                systems.append(TierqHttp())
+                systems.append(TierqHttp(ack_and_claim=name == HTTP_ACK_AND_CLAIM))
             else:
-                skipped.append("tierq-http (this environment's `tierq` has no `dev` command)")
+                skipped.append(f"{name} (this environment's `tierq` has no `dev` command)")
         elif name == "pgqueuer":
             systems.append(PgQueuer())
         elif name == "bare-table":
@@ -191,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="2,000 tasks per phase, 1 and 4 worker processes")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="worker process counts (1 2 4; 1 4 with --quick)")
-    parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
+    parser.add_argument("--systems", nargs="+", default=SYSTEMS,
+                        choices=[*SYSTEMS, HTTP_ACK_AND_CLAIM])
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per system and worker count, alternating; medians are "
                              "reported (1)")

@@ -70,15 +70,28 @@ def http_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     claim_body = {"max": spec.get("claim_batch", TIERQ_CLAIM_BATCH), "lease_seconds": 300}
     with httpx.Client(base_url=spec["base_url"], timeout=60) as client:
 
+        # acks that claim the next batch (TierqHttp(ack_and_claim=True)): the tasks an ack
+        # claimed are the next claim's, which then sends nothing
+        fused = spec.get("ack_and_claim", False)
+        claimed_along: list[dict[str, Any]] = []
+
         def claim() -> list[dict[str, Any]]:
+            if claimed_along:
+                got = list(claimed_along)
+                claimed_along.clear()
+                return got
             response = client.post(f"/v1/queues/{queue}/claims", json=claim_body)
             tasks: list[dict[str, Any]] = answered(response, "claim").json()["tasks"]
             return tasks
 
         def ack(tasks: Sequence[dict[str, Any]]) -> tuple[int, int]:
-            response = client.post(f"/v1/queues/{queue}/acks", json={"acks": [
-                {"id": t["id"], "lease_token": t["lease_token"]} for t in tasks]})
+            acks: dict[str, Any] = {"acks": [
+                {"id": t["id"], "lease_token": t["lease_token"]} for t in tasks]}
+            if fused:
+                acks["claim"] = claim_body
+            response = client.post(f"/v1/queues/{queue}/acks", json=acks)
             body = answered(response, "ack").json()
+            claimed_along.extend(body.get("tasks", ()))
             return len(body["acked"]), len(body["rejected"])
 
         client.get(f"/v1/queues/{queue}")  # open the keep-alive connection
@@ -103,14 +116,23 @@ class TierqHttp(System):
     uses_valkey = True
     preload = TIERQ_PRELOAD
 
-    def __init__(self, server_args: list[str] | None = None) -> None:
+    def __init__(self, server_args: list[str] | None = None,
+                 ack_and_claim: bool = False) -> None:
+        """``ack_and_claim``: each consumer's ack claims its next batch (``POST …/acks``
+        with ``claim``), one request a loop; named ``tierq-http+ack-and-claim``."""
         self.server_args = server_args or []
         self.engine = TierqEngine(maintenance=False)  # the local stack runs the schedules
         self.server_pid: int | None = None
+        self.ack_and_claim = ack_and_claim
+        if ack_and_claim:
+            self.name = "tierq-http+ack-and-claim"
 
     def prepare(self, stores: Stores) -> Prepared:
         prepared = self.engine.prepare(stores)
-        return Prepared(self.name, dict(prepared.spec), prepared.database_url)
+        spec = dict(prepared.spec)
+        if self.ack_and_claim:
+            spec["ack_and_claim"] = True
+        return Prepared(self.name, spec, prepared.database_url)
 
     def producer(self) -> Target:
         return http_produce
