@@ -104,11 +104,12 @@ def serve() -> Iterator[ScriptedServer]:
 
 @dataclass
 class Forwarded:
-    """A request the proxy passed on: when (monotonic), method and path."""
+    """A request the proxy passed on: when (monotonic), method, path and body."""
 
     at: float
     method: str
     path: str
+    body: bytes = b""
 
 
 class DroppingProxy:
@@ -134,7 +135,8 @@ class DroppingProxy:
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in ("host", "content-length", "connection")}
                 proxy.forwarded.append({k.lower(): v for k, v in headers.items()})
-                proxy.requests.append(Forwarded(time.monotonic(), self.command, self.path))
+                proxy.requests.append(Forwarded(time.monotonic(), self.command, self.path,
+                                                body))
                 reply = httpx.request(self.command, target + self.path, content=body,
                                       headers=headers, timeout=30)
                 if self.command == "POST" and proxy.dropped == 0:

@@ -198,6 +198,7 @@ class AsyncWorker(WorkerBase):
             try:
                 tasks = await self.client.claim(self.queue, **options)
             except TierqError as exc:
+                self._unclaimed(options)
                 failures += 1
                 await _until(self._stopping, self._claim_failed(exc, failures))
                 continue
@@ -208,14 +209,19 @@ class AsyncWorker(WorkerBase):
                 if held:  # brought by a long poll under way at the stop: never started
                     await self._let_go(held)
                 return
-            for lease in held:
-                lease.task.with_signal(asyncio.Event())  # (its task.cancelled)
-                self._running[lease.task.id] = asyncio.create_task(
-                    self._execute(lease), name=f"tierq-task-{lease.task.id}")
-            if held and self._ledger.provisional:
-                await self._settle_lease()
+            await self._start(held)
             if done:
                 return
+
+    async def _start(self, held: list[HeldLease]) -> None:
+        """Run the handlers of the leases a claim brought (the first tasks read the queue's
+        lease again when it was provisional)."""
+        for lease in held:
+            lease.task.with_signal(asyncio.Event())  # (its task.cancelled)
+            self._running[lease.task.id] = asyncio.create_task(
+                self._execute(lease), name=f"tierq-task-{lease.task.id}")
+        if held and self._ledger.provisional:
+            await self._settle_lease()
 
     def _dropped(self) -> None:
         super()._dropped()
@@ -309,7 +315,7 @@ class AsyncWorker(WorkerBase):
             ended = None in batch
             leases = [lease for lease in batch if lease is not None]
             if leases:
-                await self.client._run(self._reported(leases))
+                await self._start(await self.client._run(self._reported(leases)))
 
     # -- stopping ------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from tierq.client.tracing import TaskTracer
 from tierq.client.worker.errors import PermanentError, RetryableError
 from tierq.client.worker.task import WorkerTask
 from tierq.errors import TierqError
-from tierq.models import ClaimedTask, HeartbeatResult, QueueView, TenantQueueView
+from tierq.models import AckResult, ClaimedTask, HeartbeatResult, QueueView, TenantQueueView
 from tierq.models.leases import MAX_CLAIM, StopReason
 
 log = logging.getLogger("tierq.client.worker")
@@ -238,6 +238,8 @@ class Ledger:
         # the lease was read from a view that may show the defaults rather than the queue's
         # settings (a tenant's, or none): read again once the first tasks come
         self.provisional = False
+        # slots a claim under way may fill: the claim loop's, or one riding with acks
+        self.claiming = 0
 
     def take(self, tasks: list[ClaimedTask], lease_seconds: int, *, late: bool,
              progress_to: Callable[[HeldLease, Any], None] | None = None) -> list[HeldLease]:
@@ -438,15 +440,19 @@ def report_failed(name: str, what: str, leases: list[HeldLease], exc: Exception,
               "leases expire", name, what, len(leases), exc)
 
 
-def report(client: Operations, queue: str, name: str,
-           batch: list[HeldLease]) -> Steps[WorkerStats]:
-    """Ack and nack a batch of outcomes; what it counted. A report that cannot be delivered
-    is logged (the lease then expires and the task runs again)."""
+def report(client: Operations, queue: str, name: str, batch: list[HeldLease],
+           claim: dict[str, Any] | None = None
+           ) -> Steps[tuple[WorkerStats, list[ClaimedTask]]]:
+    """Ack and nack a batch of outcomes; what it counted, and the tasks ``claim`` (a claim's
+    options) brought with the acks (``Client.ack_and_claim``; none without acks, or when the
+    acks went apart). A report that cannot be delivered is logged (the lease then expires
+    and the task runs again)."""
     tally = WorkerStats()
     acks = [lease for lease in batch if isinstance(lease.outcome, Ack)]
     nacks = [lease for lease in batch if isinstance(lease.outcome, Nack)]
+    claimed: list[ClaimedTask] = []
     if acks:
-        yield from _send_acks(client, queue, name, acks, tally)
+        claimed = yield from _send_acks(client, queue, name, acks, tally, claim=claim)
     if nacks:
         try:
             result = yield from Operations.nack.steps(client, queue,
@@ -462,16 +468,26 @@ def report(client: Operations, queue: str, name: str,
                 if rejection.id not in result.cancelled:
                     log.warning("worker %s: nack of task %s refused (%s)", name,
                                 rejection.id, rejection.reason)
-    return tally
+    return tally, claimed
 
 
 def _send_acks(client: Operations, queue: str, name: str, acks: list[HeldLease],
-               tally: WorkerStats, with_result: bool = True) -> Steps[None]:
-    """Ack; a result the API refuses (a 4xx) is sent alone, then acked without it, so one
-    bad result does not hold back the others."""
+               tally: WorkerStats, with_result: bool = True,
+               claim: dict[str, Any] | None = None) -> Steps[list[ClaimedTask]]:
+    """Ack, with ``claim`` riding along when given (the tasks it brought are returned); a
+    result the API refuses (a 4xx) is sent alone, then acked without it, so one bad result
+    does not hold back the others (those acks claim nothing)."""
+    items = [_ack_item(a, with_result) for a in acks]
+    claimed: list[ClaimedTask] = []
     try:
-        result = yield from Operations.ack.steps(client, queue,
-                                                 [_ack_item(a, with_result) for a in acks])
+        if claim is None:
+            result: AckResult = yield from Operations.ack.steps(client, queue, items)
+        else:
+            along = yield from Operations.ack_and_claim.steps(client, queue, items, **claim)
+            result, claimed = along, along.tasks
+            if along.claim_error is not None:  # (the claim loop claims again)
+                log.info("worker %s: the claim riding with an ack failed (%s)", name,
+                         along.claim_error)
     except ApiError as exc:
         if exc.status >= 500 or exc.status == 429 or not with_result:
             report_failed(name, "ack", acks, exc, tally)
@@ -482,10 +498,10 @@ def _send_acks(client: Operations, queue: str, name: str, acks: list[HeldLease],
             log.error("worker %s: the API refused the result of task %s (%s); acking "
                       "without it", name, acks[0].task.id, exc)
             yield from _send_acks(client, queue, name, acks, tally, with_result=False)
-        return
+        return []
     except TierqError as exc:
         report_failed(name, "ack", acks, exc, tally)
-        return
+        return []
     tally.acked += len(result.acked)
     tally.rejected += len(result.rejected)
     _cancelled(name, "ack", result.cancelled, tally)
@@ -493,6 +509,7 @@ def _send_acks(client: Operations, queue: str, name: str, acks: list[HeldLease],
         if rejection.id not in result.cancelled:
             log.warning("worker %s: ack of task %s refused (%s): its lease was lost, so it "
                         "may run again", name, rejection.id, rejection.reason)
+    return claimed
 
 
 def _cancelled(name: str, what: str, ids: list[UUID], tally: WorkerStats) -> None:
@@ -530,7 +547,8 @@ class WorkerBase:
                  grace_seconds: float = 25.0, name: str | None = None, burst: bool = False,
                  heartbeat_fraction: float = 1 / 3, install_signal_handlers: bool = True,
                  report_linger_seconds: float = 0.01, cancel_grace_seconds: float = 5.0,
-                 tracer: TaskTracer | str | None = "auto") -> None:
+                 tracer: TaskTracer | str | None = "auto",
+                 claim_with_acks: bool = True) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if not 0 < heartbeat_fraction < 1:
@@ -555,6 +573,8 @@ class WorkerBase:
         self.install_signal_handlers = install_signal_handlers
         self.report_linger_seconds = report_linger_seconds
         self.cancel_grace_seconds = cancel_grace_seconds
+        # the acks of a report claim the slots they free (``_claim_along``)
+        self.claim_with_acks = claim_with_acks
         # starts each handler's span in the task's trace (tierq.client.tracing), or None
         self.tracer: TaskTracer | None = tracing.resolve(tracer)
         self._ledger = Ledger(self.name)
@@ -631,13 +651,41 @@ class WorkerBase:
             return self._ledger.lease_seconds
 
     def _free(self) -> int:
+        """Slots no lease holds and no claim under way may fill."""
         with self._cond:
-            return self.concurrency - len(self._ledger.held)
+            return self.concurrency - len(self._ledger.held) - self._ledger.claiming
 
     def _claim_options(self, free: int) -> dict[str, Any]:
-        """The arguments of a claim for ``free`` slots, with the current lease."""
-        return {"max": min(free, MAX_CLAIM), "lease_seconds": self._current_lease(),
-                "tenant": self.tenant, "worker": self.name, "wait_seconds": self.wait_seconds}
+        """The arguments of a claim for ``free`` slots, with the current lease; those slots
+        are the claim's until ``_claimed`` or ``_unclaimed``."""
+        n = min(free, MAX_CLAIM)
+        with self._cond:
+            self._ledger.claiming += n
+        return {"max": n, "lease_seconds": self._current_lease(), "tenant": self.tenant,
+                "worker": self.name, "wait_seconds": self.wait_seconds}
+
+    def _unclaimed(self, options: dict[str, Any]) -> None:
+        """A claim for these options failed: its slots are free again."""
+        with self._cond:
+            self._ledger.claiming -= options["max"]
+
+    def _claim_along(self, batch: list[HeldLease]) -> dict[str, Any] | None:
+        """The claim to send with a report's acks (``Client.ack_and_claim``), for the slots
+        its leases free and those free now that no claim under way may fill; None when the
+        worker is stopping, the batch has no ack, no slot is left or ``claim_with_acks`` is
+        off. Its slots are the claim's until ``_reported`` takes what it brought."""
+        if not self.claim_with_acks or self._stopping.is_set() \
+                or not any(isinstance(lease.outcome, Ack) for lease in batch):
+            return None
+        with self._cond:
+            lease_seconds = self._ledger.lease_seconds
+            n = min(MAX_CLAIM, self.concurrency - len(self._ledger.held) + len(batch)
+                    - self._ledger.claiming)
+            if n <= 0 or lease_seconds is None:
+                return None
+            self._ledger.claiming += n
+        return {"max": n, "lease_seconds": lease_seconds, "tenant": self.tenant,
+                "worker": self.name}
 
     def _claim_failed(self, exc: TierqError, failures: int) -> float:
         """Count a failed claim, the ``failures``-th in a row; how long to wait before the
@@ -656,6 +704,7 @@ class WorkerBase:
         was under way); returns the leases and whether the worker is done (``burst`` and
         nothing held or brought)."""
         with self._cond:
+            self._ledger.claiming -= options["max"]
             held = self._ledger.take(tasks, options["lease_seconds"], late=late,
                                      progress_to=self._progress)
             empty = not self._ledger.held
@@ -739,13 +788,32 @@ class WorkerBase:
             assert lease.stopped is not None
             lease.task.signal_stop(lease.stopped)
 
-    def _reported(self, batch: list[HeldLease]) -> Steps[None]:
-        """Report a batch of outcomes (:func:`report`), then let go of their leases."""
-        tally = yield from report(self.client, self.queue, self.name, batch)
+    def _reported(self, batch: list[HeldLease]) -> Steps[list[HeldLease]]:
+        """Report a batch of outcomes (:func:`report`), its acks claiming the slots they
+        free (``_claim_along``), then let go of their leases; returns the leases of the
+        tasks the claim brought, for the worker to start. Brought once a stop came, they
+        are released at once, never started."""
+        claim = self._claim_along(batch)
+        try:
+            tally, tasks = yield from report(self.client, self.queue, self.name, batch, claim)
+        except BaseException:
+            if claim is not None:
+                self._unclaimed(claim)
+            raise
+        late = self._stopping.is_set()
         with self._cond:
             self._ledger.stats.add(tally)
             self._ledger.drop(batch)
+            held: list[HeldLease] = []
+            if claim is not None:
+                self._ledger.claiming -= claim["max"]
+                held = self._ledger.take(tasks, claim["lease_seconds"], late=late,
+                                         progress_to=self._progress)
             self._dropped()
+        if late and held:
+            yield from self._released(held)
+            return []
+        return held
 
     def _released(self, leases: list[HeldLease]) -> Steps[list[HeldLease]]:
         """Let go of what is unfinished at shutdown (``let_go`` already set on each): release

@@ -32,7 +32,8 @@ The loop, per worker:
 3. **Heartbeat**: a thread extends every held lease once a third of it has passed, in one
    request for all of them, so a long task keeps its lease; a lease whose handler set
    progress is due once a second has passed since it last sent one, carrying it.
-4. **Report**, in batches:
+4. **Report**, in batches; the acks of a batch claim, in the same request, the slots the
+   batch frees (``claim_with_acks``), and those tasks start as a claim's would:
 
    ===============================  ========================================================
    the handler                      the report
@@ -140,7 +141,10 @@ class Worker(WorkerBase):
     or any object with ``span(task, name)``). ``isolation``: ``"thread"``, or ``"process"``
     to run each slot's handlers in a child process that can be killed at a time limit
     (:mod:`tierq.client.worker.process`: the payload is fetched and the span started in the
-    Worker's process; progress is relayed from the child).
+    Worker's process; progress is relayed from the child). ``claim_with_acks`` (on by
+    default): a report's acks claim the slots they free in the same request
+    (``Client.ack_and_claim``), so a busy worker makes one request per batch it finishes
+    instead of two; the claim loop still long-polls for the slots nothing claims.
 
     A handler still running when :meth:`run` returns (``stats.abandoned > 0``) goes on, with
     the threads and child processes it started: end the process then, with ``os._exit``
@@ -260,6 +264,7 @@ class Worker(WorkerBase):
             try:
                 tasks = self.client.claim(self.queue, **options)
             except TierqError as exc:
+                self._unclaimed(options)
                 failures += 1
                 self._stopping.wait(self._claim_failed(exc, failures))
                 continue
@@ -272,12 +277,17 @@ class Worker(WorkerBase):
                 if held:
                     self._let_go(held)
                 return
-            for lease in held:
-                self._work.put(lease)
-            if held and self._ledger.provisional:
-                self._settle_lease()
+            self._start(held)
             if done:
                 break
+
+    def _start(self, held: list[HeldLease]) -> None:
+        """Hand the leases a claim brought to the handler threads (the first tasks read the
+        queue's lease again when it was provisional)."""
+        for lease in held:
+            self._work.put(lease)
+        if held and self._ledger.provisional:
+            self._settle_lease()
 
     # -- running -------------------------------------------------------------------------
 
@@ -401,7 +411,7 @@ class Worker(WorkerBase):
                 return
 
     def _report(self, batch: list[HeldLease]) -> None:
-        self.client._run(self._reported(batch))
+        self._start(self.client._run(self._reported(batch)))
 
     # -- stopping ------------------------------------------------------------------------
 
