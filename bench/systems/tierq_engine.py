@@ -150,17 +150,19 @@ def _claim_and_ack(spec: dict[str, Any], sync: Sync, *, recycle: bool) -> dict[s
         return ack_now(got)
 
     def ack_now(got: Sequence[Any]) -> tuple[int, int]:
+        # the claimed tasks themselves, acked without a result
         if fused:
             answer = tq.ack_and_claim(queue, got, request)
             claimed_along.extend(answer.tasks)
-            return len(answer.acked), len(answer.rejected)
-        result = tq.ack(queue, got)  # the claimed tasks themselves, acked without a result
+            n, refused = len(answer.acked), len(answer.rejected)
+        else:
+            result = tq.ack(queue, got)
+            n, refused = len(result.acked), len(result.rejected)
         if recycle:
-            n = len(result.acked)
             tq.enqueue(queue, [{"payload": {"i": next_payload[0] + i}} for i in range(n)])
             next_payload[0] += n
             sync.add_enqueued(n)
-        return len(result.acked), len(result.rejected)
+        return n, refused
 
     sync.ready_and_wait(spec["index"])
     out = claim_and_ack_loop(sync, claim, ack, flush if ack_claims > 1 else None)

@@ -187,9 +187,12 @@ class QueueEngine(Protocol):
     def ack_and_claim(self, queue: str,
                       items: Sequence[AckItem | ClaimedTask | Mapping[str, Any]],
                       request: ClaimRequest | None = None, *, max_bytes: int = 0,
-                      answer_by: float | None = None, **fields: Any) -> AckClaimResult:
+                      answer_by: float | None = None, idempotency_key: str | None = None,
+                      caller: Caller | None = None, body_fingerprint: bytes | None = None,
+                      **fields: Any) -> AckClaimResult:
         """Ack ``items``, then claim the next tasks, in one call (logic/ack_claim.py): a
-        failed claim leaves the ack done and says why (``claim_error``)."""
+        failed claim leaves the ack done and says why (``claim_error``). Keyed, a repeat
+        answers the ack's kept outcome and claims nothing."""
         ...
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,

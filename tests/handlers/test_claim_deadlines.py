@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.handlers.support import ApiEvent, Context, Reply, function_module, reply_of
-from tierq.aws.http.routes.claims import answer_margin
+from tierq.aws.http.claim_bounds import answer_margin
 from tierq.aws.runtime import engine, reset_engine
 from tierq.dal.warm_tier import PairKeys
 from tierq.local.gateway.template import Template

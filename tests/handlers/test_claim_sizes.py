@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from tests.handlers.support import Invoke
-from tierq.aws.http.routes.claims import CLAIM_RESPONSE_BUDGET
+from tierq.aws.http.claim_bounds import CLAIM_RESPONSE_BUDGET
 from tierq.aws.runtime import engine
 from tierq.core.sizing import LAMBDA_PAYLOAD_LIMIT, body_cost, runtime_encoded_size
 from tierq.dal.warm_tier import PairKeys

@@ -10,16 +10,21 @@ the claim's first round trip, and each failure answered as the module's table sa
 | the ack's drop fails                  | its error; the claimed tasks back in line, no   |
 |                                       | attempt counted                                 |
 | the ack fails (no lease)              | rejected as a plain ack's; the claim still runs |
+| a claim error of no ``TierqError``    | ``claim_error`` internal; the ack stands        |
+| the queue's ``max_leased`` full       | the acked leases make room for the claim        |
+| a claim that waits                    | the drop is sent before the wait                |
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
 import redis
 
 from tests.integration.helpers import counted_sends
+from tests.support.polling import eventually
 from tierq.dal.warm_tier import PairKeys, lease_member
 from tierq.models import ClaimRequest
 
@@ -122,3 +127,50 @@ def test_an_ack_without_its_lease_is_rejected_and_the_claim_runs(tq):
     assert answer.acked == [] and [r.reason for r in answer.rejected] == ["not_owner"]
     assert len(answer.tasks) == 2
 
+
+def test_a_claim_error_of_another_kind_is_internal_and_the_ack_stands(
+        tq, valkey: redis.Redis):
+    enqueued(tq, "a", 2)
+    enqueued(tq, "b", 1)
+    got = tq.claim(QUEUE, ClaimRequest(max=2, tenant="a"))
+    valkey.delete(PairKeys.of(QUEUE, "b").ready)
+    valkey.set(PairKeys.of(QUEUE, "b").ready, "not a sorted set")  # (the pop: WRONGTYPE)
+    answer = tq.ack_and_claim(QUEUE, got, ClaimRequest(max=2, tenant="b"))
+    assert sorted(answer.acked) == sorted(t.id for t in got)
+    assert answer.tasks == [] and answer.claim_error == "internal"
+    assert answer.retry_after_ms == 1000
+    assert held(valkey, "a", got) == [False, False]
+
+
+def test_under_max_leased_the_acked_leases_make_room(tq):
+    """The queue-wide reservations of the acked leases go back before the claim takes its
+    own (on a cluster, after the drop and before the claim's round trip)."""
+    tq.put_queue(QUEUE, {"max_leased": 2})
+    enqueued(tq, "a", 8)
+    # (a plain ack first loads the drop's scripts: a drop Valkey did not know runs again
+    # after the claim it went with, which then finds the reservations still held)
+    tq.ack(QUEUE, tq.claim(QUEUE, max=2))
+    got = tq.claim(QUEUE, max=2)
+    assert tq.claim(QUEUE, max=2) == []  # (full)
+    answer = tq.ack_and_claim(QUEUE, got, max=2)
+    assert len(answer.acked) == 2 and len(answer.tasks) == 2, answer
+    again = tq.ack_and_claim(QUEUE, answer.tasks, max=2)
+    assert len(again.tasks) == 2
+
+
+def test_a_claim_that_waits_sends_the_drop_before_it_waits(tq, valkey: redis.Redis):
+    enqueued(tq, "a", 2)
+    got = tq.claim(QUEUE, max=2)
+    tq.pause(QUEUE)
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(
+        tq.ack_and_claim(QUEUE, got, ClaimRequest(max=2, wait_seconds=3))))
+    thread.start()
+    try:
+        eventually(lambda: held(valkey, "a", got) == [False, False], timeout=1.5,
+                   what="the leases still held while the claim waits")
+        assert not done  # (still waiting)
+    finally:
+        thread.join(timeout=10)
+    [answer] = done
+    assert len(answer.acked) == 2 and answer.tasks == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -885,16 +886,18 @@ class ClusterClient(RedisCluster):
         if error is not redis.exceptions.TimeoutError)
 
 
-class Ride:
-    """A lease drop held back within ``WarmTier.riding``, to go at the front of the next
-    round trip the tier makes on the same thread (an ack's drop riding with the claim that
-    follows it: logic/ack_claim.py).
+class HeldDrop:
+    """A lease drop held back within ``WarmTier.holding_drop``, to go at the front of the
+    next round trip the tier makes on the same thread (an ack's drop sent with the claim
+    that follows it: logic/ack_claim.py).
 
-    | what happened                          | ``error``                                   |
-    | -------------------------------------- | ------------------------------------------- |
-    | the drop went and was answered         | None                                        |
-    | a drop's error reply (as ``release_pairs`` raises it) | that error                   |
-    | the round trip it rode in failed       | that round trip's error (the drop may have run) |
+    | what happened                                   | ``error``                        |
+    | ----------------------------------------------- | -------------------------------- |
+    | the drop went and was answered                  | None                             |
+    | a drop's error reply (as ``release_pairs``      | that error                       |
+    | raises it)                                      |                                  |
+    | the round trip it went in failed, and so did    | the second failure (the first    |
+    | the drop sent again alone                       | may have run it)                 |
     """
 
     __slots__ = ("commands", "error", "settle")
@@ -924,8 +927,8 @@ class WarmTier:
         self.info_refused = False
         from tierq.dal.throughput import ThroughputCounts  # it reads this module's scripts
         self.throughput: ThroughputCounts = ThroughputCounts(self)
-        # the drop held to ride along on this thread (``riding``)
-        self._riding = threading.local()
+        # the lease drop held on this thread (``holding_drop``)
+        self._held = threading.local()
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False,
@@ -977,7 +980,7 @@ class WarmTier:
     def run_script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script registered on this tier's client, on the master of its keys' slot;
         ``WarmTierUnavailable`` / ``WarmTierFull`` when Valkey cannot answer."""
-        ride: Ride | None = getattr(self._riding, "ride", None)
+        ride: HeldDrop | None = getattr(self._held, "drop", None)
         if ride is not None and ride.commands is not None:
             reply = self._along(ride, [("EVALSHA", script.sha, len(keys), *keys, *args)])[0]
             if isinstance(reply, NoScriptError):  # (Valkey lost its scripts: loaded, run)
@@ -1005,8 +1008,8 @@ class WarmTier:
         server; in cluster mode one per master their keys' slots live on (sent to all of
         them before any reply is read). An error reply is returned in its place, not
         raised; ``WarmTierUnavailable`` when Valkey does not answer. A drop held to ride
-        along (``riding``) goes first in the same round trip."""
-        ride: Ride | None = getattr(self._riding, "ride", None)
+        (``holding_drop``) goes first in the same round trip."""
+        ride: HeldDrop | None = getattr(self._held, "drop", None)
         if ride is not None and ride.commands is not None:
             return self._along(ride, commands)
         return self._pipeline(commands)
@@ -1030,42 +1033,56 @@ class WarmTier:
             return list(pipe.execute(raise_on_error=False))
 
     @contextmanager
-    def riding(self) -> Iterator[Ride]:
-        """Within the block, the first lease drop of ``release_pairs`` made on this thread
-        that carries no answers and no pushes is held, not sent: it goes at the front of
-        the next script call or pipeline the tier makes on this thread, one round trip for
-        both. One still held when the block ends is sent then, alone. Whatever the drop's
-        replies raise is kept in the ``Ride`` (``error``), not raised where it rode: the
-        caller raises it (logic/ack_claim.py)."""
-        if getattr(self._riding, "ride", None) is not None:
-            raise RuntimeError("a drop already rides on this thread")
-        ride = Ride()
-        self._riding.ride = ride
+    def holding_drop(self) -> Iterator[HeldDrop]:
+        """Within the block, a lease drop ``release_pairs`` makes on this thread, carrying no
+        answers and no pushes (and, in cluster mode, no reservations to give back), is held
+        while none is, not sent: it goes at the front of the next script call or pipeline
+        the tier makes on this thread, one round trip for both. Should that round trip
+        fail, the drop is sent again alone. One still held when the block ends is sent
+        then, alone. Whatever the drop's replies raise is kept in the ``HeldDrop``
+        (``error``), not raised where it went: the caller raises it
+        (logic/ack_claim.py)."""
+        if getattr(self._held, "drop", None) is not None:
+            raise RuntimeError("a lease drop is held on this thread already")
+        held = HeldDrop()
+        self._held.drop = held
         try:
-            yield ride
+            yield held
         finally:
-            self._riding.ride = None
-            if ride.commands is not None:
-                with suppress(Exception):  # (kept in ride.error for the caller)
-                    self._along(ride, [])
+            self._held.drop = None
+            if held.commands is not None:
+                with suppress(Exception):  # (kept in held.error for the caller)
+                    self._along(held, [])
+                if held.error is not None and sys.exc_info()[0] is not None:
+                    # (the block's own error goes up: this one is only told)
+                    log.warning("a held lease drop failed after its block failed: %s",
+                                held.error)
 
-    def _along(self, ride: Ride, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """The replies of ``commands``, sent after the drop ``ride`` holds in one round
-        trip; the drop's replies handled by its own code, its error kept in ``ride``. When
-        the round trip fails, the error is kept and raised."""
-        held, settle = ride.commands, ride.settle
-        assert held is not None and settle is not None
-        ride.commands = ride.settle = None
+    def _along(self, held: HeldDrop, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies of ``commands``, sent after the drop ``held`` keeps in one round trip;
+        the drop's replies handled by its own code, its error kept in ``held``. When that
+        round trip fails, the drop is sent again alone (each lease is dropped by its token:
+        a drop run twice drops it once), then the round trip's error is raised."""
+        drop, settle = held.commands, held.settle
+        assert drop is not None and settle is not None
+        held.commands = held.settle = None
         try:
-            replies = self._pipeline([*held, *commands])
+            replies = self._pipeline([*drop, *commands])
         except Exception as exc:
-            ride.error = exc
+            held.error = exc
+            if commands:
+                try:
+                    settle(self._pipeline(drop))
+                except Exception as again:
+                    held.error = again
+                else:
+                    held.error = None
             raise
         try:
-            settle(replies[:len(held)])
+            settle(replies[:len(drop)])
         except Exception as exc:
-            ride.error = exc
-        return replies[len(held):]
+            held.error = exc
+        return replies[len(drop):]
 
     def server_time(self, key: str) -> float:
         """The server's clock (epoch seconds); in cluster mode the clock of the master that
@@ -1785,9 +1802,9 @@ class WarmTier:
         before the first error of a drop is raised. Returns how many leases each pair
         dropped, in order (a pair without members sends nothing). ``answers``: a
         committer's answers and pass sent last in the same round trip (their outcome kept
-        in it; not sent when no pair has members). Within ``riding``, a drop without
-        answers or pushes is held to ride with the next round trip: it returns zeros then,
-        and its error goes to the ``Ride``."""
+        in it; not sent when no pair has members). Within ``holding_drop``, a drop it may
+        hold goes with the next round trip instead: it returns zeros then, and its error
+        goes to the ``HeldDrop``."""
         sha = self.scripts[LeaseDrop.SCRIPT].sha
         calls: list[LeaseDrop] = []
         spans: list[int] = []  # each pair's drop calls, in order
@@ -1809,9 +1826,12 @@ class WarmTier:
         if then is not None and self.calls is not None:
             after = [("EVALSHA", self.scripts[then.name].sha, len(then.keys), *then.keys,
                       *then.args)]
-        ride: Ride | None = getattr(self._riding, "ride", None)
-        if ride is not None and (ride.commands is not None or answers is not None or pushes):
-            ride = None  # (one drop rides; answers and pushes are read right after it)
+        ride: HeldDrop | None = getattr(self._held, "drop", None)
+        if ride is not None and (ride.commands is not None or answers is not None or pushes
+                                 or (then is not None and self.calls is None)):
+            # (one drop is held; answers and pushes are read right after it; in cluster
+            # mode the reservations go back after the drop, before the next claim's take)
+            ride = None
         if len(calls) == 1 and not acked and not after and not marked and not pushes \
                 and answers is None and ride is None:
             alone = self.call(calls[0])  # (a lone drop: no pipeline)
@@ -1837,7 +1857,7 @@ class WarmTier:
             return self._dropped(queue, replies, calls, spans, marked, counts, notes, after,
                                  then, pushes, answers, answered)
 
-        if ride is not None:  # (held: it rides with the next round trip, ``riding``)
+        if ride is not None:  # (held: it goes with the next round trip, ``holding_drop``)
             ride.commands, ride.settle = commands, settle
             return [0] * len(drops)
         return settle(self.pipeline(commands))

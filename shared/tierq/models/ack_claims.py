@@ -3,7 +3,7 @@
 (:mod:`tierq.models.lease_envelopes`), which the claim function imports at its cold start
 without the ack's outcomes."""
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from tierq.models.lease_outcomes import AckResult
 from tierq.models.leases import ClaimedTask
@@ -31,7 +31,18 @@ class AckAnswer(AckResult):
 
 class AckClaimResult(AckAnswer):
     """The answer of an ack that claims the next tasks (logic/ack_claim.py): the ack's
-    outcome, then the claim's."""
+    outcome, then the claim's. ``failed_pairs`` (not a field): how many tenants' pairs
+    the claim went on past (a claim's ``failed_pairs``, for the metrics)."""
+
+    _failed_pairs: int = PrivateAttr(default=0)
+
+    @property
+    def failed_pairs(self) -> int:
+        return self._failed_pairs
+
+    @failed_pairs.setter
+    def failed_pairs(self, value: int) -> None:
+        self._failed_pairs = value
 
     tasks: list[ClaimedTask] = Field(default_factory=list,
                                      description="The tasks claimed after the ack, in claim "

@@ -19,5 +19,3 @@ class ClaimResults(Envelope):
                     "is worth it (the next token of a rate; for a count, the earliest lease "
                     "end, at most 1000 ms, since an ack frees capacity at once). Left out when "
                     "no limit cut the claim.")
-
-

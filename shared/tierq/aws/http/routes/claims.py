@@ -2,14 +2,13 @@
 to ``wait_seconds`` for some). Without a tenant, claims rotate fairly across the queue's
 tenants; a caller pinned to a tenant claims only from it.
 
-The answer fits Lambda's 6 MB response limit as the runtime sends it (CLAIM_RESPONSE_BUDGET,
-sized in lua/claim.lua), and it is given before the function's or the HTTP API's timeout
-(``claim_cut_off``, ``answer_margin``): a claim never leases tasks it does not hand out."""
+The answer fits Lambda's 6 MB response limit as the runtime sends it, and it is given before
+the function's or the HTTP API's timeout (tierq.aws.http.claim_bounds): a claim never leases
+tasks it does not hand out."""
 
 from __future__ import annotations
 
-import time
-from typing import Annotated, Any
+from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -17,11 +16,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
+from tierq.aws.http.claim_bounds import CLAIM_RESPONSE_BUDGET, claim_answer_by
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.params import QueuePath
 from tierq.aws.runtime import default_engine, engine
-from tierq.core.sizing import RESPONSE_BODY_BUDGET, body_cost
 
 # claim_replay (with the claim path and the leases): every request of this function runs
 # it, so it is imported at the cold start (and so in a SnapStart snapshot), not on the first
@@ -31,51 +30,6 @@ from tierq.models import ClaimRequest
 from tierq.models.lease_envelopes import ClaimResults
 
 router = Router()
-
-# What the tasks of one claim may cost in the response body as the Lambda runtime sends it
-# (tierq.core.sizing.body_cost; the envelope around the body is reserved in RESPONSE_BODY_BUDGET),
-# less the body's own wrapper around the list. Tasks beyond it stay in line for the next
-# claim; the first task always comes (a payload is at most 256 KiB: ~0.5 MB at most here).
-CLAIM_RESPONSE_BUDGET = RESPONSE_BODY_BUDGET - body_cost(
-    b'{"tasks":[],"retry_after_ms":18446744073709551615}')
-# API Gateway's HTTP API answers 503 to a request its integration has not answered in 30 s.
-HTTP_API_TIMEOUT = 30.0
-# Seconds kept between a claim's last pop and the cut-off, to turn up to 6 MB of tasks into
-# the response (models, Powertools' encoder, orjson) and for the runtime to encode and send
-# it: measured at ~0.25 s on one core of the development machine, taken twice, and scaled
-# to the function's share of a vCPU (Lambda gives one vCPU at 1769 MB, 0.29 at the
-# template's 512 MB: 2.2 s then), plus a fixed part for sending 6 MB.
-ANSWER_SECONDS_PER_VCPU = 0.5
-ANSWER_SECONDS_FIXED = 0.5
-ONE_VCPU_MB = 1769
-
-
-def answer_margin(lambda_context: Any) -> float:
-    """How long before the cut-off a claim stops popping (the margin documented above)."""
-    memory_mb = getattr(lambda_context, "memory_limit_in_mb", None)
-    try:
-        share = min(1.0, int(memory_mb) / ONE_VCPU_MB) if memory_mb else 1.0
-    except (TypeError, ValueError):
-        share = 1.0
-    return ANSWER_SECONDS_FIXED + ANSWER_SECONDS_PER_VCPU / max(share, 0.01)
-
-
-def claim_cut_off(lambda_context: Any, event: dict[str, Any]) -> float | None:
-    """When this request is cut off, as a ``time.monotonic()`` instant: the function's
-    remaining time (``get_remaining_time_in_millis``), and the HTTP API's 30 s counted from
-    when the gateway received the request (``requestContext.timeEpoch``; a time outside the
-    last 30 s, from a skewed clock or a stored event, counts as now). None without either."""
-    now = time.monotonic()
-    limits: list[float] = []
-    remaining_ms = getattr(lambda_context, "get_remaining_time_in_millis", None)
-    if callable(remaining_ms):
-        limits.append(now + remaining_ms() / 1000)
-    received_ms = (event.get("requestContext") or {}).get("timeEpoch")
-    if isinstance(received_ms, int | float) and not isinstance(received_ms, bool):
-        age = time.time() - received_ms / 1000
-        limits.append(now + HTTP_API_TIMEOUT - (age if 0 <= age < HTTP_API_TIMEOUT else 0))
-    return min(limits) if limits else None
-
 
 @router.post(
     "/v1/queues/<queue>/claims",
@@ -118,9 +72,7 @@ def claim_tasks(
 def _claim(queue: str, claim: ClaimRequest,
            idempotency_key: str | None) -> Response[ClaimResults]:
     tierq = engine()
-    lambda_context = router.lambda_context
-    cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
-    answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
+    answer_by = claim_answer_by(router.lambda_context, request.current_event().raw_event)
     # keyed: the engine keeps the claim's leases with the key (claim_replay); a repeat
     # gets the first answer's tasks still leased, rebuilt
     outcome = tierq.claim_outcome(queue, claim, max_bytes=CLAIM_RESPONSE_BUDGET,

@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from tierq.aws import metrics
 from tierq.aws.http import idempotency, request
+from tierq.aws.http.claim_bounds import CLAIM_RESPONSE_BUDGET, claim_answer_by
 from tierq.aws.http.errors import responses
 from tierq.aws.http.idempotency import IdempotencyKeyHeader
 from tierq.aws.http.lease_bodies import (
@@ -127,20 +128,12 @@ def _ack_and_claim(queue: str, mine: list[AckItem], rejected: list[Rejection],
     bounds: its tasks fit one Lambda response beside the ack's outcome, and the claim stops
     in time to answer before the function's or the HTTP API's cut-off. Keyed, a repeat
     answers the ack's kept outcome and claims nothing."""
-    from tierq.aws.http.routes.claims import (  # (the claim's bounds: this route's only)
-        CLAIM_RESPONSE_BUDGET,
-        answer_margin,
-        claim_cut_off,
-    )
-
     tenant = request.check_tenant(next_claim.tenant, "claim.tenant")
     claim = next_claim.request()
     if tenant != claim.tenant:
         claim = claim.model_copy(update={"tenant": tenant})
     tierq = engine()
-    lambda_context = router.lambda_context
-    cut_off = claim_cut_off(lambda_context, request.current_event().raw_event)
-    answer_by = None if cut_off is None else cut_off - answer_margin(lambda_context)
+    answer_by = claim_answer_by(router.lambda_context, request.current_event().raw_event)
     # (the ack's outcome comes before the tasks in the body: at most 500 ids and
     # rejections, sized at their most, as the runtime would encode them)
     room = CLAIM_RESPONSE_BUDGET - body_cost(orjson.dumps(
@@ -151,8 +144,12 @@ def _ack_and_claim(queue: str, mine: list[AckItem], rejected: list[Rejection],
     try:
         answer.rejected.extend(rejected)
         if not answer.idempotent_replay:
-            metrics.count_queue(default_engine().ctx, queue, {"Acked": len(answer.acked),
-                                                              "Claimed": len(answer.tasks)})
+            counts = {"Acked": len(answer.acked), "Claimed": len(answer.tasks)}
+            if answer.failed_pairs:  # (as the claim route counts them: an outage shows)
+                counts["ClaimPairsFailed"] = answer.failed_pairs
+            if answer.claim_error is not None:
+                counts["AckClaimsFailed"] = 1
+            metrics.count_queue(default_engine().ctx, queue, counts)
         return idempotency.answer(answer, answer.idempotent_replay)
     except BaseException:
         tierq.give_back(queue, answer.tasks)  # (leased but not answered: back in line)
