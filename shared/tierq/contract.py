@@ -192,7 +192,7 @@ class QueueEngine(Protocol):
                       **fields: Any) -> AckClaimResult:
         """Ack ``items``, then claim the next tasks, in one call (logic/ack_claim.py): a
         failed claim leaves the ack done and says why (``claim_error``). Keyed, a repeat
-        answers the ack's kept outcome and claims nothing."""
+        answers the first answer again, its tasks still leased, and leases nothing more."""
         ...
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,

@@ -330,8 +330,8 @@ class Tierq(Deployment):
         """Ack ``items`` as ``ack`` does, then claim as ``claim_outcome`` does with ``request``
         (or its ``fields``), in one call whose ack's lease drop rides in the claim's first
         round trip (logic/ack_claim.py). A failed claim does not undo the ack: the answer
-        has no tasks and says why (``claim_error``). Keyed, a repeat answers the ack's kept
-        outcome and claims nothing (``ack_claim.keyed``)."""
+        has no tasks and says why (``claim_error``). Keyed, a repeat answers the first
+        answer again, its tasks still leased, and leases nothing more (``ack_claim.keyed``)."""
         item = lease_models.AckItem
         kinds = (item, lease_models.ClaimedTask)
         models = [i if isinstance(i, kinds) else item.model_validate(i) for i in items]
@@ -340,9 +340,8 @@ class Tierq(Deployment):
             "ack_and_claim", queue, idempotency_key, caller, body_fingerprint,
             lambda: {"acks": idempotency.models_body(models),
                      "claim": claim.model_dump(mode="json")})
-        return ack_claim.keyed(self.ctx, call, lambda: ack_claim.ack_and_claim(
-            self.ctx, queue, models, claim, max_bytes=max_bytes, answer_by=answer_by),
-            lambda tasks: self.give_back(queue, tasks))
+        return ack_claim.keyed(self, queue, call, lambda: ack_claim.ack_and_claim(
+            self.ctx, queue, models, claim, max_bytes=max_bytes, answer_by=answer_by))
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

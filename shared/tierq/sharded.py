@@ -614,7 +614,7 @@ class ShardedTierq(Deployment):
         """``ack`` then ``claim_outcome``: on one shard in one call whose drop rides with
         the claim (``Tierq.ack_and_claim``); over several, the ack on the items' homes, then
         the claim over the shards (logic/ack_claim.py says what a failed claim answers).
-        Keyed, a repeat answers the ack's kept outcome and claims nothing."""
+        Keyed, a repeat answers the first answer again, its tasks still leased."""
         request = request or ClaimRequest(**fields)
         if len(self.engines) == 1:
             return self.engines[self.default_shard].ack_and_claim(
@@ -627,10 +627,9 @@ class ShardedTierq(Deployment):
                           lambda: {"acks": models_body(models),
                                    "claim": request.model_dump(mode="json")})
         return ack_claim.keyed(
-            self.engines[self.default_shard].ctx, call,
+            self, queue, call,
             lambda: ack_claim.then_claim(queue, self.ack(queue, models), lambda: (
-                self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by))),
-            lambda tasks: self.give_back(queue, tasks))
+                self.claim_outcome(queue, request, max_bytes=max_bytes, answer_by=answer_by))))
 
     def nack(self, queue: str, items: Sequence[NackItem | Mapping[str, Any]], *,
              idempotency_key: str | None = None, caller: Caller | None = None,

@@ -8,8 +8,8 @@ the same request (tierq.aws.http.routes.leases, logic/ack_claim.py).
 | a pinned caller                         | its own tasks only; another tenant named 403 |
 | claim.wait_seconds (no claim of an ack  | 422 naming the field, nothing acked          |
 | waits)                                  |                                              |
-| a keyed repeat                          | the ack's kept outcome, no tasks, nothing    |
-|                                         | claimed                                      |
+| a keyed repeat                          | the first answer again: the ack's outcome,   |
+|                                         | the same tasks and tokens; nothing leased    |
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def test_a_waiting_claim_is_422_and_acks_nothing(call: Invoke,
     assert leased(pg) == 2
 
 
-def test_a_keyed_repeat_answers_the_ack_and_claims_nothing(call: Invoke,
-                                                           pg: psycopg.Connection[Any]) -> None:
+def test_a_keyed_repeat_answers_the_first_answer_again(call: Invoke,
+                                                       pg: psycopg.Connection[Any]) -> None:
     enqueue(call, 6)
     first = claimed(call, 2)
     body = {"acks": acks(first), "claim": {"max": 2}}
@@ -94,6 +94,7 @@ def test_a_keyed_repeat_answers_the_ack_and_claims_nothing(call: Invoke,
     assert again.status == 200, again.body
     assert again.headers.get("idempotent-replayed") == "true"
     assert sorted(again.body["acked"]) == sorted(once.body["acked"])
-    assert again.body["tasks"] == []
+    assert [(t["id"], t["lease_token"]) for t in again.body["tasks"]] == \
+        [(t["id"], t["lease_token"]) for t in once.body["tasks"]]
     assert leased(pg) == 4  # (two acked; the repeat leased nothing more)
     assert len(claimed(call, 10)) == 2

@@ -739,9 +739,8 @@ class Operations:
         that fails after the ack leaves it done: no tasks, ``claim_error`` and
         ``retry_after_ms`` say why and when to claim again. The claim never long-polls
         (``claim`` does). The call's retries reuse one ``Idempotency-Key``: a repeat after
-        a lost answer gets the ack's outcome and no tasks (the first answer's tasks are
-        back in line once their leases end). Past 500 acks, the first go as plain acks and
-        the last 500 with the claim."""
+        a lost answer gets the first answer again, its tasks with the same leases. Past
+        500 acks, the first go as plain acks and the last 500 with the claim."""
         options = _validated(ClaimOptions, {"max": max, "lease_seconds": lease_seconds,
                                             "tenant": tenant, "worker": worker}, "")
         items = _items(AckItem, [AckItem(id=i.id, lease_token=i.lease_token)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tierq.errors import TierqError, Unavailable
-from tierq.logic import claim, idempotency, leases
+from tierq.logic import claim, claim_replay, idempotency, leases
 from tierq.logic.claim import ClaimOutcome
 from tierq.logic.context import Context
 from tierq.logic.idempotency import KeyedCall
@@ -37,9 +38,12 @@ from tierq.models.ack_claims import AckClaimResult
 from tierq.models.lease_outcomes import AckItem, AckResult
 from tierq.models.leases import ClaimedTask, ClaimRequest
 
+if TYPE_CHECKING:
+    from tierq.contract import Deployment
+
 log = logging.getLogger(__name__)
 
-# What a keyed ack-and-claim keeps of its answer: the ack's outcome (``keyed``).
+# What a keyed ack-and-claim keeps of its answer beside its claim's record (``keyed``).
 ACK_FIELDS = {"acked", "rejected", "cancelled"}
 # When to claim again after a claim failed with an error that names no wait of its own.
 RETRY_AFTER_FAILED_MS = 1000
@@ -99,16 +103,23 @@ def then_claim(queue: str, acked: AckResult,
     return answer
 
 
-def keyed(ctx: Context, call: KeyedCall | None, work: Callable[[], AckClaimResult],
-          give_back: Callable[[list[ClaimedTask]], None]) -> AckClaimResult:
-    """``work`` (an ack and its claim) once per key: the ack's outcome is kept, and a
-    repeat answers it, marked a replay, without tasks and without claiming. A claim's tasks
-    are not kept: a repeat that leased again would leave the first answer's tasks leased
-    with nobody to run them, so the first answer's tasks, when it was lost, are back in
-    line when their leases end. Should keeping the outcome fail, the claimed tasks are
-    given back (``give_back``) before the error goes up."""
-    answer, replayed = idempotency.once_in_valkey(
-        ctx, call, work, load=AckClaimResult.model_validate,
-        record=lambda got: (got.model_dump(mode="json", include=ACK_FIELDS), None),
-        undo=lambda got: give_back(got.tasks))
-    return answer.as_replay() if replayed else answer
+def keyed(deployment: Deployment, queue: str, call: KeyedCall | None,
+          work: Callable[[], AckClaimResult]) -> AckClaimResult:
+    """``work`` (an ack and its claim) once per key: the ack's outcome is kept, with the
+    claim's tasks as a keyed claim keeps them (``claim_replay.record_of``); a repeat
+    answers, marked a replay, the ack's outcome and those of the first answer's tasks still
+    leased with the same tokens (``claim_replay.replay``), and leases nothing more. Should
+    keeping the record fail, the claimed tasks are given back before the error goes up."""
+    ctx = deployment.engines[deployment.default_shard].ctx
+
+    def replayed(kept: Any) -> AckClaimResult:
+        answer = AckClaimResult.model_validate({k: kept[k] for k in ACK_FIELDS if k in kept})
+        answer.tasks = deployment.replay_claim(queue, kept["claim"])
+        return answer.as_replay()
+
+    answer, _ = idempotency.once_in_valkey(
+        ctx, call, work, load=replayed,
+        record=lambda got: ({**got.model_dump(mode="json", include=ACK_FIELDS),
+                             "claim": claim_replay.record_of(got.tasks)}, None),
+        undo=lambda got: deployment.give_back(queue, got.tasks))
+    return answer

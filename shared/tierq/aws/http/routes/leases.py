@@ -98,9 +98,9 @@ def check_results(acks: Sequence[AckItem]) -> None:
                 "request): the answer adds tasks (and retry_after_ms as a claim's). A claim "
                 "that fails then does not undo the ack: the answer says claim_error and "
                 "retry_after_ms. The claim does not wait: a long poll is a claim of its "
-                "own. With an Idempotency-Key, a repeat answers the ack's outcome as first "
-                "given and claims nothing (the first answer's tasks, if it was lost, are "
-                "back in line when their leases end).",
+                "own. With an Idempotency-Key, a repeat answers the first answer again: the "
+                "ack's outcome and the tasks still leased with the same tokens, leasing "
+                "nothing more.",
     operation_id="ackTasks",
     tags=["leases"],
     responses=responses("Which tasks were acked and which were rejected; with claim, the "
@@ -127,7 +127,7 @@ def _ack_and_claim(queue: str, mine: list[AckItem], rejected: list[Rejection],
     """An ack that claims the next tasks (``Tierq.ack_and_claim``), within the claim route's
     bounds: its tasks fit one Lambda response beside the ack's outcome, and the claim stops
     in time to answer before the function's or the HTTP API's cut-off. Keyed, a repeat
-    answers the ack's kept outcome and claims nothing."""
+    answers the first answer again (``ack_claim.keyed``)."""
     tenant = request.check_tenant(next_claim.tenant, "claim.tenant")
     claim = next_claim.request()
     if tenant != claim.tenant:
