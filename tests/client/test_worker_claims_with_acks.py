@@ -8,6 +8,8 @@ wire through a recording proxy in front of the real local API.
 | ``claim_with_acks=False``              | no ack carries a claim                       |
 | the stop comes while such an ack is    | the tasks it brought are released, never     |
 | under way                              | started, no attempt counted                  |
+| an API that refuses the claim (a 4xx)  | the acks again without it, results kept; the |
+|                                        | worker claims apart from then on             |
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import json
 import threading
 from typing import Any
 
-from tests.client.scripted_server import DroppingProxy
+from tests.client.scripted_server import DroppingProxy, Reply, ScriptedServer
 from tests.client.test_worker_stop import recorded  # noqa: F401 (a fixture)
 from tests.support.local_api import QueueNames
 from tierq.client import Client
 from tierq.client.core import Send
 from tierq.client.worker import Worker
+from tierq.client.worker.ledger import Ack, HeldLease, report
 from tierq.models import ClaimedTask
 
 ONE_CLIENT = True  # the Worker takes a blocking Client (the AsyncWorker: tests/worker)
@@ -97,3 +100,26 @@ def test_tasks_an_ack_brings_after_the_stop_are_released_not_started(
     assert (stats.claimed, stats.acked, stats.released) == (2, 1, 1), stats
     tasks = {t.payload: t for t in api.claim(queue, max=5)}
     assert sorted(tasks) == [1, 2] and tasks[1].attempt == 1  # (released: no attempt)
+
+
+def test_an_ack_whose_claim_is_refused_goes_again_without_it(scripted: ScriptedServer) -> None:
+    """An API that does not take ``claim`` (deployed before it) answers 422 naming it: the
+    acks go again, with their results, without the claim, and the claim is marked refused
+    (``Worker._reported`` then stops sending claims with acks)."""
+    task = ClaimedTask.model_validate({
+        "id": "018f0000-0000-7000-8000-000000000001", "queue": "q", "tenant": "t",
+        "key": None, "priority": 0, "payload": 1, "attempt": 1, "max_attempts": 3,
+        "lease_token": "t~abc~1~1", "lease_expires_at": "2026-11-30T00:00:00Z",
+        "redelivered": False, "enqueued_at": "2026-11-30T00:00:00Z"})
+    lease = HeldLease(task, 0.0, outcome=Ack({"kept": True}))
+    scripted.script(
+        Reply(422, {"error": {"code": "invalid_input", "message": "claim: not permitted",
+                              "details": [{"field": "claim", "message": "not permitted"}]}}),
+        Reply(200, {"acked": [str(task.id)], "rejected": []}))
+    claim: dict[str, Any] = {"max": 1, "lease_seconds": 30, "tenant": None, "worker": "w"}
+    with Client(scripted.url) as client:
+        tally, claimed = client._run(report(client, "q", "w", [lease], claim))
+    assert (tally.acked, claimed, claim.get("refused")) == (1, [], True)
+    first, again = (json.loads(r.body) for r in scripted.received)
+    assert "claim" in first and "claim" not in again
+    assert again["acks"][0]["result"] == {"kept": True}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.client.scripted_server import DroppingProxy
+from tests.client.test_worker_claims_with_acks import acks_with_claims
 from tests.client.test_worker_stop import posts
 from tests.support.local_api import QueueNames
 from tests.support.polling import eventually
@@ -212,6 +213,32 @@ def test_the_concurrency_limit_is_honoured(api: Client, api_url: str,
     stats = run_worker(api_url, queue, handle, concurrency=3, wait_seconds=0.5, burst=True)
     assert (stats.claimed, stats.acked) == (24, 24)
     assert most[0] == 3  # reached, never passed
+    assert unfinished(api, queue) == 0
+
+
+def test_a_busy_worker_s_acks_claim_the_slots_they_free(
+        recorded: DroppingProxy, api: Client, names: QueueNames) -> None:
+    """``claim_with_acks``: the acks' claims seen on the wire; never more leases held than
+    ``concurrency`` (the claim loop and the reporter reserve their slots in the ledger)."""
+    queue = names["acks-claim"]
+    api.enqueue(queue, [{"payload": i} for i in range(40)])
+    held: list[int] = []
+    worker: list[AsyncWorker] = []
+
+    async def handle(task: ClaimedTask) -> Any:
+        held.append(worker[0].held)
+        await asyncio.sleep(0)
+        return None
+
+    async def main() -> WorkerStats:
+        async with AsyncClient(recorded.url) as client:
+            worker.append(AsyncWorker(client, queue, handle, concurrency=4, burst=True,
+                                      wait_seconds=1, install_signal_handlers=False))
+            return await worker[0].run()
+
+    stats = asyncio.run(main())
+    assert (stats.claimed, stats.acked) == (40, 40)
+    assert acks_with_claims(recorded) >= 1 and max(held) <= 4
     assert unfinished(api, queue) == 0
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # What a keyed ack-and-claim keeps of its answer beside its claim's record (``keyed``).
-ACK_FIELDS = {"acked", "rejected", "cancelled"}
+KEPT_FIELDS = {"acked", "rejected", "cancelled", "retry_after_ms", "claim_error"}
 # When to claim again after a claim failed with an error that names no wait of its own.
 RETRY_AFTER_FAILED_MS = 1000
 
@@ -105,21 +105,21 @@ def then_claim(queue: str, acked: AckResult,
 
 def keyed(deployment: Deployment, queue: str, call: KeyedCall | None,
           work: Callable[[], AckClaimResult]) -> AckClaimResult:
-    """``work`` (an ack and its claim) once per key: the ack's outcome is kept, with the
-    claim's tasks as a keyed claim keeps them (``claim_replay.record_of``); a repeat
+    """``work`` (an ack and its claim) once per key: the answer is kept, the claim's tasks
+    as a keyed claim keeps them (``claim_replay.record_of``); a repeat
     answers, marked a replay, the ack's outcome and those of the first answer's tasks still
     leased with the same tokens (``claim_replay.replay``), and leases nothing more. Should
     keeping the record fail, the claimed tasks are given back before the error goes up."""
     ctx = deployment.engines[deployment.default_shard].ctx
 
     def replayed(kept: Any) -> AckClaimResult:
-        answer = AckClaimResult.model_validate({k: kept[k] for k in ACK_FIELDS if k in kept})
-        answer.tasks = deployment.replay_claim(queue, kept["claim"])
+        answer = AckClaimResult.model_validate({k: kept[k] for k in KEPT_FIELDS if k in kept})
+        answer.tasks = deployment.replay_claim(queue, kept.get("claim") or {"tasks": []})
         return answer.as_replay()
 
     answer, _ = idempotency.once_in_valkey(
         ctx, call, work, load=replayed,
-        record=lambda got: ({**got.model_dump(mode="json", include=ACK_FIELDS),
+        record=lambda got: ({**got.model_dump(mode="json", include=KEPT_FIELDS),
                              "claim": claim_replay.record_of(got.tasks)}, None),
         undo=lambda got: deployment.give_back(queue, got.tasks))
     return answer

@@ -194,7 +194,9 @@ class AsyncWorker(WorkerBase):
                 self._slot_freed.clear()
                 await _until(self._slot_freed, 0.2)
                 continue
-            options = self._claim_options(free)
+            options = self._claim_options()
+            if options is None:  # (a claim riding with acks took the slots meanwhile)
+                continue
             try:
                 tasks = await self.client.claim(self.queue, **options)
             except TierqError as exc:

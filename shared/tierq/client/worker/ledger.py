@@ -385,7 +385,8 @@ class Ledger:
     def unfinished(self) -> list[HeldLease]:
         """At the end of the grace: the leases without an outcome, marked let go (no heartbeat
         from now on, a late outcome dropped)."""
-        out = [lease for lease in self.held.values() if lease.outcome is None]
+        out = [lease for lease in self.held.values()
+               if lease.outcome is None and not lease.let_go]  # (let go: being released)
         for lease in out:
             lease.let_go = True
         return out
@@ -451,8 +452,8 @@ def report(client: Operations, queue: str, name: str, batch: list[HeldLease],
     acks = [lease for lease in batch if isinstance(lease.outcome, Ack)]
     nacks = [lease for lease in batch if isinstance(lease.outcome, Nack)]
     claimed: list[ClaimedTask] = []
-    if acks:
-        claimed = yield from _send_acks(client, queue, name, acks, tally, claim=claim)
+    # (the nacks first: the acks' claim comes last, its tasks started as soon as it answers,
+    # and the nacked leases' room is free for it)
     if nacks:
         try:
             result = yield from Operations.nack.steps(client, queue,
@@ -468,6 +469,8 @@ def report(client: Operations, queue: str, name: str, batch: list[HeldLease],
                 if rejection.id not in result.cancelled:
                     log.warning("worker %s: nack of task %s refused (%s)", name,
                                 rejection.id, rejection.reason)
+    if acks:
+        claimed = yield from _send_acks(client, queue, name, acks, tally, claim=claim)
     return tally, claimed
 
 
@@ -483,12 +486,20 @@ def _send_acks(client: Operations, queue: str, name: str, acks: list[HeldLease],
         if claim is None:
             result: AckResult = yield from Operations.ack.steps(client, queue, items)
         else:
-            along = yield from Operations.ack_and_claim.steps(client, queue, items, **claim)
+            options = {k: v for k, v in claim.items() if k != "refused"}
+            along = yield from Operations.ack_and_claim.steps(client, queue, items, **options)
             result, claimed = along, along.tasks
             if along.claim_error is not None:  # (the claim loop claims again)
                 log.info("worker %s: the claim riding with an ack failed (%s)", name,
                          along.claim_error)
     except ApiError as exc:
+        if claim is not None and 400 <= exc.status < 500 and exc.status != 429:
+            # (the claim may be what was refused: an API without it, or options it does
+            # not take; the acks go again without it, and the worker claims apart)
+            log.warning("worker %s: an ack with a claim was refused (%s); acking without "
+                        "the claim, and claiming apart from now on", name, exc)
+            claim["refused"] = True
+            return (yield from _send_acks(client, queue, name, acks, tally, with_result))
         if exc.status >= 500 or exc.status == 429 or not with_result:
             report_failed(name, "ack", acks, exc, tally)
         elif len(acks) > 1:
@@ -645,29 +656,30 @@ class WorkerBase:
             self._ledger.provisional = False
         log.info("worker %s: lease %ds (the queue's)", self.name, view.settings.lease_seconds)
 
-    def _current_lease(self) -> int:
-        with self._cond:
-            assert self._ledger.lease_seconds is not None
-            return self._ledger.lease_seconds
-
     def _free(self) -> int:
         """Slots no lease holds and no claim under way may fill."""
         with self._cond:
             return self.concurrency - len(self._ledger.held) - self._ledger.claiming
 
-    def _claim_options(self, free: int) -> dict[str, Any]:
-        """The arguments of a claim for ``free`` slots, with the current lease; those slots
-        are the claim's until ``_claimed`` or ``_unclaimed``."""
-        n = min(free, MAX_CLAIM)
+    def _claim_options(self) -> dict[str, Any] | None:
+        """The arguments of a claim for the free slots (``_free``, counted and reserved at
+        once: the reporter's claims reserve too), with the current lease; those slots are
+        the claim's until ``_claimed`` or ``_unclaimed``. None when no slot is free."""
         with self._cond:
+            n = min(MAX_CLAIM, self.concurrency - len(self._ledger.held)
+                    - self._ledger.claiming)
+            if n <= 0:
+                return None
             self._ledger.claiming += n
-        return {"max": n, "lease_seconds": self._current_lease(), "tenant": self.tenant,
+            lease_seconds = self._ledger.lease_seconds
+        return {"max": n, "lease_seconds": lease_seconds, "tenant": self.tenant,
                 "worker": self.name, "wait_seconds": self.wait_seconds}
 
     def _unclaimed(self, options: dict[str, Any]) -> None:
         """A claim for these options failed: its slots are free again."""
         with self._cond:
             self._ledger.claiming -= options["max"]
+            self._dropped()
 
     def _claim_along(self, batch: list[HeldLease]) -> dict[str, Any] | None:
         """The claim to send with a report's acks (``Client.ack_and_claim``), for the slots
@@ -800,8 +812,12 @@ class WorkerBase:
             if claim is not None:
                 self._unclaimed(claim)
             raise
-        late = self._stopping.is_set()
+        if claim is not None and claim.get("refused"):
+            self.claim_with_acks = False
         with self._cond:
+            # (read under the lock: a stop's ``unfinished`` either sees these leases or
+            # comes after they were taken as let go)
+            late = self._stopping.is_set()
             self._ledger.stats.add(tally)
             self._ledger.drop(batch)
             held: list[HeldLease] = []

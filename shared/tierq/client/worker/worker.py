@@ -260,7 +260,9 @@ class Worker(WorkerBase):
                 with self._cond:
                     self._cond.wait(timeout=0.2)
                 continue
-            options = self._claim_options(free)
+            options = self._claim_options()
+            if options is None:  # (a claim riding with acks took the slots meanwhile)
+                continue
             try:
                 tasks = self.client.claim(self.queue, **options)
             except TierqError as exc:
