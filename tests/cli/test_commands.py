@@ -168,9 +168,12 @@ def test_claim_ack_and_nack(tierq: Tierq, api: Client, names: QueueNames) -> Non
     [third] = [t for t in api.running(queue) if str(t.id) not in (first["id"], second["id"])]
     assert table.exit_code == 0 and str(third.id) in table.stdout
 
-    acked = tierq("ack", queue, first["id"], first["lease_token"], "--result", '{"ok": true}')
+    api.enqueue(queue, [{"payload": {"n": 3}}])
+    acked = tierq("ack", queue, first["id"], first["lease_token"], "--result", '{"ok": true}',
+                  "--claim", "2", "--json")
     assert acked.exit_code == 0, acked.output
     assert api.get_task(queue, first["id"]).result == {"ok": True}
+    assert [t["payload"] for t in json_of(acked)] == [{"n": 3}]  # (the ack claimed it)
     again = tierq("ack", queue, first["id"], first["lease_token"])
     assert again.exit_code == 1 and "not_owner" in again.stderr
 
@@ -267,6 +270,7 @@ def test_cancel_marks_a_running_task_cancelled(tierq: Tierq, api: Client,
     ["claim", "q", "--wait", "30"],
     ["ack", "q", "not-a-uuid", "token"],
     ["ack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--result", "{oops"],
+    ["ack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--claim", "0"],
     ["nack", "q", "01a2010d-0000-7000-8000-000000000001", "t", "--retry-in", "-1"],
     ["release", "q", "not-a-uuid", "token"],
 ])

@@ -108,19 +108,43 @@ def register(app: typer.Typer) -> None:
         lease_token: Annotated[str, typer.Argument(help="The lease token from the claim.")],
         result: Annotated[str | None, typer.Option(
             help="A result to keep with the task (JSON).", show_default=False)] = None,
+        claim_next: Annotated[int | None, typer.Option(
+            "--claim", min=1, max=500, help="Then claim up to this many tasks in the same "
+                                            "request (printed as `tierq claim` prints them).",
+            show_default=False)] = None,
+        worker: Annotated[str, typer.Option(
+            help="Worker name shown on the leases --claim takes.")] = "cli",
         url: UrlOption = "http://127.0.0.1:3000",
         token: TokenOption = None,
         sigv4: SigV4Option = False,
         aws_region: RegionOption = None,
+        as_json: JsonOption = False,
     ) -> None:
-        """Finish a claimed task.
+        """Finish a claimed task, and with --claim claim the next ones in the same request.
 
-        Exit 1 when the API refuses it (lease lost or expired)."""
+        Exit 1 when the API refuses the ack (lease lost or expired); the tasks --claim took
+        are printed first. A claim that failed after the ack is told, exit 0."""
         item = {"id": task_id, "lease_token": lease_token}
         if result is not None:
             item["result"] = parse_json(result, "--result")
         with api_client(url, token, sigv4, aws_region) as api:
-            outcome = api.ack(queue, [item])
+            if claim_next is None:
+                outcome = api.ack(queue, [item])
+                tasks = None
+            else:
+                outcome = along = api.ack_and_claim(queue, [item], max=claim_next,
+                                                    worker=worker)
+                tasks = along.tasks
+                if along.claim_error is not None:
+                    console.print(f"[yellow]the claim failed[/] ({along.claim_error}); "
+                                  "claim again later", highlight=False)
+        if tasks is not None:
+            if as_json:
+                print_json([t.model_dump(mode="json") for t in tasks])
+            elif tasks:
+                out.print(claims_table(tasks))
+            else:
+                console.print(f"no task ready in {queue!r}", highlight=False)
         if outcome.rejected:
             refused(outcome.rejected, "ack")
         console.print(f"acked {task_id}", highlight=False)
