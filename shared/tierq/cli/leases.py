@@ -68,6 +68,16 @@ def refused(rejected: list[Rejection], what: str) -> None:
     fail(f"{len(rejected)} {what}(s) refused")
 
 
+def print_claimed(queue: str, tasks: list[ClaimedTask], as_json: bool) -> None:
+    """Claimed tasks with their lease tokens: JSON, a table, or that none was ready."""
+    if as_json:
+        print_json([t.model_dump(mode="json") for t in tasks])
+    elif tasks:
+        out.print(claims_table(tasks))
+    else:
+        console.print(f"no task ready in {queue!r}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def claim(
@@ -94,12 +104,7 @@ def register(app: typer.Typer) -> None:
         with api_client(url, token, sigv4, aws_region) as api:
             tasks = api.claim(queue, max=max_tasks, lease_seconds=lease_seconds,
                               tenant=tenant, worker=worker, wait_seconds=wait)
-        if as_json:
-            print_json([t.model_dump(mode="json") for t in tasks])
-        elif tasks:
-            out.print(claims_table(tasks))
-        else:
-            console.print(f"no task ready in {queue!r}", highlight=False)
+        print_claimed(queue, tasks, as_json)
 
     @app.command()
     def ack(
@@ -139,12 +144,7 @@ def register(app: typer.Typer) -> None:
                     console.print(f"[yellow]the claim failed[/] ({along.claim_error}); "
                                   "claim again later", highlight=False)
         if tasks is not None:
-            if as_json:
-                print_json([t.model_dump(mode="json") for t in tasks])
-            elif tasks:
-                out.print(claims_table(tasks))
-            else:
-                console.print(f"no task ready in {queue!r}", highlight=False)
+            print_claimed(queue, tasks, as_json)
         if outcome.rejected:
             refused(outcome.rejected, "ack")
         console.print(f"acked {task_id}", highlight=False)
