@@ -13,10 +13,13 @@ the claim's first round trip, and each failure answered as the module's table sa
 | a claim error of no ``TierqError``    | ``claim_error`` internal; the ack stands        |
 | the queue's ``max_leased`` full       | the acked leases make room for the claim        |
 | a claim that waits                    | the drop is sent before the wait                |
+| the block holding the drop raises      | the drop sent; its own failure logged, the      |
+|                                       | block's error raised                            |
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -174,3 +177,19 @@ def test_a_claim_that_waits_sends_the_drop_before_it_waits(tq, valkey: redis.Red
         thread.join(timeout=10)
     [answer] = done
     assert len(answer.acked) == 2 and answer.tasks == []
+
+
+def test_a_block_that_raises_sends_its_drop_and_tells_of_its_failure(
+        tq, valkey: redis.Redis, caplog: pytest.LogCaptureFixture):
+    enqueued(tq, "a", 4)
+    got = tq.claim(QUEUE, ClaimRequest(max=2, tenant="a"))
+    with pytest.raises(ValueError, match="the block's"), tq.ctx.warm.holding_drop():
+        tq.ack(QUEUE, got[:1])
+        raise ValueError("the block's own error")
+    assert held(valkey, "a", got) == [False, True]  # (the drop went, alone)
+    valkey.set(PairKeys.of(QUEUE, "a").progress, "not a hash")
+    with caplog.at_level(logging.WARNING, logger="tierq"), \
+            pytest.raises(ValueError, match="again"), tq.ctx.warm.holding_drop():
+        tq.ack(QUEUE, got[1:])
+        raise ValueError("again")
+    assert any("held lease drop failed" in r.getMessage() for r in caplog.records)

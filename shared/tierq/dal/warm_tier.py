@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1048,15 +1047,21 @@ class WarmTier:
         self._held.drop = held
         try:
             yield held
-        finally:
-            self._held.drop = None
-            if held.commands is not None:
-                with suppress(Exception):  # (kept in held.error for the caller)
-                    self._along(held, [])
-                if held.error is not None and sys.exc_info()[0] is not None:
-                    # (the block's own error goes up: this one is only told)
-                    log.warning("a held lease drop failed after its block failed: %s",
-                                held.error)
+        except BaseException:
+            self._send_held(held)
+            if held.error is not None:  # (the block's own error goes up: this one is told)
+                log.warning("a held lease drop failed after its block failed: %s",
+                            held.error)
+            raise
+        self._send_held(held)
+
+    def _send_held(self, held: HeldDrop) -> None:
+        """``holding_drop``'s end: the drop still held, if any, sent alone; its error kept
+        in ``held``."""
+        self._held.drop = None
+        if held.commands is not None:
+            with suppress(Exception):  # (kept in held.error for the caller)
+                self._along(held, [])
 
     def _along(self, held: HeldDrop, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """The replies of ``commands``, sent after the drop ``held`` keeps in one round trip;
