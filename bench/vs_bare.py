@@ -17,6 +17,8 @@ run, on the same private servers.
 
     .venv/bin/python -m bench.vs_bare --ack-and-claim # and workers that ack and claim in
                                                       # one call
+    .venv/bin/python -m bench.vs_bare --floor         # and the least any two-store queue
+                                                      # does per task
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
@@ -59,7 +61,11 @@ would leave PostgreSQL, without the cost of gathering them. ``--tierq-setting FI
 (``tierq-engine+<field>=<value>``): a setting's effect measured side by side.
 ``--ack-and-claim`` adds tierq's engine whose consumers ack a batch and claim the next in
 one call (``tierq-engine+ack-and-claim``, ``Tierq.ack_and_claim``); its claim latency is
-that of the claims made alone.
+that of the claims made alone. ``--floor`` adds ``two-store-floor``
+(bench/systems/two_store_floor.py): a queue keeping tierq's contract with PostgreSQL and
+Valkey each doing the least they can per task, and none of its features; it prints
+``floor_ratio_vs_bare_<shape>=`` and ``floor_pg_cpu_vs_bare_<shape>=`` before the last
+lines: how far any design with two stores can go on these cores.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -100,6 +106,7 @@ from bench.systems.batch_sketch import BatchRowsSketch
 from bench.systems.hot_sketch import HotTableSketch
 from bench.systems.log_sketch import LogSlotsSketch
 from bench.systems.tierq_engine import TierqEngine
+from bench.systems.two_store_floor import TwoStoreFloor
 from bench.vs_peers import Runs, alternate, rate
 
 TIERQ = "tierq-engine"
@@ -107,6 +114,7 @@ BARE = "bare-table"
 # the designs' sketches (--sketch), by the letter of docs/design-rotating-tables.md
 SKETCHES: dict[str, type[TierqEngine]] = {"a": HotTableSketch, "b": LogSlotsSketch,
                                           "c": BatchRowsSketch}
+FLOOR = TwoStoreFloor.name
 PHASES = ("enqueue", "drain", "e2e")
 
 
@@ -198,6 +206,11 @@ class ShapeResult:
                                                                 rate(bare, "e2e"))
                 out[f"sketch_{letter}_pg_cpu_vs_bare"] = divided(pg_with_apart(sketch),
                                                                  cpu_part(bare, "postgres"))
+        floor = self.runs.get(FLOOR)
+        if floor is not None:
+            out["floor_ratio_vs_bare"] = divided(rate(floor, "e2e"), rate(bare, "e2e"))
+            out["floor_pg_cpu_vs_bare"] = divided(cpu_part(floor, "postgres"),
+                                                  cpu_part(bare, "postgres"))
         for name, runs in self.runs.items():
             out[name] = {
                 **{f"{p}_per_s": rate(runs, p) for p in PHASES},
@@ -235,6 +248,9 @@ def print_shape(result: ShapeResult) -> None:
                 f"{fmt_ratio(f[f'sketch_{letter}_pg_cpu_vs_bare'])}"
                 + (" (with its work after the phases)"
                    if f[SKETCHES[letter].name]["pg_us_apart"] is not None else ""))
+    if "floor_ratio_vs_bare" in f:
+        say(f"two-store floor / bare: end-to-end {fmt_ratio(f['floor_ratio_vs_bare'])}, "
+            f"PostgreSQL CPU per task {fmt_ratio(f['floor_pg_cpu_vs_bare'])}")
 
 
 def print_summary(results: list[ShapeResult]) -> None:
@@ -261,7 +277,7 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
               statements: bool, profile_root: Path | None,
               sketches: Sequence[str] = (), bare_client_us: float = 0.0,
               ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None,
-              ack_and_claim: bool = False) -> ShapeResult:
+              ack_and_claim: bool = False, floor: bool = False) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
     systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
@@ -274,6 +290,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
                                    named_settings=True))
     if ack_and_claim:
         systems.append(TierqEngine(workload=shape.workload, ack_and_claim=True))
+    if floor:
+        systems.append(TwoStoreFloor(workload=shape.workload))
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -351,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack-and-claim", action="store_true",
                         help="also run tierq's engine whose consumers ack a batch and claim "
                              "the next in one call (Tierq.ack_and_claim)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run the least any queue with PostgreSQL as its system of "
+                             "record and Valkey as its dispatcher does per task "
+                             "(bench/systems/two_store_floor.py)")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -368,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     # one fork server for the systems' worker processes, holding their modules
     process_context(tuple(dict.fromkeys(
         TierqEngine.preload + BareTable.preload
+        + (TwoStoreFloor.preload if args.floor else ())
         + tuple(m for letter in sketches for m in SKETCHES[letter].preload))))
 
     with tempfile.TemporaryDirectory(prefix="tierq-vs-bare-") as scratch:
@@ -387,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                                  sketches=sketches, bare_client_us=args.bare_client_us,
                                  ack_claims=args.ack_claims,
                                  tierq_settings=tierq_settings,
-                                 ack_and_claim=args.ack_and_claim)
+                                 ack_and_claim=args.ack_and_claim, floor=args.floor)
                        for shape in shapes]
         for result in results:
             print_shape(result)
@@ -420,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
                          + ("nan" if value is None else f"{value:.0f}"))
     for key in [f"sketch_{letter}_{figure}" for letter in SKETCHES
                 for figure in ("ratio_vs_bare", "pg_cpu_vs_bare")]:
+        for r in results:
+            if key in r.figures():
+                value = r.figures()[key]
+                lines.append(f"{key}_{r.shape.name}="
+                             + ("nan" if value is None else f"{value:.2f}"))
+    for key in [f"floor_{figure}" for figure in ("ratio_vs_bare", "pg_cpu_vs_bare")]:
         for r in results:
             if key in r.figures():
                 value = r.figures()[key]
