@@ -18,7 +18,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --ack-and-claim # and workers that ack and claim in
                                                       # one call
     .venv/bin/python -m bench.vs_bare --floor         # and the least any two-store queue
-                                                      # does per task
+                                                      # does per task (--floor batches:
+                                                      # with a row per batch)
 
 Shapes (``--shapes``; every one enqueues in batches of 500):
 
@@ -61,11 +62,14 @@ would leave PostgreSQL, without the cost of gathering them. ``--tierq-setting FI
 (``tierq-engine+<field>=<value>``): a setting's effect measured side by side.
 ``--ack-and-claim`` adds tierq's engine whose consumers ack a batch and claim the next in
 one call (``tierq-engine+ack-and-claim``, ``Tierq.ack_and_claim``); its claim latency is
-that of the claims made alone. ``--floor`` adds ``two-store-floor``
+that of the claims made alone. ``--floor [rows|batches]`` (rows by default; repeat it for
+both) adds ``two-store-floor`` or ``two-store-floor+batch-rows``
 (bench/systems/two_store_floor.py): a queue keeping tierq's contract with PostgreSQL and
-Valkey each doing the least they can per task, and none of its features; it prints
-``floor_ratio_vs_bare_<shape>=`` and ``floor_pg_cpu_vs_bare_<shape>=`` before the last
-lines: how far any design with two stores can go on these cores.
+Valkey each doing the least they can per task, and none of its features, its PostgreSQL
+rows one per task or one per enqueued batch (its sweep after the phases added); it prints
+``floor_ratio_vs_bare_<shape>=`` and ``floor_pg_cpu_vs_bare_<shape>=`` (or
+``floor_batches_…``) before the last lines: how far a design with two stores can go on
+these cores.
 
 The last lines are ``ratio_vs_bare_<shape>=`` (end-to-end rate, tierq ÷ bare) for every
 shape run, then ``pg_cpu_vs_bare_<shape>=`` (PostgreSQL CPU per task, tierq ÷ bare).
@@ -114,7 +118,9 @@ BARE = "bare-table"
 # the designs' sketches (--sketch), by the letter of docs/design-rotating-tables.md
 SKETCHES: dict[str, type[TierqEngine]] = {"a": HotTableSketch, "b": LogSlotsSketch,
                                           "c": BatchRowsSketch}
-FLOOR = TwoStoreFloor.name
+# the two-store floors (--floor), by what their PostgreSQL rows hold: their figures' prefix
+# and whether their rows are per batch
+FLOORS = {"rows": ("floor", False), "batches": ("floor_batches", True)}
 PHASES = ("enqueue", "drain", "e2e")
 
 
@@ -206,11 +212,12 @@ class ShapeResult:
                                                                 rate(bare, "e2e"))
                 out[f"sketch_{letter}_pg_cpu_vs_bare"] = divided(pg_with_apart(sketch),
                                                                  cpu_part(bare, "postgres"))
-        floor = self.runs.get(FLOOR)
-        if floor is not None:
-            out["floor_ratio_vs_bare"] = divided(rate(floor, "e2e"), rate(bare, "e2e"))
-            out["floor_pg_cpu_vs_bare"] = divided(cpu_part(floor, "postgres"),
-                                                  cpu_part(bare, "postgres"))
+        for prefix, batch_rows in FLOORS.values():
+            floor = self.runs.get(TwoStoreFloor(batch_rows=batch_rows).name)
+            if floor is not None:
+                out[f"{prefix}_ratio_vs_bare"] = divided(rate(floor, "e2e"), rate(bare, "e2e"))
+                out[f"{prefix}_pg_cpu_vs_bare"] = divided(pg_with_apart(floor),
+                                                          cpu_part(bare, "postgres"))
         for name, runs in self.runs.items():
             out[name] = {
                 **{f"{p}_per_s": rate(runs, p) for p in PHASES},
@@ -248,9 +255,12 @@ def print_shape(result: ShapeResult) -> None:
                 f"{fmt_ratio(f[f'sketch_{letter}_pg_cpu_vs_bare'])}"
                 + (" (with its work after the phases)"
                    if f[SKETCHES[letter].name]["pg_us_apart"] is not None else ""))
-    if "floor_ratio_vs_bare" in f:
-        say(f"two-store floor / bare: end-to-end {fmt_ratio(f['floor_ratio_vs_bare'])}, "
-            f"PostgreSQL CPU per task {fmt_ratio(f['floor_pg_cpu_vs_bare'])}")
+    for kind, (prefix, batch_rows) in FLOORS.items():
+        if f"{prefix}_ratio_vs_bare" in f:
+            say(f"two-store floor ({kind}) / bare: end-to-end "
+                f"{fmt_ratio(f[f'{prefix}_ratio_vs_bare'])}, PostgreSQL CPU per task "
+                f"{fmt_ratio(f[f'{prefix}_pg_cpu_vs_bare'])}"
+                + (" (with its sweep after the phases)" if batch_rows else ""))
 
 
 def print_summary(results: list[ShapeResult]) -> None:
@@ -277,7 +287,7 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
               statements: bool, profile_root: Path | None,
               sketches: Sequence[str] = (), bare_client_us: float = 0.0,
               ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None,
-              ack_and_claim: bool = False, floor: bool = False) -> ShapeResult:
+              ack_and_claim: bool = False, floors: Sequence[str] = ()) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
     systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
@@ -290,8 +300,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
                                    named_settings=True))
     if ack_and_claim:
         systems.append(TierqEngine(workload=shape.workload, ack_and_claim=True))
-    if floor:
-        systems.append(TwoStoreFloor(workload=shape.workload))
+    systems += [TwoStoreFloor(workload=shape.workload, batch_rows=FLOORS[kind][1])
+                for kind in floors]
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
                      timeout=timeout, statements=statements, detail=True)
@@ -369,10 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack-and-claim", action="store_true",
                         help="also run tierq's engine whose consumers ack a batch and claim "
                              "the next in one call (Tierq.ack_and_claim)")
-    parser.add_argument("--floor", action="store_true",
+    parser.add_argument("--floor", action="append", nargs="?", const="rows",
+                        choices=list(FLOORS), default=[],
                         help="also run the least any queue with PostgreSQL as its system of "
                              "record and Valkey as its dispatcher does per task "
-                             "(bench/systems/two_store_floor.py)")
+                             "(bench/systems/two_store_floor.py), with a row per task "
+                             "(rows, the default) or per enqueued batch (batches); repeat "
+                             "for both")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -410,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
                                  sketches=sketches, bare_client_us=args.bare_client_us,
                                  ack_claims=args.ack_claims,
                                  tierq_settings=tierq_settings,
-                                 ack_and_claim=args.ack_and_claim, floor=args.floor)
+                                 ack_and_claim=args.ack_and_claim,
+                                 floors=list(dict.fromkeys(args.floor)))
                        for shape in shapes]
         for result in results:
             print_shape(result)
@@ -448,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
                 value = r.figures()[key]
                 lines.append(f"{key}_{r.shape.name}="
                              + ("nan" if value is None else f"{value:.2f}"))
-    for key in [f"floor_{figure}" for figure in ("ratio_vs_bare", "pg_cpu_vs_bare")]:
+    for key in [f"{prefix}_{figure}" for prefix, _ in FLOORS.values()
+                for figure in ("ratio_vs_bare", "pg_cpu_vs_bare")]:
         for r in results:
             if key in r.figures():
                 value = r.figures()[key]

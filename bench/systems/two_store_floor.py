@@ -1,5 +1,6 @@
-"""``two-store-floor``: the least any queue with PostgreSQL as its system of record and
-Valkey as its dispatcher can do per task, measured beside tierq and the bare table.
+"""``two-store-floor`` and ``two-store-floor+batch-rows``: the least any queue with
+PostgreSQL as its system of record and Valkey as its dispatcher can do per task, measured
+beside tierq and the bare table.
 
 A benchmark system, not a product path: it answers "could a second store beat the bare
 ``FOR UPDATE SKIP LOCKED`` table at all on this machine, and by how much?" (issue 29). It
@@ -7,9 +8,10 @@ keeps the contract tierq's design must keep and nothing else:
 
 * every unfinished task is a row in PostgreSQL, committed before Valkey hears of it;
 * a claim leases from Valkey alone, under a token, with an expiry in a sorted set;
-* an ack's delete is committed in PostgreSQL before its lease is dropped.
+* an ack is committed in PostgreSQL before its lease is dropped.
 
-Each store does the least it can:
+Each store does the least it can, with a row per task (``two-store-floor``) or a row per
+enqueued batch (``two-store-floor+batch-rows``, ``batch_rows=True``):
 
 ==================  ======================================================================
 step                the floor's statements
@@ -22,7 +24,18 @@ claim               one script: ``LPOP … count`` from the highest priority dow
                     sorted set
 ack                 ``DELETE … WHERE id = ANY(…)`` (autocommit), then one script deleting
                     the lease's list and its expiry
+produce, batch      one row into ``fq_batches`` holding the batch's payloads (and tenants
+rows                and priorities) as arrays; a task's id is its batch's id shifted left
+                    by ``PLACE_BITS`` plus its place in it; then the elements as above
+ack, batch rows     one row into ``fq_acks`` holding the ids (a heap without an index, no
+                    arbitration: the lease's token is the only check, in Valkey), then
+                    the lease dropped as above
 ==================  ======================================================================
+
+With batch rows a sweep after the phases (``sweep``) deletes every batch whose tasks were
+all acked and the acks that finished them, as a maintenance job would; its backend's CPU
+per task is the run's PostgreSQL work apart (``pg_us_per_task_apart``), which
+``bench.vs_bare`` adds to the system's figure.
 
 It has none of tierq's tenants in the warm tier (no fair rotation: claims order by priority
 only, as the bare table's), keys, limits, attempts, dead letters, lease checks before an
@@ -68,6 +81,37 @@ PRODUCE_MIXED: LiteralString = (
     "SELECT * FROM unnest(%s::int8[], %s::text[], %s::smallint[], %s::jsonb[])")
 ACK: LiteralString = "DELETE FROM fq WHERE id = ANY(%s)"
 UNFINISHED: LiteralString = "SELECT count(*) FROM fq"
+
+BATCH_DDL: LiteralString = """
+CREATE TABLE fq_batches (id bigint PRIMARY KEY, tenants text[], priorities smallint[],
+  payloads jsonb[] NOT NULL);
+CREATE TABLE fq_acks (ids int8[] NOT NULL);
+"""
+PRODUCE_BATCH: LiteralString = "INSERT INTO fq_batches (id, payloads) VALUES (%s, %s::jsonb[])"
+PRODUCE_BATCH_MIXED: LiteralString = (
+    "INSERT INTO fq_batches (id, tenants, priorities, payloads) "
+    "VALUES (%s, %s::text[], %s::smallint[], %s::jsonb[])")
+ACK_BATCH: LiteralString = "INSERT INTO fq_acks (ids) VALUES (%s)"
+PLACE_BITS = 10  # a batch of at most 1,024 tasks
+# tasks of the batch rows not yet acked (an id acked twice counts once; 10: PLACE_BITS)
+UNFINISHED_BATCHES: LiteralString = """
+SELECT coalesce((SELECT sum(cardinality(payloads)) FROM fq_batches), 0)
+     - (SELECT count(DISTINCT id) FROM fq_acks, unnest(ids) AS id
+        WHERE id >> 10 IN (SELECT id FROM fq_batches))
+"""
+# the batches whose every task was acked (10: PLACE_BITS), deleted; then the acks (maintenance
+# would delete only the acks of finished batches; after the phases every batch is finished)
+SWEEP: LiteralString = """
+WITH acked AS (
+    SELECT id >> 10 AS batch, count(DISTINCT id) AS n FROM fq_acks, unnest(ids) AS id
+    GROUP BY 1
+),
+gone AS (
+    DELETE FROM fq_batches b USING acked a
+    WHERE b.id = a.batch AND cardinality(b.payloads) = a.n RETURNING cardinality(b.payloads)
+)
+SELECT coalesce(sum(cardinality), 0) FROM gone
+"""
 PRELOAD = ("bench.systems.two_store_floor", "psycopg", "orjson", "redis")
 
 PRIORITIES = 10
@@ -106,7 +150,8 @@ class FloorClient:
     they must on a cluster.
     """
 
-    def __init__(self, database_url: str, valkey_url: str, prefix: str = "fq") -> None:
+    def __init__(self, database_url: str, valkey_url: str, prefix: str = "fq",
+                 batch_rows: bool = False) -> None:
         import psycopg
         import redis
 
@@ -116,6 +161,7 @@ class FloorClient:
         self.ready_down = self.ready[::-1]
         self.leases = f"{prefix}:{{q}}:leases"
         self.prefix = prefix
+        self.batch_rows = batch_rows
         self._claim = self.valkey.register_script(CLAIM_LUA)
         self._drop = self.valkey.register_script(DROP_LUA)
 
@@ -130,15 +176,24 @@ class FloorClient:
     def produce(self, ids: list[int], payloads: list[bytes],
                 tenants: list[str] | None = None, priorities: list[int] | None = None
                 ) -> None:
-        """Commit the tasks' rows, then push their elements (one ``RPUSH`` per priority)."""
+        """Commit the tasks' rows (or their batch's row: ids ``batch << PLACE_BITS | place``
+        in order), then push their elements (one ``RPUSH`` per priority)."""
         texts = [raw.decode() for raw in payloads]
         elements = [n.to_bytes(ID_BYTES, "big") + raw
                     for n, raw in zip(ids, payloads, strict=True)]
-        if priorities is None:
+        if self.batch_rows:
+            batch = ids[0] >> PLACE_BITS
+            if priorities is None:
+                self.conn.execute(PRODUCE_BATCH, (batch, texts))
+            else:
+                self.conn.execute(PRODUCE_BATCH_MIXED, (batch, tenants, priorities, texts))
+        elif priorities is None:
             self.conn.execute(PRODUCE, (ids, texts))
+        else:
+            self.conn.execute(PRODUCE_MIXED, (ids, tenants, priorities, texts))
+        if priorities is None:
             self.valkey.rpush(self.ready[0], *elements)
             return
-        self.conn.execute(PRODUCE_MIXED, (ids, tenants, priorities, texts))
         by_priority: dict[int, list[bytes]] = {}
         for p, element in zip(priorities, elements, strict=True):
             by_priority.setdefault(p, []).append(element)
@@ -159,8 +214,14 @@ class FloorClient:
                 for e in got]
 
     def ack(self, claimed: Sequence[tuple[str, int, Any]]) -> int:
-        """Delete one claim's rows (committed), then drop its lease: how many rows went."""
-        deleted: int = self.conn.execute(ACK, ([task[1] for task in claimed],)).rowcount
+        """Delete one claim's rows (or append its ids to the acks), committed, then drop
+        its lease: how many tasks it finished."""
+        ids = [task[1] for task in claimed]
+        if self.batch_rows:
+            self.conn.execute(ACK_BATCH, (ids,))
+            deleted = len(ids)
+        else:
+            deleted = self.conn.execute(ACK, (ids,)).rowcount
         token = claimed[0][0]
         self._drop(keys=[self.leases, self.lease_key(token)], args=[token])
         return deleted
@@ -174,16 +235,22 @@ def floor_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     """A producer: each batch committed in ``fq``, then its elements pushed by priority."""
     import orjson
 
-    client = FloorClient(spec["database_url"], spec["valkey_url"], spec.get("prefix", "fq"))
+    client = FloorClient(spec["database_url"], spec["valkey_url"], spec.get("prefix", "fq"),
+                         spec.get("batch_rows", False))
+    size = spec.get("batch", TIERQ_ENQUEUE_BATCH)
     latencies: list[float] = []
     lo = spec["range"][0]
     rows = mixed_rows(spec, "")
     # ids unique across processes and phases without a sequence: a random prefix per process
-    base = random.Random(os.urandom(8)).getrandbits(30) << 32
+    salt = random.Random(os.urandom(8)).getrandbits(30)
     client.warm()
     sync.ready_and_wait(spec["index"])
-    for batch in batches(spec, sync, spec.get("batch", TIERQ_ENQUEUE_BATCH)):
-        ids = [base + i for i in batch]
+    for batch in batches(spec, sync, size):
+        if client.batch_rows:  # (batch.start // size grows by one a batch)
+            first = ((salt << 20) + batch.start // size) << PLACE_BITS
+            ids = [first + place for place in range(len(batch))]
+        else:
+            ids = [(salt << 32) + i for i in batch]
         raws = [orjson.dumps({"i": i}) for i in batch]
         began = time.perf_counter()
         if rows is None:
@@ -201,7 +268,8 @@ def floor_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 def floor_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     """A worker: lease a batch from Valkey, delete its rows, drop its lease, until the
     phase's tasks are finished."""
-    client = FloorClient(spec["database_url"], spec["valkey_url"], spec.get("prefix", "fq"))
+    client = FloorClient(spec["database_url"], spec["valkey_url"], spec.get("prefix", "fq"),
+                         spec.get("batch_rows", False))
     limit = spec.get("claim_batch", TIERQ_CLAIM_BATCH)
     lease_seconds = spec.get("lease_seconds", 300)
     client.warm()
@@ -216,22 +284,44 @@ def floor_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     return out
 
 
+def sweep(database_url: str) -> tuple[int, float | None]:
+    """Delete the batches whose tasks were all acked, and the acks: (tasks of the batches
+    deleted, the backend's CPU seconds for it, None where its process cannot be read)."""
+    import psycopg
+
+    from bench.measure import schedstat_ns
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+        before = schedstat_ns(pid)  # (0: not a process of this machine)
+        with conn.transaction():
+            [(tasks,)] = conn.execute(SWEEP).fetchall()
+            if conn.execute("SELECT count(*) FROM fq_batches").fetchone() == (0,):
+                conn.execute("TRUNCATE fq_acks")
+        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
+    return int(tasks), seconds
+
+
 class TwoStoreFloor(System):
     name = "two-store-floor"
     uses_valkey = True
     preload = PRELOAD
 
-    def __init__(self, workload: Workload | None = None) -> None:
+    def __init__(self, workload: Workload | None = None, batch_rows: bool = False) -> None:
         self.workload = workload
+        self.batch_rows = batch_rows
+        if batch_rows:
+            self.name = "two-store-floor+batch-rows"
 
     def prepare(self, stores: Stores) -> Prepared:
         import psycopg
 
         url = stores.fresh_database("bench_floor")
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(DDL)
+            conn.execute(BATCH_DDL if self.batch_rows else DDL)
         stores.clear_valkey()
-        spec: dict[str, Any] = {"database_url": url, "valkey_url": stores.valkey_url}
+        spec: dict[str, Any] = {"database_url": url, "valkey_url": stores.valkey_url,
+                                "batch_rows": self.batch_rows}
         if self.workload is not None:
             spec.update(self.workload.spec())
         return Prepared(self.name, spec, url)
@@ -242,5 +332,15 @@ class TwoStoreFloor(System):
     def consumer(self) -> Target:
         return floor_consume
 
+    def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
+        """With batch rows, the sweep in backend CPU microseconds per task of the batches
+        deleted; None without them, when nothing was deleted, or when its backend's CPU
+        cannot be read."""
+        if not self.batch_rows:
+            return None
+        tasks, seconds = sweep(prepared.database_url)
+        return None if not tasks or seconds is None else seconds * 1e6 / tasks
+
     def remaining(self, prepared: Prepared) -> int:
-        return count_rows(prepared.database_url, UNFINISHED)
+        return count_rows(prepared.database_url,
+                          UNFINISHED_BATCHES if self.batch_rows else UNFINISHED)

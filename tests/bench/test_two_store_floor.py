@@ -17,19 +17,31 @@ import redis
 
 from bench.phases import Sync
 from bench.systems import Workload
-from bench.systems.two_store_floor import DDL, FloorClient, floor_consume, floor_produce
+from bench.systems.two_store_floor import (
+    BATCH_DDL,
+    DDL,
+    PLACE_BITS,
+    UNFINISHED_BATCHES,
+    FloorClient,
+    floor_consume,
+    floor_produce,
+    sweep,
+)
 from tests.support.stores import scratch_database
 from tierq.local.services import LocalServices
 
 
-@pytest.fixture
-def floor(services: LocalServices, valkey_url: str) -> Iterator[tuple[FloorClient, str]]:
-    """A client over a fresh database holding ``fq``, its keys under a prefix of its own."""
+@pytest.fixture(params=[False, True], ids=["rows", "batch-rows"])
+def floor(request: pytest.FixtureRequest, services: LocalServices, valkey_url: str
+          ) -> Iterator[tuple[FloorClient, str]]:
+    """A client over a fresh database holding the floor's tables (a row per task, or per
+    batch), its keys under a prefix of its own."""
+    batch_rows: bool = request.param
     prefix = f"fqtest{uuid.uuid4().hex[:8]}"
     with scratch_database(services.postgres.url, "tierq_floor") as url:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(DDL)
-        client = FloorClient(url, valkey_url, prefix)
+            conn.execute(BATCH_DDL if batch_rows else DDL)
+        client = FloorClient(url, valkey_url, prefix, batch_rows)
         try:
             yield client, url
         finally:
@@ -40,24 +52,31 @@ def floor(services: LocalServices, valkey_url: str) -> Iterator[tuple[FloorClien
 
 
 def rows(client: FloorClient) -> int:
-    row = client.conn.execute("SELECT count(*) FROM fq").fetchone()
+    """Tasks not finished in PostgreSQL."""
+    row = client.conn.execute(UNFINISHED_BATCHES if client.batch_rows
+                              else "SELECT count(*) FROM fq").fetchone()
     assert row is not None
     return int(row[0])
 
 
 def test_a_claim_leases_the_highest_priority_first_and_an_ack_deletes_then_drops(
         floor: tuple[FloorClient, str]) -> None:
-    client, _ = floor
-    ids = list(range(1, 31))
-    client.produce(ids, [orjson.dumps({"i": i}) for i in ids], ["t"] * 30,
-                   [i % 3 for i in ids])
+    client, url = floor
+    first_id = 7 << PLACE_BITS if client.batch_rows else 0  # (batch 7, places 1..30)
+    ids = [first_id + i for i in range(1, 31)]
+    client.produce(ids, [orjson.dumps({"i": i - first_id}) for i in ids], ["t"] * 30,
+                   [(i - first_id) % 3 for i in ids])
     assert rows(client) == 30
+    if client.batch_rows:
+        stored = client.conn.execute("SELECT id, cardinality(payloads), priorities[3] "
+                                     "FROM fq_batches").fetchall()
+        assert stored == [(7, 30, 0)]
     assert sum(client.valkey.llen(key) for key in client.ready) == 30
 
     first = client.claim(12, 300)
     # the ten of priority 2 in the order they were pushed, then two of priority 1
-    assert [task[1] for task in first] == [2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 1, 4]
-    assert [task[2] for task in first] == [{"i": task[1]} for task in first]
+    assert [task[1] - first_id for task in first] == [2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 1, 4]
+    assert [task[2] for task in first] == [{"i": task[1] - first_id} for task in first]
     token = first[0][0]
     assert {task[0] for task in first} == {token}
     assert client.valkey.llen(client.lease_key(token)) == 12
@@ -67,7 +86,18 @@ def test_a_claim_leases_the_highest_priority_first_and_an_ack_deletes_then_drops
     assert rows(client) == 18
     assert not client.valkey.exists(client.lease_key(token))
     assert client.valkey.zcard(client.leases) == 0
-    assert client.ack(first) == 0  # a second ack finds no row
+    if client.batch_rows:  # an append: a second ack is recorded, and counts once
+        assert client.ack(first) == 12
+        assert rows(client) == 18
+        rest = client.claim(100, 300)
+        assert len(rest) == 18
+        client.ack(rest)
+        assert rows(client) == 0
+        assert sweep(url)[0] == 30
+        assert client.conn.execute("SELECT (SELECT count(*) FROM fq_batches), "
+                                   "(SELECT count(*) FROM fq_acks)").fetchone() == (0, 0)
+    else:
+        assert client.ack(first) == 0  # a second ack finds no row
 
 
 def test_the_floors_producers_and_workers_finish_every_task(
@@ -76,7 +106,7 @@ def test_the_floors_producers_and_workers_finish_every_task(
     client, url = floor
     ctx = multiprocessing.get_context()
     spec: dict[str, Any] = {"database_url": url, "valkey_url": valkey_url,
-                            "prefix": client.prefix,
+                            "prefix": client.prefix, "batch_rows": client.batch_rows,
                             **Workload(claim_batch=100, tenants=3, priorities=True).spec()}
     sync = Sync(ctx, 1_200)
     sync.go.set()
@@ -85,12 +115,16 @@ def test_the_floors_producers_and_workers_finish_every_task(
         assert out["enqueued"] == span[1] - span[0]
     assert rows(client) == 1_200
     tenants = client.conn.execute(
-        "SELECT count(DISTINCT tenant), count(DISTINCT priority) FROM fq").fetchone()
+        "SELECT count(DISTINCT tenant), count(DISTINCT priority) FROM fq_batches, "
+        "unnest(tenants, priorities) AS t(tenant, priority)" if client.batch_rows
+        else "SELECT count(DISTINCT tenant), count(DISTINCT priority) FROM fq").fetchone()
     assert tenants == (3, 10)
 
     done = floor_consume({**spec, "index": 2}, sync)
     assert (done["acked"], done["rejected"]) == (1_200, 0)
     assert rows(client) == 0
+    if client.batch_rows:  # 700 + 500 tasks in batches of 500: 2 + 1 rows, all swept
+        assert sweep(url)[0] == 1_200
     check = redis.Redis.from_url(valkey_url)
     assert list(check.scan_iter(match=f"{client.prefix}:*")) == []
     check.close()
