@@ -19,17 +19,18 @@ step                the floor's statements
 produce             ``INSERT`` of the batch into ``fq`` (its primary key its only index;
                     ids made by the client, so nothing is returned), then one ``RPUSH``
                     per priority of ``<id><payload>`` elements
-claim               one script: ``LPOP … count`` from the highest priority down, the
-                    elements kept in one list per lease and the lease's expiry in a
-                    sorted set
-ack                 ``DELETE … WHERE id = ANY(…)`` (autocommit), then one script deleting
-                    the lease's list and its expiry
+claim               one script: the lease of the claim acked last dropped (its list and
+                    its expiry deleted: the ack's commit came first), then ``LPOP …
+                    count`` from the highest priority down, the elements kept in one list
+                    per lease and the lease's expiry in a sorted set
+ack                 ``DELETE … WHERE id = ANY(…)`` (autocommit); its lease dropped by the
+                    next claim (a worker's loop is two round trips, as the bare table's)
 produce, batch      one row into ``fq_batches`` holding the batch's payloads (and tenants
 rows                and priorities) as arrays; a task's id is its batch's id shifted left
                     by ``PLACE_BITS`` plus its place in it; then the elements as above
 ack, batch rows     one row into ``fq_acks`` holding the ids (a heap without an index, no
-                    arbitration: the lease's token is the only check, in Valkey), then
-                    the lease dropped as above
+                    arbitration: the lease's token is the only check, in Valkey), the
+                    lease dropped as above
 ==================  ======================================================================
 
 With batch rows a sweep after the phases (``sweep``) deletes every batch whose tasks were
@@ -117,12 +118,17 @@ PRELOAD = ("bench.systems.two_store_floor", "psycopg", "orjson", "redis")
 PRIORITIES = 10
 ID_BYTES = 8
 
-# KEYS: the leases' sorted set, this lease's list, the ready lists from the highest
-# priority down. ARGV: how many, the lease's expiry, its token.
+# KEYS: the leases' sorted set, this lease's list, the list of a lease to drop first (this
+# lease's when none), the ready lists from the highest priority down. ARGV: how many, the
+# lease's expiry, its token, the token of the lease to drop ('' for none).
 CLAIM_LUA = """
+if ARGV[4] ~= '' then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[1], ARGV[4])
+end
 local want = tonumber(ARGV[1])
 local got = {}
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local need = want - #got
   if need <= 0 then break end
   local items = redis.call('LPOP', KEYS[i], need)
@@ -164,6 +170,7 @@ class FloorClient:
         self.batch_rows = batch_rows
         self._claim = self.valkey.register_script(CLAIM_LUA)
         self._drop = self.valkey.register_script(DROP_LUA)
+        self.drop_next = ""  # the token of an acked claim whose lease the next call drops
 
     def lease_key(self, token: str) -> str:
         return f"{self.prefix}:{{q}}:lease:{token}"
@@ -203,30 +210,42 @@ class FloorClient:
         pipe.execute()
 
     def claim(self, limit: int, lease_seconds: float) -> list[tuple[str, int, Any]]:
-        """Lease up to ``limit`` tasks, the highest priority first: (token, id, payload)."""
+        """Lease up to ``limit`` tasks, the highest priority first: (token, id, payload).
+        The lease of the last claim acked is dropped first, in the same script (the ack's
+        commit came before this call)."""
         import orjson
 
         token = os.urandom(8).hex()
+        lease = self.lease_key(token)
+        dropped, self.drop_next = self.drop_next, ""
         got: list[bytes] = self._claim(
-            keys=[self.leases, self.lease_key(token), *self.ready_down],
-            args=[limit, time.time() + lease_seconds, token])
+            keys=[self.leases, lease, self.lease_key(dropped) if dropped else lease,
+                  *self.ready_down],
+            args=[limit, time.time() + lease_seconds, token, dropped])
         return [(token, int.from_bytes(e[:ID_BYTES], "big"), orjson.loads(e[ID_BYTES:]))
                 for e in got]
 
     def ack(self, claimed: Sequence[tuple[str, int, Any]]) -> int:
-        """Delete one claim's rows (or append its ids to the acks), committed, then drop
-        its lease: how many tasks it finished."""
+        """Delete one claim's rows (or append its ids to the acks), committed: how many
+        tasks it finished. Its lease is dropped by the next claim, or ``drop_held``."""
         ids = [task[1] for task in claimed]
         if self.batch_rows:
             self.conn.execute(ACK_BATCH, (ids,))
             deleted = len(ids)
         else:
             deleted = self.conn.execute(ACK, (ids,)).rowcount
-        token = claimed[0][0]
-        self._drop(keys=[self.leases, self.lease_key(token)], args=[token])
+        self.drop_held()
+        self.drop_next = claimed[0][0]
         return deleted
 
+    def drop_held(self) -> None:
+        """Drop the lease an ack left for the next claim, alone."""
+        if self.drop_next:
+            token, self.drop_next = self.drop_next, ""
+            self._drop(keys=[self.leases, self.lease_key(token)], args=[token])
+
     def close(self) -> None:
+        self.drop_held()
         self.conn.close()
         self.valkey.close()
 

@@ -84,14 +84,22 @@ def test_a_claim_leases_the_highest_priority_first_and_an_ack_deletes_then_drops
 
     assert client.ack(first) == 12
     assert rows(client) == 18
+    # the lease stays until the next call drops it, after the commit
+    assert client.valkey.exists(client.lease_key(token))
+    second = client.claim(3, 300)
     assert not client.valkey.exists(client.lease_key(token))
+    assert client.valkey.zrange(client.leases, 0, -1) == [second[0][0].encode()]
+    assert client.ack(second) == 3
+    client.drop_held()
     assert client.valkey.zcard(client.leases) == 0
+    assert rows(client) == 15
     if client.batch_rows:  # an append: a second ack is recorded, and counts once
         assert client.ack(first) == 12
-        assert rows(client) == 18
+        assert rows(client) == 15
         rest = client.claim(100, 300)
-        assert len(rest) == 18
+        assert len(rest) == 15
         client.ack(rest)
+        client.drop_held()
         assert rows(client) == 0
         assert sweep(url)[0] == 30
         assert client.conn.execute("SELECT (SELECT count(*) FROM fq_batches), "
