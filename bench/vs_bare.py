@@ -7,8 +7,9 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --quick         # 2,000 tasks, 1 run (a smoke run)
 
     .venv/bin/python -m bench.vs_bare --sketch        # and design A's writes, sketched
-    .venv/bin/python -m bench.vs_bare --sketch b      # or design B's, or C's (--sketch c);
-                                                      # repeat the option for several
+    .venv/bin/python -m bench.vs_bare --sketch b      # or design B's, C's or D's (--sketch c,
+                                                      # --sketch d); repeat the option
+                                                      # for several
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
@@ -42,16 +43,18 @@ and for PostgreSQL CPU per task. ``--breakdown`` adds where a task's microsecond
 (bench/breakdown.py): statements, commits, rows and WAL per task, each statement's share,
 and the client's CPU split by stage from one more, profiled, run of each system.
 
-``--sketch [a|b|c]`` (a by default; repeat it for several) adds a system taking turns with
+``--sketch [a|b|c|d]`` (a by default; repeat it for several) adds a system taking turns with
 the two: tierq's engine with the writes of a design of docs/design-rotating-tables.md in
 place of its insert and ack statements: ``tierq-hot-sketch`` for design A (a narrow table,
 bench/systems/hot_sketch.py), ``tierq-log-sketch`` for design B (rotating slot tables whose
-acks append, bench/systems/log_sketch.py) or ``tierq-batch-sketch`` for design C (a row per
-batch whose tasks are finished by bits, bench/systems/batch_sketch.py). What B and C do
-after the phases (B's rotation, C's sweep) is measured then and added to their PostgreSQL
-CPU per task. Each prints ``sketch_<letter>_ratio_vs_bare_<shape>=`` and
-``sketch_<letter>_pg_cpu_vs_bare_<shape>=`` before the last lines: what the design would
-give end to end, measured before it is built (each module says what it leaves out).
+acks append, bench/systems/log_sketch.py), ``tierq-batch-sketch`` for design C (a row per
+batch whose tasks are finished by bits, bench/systems/batch_sketch.py) or
+``tierq-append-sketch`` for design D (a row per batch whose acks append a row of ids,
+bench/systems/append_sketch.py). What B, C and D do after the phases (B's rotation, C's
+and D's sweeps) is measured then and added to their PostgreSQL CPU per task. Each prints
+``sketch_<letter>_ratio_vs_bare_<shape>=`` and ``sketch_<letter>_pg_cpu_vs_bare_<shape>=``
+before the last lines: what the design would give end to end, measured before it is built
+(each module says what it leaves out).
 ``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
 to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's engine
@@ -105,6 +108,7 @@ from bench.stores import (
     opened_stores,
 )
 from bench.systems import System, Workload
+from bench.systems.append_sketch import AppendedAcksSketch
 from bench.systems.bare_table import BareTable
 from bench.systems.batch_sketch import BatchRowsSketch
 from bench.systems.hot_sketch import HotTableSketch
@@ -117,7 +121,7 @@ TIERQ = "tierq-engine"
 BARE = "bare-table"
 # the designs' sketches (--sketch), by the letter of docs/design-rotating-tables.md
 SKETCHES: dict[str, type[TierqEngine]] = {"a": HotTableSketch, "b": LogSlotsSketch,
-                                          "c": BatchRowsSketch}
+                                          "c": BatchRowsSketch, "d": AppendedAcksSketch}
 # the two-store floors (--floor), by what their PostgreSQL rows hold: their figures' prefix
 # and whether their rows are per batch
 FLOORS = {"rows": ("floor", False), "batches": ("floor_batches", True)}
@@ -363,8 +367,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run a design's writes sketched into tierq's engine, "
                              "taking turns with the other two: a (design A, "
                              "bench/systems/hot_sketch.py; the default), b (design B, "
-                             "bench/systems/log_sketch.py) or c (design C, "
-                             "bench/systems/batch_sketch.py); repeat for several")
+                             "bench/systems/log_sketch.py), c (design C, "
+                             "bench/systems/batch_sketch.py) or d (design D, "
+                             "bench/systems/append_sketch.py); repeat for several")
     parser.add_argument("--bare-client-us", type=float, default=0.0, metavar="N",
                         help="also run the bare table with clients spending N µs more CPU "
                              "per task (bench/systems/bare_table.py)")

@@ -11,8 +11,12 @@ prepare a fresh store, producer and consumer process targets, count what is left
 * ``tierq-hot-sketch`` (hot_sketch.py): ``tierq-engine`` with design A's insert and ack
   statements sketched in (``bench.vs_bare --sketch``): a measurement of a design, not a
   product path;
-* ``tierq-log-sketch`` (log_sketch.py) and ``tierq-batch-sketch`` (batch_sketch.py): the
-  same with design B's and design C's (``--sketch b``, ``--sketch c``).
+* ``tierq-log-sketch`` (log_sketch.py), ``tierq-batch-sketch`` (batch_sketch.py) and
+  ``tierq-append-sketch`` (append_sketch.py): the same with design B's, C's and D's
+  (``--sketch b``, ``--sketch c``, ``--sketch d``);
+* ``two-store-floor`` (two_store_floor.py): the least any queue with PostgreSQL as its
+  system of record and Valkey as its dispatcher does per task, with a row per task or per
+  batch (``bench.vs_bare --floor``).
 
 Every task is a no-op carrying a tiny JSON payload (``{"i": n}``). Each system gets its own
 fresh database on the same PostgreSQL server. This module is imported on both sides (the

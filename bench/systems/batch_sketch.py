@@ -142,29 +142,6 @@ _PAIRS = """pairs AS (
     ON CONFLICT DO NOTHING
 )"""
 
-# The sketch's tables, created in the system's fresh database after tierq's migrations.
-SCHEMA = f"""
-CREATE TABLE tierq_batches (
-    id uuid PRIMARY KEY,
-    queue text NOT NULL,
-    first_seq bigint NOT NULL,
-    tasks int NOT NULL,
-    max_attempts int NOT NULL,
-    tenants jsonb NOT NULL,
-    priorities smallint[] NOT NULL,
-    payloads jsonb NOT NULL,
-    created_at timestamptz NOT NULL
-);
-CREATE TABLE tierq_batch_done (
-    batch uuid NOT NULL,
-    tenant text NOT NULL,
-    slice smallint NOT NULL,
-    queue text NOT NULL,
-    done bit({BITS}) NOT NULL,
-    PRIMARY KEY (batch, tenant, slice)
-) WITH (fillfactor = 50);
-{pairs_table("tierq_batch_pairs")}"""
-
 # A batch's slice rows: each a tenant's SLICE tasks of the batch in their order, its done
 # bits clear at their places and set everywhere else
 _SLICES = """slices AS (
@@ -174,9 +151,11 @@ _SLICES = """slices AS (
                 %(slice_masks)s::bit(512)[]) AS s(tenant, slice, done)
 )"""
 
-QUERIES = {
-    # insert_tasks_uniform for a batch admitted warm: (first seq, tasks inserted)
-    "sketch_c_insert": f"""
+
+def insert_statement(*, slices: bool) -> str:
+    """insert_tasks_uniform for a batch admitted warm, into one batch row (and its slice
+    rows, ``slices``): (first seq, tasks inserted)."""
+    return f"""
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 ins AS (
     INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
@@ -186,12 +165,16 @@ ins AS (
     FROM b
     RETURNING tenants
 ),
-{_SLICES},
+{_SLICES + "," if slices else ""}
 {_PAIRS}
-SELECT b.seq, %(tasks)s FROM b""",
-    # insert_tasks_uniform_keyed for a batch admitted warm: the keyed rows inserted (id,
-    # seq), then (NULL, the batch's first seq)
-    "sketch_c_insert_keyed": f"""
+SELECT b.seq, %(tasks)s FROM b"""
+
+
+def insert_keyed_statement(*, slices: bool) -> str:
+    """insert_tasks_uniform_keyed for a batch admitted warm: its keyless tasks into one
+    batch row (and its slice rows, ``slices``), its keyed ones into ``tierq_tasks``; the
+    keyed rows inserted (id, seq), then (NULL, the batch's first seq)."""
+    return f"""
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 v AS MATERIALIZED (
     SELECT v.id, v.tenant, v.key, v.priority, v.payload, b.seq + v.n - 1 AS seq, v.n
@@ -212,11 +195,43 @@ ins AS (
     FROM b
     RETURNING tenants
 ),
-{_SLICES},
+{_SLICES + "," if slices else ""}
 {_PAIRS},
 {KEYED_INTO_TASKS}
 SELECT id, seq FROM keyed
-UNION ALL SELECT NULL, seq FROM b""",
+UNION ALL SELECT NULL, seq FROM b"""
+
+
+# The batch row of a sketch's tables (designs C and D)
+BATCHES_TABLE = """
+CREATE TABLE tierq_batches (
+    id uuid PRIMARY KEY,
+    queue text NOT NULL,
+    first_seq bigint NOT NULL,
+    tasks int NOT NULL,
+    max_attempts int NOT NULL,
+    tenants jsonb NOT NULL,
+    priorities smallint[] NOT NULL,
+    payloads jsonb NOT NULL,
+    created_at timestamptz NOT NULL
+);
+"""
+
+# The sketch's tables, created in the system's fresh database after tierq's migrations.
+SCHEMA = BATCHES_TABLE + f"""
+CREATE TABLE tierq_batch_done (
+    batch uuid NOT NULL,
+    tenant text NOT NULL,
+    slice smallint NOT NULL,
+    queue text NOT NULL,
+    done bit({BITS}) NOT NULL,
+    PRIMARY KEY (batch, tenant, slice)
+) WITH (fillfactor = 50);
+{pairs_table("tierq_batch_pairs")}"""
+
+QUERIES = {
+    "sketch_c_insert": insert_statement(slices=True),
+    "sketch_c_insert_keyed": insert_keyed_statement(slices=True),
     # an ack: each slice row named (batch, the lease's tenant, slice) locked and its tasks'
     # bits set; ('s', batch, tenant, slice, the bits that were clear of those asked) per
     # slice row, then ('o', id, grp) per row of its own deleted
@@ -298,55 +313,53 @@ SELECT coalesce(sum(tasks), 0) FROM batches""").fetchall()
     return int(tasks), seconds
 
 
-def sketch_store(store: Any) -> None:
-    """Swap the four statements of this process's engine store for the sketch's (the
-    module's table) and number the ids its enqueues make; every other statement stays the
-    engine's."""
+def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
+    """The parameters of a batch admitted warm whose keyless ids are one batch's, numbered
+    0, 1, …: its key, its tasks and its slice rows; None for any other."""
     import orjson
+
+    from tierq.dal.postgres import int_array, text_array
+
+    if not warm_batch(columns):
+        return None
+    ids = columns["ids"][1:-1].split(",")
+    tenants = orjson.loads(columns["tenants"])
+    slices: dict[tuple[str, int], list[int]] = {}
+    key = None
+    places = 0
+    for task_id, tenant in zip(ids, tenants, strict=True):
+        if not batch_member(task_id):
+            continue
+        batch, place, number = batch_id(task_id)
+        if key is None:
+            key = batch
+        if batch != key or place != places:
+            raise RuntimeError("a batch's keyless ids are not one batch's, in order: "
+                               "the sketch takes whole batches")
+        slices.setdefault((tenant, number), []).append(place)
+        places += 1
+    if key is None:
+        return None
+    return {"batch": key, "tasks": places,
+            "slice_tenants": text_array([t for t, _ in slices]),
+            "slice_numbers": int_array(n for _, n in slices),
+            "slice_masks": "{" + ",".join(_mask(p, clear=True)
+                                          for p in slices.values()) + "}"}
+
+
+def install_inserts(store: Any, plain_query: str, keyed_query: str) -> None:
+    """Make the store's two uniform inserts write a warm batch with ``plain_query`` and
+    ``keyed_query`` (names of ``store._sql``), and any other batch as the engine does."""
     from psycopg.rows import tuple_row
 
-    from tierq.dal.postgres import int_array, text_array, uuid_array
-    from tierq.dal.store.rows import AckedRow
-
-    mark_prepared_ids(store, "batch", number_ids)
-    store._sql = {**store._sql, **QUERIES}
     plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
-
-    def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
-        """The parameters of a batch admitted warm whose keyless ids are one batch's,
-        numbered 0, 1, …: its key, its tasks and its slice rows; None for any other."""
-        if not warm_batch(columns):
-            return None
-        ids = columns["ids"][1:-1].split(",")
-        tenants = orjson.loads(columns["tenants"])
-        slices: dict[tuple[str, int], list[int]] = {}
-        key = None
-        places = 0
-        for task_id, tenant in zip(ids, tenants, strict=True):
-            if not batch_member(task_id):
-                continue
-            batch, place, number = batch_id(task_id)
-            if key is None:
-                key = batch
-            if batch != key or place != places:
-                raise RuntimeError("a batch's keyless ids are not one batch's, in order: "
-                                   "the sketch takes whole batches")
-            slices.setdefault((tenant, number), []).append(place)
-            places += 1
-        if key is None:
-            return None
-        return {"batch": key, "tasks": places,
-                "slice_tenants": text_array([t for t, _ in slices]),
-                "slice_numbers": int_array(n for _, n in slices),
-                "slice_masks": "{" + ",".join(_mask(p, clear=True)
-                                              for p in slices.values()) + "}"}
 
     def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
                        ) -> tuple[int, int]:
         batch = batch_of(columns)
         if batch is None:
             return plain(queue, now, columns, conn=conn)
-        [(first, count)] = store._fetch("sketch_c_insert", {
+        [(first, count)] = store._fetch(plain_query, {
             "queue": queue, "now": now, **batch, **columns}, tuple_row, conn)
         return first, count
 
@@ -356,13 +369,30 @@ def sketch_store(store: Any) -> None:
         if batch is None:
             return keyed(queue, now, columns, conn=conn)
         first, inserted = 0, {}
-        for task_id, seq in store._fetch("sketch_c_insert_keyed", {
+        for task_id, seq in store._fetch(keyed_query, {
                 "queue": queue, "now": now, **batch, **columns}, tuple_row, conn):
             if task_id is None:
                 first = seq
             else:
                 inserted[task_id] = seq
         return first, inserted
+
+    store.insert_tasks_uniform = insert_uniform
+    store.insert_tasks_uniform_keyed = insert_uniform_keyed
+
+
+def sketch_store(store: Any) -> None:
+    """Swap the four statements of this process's engine store for the sketch's (the
+    module's table) and number the ids its enqueues make; every other statement stays the
+    engine's."""
+    from psycopg.rows import tuple_row
+
+    from tierq.dal.postgres import int_array, text_array, uuid_array
+    from tierq.dal.store.rows import AckedRow
+
+    mark_prepared_ids(store, "batch", number_ids)
+    store._sql = {**store._sql, **QUERIES}
+    install_inserts(store, "sketch_c_insert", "sketch_c_insert_keyed")
 
     def ack(queue: str, ids: Iterable[str], tenants: Sequence[str],
             attempts: Sequence[int], relaxed: bool) -> list[Any]:
@@ -393,8 +423,6 @@ def sketch_store(store: Any) -> None:
                         if cleared[place] == "1"]
         return out
 
-    store.insert_tasks_uniform = insert_uniform
-    store.insert_tasks_uniform_keyed = insert_uniform_keyed
     swap_acks(store, ack)
 
 

@@ -45,7 +45,8 @@ TIERQ_PRELOAD = ("bench.systems.tierq_engine", "bench.systems.tierq_http", "tier
                  "tierq.logic.tiering", "tierq.models.leases")
 UNFINISHED = "SELECT count(*) FROM tierq_tasks WHERE state IN ('delayed', 'cold', 'warm')"
 # a spec's "sketch": the module of bench/systems/ whose sketch_store the engines take
-SKETCH_MODULES = {"hot": "hot_sketch", "log": "log_sketch", "batch": "batch_sketch"}
+SKETCH_MODULES = {"hot": "hot_sketch", "log": "log_sketch", "batch": "batch_sketch",
+                  "append": "append_sketch"}
 
 
 def tierq_engine(spec: dict[str, Any]) -> Tierq:

@@ -158,6 +158,41 @@ def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
         assert shape[f"sketch_{letter}_pg_cpu_vs_bare"] == pytest.approx(pg / bare_pg)
 
 
+def test_design_d_and_the_two_store_floors_run_beside_the_two_and_print_their_ratios(
+        session_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vs_bare_floor.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
+         "--shapes", "8x10", "--sketch", "d", "--floor", "--floor", "batches",
+         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    keys = [line.partition("=")[0] for line in run.stdout.strip().splitlines()[-8:]]
+    assert keys == ["sketch_d_ratio_vs_bare_8x10", "sketch_d_pg_cpu_vs_bare_8x10",
+                    "floor_ratio_vs_bare_8x10", "floor_pg_cpu_vs_bare_8x10",
+                    "floor_batches_ratio_vs_bare_8x10", "floor_batches_pg_cpu_vs_bare_8x10",
+                    "ratio_vs_bare_8x10", "pg_cpu_vs_bare_8x10"]
+    result: dict[str, Any] = json.loads(out.read_text())
+    runs = {r["system"]: r for r in result["runs"]}
+    assert sorted(runs) == ["bare-table", "tierq-append-sketch", "tierq-engine",
+                            "two-store-floor", "two-store-floor+batch-rows"]
+    for r in runs.values():
+        assert r["drain"]["left"] == 0 and r["e2e"]["left"] == 0, r
+    assert any(note.endswith("tasks in batch rows")
+               for note in runs["tierq-append-sketch"]["notes"])
+    shape = result["shapes"]["8x10"]
+    bare_pg = shape["bare-table"]["cpu_us_per_task"]["postgres"]
+    # the sweeps after the phases are added to the figures; the row floor has none
+    for name, key in (("tierq-append-sketch", "sketch_d_pg_cpu_vs_bare"),
+                      ("two-store-floor+batch-rows", "floor_batches_pg_cpu_vs_bare")):
+        assert runs[name]["pg_us_apart"] > 0, runs[name]
+        pg = shape[name]["cpu_us_per_task"]["postgres"] + shape[name]["pg_us_apart"]
+        assert shape[key] == pytest.approx(pg / bare_pg)
+    assert runs["two-store-floor"]["pg_us_apart"] is None
+    assert shape["floor_pg_cpu_vs_bare"] == pytest.approx(
+        shape["two-store-floor"]["cpu_us_per_task"]["postgres"] / bare_pg)
+
+
 def small_runs(session_dir: Path, out: Path, *options: str) -> dict[str, Any]:
     """A run of 400 tasks with ``options``: its systems' runs by name."""
     run = subprocess.run(

@@ -1,0 +1,196 @@
+"""``tierq-append-sketch``: tierq's engine with the writes of design D sketched in: one row
+per enqueued batch, as design C's, and an ack that appends one row holding its ids instead
+of deleting a row per task or setting bits in a shared row (docs/design-rotating-tables.md,
+section 8).
+
+A benchmark system, not a product path: it answers "with tierq's engine and its other
+statements, does a row per batch whose acks only append bring PostgreSQL's CPU per task to
+half the bare table's at every shape?" before the design is built. The two-store floor
+(bench/systems/two_store_floor.py, ``--floor batches``) measured these writes without any of
+tierq; design C's sketch (bench/systems/batch_sketch.py) measured the same batch rows with
+acks that set bits, whose row locks made acks of one batch wait on each other. Each worker
+process runs the engine of ``tierq-engine`` with four of its store's statements swapped:
+
+=================================  ==========================================================
+the engine's step                  the sketch's (when)
+=================================  ==========================================================
+``enqueue.prepare``                ids that name batch and place, as design C's
+``insert_tasks_uniform``           ``sketch_d_insert``: one row into ``tierq_batches`` and
+                                   each (pair, minute) once into ``tierq_batch_pairs``, as
+                                   design C's without its slice rows (a batch admitted
+                                   warm without a time limit: the shapes' batches)
+``insert_tasks_uniform_keyed``     ``sketch_d_insert_keyed``: the keyless tasks as above,
+                                   the keyed ones into ``tierq_tasks`` as today
+``ack_delete``,                    ``sketch_d_ack``: one row into ``tierq_batch_acks``
+``ack_delete_by_attempt``          holding the batch rows' ids the ack names (attempt 1),
+                                   and the other ids deleted from ``tierq_tasks`` as today,
+                                   in the same statement; every id appended is answered
+                                   acked
+=================================  ==========================================================
+
+PostgreSQL does not arbitrate the appended acks: the lease check in Valkey (an ack of a
+lease held, marked as ending, atomically) is the only one, as it is the first today. What
+today's delete also checks — the row is still warm, its attempt not expired by the reaper
+after the check, no task waits on it — the design would have to keep another way (section
+8 says which). A task acked twice is appended twice and counted once.
+
+A sweep after the run's phases (``sweep``) deletes each batch whose ids were all acked, and
+the acks, as a maintenance job would; its backend's CPU per task is the run's PostgreSQL
+work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's figure.
+Each run's notes say how many tasks went into batch rows ("NOT THE SKETCH" when none).
+
+It leaves out, as design C's sketch does, every reader of batch rows (the reaper, the
+reconciler, a release, a nack, an expiry, a cancel, a task's GET, flows), moving a task out
+of its batch row, and deleting ``tierq_batch_pairs`` rows; behind a pooler
+(``TIERQ_DB_POOLER=transaction``) its statements are not functions: compare on direct
+connections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bench.systems import Prepared, count_rows
+from bench.systems.batch_sketch import (
+    BATCHES_TABLE,
+    batch_member,
+    insert_keyed_statement,
+    insert_statement,
+    install_inserts,
+    number_ids,
+    tasks_written,
+)
+from bench.systems.sketches import SketchedEngine, mark_prepared_ids, pairs_table, swap_acks
+from bench.systems.tierq_engine import UNFINISHED
+
+SCHEMA = BATCHES_TABLE + """
+CREATE TABLE tierq_batch_acks (
+    queue text NOT NULL,
+    ids uuid[] NOT NULL
+);
+""" + pairs_table("tierq_batch_pairs")
+
+# a batch member's id with its place (digits 16-18) and slice (21-22) zeroed: its batch's
+BATCH_OF_ID = ("(left(i::text, 15) || '000' || substr(i::text, 19, 2) || '00' "
+               "|| substr(i::text, 23))::uuid")
+
+QUERIES = {
+    "sketch_d_insert": insert_statement(slices=False),
+    "sketch_d_insert_keyed": insert_keyed_statement(slices=False),
+    # an ack: the batch members' ids appended in one row; the others' rows deleted as
+    # ack_delete_by_attempt deletes them (id, grp)
+    "sketch_d_ack": """
+WITH appended AS (
+    INSERT INTO tierq_batch_acks (queue, ids)
+    SELECT %(queue)s, %(appended)s::uuid[] WHERE cardinality(%(appended)s::uuid[]) > 0
+),
+own AS (
+    SELECT * FROM unnest(%(own_ids)s::uuid[], %(own_tenants)s::text[],
+                         %(own_attempts)s::int[]) AS o(id, tenant, attempt)
+)
+DELETE FROM tierq_tasks t USING own
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(own_ids)s::uuid[]))) AND t.id = own.id
+  AND t.queue = %(queue)s
+  AND t.tenant = own.tenant AND (t.state = 'warm') IS TRUE AND t.attempts < own.attempt
+  AND t.waiters = 0
+RETURNING t.id::text, t.grp""",
+}
+
+# tasks of batch rows whose ids no ack names (an id acked twice counts once)
+UNFINISHED_IN_BATCHES = f"""
+SELECT coalesce((SELECT sum(tasks) FROM tierq_batches), 0)
+     - (SELECT count(DISTINCT i) FROM tierq_batch_acks, unnest(ids) AS i
+        WHERE {BATCH_OF_ID} IN (SELECT id FROM tierq_batches))
+"""
+SWEEP = f"""
+WITH acked AS (
+    SELECT {BATCH_OF_ID} AS batch, count(DISTINCT i) AS n
+    FROM tierq_batch_acks, unnest(ids) AS i GROUP BY 1
+),
+gone AS (
+    DELETE FROM tierq_batches b USING acked a WHERE b.id = a.batch AND b.tasks = a.n
+    RETURNING b.tasks
+)
+SELECT coalesce(sum(tasks), 0) FROM gone
+"""
+
+
+def sweep(database_url: str) -> tuple[int, float | None]:
+    """Delete the batch rows whose ids were all acked, then the acks once no batch row is
+    left (after the phases every batch is finished): (tasks of the batch rows deleted, the
+    backend's CPU seconds for it, None where its process cannot be read)."""
+    import psycopg
+
+    from bench.measure import schedstat_ns
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+        before = schedstat_ns(pid)  # (0: not a process of this machine)
+        with conn.transaction():
+            [(tasks,)] = conn.execute(SWEEP).fetchall()
+            if conn.execute("SELECT count(*) FROM tierq_batches").fetchone() == (0,):
+                conn.execute("TRUNCATE tierq_batch_acks")
+        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
+    return int(tasks), seconds
+
+
+def sketch_store(store: Any) -> None:
+    """Swap the four statements of this process's engine store for the sketch's and number
+    the ids its enqueues make; every other statement stays the engine's."""
+    from psycopg.rows import tuple_row
+
+    from tierq.dal.postgres import int_array, text_array, uuid_array
+    from tierq.dal.store.rows import AckedRow
+
+    mark_prepared_ids(store, "append", number_ids)
+    store._sql = {**store._sql, **QUERIES}
+    install_inserts(store, "sketch_d_insert", "sketch_d_insert_keyed")
+
+    def ack(queue: str, ids: Iterable[str], tenants: Sequence[str],
+            attempts: Sequence[int], relaxed: bool) -> list[Any]:
+        appended: list[str] = []
+        own: list[tuple[str, str, int]] = []
+        for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
+            if batch_member(task_id) and attempt == 1:
+                appended.append(str(task_id))
+            else:  # (a keyed task, or one moved out of its batch row by an earlier attempt)
+                own.append((str(task_id), tenant, attempt))
+        rows = store._fetch("sketch_d_ack", {
+            "queue": queue, "appended": uuid_array(appended),
+            "own_ids": uuid_array(o[0] for o in own),
+            "own_tenants": text_array([o[1] for o in own]),
+            "own_attempts": int_array(o[2] for o in own)}, tuple_row, relaxed=relaxed)
+        return ([AckedRow(task_id, None) for task_id in dict.fromkeys(appended)]
+                + [AckedRow(task_id, grp) for task_id, grp in rows])
+
+    swap_acks(store, ack)
+
+
+class AppendedAcksSketch(SketchedEngine):
+    """tierq's engine with design D's writes sketched in (the module's docstring)."""
+
+    name = "tierq-append-sketch"
+    preload = (*SketchedEngine.preload, "bench.systems.append_sketch")
+    schema = SCHEMA
+    word = "append"
+
+    def run_notes(self, prepared: Prepared) -> list[str]:
+        """How many of the run's tasks went into batch rows: a run whose batches all took
+        the engine's statements measured today's code, not the sketch, and says so."""
+        batched, rows = tasks_written(prepared.database_url)
+        if batched == 0:
+            return [f"NOT THE SKETCH: no task of {rows:,} went into a batch row"]
+        return [f"{batched:,} of {batched + rows:,} tasks in batch rows"]
+
+    def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
+        """The sweep of the finished batch rows, in backend CPU microseconds per task of
+        the rows deleted (``sweep``); None when there was nothing to delete or its
+        backend's CPU cannot be read."""
+        tasks, seconds = sweep(prepared.database_url)
+        return None if not tasks or seconds is None else seconds * 1e6 / tasks
+
+    def remaining(self, prepared: Prepared) -> int:
+        """Unfinished tasks of ``tierq_tasks`` and of the batch rows."""
+        return (count_rows(prepared.database_url, UNFINISHED)
+                + count_rows(prepared.database_url, UNFINISHED_IN_BATCHES))
