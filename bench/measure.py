@@ -10,9 +10,10 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -282,6 +283,18 @@ def schedstat_ns(pid: int) -> int:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def backend_work(database_url: str, work: Callable[[Any], int]) -> tuple[int, float | None]:
+    """Run ``work(conn)`` on a fresh autocommit connection: (what it returns, its backend's
+    CPU seconds for it, None where that process cannot be read: a server elsewhere). A
+    benchmark's work after its phases (a sweep, a rotation) is measured so."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+        before = schedstat_ns(pid)  # (0: not a process of this machine)
+        done = work(conn)
+        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
+    return done, seconds
 
 
 PG_KINDS = ("backends", "other backends", "autovacuum", "walwriter",

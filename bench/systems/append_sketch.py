@@ -51,18 +51,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bench.systems import Prepared, count_rows
+from bench.systems import count_rows
 from bench.systems.batch_sketch import (
     BATCHES_TABLE,
+    BatchRowsSketch,
     batch_member,
     insert_keyed_statement,
     insert_statement,
     install_inserts,
     number_ids,
-    tasks_written,
 )
 from bench.systems.sketches import SketchedEngine, mark_prepared_ids, pairs_table, swap_acks
-from bench.systems.tierq_engine import UNFINISHED
 
 SCHEMA = BATCHES_TABLE + """
 CREATE TABLE tierq_batch_acks (
@@ -120,19 +119,16 @@ def sweep(database_url: str) -> tuple[int, float | None]:
     """Delete the batch rows whose ids were all acked, then the acks once no batch row is
     left (after the phases every batch is finished): (tasks of the batch rows deleted, the
     backend's CPU seconds for it, None where its process cannot be read)."""
-    import psycopg
+    from bench.measure import backend_work
 
-    from bench.measure import schedstat_ns
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
-        before = schedstat_ns(pid)  # (0: not a process of this machine)
+    def delete(conn: Any) -> int:
         with conn.transaction():
             [(tasks,)] = conn.execute(SWEEP).fetchall()
             if conn.execute("SELECT count(*) FROM tierq_batches").fetchone() == (0,):
                 conn.execute("TRUNCATE tierq_batch_acks")
-        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
-    return int(tasks), seconds
+        return int(tasks)
+
+    return backend_work(database_url, delete)
 
 
 def sketch_store(store: Any) -> None:
@@ -167,30 +163,17 @@ def sketch_store(store: Any) -> None:
     swap_acks(store, ack)
 
 
-class AppendedAcksSketch(SketchedEngine):
-    """tierq's engine with design D's writes sketched in (the module's docstring)."""
+class AppendedAcksSketch(BatchRowsSketch):
+    """tierq's engine with design D's writes sketched in (the module's docstring); its run
+    notes are design C's."""
 
     name = "tierq-append-sketch"
     preload = (*SketchedEngine.preload, "bench.systems.append_sketch")
     schema = SCHEMA
     word = "append"
 
-    def run_notes(self, prepared: Prepared) -> list[str]:
-        """How many of the run's tasks went into batch rows: a run whose batches all took
-        the engine's statements measured today's code, not the sketch, and says so."""
-        batched, rows = tasks_written(prepared.database_url)
-        if batched == 0:
-            return [f"NOT THE SKETCH: no task of {rows:,} went into a batch row"]
-        return [f"{batched:,} of {batched + rows:,} tasks in batch rows"]
+    def sweep(self, database_url: str) -> tuple[int, float | None]:
+        return sweep(database_url)
 
-    def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
-        """The sweep of the finished batch rows, in backend CPU microseconds per task of
-        the rows deleted (``sweep``); None when there was nothing to delete or its
-        backend's CPU cannot be read."""
-        tasks, seconds = sweep(prepared.database_url)
-        return None if not tasks or seconds is None else seconds * 1e6 / tasks
-
-    def remaining(self, prepared: Prepared) -> int:
-        """Unfinished tasks of ``tierq_tasks`` and of the batch rows."""
-        return (count_rows(prepared.database_url, UNFINISHED)
-                + count_rows(prepared.database_url, UNFINISHED_IN_BATCHES))
+    def unfinished_in_batches(self, database_url: str) -> int:
+        return count_rows(database_url, UNFINISHED_IN_BATCHES)

@@ -289,18 +289,7 @@ def unfinished_in_batches(database_url: str) -> int:
                                     "FROM tierq_batch_done")
 
 
-def sweep(database_url: str) -> tuple[int, float | None]:
-    """Delete the batch rows whose slice rows' bits are all set, and those slice rows, as
-    the maintenance job would: (tasks of the batch rows deleted, the backend's CPU seconds
-    for it, None where its process cannot be read)."""
-    import psycopg
-
-    from bench.measure import schedstat_ns
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
-        before = schedstat_ns(pid)  # (0: not a process of this machine)
-        [(tasks,)] = conn.execute("""
+SWEEP = """
 WITH finished AS (
     SELECT batch FROM tierq_batch_done GROUP BY batch
     HAVING bool_and(done = ~(B'0'::bit(512)))
@@ -308,9 +297,20 @@ WITH finished AS (
 slices AS (DELETE FROM tierq_batch_done d USING finished f WHERE d.batch = f.batch),
 batches AS (DELETE FROM tierq_batches b USING finished f WHERE b.id = f.batch
             RETURNING b.tasks)
-SELECT coalesce(sum(tasks), 0) FROM batches""").fetchall()
-        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
-    return int(tasks), seconds
+SELECT coalesce(sum(tasks), 0) FROM batches"""
+
+
+def sweep(database_url: str) -> tuple[int, float | None]:
+    """Delete the batch rows whose slice rows' bits are all set, and those slice rows, as
+    the maintenance job would: (tasks of the batch rows deleted, the backend's CPU seconds
+    for it, None where its process cannot be read)."""
+    from bench.measure import backend_work
+
+    def delete(conn: Any) -> int:
+        [(tasks,)] = conn.execute(SWEEP).fetchall()
+        return int(tasks)
+
+    return backend_work(database_url, delete)
 
 
 def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
@@ -442,14 +442,22 @@ class BatchRowsSketch(SketchedEngine):
             return [f"NOT THE SKETCH: no task of {rows:,} went into a batch row"]
         return [f"{batched:,} of {batched + rows:,} tasks in batch rows"]
 
+    def sweep(self, database_url: str) -> tuple[int, float | None]:
+        """The design's sweep of finished batch rows (``sweep``)."""
+        return sweep(database_url)
+
+    def unfinished_in_batches(self, database_url: str) -> int:
+        """The design's tasks of batch rows not finished (``unfinished_in_batches``)."""
+        return unfinished_in_batches(database_url)
+
     def pg_us_per_task_apart(self, prepared: Prepared) -> float | None:
         """The sweep of the finished batch rows, in backend CPU microseconds per task of
-        the rows deleted (``sweep``); None when there was nothing to delete or its
-        backend's CPU cannot be read."""
-        tasks, seconds = sweep(prepared.database_url)
+        the rows deleted; None when there was nothing to delete or its backend's CPU
+        cannot be read."""
+        tasks, seconds = self.sweep(prepared.database_url)
         return None if not tasks or seconds is None else seconds * 1e6 / tasks
 
     def remaining(self, prepared: Prepared) -> int:
         """Unfinished tasks of ``tierq_tasks`` and of the batch rows."""
         return (count_rows(prepared.database_url, UNFINISHED)
-                + unfinished_in_batches(prepared.database_url))
+                + self.unfinished_in_batches(prepared.database_url))

@@ -263,21 +263,18 @@ def rotate(database_url: str) -> tuple[int, float | None]:
     (rows emptied, the backend's CPU seconds for it, None where its process cannot be
     read). Raises when a slot still holds an unfinished task (the sketch copies none
     forward)."""
-    import psycopg
+    from bench.measure import backend_work
 
-    from bench.measure import schedstat_ns
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
-        before = schedstat_ns(pid)  # (0: not a process of this machine)
+    def rotate(conn: Any) -> int:
         emptied = 0
         for s in range(SLOTS):
             if conn.execute(f"SELECT EXISTS (SELECT 1 FROM tierq_log_{s})").fetchone() \
                     == (True,):
                 [(rows,)] = conn.execute("SELECT tierq_rotate_slot(%s)", [s]).fetchall()
                 emptied += int(rows)
-        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
-    return emptied, seconds
+        return emptied
+
+    return backend_work(database_url, rotate)
 
 
 def mark_ids(prepared: Sequence[Any]) -> None:

@@ -306,19 +306,16 @@ def floor_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 def sweep(database_url: str) -> tuple[int, float | None]:
     """Delete the batches whose tasks were all acked, and the acks: (tasks of the batches
     deleted, the backend's CPU seconds for it, None where its process cannot be read)."""
-    import psycopg
+    from bench.measure import backend_work
 
-    from bench.measure import schedstat_ns
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
-        before = schedstat_ns(pid)  # (0: not a process of this machine)
+    def delete(conn: Any) -> int:
         with conn.transaction():
             [(tasks,)] = conn.execute(SWEEP).fetchall()
             if conn.execute("SELECT count(*) FROM fq_batches").fetchone() == (0,):
                 conn.execute("TRUNCATE fq_acks")
-        seconds = (schedstat_ns(pid) - before) / 1e9 if before else None
-    return int(tasks), seconds
+        return int(tasks)
+
+    return backend_work(database_url, delete)
 
 
 class TwoStoreFloor(System):

@@ -34,14 +34,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ("4x400", "8x10", "mixed")
 
 
+def small_run(session_dir: Path, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """A run of 400 tasks, once each, with ``options``, on the session's private servers;
+    its JSON in ``out``. It must exit 0."""
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1", *options,
+         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    return run
+
+
 def test_the_bare_table_bench_runs_every_shape_and_ends_with_the_ratios(
         session_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "vs_bare.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
-         "--breakdown", "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    run = small_run(session_dir, out, "--breakdown")
     lines = run.stdout.strip().splitlines()
     last = [line.partition("=") for line in lines[-6:]]
     assert [key for key, _, _ in last] == [f"ratio_vs_bare_{s}" for s in SHAPES] + [
@@ -121,12 +128,8 @@ def test_a_profile_splits_by_stage_and_builtins_take_their_callers_stage() -> No
 def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
         session_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "vs_bare_sketch.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
-         "--shapes", "mixed", "--sketch", "--sketch", "b", "--sketch", "c",
-         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    run = small_run(session_dir, out, "--shapes", "mixed", "--sketch", "--sketch", "b",
+                    "--sketch", "c")
     lines = run.stdout.strip().splitlines()
     keys = [line.partition("=")[0] for line in lines[-8:]]
     assert keys == ["sketch_a_ratio_vs_bare_mixed", "sketch_a_pg_cpu_vs_bare_mixed",
@@ -161,12 +164,8 @@ def test_the_designs_sketches_run_beside_the_two_and_print_their_ratios_first(
 def test_design_d_and_the_two_store_floors_run_beside_the_two_and_print_their_ratios(
         session_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "vs_bare_floor.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1",
-         "--shapes", "8x10", "--sketch", "d", "--floor", "--floor", "batches",
-         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    run = small_run(session_dir, out, "--shapes", "8x10", "--sketch", "d", "--floor",
+                    "--floor", "batches")
     keys = [line.partition("=")[0] for line in run.stdout.strip().splitlines()[-8:]]
     assert keys == ["sketch_d_ratio_vs_bare_8x10", "sketch_d_pg_cpu_vs_bare_8x10",
                     "floor_ratio_vs_bare_8x10", "floor_pg_cpu_vs_bare_8x10",
@@ -195,11 +194,7 @@ def test_design_d_and_the_two_store_floors_run_beside_the_two_and_print_their_ra
 
 def small_runs(session_dir: Path, out: Path, *options: str) -> dict[str, Any]:
     """A run of 400 tasks with ``options``: its systems' runs by name."""
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.vs_bare", "--tasks", "400", "--repeat", "1", *options,
-         "--state-dir", str(session_dir / "bench-vs-bare"), "--json", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    small_run(session_dir, out, *options)
     return {r["system"]: r for r in json.loads(out.read_text())["runs"]}
 
 
