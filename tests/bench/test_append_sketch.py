@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from bench.systems import Prepared
-from bench.systems.append_sketch import SCHEMA, AppendedAcksSketch, sweep
+from bench.systems.append_sketch import SCHEMA, AppendedAcksSketch, split_keyed, sweep
 from bench.systems.batch_sketch import batch_id, batch_member
 from tests.support.sketches import drain, sketched_engine
 from tierq import ClaimRequest, Tierq
@@ -84,3 +84,27 @@ def test_an_id_acked_twice_counts_once_and_keeps_its_batch_until_all_are_acked(
     assert AppendedAcksSketch().remaining(prepared) == 0
     assert sweep(url)[0] == 40
     assert counts(conn) == (0, 0, 0)
+
+
+def test_a_keyed_batch_is_split_by_the_client_and_its_keys_still_arbitrate(
+        sketch: tuple[Tierq, psycopg.Connection[Any], str]) -> None:
+    tq, conn, _ = sketch
+    columns = {"ids": "{a,b,c}", "tenants": '["x","y","x"]', "priorities": "{1,2,3}",
+               "payloads": '[{"i":0},{"i":1},{"i":2}]', "keys": '[null,"k",null]',
+               "state": "warm", "run_at": 1.0, "max_attempts": 3, "timeout": None}
+    keyless, keyed = split_keyed(columns)
+    assert keyless == {"ids": "{a,c}", "tenants": '["x","x"]', "priorities": "{1,3}",
+                       "payloads": '[{"i":0},{"i":2}]', "state": "warm", "run_at": 1.0,
+                       "max_attempts": 3, "timeout": None}
+    assert keyed == {"ids": "{b}", "tenants": '["y"]', "priorities": "{2}",
+                     "payloads": '[{"i":1}]', "keys": '["k"]', "state": "warm",
+                     "run_at": 1.0, "max_attempts": 3, "timeout": None}
+    first = tq.enqueue("q", [{"payload": {"i": i}, **({"key": f"k{i}"} if i % 4 == 0 else {})}
+                             for i in range(20)])
+    assert [o.outcome for o in first] == ["created"] * 20
+    assert counts(conn) == (1, 0, 5)
+    again = tq.enqueue("q", [{"payload": {"i": i}, "key": f"k{i}"} for i in (0, 4, 99)])
+    assert [o.outcome for o in again] == ["ignored", "ignored", "created"]
+    # every task claimable once, in enqueue order within the pair
+    got = tq.claim("q", ClaimRequest(max=50))
+    assert sorted(t.payload["i"] for t in got) == sorted([*range(20), 99])
