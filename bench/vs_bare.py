@@ -45,7 +45,7 @@ and the client's CPU split by stage from one more, profiled, run of each system.
 
 ``--sketch [a|b|c|d]`` (a by default; repeat it for several) adds a system taking turns with
 the two: tierq's engine with the writes of a design of docs/design-rotating-tables.md in
-place of its insert and ack statements: ``tierq-hot-sketch`` for design A (a narrow table,
+place of its insert and ack statements. These are ``tierq-hot-sketch`` for design A (a narrow table,
 bench/systems/hot_sketch.py), ``tierq-log-sketch`` for design B (rotating slot tables whose
 acks append, bench/systems/log_sketch.py), ``tierq-batch-sketch`` for design C (a row per
 batch whose tasks are finished by bits, bench/systems/batch_sketch.py) or
