@@ -73,7 +73,7 @@ class Wire:
                 continue
             name = parts[2].upper()
             if name == b"EVALSHA" and len(parts) >= 5:
-                self.commands[self.names.get(parts[4], "EVALSHA ?")] += 1
+                self.commands[self.names.get(bytes(parts[4]), "EVALSHA ?")] += 1
             elif name.isalpha():
                 self.commands[name.decode()] += 1
 

@@ -275,7 +275,6 @@ def main(argv: list[str] | None = None) -> int:
         print_table(["backlog", "fill/s", "tasks/s", "rounds", "vs first", "claim ms p50/p99",
                      "valkey used_memory", "dead tuples", "heap", "indexes"], rows)
         say("")
-        assert sustained is not None and before_sustain and after_sustain and settled
         peak_dead = max((s.dead for s in samples), default=after_sustain.dead)
         say(f"sustained run: {sustained.total:,} tasks in {sustained.seconds:.0f}s "
             f"({sustained.rate:,.0f}/s) at a backlog of {current:,}")

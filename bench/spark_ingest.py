@@ -128,8 +128,8 @@ def leg_spark_jdbc(args: argparse.Namespace) -> dict[str, Any]:
         now.alias("run_at"), now.alias("run_at_initially"), F.lit(5).alias("max_attempts"),
         F.monotonically_increasing_id().alias("seq"), now.alias("created_at"),
         now.alias("ready_since"), now.alias("state_since"))
-    properties = {"driver": "org.postgresql.Driver", "user": url.get("user", "postgres"),
-                  "password": url.get("password", ""), "batchsize": "10000",
+    properties = {"driver": "org.postgresql.Driver", "user": str(url.get("user", "postgres")),
+                  "password": str(url.get("password", "")), "batchsize": "10000",
                   "reWriteBatchedInserts": "true", "stringtype": "unspecified",
                   "numPartitions": str(args.partitions)}
     rows.write.jdbc(jdbc_url, JDBC_TABLE, mode="append", properties=properties)

@@ -287,7 +287,8 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
     finally:
         try:
             for name, value in kept.items():
-                client.config_set(name, value)
+                if value is not None:
+                    client.config_set(name, value)
             slowlog_reset(client)
         finally:
             client.close()

@@ -165,7 +165,7 @@ def rows_written(database_url: str) -> tuple[int, int]:
     import psycopg
 
     with psycopg.connect(database_url, autocommit=True) as conn:
-        found = dict(conn.execute(
+        found: dict[str, int] = dict(conn.execute(
             "SELECT relname, n_tup_ins FROM pg_stat_user_tables "
             "WHERE relname IN ('tierq_hot', 'tierq_tasks')").fetchall())
     return int(found.get("tierq_hot", 0)), int(found.get("tierq_tasks", 0))

@@ -243,7 +243,7 @@ def rows_written(database_url: str) -> tuple[int, int]:
     import psycopg
 
     with psycopg.connect(database_url, autocommit=True) as conn:
-        found = dict(conn.execute(
+        found: dict[str, int] = dict(conn.execute(
             "SELECT relname, n_tup_ins FROM pg_stat_user_tables "
             "WHERE relname = 'tierq_tasks' OR relname ~ '^tierq_log_[0-9]+$'").fetchall())
     tasks = int(found.pop("tierq_tasks", 0))

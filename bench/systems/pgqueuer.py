@@ -104,7 +104,7 @@ async def _consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     watcher.cancel()
     for qm in managers:
         with contextlib.suppress(Exception):
-            await qm.queries.driver.connection.close()  # type: ignore[attr-defined]
+            await qm.queries.driver.connection.close()
     return {"t_end": t_end, "acked": done}
 
 

@@ -218,7 +218,7 @@ def tierq_remaining(database_url: str) -> int:
 class TierqEngine(System):
     name = "tierq-engine"
     uses_valkey = True
-    preload = TIERQ_PRELOAD
+    preload: tuple[str, ...] = TIERQ_PRELOAD
 
     def __init__(self, settings: dict[str, Any] | None = None, maintenance: bool = True,
                  workload: Workload | None = None, ack_claims: int = 1,
@@ -253,8 +253,8 @@ class TierqEngine(System):
         url = stores.fresh_database("bench_tierq")
         migrate(url)
         stores.clear_valkey()
-        spec = {"database_url": url, "valkey_url": stores.valkey_url, "queue": QUEUE,
-                "settings": self.settings}
+        spec: dict[str, Any] = {"database_url": url, "valkey_url": stores.valkey_url,
+                                "queue": QUEUE, "settings": self.settings}
         if self.workload is not None:
             spec.update(self.workload.spec())
         if self.ack_claims > 1:
