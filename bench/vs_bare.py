@@ -264,7 +264,9 @@ def print_shape(result: ShapeResult) -> None:
             say(f"two-store floor ({kind}) / bare: end-to-end "
                 f"{fmt_ratio(f[f'{prefix}_ratio_vs_bare'])}, PostgreSQL CPU per task "
                 f"{fmt_ratio(f[f'{prefix}_pg_cpu_vs_bare'])}"
-                + (" (with its sweep after the phases)" if batch_rows else ""))
+                + (" (with its sweep after the phases)"
+                   if batch_rows and f[TwoStoreFloor(batch_rows=True).name]["pg_us_apart"]
+                   is not None else ""))
 
 
 def print_summary(results: list[ShapeResult]) -> None:

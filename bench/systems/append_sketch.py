@@ -36,10 +36,19 @@ today's delete also checks — the row is still warm, its attempt not expired by
 after the check, no task waits on it — the design would have to keep another way (section
 8 says which). A task acked twice is appended twice and counted once.
 
-A sweep after the run's phases (``sweep``) deletes each batch whose ids were all acked, and
-the acks, as a maintenance job would; its backend's CPU per task is the run's PostgreSQL
-work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the sketch's figure.
-Each run's notes say how many tasks went into batch rows ("NOT THE SKETCH" when none).
+Two orders differ from the engine's. A keyed batch's keyed tasks take a block of seqs after
+its keyless ones', so in Valkey they come after them. And a keyless task's place in its
+batch row counts only keyless tasks, so ``first_seq`` plus its place is not its seq when
+a keyed task came before it (as in design C). No reader of batch rows runs here.
+
+A sweep after the run's phases (``sweep``) deletes each batch whose ids were all acked,
+then empties the acks with ``TRUNCATE`` (once every batch is finished, as after the phases;
+a maintenance job would delete the acks of finished batches, and vacuum both tables); its
+backend's CPU per task is the run's PostgreSQL work apart (``pg_us_per_task_apart``), which
+``bench.vs_bare`` adds to the sketch's figure. Each run's notes say how many tasks went
+into batch rows ("NOT THE SKETCH" when none). An ack of a batch-numbered id whose batch
+took the engine's insert (not admitted warm) is answered acked and deletes nothing: only
+the run's ``left`` shows it (the shapes' batches are all admitted warm).
 
 It leaves out, as design C's sketch does, every reader of batch rows (the reaper, the
 reconciler, a release, a nack, an expiry, a cancel, a task's GET, flows), moving a task out
@@ -58,7 +67,6 @@ from bench.systems.batch_sketch import (
     BATCHES_TABLE,
     BatchRowsSketch,
     batch_member,
-    insert_keyed_statement,
     insert_statement,
     install_inserts,
     number_ids,
@@ -84,9 +92,6 @@ BATCH_OF_ID = ("(left(i::text, 15) || '000' || substr(i::text, 19, 2) || '00' "
 
 QUERIES = {
     "sketch_d_insert": insert_statement(slices=False),
-    # (a statement that splits the batch itself: 9.4 µs a task of wall time in the mixed
-    # shape, against about 1.5 for the batch row alone; split_keyed is used instead)
-    "sketch_d_insert_keyed": insert_keyed_statement(slices=False),
     # an ack: the batch members' ids appended in one row; the others' rows deleted as
     # ack_delete_by_attempt deletes them (id, grp)
     "sketch_d_ack": """
@@ -176,7 +181,7 @@ def sketch_store(store: Any) -> None:
     mark_prepared_ids(store, "append", number_ids)
     store._sql = {**store._sql, **QUERIES}
     keyed_insert = store.insert_tasks_uniform_keyed
-    install_inserts(store, "sketch_d_insert", "sketch_d_insert_keyed")
+    install_inserts(store, "sketch_d_insert", None, with_slices=False)
     batch_insert = store.insert_tasks_uniform
 
     def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None

@@ -170,10 +170,10 @@ ins AS (
 SELECT b.seq, %(tasks)s FROM b"""
 
 
-def insert_keyed_statement(*, slices: bool) -> str:
+def insert_keyed_statement() -> str:
     """insert_tasks_uniform_keyed for a batch admitted warm: its keyless tasks into one
-    batch row (and its slice rows, ``slices``), its keyed ones into ``tierq_tasks``; the
-    keyed rows inserted (id, seq), then (NULL, the batch's first seq)."""
+    batch row and its slice rows, its keyed ones into ``tierq_tasks``; the keyed rows
+    inserted (id, seq), then (NULL, the batch's first seq)."""
     return f"""
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 v AS MATERIALIZED (
@@ -195,7 +195,7 @@ ins AS (
     FROM b
     RETURNING tenants
 ),
-{_SLICES + "," if slices else ""}
+{_SLICES},
 {_PAIRS},
 {KEYED_INTO_TASKS}
 SELECT id, seq FROM keyed
@@ -231,7 +231,7 @@ CREATE TABLE tierq_batch_done (
 
 QUERIES = {
     "sketch_c_insert": insert_statement(slices=True),
-    "sketch_c_insert_keyed": insert_keyed_statement(slices=True),
+    "sketch_c_insert_keyed": insert_keyed_statement(),
     # an ack: each slice row named (batch, the lease's tenant, slice) locked and its tasks'
     # bits set; ('s', batch, tenant, slice, the bits that were clear of those asked) per
     # slice row, then ('o', id, grp) per row of its own deleted
@@ -313,9 +313,9 @@ def sweep(database_url: str) -> tuple[int, float | None]:
     return backend_work(database_url, delete)
 
 
-def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
+def batch_of(columns: dict[str, Any], *, with_slices: bool = True) -> dict[str, Any] | None:
     """The parameters of a batch admitted warm whose keyless ids are one batch's, numbered
-    0, 1, …: its key, its tasks and its slice rows; None for any other."""
+    0, 1, …: its key, its tasks and (``with_slices``) its slice rows; None for any other."""
     import orjson
 
     from tierq.dal.postgres import int_array, text_array
@@ -340,6 +340,8 @@ def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
         places += 1
     if key is None:
         return None
+    if not with_slices:
+        return {"batch": key, "tasks": places}
     return {"batch": key, "tasks": places,
             "slice_tenants": text_array([t for t, _ in slices]),
             "slice_numbers": int_array(n for _, n in slices),
@@ -347,16 +349,18 @@ def batch_of(columns: dict[str, Any]) -> dict[str, Any] | None:
                                           for p in slices.values()) + "}"}
 
 
-def install_inserts(store: Any, plain_query: str, keyed_query: str) -> None:
-    """Make the store's two uniform inserts write a warm batch with ``plain_query`` and
-    ``keyed_query`` (names of ``store._sql``), and any other batch as the engine does."""
+def install_inserts(store: Any, plain_query: str, keyed_query: str | None, *,
+                    with_slices: bool = True) -> None:
+    """Make the store's uniform inserts write a warm batch with ``plain_query`` and
+    ``keyed_query`` (names of ``store._sql``; None: the keyed insert left as it is;
+    ``with_slices``: with design C's slice rows), and any other batch as the engine does."""
     from psycopg.rows import tuple_row
 
     plain, keyed = store.insert_tasks_uniform, store.insert_tasks_uniform_keyed
 
     def insert_uniform(queue: str, now: Any, columns: Any, *, conn: Any = None
                        ) -> tuple[int, int]:
-        batch = batch_of(columns)
+        batch = batch_of(columns, with_slices=with_slices)
         if batch is None:
             return plain(queue, now, columns, conn=conn)
         [(first, count)] = store._fetch(plain_query, {
@@ -365,7 +369,7 @@ def install_inserts(store: Any, plain_query: str, keyed_query: str) -> None:
 
     def insert_uniform_keyed(queue: str, now: Any, columns: Any, *, conn: Any = None
                              ) -> tuple[int, dict[str, int]]:
-        batch = batch_of(columns)
+        batch = batch_of(columns, with_slices=with_slices)
         if batch is None:
             return keyed(queue, now, columns, conn=conn)
         first, inserted = 0, {}
@@ -378,7 +382,8 @@ def install_inserts(store: Any, plain_query: str, keyed_query: str) -> None:
         return first, inserted
 
     store.insert_tasks_uniform = insert_uniform
-    store.insert_tasks_uniform_keyed = insert_uniform_keyed
+    if keyed_query is not None:
+        store.insert_tasks_uniform_keyed = insert_uniform_keyed
 
 
 def sketch_store(store: Any) -> None:

@@ -265,7 +265,7 @@ def rotate(database_url: str) -> tuple[int, float | None]:
     forward)."""
     from bench.measure import backend_work
 
-    def rotate(conn: Any) -> int:
+    def empty_slots(conn: Any) -> int:
         emptied = 0
         for s in range(SLOTS):
             if conn.execute(f"SELECT EXISTS (SELECT 1 FROM tierq_log_{s})").fetchone() \
@@ -274,7 +274,7 @@ def rotate(database_url: str) -> tuple[int, float | None]:
                 emptied += int(rows)
         return emptied
 
-    return backend_work(database_url, rotate)
+    return backend_work(database_url, empty_slots)
 
 
 def mark_ids(prepared: Sequence[Any]) -> None:

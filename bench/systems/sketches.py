@@ -8,7 +8,7 @@ piece                              used by
 ``SketchedEngine``                 each sketch's system: the engine's database, the
                                    sketch's tables, the spec's word for its processes
 ``NARROW_TASK_COLUMNS``,           a narrow table's columns (A, B) and the table of pairs
-``pairs_table``                    with rows written (A, B, C)
+``pairs_table``                    with rows written (A, B, C, D)
 ``KEYED_INTO_TASKS``               the keyed rows of an insert, into ``tierq_tasks`` as
                                    today (every design keeps them there)
 ``warm_batch``                     which batches a sketch takes: admitted warm without a
@@ -16,7 +16,7 @@ piece                              used by
 ``swap_acks``                      both ack statements as one function of ids, tenants and
                                    attempts
 ``mark_prepared_ids``              a step after the enqueue's ``prepare`` that rewrites a
-                                   sketch's engine's ids (designs B and C read them)
+                                   sketch's engine's ids (designs B, C and D read them)
 =================================  ==========================================================
 """
 
@@ -46,7 +46,7 @@ NARROW_TASK_COLUMNS = """
 
 def pairs_table(name: str) -> str:
     """A table of the (queue, tenant, minute) a sketch's rows were written in, one row each:
-    what maintenance would read for the pairs with work (designs A, B and C)."""
+    what maintenance would read for the pairs with work (designs A, B, C and D)."""
     return f"""
 CREATE TABLE {name} (
     queue text NOT NULL,

@@ -34,9 +34,10 @@ ack, batch rows     one row into ``fq_acks`` holding the ids (a heap without an 
 ==================  ======================================================================
 
 With batch rows a sweep after the phases (``sweep``) deletes every batch whose tasks were
-all acked and the acks that finished them, as a maintenance job would; its backend's CPU
-per task is the run's PostgreSQL work apart (``pg_us_per_task_apart``), which
-``bench.vs_bare`` adds to the system's figure.
+all acked, then empties the acks with ``TRUNCATE`` (a maintenance job would delete the acks
+of finished batches and vacuum both tables); its backend's CPU per task is the run's
+PostgreSQL work apart (``pg_us_per_task_apart``), which ``bench.vs_bare`` adds to the
+system's figure.
 
 It has none of tierq's tenants in the warm tier (no fair rotation: claims order by priority
 only, as the bare table's), keys, limits, attempts, dead letters, lease checks before an
@@ -257,6 +258,8 @@ def floor_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     client = FloorClient(spec["database_url"], spec["valkey_url"], spec.get("prefix", "fq"),
                          spec.get("batch_rows", False))
     size = spec.get("batch", TIERQ_ENQUEUE_BATCH)
+    if not 0 < size <= 1 << PLACE_BITS:
+        raise ValueError(f"a batch of the floor holds 1 to {1 << PLACE_BITS} tasks, got {size}")
     latencies: list[float] = []
     lo = spec["range"][0]
     rows = mixed_rows(spec, "")
@@ -266,6 +269,8 @@ def floor_produce(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
     sync.ready_and_wait(spec["index"])
     for batch in batches(spec, sync, size):
         if client.batch_rows:  # (batch.start // size grows by one a batch)
+            if batch.start // size >= 1 << 20:
+                raise ValueError("the floor numbers at most 2**20 batches a producer")
             first = ((salt << 20) + batch.start // size) << PLACE_BITS
             ids = [first + place for place in range(len(batch))]
         else:

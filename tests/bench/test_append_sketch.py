@@ -105,6 +105,8 @@ def test_a_keyed_batch_is_split_by_the_client_and_its_keys_still_arbitrate(
     assert counts(conn) == (1, 0, 5)
     again = tq.enqueue("q", [{"payload": {"i": i}, "key": f"k{i}"} for i in (0, 4, 99)])
     assert [o.outcome for o in again] == ["ignored", "ignored", "created"]
-    # every task claimable once, in enqueue order within the pair
+    # every task claimable once: the keyless ones in their order, then the keyed ones (their
+    # block of seqs comes after the batch row's), then the next batch's
     got = tq.claim("q", ClaimRequest(max=50))
-    assert sorted(t.payload["i"] for t in got) == sorted([*range(20), 99])
+    assert [t.payload["i"] for t in got] == [
+        *(i for i in range(20) if i % 4), *range(0, 20, 4), 99]
