@@ -60,20 +60,12 @@ from typing import Any
 
 import psycopg
 
-from bench.measure import child_pids
+from bench.measure import child_pids, schedstat_ns
 from bench.report import print_figures, print_machine, print_table, say, write_json
 from bench.stores import add_store_arguments, machine_info, opened_stores
 from bench.systems import bare_table
 
 QUEUE = "bench"
-
-
-def schedstat_ns(pid: int) -> int:
-    """Nanoseconds process ``pid`` has spent on a CPU (0 when it is gone)."""
-    try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def tree_ns(root: int) -> int:

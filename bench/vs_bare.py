@@ -10,6 +10,8 @@ run, on the same private servers.
     .venv/bin/python -m bench.vs_bare --sketch b      # or design B's, C's or D's (--sketch c,
                                                       # --sketch d); repeat the option
                                                       # for several
+    .venv/bin/python -m bench.vs_bare --sketch d --sketch-setting ack_group_commit=true
+                                                      # a sketch with a setting changed
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
@@ -54,7 +56,9 @@ bench/systems/append_sketch.py). What B, C and D do after the phases (B's rotati
 and D's sweeps) is measured then and added to their PostgreSQL CPU per task. Each prints
 ``sketch_<letter>_ratio_vs_bare_<shape>=`` and ``sketch_<letter>_pg_cpu_vs_bare_<shape>=``
 before the last lines: what the design would give end to end, measured before it is built
-(each module says what it leaves out).
+(each module says what it leaves out). ``--sketch-setting FIELD=VALUE`` (repeat it for
+several) runs the sketches with those settings, named ``<sketch>+<field>=<value>``: a
+design with a setting of today's engine, such as group commit.
 ``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
 to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's engine
@@ -200,6 +204,8 @@ class ShapeResult:
     runs: dict[str, Runs]
     # by system, the profiled run and where its profiles are (--breakdown)
     profiled: dict[str, tuple[Path, SystemRun]]
+    # the sketches' systems' names by letter (with --sketch-setting, their settings' too)
+    sketch_names: dict[str, str]
 
     def figures(self) -> dict[str, Any]:
         mine, bare = self.runs[TIERQ], self.runs[BARE]
@@ -209,8 +215,8 @@ class ShapeResult:
         }
         for phase in ("enqueue", "drain"):
             out[f"{phase}_ratio_vs_bare"] = divided(rate(mine, phase), rate(bare, phase))
-        for letter, system in SKETCHES.items():
-            sketch = self.runs.get(system.name)
+        for letter, name in self.sketch_names.items():
+            sketch = self.runs.get(name)
             if sketch is not None:
                 out[f"sketch_{letter}_ratio_vs_bare"] = divided(rate(sketch, "e2e"),
                                                                 rate(bare, "e2e"))
@@ -252,13 +258,13 @@ def print_shape(result: ShapeResult) -> None:
     say(f"tierq / bare: end-to-end {fmt_ratio(f['ratio_vs_bare'])}, PostgreSQL CPU per task "
         f"{fmt_ratio(f['pg_cpu_vs_bare'])} (enqueue {fmt_ratio(f['enqueue_ratio_vs_bare'])}, "
         f"drain {fmt_ratio(f['drain_ratio_vs_bare'])})")
-    for letter in SKETCHES:
+    for letter, name in result.sketch_names.items():
         if f"sketch_{letter}_ratio_vs_bare" in f:
             say(f"design {letter.upper()} sketch / bare: end-to-end "
                 f"{fmt_ratio(f[f'sketch_{letter}_ratio_vs_bare'])}, PostgreSQL CPU per task "
                 f"{fmt_ratio(f[f'sketch_{letter}_pg_cpu_vs_bare'])}"
                 + (" (with its work after the phases)"
-                   if f[SKETCHES[letter].name]["pg_us_apart"] is not None else ""))
+                   if f[name]["pg_us_apart"] is not None else ""))
     for kind, (prefix, batch_rows) in FLOORS.items():
         if f"{prefix}_ratio_vs_bare" in f:
             say(f"two-store floor ({kind}) / bare: end-to-end "
@@ -293,10 +299,13 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
               statements: bool, profile_root: Path | None,
               sketches: Sequence[str] = (), bare_client_us: float = 0.0,
               ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None,
+              sketch_settings: dict[str, Any] | None = None,
               ack_and_claim: bool = False, floors: Sequence[str] = ()) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
                              BareTable(workload=shape.workload)]
-    systems += [SKETCHES[letter](workload=shape.workload) for letter in sketches]
+    sketched = [SKETCHES[letter](sketch_settings, workload=shape.workload,
+                                 named_settings=True) for letter in sketches]
+    systems += sketched
     if bare_client_us:
         systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
     if ack_claims > 1:
@@ -324,25 +333,29 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
                     statements=statements, phases=("e2e",), profile_dir=where))
             except PhaseFailed as exc:
                 say(f"  the profiled run of {system.name} failed: {exc}")
-    return ShapeResult(shape, runs, profiled)
+    return ShapeResult(shape, runs, profiled,
+                       {letter: system.name for letter, system in zip(sketches, sketched,
+                                                                      strict=True)})
 
 
-def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str]) -> dict[str, Any]:
-    """``FIELD=VALUE`` items as settings, each checked by ``tierq.config.Settings`` (a field
-    it does not have, or a value its rule refuses, ends the run before anything starts)."""
+def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str],
+                    option: str = "--tierq-setting") -> dict[str, Any]:
+    """``FIELD=VALUE`` items of ``option`` as settings, each checked by
+    ``tierq.config.Settings`` (a field it does not have, or a value its rule refuses, ends
+    the run before anything starts)."""
     from tierq.config import Settings, SettingsError
 
     out: dict[str, Any] = {}
     for item in items:
         field, sep, value = item.partition("=")
         if not sep or field not in Settings.fields:
-            parser.error(f"--tierq-setting wants FIELD=VALUE with a field of "
+            parser.error(f"{option} wants FIELD=VALUE with a field of "
                          f"tierq.config.Settings, got {item!r}")
         out[field] = value
     try:
         Settings(database_url="postgresql://check", valkey_url="redis://check", **out)
     except SettingsError as exc:
-        parser.error(f"--tierq-setting: {exc}")
+        parser.error(f"{option}: {exc}")
     return out
 
 
@@ -383,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="FIELD=VALUE",
                         help="also run tierq's engine with this setting (a field of "
                              "tierq.config.Settings); repeat for several in that one system")
+    parser.add_argument("--sketch-setting", action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="run the sketches (--sketch) with this setting (a field of "
+                             "tierq.config.Settings; repeat for several), named "
+                             "<sketch>+<field>=<value>")
     parser.add_argument("--ack-and-claim", action="store_true",
                         help="also run tierq's engine whose consumers ack a batch and claim "
                              "the next in one call (Tierq.ack_and_claim)")
@@ -405,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.bare_client_us < 0:
         parser.error(f"--bare-client-us must be 0 or more, got {args.bare_client_us:g}")
     tierq_settings = parsed_settings(parser, args.tierq_setting)
+    sketch_settings = parsed_settings(parser, args.sketch_setting, "--sketch-setting")
+    if sketch_settings and not args.sketch:
+        parser.error("--sketch-setting needs a sketch (--sketch)")
     shapes = [SHAPES[name] for name in SHAPES if name in args.shapes]
     sketches = list(dict.fromkeys(args.sketch))
     # one fork server for the systems' worker processes, holding their modules
@@ -430,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                                  sketches=sketches, bare_client_us=args.bare_client_us,
                                  ack_claims=args.ack_claims,
                                  tierq_settings=tierq_settings,
+                                 sketch_settings=sketch_settings,
                                  ack_and_claim=args.ack_and_claim,
                                  floors=list(dict.fromkeys(args.floor)))
                        for shape in shapes]

@@ -227,7 +227,8 @@ class TierqEngine(System):
         (or a claim finds nothing), as acks of several workers committed together would
         reach PostgreSQL (docs/design-rotating-tables.md, section 6); named
         ``tierq-engine+acks-of-<N>-claims``. ``named_settings``: the settings name the
-        system (``tierq-engine+<field>=<value>``), to run beside the defaults.
+        system (``tierq-engine+<field>=<value>``, or a sketch's name and them), to run
+        beside the defaults.
         ``ack_and_claim``: each consumer acks a batch and claims the next in one call
         (``Tierq.ack_and_claim``), named ``tierq-engine+ack-and-claim``; its claim latency
         is that of the claims made alone (the first, and after one found nothing)."""
@@ -245,7 +246,9 @@ class TierqEngine(System):
         elif ack_and_claim:
             self.name = "tierq-engine+ack-and-claim"
         elif named_settings and self.settings:
-            self.name = "tierq-engine+" + ",".join(f"{k}={v}" for k, v in self.settings.items())
+            # (a sketch's settings name it after the sketch: tierq-append-sketch+…)
+            self.name = f"{type(self).name}+" + ",".join(
+                f"{k}={v}" for k, v in self.settings.items())
 
     def prepare(self, stores: Stores) -> Prepared:
         from tierq.dal.migrate import migrate

@@ -165,7 +165,7 @@ def test_design_d_and_the_two_store_floors_run_beside_the_two_and_print_their_ra
         session_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "vs_bare_floor.json"
     run = small_run(session_dir, out, "--shapes", "8x10", "--sketch", "d", "--floor",
-                    "--floor", "batches")
+                    "--floor", "batches", "--sketch-setting", "ack_group_commit=true")
     keys = [line.partition("=")[0] for line in run.stdout.strip().splitlines()[-8:]]
     assert keys == ["sketch_d_ratio_vs_bare_8x10", "sketch_d_pg_cpu_vs_bare_8x10",
                     "floor_ratio_vs_bare_8x10", "floor_pg_cpu_vs_bare_8x10",
@@ -173,16 +173,17 @@ def test_design_d_and_the_two_store_floors_run_beside_the_two_and_print_their_ra
                     "ratio_vs_bare_8x10", "pg_cpu_vs_bare_8x10"]
     result: dict[str, Any] = json.loads(out.read_text())
     runs = {r["system"]: r for r in result["runs"]}
-    assert sorted(runs) == ["bare-table", "tierq-append-sketch", "tierq-engine",
-                            "two-store-floor", "two-store-floor+batch-rows"]
+    # (the sketch with its setting, named by it)
+    sketch = "tierq-append-sketch+ack_group_commit=true"
+    assert sorted(runs) == sorted(["bare-table", "tierq-engine", sketch, "two-store-floor",
+                                   "two-store-floor+batch-rows"])
     for r in runs.values():
         assert r["drain"]["left"] == 0 and r["e2e"]["left"] == 0, r
-    assert any(note.endswith("tasks in batch rows")
-               for note in runs["tierq-append-sketch"]["notes"])
+    assert any(note.endswith("tasks in batch rows") for note in runs[sketch]["notes"])
     shape = result["shapes"]["8x10"]
     bare_pg = shape["bare-table"]["cpu_us_per_task"]["postgres"]
     # the sweeps after the phases are added to the figures; the row floor has none
-    for name, key in (("tierq-append-sketch", "sketch_d_pg_cpu_vs_bare"),
+    for name, key in ((sketch, "sketch_d_pg_cpu_vs_bare"),
                       ("two-store-floor+batch-rows", "floor_batches_pg_cpu_vs_bare")):
         assert runs[name]["pg_us_apart"] > 0, runs[name]
         pg = shape[name]["cpu_us_per_task"]["postgres"] + shape[name]["pg_us_apart"]
@@ -213,6 +214,13 @@ def test_acks_of_several_claims_and_a_setting_run_beside_the_two_and_finish_ever
     assert held["drain"]["commits_per_task"] < runs["tierq-engine"]["drain"]["commits_per_task"]
     changed = runs["tierq-engine+claim_window_reuse_ms=0"]
     assert changed["drain"]["left"] == 0 and changed["e2e"]["left"] == 0, changed
+
+
+def test_a_sketch_setting_without_a_sketch_is_refused() -> None:
+    run = subprocess.run([sys.executable, "-m", "bench.vs_bare", "--sketch-setting",
+                          "ack_group_commit=true"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and "--sketch-setting needs a sketch" in run.stderr
 
 
 def test_acks_of_no_claim_are_refused() -> None:
