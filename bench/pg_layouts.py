@@ -26,7 +26,8 @@ from typing import Any
 import orjson
 import psycopg
 
-from bench.pg_writes import TierqSide, make_tasks, schedstat_ns
+from bench.measure import schedstat_ns
+from bench.pg_writes import TierqSide, make_tasks
 from bench.report import print_figures, print_machine, print_table, say, write_json
 from bench.stores import add_store_arguments, machine_info, opened_stores
 from bench.systems import bare_table

@@ -46,7 +46,7 @@ from typing import Any
 
 import orjson
 
-from bench.pg_writes import schedstat_ns
+from bench.measure import schedstat_ns
 from bench.report import print_figures, print_machine, print_table, say, write_json
 from bench.stores import add_store_arguments, machine_info, opened_stores
 
