@@ -12,6 +12,7 @@ run, on the same private servers.
                                                       # for several
     .venv/bin/python -m bench.vs_bare --sketch d --sketch-setting ack_group_commit=true
                                                       # a sketch with a setting changed
+
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
