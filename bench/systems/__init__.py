@@ -201,6 +201,24 @@ def count_rows(database_url: str, query: LiteralString) -> int:
     return int(row[0]) if row else 0
 
 
+def sweep_then_empty(database_url: str, sweep: LiteralString, left: LiteralString,
+                     empty: LiteralString) -> tuple[int, float | None]:
+    """Run a batch-row system's ``sweep`` (it answers the tasks of the batches it deleted),
+    then ``empty`` its acks when ``left`` (a count of the batches left) is 0, in one
+    transaction: (those tasks, the backend's CPU seconds for it, None where its process
+    cannot be read). Used by the batch-row floor and design D."""
+    from bench.measure import backend_work
+
+    def delete(conn: Any) -> int:
+        with conn.transaction():
+            [(tasks,)] = conn.execute(sweep).fetchall()
+            if conn.execute(left).fetchone() == (0,):
+                conn.execute(empty)
+        return int(tasks)
+
+    return backend_work(database_url, delete)
+
+
 def produced(spec: dict[str, Any], t_end: float, latencies: list[float]) -> dict[str, Any]:
     """A producer's summary: when it finished, what it enqueued, each call's latency."""
     lo, hi = spec["range"]

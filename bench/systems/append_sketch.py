@@ -62,7 +62,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bench.systems import count_rows
+from bench.systems import count_rows, sweep_then_empty
 from bench.systems.batch_sketch import (
     BATCHES_TABLE,
     BatchRowsSketch,
@@ -134,16 +134,8 @@ def sweep(database_url: str) -> tuple[int, float | None]:
     """Delete the batch rows whose ids were all acked, then the acks once no batch row is
     left (after the phases every batch is finished): (tasks of the batch rows deleted, the
     backend's CPU seconds for it, None where its process cannot be read)."""
-    from bench.measure import backend_work
-
-    def delete(conn: Any) -> int:
-        with conn.transaction():
-            [(tasks,)] = conn.execute(SWEEP).fetchall()
-            if conn.execute("SELECT count(*) FROM tierq_batches").fetchone() == (0,):
-                conn.execute("TRUNCATE tierq_batch_acks")
-        return int(tasks)
-
-    return backend_work(database_url, delete)
+    return sweep_then_empty(database_url, SWEEP, "SELECT count(*) FROM tierq_batches",
+                            "TRUNCATE tierq_batch_acks")
 
 
 def split_keyed(columns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -67,6 +67,7 @@ from bench.systems import (
     count_rows,
     mixed_rows,
     produced,
+    sweep_then_empty,
 )
 
 if TYPE_CHECKING:
@@ -311,16 +312,8 @@ def floor_consume(spec: dict[str, Any], sync: Sync) -> dict[str, Any]:
 def sweep(database_url: str) -> tuple[int, float | None]:
     """Delete the batches whose tasks were all acked, and the acks: (tasks of the batches
     deleted, the backend's CPU seconds for it, None where its process cannot be read)."""
-    from bench.measure import backend_work
-
-    def delete(conn: Any) -> int:
-        with conn.transaction():
-            [(tasks,)] = conn.execute(SWEEP).fetchall()
-            if conn.execute("SELECT count(*) FROM fq_batches").fetchone() == (0,):
-                conn.execute("TRUNCATE fq_acks")
-        return int(tasks)
-
-    return backend_work(database_url, delete)
+    return sweep_then_empty(database_url, SWEEP, "SELECT count(*) FROM fq_batches",
+                            "TRUNCATE fq_acks")
 
 
 class TwoStoreFloor(System):
