@@ -38,9 +38,21 @@ def test_a_later_pass_that_fails_keeps_the_committer_s_answer(make_tq, valkey, p
 def test_the_gathering_needs_a_statement_timeout():
     from tierq.config import Settings, SettingsError
 
-    with pytest.raises(SettingsError, match="TIERQ_ACK_GROUP_COMMIT needs a"):
+    with pytest.raises(SettingsError, match="TIERQ_ACK_GROUP_COMMIT=true needs a"):
         Settings(database_url="postgresql://x", ack_group_commit=True, statement_timeout_ms=0)
     assert Settings(database_url="postgresql://x", ack_group_commit=True).ack_group_commit
+
+
+def test_the_gathering_is_on_by_default_where_a_statement_timeout_bounds_it():
+    """On by default; a statement timeout of 0 (no limit) alone turns it off, where the
+    setting given true with it is refused (above)."""
+    from tierq.config import Settings
+
+    assert Settings.from_environ({}, database_url="postgresql://x").ack_group_commit
+    assert not Settings.from_environ({"TIERQ_STATEMENT_TIMEOUT_MS": "0"},
+                                     database_url="postgresql://x").ack_group_commit
+    assert not Settings.from_environ({"TIERQ_ACK_GROUP_COMMIT": "false"},
+                                     database_url="postgresql://x").ack_group_commit
 
 
 def test_an_ack_alone_is_its_check_its_pass_and_its_drop(make_tq):

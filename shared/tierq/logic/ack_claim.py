@@ -7,7 +7,9 @@ tenant and keeps no window) and the ack's two (its lease check; its lease drop, 
 PostgreSQL commit). Here the ack runs as ``leases.ack`` does, but its drop is held
 (``WarmTier.holding_drop``) and goes at the front of the claim's first round trip: one
 request, and one Valkey round trip fewer. The drop still comes after the ack's commit, as
-every ack's does. A claim that waits (``wait_seconds``) makes its first pass with the drop,
+every ack's does. The ack commits alone, never with the pair's acks committed together
+(logic/ack_gathering.py): a committer's answers go with its drop, which here waits for the
+claim. A claim that waits (``wait_seconds``) makes its first pass with the drop,
 then waits with the drop sent.
 
 | what fails                        | the answer                                            |
@@ -59,7 +61,7 @@ def ack_and_claim(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTas
     first = request if request.wait_seconds == 0 else \
         request.model_copy(update={"wait_seconds": 0})
     with ctx.warm.holding_drop() as held:
-        acked = leases.ack(ctx, queue, items)
+        acked = leases.ack(ctx, queue, items, gather=False)
         answer = then_claim(queue, acked, lambda: claim.claim_outcome(
             ctx, queue, first, tenants, max_bytes=max_bytes, answer_by=answer_by))
     if held.error is not None:

@@ -180,11 +180,13 @@ def delete_joined(ctx: Context, queue: str, joined: Joined) -> list[AckedRow]:
 
 
 def answer_now(ctx: Context, joined: Joined) -> None:
-    """Send the committer's first answers and pass now rather than with its lease drop:
-    its ack has more PostgreSQL work before the drop (flows, groups), which must not hold
-    the acks it answers past their wait."""
+    """Send the committer's first answers and pass now rather than with its lease drop
+    when it committed others' acks: its ack has more PostgreSQL work before the drop
+    (flows, groups), which must not hold the acks it answers past their wait. A committer
+    that answers none sends its pass with its drop, no round trip more: the acks that
+    came meanwhile wait for the lock either way."""
     along = joined.along
-    if along is None or along.sent or joined.entry is None:
+    if along is None or along.sent or joined.entry is None or not along.answers:
         return
     taken = _send(ctx, joined.mail, Entry.parse(joined.entry), list(along.answers),
                   along.call().most, joined.hold_ms)

@@ -232,21 +232,24 @@ def free_reservations(ctx: Context, queue: str, tokens: Sequence[str], *,
         ctx.warm.return_capacity(queue, limits.LEASES_POOL, tokens, tokens=True)
 
 
-def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
+def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask], *,
+        gather: bool = True) -> AckResult:
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
     one statement, then their leases dropped. A claimed task passed as it is has no result.
     An ack that committed others' deletes with its own (logic/ack_gathering.py) answers
-    them with its drop, or after whatever stopped it before."""
+    them with its drop, or after whatever stopped it before. ``gather=False``: committed
+    alone even under ``TIERQ_ACK_GROUP_COMMIT`` (an ack whose drop rides with a claim,
+    logic/ack_claim.py, which a committer's answers cannot)."""
     joined: list[ack_gathering.Joined] = []
     try:
-        return _ack(ctx, queue, items, joined)
+        return _ack(ctx, queue, items, joined, gather)
     finally:
         if joined and joined[0].along is not None:
             ack_gathering.after_drop(ctx, queue, joined[0])
 
 
 def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
-         gathered: list[ack_gathering.Joined]) -> AckResult:
+         gathered: list[ack_gathering.Joined], gather: bool) -> AckResult:
     """``ack``; ``gathered`` gets the ack's place among the pair's acks committed together,
     when it has one."""
     result = lease_outcomes.AckResult()
@@ -262,7 +265,8 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
     # (one tenant's tasks without results: checked and joined to the pair's acks committed
     # together in one call, logic/ack_gathering.py)
     joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected) \
-        if kept is None and ctx.settings.ack_group_commit and not relaxed else None
+        if kept is None and gather and ctx.settings.ack_group_commit and not relaxed \
+        else None
     if joined is not None:
         gathered.append(joined)
     valid = verify(ctx, queue, items, result.rejected, kept) if joined is None \
@@ -306,7 +310,8 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
             [v.attempt for v, _ in keep], relaxed=relaxed)
     done.update([r.id for r in finished])
     if joined is not None and (len(done) < len(valid) or any([r.grp for r in finished])):
-        # (PostgreSQL work follows before the drop: the acks it committed are answered now)
+        # (PostgreSQL work follows before the drop: the acks it committed are answered now,
+        # when it committed others')
         ack_gathering.answer_now(ctx, joined)
     if len(done) < len(valid):  # tasks that others wait on are kept and settled (flows)
         left = [v for v in valid if v.id not in done]
