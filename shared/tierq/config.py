@@ -382,12 +382,13 @@ class Settings:
     # can forget the last few milliseconds of acks, and those tasks are delivered again
     # (never lost). The default waits: an ack that returned success is durable.
     ack_synchronous_commit: bool = setting("TIERQ_ACK_SYNCHRONOUS_COMMIT", True)
-    # True (the default, unless TIERQ_STATEMENT_TIMEOUT_MS is 0): acks of one (queue, tenant)
-    # that arrive while another's commit is under way are committed together, in one
-    # statement and one commit, by whichever of them finds the pair's committer lock free
-    # (logic/ack_gathering.py): fewer PostgreSQL commits a task for workers that ack in small
-    # batches; a waiting ack's BLPOP takes the place of its commit.
-    ack_group_commit: bool = setting("TIERQ_ACK_GROUP_COMMIT", True)
+    # True: acks of one (queue, tenant) that arrive while another's commit is under way are
+    # committed together, in one statement and one commit, by whichever of them finds the
+    # pair's committer lock free (logic/ack_gathering.py): fewer PostgreSQL commits a task
+    # for plain acks of small batches; a waiting ack's BLPOP takes the place of its commit.
+    # Unset (None): true wherever a statement timeout bounds a committer's lock
+    # (``gathers_acks``).
+    ack_group_commit: bool | None = setting("TIERQ_ACK_GROUP_COMMIT", None)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
     # that makes it an administrator (one whole word of the `scope` claim).
@@ -593,7 +594,6 @@ class Settings:
         environment = {name.upper(): value for name, value in environ.items()}
         problems: list[str] = []
         refused: set[str] = set()
-        defaulted: set[str] = set()
         for name, row in self.fields.items():
             if row.variable in given:
                 value = given[row.variable]
@@ -601,18 +601,12 @@ class Settings:
                 value = given[name]
             elif (value := environment.get(row.variable)) is None:
                 setattr(self, name, row.default)
-                defaulted.add(name)
                 continue
             try:
                 setattr(self, name, row.parse(value))
             except ValueError as exc:
                 problems.append(str(exc))
                 refused.add(name)
-        # (acks are committed together by default only where a statement timeout bounds a
-        # committer's lock: TIERQ_STATEMENT_TIMEOUT_MS=0 alone turns the gathering off)
-        if "ack_group_commit" in defaulted and "statement_timeout_ms" not in refused \
-                and not self.statement_timeout_ms:
-            self.ack_group_commit = False
         problems.extend(self._broken_rules(refused))
         if problems:
             raise SettingsError(problems)
@@ -647,11 +641,20 @@ class Settings:
         # statement without a limit could outlive the lock and answer acks twice)
         if sound("ack_group_commit", "statement_timeout_ms") and self.ack_group_commit \
                 and not self.statement_timeout_ms:
-            yield ("TIERQ_ACK_GROUP_COMMIT=true needs a TIERQ_STATEMENT_TIMEOUT_MS (0: no "
-                   "limit): a committer's lock lasts its statement's time at most")
+            yield ("TIERQ_ACK_GROUP_COMMIT=true needs TIERQ_STATEMENT_TIMEOUT_MS > 0 (0 is no "
+                   "limit, and a committer's lock lasts its statement's time at most): leave "
+                   "TIERQ_ACK_GROUP_COMMIT unset or set it false")
         if sound("backoff_base_seconds", "backoff_cap_seconds") \
                 and self.backoff_cap_seconds < self.backoff_base_seconds:
             yield "TIERQ_BACKOFF_CAP_SECONDS must be >= TIERQ_BACKOFF_BASE_SECONDS"
+
+    @property
+    def gathers_acks(self) -> bool:
+        """Whether plain acks of one (queue, tenant) are committed together
+        (``ack_group_commit``; unset: wherever a statement timeout bounds the committer)."""
+        if self.ack_group_commit is None:
+            return self.statement_timeout_ms > 0
+        return self.ack_group_commit
 
     def __setattr__(self, name: str, value: Any) -> None:
         # (a misspelt name is refused, not kept beside the settings)

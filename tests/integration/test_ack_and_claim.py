@@ -82,7 +82,7 @@ def test_the_drop_rides_in_the_claim_s_round_trip(tq):
     assert together.sends == 2, dict(together.commands)
     assert together.commands["lease_drop"] == 1 and together.commands["claim"] == 1
     # (committed alone, acks committed together on by default: no mailbox joined)
-    assert tq.ctx.settings.ack_group_commit and "ack_check_join" not in together.commands
+    assert tq.ctx.settings.gathers_acks and "ack_check_join" not in together.commands
 
 
 def test_a_claim_that_sends_nothing_sends_the_drop_alone(tq, valkey: redis.Redis):
@@ -183,9 +183,9 @@ def test_a_claim_that_waits_sends_the_drop_before_it_waits(tq, valkey: redis.Red
 
 
 def test_a_block_that_raises_sends_its_drop_and_tells_of_its_failure(
-        make_tq, valkey: redis.Redis, caplog: pytest.LogCaptureFixture):
-    # (acks that commit alone: a committer's drop carries answers and is never held)
-    tq = make_tq(ack_group_commit=False)
+        tq, valkey: redis.Redis, caplog: pytest.LogCaptureFixture):
+    # (an ack within holding_drop commits alone, acks committed together on by default)
+    assert tq.ctx.settings.gathers_acks
     enqueued(tq, "a", 4)
     got = tq.claim(QUEUE, ClaimRequest(max=2, tenant="a"))
     with pytest.raises(ValueError, match="the block's"), tq.ctx.warm.holding_drop():

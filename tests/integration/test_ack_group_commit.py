@@ -38,21 +38,28 @@ def test_a_later_pass_that_fails_keeps_the_committer_s_answer(make_tq, valkey, p
 def test_the_gathering_needs_a_statement_timeout():
     from tierq.config import Settings, SettingsError
 
-    with pytest.raises(SettingsError, match="TIERQ_ACK_GROUP_COMMIT=true needs a"):
+    with pytest.raises(SettingsError, match="=true needs TIERQ_STATEMENT_TIMEOUT_MS > 0"):
         Settings(database_url="postgresql://x", ack_group_commit=True, statement_timeout_ms=0)
     assert Settings(database_url="postgresql://x", ack_group_commit=True).ack_group_commit
 
 
 def test_the_gathering_is_on_by_default_where_a_statement_timeout_bounds_it():
-    """On by default; a statement timeout of 0 (no limit) alone turns it off, where the
-    setting given true with it is refused (above)."""
-    from tierq.config import Settings
+    """Unset, it is on wherever a statement timeout bounds a committer's lock: a timeout of 0
+    (no limit) alone turns it off, where the setting given true with it is refused (above);
+    a copy with another timeout decides again, one given false stays off."""
+    from tierq.config import Settings, SettingsError
 
-    assert Settings.from_environ({}, database_url="postgresql://x").ack_group_commit
-    assert not Settings.from_environ({"TIERQ_STATEMENT_TIMEOUT_MS": "0"},
-                                     database_url="postgresql://x").ack_group_commit
-    assert not Settings.from_environ({"TIERQ_ACK_GROUP_COMMIT": "false"},
-                                     database_url="postgresql://x").ack_group_commit
+    unset = Settings.from_environ({}, database_url="postgresql://x")
+    assert unset.ack_group_commit is None and unset.gathers_acks
+    no_limit = Settings.from_environ({"TIERQ_STATEMENT_TIMEOUT_MS": "0"},
+                                     database_url="postgresql://x")
+    assert not no_limit.gathers_acks
+    assert not unset.replace(statement_timeout_ms=0).gathers_acks
+    assert no_limit.replace(statement_timeout_ms=15_000).gathers_acks
+    off = Settings.from_environ({"TIERQ_ACK_GROUP_COMMIT": "false"}, database_url="postgresql://x")
+    assert not off.gathers_acks and not off.replace(statement_timeout_ms=0).gathers_acks
+    with pytest.raises(SettingsError, match="leave TIERQ_ACK_GROUP_COMMIT unset"):
+        unset.replace(ack_group_commit=True, statement_timeout_ms=0)
 
 
 def test_an_ack_alone_is_its_check_its_pass_and_its_drop(make_tq):

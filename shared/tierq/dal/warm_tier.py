@@ -1055,6 +1055,10 @@ class WarmTier:
             raise
         self._send_held(held)
 
+    def holding(self) -> bool:
+        """Whether a lease drop would be held on this thread (within ``holding_drop``)."""
+        return getattr(self._held, "drop", None) is not None
+
     def _send_held(self, held: HeldDrop) -> None:
         """``holding_drop``'s end: the drop still held, if any, sent alone; its error kept
         in ``held``."""

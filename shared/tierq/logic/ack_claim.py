@@ -61,7 +61,7 @@ def ack_and_claim(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTas
     first = request if request.wait_seconds == 0 else \
         request.model_copy(update={"wait_seconds": 0})
     with ctx.warm.holding_drop() as held:
-        acked = leases.ack(ctx, queue, items, gather=False)
+        acked = leases.ack(ctx, queue, items)
         answer = then_claim(queue, acked, lambda: claim.claim_outcome(
             ctx, queue, first, tenants, max_bytes=max_bytes, answer_by=answer_by))
     if held.error is not None:

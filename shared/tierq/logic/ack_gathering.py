@@ -183,8 +183,9 @@ def answer_now(ctx: Context, joined: Joined) -> None:
     """Send the committer's first answers and pass now rather than with its lease drop
     when it committed others' acks: its ack has more PostgreSQL work before the drop
     (flows, groups), which must not hold the acks it answers past their wait. A committer
-    that answers none sends its pass with its drop, no round trip more: the acks that
-    came meanwhile wait for the lock either way."""
+    that answers none sends its pass with its drop, no round trip more: the pair's lock is
+    then held through that work, and acks that come meanwhile wait in the mailbox for the
+    pass, which takes them (or, past ``PASSES_SECONDS``, for their next look)."""
     along = joined.along
     if along is None or along.sent or joined.entry is None or not along.answers:
         return

@@ -232,24 +232,23 @@ def free_reservations(ctx: Context, queue: str, tokens: Sequence[str], *,
         ctx.warm.return_capacity(queue, limits.LEASES_POOL, tokens, tokens=True)
 
 
-def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask], *,
-        gather: bool = True) -> AckResult:
+def ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask]) -> AckResult:
     """Acknowledge leased tasks: deleted (or kept as done with their result) in Postgres in
     one statement, then their leases dropped. A claimed task passed as it is has no result.
     An ack that committed others' deletes with its own (logic/ack_gathering.py) answers
-    them with its drop, or after whatever stopped it before. ``gather=False``: committed
-    alone even under ``TIERQ_ACK_GROUP_COMMIT`` (an ack whose drop rides with a claim,
-    logic/ack_claim.py, which a committer's answers cannot)."""
+    them with its drop, or after whatever stopped it before. Within
+    ``WarmTier.holding_drop`` (an ack whose drop rides with a claim, logic/ack_claim.py) it
+    commits alone: a committer's answers go with its drop, which is then not held."""
     joined: list[ack_gathering.Joined] = []
     try:
-        return _ack(ctx, queue, items, joined, gather)
+        return _ack(ctx, queue, items, joined)
     finally:
         if joined and joined[0].along is not None:
             ack_gathering.after_drop(ctx, queue, joined[0])
 
 
 def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
-         gathered: list[ack_gathering.Joined], gather: bool) -> AckResult:
+         gathered: list[ack_gathering.Joined]) -> AckResult:
     """``ack``; ``gathered`` gets the ack's place among the pair's acks committed together,
     when it has one."""
     result = lease_outcomes.AckResult()
@@ -265,8 +264,8 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
     # (one tenant's tasks without results: checked and joined to the pair's acks committed
     # together in one call, logic/ack_gathering.py)
     joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected) \
-        if kept is None and gather and ctx.settings.ack_group_commit and not relaxed \
-        else None
+        if kept is None and ctx.settings.gathers_acks and not relaxed \
+        and not ctx.warm.holding() else None
     if joined is not None:
         gathered.append(joined)
     valid = verify(ctx, queue, items, result.rejected, kept) if joined is None \
