@@ -388,7 +388,8 @@ class Settings:
     # for plain acks of small batches; a waiting ack's BLPOP takes the place of its commit.
     # Unset (None): true wherever a statement timeout bounds a committer's lock
     # (``gathers_acks``).
-    ack_group_commit: bool | None = setting("TIERQ_ACK_GROUP_COMMIT", None)
+    ack_group_commit: bool | None = setting("TIERQ_ACK_GROUP_COMMIT", None,
+                                            empty_is_default=True)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
     # that makes it an administrator (one whole word of the `scope` claim).

@@ -51,6 +51,9 @@ def test_the_gathering_is_on_by_default_where_a_statement_timeout_bounds_it():
 
     unset = Settings.from_environ({}, database_url="postgresql://x")
     assert unset.ack_group_commit is None and unset.gathers_acks
+    # (the template passes its parameter as given: empty when not set)
+    blank = Settings.from_environ({"TIERQ_ACK_GROUP_COMMIT": " "}, database_url="postgresql://x")
+    assert blank.ack_group_commit is None and blank.gathers_acks
     no_limit = Settings.from_environ({"TIERQ_STATEMENT_TIMEOUT_MS": "0"},
                                      database_url="postgresql://x")
     assert not no_limit.gathers_acks

@@ -317,6 +317,56 @@ def test_one_ack_for_leases_of_different_attempts(make_tq, pg):
     assert count_state(pg, "r", "warm") == 0
 
 
+def _statements_of_acks(tq, monkeypatch) -> list[tuple[str, int]]:
+    """(statement, tenants) of each ack statement ``tq`` runs from now on."""
+    calls: list[tuple[str, int]] = []
+    for name in ("ack_delete", "ack_delete_by_attempt"):
+        real = getattr(tq.ctx.store, name)
+
+        def counted(queue, ids, tenants, *args, _name=name, _real=real, **kwargs):
+            calls.append((_name, len(set(tenants))))
+            return _real(queue, ids, tenants, *args, **kwargs)
+
+        monkeypatch.setattr(tq.ctx.store, name, counted)
+    return calls
+
+
+def test_an_ack_pairs_rows_with_leases_only_over_tenants_or_attempts(make_tq, pg,
+                                                                     monkeypatch):
+    """Leases of one attempt and one tenant are deleted by ``ack_delete``, checked against
+    that tenant; leases over several tenants (a caller allowed them all) or of several
+    attempts by ``ack_delete_by_attempt``, each row paired with its own lease's tenant and
+    attempt."""
+    tq = make_tq(lease_seconds=10, max_attempts=5)
+    made = tq.enqueue("r", [{"payload": t, "tenant": t} for t in ("acme", "globex")])
+    claimed = tq.claim("r", max=2)
+    assert {(t.tenant, t.attempt) for t in claimed} == {("acme", 1), ("globex", 1)}
+    calls = _statements_of_acks(tq, monkeypatch)
+    acked = tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in claimed])
+    assert sorted(map(str, acked.acked)) == sorted(str(o.id) for o in made)
+    assert calls == [("ack_delete_by_attempt", 2)]
+    assert count_state(pg, "r", "warm") == 0
+    # one tenant, one attempt: the set form
+    tq.enqueue("r", [{"payload": n, "tenant": "acme"} for n in range(3)])
+    calls.clear()
+    acked = tq.ack("r", [{"id": t.id, "lease_token": t.lease_token}
+                         for t in tq.claim("r", max=3)])
+    assert len(acked.acked) == 3 and calls == [("ack_delete", 1)]
+    # a second attempt beside a first, over two tenants: each row with its own
+    retried = tq.enqueue("r", [{"payload": "again", "tenant": "acme"}])[0]
+    assert tq.claim("r")[0].id == retried.id
+    tq.ctx.clock.advance(11)
+    tq.run_reaper()
+    fresh = tq.enqueue("r", [{"payload": "fresh", "tenant": "globex"}])[0]
+    claimed = tq.claim("r", max=2)
+    assert {(t.id, t.attempt) for t in claimed} == {(retried.id, 2), (fresh.id, 1)}
+    calls.clear()
+    acked = tq.ack("r", [{"id": t.id, "lease_token": t.lease_token} for t in claimed])
+    assert sorted(map(str, acked.acked)) == sorted([str(retried.id), str(fresh.id)])
+    assert calls == [("ack_delete_by_attempt", 2)]
+    assert count_state(pg, "r", "warm") == 0
+
+
 def test_lease_outcomes_take_any_iterable_of_items(tq) -> None:
     """A generator of items is read once: every task in it is acked (or nacked), none
     lost to a first pass over it."""
