@@ -61,7 +61,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.measure import PG_KINDS, Measured, percentile
+from bench.measure import PG_KINDS, PG_ROLES, Measured, percentile
 from bench.report import print_table, say
 from bench.runs import SystemRun
 
@@ -283,6 +283,10 @@ def work_per_task(runs: Sequence[SystemRun]) -> dict[str, float | None]:
         out[f"pg_{kind}_us"] = median([
             m.pg_by_kind[kind] * 1e6 / m.phase.total for m in phases
             if m.pg_by_kind is not None])
+    for role in PG_ROLES:
+        out[f"pg_{role}_us"] = median([
+            m.pg_by_role[role] * 1e6 / m.phase.total for m in phases
+            if m.pg_by_role is not None])
     out["pg_connections"] = median([float(m.pg_connections) for m in phases
                                     if m.pg_connections is not None])
     client, producer, consumer = out["client_us"], out["producer_us"], out["consumer_us"]
@@ -359,6 +363,13 @@ def report(shape: str, runs: dict[str, list[SystemRun]],
                     [[name, *(fmt(w.get(f"pg_{k}_us")) for k in PG_KINDS),
                       fmt(sum(w.get(f"pg_{k}_us") or 0.0 for k in PG_KINDS)),
                       fmt(w.get("pg_connections"), 0)] for name, w in work.items()])
+    if any(w.get("pg_producers_us") is not None for w in work.values()):
+        say("the database's backends by whose connections they serve (us per task): the "
+            "producer processes' (enqueues), the consumer processes' (claims and acks), "
+            "the rest (the benchmark's process, with tierq's maintenance jobs)")
+        print_table(["system", *PG_ROLES],
+                    [[name, *(fmt(w.get(f"pg_{r}_us")) for r in PG_ROLES)]
+                     for name, w in work.items()])
     statements: dict[str, list[dict[str, Any]]] = {}
     for name, r in runs.items():
         m = median_run(r)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import psycopg
 import redis
 
-from bench.phases import PhaseResult
+from bench.phases import ROLE_APP_NAME, PhaseResult
 from bench.stores import Stores
 
 # --------------------------------------------------------------------------- statistics
@@ -299,6 +299,16 @@ def backend_work(database_url: str, work: Callable[[Any], int]) -> tuple[int, fl
 
 PG_KINDS = ("backends", "other backends", "autovacuum", "walwriter",
             "checkpointer+bgwriter", "other")
+# Whose connections the database's backends serve, by their application name
+# (bench.phases.ROLE_APP_NAME): the producer processes', the consumer processes', and the
+# rest (the benchmark's own process, with tierq's maintenance jobs, and any connection
+# without the name: asyncpg's, for one, does not read PGAPPNAME).
+PG_ROLES = ("producers", "consumers", "rest")
+_ROLE_OF_APP_NAME = {ROLE_APP_NAME.format(kind="producer"): "producers",
+                     ROLE_APP_NAME.format(kind="consumer"): "consumers"}
+# Samples a backend of the database may show no application name before it counts as "rest"
+# (a connection's name is known once its start-up is done).
+_UNNAMED_SAMPLES = 5
 
 
 def pg_process_kind(pid: int, database: str) -> str | None:
@@ -339,9 +349,13 @@ class PgProcesses:
     | that lived between two samples | not at all                                         |
 
     ``coverage`` compares the sum with the tick counters of ``cpu_now``. ``started``:
-    backends of the database born during the phase (connections opened)."""
+    backends of the database born during the phase (connections opened). With
+    ``activity_url`` (a database other than the one measured, whose backends are not
+    counted), the backends are also split by role (``PG_ROLES``), read from
+    ``pg_stat_activity`` once for each new backend."""
 
-    def __init__(self, postmaster: int, database: str, every: float = 0.02) -> None:
+    def __init__(self, postmaster: int, database: str, every: float = 0.02,
+                 activity_url: str | None = None) -> None:
         self.postmaster = postmaster
         self.database = database
         self.every = every
@@ -349,6 +363,10 @@ class PgProcesses:
         self.last: dict[int, int] = {}
         self.kind: dict[int, str] = {}
         self.born: set[int] = set()
+        self.activity_url = activity_url
+        self._activity: psycopg.Connection[Any] | None = None
+        self.role: dict[int, str] = {}
+        self._unnamed: dict[int, int] = {}  # samples each backend has shown no name
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pg-processes", daemon=True)
         self._started = False
@@ -377,6 +395,31 @@ class PgProcesses:
                     self.kind[pid] = kind
             if ns:
                 self.last[pid] = ns
+        if self.activity_url is not None:
+            self._read_roles([pid for pid in pids if self.kind.get(pid) == "backends"
+                              and pid not in self.role])
+
+    def _read_roles(self, pids: list[int]) -> None:
+        """The role of each backend in ``pids`` by its application name."""
+        if not pids:
+            return
+        try:
+            if self._activity is None:
+                assert self.activity_url is not None
+                self._activity = psycopg.connect(self.activity_url, autocommit=True)
+            names = dict(self._activity.execute(
+                "SELECT pid, application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
+                (pids,)).fetchall())
+        except psycopg.Error:
+            return  # (read again at the next sample)
+        for pid in pids:
+            name = names.get(pid) or ""
+            if name:
+                self.role[pid] = _ROLE_OF_APP_NAME.get(name, "rest")
+            else:
+                self._unnamed[pid] = self._unnamed.get(pid, 0) + 1
+                if self._unnamed[pid] >= _UNNAMED_SAMPLES:
+                    self.role[pid] = "rest"
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -403,11 +446,26 @@ class PgProcesses:
         self._thread.join(timeout=5)
         with self._lock:
             self._sample()
+            if self._activity is not None:
+                self._activity.close()
+                self._activity = None
 
     def seconds_by_kind(self) -> dict[str, float]:
         out = dict.fromkeys(PG_KINDS, 0.0)
         for pid, kind in self.kind.items():
             out[kind] += max(0, self.last.get(pid, 0) - self.first.get(pid, 0)) / 1e9
+        return out
+
+    def seconds_by_role(self) -> dict[str, float] | None:
+        """The database's backends' CPU seconds by role (``PG_ROLES``); None without
+        ``activity_url``."""
+        if self.activity_url is None:
+            return None
+        out = dict.fromkeys(PG_ROLES, 0.0)
+        for pid, kind in self.kind.items():
+            if kind == "backends":
+                out[self.role.get(pid, "rest")] += max(
+                    0, self.last.get(pid, 0) - self.first.get(pid, 0)) / 1e9
         return out
 
     @property
@@ -433,6 +491,8 @@ class Measured:
     # when asked (bench/breakdown.py)
     pg_by_kind: dict[str, float] | None = None
     pg_connections: int | None = None
+    # the database's backends' CPU seconds by role (PgProcesses.seconds_by_role)
+    pg_by_role: dict[str, float] | None = None
 
     def cpu_us_per_task(self) -> dict[str, float | None]:
         """CPU microseconds per task: client processes, PostgreSQL, Valkey."""

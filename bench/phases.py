@@ -13,6 +13,7 @@ import cProfile
 import gc
 import json
 import multiprocessing as mp
+import os
 import pstats
 import queue as queue_module
 import time
@@ -151,7 +152,13 @@ def profiler_overhead(calls: int = 100_000) -> dict[str, float]:
     return out
 
 
-def _child(target: Target, spec: dict[str, Any], sync: Sync, index: int) -> None:
+# The application name a role's PostgreSQL connections carry (libpq's PGAPPNAME, which
+# psycopg reads): bench.measure.PgProcesses splits the backends' CPU by role with it.
+ROLE_APP_NAME = "bench-{kind}"
+
+
+def _child(target: Target, spec: dict[str, Any], sync: Sync, index: int, kind: str) -> None:
+    os.environ["PGAPPNAME"] = ROLE_APP_NAME.format(kind=kind)
     # Every worker process starts from the fork server holding the preloaded modules of
     # the systems. Like any long-running pre-forked worker, it freezes them (gc.freeze) so
     # that the cycle collector's full passes stop walking them again and again: in
@@ -206,7 +213,7 @@ def run_phase(label: str, roles: Sequence[Role], *, total: int, timeout: float,
     phase's total is what they finished by then."""
     ctx = process_context(preload)
     sync = Sync(ctx, total)
-    procs = [ctx.Process(target=_child, args=(r.target, r.spec, sync, i), daemon=True,
+    procs = [ctx.Process(target=_child, args=(r.target, r.spec, sync, i, r.kind), daemon=True,
                          name=f"{label}-{r.kind}-{i}") for i, r in enumerate(roles)]
     for p in procs:
         p.start()

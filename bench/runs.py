@@ -28,7 +28,7 @@ from bench.measure import (
     statements_between,
 )
 from bench.report import say
-from bench.stores import Stores
+from bench.stores import Stores, with_database
 from bench.systems import Prepared, System
 
 STATS_FLUSH_WAIT = 1.2  # PostgreSQL publishes a busy backend's counters at most once a second
@@ -99,7 +99,9 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
     processes: PgProcesses | None = None
     if detail and stores.private and stores.services is not None:
         processes = PgProcesses(stores.services.postgres.pid,  # type: ignore[attr-defined]
-                                urlsplit(prepared.database_url).path.lstrip("/")).start()
+                                urlsplit(prepared.database_url).path.lstrip("/"),
+                                activity_url=with_database(prepared.database_url,
+                                                           "postgres")).start()
 
     def at_start() -> Cpu:
         if processes is not None:
@@ -124,6 +126,7 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
     measured = Measured(phase, after - before, peak, cpu=cpu)
     if processes is not None:
         measured.pg_by_kind = processes.seconds_by_kind()
+        measured.pg_by_role = processes.seconds_by_role()
         measured.pg_connections = processes.started
     if counters is not None:
         measured.statements = statements_between(

@@ -15,7 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.measure import PgProcesses, child_pids, pg_process_kind
+from bench.measure import PG_ROLES, PgProcesses, child_pids, pg_process_kind
+from bench.phases import ROLE_APP_NAME
+from bench.stores import with_database
 from tierq.local.services import LocalServices
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +71,36 @@ def test_pg_processes_tells_the_database_backends_from_the_server(
     assert "walwriter" in kinds and "checkpointer+bgwriter" in kinds
     assert sampler.started >= 1
     assert sampler.seconds_by_kind()["backends"] > 0
+
+
+def test_pg_processes_splits_the_backends_by_the_role_their_connection_names(
+        services: LocalServices, database_url: str) -> None:
+    """A connection named as a producer's, one as a consumer's (``ROLE_APP_NAME``, which a
+    phase's processes carry in PGAPPNAME) and one unnamed: each backend's CPU counts for its
+    role, the unnamed one's for the rest; nothing is split without ``activity_url``."""
+    if not services.postgres.private:
+        pytest.skip("reads the server's processes in /proc: needs a private PostgreSQL")
+    postmaster = services.postgres.pid  # type: ignore[attr-defined]
+    database = database_url.rsplit("/", 1)[1].split("?")[0]
+    sampler = PgProcesses(postmaster, database,
+                          activity_url=with_database(database_url, "postgres")).start()
+    assert PgProcesses(postmaster, database).seconds_by_role() is None
+    sampler.mark()
+    work = {"producers": 600_000, "consumers": 200_000, "rest": 100_000}
+    names = {"producers": ROLE_APP_NAME.format(kind="producer"),
+             "consumers": ROLE_APP_NAME.format(kind="consumer"), "rest": ""}
+    for role, rows in work.items():
+        with psycopg.connect(database_url, autocommit=True,
+                             application_name=names[role]) as conn:
+            time.sleep(0.1)  # (sampled while named, before its work)
+            conn.execute("SELECT count(*) FROM generate_series(1, %s)", (rows,))
+            time.sleep(0.1)
+    sampler.stop()
+    by_role = sampler.seconds_by_role()
+    assert by_role is not None and set(by_role) == set(PG_ROLES)
+    assert all(seconds > 0 for seconds in by_role.values()), by_role
+    assert by_role["producers"] > by_role["consumers"], by_role
+    assert sum(by_role.values()) <= sampler.seconds_by_kind()["backends"] + 1e-9
 
 
 def test_pg_layouts_measures_every_variant(session_dir: Path, tmp_path: Path) -> None:

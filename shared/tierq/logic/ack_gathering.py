@@ -121,9 +121,12 @@ class Joined:
 
 
 def lock_ms(ctx: Context) -> int:
-    """How long a committer's lock lasts without its passes: past the wait for a connection
-    and its statement's timeout (``Settings`` refuses the gathering without one), so that
-    only a committer that stopped loses it."""
+    """How long a committer's lock lasts without its passes: past the pool's wait for a
+    connection and its statement's timeout (``Settings`` refuses the gathering without one),
+    and 5 s more. It does not count a wait outside those two, such as RDS Proxy's borrow
+    timeout before the statement starts: a committer held up past the lock loses it like one
+    that stopped, and the acks it gathered delete alone (the module's table; a row that
+    commit deleted first is answered ``not_found``, never acked twice)."""
     settings = ctx.settings
     return settings.statement_timeout_ms + math.ceil(settings.db_pool_timeout * 1000) + 5_000
 
