@@ -10,7 +10,8 @@ one row per ack (ids as ``uuid[]``), one of a row per id with a primary key, and
 table. Each variant runs on a connection of its own; all take turns in every round, and
 each is measured by its backend's CPU (``/proc/<pid>/schedstat``). Every figure is printed
 per task and relative to today's statement for the same step (today's insert, today's
-``ack_delete`` of 400 or of 10). After the rounds: what a rotation would cost per row of a
+``ack_delete`` of 400 or of 10, today's ``ack_delete_by_attempt`` of 100 over ten tenants
+beside two cheaper forms of it). After the rounds: what a rotation would cost per row of a
 slot (a distinct count of the finished ids, an anti-join, ``TRUNCATE``).
 
 Last line: ``log_insert_vs_today=X.XX`` (the narrow table without an index).
@@ -72,7 +73,14 @@ VARIANTS = [
     ("append 400: one row, uuid[]", "ack 400"),
     ("today: ack_delete of 10", "ack 10"),
     ("append 10: one row, uuid[]", "ack 10"),
+    ("today: ack_delete_by_attempt of 100, 10 tenants", "mixed ack 100"),
+    ("ack_delete of 100, its tenants as a set", "mixed ack 100"),
+    ("DELETE of 100 by id alone", "mixed ack 100"),
 ]
+# The mixed shape's ack in three forms: today's (each row paired with its lease's tenant and
+# attempt), the one-tenant form given the ten tenants as a set, and the bare table's.
+MIXED_ACKS = [name for name, step in VARIANTS if step == "mixed ack 100"]
+DELETE_BY_ID = "DELETE FROM tierq_tasks WHERE id = ANY(%(ids)s::uuid[])"
 
 
 class Layouts:
@@ -98,6 +106,7 @@ class Layouts:
         self.keyed = queries()["insert_tasks"]
         self.uniform_keyed = queries()["insert_tasks_uniform_keyed"]
         self.ack = queries()["ack_delete"]
+        self.ack_by_attempt = queries()["ack_delete_by_attempt"]
         self.now = datetime.now(UTC)
 
     def run(self, name: str, tasks: int, statement: Any, params: Any,
@@ -155,6 +164,7 @@ class Layouts:
             self.run(name, 500, statement, {"queue": QUEUE, "now": self.now, **columns},
                      fetch=True)
             keyed_ids += batch.ids
+        self.mixed_acks(mixed, seed)
         self.setup.execute("DELETE FROM tierq_tasks WHERE id = ANY(%s::uuid[])",
                            (uuid_array(keyed_ids),))
         # the bare table's insert (its claims and acks: bench.pg_writes)
@@ -188,6 +198,39 @@ class Layouts:
         if seed % 4 == 3:
             for table in ("tierq_tasks", "hot", "q"):
                 self.setup.execute(f"VACUUM {table}")
+
+    def mixed_acks(self, batches: Any, seed: int) -> None:
+        """The mixed batches' rows acked 100 at a time in the order claims over their ten
+        tenants take them (ten of a tenant, then the next tenant's), the acks taking the
+        three forms of ``MIXED_ACKS`` in turn."""
+        from tierq.dal.postgres import int_array, text_array, uuid_array
+
+        lines: dict[str, list[str]] = {}
+        for batch in batches:
+            for task_id, tenant in zip(batch.ids, batch.tenants, strict=True):
+                lines.setdefault(tenant, []).append(task_id)
+        tenant_of = {task_id: tenant for tenant, ids in lines.items() for task_id in ids}
+        order: list[str] = []
+        while any(lines.values()):
+            for tenant in sorted(lines):
+                order += lines[tenant][:10]
+                del lines[tenant][:10]
+        for i, lo in enumerate(range(0, len(order), 100)):
+            ids = order[lo:lo + 100]
+            tenants = [tenant_of[task_id] for task_id in ids]
+            name = MIXED_ACKS[(i + seed) % len(MIXED_ACKS)]
+            if name == MIXED_ACKS[0]:
+                params: dict[str, Any] = {
+                    "ids": uuid_array(ids), "queue": QUEUE, "tenants": text_array(tenants),
+                    "attempts": int_array([1] * len(ids))}
+                statement = self.ack_by_attempt
+            elif name == MIXED_ACKS[1]:
+                params = {"ids": uuid_array(ids), "queue": QUEUE, "attempt": 1,
+                          "tenant_set": text_array(sorted(set(tenants)))}
+                statement = self.ack
+            else:
+                params, statement = {"ids": uuid_array(ids)}, DELETE_BY_ID
+            self.run(name, len(ids), statement, params, fetch=statement is not DELETE_BY_ID)
 
     def rotation(self) -> dict[str, float]:
         """What emptying the slot costs per row (its acks are all there)."""
