@@ -366,7 +366,8 @@ def report(shape: str, runs: dict[str, list[SystemRun]],
     if any(w.get("pg_producers_us") is not None for w in work.values()):
         say("the database's backends by whose connections they serve (us per task): the "
             "producer processes' (enqueues), the consumer processes' (claims and acks), "
-            "the rest (the benchmark's process, with tierq's maintenance jobs)")
+            "the rest (the benchmark's process, with tierq's maintenance jobs, and any "
+            "connection that does not name its role: asyncpg's, an HTTP server's)")
         print_table(["system", *PG_ROLES],
                     [[name, *(fmt(w.get(f"pg_{r}_us")) for r in PG_ROLES)]
                      for name, w in work.items()])

@@ -411,6 +411,9 @@ class PgProcesses:
                 "SELECT pid, application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
                 (pids,)).fetchall())
         except psycopg.Error:
+            if self._activity is not None:  # (a broken connection: opened again next time)
+                self._activity.close()
+                self._activity = None
             return  # (read again at the next sample)
         for pid in pids:
             name = names.get(pid) or ""
@@ -427,7 +430,13 @@ class PgProcesses:
                 self._sample()
 
     def start(self) -> PgProcesses:
-        """Sample from now on; what counts starts at ``mark``."""
+        """Sample from now on; what counts starts at ``mark``. The connection that reads
+        the roles opens here, before the phase, for every system alike."""
+        if self.activity_url is not None:
+            try:
+                self._activity = psycopg.connect(self.activity_url, autocommit=True)
+            except psycopg.Error:
+                self._activity = None  # (tried again at the first new backend)
         self._sample()
         self._thread.start()
         return self

@@ -110,14 +110,16 @@ class Layouts:
         self.now = datetime.now(UTC)
 
     def run(self, name: str, tasks: int, statement: Any, params: Any,
-            fetch: bool = False) -> None:
-        """One statement on the variant's connection, its backend's CPU counted."""
+            fetch: bool = False) -> int:
+        """One statement on the variant's connection, its backend's CPU counted; the rows
+        it wrote."""
         before = schedstat_ns(self.pids[name])
         cursor = self.conns[name].execute(statement, params)
         if fetch:
             cursor.fetchall()
         self.ns[name] += schedstat_ns(self.pids[name]) - before
         self.tasks[name] += tasks
+        return cursor.rowcount
 
     def params(self, batch: Any) -> dict[str, Any]:
         return {"queue": QUEUE, "now": self.now,
@@ -230,7 +232,10 @@ class Layouts:
                 statement = self.ack
             else:
                 params, statement = {"ids": uuid_array(ids)}, DELETE_BY_ID
-            self.run(name, len(ids), statement, params, fetch=statement is not DELETE_BY_ID)
+            deleted = self.run(name, len(ids), statement, params,
+                               fetch=statement is not DELETE_BY_ID)
+            if deleted != len(ids):  # (a form that deleted less would only look cheaper)
+                raise RuntimeError(f"{name} deleted {deleted} of {len(ids)} rows")
 
     def rotation(self) -> dict[str, float]:
         """What emptying the slot costs per row (its acks are all there)."""

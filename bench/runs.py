@@ -81,11 +81,13 @@ class SystemRun:
 def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str, *,
                   producers: int, consumers: int, total: int, timeout: float,
                   statements: bool, detail: bool = False, profile_to: Path | None = None,
-                  ) -> Measured:
+                  by_role: bool = False) -> Measured:
     """One phase of ``system`` with PostgreSQL's counters, the CPU of the client and the
     servers, and Valkey's memory measured around it. ``detail``: each statement's counters
     too (pg_stat_statements); ``profile_to``: the first producer and the first consumer
-    are profiled into ``<profile_to>-producer.prof`` and ``-consumer.prof``."""
+    are profiled into ``<profile_to>-producer.prof`` and ``-consumer.prof``; ``by_role`` (with
+    ``detail``): the database's backends' CPU split by role too (``PgProcesses``, whose
+    connection to the admin database then counts among the server's other backends)."""
     memory = ValkeyMemory(stores.valkey_url) if system.uses_valkey else None
     pids = system.client_pids(prepared)
     roles = system.roles(prepared, producers=producers, consumers=consumers, total=total)
@@ -100,8 +102,8 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
     if detail and stores.private and stores.services is not None:
         processes = PgProcesses(stores.services.postgres.pid,  # type: ignore[attr-defined]
                                 urlsplit(prepared.database_url).path.lstrip("/"),
-                                activity_url=with_database(prepared.database_url,
-                                                           "postgres")).start()
+                                activity_url=with_database(prepared.database_url, "postgres")
+                                if by_role else None).start()
 
     def at_start() -> Cpu:
         if processes is not None:
@@ -136,7 +138,8 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
 
 def run_system(system: System, stores: Stores, *, workers: int, total: int, timeout: float,
                statements: bool, phases: tuple[str, ...] = ("enqueue", "drain", "e2e"),
-               detail: bool = False, profile_dir: Path | None = None) -> SystemRun:
+               detail: bool = False, profile_dir: Path | None = None,
+               by_role: bool = False) -> SystemRun:
     """Measure one system with ``workers`` processes per role; see the module docstring.
     ``detail`` and ``profile_dir`` (``<dir>/<phase>-<role>.prof``): see ``measure_phase``."""
     run = SystemRun(system.name, workers, total)
@@ -154,7 +157,7 @@ def run_system(system: System, stores: Stores, *, workers: int, total: int, time
                 measured = measure_phase(
                     system, stores, prepared, f"{tag} {title}", producers=producers * workers,
                     consumers=consumers * workers, total=total, timeout=timeout,
-                    statements=statements, detail=detail,
+                    statements=statements, detail=detail, by_role=by_role,
                     profile_to=None if profile_dir is None else profile_dir / phase)
                 if consumers:
                     measured.left = system.remaining(prepared)

@@ -320,7 +320,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
                 for kind in floors]
     say(f"-- shape {shape.name}: {shape.title}")
     runs = alternate(systems, stores, workers=shape.workers, total=total, repeat=repeat,
-                     timeout=timeout, statements=statements, detail=True)
+                     timeout=timeout, statements=statements, detail=True,
+                     by_role=profile_root is not None)  # (--breakdown)
     profiled: dict[str, tuple[Path, SystemRun]] = {}
     if profile_root is not None:
         for system in systems:

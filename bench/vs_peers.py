@@ -165,10 +165,11 @@ def start_fork_server(systems: list[System]) -> None:
 
 
 def alternate(systems: list[System], stores: Stores, *, workers: int, total: int, repeat: int,
-              timeout: float, statements: bool, detail: bool = False) -> dict[str, Runs]:
+              timeout: float, statements: bool, detail: bool = False,
+              by_role: bool = False) -> dict[str, Runs]:
     """``repeat`` runs of every system at one worker count, the systems taking turns so
     that drifts of the machine hit all of them alike, each round starting one system
-    further (no system always runs after the same one) (``detail``: see
+    further (no system always runs after the same one) (``detail`` and ``by_role``: see
     runs.measure_phase)."""
     by_system: dict[str, Runs] = {s.name: [] for s in systems}
     for round_no in range(repeat):
@@ -178,7 +179,8 @@ def alternate(systems: list[System], stores: Stores, *, workers: int, total: int
                 + (f", run {round_no + 1}/{repeat}" if repeat > 1 else ""))
             try:
                 run = run_system(system, stores, workers=workers, total=total,
-                                 timeout=timeout, statements=statements, detail=detail)
+                                 timeout=timeout, statements=statements, detail=detail,
+                                 by_role=by_role)
             except PhaseFailed as exc:
                 say(f"  {system.name} failed: {exc}")
                 run = SystemRun(system.name, workers, total)

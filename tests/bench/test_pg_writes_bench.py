@@ -82,20 +82,22 @@ def test_pg_processes_splits_the_backends_by_the_role_their_connection_names(
         pytest.skip("reads the server's processes in /proc: needs a private PostgreSQL")
     postmaster = services.postgres.pid  # type: ignore[attr-defined]
     database = database_url.rsplit("/", 1)[1].split("?")[0]
+    assert PgProcesses(postmaster, database).seconds_by_role() is None
     sampler = PgProcesses(postmaster, database,
                           activity_url=with_database(database_url, "postgres")).start()
-    assert PgProcesses(postmaster, database).seconds_by_role() is None
-    sampler.mark()
     work = {"producers": 600_000, "consumers": 200_000, "rest": 100_000}
     names = {"producers": ROLE_APP_NAME.format(kind="producer"),
              "consumers": ROLE_APP_NAME.format(kind="consumer"), "rest": ""}
-    for role, rows in work.items():
-        with psycopg.connect(database_url, autocommit=True,
-                             application_name=names[role]) as conn:
-            time.sleep(0.1)  # (sampled while named, before its work)
-            conn.execute("SELECT count(*) FROM generate_series(1, %s)", (rows,))
-            time.sleep(0.1)
-    sampler.stop()
+    try:
+        sampler.mark()
+        for role, rows in work.items():
+            with psycopg.connect(database_url, autocommit=True,
+                                 application_name=names[role]) as conn:
+                time.sleep(0.1)  # (sampled while named, before its work)
+                conn.execute("SELECT count(*) FROM generate_series(1, %s)", (rows,))
+                time.sleep(0.1)
+    finally:
+        sampler.stop()
     by_role = sampler.seconds_by_role()
     assert by_role is not None and set(by_role) == set(PG_ROLES)
     assert all(seconds > 0 for seconds in by_role.values()), by_role
