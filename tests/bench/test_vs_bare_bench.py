@@ -68,6 +68,9 @@ def test_the_bare_table_bench_runs_every_shape_and_ends_with_the_ratios(
     for b in result["breakdown"]:
         for system in ("tierq-engine", "bare-table"):
             assert b["statements"][system], (b["shape"], system)
+            # the database's backends by role: the consumers' claims and acks always cost
+            work = b["work_per_task"][system]
+            assert work["pg_consumers_us"] > 0 and work["pg_producers_us"] is not None, work
             roles = b["stages"][system]
             # a consumer that acked nothing (others took every task) has no per-task split
             assert "producer" in roles and set(roles) <= {"producer", "consumer"}
