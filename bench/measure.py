@@ -404,10 +404,7 @@ class PgProcesses:
         if not pids:
             return
         try:
-            if self._activity is None:
-                assert self.activity_url is not None
-                self._activity = psycopg.connect(self.activity_url, autocommit=True)
-            names = dict(self._activity.execute(
+            names = dict(self._connection().execute(
                 "SELECT pid, application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
                 (pids,)).fetchall())
         except psycopg.Error:
@@ -424,6 +421,13 @@ class PgProcesses:
                 if self._unnamed[pid] >= _UNNAMED_SAMPLES:
                     self.role[pid] = "rest"
 
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The connection that reads the roles, opened when there is none."""
+        if self._activity is None:
+            assert self.activity_url is not None
+            self._activity = psycopg.connect(self.activity_url, autocommit=True)
+        return self._activity
+
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             with self._lock:
@@ -433,10 +437,8 @@ class PgProcesses:
         """Sample from now on; what counts starts at ``mark``. The connection that reads
         the roles opens here, before the phase, for every system alike."""
         if self.activity_url is not None:
-            try:
-                self._activity = psycopg.connect(self.activity_url, autocommit=True)
-            except psycopg.Error:
-                self._activity = None  # (tried again at the first new backend)
+            with contextlib.suppress(psycopg.Error):  # (else tried at the first new backend)
+                self._connection()
         self._sample()
         self._thread.start()
         return self

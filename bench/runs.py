@@ -28,7 +28,7 @@ from bench.measure import (
     statements_between,
 )
 from bench.report import say
-from bench.stores import Stores, with_database
+from bench.stores import Stores
 from bench.systems import Prepared, System
 
 STATS_FLUSH_WAIT = 1.2  # PostgreSQL publishes a busy backend's counters at most once a second
@@ -102,8 +102,7 @@ def measure_phase(system: System, stores: Stores, prepared: Prepared, label: str
     if detail and stores.private and stores.services is not None:
         processes = PgProcesses(stores.services.postgres.pid,  # type: ignore[attr-defined]
                                 urlsplit(prepared.database_url).path.lstrip("/"),
-                                activity_url=with_database(prepared.database_url, "postgres")
-                                if by_role else None).start()
+                                activity_url=stores.postgres_url if by_role else None).start()
 
     def at_start() -> Cpu:
         if processes is not None:
