@@ -83,6 +83,8 @@ from tierq.dal.lua_calls import (
 from tierq.dal.throughput import rate_key, tenants_key
 from tierq.dal.warm_tier import (
     GONE_CHARGE,
+    MARKER_CHARGE,
+    MARKERS_KEPT_AT_LEAST,
     NEWER_CHARGE,
     AckMail,
     PairKeys,
@@ -950,11 +952,11 @@ def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
     with warm.finished_channel(queue, TENANT, waited) as receive, \
             warm.finished_channel(queue, TENANT, other) as unregistered:
         # subscribed but not registered: no message at all
-        assert run(warm, TaskFinished(k, 60_000, 4, [(other, "dead", 1)])) == 0
+        assert run(warm, TaskFinished(k, 60_000, 4, 0, [(other, "dead", 1)])) == 0
         assert unregistered(0.3) is None
         valkey.hset(k.waiters, waited, 1)
         # (SPUBLISH from the script, on the pair's own channel: one waiter reached)
-        assert run(warm, TaskFinished(k, 60_000, 4, [(waited, "done", 2)])) == 1
+        assert run(warm, TaskFinished(k, 60_000, 4, 0, [(waited, "done", 2)])) == 1
         assert receive(5) == "done"
     assert valkey.exists(k.waiters) == 0  # (told: its registration went)
     state, attempt, ms = valkey.hget(k.finished, waited).decode().split("|")
@@ -963,7 +965,7 @@ def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
     assert abs(started / 1000 - valkey.time()[0]) < 2
     assert 0 < valkey.pttl(k.finished) <= 120_000  # (2 TTL after the generation began)
     # a cap of 4 is two generations of 2: a third marker starts a new one
-    assert run(warm, TaskFinished(k, 60_000, 4, [(third, "done", 1)])) == 0
+    assert run(warm, TaskFinished(k, 60_000, 4, 0, [(third, "done", 1)])) == 0
     own = {b"@started", b"~encoding"}
     assert set(valkey.hkeys(k.finished)) == {third.encode()} | own
     assert set(valkey.hkeys(k.finished_prev)) == {waited.encode(), other.encode()} | own
@@ -971,9 +973,65 @@ def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
     # a hash of the old layout (no '@started') becomes the previous generation
     old = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
     valkey.hset(old.finished, waited, "done|1|5")
-    run(warm, TaskFinished(old, 60_000, 4, [(other, "done", 1)]))
+    run(warm, TaskFinished(old, 60_000, 4, 0, [(other, "done", 1)]))
     assert valkey.hget(old.finished_prev, waited) == b"done|1|5"
     assert valkey.hexists(old.finished, other) and valkey.hexists(old.finished, "@started")
+    markers_under_a_bound(warm, valkey)
+
+
+def markers(valkey: Any, k: PairKeys) -> set[str]:
+    """The pair's completion markers, both generations."""
+    own = {"@started", "~encoding"}
+    return {f.decode() for key in (k.finished, k.finished_prev)
+            for f in valkey.hkeys(key)} - own
+
+
+def markers_under_a_bound(warm: WarmTier, valkey: Any) -> None:
+    """Under a tenant's bound (a charge given) a pair keeps the markers its allotment has
+    room for beside its usage, at least MARKERS_KEPT_AT_LEAST; they count in its usage."""
+    queue = f"rt{uuid.uuid4().hex[:8]}"
+    k = PairKeys.of(queue, TENANT)
+    done = [(i, "done", 1) for i in ids(1_000)]
+    valkey.hset(k.meta, "allot", 200 * MARKER_CHARGE)  # (nothing else held: room for 200)
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[:500]))
+    assert markers(valkey, k) == {i for i, _, _ in done[400:500]}  # half the room: the last
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[500:650]))
+    assert markers(valkey, k) == {i for i, _, _ in done[400:500] + done[550:650]}
+    assert warm.pair_usage(queue, TENANT, charge=640)[0] == 200 * MARKER_CHARGE
+    # the room taken by a task waiting: only the floor is kept, the older generation dropped
+    valkey.zadd(k.ready, {"m": 0})
+    valkey.hset(k.meta, "bytes", 200 * MARKER_CHARGE - 640)
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[650:660]))
+    kept = markers(valkey, k)
+    assert {i for i, _, _ in done[650:660]} <= kept and len(kept) <= MARKERS_KEPT_AT_LEAST
+    # the markers are part of the pair's usage, and give way to a reclaim (a shrink)
+    usage = 200 * MARKER_CHARGE  # (the task's bytes and charge)
+    assert warm.pair_usage(queue, TENANT, charge=640)[0] == usage + 10 * MARKER_CHARGE
+    valkey.hset(k.meta, "allot", 10**6)
+    assert run(warm, AllotShrink(k, 640, 0))[1] == usage and markers(valkey, k) == set()
+    # no bound: the cap alone
+    free = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
+    run(warm, TaskFinished(free, 60_000, 10_000, 0, done))
+    assert len(markers(valkey, free)) == 1_000
+    # markers give way to tasks: a push the markers' room would refuse drops them instead
+    _, k = new_pair(valkey)
+    valkey.hset(k.meta, "allot", 200 * MARKER_CHARGE)
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[:100]))
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[100:200]))
+    assert len(markers(valkey, k)) == 200  # (the room, two generations)
+    task = ids(1)
+    out = push(warm, k, task, bound="strict", charge=640)
+    assert (out.mode, out.refused) == ("warm", [])
+    assert markers(valkey, k) == {i for i, _, _ in done[100:200]}  # (the older went first)
+    assert kept_usage(valkey, k, 640) + 100 * MARKER_CHARGE <= 200 * MARKER_CHARGE
+    # and so does a heartbeat's progress (the task claimed): the rest of them go
+    [(_, _, token, _)] = claim(warm, k, 1).claimed
+    # (the lease's charge and the markers, and 1,000 bytes more: not 2,000 of progress)
+    valkey.hset(k.meta, "allot", 640 + 100 * MARKER_CHARGE + 1_000)
+    member = lease_member(task[0], text(token))
+    progress = '{"p":"' + "x" * 2_000 + '"}'
+    kept, short = run(warm, LeaseProgress(k, NOW, [(member, progress)], "strict", 0, 640))
+    assert (kept, short) == ([1], 0) and markers(valkey, k) == set()
 
 
 def task_wait_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -15,7 +15,7 @@ import redis
 from tests.integration.helpers import count_state, mode_of
 from tierq.config import Settings
 from tierq.core.ordering import place
-from tierq.dal.warm_tier import PairKeys, TenantShare
+from tierq.dal.warm_tier import MARKER_CHARGE, MARKERS_KEPT_AT_LEAST, PairKeys, TenantShare
 from tierq.engine import Tierq
 from tierq.logic import tenant_budget
 from tierq.logic.admission import task_blob
@@ -177,6 +177,55 @@ def test_one_tenant_over_many_queues_stays_under_its_bound_and_others_are_admitt
     assert sum(count_state(pg, q, "cold") for q in queues) < cold
     assert usage(tq, queues, "acme") <= 2 * MiB
     assert allotted(tq, queues, "acme") <= tq.ctx.warm.ledger_total("acme") <= 2 * MiB
+
+
+def markers_held(valkey: redis.Redis, queues: list[str], tenant: str) -> int:
+    """The completion markers the tenant's pairs keep, both generations."""
+    own = 2  # ('@started', '~encoding')
+    return sum(max(0, int(valkey.hlen(key)) - own) for q in queues
+               for key in (PairKeys.of(q, tenant).finished, PairKeys.of(q, tenant).finished_prev))
+
+
+def test_completion_markers_stay_within_the_share_and_give_way_to_tasks(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
+    """A tenant finishing more tasks than its share has room to mark keeps their completion
+    markers within its share (and at most MARKERS_KEPT_AT_LEAST a pair beyond it), and its
+    new tasks still go warm in every queue: markers give their room back. A tenant without
+    a bound keeps every marker (the cap per pair)."""
+    tq = make_tq(tenant_warm_max_bytes=MiB)
+    queues = ["m0", "m1", "m2"]
+    for _ in range(6):  # 9,000 tasks: their markers would take 1.1 MiB
+        for queue in queues:
+            out = tq.enqueue(queue, [{"payload": i} for i in range(500)], tenant="acme")
+            assert {o.state for o in out} == {"warm"}
+            got = tq.claim(queue, max=500, tenant="acme")
+            assert len(got) == 500 and tq.ack(queue, got).acked
+        held = usage(tq, queues, "acme")
+        assert held <= MiB + len(queues) * MARKERS_KEPT_AT_LEAST * MARKER_CHARGE
+    assert 0 < markers_held(valkey, queues, "acme") * MARKER_CHARGE < MiB
+    assert allotted(tq, queues, "acme") <= tq.ctx.warm.ledger_total("acme") <= MiB
+    free = make_tq(tenant_warm_max_bytes=0)
+    for _ in range(6):
+        free.enqueue("m0", [{"payload": i} for i in range(500)], tenant="initech")
+        assert free.ack("m0", free.claim("m0", max=500, tenant="initech")).acked
+    assert markers_held(valkey, ["m0"], "initech") == 3_000
+
+
+def test_markers_of_tasks_that_were_never_warm_keep_to_the_floor(
+        make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
+    """Cancels of delayed tasks, which never took any of the share, leave markers with no
+    room to hold them: a pair keeps MARKERS_KEPT_AT_LEAST of them, the latest; without a
+    bound, all."""
+    for bound, tenant, kept in ((MiB, "acme", MARKERS_KEPT_AT_LEAST), (0, "initech", 300)):
+        tq = make_tq(tenant_warm_max_bytes=bound)
+        out = tq.enqueue("later", [{"payload": i, "delay_seconds": 3600} for i in range(300)],
+                         tenant=tenant)
+        for o in out:
+            tq.cancel("later", o.id, tenant=tenant)
+        assert markers_held(valkey, ["later"], tenant) <= kept
+        assert tq.get_task("later", out[-1].id, tenant=tenant).state == "cancelled"
+        k = PairKeys.of("later", tenant)
+        assert valkey.hexists(k.finished, str(out[-1].id))  # (the latest is kept)
 
 
 def test_leases_count_against_the_bound(make_tq: Callable[..., Tierq]) -> None:

@@ -251,7 +251,8 @@ class PushReady(LuaCall[PushReply]):
 
     SCRIPT: ClassVar[str] = "push_ready"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "inflight", "leased",
-                                       "lease_of", "gone", "newer", "newer_at")
+                                       "lease_of", "gone", "newer", "newer_at", "finished",
+                                       "finished_prev")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max", "kind", "now_ms", "token",
                                        "warm_max_bytes", "since_ms", "bound", "grant",
                                        "charge", "keep")
@@ -310,7 +311,7 @@ class UpdateReady(LuaCall[UpdateReply]):
 
     SCRIPT: ClassVar[str] = "update_ready"
     KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "newer",
-                                       "newer_at", "gone")
+                                       "newer_at", "gone", "finished", "finished_prev")
     ARGS: ClassVar[tuple[str, ...]] = ("warm_max_bytes", "bound", "grant", "charge",
                                        "now_ms", "ttl_ms", "newer_max_bytes")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "score", "blob")
@@ -449,7 +450,8 @@ class LeaseProgress(LuaCall[tuple[list[int], int]]):
     share), bytes short: with 'ask', ``([], short)`` when nothing was written)."""
 
     SCRIPT: ClassVar[str] = "lease_progress"
-    KEYS: ClassVar[tuple[str, ...]] = ("leased", "progress", "meta", "ready", "data", "gone")
+    KEYS: ClassVar[tuple[str, ...]] = ("leased", "progress", "meta", "ready", "data", "gone",
+                                       "finished", "finished_prev")
     ARGS: ClassVar[tuple[str, ...]] = ("now_ms", "bound", "grant", "charge")
     ITEM: ClassVar[tuple[str, ...]] = ("member", "progress")
 
@@ -653,7 +655,8 @@ class AllotShrink(LuaCall[tuple[int, int, int]]):
     freed, allotment after, the pair's count of bytes given back so far)."""
 
     SCRIPT: ClassVar[str] = "allot_shrink"
-    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "gone")
+    KEYS: ClassVar[tuple[str, ...]] = ("ready", "data", "meta", "leased", "gone", "finished",
+                                       "finished_prev")
     ARGS: ClassVar[tuple[str, ...]] = ("charge", "keep")
 
     on: Any
@@ -1171,16 +1174,19 @@ class LongPolls(LuaCall[bool]):
 class TaskFinished(LuaCall[int]):
     """Mark tasks of one pair finished and wake their registered waiters
     (lua/task_finished.lua): each item is (id, state, attempt); answers how many waiters
-    the messages reached."""
+    the messages reached. ``charge``: the tenant's per-task charge when it has a bound (the
+    markers kept then fit the pair's room), 0 when it has none."""
 
     SCRIPT: ClassVar[str] = "task_finished"
-    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters")
-    ARGS: ClassVar[tuple[str, ...]] = ("ttl_ms", "cap")
+    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters", "ready", "data",
+                                       "meta", "leased", "gone")
+    ARGS: ClassVar[tuple[str, ...]] = ("ttl_ms", "cap", "charge")
     ITEM: ClassVar[tuple[str, ...]] = ("id", "state", "attempt")
 
     on: Any
     ttl_ms: int
     cap: int
+    charge: int
     items: Sequence[Any] = ()
 
     def parse(self, reply: Any) -> int:

@@ -243,6 +243,14 @@ LEASE_INDEX_SLICES_PER_VISIT = 80
 # each counts GONE_CHARGE against its tenant's share (lua/warm_usage.lua, the same number).
 GONE_CAP = 10_000
 GONE_CHARGE = 150
+# What a completion marker counts against its tenant's share (lua/warm_usage.lua, the same
+# number): ~124 bytes each in Valkey (MEMORY USAGE of 10,000); a generation's own two fields
+# are not markers.
+MARKER_CHARGE = 128
+MARKER_OWN_FIELDS = 2
+# The markers a pair under its tenant's bound keeps whatever its room (lua/task_finished.lua,
+# the same number): the most a tenant holds beyond its share, per pair.
+MARKERS_KEPT_AT_LEAST = 64
 # The bytes of whole replacements kept for pushes on their way a pair holds at most
 # (lua/newer_entries.lua): past them a replacement keeps a mark. Each entry counts its
 # length plus NEWER_CHARGE against its tenant's share (the same number as the script's).
@@ -1131,12 +1139,12 @@ class WarmTier:
     # -- waits for a task's end (logic/waits.py) ---------------------------------------
 
     def task_finished(self, queue: str, tenant: str, items: Sequence[tuple[str, str, int]],
-                      *, ttl_ms: int, cap: int) -> int:
+                      *, ttl_ms: int, cap: int, charge: int = 0) -> int:
         """Mark the pair's tasks (id, state, attempt) finished for ``ttl_ms`` (at most
-        ``cap`` markers kept) and wake their waiters (lua/task_finished.lua); how many
-        waiters were reached."""
+        ``cap`` markers kept, fewer under a tenant's bound: ``charge`` > 0) and wake their
+        waiters (lua/task_finished.lua); how many waiters were reached."""
         k = PairKeys.of(queue, tenant)
-        return sum(self.call(TaskFinished(k, ttl_ms, cap, part))
+        return sum(self.call(TaskFinished(k, ttl_ms, cap, charge, part))
                    for part in chunks(items, TaskFinished.items_per_call()))
 
     def finished_of(self, queue: str, tenant: str, task_id: str) -> FinishMark | None:
@@ -1334,16 +1342,19 @@ class WarmTier:
         allotment it could give back is the difference."""
         k = PairKeys.of(queue, tenant)
         replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased), ("ZCARD", k.gone),
-                                 ("HMGET", k.meta, "bytes", "allot", "progress", "newer")])
+                                 ("HMGET", k.meta, "bytes", "allot", "progress", "newer"),
+                                 ("HLEN", k.finished), ("HLEN", k.finished_prev)])
         for reply in replies:
             if isinstance(reply, Exception):
                 with _available(self.credentials):
                     raise reply
-        ready, leased, stones, (raw_bytes, raw_allot, raw_progress, raw_newer) = replies
+        (ready, leased, stones, (raw_bytes, raw_allot, raw_progress, raw_newer), *generations
+         ) = replies
         used = (0 if raw_bytes is None else max(0, int(raw_bytes))) if int(ready) else 0
-        # the leases' progress, the replacements kept for pushes, the tombstones
+        # the leases' progress, the replacements kept for pushes, the tombstones, the markers
         used += sum(0 if raw is None else max(0, int(raw)) for raw in (raw_progress, raw_newer))
         used += int(stones) * GONE_CHARGE
+        used += sum(max(0, int(n) - MARKER_OWN_FIELDS) for n in generations) * MARKER_CHARGE
         return (used + (int(ready) + int(leased)) * charge,
                 0 if raw_allot is None else int(raw_allot))
 

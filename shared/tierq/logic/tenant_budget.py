@@ -6,7 +6,8 @@ What counts (lua/warm_usage.lua): each pair's task data plus ``TASK_CHARGE`` per
 waiting or leased (its ready entry, and once claimed its lease, ``lease_of`` entry and a
 share of its claim's record), plus the progress its leases keep (meta ``progress``), the
 replacements it keeps for pushes on their way (meta ``newer``, lua/newer_entries.lua) and
-its tombstones (``GONE_CHARGE`` each, dal/warm_tier.py). A
+its tombstones (``GONE_CHARGE`` each, dal/warm_tier.py) and its completion markers
+(``MARKER_CHARGE`` each, kept within the pair's room: lua/task_finished.lua). A
 pair's keys sit in its own slot and the tenant's pairs in many, so the total is kept the
 way the queue-wide limits are: each pair holds an *allotment* (meta ``allot``) taken from
 its tenant's ledger (``tq:{~tenant}:warm``, lua/warm_ledger.lua), and its pushes consume
@@ -110,6 +111,13 @@ def bound(ctx: Context, queue: str, tenant: str) -> int:
     else:
         limit = ctx.settings.tenant_warm_bound(capacity(ctx, queue, tenant))
     return max(limit, largest_task(ctx)) if limit else 0
+
+
+def charge(ctx: Context, queue: str, tenant: str) -> int:
+    """What each task of the pair counts against its tenant's bound beside its data:
+    ``TASK_CHARGE``, 0 when the tenant has no bound (what a completion marker's script
+    takes to know the pair's room, lua/task_finished.lua)."""
+    return TASK_CHARGE if bound(ctx, queue, tenant) else 0
 
 
 def keep(limit: int) -> int:

@@ -39,9 +39,14 @@ the current one is renamed over the previous (the oldest generation dropped whol
 is ``MARKER_TTL_MS`` old (five minutes) or would hold more than half ``MARKERS_PER_PAIR``,
 and each generation expires twice the TTL after it began. So a marker is kept at least five
 minutes (unless the cap pushed it out) and at most ten, a pair keeps at most
-``MARKERS_PER_PAIR`` (about 80 bytes each, under 1 MB), made only by work the tenant's
+``MARKERS_PER_PAIR`` (about 124 bytes each, about 1.2 MB), made only by work the tenant's
 requests (acks, nacks) and leases did, and an idle pair's keys are gone at most ten
 minutes after it goes quiet. A lookup reads the current generation, then the previous.
+Markers count against their tenant's share of the warm tier (logic/tenant_budget.py): under
+a bound a pair keeps only those its allotment has room for beside its tasks, and at least
+64 (lua/task_finished.lua), so a tenant finishing work in many queues holds no more than
+that beyond its share; a marker dropped early leaves its waiters to the row or its absence,
+as after the TTL.
 
 A task acked without a result and read after its row is gone answers a view from its
 marker: id, queue, tenant, state ``done``, attempts, when it was created (from its UUIDv7)
@@ -70,6 +75,7 @@ from tierq.dal.lua_calls import TaskFinished
 from tierq.dal.store.rows import TaskRow
 from tierq.dal.warm_tier import FinishMark, PairKeys
 from tierq.errors import NotFound, WarmTierUnavailable
+from tierq.logic import tenant_budget
 from tierq.logic.context import Context, from_ms
 
 if TYPE_CHECKING:
@@ -108,14 +114,15 @@ def finished(ctx: Context, queue: str, ended: Sequence[tuple[str, str, int]],
     for tenant, items in by_pair.items():
         try:
             ctx.warm.task_finished(queue, tenant, items, ttl_ms=MARKER_TTL_MS,
-                                   cap=MARKERS_PER_PAIR)
+                                   cap=MARKERS_PER_PAIR,
+                                   charge=tenant_budget.charge(ctx, queue, tenant))
         except Exception as exc:  # (best-effort: the outcome is committed already)
             log.warning("waits: %d task(s) of %r/%r ended %s, their waiters not told "
                         "(they answer at the end of their wait): %s: %s", len(items), queue,
                         tenant, state, type(exc).__name__, str(exc)[:200])
 
 
-def marker_call(queue: str, tenant: str, items: Sequence[tuple[str, str, int]]
+def marker_call(ctx: Context, queue: str, tenant: str, items: Sequence[tuple[str, str, int]]
                 ) -> TaskFinished | None:
     """The markers and messages of these tasks (id, state, attempt) of one pair as one
     script call, for the pipeline of the pair's lease drop (logic/leases.py): one round trip
@@ -123,7 +130,8 @@ def marker_call(queue: str, tenant: str, items: Sequence[tuple[str, str, int]]
     :func:`finished` sends them)."""
     if not items or len(items) > TaskFinished.items_per_call():
         return None
-    return TaskFinished(PairKeys.of(queue, tenant), MARKER_TTL_MS, MARKERS_PER_PAIR, items)
+    return TaskFinished(PairKeys.of(queue, tenant), MARKER_TTL_MS, MARKERS_PER_PAIR,
+                        tenant_budget.charge(ctx, queue, tenant), items)
 
 
 def check_wait(wait_seconds: float) -> None:

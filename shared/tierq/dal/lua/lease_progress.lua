@@ -6,7 +6,7 @@
 -- Not allowed while Valkey is out of memory (it grows the data): the caller keeps the
 -- heartbeat's extension and drops the progress.
 -- Called through `LeaseProgress` (dal/lua_calls.py), which names its keys and arguments:
--- | KEYS | leased, progress, meta, ready, data, gone                                       |
+-- | KEYS | leased, progress, meta, ready, data, gone, finished, finished_prev            |
 -- | ARGV | name     | what                                                                  |
 -- | 1    | now_ms   | the caller's clock                                                    |
 -- | 2    | bound    | the tenant's bound: '' (none), 'ask' or 'strict' (below)              |
@@ -53,9 +53,12 @@ if bound ~= '' then
   if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
   local size = redis.call('ZCARD', KEYS[4])
   usage = warm_usage(size, KEYS[1], warm_bytes(KEYS[3], KEYS[5], size), tonumber(ARGV[4]),
-                     KEYS[3], redis.call('ZCARD', KEYS[6]))
+                     KEYS[3], redis.call('ZCARD', KEYS[6]), warm_markers(KEYS[7], KEYS[8]))
   local growth = 0
   for id, bytes in pairs(after) do growth = growth + bytes - before[id] end
+  if growth > 0 and usage + growth > allot then  -- (markers give way: lua/warm_usage.lua)
+    usage = usage - warm_markers_give_way(KEYS[7], KEYS[8], usage + growth - allot)
+  end
   if bound == 'ask' and growth > 0 and usage + growth > allot then
     return { 'allot', usage + growth - allot }
   end

@@ -2,7 +2,7 @@
 -- nor warm_max_bytes bytes of task data (an empty warm set takes one task whatever its size,
 -- so that no task is too large to ever be delivered).
 -- Called through `PushReady` (dal/lua_calls.py), which names its keys and arguments in order:
--- | KEYS | ready, data, meta, inflight, leased, lease_of, gone, newer, newer_at            |
+-- | KEYS | ready, data, meta, inflight, leased, lease_of, gone, newer, newer_at, finished, finished_prev |
 -- | ARGV | name           | what                                                             |
 -- | 1    | warm_max       | tasks the warm set holds at most                                 |
 -- | 2    | kind           | 'new', 'enqueue', 'promote' or 'restore' (below)                 |
@@ -55,8 +55,10 @@
 -- (the caller marks those rows cold in Postgres, then calls admission_end).
 -- The meta field `bytes` counts the data held (lua/warm_bytes.lua).
 -- A tenant's share (bound, grant, charge, keep; lua/warm_usage.lua): the pair's usage stays within its
--- allotment (meta `allot`). The usage counts the pair's tombstones and `newer` entries; an
--- entry the push writes leaves them as its task's data joins.
+-- allotment (meta `allot`). The usage counts the pair's tombstones, `newer` entries and
+-- completion markers; an entry the push writes leaves them as its task's data joins.
+-- Markers give way to the tasks when these would pass the allotment (dropped before the
+-- push asks or refuses: lua/warm_usage.lua).
 --   ask: when the tasks that fit the pair's own bounds would take the usage past the
 --        allotment, no task is written and { 'allot', bytes short } is returned: the
 --        caller takes that much from the ledger and pushes again, 'strict', with it as
@@ -180,7 +182,15 @@ local allot_before, allot, usage = 0, 0, 0
 if bound ~= '' then
   allot_before = warm_allot(KEYS[3])
   allot = allot_before + tonumber(ARGV[8])
-  usage = warm_usage(size, KEYS[5], bytes, charge, KEYS[3], stones)
+  local markers = warm_markers(KEYS[10], KEYS[11])
+  usage = warm_usage(size, KEYS[5], bytes, charge, KEYS[3], stones, markers)
+  if markers > 0 then  -- (they give way to the tasks: about what the tasks would take)
+    local need = 0
+    for k = 1, n do need = need + #ARGV[HS + 2 * k - 1] + charge end
+    if usage + need > allot then
+      usage = usage - warm_markers_give_way(KEYS[10], KEYS[11], usage + need - allot)
+    end
+  end
 end
 -- whether one more task of this many bytes fits (count, bytes and, strict, the allotment;
 -- `paid`: what its entry, which goes, counts already)

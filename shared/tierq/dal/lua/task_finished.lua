@@ -1,5 +1,7 @@
 #!lua flags=allow-oom
 -- include: call_chunked
+-- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
+-- include: warm_usage (usage and allotment: lua/warm_usage.lua)
 -- Tasks of one pair that just finished (done, dead, or deleted): their completion markers,
 -- and a message on its own sharded channel for each one a waiter registered for
 -- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua). A fixed number
@@ -9,13 +11,28 @@
 --
 -- KEYS[1]  tq:{q|t}:finished       hash: id -> '<state>|<attempt>|<ms>', the current
 --                                   generation; '@started' -> when it began (ms), and
---                                   '~encoding' (below)
--- KEYS[2]  tq:{q|t}:finished_prev  hash: the previous generation, read until it goes
--- KEYS[3]  tq:{q|t}:waiters        hash: id -> how many waits registered for it
--- ARGV[1]  how long a marker is kept at least (ms): the TTL
--- ARGV[2]  the most markers the pair keeps (two generations of at most half of it)
--- ARGV[3..] per task: id, state, attempt
+--                                   '~encoding' (below).
+-- KEYS[2]  tq:{q|t}:finished_prev  hash: the previous generation, read until it goes.
+-- KEYS[3]  tq:{q|t}:waiters        hash: id -> how many waits registered for it.
+-- KEYS[4..8] the pair's ready, data, meta, leased and gone (its usage: lua/warm_usage.lua).
+-- ARGV[1]  how long a marker is kept at least (ms): the TTL.
+-- ARGV[2]  the most markers the pair keeps (two generations of at most half of it).
+-- ARGV[3]  the charge per task of the tenant's share (logic/tenant_budget.py), 0 when the
+--          tenant has no bound.
+-- ARGV[4..] per task: id, state, attempt.
 -- Returns  how many waiters the messages reached.
+--
+-- Markers count against the tenant's share (MARKER_CHARGE each, lua/warm_usage.lua), and
+-- are never refused for it: the outcome is committed. So that a tenant finishing tasks
+-- in many queues cannot hold Valkey beyond its share, a pair under a bound keeps only as
+-- many markers as the room its allotment leaves beside the rest of its usage, and at
+-- least MARKERS_KEPT_AT_LEAST whatever the room (the most a tenant holds beyond its share:
+-- that many a pair):
+-- | the pair                  | markers kept at most                                    |
+-- | no bound (ARGV[3] = 0)    | the cap                                                 |
+-- | under a bound             | the room / MARKER_CHARGE, not below MARKERS_KEPT_AT_LEAST nor above the cap |
+-- When both generations and this call's markers would pass that, the previous generation
+-- is dropped whole, early (a wait then reads the row, or finds none: logic/waits.py).
 --
 -- Generations: the current hash is renamed over the previous one (the oldest generation
 -- dropped whole) once it is a TTL old, or when this call's markers would take it past half
@@ -41,23 +58,39 @@
 local ENCODING_FIELD = '~encoding'
 local ENCODING_VALUE = 'kept by tierq so that this hash stays in hashtable encoding '
   .. '(O(1) field access); see tierq/dal/lua/README.md'
+-- markers a pair under a bound keeps whatever its room
+local MARKERS_KEPT_AT_LEAST = 64
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = '|' .. now
 local ttl = tonumber(ARGV[1])
-local half = math.max(1, math.floor(tonumber(ARGV[2]) / 2))
-local n = (#ARGV - 2) / 3
+local most = tonumber(ARGV[2])
+local charge = tonumber(ARGV[3])
+if charge > 0 then
+  local size = redis.call('ZCARD', KEYS[4])
+  local others = warm_usage(size, KEYS[7], warm_bytes(KEYS[6], KEYS[5], size), charge,
+                            KEYS[6], redis.call('ZCARD', KEYS[8]), 0)
+  local room = math.floor((warm_allot(KEYS[6]) - others) / MARKER_CHARGE)
+  most = math.min(most, math.max(MARKERS_KEPT_AT_LEAST, room))
+end
+local half = math.max(1, math.floor(most / 2))
+local n = (#ARGV - 3) / 3  -- (item k: its id at ARGV[3k + 1], its state and attempt after)
 local first = 1 + math.max(0, n - half)  -- the first item whose marker is kept
+local kept = n - first + 1
 local started = tonumber(redis.call('HGET', KEYS[1], '@started'))
 local held = redis.call('HLEN', KEYS[1])  -- its markers, and its two fields of its own
-if held > 0 and (started == nil or now - started >= ttl or held - 2 + n - first + 1 > half) then
+if held > 0 and (started == nil or now - started >= ttl
+                 or held - MARKER_OWN_FIELDS + kept > half) then
   redis.call('UNLINK', KEYS[2])
   redis.call('RENAME', KEYS[1], KEYS[2])
   held = 0
 end
+if charge > 0 and warm_markers(KEYS[1], KEYS[2]) + kept > most then
+  redis.call('UNLINK', KEYS[2])  -- (over the pair's room: the older generation goes early)
+end
 local marks = {}
 local m = 0
-for i = 3 * first, #ARGV, 3 do
+for i = 3 * first + 1, #ARGV, 3 do
   marks[m + 1] = ARGV[i]
   marks[m + 2] = ARGV[i + 1] .. '|' .. ARGV[i + 2] .. at
   m = m + 2
@@ -75,14 +108,14 @@ end
 local woken = 0
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local ids = {}
-  for i = 3, #ARGV, 3 do
+  for i = 4, #ARGV, 3 do
     ids[#ids + 1] = ARGV[i]
   end
   local told = {}
   for k, count in ipairs(call_chunked('HMGET', KEYS[3], ids)) do
     if count then
       told[#told + 1] = ids[k]
-      woken = woken + redis.call('SPUBLISH', KEYS[1] .. ':' .. ids[k], ARGV[3 * k + 1])
+      woken = woken + redis.call('SPUBLISH', KEYS[1] .. ':' .. ids[k], ARGV[3 * k + 2])
     end
   end
   call_chunked('HDEL', KEYS[3], told)

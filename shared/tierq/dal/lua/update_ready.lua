@@ -21,7 +21,8 @@
 -- | strict | the waiting tasks' growth alone does not fit: nothing written, { 'over' } (the caller sends the tasks cold, lua/replace_cold.lua); it fits: they are replaced, and each task not waiting keeps a mark |
 -- Not allowed while Valkey is out of memory (it may grow the data): the caller then sends
 -- the tasks cold (logic/admission.update_warm).
--- KEYS: 1 ready, 2 data, 3 meta, 4 leased, 5 newer, 6 newer_at, 7 gone.
+-- KEYS: 1 ready, 2 data, 3 meta, 4 leased, 5 newer, 6 newer_at, 7 gone, 8 finished,
+--       9 finished_prev (its tombstones and markers count: lua/warm_usage.lua).
 -- ARGV: 1 warm_max_bytes, 2 bound ('', 'ask' or 'strict'), 3 grant (bytes just taken for
 --       the pair from its tenant's ledger, added to the allotment first), 4 charge per task.
 --       5 now_ms, 6 ttl_ms: the caller's clock, how long an entry of `newer` lasts;
@@ -91,8 +92,11 @@ if bound ~= '' then
   local allot = allot_before + tonumber(ARGV[3])
   if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
   local usage = warm_usage(size, KEYS[4], bytes, tonumber(ARGV[4]), KEYS[3],
-                           redis.call('ZCARD', KEYS[7]))
+                           redis.call('ZCARD', KEYS[7]), warm_markers(KEYS[8], KEYS[9]))
   local need = grown + entries
+  if need > 0 and usage + need > allot then  -- (markers give way: lua/warm_usage.lua)
+    usage = usage - warm_markers_give_way(KEYS[8], KEYS[9], usage + need - allot)
+  end
   if need > 0 and usage + need > allot then
     if bound == 'ask' then return { 'allot', usage + need - allot, 0 } end
     if grown > 0 and usage + grown > allot then return { 'over', 0, 0 } end

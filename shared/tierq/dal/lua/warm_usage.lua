@@ -12,19 +12,48 @@
 -- heartbeats keep (lua/lease_progress.lua) counts too, the meta field `progress`, and so
 -- do the pair's replacements kept for pushes on their way (the meta field `newer`, their
 -- bytes and charges: lua/newer_entries.lua) and its tombstones (`stones`, the members of
--- `gone`, lua/remove.lua), GONE_CHARGE each. Progress is held to the allotment as pushes
--- are (lua/lease_progress.lua); tombstones and the marks of replacements not kept are
--- never refused for the bound (a whole replacement is: its mark is kept instead); later
--- pushes and replacements see the room they take.
+-- `gone`, lua/remove.lua), GONE_CHARGE each, and its completion markers (`markers`, the
+-- fields of `finished` and `finished_prev` but their own two each, lua/task_finished.lua),
+-- MARKER_CHARGE each. Progress is held to the allotment as pushes are
+-- (lua/lease_progress.lua); tombstones and the marks of replacements not kept are never
+-- refused for the bound (a whole replacement is: its mark is kept instead), and markers
+-- take only the room the rest leaves, beyond a few a pair (lua/task_finished.lua), and
+-- give it back to a push, a replacement or a heartbeat's progress that would otherwise
+-- pass the allotment (warm_markers_give_way); later pushes and replacements see the room
+-- tombstones and markers take.
 local ALLOT_FIELD = 'allot'
 local FREED_FIELD = 'freed'
 -- what Valkey keeps of a tombstone (MEMORY USAGE at the cap: about 146 bytes)
 local GONE_CHARGE = 150
-local function warm_usage(ready_size, leased, bytes, charge, meta, stones)
+-- what Valkey keeps of a completion marker (MEMORY USAGE at the cap: about 124 bytes)
+local MARKER_CHARGE = 128
+-- the fields of a generation of markers that are not markers ('@started', '~encoding')
+local MARKER_OWN_FIELDS = 2
+-- the completion markers a pair keeps, in both generations
+local function warm_markers(finished, finished_prev)
+  return math.max(redis.call('HLEN', finished) - MARKER_OWN_FIELDS, 0)
+    + math.max(redis.call('HLEN', finished_prev) - MARKER_OWN_FIELDS, 0)
+end
+-- Completion markers give way to tasks: the pair's generations of markers are dropped, the
+-- older first, until `over` bytes are freed or none is left (a wait for a task whose
+-- marker went reads its row, lua/task_finished.lua); returns the bytes freed.
+local function warm_markers_give_way(finished, finished_prev, over)
+  local freed = 0
+  for _, key in ipairs({ finished_prev, finished }) do
+    if freed >= over then break end
+    local held = redis.call('HLEN', key)
+    if held > 0 then
+      freed = freed + math.max(held - MARKER_OWN_FIELDS, 0) * MARKER_CHARGE
+      redis.call('UNLINK', key)
+    end
+  end
+  return freed
+end
+local function warm_usage(ready_size, leased, bytes, charge, meta, stones, markers)
   local kept = redis.call('HMGET', meta, 'progress', 'newer')
   local progress = math.max(tonumber(kept[1] or '0') or 0, 0)
   local newer = math.max(tonumber(kept[2] or '0') or 0, 0)
-  return bytes + progress + newer + stones * GONE_CHARGE
+  return bytes + progress + newer + stones * GONE_CHARGE + markers * MARKER_CHARGE
     + (ready_size + redis.call('ZCARD', leased)) * charge
 end
 local function warm_allot(meta)
