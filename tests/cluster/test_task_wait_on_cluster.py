@@ -50,3 +50,7 @@ def test_a_marker_outlives_a_rotation_by_its_ttl(tq, valkey, monkeypatch):
 
 def test_markers_are_capped_per_pair(tq, valkey, monkeypatch):
     scenarios.markers_are_capped_per_pair(tq, valkey, monkeypatch)
+
+
+def test_a_woken_wait_answers_from_its_message(tq, valkey, monkeypatch):
+    scenarios.a_woken_wait_answers_from_its_message(tq, valkey, monkeypatch)

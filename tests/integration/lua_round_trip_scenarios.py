@@ -957,7 +957,7 @@ def task_finished_scenario(warm: WarmTier, valkey: Any) -> None:
         valkey.hset(k.waiters, waited, 1)
         # (SPUBLISH from the script, on the pair's own channel: one waiter reached)
         assert run(warm, TaskFinished(k, 60_000, 4, 0, [(waited, "done", 2)])) == 1
-        assert receive(5) == "done"
+        assert receive(5).startswith("done|2|")  # (the message: its marker)
     assert valkey.exists(k.waiters) == 0  # (told: its registration went)
     state, attempt, ms = valkey.hget(k.finished, waited).decode().split("|")
     assert (state, attempt) == ("done", "2") and abs(int(ms) / 1000 - valkey.time()[0]) < 2
@@ -987,48 +987,80 @@ def markers(valkey: Any, k: PairKeys) -> set[str]:
 
 
 def markers_under_a_bound(warm: WarmTier, valkey: Any) -> None:
-    """Under a tenant's bound (a charge given) a pair keeps the markers its allotment has
-    room for beside its usage, at least MARKERS_KEPT_AT_LEAST; they count in its usage."""
+    """Under a tenant's bound (a charge given) a pair's generations of markers keep to the
+    room its allotment leaves beside its usage (at least MARKERS_KEPT_AT_LEAST, and each
+    call's own markers); they count in its usage, and give way to its tasks."""
     queue = f"rt{uuid.uuid4().hex[:8]}"
     k = PairKeys.of(queue, TENANT)
     done = [(i, "done", 1) for i in ids(1_000)]
+    names = [i for i, _, _ in done]
     valkey.hset(k.meta, "allot", 200 * MARKER_CHARGE)  # (nothing else held: room for 200)
     run(warm, TaskFinished(k, 60_000, 10_000, 640, done[:500]))
-    assert markers(valkey, k) == {i for i, _, _ in done[400:500]}  # half the room: the last
+    assert markers(valkey, k) == set(names[:500])  # (a call's own: kept whatever the room)
     run(warm, TaskFinished(k, 60_000, 10_000, 640, done[500:650]))
-    assert markers(valkey, k) == {i for i, _, _ in done[400:500] + done[550:650]}
-    assert warm.pair_usage(queue, TENANT, charge=640)[0] == 200 * MARKER_CHARGE
-    # the room taken by a task waiting: only the floor is kept, the older generation dropped
+    assert markers(valkey, k) == set(names[500:650])  # (the older generation went early)
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[650:700]))
+    assert markers(valkey, k) == set(names[500:700])  # (within the room: both kept)
+    assert warm.pair_usage(queue, TENANT, charge=640) == (
+        200 * MARKER_CHARGE, 200 * MARKER_CHARGE, 200 * MARKER_CHARGE)
+    # the room taken by a task waiting: MARKERS_KEPT_AT_LEAST at most
     valkey.zadd(k.ready, {"m": 0})
     valkey.hset(k.meta, "bytes", 200 * MARKER_CHARGE - 640)
-    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[650:660]))
-    kept = markers(valkey, k)
-    assert {i for i, _, _ in done[650:660]} <= kept and len(kept) <= MARKERS_KEPT_AT_LEAST
-    # the markers are part of the pair's usage, and give way to a reclaim (a shrink)
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[700:710]))
+    assert markers(valkey, k) == set(names[650:710])  # (60: both generations fit the floor)
+    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[710:720]))
+    assert markers(valkey, k) == set(names[700:720])  # (70 would not: the older went)
+    assert MARKERS_KEPT_AT_LEAST == 64
+    # the markers are part of the pair's usage; a reclaim (a shrink) with nothing else to
+    # give back keeps them, one with room to give back drops them first
     usage = 200 * MARKER_CHARGE  # (the task's bytes and charge)
-    assert warm.pair_usage(queue, TENANT, charge=640)[0] == usage + 10 * MARKER_CHARGE
+    assert warm.pair_usage(queue, TENANT, charge=640) == (
+        usage + 20 * MARKER_CHARGE, 200 * MARKER_CHARGE, 20 * MARKER_CHARGE)
+    assert run(warm, AllotShrink(k, 640, 0))[1] == usage and len(markers(valkey, k)) == 20
     valkey.hset(k.meta, "allot", 10**6)
     assert run(warm, AllotShrink(k, 640, 0))[1] == usage and markers(valkey, k) == set()
     # no bound: the cap alone
     free = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
     run(warm, TaskFinished(free, 60_000, 10_000, 0, done))
     assert len(markers(valkey, free)) == 1_000
-    # markers give way to tasks: a push the markers' room would refuse drops them instead
+    markers_give_way_to_tasks(warm, valkey, done)
+
+
+def markers_give_way_to_tasks(warm: WarmTier, valkey: Any,
+                              done: list[tuple[str, str, int]]) -> None:
+    """A push, or a heartbeat's progress, that the markers' room alone would refuse drops
+    them instead, the older generation first; one refused for anything else drops none."""
+    names = [i for i, _, _ in done]
     _, k = new_pair(valkey)
-    valkey.hset(k.meta, "allot", 200 * MARKER_CHARGE)
-    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[:100]))
-    run(warm, TaskFinished(k, 60_000, 10_000, 640, done[100:200]))
-    assert len(markers(valkey, k)) == 200  # (the room, two generations)
-    task = ids(1)
-    out = push(warm, k, task, bound="strict", charge=640)
-    assert (out.mode, out.refused) == ("warm", [])
-    assert markers(valkey, k) == {i for i, _, _ in done[100:200]}  # (the older went first)
-    assert kept_usage(valkey, k, 640) + 100 * MARKER_CHARGE <= 200 * MARKER_CHARGE
+
+    def fill() -> None:
+        valkey.hset(k.meta, "allot", 200 * MARKER_CHARGE)
+        run(warm, TaskFinished(k, 60_000, 10_000, 640, done[:100]))
+        run(warm, TaskFinished(k, 60_000, 10_000, 640, done[100:200]))
+        assert len(markers(valkey, k)) == 200  # (the room, two generations)
+
+    fill()
+    [task] = ids(1)
+    full = push(warm, k, [task], bound="ask", charge=640, kind="enqueue", warm_max=0)
+    assert full.refused == [task] and len(markers(valkey, k)) == 200  # (its own bound)
+    cold = push(warm, k, [task], bound="ask", charge=640, kind="enqueue")
+    assert cold.refused == [task] and len(markers(valkey, k)) == 200  # (the cold mode)
+    out = push(warm, k, [task], bound="ask", charge=10**6)  # (short with no marker too)
+    assert out.mode == "allot" and len(markers(valkey, k)) == 200
+    out = push(warm, k, [task], bound="strict", charge=640)  # (a restore: room alone)
+    assert out.refused == [] and valkey.zcard(k.ready) == 1
+    assert markers(valkey, k) == set(names[100:200])  # (the older went first)
+    valkey.delete(k.ready, k.data)
+    valkey.hset(k.meta, "bytes", 0)
+    fill()
+    out = push(warm, k, [task], bound="ask", charge=640)  # (short for the markers alone)
+    assert out.mode != "allot" and valkey.zcard(k.ready) == 1
+    assert markers(valkey, k) == set(names[100:200])
     # and so does a heartbeat's progress (the task claimed): the rest of them go
     [(_, _, token, _)] = claim(warm, k, 1).claimed
     # (the lease's charge and the markers, and 1,000 bytes more: not 2,000 of progress)
     valkey.hset(k.meta, "allot", 640 + 100 * MARKER_CHARGE + 1_000)
-    member = lease_member(task[0], text(token))
+    member = lease_member(task, text(token))
     progress = '{"p":"' + "x" * 2_000 + '"}'
     kept, short = run(warm, LeaseProgress(k, NOW, [(member, progress)], "strict", 0, 640))
     assert (kept, short) == ([1], 0) and markers(valkey, k) == set()

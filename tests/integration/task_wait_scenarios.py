@@ -116,6 +116,22 @@ def wakes_within_ms_of_the_ack(tq: Tierq, valkey: Any, rounds: int = 20) -> floa
     return median
 
 
+def a_woken_wait_answers_from_its_message(tq: Tierq, valkey: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message carries the task's marker: a woken wait whose task's row is gone
+    answers ``done`` from it, with no lookup (the marker may be gone by then: its tenant's
+    share took its room, lua/task_finished.lua)."""
+    tq.enqueue("q", [{"payload": 1}])
+    [task] = tq.claim("q")
+    monkeypatch.setattr(tq.ctx.warm, "finished_of", lambda *args, **kwargs: None)
+    waiter = Waiter(tq, "q", task.id, 10, tenant=TENANT)
+    registered(valkey, "q", task.id, waiter)
+    assert tq.ack("q", [task]).acked == [task.id]
+    answer = waiter.result()
+    assert (answer.state, answer.id, answer.attempts) == ("done", task.id, task.attempt)
+    assert waiter.ended - waiter.started < 5
+
+
 def a_kept_result_answers_with_it(tq: Tierq, valkey: Any) -> None:
     tq.enqueue("q", [{"payload": 1}])
     [task] = tq.claim("q")

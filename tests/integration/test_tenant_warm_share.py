@@ -214,15 +214,16 @@ def test_completion_markers_stay_within_the_share_and_give_way_to_tasks(
 def test_markers_of_tasks_that_were_never_warm_keep_to_the_floor(
         make_tq: Callable[..., Tierq], valkey: redis.Redis) -> None:
     """Cancels of delayed tasks, which never took any of the share, leave markers with no
-    room to hold them: a pair keeps MARKERS_KEPT_AT_LEAST of them, the latest; without a
-    bound, all."""
+    room to hold them: a pair keeps at most MARKERS_KEPT_AT_LEAST of them (more than half
+    of that), the latest; without a bound, all."""
     for bound, tenant, kept in ((MiB, "acme", MARKERS_KEPT_AT_LEAST), (0, "initech", 300)):
         tq = make_tq(tenant_warm_max_bytes=bound)
         out = tq.enqueue("later", [{"payload": i, "delay_seconds": 3600} for i in range(300)],
                          tenant=tenant)
         for o in out:
             tq.cancel("later", o.id, tenant=tenant)
-        assert markers_held(valkey, ["later"], tenant) <= kept
+        held = markers_held(valkey, ["later"], tenant)
+        assert kept // 2 < held <= kept if bound else held == kept
         assert tq.get_task("later", out[-1].id, tenant=tenant).state == "cancelled"
         k = PairKeys.of("later", tenant)
         assert valkey.hexists(k.finished, str(out[-1].id))  # (the latest is kept)

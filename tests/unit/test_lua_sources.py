@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from tierq.dal.warm_tier import GONE_CHARGE, NEWER_CHARGE, SCRIPTS, script_source
+from tierq.dal.warm_tier import (
+    GONE_CHARGE,
+    MARKER_CHARGE,
+    MARKER_OWN_FIELDS,
+    MARKERS_KEPT_AT_LEAST,
+    NEWER_CHARGE,
+    SCRIPTS,
+    script_source,
+)
 
 LUA = resources.files("tierq.dal").joinpath("lua")
 
@@ -205,9 +213,14 @@ def test_a_script_is_read_and_registered_when_first_asked_for():
 
 
 def test_the_share_counts_with_the_scripts_own_charges():
-    """``WarmTier.pair_usage`` counts a tombstone and a ``newer`` entry as the scripts do
-    (lua/warm_usage.lua, lua/newer_entries.lua)."""
+    """``WarmTier.pair_usage`` counts a tombstone, a ``newer`` entry and a completion marker
+    as the scripts do (lua/warm_usage.lua, lua/newer_entries.lua, lua/task_finished.lua)."""
     usage = LUA.joinpath("warm_usage.lua").read_text("utf-8")
     newer = LUA.joinpath("newer_entries.lua").read_text("utf-8")
+    finished = LUA.joinpath("task_finished.lua").read_text("utf-8")
     assert re.search(rf"^local GONE_CHARGE = {GONE_CHARGE}$", usage, re.M)
     assert re.search(rf"^local NEWER_CHARGE = {NEWER_CHARGE}$", newer, re.M)
+    assert re.search(rf"^local MARKER_CHARGE = {MARKER_CHARGE}$", usage, re.M)
+    assert re.search(rf"^local MARKER_OWN_FIELDS = {MARKER_OWN_FIELDS}$", usage, re.M)
+    assert re.search(rf"^local MARKERS_KEPT_AT_LEAST = {MARKERS_KEPT_AT_LEAST}$", finished,
+                     re.M)

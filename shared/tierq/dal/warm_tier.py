@@ -1337,9 +1337,10 @@ class WarmTier:
         far)."""
         return self.call(AllotShrink(PairKeys.of(queue, tenant), charge, keep))
 
-    def pair_usage(self, queue: str, tenant: str, *, charge: int) -> tuple[int, int]:
-        """(usage, allotment) of the pair (lua/warm_usage.lua), changing nothing: the
-        allotment it could give back is the difference."""
+    def pair_usage(self, queue: str, tenant: str, *, charge: int) -> tuple[int, int, int]:
+        """(usage, allotment, the usage's completion markers) of the pair
+        (lua/warm_usage.lua), changing nothing: the allotment it could give back is the
+        difference, and the markers give way to tasks (a push may take their room)."""
         k = PairKeys.of(queue, tenant)
         replies = self.pipeline([("ZCARD", k.ready), ("ZCARD", k.leased), ("ZCARD", k.gone),
                                  ("HMGET", k.meta, "bytes", "allot", "progress", "newer"),
@@ -1354,9 +1355,9 @@ class WarmTier:
         # the leases' progress, the replacements kept for pushes, the tombstones, the markers
         used += sum(0 if raw is None else max(0, int(raw)) for raw in (raw_progress, raw_newer))
         used += int(stones) * GONE_CHARGE
-        used += sum(max(0, int(n) - MARKER_OWN_FIELDS) for n in generations) * MARKER_CHARGE
-        return (used + (int(ready) + int(leased)) * charge,
-                0 if raw_allot is None else int(raw_allot))
+        markers = sum(max(0, int(n) - MARKER_OWN_FIELDS) for n in generations) * MARKER_CHARGE
+        return (used + markers + (int(ready) + int(leased)) * charge,
+                0 if raw_allot is None else int(raw_allot), markers)
 
     # -- the server's memory ---------------------------------------------------------------
 

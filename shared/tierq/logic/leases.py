@@ -198,7 +198,7 @@ def drop_leases(ctx: Context, queue: str, verified: Sequence[Verified],
             marks[tenant] = [mark]
         else:
             pair_marks.append(mark)
-    calls = {tenant: waits.marker_call(ctx, queue, tenant, items)
+    calls = {tenant: waits.marker_call(queue, tenant, items)
              for tenant, items in marks.items() if tenant in by_tenant}
     # then their queue-wide reservations (after every drop): a reservation may outlive its
     # lease, never the reverse, so max_leased is never exceeded

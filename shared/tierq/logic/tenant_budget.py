@@ -233,15 +233,18 @@ def reclaim(ctx: Context, tenant: str, limit: int, *, besides: str | None = None
 
 def room(ctx: Context, queue: str, tenant: str, limit: int) -> int:
     """Bytes the pair could still take under its tenant's bound: what its allotment has
-    beyond its usage plus what the ledger has left (a promotion sizes itself by it). 0 when
-    the tenant's ledger or pairs do not answer: its pair waits cold, and a claim over many
-    tenants goes on with the others."""
+    beyond its usage (its completion markers give way to tasks: counted free) plus what the
+    ledger has left (a promotion sizes itself by it). 0 when the tenant's ledger or pairs do
+    not answer: its pair waits cold, and a claim over many tenants goes on with the
+    others."""
     try:
-        usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+        usage, allot, markers = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+        usage -= markers
         left = limit - ctx.warm.ledger_total(tenant)
         if left < TASK_CHARGE and allot - usage < TASK_CHARGE and reclaim(ctx, tenant, limit):
             left = limit - ctx.warm.ledger_total(tenant)
-            usage, allot = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+            usage, allot, markers = ctx.warm.pair_usage(queue, tenant, charge=TASK_CHARGE)
+            usage -= markers
     except (WarmTierUnavailable, WarmTierFull):
         log.warning("the warm-tier share of tenant %r did not answer; %r waits cold", tenant,
                     queue, exc_info=True)

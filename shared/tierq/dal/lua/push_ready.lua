@@ -57,10 +57,12 @@
 -- A tenant's share (bound, grant, charge, keep; lua/warm_usage.lua): the pair's usage stays within its
 -- allotment (meta `allot`). The usage counts the pair's tombstones, `newer` entries and
 -- completion markers; an entry the push writes leaves them as its task's data joins.
--- Markers give way to the tasks when these would pass the allotment (dropped before the
--- push asks or refuses: lua/warm_usage.lua).
+-- Markers give way to the tasks it accepts when these would pass the allotment (dropped
+-- before the push asks or refuses one for it: lua/warm_usage.lua). A push refused for the
+-- cold mode or its own bounds drops none.
 --   ask: when the tasks that fit the pair's own bounds would take the usage past the
---        allotment, no task is written and { 'allot', bytes short } is returned: the
+--        allotment even with the markers gone (else those go, and the push goes on), no
+--        task is written and { 'allot', bytes short } is returned: the
 --        caller takes that much from the ledger and pushes again, 'strict', with it as
 --        `grant`. A caller that expects to be short takes a grant first and asks with it
 --        (the grant is added to the allotment even when the push is still short).
@@ -178,29 +180,38 @@ local size = redis.call('ZCARD', KEYS[1])
 local ready_before = size
 local bytes = warm_bytes(KEYS[3], KEYS[2], size)
 local bytes_before = bytes
-local allot_before, allot, usage = 0, 0, 0
+local allot_before, allot, usage, markers = 0, 0, 0, 0
 if bound ~= '' then
   allot_before = warm_allot(KEYS[3])
   allot = allot_before + tonumber(ARGV[8])
-  local markers = warm_markers(KEYS[10], KEYS[11])
+  markers = warm_markers(KEYS[10], KEYS[11])
   usage = warm_usage(size, KEYS[5], bytes, charge, KEYS[3], stones, markers)
-  if markers > 0 then  -- (they give way to the tasks: about what the tasks would take)
-    local need = 0
-    for k = 1, n do need = need + #ARGV[HS + 2 * k - 1] + charge end
-    if usage + need > allot then
-      usage = usage - warm_markers_give_way(KEYS[10], KEYS[11], usage + need - allot)
-    end
-  end
+end
+-- the pair's completion markers give way to tasks `over` bytes past the allotment
+-- (lua/warm_usage.lua); whether any went
+local function make_room(over)
+  if markers == 0 or over <= 0 then return false end
+  local freed = warm_markers_give_way(KEYS[10], KEYS[11], over)
+  markers = markers - freed / MARKER_CHARGE
+  usage = usage - freed
+  return freed > 0
 end
 -- whether one more task of this many bytes fits (count, bytes and, strict, the allotment;
 -- `paid`: what its entry, which goes, counts already)
 local function fits(blob_bytes, paid)
-  return size < warm_max and (size == 0 or bytes + blob_bytes <= max_bytes)
-    and (bound ~= 'strict' or usage + blob_bytes + charge - paid <= allot)
+  if not (size < warm_max and (size == 0 or bytes + blob_bytes <= max_bytes)) then
+    return false
+  end
+  local over = usage + blob_bytes + charge - paid - allot
+  return bound ~= 'strict' or over <= 0
+    or (make_room(over) and usage + blob_bytes + charge - paid <= allot)
 end
 -- 'ask': the accepted tasks would pass the allotment: nothing written, how much is short
 -- (a grant that came with the asking push is the pair's all the same: written first)
 local function short()
+  if bound == 'ask' and usage > allot and usage - markers * MARKER_CHARGE <= allot then
+    make_room(usage - allot)  -- (short only for the markers: they give way)
+  end
   if bound == 'ask' and usage > allot then
     if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
     return usage - allot

@@ -3,7 +3,8 @@
 -- include: warm_bytes (the meta field `bytes`: lua/warm_bytes.lua)
 -- include: warm_usage (usage and allotment: lua/warm_usage.lua)
 -- Tasks of one pair that just finished (done, dead, or deleted): their completion markers,
--- and a message on its own sharded channel for each one a waiter registered for
+-- and a message (its marker's text) on its own sharded channel for each one a waiter
+-- registered for
 -- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua). A fixed number
 -- of commands per call, whatever its tasks: one multi-field HSET, and without a waiter no
 -- publish at all. The channel `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
@@ -24,15 +25,19 @@
 --
 -- Markers count against the tenant's share (MARKER_CHARGE each, lua/warm_usage.lua), and
 -- are never refused for it: the outcome is committed. So that a tenant finishing tasks
--- in many queues cannot hold Valkey beyond its share, a pair under a bound keeps only as
--- many markers as the room its allotment leaves beside the rest of its usage, and at
--- least MARKERS_KEPT_AT_LEAST whatever the room (the most a tenant holds beyond its share:
--- that many a pair):
--- | the pair                  | markers kept at most                                    |
--- | no bound (ARGV[3] = 0)    | the cap                                                 |
--- | under a bound             | the room / MARKER_CHARGE, not below MARKERS_KEPT_AT_LEAST nor above the cap |
--- When both generations and this call's markers would pass that, the previous generation
--- is dropped whole, early (a wait then reads the row, or finds none: logic/waits.py).
+-- in many queues cannot hold Valkey beyond its share, a pair under a bound keeps its
+-- generations within the room its allotment leaves beside the rest of its usage, and at
+-- least MARKERS_KEPT_AT_LEAST whatever the room:
+-- | the pair                  | what the two generations keep                            |
+-- | no bound (ARGV[3] = 0)    | the cap                                                  |
+-- | under a bound             | `most`: the room / MARKER_CHARGE, not below MARKERS_KEPT_AT_LEAST nor above the cap; the current generation is renamed over the previous one at half of it, and the previous one dropped early when both and this call's markers would pass it |
+-- A lease drop's call passes 0 (logic/waits.marker_call): its markers take less than the
+-- leases it ends (MARKER_CHARGE against the charge and the data each), so they fit the
+-- room those leave. A call's own markers are always written (its last half-cap), so a
+-- wait that registered before it, or registers before the next call of the pair, finds
+-- its marker. The most a tenant holds beyond its share is then, per pair,
+-- MARKERS_KEPT_AT_LEAST and one call's markers (a cancel or a delete: one). Each message
+-- carries the task's marker, so a woken wait needs no lookup.
 --
 -- Generations: the current hash is renamed over the previous one (the oldest generation
 -- dropped whole) once it is a TTL old, or when this call's markers would take it past half
@@ -47,8 +52,10 @@
 --
 -- No missed waiter: a wait subscribes, and once the server has confirmed it registers in
 -- KEYS[3] and looks for the marker in one call of task_wait.lua. Both scripts are atomic in
--- the pair's slot: when this one runs first, the wait finds the marker; when the
--- registration runs first, this one sees it and publishes to a subscription in place. A
+-- the pair's slot: when this one runs first, the wait finds the marker (under a bound,
+-- unless a later call of the pair dropped its generation early: the wait then answers as
+-- after the TTL); when the registration runs first, this one sees it and publishes the
+-- marker to a subscription in place. A
 -- published id leaves KEYS[3] (its waiters have their message; a later wait finds the
 -- marker), so a registration a crashed wait never took back ends at its task's end, or
 -- with the hash's expiry.
@@ -64,7 +71,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = '|' .. now
 local ttl = tonumber(ARGV[1])
-local most = tonumber(ARGV[2])
+local cap = tonumber(ARGV[2])
+local most = cap
 local charge = tonumber(ARGV[3])
 if charge > 0 then
   local size = redis.call('ZCARD', KEYS[4])
@@ -75,7 +83,8 @@ if charge > 0 then
 end
 local half = math.max(1, math.floor(most / 2))
 local n = (#ARGV - 3) / 3  -- (item k: its id at ARGV[3k + 1], its state and attempt after)
-local first = 1 + math.max(0, n - half)  -- the first item whose marker is kept
+-- the first item whose marker is kept: the call's last half-cap, whatever the room
+local first = 1 + math.max(0, n - math.max(1, math.floor(cap / 2)))
 local kept = n - first + 1
 local started = tonumber(redis.call('HGET', KEYS[1], '@started'))
 local held = redis.call('HLEN', KEYS[1])  -- its markers, and its two fields of its own
@@ -85,7 +94,8 @@ if held > 0 and (started == nil or now - started >= ttl
   redis.call('RENAME', KEYS[1], KEYS[2])
   held = 0
 end
-if charge > 0 and warm_markers(KEYS[1], KEYS[2]) + kept > most then
+if charge > 0 and math.max(held - MARKER_OWN_FIELDS, 0)
+    + math.max(redis.call('HLEN', KEYS[2]) - MARKER_OWN_FIELDS, 0) + kept > most then
   redis.call('UNLINK', KEYS[2])  -- (over the pair's room: the older generation goes early)
 end
 local marks = {}
@@ -115,7 +125,8 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   for k, count in ipairs(call_chunked('HMGET', KEYS[3], ids)) do
     if count then
       told[#told + 1] = ids[k]
-      woken = woken + redis.call('SPUBLISH', KEYS[1] .. ':' .. ids[k], ARGV[3 * k + 2])
+      woken = woken + redis.call('SPUBLISH', KEYS[1] .. ':' .. ids[k],
+                                 ARGV[3 * k + 2] .. '|' .. ARGV[3 * k + 3] .. at)
     end
   end
   call_chunked('HDEL', KEYS[3], told)
