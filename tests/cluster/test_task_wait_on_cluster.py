@@ -54,3 +54,7 @@ def test_markers_are_capped_per_pair(tq, valkey, monkeypatch):
 
 def test_a_woken_wait_answers_from_its_message(tq, valkey, monkeypatch):
     scenarios.a_woken_wait_answers_from_its_message(tq, valkey, monkeypatch)
+
+
+def test_markers_gone_early_do_not_leave_a_wait_asleep(tq, valkey, monkeypatch):
+    scenarios.markers_gone_early_do_not_leave_a_wait_asleep(tq, valkey, monkeypatch)

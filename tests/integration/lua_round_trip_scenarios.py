@@ -84,7 +84,6 @@ from tierq.dal.throughput import rate_key, tenants_key
 from tierq.dal.warm_tier import (
     GONE_CHARGE,
     MARKER_CHARGE,
-    MARKERS_KEPT_AT_LEAST,
     NEWER_CHARGE,
     AckMail,
     PairKeys,
@@ -1010,7 +1009,6 @@ def markers_under_a_bound(warm: WarmTier, valkey: Any) -> None:
     assert markers(valkey, k) == set(names[650:710])  # (60: both generations fit the floor)
     run(warm, TaskFinished(k, 60_000, 10_000, 640, done[710:720]))
     assert markers(valkey, k) == set(names[700:720])  # (70 would not: the older went)
-    assert MARKERS_KEPT_AT_LEAST == 64
     # the markers are part of the pair's usage; a reclaim (a shrink) with nothing else to
     # give back keeps them, one with room to give back drops them first
     usage = 200 * MARKER_CHARGE  # (the task's bytes and charge)
@@ -1047,8 +1045,15 @@ def markers_give_way_to_tasks(warm: WarmTier, valkey: Any,
     assert cold.refused == [task] and len(markers(valkey, k)) == 200  # (the cold mode)
     out = push(warm, k, [task], bound="ask", charge=10**6)  # (short with no marker too)
     assert out.mode == "allot" and len(markers(valkey, k)) == 200
+    out = push(warm, k, [task], bound="strict", charge=10**6)  # (no drop would make room)
+    assert out.refused == [task] and len(markers(valkey, k)) == 200
+    assert not valkey.hexists(k.meta, "markers_dropped")
     out = push(warm, k, [task], bound="strict", charge=640)  # (a restore: room alone)
     assert out.refused == [] and valkey.zcard(k.ready) == 1
+    # (the drop is noted: a wait that finds no marker reads its row again)
+    assert valkey.hexists(k.meta, "markers_dropped")
+    assert run(warm, TaskWait(k, names[0], 0, 0)) == "~dropped"
+    assert run(warm, TaskWait(k, names[150], 0, 0)).startswith("done|1|")
     assert markers(valkey, k) == set(names[100:200])  # (the older went first)
     valkey.delete(k.ready, k.data)
     valkey.hset(k.meta, "bytes", 0)

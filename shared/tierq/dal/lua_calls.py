@@ -1200,7 +1200,7 @@ class TaskWait(LuaCall[str | None]):
     the marker text ('<state>|<attempt>|<ms>'), None when there is none."""
 
     SCRIPT: ClassVar[str] = "task_wait"
-    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters")
+    KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters", "meta")
     ARGS: ClassVar[tuple[str, ...]] = ("id", "step", "waiters_ttl_ms")
 
     on: Any

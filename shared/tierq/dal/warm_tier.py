@@ -1170,7 +1170,8 @@ class WarmTier:
                          task_id: str) -> Iterator[Callable[[float], str | None]]:
         """Subscribe to the task's channel (SSUBSCRIBE: the pair's slot, on its master) for
         the block; it gets a function that waits up to its argument's seconds for the
-        message and returns the state it names (None: none came). The subscription is
+        message and returns the marker it carries, '<state>|<attempt>|<ms>' (None: none
+        came). The subscription is
         confirmed by the server before the block starts, so a marker looked for inside the
         block closes the race with a finish that came before it."""
         channel = f"{PairKeys.of(queue, tenant).finished}:{task_id}"

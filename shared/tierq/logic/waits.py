@@ -46,10 +46,12 @@ requests (acks, nacks) and leases did, and an idle pair's keys are gone at most 
 minutes after it goes quiet. A lookup reads the current generation, then the previous.
 Markers count against their tenant's share of the warm tier (logic/tenant_budget.py): under
 a bound a pair's older generation goes early when the markers would pass the room its
-allotment leaves beside its tasks (at least 64 are kept, and each call's own), and the
-pair's markers give way to its tasks (lua/warm_usage.lua). So a tenant finishing work in
-many queues holds little beyond its share. A marker dropped early answers a later wait as
-one past its TTL does: a row gone is 404.
+allotment leaves beside its tasks (at least 64 are kept, and each call's own when it is
+written), and the pair's markers give way to its tasks (lua/warm_usage.lua). So a tenant
+finishing work in many queues holds little beyond its share. An early drop is noted in the
+pair's meta: a wait that registers within 30 s of one and finds no marker reads its row
+once more (``lua/task_wait.lua`` answers ``~dropped``) and answers at once, a row gone as
+one past its TTL does (404), never after its whole time.
 
 A task acked without a result and read after its row is gone answers a view from its
 marker: id, queue, tenant, state ``done``, attempts, when it was created (from its UUIDv7)
@@ -132,7 +134,7 @@ def marker_call(queue: str, tenant: str, items: Sequence[tuple[str, str, int]]
     fewer per pair an ack ends. None when they need more than one call (then
     :func:`finished` sends them). It does not look at the pair's room in its tenant's share
     (charge 0: about 13 µs of Valkey a call fewer): the markers take less than the leases
-    the drop ends, 128 bytes against 640 and the data each (lua/task_finished.lua)."""
+    the drop ends, 128 bytes against 640 each (lua/task_finished.lua)."""
     if not items or len(items) > TaskFinished.items_per_call():
         return None
     return TaskFinished(PairKeys.of(queue, tenant), MARKER_TTL_MS, MARKERS_PER_PAIR, 0, items)

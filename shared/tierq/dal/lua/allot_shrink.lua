@@ -23,5 +23,5 @@ if allot <= keep then
   -- (a pair whose keys are gone, dropped or lost by Valkey, holds none: { 0, 0, 0 })
   return { 0, allot, warm_freed(KEYS[3]) }
 end
-warm_markers_give_way(KEYS[6], KEYS[7], math.huge)
+warm_markers_give_way(KEYS[3], KEYS[6], KEYS[7], math.huge)
 return { allot - keep, keep, warm_give_back(KEYS[3], allot, keep) }

@@ -52,12 +52,15 @@ if bound ~= '' then
   allot = allot_before + tonumber(ARGV[3])
   if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
   local size = redis.call('ZCARD', KEYS[4])
+  local markers = warm_markers(KEYS[7], KEYS[8])
   usage = warm_usage(size, KEYS[1], warm_bytes(KEYS[3], KEYS[5], size), tonumber(ARGV[4]),
-                     KEYS[3], redis.call('ZCARD', KEYS[6]), warm_markers(KEYS[7], KEYS[8]))
+                     KEYS[3], redis.call('ZCARD', KEYS[6]), markers)
   local growth = 0
   for id, bytes in pairs(after) do growth = growth + bytes - before[id] end
-  if growth > 0 and usage + growth > allot then  -- (markers give way: lua/warm_usage.lua)
-    usage = usage - warm_markers_give_way(KEYS[7], KEYS[8], usage + growth - allot)
+  local over = usage + growth - allot
+  if growth > 0 and over > 0 and over <= markers * MARKER_CHARGE then
+    -- (markers give way where that makes the room: lua/warm_usage.lua)
+    usage = usage - warm_markers_give_way(KEYS[3], KEYS[7], KEYS[8], over)
   end
   if bound == 'ask' and growth > 0 and usage + growth > allot then
     return { 'allot', usage + growth - allot }

@@ -57,8 +57,8 @@
 -- A tenant's share (bound, grant, charge, keep; lua/warm_usage.lua): the pair's usage stays within its
 -- allotment (meta `allot`). The usage counts the pair's tombstones, `newer` entries and
 -- completion markers; an entry the push writes leaves them as its task's data joins.
--- Markers give way to the tasks it accepts when these would pass the allotment (dropped
--- before the push asks or refuses one for it: lua/warm_usage.lua). A push refused for the
+-- Markers give way to the tasks it accepts when these would pass the allotment and the
+-- drop makes the room (lua/warm_usage.lua); otherwise none goes. A push refused for the
 -- cold mode or its own bounds drops none.
 --   ask: when the tasks that fit the pair's own bounds would take the usage past the
 --        allotment even with the markers gone (else those go, and the push goes on), no
@@ -190,8 +190,8 @@ end
 -- the pair's completion markers give way to tasks `over` bytes past the allotment
 -- (lua/warm_usage.lua); whether any went
 local function make_room(over)
-  if markers == 0 or over <= 0 then return false end
-  local freed = warm_markers_give_way(KEYS[10], KEYS[11], over)
+  if over <= 0 or over > markers * MARKER_CHARGE then return false end  -- (no cure)
+  local freed = warm_markers_give_way(KEYS[3], KEYS[10], KEYS[11], over)
   markers = markers - freed / MARKER_CHARGE
   usage = usage - freed
   return freed > 0

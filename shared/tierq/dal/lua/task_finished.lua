@@ -7,7 +7,8 @@
 -- registered for
 -- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua). A fixed number
 -- of commands per call, whatever its tasks: one multi-field HSET, and without a waiter no
--- publish at all. The channel `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
+-- publish at all (under a bound, the reads of the pair's usage too; its `bytes` counter,
+-- when missing, recounted as lua/warm_bytes.lua says). The channel `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
 -- stays in the pair's slot (ElastiCache Serverless has no keyspace notifications).
 --
 -- KEYS[1]  tq:{q|t}:finished       hash: id -> '<state>|<attempt>|<ms>', the current
@@ -34,8 +35,9 @@
 -- A lease drop's call passes 0 (logic/waits.marker_call): its markers take less than the
 -- leases it ends (MARKER_CHARGE against the charge and the data each), so they fit the
 -- room those leave. A call's own markers are always written (its last half-cap), so a
--- wait that registered before it, or registers before the next call of the pair, finds
--- its marker. The most a tenant holds beyond its share is then, per pair,
+-- wait that registered before it, or registers before the pair's markers next go early,
+-- finds its marker (after an early drop, noted in the meta field `markers_dropped`, the
+-- wait reads its row again: lua/task_wait.lua). The most a tenant holds beyond its share is then, per pair,
 -- MARKERS_KEPT_AT_LEAST and one call's markers (a cancel or a delete: one). Each message
 -- carries the task's marker, so a woken wait needs no lookup.
 --
@@ -96,7 +98,8 @@ if held > 0 and (started == nil or now - started >= ttl
 end
 if charge > 0 and math.max(held - MARKER_OWN_FIELDS, 0)
     + math.max(redis.call('HLEN', KEYS[2]) - MARKER_OWN_FIELDS, 0) + kept > most then
-  redis.call('UNLINK', KEYS[2])  -- (over the pair's room: the older generation goes early)
+  -- (over the pair's room: the older generation goes early, noted for waits)
+  if redis.call('UNLINK', KEYS[2]) == 1 then warm_markers_dropped(KEYS[6]) end
 end
 local marks = {}
 local m = 0

@@ -91,11 +91,14 @@ if bound ~= '' then
   local allot_before = warm_allot(KEYS[3])
   local allot = allot_before + tonumber(ARGV[3])
   if allot ~= allot_before then redis.call('HSET', KEYS[3], ALLOT_FIELD, allot) end
+  local markers = warm_markers(KEYS[8], KEYS[9])
   local usage = warm_usage(size, KEYS[4], bytes, tonumber(ARGV[4]), KEYS[3],
-                           redis.call('ZCARD', KEYS[7]), warm_markers(KEYS[8], KEYS[9]))
+                           redis.call('ZCARD', KEYS[7]), markers)
   local need = grown + entries
-  if need > 0 and usage + need > allot then  -- (markers give way: lua/warm_usage.lua)
-    usage = usage - warm_markers_give_way(KEYS[8], KEYS[9], usage + need - allot)
+  local over = usage + need - allot
+  if need > 0 and over > 0 and over <= markers * MARKER_CHARGE then
+    -- (markers give way where that makes the room: lua/warm_usage.lua)
+    usage = usage - warm_markers_give_way(KEYS[3], KEYS[8], KEYS[9], over)
   end
   if need > 0 and usage + need > allot then
     if bound == 'ask' then return { 'allot', usage + need - allot, 0 } end

@@ -34,10 +34,19 @@ local function warm_markers(finished, finished_prev)
   return math.max(redis.call('HLEN', finished) - MARKER_OWN_FIELDS, 0)
     + math.max(redis.call('HLEN', finished_prev) - MARKER_OWN_FIELDS, 0)
 end
+-- When a pair's markers last went early (server ms): the meta field a wait that finds no
+-- marker reads, to look at its task's row once more (lua/task_wait.lua)
+local MARKERS_DROPPED_FIELD = 'markers_dropped'
+local function warm_markers_dropped(meta)
+  local t = redis.call('TIME')
+  redis.call('HSET', meta, MARKERS_DROPPED_FIELD,
+             tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
 -- Completion markers give way to tasks: the pair's generations of markers are dropped, the
--- older first, until `over` bytes are freed or none is left (a wait for a task whose
--- marker went reads its row, lua/task_finished.lua); returns the bytes freed.
-local function warm_markers_give_way(finished, finished_prev, over)
+-- older first, until `over` bytes are freed or none is left, and the drop noted in `meta`
+-- (a wait that finds no marker then reads its task's row again: lua/task_wait.lua);
+-- returns the bytes freed.
+local function warm_markers_give_way(meta, finished, finished_prev, over)
   local freed = 0
   for _, key in ipairs({ finished_prev, finished }) do
     if freed >= over then break end
@@ -47,6 +56,7 @@ local function warm_markers_give_way(finished, finished_prev, over)
       redis.call('UNLINK', key)
     end
   end
+  if freed > 0 then warm_markers_dropped(meta) end
   return freed
 end
 local function warm_usage(ready_size, leased, bytes, charge, meta, stones, markers)
