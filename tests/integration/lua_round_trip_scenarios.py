@@ -1017,6 +1017,14 @@ def markers_under_a_bound(warm: WarmTier, valkey: Any) -> None:
     assert run(warm, AllotShrink(k, 640, 0))[1] == usage and len(markers(valkey, k)) == 20
     valkey.hset(k.meta, "allot", 10**6)
     assert run(warm, AllotShrink(k, 640, 0))[1] == usage and markers(valkey, k) == set()
+    # one task a call with no room (cancels of tasks that never went warm): the floor, and
+    # the generations that go before their time are noted for waits
+    floor = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
+    for item in done[:70]:
+        run(warm, TaskFinished(floor, 60_000, 10_000, 640, [item]))
+    assert 32 < len(markers(valkey, floor)) <= 64 and names[69] in markers(valkey, floor)
+    assert valkey.hexists(floor.meta, "markers_dropped")
+    assert run(warm, TaskWait(floor, names[0], 0, 0)) == "~dropped"
     # no bound: the cap alone
     free = PairKeys.of(f"rt{uuid.uuid4().hex[:8]}", TENANT)
     run(warm, TaskFinished(free, 60_000, 10_000, 0, done))

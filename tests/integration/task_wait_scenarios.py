@@ -351,6 +351,32 @@ def markers_gone_early_do_not_leave_a_wait_asleep(tq: Tierq, valkey: Any,
     assert waiter.ended - waiter.started < 2
 
 
+def markers_gone_by_cancels_do_not_leave_a_wait_asleep(
+        tq: Tierq, valkey: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a tenant's bound (``tq``'s), with the pair's allotment taken back (as a reclaim
+    for the tenant's other queues does), cancels of delayed tasks have no room for their
+    markers and push the ack's out of the pair (the floor: lua/task_finished.lua) between
+    the wait's first read and its registration: the drop is noted, and the wait reads the
+    row again and answers at once (gone: 404), not after its time."""
+    tq.enqueue("q", [{"payload": 1}])
+    [task] = tq.claim("q")
+    later = tq.enqueue("q", [{"payload": i, "delay_seconds": 3600} for i in range(80)])
+    begin = tq.ctx.warm.wait_begin
+
+    def late(queue: str, tenant: str, task_id: str, **kwargs: Any) -> Any:
+        tq.ack("q", [task])
+        valkey.hset(PairKeys.of("q", TENANT).meta, "allot", 0)
+        for made in later:
+            tq.cancel("q", made.id, tenant=TENANT)
+        return begin(queue, tenant, task_id, **kwargs)
+
+    monkeypatch.setattr(tq.ctx.warm, "wait_begin", late)
+    waiter = Waiter(tq, "q", task.id, 20, tenant=TENANT)
+    with pytest.raises(NotFound):
+        waiter.result()
+    assert waiter.ended - waiter.started < 10
+
+
 def a_marker_outlives_a_rotation_by_its_ttl(tq: Tierq, valkey: Any,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A marker moved to the previous generation still answers a TTL after its ack, and is

@@ -1197,7 +1197,8 @@ class TaskFinished(LuaCall[int]):
 class TaskWait(LuaCall[str | None]):
     """One wait's registration for a task's message, and its marker (lua/task_wait.lua):
     ``step`` 1 registers and looks, 0 only looks, -1 takes a registration back; answers
-    the marker text ('<state>|<attempt>|<ms>'), None when there is none."""
+    the marker text ('<state>|<attempt>|<ms>'), '~dropped' when there is none but the
+    pair's markers went early lately, None when there is none."""
 
     SCRIPT: ClassVar[str] = "task_wait"
     KEYS: ClassVar[tuple[str, ...]] = ("finished", "finished_prev", "waiters", "meta")

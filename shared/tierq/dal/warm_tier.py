@@ -251,6 +251,9 @@ MARKER_OWN_FIELDS = 2
 # The markers a pair under its tenant's bound keeps whatever its room (lua/task_finished.lua,
 # the same number): the most a tenant holds beyond its share, per pair.
 MARKERS_KEPT_AT_LEAST = 64
+# What lua/task_wait.lua answers for a task without a marker when the pair's markers went
+# early within 30 s (its state, as ``FinishMark``): the task may have ended
+MARKERS_DROPPED = "~dropped"
 # The bytes of whole replacements kept for pushes on their way a pair holds at most
 # (lua/newer_entries.lua): past them a replacement keeps a mark. Each entry counts its
 # length plus NEWER_CHARGE against its tenant's share (the same number as the script's).
@@ -1149,15 +1152,18 @@ class WarmTier:
 
     def finished_of(self, queue: str, tenant: str, task_id: str) -> FinishMark | None:
         """The task's completion marker, of either generation (lua/task_wait.lua, one
-        call); None when it has none."""
-        return FinishMark.of(self.call(TaskWait(PairKeys.of(queue, tenant), task_id, 0, 0)))
+        call); None when it has none (whether or not the pair's markers went early)."""
+        mark = FinishMark.of(self.call(TaskWait(PairKeys.of(queue, tenant), task_id, 0, 0)))
+        return None if mark is not None and mark.state == MARKERS_DROPPED else mark
 
     def wait_begin(self, queue: str, tenant: str, task_id: str, *,
                    ttl_ms: int) -> FinishMark | None:
         """Register a wait for the task's message (kept ``ttl_ms`` after the pair's last
         registration) and look for its marker, in one atomic call (lua/task_wait.lua): call
         it once subscribed to the task's channel (``finished_channel``), so a finish either
-        left the marker this answers or publishes to the subscription."""
+        left the marker this answers or publishes to the subscription. None when it has
+        none; a mark of state ``MARKERS_DROPPED`` when it has none but the pair's markers
+        went early lately (the task may have ended: read its row again)."""
         return FinishMark.of(self.call(TaskWait(PairKeys.of(queue, tenant), task_id, 1,
                                                 ttl_ms)))
 

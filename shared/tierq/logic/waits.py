@@ -172,7 +172,7 @@ def get_task(ctx: Context, queue: str, task_id: UUID, *, wait_seconds: float = 0
         # taking this one back then could take a later wait's, registered since
         told: str | None = None
         try:
-            if mark is not None:
+            if mark is not None:  # (a marker, or MARKERS_DROPPED: the row says)
                 now = ctx.store.task_by_id(queue, task_id, tenant)
                 if now is None or now.state in ENDED:
                     return answer(ctx, queue, row, now, mark, tenant)

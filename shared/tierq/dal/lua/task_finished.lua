@@ -8,7 +8,8 @@
 -- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua). A fixed number
 -- of commands per call, whatever its tasks: one multi-field HSET, and without a waiter no
 -- publish at all (under a bound, the reads of the pair's usage too; its `bytes` counter,
--- when missing, recounted as lua/warm_bytes.lua says). The channel `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
+-- when missing, recounted as lua/warm_bytes.lua says). The channel
+-- `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
 -- stays in the pair's slot (ElastiCache Serverless has no keyspace notifications).
 --
 -- KEYS[1]  tq:{q|t}:finished       hash: id -> '<state>|<attempt>|<ms>', the current
@@ -54,9 +55,9 @@
 --
 -- No missed waiter: a wait subscribes, and once the server has confirmed it registers in
 -- KEYS[3] and looks for the marker in one call of task_wait.lua. Both scripts are atomic in
--- the pair's slot: when this one runs first, the wait finds the marker (under a bound,
--- unless a later call of the pair dropped its generation early: the wait then answers as
--- after the TTL); when the registration runs first, this one sees it and publishes the
+-- the pair's slot: when this one runs first, the wait finds the marker (unless a later
+-- call dropped its generation early, which it notes: the wait then reads its row again,
+-- lua/task_wait.lua); when the registration runs first, this one sees it and publishes the
 -- marker to a subscription in place. A
 -- published id leaves KEYS[3] (its waiters have their message; a later wait finds the
 -- marker), so a registration a crashed wait never took back ends at its task's end, or
@@ -90,9 +91,11 @@ local first = 1 + math.max(0, n - math.max(1, math.floor(cap / 2)))
 local kept = n - first + 1
 local started = tonumber(redis.call('HGET', KEYS[1], '@started'))
 local held = redis.call('HLEN', KEYS[1])  -- its markers, and its two fields of its own
-if held > 0 and (started == nil or now - started >= ttl
-                 or held - MARKER_OWN_FIELDS + kept > half) then
-  redis.call('UNLINK', KEYS[2])
+local by_age = started == nil or now - started >= ttl
+if held > 0 and (by_age or held - MARKER_OWN_FIELDS + kept > half) then
+  -- (a generation dropped before its time, for the cap or the room, is noted for waits;
+  -- one renamed by age only drops markers a TTL old)
+  if redis.call('UNLINK', KEYS[2]) == 1 and not by_age then warm_markers_dropped(KEYS[6]) end
   redis.call('RENAME', KEYS[1], KEYS[2])
   held = 0
 end
