@@ -56,10 +56,6 @@ def test_a_woken_wait_answers_from_its_message(tq, valkey, monkeypatch):
     scenarios.a_woken_wait_answers_from_its_message(tq, valkey, monkeypatch)
 
 
-def test_markers_gone_early_do_not_leave_a_wait_asleep(tq, valkey, monkeypatch):
-    scenarios.markers_gone_early_do_not_leave_a_wait_asleep(tq, valkey, monkeypatch)
-
-
 def test_markers_gone_by_cancels_do_not_leave_a_wait_asleep(make_tq, valkey, monkeypatch):
     scenarios.markers_gone_by_cancels_do_not_leave_a_wait_asleep(
         make_tq(tenant_warm_max_bytes=1 << 20), valkey, monkeypatch)

@@ -326,31 +326,6 @@ def a_finish_before_the_registration_is_not_missed(tq: Tierq,
     assert waiter.ended - waiter.started < 2
 
 
-def markers_gone_early_do_not_leave_a_wait_asleep(tq: Tierq, valkey: Any,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The task is acked, and its pair's markers give way to tasks (as a push of a tenant
-    at its share drops them, noting when: lua/warm_usage.lua), after the wait's first read
-    and before it registers: the registration's call says so, and the wait reads the row
-    again and answers at once (the row and its marker gone: 404), not after its time."""
-    tq.enqueue("q", [{"payload": 1}])
-    [task] = tq.claim("q")
-    begin = tq.ctx.warm.wait_begin
-    k = PairKeys.of("q", TENANT)
-
-    def late(queue: str, tenant: str, task_id: str, **kwargs: Any) -> Any:
-        tq.ack("q", [task])
-        seconds, micros = valkey.time()
-        valkey.delete(k.finished, k.finished_prev)
-        valkey.hset(k.meta, "markers_dropped", seconds * 1000 + micros // 1000)
-        return begin(queue, tenant, task_id, **kwargs)
-
-    monkeypatch.setattr(tq.ctx.warm, "wait_begin", late)
-    waiter = Waiter(tq, "q", task.id, 10, tenant=TENANT)
-    with pytest.raises(NotFound):
-        waiter.result()
-    assert waiter.ended - waiter.started < 2
-
-
 def markers_gone_by_cancels_do_not_leave_a_wait_asleep(
         tq: Tierq, valkey: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a tenant's bound (``tq``'s), with the pair's allotment taken back (as a reclaim

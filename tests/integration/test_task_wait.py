@@ -15,10 +15,6 @@ def test_a_wait_answers_moments_after_the_ack(tq, valkey):
     assert scenarios.wakes_within_ms_of_the_ack(tq, valkey) < 1000
 
 
-def test_markers_gone_early_do_not_leave_a_wait_asleep(tq, valkey, monkeypatch):
-    scenarios.markers_gone_early_do_not_leave_a_wait_asleep(tq, valkey, monkeypatch)
-
-
 def test_markers_gone_by_cancels_do_not_leave_a_wait_asleep(make_tq, valkey, monkeypatch):
     scenarios.markers_gone_by_cancels_do_not_leave_a_wait_asleep(
         make_tq(tenant_warm_max_bytes=1 << 20), valkey, monkeypatch)
