@@ -19,3 +19,4 @@ def test_task_wait_bench_prints_the_median_wake(services: LocalServices,
     assert result["waits"] == 5
     assert 0 < result["wake_ms_median"] <= result["wake_ms_max"]
     assert result["task_finished_us_median"] > 0
+    assert result["task_finished_bound_us_median"] > 0
