@@ -23,5 +23,6 @@ if allot <= keep then
   -- (a pair whose keys are gone, dropped or lost by Valkey, holds none: { 0, 0, 0 })
   return { 0, allot, warm_freed(KEYS[3]) }
 end
-warm_markers_give_way(KEYS[3], KEYS[6], KEYS[7], math.huge)
+local markers = warm_markers(KEYS[6], KEYS[7])
+warm_markers_give_way(KEYS[3], KEYS[6], KEYS[7], markers * MARKER_CHARGE, markers)  -- (all)
 return { allot - keep, keep, warm_give_back(KEYS[3], allot, keep) }

@@ -57,10 +57,9 @@ if bound ~= '' then
                      KEYS[3], redis.call('ZCARD', KEYS[6]), markers)
   local growth = 0
   for id, bytes in pairs(after) do growth = growth + bytes - before[id] end
-  local over = usage + growth - allot
-  if growth > 0 and over > 0 and over <= markers * MARKER_CHARGE then
-    -- (markers give way where that makes the room: lua/warm_usage.lua)
-    usage = usage - warm_markers_give_way(KEYS[3], KEYS[7], KEYS[8], over)
+  if growth > 0 then  -- (markers give way where that makes the room: lua/warm_usage.lua)
+    usage = usage - warm_markers_give_way(KEYS[3], KEYS[7], KEYS[8], usage + growth - allot,
+                                          markers)
   end
   if bound == 'ask' and growth > 0 and usage + growth > allot then
     return { 'allot', usage + growth - allot }

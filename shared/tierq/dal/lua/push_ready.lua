@@ -190,8 +190,7 @@ end
 -- the pair's completion markers give way to tasks `over` bytes past the allotment
 -- (lua/warm_usage.lua); whether any went
 local function make_room(over)
-  if over <= 0 or over > markers * MARKER_CHARGE then return false end  -- (no cure)
-  local freed = warm_markers_give_way(KEYS[3], KEYS[10], KEYS[11], over)
+  local freed = warm_markers_give_way(KEYS[3], KEYS[10], KEYS[11], over, markers)
   markers = markers - freed / MARKER_CHARGE
   usage = usage - freed
   return freed > 0

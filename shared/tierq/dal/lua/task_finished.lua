@@ -4,13 +4,12 @@
 -- include: warm_usage (usage and allotment: lua/warm_usage.lua)
 -- Tasks of one pair that just finished (done, dead, or deleted): their completion markers,
 -- and a message (its marker's text) on its own sharded channel for each one a waiter
--- registered for
--- (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua). A fixed number
--- of commands per call, whatever its tasks: one multi-field HSET, and without a waiter no
--- publish at all (under a bound, the reads of the pair's usage too; its `bytes` counter,
--- when missing, recounted as lua/warm_bytes.lua says). The channel
--- `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH
--- stays in the pair's slot (ElastiCache Serverless has no keyspace notifications).
+-- registered for (GET .../tasks/{id}?wait_seconds=N, logic/waits.py, lua/task_wait.lua).
+-- A fixed number of commands per call, whatever its tasks: one multi-field HSET, and
+-- without a waiter no publish at all (under a bound, the reads of the pair's usage too;
+-- its `bytes` counter, when missing, recounted as lua/warm_bytes.lua says). The channel
+-- `tq:{q|t}:finished:<id>` shares the pair's hash tag: SPUBLISH stays in the pair's slot
+-- (ElastiCache Serverless has no keyspace notifications).
 --
 -- KEYS[1]  tq:{q|t}:finished       hash: id -> '<state>|<attempt>|<ms>', the current
 --                                   generation; '@started' -> when it began (ms), and
@@ -34,13 +33,13 @@
 -- | no bound (ARGV[3] = 0)    | the cap                                                  |
 -- | under a bound             | `most`: the room / MARKER_CHARGE, not below MARKERS_KEPT_AT_LEAST nor above the cap; the current generation is renamed over the previous one at half of it, and the previous one dropped early when both and this call's markers would pass it |
 -- A lease drop's call passes 0 (logic/waits.marker_call): its markers take less than the
--- leases it ends (MARKER_CHARGE against the charge and the data each), so they fit the
--- room those leave. A call's own markers are always written (its last half-cap), so a
--- wait that registered before it, or registers before the pair's markers next go early,
--- finds its marker (after an early drop, noted in the meta field `markers_dropped`, the
--- wait reads its row again: lua/task_wait.lua). The most a tenant holds beyond its share is then, per pair,
--- MARKERS_KEPT_AT_LEAST and one call's markers (a cancel or a delete: one). Each message
--- carries the task's marker, so a woken wait needs no lookup.
+-- leases it ends (MARKER_CHARGE against a lease's charge each), so they fit the room those
+-- leave. A call's own markers are always written (its last half-cap), so a wait that
+-- registered before it, or registers before the pair's markers next go early, finds its
+-- marker (after an early drop, noted in the meta field `markers_dropped`, the wait reads
+-- its row again: lua/task_wait.lua). The most a tenant holds beyond its share is then, per
+-- pair, MARKERS_KEPT_AT_LEAST and one call's markers (a cancel or a delete: one). Each
+-- message carries the task's marker, so a woken wait needs no lookup.
 --
 -- Generations: the current hash is renamed over the previous one (the oldest generation
 -- dropped whole) once it is a TTL old, or when this call's markers would take it past half
@@ -58,10 +57,9 @@
 -- the pair's slot: when this one runs first, the wait finds the marker (unless a later
 -- call dropped its generation early, which it notes: the wait then reads its row again,
 -- lua/task_wait.lua); when the registration runs first, this one sees it and publishes the
--- marker to a subscription in place. A
--- published id leaves KEYS[3] (its waiters have their message; a later wait finds the
--- marker), so a registration a crashed wait never took back ends at its task's end, or
--- with the hash's expiry.
+-- marker to a subscription in place. A published id leaves KEYS[3] (its waiters have their
+-- message; a later wait finds the marker), so a registration a crashed wait never took
+-- back ends at its task's end, or with the hash's expiry.
 --
 -- allow-oom: the work is committed; a full cache must not leave its waiters asleep (the
 -- markers are small and capped).

@@ -95,10 +95,9 @@ if bound ~= '' then
   local usage = warm_usage(size, KEYS[4], bytes, tonumber(ARGV[4]), KEYS[3],
                            redis.call('ZCARD', KEYS[7]), markers)
   local need = grown + entries
-  local over = usage + need - allot
-  if need > 0 and over > 0 and over <= markers * MARKER_CHARGE then
-    -- (markers give way where that makes the room: lua/warm_usage.lua)
-    usage = usage - warm_markers_give_way(KEYS[3], KEYS[8], KEYS[9], over)
+  if need > 0 then  -- (markers give way where that makes the room: lua/warm_usage.lua)
+    usage = usage - warm_markers_give_way(KEYS[3], KEYS[8], KEYS[9], usage + need - allot,
+                                          markers)
   end
   if need > 0 and usage + need > allot then
     if bound == 'ask' then return { 'allot', usage + need - allot, 0 } end

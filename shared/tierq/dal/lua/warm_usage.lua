@@ -42,11 +42,12 @@ local function warm_markers_dropped(meta)
   redis.call('HSET', meta, MARKERS_DROPPED_FIELD,
              tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
--- Completion markers give way to tasks: the pair's generations of markers are dropped, the
--- older first, until `over` bytes are freed or none is left, and the drop noted in `meta`
--- (a wait that finds no marker then reads its task's row again: lua/task_wait.lua);
--- returns the bytes freed.
-local function warm_markers_give_way(meta, finished, finished_prev, over)
+-- Completion markers give way to tasks: when dropping the pair's `markers` makes the room a
+-- call lacks by `over` bytes, its generations are dropped, the older first, until that is
+-- freed, and the drop noted in `meta` (a wait that finds no marker then reads its task's
+-- row again: lua/task_wait.lua); returns the bytes freed (0: nothing dropped).
+local function warm_markers_give_way(meta, finished, finished_prev, over, markers)
+  if over <= 0 or over > markers * MARKER_CHARGE then return 0 end  -- (no cure)
   local freed = 0
   for _, key in ipairs({ finished_prev, finished }) do
     if freed >= over then break end
