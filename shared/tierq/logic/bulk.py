@@ -92,8 +92,9 @@ def load_id(id_ms: int, ord_: int, tail: str) -> str:
 
     PostgreSQL reads a uuid without its hyphens. The layout is the engine's own UUIDv7s
     (core/ids.py: 48-bit ms, version 7, a 12-bit counter that carries into the next
-    milliseconds, the variant, 62 random bits). The row's ord is the counter, so a load's
-    ids increase with ord, and the load's ``tail`` (``new_id_tail``) is the random bits.
+    milliseconds, the variant, a clear batch mark, 61 random bits). The row's ord is the
+    counter, so a load's ids increase with ord, and the load's ``tail`` (``new_id_tail``)
+    is the random bits.
     Two rows of one load differ in ms or counter; of two loads, in the tail."""
     if len(tail) != 16 or tail[0] not in "89ab":
         raise ValueError(f"not an id tail: {tail!r}")
@@ -102,9 +103,10 @@ def load_id(id_ms: int, ord_: int, tail: str) -> str:
 
 
 def new_id_tail(tag: int | None = None) -> str:
-    """16 hex digits: the variant and 62 random bits, the last four replaced by a shard's
-    ``tag`` when given (as ``dal.shards.tag_ids`` marks a shard's ids)."""
-    tail = f"{(0b10 << 62) | secrets.randbits(62):016x}"
+    """16 hex digits: the variant, a batch member's mark clear (``core.batch_ids``) and 61
+    random bits, the last four replaced by a shard's ``tag`` when given (as
+    ``dal.shards.tag_ids`` marks a shard's ids)."""
+    tail = f"{(0b10 << 62) | secrets.randbits(61):016x}"
     return tail if tag is None else f"{tail[:-4]}{tag:04x}"
 
 

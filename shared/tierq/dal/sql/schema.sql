@@ -31,6 +31,33 @@ migrations applied:
   0027_payload_tombstones
   0028_delayed_line
   0029_statement_routines
+  0030_batch_rows
+
+table tierq_batch_ends
+  column batch uuid not null
+  column places smallint[] not null
+  column moved boolean not null
+  CREATE INDEX tierq_batch_ends_batch ON tierq_batch_ends USING btree (batch)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
+table tierq_batches
+  column id uuid not null
+  column queue text not null
+  column tasks integer not null
+  column first_seq bigint not null
+  column tenants jsonb not null
+  column priorities smallint[] not null
+  column payloads jsonb not null
+  column max_attempts integer not null
+  column timeout_seconds integer
+  column created_at timestamp with time zone not null
+  constraint tierq_batches_by_place: CHECK (cardinality(priorities) = tasks AND jsonb_array_length(tenants) = tasks AND jsonb_array_length(payloads) = tasks AND (0 <= ALL (priorities)) AND (9 >= ALL (priorities)))
+  constraint tierq_batches_max_attempts_check: CHECK (max_attempts >= 1)
+  constraint tierq_batches_pkey: PRIMARY KEY (id)
+  constraint tierq_batches_tasks_check: CHECK (tasks >= 1 AND tasks <= 512)
+  constraint tierq_batches_timeout_seconds_check: CHECK (timeout_seconds >= 1 AND timeout_seconds <= 604800)
+  CREATE UNIQUE INDEX tierq_batches_pkey ON tierq_batches USING btree (id)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
 table tierq_feeder_offsets
   column feed text not null

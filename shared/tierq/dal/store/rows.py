@@ -484,3 +484,27 @@ class HeldGroupRow(NamedTuple):
     tenant: str
     grp: str
     stalled: bool
+
+
+class BatchMemberRow(NamedTuple):
+    """A member of a batch row as the row holds it (batch_members): ``ended`` None while it
+    is in the row (warm), 'acked' once a plain ack ended it, 'moved' once it became a row
+    of tierq_tasks (migration 0030)."""
+
+    id: str
+    queue: str
+    tenant: str
+    priority: int
+    payload: str  # its JSON text
+    seq: int
+    max_attempts: int
+    timeout_seconds: int | None
+    created_at: datetime
+    ended: Literal["acked", "moved"] | None
+
+
+class BatchSweepRow(NamedTuple):
+    """What a pass of the batch sweep deleted (delete_ended_batches)."""
+
+    batches: int
+    tasks: int

@@ -1,0 +1,127 @@
+-- Named queries of batch rows (migration 0030; tierq.dal.store.batches runs them). A member
+-- is passed as its id with its batch's key and its place (tierq.core.batch_ids.batch_of),
+-- three arrays zipped in order; tenants as a text[] literal, as the acks pass them.
+
+-- name: insert_batch
+-- One batch row: the tasks of an enqueued batch admitted warm, by place, its seqs one block
+-- of tierq_task_seq. Returns the batch's first seq.
+INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenants, priorities, payloads,
+                           max_attempts, timeout_seconds, created_at)
+VALUES (%(batch)s::uuid, %(queue)s, cardinality(%(priorities)s::smallint[]),
+        nextval('tierq_task_seq'), %(tenants)s::jsonb, %(priorities)s::smallint[],
+        %(payloads)s::jsonb, %(max_attempts)s, %(timeout)s, %(now)s)
+RETURNING first_seq;
+
+-- name: lock_batches_shared
+-- The batches' advisory locks, shared, in key order: taken by an ack before it appends, so
+-- that no move of the same batch runs between its check and its end. Acks of one batch
+-- share the lock; only a move or the sweep waits.
+SELECT count(pg_advisory_xact_lock_shared(hashtextextended(b::text, 30)))
+FROM (SELECT DISTINCT b FROM unnest(%(batches)s::uuid[]) AS b ORDER BY b) AS sorted;
+
+-- name: lock_batches
+-- The batches' advisory locks, each held alone, in key order: taken by a move before it
+-- reads which places have ended (a statement of its own: it sees every end committed
+-- before the locks).
+SELECT count(pg_advisory_xact_lock(hashtextextended(b::text, 30)))
+FROM (SELECT DISTINCT b FROM unnest(%(batches)s::uuid[]) AS b ORDER BY b) AS sorted;
+
+-- name: move_out_of_batches
+-- Members still in their batch rows (their queue and tenant as named, no end yet) become
+-- rows of tierq_tasks as they stand: warm, the batch's attempts (0: a claim counts in
+-- Valkey), their id and seq; their places are appended as moved. Runs after lock_batches,
+-- in its transaction. Returns the ids moved; a member that had ended, an id of another
+-- queue or tenant, and an id whose batch row is gone are left out.
+WITH v AS (
+    SELECT DISTINCT v.id, v.batch, v.place, v.tenant
+    FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
+                %(tenants)s::text[]) AS v(id, batch, place, tenant)
+),
+m AS MATERIALIZED (
+    SELECT v.id, v.batch, v.place, v.tenant, b.priorities[v.place + 1] AS priority,
+           b.payloads -> v.place AS payload, b.first_seq + v.place AS seq, b.max_attempts,
+           b.timeout_seconds, b.created_at
+    FROM v JOIN tierq_batches b ON b.id = v.batch
+    WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.tenant
+      AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                      WHERE e.batch = v.batch AND v.place = ANY(e.places))
+),
+ended AS (
+    INSERT INTO tierq_batch_ends (batch, places, moved)
+    SELECT batch, array_agg(place ORDER BY place), true FROM m GROUP BY batch
+)
+INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                         run_at_initially, max_attempts, seq, created_at, ready_since,
+                         state_since, timeout_seconds)
+SELECT m.id, %(queue)s, m.tenant, NULL, m.priority, m.payload, 'warm', m.created_at,
+       m.created_at, m.max_attempts, m.seq, m.created_at, m.created_at, %(now)s,
+       m.timeout_seconds
+FROM m
+RETURNING id::text;
+
+-- name: end_batch_members
+-- A plain ack of members: the places of those still in their batch rows (queue and tenant
+-- as named), appended in one row per batch. Runs after lock_batches_shared, in its
+-- transaction. A member moved out is left to the ack's statement of tierq_tasks, which
+-- finds its row; one acked before is appended again (the sweep counts a place once: the
+-- lease check in Valkey, not this statement, lets only one ack of an attempt through).
+-- Returns the ids appended.
+WITH v AS (
+    SELECT DISTINCT v.id, v.batch, v.place, v.tenant
+    FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
+                %(tenants)s::text[]) AS v(id, batch, place, tenant)
+),
+m AS MATERIALIZED (
+    SELECT v.id, v.batch, v.place
+    FROM v JOIN tierq_batches b ON b.id = v.batch
+    WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.tenant
+      AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                      WHERE e.batch = v.batch AND e.moved AND v.place = ANY(e.places))
+),
+ended AS (
+    INSERT INTO tierq_batch_ends (batch, places, moved)
+    SELECT batch, array_agg(place ORDER BY place), false FROM m GROUP BY batch
+)
+SELECT id::text FROM m;
+
+-- name: batch_members
+-- Members as their batch rows hold them, for a read by id: (id, queue, tenant, priority,
+-- payload, seq, max_attempts, timeout_seconds, created_at, ended), ended 'acked', 'moved' or
+-- NULL (still in the row: warm). An id whose batch row is gone, or of another tenant when
+-- tenants are named, is left out. An empty tenants array names none: every tenant's.
+WITH v AS (
+    SELECT DISTINCT v.id, v.batch, v.place
+    FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[]) AS v(id, batch, place)
+)
+SELECT v.id::text AS id, b.queue, b.tenants ->> v.place AS tenant,
+       b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
+       b.first_seq + v.place AS seq, b.max_attempts, b.timeout_seconds, b.created_at,
+       (SELECT CASE bool_or(e.moved) WHEN true THEN 'moved' WHEN false THEN 'acked' END
+        FROM tierq_batch_ends e WHERE e.batch = v.batch AND v.place = ANY(e.places)) AS ended
+FROM v JOIN tierq_batches b ON b.id = v.batch
+WHERE v.place < b.tasks
+  AND (cardinality(%(tenants)s::text[]) = 0
+       OR b.tenants ->> v.place = ANY(%(tenants)s::text[]));
+
+-- name: lock_free_batches
+-- The sweep's candidates: up to `budget` batches after `after`, in key order, each with
+-- whether its advisory lock could be taken alone (one an ack or a move holds is passed
+-- over this pass). (key, locked) in key order.
+SELECT c.id::text, pg_try_advisory_xact_lock(hashtextextended(c.id::text, 30))
+FROM (SELECT id FROM tierq_batches WHERE id > %(after)s::uuid ORDER BY id
+      LIMIT %(budget)s) AS c
+ORDER BY c.id;
+
+-- name: delete_ended_batches
+-- Of the batches named (locked by lock_free_batches, in its transaction: a statement of its
+-- own, it sees every end committed before), those whose every place has an end are deleted
+-- with their ends. Returns (batches deleted, their tasks).
+WITH done AS (
+    SELECT b.id, b.tasks FROM tierq_batches b
+    WHERE b.id = ANY(%(batches)s::uuid[])
+      AND (SELECT count(DISTINCT p) FROM tierq_batch_ends e, unnest(e.places) AS p
+           WHERE e.batch = b.id) >= b.tasks
+),
+ends AS (DELETE FROM tierq_batch_ends e USING done WHERE e.batch = done.id),
+gone AS (DELETE FROM tierq_batches b USING done WHERE b.id = done.id RETURNING b.tasks)
+SELECT count(*) AS batches, coalesce(sum(tasks), 0) AS tasks FROM gone;

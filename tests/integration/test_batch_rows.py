@@ -1,0 +1,236 @@
+"""Batch rows (migration 0030, tierq.dal.store.batches) on the real PostgreSQL, logged in as
+the application: a member is read as its row holds it, moved out into ``tierq_tasks`` as it
+stood, or ended by a plain ack; a move and an ack of one batch never overlap, so no member
+is both acked and made a row again; the sweep deletes a batch only once every member has
+ended, passes over one in use, and leaves no end behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+
+from tierq.core.batch_ids import batch_ids
+from tierq.core.ids import uuid7_strings
+from tierq.dal.store.batches import FIRST_KEY
+from tierq.dal.task_store import TaskStore
+from tierq.engine import Tierq
+
+QUEUE = "q"
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+TENANTS = ["a", "b", "a", "a", "b"]
+PAYLOADS = [{"n": n} for n in range(len(TENANTS))]
+
+
+@pytest.fixture
+def store(tq: Tierq) -> TaskStore:
+    return tq.ctx.store
+
+
+def insert(store: TaskStore, tenants: list[str] = TENANTS, queue: str = QUEUE,
+           timeout: int | None = 30) -> tuple[list[str], int]:
+    """A batch row of ``tenants``' tasks (priorities 0, 1, 2, …); (its ids, first seq)."""
+    ids = batch_ids(len(tenants))
+    first = store.insert_batch(queue, NOW, ids[0], tenants, list(range(len(tenants))),
+                               orjson.dumps([{"n": n} for n in range(len(tenants))]).decode(),
+                               5, timeout)
+    return ids, first
+
+
+def rows_of(pg: psycopg.Connection[Any], ids: list[str]) -> dict[str, tuple[Any, ...]]:
+    found = pg.execute(
+        "SELECT id::text, queue, tenant, priority, payload, state, attempts, max_attempts, seq,"
+        " timeout_seconds, created_at, ready_since, state_since FROM tierq_tasks"
+        " WHERE id = ANY(%s::uuid[])", (ids,)).fetchall()
+    return {row[0]: row[1:] for row in found}
+
+
+def test_a_batch_row_reads_as_its_members(store: TaskStore) -> None:
+    ids, first = insert(store)
+    members = {m.id: m for m in store.batch_members(ids)}
+    assert set(members) == set(ids)
+    for place, task_id in enumerate(ids):
+        m = members[task_id]
+        assert (m.queue, m.tenant, m.priority, orjson.loads(m.payload), m.seq, m.max_attempts,
+                m.timeout_seconds, m.created_at, m.ended) == (
+            QUEUE, TENANTS[place], place, PAYLOADS[place], first + place, 5, 30, NOW, None)
+    # a tenant named reads only its own; ids without the mark, or of no batch, read nothing
+    assert {m.id for m in store.batch_members(ids, ["b"])} == {ids[1], ids[4]}
+    assert store.batch_members(uuid7_strings(3)) == []
+    assert store.batch_members(batch_ids(2)) == []
+
+
+def test_a_move_makes_rows_as_the_members_stood(store: TaskStore,
+                                                pg: psycopg.Connection[Any]) -> None:
+    ids, first = insert(store)
+    later = datetime(2026, 12, 1, 12, 5, tzinfo=UTC)
+    moved = store.move_out_of_batches(QUEUE, later, [ids[0], ids[1], uuid7_strings(1)[0]],
+                                      ["a", "b", "a"])
+    assert sorted(moved) == sorted(ids[:2])
+    rows = rows_of(pg, ids)
+    assert set(rows) == set(ids[:2])
+    for place in (0, 1):
+        assert rows[ids[place]] == (QUEUE, TENANTS[place], place, PAYLOADS[place], "warm", 0,
+                                    5, first + place, 30, NOW, NOW, later)
+    ended = {m.id: m.ended for m in store.batch_members(ids)}
+    assert ended == {ids[0]: "moved", ids[1]: "moved", ids[2]: None, ids[3]: None,
+                     ids[4]: None}
+    # moved once only: a second move, an ack of a moved member, find nothing to do
+    assert store.move_out_of_batches(QUEUE, later, ids[:2], ["a", "b"]) == []
+    assert store.end_batch_members(QUEUE, ids[:2], ["a", "b"]) == []
+    assert len(rows_of(pg, ids)) == 2
+
+
+def test_a_move_or_an_ack_names_the_members_queue_and_tenant(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store)
+    assert store.move_out_of_batches(QUEUE, NOW, ids[:2], ["b", "a"]) == []
+    assert store.move_out_of_batches("other", NOW, ids[:2], ["a", "b"]) == []
+    assert store.end_batch_members(QUEUE, ids[:2], ["b", "a"]) == []
+    assert store.end_batch_members("other", ids[:2], ["a", "b"]) == []
+    assert rows_of(pg, ids) == {}
+    assert {m.ended for m in store.batch_members(ids)} == {None}
+
+
+def test_an_acked_member_is_never_moved(store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store)
+    assert sorted(store.end_batch_members(QUEUE, ids[2:4], ["a", "a"])) == sorted(ids[2:4])
+    moved = store.move_out_of_batches(QUEUE, NOW, ids, TENANTS)
+    assert sorted(moved) == sorted([ids[0], ids[1], ids[4]])
+    assert set(rows_of(pg, ids)) == {ids[0], ids[1], ids[4]}
+    ended = {m.id: m.ended for m in store.batch_members(ids)}
+    assert ended == {ids[0]: "moved", ids[1]: "moved", ids[2]: "acked", ids[3]: "acked",
+                     ids[4]: "moved"}
+
+
+def waiting_on_a_lock(pg: psycopg.Connection[Any], started: threading.Thread) -> None:
+    """Until a backend other than ``pg``'s waits on an advisory lock (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and started.is_alive():
+        [(waiting,)] = pg.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchall()
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("no backend came to wait on the batch's lock")
+
+
+def in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_move_waits_for_an_ack_of_its_batch_and_then_leaves_the_acked(
+        tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store)
+    with tq.ctx.db.transaction() as conn:
+        assert store.end_batch_members(QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
+        thread, moved = in_thread(
+            lambda: store.move_out_of_batches(QUEUE, NOW, ids[:2], ["a", "b"]))
+        waiting_on_a_lock(pg, thread)
+    thread.join(10)
+    assert moved == [[ids[1]]]
+    assert set(rows_of(pg, ids)) == {ids[1]}
+
+
+def test_an_ack_waits_for_a_move_of_its_batch_and_then_leaves_the_moved(
+        tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store)
+    with tq.ctx.db.transaction() as conn:
+        assert store.move_out_of_batches(QUEUE, NOW, ids[:1], ["a"], conn=conn) == ids[:1]
+        thread, ended = in_thread(lambda: store.end_batch_members(QUEUE, ids[:3],
+                                                                  ["a", "b", "a"]))
+        waiting_on_a_lock(pg, thread)
+    thread.join(10)
+    assert sorted(ended[0]) == sorted(ids[1:3])
+    assert set(rows_of(pg, ids)) == {ids[0]}
+
+
+def test_acks_of_one_batch_do_not_wait_on_each_other(tq: Tierq, store: TaskStore) -> None:
+    ids, _ = insert(store)
+    with tq.ctx.db.transaction() as conn:
+        assert store.end_batch_members(QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
+        # (another connection's ack of the same batch runs while this one is open)
+        assert store.end_batch_members(QUEUE, ids[1:2], ["b"]) == ids[1:2]
+
+
+def batch_count(pg: psycopg.Connection[Any]) -> tuple[int, int]:
+    [(batches, ends)] = pg.execute("SELECT (SELECT count(*) FROM tierq_batches),"
+                                   " (SELECT count(*) FROM tierq_batch_ends)").fetchall()
+    return batches, ends
+
+
+def sweep_all(store: TaskStore, budget: int = 2) -> tuple[int, int, int]:
+    """Passes from the first key until none is left: (passes, batches, tasks) deleted."""
+    after, passes, batches, tasks = FIRST_KEY, 0, 0, 0
+    while True:
+        last, gone = store.sweep_batches(after, budget)
+        passes += 1
+        batches, tasks = batches + gone.batches, tasks + gone.tasks
+        if last is None:
+            return passes, batches, tasks
+        after = last
+
+
+def test_the_sweep_deletes_only_batches_whose_members_all_ended(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    done, _ = insert(store)
+    partly, _ = insert(store)
+    fresh, _ = insert(store, ["a"])
+    store.end_batch_members(QUEUE, done[:3], TENANTS[:3])
+    store.end_batch_members(QUEUE, done[:1], TENANTS[:1])  # (an end appended twice)
+    store.move_out_of_batches(QUEUE, NOW, done[3:], TENANTS[3:])
+    store.end_batch_members(QUEUE, partly[:4], TENANTS[:4])
+    assert batch_count(pg) == (3, 4)
+    assert sweep_all(store) == (3, 1, 5)  # (budget 2: two passes with batches, one past)
+    assert batch_count(pg) == (2, 1)
+    assert {m.id for m in store.batch_members(done + partly + fresh)} == set(partly + fresh)
+    # the moved members' rows stay; an ack of a member of a batch swept appends nothing
+    assert set(rows_of(pg, done)) == set(done[3:])
+    assert store.end_batch_members(QUEUE, done[:1], TENANTS[:1]) == []
+    store.end_batch_members(QUEUE, partly[4:] + fresh, ["b", "a"])
+    assert sweep_all(store, budget=10) == (2, 2, 6)
+    assert batch_count(pg) == (0, 0)
+
+
+def test_the_sweep_passes_over_a_batch_in_use(tq: Tierq, store: TaskStore,
+                                              pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store, ["a", "a"])
+    store.end_batch_members(QUEUE, ids[:1], ["a"])
+    with tq.ctx.db.transaction() as conn:
+        store.end_batch_members(QUEUE, ids[1:], ["a"], conn=conn)
+        last, gone = store.sweep_batches(FIRST_KEY, 10)
+        assert (last, gone) == (ids[0], (0, 0))
+    assert store.sweep_batches(FIRST_KEY, 10) == (ids[0], (1, 2))
+    assert batch_count(pg) == (0, 0)
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("priorities", [0, 10], "tierq_batches_by_place"),
+    ("tenants", ["a"], "tierq_batches_by_place"),
+    ("max_attempts", 0, "tierq_batches_max_attempts_check"),
+])
+def test_a_batch_row_that_does_not_hold_by_place_is_refused(
+        store: TaskStore, pg: psycopg.Connection[Any], field: str, value: Any,
+        named: str) -> None:
+    ids = batch_ids(2)
+    given: dict[str, Any] = {"tenants": ["a", "a"], "priorities": [0, 1], "max_attempts": 5,
+                             field: value}
+    with pytest.raises(psycopg.errors.CheckViolation, match=named):
+        store.insert_batch(QUEUE, NOW, ids[0], given["tenants"], given["priorities"],
+                           '[{}, {}]', given["max_attempts"], None)
+    assert batch_count(pg) == (0, 0)
+
+
+@pytest.fixture(autouse=True)
+def _no_batches_left(pg: psycopg.Connection[Any]) -> Iterator[None]:
+    yield
+    pg.execute("TRUNCATE tierq_batches, tierq_batch_ends")
