@@ -312,7 +312,8 @@ def test_config_has_the_reapers_batches_with_their_defaults() -> None:
     config = reaper.JOB.configure(Settings(maintenance_slice=30), environ={})
     assert (config.slice_size, config.expired_batch, config.reconcile_batch,
             config.purge_batch, config.forget_slice, config.idempotency_purge_batches,
-            config.gauges_every_seconds) == (30, 500, 5000, 5000, 1000, 4, 60.0)
+            config.gauges_every_seconds, config.batch_slice, config.batch_slices) == (
+        30, 500, 5000, 5000, 1000, 4, 60.0, 500, 4)
     assert reaper.JOB.schedule_env == "TIERQ_REAPER_EVERY"
 
 
@@ -322,6 +323,7 @@ def test_config_has_the_reapers_batches_with_their_defaults() -> None:
     ("TIERQ_REAPER_FORGET_SLICE", "ten"),
     ("TIERQ_REAPER_GAUGES_EVERY_SECONDS", "0"),
     ("TIERQ_REAPER_STATEMENT_TIMEOUT_MS", "1000000"),
+    ("TIERQ_REAPER_BATCH_SLICE", "0"),
 ])
 def test_a_bad_value_is_refused_with_its_variable_named(variable, value) -> None:
     with pytest.raises(JobConfigError, match=re.escape(f"{variable}='{value}'")):
@@ -599,3 +601,35 @@ def test_a_queue_whose_stored_settings_are_refused_is_passed_over_and_the_others
     leased = "SELECT attempts FROM tierq_tasks WHERE queue = %s AND state <> 'done'"
     assert pg.execute(leased, ("b",)).fetchone() == (1,)  # b's lease reaped
     assert (count_rows(pg, "a"), count_rows(pg, "b")) == (2, 1)  # b's done row purged
+
+
+def test_ended_batch_rows_are_swept_a_slice_at_a_time_and_the_walk_wraps(make_tq, pg):
+    """The reaper's batch sweep (migration 0030): a pass looks at ``batch_slices`` slices
+    of ``batch_slice`` batch rows after its cursor, deletes those whose every member has
+    ended (acked or moved out) with their ends, and the next pass goes on after the last
+    one it looked at, then round from the start."""
+    from tierq.core.batch_ids import batch_ids
+
+    tq = make_tq()
+    store, now = tq.ctx.store, to_datetime(tq.ctx.now())
+    batches = []
+    for _ in range(5):
+        ids = batch_ids(2)
+        store.insert_batch("q", now, ids[0], ["a", "a"], [0, 0], "[1, 2]", 5, None)
+        batches.append(ids)
+    for ids in batches[:4]:  # every member of four batches ended; the fifth's half
+        store.end_batch_members("q", ids[:1], ["a"])
+        store.move_out_of_batches("q", now, ids[1:], ["a"])
+    store.end_batch_members("q", batches[4][:1], ["a"])
+    first = reaper.run(tq.ctx, batch_slice=1, batch_slices=3)
+    assert (first.batches_swept, first.batch_tasks_swept) == (3, 6)
+    cursor = "SELECT queue FROM tierq_maintenance_cursors WHERE walk = 'reaper.batches'"
+    assert pg.execute(cursor).fetchone() == (batches[2][0],)
+    second = reaper.run(tq.ctx, batch_slice=1, batch_slices=3)
+    assert (second.batches_swept, second.batch_tasks_swept) == (1, 2)
+    assert pg.execute(cursor).fetchone() == ("00000000-0000-0000-0000-000000000000",)
+    store.end_batch_members("q", batches[4][1:], ["a"])
+    assert reaper.run(tq.ctx).batches_swept == 1
+    assert pg.execute("SELECT (SELECT count(*) FROM tierq_batches),"
+                      " (SELECT count(*) FROM tierq_batch_ends)").fetchone() == (0, 0)
+    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (4,)  # the moved

@@ -17,6 +17,8 @@
 | tombstone (``gone``), lapsed                      | its pair went idle (``sweep_lapses``)    |
 | a big payload's object no task with a row names   | deleted (logic/payloads.py)              |
 | a deleted payload object's key past its days      | forgotten (logic/payloads.py)            |
+| a batch row whose every member has ended (acked   | deleted with its ends, one slice after a |
+| or moved out: migration 0030)                     | cursor per statement (``sweep_batches``) |
 
 Each part walks only what has work: pairs with warm rows (every ready task and every lease
 in Valkey has one), queues with done or dead rows, and one slice of the registry for the
@@ -41,6 +43,7 @@ from pydantic import Field, ValidationError
 
 from tierq.core.lazy import lazy_module
 from tierq.dal.shards import shard_tag
+from tierq.dal.store.batches import FIRST_KEY
 from tierq.dal.store.tasks import NEVER
 from tierq.dal.warm_tier import LAPSE_SWEEP_EVERY_MS, lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierFull, WarmTierUnavailable
@@ -86,11 +89,15 @@ class ReaperConfig(SlicedWalkConfig):
     # days a deleted object's key is remembered (refused as "was deleted", then as
     # unknown); a day at least, far longer than a failed delete takes to restore its key
     payload_tombstone_days: float = Field(default=payloads.TOMBSTONE_DAYS, ge=1, le=3650)
+    # batch rows looked at per statement of the batch sweep, and statements per pass
+    batch_slice: int = Field(default=500, ge=1, le=10_000)
+    batch_slices: int = Field(default=4, ge=1, le=1000)
 
 LEASES_WALK = "reaper.pairs"
 PURGE_WALK = "reaper.purge"
 FORGET_WALK = "reaper.forget"
 GROUPS_WALK = "reaper.groups"
+BATCHES_WALK = "reaper.batches"
 
 
 @dataclass
@@ -122,6 +129,8 @@ class ReaperSummary:
     payloads_deleted: int = 0  # big payloads' objects deleted (logic/payloads.py)
     payloads_failed: int = 0  # objects the store did not delete (tried again next round)
     payload_tombstones_forgotten: int = 0  # deleted objects' keys past their days, removed
+    batches_swept: int = 0  # batch rows deleted, every member ended (sweep_batches)
+    batch_tasks_swept: int = 0  # their members
     # pairs whose lapsed `newer` entries and tombstones were dropped (sweep_lapses), and
     # "queue|tenant" of those whose master failed (tried again a minute later)
     lapses_swept: int = 0
@@ -150,6 +159,7 @@ def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     sweep_lapses(ctx, summary, config.lapse_slice)
     sweep_groups(ctx, summary, config.groups_slice, cursors)
     sweep_payloads(ctx, summary, budget, config)
+    sweep_batches(ctx, summary, budget, config, cursors)
     # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
     idempotency.purge_expired(ctx, max_batches=config.idempotency_purge_batches)
     return summary
@@ -166,6 +176,28 @@ def sweep_payloads(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     summary.payloads_deleted += swept.deleted
     summary.payloads_failed += swept.failed
     summary.payload_tombstones_forgotten += swept.forgotten
+
+
+def sweep_batches(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
+                  config: ReaperConfig, cursors: dict[str, pairs.Pair]) -> None:
+    """Delete the batch rows whose every member has ended, with their ends: up to
+    ``batch_slices`` statements of ``batch_slice`` rows each, in key order after the walk's
+    cursor (kept as (key, "")), wrapping round at the end. A batch row an ack or a move
+    holds is passed over and looked at again next time round."""
+    saved = cursors.get(BATCHES_WALK, pairs.START)[0]
+    after = saved or FIRST_KEY
+    for _ in range(config.batch_slices):
+        if budget.spent:
+            break
+        last, gone = ctx.store.sweep_batches(after, config.batch_slice)
+        summary.batches_swept += gone.batches
+        summary.batch_tasks_swept += gone.tasks
+        if last is None:  # (none after the cursor: the next statement starts again)
+            after = FIRST_KEY
+            break
+        after = last
+    if after != (saved or FIRST_KEY):
+        pairs.save_cursor(ctx.store, BATCHES_WALK, (after, ""))
 
 
 def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
@@ -541,4 +573,4 @@ JOB = MaintenanceJob(
     name="reaper", run_pass=run_pass, config=ReaperConfig, schedule_setting="reaper_every",
     summary=ReaperSummary,
     description="expire leases, re-push what Valkey lost, purge past retention, forget idle "
-                "pairs")
+                "pairs, sweep ended batch rows")
