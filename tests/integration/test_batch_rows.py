@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -163,8 +163,13 @@ def test_acks_of_one_batch_do_not_wait_on_each_other(tq: Tierq, store: TaskStore
 
 
 def batch_count(pg: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(Batch rows, ends); their pairs' rows checked against the batch rows."""
     [(batches, ends)] = pg.execute("SELECT (SELECT count(*) FROM tierq_batches),"
                                    " (SELECT count(*) FROM tierq_batch_ends)").fetchall()
+    held = pg.execute("SELECT queue, tenant, batch::text FROM tierq_batch_pairs").fetchall()
+    expected = pg.execute("SELECT DISTINCT queue, t, id::text FROM tierq_batches,"
+                          " jsonb_array_elements_text(tenants) AS t").fetchall()
+    assert sorted(held) == sorted(expected)
     return batches, ends
 
 
@@ -229,8 +234,3 @@ def test_a_batch_row_that_does_not_hold_by_place_is_refused(
                            '[{}, {}]', given["max_attempts"], None)
     assert batch_count(pg) == (0, 0)
 
-
-@pytest.fixture(autouse=True)
-def _no_batches_left(pg: psycopg.Connection[Any]) -> Iterator[None]:
-    yield
-    pg.execute("TRUNCATE tierq_batches, tierq_batch_ends")

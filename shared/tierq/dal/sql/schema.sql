@@ -40,6 +40,14 @@ table tierq_batch_ends
   CREATE INDEX tierq_batch_ends_batch ON tierq_batch_ends USING btree (batch)
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
+table tierq_batch_pairs
+  column queue text not null
+  column tenant text not null
+  column batch uuid not null
+  constraint tierq_batch_pairs_pkey: PRIMARY KEY (queue, tenant, batch)
+  CREATE UNIQUE INDEX tierq_batch_pairs_pkey ON tierq_batch_pairs USING btree (queue, tenant, batch)
+  grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
+
 table tierq_batches
   column id uuid not null
   column queue text not null

@@ -41,6 +41,16 @@ CREATE TABLE tierq_batches (
         AND 0 <= ALL(priorities) AND 9 >= ALL(priorities))
 );
 
+-- The pairs each batch row holds tasks of, a row per (batch, tenant), written with the
+-- batch and deleted with it: where the reaper's walk finds pairs whose warm tasks are all
+-- in batch rows, and where its reconciler finds a pair's batch rows (by key: oldest first).
+CREATE TABLE tierq_batch_pairs (
+    queue  text NOT NULL,
+    tenant text NOT NULL,
+    batch  uuid NOT NULL,
+    PRIMARY KEY (queue, tenant, batch)
+);
+
 -- The ends of a batch's members, appended: a row per (batch, statement), never updated.
 CREATE TABLE tierq_batch_ends (
     batch  uuid       NOT NULL,

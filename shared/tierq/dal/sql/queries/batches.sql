@@ -4,13 +4,22 @@
 
 -- name: insert_batch
 -- One batch row: the tasks of an enqueued batch admitted warm, by place, its seqs one block
--- of tierq_task_seq. Returns the batch's first seq.
-INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenants, priorities, payloads,
-                           max_attempts, timeout_seconds, created_at)
-VALUES (%(batch)s::uuid, %(queue)s, cardinality(%(priorities)s::smallint[]),
-        nextval('tierq_task_seq'), %(tenants)s::jsonb, %(priorities)s::smallint[],
-        %(payloads)s::jsonb, %(max_attempts)s, %(timeout)s, %(now)s)
-RETURNING first_seq;
+-- of tierq_task_seq; and a row of tierq_batch_pairs per tenant it holds tasks of. Returns
+-- the batch's first seq.
+WITH b AS (
+    INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenants, priorities, payloads,
+                               max_attempts, timeout_seconds, created_at)
+    VALUES (%(batch)s::uuid, %(queue)s, cardinality(%(priorities)s::smallint[]),
+            nextval('tierq_task_seq'), %(tenants)s::jsonb, %(priorities)s::smallint[],
+            %(payloads)s::jsonb, %(max_attempts)s, %(timeout)s, %(now)s)
+    RETURNING first_seq, tenants
+),
+p AS (
+    INSERT INTO tierq_batch_pairs (queue, tenant, batch)
+    SELECT DISTINCT %(queue)s, t.tenant, %(batch)s::uuid
+    FROM b, jsonb_array_elements_text(b.tenants) AS t(tenant)
+)
+SELECT first_seq FROM b;
 
 -- name: lock_batches_shared
 -- The batches' advisory locks, shared, in key order: taken by an ack before it appends, so
@@ -115,13 +124,17 @@ ORDER BY c.id;
 -- name: delete_ended_batches
 -- Of the batches named (locked by lock_free_batches, in its transaction: a statement of its
 -- own, it sees every end committed before), those whose every place has an end are deleted
--- with their ends. Returns (batches deleted, their tasks).
-WITH done AS (
-    SELECT b.id, b.tasks FROM tierq_batches b
+-- with their ends and their pairs' rows. Returns (batches deleted, their tasks).
+WITH done AS MATERIALIZED (
+    SELECT b.id, b.tasks, b.queue, b.tenants FROM tierq_batches b
     WHERE b.id = ANY(%(batches)s::uuid[])
       AND (SELECT count(DISTINCT p) FROM tierq_batch_ends e, unnest(e.places) AS p
            WHERE e.batch = b.id) >= b.tasks
 ),
 ends AS (DELETE FROM tierq_batch_ends e USING done WHERE e.batch = done.id),
+held AS (DELETE FROM tierq_batch_pairs p
+         WHERE (p.queue, p.tenant, p.batch) IN (
+             SELECT done.queue, t.tenant, done.id
+             FROM done, jsonb_array_elements_text(done.tenants) AS t(tenant))),
 gone AS (DELETE FROM tierq_batches b USING done WHERE b.id = done.id RETURNING b.tasks)
 SELECT count(*) AS batches, coalesce(sum(tasks), 0) AS tasks FROM gone;
