@@ -18,7 +18,9 @@ import pytest
 
 from tierq.core.batch_ids import batch_ids
 from tierq.core.ids import uuid7_strings
+from tierq.dal.postgres import int_array, uuid_array
 from tierq.dal.store.batches import FIRST_KEY
+from tierq.dal.store.tasks import UniformColumns
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
 
@@ -37,10 +39,19 @@ def insert(store: TaskStore, tenants: list[str] = TENANTS, queue: str = QUEUE,
            timeout: int | None = 30) -> tuple[list[str], int]:
     """A batch row of ``tenants``' tasks (priorities 0, 1, 2, …); (its ids, first seq)."""
     ids = batch_ids(len(tenants))
-    first = store.insert_batch(queue, NOW, ids[0], tenants, list(range(len(tenants))),
-                               orjson.dumps([{"n": n} for n in range(len(tenants))]).decode(),
-                               5, timeout)
+    first = store.insert_batch(queue, NOW, ids[0], columns(
+        ids, tenants, list(range(len(tenants))), [{"n": n} for n in range(len(tenants))],
+        timeout=timeout))
     return ids, first
+
+
+def columns(ids: list[str], tenants: list[str], priorities: list[int], payloads: list[Any],
+            max_attempts: int = 5, timeout: int | None = None) -> UniformColumns:
+    """A uniform batch's columns, as the enqueue makes them."""
+    return {"ids": uuid_array(ids), "tenants": orjson.dumps(tenants).decode(),
+            "priorities": int_array(priorities), "payloads": orjson.dumps(payloads).decode(),
+            "state": "warm", "run_at": NOW.timestamp(), "max_attempts": max_attempts,
+            "timeout": timeout}
 
 
 def rows_of(pg: psycopg.Connection[Any], ids: list[str]) -> dict[str, tuple[Any, ...]]:
@@ -230,7 +241,7 @@ def test_a_batch_row_that_does_not_hold_by_place_is_refused(
     given: dict[str, Any] = {"tenants": ["a", "a"], "priorities": [0, 1], "max_attempts": 5,
                              field: value}
     with pytest.raises(psycopg.errors.CheckViolation, match=named):
-        store.insert_batch(QUEUE, NOW, ids[0], given["tenants"], given["priorities"],
-                           '[{}, {}]', given["max_attempts"], None)
+        store.insert_batch(QUEUE, NOW, ids[0], columns(
+            ids, given["tenants"], given["priorities"], [{}, {}], given["max_attempts"]))
     assert batch_count(pg) == (0, 0)
 

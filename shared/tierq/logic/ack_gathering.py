@@ -56,7 +56,7 @@ from tierq.dal.lua_calls import AckCheckJoin
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import AckMail, AnswersAlong
 from tierq.errors import WarmTierFull, WarmTierUnavailable
-from tierq.logic import leases
+from tierq.logic import batch_rows, leases
 from tierq.logic.context import Context, to_ms
 from tierq.logic.leases import Verified
 
@@ -220,9 +220,7 @@ def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> 
     ids = [i for e in entries for i in e.ids]
     attempts = [a for e in entries for a in e.attempts]
     owners = [tenant] * len(ids)  # (each row's tenant, as leases.ack passes them)
-    if min(attempts) == max(attempts):
-        return ctx.store.ack_delete(queue, ids, owners, attempts[0])
-    return ctx.store.ack_delete_by_attempt(queue, ids, owners, attempts)
+    return batch_rows.finish_plain(ctx, queue, ids, owners, attempts)
 
 
 def _alone(ctx: Context, queue: str, tenant: str, mine: Entry) -> list[AckedRow]:

@@ -21,7 +21,7 @@ from tierq.dal.store.rows import LiveKeyRow
 from tierq.dal.task_store import Conn, TaskColumns, UniformColumns
 from tierq.dal.warm_tier import AdmittedSize
 from tierq.errors import InvalidInput, PayloadTooLarge
-from tierq.logic import admission, flows, groups, tiering
+from tierq.logic import admission, batch_rows, flows, groups, tiering
 from tierq.logic.admission import PushItem, Target, plain_blob, task_blob
 from tierq.logic.context import Context, Pair, to_datetime, to_ms
 from tierq.logic.homes import require_here
@@ -347,7 +347,10 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
             seqs, warm_items, released, group_released = _insert_recorded(
                 ctx, queue, batch, now, columns, keyed, record)
         else:
-            seqs, warm_items = _insert(ctx, queue, batch, now, columns, keyed)
+            # (a batch admitted warm, keyless: one batch row where the setting says so)
+            batch_key = None if keyed else batch_rows.take(ctx, batch, columns)
+            seqs, warm_items = _insert(ctx, queue, batch, now, columns, keyed,
+                                       batch_key=batch_key)
     except BaseException:
         admission.close(ctx, ticket)
         raise
@@ -445,7 +448,7 @@ Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
 
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
             columns: TaskColumns | UniformColumns, keyed: bool,
-            conn: Conn | None = None) -> Inserted:
+            conn: Conn | None = None, *, batch_key: str | None = None) -> Inserted:
     """Insert the batch: {id: seq} of the rows inserted, and the push items of those created
     warm.
 
@@ -454,12 +457,19 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
     commits. Without one, the statement commits itself: every seq tierq_task_seq hands out
     has a place, so making them cannot fail. On a shard of a sharded deployment, the insert
     runs in a transaction that first holds the pairs' homes there (a pair moved off this
-    shard meanwhile raises PairMoving, writing nothing)."""
+    shard meanwhile raises PairMoving, writing nothing). ``batch_key``: the batch is one
+    batch row of that key (``batch_rows.take`` renumbered it)."""
     if ctx.id_tag is not None:
         if conn is None:
             with ctx.db.transaction() as own:
-                return _insert(ctx, queue, batch, now, columns, keyed, own)
+                return _insert(ctx, queue, batch, now, columns, keyed, own,
+                               batch_key=batch_key)
         require_here(ctx.store, conn, queue, [p.tenant for p in batch])
+    if batch_key is not None:
+        first = ctx.store.insert_batch(queue, to_datetime(now), batch_key,
+                                       cast(UniformColumns, columns), conn=conn)
+        seqs = {p.id: first + i for i, p in enumerate(batch)}
+        return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
     if "state" in columns and keyed:
         first, seqs = ctx.store.insert_tasks_uniform_keyed(
             queue, to_datetime(now), cast(UniformColumns, columns), conn=conn)

@@ -32,7 +32,7 @@ from tierq.dal.warm_tier import (
     token_groups,
 )
 from tierq.errors import WarmTierFull, WarmTierUnavailable
-from tierq.logic import limits, tenant_budget, waits
+from tierq.logic import batch_rows, limits, tenant_budget, waits
 from tierq.logic.context import Context, from_ms, to_datetime, to_ms
 from tierq.models.base import UUIDS
 from tierq.models.leases import ClaimedTask
@@ -293,15 +293,11 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
         attempts = [v.attempt for v in plain]
         ids = [v.id for v in plain]
         owners = [v.tenant for v in plain]  # (its lease's tenant: the statements check it)
-        # (one attempt and one tenant, the usual batch: checked against the set; an admin's
-        # batch over tenants pairs each row with its own)
         if joined is not None:  # (committed with the pair's acks that met it)
             finished += ack_gathering.delete_joined(ctx, queue, joined)
-        elif min(attempts) == max(attempts) and min(owners) == max(owners):
-            finished += ctx.store.ack_delete(queue, ids, owners, attempts[0], relaxed=relaxed)
-        else:
-            finished += ctx.store.ack_delete_by_attempt(queue, ids, owners, attempts,
-                                                        relaxed=relaxed)
+        else:  # (batch members ended, other rows deleted: logic/batch_rows.py)
+            finished += batch_rows.finish_plain(ctx, queue, ids, owners, attempts,
+                                                relaxed=relaxed)
     if keep:
         finished += ctx.store.ack_keep(
             queue, to_datetime(ctx.now()), [v.id for v, _ in keep],

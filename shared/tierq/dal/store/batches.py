@@ -20,58 +20,73 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
 from psycopg.rows import scalar_row, tuple_row
 
 from tierq.core.batch_ids import batch_of
-from tierq.dal.postgres import int_array, text_array, uuid_array
-from tierq.dal.store.base import Conn, StoreBase, positional
-from tierq.dal.store.rows import BatchMemberRow, BatchSweepRow
+from tierq.dal.postgres import (
+    int_array,
+    pipelined_transaction,
+    text_array,
+    transaction,
+    uuid_array,
+)
+from tierq.dal.store.base import Conn, StoreBase, checked, positional
+from tierq.dal.store.rows import AckedRow, BatchMemberRow, BatchSweepRow
+from tierq.dal.store.tasks import UniformColumns
 
 # The smallest uuid: a sweep's first pass starts after it.
 FIRST_KEY = "00000000-0000-0000-0000-000000000000"
 
 
-def _members(ids: Sequence[str], tenants: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """The parameters naming the marked ids among ``ids`` (with their tenants, when given,
-    in the same order); None when no id is marked."""
-    found: list[tuple[str, str, int, str]] = []
+def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
+             attempts: Sequence[int] | None = None) -> dict[str, Any] | None:
+    """The parameters naming the marked ids among ``ids``, with their tenants (``tenants``
+    in the same order; None: any tenant's) and, when given, their attempts; None when no
+    id is marked."""
+    found: list[int] = []
+    keys: list[str] = []
+    places: list[int] = []
     for n, task_id in enumerate(ids):
         member = batch_of(task_id)
         if member is not None:
-            found.append((str(task_id), member[0], member[1],
-                          tenants[n] if tenants is not None else ""))
+            found.append(n)
+            keys.append(member[0])
+            places.append(member[1])
     if not found:
         return None
-    params: dict[str, Any] = {"ids": uuid_array(f[0] for f in found),
-                              "batches": uuid_array(f[1] for f in found),
-                              "places": int_array(f[2] for f in found)}
-    if tenants is not None:
-        params["tenants"] = text_array([f[3] for f in found])
+    named = [None if tenants is None else tenants[n] for n in found]
+    params: dict[str, Any] = {
+        "ids": uuid_array(ids[n] for n in found), "batches": uuid_array(keys),
+        "places": int_array(places),
+        # (NULL: any tenant's; each name quoted as text_array quotes it)
+        "tenants": "{" + ",".join("NULL" if t is None else text_array([t])[1:-1]
+                                  for t in named) + "}"}
+    if attempts is not None:
+        params["attempts"] = int_array(attempts[n] for n in found)
     return params
 
 
 class BatchQueries(StoreBase):
-    def insert_batch(self, queue: str, now: datetime, batch: str, tenants: Sequence[str],
-                     priorities: Sequence[int], payloads: str, max_attempts: int,
-                     timeout_seconds: int | None, *, conn: Conn | None = None) -> int:
-        """One batch row keyed ``batch`` (the first member's id, ``batch_ids``), its tasks'
-        tenants, priorities and payloads (a JSON array of their texts) by place; its first
-        seq."""
+    def insert_batch(self, queue: str, now: datetime, batch: str, columns: UniformColumns,
+                     *, conn: Conn | None = None) -> int:
+        """One batch row keyed ``batch`` (its first member's id, ``batch_ids``) holding the
+        tasks of ``columns`` (a batch admitted warm: its state and run_at are not kept, as
+        every member is warm since ``now``) by place; its first seq."""
         [first] = self._fetch("insert_batch", {
-            "batch": batch, "queue": queue, "tenants": orjson.dumps(list(tenants)).decode(),
-            "priorities": int_array(priorities), "payloads": payloads,
-            "max_attempts": max_attempts, "timeout": timeout_seconds, "now": now},
-            scalar_row, conn)
+            "batch": batch, "queue": queue, "tenants": columns["tenants"],
+            "priorities": columns["priorities"], "payloads": columns["payloads"],
+            "max_attempts": columns["max_attempts"], "timeout": columns["timeout"],
+            "now": now}, scalar_row, conn)
         return int(first)
 
-    def move_out_of_batches(self, queue: str, now: datetime, ids: Sequence[str],
-                            tenants: Sequence[str], *, conn: Conn | None = None) -> list[str]:
-        """Make the members among ``ids`` (of ``queue``, each of its tenant in ``tenants``)
-        that are still in their batch rows rows of ``tierq_tasks``, warm as they stand, and
-        record them as moved; the ids moved. In the caller's transaction when ``conn`` is
-        given (it should commit before the transition's own statements lock the rows),
-        else in one of its own."""
+    def move_out_of_batches(self, queue: str | None, now: datetime, ids: Sequence[str],
+                            tenants: Sequence[str | None] | None, *,
+                            conn: Conn | None = None) -> list[str]:
+        """Make the members among ``ids`` (of ``queue``, each of its tenant in ``tenants``;
+        None names any, for tierq's own callers) that are still in their batch rows rows of
+        ``tierq_tasks``, warm as they stand, and record them as moved; the ids moved. On
+        ``conn`` when given (in its transaction, or one of its own there), else in a
+        transaction of its own."""
         params = _members(ids, tenants)
         if params is None:
             return []
@@ -82,26 +97,34 @@ class BatchQueries(StoreBase):
             return [str(i) for i in self._fetch("move_out_of_batches", params, scalar_row, c)]
 
         if conn is not None:
-            return body(conn)
+            with transaction(conn):
+                return body(conn)
         return self.db.run_transaction(body, what="a move out of batch rows")
 
-    def end_batch_members(self, queue: str, ids: Sequence[str], tenants: Sequence[str], *,
-                          conn: Conn | None = None) -> list[str]:
-        """A plain ack's end of the members among ``ids`` still in their batch rows (each
-        of its tenant in ``tenants``); the ids ended. A member moved out is not among them:
-        the ack finds its row in ``tierq_tasks``, as for any task."""
-        params = _members(ids, tenants)
+    def end_batch_members(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
+                          attempts: Sequence[int], *, relaxed: bool = False,
+                          conn: Conn | None = None) -> list[AckedRow]:
+        """A plain ack of the marked ids among ``ids`` (each with its lease's tenant and
+        attempt): the members still in their batch rows ended, the others' rows deleted as
+        ``ack_delete_by_attempt`` deletes them; (id, group) of those finished. One round
+        trip (a pipelined transaction) on a pooled connection (``relaxed``: the pool whose
+        commits do not wait for the WAL flush), or on ``conn``, in its transaction."""
+        params = _members(ids, tenants, attempts)
         if params is None:
             return []
         params["queue"] = queue
-
-        def body(c: Conn) -> list[str]:
-            self._fetch("lock_batches_shared", {"batches": params["batches"]}, scalar_row, c)
-            return [str(i) for i in self._fetch("end_batch_members", params, scalar_row, c)]
-
+        row = positional(AckedRow)
         if conn is not None:
-            return body(conn)
-        return self.db.run_transaction(body, what="an ack of batch members")
+            with transaction(conn):
+                self._fetch("lock_batches_shared", {"batches": params["batches"]},
+                            scalar_row, conn)
+                return self._fetch("end_batch_members", params, row, conn)
+        with self.db.connection(relaxed=relaxed) as own:
+            cursors = pipelined_transaction(own, [
+                (self._sql["lock_batches_shared"], {"batches": params["batches"]}, None),
+                (self._sql["end_batch_members"], params, row.factory)])
+        checked(row, "end_batch_members", cursors[1])
+        return cursors[1].fetchall()
 
     def batch_members(self, ids: Sequence[str], tenants: Sequence[str] = (), *,
                       conn: Conn | None = None) -> list[BatchMemberRow]:

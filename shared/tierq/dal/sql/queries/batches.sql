@@ -39,19 +39,22 @@ FROM (SELECT DISTINCT b FROM unnest(%(batches)s::uuid[]) AS b ORDER BY b) AS sor
 -- Members still in their batch rows (their queue and tenant as named, no end yet) become
 -- rows of tierq_tasks as they stand: warm, the batch's attempts (0: a claim counts in
 -- Valkey), their id and seq; their places are appended as moved. Runs after lock_batches,
--- in its transaction. Returns the ids moved; a member that had ended, an id of another
--- queue or tenant, and an id whose batch row is gone are left out.
+-- in its transaction. A null queue or tenant names any (tierq's own callers, whose ids
+-- come from its own keys). Returns the ids moved; a member that had ended, an id of
+-- another queue or tenant, and an id whose batch row is gone are left out.
 WITH v AS (
     SELECT DISTINCT v.id, v.batch, v.place, v.tenant
     FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
                 %(tenants)s::text[]) AS v(id, batch, place, tenant)
 ),
 m AS MATERIALIZED (
-    SELECT v.id, v.batch, v.place, v.tenant, b.priorities[v.place + 1] AS priority,
+    SELECT v.id, v.batch, v.place, b.queue, b.tenants ->> v.place AS tenant,
+           b.priorities[v.place + 1] AS priority,
            b.payloads -> v.place AS payload, b.first_seq + v.place AS seq, b.max_attempts,
            b.timeout_seconds, b.created_at
     FROM v JOIN tierq_batches b ON b.id = v.batch
-    WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.tenant
+    WHERE (b.queue = %(queue)s::text OR %(queue)s::text IS NULL) AND v.place < b.tasks
+      AND (b.tenants ->> v.place = v.tenant OR v.tenant IS NULL)
       AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                       WHERE e.batch = v.batch AND v.place = ANY(e.places))
 ),
@@ -62,36 +65,50 @@ ended AS (
 INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
                          run_at_initially, max_attempts, seq, created_at, ready_since,
                          state_since, timeout_seconds)
-SELECT m.id, %(queue)s, m.tenant, NULL, m.priority, m.payload, 'warm', m.created_at,
+SELECT m.id, m.queue, m.tenant, NULL, m.priority, m.payload, 'warm', m.created_at,
        m.created_at, m.max_attempts, m.seq, m.created_at, m.created_at, %(now)s,
        m.timeout_seconds
 FROM m
 RETURNING id::text;
 
 -- name: end_batch_members
--- A plain ack of members: the places of those still in their batch rows (queue and tenant
--- as named), appended in one row per batch. Runs after lock_batches_shared, in its
--- transaction. A member moved out is left to the ack's statement of tierq_tasks, which
--- finds its row; one acked before is appended again (the sweep counts a place once: the
--- lease check in Valkey, not this statement, lets only one ack of an attempt through).
--- Returns the ids appended.
+-- A plain ack of marked ids (each with the tenant and attempt of its lease): the places of
+-- the members still in their batch rows (queue and tenant as named) are appended, one row
+-- per batch, and answered acked; the rows of the others (moved out, or ids whose batch row
+-- is gone or never was) are deleted as ack_delete_by_attempt deletes them. Runs after
+-- lock_batches_shared, in its transaction: a member moved before the lock was taken is
+-- found moved here. A member acked before is appended again (the sweep counts a place
+-- once: the lease check in Valkey, not this statement, lets one ack of an attempt
+-- through; a member in its batch row has no attempt recorded in PostgreSQL, as any
+-- transition that records one moves it out first). Returns (id, grp) of those finished.
 WITH v AS (
-    SELECT DISTINCT v.id, v.batch, v.place, v.tenant
+    SELECT DISTINCT v.id, v.batch, v.place, v.tenant, v.attempt
     FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
-                %(tenants)s::text[]) AS v(id, batch, place, tenant)
+                %(tenants)s::text[], %(attempts)s::int[])
+         AS v(id, batch, place, tenant, attempt)
 ),
 m AS MATERIALIZED (
-    SELECT v.id, v.batch, v.place
-    FROM v JOIN tierq_batches b ON b.id = v.batch
-    WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.tenant
-      AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
-                      WHERE e.batch = v.batch AND e.moved AND v.place = ANY(e.places))
+    SELECT v.id, v.batch, v.place, v.tenant, v.attempt,
+           coalesce(b.queue = %(queue)s AND v.place < b.tasks
+                    AND b.tenants ->> v.place = v.tenant
+                    AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                                    WHERE e.batch = v.batch AND e.moved
+                                      AND v.place = ANY(e.places)), false) AS held
+    FROM v LEFT JOIN tierq_batches b ON b.id = v.batch
 ),
 ended AS (
     INSERT INTO tierq_batch_ends (batch, places, moved)
-    SELECT batch, array_agg(place ORDER BY place), false FROM m GROUP BY batch
+    SELECT batch, array_agg(place ORDER BY place), false FROM m WHERE held GROUP BY batch
+),
+deleted AS (
+    DELETE FROM tierq_tasks t USING m
+    WHERE t.id = ANY(ARRAY(SELECT id FROM m WHERE NOT held)) AND t.id = m.id
+      AND NOT m.held AND t.queue = %(queue)s AND t.tenant = m.tenant
+      AND (t.state = 'warm') IS TRUE AND t.attempts < m.attempt AND t.waiters = 0
+    RETURNING t.id, t.grp
 )
-SELECT id::text FROM m;
+SELECT id::text AS id, NULL::text AS grp FROM m WHERE held
+UNION ALL SELECT id::text, grp FROM deleted;
 
 -- name: batch_members
 -- Members as their batch rows hold them, for a read by id: (id, queue, tenant, priority,
