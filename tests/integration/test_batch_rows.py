@@ -54,6 +54,13 @@ def columns(ids: list[str], tenants: list[str], priorities: list[int], payloads:
             "timeout": timeout}
 
 
+def end(store: TaskStore, queue: str, ids: list[str], tenants: list[str],
+        conn: Any = None) -> list[str]:
+    """A plain ack's end of ``ids`` (attempt 1 each); the ids finished."""
+    return [r.id for r in store.end_batch_members(queue, ids, tenants, [1] * len(ids),
+                                                  conn=conn)]
+
+
 def rows_of(pg: psycopg.Connection[Any], ids: list[str]) -> dict[str, tuple[Any, ...]]:
     found = pg.execute(
         "SELECT id::text, queue, tenant, priority, payload, state, attempts, max_attempts, seq,"
@@ -80,39 +87,39 @@ def test_a_batch_row_reads_as_its_members(store: TaskStore) -> None:
 def test_a_move_makes_rows_as_the_members_stood(store: TaskStore,
                                                 pg: psycopg.Connection[Any]) -> None:
     ids, first = insert(store)
-    later = datetime(2026, 12, 1, 12, 5, tzinfo=UTC)
-    moved = store.move_out_of_batches(QUEUE, later, [ids[0], ids[1], uuid7_strings(1)[0]],
+    moved = store.move_out_of_batches(QUEUE, [ids[0], ids[1], uuid7_strings(1)[0]],
                                       ["a", "b", "a"])
     assert sorted(moved) == sorted(ids[:2])
     rows = rows_of(pg, ids)
     assert set(rows) == set(ids[:2])
     for place in (0, 1):
         assert rows[ids[place]] == (QUEUE, TENANTS[place], place, PAYLOADS[place], "warm", 0,
-                                    5, first + place, 30, NOW, NOW, later)
+                                    5, first + place, 30, NOW, NOW, NOW)
     ended = {m.id: m.ended for m in store.batch_members(ids)}
     assert ended == {ids[0]: "moved", ids[1]: "moved", ids[2]: None, ids[3]: None,
                      ids[4]: None}
-    # moved once only: a second move, an ack of a moved member, find nothing to do
-    assert store.move_out_of_batches(QUEUE, later, ids[:2], ["a", "b"]) == []
-    assert store.end_batch_members(QUEUE, ids[:2], ["a", "b"]) == []
+    # moved once only; an ack of a moved member finds its row and deletes it
+    assert store.move_out_of_batches(QUEUE, ids[:2], ["a", "b"]) == []
     assert len(rows_of(pg, ids)) == 2
+    assert sorted(end(store, QUEUE, ids[:2], ["a", "b"])) == sorted(ids[:2])
+    assert rows_of(pg, ids) == {}
 
 
 def test_a_move_or_an_ack_names_the_members_queue_and_tenant(
         store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)
-    assert store.move_out_of_batches(QUEUE, NOW, ids[:2], ["b", "a"]) == []
-    assert store.move_out_of_batches("other", NOW, ids[:2], ["a", "b"]) == []
-    assert store.end_batch_members(QUEUE, ids[:2], ["b", "a"]) == []
-    assert store.end_batch_members("other", ids[:2], ["a", "b"]) == []
+    assert store.move_out_of_batches(QUEUE, ids[:2], ["b", "a"]) == []
+    assert store.move_out_of_batches("other", ids[:2], ["a", "b"]) == []
+    assert end(store, QUEUE, ids[:2], ["b", "a"]) == []
+    assert end(store, "other", ids[:2], ["a", "b"]) == []
     assert rows_of(pg, ids) == {}
     assert {m.ended for m in store.batch_members(ids)} == {None}
 
 
 def test_an_acked_member_is_never_moved(store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)
-    assert sorted(store.end_batch_members(QUEUE, ids[2:4], ["a", "a"])) == sorted(ids[2:4])
-    moved = store.move_out_of_batches(QUEUE, NOW, ids, TENANTS)
+    assert sorted(end(store, QUEUE, ids[2:4], ["a", "a"])) == sorted(ids[2:4])
+    moved = store.move_out_of_batches(QUEUE, ids, TENANTS)
     assert sorted(moved) == sorted([ids[0], ids[1], ids[4]])
     assert set(rows_of(pg, ids)) == {ids[0], ids[1], ids[4]}
     ended = {m.id: m.ended for m in store.batch_members(ids)}
@@ -143,34 +150,37 @@ def test_a_move_waits_for_an_ack_of_its_batch_and_then_leaves_the_acked(
         tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)
     with tq.ctx.db.transaction() as conn:
-        assert store.end_batch_members(QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
+        assert end(store, QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
         thread, moved = in_thread(
-            lambda: store.move_out_of_batches(QUEUE, NOW, ids[:2], ["a", "b"]))
+            lambda: store.move_out_of_batches(QUEUE, ids[:2], ["a", "b"]))
         waiting_on_a_lock(pg, thread)
     thread.join(10)
     assert moved == [[ids[1]]]
     assert set(rows_of(pg, ids)) == {ids[1]}
 
 
-def test_an_ack_waits_for_a_move_of_its_batch_and_then_leaves_the_moved(
+def test_an_ack_waits_for_a_move_of_its_batch_and_then_finds_the_moved_row(
         tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)
     with tq.ctx.db.transaction() as conn:
-        assert store.move_out_of_batches(QUEUE, NOW, ids[:1], ["a"], conn=conn) == ids[:1]
-        thread, ended = in_thread(lambda: store.end_batch_members(QUEUE, ids[:3],
+        assert store.move_out_of_batches(QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
+        thread, ended = in_thread(lambda: end(store, QUEUE, ids[:3],
                                                                   ["a", "b", "a"]))
         waiting_on_a_lock(pg, thread)
     thread.join(10)
-    assert sorted(ended[0]) == sorted(ids[1:3])
-    assert set(rows_of(pg, ids)) == {ids[0]}
+    # (the moved member's row deleted, the others' places appended: none left warm twice)
+    assert sorted(ended[0]) == sorted(ids[:3])
+    assert rows_of(pg, ids) == {}
+    assert {m.id: m.ended for m in store.batch_members(ids[:3])} == {
+        ids[0]: "moved", ids[1]: "acked", ids[2]: "acked"}
 
 
 def test_acks_of_one_batch_do_not_wait_on_each_other(tq: Tierq, store: TaskStore) -> None:
     ids, _ = insert(store)
     with tq.ctx.db.transaction() as conn:
-        assert store.end_batch_members(QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
+        assert end(store, QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
         # (another connection's ack of the same batch runs while this one is open)
-        assert store.end_batch_members(QUEUE, ids[1:2], ["b"]) == ids[1:2]
+        assert end(store, QUEUE, ids[1:2], ["b"]) == ids[1:2]
 
 
 def batch_count(pg: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -201,18 +211,18 @@ def test_the_sweep_deletes_only_batches_whose_members_all_ended(
     done, _ = insert(store)
     partly, _ = insert(store)
     fresh, _ = insert(store, ["a"])
-    store.end_batch_members(QUEUE, done[:3], TENANTS[:3])
-    store.end_batch_members(QUEUE, done[:1], TENANTS[:1])  # (an end appended twice)
-    store.move_out_of_batches(QUEUE, NOW, done[3:], TENANTS[3:])
-    store.end_batch_members(QUEUE, partly[:4], TENANTS[:4])
+    end(store, QUEUE, done[:3], TENANTS[:3])
+    end(store, QUEUE, done[:1], TENANTS[:1])  # (an end appended twice)
+    store.move_out_of_batches(QUEUE, done[3:], TENANTS[3:])
+    end(store, QUEUE, partly[:4], TENANTS[:4])
     assert batch_count(pg) == (3, 4)
     assert sweep_all(store) == (3, 1, 5)  # (budget 2: two passes with batches, one past)
     assert batch_count(pg) == (2, 1)
     assert {m.id for m in store.batch_members(done + partly + fresh)} == set(partly + fresh)
     # the moved members' rows stay; an ack of a member of a batch swept appends nothing
     assert set(rows_of(pg, done)) == set(done[3:])
-    assert store.end_batch_members(QUEUE, done[:1], TENANTS[:1]) == []
-    store.end_batch_members(QUEUE, partly[4:] + fresh, ["b", "a"])
+    assert end(store, QUEUE, done[:1], TENANTS[:1]) == []
+    end(store, QUEUE, partly[4:] + fresh, ["b", "a"])
     assert sweep_all(store, budget=10) == (2, 2, 6)
     assert batch_count(pg) == (0, 0)
 
@@ -220,9 +230,9 @@ def test_the_sweep_deletes_only_batches_whose_members_all_ended(
 def test_the_sweep_passes_over_a_batch_in_use(tq: Tierq, store: TaskStore,
                                               pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store, ["a", "a"])
-    store.end_batch_members(QUEUE, ids[:1], ["a"])
+    end(store, QUEUE, ids[:1], ["a"])
     with tq.ctx.db.transaction() as conn:
-        store.end_batch_members(QUEUE, ids[1:], ["a"], conn=conn)
+        end(store, QUEUE, ids[1:], ["a"], conn=conn)
         last, gone = store.sweep_batches(FIRST_KEY, 10)
         assert (last, gone) == (ids[0], (0, 0))
     assert store.sweep_batches(FIRST_KEY, 10) == (ids[0], (1, 2))

@@ -69,3 +69,144 @@ def test_without_the_setting_every_task_has_its_row(make_tq: TierqFactory,
     enqueued = tq.enqueue(QUEUE, [{"payload": n} for n in range(3)])
     assert not any(batch_member(str(t.id)) for t in enqueued)
     assert stored(pg) == (0, 0, 3)
+
+
+def one_member(tq: Tierq, n: int = 2) -> list[str]:
+    """A batch row of ``n`` tasks (payloads 0, 1, …); their ids."""
+    ids = [str(t.id) for t in tq.enqueue(QUEUE, [{"payload": i} for i in range(n)])]
+    assert all(batch_member(i) for i in ids)
+    return ids
+
+
+def row(pg: psycopg.Connection[Any], task_id: str) -> tuple[Any, ...] | None:
+    return pg.execute("SELECT state, attempts, last_error, result, progress, payload"
+                      " FROM tierq_tasks WHERE id = %s", (task_id,)).fetchone()
+
+
+def claimed(tq: Tierq, ids: list[str]) -> dict[str, Any]:
+    tasks = {str(t.id): t for t in tq.claim(QUEUE, max=len(ids))}
+    assert set(tasks) == set(ids)
+    return tasks
+
+
+def test_a_nack_moves_the_member_out_and_its_retry_acks_its_row(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    ids = one_member(tq)
+    tasks = claimed(tq, ids)
+    out = tq.nack(QUEUE, [{"id": ids[0], "lease_token": tasks[ids[0]].lease_token,
+                           "error": "boom", "retry_in_seconds": 0}])
+    assert [str(i) for i in out.retried] == [ids[0]]
+    assert row(pg, ids[0]) == ("warm", 1, "boom", None, None, 0)  # (due now: back in line)
+    tq.ack(QUEUE, [tasks[ids[1]]])
+    [again] = tq.claim(QUEUE, max=1)
+    assert (str(again.id), again.attempt, again.payload) == (ids[0], 2, 0)
+    assert [str(i) for i in tq.ack(QUEUE, [again]).acked] == [ids[0]]
+    assert row(pg, ids[0]) is None
+    assert reaper.run(tq.ctx).batches_swept == 1
+    assert stored(pg) == (0, 0, 0)
+
+
+def test_the_last_attempts_nack_makes_a_dead_letter(tq: Tierq,
+                                                    pg: psycopg.Connection[Any]) -> None:
+    tq.put_queue(QUEUE, {"max_attempts": 1})
+    ids = one_member(tq, 1)
+    [task] = tq.claim(QUEUE, max=1)
+    out = tq.nack(QUEUE, [{"id": task.id, "lease_token": task.lease_token, "error": "x"}])
+    assert [str(i) for i in out.dead] == ids
+    assert row(pg, ids[0]) == ("dead", 1, "x", None, None, 0)
+    assert [str(d.id) for d in tq.dlq_list(QUEUE)] == ids
+
+
+def test_an_expired_lease_of_a_member_is_reaped_from_its_row(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    ids = one_member(tq, 1)
+    tq.claim(QUEUE, max=1, lease_seconds=1)
+    tq.ctx.clock.advance(5)
+    assert reaper.run(tq.ctx).expired == 1
+    state, attempts, *_ = row(pg, ids[0])  # type: ignore[misc]
+    assert (state, attempts) == ("warm", 1)  # (no backoff: back in line at once)
+
+
+def test_a_release_puts_the_member_back_in_line_from_its_row(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    ids = one_member(tq)
+    tasks = claimed(tq, ids)
+    tq.release(QUEUE, [tasks[ids[1]]])
+    assert row(pg, ids[1]) == ("warm", 0, None, None, None, 1)
+    [again] = tq.claim(QUEUE, max=1)
+    assert str(again.id) == ids[1]
+    tq.ack(QUEUE, [again, tasks[ids[0]]])
+    assert row(pg, ids[1]) is None
+    assert reaper.run(tq.ctx).batches_swept == 1
+
+
+def test_an_ack_with_a_result_keeps_the_member_done_with_its_progress(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    ids = one_member(tq)
+    tasks = claimed(tq, ids)
+    tq.heartbeat(QUEUE, [{"id": ids[0], "lease_token": tasks[ids[0]].lease_token,
+                          "progress": {"step": 1}}])
+    out = tq.ack(QUEUE, [{"id": ids[0], "lease_token": tasks[ids[0]].lease_token,
+                          "result": {"ok": True}}])
+    assert [str(i) for i in out.acked] == [ids[0]]
+    assert row(pg, ids[0]) == ("done", 1, None, {"ok": True}, {"step": 1}, 0)
+    view = tq.get_task(QUEUE, ids[0])
+    assert (view.state, view.result) == ("done", {"ok": True})
+
+
+def test_a_member_reads_as_a_task_until_its_ack(tq: Tierq) -> None:
+    ids = one_member(tq)
+    view = tq.get_task(QUEUE, ids[1])
+    assert (view.state, view.payload, view.attempts) == ("warm", 1, 0)
+    tasks = claimed(tq, ids)
+    assert tq.get_task(QUEUE, ids[1]).state == "leased"
+    tq.ack(QUEUE, [tasks[ids[1]]])
+    with pytest.raises(Exception, match="no task"):
+        tq.get_task(QUEUE, ids[1])
+
+
+def test_a_cancel_or_a_delete_of_a_member_acts_on_its_row(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    ids = one_member(tq, 3)
+    assert tq.cancel(QUEUE, ids[0]).state == "cancelled"
+    assert row(pg, ids[0])[0] == "cancelled"  # type: ignore[index]
+    tq.cancel_task(QUEUE, ids[1])
+    assert row(pg, ids[1]) is None
+    [left] = tq.claim(QUEUE, max=3)
+    assert str(left.id) == ids[2]
+    tq.ack(QUEUE, [left])
+    assert reaper.run(tq.ctx).batches_swept == 1
+
+
+def test_a_child_waits_on_a_member_through_its_row(tq: Tierq,
+                                                   pg: psycopg.Connection[Any]) -> None:
+    [parent] = one_member(tq, 1)
+    [child] = tq.enqueue(QUEUE, [{"payload": "child", "after": [parent]}])
+    assert row(pg, parent)[0] == "warm"  # type: ignore[index]
+    assert child.state == "waiting"
+    [task] = tq.claim(QUEUE, max=1)
+    assert str(task.id) == parent
+    tq.ack(QUEUE, [task])
+    [next_task] = tq.claim(QUEUE, max=1)
+    assert next_task.id == child.id
+
+
+def test_a_purge_counts_and_deletes_the_members(tq: Tierq,
+                                                pg: psycopg.Connection[Any]) -> None:
+    ids = one_member(tq, 4)
+    tasks = claimed(tq, ids)
+    tq.ack(QUEUE, [tasks[ids[0]]])
+    tq.release(QUEUE, [tasks[ids[1]]])
+    assert tq.purge_queue(QUEUE) == 3
+    assert stored(pg) == (0, 0, 0)
+    assert pg.execute("SELECT (SELECT count(*) FROM tierq_batch_ends),"
+                      " (SELECT count(*) FROM tierq_batch_pairs)").fetchone() == (0, 0)
+
+
+def test_a_replayed_claim_rebuilds_members_from_their_row(tq: Tierq) -> None:
+    ids = one_member(tq)
+    first = tq.claim(QUEUE, max=2, idempotency_key="k1")
+    again = tq.claim(QUEUE, max=2, idempotency_key="k1")
+    assert sorted((str(t.id), t.payload, t.lease_token) for t in again) == sorted(
+        (str(t.id), t.payload, t.lease_token) for t in first)
+    assert sorted(str(t.id) for t in again) == sorted(ids)

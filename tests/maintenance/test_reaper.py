@@ -621,9 +621,9 @@ def test_ended_batch_rows_are_swept_a_slice_at_a_time_and_the_walk_wraps(make_tq
             "timeout": None})
         batches.append(ids)
     for ids in batches[:4]:  # every member of four batches ended; the fifth's half
-        store.end_batch_members("q", ids[:1], ["a"])
-        store.move_out_of_batches("q", now, ids[1:], ["a"])
-    store.end_batch_members("q", batches[4][:1], ["a"])
+        store.end_batch_members("q", ids[:1], ["a"], [1])
+        store.move_out_of_batches("q", ids[1:], ["a"])
+    store.end_batch_members("q", batches[4][:1], ["a"], [1])
     first = reaper.run(tq.ctx, batch_slice=1, batch_slices=3)
     assert (first.batches_swept, first.batch_tasks_swept) == (3, 6)
     cursor = "SELECT queue FROM tierq_maintenance_cursors WHERE walk = 'reaper.batches'"
@@ -631,7 +631,7 @@ def test_ended_batch_rows_are_swept_a_slice_at_a_time_and_the_walk_wraps(make_tq
     second = reaper.run(tq.ctx, batch_slice=1, batch_slices=3)
     assert (second.batches_swept, second.batch_tasks_swept) == (1, 2)
     assert pg.execute(cursor).fetchone() == ("00000000-0000-0000-0000-000000000000",)
-    store.end_batch_members("q", batches[4][1:], ["a"])
+    store.end_batch_members("q", batches[4][1:], ["a"], [1])
     assert reaper.run(tq.ctx).batches_swept == 1
     assert pg.execute("SELECT (SELECT count(*) FROM tierq_batches),"
                       " (SELECT count(*) FROM tierq_batch_ends)").fetchone() == (0, 0)

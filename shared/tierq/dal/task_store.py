@@ -12,7 +12,6 @@ a query runs."""
 from __future__ import annotations
 
 from tierq.dal.store.base import Conn, StoreBase
-from tierq.dal.store.batches import BatchQueries
 from tierq.dal.store.consumers import ConsumerQueries
 from tierq.dal.store.feeder import FeederQueries
 from tierq.dal.store.flows import FlowQueries
@@ -28,7 +27,7 @@ from tierq.dal.store.tasks import TaskColumns, TaskQueries, UniformColumns
 
 class TaskStore(TaskQueries, RegistryQueries, ScheduleQueries, IdempotencyQueries,
                 FeederQueries, ConsumerQueries, ShardQueries, FlowQueries, GroupQueries,
-                PayloadQueries, BatchQueries):
+                PayloadQueries):
     """Every statement tierq runs on PostgreSQL, as a typed method."""
 
 

@@ -25,7 +25,7 @@ from tierq.core.batch_ids import batch_ids, batch_member
 from tierq.dal.store.base import Conn
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.store.tasks import UniformColumns
-from tierq.logic.context import Context, to_datetime
+from tierq.logic.context import Context
 
 
 class Member(Protocol):
@@ -61,8 +61,7 @@ def move_out(ctx: Context, queue: str | None, ids: Sequence[str],
     the ids moved. Free when no id carries a member's mark."""
     if not any(batch_member(i) for i in ids):
         return []
-    return ctx.store.move_out_of_batches(queue, to_datetime(ctx.now()), ids, tenants,
-                                         conn=conn)
+    return ctx.store.move_out_of_batches(queue, ids, tenants, conn=conn)
 
 
 def finish_plain(ctx: Context, queue: str, ids: Sequence[str], owners: Sequence[str],

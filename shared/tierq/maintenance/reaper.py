@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from pydantic import Field, ValidationError
 
+from tierq.core.batch_ids import MAX_PLACES, member_id
 from tierq.core.lazy import lazy_module
 from tierq.dal.shards import shard_tag
 from tierq.dal.store.batches import FIRST_KEY
@@ -49,6 +50,7 @@ from tierq.dal.warm_tier import LAPSE_SWEEP_EVERY_MS, lease_member
 from tierq.errors import DatabaseTimedOut, WarmTierFull, WarmTierUnavailable
 from tierq.logic import (
     admission,
+    batch_rows,
     flows,
     groups,
     idempotency,
@@ -523,8 +525,15 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
         if not ctx.warm.index_leases(queue, tenant):
             return  # the next pass goes on
         lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
-    if not lost:
-        return
+    if lost:
+        restore(ctx, queue, tenant, lost, before, now, summary)
+    reconcile_members(ctx, queue, tenant, summary, config, before, now)
+
+
+def restore(ctx: Context, queue: str, tenant: str, lost: Sequence[str], before: float,
+            now: float, summary: ReaperSummary) -> None:
+    """Take over the warm rows ``lost`` (older than ``before``) and push those Valkey still
+    has not, in line order (kind restore)."""
     rows = ctx.store.take_over_for_restore(lost, to_datetime(before), to_datetime(now))
     still_lost = set(ctx.warm.missing(queue, tenant, [str(r.id) for r in rows],
                                       fence_ms=to_ms(before)) or ())
@@ -535,6 +544,39 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
     ticket = Ticket(token=f"restore-{uuid.uuid4().hex}", since_ms=to_ms(now))
     admission.dispatch(ctx, ticket, {(queue, tenant): items}, kind="restore")
     summary.restored += len(items)
+
+
+# Per store (one per shard) and pair: the key of the last batch row the members'
+# reconciliation looked at, so that a pair of many batch rows is checked all through. Kept
+# in the process (a new one starts from the pair's first); at most this many pairs.
+_member_cursors: dict[tuple[int, str, str], str] = {}
+MEMBER_CURSORS_KEPT = 100_000
+
+
+def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
+                      config: ReaperConfig, before: float, now: float) -> None:
+    """Re-push the members of the pair's batch rows (migration 0030) that neither the ready
+    set nor the lease set knows, one slice of its batch rows made before ``before`` per
+    pass: those lost are moved out into ``tierq_tasks`` (warm since their batch was made,
+    so older than the cutoff), then taken over and pushed as the warm rows are."""
+    place = (id(ctx.store), queue, tenant)
+    limit = max(1, config.reconcile_batch // MAX_PLACES)
+    suspects = ctx.store.batch_suspects(queue, tenant, to_ms(before),
+                                        _member_cursors.get(place, FIRST_KEY), limit)
+    if len(_member_cursors) >= MEMBER_CURSORS_KEPT:
+        _member_cursors.clear()
+    if len(suspects) >= limit:
+        _member_cursors[place] = suspects[-1][0]
+    else:  # (the pair's last slice: the next pass starts over)
+        _member_cursors.pop(place, None)
+    ids = [member_id(key, p) for key, places in suspects for p in places]
+    if not ids:
+        return
+    lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before))
+    if not lost:  # (None: its lease index not complete yet, as reconcile waits for)
+        return
+    batch_rows.move_out(ctx, queue, lost, [tenant] * len(lost))
+    restore(ctx, queue, tenant, lost, before, now, summary)
 
 
 def parse_cursor(text: str) -> datetime:

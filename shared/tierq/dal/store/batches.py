@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import scalar_row, tuple_row
 
-from tierq.core.batch_ids import batch_of
+from tierq.core.batch_ids import batch_of, time_key
 from tierq.dal.postgres import (
     int_array,
     pipelined_transaction,
@@ -32,10 +32,14 @@ from tierq.dal.postgres import (
 )
 from tierq.dal.store.base import Conn, StoreBase, checked, positional
 from tierq.dal.store.rows import AckedRow, BatchMemberRow, BatchSweepRow
-from tierq.dal.store.tasks import UniformColumns
 
-# The smallest uuid: a sweep's first pass starts after it.
+if TYPE_CHECKING:
+    from tierq.dal.store.tasks import UniformColumns
+
+# The smallest and the largest uuid: a sweep's first pass starts after the one, and its
+# last looks up to the other.
 FIRST_KEY = "00000000-0000-0000-0000-000000000000"
+LAST_KEY = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 
 
 def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
@@ -79,18 +83,19 @@ class BatchQueries(StoreBase):
             "now": now}, scalar_row, conn)
         return int(first)
 
-    def move_out_of_batches(self, queue: str | None, now: datetime, ids: Sequence[str],
+    def move_out_of_batches(self, queue: str | None, ids: Sequence[str],
                             tenants: Sequence[str | None] | None, *,
                             conn: Conn | None = None) -> list[str]:
         """Make the members among ``ids`` (of ``queue``, each of its tenant in ``tenants``;
         None names any, for tierq's own callers) that are still in their batch rows rows of
-        ``tierq_tasks``, warm as they stand, and record them as moved; the ids moved. On
+        ``tierq_tasks``, warm since their batch was made, and record them as moved; the ids
+        moved. On
         ``conn`` when given (in its transaction, or one of its own there), else in a
         transaction of its own."""
         params = _members(ids, tenants)
         if params is None:
             return []
-        params.update(queue=queue, now=now)
+        params["queue"] = queue
 
         def body(c: Conn) -> list[str]:
             self._fetch("lock_batches", {"batches": params["batches"]}, scalar_row, c)
@@ -113,12 +118,12 @@ class BatchQueries(StoreBase):
         if params is None:
             return []
         params["queue"] = queue
-        row = positional(AckedRow)
         if conn is not None:
             with transaction(conn):
                 self._fetch("lock_batches_shared", {"batches": params["batches"]},
                             scalar_row, conn)
-                return self._fetch("end_batch_members", params, row, conn)
+                return self._fetch("end_batch_members", params, positional(AckedRow), conn)
+        row = positional(AckedRow)
         with self.db.connection(relaxed=relaxed) as own:
             cursors = pipelined_transaction(own, [
                 (self._sql["lock_batches_shared"], {"batches": params["batches"]}, None),
@@ -136,19 +141,28 @@ class BatchQueries(StoreBase):
         params["tenants"] = text_array(list(tenants))
         return self._fetch("batch_members", params, positional(BatchMemberRow), conn)
 
+    def batch_suspects(self, queue: str, tenant: str, before_ms: int, after: str,
+                       limit: int) -> list[tuple[str, list[int]]]:
+        """The pair's members old enough that Valkey should know them, for the reconciler:
+        of its batch rows made before ``before_ms`` and after key ``after``, the first
+        ``limit``, each as (key, the places of the tenant's members without an end)."""
+        return [(str(key), list(places)) for key, places in self._fetch("batch_suspects", {
+            "queue": queue, "tenant": tenant, "after": after,
+            "before_key": time_key(before_ms), "limit": limit}, tuple_row)]
+
     def sweep_batches(self, after: str, budget: int) -> tuple[str | None, BatchSweepRow]:
         """One pass of the sweep, in one transaction: of the ``budget`` batches after key
         ``after`` whose locks are free, those whose every member has ended are deleted with
-        their ends. (The last key looked at, None when no batch was left after ``after``;
-        what went.)"""
+        their ends, and the ends left by a purge in the keys looked at. (The last key looked
+        at, None when no batch was left after ``after``; what went.)"""
         def body(c: Conn) -> tuple[str | None, BatchSweepRow]:
             seen = self._fetch("lock_free_batches", {"after": after, "budget": budget},
                                tuple_row, c)
-            locked = [str(key) for key, free in seen if free]
-            gone = BatchSweepRow(0, 0)
-            if locked:
-                [gone] = self._fetch("delete_ended_batches", {"batches": uuid_array(locked)},
-                                     positional(BatchSweepRow), c)
-            return (str(seen[-1][0]) if seen else None), gone
+            # (none left after ``after``: the orphans to the end of the keys)
+            last = str(seen[-1][0]) if seen else LAST_KEY
+            [gone] = self._fetch("delete_ended_batches", {
+                "batches": uuid_array([str(key) for key, free in seen if free]),
+                "after": after, "last": last}, positional(BatchSweepRow), c)
+            return (last if seen else None), gone
 
         return self.db.run_transaction(body, what="a pass of the batch sweep")

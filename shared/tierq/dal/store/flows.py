@@ -11,11 +11,12 @@ import orjson
 from psycopg.rows import scalar_row, tuple_row
 
 from tierq.dal.postgres import uuid_array
-from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.store.base import Conn, positional
+from tierq.dal.store.batches import BatchQueries
 from tierq.dal.store.rows import HeldParentRow, ReleasedRow, SettledRow, WaitEdgeRow
 
 
-class FlowQueries(StoreBase):
+class FlowQueries(BatchQueries):
     def flow_plans(self, conn: Conn) -> str:
         """Scans by key in ``conn``'s transaction until :meth:`plans_back` (see the
         query); the setting before."""
@@ -28,7 +29,9 @@ class FlowQueries(StoreBase):
     def hold_parents(self, conn: Conn, parents: Sequence[str],
                      tenants: Sequence[str]) -> list[HeldParentRow]:
         """Count and lock the parents named (one entry per edge, with its child's tenant);
-        the rows found (another tenant's task is not)."""
+        the rows found (another tenant's task is not). A parent in its batch row is moved
+        out first: a child's wait is counted on its parent's row."""
+        self.move_out_of_batches(None, parents, tenants, conn=conn)
         return self._fetch("hold_parents", {"parents": uuid_array(parents),
                                             "tenants": list(tenants)},
                            positional(HeldParentRow), conn)
@@ -93,7 +96,8 @@ class FlowQueries(StoreBase):
                         tenants: Sequence[str], results: Sequence[str | None],
                         attempts: Sequence[int]) -> list[str]:
         """Acked tasks that others wait on, kept done (with their result, or none), each
-        when it is of the tenant given with it."""
+        when it is of the tenant given with it (batch members moved out first)."""
+        self.move_out_of_batches(queue, ids, tenants, conn=conn)
         return self._fetch("ack_keep_waited", {
             "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
             "results": list(results), "attempts": list(attempts)}, scalar_row, conn)

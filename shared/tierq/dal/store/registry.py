@@ -11,7 +11,8 @@ from typing import Any, cast
 
 from psycopg.rows import scalar_row, tuple_row
 
-from tierq.dal.postgres import uuid_array
+from tierq.core.batch_ids import batch_of
+from tierq.dal.postgres import int_array, uuid_array
 from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import (
     ClaimedTaskRow,
@@ -251,8 +252,17 @@ class RegistryQueries(StoreBase):
 
     def claimed_tasks_by_ids(self, queue: str, ids: Sequence[str],
                              tenants: Sequence[str]) -> list[ClaimedTaskRow]:
-        """The claimed tasks' rows, each when it is of the tenant given with its id."""
-        return self._fetch("claimed_tasks_by_ids", {"queue": queue, "ids": uuid_array(ids),
-                                                    "tenants": list(tenants)},
-                           positional(ClaimedTaskRow))
+        """The claimed tasks' rows, each when it is of the tenant given with its id; a
+        member still in its batch row as the row it would have."""
+        found: list[tuple[str, str, int, str]] = []
+        for task_id, tenant in zip(ids, tenants, strict=True):
+            member = batch_of(task_id)
+            if member is not None:
+                found.append((task_id, member[0], member[1], tenant))
+        return self._fetch("claimed_tasks_by_ids", {
+            "queue": queue, "ids": uuid_array(ids), "tenants": list(tenants),
+            "member_ids": uuid_array(f[0] for f in found),
+            "batches": uuid_array(f[1] for f in found),
+            "places": int_array(f[2] for f in found),
+            "member_tenants": [f[3] for f in found]}, positional(ClaimedTaskRow))
 

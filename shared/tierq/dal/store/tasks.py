@@ -11,8 +11,10 @@ from uuid import UUID
 
 from psycopg.rows import scalar_row, tuple_row
 
+from tierq.core.batch_ids import batch_of
 from tierq.dal.postgres import int_array, text_array, uuid_array
-from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.store.base import Conn, positional
+from tierq.dal.store.batches import BatchQueries
 from tierq.dal.store.rows import (
     AckedRow,
     DeadKeyRow,
@@ -64,7 +66,7 @@ class UniformColumns(TypedDict):
     keys: NotRequired[str]  # a JSON array: each task's key, or null (some have one)
 
 
-class TaskQueries(StoreBase):
+class TaskQueries(BatchQueries):
     # -- enqueue --------------------------------------------------------------------------
 
     def insert_tasks(self, queue: str, now: datetime, columns: TaskColumns, *,
@@ -129,7 +131,10 @@ class TaskQueries(StoreBase):
     # -- admission ------------------------------------------------------------------------
 
     def mark_cold(self, ids: Iterable[str], now: datetime, *, conn: Conn | None = None) -> None:
-        """Warm rows the warm tier refused go (back) to the cold line, keeping their seq."""
+        """Warm rows the warm tier refused go (back) to the cold line, keeping their seq
+        (batch members moved out first)."""
+        ids = list(ids)
+        self.move_out_of_batches(None, ids, None, conn=conn)
         self._execute("mark_cold", {"ids": uuid_array(ids), "now": now}, conn)
 
     def make_ready(self, conn: Conn, ids: Iterable[str], states: Sequence[str],
@@ -190,7 +195,10 @@ class TaskQueries(StoreBase):
     def ack_keep(self, queue: str, now: datetime, ids: Iterable[str], tenants: Sequence[str],
                  results: Sequence[str], attempts: Sequence[int], *,
                  relaxed: bool = False) -> list[AckedRow]:
-        """Acked tasks kept done with their results (JSON text); the rows kept."""
+        """Acked tasks kept done with their results (JSON text); the rows kept (batch
+        members moved out first)."""
+        ids = list(ids)
+        self.move_out_of_batches(queue, ids, tenants)
         return self._fetch("ack_keep", {
             "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": text_array(tenants),
             "results": results, "attempts": int_array(attempts)}, positional(AckedRow),
@@ -200,7 +208,9 @@ class TaskQueries(StoreBase):
                        attempts: Sequence[int], progress: Sequence[str],
                        progress_at: Sequence[datetime]) -> int:
         """Write the last progress (JSON text) of leases whose attempt ends to their rows,
-        those still leased for that attempt; how many were."""
+        those still leased for that attempt (batch members moved out first); how many
+        were."""
+        self.move_out_of_batches(queue, ids, tenants)
         return self._execute("write_progress", {
             "queue": queue, "ids": uuid_array(ids), "tenants": list(tenants),
             "attempts": list(attempts), "progress": list(progress),
@@ -212,7 +222,9 @@ class TaskQueries(StoreBase):
                        waited: bool = False, conn: Conn | None = None) -> list[OutcomeRow]:
         """Record failed attempts: each task delayed until its retry, or dead. Tasks that
         others wait on are left out unless ``waited`` (logic/flows.py settles them in the
-        same transaction)."""
+        same transaction). Batch members are moved out first."""
+        ids = list(ids)
+        self.move_out_of_batches(queue, ids, tenants, conn=conn)
         return self._fetch("lease_outcomes", {
             "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
             "attempts": attempts, "errors": errors, "retry_ats": retry_ats, "deads": deads,
@@ -220,7 +232,10 @@ class TaskQueries(StoreBase):
 
     def release_leased(self, queue: str, now: datetime, ids: Iterable[str],
                        tenants: Sequence[str], attempts: Sequence[int]) -> list[ReadyRow]:
-        """Leased tasks given back return to line in their old place."""
+        """Leased tasks given back return to line in their old place (batch members moved
+        out first)."""
+        ids = list(ids)
+        self.move_out_of_batches(queue, ids, tenants)
         return self._fetch("release_leased", {
             "queue": queue, "now": now, "ids": uuid_array(ids), "tenants": list(tenants),
             "attempts": attempts}, positional(ReadyRow))
@@ -288,15 +303,20 @@ class TaskQueries(StoreBase):
 
     def task_by_id(self, queue: str, task_id: UUID,
                    tenant: str | None = None) -> TaskRow | None:
-        """The task's row, when it is ``tenant``'s (None: any tenant's)."""
-        rows = self._fetch("task_by_id", {"queue": queue, "id": task_id, "tenant": tenant},
-                           positional(TaskRow))
+        """The task's row, when it is ``tenant``'s (None: any tenant's); a member still in
+        its batch row as the row it would have."""
+        member = batch_of(task_id)
+        rows = self._fetch("task_by_id", {
+            "queue": queue, "id": task_id, "tenant": tenant,
+            "batch": None if member is None else member[0],
+            "place": None if member is None else member[1]}, positional(TaskRow))
         return rows[0] if rows else None
 
     def cancel_task(self, queue: str, task_id: UUID, tenant: str | None = None, *,
                     conn: Conn | None = None) -> TaskRow | None:
         """Delete the task whatever its state, when it is ``tenant``'s (None: any
-        tenant's); the row deleted."""
+        tenant's); the row deleted (a batch member moved out first)."""
+        self.move_out_of_batches(queue, [str(task_id)], [tenant], conn=conn)
         rows = self._fetch("cancel_task", {"queue": queue, "id": task_id, "tenant": tenant},
                            positional(TaskRow), conn)
         return rows[0] if rows else None
@@ -304,7 +324,9 @@ class TaskQueries(StoreBase):
     def cancel_mark(self, queue: str, task_id: UUID, tenant: str | None, now: datetime, *,
                     conn: Conn | None = None) -> TaskRow | None:
         """Mark the unfinished task cancelled (of ``tenant`` when given); the row with the
-        state it had before, or None (not found, another tenant's, or finished)."""
+        state it had before, or None (not found, another tenant's, or finished). A batch
+        member is moved out first."""
+        self.move_out_of_batches(queue, [str(task_id)], [tenant], conn=conn)
         rows = self._fetch("cancel_mark", {"queue": queue, "id": task_id, "tenant": tenant,
                                            "now": now}, positional(TaskRow), conn)
         return rows[0] if rows else None
@@ -327,8 +349,9 @@ class TaskQueries(StoreBase):
             "tenants": [t for _, t in leases]}, tuple_row)}
 
     def purge_queue_tasks(self, queue: str) -> int:
-        """Delete every task of the queue; how many."""
-        return self._execute("purge_queue_tasks", {"queue": queue})
+        """Delete every task of the queue, its batch rows' too; how many."""
+        [members] = self._fetch("purge_queue_batches", {"queue": queue}, scalar_row)
+        return int(members) + self._execute("purge_queue_tasks", {"queue": queue})
 
     # -- dead letters ---------------------------------------------------------------------
 

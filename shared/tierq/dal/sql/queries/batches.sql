@@ -37,8 +37,8 @@ FROM (SELECT DISTINCT b FROM unnest(%(batches)s::uuid[]) AS b ORDER BY b) AS sor
 
 -- name: move_out_of_batches
 -- Members still in their batch rows (their queue and tenant as named, no end yet) become
--- rows of tierq_tasks as they stand: warm, the batch's attempts (0: a claim counts in
--- Valkey), their id and seq; their places are appended as moved. Runs after lock_batches,
+-- rows of tierq_tasks as they stand: warm since the batch was made, the batch's attempts
+-- (0: a claim counts in Valkey), their id and seq; their places are appended as moved. Runs after lock_batches,
 -- in its transaction. A null queue or tenant names any (tierq's own callers, whose ids
 -- come from its own keys). Returns the ids moved; a member that had ended, an id of
 -- another queue or tenant, and an id whose batch row is gone are left out.
@@ -66,7 +66,7 @@ INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_a
                          run_at_initially, max_attempts, seq, created_at, ready_since,
                          state_since, timeout_seconds)
 SELECT m.id, m.queue, m.tenant, NULL, m.priority, m.payload, 'warm', m.created_at,
-       m.created_at, m.max_attempts, m.seq, m.created_at, m.created_at, %(now)s,
+       m.created_at, m.max_attempts, m.seq, m.created_at, m.created_at, m.created_at,
        m.timeout_seconds
 FROM m
 RETURNING id::text;
@@ -141,7 +141,9 @@ ORDER BY c.id;
 -- name: delete_ended_batches
 -- Of the batches named (locked by lock_free_batches, in its transaction: a statement of its
 -- own, it sees every end committed before), those whose every place has an end are deleted
--- with their ends and their pairs' rows. Returns (batches deleted, their tasks).
+-- with their ends and their pairs' rows; and the ends of keys in (after, last] whose batch
+-- row is gone (a purge of the queue raced with an ack: an end is appended only to a batch
+-- row that was there). Returns (batches deleted, their tasks).
 WITH done AS MATERIALIZED (
     SELECT b.id, b.tasks, b.queue, b.tenants FROM tierq_batches b
     WHERE b.id = ANY(%(batches)s::uuid[])
@@ -149,9 +151,43 @@ WITH done AS MATERIALIZED (
            WHERE e.batch = b.id) >= b.tasks
 ),
 ends AS (DELETE FROM tierq_batch_ends e USING done WHERE e.batch = done.id),
+orphans AS (
+    DELETE FROM tierq_batch_ends e
+    WHERE e.batch > %(after)s::uuid AND e.batch <= %(last)s::uuid
+      AND NOT EXISTS (SELECT 1 FROM tierq_batches b WHERE b.id = e.batch)
+),
 held AS (DELETE FROM tierq_batch_pairs p
          WHERE (p.queue, p.tenant, p.batch) IN (
              SELECT done.queue, t.tenant, done.id
              FROM done, jsonb_array_elements_text(done.tenants) AS t(tenant))),
 gone AS (DELETE FROM tierq_batches b USING done WHERE b.id = done.id RETURNING b.tasks)
 SELECT count(*) AS batches, coalesce(sum(tasks), 0) AS tasks FROM gone;
+
+-- name: purge_queue_batches
+-- Every batch row of a queue, with its ends and its pairs' rows (a purge of the queue, as
+-- purge_queue_tasks). Returns the members deleted that had not ended.
+WITH gone AS (DELETE FROM tierq_batches WHERE queue = %(queue)s RETURNING id, tasks),
+ended AS (DELETE FROM tierq_batch_ends e USING gone WHERE e.batch = gone.id
+          RETURNING e.batch, e.places),
+held AS (DELETE FROM tierq_batch_pairs WHERE queue = %(queue)s)
+SELECT coalesce((SELECT sum(tasks) FROM gone), 0)
+     - (SELECT count(*) FROM (SELECT DISTINCT ended.batch, p
+                              FROM ended, unnest(ended.places) AS p) AS places) AS members;
+
+-- name: batch_suspects
+-- The reconciler's members of a pair: of its batch rows made before `before_key` (a batch's
+-- key is a UUIDv7 of its making) and after the cursor `after`, the first `limit` in key
+-- order, each with the places of its members of the tenant that have no end (key, places).
+-- By tierq_batch_pairs' primary key from the cursor on.
+SELECT b.id::text AS batch,
+       ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
+             WHERE b.tenants ->> p = %(tenant)s
+               AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                               WHERE e.batch = b.id AND p = ANY(e.places))
+             ORDER BY p) AS places
+FROM (SELECT batch FROM tierq_batch_pairs
+      WHERE queue = %(queue)s AND tenant = %(tenant)s
+        AND batch > %(after)s::uuid AND batch < %(before_key)s::uuid
+      ORDER BY batch LIMIT %(limit)s) AS s
+JOIN tierq_batches b ON b.id = s.batch
+ORDER BY b.id;

@@ -546,13 +546,26 @@ ORDER BY queue;
 SELECT queue FROM tierq_queues ORDER BY created_at, queue LIMIT %(limit)s;
 
 -- name: task_by_id
--- The task's row, when it is the tenant's given (NULL: any tenant's; an admin's read).
+-- The task's row, when it is the tenant's given (NULL: any tenant's; an admin's read); or,
+-- for a member still in its batch row (`batch` and `place` of its id, NULL for any other
+-- id: migration 0030), the row it would have, warm since its batch was made. One of the
+-- two at most: a member that ended has its end, and only a moved one has a row.
 -- (Columns named, not *: a column a migration adds must not reach code that predates it.)
 SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initially, attempts,
        max_attempts, seq, created_at, ready_since, state_since, finished_at, last_error,
        result, grp, progress, progress_at, trace, timeout_seconds
 FROM tierq_tasks
-WHERE queue = %(queue)s AND id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+WHERE queue = %(queue)s AND id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+UNION ALL
+SELECT %(id)s::uuid, b.queue, b.tenants ->> p.place, NULL, b.priorities[p.place + 1],
+       b.payloads -> p.place, 'warm', b.created_at, b.created_at, 0, b.max_attempts,
+       b.first_seq + p.place, b.created_at, b.created_at, b.created_at, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, b.timeout_seconds
+FROM tierq_batches b, (SELECT %(place)s::int AS place) AS p
+WHERE b.id = %(batch)s::uuid AND b.queue = %(queue)s AND p.place < b.tasks
+  AND (%(tenant)s::text IS NULL OR b.tenants ->> p.place = %(tenant)s)
+  AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                  WHERE e.batch = b.id AND p.place = ANY(e.places));
 
 -- name: cancel_task
 -- DELETE …/tasks/{id}: the task's row, when it is the tenant's given (NULL: any tenant's).
@@ -751,11 +764,14 @@ WHERE queue = %(queue)s AND tenant = %(tenant)s
 LIMIT %(limit)s;
 
 -- name: pairs_with_warm_rows
--- Which of the pairs given have warm rows (ready in Valkey or leased): where leases can be.
+-- Which of the pairs given have warm rows (ready in Valkey or leased) or batch rows
+-- (migration 0030: warm members): where leases can be.
 SELECT p.queue, p.tenant
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) WITH ORDINALITY AS p(queue, tenant, n)
 WHERE EXISTS (SELECT 1 FROM tierq_tasks t
               WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
+   OR EXISTS (SELECT 1 FROM tierq_batch_pairs b
+              WHERE b.queue = p.queue AND b.tenant = p.tenant)
 ORDER BY p.n;
 
 -- name: pair_state_counts
@@ -805,7 +821,8 @@ FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- name: walk_warm_pairs
 -- The reaper's walk: pairs with warm rows (ready tasks or leases in Valkey, rows to
--- reconcile), in (queue, tenant) order after the cursor.
+-- reconcile) or batch rows (migration 0030: warm members), in (queue, tenant) order after
+-- the cursor.
 WITH RECURSIVE walk AS (
     (SELECT queue, tenant FROM tierq_tasks
      WHERE state = 'warm' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
@@ -816,8 +833,24 @@ WITH RECURSIVE walk AS (
         SELECT t.queue, t.tenant FROM tierq_tasks t
         WHERE t.state = 'warm' AND (t.queue, t.tenant) > (walk.queue, walk.tenant)
         ORDER BY t.queue, t.tenant LIMIT 1) AS step
+), batch_walk AS (
+    (SELECT queue, tenant FROM tierq_batch_pairs
+     WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM batch_walk w, LATERAL (
+        SELECT p.queue, p.tenant FROM tierq_batch_pairs p
+        WHERE (p.queue, p.tenant) > (w.queue, w.tenant)
+        ORDER BY p.queue, p.tenant LIMIT 1) AS step
 )
-SELECT queue, tenant FROM walk LIMIT %(limit)s;
+SELECT queue, tenant FROM (
+    (SELECT queue, tenant FROM walk LIMIT %(limit)s)
+    UNION
+    (SELECT queue, tenant FROM batch_walk LIMIT %(limit)s)
+) AS with_rows
+ORDER BY queue, tenant
+LIMIT %(limit)s;
 
 -- name: walk_cold_to_warm_pairs
 -- The mover's walk: pairs with cold rows, and pairs it left in cold mode (their cold line
@@ -1020,6 +1053,8 @@ WITH slice AS MATERIALIZED (
     WHERE s.last_seen < %(before)s
       AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'warm'
                       AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM tierq_batch_pairs b
+                      WHERE b.queue = s.queue AND b.tenant = s.tenant OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'cold'
                       AND t.queue = s.queue AND t.tenant = s.tenant OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM tierq_tasks t WHERE t.state = 'delayed'
@@ -1073,7 +1108,19 @@ SELECT t.id::text AS id, t.tenant, t.key, t.priority, t.payload::text AS payload
 FROM tierq_tasks t
 JOIN unnest(%(ids)s::uuid[], %(tenants)s::text[]) AS v(id, tenant)
   ON t.id = v.id AND t.tenant = v.tenant
-WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s;
+WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s
+UNION ALL
+-- (members still in their batch rows, as task_by_id reads them: the marked ids among
+-- them, each with its batch and place)
+SELECT v.id::text, b.tenants ->> v.place, NULL, b.priorities[v.place + 1],
+       (b.payloads -> v.place)::text, b.max_attempts, 'warm', NULL, NULL, b.timeout_seconds,
+       NULL
+FROM unnest(%(member_ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
+            %(member_tenants)s::text[]) AS v(id, batch, place, tenant)
+JOIN tierq_batches b ON b.id = v.batch
+WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.tenant
+  AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                  WHERE e.batch = v.batch AND v.place = ANY(e.places));
 
 -- ============================================================================================
 -- Queue gauges of the reaper (maintenance/gauges.py): the pairs that have rows in a counted
@@ -1124,9 +1171,21 @@ WITH RECURSIVE warm_walk AS (
         SELECT t.queue, t.tenant FROM tierq_tasks t
         WHERE t.state = 'dead' AND (t.queue, t.tenant) > (w.queue, w.tenant)
         ORDER BY t.queue, t.tenant LIMIT 1) AS step
+), batch_walk AS (  -- (batch rows' pairs, migration 0030: warm members)
+    (SELECT queue, tenant FROM tierq_batch_pairs
+     WHERE (queue, tenant) > (%(after_queue)s, %(after_tenant)s)
+     ORDER BY queue, tenant LIMIT 1)
+    UNION ALL
+    SELECT step.queue, step.tenant
+    FROM batch_walk w, LATERAL (
+        SELECT p.queue, p.tenant FROM tierq_batch_pairs p
+        WHERE (p.queue, p.tenant) > (w.queue, w.tenant)
+        ORDER BY p.queue, p.tenant LIMIT 1) AS step
 )
 SELECT queue, tenant FROM (
     (SELECT queue, tenant FROM warm_walk LIMIT %(limit)s)
+    UNION
+    (SELECT queue, tenant FROM batch_walk LIMIT %(limit)s)
     UNION
     (SELECT queue, tenant FROM cold_walk LIMIT %(limit)s)
     UNION

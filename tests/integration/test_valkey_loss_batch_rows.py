@@ -1,0 +1,42 @@
+"""Invariant 1 with batch rows (``TIERQ_BATCH_ROWS``, migration 0030): the Valkey-loss
+tests of tests/integration/test_valkey_loss.py run again with engines that write batch
+rows, so the reconciler restores lost members as it restores warm rows, a refused push
+moves them out cold, and an acked member is never restored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration import test_valkey_loss as plain
+from tests.support.stores import TierqFactory
+from tierq.engine import Tierq
+
+
+@pytest.fixture
+def make_tq(make_tq: TierqFactory) -> TierqFactory:
+    """The session's engines, each writing batch rows."""
+    def factory(clock: Any = None, **overrides: Any) -> Tierq:
+        return make_tq(clock, batch_rows=True, **overrides)
+
+    return factory
+
+
+test_flushall_mid_run_then_reaper_delivers_every_unacked_task = \
+    plain.test_flushall_mid_run_then_reaper_delivers_every_unacked_task
+test_a_lost_meta_reads_as_cold_and_returns_to_warm = \
+    plain.test_a_lost_meta_reads_as_cold_and_returns_to_warm
+test_reconciler_waits_for_the_grace_period = plain.test_reconciler_waits_for_the_grace_period
+test_reconciler_never_resurrects_an_acked_task = \
+    plain.test_reconciler_never_resurrects_an_acked_task
+
+
+def test_these_engines_write_batch_rows(make_tq: TierqFactory, pg: Any) -> None:
+    tq = make_tq(warm_max=100)
+    created = tq.enqueue("v", [{"payload": i} for i in range(300)])
+    assert sum(o.state == "warm" for o in created) == 100
+    # (one batch row of 300; the 200 the warm set refused moved out, cold)
+    assert pg.execute("SELECT (SELECT sum(tasks) FROM tierq_batches),"
+                      " (SELECT count(*) FROM tierq_tasks WHERE state = 'cold')").fetchone() \
+        == (300, 200)
