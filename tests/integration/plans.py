@@ -66,6 +66,12 @@ def rows_setup(queue: str, state: str, n: int = FINISHED_ROWS) -> str:
             f" FROM generate_series(1, {n}) AS g")
 
 
+# FINISHED_ROWS batch rows' entries of one pair ('b', '_') in tierq_batch_pairs (migration
+# 0030): a walk must read one entry of the pair, not its batch rows.
+BATCH_PAIRS_SETUP = ("INSERT INTO tierq_batch_pairs (queue, tenant, batch)"
+                     " SELECT 'b', '_', gen_random_uuid()"
+                     f" FROM generate_series(1, {FINISHED_ROWS})")
+
 PAIRS_SETUP = ("INSERT INTO tierq_queue_tenants (queue, tenant, last_seen)"
                " SELECT 'idle-' || g, '_', now() - interval '400 days'"
                f" FROM generate_series(1, {IDLE_PAIRS}) AS g")
@@ -76,6 +82,7 @@ def seq_scans_of_tasks(nodes: list[dict[str, Any]]) -> list[str]:
             if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "tierq_tasks"]
 
 
-def rows_read(nodes: list[dict[str, Any]]) -> int:
+def rows_read(nodes: list[dict[str, Any]], relation: str = "tierq_tasks") -> int:
+    """The most rows one node of ``relation`` read, over all its loops."""
     return max((n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)) * n.get(
-        "Actual Loops", 1) for n in nodes if n.get("Relation Name") == "tierq_tasks")
+        "Actual Loops", 1) for n in nodes if n.get("Relation Name") == relation)

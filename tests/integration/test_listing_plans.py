@@ -17,15 +17,17 @@ from tests.support.stores import migrated_database
 QUEUES, TENANTS = 200, 100  # 20,000 registered pairs
 PAGE = 50
 DEAD_ROWS = 20 * TENANTS  # in queue 'deadq', 20 per tenant
+BATCHES_PER_PAIR = 20
 
 
 @pytest.fixture(scope="module")
 def registry(services: Any) -> Iterator[psycopg.Connection[Any]]:
     """A database of its own: QUEUES x TENANTS registered pairs, one warm and one dead task
-    in each of tenant t042's pairs, autovacuum off, no statistics."""
+    and BATCHES_PER_PAIR batch rows' entries (migration 0030) in each of tenant t042's
+    pairs, autovacuum off, no statistics."""
     with migrated_database(services.postgres.url, "tierq_listing_plans") as url, \
             psycopg.connect(url, autocommit=True) as conn:
-        for table in ("tierq_tasks", "tierq_queue_tenants"):
+        for table in ("tierq_tasks", "tierq_queue_tenants", "tierq_batch_pairs"):
             conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         conn.execute(
             "INSERT INTO tierq_queue_tenants (queue, tenant)"
@@ -48,6 +50,11 @@ def registry(services: Any) -> Iterator[psycopg.Connection[Any]]:
             " '{}', 'dead', now(), now(), 5, 1000 + g, now(), now(),"
             " now() - g * interval '1 second'"
             " FROM generate_series(1, %s) AS g", (TENANTS, DEAD_ROWS))
+        conn.execute(
+            "INSERT INTO tierq_batch_pairs (queue, tenant, batch)"
+            " SELECT 'q' || lpad(q::text, 3, '0'), 't042', gen_random_uuid()"
+            " FROM generate_series(1, %s) AS q, generate_series(1, %s)",
+            (QUEUES, BATCHES_PER_PAIR))
         yield conn
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.plans import (
+    BATCH_PAIRS_SETUP,
     PAIRS_SETUP,
     WARM_ROWS,
     explain,
@@ -37,7 +38,9 @@ def arguments(ids: list[uuid.UUID]) -> dict[str, Any]:
             "retry_ats": ["2026-01-01T00:01:00Z"] * n, "deads": [False] * n,
             "results": ['{"ok": true}'] * n, "waited": False,
             "tenants": ["_"] * n, "tenant_set": ["_"], "progress": ['{"n": 1}'] * n,
-            "progress_at": ["2026-01-01T00:00:00Z"] * n}
+            "progress_at": ["2026-01-01T00:00:00Z"] * n,
+            # (claimed_tasks_by_ids: none of them a batch member)
+            "member_ids": [], "batches": [], "places": [], "member_tenants": []}
 
 
 def assert_reads_about(nodes: list[dict[str, Any]], rows: int, label: tuple[str, ...]) -> None:
@@ -60,7 +63,9 @@ def test_settling_statements_use_the_primary_key_only(unanalyzed, name, batch, m
     ids = [r[0] for r in unanalyzed.execute(
         "SELECT id FROM tierq_tasks ORDER BY random() LIMIT %s", (batch,))]
     nodes = explain(unanalyzed, name, arguments(ids), mode)
-    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+    # (claimed_tasks_by_ids reads batch rows too, by their keys: migration 0030)
+    indexes = {n["Index Name"] for n in nodes
+               if n.get("Index Name", "").startswith("tierq_tasks")}
     assert indexes == {"tierq_tasks_pkey"}, (name, mode, indexes)
     assert seq_scans_of_tasks(nodes) == [], (name, mode)
     assert_reads_about(nodes, batch, (name, mode))
@@ -106,12 +111,16 @@ def test_the_reconcilers_slice_reads_about_a_slice_after_its_cursor(unanalyzed, 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 def test_the_warm_walk_skips_over_each_pairs_rows(unanalyzed, mode):
-    """20,000 warm rows of one pair: the walk reads one index entry per pair, not the rows."""
+    """20,000 warm rows of one pair and many batch rows of another: the walk reads one
+    index entry per pair, not the rows."""
     values = {"after_queue": "", "after_tenant": "", "limit": 100}
-    nodes = explain(unanalyzed, "walk_warm_pairs", values, mode)
+    nodes = explain(unanalyzed, "walk_warm_pairs", values, mode, BATCH_PAIRS_SETUP)
     assert seq_scans_of_tasks(nodes) == [], mode
-    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {"tierq_tasks_warm_since"}
+    assert nodes[0]["Actual Rows"] == 2  # b (its batch rows), q (its warm rows)
+    assert {n["Index Name"] for n in nodes if "Index Name" in n} == {
+        "tierq_tasks_warm_since", "tierq_batch_pairs_pkey"}
     assert rows_read(nodes) <= 4, (mode, rows_read(nodes))
+    assert rows_read(nodes, "tierq_batch_pairs") <= 4, mode
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])

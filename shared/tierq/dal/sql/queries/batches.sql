@@ -38,10 +38,10 @@ FROM (SELECT DISTINCT b FROM unnest(%(batches)s::uuid[]) AS b ORDER BY b) AS sor
 -- name: move_out_of_batches
 -- Members still in their batch rows (their queue and tenant as named, no end yet) become
 -- rows of tierq_tasks as they stand: warm since the batch was made, the batch's attempts
--- (0: a claim counts in Valkey), their id and seq; their places are appended as moved. Runs after lock_batches,
--- in its transaction. A null queue or tenant names any (tierq's own callers, whose ids
--- come from its own keys). Returns the ids moved; a member that had ended, an id of
--- another queue or tenant, and an id whose batch row is gone are left out.
+-- (0: a claim counts in Valkey), their id and seq; their places are appended as moved.
+-- Runs after lock_batches, in its transaction. A null queue or tenant names any (tierq's
+-- own callers, whose ids come from its own keys). Returns the ids moved; a member that had
+-- ended, an id of another queue or tenant, and an id whose batch row is gone are left out.
 WITH v AS (
     SELECT DISTINCT v.id, v.batch, v.place, v.tenant
     FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
@@ -112,18 +112,21 @@ UNION ALL SELECT id::text, grp FROM deleted;
 
 -- name: batch_members
 -- Members as their batch rows hold them, for a read by id: (id, queue, tenant, priority,
--- payload, seq, max_attempts, timeout_seconds, created_at, ended), ended 'acked', 'moved' or
--- NULL (still in the row: warm). An id whose batch row is gone, or of another tenant when
--- tenants are named, is left out. An empty tenants array names none: every tenant's.
+-- payload, seq, max_attempts, timeout_seconds, created_at, ended), ended 'acked',
+-- 'moved' or NULL (still in the row: warm). An id whose batch row is gone, or of another
+-- tenant when tenants are named, is left out. An empty tenants array names none: every
+-- tenant's.
 WITH v AS (
     SELECT DISTINCT v.id, v.batch, v.place
-    FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[]) AS v(id, batch, place)
+    FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[])
+         AS v(id, batch, place)
 )
 SELECT v.id::text AS id, b.queue, b.tenants ->> v.place AS tenant,
        b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
        b.first_seq + v.place AS seq, b.max_attempts, b.timeout_seconds, b.created_at,
        (SELECT CASE bool_or(e.moved) WHEN true THEN 'moved' WHEN false THEN 'acked' END
-        FROM tierq_batch_ends e WHERE e.batch = v.batch AND v.place = ANY(e.places)) AS ended
+        FROM tierq_batch_ends e
+        WHERE e.batch = v.batch AND v.place = ANY(e.places)) AS ended
 FROM v JOIN tierq_batches b ON b.id = v.batch
 WHERE v.place < b.tasks
   AND (cardinality(%(tenants)s::text[]) = 0

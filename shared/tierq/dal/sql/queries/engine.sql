@@ -770,8 +770,8 @@ SELECT p.queue, p.tenant
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) WITH ORDINALITY AS p(queue, tenant, n)
 WHERE EXISTS (SELECT 1 FROM tierq_tasks t
               WHERE t.queue = p.queue AND t.tenant = p.tenant AND t.state = 'warm')
-   OR EXISTS (SELECT 1 FROM tierq_batch_pairs b
-              WHERE b.queue = p.queue AND b.tenant = p.tenant)
+   OR EXISTS (SELECT 1 FROM tierq_batch_pairs b  -- (OFFSET 0: one descent per pair)
+              WHERE b.queue = p.queue AND b.tenant = p.tenant OFFSET 0)
 ORDER BY p.n;
 
 -- name: pair_state_counts
@@ -1130,7 +1130,8 @@ WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.te
 -- ============================================================================================
 
 -- name: walk_gauge_pairs
--- Pairs with warm, cold, delayed or dead rows, in (queue, tenant) order after the cursor.
+-- Pairs with warm, cold, delayed or dead rows or batch rows, in (queue, tenant) order after
+-- the cursor.
 WITH RECURSIVE warm_walk AS (
     (SELECT queue, tenant FROM tierq_tasks
      WHERE state = 'warm' AND (queue, tenant) > (%(after_queue)s, %(after_tenant)s)

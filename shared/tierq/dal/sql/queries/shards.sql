@@ -81,10 +81,11 @@ WHERE queue = %(queue)s AND tenant = %(tenant)s AND shard = %(shard)s
 
 -- name: pair_left_on_shard
 -- What of a pair is still on this shard that a move must wait for: its unfinished tasks
--- by state (leased ones are 'warm'), its dead letters and its schedules (whose occurrences
--- are tasks). Finished tasks stay behind: their ids name this shard, and the purge removes
--- them in time. One count per state, each on that state's partial index by pair; tasks held
--- in their groups (logic/groups.py) count as cold: they are worked off after the active ones.
+-- by state (leased ones are 'warm', as are its members in batch rows), its dead letters
+-- and its schedules (whose occurrences are tasks). Finished tasks stay behind: their ids
+-- name this shard, and the purge removes them in time. One count per state, each on that
+-- state's partial index by pair; tasks held in their groups (logic/groups.py) count as
+-- cold: they are worked off after the active ones.
 SELECT (SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'
         AND queue = %(queue)s AND tenant = %(tenant)s) AS delayed,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'cold'
@@ -92,7 +93,14 @@ SELECT (SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'
        + (SELECT count(*) FROM tierq_tasks WHERE state = 'held'
           AND queue = %(queue)s AND tenant = %(tenant)s) AS cold,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'warm'
-        AND queue = %(queue)s AND tenant = %(tenant)s) AS warm,
+        AND queue = %(queue)s AND tenant = %(tenant)s)
+       + (SELECT count(*)  -- (its members in batch rows without an end: migration 0030)
+          FROM tierq_batch_pairs p JOIN tierq_batches b ON b.id = p.batch,
+               generate_series(0, b.tasks - 1) AS place
+          WHERE p.queue = %(queue)s AND p.tenant = %(tenant)s
+            AND b.tenants ->> place = %(tenant)s
+            AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                            WHERE e.batch = b.id AND place = ANY(e.places))) AS warm,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'dead'
         AND queue = %(queue)s AND tenant = %(tenant)s) AS dead,
        (SELECT count(*) FROM tierq_schedules
