@@ -41,8 +41,14 @@ def insert(store: TaskStore, tenants: list[str] = TENANTS, queue: str = QUEUE,
     ids = batch_ids(len(tenants))
     first = store.insert_batch(queue, NOW, ids[0], columns(
         ids, tenants, list(range(len(tenants))), [{"n": n} for n in range(len(tenants))],
-        timeout=timeout))
+        timeout=timeout), *by_place(tenants))
     return ids, first
+
+
+def by_place(tenants: list[str]) -> tuple[list[str], bytes | None]:
+    """The batch row's tenant names and its byte per place (None for one tenant)."""
+    names = list(dict.fromkeys(tenants))
+    return names, bytes(names.index(t) for t in tenants) if len(names) > 1 else None
 
 
 def columns(ids: list[str], tenants: list[str], priorities: list[int], payloads: list[Any],
@@ -189,7 +195,7 @@ def batch_count(pg: psycopg.Connection[Any]) -> tuple[int, int]:
                                    " (SELECT count(*) FROM tierq_batch_ends)").fetchall()
     held = pg.execute("SELECT queue, tenant, batch::text FROM tierq_batch_pairs").fetchall()
     expected = pg.execute("SELECT DISTINCT queue, t, id::text FROM tierq_batches,"
-                          " jsonb_array_elements_text(tenants) AS t").fetchall()
+                          " unnest(tenant_names) AS t").fetchall()
     assert sorted(held) == sorted(expected)
     return batches, ends
 
@@ -241,17 +247,19 @@ def test_the_sweep_passes_over_a_batch_in_use(tq: Tierq, store: TaskStore,
 
 @pytest.mark.parametrize(("field", "value", "named"), [
     ("priorities", [0, 10], "tierq_batches_by_place"),
-    ("tenants", ["a"], "tierq_batches_by_place"),
+    ("tenant_of", b"\x00", "tierq_batches_by_place"),
+    ("tenant_names", [], "tierq_batches_by_place"),
     ("max_attempts", 0, "tierq_batches_max_attempts_check"),
 ])
 def test_a_batch_row_that_does_not_hold_by_place_is_refused(
         store: TaskStore, pg: psycopg.Connection[Any], field: str, value: Any,
         named: str) -> None:
     ids = batch_ids(2)
-    given: dict[str, Any] = {"tenants": ["a", "a"], "priorities": [0, 1], "max_attempts": 5,
-                             field: value}
+    given: dict[str, Any] = {"tenant_names": ["a", "b"], "tenant_of": b"\x00\x01",
+                             "priorities": [0, 1], "max_attempts": 5, field: value}
     with pytest.raises(psycopg.errors.CheckViolation, match=named):
         store.insert_batch(QUEUE, NOW, ids[0], columns(
-            ids, given["tenants"], given["priorities"], [{}, {}], given["max_attempts"]))
+            ids, ["a", "b"], given["priorities"], [{}, {}], given["max_attempts"]),
+            given["tenant_names"], given["tenant_of"])
     assert batch_count(pg) == (0, 0)
 

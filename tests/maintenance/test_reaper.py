@@ -618,7 +618,7 @@ def test_ended_batch_rows_are_swept_a_slice_at_a_time_and_the_walk_wraps(make_tq
         store.insert_batch("q", now, ids[0], {
             "ids": "{" + ",".join(ids) + "}", "tenants": '["a", "a"]', "priorities": "{0,0}",
             "payloads": "[1, 2]", "state": "warm", "run_at": 0.0, "max_attempts": 5,
-            "timeout": None})
+            "timeout": None}, ["a"], None)
         batches.append(ids)
     for ids in batches[:4]:  # every member of four batches ended; the fifth's half
         store.end_batch_members("q", ids[:1], ["a"], [1])

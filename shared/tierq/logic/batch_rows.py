@@ -19,12 +19,12 @@ the transition's statements find it there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from tierq.core.batch_ids import batch_ids, batch_member
 from tierq.dal.store.base import Conn
 from tierq.dal.store.rows import AckedRow
-from tierq.dal.store.tasks import UniformColumns
 from tierq.logic.context import Context
 
 
@@ -32,26 +32,47 @@ class Member(Protocol):
     """What ``take`` reads and renumbers of a prepared task (``enqueue.Prepared``)."""
 
     id: str
+    tenant: str
     state: str
     run_at_explicit: bool
 
 
-def take(ctx: Context, batch: Sequence[Member], columns: object) -> str | None:
+@dataclass(frozen=True)
+class BatchRow:
+    """A prepared batch written as one batch row: its key and its tenants by place (names
+    in first-seen order; a byte per place naming one, None for a batch of one tenant)."""
+
+    key: str
+    tenant_names: list[str]
+    tenant_of: bytes | None
+
+
+# The most tenants one batch row names (a byte per place: migration 0030).
+MAX_TENANTS = 256
+
+
+def take(ctx: Context, batch: Sequence[Member], columns: object) -> BatchRow | None:
     """Whether a prepared batch becomes one batch row: if so its tasks are given members'
     ids (``batch_ids``, in batch order: their places) and ``columns["ids"]`` with them, and
-    the batch's key is returned; else None. The caller has checked that no task has a key,
+    the batch row is returned; else None. The caller has checked that no task has a key,
     group, parents, trace or big payload."""
     if not ctx.settings.batch_rows or not isinstance(columns, dict) \
             or columns.get("state") != "warm":
         return None
-    if any(p.run_at_explicit or p.state != "warm" for p in batch):
-        return None
+    names: dict[str, int] = {}
+    of = bytearray()
+    for p in batch:
+        if p.run_at_explicit or p.state != "warm":
+            return None
+        n = names.setdefault(p.tenant, len(names))
+        if n >= MAX_TENANTS:
+            return None
+        of.append(n)
     ids = batch_ids(len(batch), tag=ctx.id_tag)
     for p, task_id in zip(batch, ids, strict=True):
         p.id = task_id
-    uniform: UniformColumns = columns  # type: ignore[assignment]
-    uniform["ids"] = "{" + ",".join(ids) + "}"
-    return ids[0]
+    columns["ids"] = "{" + ",".join(ids) + "}"
+    return BatchRow(ids[0], list(names), bytes(of) if len(names) > 1 else None)
 
 
 def move_out(ctx: Context, queue: str | None, ids: Sequence[str],

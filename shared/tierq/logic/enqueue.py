@@ -348,9 +348,9 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
                 ctx, queue, batch, now, columns, keyed, record)
         else:
             # (a batch admitted warm, keyless: one batch row where the setting says so)
-            batch_key = None if keyed else batch_rows.take(ctx, batch, columns)
+            batch_row = None if keyed else batch_rows.take(ctx, batch, columns)
             seqs, warm_items = _insert(ctx, queue, batch, now, columns, keyed,
-                                       batch_key=batch_key)
+                                       batch_row=batch_row)
     except BaseException:
         admission.close(ctx, ticket)
         raise
@@ -448,7 +448,8 @@ Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
 
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
             columns: TaskColumns | UniformColumns, keyed: bool,
-            conn: Conn | None = None, *, batch_key: str | None = None) -> Inserted:
+            conn: Conn | None = None, *,
+            batch_row: batch_rows.BatchRow | None = None) -> Inserted:
     """Insert the batch: {id: seq} of the rows inserted, and the push items of those created
     warm.
 
@@ -457,17 +458,18 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
     commits. Without one, the statement commits itself: every seq tierq_task_seq hands out
     has a place, so making them cannot fail. On a shard of a sharded deployment, the insert
     runs in a transaction that first holds the pairs' homes there (a pair moved off this
-    shard meanwhile raises PairMoving, writing nothing). ``batch_key``: the batch is one
-    batch row of that key (``batch_rows.take`` renumbered it)."""
+    shard meanwhile raises PairMoving, writing nothing). ``batch_row``: the batch is that
+    batch row (``batch_rows.take`` renumbered it)."""
     if ctx.id_tag is not None:
         if conn is None:
             with ctx.db.transaction() as own:
                 return _insert(ctx, queue, batch, now, columns, keyed, own,
-                               batch_key=batch_key)
+                               batch_row=batch_row)
         require_here(ctx.store, conn, queue, [p.tenant for p in batch])
-    if batch_key is not None:
-        first = ctx.store.insert_batch(queue, to_datetime(now), batch_key,
-                                       cast(UniformColumns, columns), conn=conn)
+    if batch_row is not None:
+        first = ctx.store.insert_batch(queue, to_datetime(now), batch_row.key,
+                                       cast(UniformColumns, columns), batch_row.tenant_names,
+                                       batch_row.tenant_of, conn=conn)
         seqs = {p.id: first + i for i, p in enumerate(batch)}
         return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
     if "state" in columns and keyed:

@@ -38,6 +38,7 @@ table tierq_batch_ends
   column places smallint[] not null
   column moved boolean not null
   CREATE INDEX tierq_batch_ends_batch ON tierq_batch_ends USING btree (batch)
+  CREATE INDEX tierq_batch_ends_moved ON tierq_batch_ends USING btree (batch) WHERE moved
   grant to <app_group>: DELETE, INSERT, SELECT, UPDATE
 
 table tierq_batch_pairs
@@ -53,13 +54,14 @@ table tierq_batches
   column queue text not null
   column tasks integer not null
   column first_seq bigint not null
-  column tenants jsonb not null
+  column tenant_names text[] not null
+  column tenant_of bytea
   column priorities smallint[] not null
   column payloads jsonb not null
   column max_attempts integer not null
   column timeout_seconds integer
   column created_at timestamp with time zone not null
-  constraint tierq_batches_by_place: CHECK (cardinality(priorities) = tasks AND jsonb_array_length(tenants) = tasks AND jsonb_array_length(payloads) = tasks AND (0 <= ALL (priorities)) AND (9 >= ALL (priorities)))
+  constraint tierq_batches_by_place: CHECK (cardinality(priorities) = tasks AND jsonb_array_length(payloads) = tasks AND (0 <= ALL (priorities)) AND (9 >= ALL (priorities)) AND cardinality(tenant_names) >= 1 AND cardinality(tenant_names) <= 256 AND (tenant_of IS NULL OR length(tenant_of) = tasks))
   constraint tierq_batches_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_batches_pkey: PRIMARY KEY (id)
   constraint tierq_batches_tasks_check: CHECK (tasks >= 1 AND tasks <= 512)
@@ -413,6 +415,14 @@ function tierq_app_group() returns text language sql stable
     SELECT CASE WHEN octet_length(current_database()) <= 53
                 THEN 'tierq_app_' || current_database()
                 ELSE 'tierq_app_' || md5(current_database()) END
+
+function tierq_batch_tenant(p_names text[], p_tenant_of bytea, p_place integer) returns text language sql immutable
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    SELECT CASE WHEN p_tenant_of IS NULL THEN p_names[1]
+                WHEN p_place >= 0 AND p_place < length(p_tenant_of)
+                THEN p_names[get_byte(p_tenant_of, p_place) + 1] END
 
 function tierq_grant_app_group() returns text language plpgsql volatile
   no grants but the owner's

@@ -72,15 +72,17 @@ def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
 
 class BatchQueries(StoreBase):
     def insert_batch(self, queue: str, now: datetime, batch: str, columns: UniformColumns,
-                     *, conn: Conn | None = None) -> int:
+                     tenant_names: Sequence[str], tenant_of: bytes | None, *,
+                     conn: Conn | None = None) -> int:
         """One batch row keyed ``batch`` (its first member's id, ``batch_ids``) holding the
         tasks of ``columns`` (a batch admitted warm: its state and run_at are not kept, as
-        every member is warm since ``now``) by place; its first seq."""
+        every member is warm since ``now``) by place, their tenants as ``tenant_names`` and
+        a byte per place naming one (None: the only name's); its first seq."""
         [first] = self._fetch("insert_batch", {
-            "batch": batch, "queue": queue, "tenants": columns["tenants"],
-            "priorities": columns["priorities"], "payloads": columns["payloads"],
-            "max_attempts": columns["max_attempts"], "timeout": columns["timeout"],
-            "now": now}, scalar_row, conn)
+            "batch": batch, "queue": queue, "tenant_names": text_array(list(tenant_names)),
+            "tenant_of": tenant_of, "priorities": columns["priorities"],
+            "payloads": columns["payloads"], "max_attempts": columns["max_attempts"],
+            "timeout": columns["timeout"], "now": now}, scalar_row, conn)
         return int(first)
 
     def move_out_of_batches(self, queue: str | None, ids: Sequence[str],

@@ -19,26 +19,33 @@
 -- one batch never overlap: each holds the batch's advisory lock (the ack's shared, the
 -- move's alone), so a member is moved only if no ack ended it, and an ack of a moved
 -- member finds its row. The sweep deletes a batch row once each place has an end, with
--- its ends; it holds the lock alone too, so no end is appended to a batch it deleted.
+-- its ends; it takes the lock alone too, passing over a batch an ack or a move holds.
 --
--- A batch row's arrays are by place, from 0: tenants and payloads as JSON arrays (one
--- value each, sent as the enqueue's statements send them), priorities as smallint[]. Its
--- tasks' seqs are first_seq plus their places, within one block of tierq_task_seq.
+-- A batch row's values are by place, from 0: payloads as a JSON array (sent as the
+-- enqueue's statements send it), priorities as smallint[], and tenants as names and a byte
+-- per place: the tenant of place p is tenant_names[get_byte(tenant_of, p) + 1], or the
+-- only name where tenant_of is NULL (a batch of one tenant; tierq_batch_tenant reads it).
+-- A byte read needs no decompression, where an element of a JSON array or of a text[]
+-- that PostgreSQL compressed is read by decompressing the whole value, once per member an
+-- ack names. Its tasks' seqs are first_seq plus their places, within one block of
+-- tierq_task_seq. The sweep deletes it with its ends (a moved member's row lives on).
 CREATE TABLE tierq_batches (
     id              uuid        PRIMARY KEY,
     queue           text        NOT NULL,
     tasks           integer     NOT NULL CHECK (tasks BETWEEN 1 AND 512),
     first_seq       bigint      NOT NULL,
-    tenants         jsonb       NOT NULL,
+    tenant_names    text[]      NOT NULL,
+    tenant_of       bytea,
     priorities      smallint[]  NOT NULL,
     payloads        jsonb       NOT NULL,
     max_attempts    integer     NOT NULL CHECK (max_attempts >= 1),
     timeout_seconds integer     CHECK (timeout_seconds BETWEEN 1 AND 604800),
     created_at      timestamptz NOT NULL,
     CONSTRAINT tierq_batches_by_place CHECK (
-        cardinality(priorities) = tasks AND jsonb_array_length(tenants) = tasks
-        AND jsonb_array_length(payloads) = tasks
-        AND 0 <= ALL(priorities) AND 9 >= ALL(priorities))
+        cardinality(priorities) = tasks AND jsonb_array_length(payloads) = tasks
+        AND 0 <= ALL(priorities) AND 9 >= ALL(priorities)
+        AND cardinality(tenant_names) BETWEEN 1 AND 256
+        AND (tenant_of IS NULL OR length(tenant_of) = tasks))
 );
 
 -- The pairs each batch row holds tasks of, a row per (batch, tenant), written with the
@@ -58,3 +65,25 @@ CREATE TABLE tierq_batch_ends (
     moved  boolean    NOT NULL
 );
 CREATE INDEX tierq_batch_ends_batch ON tierq_batch_ends (batch);
+-- the moves alone: what an ack checks, without reading the acks' ends of its batch
+CREATE INDEX tierq_batch_ends_moved ON tierq_batch_ends (batch) WHERE moved;
+
+-- The tenant of a batch row's place (NULL past its bytes). A SQL function of one
+-- expression, which PostgreSQL inlines into the statement that calls it.
+CREATE FUNCTION tierq_batch_tenant(p_names text[], p_tenant_of bytea, p_place integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN p_tenant_of IS NULL THEN p_names[1]
+            WHEN p_place >= 0 AND p_place < length(p_tenant_of)
+            THEN p_names[get_byte(p_tenant_of, p_place) + 1] END
+$$;
+
+-- (EXECUTE for the application's group too, as migration 0029 grants its functions')
+DO $$
+BEGIN
+    EXECUTE format(
+        'GRANT EXECUTE ON FUNCTION tierq_batch_tenant(text[], bytea, integer) TO %I',
+        tierq_app_group());
+END
+$$;

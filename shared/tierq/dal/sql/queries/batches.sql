@@ -1,23 +1,25 @@
 -- Named queries of batch rows (migration 0030; tierq.dal.store.batches runs them). A member
 -- is passed as its id with its batch's key and its place (tierq.core.batch_ids.batch_of),
--- three arrays zipped in order; tenants as a text[] literal, as the acks pass them.
+-- three arrays zipped in order; tenants as a text[] literal, as the acks pass them. A
+-- member's tenant is read by tierq_batch_tenant (migration 0030).
 
 -- name: insert_batch
 -- One batch row: the tasks of an enqueued batch admitted warm, by place, its seqs one block
 -- of tierq_task_seq; and a row of tierq_batch_pairs per tenant it holds tasks of. Returns
 -- the batch's first seq.
 WITH b AS (
-    INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenants, priorities, payloads,
-                               max_attempts, timeout_seconds, created_at)
+    INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenant_names, tenant_of,
+                               priorities, payloads, max_attempts, timeout_seconds,
+                               created_at)
     VALUES (%(batch)s::uuid, %(queue)s, cardinality(%(priorities)s::smallint[]),
-            nextval('tierq_task_seq'), %(tenants)s::jsonb, %(priorities)s::smallint[],
-            %(payloads)s::jsonb, %(max_attempts)s, %(timeout)s, %(now)s)
-    RETURNING first_seq, tenants
+            nextval('tierq_task_seq'), %(tenant_names)s::text[], %(tenant_of)s::bytea,
+            %(priorities)s::smallint[], %(payloads)s::jsonb, %(max_attempts)s, %(timeout)s,
+            %(now)s)
+    RETURNING first_seq, tenant_names
 ),
 p AS (
     INSERT INTO tierq_batch_pairs (queue, tenant, batch)
-    SELECT DISTINCT %(queue)s, t.tenant, %(batch)s::uuid
-    FROM b, jsonb_array_elements_text(b.tenants) AS t(tenant)
+    SELECT %(queue)s, t.tenant, %(batch)s::uuid FROM b, unnest(b.tenant_names) AS t(tenant)
 )
 SELECT first_seq FROM b;
 
@@ -48,13 +50,15 @@ WITH v AS (
                 %(tenants)s::text[]) AS v(id, batch, place, tenant)
 ),
 m AS MATERIALIZED (
-    SELECT v.id, v.batch, v.place, b.queue, b.tenants ->> v.place AS tenant,
+    SELECT v.id, v.batch, v.place, b.queue,
+           tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
            b.priorities[v.place + 1] AS priority,
            b.payloads -> v.place AS payload, b.first_seq + v.place AS seq, b.max_attempts,
            b.timeout_seconds, b.created_at
     FROM v JOIN tierq_batches b ON b.id = v.batch
     WHERE (b.queue = %(queue)s::text OR %(queue)s::text IS NULL) AND v.place < b.tasks
-      AND (b.tenants ->> v.place = v.tenant OR v.tenant IS NULL)
+      AND (tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
+           OR v.tenant IS NULL)
       AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                       WHERE e.batch = v.batch AND v.place = ANY(e.places))
 ),
@@ -90,7 +94,7 @@ WITH v AS (
 m AS MATERIALIZED (
     SELECT v.id, v.batch, v.place, v.tenant, v.attempt,
            coalesce(b.queue = %(queue)s AND v.place < b.tasks
-                    AND b.tenants ->> v.place = v.tenant
+                    AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
                     AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                                     WHERE e.batch = v.batch AND e.moved
                                       AND v.place = ANY(e.places)), false) AS held
@@ -121,7 +125,8 @@ WITH v AS (
     FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[])
          AS v(id, batch, place)
 )
-SELECT v.id::text AS id, b.queue, b.tenants ->> v.place AS tenant,
+SELECT v.id::text AS id, b.queue,
+       tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
        b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
        b.first_seq + v.place AS seq, b.max_attempts, b.timeout_seconds, b.created_at,
        (SELECT CASE bool_or(e.moved) WHEN true THEN 'moved' WHEN false THEN 'acked' END
@@ -130,7 +135,8 @@ SELECT v.id::text AS id, b.queue, b.tenants ->> v.place AS tenant,
 FROM v JOIN tierq_batches b ON b.id = v.batch
 WHERE v.place < b.tasks
   AND (cardinality(%(tenants)s::text[]) = 0
-       OR b.tenants ->> v.place = ANY(%(tenants)s::text[]));
+       OR tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place)
+          = ANY(%(tenants)s::text[]));
 
 -- name: lock_free_batches
 -- The sweep's candidates: up to `budget` batches after `after`, in key order, each with
@@ -148,7 +154,7 @@ ORDER BY c.id;
 -- row is gone (a purge of the queue raced with an ack: an end is appended only to a batch
 -- row that was there). Returns (batches deleted, their tasks).
 WITH done AS MATERIALIZED (
-    SELECT b.id, b.tasks, b.queue, b.tenants FROM tierq_batches b
+    SELECT b.id, b.tasks, b.queue, b.tenant_names FROM tierq_batches b
     WHERE b.id = ANY(%(batches)s::uuid[])
       AND (SELECT count(DISTINCT p) FROM tierq_batch_ends e, unnest(e.places) AS p
            WHERE e.batch = b.id) >= b.tasks
@@ -162,7 +168,7 @@ orphans AS (
 held AS (DELETE FROM tierq_batch_pairs p
          WHERE (p.queue, p.tenant, p.batch) IN (
              SELECT done.queue, t.tenant, done.id
-             FROM done, jsonb_array_elements_text(done.tenants) AS t(tenant))),
+             FROM done, unnest(done.tenant_names) AS t(tenant))),
 gone AS (DELETE FROM tierq_batches b USING done WHERE b.id = done.id RETURNING b.tasks)
 SELECT count(*) AS batches, coalesce(sum(tasks), 0) AS tasks FROM gone;
 
@@ -184,7 +190,7 @@ SELECT coalesce((SELECT sum(tasks) FROM gone), 0)
 -- By tierq_batch_pairs' primary key from the cursor on.
 SELECT b.id::text AS batch,
        ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
-             WHERE b.tenants ->> p = %(tenant)s
+             WHERE tierq_batch_tenant(b.tenant_names, b.tenant_of, p) = %(tenant)s
                AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                                WHERE e.batch = b.id AND p = ANY(e.places))
              ORDER BY p) AS places

@@ -557,13 +557,15 @@ SELECT id, queue, tenant, key, priority, payload, state, run_at, run_at_initiall
 FROM tierq_tasks
 WHERE queue = %(queue)s AND id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 UNION ALL
-SELECT %(id)s::uuid, b.queue, b.tenants ->> p.place, NULL, b.priorities[p.place + 1],
+SELECT %(id)s::uuid, b.queue, tierq_batch_tenant(b.tenant_names, b.tenant_of, p.place), NULL,
+       b.priorities[p.place + 1],
        b.payloads -> p.place, 'warm', b.created_at, b.created_at, 0, b.max_attempts,
        b.first_seq + p.place, b.created_at, b.created_at, b.created_at, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, b.timeout_seconds
 FROM tierq_batches b, (SELECT %(place)s::int AS place) AS p
 WHERE b.id = %(batch)s::uuid AND b.queue = %(queue)s AND p.place < b.tasks
-  AND (%(tenant)s::text IS NULL OR b.tenants ->> p.place = %(tenant)s)
+  AND (%(tenant)s::text IS NULL
+       OR tierq_batch_tenant(b.tenant_names, b.tenant_of, p.place) = %(tenant)s)
   AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                   WHERE e.batch = b.id AND p.place = ANY(e.places));
 
@@ -1112,13 +1114,15 @@ WHERE t.id = ANY(ARRAY(SELECT unnest(%(ids)s::uuid[]))) AND t.queue = %(queue)s
 UNION ALL
 -- (members still in their batch rows, as task_by_id reads them: the marked ids among
 -- them, each with its batch and place)
-SELECT v.id::text, b.tenants ->> v.place, NULL, b.priorities[v.place + 1],
+SELECT v.id::text, tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place), NULL,
+       b.priorities[v.place + 1],
        (b.payloads -> v.place)::text, b.max_attempts, 'warm', NULL, NULL, b.timeout_seconds,
        NULL
 FROM unnest(%(member_ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
             %(member_tenants)s::text[]) AS v(id, batch, place, tenant)
 JOIN tierq_batches b ON b.id = v.batch
-WHERE b.queue = %(queue)s AND v.place < b.tasks AND b.tenants ->> v.place = v.tenant
+WHERE b.queue = %(queue)s AND v.place < b.tasks
+  AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
   AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                   WHERE e.batch = v.batch AND v.place = ANY(e.places));
 

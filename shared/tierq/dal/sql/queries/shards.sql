@@ -98,7 +98,7 @@ SELECT (SELECT count(*) FROM tierq_tasks WHERE state = 'delayed'
           FROM tierq_batch_pairs p JOIN tierq_batches b ON b.id = p.batch,
                generate_series(0, b.tasks - 1) AS place
           WHERE p.queue = %(queue)s AND p.tenant = %(tenant)s
-            AND b.tenants ->> place = %(tenant)s
+            AND tierq_batch_tenant(b.tenant_names, b.tenant_of, place) = %(tenant)s
             AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                             WHERE e.batch = b.id AND place = ANY(e.places))) AS warm,
        (SELECT count(*) FROM tierq_tasks WHERE state = 'dead'
