@@ -390,10 +390,10 @@ class Settings:
     # (``gathers_acks``).
     ack_group_commit: bool | None = setting("TIERQ_ACK_GROUP_COMMIT", None,
                                             empty_is_default=True)
-    # True: an enqueued batch admitted warm whose tasks have no key, group, parents,
-    # schedule, trace or big payload is one batch row of PostgreSQL (migration 0030), and a
-    # plain ack of its tasks appends their places instead of deleting a row per task
-    # (logic/batch_rows.py). Off by default while design D is built
+    # True: an enqueued batch admitted warm whose tasks have no group, parents, schedule,
+    # trace or big payload writes its keyless tasks as one batch row of PostgreSQL
+    # (migration 0030), and a plain ack of those appends their places instead of deleting
+    # a row per task (logic/batch_rows.py). Off by default while design D is built
     # (docs/design-rotating-tables.md, *Building design D*); batch rows already written are
     # served whatever it says.
     batch_rows: bool = setting("TIERQ_BATCH_ROWS", False)

@@ -18,9 +18,8 @@ import pytest
 
 from tierq.core.batch_ids import batch_ids
 from tierq.core.ids import uuid7_strings
-from tierq.dal.postgres import int_array, uuid_array
-from tierq.dal.store.batches import FIRST_KEY
-from tierq.dal.store.tasks import UniformColumns
+from tierq.dal.postgres import int_array, text_array
+from tierq.dal.store.batches import FIRST_KEY, BatchColumns
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
 
@@ -37,27 +36,23 @@ def store(tq: Tierq) -> TaskStore:
 
 def insert(store: TaskStore, tenants: list[str] = TENANTS, queue: str = QUEUE,
            timeout: int | None = 30) -> tuple[list[str], int]:
-    """A batch row of ``tenants``' tasks (priorities 0, 1, 2, …); (its ids, first seq)."""
+    """A batch row of ``tenants``' tasks (priorities 0, 1, …); (its ids, first seq)."""
     ids = batch_ids(len(tenants))
-    first = store.insert_batch(queue, NOW, ids[0], columns(
-        ids, tenants, list(range(len(tenants))), [{"n": n} for n in range(len(tenants))],
-        timeout=timeout), *by_place(tenants))
+    first, keyed = store.insert_batch(queue, NOW, columns(
+        ids[0], tenants, list(range(len(tenants))), [{"n": n} for n in range(len(tenants))],
+        timeout=timeout))
+    assert keyed == {}
     return ids, first
 
 
-def by_place(tenants: list[str]) -> tuple[list[str], bytes | None]:
-    """The batch row's tenant names and its byte per place (None for one tenant)."""
+def columns(key: str, tenants: list[str], priorities: list[int], payloads: list[Any],
+            max_attempts: int = 5, timeout: int | None = None) -> BatchColumns:
+    """A batch row's parameters, as logic/batch_rows.take makes them."""
     names = list(dict.fromkeys(tenants))
-    return names, bytes(names.index(t) for t in tenants) if len(names) > 1 else None
-
-
-def columns(ids: list[str], tenants: list[str], priorities: list[int], payloads: list[Any],
-            max_attempts: int = 5, timeout: int | None = None) -> UniformColumns:
-    """A uniform batch's columns, as the enqueue makes them."""
-    return {"ids": uuid_array(ids), "tenants": orjson.dumps(tenants).decode(),
+    return {"batch": key, "tenant_names": text_array(names),
+            "tenant_of": bytes(names.index(t) for t in tenants) if len(names) > 1 else None,
             "priorities": int_array(priorities), "payloads": orjson.dumps(payloads).decode(),
-            "state": "warm", "run_at": NOW.timestamp(), "max_attempts": max_attempts,
-            "timeout": timeout}
+            "max_attempts": max_attempts, "timeout": timeout}
 
 
 def end(store: TaskStore, queue: str, ids: list[str], tenants: list[str],
@@ -246,20 +241,15 @@ def test_the_sweep_passes_over_a_batch_in_use(tq: Tierq, store: TaskStore,
 
 
 @pytest.mark.parametrize(("field", "value", "named"), [
-    ("priorities", [0, 10], "tierq_batches_by_place"),
+    ("priorities", "{0,10}", "tierq_batches_by_place"),
     ("tenant_of", b"\x00", "tierq_batches_by_place"),
-    ("tenant_names", [], "tierq_batches_by_place"),
+    ("tenant_names", "{}", "tierq_batches_by_place"),
     ("max_attempts", 0, "tierq_batches_max_attempts_check"),
 ])
 def test_a_batch_row_that_does_not_hold_by_place_is_refused(
         store: TaskStore, pg: psycopg.Connection[Any], field: str, value: Any,
         named: str) -> None:
-    ids = batch_ids(2)
-    given: dict[str, Any] = {"tenant_names": ["a", "b"], "tenant_of": b"\x00\x01",
-                             "priorities": [0, 1], "max_attempts": 5, field: value}
+    given = columns(batch_ids(2)[0], ["a", "b"], [0, 1], [{}, {}])
     with pytest.raises(psycopg.errors.CheckViolation, match=named):
-        store.insert_batch(QUEUE, NOW, ids[0], columns(
-            ids, ["a", "b"], given["priorities"], [{}, {}], given["max_attempts"]),
-            given["tenant_names"], given["tenant_of"])
+        store.insert_batch(QUEUE, NOW, {**given, field: value})  # type: ignore[misc]
     assert batch_count(pg) == (0, 0)
-

@@ -52,7 +52,6 @@ def test_a_plain_batch_is_one_batch_row_and_its_acks_end_it(tq: Tierq,
 
 
 @pytest.mark.parametrize("task", [
-    {"payload": 1, "key": "k"},
     {"payload": 1, "group": "g"},
     {"payload": 1, "delay_seconds": 30},
     {"payload": 1, "max_attempts": 2},
@@ -210,3 +209,29 @@ def test_a_replayed_claim_rebuilds_members_from_their_row(tq: Tierq) -> None:
     assert sorted((str(t.id), t.payload, t.lease_token) for t in again) == sorted(
         (str(t.id), t.payload, t.lease_token) for t in first)
     assert sorted(str(t.id) for t in again) == sorted(ids)
+
+
+def test_a_keyed_batch_keeps_its_order_with_its_keyless_tasks_in_a_batch_row(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """The keyless tasks are one batch row, the keyed ones rows, their seqs in batch order
+    either way: claims take them in the order they were enqueued. A key that meets a live
+    task's is answered as without batch rows."""
+    [live] = tq.enqueue(QUEUE, [{"payload": "first", "key": "k1"}])
+    out = tq.enqueue(QUEUE, [{"payload": n, "key": None if n % 3 else f"k{n}"}
+                             for n in range(9)] + [{"payload": "again", "key": "k1"}])
+    assert [o.outcome for o in out] == ["created"] * 9 + ["ignored"]
+    assert out[9].id == live.id
+    ids = [str(o.id) for o in out[:9]]
+    assert [batch_member(i) for i in ids] == [n % 3 != 0 for n in range(9)]
+    assert stored(pg) == (1, 6, 4)  # (the batch row's 6, the 3 keyed rows and k1's first)
+    tasks = tq.claim(QUEUE, max=20)
+    assert [t.payload for t in tasks] == ["first", *range(9)]
+    views = [tq.get_task(QUEUE, i) for i in ids]
+    assert [v.payload for v in views] == list(range(9))
+    assert [str(v.id) for v in views] == ids
+    seqs = [pg.execute("SELECT seq FROM tierq_tasks WHERE id = %s", (i,)).fetchone()
+            for i in ids[::3]]
+    assert seqs == sorted(seqs)
+    tq.ack(QUEUE, tasks)
+    assert stored(pg)[2] == 0
+    assert reaper.run(tq.ctx).batches_swept == 1

@@ -615,10 +615,9 @@ def test_ended_batch_rows_are_swept_a_slice_at_a_time_and_the_walk_wraps(make_tq
     batches = []
     for _ in range(5):
         ids = batch_ids(2)
-        store.insert_batch("q", now, ids[0], {
-            "ids": "{" + ",".join(ids) + "}", "tenants": '["a", "a"]', "priorities": "{0,0}",
-            "payloads": "[1, 2]", "state": "warm", "run_at": 0.0, "max_attempts": 5,
-            "timeout": None}, ["a"], None)
+        store.insert_batch("q", now, {
+            "batch": ids[0], "tenant_names": "{a}", "tenant_of": None, "priorities": "{0,0}",
+            "payloads": "[1, 2]", "max_attempts": 5, "timeout": None})
         batches.append(ids)
     for ids in batches[:4]:  # every member of four batches ended; the fifth's half
         store.end_batch_members("q", ids[:1], ["a"], [1])

@@ -2,12 +2,12 @@
 out of its row before any transition but a plain ack (migration 0030;
 docs/design-rotating-tables.md, *Design D*).
 
-| a batch enqueued                                                   | written as     |
-| ------------------------------------------------------------------ | -------------- |
-| ``TIERQ_BATCH_ROWS`` on; every task warm now, of one max_attempts  | one batch row  |
-| and time limit; none with a key, group, parents, schedule, trace   |                |
-| or big payload                                                     |                |
-| any other                                                          | a row per task |
+| a batch enqueued (``TIERQ_BATCH_ROWS`` on)                        | written as          |
+| ----------------------------------------------------------------- | ------------------- |
+| every task warm now, of one max_attempts and time limit, none     | its keyless tasks   |
+| with a group, parents, schedule, trace or big payload             | one batch row, its  |
+|                                                                   | keyed ones rows     |
+| any other, or the setting off                                     | a row per task      |
 
 A member stays in its batch row until a plain ack ends it (``end_batch_members``, by the
 ack) or a transition moves it out (``move_out``): a nack, an expiry, a release, a cancel
@@ -22,8 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 from tierq.core.batch_ids import batch_ids, batch_member
+from tierq.dal.postgres import text_array
 from tierq.dal.store.base import Conn
+from tierq.dal.store.batches import BatchColumns
 from tierq.dal.store.rows import AckedRow
 from tierq.logic.context import Context
 
@@ -33,46 +37,77 @@ class Member(Protocol):
 
     id: str
     tenant: str
+    key: str | None
+    priority: int
+    payload_json: bytes
     state: str
     run_at_explicit: bool
+    max_attempts: int
+    timeout_seconds: int | None
+    group: str | None
+    trace: bytes | None
+    object_key: str | None
+    after: list[str] | tuple[()]
 
 
 @dataclass(frozen=True)
 class BatchRow:
-    """A prepared batch written as one batch row: its key and its tenants by place (names
-    in first-seen order; a byte per place naming one, None for a batch of one tenant)."""
+    """A prepared batch whose keyless tasks are one batch row: their indexes in the batch
+    (its places, in order) and the statement's parameters (``BatchQueries.insert_batch``)."""
 
-    key: str
-    tenant_names: list[str]
-    tenant_of: bytes | None
+    places: list[int]
+    columns: BatchColumns
 
 
 # The most tenants one batch row names (a byte per place: migration 0030).
 MAX_TENANTS = 256
 
 
-def take(ctx: Context, batch: Sequence[Member], columns: object) -> BatchRow | None:
-    """Whether a prepared batch becomes one batch row: if so its tasks are given members'
-    ids (``batch_ids``, in batch order: their places) and ``columns["ids"]`` with them, and
-    the batch row is returned; else None. The caller has checked that no task has a key,
-    group, parents, trace or big payload."""
-    if not ctx.settings.batch_rows or not isinstance(columns, dict) \
-            or columns.get("state") != "warm":
+def take(ctx: Context, batch: Sequence[Member]) -> BatchRow | None:
+    """Whether a prepared batch's keyless tasks become one batch row (the module's table):
+    if so they are given members' ids (``batch_ids``, in batch order: their places) and
+    the batch row is returned, its keyed tasks beside it; else None (nothing changed)."""
+    if not ctx.settings.batch_rows or not batch:
         return None
+    first = batch[0]
     names: dict[str, int] = {}
     of = bytearray()
-    for p in batch:
-        if p.run_at_explicit or p.state != "warm":
+    places: list[int] = []
+    for n, p in enumerate(batch):
+        if p.run_at_explicit or p.state != "warm" or p.max_attempts != first.max_attempts \
+                or p.timeout_seconds != first.timeout_seconds or p.group is not None \
+                or p.trace is not None or p.object_key or p.after:
             return None
-        n = names.setdefault(p.tenant, len(names))
-        if n >= MAX_TENANTS:
-            return None
-        of.append(n)
-    ids = batch_ids(len(batch), tag=ctx.id_tag)
-    for p, task_id in zip(batch, ids, strict=True):
-        p.id = task_id
-    columns["ids"] = "{" + ",".join(ids) + "}"
-    return BatchRow(ids[0], list(names), bytes(of) if len(names) > 1 else None)
+        if p.key is None:
+            t = names.setdefault(p.tenant, len(names))
+            if t >= MAX_TENANTS:
+                return None
+            of.append(t)
+            places.append(n)
+    if not places:
+        return None
+    ids = batch_ids(len(places), tag=ctx.id_tag)
+    for n, task_id in zip(places, ids, strict=True):
+        batch[n].id = task_id
+    members = [batch[n] for n in places]
+    columns: BatchColumns = {
+        "batch": ids[0], "tenant_names": text_array(list(names)),
+        "tenant_of": bytes(of) if len(names) > 1 else None,
+        "priorities": "{" + ",".join([str(p.priority) for p in members]) + "}",
+        "payloads": (b"[" + b",".join([p.payload_json for p in members]) + b"]").decode(),
+        "max_attempts": first.max_attempts, "timeout": first.timeout_seconds}
+    if len(places) < len(batch):  # (keyed tasks too: rows of their own, in the same block)
+        keyed = [n for n, p in enumerate(batch) if p.key is not None]
+        columns.update({
+            "seq_offsets": "{" + ",".join(map(str, places)) + "}",
+            "keyed_ids": "{" + ",".join([batch[n].id for n in keyed]) + "}",
+            "keyed_tenants": orjson.dumps([batch[n].tenant for n in keyed]).decode(),
+            "keys": orjson.dumps([batch[n].key for n in keyed]).decode(),
+            "keyed_priorities": "{" + ",".join([str(batch[n].priority) for n in keyed]) + "}",
+            "keyed_payloads": (b"[" + b",".join([batch[n].payload_json for n in keyed])
+                               + b"]").decode(),
+            "keyed_offsets": "{" + ",".join(map(str, keyed)) + "}"})
+    return BatchRow(places, columns)
 
 
 def move_out(ctx: Context, queue: str | None, ids: Sequence[str],

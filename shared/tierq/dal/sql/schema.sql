@@ -54,6 +54,7 @@ table tierq_batches
   column queue text not null
   column tasks integer not null
   column first_seq bigint not null
+  column seq_offsets smallint[]
   column tenant_names text[] not null
   column tenant_of bytea
   column priorities smallint[] not null
@@ -61,7 +62,7 @@ table tierq_batches
   column max_attempts integer not null
   column timeout_seconds integer
   column created_at timestamp with time zone not null
-  constraint tierq_batches_by_place: CHECK (cardinality(priorities) = tasks AND jsonb_array_length(payloads) = tasks AND (0 <= ALL (priorities)) AND (9 >= ALL (priorities)) AND cardinality(tenant_names) >= 1 AND cardinality(tenant_names) <= 256 AND (tenant_of IS NULL OR length(tenant_of) = tasks))
+  constraint tierq_batches_by_place: CHECK (cardinality(priorities) = tasks AND jsonb_array_length(payloads) = tasks AND (0 <= ALL (priorities)) AND (9 >= ALL (priorities)) AND cardinality(tenant_names) >= 1 AND cardinality(tenant_names) <= 256 AND (tenant_of IS NULL OR length(tenant_of) = tasks) AND (seq_offsets IS NULL OR cardinality(seq_offsets) = tasks))
   constraint tierq_batches_max_attempts_check: CHECK (max_attempts >= 1)
   constraint tierq_batches_pkey: PRIMARY KEY (id)
   constraint tierq_batches_tasks_check: CHECK (tasks >= 1 AND tasks <= 512)
@@ -415,6 +416,12 @@ function tierq_app_group() returns text language sql stable
     SELECT CASE WHEN octet_length(current_database()) <= 53
                 THEN 'tierq_app_' || current_database()
                 ELSE 'tierq_app_' || md5(current_database()) END
+
+function tierq_batch_seq(p_first_seq bigint, p_offsets smallint[], p_place integer) returns bigint language sql immutable
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    SELECT p_first_seq + coalesce(p_offsets[p_place + 1], p_place)
 
 function tierq_batch_tenant(p_names text[], p_tenant_of bytea, p_place integer) returns text language sql immutable
   grant to PUBLIC: EXECUTE

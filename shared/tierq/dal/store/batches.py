@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, NotRequired, TypedDict
 
 from psycopg.rows import scalar_row, tuple_row
 
@@ -33,8 +33,29 @@ from tierq.dal.postgres import (
 from tierq.dal.store.base import Conn, StoreBase, checked, positional
 from tierq.dal.store.rows import AckedRow, BatchMemberRow, BatchSweepRow
 
-if TYPE_CHECKING:
-    from tierq.dal.store.tasks import UniformColumns
+
+class BatchColumns(TypedDict):
+    """A batch row's parameters (logic/batch_rows.take): its key (its first member's id),
+    its tenants' names (a ``text[]`` literal) and a byte per place naming one (None: the
+    only name's), its priorities (a ``smallint[]`` literal) and payloads (a JSON array) by
+    place, its max_attempts and time limit; with keyed tasks, each place's offset in the
+    batch and the keyed tasks' columns, as ``insert_tasks_uniform_keyed`` takes them."""
+
+    batch: str
+    tenant_names: str
+    tenant_of: bytes | None
+    priorities: str
+    payloads: str
+    max_attempts: int
+    timeout: int | None
+    seq_offsets: NotRequired[str]
+    keyed_ids: NotRequired[str]
+    keyed_tenants: NotRequired[str]
+    keys: NotRequired[str]
+    keyed_priorities: NotRequired[str]
+    keyed_payloads: NotRequired[str]
+    keyed_offsets: NotRequired[str]
+
 
 # The smallest and the largest uuid: a sweep's first pass starts after the one, and its
 # last looks up to the other.
@@ -71,19 +92,21 @@ def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
 
 
 class BatchQueries(StoreBase):
-    def insert_batch(self, queue: str, now: datetime, batch: str, columns: UniformColumns,
-                     tenant_names: Sequence[str], tenant_of: bytes | None, *,
-                     conn: Conn | None = None) -> int:
-        """One batch row keyed ``batch`` (its first member's id, ``batch_ids``) holding the
-        tasks of ``columns`` (a batch admitted warm: its state and run_at are not kept, as
-        every member is warm since ``now``) by place, their tenants as ``tenant_names`` and
-        a byte per place naming one (None: the only name's); its first seq."""
-        [first] = self._fetch("insert_batch", {
-            "batch": batch, "queue": queue, "tenant_names": text_array(list(tenant_names)),
-            "tenant_of": tenant_of, "priorities": columns["priorities"],
-            "payloads": columns["payloads"], "max_attempts": columns["max_attempts"],
-            "timeout": columns["timeout"], "now": now}, scalar_row, conn)
-        return int(first)
+    def insert_batch(self, queue: str, now: datetime, columns: BatchColumns, *,
+                     conn: Conn | None = None) -> tuple[int, dict[str, int]]:
+        """One batch row (``BatchColumns``), every member warm since ``now``, and the
+        batch's keyed tasks as rows when it has some: (the batch's first seq, {id: seq} of
+        the keyed rows inserted; a keyed task that met a live task's key is not)."""
+        name = "insert_batch_keyed" if "keyed_ids" in columns else "insert_batch"
+        first = 0
+        inserted: dict[str, int] = {}
+        for task_id, seq in self._fetch(name, {"queue": queue, "now": now, **columns},
+                                        tuple_row, conn):
+            if task_id is None:
+                first = seq
+            else:
+                inserted[task_id] = seq
+        return first, inserted
 
     def move_out_of_batches(self, queue: str | None, ids: Sequence[str],
                             tenants: Sequence[str | None] | None, *,

@@ -1,9 +1,9 @@
 -- tierq schema, version 30: batch rows, the tasks of one enqueued batch in one row.
 --
--- Design D of docs/design-rotating-tables.md: a batch admitted warm, whose tasks have no
--- key, group, parents or trace, is one row of tierq_batches instead of a row per task, and
--- an ack of its members appends one row of their places to tierq_batch_ends instead of
--- deleting a row per task. A member's id names its batch row and its place
+-- Design D of docs/design-rotating-tables.md: the keyless tasks of a batch admitted warm,
+-- whose tasks have no group, parents or trace, are one row of tierq_batches instead of a
+-- row per task, and an ack of these members appends one row of their places to
+-- tierq_batch_ends instead of deleting a row per task. A member's id names its batch row and its place
 -- (tierq.core.batch_ids), so neither needs a look-up by task.
 --
 -- A member lives in its batch row until one of two ends, each an appended row of places:
@@ -28,12 +28,16 @@
 -- A byte read needs no decompression, where an element of a JSON array or of a text[]
 -- that PostgreSQL compressed is read by decompressing the whole value, once per member an
 -- ack names. Its tasks' seqs are first_seq plus their places, within one block of
--- tierq_task_seq. The sweep deletes it with its ends (a moved member's row lives on).
+-- tierq_task_seq; where the enqueued batch also had keyed tasks (rows of tierq_tasks,
+-- written by the same statement in that block), first_seq plus each place's offset in the
+-- batch (seq_offsets), so the batch keeps its order (tierq_batch_seq reads it). The sweep
+-- deletes it with its ends (a moved member's row lives on).
 CREATE TABLE tierq_batches (
     id              uuid        PRIMARY KEY,
     queue           text        NOT NULL,
     tasks           integer     NOT NULL CHECK (tasks BETWEEN 1 AND 512),
     first_seq       bigint      NOT NULL,
+    seq_offsets     smallint[],
     tenant_names    text[]      NOT NULL,
     tenant_of       bytea,
     priorities      smallint[]  NOT NULL,
@@ -45,7 +49,8 @@ CREATE TABLE tierq_batches (
         cardinality(priorities) = tasks AND jsonb_array_length(payloads) = tasks
         AND 0 <= ALL(priorities) AND 9 >= ALL(priorities)
         AND cardinality(tenant_names) BETWEEN 1 AND 256
-        AND (tenant_of IS NULL OR length(tenant_of) = tasks))
+        AND (tenant_of IS NULL OR length(tenant_of) = tasks)
+        AND (seq_offsets IS NULL OR cardinality(seq_offsets) = tasks))
 );
 
 -- The pairs each batch row holds tasks of, a row per (batch, tenant), written with the
@@ -79,11 +84,23 @@ SELECT CASE WHEN p_tenant_of IS NULL THEN p_names[1]
             THEN p_names[get_byte(p_tenant_of, p_place) + 1] END
 $$;
 
+-- The seq of a batch row's place: its first seq plus the place's offset in the enqueued
+-- batch (the place itself where the batch had no keyed tasks). Inlined as the one above.
+CREATE FUNCTION tierq_batch_seq(p_first_seq bigint, p_offsets smallint[], p_place integer)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT p_first_seq + coalesce(p_offsets[p_place + 1], p_place)
+$$;
+
 -- (EXECUTE for the application's group too, as migration 0029 grants its functions')
 DO $$
 BEGIN
     EXECUTE format(
         'GRANT EXECUTE ON FUNCTION tierq_batch_tenant(text[], bytea, integer) TO %I',
+        tierq_app_group());
+    EXECUTE format(
+        'GRANT EXECUTE ON FUNCTION tierq_batch_seq(bigint, smallint[], integer) TO %I',
         tierq_app_group());
 END
 $$;

@@ -6,7 +6,7 @@
 -- name: insert_batch
 -- One batch row: the tasks of an enqueued batch admitted warm, by place, its seqs one block
 -- of tierq_task_seq; and a row of tierq_batch_pairs per tenant it holds tasks of. Returns
--- the batch's first seq.
+-- (NULL, the batch's first seq), as insert_batch_keyed does.
 WITH b AS (
     INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenant_names, tenant_of,
                                priorities, payloads, max_attempts, timeout_seconds,
@@ -21,7 +21,49 @@ p AS (
     INSERT INTO tierq_batch_pairs (queue, tenant, batch)
     SELECT %(queue)s, t.tenant, %(batch)s::uuid FROM b, unnest(b.tenant_names) AS t(tenant)
 )
-SELECT first_seq FROM b;
+SELECT NULL::text AS id, first_seq AS seq FROM b;
+
+-- name: insert_batch_keyed
+-- insert_batch for a batch with keyed tasks: its keyless tasks in one batch row (each
+-- place's offset in the batch in seq_offsets), its keyed ones as rows of tierq_tasks,
+-- warm, each seq the batch's first plus its offset, as insert_tasks_uniform_keyed inserts
+-- them (a live task with the same key wins: DO NOTHING). Returns the keyed rows inserted
+-- (id, seq), then (NULL, the batch's first seq).
+WITH b AS (
+    INSERT INTO tierq_batches (id, queue, tasks, first_seq, seq_offsets, tenant_names,
+                               tenant_of, priorities, payloads, max_attempts,
+                               timeout_seconds, created_at)
+    VALUES (%(batch)s::uuid, %(queue)s, cardinality(%(priorities)s::smallint[]),
+            nextval('tierq_task_seq'), %(seq_offsets)s::smallint[], %(tenant_names)s::text[],
+            %(tenant_of)s::bytea, %(priorities)s::smallint[], %(payloads)s::jsonb,
+            %(max_attempts)s, %(timeout)s, %(now)s)
+    RETURNING first_seq, tenant_names
+),
+p AS (
+    INSERT INTO tierq_batch_pairs (queue, tenant, batch)
+    SELECT %(queue)s, t.tenant, %(batch)s::uuid FROM b, unnest(b.tenant_names) AS t(tenant)
+),
+keyed AS (
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since, grp, timeout_seconds, trace)
+    SELECT v.id, %(queue)s, v.tenant, v.key, v.priority, v.payload, 'warm', %(now)s,
+           %(now)s, %(max_attempts)s, b.first_seq + v.offset_in_batch, %(now)s, %(now)s,
+           %(now)s, NULL, %(timeout)s, NULL
+    FROM b, ROWS FROM (unnest(%(keyed_ids)s::uuid[]),
+                       jsonb_array_elements_text(%(keyed_tenants)s::jsonb),
+                       jsonb_array_elements_text(%(keys)s::jsonb),
+                       unnest(%(keyed_priorities)s::smallint[]),
+                       jsonb_array_elements(%(keyed_payloads)s::jsonb),
+                       unnest(%(keyed_offsets)s::int[]))
+            AS v(id, tenant, key, priority, payload, offset_in_batch)
+    ON CONFLICT (queue, tenant, key)
+        WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
+    DO NOTHING
+    RETURNING id::text, seq
+)
+SELECT id, seq FROM keyed
+UNION ALL SELECT NULL, first_seq FROM b;
 
 -- name: lock_batches_shared
 -- The batches' advisory locks, shared, in key order: taken by an ack before it appends, so
@@ -53,7 +95,7 @@ m AS MATERIALIZED (
     SELECT v.id, v.batch, v.place, b.queue,
            tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
            b.priorities[v.place + 1] AS priority,
-           b.payloads -> v.place AS payload, b.first_seq + v.place AS seq, b.max_attempts,
+           b.payloads -> v.place AS payload, tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts,
            b.timeout_seconds, b.created_at
     FROM v JOIN tierq_batches b ON b.id = v.batch
     WHERE (b.queue = %(queue)s::text OR %(queue)s::text IS NULL) AND v.place < b.tasks
@@ -128,7 +170,7 @@ WITH v AS (
 SELECT v.id::text AS id, b.queue,
        tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
        b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
-       b.first_seq + v.place AS seq, b.max_attempts, b.timeout_seconds, b.created_at,
+       tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts, b.timeout_seconds, b.created_at,
        (SELECT CASE bool_or(e.moved) WHEN true THEN 'moved' WHEN false THEN 'acked' END
         FROM tierq_batch_ends e
         WHERE e.batch = v.batch AND v.place = ANY(e.places)) AS ended

@@ -558,10 +558,9 @@ FROM tierq_tasks
 WHERE queue = %(queue)s AND id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 UNION ALL
 SELECT %(id)s::uuid, b.queue, tierq_batch_tenant(b.tenant_names, b.tenant_of, p.place), NULL,
-       b.priorities[p.place + 1],
-       b.payloads -> p.place, 'warm', b.created_at, b.created_at, 0, b.max_attempts,
-       b.first_seq + p.place, b.created_at, b.created_at, b.created_at, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, b.timeout_seconds
+       b.priorities[p.place + 1], b.payloads -> p.place, 'warm', b.created_at, b.created_at,
+       0, b.max_attempts, tierq_batch_seq(b.first_seq, b.seq_offsets, p.place), b.created_at,
+       b.created_at, b.created_at, NULL, NULL, NULL, NULL, NULL, NULL, NULL, b.timeout_seconds
 FROM tierq_batches b, (SELECT %(place)s::int AS place) AS p
 WHERE b.id = %(batch)s::uuid AND b.queue = %(queue)s AND p.place < b.tasks
   AND (%(tenant)s::text IS NULL
