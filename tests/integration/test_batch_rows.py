@@ -72,7 +72,7 @@ def rows_of(pg: psycopg.Connection[Any], ids: list[str]) -> dict[str, tuple[Any,
 
 def test_a_batch_row_reads_as_its_members(store: TaskStore) -> None:
     ids, first = insert(store)
-    members = {m.id: m for m in store.batch_members(ids)}
+    members = {m.id: m for m in store.batch_members(ids, None)}
     assert set(members) == set(ids)
     for place, task_id in enumerate(ids):
         m = members[task_id]
@@ -81,8 +81,9 @@ def test_a_batch_row_reads_as_its_members(store: TaskStore) -> None:
             QUEUE, TENANTS[place], place, PAYLOADS[place], first + place, 5, 30, NOW, None)
     # a tenant named reads only its own; ids without the mark, or of no batch, read nothing
     assert {m.id for m in store.batch_members(ids, ["b"])} == {ids[1], ids[4]}
-    assert store.batch_members(uuid7_strings(3)) == []
-    assert store.batch_members(batch_ids(2)) == []
+    assert store.batch_members(uuid7_strings(3), None) == []
+    assert store.batch_members(batch_ids(2), None) == []
+    assert store.batch_members(ids, []) == []  # (no tenant named: none of them)
 
 
 def test_a_move_makes_rows_as_the_members_stood(store: TaskStore,
@@ -96,7 +97,7 @@ def test_a_move_makes_rows_as_the_members_stood(store: TaskStore,
     for place in (0, 1):
         assert rows[ids[place]] == (QUEUE, TENANTS[place], place, PAYLOADS[place], "warm", 0,
                                     5, first + place, 30, NOW, NOW, NOW)
-    ended = {m.id: m.ended for m in store.batch_members(ids)}
+    ended = {m.id: m.ended for m in store.batch_members(ids, None)}
     assert ended == {ids[0]: "moved", ids[1]: "moved", ids[2]: None, ids[3]: None,
                      ids[4]: None}
     # moved once only; an ack of a moved member finds its row and deletes it
@@ -114,7 +115,7 @@ def test_a_move_or_an_ack_names_the_members_queue_and_tenant(
     assert end(store, QUEUE, ids[:2], ["b", "a"]) == []
     assert end(store, "other", ids[:2], ["a", "b"]) == []
     assert rows_of(pg, ids) == {}
-    assert {m.ended for m in store.batch_members(ids)} == {None}
+    assert {m.ended for m in store.batch_members(ids, None)} == {None}
 
 
 def test_an_acked_member_is_never_moved(store: TaskStore, pg: psycopg.Connection[Any]) -> None:
@@ -123,7 +124,7 @@ def test_an_acked_member_is_never_moved(store: TaskStore, pg: psycopg.Connection
     moved = store.move_out_of_batches(QUEUE, ids, TENANTS)
     assert sorted(moved) == sorted([ids[0], ids[1], ids[4]])
     assert set(rows_of(pg, ids)) == {ids[0], ids[1], ids[4]}
-    ended = {m.id: m.ended for m in store.batch_members(ids)}
+    ended = {m.id: m.ended for m in store.batch_members(ids, None)}
     assert ended == {ids[0]: "moved", ids[1]: "moved", ids[2]: "acked", ids[3]: "acked",
                      ids[4]: "moved"}
 
@@ -172,7 +173,7 @@ def test_an_ack_waits_for_a_move_of_its_batch_and_then_finds_the_moved_row(
     # (the moved member's row deleted, the others' places appended: none left warm twice)
     assert sorted(ended[0]) == sorted(ids[:3])
     assert rows_of(pg, ids) == {}
-    assert {m.id: m.ended for m in store.batch_members(ids[:3])} == {
+    assert {m.id: m.ended for m in store.batch_members(ids[:3], None)} == {
         ids[0]: "moved", ids[1]: "acked", ids[2]: "acked"}
 
 
@@ -219,7 +220,7 @@ def test_the_sweep_deletes_only_batches_whose_members_all_ended(
     assert batch_count(pg) == (3, 4)
     assert sweep_all(store) == (3, 1, 5)  # (budget 2: two passes with batches, one past)
     assert batch_count(pg) == (2, 1)
-    assert {m.id for m in store.batch_members(done + partly + fresh)} == set(partly + fresh)
+    assert {m.id for m in store.batch_members(done + partly + fresh, None)} == set(partly + fresh)
     # the moved members' rows stay; an ack of a member of a batch swept appends nothing
     assert set(rows_of(pg, done)) == set(done[3:])
     assert end(store, QUEUE, done[:1], TENANTS[:1]) == []
@@ -252,4 +253,33 @@ def test_a_batch_row_that_does_not_hold_by_place_is_refused(
     given = columns(batch_ids(2)[0], ["a", "b"], [0, 1], [{}, {}])
     with pytest.raises(psycopg.errors.CheckViolation, match=named):
         store.insert_batch(QUEUE, NOW, {**given, field: value})  # type: ignore[misc]
+    assert batch_count(pg) == (0, 0)
+
+
+def waiting_on_a_row_lock(pg: psycopg.Connection[Any], started: threading.Thread) -> None:
+    """Until a backend other than ``pg``'s waits on a row (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and started.is_alive():
+        [(waiting,)] = pg.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND pid <> pg_backend_pid()").fetchall()
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("no backend came to wait on the batch row")
+
+
+def test_a_purge_waits_for_a_move_and_deletes_the_moved_row_too(
+        tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """A move in a caller's transaction and a purge of the queue: the purge waits for the
+    move to commit, then deletes the moved member's row with the rest; none survives to
+    run after the purge."""
+    ids, _ = insert(store)
+    with tq.ctx.db.transaction() as conn:
+        assert store.move_out_of_batches(QUEUE, ids[:1], ["a"], conn=conn) == ids[:1]
+        thread, purged = in_thread(lambda: store.purge_queue_tasks(QUEUE))
+        waiting_on_a_row_lock(pg, thread)
+    thread.join(10)
+    assert purged == [len(ids)]
+    assert rows_of(pg, ids) == {}
     assert batch_count(pg) == (0, 0)

@@ -33,10 +33,8 @@ WHOLE_ROWS = {"task_by_id", "cancel_task", "dlq_page", "dlq_page_of_tenant",
               "queue_settings_row", "upsert_queue_settings", "schedule_by_name",
               "schedules_page", "upsert_schedule"}
 # Statements also read by ``positional`` outside ``_fetch`` (a pipeline's cursors:
-# GroupQueries.release_groups, BatchQueries.end_batch_members), each into the class its
-# ``_fetch`` read uses.
-PIPELINED_READS = {"release_group_heads": rows.GroupReleasedRow,
-                   "end_batch_members": rows.AckedRow}
+# GroupQueries.release_groups), each into the class its ``_fetch`` read uses.
+PIPELINED_READS = {"release_group_heads": rows.GroupReleasedRow}
 LAST_ID = uuid.UUID(int=2**128 - 1)
 _PARAM = re.compile(r"%\((\w+)\)s")
 

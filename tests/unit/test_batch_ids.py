@@ -8,7 +8,13 @@ import uuid
 
 import pytest
 
-from tierq.core.batch_ids import MAX_PLACES, batch_ids, batch_member, batch_of
+from tierq.core.batch_ids import (
+    MAX_PLACES,
+    MEMBERS_SINCE_MS,
+    batch_ids,
+    batch_member,
+    batch_of,
+)
 from tierq.core.ids import uuid7, uuid7_strings
 from tierq.dal.shards import tag_of
 from tierq.logic.bulk import load_id, new_id_tail
@@ -53,3 +59,18 @@ def test_no_other_id_carries_the_mark() -> None:
                for n in range(2000)]
     assert not any(batch_member(i) for i in others)
     assert {batch_of(i) for i in others} == {None}
+
+
+def test_an_id_older_than_batch_rows_is_never_a_member() -> None:
+    """Half the ids made before the mark existed carry it by chance: older than
+    MEMBERS_SINCE_MS, none is taken for a member, so their acks cost what they did."""
+    [new] = batch_ids(1)
+
+    def at(ms: int) -> str:  # (the id of a member made at ``ms``)
+        digits = f"{ms:012x}"
+        return f"{digits[:8]}-{digits[8:]}{new[13:]}"
+
+    assert (batch_member(at(MEMBERS_SINCE_MS - 1)), batch_of(at(MEMBERS_SINCE_MS - 1))) \
+        == (False, None)
+    assert batch_of(at(MEMBERS_SINCE_MS)) == (at(MEMBERS_SINCE_MS), 0)
+    assert batch_of(new) == (new, 0)

@@ -20,8 +20,9 @@ hex digits of ``tttttttt-tttt-7ccc-vrrr-rrrrrPPPgggg``  what they hold
 =========================================  ===============================================
 
 The batch's key is a member's id with its place zeroed. The mark is a hint, not a proof:
-ids made before the mark existed may carry it, so a reader that finds no batch row for
-an id marked as a member reads ``tierq_tasks`` as it would for any other id.
+ids made before the mark existed carry it by chance, so a reader that finds no batch row
+for an id marked as a member reads ``tierq_tasks`` as it would for any other id; and an
+id older than ``MEMBERS_SINCE_MS`` is never taken for a member at all.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from tierq.core.ids import uuid7_strings
 # The bit of the variant's hex digit (text position 19) that marks a member: 0x2 of the
 # digit, whose top two bits are the variant's 0b10.
 BATCH_MARK = 0x2
+# No member's id is older than this (2026-12-01T00:00:00Z, before any code wrote batch
+# rows), where half the ids made before it carry the mark by chance: those read as rows,
+# so a queue upgraded with tasks in it pays nothing for batch rows it never had.
+MEMBERS_SINCE_MS = 1_796_083_200_000
 # Where the place sits in an id's text, and how many places a batch row can have: a batch's
 # seqs are its first seq plus each place, within one block of tierq_task_seq (it steps by
 # 512, migration 0004), as an enqueued batch's are.
@@ -41,15 +46,19 @@ MAX_PLACES = 512
 
 
 def batch_member(task_id: object) -> bool:
-    """Whether ``task_id`` (a ``UUID`` or its text) carries the mark of a batch member."""
-    return int(str(task_id)[19], 16) & BATCH_MARK != 0
+    """Whether ``task_id`` (a ``UUID`` or its canonical text, as tierq's models give it)
+    may name a batch member: it carries the mark and is not older than
+    ``MEMBERS_SINCE_MS``."""
+    text = str(task_id)
+    return int(text[19], 16) & BATCH_MARK != 0 \
+        and int(text[:8] + text[9:13], 16) >= MEMBERS_SINCE_MS
 
 
 def batch_of(task_id: object) -> tuple[str, int] | None:
-    """(The batch row's key, the member's place) of a marked id; None for an id without
-    the mark."""
+    """(The batch row's key, the member's place) of an id that may name a member
+    (``batch_member``); None for any other."""
     text = str(task_id)
-    if int(text[19], 16) & BATCH_MARK == 0:
+    if not batch_member(text):
         return None
     return f"{text[:29]}000{text[32:]}", int(text[PLACE_AT], 16)
 

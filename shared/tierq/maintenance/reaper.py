@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from pydantic import Field, ValidationError
 
-from tierq.core.batch_ids import MAX_PLACES, member_id
+from tierq.core.batch_ids import member_id
 from tierq.core.lazy import lazy_module
 from tierq.dal.shards import shard_tag
 from tierq.dal.store.batches import FIRST_KEY
@@ -270,6 +270,10 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
     if failures.skip((queue, tenant)):
         return True
     try:
+        # (a sharded deployment's pair may be found by a batch row that still holds other
+        # tenants' tasks after it moved away: its leases are the new home's)
+        if lives_elsewhere(ctx, queue, tenant):
+            return True
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
         reconcile_after, started_after = ctx.warm.reaper_cursors(queue, tenant)
@@ -551,6 +555,10 @@ def restore(ctx: Context, queue: str, tenant: str, lost: Sequence[str], before: 
 # in the process (a new one starts from the pair's first); at most this many pairs.
 _member_cursors: dict[tuple[int, str, str], str] = {}
 MEMBER_CURSORS_KEPT = 100_000
+# Batch rows read per pass and pair: ``reconcile_batch`` over this, as if each held this
+# many of the pair's unfinished members (a batch row of the tenant's with none is passed
+# over by the statement, and costs no slot).
+MEMBERS_A_BATCH_ROW = 50
 
 
 def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
@@ -560,7 +568,7 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
     pass: those lost are moved out into ``tierq_tasks`` (warm since their batch was made,
     so older than the cutoff), then taken over and pushed as the warm rows are."""
     place = (id(ctx.store), queue, tenant)
-    limit = max(1, config.reconcile_batch // MAX_PLACES)
+    limit = max(1, config.reconcile_batch // MEMBERS_A_BATCH_ROW)
     suspects = ctx.store.batch_suspects(queue, tenant, to_ms(before),
                                         _member_cursors.get(place, FIRST_KEY), limit)
     if len(_member_cursors) >= MEMBER_CURSORS_KEPT:

@@ -431,6 +431,45 @@ function tierq_batch_tenant(p_names text[], p_tenant_of bytea, p_place integer) 
                 WHEN p_place >= 0 AND p_place < length(p_tenant_of)
                 THEN p_names[get_byte(p_tenant_of, p_place) + 1] END
 
+function tierq_end_batch_members_v1(p_queue text, p_ids uuid[], p_batches uuid[], p_places integer[], p_tenants text[], p_attempts integer[]) returns TABLE(id text, grp text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    PERFORM count(pg_advisory_xact_lock_shared(hashtextextended(b::text, 30)))
+    FROM (SELECT DISTINCT b FROM unnest(p_batches) AS b ORDER BY b) AS sorted;
+    RETURN QUERY
+    WITH v AS (
+        SELECT DISTINCT v.id, v.batch, v.place, v.tenant, v.attempt
+        FROM unnest(p_ids::uuid[], p_batches::uuid[], p_places::int[],
+                    p_tenants::text[], p_attempts::int[])
+             AS v(id, batch, place, tenant, attempt)
+    ),
+    m AS MATERIALIZED (
+        SELECT v.id, v.batch, v.place, v.tenant, v.attempt,
+               coalesce(b.queue = p_queue AND v.place < b.tasks
+                        AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
+                        AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                                        WHERE e.batch = v.batch AND e.moved
+                                          AND v.place = ANY(e.places)), false) AS held
+        FROM v LEFT JOIN tierq_batches b ON b.id = v.batch
+    ),
+    ended AS (
+        INSERT INTO tierq_batch_ends (batch, places, moved)
+        SELECT batch, array_agg(place ORDER BY place), false FROM m WHERE held GROUP BY batch
+    ),
+    deleted AS (
+        DELETE FROM tierq_tasks t USING m
+        WHERE t.id = ANY(ARRAY(SELECT id FROM m WHERE NOT held)) AND t.id = m.id
+          AND NOT m.held AND t.queue = p_queue AND t.tenant = m.tenant
+          AND (t.state = 'warm') IS TRUE AND t.attempts < m.attempt AND t.waiters = 0
+        RETURNING t.id, t.grp
+    )
+    SELECT id::text AS id, NULL::text AS grp FROM m WHERE held
+    UNION ALL SELECT id::text, grp FROM deleted;
+    END
+
 function tierq_grant_app_group() returns text language plpgsql volatile
   no grants but the owner's
   body:

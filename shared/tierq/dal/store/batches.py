@@ -25,12 +25,11 @@ from psycopg.rows import scalar_row, tuple_row
 from tierq.core.batch_ids import batch_of, time_key
 from tierq.dal.postgres import (
     int_array,
-    pipelined_transaction,
     text_array,
     transaction,
     uuid_array,
 )
-from tierq.dal.store.base import Conn, StoreBase, checked, positional
+from tierq.dal.store.base import Conn, StoreBase, positional
 from tierq.dal.store.rows import AckedRow, BatchMemberRow, BatchSweepRow
 
 
@@ -136,34 +135,27 @@ class BatchQueries(StoreBase):
                           conn: Conn | None = None) -> list[AckedRow]:
         """A plain ack of the marked ids among ``ids`` (each with its lease's tenant and
         attempt): the members still in their batch rows ended, the others' rows deleted as
-        ``ack_delete_by_attempt`` deletes them; (id, group) of those finished. One round
-        trip (a pipelined transaction) on a pooled connection (``relaxed``: the pool whose
-        commits do not wait for the WAL flush), or on ``conn``, in its transaction."""
+        ``ack_delete_by_attempt`` deletes them; (id, group) of those finished. One
+        statement (``tierq_end_batch_members_v1``), autocommit on a pooled connection
+        (``relaxed``: the pool whose commits do not wait for the WAL flush), or on
+        ``conn``."""
         params = _members(ids, tenants, attempts)
         if params is None:
             return []
         params["queue"] = queue
-        if conn is not None:
-            with transaction(conn):
-                self._fetch("lock_batches_shared", {"batches": params["batches"]},
-                            scalar_row, conn)
-                return self._fetch("end_batch_members", params, positional(AckedRow), conn)
-        row = positional(AckedRow)
-        with self.db.connection(relaxed=relaxed) as own:
-            cursors = pipelined_transaction(own, [
-                (self._sql["lock_batches_shared"], {"batches": params["batches"]}, None),
-                (self._sql["end_batch_members"], params, row.factory)])
-        checked(row, "end_batch_members", cursors[1])
-        return cursors[1].fetchall()
+        return self._fetch("end_batch_members", params, positional(AckedRow), conn,
+                           relaxed=relaxed)
 
-    def batch_members(self, ids: Sequence[str], tenants: Sequence[str] = (), *,
+    def batch_members(self, ids: Sequence[str], tenants: Sequence[str] | None, *,
                       conn: Conn | None = None) -> list[BatchMemberRow]:
-        """The members among ``ids`` whose batch rows are still there, as those hold them
-        (of the ``tenants`` named, when any are), in no order."""
+        """The members among ``ids`` whose batch rows are still there, as those hold them,
+        of the ``tenants`` named (None: of any tenant, an admin's read), in no order."""
         params = _members(ids)
         if params is None:
             return []
-        params["tenants"] = text_array(list(tenants))
+        if tenants is not None and not tenants:
+            return []
+        params["tenants"] = text_array(list(tenants or ()))
         return self._fetch("batch_members", params, positional(BatchMemberRow), conn)
 
     def batch_suspects(self, queue: str, tenant: str, before_ms: int, after: str,

@@ -228,10 +228,14 @@ class RegistryQueries(StoreBase):
     def pair_oldest_ready(self, pairs: Sequence[Pair],
                           heads: Sequence[str]) -> list[PairOldestReady]:
         """When the oldest ready task of each pair became ready: of its cold rows and of
-        the warm tasks ``heads`` (the first of each priority in the pairs' ready sets)."""
+        the warm tasks ``heads`` (the first of each priority in the pairs' ready sets),
+        rows or batch rows' members (ready since their batch was made)."""
+        members = [batch_of(h) for h in heads]
         return self._fetch("pair_oldest_ready", {
             "queues": [q for q, _ in pairs], "tenants": [t for _, t in pairs],
-            "heads": heads}, positional(PairOldestReady))
+            "heads": heads,
+            "head_batches": uuid_array(m[0] for m in members if m is not None)},
+            positional(PairOldestReady))
 
     # -- a queue's view -------------------------------------------------------------------
 

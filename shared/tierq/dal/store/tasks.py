@@ -349,9 +349,20 @@ class TaskQueries(BatchQueries):
             "tenants": [t for _, t in leases]}, tuple_row)}
 
     def purge_queue_tasks(self, queue: str) -> int:
-        """Delete every task of the queue, its batch rows' too; how many."""
-        [members] = self._fetch("purge_queue_batches", {"queue": queue}, scalar_row)
-        return int(members) + self._execute("purge_queue_tasks", {"queue": queue})
+        """Delete every task of the queue, its batch rows' too, in one transaction; how
+        many. The batch rows go first, each once the move that holds it has committed,
+        so the rows such a move made are deleted by the last statement."""
+        def body(conn: Conn) -> int:
+            batches = self._fetch("purge_queue_batches", {"queue": queue}, tuple_row, conn)
+            members = sum(int(tasks) for _, tasks in batches)
+            if batches:
+                [ended] = self._fetch("purge_batch_ends",
+                                      {"batches": uuid_array(k for k, _ in batches)},
+                                      scalar_row, conn)
+                members -= int(ended)
+            return members + self._execute("purge_queue_tasks", {"queue": queue}, conn)
+
+        return self.db.run_transaction(body, what="a purge of a queue")
 
     # -- dead letters ---------------------------------------------------------------------
 

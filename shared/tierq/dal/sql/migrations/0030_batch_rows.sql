@@ -3,8 +3,8 @@
 -- Design D of docs/design-rotating-tables.md: the keyless tasks of a batch admitted warm,
 -- whose tasks have no group, parents or trace, are one row of tierq_batches instead of a
 -- row per task, and an ack of these members appends one row of their places to
--- tierq_batch_ends instead of deleting a row per task. A member's id names its batch row and its place
--- (tierq.core.batch_ids), so neither needs a look-up by task.
+-- tierq_batch_ends instead of deleting a row per task. A member's id names its batch row
+-- and its place (tierq.core.batch_ids), so neither needs a look-up by task.
 --
 -- A member lives in its batch row until one of two ends, each an appended row of places:
 --
@@ -93,6 +93,59 @@ AS $$
 SELECT p_first_seq + coalesce(p_offsets[p_place + 1], p_place)
 $$;
 
+-- A plain ack of batch members, in one statement (BatchQueries.end_batch_members): the
+-- batches' advisory locks shared, in key order, then (a statement of its own, so it sees
+-- every move committed before the locks) the places of the members still in their batch
+-- rows (queue and tenant as named) appended, one row per batch, and answered acked; the
+-- rows of the others (moved out, or ids whose batch row is gone or never was) deleted as
+-- ack_delete_by_attempt deletes them. A member acked before is appended again (the sweep
+-- counts a place once: the lease check in Valkey, not this function, lets one ack of an
+-- attempt through; a member in its batch row has no attempt recorded in PostgreSQL, as
+-- any transition that records one moves it out first). One statement, not a transaction
+-- of two: an ack of 10 costs PostgreSQL a statement's parse and commit, as ack_delete
+-- does. Returns (id, grp) of those finished.
+CREATE FUNCTION tierq_end_batch_members_v1(p_queue text, p_ids uuid[], p_batches uuid[],
+                                           p_places integer[], p_tenants text[],
+                                           p_attempts integer[])
+RETURNS TABLE (id text, grp text)
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+PERFORM count(pg_advisory_xact_lock_shared(hashtextextended(b::text, 30)))
+FROM (SELECT DISTINCT b FROM unnest(p_batches) AS b ORDER BY b) AS sorted;
+RETURN QUERY
+WITH v AS (
+    SELECT DISTINCT v.id, v.batch, v.place, v.tenant, v.attempt
+    FROM unnest(p_ids::uuid[], p_batches::uuid[], p_places::int[],
+                p_tenants::text[], p_attempts::int[])
+         AS v(id, batch, place, tenant, attempt)
+),
+m AS MATERIALIZED (
+    SELECT v.id, v.batch, v.place, v.tenant, v.attempt,
+           coalesce(b.queue = p_queue AND v.place < b.tasks
+                    AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
+                    AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                                    WHERE e.batch = v.batch AND e.moved
+                                      AND v.place = ANY(e.places)), false) AS held
+    FROM v LEFT JOIN tierq_batches b ON b.id = v.batch
+),
+ended AS (
+    INSERT INTO tierq_batch_ends (batch, places, moved)
+    SELECT batch, array_agg(place ORDER BY place), false FROM m WHERE held GROUP BY batch
+),
+deleted AS (
+    DELETE FROM tierq_tasks t USING m
+    WHERE t.id = ANY(ARRAY(SELECT id FROM m WHERE NOT held)) AND t.id = m.id
+      AND NOT m.held AND t.queue = p_queue AND t.tenant = m.tenant
+      AND (t.state = 'warm') IS TRUE AND t.attempts < m.attempt AND t.waiters = 0
+    RETURNING t.id, t.grp
+)
+SELECT id::text AS id, NULL::text AS grp FROM m WHERE held
+UNION ALL SELECT id::text, grp FROM deleted;
+END
+$$;
+
 -- (EXECUTE for the application's group too, as migration 0029 grants its functions')
 DO $$
 BEGIN
@@ -102,5 +155,7 @@ BEGIN
     EXECUTE format(
         'GRANT EXECUTE ON FUNCTION tierq_batch_seq(bigint, smallint[], integer) TO %I',
         tierq_app_group());
+    EXECUTE format('GRANT EXECUTE ON FUNCTION tierq_end_batch_members_v1(text, uuid[], '
+                   'uuid[], integer[], text[], integer[]) TO %I', tierq_app_group());
 END
 $$;

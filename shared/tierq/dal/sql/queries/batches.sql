@@ -34,9 +34,9 @@ WITH b AS (
                                tenant_of, priorities, payloads, max_attempts,
                                timeout_seconds, created_at)
     VALUES (%(batch)s::uuid, %(queue)s, cardinality(%(priorities)s::smallint[]),
-            nextval('tierq_task_seq'), %(seq_offsets)s::smallint[], %(tenant_names)s::text[],
-            %(tenant_of)s::bytea, %(priorities)s::smallint[], %(payloads)s::jsonb,
-            %(max_attempts)s, %(timeout)s, %(now)s)
+            nextval('tierq_task_seq'), %(seq_offsets)s::smallint[],
+            %(tenant_names)s::text[], %(tenant_of)s::bytea, %(priorities)s::smallint[],
+            %(payloads)s::jsonb, %(max_attempts)s, %(timeout)s, %(now)s)
     RETURNING first_seq, tenant_names
 ),
 p AS (
@@ -65,13 +65,6 @@ keyed AS (
 SELECT id, seq FROM keyed
 UNION ALL SELECT NULL, first_seq FROM b;
 
--- name: lock_batches_shared
--- The batches' advisory locks, shared, in key order: taken by an ack before it appends, so
--- that no move of the same batch runs between its check and its end. Acks of one batch
--- share the lock; only a move or the sweep waits.
-SELECT count(pg_advisory_xact_lock_shared(hashtextextended(b::text, 30)))
-FROM (SELECT DISTINCT b FROM unnest(%(batches)s::uuid[]) AS b ORDER BY b) AS sorted;
-
 -- name: lock_batches
 -- The batches' advisory locks, each held alone, in key order: taken by a move before it
 -- reads which places have ended (a statement of its own: it sees every end committed
@@ -94,8 +87,8 @@ WITH v AS (
 m AS MATERIALIZED (
     SELECT v.id, v.batch, v.place, b.queue,
            tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
-           b.priorities[v.place + 1] AS priority,
-           b.payloads -> v.place AS payload, tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts,
+           b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
+           tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts,
            b.timeout_seconds, b.created_at
     FROM v JOIN tierq_batches b ON b.id = v.batch
     WHERE (b.queue = %(queue)s::text OR %(queue)s::text IS NULL) AND v.place < b.tasks
@@ -103,6 +96,9 @@ m AS MATERIALIZED (
            OR v.tenant IS NULL)
       AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
                       WHERE e.batch = v.batch AND v.place = ANY(e.places))
+    -- (a purge of the queue deleting the batch row waits for the move to commit, then
+    -- deletes its rows too; a move after such a purge finds no batch row)
+    FOR KEY SHARE OF b
 ),
 ended AS (
     INSERT INTO tierq_batch_ends (batch, places, moved)
@@ -118,50 +114,22 @@ FROM m
 RETURNING id::text;
 
 -- name: end_batch_members
--- A plain ack of marked ids (each with the tenant and attempt of its lease): the places of
--- the members still in their batch rows (queue and tenant as named) are appended, one row
--- per batch, and answered acked; the rows of the others (moved out, or ids whose batch row
--- is gone or never was) are deleted as ack_delete_by_attempt deletes them. Runs after
--- lock_batches_shared, in its transaction: a member moved before the lock was taken is
--- found moved here. A member acked before is appended again (the sweep counts a place
--- once: the lease check in Valkey, not this statement, lets one ack of an attempt
--- through; a member in its batch row has no attempt recorded in PostgreSQL, as any
--- transition that records one moves it out first). Returns (id, grp) of those finished.
-WITH v AS (
-    SELECT DISTINCT v.id, v.batch, v.place, v.tenant, v.attempt
-    FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[],
-                %(tenants)s::text[], %(attempts)s::int[])
-         AS v(id, batch, place, tenant, attempt)
-),
-m AS MATERIALIZED (
-    SELECT v.id, v.batch, v.place, v.tenant, v.attempt,
-           coalesce(b.queue = %(queue)s AND v.place < b.tasks
-                    AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
-                    AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
-                                    WHERE e.batch = v.batch AND e.moved
-                                      AND v.place = ANY(e.places)), false) AS held
-    FROM v LEFT JOIN tierq_batches b ON b.id = v.batch
-),
-ended AS (
-    INSERT INTO tierq_batch_ends (batch, places, moved)
-    SELECT batch, array_agg(place ORDER BY place), false FROM m WHERE held GROUP BY batch
-),
-deleted AS (
-    DELETE FROM tierq_tasks t USING m
-    WHERE t.id = ANY(ARRAY(SELECT id FROM m WHERE NOT held)) AND t.id = m.id
-      AND NOT m.held AND t.queue = %(queue)s AND t.tenant = m.tenant
-      AND (t.state = 'warm') IS TRUE AND t.attempts < m.attempt AND t.waiters = 0
-    RETURNING t.id, t.grp
-)
-SELECT id::text AS id, NULL::text AS grp FROM m WHERE held
-UNION ALL SELECT id::text, grp FROM deleted;
+-- A plain ack of marked ids (each with the tenant and attempt of its lease), in one
+-- statement: tierq_end_batch_members_v1 (migration 0030) takes the batches' advisory locks
+-- shared, then appends the places of the members still in their batch rows and deletes,
+-- as ack_delete_by_attempt does, the rows of the others. Returns (id, grp) of those
+-- finished.
+SELECT id, grp
+FROM tierq_end_batch_members_v1(%(queue)s, %(ids)s::uuid[], %(batches)s::uuid[],
+                                %(places)s::int[], %(tenants)s::text[],
+                                %(attempts)s::int[]);
 
 -- name: batch_members
 -- Members as their batch rows hold them, for a read by id: (id, queue, tenant, priority,
 -- payload, seq, max_attempts, timeout_seconds, created_at, ended), ended 'acked',
 -- 'moved' or NULL (still in the row: warm). An id whose batch row is gone, or of another
--- tenant when tenants are named, is left out. An empty tenants array names none: every
--- tenant's.
+-- tenant than those named, is left out. An empty tenants array is an admin's read, of
+-- every tenant (BatchQueries.batch_members passes one only for None).
 WITH v AS (
     SELECT DISTINCT v.id, v.batch, v.place
     FROM unnest(%(ids)s::uuid[], %(batches)s::uuid[], %(places)s::int[])
@@ -170,7 +138,8 @@ WITH v AS (
 SELECT v.id::text AS id, b.queue,
        tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
        b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
-       tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts, b.timeout_seconds, b.created_at,
+       tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts,
+       b.timeout_seconds, b.created_at,
        (SELECT CASE bool_or(e.moved) WHEN true THEN 'moved' WHEN false THEN 'acked' END
         FROM tierq_batch_ends e
         WHERE e.batch = v.batch AND v.place = ANY(e.places)) AS ended
@@ -182,10 +151,16 @@ WHERE v.place < b.tasks
 
 -- name: lock_free_batches
 -- The sweep's candidates: up to `budget` batches after `after`, in key order, each with
--- whether its advisory lock could be taken alone (one an ack or a move holds is passed
--- over this pass). (key, locked) in key order.
-SELECT c.id::text, pg_try_advisory_xact_lock(hashtextextended(c.id::text, 30))
-FROM (SELECT id FROM tierq_batches WHERE id > %(after)s::uuid ORDER BY id
+-- whether every place of it has an end and its advisory lock could then be taken alone
+-- (one an ack or a move holds is passed over this pass; a batch still in use is never
+-- locked by the sweep). (key, locked) in key order.
+SELECT c.id::text,
+       CASE WHEN c.ended THEN pg_try_advisory_xact_lock(hashtextextended(c.id::text, 30))
+            ELSE false END
+FROM (SELECT b.id,
+             (SELECT count(DISTINCT p) FROM tierq_batch_ends e, unnest(e.places) AS p
+              WHERE e.batch = b.id) >= b.tasks AS ended
+      FROM tierq_batches b WHERE b.id > %(after)s::uuid ORDER BY b.id
       LIMIT %(budget)s) AS c
 ORDER BY c.id;
 
@@ -215,30 +190,40 @@ gone AS (DELETE FROM tierq_batches b USING done WHERE b.id = done.id RETURNING b
 SELECT count(*) AS batches, coalesce(sum(tasks), 0) AS tasks FROM gone;
 
 -- name: purge_queue_batches
--- Every batch row of a queue, with its ends and its pairs' rows (a purge of the queue, as
--- purge_queue_tasks). Returns the members deleted that had not ended.
-WITH gone AS (DELETE FROM tierq_batches WHERE queue = %(queue)s RETURNING id, tasks),
-ended AS (DELETE FROM tierq_batch_ends e USING gone WHERE e.batch = gone.id
-          RETURNING e.batch, e.places),
-held AS (DELETE FROM tierq_batch_pairs WHERE queue = %(queue)s)
-SELECT coalesce((SELECT sum(tasks) FROM gone), 0)
-     - (SELECT count(*) FROM (SELECT DISTINCT ended.batch, p
-                              FROM ended, unnest(ended.places) AS p) AS places) AS members;
+-- Every batch row of a queue with its pairs' rows (a purge of the queue, as
+-- purge_queue_tasks): it waits for a move that holds one (FOR KEY SHARE). Returns each
+-- batch row's key and tasks; purge_batch_ends, a statement of its own in the transaction,
+-- then sees the ends such a move committed.
+WITH held AS (DELETE FROM tierq_batch_pairs WHERE queue = %(queue)s)
+DELETE FROM tierq_batches WHERE queue = %(queue)s RETURNING id::text, tasks;
+
+-- name: purge_batch_ends
+-- The ends of the batch rows a purge deleted (purge_queue_batches). Returns how many of
+-- their places had ended (each place once).
+WITH gone AS (
+    DELETE FROM tierq_batch_ends WHERE batch = ANY(%(batches)s::uuid[])
+    RETURNING batch, places
+)
+SELECT count(*) FROM (SELECT DISTINCT gone.batch, p FROM gone, unnest(gone.places) AS p)
+    AS ended;
 
 -- name: batch_suspects
 -- The reconciler's members of a pair: of its batch rows made before `before_key` (a batch's
--- key is a UUIDv7 of its making) and after the cursor `after`, the first `limit` in key
--- order, each with the places of its members of the tenant that have no end (key, places).
--- By tierq_batch_pairs' primary key from the cursor on.
-SELECT b.id::text AS batch,
-       ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
-             WHERE tierq_batch_tenant(b.tenant_names, b.tenant_of, p) = %(tenant)s
-               AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
-                               WHERE e.batch = b.id AND p = ANY(e.places))
-             ORDER BY p) AS places
-FROM (SELECT batch FROM tierq_batch_pairs
-      WHERE queue = %(queue)s AND tenant = %(tenant)s
-        AND batch > %(after)s::uuid AND batch < %(before_key)s::uuid
-      ORDER BY batch LIMIT %(limit)s) AS s
-JOIN tierq_batches b ON b.id = s.batch
-ORDER BY b.id;
+-- key is a UUIDv7 of its making) and after the cursor `after` that still hold members of
+-- the tenant without an end, the first `limit` in key order, each with the places of
+-- those members (key, places). By tierq_batch_pairs' primary key from the cursor on.
+SELECT s.key::text AS batch, s.places
+FROM (SELECT b.id AS key,
+             ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
+                   WHERE tierq_batch_tenant(b.tenant_names, b.tenant_of, p) = %(tenant)s
+                   EXCEPT
+                   SELECT x FROM tierq_batch_ends e, unnest(e.places) AS x
+                   WHERE e.batch = b.id
+                   ORDER BY 1) AS places
+      FROM tierq_batch_pairs bp JOIN tierq_batches b ON b.id = bp.batch
+      WHERE bp.queue = %(queue)s AND bp.tenant = %(tenant)s
+        AND bp.batch > %(after)s::uuid AND bp.batch < %(before_key)s::uuid
+      ORDER BY bp.batch) AS s
+WHERE cardinality(s.places) > 0
+ORDER BY s.key
+LIMIT %(limit)s;

@@ -809,7 +809,14 @@ SELECT p.queue, p.tenant,
              (SELECT min(t.ready_since) FROM tierq_tasks t
               WHERE t.id = ANY(ARRAY(SELECT unnest(%(heads)s::uuid[])))
                 AND t.queue = p.queue AND t.tenant = p.tenant
-                AND (t.state = 'warm') IS TRUE)) AS oldest
+                AND (t.state = 'warm') IS TRUE),
+             -- (heads in batch rows, migration 0030: ready since their batch was made)
+             (SELECT min(b.created_at) FROM tierq_batches b
+              WHERE b.id = ANY(ARRAY(SELECT unnest(%(head_batches)s::uuid[])))
+                AND b.queue = p.queue
+                AND EXISTS (SELECT 1 FROM tierq_batch_pairs bp
+                            WHERE bp.queue = p.queue AND bp.tenant = p.tenant
+                              AND bp.batch = b.id))) AS oldest
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- ============================================================================================
