@@ -208,6 +208,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     """Expire leases and reconcile, pair by pair, over the pairs with warm rows."""
     limit = config.slice_size
     stats = pairs.WalkStats()
+    # (no batch row anywhere: no pair's members to reconcile, and no statement a pair)
+    members = ctx.store.has_batch_rows()
 
     def fetch(after: pairs.Pair) -> list[pairs.Pair]:
         return ctx.store.walk_warm_pairs(after, limit)
@@ -216,7 +218,8 @@ def reap_pairs(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
                             cursors, limit):
         visited: list[pairs.Pair] = []
         for queue, tenant in chunk:
-            finished = reap_pair(ctx, failures, queue, tenant, summary, budget, config)
+            finished = reap_pair(ctx, failures, queue, tenant, summary, budget, config,
+                                 members=members)
             # out of time inside this pair still counts as its turn: the next pass goes on
             # after it, so a pair that keeps more leases expiring than a pass can expire
             # never holds back the pairs after it (it is served again next round)
@@ -262,7 +265,8 @@ def lives_elsewhere(ctx: Context, queue: str, tenant: str) -> bool:
 
 
 def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
-              summary: ReaperSummary, budget: pairs.Budget, config: ReaperConfig) -> bool:
+              summary: ReaperSummary, budget: pairs.Budget, config: ReaperConfig, *,
+              members: bool = True) -> bool:
     """Expire the pair's leases and reconcile it; False when out of time inside it. A pair
     whose master fails (now or earlier in the pass), whose statement PostgreSQL cancels at
     the pass's timeout, whose keys a script refuses or whose queue's stored settings the
@@ -277,7 +281,7 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
         reconcile_after, started_after = ctx.warm.reaper_cursors(queue, tenant)
-        reconcile(ctx, queue, tenant, summary, config, reconcile_after)
+        reconcile(ctx, queue, tenant, summary, config, reconcile_after, members=members)
         # one slice of its running-lease index
         ctx.warm.prune_started(queue, tenant, started_after)
     except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
@@ -508,7 +512,7 @@ def record_expired(ctx: Context, queue: str, tenant: str,
 
 
 def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
-              config: ReaperConfig, cursor: str) -> None:
+              config: ReaperConfig, cursor: str, *, members: bool = True) -> None:
     """Re-push warm rows that neither the ready set nor the lease set knows, one slice of
     the pair's warm rows per pass after ``cursor``, kept in the pair's meta (a pair of many
     leases is checked all through, a slice at a time; each Valkey call looks up its ids
@@ -531,7 +535,8 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
         lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
     if lost:
         restore(ctx, queue, tenant, lost, before, now, summary)
-    reconcile_members(ctx, queue, tenant, summary, config, before, now)
+    if members:  # (the pair's batch rows' members, when any batch row exists)
+        reconcile_members(ctx, queue, tenant, summary, config, before, now)
 
 
 def restore(ctx: Context, queue: str, tenant: str, lost: Sequence[str], before: float,

@@ -158,6 +158,11 @@ class BatchQueries(StoreBase):
         params["tenants"] = text_array(list(tenants or ()))
         return self._fetch("batch_members", params, positional(BatchMemberRow), conn)
 
+    def has_batch_rows(self) -> bool:
+        """Whether any batch row is left (one index entry read at most)."""
+        [found] = self._fetch("has_batch_rows", None, scalar_row)
+        return bool(found)
+
     def batch_suspects(self, queue: str, tenant: str, before_ms: int, after: str,
                        limit: int) -> list[tuple[str, list[int]]]:
         """The pair's members old enough that Valkey should know them, for the reconciler:

@@ -207,6 +207,10 @@ WITH gone AS (
 SELECT count(*) FROM (SELECT DISTINCT gone.batch, p FROM gone, unnest(gone.places) AS p)
     AS ended;
 
+-- name: has_batch_rows
+-- Whether any batch row is left: the reaper reconciles members only then.
+SELECT EXISTS (SELECT 1 FROM tierq_batch_pairs) AS found;
+
 -- name: batch_suspects
 -- The reconciler's members of a pair: of its batch rows made before `before_key` (a batch's
 -- key is a UUIDv7 of its making) and after the cursor `after` that still hold members of
