@@ -23,7 +23,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar, cast
 
 import psycopg
@@ -227,3 +227,17 @@ def _rows(conn: Conn, name: str, text: str, params: Params | None, row: RowFacto
         if unchecked is not None:
             unchecked.check(name, cur)
         return cast(list[T], cur.fetchall())
+
+
+def first_and_keyed(rows: Iterable[tuple[str | None, int]]) -> tuple[int, dict[str, int]]:
+    """An insert's answer of (id, seq) rows, the batch's first seq on the row whose id is
+    NULL (insert_tasks_uniform_keyed, insert_batch_keyed): (that first seq, {id: seq} of
+    the keyed rows inserted)."""
+    first = 0
+    inserted: dict[str, int] = {}
+    for task_id, seq in rows:
+        if task_id is None:
+            first = seq
+        else:
+            inserted[task_id] = seq
+    return first, inserted

@@ -29,7 +29,7 @@ from tierq.dal.postgres import (
     transaction,
     uuid_array,
 )
-from tierq.dal.store.base import Conn, StoreBase, positional
+from tierq.dal.store.base import Conn, StoreBase, first_and_keyed, positional
 from tierq.dal.store.rows import AckedRow, BatchMemberRow, BatchSweepRow
 
 
@@ -97,15 +97,8 @@ class BatchQueries(StoreBase):
         batch's keyed tasks as rows when it has some: (the batch's first seq, {id: seq} of
         the keyed rows inserted; a keyed task that met a live task's key is not)."""
         name = "insert_batch_keyed" if "keyed_ids" in columns else "insert_batch"
-        first = 0
-        inserted: dict[str, int] = {}
-        for task_id, seq in self._fetch(name, {"queue": queue, "now": now, **columns},
-                                        tuple_row, conn):
-            if task_id is None:
-                first = seq
-            else:
-                inserted[task_id] = seq
-        return first, inserted
+        return first_and_keyed(self._fetch(name, {"queue": queue, "now": now, **columns},
+                                           tuple_row, conn))
 
     def move_out_of_batches(self, queue: str | None, ids: Sequence[str],
                             tenants: Sequence[str | None] | None, *,

@@ -13,7 +13,7 @@ from psycopg.rows import scalar_row, tuple_row
 
 from tierq.core.batch_ids import batch_of
 from tierq.dal.postgres import int_array, text_array, uuid_array
-from tierq.dal.store.base import Conn, positional
+from tierq.dal.store.base import Conn, first_and_keyed, positional
 from tierq.dal.store.batches import BatchQueries
 from tierq.dal.store.rows import (
     AckedRow,
@@ -97,16 +97,9 @@ class TaskQueries(BatchQueries):
                                    *, conn: Conn | None = None) -> tuple[int, dict[str, int]]:
         """``insert_tasks`` for a uniform batch with keys: (seq of its first row, {id: seq}
         of the keyed rows inserted); every row without a key is inserted."""
-        first = 0
-        inserted: dict[str, int] = {}
-        for task_id, seq in self._fetch("insert_tasks_uniform_keyed",
-                                        {"queue": queue, "now": now, **columns}, tuple_row,
-                                        conn):
-            if task_id is None:
-                first = seq
-            else:
-                inserted[task_id] = seq
-        return first, inserted
+        return first_and_keyed(self._fetch("insert_tasks_uniform_keyed",
+                                           {"queue": queue, "now": now, **columns},
+                                           tuple_row, conn))
 
     def task_seq_position(self) -> SeqPosition:
         """How far tierq_task_seq has come (places in line: core/ordering.py)."""
