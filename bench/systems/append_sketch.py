@@ -15,15 +15,15 @@ process runs the engine of ``tierq-engine`` with four of its store's statements 
 the engine's step                  the sketch's (when)
 =================================  ==========================================================
 ``enqueue.prepare``                ids that name batch and place, as design C's
-``insert_tasks_uniform``           ``sketch_d_insert``: one row into ``tierq_batches`` and
-                                   each (pair, minute) once into ``tierq_batch_pairs``, as
+``insert_tasks_uniform``           ``sketch_d_insert``: one row into ``sketch_batches`` and
+                                   each (pair, minute) once into ``sketch_batch_pairs``, as
                                    design C's without its slice rows (a batch admitted
                                    warm without a time limit: the shapes' batches)
 ``insert_tasks_uniform_keyed``     the batch split by the client (``split_keyed``): its
                                    keyless tasks as above, its keyed ones into
                                    ``tierq_tasks`` by the engine's statement, two
                                    statements
-``ack_delete``,                    ``sketch_d_ack``: one row into ``tierq_batch_acks``
+``ack_delete``,                    ``sketch_d_ack``: one row into ``sketch_batch_acks``
 ``ack_delete_by_attempt``          holding the batch rows' ids the ack names (attempt 1),
                                    and the other ids deleted from ``tierq_tasks`` as today,
                                    in the same statement; every id appended is answered
@@ -52,7 +52,7 @@ the run's ``left`` shows it (the shapes' batches are all admitted warm).
 
 It leaves out, as design C's sketch does, every reader of batch rows (the reaper, the
 reconciler, a release, a nack, an expiry, a cancel, a task's GET, flows), moving a task out
-of its batch row, and deleting ``tierq_batch_pairs`` rows; behind a pooler
+of its batch row, and deleting ``sketch_batch_pairs`` rows; behind a pooler
 (``TIERQ_DB_POOLER=transaction``) its statements are not functions: compare on direct
 connections.
 """
@@ -80,11 +80,11 @@ from bench.systems.sketches import (
 )
 
 SCHEMA = BATCHES_TABLE + """
-CREATE TABLE tierq_batch_acks (
+CREATE TABLE sketch_batch_acks (
     queue text NOT NULL,
     ids uuid[] NOT NULL
 );
-""" + pairs_table("tierq_batch_pairs")
+""" + pairs_table("sketch_batch_pairs")
 
 # a batch member's id with its place (digits 16-18) and slice (21-22) zeroed: its batch's
 BATCH_OF_ID = ("(left(i::text, 15) || '000' || substr(i::text, 19, 2) || '00' "
@@ -96,7 +96,7 @@ QUERIES = {
     # ack_delete_by_attempt deletes them (id, grp)
     "sketch_d_ack": """
 WITH appended AS (
-    INSERT INTO tierq_batch_acks (queue, ids)
+    INSERT INTO sketch_batch_acks (queue, ids)
     SELECT %(queue)s, %(appended)s::uuid[] WHERE cardinality(%(appended)s::uuid[]) > 0
 ),
 own AS (
@@ -113,17 +113,17 @@ RETURNING t.id::text, t.grp""",
 
 # tasks of batch rows whose ids no ack names (an id acked twice counts once)
 UNFINISHED_IN_BATCHES = f"""
-SELECT coalesce((SELECT sum(tasks) FROM tierq_batches), 0)
-     - (SELECT count(DISTINCT i) FROM tierq_batch_acks, unnest(ids) AS i
-        WHERE {BATCH_OF_ID} IN (SELECT id FROM tierq_batches))
+SELECT coalesce((SELECT sum(tasks) FROM sketch_batches), 0)
+     - (SELECT count(DISTINCT i) FROM sketch_batch_acks, unnest(ids) AS i
+        WHERE {BATCH_OF_ID} IN (SELECT id FROM sketch_batches))
 """
 SWEEP = f"""
 WITH acked AS (
     SELECT {BATCH_OF_ID} AS batch, count(DISTINCT i) AS n
-    FROM tierq_batch_acks, unnest(ids) AS i GROUP BY 1
+    FROM sketch_batch_acks, unnest(ids) AS i GROUP BY 1
 ),
 gone AS (
-    DELETE FROM tierq_batches b USING acked a WHERE b.id = a.batch AND b.tasks = a.n
+    DELETE FROM sketch_batches b USING acked a WHERE b.id = a.batch AND b.tasks = a.n
     RETURNING b.tasks
 )
 SELECT coalesce(sum(tasks), 0) FROM gone
@@ -134,8 +134,8 @@ def sweep(database_url: str) -> tuple[int, float | None]:
     """Delete the batch rows whose ids were all acked, then the acks once no batch row is
     left (after the phases every batch is finished): (tasks of the batch rows deleted, the
     backend's CPU seconds for it, None where its process cannot be read)."""
-    return sweep_then_empty(database_url, SWEEP, "SELECT count(*) FROM tierq_batches",
-                            "TRUNCATE tierq_batch_acks")
+    return sweep_then_empty(database_url, SWEEP, "SELECT count(*) FROM sketch_batches",
+                            "TRUNCATE sketch_batch_acks")
 
 
 def split_keyed(columns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

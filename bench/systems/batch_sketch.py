@@ -16,10 +16,10 @@ the engine's step                  the sketch's (when)
 ``enqueue.prepare``                the batch's keyless tasks get ids that name their batch,
                                    their place in it and their slice (``batch_id``); a
                                    keyed task's id says it has a row of its own
-``insert_tasks_uniform``           ``sketch_c_insert``: one row into ``tierq_batches`` (the
+``insert_tasks_uniform``           ``sketch_c_insert``: one row into ``sketch_batches`` (the
                                    batch's tenants, priorities and payloads as arrays), its
-                                   slice rows into ``tierq_batch_done``, each (pair,
-                                   minute) once into ``tierq_batch_pairs`` (a batch admitted
+                                   slice rows into ``sketch_batch_done``, each (pair,
+                                   minute) once into ``sketch_batch_pairs`` (a batch admitted
                                    warm without a time limit: the shapes' batches)
 ``insert_tasks_uniform_keyed``     ``sketch_c_insert_keyed``: the keyless tasks as above,
                                    the keyed ones into ``tierq_tasks`` as today
@@ -59,7 +59,7 @@ Its PostgreSQL figures are roughly a floor for design C, since it leaves out:
   cancel, a task's GET, and a child waiting on a task see only ``tierq_tasks`` here (none
   happens in these shapes, whose warm tier never fills; a task lost by Valkey would never
   come back), and moving a task out of its batch row;
-* deleting ``tierq_batch_pairs`` rows once their minute is past.
+* deleting ``sketch_batch_pairs`` rows once their minute is past.
 Behind a pooler (``TIERQ_DB_POOLER=transaction``) the engine's statements run as functions
 and the sketch's do not: compare on direct connections.
 """
@@ -135,7 +135,7 @@ def _mask(places: Iterable[int], *, clear: bool = False) -> str:
 
 
 _PAIRS = """pairs AS (
-    INSERT INTO tierq_batch_pairs (queue, tenant, minute)
+    INSERT INTO sketch_batch_pairs (queue, tenant, minute)
     SELECT DISTINCT %(queue)s, t.tenant,
            floor(extract(epoch FROM %(now)s::timestamptz) / 60)::bigint
     FROM ins, jsonb_array_elements_text(ins.tenants) AS t(tenant)
@@ -145,7 +145,7 @@ _PAIRS = """pairs AS (
 # A batch's slice rows: each a tenant's SLICE tasks of the batch in their order, its done
 # bits clear at their places and set everywhere else
 _SLICES = """slices AS (
-    INSERT INTO tierq_batch_done (batch, tenant, slice, queue, done)
+    INSERT INTO sketch_batch_done (batch, tenant, slice, queue, done)
     SELECT %(batch)s::uuid, s.tenant, s.slice, %(queue)s, s.done
     FROM unnest(%(slice_tenants)s::text[], %(slice_numbers)s::smallint[],
                 %(slice_masks)s::bit(512)[]) AS s(tenant, slice, done)
@@ -158,7 +158,7 @@ def insert_statement(*, slices: bool) -> str:
     return f"""
 WITH b AS (SELECT nextval('tierq_task_seq') AS seq),
 ins AS (
-    INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
+    INSERT INTO sketch_batches (id, queue, first_seq, tasks, max_attempts, tenants,
                                priorities, payloads, created_at)
     SELECT %(batch)s::uuid, %(queue)s, b.seq, %(tasks)s, %(max_attempts)s,
            %(tenants)s::jsonb, %(priorities)s::smallint[], %(payloads)s::jsonb, %(now)s
@@ -186,7 +186,7 @@ v AS MATERIALIZED (
             WITH ORDINALITY AS v(id, tenant, key, priority, payload, n)
 ),
 ins AS (
-    INSERT INTO tierq_batches (id, queue, first_seq, tasks, max_attempts, tenants,
+    INSERT INTO sketch_batches (id, queue, first_seq, tasks, max_attempts, tenants,
                                priorities, payloads, created_at)
     SELECT %(batch)s::uuid, %(queue)s, b.seq, %(tasks)s, %(max_attempts)s,
            (SELECT jsonb_agg(to_jsonb(v.tenant) ORDER BY v.n) FROM v WHERE v.key IS NULL),
@@ -204,7 +204,7 @@ UNION ALL SELECT NULL, seq FROM b"""
 
 # The batch row of a sketch's tables (designs C and D)
 BATCHES_TABLE = """
-CREATE TABLE tierq_batches (
+CREATE TABLE sketch_batches (
     id uuid PRIMARY KEY,
     queue text NOT NULL,
     first_seq bigint NOT NULL,
@@ -219,7 +219,7 @@ CREATE TABLE tierq_batches (
 
 # The sketch's tables, created in the system's fresh database after tierq's migrations.
 SCHEMA = BATCHES_TABLE + f"""
-CREATE TABLE tierq_batch_done (
+CREATE TABLE sketch_batch_done (
     batch uuid NOT NULL,
     tenant text NOT NULL,
     slice smallint NOT NULL,
@@ -227,7 +227,7 @@ CREATE TABLE tierq_batch_done (
     done bit({BITS}) NOT NULL,
     PRIMARY KEY (batch, tenant, slice)
 ) WITH (fillfactor = 50);
-{pairs_table("tierq_batch_pairs")}"""
+{pairs_table("sketch_batch_pairs")}"""
 
 QUERIES = {
     "sketch_c_insert": insert_statement(slices=True),
@@ -241,14 +241,14 @@ WITH v AS (
                          %(masks)s::bit(512)[]) AS v(batch, tenant, slice, mask)
 ),
 old AS MATERIALIZED (
-    SELECT d.batch, d.tenant, d.slice, d.done, v.mask FROM tierq_batch_done d
+    SELECT d.batch, d.tenant, d.slice, d.done, v.mask FROM sketch_batch_done d
     JOIN v ON d.batch = v.batch AND d.tenant = v.tenant AND d.slice = v.slice
     WHERE d.batch = ANY(ARRAY(SELECT unnest(%(batches)s::uuid[]))) AND d.queue = %(queue)s
     ORDER BY d.batch, d.tenant, d.slice  -- (locked in one order: acks cannot deadlock)
     FOR UPDATE OF d
 ),
 upd AS (
-    UPDATE tierq_batch_done d SET done = old.done | old.mask
+    UPDATE sketch_batch_done d SET done = old.done | old.mask
     FROM old
     WHERE d.batch = old.batch AND d.tenant = old.tenant AND d.slice = old.slice
 ),
@@ -276,7 +276,7 @@ def tasks_written(database_url: str) -> tuple[int, int]:
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         [(batched,)] = conn.execute(
-            "SELECT coalesce(sum(tasks), 0) FROM tierq_batches").fetchall()
+            "SELECT coalesce(sum(tasks), 0) FROM sketch_batches").fetchall()
         [(rows,)] = conn.execute(
             "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables "
             "WHERE relname = 'tierq_tasks'").fetchall()
@@ -286,16 +286,16 @@ def tasks_written(database_url: str) -> tuple[int, int]:
 def unfinished_in_batches(database_url: str) -> int:
     """Tasks of batch rows whose bits are clear in their slice rows."""
     return count_rows(database_url, f"SELECT coalesce(sum({BITS} - bit_count(done)), 0) "
-                                    "FROM tierq_batch_done")
+                                    "FROM sketch_batch_done")
 
 
 SWEEP = """
 WITH finished AS (
-    SELECT batch FROM tierq_batch_done GROUP BY batch
+    SELECT batch FROM sketch_batch_done GROUP BY batch
     HAVING bool_and(done = ~(B'0'::bit(512)))
 ),
-slices AS (DELETE FROM tierq_batch_done d USING finished f WHERE d.batch = f.batch),
-batches AS (DELETE FROM tierq_batches b USING finished f WHERE b.id = f.batch
+slices AS (DELETE FROM sketch_batch_done d USING finished f WHERE d.batch = f.batch),
+batches AS (DELETE FROM sketch_batches b USING finished f WHERE b.id = f.batch
             RETURNING b.tasks)
 SELECT coalesce(sum(tasks), 0) FROM batches"""
 

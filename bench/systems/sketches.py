@@ -82,8 +82,10 @@ Ack = Callable[[str, Sequence[str], Sequence[str], Sequence[int], bool], list[An
 
 
 def swap_acks(store: Any, ack: Ack) -> None:
-    """Make ``ack(queue, ids, tenants, attempts, relaxed)`` the store's ``ack_delete`` and
-    ``ack_delete_by_attempt``."""
+    """Make ``ack(queue, ids, tenants, attempts, relaxed)`` the store's ``ack_delete``,
+    ``ack_delete_by_attempt`` and ``end_batch_members``: a sketch's ids carry the mark of
+    the engine's batch members (tierq.core.batch_ids), whose plain acks the engine sends to
+    ``end_batch_members``, so the sketch's ack takes those too."""
 
     def ack_delete(queue: str, ids: Any, tenants: Any, attempt: int, *,
                    relaxed: bool = False) -> list[Any]:
@@ -94,8 +96,13 @@ def swap_acks(store: Any, ack: Ack) -> None:
                               relaxed: bool = False) -> list[Any]:
         return ack(queue, list(ids), tenants, attempts, relaxed)
 
+    def end_batch_members(queue: str, ids: Any, tenants: Any, attempts: Any, *,
+                          relaxed: bool = False, conn: Any = None) -> list[Any]:
+        return ack(queue, list(ids), tenants, attempts, relaxed)
+
     store.ack_delete = ack_delete
     store.ack_delete_by_attempt = ack_delete_by_attempt
+    store.end_batch_members = end_batch_members
 
 
 def mark_prepared_ids(store: Any, word: str, mark: Callable[[Sequence[Any]], None]) -> None:

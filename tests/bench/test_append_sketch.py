@@ -33,8 +33,8 @@ def sketch(services: LocalServices, valkey_url: str, valkey_private: bool
 
 def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
     """(batch rows, ack rows, rows of tierq_tasks)."""
-    row = conn.execute("SELECT (SELECT count(*) FROM tierq_batches), "
-                       "(SELECT count(*) FROM tierq_batch_acks), "
+    row = conn.execute("SELECT (SELECT count(*) FROM sketch_batches), "
+                       "(SELECT count(*) FROM sketch_batch_acks), "
                        "(SELECT count(*) FROM tierq_tasks)").fetchone()
     assert row is not None
     return row
@@ -50,8 +50,8 @@ def test_a_batch_is_one_row_an_ack_one_appended_row_and_finished_batches_are_swe
     members = [batch_id(o.id) for o in outcomes if batch_member(o.id)]
     assert [place for _, place, _ in members] == list(range(180))
     assert counts(conn) == (1, 0, 20)
-    assert conn.execute("SELECT count(*) FROM tierq_batch_pairs").fetchone() == (3,)
-    [(payloads,)] = conn.execute("SELECT payloads FROM tierq_batches").fetchall()
+    assert conn.execute("SELECT count(*) FROM sketch_batch_pairs").fetchone() == (3,)
+    [(payloads,)] = conn.execute("SELECT payloads FROM sketch_batches").fetchall()
     assert payloads == [t["payload"] for i, t in enumerate(tasks) if i % 10 != 0]
     prepared = Prepared("tierq-append-sketch", {}, url)
     assert AppendedAcksSketch().remaining(prepared) == 200

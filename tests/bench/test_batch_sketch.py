@@ -39,8 +39,8 @@ def sketch(services: LocalServices, valkey_url: str, valkey_private: bool
 
 def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
     """(batch rows, their tasks not finished, rows of tierq_tasks)."""
-    row = conn.execute("SELECT (SELECT count(*) FROM tierq_batches), "
-                       "(SELECT coalesce(sum(512 - bit_count(done)), 0) FROM tierq_batch_done), "
+    row = conn.execute("SELECT (SELECT count(*) FROM sketch_batches), "
+                       "(SELECT coalesce(sum(512 - bit_count(done)), 0) FROM sketch_batch_done), "
                        "(SELECT count(*) FROM tierq_tasks)").fetchone()
     assert row is not None
     return row
@@ -65,13 +65,13 @@ def test_a_batch_is_one_row_keyed_tasks_have_their_own_and_all_are_acked(
         ranks[task["tenant"]] = ranks.get(task["tenant"], 0) + 1
         expected.append((ranks[task["tenant"]] - 1) // 16)
     assert [number for _, _, number in members] == expected
-    assert conn.execute("SELECT count(*) FROM tierq_batch_done").fetchone() == (12,)
+    assert conn.execute("SELECT count(*) FROM sketch_batch_done").fetchone() == (12,)
     assert [batch_member(o.id) for o in outcomes] == [i % 10 != 0 for i in range(200)]
     assert counts(conn) == (1, 180, 20)
-    assert conn.execute("SELECT count(*) FROM tierq_batch_pairs").fetchone() == (3,)
+    assert conn.execute("SELECT count(*) FROM sketch_batch_pairs").fetchone() == (3,)
     # the row holds the keyless tasks' tenants, priorities and payloads in their order
     [(tenants, priorities, payloads)] = conn.execute(
-        "SELECT tenants, priorities, payloads FROM tierq_batches").fetchall()
+        "SELECT tenants, priorities, payloads FROM sketch_batches").fetchall()
     assert tenants == [t["tenant"] for t in keyless]
     assert priorities == [t["priority"] for t in keyless]
     assert payloads == [t["payload"] for t in keyless]

@@ -283,3 +283,18 @@ def test_a_purge_waits_for_a_move_and_deletes_the_moved_row_too(
     assert purged == [len(ids)]
     assert rows_of(pg, ids) == {}
     assert batch_count(pg) == (0, 0)
+
+
+def test_the_sweep_drops_the_ends_a_purge_left_once_it_comes_round(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """An ack that appended while a purge deleted its batch row leaves an end with no batch
+    row: the sweep deletes it once it has come round to the last batch row."""
+    ids, _ = insert(store, ["a", "a"])
+    orphan = batch_ids(1)[0]
+    pg.execute("INSERT INTO tierq_batch_ends (batch, places, moved) VALUES (%s, '{0}', false)",
+               (orphan,))
+    assert store.sweep_batches(FIRST_KEY, 10) == (ids[0], (0, 0))
+    assert pg.execute("SELECT count(*) FROM tierq_batch_ends").fetchone() == (1,)
+    assert store.sweep_batches(ids[0], 10) == (None, (0, 0))
+    assert pg.execute("SELECT count(*) FROM tierq_batch_ends").fetchone() == (0,)
+    assert batch_count(pg) == (1, 0)

@@ -235,3 +235,18 @@ def test_a_keyed_batch_keeps_its_order_with_its_keyless_tasks_in_a_batch_row(
     tq.ack(QUEUE, tasks)
     assert stored(pg)[2] == 0
     assert reaper.run(tq.ctx).batches_swept == 1
+
+
+def test_the_oldest_ready_age_counts_members_of_their_own_tenant_only(tq: Tierq) -> None:
+    """A head of a pair's line still in a batch row is ready since its batch was made; a
+    batch holding two tenants' tasks gives that age to each tenant's own heads only."""
+    [a, b] = tq.enqueue(QUEUE, [{"payload": 0, "tenant": "a"}, {"payload": 1, "tenant": "b"}])
+    assert batch_member(str(a.id)) and batch_member(str(b.id))
+    tq.ctx.clock.advance(30)
+    rows = {r.tenant: r for r in tq.detailed_counts()}
+    assert rows["a"].oldest_ready_at is not None and rows["b"].oldest_ready_at is not None
+    assert rows["a"].oldest_ready_age_seconds >= 29  # type: ignore[operator]
+    [claimed] = tq.claim(QUEUE, max=1, tenant="a")
+    tq.ack(QUEUE, [claimed])
+    rows = {r.tenant: r for r in tq.detailed_counts()}
+    assert rows["a"].oldest_ready_at is None and rows["b"].oldest_ready_at is not None

@@ -106,7 +106,8 @@ def test_other_listings_read_about_a_page(registry, mode):
 def test_counts_of_a_page_of_pairs_use_the_state_indexes(registry, mode):
     pairs = {"queues": [f"q{q:03d}" for q in range(1, PAGE + 1)], "tenants": ["t042"] * PAGE}
     for name, values in [("pair_state_counts", pairs),
-                         ("pair_oldest_ready", {**pairs, "heads": [], "head_batches": []}),
+                         ("pair_oldest_ready", {**pairs, "heads": [], "head_batches": [],
+                                                "head_places": []}),
                          ("pairs_with_warm_rows", pairs)]:
         reads = index_reads(explain(registry, name, values, mode), name, mode)
         assert reads and sum(reads.values()) <= 4 * PAGE, (name, mode, reads)

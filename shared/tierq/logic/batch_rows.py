@@ -87,6 +87,8 @@ def take(ctx: Context, batch: Sequence[Member]) -> BatchRow | None:
     if not places:
         return None
     ids = batch_ids(len(places), tag=ctx.id_tag)
+    if not batch_member(ids[0]):  # (a clock behind MEMBERS_SINCE_MS: rows, as ever)
+        return None
     for n, task_id in zip(places, ids, strict=True):
         batch[n].id = task_id
     members = [batch[n] for n in places]

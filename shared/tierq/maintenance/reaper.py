@@ -256,8 +256,9 @@ def lives_elsewhere(ctx: Context, queue: str, tenant: str) -> bool:
     The pair's Valkey keys are shared by every shard, so its leases there are the new
     home's tasks': this shard would list them, find no row to record their attempts on and
     drop them, and the new home's reaper would not count those attempts (the reconciler
-    puts the tasks back after its grace). One read of this shard's copy of the home, on
-    the last visit of a sharded deployment's pair only."""
+    puts the tasks back after its grace). One read of this shard's copy of the home, at
+    every visit of a sharded deployment's pair: a batch row's pairs row (migration 0030)
+    can outlive its tenant's tasks here, so the walk may still find a pair moved away."""
     if ctx.id_tag is None:
         return False
     state = ctx.store.home_state(queue, tenant)
@@ -578,11 +579,19 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
                                         _member_cursors.get(place, FIRST_KEY), limit)
     if len(_member_cursors) >= MEMBER_CURSORS_KEPT:
         _member_cursors.clear()
-    if len(suspects) >= limit:
-        _member_cursors[place] = suspects[-1][0]
+    # (at most reconcile_batch members a pass: the batch rows up to that many, one at least)
+    kept: list[tuple[str, list[int]]] = []
+    members = 0
+    for key, places in suspects:
+        if kept and members + len(places) > config.reconcile_batch:
+            break
+        kept.append((key, places))
+        members += len(places)
+    if len(kept) < len(suspects) or len(suspects) >= limit:
+        _member_cursors[place] = kept[-1][0]
     else:  # (the pair's last slice: the next pass starts over)
         _member_cursors.pop(place, None)
-    ids = [member_id(key, p) for key, places in suspects for p in places]
+    ids = [member_id(key, p) for key, places in kept for p in places]
     if not ids:
         return
     lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before))

@@ -56,10 +56,8 @@ class BatchColumns(TypedDict):
     keyed_offsets: NotRequired[str]
 
 
-# The smallest and the largest uuid: a sweep's first pass starts after the one, and its
-# last looks up to the other.
+# The smallest uuid: a sweep's first pass starts after it.
 FIRST_KEY = "00000000-0000-0000-0000-000000000000"
-LAST_KEY = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 
 
 def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
@@ -168,16 +166,19 @@ class BatchQueries(StoreBase):
     def sweep_batches(self, after: str, budget: int) -> tuple[str | None, BatchSweepRow]:
         """One pass of the sweep, in one transaction: of the ``budget`` batches after key
         ``after`` whose locks are free, those whose every member has ended are deleted with
-        their ends, and the ends left by a purge in the keys looked at. (The last key looked
-        at, None when no batch was left after ``after``; what went.)"""
+        their ends; once none is left after ``after``, the ends a purge left behind. (The
+        last key looked at, None when no batch was left after ``after``; what went.)"""
         def body(c: Conn) -> tuple[str | None, BatchSweepRow]:
             seen = self._fetch("lock_free_batches", {"after": after, "budget": budget},
                                tuple_row, c)
-            # (none left after ``after``: the orphans to the end of the keys)
-            last = str(seen[-1][0]) if seen else LAST_KEY
-            [gone] = self._fetch("delete_ended_batches", {
-                "batches": uuid_array([str(key) for key, free in seen if free]),
-                "after": after, "last": last}, positional(BatchSweepRow), c)
-            return (last if seen else None), gone
+            if not seen:  # (the end of the keys: the ends a purge left behind)
+                self._execute("delete_orphan_ends", None, c)
+                return None, BatchSweepRow(0, 0)
+            locked = [str(key) for key, free in seen if free]
+            gone = BatchSweepRow(0, 0)
+            if locked:
+                [gone] = self._fetch("delete_ended_batches", {"batches": uuid_array(locked)},
+                                     positional(BatchSweepRow), c)
+            return str(seen[-1][0]), gone
 
         return self.db.run_transaction(body, what="a pass of the batch sweep")

@@ -230,12 +230,11 @@ class RegistryQueries(StoreBase):
         """When the oldest ready task of each pair became ready: of its cold rows and of
         the warm tasks ``heads`` (the first of each priority in the pairs' ready sets),
         rows or batch rows' members (ready since their batch was made)."""
-        members = [batch_of(h) for h in heads]
+        members = [m for m in map(batch_of, heads) if m is not None]
         return self._fetch("pair_oldest_ready", {
             "queues": [q for q, _ in pairs], "tenants": [t for _, t in pairs],
-            "heads": heads,
-            "head_batches": uuid_array(m[0] for m in members if m is not None)},
-            positional(PairOldestReady))
+            "heads": heads, "head_batches": uuid_array(m[0] for m in members),
+            "head_places": int_array(m[1] for m in members)}, positional(PairOldestReady))
 
     # -- a queue's view -------------------------------------------------------------------
 

@@ -167,9 +167,7 @@ ORDER BY c.id;
 -- name: delete_ended_batches
 -- Of the batches named (locked by lock_free_batches, in its transaction: a statement of its
 -- own, it sees every end committed before), those whose every place has an end are deleted
--- with their ends and their pairs' rows; and the ends of keys in (after, last] whose batch
--- row is gone (a purge of the queue raced with an ack: an end is appended only to a batch
--- row that was there). Returns (batches deleted, their tasks).
+-- with their ends and their pairs' rows. Returns (batches deleted, their tasks).
 WITH done AS MATERIALIZED (
     SELECT b.id, b.tasks, b.queue, b.tenant_names FROM tierq_batches b
     WHERE b.id = ANY(%(batches)s::uuid[])
@@ -177,17 +175,20 @@ WITH done AS MATERIALIZED (
            WHERE e.batch = b.id) >= b.tasks
 ),
 ends AS (DELETE FROM tierq_batch_ends e USING done WHERE e.batch = done.id),
-orphans AS (
-    DELETE FROM tierq_batch_ends e
-    WHERE e.batch > %(after)s::uuid AND e.batch <= %(last)s::uuid
-      AND NOT EXISTS (SELECT 1 FROM tierq_batches b WHERE b.id = e.batch)
-),
 held AS (DELETE FROM tierq_batch_pairs p
          WHERE (p.queue, p.tenant, p.batch) IN (
              SELECT done.queue, t.tenant, done.id
              FROM done, unnest(done.tenant_names) AS t(tenant))),
 gone AS (DELETE FROM tierq_batches b USING done WHERE b.id = done.id RETURNING b.tasks)
 SELECT count(*) AS batches, coalesce(sum(tasks), 0) AS tasks FROM gone;
+
+-- name: delete_orphan_ends
+-- The ends whose batch row is gone: left by an ack that appended while a purge of the
+-- queue deleted its batch row (an end is appended only to a batch row that was there, and
+-- the sweep deletes a batch row with its ends). Run once the sweep has come round to the
+-- last batch row; the ends are few (each lives until its batch row is swept).
+DELETE FROM tierq_batch_ends e
+WHERE NOT EXISTS (SELECT 1 FROM tierq_batches b WHERE b.id = e.batch);
 
 -- name: purge_queue_batches
 -- Every batch row of a queue with its pairs' rows (a purge of the queue, as

@@ -810,13 +810,18 @@ SELECT p.queue, p.tenant,
               WHERE t.id = ANY(ARRAY(SELECT unnest(%(heads)s::uuid[])))
                 AND t.queue = p.queue AND t.tenant = p.tenant
                 AND (t.state = 'warm') IS TRUE),
-             -- (heads in batch rows, migration 0030: ready since their batch was made)
-             (SELECT min(b.created_at) FROM tierq_batches b
+             -- (heads still in batch rows, migration 0030: ready since their batch was
+             -- made; each of the pair's tenant, by its place)
+             (SELECT min(b.created_at)
+              FROM unnest(%(head_batches)s::uuid[], %(head_places)s::int[])
+                   AS h(batch, place)
+              JOIN tierq_batches b ON b.id = h.batch
               WHERE b.id = ANY(ARRAY(SELECT unnest(%(head_batches)s::uuid[])))
-                AND b.queue = p.queue
-                AND EXISTS (SELECT 1 FROM tierq_batch_pairs bp
-                            WHERE bp.queue = p.queue AND bp.tenant = p.tenant
-                              AND bp.batch = b.id))) AS oldest
+                AND b.queue = p.queue AND h.place < b.tasks
+                AND tierq_batch_tenant(b.tenant_names, b.tenant_of, h.place) = p.tenant
+                AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                                WHERE e.batch = b.id AND h.place = ANY(e.places))))
+       AS oldest
 FROM unnest(%(queues)s::text[], %(tenants)s::text[]) AS p(queue, tenant);
 
 -- ============================================================================================
