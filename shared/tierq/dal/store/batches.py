@@ -94,9 +94,10 @@ class BatchQueries(StoreBase):
         """One batch row (``BatchColumns``), every member warm since ``now``, and the
         batch's keyed tasks as rows when it has some: (the batch's first seq, {id: seq} of
         the keyed rows inserted; a keyed task that met a live task's key is not)."""
-        name = "insert_batch_keyed" if "keyed_ids" in columns else "insert_batch"
-        return first_and_keyed(self._fetch(name, {"queue": queue, "now": now, **columns},
-                                           tuple_row, conn))
+        params = {"queue": queue, "now": now, **columns}
+        if "keyed_ids" in columns:
+            return first_and_keyed(self._fetch("insert_batch_keyed", params, tuple_row, conn))
+        return first_and_keyed(self._fetch("insert_batch", params, tuple_row, conn))
 
     def move_out_of_batches(self, queue: str | None, ids: Sequence[str],
                             tenants: Sequence[str | None] | None, *,
