@@ -5,12 +5,15 @@ moves them out cold, and an acked member is never restored."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from tests.integration import test_valkey_loss as plain
-from tests.support.stores import TierqFactory
+from tests.integration.helpers import drain
+from tests.support.stores import TierqFactory, flush_valkey
+from tierq.core.ids import uuid7_strings
 from tierq.engine import Tierq
 
 
@@ -40,3 +43,17 @@ def test_these_engines_write_batch_rows(make_tq: TierqFactory, pg: Any) -> None:
     assert pg.execute("SELECT (SELECT sum(tasks) FROM tierq_batches),"
                       " (SELECT count(*) FROM tierq_tasks WHERE state = 'cold')").fetchone() \
         == (300, 200)
+
+
+def test_members_are_restored_though_the_process_ids_ran_ahead_of_the_clock(
+        make_tq: TierqFactory, valkey_url: str, valkey_private: bool) -> None:
+    """A process keeps its ids increasing (core/ids.py): after an id made for a later
+    instant (a bulk load's, on a clock moved on), its batch keys name that instant. The
+    reconciler goes by when a batch row was made (its created_at), not by its key."""
+    uuid7_strings(1, now_ms=int(time.time() * 1000) + 3_600_000)  # (an hour ahead)
+    tq = make_tq(reconcile_grace_seconds=60)
+    tq.enqueue("g", [{"payload": i} for i in range(3)])
+    flush_valkey(valkey_url, valkey_private)
+    tq.ctx.clock.advance(61)
+    assert tq.run_reaper().restored == 3
+    assert sorted(t.payload for t in drain(tq, "g")) == [0, 1, 2]

@@ -86,10 +86,3 @@ def batch_ids(n: int, now_ms: int | None = None, tag: int | None = None) -> list
 def member_id(key: str, place: int) -> str:
     """The id of the member at ``place`` of the batch row keyed ``key``."""
     return f"{key[:29]}{place:03x}{key[32:]}"
-
-
-def time_key(ms: int) -> str:
-    """The smallest UUIDv7 of millisecond ``ms``: every batch made before it has a key below
-    this one."""
-    text = f"{ms & ((1 << 48) - 1):012x}"
-    return f"{text[:8]}-{text[8:]}-0000-0000-000000000000"

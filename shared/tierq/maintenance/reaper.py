@@ -575,7 +575,7 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
     so older than the cutoff), then taken over and pushed as the warm rows are."""
     place = (id(ctx.store), queue, tenant)
     limit = max(1, config.reconcile_batch // MEMBERS_A_BATCH_ROW)
-    suspects = ctx.store.batch_suspects(queue, tenant, to_ms(before),
+    suspects = ctx.store.batch_suspects(queue, tenant, to_datetime(before),
                                         _member_cursors.get(place, FIRST_KEY), limit)
     if len(_member_cursors) >= MEMBER_CURSORS_KEPT:
         _member_cursors.clear()

@@ -22,7 +22,7 @@ from typing import Any, NotRequired, TypedDict
 
 from psycopg.rows import scalar_row, tuple_row
 
-from tierq.core.batch_ids import batch_of, time_key
+from tierq.core.batch_ids import batch_of
 from tierq.dal.postgres import (
     int_array,
     text_array,
@@ -155,14 +155,15 @@ class BatchQueries(StoreBase):
         [found] = self._fetch("has_batch_rows", None, scalar_row)
         return bool(found)
 
-    def batch_suspects(self, queue: str, tenant: str, before_ms: int, after: str,
+    def batch_suspects(self, queue: str, tenant: str, before: datetime, after: str,
                        limit: int) -> list[tuple[str, list[int]]]:
         """The pair's members old enough that Valkey should know them, for the reconciler:
-        of its batch rows made before ``before_ms`` and after key ``after``, the first
-        ``limit``, each as (key, the places of the tenant's members without an end)."""
+        of its batch rows made before ``before`` and after key ``after`` that hold some,
+        the first ``limit``, each as (key, the places of the tenant's members without an
+        end)."""
         return [(str(key), list(places)) for key, places in self._fetch("batch_suspects", {
-            "queue": queue, "tenant": tenant, "after": after,
-            "before_key": time_key(before_ms), "limit": limit}, tuple_row)]
+            "queue": queue, "tenant": tenant, "after": after, "before": before,
+            "limit": limit}, tuple_row)]
 
     def sweep_batches(self, after: str, budget: int) -> tuple[str | None, BatchSweepRow]:
         """One pass of the sweep, in one transaction: of the ``budget`` batches after key

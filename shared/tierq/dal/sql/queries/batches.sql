@@ -213,10 +213,12 @@ SELECT count(*) FROM (SELECT DISTINCT gone.batch, p FROM gone, unnest(gone.place
 SELECT EXISTS (SELECT 1 FROM tierq_batch_pairs) AS found;
 
 -- name: batch_suspects
--- The reconciler's members of a pair: of its batch rows made before `before_key` (a batch's
--- key is a UUIDv7 of its making) and after the cursor `after` that still hold members of
--- the tenant without an end, the first `limit` in key order, each with the places of
--- those members (key, places). By tierq_batch_pairs' primary key from the cursor on.
+-- The reconciler's members of a pair: of its batch rows made before `before` (their
+-- created_at, the enqueue's clock, as a row's state_since; not their keys, whose
+-- milliseconds a process keeps increasing past a clock that went back) and after the
+-- cursor `after` that still hold members of the tenant without an end, the first `limit`
+-- in key order, each with the places of those members (key, places). By
+-- tierq_batch_pairs' primary key from the cursor on.
 SELECT s.key::text AS batch, s.places
 FROM (SELECT b.id AS key,
              ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
@@ -226,8 +228,8 @@ FROM (SELECT b.id AS key,
                    WHERE e.batch = b.id
                    ORDER BY 1) AS places
       FROM tierq_batch_pairs bp JOIN tierq_batches b ON b.id = bp.batch
-      WHERE bp.queue = %(queue)s AND bp.tenant = %(tenant)s
-        AND bp.batch > %(after)s::uuid AND bp.batch < %(before_key)s::uuid
+      WHERE bp.queue = %(queue)s AND bp.tenant = %(tenant)s AND bp.batch > %(after)s::uuid
+        AND b.created_at < %(before)s
       ORDER BY bp.batch) AS s
 WHERE cardinality(s.places) > 0
 ORDER BY s.key
