@@ -349,11 +349,9 @@ def _insert_round(ctx: Context, queue: str, batch: list[Prepared], now: float,
             # (a batch admitted warm: its keyless tasks one batch row where the setting
             # says so, logic/batch_rows.py)
             batch_row = batch_rows.take(ctx, batch)
-            if batch_row is not None:
-                seqs, warm_items = _insert_batch_row(ctx, queue, batch, now, batch_row)
-            else:
-                seqs, warm_items = _insert(ctx, queue, batch, now,
-                                           insert_columns(batch, keyed=keyed), keyed)
+            seqs, warm_items = _insert(
+                ctx, queue, batch, now,
+                insert_columns(batch, keyed=keyed) if batch_row is None else batch_row, keyed)
     except BaseException:
         admission.close(ctx, ticket)
         raise
@@ -450,7 +448,7 @@ Inserted = tuple[dict[str, int], dict[Pair, list[PushItem]]]
 
 
 def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
-            columns: TaskColumns | UniformColumns, keyed: bool,
+            columns: TaskColumns | UniformColumns | batch_rows.BatchRow, keyed: bool,
             conn: Conn | None = None) -> Inserted:
     """Insert the batch: {id: seq} of the rows inserted, and the push items of those created
     warm.
@@ -460,12 +458,19 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
     commits. Without one, the statement commits itself: every seq tierq_task_seq hands out
     has a place, so making them cannot fail. On a shard of a sharded deployment, the insert
     runs in a transaction that first holds the pairs' homes there (a pair moved off this
-    shard meanwhile raises PairMoving, writing nothing)."""
+    shard meanwhile raises PairMoving, writing nothing). A ``BatchRow`` (``batch_rows.take``)
+    writes the batch's keyless tasks as one batch row, its keyed ones as rows (a keyed task
+    that met a live task's key is not written)."""
     if ctx.id_tag is not None:
         if conn is None:
             with ctx.db.transaction() as own:
                 return _insert(ctx, queue, batch, now, columns, keyed, own)
         require_here(ctx.store, conn, queue, [p.tenant for p in batch])
+    if isinstance(columns, batch_rows.BatchRow):
+        first, seqs = ctx.store.insert_batch(queue, to_datetime(now), columns.columns,
+                                             conn=conn)
+        seqs.update((batch[n].id, first + n) for n in columns.places)
+        return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
     if "state" in columns and keyed:
         first, seqs = ctx.store.insert_tasks_uniform_keyed(
             queue, to_datetime(now), cast(UniformColumns, columns), conn=conn)
@@ -483,21 +488,6 @@ def _insert(ctx: Context, queue: str, batch: list[Prepared], now: float,
         if count != len(batch):
             raise RuntimeError(f"inserted {count} of {len(batch)} tasks")
         seqs = {p.id: first + i for i, p in enumerate(batch)}
-    return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
-
-
-def _insert_batch_row(ctx: Context, queue: str, batch: list[Prepared], now: float,
-                      row: batch_rows.BatchRow, conn: Conn | None = None) -> Inserted:
-    """``_insert`` for a batch whose keyless tasks are one batch row (``batch_rows.take``):
-    {id: seq} of the tasks written (a keyed task that met a live task's key is not), and
-    the push items of all of them."""
-    if ctx.id_tag is not None:
-        if conn is None:
-            with ctx.db.transaction() as own:
-                return _insert_batch_row(ctx, queue, batch, now, row, own)
-        require_here(ctx.store, conn, queue, [p.tenant for p in batch])
-    first, seqs = ctx.store.insert_batch(queue, to_datetime(now), row.columns, conn=conn)
-    seqs.update((batch[n].id, first + n) for n in row.places)
     return seqs, _warm_items(queue, batch, seqs, int(now * 1000))
 
 
