@@ -118,6 +118,42 @@ def test_a_move_or_an_ack_names_the_members_queue_and_tenant(
     assert {m.ended for m in store.batch_members(ids, None)} == {None}
 
 
+def test_an_ack_over_batches_and_tenants_answers_each_task_once(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store)  # tenants a b a a b
+    others, _ = insert(store, ["b", "c"])
+    assert store.move_out_of_batches(QUEUE, [ids[3]], ["a"]) == [ids[3]]
+    stray = batch_ids(1)[0]  # (marked, of no batch row)
+    acked = end(store, QUEUE, [others[1], ids[0], ids[0], ids[3], others[0], ids[1], stray],
+                ["c", "a", "a", "a", "b", "a", "a"])
+    # b's task named as a's is not ended; a repeated id is answered once
+    assert sorted(acked) == sorted([others[1], ids[0], ids[3], others[0]])
+    assert len(acked) == 4
+    ended = {m.id: m.ended for m in store.batch_members(ids + others, None)}
+    assert ended == {ids[0]: "acked", ids[1]: None, ids[2]: None, ids[3]: "moved",
+                     ids[4]: None, others[0]: "acked", others[1]: "acked"}
+    assert rows_of(pg, ids) == {}
+
+
+def test_an_ack_of_a_moved_member_checks_its_attempt(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    ids, _ = insert(store)
+    assert store.move_out_of_batches(QUEUE, [ids[0]], ["a"]) == [ids[0]]
+    pg.execute("UPDATE tierq_tasks SET attempts = 2 WHERE id = %s", (ids[0],))
+    # (an ack of an attempt its row has counted already is stale)
+    assert store.end_batch_members(QUEUE, [ids[0]], ["a"], [2]) == []
+    assert set(rows_of(pg, ids)) == {ids[0]}
+    assert [r.id for r in store.end_batch_members(QUEUE, [ids[0]], ["a"], [3])] == [ids[0]]
+    assert rows_of(pg, ids) == {}
+
+
+def test_the_ack_function_refuses_members_not_packed_in_tens(
+        pg: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.RaiseException, match="not ten per member"):
+        pg.execute("SELECT * FROM tierq_end_batch_members_v2('q', '{}', '{}', %s::bytea)",
+                   (bytes(9),))
+
+
 def test_an_acked_member_is_never_moved(store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)
     assert sorted(end(store, QUEUE, ids[2:4], ["a", "a"])) == sorted(ids[2:4])

@@ -32,6 +32,7 @@ migrations applied:
   0028_delayed_line
   0029_statement_routines
   0030_batch_rows
+  0031_batch_acks_packed
 
 table tierq_batch_ends
   column batch uuid not null
@@ -468,6 +469,66 @@ function tierq_end_batch_members_v1(p_queue text, p_ids uuid[], p_batches uuid[]
     )
     SELECT id::text AS id, NULL::text AS grp FROM m WHERE held
     UNION ALL SELECT id::text, grp FROM deleted;
+    END
+
+function tierq_end_batch_members_v2(p_queue text, p_batches uuid[], p_tenants text[], p_members bytea) returns TABLE(id text, grp text, unended integer[]) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    IF length(p_members) % 10 <> 0 THEN
+        RAISE EXCEPTION 'p_members has % bytes, not ten per member', length(p_members);
+    END IF;
+    PERFORM count(pg_advisory_xact_lock_shared(hashtextextended(b::text, 30)))
+    FROM (SELECT DISTINCT b FROM unnest(p_batches) AS b ORDER BY b) AS sorted;
+    RETURN QUERY
+    WITH v AS (
+        SELECT n,
+               p_batches[get_byte(p_members, 10 * n) * 256
+                         + get_byte(p_members, 10 * n + 1) + 1] AS batch,
+               get_byte(p_members, 10 * n + 2) * 256 + get_byte(p_members, 10 * n + 3) AS place,
+               p_tenants[get_byte(p_members, 10 * n + 4) * 256
+                         + get_byte(p_members, 10 * n + 5) + 1] AS tenant
+        FROM generate_series(0, length(p_members) / 10 - 1) AS n
+    ),
+    -- (each batch row, and the places moved out of it, read once)
+    b AS MATERIALIZED (
+        SELECT b.id, b.tasks, b.tenant_names, b.tenant_of,
+               ARRAY(SELECT p FROM tierq_batch_ends e, unnest(e.places) AS p
+                     WHERE e.batch = b.id AND e.moved) AS moved
+        FROM tierq_batches b
+        WHERE b.id = ANY(p_batches) AND b.queue = p_queue
+    ),
+    m AS MATERIALIZED (
+        SELECT v.n, v.batch, v.place, v.tenant,
+               coalesce(v.place < b.tasks
+                        AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
+                        AND NOT v.place = ANY(b.moved), false) AS held
+        FROM v LEFT JOIN b ON b.id = v.batch
+    ),
+    ended AS (
+        INSERT INTO tierq_batch_ends (batch, places, moved)
+        SELECT batch, array_agg(place ORDER BY place), false FROM m WHERE held GROUP BY batch
+    ),
+    -- (the others, by id: the batch's key with the place written in, as tierq.core.batch_ids)
+    others AS MATERIALIZED (
+        SELECT m.n, m.tenant,
+               overlay(m.batch::text PLACING lpad(to_hex(m.place), 3, '0') FROM 30 FOR 3)::uuid
+                   AS id,
+               ('x' || encode(substring(p_members FROM 10 * m.n + 7 FOR 4), 'hex'))::bit(32)::int
+                   AS attempt
+        FROM m WHERE NOT m.held
+    ),
+    deleted AS (
+        DELETE FROM tierq_tasks t USING others o
+        WHERE t.id = ANY(ARRAY(SELECT id FROM others)) AND t.id = o.id
+          AND t.queue = p_queue AND t.tenant = o.tenant
+          AND (t.state = 'warm') IS TRUE AND t.attempts < o.attempt AND t.waiters = 0
+        RETURNING t.id, t.grp
+    )
+    SELECT id::text, grp, NULL::integer[] FROM deleted
+    UNION ALL SELECT NULL, NULL, ARRAY(SELECT n::integer FROM others ORDER BY n);
     END
 
 function tierq_grant_app_group() returns text language plpgsql volatile

@@ -16,6 +16,7 @@ here, so a caller may pass the ids of a transition whole.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
@@ -60,11 +61,10 @@ class BatchColumns(TypedDict):
 FIRST_KEY = "00000000-0000-0000-0000-000000000000"
 
 
-def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
-             attempts: Sequence[int] | None = None) -> dict[str, Any] | None:
+def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None
+             ) -> dict[str, Any] | None:
     """The parameters naming the marked ids among ``ids``, with their tenants (``tenants``
-    in the same order; None: any tenant's) and, when given, their attempts; None when no
-    id is marked."""
+    in the same order; None: any tenant's); None when no id is marked."""
     found: list[int] = []
     keys: list[str] = []
     places: list[int] = []
@@ -83,9 +83,36 @@ def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None,
         # (NULL: any tenant's; each name quoted as text_array quotes it)
         "tenants": "{" + ",".join("NULL" if t is None else text_array([t])[1:-1]
                                   for t in named) + "}"}
-    if attempts is not None:
-        params["attempts"] = int_array(attempts[n] for n in found)
     return params
+
+
+# A member as tierq_end_batch_members_v2 (migration 0031) reads it: its batch's index,
+# its place, its tenant's index and its attempt, big-endian.
+_PACKED_MEMBER = struct.Struct(">HHHI")
+
+
+def _packed_members(ids: Sequence[str], tenants: Sequence[str],
+                    attempts: Sequence[int]) -> dict[str, Any] | None:
+    """The parameters of ``end_batch_members`` for the marked ids among ``ids`` (each once,
+    its first tenant and attempt kept): each batch and tenant named once, each member packed
+    (``_PACKED_MEMBER``), and the members' ids in their order (``ids``, for the answer);
+    None when no id is marked."""
+    batches: dict[str, int] = {}
+    names: dict[str, int] = {}
+    packed: list[bytes] = []
+    members: dict[str, None] = {}
+    for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
+        member = batch_of(task_id)
+        if member is None or str(task_id) in members:
+            continue
+        members[str(task_id)] = None
+        batch = batches.setdefault(member[0], len(batches))
+        packed.append(_PACKED_MEMBER.pack(batch, member[1], names.setdefault(tenant, len(names)),
+                                          attempt))
+    if not packed:
+        return None
+    return {"ids": list(members), "batches": uuid_array(batches),
+            "tenants": text_array(list(names)), "members": b"".join(packed)}
 
 
 class BatchQueries(StoreBase):
@@ -127,16 +154,25 @@ class BatchQueries(StoreBase):
                           conn: Conn | None = None) -> list[AckedRow]:
         """A plain ack of the marked ids among ``ids`` (each with its lease's tenant and
         attempt): the members still in their batch rows ended, the others' rows deleted as
-        ``ack_delete_by_attempt`` deletes them; (id, group) of those finished. One
-        statement (``tierq_end_batch_members_v1``), autocommit on a pooled connection
+        ``ack_delete_by_attempt`` deletes them; (id, group) of those finished, each once.
+        One statement (``tierq_end_batch_members_v2``), autocommit on a pooled connection
         (``relaxed``: the pool whose commits do not wait for the WAL flush), or on
         ``conn``."""
-        params = _members(ids, tenants, attempts)
+        params = _packed_members(ids, tenants, attempts)
         if params is None:
             return []
+        members: list[str] = params.pop("ids")
         params["queue"] = queue
-        return self._fetch("end_batch_members", params, positional(AckedRow), conn,
-                           relaxed=relaxed)
+        finished: list[AckedRow] = []
+        unended: list[int] = []
+        for task_id, grp, left in self._fetch("end_batch_members", params, tuple_row, conn,
+                                               relaxed=relaxed):
+            if task_id is None:
+                unended = left
+            else:
+                finished.append(AckedRow(task_id, grp))
+        skip = set(unended)
+        return [AckedRow(m, None) for n, m in enumerate(members) if n not in skip] + finished
 
     def batch_members(self, ids: Sequence[str], tenants: Sequence[str] | None, *,
                       conn: Conn | None = None) -> list[BatchMemberRow]:

@@ -114,15 +114,15 @@ FROM m
 RETURNING id::text;
 
 -- name: end_batch_members
--- A plain ack of marked ids (each with the tenant and attempt of its lease), in one
--- statement: tierq_end_batch_members_v1 (migration 0030) takes the batches' advisory locks
+-- A plain ack of members (each with the tenant and attempt of its lease), in one
+-- statement: tierq_end_batch_members_v2 (migration 0031) takes the batches' advisory locks
 -- shared, then appends the places of the members still in their batch rows and deletes,
--- as ack_delete_by_attempt does, the rows of the others. Returns (id, grp) of those
--- finished.
-SELECT id, grp
-FROM tierq_end_batch_members_v1(%(queue)s, %(ids)s::uuid[], %(batches)s::uuid[],
-                                %(places)s::int[], %(tenants)s::text[],
-                                %(attempts)s::int[]);
+-- as ack_delete_by_attempt does, the rows of the others. Each batch and tenant is named
+-- once, the members packed ten bytes each (BatchQueries.end_batch_members). Returns
+-- (id, grp, NULL) of the rows deleted, then (NULL, NULL, the members not ended).
+SELECT id, grp, unended
+FROM tierq_end_batch_members_v2(%(queue)s, %(batches)s::uuid[], %(tenants)s::text[],
+                                %(members)s::bytea);
 
 -- name: batch_members
 -- Members as their batch rows hold them, for a read by id: (id, queue, tenant, priority,
