@@ -118,17 +118,22 @@ def test_a_move_or_an_ack_names_the_members_queue_and_tenant(
     assert {m.ended for m in store.batch_members(ids, None)} == {None}
 
 
-def test_an_ack_over_batches_and_tenants_answers_each_task_once(
-        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+def test_an_ack_over_batches_tenants_and_rows_answers_each_task_once(
+        tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)  # tenants a b a a b
     others, _ = insert(store, ["b", "c"])
     assert store.move_out_of_batches(QUEUE, [ids[3]], ["a"]) == [ids[3]]
+    [row, kept] = [str(t.id) for t in tq.enqueue(QUEUE, [{"payload": 0}, {"payload": 1}],
+                                                 tenant="a")]
     stray = batch_ids(1)[0]  # (marked, of no batch row)
-    acked = end(store, QUEUE, [others[1], ids[0], ids[0], ids[3], others[0], ids[1], stray],
-                ["c", "a", "a", "a", "b", "a", "a"])
-    # b's task named as a's is not ended; a repeated id is answered once
-    assert sorted(acked) == sorted([others[1], ids[0], ids[3], others[0]])
-    assert len(acked) == 4
+    acked = end(store, QUEUE, [others[1], ids[0], row, ids[0], ids[3], others[0], ids[1],
+                               stray, kept, row],
+                ["c", "a", "a", "a", "a", "b", "a", "a", "b", "a"])
+    # b's task named as a's is not ended, a's row named as b's is kept; a repeated id is
+    # answered once
+    assert sorted(acked) == sorted([others[1], ids[0], row, ids[3], others[0]])
+    assert len(acked) == 5
+    assert set(rows_of(pg, [row, kept])) == {kept}
     ended = {m.id: m.ended for m in store.batch_members(ids + others, None)}
     assert ended == {ids[0]: "acked", ids[1]: None, ids[2]: None, ids[3]: "moved",
                      ids[4]: None, others[0]: "acked", others[1]: "acked"}
@@ -147,11 +152,14 @@ def test_an_ack_of_a_moved_member_checks_its_attempt(
     assert rows_of(pg, ids) == {}
 
 
-def test_the_ack_function_refuses_members_not_packed_in_tens(
+def test_the_ack_function_refuses_tasks_not_packed_as_it_reads_them(
         pg: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.RaiseException, match="not ten per member"):
-        pg.execute("SELECT * FROM tierq_end_batch_members_v2('q', '{}', '{}', %s::bytea)",
-                   (bytes(9),))
+        pg.execute("SELECT * FROM tierq_end_batch_members_v2('q', '{}', '{}', %s::bytea,"
+                   " '{}', '')", (bytes(9),))
+    with pytest.raises(psycopg.errors.RaiseException, match="not six per id"):
+        pg.execute("SELECT * FROM tierq_end_batch_members_v2('q', '{}', '{}', '', %s::uuid[],"
+                   " %s::bytea)", (uuid7_strings(1), bytes(5)))
 
 
 def test_an_acked_member_is_never_moved(store: TaskStore, pg: psycopg.Connection[Any]) -> None:

@@ -132,21 +132,10 @@ def finish_plain(ctx: Context, queue: str, ids: Sequence[str], owners: Sequence[
     | ----------------------- | ----------------------------------------------------- |
     | none marked             | ``ack_delete`` (one attempt, one tenant) or           |
     |                         | ``ack_delete_by_attempt``                              |
-    | all marked              | ``end_batch_members``, one round trip                 |
-    | some marked             | both, the marked ones first                           |
+    | some marked             | ``end_batch_members``, one statement for all          |
     """
-    marks = [batch_member(task_id) for task_id in ids]
-    if any(marks):
-        members = [n for n, mark in enumerate(marks) if mark]
-        others = [n for n, mark in enumerate(marks) if not mark]
-        finished = ctx.store.end_batch_members(
-            queue, [ids[n] for n in members], [owners[n] for n in members],
-            [attempts[n] for n in members], relaxed=relaxed)
-        if others:
-            finished += finish_plain(ctx, queue, [ids[n] for n in others],
-                                     [owners[n] for n in others],
-                                     [attempts[n] for n in others], relaxed=relaxed)
-        return finished
+    if any(batch_member(task_id) for task_id in ids):
+        return ctx.store.end_batch_members(queue, ids, owners, attempts, relaxed=relaxed)
     # (one attempt and one tenant, the usual batch: checked against the set; an admin's
     # batch over tenants pairs each row with its own)
     if min(attempts) == max(attempts) and min(owners) == max(owners):

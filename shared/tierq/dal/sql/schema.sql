@@ -471,7 +471,7 @@ function tierq_end_batch_members_v1(p_queue text, p_ids uuid[], p_batches uuid[]
     UNION ALL SELECT id::text, grp FROM deleted;
     END
 
-function tierq_end_batch_members_v2(p_queue text, p_batches uuid[], p_tenants text[], p_members bytea) returns TABLE(id text, grp text, unended integer[]) language plpgsql volatile set plan_cache_mode=force_generic_plan
+function tierq_end_batch_members_v2(p_queue text, p_batches uuid[], p_tenants text[], p_members bytea, p_row_ids uuid[], p_rows bytea) returns TABLE(id text, grp text, unended integer[]) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
   grant to <app_group>: EXECUTE
   body:
@@ -479,6 +479,9 @@ function tierq_end_batch_members_v2(p_queue text, p_batches uuid[], p_tenants te
     BEGIN
     IF length(p_members) % 10 <> 0 THEN
         RAISE EXCEPTION 'p_members has % bytes, not ten per member', length(p_members);
+    END IF;
+    IF length(p_rows) <> 6 * coalesce(cardinality(p_row_ids), 0) THEN
+        RAISE EXCEPTION 'p_rows has % bytes, not six per id of p_row_ids', length(p_rows);
     END IF;
     PERFORM count(pg_advisory_xact_lock_shared(hashtextextended(b::text, 30)))
     FROM (SELECT DISTINCT b FROM unnest(p_batches) AS b ORDER BY b) AS sorted;
@@ -511,7 +514,8 @@ function tierq_end_batch_members_v2(p_queue text, p_batches uuid[], p_tenants te
         INSERT INTO tierq_batch_ends (batch, places, moved)
         SELECT batch, array_agg(place ORDER BY place), false FROM m WHERE held GROUP BY batch
     ),
-    -- (the others, by id: the batch's key with the place written in, as tierq.core.batch_ids)
+    -- (the members not ended, by id: the batch's key with the place written in, as
+    -- tierq.core.batch_ids; and the rows' tasks, plain)
     others AS MATERIALIZED (
         SELECT m.n, m.tenant,
                overlay(m.batch::text PLACING lpad(to_hex(m.place), 3, '0') FROM 30 FOR 3)::uuid
@@ -520,9 +524,19 @@ function tierq_end_batch_members_v2(p_queue text, p_batches uuid[], p_tenants te
                    AS attempt
         FROM m WHERE NOT m.held
     ),
+    plain AS (
+        SELECT r.id, p_tenants[get_byte(p_rows, 6 * (r.k - 1)::int) * 256
+                               + get_byte(p_rows, 6 * (r.k - 1)::int + 1) + 1] AS tenant,
+               ('x' || encode(substring(p_rows FROM 6 * (r.k - 1)::int + 3 FOR 4), 'hex'))
+                   ::bit(32)::int AS attempt
+        FROM unnest(p_row_ids) WITH ORDINALITY AS r(id, k)
+    ),
+    gone AS MATERIALIZED (
+        SELECT id, tenant, attempt FROM others UNION ALL SELECT id, tenant, attempt FROM plain
+    ),
     deleted AS (
-        DELETE FROM tierq_tasks t USING others o
-        WHERE t.id = ANY(ARRAY(SELECT id FROM others)) AND t.id = o.id
+        DELETE FROM tierq_tasks t USING gone o
+        WHERE t.id = ANY(ARRAY(SELECT id FROM gone)) AND t.id = o.id
           AND t.queue = p_queue AND t.tenant = o.tenant
           AND (t.state = 'warm') IS TRUE AND t.attempts < o.attempt AND t.waiters = 0
         RETURNING t.id, t.grp

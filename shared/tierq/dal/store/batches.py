@@ -86,33 +86,42 @@ def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None
     return params
 
 
-# A member as tierq_end_batch_members_v2 (migration 0031) reads it: its batch's index,
-# its place, its tenant's index and its attempt, big-endian.
+# A member and a row's task as tierq_end_batch_members_v2 (migration 0031) reads them: a
+# member's batch index and place, then the index of its lease's tenant and its attempt;
+# big-endian.
 _PACKED_MEMBER = struct.Struct(">HHHI")
+_PACKED_ROW = struct.Struct(">HI")
 
 
-def _packed_members(ids: Sequence[str], tenants: Sequence[str],
-                    attempts: Sequence[int]) -> dict[str, Any] | None:
-    """The parameters of ``end_batch_members`` for the marked ids among ``ids`` (each once,
-    its first tenant and attempt kept): each batch and tenant named once, each member packed
-    (``_PACKED_MEMBER``), and the members' ids in their order (``ids``, for the answer);
-    None when no id is marked."""
+def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
+                 attempts: Sequence[int]) -> dict[str, Any]:
+    """The parameters of ``end_batch_members`` for ``ids`` (each once, its first tenant and
+    attempt kept): each batch and tenant named once, each member packed (``_PACKED_MEMBER``)
+    and each other task's id with its tenant and attempt (``_PACKED_ROW``), and the
+    members' ids in their order (``members``, kept for the answer)."""
     batches: dict[str, int] = {}
     names: dict[str, int] = {}
+    members: list[str] = []
     packed: list[bytes] = []
-    members: dict[str, None] = {}
-    for task_id, tenant, attempt in zip(ids, tenants, attempts, strict=True):
-        member = batch_of(task_id)
-        if member is None or str(task_id) in members:
+    row_ids: list[str] = []
+    rows: list[bytes] = []
+    seen: set[str] = set()
+    for task_id, tenant, attempt in zip(map(str, ids), tenants, attempts, strict=True):
+        if task_id in seen:
             continue
-        members[str(task_id)] = None
-        batch = batches.setdefault(member[0], len(batches))
-        packed.append(_PACKED_MEMBER.pack(batch, member[1], names.setdefault(tenant, len(names)),
-                                          attempt))
-    if not packed:
-        return None
-    return {"ids": list(members), "batches": uuid_array(batches),
-            "tenants": text_array(list(names)), "members": b"".join(packed)}
+        seen.add(task_id)
+        name = names.setdefault(tenant, len(names))
+        member = batch_of(task_id)
+        if member is None:
+            row_ids.append(task_id)
+            rows.append(_PACKED_ROW.pack(name, attempt))
+            continue
+        members.append(task_id)
+        packed.append(_PACKED_MEMBER.pack(batches.setdefault(member[0], len(batches)),
+                                          member[1], name, attempt))
+    return {"members_ids": members, "batches": uuid_array(batches),
+            "tenants": text_array(list(names)), "members": b"".join(packed),
+            "row_ids": uuid_array(row_ids), "rows": b"".join(rows)}
 
 
 class BatchQueries(StoreBase):
@@ -152,16 +161,16 @@ class BatchQueries(StoreBase):
     def end_batch_members(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
                           attempts: Sequence[int], *, relaxed: bool = False,
                           conn: Conn | None = None) -> list[AckedRow]:
-        """A plain ack of the marked ids among ``ids`` (each with its lease's tenant and
-        attempt): the members still in their batch rows ended, the others' rows deleted as
-        ``ack_delete_by_attempt`` deletes them; (id, group) of those finished, each once.
-        One statement (``tierq_end_batch_members_v2``), autocommit on a pooled connection
-        (``relaxed``: the pool whose commits do not wait for the WAL flush), or on
-        ``conn``."""
-        params = _packed_members(ids, tenants, attempts)
-        if params is None:
+        """A plain ack of ``ids`` (each with its lease's tenant and attempt): the members
+        still in their batch rows ended, the rows of the others and of any task not marked
+        as a member deleted as ``ack_delete_by_attempt`` deletes them; (id, group) of those
+        finished, each once. One statement (``tierq_end_batch_members_v2``), autocommit on a
+        pooled connection (``relaxed``: the pool whose commits do not wait for the WAL
+        flush), or on ``conn``."""
+        if not ids:
             return []
-        members: list[str] = params.pop("ids")
+        params = _packed_acks(ids, tenants, attempts)
+        members: list[str] = params.pop("members_ids")
         params["queue"] = queue
         finished: list[AckedRow] = []
         unended: list[int] = []

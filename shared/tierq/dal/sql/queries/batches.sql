@@ -114,15 +114,16 @@ FROM m
 RETURNING id::text;
 
 -- name: end_batch_members
--- A plain ack of members (each with the tenant and attempt of its lease), in one
--- statement: tierq_end_batch_members_v2 (migration 0031) takes the batches' advisory locks
--- shared, then appends the places of the members still in their batch rows and deletes,
--- as ack_delete_by_attempt does, the rows of the others. Each batch and tenant is named
--- once, the members packed ten bytes each (BatchQueries.end_batch_members). Returns
--- (id, grp, NULL) of the rows deleted, then (NULL, NULL, the members not ended).
+-- A plain ack of members and of tasks kept as rows (each with the tenant and attempt of
+-- its lease), in one statement: tierq_end_batch_members_v2 (migration 0031) takes the
+-- batches' advisory locks shared, then appends the places of the members still in their
+-- batch rows and deletes, as ack_delete_by_attempt does, the rows of the others and of
+-- the tasks named as rows. Each batch and tenant is named once, the tasks packed in bytes
+-- (BatchQueries.end_batch_members). Returns (id, grp, NULL) of the rows deleted, then
+-- (NULL, NULL, the members not ended).
 SELECT id, grp, unended
 FROM tierq_end_batch_members_v2(%(queue)s, %(batches)s::uuid[], %(tenants)s::text[],
-                                %(members)s::bytea);
+                                %(members)s::bytea, %(row_ids)s::uuid[], %(rows)s::bytea);
 
 -- name: batch_members
 -- Members as their batch rows hold them, for a read by id: (id, queue, tenant, priority,
