@@ -1,8 +1,8 @@
 """The statements that run as PL/pgSQL functions where nothing is prepared (behind RDS
-Proxy; migration 0029): each function's body is its named statement and nothing else, the
-store calls the function exactly when its database prepares nothing, and an engine that
-works the way it does on AWS gives every outcome the prepared statements give, tenants
-and attempts checked alike, on the real PostgreSQL and Valkey."""
+Proxy; migrations 0029 and 0032): each function's body is its named statement and nothing
+else, the store calls the function exactly when its database prepares nothing, and an
+engine that works the way it does on AWS gives every outcome the prepared statements give,
+tenants and attempts checked alike, on the real PostgreSQL and Valkey."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from tierq.models import AckItem
 QUEUE = "q"
 ALL = frozenset({"insert_tasks", "insert_tasks_keyless", "insert_tasks_uniform",
                  "insert_tasks_uniform_keyed", "ack_delete", "ack_delete_by_attempt", "ack_keep",
-                 "lease_outcomes", "release_leased"})
+                 "lease_outcomes", "release_leased", "insert_batch", "insert_batch_keyed",
+                 "lock_batches", "move_out_of_batches"})
 _PARAM = re.compile(r"%\((\w+)\)s")
 _COMMENT = re.compile(r"--[^\n]*")
 
@@ -311,5 +312,42 @@ def test_an_engine_as_on_aws_enqueues_claims_and_acks_over_tenants(
         assert len(result.acked) == 2
         assert pg.execute("SELECT tenant FROM tierq_tasks").fetchall() == [("b",)]
         assert tq.ctx.store.routines_in_use == ALL
+    finally:
+        tq.close()
+
+
+def test_an_engine_as_on_aws_keeps_batch_rows_with_their_functions(
+        app_database_url: str, valkey_url: str, valkey_cluster: bool,
+        clean_stores: None, pg: psycopg.Connection[Any]) -> None:
+    """Batch rows (migrations 0030 to 0032) through the functions alone: an enqueue with
+    and without keys, a nack that moves a member out, acks of members and of rows."""
+    settings = Settings(database_url=app_database_url, valkey_url=valkey_url,
+                        settings_cache_seconds=0.0, valkey_cluster=valkey_cluster,
+                        batch_rows=True)
+    db = Database(app_database_url, max_size=2, prepare=False, session_settings=False)
+    tq = Tierq(settings=settings, db=db, clock=OffsetClock())
+    try:
+        keyless = tq.enqueue(QUEUE, [{"payload": n} for n in range(3)], tenant="a")
+        keyed = tq.enqueue(QUEUE, [{"payload": 3}, {"payload": 4, "key": "k"}], tenant="b")
+        assert [c for (c,) in pg.execute("SELECT tasks FROM tierq_batches ORDER BY id")] \
+            == [3, 1]
+        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (1,)
+        claimed = {str(t.id): t for t in tq.claim(QUEUE, max=5)}
+        assert set(claimed) == {str(t.id) for t in [*keyless, *keyed]}
+        first = claimed[str(keyless[0].id)]
+        out = tq.nack(QUEUE, [{"id": first.id, "lease_token": first.lease_token,
+                               "error": "boom", "retry_in_seconds": 0}])
+        assert [str(i) for i in out.retried] == [str(first.id)]
+        assert pg.execute("SELECT state, attempts FROM tierq_tasks WHERE id = %s",
+                          (first.id,)).fetchone() == ("warm", 1)
+        rest = [t for i, t in claimed.items() if i != str(first.id)]
+        assert len(tq.ack(QUEUE, rest).acked) == 4
+        [again] = tq.claim(QUEUE, max=1)
+        assert (again.id, again.attempt) == (first.id, 2)
+        assert len(tq.ack(QUEUE, [again]).acked) == 1
+        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
+        store = tq.ctx.store
+        assert {"insert_batch", "insert_batch_keyed", "lock_batches",
+                "move_out_of_batches"} <= store.routines_in_use
     finally:
         tq.close()

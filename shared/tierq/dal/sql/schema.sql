@@ -33,6 +33,7 @@ migrations applied:
   0029_statement_routines
   0030_batch_rows
   0031_batch_acks_packed
+  0032_batch_rows_routines
 
 table tierq_batch_ends
   column batch uuid not null
@@ -586,6 +587,74 @@ function tierq_grant_app_group() returns text language plpgsql volatile
         RETURN grp;
     END
 
+function tierq_insert_batch_keyed_v1(p_queue text, p_now timestamp with time zone, p_batch uuid, p_seq_offsets smallint[], p_tenant_names text[], p_tenant_of bytea, p_priorities smallint[], p_payloads jsonb, p_max_attempts integer, p_timeout integer, p_keyed_ids uuid[], p_keyed_tenants jsonb, p_keys jsonb, p_keyed_priorities smallint[], p_keyed_payloads jsonb, p_keyed_offsets integer[]) returns TABLE(id text, seq bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    WITH b AS (
+        INSERT INTO tierq_batches (id, queue, tasks, first_seq, seq_offsets, tenant_names,
+                                   tenant_of, priorities, payloads, max_attempts,
+                                   timeout_seconds, created_at)
+        VALUES (p_batch::uuid, p_queue, cardinality(p_priorities::smallint[]),
+                nextval('tierq_task_seq'), p_seq_offsets::smallint[],
+                p_tenant_names::text[], p_tenant_of::bytea, p_priorities::smallint[],
+                p_payloads::jsonb, p_max_attempts, p_timeout, p_now)
+        RETURNING first_seq, tenant_names
+    ),
+    p AS (
+        INSERT INTO tierq_batch_pairs (queue, tenant, batch)
+        SELECT p_queue, t.tenant, p_batch::uuid FROM b, unnest(b.tenant_names) AS t(tenant)
+    ),
+    keyed AS (
+        INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                                 run_at_initially, max_attempts, seq, created_at, ready_since,
+                                 state_since, grp, timeout_seconds, trace)
+        SELECT v.id, p_queue, v.tenant, v.key, v.priority, v.payload, 'warm', p_now,
+               p_now, p_max_attempts, b.first_seq + v.offset_in_batch, p_now, p_now,
+               p_now, NULL, p_timeout, NULL
+        FROM b, ROWS FROM (unnest(p_keyed_ids::uuid[]),
+                           jsonb_array_elements_text(p_keyed_tenants::jsonb),
+                           jsonb_array_elements_text(p_keys::jsonb),
+                           unnest(p_keyed_priorities::smallint[]),
+                           jsonb_array_elements(p_keyed_payloads::jsonb),
+                           unnest(p_keyed_offsets::int[]))
+                AS v(id, tenant, key, priority, payload, offset_in_batch)
+        ON CONFLICT (queue, tenant, key)
+            WHERE key IS NOT NULL AND state IN ('delayed', 'cold', 'warm', 'held')
+        DO NOTHING
+        RETURNING id::text, seq
+    )
+    SELECT id, seq FROM keyed
+    UNION ALL SELECT NULL, first_seq FROM b;
+    END
+
+function tierq_insert_batch_v1(p_queue text, p_now timestamp with time zone, p_batch uuid, p_tenant_names text[], p_tenant_of bytea, p_priorities smallint[], p_payloads jsonb, p_max_attempts integer, p_timeout integer) returns TABLE(id text, seq bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    WITH b AS (
+        INSERT INTO tierq_batches (id, queue, tasks, first_seq, tenant_names, tenant_of,
+                                   priorities, payloads, max_attempts, timeout_seconds,
+                                   created_at)
+        VALUES (p_batch::uuid, p_queue, cardinality(p_priorities::smallint[]),
+                nextval('tierq_task_seq'), p_tenant_names::text[], p_tenant_of::bytea,
+                p_priorities::smallint[], p_payloads::jsonb, p_max_attempts, p_timeout,
+                p_now)
+        RETURNING first_seq, tenant_names
+    ),
+    p AS (
+        INSERT INTO tierq_batch_pairs (queue, tenant, batch)
+        SELECT p_queue, t.tenant, p_batch::uuid FROM b, unnest(b.tenant_names) AS t(tenant)
+    )
+    SELECT NULL::text AS id, first_seq AS seq FROM b;
+    END
+
 function tierq_insert_tasks_keyless_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants jsonb, p_priorities smallint[], p_payloads jsonb, p_states text[], p_run_ats double precision[], p_max_attempts integer[], p_grps jsonb, p_timeouts integer[], p_traces jsonb) returns TABLE(min bigint, count bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
   grant to PUBLIC: EXECUTE
   grant to <app_group>: EXECUTE
@@ -774,6 +843,57 @@ function tierq_lease_outcomes_v1(p_queue text, p_now timestamp with time zone, p
       AND (t.state = 'warm') IS TRUE AND t.attempts < v.attempt
       AND (t.waiters = 0 OR p_waited)  -- (waited: logic/flows.py, with the settlement)
     RETURNING t.id, t.tenant, t.state, t.run_at, t.grp;
+    END
+
+function tierq_lock_batches_v1(p_batches uuid[]) returns TABLE(count bigint) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    SELECT count(pg_advisory_xact_lock(hashtextextended(b::text, 30)))
+    FROM (SELECT DISTINCT b FROM unnest(p_batches::uuid[]) AS b ORDER BY b) AS sorted;
+    END
+
+function tierq_move_out_of_batches_v1(p_queue text, p_ids uuid[], p_batches uuid[], p_places integer[], p_tenants text[]) returns TABLE(id text) language plpgsql volatile set plan_cache_mode=force_generic_plan
+  grant to PUBLIC: EXECUTE
+  grant to <app_group>: EXECUTE
+  body:
+    #variable_conflict use_column
+    BEGIN
+    RETURN QUERY
+    WITH v AS (
+        SELECT DISTINCT v.id, v.batch, v.place, v.tenant
+        FROM unnest(p_ids::uuid[], p_batches::uuid[], p_places::int[],
+                    p_tenants::text[]) AS v(id, batch, place, tenant)
+    ),
+    m AS MATERIALIZED (
+        SELECT v.id, v.batch, v.place, b.queue,
+               tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) AS tenant,
+               b.priorities[v.place + 1] AS priority, b.payloads -> v.place AS payload,
+               tierq_batch_seq(b.first_seq, b.seq_offsets, v.place) AS seq, b.max_attempts,
+               b.timeout_seconds, b.created_at
+        FROM v JOIN tierq_batches b ON b.id = v.batch
+        WHERE (b.queue = p_queue::text OR p_queue::text IS NULL) AND v.place < b.tasks
+          AND (tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
+               OR v.tenant IS NULL)
+          AND NOT EXISTS (SELECT 1 FROM tierq_batch_ends e
+                          WHERE e.batch = v.batch AND v.place = ANY(e.places))
+        FOR KEY SHARE OF b
+    ),
+    ended AS (
+        INSERT INTO tierq_batch_ends (batch, places, moved)
+        SELECT batch, array_agg(place ORDER BY place), true FROM m GROUP BY batch
+    )
+    INSERT INTO tierq_tasks (id, queue, tenant, key, priority, payload, state, run_at,
+                             run_at_initially, max_attempts, seq, created_at, ready_since,
+                             state_since, timeout_seconds)
+    SELECT m.id, m.queue, m.tenant, NULL, m.priority, m.payload, 'warm', m.created_at,
+           m.created_at, m.max_attempts, m.seq, m.created_at, m.created_at, m.created_at,
+           m.timeout_seconds
+    FROM m
+    RETURNING id::text;
     END
 
 function tierq_release_leased_v1(p_queue text, p_now timestamp with time zone, p_ids uuid[], p_tenants text[], p_attempts integer[]) returns TABLE(id uuid, queue text, tenant text, key text, state text, seq bigint, priority smallint, payload jsonb, attempts integer, max_attempts integer, created_at timestamp with time zone, parents text, grp text, timeout_seconds integer, trace text) language plpgsql volatile set plan_cache_mode=force_generic_plan

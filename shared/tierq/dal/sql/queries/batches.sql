@@ -235,3 +235,55 @@ FROM (SELECT b.id AS key,
 WHERE cardinality(s.places) > 0
 ORDER BY s.key
 LIMIT %(limit)s;
+
+-- ============================================================================================
+-- The statements above that run as functions (migration 0032) where nothing is prepared
+-- (behind RDS Proxy), as engine.sql's `routine_<name>` queries do (migration 0029).
+-- ============================================================================================
+
+-- name: routine_insert_batch
+SELECT id, seq
+FROM tierq_insert_batch_v1(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_batch => %(batch)s::uuid,
+    p_tenant_names => %(tenant_names)s::text[],
+    p_tenant_of => %(tenant_of)s::bytea,
+    p_priorities => %(priorities)s::smallint[],
+    p_payloads => %(payloads)s::jsonb,
+    p_max_attempts => %(max_attempts)s::integer,
+    p_timeout => %(timeout)s::integer);
+
+-- name: routine_insert_batch_keyed
+SELECT id, seq
+FROM tierq_insert_batch_keyed_v1(
+    p_queue => %(queue)s::text,
+    p_now => %(now)s::timestamp with time zone,
+    p_batch => %(batch)s::uuid,
+    p_seq_offsets => %(seq_offsets)s::smallint[],
+    p_tenant_names => %(tenant_names)s::text[],
+    p_tenant_of => %(tenant_of)s::bytea,
+    p_priorities => %(priorities)s::smallint[],
+    p_payloads => %(payloads)s::jsonb,
+    p_max_attempts => %(max_attempts)s::integer,
+    p_timeout => %(timeout)s::integer,
+    p_keyed_ids => %(keyed_ids)s::uuid[],
+    p_keyed_tenants => %(keyed_tenants)s::jsonb,
+    p_keys => %(keys)s::jsonb,
+    p_keyed_priorities => %(keyed_priorities)s::smallint[],
+    p_keyed_payloads => %(keyed_payloads)s::jsonb,
+    p_keyed_offsets => %(keyed_offsets)s::integer[]);
+
+-- name: routine_lock_batches
+SELECT count
+FROM tierq_lock_batches_v1(
+    p_batches => %(batches)s::uuid[]);
+
+-- name: routine_move_out_of_batches
+SELECT id
+FROM tierq_move_out_of_batches_v1(
+    p_queue => %(queue)s::text,
+    p_ids => %(ids)s::uuid[],
+    p_batches => %(batches)s::uuid[],
+    p_places => %(places)s::integer[],
+    p_tenants => %(tenants)s::text[]);
