@@ -11,6 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pytest
+import redis
+
 from tierq.core.ordering import SPLIT, place
 from tierq.dal.lua_calls import (
     CALLS,
@@ -614,14 +617,18 @@ def running_page_scenario(warm: WarmTier, valkey: Any) -> None:
 def missing_scenario(warm: WarmTier, valkey: Any) -> None:
     _, k = new_pair(valkey)
     task_ids = ids(3)
-    assert run(warm, Missing(k, NOW, "", task_ids)) is None  # no lease index yet
+    assert run(warm, Missing(k, NOW, "reconcile_after", "", task_ids)) is None  # (no index)
     push(warm, k, task_ids[:2])
     claim(warm, k, 1)
     indexed(warm, k)
-    assert run(warm, Missing(k, NOW + 7, "c1", task_ids)) == task_ids[2:]
+    assert run(warm, Missing(k, NOW + 7, "reconcile_after", "c1", task_ids)) == task_ids[2:]
     assert valkey.hmget(k.meta, "fence", "reconcile_after") == [str(NOW + 7).encode(), b"c1"]
-    assert run(warm, Missing(k, NOW, "0", [])) == []
-    assert valkey.hget(k.meta, "reconcile_after") is None
+    assert run(warm, Missing(k, NOW, "members_after", "m1", [])) == []
+    assert valkey.hmget(k.meta, "reconcile_after", "members_after") == [b"c1", b"m1"]
+    assert run(warm, Missing(k, NOW, "reconcile_after", "0", [])) == []
+    assert valkey.hmget(k.meta, "reconcile_after", "members_after") == [None, b"m1"]
+    with pytest.raises(redis.ResponseError, match="no cursor field fence"):
+        run(warm, Missing(k, NOW, "fence", "1", []))
 
 
 def remove_scenario(warm: WarmTier, valkey: Any) -> None:

@@ -14,7 +14,10 @@ from tests.integration import test_valkey_loss as plain
 from tests.integration.helpers import drain
 from tests.support.stores import TierqFactory, flush_valkey
 from tierq.core.ids import uuid7_strings
+from tierq.core.ordering import task_of
+from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
+from tierq.maintenance import reaper
 
 
 @pytest.fixture
@@ -57,3 +60,30 @@ def test_members_are_restored_though_the_process_ids_ran_ahead_of_the_clock(
     tq.ctx.clock.advance(61)
     assert tq.run_reaper().restored == 3
     assert sorted(t.payload for t in drain(tq, "g")) == [0, 1, 2]
+
+
+def test_a_pairs_batch_rows_are_reconciled_a_slice_a_pass_after_the_cursor_in_its_meta(
+        make_tq: TierqFactory, valkey: Any) -> None:
+    """Three batch rows of two members, five of them leased; one member of the newest lost:
+    with a slice of one batch row a pass it is found on the third pass, each pass (each of
+    another process) going on from the cursor the last one kept in the pair's meta; the
+    next pass starts over."""
+    keys = PairKeys.of("q", "_")
+    engines = [make_tq(reconcile_grace_seconds=30, lease_seconds=3600) for _ in range(4)]
+    tq = engines[0]
+    batches = [[str(t.id) for t in tq.enqueue("q", [{"payload": 2 * b},
+                                                     {"payload": 2 * b + 1}])]
+               for b in range(3)]
+    lost = batches[2][1]
+    assert lost not in {str(t.id) for t in tq.claim("q", max=5)}
+    [member] = [m for m in valkey.zrange(keys.ready, 0, -1) if task_of(m.decode()) == lost]
+    valkey.zrem(keys.ready, member)
+    valkey.hdel(keys.data, lost)
+    restored, kept = [], []
+    for engine in engines:
+        engine.ctx.clock.advance(31)
+        restored.append(reaper.run(engine.ctx, reconcile_batch=2).restored)
+        kept.append((valkey.hget(keys.meta, "members_after") or b"").decode())
+    assert restored == [0, 0, 1, 0]
+    assert kept == [batches[0][0], batches[1][0], batches[2][0], ""]
+    assert [str(t.id) for t in tq.claim("q", max=5)] == [lost]

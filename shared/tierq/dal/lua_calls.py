@@ -556,16 +556,18 @@ class RunningPage(LuaCall[tuple[list[RunningLease], tuple[int, str] | None]]):
 @lazy_dataclass(frozen=True)
 class Missing(LuaCall[list[str] | None]):
     """Which of these ids are neither waiting nor leased (lua/missing.lua); None while the
-    pair's lease index is not complete. ``cursor``: '' keeps the kept cursor, '0' forgets
-    it, anything else is kept."""
+    pair's lease index is not complete. ``cursor``, kept in the meta's ``field``
+    (``reconcile_after`` or ``members_after``): '' keeps the kept cursor, '0' forgets it,
+    anything else is kept."""
 
     SCRIPT: ClassVar[str] = "missing"
     KEYS: ClassVar[tuple[str, ...]] = ("data", "leased", "lease_of", "meta")
-    ARGS: ClassVar[tuple[str, ...]] = ("fence_ms", "cursor")
+    ARGS: ClassVar[tuple[str, ...]] = ("fence_ms", "field", "cursor")
     ITEM: ClassVar[tuple[str, ...]] = ("id",)
 
     on: Any
     fence_ms: int
+    field: str
     cursor: str
     items: Sequence[Any] = ()
 

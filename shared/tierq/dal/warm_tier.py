@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from functools import cache, lru_cache
 from importlib import resources
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -213,6 +213,14 @@ class AckMail:
     def reply_of(self, request: str) -> str:
         """The reply list of another request of the same mailbox."""
         return f"{self.mailbox}:r:{request}"
+
+
+class ReaperCursors(NamedTuple):
+    """The reaper's cursors kept in a pair's meta (``WarmTier.reaper_cursors``)."""
+
+    reconcile_after: str  # over the pair's warm rows ('' : from the start)
+    started_after: str | None  # over its ``started`` index (None: from the start)
+    members_after: str  # over its batch rows, a batch key ('' : from the start)
 
 
 # What an admission will push into one pair (admission_begin.lua): the bytes of its first
@@ -2060,35 +2068,40 @@ class WarmTier:
         return self.call(LeaseExpired(PairKeys.of(queue, tenant), now_ms, limit))
 
     def missing(self, queue: str, tenant: str, ids: Sequence[str], *, fence_ms: int,
-                cursor: str | None = None) -> list[str] | None:
+                cursor: str | None = None,
+                cursor_field: str = "reconcile_after") -> list[str] | None:
         """Which of ``ids`` are neither waiting (their data in the data hash) nor leased
         (lua/missing.lua: lookups by id);
         None while the pair's lease index is not complete (``index_leases``). When some
         are, the pair's fence is raised to ``fence_ms``: a push of an admission that began
-        before it is refused from then on (``LatePush``). ``cursor`` (not None): the
-        reconciler's cursor to keep in the pair's meta (``reaper_cursors``; '' forgets
-        it)."""
+        before it is refused from then on (``LatePush``). ``cursor`` (not None): a
+        reconciler's cursor to keep in the pair's meta, in ``cursor_field``
+        (``reconcile_after``: over the pair's warm rows; ``members_after``: over its batch
+        rows; ``reaper_cursors`` reads them; '' forgets it)."""
         k = PairKeys.of(queue, tenant)
         parts = list(chunks(ids, IDS_PER_CALL)) or [[]]
         found: list[str] = []
         for i, part in enumerate(parts):
             # ('' leaves the kept cursor as it is, '0' forgets it: lua/missing.lua)
             keep = "" if cursor is None or i < len(parts) - 1 else (cursor or "0")
-            out = self.call(Missing(k, fence_ms, keep, part))
+            out = self.call(Missing(k, fence_ms, cursor_field, keep, part))
             if out is None:
                 return None
             found += out
         return found
 
-    def reaper_cursors(self, queue: str, tenant: str) -> tuple[str, str | None]:
-        """The reaper's two cursors kept in the pair's meta, read in one command: the
-        reconciler's over the pair's warm rows ('' when none: from the start; kept by
-        ``missing``), and ``prune_started``'s over its ``started`` index (None when none)."""
+    def reaper_cursors(self, queue: str, tenant: str) -> ReaperCursors:
+        """The reaper's cursors kept in the pair's meta, read in one command: the
+        reconciler's over the pair's warm rows and over its batch rows ('' when none: from
+        the start; kept by ``missing``), and ``prune_started``'s over its ``started`` index
+        (None when none)."""
         raw = self._command("HMGET", PairKeys.of(queue, tenant).meta, "reconcile_after",
-                            "started_after")
-        reconcile_after, started_after = raw or (None, None)
-        return ("" if reconcile_after is None else _s(reconcile_after),
-                None if started_after is None else _s(started_after))
+                            "started_after", "members_after")
+        reconcile_after, started_after, members_after = raw or (None, None, None)
+        return ReaperCursors(
+            "" if reconcile_after is None else _s(reconcile_after),
+            None if started_after is None else _s(started_after),
+            "" if members_after is None else _s(members_after))
 
     def index_leases(self, queue: str, tenant: str, *,
                      slices: int = LEASE_INDEX_SLICES_PER_VISIT) -> bool:

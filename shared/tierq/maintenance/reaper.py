@@ -281,10 +281,11 @@ def reap_pair(ctx: Context, failures: PairFailures, queue: str, tenant: str,
             return True
         if not expire_leases(ctx, queue, tenant, summary, config, budget):
             return False
-        reconcile_after, started_after = ctx.warm.reaper_cursors(queue, tenant)
-        reconcile(ctx, queue, tenant, summary, config, reconcile_after, members=members)
+        cursors = ctx.warm.reaper_cursors(queue, tenant)
+        reconcile(ctx, queue, tenant, summary, config, cursors.reconcile_after,
+                  members_after=cursors.members_after if members else None)
         # one slice of its running-lease index
-        ctx.warm.prune_started(queue, tenant, started_after)
+        ctx.warm.prune_started(queue, tenant, cursors.started_after)
     except DatabaseTimedOut as exc:  # a row held or a slow statement: the others go on
         failures.timed_out((queue, tenant), exc)
     except WarmTierUnavailable as exc:  # its master is down: the others go on
@@ -513,14 +514,17 @@ def record_expired(ctx: Context, queue: str, tenant: str,
 
 
 def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
-              config: ReaperConfig, cursor: str, *, members: bool = True) -> None:
+              config: ReaperConfig, cursor: str, *,
+              members_after: str | None = "") -> None:
     """Re-push warm rows that neither the ready set nor the lease set knows, one slice of
     the pair's warm rows per pass after ``cursor``, kept in the pair's meta (a pair of many
     leases is checked all through, a slice at a time; each Valkey call looks up its ids
     only). Rows Valkey lost are taken over first: ``missing`` raises the pair's fence to
     the cutoff, so a late push of an admission older than it writes nothing
     (``LatePush``), and ``take_over_for_restore`` commits their state_since as now, so no
-    other pass takes them again within the grace. Then they are pushed (kind restore)."""
+    other pass takes them again within the grace. Then they are pushed (kind restore).
+    ``members_after`` (None: the deployment has no batch rows): the cursor over the pair's
+    batch rows, for ``reconcile_members``."""
     now = ctx.now()
     before = now - ctx.settings.reconcile_grace_seconds
     after = parse_cursor(cursor)
@@ -536,8 +540,8 @@ def reconcile(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
         lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=cursor)
     if lost:
         restore(ctx, queue, tenant, lost, before, now, summary)
-    if members:  # (the pair's batch rows' members, when any batch row exists)
-        reconcile_members(ctx, queue, tenant, summary, config, before, now)
+    if members_after is not None:  # (the pair's batch rows' members, when any exists)
+        reconcile_members(ctx, queue, tenant, summary, config, before, now, members_after)
 
 
 def restore(ctx: Context, queue: str, tenant: str, lost: Sequence[str], before: float,
@@ -556,11 +560,6 @@ def restore(ctx: Context, queue: str, tenant: str, lost: Sequence[str], before: 
     summary.restored += len(items)
 
 
-# Per store (one per shard) and pair: the key of the last batch row the members'
-# reconciliation looked at, so that a pair of many batch rows is checked all through. Kept
-# in the process (a new one starts from the pair's first); at most this many pairs.
-_member_cursors: dict[tuple[int, str, str], str] = {}
-MEMBER_CURSORS_KEPT = 100_000
 # Batch rows read per pass and pair: ``reconcile_batch`` over this, as if each held this
 # many of the pair's unfinished members (a batch row of the tenant's with none is passed
 # over by the statement, and costs no slot).
@@ -568,17 +567,16 @@ MEMBERS_A_BATCH_ROW = 50
 
 
 def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
-                      config: ReaperConfig, before: float, now: float) -> None:
+                      config: ReaperConfig, before: float, now: float, cursor: str) -> None:
     """Re-push the members of the pair's batch rows (migration 0030) that neither the ready
     set nor the lease set knows, one slice of its batch rows made before ``before`` per
-    pass: those lost are moved out into ``tierq_tasks`` (warm since their batch was made,
-    so older than the cutoff), then taken over and pushed as the warm rows are."""
-    place = (id(ctx.store), queue, tenant)
+    pass, after ``cursor`` (a batch key kept in the pair's meta, ``members_after``; '':
+    from the first): those lost are moved out into ``tierq_tasks`` (warm since their batch
+    was made, so older than the cutoff), then taken over and pushed as the warm rows
+    are."""
     limit = max(1, config.reconcile_batch // MEMBERS_A_BATCH_ROW)
     suspects = ctx.store.batch_suspects(queue, tenant, to_datetime(before),
-                                        _member_cursors.get(place, FIRST_KEY), limit)
-    if len(_member_cursors) >= MEMBER_CURSORS_KEPT:
-        _member_cursors.clear()
+                                        cursor or FIRST_KEY, limit)
     # (at most reconcile_batch members a pass: the batch rows up to that many, one at least)
     kept: list[tuple[str, list[int]]] = []
     members = 0
@@ -587,14 +585,13 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
             break
         kept.append((key, places))
         members += len(places)
-    if len(kept) < len(suspects) or len(suspects) >= limit:
-        _member_cursors[place] = kept[-1][0]
-    else:  # (the pair's last slice: the next pass starts over)
-        _member_cursors.pop(place, None)
+    # the next pass goes on after this slice, or starts over after the pair's last one
+    after = kept[-1][0] if len(kept) < len(suspects) or len(suspects) >= limit else ""
     ids = [member_id(key, p) for key, places in kept for p in places]
-    if not ids:
-        return
-    lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before))
+    if not ids and after == cursor:
+        return  # (nothing to ask, nothing to keep: no round trip)
+    lost = ctx.warm.missing(queue, tenant, ids, fence_ms=to_ms(before), cursor=after,
+                            cursor_field="members_after")
     if not lost:  # (None: its lease index not complete yet, as reconcile waits for)
         return
     batch_rows.move_out(ctx, queue, lost, [tenant] * len(lost))

@@ -11,11 +11,12 @@
 -- reconciler's cutoff: from then on push_ready drops every push of an admission that began
 -- before it (docs/architecture.md §8): the reconciler re-pushes those rows itself, so a
 -- late push of one of them cannot add a task a worker may hold or has finished.
--- Also keeps the reconciler's cursor over the pair's warm rows (meta `reconcile_after`).
+-- Also keeps one of the reconciler's cursors: over the pair's warm rows (meta
+-- `reconcile_after`) or over its batch rows (meta `members_after`), as `field` names.
 -- Allowed while Valkey is out of memory: it writes a few bytes of meta at most.
 -- Called through `Missing` (dal/lua_calls.py):
 -- | KEYS | data, leased, lease_of, meta                                                     |
--- | ARGV | fence_ms (epoch ms of the callers' clocks), cursor (the cursor to keep; '': leave it as it is, '0': forget it), then the ids |
+-- | ARGV | fence_ms (epoch ms of the callers' clocks), field (`reconcile_after` or `members_after`), cursor (the cursor to keep there; '': leave it as it is, '0': forget it), then the ids |
 -- Returns { 'ok', id, ... } (the ids neither waiting nor leased), or { 'indexing' }.
 
 -- include: call_chunked (variadic commands in chunks: lua/call_chunked.lua)
@@ -23,13 +24,17 @@
 -- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 
 if redis.call('HGET', KEYS[4], 'leases_indexed') ~= '1' then return { 'indexing' } end
-if ARGV[2] == '0' then
-  redis.call('HDEL', KEYS[4], 'reconcile_after')
-elseif ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[4], 'reconcile_after', ARGV[2])
+local field = ARGV[2]
+if field ~= 'reconcile_after' and field ~= 'members_after' then
+  return redis.error_reply('ERR missing.lua: no cursor field ' .. field)
+end
+if ARGV[3] == '0' then
+  redis.call('HDEL', KEYS[4], field)
+elseif ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[4], field, ARGV[3])
 end
 local ids = {}
-for i = 3, #ARGV do ids[i - 2] = ARGV[i] end
+for i = 4, #ARGV do ids[i - 3] = ARGV[i] end
 local held = lease_held(KEYS[2], KEYS[3], ids, tonumber(ARGV[1]))  -- (and recent releases)
 local out = { 'ok' }
 for k = 1, #ids do
