@@ -22,6 +22,7 @@ from tierq.dal.postgres import int_array, text_array
 from tierq.dal.store.batches import FIRST_KEY, BatchColumns
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
+from tierq.logic import batch_rows
 
 QUEUE = "q"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -150,6 +151,31 @@ def test_an_ack_of_a_moved_member_checks_its_attempt(
     assert set(rows_of(pg, ids)) == {ids[0]}
     assert [r.id for r in store.end_batch_members(QUEUE, [ids[0]], ["a"], [3])] == [ids[0]]
     assert rows_of(pg, ids) == {}
+
+
+def test_an_ack_before_migration_0031_deletes_rows_while_no_batch_row_exists(
+        tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """Code deployed before its migration: ids marked by chance (an older tierq's) are
+    rows, deleted as any row while no batch row exists; once one exists, the ack fails
+    rather than leave a member unended."""
+    ids = batch_ids(2)
+    pg.execute(
+        "INSERT INTO tierq_tasks (id, queue, tenant, payload, state, run_at, run_at_initially,"
+        " max_attempts, seq, created_at, state_since)"
+        " SELECT v.id, %s, 'a', '1', 'warm', now(), now(), 5, nextval('tierq_task_seq'),"
+        " now(), now() FROM unnest(%s::uuid[]) AS v(id)", (QUEUE, ids))
+    pg.execute("ALTER FUNCTION tierq_end_batch_members_v2 RENAME TO tierq_gone")
+    try:
+        assert store.end_batch_members(QUEUE, ids, ["a", "a"], [1, 1]) is None
+        assert rows_of(pg, ids).keys() == set(ids)
+        finished = batch_rows.finish_plain(tq.ctx, QUEUE, ids, ["a", "a"], [1, 1])
+        assert sorted(r.id for r in finished) == sorted(ids)
+        assert rows_of(pg, ids) == {}
+        members, _ = insert(store)
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            store.end_batch_members(QUEUE, members[:1], ["a"], [1])
+    finally:
+        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_end_batch_members_v2")
 
 
 def test_the_ack_function_refuses_tasks_not_packed_as_it_reads_them(

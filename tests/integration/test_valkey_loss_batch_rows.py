@@ -87,3 +87,18 @@ def test_a_pairs_batch_rows_are_reconciled_a_slice_a_pass_after_the_cursor_in_it
     assert restored == [0, 0, 1, 0]
     assert kept == [batches[0][0], batches[1][0], batches[2][0], ""]
     assert [str(t.id) for t in tq.claim("q", max=5)] == [lost]
+
+
+def test_a_members_cursor_that_is_not_a_batch_key_starts_from_the_first(
+        make_tq: TierqFactory, valkey: Any) -> None:
+    keys = PairKeys.of("q", "_")
+    tq = make_tq(reconcile_grace_seconds=30)
+    [task] = tq.enqueue("q", [{"payload": 1}])
+    [member] = valkey.zrange(keys.ready, 0, -1)
+    valkey.zrem(keys.ready, member)
+    valkey.hdel(keys.data, str(task.id))
+    valkey.hset(keys.meta, "members_after", "not a key")
+    tq.ctx.clock.advance(31)
+    assert reaper.run(tq.ctx).restored == 1
+    assert valkey.hget(keys.meta, "members_after") is None
+    assert [t.id for t in tq.claim("q")] == [task.id]

@@ -132,10 +132,15 @@ def finish_plain(ctx: Context, queue: str, ids: Sequence[str], owners: Sequence[
     | ----------------------- | ----------------------------------------------------- |
     | none marked             | ``ack_delete`` (one attempt, one tenant) or           |
     |                         | ``ack_delete_by_attempt``                              |
-    | some marked             | ``end_batch_members``, one statement for all          |
+    | some marked             | ``end_batch_members``, one statement for all (as none |
+    |                         | marked while its function is not there and no batch   |
+    |                         | row exists: code deployed before migration 0031)      |
     """
     if any(batch_member(task_id) for task_id in ids):
-        return ctx.store.end_batch_members(queue, ids, owners, attempts, relaxed=relaxed)
+        finished = ctx.store.end_batch_members(queue, ids, owners, attempts, relaxed=relaxed)
+        if finished is not None:
+            return finished
+        # (its function not there yet, and no batch row anywhere: every task is a row)
     # (one attempt and one tenant, the usual batch: checked against the set; an admin's
     # batch over tenants pairs each row with its own)
     if min(attempts) == max(attempts) and min(owners) == max(owners):

@@ -576,7 +576,7 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
     are."""
     limit = max(1, config.reconcile_batch // MEMBERS_A_BATCH_ROW)
     suspects = ctx.store.batch_suspects(queue, tenant, to_datetime(before),
-                                        cursor or FIRST_KEY, limit)
+                                        parse_batch_cursor(cursor) or FIRST_KEY, limit)
     # (at most reconcile_batch members a pass: the batch rows up to that many, one at least)
     kept: list[tuple[str, list[int]]] = []
     members = 0
@@ -596,6 +596,15 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
         return
     batch_rows.move_out(ctx, queue, lost, [tenant] * len(lost))
     restore(ctx, queue, tenant, lost, before, now, summary)
+
+
+def parse_batch_cursor(text: str) -> str:
+    """The members' reconciler's cursor (a batch key); '' (the pair's first batch row) for
+    text that is not a uuid."""
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return ""
 
 
 def parse_cursor(text: str) -> datetime:

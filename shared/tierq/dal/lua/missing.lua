@@ -23,11 +23,11 @@
 -- include: ready_member (members and ids: lua/ready_member.lua)
 -- include: lease_keys (a lease's three keys: lua/lease_keys.lua)
 
-if redis.call('HGET', KEYS[4], 'leases_indexed') ~= '1' then return { 'indexing' } end
 local field = ARGV[2]
 if field ~= 'reconcile_after' and field ~= 'members_after' then
   return redis.error_reply('ERR missing.lua: no cursor field ' .. field)
 end
+if redis.call('HGET', KEYS[4], 'leases_indexed') ~= '1' then return { 'indexing' } end
 if ARGV[3] == '0' then
   redis.call('HDEL', KEYS[4], field)
 elseif ARGV[3] ~= '' then

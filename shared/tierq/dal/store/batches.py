@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
+import psycopg
 from psycopg.rows import scalar_row, tuple_row
 
 from tierq.core.batch_ids import batch_of
@@ -89,8 +90,10 @@ def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None
 # A member and a row's task as tierq_end_batch_members_v2 (migration 0031) reads them: a
 # member's batch index and place, then the index of its lease's tenant and its attempt;
 # big-endian.
-_PACKED_MEMBER = struct.Struct(">HHHI")
-_PACKED_ROW = struct.Struct(">HI")
+_PACKED_MEMBER = struct.Struct(">HHHi")
+_PACKED_ROW = struct.Struct(">Hi")
+# The function a plain ack of members calls (migration 0031).
+ACK_FUNCTION = "tierq_end_batch_members_v2"
 
 
 def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
@@ -160,28 +163,48 @@ class BatchQueries(StoreBase):
 
     def end_batch_members(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
                           attempts: Sequence[int], *, relaxed: bool = False,
-                          conn: Conn | None = None) -> list[AckedRow]:
+                          conn: Conn | None = None) -> list[AckedRow] | None:
         """A plain ack of ``ids`` (each with its lease's tenant and attempt): the members
         still in their batch rows ended, the rows of the others and of any task not marked
         as a member deleted as ``ack_delete_by_attempt`` deletes them; (id, group) of those
-        finished, each once. One statement (``tierq_end_batch_members_v2``), autocommit on a
-        pooled connection (``relaxed``: the pool whose commits do not wait for the WAL
-        flush), or on ``conn``."""
+        finished, each once. One statement (``ACK_FUNCTION``), autocommit on a pooled
+        connection (``relaxed``: the pool whose commits do not wait for the WAL flush), or
+        on ``conn``.
+
+        | the function (migration 0031) | batch rows         | result                     |
+        | ----------------------------- | ------------------ | -------------------------- |
+        | there                         | any                | the tasks finished         |
+        | not yet (code first)          | none (or no table) | None: every id is a row's, |
+        |                               |                    | for the caller to delete   |
+        | not yet, or on ``conn``       | some               | ``UndefinedFunction``      |
+        """
         if not ids:
             return []
         params = _packed_acks(ids, tenants, attempts)
         members: list[str] = params.pop("members_ids")
         params["queue"] = queue
+        try:
+            answer = self._fetch("end_batch_members", params, tuple_row, conn, relaxed=relaxed)
+        except psycopg.errors.UndefinedFunction as exc:
+            if conn is not None or ACK_FUNCTION not in str(exc) or self._any_batch_row():
+                raise
+            return None
         finished: list[AckedRow] = []
         unended: list[int] = []
-        for task_id, grp, left in self._fetch("end_batch_members", params, tuple_row, conn,
-                                               relaxed=relaxed):
+        for task_id, grp, left in answer:
             if task_id is None:
                 unended = left
             else:
                 finished.append(AckedRow(task_id, grp))
         skip = set(unended)
         return [AckedRow(m, None) for n, m in enumerate(members) if n not in skip] + finished
+
+    def _any_batch_row(self) -> bool:
+        """``has_batch_rows``, False where migration 0030 has not run (no table)."""
+        try:
+            return self.has_batch_rows()
+        except psycopg.errors.UndefinedTable:
+            return False
 
     def batch_members(self, ids: Sequence[str], tenants: Sequence[str] | None, *,
                       conn: Conn | None = None) -> list[BatchMemberRow]:
