@@ -16,6 +16,7 @@ import orjson
 import psycopg
 import pytest
 
+from tests.support.stores import TierqFactory
 from tierq.core.batch_ids import batch_ids
 from tierq.core.ids import uuid7_strings
 from tierq.dal.postgres import int_array, text_array
@@ -120,12 +121,13 @@ def test_a_move_or_an_ack_names_the_members_queue_and_tenant(
 
 
 def test_an_ack_over_batches_tenants_and_rows_answers_each_task_once(
-        tq: Tierq, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+        make_tq: TierqFactory, store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)  # tenants a b a a b
     others, _ = insert(store, ["b", "c"])
     assert store.move_out_of_batches(QUEUE, [ids[3]], ["a"]) == [ids[3]]
-    [row, kept] = [str(t.id) for t in tq.enqueue(QUEUE, [{"payload": 0}, {"payload": 1}],
-                                                 tenant="a")]
+    rows = make_tq(batch_rows=False).enqueue(QUEUE, [{"payload": 0}, {"payload": 1}],
+                                             tenant="a")
+    [row, kept] = [str(t.id) for t in rows]
     stray = batch_ids(1)[0]  # (marked, of no batch row)
     acked = end(store, QUEUE, [others[1], ids[0], row, ids[0], ids[3], others[0], ids[1],
                                stray, kept, row],
