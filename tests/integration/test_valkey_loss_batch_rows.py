@@ -65,9 +65,10 @@ def test_members_are_restored_though_the_process_ids_ran_ahead_of_the_clock(
 def test_a_pairs_batch_rows_are_reconciled_a_slice_a_pass_after_the_cursor_in_its_meta(
         make_tq: TierqFactory, valkey: Any) -> None:
     """Three batch rows of two members, five of them leased; one member of the newest lost:
-    with a slice of one batch row a pass it is found on the third pass, each pass (each of
-    another process) going on from the cursor the last one kept in the pair's meta; the
-    next pass starts over."""
+    with slices of two places (one batch row) a pass it is found on the third pass, each
+    pass (each of another process) going on from the cursor the last one kept in the
+    pair's meta; the third knows it read the pair's last batch row, so the next starts
+    over."""
     keys = PairKeys.of("q", "_")
     engines = [make_tq(reconcile_grace_seconds=30, lease_seconds=3600) for _ in range(4)]
     tq = engines[0]
@@ -85,7 +86,7 @@ def test_a_pairs_batch_rows_are_reconciled_a_slice_a_pass_after_the_cursor_in_it
         restored.append(reaper.run(engine.ctx, reconcile_batch=2).restored)
         kept.append((valkey.hget(keys.meta, "members_after") or b"").decode())
     assert restored == [0, 0, 1, 0]
-    assert kept == [batches[0][0], batches[1][0], batches[2][0], ""]
+    assert kept == [batches[0][0], batches[1][0], "", batches[0][0]]
     assert [str(t.id) for t in tq.claim("q", max=5)] == [lost]
 
 
@@ -102,3 +103,22 @@ def test_a_members_cursor_that_is_not_a_batch_key_starts_from_the_first(
     assert reaper.run(tq.ctx).restored == 1
     assert valkey.hget(keys.meta, "members_after") is None
     assert [t.id for t in tq.claim("q")] == [task.id]
+
+
+def test_a_pair_of_small_batch_rows_is_reconciled_by_places_not_by_rows(
+        make_tq: TierqFactory, valkey: Any) -> None:
+    """Thirteen batch rows of one task, twelve leased, the newest lost: slices of five
+    places read five batch rows a pass, so the third pass finds it."""
+    keys = PairKeys.of("q", "_")
+    tq = make_tq(reconcile_grace_seconds=30, lease_seconds=3600)
+    for i in range(12):
+        tq.enqueue("q", [{"payload": i}])
+        tq.ctx.clock.advance(0.01)
+    assert len(tq.claim("q", max=12)) == 12
+    [lost] = tq.enqueue("q", [{"payload": "lost"}])
+    [member] = valkey.zrange(keys.ready, 0, -1)
+    valkey.zrem(keys.ready, member)
+    valkey.hdel(keys.data, str(lost.id))
+    tq.ctx.clock.advance(31)
+    assert [reaper.run(tq.ctx, reconcile_batch=5).restored for _ in range(3)] == [0, 0, 1]
+    assert [t.payload for t in tq.claim("q", max=5)] == ["lost"]

@@ -560,23 +560,17 @@ def restore(ctx: Context, queue: str, tenant: str, lost: Sequence[str], before: 
     summary.restored += len(items)
 
 
-# Batch rows read per pass and pair: ``reconcile_batch`` over this, as if each held this
-# many of the pair's unfinished members (a batch row of the tenant's with none is passed
-# over by the statement, and costs no slot).
-MEMBERS_A_BATCH_ROW = 50
-
-
 def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSummary,
                       config: ReaperConfig, before: float, now: float, cursor: str) -> None:
     """Re-push the members of the pair's batch rows (migration 0030) that neither the ready
     set nor the lease set knows, one slice of its batch rows made before ``before`` per
     pass, after ``cursor`` (a batch key kept in the pair's meta, ``members_after``; '':
-    from the first): those lost are moved out into ``tierq_tasks`` (warm since their batch
-    was made, so older than the cutoff), then taken over and pushed as the warm rows
-    are."""
-    limit = max(1, config.reconcile_batch // MEMBERS_A_BATCH_ROW)
-    suspects = ctx.store.batch_suspects(queue, tenant, to_datetime(before),
-                                        parse_batch_cursor(cursor) or FIRST_KEY, limit)
+    from the first), of about ``reconcile_batch`` places: those lost are moved out into
+    ``tierq_tasks`` (warm since their batch was made, so older than the cutoff), then
+    taken over and pushed as the warm rows are."""
+    suspects, more = ctx.store.batch_suspects(
+        queue, tenant, to_datetime(before), parse_batch_cursor(cursor) or FIRST_KEY,
+        config.reconcile_batch, config.reconcile_batch)
     # (at most reconcile_batch members a pass: the batch rows up to that many, one at least)
     kept: list[tuple[str, list[int]]] = []
     members = 0
@@ -586,7 +580,7 @@ def reconcile_members(ctx: Context, queue: str, tenant: str, summary: ReaperSumm
         kept.append((key, places))
         members += len(places)
     # the next pass goes on after this slice, or starts over after the pair's last one
-    after = kept[-1][0] if len(kept) < len(suspects) or len(suspects) >= limit else ""
+    after = kept[-1][0] if kept and (more or len(kept) < len(suspects)) else ""
     ids = [member_id(key, p) for key, places in kept for p in places]
     if not ids and after == cursor:
         return  # (nothing to ask, nothing to keep: no round trip)

@@ -224,14 +224,18 @@ class BatchQueries(StoreBase):
         return bool(found)
 
     def batch_suspects(self, queue: str, tenant: str, before: datetime, after: str,
-                       limit: int) -> list[tuple[str, list[int]]]:
+                       limit: int, members: int) -> tuple[list[tuple[str, list[int]]], bool]:
         """The pair's members old enough that Valkey should know them, for the reconciler:
-        of its batch rows made before ``before`` and after key ``after`` that hold some,
-        the first ``limit``, each as (key, the places of the tenant's members without an
-        end)."""
-        return [(str(key), list(places)) for key, places in self._fetch("batch_suspects", {
+        of its batch rows made before ``before`` and after key ``after``, the first
+        ``limit`` (in key order) as far as about ``members`` places, each as (key, the
+        places of the tenant's members without an end; empty when none); and whether
+        batch rows may follow them."""
+        rows = self._fetch("batch_suspects", {
             "queue": queue, "tenant": tenant, "after": after, "before": before,
-            "limit": limit}, tuple_row)]
+            "limit": limit, "members": members}, tuple_row)
+        looked = rows[0][2] if rows else 0
+        more = looked >= limit or len(rows) < looked
+        return [(str(key), list(places)) for key, places, _ in rows], more
 
     def sweep_batches(self, after: str, budget: int) -> tuple[str | None, BatchSweepRow]:
         """One pass of the sweep, in one transaction: of the ``budget`` batches after key

@@ -214,27 +214,31 @@ SELECT count(*) FROM (SELECT DISTINCT gone.batch, p FROM gone, unnest(gone.place
 SELECT EXISTS (SELECT 1 FROM tierq_batch_pairs) AS found;
 
 -- name: batch_suspects
--- The reconciler's members of a pair: of its batch rows made before `before` (their
--- created_at, the enqueue's clock, as a row's state_since; not their keys, whose
--- milliseconds a process keeps increasing past a clock that went back) and after the
--- cursor `after` that still hold members of the tenant without an end, the first `limit`
--- in key order, each with the places of those members (key, places). By
--- tierq_batch_pairs' primary key from the cursor on.
-SELECT s.key::text AS batch, s.places
-FROM (SELECT b.id AS key,
-             ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
-                   WHERE tierq_batch_tenant(b.tenant_names, b.tenant_of, p) = %(tenant)s
-                   EXCEPT
-                   SELECT x FROM tierq_batch_ends e, unnest(e.places) AS x
-                   WHERE e.batch = b.id
-                   ORDER BY 1) AS places
-      FROM tierq_batch_pairs bp JOIN tierq_batches b ON b.id = bp.batch
-      WHERE bp.queue = %(queue)s AND bp.tenant = %(tenant)s AND bp.batch > %(after)s::uuid
-        AND b.created_at < %(before)s
-      ORDER BY bp.batch) AS s
-WHERE cardinality(s.places) > 0
-ORDER BY s.key
-LIMIT %(limit)s;
+-- The reconciler's members of a pair, a slice of its batch rows in key order: those made
+-- before `before` (their created_at, the enqueue's clock, as a row's state_since; not their
+-- keys, whose milliseconds a process keeps increasing past a clock that went back) and
+-- after the cursor `after`. Of the first `limit`, the statement keeps those whose places,
+-- up to the one before, number fewer than `members`: a pass reads about `members` places,
+-- whatever the size of the pair's batch rows. Each comes with the places of the tenant's
+-- members without an end (empty when none) and how many batch rows the statement looked
+-- at before that cut (key, places, looked). By tierq_batch_pairs' primary key from the
+-- cursor on.
+SELECT c.key::text AS batch,
+       ARRAY(SELECT p FROM generate_series(0, c.tasks - 1) AS p
+             WHERE tierq_batch_tenant(c.tenant_names, c.tenant_of, p) = %(tenant)s
+             EXCEPT
+             SELECT x FROM tierq_batch_ends e, unnest(e.places) AS x WHERE e.batch = c.key
+             ORDER BY 1) AS places,
+       c.looked
+FROM (SELECT r.*, sum(r.tasks) OVER (ORDER BY r.key) AS upto, count(*) OVER () AS looked
+      FROM (SELECT bp.batch AS key, b.tasks, b.tenant_names, b.tenant_of
+            FROM tierq_batch_pairs bp JOIN tierq_batches b ON b.id = bp.batch
+            WHERE bp.queue = %(queue)s AND bp.tenant = %(tenant)s
+              AND bp.batch > %(after)s::uuid AND b.created_at < %(before)s
+            ORDER BY bp.batch
+            LIMIT %(limit)s) AS r) AS c
+WHERE c.upto - c.tasks < %(members)s
+ORDER BY c.key;
 
 -- ============================================================================================
 -- The statements above that run as functions (migration 0032) where nothing is prepared
