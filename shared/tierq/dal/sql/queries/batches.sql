@@ -217,26 +217,28 @@ SELECT EXISTS (SELECT 1 FROM tierq_batch_pairs) AS found;
 -- The reconciler's members of a pair, a slice of its batch rows in key order: those made
 -- before `before` (their created_at, the enqueue's clock, as a row's state_since; not their
 -- keys, whose milliseconds a process keeps increasing past a clock that went back) and
--- after the cursor `after`. Of the first `limit`, the statement keeps those whose places,
--- up to the one before, number fewer than `members`: a pass reads about `members` places,
--- whatever the size of the pair's batch rows. Each comes with the places of the tenant's
+-- after the cursor `after`. Of the first `limit`, the statement keeps those whose places
+-- (every tenant's), up to the one before, number fewer than `members`: a pass reads about
+-- `members` places, whatever the size of the pair's batch rows. Each comes with the places of the tenant's
 -- members without an end (empty when none) and how many batch rows the statement looked
 -- at before that cut (key, places, looked). By tierq_batch_pairs' primary key from the
 -- cursor on.
 SELECT c.key::text AS batch,
-       ARRAY(SELECT p FROM generate_series(0, c.tasks - 1) AS p
-             WHERE tierq_batch_tenant(c.tenant_names, c.tenant_of, p) = %(tenant)s
+       ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
+             WHERE tierq_batch_tenant(b.tenant_names, b.tenant_of, p) = %(tenant)s
              EXCEPT
              SELECT x FROM tierq_batch_ends e, unnest(e.places) AS x WHERE e.batch = c.key
              ORDER BY 1) AS places,
        c.looked
-FROM (SELECT r.*, sum(r.tasks) OVER (ORDER BY r.key) AS upto, count(*) OVER () AS looked
-      FROM (SELECT bp.batch AS key, b.tasks, b.tenant_names, b.tenant_of
+FROM (SELECT r.key, r.tasks, sum(r.tasks) OVER (ORDER BY r.key) AS upto,
+             count(*) OVER () AS looked
+      FROM (SELECT bp.batch AS key, b.tasks
             FROM tierq_batch_pairs bp JOIN tierq_batches b ON b.id = bp.batch
             WHERE bp.queue = %(queue)s AND bp.tenant = %(tenant)s
               AND bp.batch > %(after)s::uuid AND b.created_at < %(before)s
             ORDER BY bp.batch
             LIMIT %(limit)s) AS r) AS c
+JOIN tierq_batches b ON b.id = c.key  -- (the tenants of the rows kept only)
 WHERE c.upto - c.tasks < %(members)s
 ORDER BY c.key;
 
