@@ -9,8 +9,9 @@
 -- a row's id with six bytes (below); it reads each batch row, and the places moved out of
 -- it, once per batch, deletes the rows in the same statement, and answers a row per task
 -- whose row it deleted, not per member it ended. Backend CPU a member, v1 → v2 (acks of
--- 400 of one tenant; of 100 over ten tenants by priority): 6.4 → 2.9 µs and 13.2 → 8.3 µs
--- on this project's 2-core machine.
+-- 400 of one tenant; of 100 over ten tenants by priority): 6.4–7.7 → 2.9 µs and 10.5–13.2
+-- → 7.8–8.3 µs on this project's 2-core machine (bench/README.md, *The ack's tasks packed
+-- in bytes*).
 --
 -- A member in p_members, ten bytes, and a row's task in p_rows, six bytes (its id the same
 -- place of p_row_ids), big-endian:

@@ -219,10 +219,10 @@ SELECT EXISTS (SELECT 1 FROM tierq_batch_pairs) AS found;
 -- keys, whose milliseconds a process keeps increasing past a clock that went back) and
 -- after the cursor `after`. Of the first `limit`, the statement keeps those whose places
 -- (every tenant's), up to the one before, number fewer than `members`: a pass reads about
--- `members` places, whatever the size of the pair's batch rows. Each comes with the places of the tenant's
--- members without an end (empty when none) and how many batch rows the statement looked
--- at before that cut (key, places, looked). By tierq_batch_pairs' primary key from the
--- cursor on.
+-- `members` places, whatever the size of the pair's batch rows. Each comes with the
+-- places of the tenant's members without an end (empty when none) and how many batch rows
+-- the statement looked at before that cut (key, places, looked). By tierq_batch_pairs'
+-- primary key from the cursor on.
 SELECT c.key::text AS batch,
        ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
              WHERE tierq_batch_tenant(b.tenant_names, b.tenant_of, p) = %(tenant)s
