@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 # The engine imports its enqueue, claim and lease logic on first use (tierq.core.lazy: what
 # a Lambda function's requests never call costs its cold start nothing); a long-running
 # worker holds them after its first call, so they are preloaded too, not imported (and,
-# without bytecode caches, compiled) inside the measured phase.
+# without bytecode caches, compiled) inside the measured phase; the last one builds what
+# tierq defers to first use, once for every process (bench/systems/tierq_prebuilt.py).
 TIERQ_PRELOAD = ("bench.systems.tierq_engine", "bench.systems.tierq_http", "tierq.engine",
                  "tierq.config", "tierq.models", "psycopg", "redis", "httpx",
                  "tierq.logic.enqueue", "tierq.logic.claim", "tierq.logic.leases",
-                 "tierq.logic.tiering", "tierq.models.leases")
+                 "tierq.logic.tiering", "tierq.models.leases", "bench.systems.tierq_prebuilt")
 UNFINISHED = "SELECT count(*) FROM tierq_tasks WHERE state IN ('delayed', 'cold', 'warm')"
 # a spec's "sketch": the module of bench/systems/ whose sketch_store the engines take
 SKETCH_MODULES = {"hot": "hot_sketch", "log": "log_sketch", "batch": "batch_sketch",
