@@ -14,6 +14,7 @@ import psycopg
 import redis
 
 from bench.enqueue_round_trips import Wire
+from tests.support.every_task import EVERY_TASK
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 from tierq.models import ClaimedTask
@@ -41,17 +42,20 @@ def mode_of(valkey: redis.Redis, queue: str, tenant: str = "_") -> str | None:
 
 
 def count_state(pg: psycopg.Connection[Any], queue: str, state: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND state = %s",
+    """Tasks of ``queue`` in ``state``, rows and batch members alike (``EVERY_TASK``)."""
+    row = pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = %s AND state = %s",
                      (queue, state)).fetchone()
     assert row is not None
     return int(row[0])
 
 
 def count_rows(pg: psycopg.Connection[Any], queue: str | None = None) -> int:
+    """Tasks PostgreSQL holds (of ``queue``), rows and batch members alike."""
     if queue is None:
-        row = pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()
+        row = pg.execute(f"SELECT count(*) FROM {EVERY_TASK}").fetchone()
     else:
-        row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
+        row = pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = %s",
+                         (queue,)).fetchone()
     assert row is not None
     return int(row[0])
 

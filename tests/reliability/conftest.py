@@ -1,5 +1,6 @@
 """Reliability tests kill and restart servers: each test module gets its own private
-PostgreSQL and Valkey under /tmp (never the shared ones, never DATABASE_URL/VALKEY_URL)."""
+PostgreSQL and Valkey under /tmp (never the shared ones, never DATABASE_URL/VALKEY_URL).
+Each test runs on both of the engine's layouts: a row per task, and batch rows."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ def stack() -> Iterator[Stack]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture
-def clean(stack: Stack) -> Stack:
+@pytest.fixture(params=[False, True], ids=["rows", "batch-rows"])
+def clean(stack: Stack, request: pytest.FixtureRequest) -> Stack:
+    """The module's stack, emptied, its engines writing a row per task or, the second
+    time, batch rows (``TIERQ_BATCH_ROWS``): each guarantee is checked on both layouts."""
     reset(stack)
+    stack.batch_rows = request.param
     return stack
 
 

@@ -5,7 +5,10 @@ the accounting afterwards against the system of record.
 Journals (one file per process; a SIGKILLed process may leave a torn last line):
 
 * producer: ``{"e": "enq", "n": n, "id": id}`` for each task whose enqueue returned success
-  (tasks carry the key ``n<n>``, so a retried batch never duplicates them);
+  (tasks carry the key ``n<n>``, so a retried batch never duplicates them; on the batch-rows
+  layout they carry none, since keyed tasks are rows there, and a batch retried after an
+  enqueue that committed but failed to answer adds tasks of the same ``n``: the accounting
+  counts ``n`` done when any of its ids was acked);
 * worker: ``{"e": "claim", "id", "n", "t0", "t1", "exp", "w"}`` per delivered task, written
   right after the claim returned (``t1``; ``t0``: when it was sent) and before any work;
   ``{"e": "acking", "n"}`` before it sends an ack (so a worker killed without one at its
@@ -40,9 +43,11 @@ from typing import Any
 
 import psycopg
 
+from tests.support.every_task import EVERY_TASK
 from tests.support.polling import eventually
 from tests.support.processes import Children
 from tierq.config import Settings
+from tierq.core.batch_ids import batch_member
 from tierq.engine import Tierq
 from tierq.errors import Unavailable
 from tierq.local.services import LocalServices, ensure_services
@@ -58,6 +63,7 @@ class Stack:
     services: LocalServices
     database_url: str
     folder: Path
+    batch_rows: bool = False  # the engines' TIERQ_BATCH_ROWS (the ``clean`` fixture's)
 
     @property
     def valkey_url(self) -> str:
@@ -65,7 +71,7 @@ class Stack:
 
     def settings(self, **overrides: Any) -> dict[str, Any]:
         return {"database_url": self.database_url, "valkey_url": self.valkey_url,
-                "db_pool_max": 3, **overrides}
+                "db_pool_max": 3, "batch_rows": self.batch_rows, **overrides}
 
 
 @contextlib.contextmanager
@@ -111,7 +117,8 @@ def local_api(stack: Stack, env: dict[str, str] | None = None) -> Iterator[str]:
     port = free_port()
     log = stack.folder / f"tierq-dev-{port}.log"
     full_env = {**os.environ, "DATABASE_URL": stack.database_url,
-                "VALKEY_URL": stack.valkey_url, **(env or {})}
+                "VALKEY_URL": stack.valkey_url,
+                "TIERQ_BATCH_ROWS": "true" if stack.batch_rows else "false", **(env or {})}
     exe = Path(sys.executable).with_name("tierq")
     with log.open("wb") as out:
         proc = subprocess.Popen([str(exe), "dev", "--no-services", "--port", str(port),
@@ -245,15 +252,17 @@ def open_queue(cfg: dict[str, Any], journal: Journal) -> EngineQueue | HttpQueue
 
 def producer_main(cfg: dict[str, Any], journal_path: str, stop: Any) -> None:
     """Enqueue tasks n = lo..hi-1 in batches at about ``rate`` tasks/s, retrying a batch
-    until it succeeds (the keys make a retry harmless)."""
+    until it succeeds (its keys make a retry harmless; on the batch-rows layout, keyless:
+    the module's docstring)."""
     journal = Journal(journal_path)
     queue = open_queue(cfg, journal)
     lo, hi = cfg["range"]
     batch = cfg.get("batch", 100)
     pause = batch / cfg["rate"] if cfg.get("rate") else 0.0
+    keyed = not cfg["settings"].get("batch_rows")
     for start in range(lo, hi, batch):
-        items = [{"payload": {"n": n}, "key": f"n{n}"} for n in range(start, min(start + batch,
-                                                                                hi))]
+        items = [{"payload": {"n": n}, **({"key": f"n{n}"} if keyed else {})}
+                 for n in range(start, min(start + batch, hi))]
         while True:
             if stop.is_set():
                 return
@@ -465,7 +474,7 @@ def _unacked_tail(path: Path) -> list[str]:
 
 def live_count(database_url: str) -> int:
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND state IN "
+        row = conn.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = %s AND state IN "
                            "('delayed', 'cold', 'warm')", (QUEUE,)).fetchone()
     return int(row[0]) if row else 0
 
@@ -507,12 +516,18 @@ class Report:
     duplicates: int = 0
     rejected_acks: int = 0
     double_dispatch: list[str] = field(default_factory=list)
+    members: int = 0  # tasks enqueued as batch members (TIERQ_BATCH_ROWS), by their ids
+
+    def layout_was(self, stack: Stack) -> None:
+        """Fails unless the engines wrote the stack's layout: batch members with
+        ``batch_rows``, none without (so a run on batch rows is not one on rows)."""
+        assert (self.members > 0) == stack.batch_rows, (self.members, stack.batch_rows)
 
     def line(self, title: str) -> str:
         return (f"{title}: enqueued={self.enqueued} acked={self.acked} lost={len(self.lost)} "
                 f"duplicate_deliveries={self.duplicates} deliveries={self.deliveries} "
                 f"rejected_acks={self.rejected_acks} stuck={self.stuck} dead={self.dead} "
-                f"double_dispatch={len(self.double_dispatch)}")
+                f"double_dispatch={len(self.double_dispatch)} members={self.members}")
 
 
 def read_journals(folder: Path) -> list[dict[str, Any]]:
@@ -525,11 +540,14 @@ def read_journals(folder: Path) -> list[dict[str, Any]]:
 
 
 def account(folder: Path, database_url: str, *, wipes: list[float] | None = None) -> Report:
-    """Reconcile the journals with what PostgreSQL holds now."""
+    """Reconcile the journals with what PostgreSQL holds now (rows and batch members)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute("SELECT id::text, state, payload->>'n' FROM tierq_tasks "
+        rows = conn.execute(f"SELECT id::text, state, payload->>'n' FROM {EVERY_TASK} "
                             "WHERE queue = %s", (QUEUE,)).fetchall()
-    return analyze(read_journals(folder), [(r[0], r[1], r[2]) for r in rows], wipes=wipes)
+    events = read_journals(folder)
+    report = analyze(events, [(r[0], r[1], r[2]) for r in rows], wipes=wipes)
+    report.members = sum(batch_member(e["id"]) for e in events if e["e"] == "enq")
+    return report
 
 
 def analyze(events: list[dict[str, Any]], rows: list[tuple[str, str, str | None]], *,

@@ -34,6 +34,7 @@ def test_sixteen_claimers_no_double_dispatch_within_a_lease(clean: Stack,
         finally:
             fleet.close()
     report = account(journal_dir, clean.database_url)
+    report.layout_was(clean)
     print("\n" + report.line(f"{CLAIMERS} concurrent claimers over {TASKS} tasks"))
     assert report.enqueued == TASKS
     assert report.lost == []

@@ -52,6 +52,7 @@ def test_postgres_killed_and_restarted_loses_nothing(clean: Stack, journal_dir: 
             fleet.close()
             probe.close()
     report = account(journal_dir, clean.database_url)
+    report.layout_was(clean)
     print("\n" + report.line(f"PostgreSQL SIGKILLed, down {DOWN_SECONDS}s, restarted")
           + f" probe_errors_after_restart={stale}")
     assert report.enqueued == TASKS
@@ -142,7 +143,8 @@ def test_api_answers_503_with_retry_after_while_postgres_is_down(clean: Stack,
            "TIERQ_REAPER_EVERY": "0.5", "TIERQ_COLD_TO_WARM_EVERY": "0.5",
            "TIERQ_DELAYED_EVERY": "0.5"}
     with local_api(clean, env) as base_url:
-        fleet = Fleet(journal_dir, {})
+        # (the API's engine has its settings from env; the producers read the layout here)
+        fleet = Fleet(journal_dir, {"batch_rows": clean.batch_rows})
         try:
             fleet.start_workers(3, base_url=base_url, batch=20, lease_seconds=5,
                                 work_seconds=0.02)
@@ -161,6 +163,7 @@ def test_api_answers_503_with_retry_after_while_postgres_is_down(clean: Stack,
         finally:
             fleet.close()
     report = account(journal_dir, clean.database_url)
+    report.layout_was(clean)
     events = read_journals(journal_dir)
     refusals = [e for e in events if e["e"] == "503"]
     print("\n" + report.line(f"PostgreSQL SIGKILLed under the HTTP API, down "

@@ -58,6 +58,7 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
             fleet.close()
             probe.close()
     report = account(journal_dir, clean.database_url, wipes=[wiped_at])
+    report.layout_was(clean)
     print("\n" + report.line(f"Valkey killed, down {DOWN_SECONDS}s, restarted empty")
           + f" restored_by_reconciler={jobs.restored}")
     assert report.enqueued == TASKS

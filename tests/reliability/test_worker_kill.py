@@ -38,6 +38,7 @@ def test_workers_killed_mid_lease_lose_nothing(clean: Stack, journal_dir: Path) 
         finally:
             fleet.close()
     report = account(journal_dir, clean.database_url)
+    report.layout_was(clean)
     print("\n" + report.line("2 of 4 workers SIGKILLed mid-lease"))
     assert report.enqueued == TASKS
     assert report.lost == []
