@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 
 from tests.support.polling import eventually
+from tierq.core.batch_ids import batch_member
 from tierq.dal.warm_tier import AckMail
 from tierq.engine import Tierq
 from tierq.logic import ack_gathering
@@ -200,10 +201,13 @@ def tenants_apart(make_tq: Callable[..., Tierq], valkey: Any) -> None:
     assert ack_gathering.MOST_ENTRIES >= 2
 
 
-def one_task_twice(make_tq: Callable[..., Tierq], valkey: Any) -> None:
+def one_task_twice(make_tq: Callable[..., Tierq], valkey: Any, *,
+                   members: bool = False) -> None:
+    """``members``: the engines write batch rows, and the tasks must be members."""
     tqs = engines(make_tq, 2)
     tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(2)])
     tasks = tqs[0].claim(QUEUE, max=2, tenant="a")
+    assert [batch_member(t.id) for t in tasks] == [members] * 2
     out = meet(valkey, tqs, [tasks, tasks])  # (the second a retried ack)
     results = sorted((out[0], out[1]), key=lambda r: len(r.acked))
     assert results[1].acked and sorted(map(str, results[1].acked)) == \

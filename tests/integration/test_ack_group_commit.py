@@ -27,8 +27,13 @@ def test_one_tenant_s_committer_never_delays_another_s_ack(make_tq, valkey):
     scenarios.tenants_apart(make_tq, valkey)
 
 
-def test_two_acks_of_one_task_answer_it_once(make_tq, valkey):
-    scenarios.one_task_twice(make_tq, valkey)
+@pytest.mark.parametrize("batch_rows", [False, True], ids=["rows", "batch-rows"])
+def test_two_acks_of_one_task_answer_it_once(make_tq, valkey, batch_rows):
+    """A retried ack gathered with the first: the committer sets it apart, and it goes
+    alone after the first's commit. On batch rows its tasks are members, which it finds
+    ended (logic/ack_gathering._already_ended) where with rows it deletes nothing."""
+    scenarios.one_task_twice(lambda **kw: make_tq(batch_rows=batch_rows, **kw), valkey,
+                             members=batch_rows)
 
 
 def test_a_later_pass_that_fails_keeps_the_committer_s_answer(make_tq, valkey, pg, monkeypatch):
@@ -91,5 +96,11 @@ def test_acks_naming_a_task_an_earlier_one_names_commit_alone():
     from tierq.logic.ack_gathering import Entry, _apart
 
     first, second, third = (Entry.parse(t) for t in ("r1 a,b 1,1", "r2 c 1", "r3 b,d 2,1"))
-    assert _apart([first, second, third]) == ([first, second], [third])
-    assert _apart([third, first]) == ([third], [first])
+    carried: set[str] = set()
+    assert _apart([first, second, third], carried) == ([first, second], [third])
+    assert carried == {"a", "b", "c"}
+    assert _apart([third, first], set()) == ([third], [first])
+    # a later pass: an ack naming a task an earlier pass carried (a retry) goes alone too
+    fourth, fifth = Entry.parse("r4 a 1"), Entry.parse("r5 e 1")
+    assert _apart([fourth, fifth], carried) == ([fifth], [fourth])
+    assert carried == {"a", "b", "c", "e"}

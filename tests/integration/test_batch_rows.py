@@ -23,7 +23,7 @@ from tierq.dal.postgres import int_array, text_array
 from tierq.dal.store.batches import FIRST_KEY, BatchColumns
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
-from tierq.logic import batch_rows
+from tierq.logic import ack_gathering, batch_rows
 
 QUEUE = "q"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -370,3 +370,18 @@ def test_the_sweep_drops_the_ends_a_purge_left_once_it_comes_round(
     assert store.sweep_batches(ids[0], 10) == (None, (0, 0))
     assert pg.execute("SELECT count(*) FROM tierq_batch_ends").fetchone() == (0,)
     assert batch_count(pg) == (1, 0)
+
+
+def test_an_ack_that_goes_alone_leaves_out_the_members_an_ack_ended(tq: Tierq,
+                                                                     store: TaskStore) -> None:
+    """A gathered ack set apart from an earlier one (a retry) goes alone after its commit:
+    of its members, those already ended are answered not found, as rows an earlier ack
+    deleted are, and the others are ended (logic/ack_gathering._already_ended)."""
+    ids, _ = insert(store, ["a", "a", "a"])
+    assert end(store, QUEUE, ids[:1], ["a"]) == ids[:1]
+    entry = ack_gathering.Entry("r", ids[:2], [1, 1], "")
+    finished = ack_gathering._alone(tq.ctx, QUEUE, "a", entry)
+    assert [r.id for r in finished] == ids[1:2]
+    assert store.members_acked(ids, "a") == set(ids[:2])
+    assert store.members_acked(ids, "b") == set()  # (another tenant's read finds none)
+    assert ack_gathering._alone(tq.ctx, QUEUE, "a", entry) == []

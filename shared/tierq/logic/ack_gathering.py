@@ -46,11 +46,12 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
 
+from tierq.core.batch_ids import batch_member
 from tierq.core.lazy import lazy_module
 from tierq.dal.lua_calls import AckCheckJoin
 from tierq.dal.store.rows import AckedRow
@@ -118,6 +119,8 @@ class Joined:
     # (``after_drop`` reads what they did); the time its passes may take, from its commit
     along: AnswersAlong | None = None
     passes_end: float = 0.0
+    # as the committer, the tasks its passes carried (``_apart``)
+    carried: set[str] = field(default_factory=set)
 
 
 def lock_ms(ctx: Context) -> int:
@@ -175,7 +178,8 @@ def delete_joined(ctx: Context, queue: str, joined: Joined) -> list[AckedRow]:
         return _wait(ctx, queue, joined.tenant, joined.mail, mine, joined.hold_ms)
     joined.passes_end = time.monotonic() + PASSES_SECONDS
     own, answers = _first_pass(ctx, queue, joined.tenant, joined.mail, mine,
-                               [Entry.parse(e) for e in joined.taken], joined.hold_ms)
+                               [Entry.parse(e) for e in joined.taken], joined.hold_ms,
+                               joined.carried)
     joined.along = AnswersAlong(joined.mail, mine.request, answers, most=MOST_ENTRIES,
                                 lock_ms=joined.hold_ms, reply_ttl_ms=REPLY_TTL_MS,
                                 until=joined.passes_end)
@@ -212,7 +216,7 @@ def after_drop(ctx: Context, queue: str, joined: Joined) -> None:
     else:  # (sent again: an answer twice is read once, a request forgotten twice is gone)
         more = _send(ctx, joined.mail, mine, list(along.answers), along.most, joined.hold_ms)
     _go_on(ctx, queue, joined.tenant, joined.mail, mine, more, joined.hold_ms,
-           joined.passes_end)
+           joined.passes_end, joined.carried)
 
 
 def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> list[AckedRow]:
@@ -224,8 +228,29 @@ def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> 
 
 
 def _alone(ctx: Context, queue: str, tenant: str, mine: Entry) -> list[AckedRow]:
+    """``mine`` in a statement and commit of its own, less the batch members an earlier
+    commit already ended (``_already_ended``)."""
     ctx.ack_commits.alone += 1
+    ended = _already_ended(ctx, tenant, mine.ids)
+    if ended:
+        kept = [n for n, i in enumerate(mine.ids) if i not in ended]
+        if not kept:
+            return []
+        mine = Entry(mine.request, [mine.ids[n] for n in kept],
+                     [mine.attempts[n] for n in kept], mine.text)
     return _delete(ctx, queue, tenant, [mine])
+
+
+def _already_ended(ctx: Context, tenant: str, ids: Sequence[str]) -> set[str]:
+    """The batch members among ``ids`` whose places an ack already ended: left out of an
+    ack that goes alone, so they are answered not found, as rows an earlier ack deleted
+    are. Such an ack is often a retry that the committer set apart from the first
+    (``_apart``) and that runs after its commit; the end of a member is an append, which
+    does not see an earlier one (architecture.md, *Batch rows*). Free when no id is a
+    member's."""
+    if not any(batch_member(i) for i in ids):
+        return set()
+    return ctx.store.members_acked(ids, tenant)
 
 
 def _let_go(ctx: Context, mail: AckMail, request: str) -> None:
@@ -247,11 +272,14 @@ def _answer(entry: Entry, deleted: dict[str, AckedRow]) -> bytes:
     return b"D" + orjson.dumps([[r.id, r.grp] for r in _rows_of(entry, deleted)])
 
 
-def _apart(batch: list[Entry]) -> tuple[list[Entry], list[Entry]]:
-    """(the entries one statement may carry, those naming a task an earlier one names):
+def _apart(batch: list[Entry], committed: set[str]) -> tuple[list[Entry], list[Entry]]:
+    """(the entries one statement may carry, those naming a task an earlier one names, in
+    this batch or in ``committed``, the tasks an earlier pass of this committer carried):
     two acks of one task (a retry, or a late ack of an expired attempt beside the next
-    attempt's) each check their own attempt, so the later ones delete alone, after."""
-    seen: set[str] = set()
+    attempt's) each check their own attempt, so the later ones delete alone, after
+    (``_alone``, which finds a batch member an earlier pass ended). ``committed`` gains
+    the tasks carried."""
+    seen = committed
     carried: list[Entry] = []
     alone: list[Entry] = []
     for entry in batch:
@@ -264,13 +292,13 @@ def _apart(batch: list[Entry]) -> tuple[list[Entry], list[Entry]]:
 
 
 def _first_pass(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
-                waiting: list[Entry], hold_ms: int
+                waiting: list[Entry], hold_ms: int, carried: set[str]
                 ) -> tuple[list[AckedRow], list[tuple[str, bytes]]]:
     """As the pair's committer: delete ``mine`` and ``waiting`` in one commit; (``mine``'s
     rows deleted, the answers to send). Its statement failing: the waiting acks are
     answered ``E`` (each deletes alone), the lock let go, and the error raised: nothing of
     this ack was committed."""
-    batch, alone = _apart([mine, *waiting])
+    batch, alone = _apart([mine, *waiting], carried)
     answers = [(e.request, b"E") for e in alone]
     try:
         rows = _delete(ctx, queue, tenant, batch)
@@ -291,17 +319,19 @@ def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
     """As the pair's committer after a wait (``ack_look.lua`` gave it the lock): its first
     pass, its answers sent at once, then the passes for the acks taken meanwhile."""
     ends = time.monotonic() + PASSES_SECONDS
-    own, answers = _first_pass(ctx, queue, tenant, mail, mine, waiting, hold_ms)
+    carried: set[str] = set()
+    own, answers = _first_pass(ctx, queue, tenant, mail, mine, waiting, hold_ms, carried)
     more = _send(ctx, mail, mine, answers, MOST_ENTRIES, hold_ms)
-    _go_on(ctx, queue, tenant, mail, mine, more, hold_ms, ends)
+    _go_on(ctx, queue, tenant, mail, mine, more, hold_ms, ends, carried)
     return own
 
 
 def _go_on(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
-           more: list[str], hold_ms: int, ends: float) -> None:
+           more: list[str], hold_ms: int, ends: float, carried: set[str]) -> None:
     """The committer's further passes: commit and answer the acks its last pass took, then
     those of the next, ``MOST_PASSES`` times at most and until ``ends`` (its own caller
-    waits meanwhile); the last pass lets the lock go.
+    waits meanwhile); the last pass lets the lock go. An ack naming a task an earlier pass
+    carried (``carried``) is answered ``E`` and deletes alone (``_apart``).
 
     ===========================  =========================================================
     what fails                   what follows
@@ -317,7 +347,7 @@ def _go_on(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
     passes = 1
     counts = ctx.ack_commits
     while more:
-        batch, alone = _apart([Entry.parse(e) for e in more])
+        batch, alone = _apart([Entry.parse(e) for e in more], carried)
         answers = [(e.request, b"E") for e in alone]
         try:
             rows = _delete(ctx, queue, tenant, batch)
