@@ -7,17 +7,19 @@ Journals (one file per process; a SIGKILLed process may leave a torn last line):
 * producer: ``{"e": "enq", "n": n, "id": id}`` for each task whose enqueue returned success
   (tasks carry the key ``n<n>``, so a retried batch never duplicates them; on the batch-rows
   layout they carry none, since keyed tasks are rows there, and a batch retried after an
-  enqueue that committed but failed to answer adds tasks of the same ``n``: the accounting
-  counts ``n`` done when any of its ids was acked);
+  enqueue that committed but failed to answer adds tasks of the same ``n``, each of them
+  still to be acked);
 * worker: ``{"e": "claim", "id", "n", "t0", "t1", "exp", "w"}`` per delivered task, written
   right after the claim returned (``t1``; ``t0``: when it was sent) and before any work;
   ``{"e": "acking", "n"}`` before it sends an ack (so a worker killed without one at its
   tail had not begun to ack); ``{"e": "ack", "id", "t"}`` per accepted ack;
   ``{"e": "rej", "id", "r"}`` per rejected one.
 
-Accounting (``Report``): a task is *acked* when its row is gone from PostgreSQL (only an ack
-deletes a row here); a number ``n`` whose enqueue succeeded is *lost* when none of its task
-ids was acked; *duplicates* are deliveries beyond the first of a task id. A *double dispatch*
+Accounting (``Report``): a task is *acked* when PostgreSQL no longer holds it, as a row or as
+a member in its batch row (``tests/support/every_task.py``; only an ack removes one here);
+a number ``n`` whose enqueue succeeded is *lost* when none of its task
+ids was acked, or an id an enqueue answered for it was not; *duplicates* are deliveries
+beyond the first of a task id. A *double dispatch*
 is a delivery that completed while an earlier delivery of the same task still held a valid
 lease: before its expiry, or — for a lease taken before Valkey was wiped, which voids every
 lease (the holder's ack is then rejected and the task is delivered again: at-least-once) —
@@ -559,12 +561,14 @@ def analyze(events: list[dict[str, Any]], rows: list[tuple[str, str, str | None]
     report = Report()
     enqueued_n: set[int] = set()
     ids_of_n: dict[int, set[str]] = defaultdict(set)
+    journaled: dict[int, set[str]] = defaultdict(set)  # the ids its enqueues answered
     claims: dict[str, list[dict[str, Any]]] = defaultdict(list)
     acks: dict[str, list[float]] = defaultdict(list)
     for e in events:
         if e["e"] == "enq":
             enqueued_n.add(e["n"])
             ids_of_n[e["n"]].add(e["id"])
+            journaled[e["n"]].add(e["id"])
         elif e["e"] == "claim":
             claims[e["id"]].append(e)
             ids_of_n[e["n"]].add(e["id"])
@@ -578,7 +582,10 @@ def analyze(events: list[dict[str, Any]], rows: list[tuple[str, str, str | None]
     report.enqueued = len(enqueued_n)
     acked_ids = {i for ids in ids_of_n.values() for i in ids if i not in present}
     report.acked = len(acked_ids)
-    report.lost = sorted(n for n in enqueued_n if not ids_of_n[n] & acked_ids)
+    # (every id an enqueue answered must be acked: on batch rows, without keys, a retried
+    # enqueue may add another task of the same n, whose ack must not hide its loss)
+    report.lost = sorted(n for n in enqueued_n
+                         if not ids_of_n[n] & acked_ids or not journaled[n] <= acked_ids)
     report.stuck = sum(1 for s in present.values() if s in ("delayed", "cold", "warm"))
     report.dead = sum(1 for s in present.values() if s == "dead")
     for task_id, delivered in claims.items():

@@ -65,15 +65,15 @@ def test_postgres_killed_and_restarted_loses_nothing(clean: Stack, journal_dir: 
 
 
 @pytest.mark.slow
-def test_an_outage_is_answered_fast_after_the_first_full_wait(clean: Stack) -> None:
+def test_an_outage_is_answered_fast_after_the_first_full_wait(clean_rows: Stack) -> None:
     """While PostgreSQL is down, one request waits the whole pool timeout; after it, each
     is refused within about a second (not the full timeout, request after request), and
     the engine answers again by itself once PostgreSQL is back."""
-    settings = clean.settings(db_pool_timeout=4.0)
+    settings = clean_rows.settings(db_pool_timeout=4.0)
     tq = engine({"settings": settings})
     try:
         tq.enqueue(QUEUE, [{"payload": {"n": -1}}])  # pooled connections, soon broken ones
-        clean.services.postgres.kill()
+        clean_rows.services.postgres.kill()
         waits = []
         for _ in range(settings["db_pool_max"] + 4):
             started = time.monotonic()
@@ -83,7 +83,7 @@ def test_an_outage_is_answered_fast_after_the_first_full_wait(clean: Stack) -> N
         full = [i for i, w in enumerate(waits) if w >= 3.5]
         assert len(full) == 1, waits  # the broken connections fail at once, then one wait
         assert all(w < 2.5 for w in waits[full[0] + 1:]), waits
-        clean.services.postgres.start()
+        clean_rows.services.postgres.start()
         restarted = time.monotonic()
         failed = _errors_until_it_answers(tq, attempts=90)
         recovered_after = time.monotonic() - restarted

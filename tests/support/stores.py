@@ -226,9 +226,12 @@ def flush_valkey(url: str, private: bool) -> None:
 
 
 # The tierq tables whose heap has a page: those written since their last TRUNCATE (a row
-# deleted since still holds its page, and its line pointer).
+# deleted since holds its page and its line pointer until a vacuum trims the table).
+# (to_regclass: a name the catalog listed but this session cannot see, such as another
+# session's temporary staging table, is passed over rather than failing the query)
 WRITTEN_TABLES_QUERY = f"""
-    SELECT t FROM ({TABLES_QUERY}) AS tables(t) WHERE pg_relation_size(t::regclass) > 0"""
+    SELECT t FROM ({TABLES_QUERY}) AS tables(t)
+    WHERE coalesce(pg_relation_size(to_regclass(t)), 0) > 0"""
 
 
 def truncate(database_url: str, attempts: int = 5) -> None:
@@ -240,10 +243,10 @@ def truncate(database_url: str, attempts: int = 5) -> None:
     tried again."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         for attempt in range(1, attempts + 1):
-            tables = [row[0] for row in conn.execute(WRITTEN_TABLES_QUERY).fetchall()]
-            if not tables:
-                return
             try:
+                tables = [row[0] for row in conn.execute(WRITTEN_TABLES_QUERY).fetchall()]
+                if not tables:
+                    return
                 conn.execute(f"TRUNCATE {', '.join(tables)}")
                 return
             except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
