@@ -17,8 +17,9 @@ Journals (one file per process; a SIGKILLed process may leave a torn last line):
 
 Accounting (``Report``): a task is *acked* when PostgreSQL no longer holds it, as a row or as
 a member in its batch row (``tests/support/every_task.py``; only an ack removes one here);
-a number ``n`` whose enqueue succeeded is *lost* when none of its task
-ids was acked, or an id an enqueue answered for it was not; *duplicates* are deliveries
+a number ``n`` whose enqueue succeeded is *lost* when an id an enqueue answered for it
+was not acked (a second task of ``n``, acked, does not make up for it); *duplicates* are
+deliveries
 beyond the first of a task id. A *double dispatch*
 is a delivery that completed while an earlier delivery of the same task still held a valid
 lease: before its expiry, or — for a lease taken before Valkey was wiped, which voids every
@@ -584,8 +585,7 @@ def analyze(events: list[dict[str, Any]], rows: list[tuple[str, str, str | None]
     report.acked = len(acked_ids)
     # (every id an enqueue answered must be acked: on batch rows, without keys, a retried
     # enqueue may add another task of the same n, whose ack must not hide its loss)
-    report.lost = sorted(n for n in enqueued_n
-                         if not ids_of_n[n] & acked_ids or not journaled[n] <= acked_ids)
+    report.lost = sorted(n for n in enqueued_n if not journaled[n] <= acked_ids)
     report.stuck = sum(1 for s in present.values() if s in ("delayed", "cold", "warm"))
     report.dead = sum(1 for s in present.values() if s == "dead")
     for task_id, delivered in claims.items():

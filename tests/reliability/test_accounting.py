@@ -66,3 +66,15 @@ def test_a_delivery_after_an_accepted_ack_is_flagged() -> None:
               claim("a", 1, 13.0, 15.0, "w2")]
     report = analyze(events, [])
     assert any("after its ack" in d for d in report.double_dispatch)
+
+
+def test_an_ack_of_another_task_of_the_same_n_does_not_hide_a_loss() -> None:
+    """A keyless enqueue retried after it committed but failed to answer makes a second
+    task of its n (``b2``, never journaled as enqueued): its ack does not stand for the
+    journaled task, still in PostgreSQL."""
+    events = [enq(1, "a"), enq(2, "b"), claim("b2", 2, 10.0, 40.0),
+              {"e": "ack", "id": "b2", "t": 10.5}]
+    report = analyze(events, [("a", "warm", "1"), ("b", "warm", "2")])
+    assert report.lost == [1, 2]
+    report = analyze(events, [("a", "warm", "1")])  # (b acked too: only a is lost)
+    assert report.lost == [1]

@@ -26,8 +26,9 @@ its committer's delete failed                (answer ``E``) deletes its own rows
 the lock went with the ack still in line     takes the lock and commits as above
 taken, the lock not its taker's, no answer   its committer stopped (its lock expired after
 (``orphan``)                                 ``lock_ms``, or was let go): deletes alone
-a task another ack of the batch names too    (answer ``E``) deletes alone: each checks its
-                                             own attempt
+a task another ack of the batch, or of an     (answer ``E``) deletes alone: each checks its
+earlier pass of its committer, names too     own attempt; a batch member an ack ended is
+                                             left out (``not_found``)
 Valkey at ``maxmemory`` at the join          checks as usual and deletes its own rows alone
 Valkey refuses or does not answer later      deletes its own rows alone
 ===========================================  ===============================================
@@ -272,23 +273,23 @@ def _answer(entry: Entry, deleted: dict[str, AckedRow]) -> bytes:
     return b"D" + orjson.dumps([[r.id, r.grp] for r in _rows_of(entry, deleted)])
 
 
-def _apart(batch: list[Entry], committed: set[str]) -> tuple[list[Entry], list[Entry]]:
+def _apart(batch: list[Entry], carried: set[str]) -> tuple[list[Entry], list[Entry]]:
     """(the entries one statement may carry, those naming a task an earlier one names, in
-    this batch or in ``committed``, the tasks an earlier pass of this committer carried):
+    this batch or in ``carried``, the tasks an earlier pass of this committer carried):
     two acks of one task (a retry, or a late ack of an expired attempt beside the next
     attempt's) each check their own attempt, so the later ones delete alone, after
-    (``_alone``, which finds a batch member an earlier pass ended). ``committed`` gains
-    the tasks carried."""
-    seen = committed
-    carried: list[Entry] = []
+    (``_alone``, which finds a batch member an earlier pass ended). ``carried`` gains
+    the tasks carried (committed, or not when the statement fails: the committer then
+    stops)."""
+    kept: list[Entry] = []
     alone: list[Entry] = []
     for entry in batch:
-        if seen.isdisjoint(entry.ids):
-            carried.append(entry)
-            seen.update(entry.ids)
+        if carried.isdisjoint(entry.ids):
+            kept.append(entry)
+            carried.update(entry.ids)
         else:
             alone.append(entry)
-    return carried, alone
+    return kept, alone
 
 
 def _first_pass(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
