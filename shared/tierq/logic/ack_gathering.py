@@ -26,7 +26,7 @@ its committer's delete failed                (answer ``E``) deletes its own rows
 the lock went with the ack still in line     takes the lock and commits as above
 taken, the lock not its taker's, no answer   its committer stopped (its lock expired after
 (``orphan``)                                 ``lock_ms``, or was let go): deletes alone
-a task another ack of the batch, or of an     (answer ``E``) deletes alone: each checks its
+a task another ack of the batch, or of an    (answer ``E``) deletes alone: each checks its
 earlier pass of its committer, names too     own attempt; a batch member an ack ended is
                                              left out (``not_found``)
 Valkey at ``maxmemory`` at the join          checks as usual and deletes its own rows alone
