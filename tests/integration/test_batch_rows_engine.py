@@ -70,6 +70,28 @@ def test_without_the_setting_every_task_has_its_row(make_tq: TierqFactory,
     assert stored(pg) == (0, 0, 3)
 
 
+def test_a_schema_before_the_acks_function_gets_a_row_per_task_until_it_has_it(
+        tq: Tierq, pg: psycopg.Connection[Any]) -> None:
+    """Code deployed before migration 0031: the setting on, the enqueue writes rows (a
+    member its ack could not end is never written), and batch rows once the function is
+    found at the next look."""
+    pg.execute("ALTER FUNCTION tierq_end_batch_members_v2 RENAME TO tierq_gone")
+    try:
+        before = tq.enqueue(QUEUE, [{"payload": n} for n in range(3)])
+        assert not any(batch_member(str(t.id)) for t in before)
+        assert stored(pg) == (0, 0, 3)
+    finally:
+        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_end_batch_members_v2")
+    tq.enqueue(QUEUE, [{"payload": 3}])  # (looked for again only after a while)
+    assert stored(pg) == (0, 0, 4)
+    tq.ctx.store._batch_rows_due = 0.0  # (that while past)
+    after = tq.enqueue(QUEUE, [{"payload": n} for n in range(2)])
+    assert all(batch_member(str(t.id)) for t in after)
+    assert stored(pg) == (1, 2, 4)
+    acked = tq.ack(QUEUE, tq.claim(QUEUE, max=10))
+    assert len(acked.acked) == 6
+
+
 def one_member(tq: Tierq, n: int = 2) -> list[str]:
     """A batch row of ``n`` tasks (payloads 0, 1, …); their ids."""
     ids = [str(t.id) for t in tq.enqueue(QUEUE, [{"payload": i} for i in range(n)])]

@@ -58,6 +58,15 @@ def session_dir() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def rows_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``rows_layout`` runs with ``TIERQ_BATCH_ROWS=false`` in its environment:
+    the engines it makes write a row per task, as its assertions on ``tierq_tasks`` (its
+    rows, their statements, locks or stalls) need. Settings a test names win."""
+    if request.node.get_closest_marker("rows_layout") is not None:
+        monkeypatch.setenv("TIERQ_BATCH_ROWS", "false")
+
+
 @contextmanager
 def worker_environ() -> Iterator[None]:
     """Under xdist, this worker's session runs without VALKEY_URL (a private Valkey of its

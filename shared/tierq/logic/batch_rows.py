@@ -7,7 +7,7 @@ docs/design-rotating-tables.md, *Design D*).
 | every task warm now, of one max_attempts and time limit, none     | its keyless tasks   |
 | with a group, parents, schedule, trace or big payload             | one batch row, its  |
 |                                                                   | keyed ones rows     |
-| any other, or the setting off                                     | a row per task      |
+| any other, the setting off, or a schema before migration 0031     | a row per task      |
 
 A member stays in its batch row until a plain ack ends it (``end_batch_members``, by the
 ack) or a transition moves it out (``move_out``): a nack, an expiry, a release, a cancel
@@ -67,7 +67,7 @@ def take(ctx: Context, batch: Sequence[Member]) -> BatchRow | None:
     """Whether a prepared batch's keyless tasks become one batch row (the module's table):
     if so they are given members' ids (``batch_ids``, in batch order: their places) and
     the batch row is returned, its keyed tasks beside it; else None (nothing changed)."""
-    if not ctx.settings.batch_rows or not batch:
+    if not ctx.settings.batch_rows or not batch or not ctx.store.batch_rows_ready():
         return None
     first = batch[0]
     names: dict[str, int] = {}

@@ -17,6 +17,7 @@ here, so a caller may pass the ids of a transition whole.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
@@ -31,7 +32,13 @@ from tierq.dal.postgres import (
     transaction,
     uuid_array,
 )
-from tierq.dal.store.base import Conn, StoreBase, first_and_keyed, positional
+from tierq.dal.store.base import (
+    ROUTINE_RECHECK_SECONDS,
+    Conn,
+    StoreBase,
+    first_and_keyed,
+    positional,
+)
 from tierq.dal.store.rows import AckedRow, BatchMemberRow, BatchSweepRow
 
 
@@ -128,6 +135,25 @@ def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
 
 
 class BatchQueries(StoreBase):
+    # whether the schema serves batch rows (``batch_rows_ready``), and when to look again
+    # while it does not (time.monotonic())
+    _batch_rows_ready = False
+    _batch_rows_due = 0.0
+
+    def batch_rows_ready(self) -> bool:
+        """Whether batch rows may be written here: the login can call their ack's function
+        (``ACK_FUNCTION``, migration 0031, whose table came with 0030). Once found it stays
+        found; until then it is looked for again every ``ROUTINE_RECHECK_SECONDS``, and
+        code deployed before its migration writes a row per task meanwhile."""
+        if self._batch_rows_ready:
+            return True
+        if time.monotonic() < self._batch_rows_due:
+            return False
+        found = self._fetch("routines_found", {"functions": [ACK_FUNCTION]}, scalar_row)
+        self._batch_rows_ready = bool(found)
+        self._batch_rows_due = time.monotonic() + ROUTINE_RECHECK_SECONDS
+        return self._batch_rows_ready
+
     def insert_batch(self, queue: str, now: datetime, columns: BatchColumns, *,
                      conn: Conn | None = None) -> tuple[int, dict[str, int]]:
         """One batch row (``BatchColumns``), every member warm since ``now``, and the
