@@ -54,8 +54,11 @@ def tierq_engine(spec: dict[str, Any]) -> Tierq:
     from tierq import Tierq
     from tierq.config import Settings
 
+    fields = dict(spec.get("settings", {}))
+    if spec.get("sketch"):  # (a sketch's statements stand in for the rows' statements)
+        fields.setdefault("batch_rows", False)
     settings = Settings(database_url=spec["database_url"], valkey_url=spec["valkey_url"],
-                        db_pool_max=4, **spec.get("settings", {}))
+                        db_pool_max=4, **fields)
     tq = Tierq(settings=settings)
     if spec.get("sketch"):  # a design's writes (bench/systems/sketches.py)
         import importlib

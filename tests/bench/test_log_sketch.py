@@ -165,7 +165,8 @@ def test_work_not_admitted_warm_takes_the_engines_statements(
 def test_an_engine_without_the_sketch_keeps_its_ids(
         sketch: tuple[Tierq, psycopg.Connection[Any], str], valkey_url: str) -> None:
     _, conn, url = sketch
-    plain = tierq_engine({"database_url": url, "valkey_url": valkey_url})
+    plain = tierq_engine({"database_url": url, "valkey_url": valkey_url,
+                          "settings": {"batch_rows": False}})  # (its rows, as the sketch's)
     try:
         # in the process where the sketch marks ids, an engine of its own does not (a
         # marked id would end in an even digit every time)
