@@ -16,7 +16,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.dispatch.journal import JOURNAL
-from tests.dispatch.support import run_until
+from tests.dispatch.support import run_until, task_states
 from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node
 from tests.support.polling import eventually
 from tierq.config import Settings
@@ -37,8 +37,8 @@ def tenant_of(event: dict[str, Any]) -> str:
 
 
 def empty(pg: psycopg.Connection[Any], queue: str) -> bool:
-    return pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND state <> 'dead'",
-                      (queue,)).fetchone() == (0,)
+    """Nothing of ``queue`` left but its dead (rows and batch members alike)."""
+    return set(task_states(pg, queue)) <= {"dead"}
 
 
 def test_tenants_on_every_master_take_turns_one_tenant_a_batch(
@@ -75,6 +75,7 @@ def test_a_tenants_failing_batch_stays_on_its_own_tasks(
                             "tenant": acme}])
     tq.enqueue("charges", [{"payload": {"n": n}, "tenant": globex} for n in range(1, 6)])
     run_until(tq, lambda: empty(pg, "charges"))
+    assert task_states(pg, "charges") == {"dead": 1}  # globex's tasks were all acked
     assert pg.execute("SELECT tenant, state, last_error FROM tierq_tasks").fetchall() == [
         (acme, "dead", "function_error: ValidationError")]
 

@@ -14,18 +14,13 @@ import psycopg
 import pytest
 import redis
 
+from tests.dispatch.support import task_states
 from tests.support.dev_server import REPO, start_dev_server
 from tierq.client import Client
 from tierq.client.errors import InvalidInputError
 from tierq.logic.wake import FLAG_KEY
 
 pytestmark = pytest.mark.usefixtures("clean_stores")
-
-
-def left(pg: psycopg.Connection[Any], queue: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def wait_for(check: Any, timeout: float, what: str) -> float:
@@ -57,7 +52,8 @@ def test_the_local_stack_dispatches_and_wakes_an_idle_dispatcher(
             wait_for(lambda: valkey.get(FLAG_KEY) is None, 30, "the dispatcher going idle")
             time.sleep(0.5)
             client.enqueue("orders", [{"payload": {"n": i}} for i in range(25)])
-            took = wait_for(lambda: left(pg, "orders") == 0, 30, "the tasks being acked")
+            took = wait_for(lambda: task_states(pg, "orders").total() == 0, 30,
+                            "the tasks being acked")
             assert took < 20  # long before the schedule's next run
     finally:
         assert server.stop() == 0, server.log()[-3000:]

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.dispatch.journal import JOURNAL
-from tests.dispatch.support import run_until
+from tests.dispatch.support import WITH_ATTEMPTS, run_until
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
 from tierq.logic.dispatch import Dispatcher
@@ -26,7 +26,7 @@ LAYOUT = [("A0", "A"), ("B0", "B"), ("A1", "A"), ("u0", None), ("B1", "B"), ("A2
 
 def rows(pg: psycopg.Connection[Any], queue: str) -> dict[str, tuple[str, int]]:
     """Each task's name (its payload's ``n``) -> (state, attempts), acked ones left out."""
-    found = pg.execute("SELECT payload->>'n', state, attempts FROM tierq_tasks"
+    found = pg.execute(f"SELECT payload->>'n', state, attempts FROM {WITH_ATTEMPTS}"
                        " WHERE queue = %s AND state <> 'done'", (queue,)).fetchall()
     return {name: (state, attempts) for name, state, attempts in found}
 

@@ -18,6 +18,7 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 
+from tests.dispatch.support import WITH_ATTEMPTS
 from tierq.aws.consumers import LambdaFunctions, LambdaWaker, lambda_client
 from tierq.engine import Tierq
 from tierq.errors import Forbidden
@@ -64,7 +65,7 @@ def setup_queue(tq: Tierq, n: int = 3) -> list[str]:
 
 def states(pg: psycopg.Connection[Any]) -> dict[str, tuple[str, int]]:
     return {str(i): (s, a) for i, s, a in pg.execute(
-        "SELECT id, state, attempts FROM tierq_tasks WHERE queue = 'orders'").fetchall()}
+        f"SELECT id, state, attempts FROM {WITH_ATTEMPTS} WHERE queue = 'orders'").fetchall()}
 
 
 def test_partial_failures_are_nacked_and_the_rest_acked(

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.dispatch.journal import JOURNAL
-from tests.dispatch.support import run_until
+from tests.dispatch.support import run_until, task_states
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
 from tierq.logic.dispatch import InvocationSlots, read_counts
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.usefixtures("clean_stores")
 
 TASKS = int(os.environ.get("TIERQ_TEST_PUSH_TASKS", "10000"))
 MAX_CONCURRENCY = 4
-
-
-def left(pg: psycopg.Connection[Any], queue: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.mark.timeout(600)
@@ -48,11 +42,12 @@ def test_every_task_is_acked_failed_items_run_twice_and_concurrency_stays_bounde
 
     def done() -> bool:
         samples.append(slots.running(queue))
-        return left(pg, queue) == 0
+        return task_states(pg, queue).total() == 0
 
     run_until(tq, done, timeout=540)
 
-    # none lost, every one acked (the acked rows are deleted: nothing left, nothing dead)
+    # none lost, every one acked (the acked rows are deleted and the acked members ended:
+    # nothing left, nothing dead)
     assert len(JOURNAL.runs) == TASKS
     twice = {task_id for task_id, runs in JOURNAL.runs.items() if runs == 2}
     assert len(twice) == len(fail)

@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from tests.dispatch.journal import JOURNAL
-from tests.dispatch.support import run_until
+from tests.dispatch.support import run_until, task_states
+from tests.support.every_task import EVERY_TASK
 from tests.support.polling import eventually
 from tests.support.valkey_memory import memory_bound
 from tierq.engine import Tierq
@@ -46,17 +47,12 @@ def test_one_tenants_failing_record_never_reaches_another_tenants_tasks(
                                    for i in range(1, 6)])
     JOURNAL.keep_events = True
 
-    def settled() -> bool:
-        row = pg.execute("SELECT count(*) FILTER (WHERE state = 'dead'), count(*) "
-                         "FROM tierq_tasks WHERE queue = 'charges'").fetchone()
-        return row is not None and row[0] == row[1]
-
-    run_until(tq, settled)
+    run_until(tq, lambda: set(task_states(pg, "charges")) <= {"dead"})
     # every batch held one tenant's tasks; globex's ran once each and were acked
     assert all(len(tenants_of(e)) == 1 for e in JOURNAL.events)
     assert all(JOURNAL.runs[str(t.id)] == 1 for t in plain)
     assert tq.dlq_list("charges", tenant="globex") == []
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE tenant = 'globex'"
+    assert pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE tenant = 'globex'"
                       ).fetchone() == (0,)
     # acme's task failed as a whole batch: the error type only, never the message (which
     # quotes the record, card number and all)
@@ -78,8 +74,7 @@ def test_a_batch_never_mixes_tenants(
         tq.enqueue("mixed", [{"payload": {"n": n}, "tenant": tenants[n % 7]}
                              for n in range(start, start + 20)])
     JOURNAL.keep_events = True
-    run_until(tq, lambda: pg.execute(
-        "SELECT count(*) FROM tierq_tasks WHERE queue = 'mixed'").fetchone() == (0,))
+    run_until(tq, lambda: task_states(pg, "mixed").total() == 0)
     assert len(JOURNAL.runs) == 140 and set(JOURNAL.runs.values()) == {1}
     assert all(len(tenants_of(e)) == 1 for e in JOURNAL.events)
     # full batches where a tenant had them (20 each: two batches of 10), not one per task
@@ -97,8 +92,7 @@ def test_tenants_take_turns_so_a_large_backlog_starves_no_one(
     tq.enqueue("turns", [{"payload": {"n": 1000}, "tenant": "one"}])
     tq.enqueue("turns", [{"payload": {"n": 1001 + i}, "tenant": "seven"} for i in range(7)])
     JOURNAL.keep_events = True
-    run_until(tq, lambda: pg.execute(
-        "SELECT count(*) FROM tierq_tasks WHERE queue = 'turns'").fetchone() == (0,))
+    run_until(tq, lambda: task_states(pg, "turns").total() == 0)
     order = [tenants_of(e).pop() for e in JOURNAL.events]
     assert all(len(tenants_of(e)) == 1 for e in JOURNAL.events)
     # a turn visits each tenant with ready work once, in the order of their names: "one"
@@ -200,8 +194,7 @@ def test_batches_ramp_up_to_max_concurrency_over_a_backlog(
                                        "batch_size": 2, "max_concurrency": 4}})
     tq.enqueue("ramp", [{"payload": {"n": n, "sleep": 0.05}, "tenant": f"t{n % 6}"}
                         for n in range(60)])
-    run_until(tq, lambda: pg.execute(
-        "SELECT count(*) FROM tierq_tasks WHERE queue = 'ramp'").fetchone() == (0,))
+    run_until(tq, lambda: task_states(pg, "ramp").total() == 0)
     assert len(JOURNAL.runs) == 60 and set(JOURNAL.runs.values()) == {1}
     assert JOURNAL.max_running["ramp"] == 4  # as many at once as max_concurrency allows
 
@@ -215,8 +208,7 @@ def test_concurrent_batches_take_successive_tenants(
     JOURNAL.keep_events = True
     # each invocation returns once three run at once (a function error if they never do)
     JOURNAL.barrier = threading.Barrier(3, timeout=20)
-    run_until(tq, lambda: pg.execute(
-        "SELECT count(*) FROM tierq_tasks WHERE queue = 'together'").fetchone() == (0,))
+    run_until(tq, lambda: task_states(pg, "together").total() == 0)
     assert len(JOURNAL.runs) == 12 and set(JOURNAL.runs.values()) == {1}
     order = [tenants_of(e).pop() for e in JOURNAL.events]
     # two rounds of three batches at once, each round one batch of each tenant
@@ -232,10 +224,7 @@ def full_switch(valkey: redis.Redis) -> Iterator[redis.Redis]:
 
 
 def cold(pg: psycopg.Connection[Any], queue: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s AND state = 'cold'",
-                     (queue,)).fetchone()
-    assert row is not None
-    return int(row[0])
+    return task_states(pg, queue)["cold"]
 
 
 def test_a_tenant_whose_cold_work_finds_the_warm_tier_full_passes_its_turn(

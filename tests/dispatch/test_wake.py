@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.dispatch.journal import JOURNAL
+from tests.dispatch.support import task_states
 from tierq.engine import Tierq
 from tierq.local.consumers import LocalFunctions
 from tierq.logic import wake
@@ -119,7 +120,7 @@ def test_an_invocation_takes_batches_until_idle_then_lets_go_and_waits(
     # retries due at once did not wake another dispatcher: this one held the flag
     assert waker.calls == 1
     assert valkey.get(FLAG_KEY) is None
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
+    assert task_states(pg).total() == 0
     assert sorted(JOURNAL.runs.values()) == [1] * 37 + [2] * 3
 
 
@@ -133,13 +134,15 @@ def test_an_invocation_near_its_deadline_starts_no_batch_it_could_not_finish(
     tq = engine()
     # a 60 s function needs a lease of 90 s: an invocation with 40 s left takes no batch
     tq.put_queue("pushed", {"consumer": {"function": "tests.dispatch.consumers:keep"}})
-    tq.enqueue("pushed", [{"payload": 1}])
+    [queued] = tq.enqueue("pushed", [{"payload": 1}])
     started = time.monotonic()
     with caplog.at_level("WARNING", logger="tierq.logic.dispatch"):
         report = handle("dispatcher", {"job": "dispatcher", "max_seconds": 20}, Remaining(40))
     assert report["batches"] == 0
     assert time.monotonic() - started < 5  # idle: nothing it could take
-    assert pg.execute("SELECT attempts FROM tierq_tasks").fetchone() == (0,)
+    untouched = tq.get_task("pushed", queued.id)  # never leased, no attempt recorded
+    assert (untouched.state, untouched.attempts) == ("warm", 0)
+    assert task_states(pg) == {"warm": 1}
     # a lease longer than the invocation's whole time is a setting to fix, not a wait: said
     # once, and named in the report
     assert report["unfit_queues"] == ["pushed"]

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 import redis
 
+from tests.support.every_task import EVERY_TASK
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +23,8 @@ ACME = {"x-tierq-jwt-claims": '{"tenant": "acme"}'}
 
 
 def rows(pg: psycopg.Connection[Any], queue: str) -> int:
-    return int(pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+    """How many tasks of ``queue`` PostgreSQL holds: rows and batch members alike."""
+    return int(pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = %s",
                           (queue,)).fetchone()[0])
 
 

@@ -17,6 +17,9 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import psycopg
+
+from tests.support.every_task import EVERY_TASK
 from tierq.local.gateway.template import Template
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +84,22 @@ def reply_of(result: dict[str, Any]) -> Reply:
     is_json = headers.get("content-type", "").startswith("application/json")
     return Reply(int(result["statusCode"]), headers, json.loads(text) if is_json and text
                  else text, result)
+
+
+def task_count(pg: psycopg.Connection[Any], queue: str | None = None, *,
+               state: str | None = None) -> int:
+    """How many tasks PostgreSQL holds, of ``queue`` and in ``state`` when given.
+
+    It reads ``EVERY_TASK``, so a member still in its batch row counts as a row does and
+    an acked task (a deleted row or an ended member) is not counted.
+    """
+    where = [f"{name} = %s" for name, value in (("queue", queue), ("state", state))
+             if value is not None]
+    params = [value for value in (queue, state) if value is not None]
+    row = pg.execute(f"SELECT count(*) FROM {EVERY_TASK}"
+                     + (f" WHERE {' AND '.join(where)}" if where else ""), params).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 # What the fixtures of tests/handlers/conftest.py hand out: ``api_event(method, path, body,

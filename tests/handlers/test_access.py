@@ -20,7 +20,9 @@ from tests.handlers.support import (
     Invoke,
     function_module,
     reply_of,
+    task_count,
 )
+from tests.support.every_task import EVERY_TASK
 from tierq.aws.http import access
 from tierq.aws.http.routes import FUNCTION_ROUTERS
 from tierq.config import get_settings
@@ -41,10 +43,6 @@ def _routes(template: Template, kinds: tuple[str, ...]) -> list[tuple[str, str]]
 TEMPLATE = Template.load(REPO / "template.yaml")
 PROTECTED = _routes(TEMPLATE, ("tenant", "admin"))
 ADMIN_ONLY = _routes(TEMPLATE, ("admin",))
-
-
-def tasks_of(pg: psycopg.Connection[Any]) -> int:
-    return int(pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0])  # type: ignore[index]
 
 
 def body_for(method: str) -> dict[str, Any] | None:
@@ -87,7 +85,7 @@ def test_a_caller_without_tenant_or_admin_scope_is_403_on_every_route(
     assert reply.status == 403, reply.body
     assert reply.body["error"]["code"] == "forbidden"
     assert reply.body["error"]["details"][0]["field"] == "authorization"
-    assert tasks_of(pg) == 0
+    assert task_count(pg) == 0
 
 
 def test_tenantless_claims_are_refused_before_anything_is_written(
@@ -98,7 +96,7 @@ def test_tenantless_claims_are_refused_before_anything_is_written(
     assert call("PUT", "/v1/schedules/nightly", {"queue": "jobs", "payload": 1,
                                                  "every_seconds": 60},
                 claims=nobody).status == 403
-    assert tasks_of(pg) == 0
+    assert task_count(pg) == 0
     assert pg.execute("SELECT count(*) FROM tierq_schedules").fetchone()[0] == 0  # type: ignore[index]
     # the admin's view confirms it: nothing is there
     assert call("GET", "/v1/queues/jobs/dlq").status == 200
@@ -115,7 +113,7 @@ def test_an_iam_authorised_request_is_403(api_event: ApiEvent, lambda_env: None,
     reply = reply_of(function_module("enqueue").lambda_handler(event, Context()))
     assert reply.status == 403
     assert "IAM" in reply.body["error"]["message"]
-    assert tasks_of(pg) == 0
+    assert task_count(pg) == 0
 
 
 def test_an_event_without_any_authoriser_is_403(api_event: ApiEvent, lambda_env: None) -> None:
@@ -194,7 +192,7 @@ def test_the_tenant_claim_must_match_in_full(call: Invoke, pg: psycopg.Connectio
     for bad in ("acme\n", "acme ", "ac|me", "x" * 65, "-acme"):
         reply = call("POST", "/v1/queues/jobs/tasks", {"payload": 1}, claims={"tenant": bad})
         assert reply.status == 403, bad
-    assert tasks_of(pg) == 0
+    assert task_count(pg) == 0
     assert call("POST", "/v1/queues/jobs/tasks", {"payload": 1},
                 claims={"tenant": "acme"}).status == 200
 
@@ -215,7 +213,7 @@ def test_the_tenant_claim_name_is_a_setting(call: Invoke, monkeypatch: pytest.Mo
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
-    tenants = [r[0] for r in pg.execute("SELECT tenant FROM tierq_tasks")]
+    tenants = [r[0] for r in pg.execute(f"SELECT tenant FROM {EVERY_TASK}")]
     assert tenants == ["acme"]
 
 
@@ -309,7 +307,7 @@ def test_a_tenant_claim_of_the_default_tenant_is_refused(
     assert call("POST", "/v1/queues/jobs/tasks", {"payload": "admin's"}).status == 200
     assert call("PUT", "/v1/schedules/nightly", {"queue": "jobs", "payload": 1,
                                                  "every_seconds": 3600}).status == 200
-    before = tasks_of(pg)
+    before = task_count(pg)
     underscore = {"sub": "someone", "tenant": "_"}
     for method, path, body in [
             ("GET", "/v1/queues/jobs", None),
@@ -324,7 +322,7 @@ def test_a_tenant_claim_of_the_default_tenant_is_refused(
         assert "'tenant' claim is not a valid tenant name" in reply.body["error"]["message"]
         assert reply.body["error"]["details"] == [
             {"field": "authorization", "message": "invalid tenant claim"}]
-    assert tasks_of(pg) == before
+    assert task_count(pg) == before
     assert call("GET", "/v1/schedules/nightly").status == 200  # still there
     # a tenant whose name merely starts with '_' is an ordinary tenant
     assert call("GET", "/v1/schedules", claims={"tenant": "_acme"}).status == 200

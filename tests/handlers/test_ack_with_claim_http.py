@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import Invoke, task_count
 
 
 def enqueue(call: Invoke, n: int, tenant: str = "acme") -> None:
@@ -38,7 +38,8 @@ def acks(tasks: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def leased(pg: psycopg.Connection[Any]) -> int:
-    return pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0]
+    """The tasks PostgreSQL still holds: those not acked (rows and batch members alike)."""
+    return task_count(pg)
 
 
 def test_an_ack_with_claim_answers_the_next_tasks(call: Invoke,

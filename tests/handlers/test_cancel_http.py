@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import Invoke, task_count
 from tests.integration.test_cancel_races import valkey_fails_once  # noqa: F401  (fixture)
 from tierq.aws.runtime import engine
 from tierq.engine import Tierq
@@ -20,10 +20,6 @@ from tierq.models.tasks import MAX_TIMEOUT_SECONDS
 
 ACME = {"tenant": "acme"}
 GLOBEX = {"tenant": "globex"}
-
-
-def rows(pg: psycopg.Connection[Any]) -> int:
-    return int(pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0])  # type: ignore[index]
 
 
 def test_a_tenant_cancels_its_running_task_and_its_worker_is_told(call: Invoke) -> None:
@@ -86,7 +82,7 @@ def test_a_bad_time_limit_is_422_and_nothing_is_written(
                      {"tasks": [{"payload": 1}, {"payload": 2, "timeout_seconds": bad}]})
         assert reply.status == 422, reply.body
         assert "timeout_seconds" in reply.body["error"]["message"]
-        assert rows(pg) == 0
+        assert task_count(pg) == 0
         put = call("PUT", "/v1/queues/jobs", {"timeout_seconds": bad})
         assert put.status == 422, put.body
         assert pg.execute("SELECT count(*) FROM tierq_queues").fetchone()[0] == 0  # type: ignore[index]
@@ -136,4 +132,4 @@ def test_a_cancel_or_delete_that_valkey_fails_is_a_503_whose_retry_does_it(
     retried = call(method, path, claims=ACME)
     assert retried.status == 200, retried.body
     assert call("POST", "/v1/queues/jobs/claims", {"max": 5}, claims=ACME).body["tasks"] == []
-    assert rows(pg) == (1 if how == "cancel" else 0)
+    assert task_count(pg) == (1 if how == "cancel" else 0)

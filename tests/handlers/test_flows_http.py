@@ -9,16 +9,10 @@ from typing import Any
 
 import psycopg
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import Invoke, task_count
 
 TENANT_A = {"sub": "a", "tenant": "acme"}
 TENANT_B = {"sub": "b", "tenant": "bolt"}
-
-
-def _count(pg: psycopg.Connection[Any]) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_enqueue_after_then_claim_carries_the_parents(call: Invoke) -> None:
@@ -55,7 +49,7 @@ def test_a_flow_maps_refs_and_is_pinned_to_the_callers_tenant(
     refused = call("POST", "/v1/flows", {**body, "tenant": "bolt"}, claims=TENANT_A)
     assert refused.status == 403
     # nor wait for another tenant's task: 422 naming the field, nothing written
-    before = _count(pg)
+    before = task_count(pg)
     foreign = call("POST", "/v1/flows", {"tasks": [
         {"ref": "x", "queue": "q", "payload": 0,
          "after": [reply.body["tasks"]["a"]["id"]]}]}, claims=TENANT_B)
@@ -66,7 +60,7 @@ def test_a_flow_maps_refs_and_is_pinned_to_the_callers_tenant(
         {"ref": "y", "queue": "q", "payload": 0, "after": ["x"]}]}, claims=TENANT_A)
     assert cycle.status == 422
     assert cycle.body["error"]["details"][0]["field"] == "tasks[1].after[0]"
-    assert _count(pg) == before
+    assert task_count(pg) == before
 
 
 def test_a_retried_flow_with_the_same_key_is_created_once(
@@ -79,7 +73,7 @@ def test_a_retried_flow_with_the_same_key_is_created_once(
     assert first.status == again.status == 200
     assert again.body == first.body
     assert again.headers.get("idempotent-replayed") == "true"
-    assert _count(pg) == 2
+    assert task_count(pg) == 2
 
 
 def test_waiting_tasks_are_counted_in_the_queue_metrics(call: Invoke) -> None:

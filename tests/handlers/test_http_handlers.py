@@ -12,12 +12,15 @@ import pytest
 import redis
 
 from tests.handlers.support import Context, Invoke, function_module, load_event, reply_of
+from tests.support.every_task import EVERY_TASK
 from tierq.aws.http.routes import docs
+from tierq.aws.runtime import engine
 
 
 def rows(pg: psycopg.Connection[Any], queue: str) -> list[dict[str, Any]]:
-    cur = pg.execute("SELECT id, tenant, state, priority, attempts, payload::text AS payload "
-                     "FROM tierq_tasks WHERE queue = %s ORDER BY seq", (queue,))
+    """The tasks of ``queue`` PostgreSQL holds, in their order: rows and batch members alike."""
+    cur = pg.execute(f"SELECT id, tenant, state, payload::text AS payload FROM {EVERY_TASK} "
+                     "WHERE queue = %s ORDER BY seq", (queue,))
     names = [c.name for c in cur.description or []]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -52,8 +55,8 @@ def test_sam_generated_enqueue_event_as_is(lambda_env: None, pg: psycopg.Connect
     assert reply.body["state"] == "warm"
     [row] = rows(pg, "emails")
     assert str(row["id"]) == reply.body["id"]
-    assert row["priority"] == 3
     assert json.loads(row["payload"]) == {"to": "a@b.c"}
+    assert engine().get_task("emails", row["id"]).priority == 3
 
 
 def test_enqueue_batch_then_claim_ack(call: Invoke, pg: psycopg.Connection[Any]) -> None:

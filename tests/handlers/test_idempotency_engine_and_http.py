@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import Invoke, task_count
 from tierq.aws.http.access import subject_of
 from tierq.aws.runtime import engine
 from tierq.logic import idempotency
@@ -19,12 +19,6 @@ from tierq.models import TaskIn
 
 TENANT_A = {"sub": "a", "tenant": "acme"}
 CALLER_A = Caller.of_tenant("acme", subject_of(TENANT_A))
-
-
-def task_count(pg: psycopg.Connection[Any], queue: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_an_engine_enqueue_is_replayed_over_http(call: Invoke,

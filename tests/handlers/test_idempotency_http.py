@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.support import ADMIN_CLAIMS, Invoke
+from tests.handlers.support import ADMIN_CLAIMS, Invoke, task_count
 from tierq.aws.http.access import subject_of
 from tierq.aws.runtime import engine
 from tierq.local.services.process import free_port
@@ -24,12 +24,6 @@ TENANT_B = {"sub": "b", "tenant": "bolt"}
 
 def key() -> dict[str, str]:
     return {"Idempotency-Key": str(uuid.uuid4())}
-
-
-def task_count(pg: psycopg.Connection[Any], queue: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def records(pg: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -307,9 +301,7 @@ def _dead(call: Invoke, n: int, claims: dict[str, str] | None = None) -> list[st
 
 
 def _state_count(pg: psycopg.Connection[Any], state: str) -> int:
-    row = pg.execute("SELECT count(*) FROM tierq_tasks WHERE state = %s", (state,)).fetchone()
-    assert row is not None
-    return int(row[0])
+    return task_count(pg, state=state)
 
 
 def test_dlq_replay_with_a_key_replays_once(call: Invoke, pg: psycopg.Connection[Any]) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.handlers.support import task_count
+
 
 @pytest.fixture
 def capped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,8 +26,7 @@ def test_a_queue_beyond_the_tenants_cap_is_409_and_writes_nothing(
     assert reply.status == 409, reply.body
     assert reply.body["error"]["code"] == "quota_exceeded"
     assert "retry-after" not in {k.lower() for k in reply.headers}
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'three'").fetchone() \
-        == (0,)
+    assert task_count(pg, "three") == 0
     # a known queue of that tenant, and the same queue for another tenant, are fine
     assert call("POST", "/v1/queues/one/tasks", {"payload": 2}, claims=acme).status == 200
     assert call("POST", "/v1/queues/three/tasks", {"payload": 1},

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.handlers.support import Invoke, Reply
+from tests.handlers.support import Invoke, Reply, task_count
 from tierq.aws.http.routes import metrics as metrics_routes
 from tierq.aws.runtime import engine
 from tierq.core import sizing
@@ -313,8 +313,7 @@ def test_running_leases_page_once_each(call: Invoke, monkeypatch: pytest.MonkeyP
 
 
 def nothing_written(pg: psycopg.Connection[Any], valkey: redis.Redis, queue: str) -> bool:
-    count = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s", (queue,)).fetchone()
-    return count is not None and count[0] == 0 and not list(valkey.scan_iter(f"*{queue}*"))
+    return task_count(pg, queue) == 0 and not list(valkey.scan_iter(f"*{queue}*"))
 
 
 BodyMaker = Callable[[], str]

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import Invoke, task_count
 from tierq.aws.runtime import default_engine
 from tierq.config import Settings, SettingsError
 from tierq.dal.warm_tier import ALL_POLLS_KEY, TenantKeys
@@ -43,7 +43,7 @@ def test_a_tenant_over_its_rate_is_429_with_retry_after(limited: None, call: Inv
     assert refused.body["error"]["code"] == "too_many_requests"
     assert "acme" in refused.body["error"]["message"]
     assert refused.headers["retry-after"] == "2"  # one token at 0.5 a second
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)  # nothing done
+    assert task_count(pg) == 0  # nothing done
 
 
 def test_one_tenants_flood_limits_no_other_tenant_nor_an_admin(limited: None,

@@ -18,7 +18,8 @@ import redis
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.config import Config
 
-from tests.handlers.support import Invoke
+from tests.handlers.support import Invoke, task_count
+from tests.support.every_task import EVERY_TASK
 from tierq.aws.consumers import LambdaFunctions
 from tierq.aws.runtime import use_consumers
 from tierq.logic.dispatch import AllowList
@@ -36,8 +37,11 @@ ARN = PREFIX + "traced-consumer"
 
 
 def stored(pg: psycopg.Connection[Any], queue: str) -> list[Any]:
+    """The trace each task of ``queue`` keeps, in their order; a batch member has none (a
+    batch row holds only tasks without a trace), so it reads as a row without one."""
     return [row[0] for row in pg.execute(
-        "SELECT trace FROM tierq_tasks WHERE queue = %s ORDER BY seq", (queue,)).fetchall()]
+        f"SELECT t.trace FROM {EVERY_TASK} LEFT JOIN tierq_tasks t USING (id) "
+        "WHERE every_task.queue = %s ORDER BY every_task.seq", (queue,)).fetchall()]
 
 
 def blobs(valkey: redis.Redis) -> list[bytes]:
@@ -102,8 +106,7 @@ def test_a_cold_task_is_claimed_with_its_trace(call: Invoke, pg: psycopg.Connect
     reply = call("POST", "/v1/queues/narrow/tasks",
                  {"tasks": [{"payload": i} for i in range(5)]}, headers=HEADERS)
     assert reply.status == 200, reply.body
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'narrow' "
-                      "AND state = 'cold'").fetchone() == (4,)
+    assert task_count(pg, "narrow", state="cold") == 4
     got: list[Any] = []
     while len(got) < 5:
         tasks = call("POST", "/v1/queues/narrow/claims", {"max": 5}).body["tasks"]
@@ -136,7 +139,7 @@ def test_a_wrong_trace_is_422_naming_it_and_nothing_is_written(
     # (a header is named as HTTP APIs pass it on: in lower case)
     assert any(str(d.get("field")).lower() == field.lower()
                for d in reply.body["error"]["details"]), reply.body
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
+    assert task_count(pg) == 0
 
 
 class _Body(io.BytesIO):

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
+from tests.support.every_task import EVERY_TASK
 from tests.support.polling import eventually
 from tierq.core.batch_ids import batch_member
 from tierq.dal.warm_tier import AckMail
@@ -59,6 +60,19 @@ def hold_lock(valkey: Any, tenant: str, ms: int = 30_000) -> None:
 def joined(valkey: Any, tenant: str, n: int) -> None:
     eventually(lambda: valkey.llen(mail(tenant).mailbox) == n, timeout=10,
                what=f"{n} acks in the mailbox")
+
+
+def held_ids(pg: Any) -> list[str]:
+    """The ids of the queue's tasks PostgreSQL still holds (rows and batch members)."""
+    return sorted(r[0] for r in pg.execute(
+        f"SELECT id::text FROM {EVERY_TASK} WHERE queue = %s", (QUEUE,)).fetchall())
+
+
+def plain_ack_statement(tasks: Sequence[Any]) -> str:
+    """The store's method that commits a plain ack of ``tasks`` (of one tenant and
+    attempt): ``end_batch_members`` when any is a batch member, else ``ack_delete``
+    (logic/batch_rows.finish_plain)."""
+    return "end_batch_members" if any(batch_member(t.id) for t in tasks) else "ack_delete"
 
 
 def engines(make_tq: Callable[..., Tierq], n: int) -> list[Tierq]:
@@ -104,8 +118,7 @@ def many_acks_one_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) ->
     counts = [tq.ctx.ack_commits for tq in tqs]
     assert sum(c.commits for c in counts) == 1 and sum(c.committed for c in counts) == 6
     assert sum(c.answered for c in counts) == 5 and sum(c.alone for c in counts) == 0
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
-                      (QUEUE,)).fetchone()[0] == 0
+    assert held_ids(pg) == []
     assert tqs[0].running(QUEUE) == []
     assert not valkey.exists(mail("a").lock) and valkey.llen(mail("a").mailbox) == 0
 
@@ -133,8 +146,7 @@ def a_stopped_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> 
         assert not isinstance(out[i], Exception), out[i]
         assert sorted(map(str, out[i].acked)) == sorted(str(t.id) for t in claim)
     assert sum(tq.ctx.ack_commits.alone for tq in tqs) == 3
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
-                      (QUEUE,)).fetchone()[0] == 0
+    assert held_ids(pg) == []
     assert tqs[0].running(QUEUE) == []
 
 
@@ -143,24 +155,23 @@ def a_failed_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
     tqs = engines(make_tq, 2)
     tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(4)])
     claims = [tq.claim(QUEUE, max=2, tenant="a") for tq in tqs]
+    statement = plain_ack_statement([t for c in claims for t in c])
     for tq in tqs:  # a statement for more than one ack fails, as on a database error
-        real = tq.ctx.store.ack_delete
+        real = getattr(tq.ctx.store, statement)
 
         def failing(queue: str, ids: Any, *args: Any, real: Any = real, **kw: Any) -> Any:
             if len(ids) > 2:
                 raise RuntimeError("the database refused the commit")
             return real(queue, ids, *args, **kw)
 
-        monkeypatch.setattr(tq.ctx.store, "ack_delete", failing)
+        monkeypatch.setattr(tq.ctx.store, statement, failing)
     out = meet(valkey, tqs, claims)
     failed = [i for i in out if isinstance(out[i], Exception)]
     assert len(failed) == 1 and "refused the commit" in str(out[failed[0]])
     done = 1 - failed[0]
     assert sorted(map(str, out[done].acked)) == sorted(str(t.id) for t in claims[done])
     assert sum(tq.ctx.ack_commits.alone for tq in tqs) == 1
-    left = pg.execute("SELECT id::text FROM tierq_tasks WHERE queue = %s",
-                      (QUEUE,)).fetchall()
-    assert sorted(r[0] for r in left) == sorted(str(t.id) for t in claims[failed[0]])
+    assert held_ids(pg) == sorted(str(t.id) for t in claims[failed[0]])
     monkeypatch.undo()
     again = tqs[failed[0]].ack(QUEUE, claims[failed[0]])
     assert len(again.acked) == 2 and not again.rejected
@@ -222,7 +233,8 @@ def a_later_pass_fails(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
     committer.enqueue(QUEUE, [{"payload": i, "tenant": "a"} for i in range(4)])
     own = committer.claim(QUEUE, max=2, tenant="a")
     taken = later.claim(QUEUE, max=2, tenant="a")
-    real = committer.ctx.store.ack_delete
+    statement = plain_ack_statement(own + taken)
+    real = getattr(committer.ctx.store, statement)
     out: dict[int, Any] = {}
     threads: list[threading.Thread] = []
 
@@ -234,14 +246,13 @@ def a_later_pass_fails(make_tq: Callable[..., Tierq], valkey: Any, pg: Any,
             return rows
         raise RuntimeError("the database refused the commit")
 
-    monkeypatch.setattr(committer.ctx.store, "ack_delete", first_then_failing)
+    monkeypatch.setattr(committer.ctx.store, statement, first_then_failing)
     mine = committer.ack(QUEUE, own)
     assert sorted(map(str, mine.acked)) == sorted(str(t.id) for t in own)
     threads[0].join(timeout=30)
     assert sorted(map(str, out[1].acked)) == sorted(str(t.id) for t in taken)
     assert later.ctx.ack_commits.alone == 1 and committer.ctx.ack_commits.commits == 1
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
-                      (QUEUE,)).fetchone()[0] == 0
+    assert held_ids(pg) == []
     assert committer.running(QUEUE) == []
 
 
@@ -263,5 +274,4 @@ def a_slow_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> Non
     assert time.monotonic() - began >= ack_gathering.WAIT_ALONE_SECONDS
     assert sorted(map(str, out[0].acked)) == sorted(str(t.id) for t in tasks)
     assert tq.ctx.ack_commits.alone == 1
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
-                      (QUEUE,)).fetchone()[0] == 0
+    assert held_ids(pg) == []

@@ -60,8 +60,11 @@ def large_calls_stay_under_the_limit(make_tq: Any, pg: Any) -> None:
         assert got
         held += got
     ids = [str(t.id) for t in held]
+    # each task's place in line: its row's, or its batch row's while it is a member there
     line = {str(i): (p, s) for i, p, s in pg.execute(
         "SELECT id, priority, seq FROM tierq_tasks WHERE queue = 'big'").fetchall()}
+    line.update((m.id, (m.priority, m.seq))
+                for m in tq.ctx.store.batch_members(ids, None) if m.ended is None)
     places = [place(*line[i], i) for i in ids]  # their ready-set members
     tokens = [t.lease_token for t in held]
     member_list = [lease_member(i, t) for i, t in zip(ids, tokens, strict=True)]

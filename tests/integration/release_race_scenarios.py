@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from tests.integration.one_lease_scenarios import stalled
+from tierq.core.batch_ids import batch_member
 from tierq.errors import Unavailable
+
+
+def plain_ack_statement(item: dict[str, Any], rows: str) -> str:
+    """The store's method that commits a plain ack of ``item``'s task: ``rows``
+    (``ack_delete`` or ``ack_delete_by_attempt``) for a row, ``end_batch_members`` for a
+    batch member (logic/batch_rows.finish_plain)."""
+    return "end_batch_members" if batch_member(item["id"]) else rows
 
 
 def one_leased(tq: Any) -> tuple[Any, dict[str, Any]]:
@@ -31,7 +39,8 @@ def ack(make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     out, item = one_leased(tq)
     answers: list[Any] = []
     # the ack checked its lease; its delete waits until the release has run
-    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
+    with stalled(tq.ctx.store, plain_ack_statement(item, "ack_delete"),
+                 lambda: answers.append(tq.ack("q", [item]))):
         refused = tq.release("q", [item])
         assert refused.released == []
         assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
@@ -59,7 +68,8 @@ def heartbeat_between(make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     tq = make_tq()
     out, item = one_leased(tq)
     answers: list[Any] = []
-    with stalled(tq.ctx.store, "ack_delete", lambda: answers.append(tq.ack("q", [item]))):
+    with stalled(tq.ctx.store, plain_ack_statement(item, "ack_delete"),
+                 lambda: answers.append(tq.ack("q", [item]))):
         [extended] = tq.heartbeat("q", [{**item, "extend_seconds": 60}]).extended
         assert extended.id == out.id
         assert tq.release("q", [item]).released == []
@@ -76,7 +86,7 @@ def several_tenants(make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert {t.tenant for t in taken} == {"acme", "globex"}
     items = [{"id": t.id, "lease_token": t.lease_token} for t in taken]
     answers: list[Any] = []
-    with stalled(tq.ctx.store, "ack_delete_by_attempt",
+    with stalled(tq.ctx.store, plain_ack_statement(items[0], "ack_delete_by_attempt"),
                  lambda: answers.append(tq.ack("q", items))):
         refused = tq.release("q", items)
         assert refused.released == []
@@ -103,15 +113,16 @@ def failed_ack_then_retry(make_tq: Any, monkeypatch: pytest.MonkeyPatch) -> None
     release of it is refused (not_owner) and the ack's retry acks it."""
     tq = make_tq()
     out, item = one_leased(tq)
-    real = tq.ctx.store.ack_delete
+    statement = plain_ack_statement(item, "ack_delete")
+    real = getattr(tq.ctx.store, statement)
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise Unavailable("PostgreSQL is not answering")
 
-    monkeypatch.setattr(tq.ctx.store, "ack_delete", failing)
+    monkeypatch.setattr(tq.ctx.store, statement, failing)
     with pytest.raises(Unavailable):
         tq.ack("q", [item])
-    monkeypatch.setattr(tq.ctx.store, "ack_delete", real)
+    monkeypatch.setattr(tq.ctx.store, statement, real)
     refused = tq.release("q", [item])
     assert [(r.id, r.reason) for r in refused.rejected] == [(out.id, "not_owner")]
     assert tq.ack("q", [item]).acked == [out.id]

@@ -64,7 +64,7 @@ def test_a_batch_with_a_task_of_its_own_kind_keeps_a_row_per_task(
 
 def test_without_the_setting_every_task_has_its_row(make_tq: TierqFactory,
                                                     pg: psycopg.Connection[Any]) -> None:
-    tq = make_tq()
+    tq = make_tq(batch_rows=False)
     enqueued = tq.enqueue(QUEUE, [{"payload": n} for n in range(3)])
     assert not any(batch_member(str(t.id)) for t in enqueued)
     assert stored(pg) == (0, 0, 3)

@@ -17,6 +17,8 @@ import redis
 
 from tests.integration.helpers import count_rows, count_state
 from tests.integration.test_warm_bytes import assert_exact
+from tests.support.every_task import EVERY_TASK
+from tierq.core.batch_ids import batch_of
 from tierq.dal.warm_tier import PairKeys, _available
 from tierq.engine import Tierq
 from tierq.errors import DatabaseTimedOut, NotFound, WarmTierUnavailable
@@ -205,6 +207,16 @@ def test_a_push_that_comes_after_a_replace_into_the_future_does_not_run_it_early
     assert tq.ack(Q, [task]).acked == [task.id]
 
 
+def lock_task(pg: psycopg.Connection[Any], task_id: str) -> None:
+    """Lock, in ``pg``'s open transaction, the row that holds the task: its own row of
+    ``tierq_tasks``, or its batch row while it is a member there (a move out of it, which
+    any change but a plain ack makes first, locks that row too)."""
+    pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (task_id,))
+    member = batch_of(task_id)
+    if member is not None:
+        pg.execute("SELECT 1 FROM tierq_batches WHERE id = %s FOR UPDATE", (member[0],))
+
+
 @pytest.mark.parametrize("how", ["cancel", "delete"])
 def test_a_cancel_that_postgres_fails_after_the_removal_leaves_the_task_to_run_later(
         make_tq: Callable[..., Tierq], valkey: redis.Redis, pg: psycopg.Connection[Any],
@@ -218,7 +230,7 @@ def test_a_cancel_that_postgres_fails_after_the_removal_leaves_the_task_to_run_l
     task_id = str(tq.enqueue_one(Q, "x").id)
     op = tq.cancel if how == "cancel" else tq.cancel_task
     with pg.transaction():
-        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (task_id,))
+        lock_task(pg, task_id)
         with pytest.raises(DatabaseTimedOut):
             op(Q, task_id)
     assert row_state(pg, task_id) == "warm"
@@ -245,7 +257,7 @@ def test_a_cancel_that_postgres_fails_leaves_a_running_workers_lease(
     [task] = tq.claim(Q, max=1)
     op = tq.cancel if how == "cancel" else tq.cancel_task
     with pg.transaction():
-        pg.execute("SELECT 1 FROM tierq_tasks WHERE id = %s FOR UPDATE", (task_id,))
+        lock_task(pg, task_id)
         with pytest.raises(DatabaseTimedOut):
             op(Q, task_id)
     assert tq.ack(Q, [task]).acked == [task.id]
@@ -415,7 +427,9 @@ def valkey_fails_once() -> Iterator[Callable[[Tierq], None]]:
 
 
 def row_state(pg: psycopg.Connection[Any], task_id: str) -> str | None:
-    row = pg.execute("SELECT state FROM tierq_tasks WHERE id = %s", (task_id,)).fetchone()
+    """The task's state as PostgreSQL holds it (its row, or its member's place: warm);
+    None when it holds none."""
+    row = pg.execute(f"SELECT state FROM {EVERY_TASK} WHERE id = %s", (task_id,)).fetchone()
     return None if row is None else str(row[0])
 
 

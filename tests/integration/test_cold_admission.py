@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.integration.helpers import count_state, drain, mode_of, ready_size
+from tests.integration.helpers import count_rows, count_state, drain, mode_of, ready_size
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
 
@@ -43,15 +43,31 @@ def marked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Tierq], MarkCo
 
 
 def versions(pg: psycopg.Connection[Any]) -> tuple[int, int]:
-    """(live rows, row versions written): the line pointers used on each page of the
-    table, summed. Since its TRUNCATE (each test starts with one) an insert adds one row
-    and one version, and each update of a row one more version (left dead behind it)."""
+    """(tasks PostgreSQL holds, task versions written): rows and batch members alike. Since
+    the tables' TRUNCATE (each test starts with one) an insert of a row adds one version
+    and each update of it one more (left dead behind it): the line pointers used on each
+    page of ``tierq_tasks``, summed; a batch row writes each member once (its places), and
+    a member moved out is a row's insert more."""
     highest: dict[int, int] = {}
-    rows = pg.execute("SELECT ctid::text FROM tierq_tasks").fetchall()
-    for (ctid,) in rows:
+    for (ctid,) in pg.execute("SELECT ctid::text FROM tierq_tasks").fetchall():
         page, line = (int(part) for part in ctid.strip("()").split(","))
         highest[page] = max(highest.get(page, 0), line)
-    return len(rows), sum(highest.values())
+    members = pg.execute("SELECT coalesce(sum(tasks), 0) FROM tierq_batches").fetchone()
+    assert members is not None
+    return count_rows(pg), sum(highest.values()) + int(members[0])
+
+
+# the statement a uniform batch admitted warm takes where the engine writes batch rows
+ON_BATCH_ROWS = {"insert_tasks_uniform": "insert_batch"}
+
+
+def insert_taken(tq: Tierq, statement: str) -> str:
+    """The statement an enqueue of ``tq`` takes where it would take ``statement`` with a
+    row per task: a uniform batch admitted warm is one batch row where ``tq`` writes them
+    (``TIERQ_BATCH_ROWS``), so a race or a failure staged on its insert is staged there."""
+    if tq.ctx.settings.batch_rows and tq.ctx.store.batch_rows_ready():
+        return ON_BATCH_ROWS.get(statement, statement)
+    return statement
 
 
 def test_an_enqueue_into_a_full_warm_set_writes_its_rows_cold_at_once(
@@ -154,6 +170,7 @@ def test_an_enqueue_that_found_room_is_pushed_though_others_filled_the_set_meanw
     producer = make_tq(warm_max=10)
     other = make_tq(warm_max=10)
     producer.enqueue("r", [{"payload": ["p", i]} for i in range(4)])
+    statement = insert_taken(producer, statement)
     real = getattr(producer.ctx.store, statement)
     outcomes: list[list[str]] = []
 
@@ -189,7 +206,7 @@ def test_a_record_of_tasks_about_to_be_pushed_goes_when_the_insert_fails(
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(tq.ctx.store, statement, failing)
+    monkeypatch.setattr(tq.ctx.store, insert_taken(tq, statement), failing)
     with pytest.raises(RuntimeError):
         tq.enqueue("f", [{"payload": i} for i in range(2, 9)] + [{"payload": 9, **last}])
     meta = PairKeys.of("f", "_").meta

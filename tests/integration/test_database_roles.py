@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
+from tests.support.every_task import EVERY_TASK
 from tests.support.stores import app_login, migrated_database, with_database, with_login
 from tierq.config import Settings
 from tierq.dal.migrate import app_group, ensure_app_login, migrate
@@ -38,7 +39,8 @@ def role_of(url: str) -> dict[str, Any]:
 
 
 def count(pg: psycopg.Connection[Any], where: str = "true") -> int:
-    row = pg.execute(f"SELECT count(*) FROM tierq_tasks WHERE {where}").fetchone()
+    """Tasks PostgreSQL holds (a batch row's members too) that match ``where``."""
+    row = pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE {where}").fetchone()
     assert row is not None
     return int(row[0])
 

@@ -14,6 +14,7 @@ import pytest
 import redis
 from redis.connection import AbstractConnection
 
+from tests.support.every_task import EVERY_TASK
 from tierq.dal.warm_tier import PairKeys, QueueKeys
 from tierq.engine import Tierq
 
@@ -147,8 +148,8 @@ def test_a_pair_whose_push_fails_leaves_the_others_pushed_or_cold(
     valkey.set(PairKeys.of("q", "a").gone, "not a sorted set")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         tq.enqueue("q", batch(3, "a") + batch(10, "b"))
-    warm_b = pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'q' AND tenant = 'b'"
-                        " AND state = 'warm'").fetchone()[0]
+    warm_b = pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = 'q'"
+                        " AND tenant = 'b' AND state = 'warm'").fetchone()[0]
     assert warm_b == valkey.zcard(PairKeys.of("q", "b").ready) == 5
-    assert pg.execute("SELECT count(*) FROM tierq_tasks WHERE queue = 'q' AND tenant = 'b'"
+    assert pg.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = 'q' AND tenant = 'b'"
                       " AND state = 'cold'").fetchone()[0] == 6

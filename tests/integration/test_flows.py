@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from tests.integration.helpers import count_state, drain
+from tests.integration.helpers import count_rows, count_state, drain
 from tierq.errors import InvalidInput
 from tierq.logic import flows
 
@@ -189,7 +189,7 @@ def test_a_flow_is_created_all_or_nothing(tq, pg):
     [store] = tq.claim("io")
     assert [p.state for p in store.parents or []] == ["done", "done"]
 
-    before = pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0]
+    before = count_rows(pg)
     for tasks, field in (
         ([{"ref": "a", "queue": "q", "payload": 0, "after": ["b"]},
           {"ref": "b", "queue": "q", "payload": 0, "after": ["a"]}], "tasks[1].after[0]"),
@@ -209,7 +209,7 @@ def test_a_flow_is_created_all_or_nothing(tq, pg):
         tq.flow({"tenant": "t1", "tasks": [
             {"ref": "a", "queue": "q", "payload": 0, "after": [str(other.id)]}]})
     assert caught.value.details[0]["field"] == "tasks[0].after[0]"
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == before + 1
+    assert count_rows(pg) == before + 1
 
 
 def test_purging_a_parents_queue_settles_its_waiters_as_cancelled(tq):

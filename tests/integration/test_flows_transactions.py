@@ -75,6 +75,7 @@ def _no_wait_rows_left(pg: Any) -> None:
     assert pg.execute("SELECT COALESCE(sum(waiters), 0) FROM tierq_tasks").fetchone()[0] == 0
 
 
+@pytest.mark.rows_layout  # (parents that were members: the move's batch lock orders the two)
 def test_a_release_and_an_enqueue_naming_its_parents_in_the_other_order_both_succeed(
         tq, pg, database_url, caplog):
     """The ack of a holds a; releasing c then locks c's parents b, a in id order, while an

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from tests.integration.helpers import drain, http_event
+from tests.integration.helpers import count_rows, drain, http_event
 from tests.support.stores import scratch_database
 from tierq.errors import InvalidInput
 from tierq.logic import flows, groups
@@ -81,7 +81,7 @@ def test_group_is_refused_with_after_and_when_malformed(tq, pg):
     with pytest.raises((InvalidInput, ValidationError)) as bad:
         tq.enqueue("q", [{"payload": 1, "group": "x" * 129}])
     assert "group" in str(bad.value)
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 1
+    assert count_rows(pg) == 1
     assert pg.execute("SELECT count(*) FROM tierq_groups").fetchone()[0] == 0
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.integration.helpers import count_state, drain
+from tests.integration.helpers import count_rows, count_state, drain
 from tierq.dal.warm_tier import PairKeys
 from tierq.maintenance import reaper
 
@@ -171,7 +171,7 @@ def test_retention_purges_finished_rows(make_tq, pg):
     assert tq.run_reaper().purged == 0
     tq.ctx.clock.advance(61)
     assert tq.run_reaper().purged == 2
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone()[0] == 0
+    assert count_rows(pg) == 0
 
 
 def test_a_token_is_only_good_for_the_task_and_attempt_it_was_issued_for(make_tq):
@@ -275,14 +275,16 @@ def test_a_reaper_pass_that_listed_a_lease_late_changes_nothing(make_tq, pg):
     assert acked.acked == [second.id]
 
 
-@pytest.mark.parametrize("statement", ["ack_delete", "ack_delete_by_attempt"])
+@pytest.mark.parametrize("statement",
+                         ["ack_delete", "ack_delete_by_attempt", "end_batch_members"])
 def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq, pg,
                                                                          statement):
     """An ack checks its lease in Valkey, then deletes the row. If the reaper expires that
     lease in between (the ack was checked just before the deadline), the task is already in
     line again for its next attempt: deleting its row then would leave it in line without
     one, delivered again after an accepted ack. The delete only takes an attempt not
-    recorded yet, so the ack is refused and the task runs again (at least once)."""
+    recorded yet, so the ack is refused and the task runs again (at least once). A batch
+    member's ack (``end_batch_members``) finds the row its expiry moved it out into."""
     tq = make_tq(lease_seconds=10, max_attempts=5)
     created = tq.enqueue_one("r", "once")
     [first] = tq.claim("r")
@@ -291,6 +293,9 @@ def test_an_ack_that_reaches_postgres_after_its_lease_expired_is_refused(make_tq
     # the late ack's own statement, as leases.ack sends it after its lease check passed
     if statement == "ack_delete":
         deleted = tq.ctx.store.ack_delete("r", [str(first.id)], ["_"], first.attempt)
+    elif statement == "end_batch_members":
+        deleted = tq.ctx.store.end_batch_members("r", [str(first.id)], ["_"],
+                                                 [first.attempt])
     else:
         deleted = tq.ctx.store.ack_delete_by_attempt("r", [str(first.id)], ["_"],
                                                      [first.attempt])
@@ -331,6 +336,7 @@ def _statements_of_acks(tq, monkeypatch) -> list[tuple[str, int]]:
     return calls
 
 
+@pytest.mark.rows_layout  # (the statements of rows; members: test_batch_rows.py)
 def test_an_ack_pairs_rows_with_leases_only_over_tenants_or_attempts(make_tq, pg,
                                                                      monkeypatch):
     """Leases of one attempt and one tenant are deleted by ``ack_delete``, checked against

@@ -19,6 +19,7 @@ import redis
 
 from tests.integration.helpers import count_state
 from tests.integration.test_replace_races import replace_before_push
+from tests.support.every_task import EVERY_TASK
 from tierq.core.ordering import place
 from tierq.dal.warm_tier import GONE_CHARGE, MARKER_CHARGE, PairKeys
 from tierq.engine import Tierq
@@ -299,7 +300,8 @@ def test_a_task_a_mark_refuses_is_not_passed_by_the_rest_of_its_push(
     made = tq.enqueue(queue, [{"payload": big} for _ in range(3)])
     held = tq.claim(queue, max=3)
     assert len(held) == 3
-    seq = pg.execute("SELECT seq FROM tierq_tasks WHERE id = %s", (made[0].id,)).fetchone()[0]
+    seq = pg.execute(f"SELECT seq FROM {EVERY_TASK} WHERE id = %s",
+                     (made[0].id,)).fetchone()[0]
     row = tq.get_task(queue, made[0].id)
     tq.ctx.warm.replace_cold(queue, "_", [place(row.priority, seq, str(made[0].id))],
                              now_ms=to_ms(tq.ctx.now()), ttl_ms=gone_ttl_ms(tq.ctx.settings))

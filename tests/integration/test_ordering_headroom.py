@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import count_rows, count_state, drain, ready_size
+from tests.support.every_task import EVERY_TASK
 from tierq.core.ordering import SEQ_MAX, SPLIT, place, task_of, unpack
 from tierq.dal.warm_tier import PairKeys
 from tierq.engine import Tierq
@@ -27,8 +28,9 @@ PREVIOUS_SCALE = 562949953421312  # 2^49
 
 
 def seqs_of(pg: psycopg.Connection[Any], queue: str) -> dict[str, int]:
+    """The seq of every task of ``queue`` PostgreSQL holds (a batch row's members too)."""
     return {str(i): s for i, s in pg.execute(
-        "SELECT id, seq FROM tierq_tasks WHERE queue = %s", (queue,)).fetchall()}
+        f"SELECT id, seq FROM {EVERY_TASK} WHERE queue = %s", (queue,)).fetchall()}
 
 
 def entries(valkey: redis.Redis, queue: str, tenant: str = "_") -> list[tuple[str, float]]:
@@ -50,6 +52,7 @@ def test_order_holds_past_2_53_across_both_tiers_and_priorities(
     tq = make_tq(warm_max=30)
     rng = random.Random(53)
     enqueued: dict[int, list[int]] = defaultdict(list)
+    priority_of: dict[int, int] = {}  # (each task's, by its payload's n)
     acked: dict[int, list[int]] = defaultdict(list)
     n = 0
 
@@ -59,8 +62,8 @@ def test_order_holds_past_2_53_across_both_tiers_and_priorities(
         # fill it, so run it, then check a line worth checking.
         if ready_size(valkey, "h") < 2:
             tq.run_cold_to_warm()
-        rows = {str(i): (-p, s) for i, p, s in pg.execute(
-            "SELECT id, priority, seq FROM tierq_tasks WHERE queue = 'h'").fetchall()}
+        rows = {str(i): (-priority_of[int(n)], s) for i, n, s in pg.execute(
+            f"SELECT id, payload ->> 'n', seq FROM {EVERY_TASK} WHERE queue = 'h'").fetchall()}
         line = [rows[task_of(member)] for member, _ in entries(valkey, "h")]
         assert len(line) > 1 and line == sorted(line)
 
@@ -80,6 +83,7 @@ def test_order_holds_past_2_53_across_both_tiers_and_priorities(
             p = rng.choice([0, 5, 9])
             batch.append({"payload": {"n": n, "pad": "x" * rng.randint(0, 200)}, "priority": p})
             enqueued[p].append(n)
+            priority_of[n] = p
             n += 1
         tq.enqueue("h", batch)
         assert ready_size(valkey, "h") <= 30
@@ -96,6 +100,38 @@ def test_order_holds_past_2_53_across_both_tiers_and_priorities(
     for t in drain(tq, "h", batch=7):
         acked[t.priority].append(t.payload["n"])
     assert dict(acked) == dict(enqueued)
+
+
+def test_a_batchs_members_and_keyed_tasks_keep_their_places_past_2_53(
+        make_tq: Callable[..., Tierq], task_seq: Callable[[int], None],
+        valkey: redis.Redis, pg: psycopg.Connection[Any]) -> None:
+    """Batches of keyless and keyed tasks over three priorities, every seq past 2^53 (with
+    ``TIERQ_BATCH_ROWS``, a batch row each, its keyed tasks rows): each task's seq is its
+    batch's first plus its index in the batch, the ready set is in (priority desc, seq)
+    order of them, and claims follow each priority's enqueue order, a task given back by a
+    release (where batch rows are on, a member moved out) in its own place."""
+    task_seq((1 << 53) + 1)
+    tq = make_tq(warm_max=1000)
+    priorities = (0, 5, 9)
+    made = [tq.enqueue("m", [{"payload": {"n": n}, "priority": priorities[n % 3],
+                              **({"key": f"k{n}"} if n % 4 == 1 else {})}
+                             for n in range(50 * b, 50 * b + 50)]) for b in range(4)]
+    assert pg.execute("SELECT count(*) FROM tierq_batches").fetchone() == (
+        4 * tq.ctx.settings.batch_rows,)
+    seqs = seqs_of(pg, "m")
+    assert len(seqs) == 200 and min(seqs.values()) > 1 << 53
+    for batch in made:
+        got = [seqs[str(o.id)] for o in batch]
+        assert got == list(range(got[0], got[0] + 50))  # batch order, no gap
+    priority = {str(o.id): priorities[n % 3]
+                for n, o in enumerate(o for batch in made for o in batch)}
+    line = [task_of(member) for member, _ in entries(valkey, "m")]
+    assert line == sorted(seqs, key=lambda i: (-priority[i], seqs[i]))
+    [first] = tq.claim("m", max=1)
+    assert first.payload == {"n": 2}  # (the first of priority 9, keyless)
+    assert tq.release("m", [first]).released
+    got = [t.payload["n"] for t in drain(tq, "m", batch=7)]
+    assert got == [n for p in (9, 5, 0) for n in range(200) if priorities[n % 3] == p]
 
 
 def test_places_on_both_sides_of_the_split_make_one_line(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.every_task import EVERY_TASK
 from tierq.dal.store.rows import FeedOffsetRow
 from tierq.engine import Tierq
 from tierq.errors import WarmTierFull, WarmTierUnavailable
@@ -22,7 +23,9 @@ def pool_of_one(make_tq: Any, setup: Tierq) -> Tierq:
 
 
 def states(pg: Any, queue: str) -> list[str]:
-    return [r[0] for r in pg.execute("SELECT state FROM tierq_tasks WHERE queue = %s"
+    """The states of the tasks of ``queue`` PostgreSQL holds (a batch row's members too), in
+    seq order."""
+    return [r[0] for r in pg.execute(f"SELECT state FROM {EVERY_TASK} WHERE queue = %s"
                                      " ORDER BY seq", (queue,))]
 
 

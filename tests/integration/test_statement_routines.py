@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.every_task import EVERY_TASK
 from tests.support.stores import migrated_database
 from tierq.config import Settings
 from tierq.dal.postgres import Database, uuid_array
@@ -25,6 +26,7 @@ from tierq.dal.store.base import ROUTINE
 from tierq.dal.store.base import _called_function as called_function
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
+from tierq.logic import batch_rows as batch_rows_logic
 from tierq.logic.context import OffsetClock
 from tierq.models import AckItem
 
@@ -280,37 +282,44 @@ def test_the_acks_delete_only_what_the_statements_delete(
     assert left(pg, a + b + old) == set(old)
 
 
+@pytest.mark.parametrize("batch_rows", [False, True], ids=["rows", "batch rows"])
 def test_an_engine_as_on_aws_enqueues_claims_and_acks_over_tenants(
         app_database_url: str, valkey_url: str, valkey_cluster: bool,
-        clean_stores: None, pg: psycopg.Connection[Any]) -> None:
+        clean_stores: None, pg: psycopg.Connection[Any], batch_rows: bool) -> None:
+    """An engine as on AWS enqueues, claims and acks over tenants on each layout, named:
+    rows (their acks ack_delete_by_attempt and ack_delete) and batch rows (the members'
+    ends, tierq_end_batch_members_v2, whatever the environment says)."""
     settings = Settings(database_url=app_database_url, valkey_url=valkey_url,
-                        settings_cache_seconds=0.0, valkey_cluster=valkey_cluster)
+                        settings_cache_seconds=0.0, valkey_cluster=valkey_cluster,
+                        batch_rows=batch_rows)
     # (as on AWS: no prepared statement, timeouts set per transaction, never per session)
     db = Database(app_database_url, max_size=2, prepare=False, session_settings=False)
     tq = Tierq(settings=settings, db=db, clock=OffsetClock())
     try:
         for tenant in ("a", "b", "c"):
             tq.enqueue(QUEUE, [{"payload": {"n": n}} for n in range(4)], tenant=tenant)
+        assert pg.execute("SELECT count(*) FROM tierq_batches").fetchone() == (3 * batch_rows,)
         claimed = tq.claim(QUEUE, max=12)
         assert len(claimed) == 12 and {t.tenant for t in claimed} == {"a", "b", "c"}
-        # one ack over three tenants (ack_delete_by_attempt), then the same again: refused
+        # one ack over three tenants, then the same again: refused
         first = tq.ack(QUEUE, claimed)
         assert len(first.acked) == 12
         again = tq.ack(QUEUE, [AckItem(id=t.id, lease_token=t.lease_token)
                                for t in claimed[:2]])
         assert len(again.rejected) == 2
         assert not again.acked
-        assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (0,)
-        # one tenant's batch (ack_delete); a lease of another tenant named with it is not
-        # acked by the statement (the check in Valkey is skipped on purpose)
+        assert pg.execute(f"SELECT count(*) FROM {EVERY_TASK}").fetchone() == (0,)
+        # one tenant's batch; a lease of another tenant named with it is not acked by the
+        # statement (the check in Valkey is skipped on purpose)
         tq.enqueue(QUEUE, [{"payload": 1}, {"payload": 2}], tenant="a")
         tq.enqueue(QUEUE, [{"payload": 3}], tenant="b")
         mine = tq.claim(QUEUE, tenant="a", max=2)
         [theirs] = tq.claim(QUEUE, tenant="b")
-        assert tq.ctx.store.ack_delete(QUEUE, [str(theirs.id)], ["a"], theirs.attempt) == []
+        assert batch_rows_logic.finish_plain(tq.ctx, QUEUE, [str(theirs.id)], ["a"],
+                                             [theirs.attempt]) == []
         result = tq.ack(QUEUE, mine)
         assert len(result.acked) == 2
-        assert pg.execute("SELECT tenant FROM tierq_tasks").fetchall() == [("b",)]
+        assert pg.execute(f"SELECT tenant FROM {EVERY_TASK}").fetchall() == [("b",)]
         assert tq.ctx.store.routines_in_use == ALL
     finally:
         tq.close()

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.every_task import EVERY_TASK
 from tierq.engine import Tierq
 from tierq.errors import InvalidInput, NotFound
 from tierq.logic import groups, leases, payloads, tasks
@@ -21,10 +22,12 @@ QUEUE = "q"
 
 
 def row_of(pg: psycopg.Connection[Any], task_id: Any) -> tuple[Any, ...] | None:
-    """The fields a settling statement writes, as they stand."""
+    """The fields a settling statement writes, as they stand: a batch member still in its
+    batch row reads as warm with none of them (moved out, as its row; ended, as None)."""
     return pg.execute(
-        "SELECT state, attempts, last_error, result, progress, state_since FROM tierq_tasks"
-        " WHERE id = %s", (task_id,)).fetchone()
+        "SELECT every_task.state, t.attempts, t.last_error, t.result, t.progress,"
+        f" t.state_since FROM {EVERY_TASK} LEFT JOIN tierq_tasks t ON t.id = every_task.id"
+        " WHERE every_task.id = %s", (task_id,)).fetchone()
 
 
 def leased(tq: Tierq, tenant: str = "acme", **task: Any) -> ClaimedTask:
@@ -86,9 +89,16 @@ def test_a_tasks_parents_are_read_only_for_its_tenant(tq: Tierq) -> None:
 
 # -- settling a lease -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("statement", ["ack_delete", "ack_delete_by_attempt", "ack_keep"])
+@pytest.mark.parametrize("statement", [
+    # (statements of rows: a batch member has none, and its ack never calls them)
+    pytest.param("ack_delete", marks=pytest.mark.rows_layout),
+    pytest.param("ack_delete_by_attempt", marks=pytest.mark.rows_layout),
+    "ack_keep", "end_batch_members"])
 def test_an_ack_statement_given_another_tenant_settles_nothing(tq: Tierq, pg: Any,
                                                                statement: str) -> None:
+    """Each statement of an ack, given the task with another tenant, settles nothing: a
+    plain ack's of rows, of one keeping a result, and of batch members (which deletes a
+    row as ``ack_delete_by_attempt`` does where the task is one)."""
     task = leased(tq)
     store, ids = tq.ctx.store, [str(task.id)]
     now = to_datetime(tq.ctx.now())
@@ -98,6 +108,10 @@ def test_an_ack_statement_given_another_tenant_settles_nothing(tq: Tierq, pg: An
             return store.ack_delete(QUEUE, ids, [tenant], task.attempt)
         if statement == "ack_delete_by_attempt":
             return store.ack_delete_by_attempt(QUEUE, ids, [tenant], [task.attempt])
+        if statement == "end_batch_members":
+            finished = store.end_batch_members(QUEUE, ids, [tenant], [task.attempt])
+            assert finished is not None  # (its function is there)
+            return finished
         return store.ack_keep(QUEUE, now, ids, [tenant], ['"ok"'], [task.attempt])
 
     before = row_of(pg, task.id)
@@ -189,7 +203,9 @@ def test_a_payload_key_is_used_only_by_a_task_of_its_tenant(tq: Tierq, pg: Any) 
 
 
 def test_payload_object_of_task_checks_the_tasks_tenant(tq: Tierq, pg: Any) -> None:
-    made = tq.enqueue_one(QUEUE, "a", tenant="acme")
+    # (keyed: a row in either layout, as a task that carries an object always is, never a
+    # batch member)
+    made = tq.enqueue_one(QUEUE, "a", tenant="acme", key="k")
     key = "tenants/acme/0190b8a0-0000-7000-8000-000000000002"
     tq.ctx.store.payload_objects_register([key], [str(made.id)],
                                           to_datetime(tq.ctx.now() - 1))
