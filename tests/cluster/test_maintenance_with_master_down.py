@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 
 from tests.support.cluster import node_of, serve_own_slots, tenants_on_every_node
+from tests.support.every_task import EVERY_TASK
 from tests.support.polling import eventually
 from tierq.config import Settings
 from tierq.dal.warm_tier import WarmTier
@@ -49,8 +50,8 @@ ACKED = 2
 
 
 def _states(pg: psycopg.Connection[Any], tenant: str) -> dict[str, int]:
-    rows = pg.execute("SELECT state, count(*) FROM tierq_tasks WHERE queue = %s AND tenant = %s"
-                      " GROUP BY state", (QUEUE, tenant)).fetchall()
+    rows = pg.execute(f"SELECT state, count(*) FROM {EVERY_TASK} WHERE queue = %s"
+                      " AND tenant = %s GROUP BY state", (QUEUE, tenant)).fetchall()
     return {state: int(n) for state, n in rows}
 
 

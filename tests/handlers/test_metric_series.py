@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.handlers.support import Invoke, emf_lines
+from tests.support.every_task import EVERY_TASK
 from tests.support.template import load_template
 from tierq.aws.runtime import default_engine
 from tierq.logic.metric_queues import CACHE_SECONDS, OTHER, RETRY_SECONDS, MetricQueues
@@ -83,7 +84,7 @@ def test_work_done_is_answered_though_the_configured_queues_cannot_be_read(
     assert enqueued.status == 200, enqueued.body
     assert claimed.status == 200 and len(tasks) == 2, claimed.body
     assert acked.status == 200 and len(acked.body["acked"]) == 1, acked.body
-    assert pg.execute("SELECT count(*) FROM tierq_tasks").fetchone() == (1,)
+    assert pg.execute(f"SELECT count(*) FROM {EVERY_TASK}").fetchone() == (1,)
     # the task claimed and not acked is still leased, not given back
     assert call("POST", "/v1/queues/q/claims", {"max": 2}, claims=ACME).body["tasks"] == []
 

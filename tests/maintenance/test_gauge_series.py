@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.maintenance.helpers import sweep_ended_batches
 from tests.maintenance.test_gauges import Emitted, gauge, without_age
 from tierq.logic.metric_queues import MAX_QUEUE_SERIES, OTHER
 from tierq.maintenance import gauges
@@ -35,6 +36,7 @@ def test_queues_nobody_configured_are_one_series(make_tq: Any) -> None:
     # they all empty: ~other gets its zeros once, like a queue
     tq.ack("tenant-made-up-1", tq.claim("tenant-made-up-1", max=5, tenant="acme"))
     tq.ack("tenant-made-up-2", [task])
+    sweep_ended_batches(tq)  # (the tick's reaper pass, before its gauges)
     tq.ctx.clock.advance(EVERY)
     gauge(tq, state, emitted)
     got = emitted.take()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tests.maintenance.helpers import TINY_BUDGET, seed_idle_pairs
+from tests.maintenance.helpers import TINY_BUDGET, seed_idle_pairs, sweep_ended_batches
 from tierq.core.ordering import SEQ_MAX
 from tierq.maintenance import gauges
 from tierq.maintenance.gauges import GaugeRound
@@ -77,6 +77,7 @@ def test_only_queues_with_tasks_are_gauged_with_their_counts(make_tq, pg):
     tq.ack("finished", [{"id": task.id, "lease_token": task.lease_token, "result": 1}])
     tq.enqueue("drained", [{"payload": 1}])  # acked: no row left
     tq.ack("drained", tq.claim("drained", max=1))
+    sweep_ended_batches(tq)  # (the tick's reaper pass, before its gauges)
     tq.ctx.clock.advance(5)
     emitted = Emitted()
     summary = gauge(tq, GaugeRound(), emitted)
@@ -101,6 +102,7 @@ def test_an_emptied_queue_gets_its_zeros_once_then_nothing(make_tq):
     assert sorted(emitted.take()) == ["empties", "stays"]
     assert not state.due(tq.ctx.now() + 1, EVERY)
     tq.ack("empties", tq.claim("empties", max=5))
+    sweep_ended_batches(tq)  # (the tick's reaper pass, before its gauges)
     tq.ctx.clock.advance(EVERY)
     summary = gauge(tq, state, emitted)
     got = emitted.take()
@@ -120,6 +122,7 @@ def test_an_emptied_queue_gets_its_zeros_once_then_nothing(make_tq):
     tq.ack("stays", tq.claim("stays", max=5))
     [task] = tq.claim("empties", max=1)
     tq.nack("empties", [{"id": task.id, "lease_token": task.lease_token, "dead": True}])
+    sweep_ended_batches(tq)
     gauge(tq, state, emitted)
     got = emitted.take()
     assert got["stays"] == gauges.zeros() and got["empties"]["dead"] == 1

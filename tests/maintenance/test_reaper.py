@@ -100,17 +100,19 @@ def test_a_pass_that_stops_early_resumes_after_the_last_pair_it_visited(make_tq,
 
 def test_idle_pairs_are_forgotten_after_the_retention_but_not_while_rows_remain(make_tq, pg):
     tq = make_tq(pair_retention_seconds=RETENTION)
-    for queue in ("gone", "dead", "kept", "scheduled", "later"):
+    queues = ("gone", "dead", "kept", "scheduled", "later")
+    for queue in queues:
         tq.enqueue(queue, [{"payload": 1}])
-    done = {q: tq.claim(q, max=1)[0] for q in ("gone", "dead", "kept")}
-    tq.ack("gone", [done["gone"]])
+    done = {q: tq.claim(q, max=1)[0] for q in queues}
+    for queue in ("gone", "scheduled", "later"):  # acked: no task left
+        tq.ack(queue, [done[queue]])
     tq.nack("dead", [{"id": done["dead"].id, "lease_token": done["dead"].lease_token,
                       "dead": True}])
     tq.ack("kept", [{"id": done["kept"].id, "lease_token": done["kept"].lease_token,
                      "result": {"ok": True}}])
     tq.put_schedule("nightly", {"queue": "scheduled", "payload": {}, "cron": "0 3 * * *"})
-    pg.execute("DELETE FROM tierq_tasks WHERE queue = 'scheduled'")  # only the schedule row
-    pg.execute("DELETE FROM tierq_tasks WHERE queue = 'later'")
+    # its occurrence's row too: only the schedule is left
+    pg.execute("DELETE FROM tierq_tasks WHERE queue = 'scheduled'")
 
     assert reaper.run(tq.ctx).forgotten == []  # within the retention: kept
     tq.ctx.clock.advance(RETENTION + 1)
@@ -265,6 +267,39 @@ def test_forgetting_frees_quota(make_tq, pg):
     assert registered(pg, "new") and not registered(pg, "old")
 
 
+def test_a_pair_whose_members_all_ended_is_forgotten_in_the_first_pass_past_the_retention(
+        make_tq: Any, pg: Any) -> None:
+    """Batch rows on whatever the environment: the pass sweeps the ended batch row before
+    its walk and its forget, so the pair is neither touched as busy by the walk nor kept
+    for its batch row, and is forgotten in the pass its rows would be."""
+    tq = make_tq(batch_rows=True, pair_retention_seconds=RETENTION)
+    tq.enqueue("members", [{"payload": i} for i in range(3)])
+    assert pg.execute("SELECT count(*), sum(tasks) FROM tierq_batches").fetchone() == (1, 3)
+    tq.ack("members", tq.claim("members", max=3))
+    tq.ctx.clock.advance(RETENTION + 1)
+    summary = reaper.run(tq.ctx)
+    assert (summary.batches_swept, summary.pairs) == (1, 0)
+    assert summary.forgotten == ["members|_"]
+
+
+def test_a_batch_sweep_held_up_ends_the_sweep_not_the_pass(
+        make_tq: Any, pg: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The sweep runs first in a pass: a statement of it cancelled at the pass's lock
+    timeout is logged, and the pass's other parts go on (expired leases reaped)."""
+    tq = make_tq()
+    tq.enqueue("keyed", [{"payload": 1, "key": "k"}])  # (a row in either layout)
+    [task] = tq.claim("keyed", max=1, lease_seconds=1)
+    tq.ctx.clock.advance(2)
+    with pg.transaction():
+        pg.execute("LOCK TABLE tierq_batch_ends IN ACCESS EXCLUSIVE MODE")
+        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+    assert (summary.expired, summary.requeued, summary.failed) == (1, 1, [])
+    assert "timed out sweeping batch rows" in caplog.text
+    tq.run_delayed_mover()
+    [again] = tq.claim("keyed", max=1)
+    assert (again.id, again.attempt) == (task.id, 2)
+
+
 def test_retention_purges_only_the_queues_with_finished_rows(make_tq, pg):
     tq = make_tq()
     seed_idle_pairs(pg, 100)
@@ -381,7 +416,9 @@ def test_a_pair_whose_rows_stay_locked_is_listed_failed_and_the_others_are_reape
     lease_and_expire(tq, "free")
     tq.ctx.clock.advance(2)
     with pg.transaction():
+        # its task's row, or on batch rows the batch row its expiry moves it out of
         pg.execute("SELECT 1 FROM tierq_tasks WHERE queue = 'held' FOR UPDATE")
+        pg.execute("SELECT 1 FROM tierq_batches WHERE queue = 'held' FOR UPDATE")
         summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
     assert summary.failed == ["held|_"]
     assert (summary.pairs, summary.expired, summary.requeued) == (2, 1, 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.shards.conftest import ShardedFactory
+from tests.support.every_task import EVERY_TASK
 from tierq.errors import InvalidInput
 from tierq.sharded import ShardedTierq
 
@@ -48,7 +49,7 @@ def test_a_flow_across_shards_is_refused_naming_the_field(make_sharded: ShardedF
     counts = {}
     for name, engine in tq.engines.items():  # nothing written but the one task
         with engine.ctx.db.connection() as conn:
-            row = conn.execute("SELECT count(*) AS n FROM tierq_tasks").fetchone()
+            row = conn.execute(f"SELECT count(*) AS n FROM {EVERY_TASK}").fetchone()
             assert row is not None
             counts[name] = row["n"]
     assert counts == {name: int(name == tq.homes.home_of(green[0], TENANT))

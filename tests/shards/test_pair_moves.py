@@ -16,16 +16,21 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
+from tests.maintenance.test_gauges import Emitted
 from tests.shards.conftest import ShardedFactory
+from tests.support.every_task import EVERY_TASK
 from tierq.cli import app
 from tierq.config import get_settings
-from tierq.dal.shards import ShardSpec, tag_of
+from tierq.dal.shards import ShardSpec, rendezvous_order, tag_of
 from tierq.dal.store.rows import HomeState
 from tierq.dal.warm_tier import PairKeys
 from tierq.errors import InvalidInput, NotFound
 from tierq.logic.bulk import ShardedBulkLoad, load_id
 from tierq.logic.homes import PairMoving
 from tierq.logic.pair_moves import MoveRefused, MoveTimedOut
+from tierq.maintenance import gauges
+from tierq.maintenance.gauges import GaugeRound
+from tierq.maintenance.reaper import ReaperSummary
 from tierq.sharded import ShardedTierq
 
 QUEUE = "moving"
@@ -242,7 +247,7 @@ def chunk_rows(load: ShardedBulkLoad, count: int) -> bytes:
 
 def tasks_on(spec: ShardSpec, queue: str = QUEUE) -> int:
     with psycopg.connect(spec.url) as conn:
-        row = conn.execute("SELECT count(*) FROM tierq_tasks WHERE queue = %s",
+        row = conn.execute(f"SELECT count(*) FROM {EVERY_TASK} WHERE queue = %s",
                            (queue,)).fetchone()
     assert row is not None
     return int(row[0])
@@ -425,3 +430,32 @@ def test_tierq_shards_with_one_database(shard_specs: list[ShardSpec], valkey_url
                                               "home": "default", "moving_to": None}
         move = runner.invoke(app, ["shards", "move", QUEUE, TENANT, "--to", "red"], env=env)
         assert move.exit_code == 2 and "names one shard" in move.output
+
+
+def test_a_pair_moved_off_a_batch_row_it_shared_is_counted_on_its_new_home_only(
+        make_sharded: ShardedFactory) -> None:
+    """Batch rows on whatever the environment: a pair moved off a shard where a batch row
+    also holds another tenant's member (the sweep leaves it there) is no longer walked by
+    that shard's gauges and queue views, which would count its new home's tasks again
+    (the pair's Valkey keys are one for every shard)."""
+    tq = quick(make_sharded(batch_rows=True, **FAST))
+    names = list(tq.engines)
+    by_home: dict[str, list[str]] = {}
+    for n in range(1000):
+        by_home.setdefault(rendezvous_order(names, QUEUE, f"t{n}")[0], []).append(f"t{n}")
+    home, (moved, stays) = next((h, ts[:2]) for h, ts in by_home.items() if len(ts) >= 2)
+    tq.enqueue(QUEUE, [{"payload": 0, "tenant": moved}, {"payload": 0, "tenant": stays}])
+    assert not tq.ack(QUEUE, tq.claim(QUEUE, tenant=moved, max=1)).rejected
+    to = other_shard(tq, home)
+    assert tq.move_pair(QUEUE, moved, to, sleep=lambda _: None).moved
+    tq.enqueue(QUEUE, [{"payload": n, "tenant": moved} for n in (1, 2)])
+    swept = tq.run_job("reaper").by_shard[home]
+    assert isinstance(swept, ReaperSummary) and swept.batches_swept == 0  # (stays' member)
+    assert tq.get_queue(QUEUE).counts.warm == 3
+    warm: dict[str, float] = {}
+    for name, engine in tq.engines.items():  # (each shard's round: one queue, ~other)
+        emitted = Emitted()
+        gauges.run(engine.ctx, GaugeRound(), emitted, now=engine.ctx.now())
+        for values in emitted.take().values():
+            warm[name] = values["warm"]
+    assert warm == {home: 1, to: 2}

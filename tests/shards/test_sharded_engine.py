@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests.shards.conftest import SHARD_NAMES, ShardedFactory
+from tests.support.every_task import EVERY_TASK
 from tierq.config import Settings
 from tierq.dal.migrate import migrate
 from tierq.dal.shards import ShardSpec, tag_of
@@ -37,7 +38,7 @@ def rows_by_shard(specs: list[ShardSpec]) -> dict[str, Counter[str]]:
     for spec in specs:
         with psycopg.connect(spec.url) as conn:
             out[spec.name] = Counter(dict(conn.execute(
-                "SELECT tenant, count(*) FROM tierq_tasks GROUP BY tenant").fetchall()))
+                f"SELECT tenant, count(*) FROM {EVERY_TASK} GROUP BY tenant").fetchall()))
     return out
 
 

@@ -155,13 +155,15 @@ def run_pass(ctx: Context, config: ReaperConfig) -> ReaperSummary:
     budget = pairs.Budget(config.budget_seconds)
     cursors = pairs.load_cursors(ctx.store)
     failures = PairFailures("reaper", ctx, summary.failed)
+    # (first: a batch row whose members all ended keeps its pairs in the walk, which would
+    # touch them as busy, and from the forget; swept now, they are idle as rows acked are)
+    sweep_batches(ctx, summary, budget, config, cursors)
     reap_pairs(ctx, summary, budget, config, cursors, failures)
     purge_queues(ctx, summary, budget, config, cursors)
     forget_idle(ctx, summary, config.forget_slice, cursors)
     sweep_lapses(ctx, summary, config.lapse_slice)
     sweep_groups(ctx, summary, config.groups_slice, cursors)
     sweep_payloads(ctx, summary, budget, config)
-    sweep_batches(ctx, summary, budget, config, cursors)
     # Idempotency-Keys past TIERQ_IDEMPOTENCY_TTL_SECONDS
     idempotency.purge_expired(ctx, max_batches=config.idempotency_purge_batches)
     return summary
@@ -185,13 +187,20 @@ def sweep_batches(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     """Delete the batch rows whose every member has ended, with their ends: up to
     ``batch_slices`` statements of ``batch_slice`` rows each, in key order after the walk's
     cursor (kept as (key, "")), wrapping round at the end. A batch row an ack or a move
-    holds is passed over and looked at again next time round."""
+    holds is passed over and looked at again next time round; a statement PostgreSQL
+    cancels at the pass's timeout (a purge holding its rows) ends the sweep, not the pass."""
     saved = cursors.get(BATCHES_WALK, pairs.START)[0]
     after = saved or FIRST_KEY
     for _ in range(config.batch_slices):
         if budget.spent:
             break
-        last, gone = ctx.store.sweep_batches(after, config.batch_slice)
+        try:
+            last, gone = ctx.store.sweep_batches(after, config.batch_slice)
+        except DatabaseTimedOut as exc:  # (the pass's other parts go on; swept next pass)
+            log.warning("reaper: PostgreSQL timed out sweeping batch rows after %s; the "
+                        "next pass goes on from there: %s", after, exc.detail or exc.message,
+                        extra={"job": "reaper"})
+            break
         summary.batches_swept += gone.batches
         summary.batch_tasks_swept += gone.tasks
         if last is None:  # (none after the cursor: the next statement starts again)

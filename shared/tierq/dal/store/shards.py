@@ -98,8 +98,9 @@ class ShardQueries(StoreBase):
 
         | the record                                 | done and returned                  |
         | ------------------------------------------ | ---------------------------------- |
-        | moves from ``shard`` to ``moving_to``, and | the registration dropped, the      |
-        | nothing of the pair is left here           | home is ``moving_to``: that state  |
+        | moves from ``shard`` to ``moving_to``, and | the registration and batch rows'   |
+        | nothing of the pair is left here           | pairs rows dropped, the home is    |
+        |                                            | ``moving_to``: that state          |
         | moves so, but something is left            | nothing written; what is left      |
         | says otherwise                             | nothing written; the record as it  |
         |                                            | is now                             |
@@ -116,6 +117,7 @@ class ShardQueries(StoreBase):
             if left.total:
                 return left
             self._execute("pair_registry_drop", params, conn)
+            self._execute("pair_batch_pairs_drop", params, conn)
             state = self.home_switch(queue, tenant, moving_to, conn)
             assert state is not None
             return state

@@ -139,6 +139,15 @@ FOR UPDATE;
 DELETE FROM tierq_queue_tenants
 WHERE queue = %(queue)s AND tenant = %(tenant)s;
 
+-- name: pair_batch_pairs_drop
+-- A drained pair's rows of tierq_batch_pairs on its old home, at its switch (migration
+-- 0030): none of its members is left here, but the batch rows that held them live until
+-- the sweep (as long as another tenant's members in them do), and the walks of the gauges
+-- and of the queue views would count here the warm tasks of its new home too (the pair's
+-- Valkey keys are one for every shard).
+DELETE FROM tierq_batch_pairs
+WHERE queue = %(queue)s AND tenant = %(tenant)s;
+
 -- name: home_birth_within_cap
 -- A new pair's home, on the default shard (the arbiter of births) after lock_tenant_quota in
 -- its transaction: recorded while the tenant has fewer than `cap` homes (cap 0: no cap),
