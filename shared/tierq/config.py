@@ -393,10 +393,10 @@ class Settings:
     # True: an enqueued batch admitted warm whose tasks have no group, parents, schedule,
     # trace or big payload writes its keyless tasks as one batch row of PostgreSQL
     # (migration 0030), and a plain ack of those appends their places instead of deleting
-    # a row per task (logic/batch_rows.py). Off by default while design D is built
-    # (docs/design-rotating-tables.md, *Building design D*); batch rows already written are
-    # served whatever it says.
-    batch_rows: bool = setting("TIERQ_BATCH_ROWS", False)
+    # a row per task (logic/batch_rows.py): about half the database's CPU a task where
+    # enqueues and acks are batches (bench/README.md, *Batch rows by default*). False: a
+    # row per task. Batch rows already written are served whatever it says.
+    batch_rows: bool = setting("TIERQ_BATCH_ROWS", True)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
     # that makes it an administrator (one whole word of the `scope` claim).
