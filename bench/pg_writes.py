@@ -298,7 +298,7 @@ class TierqSide:
         with self.db.connection() as conn:
             while moved < total:
                 with transaction(conn):
-                    self.store.promote_lock_timeout(conn, "200ms")
+                    self.store.local_lock_timeout(conn, "200ms")
                     rows = self.store.promote_cold(conn, QUEUE, tenant, 500, now)
                 if not rows:
                     break

@@ -394,9 +394,11 @@ class Settings:
     # trace or big payload writes its keyless tasks as one batch row of PostgreSQL
     # (migration 0030), and a plain ack of those appends their places instead of deleting
     # a row per task (logic/batch_rows.py): about half the database's CPU a task where
-    # enqueues and acks are batches (bench/README.md, *Batch rows by default*). False: a
-    # row per task. Batch rows already written are served whatever it says.
-    batch_rows: bool = setting("TIERQ_BATCH_ROWS", True)
+    # enqueues and acks come in batches. Off by default while a version that serves no
+    # batch row may still run beside this one (a rolling update, a rollback): its ack of a
+    # member would delete nothing, and the member would be delivered again (README.md,
+    # *Upgrading*). Batch rows already written are served whatever it says.
+    batch_rows: bool = setting("TIERQ_BATCH_ROWS", False)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope
     # that makes it an administrator (one whole word of the `scope` claim).

@@ -98,18 +98,18 @@ def test_an_engine_answers_503_when_a_row_stays_locked(make_tq: Any, database_ur
 
 
 def test_a_lock_timeout_the_caller_set_in_its_transaction_is_kept(db: Database) -> None:
-    """The cold -> warm mover sets a shorter lock timeout of its own (promote_lock_timeout)
+    """The cold -> warm mover sets a shorter lock timeout of its own (local_lock_timeout)
     in a transaction it opened: statements run inside it do not override that."""
     store = TaskStore(db)
     with db.connection() as conn:
         with conn.transaction():
-            store.promote_lock_timeout(conn, "25ms")
+            store.local_lock_timeout(conn, "25ms")
             # a named query inside the transaction
             assert store.queue_settings_row("none", conn=conn) is None
             assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "25ms"
         with transaction(conn):  # tierq's own: BEGIN and the settings in one query
             assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "150ms"
-            store.promote_lock_timeout(conn, "25ms")
+            store.local_lock_timeout(conn, "25ms")
             assert execute_text(conn, SHOW).fetchone()["lock_timeout"] == "25ms"
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 

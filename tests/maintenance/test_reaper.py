@@ -284,15 +284,16 @@ def test_a_pair_whose_members_all_ended_is_forgotten_in_the_first_pass_past_the_
 
 def test_a_batch_sweep_held_up_ends_the_sweep_not_the_pass(
         make_tq: Any, pg: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """The sweep runs first in a pass: a statement of it cancelled at the pass's lock
-    timeout is logged, and the pass's other parts go on (expired leases reaped)."""
+    """The sweep runs first in a pass: a statement of it that meets a lock gives up after
+    SWEEP_LOCK_TIMEOUT and is logged, and the pass's other parts go on within the default
+    budget (expired leases reaped)."""
     tq = make_tq()
     tq.enqueue("keyed", [{"payload": 1, "key": "k"}])  # (a row in either layout)
     [task] = tq.claim("keyed", max=1, lease_seconds=1)
     tq.ctx.clock.advance(2)
     with pg.transaction():
         pg.execute("LOCK TABLE tierq_batch_ends IN ACCESS EXCLUSIVE MODE")
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx)
     assert (summary.expired, summary.requeued, summary.failed) == (1, 1, [])
     assert "timed out sweeping batch rows" in caplog.text
     tq.run_delayed_mover()
@@ -419,7 +420,7 @@ def test_a_pair_whose_rows_stay_locked_is_listed_failed_and_the_others_are_reape
         # its task's row, or on batch rows the batch row its expiry moves it out of
         pg.execute("SELECT 1 FROM tierq_tasks WHERE queue = 'held' FOR UPDATE")
         pg.execute("SELECT 1 FROM tierq_batches WHERE queue = 'held' FOR UPDATE")
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx)
     assert summary.failed == ["held|_"]
     assert (summary.pairs, summary.expired, summary.requeued) == (2, 1, 1)
     again = reaper.run(tq.ctx)
@@ -479,7 +480,7 @@ def test_a_queue_whose_finished_rows_stay_locked_is_passed_over_and_the_others_p
     tq.ctx.clock.advance(11)
     with pg.transaction():
         pg.execute("SELECT 1 FROM tierq_tasks WHERE queue = 'a' FOR UPDATE")
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx)
         assert (summary.purge_failed, summary.purge_queues, summary.purged) == (["a"], 2, 3)
         assert count_rows(pg, "b") == 0 and count_rows(pg, "a") == 3
     again = reaper.run(tq.ctx)
@@ -501,7 +502,7 @@ def test_a_pair_whose_registry_row_is_held_is_reaped_and_touched_next_pass(make_
     [before] = pg.execute(seen).fetchone() or (None,)
     with pg.transaction():
         pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'a' FOR UPDATE")
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx)
         assert (summary.pairs, summary.expired, summary.purged) == (1, 1, 1)
         assert cursor_of(pg, reaper.LEASES_WALK) == ("a", "_")
     assert pg.execute(seen).fetchone() == (before,)  # left for the next pass
@@ -520,7 +521,7 @@ def test_an_idle_pair_whose_registry_row_is_held_is_kept_and_the_others_forgotte
     tq.ctx.clock.advance(RETENTION + 1)
     with pg.transaction():
         pg.execute("SELECT 1 FROM tierq_queue_tenants WHERE queue = 'idle-000002' FOR UPDATE")
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx)
         assert summary.forgotten == ["idle-000001|_", "idle-000003|_"]
     assert registered(pg, "idle-000002")
     assert reaper.run(tq.ctx).forgotten == ["idle-000002|_"]  # the walk came round
@@ -546,7 +547,7 @@ def test_a_stalled_group_whose_row_is_held_is_passed_over_and_the_others_release
     other = stalled_group(tq, pg, "q", "tb")
     with pg.transaction():
         pg.execute("SELECT 1 FROM tierq_groups WHERE tenant = 'ta' FOR UPDATE")
-        summary = reaper.run(tq.ctx, lock_timeout_ms=200, budget_seconds=60)
+        summary = reaper.run(tq.ctx)
         assert (summary.groups_released, summary.groups_failed) == (1, ["q|ta|g"])
     assert tq.get_task("q", other[1].id).state == "warm"
     assert tq.get_task("q", held[1].id).state == "held"

@@ -270,6 +270,6 @@ def _promote_batch(ctx: Context, conn: Conn, queue: str, tenant: str,
     """Mark one batch of the oldest cold rows warm (as of ``now``); their push items (id,
     place, blob), made before the batch commits."""
     with transaction(conn):  # tierq's timeouts; then a shorter lock timeout of its own
-        ctx.store.promote_lock_timeout(conn, PROMOTE_LOCK_TIMEOUT)
+        ctx.store.local_lock_timeout(conn, PROMOTE_LOCK_TIMEOUT)
         rows = ctx.store.promote_cold(conn, queue, tenant, limit, to_datetime(now))
         return [(r.id, place(r.priority, r.seq, r.id), r.blob) for r in rows]

@@ -266,8 +266,9 @@ def lives_elsewhere(ctx: Context, queue: str, tenant: str) -> bool:
     home's tasks': this shard would list them, find no row to record their attempts on and
     drop them, and the new home's reaper would not count those attempts (the reconciler
     puts the tasks back after its grace). One read of this shard's copy of the home, at
-    every visit of a sharded deployment's pair: a batch row's pairs row (migration 0030)
-    can outlive its tenant's tasks here, so the walk may still find a pair moved away."""
+    every visit of a sharded deployment's pair: a walk that read the pairs before a move's
+    switch (which drops the pair's batch pairs rows here) may still name a pair moved
+    away."""
     if ctx.id_tag is None:
         return False
     state = ctx.store.home_state(queue, tenant)

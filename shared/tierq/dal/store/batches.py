@@ -101,6 +101,9 @@ _PACKED_MEMBER = struct.Struct(">HHHi")
 _PACKED_ROW = struct.Struct(">Hi")
 # The function a plain ack of members calls (migration 0031).
 ACK_FUNCTION = "tierq_end_batch_members_v2"
+# How long a pass of the batch sweep waits for a row lock before it gives up (the reaper
+# sweeps first in its pass, and its expiries must not wait on a purge).
+SWEEP_LOCK_TIMEOUT = "200ms"
 
 
 def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
@@ -276,8 +279,11 @@ class BatchQueries(StoreBase):
         """One pass of the sweep, in one transaction: of the ``budget`` batches after key
         ``after`` whose locks are free, those whose every member has ended are deleted with
         their ends; once none is left after ``after``, the ends a purge left behind. (The
-        last key looked at, None when no batch was left after ``after``; what went.)"""
+        last key looked at, None when no batch was left after ``after``; what went.) A row
+        another writer holds (a purge of the queue) fails it after ``SWEEP_LOCK_TIMEOUT``
+        (``DatabaseTimedOut``), so it never holds up the reaper's pass for long."""
         def body(c: Conn) -> tuple[str | None, BatchSweepRow]:
+            self._fetch("local_lock_timeout", {"timeout": SWEEP_LOCK_TIMEOUT}, scalar_row, c)
             seen = self._fetch("lock_free_batches", {"after": after, "budget": budget},
                                tuple_row, c)
             if not seen:  # (the end of the keys: the ends a purge left behind)

@@ -244,9 +244,9 @@ class TaskQueries(BatchQueries):
     def release_pair_lock(self, conn: Conn, queue: str, tenant: str) -> None:
         self._fetch("release_pair_lock", {"queue": queue, "tenant": tenant}, scalar_row, conn)
 
-    def promote_lock_timeout(self, conn: Conn, timeout: str) -> None:
+    def local_lock_timeout(self, conn: Conn, timeout: str) -> None:
         """The lock timeout of ``conn``'s open transaction (e.g. ``"200ms"``)."""
-        self._fetch("promote_lock_timeout", {"timeout": timeout}, scalar_row, conn)
+        self._fetch("local_lock_timeout", {"timeout": timeout}, scalar_row, conn)
 
     def promote_cold(self, conn: Conn, queue: str, tenant: str, limit: int,
                      now: datetime) -> list[PromotedRow]:

@@ -350,7 +350,7 @@ SELECT pg_advisory_unlock(hashtextextended(%(queue)s || '|' || %(tenant)s, 7)) A
 -- the new version), about a third of the statement's cost. The UPDATE locks each row itself
 -- and re-checks that it is cold on a row changed meanwhile (a replaced task is moved with
 -- its new content, a cancelled one is skipped). The caller holds the pair's promotion lock
--- and runs this under promote_lock_timeout, so it never waits long on a row another writer
+-- and runs this under local_lock_timeout, so it never waits long on a row another writer
 -- holds: it gives up the batch instead (logic/tiering.py). The ids go through ARRAY(...) so
 -- the update finds its rows by primary key (a join with the picked rows chose a hash join
 -- over the whole table).
@@ -390,8 +390,9 @@ RETURNING t.id::text AS id, t.priority, t.seq,
               || COALESCE(',"tr":' || t.trace, '') || '}'
               AS blob;
 
--- name: promote_lock_timeout
--- For the promotion's transaction only: how long promote_cold may wait for a row lock.
+-- name: local_lock_timeout
+-- For the caller's transaction only: how long its statements may wait for a row lock (the
+-- promotion's promote_cold, the batch sweep's deletes).
 SELECT set_config('lock_timeout', %(timeout)s, true);
 
 -- name: has_cold
