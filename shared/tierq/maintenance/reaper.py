@@ -187,8 +187,9 @@ def sweep_batches(ctx: Context, summary: ReaperSummary, budget: pairs.Budget,
     """Delete the batch rows whose every member has ended, with their ends: up to
     ``batch_slices`` statements of ``batch_slice`` rows each, in key order after the walk's
     cursor (kept as (key, "")), wrapping round at the end. A batch row an ack or a move
-    holds is passed over and looked at again next time round; a statement PostgreSQL
-    cancels at the pass's timeout (a purge holding its rows) ends the sweep, not the pass."""
+    holds is passed over and looked at again next time round; a statement that meets a
+    row lock past ``SWEEP_LOCK_TIMEOUT`` (a purge holding its rows) ends the sweep, not the
+    pass. Each statement reads ``batch_slice`` batch rows at most, whatever their tenants."""
     saved = cursors.get(BATCHES_WALK, pairs.START)[0]
     after = saved or FIRST_KEY
     for _ in range(config.batch_slices):
