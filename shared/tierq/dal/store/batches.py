@@ -5,13 +5,14 @@ A member is named by its id alone: its batch's key and its place come from the i
 (``tierq.core.batch_ids``). An id without a member's mark is passed over by every method
 here, so a caller may pass the ids of a transition whole.
 
-| method                 | for                                  | locks (per batch, key order) |
-| ---------------------- | ------------------------------------ | ---------------------------- |
-| ``insert_batch``       | an enqueue admitted warm             | none                         |
-| ``move_out_of_batches``| any transition but a plain ack       | the batch's alone            |
-| ``end_batch_members``  | a plain ack                          | the batch's, shared          |
-| ``batch_members``      | a read by id                         | none                         |
-| ``sweep_batches``      | the sweep, a pass                    | each batch's alone, if free  |
+| method                    | for                                 | locks (per batch, key order) |
+| ------------------------- | ----------------------------------- | ---------------------------- |
+| ``insert_batch``          | an enqueue admitted warm            | none                         |
+| ``move_out_of_batches``   | any transition but a plain ack      | the batch's alone            |
+| ``end_batch_members``     | a plain ack                         | the batch's, shared          |
+| ``batch_members``         | a read by id                        | none                         |
+| ``unended_batch_members`` | a downgrade's read of what to move  | none                         |
+| ``sweep_batches``         | the sweep, a pass                   | each batch's alone, if free  |
 """
 
 from __future__ import annotations
@@ -260,6 +261,13 @@ class BatchQueries(StoreBase):
         """Whether any batch row is left (one index entry read at most)."""
         [found] = self._fetch("has_batch_rows", None, scalar_row)
         return bool(found)
+
+    def unended_batch_members(self, after: str, limit: int) -> list[tuple[str, list[int]]]:
+        """Of the first ``limit`` batch rows after key ``after``, in key order, each as
+        (key, the places of every tenant's members without an end; empty when none)."""
+        rows = self._fetch("unended_batch_members", {"after": after, "limit": limit},
+                           tuple_row)
+        return [(str(key), list(places)) for key, places in rows]
 
     def batch_suspects(self, queue: str, tenant: str, before: datetime, after: str,
                        limit: int, members: int) -> tuple[list[tuple[str, list[int]]], bool]:

@@ -213,6 +213,20 @@ SELECT count(*) FROM (SELECT DISTINCT gone.batch, p FROM gone, unnest(gone.place
 -- Whether any batch row is left: the reaper reconciles members only then.
 SELECT EXISTS (SELECT 1 FROM tierq_batch_pairs) AS found;
 
+-- name: unended_batch_members
+-- A slice of batch rows after `after`, in key order, each with the places that have no end
+-- yet (every tenant's; empty when none): what a downgrade moves out into rows
+-- (tierq.maintenance.batch_unpack). (key, places) by the table's primary key.
+SELECT b.id::text AS batch,
+       ARRAY(SELECT p FROM generate_series(0, b.tasks - 1) AS p
+             EXCEPT
+             SELECT x FROM tierq_batch_ends e, unnest(e.places) AS x WHERE e.batch = b.id
+             ORDER BY 1) AS places
+FROM tierq_batches b
+WHERE b.id > %(after)s::uuid
+ORDER BY b.id
+LIMIT %(limit)s;
+
 -- name: batch_suspects
 -- The reconciler's members of a pair, a slice of its batch rows in key order: those made
 -- before `before` (their created_at, the enqueue's clock, as a row's state_since; not their
