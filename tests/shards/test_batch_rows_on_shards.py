@@ -81,3 +81,30 @@ def test_an_enqueue_over_two_homes_is_a_batch_row_on_each_served_there(
     assert all(stored(spec) == (0, [], 0) for spec in specs.values())
     assert tq.get_queue(QUEUE).counts.model_dump() == {
         "warm": 0, "waiting": 0, "held": 0, "cold": 0, "delayed": 0, "leased": 0, "dead": 0}
+
+
+def test_unpack_batches_moves_the_members_of_every_shard(
+        make_sharded: ShardedFactory, shard_specs: list[ShardSpec]) -> None:
+    """``tierq unpack-batches`` with TIERQ_SHARD_URLS: each home's members become rows
+    there, each shard's batch rows swept, and the claims and acks that follow find them."""
+    from typer.testing import CliRunner
+
+    from tierq.cli import app
+
+    tq = make_sharded(batch_rows=True)
+    homes = tenants_on_two_homes(tq)
+    enqueued = tq.enqueue(QUEUE, [{"payload": {"n": n, "t": t}, "tenant": t}
+                                  for t in homes for n in range(PER_TENANT)])
+    specs = shard_specs[:3]
+    env = {"TIERQ_SHARD_URLS": ",".join(f"{s.name}={s.url}" for s in specs)}
+    result = CliRunner().invoke(app, ["unpack-batches"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    for spec in specs:
+        moved = PER_TENANT * sum(home == spec.name for home in homes.values())
+        assert f"{spec.name}: {moved} task(s) moved out of batch rows" in result.output
+        assert stored(spec) == (moved, [], moved), spec.name
+    claimed = tq.claim(QUEUE, max=50)
+    assert sorted(str(t.id) for t in claimed) == sorted(str(t.id) for t in enqueued)
+    acked = tq.ack(QUEUE, claimed)
+    assert not acked.rejected and len(acked.acked) == len(claimed)
+    assert all(stored(spec) == (0, [], 0) for spec in specs)
