@@ -20,7 +20,7 @@ from tests.support.stores import TierqFactory
 from tierq.core.batch_ids import batch_ids
 from tierq.core.ids import uuid7_strings
 from tierq.dal.postgres import int_array, text_array
-from tierq.dal.store.batches import FIRST_KEY, BatchColumns
+from tierq.dal.store.batches import FIRST_KEY, GROUP_MIN, BatchColumns
 from tierq.dal.task_store import TaskStore
 from tierq.engine import Tierq
 from tierq.logic import ack_gathering, batch_rows
@@ -38,10 +38,11 @@ def store(tq: Tierq) -> TaskStore:
 
 def insert(store: TaskStore, tenants: list[str] = TENANTS, queue: str = QUEUE,
            timeout: int | None = 30) -> tuple[list[str], int]:
-    """A batch row of ``tenants``' tasks (priorities 0, 1, …); (its ids, first seq)."""
+    """A batch row of ``tenants``' tasks (priorities 0, 1, … 9, 0, …); (its ids, first seq)."""
     ids = batch_ids(len(tenants))
     first, keyed = store.insert_batch(queue, NOW, columns(
-        ids[0], tenants, list(range(len(tenants))), [{"n": n} for n in range(len(tenants))],
+        ids[0], tenants, [n % 10 for n in range(len(tenants))],
+        [{"n": n} for n in range(len(tenants))],
         timeout=timeout))
     assert keyed == {}
     return ids, first
@@ -143,6 +144,37 @@ def test_an_ack_over_batches_tenants_and_rows_answers_each_task_once(
     assert rows_of(pg, ids) == {}
 
 
+def test_an_ack_ends_long_runs_whole_the_rest_alone_in_one_end_row_a_batch(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """Migration 0033: the places of a run of one batch, tenant and attempt of at least
+    ``GROUP_MIN`` are checked together (in a batch row of several tenants too), shorter
+    runs alone; one end row a batch, its places in order, however the ack named them."""
+    assert GROUP_MIN == 8
+    mixed, _ = insert(store, ["a", "b"] * 12)
+    single, _ = insert(store, ["c"] * 10)
+    assert sorted(end(store, QUEUE, single[::-1], ["c"] * 10)) == sorted(single)
+    a, b = mixed[::2], mixed[1::2]
+    done = store.end_batch_members(QUEUE, a + b, ["a"] * 12 + ["b"] * 12,
+                                   [1] * 12 + [1] * 10 + [3] * 2)
+    assert sorted(r.id for r in done) == sorted(mixed)
+    ends = pg.execute("SELECT batch::text, places FROM tierq_batch_ends").fetchall()
+    assert sorted(ends) == sorted([(mixed[0], list(range(24))), (single[0], list(range(10)))])
+
+
+def test_a_long_run_that_does_not_hold_whole_is_checked_place_by_place(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """A run with a place moved out, or a place of another tenant, is checked place by
+    place: its other places are ended, the moved one's row deleted, the other tenant's
+    left."""
+    ids, _ = insert(store, ["a"] * 9 + ["b"] + ["a"] * 2)
+    assert store.move_out_of_batches(QUEUE, [ids[3]], ["a"]) == [ids[3]]
+    done = end(store, QUEUE, ids, ["a"] * 12)  # (ids[9] is b's)
+    assert sorted(done) == sorted(ids[:9] + ids[10:])
+    assert rows_of(pg, ids) == {}
+    ended = {m.id: m.ended for m in store.batch_members(ids, None)}
+    assert ended == {**dict.fromkeys(ids, "acked"), ids[3]: "moved", ids[9]: None}
+
+
 def test_an_ack_of_a_moved_member_checks_its_attempt(
         store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)
@@ -166,6 +198,7 @@ def test_an_ack_before_migration_0031_deletes_rows_while_no_batch_row_exists(
         " max_attempts, seq, created_at, state_since)"
         " SELECT v.id, %s, 'a', '1', 'warm', now(), now(), 5, nextval('tierq_task_seq'),"
         " now(), now() FROM unnest(%s::uuid[]) AS v(id)", (QUEUE, ids))
+    pg.execute("ALTER FUNCTION tierq_end_batch_members_v3 RENAME TO tierq_gone_v3")
     pg.execute("ALTER FUNCTION tierq_end_batch_members_v2 RENAME TO tierq_gone")
     try:
         assert store.end_batch_members(QUEUE, ids, ["a", "a"], [1, 1]) is None
@@ -178,10 +211,36 @@ def test_an_ack_before_migration_0031_deletes_rows_while_no_batch_row_exists(
             store.end_batch_members(QUEUE, members[:1], ["a"], [1])
     finally:
         pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_end_batch_members_v2")
+        pg.execute("ALTER FUNCTION tierq_gone_v3 RENAME TO tierq_end_batch_members_v3")
+
+
+def test_an_ack_before_migration_0033_ends_members_by_the_function_before_it(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """Code deployed before migration 0033, batch rows written: its ack ends members (and
+    deletes rows, and leaves out a member of another tenant) by migration 0031's function,
+    as the grouped one does."""
+    ids, _ = insert(store)
+    pg.execute("ALTER FUNCTION tierq_end_batch_members_v3 RENAME TO tierq_gone_v3")
+    try:
+        done = end(store, QUEUE, ids[:3], ["a", "b", "b"])
+    finally:
+        pg.execute("ALTER FUNCTION tierq_gone_v3 RENAME TO tierq_end_batch_members_v3")
+    assert sorted(done) == sorted(ids[:2])
+    assert {m.id: m.ended for m in store.batch_members(ids[:3], None)} == {
+        ids[0]: "acked", ids[1]: "acked", ids[2]: None}
 
 
 def test_the_ack_function_refuses_tasks_not_packed_as_it_reads_them(
         pg: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.RaiseException, match="not eight per element"):
+        pg.execute("SELECT * FROM tierq_end_batch_members_v3('q', '{}', '{}', %s::bytea,"
+                   " '{}', '', '{}', '')", (bytes(9),))
+    with pytest.raises(psycopg.errors.RaiseException, match="not ten per member"):
+        pg.execute("SELECT * FROM tierq_end_batch_members_v3('q', '{}', '{}', '', '{}',"
+                   " %s::bytea, '{}', '')", (bytes(9),))
+    with pytest.raises(psycopg.errors.RaiseException, match="not six per id"):
+        pg.execute("SELECT * FROM tierq_end_batch_members_v3('q', '{}', '{}', '', '{}', '',"
+                   " %s::uuid[], %s::bytea)", (uuid7_strings(1), bytes(5)))
     with pytest.raises(psycopg.errors.RaiseException, match="not ten per member"):
         pg.execute("SELECT * FROM tierq_end_batch_members_v2('q', '{}', '{}', %s::bytea,"
                    " '{}', '')", (bytes(9),))

@@ -72,16 +72,16 @@ def test_without_the_setting_every_task_has_its_row(make_tq: TierqFactory,
 
 def test_a_schema_before_the_acks_function_gets_a_row_per_task_until_it_has_it(
         tq: Tierq, pg: psycopg.Connection[Any]) -> None:
-    """Code deployed before migration 0031: the setting on, the enqueue writes rows (a
-    member its ack could not end is never written), and batch rows once the function is
-    found at the next look."""
-    pg.execute("ALTER FUNCTION tierq_end_batch_members_v2 RENAME TO tierq_gone")
+    """Code deployed before migration 0033: the setting on, the enqueue writes rows (a
+    member is written only where its ack's function is), and batch rows once the function
+    is found at the next look."""
+    pg.execute("ALTER FUNCTION tierq_end_batch_members_v3 RENAME TO tierq_gone")
     try:
         before = tq.enqueue(QUEUE, [{"payload": n} for n in range(3)])
         assert not any(batch_member(str(t.id)) for t in before)
         assert stored(pg) == (0, 0, 3)
     finally:
-        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_end_batch_members_v2")
+        pg.execute("ALTER FUNCTION tierq_gone RENAME TO tierq_end_batch_members_v3")
     tq.enqueue(QUEUE, [{"payload": 3}])  # (looked for again only after a while)
     assert stored(pg) == (0, 0, 4)
     tq.ctx.store._batch_rows_due = 0.0  # (that while past)

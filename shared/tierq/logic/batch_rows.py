@@ -7,7 +7,7 @@ docs/design-rotating-tables.md, *Design D*).
 | every task warm now, of one max_attempts and time limit, none     | its keyless tasks   |
 | with a group, parents, schedule, trace or big payload             | one batch row, its  |
 |                                                                   | keyed ones rows     |
-| any other, the setting off, or a schema before migration 0031     | a row per task      |
+| any other, the setting off, or a schema before migration 0033     | a row per task      |
 
 A member stays in its batch row until a plain ack ends it (``end_batch_members``, by the
 ack) or a transition moves it out (``move_out``): a nack, an expiry, a release, a cancel

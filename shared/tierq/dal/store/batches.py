@@ -97,22 +97,85 @@ def _members(ids: Sequence[str], tenants: Sequence[str | None] | None = None
 
 # A member and a row's task as tierq_end_batch_members_v2 (migration 0031) reads them: a
 # member's batch index and place, then the index of its lease's tenant and its attempt;
-# big-endian.
+# big-endian. A group of members as _v3 (migration 0033) reads it: its batch index, its
+# leases' tenant index and attempt.
 _PACKED_MEMBER = struct.Struct(">HHHi")
 _PACKED_ROW = struct.Struct(">Hi")
-# The function a plain ack of members calls (migration 0031).
-ACK_FUNCTION = "tierq_end_batch_members_v2"
+_PACKED_GROUP = struct.Struct(">HHi")
+# The function a plain ack of members calls (migration 0033), and the one before it, for a
+# schema migration 0033 has not reached yet (migration 0031).
+ACK_FUNCTION = "tierq_end_batch_members_v3"
+ACK_FUNCTION_V2 = "tierq_end_batch_members_v2"
+# A group's place in _v3's answer: minus (its group's number times this, plus the place),
+# less one.
+_GROUP_STEP = 1024
+# The fewest members of one batch, tenant and attempt an ack sends as a group: a shorter
+# run costs the function more as a group than as members alone (python -m
+# bench.batch_acks).
+GROUP_MIN = 8
 # How long a pass of the batch sweep waits for a row lock before it gives up (the reaper
 # sweeps first in its pass, and its expiries must not wait on a purge).
 SWEEP_LOCK_TIMEOUT = "200ms"
 
 
+def _grouped_acks(ids: Sequence[str], tenants: Sequence[str],
+                  attempts: Sequence[int]) -> tuple[dict[str, Any], dict[int, str]]:
+    """The parameters of ``end_batch_members`` for ``ids`` (each once, its first tenant and
+    attempt kept): each batch and tenant named once; the members of each run of one batch,
+    tenant and attempt of at least ``GROUP_MIN`` as a group (``_PACKED_GROUP``, its places
+    ascending in an array literal), the others alone (``_PACKED_MEMBER``); each other task's
+    id with its tenant and attempt (``_PACKED_ROW``). And each member's id by its number in
+    the answer (a member alone: its index; a group's place: minus its group times
+    ``_GROUP_STEP`` plus the place, less one)."""
+    batches: dict[str, int] = {}
+    names: dict[str, int] = {}
+    runs: dict[tuple[int, int, int], list[tuple[int, str]]] = {}
+    row_ids: list[str] = []
+    rows: list[bytes] = []
+    seen: set[str] = set()
+    for task_id, tenant, attempt in zip(map(str, ids), tenants, attempts, strict=True):
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        name = names.setdefault(tenant, len(names))
+        member = batch_of(task_id)
+        if member is None:
+            row_ids.append(task_id)
+            rows.append(_PACKED_ROW.pack(name, attempt))
+            continue
+        key = (batches.setdefault(member[0], len(batches)), name, attempt)
+        places = runs.get(key)
+        if places is None:
+            runs[key] = [(member[1], task_id)]
+        else:
+            places.append((member[1], task_id))
+    groups: list[bytes] = []
+    literals: list[str] = []
+    alone: list[bytes] = []
+    numbered: dict[int, str] = {}
+    for (batch, name, attempt), places in runs.items():
+        if len(places) < GROUP_MIN:
+            for place, task_id in places:
+                numbered[len(alone)] = task_id
+                alone.append(_PACKED_MEMBER.pack(batch, place, name, attempt))
+            continue
+        base = len(groups) * _GROUP_STEP
+        groups.append(_PACKED_GROUP.pack(batch, name, attempt))
+        places.sort()
+        literals.append('"{' + ",".join([str(place) for place, _ in places]) + '}"')
+        for place, task_id in places:
+            numbered[-(base + place) - 1] = task_id
+    return {"batches": uuid_array(batches), "tenants": text_array(list(names)),
+            "groups": b"".join(groups), "places": "{" + ",".join(literals) + "}",
+            "members": b"".join(alone), "row_ids": uuid_array(row_ids),
+            "rows": b"".join(rows)}, numbered
+
+
 def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
                  attempts: Sequence[int]) -> dict[str, Any]:
-    """The parameters of ``end_batch_members`` for ``ids`` (each once, its first tenant and
-    attempt kept): each batch and tenant named once, each member packed (``_PACKED_MEMBER``)
-    and each other task's id with its tenant and attempt (``_PACKED_ROW``), and the
-    members' ids in their order (``members``, kept for the answer)."""
+    """``_grouped_acks`` for ``ACK_FUNCTION_V2``: each member packed alone
+    (``_PACKED_MEMBER``), and the members' ids in their order (``members``, kept for the
+    answer, whose numbers are their indexes)."""
     batches: dict[str, int] = {}
     names: dict[str, int] = {}
     members: list[str] = []
@@ -138,6 +201,21 @@ def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
             "row_ids": uuid_array(row_ids), "rows": b"".join(rows)}
 
 
+def _finished(answer: Sequence[tuple[Any, ...]], numbered: dict[int, str]) -> list[AckedRow]:
+    """The tasks an ack's function finished: the members it was given (``numbered``: each
+    id by its number in the answer) but those it names as not ended, then the rows it
+    deleted."""
+    finished: list[AckedRow] = []
+    unended: list[int] = []
+    for task_id, grp, left in answer:
+        if task_id is None:
+            unended = left
+        else:
+            finished.append(AckedRow(task_id, grp))
+    skip = set(unended)
+    return [AckedRow(m, None) for n, m in numbered.items() if n not in skip] + finished
+
+
 class BatchQueries(StoreBase):
     # whether the schema serves batch rows (``batch_rows_ready``), and when to look again
     # while it does not (time.monotonic())
@@ -146,7 +224,7 @@ class BatchQueries(StoreBase):
 
     def batch_rows_ready(self) -> bool:
         """Whether batch rows may be written here: the login can call their ack's function
-        (``ACK_FUNCTION``, migration 0031, whose table came with 0030). Once found it stays
+        (``ACK_FUNCTION``, migration 0033; the table came with 0030). Once found it stays
         found; until then it is looked for again every ``ROUTINE_RECHECK_SECONDS``, and
         code deployed before its migration writes a row per task meanwhile."""
         if self._batch_rows_ready:
@@ -201,33 +279,41 @@ class BatchQueries(StoreBase):
         connection (``relaxed``: the pool whose commits do not wait for the WAL flush), or
         on ``conn``.
 
-        | the function (migration 0031) | batch rows         | result                     |
-        | ----------------------------- | ------------------ | -------------------------- |
-        | there                         | any                | the tasks finished         |
-        | not yet (code first)          | none (or no table) | None: every id is a row's, |
-        |                               |                    | for the caller to delete   |
-        | not yet, or on ``conn``       | some               | ``UndefinedFunction``      |
+        | the functions                  | batch rows         | result                     |
+        | ------------------------------ | ------------------ | -------------------------- |
+        | _v3 there (migration 0033)     | any                | the tasks finished         |
+        | only _v2 (code first)          | any                | the same, by _v2           |
+        | neither (before 0031)          | none (or no table) | None: every id is a row's, |
+        |                                |                    | for the caller to delete   |
+        | not _v3, on ``conn``; neither  | some               | ``UndefinedFunction``      |
         """
         if not ids:
             return []
-        params = _packed_acks(ids, tenants, attempts)
-        members: list[str] = params.pop("members_ids")
+        params, numbered = _grouped_acks(ids, tenants, attempts)
         params["queue"] = queue
         try:
             answer = self._fetch("end_batch_members", params, tuple_row, conn, relaxed=relaxed)
         except psycopg.errors.UndefinedFunction as exc:
-            if conn is not None or ACK_FUNCTION not in str(exc) or self._any_batch_row():
+            if conn is not None or ACK_FUNCTION not in str(exc):
+                raise
+            return self._end_batch_members_v2(queue, ids, tenants, attempts, relaxed=relaxed)
+        return _finished(answer, numbered)
+
+    def _end_batch_members_v2(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
+                              attempts: Sequence[int], *,
+                              relaxed: bool) -> list[AckedRow] | None:
+        """``end_batch_members`` by ``ACK_FUNCTION_V2``, where migration 0033 has not run;
+        None where neither function is there and no batch row exists."""
+        params = _packed_acks(ids, tenants, attempts)
+        members: list[str] = params.pop("members_ids")
+        params["queue"] = queue
+        try:
+            answer = self._fetch("end_batch_members_v2", params, tuple_row, relaxed=relaxed)
+        except psycopg.errors.UndefinedFunction as exc:
+            if ACK_FUNCTION_V2 not in str(exc) or self._any_batch_row():
                 raise
             return None
-        finished: list[AckedRow] = []
-        unended: list[int] = []
-        for task_id, grp, left in answer:
-            if task_id is None:
-                unended = left
-            else:
-                finished.append(AckedRow(task_id, grp))
-        skip = set(unended)
-        return [AckedRow(m, None) for n, m in enumerate(members) if n not in skip] + finished
+        return _finished(answer, dict(enumerate(members)))
 
     def _any_batch_row(self) -> bool:
         """``has_batch_rows``, False where migration 0030 has not run (no table)."""

@@ -115,12 +115,22 @@ RETURNING id::text;
 
 -- name: end_batch_members
 -- A plain ack of members and of tasks kept as rows (each with the tenant and attempt of
--- its lease), in one statement: tierq_end_batch_members_v2 (migration 0031) takes the
+-- its lease), in one statement: tierq_end_batch_members_v3 (migration 0033) takes the
 -- batches' advisory locks shared, then appends the places of the members still in their
 -- batch rows and deletes, as ack_delete_by_attempt does, the rows of the others and of
--- the tasks named as rows. Each batch and tenant is named once, the tasks packed in bytes
--- (BatchQueries.end_batch_members). Returns (id, grp, NULL) of the rows deleted, then
--- (NULL, NULL, the members not ended).
+-- the tasks named as rows. Each batch and tenant is named once, the long runs of members
+-- of one batch, tenant and attempt as groups of places, the other members and the rows
+-- packed in bytes (BatchQueries.end_batch_members). Returns (id, grp, NULL) of the rows
+-- deleted, then (NULL, NULL, the members not ended, numbered as migration 0033 says).
+SELECT id, grp, unended
+FROM tierq_end_batch_members_v3(%(queue)s, %(batches)s::uuid[], %(tenants)s::text[],
+                                %(groups)s::bytea, %(places)s::text[], %(members)s::bytea,
+                                %(row_ids)s::uuid[], %(rows)s::bytea);
+
+-- name: end_batch_members_v2
+-- end_batch_members as migration 0031 made it, each member packed in ten bytes: where
+-- migration 0033 has not run yet (code deployed before it). Returns (id, grp, NULL) of the
+-- rows deleted, then (NULL, NULL, the indexes of the members not ended).
 SELECT id, grp, unended
 FROM tierq_end_batch_members_v2(%(queue)s, %(batches)s::uuid[], %(tenants)s::text[],
                                 %(members)s::bytea, %(row_ids)s::uuid[], %(rows)s::bytea);
