@@ -62,6 +62,24 @@ def test_a_batch_with_a_task_of_its_own_kind_keeps_a_row_per_task(
     assert stored(pg) == (0, 0, 2)
 
 
+def test_an_enqueue_of_fewer_keyless_tasks_than_the_floor_writes_rows(
+        make_tq: TierqFactory, pg: psycopg.Connection[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TIERQ_BATCH_ROWS_MIN``, 16 by default (the tests' environment sets 1): fewer
+    keyless tasks, keyed ones beside them not counted, are a row each; that many are one
+    batch row."""
+    monkeypatch.delenv("TIERQ_BATCH_ROWS_MIN")
+    tq = make_tq(batch_rows=True)
+    assert tq.settings.batch_rows_min == 16
+    few = tq.enqueue(QUEUE, [{"payload": n} for n in range(15)]
+                     + [{"payload": "k", "key": "k1"}])
+    assert not any(batch_member(str(t.id)) for t in few)
+    assert stored(pg) == (0, 0, 16)
+    enough = tq.enqueue(QUEUE, [{"payload": n} for n in range(16)])
+    assert all(batch_member(str(t.id)) for t in enough)
+    assert stored(pg) == (1, 16, 16)
+
+
 def test_without_the_setting_every_task_has_its_row(make_tq: TierqFactory,
                                                     pg: psycopg.Connection[Any]) -> None:
     tq = make_tq(batch_rows=False)

@@ -67,6 +67,16 @@ def rows_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv("TIERQ_BATCH_ROWS", "false")
 
 
+@pytest.fixture(autouse=True)
+def small_batch_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch rows of any size (``TIERQ_BATCH_ROWS_MIN=1``) unless the environment names a
+    floor: the tests' enqueues are small, and with ``TIERQ_BATCH_ROWS=true`` it is the batch
+    rows' paths they are run for. The product's floor has tests of its own
+    (test_batch_rows_engine.py). Settings a test names win."""
+    if "TIERQ_BATCH_ROWS_MIN" not in os.environ:
+        monkeypatch.setenv("TIERQ_BATCH_ROWS_MIN", "1")
+
+
 @contextmanager
 def worker_environ() -> Iterator[None]:
     """Under xdist, this worker's session runs without VALKEY_URL (a private Valkey of its

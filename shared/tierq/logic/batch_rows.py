@@ -5,8 +5,8 @@ docs/design-rotating-tables.md, *Design D*).
 | a batch enqueued (``TIERQ_BATCH_ROWS`` on)                        | written as          |
 | ----------------------------------------------------------------- | ------------------- |
 | every task warm now, of one max_attempts and time limit, none     | its keyless tasks   |
-| with a group, parents, schedule, trace or big payload             | one batch row, its  |
-|                                                                   | keyed ones rows     |
+| with a group, parents, schedule, trace or big payload, and at     | one batch row, its  |
+| least ``TIERQ_BATCH_ROWS_MIN`` keyless tasks                      | keyed ones rows     |
 | any other, the setting off, or a schema before migration 0033     | a row per task      |
 
 A member stays in its batch row until a plain ack ends it (``end_batch_members``, by the
@@ -84,7 +84,7 @@ def take(ctx: Context, batch: Sequence[Member]) -> BatchRow | None:
                 return None
             of.append(t)
             places.append(n)
-    if not places:
+    if not places or len(places) < ctx.settings.batch_rows_min:
         return None
     ids = batch_ids(len(places), tag=ctx.id_tag)
     if not batch_member(ids[0]):  # (a clock behind MEMBERS_SINCE_MS: rows, as ever)
