@@ -175,6 +175,33 @@ def test_a_long_run_that_does_not_hold_whole_is_checked_place_by_place(
     assert ended == {**dict.fromkeys(ids, "acked"), ids[3]: "moved", ids[9]: None}
 
 
+def test_a_second_group_that_does_not_hold_whole_answers_exactly_its_places_left(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """Two groups (the second numbered past the first's places): the first holds whole;
+    the second has a place moved out and a place of another tenant, so only those two are
+    not ended, the moved one's row deleted as a row and the other tenant's left."""
+    one, _ = insert(store, ["a"] * 10)
+    two, _ = insert(store, ["a"] * 5 + ["b"] + ["a"] * 4)
+    assert store.move_out_of_batches(QUEUE, [two[2]], ["a"]) == [two[2]]
+    done = end(store, QUEUE, one + two, ["a"] * 20)
+    assert sorted(done) == sorted(one + two[:5] + two[6:])
+    ended = {m.id: m.ended for m in store.batch_members(one + two, None)}
+    assert ended == {**dict.fromkeys(one + two, "acked"), two[2]: "moved", two[5]: None}
+    assert rows_of(pg, one + two) == {}
+
+
+def test_a_group_of_the_wrong_tenant_ends_nothing(store: TaskStore,
+                                                  pg: psycopg.Connection[Any]) -> None:
+    """A long run named with another tenant than its batch row's, in a batch row of one
+    tenant and in one of several: no place of it is ended."""
+    single, _ = insert(store, ["a"] * 10)
+    mixed, _ = insert(store, ["a", "b"] * 10)
+    assert end(store, QUEUE, single, ["b"] * 10) == []
+    assert end(store, QUEUE, mixed[::2], ["b"] * 10) == []
+    assert {m.ended for m in store.batch_members(single + mixed, None)} == {None}
+    assert pg.execute("SELECT count(*) FROM tierq_batch_ends").fetchone() == (0,)
+
+
 def test_an_ack_of_a_moved_member_checks_its_attempt(
         store: TaskStore, pg: psycopg.Connection[Any]) -> None:
     ids, _ = insert(store)

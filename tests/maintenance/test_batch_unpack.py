@@ -92,6 +92,28 @@ def test_batch_rows_written_while_it_runs_are_left_and_counted_then_moved_next_p
     assert layout(pg) == (0, 8)
 
 
+def test_a_member_acked_between_the_read_and_the_move_is_not_moved(
+        tq: Tierq, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ack that ends a member after the command read it as unended, before its move:
+    the move (the batch's lock, then the ends read again) leaves it, so no row of it is
+    made and the ack's outcome stands."""
+    enqueued = tq.enqueue(QUEUE, [{"payload": n} for n in range(4)])
+    claimed = tq.claim(QUEUE, max=1)
+    store = tq.ctx.store
+    original = store.move_out_of_batches
+
+    def ack_first(queue: Any, ids: Any, tenants: Any, **kwargs: Any) -> list[str]:
+        assert str(claimed[0].id) in ids
+        assert tq.ack(QUEUE, claimed).acked
+        return original(queue, ids, tenants, **kwargs)
+
+    monkeypatch.setattr(store, "move_out_of_batches", ack_first)
+    summary = batch_unpack.run(store)
+    assert (summary.moved, summary.left, summary.swept) == (3, 0, 1)
+    rows = {i for (i,) in pg.execute("SELECT id::text FROM tierq_tasks")}
+    assert rows == {str(t.id) for t in enqueued} - {str(claimed[0].id)}
+
+
 def test_slices_move_every_batch_row(tq: Tierq, pg: psycopg.Connection[Any]) -> None:
     for b in range(7):
         tq.enqueue(QUEUE, [{"payload": [b, n]} for n in range(b + 1)])
@@ -126,8 +148,8 @@ def test_the_command_moves_them_and_fails_while_batch_rows_are_written(
     # (still written: each pass finds a new batch row, so the last leaves one)
     original = batch_unpack._sweep
 
-    def sweep_and_enqueue(store: Any, config: UnpackConfig) -> int:
-        swept = original(store, config)
+    def sweep_and_enqueue(store: Any) -> int:
+        swept = original(store)
         tq.enqueue(QUEUE, [{"payload": "again"}, {"payload": "again"}])
         return swept
 

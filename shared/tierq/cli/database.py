@@ -54,6 +54,9 @@ def register(app: typer.Typer) -> None:
         empty: before a rollback to a version that serves no batch row (0.1.0). Turn
         TIERQ_BATCH_ROWS (the template's BatchRows) off everywhere first; exit status 1
         while batch rows are still being written."""
+        import psycopg
+
+        from tierq.errors import TierqError
         from tierq.maintenance.batch_unpack import UnpackConfig
 
         shards = os.environ.get("TIERQ_SHARD_URLS", "").strip()
@@ -63,8 +66,19 @@ def register(app: typer.Typer) -> None:
             require_env("DATABASE_URL")
             targets = [("database", os.environ["DATABASE_URL"], None)]
         config = UnpackConfig(slice=slice_, passes=passes)
-        left = sum(unpack_one(name, url, resolve_url, config)
-                   for name, url, resolve_url in targets)
+        left = 0
+        failed: dict[str, str] = {}
+        for name, url, resolve_url in targets:  # (a shard that fails: the others go on)
+            try:
+                left += unpack_one(name, url, resolve_url, config)
+            except (psycopg.Error, TierqError) as exc:
+                failed[name] = str(exc).strip() or type(exc).__name__
+        if failed:
+            console.print(f"[red]error:[/] moving the batch rows failed on {len(failed)} of "
+                          f"{len(targets)} database(s); run this again once they answer:")
+            for name, error in failed.items():
+                console.print(f"  - {name}: {error}", markup=False)
+            raise typer.Exit(1)
         if left:
             console.print(f"[red]error:[/] {left:,} task(s) are still in batch rows: batch "
                           "rows are still being written. Set TIERQ_BATCH_ROWS to false (the "

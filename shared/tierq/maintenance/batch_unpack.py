@@ -18,6 +18,8 @@ the task's ack then deletes its row.
 |                                                | advisory lock orders the two)             |
 | batch rows still being written (the setting on | moved too; left ones counted in ``left``: |
 | somewhere)                                     | the command fails and says so             |
+| a batch row a purge holds past the sweep's     | left for the reaper's sweep               |
+| lock timeout                                   |                                           |
 
 One pass reads ``slice`` batch rows at a time in key order and moves their members in one
 transaction; it makes up to ``passes`` passes and stops after one that found nothing to
@@ -37,6 +39,7 @@ from pydantic import Field
 from tierq.core.batch_ids import member_id
 from tierq.dal.store.batches import FIRST_KEY
 from tierq.dal.task_store import TaskStore
+from tierq.errors import DatabaseTimedOut
 from tierq.models.base import Model
 
 # Batch rows a statement of the sweep looks at (its deletes are cheap: ended rows only).
@@ -59,7 +62,7 @@ class UnpackSummary:
     batch_rows_seen: int = 0  # batch rows read, over every pass
     swept: int = 0  # batch rows deleted, every member ended
     left: int = 0  # members still without an end after the last pass
-    batch_rows_left: int = 0  # batch rows still there (their members ended but not swept)
+    batch_rows_left: int = 0  # batch rows still there (left for the reaper's sweep)
     table: bool = True  # False: the schema has no tierq_batches (before migration 0030)
 
 
@@ -73,7 +76,7 @@ def run(store: TaskStore, config: UnpackConfig | None = None,
         for _ in range(config.passes):
             summary.passes += 1
             found = _one_pass(store, config, summary, say)
-            summary.swept += _sweep(store, config)
+            summary.swept += _sweep(store)
             say(f"pass {summary.passes}: {found:,} member(s) without an end found, "
                 f"{summary.moved:,} moved so far, {summary.swept:,} batch row(s) swept")
             if found == 0:
@@ -105,13 +108,17 @@ def _one_pass(store: TaskStore, config: UnpackConfig, summary: UnpackSummary,
         after = rows[-1][0]
 
 
-def _sweep(store: TaskStore, config: UnpackConfig) -> int:
-    """One round of the batch sweep over every key; the batch rows it deleted (one an
-    ack or a move holds is left for the reaper)."""
+def _sweep(store: TaskStore) -> int:
+    """One round of the batch sweep over every key; the batch rows it deleted. One an ack
+    or a move holds, and the rest of the round once a purge holds a row past the sweep's
+    lock timeout, are left for the reaper's passes."""
     after = FIRST_KEY
     swept = 0
     while True:
-        last, gone = store.sweep_batches(after, SWEEP_SLICE)
+        try:
+            last, gone = store.sweep_batches(after, SWEEP_SLICE)
+        except DatabaseTimedOut:
+            return swept
         swept += gone.batches
         if last is None:
             return swept

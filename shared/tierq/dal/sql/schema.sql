@@ -588,8 +588,8 @@ function tierq_end_batch_members_v3(p_queue text, p_batches uuid[], p_tenants te
     c AS MATERIALIZED (
         SELECT g.k, g.batch, g.tenant, g.attempt, g.places,
                coalesce(CASE WHEN b.id IS NULL THEN false
-                             WHEN NOT (g.places[1] >= 0
-                                       AND g.places[cardinality(g.places)] < b.tasks)
+                             WHEN NOT (cardinality(g.places) > 0 AND 0 <= ALL(g.places)
+                                       AND b.tasks > ALL(g.places))
                                   OR g.places && b.moved THEN false
                              WHEN b.tenant_of IS NULL THEN b.tenant_names[1] = g.tenant
                              ELSE NOT EXISTS (
@@ -611,13 +611,13 @@ function tierq_end_batch_members_v3(p_queue text, p_batches uuid[], p_tenants te
                NULL::integer AS attempt
         FROM generate_series(0, length(p_members) / 10 - 1) AS n
         UNION ALL
-        SELECT -(c.k * 1024 + p) - 1, c.batch, p, c.tenant, c.attempt
+        SELECT -(c.k * 4096 + p) - 1, c.batch, p, c.tenant, c.attempt
         FROM c, unnest(c.places) AS p
         WHERE NOT c.whole
     ),
     m AS MATERIALIZED (
         SELECT v.n, v.batch, v.place, v.tenant, v.attempt,
-               coalesce(v.place < b.tasks
+               coalesce(v.place >= 0 AND v.place < b.tasks
                         AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
                         AND NOT v.place = ANY(b.moved), false) AS held
         FROM v LEFT JOIN b ON b.id = v.batch

@@ -107,8 +107,8 @@ _PACKED_GROUP = struct.Struct(">HHi")
 ACK_FUNCTION = "tierq_end_batch_members_v3"
 ACK_FUNCTION_V2 = "tierq_end_batch_members_v2"
 # A group's place in _v3's answer: minus (its group's number times this, plus the place),
-# less one.
-_GROUP_STEP = 1024
+# less one; every place an id can name is below it (three hex digits).
+_GROUP_STEP = 4096
 # The fewest members of one batch, tenant and attempt an ack sends as a group: a shorter
 # run costs the function more as a group than as members alone (python -m
 # bench.batch_acks).
@@ -221,6 +221,9 @@ class BatchQueries(StoreBase):
     # while it does not (time.monotonic())
     _batch_rows_ready = False
     _batch_rows_due = 0.0
+    # until when (time.monotonic()) plain acks call ACK_FUNCTION_V2 without trying
+    # ACK_FUNCTION first: it was not there at the last try (a schema before migration 0033)
+    _ack_v2_until = 0.0
 
     def batch_rows_ready(self) -> bool:
         """Whether batch rows may be written here: the login can call their ack's function
@@ -282,13 +285,16 @@ class BatchQueries(StoreBase):
         | the functions                  | batch rows         | result                     |
         | ------------------------------ | ------------------ | -------------------------- |
         | _v3 there (migration 0033)     | any                | the tasks finished         |
-        | only _v2 (code first)          | any                | the same, by _v2           |
+        | only _v2 (code first)          | any                | the same, by _v2 (the next |
+        |                                |                    | minute's acks go to it)    |
         | neither (before 0031)          | none (or no table) | None: every id is a row's, |
         |                                |                    | for the caller to delete   |
         | not _v3, on ``conn``; neither  | some               | ``UndefinedFunction``      |
         """
         if not ids:
             return []
+        if conn is None and time.monotonic() < self._ack_v2_until:
+            return self._end_batch_members_v2(queue, ids, tenants, attempts, relaxed=relaxed)
         params, numbered = _grouped_acks(ids, tenants, attempts)
         params["queue"] = queue
         try:
@@ -296,6 +302,8 @@ class BatchQueries(StoreBase):
         except psycopg.errors.UndefinedFunction as exc:
             if conn is not None or ACK_FUNCTION not in str(exc):
                 raise
+            # (looked for again after a while, as batch_rows_ready looks for it)
+            self._ack_v2_until = time.monotonic() + ROUTINE_RECHECK_SECONDS
             return self._end_batch_members_v2(queue, ids, tenants, attempts, relaxed=relaxed)
         return _finished(answer, numbered)
 

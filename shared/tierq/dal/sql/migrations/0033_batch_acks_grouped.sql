@@ -4,17 +4,17 @@
 -- checked it alone: its place, the tenant at that place, whether it was moved out. An ack
 -- of claims of one tenant names a batch's members in long runs of one tenant and one
 -- attempt, so version 3 also takes such a run as a group: its batch, its leases' tenant
--- and attempt (eight bytes of p_groups) and its places (an array literal of p_places,
--- ascending, each place once). A group is checked whole: every place inside the batch
--- row, none moved out, and the batch row's tenant the lease's (once for a batch row of one
--- tenant; else each place's tenant byte against the lease's, the tenant bytes read out of
--- their stored value once per batch). The places of a group that fails it, and the members
--- given alone in p_members (version 2's ten bytes each: the caller sends short runs so,
--- where a group costs more than its members), are checked one by one as version 2 checks
--- them. One end row a batch. Backend CPU a member on one connection (python -m
--- bench.batch_acks; bench/README.md, *The ack's long runs checked whole*): acks of 400 of one
--- tenant from one batch row about half of version 2's; acks over ten tenants, whose runs
--- are short, as version 2's.
+-- and attempt (eight bytes of p_groups) and its places (an array literal of p_places, each
+-- place once; the caller sends them ascending, as the end row keeps them). A group is
+-- checked whole: every place inside the batch row, none moved out, and the batch row's
+-- tenant the lease's (once for a batch row of one tenant; else each place's tenant byte
+-- against the lease's, the tenant bytes read out of their stored value once per batch).
+-- The places of a group that fails it, and the members given alone in p_members (version
+-- 2's ten bytes each: the caller sends short runs so, where a group costs more than its
+-- members), are checked one by one as version 2 checks them. One end row a batch. Backend
+-- CPU a member on one connection (python -m bench.batch_acks; bench/README.md, *The ack's
+-- long runs checked whole*): acks of 400 of one tenant from one batch row a third of
+-- version 2's; acks over ten tenants, whose runs are short, as version 2's.
 --
 -- | p_groups bytes (a group) | p_members bytes (a member) | what                           |
 -- | ------------------------ | -------------------------- | ------------------------------ |
@@ -28,8 +28,9 @@
 -- p_row_ids and p_rows are version 2's (a row's task: its tenant index and attempt, six
 -- bytes). The answer: a row (id, grp, NULL) per task whose row the ack deleted, then one
 -- row (NULL, NULL, the members not ended: a member of p_members as its index from 0, a
--- place of group k as -(k * 1024 + place) - 1). A task is named once (the caller drops
--- repeats). v2 stays for code that still calls it (migration 0029's rule for versions).
+-- place of group k as -(k * 4096 + place) - 1, 4096 being the places an id can name). A
+-- task is named once (the caller drops repeats). v2 stays for code that still calls it
+-- (migration 0029's rule for versions).
 CREATE FUNCTION tierq_end_batch_members_v3(p_queue text, p_batches uuid[], p_tenants text[],
                                            p_groups bytea, p_places text[], p_members bytea,
                                            p_row_ids uuid[], p_rows bytea)
@@ -73,8 +74,8 @@ b AS MATERIALIZED (
 c AS MATERIALIZED (
     SELECT g.k, g.batch, g.tenant, g.attempt, g.places,
            coalesce(CASE WHEN b.id IS NULL THEN false
-                         WHEN NOT (g.places[1] >= 0
-                                   AND g.places[cardinality(g.places)] < b.tasks)
+                         WHEN NOT (cardinality(g.places) > 0 AND 0 <= ALL(g.places)
+                                   AND b.tasks > ALL(g.places))
                               OR g.places && b.moved THEN false
                          WHEN b.tenant_of IS NULL THEN b.tenant_names[1] = g.tenant
                          ELSE NOT EXISTS (
@@ -96,13 +97,13 @@ v AS (
            NULL::integer AS attempt
     FROM generate_series(0, length(p_members) / 10 - 1) AS n
     UNION ALL
-    SELECT -(c.k * 1024 + p) - 1, c.batch, p, c.tenant, c.attempt
+    SELECT -(c.k * 4096 + p) - 1, c.batch, p, c.tenant, c.attempt
     FROM c, unnest(c.places) AS p
     WHERE NOT c.whole
 ),
 m AS MATERIALIZED (
     SELECT v.n, v.batch, v.place, v.tenant, v.attempt,
-           coalesce(v.place < b.tasks
+           coalesce(v.place >= 0 AND v.place < b.tasks
                     AND tierq_batch_tenant(b.tenant_names, b.tenant_of, v.place) = v.tenant
                     AND NOT v.place = ANY(b.moved), false) AS held
     FROM v LEFT JOIN b ON b.id = v.batch
