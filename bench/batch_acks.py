@@ -1,7 +1,8 @@
 """What a plain ack of batch members costs PostgreSQL, by the form of its function: each
 member checked alone (``tierq_end_batch_members_v2``, migration 0031) against the ack's
 long runs of one batch, tenant and attempt checked whole and the rest alone (``_v3``,
-migration 0033, as the engine calls it: ``GROUP_MIN``).
+migration 0033), as the engine calls them: an ack without a run of ``GROUP_MIN`` goes to
+``_v2``.
 
     .venv/bin/python -m bench.batch_acks                 # 8 rounds
     .venv/bin/python -m bench.batch_acks --rounds 3      # quicker, coarser
@@ -60,7 +61,7 @@ def acks_of(batches: Sequence[Sequence[tuple[str, str]]], per_ack: int
 def run_order(name: str, tq: Any, conns: dict[str, psycopg.Connection[Any]],
               pids: dict[str, int], rounds: int) -> dict[str, list[float]]:
     """Each form's backend CPU a member, a figure a round."""
-    from tierq.dal.store.batches import _grouped_acks, _packed_acks
+    from tierq.dal.store.batches import ALL_ALONE, _grouped_acks
 
     n_batches, size, n_tenants, per_ack = ORDERS[name]
     tenants = [f"t{n}" for n in range(n_tenants)]
@@ -73,11 +74,12 @@ def run_order(name: str, tq: Any, conns: dict[str, psycopg.Connection[Any]],
         attempts = [1] * len(ack)
         if form == "v3":
             params, _ = _grouped_acks(ids, owners, attempts)
-            query = "end_batch_members"
+            query = "end_batch_members" if params["groups"] else "end_batch_members_v2"
         else:
-            params = _packed_acks(ids, owners, attempts)
-            params.pop("members_ids")
+            params, _ = _grouped_acks(ids, owners, attempts, ALL_ALONE)
             query = "end_batch_members_v2"
+        if query == "end_batch_members_v2":
+            del params["groups"], params["places"]
         params["queue"] = QUEUE
         [(_, _, unended)] = [r for r in store._fetch(query, params, tuple_row, conns[form])
                              if r[0] is None]

@@ -243,18 +243,19 @@ def test_an_ack_before_migration_0031_deletes_rows_while_no_batch_row_exists(
 
 def test_an_ack_before_migration_0033_ends_members_by_the_function_before_it(
         store: TaskStore, pg: psycopg.Connection[Any]) -> None:
-    """Code deployed before migration 0033, batch rows written: its ack ends members (and
-    deletes rows, and leaves out a member of another tenant) by migration 0031's function,
-    as the grouped one does."""
-    ids, _ = insert(store)
+    """Code deployed before migration 0033, batch rows written: an ack with a long run
+    ends its members (and leaves out a member of another tenant) by migration 0031's
+    function, as the grouped one does, and the next minute's acks go to it at once."""
+    ids, _ = insert(store, ["a"] * 10 + ["b"])
     pg.execute("ALTER FUNCTION tierq_end_batch_members_v3 RENAME TO tierq_gone_v3")
     try:
-        done = end(store, QUEUE, ids[:3], ["a", "b", "b"])
+        done = end(store, QUEUE, ids[:10] + ids[10:], ["a"] * 9 + ["b", "a"])
+        assert store._ack_v2_until > time.monotonic()
     finally:
         pg.execute("ALTER FUNCTION tierq_gone_v3 RENAME TO tierq_end_batch_members_v3")
-    assert sorted(done) == sorted(ids[:2])
-    assert {m.id: m.ended for m in store.batch_members(ids[:3], None)} == {
-        ids[0]: "acked", ids[1]: "acked", ids[2]: None}
+    assert sorted(done) == sorted(ids[:9])
+    assert {m.id: m.ended for m in store.batch_members(ids, None)} == {
+        **dict.fromkeys(ids[:9], "acked"), ids[9]: None, ids[10]: None}
 
 
 def test_the_ack_function_refuses_tasks_not_packed_as_it_reads_them(

@@ -26,7 +26,7 @@ from typing import Any, NotRequired, TypedDict
 import psycopg
 from psycopg.rows import scalar_row, tuple_row
 
-from tierq.core.batch_ids import batch_of
+from tierq.core.batch_ids import MAX_PLACES, batch_of
 from tierq.dal.postgres import (
     int_array,
     text_array,
@@ -113,16 +113,18 @@ _GROUP_STEP = 4096
 # run costs the function more as a group than as members alone (python -m
 # bench.batch_acks).
 GROUP_MIN = 8
+# A group_min no run reaches: every member alone, as ACK_FUNCTION_V2 reads them.
+ALL_ALONE = MAX_PLACES + 1
 # How long a pass of the batch sweep waits for a row lock before it gives up (the reaper
 # sweeps first in its pass, and its expiries must not wait on a purge).
 SWEEP_LOCK_TIMEOUT = "200ms"
 
 
-def _grouped_acks(ids: Sequence[str], tenants: Sequence[str],
-                  attempts: Sequence[int]) -> tuple[dict[str, Any], dict[int, str]]:
+def _grouped_acks(ids: Sequence[str], tenants: Sequence[str], attempts: Sequence[int],
+                  group_min: int = GROUP_MIN) -> tuple[dict[str, Any], dict[int, str]]:
     """The parameters of ``end_batch_members`` for ``ids`` (each once, its first tenant and
     attempt kept): each batch and tenant named once; the members of each run of one batch,
-    tenant and attempt of at least ``GROUP_MIN`` as a group (``_PACKED_GROUP``, its places
+    tenant and attempt of at least ``group_min`` as a group (``_PACKED_GROUP``, its places
     ascending in an array literal), the others alone (``_PACKED_MEMBER``); each other task's
     id with its tenant and attempt (``_PACKED_ROW``). And each member's id by its number in
     the answer (a member alone: its index; a group's place: minus its group times
@@ -154,7 +156,7 @@ def _grouped_acks(ids: Sequence[str], tenants: Sequence[str],
     alone: list[bytes] = []
     numbered: dict[int, str] = {}
     for (batch, name, attempt), places in runs.items():
-        if len(places) < GROUP_MIN:
+        if len(places) < group_min:
             for place, task_id in places:
                 numbered[len(alone)] = task_id
                 alone.append(_PACKED_MEMBER.pack(batch, place, name, attempt))
@@ -169,36 +171,6 @@ def _grouped_acks(ids: Sequence[str], tenants: Sequence[str],
             "groups": b"".join(groups), "places": "{" + ",".join(literals) + "}",
             "members": b"".join(alone), "row_ids": uuid_array(row_ids),
             "rows": b"".join(rows)}, numbered
-
-
-def _packed_acks(ids: Sequence[str], tenants: Sequence[str],
-                 attempts: Sequence[int]) -> dict[str, Any]:
-    """``_grouped_acks`` for ``ACK_FUNCTION_V2``: each member packed alone
-    (``_PACKED_MEMBER``), and the members' ids in their order (``members``, kept for the
-    answer, whose numbers are their indexes)."""
-    batches: dict[str, int] = {}
-    names: dict[str, int] = {}
-    members: list[str] = []
-    packed: list[bytes] = []
-    row_ids: list[str] = []
-    rows: list[bytes] = []
-    seen: set[str] = set()
-    for task_id, tenant, attempt in zip(map(str, ids), tenants, attempts, strict=True):
-        if task_id in seen:
-            continue
-        seen.add(task_id)
-        name = names.setdefault(tenant, len(names))
-        member = batch_of(task_id)
-        if member is None:
-            row_ids.append(task_id)
-            rows.append(_PACKED_ROW.pack(name, attempt))
-            continue
-        members.append(task_id)
-        packed.append(_PACKED_MEMBER.pack(batches.setdefault(member[0], len(batches)),
-                                          member[1], name, attempt))
-    return {"members_ids": members, "batches": uuid_array(batches),
-            "tenants": text_array(list(names)), "members": b"".join(packed),
-            "row_ids": uuid_array(row_ids), "rows": b"".join(rows)}
 
 
 def _finished(answer: Sequence[tuple[Any, ...]], numbered: dict[int, str]) -> list[AckedRow]:
@@ -282,6 +254,10 @@ class BatchQueries(StoreBase):
         connection (``relaxed``: the pool whose commits do not wait for the WAL flush), or
         on ``conn``.
 
+        An ack without a run of ``GROUP_MIN`` goes to ``ACK_FUNCTION_V2`` (it stays in
+        the schema), which reads the same members alone for less than ``ACK_FUNCTION``'s
+        group machinery costs.
+
         | the functions                  | batch rows         | result                     |
         | ------------------------------ | ------------------ | -------------------------- |
         | _v3 there (migration 0033)     | any                | the tasks finished         |
@@ -289,39 +265,35 @@ class BatchQueries(StoreBase):
         |                                |                    | minute's acks go to it)    |
         | neither (before 0031)          | none (or no table) | None: every id is a row's, |
         |                                |                    | for the caller to delete   |
-        | not _v3, on ``conn``; neither  | some               | ``UndefinedFunction``      |
+        | not the one called, on         | some               | ``UndefinedFunction``      |
+        | ``conn``; neither              |                    |                            |
         """
         if not ids:
             return []
-        if conn is None and time.monotonic() < self._ack_v2_until:
-            return self._end_batch_members_v2(queue, ids, tenants, attempts, relaxed=relaxed)
-        params, numbered = _grouped_acks(ids, tenants, attempts)
+        alone = conn is None and time.monotonic() < self._ack_v2_until
+        params, numbered = _grouped_acks(ids, tenants, attempts,
+                                         ALL_ALONE if alone else GROUP_MIN)
         params["queue"] = queue
+        if params["groups"]:
+            try:
+                return _finished(self._fetch("end_batch_members", params, tuple_row, conn,
+                                             relaxed=relaxed), numbered)
+            except psycopg.errors.UndefinedFunction as exc:
+                if conn is not None or ACK_FUNCTION not in str(exc):
+                    raise
+                # (looked for again after a while, as batch_rows_ready looks for it)
+                self._ack_v2_until = time.monotonic() + ROUTINE_RECHECK_SECONDS
+                params, numbered = _grouped_acks(ids, tenants, attempts, ALL_ALONE)
+                params["queue"] = queue
+        del params["groups"], params["places"]
         try:
-            answer = self._fetch("end_batch_members", params, tuple_row, conn, relaxed=relaxed)
+            answer = self._fetch("end_batch_members_v2", params, tuple_row, conn,
+                                 relaxed=relaxed)
         except psycopg.errors.UndefinedFunction as exc:
-            if conn is not None or ACK_FUNCTION not in str(exc):
-                raise
-            # (looked for again after a while, as batch_rows_ready looks for it)
-            self._ack_v2_until = time.monotonic() + ROUTINE_RECHECK_SECONDS
-            return self._end_batch_members_v2(queue, ids, tenants, attempts, relaxed=relaxed)
-        return _finished(answer, numbered)
-
-    def _end_batch_members_v2(self, queue: str, ids: Sequence[str], tenants: Sequence[str],
-                              attempts: Sequence[int], *,
-                              relaxed: bool) -> list[AckedRow] | None:
-        """``end_batch_members`` by ``ACK_FUNCTION_V2``, where migration 0033 has not run;
-        None where neither function is there and no batch row exists."""
-        params = _packed_acks(ids, tenants, attempts)
-        members: list[str] = params.pop("members_ids")
-        params["queue"] = queue
-        try:
-            answer = self._fetch("end_batch_members_v2", params, tuple_row, relaxed=relaxed)
-        except psycopg.errors.UndefinedFunction as exc:
-            if ACK_FUNCTION_V2 not in str(exc) or self._any_batch_row():
+            if conn is not None or ACK_FUNCTION_V2 not in str(exc) or self._any_batch_row():
                 raise
             return None
-        return _finished(answer, dict(enumerate(members)))
+        return _finished(answer, numbered)
 
     def _any_batch_row(self) -> bool:
         """``has_batch_rows``, False where migration 0030 has not run (no table)."""

@@ -29,8 +29,9 @@
 -- bytes). The answer: a row (id, grp, NULL) per task whose row the ack deleted, then one
 -- row (NULL, NULL, the members not ended: a member of p_members as its index from 0, a
 -- place of group k as -(k * 4096 + place) - 1, 4096 being the places an id can name). A
--- task is named once (the caller drops repeats). v2 stays for code that still calls it
--- (migration 0029's rule for versions).
+-- task is named once (the caller drops repeats). v2 stays, for code that still calls it
+-- (migration 0029's rule for versions) and for acks without a long run, which it serves
+-- for less than this function's groups cost.
 CREATE FUNCTION tierq_end_batch_members_v3(p_queue text, p_batches uuid[], p_tenants text[],
                                            p_groups bytea, p_places text[], p_members bytea,
                                            p_row_ids uuid[], p_rows bytea)
