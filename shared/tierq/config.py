@@ -402,7 +402,8 @@ class Settings:
     # The fewest keyless tasks an enqueue writes as one batch row (with TIERQ_BATCH_ROWS);
     # fewer are a row each. A batch row of a few tasks costs PostgreSQL more than their
     # rows: each ack of its members appends an end row to it, and the sweep deletes it
-    # (python -m bench.batch_row_size: 1.25 times the rows' CPU for one task, less from 16).
+    # (python -m bench.batch_row_size: 1.25-1.32 times the rows' CPU for one task, about even
+    # from 2 to 8, less from 16).
     batch_rows_min: int = setting("TIERQ_BATCH_ROWS_MIN", 16, ge=1, le=512)
 
     # Who a JWT caller is (tierq.aws.http.access): the claim naming its tenant, and the scope

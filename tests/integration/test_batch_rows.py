@@ -258,6 +258,21 @@ def test_an_ack_before_migration_0033_ends_members_by_the_function_before_it(
         **dict.fromkeys(ids[:9], "acked"), ids[9]: None, ids[10]: None}
 
 
+def test_a_function_missing_inside_the_ack_is_raised_not_taken_for_an_old_schema(
+        store: TaskStore, pg: psycopg.Connection[Any]) -> None:
+    """An UndefinedFunction raised inside ``_v3`` (something its body calls is gone) is
+    raised, not mistaken for a schema before migration 0033."""
+    ids, _ = insert(store, ["a"] * 10)
+    pg.execute("ALTER FUNCTION tierq_batch_tenant RENAME TO tierq_batch_tenant_gone")
+    try:
+        with pytest.raises(psycopg.errors.UndefinedFunction, match="tierq_batch_tenant"):
+            end(store, QUEUE, ids, ["a"] * 10)
+    finally:
+        pg.execute("ALTER FUNCTION tierq_batch_tenant_gone RENAME TO tierq_batch_tenant")
+    assert store._ack_v2_until == 0.0
+    assert sorted(end(store, QUEUE, ids, ["a"] * 10)) == sorted(ids)
+
+
 def test_the_ack_function_refuses_tasks_not_packed_as_it_reads_them(
         pg: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.RaiseException, match="not eight per element"):

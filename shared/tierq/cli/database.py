@@ -72,17 +72,20 @@ def register(app: typer.Typer) -> None:
             try:
                 left += unpack_one(name, url, resolve_url, config)
             except (psycopg.Error, TierqError) as exc:
-                failed[name] = str(exc).strip() or type(exc).__name__
-        if failed:
-            console.print(f"[red]error:[/] moving the batch rows failed on {len(failed)} of "
-                          f"{len(targets)} database(s); run this again once they answer:")
-            for name, error in failed.items():
-                console.print(f"  - {name}: {error}", markup=False)
-            raise typer.Exit(1)
+                detail = getattr(exc, "detail", None)
+                failed[name] = " ".join(
+                    part for part in (str(exc).strip() or type(exc).__name__, detail) if part)
         if left:
             console.print(f"[red]error:[/] {left:,} task(s) are still in batch rows: batch "
                           "rows are still being written. Set TIERQ_BATCH_ROWS to false (the "
                           "template's BatchRows) on every function, then run this again.")
+        if failed:
+            console.print(f"[red]error:[/] moving the batch rows failed on {len(failed)} of "
+                          f"{len(targets)} database(s) (the others are done); run this again "
+                          "once the cause below is dealt with:")
+            for name, error in failed.items():
+                console.print(f"  - {name}: {error}", markup=False)
+        if left or failed:
             raise typer.Exit(1)
 
 

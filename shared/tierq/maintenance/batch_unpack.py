@@ -18,8 +18,9 @@ the task's ack then deletes its row.
 |                                                | advisory lock orders the two)             |
 | batch rows still being written (the setting on | moved too; left ones counted in ``left``: |
 | somewhere)                                     | the command fails and says so             |
-| a batch row a purge holds past the sweep's     | left for the reaper's sweep               |
-| lock timeout                                   |                                           |
+| a batch row a purge holds past the sweep's     | left for the reaper's sweep (this         |
+| lock timeout, or a sweep statement past its    | version's; 0.1.0's never sweeps them, and |
+| timeout                                        | such leftovers, all ended, are harmless)  |
 
 One pass reads ``slice`` batch rows at a time in key order and moves their members in one
 transaction; it makes up to ``passes`` passes and stops after one that found nothing to
@@ -110,8 +111,9 @@ def _one_pass(store: TaskStore, config: UnpackConfig, summary: UnpackSummary,
 
 def _sweep(store: TaskStore) -> int:
     """One round of the batch sweep over every key; the batch rows it deleted. One an ack
-    or a move holds, and the rest of the round once a purge holds a row past the sweep's
-    lock timeout, are left for the reaper's passes."""
+    or a move holds, and the rest of the round once a statement times out (a purge holding
+    a row past the sweep's lock timeout, or the statement timeout), are left for the
+    reaper's passes."""
     after = FIRST_KEY
     swept = 0
     while True:

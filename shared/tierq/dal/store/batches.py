@@ -26,7 +26,7 @@ from typing import Any, NotRequired, TypedDict
 import psycopg
 from psycopg.rows import scalar_row, tuple_row
 
-from tierq.core.batch_ids import MAX_PLACES, batch_of
+from tierq.core.batch_ids import batch_of
 from tierq.dal.postgres import (
     int_array,
     text_array,
@@ -113,8 +113,9 @@ _GROUP_STEP = 4096
 # run costs the function more as a group than as members alone (python -m
 # bench.batch_acks).
 GROUP_MIN = 8
-# A group_min no run reaches: every member alone, as ACK_FUNCTION_V2 reads them.
-ALL_ALONE = MAX_PLACES + 1
+# A group_min no run reaches (no id names a place past _GROUP_STEP): every member alone,
+# as ACK_FUNCTION_V2 reads them.
+ALL_ALONE = _GROUP_STEP + 1
 # How long a pass of the batch sweep waits for a row lock before it gives up (the reaper
 # sweeps first in its pass, and its expiries must not wait on a purge).
 SWEEP_LOCK_TIMEOUT = "200ms"
@@ -185,7 +186,17 @@ def _finished(answer: Sequence[tuple[Any, ...]], numbered: dict[int, str]) -> li
         else:
             finished.append(AckedRow(task_id, grp))
     skip = set(unended)
+    if not skip <= numbered.keys():  # (a function that numbers them otherwise: never guess)
+        raise RuntimeError(f"the ack's function answered {len(skip - numbered.keys())} "
+                           "member number(s) it was not given")
     return [AckedRow(m, None) for n, m in numbered.items() if n not in skip] + finished
+
+
+def _missing(exc: psycopg.errors.UndefinedFunction, function: str) -> bool:
+    """Whether ``exc`` says ``function`` itself is not there (the schema before its
+    migration), not that something its body calls is missing."""
+    return exc.diag.context is None and (exc.diag.message_primary or "").startswith(
+        f"function {function}(")
 
 
 class BatchQueries(StoreBase):
@@ -279,18 +290,21 @@ class BatchQueries(StoreBase):
                 return _finished(self._fetch("end_batch_members", params, tuple_row, conn,
                                              relaxed=relaxed), numbered)
             except psycopg.errors.UndefinedFunction as exc:
-                if conn is not None or ACK_FUNCTION not in str(exc):
+                if conn is not None or not _missing(exc, ACK_FUNCTION):
                     raise
                 # (looked for again after a while, as batch_rows_ready looks for it)
                 self._ack_v2_until = time.monotonic() + ROUTINE_RECHECK_SECONDS
                 params, numbered = _grouped_acks(ids, tenants, attempts, ALL_ALONE)
                 params["queue"] = queue
+        if params["groups"]:  # (never: ALL_ALONE, or no run was long)
+            raise RuntimeError("an ack for the function before migration 0033 has a group")
         del params["groups"], params["places"]
         try:
             answer = self._fetch("end_batch_members_v2", params, tuple_row, conn,
                                  relaxed=relaxed)
         except psycopg.errors.UndefinedFunction as exc:
-            if conn is not None or ACK_FUNCTION_V2 not in str(exc) or self._any_batch_row():
+            if conn is not None or not _missing(exc, ACK_FUNCTION_V2) \
+                    or self._any_batch_row():
                 raise
             return None
         return _finished(answer, numbered)
