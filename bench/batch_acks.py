@@ -12,15 +12,22 @@ rows each round, and each form acks its own, on a connection of its own, the for
 turns (the first one changing each round). Measured by the backend's CPU
 (``/proc/<pid>/schedstat``), per member acked. Two orders of acks:
 
-| order          | batch rows                   | an ack                                      |
-| -------------- | ---------------------------- | ------------------------------------------- |
-| ``one tenant`` | 400 members of one tenant    | one batch row's members, whole (as 4 x 400) |
-| ``ten tenants``| 500 members over ten tenants | six members of each of 16 batch rows, their |
-|                | by turns                     | tenants as they come (the mixed shape's)    |
+| order                    | batch rows                   | an ack                                 |
+| ------------------------ | ---------------------------- | -------------------------------------- |
+| ``one tenant``           | 400 members of one tenant    | one batch row's members, whole (as     |
+|                          |                              | 4 x 400)                               |
+| ``ten tenants``          | 500 members over ten tenants | six members of each of 16 batch rows,  |
+|                          | by turns                     | their tenants as they come (the mixed  |
+|                          |                              | shape's)                               |
+| ``a batch row a tenant`` | 50 members of one tenant,    | ten members of each of the ten (what   |
+|                          | ten such, a tenant each      | the mixed shape's acks would be with a |
+|                          |                              | batch row per tenant of an enqueue)    |
 
 Every ack must end every member it names (checked). Last line:
 ``grouped_vs_alone_one_tenant=X.XX`` (``_v3``'s CPU a member over ``_v2``'s), after
-``grouped_vs_alone_ten_tenants=``.
+``grouped_vs_alone_ten_tenants=`` and ``grouped_vs_alone_a_batch_row_a_tenant=``; before them
+``tenant_rows_vs_mixed_rows=`` (the engine's form, ``_v3``: a member of a batch row a tenant
+over one of ten tenants by turns).
 """
 
 from __future__ import annotations
@@ -40,10 +47,13 @@ from bench.stores import add_store_arguments, machine_info, opened_stores
 
 QUEUE = "acks"
 FORMS = ("v2", "v3")
-# (order: batch rows a round, members a batch row, tenants, members of a batch row an ack)
-ORDERS: dict[str, tuple[int, int, int, int]] = {
-    "one tenant": (10, 400, 1, 400),
-    "ten tenants": (16, 500, 10, 6),
+# (order: batch rows a round, members a batch row, tenants, members of a batch row an ack,
+# whether a batch row holds one tenant's members, the tenants taking turns by batch row,
+# rather than every tenant's by turns)
+ORDERS: dict[str, tuple[int, int, int, int, bool]] = {
+    "one tenant": (10, 400, 1, 400, True),
+    "ten tenants": (16, 500, 10, 6, False),
+    "a batch row a tenant": (10, 50, 10, 10, True),
 }
 
 
@@ -63,7 +73,7 @@ def run_order(name: str, tq: Any, conns: dict[str, psycopg.Connection[Any]],
     """Each form's backend CPU a member, a figure a round."""
     from tierq.dal.store.batches import ALL_ALONE, _grouped_acks
 
-    n_batches, size, n_tenants, per_ack = ORDERS[name]
+    n_batches, size, n_tenants, per_ack, row_a_tenant = ORDERS[name]
     tenants = [f"t{n}" for n in range(n_tenants)]
     store = tq.ctx.store
     per: dict[str, list[float]] = {form: [] for form in FORMS}
@@ -91,12 +101,12 @@ def run_order(name: str, tq: Any, conns: dict[str, psycopg.Connection[Any]],
         made: dict[str, list[list[tuple[str, str]]]] = {}
         for form in FORMS:
             batches = []
-            for _ in range(n_batches):
-                tasks = [{"payload": {"i": i}, "tenant": tenants[i % n_tenants]}
-                         for i in range(size)]
-                out = tq.enqueue(QUEUE, tasks)
-                batches.append([(str(o.id), tenants[i % n_tenants])
-                                for i, o in enumerate(out)])
+            for b in range(n_batches):
+                owners = [tenants[b % n_tenants] if row_a_tenant else tenants[i % n_tenants]
+                          for i in range(size)]
+                out = tq.enqueue(QUEUE, [{"payload": {"i": i}, "tenant": owners[i]}
+                                         for i in range(size)])
+                batches.append([(str(o.id), owners[i]) for i, o in enumerate(out)])
             made[form] = acks_of(batches, per_ack)
         order = FORMS if r % 2 == 0 else tuple(reversed(FORMS))
         for form in order:
@@ -150,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(order: str) -> str:
         return f"{results[order]['v3'] / results[order]['v2']:.2f}"
 
-    print_figures(f"grouped_vs_alone_ten_tenants={ratio('ten tenants')}",
+    tenant_rows = results["a batch row a tenant"]["v3"] / results["ten tenants"]["v3"]
+    print_figures(f"tenant_rows_vs_mixed_rows={tenant_rows:.2f}",
+                  f"grouped_vs_alone_a_batch_row_a_tenant={ratio('a batch row a tenant')}",
+                  f"grouped_vs_alone_ten_tenants={ratio('ten tenants')}",
                   f"grouped_vs_alone_one_tenant={ratio('one tenant')}")
     return 0
 
