@@ -31,7 +31,7 @@ once, and it shows progress as it goes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -88,16 +88,21 @@ def run(store: TaskStore, config: UnpackConfig | None = None,
     return summary
 
 
+def _slices(store: TaskStore, size: int) -> Iterator[list[tuple[str, list[int]]]]:
+    """The batch rows in key order, ``size`` at a time, each with its places without an
+    end (``unended_batch_members``)."""
+    after = FIRST_KEY
+    while rows := store.unended_batch_members(after, size):
+        yield rows
+        after = rows[-1][0]
+
+
 def _one_pass(store: TaskStore, config: UnpackConfig, summary: UnpackSummary,
               say: Callable[[str], None]) -> int:
     """One walk over the batch rows in key order, each slice's members moved in one
     transaction; the members without an end it found."""
-    after = FIRST_KEY
     found = 0
-    while True:
-        rows = store.unended_batch_members(after, config.slice)
-        if not rows:
-            return found
+    for rows in _slices(store, config.slice):
         summary.batch_rows_seen += len(rows)
         ids = [member_id(key, place) for key, places in rows for place in places]
         if ids:
@@ -106,7 +111,7 @@ def _one_pass(store: TaskStore, config: UnpackConfig, summary: UnpackSummary,
             summary.moved += len(moved)
             say(f"  moved {len(moved):,} of {len(ids):,} member(s) of {len(rows)} batch "
                 f"row(s) up to {rows[-1][0]}")
-        after = rows[-1][0]
+    return found
 
 
 def _sweep(store: TaskStore) -> int:
@@ -129,12 +134,8 @@ def _sweep(store: TaskStore) -> int:
 
 def _left(store: TaskStore, config: UnpackConfig) -> tuple[int, int]:
     """(Members without an end, batch rows) still there: one read over every key."""
-    after = FIRST_KEY
     members = batch_rows = 0
-    while True:
-        rows = store.unended_batch_members(after, config.slice)
-        if not rows:
-            return members, batch_rows
+    for rows in _slices(store, config.slice):
         batch_rows += len(rows)
         members += sum(len(places) for _, places in rows)
-        after = rows[-1][0]
+    return members, batch_rows
