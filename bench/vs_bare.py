@@ -118,7 +118,7 @@ from bench.systems.bare_table import BareTable
 from bench.systems.batch_sketch import BatchRowsSketch
 from bench.systems.hot_sketch import HotTableSketch
 from bench.systems.log_sketch import LogSlotsSketch
-from bench.systems.tierq_engine import TierqEngine
+from bench.systems.tierq_engine import TierqEngine, parsed_settings
 from bench.systems.two_store_floor import TwoStoreFloor
 from bench.vs_peers import Runs, alternate, rate
 
@@ -338,27 +338,6 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
     return ShapeResult(shape, runs, profiled,
                        {letter: system.name for letter, system in zip(sketches, sketched,
                                                                       strict=True)})
-
-
-def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str],
-                    option: str = "--tierq-setting") -> dict[str, Any]:
-    """``FIELD=VALUE`` items of ``option`` as settings, each checked by
-    ``tierq.config.Settings`` (a field it does not have, or a value its rule refuses, ends
-    the run before anything starts)."""
-    from tierq.config import Settings, SettingsError
-
-    out: dict[str, Any] = {}
-    for item in items:
-        field, sep, value = item.partition("=")
-        if not sep or field not in Settings.fields:
-            parser.error(f"{option} wants FIELD=VALUE with a field of "
-                         f"tierq.config.Settings, got {item!r}")
-        out[field] = value
-    try:
-        Settings(database_url="postgresql://check", valkey_url="redis://check", **out)
-    except SettingsError as exc:
-        parser.error(f"{option}: {exc}")
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.vs_peers            # 20,000 tasks, 1/2/4 worker processes
     .venv/bin/python -m bench.vs_peers --quick    # 2,000 tasks, 1/4 processes: < 2 minutes
     .venv/bin/python -m bench.vs_peers --systems tierq-http tierq-http+ack-and-claim
+    .venv/bin/python -m bench.vs_peers --workers 4 --tierq-setting batch_rows=true
 
 Systems: tierq through the engine, tierq through HTTP on the local stack (``tierq dev``,
 when this environment has it; on request, ``tierq-http+ack-and-claim``, whose acks claim the
@@ -18,12 +19,16 @@ of the machine (the disk's fsync rate varies) hit all of them alike.
 
 The last line is always ``ratio_vs_best_peer=X.XX``: tierq's engine path end-to-end rate
 over the best peer's (the bare table is not one), at the largest worker count.
+``--tierq-setting FIELD=VALUE`` (repeatable) adds the engine with those settings beside its
+defaults (``tierq-engine+FIELD=VALUE``, taking turns with the others), and its own ratio
+just before the last line: ``ratio_vs_best_peer_with_settings=X.XX``.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from bench.measure import median_rate
 from bench.peers.remote import PeerSystem
@@ -50,12 +55,14 @@ from bench.systems import System
 from bench.systems.bare_table import BareTable
 from bench.systems.pgqueuer import PgQueuer
 from bench.systems.procrastinate import Procrastinate
-from bench.systems.tierq_engine import TierqEngine
+from bench.systems.tierq_engine import TierqEngine, parsed_settings
 from bench.systems.tierq_http import TierqHttp, tierq_dev_available
 
 PEERS = ("pgqueuer", "procrastinate")
 FLOOR = ("bare-table",)  # compared with, never a peer
 TIERQ_PATHS = ("tierq-engine", "tierq-http", "tierq-http+ack-and-claim")
+# the name of the engine run with --tierq-setting begins so (TierqEngine's named_settings)
+ENGINE_WITH = "tierq-engine+"
 SYSTEMS = ["tierq-engine", "tierq-http", "pgqueuer", "procrastinate", "bare-table"]
 # on request only: tierq over HTTP, each ack claiming the next batch (one request a loop)
 HTTP_ACK_AND_CLAIM = "tierq-http+ack-and-claim"
@@ -111,9 +118,7 @@ def print_results(results: dict[int, dict[str, Runs]]) -> None:
 def print_ratios(results: dict[int, dict[str, Runs]]) -> None:
     rows = []
     for workers, by_system in results.items():
-        for mine in TIERQ_PATHS:
-            if mine not in by_system:
-                continue
+        for mine in [n for n in by_system if n in TIERQ_PATHS or n.startswith(ENGINE_WITH)]:
             for peer in PEERS + FLOOR:
                 if peer not in by_system:
                     continue
@@ -123,10 +128,13 @@ def print_ratios(results: dict[int, dict[str, Runs]]) -> None:
         print_table(["ratio", "workers", *PHASE_TITLES.values()], rows)
 
 
-def best_peer_ratio(results: dict[int, dict[str, Runs]]) -> tuple[float, str]:
+def best_peer_ratio(results: dict[int, dict[str, Runs]], mine_name: str = "tierq-engine"
+                    ) -> tuple[float, str]:
+    """``mine_name``'s end-to-end rate over the best peer's at the largest worker count,
+    and that peer (nan and "-" when either was not measured)."""
     largest = max(results)
     by_system = results[largest]
-    mine = rate(by_system.get("tierq-engine"), "e2e")
+    mine = rate(by_system.get(mine_name), "e2e")
     peers = {p: rate(by_system.get(p), "e2e") for p in PEERS if p in by_system}
     measured = {p: r for p, r in peers.items() if r}
     if mine is None or not measured:
@@ -135,13 +143,17 @@ def best_peer_ratio(results: dict[int, dict[str, Runs]]) -> tuple[float, str]:
     return mine / measured[best], best
 
 
-def make_systems(names: list[str]) -> tuple[list[System], list[str]]:
-    """The systems asked for, and the reasons for those that cannot run here."""
+def make_systems(names: list[str], tierq_settings: dict[str, Any] | None = None
+                 ) -> tuple[list[System], list[str]]:
+    """The systems asked for, and the reasons for those that cannot run here;
+    ``tierq_settings``: the engine with them too, after the engine with its defaults."""
     systems: list[System] = []
     skipped: list[str] = []
     for name in names:
         if name == "tierq-engine":
             systems.append(TierqEngine())
+            if tierq_settings:
+                systems.append(TierqEngine(tierq_settings, named_settings=True))
         elif name in ("tierq-http", HTTP_ACK_AND_CLAIM):
             if tierq_dev_available():
                 systems.append(TierqHttp(ack_and_claim=name == HTTP_ACK_AND_CLAIM))
@@ -205,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per phase before a system is stopped (600; 60 --quick)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--tierq-setting", action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="also run the engine with this field of tierq.config.Settings "
+                             "(repeatable; e.g. batch_rows=true), beside its defaults")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
     total = args.tasks or (2_000 if args.quick else 20_000)
@@ -213,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     if total < 1 or any(w < 1 for w in args.workers) or args.repeat < 1:
         parser.error("--tasks, --workers and --repeat must be positive")
 
-    systems, skipped = make_systems(args.systems)
+    tierq_settings = parsed_settings(parser, args.tierq_setting)
+    if tierq_settings and "tierq-engine" not in args.systems:
+        parser.error("--tierq-setting runs beside tierq-engine: name it in --systems")
+    systems, skipped = make_systems(args.systems, tierq_settings)
     start_fork_server(systems)
     try:
         with opened_stores(args) as stores:
@@ -240,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     say("")
     print_ratios(results)
     value, best = best_peer_ratio(results)
+    with_settings = [s.name for s in systems if s.name.startswith(ENGINE_WITH)]
+    value_with = best_peer_ratio(results, with_settings[0])[0] if with_settings else None
     say("")
     say(f"best peer at {max(results)} workers, end-to-end: {best}")
     for note in skipped:
@@ -247,8 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, {
         "machine": info, "tasks": total, "skipped": skipped,
         "runs": [r.summary() for by in results.values() for runs in by.values() for r in runs],
-        "ratio_vs_best_peer": value, "best_peer": best})
-    print_figures(f"ratio_vs_best_peer={value:.2f}")
+        "ratio_vs_best_peer": value, "best_peer": best,
+        **({} if value_with is None else {"with_settings": with_settings[0],
+                                          "ratio_vs_best_peer_with_settings": value_with})})
+    print_figures(*([] if value_with is None
+                    else [f"ratio_vs_best_peer_with_settings={value_with:.2f}"]),
+                  f"ratio_vs_best_peer={value:.2f}")
     return 0
 
 if __name__ == "__main__":

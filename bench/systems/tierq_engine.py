@@ -7,6 +7,7 @@ then name no tenant and rotate across the tenants."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import threading
@@ -288,3 +289,24 @@ class TierqEngine(System):
 
     def remaining(self, prepared: Prepared) -> int:
         return tierq_remaining(prepared.database_url)
+
+
+def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str],
+                    option: str = "--tierq-setting") -> dict[str, Any]:
+    """``FIELD=VALUE`` items of ``option`` as settings, each checked by
+    ``tierq.config.Settings`` (a field it does not have, or a value its rule refuses, ends
+    the run before anything starts)."""
+    from tierq.config import Settings, SettingsError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or field not in Settings.fields:
+            parser.error(f"{option} wants FIELD=VALUE with a field of "
+                         f"tierq.config.Settings, got {item!r}")
+        out[field] = value
+    try:
+        Settings(database_url="postgresql://check", valkey_url="redis://check", **out)
+    except SettingsError as exc:
+        parser.error(f"{option}: {exc}")
+    return out

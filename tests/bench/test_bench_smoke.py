@@ -54,6 +54,31 @@ def test_side_by_side_bench_runs_every_system_and_ends_with_the_ratio(
     assert any(line.startswith("tierq-engine / bare-table") for line in lines)
 
 
+def test_side_by_side_bench_runs_the_engine_with_settings_beside_its_defaults(
+        services: LocalServices, peers_python: Path, tmp_path: Path) -> None:
+    lines, result = run_bench("bench.vs_peers", services, tmp_path / "peers.json",
+                              "--tasks", "200", "--workers", "1", "--systems", "tierq-engine",
+                              "pgqueuer", "--tierq-setting", "batch_rows=true")
+    assert re.fullmatch(r"ratio_vs_best_peer=\d+\.\d\d", lines[-1]), lines[-1]
+    assert re.fullmatch(r"ratio_vs_best_peer_with_settings=\d+\.\d\d", lines[-2]), lines[-2]
+    assert sorted(r["system"] for r in result["runs"]) == [
+        "pgqueuer", "tierq-engine", "tierq-engine+batch_rows=true"]
+    assert result["with_settings"] == "tierq-engine+batch_rows=true"
+    assert any(line.startswith("tierq-engine+batch_rows=true / pgqueuer") for line in lines)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--tierq-setting", "no_such_field=1"], "a field of tierq.config.Settings"),
+    (["--tierq-setting", "batch_rows=true", "--systems", "pgqueuer"], "name it in --systems"),
+])
+def test_side_by_side_bench_refuses_settings_it_cannot_run_before_starting(
+        args: list[str], says: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "bench.vs_peers", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert "side by side" not in done.stdout  # (nothing started)
+
+
 def test_maintenance_bench_reaps_and_promotes_the_live_work_and_prints_the_idle_pass(
         services: LocalServices, tmp_path: Path) -> None:
     lines, result = run_bench("bench.maintenance", services, tmp_path / "maintenance.json",
