@@ -5,29 +5,37 @@ with its own duration) says which script took what, per task.
     .venv/bin/python -m bench.valkey_loop                  # claims of 10, 100 and 400
     .venv/bin/python -m bench.valkey_loop --claims 10      # one size
 
-A fresh database and Valkey (a given server must take ``CONFIG SET``; its slow-log settings
-are put back at the end). For each claim size, ``--tasks`` tasks of one (queue, tenant) go
-through the engine's default loop (enqueue 500, then claim that many and ack each claim as
-it comes) once to warm up and ``--repeat`` times measured. Per task:
+A fresh database and Valkey (private servers unless given; a given server must take
+``CONFIG SET``, should serve nothing else meanwhile, since every client's commands are
+logged, and loses its slow log's entries: its slow-log settings are put back at the end).
+For each claim size, ``--tasks`` tasks of one (queue, tenant) go through the engine's
+default loop (an enqueue of 500, then claims of that size, each acked as it comes, until
+those 500 are done: claims of 400 are one of 400 and one of 100) once to warm up, then
+``--repeat`` times two passes: one with the slow log at 0, one with it off. Per task:
 
-| column          | what                                                             |
-| --------------- | ---------------------------------------------------------------- |
-| a script's name | its EVALSHAs' own time (the script's file, lua/<name>.lua)       |
-| other commands  | the top-level commands that are not scripts (pipelined reads)    |
-| command time    | the sum: what Valkey's clock says its commands took              |
-| server CPU      | ``INFO cpu`` before and after: the commands, the network and the |
-|                 | event loop                                                       |
+| column           | what                                                            |
+| ---------------- | --------------------------------------------------------------- |
+| a script's name  | its EVALSHAs' time less what logging its own commands cost      |
+|                  | (logged pass), with its own commands' share and its calls       |
+| other commands   | the top-level commands that are not scripts (logged pass)       |
+| command time     | the scripts' and the other commands' time, the log off          |
+| server CPU       | ``INFO cpu`` before and after the pass with the log off: the    |
+|                  | commands, the network and the event loop                        |
+| log cost         | what the slow log adds to a script per command it calls: the    |
+|                  | scripts' time logged less unlogged (``INFO commandstats``),     |
+|                  | over their commands                                             |
 
-The slow log also lists the commands a script calls, each on its own line: they are in
-their script's time, and are counted only as how many a task costs (``inner calls``). What
-a script's call costs whatever it does (its keys, its arguments, defining the pieces it
-includes: lua/README.md) is the gap between its time and its commands' own. The last line
-is ``valkey_us_per_task_claims_of_<smallest>=X`` (command time), after one per other size.
+A script's commands are logged under Lua's client just before the script itself; they are
+in its time. What a script costs beyond them (its keys and arguments, the pieces it
+includes, each ``redis.call`` and its own Lua: lua/README.md) is fitted, from the smallest
+and the largest claim size, to a cost a call and a cost a task. The last line is
+``valkey_us_per_task_claims_of_<smallest>=X`` (command time), after one per other size.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -45,14 +53,27 @@ OTHER = "other commands"
 COMMAND_TIME = "command time"
 SERVER_CPU = "server CPU"
 INNER = "scripts' commands"
-# The slow log's length while measuring: every command of a pass, scripts' inner ones too.
+LOG_COST = "log cost"
+# The columns that are not a script's (a script's own keys end in " commands" and " calls").
+TOTALS = (OTHER, COMMAND_TIME, SERVER_CPU, INNER, LOG_COST)
+# The slow log's length while measuring: every command of a pass, scripts' own ones too.
 SLOWLOG_LEN = 1_000_000
+# The client a script's own commands are logged under in the slow log (Valkey's Lua client).
+SCRIPT_CLIENT = b"?:0"
+# Commands of the benchmark itself, never the engine's.
+OWN_COMMANDS = (b"SLOWLOG", b"CONFIG", b"INFO")
 
 
 def server_cpu_us(client: redis.Redis) -> float:
     """The server's CPU so far (user and system), µs."""
     cpu = client.info("cpu")
     return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
+
+
+def scripts_usec(client: redis.Redis) -> float:
+    """The scripts' time since the last ``CONFIG RESETSTAT`` (their commands' included), µs."""
+    stats = client.info("commandstats")
+    return float(stats.get("cmdstat_evalsha", {}).get("usec", 0))
 
 
 def one_pass(tq: Any, tasks: int, claim: int) -> None:
@@ -74,19 +95,15 @@ def one_pass(tq: Any, tasks: int, claim: int) -> None:
         left -= n
 
 
-# The client a script's own commands are logged under in the slow log (Valkey's Lua client).
-SCRIPT_CLIENT = b"?:0"
-
-
 def split_slowlog(entries: list[Any], names: dict[str, str]
                   ) -> tuple[dict[str, list[float]], float, int]:
     """The slow log of a pass (newest first, as SLOWLOG GET gives it), split: each script's
-    [calls, time, its own commands' time] (µs; a script's commands are logged under
-    SCRIPT_CLIENT just before it), the other top-level commands' time, and how many
-    commands the scripts called."""
-    scripts: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    [calls, time, its own commands' time, its own commands] (µs; a script's commands are
+    logged under SCRIPT_CLIENT just before it), the other top-level commands' time, and
+    how many commands the scripts called."""
+    scripts: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0])
     other = 0.0
-    inner = 0.0  # (the commands of the script logged next)
+    inner, inner_n = 0.0, 0  # (the commands of the script logged next)
     inner_calls = 0
     for entry in reversed(entries):
         args, took = entry[3], float(entry[2])
@@ -94,6 +111,7 @@ def split_slowlog(entries: list[Any], names: dict[str, str]
             continue
         if len(entry) > 4 and entry[4] == SCRIPT_CLIENT:
             inner += took
+            inner_n += 1
             inner_calls += 1
             continue
         name = bytes(args[0]).upper()
@@ -102,39 +120,80 @@ def split_slowlog(entries: list[Any], names: dict[str, str]
             script[0] += 1
             script[1] += took
             script[2] += inner
-        elif name not in (b"SLOWLOG", b"CONFIG", b"INFO"):
+            script[3] += inner_n
+        elif name not in OWN_COMMANDS:
             other += took
-        inner = 0.0
+        inner, inner_n = 0.0, 0
     return dict(scripts), other, inner_calls
 
 
+def logged_pass(tq: Any, client: redis.Redis, names: dict[str, str], tasks: int,
+                claim: int) -> tuple[dict[str, list[float]], float, int, float]:
+    """A pass with every command logged: ``split_slowlog``'s parts and the scripts' time
+    as ``INFO commandstats`` counts it."""
+    client.config_set("slowlog-log-slower-than", 0)
+    slowlog_reset(client)
+    client.config_resetstat()
+    one_pass(tq, tasks, claim)
+    client.config_set("slowlog-log-slower-than", -1)
+    entries = client.execute_command("SLOWLOG", "GET", -1)
+    if len(entries) >= SLOWLOG_LEN:
+        raise RuntimeError(f"the slow log filled up ({SLOWLOG_LEN:,} entries): the pass's "
+                           "first commands are lost; run fewer --tasks")
+    return (*split_slowlog(entries, names), scripts_usec(client))
+
+
 def measure(tq: Any, client: redis.Redis, names: dict[str, str], tasks: int, claim: int,
-            repeat: int) -> dict[str, Any]:
-    """One claim size: medians over ``repeat`` passes of µs (or calls) a task, each script's
-    time and its commands' share, the other commands' time, and the server's CPU."""
+            repeat: int) -> dict[str, float]:
+    """One claim size: medians over ``repeat`` pairs of passes of µs (or calls) a task;
+    each pass's figures derived before the medians are taken."""
     one_pass(tq, tasks, claim)  # (warm: scripts loaded, pair made)
     runs: list[dict[str, float]] = []
     for r in range(repeat):
-        slowlog_reset(client)
+        scripts, other, inner_calls, logged_usec = logged_pass(tq, client, names, tasks,
+                                                               claim)
+        client.config_resetstat()
         cpu = server_cpu_us(client)
-        one_pass(tq, tasks, claim)
+        one_pass(tq, tasks, claim)  # (the log off)
         cpu = server_cpu_us(client) - cpu
-        scripts, other, inner_calls = split_slowlog(
-            client.execute_command("SLOWLOG", "GET", -1), names)
+        unlogged_usec = scripts_usec(client)
+        log_cost = max(0.0, logged_usec - unlogged_usec) / max(1, inner_calls)
         run: dict[str, float] = {}
-        for name, (calls, took, own_commands) in scripts.items():
-            run[f"{name}"] = took / tasks
-            run[f"{name} commands"] = own_commands / tasks
+        for name, (calls, took, own, own_n) in scripts.items():
+            run[name] = (took - own_n * log_cost) / tasks
+            run[f"{name} commands"] = own / tasks
             run[f"{name} calls"] = calls / tasks
         run[OTHER] = other / tasks
-        run[COMMAND_TIME] = (sum(s[1] for s in scripts.values()) + other) / tasks
+        run[COMMAND_TIME] = (unlogged_usec + other) / tasks
         run[SERVER_CPU] = cpu / tasks
         run[INNER] = inner_calls / tasks
+        run[LOG_COST] = log_cost
         runs.append(run)
         say(f"  claims of {claim}: pass {r + 1}/{repeat}: command time "
-            f"{run[COMMAND_TIME]:.1f} µs a task, server CPU {run[SERVER_CPU]:.1f}")
+            f"{run[COMMAND_TIME]:.1f} µs a task, server CPU {run[SERVER_CPU]:.1f}, "
+            f"{log_cost:.2f} µs a logged command")
     keys = sorted({k for run in runs for k in run})
     return {k: statistics.median([run.get(k, 0.0) for run in runs]) for k in keys}
+
+
+def fitted(results: dict[int, dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """Each script's time beyond its commands as (µs a call, µs a task), from the smallest
+    and the largest claim size: own time a task = a call's cost * calls a task + a task's
+    cost. Empty with one claim size."""
+    if len(results) < 2:
+        return {}
+    small, large = results[min(results)], results[max(results)]
+    out: dict[str, tuple[float, float]] = {}
+    for name in _scripts(results):
+        calls_small, calls_large = small.get(f"{name} calls", 0.0), large.get(f"{name} calls",
+                                                                             0.0)
+        if calls_small <= calls_large:
+            continue  # (not called once a claim: no cost a call to tell apart)
+        own_small = small[name] - small[f"{name} commands"]
+        own_large = large[name] - large[f"{name} commands"]
+        per_call = (own_small - own_large) / (calls_small - calls_large)
+        out[name] = (per_call, own_large - per_call * calls_large)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, nargs="+", default=[10, 100, 400],
                         help="claim sizes (10 100 400)")
     parser.add_argument("--tasks", type=int, default=5000, help="tasks a pass (5000)")
-    parser.add_argument("--repeat", type=int, default=3, help="measured passes (3)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="measured pairs of passes (3)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     add_store_arguments(parser)
     args = parser.parse_args(argv)
@@ -170,18 +230,21 @@ def run(args: argparse.Namespace) -> int:
         try:
             names = script_names(tq)
             client.config_set("slowlog-max-len", SLOWLOG_LEN)
-            client.config_set("slowlog-log-slower-than", 0)
-            for claim in args.claims:
+            for claim in dict.fromkeys(args.claims):
                 results[claim] = measure(tq, client, names, args.tasks, claim, args.repeat)
         finally:
-            slowlog_reset(client)
-            for name, value in kept.items():
-                client.config_set(name, value)
             tq.close()
+            with contextlib.suppress(redis.RedisError):  # (a server gone: the error is above)
+                slowlog_reset(client)
+                for name, value in kept.items():
+                    client.config_set(name, value)
             client.close()
-    _report(results, args)
+    fits = fitted(results)
+    _report(results, fits, args)
     write_json(args.json, {"machine": info, "tasks": args.tasks, "repeat": args.repeat,
-                           "per_task": {str(c): r for c, r in results.items()}})
+                           "per_task": {str(c): r for c, r in results.items()},
+                           "fitted": {n: {"us_a_call": c, "us_a_task": t}
+                                      for n, (c, t) in fits.items()}})
     smallest = min(results)
     print_figures(*[f"valkey_us_per_task_claims_of_{c}={results[c][COMMAND_TIME]:.1f}"
                     for c in sorted(results, reverse=True) if c != smallest],
@@ -202,31 +265,30 @@ def _slowlog_settings(client: redis.Redis) -> dict[str, str]:
 def _scripts(results: dict[int, dict[str, float]]) -> list[str]:
     """The scripts measured, the costliest first."""
     names = {k for r in results.values() for k in r
-             if k not in (OTHER, COMMAND_TIME, SERVER_CPU, INNER)
-             and not k.endswith((" commands", " calls"))}
+             if k not in TOTALS and not k.endswith((" commands", " calls"))}
     return sorted(names, key=lambda n: -max(r.get(n, 0.0) for r in results.values()))
 
 
-def _report(results: dict[int, dict[str, float]], args: argparse.Namespace) -> None:
+def _report(results: dict[int, dict[str, float]], fits: dict[str, tuple[float, float]],
+            args: argparse.Namespace) -> None:
     scripts = _scripts(results)
     say("")
-    say(f"Valkey µs a task (command time, medians of {args.repeat} passes of {args.tasks:,} "
-        f"tasks, enqueues of {ENQUEUE}); a script's cell: its time (its own commands' "
-        "share), and its calls a task")
+    say(f"Valkey µs a task (medians of {args.repeat} pairs of passes of {args.tasks:,} "
+        f"tasks, enqueues of {ENQUEUE}); a script's cell: its time less its logging, in "
+        "brackets its own commands' share, then its calls a task")
     rows = []
     for claim, r in results.items():
         rows.append([str(claim), *(
             f"{r.get(n, 0.0):.2f} ({r.get(n + ' commands', 0.0):.2f}) "
             f"x{r.get(n + ' calls', 0.0):.3f}" for n in scripts),
             f"{r[OTHER]:.2f}", f"{r[COMMAND_TIME]:.1f}", f"{r[SERVER_CPU]:.1f}",
-            f"{r[INNER]:.1f}"])
-    print_table(["claims of", *scripts, OTHER, COMMAND_TIME, SERVER_CPU, INNER], rows)
-    say("what a script's call costs beyond its commands (µs a call, time less its commands' "
-        "over its calls): " + "; ".join(
-            f"claims of {claim}: " + ", ".join(
-                f"{n} {(r[n] - r[n + ' commands']) / r[n + ' calls']:.1f}"
-                for n in scripts if r.get(n + " calls"))
-            for claim, r in results.items()))
+            f"{r[INNER]:.1f}", f"{r[LOG_COST]:.2f}"])
+    print_table(["claims of", *scripts, OTHER, COMMAND_TIME, SERVER_CPU, INNER, LOG_COST],
+                rows)
+    if fits:
+        say(f"each script beyond its own commands, fitted from claims of {min(results)} and "
+            f"{max(results)}: " + "; ".join(
+                f"{n} {c:.1f} µs a call + {t:.2f} a task" for n, (c, t) in fits.items()))
 
 
 if __name__ == "__main__":

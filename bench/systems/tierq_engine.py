@@ -51,6 +51,13 @@ SKETCH_MODULES = {"hot": "hot_sketch", "log": "log_sketch", "batch": "batch_sket
                   "append": "append_sketch"}
 
 
+# Connections a worker process's engine may hold (one loop a process needs few).
+ENGINE_POOL_MAX = 4
+# The settings each worker process's engine is given by the benchmark itself, never by an
+# option (``parsed_settings``).
+BENCH_FIELDS = ("database_url", "valkey_url", "db_pool_max")
+
+
 def tierq_engine(spec: dict[str, Any]) -> Tierq:
     from tierq import Tierq
     from tierq.config import Settings
@@ -59,7 +66,7 @@ def tierq_engine(spec: dict[str, Any]) -> Tierq:
     if spec.get("sketch"):  # (a sketch's statements stand in for the rows' statements)
         fields.setdefault("batch_rows", False)
     settings = Settings(database_url=spec["database_url"], valkey_url=spec["valkey_url"],
-                        db_pool_max=4, **fields)
+                        db_pool_max=ENGINE_POOL_MAX, **fields)
     tq = Tierq(settings=settings)
     if spec.get("sketch"):  # a design's writes (bench/systems/sketches.py)
         import importlib
@@ -294,8 +301,9 @@ class TierqEngine(System):
 def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str],
                     option: str = "--tierq-setting") -> dict[str, Any]:
     """``FIELD=VALUE`` items of ``option`` as settings, each checked by
-    ``tierq.config.Settings`` (a field it does not have, or a value its rule refuses, ends
-    the run before anything starts)."""
+    ``tierq.config.Settings``: a field it does not have, one the benchmark sets itself
+    (``BENCH_FIELDS``), a field named twice or a value its rule refuses ends the run before
+    anything starts."""
     from tierq.config import Settings, SettingsError
 
     out: dict[str, Any] = {}
@@ -304,6 +312,11 @@ def parsed_settings(parser: argparse.ArgumentParser, items: Sequence[str],
         if not sep or field not in Settings.fields:
             parser.error(f"{option} wants FIELD=VALUE with a field of "
                          f"tierq.config.Settings, got {item!r}")
+        if field in BENCH_FIELDS:
+            parser.error(f"{option}: {field} is the benchmark's own ("
+                         f"{', '.join(BENCH_FIELDS)} are set for every worker process)")
+        if field in out:
+            parser.error(f"{option}: {field} is named twice")
         out[field] = value
     try:
         Settings(database_url="postgresql://check", valkey_url="redis://check", **out)

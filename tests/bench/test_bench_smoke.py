@@ -70,6 +70,10 @@ def test_side_by_side_bench_runs_the_engine_with_settings_beside_its_defaults(
 @pytest.mark.parametrize("args, says", [
     (["--tierq-setting", "no_such_field=1"], "a field of tierq.config.Settings"),
     (["--tierq-setting", "batch_rows=true", "--systems", "pgqueuer"], "name it in --systems"),
+    (["--tierq-setting", "database_url=postgresql://elsewhere"], "the benchmark's own"),
+    (["--tierq-setting", "db_pool_max=8"], "the benchmark's own"),
+    (["--tierq-setting", "batch_rows=true", "--tierq-setting", "batch_rows=false"],
+     "named twice"),
 ])
 def test_side_by_side_bench_refuses_settings_it_cannot_run_before_starting(
         args: list[str], says: str) -> None:
