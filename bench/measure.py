@@ -312,15 +312,23 @@ _UNNAMED_SAMPLES = 5
 
 
 def pg_process_kind(pid: int, database: str) -> str | None:
-    """What a child of the postmaster is, from its title (``postgres: <what>``): a backend
-    of ``database`` ("backends"), another database's, an autovacuum worker, ... None when
-    it is gone."""
+    """What a child of the postmaster is, from its title (``title_kind``); None when it is
+    gone."""
     try:
         title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
             errors="replace").strip()
     except OSError:
         return None
+    return title_kind(title, database)
+
+
+def title_kind(title: str, database: str) -> str:
+    """What a process titled ``title`` is: ``postgres: <what>``, or ``postgres:
+    <cluster_name>: <what>`` where the server sets ``cluster_name`` (Debian's clusters do):
+    a backend of ``database`` ("backends"), another database's, an autovacuum worker, ..."""
     what = title.removeprefix("postgres: ").split()
+    if what and what[0].endswith(":"):  # (the server's cluster_name)
+        what = what[1:]
     if not what:
         return "other"
     if what[0] == "autovacuum" and what[1:2] == ["worker"]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.measure import PG_ROLES, PgProcesses, child_pids, pg_process_kind
+from bench.measure import PG_ROLES, PgProcesses, child_pids, pg_process_kind, title_kind
 from bench.phases import ROLE_APP_NAME
 from bench.stores import with_database
 from tierq.local.services import LocalServices
@@ -51,6 +51,25 @@ def test_pg_writes_measures_every_step_of_both_systems(session_dir: Path,
             assert s["server_us"] >= s["backend_us"] * 0.9, s
         if not s["name"].endswith("vacuum"):
             assert s["statements"] > 0 and s["commits"] > 0, s
+
+@pytest.mark.parametrize("title, kind", [
+    ("postgres: walwriter", "walwriter"),
+    ("postgres: 15/main: walwriter", "walwriter"),
+    ("postgres: 15/main: background writer", "checkpointer+bgwriter"),
+    ("postgres: checkpointer", "checkpointer+bgwriter"),
+    ("postgres: main: autovacuum worker tierq", "autovacuum"),
+    ("postgres: 15/main: autovacuum launcher", "other"),
+    ("postgres: 15/main: logical replication launcher", "other"),
+    ("postgres: postgres tierq 127.0.0.1(5432) idle", "backends"),
+    ("postgres: 15/main: postgres tierq 127.0.0.1(5432) idle", "backends"),
+    ("postgres: 15/main: postgres test [local] SELECT", "other backends"),
+    ("/usr/lib/postgresql/15/bin/postgres -D /data", "other"),
+])
+def test_a_process_title_names_its_kind_with_or_without_a_cluster_name(
+        title: str, kind: str) -> None:
+    """Debian's clusters set ``cluster_name``, which the server puts in every title."""
+    assert title_kind(title, "tierq") == kind
+
 
 def test_pg_processes_tells_the_database_backends_from_the_server(
         services: LocalServices, database_url: str) -> None:
