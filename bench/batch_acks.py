@@ -129,15 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be positive")
     from tierq import Tierq
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
 
     results: dict[str, dict[str, float]] = {}
     with opened_stores(args) as stores:
         info = machine_info(stores)
         print_machine(info)
-        url = stores.fresh_database("batch_acks")
-        migrate(url)
-        stores.clear_valkey()
+        url = stores.fresh_tierq("batch_acks")
         tq = Tierq(settings=Settings(database_url=url, valkey_url=stores.valkey_url,
                                      batch_rows=True, warm_max=1_000_000))
         conns = {form: psycopg.connect(url, autocommit=True) for form in FORMS}

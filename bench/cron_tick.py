@@ -160,14 +160,11 @@ def one_repeat(tq: Any, url: str, due: int) -> Repeat:
 
 def run_size(stores: Stores, n: int, due: int, repeats: int) -> SizeResult:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic.context import to_ms
 
-    url = stores.fresh_database("bench_cron")
+    url = stores.fresh_tierq("bench_cron")
     try:
-        migrate(url)
-        stores.clear_valkey()
         settings = Settings(database_url=url, valkey_url=stores.valkey_url)
         tq = Tierq(settings=settings, clock=SteppedClock())
         try:

@@ -178,15 +178,12 @@ def index_bytes(conn: psycopg.Connection[Any]) -> dict[str, int]:
 
 def run(stores: Stores, args: argparse.Namespace) -> Result:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic.context import OffsetClock
     from tierq.maintenance import delayed_mover
 
-    url = stores.fresh_database("bench_delayed")
+    url = stores.fresh_tierq("bench_delayed")  # (Valkey emptied once: each case has its pairs)
     try:
-        migrate(url)
-        stores.clear_valkey()  # (once: the cases' pairs are each their own)
         with psycopg.connect(url, autocommit=True) as conn:
             say(f"-- the backlog: {args.backlog:,} rows not due over {args.backlog_pairs:,} "
                 "pairs")

@@ -81,13 +81,10 @@ class Wire:
 def one_case(stores: Stores, wire: Wire, *, tenants: int, bound_mib: int, drained: bool,
              batches: int, batch: int) -> tuple[list[int], Counter[str]]:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
 
-    url = stores.fresh_database("bench_rt")
+    url = stores.fresh_tierq("bench_rt")
     try:
-        migrate(url)
-        stores.clear_valkey()
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                             tenant_warm_max_bytes=bound_mib << 20)
         with Tierq(settings=settings) as tq:

@@ -33,13 +33,10 @@ CLAIM = 500
 
 def run(stores: Stores, children: int) -> dict[str, Any]:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic.context import OffsetClock
 
-    url = stores.fresh_database("bench_flows")
-    migrate(url)
-    stores.clear_valkey()
+    url = stores.fresh_tierq("bench_flows")
     settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                         warm_max=max(1000, 2 * children), lease_seconds=600)
     tq = Tierq(settings=settings, clock=OffsetClock())

@@ -36,13 +36,10 @@ def run(stores: Stores, tasks: int, groups: int, workers: int, claim: int,
         grouped: bool) -> dict[str, Any]:
     """One run: enqueue, then claim + ack everything; its rate and checks."""
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic.context import OffsetClock
 
-    url = stores.fresh_database("bench_groups")
-    migrate(url)
-    stores.clear_valkey()
+    url = stores.fresh_tierq("bench_groups")
     settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                         warm_max=max(2000, 2 * groups), lease_seconds=600)
     engines = [Tierq(settings=settings, clock=OffsetClock()) for _ in range(workers)]

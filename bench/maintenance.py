@@ -148,14 +148,11 @@ def one_repeat(tq: Any) -> Repeat:
 
 def run_size(stores: Stores, n: int, repeats: int) -> SizeResult:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic.context import OffsetClock
 
-    url = stores.fresh_database("bench_maint")
+    url = stores.fresh_tierq("bench_maint")
     try:
-        migrate(url)
-        stores.clear_valkey()
         seconds = seed_idle_pairs(url, n)
         say(f"  seeded {n:,} idle pairs in {seconds:.2f}s")
         result = SizeResult(n, seconds)

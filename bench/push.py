@@ -37,15 +37,12 @@ def noop_consumer(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def one_repeat(stores: Stores, args: argparse.Namespace) -> dict[str, float]:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.local.consumers import LocalFunctions
     from tierq.maintenance.dispatcher import DispatcherConfig, dispatcher_of, forget_dispatcher
 
-    url = stores.fresh_database("bench_push")
+    url = stores.fresh_tierq("bench_push")
     try:
-        migrate(url)
-        stores.clear_valkey()
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                             db_pool_max=max(4, args.max_concurrency + 2))
         with Tierq(settings=settings) as tq:

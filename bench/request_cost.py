@@ -115,16 +115,13 @@ def register_idle(tq: Any, url: str, tenants: int) -> list[str]:
 def run(stores: Stores, leases: int, task_bytes: int, idle: int,
         repeat: int) -> dict[str, Any]:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic import queues as queue_logic
     from tierq.logic import ready_tenants
     from tierq.logic.context import OffsetClock
 
-    url = stores.fresh_database("bench_request_cost")
+    url = stores.fresh_tierq("bench_request_cost")
     try:
-        migrate(url)
-        stores.clear_valkey()
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                             warm_max=2 * leases, warm_max_bytes=4 * leases * (task_bytes + 200),
                             lease_seconds=3600)

@@ -58,6 +58,16 @@ class Stores:
         self.made.append(name)
         return self.url_for(name)
 
+    def fresh_tierq(self, prefix: str) -> str:
+        """A fresh database (``fresh_database``) migrated to tierq's schema, and the warm tier
+        emptied (``clear_valkey``): where a benchmark's engine starts; returns its URL."""
+        from tierq.dal.migrate import migrate
+
+        url = self.fresh_database(prefix)
+        migrate(url)
+        self.clear_valkey()
+        return url
+
     def drop_database(self, url: str) -> None:
         name = urlsplit(url).path.lstrip("/")
         with psycopg.connect(self.postgres_url, autocommit=True) as conn:

@@ -35,15 +35,12 @@ BAR_MS = 100.0
 
 def run(stores: Stores, waits: int) -> dict[str, Any]:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.dal.warm_tier import PairKeys
     from tierq.engine import Tierq
     from tierq.logic import waits as wait_logic
     from tierq.logic.tenant_budget import TASK_CHARGE
 
-    url = stores.fresh_database("bench_wait")
-    migrate(url)
-    stores.clear_valkey()
+    url = stores.fresh_tierq("bench_wait")
     tq = Tierq(settings=Settings(database_url=url, valkey_url=stores.valkey_url))
     try:
         woke_ms: list[float] = []

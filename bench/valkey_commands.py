@@ -242,7 +242,6 @@ def exercise(tq: Any, client: redis.Redis, names: dict[str, str], held: list[Any
 def run(stores: Stores, leases: int, task_bytes: int, extra: int,
         repeat: int) -> dict[str, Any]:
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
     from tierq.engine import Tierq
     from tierq.logic.context import OffsetClock
 
@@ -256,10 +255,8 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
         client.close()
         raise SystemExit(f"this benchmark sets Valkey's slow log (CONFIG SET), which this "
                          f"server refuses: {exc}") from exc
-    url = stores.fresh_database("bench_valkey_cmds")
+    url = stores.fresh_tierq("bench_valkey_cmds")
     try:
-        migrate(url)
-        stores.clear_valkey()
         total = leases + extra + KEYED + EXPIRING + CLAIM * repeat
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                             warm_max=2 * total, warm_max_bytes=4 * total * (task_bytes + 200),

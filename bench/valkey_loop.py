@@ -215,15 +215,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from tierq import Tierq
     from tierq.config import Settings
-    from tierq.dal.migrate import migrate
 
     results: dict[int, dict[str, float]] = {}
     with opened_stores(args) as stores:
         info = machine_info(stores)
         print_machine(info)
-        url = stores.fresh_database("valkey_loop")
-        migrate(url)
-        stores.clear_valkey()
+        url = stores.fresh_tierq("valkey_loop")
         client = redis.Redis.from_url(stores.valkey_url)
         kept = _slowlog_settings(client)
         tq = Tierq(settings=Settings(database_url=url, valkey_url=stores.valkey_url))
