@@ -326,9 +326,12 @@ def title_kind(title: str, database: str) -> str:
     """What a process titled ``title`` is: ``postgres: <what>``, or ``postgres:
     <cluster_name>: <what>`` where the server sets ``cluster_name`` (Debian's clusters do):
     a backend of ``database`` ("backends"), another database's, an autovacuum worker, ..."""
-    what = title.removeprefix("postgres: ").split()
-    if what and what[0].endswith(":"):  # (the server's cluster_name)
-        what = what[1:]
+    body = title.removeprefix("postgres: ")
+    # (a cluster_name may hold spaces; no title of a process itself holds ': ')
+    _cluster, sep, rest = body.partition(": ")
+    if sep and not body.startswith("/"):
+        body = rest
+    what = body.split()
     if not what:
         return "other"
     if what[0] == "autovacuum" and what[1:2] == ["worker"]:

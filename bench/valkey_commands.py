@@ -245,6 +245,7 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
     from tierq.engine import Tierq
     from tierq.logic.context import OffsetClock
 
+    url = stores.fresh_tierq("bench_valkey_cmds")  # (before the slow log is set: see below)
     client = redis.Redis.from_url(stores.valkey_url)
     try:
         kept = {name: client.config_get(name)[name]
@@ -255,7 +256,6 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
         client.close()
         raise SystemExit(f"this benchmark sets Valkey's slow log (CONFIG SET), which this "
                          f"server refuses: {exc}") from exc
-    url = stores.fresh_tierq("bench_valkey_cmds")
     try:
         total = leases + extra + KEYED + EXPIRING + CLAIM * repeat
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,

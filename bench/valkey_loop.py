@@ -7,7 +7,8 @@ with its own duration) says which script took what, per task.
 
 A fresh database and Valkey (private servers unless given; a given server must take
 ``CONFIG SET``, should serve nothing else meanwhile, since every client's commands are
-logged, and loses its slow log's entries: its slow-log settings are put back at the end).
+logged, and loses its slow log's entries and its ``INFO`` statistics, reset at each pass:
+its slow-log settings are put back at the end).
 For each claim size, ``--tasks`` tasks of one (queue, tenant) go through the engine's
 default loop (an enqueue of 500, then claims of that size, each acked as it comes, until
 those 500 are done: claims of 400 are one of 400 and one of 100) once to warm up, then
@@ -21,9 +22,10 @@ those 500 are done: claims of 400 are one of 400 and one of 100) once to warm up
 | command time     | the scripts' and the other commands' time, the log off          |
 | server CPU       | ``INFO cpu`` before and after the pass with the log off: the    |
 |                  | commands, the network and the event loop                        |
-| log cost         | what the slow log adds to a script per command it calls: the    |
-|                  | scripts' time logged less unlogged (``INFO commandstats``),     |
-|                  | over their commands                                             |
+| log cost         | what the slow log adds to a script per command it calls, one    |
+|                  | figure for the server: the scripts' time logged less unlogged   |
+|                  | (``INFO commandstats``) over their commands, every pass of      |
+|                  | every size summed                                               |
 
 A script's commands are logged under Lua's client just before the script itself; they are
 in its time. What a script costs beyond them (its keys and arguments, the pieces it
@@ -38,6 +40,7 @@ import argparse
 import contextlib
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +76,8 @@ def server_cpu_us(client: redis.Redis) -> float:
 def scripts_usec(client: redis.Redis) -> float:
     """The scripts' time since the last ``CONFIG RESETSTAT`` (their commands' included), µs."""
     stats = client.info("commandstats")
-    return float(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+    return sum(float(stats.get(name, {}).get("usec", 0))
+               for name in ("cmdstat_evalsha", "cmdstat_eval"))
 
 
 def one_pass(tq: Any, tasks: int, claim: int) -> None:
@@ -127,6 +131,18 @@ def split_slowlog(entries: list[Any], names: dict[str, str]
     return dict(scripts), other, inner_calls
 
 
+@dataclass
+class Pass:
+    """One pair of passes of a claim size, as measured (µs and counts, not yet a task's)."""
+
+    scripts: dict[str, list[float]]  # name -> [calls, time, own commands' time, own commands]
+    other: float                     # the other top-level commands' time (logged pass)
+    inner: int                       # the commands the scripts called (logged pass)
+    logged: float                    # the scripts' time, logged pass (INFO commandstats)
+    unlogged: float                  # the same, the log off
+    cpu: float                       # the server's CPU, the log off
+
+
 def logged_pass(tq: Any, client: redis.Redis, names: dict[str, str], tasks: int,
                 claim: int) -> tuple[dict[str, list[float]], float, int, float]:
     """A pass with every command logged: ``split_slowlog``'s parts and the scripts' time
@@ -144,36 +160,53 @@ def logged_pass(tq: Any, client: redis.Redis, names: dict[str, str], tasks: int,
 
 
 def measure(tq: Any, client: redis.Redis, names: dict[str, str], tasks: int, claim: int,
-            repeat: int) -> dict[str, float]:
-    """One claim size: medians over ``repeat`` pairs of passes of µs (or calls) a task;
-    each pass's figures derived before the medians are taken."""
+            repeat: int) -> list[Pass]:
+    """One claim size: ``repeat`` pairs of passes, one logged, one with the log off."""
     one_pass(tq, tasks, claim)  # (warm: scripts loaded, pair made)
-    runs: list[dict[str, float]] = []
+    passes: list[Pass] = []
     for r in range(repeat):
-        scripts, other, inner_calls, logged_usec = logged_pass(tq, client, names, tasks,
-                                                               claim)
+        scripts, other, inner, logged = logged_pass(tq, client, names, tasks, claim)
         client.config_resetstat()
         cpu = server_cpu_us(client)
         one_pass(tq, tasks, claim)  # (the log off)
         cpu = server_cpu_us(client) - cpu
-        unlogged_usec = scripts_usec(client)
-        log_cost = max(0.0, logged_usec - unlogged_usec) / max(1, inner_calls)
-        run: dict[str, float] = {}
-        for name, (calls, took, own, own_n) in scripts.items():
-            run[name] = (took - own_n * log_cost) / tasks
-            run[f"{name} commands"] = own / tasks
-            run[f"{name} calls"] = calls / tasks
-        run[OTHER] = other / tasks
-        run[COMMAND_TIME] = (unlogged_usec + other) / tasks
-        run[SERVER_CPU] = cpu / tasks
-        run[INNER] = inner_calls / tasks
-        run[LOG_COST] = log_cost
-        runs.append(run)
+        passes.append(Pass(scripts, other, inner, logged, scripts_usec(client), cpu))
         say(f"  claims of {claim}: pass {r + 1}/{repeat}: command time "
-            f"{run[COMMAND_TIME]:.1f} µs a task, server CPU {run[SERVER_CPU]:.1f}, "
-            f"{log_cost:.2f} µs a logged command")
-    keys = sorted({k for run in runs for k in run})
-    return {k: statistics.median([run.get(k, 0.0) for run in runs]) for k in keys}
+            f"{(passes[-1].unlogged + other) / tasks:.1f} µs a task, server CPU "
+            f"{cpu / tasks:.1f}")
+    return passes
+
+
+def log_cost_of(measured: dict[int, list[Pass]]) -> float:
+    """What logging adds to a script per command it calls, µs: one figure for the server,
+    from every pass of every size (a pass's own difference is within its spread)."""
+    added = sum(max(0.0, p.logged - p.unlogged) for ps in measured.values() for p in ps)
+    return added / max(1, sum(p.inner for ps in measured.values() for p in ps))
+
+
+def per_task(measured: dict[int, list[Pass]], tasks: int) -> dict[int, dict[str, float]]:
+    """Each claim size's medians of µs (or calls) a task, each pass's figures derived first:
+    a script's time less its logging (``log_cost_of``), its commands' time and its calls;
+    the other commands' time; the command time and server CPU with the log off."""
+    log_cost = log_cost_of(measured)
+    out: dict[int, dict[str, float]] = {}
+    for claim, passes in measured.items():
+        runs: list[dict[str, float]] = []
+        for p in passes:
+            run: dict[str, float] = {}
+            for name, (calls, took, own, own_n) in p.scripts.items():
+                run[name] = (took - own_n * log_cost) / tasks
+                run[f"{name} commands"] = own / tasks
+                run[f"{name} calls"] = calls / tasks
+            run[OTHER] = p.other / tasks
+            run[COMMAND_TIME] = (p.unlogged + p.other) / tasks
+            run[SERVER_CPU] = p.cpu / tasks
+            run[INNER] = p.inner / tasks
+            run[LOG_COST] = log_cost
+            runs.append(run)
+        keys = sorted({k for run in runs for k in run})
+        out[claim] = {k: statistics.median([run.get(k, 0.0) for run in runs]) for k in keys}
+    return out
 
 
 def fitted(results: dict[int, dict[str, float]]) -> dict[str, tuple[float, float]]:
@@ -216,19 +249,24 @@ def run(args: argparse.Namespace) -> int:
     from tierq import Tierq
     from tierq.config import Settings
 
-    results: dict[int, dict[str, float]] = {}
+    measured: dict[int, list[Pass]] = {}
     with opened_stores(args) as stores:
         info = machine_info(stores)
         print_machine(info)
         url = stores.fresh_tierq("valkey_loop")
         client = redis.Redis.from_url(stores.valkey_url)
-        kept = _slowlog_settings(client)
+        try:
+            kept = _slowlog_settings(client)
+            client.config_set("slowlog-max-len", SLOWLOG_LEN)
+        except redis.ResponseError as exc:
+            client.close()
+            raise SystemExit(f"this benchmark sets Valkey's slow log (CONFIG SET), which "
+                             f"this server refuses: {exc}") from exc
         tq = Tierq(settings=Settings(database_url=url, valkey_url=stores.valkey_url))
         try:
             names = script_names(tq)
-            client.config_set("slowlog-max-len", SLOWLOG_LEN)
             for claim in dict.fromkeys(args.claims):
-                results[claim] = measure(tq, client, names, args.tasks, claim, args.repeat)
+                measured[claim] = measure(tq, client, names, args.tasks, claim, args.repeat)
         finally:
             tq.close()
             with contextlib.suppress(redis.RedisError):  # (a server gone: the error is above)
@@ -236,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
                 for name, value in kept.items():
                     client.config_set(name, value)
             client.close()
+    results = per_task(measured, args.tasks)
     fits = fitted(results)
     _report(results, fits, args)
     write_json(args.json, {"machine": info, "tasks": args.tasks, "repeat": args.repeat,

@@ -263,11 +263,7 @@ class TierqEngine(System):
                 f"{k}={v}" for k, v in self.settings.items())
 
     def prepare(self, stores: Stores) -> Prepared:
-        from tierq.dal.migrate import migrate
-
-        url = stores.fresh_database("bench_tierq")
-        migrate(url)
-        stores.clear_valkey()
+        url = stores.fresh_tierq("bench_tierq")
         spec: dict[str, Any] = {"database_url": url, "valkey_url": stores.valkey_url,
                                 "queue": QUEUE, "settings": self.settings}
         if self.workload is not None:

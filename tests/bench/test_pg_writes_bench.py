@@ -63,6 +63,7 @@ def test_pg_writes_measures_every_step_of_both_systems(session_dir: Path,
     ("postgres: postgres tierq 127.0.0.1(5432) idle", "backends"),
     ("postgres: 15/main: postgres tierq 127.0.0.1(5432) idle", "backends"),
     ("postgres: 15/main: postgres test [local] SELECT", "other backends"),
+    ("postgres: my cluster: walwriter", "walwriter"),
     ("/usr/lib/postgresql/15/bin/postgres -D /data", "other"),
 ])
 def test_a_process_title_names_its_kind_with_or_without_a_cluster_name(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.valkey_loop import SCRIPT_CLIENT, fitted, split_slowlog
+from bench.valkey_loop import SCRIPT_CLIENT, Pass, fitted, log_cost_of, per_task, split_slowlog
 from tests.bench.test_bench_smoke import run_bench
 from tierq.local.services import LocalServices
 
@@ -71,3 +71,16 @@ def test_the_fit_splits_a_scripts_own_time_into_a_call_and_a_task() -> None:
     assert name == "claim"
     assert per_call == pytest.approx(50.0) and per_task == pytest.approx(1.0)
     assert fitted({10: results[10]}) == {}
+
+
+def test_the_logging_cost_is_one_figure_for_the_server_taken_off_every_size() -> None:
+    """Logged passes 30 and 2 µs slower than unlogged ones over 100 and 20 commands: 0.27
+    µs a command for both sizes, not 0.30 for one and 0.10 for the other."""
+    small = Pass({"claim": [10, 1000.0, 200.0, 100]}, 0.0, 100, 1030.0, 1000.0, 2000.0)
+    large = Pass({"claim": [1, 500.0, 100.0, 20]}, 0.0, 20, 502.0, 500.0, 900.0)
+    measured = {10: [small], 400: [large]}
+    assert log_cost_of(measured) == pytest.approx(32 / 120)
+    results = per_task(measured, 100)
+    assert results[10]["claim"] == pytest.approx((1000 - 100 * 32 / 120) / 100)
+    assert results[400]["claim"] == pytest.approx((500 - 20 * 32 / 120) / 100)
+    assert results[10]["command time"] == pytest.approx(10.0)
