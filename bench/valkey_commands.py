@@ -63,6 +63,22 @@ class Slowest:
     args: str  # its first arguments as the slow log keeps them
 
 
+def take_slowlog(client: redis.Redis, max_len: int) -> dict[str, str]:
+    """The server's slow-log settings as they are (to put back at the end), then its log's
+    length set to ``max_len``; a server that refuses ``CONFIG`` ends the run with a message
+    (the client closed)."""
+    try:
+        kept = {str(name): str(value)
+                for setting in ("slowlog-log-slower-than", "slowlog-max-len")
+                for name, value in client.config_get(setting).items()}
+        client.config_set("slowlog-max-len", max_len)
+    except redis.ResponseError as exc:
+        client.close()
+        raise SystemExit(f"this benchmark sets Valkey's slow log (CONFIG SET), which this "
+                         f"server refuses: {exc}") from exc
+    return kept
+
+
 def slowlog_reset(client: redis.Redis) -> None:
     client.execute_command("SLOWLOG", "RESET")
 
@@ -247,16 +263,9 @@ def run(stores: Stores, leases: int, task_bytes: int, extra: int,
 
     url = stores.fresh_tierq("bench_valkey_cmds")  # (before the slow log is set: see below)
     client = redis.Redis.from_url(stores.valkey_url)
+    kept = take_slowlog(client, 1_000_000)
     try:
-        kept = {name: client.config_get(name)[name]
-                for name in ("slowlog-log-slower-than", "slowlog-max-len")}
         client.config_set("slowlog-log-slower-than", 0)
-        client.config_set("slowlog-max-len", 1_000_000)
-    except redis.ResponseError as exc:
-        client.close()
-        raise SystemExit(f"this benchmark sets Valkey's slow log (CONFIG SET), which this "
-                         f"server refuses: {exc}") from exc
-    try:
         total = leases + extra + KEYED + EXPIRING + CLAIM * repeat
         settings = Settings(database_url=url, valkey_url=stores.valkey_url,
                             warm_max=2 * total, warm_max_bytes=4 * total * (task_bytes + 200),

@@ -48,7 +48,7 @@ import redis
 
 from bench.report import print_figures, print_machine, print_table, say, write_json
 from bench.stores import add_store_arguments, machine_info, opened_stores
-from bench.valkey_commands import script_names, slowlog_reset
+from bench.valkey_commands import script_names, slowlog_reset, take_slowlog
 
 QUEUE = "loop"
 ENQUEUE = 500  # tasks per enqueue (the largest request)
@@ -255,13 +255,7 @@ def run(args: argparse.Namespace) -> int:
         print_machine(info)
         url = stores.fresh_tierq("valkey_loop")
         client = redis.Redis.from_url(stores.valkey_url)
-        try:
-            kept = _slowlog_settings(client)
-            client.config_set("slowlog-max-len", SLOWLOG_LEN)
-        except redis.ResponseError as exc:
-            client.close()
-            raise SystemExit(f"this benchmark sets Valkey's slow log (CONFIG SET), which "
-                             f"this server refuses: {exc}") from exc
+        kept = take_slowlog(client, SLOWLOG_LEN)
         tq = Tierq(settings=Settings(database_url=url, valkey_url=stores.valkey_url))
         try:
             names = script_names(tq)
@@ -287,15 +281,6 @@ def run(args: argparse.Namespace) -> int:
                   f"valkey_us_per_task_claims_of_{smallest}="
                   f"{results[smallest][COMMAND_TIME]:.1f}")
     return 0
-
-
-def _slowlog_settings(client: redis.Redis) -> dict[str, str]:
-    """The slow-log settings to put back at the end."""
-    found: dict[str, str] = {}
-    for name in ("slowlog-max-len", "slowlog-log-slower-than"):
-        for key, value in client.config_get(name).items():
-            found[str(key)] = str(value)
-    return found
 
 
 def _scripts(results: dict[int, dict[str, float]]) -> list[str]:
