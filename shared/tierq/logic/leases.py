@@ -128,15 +128,18 @@ def by_tenant(items: Sequence[AckItem | NackItem | ReleaseItem | ClaimedTask],
 
 def verify(ctx: Context, queue: str, items: Sequence[AckItem | NackItem | ClaimedTask],
            rejected: list[Rejection],
-           progress: dict[str, tuple[int, str]] | None = None) -> list[Verified]:
+           progress: dict[str, tuple[int, str]] | None = None,
+           tenants: dict[str, list[Verified]] | None = None) -> list[Verified]:
     """Which items hold a valid lease; the others are added to ``rejected`` (not_owner).
     Each valid lease is marked as ending in the same step (lua/lease_check.lua): a release
     of it takes nothing, so an ack or a nack and a release of one lease never both happen.
     ``progress``: filled with the progress the leases keep (``record_progress``), read in
-    the same round trip."""
+    the same round trip. ``tenants``: the items' ``by_tenant``, made already (its
+    rejections in ``rejected``)."""
     now_ms = to_ms(ctx.now())
     valid: list[Verified] = []
-    tenants = by_tenant(items, rejected)
+    if tenants is None:
+        tenants = by_tenant(items, rejected)
     # (every tenant's check in one pipeline; with progress, a call per tenant)
     held_by = ctx.warm.verify_tenants(
         queue, {tenant: [v.member for v in entries] for tenant, entries in tenants.items()},
@@ -261,15 +264,25 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
     kept: dict[str, tuple[int, str]] | None = \
         {} if results is not None and any(map(is_not, results, repeat(None))) else None
     relaxed = not ctx.settings.ack_synchronous_commit
-    # (one tenant's tasks without results: checked and joined to the pair's acks committed
-    # together in one call, logic/ack_gathering.py)
-    joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected) \
-        if kept is None and ctx.settings.gathers_acks and not relaxed \
-        and not ctx.warm.holding() else None
+    # (tasks without results: one tenant's checked and joined to the pair's acks committed
+    # together in one call; those of several tenants checked, then joined to the queue's
+    # acks over several tenants: logic/ack_gathering.py)
+    gathers = kept is None and ctx.settings.gathers_acks and not relaxed \
+        and not ctx.warm.holding()
+    found: list[Rejection] = []
+    tenants = by_tenant(items, found)
+    joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected,
+                                          (tenants, found)) \
+        if gathers and len(tenants) == 1 else None
+    if joined is None:
+        result.rejected.extend(found)
+        valid = verify(ctx, queue, items, result.rejected, kept, tenants)
+        if gathers and len(tenants) > 1 and valid:
+            joined = ack_gathering.join_tenants(ctx, queue, valid)
+    else:
+        valid = joined.valid
     if joined is not None:
         gathered.append(joined)
-    valid = verify(ctx, queue, items, result.rejected, kept) if joined is None \
-        else joined.valid
     if not valid:
         result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result
@@ -320,8 +333,8 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
         groups.after_finish_ids(ctx, queue, [(tenant_of[i], i) for i in waited])
     freed: groups.Freed | None = None
     if any([r.grp is not None for r in finished]):  # the next tasks of their groups go on
-        tenants = {v.id: v.tenant for v in valid}
-        freed = groups.release_after_finish(ctx, queue, [(tenants[r.id], r.grp)
+        owner_of = {v.id: v.tenant for v in valid}
+        freed = groups.release_after_finish(ctx, queue, [(owner_of[r.id], r.grp)
                                                          for r in finished
                                                          if r.grp is not None])
     every = len(done) == len(valid)  # (the usual ack: each of them; done holds valid's ids)
