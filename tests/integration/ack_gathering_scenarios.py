@@ -26,14 +26,6 @@ scenario                            what it shows
 ``groups_go_on``                    a grouped task acked by another's commit frees its
                                     group's next task
 ``tenants_apart``                   one tenant's held lock never delays another's ack
-``several_tenants_one_commit``      acks each over several tenants (batch rows or
-                                    rows) meet in the queue's mailbox: one commit
-                                    answers all, each row checked with its own
-                                    lease's tenant
-``several_tenants_stopped``         acks over several tenants taken by a committer
-                                    that stopped: each commits alone, none lost
-``a_tenant_never_waits_on_many``    the queue's lock held: a tenant's own ack (its
-                                    pair's mailbox) goes on at once
 ==================================  ==================================================
 """
 
@@ -56,18 +48,16 @@ from tierq.logic import ack_gathering
 QUEUE = "gathered"
 
 
-def mail(tenant: str | None) -> AckMail:
-    """The pair's mailbox, or the queue's of acks over several tenants (``tenant`` None)."""
-    return AckMail.of(QUEUE, tenant, None, "-") if tenant is not None \
-        else AckMail.of_tenants(QUEUE, None, "-")
+def mail(tenant: str) -> AckMail:
+    return AckMail.of(QUEUE, tenant, None, "-")
 
 
-def hold_lock(valkey: Any, tenant: str | None, ms: int = 30_000) -> None:
+def hold_lock(valkey: Any, tenant: str, ms: int = 30_000) -> None:
     """Hold the pair's committer lock as a committer under way would."""
     assert valkey.set(mail(tenant).lock, "a committer", px=ms, nx=True)
 
 
-def joined(valkey: Any, tenant: str | None, n: int) -> None:
+def joined(valkey: Any, tenant: str, n: int) -> None:
     eventually(lambda: valkey.llen(mail(tenant).mailbox) == n, timeout=10,
                what=f"{n} acks in the mailbox")
 
@@ -285,69 +275,3 @@ def a_slow_committer(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> Non
     assert sorted(map(str, out[0].acked)) == sorted(str(t.id) for t in tasks)
     assert tq.ctx.ack_commits.alone == 1
     assert held_ids(pg) == []
-
-
-def _over_tenants(tq: Tierq, n_acks: int, per_tenant: int, tenants: str = "abc"
-                  ) -> list[list[Any]]:
-    """Tasks of ``tenants`` claimed over tenants (no tenant named), dealt into ``n_acks``
-    acks that each name tasks of every tenant."""
-    tq.enqueue(QUEUE, [{"payload": i, "tenant": t} for t in tenants for i in range(per_tenant)])
-    got = tq.claim(QUEUE, max=len(tenants) * per_tenant)
-    assert len(got) == len(tenants) * per_tenant
-    by_tenant = sorted(got, key=lambda t: (t.tenant, str(t.id)))
-    acks = [by_tenant[k::n_acks] for k in range(n_acks)]
-    assert all(len({t.tenant for t in ack}) == len(tenants) for ack in acks)
-    return acks
-
-
-def several_tenants_one_commit(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> None:
-    tqs = engines(make_tq, 3)
-    acks = _over_tenants(tqs[0], 3, 6)
-    hold_lock(valkey, None)
-    out: dict[int, Any] = {}
-    threads = [acking(tq, ack, out, i) for i, (tq, ack) in enumerate(zip(tqs, acks, strict=True))]
-    joined(valkey, None, len(threads))
-    assert valkey.llen(mail("a").mailbox) == 0  # (never a pair's mailbox)
-    valkey.delete(mail(None).lock)  # the committer under way let it go
-    for thread in threads:
-        thread.join(timeout=30)
-    for i, ack in enumerate(acks):
-        assert not isinstance(out[i], Exception), out[i]
-        assert sorted(map(str, out[i].acked)) == sorted(str(t.id) for t in ack)
-        assert not out[i].rejected
-    counts = [tq.ctx.ack_commits for tq in tqs]
-    assert sum(c.commits for c in counts) == 1 and sum(c.committed for c in counts) == 3
-    assert sum(c.answered for c in counts) == 2 and sum(c.alone for c in counts) == 0
-    assert held_ids(pg) == []
-    assert tqs[0].running(QUEUE) == []
-    assert not valkey.exists(mail(None).lock) and valkey.llen(mail(None).mailbox) == 0
-
-
-def several_tenants_stopped(make_tq: Callable[..., Tierq], valkey: Any, pg: Any) -> None:
-    tqs = engines(make_tq, 2)
-    acks = _over_tenants(tqs[0], 2, 2, "ab")
-    hold_lock(valkey, None, ms=800)
-    out: dict[int, Any] = {}
-    threads = [acking(tq, ack, out, i) for i, (tq, ack) in enumerate(zip(tqs, acks, strict=True))]
-    joined(valkey, None, 2)
-    for thread in threads:  # the lock expires: they take it in turn, or go alone
-        thread.join(timeout=30)
-    for i, ack in enumerate(acks):
-        assert sorted(map(str, out[i].acked)) == sorted(str(t.id) for t in ack)
-    assert held_ids(pg) == [] and tqs[0].running(QUEUE) == []
-
-
-def a_tenant_never_waits_on_many(make_tq: Callable[..., Tierq], valkey: Any) -> None:
-    tqs = engines(make_tq, 2)
-    tqs[0].enqueue(QUEUE, [{"payload": i, "tenant": t} for t in "ab" for i in range(2)])
-    over = tqs[0].claim(QUEUE, max=2, tenant="a") + tqs[0].claim(QUEUE, max=1, tenant="b")
-    own = tqs[1].claim(QUEUE, max=1, tenant="b")
-    hold_lock(valkey, None)
-    out: dict[int, Any] = {}
-    waiting = acking(tqs[0], over, out, 0)
-    joined(valkey, None, 1)
-    assert len(tqs[1].ack(QUEUE, own).acked) == 1  # b's pair: its own mailbox, free
-    assert waiting.is_alive()  # the ack over tenants still waits for the queue's committer
-    valkey.delete(mail(None).lock)
-    waiting.join(timeout=30)
-    assert len(out[0].acked) == 3

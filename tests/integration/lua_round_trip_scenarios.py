@@ -18,7 +18,6 @@ from tierq.core.ordering import SPLIT, place
 from tierq.dal.lua_calls import (
     CALLS,
     AckCheckJoin,
-    AckJoin,
     AckLook,
     AckPass,
     AdmissionBegin,
@@ -1146,29 +1145,6 @@ def ack_check_join_scenario(warm: WarmTier, valkey: Any) -> None:
     assert valkey.hget(first.states, "r2") == b"r4"
 
 
-def ack_join_scenario(warm: WarmTier, valkey: Any) -> None:
-    queue = f"rt{uuid.uuid4().hex[:8]}"
-    first, second = (AckMail.of_tenants(queue, None, r) for r in ("r1", "r2"))
-    assert first.mailbox == f"tq:{{{queue}}}:acks" and first.leased == ""
-    assert AckMail.of_tenants(queue, 3, "r1").mailbox.endswith(":acks:3")
-    # the first: the lock free, it commits (none waits) and holds the lock
-    assert run(warm, AckJoin(first, "r1", "r1 x,y 1,2 a,b", 5_000, 31)) == ("commit", [])
-    assert valkey.get(first.lock) == b"r1" and 0 < valkey.pttl(first.lock) <= 5_000
-    # sent again after its reply was lost: the lock is its own, it commits (takes nothing)
-    assert run(warm, AckJoin(first, "r1", "r1 x,y 1,2 a,b", 5_000, 31)) == ("commit", [])
-    # the second: the lock another's, its entry waits in line
-    assert run(warm, AckJoin(second, "r2", "r2 z 1 c", 5_000, 31)) == ("wait", [])
-    assert [text(e) for e in valkey.lrange(first.mailbox, 0, -1)] == ["r2 z 1 c"]
-    assert valkey.hget(first.states, "r2") == b""  # (in line)
-    assert 5_000 < valkey.pttl(first.mailbox) <= 10_000
-    # the lock free again: the next to join takes it and the line, recorded as its own
-    valkey.delete(first.lock)
-    third = AckMail.of_tenants(queue, None, "r3")
-    assert run(warm, AckJoin(third, "r3", "r3 w 2 d", 4_000, 31)) == ("commit", ["r2 z 1 c"])
-    assert valkey.get(first.lock) == b"r3" and valkey.llen(first.mailbox) == 0
-    assert valkey.hget(first.states, "r2") == b"r3"
-
-
 def ack_look_scenario(warm: WarmTier, valkey: Any) -> None:
     queue = f"rt{uuid.uuid4().hex[:8]}"
     first, second, third = (AckMail.of(queue, TENANT, None, r) for r in ("r1", "r2", "r3"))
@@ -1328,7 +1304,6 @@ SCENARIOS: dict[type[LuaCall[Any]], Callable[[WarmTier, Any], None]] = {
     TaskFinished: task_finished_scenario,
     TaskWait: task_wait_scenario,
     AckCheckJoin: ack_check_join_scenario,
-    AckJoin: ack_join_scenario,
     AckLook: ack_look_scenario,
     AckPass: ack_pass_scenario,
 }

@@ -28,20 +28,6 @@ def test_one_tenant_s_committer_never_delays_another_s_ack(make_tq, valkey):
 
 
 @pytest.mark.parametrize("batch_rows", [False, True], ids=["rows", "batch-rows"])
-def test_acks_over_several_tenants_that_meet_are_one_commit(make_tq, valkey, pg, batch_rows):
-    scenarios.several_tenants_one_commit(lambda **kw: make_tq(batch_rows=batch_rows, **kw),
-                                         valkey, pg)
-
-
-def test_acks_over_several_tenants_of_a_stopped_committer_commit_alone(make_tq, valkey, pg):
-    scenarios.several_tenants_stopped(make_tq, valkey, pg)
-
-
-def test_a_tenant_s_ack_never_waits_on_acks_over_several_tenants(make_tq, valkey):
-    scenarios.a_tenant_never_waits_on_many(make_tq, valkey)
-
-
-@pytest.mark.parametrize("batch_rows", [False, True], ids=["rows", "batch-rows"])
 def test_two_acks_of_one_task_answer_it_once(make_tq, valkey, batch_rows):
     """A retried ack gathered with the first: the committer sets it apart, and it goes
     alone after the first's commit. On batch rows its tasks are members, which it finds

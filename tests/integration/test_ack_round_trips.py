@@ -93,15 +93,11 @@ def test_an_ack_with_results_reads_the_progress_with_the_check(tq, valkey):
     assert valkey.hlen(PairKeys.of(QUEUE, TENANT).progress) == 0
 
 
-@pytest.mark.parametrize("gathered", [True, False], ids=["gathered", "alone"])
-def test_an_ack_of_ten_tenants_is_two_round_trips_and_its_join(make_tq, valkey, gathered):
+def test_an_ack_of_ten_tenants_is_two_round_trips(tq, valkey):
     """A claim naming no tenant hands out tasks of several tenants: the ack checks (and
     marks) all their leases in one pipeline, then drops every pair's leases in one more,
     with each pair's completion markers and throughput count (11 round trips when each
-    pair's drop was a round trip of its own). Acks committed together (the default) join
-    the queue's mailbox of acks over several tenants between the two (lua/ack_join.lua),
-    a round trip more, which their commit's share pays for."""
-    tq = make_tq(ack_group_commit=gathered)
+    pair's drop was a round trip of its own)."""
     tq.put_queue(QUEUE, {})
     tenants = [f"t{i}" for i in range(10)]
     tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in tenants for i in range(3)])
@@ -116,10 +112,8 @@ def test_an_ack_of_ten_tenants_is_two_round_trips_and_its_join(make_tq, valkey, 
     assert wire.commands["lease_check"] == 10, dict(wire.commands)
     assert wire.commands["lease_drop"] == 10, dict(wire.commands)
     assert wire.commands["task_finished"] == 10, dict(wire.commands)
-    # one pipeline of the ten checks, (the join,) then one of the ten drops, markers and
-    # counts, and the committer's pass
-    assert wire.commands.get("ack_join", 0) == wire.commands.get("ack_pass", 0) == gathered
-    assert wire.sends == 2 + gathered, (wire.sends, dict(wire.commands))
+    # one pipeline of the ten checks, then one of the ten drops, markers and counts
+    assert wire.sends == 2, (wire.sends, dict(wire.commands))
     for tenant in tenants:
         assert valkey.zcard(PairKeys.of(QUEUE, tenant).leased) == 0
         assert tq.throughput(QUEUE, tenant=tenant).acked_total == 3
@@ -158,10 +152,9 @@ def test_a_pair_whose_drop_fails_is_raised_after_the_others(tq, valkey):
     assert all(tq.ctx.store.task_by_id(QUEUE, t.id) is None for t in got)  # (committed)
 
 
-def test_a_pair_of_more_leases_than_one_call_holds(make_tq, valkey, monkeypatch):
+def test_a_pair_of_more_leases_than_one_call_holds(tq, valkey, monkeypatch):
     """A pair with more members than one drop call takes goes in several calls of the same
     pipeline, beside the other pairs'."""
-    tq = make_tq(ack_group_commit=False)  # (its join's round trip: the test above)
     monkeypatch.setattr(LeaseDrop, "items_per_call", classmethod(lambda cls: 3))
     tq.put_queue(QUEUE, {})
     tq.enqueue(QUEUE, [{"payload": {"n": i}, "tenant": t} for t in ["a", "b"]

@@ -40,9 +40,9 @@ WAIT_SCRIPTS = frozenset({"task_finished.lua", "task_wait.lua"})
 # The mailbox of acks committed together (logic/ack_gathering.py) expires, and so do the
 # answers its committer sends (``AnswersAlong.commands``): a mailbox, lock, state or answer lost
 # to eviction means an ack waits at most its 2 s and deletes alone, never a lost task. They
-# write only the `acks` keys of a pair or of a queue (acks over several tenants).
-ACK_GATHERING_SCRIPTS = frozenset({"ack_check_join.lua", "ack_join.lua", "ack_look.lua",
-                                   "ack_pass.lua", "ack_mailbox.lua"})
+# write only the pair's `acks` keys.
+ACK_GATHERING_SCRIPTS = frozenset({"ack_check_join.lua", "ack_look.lua", "ack_pass.lua",
+                                   "ack_mailbox.lua"})
 
 
 def test_tierq_keys_carry_no_ttl() -> None:

@@ -910,26 +910,6 @@ class AckLook(LuaCall[tuple[str, list[str]]]):
 
 
 @lazy_dataclass(frozen=True)
-class AckJoin(LuaCall[tuple[str, list[str]]]):
-    """An ack over several tenants, its leases checked, joins its queue's mailbox of such
-    acks committed together (lua/ack_join.lua): (``commit``, the entries it takes) or
-    (``wait``, []). ``on``: the request's ``AckMail`` (``AckMail.of_tenants``)."""
-
-    SCRIPT: ClassVar[str] = "ack_join"
-    KEYS: ClassVar[tuple[str, ...]] = ("mailbox", "lock", "states")
-    ARGS: ClassVar[tuple[str, ...]] = ("request", "entry", "lock_ms", "most")
-
-    on: Any
-    request: str
-    entry: str
-    lock_ms: int
-    most: int
-
-    def parse(self, reply: Any) -> tuple[str, list[str]]:
-        return text(reply[0]), [text(x) for x in reply[1:]]
-
-
-@lazy_dataclass(frozen=True)
 class AckPass(LuaCall[list[str]]):
     """The committer of a pair's acks forgets the requests it answered (``items``), then goes
     on with the entries that came meanwhile (at most ``most``; 0: none) or lets the lock go
@@ -1376,7 +1356,6 @@ CALLS: tuple[type[LuaCall[Any]], ...] = (
     GoCold, AdmissionEnd, AdmissionMode, TierStats, LeaseOf, RemoveReady, ReadyTenantsNote,
     ReplaceCold, PairSweep, LapseIndex, QueueCapacity, CapacityFree, CapacityExtend,
     CapacityUse, TenantRequests, LongPolls, RateAdd, RateTenants, IdempotencyClaim,
-    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait, AckCheckJoin, AckJoin,
-    AckLook,
+    IdempotencyFinish, IdempotencyAbandon, TaskFinished, TaskWait, AckCheckJoin, AckLook,
     AckPass)
 """Every script with a typed call, as the tests visit them."""

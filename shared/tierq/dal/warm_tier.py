@@ -39,7 +39,6 @@ from tierq.dal.command_limit import (
 from tierq.dal.direct_calls import DirectCalls
 from tierq.dal.lua_calls import (
     AckCheckJoin,
-    AckJoin,
     AckLook,
     AckPass,
     AdmissionBegin,
@@ -139,7 +138,6 @@ SCRIPTS = (
     "task_wait",
     "ack_check_join",
     "ack_look",
-    "ack_join",
     "ack_pass",
 )
 
@@ -211,14 +209,6 @@ class AckMail:
         base = f"tq:{{{queue}|{tenant}}}:acks" + ("" if shard_tag is None else f":{shard_tag}")
         return cls(base, base + ":lock", f"{base}:r:{request}",
                    PairKeys.of(queue, tenant).leased, base + ":states")
-
-    @classmethod
-    def of_tenants(cls, queue: str, shard_tag: int | None, request: str) -> AckMail:
-        """The mailbox of the queue's acks over several tenants (lua/ack_join.lua), on the
-        queue's own slot: only callers that claim over tenants make such acks, so no
-        tenant's own acks wait in it. It has no leases of its own (``leased`` empty)."""
-        base = f"tq:{{{queue}}}:acks" + ("" if shard_tag is None else f":{shard_tag}")
-        return cls(base, base + ":lock", f"{base}:r:{request}", "", base + ":states")
 
     def reply_of(self, request: str) -> str:
         """The reply list of another request of the same mailbox."""
@@ -1691,14 +1681,6 @@ class WarmTier:
         (lua/ack_check_join.lua), in one call."""
         request = mail.reply.rpartition(":")[2]
         return self.call(AckCheckJoin(mail, now_ms, request, lock_ms, most, leases))
-
-    def ack_join(self, mail: AckMail, entry: str, *, lock_ms: int,
-                 most: int) -> tuple[str, list[str]]:
-        """Join the queue's mailbox of acks over several tenants with ``entry``, the leases
-        already checked (lua/ack_join.lua): (``commit``, the entries taken) or (``wait``,
-        [])."""
-        request = mail.reply.rpartition(":")[2]
-        return self.call(AckJoin(mail, request, entry, lock_ms, most))
 
     def ack_look(self, mail: AckMail, entry: str, *, lock_ms: int,
                  most: int) -> tuple[str, list[str]]:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,9 +71,6 @@ else:
 
 log = logging.getLogger(__name__)
 
-# What an entry's fields cannot hold (its separators): a tenant's name never has them, nor
-# a task id's text; an ack naming one is not gathered.
-_SEPARATORS = re.compile("[ ,]")
 # Acks one commit carries at most: its own and those it takes from the mailbox.
 MOST_ENTRIES = 32
 # How long a waiting ack waits for an answer before it looks at the mailbox again, seconds:
@@ -94,55 +90,26 @@ REPLY_TTL_MS = 60_000
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One ack's delete as its mailbox holds it: ``<request> <ids> <attempts>`` in a pair's
-    mailbox, ``<request> <ids> <attempts> <tenants>`` (a tenant per id: its lease's) in
-    the queue's mailbox of acks over several tenants (``tenants`` None: the pair's)."""
+    """One ack's delete as its mailbox holds it: ``<request> <ids> <attempts>``."""
 
     request: str
     ids: list[str]
     attempts: list[int]
     text: str
-    tenants: list[str] | None = None
 
     @classmethod
     def parse(cls, text: str) -> Entry:
-        request, ids, attempts, *tenants = text.split(" ")
-        return cls(request, ids.split(","), [int(a) for a in attempts.split(",")], text,
-                   tenants[0].split(",") if tenants else None)
-
-    @classmethod
-    def of_tenants(cls, request: str, valid: Sequence[Verified]) -> Entry:
-        """The entry of an ack over several tenants: its leases held, each with its
-        tenant."""
-        text = " ".join((request, ",".join([v.id for v in valid]),
-                         ",".join([str(v.attempt) for v in valid]),
-                         ",".join([v.tenant for v in valid])))
-        return cls.parse(text)
-
-    def owners(self, tenant: str | None) -> list[str]:
-        """Each id's tenant: the entry's own, or the pair's ``tenant``."""
-        if self.tenants is not None:
-            return self.tenants
-        assert tenant is not None, "an entry of a pair's mailbox needs its tenant"
-        return [tenant] * len(self.ids)
-
-    def less(self, left_out: set[str]) -> Entry:
-        """The entry without the ids in ``left_out`` (its text unchanged: its request's)."""
-        kept = [n for n, i in enumerate(self.ids) if i not in left_out]
-        return Entry(self.request, [self.ids[n] for n in kept],
-                     [self.attempts[n] for n in kept], self.text,
-                     None if self.tenants is None else [self.tenants[n] for n in kept])
+        request, ids, attempts = text.split(" ")
+        return cls(request, ids.split(","), [int(a) for a in attempts.split(",")], text)
 
 
 @dataclass(slots=True)
 class Joined:
     """An ack's leases checked and, for those held, its delete's place in the pair's
-    mailbox (``check_and_join``), or in the queue's for an ack over several tenants
-    (``join_tenants``; ``tenant`` None): ``role`` ``commit`` (the lock is its own;
-    ``taken`` the acks it commits with its own), ``wait`` or ``none`` (no lease held:
-    nothing joined)."""
+    mailbox (``check_and_join``): ``role`` ``commit`` (the lock is its own; ``taken`` the
+    acks it commits with its own), ``wait`` or ``none`` (no lease held: nothing joined)."""
 
-    tenant: str | None
+    tenant: str
     valid: list[Verified]
     mail: AckMail
     entry: str | None
@@ -177,8 +144,8 @@ def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTa
     (lua/ack_check_join.lua); leases not held are added to ``rejected`` (not_owner), and
     so are the items ``leases.by_tenant`` refused. None: not such an ack, or Valkey at
     ``maxmemory`` refused the join (the leases it marked check again as held): the caller
-    verifies as usual and deletes alone. ``by_tenant``: the items' ``leases.by_tenant``
-    and its rejections, made already."""
+    verifies as usual and deletes alone. ``by_tenant``: the items' ``leases.by_tenant`` and
+    its rejections, made already."""
     found: list[Rejection]
     if by_tenant is None:
         found = []
@@ -208,33 +175,6 @@ def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTa
         rejected.extend(lease_outcomes.Rejection(id=items[v.index].id, reason="not_owner")
                         for v, ok in zip(entries, held, strict=True) if not ok)
     return Joined(tenant, valid, mail, entry, role, taken, hold)
-
-
-def join_tenants(ctx: Context, queue: str, valid: Sequence[Verified]) -> Joined | None:
-    """The delete of an ack over several tenants, its leases checked (``leases.verify``),
-    joined to the queue's mailbox of such acks (lua/ack_join.lua). None: not such an ack,
-    too large to gather, a name that an entry cannot carry, or Valkey at ``maxmemory``
-    refused the join: the caller deletes alone. Only a caller that claims over tenants
-    (an administrator's, a dispatcher's) makes such an ack, so a tenant's own acks never
-    wait on this mailbox's committer."""
-    tenants = {v.tenant for v in valid}
-    if len(tenants) < 2 or len(valid) > AckCheckJoin.items_per_call() \
-            or any(_SEPARATORS.search(t) for t in tenants) \
-            or _SEPARATORS.search("".join([v.id for v in valid])):
-        return None
-    request = os.urandom(8).hex()
-    entry = Entry.of_tenants(request, valid)
-    mail = AckMail.of_tenants(queue, ctx.id_tag, request)
-    hold = lock_ms(ctx)
-    try:
-        role, taken = ctx.warm.ack_join(mail, entry.text, lock_ms=hold,
-                                        most=MOST_ENTRIES - 1)
-    except WarmTierFull:
-        return None
-    except WarmTierUnavailable:
-        _let_go(ctx, mail, request)  # (the call may have run and taken the lock)
-        raise
-    return Joined(None, list(valid), mail, entry.text, role, taken, hold)
 
 
 def delete_joined(ctx: Context, queue: str, joined: Joined) -> list[AckedRow]:
@@ -288,30 +228,29 @@ def after_drop(ctx: Context, queue: str, joined: Joined) -> None:
            joined.passes_end, joined.carried)
 
 
-def _delete(ctx: Context, queue: str, tenant: str | None,
-            entries: Sequence[Entry]) -> list[AckedRow]:
-    """One statement and commit for the rows of ``entries`` (``tenant``: the pair's, or
-    None for the queue's mailbox, whose entries name each id's tenant)."""
+def _delete(ctx: Context, queue: str, tenant: str, entries: Sequence[Entry]) -> list[AckedRow]:
+    """One statement and commit for the rows of ``entries``."""
     ids = [i for e in entries for i in e.ids]
     attempts = [a for e in entries for a in e.attempts]
-    # (each row's tenant, its lease's, as leases.ack passes them)
-    owners = [t for e in entries for t in e.owners(tenant)]
+    owners = [tenant] * len(ids)  # (each row's tenant, as leases.ack passes them)
     return batch_rows.finish_plain(ctx, queue, ids, owners, attempts)
 
 
-def _alone(ctx: Context, queue: str, tenant: str | None, mine: Entry) -> list[AckedRow]:
+def _alone(ctx: Context, queue: str, tenant: str, mine: Entry) -> list[AckedRow]:
     """``mine`` in a statement and commit of its own, less the batch members an earlier
     commit already ended (``_already_ended``)."""
     ctx.ack_commits.alone += 1
-    ended = _already_ended(ctx, mine.owners(tenant), mine.ids)
+    ended = _already_ended(ctx, tenant, mine.ids)
     if ended:
-        mine = mine.less(ended)
-        if not mine.ids:
+        kept = [n for n, i in enumerate(mine.ids) if i not in ended]
+        if not kept:
             return []
+        mine = Entry(mine.request, [mine.ids[n] for n in kept],
+                     [mine.attempts[n] for n in kept], mine.text)
     return _delete(ctx, queue, tenant, [mine])
 
 
-def _already_ended(ctx: Context, owners: Sequence[str], ids: Sequence[str]) -> set[str]:
+def _already_ended(ctx: Context, tenant: str, ids: Sequence[str]) -> set[str]:
     """The batch members among ``ids`` whose places an ack already ended: left out of an
     ack that goes alone, so they are answered not found, as rows an earlier ack deleted
     are. Such an ack is often a retry that the committer set apart from the first
@@ -320,7 +259,7 @@ def _already_ended(ctx: Context, owners: Sequence[str], ids: Sequence[str]) -> s
     member's."""
     if not any(batch_member(i) for i in ids):
         return set()
-    return ctx.store.members_acked(ids, owners[0] if len(set(owners)) == 1 else owners)
+    return ctx.store.members_acked(ids, tenant)
 
 
 def _let_go(ctx: Context, mail: AckMail, request: str) -> None:
@@ -361,7 +300,7 @@ def _apart(batch: list[Entry], carried: set[str]) -> tuple[list[Entry], list[Ent
     return kept, alone
 
 
-def _first_pass(ctx: Context, queue: str, tenant: str | None, mail: AckMail, mine: Entry,
+def _first_pass(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
                 waiting: list[Entry], hold_ms: int, carried: set[str]
                 ) -> tuple[list[AckedRow], list[tuple[str, bytes]]]:
     """As the pair's committer: delete ``mine`` and ``waiting`` in one commit; (``mine``'s
@@ -384,7 +323,7 @@ def _first_pass(ctx: Context, queue: str, tenant: str | None, mail: AckMail, min
     return own, answers
 
 
-def _commit(ctx: Context, queue: str, tenant: str | None, mail: AckMail, mine: Entry,
+def _commit(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
             waiting: list[Entry], hold_ms: int) -> list[AckedRow]:
     """As the pair's committer after a wait (``ack_look.lua`` gave it the lock): its first
     pass, its answers sent at once, then the passes for the acks taken meanwhile."""
@@ -396,7 +335,7 @@ def _commit(ctx: Context, queue: str, tenant: str | None, mail: AckMail, mine: E
     return own
 
 
-def _go_on(ctx: Context, queue: str, tenant: str | None, mail: AckMail, mine: Entry,
+def _go_on(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
            more: list[str], hold_ms: int, ends: float, carried: set[str]) -> None:
     """The committer's further passes: commit and answer the acks its last pass took, then
     those of the next, ``MOST_PASSES`` times at most and until ``ends`` (its own caller
@@ -453,7 +392,7 @@ def _send(ctx: Context, mail: AckMail, mine: Entry, answers: list[tuple[str, byt
     return taken
 
 
-def _wait(ctx: Context, queue: str, tenant: str | None, mail: AckMail, mine: Entry,
+def _wait(ctx: Context, queue: str, tenant: str, mail: AckMail, mine: Entry,
           hold_ms: int) -> list[AckedRow]:
     """As a waiting ack: its answer, or a commit of its own (the module's table); past
     ``WAIT_ALONE_SECONDS`` it deletes alone whatever the mailbox says."""

@@ -264,25 +264,20 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
     kept: dict[str, tuple[int, str]] | None = \
         {} if results is not None and any(map(is_not, results, repeat(None))) else None
     relaxed = not ctx.settings.ack_synchronous_commit
-    # (tasks without results: one tenant's checked and joined to the pair's acks committed
-    # together in one call; those of several tenants checked, then joined to the queue's
-    # acks over several tenants: logic/ack_gathering.py)
-    gathers = kept is None and ctx.settings.gathers_acks and not relaxed \
-        and not ctx.warm.holding()
+    # (one tenant's tasks without results: checked and joined to the pair's acks committed
+    # together in one call, logic/ack_gathering.py; the items split by tenant once)
     found: list[Rejection] = []
     tenants = by_tenant(items, found)
     joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected,
                                           (tenants, found)) \
-        if gathers and len(tenants) == 1 else None
+        if len(tenants) == 1 and kept is None and ctx.settings.gathers_acks \
+        and not relaxed and not ctx.warm.holding() else None
     if joined is None:
         result.rejected.extend(found)
         valid = verify(ctx, queue, items, result.rejected, kept, tenants)
-        if gathers and len(tenants) > 1 and valid:
-            joined = ack_gathering.join_tenants(ctx, queue, valid)
     else:
-        valid = joined.valid
-    if joined is not None:
         gathered.append(joined)
+        valid = joined.valid
     if not valid:
         result.cancelled = cancelled_of(ctx, queue, result.rejected, items)
         return result

@@ -328,17 +328,14 @@ class BatchQueries(StoreBase):
         params["tenants"] = text_array(list(tenants or ()))
         return self._fetch("batch_members", params, positional(BatchMemberRow), conn)
 
-    def members_acked(self, ids: Sequence[str], tenant: str | Sequence[str]) -> set[str]:
-        """The members among ``ids``, of ``tenant`` (or of each id's own tenant, given as a
-        list beside ``ids``), that a plain ack ended; none where migration 0030 has not run
-        (no table, so no member: an id marked by chance)."""
-        owners = dict(zip(ids, [tenant] * len(ids) if isinstance(tenant, str) else tenant,
-                          strict=True))
+    def members_acked(self, ids: Sequence[str], tenant: str) -> set[str]:
+        """The members among ``ids``, of ``tenant``, that a plain ack ended; none where
+        migration 0030 has not run (no table, so no member: an id marked by chance)."""
         try:
-            members = self.batch_members(ids, sorted(set(owners.values())))
+            members = self.batch_members(ids, [tenant])
         except psycopg.errors.UndefinedTable:
             return set()
-        return {m.id for m in members if m.ended == "acked" and owners.get(m.id) == m.tenant}
+        return {m.id for m in members if m.ended == "acked"}
 
     def has_batch_rows(self) -> bool:
         """Whether any batch row is left (one index entry read at most)."""
