@@ -65,9 +65,11 @@ design with a setting of today's engine, such as group commit.
 to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's engine
 whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
 acks of several workers committed together (docs/design-rotating-tables.md, section 6)
-would leave PostgreSQL, without the cost of gathering them. ``--tierq-setting FIELD=VALUE``
-(repeat it for several, all in one system) adds tierq's engine with those settings
-(``tierq-engine+<field>=<value>``): a setting's effect measured side by side.
+would leave PostgreSQL, without the cost of gathering them (with ``--tierq-setting``, it
+has those settings too: ``tierq-engine+acks-of-<N>-claims+<field>=<value>``).
+``--tierq-setting FIELD=VALUE`` (repeat it for several, all in one system) adds tierq's
+engine with those settings (``tierq-engine+<field>=<value>``): a setting's effect measured
+side by side.
 ``--ack-and-claim`` adds tierq's engine whose consumers ack a batch and claim the next in
 one call (``tierq-engine+ack-and-claim``, ``Tierq.ack_and_claim``); its claim latency is
 that of the claims made alone. ``--floor [rows|batches]`` (rows by default; repeat it for
@@ -310,7 +312,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
     if bare_client_us:
         systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
     if ack_claims > 1:
-        systems.append(TierqEngine(workload=shape.workload, ack_claims=ack_claims))
+        systems.append(TierqEngine(tierq_settings, workload=shape.workload,
+                                   ack_claims=ack_claims, named_settings=True))
     if tierq_settings:
         systems.append(TierqEngine(tierq_settings, workload=shape.workload,
                                    named_settings=True))

@@ -238,9 +238,9 @@ class TierqEngine(System):
         """``ack_claims`` > 1: each consumer acks its tasks once it holds that many claims
         (or a claim finds nothing), as acks of several workers committed together would
         reach PostgreSQL (docs/design-rotating-tables.md, section 6); named
-        ``tierq-engine+acks-of-<N>-claims``. ``named_settings``: the settings name the
-        system (``tierq-engine+<field>=<value>``, or a sketch's name and them), to run
-        beside the defaults.
+        ``tierq-engine+acks-of-<N>-claims`` (then ``+<field>=<value>`` of named settings).
+        ``named_settings``: the settings name the system (``tierq-engine+<field>=<value>``,
+        or a sketch's name and them), to run beside the defaults.
         ``ack_and_claim``: each consumer acks a batch and claims the next in one call
         (``Tierq.ack_and_claim``), named ``tierq-engine+ack-and-claim``; its claim latency
         is that of the claims made alone (the first, and after one found nothing)."""
@@ -254,7 +254,8 @@ class TierqEngine(System):
         self.ack_claims = ack_claims
         self.ack_and_claim = ack_and_claim
         if ack_claims > 1:
-            self.name = f"tierq-engine+acks-of-{ack_claims}-claims"
+            self.name = f"tierq-engine+acks-of-{ack_claims}-claims" + "".join(
+                f"+{k}={v}" for k, v in self.settings.items() if named_settings)
         elif ack_and_claim:
             self.name = "tierq-engine+ack-and-claim"
         elif named_settings and self.settings:
