@@ -66,7 +66,8 @@ to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's 
 whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
 acks of several workers committed together (docs/design-rotating-tables.md, section 6)
 would leave PostgreSQL, without the cost of gathering them (with ``--tierq-setting``, it
-has those settings too: ``tierq-engine+acks-of-<N>-claims+<field>=<value>``).
+has those settings too: ``tierq-engine+acks-of-<N>-claims+<field>=<value>``, several comma
+separated; ``--ack-and-claim``'s system likewise).
 ``--tierq-setting FIELD=VALUE`` (repeat it for several, all in one system) adds tierq's
 engine with those settings (``tierq-engine+<field>=<value>``): a setting's effect measured
 side by side.
@@ -318,7 +319,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
         systems.append(TierqEngine(tierq_settings, workload=shape.workload,
                                    named_settings=True))
     if ack_and_claim:
-        systems.append(TierqEngine(workload=shape.workload, ack_and_claim=True))
+        systems.append(TierqEngine(tierq_settings, workload=shape.workload,
+                                   ack_and_claim=True, named_settings=True))
     systems += [TwoStoreFloor(workload=shape.workload, batch_rows=FLOORS[kind][1])
                 for kind in floors]
     say(f"-- shape {shape.name}: {shape.title}")
@@ -375,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack-claims", type=int, default=1, metavar="N",
                         help="also run tierq's engine whose consumers ack N claims at once "
                              "(what acks of several workers committed together would cost "
-                             "PostgreSQL)")
+                             "PostgreSQL), with --tierq-setting's settings")
     parser.add_argument("--tierq-setting", action="append", default=[],
                         metavar="FIELD=VALUE",
                         help="also run tierq's engine with this setting (a field of "

@@ -238,9 +238,10 @@ class TierqEngine(System):
         """``ack_claims`` > 1: each consumer acks its tasks once it holds that many claims
         (or a claim finds nothing), as acks of several workers committed together would
         reach PostgreSQL (docs/design-rotating-tables.md, section 6); named
-        ``tierq-engine+acks-of-<N>-claims`` (then ``+<field>=<value>`` of named settings).
-        ``named_settings``: the settings name the system (``tierq-engine+<field>=<value>``,
-        or a sketch's name and them), to run beside the defaults.
+        ``tierq-engine+acks-of-<N>-claims``. ``named_settings``: the settings name the
+        system (``tierq-engine+<field>=<value>``, comma separated, or a sketch's name and
+        them; after ``+acks-of-<N>-claims`` or ``+ack-and-claim``), to run beside the
+        defaults.
         ``ack_and_claim``: each consumer acks a batch and claims the next in one call
         (``Tierq.ack_and_claim``), named ``tierq-engine+ack-and-claim``; its claim latency
         is that of the claims made alone (the first, and after one found nothing)."""
@@ -253,15 +254,15 @@ class TierqEngine(System):
         self.workload = workload
         self.ack_claims = ack_claims
         self.ack_and_claim = ack_and_claim
+        named = ",".join(f"{k}={v}" for k, v in self.settings.items()) \
+            if named_settings else ""
         if ack_claims > 1:
-            self.name = f"tierq-engine+acks-of-{ack_claims}-claims" + "".join(
-                f"+{k}={v}" for k, v in self.settings.items() if named_settings)
+            self.name = f"tierq-engine+acks-of-{ack_claims}-claims" + (named and f"+{named}")
         elif ack_and_claim:
-            self.name = "tierq-engine+ack-and-claim"
-        elif named_settings and self.settings:
+            self.name = "tierq-engine+ack-and-claim" + (named and f"+{named}")
+        elif named:
             # (a sketch's settings name it after the sketch: tierq-append-sketch+…)
-            self.name = f"{type(self).name}+" + ",".join(
-                f"{k}={v}" for k, v in self.settings.items())
+            self.name = f"{type(self).name}+{named}"
 
     def prepare(self, stores: Stores) -> Prepared:
         url = stores.fresh_tierq("bench_tierq")

@@ -207,11 +207,12 @@ def small_runs(session_dir: Path, out: Path, *options: str) -> dict[str, Any]:
 def test_acks_of_several_claims_and_a_setting_run_beside_the_two_and_finish_every_task(
         session_dir: Path, tmp_path: Path) -> None:
     """``--ack-claims``, ``--tierq-setting`` and ``--ack-and-claim`` in one run (five
-    systems taking turns); the acks of several claims have the setting too."""
+    systems taking turns); the acks of several claims and the acks with claims have the
+    setting too."""
     runs = small_runs(session_dir, tmp_path / "vs_bare_ack_claims.json", "--shapes", "8x10",
                       "--ack-claims", "4", "--tierq-setting", "claim_window_reuse_ms=0",
                       "--ack-and-claim")
-    fused = runs["tierq-engine+ack-and-claim"]
+    fused = runs["tierq-engine+ack-and-claim+claim_window_reuse_ms=0"]
     assert fused["drain"]["left"] == 0 and fused["e2e"]["left"] == 0, fused
     held = runs["tierq-engine+acks-of-4-claims+claim_window_reuse_ms=0"]
     assert held["drain"]["left"] == 0 and held["e2e"]["left"] == 0, held

@@ -27,6 +27,24 @@ def test_one_tenant_s_committer_never_delays_another_s_ack(make_tq, valkey):
     scenarios.tenants_apart(make_tq, valkey)
 
 
+@pytest.mark.parametrize("path", ["joined", "too large to join", "gathering off"])
+def test_an_item_the_split_refuses_is_rejected_once(make_tq, monkeypatch, path):
+    """A task named twice is refused when the ack's items are split by tenant
+    (``leases.by_tenant``) and answered once, whether the ack then joins its pair's
+    mailbox, checks alone because it is too large to join, or has no gathering."""
+    from tierq.dal.lua_calls import AckCheckJoin
+
+    tq = make_tq(ack_group_commit=path != "gathering off")
+    if path == "too large to join":
+        monkeypatch.setattr(AckCheckJoin, "items_per_call", classmethod(lambda cls: 1))
+    tq.enqueue(scenarios.QUEUE, [{"payload": i, "tenant": "a"} for i in range(2)])
+    got = tq.claim(scenarios.QUEUE, max=2, tenant="a")
+    result = tq.ack(scenarios.QUEUE, [*got, got[0]])
+    assert sorted(map(str, result.acked)) == sorted(str(t.id) for t in got)
+    assert [(str(r.id), r.reason) for r in result.rejected] == [(str(got[0].id), "not_owner")]
+    assert tq.ctx.ack_commits.commits == (path == "joined")  # (the path it took)
+
+
 @pytest.mark.parametrize("batch_rows", [False, True], ids=["rows", "batch-rows"])
 def test_two_acks_of_one_task_answer_it_once(make_tq, valkey, batch_rows):
     """A retried ack gathered with the first: the committer sets it apart, and it goes

@@ -58,7 +58,7 @@ from tierq.dal.lua_calls import AckCheckJoin
 from tierq.dal.store.rows import AckedRow
 from tierq.dal.warm_tier import AckMail, AnswersAlong
 from tierq.errors import WarmTierFull, WarmTierUnavailable
-from tierq.logic import batch_rows, leases
+from tierq.logic import batch_rows
 from tierq.logic.context import Context, to_ms
 from tierq.logic.leases import Verified
 
@@ -136,22 +136,14 @@ def lock_ms(ctx: Context) -> int:
 
 
 def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
-                   rejected: list[Rejection],
-                   by_tenant: tuple[dict[str, list[Verified]], list[Rejection]] | None = None
+                   rejected: list[Rejection], tenants: dict[str, list[Verified]]
                    ) -> Joined | None:
     """``leases.verify`` of an ack whose items are one tenant's, fitting one call, and the
     delete of its leases held joined to the pair's mailbox in the same call
-    (lua/ack_check_join.lua); leases not held are added to ``rejected`` (not_owner), and
-    so are the items ``leases.by_tenant`` refused. None: not such an ack, or Valkey at
-    ``maxmemory`` refused the join (the leases it marked check again as held): the caller
-    verifies as usual and deletes alone. ``by_tenant``: the items' ``leases.by_tenant`` and
-    its rejections, made already."""
-    found: list[Rejection]
-    if by_tenant is None:
-        found = []
-        tenants = leases.by_tenant(items, found)
-    else:
-        tenants, found = by_tenant
+    (lua/ack_check_join.lua); leases not held are added to ``rejected`` (not_owner).
+    ``tenants``: the items' ``leases.by_tenant``, whose refusals the caller recorded. None:
+    not such an ack, or Valkey at ``maxmemory`` refused the join (the leases it marked
+    check again as held): the caller verifies as usual and deletes alone."""
     if len(tenants) != 1:
         return None
     [(tenant, entries)] = tenants.items()
@@ -169,7 +161,6 @@ def check_and_join(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTa
     except WarmTierUnavailable:
         _let_go(ctx, mail, request)  # (the call may have run and taken the lock)
         raise
-    rejected.extend(found)
     valid = [v for v, ok in zip(entries, held, strict=True) if ok]
     if len(valid) < len(entries):
         rejected.extend(lease_outcomes.Rejection(id=items[v.index].id, reason="not_owner")

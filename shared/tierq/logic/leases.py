@@ -264,16 +264,14 @@ def _ack(ctx: Context, queue: str, items: Sequence[AckItem | ClaimedTask],
     kept: dict[str, tuple[int, str]] | None = \
         {} if results is not None and any(map(is_not, results, repeat(None))) else None
     relaxed = not ctx.settings.ack_synchronous_commit
-    # (one tenant's tasks without results: checked and joined to the pair's acks committed
-    # together in one call, logic/ack_gathering.py; the items split by tenant once)
-    found: list[Rejection] = []
-    tenants = by_tenant(items, found)
-    joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected,
-                                          (tenants, found)) \
+    # (the items split by tenant once, their refusals recorded; one tenant's tasks without
+    # results checked and joined to the pair's acks committed together in one call,
+    # logic/ack_gathering.py)
+    tenants = by_tenant(items, result.rejected)
+    joined = ack_gathering.check_and_join(ctx, queue, items, result.rejected, tenants) \
         if len(tenants) == 1 and kept is None and ctx.settings.gathers_acks \
         and not relaxed and not ctx.warm.holding() else None
     if joined is None:
-        result.rejected.extend(found)
         valid = verify(ctx, queue, items, result.rejected, kept, tenants)
     else:
         gathered.append(joined)
