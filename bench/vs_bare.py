@@ -15,6 +15,9 @@ run, on the same private servers.
 
     .venv/bin/python -m bench.vs_bare --bare-client-us 22  # and the bare table, its
                                                       # clients 22 µs a task heavier
+    .venv/bin/python -m bench.vs_bare --bare-custom-plans  # and the bare table, each
+                                                      # statement planned for its
+                                                      # parameters
     .venv/bin/python -m bench.vs_bare --ack-claims 8  # and tierq acking 8 claims at once
     .venv/bin/python -m bench.vs_bare --tierq-setting claim_window_reuse_ms=0
                                                       # and tierq with a setting changed
@@ -62,7 +65,10 @@ several) runs the sketches with those settings, named ``<sketch>+<field>=<value>
 design with a setting of today's engine, such as group commit.
 ``--bare-client-us N`` adds the bare table whose clients spend N µs more CPU per task
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
-to PostgreSQL's CPU per task on the same cores. ``--ack-claims N`` adds tierq's engine
+to PostgreSQL's CPU per task on the same cores. ``--bare-custom-plans`` adds the bare
+table whose connections plan every statement for its parameters
+(``bare-table+custom-plans``): what the generic plan PostgreSQL may keep for its prepared
+claim costs it. ``--ack-claims N`` adds tierq's engine
 whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
 acks of several workers committed together (docs/design-rotating-tables.md, section 6)
 would leave PostgreSQL, without the cost of gathering them (with ``--tierq-setting``, it
@@ -302,7 +308,8 @@ def print_summary(results: list[ShapeResult]) -> None:
 def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout: float,
               statements: bool, profile_root: Path | None,
               sketches: Sequence[str] = (), bare_client_us: float = 0.0,
-              ack_claims: int = 1, tierq_settings: dict[str, Any] | None = None,
+              bare_custom_plans: bool = False, ack_claims: int = 1,
+              tierq_settings: dict[str, Any] | None = None,
               sketch_settings: dict[str, Any] | None = None,
               ack_and_claim: bool = False, floors: Sequence[str] = ()) -> ShapeResult:
     systems: list[System] = [TierqEngine(workload=shape.workload),
@@ -312,6 +319,8 @@ def run_shape(shape: Shape, stores: Stores, *, total: int, repeat: int, timeout:
     systems += sketched
     if bare_client_us:
         systems.append(BareTable(workload=shape.workload, client_us=bare_client_us))
+    if bare_custom_plans:
+        systems.append(BareTable(workload=shape.workload, custom_plans=True))
     if ack_claims > 1:
         systems.append(TierqEngine(tierq_settings, workload=shape.workload,
                                    ack_claims=ack_claims, named_settings=True))
@@ -374,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bare-client-us", type=float, default=0.0, metavar="N",
                         help="also run the bare table with clients spending N µs more CPU "
                              "per task (bench/systems/bare_table.py)")
+    parser.add_argument("--bare-custom-plans", action="store_true",
+                        help="also run the bare table with every statement planned for its "
+                             "parameters (plan_cache_mode = force_custom_plan; "
+                             "bench/systems/bare_table.py)")
     parser.add_argument("--ack-claims", type=int, default=1, metavar="N",
                         help="also run tierq's engine whose consumers ack N claims at once "
                              "(what acks of several workers committed together would cost "
@@ -435,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             results = [run_shape(shape, stores, total=total, repeat=repeat, timeout=timeout,
                                  statements=statements, profile_root=profile_root,
                                  sketches=sketches, bare_client_us=args.bare_client_us,
+                                 bare_custom_plans=args.bare_custom_plans,
                                  ack_claims=args.ack_claims,
                                  tierq_settings=tierq_settings,
                                  sketch_settings=sketch_settings,
