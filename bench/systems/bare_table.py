@@ -27,12 +27,13 @@ could otherwise be blamed for.
 ``BareTable(custom_plans=True)`` (``bench.vs_bare --bare-custom-plans``, named
 ``bare-table+custom-plans``) sets ``plan_cache_mode = force_custom_plan`` on its
 connections: every statement planned for its own parameters and the table as it is then.
-psycopg prepares a statement on its sixth run, and PostgreSQL may then keep a generic plan
-made while the table was small. In an end-to-end phase the consumers' first claims find an
-empty table, and the generic plan PostgreSQL keeps for ``CLAIM`` then is a hash semi join
-over a sequential scan of the whole table a claim, against the custom plan's probe of the
-rows the subquery locks. The default keeps psycopg's and PostgreSQL's defaults, as the
-issue's statements are run; this variant shows what the plan costs the bare table.
+psycopg prepares a statement on its sixth run; PostgreSQL plans a prepared statement's
+first five runs for their parameters, then may keep one generic plan if its estimated cost
+is not above theirs (until the table's statistics or schema change). A generic plan of
+``CLAIM`` can be a hash semi join over a sequential scan of the whole table a claim, where
+a custom plan probes the rows the subquery locks. The default keeps psycopg's and
+PostgreSQL's defaults, as the issue's statements are run; this variant measures what
+planning every statement instead costs or saves the bare table.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ PRELOAD = ("bench.systems.bare_table", "psycopg", "orjson")
 
 
 def connect(spec: dict[str, Any]) -> Any:
-    """The process's one connection: autocommit, claimed payloads parsed by orjson."""
+    """The process's one connection: autocommit, claimed payloads parsed by orjson; with
+    ``custom_plans`` in the spec, every statement planned for its parameters."""
     import orjson
     import psycopg
     from psycopg.types.json import set_json_loads

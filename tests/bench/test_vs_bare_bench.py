@@ -224,21 +224,27 @@ def test_acks_of_several_claims_and_a_setting_run_beside_the_two_and_finish_ever
     assert changed["drain"]["left"] == 0 and changed["e2e"]["left"] == 0, changed
 
 
-def test_the_bare_table_with_custom_plans_runs_beside_the_two_and_plans_each_claim(
-        session_dir: Path, tmp_path: Path, database_url: str) -> None:
+def test_the_bare_table_with_custom_plans_runs_beside_the_two_and_plans_each_statement(
+        session_dir: Path, tmp_path: Path, database_url: str, valkey_url: str) -> None:
     """``--bare-custom-plans`` adds ``bare-table+custom-plans``, which finishes every task;
-    its connections plan each statement for its parameters, the default's keep
-    PostgreSQL's choice."""
-    from bench.systems.bare_table import connect
+    the connections its workers open from its spec plan each statement for its parameters,
+    the default's keep PostgreSQL's choice."""
+    from bench.stores import Stores
+    from bench.systems.bare_table import BareTable, connect
 
     runs = small_runs(session_dir, tmp_path / "vs_bare_custom_plans.json", "--shapes", "8x10",
                       "--bare-custom-plans")
     custom = runs["bare-table+custom-plans"]
     assert custom["drain"]["left"] == 0 and custom["e2e"]["left"] == 0, custom
     assert "bare-table" in runs
-    for custom_plans, mode in ((True, "force_custom_plan"), (False, "auto")):
-        with connect({"database_url": database_url, "custom_plans": custom_plans}) as conn:
-            assert conn.execute("SHOW plan_cache_mode").fetchone() == (mode,)
+    stores = Stores(postgres_url=database_url, valkey_url=valkey_url)
+    try:
+        for system, mode in ((BareTable(custom_plans=True), "force_custom_plan"),
+                             (BareTable(), "auto")):
+            with connect(system.prepare(stores).spec) as conn:
+                assert conn.execute("SHOW plan_cache_mode").fetchone() == (mode,)
+    finally:
+        stores.close()
 
 
 def test_a_sketch_setting_without_a_sketch_is_refused() -> None:
