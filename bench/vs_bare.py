@@ -67,9 +67,9 @@ design with a setting of today's engine, such as group commit.
 (``bare-table+<N>us``, bench/systems/bare_table.py): what a client as heavy as tierq's does
 to PostgreSQL's CPU per task on the same cores. ``--bare-custom-plans`` adds the bare
 table whose connections plan every statement for its parameters
-(``bare-table+custom-plans``): what the generic plan PostgreSQL may keep for its prepared
-claim costs it. ``--ack-claims N`` adds tierq's engine
-whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
+(``bare-table+custom-plans``): what planning every statement, rather than the generic plan
+PostgreSQL may keep for a prepared one, costs or saves it. ``--ack-claims N`` adds tierq's
+engine whose consumers ack once they hold N claims (``tierq-engine+acks-of-<N>-claims``): what
 acks of several workers committed together (docs/design-rotating-tables.md, section 6)
 would leave PostgreSQL, without the cost of gathering them (with ``--tierq-setting``, it
 has those settings too: ``tierq-engine+acks-of-<N>-claims+<field>=<value>``, several comma
