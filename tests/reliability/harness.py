@@ -400,11 +400,12 @@ class Fleet:
             self.workers.append(self._start(worker_main, {"name": f"w{self._count + 1}",
                                                           **cfg}, "worker"))
 
-    def kill_worker_mid_lease(self, index: int, timeout: float = 30.0) -> list[str]:
-        """SIGKILL a worker at a moment it holds leases it has not begun to ack; returns the
-        ids it held. The worker is frozen (SIGSTOP) before its journal is read, so what the
-        journal says is where the worker stopped: claims at its tail, with no ``acking``
-        after them, were never acked. Otherwise it is let go on and tried again."""
+    def freeze_worker_mid_lease(self, index: int, timeout: float = 30.0) -> list[str]:
+        """Freeze (SIGSTOP) a worker at a moment it holds leases it has not begun to ack;
+        returns the ids it held. It stays frozen until ``thaw_worker`` or a kill. The
+        journal is read once the worker is stopped, so what it says is where the worker
+        stopped: claims at its tail, with no ``acking`` after them, were never acked.
+        Otherwise it is let go on and tried again."""
         proc = self.workers[index]
         path = self.journals[id(proc)]
         deadline = time.monotonic() + timeout
@@ -414,12 +415,23 @@ class Fleet:
                 _wait_stopped(proc.pid)
                 held = _unacked_tail(path)
                 if held:
-                    proc.kill()
-                    proc.join(timeout=10)
                     return held
                 os.kill(proc.pid, signal.SIGCONT)
             time.sleep(0.002)
         raise AssertionError(f"worker {index} never held a lease within {timeout}s")
+
+    def thaw_worker(self, index: int) -> None:
+        """Let a worker frozen by ``freeze_worker_mid_lease`` go on."""
+        os.kill(self.workers[index].pid, signal.SIGCONT)
+
+    def kill_worker_mid_lease(self, index: int, timeout: float = 30.0) -> list[str]:
+        """SIGKILL a worker at a moment it holds leases it has not begun to ack
+        (``freeze_worker_mid_lease``); returns the ids it held."""
+        held = self.freeze_worker_mid_lease(index, timeout)
+        proc = self.workers[index]
+        proc.kill()
+        proc.join(timeout=10)
+        return held
 
     def wait_producers(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

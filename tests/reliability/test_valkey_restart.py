@@ -21,7 +21,6 @@ from tests.reliability.harness import (
     wait_for_acks,
     wait_until_finished,
 )
-from tests.support.polling import eventually
 from tierq.dal.warm_tier import PairKeys
 from tierq.errors import Unavailable
 
@@ -40,14 +39,19 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
             fleet.start_workers(4, batch=20, lease_seconds=30, work_seconds=0.02)
             fleet.start_producers(TASKS, rate=1200)
             wait_for_acks(journal_dir, 1000)
-            # the fault must find work in Valkey to lose: leases held, or tasks ready (a
-            # loaded machine can find the pair cold for a moment, everything in PostgreSQL)
-            keys = PairKeys.of(QUEUE, "_")
-            with redis.Redis.from_url(clean.valkey_url) as valkey:
-                eventually(lambda: valkey.zcard(keys.leased) + valkey.zcard(keys.ready) > 0,
-                           timeout=30, what="work in Valkey", interval=0.01)
-            clean.services.valkey.kill()
-            wiped_at = time.time()
+            # the fault must find work in Valkey to lose: a worker frozen while it holds
+            # leases it has not begun to ack keeps them in Valkey until the kill (the others
+            # may have acked all theirs, and the pair may be cold for a moment, everything in
+            # PostgreSQL, on a loaded machine)
+            held = fleet.freeze_worker_mid_lease(0)
+            try:
+                keys = PairKeys.of(QUEUE, "_")
+                with redis.Redis.from_url(clean.valkey_url) as valkey:
+                    assert valkey.zcard(keys.leased) >= len(held)
+                clean.services.valkey.kill()
+                wiped_at = time.time()
+            finally:
+                fleet.thaw_worker(0)
             with pytest.raises(Unavailable):
                 probe.claim(QUEUE, max=1)
             time.sleep(DOWN_SECONDS)
@@ -65,11 +69,10 @@ def test_valkey_killed_and_restarted_empty_loses_nothing(clean: Stack,
     assert report.lost == []
     assert report.stuck == 0 and report.dead == 0
     assert report.double_dispatch == [], report.double_dispatch[:5]
-    # The fault found work in Valkey: leases whose acks were then refused, or tasks the
-    # reconciler put back. Tasks delivered again mean the reconciler put some back (no
-    # lease of theirs was left to expire). A kill that found only leases whose acks had
-    # committed in PostgreSQL (their drops failed) leaves nothing to put back: under load
-    # that happened, with 20 acks refused, nothing delivered twice, nothing lost.
+    # The fault found work in Valkey: the frozen worker's leases, which the kill voided,
+    # so its acks of them were refused or the reconciler put their tasks back. Tasks
+    # delivered again mean the reconciler put some back (no lease of theirs was left to
+    # expire).
     assert report.rejected_acks > 0 or jobs.restored > 0
     if report.duplicates:
         assert jobs.restored > 0
