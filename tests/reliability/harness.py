@@ -412,8 +412,12 @@ class Fleet:
         while time.monotonic() < deadline:
             if _unacked_tail(path):
                 os.kill(proc.pid, signal.SIGSTOP)
-                _wait_stopped(proc.pid)
-                held = _unacked_tail(path)
+                try:
+                    _wait_stopped(proc.pid)
+                    held = _unacked_tail(path)
+                except BaseException:
+                    os.kill(proc.pid, signal.SIGCONT)
+                    raise
                 if held:
                     return held
                 os.kill(proc.pid, signal.SIGCONT)
